@@ -1,0 +1,562 @@
+//! The admin queue pair.
+//!
+//! The driver places 64-byte [`AdminCommand`]s in the submission ring (base `ADMIN_SQ_BASE`),
+//! then writes the new tail to `ADMIN_SQ_DOORBELL`. The device executes them in order and
+//! writes one 16-byte [`AdminCompletion`] per command to the completion ring (base
+//! `ADMIN_CQ_BASE`), phase bit last (see [`crate::ring`]). The driver matches completions to
+//! commands by `command_id`.
+//!
+//! ## Command layout
+//!
+//! | bytes | field | meaning |
+//! |---|---|---|
+//! | 0 | `opcode` | [`Opcode`] |
+//! | 1 | `flags` | reserved, 0 |
+//! | 2–3 | `command_id` | echoed in the completion |
+//! | 4–7 | `handle` | the object the command acts on (AV or endpoint handle), opcode-specific |
+//! | 8–63 | `body` | opcode-specific, one of the `*Body` types below |
+//!
+//! ## Opcodes
+//!
+//! | opcode | handle | body | result0 / result1 |
+//! |---|---|---|---|
+//! | `IDENTIFY` 0x01 | 0 | [`BufferBody`]: page of [`crate::identify::IdentifyData`] | — |
+//! | `ENDPOINT_CREATE` 0x10 | AV handle bound for TX translation and RX source lookup | [`EndpointCreateBody`] | endpoint handle \| PIDonFEP<<16 / ri_start \| ri_count<<16 |
+//! | `ENDPOINT_DESTROY` 0x11 | endpoint | — | — |
+//! | `AV_CREATE` 0x20 | 0 | [`AvCreateBody`] | AV handle |
+//! | `AV_DESTROY` 0x21 | AV | — | — |
+//! | `AV_WRITE` 0x22 | AV | [`BufferBody`]: `count` × [`crate::AvWriteRecord`] | entries written |
+//! | `AV_INVALIDATE` 0x23 | AV | [`RangeBody`]: `count` entries from `first`, or a list of `count` u32 indices at `buf` | entries invalidated |
+//! | `AV_READ` 0x24 | AV | [`RangeBody`]: `count` × [`crate::NicAvEntry`] from `first` into `buf` | entries read |
+//!
+//! Every reserved field must be zero; a command that violates its layout completes with
+//! [`Status::InvalidField`] and changes nothing. A batch command (AV_WRITE, AV_INVALIDATE) is
+//! validated whole before any entry changes: it is applied entirely or not at all.
+
+use zerocopy::little_endian::{U16, U32, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+/// Size of one submission entry.
+pub const COMMAND_BYTES: usize = 64;
+/// Size of one completion entry.
+pub const COMPLETION_BYTES: usize = 16;
+/// Largest batch one AV_WRITE, AV_INVALIDATE or AV_READ may carry.
+pub const MAX_BATCH: u32 = 1 << 16;
+
+/// Admin opcodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Opcode {
+    /// Write the IDENTIFY page.
+    Identify = 0x01,
+    /// Create an endpoint: the NIC assigns a PIDonFEP and a resource-index range.
+    EndpointCreate = 0x10,
+    /// Destroy an endpoint, releasing its PIDonFEP and resource indices.
+    EndpointDestroy = 0x11,
+    /// Create an AV table.
+    AvCreate = 0x20,
+    /// Destroy an AV table (fails while an endpoint is bound to it).
+    AvDestroy = 0x21,
+    /// Write a batch of AV entries.
+    AvWrite = 0x22,
+    /// Invalidate AV entries.
+    AvInvalidate = 0x23,
+    /// Read AV entries back.
+    AvRead = 0x24,
+}
+
+impl Opcode {
+    /// Decode an opcode byte.
+    pub const fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            0x01 => Opcode::Identify,
+            0x10 => Opcode::EndpointCreate,
+            0x11 => Opcode::EndpointDestroy,
+            0x20 => Opcode::AvCreate,
+            0x21 => Opcode::AvDestroy,
+            0x22 => Opcode::AvWrite,
+            0x23 => Opcode::AvInvalidate,
+            0x24 => Opcode::AvRead,
+            _ => return None,
+        })
+    }
+
+    /// The datasheet name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Opcode::Identify => "IDENTIFY",
+            Opcode::EndpointCreate => "ENDPOINT_CREATE",
+            Opcode::EndpointDestroy => "ENDPOINT_DESTROY",
+            Opcode::AvCreate => "AV_CREATE",
+            Opcode::AvDestroy => "AV_DESTROY",
+            Opcode::AvWrite => "AV_WRITE",
+            Opcode::AvInvalidate => "AV_INVALIDATE",
+            Opcode::AvRead => "AV_READ",
+        }
+    }
+}
+
+/// Completion status of an admin command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+#[repr(u16)]
+pub enum Status {
+    /// The command succeeded.
+    #[error("success")]
+    Success = 0x00,
+    /// The opcode is not one the firmware implements.
+    #[error("invalid opcode")]
+    InvalidOpcode = 0x01,
+    /// A field is out of range or a reserved field is not zero.
+    #[error("invalid field")]
+    InvalidField = 0x02,
+    /// The handle names no object of the right kind.
+    #[error("invalid handle")]
+    InvalidHandle = 0x03,
+    /// A table or allocator of the NIC is exhausted.
+    #[error("no resources")]
+    NoResources = 0x04,
+    /// An AV index lies outside the table.
+    #[error("index out of range")]
+    IndexOutOfRange = 0x05,
+    /// A buffer the command names lies outside memory mapped for DMA.
+    #[error("DMA fault")]
+    DmaFault = 0x06,
+    /// The object is in use (an AV bound to an endpoint).
+    #[error("busy")]
+    Busy = 0x07,
+    /// The device failed internally.
+    #[error("internal device error")]
+    Internal = 0x08,
+}
+
+impl Status {
+    /// Decode a status word; unknown values decode as [`Status::Internal`] so a newer device's
+    /// status is never mistaken for success.
+    pub const fn from_u16(v: u16) -> Self {
+        match v {
+            0x00 => Status::Success,
+            0x01 => Status::InvalidOpcode,
+            0x02 => Status::InvalidField,
+            0x03 => Status::InvalidHandle,
+            0x04 => Status::NoResources,
+            0x05 => Status::IndexOutOfRange,
+            0x06 => Status::DmaFault,
+            0x07 => Status::Busy,
+            _ => Status::Internal,
+        }
+    }
+}
+
+/// A submission entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+pub struct AdminCommand {
+    /// [`Opcode`] byte.
+    pub opcode: u8,
+    /// Reserved, zero.
+    pub flags: u8,
+    /// Echoed in the completion.
+    pub command_id: U16,
+    /// Object handle.
+    pub handle: U32,
+    /// Opcode-specific body.
+    pub body: [u8; 56],
+}
+
+const _: () = assert!(core::mem::size_of::<AdminCommand>() == COMMAND_BYTES);
+
+/// A completion entry.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+#[repr(C)]
+pub struct AdminCompletion {
+    /// First result word (see the opcode table).
+    pub result0: U32,
+    /// Second result word.
+    pub result1: U32,
+    /// The device's SQ head after consuming this command.
+    pub sq_head: U16,
+    /// The command's `command_id`.
+    pub command_id: U16,
+    /// [`Status`] word.
+    pub status: U16,
+    /// Bit 0: phase. The device writes this word last.
+    pub phase: U16,
+}
+
+const _: () = assert!(core::mem::size_of::<AdminCompletion>() == COMPLETION_BYTES);
+
+/// Byte offset of [`AdminCompletion::phase`], the word the device writes last.
+pub const COMPLETION_PHASE_OFFSET: usize = 14;
+
+/// Body of commands that pass one DMA buffer: IDENTIFY, AV_WRITE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+pub struct BufferBody {
+    /// IOVA of the buffer.
+    pub buf: U64,
+    /// Buffer length in bytes.
+    pub len: U32,
+    /// Number of records (AV_WRITE) or 0.
+    pub count: U32,
+    /// Reserved, zero.
+    pub reserved: [u8; 40],
+}
+
+/// Body of AV_INVALIDATE and AV_READ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+pub struct RangeBody {
+    /// IOVA of the buffer: AV_READ's destination, AV_INVALIDATE's index list (0 for a range).
+    pub buf: U64,
+    /// Buffer length in bytes.
+    pub len: U32,
+    /// First index of the range.
+    pub first: U32,
+    /// Number of entries.
+    pub count: U32,
+    /// Reserved, zero.
+    pub reserved: [u8; 36],
+}
+
+/// Body of AV_CREATE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+pub struct AvCreateBody {
+    /// Number of entries (at most `CAP_AV_ENTRIES`).
+    pub capacity: U32,
+    /// Top bits of an `fi_addr_t` that select the peer's receive context (`fi_rx_addr`).
+    pub rx_ctx_bits: u8,
+    /// Reserved, zero.
+    pub reserved: [u8; 51],
+}
+
+/// Bit of [`EndpointCreateBody::flags`]: the endpoint uses absolute addressing.
+pub const EP_FLAG_ABSOLUTE: u8 = 1 << 0;
+
+/// Body of ENDPOINT_CREATE.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+#[repr(C)]
+pub struct EndpointCreateBody {
+    /// IOVA of the TX ring ([`crate::TxDescriptor`] entries).
+    pub tx_ring: U64,
+    /// IOVA of the RX ring ([`crate::RxDescriptor`] entries).
+    pub rx_ring: U64,
+    /// IOVA of the completion ring ([`crate::Completion`] entries).
+    pub cq_ring: U64,
+    /// JobID of the endpoint (24 bits): stamped on what it receives' checks.
+    pub job_id: U32,
+    /// Initiator ID the endpoint's requests carry.
+    pub initiator: U32,
+    /// Resource indices requested.
+    pub ri_count: U16,
+    /// log2 of the TX ring size.
+    pub tx_log2: u8,
+    /// log2 of the RX ring size.
+    pub rx_log2: u8,
+    /// log2 of the completion ring size.
+    pub cq_log2: u8,
+    /// `EP_FLAG_*`.
+    pub flags: u8,
+    /// Reserved, zero.
+    pub reserved: [u8; 18],
+}
+
+macro_rules! body_size {
+    ($($t:ty),*) => {$(const _: () = assert!(core::mem::size_of::<$t>() == 56);)*};
+}
+body_size!(BufferBody, RangeBody, AvCreateBody, EndpointCreateBody);
+
+/// A decoded admin command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// IDENTIFY into `body.buf`.
+    Identify(BufferBody),
+    /// ENDPOINT_CREATE bound to AV `av`.
+    EndpointCreate {
+        /// AV handle.
+        av: u32,
+        /// Parameters.
+        body: EndpointCreateBody,
+    },
+    /// ENDPOINT_DESTROY.
+    EndpointDestroy {
+        /// Endpoint handle.
+        endpoint: u32,
+    },
+    /// AV_CREATE.
+    AvCreate(AvCreateBody),
+    /// AV_DESTROY.
+    AvDestroy {
+        /// AV handle.
+        av: u32,
+    },
+    /// AV_WRITE.
+    AvWrite {
+        /// AV handle.
+        av: u32,
+        /// Buffer of records.
+        body: BufferBody,
+    },
+    /// AV_INVALIDATE.
+    AvInvalidate {
+        /// AV handle.
+        av: u32,
+        /// Range or list.
+        body: RangeBody,
+    },
+    /// AV_READ.
+    AvRead {
+        /// AV handle.
+        av: u32,
+        /// Range and destination.
+        body: RangeBody,
+    },
+}
+
+fn body_of<T: IntoBytes + Immutable>(b: &T) -> [u8; 56] {
+    let mut out = [0u8; 56];
+    out.copy_from_slice(b.as_bytes());
+    out
+}
+
+fn reserved_clear(b: &[u8]) -> Result<(), Status> {
+    if b.iter().all(|&x| x == 0) {
+        Ok(())
+    } else {
+        Err(Status::InvalidField)
+    }
+}
+
+impl Command {
+    /// The opcode of the command.
+    pub fn opcode(&self) -> Opcode {
+        match self {
+            Command::Identify(_) => Opcode::Identify,
+            Command::EndpointCreate { .. } => Opcode::EndpointCreate,
+            Command::EndpointDestroy { .. } => Opcode::EndpointDestroy,
+            Command::AvCreate(_) => Opcode::AvCreate,
+            Command::AvDestroy { .. } => Opcode::AvDestroy,
+            Command::AvWrite { .. } => Opcode::AvWrite,
+            Command::AvInvalidate { .. } => Opcode::AvInvalidate,
+            Command::AvRead { .. } => Opcode::AvRead,
+        }
+    }
+
+    /// Encode as a submission entry with `command_id`.
+    pub fn encode(&self, command_id: u16) -> AdminCommand {
+        let (handle, body) = match self {
+            Command::Identify(b) => (0, body_of(b)),
+            Command::EndpointCreate { av, body } => (*av, body_of(body)),
+            Command::EndpointDestroy { endpoint } => (*endpoint, [0; 56]),
+            Command::AvCreate(b) => (0, body_of(b)),
+            Command::AvDestroy { av } => (*av, [0; 56]),
+            Command::AvWrite { av, body } => (*av, body_of(body)),
+            Command::AvInvalidate { av, body } | Command::AvRead { av, body } => {
+                (*av, body_of(body))
+            }
+        };
+        AdminCommand {
+            opcode: self.opcode() as u8,
+            flags: 0,
+            command_id: U16::new(command_id),
+            handle: U32::new(handle),
+            body,
+        }
+    }
+}
+
+impl AdminCommand {
+    /// Decode and check the layout rules every command obeys (opcode known, reserved fields
+    /// zero, handle zero where the command takes none). Object-level checks (does the handle
+    /// exist, is the range inside the table) are the firmware's.
+    pub fn decode(&self) -> Result<Command, Status> {
+        let op = Opcode::from_u8(self.opcode).ok_or(Status::InvalidOpcode)?;
+        if self.flags != 0 {
+            return Err(Status::InvalidField);
+        }
+        let handle = self.handle.get();
+        let no_handle = || {
+            if handle == 0 {
+                Ok(())
+            } else {
+                Err(Status::InvalidField)
+            }
+        };
+        let cmd = match op {
+            Opcode::Identify => {
+                no_handle()?;
+                let b = BufferBody::read_from_bytes(&self.body).map_err(|_| Status::Internal)?;
+                reserved_clear(&b.reserved)?;
+                if b.count.get() != 0 {
+                    return Err(Status::InvalidField);
+                }
+                Command::Identify(b)
+            }
+            Opcode::EndpointCreate => {
+                let b = EndpointCreateBody::read_from_bytes(&self.body)
+                    .map_err(|_| Status::Internal)?;
+                reserved_clear(&b.reserved)?;
+                if b.flags & !EP_FLAG_ABSOLUTE != 0 {
+                    return Err(Status::InvalidField);
+                }
+                Command::EndpointCreate {
+                    av: handle,
+                    body: b,
+                }
+            }
+            Opcode::EndpointDestroy => {
+                reserved_clear(&self.body)?;
+                Command::EndpointDestroy { endpoint: handle }
+            }
+            Opcode::AvCreate => {
+                no_handle()?;
+                let b = AvCreateBody::read_from_bytes(&self.body).map_err(|_| Status::Internal)?;
+                reserved_clear(&b.reserved)?;
+                Command::AvCreate(b)
+            }
+            Opcode::AvDestroy => {
+                reserved_clear(&self.body)?;
+                Command::AvDestroy { av: handle }
+            }
+            Opcode::AvWrite => {
+                let b = BufferBody::read_from_bytes(&self.body).map_err(|_| Status::Internal)?;
+                reserved_clear(&b.reserved)?;
+                let need =
+                    u64::from(b.count.get()) * core::mem::size_of::<crate::AvWriteRecord>() as u64;
+                if b.count.get() == 0 || b.count.get() > MAX_BATCH || u64::from(b.len.get()) < need
+                {
+                    return Err(Status::InvalidField);
+                }
+                Command::AvWrite {
+                    av: handle,
+                    body: b,
+                }
+            }
+            Opcode::AvInvalidate | Opcode::AvRead => {
+                let b = RangeBody::read_from_bytes(&self.body).map_err(|_| Status::Internal)?;
+                reserved_clear(&b.reserved)?;
+                let count = b.count.get();
+                if count == 0 || count > MAX_BATCH {
+                    return Err(Status::InvalidField);
+                }
+                let per = if op == Opcode::AvRead {
+                    core::mem::size_of::<crate::NicAvEntry>() as u64
+                } else {
+                    4
+                };
+                let need = u64::from(count) * per;
+                let listed = op == Opcode::AvRead || b.buf.get() != 0;
+                if listed && u64::from(b.len.get()) < need {
+                    return Err(Status::InvalidField);
+                }
+                if op == Opcode::AvInvalidate && b.buf.get() != 0 && b.first.get() != 0 {
+                    return Err(Status::InvalidField);
+                }
+                if op == Opcode::AvRead {
+                    Command::AvRead {
+                        av: handle,
+                        body: b,
+                    }
+                } else {
+                    Command::AvInvalidate {
+                        av: handle,
+                        body: b,
+                    }
+                }
+            }
+        };
+        Ok(cmd)
+    }
+}
+
+impl AdminCompletion {
+    /// The phase bit.
+    pub fn phase_bit(&self) -> bool {
+        self.phase.get() & 1 != 0
+    }
+
+    /// The decoded status.
+    pub fn status(&self) -> Status {
+        Status::from_u16(self.status.get())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zerocopy::FromZeros;
+
+    #[test]
+    fn encode_decode_round_trip() {
+        let cmds = [
+            Command::Identify(BufferBody {
+                buf: U64::new(0x1000),
+                len: U32::new(128),
+                ..FromZeros::new_zeroed()
+            }),
+            Command::AvCreate(AvCreateBody {
+                capacity: U32::new(1024),
+                rx_ctx_bits: 2,
+                ..FromZeros::new_zeroed()
+            }),
+            Command::AvWrite {
+                av: 3,
+                body: BufferBody {
+                    buf: U64::new(0x2000),
+                    len: U32::new(72 * 4),
+                    count: U32::new(4),
+                    ..FromZeros::new_zeroed()
+                },
+            },
+            Command::AvRead {
+                av: 3,
+                body: RangeBody {
+                    buf: U64::new(0x3000),
+                    len: U32::new(64),
+                    first: U32::new(9),
+                    count: U32::new(1),
+                    ..FromZeros::new_zeroed()
+                },
+            },
+            Command::EndpointDestroy { endpoint: 7 },
+        ];
+        for (i, c) in cmds.iter().enumerate() {
+            let e = c.encode(i as u16);
+            assert_eq!(e.command_id.get(), i as u16);
+            assert_eq!(e.decode().unwrap(), *c);
+        }
+    }
+
+    #[test]
+    fn decode_rejects_bad_commands() {
+        let mut e = Command::EndpointDestroy { endpoint: 1 }.encode(0);
+        e.opcode = 0x7f;
+        assert_eq!(e.decode(), Err(Status::InvalidOpcode));
+        let mut e = Command::EndpointDestroy { endpoint: 1 }.encode(0);
+        e.body[55] = 1;
+        assert_eq!(e.decode(), Err(Status::InvalidField));
+        let e = Command::AvWrite {
+            av: 1,
+            body: BufferBody {
+                buf: U64::new(0x2000),
+                len: U32::new(71),
+                count: U32::new(1),
+                ..FromZeros::new_zeroed()
+            },
+        }
+        .encode(0);
+        assert_eq!(e.decode(), Err(Status::InvalidField));
+        for v in 0..=u16::MAX {
+            let s = Status::from_u16(v);
+            if v <= 8 {
+                assert_eq!(s as u16, v);
+            } else {
+                assert_eq!(s, Status::Internal);
+            }
+        }
+    }
+}

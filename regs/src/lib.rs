@@ -1,0 +1,335 @@
+//! # uet-regs — BAR0 of the uet-nic UET NIC
+//!
+//! This crate is the register half of the datasheet. Every register the driver touches and the
+//! simulator implements is defined here once, with its offset, width, reset value, access kind
+//! and bit fields; [`REGISTERS`] lists them all, and `REGISTERS.md` beside this crate is
+//! generated from that list (a test fails when the checked-in copy is stale).
+//!
+//! The in-memory contracts (admin queue, descriptors, AV entries) live in `uet-fwif`.
+//!
+//! ## Conventions
+//!
+//! * BAR0 is 4 KiB, little-endian, accessed with naturally aligned 32- or 64-bit transactions.
+//! * No register has a read side effect: status that must be acknowledged is write-1-to-clear
+//!   (W1C), so a spurious read (a debugger, `uetctl regs`) never changes device state.
+//! * Writes to reserved bits are ignored; reserved bits read as zero.
+//! * A read of an offset that holds no register returns all ones (a PCIe unsupported request)
+//!   and a write to one is dropped; the simulator counts both.
+//! * Write-only (WO) registers are doorbells and commands: they read as zero.
+//!
+//! ## Identity
+//!
+//! The model answers to PCI vendor `0xFFFE`, device `0x0001`. `0xFFFE` is not a PCI-SIG assigned
+//! vendor ID; it marks this as an experimental device model. A real part carries its vendor's
+//! assigned ID, and the driver matches on the [`ID`] register as well as on the interface
+//! version in [`REVISION`].
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod map;
+mod mmio;
+mod reference;
+
+pub use map::*;
+pub use mmio::{Mmio, RegisterAccess};
+pub use reference::registers_markdown;
+
+use core::marker::PhantomData;
+
+/// Experimental PCI vendor ID of the reference model (not PCI-SIG assigned; see the crate docs).
+pub const PCI_VENDOR_ID: u16 = 0xFFFE;
+/// PCI device ID of the uet-nic reference model.
+pub const PCI_DEVICE_ID: u16 = 0x0001;
+/// Size of BAR0 in bytes.
+pub const BAR0_SIZE: u32 = 0x1000;
+/// Major version of the host interface (register map + `uet-fwif` layouts). A driver refuses a
+/// device whose major version differs from its own.
+pub const INTERFACE_MAJOR: u8 = 1;
+/// Minor version of the host interface: additions that an older driver may ignore.
+pub const INTERFACE_MINOR: u8 = 0;
+
+/// Width of a register access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Width {
+    /// 32-bit register.
+    W32,
+    /// 64-bit register.
+    W64,
+}
+
+impl Width {
+    /// Number of bytes the register occupies.
+    pub const fn bytes(self) -> u32 {
+        match self {
+            Width::W32 => 4,
+            Width::W64 => 8,
+        }
+    }
+}
+
+/// How the device treats reads and writes of a register.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Read-only: writes are ignored.
+    Ro,
+    /// Read-write: defined bits take the written value.
+    Rw,
+    /// Write-1-to-clear: writing 1 to a defined bit clears it, writing 0 leaves it.
+    W1c,
+    /// Write-only (doorbells and commands): the write acts, reads return 0.
+    Wo,
+}
+
+impl Access {
+    /// The abbreviation used in the reference table.
+    pub const fn abbrev(self) -> &'static str {
+        match self {
+            Access::Ro => "RO",
+            Access::Rw => "RW",
+            Access::W1c => "W1C",
+            Access::Wo => "WO",
+        }
+    }
+}
+
+/// One bit field of a register.
+#[derive(Clone, Copy, Debug)]
+pub struct FieldInfo {
+    /// Field name, as the `bitfield-struct` accessor spells it.
+    pub name: &'static str,
+    /// Lowest bit.
+    pub lsb: usize,
+    /// Number of bits.
+    pub bits: usize,
+    /// What the field means.
+    pub doc: &'static str,
+}
+
+impl FieldInfo {
+    /// A field at `lsb` of `bits` bits.
+    pub const fn new(name: &'static str, lsb: usize, bits: usize, doc: &'static str) -> Self {
+        FieldInfo {
+            name,
+            lsb,
+            bits,
+            doc,
+        }
+    }
+
+    /// The bits of the register this field occupies.
+    pub const fn mask(&self) -> u64 {
+        let ones = if self.bits >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << self.bits) - 1
+        };
+        ones << self.lsb
+    }
+}
+
+/// Everything the datasheet says about one register.
+#[derive(Clone, Copy, Debug)]
+pub struct RegInfo {
+    /// Register name, as the constant is spelled.
+    pub name: &'static str,
+    /// Byte offset in BAR0.
+    pub offset: u32,
+    /// Access width.
+    pub width: Width,
+    /// Access kind.
+    pub access: Access,
+    /// Value after power-on and after a function reset.
+    pub reset: u64,
+    /// The block of the register map the register belongs to.
+    pub section: &'static str,
+    /// Description.
+    pub doc: &'static str,
+    /// Defined bit fields; every other bit is reserved.
+    pub fields: &'static [FieldInfo],
+}
+
+impl RegInfo {
+    /// The bits covered by defined fields. Reserved bits are outside this mask.
+    pub const fn defined_mask(&self) -> u64 {
+        let mut m = 0u64;
+        let mut i = 0;
+        while i < self.fields.len() {
+            m |= self.fields[i].mask();
+            i += 1;
+        }
+        m
+    }
+}
+
+/// A value that can be stored in a register: a plain integer or a `bitfield-struct` type.
+pub trait RegValue: Copy {
+    /// Width of the register type.
+    const WIDTH: Width;
+    /// Build the value from the raw bits read from the device.
+    fn from_raw(raw: u64) -> Self;
+    /// The raw bits to write to the device.
+    fn to_raw(self) -> u64;
+}
+
+impl RegValue for u32 {
+    const WIDTH: Width = Width::W32;
+    fn from_raw(raw: u64) -> Self {
+        raw as u32
+    }
+    fn to_raw(self) -> u64 {
+        self as u64
+    }
+}
+
+impl RegValue for u64 {
+    const WIDTH: Width = Width::W64;
+    fn from_raw(raw: u64) -> Self {
+        raw
+    }
+    fn to_raw(self) -> u64 {
+        self
+    }
+}
+
+/// A typed register: its datasheet entry and the Rust type of its value.
+pub struct Reg<T> {
+    /// The datasheet entry.
+    pub info: RegInfo,
+    _ty: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for Reg<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Reg<T> {}
+
+impl<T: RegValue> Reg<T> {
+    /// A register; fails to compile when the value type's width differs from the register's.
+    pub const fn new(info: RegInfo) -> Self {
+        assert!(
+            T::WIDTH as u8 == info.width as u8,
+            "register type width mismatch"
+        );
+        assert!(
+            info.offset % info.width.bytes() == 0,
+            "register not naturally aligned"
+        );
+        assert!(info.offset < BAR0_SIZE, "register outside BAR0");
+        Reg {
+            info,
+            _ty: PhantomData,
+        }
+    }
+
+    /// Byte offset in BAR0.
+    pub const fn offset(&self) -> u32 {
+        self.info.offset
+    }
+
+    /// The reset value as the typed value.
+    pub fn reset_value(&self) -> T {
+        T::from_raw(self.info.reset)
+    }
+}
+
+impl<T> core::fmt::Debug for Reg<T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}@{:#05x}", self.info.name, self.info.offset)
+    }
+}
+
+/// Find the register at a BAR0 offset.
+pub fn register_at(offset: u32) -> Option<&'static RegInfo> {
+    REGISTERS.iter().find(|r| r.offset == offset)
+}
+
+/// Find a register by name (case-insensitive), as `uetctl regs` and error messages spell it.
+pub fn register_named(name: &str) -> Option<&'static RegInfo> {
+    REGISTERS.iter().find(|r| r.name.eq_ignore_ascii_case(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registers_do_not_overlap_and_fit_bar0() {
+        let mut spans: Vec<(u32, u32, &str)> = REGISTERS
+            .iter()
+            .map(|r| (r.offset, r.offset + r.width.bytes(), r.name))
+            .collect();
+        spans.sort();
+        for w in spans.windows(2) {
+            assert!(w[0].1 <= w[1].0, "{} overlaps {}", w[0].2, w[1].2);
+        }
+        assert!(spans.last().unwrap().1 <= BAR0_SIZE);
+    }
+
+    #[test]
+    fn names_are_unique_and_findable() {
+        for r in REGISTERS {
+            assert_eq!(register_named(r.name).unwrap().offset, r.offset);
+            assert_eq!(register_at(r.offset).unwrap().name, r.name);
+        }
+    }
+
+    #[test]
+    fn fields_fit_their_register_and_do_not_overlap() {
+        for r in REGISTERS {
+            let width_bits = r.width.bytes() as usize * 8;
+            let mut seen = 0u64;
+            for f in r.fields {
+                assert!(
+                    f.lsb + f.bits <= width_bits,
+                    "{}.{} too wide",
+                    r.name,
+                    f.name
+                );
+                assert_eq!(seen & f.mask(), 0, "{}.{} overlaps", r.name, f.name);
+                seen |= f.mask();
+            }
+            assert!(!r.fields.is_empty(), "{} has no fields", r.name);
+        }
+    }
+
+    #[test]
+    fn reset_values_only_set_defined_bits() {
+        for r in REGISTERS {
+            assert_eq!(
+                r.reset & !r.defined_mask(),
+                0,
+                "{} resets reserved bits",
+                r.name
+            );
+            if r.access == Access::Wo {
+                assert_eq!(r.reset, 0, "{}: write-only registers read 0", r.name);
+            }
+        }
+    }
+
+    #[test]
+    fn reset_identity_matches_constants() {
+        let id = ID.reset_value();
+        assert_eq!(id.vendor_id(), PCI_VENDOR_ID);
+        assert_eq!(id.device_id(), PCI_DEVICE_ID);
+        assert_eq!(REVISION.reset_value().interface_major(), INTERFACE_MAJOR);
+    }
+
+    #[test]
+    fn checked_in_reference_table_is_current() {
+        let generated = registers_markdown();
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/REGISTERS.md");
+        if std::env::var_os("UET_BLESS").is_some() {
+            std::fs::write(path, &generated).unwrap();
+        }
+        let checked_in = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            checked_in == generated,
+            "regs/REGISTERS.md is out of date with the register definitions; \
+             regenerate it with `UET_BLESS=1 cargo test -p uet-regs`"
+        );
+    }
+}

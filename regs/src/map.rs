@@ -1,0 +1,444 @@
+//! The BAR0 register map: field types and register definitions, section by section.
+//!
+//! Each register is a [`Reg`] constant; its [`RegInfo`] is what the simulator enforces and what
+//! `REGISTERS.md` shows.
+
+use crate::{Access, FieldInfo, Reg, RegInfo, RegValue, Width};
+use bitfield_struct::bitfield;
+
+macro_rules! reg_value {
+    ($($ty:ty => $w:ident),* $(,)?) => {$(
+        impl RegValue for $ty {
+            const WIDTH: Width = Width::$w;
+            fn from_raw(raw: u64) -> Self {
+                Self::from_bits(raw as _)
+            }
+            fn to_raw(self) -> u64 {
+                self.into_bits() as u64
+            }
+        }
+    )*};
+}
+
+macro_rules! register_map {
+    ($(
+        $(#[doc = $doc:literal])*
+        $name:ident: $ty:ty = ($off:literal, $width:ident, $access:ident, reset $reset:expr, $section:literal)
+            $fields:expr;
+    )*) => {
+        $(
+            $(#[doc = $doc])*
+            pub const $name: Reg<$ty> = Reg::new(RegInfo {
+                name: stringify!($name),
+                offset: $off,
+                width: Width::$width,
+                access: Access::$access,
+                reset: $reset,
+                section: $section,
+                doc: concat!($($doc, "\n"),*),
+                fields: &$fields,
+            });
+        )*
+        /// Every register of BAR0, in offset order.
+        pub const REGISTERS: &[RegInfo] = &[$($name.info),*];
+    };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Field types
+// ---------------------------------------------------------------------------------------------
+
+/// [`ID`]: PCI identity, as in config space.
+#[bitfield(u32)]
+pub struct Id {
+    /// PCI vendor ID.
+    pub vendor_id: u16,
+    /// PCI device ID.
+    pub device_id: u16,
+}
+
+/// [`REVISION`]: silicon revision and host-interface version.
+#[bitfield(u32)]
+pub struct Revision {
+    /// Silicon/model revision.
+    pub revision: u8,
+    /// Host interface major version ([`crate::INTERFACE_MAJOR`]).
+    pub interface_major: u8,
+    /// Host interface minor version.
+    pub interface_minor: u8,
+    #[bits(8)]
+    __: u8,
+}
+
+/// [`CAP_AV`]: address-vector tables.
+#[bitfield(u32)]
+pub struct CapAv {
+    /// Number of AV tables the NIC holds.
+    pub max_tables: u16,
+    /// Size of one NIC AV entry in bytes.
+    pub entry_bytes: u8,
+    /// Largest `rx_ctx_bits` an AV table can decode from an `fi_addr_t`.
+    pub max_rx_ctx_bits: u8,
+}
+
+/// [`CAP_EP`]: endpoints and contexts.
+#[bitfield(u32)]
+pub struct CapEp {
+    /// Number of endpoints the NIC can hold at once.
+    pub max_endpoints: u16,
+    /// Transmit contexts per endpoint.
+    pub max_tx_ctx: u8,
+    /// Receive contexts per endpoint.
+    pub max_rx_ctx: u8,
+}
+
+/// [`CAP_PID_ON_FEP`]: the PIDonFEP values the NIC hands out.
+#[bitfield(u32)]
+pub struct CapPidOnFep {
+    /// First PIDonFEP the NIC assigns.
+    pub first: u16,
+    /// Number of PIDonFEP values from `first` (PIDonFEP is 12 bits on the wire).
+    pub count: u16,
+}
+
+/// [`CAP_RESOURCE_INDEX`]: resource indices.
+#[bitfield(u32)]
+pub struct CapResourceIndex {
+    /// Most resource indices one endpoint may own.
+    pub max_per_endpoint: u16,
+    /// Size of the NIC's resource-index space (12 bits on the wire); index 0 is reserved.
+    pub space: u16,
+}
+
+/// [`CAP_PROFILES`]: UET profiles and packet size.
+#[bitfield(u32)]
+pub struct CapProfiles {
+    /// AI Base profile.
+    pub ai_base: bool,
+    /// AI Full profile.
+    pub ai_full: bool,
+    /// HPC profile.
+    pub hpc: bool,
+    #[bits(13)]
+    __: u16,
+    /// Largest SES payload per packet, in bytes.
+    pub mtu: u16,
+}
+
+/// [`CAP_QUEUES`]: queue depths.
+#[bitfield(u32)]
+pub struct CapQueues {
+    /// Largest admin queue, in entries.
+    pub max_admin_entries: u16,
+    /// Largest TX/RX/completion queue, in entries.
+    pub max_queue_entries: u16,
+}
+
+/// [`DEV_CTRL`]: function control.
+#[bitfield(u32)]
+pub struct DevCtrl {
+    /// Enable the function: admin queue and datapath run only while set. Program the admin
+    /// queue registers before setting it.
+    pub enable: bool,
+    #[bits(31)]
+    __: u32,
+}
+
+/// [`DEV_STATUS`]: function status.
+#[bitfield(u32)]
+pub struct DevStatus {
+    /// The function finished reset and accepts register programming.
+    pub ready: bool,
+    /// The function is enabled and processing queues.
+    pub enabled: bool,
+    /// A fatal error stopped the function; see [`FATAL_ERROR`].
+    pub fatal: bool,
+    #[bits(29)]
+    __: u32,
+}
+
+/// [`FUNCTION_RESET`]: function-level reset command.
+#[bitfield(u32)]
+pub struct FunctionReset {
+    /// Write 1 to reset the function: every endpoint, AV table and queue is destroyed and every
+    /// register returns to its reset value.
+    pub reset: bool,
+    #[bits(31)]
+    __: u32,
+}
+
+/// [`FATAL_ERROR`]: causes of a fatal error (W1C).
+#[bitfield(u32)]
+pub struct FatalError {
+    /// The device attempted DMA outside the memory mapped for it.
+    pub dma_fault: bool,
+    /// The admin queue registers were inconsistent when the function was enabled.
+    pub admin_queue: bool,
+    /// Internal device error.
+    pub internal: bool,
+    #[bits(29)]
+    __: u32,
+}
+
+/// [`ADMIN_QUEUE_SIZE`]: admin ring sizes.
+#[bitfield(u32)]
+pub struct AdminQueueSize {
+    /// log2 of the submission ring's entry count.
+    pub sq_log2: u8,
+    /// log2 of the completion ring's entry count.
+    pub cq_log2: u8,
+    #[bits(16)]
+    __: u16,
+}
+
+/// A ring index: admin SQ tail/head, CQ head.
+#[bitfield(u32)]
+pub struct RingIndex {
+    /// Index into the ring, modulo the ring size.
+    pub index: u16,
+    #[bits(16)]
+    __: u16,
+}
+
+/// [`INTR_CAUSE`] and [`INTR_MASK`]: interrupt sources.
+#[bitfield(u32)]
+pub struct Interrupts {
+    /// An admin completion was written.
+    pub admin: bool,
+    /// A datapath completion was written.
+    pub completion: bool,
+    /// A fatal error occurred.
+    pub fatal: bool,
+    #[bits(29)]
+    __: u32,
+}
+
+/// [`TXQ_DOORBELL`], [`RXQ_DOORBELL`], [`CQ_DOORBELL`]: a queue and its new index.
+#[bitfield(u32)]
+pub struct QueueDoorbell {
+    /// The new producer index (TX/RX) or consumer index (CQ).
+    pub index: u16,
+    /// The endpoint handle whose queue this is.
+    pub endpoint: u16,
+}
+
+reg_value!(
+    Id => W32, Revision => W32, CapAv => W32, CapEp => W32, CapPidOnFep => W32,
+    CapResourceIndex => W32, CapProfiles => W32, CapQueues => W32, DevCtrl => W32,
+    DevStatus => W32, FunctionReset => W32, FatalError => W32, AdminQueueSize => W32,
+    RingIndex => W32, Interrupts => W32, QueueDoorbell => W32,
+);
+
+// Reset values of the reference model's capability registers.
+const ID_RESET: u64 = (crate::PCI_DEVICE_ID as u64) << 16 | crate::PCI_VENDOR_ID as u64;
+const REVISION_RESET: u64 =
+    (crate::INTERFACE_MINOR as u64) << 16 | (crate::INTERFACE_MAJOR as u64) << 8 | 0x01;
+
+const fn f(name: &'static str, lsb: usize, bits: usize, doc: &'static str) -> FieldInfo {
+    FieldInfo::new(name, lsb, bits, doc)
+}
+
+const COUNTER: [FieldInfo; 1] = [f("count", 0, 64, "Free-running count; wraps at 2^64.")];
+const RING: [FieldInfo; 1] = [f(
+    "index",
+    RingIndex::INDEX_OFFSET,
+    RingIndex::INDEX_BITS,
+    "Ring index.",
+)];
+const INTR: [FieldInfo; 3] = [
+    f("admin", Interrupts::ADMIN_OFFSET, 1, "Admin completion."),
+    f(
+        "completion",
+        Interrupts::COMPLETION_OFFSET,
+        1,
+        "Datapath completion.",
+    ),
+    f("fatal", Interrupts::FATAL_OFFSET, 1, "Fatal error."),
+];
+const DOORBELL: [FieldInfo; 2] = [
+    f(
+        "index",
+        QueueDoorbell::INDEX_OFFSET,
+        QueueDoorbell::INDEX_BITS,
+        "New producer (TX/RX) or consumer (CQ) index.",
+    ),
+    f(
+        "endpoint",
+        QueueDoorbell::ENDPOINT_OFFSET,
+        QueueDoorbell::ENDPOINT_BITS,
+        "Endpoint handle.",
+    ),
+];
+
+register_map! {
+    // ---- Identity and capabilities: 0x000-0x03f -------------------------------------------
+
+    /// PCI identity of the function. The driver checks it before anything else; all ones means
+    /// the device is gone.
+    ID: Id = (0x000, W32, Ro, reset ID_RESET, "identity") [
+        f("vendor_id", Id::VENDOR_ID_OFFSET, Id::VENDOR_ID_BITS, "PCI vendor ID (0xFFFE: experimental, not assigned)."),
+        f("device_id", Id::DEVICE_ID_OFFSET, Id::DEVICE_ID_BITS, "PCI device ID."),
+    ];
+    /// Silicon revision and the version of the host interface this crate and `uet-fwif` define.
+    REVISION: Revision = (0x004, W32, Ro, reset REVISION_RESET, "identity") [
+        f("revision", Revision::REVISION_OFFSET, Revision::REVISION_BITS, "Silicon/model revision."),
+        f("interface_major", Revision::INTERFACE_MAJOR_OFFSET, Revision::INTERFACE_MAJOR_BITS, "Host interface major version: the driver refuses another."),
+        f("interface_minor", Revision::INTERFACE_MINOR_OFFSET, Revision::INTERFACE_MINOR_BITS, "Host interface minor version."),
+    ];
+    /// Firmware version, major.minor.patch in bytes 2..0.
+    FW_VERSION: u32 = (0x008, W32, Ro, reset 0x0001_0000, "identity") [
+        f("version", 0, 24, "Firmware version: major[23:16] minor[15:8] patch[7:0]."),
+    ];
+    /// Address-vector tables the NIC holds.
+    CAP_AV: CapAv = (0x010, W32, Ro, reset (8 << 24) | (64 << 16) | 64, "capabilities") [
+        f("max_tables", CapAv::MAX_TABLES_OFFSET, CapAv::MAX_TABLES_BITS, "AV tables."),
+        f("entry_bytes", CapAv::ENTRY_BYTES_OFFSET, CapAv::ENTRY_BYTES_BITS, "Bytes per NIC AV entry."),
+        f("max_rx_ctx_bits", CapAv::MAX_RX_CTX_BITS_OFFSET, CapAv::MAX_RX_CTX_BITS_BITS, "Largest rx_ctx_bits an AV decodes."),
+    ];
+    /// Entries one AV table can hold.
+    CAP_AV_ENTRIES: u32 = (0x014, W32, Ro, reset 1 << 20, "capabilities") [
+        f("entries", 0, 32, "Entries per AV table."),
+    ];
+    /// Endpoints and their contexts.
+    CAP_EP: CapEp = (0x018, W32, Ro, reset (16 << 24) | (16 << 16) | 256, "capabilities") [
+        f("max_endpoints", CapEp::MAX_ENDPOINTS_OFFSET, CapEp::MAX_ENDPOINTS_BITS, "Endpoints."),
+        f("max_tx_ctx", CapEp::MAX_TX_CTX_OFFSET, CapEp::MAX_TX_CTX_BITS, "TX contexts per endpoint."),
+        f("max_rx_ctx", CapEp::MAX_RX_CTX_OFFSET, CapEp::MAX_RX_CTX_BITS, "RX contexts per endpoint."),
+    ];
+    /// PIDonFEP values the NIC assigns to endpoints (12 bits on the wire).
+    CAP_PID_ON_FEP: CapPidOnFep = (0x01c, W32, Ro, reset (4095 << 16) | 1, "capabilities") [
+        f("first", CapPidOnFep::FIRST_OFFSET, CapPidOnFep::FIRST_BITS, "First PIDonFEP."),
+        f("count", CapPidOnFep::COUNT_OFFSET, CapPidOnFep::COUNT_BITS, "How many from first."),
+    ];
+    /// Resource indices (12 bits on the wire; index 0 is reserved for the provider control channel).
+    CAP_RESOURCE_INDEX: CapResourceIndex = (0x020, W32, Ro, reset (4096 << 16) | 256, "capabilities") [
+        f("max_per_endpoint", CapResourceIndex::MAX_PER_ENDPOINT_OFFSET, CapResourceIndex::MAX_PER_ENDPOINT_BITS, "Most indices per endpoint."),
+        f("space", CapResourceIndex::SPACE_OFFSET, CapResourceIndex::SPACE_BITS, "Size of the index space."),
+    ];
+    /// UET profiles the NIC implements and its MTU.
+    CAP_PROFILES: CapProfiles = (0x024, W32, Ro, reset (4096 << 16) | 0b111, "capabilities") [
+        f("ai_base", CapProfiles::AI_BASE_OFFSET, 1, "AI Base profile."),
+        f("ai_full", CapProfiles::AI_FULL_OFFSET, 1, "AI Full profile."),
+        f("hpc", CapProfiles::HPC_OFFSET, 1, "HPC profile."),
+        f("mtu", CapProfiles::MTU_OFFSET, CapProfiles::MTU_BITS, "SES payload bytes per packet."),
+    ];
+    /// Queue depths.
+    CAP_QUEUES: CapQueues = (0x028, W32, Ro, reset (4096 << 16) | 4096, "capabilities") [
+        f("max_admin_entries", CapQueues::MAX_ADMIN_ENTRIES_OFFSET, CapQueues::MAX_ADMIN_ENTRIES_BITS, "Admin ring entries."),
+        f("max_queue_entries", CapQueues::MAX_QUEUE_ENTRIES_OFFSET, CapQueues::MAX_QUEUE_ENTRIES_BITS, "TX/RX/CQ ring entries."),
+    ];
+
+    // ---- Global control and status: 0x040-0x07f --------------------------------------------
+
+    /// Function control. Bring-up: wait for `DEV_STATUS.ready`, program the admin queue, then
+    /// set `enable`. Clearing `enable` stops queue processing; state is kept.
+    DEV_CTRL: DevCtrl = (0x040, W32, Rw, reset 0, "control") [
+        f("enable", DevCtrl::ENABLE_OFFSET, 1, "Run the admin queue and datapath."),
+    ];
+    /// Function status.
+    DEV_STATUS: DevStatus = (0x044, W32, Ro, reset 1, "control") [
+        f("ready", DevStatus::READY_OFFSET, 1, "Out of reset."),
+        f("enabled", DevStatus::ENABLED_OFFSET, 1, "Processing queues."),
+        f("fatal", DevStatus::FATAL_OFFSET, 1, "Stopped by a fatal error."),
+    ];
+    /// Function-level reset, the register form of PCIe FLR.
+    FUNCTION_RESET: FunctionReset = (0x048, W32, Wo, reset 0, "control") [
+        f("reset", FunctionReset::RESET_OFFSET, 1, "Write 1 to reset the function."),
+    ];
+    /// Causes of a fatal error. Write 1 to a bit to clear it; the function stays stopped until
+    /// it is reset.
+    FATAL_ERROR: FatalError = (0x04c, W32, W1c, reset 0, "control") [
+        f("dma_fault", FatalError::DMA_FAULT_OFFSET, 1, "DMA outside mapped memory."),
+        f("admin_queue", FatalError::ADMIN_QUEUE_OFFSET, 1, "Bad admin queue programming."),
+        f("internal", FatalError::INTERNAL_OFFSET, 1, "Internal error."),
+    ];
+
+    // ---- Admin queue: 0x080-0x0bf ----------------------------------------------------------
+
+    /// IOVA of the admin submission ring (64-byte entries, 4 KiB aligned).
+    ADMIN_SQ_BASE: u64 = (0x080, W64, Rw, reset 0, "admin queue") [
+        f("address", 12, 52, "IOVA bits 63:12."),
+    ];
+    /// IOVA of the admin completion ring (16-byte entries, 4 KiB aligned).
+    ADMIN_CQ_BASE: u64 = (0x088, W64, Rw, reset 0, "admin queue") [
+        f("address", 12, 52, "IOVA bits 63:12."),
+    ];
+    /// Ring sizes, as log2 of the entry count. Program before enabling.
+    ADMIN_QUEUE_SIZE: AdminQueueSize = (0x090, W32, Rw, reset 0, "admin queue") [
+        f("sq_log2", AdminQueueSize::SQ_LOG2_OFFSET, AdminQueueSize::SQ_LOG2_BITS, "log2 SQ entries."),
+        f("cq_log2", AdminQueueSize::CQ_LOG2_OFFSET, AdminQueueSize::CQ_LOG2_BITS, "log2 CQ entries."),
+    ];
+    /// The SQ tail the device last received through `ADMIN_SQ_DOORBELL`.
+    ADMIN_SQ_TAIL: RingIndex = (0x094, W32, Ro, reset 0, "admin queue") RING;
+    /// The device's SQ consumer index: entries before it have been read.
+    ADMIN_SQ_HEAD: RingIndex = (0x098, W32, Ro, reset 0, "admin queue") RING;
+    /// The driver's CQ consumer index: the device never overwrites an entry at or after it.
+    ADMIN_CQ_HEAD: RingIndex = (0x09c, W32, Rw, reset 0, "admin queue") RING;
+    /// Admin doorbell: write the new SQ tail; the device executes entries up to it.
+    ADMIN_SQ_DOORBELL: RingIndex = (0x0a0, W32, Wo, reset 0, "admin queue") RING;
+
+    // ---- Interrupts: 0x0c0-0x0ff -----------------------------------------------------------
+
+    /// Pending interrupt causes (W1C).
+    INTR_CAUSE: Interrupts = (0x0c0, W32, W1c, reset 0, "interrupts") INTR;
+    /// Interrupt mask: a set bit keeps its cause from raising the interrupt.
+    INTR_MASK: Interrupts = (0x0c4, W32, Rw, reset 0b111, "interrupts") INTR;
+
+    // ---- Datapath doorbells: 0x100-0x13f ---------------------------------------------------
+
+    /// TX doorbell: an endpoint's new TX ring producer index.
+    TXQ_DOORBELL: QueueDoorbell = (0x100, W32, Wo, reset 0, "doorbells") DOORBELL;
+    /// RX doorbell: an endpoint's new RX ring producer index.
+    RXQ_DOORBELL: QueueDoorbell = (0x104, W32, Wo, reset 0, "doorbells") DOORBELL;
+    /// CQ doorbell: an endpoint's new completion ring consumer index (frees entries).
+    CQ_DOORBELL: QueueDoorbell = (0x108, W32, Wo, reset 0, "doorbells") DOORBELL;
+
+    // ---- Counters: 0x200-0x2ff, 64-bit, free-running ---------------------------------------
+
+    /// UET packets transmitted.
+    TX_PACKETS: u64 = (0x200, W64, Ro, reset 0, "counters") COUNTER;
+    /// SES payload bytes transmitted.
+    TX_BYTES: u64 = (0x208, W64, Ro, reset 0, "counters") COUNTER;
+    /// UET packets received and accepted.
+    RX_PACKETS: u64 = (0x210, W64, Ro, reset 0, "counters") COUNTER;
+    /// SES payload bytes received and accepted.
+    RX_BYTES: u64 = (0x218, W64, Ro, reset 0, "counters") COUNTER;
+    /// Sends failed at the initiator: invalid AV entry, bad descriptor, error response.
+    TX_ERRORS: u64 = (0x220, W64, Ro, reset 0, "counters") COUNTER;
+    /// Requests rejected with RC_BAD_JOB_ID.
+    RX_BAD_JOB_ID: u64 = (0x228, W64, Ro, reset 0, "counters") COUNTER;
+    /// Requests rejected with RC_BAD_PID.
+    RX_BAD_PID: u64 = (0x230, W64, Ro, reset 0, "counters") COUNTER;
+    /// Requests rejected with RC_BAD_INDEX.
+    RX_BAD_INDEX: u64 = (0x238, W64, Ro, reset 0, "counters") COUNTER;
+    /// Frames dropped as malformed or truncated.
+    RX_MALFORMED: u64 = (0x240, W64, Ro, reset 0, "counters") COUNTER;
+    /// Requests that found no posted receive buffer (RC_UNDELIVERABLE).
+    RX_NO_BUFFER: u64 = (0x248, W64, Ro, reset 0, "counters") COUNTER;
+    /// DMA accesses outside mapped memory (each failed the command or descriptor).
+    DMA_FAULTS: u64 = (0x250, W64, Ro, reset 0, "counters") COUNTER;
+    /// Admin commands executed.
+    ADMIN_COMMANDS: u64 = (0x258, W64, Ro, reset 0, "counters") COUNTER;
+    /// Admin commands completed with an error status.
+    ADMIN_ERRORS: u64 = (0x260, W64, Ro, reset 0, "counters") COUNTER;
+    /// Register accesses to offsets with no register.
+    BAD_REGISTER_ACCESSES: u64 = (0x268, W64, Ro, reset 0, "counters") COUNTER;
+}
+
+/// Counters, in offset order, for `uetctl stats`.
+pub const COUNTERS: &[Reg<u64>] = &[
+    TX_PACKETS,
+    TX_BYTES,
+    RX_PACKETS,
+    RX_BYTES,
+    TX_ERRORS,
+    RX_BAD_JOB_ID,
+    RX_BAD_PID,
+    RX_BAD_INDEX,
+    RX_MALFORMED,
+    RX_NO_BUFFER,
+    DMA_FAULTS,
+    ADMIN_COMMANDS,
+    ADMIN_ERRORS,
+    BAD_REGISTER_ACCESSES,
+];
