@@ -59,7 +59,7 @@ impl RingGeometry {
 
 /// The phase a completion entry at position `pass` (how many times the ring wrapped) carries.
 pub const fn phase_for_pass(pass: u64) -> bool {
-    pass % 2 == 0
+    pass.is_multiple_of(2)
 }
 
 #[cfg(test)]

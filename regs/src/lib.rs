@@ -214,7 +214,7 @@ impl<T: RegValue> Reg<T> {
             "register type width mismatch"
         );
         assert!(
-            info.offset % info.width.bytes() == 0,
+            info.offset.is_multiple_of(info.width.bytes()),
             "register not naturally aligned"
         );
         assert!(info.offset < BAR0_SIZE, "register outside BAR0");

@@ -1,0 +1,751 @@
+//! The address vector: fi_av(3) semantics over a host mirror and a NIC AV table.
+//!
+//! The mirror answers `fi_av_lookup` and `fi_av_straddr`, dumps and verification, and is what
+//! the NIC table is rebuilt from; the NIC table is what the datapath reads. Every change goes to
+//! both, and a failed NIC command is undone on the host, so the two never disagree (pending
+//! `FI_MORE` records aside, which exist only until the batch is sent).
+//!
+//! ## Choices where fi_av(3) leaves room
+//!
+//! - **Type.** Every AV is `FI_AV_TABLE`: `FI_AV_MAP` and `FI_AV_UNSPEC` are accepted and
+//!   behave as TABLE (as libfabric 2.x specifies for MAP); [`AddressVector::av_type`] and
+//!   [`AddressVector::attr`] report `Table`.
+//! - **Size.** `count` is the size of the NIC table, fixed at open (the NIC allocates it with
+//!   AV_CREATE). `count` 0 means [`DEFAULT_AV_COUNT`] entries, or the NIC's maximum if smaller.
+//!   A `count` above [`AvLimits::max_entries`] is `FI_EINVAL`: fi_av(3) names no error for open,
+//!   and libfabric treats attributes outside what the domain supports as invalid arguments
+//!   rather than as running out of space (`FI_ENOSPC` is kept for a full table).
+//! - **Full table.** An address that finds no free index fails alone, like a malformed one: its
+//!   `fi_addr` slot gets `FI_ADDR_NOTAVAIL` and it is not counted in the return value, which is
+//!   how fi_av(3) reports per-address failures. The call itself never fails for it.
+//! - **`FI_MORE`.** Honoured: the mirror changes at once (lookup works immediately), the NIC
+//!   records wait, and the next insert without `FI_MORE` sends every waiting record in one
+//!   AV_WRITE (in [`MAX_BATCH`] chunks only when larger). A remove, [`AddressVector::flush`] or
+//!   [`AddressVector::verify_nic`] also sends them first.
+//! - **A failed AV_WRITE** rolls back every insert of the batch, including those of earlier
+//!   `FI_MORE` calls that already returned their indices, and the call returns `FI_EIO` with the
+//!   NIC's message; this call's rolled-back `fi_addr` slots are reset to `FI_ADDR_NOTAVAIL`.
+//!   Chunks of the batch that the NIC had already accepted are invalidated again; should that
+//!   fail too, those entries stay inserted on both sides.
+//! - **A failed AV_INVALIDATE** leaves the addresses inserted on both sides and returns
+//!   `FI_EIO`. A removal of more than [`MAX_BATCH`] addresses takes several commands; if a later
+//!   one fails, the addresses of the earlier ones are removed and the rest stay.
+//! - **Receive-context bits.** `remove` and `lookup` accept an `fi_addr_t` built with
+//!   [`crate::fi_rx_addr`]: the top `rx_ctx_bits` bits are ignored.
+//! - **Flags not supported yet** (`FI_EVENT`, `FI_READ`, `FI_SYMMETRIC`, `FI_AV_USER_ID` at
+//!   open; `FI_SYNC_ERR`, `FI_AV_USER_ID`, `FI_AUTH_KEY` on insert and remove) are refused with
+//!   `FI_EBADFLAGS` naming them, as are unknown bits. Bad arguments change nothing: no pending
+//!   batch is sent, no index is taken.
+//!
+//! ## Memory
+//!
+//! The mirror keeps each address as its 32 serialized bytes (an all-zero slot is empty: every
+//! valid address has a non-zero version nibble in byte 0), and the index allocator about one bit
+//! per index: ~32.2 host bytes per entry. The mirror grows with the highest index used, not
+//! with `count`, by a quarter at a time (capped at `count`), so it never exceeds ~40 bytes per
+//! entry while growing.
+
+use core::fmt::Write as _;
+
+use tracing::{debug, warn};
+use uet_fwif::address::{ADDRESS_BYTES, ADDRESS_VERSION};
+use uet_fwif::admin::MAX_BATCH;
+use uet_fwif::av_entry::MAX_JOB_ID;
+use uet_fwif::{AvWriteRecord, NicAvEntry, UetAddress};
+
+use crate::errno::{FiErrno, FiError};
+use crate::flags::{
+    flag_names, AvType, FiAddr, FI_ADDR_NOTAVAIL, FI_AUTH_KEY, FI_AV_USER_ID, FI_EVENT, FI_MORE,
+    FI_READ, FI_SYMMETRIC, FI_SYNC_ERR,
+};
+use crate::index_alloc::IndexAllocator;
+use crate::nic::NicAvTable;
+
+/// Size of one address in `fi_av_insert`'s buffer and `fi_av_lookup`'s output.
+pub const ADDR_LEN: usize = ADDRESS_BYTES;
+
+/// Entries of an AV opened with `count` 0 (libfabric's util AV uses the same default).
+pub const DEFAULT_AV_COUNT: usize = 1024;
+
+const _: () = assert!(
+    ADDRESS_VERSION != 0,
+    "an all-zero mirror slot must mean empty"
+);
+
+/// Open flags this AV knows but does not support yet.
+const OPEN_FLAGS_LATER: u64 = FI_EVENT | FI_READ | FI_SYMMETRIC | FI_AV_USER_ID;
+/// Insert flags this AV supports.
+const INSERT_FLAGS: u64 = FI_MORE;
+/// Insert flags this AV knows but does not support yet.
+const INSERT_FLAGS_LATER: u64 = FI_SYNC_ERR | FI_AV_USER_ID | FI_AUTH_KEY;
+/// Remove flags this AV knows but does not support yet.
+const REMOVE_FLAGS_LATER: u64 = FI_AUTH_KEY | FI_AV_USER_ID;
+
+/// Scratch buffers larger than this many elements are released after use.
+const SCRATCH_KEEP: usize = 4096;
+
+/// `struct fi_av_attr`, the parts this AV uses, plus the JobID stamped into NIC entries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AvAttr {
+    /// `type`. Every type behaves as [`AvType::Table`].
+    pub av_type: AvType,
+    /// `count`: table size; 0 for [`DEFAULT_AV_COUNT`].
+    pub count: usize,
+    /// `rx_ctx_bits`: top bits of an `fi_addr_t` naming the receive context.
+    pub rx_ctx_bits: u8,
+    /// `flags` of `fi_av_open`.
+    pub flags: u64,
+    /// JobID (24 bits) stamped into every NIC entry, from the domain's auth key.
+    pub job_id: u32,
+}
+
+/// What the NIC can hold (from its capability registers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AvLimits {
+    /// Entries one NIC AV table can hold (`CAP_AV_ENTRIES`).
+    pub max_entries: u32,
+    /// Largest `rx_ctx_bits` a NIC AV table decodes (`CAP_AV.max_rx_ctx_bits`).
+    pub max_rx_ctx_bits: u8,
+}
+
+impl AvAttr {
+    /// The attributes an AV opened with these would have (type `Table`, `count` the table
+    /// size), or the error `fi_av_open` returns. The driver calls this to size the NIC table
+    /// (AV_CREATE) before [`AddressVector::open`].
+    pub fn resolve(&self, limits: &AvLimits) -> Result<AvAttr, FiError> {
+        let later = self.flags & OPEN_FLAGS_LATER;
+        if later != 0 {
+            return Err(FiError::badflags(format!(
+                "fi_av_open: flags {} are not supported yet",
+                flag_names(later)
+            )));
+        }
+        let unknown = self.flags & !OPEN_FLAGS_LATER;
+        if unknown != 0 {
+            return Err(FiError::badflags(format!(
+                "fi_av_open: unknown flags {}",
+                flag_names(unknown)
+            )));
+        }
+        if limits.max_entries == 0 {
+            return Err(FiError::inval("fi_av_open: the NIC has no AV entries"));
+        }
+        if self.rx_ctx_bits > limits.max_rx_ctx_bits {
+            return Err(FiError::inval(format!(
+                "fi_av_open: rx_ctx_bits {} exceeds the NIC's maximum of {}",
+                self.rx_ctx_bits, limits.max_rx_ctx_bits
+            )));
+        }
+        if self.job_id > MAX_JOB_ID {
+            return Err(FiError::inval(format!(
+                "fi_av_open: JobID {:#x} is wider than 24 bits",
+                self.job_id
+            )));
+        }
+        let max = limits.max_entries as usize;
+        let count = match self.count {
+            0 => DEFAULT_AV_COUNT.min(max),
+            c if c > max => {
+                return Err(FiError::inval(format!(
+                    "fi_av_open: count {c} exceeds the NIC's {max} entries per AV"
+                )))
+            }
+            c => c,
+        };
+        // The index must fit below the receive-context bits, and never look like
+        // FI_ADDR_NOTAVAIL once a receive context is added.
+        let index_field = if self.rx_ctx_bits >= 64 {
+            0
+        } else {
+            u64::MAX >> self.rx_ctx_bits
+        };
+        if count as u64 > index_field {
+            return Err(FiError::inval(format!(
+                "fi_av_open: {count} entries do not fit in {} index bits beside rx_ctx_bits {}",
+                64u32.saturating_sub(u32::from(self.rx_ctx_bits)),
+                self.rx_ctx_bits
+            )));
+        }
+        Ok(AvAttr {
+            av_type: AvType::Table,
+            count,
+            ..*self
+        })
+    }
+}
+
+/// An index where the NIC holds something other than what the mirror says it should.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AvMismatch {
+    /// Table index.
+    pub index: u32,
+    /// What the NIC should hold ([`AddressVector::mirror_entry`]).
+    pub mirror: NicAvEntry,
+    /// What it holds.
+    pub nic: NicAvEntry,
+}
+
+/// An `fi_av` of type `FI_AV_TABLE` whose entries live in a NIC AV table.
+pub struct AddressVector<N: NicAvTable> {
+    nic: N,
+    attr: AvAttr,
+    capacity: u32,
+    /// Mask of the index part of an `fi_addr_t` (everything below the rx-context bits).
+    index_mask: u64,
+    /// Serialized address per index below the allocator's high-water mark; all zero = empty.
+    slots: Vec<[u8; ADDR_LEN]>,
+    alloc: IndexAllocator,
+    /// Indices inserted with `FI_MORE` whose NIC records are not sent yet, in insertion order.
+    pending: Vec<u32>,
+    write_buf: Vec<AvWriteRecord>,
+    index_buf: Vec<u32>,
+}
+
+impl<N: NicAvTable> core::fmt::Debug for AddressVector<N> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("AddressVector")
+            .field("attr", &self.attr)
+            .field("len", &self.alloc.len())
+            .field("high_water", &self.alloc.high_water())
+            .field("pending", &self.pending.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<N: NicAvTable> AddressVector<N> {
+    /// `fi_av_open`: an empty AV over `nic`, a NIC table of at least
+    /// [`AvAttr::resolve`]`(..).count` entries, all invalid.
+    pub fn open(nic: N, attr: AvAttr, limits: AvLimits) -> Result<Self, FiError> {
+        let attr = attr.resolve(&limits)?;
+        let capacity = u32::try_from(attr.count)
+            .map_err(|_| FiError::inval("fi_av_open: count does not fit in 32 bits"))?;
+        // resolve() keeps rx_ctx_bits below 64.
+        let index_mask = u64::MAX
+            .checked_shr(u32::from(attr.rx_ctx_bits))
+            .unwrap_or(0);
+        debug!(
+            capacity,
+            rx_ctx_bits = attr.rx_ctx_bits,
+            job_id = attr.job_id,
+            "AV opened"
+        );
+        Ok(AddressVector {
+            nic,
+            attr,
+            capacity,
+            index_mask,
+            slots: Vec::new(),
+            alloc: IndexAllocator::new(capacity),
+            pending: Vec::new(),
+            write_buf: Vec::new(),
+            index_buf: Vec::new(),
+        })
+    }
+
+    /// The attributes in effect: type `Table`, `count` the table size.
+    pub fn attr(&self) -> &AvAttr {
+        &self.attr
+    }
+
+    /// Always [`AvType::Table`].
+    pub fn av_type(&self) -> AvType {
+        self.attr.av_type
+    }
+
+    /// Number of indices (the NIC table size).
+    pub fn capacity(&self) -> usize {
+        self.capacity as usize
+    }
+
+    /// Number of addresses inserted and not removed (pending `FI_MORE` ones included).
+    pub fn len(&self) -> usize {
+        self.alloc.len() as usize
+    }
+
+    /// No address is inserted.
+    pub fn is_empty(&self) -> bool {
+        self.alloc.is_empty()
+    }
+
+    /// Size of one address: what `fi_av_insert` expects and `fi_av_lookup` returns.
+    pub fn addrlen(&self) -> usize {
+        ADDR_LEN
+    }
+
+    /// `rx_ctx_bits` of the AV.
+    pub fn rx_ctx_bits(&self) -> u8 {
+        self.attr.rx_ctx_bits
+    }
+
+    /// JobID stamped into NIC entries.
+    pub fn job_id(&self) -> u32 {
+        self.attr.job_id
+    }
+
+    /// Inserts made with `FI_MORE` whose NIC records are not sent yet.
+    pub fn pending_len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// `fi_av_insert`: insert `count` addresses packed in `addr` ([`ADDR_LEN`] bytes each).
+    ///
+    /// Each address takes the lowest unused index, written to `fi_addr[i]` when given. A
+    /// malformed address, or one that finds the table full, gets `FI_ADDR_NOTAVAIL` and the
+    /// others go ahead. Returns how many were inserted. Errors (nothing inserted, nothing sent):
+    /// `FI_EBADFLAGS` for flags other than `FI_MORE`; `FI_EINVAL` when `addr` is shorter than
+    /// `count` addresses or `fi_addr` shorter than `count`. `FI_EIO` when the NIC refused the
+    /// batch this call sent (see the module notes on roll-back).
+    pub fn insert(
+        &mut self,
+        addr: &[u8],
+        count: usize,
+        mut fi_addr: Option<&mut [FiAddr]>,
+        flags: u64,
+    ) -> Result<usize, FiError> {
+        check_flags("fi_av_insert", flags, INSERT_FLAGS, INSERT_FLAGS_LATER)?;
+        let need = count
+            .checked_mul(ADDR_LEN)
+            .ok_or_else(|| FiError::inval(format!("fi_av_insert: count {count} is too large")))?;
+        let addrs = addr.get(..need).ok_or_else(|| {
+            FiError::inval(format!(
+                "fi_av_insert: {count} addresses need {need} bytes, the buffer has {}",
+                addr.len()
+            ))
+        })?;
+        if let Some(out) = fi_addr.as_deref() {
+            if out.len() < count {
+                return Err(FiError::inval(format!(
+                    "fi_av_insert: fi_addr has room for {} of {count} addresses",
+                    out.len()
+                )));
+            }
+        }
+
+        let mut inserted = 0;
+        for (i, raw) in addrs.chunks_exact(ADDR_LEN).enumerate() {
+            let value = match self.insert_one(raw) {
+                Ok(index) => {
+                    inserted += 1;
+                    FiAddr::from(index)
+                }
+                Err(e) => {
+                    debug!(position = i, error = %e, "fi_av_insert: address not inserted");
+                    FI_ADDR_NOTAVAIL
+                }
+            };
+            if let Some(slot) = fi_addr.as_deref_mut().and_then(|o| o.get_mut(i)) {
+                *slot = value;
+            }
+        }
+
+        if flags & FI_MORE == 0 {
+            if let Err(e) = self.flush() {
+                if let Some(out) = fi_addr {
+                    for slot in out.iter_mut().take(count) {
+                        if *slot != FI_ADDR_NOTAVAIL && self.index_of(*slot).is_err() {
+                            *slot = FI_ADDR_NOTAVAIL;
+                        }
+                    }
+                }
+                return Err(e);
+            }
+        }
+        Ok(inserted)
+    }
+
+    /// Insert one serialized address into the mirror and queue its NIC record. The error
+    /// carries the errno `FI_SYNC_ERR` would report for the address.
+    fn insert_one(&mut self, raw: &[u8]) -> Result<u32, FiError> {
+        let bytes: [u8; ADDR_LEN] = raw
+            .try_into()
+            .map_err(|_| FiError::inval("address has the wrong length"))?;
+        UetAddress::from_bytes(&bytes).map_err(|e| FiError::inval(e.to_string()))?;
+        let index = self.alloc.alloc().ok_or_else(|| {
+            FiError::new(
+                FiErrno::FI_ENOSPC,
+                format!("all {} AV entries are in use", self.capacity),
+            )
+        })?;
+        if self.pending.try_reserve(1).is_err() || self.grow_slots(index as usize + 1).is_err() {
+            self.alloc.free(index);
+            return Err(FiError::new(
+                FiErrno::FI_ENOMEM,
+                "no memory to grow the AV mirror",
+            ));
+        }
+        if let Some(slot) = self.slots.get_mut(index as usize) {
+            *slot = bytes;
+        }
+        self.pending.push(index);
+        Ok(index)
+    }
+
+    /// Make `slots` at least `len` long. Growth is by a quarter (never past the capacity), not
+    /// doubling, so the mirror stays near 32 bytes per entry at any size.
+    fn grow_slots(&mut self, len: usize) -> Result<(), std::collections::TryReserveError> {
+        let have = self.slots.len();
+        if len <= have {
+            return Ok(());
+        }
+        if len > self.slots.capacity() {
+            let cap = self.capacity as usize;
+            let step = (have / 4).max(1024).min(cap.saturating_sub(have));
+            self.slots.try_reserve_exact(step.max(len - have))?;
+        }
+        self.slots.resize(len, [0; ADDR_LEN]);
+        Ok(())
+    }
+
+    /// Send the NIC records of every pending `FI_MORE` insert: one AV_WRITE (or one per
+    /// [`MAX_BATCH`] records). On failure the batch is rolled back and `FI_EIO` returned.
+    pub fn flush(&mut self) -> Result<(), FiError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let mut pending = core::mem::take(&mut self.pending);
+        let mut buf = core::mem::take(&mut self.write_buf);
+        let mut written = 0;
+        let mut failure = None;
+        for chunk in pending.chunks(MAX_BATCH as usize) {
+            buf.clear();
+            buf.extend(chunk.iter().map(|&index| AvWriteRecord {
+                index: index.into(),
+                reserved: Default::default(),
+                entry: self.nic_entry(index),
+            }));
+            if let Err(e) = self.nic.write_entries(&buf) {
+                failure = Some(e);
+                break;
+            }
+            written += chunk.len();
+        }
+        buf.clear();
+        if buf.capacity() <= SCRATCH_KEEP {
+            self.write_buf = buf;
+        }
+        let result = match failure {
+            None => Ok(()),
+            Some(e) => {
+                let total = pending.len();
+                self.roll_back(&pending, written);
+                warn!(entries = total, error = %e, "AV_WRITE failed, batch rolled back");
+                Err(FiError::io(format!(
+                    "the NIC refused the AV_WRITE of {total} pending inserts, all rolled back: {e}"
+                )))
+            }
+        };
+        pending.clear();
+        if pending.capacity() <= SCRATCH_KEEP {
+            self.pending = pending;
+        }
+        result
+    }
+
+    /// Undo a batch whose AV_WRITE failed after `written` of its records were accepted.
+    fn roll_back(&mut self, batch: &[u32], written: usize) {
+        let (sent, unsent) = batch.split_at(written.min(batch.len()));
+        for &index in unsent {
+            self.release(index);
+        }
+        for chunk in sent.chunks(MAX_BATCH as usize) {
+            match self.nic.invalidate(chunk) {
+                Ok(()) => chunk.iter().for_each(|&index| self.release(index)),
+                Err(e) => warn!(
+                    entries = chunk.len(),
+                    error = %e,
+                    "AV_INVALIDATE during roll-back failed; those entries stay inserted"
+                ),
+            }
+        }
+    }
+
+    /// Drop `index` from the mirror and free it.
+    fn release(&mut self, index: u32) {
+        if let Some(slot) = self.slots.get_mut(index as usize) {
+            *slot = [0; ADDR_LEN];
+        }
+        self.alloc.free(index);
+    }
+
+    /// `fi_av_remove`: remove every address in `fi_addrs`, or none.
+    ///
+    /// `FI_EINVAL` (nothing removed) if any is `FI_ADDR_NOTAVAIL`, outside the table, not in
+    /// use (never inserted, or removed), or listed twice. Receive-context bits are ignored.
+    /// Pending `FI_MORE` inserts are sent first; then one AV_INVALIDATE removes the addresses
+    /// from the NIC, and their indices become free (the lowest is reused first).
+    pub fn remove(&mut self, fi_addrs: &[FiAddr], flags: u64) -> Result<(), FiError> {
+        check_flags("fi_av_remove", flags, 0, REMOVE_FLAGS_LATER)?;
+        if fi_addrs.is_empty() {
+            return Ok(());
+        }
+        let mut list = core::mem::take(&mut self.index_buf);
+        list.clear();
+        let result = self.remove_listed(fi_addrs, &mut list);
+        list.clear();
+        if list.capacity() <= SCRATCH_KEEP {
+            self.index_buf = list;
+        }
+        result
+    }
+
+    fn remove_listed(&mut self, fi_addrs: &[FiAddr], list: &mut Vec<u32>) -> Result<(), FiError> {
+        list.try_reserve(fi_addrs.len())
+            .map_err(|_| FiError::new(FiErrno::FI_ENOMEM, "fi_av_remove: no memory"))?;
+        for (pos, &fa) in fi_addrs.iter().enumerate() {
+            let index = self.index_of(fa).map_err(|e| FiError {
+                message: format!("fi_av_remove: fi_addr[{pos}]: {}", e.message),
+                ..e
+            })?;
+            list.push(index);
+        }
+        if list.len() > 1 {
+            list.sort_unstable();
+            if let Some(w) = list.windows(2).find(|w| w[0] == w[1]) {
+                return Err(FiError::inval(format!(
+                    "fi_av_remove: index {} is listed more than once",
+                    w[0]
+                )));
+            }
+        }
+        self.flush()?;
+        let mut removed = 0;
+        for chunk in list.chunks(MAX_BATCH as usize) {
+            if let Err(e) = self.nic.invalidate(chunk) {
+                warn!(removed, total = list.len(), error = %e, "AV_INVALIDATE failed");
+                return Err(FiError::io(format!(
+                    "fi_av_remove: the NIC refused to invalidate {} entries \
+                     ({removed} of {} removed before it, the rest stay inserted): {e}",
+                    chunk.len(),
+                    list.len()
+                )));
+            }
+            for &index in chunk {
+                self.release(index);
+            }
+            removed += chunk.len();
+        }
+        Ok(())
+    }
+
+    /// The index `fi_addr` names, if it is in use.
+    fn index_of(&self, fi_addr: FiAddr) -> Result<u32, FiError> {
+        self.slot_of(fi_addr).map(|(index, _)| index)
+    }
+
+    #[inline]
+    fn slot_of(&self, fi_addr: FiAddr) -> Result<(u32, &[u8; ADDR_LEN]), FiError> {
+        let raw = fi_addr & self.index_mask;
+        if fi_addr != FI_ADDR_NOTAVAIL && raw < u64::from(self.capacity) {
+            // raw < capacity <= u32::MAX
+            let index = raw as u32;
+            if let Some(slot) = self.slots.get(index as usize).filter(|s| s[0] != 0) {
+                return Ok((index, slot));
+            }
+        }
+        Err(self.bad_fi_addr(fi_addr))
+    }
+
+    #[cold]
+    fn bad_fi_addr(&self, fi_addr: FiAddr) -> FiError {
+        let raw = fi_addr & self.index_mask;
+        if fi_addr == FI_ADDR_NOTAVAIL {
+            FiError::inval("fi_addr is FI_ADDR_NOTAVAIL")
+        } else if raw >= u64::from(self.capacity) {
+            FiError::inval(format!(
+                "fi_addr {fi_addr:#x}: index {raw} is outside the AV's {} entries",
+                self.capacity
+            ))
+        } else {
+            FiError::inval(format!(
+                "fi_addr {fi_addr:#x}: index {raw} is not in use (never inserted, or removed)"
+            ))
+        }
+    }
+
+    /// `fi_av_lookup`: copy the address at `fi_addr` into `addr`, at most `*addrlen` bytes
+    /// (truncating), and set `*addrlen` to its full size, [`ADDR_LEN`]. `FI_EINVAL` (nothing
+    /// written) when `fi_addr` names no inserted address.
+    #[inline]
+    pub fn lookup(
+        &self,
+        fi_addr: FiAddr,
+        addr: &mut [u8],
+        addrlen: &mut usize,
+    ) -> Result<(), FiError> {
+        let (_, slot) = self.slot_of(fi_addr)?;
+        let n = (*addrlen).min(addr.len()).min(ADDR_LEN);
+        if let (Some(dst), Some(src)) = (addr.get_mut(..n), slot.get(..n)) {
+            dst.copy_from_slice(src);
+        }
+        *addrlen = ADDR_LEN;
+        Ok(())
+    }
+
+    /// The address at `fi_addr`, parsed.
+    pub fn address(&self, fi_addr: FiAddr) -> Result<UetAddress, FiError> {
+        let (_, slot) = self.slot_of(fi_addr)?;
+        UetAddress::from_bytes(slot).map_err(|e| FiError::io(format!("mirror slot: {e}")))
+    }
+
+    /// `fi_av_straddr`: see [`straddr`].
+    pub fn straddr(&self, addr: &[u8], buf: &mut [u8], len: &mut usize) -> String {
+        straddr(addr, buf, len)
+    }
+
+    /// Valid entries, ascending: `(index, address)`. Pending `FI_MORE` inserts included.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, UetAddress)> + '_ {
+        self.slots.iter().enumerate().filter_map(|(i, slot)| {
+            if slot[0] == 0 {
+                return None;
+            }
+            let index = u32::try_from(i).ok()?;
+            UetAddress::from_bytes(slot).ok().map(|a| (index, a))
+        })
+    }
+
+    /// What the NIC should hold at `index` once pending records are sent: the peer's entry,
+    /// or [`NicAvEntry::INVALID`] for an unused index. `None` outside the table.
+    pub fn mirror_entry(&self, index: u32) -> Option<NicAvEntry> {
+        (index < self.capacity).then(|| self.nic_entry(index))
+    }
+
+    /// The NIC entry for `index` (INVALID when unused).
+    fn nic_entry(&self, index: u32) -> NicAvEntry {
+        self.slots
+            .get(index as usize)
+            .filter(|s| s[0] != 0)
+            // Slots hold only addresses that parsed when inserted.
+            .and_then(|s| UetAddress::from_bytes(s).ok())
+            .map_or(NicAvEntry::INVALID, |a| {
+                NicAvEntry::for_peer(&a, self.attr.job_id)
+            })
+    }
+
+    /// The NIC table.
+    pub fn nic(&self) -> &N {
+        &self.nic
+    }
+
+    /// The NIC table, mutably. Changing it behind the AV's back is what
+    /// [`AddressVector::verify_nic`] detects.
+    pub fn nic_mut(&mut self) -> &mut N {
+        &mut self.nic
+    }
+
+    /// Send pending records, then read the whole NIC table back (AV_READ in [`MAX_BATCH`]
+    /// chunks) and compare every index with [`AddressVector::mirror_entry`]. Two invalid
+    /// entries match whatever their other bytes hold. `FI_EIO` if a command fails.
+    pub fn verify_nic(&mut self) -> Result<Vec<AvMismatch>, FiError> {
+        self.flush()?;
+        let mut mismatches = Vec::new();
+        let chunk_len = self.capacity.min(MAX_BATCH);
+        let mut buf = vec![NicAvEntry::INVALID; chunk_len as usize];
+        let mut first = 0u32;
+        while first < self.capacity {
+            let n = (self.capacity - first).min(MAX_BATCH);
+            let Some(chunk) = buf.get_mut(..n as usize) else {
+                break;
+            };
+            self.nic.read_entries(first, chunk).map_err(|e| {
+                FiError::io(format!("verify: reading {n} NIC entries from {first}: {e}"))
+            })?;
+            for (index, nic) in (first..).zip(chunk.iter()) {
+                let mirror = self.nic_entry(index);
+                let same = if mirror.is_valid() || nic.is_valid() {
+                    mirror == *nic
+                } else {
+                    true
+                };
+                if !same {
+                    mismatches.push(AvMismatch {
+                        index,
+                        mirror,
+                        nic: *nic,
+                    });
+                }
+            }
+            first += n;
+        }
+        Ok(mismatches)
+    }
+
+    /// Host bytes the mirror holds (slots, allocator, scratch), for memory accounting.
+    pub fn host_bytes(&self) -> usize {
+        core::mem::size_of::<Self>()
+            + self.slots.capacity() * ADDR_LEN
+            + self.alloc.heap_bytes()
+            + self.pending.capacity() * core::mem::size_of::<u32>()
+            + self.write_buf.capacity() * core::mem::size_of::<AvWriteRecord>()
+            + self.index_buf.capacity() * core::mem::size_of::<u32>()
+    }
+
+    /// Close the AV and hand the NIC table back. Pending `FI_MORE` records are dropped, not
+    /// sent: call [`AddressVector::flush`] first if the NIC should hold them.
+    pub fn into_nic(self) -> N {
+        if !self.pending.is_empty() {
+            debug!(
+                pending = self.pending.len(),
+                "AV closed with unsent FI_MORE records"
+            );
+        }
+        self.nic
+    }
+}
+
+/// Refuse flags outside `supported`, naming the ones planned (`later`) apart from unknown ones.
+fn check_flags(call: &str, flags: u64, supported: u64, later: u64) -> Result<(), FiError> {
+    let refused = flags & !supported;
+    if refused == 0 {
+        return Ok(());
+    }
+    let planned = refused & later;
+    if planned != 0 {
+        return Err(FiError::badflags(format!(
+            "{call}: flags {} are not supported yet",
+            flag_names(planned)
+        )));
+    }
+    Err(FiError::badflags(format!(
+        "{call}: unsupported flags {}",
+        flag_names(refused)
+    )))
+}
+
+/// The printable form of a serialized address: [`UetAddress`]'s `Display`
+/// (`uet://10.0.0.7/291?ri=16+16&init=0xdeadbeef&caps=0x05`), or for bytes that do not parse,
+/// `uet-raw[<len>]:<hex>` (at most 64 bytes shown, then `...`).
+pub fn address_string(addr: &[u8]) -> String {
+    match UetAddress::from_bytes(addr) {
+        Ok(a) => a.to_string(),
+        Err(_) => {
+            const SHOWN: usize = 64;
+            let mut s = format!("uet-raw[{}]:", addr.len());
+            for b in addr.iter().take(SHOWN) {
+                let _ = write!(s, "{b:02x}");
+            }
+            if addr.len() > SHOWN {
+                s.push_str("...");
+            }
+            s
+        }
+    }
+}
+
+/// `fi_av_straddr`: write [`address_string`]`(addr)` into `buf` as a NUL-terminated string,
+/// truncated to fit `min(*len, buf.len())` bytes (nothing written when that is 0), set `*len` to
+/// the size the whole string needs including its NUL, and return the whole string.
+pub fn straddr(addr: &[u8], buf: &mut [u8], len: &mut usize) -> String {
+    let s = address_string(addr);
+    let room = (*len).min(buf.len());
+    if room > 0 {
+        let n = s.len().min(room - 1);
+        if let (Some(dst), Some(src)) = (buf.get_mut(..n), s.as_bytes().get(..n)) {
+            dst.copy_from_slice(src);
+        }
+        if let Some(nul) = buf.get_mut(n) {
+            *nul = 0;
+        }
+    }
+    *len = s.len() + 1;
+    s
+}

@@ -1,0 +1,74 @@
+//! # uet-av — libfabric address vectors whose entries live in the NIC
+//!
+//! The host side of `fi_av(3)` for the uet-nic UET NIC. An [`AddressVector`] keeps a mirror of
+//! every entry on the host and pushes the same entries into one NIC AV table through the
+//! [`NicAvTable`] trait, which the driver implements with admin commands (AV_WRITE,
+//! AV_INVALIDATE, AV_READ). The datapath names peers by `fi_addr_t` and the NIC translates it;
+//! the mirror answers `fi_av_lookup`/`fi_av_straddr`, dumps and verification, and is what the
+//! NIC table is rebuilt from.
+//!
+//! | module | contents |
+//! |---|---|
+//! | [`errno`] | fabric errno values ([`FiErrno`]) and the error type [`FiError`] |
+//! | [`flags`] | libfabric flag bits, [`FiAddr`], [`fi_rx_addr`], [`fi_group_addr`], [`AvType`] |
+//! | [`nic`] | the [`NicAvTable`] trait, [`NicError`], and the in-memory [`MemoryNicTable`] |
+//! | [`index_alloc`] | lowest-free index allocation in O(log64 n) |
+//! | [`av`] | [`AddressVector`]: open, insert, remove, lookup, straddr, verification |
+//!
+//! Semantics are `FI_AV_TABLE` throughout; where fi_av(3) leaves a choice, [`av`] documents
+//! the one made.
+//!
+//! ```
+//! use uet_av::{AddressVector, AvAttr, AvLimits, MemoryNicTable, FI_MORE};
+//! use uet_fwif::address::{caps, AddressingMode};
+//! use uet_fwif::UetAddress;
+//!
+//! let limits = AvLimits { max_entries: 1 << 20, max_rx_ctx_bits: 8 };
+//! let attr = AvAttr { count: 64, job_id: 0x42, ..AvAttr::default() };
+//! let size = attr.resolve(&limits)?.count as u32;
+//! let mut av = AddressVector::open(MemoryNicTable::new(size), attr, limits)?;
+//!
+//! let peer = UetAddress {
+//!     caps: caps::HPC,
+//!     mode: AddressingMode::Relative,
+//!     max_msg_mtu: false,
+//!     pid_on_fep: 7,
+//!     fabric_addr: std::net::Ipv4Addr::new(10, 0, 0, 2).into(),
+//!     ri_start: 1,
+//!     ri_count: 4,
+//!     initiator: 2,
+//! };
+//! let bytes = peer.to_bytes()?;
+//! let mut fi_addr = [0u64; 1];
+//! assert_eq!(av.insert(&bytes, 1, Some(&mut fi_addr), 0)?, 1);
+//! assert_eq!(fi_addr[0], 0);
+//!
+//! let mut out = [0u8; 32];
+//! let mut len = out.len();
+//! av.lookup(fi_addr[0], &mut out, &mut len)?;
+//! assert_eq!(out, bytes);
+//! assert!(av.verify_nic()?.is_empty());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod av;
+pub mod errno;
+pub mod flags;
+pub mod index_alloc;
+pub mod nic;
+
+pub use av::{
+    address_string, straddr, AddressVector, AvAttr, AvLimits, AvMismatch, ADDR_LEN,
+    DEFAULT_AV_COUNT,
+};
+pub use errno::{FiErrno, FiError};
+pub use flags::{
+    fi_addr_strip_rx, fi_group_addr, fi_rx_addr, fi_rx_index, AvType, FiAddr, FI_ADDR_NOTAVAIL,
+    FI_ADDR_UNSPEC, FI_AUTH_KEY, FI_AV_USER_ID, FI_EVENT, FI_MORE, FI_READ, FI_SYMMETRIC,
+    FI_SYNC_ERR,
+};
+pub use index_alloc::IndexAllocator;
+pub use nic::{MemoryNicTable, NicAvTable, NicCounters, NicError, NicOp};

@@ -1,0 +1,389 @@
+//! The NIC side of an AV: the trait the driver implements over its admin queue, and an
+//! in-memory table for tests and for measuring the host's own cost.
+
+use uet_fwif::admin::MAX_BATCH;
+use uet_fwif::{AvWriteRecord, NicAvEntry};
+
+/// One NIC AV table, reached through admin commands. Each method is exactly one command.
+///
+/// The AV relies on the firmware rule that a batch command is applied entirely or not at all:
+/// when a method returns an error, the table is as it was before the call. The AV never issues
+/// an empty batch or one larger than [`MAX_BATCH`].
+pub trait NicAvTable {
+    /// One AV_WRITE of these records (at most [`uet_fwif::admin::MAX_BATCH`]).
+    fn write_entries(&mut self, records: &[AvWriteRecord]) -> Result<(), NicError>;
+    /// One AV_INVALIDATE of these indices.
+    fn invalidate(&mut self, indices: &[u32]) -> Result<(), NicError>;
+    /// One AV_READ of `out.len()` entries starting at `first`.
+    fn read_entries(&mut self, first: u32, out: &mut [NicAvEntry]) -> Result<(), NicError>;
+}
+
+impl<T: NicAvTable + ?Sized> NicAvTable for &mut T {
+    fn write_entries(&mut self, records: &[AvWriteRecord]) -> Result<(), NicError> {
+        (**self).write_entries(records)
+    }
+    fn invalidate(&mut self, indices: &[u32]) -> Result<(), NicError> {
+        (**self).invalidate(indices)
+    }
+    fn read_entries(&mut self, first: u32, out: &mut [NicAvEntry]) -> Result<(), NicError> {
+        (**self).read_entries(first, out)
+    }
+}
+
+impl<T: NicAvTable + ?Sized> NicAvTable for Box<T> {
+    fn write_entries(&mut self, records: &[AvWriteRecord]) -> Result<(), NicError> {
+        (**self).write_entries(records)
+    }
+    fn invalidate(&mut self, indices: &[u32]) -> Result<(), NicError> {
+        (**self).invalidate(indices)
+    }
+    fn read_entries(&mut self, first: u32, out: &mut [NicAvEntry]) -> Result<(), NicError> {
+        (**self).read_entries(first, out)
+    }
+}
+
+/// A NIC AV command failed.
+#[derive(Debug, thiserror::Error)]
+#[error("NIC {op} failed: {source}")]
+pub struct NicError {
+    /// The command: `"AV_WRITE"`, `"AV_INVALIDATE"` or `"AV_READ"`.
+    pub op: &'static str,
+    /// Why.
+    #[source]
+    pub source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl NicError {
+    /// An error of command `op` with a plain message.
+    pub fn new(op: &'static str, message: impl Into<String>) -> Self {
+        NicError {
+            op,
+            source: message.into().into(),
+        }
+    }
+}
+
+/// Which command kind (for fault injection and counters).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NicOp {
+    /// AV_WRITE.
+    Write,
+    /// AV_INVALIDATE.
+    Invalidate,
+    /// AV_READ.
+    Read,
+}
+
+impl NicOp {
+    /// The admin command name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            NicOp::Write => "AV_WRITE",
+            NicOp::Invalidate => "AV_INVALIDATE",
+            NicOp::Read => "AV_READ",
+        }
+    }
+}
+
+/// Commands a [`MemoryNicTable`] has executed (failed ones are counted apart).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NicCounters {
+    /// AV_WRITE commands that succeeded.
+    pub writes: u64,
+    /// AV_INVALIDATE commands that succeeded.
+    pub invalidates: u64,
+    /// AV_READ commands that succeeded.
+    pub reads: u64,
+    /// Records written by successful AV_WRITEs.
+    pub records_written: u64,
+    /// Indices invalidated by successful AV_INVALIDATEs.
+    pub indices_invalidated: u64,
+    /// Entries returned by successful AV_READs.
+    pub entries_read: u64,
+    /// Commands rejected (bad batch, out of range, injected fault).
+    pub failed: u64,
+}
+
+impl NicCounters {
+    /// Every command issued, successful or not.
+    pub fn commands(&self) -> u64 {
+        self.writes + self.invalidates + self.reads + self.failed
+    }
+}
+
+/// A NIC AV table in host memory, with the checks the firmware makes: batches of 1 to
+/// [`MAX_BATCH`], indices below the capacity, reserved fields zero, entries that pass
+/// [`NicAvEntry::check`], all-or-nothing application. It counts the commands it executes and
+/// can be told to fail a later command, to exercise the AV's error paths.
+#[derive(Clone, Debug)]
+pub struct MemoryNicTable {
+    entries: Vec<NicAvEntry>,
+    counters: NicCounters,
+    /// Per [`NicOp`]: fail the command after this many more successful ones.
+    faults: [Option<u64>; 3],
+}
+
+impl MemoryNicTable {
+    /// A table of `capacity` entries, all invalid (what AV_CREATE makes).
+    pub fn new(capacity: u32) -> Self {
+        MemoryNicTable {
+            entries: vec![NicAvEntry::INVALID; capacity as usize],
+            counters: NicCounters::default(),
+            faults: [None; 3],
+        }
+    }
+
+    /// Number of entries.
+    pub fn capacity(&self) -> u32 {
+        // The length came from a u32.
+        u32::try_from(self.entries.len()).unwrap_or(u32::MAX)
+    }
+
+    /// The whole table, as the NIC holds it.
+    pub fn entries(&self) -> &[NicAvEntry] {
+        &self.entries
+    }
+
+    /// The entry at `index`.
+    pub fn entry(&self, index: u32) -> Option<&NicAvEntry> {
+        self.entries.get(index as usize)
+    }
+
+    /// Mutable access to the table, to model a NIC that lost or corrupted entries.
+    pub fn entries_mut(&mut self) -> &mut [NicAvEntry] {
+        &mut self.entries
+    }
+
+    /// Number of valid entries.
+    pub fn valid_count(&self) -> usize {
+        self.entries.iter().filter(|e| e.is_valid()).count()
+    }
+
+    /// Commands executed so far.
+    pub fn counters(&self) -> NicCounters {
+        self.counters
+    }
+
+    /// Zero the counters.
+    pub fn reset_counters(&mut self) {
+        self.counters = NicCounters::default();
+    }
+
+    /// Make the command of kind `op` after `after` more successful ones fail (0: the next one),
+    /// changing nothing. One pending fault per kind; a new call replaces it.
+    pub fn fail_after(&mut self, op: NicOp, after: u64) {
+        self.faults[op as usize] = Some(after);
+    }
+
+    /// Cancel every pending injected fault.
+    pub fn clear_faults(&mut self) {
+        self.faults = [None; 3];
+    }
+
+    fn take_fault(&mut self, op: NicOp) -> Result<(), NicError> {
+        let slot = &mut self.faults[op as usize];
+        match slot {
+            Some(0) => {
+                *slot = None;
+                Err(NicError::new(op.name(), "injected fault"))
+            }
+            Some(n) => {
+                *n -= 1;
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
+    fn check_batch(&self, op: NicOp, len: usize) -> Result<(), NicError> {
+        if len == 0 || len > MAX_BATCH as usize {
+            return Err(NicError::new(
+                op.name(),
+                format!("batch of {len} entries (must be 1..={MAX_BATCH})"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_index(&self, op: NicOp, index: u32) -> Result<(), NicError> {
+        if index as usize >= self.entries.len() {
+            return Err(NicError::new(
+                op.name(),
+                format!(
+                    "index {index} beyond the table's {} entries",
+                    self.entries.len()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn fail<T>(&mut self, r: Result<T, NicError>) -> Result<T, NicError> {
+        if r.is_err() {
+            self.counters.failed += 1;
+        }
+        r
+    }
+
+    fn do_write(&mut self, records: &[AvWriteRecord]) -> Result<(), NicError> {
+        let op = NicOp::Write;
+        self.check_batch(op, records.len())?;
+        for r in records {
+            let index = r.index.get();
+            self.check_index(op, index)?;
+            if r.reserved.get() != 0 {
+                return Err(NicError::new(
+                    op.name(),
+                    format!("record for index {index} has reserved bits set"),
+                ));
+            }
+            r.entry.check().map_err(|why| {
+                NicError::new(op.name(), format!("entry for index {index}: {why}"))
+            })?;
+        }
+        self.take_fault(op)?;
+        for r in records {
+            if let Some(slot) = self.entries.get_mut(r.index.get() as usize) {
+                *slot = r.entry;
+            }
+        }
+        self.counters.writes += 1;
+        self.counters.records_written += records.len() as u64;
+        Ok(())
+    }
+
+    fn do_invalidate(&mut self, indices: &[u32]) -> Result<(), NicError> {
+        let op = NicOp::Invalidate;
+        self.check_batch(op, indices.len())?;
+        for &i in indices {
+            self.check_index(op, i)?;
+        }
+        self.take_fault(op)?;
+        for &i in indices {
+            if let Some(slot) = self.entries.get_mut(i as usize) {
+                *slot = NicAvEntry::INVALID;
+            }
+        }
+        self.counters.invalidates += 1;
+        self.counters.indices_invalidated += indices.len() as u64;
+        Ok(())
+    }
+
+    fn do_read(&mut self, first: u32, out: &mut [NicAvEntry]) -> Result<(), NicError> {
+        let op = NicOp::Read;
+        self.check_batch(op, out.len())?;
+        let start = first as usize;
+        let end = start
+            .checked_add(out.len())
+            .filter(|&end| end <= self.entries.len())
+            .ok_or_else(|| {
+                NicError::new(
+                    op.name(),
+                    format!(
+                        "{} entries from {first} run past the table's {} entries",
+                        out.len(),
+                        self.entries.len()
+                    ),
+                )
+            })?;
+        self.take_fault(op)?;
+        if let Some(src) = self.entries.get(start..end) {
+            out.copy_from_slice(src);
+        }
+        self.counters.reads += 1;
+        self.counters.entries_read += out.len() as u64;
+        Ok(())
+    }
+}
+
+impl NicAvTable for MemoryNicTable {
+    fn write_entries(&mut self, records: &[AvWriteRecord]) -> Result<(), NicError> {
+        let r = self.do_write(records);
+        self.fail(r)
+    }
+
+    fn invalidate(&mut self, indices: &[u32]) -> Result<(), NicError> {
+        let r = self.do_invalidate(indices);
+        self.fail(r)
+    }
+
+    fn read_entries(&mut self, first: u32, out: &mut [NicAvEntry]) -> Result<(), NicError> {
+        let r = self.do_read(first, out);
+        self.fail(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+    use uet_fwif::address::{caps, AddressingMode};
+    use uet_fwif::UetAddress;
+
+    fn entry(n: u8) -> NicAvEntry {
+        let a = UetAddress {
+            caps: caps::HPC,
+            mode: AddressingMode::Relative,
+            max_msg_mtu: false,
+            pid_on_fep: u16::from(n),
+            fabric_addr: std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, n.max(1))),
+            ri_start: 0,
+            ri_count: 1,
+            initiator: u32::from(n),
+        };
+        NicAvEntry::for_peer(&a, 7)
+    }
+
+    fn rec(index: u32, n: u8) -> AvWriteRecord {
+        AvWriteRecord {
+            index: index.into(),
+            reserved: Default::default(),
+            entry: entry(n),
+        }
+    }
+
+    #[test]
+    fn write_read_invalidate() {
+        let mut t = MemoryNicTable::new(4);
+        t.write_entries(&[rec(0, 1), rec(3, 2)]).unwrap();
+        let mut out = [NicAvEntry::INVALID; 4];
+        t.read_entries(0, &mut out).unwrap();
+        assert_eq!(out[0], entry(1));
+        assert_eq!(out[3], entry(2));
+        assert!(!out[1].is_valid());
+        t.invalidate(&[3]).unwrap();
+        assert!(!t.entry(3).unwrap().is_valid());
+        let c = t.counters();
+        assert_eq!((c.writes, c.reads, c.invalidates), (1, 1, 1));
+        assert_eq!(c.records_written, 2);
+        assert_eq!(c.commands(), 3);
+    }
+
+    #[test]
+    fn rejects_whole_batches() {
+        let mut t = MemoryNicTable::new(4);
+        let e = t.write_entries(&[rec(0, 1), rec(4, 2)]).unwrap_err();
+        assert_eq!(e.op, "AV_WRITE");
+        assert!(e.source().is_some());
+        assert!(!t.entry(0).unwrap().is_valid(), "nothing applied");
+        assert!(t.write_entries(&[]).is_err());
+        assert!(t.invalidate(&[]).is_err());
+        assert!(t.invalidate(&[9]).is_err());
+        let mut out = [NicAvEntry::INVALID; 2];
+        assert!(t.read_entries(3, &mut out).is_err());
+        assert!(t.read_entries(u32::MAX, &mut out).is_err());
+        assert_eq!(t.counters().failed, 6);
+    }
+
+    #[test]
+    fn injected_faults_fire_once_and_change_nothing() {
+        let mut t = MemoryNicTable::new(4);
+        t.fail_after(NicOp::Write, 1);
+        t.write_entries(&[rec(0, 1)]).unwrap();
+        let e = t.write_entries(&[rec(1, 2)]).unwrap_err();
+        assert_eq!(e.to_string(), "NIC AV_WRITE failed: injected fault");
+        assert!(!t.entry(1).unwrap().is_valid());
+        t.write_entries(&[rec(1, 2)]).unwrap();
+        assert!(t.entry(1).unwrap().is_valid());
+    }
+}

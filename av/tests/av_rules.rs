@@ -1,0 +1,647 @@
+//! fi_av(3) rules of the AddressVector, one test per rule.
+
+mod common;
+
+use common::*;
+use uet_av::{
+    fi_rx_addr, straddr, AddressVector, AvAttr, AvLimits, AvType, FiErrno, MemoryNicTable, NicOp,
+    ADDR_LEN, DEFAULT_AV_COUNT, FI_ADDR_NOTAVAIL, FI_AUTH_KEY, FI_AV_USER_ID, FI_EVENT, FI_MORE,
+    FI_READ, FI_SYMMETRIC, FI_SYNC_ERR,
+};
+use uet_fwif::admin::MAX_BATCH;
+use uet_fwif::NicAvEntry;
+
+fn errno<T: std::fmt::Debug>(r: Result<T, uet_av::FiError>) -> FiErrno {
+    r.expect_err("call should fail").errno
+}
+
+// ---------------------------------------------------------------------------------------------
+// open
+
+#[test]
+fn every_type_behaves_as_table() {
+    for t in [AvType::Unspec, AvType::Map, AvType::Table] {
+        let av = open_with(AvAttr {
+            av_type: t,
+            count: 8,
+            ..AvAttr::default()
+        });
+        assert_eq!(av.av_type(), AvType::Table);
+        assert_eq!(av.attr().av_type, AvType::Table);
+        assert_eq!(av.capacity(), 8);
+    }
+}
+
+#[test]
+fn count_zero_means_default_bounded_by_the_nic() {
+    let av = open(0);
+    assert_eq!(av.capacity(), DEFAULT_AV_COUNT);
+    assert_eq!(av.attr().count, DEFAULT_AV_COUNT);
+    let small = AvLimits {
+        max_entries: 100,
+        max_rx_ctx_bits: 0,
+    };
+    let attr = AvAttr::default();
+    let av = AddressVector::open(MemoryNicTable::new(100), attr, small).unwrap();
+    assert_eq!(av.capacity(), 100);
+}
+
+#[test]
+fn open_rejects_bad_attributes() {
+    let open = |attr: AvAttr, limits: AvLimits| {
+        AddressVector::open(MemoryNicTable::new(1), attr, limits).map(|_| ())
+    };
+    let count = |c| AvAttr {
+        count: c,
+        ..AvAttr::default()
+    };
+    assert_eq!(
+        errno(open(count(LIMITS.max_entries as usize + 1), LIMITS)),
+        FiErrno::FI_EINVAL
+    );
+    assert!(open(count(LIMITS.max_entries as usize), LIMITS).is_ok());
+    let rx = AvAttr {
+        rx_ctx_bits: LIMITS.max_rx_ctx_bits + 1,
+        ..count(4)
+    };
+    assert_eq!(errno(open(rx, LIMITS)), FiErrno::FI_EINVAL);
+    let job = AvAttr {
+        job_id: 0x0100_0000,
+        ..count(4)
+    };
+    assert_eq!(errno(open(job, LIMITS)), FiErrno::FI_EINVAL);
+    let none = AvLimits {
+        max_entries: 0,
+        max_rx_ctx_bits: 0,
+    };
+    assert_eq!(errno(open(count(0), none)), FiErrno::FI_EINVAL);
+    // The index must fit below the rx-context bits.
+    let wide = AvLimits {
+        max_entries: u32::MAX,
+        max_rx_ctx_bits: 40,
+    };
+    let crowded = AvAttr {
+        rx_ctx_bits: 40,
+        ..count(1 << 24)
+    };
+    assert_eq!(errno(crowded.resolve(&wide)), FiErrno::FI_EINVAL);
+    assert!(AvAttr {
+        count: (1 << 24) - 1,
+        ..crowded
+    }
+    .resolve(&wide)
+    .is_ok());
+}
+
+#[test]
+fn open_flags_not_supported_yet_are_refused_by_name() {
+    for f in [FI_EVENT, FI_READ, FI_SYMMETRIC, FI_AV_USER_ID] {
+        let attr = AvAttr {
+            count: 4,
+            flags: f,
+            ..AvAttr::default()
+        };
+        let e = attr.resolve(&LIMITS).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EBADFLAGS);
+        assert!(e.message.contains("not supported yet"), "{e}");
+    }
+    let attr = AvAttr {
+        count: 4,
+        flags: 1 << 3,
+        ..AvAttr::default()
+    };
+    let e = attr.resolve(&LIMITS).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EBADFLAGS);
+    assert!(e.message.contains("unknown flags 0x8"), "{e}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// insert
+
+#[test]
+fn indices_are_sequential_across_calls() {
+    let mut av = open(16);
+    assert_eq!(insert_peers(&mut av, &[1, 2, 3]), vec![0, 1, 2]);
+    assert_eq!(insert_peers(&mut av, &[4]), vec![3]);
+    assert_eq!(av.len(), 4);
+    assert_eq!(av.addrlen(), ADDR_LEN);
+    assert_in_step(&av);
+}
+
+#[test]
+fn insert_takes_the_lowest_free_index_after_remove() {
+    let mut av = open(16);
+    insert_peers(&mut av, &[10, 11, 12, 13, 14]);
+    av.remove(&[3, 1], 0).unwrap();
+    assert_eq!(av.len(), 3);
+    assert_eq!(insert_peers(&mut av, &[20]), vec![1]);
+    assert_eq!(insert_peers(&mut av, &[21, 22]), vec![3, 5]);
+    let mut buf = [0u8; ADDR_LEN];
+    let mut len = ADDR_LEN;
+    av.lookup(3, &mut buf, &mut len).unwrap();
+    assert_eq!(buf, peer_bytes(21));
+    assert_in_step(&av);
+}
+
+#[test]
+fn bad_addresses_fail_alone() {
+    let mut av = open(16);
+    let buf = pack(&[peer_bytes(1), bad_bytes(2), peer_bytes(3), [0; ADDR_LEN]]);
+    let mut out = [0u64; 4];
+    assert_eq!(av.insert(&buf, 4, Some(&mut out), 0).unwrap(), 2);
+    assert_eq!(out, [0, FI_ADDR_NOTAVAIL, 1, FI_ADDR_NOTAVAIL]);
+    let mut got = [0u8; ADDR_LEN];
+    let mut len = ADDR_LEN;
+    av.lookup(1, &mut got, &mut len).unwrap();
+    assert_eq!(got, peer_bytes(3));
+    assert_eq!(av.len(), 2);
+    assert_in_step(&av);
+}
+
+#[test]
+fn null_fi_addr_is_allowed() {
+    let mut av = open(16);
+    let buf = pack(&[peer_bytes(1), bad_bytes(9), peer_bytes(2)]);
+    assert_eq!(av.insert(&buf, 3, None, 0).unwrap(), 2);
+    assert_eq!(av.address(0).unwrap(), peer(1));
+    assert_eq!(av.address(1).unwrap(), peer(2));
+    assert_in_step(&av);
+}
+
+#[test]
+fn short_buffers_are_invalid_and_insert_nothing() {
+    let mut av = open(16);
+    let buf = pack(&[peer_bytes(1), peer_bytes(2)]);
+    assert_eq!(errno(av.insert(&buf[..63], 2, None, 0)), FiErrno::FI_EINVAL);
+    let mut out = [7u64; 1];
+    assert_eq!(
+        errno(av.insert(&buf, 2, Some(&mut out), 0)),
+        FiErrno::FI_EINVAL
+    );
+    assert_eq!(out, [7], "fi_addr untouched");
+    assert_eq!(
+        errno(av.insert(&buf, usize::MAX, None, 0)),
+        FiErrno::FI_EINVAL
+    );
+    assert_eq!(av.len(), 0);
+    assert_eq!(av.nic().counters().commands(), 0);
+    // A longer buffer is fine: only `count` addresses are read.
+    assert_eq!(av.insert(&buf, 1, None, 0).unwrap(), 1);
+    assert_eq!(av.insert(&[], 0, None, 0).unwrap(), 0);
+    assert_eq!(av.len(), 1);
+}
+
+#[test]
+fn full_table_fails_the_extra_addresses() {
+    let mut av = open(2);
+    let buf = pack(&[peer_bytes(1), peer_bytes(2), peer_bytes(3)]);
+    let mut out = [0u64; 3];
+    assert_eq!(av.insert(&buf, 3, Some(&mut out), 0).unwrap(), 2);
+    assert_eq!(out, [0, 1, FI_ADDR_NOTAVAIL]);
+    assert_eq!(av.insert(&buf, 1, Some(&mut out), 0).unwrap(), 0);
+    assert_eq!(out[0], FI_ADDR_NOTAVAIL);
+    av.remove(&[0], 0).unwrap();
+    assert_eq!(insert_peers(&mut av, &[4]), vec![0]);
+    assert_in_step(&av);
+}
+
+#[test]
+fn insert_flags_not_supported_are_refused() {
+    let mut av = open(16);
+    let buf = pack(&[peer_bytes(1)]);
+    av.insert(&buf, 1, None, FI_MORE).unwrap();
+    for f in [
+        FI_SYNC_ERR,
+        FI_AV_USER_ID,
+        FI_AUTH_KEY,
+        1 << 3,
+        FI_MORE | FI_SYNC_ERR,
+    ] {
+        let e = av.insert(&buf, 1, None, f).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EBADFLAGS, "{e}");
+    }
+    assert_eq!(av.len(), 1);
+    assert_eq!(av.pending_len(), 1, "a refused call sends nothing");
+    assert_eq!(errno(av.remove(&[0], FI_AUTH_KEY)), FiErrno::FI_EBADFLAGS);
+    assert_eq!(errno(av.remove(&[0], 1 << 3)), FiErrno::FI_EBADFLAGS);
+    assert_eq!(av.len(), 1);
+}
+
+#[test]
+fn nic_entries_carry_the_job_id_and_the_address() {
+    let mut av = open(4);
+    insert_peers(&mut av, &[5, 1003]);
+    for (index, addr) in av.iter().collect::<Vec<_>>() {
+        let e = av.nic().entry(index).copied().unwrap();
+        assert_eq!(e.job_id.get(), 0x00ab_cdef);
+        assert_eq!(e, NicAvEntry::for_peer(&addr, 0x00ab_cdef));
+    }
+    assert_eq!(av.mirror_entry(2), Some(NicAvEntry::INVALID));
+    assert_eq!(av.mirror_entry(4), None);
+    assert_eq!(
+        av.iter().collect::<Vec<_>>(),
+        vec![(0, peer(5)), (1, peer(1003))]
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// FI_MORE
+
+#[test]
+fn fi_more_batches_into_one_nic_write() {
+    let mut av = open(64);
+    let mut expect = 0;
+    for call in 0..4u32 {
+        let ns: Vec<u32> = (0..3).map(|k| call * 3 + k).collect();
+        let buf = pack(&ns.iter().map(|&n| peer_bytes(n)).collect::<Vec<_>>());
+        let mut out = [0u64; 3];
+        assert_eq!(av.insert(&buf, 3, Some(&mut out), FI_MORE).unwrap(), 3);
+        assert_eq!(out, [expect, expect + 1, expect + 2]);
+        expect += 3;
+        // The mirror answers at once.
+        assert_eq!(av.address(out[2]).unwrap(), peer(ns[2]));
+    }
+    assert_eq!(av.nic().counters().commands(), 0);
+    assert_eq!(av.pending_len(), 12);
+    assert_eq!(av.nic().valid_count(), 0);
+
+    assert_eq!(insert_peers(&mut av, &[100]), vec![12]);
+    let c = av.nic().counters();
+    assert_eq!(c.writes, 1, "one AV_WRITE for the whole batch");
+    assert_eq!(c.records_written, 13);
+    assert_eq!(c.commands(), 1);
+    assert_in_step(&av);
+
+    // Without FI_MORE, one write per call.
+    insert_peers(&mut av, &[101, 102]);
+    insert_peers(&mut av, &[103]);
+    assert_eq!(av.nic().counters().writes, 3);
+}
+
+#[test]
+fn an_insert_of_nothing_without_fi_more_ends_the_batch() {
+    let mut av = open(8);
+    av.insert(&peer_bytes(1), 1, None, FI_MORE).unwrap();
+    av.insert(&[], 0, None, 0).unwrap();
+    assert_eq!(av.nic().counters().writes, 1);
+    assert_in_step(&av);
+}
+
+#[test]
+fn remove_and_verify_send_pending_records_first() {
+    let mut av = open(8);
+    av.insert(&pack(&[peer_bytes(1), peer_bytes(2)]), 2, None, FI_MORE)
+        .unwrap();
+    av.remove(&[0], 0).unwrap();
+    let c = av.nic().counters();
+    assert_eq!((c.writes, c.invalidates), (1, 1));
+    assert_in_step(&av);
+
+    av.insert(&peer_bytes(3), 1, None, FI_MORE).unwrap();
+    assert!(av.verify_nic().unwrap().is_empty());
+    assert_eq!(av.pending_len(), 0);
+    assert_in_step(&av);
+
+    av.insert(&peer_bytes(4), 1, None, FI_MORE).unwrap();
+    av.flush().unwrap();
+    assert_in_step(&av);
+}
+
+#[test]
+fn batches_above_max_batch_go_in_chunks() {
+    let n = MAX_BATCH + 10;
+    let mut av = open(n as usize);
+    let buf: Vec<u8> = (0..n).flat_map(peer_bytes).collect();
+    assert_eq!(
+        av.insert(&buf, n as usize, None, FI_MORE).unwrap(),
+        n as usize
+    );
+    av.flush().unwrap();
+    let c = av.nic().counters();
+    assert_eq!(c.writes, 2);
+    assert_eq!(c.records_written, u64::from(n));
+    let all: Vec<u64> = (0..u64::from(n)).collect();
+    av.remove(&all, 0).unwrap();
+    assert_eq!(av.nic().counters().invalidates, 2);
+    assert!(av.is_empty());
+    assert_eq!(av.nic().valid_count(), 0);
+    assert!(av.verify_nic().unwrap().is_empty());
+    assert_eq!(av.nic().counters().reads, 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// NIC failures
+
+#[test]
+fn failed_nic_write_rolls_back_the_whole_batch() {
+    let mut av = open(16);
+    insert_peers(&mut av, &[1, 2]);
+    let mut early = [0u64; 3];
+    av.insert(
+        &pack(&[peer_bytes(3), peer_bytes(4), peer_bytes(5)]),
+        3,
+        Some(&mut early),
+        FI_MORE,
+    )
+    .unwrap();
+    assert_eq!(early, [2, 3, 4]);
+
+    av.nic_mut().fail_after(NicOp::Write, 0);
+    let mut out = [0u64; 2];
+    let e = av
+        .insert(&pack(&[peer_bytes(6), bad_bytes(7)]), 2, Some(&mut out), 0)
+        .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EIO);
+    assert_eq!(e.to_neg_errno(), -5);
+    assert!(e.message.contains("injected fault"), "{e}");
+    assert_eq!(out, [FI_ADDR_NOTAVAIL, FI_ADDR_NOTAVAIL]);
+
+    assert_eq!(av.len(), 2);
+    assert_eq!(av.pending_len(), 0);
+    for fa in 2..6 {
+        assert_eq!(errno(av.address(fa)), FiErrno::FI_EINVAL);
+    }
+    assert_in_step(&av);
+    assert!(av.verify_nic().unwrap().is_empty());
+    // The rolled-back indices are free again.
+    assert_eq!(insert_peers(&mut av, &[8]), vec![2]);
+    assert_in_step(&av);
+}
+
+#[test]
+fn failed_write_of_a_later_chunk_takes_back_the_earlier_ones() {
+    let n = MAX_BATCH + 5;
+    let mut av = open(n as usize);
+    insert_peers(&mut av, &[0]);
+    let buf: Vec<u8> = (1..n).flat_map(peer_bytes).collect();
+    av.insert(&buf, (n - 1) as usize, None, FI_MORE).unwrap();
+    av.nic_mut().fail_after(NicOp::Write, 1);
+    assert_eq!(errno(av.flush()), FiErrno::FI_EIO);
+    assert_eq!(av.len(), 1);
+    assert_in_step(&av);
+    assert_eq!(av.nic().valid_count(), 1);
+}
+
+#[test]
+fn failed_flush_during_remove_removes_nothing_else() {
+    let mut av = open(8);
+    insert_peers(&mut av, &[1]);
+    av.insert(&peer_bytes(2), 1, None, FI_MORE).unwrap();
+    av.nic_mut().fail_after(NicOp::Write, 0);
+    assert_eq!(errno(av.remove(&[0], 0)), FiErrno::FI_EIO);
+    assert_eq!(av.len(), 1);
+    assert_eq!(av.address(0).unwrap(), peer(1));
+    assert_in_step(&av);
+}
+
+#[test]
+fn failed_nic_invalidate_keeps_the_addresses() {
+    let mut av = open(8);
+    insert_peers(&mut av, &[1, 2, 3]);
+    av.nic_mut().fail_after(NicOp::Invalidate, 0);
+    let e = av.remove(&[0, 2], 0).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EIO);
+    assert!(e.message.contains("injected fault"), "{e}");
+    assert_eq!(av.len(), 3);
+    assert_in_step(&av);
+    av.remove(&[0, 2], 0).unwrap();
+    assert_eq!(av.len(), 1);
+    assert_in_step(&av);
+}
+
+#[test]
+fn verify_reports_what_the_nic_lost() {
+    let mut av = open(8);
+    insert_peers(&mut av, &[1, 2]);
+    av.nic_mut().entries_mut()[1] = NicAvEntry::INVALID;
+    av.nic_mut().entries_mut()[5] = NicAvEntry::for_peer(&peer(9), 1);
+    let m = av.verify_nic().unwrap();
+    assert_eq!(m.len(), 2);
+    assert_eq!(m[0].index, 1);
+    assert_eq!(m[0].mirror, NicAvEntry::for_peer(&peer(2), 0x00ab_cdef));
+    assert_eq!(m[0].nic, NicAvEntry::INVALID);
+    assert_eq!(m[1].index, 5);
+    assert_eq!(m[1].mirror, NicAvEntry::INVALID);
+    av.nic_mut().fail_after(NicOp::Read, 0);
+    assert_eq!(errno(av.verify_nic()), FiErrno::FI_EIO);
+}
+
+// ---------------------------------------------------------------------------------------------
+// remove and lookup of bad fi_addrs
+
+#[test]
+fn bad_fi_addrs_are_invalid_for_lookup_and_remove() {
+    let mut av = open(8);
+    insert_peers(&mut av, &[1, 2, 3]);
+    av.remove(&[1], 0).unwrap();
+    let mut buf = [0u8; ADDR_LEN];
+    // never inserted, removed, out of range, UINT64_MAX
+    for fa in [5, 1, 8, 1 << 40, FI_ADDR_NOTAVAIL] {
+        let mut len = ADDR_LEN;
+        assert_eq!(
+            errno(av.lookup(fa, &mut buf, &mut len)),
+            FiErrno::FI_EINVAL,
+            "lookup {fa:#x}"
+        );
+        assert_eq!(len, ADDR_LEN, "addrlen untouched");
+        assert_eq!(
+            errno(av.remove(&[fa], 0)),
+            FiErrno::FI_EINVAL,
+            "remove {fa:#x}"
+        );
+    }
+    assert_eq!(av.len(), 2);
+    assert_in_step(&av);
+}
+
+#[test]
+fn double_remove_is_invalid() {
+    let mut av = open(8);
+    insert_peers(&mut av, &[1, 2]);
+    av.remove(&[0], 0).unwrap();
+    let e = av.remove(&[0], 0).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL);
+    assert_eq!(e.to_neg_errno(), -22);
+    assert!(e.message.contains("not in use"), "{e}");
+}
+
+#[test]
+fn a_bad_fi_addr_anywhere_removes_nothing() {
+    let mut av = open(8);
+    insert_peers(&mut av, &[1, 2, 3]);
+    let before = av.nic().counters();
+    assert_eq!(errno(av.remove(&[0, 1, 7], 0)), FiErrno::FI_EINVAL);
+    assert_eq!(errno(av.remove(&[0, 2, 0], 0)), FiErrno::FI_EINVAL);
+    assert_eq!(
+        errno(av.remove(&[2, FI_ADDR_NOTAVAIL], 0)),
+        FiErrno::FI_EINVAL
+    );
+    assert_eq!(av.len(), 3);
+    assert_eq!(av.nic().counters(), before, "no NIC command issued");
+    av.remove(&[], 0).unwrap();
+    av.remove(&[2, 0, 1], 0).unwrap();
+    assert!(av.is_empty());
+    assert_eq!(av.nic().counters().invalidates, 1, "one AV_INVALIDATE");
+    assert_in_step(&av);
+}
+
+#[test]
+fn lookup_truncates_and_reports_the_size_needed() {
+    let mut av = open(8);
+    insert_peers(&mut av, &[1]);
+    let full = peer_bytes(1);
+
+    let mut buf = [0xeeu8; 16];
+    let mut len = 10;
+    av.lookup(0, &mut buf, &mut len).unwrap();
+    assert_eq!(len, ADDR_LEN);
+    assert_eq!(&buf[..10], &full[..10]);
+    assert_eq!(&buf[10..], &[0xee; 6], "nothing past *addrlen");
+
+    let mut big = [0u8; 64];
+    let mut len = 64;
+    av.lookup(0, &mut big, &mut len).unwrap();
+    assert_eq!(len, ADDR_LEN);
+    assert_eq!(&big[..32], &full);
+    assert_eq!(&big[32..], &[0; 32]);
+
+    let mut len = 0;
+    av.lookup(0, &mut [], &mut len).unwrap();
+    assert_eq!(len, ADDR_LEN);
+
+    // *addrlen larger than the slice: the slice bounds the copy.
+    let mut small = [0u8; 4];
+    let mut len = 100;
+    av.lookup(0, &mut small, &mut len).unwrap();
+    assert_eq!(small, full[..4]);
+    assert_eq!(len, ADDR_LEN);
+}
+
+// ---------------------------------------------------------------------------------------------
+// straddr
+
+#[test]
+fn straddr_prints_truncates_and_reports_the_size() {
+    let addr = peer_bytes(1);
+    let full = peer(1).to_string();
+    assert!(full.starts_with("uet://10.0.0.1/1?"), "{full}");
+
+    let mut buf = [0xffu8; 128];
+    let mut len = buf.len();
+    assert_eq!(straddr(&addr, &mut buf, &mut len), full);
+    assert_eq!(len, full.len() + 1);
+    assert_eq!(&buf[..full.len()], full.as_bytes());
+    assert_eq!(buf[full.len()], 0);
+
+    let mut buf = [0xffu8; 128];
+    let mut len = 10;
+    straddr(&addr, &mut buf, &mut len);
+    assert_eq!(len, full.len() + 1);
+    assert_eq!(&buf[..9], &full.as_bytes()[..9]);
+    assert_eq!(buf[9], 0, "truncated and NUL-terminated");
+    assert_eq!(buf[10], 0xff, "nothing past *len");
+
+    let mut len = 0;
+    straddr(&addr, &mut buf, &mut len);
+    assert_eq!(len, full.len() + 1);
+
+    let mut one = [0xffu8; 1];
+    let mut len = 1;
+    straddr(&addr, &mut one, &mut len);
+    assert_eq!(one, [0]);
+}
+
+#[test]
+fn straddr_prints_unparsable_bytes_in_hex() {
+    let av = open(4);
+    let mut buf = [0u8; 128];
+    let mut len = buf.len();
+    let s = av.straddr(&bad_bytes(1), &mut buf, &mut len);
+    assert!(s.starts_with("uet-raw[32]:201f"), "{s}");
+    let mut len = buf.len();
+    assert_eq!(
+        av.straddr(&[0xab, 0x01], &mut buf, &mut len),
+        "uet-raw[2]:ab01"
+    );
+    assert_eq!(len, "uet-raw[2]:ab01".len() + 1);
+    let v6 = peer(1003).to_bytes().unwrap();
+    let mut len = buf.len();
+    assert!(av
+        .straddr(&v6, &mut buf, &mut len)
+        .starts_with("uet://[fd00::"));
+    let long = [1u8; 100];
+    let mut len = 0;
+    assert!(straddr(&long, &mut [], &mut len).ends_with("..."));
+}
+
+// ---------------------------------------------------------------------------------------------
+// rx-context bits
+
+#[test]
+fn rx_context_bits_are_ignored_in_fi_addrs() {
+    let mut av = open_with(AvAttr {
+        count: 16,
+        rx_ctx_bits: 4,
+        ..AvAttr::default()
+    });
+    assert_eq!(av.rx_ctx_bits(), 4);
+    let fas = insert_peers(&mut av, &[1, 2, 3]);
+    assert_eq!(fas, vec![0, 1, 2], "insert returns plain indices");
+
+    let rx = fi_rx_addr(1, 15, 4);
+    assert_eq!(rx >> 60, 15);
+    let mut buf = [0u8; ADDR_LEN];
+    let mut len = ADDR_LEN;
+    av.lookup(rx, &mut buf, &mut len).unwrap();
+    assert_eq!(buf, peer_bytes(2));
+
+    av.remove(&[fi_rx_addr(1, 3, 4)], 0).unwrap();
+    assert_eq!(errno(av.address(1)), FiErrno::FI_EINVAL);
+    // The same index under two rx contexts is the same address: listed twice.
+    assert_eq!(
+        errno(av.remove(&[fi_rx_addr(0, 1, 4), fi_rx_addr(0, 2, 4)], 0)),
+        FiErrno::FI_EINVAL
+    );
+    // Without rx bits in the AV, top bits are part of the index: out of range.
+    let mut plain = open(16);
+    insert_peers(&mut plain, &[1]);
+    assert_eq!(
+        errno(plain.remove(&[fi_rx_addr(0, 1, 4)], 0)),
+        FiErrno::FI_EINVAL
+    );
+    assert_in_step(&av);
+}
+
+// ---------------------------------------------------------------------------------------------
+// bookkeeping
+
+#[test]
+fn mirror_keeps_every_address_byte() {
+    // The NIC entry has no MTU flag; the mirror still returns what was inserted.
+    let mut av = open(8);
+    let n = 5; // peer(5) has max_msg_mtu set
+    assert!(peer(n).max_msg_mtu);
+    insert_peers(&mut av, &[n]);
+    assert_eq!(av.address(0).unwrap(), peer(n));
+    let nic_view = av.nic().entry(0).unwrap().peer_address().unwrap();
+    assert!(!nic_view.max_msg_mtu);
+}
+
+#[test]
+fn host_memory_stays_compact() {
+    // Just past a power of two, where a doubling Vec would hold ~64 bytes per entry.
+    let n = (1u32 << 17) + 1;
+    let mut av = open(1 << 20);
+    let buf: Vec<u8> = (0..n).flat_map(peer_bytes).collect();
+    assert_eq!(av.insert(&buf, n as usize, None, 0).unwrap(), n as usize);
+    let per_entry = av.host_bytes() as f64 / f64::from(n);
+    assert!(per_entry <= 48.0, "{per_entry} host bytes per entry");
+}
+
+#[test]
+fn into_nic_hands_the_table_back() {
+    let mut av = open(4);
+    insert_peers(&mut av, &[1]);
+    let nic = av.into_nic();
+    assert_eq!(nic.valid_count(), 1);
+}

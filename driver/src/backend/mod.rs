@@ -1,0 +1,4 @@
+//! Device backends.
+
+#[cfg(feature = "sim")]
+pub mod sim;

@@ -1,0 +1,388 @@
+//! DMA memory: memfd-backed regions the NIC reads and writes.
+//!
+//! A [`DmaRegion`] is a memfd mapped `MAP_SHARED` into this process, with an IOVA the driver
+//! chooses. It is created with `MFD_HUGETLB` first (2 MiB pages: no TLB misses for the NIC's
+//! address translation, as DPDK and SPDK do); when the machine has no hugepages reserved it
+//! falls back to a plain memfd with `MADV_HUGEPAGE`, so the driver works everywhere. A memfd,
+//! rather than anonymous memory, because a vfio-user simulator in another process must map the
+//! same pages (its file descriptor is passed over the socket), and the in-process simulator
+//! maps it the same way.
+//!
+//! While a region is mapped for DMA the device may write it at any time, so no Rust reference
+//! into it ever exists: every access copies in or out through volatile operations on raw
+//! pointers, bounds-checked against the region.
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use zerocopy::{FromBytes, Immutable, IntoBytes};
+
+/// Size of a huge page, and the alignment of every IOVA the driver hands out.
+pub const HUGE_PAGE: usize = 2 << 20;
+/// Size of a base page.
+pub const PAGE: usize = 4096;
+
+/// Errors of DMA memory.
+#[derive(Debug, thiserror::Error)]
+pub enum DmaError {
+    /// memfd_create failed.
+    #[error("memfd_create failed: {0}")]
+    Memfd(std::io::Error),
+    /// Sizing the memfd failed (for hugetlb: not enough hugepages).
+    #[error("sizing DMA memory of {len} bytes failed: {source}")]
+    Size {
+        /// Requested length.
+        len: usize,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// mmap failed.
+    #[error("mapping DMA memory of {len} bytes failed: {source}")]
+    Map {
+        /// Requested length.
+        len: usize,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// An access fell outside the region.
+    #[error("DMA access at offset {offset} length {len} outside region of {size} bytes")]
+    OutOfBounds {
+        /// Offset of the access.
+        offset: usize,
+        /// Length of the access.
+        len: usize,
+        /// Region size.
+        size: usize,
+    },
+    /// A zero-length region was requested.
+    #[error("a DMA region cannot be empty")]
+    Empty,
+}
+
+/// Which kind of pages back a region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PageKind {
+    /// Reserved 2 MiB hugepages (`MFD_HUGETLB`).
+    Huge,
+    /// Normal pages with transparent-hugepage advice.
+    Normal,
+}
+
+/// Hands out IOVAs: a bump allocator with huge-page alignment. IOVAs are never reused within a
+/// process, so a stale descriptor naming a freed region faults at the IOMMU instead of
+/// scribbling on new memory.
+#[derive(Debug)]
+pub struct IovaAllocator {
+    next: AtomicU64,
+}
+
+impl IovaAllocator {
+    /// IOVAs start at 4 GiB, away from address 0 so that a zeroed descriptor never names
+    /// mapped memory.
+    pub const BASE: u64 = 1 << 32;
+
+    /// A fresh allocator.
+    pub const fn new() -> Self {
+        IovaAllocator {
+            next: AtomicU64::new(Self::BASE),
+        }
+    }
+
+    /// Reserve `len` bytes of IOVA space, huge-page aligned.
+    pub fn alloc(&self, len: usize) -> u64 {
+        let len = (len as u64).div_ceil(HUGE_PAGE as u64) * HUGE_PAGE as u64;
+        self.next.fetch_add(len, Ordering::Relaxed)
+    }
+}
+
+impl Default for IovaAllocator {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A memfd-backed region of DMA memory.
+#[derive(Debug)]
+pub struct DmaRegion {
+    fd: OwnedFd,
+    ptr: *mut u8,
+    len: usize,
+    iova: u64,
+    kind: PageKind,
+}
+
+// SAFETY: the region is plain shared memory; every access goes through volatile copies on raw
+// pointers bounds-checked against `len`, and the mapping lives until Drop. Concurrent accesses
+// from several threads are as safe as concurrent device DMA: torn values are the callers'
+// protocol concern (rings use phase bits and fences), never memory unsafety.
+unsafe impl Send for DmaRegion {}
+// SAFETY: see `Send`; no method hands out a reference into the mapping.
+unsafe impl Sync for DmaRegion {}
+
+impl DmaRegion {
+    /// Allocate `len` bytes (rounded up to a page) at IOVA `iova`, hugepages first.
+    pub fn new(len: usize, iova: u64) -> Result<Self, DmaError> {
+        if len == 0 {
+            return Err(DmaError::Empty);
+        }
+        let huge_len = len.div_ceil(HUGE_PAGE) * HUGE_PAGE;
+        match Self::create(huge_len, iova, PageKind::Huge) {
+            Ok(r) => Ok(r),
+            Err(e) => {
+                tracing::debug!("no hugepage DMA memory ({e}); using normal pages");
+                Self::create(len.div_ceil(PAGE) * PAGE, iova, PageKind::Normal)
+            }
+        }
+    }
+
+    /// Allocate with normal pages only.
+    pub fn new_normal(len: usize, iova: u64) -> Result<Self, DmaError> {
+        if len == 0 {
+            return Err(DmaError::Empty);
+        }
+        Self::create(len.div_ceil(PAGE) * PAGE, iova, PageKind::Normal)
+    }
+
+    fn create(len: usize, iova: u64, kind: PageKind) -> Result<Self, DmaError> {
+        let mut flags = libc::MFD_CLOEXEC;
+        if kind == PageKind::Huge {
+            flags |= libc::MFD_HUGETLB | libc::MFD_HUGE_2MB;
+        }
+        // SAFETY: the name is a valid NUL-terminated string and flags are defined memfd flags.
+        let raw = unsafe { libc::memfd_create(c"uet-dma".as_ptr(), flags) };
+        if raw < 0 {
+            return Err(DmaError::Memfd(std::io::Error::last_os_error()));
+        }
+        // SAFETY: `raw` is a freshly created descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: ftruncate on a descriptor we own; the length fits off_t on 64-bit Linux.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+            return Err(DmaError::Size {
+                len,
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        let populate = if kind == PageKind::Huge {
+            libc::MAP_POPULATE
+        } else {
+            0
+        };
+        // SAFETY: mapping `len` bytes of a memfd we own, shared, readable and writable; the
+        // kernel picks the address. The result is checked against MAP_FAILED.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | populate,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            // A hugetlb memfd accepts ftruncate even with no pages reserved; the mapping (with
+            // MAP_POPULATE) is what fails. Either way the caller falls back.
+            return Err(DmaError::Map {
+                len,
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        if kind == PageKind::Normal {
+            // SAFETY: advice on the mapping just created; failure only loses the advice.
+            unsafe { libc::madvise(ptr, len, libc::MADV_HUGEPAGE) };
+        }
+        Ok(DmaRegion {
+            fd,
+            ptr: ptr.cast(),
+            len,
+            iova,
+            kind,
+        })
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the region is empty (never: construction refuses it).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The IOVA of byte 0.
+    pub fn iova(&self) -> u64 {
+        self.iova
+    }
+
+    /// The IOVA of byte `offset`.
+    pub fn iova_at(&self, offset: usize) -> u64 {
+        self.iova + offset as u64
+    }
+
+    /// Which pages back the region.
+    pub fn page_kind(&self) -> PageKind {
+        self.kind
+    }
+
+    /// The memfd, for a backend that maps the same pages (simulator, vfio-user).
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<(), DmaError> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(DmaError::OutOfBounds {
+                offset,
+                len,
+                size: self.len,
+            }),
+        }
+    }
+
+    /// Copy `src` into the region at `offset`.
+    pub fn write_bytes(&self, offset: usize, src: &[u8]) -> Result<(), DmaError> {
+        self.check(offset, src.len())?;
+        // SAFETY: bounds checked above; the destination lies inside our live mapping.
+        unsafe { volatile_copy_to(self.ptr.add(offset), src) };
+        Ok(())
+    }
+
+    /// Copy from the region at `offset` into `dst`.
+    pub fn read_bytes(&self, offset: usize, dst: &mut [u8]) -> Result<(), DmaError> {
+        self.check(offset, dst.len())?;
+        // SAFETY: bounds checked above; the source lies inside our live mapping.
+        unsafe { volatile_copy_from(self.ptr.add(offset), dst) };
+        Ok(())
+    }
+
+    /// Fill `len` bytes at `offset` with zero.
+    pub fn zero(&self, offset: usize, len: usize) -> Result<(), DmaError> {
+        self.check(offset, len)?;
+        for i in 0..len {
+            // SAFETY: offset + i < offset + len <= self.len, inside the mapping.
+            unsafe { self.ptr.add(offset + i).write_volatile(0) };
+        }
+        Ok(())
+    }
+
+    /// Write a layout type at `offset`.
+    pub fn write_obj<T: IntoBytes + Immutable>(
+        &self,
+        offset: usize,
+        v: &T,
+    ) -> Result<(), DmaError> {
+        self.write_bytes(offset, v.as_bytes())
+    }
+
+    /// Read a layout type at `offset`.
+    pub fn read_obj<T: FromBytes + IntoBytes>(&self, offset: usize) -> Result<T, DmaError> {
+        let mut v = T::new_zeroed();
+        self.read_bytes(offset, v.as_mut_bytes())?;
+        Ok(v)
+    }
+
+    /// Read one byte with a volatile load (a phase bit).
+    pub fn read_u8(&self, offset: usize) -> Result<u8, DmaError> {
+        self.check(offset, 1)?;
+        // SAFETY: bounds checked; a byte load has no alignment requirement.
+        Ok(unsafe { self.ptr.add(offset).read_volatile() })
+    }
+}
+
+impl Drop for DmaRegion {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are exactly the mapping created in `create`, unmapped once here.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// Volatile copy into DMA memory, 8 bytes at a time where aligned.
+///
+/// # Safety
+/// `dst..dst+src.len()` must lie inside a live mapping.
+unsafe fn volatile_copy_to(dst: *mut u8, src: &[u8]) {
+    let mut i = 0;
+    // SAFETY (whole function): the caller guarantees the destination range is mapped; unaligned
+    // u64 stores are avoided by only taking the word path when `dst + i` is 8-byte aligned.
+    unsafe {
+        while i < src.len() && !(dst.add(i) as usize).is_multiple_of(8) {
+            dst.add(i).write_volatile(src[i]);
+            i += 1;
+        }
+        while i + 8 <= src.len() {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&src[i..i + 8]);
+            dst.add(i)
+                .cast::<u64>()
+                .write_volatile(u64::from_ne_bytes(w));
+            i += 8;
+        }
+        while i < src.len() {
+            dst.add(i).write_volatile(src[i]);
+            i += 1;
+        }
+    }
+}
+
+/// Volatile copy out of DMA memory, 8 bytes at a time where aligned.
+///
+/// # Safety
+/// `src..src+dst.len()` must lie inside a live mapping.
+unsafe fn volatile_copy_from(src: *const u8, dst: &mut [u8]) {
+    let mut i = 0;
+    // SAFETY (whole function): as in `volatile_copy_to`, with the source range mapped.
+    unsafe {
+        while i < dst.len() && !(src.add(i) as usize).is_multiple_of(8) {
+            dst[i] = src.add(i).read_volatile();
+            i += 1;
+        }
+        while i + 8 <= dst.len() {
+            let w = src.add(i).cast::<u64>().read_volatile();
+            dst[i..i + 8].copy_from_slice(&w.to_ne_bytes());
+            i += 8;
+        }
+        while i < dst.len() {
+            dst[i] = src.add(i).read_volatile();
+            i += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn region_round_trip_and_bounds() {
+        let r = DmaRegion::new(10_000, IovaAllocator::BASE).unwrap();
+        assert!(r.len() >= 10_000);
+        let data: Vec<u8> = (0..=255).collect();
+        r.write_bytes(3, &data).unwrap();
+        let mut back = vec![0u8; 256];
+        r.read_bytes(3, &mut back).unwrap();
+        assert_eq!(back, data);
+        assert!(r.write_bytes(r.len() - 1, &[1, 2]).is_err());
+        assert!(r.read_bytes(usize::MAX, &mut [0]).is_err());
+        assert!(DmaRegion::new(0, 0).is_err());
+    }
+
+    #[test]
+    fn normal_pages_work_without_hugepages() {
+        let r = DmaRegion::new_normal(4096, 0x1000_0000).unwrap();
+        assert_eq!(r.page_kind(), PageKind::Normal);
+        r.write_obj(0, &0xdead_beef_u32).unwrap();
+        assert_eq!(r.read_obj::<u32>(0).unwrap(), 0xdead_beef);
+    }
+
+    #[test]
+    fn iovas_are_distinct_and_aligned() {
+        let a = IovaAllocator::new();
+        let x = a.alloc(1);
+        let y = a.alloc(HUGE_PAGE + 1);
+        let z = a.alloc(1);
+        assert_eq!(x % HUGE_PAGE as u64, 0);
+        assert_eq!(y, x + HUGE_PAGE as u64);
+        assert_eq!(z, y + 2 * HUGE_PAGE as u64);
+    }
+}

@@ -1,0 +1,69 @@
+//! How driver outcomes become fabric errno values, as a libfabric provider reports them.
+
+use crate::error::DriverError;
+use uet_av::{FiErrno, FiError};
+use uet_fwif::admin::Status;
+use uet_fwif::datapath::LocalStatus;
+use uet_fwif::ReturnCode;
+
+/// The errno of a failed completion (`fi_cq_err_entry.err`).
+///
+/// | outcome | errno |
+/// |---|---|
+/// | `fi_addr` not in the AV (never inserted, removed, out of range) | `FI_EADDRNOTAVAIL` |
+/// | target: RC_BAD_JOB_ID, RC_PERM_VIOLATION, RC_BAD_MKEY | `FI_EACCES` |
+/// | target: RC_BAD_PID, RC_BAD_INDEX (no such endpoint or resource there) | `FI_EADDRNOTAVAIL` |
+/// | target: RC_UNDELIVERABLE (no receive buffer) | `FI_ENORX` |
+/// | target: RC_TOO_LONG | `FI_EMSGSIZE` |
+/// | target: any other error code | `FI_EREMOTEIO` |
+/// | message longer than the receive buffer | `FI_ETRUNC` |
+/// | buffer outside DMA memory | `FI_EFAULT` |
+/// | malformed descriptor | `FI_EINVAL` |
+/// | no NIC at the destination fabric address | `FI_EHOSTUNREACH` |
+pub fn completion_errno(local: LocalStatus, rc: Option<ReturnCode>) -> FiErrno {
+    match local {
+        LocalStatus::Ok => FiErrno::new(0),
+        LocalStatus::AddrNotAvail => FiErrno::FI_EADDRNOTAVAIL,
+        LocalStatus::DmaFault => FiErrno::FI_EFAULT,
+        LocalStatus::Truncated => FiErrno::FI_ETRUNC,
+        LocalStatus::BadDescriptor => FiErrno::FI_EINVAL,
+        LocalStatus::Unreachable => FiErrno::FI_EHOSTUNREACH,
+        LocalStatus::Remote => match rc {
+            Some(ReturnCode::BadJobId | ReturnCode::PermViolation | ReturnCode::BadMkey) => {
+                FiErrno::FI_EACCES
+            }
+            Some(ReturnCode::BadPid | ReturnCode::BadIndex) => FiErrno::FI_EADDRNOTAVAIL,
+            Some(ReturnCode::Undeliverable) => FiErrno::FI_ENORX,
+            Some(ReturnCode::TooLong) => FiErrno::FI_EMSGSIZE,
+            _ => FiErrno::FI_EREMOTEIO,
+        },
+    }
+}
+
+/// The errno of a failed admin command, as the libfabric call that issued it reports it.
+pub fn admin_to_fi(e: DriverError) -> FiError {
+    FiError::new(e.errno(), e.to_string())
+}
+
+impl DriverError {
+    /// The fabric errno a libfabric call returns for this error.
+    pub fn errno(&self) -> FiErrno {
+        match self {
+            DriverError::AdminStatus { status, .. } => match status {
+                Status::NoResources => FiErrno::FI_ENOSPC,
+                Status::Busy => FiErrno::FI_EBUSY,
+                Status::InvalidOpcode => FiErrno::FI_ENOSYS,
+                Status::InvalidField | Status::InvalidHandle | Status::IndexOutOfRange => {
+                    FiErrno::FI_EINVAL
+                }
+                _ => FiErrno::FI_EIO,
+            },
+            DriverError::AdminTimeout { .. } => FiErrno::FI_ETIMEDOUT,
+            DriverError::InvalidArgument(_) => FiErrno::FI_EINVAL,
+            DriverError::Full(_) => FiErrno::FI_EAGAIN,
+            DriverError::Dma(_) => FiErrno::FI_ENOMEM,
+            DriverError::DeviceGone | DriverError::NotOurDevice { .. } => FiErrno::FI_ENODEV,
+            _ => FiErrno::FI_EIO,
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! Driver errors.
+
+use crate::device::DeviceError;
+use crate::dma::DmaError;
+use std::time::Duration;
+use uet_fwif::admin::Status;
+
+/// Everything the driver can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    /// A backend operation failed.
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    /// DMA memory could not be allocated or accessed.
+    #[error(transparent)]
+    Dma(#[from] DmaError),
+    /// BAR0 reads all ones: the function is gone (surprise removal, failed reset).
+    #[error("device not responding: BAR0 reads all ones")]
+    DeviceGone,
+    /// The identity registers name another device.
+    #[error("not a uet-nic function: vendor {vendor:#06x} device {device:#06x}")]
+    NotOurDevice {
+        /// Vendor ID read.
+        vendor: u16,
+        /// Device ID read.
+        device: u16,
+    },
+    /// The device speaks another host-interface major version.
+    #[error("device host interface v{device}.x, driver speaks v{driver}.x")]
+    InterfaceVersion {
+        /// The device's major version.
+        device: u8,
+        /// The driver's.
+        driver: u8,
+    },
+    /// The device did not become ready after reset.
+    #[error("device not ready {waited:?} after function reset")]
+    NotReady {
+        /// How long the driver waited.
+        waited: Duration,
+    },
+    /// Enabling the function failed; the device raised a fatal error.
+    #[error("device refused enable: FATAL_ERROR = {fatal_error:#x}")]
+    EnableFailed {
+        /// Raw FATAL_ERROR register.
+        fatal_error: u32,
+    },
+    /// An admin command did not complete in time.
+    #[error("admin command {} timed out after {waited:?} (device enabled: {device_enabled}, fatal: {device_fatal})", crate::admin::opcode_name(*opcode))]
+    AdminTimeout {
+        /// The command's opcode byte.
+        opcode: u8,
+        /// How long the driver waited.
+        waited: Duration,
+        /// DEV_STATUS.fatal at the time.
+        device_fatal: bool,
+        /// DEV_STATUS.enabled at the time.
+        device_enabled: bool,
+    },
+    /// An admin command completed with an error status.
+    #[error("admin command {} failed: {status}", crate::admin::opcode_name(*opcode))]
+    AdminStatus {
+        /// The command's opcode byte.
+        opcode: u8,
+        /// The status the firmware returned.
+        status: Status,
+    },
+    /// The device broke the admin-queue protocol.
+    #[error("admin queue protocol error: {0}")]
+    AdminProtocol(String),
+    /// A request the caller made is invalid.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// A ring or pool is full: retry after polling completions.
+    #[error("{0} is full; poll completions and retry")]
+    Full(&'static str),
+}

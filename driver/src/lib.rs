@@ -1,0 +1,50 @@
+//! # uet-driver — a kernel-bypass userspace driver for the uet-nic UET NIC
+//!
+//! The libfabric objects map one to one onto the driver's:
+//!
+//! | libfabric | driver | NIC |
+//! |---|---|---|
+//! | `fi_domain` | [`Nic`] | a PCI function, brought up by [`Nic::open`] |
+//! | `fi_av` | [`Av`] (`uet-av`'s mirror over [`av::NicAv`]) | an AV table (AV_CREATE, AV_WRITE, …) |
+//! | `fi_endpoint` + its CQ | [`Endpoint`] | an endpoint with a PIDonFEP and resource indices |
+//! | registered buffers | [`DmaPool`], [`DmaBuffer`] | memory mapped for DMA |
+//!
+//! Backends implement [`Device`]; the in-process simulator backend is [`backend::sim`]
+//! (feature `sim`, on by default).
+//!
+//! ```no_run
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use uet_driver::{backend::sim::SimDevice, EndpointAttr, Nic};
+//! let fabric = uet_sim::Fabric::new();
+//! let f = fabric.add_nic(uet_sim::NicConfig::new("10.0.0.1".parse()?))?;
+//! let nic = Nic::open(Arc::new(SimDevice::new(f)))?;
+//! let av = nic.open_av(Default::default())?;
+//! let ep = nic.endpoint(EndpointAttr::default(), Some(&av))?;
+//! println!("{}", ep.address());
+//! # Ok(()) }
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod admin;
+pub mod av;
+pub mod backend;
+pub mod device;
+pub mod dma;
+pub mod endpoint;
+pub mod errno;
+pub mod error;
+pub mod mapped;
+pub mod nic;
+pub mod pool;
+
+pub use av::Av;
+pub use device::{Device, DeviceError};
+pub use endpoint::{CqError, CqEvent, Endpoint, EndpointAttr};
+pub use error::DriverError;
+pub use nic::{Capabilities, Identity, Nic};
+pub use pool::{DmaBuffer, DmaPool};
+pub use uet_av;
+pub use uet_fwif;
+pub use uet_regs;

@@ -1,0 +1,32 @@
+//! RAII for DMA mappings: a region that is mapped for the device while this value lives.
+
+use crate::device::{Device, DeviceError};
+use crate::dma::DmaRegion;
+use std::sync::Arc;
+
+/// A [`DmaRegion`] mapped into a device's IOVA space; unmapped on drop.
+pub struct MappedRegion {
+    region: DmaRegion,
+    device: Arc<dyn Device>,
+}
+
+impl MappedRegion {
+    /// Map `region` for `device`.
+    pub fn map(device: Arc<dyn Device>, region: DmaRegion) -> Result<Self, DeviceError> {
+        device.dma_map(&region)?;
+        Ok(MappedRegion { region, device })
+    }
+
+    /// The region.
+    pub fn region(&self) -> &DmaRegion {
+        &self.region
+    }
+}
+
+impl Drop for MappedRegion {
+    fn drop(&mut self) {
+        if let Err(e) = self.device.dma_unmap(&self.region) {
+            tracing::warn!("{e}");
+        }
+    }
+}

@@ -1,0 +1,324 @@
+//! Bringing a NIC up, and the object every other one hangs off.
+//!
+//! [`Nic::open`] follows the register reference (`regs/REGISTERS.md`) step by step:
+//!
+//! 1. `ID`: all ones means the function is gone; anything but `0xFFFE:0x0001` is not ours.
+//! 2. `REVISION.interface_major` must equal the driver's [`uet_regs::INTERFACE_MAJOR`].
+//! 3. `FUNCTION_RESET.reset = 1`, then wait for `DEV_STATUS.ready`: start from a known state
+//!    whatever a previous owner left behind.
+//! 4. Read the capability registers `CAP_*`.
+//! 5. Allocate the admin rings and scratch memory, map them for DMA, program `ADMIN_SQ_BASE`,
+//!    `ADMIN_CQ_BASE`, `ADMIN_QUEUE_SIZE` and `ADMIN_CQ_HEAD`.
+//! 6. `DEV_CTRL.enable = 1`; `DEV_STATUS.enabled` must follow, else `FATAL_ERROR` says why.
+//! 7. IDENTIFY: the NIC's fabric address, MAC, serial number and model.
+//!
+//! Dropping the last reference resets the function (the device forgets every endpoint and
+//! table and stops DMA) before the DMA memory is unmapped.
+
+use crate::admin::{AdminQueue, AdminResult, SCRATCH_BYTES};
+use crate::device::Device;
+use crate::dma::{DmaRegion, IovaAllocator};
+use crate::error::DriverError;
+use crate::mapped::MappedRegion;
+use std::net::IpAddr;
+use std::sync::atomic::AtomicU16;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use uet_fwif::admin::{BufferBody, Command};
+use uet_fwif::identify::IdentifyData;
+use uet_regs::{
+    DevCtrl, FunctionReset, Mmio, RegisterAccess, CAP_AV, CAP_AV_ENTRIES, CAP_EP, CAP_PID_ON_FEP,
+    CAP_PROFILES, CAP_QUEUES, CAP_RESOURCE_INDEX, DEV_CTRL, DEV_STATUS, FATAL_ERROR,
+    FUNCTION_RESET, FW_VERSION, ID, REVISION,
+};
+use zerocopy::little_endian::{U32, U64};
+use zerocopy::FromZeros;
+
+/// How long the driver waits for `DEV_STATUS.ready` after a reset.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The limits a NIC advertises in its capability registers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capabilities {
+    /// AV tables (`CAP_AV.max_tables`).
+    pub av_tables: u16,
+    /// Bytes per NIC AV entry.
+    pub av_entry_bytes: u8,
+    /// Largest rx_ctx_bits an AV decodes.
+    pub max_rx_ctx_bits: u8,
+    /// Entries per AV table (`CAP_AV_ENTRIES`).
+    pub av_entries: u32,
+    /// Endpoints.
+    pub endpoints: u16,
+    /// TX contexts per endpoint.
+    pub max_tx_ctx: u8,
+    /// RX contexts per endpoint.
+    pub max_rx_ctx: u8,
+    /// First PIDonFEP assigned.
+    pub pid_first: u16,
+    /// PIDonFEP values from `pid_first`.
+    pub pid_count: u16,
+    /// Resource indices per endpoint.
+    pub ri_per_endpoint: u16,
+    /// Size of the resource-index space.
+    pub ri_space: u16,
+    /// AI Base profile.
+    pub ai_base: bool,
+    /// AI Full profile.
+    pub ai_full: bool,
+    /// HPC profile.
+    pub hpc: bool,
+    /// Payload bytes per packet, and the largest message in this interface version.
+    pub mtu: u16,
+    /// Largest admin ring.
+    pub max_admin_entries: u16,
+    /// Largest datapath ring.
+    pub max_queue_entries: u16,
+}
+
+impl Capabilities {
+    fn read(bar: &dyn Mmio) -> Self {
+        let av = bar.read(CAP_AV);
+        let ep = bar.read(CAP_EP);
+        let pid = bar.read(CAP_PID_ON_FEP);
+        let ri = bar.read(CAP_RESOURCE_INDEX);
+        let prof = bar.read(CAP_PROFILES);
+        let q = bar.read(CAP_QUEUES);
+        Capabilities {
+            av_tables: av.max_tables(),
+            av_entry_bytes: av.entry_bytes(),
+            max_rx_ctx_bits: av.max_rx_ctx_bits(),
+            av_entries: bar.read(CAP_AV_ENTRIES),
+            endpoints: ep.max_endpoints(),
+            max_tx_ctx: ep.max_tx_ctx(),
+            max_rx_ctx: ep.max_rx_ctx(),
+            pid_first: pid.first(),
+            pid_count: pid.count(),
+            ri_per_endpoint: ri.max_per_endpoint(),
+            ri_space: ri.space(),
+            ai_base: prof.ai_base(),
+            ai_full: prof.ai_full(),
+            hpc: prof.hpc(),
+            mtu: prof.mtu(),
+            max_admin_entries: q.max_admin_entries(),
+            max_queue_entries: q.max_queue_entries(),
+        }
+    }
+
+    /// The Fabric Endpoint Capabilities byte of an endpoint address on this NIC.
+    pub fn address_caps(&self) -> u8 {
+        use uet_fwif::address::caps;
+        let mut c = 0;
+        if self.ai_base {
+            c |= caps::AI_BASE;
+        }
+        if self.ai_full {
+            c |= caps::AI_FULL;
+        }
+        if self.hpc {
+            c |= caps::HPC;
+        }
+        c
+    }
+}
+
+/// What IDENTIFY and the identity registers say about the NIC.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    /// PCI vendor ID.
+    pub vendor_id: u16,
+    /// PCI device ID.
+    pub device_id: u16,
+    /// Silicon revision.
+    pub revision: u8,
+    /// Firmware version.
+    pub fw_version: u32,
+    /// The NIC's Fabric Address.
+    pub fabric_addr: IpAddr,
+    /// Station MAC.
+    pub mac: [u8; 6],
+    /// Serial number.
+    pub serial: String,
+    /// Model name.
+    pub model: String,
+}
+
+pub(crate) struct NicInner {
+    pub(crate) device: Arc<dyn Device>,
+    pub(crate) iova: IovaAllocator,
+    pub(crate) caps: Capabilities,
+    pub(crate) identity: Identity,
+    /// Endpoints created on this NIC by this process, for default initiator IDs.
+    pub(crate) endpoint_seq: AtomicU16,
+    admin: Mutex<AdminQueue>,
+}
+
+impl NicInner {
+    pub(crate) fn bar(&self) -> &dyn Mmio {
+        self.device.bar0()
+    }
+
+    /// Lock the admin queue. A panic while holding it cannot leave the ring inconsistent in a
+    /// way the next command would not detect (command ids), so a poisoned lock is taken over.
+    pub(crate) fn admin(&self) -> MutexGuard<'_, AdminQueue> {
+        self.admin.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn execute(&self, cmd: Command) -> Result<AdminResult, DriverError> {
+        self.admin().execute(self.bar(), cmd)
+    }
+
+    /// Allocate DMA memory at a fresh IOVA and map it for the device.
+    pub(crate) fn map_new(&self, len: usize) -> Result<MappedRegion, DriverError> {
+        let region = DmaRegion::new(len, self.iova.alloc(len))?;
+        Ok(MappedRegion::map(self.device.clone(), region)?)
+    }
+}
+
+impl Drop for NicInner {
+    fn drop(&mut self) {
+        // Stop the device before its memory is unmapped (the mappings drop after this).
+        let bar = self.device.bar0();
+        bar.write(DEV_CTRL, DevCtrl::new());
+        bar.write(FUNCTION_RESET, FunctionReset::new().with_reset(true));
+    }
+}
+
+/// An opened NIC: its capabilities, its identity, and the admin queue every object uses.
+#[derive(Clone)]
+pub struct Nic {
+    pub(crate) inner: Arc<NicInner>,
+}
+
+impl Nic {
+    /// Bring the NIC up (see the module docs for the sequence).
+    pub fn open(device: Arc<dyn Device>) -> Result<Nic, DriverError> {
+        let bar = device.bar0();
+        // 1. Identity.
+        let id = bar.read(ID);
+        if id.into_bits() == u32::MAX {
+            return Err(DriverError::DeviceGone);
+        }
+        if id.vendor_id() != uet_regs::PCI_VENDOR_ID || id.device_id() != uet_regs::PCI_DEVICE_ID {
+            return Err(DriverError::NotOurDevice {
+                vendor: id.vendor_id(),
+                device: id.device_id(),
+            });
+        }
+        // 2. Interface version.
+        let rev = bar.read(REVISION);
+        if rev.interface_major() != uet_regs::INTERFACE_MAJOR {
+            return Err(DriverError::InterfaceVersion {
+                device: rev.interface_major(),
+                driver: uet_regs::INTERFACE_MAJOR,
+            });
+        }
+        // 3. Function reset, wait for ready.
+        bar.write(FUNCTION_RESET, FunctionReset::new().with_reset(true));
+        let start = Instant::now();
+        while !bar.read(DEV_STATUS).ready() {
+            if start.elapsed() > READY_TIMEOUT {
+                return Err(DriverError::NotReady {
+                    waited: READY_TIMEOUT,
+                });
+            }
+            std::thread::yield_now();
+        }
+        // 4. Capabilities.
+        let caps = Capabilities::read(bar);
+        tracing::debug!(?caps, "capabilities");
+        // 5. Admin queue.
+        let iova = IovaAllocator::new();
+        let (sq_len, cq_len) = AdminQueue::ring_bytes();
+        let map = |len: usize| -> Result<MappedRegion, DriverError> {
+            let region = DmaRegion::new(len, iova.alloc(len))?;
+            Ok(MappedRegion::map(device.clone(), region)?)
+        };
+        let mut admin = AdminQueue::new(map(sq_len)?, map(cq_len)?, map(SCRATCH_BYTES)?);
+        admin.program(bar)?;
+        // 6. Enable.
+        bar.write(DEV_CTRL, DevCtrl::new().with_enable(true));
+        let status = bar.read(DEV_STATUS);
+        if !status.enabled() || status.fatal() {
+            return Err(DriverError::EnableFailed {
+                fatal_error: bar.read(FATAL_ERROR).into_bits(),
+            });
+        }
+        // 7. IDENTIFY.
+        let len = core::mem::size_of::<IdentifyData>();
+        admin.scratch().zero(0, len)?;
+        let mut body = BufferBody::new_zeroed();
+        body.buf = U64::new(admin.scratch().iova());
+        body.len = U32::new(len as u32);
+        admin.execute(bar, Command::Identify(body))?;
+        let data: IdentifyData = admin.scratch().read_obj(0)?;
+        let identity = Identity {
+            vendor_id: id.vendor_id(),
+            device_id: id.device_id(),
+            revision: rev.revision(),
+            fw_version: bar.read(FW_VERSION),
+            fabric_addr: data.fabric_ip(),
+            mac: data.mac,
+            serial: data.serial_str(),
+            model: data.model_str(),
+        };
+        tracing::info!(
+            device = %device.name(),
+            fabric_addr = %identity.fabric_addr,
+            "NIC up"
+        );
+        Ok(Nic {
+            inner: Arc::new(NicInner {
+                device,
+                iova,
+                caps,
+                identity,
+                endpoint_seq: AtomicU16::new(1),
+                admin: Mutex::new(admin),
+            }),
+        })
+    }
+
+    /// The capability registers.
+    pub fn capabilities(&self) -> &Capabilities {
+        &self.inner.caps
+    }
+
+    /// Identity and IDENTIFY data.
+    pub fn identity(&self) -> &Identity {
+        &self.inner.identity
+    }
+
+    /// The NIC's Fabric Address.
+    pub fn fabric_addr(&self) -> IpAddr {
+        self.inner.identity.fabric_addr
+    }
+
+    /// BAR0, for diagnostics (`uetctl regs`).
+    pub fn bar0(&self) -> &dyn Mmio {
+        self.inner.bar()
+    }
+
+    /// Every counter register, by name.
+    pub fn counters(&self) -> Vec<(&'static str, u64)> {
+        uet_regs::COUNTERS
+            .iter()
+            .map(|r| (r.info.name, self.inner.bar().read(*r)))
+            .collect()
+    }
+
+    /// Set the admin command timeout.
+    pub fn set_admin_timeout(&self, timeout: Duration) {
+        self.inner.admin().set_timeout(timeout);
+    }
+
+    /// Execute a raw admin command (diagnostics and tests of the firmware interface).
+    pub fn admin_command(&self, cmd: Command) -> Result<AdminResult, DriverError> {
+        self.inner.execute(cmd)
+    }
+
+    /// Execute a raw, possibly malformed, submission entry (firmware-interface tests).
+    pub fn admin_raw(&self, entry: uet_fwif::AdminCommand) -> Result<AdminResult, DriverError> {
+        self.inner.admin().execute_raw(self.inner.bar(), entry)
+    }
+}

@@ -1,0 +1,155 @@
+//! Packet buffers: fixed-size DMA buffers from a pool, returned to it on drop (RAII, as ixy).
+//!
+//! A [`DmaBuffer`] is owned by the application, moves into an endpoint when posted, and comes
+//! back in the completion. The free list is a lock-free queue, so allocating and freeing on the
+//! datapath takes no lock and no allocation.
+
+use crate::dma::DmaError;
+use crate::error::DriverError;
+use crate::mapped::MappedRegion;
+use crate::nic::Nic;
+use crossbeam_queue::ArrayQueue;
+use std::sync::Arc;
+
+struct PoolInner {
+    region: MappedRegion,
+    buf_size: usize,
+    free: ArrayQueue<u32>,
+}
+
+/// A pool of equal-sized DMA buffers mapped for one NIC.
+#[derive(Clone)]
+pub struct DmaPool {
+    inner: Arc<PoolInner>,
+}
+
+impl DmaPool {
+    /// `count` buffers of `buf_size` bytes (rounded up to 64) for `nic`.
+    pub fn new(nic: &Nic, buf_size: usize, count: u32) -> Result<Self, DriverError> {
+        if buf_size == 0 || count == 0 {
+            return Err(DriverError::InvalidArgument(
+                "a DMA pool needs a non-zero buffer size and count".into(),
+            ));
+        }
+        let buf_size = buf_size.div_ceil(64) * 64;
+        let total = buf_size
+            .checked_mul(count as usize)
+            .ok_or_else(|| DriverError::InvalidArgument("DMA pool size overflows".into()))?;
+        let region = nic.inner.map_new(total)?;
+        let free = ArrayQueue::new(count as usize);
+        for i in 0..count {
+            // Cannot fail: the queue holds exactly `count` entries.
+            let _ = free.push(i);
+        }
+        Ok(DmaPool {
+            inner: Arc::new(PoolInner {
+                region,
+                buf_size,
+                free,
+            }),
+        })
+    }
+
+    /// Take a buffer, or `None` when every buffer is in use.
+    pub fn alloc(&self) -> Option<DmaBuffer> {
+        self.inner.free.pop().map(|index| DmaBuffer {
+            pool: self.inner.clone(),
+            index,
+            len: 0,
+        })
+    }
+
+    /// Buffer size in bytes.
+    pub fn buf_size(&self) -> usize {
+        self.inner.buf_size
+    }
+
+    /// Buffers currently free.
+    pub fn available(&self) -> usize {
+        self.inner.free.len()
+    }
+}
+
+/// One DMA buffer of a [`DmaPool`]; returns to its pool when dropped.
+pub struct DmaBuffer {
+    pool: Arc<PoolInner>,
+    index: u32,
+    len: usize,
+}
+
+impl DmaBuffer {
+    fn offset(&self) -> usize {
+        self.index as usize * self.pool.buf_size
+    }
+
+    /// The IOVA of the buffer's first byte.
+    pub fn iova(&self) -> u64 {
+        self.pool.region.region().iova_at(self.offset())
+    }
+
+    /// Capacity in bytes.
+    pub fn capacity(&self) -> usize {
+        self.pool.buf_size
+    }
+
+    /// Bytes of valid data: set by [`DmaBuffer::fill`] or by a receive completion.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer holds no data.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub(crate) fn set_len(&mut self, len: usize) {
+        self.len = len.min(self.capacity());
+    }
+
+    /// Copy `data` into the buffer and set its length.
+    pub fn fill(&mut self, data: &[u8]) -> Result<(), DriverError> {
+        if data.len() > self.capacity() {
+            return Err(DriverError::InvalidArgument(format!(
+                "{} bytes do not fit a {}-byte buffer",
+                data.len(),
+                self.capacity()
+            )));
+        }
+        self.pool.region.region().write_bytes(self.offset(), data)?;
+        self.len = data.len();
+        Ok(())
+    }
+
+    /// Copy the buffer's valid data into `out` (at most `out.len()` bytes); returns the count.
+    pub fn read(&self, out: &mut [u8]) -> Result<usize, DmaError> {
+        let n = self.len.min(out.len());
+        self.pool
+            .region
+            .region()
+            .read_bytes(self.offset(), &mut out[..n])?;
+        Ok(n)
+    }
+
+    /// The buffer's valid data as a new vector (tools and tests; the datapath uses `read`).
+    pub fn to_vec(&self) -> Result<Vec<u8>, DmaError> {
+        let mut v = vec![0u8; self.len];
+        self.read(&mut v)?;
+        Ok(v)
+    }
+}
+
+impl Drop for DmaBuffer {
+    fn drop(&mut self) {
+        // Cannot fail: an index is in the queue at most once, and the queue holds every index.
+        let _ = self.pool.free.push(self.index);
+    }
+}
+
+impl core::fmt::Debug for DmaBuffer {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("DmaBuffer")
+            .field("iova", &format_args!("{:#x}", self.iova()))
+            .field("len", &self.len)
+            .finish()
+    }
+}

@@ -1,0 +1,138 @@
+//! NIC configuration: what a particular model instance reports in its capability registers and
+//! IDENTIFY page.
+//!
+//! [`NicConfig::new`] gives the reference model: every limit equals the reset value of the
+//! matching `CAP_*` register in `uet-regs`, so a default NIC reads exactly like
+//! `regs/REGISTERS.md`. Tests shrink limits (a 4-entry endpoint table, a 2-table AV budget) to
+//! reach exhaustion paths quickly; [`NicConfig::validate`] rejects values the hardware could not
+//! represent.
+
+use std::net::IpAddr;
+use uet_regs::{
+    CAP_AV, CAP_AV_ENTRIES, CAP_EP, CAP_PID_ON_FEP, CAP_PROFILES, CAP_QUEUES, CAP_RESOURCE_INDEX,
+};
+
+/// Largest MTU the model accepts (SES payload bytes per packet).
+pub const MAX_MTU: u16 = 16384;
+
+/// Configuration of one simulated NIC.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NicConfig {
+    /// The NIC's Fabric Address (IPv4 or IPv6); unique on a fabric.
+    pub fabric_addr: IpAddr,
+    /// Station MAC address.
+    pub mac: [u8; 6],
+    /// Serial number reported by IDENTIFY (ASCII, at most 16 bytes are kept).
+    pub serial: String,
+    /// Model name reported by IDENTIFY (ASCII, at most 32 bytes are kept).
+    pub model: String,
+    /// Port speed reported by IDENTIFY, in Mb/s.
+    pub port_speed_mbps: u32,
+    /// AV tables (`CAP_AV.max_tables`).
+    pub av_tables: u16,
+    /// Entries per AV table (`CAP_AV_ENTRIES`).
+    pub av_entries: u32,
+    /// Largest `rx_ctx_bits` an AV decodes (`CAP_AV.max_rx_ctx_bits`).
+    pub max_rx_ctx_bits: u8,
+    /// Endpoints (`CAP_EP.max_endpoints`).
+    pub endpoints: u16,
+    /// TX contexts per endpoint (`CAP_EP.max_tx_ctx`), reported only.
+    pub max_tx_ctx: u8,
+    /// RX contexts per endpoint (`CAP_EP.max_rx_ctx`), reported only.
+    pub max_rx_ctx: u8,
+    /// First PIDonFEP handed out (`CAP_PID_ON_FEP.first`).
+    pub pid_first: u16,
+    /// Number of PIDonFEP values (`CAP_PID_ON_FEP.count`).
+    pub pid_count: u16,
+    /// Most resource indices per endpoint (`CAP_RESOURCE_INDEX.max_per_endpoint`).
+    pub ri_per_endpoint: u16,
+    /// Size of the resource-index space (`CAP_RESOURCE_INDEX.space`), index 0 reserved.
+    pub ri_space: u16,
+    /// SES payload bytes per packet (`CAP_PROFILES.mtu`).
+    pub mtu: u16,
+    /// Profile bits 2:0 of `CAP_PROFILES` (AI Base, AI Full, HPC).
+    pub profiles: u8,
+    /// Largest admin ring (`CAP_QUEUES.max_admin_entries`).
+    pub max_admin_entries: u16,
+    /// Largest TX/RX/completion ring (`CAP_QUEUES.max_queue_entries`).
+    pub max_queue_entries: u16,
+}
+
+impl NicConfig {
+    /// The reference model at `fabric_addr`: every limit is the `uet-regs` reset value.
+    pub fn new(fabric_addr: IpAddr) -> Self {
+        let av = CAP_AV.reset_value();
+        let ep = CAP_EP.reset_value();
+        let pid = CAP_PID_ON_FEP.reset_value();
+        let ri = CAP_RESOURCE_INDEX.reset_value();
+        let prof = CAP_PROFILES.reset_value();
+        let q = CAP_QUEUES.reset_value();
+        let mac = match fabric_addr {
+            IpAddr::V4(a) => {
+                let o = a.octets();
+                [0x02, 0x00, o[0], o[1], o[2], o[3]]
+            }
+            IpAddr::V6(a) => {
+                let o = a.octets();
+                [0x02, 0x00, o[12], o[13], o[14], o[15]]
+            }
+        };
+        NicConfig {
+            fabric_addr,
+            mac,
+            serial: format!("SIM-{fabric_addr}"),
+            model: "uet-nic reference model".to_string(),
+            port_speed_mbps: 400_000,
+            av_tables: av.max_tables(),
+            av_entries: CAP_AV_ENTRIES.reset_value(),
+            max_rx_ctx_bits: av.max_rx_ctx_bits(),
+            endpoints: ep.max_endpoints(),
+            max_tx_ctx: ep.max_tx_ctx(),
+            max_rx_ctx: ep.max_rx_ctx(),
+            pid_first: pid.first(),
+            pid_count: pid.count(),
+            ri_per_endpoint: ri.max_per_endpoint(),
+            ri_space: ri.space(),
+            mtu: prof.mtu(),
+            profiles: (prof.into_bits() & 0b111) as u8,
+            max_admin_entries: q.max_admin_entries(),
+            max_queue_entries: q.max_queue_entries(),
+        }
+    }
+
+    /// Check that the configuration describes hardware the wire format can address.
+    pub fn validate(&self) -> Result<(), &'static str> {
+        if self.fabric_addr.is_unspecified() || self.fabric_addr.is_multicast() {
+            return Err("fabric address must be a unicast address");
+        }
+        if self.av_tables == 0 || self.av_entries == 0 {
+            return Err("at least one AV table of one entry");
+        }
+        if self.max_rx_ctx_bits > 32 {
+            return Err("max_rx_ctx_bits above 32");
+        }
+        if self.endpoints == 0 {
+            return Err("at least one endpoint");
+        }
+        if self.pid_count == 0 || u32::from(self.pid_first) + u32::from(self.pid_count) > 0x1000 {
+            return Err("PIDonFEP range must be non-empty and within 12 bits");
+        }
+        if self.ri_space < 2 || self.ri_space > 0x1000 {
+            return Err("resource-index space must be 2..=4096 (index 0 is reserved)");
+        }
+        if self.ri_per_endpoint == 0 || self.ri_per_endpoint >= self.ri_space {
+            return Err("ri_per_endpoint must be 1..ri_space");
+        }
+        if self.mtu == 0 || self.mtu > MAX_MTU {
+            return Err("mtu must be 1..=16384");
+        }
+        if self.profiles & !0b111 != 0 {
+            return Err("unknown profile bits");
+        }
+        let ok_entries = |n: u16| n >= 2 && n.is_power_of_two();
+        if !ok_entries(self.max_admin_entries) || !ok_entries(self.max_queue_entries) {
+            return Err("queue limits must be powers of two, at least 2");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,66 @@
+//! Statistics block: the 64-bit free-running counters of BAR0 (`0x200`–`0x2ff`) plus a few
+//! model-internal counters that have no register.
+//!
+//! Every BAR counter is RO to the driver and wraps at 2^64. A FUNCTION_RESET clears them with
+//! the rest of the register file. The internal [`DebugCounters`] record events that the
+//! datasheet says are "ignored and counted" but that have no register of their own (a doorbell
+//! index outside its ring, a doorbell for an endpoint that does not exist, a response that
+//! matches no outstanding request, a frame the fabric could not route); tests and `uetctl` read
+//! them through `SimFunction::debug_counters`.
+
+use uet_regs::{Reg, COUNTERS};
+
+/// Model-internal counters (no BAR register).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DebugCounters {
+    /// Doorbell writes whose index lay outside the ring (ignored).
+    pub bad_doorbells: u64,
+    /// Datapath doorbell writes naming no endpoint (ignored).
+    pub unknown_endpoint_doorbells: u64,
+    /// PDS ACKs or SES responses that matched no outstanding request (dropped).
+    pub stray_responses: u64,
+    /// Requests answered with RC_DISABLED because the function was not running.
+    pub rx_while_disabled: u64,
+    /// Times an endpoint's engine waited for completion-ring space.
+    pub cq_stalls: u64,
+    /// Endpoints stopped because their own rings could not be read or written.
+    pub endpoint_ring_faults: u64,
+}
+
+/// The counter block of one NIC.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Counters {
+    bar: [u64; COUNTERS.len()],
+    pub(crate) debug: DebugCounters,
+}
+
+fn slot(reg: Reg<u64>) -> Option<usize> {
+    COUNTERS
+        .iter()
+        .position(|c| c.info.offset == reg.info.offset)
+}
+
+impl Counters {
+    /// Add `n` to a BAR counter (wrapping, as the hardware does).
+    pub(crate) fn add(&mut self, reg: Reg<u64>, n: u64) {
+        if let Some(v) = slot(reg).and_then(|i| self.bar.get_mut(i)) {
+            *v = v.wrapping_add(n);
+        }
+    }
+
+    /// Add one to a BAR counter.
+    pub(crate) fn inc(&mut self, reg: Reg<u64>) {
+        self.add(reg, 1);
+    }
+
+    /// The counter at a BAR offset, if one lives there.
+    pub(crate) fn at_offset(&self, offset: u32) -> Option<u64> {
+        let i = COUNTERS.iter().position(|c| c.info.offset == offset)?;
+        self.bar.get(i).copied()
+    }
+
+    /// Clear everything (function reset).
+    pub(crate) fn reset(&mut self) {
+        *self = Counters::default();
+    }
+}

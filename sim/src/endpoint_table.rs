@@ -1,0 +1,311 @@
+//! Endpoint table: the NIC's endpoints, their PIDonFEP and resource-index ranges, and the
+//! state of their rings.
+//!
+//! * Endpoint handles are 1-based u16 values, lowest free first, up to `CAP_EP.max_endpoints`.
+//! * PIDonFEP: the lowest free value in `[CAP_PID_ON_FEP.first, first + count)`.
+//! * Resource indices: a contiguous range of the requested size, first fit over the 12-bit
+//!   space `[1, CAP_RESOURCE_INDEX.space)`; index 0 is reserved for the provider control
+//!   channel and never handed out.
+//! * Demultiplexing keys: JobID -> endpoints of that job, (JobID, PIDonFEP) -> endpoint.
+//! * Each endpoint owns a TX ring, an RX ring and a completion ring in host memory. The ring
+//!   indices the NIC tracks are here; the engines that use them are in `tx_engine` and
+//!   `rx_engine`.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use uet_fwif::ring::RingGeometry;
+use uet_fwif::Completion;
+
+/// A producer/consumer ring the NIC reads (TX, RX).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct InRing {
+    pub base: u64,
+    pub geom: RingGeometry,
+    /// NIC consumer index.
+    pub head: u16,
+    /// Driver producer index (last doorbell).
+    pub tail: u16,
+}
+
+impl InRing {
+    pub(crate) fn new(base: u64, geom: RingGeometry) -> Self {
+        InRing {
+            base,
+            geom,
+            head: 0,
+            tail: 0,
+        }
+    }
+
+    pub(crate) fn pending(&self) -> bool {
+        self.head != self.tail
+    }
+}
+
+/// A completion ring the NIC writes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CqRing {
+    pub base: u64,
+    pub geom: RingGeometry,
+    /// Driver consumer index (last CQ doorbell).
+    pub head: u16,
+    /// NIC producer index.
+    pub tail: u16,
+    /// Completed passes over the ring (selects the phase).
+    pub pass: u64,
+}
+
+impl CqRing {
+    pub(crate) fn free(&self) -> u32 {
+        self.geom.free(self.head, self.tail)
+    }
+}
+
+/// One endpoint.
+#[derive(Debug)]
+pub(crate) struct Endpoint {
+    pub handle: u16,
+    /// Unique over the NIC's lifetime: completions of a destroyed endpoint never reach a new
+    /// endpoint that reuses its handle.
+    pub serial: u64,
+    pub pid_on_fep: u16,
+    pub ri_start: u16,
+    pub ri_count: u16,
+    pub job_id: u32,
+    pub initiator: u32,
+    pub absolute: bool,
+    /// Bound AV handle, 0 for none.
+    pub av: u32,
+    pub tx: InRing,
+    pub rx: InRing,
+    pub cq: CqRing,
+    /// Sends waiting for their response.
+    pub outstanding: u32,
+    /// Completions waiting for ring space, in order.
+    pub pending_cqes: VecDeque<Completion>,
+    /// Requests for this endpoint waiting for completion-ring space, in arrival order.
+    pub rx_backlog: VecDeque<Vec<u8>>,
+    /// The endpoint's own rings faulted: its engines are stopped.
+    pub faulted: bool,
+    pub next_message_id: u16,
+}
+
+impl Endpoint {
+    /// Completion slots already promised (queued completions and sends awaiting a response).
+    pub(crate) fn cq_reserved(&self) -> u64 {
+        self.pending_cqes.len() as u64 + u64::from(self.outstanding)
+    }
+
+    /// Whether one more completion can be promised without overrunning the ring.
+    pub(crate) fn cq_has_room(&self) -> bool {
+        u64::from(self.cq.free()) > self.cq_reserved()
+    }
+}
+
+/// Parameters of a new endpoint, already validated by the firmware.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct NewEndpoint {
+    pub ri_count: u16,
+    pub job_id: u32,
+    pub initiator: u32,
+    pub absolute: bool,
+    pub av: u32,
+    pub tx: InRing,
+    pub rx: InRing,
+    pub cq: CqRing,
+}
+
+/// Why an endpoint could not be created.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AllocError {
+    TableFull,
+    NoPid,
+    NoResourceIndices,
+}
+
+/// All endpoints of a NIC and their allocators.
+#[derive(Debug)]
+pub(crate) struct EndpointTable {
+    max: u16,
+    pid_first: u16,
+    pid_count: u16,
+    ri_space: u16,
+    eps: BTreeMap<u16, Endpoint>,
+    /// ri_start -> ri_count of allocated ranges.
+    ri_ranges: BTreeMap<u16, u16>,
+    by_job_pid: HashMap<(u32, u16), u16>,
+    by_pid: HashMap<u16, u16>,
+    jobs: HashMap<u32, u32>,
+    next_serial: u64,
+}
+
+impl EndpointTable {
+    pub(crate) fn new(max: u16, pid_first: u16, pid_count: u16, ri_space: u16) -> Self {
+        EndpointTable {
+            max,
+            pid_first,
+            pid_count,
+            ri_space,
+            eps: BTreeMap::new(),
+            ri_ranges: BTreeMap::new(),
+            by_job_pid: HashMap::new(),
+            by_pid: HashMap::new(),
+            jobs: HashMap::new(),
+            next_serial: 1,
+        }
+    }
+
+    fn free_handle(&self) -> Option<u16> {
+        (1..=self.max).find(|h| !self.eps.contains_key(h))
+    }
+
+    fn free_pid(&self) -> Option<u16> {
+        let end = u32::from(self.pid_first) + u32::from(self.pid_count);
+        (u32::from(self.pid_first)..end)
+            .filter_map(|p| u16::try_from(p).ok())
+            .find(|p| !self.by_pid.contains_key(p))
+    }
+
+    /// First fit of `count` contiguous indices in `[1, ri_space)`.
+    fn free_ri(&self, count: u16) -> Option<u16> {
+        let mut cursor: u32 = 1;
+        for (&s, &c) in &self.ri_ranges {
+            if u32::from(s) >= cursor + u32::from(count) {
+                break;
+            }
+            cursor = cursor.max(u32::from(s) + u32::from(c));
+        }
+        if cursor + u32::from(count) <= u32::from(self.ri_space) {
+            u16::try_from(cursor).ok()
+        } else {
+            None
+        }
+    }
+
+    /// Create an endpoint; nothing changes on error.
+    pub(crate) fn create(&mut self, p: NewEndpoint) -> Result<&Endpoint, AllocError> {
+        let handle = self.free_handle().ok_or(AllocError::TableFull)?;
+        let pid = self.free_pid().ok_or(AllocError::NoPid)?;
+        let ri_start = self
+            .free_ri(p.ri_count)
+            .ok_or(AllocError::NoResourceIndices)?;
+        let serial = self.next_serial;
+        self.next_serial += 1;
+        self.ri_ranges.insert(ri_start, p.ri_count);
+        self.by_job_pid.insert((p.job_id, pid), handle);
+        self.by_pid.insert(pid, handle);
+        *self.jobs.entry(p.job_id).or_insert(0) += 1;
+        let ep = Endpoint {
+            handle,
+            serial,
+            pid_on_fep: pid,
+            ri_start,
+            ri_count: p.ri_count,
+            job_id: p.job_id,
+            initiator: p.initiator,
+            absolute: p.absolute,
+            av: p.av,
+            tx: p.tx,
+            rx: p.rx,
+            cq: p.cq,
+            outstanding: 0,
+            pending_cqes: VecDeque::new(),
+            rx_backlog: VecDeque::new(),
+            faulted: false,
+            next_message_id: 0,
+        };
+        Ok(self.eps.entry(handle).or_insert(ep))
+    }
+
+    /// Destroy an endpoint, releasing its PIDonFEP and resource indices.
+    pub(crate) fn destroy(&mut self, handle: u16) -> Option<Endpoint> {
+        let ep = self.eps.remove(&handle)?;
+        self.ri_ranges.remove(&ep.ri_start);
+        self.by_job_pid.remove(&(ep.job_id, ep.pid_on_fep));
+        self.by_pid.remove(&ep.pid_on_fep);
+        if let Some(n) = self.jobs.get_mut(&ep.job_id) {
+            *n -= 1;
+            if *n == 0 {
+                self.jobs.remove(&ep.job_id);
+            }
+        }
+        Some(ep)
+    }
+
+    pub(crate) fn get(&self, handle: u16) -> Option<&Endpoint> {
+        self.eps.get(&handle)
+    }
+
+    pub(crate) fn get_mut(&mut self, handle: u16) -> Option<&mut Endpoint> {
+        self.eps.get_mut(&handle)
+    }
+
+    /// Handles of every endpoint, in order.
+    pub(crate) fn handles(&self) -> Vec<u16> {
+        self.eps.keys().copied().collect()
+    }
+
+    pub(crate) fn has_job(&self, job_id: u32) -> bool {
+        self.jobs.contains_key(&job_id)
+    }
+
+    pub(crate) fn by_job_pid(&self, job_id: u32, pid: u16) -> Option<u16> {
+        self.by_job_pid.get(&(job_id, pid)).copied()
+    }
+
+    pub(crate) fn by_pid(&self, pid: u16) -> Option<u16> {
+        self.by_pid.get(&pid).copied()
+    }
+
+    pub(crate) fn clear(&mut self) {
+        *self = EndpointTable::new(self.max, self.pid_first, self.pid_count, self.ri_space);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(ri: u16) -> NewEndpoint {
+        let g = RingGeometry::new(2).unwrap();
+        NewEndpoint {
+            ri_count: ri,
+            job_id: 1,
+            initiator: 0,
+            absolute: false,
+            av: 0,
+            tx: InRing::new(0, g),
+            rx: InRing::new(0, g),
+            cq: CqRing {
+                base: 0,
+                geom: g,
+                head: 0,
+                tail: 0,
+                pass: 0,
+            },
+        }
+    }
+
+    #[test]
+    fn allocators_first_fit_and_reuse() {
+        let mut t = EndpointTable::new(8, 1, 3, 16);
+        let a = t
+            .create(params(4))
+            .map(|e| (e.handle, e.pid_on_fep, e.ri_start));
+        assert_eq!(a, Ok((1, 1, 1)));
+        let b = t
+            .create(params(4))
+            .map(|e| (e.handle, e.pid_on_fep, e.ri_start));
+        assert_eq!(b, Ok((2, 2, 5)));
+        let c = t.create(params(8)).map(|e| e.ri_start);
+        assert_eq!(c.err(), Some(AllocError::NoResourceIndices));
+        t.destroy(1);
+        // The 4-wide hole at 1 is reused first; a 6-wide range goes after the last one.
+        let d = t
+            .create(params(2))
+            .map(|e| (e.handle, e.pid_on_fep, e.ri_start));
+        assert_eq!(d, Ok((1, 1, 1)));
+        let e = t.create(params(6)).map(|e| e.ri_start);
+        assert_eq!(e, Ok(9));
+        assert_eq!(t.create(params(1)).err(), Some(AllocError::NoPid));
+    }
+}

@@ -1,0 +1,258 @@
+//! Firmware: the admin command handlers.
+//!
+//! Every handler validates completely before it changes anything, so a command that fails
+//! completes with its status and leaves the NIC as it was. Layout errors (unknown opcode,
+//! reserved fields, handle where none is taken, batch sizes) come from
+//! `AdminCommand::decode`.
+//!
+//! | opcode | checks, in order | result0 / result1 |
+//! |---|---|---|
+//! | IDENTIFY | `len >= 128` else InvalidField; page written by DMA else DmaFault | — |
+//! | AV_CREATE | `capacity` in 1..=`CAP_AV_ENTRIES` and `rx_ctx_bits <= CAP_AV.max_rx_ctx_bits` else InvalidField; a free table else NoResources | AV handle (from 1) |
+//! | AV_DESTROY | AV exists else InvalidHandle; no endpoint bound else Busy | — |
+//! | AV_WRITE | AV exists else InvalidHandle; the `count` records read by DMA else DmaFault; every record: `index < capacity` else IndexOutOfRange, reserved word 0 and `NicAvEntry::check` else InvalidField — then all are written | records written |
+//! | AV_INVALIDATE | AV exists; range `[first, first+count)` inside the table, or every listed u32 index (read by DMA) inside it, else IndexOutOfRange — then all are invalidated | entries invalidated |
+//! | AV_READ | AV exists; `[first, first+count)` inside the table else IndexOutOfRange; entries written by DMA else DmaFault | entries read |
+//! | ENDPOINT_CREATE | handle = AV to bind (0: none) exists else InvalidHandle; ring log2 sizes in 1..=15 and at most `CAP_QUEUES.max_queue_entries` entries, ring bases aligned to their entry size, `ri_count` in 1..=`CAP_RESOURCE_INDEX.max_per_endpoint`, JobID within 24 bits, else InvalidField; every ring entirely DMA-mapped else DmaFault; a free endpoint, PIDonFEP and contiguous resource-index range else NoResources | endpoint handle \| PIDonFEP << 16 / ri_start \| ri_count << 16 |
+//! | ENDPOINT_DESTROY | endpoint exists else InvalidHandle; releases its PIDonFEP and indices, unbinds its AV | — |
+//!
+//! A DmaFault status also counts in `DMA_FAULTS`.
+
+use crate::av_table::AvTable;
+use crate::endpoint_table::{AllocError, CqRing, InRing, NewEndpoint};
+use crate::nic::Nic;
+use uet_fwif::admin::{AvCreateBody, BufferBody, EndpointCreateBody, RangeBody, EP_FLAG_ABSOLUTE};
+use uet_fwif::av_entry::MAX_JOB_ID;
+use uet_fwif::identify::{set_ascii_field, IdentifyData};
+use uet_fwif::ring::RingGeometry;
+use uet_fwif::{AdminCommand, AvWriteRecord, Command, NicAvEntry, Status};
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
+
+type FwResult = Result<(u32, u32), Status>;
+
+const IDENTIFY_BYTES: u32 = core::mem::size_of::<IdentifyData>() as u32;
+const RECORD_BYTES: usize = core::mem::size_of::<AvWriteRecord>();
+const ENTRY_BYTES: usize = core::mem::size_of::<NicAvEntry>();
+
+impl Nic {
+    /// Execute one admin command: (status, result0, result1).
+    pub(crate) fn execute(&mut self, raw: &AdminCommand) -> (Status, u32, u32) {
+        let r = match raw.decode() {
+            Err(s) => Err(s),
+            Ok(cmd) => match cmd {
+                Command::Identify(b) => self.fw_identify(&b),
+                Command::AvCreate(b) => self.fw_av_create(&b),
+                Command::AvDestroy { av } => self.fw_av_destroy(av),
+                Command::AvWrite { av, body } => self.fw_av_write(av, &body),
+                Command::AvInvalidate { av, body } => self.fw_av_invalidate(av, &body),
+                Command::AvRead { av, body } => self.fw_av_read(av, &body),
+                Command::EndpointCreate { av, body } => self.fw_endpoint_create(av, &body),
+                Command::EndpointDestroy { endpoint } => self.fw_endpoint_destroy(endpoint),
+            },
+        };
+        match r {
+            Ok((a, b)) => (Status::Success, a, b),
+            Err(s) => (s, 0, 0),
+        }
+    }
+
+    fn dma_status(&mut self) -> Status {
+        self.dma_fault();
+        Status::DmaFault
+    }
+
+    fn fw_identify(&mut self, b: &BufferBody) -> FwResult {
+        if b.len.get() < IDENTIFY_BYTES {
+            return Err(Status::InvalidField);
+        }
+        let mut id = IdentifyData::new_zeroed();
+        id.vendor_id.set(uet_regs::PCI_VENDOR_ID);
+        id.device_id.set(uet_regs::PCI_DEVICE_ID);
+        id.fw_version.set(uet_regs::FW_VERSION.info.reset as u32);
+        id.set_fabric_ip(self.cfg.fabric_addr);
+        id.mac = self.cfg.mac;
+        id.port_speed_mbps.set(self.cfg.port_speed_mbps);
+        set_ascii_field(&mut id.serial, &self.cfg.serial);
+        set_ascii_field(&mut id.model, &self.cfg.model);
+        if self.iommu.write(b.buf.get(), id.as_bytes()).is_err() {
+            return Err(self.dma_status());
+        }
+        Ok((0, 0))
+    }
+
+    fn fw_av_create(&mut self, b: &AvCreateBody) -> FwResult {
+        let cap = b.capacity.get();
+        if cap == 0 || cap > self.cfg.av_entries || b.rx_ctx_bits > self.cfg.max_rx_ctx_bits {
+            return Err(Status::InvalidField);
+        }
+        if !self.avs.has_free() {
+            return Err(Status::NoResources);
+        }
+        let t = AvTable::new(cap, b.rx_ctx_bits).ok_or(Status::NoResources)?;
+        let h = self.avs.insert(t).ok_or(Status::NoResources)?;
+        Ok((h, 0))
+    }
+
+    fn fw_av_destroy(&mut self, av: u32) -> FwResult {
+        let t = self.avs.get(av).ok_or(Status::InvalidHandle)?;
+        if t.bound > 0 {
+            return Err(Status::Busy);
+        }
+        self.avs.remove(av);
+        Ok((0, 0))
+    }
+
+    fn fw_av_write(&mut self, av: u32, b: &BufferBody) -> FwResult {
+        let capacity = self.avs.get(av).ok_or(Status::InvalidHandle)?.capacity;
+        let count = b.count.get();
+        let bytes = usize::try_from(count).map_err(|_| Status::InvalidField)? * RECORD_BYTES;
+        let mut buf = vec![0u8; bytes];
+        if self.iommu.read(b.buf.get(), &mut buf).is_err() {
+            return Err(self.dma_status());
+        }
+        let mut records = Vec::with_capacity(buf.len() / RECORD_BYTES);
+        for chunk in buf.chunks_exact(RECORD_BYTES) {
+            let r = AvWriteRecord::read_from_bytes(chunk).map_err(|_| Status::Internal)?;
+            if r.index.get() >= capacity {
+                return Err(Status::IndexOutOfRange);
+            }
+            if r.reserved.get() != 0 || r.entry.check().is_err() {
+                return Err(Status::InvalidField);
+            }
+            records.push(r);
+        }
+        let t = self.avs.get_mut(av).ok_or(Status::InvalidHandle)?;
+        for r in &records {
+            t.set(r.index.get(), r.entry);
+        }
+        Ok((count, 0))
+    }
+
+    fn fw_av_invalidate(&mut self, av: u32, b: &RangeBody) -> FwResult {
+        let capacity = self.avs.get(av).ok_or(Status::InvalidHandle)?.capacity;
+        let count = b.count.get();
+        let indices: Vec<u32> = if b.buf.get() == 0 {
+            let first = b.first.get();
+            if u64::from(first) + u64::from(count) > u64::from(capacity) {
+                return Err(Status::IndexOutOfRange);
+            }
+            (first..first + count).collect()
+        } else {
+            let n = usize::try_from(count).map_err(|_| Status::InvalidField)?;
+            let mut buf = vec![0u8; n * 4];
+            if self.iommu.read(b.buf.get(), &mut buf).is_err() {
+                return Err(self.dma_status());
+            }
+            let list: Vec<u32> = buf
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            if list.iter().any(|&i| i >= capacity) {
+                return Err(Status::IndexOutOfRange);
+            }
+            list
+        };
+        let t = self.avs.get_mut(av).ok_or(Status::InvalidHandle)?;
+        for i in indices {
+            t.invalidate(i);
+        }
+        Ok((count, 0))
+    }
+
+    fn fw_av_read(&mut self, av: u32, b: &RangeBody) -> FwResult {
+        let t = self.avs.get(av).ok_or(Status::InvalidHandle)?;
+        let (first, count) = (b.first.get(), b.count.get());
+        if u64::from(first) + u64::from(count) > u64::from(t.capacity) {
+            return Err(Status::IndexOutOfRange);
+        }
+        let mut out = Vec::with_capacity(count as usize * ENTRY_BYTES);
+        for i in first..first + count {
+            let e = t.get(i).copied().unwrap_or(NicAvEntry::INVALID);
+            out.extend_from_slice(e.as_bytes());
+        }
+        if self.iommu.write(b.buf.get(), &out).is_err() {
+            return Err(self.dma_status());
+        }
+        Ok((count, 0))
+    }
+
+    fn fw_endpoint_create(&mut self, av: u32, b: &EndpointCreateBody) -> FwResult {
+        if av != 0 && self.avs.get(av).is_none() {
+            return Err(Status::InvalidHandle);
+        }
+        let max = u32::from(self.cfg.max_queue_entries);
+        let geom = |log2: u8| {
+            RingGeometry::new(log2)
+                .filter(|g| g.entries() <= max)
+                .ok_or(Status::InvalidField)
+        };
+        let (tx_g, rx_g, cq_g) = (geom(b.tx_log2)?, geom(b.rx_log2)?, geom(b.cq_log2)?);
+        let rings = [
+            (b.tx_ring.get(), tx_g, 64u64),
+            (b.rx_ring.get(), rx_g, 32),
+            (b.cq_ring.get(), cq_g, 32),
+        ];
+        if rings.iter().any(|&(base, _, size)| base % size != 0) {
+            return Err(Status::InvalidField);
+        }
+        let ri_count = b.ri_count.get();
+        if ri_count == 0 || ri_count > self.cfg.ri_per_endpoint {
+            return Err(Status::InvalidField);
+        }
+        let job_id = b.job_id.get();
+        if job_id > MAX_JOB_ID {
+            return Err(Status::InvalidField);
+        }
+        for &(base, g, size) in &rings {
+            if self
+                .iommu
+                .check(base, u64::from(g.entries()) * size)
+                .is_err()
+            {
+                return Err(self.dma_status());
+            }
+        }
+        let params = NewEndpoint {
+            ri_count,
+            job_id,
+            initiator: b.initiator.get(),
+            absolute: b.flags & EP_FLAG_ABSOLUTE != 0,
+            av,
+            tx: InRing::new(b.tx_ring.get(), tx_g),
+            rx: InRing::new(b.rx_ring.get(), rx_g),
+            cq: CqRing {
+                base: b.cq_ring.get(),
+                geom: cq_g,
+                head: 0,
+                tail: 0,
+                pass: 0,
+            },
+        };
+        let (handle, pid, ri_start) = match self.eps.create(params) {
+            Ok(ep) => (ep.handle, ep.pid_on_fep, ep.ri_start),
+            Err(AllocError::TableFull | AllocError::NoPid | AllocError::NoResourceIndices) => {
+                return Err(Status::NoResources)
+            }
+        };
+        if let Some(t) = self.avs.get_mut(av) {
+            t.bound += 1;
+        }
+        tracing::debug!(nic = %self.cfg.fabric_addr, handle, pid, ri_start, ri_count, job_id, "endpoint created");
+        Ok((
+            u32::from(handle) | u32::from(pid) << 16,
+            u32::from(ri_start) | u32::from(ri_count) << 16,
+        ))
+    }
+
+    fn fw_endpoint_destroy(&mut self, endpoint: u32) -> FwResult {
+        let h = u16::try_from(endpoint).map_err(|_| Status::InvalidHandle)?;
+        let ep = self.eps.destroy(h).ok_or(Status::InvalidHandle)?;
+        if let Some(t) = self.avs.get_mut(ep.av) {
+            t.bound = t.bound.saturating_sub(1);
+        }
+        // Requests that waited for this endpoint's completion ring are answered by the
+        // receive path again (now without the endpoint).
+        self.rx_replay.extend(ep.rx_backlog);
+        Ok((0, 0))
+    }
+}

@@ -1,0 +1,205 @@
+//! IOMMU and DMA engine: the NIC's only view of host memory.
+//!
+//! The driver maps DMA memory with `SimFunction::dma_map(iova, len, fd, fd_offset)`, passing
+//! the memfd that backs it, as a vfio-user client passes its regions. The model duplicates the
+//! descriptor and maps the same pages a second time (`MAP_SHARED`) through vm-memory's
+//! `GuestRegionMmap` with a `FileOffset`, placed at guest address = IOVA. Host and NIC therefore
+//! share the pages; the model never forms a Rust reference into them (vm-memory copies with
+//! volatile accesses).
+//!
+//! Rules:
+//!
+//! * A mapping is non-empty, its IOVA, length and file offset are 4 KiB aligned, it does not
+//!   overlap another mapping, and the file is at least `fd_offset + len` bytes long (mapping
+//!   past the end of a file would fault on access).
+//! * `dma_unmap(iova, len)` removes every mapping inside the range; a range that cuts a mapping
+//!   in two, or covers none, is refused.
+//! * Every DMA is checked against the mappings *before* any byte moves: an access that is not
+//!   entirely inside mapped memory is a DMA fault — the engine that issued it reports an error
+//!   status or completion and counts `DMA_FAULTS`, and nothing is written.
+//! * Mappings belong to the IOMMU, not to the function: FUNCTION_RESET keeps them (as VFIO does).
+
+use crate::SimError;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+use vm_memory::{
+    Bytes, FileOffset, GuestAddress, GuestMemory, GuestMemoryMmap, GuestRegionMmap, Permissions,
+};
+
+/// IOMMU page size: mappings are aligned to it.
+pub const IOMMU_PAGE: u64 = 4096;
+
+/// A DMA access outside mapped memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("DMA fault at IOVA {iova:#x} length {len:#x}")]
+pub struct DmaFault {
+    /// First IOVA of the access.
+    pub iova: u64,
+    /// Length of the access.
+    pub len: u64,
+}
+
+/// The DMA view of one function.
+#[derive(Debug, Default)]
+pub(crate) struct Iommu {
+    mem: GuestMemoryMmap,
+    /// iova -> length of each mapping.
+    maps: BTreeMap<u64, u64>,
+}
+
+impl Iommu {
+    /// Map `len` bytes of `fd` from `fd_offset` at `iova`.
+    pub(crate) fn map(
+        &mut self,
+        iova: u64,
+        len: u64,
+        fd: BorrowedFd<'_>,
+        fd_offset: u64,
+    ) -> Result<(), SimError> {
+        if len == 0 {
+            return Err(SimError::InvalidMapping("zero length"));
+        }
+        if !iova.is_multiple_of(IOMMU_PAGE)
+            || !len.is_multiple_of(IOMMU_PAGE)
+            || !fd_offset.is_multiple_of(IOMMU_PAGE)
+        {
+            return Err(SimError::InvalidMapping(
+                "IOVA, length and offset must be 4 KiB aligned",
+            ));
+        }
+        let end = iova
+            .checked_add(len)
+            .ok_or(SimError::InvalidMapping("IOVA range wraps"))?;
+        let size = usize::try_from(len).map_err(|_| SimError::InvalidMapping("too large"))?;
+        if self.overlaps(iova, end) {
+            return Err(SimError::Overlap { iova, len });
+        }
+        let file = File::from(fd.try_clone_to_owned()?);
+        let file_len = file.metadata()?.len();
+        let need = fd_offset
+            .checked_add(len)
+            .ok_or(SimError::InvalidMapping("file range wraps"))?;
+        if file_len < need {
+            return Err(SimError::InvalidMapping(
+                "file is shorter than offset + length",
+            ));
+        }
+        let region = GuestRegionMmap::from_range(
+            GuestAddress(iova),
+            size,
+            Some(FileOffset::new(file, fd_offset)),
+        )
+        .map_err(|e| SimError::Map(e.to_string()))?;
+        self.mem = self
+            .mem
+            .insert_region(Arc::new(region))
+            .map_err(|e| SimError::Map(e.to_string()))?;
+        self.maps.insert(iova, len);
+        Ok(())
+    }
+
+    fn overlaps(&self, start: u64, end: u64) -> bool {
+        // The last mapping starting before `end` is the only one that can reach into the range
+        // from below; any mapping starting inside the range overlaps too.
+        self.maps
+            .range(..end)
+            .next_back()
+            .is_some_and(|(&s, &l)| s.saturating_add(l) > start)
+    }
+
+    /// Unmap every mapping inside `[iova, iova + len)`.
+    pub(crate) fn unmap(&mut self, iova: u64, len: u64) -> Result<(), SimError> {
+        let end = iova
+            .checked_add(len)
+            .ok_or(SimError::InvalidMapping("IOVA range wraps"))?;
+        if len == 0 {
+            return Err(SimError::InvalidMapping("zero length"));
+        }
+        let mut victims = Vec::new();
+        for (&s, &l) in self.maps.range(..end) {
+            let e = s.saturating_add(l);
+            if e <= iova {
+                continue;
+            }
+            if s < iova || e > end {
+                return Err(SimError::InvalidMapping("range cuts a mapping in two"));
+            }
+            victims.push((s, l));
+        }
+        if victims.is_empty() {
+            return Err(SimError::NotMapped { iova, len });
+        }
+        let mut mem = self.mem.clone();
+        for &(s, l) in &victims {
+            mem = mem
+                .remove_region(GuestAddress(s), l)
+                .map_err(|e| SimError::Map(e.to_string()))?
+                .0;
+        }
+        self.mem = mem;
+        for (s, _) in victims {
+            self.maps.remove(&s);
+        }
+        Ok(())
+    }
+
+    /// Whether `[iova, iova + len)` lies entirely in mapped memory.
+    pub(crate) fn check(&self, iova: u64, len: u64) -> Result<(), DmaFault> {
+        let fault = DmaFault { iova, len };
+        if len == 0 {
+            return Ok(());
+        }
+        iova.checked_add(len).ok_or(fault)?;
+        let size = usize::try_from(len).map_err(|_| fault)?;
+        if self
+            .mem
+            .check_range(GuestAddress(iova), size, Permissions::ReadWrite)
+        {
+            Ok(())
+        } else {
+            Err(fault)
+        }
+    }
+
+    /// Copy `buf.len()` bytes from IOVA `iova`.
+    pub(crate) fn read(&self, iova: u64, buf: &mut [u8]) -> Result<(), DmaFault> {
+        let len = buf.len() as u64;
+        self.check(iova, len)?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        self.mem
+            .read_slice(buf, GuestAddress(iova))
+            .map_err(|_| DmaFault { iova, len })
+    }
+
+    /// Copy `buf` to IOVA `iova`. Checked first: a faulting write changes nothing.
+    pub(crate) fn write(&self, iova: u64, buf: &[u8]) -> Result<(), DmaFault> {
+        let len = buf.len() as u64;
+        self.check(iova, len)?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        self.mem
+            .write_slice(buf, GuestAddress(iova))
+            .map_err(|_| DmaFault { iova, len })
+    }
+
+    /// Write a ring entry whose last bytes hold the phase: `body` first, a release fence, then
+    /// `phase` at `iova + body.len()`, so a host that sees the new phase sees the whole entry.
+    pub(crate) fn write_entry_phase_last(
+        &self,
+        iova: u64,
+        body: &[u8],
+        phase: &[u8],
+    ) -> Result<(), DmaFault> {
+        let total = (body.len() + phase.len()) as u64;
+        self.check(iova, total)?;
+        self.write(iova, body)?;
+        fence(Ordering::Release);
+        self.write(iova + body.len() as u64, phase)
+    }
+}

@@ -1,0 +1,311 @@
+//! The NIC top level: wires the blocks together and decodes BAR0 accesses into their actions.
+//!
+//! ## Function control
+//!
+//! * After reset `DEV_STATUS.ready` = 1 and the function is disabled.
+//! * `DEV_CTRL.enable` 0 -> 1 checks the admin queue programming: both bases 4 KiB aligned and
+//!   each ring of `2^log2` entries with `log2` in 1..=15 and at most
+//!   `CAP_QUEUES.max_admin_entries`. Bad programming sets `FATAL_ERROR.admin_queue`,
+//!   `DEV_STATUS.fatal` and `INTR_CAUSE.fatal`; the function then stays stopped until
+//!   FUNCTION_RESET. Good programming sets `DEV_STATUS.enabled`. When the admin ring
+//!   programming is unchanged since the last enable, its indices carry over; otherwise the
+//!   admin queue starts empty at index 0.
+//! * `DEV_CTRL.enable` 1 -> 0 stops all processing and clears `DEV_STATUS.enabled`; every
+//!   object is kept.
+//! * Doorbells written while the function is not running are latched (`ADMIN_SQ_TAIL`, ring
+//!   tails) and act once it runs.
+//! * FUNCTION_RESET (write 1): every endpoint, AV table, PDC and queue is destroyed, every
+//!   register (counters included) returns to its reset value. DMA mappings are kept: they
+//!   belong to the IOMMU.
+//! * A DMA fault on the admin rings themselves is fatal (`FATAL_ERROR.dma_fault`); a DMA fault
+//!   on an endpoint's own rings stops that endpoint only.
+//!
+//! Writes to `ADMIN_SQ_DOORBELL`, `ADMIN_CQ_HEAD`, `TXQ_DOORBELL`, `RXQ_DOORBELL`,
+//! `CQ_DOORBELL` and `DEV_CTRL` make the fabric run until idle before the write returns.
+
+use crate::admin_queue::AdminQueue;
+use crate::av_table::AvTables;
+use crate::config::NicConfig;
+use crate::counters::Counters;
+use crate::endpoint_table::EndpointTable;
+use crate::iommu::Iommu;
+use crate::pds::PdcTable;
+use crate::regfile::{Part, RegFile};
+use crate::tx_engine::PendingSend;
+use std::collections::{HashMap, VecDeque};
+use uet_fwif::datapath::COMPLETION_PHASE_OFFSET;
+use uet_fwif::ring::phase_for_pass;
+use uet_fwif::Completion;
+use uet_regs::{
+    DevStatus, FatalError, Width, BAD_REGISTER_ACCESSES, DEV_STATUS, DMA_FAULTS, FATAL_ERROR,
+    INTR_CAUSE,
+};
+use zerocopy::IntoBytes;
+
+/// Which datapath doorbell was written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum QueueKind {
+    Tx,
+    Rx,
+    Cq,
+}
+
+/// One simulated NIC.
+#[derive(Debug)]
+pub(crate) struct Nic {
+    pub cfg: NicConfig,
+    pub regs: RegFile,
+    pub counters: Counters,
+    pub iommu: Iommu,
+    pub admin: AdminQueue,
+    pub avs: AvTables,
+    pub eps: EndpointTable,
+    pub pdcs: PdcTable,
+    /// Sends awaiting their response, by (SPDCID, PSN).
+    pub pending_tx: HashMap<(u16, u32), PendingSend>,
+    /// Requests to run through the receive path again (their endpoint went away).
+    pub rx_replay: VecDeque<Vec<u8>>,
+    /// Frames for the fabric.
+    pub outbox: Vec<Vec<u8>>,
+}
+
+fn all_ones(width: Width) -> u64 {
+    match width {
+        Width::W32 => u64::from(u32::MAX),
+        Width::W64 => u64::MAX,
+    }
+}
+
+impl Nic {
+    pub(crate) fn new(cfg: NicConfig) -> Self {
+        Nic {
+            regs: RegFile::new(&cfg),
+            counters: Counters::default(),
+            iommu: Iommu::default(),
+            admin: AdminQueue::default(),
+            avs: AvTables::new(cfg.av_tables),
+            eps: EndpointTable::new(cfg.endpoints, cfg.pid_first, cfg.pid_count, cfg.ri_space),
+            pdcs: PdcTable::default(),
+            pending_tx: HashMap::new(),
+            rx_replay: VecDeque::new(),
+            outbox: Vec::new(),
+            cfg,
+        }
+    }
+
+    /// Whether the function processes queues.
+    pub(crate) fn running(&self) -> bool {
+        let s = self.regs.get(DEV_STATUS);
+        s.enabled() && !s.fatal()
+    }
+
+    /// A driver read of BAR0.
+    pub(crate) fn bar_read(&mut self, offset: u32, width: Width) -> u64 {
+        let Some(d) = RegFile::decode(offset, width) else {
+            self.counters.inc(BAD_REGISTER_ACCESSES);
+            return all_ones(width);
+        };
+        match self.counters.at_offset(d.info.offset) {
+            Some(v) => match d.part {
+                Part::Full => v,
+                Part::Low => v & 0xFFFF_FFFF,
+                Part::High => v >> 32,
+            },
+            None => self.regs.driver_read(&d),
+        }
+    }
+
+    /// A driver write of BAR0; returns whether the fabric must run.
+    pub(crate) fn bar_write(&mut self, offset: u32, width: Width, value: u64) -> bool {
+        let Some(d) = RegFile::decode(offset, width) else {
+            self.counters.inc(BAD_REGISTER_ACCESSES);
+            return false;
+        };
+        if self.counters.at_offset(d.info.offset).is_some() {
+            return false; // counters are RO
+        }
+        let w = self.regs.driver_write(&d, value);
+        let v32 = w.value as u32;
+        match w.info.name {
+            "DEV_CTRL" => {
+                self.dev_ctrl_written(w.old & 1 != 0, w.new & 1 != 0);
+                true
+            }
+            "FUNCTION_RESET" => {
+                if w.value & 1 != 0 {
+                    self.function_reset();
+                }
+                false
+            }
+            "ADMIN_SQ_DOORBELL" => {
+                self.admin_doorbell(v32 as u16);
+                true
+            }
+            "ADMIN_CQ_HEAD" => {
+                self.admin_cq_head_written(w.old as u16, w.new as u16);
+                true
+            }
+            "TXQ_DOORBELL" => {
+                self.queue_doorbell(QueueKind::Tx, v32);
+                true
+            }
+            "RXQ_DOORBELL" => {
+                self.queue_doorbell(QueueKind::Rx, v32);
+                true
+            }
+            "CQ_DOORBELL" => {
+                self.queue_doorbell(QueueKind::Cq, v32);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn dev_ctrl_written(&mut self, was: bool, now: bool) {
+        if !was && now {
+            if self.regs.get(DEV_STATUS).fatal() {
+                return;
+            }
+            if self.admin_enable() {
+                self.regs.update(DEV_STATUS, |s| s.with_enabled(true));
+            } else {
+                self.fatal(FatalError::new().with_admin_queue(true));
+            }
+        } else if was && !now {
+            self.regs.update(DEV_STATUS, |s| s.with_enabled(false));
+        }
+    }
+
+    /// Stop the function with a fatal error.
+    pub(crate) fn fatal(&mut self, cause: FatalError) {
+        self.regs.update(FATAL_ERROR, |f| {
+            FatalError::from_bits(f.into_bits() | cause.into_bits())
+        });
+        self.regs
+            .update(DEV_STATUS, |s| s.with_fatal(true).with_enabled(false));
+        self.regs.update(INTR_CAUSE, |i| i.with_fatal(true));
+        tracing::warn!(nic = %self.cfg.fabric_addr, ?cause, "fatal error");
+    }
+
+    /// FUNCTION_RESET.
+    pub(crate) fn function_reset(&mut self) {
+        self.regs.reset();
+        self.regs.set(DEV_STATUS, DevStatus::new().with_ready(true));
+        self.counters.reset();
+        self.admin = AdminQueue::default();
+        self.avs.clear();
+        self.eps.clear();
+        self.pdcs.clear();
+        self.pending_tx.clear();
+        self.rx_replay.clear();
+        self.outbox.clear();
+    }
+
+    /// Count a DMA fault.
+    pub(crate) fn dma_fault(&mut self) {
+        self.counters.inc(DMA_FAULTS);
+    }
+
+    /// One pass over all pending work; returns whether anything moved.
+    pub(crate) fn poll(&mut self) -> bool {
+        if !self.running() {
+            return false;
+        }
+        let mut progress = self.admin_poll();
+        while let Some(f) = self.rx_replay.pop_front() {
+            self.receive(&f);
+            progress = true;
+        }
+        for h in self.eps.handles() {
+            progress |= self.flush_completions(h);
+            progress |= self.rx_backlog_poll(h);
+            progress |= self.tx_poll(h);
+        }
+        progress
+    }
+
+    /// Queue a completion for an endpoint's completion ring and write what fits.
+    pub(crate) fn post_completion(&mut self, handle: u16, c: Completion) {
+        if let Some(ep) = self.eps.get_mut(handle) {
+            ep.pending_cqes.push_back(c);
+            self.flush_completions(handle);
+        }
+    }
+
+    /// Write queued completions while the ring has room: body, release fence, phase byte.
+    pub(crate) fn flush_completions(&mut self, handle: u16) -> bool {
+        let mut progress = false;
+        while let Some(ep) = self.eps.get_mut(handle) {
+            if ep.faulted || ep.cq.free() == 0 {
+                break;
+            }
+            let Some(mut c) = ep.pending_cqes.front().copied() else {
+                break;
+            };
+            c.phase = u8::from(phase_for_pass(ep.cq.pass));
+            let addr = ep.cq.base + u64::from(ep.cq.tail) * 32;
+            let bytes = c.as_bytes();
+            let (body, phase) = bytes.split_at(COMPLETION_PHASE_OFFSET);
+            if self
+                .iommu
+                .write_entry_phase_last(addr, body, phase)
+                .is_err()
+            {
+                ep.faulted = true;
+                self.counters.debug.endpoint_ring_faults += 1;
+                self.counters.inc(DMA_FAULTS);
+                break;
+            }
+            ep.pending_cqes.pop_front();
+            ep.cq.tail = ep.cq.geom.next(ep.cq.tail);
+            if ep.cq.tail == 0 {
+                ep.cq.pass += 1;
+            }
+            self.regs.update(INTR_CAUSE, |i| i.with_completion(true));
+            progress = true;
+        }
+        progress
+    }
+
+    /// Stop an endpoint whose own ring could not be accessed.
+    pub(crate) fn ring_fault(&mut self, handle: u16) {
+        self.counters.inc(DMA_FAULTS);
+        self.counters.debug.endpoint_ring_faults += 1;
+        if let Some(ep) = self.eps.get_mut(handle) {
+            ep.faulted = true;
+        }
+    }
+
+    fn queue_doorbell(&mut self, kind: QueueKind, raw: u32) {
+        let db = uet_regs::QueueDoorbell::from_bits(raw);
+        let index = db.index();
+        let Some(ep) = self.eps.get_mut(db.endpoint()) else {
+            self.counters.debug.unknown_endpoint_doorbells += 1;
+            return;
+        };
+        let ok = match kind {
+            QueueKind::Tx if ep.tx.geom.contains(index) => {
+                ep.tx.tail = index;
+                true
+            }
+            QueueKind::Rx if ep.rx.geom.contains(index) => {
+                ep.rx.tail = index;
+                true
+            }
+            QueueKind::Cq if ep.cq.geom.contains(index) => {
+                // The driver may only return entries the NIC has written.
+                let g = ep.cq.geom;
+                if g.used(ep.cq.head, index) <= g.used(ep.cq.head, ep.cq.tail) {
+                    ep.cq.head = index;
+                    true
+                } else {
+                    false
+                }
+            }
+            _ => false,
+        };
+        if !ok {
+            self.counters.debug.bad_doorbells += 1;
+        }
+    }
+}

@@ -1,0 +1,371 @@
+//! Packet Delivery Sublayer: PDS headers (big-endian) and the NIC's PDC state.
+//!
+//! ## Headers
+//!
+//! Every PDS header starts with the 16-bit prologue `type(5) | next_hdr(4) | flags(7)`.
+//!
+//! RUD request, 12 bytes ([`RudRequest`]):
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 0–1 | prologue: type 2 (RUD_REQ), next_hdr 3 (SES standard request), flags RETX 0x10 / AR 0x08 / SYN 0x04 |
+//! | 2–3 | clear_psn_offset |
+//! | 4–7 | PSN |
+//! | 8–9 | SPDCID (the initiator's PDC) |
+//! | 10–11 | DPDCID (the target's PDC; with SYN: use_rsv_pdc(1) rsvd(3) psn_offset(12), 0 here) |
+//!
+//! ACK, 12 bytes ([`Ack`]): prologue type 7, next_hdr 4 (SES response), flags 0 ·
+//! ack_psn_offset(16) · cack_psn(32) · SPDCID (the target's PDC) · DPDCID (the initiator's PDC).
+//!
+//! Reserved flag bits must be zero; a header with a wrong type, reserved bits set, or fewer than
+//! 12 bytes is malformed.
+//!
+//! ## PDCs
+//!
+//! The model's fabric is lossless and in order, so the PDS keeps only what the headers need:
+//! the initiator opens one PDC per destination fabric address (SPDCIDs from 1, PSNs from
+//! [`START_PSN`]); its first request carries SYN; the target creates its PDC when it first sees
+//! a request from `(source address, SPDCID)` and its ACK carries the target's PDCID, which the
+//! initiator then puts in DPDCID. Every request is acknowledged by exactly one ACK (AR is not
+//! needed) carrying the cumulative PSN of that request.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+/// PDS type RUD_REQ.
+pub const TYPE_RUD_REQ: u8 = 2;
+/// PDS type ACK.
+pub const TYPE_ACK: u8 = 7;
+/// next_hdr: SES standard request.
+pub const NEXT_HDR_REQUEST_STD: u8 = 3;
+/// next_hdr: SES response.
+pub const NEXT_HDR_RESPONSE: u8 = 4;
+/// Request flag: retransmission.
+pub const FLAG_RETX: u8 = 0x10;
+/// Request flag: ACK requested.
+pub const FLAG_AR: u8 = 0x08;
+/// Request flag: first packet of a PDC.
+pub const FLAG_SYN: u8 = 0x04;
+/// Bytes of a RUD request header.
+pub const RUD_REQ_BYTES: usize = 12;
+/// Bytes of an ACK header.
+pub const ACK_BYTES: usize = 12;
+/// First PSN of a PDC opened by this model.
+pub const START_PSN: u32 = 0x0001_0000;
+
+const REQ_FLAGS_DEFINED: u8 = FLAG_RETX | FLAG_AR | FLAG_SYN;
+/// ACK flags: ecn_marked 0x20, retrans 0x10, probe 0x08, request 0x06.
+const ACK_FLAGS_DEFINED: u8 = 0x3E;
+
+/// Why a PDS header was rejected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PdsError {
+    /// Fewer bytes than the header.
+    #[error("truncated PDS header")]
+    Truncated,
+    /// Unexpected packet type.
+    #[error("unexpected PDS type {0}")]
+    Type(u8),
+    /// Reserved flag bits set.
+    #[error("reserved PDS flags {0:#x}")]
+    Flags(u8),
+}
+
+/// The 16-bit prologue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prologue {
+    /// Packet type (5 bits).
+    pub pkt_type: u8,
+    /// next_hdr / ctl_type (4 bits).
+    pub next_hdr: u8,
+    /// Flags (7 bits).
+    pub flags: u8,
+}
+
+impl Prologue {
+    /// Encode.
+    pub fn to_u16(self) -> u16 {
+        (u16::from(self.pkt_type & 0x1F) << 11)
+            | (u16::from(self.next_hdr & 0x0F) << 7)
+            | u16::from(self.flags & 0x7F)
+    }
+
+    /// Decode.
+    pub fn from_u16(v: u16) -> Self {
+        Prologue {
+            pkt_type: (v >> 11) as u8,
+            next_hdr: ((v >> 7) & 0x0F) as u8,
+            flags: (v & 0x7F) as u8,
+        }
+    }
+
+    /// The prologue at the start of `b`.
+    pub fn peek(b: &[u8]) -> Result<Self, PdsError> {
+        let s = b.get(..2).ok_or(PdsError::Truncated)?;
+        Ok(Self::from_u16(u16::from_be_bytes([s[0], s[1]])))
+    }
+}
+
+fn be16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+fn be32(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// A RUD request header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RudRequest {
+    /// next_hdr.
+    pub next_hdr: u8,
+    /// Flags (RETX, AR, SYN).
+    pub flags: u8,
+    /// clear_psn_offset.
+    pub clear_psn_offset: u16,
+    /// PSN.
+    pub psn: u32,
+    /// Source PDC.
+    pub spdcid: u16,
+    /// Destination PDC.
+    pub dpdcid: u16,
+}
+
+impl RudRequest {
+    /// Append the 12 header bytes.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let p = Prologue {
+            pkt_type: TYPE_RUD_REQ,
+            next_hdr: self.next_hdr,
+            flags: self.flags,
+        };
+        out.extend_from_slice(&p.to_u16().to_be_bytes());
+        out.extend_from_slice(&self.clear_psn_offset.to_be_bytes());
+        out.extend_from_slice(&self.psn.to_be_bytes());
+        out.extend_from_slice(&self.spdcid.to_be_bytes());
+        out.extend_from_slice(&self.dpdcid.to_be_bytes());
+    }
+
+    /// Parse; returns the header and the bytes after it.
+    pub fn parse(b: &[u8]) -> Result<(Self, &[u8]), PdsError> {
+        let h = b.get(..RUD_REQ_BYTES).ok_or(PdsError::Truncated)?;
+        let p = Prologue::from_u16(be16(h, 0));
+        if p.pkt_type != TYPE_RUD_REQ {
+            return Err(PdsError::Type(p.pkt_type));
+        }
+        if p.flags & !REQ_FLAGS_DEFINED != 0 {
+            return Err(PdsError::Flags(p.flags));
+        }
+        let r = RudRequest {
+            next_hdr: p.next_hdr,
+            flags: p.flags,
+            clear_psn_offset: be16(h, 2),
+            psn: be32(h, 4),
+            spdcid: be16(h, 8),
+            dpdcid: be16(h, 10),
+        };
+        Ok((r, b.get(RUD_REQ_BYTES..).unwrap_or(&[])))
+    }
+}
+
+/// An ACK header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ack {
+    /// next_hdr.
+    pub next_hdr: u8,
+    /// Flags.
+    pub flags: u8,
+    /// ack_psn_offset.
+    pub ack_psn_offset: u16,
+    /// Cumulative ACK PSN.
+    pub cack_psn: u32,
+    /// The sender of the ACK's PDC (the target's).
+    pub spdcid: u16,
+    /// The receiver of the ACK's PDC (the initiator's).
+    pub dpdcid: u16,
+}
+
+impl Ack {
+    /// Append the 12 header bytes.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let p = Prologue {
+            pkt_type: TYPE_ACK,
+            next_hdr: self.next_hdr,
+            flags: self.flags,
+        };
+        out.extend_from_slice(&p.to_u16().to_be_bytes());
+        out.extend_from_slice(&self.ack_psn_offset.to_be_bytes());
+        out.extend_from_slice(&self.cack_psn.to_be_bytes());
+        out.extend_from_slice(&self.spdcid.to_be_bytes());
+        out.extend_from_slice(&self.dpdcid.to_be_bytes());
+    }
+
+    /// Parse; returns the header and the bytes after it.
+    pub fn parse(b: &[u8]) -> Result<(Self, &[u8]), PdsError> {
+        let h = b.get(..ACK_BYTES).ok_or(PdsError::Truncated)?;
+        let p = Prologue::from_u16(be16(h, 0));
+        if p.pkt_type != TYPE_ACK {
+            return Err(PdsError::Type(p.pkt_type));
+        }
+        if p.flags & !ACK_FLAGS_DEFINED != 0 {
+            return Err(PdsError::Flags(p.flags));
+        }
+        let a = Ack {
+            next_hdr: p.next_hdr,
+            flags: p.flags,
+            ack_psn_offset: be16(h, 2),
+            cack_psn: be32(h, 4),
+            spdcid: be16(h, 8),
+            dpdcid: be16(h, 10),
+        };
+        Ok((a, b.get(ACK_BYTES..).unwrap_or(&[])))
+    }
+}
+
+/// An initiator-side PDC.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct InitiatorPdc {
+    pub spdcid: u16,
+    /// The target's PDCID once its first ACK arrived.
+    pub dpdcid: Option<u16>,
+    pub next_psn: u32,
+    /// Whether the SYN request has been sent.
+    pub syn_sent: bool,
+}
+
+/// PDC state of one NIC.
+#[derive(Debug, Default)]
+pub(crate) struct PdcTable {
+    initiator: HashMap<IpAddr, InitiatorPdc>,
+    target: HashMap<(IpAddr, u16), u16>,
+    next_pdcid: u16,
+}
+
+impl PdcTable {
+    fn alloc_pdcid(&mut self) -> u16 {
+        self.next_pdcid = self.next_pdcid.wrapping_add(1).max(1);
+        self.next_pdcid
+    }
+
+    /// Header fields for the next request to `dst`: opens the PDC on first use.
+    pub(crate) fn next_request(&mut self, dst: IpAddr) -> RudRequest {
+        let id = if self.initiator.contains_key(&dst) {
+            None
+        } else {
+            Some(self.alloc_pdcid())
+        };
+        let pdc = self.initiator.entry(dst).or_insert_with(|| InitiatorPdc {
+            spdcid: id.unwrap_or(1),
+            dpdcid: None,
+            next_psn: START_PSN,
+            syn_sent: false,
+        });
+        let syn = !pdc.syn_sent || pdc.dpdcid.is_none();
+        pdc.syn_sent = true;
+        let psn = pdc.next_psn;
+        pdc.next_psn = pdc.next_psn.wrapping_add(1);
+        RudRequest {
+            next_hdr: NEXT_HDR_REQUEST_STD,
+            flags: if syn { FLAG_SYN } else { 0 },
+            clear_psn_offset: 0,
+            psn,
+            spdcid: pdc.spdcid,
+            dpdcid: if syn { 0 } else { pdc.dpdcid.unwrap_or(0) },
+        }
+    }
+
+    /// The initiator PDC with local id `spdcid`, if it leads to `peer`.
+    pub(crate) fn initiator_matches(&self, peer: IpAddr, spdcid: u16) -> bool {
+        self.initiator
+            .get(&peer)
+            .is_some_and(|p| p.spdcid == spdcid)
+    }
+
+    /// An ACK from `peer` established the target's PDCID.
+    pub(crate) fn ack_received(&mut self, peer: IpAddr, target_pdcid: u16) {
+        if let Some(p) = self.initiator.get_mut(&peer) {
+            p.dpdcid = Some(target_pdcid);
+        }
+    }
+
+    /// The target-side PDC for requests from `(src, spdcid)`, created on first use.
+    pub(crate) fn target_pdc(&mut self, src: IpAddr, spdcid: u16) -> u16 {
+        if let Some(&id) = self.target.get(&(src, spdcid)) {
+            return id;
+        }
+        let id = self.alloc_pdcid();
+        self.target.insert((src, spdcid), id);
+        id
+    }
+
+    /// Forget every PDC (function reset).
+    pub(crate) fn clear(&mut self) {
+        *self = PdcTable::default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rud_request_bytes() {
+        let r = RudRequest {
+            next_hdr: NEXT_HDR_REQUEST_STD,
+            flags: FLAG_SYN,
+            clear_psn_offset: 0x0102,
+            psn: 0x0A0B_0C0D,
+            spdcid: 0x1122,
+            dpdcid: 0x3344,
+        };
+        let mut b = Vec::new();
+        r.encode(&mut b);
+        assert_eq!(b.len(), 12);
+        // type 2 << 11 | next_hdr 3 << 7 | SYN 0x04 = 0x1184
+        assert_eq!(&b[0..2], &[0x11, 0x84]);
+        assert_eq!(&b[2..4], &[0x01, 0x02]);
+        assert_eq!(&b[4..8], &[0x0A, 0x0B, 0x0C, 0x0D]);
+        assert_eq!(&b[8..10], &[0x11, 0x22]);
+        assert_eq!(&b[10..12], &[0x33, 0x44]);
+        b.push(0xEE);
+        let (back, rest) = RudRequest::parse(&b).unwrap();
+        assert_eq!(back, r);
+        assert_eq!(rest, &[0xEE]);
+        assert_eq!(RudRequest::parse(&b[..11]), Err(PdsError::Truncated));
+        let mut bad = b.clone();
+        bad[1] |= 0x01; // reserved flag bit
+        assert!(matches!(RudRequest::parse(&bad), Err(PdsError::Flags(_))));
+        assert!(matches!(Ack::parse(&b), Err(PdsError::Type(2))));
+    }
+
+    #[test]
+    fn ack_bytes() {
+        let a = Ack {
+            next_hdr: NEXT_HDR_RESPONSE,
+            flags: 0,
+            ack_psn_offset: 0,
+            cack_psn: 77,
+            spdcid: 5,
+            dpdcid: 6,
+        };
+        let mut b = Vec::new();
+        a.encode(&mut b);
+        // type 7 << 11 | next_hdr 4 << 7 = 0x3A00
+        assert_eq!(&b[0..2], &[0x3A, 0x00]);
+        assert_eq!(Ack::parse(&b).unwrap().0, a);
+    }
+
+    #[test]
+    fn syn_only_until_established() {
+        let mut t = PdcTable::default();
+        let peer: IpAddr = "10.0.0.9".parse().unwrap();
+        let r1 = t.next_request(peer);
+        assert_eq!(r1.flags & FLAG_SYN, FLAG_SYN);
+        t.ack_received(peer, 42);
+        let r2 = t.next_request(peer);
+        assert_eq!(r2.flags & FLAG_SYN, 0);
+        assert_eq!(r2.dpdcid, 42);
+        assert_eq!(r2.psn, r1.psn + 1);
+        assert_eq!(r2.spdcid, r1.spdcid);
+    }
+}

@@ -1,0 +1,246 @@
+//! TX engine.
+//!
+//! `TXQ_DOORBELL` (endpoint handle, new tail) latches an endpoint's TX ring tail; a doorbell
+//! for an unknown endpoint or with an index outside the ring is ignored and counted. While the
+//! function runs, the engine consumes each endpoint's descriptors in order. It consumes one only
+//! when the endpoint's completion ring can take its completion (counting completions already
+//! queued and sends still awaiting a response), so a full completion ring stalls the engine and
+//! nothing is ever overwritten or dropped.
+//!
+//! For each [`TxDescriptor`]:
+//!
+//! 1. Validate: opcode SEND, `flags` and reserved bytes zero, `len <= CAP_PROFILES.mtu`;
+//!    otherwise complete with `BadDescriptor`.
+//! 2. Read `len` payload bytes from `buf` by DMA; a fault completes with `DmaFault` (and counts
+//!    `DMA_FAULTS`).
+//! 3. Translate `dest` through the endpoint's bound AV: the receive context is the top
+//!    `rx_ctx_bits` bits, the index the rest. No bound AV, an index beyond the table, an invalid
+//!    entry, or a resource index (`entry.ri_start + rx_ctx`) beyond 12 bits complete with
+//!    `AddrNotAvail`.
+//! 4. Send one UET packet: source IP = this NIC, destination IP = the entry's fabric address,
+//!    UDP 4793; PDS RUD_REQ on the PDC to that address (SYN until established); SES standard
+//!    request with opcode SEND, flags SOM|EOM (+REL unless the entry is absolute, +HD when
+//!    `data` is non-zero), the endpoint's next message id, JobID and PIDonFEP from the entry,
+//!    resource index `entry.ri_start + rx_ctx`, the endpoint's initiator id, header_data =
+//!    `data`, request_length = `len`, then the payload. `TX_PACKETS` and `TX_BYTES` count it.
+//! 5. The descriptor completes (`Send`, its `context`, `len`) when the target's response
+//!    arrives: RC_OK gives `Ok`; any other return code gives `Remote` with that code. When no
+//!    NIC owns the destination address the fabric reports it and the completion is
+//!    `Unreachable`.
+//!
+//! Every completion other than `Ok` also counts in `TX_ERRORS`.
+
+use crate::frame::{self, GATEWAY_MAC};
+use crate::nic::Nic;
+use crate::pds::{Ack, RudRequest};
+use crate::ses::{self, Response, StandardRequest};
+use std::net::IpAddr;
+use uet_fwif::av_entry::entry_flags;
+use uet_fwif::{Completion, CompletionKind, LocalStatus, ReturnCode, TxDescriptor, TxOpcode};
+use uet_regs::{TX_BYTES, TX_ERRORS, TX_PACKETS};
+use zerocopy::little_endian::{U32, U64};
+use zerocopy::FromBytes;
+
+/// A send waiting for its response.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PendingSend {
+    pub handle: u16,
+    pub serial: u64,
+    pub context: u64,
+    pub len: u32,
+    pub dst: IpAddr,
+    pub message_id: u16,
+}
+
+fn send_completion(context: u64, len: u32, status: LocalStatus, rc: u8) -> Completion {
+    Completion {
+        context: U64::new(context),
+        data: U64::ZERO,
+        src_addr: U64::ZERO,
+        len: U32::new(len),
+        status: status as u8,
+        return_code: rc,
+        kind: CompletionKind::Send as u8,
+        phase: 0,
+    }
+}
+
+impl Nic {
+    /// Consume an endpoint's TX descriptors while its completion ring has room.
+    pub(crate) fn tx_poll(&mut self, handle: u16) -> bool {
+        let mut progress = false;
+        while let Some(ep) = self.eps.get_mut(handle) {
+            if ep.faulted || !ep.tx.pending() {
+                break;
+            }
+            if !ep.cq_has_room() {
+                self.counters.debug.cq_stalls += 1;
+                break;
+            }
+            let at = ep.tx.base + u64::from(ep.tx.head) * 64;
+            let mut raw = [0u8; 64];
+            if self.iommu.read(at, &mut raw).is_err() {
+                self.ring_fault(handle);
+                break;
+            }
+            ep.tx.head = ep.tx.geom.next(ep.tx.head);
+            progress = true;
+            if let Ok(d) = TxDescriptor::read_from_bytes(&raw) {
+                self.tx_one(handle, &d);
+            }
+        }
+        progress
+    }
+
+    fn tx_fail(&mut self, handle: u16, d: &TxDescriptor, status: LocalStatus) {
+        self.counters.inc(TX_ERRORS);
+        let c = send_completion(d.context.get(), d.len.get(), status, 0);
+        self.post_completion(handle, c);
+    }
+
+    fn tx_one(&mut self, handle: u16, d: &TxDescriptor) {
+        let len = d.len.get();
+        if TxOpcode::from_u8(d.opcode).is_none()
+            || d.flags != 0
+            || d.reserved0 != [0; 2]
+            || d.reserved1 != [0; 24]
+            || len > u32::from(self.cfg.mtu)
+        {
+            return self.tx_fail(handle, d, LocalStatus::BadDescriptor);
+        }
+        let mut payload = vec![0u8; len as usize];
+        if self.iommu.read(d.buf.get(), &mut payload).is_err() {
+            self.dma_fault();
+            return self.tx_fail(handle, d, LocalStatus::DmaFault);
+        }
+        let Some(ep) = self.eps.get(handle) else {
+            return;
+        };
+        let (serial, initiator, av) = (ep.serial, ep.initiator, ep.av);
+        let translated = self
+            .avs
+            .get(av)
+            .ok_or(())
+            .and_then(|t| t.translate(d.dest.get()).map_err(|_| ()));
+        let Ok((entry, rx_ctx)) = translated else {
+            return self.tx_fail(handle, d, LocalStatus::AddrNotAvail);
+        };
+        let ri = u64::from(entry.ri_start.get()) + rx_ctx;
+        if ri > 0x0FFF {
+            return self.tx_fail(handle, d, LocalStatus::AddrNotAvail);
+        }
+        let dst = entry.fabric_ip();
+        if dst.is_ipv4() != self.cfg.fabric_addr.is_ipv4() {
+            return self.tx_fail(handle, d, LocalStatus::Unreachable);
+        }
+        let Some(ep) = self.eps.get_mut(handle) else {
+            return;
+        };
+        let message_id = ep.next_message_id;
+        ep.next_message_id = ep.next_message_id.wrapping_add(1);
+        let pds = self.pdcs.next_request(dst);
+        let mut flags = ses::FLAG_SOM | ses::FLAG_EOM;
+        if entry.flags.get() & entry_flags::ABSOLUTE == 0 {
+            flags |= ses::FLAG_REL;
+        }
+        if d.data.get() != 0 {
+            flags |= ses::FLAG_HD;
+        }
+        let req = StandardRequest {
+            opcode: ses::OP_SEND,
+            flags,
+            message_id,
+            ri_generation: 0,
+            job_id: entry.job_id.get(),
+            pid_on_fep: entry.pid_on_fep.get(),
+            resource_index: ri as u16,
+            buffer_offset: 0,
+            initiator,
+            match_bits: 0,
+            header_data: d.data.get(),
+            request_length: len,
+        };
+        let mut pkt =
+            Vec::with_capacity(crate::pds::RUD_REQ_BYTES + ses::STD_REQUEST_BYTES + payload.len());
+        pds.encode(&mut pkt);
+        req.encode(&mut pkt);
+        pkt.extend_from_slice(&payload);
+        let src_port = 0xC000 | (pds.spdcid & 0x3FFF);
+        let f = match frame::build(
+            self.cfg.mac,
+            GATEWAY_MAC,
+            self.cfg.fabric_addr,
+            dst,
+            src_port,
+            &pkt,
+        ) {
+            Ok(f) => f,
+            Err(_) => return self.tx_fail(handle, d, LocalStatus::BadDescriptor),
+        };
+        self.pending_tx.insert(
+            (pds.spdcid, pds.psn),
+            PendingSend {
+                handle,
+                serial,
+                context: d.context.get(),
+                len,
+                dst,
+                message_id,
+            },
+        );
+        if let Some(ep) = self.eps.get_mut(handle) {
+            ep.outstanding += 1;
+        }
+        self.counters.inc(TX_PACKETS);
+        self.counters.add(TX_BYTES, u64::from(len));
+        self.outbox.push(f);
+    }
+
+    /// Complete the send a response answers.
+    pub(crate) fn on_response(&mut self, src: IpAddr, ack: &Ack, resp: &Response) {
+        let key = (ack.dpdcid, ack.cack_psn);
+        let matches = self
+            .pending_tx
+            .get(&key)
+            .is_some_and(|p| p.dst == src && p.message_id == resp.message_id);
+        if !matches || !self.pdcs.initiator_matches(src, ack.dpdcid) {
+            self.counters.debug.stray_responses += 1;
+            return;
+        }
+        let Some(p) = self.pending_tx.remove(&key) else {
+            return;
+        };
+        self.pdcs.ack_received(src, ack.spdcid);
+        self.finish_send(&p, resp.return_code, None);
+    }
+
+    fn finish_send(&mut self, p: &PendingSend, rc: u8, local: Option<LocalStatus>) {
+        let Some(ep) = self.eps.get_mut(p.handle).filter(|e| e.serial == p.serial) else {
+            return; // the endpoint is gone
+        };
+        ep.outstanding = ep.outstanding.saturating_sub(1);
+        let status = match local {
+            Some(s) => s,
+            None if rc == ReturnCode::Ok as u8 => LocalStatus::Ok,
+            None => LocalStatus::Remote,
+        };
+        if status != LocalStatus::Ok {
+            self.counters.inc(TX_ERRORS);
+        }
+        let c = send_completion(p.context, p.len, status, rc);
+        self.post_completion(p.handle, c);
+    }
+
+    /// The fabric found no NIC at the destination of a frame this NIC sent.
+    pub(crate) fn on_unreachable(&mut self, f: &[u8]) {
+        let Ok(dg) = frame::parse(f) else {
+            return;
+        };
+        let Ok((req, _)) = RudRequest::parse(dg.payload) else {
+            return; // a response to a vanished initiator: nothing waits for it
+        };
+        if let Some(p) = self.pending_tx.remove(&(req.spdcid, req.psn)) {
+            self.finish_send(&p, 0, Some(LocalStatus::Unreachable));
+        }
+    }
+}

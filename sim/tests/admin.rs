@@ -1,0 +1,376 @@
+//! Admin queue and firmware: every opcode's success and error paths.
+
+mod common;
+
+use common::*;
+use uet_fwif::admin::{BufferBody, RangeBody};
+use uet_fwif::identify::IdentifyData;
+use uet_fwif::{AdminCommand, Command, NicAvEntry, Status, UetAddress};
+use uet_regs::*;
+use uet_sim::{Fabric, NicConfig};
+use zerocopy::little_endian::{U32, U64};
+use zerocopy::{FromBytes, FromZeros};
+
+fn peer(ip: &str, pid: u16, initiator: u32) -> UetAddress {
+    UetAddress {
+        caps: 0,
+        mode: uet_fwif::address::AddressingMode::Relative,
+        max_msg_mtu: false,
+        pid_on_fep: pid,
+        fabric_addr: addr(ip),
+        ri_start: 1,
+        ri_count: 4,
+        initiator,
+    }
+}
+
+const UNMAPPED: u64 = 0x7000_0000;
+
+#[test]
+fn identify() {
+    let fabric = Fabric::new();
+    let mut d = Driver::new(&fabric, "10.1.2.3");
+    let buf = d.iova(SCRATCH_OFF);
+    let c = d.submit(Command::Identify(BufferBody {
+        buf: U64::new(buf),
+        len: U32::new(128),
+        ..FromZeros::new_zeroed()
+    }));
+    assert_eq!(c.status(), Status::Success);
+    let id = IdentifyData::read_from_bytes(&d.mem.read(SCRATCH_OFF, 128)).unwrap();
+    assert_eq!(id.vendor_id.get(), PCI_VENDOR_ID);
+    assert_eq!(id.fabric_ip(), addr("10.1.2.3"));
+    assert_eq!(id.serial_str(), "SIM-10.1.2.3");
+    let c = d.submit(Command::Identify(BufferBody {
+        buf: U64::new(buf),
+        len: U32::new(127),
+        ..FromZeros::new_zeroed()
+    }));
+    assert_eq!(c.status(), Status::InvalidField);
+    let c = d.submit(Command::Identify(BufferBody {
+        buf: U64::new(UNMAPPED),
+        len: U32::new(128),
+        ..FromZeros::new_zeroed()
+    }));
+    assert_eq!(c.status(), Status::DmaFault);
+    // Straddling the end of the mapping is a fault too, and nothing is written.
+    let c = d.submit(Command::Identify(BufferBody {
+        buf: U64::new(MEM_IOVA + MEM_BYTES as u64 - 64),
+        len: U32::new(128),
+        ..FromZeros::new_zeroed()
+    }));
+    assert_eq!(c.status(), Status::DmaFault);
+    assert_eq!(d.f.counter(DMA_FAULTS), 2);
+    assert_eq!(d.f.counter(ADMIN_COMMANDS), 4);
+    assert_eq!(d.f.counter(ADMIN_ERRORS), 3);
+    assert!(d.f.read(INTR_CAUSE).admin());
+    assert!(!d.f.read(DEV_STATUS).fatal());
+}
+
+#[test]
+fn unknown_opcode_and_bad_layout() {
+    let fabric = Fabric::new();
+    let mut d = Driver::new(&fabric, "10.0.0.1");
+    let mut raw = AdminCommand::new_zeroed();
+    raw.opcode = 0x7E;
+    assert_eq!(d.submit_raw(raw).status(), Status::InvalidOpcode);
+    let mut raw = Command::AvDestroy { av: 1 }.encode(0);
+    raw.body[3] = 1;
+    assert_eq!(d.submit_raw(raw).status(), Status::InvalidField);
+    let mut raw = Command::AvDestroy { av: 1 }.encode(0);
+    raw.flags = 1;
+    assert_eq!(d.submit_raw(raw).status(), Status::InvalidField);
+    assert_eq!(d.f.counter(ADMIN_ERRORS), 3);
+}
+
+#[test]
+fn av_create_and_destroy() {
+    let fabric = Fabric::new();
+    let mut cfg = NicConfig::new(addr("10.0.0.1"));
+    cfg.av_tables = 2;
+    let mut d = Driver::with_config(&fabric, cfg);
+    assert_eq!(d.av_create(0, 0), Err(Status::InvalidField));
+    assert_eq!(d.av_create((1 << 20) + 1, 0), Err(Status::InvalidField));
+    assert_eq!(d.av_create(8, 9), Err(Status::InvalidField));
+    assert_eq!(d.av_create(1 << 20, 8), Ok(1));
+    assert_eq!(d.av_create(8, 0), Ok(2));
+    assert_eq!(d.av_create(8, 0), Err(Status::NoResources));
+    assert_eq!(
+        d.submit(Command::AvDestroy { av: 1 }).status(),
+        Status::Success
+    );
+    assert_eq!(
+        d.submit(Command::AvDestroy { av: 1 }).status(),
+        Status::InvalidHandle
+    );
+    assert_eq!(
+        d.submit(Command::AvDestroy { av: 0 }).status(),
+        Status::InvalidHandle
+    );
+    assert_eq!(d.av_create(8, 0), Ok(1), "lowest free handle");
+    // Busy while bound.
+    let _ep = d.ep_create(2, 1, 0, 1).unwrap();
+    assert_eq!(
+        d.submit(Command::AvDestroy { av: 2 }).status(),
+        Status::Busy
+    );
+}
+
+#[test]
+fn av_write_read_is_all_or_nothing() {
+    let fabric = Fabric::new();
+    let mut d = Driver::new(&fabric, "10.0.0.1");
+    let av = d.av_create(16, 2).unwrap();
+    let a = NicAvEntry::for_peer(&peer("10.0.0.2", 5, 1), 7);
+    let b = NicAvEntry::for_peer(&peer("10.0.0.3", 6, 2), 7).with_user_id(99);
+    assert_eq!(d.av_write(av, &[(0, a), (15, b)]), Ok(2));
+    let got = d.av_read(av, 0, 16).unwrap();
+    assert_eq!(got[0], a);
+    assert_eq!(got[15], b);
+    assert!(got[1..15].iter().all(|e| !e.is_valid()));
+    // One bad record (index beyond the table) rejects the whole batch.
+    let c = NicAvEntry::for_peer(&peer("10.0.0.4", 7, 3), 7);
+    assert_eq!(
+        d.av_write(av, &[(1, c), (16, c)]),
+        Err(Status::IndexOutOfRange)
+    );
+    let mut bad = c;
+    bad.reserved[0] = 1;
+    assert_eq!(
+        d.av_write(av, &[(1, c), (2, bad)]),
+        Err(Status::InvalidField)
+    );
+    let mut wide = c;
+    wide.job_id = U32::new(1 << 24);
+    assert_eq!(
+        d.av_write(av, &[(1, c), (2, wide)]),
+        Err(Status::InvalidField)
+    );
+    assert!(
+        !d.av_read(av, 1, 1).unwrap()[0].is_valid(),
+        "nothing changed"
+    );
+    // Bad handle, buffer outside DMA memory.
+    assert_eq!(d.av_write(99, &[(1, c)]), Err(Status::InvalidHandle));
+    let cmd = Command::AvWrite {
+        av,
+        body: BufferBody {
+            buf: U64::new(UNMAPPED),
+            len: U32::new(72),
+            count: U32::new(1),
+            ..FromZeros::new_zeroed()
+        },
+    };
+    assert_eq!(d.submit(cmd).status(), Status::DmaFault);
+    // Read out of range and into unmapped memory.
+    assert_eq!(d.av_read(av, 10, 7), Err(Status::IndexOutOfRange));
+    assert_eq!(d.av_read(av, u32::MAX, 1), Err(Status::IndexOutOfRange));
+    let cmd = Command::AvRead {
+        av,
+        body: RangeBody {
+            buf: U64::new(UNMAPPED),
+            len: U32::new(64),
+            first: U32::new(0),
+            count: U32::new(1),
+            ..FromZeros::new_zeroed()
+        },
+    };
+    assert_eq!(d.submit(cmd).status(), Status::DmaFault);
+}
+
+#[test]
+fn av_invalidate_range_and_list() {
+    let fabric = Fabric::new();
+    let mut d = Driver::new(&fabric, "10.0.0.1");
+    let av = d.av_create(8, 0).unwrap();
+    let e = NicAvEntry::for_peer(&peer("10.0.0.2", 5, 1), 7);
+    let all: Vec<_> = (0..8).map(|i| (i, e)).collect();
+    assert_eq!(d.av_write(av, &all), Ok(8));
+    let range = |first, count| Command::AvInvalidate {
+        av,
+        body: RangeBody {
+            buf: U64::ZERO,
+            len: U32::ZERO,
+            first: U32::new(first),
+            count: U32::new(count),
+            ..FromZeros::new_zeroed()
+        },
+    };
+    assert_eq!(d.submit(range(6, 3)).status(), Status::IndexOutOfRange);
+    let c = d.submit(range(0, 2));
+    assert_eq!((c.status(), c.result0.get()), (Status::Success, 2));
+    // List: one bad index rejects all.
+    let list = |d: &mut Driver, idx: &[u32]| {
+        let bytes: Vec<u8> = idx.iter().flat_map(|i| i.to_le_bytes()).collect();
+        d.mem.write(SCRATCH_OFF + 0x1000, &bytes);
+        let buf = d.iova(SCRATCH_OFF + 0x1000);
+        d.submit(Command::AvInvalidate {
+            av,
+            body: RangeBody {
+                buf: U64::new(buf),
+                len: U32::new(bytes.len() as u32),
+                first: U32::ZERO,
+                count: U32::new(idx.len() as u32),
+                ..FromZeros::new_zeroed()
+            },
+        })
+        .status()
+    };
+    assert_eq!(list(&mut d, &[3, 8]), Status::IndexOutOfRange);
+    assert_eq!(list(&mut d, &[3, 5]), Status::Success);
+    let valid: Vec<bool> = d
+        .av_read(av, 0, 8)
+        .unwrap()
+        .iter()
+        .map(|e| e.is_valid())
+        .collect();
+    assert_eq!(valid, [false, false, true, false, true, false, true, true]);
+    let cmd = Command::AvInvalidate {
+        av,
+        body: RangeBody {
+            buf: U64::new(UNMAPPED),
+            len: U32::new(4),
+            first: U32::ZERO,
+            count: U32::new(1),
+            ..FromZeros::new_zeroed()
+        },
+    };
+    assert_eq!(d.submit(cmd).status(), Status::DmaFault);
+}
+
+#[test]
+fn endpoint_create_and_destroy() {
+    let fabric = Fabric::new();
+    let mut cfg = NicConfig::new(addr("10.0.0.1"));
+    cfg.endpoints = 3;
+    cfg.pid_first = 100;
+    cfg.pid_count = 2;
+    cfg.ri_space = 64;
+    cfg.ri_per_endpoint = 40;
+    let mut d = Driver::with_config(&fabric, cfg);
+    let av = d.av_create(8, 0).unwrap();
+    assert_eq!(d.ep_create(5, 1, 0, 1).err(), Some(Status::InvalidHandle));
+    assert_eq!(d.ep_create(av, 1, 0, 0).err(), Some(Status::InvalidField));
+    assert_eq!(d.ep_create(av, 1, 0, 41).err(), Some(Status::InvalidField));
+    assert_eq!(
+        d.ep_create(av, 1 << 24, 0, 1).err(),
+        Some(Status::InvalidField)
+    );
+    let (mut body, base) = d.ep_body(1, 0, 1);
+    body.cq_log2 = 0;
+    assert_eq!(
+        d.ep_create_with(av, body, base).err(),
+        Some(Status::InvalidField)
+    );
+    body.cq_log2 = 13; // 8192 entries > CAP_QUEUES.max_queue_entries
+    assert_eq!(
+        d.ep_create_with(av, body, base).err(),
+        Some(Status::InvalidField)
+    );
+    body.cq_log2 = 3;
+    body.rx_ring = U64::new(UNMAPPED);
+    assert_eq!(
+        d.ep_create_with(av, body, base).err(),
+        Some(Status::DmaFault)
+    );
+    body.rx_ring = U64::new(MEM_IOVA + MEM_BYTES as u64 - 128); // ring runs off the mapping
+    assert_eq!(
+        d.ep_create_with(av, body, base).err(),
+        Some(Status::DmaFault)
+    );
+    let a = d.ep_create(av, 1, 0, 40).unwrap();
+    assert_eq!((a.handle, a.pid, a.ri_start, a.ri_count), (1, 100, 1, 40));
+    assert_eq!(
+        d.ep_create(av, 1, 0, 30).err(),
+        Some(Status::NoResources),
+        "RI space"
+    );
+    let b = d.ep_create(0, 2, 0, 20).unwrap();
+    assert_eq!((b.handle, b.pid, b.ri_start), (2, 101, 41));
+    assert_eq!(
+        d.ep_create(0, 1, 0, 1).err(),
+        Some(Status::NoResources),
+        "PIDs"
+    );
+    assert_eq!(
+        d.submit(Command::EndpointDestroy { endpoint: 1 }).status(),
+        Status::Success
+    );
+    assert_eq!(
+        d.submit(Command::EndpointDestroy { endpoint: 1 }).status(),
+        Status::InvalidHandle
+    );
+    assert_eq!(
+        d.submit(Command::EndpointDestroy { endpoint: 0x1_0001 })
+            .status(),
+        Status::InvalidHandle
+    );
+    let c = d.ep_create(av, 3, 0, 10).unwrap();
+    assert_eq!(
+        (c.handle, c.pid, c.ri_start),
+        (1, 100, 1),
+        "lowest free everything"
+    );
+    assert_eq!(d.submit(Command::AvDestroy { av }).status(), Status::Busy);
+    assert_eq!(
+        d.submit(Command::EndpointDestroy { endpoint: 1 }).status(),
+        Status::Success
+    );
+    assert_eq!(
+        d.submit(Command::AvDestroy { av }).status(),
+        Status::Success
+    );
+}
+
+#[test]
+fn admin_cq_full_stalls_until_head_moves() {
+    use uet_fwif::admin::{AdminCompletion, COMMAND_BYTES};
+    let fabric = Fabric::new();
+    let d = Driver::new(&fabric, "10.0.0.1");
+    // A CQ head past what the device wrote is ignored (the register keeps its value).
+    d.f.write(ADMIN_CQ_HEAD, RingIndex::new().with_index(3));
+    assert_eq!(d.f.read(ADMIN_CQ_HEAD).index(), 0);
+    assert_eq!(d.f.debug_counters().bad_doorbells, 1);
+    // Post 15 commands (SQ of 16) without consuming completions: the CQ holds 15.
+    let n = 1u16 << ADMIN_LOG2;
+    for i in 0..15u16 {
+        let cmd = Command::AvCreate(uet_fwif::admin::AvCreateBody {
+            capacity: U32::new(0), // InvalidField, harmless
+            ..FromZeros::new_zeroed()
+        })
+        .encode(i);
+        d.mem.write(
+            SQ_OFF + usize::from(i) * COMMAND_BYTES,
+            zerocopy::IntoBytes::as_bytes(&cmd),
+        );
+    }
+    d.f.write(ADMIN_SQ_DOORBELL, RingIndex::new().with_index(15));
+    assert_eq!(d.f.read(ADMIN_SQ_HEAD).index(), 15);
+    // Out-of-range doorbell is ignored and counted.
+    d.f.write(ADMIN_SQ_DOORBELL, RingIndex::new().with_index(n));
+    assert_eq!(d.f.read(ADMIN_SQ_TAIL).index(), 15);
+    assert_eq!(d.f.debug_counters().bad_doorbells, 2);
+    // Wrap: post one more at slot 15 and one at slot 0; CQ is full (15 used) so nothing runs.
+    for slot in [15usize, 0] {
+        let cmd = Command::AvDestroy { av: 9 }.encode(100 + slot as u16);
+        d.mem.write(
+            SQ_OFF + slot * COMMAND_BYTES,
+            zerocopy::IntoBytes::as_bytes(&cmd),
+        );
+    }
+    d.f.write(ADMIN_SQ_DOORBELL, RingIndex::new().with_index(1));
+    assert_eq!(d.f.read(ADMIN_SQ_HEAD).index(), 15, "stalled on a full CQ");
+    d.f.write(ADMIN_CQ_HEAD, RingIndex::new().with_index(2));
+    assert_eq!(
+        d.f.read(ADMIN_SQ_HEAD).index(),
+        1,
+        "both ran after the head moved"
+    );
+    let at = |i: usize| AdminCompletion::read_from_bytes(&d.mem.read(CQ_OFF + i * 16, 16)).unwrap();
+    assert_eq!(at(15).command_id.get(), 115);
+    assert!(at(15).phase_bit());
+    assert_eq!(at(0).command_id.get(), 100);
+    assert!(!at(0).phase_bit(), "second pass writes phase 0");
+    assert_eq!(at(0).status(), Status::InvalidHandle);
+    assert_eq!(at(0).sq_head.get(), 1);
+}

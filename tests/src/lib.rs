@@ -1,0 +1,132 @@
+//! Shared scaffolding for the end-to-end tests: simulated fabrics, NICs and endpoints.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use uet_av::{AvAttr, FiAddr};
+use uet_driver::backend::sim::SimDevice;
+use uet_driver::{Av, CqEvent, DmaPool, Endpoint, EndpointAttr, Nic};
+use uet_fwif::UetAddress;
+use uet_sim::{Fabric, NicConfig, SimFunction};
+
+/// The fabric address of NIC `i`: 10.1.0.1, 10.1.0.2, …
+pub fn nic_addr(i: usize) -> IpAddr {
+    IpAddr::V4(std::net::Ipv4Addr::from(0x0A01_0001 + i as u32))
+}
+
+/// A fabric with `n` NICs.
+pub fn fabric(n: usize) -> (Fabric, Vec<SimFunction>) {
+    let fabric = Fabric::new();
+    let fns = (0..n)
+        .map(|i| {
+            fabric
+                .add_nic(NicConfig::new(nic_addr(i)))
+                .expect("add NIC")
+        })
+        .collect();
+    (fabric, fns)
+}
+
+/// A NIC with an AV, an endpoint bound to it, and a buffer pool.
+pub struct Node {
+    /// The NIC.
+    pub nic: Nic,
+    /// Its AV.
+    pub av: Av,
+    /// Its endpoint.
+    pub ep: Endpoint,
+    /// Buffers.
+    pub pool: DmaPool,
+    /// The simulated function behind the NIC, for counters.
+    pub function: SimFunction,
+}
+
+impl Node {
+    /// Open NIC `function` with an AV of `av_count` entries and an endpoint, all in `job_id`.
+    pub fn new(function: SimFunction, job_id: u32, av_count: usize) -> Node {
+        Self::with_av_job(function, job_id, job_id, av_count)
+    }
+
+    /// As [`Node::new`], with the AV stamping `av_job` into its entries.
+    pub fn with_av_job(function: SimFunction, job_id: u32, av_job: u32, av_count: usize) -> Node {
+        let nic = Nic::open(Arc::new(SimDevice::new(function.clone()))).expect("open NIC");
+        let av = nic
+            .open_av(AvAttr {
+                count: av_count,
+                job_id: av_job,
+                ..AvAttr::default()
+            })
+            .expect("open AV");
+        let ep = nic
+            .endpoint(
+                EndpointAttr {
+                    job_id,
+                    ..EndpointAttr::default()
+                },
+                Some(&av),
+            )
+            .expect("create endpoint");
+        let pool = DmaPool::new(&nic, 4096, 64).expect("pool");
+        Node {
+            nic,
+            av,
+            ep,
+            pool,
+            function,
+        }
+    }
+
+    /// The endpoint's serialized address.
+    pub fn addr(&self) -> [u8; 32] {
+        self.ep.address().to_bytes().expect("valid address")
+    }
+
+    /// Insert one serialized address; returns its fi_addr.
+    pub fn insert(&mut self, addr: &[u8]) -> FiAddr {
+        let mut out = [0u64; 1];
+        let n = self.av.insert(addr, 1, Some(&mut out), 0).expect("insert");
+        assert_eq!(n, 1, "insert of a valid address");
+        out[0]
+    }
+
+    /// Post `n` receive buffers.
+    pub fn post_recvs(&mut self, n: u32) {
+        for i in 0..n {
+            let b = self.pool.alloc().expect("buffer");
+            self.ep
+                .post_recv(b, 1000 + u64::from(i))
+                .expect("post recv");
+        }
+    }
+
+    /// Send `data` to `dest`.
+    pub fn send(&mut self, dest: FiAddr, data: &[u8], context: u64) {
+        let mut b = self.pool.alloc().expect("buffer");
+        b.fill(data).expect("fill");
+        self.ep
+            .post_send(dest, b, context, context)
+            .expect("post send");
+    }
+
+    /// The next completion; the simulator completes work synchronously with the doorbell, so
+    /// an empty queue after a bounded number of polls means nothing is coming.
+    pub fn next_completion(&mut self) -> Option<CqEvent> {
+        for _ in 0..16 {
+            if let Some(ev) = self.ep.poll().expect("poll") {
+                return Some(ev);
+            }
+        }
+        None
+    }
+
+    /// A counter of the NIC.
+    pub fn counter(&self, reg: uet_regs::Reg<u64>) -> u64 {
+        self.function.counter(reg)
+    }
+}
+
+/// `addr` with fields changed, serialized.
+pub fn forged(addr: &UetAddress, f: impl FnOnce(&mut UetAddress)) -> [u8; 32] {
+    let mut a = *addr;
+    f(&mut a);
+    a.to_bytes().expect("forged address still well-formed")
+}

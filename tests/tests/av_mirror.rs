@@ -1,0 +1,74 @@
+//! After every AV operation the NIC table read back with AV_READ equals the host mirror.
+
+use uet_av::{NicAvTable, FI_MORE};
+use uet_fwif::NicAvEntry;
+use uet_regs::ADMIN_COMMANDS;
+use uet_tests::{fabric, Node};
+
+fn assert_nic_equals_mirror(node: &mut Node, step: &str) {
+    let cap = node.av.capacity();
+    let mut nic = vec![NicAvEntry::INVALID; cap];
+    node.av.nic_mut().read_entries(0, &mut nic).unwrap();
+    for (i, e) in nic.iter().enumerate() {
+        let m = node
+            .av
+            .mirror_entry(i as u32)
+            .unwrap_or(NicAvEntry::INVALID);
+        assert_eq!(*e, m, "{step}: index {i} differs between NIC and mirror");
+    }
+    assert!(
+        node.av.verify_nic().unwrap().is_empty(),
+        "{step}: verify_nic"
+    );
+}
+
+#[test]
+fn nic_table_equals_mirror_after_every_operation() {
+    let (_fabric, fns) = fabric(6);
+    let mut nodes: Vec<Node> = fns.into_iter().map(|f| Node::new(f, 7, 32)).collect();
+    let addrs: Vec<[u8; 32]> = nodes.iter().map(Node::addr).collect();
+    let n0 = &mut nodes[0];
+    assert_nic_equals_mirror(n0, "empty");
+
+    let flat: Vec<u8> = addrs[1..].concat();
+    assert_eq!(n0.av.insert(&flat, 5, None, 0).unwrap(), 5);
+    assert_nic_equals_mirror(n0, "insert 5");
+
+    n0.av.remove(&[1, 3], 0).unwrap();
+    assert_nic_equals_mirror(n0, "remove 1 and 3");
+
+    // A batch with FI_MORE: the mirror answers at once, the NIC gets one AV_WRITE at the end.
+    let before = n0.counter(ADMIN_COMMANDS);
+    let mut out = [0u64; 1];
+    n0.av.insert(&addrs[2], 1, Some(&mut out), FI_MORE).unwrap();
+    assert_eq!(out[0], 1, "lowest free index");
+    n0.av.insert(&addrs[4], 1, Some(&mut out), FI_MORE).unwrap();
+    assert_eq!(out[0], 3);
+    assert_eq!(
+        n0.counter(ADMIN_COMMANDS),
+        before,
+        "FI_MORE defers the NIC write"
+    );
+    n0.av.insert(&addrs[5], 1, Some(&mut out), 0).unwrap();
+    assert_eq!(out[0], 5);
+    assert_eq!(
+        n0.counter(ADMIN_COMMANDS),
+        before + 1,
+        "one AV_WRITE for the whole batch"
+    );
+    assert_nic_equals_mirror(n0, "FI_MORE batch");
+
+    // A bad address among good ones: its slot gets FI_ADDR_NOTAVAIL, the rest go in.
+    let mut bad = addrs[1];
+    bad[0] = 0x70; // unknown address version
+    let mixed: Vec<u8> = [addrs[1], bad, addrs[3]].concat();
+    let mut out = [0u64; 3];
+    assert_eq!(n0.av.insert(&mixed, 3, Some(&mut out), 0).unwrap(), 2);
+    assert_eq!(out[1], u64::MAX);
+    assert_nic_equals_mirror(n0, "mixed good and bad");
+
+    let all: Vec<u64> = n0.av.iter().map(|(i, _)| u64::from(i)).collect();
+    n0.av.remove(&all, 0).unwrap();
+    assert_nic_equals_mirror(n0, "remove all");
+    assert_eq!(n0.av.len(), 0);
+}

@@ -1,0 +1,186 @@
+//! Bad input gets an error status or completion, never a panic or a hang, and changes nothing.
+
+use std::time::Duration;
+use uet_av::{FiErrno, NicAvTable};
+use uet_driver::DriverError;
+use uet_fwif::admin::{BufferBody, Command, Status};
+use uet_fwif::datapath::LocalStatus;
+use uet_fwif::{AvWriteRecord, NicAvEntry};
+use uet_regs::{DevCtrl, RegisterAccess, DEV_CTRL, DMA_FAULTS, RX_MALFORMED, RX_PACKETS};
+use uet_sim::frame;
+use uet_tests::{fabric, Node};
+use zerocopy::little_endian::{U32, U64};
+use zerocopy::FromZeros;
+
+#[test]
+fn unknown_admin_opcode_gets_invalid_opcode_and_the_queue_keeps_working() {
+    let (_f, fns) = fabric(1);
+    let node = Node::new(fns.into_iter().next().unwrap(), 1, 4);
+    let mut raw = Command::EndpointDestroy { endpoint: 1 }.encode(0);
+    raw.opcode = 0x7f;
+    match node.nic.admin_raw(raw) {
+        Err(DriverError::AdminStatus { status, opcode }) => {
+            assert_eq!(status, Status::InvalidOpcode);
+            assert_eq!(opcode, 0x7f);
+        }
+        other => panic!("expected InvalidOpcode, got {other:?}"),
+    }
+    // Reserved bits set: InvalidField.
+    let mut raw = Command::EndpointDestroy { endpoint: 1 }.encode(0);
+    raw.body[10] = 1;
+    assert!(matches!(
+        node.nic.admin_raw(raw),
+        Err(DriverError::AdminStatus {
+            status: Status::InvalidField,
+            ..
+        })
+    ));
+    // The next command works.
+    let mut out = [NicAvEntry::INVALID; 1];
+    let mut node = node;
+    node.av.nic_mut().read_entries(0, &mut out).unwrap();
+}
+
+#[test]
+fn av_index_beyond_the_table_is_an_error() {
+    let (_f, fns) = fabric(2);
+    let mut it = fns.into_iter();
+    let mut node = Node::new(it.next().unwrap(), 1, 4);
+    let peer = Node::new(it.next().unwrap(), 1, 4);
+    let cap = node.av.capacity() as u32;
+
+    // AV_READ and AV_WRITE beyond the table: IndexOutOfRange from the NIC.
+    let mut out = [NicAvEntry::INVALID; 1];
+    let e = node.av.nic_mut().read_entries(cap, &mut out).unwrap_err();
+    assert!(e.to_string().contains("index out of range"), "{e}");
+    let mut rec = AvWriteRecord::new_zeroed();
+    rec.index = U32::new(cap);
+    rec.entry = NicAvEntry::for_peer(peer.ep.address(), 1);
+    let e = node.av.nic_mut().write_entries(&[rec]).unwrap_err();
+    assert!(e.to_string().contains("index out of range"), "{e}");
+    assert!(node.av.verify_nic().unwrap().is_empty(), "nothing changed");
+
+    // fi_av calls: -FI_EINVAL.
+    let mut buf = [0u8; 32];
+    let mut len = buf.len();
+    for bad in [u64::from(cap), u64::from(cap) + 1, u64::MAX, 0] {
+        assert_eq!(
+            node.av.lookup(bad, &mut buf, &mut len).unwrap_err().errno,
+            FiErrno::FI_EINVAL
+        );
+        assert_eq!(
+            node.av.remove(&[bad], 0).unwrap_err().errno,
+            FiErrno::FI_EINVAL
+        );
+    }
+
+    // A send to an fi_addr beyond the table: an error completion, FI_EADDRNOTAVAIL.
+    node.send(u64::from(cap) + 5, b"nowhere", 1);
+    let err = node.next_completion().unwrap().error.unwrap();
+    assert_eq!(err.local, LocalStatus::AddrNotAvail);
+    assert_eq!(err.errno, FiErrno::FI_EADDRNOTAVAIL);
+}
+
+#[test]
+fn descriptor_or_command_outside_mapped_dma_memory_is_a_dma_fault() {
+    let (_f, fns) = fabric(2);
+    let mut it = fns.into_iter();
+    let mut node = Node::new(it.next().unwrap(), 1, 4);
+    let mut peer = Node::new(it.next().unwrap(), 1, 4);
+    peer.post_recvs(1);
+    let k = node.insert(&peer.addr());
+    let unmapped = 0x7700_0000_0000u64;
+    node.ep.post_send_iova(k, unmapped, 64, 5, 0).unwrap();
+    let ev = node.next_completion().expect("completion");
+    let err = ev.error.expect("DMA fault");
+    assert_eq!(err.local, LocalStatus::DmaFault);
+    assert_eq!(err.errno, FiErrno::FI_EFAULT);
+    assert_eq!(ev.context, 5);
+    assert!(node.counter(DMA_FAULTS) >= 1);
+    assert!(peer.next_completion().is_none());
+
+    // An admin command whose buffer is unmapped.
+    let mut body = BufferBody::new_zeroed();
+    body.buf = U64::new(unmapped);
+    body.len = U32::new(72);
+    body.count = U32::new(1);
+    let e = node
+        .nic
+        .admin_command(Command::AvWrite { av: 1, body })
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            DriverError::AdminStatus {
+                status: Status::DmaFault,
+                ..
+            }
+        ),
+        "{e}"
+    );
+
+    // The endpoint still works.
+    node.send(k, b"after the fault", 6);
+    assert!(node.next_completion().unwrap().error.is_none());
+    assert!(peer.next_completion().unwrap().error.is_none());
+}
+
+#[test]
+fn admin_command_on_a_disabled_device_times_out_with_a_clear_error() {
+    let (_f, fns) = fabric(1);
+    let node = Node::new(fns.into_iter().next().unwrap(), 1, 4);
+    node.nic.set_admin_timeout(Duration::from_millis(50));
+    node.nic.bar0().write(DEV_CTRL, DevCtrl::new());
+    let e = node
+        .nic
+        .admin_command(Command::EndpointDestroy { endpoint: 99 })
+        .unwrap_err();
+    match &e {
+        DriverError::AdminTimeout { device_enabled, .. } => assert!(!device_enabled),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert!(e.to_string().contains("timed out"), "{e}");
+}
+
+#[test]
+fn malformed_frames_are_counted_and_dropped() {
+    let (fabric, fns) = fabric(2);
+    let mut it = fns.into_iter();
+    let mut node = Node::new(it.next().unwrap(), 1, 4);
+    let peer = Node::new(it.next().unwrap(), 1, 4);
+    node.post_recvs(1);
+    let me = node.nic.fabric_addr();
+    let src = peer.nic.fabric_addr();
+    let frame = |payload: &[u8]| {
+        frame::build(
+            [2, 0, 0, 0, 0, 1],
+            [2, 0, 0, 0, 0, 2],
+            src,
+            me,
+            5000,
+            payload,
+        )
+        .unwrap()
+    };
+    let before = node.counter(RX_MALFORMED);
+    // A UDP datagram to port 4793 whose UET headers are cut short.
+    fabric.inject_frame(&frame(&[0x10, 0x60, 0, 0, 0]));
+    assert_eq!(node.counter(RX_MALFORMED), before + 1);
+    // A well-formed PDS prologue followed by a truncated SES header.
+    let mut truncated = vec![0u8; 12 + 10];
+    truncated[0] = 0x10; // type RUD_REQ
+    fabric.inject_frame(&frame(&truncated));
+    assert_eq!(node.counter(RX_MALFORMED), before + 2);
+    // A corrupted IPv4 header checksum.
+    let mut bad_ip = frame(&[0u8; 80]);
+    bad_ip[14 + 10] ^= 0xff;
+    fabric.inject_frame(&bad_ip);
+    assert_eq!(node.counter(RX_MALFORMED), before + 3);
+    // Garbage that no NIC owns.
+    let dropped = fabric.dropped_frames();
+    fabric.inject_frame(&[0u8; 7]);
+    assert_eq!(fabric.dropped_frames(), dropped + 1);
+    // Nothing reached the posted buffer, and the NIC still works.
+    assert!(node.next_completion().is_none());
+    assert_eq!(node.counter(RX_PACKETS), 0);
+}

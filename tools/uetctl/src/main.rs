@@ -1,0 +1,277 @@
+//! `uetctl`: run the uet-nic demo job on the simulator and inspect NIC AV tables.
+
+use clap::{Parser, Subcommand};
+use serde_json::json;
+use std::process::ExitCode;
+use uetctl::demo::{self, DemoConfig, DemoOutcome};
+use uetctl::dump;
+
+#[derive(Parser)]
+#[command(
+    name = "uetctl",
+    version,
+    about = "Inspect and exercise uet-nic UET NICs"
+)]
+struct Cli {
+    /// Print JSON for scripts instead of tables for people.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Args, Clone, Copy)]
+struct JobArgs {
+    /// Ranks in the job, each with its own simulated NIC.
+    #[arg(long, default_value_t = 4)]
+    ranks: usize,
+    /// Messages each rank sends to its right neighbour.
+    #[arg(long, default_value_t = 8)]
+    messages: u32,
+    /// JobID of the job (24 bits).
+    #[arg(long, default_value_t = 0x00_1234, value_parser = parse_u32)]
+    job_id: u32,
+}
+
+impl From<JobArgs> for DemoConfig {
+    fn from(a: JobArgs) -> Self {
+        DemoConfig {
+            ranks: a.ranks,
+            messages: a.messages,
+            job_id: a.job_id,
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the demo job: N ranks on simulated NICs exchange addresses (master-collect), fill
+    /// their AVs and send to their right neighbour by fi_addr_t; every message is checked.
+    Demo {
+        #[command(flatten)]
+        job: JobArgs,
+    },
+    /// Address vectors.
+    Av {
+        #[command(subcommand)]
+        command: AvCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum AvCommand {
+    /// Print NIC AV tables (read back with AV_READ) with the host mirror beside them.
+    Dump {
+        /// Dump the tables of the demo job's simulated fabric (run first).
+        #[arg(long)]
+        demo: bool,
+        /// Only this rank's NIC (default: every rank).
+        #[arg(long)]
+        rank: Option<usize>,
+        #[command(flatten)]
+        job: JobArgs,
+    },
+}
+
+fn parse_u32(s: &str) -> Result<u32, String> {
+    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u32::from_str_radix(h, 16),
+        None => s.parse(),
+    };
+    r.map_err(|e| format!("{s}: {e}"))
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("UET_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Demo { job } => run_demo(job.into(), cli.json),
+        Command::Av {
+            command: AvCommand::Dump { demo, rank, job },
+        } => {
+            if !demo {
+                eprintln!(
+                    "uetctl av dump: only the simulated demo fabric can be dumped so far \
+                     (--demo); dumping a live driver process needs its telemetry socket"
+                );
+                return ExitCode::from(2);
+            }
+            run_dump(job.into(), rank, cli.json)
+        }
+    }
+}
+
+fn run_job(cfg: DemoConfig) -> Result<DemoOutcome, ExitCode> {
+    demo::run(cfg).map_err(|e| {
+        eprintln!("uetctl: {e}");
+        ExitCode::from(2)
+    })
+}
+
+fn run_demo(cfg: DemoConfig, as_json: bool) -> ExitCode {
+    let mut outcome = match run_job(cfg) {
+        Ok(o) => o,
+        Err(code) => return code,
+    };
+    let ok = outcome.ok(&cfg);
+    let table = outcome.ranks.first_mut().map(|r| dump::collect(&mut r.av));
+    let table = match table {
+        Some(Ok(t)) => t,
+        Some(Err(e)) => {
+            eprintln!("uetctl: reading rank 0's NIC AV table: {e}");
+            return ExitCode::FAILURE;
+        }
+        None => return ExitCode::FAILURE,
+    };
+    let consistent = table.differences() == 0;
+    if as_json {
+        let ranks: Vec<_> = outcome
+            .ranks
+            .iter()
+            .map(|r| {
+                let p = &r.report;
+                json!({
+                    "rank": p.rank,
+                    "fabric_addr": p.fabric_addr.to_string(),
+                    "pid_on_fep": p.pid_on_fep,
+                    "ri_start": p.resource_indices.start,
+                    "ri_end": p.resource_indices.end,
+                    "initiator": p.initiator,
+                    "av_size": p.av_size,
+                    "sent": p.sent,
+                    "received": p.received,
+                    "errors": p.errors,
+                })
+            })
+            .collect();
+        let doc = json!({
+            "ok": ok && consistent,
+            "job_id": cfg.job_id,
+            "messages_per_rank": cfg.messages,
+            "ranks": ranks,
+            "rank0_av": dump::render_json(&table),
+        });
+        println!("{doc:#}");
+    } else {
+        println!(
+            "uet-nic demo: {} ranks, job {:#x}, {} messages each to the right neighbour",
+            cfg.ranks, cfg.job_id, cfg.messages
+        );
+        println!();
+        println!(
+            "{:<5} {:<15} {:>8} {:<10} {:>10} {:>7} {:>5} {:>9}  STATUS",
+            "RANK",
+            "FABRIC ADDRESS",
+            "PIDonFEP",
+            "RI RANGE",
+            "INITIATOR",
+            "AV SIZE",
+            "SENT",
+            "RECEIVED"
+        );
+        for r in &outcome.ranks {
+            let p = &r.report;
+            let status =
+                if p.errors.is_empty() && p.sent == cfg.messages && p.received == cfg.messages {
+                    "ok".to_string()
+                } else {
+                    format!("FAILED: {}", p.errors.join("; "))
+                };
+            println!(
+                "{:<5} {:<15} {:>8} {:<10} {:>10} {:>7} {:>5} {:>9}  {}",
+                p.rank,
+                p.fabric_addr.to_string(),
+                p.pid_on_fep,
+                format!("{}..{}", p.resource_indices.start, p.resource_indices.end),
+                format!("{:#x}", p.initiator),
+                p.av_size,
+                p.sent,
+                p.received,
+                status
+            );
+        }
+        println!();
+        print!("{}", dump::render_text("rank 0 NIC AV table", &table));
+        println!();
+        let total: u32 = outcome.ranks.iter().map(|r| r.report.received).sum();
+        if ok && consistent {
+            println!(
+                "ok: {total} of {} messages delivered and verified; NIC AV tables match their host mirrors",
+                cfg.messages as usize * cfg.ranks
+            );
+        } else {
+            println!(
+                "FAILED: {total} of {} messages verified; {} NIC/mirror differences",
+                cfg.messages as usize * cfg.ranks,
+                table.differences()
+            );
+        }
+    }
+    if ok && consistent {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn run_dump(cfg: DemoConfig, rank: Option<usize>, as_json: bool) -> ExitCode {
+    let mut outcome = match run_job(cfg) {
+        Ok(o) => o,
+        Err(code) => return code,
+    };
+    if let Some(r) = rank {
+        if r >= outcome.ranks.len() {
+            eprintln!(
+                "uetctl: --rank {r} out of range: the job has ranks 0..{}",
+                outcome.ranks.len()
+            );
+            return ExitCode::from(2);
+        }
+    }
+    let mut docs = Vec::new();
+    let mut differences = 0;
+    for r in outcome.ranks.iter_mut() {
+        if rank.is_some_and(|want| want != r.report.rank) {
+            continue;
+        }
+        match dump::collect(&mut r.av) {
+            Ok(table) => {
+                differences += table.differences();
+                let title = format!(
+                    "rank {} NIC {} AV table",
+                    r.report.rank, r.report.fabric_addr
+                );
+                if as_json {
+                    docs.push(json!({
+                        "rank": r.report.rank,
+                        "nic": r.report.fabric_addr.to_string(),
+                        "table": dump::render_json(&table),
+                    }));
+                } else {
+                    println!("{}", dump::render_text(&title, &table));
+                }
+            }
+            Err(e) => {
+                eprintln!("uetctl: rank {}: {e}", r.report.rank);
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    if as_json {
+        println!(
+            "{:#}",
+            json!({ "tables": docs, "differences": differences })
+        );
+    }
+    if differences == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
