@@ -7,17 +7,65 @@
 //!   1M-entry table cost nothing until an entry is written.
 //! * `rx_ctx_bits`: a destination `fi_addr_t` carries the receive context in its top
 //!   `rx_ctx_bits` bits (`fi_rx_addr`) and the table index in the rest.
-//! * A reverse map `(fabric address, initiator id) -> indices` serves FI_SOURCE on receive: the
+//! * A reverse map `(fabric address, initiator id) -> index` serves FI_SOURCE on receive: the
 //!   lowest valid index holding the sender is reported (or its user id when the entry has one).
+//!   Like a NIC's CAM it is a hash table with one slot per key; entries that share a key (the
+//!   same peer inserted twice) are chained through a per-entry link array, so programming an
+//!   entry never allocates.
 //! * A table cannot be destroyed while an endpoint is bound to it.
 //!
 //! Symmetric range entries (`RANGE`) are stored as written; translation treats every entry as a
 //! single peer.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::net::IpAddr;
+use uet_fwif::av_entry::entry_flags;
 use uet_fwif::NicAvEntry;
 use zerocopy::FromZeros;
+
+/// End of a reverse-map chain.
+const NO_LINK: u32 = u32::MAX;
+
+/// The reverse-map key: a peer's fabric address (IPv6 or IPv4 in the low bytes, the address
+/// type folded into bit 1 so the two families never collide) and its initiator id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct ReverseKey {
+    fabric_addr: u128,
+    initiator: u32,
+}
+
+/// A multiply-rotate hasher for the reverse map: keys come from the driver, not from the wire,
+/// and a table is private to one function, so hash flooding is not a concern and speed is.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(w));
+        }
+    }
+
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(u64::from(v));
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_u128(&mut self, v: u128) {
+        self.write_u64(v as u64);
+        self.write_u64((v >> 64) as u64);
+    }
+}
 
 /// One AV table.
 #[derive(Debug)]
@@ -25,7 +73,10 @@ pub(crate) struct AvTable {
     pub capacity: u32,
     pub rx_ctx_bits: u8,
     entries: Vec<NicAvEntry>,
-    reverse: HashMap<(IpAddr, u32), Vec<u32>>,
+    /// Key -> first index of its chain.
+    reverse: HashMap<ReverseKey, u32, BuildHasherDefault<KeyHasher>>,
+    /// Index -> next index with the same key, [`NO_LINK`] at the end. Allocated on first use.
+    links: Vec<u32>,
     /// Endpoints bound to the table.
     pub bound: u32,
 }
@@ -42,7 +93,8 @@ impl AvTable {
             capacity,
             rx_ctx_bits,
             entries,
-            reverse: HashMap::new(),
+            reverse: HashMap::default(),
+            links: Vec::new(),
             bound: 0,
         })
     }
@@ -52,34 +104,73 @@ impl AvTable {
         self.entries.get(usize::try_from(index).ok()?)
     }
 
-    fn key(e: &NicAvEntry) -> Option<(IpAddr, u32)> {
-        e.is_valid().then(|| (e.fabric_ip(), e.initiator.get()))
+    fn key(e: &NicAvEntry) -> Option<ReverseKey> {
+        e.is_valid().then(|| ReverseKey {
+            fabric_addr: u128::from_le_bytes(e.fabric_addr)
+                ^ u128::from(e.flags.get() & entry_flags::IPV6),
+            initiator: e.initiator.get(),
+        })
+    }
+
+    fn link(&self, index: u32) -> u32 {
+        self.links.get(index as usize).copied().unwrap_or(NO_LINK)
+    }
+
+    fn set_link(&mut self, index: u32, next: u32) {
+        let i = index as usize;
+        if i >= self.links.len() {
+            if next == NO_LINK {
+                return;
+            }
+            self.links.resize(self.entries.len(), NO_LINK);
+        }
+        if let Some(l) = self.links.get_mut(i) {
+            *l = next;
+        }
     }
 
     fn unlink(&mut self, index: u32) {
-        let Some(old) = self.get(index).copied() else {
+        let Some(k) = self.get(index).and_then(Self::key) else {
             return;
         };
-        if let Some(k) = Self::key(&old) {
-            if let Some(v) = self.reverse.get_mut(&k) {
-                v.retain(|&i| i != index);
-                if v.is_empty() {
-                    self.reverse.remove(&k);
+        let Some(&head) = self.reverse.get(&k) else {
+            return;
+        };
+        let next = self.link(index);
+        if head == index {
+            if next == NO_LINK {
+                self.reverse.remove(&k);
+            } else if let Some(h) = self.reverse.get_mut(&k) {
+                *h = next;
+            }
+        } else {
+            let mut at = head;
+            while at != NO_LINK {
+                let after = self.link(at);
+                if after == index {
+                    self.set_link(at, next);
+                    break;
                 }
+                at = after;
             }
         }
+        self.set_link(index, NO_LINK);
     }
 
     /// Store `entry` at `index` (already validated).
     pub(crate) fn set(&mut self, index: u32, entry: NicAvEntry) {
         self.unlink(index);
-        if let Some(slot) = usize::try_from(index)
+        let Some(slot) = usize::try_from(index)
             .ok()
             .and_then(|i| self.entries.get_mut(i))
-        {
-            *slot = entry;
-            if let Some(k) = Self::key(&entry) {
-                self.reverse.entry(k).or_default().push(index);
+        else {
+            return;
+        };
+        *slot = entry;
+        if let Some(k) = Self::key(&entry) {
+            let prev = self.reverse.insert(k, index);
+            if let Some(prev) = prev {
+                self.set_link(index, prev);
             }
         }
     }
@@ -116,13 +207,31 @@ impl AvTable {
 
     /// Reverse translation for a receive completion's `src_addr`.
     pub(crate) fn source(&self, ip: IpAddr, initiator: u32) -> u64 {
-        let Some(index) = self
-            .reverse
-            .get(&(ip, initiator))
-            .and_then(|v| v.iter().min().copied())
-        else {
+        let mut fa = [0u8; 16];
+        let ipv6 = match ip {
+            IpAddr::V4(a) => {
+                fa[..4].copy_from_slice(&a.octets());
+                0
+            }
+            IpAddr::V6(a) => {
+                fa = a.octets();
+                u128::from(entry_flags::IPV6)
+            }
+        };
+        let key = ReverseKey {
+            fabric_addr: u128::from_le_bytes(fa) ^ ipv6,
+            initiator,
+        };
+        let Some(&head) = self.reverse.get(&key) else {
             return uet_fwif::FI_ADDR_NOTAVAIL;
         };
+        // The lowest index on the chain.
+        let mut index = head;
+        let mut at = self.link(head);
+        while at != NO_LINK {
+            index = index.min(at);
+            at = self.link(at);
+        }
         match self.get(index).and_then(NicAvEntry::user_id) {
             Some(uid) => uid,
             None => u64::from(index),

@@ -1,0 +1,188 @@
+//! `bench-av`: the cost of every AV operation at 1,000, 100,000 and 1,000,000 entries.
+//!
+//! Two implementations are measured in the same run:
+//!
+//! * `uet-nic`: the driver's AV on a NIC of the in-process simulator: every insert and remove
+//!   programs the NIC table (AV_WRITE / AV_INVALIDATE through the admin queue), as in
+//!   production;
+//! * `uet-host`: the same AV over an in-memory NIC table, i.e. the host's own cost.
+//!
+//! The workload mirrors `shared/anchors/libfabric_av_bench.c` so the lines compare with it:
+//! `n` peers, 8 per fabric address; insert one address per call (`op=insert`) or 256 per call
+//! (`op=insert_batch`); look every entry up in a scattered order (stride 7919); remove one
+//! entry per call in index order. Each line:
+//!
+//! `bench=av impl=<name> op=<op> n=<entries> ns_per_op=<x> bytes_per_entry=<y>`
+//!
+//! where `bytes_per_entry` is the host memory the AV holds per entry (its mirror, allocator
+//! and buffers; the NIC's table lives on the NIC).
+
+use clap::Parser;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::time::Instant;
+use uet_av::{AddressVector, AvAttr, MemoryNicTable, NicAvTable};
+use uet_driver::backend::sim::SimDevice;
+use uet_driver::Nic;
+use uet_fwif::address::{caps, AddressingMode};
+use uet_fwif::UetAddress;
+use uet_sim::{Fabric, NicConfig};
+
+#[derive(Parser)]
+#[command(name = "bench-av", about = "Benchmark the uet-nic AV")]
+struct Args {
+    /// Entry counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [1_000usize, 100_000, 1_000_000])]
+    counts: Vec<usize>,
+    /// Implementations: uet-nic, uet-host.
+    #[arg(long = "impl", value_delimiter = ',', default_values_t = ["uet-nic".to_string(), "uet-host".to_string()])]
+    impls: Vec<String>,
+    /// Addresses per insert call for op=insert_batch.
+    #[arg(long, default_value_t = 256)]
+    batch: usize,
+}
+
+fn peer(i: usize) -> [u8; 32] {
+    let node = (i / 8) as u32 + 1;
+    UetAddress {
+        caps: caps::AI_BASE,
+        mode: AddressingMode::Relative,
+        max_msg_mtu: false,
+        pid_on_fep: 1 + (i % 8) as u16,
+        fabric_addr: IpAddr::V4(Ipv4Addr::from(0x0A00_0000 + node)),
+        ri_start: 1,
+        ri_count: 4,
+        initiator: i as u32,
+    }
+    .to_bytes()
+    .unwrap_or([0; 32]) // every generated address is valid; an invalid one fails its insert
+}
+
+fn line(imp: &str, op: &str, n: usize, ns: f64, bytes: f64) {
+    println!("bench=av impl={imp} op={op} n={n} ns_per_op={ns:.1} bytes_per_entry={bytes:.1}");
+}
+
+fn run<N: NicAvTable>(
+    imp: &str,
+    n: usize,
+    batch: usize,
+    addrs: &[u8],
+    mut open: impl FnMut() -> Result<AddressVector<N>, String>,
+) -> Result<(), String> {
+    // Unbatched insert, lookup, remove.
+    let mut av = open()?;
+    let mut fi_addrs = vec![0u64; n];
+    let t = Instant::now();
+    for (i, a) in addrs.chunks_exact(32).enumerate() {
+        let k = av
+            .insert(a, 1, Some(&mut fi_addrs[i..i + 1]), 0)
+            .map_err(|e| e.to_string())?;
+        if k != 1 {
+            return Err(format!("insert {i} failed"));
+        }
+    }
+    let insert_ns = t.elapsed().as_nanos() as f64 / n as f64;
+    let bytes = av.host_bytes() as f64 / n as f64;
+    line(imp, "insert", n, insert_ns, bytes);
+
+    let mut out = [0u8; 32];
+    let mut sum = 0u64;
+    let t = Instant::now();
+    for i in 0..n {
+        let mut len = out.len();
+        av.lookup(fi_addrs[(i * 7919) % n], &mut out, &mut len)
+            .map_err(|e| e.to_string())?;
+        sum = sum.wrapping_add(u64::from(out[5]));
+    }
+    let lookup_ns = t.elapsed().as_nanos() as f64 / n as f64;
+    std::hint::black_box(sum);
+    line(imp, "lookup", n, lookup_ns, bytes);
+
+    let t = Instant::now();
+    for a in &fi_addrs {
+        av.remove(std::slice::from_ref(a), 0)
+            .map_err(|e| e.to_string())?;
+    }
+    let remove_ns = t.elapsed().as_nanos() as f64 / n as f64;
+    line(imp, "remove", n, remove_ns, bytes);
+    drop(av);
+
+    // Batched insert: `batch` addresses per call, one NIC write per call.
+    let mut av = open()?;
+    let t = Instant::now();
+    let mut done = 0;
+    for (c, chunk) in addrs.chunks(32 * batch).enumerate() {
+        let count = chunk.len() / 32;
+        let at = c * batch;
+        done += av
+            .insert(chunk, count, Some(&mut fi_addrs[at..at + count]), 0)
+            .map_err(|e| e.to_string())?;
+    }
+    if done != n {
+        return Err(format!("batched insert stored {done} of {n}"));
+    }
+    let batch_ns = t.elapsed().as_nanos() as f64 / n as f64;
+    line(
+        imp,
+        "insert_batch",
+        n,
+        batch_ns,
+        av.host_bytes() as f64 / n as f64,
+    );
+    Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    if args.batch == 0 || args.counts.contains(&0) {
+        eprintln!("bench-av: --batch and every --counts value must be positive");
+        return std::process::ExitCode::from(2);
+    }
+    for &n in &args.counts {
+        let addrs: Vec<u8> = (0..n).flat_map(peer).collect();
+        for imp in &args.impls {
+            let r = match imp.as_str() {
+                "uet-host" => run(imp, n, args.batch, &addrs, || {
+                    let attr = AvAttr {
+                        count: n,
+                        ..AvAttr::default()
+                    };
+                    AddressVector::open(
+                        MemoryNicTable::new(n as u32),
+                        attr,
+                        uet_av::AvLimits {
+                            max_entries: n as u32,
+                            max_rx_ctx_bits: 0,
+                        },
+                    )
+                    .map_err(|e| e.to_string())
+                }),
+                "uet-nic" => {
+                    let fabric = Fabric::new();
+                    let nic = fabric
+                        .add_nic(NicConfig::new(IpAddr::V4(Ipv4Addr::new(10, 255, 0, 1))))
+                        .map_err(|e| e.to_string())
+                        .and_then(|f| {
+                            Nic::open(Arc::new(SimDevice::new(f))).map_err(|e| e.to_string())
+                        });
+                    match nic {
+                        Ok(nic) => run(imp, n, args.batch, &addrs, || {
+                            nic.open_av(AvAttr {
+                                count: n,
+                                ..AvAttr::default()
+                            })
+                            .map_err(|e| e.to_string())
+                        }),
+                        Err(e) => Err(e),
+                    }
+                }
+                other => Err(format!("unknown --impl {other}")),
+            };
+            if let Err(e) = r {
+                eprintln!("bench-av: {imp} n={n}: {e}");
+                return std::process::ExitCode::FAILURE;
+            }
+        }
+    }
+    std::process::ExitCode::SUCCESS
+}
