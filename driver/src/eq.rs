@@ -1,0 +1,550 @@
+//! Event queues (`fi_eq(3)`): where control operations report that they finished.
+//!
+//! Asynchronous AV inserts (`FI_EVENT`), memory registration and connection management post
+//! here. The semantics follow the man page:
+//!
+//! * Successful events and errors are kept apart. While an error waits, [`EventQueue::read`]
+//!   fails with `FI_EAVAIL` and [`EventQueue::readerr`] returns it.
+//! * An empty queue reads as `FI_EAGAIN`; [`EventQueue::sread`] blocks until an event arrives,
+//!   the timeout passes (`FI_EAGAIN`), or [`EventQueue::signal`] wakes it. Blocking is refused
+//!   on a queue opened with [`WaitObj::None`].
+//! * A queue that fills up is overrun: the event that did not fit is lost, later writes fail
+//!   with `FI_EOVERRUN`, reads return what was queued and then `FI_EOVERRUN`. An overrun EQ is
+//!   fatal, as libfabric defines it.
+//! * Closing a queue that objects are still bound to fails with `FI_EBUSY`.
+//!
+//! Posting is a short critical section under a mutex: the EQ is a control-path object.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use uet_av::{FiErrno, FiError};
+
+/// `fi_eq_attr.flags`: the application may call [`EventQueue::write`].
+pub const FI_WRITE: u64 = uet_av::flags::FI_WRITE;
+/// `fi_eq_read` flag: return the event without consuming it.
+pub const FI_PEEK: u64 = 1 << 19;
+/// Entries an EQ gets when `size` is 0.
+pub const DEFAULT_EQ_SIZE: usize = 256;
+/// Largest EQ.
+pub const MAX_EQ_SIZE: usize = 1 << 20;
+
+/// Event codes of `fi_eq_read` (`enum` in `rdma/fi_eq.h`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum EqEventKind {
+    /// `FI_NOTIFY`.
+    Notify = 0,
+    /// `FI_CONNREQ`: a connection request at a passive endpoint.
+    ConnReq = 1,
+    /// `FI_CONNECTED`.
+    Connected = 2,
+    /// `FI_SHUTDOWN`.
+    Shutdown = 3,
+    /// `FI_MR_COMPLETE`.
+    MrComplete = 4,
+    /// `FI_AV_COMPLETE`: an asynchronous AV insert finished; `data` is the success count.
+    AvComplete = 5,
+    /// `FI_JOIN_COMPLETE`.
+    JoinComplete = 6,
+}
+
+impl EqEventKind {
+    /// Decode an event code.
+    pub const fn from_u32(v: u32) -> Option<Self> {
+        Some(match v {
+            0 => EqEventKind::Notify,
+            1 => EqEventKind::ConnReq,
+            2 => EqEventKind::Connected,
+            3 => EqEventKind::Shutdown,
+            4 => EqEventKind::MrComplete,
+            5 => EqEventKind::AvComplete,
+            6 => EqEventKind::JoinComplete,
+            _ => return None,
+        })
+    }
+}
+
+/// `struct fi_eq_entry` with its event code.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EqEvent {
+    /// The event code.
+    pub kind: EqEventKind,
+    /// The object the event concerns (its fabric id, see [`next_fid`]).
+    pub fid: u64,
+    /// The operation's context.
+    pub context: u64,
+    /// Event-specific data (`FI_AV_COMPLETE`: addresses inserted).
+    pub data: u64,
+    /// Connection-management data carried with the event.
+    pub cm_data: Vec<u8>,
+}
+
+/// `struct fi_eq_err_entry`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EqErrEntry {
+    /// The object the error concerns.
+    pub fid: u64,
+    /// The operation's context.
+    pub context: u64,
+    /// Event-specific data (an asynchronous AV insert: the failed address's index in the
+    /// caller's array).
+    pub data: u64,
+    /// The fabric errno.
+    pub err: FiErrno,
+    /// Provider-specific error code (for the NIC: the admin status or UET return code).
+    pub prov_errno: i32,
+    /// Provider-specific error text.
+    pub err_data: String,
+}
+
+/// `fi_eq_attr.wait_obj`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitObj {
+    /// `FI_WAIT_NONE`: the application never blocks on the queue.
+    None,
+    /// `FI_WAIT_UNSPEC`: the provider picks (a mutex and condition variable).
+    Unspec,
+    /// `FI_WAIT_MUTEX_COND`.
+    MutexCond,
+    /// `FI_WAIT_YIELD`: blocking reads spin with `sched_yield`.
+    Yield,
+}
+
+/// `struct fi_eq_attr`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EqAttr {
+    /// Minimum entries; 0 for [`DEFAULT_EQ_SIZE`].
+    pub size: usize,
+    /// [`FI_WRITE`] or 0.
+    pub flags: u64,
+    /// How readers block.
+    pub wait_obj: WaitObj,
+}
+
+impl Default for EqAttr {
+    fn default() -> Self {
+        EqAttr {
+            size: 0,
+            flags: 0,
+            wait_obj: WaitObj::Unspec,
+        }
+    }
+}
+
+static NEXT_FID: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh fabric id for an object that reports to an EQ.
+pub fn next_fid() -> u64 {
+    NEXT_FID.fetch_add(1, Ordering::Relaxed)
+}
+
+#[derive(Default)]
+struct State {
+    events: VecDeque<EqEvent>,
+    errors: VecDeque<EqErrEntry>,
+    overrun: bool,
+    signaled: bool,
+    bound: usize,
+}
+
+struct Shared {
+    attr: EqAttr,
+    size: usize,
+    fid: u64,
+    state: Mutex<State>,
+    ready: Condvar,
+}
+
+/// An event queue. Clones share the queue; objects bound to it hold a [`EqBinding`].
+#[derive(Clone)]
+pub struct EventQueue {
+    shared: Arc<Shared>,
+}
+
+/// A bond between an object and an EQ: the queue cannot be closed while one exists.
+pub struct EqBinding {
+    eq: EventQueue,
+}
+
+impl EqBinding {
+    /// The queue.
+    pub fn eq(&self) -> &EventQueue {
+        &self.eq
+    }
+}
+
+impl Drop for EqBinding {
+    fn drop(&mut self) {
+        let mut s = self.eq.lock();
+        s.bound = s.bound.saturating_sub(1);
+    }
+}
+
+fn again() -> FiError {
+    FiError::new(FiErrno::FI_EAGAIN, "the event queue is empty")
+}
+
+impl EventQueue {
+    /// `fi_eq_open`.
+    pub fn open(attr: EqAttr) -> Result<Self, FiError> {
+        if attr.flags & !FI_WRITE != 0 {
+            return Err(FiError::badflags(format!(
+                "fi_eq_open: unsupported flags {:#x}",
+                attr.flags & !FI_WRITE
+            )));
+        }
+        let size = if attr.size == 0 {
+            DEFAULT_EQ_SIZE
+        } else {
+            attr.size
+        };
+        if size > MAX_EQ_SIZE {
+            return Err(FiError::inval(format!(
+                "fi_eq_open: size {size} exceeds the largest EQ, {MAX_EQ_SIZE}"
+            )));
+        }
+        Ok(EventQueue {
+            shared: Arc::new(Shared {
+                attr,
+                size,
+                fid: next_fid(),
+                state: Mutex::new(State::default()),
+                ready: Condvar::new(),
+            }),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Every critical section leaves the state consistent, so a poisoned lock is usable.
+        self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The queue's fabric id.
+    pub fn fid(&self) -> u64 {
+        self.shared.fid
+    }
+
+    /// Entries the queue holds.
+    pub fn size(&self) -> usize {
+        self.shared.size
+    }
+
+    /// Bind an object to the queue (`fi_*_bind`).
+    pub fn bind(&self) -> EqBinding {
+        self.lock().bound += 1;
+        EqBinding { eq: self.clone() }
+    }
+
+    /// `fi_close`: fails with `FI_EBUSY` while objects are bound; queued events are lost.
+    pub fn close(self) -> Result<(), FiError> {
+        let bound = self.lock().bound;
+        if bound > 0 {
+            return Err(FiError::new(
+                FiErrno::FI_EBUSY,
+                format!("fi_close: {bound} objects are still bound to the event queue"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn push(&self, s: &mut State, push: impl FnOnce(&mut State)) -> Result<(), FiError> {
+        if s.overrun {
+            return Err(FiError::new(
+                FiErrno::FI_EOVERRUN,
+                "the event queue was overrun and is no longer usable",
+            ));
+        }
+        if s.events.len() + s.errors.len() >= self.shared.size {
+            s.overrun = true;
+            tracing::error!(size = self.shared.size, "event queue overrun");
+            self.shared.ready.notify_all();
+            return Err(FiError::new(
+                FiErrno::FI_EOVERRUN,
+                format!("the event queue of {} entries is full", self.shared.size),
+            ));
+        }
+        push(s);
+        self.shared.ready.notify_one();
+        Ok(())
+    }
+
+    /// Post an event (provider side).
+    pub fn post(&self, event: EqEvent) -> Result<(), FiError> {
+        let mut s = self.lock();
+        self.push(&mut s, |s| s.events.push_back(event))
+    }
+
+    /// Post an error (provider side).
+    pub fn post_error(&self, err: EqErrEntry) -> Result<(), FiError> {
+        let mut s = self.lock();
+        self.push(&mut s, |s| s.errors.push_back(err))
+    }
+
+    /// `fi_eq_write`: insert a user event; needs [`FI_WRITE`] at open.
+    pub fn write(&self, event: EqEvent) -> Result<(), FiError> {
+        if self.shared.attr.flags & FI_WRITE == 0 {
+            return Err(FiError::new(
+                FiErrno::FI_EOPNOTSUPP,
+                "fi_eq_write: the event queue was not opened with FI_WRITE",
+            ));
+        }
+        self.post(event)
+    }
+
+    fn take(&self, s: &mut State, flags: u64) -> Result<EqEvent, FiError> {
+        if !s.errors.is_empty() {
+            return Err(FiError::new(
+                FiErrno::FI_EAVAIL,
+                "an error event is queued: read it with fi_eq_readerr",
+            ));
+        }
+        let ev = if flags & FI_PEEK != 0 {
+            s.events.front().cloned()
+        } else {
+            s.events.pop_front()
+        };
+        match ev {
+            Some(ev) => Ok(ev),
+            None if s.overrun => Err(FiError::new(
+                FiErrno::FI_EOVERRUN,
+                "the event queue was overrun: events were lost",
+            )),
+            None => Err(again()),
+        }
+    }
+
+    /// `fi_eq_read`: the next event, without blocking. `flags` may hold [`FI_PEEK`].
+    pub fn read(&self, flags: u64) -> Result<EqEvent, FiError> {
+        if flags & !FI_PEEK != 0 {
+            return Err(FiError::badflags(format!(
+                "fi_eq_read: unsupported flags {:#x}",
+                flags & !FI_PEEK
+            )));
+        }
+        let mut s = self.lock();
+        self.take(&mut s, flags)
+    }
+
+    /// `fi_eq_readerr`: the next error, without blocking.
+    pub fn readerr(&self) -> Result<EqErrEntry, FiError> {
+        self.lock()
+            .errors
+            .pop_front()
+            .ok_or_else(|| FiError::new(FiErrno::FI_EAGAIN, "no error event is queued"))
+    }
+
+    /// `fi_eq_sread`: the next event, blocking up to `timeout` (`None`: forever). Returns
+    /// `FI_EAGAIN` on timeout or when [`EventQueue::signal`] interrupts the wait.
+    pub fn sread(&self, timeout: Option<Duration>, flags: u64) -> Result<EqEvent, FiError> {
+        if self.shared.attr.wait_obj == WaitObj::None {
+            return Err(FiError::inval(
+                "fi_eq_sread: the event queue was opened with FI_WAIT_NONE",
+            ));
+        }
+        if flags & !FI_PEEK != 0 {
+            return Err(FiError::badflags(format!(
+                "fi_eq_sread: unsupported flags {:#x}",
+                flags & !FI_PEEK
+            )));
+        }
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut s = self.lock();
+        loop {
+            match self.take(&mut s, flags) {
+                Err(e) if e.errno == FiErrno::FI_EAGAIN => {}
+                other => return other,
+            }
+            if std::mem::take(&mut s.signaled) {
+                return Err(FiError::new(
+                    FiErrno::FI_EAGAIN,
+                    "fi_eq_sread: interrupted by fi_eq_signal",
+                ));
+            }
+            let left = match deadline {
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return Err(FiError::new(FiErrno::FI_EAGAIN, "fi_eq_sread: timed out"));
+                    }
+                    Some(d - now)
+                }
+                None => None,
+            };
+            if self.shared.attr.wait_obj == WaitObj::Yield {
+                drop(s);
+                std::thread::yield_now();
+                s = self.lock();
+                continue;
+            }
+            s = match left {
+                Some(left) => {
+                    self.shared
+                        .ready
+                        .wait_timeout(s, left)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0
+                }
+                None => self.shared.ready.wait(s).unwrap_or_else(|p| p.into_inner()),
+            };
+        }
+    }
+
+    /// Wake threads blocked in [`EventQueue::sread`] (`fi_eq_signal`).
+    pub fn signal(&self) {
+        self.lock().signaled = true;
+        self.shared.ready.notify_all();
+    }
+
+    /// Events and errors queued.
+    pub fn len(&self) -> (usize, usize) {
+        let s = self.lock();
+        (s.events.len(), s.errors.len())
+    }
+
+    /// Whether nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.len() == (0, 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(data: u64) -> EqEvent {
+        EqEvent {
+            kind: EqEventKind::AvComplete,
+            fid: 7,
+            context: 9,
+            data,
+            cm_data: Vec::new(),
+        }
+    }
+
+    fn err(data: u64) -> EqErrEntry {
+        EqErrEntry {
+            fid: 7,
+            context: 9,
+            data,
+            err: FiErrno::FI_EINVAL,
+            prov_errno: 2,
+            err_data: "bad address".into(),
+        }
+    }
+
+    #[test]
+    fn read_peek_and_empty() {
+        let eq = EventQueue::open(EqAttr::default()).unwrap();
+        assert_eq!(eq.read(0).unwrap_err().errno, FiErrno::FI_EAGAIN);
+        eq.post(ev(3)).unwrap();
+        assert_eq!(eq.read(FI_PEEK).unwrap().data, 3);
+        assert_eq!(eq.read(0).unwrap().data, 3);
+        assert_eq!(eq.read(0).unwrap_err().errno, FiErrno::FI_EAGAIN);
+        assert_eq!(eq.read(1 << 3).unwrap_err().errno, FiErrno::FI_EBADFLAGS);
+    }
+
+    #[test]
+    fn an_error_blocks_reads_until_readerr() {
+        let eq = EventQueue::open(EqAttr::default()).unwrap();
+        eq.post(ev(1)).unwrap();
+        eq.post_error(err(4)).unwrap();
+        assert_eq!(eq.read(0).unwrap_err().errno, FiErrno::FI_EAVAIL);
+        let e = eq.readerr().unwrap();
+        assert_eq!((e.data, e.err), (4, FiErrno::FI_EINVAL));
+        assert_eq!(eq.readerr().unwrap_err().errno, FiErrno::FI_EAGAIN);
+        assert_eq!(eq.read(0).unwrap().data, 1);
+    }
+
+    #[test]
+    fn sread_blocks_until_an_event_or_timeout() {
+        let eq = EventQueue::open(EqAttr::default()).unwrap();
+        let e = eq.sread(Some(Duration::from_millis(20)), 0).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EAGAIN);
+        let poster = eq.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            poster.post(ev(42)).unwrap();
+        });
+        assert_eq!(eq.sread(None, 0).unwrap().data, 42);
+        t.join().unwrap();
+        // A signal interrupts an infinite wait.
+        let waker = eq.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            waker.signal();
+        });
+        assert_eq!(eq.sread(None, 0).unwrap_err().errno, FiErrno::FI_EAGAIN);
+        t.join().unwrap();
+        // Yield-based waiting works too.
+        let eq = EventQueue::open(EqAttr {
+            wait_obj: WaitObj::Yield,
+            ..EqAttr::default()
+        })
+        .unwrap();
+        eq.post(ev(5)).unwrap();
+        assert_eq!(eq.sread(Some(Duration::from_secs(1)), 0).unwrap().data, 5);
+    }
+
+    #[test]
+    fn wait_none_refuses_sread_and_write_needs_fi_write() {
+        let eq = EventQueue::open(EqAttr {
+            wait_obj: WaitObj::None,
+            ..EqAttr::default()
+        })
+        .unwrap();
+        assert_eq!(
+            eq.sread(Some(Duration::ZERO), 0).unwrap_err().errno,
+            FiErrno::FI_EINVAL
+        );
+        assert_eq!(eq.write(ev(1)).unwrap_err().errno, FiErrno::FI_EOPNOTSUPP);
+        let eq = EventQueue::open(EqAttr {
+            flags: FI_WRITE,
+            ..EqAttr::default()
+        })
+        .unwrap();
+        eq.write(ev(1)).unwrap();
+        assert_eq!(eq.read(0).unwrap().data, 1);
+        assert_eq!(
+            EventQueue::open(EqAttr {
+                flags: 1 << 40,
+                ..EqAttr::default()
+            })
+            .err()
+            .unwrap()
+            .errno,
+            FiErrno::FI_EBADFLAGS
+        );
+    }
+
+    #[test]
+    fn overrun_is_fatal_and_reported_after_the_queued_events() {
+        let eq = EventQueue::open(EqAttr {
+            size: 2,
+            ..EqAttr::default()
+        })
+        .unwrap();
+        eq.post(ev(1)).unwrap();
+        eq.post(ev(2)).unwrap();
+        assert_eq!(eq.post(ev(3)).unwrap_err().errno, FiErrno::FI_EOVERRUN);
+        assert_eq!(eq.read(0).unwrap().data, 1);
+        assert_eq!(eq.post(ev(4)).unwrap_err().errno, FiErrno::FI_EOVERRUN);
+        assert_eq!(eq.read(0).unwrap().data, 2);
+        assert_eq!(eq.read(0).unwrap_err().errno, FiErrno::FI_EOVERRUN);
+    }
+
+    #[test]
+    fn close_with_bound_objects_is_busy() {
+        let eq = EventQueue::open(EqAttr::default()).unwrap();
+        let b = eq.bind();
+        assert_eq!(eq.clone().close().unwrap_err().errno, FiErrno::FI_EBUSY);
+        drop(b);
+        eq.close().unwrap();
+        assert!(EventQueue::open(EqAttr {
+            size: MAX_EQ_SIZE + 1,
+            ..EqAttr::default()
+        })
+        .is_err());
+    }
+}
