@@ -187,9 +187,75 @@ impl UetAddress {
         Ok(b)
     }
 
+    /// Whether `b` is a well-formed address, checked on the raw bytes without building one:
+    /// the AV's insert path stores addresses as bytes and only needs this answer. Exactly the
+    /// addresses [`UetAddress::from_bytes`] accepts pass.
+    #[inline]
+    pub fn bytes_are_valid(b: &[u8; ADDRESS_BYTES]) -> bool {
+        const REQUIRED: u8 = flags::CAPS_VALID
+            | flags::FABRIC_ADDR_VALID
+            | flags::PID_ON_FEP_VALID
+            | flags::RESOURCE_INDEX_VALID
+            | flags::INITIATOR_VALID;
+        let fl = b[1];
+        let pid = u16::from_be_bytes([b[4], b[5]]);
+        let ri_start = u16::from_be_bytes([b[6], b[7]]);
+        let ri_count = u16::from_be_bytes([b[8], b[9]]);
+        let header_ok = b[0] == ADDRESS_VERSION << 4
+            && fl & REQUIRED == REQUIRED
+            && b[3] | b[10] | b[11] == 0
+            && b[2] & !caps::ALL == 0
+            && pid <= MAX_12BIT
+            && ri_start <= MAX_12BIT
+            && ri_count != 0
+            && u32::from(ri_start) + u32::from(ri_count) <= 4096;
+        let fa = &b[16..32];
+        let fa_ok = if fl & flags::IPV6 != 0 {
+            fa.iter().any(|&x| x != 0) && fa[0] != 0xFF
+        } else {
+            let v4 = u32::from_be_bytes([fa[0], fa[1], fa[2], fa[3]]);
+            fa[4..].iter().all(|&x| x == 0) && v4 != 0 && v4 != u32::MAX && fa[0] & 0xF0 != 0xE0
+        };
+        header_ok && fa_ok
+    }
+
     /// Parse a serialized address, rejecting anything malformed.
     pub fn from_bytes(b: &[u8]) -> Result<Self, AddressError> {
         let b: &[u8; ADDRESS_BYTES] = b.try_into().map_err(|_| AddressError::Length(b.len()))?;
+        if Self::bytes_are_valid(b) {
+            return Ok(Self::from_valid_bytes(b));
+        }
+        Self::parse_slow(b)
+    }
+
+    /// Build from bytes already known to be valid.
+    fn from_valid_bytes(b: &[u8; ADDRESS_BYTES]) -> Self {
+        let fl = b[1];
+        let fabric_addr = if fl & flags::IPV6 != 0 {
+            let mut o = [0u8; 16];
+            o.copy_from_slice(&b[16..32]);
+            IpAddr::V6(Ipv6Addr::from(o))
+        } else {
+            IpAddr::V4(Ipv4Addr::new(b[16], b[17], b[18], b[19]))
+        };
+        UetAddress {
+            caps: b[2],
+            mode: if fl & flags::ABSOLUTE_ADDRESSING != 0 {
+                AddressingMode::Absolute
+            } else {
+                AddressingMode::Relative
+            },
+            max_msg_mtu: fl & flags::MAX_MSG_MTU != 0,
+            pid_on_fep: u16::from_be_bytes([b[4], b[5]]),
+            ri_start: u16::from_be_bytes([b[6], b[7]]),
+            ri_count: u16::from_be_bytes([b[8], b[9]]),
+            initiator: u32::from_be_bytes([b[12], b[13], b[14], b[15]]),
+            fabric_addr,
+        }
+    }
+
+    /// The field-by-field parse that names what is wrong.
+    fn parse_slow(b: &[u8; ADDRESS_BYTES]) -> Result<Self, AddressError> {
         if b[0] >> 4 != ADDRESS_VERSION {
             return Err(AddressError::Version(b[0] >> 4));
         }
@@ -329,5 +395,41 @@ mod tests {
             UetAddress::from_bytes(&b),
             Err(AddressError::FabricAddr(_))
         ));
+    }
+
+    #[test]
+    fn fast_check_agrees_with_the_full_parse() {
+        // Flip every bit of a v4 and a v6 address, and try every value of the bytes that
+        // carry structure: the raw check and the parse must agree on every one.
+        let v4 = sample().to_bytes().unwrap();
+        let v6 = UetAddress {
+            fabric_addr: "fd00::7".parse().unwrap(),
+            ..sample()
+        }
+        .to_bytes()
+        .unwrap();
+        for base in [v4, v6] {
+            let mut cases = vec![base];
+            for bit in 0..256 {
+                let mut b = base;
+                b[bit / 8] ^= 1 << (bit % 8);
+                cases.push(b);
+            }
+            for at in [0usize, 1, 2, 4, 6, 8, 16, 19, 20] {
+                for v in 0..=255u8 {
+                    let mut b = base;
+                    b[at] = v;
+                    cases.push(b);
+                }
+            }
+            for b in cases {
+                let parsed = UetAddress::parse_slow(&b);
+                assert_eq!(UetAddress::bytes_are_valid(&b), parsed.is_ok(), "{b:02x?}");
+                if let Ok(a) = parsed {
+                    assert_eq!(UetAddress::from_bytes(&b).unwrap(), a);
+                    assert_eq!(a.to_bytes().unwrap(), b);
+                }
+            }
+        }
     }
 }
