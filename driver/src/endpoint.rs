@@ -163,6 +163,7 @@ pub struct Endpoint {
     cq_head: u16,
     cq_phase: bool,
     mtu: usize,
+    max_msg: usize,
 }
 
 fn align_page(x: usize) -> usize {
@@ -242,7 +243,7 @@ impl Nic {
         let address = UetAddress {
             caps: caps.address_caps(),
             mode: attr.mode,
-            max_msg_mtu: true,
+            max_msg_mtu: caps.max_msg_size <= u32::from(caps.mtu),
             pid_on_fep: (result.result0 >> 16) as u16,
             fabric_addr,
             ri_start: (result.result1 & 0xFFFF) as u16,
@@ -263,6 +264,7 @@ impl Nic {
             cq_head: 0,
             cq_phase: true,
             mtu: usize::from(caps.mtu),
+            max_msg: caps.max_msg_size as usize,
         };
         if let Err(e) = address.validate() {
             return Err(DriverError::AdminProtocol(format!(
@@ -318,8 +320,15 @@ impl Endpoint {
         self.job_id
     }
 
-    /// Largest message.
+    /// Largest message (`fi_info.ep_attr.max_msg_size`): the NIC's `CAP_MAX_MSG`. A message
+    /// longer than [`Endpoint::mtu`] travels as several packets and still completes once on
+    /// each side.
     pub fn max_msg_size(&self) -> usize {
+        self.max_msg
+    }
+
+    /// Payload bytes per packet.
+    pub fn mtu(&self) -> usize {
         self.mtu
     }
 
@@ -366,11 +375,11 @@ impl Endpoint {
         data: u64,
         buffer: B,
     ) -> Result<(), (DriverError, B)> {
-        if len > self.mtu {
-            let e = DriverError::InvalidArgument(format!(
-                "message of {len} bytes exceeds the {}-byte maximum",
-                self.mtu
-            ));
+        if len > self.max_msg {
+            let e = DriverError::MessageTooLong {
+                len,
+                max: self.max_msg,
+            };
             return Err((e, buffer));
         }
         if !self.tx.can_post() {

@@ -60,6 +60,7 @@ impl DriverError {
             },
             DriverError::AdminTimeout { .. } => FiErrno::FI_ETIMEDOUT,
             DriverError::InvalidArgument(_) => FiErrno::FI_EINVAL,
+            DriverError::MessageTooLong { .. } => FiErrno::FI_EMSGSIZE,
             DriverError::Full(_) => FiErrno::FI_EAGAIN,
             DriverError::Dma(_) => FiErrno::FI_ENOMEM,
             DriverError::DeviceGone | DriverError::NotOurDevice { .. } => FiErrno::FI_ENODEV,

@@ -71,6 +71,14 @@ pub enum DriverError {
     /// A request the caller made is invalid.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A message is longer than the NIC's largest message (`CAP_MAX_MSG`).
+    #[error("message of {len} bytes exceeds the {max}-byte maximum")]
+    MessageTooLong {
+        /// The message's length.
+        len: usize,
+        /// The largest message.
+        max: usize,
+    },
     /// A ring or pool is full: retry after polling completions.
     #[error("{0} is full; poll completions and retry")]
     Full(&'static str),

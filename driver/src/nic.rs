@@ -6,7 +6,8 @@
 //! 2. `REVISION.interface_major` must equal the driver's [`uet_regs::INTERFACE_MAJOR`].
 //! 3. `FUNCTION_RESET.reset = 1`, then wait for `DEV_STATUS.ready`: start from a known state
 //!    whatever a previous owner left behind.
-//! 4. Read the capability registers `CAP_*`.
+//! 4. Read the capability registers `CAP_*`. `CAP_MAX_MSG` exists from interface 1.1; on an
+//!    older device the largest message is one MTU.
 //! 5. Allocate the admin rings and scratch memory, map them for DMA, program `ADMIN_SQ_BASE`,
 //!    `ADMIN_CQ_BASE`, `ADMIN_QUEUE_SIZE` and `ADMIN_CQ_HEAD`.
 //! 6. `DEV_CTRL.enable = 1`; `DEV_STATUS.enabled` must follow, else `FATAL_ERROR` says why.
@@ -27,9 +28,9 @@ use std::time::{Duration, Instant};
 use uet_fwif::admin::{BufferBody, Command};
 use uet_fwif::identify::IdentifyData;
 use uet_regs::{
-    DevCtrl, FunctionReset, Mmio, RegisterAccess, CAP_AV, CAP_AV_ENTRIES, CAP_EP, CAP_PID_ON_FEP,
-    CAP_PROFILES, CAP_QUEUES, CAP_RESOURCE_INDEX, DEV_CTRL, DEV_STATUS, FATAL_ERROR,
-    FUNCTION_RESET, FW_VERSION, ID, REVISION,
+    DevCtrl, FunctionReset, Mmio, RegisterAccess, CAP_AV, CAP_AV_ENTRIES, CAP_EP, CAP_MAX_MSG,
+    CAP_PID_ON_FEP, CAP_PROFILES, CAP_QUEUES, CAP_RESOURCE_INDEX, DEV_CTRL, DEV_STATUS,
+    FATAL_ERROR, FUNCTION_RESET, FW_VERSION, ID, REVISION,
 };
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::FromZeros;
@@ -68,8 +69,11 @@ pub struct Capabilities {
     pub ai_full: bool,
     /// HPC profile.
     pub hpc: bool,
-    /// Payload bytes per packet, and the largest message in this interface version.
+    /// Payload bytes per packet: the NIC segments longer messages at this size.
     pub mtu: u16,
+    /// Largest message in bytes (`CAP_MAX_MSG`; one MTU on an interface 1.0 device). Never
+    /// below `mtu`.
+    pub max_msg_size: u32,
     /// Largest admin ring.
     pub max_admin_entries: u16,
     /// Largest datapath ring.
@@ -77,13 +81,19 @@ pub struct Capabilities {
 }
 
 impl Capabilities {
-    fn read(bar: &dyn Mmio) -> Self {
+    fn read(bar: &dyn Mmio, interface_minor: u8) -> Self {
         let av = bar.read(CAP_AV);
         let ep = bar.read(CAP_EP);
         let pid = bar.read(CAP_PID_ON_FEP);
         let ri = bar.read(CAP_RESOURCE_INDEX);
         let prof = bar.read(CAP_PROFILES);
         let q = bar.read(CAP_QUEUES);
+        let mtu = prof.mtu();
+        let max_msg_size = if interface_minor >= 1 {
+            bar.read(CAP_MAX_MSG).max(u32::from(mtu))
+        } else {
+            u32::from(mtu)
+        };
         Capabilities {
             av_tables: av.max_tables(),
             av_entry_bytes: av.entry_bytes(),
@@ -99,7 +109,8 @@ impl Capabilities {
             ai_base: prof.ai_base(),
             ai_full: prof.ai_full(),
             hpc: prof.hpc(),
-            mtu: prof.mtu(),
+            mtu,
+            max_msg_size,
             max_admin_entries: q.max_admin_entries(),
             max_queue_entries: q.max_queue_entries(),
         }
@@ -225,7 +236,7 @@ impl Nic {
             std::thread::yield_now();
         }
         // 4. Capabilities.
-        let caps = Capabilities::read(bar);
+        let caps = Capabilities::read(bar, rev.interface_minor());
         tracing::debug!(?caps, "capabilities");
         // 5. Admin queue.
         let iova = IovaAllocator::new();

@@ -12,7 +12,14 @@
 //!   [`crate::ring`]); the driver returns entries with `CQ_DOORBELL`. A full completion ring
 //!   stalls the endpoint's TX and RX engines; nothing is overwritten.
 //!
-//! A message is at most one MTU (`CAP_PROFILES.mtu`) of payload in this interface version.
+//! A message is at most `CAP_MAX_MSG` bytes of payload (interface 1.1; in 1.0 it was one MTU).
+//! The NIC segments a message longer than the MTU (`CAP_PROFILES.mtu`) into MTU-sized UET
+//! packets — SOM on the first, EOM on the last, one message id — and the target NIC reassembles
+//! them, in whatever order they arrive, into the one receive buffer the first of them consumed.
+//! Either side still sees one descriptor and one completion per message: the send completes
+//! when every packet has been answered (with the first error, if any), the receive when every
+//! byte has arrived (`Truncated` when the message was longer than the buffer; nothing is
+//! written past it).
 
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
@@ -47,7 +54,7 @@ pub struct TxDescriptor {
     pub flags: u8,
     /// Reserved, zero.
     pub reserved0: [u8; 2],
-    /// Payload length in bytes.
+    /// Payload length in bytes, at most `CAP_MAX_MSG`.
     pub len: U32,
     /// IOVA of the payload.
     pub buf: U64,
@@ -94,7 +101,8 @@ pub enum LocalStatus {
     DmaFault = 3,
     /// The message was longer than the receive buffer; `len` bytes were delivered.
     Truncated = 4,
-    /// The descriptor is malformed (unknown opcode, reserved fields set, length above MTU).
+    /// The descriptor is malformed (unknown opcode, reserved fields set, length above
+    /// `CAP_MAX_MSG`).
     BadDescriptor = 5,
     /// No NIC answers at the destination fabric address.
     Unreachable = 6,

@@ -47,7 +47,7 @@ pub const BAR0_SIZE: u32 = 0x1000;
 /// device whose major version differs from its own.
 pub const INTERFACE_MAJOR: u8 = 1;
 /// Minor version of the host interface: additions that an older driver may ignore.
-pub const INTERFACE_MINOR: u8 = 0;
+pub const INTERFACE_MINOR: u8 = 1;
 
 /// Width of a register access.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

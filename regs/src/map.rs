@@ -327,6 +327,12 @@ register_map! {
         f("max_admin_entries", CapQueues::MAX_ADMIN_ENTRIES_OFFSET, CapQueues::MAX_ADMIN_ENTRIES_BITS, "Admin ring entries."),
         f("max_queue_entries", CapQueues::MAX_QUEUE_ENTRIES_OFFSET, CapQueues::MAX_QUEUE_ENTRIES_BITS, "TX/RX/CQ ring entries."),
     ];
+    /// Largest message a TX descriptor may carry, in bytes (since interface 1.1). The NIC
+    /// segments a longer-than-MTU message into MTU-sized packets (SES SOM ... EOM) and the
+    /// receiving NIC reassembles it into one receive buffer.
+    CAP_MAX_MSG: u32 = (0x02c, W32, Ro, reset 0x0010_0000, "capabilities") [
+        f("bytes", 0, 32, "Largest message in bytes (at least CAP_PROFILES.mtu)."),
+    ];
 
     // ---- Global control and status: 0x040-0x07f --------------------------------------------
 

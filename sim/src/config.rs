@@ -9,11 +9,17 @@
 
 use std::net::IpAddr;
 use uet_regs::{
-    CAP_AV, CAP_AV_ENTRIES, CAP_EP, CAP_PID_ON_FEP, CAP_PROFILES, CAP_QUEUES, CAP_RESOURCE_INDEX,
+    CAP_AV, CAP_AV_ENTRIES, CAP_EP, CAP_MAX_MSG, CAP_PID_ON_FEP, CAP_PROFILES, CAP_QUEUES,
+    CAP_RESOURCE_INDEX,
 };
 
-/// Largest MTU the model accepts (SES payload bytes per packet).
-pub const MAX_MTU: u16 = 16384;
+/// Largest MTU the model accepts (SES payload bytes per packet): the SES `payload_len` field
+/// of a continuation packet is 14 bits wide.
+pub const MAX_MTU: u16 = 0x3FFF;
+/// Largest `CAP_MAX_MSG` the model accepts: a message is staged whole in NIC memory.
+pub const MAX_MSG_LIMIT: u32 = 1 << 30;
+/// Messages the reference model reassembles at once (all endpoints together).
+pub const DEFAULT_REASSEMBLY_SLOTS: u16 = 256;
 
 /// Configuration of one simulated NIC.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,6 +58,12 @@ pub struct NicConfig {
     pub mtu: u16,
     /// Profile bits 2:0 of `CAP_PROFILES` (AI Base, AI Full, HPC).
     pub profiles: u8,
+    /// Largest message in bytes (`CAP_MAX_MSG`); longer than `mtu` means the TX engine
+    /// segments and the RX engine reassembles.
+    pub max_msg: u32,
+    /// Multi-packet messages the RX engine reassembles at once, over all endpoints (no
+    /// register: a model limit). A message beyond it is answered RC_UNDELIVERABLE.
+    pub reassembly_slots: u16,
     /// Largest admin ring (`CAP_QUEUES.max_admin_entries`).
     pub max_admin_entries: u16,
     /// Largest TX/RX/completion ring (`CAP_QUEUES.max_queue_entries`).
@@ -95,6 +107,8 @@ impl NicConfig {
             ri_space: ri.space(),
             mtu: prof.mtu(),
             profiles: (prof.into_bits() & 0b111) as u8,
+            max_msg: CAP_MAX_MSG.reset_value(),
+            reassembly_slots: DEFAULT_REASSEMBLY_SLOTS,
             max_admin_entries: q.max_admin_entries(),
             max_queue_entries: q.max_queue_entries(),
         }
@@ -124,7 +138,13 @@ impl NicConfig {
             return Err("ri_per_endpoint must be 1..ri_space");
         }
         if self.mtu == 0 || self.mtu > MAX_MTU {
-            return Err("mtu must be 1..=16384");
+            return Err("mtu must be 1..=16383");
+        }
+        if self.max_msg < u32::from(self.mtu) || self.max_msg > MAX_MSG_LIMIT {
+            return Err("max_msg must be mtu..=1 GiB");
+        }
+        if self.reassembly_slots == 0 {
+            return Err("at least one reassembly slot");
         }
         if self.profiles & !0b111 != 0 {
             return Err("unknown profile bits");

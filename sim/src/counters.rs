@@ -25,6 +25,13 @@ pub struct DebugCounters {
     pub cq_stalls: u64,
     /// Endpoints stopped because their own rings could not be read or written.
     pub endpoint_ring_faults: u64,
+    /// Packets of a multi-packet message that repeated bytes already received (answered
+    /// RC_OK, not written again), or that arrived after their message had finished.
+    pub rx_duplicate_packets: u64,
+    /// Multi-packet messages refused because every reassembly slot was in use.
+    pub reassembly_overflows: u64,
+    /// Requests refused with RC_TOO_LONG (request_length above `CAP_MAX_MSG`).
+    pub rx_too_long: u64,
 }
 
 /// The counter block of one NIC.

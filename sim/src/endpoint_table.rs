@@ -80,6 +80,8 @@ pub(crate) struct Endpoint {
     pub cq: CqRing,
     /// Sends waiting for their response.
     pub outstanding: u32,
+    /// Multi-packet messages being reassembled into this endpoint's receive buffers.
+    pub reassembling: u32,
     /// Completions waiting for ring space, in order.
     pub pending_cqes: VecDeque<Completion>,
     /// Requests for this endpoint waiting for completion-ring space, in arrival order.
@@ -90,9 +92,10 @@ pub(crate) struct Endpoint {
 }
 
 impl Endpoint {
-    /// Completion slots already promised (queued completions and sends awaiting a response).
+    /// Completion slots already promised (queued completions, sends awaiting a response and
+    /// messages in reassembly).
     pub(crate) fn cq_reserved(&self) -> u64 {
-        self.pending_cqes.len() as u64 + u64::from(self.outstanding)
+        self.pending_cqes.len() as u64 + u64::from(self.outstanding) + u64::from(self.reassembling)
     }
 
     /// Whether one more completion can be promised without overrunning the ring.
@@ -208,6 +211,7 @@ impl EndpointTable {
             rx: p.rx,
             cq: p.cq,
             outstanding: 0,
+            reassembling: 0,
             pending_cqes: VecDeque::new(),
             rx_backlog: VecDeque::new(),
             faulted: false,

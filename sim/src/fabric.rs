@@ -9,11 +9,23 @@
 //! NIC (admin queue, receive backlogs, TX rings), then delivers every frame in flight, and
 //! repeats until a whole round moves nothing. Every round consumes driver-posted work
 //! (commands, descriptors) or frames, and a frame produces at most one answer, so the loop ends.
+//!
+//! ## Capture
+//!
+//! With a capture on (`Fabric::capture_to_file`), the switch writes every frame it takes off
+//! the wire — whoever sent it, whether a NIC will accept it or not, whether anyone owns its
+//! destination — to a pcap file (see [`crate::pcap`] for the format and the simulated clock),
+//! before delivering it. The file is flushed whenever the fabric goes idle, so it is complete
+//! and readable between doorbells. A write error never stops or slows the fabric: it is
+//! counted, the capture stops, and [`CaptureStatus`] reports it.
 
 use crate::frame;
 use crate::nic::Nic;
+use crate::pcap::{PcapWriter, CAPTURE_TICK_US};
 use std::collections::{HashMap, VecDeque};
+use std::io::Write;
 use std::net::IpAddr;
+use std::path::PathBuf;
 
 /// Upper bound on rounds of one run, as a guard against a modelling error.
 const MAX_ROUNDS: u64 = 1 << 32;
@@ -27,11 +39,112 @@ pub(crate) struct FabricInner {
     pub wire: VecDeque<(Option<usize>, Vec<u8>)>,
     /// Injected frames nobody owned.
     pub dropped: u64,
+    /// The capture in progress.
+    pub capture: Option<ActiveCapture>,
+    /// What the current (or last) capture did.
+    pub capture_status: CaptureStatus,
+}
+
+/// What a packet capture did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CaptureStatus {
+    /// Whether frames are being written.
+    pub active: bool,
+    /// The file being (or last) written; `None` for a capture to a writer.
+    pub path: Option<PathBuf>,
+    /// Frames written since the capture started.
+    pub frames: u64,
+    /// Write errors since the capture started (the first one stops it).
+    pub write_errors: u64,
+    /// The last write error.
+    pub last_error: Option<String>,
+}
+
+/// A capture in progress.
+pub(crate) struct ActiveCapture {
+    pub writer: PcapWriter<Box<dyn Write + Send>>,
+    /// The simulated clock, in microseconds since the capture started.
+    pub clock_us: u64,
+    /// Frames written since the last flush.
+    pub dirty: bool,
+}
+
+impl std::fmt::Debug for ActiveCapture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ActiveCapture")
+            .field("clock_us", &self.clock_us)
+            .field("dirty", &self.dirty)
+            .finish_non_exhaustive()
+    }
 }
 
 impl FabricInner {
+    /// Start capturing to `writer` (its header already written), ending any capture before.
+    pub(crate) fn start_capture(
+        &mut self,
+        writer: PcapWriter<Box<dyn Write + Send>>,
+        path: Option<PathBuf>,
+    ) {
+        self.stop_capture();
+        self.capture = Some(ActiveCapture {
+            writer,
+            clock_us: 0,
+            dirty: false,
+        });
+        self.capture_status = CaptureStatus {
+            active: true,
+            path,
+            ..CaptureStatus::default()
+        };
+    }
+
+    /// Flush and close the capture, if one is on.
+    pub(crate) fn stop_capture(&mut self) {
+        self.flush_capture();
+        self.capture = None;
+        self.capture_status.active = false;
+    }
+
+    fn capture_failed(&mut self, e: &std::io::Error) {
+        self.capture = None;
+        let s = &mut self.capture_status;
+        s.active = false;
+        s.write_errors += 1;
+        s.last_error = Some(e.to_string());
+        tracing::warn!(error = %e, path = ?s.path, "packet capture stopped: write failed");
+    }
+
+    fn capture_frame(&mut self, f: &[u8]) {
+        let Some(c) = self.capture.as_mut() else {
+            return;
+        };
+        match c.writer.write_frame(c.clock_us, f) {
+            Ok(()) => {
+                c.clock_us += CAPTURE_TICK_US;
+                c.dirty = true;
+                self.capture_status.frames += 1;
+            }
+            Err(e) => self.capture_failed(&e),
+        }
+    }
+
+    fn flush_capture(&mut self) {
+        let Some(c) = self.capture.as_mut().filter(|c| c.dirty) else {
+            return;
+        };
+        match c.writer.flush() {
+            Ok(()) => c.dirty = false,
+            Err(e) => self.capture_failed(&e),
+        }
+    }
+
     /// Process everything until nothing moves.
     pub(crate) fn run_until_idle(&mut self) {
+        self.run_rounds();
+        self.flush_capture();
+    }
+
+    fn run_rounds(&mut self) {
         for _ in 0..MAX_ROUNDS {
             let mut progress = false;
             for nic in &mut self.nics {
@@ -44,6 +157,7 @@ impl FabricInner {
             }
             while let Some((src, f)) = self.wire.pop_front() {
                 progress = true;
+                self.capture_frame(&f);
                 let dst = frame::peek_dst_ip(&f).and_then(|ip| self.by_addr.get(&ip).copied());
                 match (dst.and_then(|d| self.nics.get_mut(d)), src) {
                     (Some(nic), _) => nic.receive(&f),

@@ -21,7 +21,8 @@
 //! | `rx_engine` | strict receive parsing, demultiplexing, delivery, responses |
 //! | [`pds`], [`ses`] | UET headers |
 //! | [`frame`] | Ethernet/IP/UDP framing |
-//! | `fabric` | the in-memory switch |
+//! | `fabric` | the in-memory switch and its packet capture |
+//! | [`pcap`] | libpcap file writer and strict reader |
 //! | [`counters`] | statistics |
 //!
 //! Each block's module documentation is its datasheet section.
@@ -56,6 +57,7 @@ mod firmware;
 pub mod frame;
 mod iommu;
 mod nic;
+pub mod pcap;
 pub mod pds;
 mod regfile;
 mod rx_engine;
@@ -64,12 +66,16 @@ mod tx_engine;
 
 pub use config::NicConfig;
 pub use counters::DebugCounters;
+pub use fabric::CaptureStatus;
 pub use iommu::{DmaFault, IOMMU_PAGE};
 
 use fabric::FabricInner;
 use nic::Nic;
+use pcap::PcapWriter;
+use std::io::{BufWriter, Write};
 use std::net::IpAddr;
 use std::os::fd::BorrowedFd;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use uet_regs::{Reg, Width};
 
@@ -104,6 +110,14 @@ pub enum SimError {
     /// Mapping the memory failed.
     #[error("mapping DMA memory failed: {0}")]
     Map(String),
+    /// A packet capture could not be started.
+    #[error("cannot write packet capture to {target}: {source}")]
+    Capture {
+        /// The file (or "writer").
+        target: String,
+        /// Why.
+        source: std::io::Error,
+    },
     /// An operating-system call failed.
     #[error(transparent)]
     Io(#[from] std::io::Error),
@@ -157,6 +171,50 @@ impl Fabric {
     /// Injected frames that no NIC owned.
     pub fn dropped_frames(&self) -> u64 {
         self.lock().dropped
+    }
+
+    /// Write every frame that crosses the fabric from now on to a new libpcap file at `path`
+    /// (created or truncated; see [`pcap`] for the format and the simulated clock). A capture
+    /// already on is flushed and closed first. The file is complete whenever the fabric is
+    /// idle; [`Fabric::stop_capture`] closes it.
+    pub fn capture_to_file(&self, path: impl AsRef<Path>) -> Result<(), SimError> {
+        let path = path.as_ref();
+        let fail = |source| SimError::Capture {
+            target: path.display().to_string(),
+            source,
+        };
+        let file = std::fs::File::create(path).map_err(fail)?;
+        let out: Box<dyn Write + Send> = Box::new(BufWriter::new(file));
+        let mut writer = PcapWriter::new(out).map_err(fail)?;
+        writer.flush().map_err(fail)?;
+        self.lock().start_capture(writer, Some(PathBuf::from(path)));
+        Ok(())
+    }
+
+    /// As [`Fabric::capture_to_file`], to any writer (a pipe, a socket, memory).
+    pub fn capture_to_writer(&self, out: impl Write + Send + 'static) -> Result<(), SimError> {
+        let fail = |source| SimError::Capture {
+            target: "writer".to_string(),
+            source,
+        };
+        let out: Box<dyn Write + Send> = Box::new(out);
+        let mut writer = PcapWriter::new(out).map_err(fail)?;
+        writer.flush().map_err(fail)?;
+        self.lock().start_capture(writer, None);
+        Ok(())
+    }
+
+    /// Flush and close the capture; nothing happens when none is on. A write error while
+    /// flushing is reported by [`Fabric::capture_status`].
+    pub fn stop_capture(&self) {
+        self.lock().stop_capture();
+    }
+
+    /// Whether a capture is on, how many frames it wrote, and whether writing failed. A write
+    /// error stops the capture (the fabric keeps running); the status stays until the next
+    /// capture starts.
+    pub fn capture_status(&self) -> CaptureStatus {
+        self.lock().capture_status.clone()
     }
 }
 

@@ -31,7 +31,8 @@ use crate::endpoint_table::EndpointTable;
 use crate::iommu::Iommu;
 use crate::pds::PdcTable;
 use crate::regfile::{Part, RegFile};
-use crate::tx_engine::PendingSend;
+use crate::rx_engine::Reassembler;
+use crate::tx_engine::{PendingPacket, PendingSend};
 use std::collections::{HashMap, VecDeque};
 use uet_fwif::datapath::COMPLETION_PHASE_OFFSET;
 use uet_fwif::ring::phase_for_pass;
@@ -61,8 +62,14 @@ pub(crate) struct Nic {
     pub avs: AvTables,
     pub eps: EndpointTable,
     pub pdcs: PdcTable,
-    /// Sends awaiting their response, by (SPDCID, PSN).
-    pub pending_tx: HashMap<(u16, u32), PendingSend>,
+    /// Packets awaiting their response, by (SPDCID, PSN).
+    pub pending_tx: HashMap<(u16, u32), PendingPacket>,
+    /// Sends (TX descriptors) with packets in flight, by an internal serial number.
+    pub tx_messages: HashMap<u64, PendingSend>,
+    /// Serial number of the next send.
+    pub next_tx_msg: u64,
+    /// Multi-packet messages being received.
+    pub reasm: Reassembler,
     /// Requests to run through the receive path again (their endpoint went away).
     pub rx_replay: VecDeque<Vec<u8>>,
     /// Frames for the fabric.
@@ -87,6 +94,9 @@ impl Nic {
             eps: EndpointTable::new(cfg.endpoints, cfg.pid_first, cfg.pid_count, cfg.ri_space),
             pdcs: PdcTable::default(),
             pending_tx: HashMap::new(),
+            tx_messages: HashMap::new(),
+            next_tx_msg: 0,
+            reasm: Reassembler::default(),
             rx_replay: VecDeque::new(),
             outbox: Vec::new(),
             cfg,
@@ -197,6 +207,8 @@ impl Nic {
         self.eps.clear();
         self.pdcs.clear();
         self.pending_tx.clear();
+        self.tx_messages.clear();
+        self.reasm.clear();
         self.rx_replay.clear();
         self.outbox.clear();
     }

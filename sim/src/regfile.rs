@@ -18,8 +18,8 @@
 
 use crate::config::NicConfig;
 use uet_regs::{
-    Access, Reg, RegInfo, RegValue, Width, CAP_AV, CAP_AV_ENTRIES, CAP_EP, CAP_PID_ON_FEP,
-    CAP_PROFILES, CAP_QUEUES, CAP_RESOURCE_INDEX, REGISTERS,
+    Access, Reg, RegInfo, RegValue, Width, CAP_AV, CAP_AV_ENTRIES, CAP_EP, CAP_MAX_MSG,
+    CAP_PID_ON_FEP, CAP_PROFILES, CAP_QUEUES, CAP_RESOURCE_INDEX, REGISTERS,
 };
 
 /// Which part of a register an access covers.
@@ -114,6 +114,7 @@ impl RegFile {
             .with_max_admin_entries(cfg.max_admin_entries)
             .with_max_queue_entries(cfg.max_queue_entries);
         put(&CAP_QUEUES.info, q.to_raw());
+        put(&CAP_MAX_MSG.info, u64::from(cfg.max_msg));
         RegFile {
             values: reset.clone(),
             reset,

@@ -2,13 +2,19 @@
 //!
 //! Every frame the fabric delivers is parsed strictly — Ethernet, IPv4/IPv6, UDP 4793 (see
 //! [`crate::frame`]), then the PDS header and the SES header it announces. A frame that fails
-//! any check (truncation, bad checksum, wrong port, wrong destination address, reserved bits,
-//! `request_length` different from the payload) counts in `RX_MALFORMED` and is dropped; nothing
-//! in it is trusted.
+//! any check counts in `RX_MALFORMED` and is dropped unanswered; nothing in it is trusted. The
+//! checks include truncation, bad checksums, the wrong port or destination address, reserved
+//! bits, and the packet's place in its message:
+//!
+//! | packet | payload must be |
+//! |---|---|
+//! | SOM and EOM (single-packet message) | exactly `request_length` bytes |
+//! | SOM only (first packet) | 1 to `request_length - 1` bytes, at message offset 0 |
+//! | neither, or EOM only | `payload_len` bytes (1 or more, from SES bytes 32–35), at `message_offset`, ending before (EOM: exactly at) `request_length`; HD clear |
 //!
 //! A request (PDS RUD_REQ + SES standard request) is always answered by one packet: a PDS ACK
-//! followed by an SES response carrying the return code. Demultiplexing follows the UEC
-//! reference provider:
+//! followed by an SES response carrying the return code — every packet of a multi-packet
+//! message gets its own. Demultiplexing follows the UEC reference provider:
 //!
 //! | check | failure |
 //! |---|---|
@@ -17,12 +23,16 @@
 //! | relative: an endpoint with (JobID, PIDonFEP) exists | RC_BAD_PID, `RX_BAD_PID` |
 //! | absolute (REL clear): an absolute-addressing endpoint with the PIDonFEP exists / its JobID matches | RC_BAD_PID / RC_BAD_JOB_ID |
 //! | resource index inside the endpoint's range | RC_BAD_INDEX, `RX_BAD_INDEX` |
-//! | opcode SEND, single packet (SOM and EOM) | RC_UNSUPPORTED_OP |
-//! | a posted RX descriptor | RC_UNDELIVERABLE, `RX_NO_BUFFER` |
+//! | opcode SEND | RC_UNSUPPORTED_OP |
+//! | `request_length <= CAP_MAX_MSG` | RC_TOO_LONG |
+//! | a posted RX descriptor (for the first packet of a message to arrive) | RC_UNDELIVERABLE, `RX_NO_BUFFER` |
 //!
 //! When the request is deliverable but the endpoint's completion ring has no room, the request
 //! waits in the endpoint's receive backlog (later requests for that endpoint queue behind it)
-//! until a `CQ_DOORBELL` frees space; it is neither dropped nor answered early.
+//! until a `CQ_DOORBELL` frees space; it is neither dropped nor answered early. Packets of a
+//! message already in reassembly need no new completion slot and never wait.
+//!
+//! ## Single-packet messages
 //!
 //! Delivery consumes the next RX descriptor (reserved fields must be zero, else the descriptor
 //! completes with `BadDescriptor` and the request is answered RC_UNDELIVERABLE), copies the
@@ -30,22 +40,56 @@
 //! but still answers RC_OK — and writes a `Recv` completion: `context`, `len` = bytes
 //! delivered, `data` = header_data, `src_addr` = the reverse translation of (source address,
 //! initiator id) through the endpoint's bound AV (the entry's user id when it has one,
-//! `FI_ADDR_NOTAVAIL` when the sender is not in the AV). `RX_PACKETS` and `RX_BYTES` count it. A
-//! DMA fault on the buffer completes with `DmaFault` and answers RC_HOST_UNSUCCESS_CMPL.
+//! `FI_ADDR_NOTAVAIL` when the sender is not in the AV). A DMA fault on the buffer completes
+//! with `DmaFault` and answers RC_HOST_UNSUCCESS_CMPL.
 //!
-//! A response (PDS ACK + SES response) completes the matching send (see
-//! [`crate::tx_engine`]); one that matches no outstanding send is dropped and counted.
+//! ## Multi-packet messages
+//!
+//! Packets of one message share (source fabric address, initiator, message id). They may
+//! arrive in any order: the first to arrive — SOM or not — consumes the next RX descriptor
+//! (with the checks above) and opens a reassembly; each packet's payload is written by DMA at
+//! its message offset in that buffer, and only the part inside the buffer (a longer message is
+//! truncated, never written past the buffer; its packets still answer RC_OK with the bytes
+//! delivered as `modified_length`). The SOM packet supplies header_data. The engine tracks
+//! which byte ranges arrived: a packet whose bytes all arrived already is a duplicate (counted,
+//! answered RC_OK, not written again); one that partly overlaps received bytes, whose
+//! `request_length` differs from its message's, or that demultiplexes to another endpoint than
+//! its message, is malformed. When every byte of
+//! `request_length` has arrived, one `Recv` completion is written: `len` = bytes delivered
+//! (`min(request_length, buffer)`), status `Truncated` when the message was longer than the
+//! buffer, `DmaFault` when a write faulted (that packet answered RC_HOST_UNSUCCESS_CMPL).
+//!
+//! At most `NicConfig::reassembly_slots` messages are in reassembly at once, over the whole
+//! NIC; the first packet of another message is answered RC_UNDELIVERABLE and counted
+//! (`reassembly_overflows`). The outcome of the last [`RECENT_MESSAGES`] finished or refused
+//! multi-packet messages is remembered, so a late packet of one is answered with the same
+//! return code rather than opening a new reassembly. Reassemblies of a destroyed endpoint are
+//! dropped.
+//!
+//! `RX_PACKETS` counts request packets accepted into a buffer, `RX_BYTES` the bytes written.
+//!
+//! A response (PDS ACK + SES response) completes the matching send packet (see
+//! [`crate::tx_engine`]); one that matches no outstanding packet is dropped and counted.
 
+use crate::endpoint_table::EndpointTable;
 use crate::frame::{self, Datagram, GATEWAY_MAC};
 use crate::nic::Nic;
 use crate::pds::{self, Ack, Prologue, RudRequest};
 use crate::ses::{self, Response, StandardRequest};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::IpAddr;
 use uet_fwif::{Completion, CompletionKind, LocalStatus, ReturnCode, RxDescriptor};
 use uet_regs::{
     RX_BAD_INDEX, RX_BAD_JOB_ID, RX_BAD_PID, RX_BYTES, RX_MALFORMED, RX_NO_BUFFER, RX_PACKETS,
 };
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::FromBytes;
+
+/// Finished or refused multi-packet messages whose outcome is remembered for late packets.
+pub const RECENT_MESSAGES: usize = 1024;
+/// Most disjoint byte ranges one message in reassembly may have (adjacent ranges merge, so
+/// in-order arrival keeps one); a packet that would need more is malformed.
+pub const MAX_REASSEMBLY_RANGES: usize = 1024;
 
 /// What became of a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,6 +105,23 @@ struct ParsedRequest<'a> {
     pds: RudRequest,
     ses: StandardRequest,
     payload: &'a [u8],
+    /// Message offset of the payload.
+    offset: u32,
+}
+
+impl ParsedRequest<'_> {
+    fn single(&self) -> bool {
+        let both = ses::FLAG_SOM | ses::FLAG_EOM;
+        self.ses.flags & both == both
+    }
+
+    fn key(&self) -> MsgKey {
+        MsgKey {
+            src: self.dg.src_ip,
+            initiator: self.ses.initiator,
+            message_id: self.ses.message_id,
+        }
+    }
 }
 
 fn parse_request(f: &[u8]) -> Option<ParsedRequest<'_>> {
@@ -70,15 +131,184 @@ fn parse_request(f: &[u8]) -> Option<ParsedRequest<'_>> {
         return None;
     }
     let (ses, payload) = StandardRequest::parse(rest).ok()?;
-    if usize::try_from(ses.request_length).ok()? != payload.len() {
-        return None;
-    }
+    let total = usize::try_from(ses.request_length).ok()?;
+    let n = payload.len();
+    let eom = ses.flags & ses::FLAG_EOM != 0;
+    let offset = match ses.segment() {
+        // SOM: the message starts here.
+        None => {
+            let fits = if eom { n == total } else { n > 0 && n < total };
+            if !fits {
+                return None;
+            }
+            0
+        }
+        Some((len, offset)) => {
+            if ses.flags & ses::FLAG_HD != 0 || usize::from(len) != n || n == 0 {
+                return None;
+            }
+            let end = usize::try_from(offset).ok()?.checked_add(n)?;
+            let fits = if eom { end == total } else { end < total };
+            if !fits {
+                return None;
+            }
+            offset
+        }
+    };
     Some(ParsedRequest {
         dg,
         pds,
         ses,
         payload,
+        offset,
     })
+}
+
+/// Identifies a message at its target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct MsgKey {
+    src: IpAddr,
+    initiator: u32,
+    message_id: u16,
+}
+
+/// Where a new byte range falls among those received.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RangeInsert {
+    New,
+    Duplicate,
+    Overlap,
+    TooFragmented,
+}
+
+/// One message being reassembled into a receive buffer.
+#[derive(Debug)]
+struct Reassembly {
+    handle: u16,
+    serial: u64,
+    buf: u64,
+    buf_len: u32,
+    context: U64,
+    total: u32,
+    received: u64,
+    /// Received byte ranges, start -> end (exclusive), merged when adjacent.
+    ranges: BTreeMap<u32, u32>,
+    header_data: u64,
+    src_addr: u64,
+    dma_fault: bool,
+}
+
+impl Reassembly {
+    fn insert(&mut self, start: u32, end: u32) -> RangeInsert {
+        let prev = self
+            .ranges
+            .range(..=start)
+            .next_back()
+            .map(|(&s, &e)| (s, e));
+        if let Some((_, pe)) = prev {
+            if pe >= end {
+                return RangeInsert::Duplicate;
+            }
+            if pe > start {
+                return RangeInsert::Overlap;
+            }
+        }
+        let next = self
+            .ranges
+            .range(start.saturating_add(1)..)
+            .next()
+            .map(|(&s, &e)| (s, e));
+        if next.is_some_and(|(ns, _)| ns < end) {
+            return RangeInsert::Overlap;
+        }
+        let join_prev = prev.filter(|&(_, pe)| pe == start);
+        let join_next = next.filter(|&(ns, _)| ns == end);
+        if join_prev.is_none() && join_next.is_none() && self.ranges.len() >= MAX_REASSEMBLY_RANGES
+        {
+            return RangeInsert::TooFragmented;
+        }
+        let mut new_start = start;
+        let mut new_end = end;
+        if let Some((ps, _)) = join_prev {
+            new_start = ps;
+        }
+        if let Some((ns, ne)) = join_next {
+            self.ranges.remove(&ns);
+            new_end = ne;
+        }
+        self.ranges.insert(new_start, new_end);
+        self.received += u64::from(end - start);
+        RangeInsert::New
+    }
+}
+
+/// What the reassembly state says about a packet of a multi-packet message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lookup {
+    /// Its message is in reassembly for this endpoint.
+    Active,
+    /// Its message finished (or was refused) with this return code.
+    Finished(ReturnCode),
+    /// Its key is in reassembly for another live endpoint: the packet contradicts it.
+    Conflict,
+    /// A new message.
+    New,
+}
+
+/// The RX engine's multi-packet state.
+#[derive(Debug, Default)]
+pub(crate) struct Reassembler {
+    active: HashMap<MsgKey, Reassembly>,
+    recent: HashMap<MsgKey, ReturnCode>,
+    recent_order: VecDeque<MsgKey>,
+}
+
+fn alive(eps: &EndpointTable, handle: u16, serial: u64) -> bool {
+    eps.get(handle).is_some_and(|e| e.serial == serial)
+}
+
+impl Reassembler {
+    fn lookup(&mut self, key: MsgKey, handle: u16, serial: u64, eps: &EndpointTable) -> Lookup {
+        if let Some(r) = self.active.get(&key) {
+            if r.handle == handle && r.serial == serial {
+                return Lookup::Active;
+            }
+            if alive(eps, r.handle, r.serial) {
+                return Lookup::Conflict;
+            }
+            self.active.remove(&key); // its endpoint is gone
+        }
+        match self.recent.get(&key) {
+            Some(&rc) => Lookup::Finished(rc),
+            None => Lookup::New,
+        }
+    }
+
+    /// Whether another message may start, after dropping reassemblies of destroyed endpoints.
+    fn has_room(&mut self, slots: u16, eps: &EndpointTable) -> bool {
+        if self.active.len() < usize::from(slots) {
+            return true;
+        }
+        self.active.retain(|_, r| alive(eps, r.handle, r.serial));
+        self.active.len() < usize::from(slots)
+    }
+
+    /// Remember how a message ended.
+    fn finish(&mut self, key: MsgKey, rc: ReturnCode) {
+        if self.recent.insert(key, rc).is_none() {
+            self.recent_order.push_back(key);
+            while self.recent_order.len() > RECENT_MESSAGES {
+                if let Some(old) = self.recent_order.pop_front() {
+                    self.recent.remove(&old);
+                }
+            }
+        }
+    }
+
+    /// Forget everything (function reset).
+    pub(crate) fn clear(&mut self) {
+        *self = Reassembler::default();
+    }
 }
 
 impl Nic {
@@ -191,25 +421,52 @@ impl Nic {
                 return RxOutcome::Done;
             }
         };
-        let single = p.ses.flags & (ses::FLAG_SOM | ses::FLAG_EOM) == ses::FLAG_SOM | ses::FLAG_EOM;
-        if p.ses.opcode != ses::OP_SEND || !single {
+        if p.ses.opcode != ses::OP_SEND {
             self.respond(&p, ReturnCode::UnsupportedOp, 0);
             return RxOutcome::Done;
         }
-        let Some(ep) = self.eps.get_mut(handle) else {
+        if p.ses.request_length > self.cfg.max_msg {
+            self.counters.debug.rx_too_long += 1;
+            self.respond(&p, ReturnCode::TooLong, 0);
+            return RxOutcome::Done;
+        }
+        let single = p.single();
+        let key = p.key();
+        let Some(ep) = self.eps.get(handle) else {
             return RxOutcome::Done;
         };
         if ep.faulted {
             self.respond(&p, ReturnCode::HostUnsuccessfulCompletion, 0);
             return RxOutcome::Done;
         }
+        let serial = ep.serial;
+        if !single {
+            match self.reasm.lookup(key, handle, serial, &self.eps) {
+                Lookup::Active => return self.rx_segment(key, &p),
+                Lookup::Finished(rc) => {
+                    if rc == ReturnCode::Ok {
+                        self.counters.debug.rx_duplicate_packets += 1;
+                    }
+                    self.respond(&p, rc, 0);
+                    return RxOutcome::Done;
+                }
+                Lookup::Conflict => {
+                    self.counters.inc(RX_MALFORMED);
+                    return RxOutcome::Done;
+                }
+                Lookup::New => {}
+            }
+        }
+        let Some(ep) = self.eps.get_mut(handle) else {
+            return RxOutcome::Done;
+        };
         if !from_backlog && !ep.rx_backlog.is_empty() {
             ep.rx_backlog.push_back(f.to_vec());
             return RxOutcome::Stalled;
         }
         if !ep.rx.pending() {
             self.counters.inc(RX_NO_BUFFER);
-            self.respond(&p, ReturnCode::Undeliverable, 0);
+            self.refuse(&p, ReturnCode::Undeliverable);
             return RxOutcome::Done;
         }
         if !ep.cq_has_room() {
@@ -219,11 +476,19 @@ impl Nic {
             }
             return RxOutcome::Stalled;
         }
+        if !single && !self.reasm.has_room(self.cfg.reassembly_slots, &self.eps) {
+            self.counters.debug.reassembly_overflows += 1;
+            self.refuse(&p, ReturnCode::Undeliverable);
+            return RxOutcome::Done;
+        }
+        let Some(ep) = self.eps.get_mut(handle) else {
+            return RxOutcome::Done;
+        };
         let at = ep.rx.base + u64::from(ep.rx.head) * 32;
         let mut raw = [0u8; 32];
         if self.iommu.read(at, &mut raw).is_err() {
             self.ring_fault(handle);
-            self.respond(&p, ReturnCode::HostUnsuccessfulCompletion, 0);
+            self.refuse(&p, ReturnCode::HostUnsuccessfulCompletion);
             return RxOutcome::Done;
         }
         ep.rx.head = ep.rx.geom.next(ep.rx.head);
@@ -231,6 +496,9 @@ impl Nic {
         let Ok(d) = RxDescriptor::read_from_bytes(&raw) else {
             return RxOutcome::Done;
         };
+        let src_addr = self.avs.get(av).map_or(uet_fwif::FI_ADDR_NOTAVAIL, |t| {
+            t.source(p.dg.src_ip, p.ses.initiator)
+        });
         let mut c = Completion {
             context: d.context,
             data: U64::new(p.ses.header_data),
@@ -244,9 +512,34 @@ impl Nic {
         if d.flags.get() != 0 || d.reserved.get() != 0 {
             c.status = LocalStatus::BadDescriptor as u8;
             c.return_code = ReturnCode::Undeliverable as u8;
+            if !single {
+                c.data = U64::ZERO;
+            }
             self.post_completion(handle, c);
-            self.respond(&p, ReturnCode::Undeliverable, 0);
+            self.refuse(&p, ReturnCode::Undeliverable);
             return RxOutcome::Done;
+        }
+        if !single {
+            self.reasm.active.insert(
+                key,
+                Reassembly {
+                    handle,
+                    serial,
+                    buf: d.buf.get(),
+                    buf_len: d.len.get(),
+                    context: d.context,
+                    total: p.ses.request_length,
+                    received: 0,
+                    ranges: BTreeMap::new(),
+                    header_data: 0,
+                    src_addr,
+                    dma_fault: false,
+                },
+            );
+            if let Some(ep) = self.eps.get_mut(handle) {
+                ep.reassembling += 1;
+            }
+            return self.rx_segment(key, &p);
         }
         let n = p.payload.len().min(d.len.get() as usize);
         let data = p.payload.get(..n).unwrap_or(&[]);
@@ -262,14 +555,109 @@ impl Nic {
             c.status = LocalStatus::Truncated as u8;
         }
         c.len = U32::new(n as u32);
-        if let Some(t) = self.avs.get(av) {
-            c.src_addr = U64::new(t.source(p.dg.src_ip, p.ses.initiator));
-        }
+        c.src_addr = U64::new(src_addr);
         self.counters.inc(RX_PACKETS);
         self.counters.add(RX_BYTES, n as u64);
         self.post_completion(handle, c);
         self.respond(&p, ReturnCode::Ok, n as u32);
         RxOutcome::Done
+    }
+
+    /// Answer a request with an error; for a packet of a multi-packet message, the rest of the
+    /// message gets the same answer.
+    fn refuse(&mut self, p: &ParsedRequest<'_>, rc: ReturnCode) {
+        if !p.single() {
+            self.reasm.finish(p.key(), rc);
+        }
+        self.respond(p, rc, 0);
+    }
+
+    /// One packet of a message in reassembly.
+    fn rx_segment(&mut self, key: MsgKey, p: &ParsedRequest<'_>) -> RxOutcome {
+        let Some(r) = self.reasm.active.get_mut(&key) else {
+            return RxOutcome::Done;
+        };
+        if p.ses.request_length != r.total {
+            self.counters.inc(RX_MALFORMED);
+            return RxOutcome::Done;
+        }
+        let n = p.payload.len() as u32; // parse_request: offset + n <= request_length
+        let start = p.offset;
+        let end = start.saturating_add(n);
+        match r.insert(start, end) {
+            RangeInsert::New => {}
+            RangeInsert::Duplicate => {
+                self.counters.debug.rx_duplicate_packets += 1;
+                self.respond(p, ReturnCode::Ok, 0);
+                return RxOutcome::Done;
+            }
+            RangeInsert::Overlap | RangeInsert::TooFragmented => {
+                self.counters.inc(RX_MALFORMED);
+                return RxOutcome::Done;
+            }
+        }
+        if p.ses.flags & ses::FLAG_SOM != 0 {
+            r.header_data = p.ses.header_data;
+        }
+        // Only the part of the packet inside the buffer is written.
+        let inside = end.min(r.buf_len).saturating_sub(start);
+        let mut rc = ReturnCode::Ok;
+        if inside > 0 {
+            let data = p.payload.get(..inside as usize).unwrap_or(&[]);
+            let written = r
+                .buf
+                .checked_add(u64::from(start))
+                .is_some_and(|at| self.iommu.write(at, data).is_ok());
+            if written {
+                self.counters.inc(RX_PACKETS);
+                self.counters.add(RX_BYTES, u64::from(inside));
+            } else {
+                r.dma_fault = true;
+                rc = ReturnCode::HostUnsuccessfulCompletion;
+                self.counters.inc(uet_regs::DMA_FAULTS);
+            }
+        } else {
+            self.counters.inc(RX_PACKETS);
+        }
+        if r.received >= u64::from(r.total) {
+            if let Some(r) = self.reasm.active.remove(&key) {
+                self.finish_reassembly(key, &r);
+            }
+        }
+        let delivered = if rc == ReturnCode::Ok { inside } else { 0 };
+        self.respond(p, rc, delivered);
+        RxOutcome::Done
+    }
+
+    /// Every byte of a message arrived: complete its receive descriptor.
+    fn finish_reassembly(&mut self, key: MsgKey, r: &Reassembly) {
+        let delivered = r.total.min(r.buf_len);
+        let (status, rc) = if r.dma_fault {
+            (
+                LocalStatus::DmaFault,
+                ReturnCode::HostUnsuccessfulCompletion,
+            )
+        } else if r.total > r.buf_len {
+            (LocalStatus::Truncated, ReturnCode::Ok)
+        } else {
+            (LocalStatus::Ok, ReturnCode::Ok)
+        };
+        self.reasm.finish(key, rc);
+        let Some(ep) = self.eps.get_mut(r.handle).filter(|e| e.serial == r.serial) else {
+            return;
+        };
+        ep.reassembling = ep.reassembling.saturating_sub(1);
+        let c = Completion {
+            context: r.context,
+            data: U64::new(r.header_data),
+            src_addr: U64::new(r.src_addr),
+            len: U32::new(delivered),
+            status: status as u8,
+            return_code: rc as u8,
+            kind: CompletionKind::Recv as u8,
+            phase: 0,
+        };
+        self.post_completion(r.handle, c);
     }
 
     /// Answer a request with a PDS ACK and an SES response.

@@ -13,8 +13,12 @@
 //! | 12–19 | buffer_offset |
 //! | 20–23 | initiator |
 //! | 24–31 | match_bits / memory key |
-//! | 32–39 | header_data (SOM = 1) |
-//! | 40–43 | request_length |
+//! | 32–39 | SOM = 1: header_data · SOM = 0: rsvd(18) payload_len(14) in bytes 32–35, message_offset(32) in bytes 36–39 |
+//! | 40–43 | request_length (the whole message, in every packet) |
+//!
+//! Bytes 32–39 are kept raw in [`StandardRequest::header_data`]; a packet without SOM reads and
+//! writes them through [`StandardRequest::segment`] and [`segment_word`] (the layout Wireshark's
+//! UET dissector decodes).
 //!
 //! Response header, 12 bytes ([`Response`]): list(2) opcode(6) · version(2) return_code(6) ·
 //! message_id(16) · ri_generation(8) JobID(24) · modified_length(32). The model answers with
@@ -42,6 +46,13 @@ pub const FLAG_SOM: u8 = 0x01;
 pub const STD_REQUEST_BYTES: usize = 44;
 /// Bytes of the response header.
 pub const RESPONSE_BYTES: usize = 12;
+/// Largest `payload_len` of a packet without SOM (14 bits).
+pub const MAX_PAYLOAD_LEN: u16 = 0x3FFF;
+
+/// Bytes 32–39 of a packet without SOM: `payload_len` (14 bits) and `message_offset`.
+pub const fn segment_word(payload_len: u16, message_offset: u32) -> u64 {
+    ((payload_len & MAX_PAYLOAD_LEN) as u64) << 32 | message_offset as u64
+}
 
 /// Why an SES header was rejected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -94,7 +105,7 @@ pub struct StandardRequest {
     pub initiator: u32,
     /// Match bits or memory key.
     pub match_bits: u64,
-    /// Header data (SOM = 1).
+    /// Bytes 32–39: header data when SOM is set, else [`segment_word`].
     pub header_data: u64,
     /// Request length.
     pub request_length: u32,
@@ -117,7 +128,17 @@ impl StandardRequest {
         out.extend_from_slice(&self.request_length.to_be_bytes());
     }
 
-    /// Parse; returns the header and the bytes after it (the payload).
+    /// `(payload_len, message_offset)` of a packet without SOM; `None` when SOM is set.
+    pub fn segment(&self) -> Option<(u16, u32)> {
+        if self.flags & FLAG_SOM != 0 {
+            return None;
+        }
+        let len = ((self.header_data >> 32) as u16) & MAX_PAYLOAD_LEN;
+        Some((len, self.header_data as u32))
+    }
+
+    /// Parse; returns the header and the bytes after it (the payload). Without SOM, the
+    /// reserved bits above `payload_len` must be zero.
     pub fn parse(b: &[u8]) -> Result<(Self, &[u8]), SesError> {
         let h = b.get(..STD_REQUEST_BYTES).ok_or(SesError::Truncated)?;
         if h[0] & 0xC0 != 0 {
@@ -133,6 +154,9 @@ impl StandardRequest {
         }
         if ri & 0xF000 != 0 {
             return Err(SesError::Reserved("resource index"));
+        }
+        if h[1] & FLAG_SOM == 0 && be32(h, 32) & !u32::from(MAX_PAYLOAD_LEN) != 0 {
+            return Err(SesError::Reserved("payload_len"));
         }
         let w = be32(h, 4);
         let r = StandardRequest {
@@ -246,6 +270,42 @@ mod tests {
             Err(SesError::Reserved("PIDonFEP"))
         );
         assert_eq!(StandardRequest::parse(&b[..43]), Err(SesError::Truncated));
+    }
+
+    #[test]
+    fn continuation_packet_carries_payload_len_and_offset() {
+        let r = StandardRequest {
+            opcode: OP_SEND,
+            flags: FLAG_EOM | FLAG_REL,
+            message_id: 9,
+            header_data: segment_word(17, 3 * 4096),
+            request_length: 3 * 4096 + 17,
+            ..StandardRequest::default()
+        };
+        let mut b = Vec::new();
+        r.encode(&mut b);
+        assert_eq!(&b[32..36], &17u32.to_be_bytes());
+        assert_eq!(&b[36..40], &(3u32 * 4096).to_be_bytes());
+        let (back, _) = StandardRequest::parse(&b).unwrap();
+        assert_eq!(back.segment(), Some((17, 3 * 4096)));
+        let mut bad = b.clone();
+        bad[33] = 0x40; // bit 14 of the payload_len word is reserved
+        assert_eq!(
+            StandardRequest::parse(&bad),
+            Err(SesError::Reserved("payload_len"))
+        );
+        let som = StandardRequest {
+            flags: FLAG_SOM,
+            header_data: u64::MAX,
+            ..r
+        };
+        assert_eq!(som.segment(), None);
+        let mut b = Vec::new();
+        som.encode(&mut b);
+        assert!(
+            StandardRequest::parse(&b).is_ok(),
+            "header data is opaque with SOM"
+        );
     }
 
     #[test]

@@ -9,24 +9,29 @@
 //!
 //! For each [`TxDescriptor`]:
 //!
-//! 1. Validate: opcode SEND, `flags` and reserved bytes zero, `len <= CAP_PROFILES.mtu`;
-//!    otherwise complete with `BadDescriptor`.
+//! 1. Validate: opcode SEND, `flags` and reserved bytes zero, `len <= CAP_MAX_MSG`; otherwise
+//!    complete with `BadDescriptor`.
 //! 2. Read `len` payload bytes from `buf` by DMA; a fault completes with `DmaFault` (and counts
-//!    `DMA_FAULTS`).
+//!    `DMA_FAULTS`) before any packet is sent.
 //! 3. Translate `dest` through the endpoint's bound AV: the receive context is the top
 //!    `rx_ctx_bits` bits, the index the rest. No bound AV, an index beyond the table, an invalid
 //!    entry, or a resource index (`entry.ri_start + rx_ctx`) beyond 12 bits complete with
 //!    `AddrNotAvail`.
-//! 4. Send one UET packet: source IP = this NIC, destination IP = the entry's fabric address,
-//!    UDP 4793; PDS RUD_REQ on the PDC to that address (SYN until established); SES standard
-//!    request with opcode SEND, flags SOM|EOM (+REL unless the entry is absolute, +HD when
-//!    `data` is non-zero), the endpoint's next message id, JobID and PIDonFEP from the entry,
-//!    resource index `entry.ri_start + rx_ctx`, the endpoint's initiator id, header_data =
-//!    `data`, request_length = `len`, then the payload. `TX_PACKETS` and `TX_BYTES` count it.
-//! 5. The descriptor completes (`Send`, its `context`, `len`) when the target's response
-//!    arrives: RC_OK gives `Ok`; any other return code gives `Remote` with that code. When no
-//!    NIC owns the destination address the fabric reports it and the completion is
-//!    `Unreachable`.
+//! 4. Segment the message at the MTU (`CAP_PROFILES.mtu`): `max(1, ceil(len / mtu))` UET
+//!    packets, all on the PDC to the destination with consecutive PSNs (SYN until the PDC is
+//!    established) and one message id (the endpoint's next). Each packet: source IP = this
+//!    NIC, destination IP = the entry's fabric address, UDP 4793; PDS RUD_REQ; SES standard
+//!    request with opcode SEND, JobID and PIDonFEP from the entry, resource index
+//!    `entry.ri_start + rx_ctx`, the endpoint's initiator id, request_length = `len` (the whole
+//!    message, in every packet), then its slice of the payload. Flags: REL unless the entry is
+//!    absolute; SOM on the first packet, which also carries header_data = `data` (and HD when
+//!    `data` is non-zero); EOM on the last. Every packet but the first carries payload_len
+//!    (14 bits) and message_offset (32 bits) in SES bytes 32–39 instead. A one-MTU message is
+//!    one packet with SOM|EOM. `TX_PACKETS` counts packets, `TX_BYTES` payload bytes.
+//! 5. The descriptor completes once (`Send`, its `context`, `len`), when the response of every
+//!    packet has arrived: all RC_OK gives `Ok`; otherwise the first error decides — another
+//!    return code gives `Remote` with that code, and a packet the fabric could not route (no
+//!    NIC owns the destination address) gives `Unreachable`.
 //!
 //! Every completion other than `Ok` also counts in `TX_ERRORS`.
 
@@ -41,15 +46,26 @@ use uet_regs::{TX_BYTES, TX_ERRORS, TX_PACKETS};
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::FromBytes;
 
-/// A send waiting for its response.
+/// One packet of a send, waiting for its response; keyed by (SPDCID, PSN).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PendingPacket {
+    /// The send it belongs to (key of `Nic::tx_messages`).
+    pub msg: u64,
+    pub dst: IpAddr,
+    pub message_id: u16,
+}
+
+/// A TX descriptor whose packets are in flight.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct PendingSend {
     pub handle: u16,
     pub serial: u64,
     pub context: u64,
     pub len: u32,
-    pub dst: IpAddr,
-    pub message_id: u16,
+    /// Packets still waiting for their response.
+    pub packets_left: u32,
+    /// The first failure among the responses so far.
+    pub first_error: Option<(LocalStatus, u8)>,
 }
 
 fn send_completion(context: u64, len: u32, status: LocalStatus, rc: u8) -> Completion {
@@ -104,7 +120,7 @@ impl Nic {
             || d.flags != 0
             || d.reserved0 != [0; 2]
             || d.reserved1 != [0; 24]
-            || len > u32::from(self.cfg.mtu)
+            || len > self.cfg.max_msg
         {
             return self.tx_fail(handle, d, LocalStatus::BadDescriptor);
         }
@@ -138,17 +154,13 @@ impl Nic {
         };
         let message_id = ep.next_message_id;
         ep.next_message_id = ep.next_message_id.wrapping_add(1);
-        let pds = self.pdcs.next_request(dst);
-        let mut flags = ses::FLAG_SOM | ses::FLAG_EOM;
+        let mut base_flags = 0;
         if entry.flags.get() & entry_flags::ABSOLUTE == 0 {
-            flags |= ses::FLAG_REL;
+            base_flags |= ses::FLAG_REL;
         }
-        if d.data.get() != 0 {
-            flags |= ses::FLAG_HD;
-        }
-        let req = StandardRequest {
+        let mut req = StandardRequest {
             opcode: ses::OP_SEND,
-            flags,
+            flags: base_flags,
             message_id,
             ri_generation: 0,
             job_id: entry.job_id.get(),
@@ -157,43 +169,81 @@ impl Nic {
             buffer_offset: 0,
             initiator,
             match_bits: 0,
-            header_data: d.data.get(),
+            header_data: 0,
             request_length: len,
         };
-        let mut pkt =
-            Vec::with_capacity(crate::pds::RUD_REQ_BYTES + ses::STD_REQUEST_BYTES + payload.len());
-        pds.encode(&mut pkt);
-        req.encode(&mut pkt);
-        pkt.extend_from_slice(&payload);
-        let src_port = 0xC000 | (pds.spdcid & 0x3FFF);
-        let f = match frame::build(
-            self.cfg.mac,
-            GATEWAY_MAC,
-            self.cfg.fabric_addr,
-            dst,
-            src_port,
-            &pkt,
-        ) {
-            Ok(f) => f,
-            Err(_) => return self.tx_fail(handle, d, LocalStatus::BadDescriptor),
-        };
-        self.pending_tx.insert(
-            (pds.spdcid, pds.psn),
+        let mtu = usize::from(self.cfg.mtu.max(1));
+        let count = payload.len().div_ceil(mtu).max(1);
+        let msg = self.next_tx_msg;
+        self.next_tx_msg = self.next_tx_msg.wrapping_add(1);
+        let mut frames = Vec::with_capacity(count);
+        for (i, chunk) in payload
+            .chunks(mtu)
+            .chain(payload.is_empty().then_some(&[][..]))
+            .enumerate()
+        {
+            let offset = i * mtu;
+            req.flags = base_flags;
+            if i == 0 {
+                req.flags |= ses::FLAG_SOM;
+                req.header_data = d.data.get();
+                if req.header_data != 0 {
+                    req.flags |= ses::FLAG_HD;
+                }
+            } else {
+                // chunk.len() <= mtu <= MAX_MTU (14 bits); offset < len (32 bits).
+                req.header_data = ses::segment_word(chunk.len() as u16, offset as u32);
+            }
+            if i + 1 == count {
+                req.flags |= ses::FLAG_EOM;
+            }
+            let pds = self.pdcs.next_request(dst);
+            let mut pkt = Vec::with_capacity(
+                crate::pds::RUD_REQ_BYTES + ses::STD_REQUEST_BYTES + chunk.len(),
+            );
+            pds.encode(&mut pkt);
+            req.encode(&mut pkt);
+            pkt.extend_from_slice(chunk);
+            let src_port = 0xC000 | (pds.spdcid & 0x3FFF);
+            match frame::build(
+                self.cfg.mac,
+                GATEWAY_MAC,
+                self.cfg.fabric_addr,
+                dst,
+                src_port,
+                &pkt,
+            ) {
+                Ok(f) => frames.push(((pds.spdcid, pds.psn), f, chunk.len())),
+                Err(_) => return self.tx_fail(handle, d, LocalStatus::BadDescriptor),
+            }
+        }
+        self.tx_messages.insert(
+            msg,
             PendingSend {
                 handle,
                 serial,
                 context: d.context.get(),
                 len,
-                dst,
-                message_id,
+                packets_left: frames.len() as u32,
+                first_error: None,
             },
         );
         if let Some(ep) = self.eps.get_mut(handle) {
             ep.outstanding += 1;
         }
-        self.counters.inc(TX_PACKETS);
-        self.counters.add(TX_BYTES, u64::from(len));
-        self.outbox.push(f);
+        for (key, f, bytes) in frames {
+            self.pending_tx.insert(
+                key,
+                PendingPacket {
+                    msg,
+                    dst,
+                    message_id,
+                },
+            );
+            self.counters.inc(TX_PACKETS);
+            self.counters.add(TX_BYTES, bytes as u64);
+            self.outbox.push(f);
+        }
     }
 
     /// Complete the send a response answers.
@@ -211,19 +261,39 @@ impl Nic {
             return;
         };
         self.pdcs.ack_received(src, ack.spdcid);
-        self.finish_send(&p, resp.return_code, None);
+        self.packet_done(p.msg, resp.return_code, None);
     }
 
-    fn finish_send(&mut self, p: &PendingSend, rc: u8, local: Option<LocalStatus>) {
+    /// One packet of send `msg` was answered (`rc`) or failed locally; the send completes with
+    /// its last packet.
+    fn packet_done(&mut self, msg: u64, rc: u8, local: Option<LocalStatus>) {
+        let Some(m) = self.tx_messages.get_mut(&msg) else {
+            return;
+        };
+        if m.first_error.is_none() {
+            m.first_error = match local {
+                Some(s) => Some((s, rc)),
+                None if rc == ReturnCode::Ok as u8 => None,
+                None => Some((LocalStatus::Remote, rc)),
+            };
+        }
+        m.packets_left = m.packets_left.saturating_sub(1);
+        if m.packets_left > 0 {
+            return;
+        }
+        if let Some(m) = self.tx_messages.remove(&msg) {
+            self.finish_send(&m);
+        }
+    }
+
+    fn finish_send(&mut self, p: &PendingSend) {
         let Some(ep) = self.eps.get_mut(p.handle).filter(|e| e.serial == p.serial) else {
             return; // the endpoint is gone
         };
         ep.outstanding = ep.outstanding.saturating_sub(1);
-        let status = match local {
-            Some(s) => s,
-            None if rc == ReturnCode::Ok as u8 => LocalStatus::Ok,
-            None => LocalStatus::Remote,
-        };
+        let (status, rc) = p
+            .first_error
+            .unwrap_or((LocalStatus::Ok, ReturnCode::Ok as u8));
         if status != LocalStatus::Ok {
             self.counters.inc(TX_ERRORS);
         }
@@ -240,7 +310,7 @@ impl Nic {
             return; // a response to a vanished initiator: nothing waits for it
         };
         if let Some(p) = self.pending_tx.remove(&(req.spdcid, req.psn)) {
-            self.finish_send(&p, 0, Some(LocalStatus::Unreachable));
+            self.packet_done(p.msg, 0, Some(LocalStatus::Unreachable));
         }
     }
 }

@@ -311,7 +311,7 @@ fn local_errors_complete_without_sending() {
         ..Default::default()
     };
     a.post_send_desc(&mut ea, d);
-    // Bad descriptors: unknown opcode, reserved bytes, above MTU.
+    // Bad descriptors: unknown opcode, reserved bytes, above CAP_MAX_MSG.
     let mut bad = d;
     bad.opcode = 9;
     bad.context = U64::new(4);
@@ -321,7 +321,7 @@ fn local_errors_complete_without_sending() {
     bad.context = U64::new(5);
     a.post_send_desc(&mut ea, bad);
     let mut bad = d;
-    bad.len = U32::new(4097);
+    bad.len = U32::new(a.f.read(CAP_MAX_MSG) + 1);
     bad.context = U64::new(6);
     a.post_send_desc(&mut ea, bad);
     let got: Vec<(u64, LocalStatus)> = std::iter::from_fn(|| a.poll_cq(&mut ea))

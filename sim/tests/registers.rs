@@ -125,10 +125,15 @@ fn capabilities_follow_the_config() {
     cfg.av_tables = 3;
     cfg.endpoints = 5;
     cfg.mtu = 1024;
+    cfg.max_msg = 64 * 1024;
     let f = fabric.add_nic(cfg).unwrap();
     assert_eq!(f.read(CAP_AV).max_tables(), 3);
     assert_eq!(f.read(CAP_EP).max_endpoints(), 5);
     assert_eq!(f.read(CAP_PROFILES).mtu(), 1024);
+    assert_eq!(f.read(CAP_MAX_MSG), 64 * 1024);
+    assert_eq!(f.read(REVISION).interface_minor(), 1);
+    let reference = fabric.add_nic(NicConfig::new(addr("10.0.0.3"))).unwrap();
+    assert_eq!(reference.read(CAP_MAX_MSG), 0x0010_0000);
     assert!(
         fabric.add_nic(NicConfig::new(addr("10.0.0.1"))).is_err(),
         "duplicate address"
@@ -136,6 +141,12 @@ fn capabilities_follow_the_config() {
     let mut bad = NicConfig::new(addr("10.0.0.2"));
     bad.pid_count = 4096;
     assert!(fabric.add_nic(bad).is_err());
+    for (mtu, max_msg) in [(1024, 1023), (4096, (1 << 30) + 1), (16384, 1 << 20)] {
+        let mut bad = NicConfig::new(addr("10.0.0.2"));
+        bad.mtu = mtu;
+        bad.max_msg = max_msg;
+        assert!(fabric.add_nic(bad).is_err(), "mtu {mtu} max_msg {max_msg}");
+    }
 }
 
 #[test]

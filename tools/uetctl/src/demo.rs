@@ -11,9 +11,13 @@
 //! 5. send `messages` messages to its right neighbour, naming it only by `fi_addr_t`;
 //! 6. check every message that arrives: payload, CQ data, and the source `fi_addr_t` the NIC
 //!    reverse-translated must all say "left neighbour", each sequence number exactly once.
+//!
+//! With [`DemoConfig::pcap`] set, the fabric writes every frame to a pcap file from before the
+//! first rank starts until the last one has finished.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::ops::Range;
+use std::path::PathBuf;
 use std::sync::mpsc;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -21,13 +25,13 @@ use uet_av::{AvAttr, FiAddr};
 use uet_driver::backend::sim::SimDevice;
 use uet_driver::uet_fwif::datapath::CompletionKind;
 use uet_driver::{Av, DmaPool, Endpoint, EndpointAttr, Nic};
-use uet_sim::{Fabric, NicConfig};
+use uet_sim::{CaptureStatus, Fabric, NicConfig};
 
 /// How long a rank waits for its traffic before declaring it lost.
 pub const PROGRESS_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Demo parameters.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct DemoConfig {
     /// Ranks, each with its own NIC.
     pub ranks: usize,
@@ -35,6 +39,28 @@ pub struct DemoConfig {
     pub messages: u32,
     /// JobID of the job.
     pub job_id: u32,
+    /// Write every frame that crosses the fabric to this pcap file.
+    pub pcap: Option<PathBuf>,
+}
+
+impl Default for DemoConfig {
+    /// What `uetctl demo` runs without options.
+    fn default() -> Self {
+        DemoConfig {
+            ranks: 4,
+            messages: 8,
+            job_id: 0x00_1234,
+            pcap: None,
+        }
+    }
+}
+
+/// The part of the configuration every rank thread needs.
+#[derive(Clone, Copy, Debug)]
+struct RankConfig {
+    ranks: usize,
+    messages: u32,
+    job_id: u32,
 }
 
 /// What one rank did.
@@ -78,6 +104,8 @@ pub struct DemoOutcome {
     pub fabric: Fabric,
     /// Every rank, in rank order.
     pub ranks: Vec<Rank>,
+    /// The packet capture, when one was asked for (stopped: the file is complete).
+    pub capture: Option<CaptureStatus>,
 }
 
 impl DemoOutcome {
@@ -107,6 +135,9 @@ pub enum DemoError {
     /// The fabric could not be built.
     #[error("building the simulated fabric: {0}")]
     Fabric(String),
+    /// The packet capture could not be started.
+    #[error("{0}")]
+    Capture(String),
     /// A rank failed to set up.
     #[error("rank {rank}: {message}")]
     Rank {
@@ -150,6 +181,17 @@ pub fn run(cfg: DemoConfig) -> Result<DemoOutcome, DemoError> {
         functions.push(f);
     }
 
+    if let Some(path) = &cfg.pcap {
+        fabric
+            .capture_to_file(path)
+            .map_err(|e| DemoError::Capture(e.to_string()))?;
+    }
+    let rank_cfg = RankConfig {
+        ranks: cfg.ranks,
+        messages: cfg.messages,
+        job_id: cfg.job_id,
+    };
+
     // The bootstrap channel: every rank to rank 0, and rank 0 back to each rank.
     let (to_master, master_rx) = mpsc::channel::<(usize, Vec<u8>)>();
     let mut from_master = Vec::new();
@@ -173,7 +215,7 @@ pub fn run(cfg: DemoConfig) -> Result<DemoOutcome, DemoError> {
             None
         };
         handles.push(std::thread::spawn(move || {
-            run_rank(cfg, rank, function, to_master, inbox, master, &barrier)
+            run_rank(rank_cfg, rank, function, to_master, inbox, master, &barrier)
         }));
     }
     drop(to_master);
@@ -193,10 +235,18 @@ pub fn run(cfg: DemoConfig) -> Result<DemoOutcome, DemoError> {
             }
         }
     }
+    let capture = cfg.pcap.as_ref().map(|_| {
+        fabric.stop_capture();
+        fabric.capture_status()
+    });
     if let Some(e) = first_error {
         return Err(e);
     }
-    Ok(DemoOutcome { fabric, ranks })
+    Ok(DemoOutcome {
+        fabric,
+        ranks,
+        capture,
+    })
 }
 
 type Master = (
@@ -205,7 +255,7 @@ type Master = (
 );
 
 fn run_rank(
-    cfg: DemoConfig,
+    cfg: RankConfig,
     rank: usize,
     function: uet_sim::SimFunction,
     to_master: mpsc::Sender<(usize, Vec<u8>)>,
@@ -233,8 +283,9 @@ fn run_rank(
                 Some(&av),
             )
             .map_err(|e| e.to_string())?;
-        let pool = DmaPool::new(&nic, endpoint.max_msg_size(), 2 * cfg.messages + 8)
-            .map_err(|e| e.to_string())?;
+        // Demo payloads are short: one packet each.
+        let pool =
+            DmaPool::new(&nic, endpoint.mtu(), 2 * cfg.messages + 8).map_err(|e| e.to_string())?;
         Ok((nic, av, endpoint, pool))
     })();
     let (nic, mut av, mut endpoint, pool) = match setup {

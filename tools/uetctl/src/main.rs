@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 use serde_json::json;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use uetctl::demo::{self, DemoConfig, DemoOutcome};
 use uetctl::dump;
@@ -20,7 +21,7 @@ struct Cli {
     command: Command,
 }
 
-#[derive(clap::Args, Clone, Copy)]
+#[derive(clap::Args, Clone)]
 struct JobArgs {
     /// Ranks in the job, each with its own simulated NIC.
     #[arg(long, default_value_t = 4)]
@@ -31,6 +32,10 @@ struct JobArgs {
     /// JobID of the job (24 bits).
     #[arg(long, default_value_t = 0x00_1234, value_parser = parse_u32)]
     job_id: u32,
+    /// Write every frame that crosses the simulated fabric to FILE (libpcap, Ethernet; UET is
+    /// UDP port 4793 for Wireshark).
+    #[arg(long, value_name = "FILE")]
+    pcap: Option<PathBuf>,
 }
 
 impl From<JobArgs> for DemoConfig {
@@ -39,6 +44,7 @@ impl From<JobArgs> for DemoConfig {
             ranks: a.ranks,
             messages: a.messages,
             job_id: a.job_id,
+            pcap: a.pcap,
         }
     }
 }
@@ -107,18 +113,53 @@ fn main() -> ExitCode {
     }
 }
 
-fn run_job(cfg: DemoConfig) -> Result<DemoOutcome, ExitCode> {
-    demo::run(cfg).map_err(|e| {
+fn run_job(cfg: &DemoConfig) -> Result<DemoOutcome, ExitCode> {
+    demo::run(cfg.clone()).map_err(|e| {
         eprintln!("uetctl: {e}");
         ExitCode::from(2)
     })
 }
 
+/// Report the capture on stderr; whether it was written completely.
+fn report_capture(outcome: &DemoOutcome) -> bool {
+    let Some(c) = &outcome.capture else {
+        return true;
+    };
+    let file = c
+        .path
+        .as_ref()
+        .map_or_else(|| "the capture".to_string(), |p| p.display().to_string());
+    if c.write_errors > 0 {
+        eprintln!(
+            "uetctl: writing {file} failed after {} frames: {}",
+            c.frames,
+            c.last_error.as_deref().unwrap_or("unknown error")
+        );
+        false
+    } else {
+        eprintln!("uetctl: {} frames written to {file}", c.frames);
+        true
+    }
+}
+
+fn capture_json(outcome: &DemoOutcome) -> serde_json::Value {
+    match &outcome.capture {
+        Some(c) => json!({
+            "file": c.path.as_ref().map(|p| p.display().to_string()),
+            "frames": c.frames,
+            "write_errors": c.write_errors,
+            "error": c.last_error,
+        }),
+        None => serde_json::Value::Null,
+    }
+}
+
 fn run_demo(cfg: DemoConfig, as_json: bool) -> ExitCode {
-    let mut outcome = match run_job(cfg) {
+    let mut outcome = match run_job(&cfg) {
         Ok(o) => o,
         Err(code) => return code,
     };
+    let captured = report_capture(&outcome);
     let ok = outcome.ok(&cfg);
     let table = outcome.ranks.first_mut().map(|r| dump::collect(&mut r.av));
     let table = match table {
@@ -151,11 +192,12 @@ fn run_demo(cfg: DemoConfig, as_json: bool) -> ExitCode {
             })
             .collect();
         let doc = json!({
-            "ok": ok && consistent,
+            "ok": ok && consistent && captured,
             "job_id": cfg.job_id,
             "messages_per_rank": cfg.messages,
             "ranks": ranks,
             "rank0_av": dump::render_json(&table),
+            "pcap": capture_json(&outcome),
         });
         println!("{doc:#}");
     } else {
@@ -213,7 +255,7 @@ fn run_demo(cfg: DemoConfig, as_json: bool) -> ExitCode {
             );
         }
     }
-    if ok && consistent {
+    if ok && consistent && captured {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
@@ -221,10 +263,11 @@ fn run_demo(cfg: DemoConfig, as_json: bool) -> ExitCode {
 }
 
 fn run_dump(cfg: DemoConfig, rank: Option<usize>, as_json: bool) -> ExitCode {
-    let mut outcome = match run_job(cfg) {
+    let mut outcome = match run_job(&cfg) {
         Ok(o) => o,
         Err(code) => return code,
     };
+    let captured = report_capture(&outcome);
     if let Some(r) = rank {
         if r >= outcome.ranks.len() {
             eprintln!(
@@ -266,10 +309,14 @@ fn run_dump(cfg: DemoConfig, rank: Option<usize>, as_json: bool) -> ExitCode {
     if as_json {
         println!(
             "{:#}",
-            json!({ "tables": docs, "differences": differences })
+            json!({
+                "tables": docs,
+                "differences": differences,
+                "pcap": capture_json(&outcome),
+            })
         );
     }
-    if differences == 0 {
+    if differences == 0 && captured {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

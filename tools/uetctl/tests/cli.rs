@@ -93,3 +93,92 @@ fn bad_arguments_get_a_clear_error_and_exit_2() {
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
     }
 }
+
+/// (PDS type, SES opcode/return code byte) of a captured UET frame over IPv4.
+fn uet_kind(frame: &[u8]) -> (u8, u8) {
+    let dg = uet_sim::frame::parse(frame).expect("a well-formed UDP 4793 frame");
+    let pds = uet_sim::pds::Prologue::peek(dg.payload).expect("PDS prologue");
+    (pds.pkt_type, dg.payload[12])
+}
+
+#[test]
+fn demo_writes_a_pcap_of_every_frame() {
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("uetctl-demo.pcap");
+    let _ = std::fs::remove_file(&path);
+    let p = path.to_str().expect("UTF-8 temp path");
+    let out = uetctl(&["demo", "--ranks", "2", "--messages", "1", "--pcap", p]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("4 frames written to"), "{stderr}");
+    let cap = uet_sim::pcap::read_file(&path).expect("a valid capture");
+    assert_eq!(cap.linktype, 1);
+    assert_eq!(cap.snaplen, 65535);
+    // Each rank sends one message to the other: two requests, two responses.
+    assert_eq!(cap.records.len(), 4);
+    let mut kinds: Vec<u8> = cap.records.iter().map(|r| uet_kind(&r.data).0).collect();
+    kinds.sort_unstable();
+    assert_eq!(
+        kinds,
+        [
+            uet_sim::pds::TYPE_RUD_REQ,
+            uet_sim::pds::TYPE_RUD_REQ,
+            uet_sim::pds::TYPE_ACK,
+            uet_sim::pds::TYPE_ACK
+        ]
+    );
+    // The simulated clock: frame k at k microseconds.
+    for (k, r) in cap.records.iter().enumerate() {
+        assert_eq!(r.ts_us(), k as u64);
+    }
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn av_dump_demo_writes_a_pcap_and_json_reports_it() {
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("uetctl-dump.pcap");
+    let _ = std::fs::remove_file(&path);
+    let p = path.to_str().expect("UTF-8 temp path");
+    let out = uetctl(&[
+        "av",
+        "dump",
+        "--demo",
+        "--ranks",
+        "3",
+        "--messages",
+        "2",
+        "--pcap",
+        p,
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(v["pcap"]["frames"], 12);
+    assert_eq!(v["pcap"]["write_errors"], 0);
+    let cap = uet_sim::pcap::read_file(&path).expect("a valid capture");
+    assert_eq!(cap.records.len(), 12);
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn pcap_to_a_bad_path_is_a_clear_error_and_exit_2() {
+    let dir = env!("CARGO_TARGET_TMPDIR");
+    let missing = format!("{dir}/no-such-directory/x.pcap");
+    for args in [
+        &["demo", "--ranks", "2", "--messages", "1", "--pcap", dir][..],
+        &["av", "dump", "--demo", "--ranks", "2", "--pcap", &missing][..],
+    ] {
+        let out = uetctl(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("cannot write packet capture to"),
+            "{args:?}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert!(out.stdout.is_empty(), "nothing runs: {args:?}");
+    }
+}

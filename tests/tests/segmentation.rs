@@ -1,0 +1,518 @@
+//! Messages longer than the MTU: the sending NIC segments them (SOM … EOM), the receiving NIC
+//! reassembles them into one buffer, and each side sees one completion.
+
+use std::io::Write;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use uet_av::FiErrno;
+use uet_driver::{DmaPool, DriverError};
+use uet_fwif::datapath::{CompletionKind, LocalStatus};
+use uet_fwif::{ReturnCode, UetAddress};
+use uet_regs::{RX_MALFORMED, RX_PACKETS, TX_PACKETS};
+use uet_sim::pds::{RudRequest, FLAG_SYN, NEXT_HDR_REQUEST_STD, START_PSN, TYPE_ACK, TYPE_RUD_REQ};
+use uet_sim::ses::{self, segment_word, StandardRequest};
+use uet_sim::{frame, pcap, Fabric, NicConfig};
+use uet_tests::{nic_addr, Node};
+
+const JOB: u32 = 0x0005_1234;
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 8) as u8)
+        .collect()
+}
+
+/// Two nodes on a fresh fabric, the second with `cfg_b` applied to its configuration, each in
+/// the other's AV at fi_addr 0.
+fn pair_with(cfg_b: impl FnOnce(&mut NicConfig)) -> (Fabric, Node, Node) {
+    let fabric = Fabric::new();
+    let fa = fabric.add_nic(NicConfig::new(nic_addr(0))).unwrap();
+    let mut cfg = NicConfig::new(nic_addr(1));
+    cfg_b(&mut cfg);
+    let fb = fabric.add_nic(cfg).unwrap();
+    let mut a = Node::new(fa, JOB, 4);
+    let mut b = Node::new(fb, JOB, 4);
+    assert_eq!(a.insert(&b.addr()), 0);
+    assert_eq!(b.insert(&a.addr()), 0);
+    (fabric, a, b)
+}
+
+fn pair() -> (Fabric, Node, Node) {
+    pair_with(|_| {})
+}
+
+fn send_bytes(node: &mut Node, pool: &DmaPool, data: &[u8], cq_data: u64) {
+    let mut buf = pool.alloc().expect("send buffer");
+    buf.fill(data).expect("fill");
+    node.ep
+        .post_send(0, buf, 1, cq_data)
+        .map_err(|(e, _)| e)
+        .expect("post send");
+}
+
+#[test]
+fn messages_around_the_mtu_arrive_intact_with_one_completion_each() {
+    let (_fabric, mut a, mut b) = pair();
+    let mtu = a.ep.mtu();
+    assert_eq!(mtu, usize::from(a.nic.capabilities().mtu));
+    assert_eq!(a.ep.max_msg_size(), 1 << 20);
+    assert_eq!(a.nic.capabilities().max_msg_size, 1 << 20);
+    assert!(
+        !a.ep.address().max_msg_mtu,
+        "messages are not limited to one MTU"
+    );
+    let tx_pool = DmaPool::new(&a.nic, 64 * 1024, 4).unwrap();
+    let rx_pool = DmaPool::new(&b.nic, 64 * 1024, 4).unwrap();
+    for (i, len) in [0, 1, mtu - 1, mtu, mtu + 1, 3 * mtu + 17, 64 * 1024]
+        .into_iter()
+        .enumerate()
+    {
+        let msg = pattern(len, i as u8);
+        let (tx0, rx0) = (a.counter(TX_PACKETS), b.counter(RX_PACKETS));
+        b.ep.post_recv(rx_pool.alloc().unwrap(), 100 + i as u64)
+            .map_err(|(e, _)| e)
+            .unwrap();
+        let cq_data = 0xD000 + i as u64;
+        send_bytes(&mut a, &tx_pool, &msg, cq_data);
+
+        let sent = a.next_completion().expect("one send completion");
+        assert_eq!(sent.kind, CompletionKind::Send);
+        assert!(sent.error.is_none(), "len {len}: {:?}", sent.error);
+        assert_eq!(sent.len, len);
+        assert!(a.next_completion().is_none(), "len {len}: exactly one");
+
+        let got = b.next_completion().expect("one receive completion");
+        assert_eq!(got.kind, CompletionKind::Recv);
+        assert!(got.error.is_none(), "len {len}: {:?}", got.error);
+        assert_eq!(got.context, 100 + i as u64);
+        assert_eq!(got.len, len);
+        assert_eq!(got.data, cq_data, "header data from the SOM packet");
+        assert_eq!(got.src_addr, 0, "reverse-translated sender");
+        let bytes = got.buffer.expect("buffer back").to_vec().unwrap();
+        assert!(bytes == msg, "len {len}: payload differs");
+        assert!(b.next_completion().is_none(), "len {len}: exactly one");
+
+        let packets = len.div_ceil(mtu).max(1) as u64;
+        assert_eq!(a.counter(TX_PACKETS) - tx0, packets, "len {len}");
+        assert_eq!(b.counter(RX_PACKETS) - rx0, packets, "len {len}");
+    }
+    assert_eq!(b.counter(RX_MALFORMED), 0);
+}
+
+#[test]
+fn a_message_of_cap_max_msg_bytes_arrives_and_one_more_is_refused() {
+    let (_fabric, mut a, mut b) = pair();
+    let max = a.ep.max_msg_size();
+    let tx_pool = DmaPool::new(&a.nic, max + 64, 1).unwrap();
+    let rx_pool = DmaPool::new(&b.nic, max, 1).unwrap();
+    let msg = pattern(max, 3);
+    b.ep.post_recv(rx_pool.alloc().unwrap(), 1)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    send_bytes(&mut a, &tx_pool, &msg, 5);
+    assert!(a.next_completion().unwrap().error.is_none());
+    let got = b.next_completion().unwrap();
+    assert!(got.error.is_none());
+    assert!(got.buffer.unwrap().to_vec().unwrap() == msg);
+
+    // One byte more: the driver refuses it before the NIC sees it, and returns the buffer.
+    let mut buf = tx_pool.alloc().unwrap();
+    buf.fill(&pattern(max + 1, 4)).unwrap();
+    let (err, buf) = a.ep.post_send(0, buf, 2, 0).unwrap_err();
+    assert!(
+        matches!(err, DriverError::MessageTooLong { len, max: m } if len == max + 1 && m == max),
+        "{err}"
+    );
+    assert_eq!(err.errno(), FiErrno::FI_EMSGSIZE);
+    assert_eq!(buf.len(), max + 1);
+    let err =
+        a.ep.post_send_iova(0, buf.iova(), max + 1, 3, 0)
+            .unwrap_err();
+    assert_eq!(err.errno(), FiErrno::FI_EMSGSIZE);
+    assert_eq!(a.ep.in_flight(), (0, 0), "nothing was posted");
+    assert!(a.next_completion().is_none());
+}
+
+#[test]
+fn a_target_with_a_smaller_max_msg_answers_too_long() {
+    let (fabric, mut a, mut b) = pair_with(|c| c.max_msg = 2 * u32::from(c.mtu));
+    let mtu = a.ep.mtu();
+    assert_eq!(b.ep.max_msg_size(), 2 * mtu);
+    let pool = DmaPool::new(&a.nic, 4 * mtu, 2).unwrap();
+    b.post_recvs(1);
+    send_bytes(&mut a, &pool, &pattern(3 * mtu, 1), 0);
+    let ev = a.next_completion().expect("send completion");
+    let err = ev.error.expect("refused");
+    assert_eq!(err.local, LocalStatus::Remote);
+    assert_eq!(err.return_code, Some(ReturnCode::TooLong));
+    assert_eq!(err.errno, FiErrno::FI_EMSGSIZE);
+    assert!(b.next_completion().is_none());
+    assert_eq!(b.ep.in_flight(), (0, 1), "the receive buffer is untouched");
+    assert_eq!(
+        b.function.debug_counters().rx_too_long,
+        3,
+        "every packet answered"
+    );
+    drop(fabric);
+}
+
+#[test]
+fn a_message_longer_than_the_buffer_is_truncated_without_writing_past_it() {
+    let (_fabric, mut a, mut b) = pair();
+    let mtu = a.ep.mtu();
+    let tx_pool = DmaPool::new(&a.nic, 4 * mtu + 64, 1).unwrap();
+    // Two adjacent 1 KiB buffers: the first receives, the second must stay untouched.
+    let rx_pool = DmaPool::new(&b.nic, 1024, 2).unwrap();
+    let small = rx_pool.alloc().unwrap();
+    let mut guard = rx_pool.alloc().unwrap();
+    assert_eq!(guard.iova(), small.iova() + 1024);
+    guard.fill(&[0xEE; 1024]).unwrap();
+    b.ep.post_recv(small, 77).map_err(|(e, _)| e).unwrap();
+    let msg = pattern(3 * mtu + 17, 9);
+    send_bytes(&mut a, &tx_pool, &msg, 0);
+
+    let sent = a.next_completion().unwrap();
+    assert!(
+        sent.error.is_none(),
+        "the sender sees success: {:?}",
+        sent.error
+    );
+    let got = b.next_completion().expect("one receive completion");
+    let err = got.error.expect("truncated");
+    assert_eq!(err.local, LocalStatus::Truncated);
+    assert_eq!(err.errno, FiErrno::FI_ETRUNC);
+    assert_eq!(got.len, 1024);
+    assert_eq!(got.context, 77);
+    assert!(got.buffer.unwrap().to_vec().unwrap() == msg[..1024]);
+    assert_eq!(guard.to_vec().unwrap(), vec![0xEE; 1024]);
+    assert!(b.next_completion().is_none());
+}
+
+/// A `Write` into shared memory, to capture into.
+#[derive(Clone, Default)]
+struct Shared(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Shared {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Shared {
+    fn records(&self) -> Vec<Vec<u8>> {
+        let bytes = self.0.lock().unwrap().clone();
+        pcap::parse(&bytes)
+            .expect("valid capture")
+            .records
+            .into_iter()
+            .map(|r| r.data)
+            .collect()
+    }
+}
+
+#[test]
+fn capture_of_a_three_packet_message_shows_som_eom_and_offsets() {
+    let (fabric, mut a, mut b) = pair();
+    let mtu = a.ep.mtu();
+    let len = 2 * mtu + 100;
+    let msg = pattern(len, 7);
+    let pool = DmaPool::new(&a.nic, len, 1).unwrap();
+    let rx_pool = DmaPool::new(&b.nic, len, 1).unwrap();
+    b.ep.post_recv(rx_pool.alloc().unwrap(), 1)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let cap = Shared::default();
+    fabric.capture_to_writer(cap.clone()).unwrap();
+    send_bytes(&mut a, &pool, &msg, 0xFEED);
+    assert!(a.next_completion().unwrap().error.is_none());
+    assert!(b.next_completion().unwrap().error.is_none());
+    fabric.stop_capture();
+
+    let frames = cap.records();
+    assert_eq!(frames.len(), 6, "three requests, three responses");
+    let mut reqs = Vec::new();
+    let mut acks = Vec::new();
+    for f in &frames {
+        let dg = frame::parse(f).expect("well-formed");
+        let p = dg.payload;
+        match uet_sim::pds::Prologue::peek(p).unwrap().pkt_type {
+            TYPE_RUD_REQ => {
+                let (pds, rest) = RudRequest::parse(p).unwrap();
+                let (ses, payload) = StandardRequest::parse(rest).unwrap();
+                reqs.push((pds, ses, payload.to_vec(), p[12 + 32..12 + 40].to_vec()));
+            }
+            TYPE_ACK => acks.push(p.to_vec()),
+            t => panic!("unexpected PDS type {t}"),
+        }
+    }
+    assert_eq!(reqs.len(), 3);
+    let message_id = reqs[0].1.message_id;
+    let mut reassembled = Vec::new();
+    for (i, (pds, s, payload, raw32)) in reqs.iter().enumerate() {
+        assert_eq!(pds.next_hdr, NEXT_HDR_REQUEST_STD);
+        assert_eq!(pds.psn, START_PSN + i as u32, "consecutive PSNs");
+        assert_eq!(pds.spdcid, reqs[0].0.spdcid, "one PDC");
+        assert_eq!(
+            pds.flags & FLAG_SYN,
+            FLAG_SYN,
+            "the PDC is not established yet"
+        );
+        assert_eq!(s.opcode, ses::OP_SEND);
+        assert_eq!(s.message_id, message_id, "one message id");
+        assert_eq!(
+            s.request_length as usize, len,
+            "the whole message in every packet"
+        );
+        assert_eq!(s.flags & ses::FLAG_REL, ses::FLAG_REL);
+        let som = s.flags & ses::FLAG_SOM != 0;
+        let eom = s.flags & ses::FLAG_EOM != 0;
+        assert_eq!((som, eom), (i == 0, i == 2), "packet {i}");
+        if i == 0 {
+            assert_eq!(s.header_data, 0xFEED);
+            assert_eq!(s.flags & ses::FLAG_HD, ses::FLAG_HD);
+            assert_eq!(payload.len(), mtu);
+        } else {
+            assert_eq!(s.flags & ses::FLAG_HD, 0);
+            let (plen, offset) = s.segment().unwrap();
+            assert_eq!(offset as usize, i * mtu);
+            assert_eq!(usize::from(plen), payload.len());
+            assert_eq!(payload.len(), if i == 1 { mtu } else { 100 });
+            // Bytes 32-35: rsvd(18) payload_len(14); bytes 36-39: message_offset.
+            assert_eq!(&raw32[..4], &u32::from(plen).to_be_bytes());
+            assert_eq!(&raw32[4..], &offset.to_be_bytes());
+        }
+        reassembled.extend_from_slice(payload);
+    }
+    assert!(reassembled == msg);
+    assert_eq!(acks.len(), 3);
+    let mut cack: Vec<u32> = acks
+        .iter()
+        .map(|p| u32::from_be_bytes(p[4..8].try_into().unwrap()))
+        .collect();
+    cack.sort_unstable();
+    assert_eq!(cack, [START_PSN, START_PSN + 1, START_PSN + 2]);
+    for p in &acks {
+        assert_eq!(p[12 + 1], ReturnCode::Ok as u8, "RC_OK for every packet");
+        assert_eq!(u16::from_be_bytes([p[14], p[15]]), message_id);
+    }
+}
+
+/// Builds request frames to a node from a sender that is not on the fabric.
+struct Forger {
+    src: IpAddr,
+    dst: IpAddr,
+    target: UetAddress,
+    psn: u32,
+}
+
+impl Forger {
+    fn new(target: &Node) -> Self {
+        Forger {
+            src: "10.1.0.200".parse().unwrap(),
+            dst: target.function.fabric_addr(),
+            target: *target.ep.address(),
+            psn: START_PSN,
+        }
+    }
+
+    /// A packet of message `id` (total `msg.len()` bytes) carrying `msg[offset..end]`.
+    fn packet(&mut self, id: u16, msg: &[u8], offset: usize, end: usize) -> Vec<u8> {
+        let mut flags = ses::FLAG_REL;
+        let header_data = if offset == 0 {
+            flags |= ses::FLAG_SOM | ses::FLAG_HD;
+            0xABCD
+        } else {
+            segment_word((end - offset) as u16, offset as u32)
+        };
+        if end == msg.len() {
+            flags |= ses::FLAG_EOM;
+        }
+        let pds = RudRequest {
+            next_hdr: NEXT_HDR_REQUEST_STD,
+            flags: 0,
+            clear_psn_offset: 0,
+            psn: self.psn,
+            spdcid: 9,
+            dpdcid: 0,
+        };
+        self.psn += 1;
+        let req = StandardRequest {
+            opcode: ses::OP_SEND,
+            flags,
+            message_id: id,
+            job_id: JOB,
+            pid_on_fep: self.target.pid_on_fep,
+            resource_index: self.target.ri_start,
+            initiator: 0x5555,
+            header_data,
+            request_length: msg.len() as u32,
+            ..StandardRequest::default()
+        };
+        let mut pkt = Vec::new();
+        pds.encode(&mut pkt);
+        req.encode(&mut pkt);
+        pkt.extend_from_slice(&msg[offset..end]);
+        frame::build(
+            [2, 0, 0, 0, 0, 9],
+            frame::GATEWAY_MAC,
+            self.src,
+            self.dst,
+            0xC009,
+            &pkt,
+        )
+        .unwrap()
+    }
+}
+
+/// The SES return codes of the responses in a capture, in order.
+fn response_codes(cap: &Shared) -> Vec<u8> {
+    cap.records()
+        .iter()
+        .filter_map(|f| {
+            let p = frame::parse(f).ok()?.payload;
+            (uet_sim::pds::Prologue::peek(p).ok()?.pkt_type == TYPE_ACK).then(|| p[13])
+        })
+        .collect()
+}
+
+#[test]
+fn reassembly_takes_packets_in_any_order_and_ignores_duplicates() {
+    let (fabric, _a, mut b) = pair();
+    let rx_pool = DmaPool::new(&b.nic, 1000, 2).unwrap();
+    for ctx in [1, 2] {
+        b.ep.post_recv(rx_pool.alloc().unwrap(), ctx)
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    let cap = Shared::default();
+    fabric.capture_to_writer(cap.clone()).unwrap();
+    let msg = pattern(1000, 5);
+    let mut f = Forger::new(&b);
+    let p0 = f.packet(3, &msg, 0, 300);
+    let p1 = f.packet(3, &msg, 300, 700);
+    let p2 = f.packet(3, &msg, 700, 1000);
+    fabric.inject_frame(&p2); // EOM first: consumes buffer 1
+    fabric.inject_frame(&p1);
+    fabric.inject_frame(&p1); // duplicate while reassembling
+    assert!(b.next_completion().is_none(), "not complete without SOM");
+    fabric.inject_frame(&p0);
+    let got = b.next_completion().expect("complete");
+    assert!(got.error.is_none(), "{:?}", got.error);
+    assert_eq!(got.context, 1);
+    assert_eq!(got.len, 1000);
+    assert_eq!(got.data, 0xABCD);
+    assert_eq!(
+        got.src_addr,
+        uet_fwif::FI_ADDR_NOTAVAIL,
+        "sender not in the AV"
+    );
+    assert!(got.buffer.unwrap().to_vec().unwrap() == msg);
+    // A late duplicate after completion is answered, not delivered again.
+    fabric.inject_frame(&p1);
+    assert!(b.next_completion().is_none());
+    assert_eq!(b.ep.in_flight(), (0, 1), "buffer 2 still waits");
+    assert_eq!(b.function.debug_counters().rx_duplicate_packets, 2);
+    assert_eq!(response_codes(&cap), vec![ReturnCode::Ok as u8; 5]);
+
+    // A packet that partly overlaps received bytes is malformed and unanswered.
+    let msg2 = pattern(1000, 6);
+    let q0 = f.packet(4, &msg2, 0, 500);
+    let q_overlap = f.packet(4, &msg2, 400, 800);
+    let q1 = f.packet(4, &msg2, 500, 1000);
+    fabric.inject_frame(&q0);
+    fabric.inject_frame(&q_overlap);
+    assert_eq!(b.counter(RX_MALFORMED), 1);
+    fabric.inject_frame(&q1);
+    let got = b.next_completion().expect("second message");
+    assert!(got.error.is_none());
+    assert!(got.buffer.unwrap().to_vec().unwrap() == msg2);
+    assert_eq!(response_codes(&cap).len(), 7);
+}
+
+#[test]
+fn reassembly_slots_are_bounded_and_overflow_is_counted() {
+    let (fabric, _a, mut b) = pair_with(|c| c.reassembly_slots = 1);
+    let rx_pool = DmaPool::new(&b.nic, 1000, 3).unwrap();
+    for ctx in [1, 2, 3] {
+        b.ep.post_recv(rx_pool.alloc().unwrap(), ctx)
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    let cap = Shared::default();
+    fabric.capture_to_writer(cap.clone()).unwrap();
+    let (m1, m2) = (pattern(600, 1), pattern(600, 2));
+    let mut f = Forger::new(&b);
+    fabric.inject_frame(&f.packet(10, &m1, 0, 300));
+    // The only slot is taken: message 11 is refused, every packet of it alike.
+    fabric.inject_frame(&f.packet(11, &m2, 0, 300));
+    fabric.inject_frame(&f.packet(11, &m2, 300, 600));
+    assert_eq!(b.function.debug_counters().reassembly_overflows, 1);
+    fabric.inject_frame(&f.packet(10, &m1, 300, 600));
+    let got = b.next_completion().expect("message 10");
+    assert!(got.error.is_none());
+    assert!(got.buffer.unwrap().to_vec().unwrap() == m1);
+    // The slot is free again.
+    fabric.inject_frame(&f.packet(12, &m2, 300, 600));
+    fabric.inject_frame(&f.packet(12, &m2, 0, 300));
+    let got = b.next_completion().expect("message 12");
+    assert_eq!(got.context, 2, "message 11 consumed no buffer");
+    assert!(got.buffer.unwrap().to_vec().unwrap() == m2);
+    let ok = ReturnCode::Ok as u8;
+    let undeliverable = ReturnCode::Undeliverable as u8;
+    assert_eq!(
+        response_codes(&cap),
+        [ok, undeliverable, undeliverable, ok, ok, ok]
+    );
+}
+
+#[test]
+fn inconsistent_segments_are_malformed() {
+    let (fabric, _a, mut b) = pair();
+    b.post_recvs(1);
+    let msg = pattern(100, 1);
+    let mut f = Forger::new(&b);
+    let mut bad = Vec::new();
+    // payload_len disagrees with the payload.
+    let mut p = f.packet(1, &msg, 40, 100);
+    let at = frame::ETH_HDR + frame::IPV4_HDR + frame::UDP_HDR + 12 + 35;
+    p[at] ^= 1;
+    bad.push(p);
+    // A middle packet that reaches the end of the message without EOM, and one past it.
+    let mut req = f.packet(1, &msg, 40, 100);
+    let flags_at = frame::ETH_HDR + frame::IPV4_HDR + frame::UDP_HDR + 12 + 1;
+    req[flags_at] &= !ses::FLAG_EOM;
+    bad.push(req);
+    // SOM without EOM carrying the whole message.
+    let mut req = f.packet(1, &msg, 0, 100);
+    req[flags_at] &= !ses::FLAG_EOM;
+    bad.push(req);
+    for (i, p) in bad.iter().enumerate() {
+        // Re-checksum what was edited so only the UET fields are wrong.
+        let p = reframe(p);
+        fabric.inject_frame(&p);
+        assert_eq!(b.counter(RX_MALFORMED), i as u64 + 1, "case {i}");
+    }
+    assert!(b.next_completion().is_none());
+    assert_eq!(b.ep.in_flight(), (0, 1));
+}
+
+/// Rebuild a frame around its (edited) UDP payload so the checksums are right again.
+fn reframe(f: &[u8]) -> Vec<u8> {
+    let start = frame::ETH_HDR + frame::IPV4_HDR + frame::UDP_HDR;
+    let src: IpAddr = IpAddr::from(<[u8; 4]>::try_from(&f[26..30]).unwrap());
+    let dst: IpAddr = IpAddr::from(<[u8; 4]>::try_from(&f[30..34]).unwrap());
+    frame::build(
+        [2, 0, 0, 0, 0, 9],
+        frame::GATEWAY_MAC,
+        src,
+        dst,
+        0xC009,
+        &f[start..],
+    )
+    .unwrap()
+}
