@@ -32,10 +32,60 @@
 //!   one fails, the addresses of the earlier ones are removed and the rest stay.
 //! - **Receive-context bits.** `remove` and `lookup` accept an `fi_addr_t` built with
 //!   [`crate::fi_rx_addr`]: the top `rx_ctx_bits` bits are ignored.
-//! - **Flags not supported yet** (`FI_EVENT`, `FI_READ`, `FI_SYMMETRIC`, `FI_AV_USER_ID` at
-//!   open; `FI_SYNC_ERR`, `FI_AV_USER_ID`, `FI_AUTH_KEY` on insert and remove) are refused with
-//!   `FI_EBADFLAGS` naming them, as are unknown bits. Bad arguments change nothing: no pending
-//!   batch is sent, no index is taken.
+//! - **Flags not supported yet** (`FI_EVENT`, `FI_READ`, `FI_SYMMETRIC` at open; `FI_AUTH_KEY`
+//!   on insert, remove and [`AddressVector::set_user_id`]) are refused with `FI_EBADFLAGS`
+//!   naming them, as are unknown bits. Bad arguments change nothing: no pending batch is sent,
+//!   no index is taken.
+//!
+//! ## `FI_SYNC_ERR`
+//!
+//! The C call passes the status array through `context` when `FI_SYNC_ERR` is set; here it is
+//! the `status` argument of [`AddressVector::insert_with_status`], [`AddressVector::insert_str`],
+//! [`AddressVector::insertsvc`] and [`AddressVector::insertsym`] (a C shim passes
+//! `Some(slice::from_raw_parts_mut(context as *mut c_int, count))` when the flag is set, `None`
+//! otherwise). Slot `i` gets 0 when address `i` was inserted and a negative fabric errno when
+//! it was not (`-FI_EINVAL` malformed, `-FI_ENOSPC` table full, `-FI_EADDRNOTAVAIL` host name
+//! that does not resolve, `-FI_ENOMEM`); the return value is still the number inserted. When a
+//! failed AV_WRITE rolls the call back (`FI_EIO`), the slots of its rolled-back addresses are set
+//! to `-FI_EIO`. The array is not touched when the call itself is refused. Refused: `FI_SYNC_ERR`
+//! without an array, or an array shorter than the addresses (`FI_EINVAL`, as libfabric's util
+//! AV does for a NULL context); an array without `FI_SYNC_ERR` (`FI_EINVAL`: the C context would
+//! not be an array); `FI_SYNC_ERR` on an AV opened with `FI_EVENT` (`FI_EBADFLAGS`: the man page
+//! limits it to synchronous inserts).
+//!
+//! ## User ids
+//!
+//! - **AV opened with `FI_AV_USER_ID`**: every address starts with user id `FI_ADDR_NOTAVAIL`
+//!   (so a receive completion reports `FI_ADDR_NOTAVAIL` until one is set), and
+//!   [`AddressVector::set_user_id`] sets it: pending `FI_MORE` records are sent first, then one
+//!   AV_WRITE rewrites that entry; if it fails, the old user id stays on both sides (`FI_EIO`).
+//!   The per-insert `FI_AV_USER_ID` flag (and `FI_AV_USER_ID` on remove) is `FI_EINVAL` on such
+//!   an AV, as fi_av(3) 1.20 says and CXI does.
+//! - **Other AVs**: an insert with `FI_AV_USER_ID` reads `fi_addr[i]` as the user id of address
+//!   `i` (`fi_addr` is then required, `FI_EINVAL` without it) and overwrites it with the
+//!   `fi_addr_t` as usual. [`AddressVector::set_user_id`] is `FI_EINVAL` there (CXI does the same).
+//! - The NIC entry carries the user id ([`NicAvEntry::with_user_id`]); removing the address
+//!   clears it. The mirror keeps user ids in two parallel arrays (8 bytes and 1 bit per index)
+//!   allocated the first time an AV needs them, so AVs without user ids pay nothing.
+//!
+//! ## Address formats
+//!
+//! [`AvAttr::addr_format`] is the domain's `addr_format`. [`AddrFormat::Uet`] (the default)
+//! takes the 32-byte serialized address in [`AddressVector::insert`] and returns it from
+//! `lookup`. [`AddrFormat::Str`] is `FI_ADDR_STR`: addresses are strings
+//! ([`crate::addr_str`]) inserted with [`AddressVector::insert_str`] (the C `char **` form of
+//! `fi_av_insert`), and `lookup` returns the NUL-terminated string, as fi_av(3) wants lookup to
+//! return addresses in the AV's format. Passing one format to an AV of the other is
+//! `FI_EINVAL`. [`AddressVector::insertsvc`] takes a node and service, or an `FI_ADDR_STR`
+//! address as node with no service, on either kind. Host names are resolved with std's resolver
+//! ([`AddressVector::set_resolver`] replaces it).
+//!
+//! ## `fi_av_insertsym`
+//!
+//! [`AddressVector::insertsym`] checks and resolves the whole range first ([`SymRange`]), so a
+//! bad node or service inserts nothing; then the nodecnt × svccnt addresses go in, in the man
+//! page's order, each at the lowest unused index, as ordinary entries. A range larger than the
+//! AV's capacity is `FI_EINVAL`.
 //!
 //! ## Memory
 //!
@@ -53,6 +103,10 @@ use uet_fwif::admin::MAX_BATCH;
 use uet_fwif::av_entry::MAX_JOB_ID;
 use uet_fwif::{AvWriteRecord, NicAvEntry, UetAddress};
 
+use crate::addr_str::{
+    parse_addr_str_with, system_resolver, Node, Resolver, Service, SymRange, ADDR_STR_MAX,
+    ADDR_STR_SCHEME,
+};
 use crate::errno::{FiErrno, FiError};
 use crate::flags::{
     flag_names, AvType, FiAddr, FI_ADDR_NOTAVAIL, FI_AUTH_KEY, FI_AV_USER_ID, FI_EVENT, FI_MORE,
@@ -72,14 +126,21 @@ const _: () = assert!(
     "an all-zero mirror slot must mean empty"
 );
 
+/// Open flags this AV supports.
+const OPEN_FLAGS: u64 = FI_AV_USER_ID;
 /// Open flags this AV knows but does not support yet.
-const OPEN_FLAGS_LATER: u64 = FI_EVENT | FI_READ | FI_SYMMETRIC | FI_AV_USER_ID;
+const OPEN_FLAGS_LATER: u64 = FI_EVENT | FI_READ | FI_SYMMETRIC;
 /// Insert flags this AV supports.
-const INSERT_FLAGS: u64 = FI_MORE;
+const INSERT_FLAGS: u64 = FI_MORE | FI_SYNC_ERR | FI_AV_USER_ID;
 /// Insert flags this AV knows but does not support yet.
-const INSERT_FLAGS_LATER: u64 = FI_SYNC_ERR | FI_AV_USER_ID | FI_AUTH_KEY;
+const INSERT_FLAGS_LATER: u64 = FI_AUTH_KEY;
 /// Remove flags this AV knows but does not support yet.
-const REMOVE_FLAGS_LATER: u64 = FI_AUTH_KEY | FI_AV_USER_ID;
+const REMOVE_FLAGS_LATER: u64 = FI_AUTH_KEY;
+/// `set_user_id` flags this AV knows but does not support yet.
+const SET_USER_ID_FLAGS_LATER: u64 = FI_AUTH_KEY;
+
+/// Source of [`AddressVector`] identities (for [`crate::AvSet`]s).
+static NEXT_AV_ID: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(1);
 
 /// Scratch buffers larger than this many elements are released after use.
 const SCRATCH_KEEP: usize = 4096;
@@ -97,6 +158,23 @@ pub struct AvAttr {
     pub flags: u64,
     /// JobID (24 bits) stamped into every NIC entry, from the domain's auth key.
     pub job_id: u32,
+    /// The domain's `addr_format`: binary UET addresses or `FI_ADDR_STR` strings.
+    pub addr_format: AddrFormat,
+}
+
+/// `addr_format` of the domain an AV belongs to: what `insert` takes and `lookup` returns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum AddrFormat {
+    /// The 32-byte serialized [`UetAddress`] (`fi_getname`'s output).
+    #[default]
+    Uet,
+    /// `FI_ADDR_STR`: the string form ([`crate::addr_str`]).
+    Str,
+}
+
+impl AddrFormat {
+    /// `FI_ADDR_STR` in libfabric's address-format enum.
+    pub const FI_ADDR_STR: u32 = 9;
 }
 
 /// What the NIC can hold (from its capability registers).
@@ -120,7 +198,7 @@ impl AvAttr {
                 flag_names(later)
             )));
         }
-        let unknown = self.flags & !OPEN_FLAGS_LATER;
+        let unknown = self.flags & !(OPEN_FLAGS | OPEN_FLAGS_LATER);
         if unknown != 0 {
             return Err(FiError::badflags(format!(
                 "fi_av_open: unknown flags {}",
@@ -185,20 +263,89 @@ pub struct AvMismatch {
     pub nic: NicAvEntry,
 }
 
+/// User ids of the mirror, allocated the first time an AV needs them: one per index below the
+/// mirror's length, and one bit saying whether the index has one.
+#[derive(Debug, Default)]
+struct UserIds {
+    ids: Vec<u64>,
+    has: Vec<u64>,
+}
+
+impl UserIds {
+    #[inline]
+    fn get(&self, index: u32) -> Option<u64> {
+        let i = index as usize;
+        let set = self
+            .has
+            .get(i / 64)
+            .is_some_and(|w| (w >> (i % 64)) & 1 == 1);
+        if set {
+            self.ids.get(i).copied()
+        } else {
+            None
+        }
+    }
+
+    fn set(&mut self, index: u32, user_id: Option<u64>) {
+        let i = index as usize;
+        if let (Some(id), Some(word)) = (self.ids.get_mut(i), self.has.get_mut(i / 64)) {
+            let bit = 1u64 << (i % 64);
+            match user_id {
+                Some(u) => {
+                    *id = u;
+                    *word |= bit;
+                }
+                None => {
+                    *id = 0;
+                    *word &= !bit;
+                }
+            }
+        }
+    }
+
+    /// Make room for `len` indices, reserving up to `cap` (the mirror's capacity) at once.
+    fn grow(&mut self, len: usize, cap: usize) -> Result<(), std::collections::TryReserveError> {
+        if len > self.ids.capacity() {
+            self.ids.try_reserve_exact(cap.max(len) - self.ids.len())?;
+        }
+        let words = len.div_ceil(64);
+        if words > self.has.capacity() {
+            self.has
+                .try_reserve_exact(cap.max(len).div_ceil(64) - self.has.len())?;
+        }
+        if self.ids.len() < len {
+            self.ids.resize(len, 0);
+        }
+        if self.has.len() < words {
+            self.has.resize(words, 0);
+        }
+        Ok(())
+    }
+
+    fn heap_bytes(&self) -> usize {
+        (self.ids.capacity() + self.has.capacity()) * core::mem::size_of::<u64>()
+    }
+}
+
 /// An `fi_av` of type `FI_AV_TABLE` whose entries live in a NIC AV table.
 pub struct AddressVector<N: NicAvTable> {
     nic: N,
     attr: AvAttr,
     capacity: u32,
+    /// Identity, so an [`crate::AvSet`] can tell which AV it belongs to.
+    id: u64,
     /// Mask of the index part of an `fi_addr_t` (everything below the rx-context bits).
     index_mask: u64,
     /// Serialized address per index below the allocator's high-water mark; all zero = empty.
     slots: Vec<[u8; ADDR_LEN]>,
     alloc: IndexAllocator,
+    /// User ids, once the AV has any (opened with `FI_AV_USER_ID`, or a per-insert user id).
+    user_ids: Option<Box<UserIds>>,
     /// Indices inserted with `FI_MORE` whose NIC records are not sent yet, in insertion order.
     pending: Vec<u32>,
     write_buf: Vec<AvWriteRecord>,
     index_buf: Vec<u32>,
+    resolver: Resolver,
 }
 
 impl<N: NicAvTable> core::fmt::Debug for AddressVector<N> {
@@ -208,8 +355,18 @@ impl<N: NicAvTable> core::fmt::Debug for AddressVector<N> {
             .field("len", &self.alloc.len())
             .field("high_water", &self.alloc.high_water())
             .field("pending", &self.pending.len())
+            .field("user_ids", &self.user_ids.is_some())
             .finish_non_exhaustive()
     }
+}
+
+/// The per-call arguments every insert shares, checked.
+struct InsertCall<'a> {
+    call: &'static str,
+    count: usize,
+    fi_addr: Option<&'a mut [FiAddr]>,
+    flags: u64,
+    status: Option<&'a mut [i32]>,
 }
 
 impl<N: NicAvTable> AddressVector<N> {
@@ -229,16 +386,20 @@ impl<N: NicAvTable> AddressVector<N> {
             job_id = attr.job_id,
             "AV opened"
         );
+        let user_ids = (attr.flags & FI_AV_USER_ID != 0).then(Box::default);
         Ok(AddressVector {
             nic,
             attr,
             capacity,
+            id: NEXT_AV_ID.fetch_add(1, core::sync::atomic::Ordering::Relaxed),
             index_mask,
             slots: Vec::new(),
             alloc: IndexAllocator::new(capacity),
+            user_ids,
             pending: Vec::new(),
             write_buf: Vec::new(),
             index_buf: Vec::new(),
+            resolver: system_resolver,
         })
     }
 
@@ -267,9 +428,13 @@ impl<N: NicAvTable> AddressVector<N> {
         self.alloc.is_empty()
     }
 
-    /// Size of one address: what `fi_av_insert` expects and `fi_av_lookup` returns.
+    /// Size of one address as `fi_av_lookup` returns it: [`ADDR_LEN`], or for an
+    /// `FI_ADDR_STR` AV the longest string form with its NUL ([`ADDR_STR_MAX`]).
     pub fn addrlen(&self) -> usize {
-        ADDR_LEN
+        match self.attr.addr_format {
+            AddrFormat::Uet => ADDR_LEN,
+            AddrFormat::Str => ADDR_STR_MAX,
+        }
     }
 
     /// `rx_ctx_bits` of the AV.
@@ -282,27 +447,58 @@ impl<N: NicAvTable> AddressVector<N> {
         self.attr.job_id
     }
 
+    /// A number no other AV of this process has.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
     /// Inserts made with `FI_MORE` whose NIC records are not sent yet.
     pub fn pending_len(&self) -> usize {
         self.pending.len()
+    }
+
+    /// Resolve host names with `resolver` instead of std's resolver (tests, or a resolver that
+    /// knows the fabric's names).
+    pub fn set_resolver(&mut self, resolver: Resolver) {
+        self.resolver = resolver;
     }
 
     /// `fi_av_insert`: insert `count` addresses packed in `addr` ([`ADDR_LEN`] bytes each).
     ///
     /// Each address takes the lowest unused index, written to `fi_addr[i]` when given. A
     /// malformed address, or one that finds the table full, gets `FI_ADDR_NOTAVAIL` and the
-    /// others go ahead. Returns how many were inserted. Errors (nothing inserted, nothing sent):
-    /// `FI_EBADFLAGS` for flags other than `FI_MORE`; `FI_EINVAL` when `addr` is shorter than
-    /// `count` addresses or `fi_addr` shorter than `count`. `FI_EIO` when the NIC refused the
-    /// batch this call sent (see the module notes on roll-back).
+    /// others go ahead. Returns how many were inserted. Flags: `FI_MORE`, `FI_AV_USER_ID` (see
+    /// the module notes); `FI_SYNC_ERR` needs [`AddressVector::insert_with_status`]. Errors
+    /// (nothing inserted, nothing sent): `FI_EBADFLAGS` for other flags; `FI_EINVAL` when `addr`
+    /// is shorter than `count` addresses, `fi_addr` shorter than `count`, or the AV takes
+    /// `FI_ADDR_STR` addresses. `FI_EIO` when the NIC refused the batch this call sent (see the
+    /// module notes on roll-back).
     pub fn insert(
         &mut self,
         addr: &[u8],
         count: usize,
-        mut fi_addr: Option<&mut [FiAddr]>,
+        fi_addr: Option<&mut [FiAddr]>,
         flags: u64,
     ) -> Result<usize, FiError> {
-        check_flags("fi_av_insert", flags, INSERT_FLAGS, INSERT_FLAGS_LATER)?;
+        self.insert_with_status(addr, count, fi_addr, flags, None)
+    }
+
+    /// `fi_av_insert` with `FI_SYNC_ERR`'s status array: as [`AddressVector::insert`], and
+    /// `status[i]` gets 0 or the negative errno of address `i` when `flags` has `FI_SYNC_ERR`.
+    pub fn insert_with_status(
+        &mut self,
+        addr: &[u8],
+        count: usize,
+        fi_addr: Option<&mut [FiAddr]>,
+        flags: u64,
+        status: Option<&mut [i32]>,
+    ) -> Result<usize, FiError> {
+        let call = self.check_insert("fi_av_insert", count, fi_addr, flags, status)?;
+        if self.attr.addr_format != AddrFormat::Uet {
+            return Err(FiError::inval(
+                "fi_av_insert: this AV takes FI_ADDR_STR addresses (insert_str), not binary ones",
+            ));
+        }
         let need = count
             .checked_mul(ADDR_LEN)
             .ok_or_else(|| FiError::inval(format!("fi_av_insert: count {count} is too large")))?;
@@ -312,38 +508,281 @@ impl<N: NicAvTable> AddressVector<N> {
                 addr.len()
             ))
         })?;
+        let items = addrs.chunks_exact(ADDR_LEN).map(|raw| {
+            let bytes: [u8; ADDR_LEN] = raw
+                .try_into()
+                .map_err(|_| FiError::inval("address has the wrong length"))?;
+            UetAddress::from_bytes(&bytes).map_err(|e| FiError::inval(e.to_string()))?;
+            Ok(bytes)
+        });
+        self.insert_items(call, items)
+    }
+
+    /// `fi_av_insert` on an `FI_ADDR_STR` AV: the strings of the C `char **` array, each in
+    /// the form [`crate::addr_str`] describes (a host name node is resolved). A string that
+    /// does not parse fails alone (`-FI_EINVAL` in its status slot, `-FI_EADDRNOTAVAIL` for a
+    /// host name that does not resolve), like a malformed binary address; the reason is logged.
+    /// Otherwise as [`AddressVector::insert_with_status`]; `FI_EINVAL` on a binary AV.
+    pub fn insert_str(
+        &mut self,
+        addrs: &[&str],
+        fi_addr: Option<&mut [FiAddr]>,
+        flags: u64,
+        status: Option<&mut [i32]>,
+    ) -> Result<usize, FiError> {
+        let call = self.check_insert("fi_av_insert", addrs.len(), fi_addr, flags, status)?;
+        if self.attr.addr_format != AddrFormat::Str {
+            return Err(FiError::inval(
+                "fi_av_insert: this AV takes binary UET addresses, not FI_ADDR_STR strings \
+                 (open it with addr_format Str, or use insertsvc)",
+            ));
+        }
+        let resolver = self.resolver;
+        let items = addrs.iter().map(move |s| {
+            parse_addr_str_with(s, resolver).and_then(|a| {
+                a.to_bytes()
+                    .map_err(|e| FiError::inval(format!("address '{s}': {e}")))
+            })
+        });
+        self.insert_items(call, items)
+    }
+
+    /// `fi_av_insertsvc`: insert the address `node` and `service` name (see
+    /// [`crate::addr_str`]): node an IP literal or a host name (resolved), service the PIDonFEP
+    /// with optional parameters; or `node` an `FI_ADDR_STR` address and `service` `None`.
+    /// Returns 1 or 0 (table full: `-FI_ENOSPC` in `status`). Errors, nothing inserted:
+    /// `FI_EINVAL` for a bad node or service, a missing service, or a service beside an
+    /// `FI_ADDR_STR` node; `FI_EADDRNOTAVAIL` for a host name that does not resolve; flag and
+    /// argument errors as [`AddressVector::insert_with_status`]. Accepted on both formats.
+    pub fn insertsvc(
+        &mut self,
+        node: &str,
+        service: Option<&str>,
+        fi_addr: Option<&mut FiAddr>,
+        flags: u64,
+        status: Option<&mut i32>,
+    ) -> Result<usize, FiError> {
+        let call = self.check_insert(
+            "fi_av_insertsvc",
+            1,
+            fi_addr.map(core::slice::from_mut),
+            flags,
+            status.map(core::slice::from_mut),
+        )?;
+        let addr = self.svc_address(node, service).map_err(|e| FiError {
+            message: format!("fi_av_insertsvc: {}", e.message),
+            ..e
+        })?;
+        let bytes = addr
+            .to_bytes()
+            .map_err(|e| FiError::inval(format!("fi_av_insertsvc: {e}")))?;
+        self.insert_items(call, core::iter::once(Ok(bytes)))
+    }
+
+    fn svc_address(&self, node: &str, service: Option<&str>) -> Result<UetAddress, FiError> {
+        if node.starts_with(ADDR_STR_SCHEME) {
+            if let Some(s) = service {
+                return Err(FiError::inval(format!(
+                    "node is an FI_ADDR_STR address, so service must be NULL, not '{s}'"
+                )));
+            }
+            return parse_addr_str_with(node, self.resolver);
+        }
+        let service = service.ok_or_else(|| {
+            FiError::inval(format!(
+                "service (the PIDonFEP) is required with node '{node}'"
+            ))
+        })?;
+        let service = Service::parse(service)?;
+        let ip = Node::parse(node)?.resolve(self.resolver)?;
+        service.at(ip)
+    }
+
+    /// `fi_av_insertsym`: insert `nodecnt` × `svccnt` addresses: for each node from `node`,
+    /// each service from `service` (see [`crate::addr_str`] for how they count up). The range
+    /// is checked and resolved before anything is inserted; then each address takes the
+    /// lowest unused index, reported in `fi_addr` (and `status`) in that order. Errors, nothing
+    /// inserted: `FI_EINVAL` for a bad node or service, a host name without numeric suffix when
+    /// `nodecnt > 1`, a range that runs out of PIDonFEPs, IP addresses or suffix values, or one
+    /// larger than the AV; `FI_EADDRNOTAVAIL` for a name that does not resolve; flag and
+    /// argument errors as [`AddressVector::insert_with_status`] with `count` = nodecnt × svccnt.
+    #[allow(clippy::too_many_arguments)]
+    pub fn insertsym(
+        &mut self,
+        node: &str,
+        nodecnt: usize,
+        service: &str,
+        svccnt: usize,
+        fi_addr: Option<&mut [FiAddr]>,
+        flags: u64,
+        status: Option<&mut [i32]>,
+    ) -> Result<usize, FiError> {
+        let prefix = |e: FiError| FiError {
+            message: format!("fi_av_insertsym: {}", e.message),
+            ..e
+        };
+        let total = nodecnt.checked_mul(svccnt).ok_or_else(|| {
+            FiError::inval(format!(
+                "fi_av_insertsym: nodecnt {nodecnt} × svccnt {svccnt} overflows"
+            ))
+        })?;
+        let call = self.check_insert("fi_av_insertsym", total, fi_addr, flags, status)?;
+        if total > self.capacity as usize {
+            return Err(FiError::inval(format!(
+                "fi_av_insertsym: {nodecnt} nodes × {svccnt} services = {total} addresses, \
+                 more than the AV's {} entries",
+                self.capacity
+            )));
+        }
+        let range = SymRange::parse(node, nodecnt, service, svccnt).map_err(prefix)?;
+        let addrs = range.expand(self.resolver).map_err(prefix)?;
+        let items = addrs.iter().map(|a| {
+            a.to_bytes()
+                .map_err(|e| FiError::inval(format!("address {a}: {e}")))
+        });
+        self.insert_items(call, items)
+    }
+
+    /// Check what every insert shares: flags, and the lengths of `fi_addr` and `status`.
+    fn check_insert<'a>(
+        &self,
+        call: &'static str,
+        count: usize,
+        fi_addr: Option<&'a mut [FiAddr]>,
+        flags: u64,
+        status: Option<&'a mut [i32]>,
+    ) -> Result<InsertCall<'a>, FiError> {
+        check_flags(call, flags, INSERT_FLAGS, INSERT_FLAGS_LATER)?;
+        if flags & FI_SYNC_ERR != 0 && self.attr.flags & FI_EVENT != 0 {
+            return Err(FiError::badflags(format!(
+                "{call}: FI_SYNC_ERR applies to synchronous inserts only, and this AV was opened \
+                 with FI_EVENT"
+            )));
+        }
+        if flags & FI_AV_USER_ID != 0 {
+            if self.attr.flags & FI_AV_USER_ID != 0 {
+                return Err(FiError::inval(format!(
+                    "{call}: the FI_AV_USER_ID insert flag is invalid on an AV opened with \
+                     FI_AV_USER_ID; use set_user_id"
+                )));
+            }
+            if fi_addr.is_none() {
+                return Err(FiError::inval(format!(
+                    "{call}: FI_AV_USER_ID needs the fi_addr array (it holds the user ids)"
+                )));
+            }
+        }
         if let Some(out) = fi_addr.as_deref() {
             if out.len() < count {
                 return Err(FiError::inval(format!(
-                    "fi_av_insert: fi_addr has room for {} of {count} addresses",
+                    "{call}: fi_addr has room for {} of {count} addresses",
                     out.len()
                 )));
             }
         }
+        match (flags & FI_SYNC_ERR != 0, status.as_deref()) {
+            (true, None) => {
+                return Err(FiError::inval(format!(
+                    "{call}: FI_SYNC_ERR needs the status array (the C context)"
+                )))
+            }
+            (false, Some(_)) => {
+                return Err(FiError::inval(format!(
+                    "{call}: a status array is only written with FI_SYNC_ERR"
+                )))
+            }
+            (true, Some(st)) if st.len() < count => {
+                return Err(FiError::inval(format!(
+                    "{call}: the FI_SYNC_ERR status array has room for {} of {count} addresses",
+                    st.len()
+                )))
+            }
+            _ => {}
+        }
+        Ok(InsertCall {
+            call,
+            count,
+            fi_addr,
+            flags,
+            status,
+        })
+    }
+
+    /// Insert checked addresses (or the error each one failed with), reporting through
+    /// `fi_addr` and `status`, then end the batch unless `FI_MORE`. The one insert loop.
+    fn insert_items<I>(&mut self, c: InsertCall<'_>, items: I) -> Result<usize, FiError>
+    where
+        I: IntoIterator<Item = Result<[u8; ADDR_LEN], FiError>>,
+    {
+        let InsertCall {
+            call,
+            count,
+            mut fi_addr,
+            flags,
+            mut status,
+        } = c;
+        let per_insert_user_id = flags & FI_AV_USER_ID != 0;
+        if per_insert_user_id && self.user_ids.is_none() {
+            let mut u = Box::<UserIds>::default();
+            u.grow(self.slots.len(), self.slots.capacity())
+                .map_err(|_| {
+                    FiError::new(
+                        FiErrno::FI_ENOMEM,
+                        format!("{call}: no memory for user ids"),
+                    )
+                })?;
+            self.user_ids = Some(u);
+        }
+        let open_user_id = (self.attr.flags & FI_AV_USER_ID != 0).then_some(FI_ADDR_NOTAVAIL);
+        // Without an fi_addr array, FI_SYNC_ERR still has to learn which inserts a failed
+        // AV_WRITE rolled back.
+        let mut own_out = Vec::new();
+        if fi_addr.is_none() && status.is_some() {
+            own_out
+                .try_reserve_exact(count)
+                .map_err(|_| FiError::new(FiErrno::FI_ENOMEM, format!("{call}: no memory")))?;
+            own_out.resize(count, FI_ADDR_NOTAVAIL);
+        }
 
         let mut inserted = 0;
-        for (i, raw) in addrs.chunks_exact(ADDR_LEN).enumerate() {
-            let value = match self.insert_one(raw) {
+        for (i, item) in items.into_iter().take(count).enumerate() {
+            let user_id = if per_insert_user_id {
+                fi_addr.as_deref().and_then(|o| o.get(i)).copied()
+            } else {
+                open_user_id
+            };
+            let (value, st) = match item.and_then(|bytes| self.insert_one(bytes, user_id)) {
                 Ok(index) => {
                     inserted += 1;
-                    FiAddr::from(index)
+                    (FiAddr::from(index), 0)
                 }
                 Err(e) => {
-                    debug!(position = i, error = %e, "fi_av_insert: address not inserted");
-                    FI_ADDR_NOTAVAIL
+                    debug!(call, position = i, error = %e, "address not inserted");
+                    (FI_ADDR_NOTAVAIL, neg_errno(e.errno))
                 }
             };
             if let Some(slot) = fi_addr.as_deref_mut().and_then(|o| o.get_mut(i)) {
                 *slot = value;
             }
+            if let Some(slot) = own_out.get_mut(i) {
+                *slot = value;
+            }
+            if let Some(slot) = status.as_deref_mut().and_then(|s| s.get_mut(i)) {
+                *slot = st;
+            }
         }
 
         if flags & FI_MORE == 0 {
             if let Err(e) = self.flush() {
-                if let Some(out) = fi_addr {
-                    for slot in out.iter_mut().take(count) {
-                        if *slot != FI_ADDR_NOTAVAIL && self.index_of(*slot).is_err() {
-                            *slot = FI_ADDR_NOTAVAIL;
+                let out = match fi_addr {
+                    Some(out) => out,
+                    None => own_out.as_mut_slice(),
+                };
+                for (i, slot) in out.iter_mut().take(count).enumerate() {
+                    if *slot != FI_ADDR_NOTAVAIL && self.index_of(*slot).is_err() {
+                        *slot = FI_ADDR_NOTAVAIL;
+                        if let Some(st) = status.as_deref_mut().and_then(|s| s.get_mut(i)) {
+                            *st = neg_errno(FiErrno::FI_EIO);
                         }
                     }
                 }
@@ -353,13 +792,9 @@ impl<N: NicAvTable> AddressVector<N> {
         Ok(inserted)
     }
 
-    /// Insert one serialized address into the mirror and queue its NIC record. The error
-    /// carries the errno `FI_SYNC_ERR` would report for the address.
-    fn insert_one(&mut self, raw: &[u8]) -> Result<u32, FiError> {
-        let bytes: [u8; ADDR_LEN] = raw
-            .try_into()
-            .map_err(|_| FiError::inval("address has the wrong length"))?;
-        UetAddress::from_bytes(&bytes).map_err(|e| FiError::inval(e.to_string()))?;
+    /// Insert one checked serialized address into the mirror and queue its NIC record. The
+    /// error carries the errno `FI_SYNC_ERR` reports for the address.
+    fn insert_one(&mut self, bytes: [u8; ADDR_LEN], user_id: Option<u64>) -> Result<u32, FiError> {
         let index = self.alloc.alloc().ok_or_else(|| {
             FiError::new(
                 FiErrno::FI_ENOSPC,
@@ -375,6 +810,9 @@ impl<N: NicAvTable> AddressVector<N> {
         }
         if let Some(slot) = self.slots.get_mut(index as usize) {
             *slot = bytes;
+        }
+        if let Some(u) = self.user_ids.as_deref_mut() {
+            u.set(index, user_id);
         }
         self.pending.push(index);
         Ok(index)
@@ -393,6 +831,9 @@ impl<N: NicAvTable> AddressVector<N> {
             self.slots.try_reserve_exact(step.max(len - have))?;
         }
         self.slots.resize(len, [0; ADDR_LEN]);
+        if let Some(u) = self.user_ids.as_deref_mut() {
+            u.grow(len, self.slots.capacity())?;
+        }
         Ok(())
     }
 
@@ -459,10 +900,14 @@ impl<N: NicAvTable> AddressVector<N> {
         }
     }
 
-    /// Drop `index` from the mirror and free it.
+    /// Drop `index` (and its user id) from the mirror and free it.
+    #[inline]
     fn release(&mut self, index: u32) {
         if let Some(slot) = self.slots.get_mut(index as usize) {
             *slot = [0; ADDR_LEN];
+        }
+        if let Some(u) = self.user_ids.as_deref_mut() {
+            u.set(index, None);
         }
         self.alloc.free(index);
     }
@@ -472,8 +917,15 @@ impl<N: NicAvTable> AddressVector<N> {
     /// `FI_EINVAL` (nothing removed) if any is `FI_ADDR_NOTAVAIL`, outside the table, not in
     /// use (never inserted, or removed), or listed twice. Receive-context bits are ignored.
     /// Pending `FI_MORE` inserts are sent first; then one AV_INVALIDATE removes the addresses
-    /// from the NIC, and their indices become free (the lowest is reused first).
+    /// from the NIC, and their indices (and user ids) become free (the lowest is reused first).
+    /// `FI_AV_USER_ID` is `FI_EINVAL` on an AV opened with it (fi_av(3)) and `FI_EBADFLAGS`
+    /// elsewhere, like every other flag.
     pub fn remove(&mut self, fi_addrs: &[FiAddr], flags: u64) -> Result<(), FiError> {
+        if flags & FI_AV_USER_ID != 0 && self.attr.flags & FI_AV_USER_ID != 0 {
+            return Err(FiError::inval(
+                "fi_av_remove: the FI_AV_USER_ID flag is invalid on an AV opened with                  FI_AV_USER_ID",
+            ));
+        }
         check_flags("fi_av_remove", flags, 0, REMOVE_FLAGS_LATER)?;
         if fi_addrs.is_empty() {
             return Ok(());
@@ -527,8 +979,62 @@ impl<N: NicAvTable> AddressVector<N> {
         Ok(())
     }
 
-    /// The index `fi_addr` names, if it is in use.
-    fn index_of(&self, fi_addr: FiAddr) -> Result<u32, FiError> {
+    /// `fi_av_set_user_id`: make `user_id` the user id of the address at `fi_addr` (what
+    /// receive completions report as its source). Needs an AV opened with `FI_AV_USER_ID`
+    /// (`FI_EINVAL` otherwise). `FI_EINVAL` when `fi_addr` names no inserted address;
+    /// `FI_EBADFLAGS` for any flag (`FI_AUTH_KEY` is not supported yet). Pending `FI_MORE`
+    /// records are sent first; then one AV_WRITE rewrites the entry. `FI_EIO` if either
+    /// command fails, and the user id is unchanged.
+    pub fn set_user_id(
+        &mut self,
+        fi_addr: FiAddr,
+        user_id: FiAddr,
+        flags: u64,
+    ) -> Result<(), FiError> {
+        check_flags("fi_av_set_user_id", flags, 0, SET_USER_ID_FLAGS_LATER)?;
+        if self.attr.flags & FI_AV_USER_ID == 0 {
+            return Err(FiError::inval(
+                "fi_av_set_user_id: the AV was not opened with FI_AV_USER_ID",
+            ));
+        }
+        let index = self.index_of(fi_addr).map_err(|e| FiError {
+            message: format!("fi_av_set_user_id: {}", e.message),
+            ..e
+        })?;
+        self.flush()?;
+        // The flush succeeded, so the index was not rolled back.
+        let old = self.user_ids.as_deref().and_then(|u| u.get(index));
+        if let Some(u) = self.user_ids.as_deref_mut() {
+            u.set(index, Some(user_id));
+        }
+        let record = AvWriteRecord {
+            index: index.into(),
+            reserved: Default::default(),
+            entry: self.nic_entry(index),
+        };
+        if let Err(e) = self.nic.write_entries(core::slice::from_ref(&record)) {
+            if let Some(u) = self.user_ids.as_deref_mut() {
+                u.set(index, old);
+            }
+            warn!(index, error = %e, "AV_WRITE of a user id failed");
+            return Err(FiError::io(format!(
+                "fi_av_set_user_id: the NIC refused the AV_WRITE of index {index}; the user id \
+                 is unchanged: {e}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The user id of the address at `fi_addr`: `Some` on an AV opened with `FI_AV_USER_ID`
+    /// (`FI_ADDR_NOTAVAIL` until set) or for an address inserted with the `FI_AV_USER_ID`
+    /// flag, `None` otherwise. `FI_EINVAL` when `fi_addr` names no inserted address.
+    pub fn user_id(&self, fi_addr: FiAddr) -> Result<Option<FiAddr>, FiError> {
+        let index = self.index_of(fi_addr)?;
+        Ok(self.user_ids.as_deref().and_then(|u| u.get(index)))
+    }
+
+    /// The index `fi_addr` names, if it is in use. Receive-context bits are ignored.
+    pub fn index_of(&self, fi_addr: FiAddr) -> Result<u32, FiError> {
         self.slot_of(fi_addr).map(|(index, _)| index)
     }
 
@@ -563,8 +1069,10 @@ impl<N: NicAvTable> AddressVector<N> {
     }
 
     /// `fi_av_lookup`: copy the address at `fi_addr` into `addr`, at most `*addrlen` bytes
-    /// (truncating), and set `*addrlen` to its full size, [`ADDR_LEN`]. `FI_EINVAL` (nothing
-    /// written) when `fi_addr` names no inserted address.
+    /// (truncating), and set `*addrlen` to its full size, [`ADDR_LEN`]. On an `FI_ADDR_STR`
+    /// AV the address is its NUL-terminated string form, as [`straddr`] writes it, and
+    /// `*addrlen` the string's size with the NUL. `FI_EINVAL` (nothing written) when `fi_addr`
+    /// names no inserted address.
     #[inline]
     pub fn lookup(
         &self,
@@ -573,6 +1081,10 @@ impl<N: NicAvTable> AddressVector<N> {
         addrlen: &mut usize,
     ) -> Result<(), FiError> {
         let (_, slot) = self.slot_of(fi_addr)?;
+        if self.attr.addr_format == AddrFormat::Str {
+            straddr(slot, addr, addrlen);
+            return Ok(());
+        }
         let n = (*addrlen).min(addr.len()).min(ADDR_LEN);
         if let (Some(dst), Some(src)) = (addr.get_mut(..n), slot.get(..n)) {
             dst.copy_from_slice(src);
@@ -587,8 +1099,15 @@ impl<N: NicAvTable> AddressVector<N> {
         UetAddress::from_bytes(slot).map_err(|e| FiError::io(format!("mirror slot: {e}")))
     }
 
-    /// `fi_av_straddr`: see [`straddr`].
+    /// `fi_av_straddr`: see [`straddr`]. On an `FI_ADDR_STR` AV `addr` is already a string
+    /// (up to its first NUL, if any), written out as it is.
     pub fn straddr(&self, addr: &[u8], buf: &mut [u8], len: &mut usize) -> String {
+        if self.attr.addr_format == AddrFormat::Str {
+            let end = addr.iter().position(|&b| b == 0).unwrap_or(addr.len());
+            let s = String::from_utf8_lossy(addr.get(..end).unwrap_or(addr)).into_owned();
+            write_c_string(&s, buf, len);
+            return s;
+        }
         straddr(addr, buf, len)
     }
 
@@ -603,8 +1122,18 @@ impl<N: NicAvTable> AddressVector<N> {
         })
     }
 
-    /// What the NIC should hold at `index` once pending records are sent: the peer's entry,
-    /// or [`NicAvEntry::INVALID`] for an unused index. `None` outside the table.
+    /// Indices in use, ascending (pending `FI_MORE` inserts included).
+    pub fn indices(&self) -> impl Iterator<Item = u32> + '_ {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s[0] != 0)
+            .filter_map(|(i, _)| u32::try_from(i).ok())
+    }
+
+    /// What the NIC should hold at `index` once pending records are sent: the peer's entry
+    /// with its user id, or [`NicAvEntry::INVALID`] for an unused index. `None` outside the
+    /// table.
     pub fn mirror_entry(&self, index: u32) -> Option<NicAvEntry> {
         (index < self.capacity).then(|| self.nic_entry(index))
     }
@@ -617,7 +1146,11 @@ impl<N: NicAvTable> AddressVector<N> {
             // Slots hold only addresses that parsed when inserted.
             .and_then(|s| UetAddress::from_bytes(s).ok())
             .map_or(NicAvEntry::INVALID, |a| {
-                NicAvEntry::for_peer(&a, self.attr.job_id)
+                let e = NicAvEntry::for_peer(&a, self.attr.job_id);
+                match self.user_ids.as_deref().and_then(|u| u.get(index)) {
+                    Some(user_id) => e.with_user_id(user_id),
+                    None => e,
+                }
             })
     }
 
@@ -669,11 +1202,16 @@ impl<N: NicAvTable> AddressVector<N> {
         Ok(mismatches)
     }
 
-    /// Host bytes the mirror holds (slots, allocator, scratch), for memory accounting.
+    /// Host bytes the mirror holds (slots, allocator, user ids, scratch), for memory
+    /// accounting.
     pub fn host_bytes(&self) -> usize {
         core::mem::size_of::<Self>()
             + self.slots.capacity() * ADDR_LEN
             + self.alloc.heap_bytes()
+            + self
+                .user_ids
+                .as_deref()
+                .map_or(0, |u| core::mem::size_of::<UserIds>() + u.heap_bytes())
             + self.pending.capacity() * core::mem::size_of::<u32>()
             + self.write_buf.capacity() * core::mem::size_of::<AvWriteRecord>()
             + self.index_buf.capacity() * core::mem::size_of::<u32>()
@@ -736,6 +1274,13 @@ pub fn address_string(addr: &[u8]) -> String {
 /// the size the whole string needs including its NUL, and return the whole string.
 pub fn straddr(addr: &[u8], buf: &mut [u8], len: &mut usize) -> String {
     let s = address_string(addr);
+    write_c_string(&s, buf, len);
+    s
+}
+
+/// Write `s` NUL-terminated into `buf`, truncated to `min(*len, buf.len())` bytes, and set `*len`
+/// to the size the whole string needs with its NUL.
+fn write_c_string(s: &str, buf: &mut [u8], len: &mut usize) {
     let room = (*len).min(buf.len());
     if room > 0 {
         let n = s.len().min(room - 1);
@@ -747,5 +1292,9 @@ pub fn straddr(addr: &[u8], buf: &mut [u8], len: &mut usize) -> String {
         }
     }
     *len = s.len() + 1;
-    s
+}
+
+/// The `int` an `FI_SYNC_ERR` slot holds for `errno`: `-errno`.
+fn neg_errno(errno: FiErrno) -> i32 {
+    i32::try_from(errno.get()).map_or(i32::MIN, i32::wrapping_neg)
 }

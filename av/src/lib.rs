@@ -13,7 +13,9 @@
 //! | [`flags`] | libfabric flag bits, [`FiAddr`], [`fi_rx_addr`], [`fi_group_addr`], [`AvType`] |
 //! | [`nic`] | the [`NicAvTable`] trait, [`NicError`], and the in-memory [`MemoryNicTable`] |
 //! | [`index_alloc`] | lowest-free index allocation in O(log64 n) |
-//! | [`av`] | [`AddressVector`]: open, insert, remove, lookup, straddr, verification |
+//! | [`av`] | [`AddressVector`]: open, insert (binary, `FI_ADDR_STR`, insertsvc, insertsym, `FI_SYNC_ERR`), user ids, remove, lookup, straddr, verification |
+//! | [`addr_str`] | the string form of UET addresses: `FI_ADDR_STR`, node and service syntax, symmetric ranges |
+//! | [`av_set`] | [`AvSet`]: fi_av_set(3) |
 //!
 //! Semantics are `FI_AV_TABLE` throughout; where fi_av(3) leaves a choice, [`av`] documents
 //! the one made.
@@ -54,21 +56,28 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod addr_str;
 pub mod av;
+pub mod av_set;
 pub mod errno;
 pub mod flags;
 pub mod index_alloc;
 pub mod nic;
 
+pub use addr_str::{
+    system_resolver, AddrStr, Resolver, Service, SymRange, ADDR_STR_MAX, ADDR_STR_SCHEME,
+};
 pub use av::{
-    address_string, straddr, AddressVector, AvAttr, AvLimits, AvMismatch, ADDR_LEN,
+    address_string, straddr, AddrFormat, AddressVector, AvAttr, AvLimits, AvMismatch, ADDR_LEN,
     DEFAULT_AV_COUNT,
 };
+pub use av_set::{is_av_set_addr, AvSet, AvSetAttr, AV_SET_ADDR_BASE, AV_SET_FLAGS};
 pub use errno::{FiErrno, FiError};
 pub use flags::{
     fi_addr_strip_rx, fi_group_addr, fi_rx_addr, fi_rx_index, AvType, FiAddr, FI_ADDR_NOTAVAIL,
-    FI_ADDR_UNSPEC, FI_AUTH_KEY, FI_AV_USER_ID, FI_EVENT, FI_MORE, FI_READ, FI_SYMMETRIC,
-    FI_SYNC_ERR,
+    FI_ADDR_UNSPEC, FI_ALLGATHER_SET, FI_ALLREDUCE_SET, FI_ALLTOALL_SET, FI_AUTH_KEY,
+    FI_AV_USER_ID, FI_BARRIER_SET, FI_BROADCAST_SET, FI_EVENT, FI_GATHER_SET, FI_MORE, FI_READ,
+    FI_REDUCE_SCATTER_SET, FI_REDUCE_SET, FI_SCATTER_SET, FI_SYMMETRIC, FI_SYNC_ERR, FI_UNIVERSE,
 };
 pub use index_alloc::IndexAllocator;
 pub use nic::{MemoryNicTable, NicAvTable, NicCounters, NicError, NicOp};

@@ -95,7 +95,7 @@ fn open_rejects_bad_attributes() {
 
 #[test]
 fn open_flags_not_supported_yet_are_refused_by_name() {
-    for f in [FI_EVENT, FI_READ, FI_SYMMETRIC, FI_AV_USER_ID] {
+    for f in [FI_EVENT, FI_READ, FI_SYMMETRIC] {
         let attr = AvAttr {
             count: 4,
             flags: f,
@@ -113,6 +113,13 @@ fn open_flags_not_supported_yet_are_refused_by_name() {
     let e = attr.resolve(&LIMITS).unwrap_err();
     assert_eq!(e.errno, FiErrno::FI_EBADFLAGS);
     assert!(e.message.contains("unknown flags 0x8"), "{e}");
+    // FI_AV_USER_ID is supported.
+    let attr = AvAttr {
+        count: 4,
+        flags: FI_AV_USER_ID,
+        ..AvAttr::default()
+    };
+    assert!(attr.resolve(&LIMITS).is_ok());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -210,19 +217,20 @@ fn insert_flags_not_supported_are_refused() {
     let mut av = open(16);
     let buf = pack(&[peer_bytes(1)]);
     av.insert(&buf, 1, None, FI_MORE).unwrap();
-    for f in [
-        FI_SYNC_ERR,
-        FI_AV_USER_ID,
-        FI_AUTH_KEY,
-        1 << 3,
-        FI_MORE | FI_SYNC_ERR,
-    ] {
+    for f in [FI_AUTH_KEY, 1 << 3, FI_MORE | FI_AUTH_KEY] {
         let e = av.insert(&buf, 1, None, f).unwrap_err();
         assert_eq!(e.errno, FiErrno::FI_EBADFLAGS, "{e}");
+    }
+    // FI_SYNC_ERR without the status array (a NULL context) and FI_AV_USER_ID without the
+    // fi_addr array that holds the user ids are invalid arguments.
+    for f in [FI_SYNC_ERR, FI_AV_USER_ID, FI_MORE | FI_SYNC_ERR] {
+        let e = av.insert(&buf, 1, None, f).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EINVAL, "{e}");
     }
     assert_eq!(av.len(), 1);
     assert_eq!(av.pending_len(), 1, "a refused call sends nothing");
     assert_eq!(errno(av.remove(&[0], FI_AUTH_KEY)), FiErrno::FI_EBADFLAGS);
+    assert_eq!(errno(av.remove(&[0], FI_AV_USER_ID)), FiErrno::FI_EBADFLAGS);
     assert_eq!(errno(av.remove(&[0], 1 << 3)), FiErrno::FI_EBADFLAGS);
     assert_eq!(av.len(), 1);
 }

@@ -1,58 +1,150 @@
-//! The AV against a plain reference model: a `Vec<Option<address>>` where an insert takes the
-//! lowest empty slot. After every step, model, mirror and the in-memory NIC table must agree.
+//! The AV against a plain reference model: a `Vec<Option<(address, user id)>>` where an insert
+//! takes the lowest empty slot, plus a list of plain `Vec` AV sets. Every insert form (binary,
+//! FI_ADDR_STR, insertsvc, insertsym), FI_SYNC_ERR, FI_MORE, user ids (open flag and per
+//! insert), NIC faults and AV sets are driven; after every step model, mirror, in-memory NIC
+//! table and sets must agree.
 
 mod common;
 
 use common::*;
 use proptest::prelude::*;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, ToSocketAddrs};
 use uet_av::{
-    fi_rx_addr, AddressVector, AvAttr, FiErrno, MemoryNicTable, NicOp, ADDR_LEN, FI_ADDR_NOTAVAIL,
-    FI_MORE,
+    address_string, fi_rx_addr, is_av_set_addr, AddrFormat, AddressVector, AvAttr, AvSet,
+    AvSetAttr, FiErrno, MemoryNicTable, NicOp, Service, ADDR_LEN, ADDR_STR_MAX, FI_ADDR_NOTAVAIL,
+    FI_AV_USER_ID, FI_MORE, FI_SYNC_ERR, FI_UNIVERSE,
 };
 use uet_fwif::{NicAvEntry, UetAddress};
 
 const JOB: u32 = 0x000f_00d5;
+const MAX_SETS: usize = 4;
+
+#[derive(Clone, Debug)]
+struct InsertMode {
+    more: bool,
+    null_out: bool,
+    sync_err: bool,
+    /// Per-insert FI_AV_USER_ID, the user ids being `base + i`.
+    user_ids: Option<u64>,
+}
 
 #[derive(Clone, Debug)]
 enum Op {
-    /// Insert peers (`n`, malformed?), with or without FI_MORE, with or without an fi_addr array.
+    /// Insert peers (`n`, malformed?).
     Insert {
         addrs: Vec<(u32, bool)>,
-        more: bool,
-        null_out: bool,
+        mode: InsertMode,
+    },
+    /// insertsvc of peer `n`: form 0 node + service, 1 FI_ADDR_STR node, 2 localhost, 3 bad.
+    InsertSvc {
+        n: u32,
+        form: u8,
+        mode: InsertMode,
+    },
+    /// insertsym from peer `n`.
+    InsertSym {
+        n: u32,
+        nodecnt: usize,
+        svccnt: usize,
+        mode: InsertMode,
     },
     /// Remove these fi_addrs: (index, rx context); index may be out of range.
-    Remove { targets: Vec<(u64, u32)> },
+    Remove {
+        targets: Vec<(u64, u32)>,
+    },
     /// Remove FI_ADDR_NOTAVAIL along with a valid-looking index.
-    RemoveNotAvail { index: u64 },
+    RemoveNotAvail {
+        index: u64,
+    },
     /// Look up (index, rx context) with an output buffer of `len` bytes.
-    Lookup { index: u64, rx: u32, len: usize },
+    Lookup {
+        index: u64,
+        rx: u32,
+        len: usize,
+    },
+    /// fi_av_set_user_id.
+    SetUserId {
+        index: u64,
+        user_id: u64,
+    },
     /// Make the next AV_WRITE fail.
     FailWrite,
     /// Make the next AV_INVALIDATE fail.
     FailInvalidate,
     /// Send pending records.
     Flush,
+    /// fi_av_set into slot `slot`: a range (start, end, stride) or FI_UNIVERSE, with `count`.
+    SetNew {
+        slot: usize,
+        range: Option<(u64, u64, u64)>,
+        count: usize,
+    },
+    SetInsert {
+        set: usize,
+        index: u64,
+    },
+    SetRemove {
+        set: usize,
+        index: u64,
+    },
+    SetUnion {
+        dst: usize,
+        src: usize,
+    },
+    SetIntersect {
+        dst: usize,
+        src: usize,
+    },
+    SetDiff {
+        dst: usize,
+        src: usize,
+    },
+    SetAddr {
+        set: usize,
+    },
+    SetPrune {
+        set: usize,
+    },
 }
 
-#[derive(Default)]
+struct MSet {
+    members: Vec<u32>,
+    cap: usize,
+    addr: Option<u64>,
+}
+
+type Slot = Option<([u8; ADDR_LEN], Option<u64>)>;
+
 struct Model {
-    slots: Vec<Option<[u8; ADDR_LEN]>>,
+    slots: Vec<Slot>,
     pending: Vec<u32>,
     fail_write: bool,
     fail_invalidate: bool,
+    open_user_id: bool,
+    sets: Vec<Option<MSet>>,
 }
 
+/// What an insert call returns: the result, fi_addr out, status out.
+type InsertOutcome = (Result<usize, FiErrno>, Vec<u64>, Vec<i32>);
+
 impl Model {
-    fn new(cap: usize) -> Self {
+    fn new(cap: usize, open_user_id: bool) -> Self {
         Model {
             slots: vec![None; cap],
-            ..Model::default()
+            pending: Vec::new(),
+            fail_write: false,
+            fail_invalidate: false,
+            open_user_id,
+            sets: (0..MAX_SETS).map(|_| None).collect(),
         }
     }
 
     fn len(&self) -> usize {
         self.slots.iter().filter(|s| s.is_some()).count()
+    }
+
+    fn valid(&self, i: u32) -> bool {
+        self.slots.get(i as usize).is_some_and(|s| s.is_some())
     }
 
     /// Send pending records; `false` if the (armed) write fails, after rolling back.
@@ -71,38 +163,57 @@ impl Model {
         true
     }
 
+    /// The argument checks every insert shares; `Some(errno)` when the call is refused.
+    fn refused(&self, mode: &InsertMode) -> Option<FiErrno> {
+        if mode.user_ids.is_some() && (self.open_user_id || mode.null_out) {
+            return Some(FiErrno::FI_EINVAL);
+        }
+        None
+    }
+
+    /// Insert `addrs` (each the bytes, or the errno it fails with) as one call.
     fn insert(
         &mut self,
-        addrs: &[[u8; ADDR_LEN]],
-        more: bool,
-    ) -> (Result<usize, FiErrno>, Vec<u64>) {
+        addrs: &[Result<[u8; ADDR_LEN], i32>],
+        mode: &InsertMode,
+    ) -> InsertOutcome {
         let mut out = Vec::new();
+        let mut st = Vec::new();
         let mut ok = 0;
-        for a in addrs {
-            let slot = if UetAddress::from_bytes(a).is_ok() {
-                self.slots.iter().position(|s| s.is_none())
-            } else {
-                None
+        for (k, a) in addrs.iter().enumerate() {
+            let user_id = match mode.user_ids {
+                Some(base) => Some(base + k as u64),
+                None if self.open_user_id => Some(FI_ADDR_NOTAVAIL),
+                None => None,
             };
-            match slot {
-                Some(i) => {
-                    self.slots[i] = Some(*a);
-                    self.pending.push(i as u32);
+            let r = a.and_then(|b| {
+                let i = self.slots.iter().position(|s| s.is_none()).ok_or(-28)?;
+                self.slots[i] = Some((b, user_id));
+                self.pending.push(i as u32);
+                Ok(i)
+            });
+            match r {
+                Ok(i) => {
                     out.push(i as u64);
+                    st.push(0);
                     ok += 1;
                 }
-                None => out.push(FI_ADDR_NOTAVAIL),
-            }
-        }
-        if !more && !self.flush() {
-            for v in &mut out {
-                if *v != FI_ADDR_NOTAVAIL && self.slots[*v as usize].is_none() {
-                    *v = FI_ADDR_NOTAVAIL;
+                Err(e) => {
+                    out.push(FI_ADDR_NOTAVAIL);
+                    st.push(e);
                 }
             }
-            return (Err(FiErrno::FI_EIO), out);
         }
-        (Ok(ok), out)
+        if !mode.more && !self.flush() {
+            for (v, s) in out.iter_mut().zip(st.iter_mut()) {
+                if *v != FI_ADDR_NOTAVAIL && self.slots[*v as usize].is_none() {
+                    *v = FI_ADDR_NOTAVAIL;
+                    *s = -5;
+                }
+            }
+            return (Err(FiErrno::FI_EIO), out, st);
+        }
+        (Ok(ok), out, st)
     }
 
     fn index_of(&self, fa: u64, rx_bits: u8) -> Option<usize> {
@@ -144,6 +255,24 @@ impl Model {
         }
         Ok(())
     }
+
+    fn set_user_id(&mut self, fa: u64, user_id: u64, rx_bits: u8) -> Result<(), FiErrno> {
+        if !self.open_user_id {
+            return Err(FiErrno::FI_EINVAL);
+        }
+        let i = self.index_of(fa, rx_bits).ok_or(FiErrno::FI_EINVAL)?;
+        if !self.flush() {
+            return Err(FiErrno::FI_EIO);
+        }
+        if self.fail_write {
+            self.fail_write = false;
+            return Err(FiErrno::FI_EIO);
+        }
+        if let Some((_, u)) = self.slots[i].as_mut() {
+            *u = Some(user_id);
+        }
+        Ok(())
+    }
 }
 
 fn address_bytes(n: u32, bad: bool) -> [u8; ADDR_LEN] {
@@ -154,31 +283,106 @@ fn address_bytes(n: u32, bad: bool) -> [u8; ADDR_LEN] {
     }
 }
 
-fn fa(index: u64, rx: u32, rx_bits: u8) -> u64 {
-    fi_rx_addr(index, rx, rx_bits)
+fn localhost() -> IpAddr {
+    ("localhost", 0)
+        .to_socket_addrs()
+        .expect("localhost resolves")
+        .next()
+        .expect("localhost has an address")
+        .ip()
 }
 
-fn check(av: &AddressVector<MemoryNicTable>, m: &Model, step: usize) {
+/// The addresses insertsym(peer n's node, nodecnt, peer n's service, svccnt) names, computed
+/// without the crate's range code; `None` when the range runs out.
+fn sym_addrs(n: u32, nodecnt: usize, svccnt: usize) -> Option<Vec<[u8; ADDR_LEN]>> {
+    let base = peer(n);
+    // Each count must make sense on its own, even when the other is 0.
+    let last_svc = svccnt.saturating_sub(1) as u32;
+    if u32::from(base.pid_on_fep) + last_svc > 4095
+        || base.initiator.checked_add(last_svc).is_none()
+    {
+        return None;
+    }
+    let last_node = nodecnt.saturating_sub(1) as u128;
+    let fits = match base.fabric_addr {
+        IpAddr::V4(a) => u128::from(u32::from(a)) + last_node <= u128::from(u32::MAX),
+        IpAddr::V6(a) => u128::from(a).checked_add(last_node).is_some(),
+    };
+    if !fits {
+        return None;
+    }
+    let mut out = Vec::new();
+    for i in 0..nodecnt as u128 {
+        let ip = match base.fabric_addr {
+            IpAddr::V4(a) => IpAddr::V4(Ipv4Addr::from(
+                u32::from(a).checked_add(u32::try_from(i).ok()?)?,
+            )),
+            IpAddr::V6(a) => IpAddr::V6(Ipv6Addr::from(u128::from(a).checked_add(i)?)),
+        };
+        for k in 0..svccnt as u32 {
+            let pid = u32::from(base.pid_on_fep) + k;
+            if pid > 4095 {
+                return None;
+            }
+            let a = UetAddress {
+                fabric_addr: ip,
+                pid_on_fep: pid as u16,
+                initiator: base.initiator.checked_add(k)?,
+                ..base
+            };
+            out.push(a.to_bytes().ok()?);
+        }
+    }
+    Some(out)
+}
+
+fn check(av: &AddressVector<MemoryNicTable>, sets: &[Option<AvSet>], m: &Model, step: usize) {
     assert_eq!(av.len(), m.len(), "step {step}: len");
     assert_eq!(av.pending_len(), m.pending.len(), "step {step}: pending");
-    let mut buf = [0u8; ADDR_LEN];
+    let str_av = av.attr().addr_format == AddrFormat::Str;
+    let mut buf = [0u8; ADDR_STR_MAX];
     for (i, slot) in m.slots.iter().enumerate() {
-        let mut len = ADDR_LEN;
+        let mut len = buf.len();
         let got = av.lookup(i as u64, &mut buf, &mut len);
         match slot {
-            Some(bytes) => {
+            Some((bytes, user_id)) => {
                 assert!(got.is_ok(), "step {step}: index {i} should be in use");
-                assert_eq!(&buf, bytes, "step {step}: index {i} bytes");
+                if str_av {
+                    let s = address_string(bytes);
+                    assert_eq!(len, s.len() + 1, "step {step}: index {i} string length");
+                    assert_eq!(
+                        &buf[..s.len()],
+                        s.as_bytes(),
+                        "step {step}: index {i} string"
+                    );
+                } else {
+                    assert_eq!(len, ADDR_LEN);
+                    assert_eq!(&buf[..ADDR_LEN], bytes, "step {step}: index {i} bytes");
+                }
+                assert_eq!(
+                    av.user_id(i as u64).unwrap(),
+                    *user_id,
+                    "step {step}: index {i} user id"
+                );
             }
-            None => assert_eq!(
-                got.map_err(|e| e.errno),
-                Err(FiErrno::FI_EINVAL),
-                "step {step}: index {i} should be free"
-            ),
+            None => {
+                assert_eq!(
+                    got.map_err(|e| e.errno),
+                    Err(FiErrno::FI_EINVAL),
+                    "step {step}: index {i} should be free"
+                );
+                assert!(av.user_id(i as u64).is_err());
+            }
         }
         let expect_entry = slot
             .as_ref()
-            .map(|b| NicAvEntry::for_peer(&UetAddress::from_bytes(b).unwrap(), JOB))
+            .map(|(b, u)| {
+                let e = NicAvEntry::for_peer(&UetAddress::from_bytes(b).unwrap(), JOB);
+                match u {
+                    Some(u) => e.with_user_id(*u),
+                    None => e,
+                }
+            })
             .unwrap_or(NicAvEntry::INVALID);
         assert_eq!(
             av.mirror_entry(i as u32),
@@ -200,75 +404,233 @@ fn check(av: &AddressVector<MemoryNicTable>, m: &Model, step: usize) {
         .slots
         .iter()
         .enumerate()
-        .filter_map(|(i, s)| s.map(|b| (i as u32, UetAddress::from_bytes(&b).unwrap())))
+        .filter_map(|(i, s)| s.map(|(b, _)| (i as u32, UetAddress::from_bytes(&b).unwrap())))
         .collect();
     assert_eq!(iter, model, "step {step}: iter");
+    for (k, (set, mset)) in sets.iter().zip(&m.sets).enumerate() {
+        match (set, mset) {
+            (Some(s), Some(ms)) => {
+                let got: Vec<u64> = s.members().collect();
+                let want: Vec<u64> = ms.members.iter().map(|&i| u64::from(i)).collect();
+                assert_eq!(got, want, "step {step}: set {k} members");
+                assert_eq!(s.capacity(), ms.cap, "step {step}: set {k} capacity");
+            }
+            (None, None) => {}
+            _ => panic!("step {step}: set {k} exists on one side only"),
+        }
+    }
 }
 
-fn run(cap: usize, rx_bits: u8, ops: &[Op]) {
-    let mut av = open_with(AvAttr {
-        count: cap,
-        rx_ctx_bits: rx_bits,
-        job_id: JOB,
-        ..AvAttr::default()
-    });
-    let mut m = Model::new(cap);
-    let rx_limit = if rx_bits == 0 {
-        0
-    } else {
-        (1u32 << rx_bits) - 1
-    };
-    for (step, op) in ops.iter().enumerate() {
+struct Run {
+    av: AddressVector<MemoryNicTable>,
+    sets: Vec<Option<AvSet>>,
+    m: Model,
+    rx_bits: u8,
+    localhost: IpAddr,
+}
+
+impl Run {
+    fn insert_call(
+        &mut self,
+        step: usize,
+        what: &str,
+        addrs: Vec<Result<[u8; ADDR_LEN], i32>>,
+        mode: &InsertMode,
+        call: impl FnOnce(
+            &mut AddressVector<MemoryNicTable>,
+            Option<&mut [u64]>,
+            u64,
+            Option<&mut [i32]>,
+        ) -> Result<usize, uet_av::FiError>,
+    ) {
+        let count = addrs.len();
+        let mut flags = if mode.more { FI_MORE } else { 0 };
+        if mode.sync_err {
+            flags |= FI_SYNC_ERR;
+        }
+        if mode.user_ids.is_some() {
+            flags |= FI_AV_USER_ID;
+        }
+        let mut out: Vec<u64> = (0..count as u64)
+            .map(|k| mode.user_ids.map_or(0xabab, |b| b + k))
+            .collect();
+        let before = out.clone();
+        let mut st = vec![0x5a5a_i32; count];
+        let got = call(
+            &mut self.av,
+            (!mode.null_out).then_some(out.as_mut_slice()),
+            flags,
+            mode.sync_err.then_some(st.as_mut_slice()),
+        )
+        .map_err(|e| e.errno);
+        if let Some(e) = self.m.refused(mode) {
+            assert_eq!(got, Err(e), "step {step}: {what} refused");
+            assert_eq!(
+                out, before,
+                "step {step}: {what} refused, fi_addr untouched"
+            );
+            return;
+        }
+        let (want, want_out, want_st) = self.m.insert(&addrs, mode);
+        assert_eq!(got, want, "step {step}: {what} result");
+        if !mode.null_out {
+            assert_eq!(out, want_out, "step {step}: {what} fi_addr out");
+        }
+        if mode.sync_err {
+            assert_eq!(st, want_st, "step {step}: {what} status");
+        }
+    }
+
+    fn step(&mut self, step: usize, op: &Op) {
+        let rx_bits = self.rx_bits;
+        let rx_limit = if rx_bits == 0 {
+            0
+        } else {
+            (1u32 << rx_bits) - 1
+        };
+        let fa = |index: u64, rx: u32| fi_rx_addr(index, rx.min(rx_limit), rx_bits);
+        let str_av = self.av.attr().addr_format == AddrFormat::Str;
         match op {
-            Op::Insert {
-                addrs,
-                more,
-                null_out,
-            } => {
-                let bytes: Vec<[u8; ADDR_LEN]> = addrs
+            Op::Insert { addrs, mode } => {
+                let items: Vec<Result<[u8; ADDR_LEN], i32>> = addrs
                     .iter()
-                    .map(|&(n, bad)| address_bytes(n, bad))
+                    .map(|&(n, bad)| if bad { Err(-22) } else { Ok(peer_bytes(n)) })
                     .collect();
-                let flags = if *more { FI_MORE } else { 0 };
-                let (want, want_out) = m.insert(&bytes, *more);
-                let mut out = vec![0u64; bytes.len()];
-                let got = av.insert(
-                    &pack(&bytes),
-                    bytes.len(),
-                    if *null_out { None } else { Some(&mut out) },
-                    flags,
-                );
-                assert_eq!(got.map_err(|e| e.errno), want, "step {step}: insert result");
-                if !null_out {
-                    assert_eq!(out, want_out, "step {step}: fi_addr out");
+                if str_av {
+                    let strings: Vec<String> = addrs
+                        .iter()
+                        .map(|&(n, bad)| {
+                            let s = peer(n).to_string();
+                            if bad {
+                                s.replace("?ri=", "?ri=x")
+                            } else {
+                                s
+                            }
+                        })
+                        .collect();
+                    let refs: Vec<&str> = strings.iter().map(String::as_str).collect();
+                    self.insert_call(step, "insert_str", items, mode, |av, out, flags, st| {
+                        av.insert_str(&refs, out, flags, st)
+                    });
+                } else {
+                    let bytes: Vec<[u8; ADDR_LEN]> = addrs
+                        .iter()
+                        .map(|&(n, bad)| address_bytes(n, bad))
+                        .collect();
+                    let buf = pack(&bytes);
+                    let count = bytes.len();
+                    self.insert_call(step, "insert", items, mode, |av, out, flags, st| {
+                        av.insert_with_status(&buf, count, out, flags, st)
+                    });
+                }
+            }
+            Op::InsertSvc { n, form, mode } => {
+                let a = peer(*n);
+                let service = Service::of(&a).to_string();
+                let (node, svc, want): (String, Option<String>, Result<UetAddress, ()>) = match form
+                {
+                    0 => (a.fabric_addr.to_string(), Some(service), Ok(a)),
+                    1 => (a.to_string(), None, Ok(a)),
+                    2 => (
+                        "localhost".into(),
+                        Some(service),
+                        Ok(UetAddress {
+                            fabric_addr: self.localhost,
+                            ..a
+                        }),
+                    ),
+                    _ => (
+                        a.fabric_addr.to_string(),
+                        Some(format!("{}?ri=0+0", a.pid_on_fep)),
+                        Err(()),
+                    ),
+                };
+                match want {
+                    Ok(want) => {
+                        let items = vec![Ok(want.to_bytes().unwrap())];
+                        self.insert_call(step, "insertsvc", items, mode, |av, out, flags, st| {
+                            av.insertsvc(
+                                &node,
+                                svc.as_deref(),
+                                out.and_then(|o| o.first_mut()),
+                                flags,
+                                st.and_then(|s| s.first_mut()),
+                            )
+                        });
+                    }
+                    Err(()) => {
+                        let got = self.av.insertsvc(&node, svc.as_deref(), None, 0, None);
+                        assert_eq!(
+                            got.map_err(|e| e.errno),
+                            Err(FiErrno::FI_EINVAL),
+                            "step {step}: bad insertsvc"
+                        );
+                    }
+                }
+            }
+            Op::InsertSym {
+                n,
+                nodecnt,
+                svccnt,
+                mode,
+            } => {
+                let a = peer(*n);
+                let node = a.fabric_addr.to_string();
+                let service = Service::of(&a).to_string();
+                let cap = self.m.slots.len();
+                match sym_addrs(*n, *nodecnt, *svccnt).filter(|a| a.len() <= cap) {
+                    Some(addrs) => {
+                        let items = addrs.into_iter().map(Ok).collect();
+                        self.insert_call(step, "insertsym", items, mode, |av, out, flags, st| {
+                            av.insertsym(&node, *nodecnt, &service, *svccnt, out, flags, st)
+                        });
+                    }
+                    None => {
+                        let got = self
+                            .av
+                            .insertsym(&node, *nodecnt, &service, *svccnt, None, 0, None);
+                        assert_eq!(
+                            got.map_err(|e| e.errno),
+                            Err(FiErrno::FI_EINVAL),
+                            "step {step}: insertsym out of range or larger than the AV"
+                        );
+                    }
                 }
             }
             Op::Remove { targets } => {
-                let fas: Vec<u64> = targets
-                    .iter()
-                    .map(|&(i, rx)| fa(i, rx.min(rx_limit), rx_bits))
-                    .collect();
-                let want = m.remove(&fas, rx_bits);
-                let got = av.remove(&fas, 0).map_err(|e| e.errno);
+                let fas: Vec<u64> = targets.iter().map(|&(i, rx)| fa(i, rx)).collect();
+                let want = self.m.remove(&fas, rx_bits);
+                let got = self.av.remove(&fas, 0).map_err(|e| e.errno);
                 assert_eq!(got, want, "step {step}: remove {fas:x?}");
             }
             Op::RemoveNotAvail { index } => {
                 let fas = [*index, FI_ADDR_NOTAVAIL];
-                let want = m.remove(&fas, rx_bits);
+                let want = self.m.remove(&fas, rx_bits);
                 assert_eq!(want, Err(FiErrno::FI_EINVAL));
-                assert_eq!(av.remove(&fas, 0).map_err(|e| e.errno), want);
+                assert_eq!(self.av.remove(&fas, 0).map_err(|e| e.errno), want);
             }
             Op::Lookup { index, rx, len } => {
-                let f = fa(*index, (*rx).min(rx_limit), rx_bits);
+                let f = fa(*index, *rx);
                 let mut buf = vec![0u8; *len];
                 let mut l = *len;
-                let got = av.lookup(f, &mut buf, &mut l).map_err(|e| e.errno);
-                match m.index_of(f, rx_bits) {
+                let got = self.av.lookup(f, &mut buf, &mut l).map_err(|e| e.errno);
+                match self.m.index_of(f, rx_bits) {
                     Some(i) => {
                         assert_eq!(got, Ok(()), "step {step}: lookup {f:#x}");
-                        assert_eq!(l, ADDR_LEN);
-                        let n = (*len).min(ADDR_LEN);
-                        assert_eq!(&buf[..n], &m.slots[i].unwrap()[..n]);
+                        let (bytes, _) = self.m.slots[i].unwrap();
+                        if str_av {
+                            let s = address_string(&bytes);
+                            assert_eq!(l, s.len() + 1);
+                            let n = (*len).min(s.len() + 1);
+                            if n > 0 {
+                                assert_eq!(&buf[..n - 1], &s.as_bytes()[..n - 1]);
+                                assert_eq!(buf[n - 1], 0);
+                            }
+                        } else {
+                            assert_eq!(l, ADDR_LEN);
+                            let n = (*len).min(ADDR_LEN);
+                            assert_eq!(&buf[..n], &bytes[..n]);
+                        }
                     }
                     None => {
                         assert_eq!(got, Err(FiErrno::FI_EINVAL), "step {step}: lookup {f:#x}");
@@ -276,125 +638,448 @@ fn run(cap: usize, rx_bits: u8, ops: &[Op]) {
                     }
                 }
             }
+            Op::SetUserId { index, user_id } => {
+                let want = self.m.set_user_id(*index, *user_id, rx_bits);
+                let got = self
+                    .av
+                    .set_user_id(*index, *user_id, 0)
+                    .map_err(|e| e.errno);
+                assert_eq!(got, want, "step {step}: set_user_id {index}");
+            }
             Op::FailWrite => {
-                av.nic_mut().fail_after(NicOp::Write, 0);
-                m.fail_write = true;
+                self.av.nic_mut().fail_after(NicOp::Write, 0);
+                self.m.fail_write = true;
             }
             Op::FailInvalidate => {
-                av.nic_mut().fail_after(NicOp::Invalidate, 0);
-                m.fail_invalidate = true;
+                self.av.nic_mut().fail_after(NicOp::Invalidate, 0);
+                self.m.fail_invalidate = true;
             }
             Op::Flush => {
-                let want = if m.flush() {
+                let want = if self.m.flush() {
                     Ok(())
                 } else {
                     Err(FiErrno::FI_EIO)
                 };
-                assert_eq!(av.flush().map_err(|e| e.errno), want, "step {step}: flush");
+                assert_eq!(
+                    self.av.flush().map_err(|e| e.errno),
+                    want,
+                    "step {step}: flush"
+                );
+            }
+            Op::SetNew { slot, range, count } => self.set_new(step, *slot, *range, *count),
+            Op::SetInsert { set, index } => {
+                let (Some(s), Some(ms)) = (self.sets[*set].as_mut(), self.m.sets[*set].as_mut())
+                else {
+                    return;
+                };
+                let i = *index as u32;
+                let want = if !self.m.slots.get(i as usize).is_some_and(|x| x.is_some())
+                    || ms.members.contains(&i)
+                {
+                    Err(FiErrno::FI_EINVAL)
+                } else if ms.members.len() >= ms.cap {
+                    Err(FiErrno::FI_ENOSPC)
+                } else {
+                    ms.members.push(i);
+                    Ok(())
+                };
+                assert_eq!(
+                    s.insert(&self.av, *index).map_err(|e| e.errno),
+                    want,
+                    "step {step}: set insert"
+                );
+            }
+            Op::SetRemove { set, index } => {
+                let (Some(s), Some(ms)) = (self.sets[*set].as_mut(), self.m.sets[*set].as_mut())
+                else {
+                    return;
+                };
+                let want = match ms.members.iter().position(|&i| u64::from(i) == *index) {
+                    Some(p) => {
+                        ms.members.remove(p);
+                        Ok(())
+                    }
+                    None => Err(FiErrno::FI_EINVAL),
+                };
+                assert_eq!(
+                    s.remove(*index).map_err(|e| e.errno),
+                    want,
+                    "step {step}: set remove"
+                );
+            }
+            Op::SetUnion { dst, src }
+            | Op::SetIntersect { dst, src }
+            | Op::SetDiff { dst, src } => {
+                if dst == src {
+                    return;
+                }
+                let (Some(src_members), true, true) = (
+                    self.m.sets[*src].as_ref().map(|s| s.members.clone()),
+                    self.sets[*dst].is_some(),
+                    self.sets[*src].is_some(),
+                ) else {
+                    return;
+                };
+                let Some(ms) = self.m.sets[*dst].as_mut() else {
+                    return;
+                };
+                let want = match op {
+                    Op::SetUnion { .. } => {
+                        let new: Vec<u32> = src_members
+                            .iter()
+                            .copied()
+                            .filter(|i| !ms.members.contains(i))
+                            .collect();
+                        if ms.members.len() + new.len() > ms.cap {
+                            Err(FiErrno::FI_ENOSPC)
+                        } else {
+                            ms.members.extend(new);
+                            Ok(())
+                        }
+                    }
+                    Op::SetIntersect { .. } => {
+                        ms.members.retain(|i| src_members.contains(i));
+                        Ok(())
+                    }
+                    _ => {
+                        ms.members.retain(|i| !src_members.contains(i));
+                        Ok(())
+                    }
+                };
+                let mut d = self.sets[*dst].take().expect("checked");
+                let s = self.sets[*src].as_ref().expect("checked");
+                let got = match op {
+                    Op::SetUnion { .. } => d.union(s),
+                    Op::SetIntersect { .. } => d.intersect(s),
+                    _ => d.diff(s),
+                };
+                self.sets[*dst] = Some(d);
+                assert_eq!(got.map_err(|e| e.errno), want, "step {step}: {op:?}");
+            }
+            Op::SetAddr { set } => {
+                let (Some(s), Some(ms)) = (self.sets[*set].as_ref(), self.m.sets[*set].as_mut())
+                else {
+                    return;
+                };
+                let stale = ms
+                    .members
+                    .iter()
+                    .any(|&i| self.m.slots[i as usize].is_none());
+                let got = s.addr(&self.av);
+                if ms.members.is_empty() || stale {
+                    assert_eq!(
+                        got.map_err(|e| e.errno),
+                        Err(FiErrno::FI_EINVAL),
+                        "step {step}: set addr"
+                    );
+                } else {
+                    let a = got.unwrap();
+                    assert!(is_av_set_addr(a));
+                    assert_eq!(
+                        *ms.addr.get_or_insert(a),
+                        a,
+                        "step {step}: set addr is stable"
+                    );
+                }
+            }
+            Op::SetPrune { set } => {
+                let (Some(s), Some(ms)) = (self.sets[*set].as_mut(), self.m.sets[*set].as_mut())
+                else {
+                    return;
+                };
+                let before = ms.members.len();
+                let slots = &self.m.slots;
+                ms.members.retain(|&i| slots[i as usize].is_some());
+                assert_eq!(
+                    s.prune(&self.av).unwrap(),
+                    before - ms.members.len(),
+                    "step {step}: prune"
+                );
             }
         }
-        check(&av, &m, step);
     }
-    av.nic_mut().clear_faults();
-    m.fail_write = false;
-    assert!(av.verify_nic().unwrap().is_empty());
-    m.flush();
-    check(&av, &m, ops.len());
+
+    fn set_new(&mut self, step: usize, slot: usize, range: Option<(u64, u64, u64)>, count: usize) {
+        let av_cap = self.m.slots.len();
+        let cap = if count == 0 {
+            av_cap
+        } else {
+            count.min(av_cap)
+        };
+        let attr = match range {
+            Some((start, end, stride)) => AvSetAttr {
+                count,
+                start_addr: start,
+                end_addr: end,
+                stride,
+                ..AvSetAttr::default()
+            },
+            None => AvSetAttr {
+                count,
+                flags: FI_UNIVERSE,
+                ..AvSetAttr::default()
+            },
+        };
+        let want: Result<Vec<u32>, FiErrno> = match range {
+            Some((start, end, stride)) => {
+                if start > end
+                    || end >= av_cap as u64
+                    || stride == 0
+                    || (count != 0 && (end - start) / stride + 1 > count as u64)
+                {
+                    Err(FiErrno::FI_EINVAL)
+                } else {
+                    Ok((start..=end)
+                        .step_by(stride as usize)
+                        .map(|i| i as u32)
+                        .filter(|&i| self.m.valid(i))
+                        .collect())
+                }
+            }
+            None => {
+                let all: Vec<u32> = (0..av_cap as u32).filter(|&i| self.m.valid(i)).collect();
+                if all.len() > cap {
+                    Err(FiErrno::FI_EINVAL)
+                } else {
+                    Ok(all)
+                }
+            }
+        };
+        let got = self.av.av_set(&attr);
+        match want {
+            Ok(members) => {
+                self.sets[slot] =
+                    Some(got.unwrap_or_else(|e| panic!("step {step}: fi_av_set {attr:?}: {e}")));
+                self.m.sets[slot] = Some(MSet {
+                    members,
+                    cap,
+                    addr: None,
+                });
+            }
+            Err(e) => assert_eq!(
+                got.map_err(|e| e.errno).map(|_| ()),
+                Err(e),
+                "step {step}: fi_av_set {attr:?}"
+            ),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Config {
+    cap: usize,
+    rx_bits: u8,
+    open_user_id: bool,
+    str_av: bool,
+}
+
+fn run(cfg: Config, ops: &[Op]) {
+    let av = open_with(AvAttr {
+        count: cfg.cap,
+        rx_ctx_bits: cfg.rx_bits,
+        job_id: JOB,
+        flags: if cfg.open_user_id { FI_AV_USER_ID } else { 0 },
+        addr_format: if cfg.str_av {
+            AddrFormat::Str
+        } else {
+            AddrFormat::Uet
+        },
+        ..AvAttr::default()
+    });
+    let mut r = Run {
+        av,
+        sets: (0..MAX_SETS).map(|_| None).collect(),
+        m: Model::new(cfg.cap, cfg.open_user_id),
+        rx_bits: cfg.rx_bits,
+        localhost: localhost(),
+    };
+    for (step, op) in ops.iter().enumerate() {
+        r.step(step, op);
+        check(&r.av, &r.sets, &r.m, step);
+    }
+    r.av.nic_mut().clear_faults();
+    r.m.fail_write = false;
+    assert!(r.av.verify_nic().unwrap().is_empty());
+    r.m.flush();
+    check(&r.av, &r.sets, &r.m, ops.len());
 }
 
 // ---------------------------------------------------------------------------------------------
-// proptest
+// random operations
 
-fn op_strategy(cap: u64) -> impl Strategy<Value = Op> {
-    let index = 0..cap + 3;
-    prop_oneof![
-        6 => (
-            prop::collection::vec((0u32..3000, prop::bool::weighted(0.15)), 0..5),
-            prop::bool::weighted(0.3),
-            prop::bool::weighted(0.2),
-        )
-            .prop_map(|(addrs, more, null_out)| Op::Insert { addrs, more, null_out }),
-        4 => prop::collection::vec((index.clone(), 0u32..8), 1..3)
-            .prop_map(|targets| Op::Remove { targets }),
-        1 => index.clone().prop_map(|index| Op::RemoveNotAvail { index }),
-        4 => (index, 0u32..8, 0usize..40).prop_map(|(index, rx, len)| Op::Lookup { index, rx, len }),
-        1 => Just(Op::FailWrite),
-        1 => Just(Op::FailInvalidate),
-        1 => Just(Op::Flush),
-    ]
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
-
-    /// 48 cases x 50..100 steps: at least 2,400 steps.
-    #[test]
-    fn av_matches_the_model(
-        (cap, rx_bits, ops) in (4usize..24, prop_oneof![Just(0u8), Just(3u8)]).prop_flat_map(
-            |(cap, rx)| (Just(cap), Just(rx), prop::collection::vec(op_strategy(cap as u64), 50..100))
-        )
-    ) {
-        run(cap, rx_bits, &ops);
+/// Draws from any source of random numbers below a bound.
+trait Draw {
+    fn below(&mut self, n: u64) -> u64;
+    fn chance(&mut self, one_in: u64) -> bool {
+        self.below(one_in) == 0
     }
 }
-
-// ---------------------------------------------------------------------------------------------
-// fixed seeds
 
 struct XorShift(u64);
 
-impl XorShift {
-    fn next(&mut self) -> u64 {
+impl Draw for XorShift {
+    fn below(&mut self, n: u64) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
-        self.0
+        self.0 % n
     }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+}
+
+fn mode(r: &mut impl Draw) -> InsertMode {
+    InsertMode {
+        more: r.chance(3),
+        null_out: r.chance(6),
+        sync_err: r.chance(3),
+        user_ids: r.chance(5).then(|| r.below(1 << 40)),
+    }
+}
+
+fn random_op(r: &mut impl Draw, cap: u64) -> Op {
+    let set = |r: &mut dyn FnMut(u64) -> u64| r(MAX_SETS as u64) as usize;
+    match r.below(40) {
+        0..=7 => Op::Insert {
+            addrs: (0..r.below(5))
+                .map(|_| (r.below(3000) as u32, r.chance(8)))
+                .collect(),
+            mode: mode(r),
+        },
+        8..=9 => Op::InsertSvc {
+            n: r.below(3000) as u32,
+            form: r.below(4) as u8,
+            mode: mode(r),
+        },
+        10..=11 => Op::InsertSym {
+            n: 4090
+                + r.below(10) as u32
+                + if r.chance(2) {
+                    0
+                } else {
+                    1000 * r.below(3) as u32
+                },
+            nodecnt: r.below(3) as usize,
+            svccnt: r.below(4) as usize,
+            mode: mode(r),
+        },
+        12..=16 => Op::Remove {
+            targets: (0..1 + r.below(2))
+                .map(|_| (r.below(cap + 3), r.below(8) as u32))
+                .collect(),
+        },
+        17 => Op::RemoveNotAvail {
+            index: r.below(cap),
+        },
+        18..=20 => Op::Lookup {
+            index: r.below(cap + 3),
+            rx: r.below(8) as u32,
+            len: r.below(120) as usize,
+        },
+        21..=22 => Op::SetUserId {
+            index: r.below(cap + 2),
+            user_id: r.below(u64::MAX),
+        },
+        23 => Op::FailWrite,
+        24 => Op::FailInvalidate,
+        25 => Op::Flush,
+        26..=27 => {
+            let slot = r.below(MAX_SETS as u64) as usize;
+            let count = if r.chance(2) {
+                0
+            } else {
+                r.below(cap + 2) as usize
+            };
+            let range = if r.chance(3) {
+                None
+            } else {
+                let start = r.below(cap);
+                Some((start, start + r.below(cap - start + 1), r.below(4)))
+            };
+            Op::SetNew { slot, range, count }
+        }
+        28..=30 => Op::SetInsert {
+            set: r.below(MAX_SETS as u64) as usize,
+            index: r.below(cap + 1),
+        },
+        31..=32 => Op::SetRemove {
+            set: r.below(MAX_SETS as u64) as usize,
+            index: r.below(cap + 1),
+        },
+        33 => Op::SetUnion {
+            dst: set(&mut |n| r.below(n)),
+            src: set(&mut |n| r.below(n)),
+        },
+        34 => Op::SetIntersect {
+            dst: set(&mut |n| r.below(n)),
+            src: set(&mut |n| r.below(n)),
+        },
+        35 => Op::SetDiff {
+            dst: set(&mut |n| r.below(n)),
+            src: set(&mut |n| r.below(n)),
+        },
+        36..=37 => Op::SetAddr {
+            set: r.below(MAX_SETS as u64) as usize,
+        },
+        _ => Op::SetPrune {
+            set: r.below(MAX_SETS as u64) as usize,
+        },
     }
 }
 
 fn seeded_ops(seed: u64, cap: u64, steps: usize) -> Vec<Op> {
     let mut r = XorShift(seed);
-    (0..steps)
-        .map(|_| match r.below(20) {
-            0..=6 => Op::Insert {
-                addrs: (0..r.below(5))
-                    .map(|_| (r.below(3000) as u32, r.below(8) == 0))
-                    .collect(),
-                more: r.below(3) == 0,
-                null_out: r.below(5) == 0,
-            },
-            7..=11 => Op::Remove {
-                targets: (0..1 + r.below(2))
-                    .map(|_| (r.below(cap + 3), r.below(8) as u32))
-                    .collect(),
-            },
-            12 => Op::RemoveNotAvail {
-                index: r.below(cap),
-            },
-            13..=16 => Op::Lookup {
-                index: r.below(cap + 3),
-                rx: r.below(8) as u32,
-                len: r.below(40) as usize,
-            },
-            17 => Op::FailWrite,
-            18 => Op::FailInvalidate,
-            _ => Op::Flush,
-        })
-        .collect()
+    (0..steps).map(|_| random_op(&mut r, cap)).collect()
 }
 
 #[test]
 fn av_matches_the_model_on_fixed_seeds() {
-    for (seed, cap, rx_bits) in [
-        (0x9e37_79b9_7f4a_7c15u64, 8u64, 0u8),
-        (0xdead_beef_cafe_f00d, 16, 3),
-        (0x0123_4567_89ab_cdef, 33, 0),
-        (0x5151_5151_5151_5151, 5, 2),
+    // 5 runs of 10,000 steps: every configuration of user ids, rx bits and address format.
+    for (seed, cap, rx_bits, open_user_id, str_av) in [
+        (0x9e37_79b9_7f4a_7c15u64, 8u64, 0u8, false, false),
+        (0xdead_beef_cafe_f00d, 16, 3, true, false),
+        (0x0123_4567_89ab_cdef, 33, 0, false, true),
+        (0x5151_5151_5151_5151, 5, 2, true, true),
+        (0x0bad_5eed_0f00_d001, 12, 0, true, false),
     ] {
-        let ops = seeded_ops(seed, cap, 1500);
-        run(cap as usize, rx_bits, &ops);
+        let ops = seeded_ops(seed, cap, 10_000);
+        run(
+            Config {
+                cap: cap as usize,
+                rx_bits,
+                open_user_id,
+                str_av,
+            },
+            &ops,
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// proptest
+
+/// A proptest-chosen seed drives the same generator, so every op kind stays reachable.
+struct SeededDraw(XorShift);
+
+impl Draw for SeededDraw {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0.below(n)
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// 32 cases x 100..300 steps.
+    #[test]
+    fn av_matches_the_model(
+        seed in 1u64..,
+        cap in 4u64..24,
+        rx_bits in prop_oneof![Just(0u8), Just(3u8)],
+        open_user_id in any::<bool>(),
+        str_av in prop::bool::weighted(0.25),
+        steps in 100usize..300,
+    ) {
+        let mut r = SeededDraw(XorShift(seed));
+        let ops: Vec<Op> = (0..steps).map(|_| random_op(&mut r, cap)).collect();
+        run(Config { cap: cap as usize, rx_bits, open_user_id, str_av }, &ops);
     }
 }

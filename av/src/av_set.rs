@@ -1,0 +1,511 @@
+//! AV sets, per fi_av_set(3): ordered subsets of an AV's addresses, the members of a
+//! collective.
+//!
+//! An [`AvSet`] holds `fi_addr_t` values (AV indices) in order, never references into the AV:
+//! calls that must check members against the AV take the [`AddressVector`], and a set knows
+//! which AV it was made from ([`AddressVector::id`]), so mixing sets of two AVs is
+//! `FI_EINVAL`.
+//!
+//! ## Rules (the man page's, where libfabric's util code differs)
+//!
+//! - **Order.** Creation lists members by ascending index (start_addr, start_addr + stride, …
+//!   or every address of the AV). `insert` and `union` append at the end, `union` in the
+//!   source's order; `intersect`, `diff` and `remove` keep the order of the remaining members.
+//! - **Receive-context bits** are not part of a member: an `fi_addr_t` built with
+//!   [`crate::fi_rx_addr`] names the same member as its index.
+//! - **Capacity.** `count` bounds the members (0: the AV's capacity; more than that: the
+//!   AV's capacity too, since a set holds each address once). At creation the range may name
+//!   at most `count` addresses, as the man page requires, else `FI_EINVAL`; an `insert` or
+//!   `union` that would exceed the capacity is `FI_ENOSPC` and changes nothing.
+//! - **Errors.** `insert` of a member already present, or of an `fi_addr_t` the AV does not
+//!   hold, and `remove` of a non-member are `FI_EINVAL`; nothing changes.
+//! - **Addresses removed from the AV.** A set is not told: its members are `fi_addr_t`
+//!   values, as in libfabric. A member whose address was removed is *stale*:
+//!   [`AvSet::stale`] lists such members, [`AvSet::prune`] drops them (order kept), and
+//!   [`AvSet::addr`] refuses a set with stale members (`FI_EINVAL` naming the first). If the
+//!   AV reuses the index for a new address, the member names the new address: fi_av(3) says a
+//!   removed `fi_addr_t` is invalid until an insert returns it again.
+//! - **The collective address** ([`AvSet::addr`]) is a handle for `fi_join_collective`:
+//!   [`AV_SET_ADDR_BASE`] plus a number unique to the set in this process. It is never an AV
+//!   index (its index bits are above any AV's capacity), so `lookup`/`remove` refuse it, and it
+//!   stays the same while the set changes. An empty set has no collective address.
+//! - **Flags.** `FI_UNIVERSE` and the collective kinds `FI_BARRIER_SET` … `FI_GATHER_SET` are
+//!   accepted and kept for the collective engine; any other bit is `FI_EBADFLAGS`.
+//! - **Communication key.** Kept as given; with a key, start/end must be `FI_ADDR_NOTAVAIL`
+//!   and `FI_UNIVERSE` clear (the key, not the AV, says who the members are).
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use crate::av::AddressVector;
+use crate::errno::{FiErrno, FiError};
+use crate::flags::{
+    FiAddr, FI_ADDR_NOTAVAIL, FI_ALLGATHER_SET, FI_ALLREDUCE_SET, FI_ALLTOALL_SET, FI_BARRIER_SET,
+    FI_BROADCAST_SET, FI_GATHER_SET, FI_REDUCE_SCATTER_SET, FI_REDUCE_SET, FI_SCATTER_SET,
+    FI_UNIVERSE,
+};
+use crate::nic::NicAvTable;
+
+/// First collective address: [`AvSet::addr`] is this plus the set's number (below 2^48).
+pub const AV_SET_ADDR_BASE: FiAddr = 0xFFFE_0000_0000_0000;
+
+/// The collective-kind flags of `fi_av_set_attr`.
+pub const AV_SET_COLLECTIVE_FLAGS: u64 = FI_BARRIER_SET
+    | FI_BROADCAST_SET
+    | FI_ALLTOALL_SET
+    | FI_ALLREDUCE_SET
+    | FI_ALLGATHER_SET
+    | FI_REDUCE_SCATTER_SET
+    | FI_REDUCE_SET
+    | FI_SCATTER_SET
+    | FI_GATHER_SET;
+
+/// Every flag `fi_av_set` accepts.
+pub const AV_SET_FLAGS: u64 = FI_UNIVERSE | AV_SET_COLLECTIVE_FLAGS;
+
+static NEXT_SET_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Whether `fi_addr` is a collective address from [`AvSet::addr`].
+pub const fn is_av_set_addr(fi_addr: FiAddr) -> bool {
+    fi_addr >> 48 == AV_SET_ADDR_BASE >> 48
+}
+
+/// `struct fi_av_set_attr`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AvSetAttr {
+    /// Expected (and most) members; 0: the AV's capacity.
+    pub count: usize,
+    /// First index of the initial range, or `FI_ADDR_NOTAVAIL` for none.
+    pub start_addr: FiAddr,
+    /// Last index of the initial range (inclusive), or `FI_ADDR_NOTAVAIL` for none.
+    pub end_addr: FiAddr,
+    /// Step of the initial range: 0 without one, at least 1 with one.
+    pub stride: u64,
+    /// Communication key (`comm_key_size` bytes of `comm_key`); empty for none.
+    pub comm_key: Vec<u8>,
+    /// `FI_UNIVERSE` and collective-kind flags.
+    pub flags: u64,
+}
+
+impl Default for AvSetAttr {
+    /// An empty set: no range, no key, no flags.
+    fn default() -> Self {
+        AvSetAttr {
+            count: 0,
+            start_addr: FI_ADDR_NOTAVAIL,
+            end_addr: FI_ADDR_NOTAVAIL,
+            stride: 0,
+            comm_key: Vec::new(),
+            flags: 0,
+        }
+    }
+}
+
+/// An ordered set of an AV's addresses. Not `Clone`: each set has its own collective address.
+#[derive(Debug)]
+pub struct AvSet {
+    av_id: u64,
+    id: u64,
+    rx_ctx_bits: u8,
+    capacity: usize,
+    flags: u64,
+    comm_key: Box<[u8]>,
+    /// Members in order, as AV indices.
+    members: Vec<u32>,
+    /// Bit per AV index: a member.
+    bits: Vec<u64>,
+}
+
+fn set_flag_names(flags: u64) -> String {
+    const NAMES: &[(u64, &str)] = &[
+        (FI_UNIVERSE, "FI_UNIVERSE"),
+        (FI_BARRIER_SET, "FI_BARRIER_SET"),
+        (FI_BROADCAST_SET, "FI_BROADCAST_SET"),
+        (FI_ALLTOALL_SET, "FI_ALLTOALL_SET"),
+        (FI_ALLREDUCE_SET, "FI_ALLREDUCE_SET"),
+        (FI_ALLGATHER_SET, "FI_ALLGATHER_SET"),
+        (FI_REDUCE_SCATTER_SET, "FI_REDUCE_SCATTER_SET"),
+        (FI_REDUCE_SET, "FI_REDUCE_SET"),
+        (FI_SCATTER_SET, "FI_SCATTER_SET"),
+        (FI_GATHER_SET, "FI_GATHER_SET"),
+    ];
+    let mut parts: Vec<String> = NAMES
+        .iter()
+        .filter(|(bit, _)| flags & bit != 0)
+        .map(|(_, n)| (*n).to_string())
+        .collect();
+    let rest = flags & !AV_SET_FLAGS;
+    if rest != 0 || parts.is_empty() {
+        parts.push(format!("{rest:#x}"));
+    }
+    parts.join("|")
+}
+
+impl AvSet {
+    /// `fi_av_set`: a set of `av`'s addresses as `attr` describes (see the module notes).
+    ///
+    /// Errors: `FI_EBADFLAGS` for flags other than `FI_UNIVERSE` and the collective kinds;
+    /// `FI_EINVAL` when only one of start/end is `FI_ADDR_NOTAVAIL`, start > end, end outside
+    /// the AV, stride 0 with a range or non-zero without one, a range or `FI_UNIVERSE` beside a
+    /// communication key, `FI_UNIVERSE` beside a range, or initial members more than `count`.
+    pub fn new<N: NicAvTable>(av: &AddressVector<N>, attr: &AvSetAttr) -> Result<AvSet, FiError> {
+        let unknown = attr.flags & !AV_SET_FLAGS;
+        if unknown != 0 {
+            return Err(FiError::badflags(format!(
+                "fi_av_set: unsupported flags {}",
+                set_flag_names(unknown)
+            )));
+        }
+        let universe = attr.flags & FI_UNIVERSE != 0;
+        let range = match (attr.start_addr, attr.end_addr) {
+            (FI_ADDR_NOTAVAIL, FI_ADDR_NOTAVAIL) => None,
+            (FI_ADDR_NOTAVAIL, _) | (_, FI_ADDR_NOTAVAIL) => {
+                return Err(FiError::inval(format!(
+                    "fi_av_set: start_addr {:#x} and end_addr {:#x} must both be \
+                     FI_ADDR_NOTAVAIL or both be indices",
+                    attr.start_addr, attr.end_addr
+                )))
+            }
+            (s, e) => Some((s, e)),
+        };
+        if !attr.comm_key.is_empty() && (range.is_some() || universe) {
+            return Err(FiError::inval(
+                "fi_av_set: with a communication key, start_addr and end_addr must be \
+                 FI_ADDR_NOTAVAIL and FI_UNIVERSE clear",
+            ));
+        }
+        if universe && range.is_some() {
+            return Err(FiError::inval(
+                "fi_av_set: FI_UNIVERSE takes every address; start_addr and end_addr must be \
+                 FI_ADDR_NOTAVAIL",
+            ));
+        }
+        if range.is_none() && attr.stride != 0 {
+            return Err(FiError::inval(format!(
+                "fi_av_set: stride {} without start_addr and end_addr (it must be 0)",
+                attr.stride
+            )));
+        }
+        let av_cap = av.capacity();
+        let capacity = if attr.count == 0 {
+            av_cap
+        } else {
+            attr.count.min(av_cap)
+        };
+        let mut set = AvSet {
+            av_id: av.id(),
+            id: NEXT_SET_ID.fetch_add(1, Ordering::Relaxed),
+            rx_ctx_bits: av.rx_ctx_bits(),
+            capacity,
+            flags: attr.flags,
+            comm_key: attr.comm_key.clone().into_boxed_slice(),
+            members: Vec::new(),
+            bits: Vec::new(),
+        };
+        if let Some((start, end)) = range {
+            if start > end {
+                return Err(FiError::inval(format!(
+                    "fi_av_set: start_addr {start} is after end_addr {end}"
+                )));
+            }
+            if end >= av_cap as u64 {
+                return Err(FiError::inval(format!(
+                    "fi_av_set: end_addr {end} is outside the AV's {av_cap} entries"
+                )));
+            }
+            if attr.stride == 0 {
+                return Err(FiError::inval(
+                    "fi_av_set: stride must be at least 1 with start_addr and end_addr",
+                ));
+            }
+            let named = (end - start) / attr.stride + 1;
+            if named > attr.count as u64 && attr.count != 0 {
+                return Err(FiError::inval(format!(
+                    "fi_av_set: start_addr {start}..=end_addr {end} by {} names {named} \
+                     addresses, more than count {}",
+                    attr.stride, attr.count
+                )));
+            }
+            let mut i = start;
+            while i <= end {
+                if av.index_of(i).is_ok() {
+                    // i <= end < av capacity <= u32::MAX
+                    set.push(i as u32)?;
+                }
+                match i.checked_add(attr.stride) {
+                    Some(next) => i = next,
+                    None => break,
+                }
+            }
+        } else if universe {
+            if av.len() > capacity {
+                return Err(FiError::inval(format!(
+                    "fi_av_set: FI_UNIVERSE names the AV's {} addresses, more than count {}",
+                    av.len(),
+                    attr.count
+                )));
+            }
+            set.members
+                .try_reserve_exact(av.len())
+                .map_err(|_| FiError::new(FiErrno::FI_ENOMEM, "fi_av_set: no memory"))?;
+            for index in av.indices() {
+                set.push(index)?;
+            }
+        }
+        Ok(set)
+    }
+
+    /// Append `index`, a non-member; the caller checked the capacity.
+    fn push(&mut self, index: u32) -> Result<(), FiError> {
+        let w = index as usize / 64;
+        if self.bits.len() <= w {
+            self.bits
+                .try_reserve(w + 1 - self.bits.len())
+                .map_err(|_| FiError::new(FiErrno::FI_ENOMEM, "AV set: no memory"))?;
+            self.bits.resize(w + 1, 0);
+        }
+        self.members
+            .try_reserve(1)
+            .map_err(|_| FiError::new(FiErrno::FI_ENOMEM, "AV set: no memory"))?;
+        if let Some(word) = self.bits.get_mut(w) {
+            *word |= 1 << (index % 64);
+        }
+        self.members.push(index);
+        Ok(())
+    }
+
+    #[inline]
+    fn has(&self, index: u32) -> bool {
+        self.bits
+            .get(index as usize / 64)
+            .is_some_and(|w| (w >> (index % 64)) & 1 == 1)
+    }
+
+    fn clear_bit(&mut self, index: u32) {
+        if let Some(w) = self.bits.get_mut(index as usize / 64) {
+            *w &= !(1 << (index % 64));
+        }
+    }
+
+    /// The member index `fi_addr` names (receive-context bits stripped), if it could be one.
+    fn member_index(&self, fi_addr: FiAddr) -> Option<u32> {
+        if fi_addr == FI_ADDR_NOTAVAIL {
+            return None;
+        }
+        u32::try_from(crate::flags::fi_addr_strip_rx(fi_addr, self.rx_ctx_bits)).ok()
+    }
+
+    fn same_av(&self, call: &str, other_av: u64) -> Result<(), FiError> {
+        if self.av_id == other_av {
+            Ok(())
+        } else {
+            Err(FiError::inval(format!(
+                "{call}: the sets belong to different AVs"
+            )))
+        }
+    }
+
+    /// Number of members.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// No members.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// Most members the set may hold.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// The flags the set was created with.
+    pub fn flags(&self) -> u64 {
+        self.flags
+    }
+
+    /// The communication key (empty for none).
+    pub fn comm_key(&self) -> &[u8] {
+        &self.comm_key
+    }
+
+    /// [`AddressVector::id`] of the AV the set belongs to.
+    pub fn av_id(&self) -> u64 {
+        self.av_id
+    }
+
+    /// Members in order, as `fi_addr_t` values.
+    pub fn members(&self) -> impl ExactSizeIterator<Item = FiAddr> + '_ {
+        self.members.iter().map(|&i| FiAddr::from(i))
+    }
+
+    /// Whether `fi_addr` (receive-context bits ignored) is a member.
+    pub fn contains(&self, fi_addr: FiAddr) -> bool {
+        self.member_index(fi_addr).is_some_and(|i| self.has(i))
+    }
+
+    /// `fi_av_set_union`: append `src`'s members that are not members here, in `src`'s order.
+    /// `FI_EINVAL` for a set of another AV; `FI_ENOSPC` (nothing added) beyond the capacity.
+    pub fn union(&mut self, src: &AvSet) -> Result<(), FiError> {
+        self.same_av("fi_av_set_union", src.av_id)?;
+        let new = src.members.iter().filter(|&&i| !self.has(i)).count();
+        if self.members.len() + new > self.capacity {
+            return Err(FiError::new(
+                FiErrno::FI_ENOSPC,
+                format!(
+                    "fi_av_set_union: {} members + {new} new exceed the set's capacity of {}",
+                    self.members.len(),
+                    self.capacity
+                ),
+            ));
+        }
+        self.members
+            .try_reserve(new)
+            .map_err(|_| FiError::new(FiErrno::FI_ENOMEM, "fi_av_set_union: no memory"))?;
+        if let Some(&max) = src.members.iter().max() {
+            let words = max as usize / 64 + 1;
+            if self.bits.len() < words {
+                self.bits
+                    .try_reserve(words - self.bits.len())
+                    .map_err(|_| FiError::new(FiErrno::FI_ENOMEM, "fi_av_set_union: no memory"))?;
+                self.bits.resize(words, 0);
+            }
+        }
+        for &i in &src.members {
+            if !self.has(i) {
+                // Room was reserved above: these cannot fail.
+                self.push(i)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `fi_av_set_intersect`: keep only members that are also `src`'s, in this set's order.
+    /// `FI_EINVAL` for a set of another AV.
+    pub fn intersect(&mut self, src: &AvSet) -> Result<(), FiError> {
+        self.same_av("fi_av_set_intersect", src.av_id)?;
+        self.retain(|i| src.has(i));
+        Ok(())
+    }
+
+    /// `fi_av_set_diff`: drop members that are also `src`'s, keeping this set's order.
+    /// `FI_EINVAL` for a set of another AV.
+    pub fn diff(&mut self, src: &AvSet) -> Result<(), FiError> {
+        self.same_av("fi_av_set_diff", src.av_id)?;
+        self.retain(|i| !src.has(i));
+        Ok(())
+    }
+
+    fn retain(&mut self, mut keep: impl FnMut(u32) -> bool) {
+        let mut dropped = Vec::new();
+        self.members.retain(|&i| {
+            let k = keep(i);
+            if !k {
+                dropped.push(i);
+            }
+            k
+        });
+        for i in dropped {
+            self.clear_bit(i);
+        }
+    }
+
+    /// `fi_av_set_insert`: append the address at `fi_addr`, which `av` (the set's AV) must
+    /// hold. `FI_EINVAL` for another AV, an `fi_addr` the AV does not hold, or a member;
+    /// `FI_ENOSPC` when the set is full.
+    pub fn insert<N: NicAvTable>(
+        &mut self,
+        av: &AddressVector<N>,
+        fi_addr: FiAddr,
+    ) -> Result<(), FiError> {
+        if self.av_id != av.id() {
+            return Err(FiError::inval(
+                "fi_av_set_insert: the set belongs to a different AV",
+            ));
+        }
+        let index = av.index_of(fi_addr).map_err(|e| FiError {
+            message: format!("fi_av_set_insert: {}", e.message),
+            ..e
+        })?;
+        if self.has(index) {
+            return Err(FiError::inval(format!(
+                "fi_av_set_insert: fi_addr {fi_addr:#x} (index {index}) is already a member"
+            )));
+        }
+        if self.members.len() >= self.capacity {
+            return Err(FiError::new(
+                FiErrno::FI_ENOSPC,
+                format!(
+                    "fi_av_set_insert: the set is full ({} members)",
+                    self.capacity
+                ),
+            ));
+        }
+        self.push(index)
+    }
+
+    /// `fi_av_set_remove`: remove the member `fi_addr`, keeping the others' order (stale
+    /// members too: no AV needed). `FI_EINVAL` when it is not a member.
+    pub fn remove(&mut self, fi_addr: FiAddr) -> Result<(), FiError> {
+        let index = self
+            .member_index(fi_addr)
+            .filter(|&i| self.has(i))
+            .ok_or_else(|| {
+                FiError::inval(format!(
+                    "fi_av_set_remove: fi_addr {fi_addr:#x} is not a member of the set"
+                ))
+            })?;
+        if let Some(pos) = self.members.iter().position(|&i| i == index) {
+            self.members.remove(pos);
+        }
+        self.clear_bit(index);
+        Ok(())
+    }
+
+    /// Members whose addresses `av` no longer holds, in order.
+    pub fn stale<'a, N: NicAvTable>(
+        &'a self,
+        av: &'a AddressVector<N>,
+    ) -> impl Iterator<Item = FiAddr> + 'a {
+        self.members
+            .iter()
+            .map(|&i| FiAddr::from(i))
+            .filter(move |&fa| av.index_of(fa).is_err())
+    }
+
+    /// Drop the members `av` no longer holds, keeping the others' order; how many were
+    /// dropped. `FI_EINVAL` for another AV.
+    pub fn prune<N: NicAvTable>(&mut self, av: &AddressVector<N>) -> Result<usize, FiError> {
+        self.same_av("AV set prune", av.id())?;
+        let before = self.members.len();
+        self.retain(|i| av.index_of(FiAddr::from(i)).is_ok());
+        Ok(before - self.members.len())
+    }
+
+    /// `fi_av_set_addr`: the set's collective address ([`AV_SET_ADDR_BASE`] + its number),
+    /// for `fi_join_collective`. `FI_EINVAL` for another AV, an empty set, or a set with stale
+    /// members (see [`AvSet::stale`]).
+    pub fn addr<N: NicAvTable>(&self, av: &AddressVector<N>) -> Result<FiAddr, FiError> {
+        self.same_av("fi_av_set_addr", av.id())?;
+        if self.members.is_empty() {
+            return Err(FiError::inval(
+                "fi_av_set_addr: the set is empty; a collective needs members",
+            ));
+        }
+        let mut stale = self.stale(av);
+        if let Some(first) = stale.next() {
+            let more = stale.count();
+            return Err(FiError::inval(format!(
+                "fi_av_set_addr: member fi_addr {first} (and {more} more) was removed from the AV"
+            )));
+        }
+        Ok(AV_SET_ADDR_BASE | (self.id & !AV_SET_ADDR_BASE))
+    }
+}
+
+impl<N: NicAvTable> AddressVector<N> {
+    /// `fi_av_set`: see [`AvSet::new`].
+    pub fn av_set(&self, attr: &AvSetAttr) -> Result<AvSet, FiError> {
+        AvSet::new(self, attr)
+    }
+}

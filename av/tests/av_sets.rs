@@ -1,0 +1,354 @@
+//! fi_av_set(3): creation, set algebra in the man page's order, limits, stale members, and the
+//! collective address.
+
+mod common;
+
+use common::*;
+use uet_av::{
+    fi_rx_addr, is_av_set_addr, AvAttr, AvSet, AvSetAttr, FiErrno, FI_ADDR_NOTAVAIL, FI_AV_USER_ID,
+    FI_BARRIER_SET, FI_GATHER_SET, FI_MORE, FI_UNIVERSE,
+};
+
+fn errno<T: std::fmt::Debug>(r: Result<T, uet_av::FiError>) -> FiErrno {
+    r.expect_err("call should fail").errno
+}
+
+fn members(s: &AvSet) -> Vec<u64> {
+    s.members().collect()
+}
+
+fn range(start: u64, end: u64, stride: u64) -> AvSetAttr {
+    AvSetAttr {
+        start_addr: start,
+        end_addr: end,
+        stride,
+        ..AvSetAttr::default()
+    }
+}
+
+fn empty_set(av: &uet_av::AddressVector<uet_av::MemoryNicTable>) -> AvSet {
+    av.av_set(&AvSetAttr::default()).unwrap()
+}
+
+/// An AV of 16 with indices 0..10 in use and 3 and 6 removed.
+fn av10() -> uet_av::AddressVector<uet_av::MemoryNicTable> {
+    let mut av = open(16);
+    insert_peers(&mut av, &(0..10).collect::<Vec<_>>());
+    av.remove(&[3, 6], 0).unwrap();
+    av
+}
+
+#[test]
+fn creation_from_a_range_skips_unused_indices() {
+    let av = av10();
+    assert_eq!(
+        members(&av.av_set(&range(0, 9, 1)).unwrap()),
+        [0, 1, 2, 4, 5, 7, 8, 9]
+    );
+    assert_eq!(members(&av.av_set(&range(1, 9, 2)).unwrap()), [1, 5, 7, 9]);
+    assert_eq!(members(&av.av_set(&range(4, 4, 7)).unwrap()), [4]);
+    assert_eq!(
+        members(&av.av_set(&range(10, 15, 1)).unwrap()),
+        Vec::<u64>::new()
+    );
+    let s = empty_set(&av);
+    assert!(s.is_empty());
+    assert_eq!(s.capacity(), 16);
+}
+
+#[test]
+fn universe_takes_every_address() {
+    let mut av = av10();
+    av.insert(&peer_bytes(50), 1, None, FI_MORE).unwrap(); // index 3, pending
+    let s = av
+        .av_set(&AvSetAttr {
+            flags: FI_UNIVERSE | FI_BARRIER_SET,
+            ..AvSetAttr::default()
+        })
+        .unwrap();
+    assert_eq!(members(&s), [0, 1, 2, 3, 4, 5, 7, 8, 9]);
+    assert_eq!(s.flags(), FI_UNIVERSE | FI_BARRIER_SET);
+}
+
+#[test]
+fn creation_errors() {
+    let av = av10();
+    let bad = |attr: AvSetAttr| errno(av.av_set(&attr));
+    assert_eq!(
+        bad(AvSetAttr {
+            flags: 1 << 3,
+            ..AvSetAttr::default()
+        }),
+        FiErrno::FI_EBADFLAGS
+    );
+    assert_eq!(bad(range(0, FI_ADDR_NOTAVAIL, 0)), FiErrno::FI_EINVAL);
+    assert_eq!(bad(range(FI_ADDR_NOTAVAIL, 3, 0)), FiErrno::FI_EINVAL);
+    assert_eq!(bad(range(5, 4, 1)), FiErrno::FI_EINVAL);
+    assert_eq!(
+        bad(range(0, 16, 1)),
+        FiErrno::FI_EINVAL,
+        "end outside the AV"
+    );
+    assert_eq!(
+        bad(range(0, 4, 0)),
+        FiErrno::FI_EINVAL,
+        "stride 0 with a range"
+    );
+    assert_eq!(
+        bad(AvSetAttr {
+            stride: 1,
+            ..AvSetAttr::default()
+        }),
+        FiErrno::FI_EINVAL,
+        "stride without a range"
+    );
+    assert_eq!(
+        bad(AvSetAttr {
+            flags: FI_UNIVERSE,
+            ..range(0, 4, 1)
+        }),
+        FiErrno::FI_EINVAL
+    );
+    assert_eq!(
+        bad(AvSetAttr {
+            comm_key: vec![1, 2],
+            ..range(0, 4, 1)
+        }),
+        FiErrno::FI_EINVAL
+    );
+    assert_eq!(
+        bad(AvSetAttr {
+            comm_key: vec![1],
+            flags: FI_UNIVERSE,
+            ..AvSetAttr::default()
+        }),
+        FiErrno::FI_EINVAL
+    );
+    // The range may name at most count addresses (counted by stride, used or not).
+    let e = av
+        .av_set(&AvSetAttr {
+            count: 4,
+            ..range(0, 9, 2)
+        })
+        .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL);
+    assert!(
+        e.message.contains("names 5 addresses, more than count 4"),
+        "{e}"
+    );
+    assert!(av
+        .av_set(&AvSetAttr {
+            count: 5,
+            ..range(0, 9, 2)
+        })
+        .is_ok());
+    assert_eq!(
+        bad(AvSetAttr {
+            count: 7,
+            flags: FI_UNIVERSE,
+            ..AvSetAttr::default()
+        }),
+        FiErrno::FI_EINVAL
+    );
+    let s = av
+        .av_set(&AvSetAttr {
+            comm_key: vec![9, 8],
+            flags: FI_GATHER_SET,
+            ..AvSetAttr::default()
+        })
+        .unwrap();
+    assert_eq!(s.comm_key(), [9, 8]);
+    assert!(s.is_empty());
+}
+
+#[test]
+fn union_appends_new_members_in_source_order() {
+    let av = av10();
+    let mut dst = empty_set(&av);
+    for fa in [5, 1] {
+        dst.insert(&av, fa).unwrap();
+    }
+    let mut src = empty_set(&av);
+    for fa in [9, 1, 0, 5, 7] {
+        src.insert(&av, fa).unwrap();
+    }
+    dst.union(&src).unwrap();
+    assert_eq!(members(&dst), [5, 1, 9, 0, 7]);
+    assert_eq!(members(&src), [9, 1, 0, 5, 7], "source unchanged");
+}
+
+#[test]
+fn intersect_and_diff_keep_destination_order() {
+    let av = av10();
+    let set_of = |fas: &[u64]| {
+        let mut s = empty_set(&av);
+        for &fa in fas {
+            s.insert(&av, fa).unwrap();
+        }
+        s
+    };
+    let src = set_of(&[2, 9, 4]);
+    let mut a = set_of(&[9, 0, 4, 7, 2, 1]);
+    a.intersect(&src).unwrap();
+    assert_eq!(members(&a), [9, 4, 2]);
+    let mut b = set_of(&[9, 0, 4, 7, 2, 1]);
+    b.diff(&src).unwrap();
+    assert_eq!(members(&b), [0, 7, 1]);
+    // Diff of a set with an equal set empties it; with a disjoint one changes nothing.
+    let mut c = set_of(&[4, 2]);
+    c.diff(&set_of(&[2, 4])).unwrap();
+    assert!(c.is_empty());
+    let mut d = set_of(&[4, 2]);
+    d.diff(&set_of(&[0, 1])).unwrap();
+    assert_eq!(members(&d), [4, 2]);
+    // Membership bits follow: removed members can come back.
+    b.insert(&av, 9).unwrap();
+    assert_eq!(members(&b), [0, 7, 1, 9]);
+}
+
+#[test]
+fn insert_and_remove_rules() {
+    let av = av10();
+    let mut s = empty_set(&av);
+    s.insert(&av, 4).unwrap();
+    s.insert(&av, 1).unwrap();
+    s.insert(&av, 8).unwrap();
+    let e = s.insert(&av, 1).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL);
+    assert!(e.message.contains("already a member"), "{e}");
+    for fa in [3, 12, 16, FI_ADDR_NOTAVAIL] {
+        assert_eq!(errno(s.insert(&av, fa)), FiErrno::FI_EINVAL, "{fa:#x}");
+    }
+    s.remove(4).unwrap();
+    assert_eq!(members(&s), [1, 8]);
+    let e = s.remove(4).unwrap_err();
+    assert!(e.message.contains("not a member"), "{e}");
+    assert_eq!(errno(s.remove(FI_ADDR_NOTAVAIL)), FiErrno::FI_EINVAL);
+    assert_eq!(members(&s), [1, 8]);
+    assert!(s.contains(8) && !s.contains(4));
+}
+
+#[test]
+fn rx_context_bits_name_the_same_member() {
+    let mut av = open_with(AvAttr {
+        count: 8,
+        rx_ctx_bits: 3,
+        ..AvAttr::default()
+    });
+    insert_peers(&mut av, &[1, 2]);
+    let mut s = av.av_set(&AvSetAttr::default()).unwrap();
+    s.insert(&av, fi_rx_addr(1, 5, 3)).unwrap();
+    assert_eq!(members(&s), [1]);
+    assert_eq!(errno(s.insert(&av, 1)), FiErrno::FI_EINVAL);
+    assert!(s.contains(fi_rx_addr(1, 2, 3)));
+    s.remove(fi_rx_addr(1, 7, 3)).unwrap();
+    assert!(s.is_empty());
+}
+
+#[test]
+fn capacity_is_enforced_with_enospc() {
+    let av = av10();
+    let mut s = av
+        .av_set(&AvSetAttr {
+            count: 2,
+            ..AvSetAttr::default()
+        })
+        .unwrap();
+    assert_eq!(s.capacity(), 2);
+    s.insert(&av, 0).unwrap();
+    s.insert(&av, 1).unwrap();
+    assert_eq!(errno(s.insert(&av, 2)), FiErrno::FI_ENOSPC);
+    let mut src = empty_set(&av);
+    for fa in [1, 2] {
+        src.insert(&av, fa).unwrap();
+    }
+    let e = s.union(&src).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_ENOSPC);
+    assert_eq!(members(&s), [0, 1], "a refused union adds nothing");
+    s.remove(0).unwrap();
+    s.union(&src).unwrap();
+    assert_eq!(members(&s), [1, 2]);
+    // count above the AV's capacity is bounded by it.
+    let big = av
+        .av_set(&AvSetAttr {
+            count: 1000,
+            ..AvSetAttr::default()
+        })
+        .unwrap();
+    assert_eq!(big.capacity(), 16);
+}
+
+#[test]
+fn sets_of_different_avs_do_not_mix() {
+    let av = av10();
+    let other = av10();
+    let mut a = empty_set(&av);
+    let b = empty_set(&other);
+    assert_ne!(a.av_id(), b.av_id());
+    assert_eq!(errno(a.union(&b)), FiErrno::FI_EINVAL);
+    assert_eq!(errno(a.intersect(&b)), FiErrno::FI_EINVAL);
+    assert_eq!(errno(a.diff(&b)), FiErrno::FI_EINVAL);
+    assert_eq!(errno(a.insert(&other, 0)), FiErrno::FI_EINVAL);
+    a.insert(&av, 0).unwrap();
+    assert_eq!(errno(a.addr(&other)), FiErrno::FI_EINVAL);
+}
+
+#[test]
+fn collective_address_is_a_stable_handle_outside_the_av() {
+    let mut av = av10();
+    let mut s = av.av_set(&range(0, 4, 1)).unwrap();
+    let t = av.av_set(&range(0, 4, 1)).unwrap();
+    let a = s.addr(&av).unwrap();
+    assert!(is_av_set_addr(a));
+    assert!(!is_av_set_addr(FI_ADDR_NOTAVAIL) && !is_av_set_addr(3));
+    assert_ne!(a, t.addr(&av).unwrap(), "one address per set");
+    s.remove(0).unwrap();
+    assert_eq!(s.addr(&av).unwrap(), a, "stable while members change");
+    let mut buf = [0u8; 32];
+    let mut len = 32;
+    assert_eq!(errno(av.lookup(a, &mut buf, &mut len)), FiErrno::FI_EINVAL);
+    assert_eq!(errno(av.remove(&[a], 0)), FiErrno::FI_EINVAL);
+    let e = empty_set(&av).addr(&av).unwrap_err();
+    assert!(e.message.contains("empty"), "{e}");
+}
+
+#[test]
+fn members_removed_from_the_av_go_stale() {
+    let mut av = av10();
+    let mut s = av.av_set(&range(0, 9, 1)).unwrap();
+    av.remove(&[4, 8], 0).unwrap();
+    assert_eq!(members(&s), [0, 1, 2, 4, 5, 7, 8, 9], "the set is not told");
+    assert_eq!(s.stale(&av).collect::<Vec<_>>(), [4, 8]);
+    let e = s.addr(&av).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL);
+    assert!(e.message.contains("member fi_addr 4 (and 1 more)"), "{e}");
+    // Remove works on stale members without the AV; prune drops the rest in order.
+    s.remove(4).unwrap();
+    assert_eq!(s.prune(&av).unwrap(), 1);
+    assert_eq!(members(&s), [0, 1, 2, 5, 7, 9]);
+    assert!(s.addr(&av).is_ok());
+    // A reused index names the new address again.
+    let mut t = av.av_set(&range(3, 3, 1)).unwrap();
+    assert!(t.is_empty());
+    assert_eq!(insert_peers(&mut av, &[77]), vec![3]);
+    t.insert(&av, 3).unwrap();
+    assert!(t.addr(&av).is_ok());
+}
+
+#[test]
+fn sets_work_on_user_id_avs() {
+    let mut av = open_with(AvAttr {
+        count: 4,
+        flags: FI_AV_USER_ID,
+        ..AvAttr::default()
+    });
+    insert_peers(&mut av, &[1, 2]);
+    av.set_user_id(1, 500, 0).unwrap();
+    let s = av
+        .av_set(&AvSetAttr {
+            flags: FI_UNIVERSE,
+            ..AvSetAttr::default()
+        })
+        .unwrap();
+    assert_eq!(members(&s), [0, 1], "members are fi_addrs, never user ids");
+}
