@@ -14,10 +14,34 @@
 //! | 10–11 | `auth_key` | auth-key table slot when `AUTH_KEY` is set |
 //! | 12–15 | `job_id` | JobID stamped into every request to this peer (24 bits) |
 //! | 16–19 | `initiator` | the peer's Initiator ID (used to reverse-translate its packets) |
-//! | 20–23 | `range_count` | for a symmetric range entry: how many consecutive peers it stands for |
+//! | 20–23 | `range_count` | range entry: how many consecutive table indices it covers |
 //! | 24–39 | `fabric_addr` | IPv6, or IPv4 in bytes 24–27 |
 //! | 40–47 | `user_id` | reported as the source of receive completions when `USER_ID` is set |
-//! | 48–63 | reserved | 0 |
+//! | 48–51 | `range_svc` | range entry: services (endpoints) per node of the symmetric set |
+//! | 52–55 | `range_offset` | range entry: the set member at the range's first index |
+//! | 56–59 | `range_first` | range entry: the table index where the range starts |
+//! | 60–63 | reserved | 0 |
+//!
+//! ## Symmetric ranges
+//!
+//! `fi_av_insertsym` (and `FI_SYMMETRIC` AVs) insert `nodecnt × svccnt` peers whose addresses
+//! follow a rule; the NIC stores such a run of table indices as one *range entry* and computes
+//! each member when it translates, so a million symmetric peers cost one entry. The set is
+//! described by its member 0 (the entry's address fields: fabric address, PIDonFEP, initiator,
+//! resource indices, JobID) and `range_svc`; member `m` is node `m / range_svc`, service
+//! `m % range_svc`, and has
+//!
+//! * fabric address = member 0's + node (as an integer: IPv4 in 32 bits, IPv6 in 128),
+//! * PIDonFEP = member 0's + service, initiator = member 0's + service,
+//! * every other field as member 0.
+//!
+//! A range entry covers table indices `range_first .. range_first + range_count`; index
+//! `range_first + i` holds member `range_offset + i` ([`NicAvEntry::range_member`]). AV_WRITE
+//! takes a range entry as one record at index `range_first`. AV_INVALIDATE of an index inside
+//! a range removes that one member (the NIC remembers the hole; a later single entry written
+//! there fills it) and the range disappears with its last member. AV_READ returns, for every
+//! index, the entry the TX engine would use: a range member comes back expanded, with its
+//! range fields, so readers can tell ranges apart.
 
 use crate::address::{AddressingMode, UetAddress, ADDRESS_VERSION};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -32,7 +56,7 @@ pub mod entry_flags {
     pub const IPV6: u16 = 1 << 1;
     /// The peer uses absolute addressing.
     pub const ABSOLUTE: u16 = 1 << 2;
-    /// The entry is a symmetric range of `range_count` peers.
+    /// The entry is a symmetric range covering `range_count` table indices (module docs).
     pub const RANGE: u16 = 1 << 3;
     /// `auth_key` names the auth-key slot to use.
     pub const AUTH_KEY: u16 = 1 << 4;
@@ -75,8 +99,14 @@ pub struct NicAvEntry {
     pub fabric_addr: [u8; 16],
     /// User id reported as the source.
     pub user_id: U64,
+    /// Range entry: services per node.
+    pub range_svc: U32,
+    /// Range entry: set member at `range_first`.
+    pub range_offset: U32,
+    /// Range entry: first table index of the range.
+    pub range_first: U32,
     /// Reserved, zero.
-    pub reserved: [u8; 16],
+    pub reserved: [u8; 4],
 }
 
 const _: () = assert!(core::mem::size_of::<NicAvEntry>() == 64);
@@ -96,7 +126,10 @@ impl NicAvEntry {
         range_count: U32::ZERO,
         fabric_addr: [0; 16],
         user_id: U64::ZERO,
-        reserved: [0; 16],
+        range_svc: U32::ZERO,
+        range_offset: U32::ZERO,
+        range_first: U32::ZERO,
+        reserved: [0; 4],
     };
 
     /// A valid entry for `addr`, stamping requests with `job_id`.
@@ -126,8 +159,79 @@ impl NicAvEntry {
             range_count: U32::ZERO,
             fabric_addr: fa,
             user_id: U64::ZERO,
-            reserved: [0; 16],
+            range_svc: U32::ZERO,
+            range_offset: U32::ZERO,
+            range_first: U32::ZERO,
+            reserved: [0; 4],
         }
+    }
+
+    /// A range entry for the symmetric set whose member 0 is `base` (a single entry, as
+    /// [`NicAvEntry::for_peer`] makes it), `svc` services per node, covering `count` table
+    /// indices from `first` that hold members `offset ..`.
+    pub fn range(base: &NicAvEntry, svc: u32, first: u32, offset: u32, count: u32) -> Self {
+        let mut e = *base;
+        e.flags = U16::new((base.flags.get() | entry_flags::RANGE) & !entry_flags::USER_ID);
+        e.user_id = U64::ZERO;
+        e.range_count = U32::new(count);
+        e.range_svc = U32::new(svc);
+        e.range_offset = U32::new(offset);
+        e.range_first = U32::new(first);
+        e
+    }
+
+    /// Whether this is a range entry.
+    pub fn is_range(&self) -> bool {
+        self.flags.get() & entry_flags::RANGE != 0
+    }
+
+    /// The table indices a range entry covers (empty for a single entry).
+    pub fn range_indices(&self) -> core::ops::Range<u64> {
+        if !self.is_range() {
+            return 0..0;
+        }
+        let first = u64::from(self.range_first.get());
+        first..first + u64::from(self.range_count.get())
+    }
+
+    /// Member `m` of this range's symmetric set, as the entry for one index: address fields
+    /// computed by the rule in the module docs, range fields kept. `None` when this is not a
+    /// range entry or a field of the member would overflow.
+    pub fn set_member(&self, m: u32) -> Option<NicAvEntry> {
+        if !self.is_range() {
+            return None;
+        }
+        let svc = self.range_svc.get();
+        if svc == 0 {
+            return None;
+        }
+        let (node, service) = (m / svc, m % svc);
+        let mut e = *self;
+        let service16 = u16::try_from(service).ok()?;
+        let pid = self.pid_on_fep.get().checked_add(service16)?;
+        if pid > 0x0FFF {
+            return None;
+        }
+        e.pid_on_fep = U16::new(pid);
+        e.initiator = U32::new(self.initiator.get().checked_add(service)?);
+        if self.flags.get() & entry_flags::IPV6 != 0 {
+            let fa = u128::from_be_bytes(self.fabric_addr).checked_add(u128::from(node))?;
+            e.fabric_addr = fa.to_be_bytes();
+        } else {
+            let a = &self.fabric_addr;
+            let fa = u32::from_be_bytes([a[0], a[1], a[2], a[3]]).checked_add(node)?;
+            e.fabric_addr[..4].copy_from_slice(&fa.to_be_bytes());
+        }
+        Some(e)
+    }
+
+    /// The member at table index `index` of a range entry, or `None` outside the range.
+    pub fn range_member(&self, index: u32) -> Option<NicAvEntry> {
+        if !self.range_indices().contains(&u64::from(index)) {
+            return None;
+        }
+        let position = index - self.range_first.get();
+        self.set_member(self.range_offset.get().checked_add(position)?)
     }
 
     /// Set the user id reported as the source of receive completions.
@@ -185,11 +289,22 @@ impl NicAvEntry {
         if flags & !entry_flags::ALL != 0 {
             return Err("undefined flag bits");
         }
-        if self.reserved != [0; 16] {
+        if self.reserved != [0; 4] {
             return Err("reserved bytes set");
         }
+        let range_fields = self.range_count.get()
+            | self.range_svc.get()
+            | self.range_offset.get()
+            | self.range_first.get();
         if !self.is_valid() {
-            return Ok(());
+            return if flags != 0 || range_fields != 0 {
+                Err("an invalid entry must be all zero")
+            } else {
+                Ok(())
+            };
+        }
+        if !self.is_range() && range_fields != 0 {
+            return Err("range fields set on a single entry");
         }
         if self.job_id.get() > MAX_JOB_ID {
             return Err("JobID wider than 24 bits");
@@ -199,6 +314,32 @@ impl NicAvEntry {
         }
         if flags & entry_flags::IPV6 == 0 && self.fabric_addr[4..] != [0; 12] {
             return Err("bytes after the IPv4 address");
+        }
+        if self.is_range() {
+            if flags & entry_flags::USER_ID != 0 {
+                return Err("a range entry cannot carry a user id");
+            }
+            let (count, svc) = (self.range_count.get(), self.range_svc.get());
+            if count == 0 || svc == 0 {
+                return Err("a range entry needs range_count and range_svc");
+            }
+            if u64::from(self.range_first.get()) + u64::from(count) > u64::from(u32::MAX) {
+                return Err("range extends past the largest index");
+            }
+            // Every member must be representable: the last service of a node and the last
+            // node of the range.
+            let last = self
+                .range_offset
+                .get()
+                .checked_add(count - 1)
+                .ok_or("range members overflow")?;
+            let widest = (last / svc)
+                .checked_mul(svc)
+                .and_then(|m| m.checked_add(svc - 1));
+            let probe = if count >= svc { widest } else { Some(last) };
+            if probe.and_then(|m| self.set_member(m)).is_none() || self.set_member(last).is_none() {
+                return Err("range members overflow PIDonFEP, initiator or fabric address");
+            }
         }
         Ok(())
     }
@@ -224,6 +365,76 @@ const _: () = assert!(core::mem::size_of::<AvWriteRecord>() == 72);
 mod tests {
     use super::*;
     use crate::address::caps;
+
+    fn base(ip: &str, pid: u16) -> NicAvEntry {
+        NicAvEntry::for_peer(
+            &UetAddress {
+                caps: caps::AI_BASE,
+                mode: AddressingMode::Relative,
+                max_msg_mtu: false,
+                pid_on_fep: pid,
+                fabric_addr: ip.parse().unwrap(),
+                ri_start: 1,
+                ri_count: 4,
+                initiator: 100,
+            },
+            7,
+        )
+    }
+
+    #[test]
+    fn range_members_follow_the_symmetric_rule() {
+        // 3 nodes x 2 services from 10.1.1.1:5, placed at indices 10..16.
+        let r = NicAvEntry::range(&base("10.1.1.1", 5), 2, 10, 0, 6);
+        assert!(r.check().is_ok());
+        let m = |i| r.range_member(i).unwrap();
+        assert_eq!(m(10).fabric_ip().to_string(), "10.1.1.1");
+        assert_eq!(m(10).pid_on_fep.get(), 5);
+        assert_eq!(m(11).pid_on_fep.get(), 6);
+        assert_eq!(m(11).initiator.get(), 101);
+        assert_eq!(m(12).fabric_ip().to_string(), "10.1.1.2");
+        assert_eq!(m(12).pid_on_fep.get(), 5);
+        assert_eq!(m(15).fabric_ip().to_string(), "10.1.1.3");
+        assert!(r.range_member(9).is_none() && r.range_member(16).is_none());
+        assert!(m(13).is_range() && m(13).check().is_ok());
+        // A range that starts part-way into the set.
+        let tail = NicAvEntry::range(&base("10.1.1.1", 5), 2, 40, 3, 3);
+        assert_eq!(
+            tail.range_member(40).unwrap().peer_address(),
+            m(13).peer_address()
+        );
+        // IPv6 nodes carry into higher bytes.
+        let v6 = NicAvEntry::range(&base("fd00::ff", 1), 1, 0, 0, 2);
+        assert_eq!(
+            v6.range_member(1).unwrap().fabric_ip().to_string(),
+            "fd00::100"
+        );
+    }
+
+    #[test]
+    fn range_checks_reject_unrepresentable_members() {
+        // PIDonFEP 0xFFE + 2 services overflows 12 bits.
+        assert!(NicAvEntry::range(&base("10.0.0.1", 0xFFE), 3, 0, 0, 3)
+            .check()
+            .is_err());
+        // 255.255.255.254 + 2 nodes overflows IPv4.
+        assert!(NicAvEntry::range(&base("255.255.255.254", 1), 1, 0, 0, 3)
+            .check()
+            .is_err());
+        // No services.
+        assert!(NicAvEntry::range(&base("10.0.0.1", 1), 0, 0, 0, 3)
+            .check()
+            .is_err());
+        // Range fields without the range flag.
+        let mut e = base("10.0.0.1", 1);
+        e.range_svc = U32::new(2);
+        assert!(e.check().is_err());
+        // A user id on a range.
+        let r = NicAvEntry::range(&base("10.0.0.1", 1), 1, 0, 0, 2);
+        let mut bad = r;
+        bad.flags = U16::new(bad.flags.get() | entry_flags::USER_ID);
+        assert!(bad.check().is_err());
+    }
 
     #[test]
     fn entry_round_trips_the_address() {
@@ -255,6 +466,9 @@ mod tests {
         let mut e = NicAvEntry::INVALID;
         e.reserved[3] = 1;
         assert!(e.check().is_err());
+        let mut e = NicAvEntry::INVALID;
+        e.range_count = U32::new(1);
+        assert!(e.check().is_err(), "range fields on an invalid entry");
         let mut e = NicAvEntry::INVALID;
         e.flags = U16::new(entry_flags::VALID);
         e.job_id = U32::new(0x0100_0000);

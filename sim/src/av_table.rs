@@ -14,8 +14,15 @@
 //!   entry never allocates.
 //! * A table cannot be destroyed while an endpoint is bound to it.
 //!
-//! Symmetric range entries (`RANGE`) are stored as written; translation treats every entry as a
-//! single peer.
+//! * Symmetric range entries (`RANGE`, see `uet_fwif::av_entry`) are kept in a list sorted by
+//!   first index, beside the per-index entries; a range costs one list element however many
+//!   peers it covers. Translation of an index with no single entry binary-searches the list and
+//!   computes the member. Removing a member marks a hole in the range's own bitmap (allocated at
+//!   the first hole); a single entry written into a hole takes its place; the range goes away
+//!   with its last member. Ranges never overlap each other or a single entry: AV_WRITE refuses
+//!   such a batch whole.
+//! * A bitmap of the indices holding single entries lets AV_WRITE check a new range against
+//!   them without touching the (lazily allocated) entry pages.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -67,6 +74,53 @@ impl Hasher for KeyHasher {
     }
 }
 
+/// A range entry and the members removed from it.
+#[derive(Debug)]
+struct RangeSlot {
+    entry: NicAvEntry,
+    first: u32,
+    count: u32,
+    live: u32,
+    /// Bit per position: the member was removed. Empty until the first removal.
+    holes: Vec<u64>,
+}
+
+impl RangeSlot {
+    fn is_hole(&self, position: u32) -> bool {
+        let p = position as usize;
+        self.holes
+            .get(p / 64)
+            .is_some_and(|w| (w >> (p % 64)) & 1 == 1)
+    }
+
+    fn set_hole(&mut self, position: u32, hole: bool) {
+        let p = position as usize;
+        if self.holes.is_empty() {
+            if !hole {
+                return;
+            }
+            self.holes = vec![0; (self.count as usize).div_ceil(64)];
+        }
+        if let Some(w) = self.holes.get_mut(p / 64) {
+            if hole {
+                *w |= 1 << (p % 64);
+            } else {
+                *w &= !(1 << (p % 64));
+            }
+        }
+    }
+}
+
+/// Why a batch of AV_WRITE records cannot be applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WriteConflict {
+    /// An index past the table.
+    OutOfRange,
+    /// A range overlapping another range or a single entry, or a single entry on a live range
+    /// member, or a range record not written at its own first index.
+    Overlap,
+}
+
 /// One AV table.
 #[derive(Debug)]
 pub(crate) struct AvTable {
@@ -77,6 +131,10 @@ pub(crate) struct AvTable {
     reverse: HashMap<ReverseKey, u32, BuildHasherDefault<KeyHasher>>,
     /// Index -> next index with the same key, [`NO_LINK`] at the end. Allocated on first use.
     links: Vec<u32>,
+    /// Bit per index: a valid single entry is there. Grows with the highest such index.
+    singles: Vec<u64>,
+    /// Range entries, sorted by `range_first`.
+    ranges: Vec<RangeSlot>,
     /// Endpoints bound to the table.
     pub bound: u32,
 }
@@ -95,6 +153,8 @@ impl AvTable {
             entries,
             reverse: HashMap::default(),
             links: Vec::new(),
+            singles: Vec::new(),
+            ranges: Vec::new(),
             bound: 0,
         })
     }
@@ -157,8 +217,145 @@ impl AvTable {
         self.set_link(index, NO_LINK);
     }
 
-    /// Store `entry` at `index` (already validated).
+    fn set_single_bit(&mut self, index: u32, on: bool) {
+        let i = index as usize;
+        if i / 64 >= self.singles.len() {
+            if !on {
+                return;
+            }
+            self.singles.resize(i / 64 + 1, 0);
+        }
+        if let Some(w) = self.singles.get_mut(i / 64) {
+            if on {
+                *w |= 1 << (i % 64);
+            } else {
+                *w &= !(1 << (i % 64));
+            }
+        }
+    }
+
+    /// Whether any single entry lies in `first..first + count`.
+    fn singles_in(&self, first: u32, count: u32) -> bool {
+        let (lo, hi) = (first as usize, first as usize + count as usize);
+        let mut i = lo;
+        while i < hi {
+            let Some(&w) = self.singles.get(i / 64) else {
+                return false;
+            };
+            let bit = i % 64;
+            let take = (64 - bit).min(hi - i);
+            let mask = if take == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << take) - 1) << bit
+            };
+            if w & mask != 0 {
+                return true;
+            }
+            i += take;
+        }
+        false
+    }
+
+    /// The range covering `index`, by position in `ranges`.
+    fn covering(&self, index: u32) -> Option<usize> {
+        let k = self.ranges.partition_point(|r| r.first <= index);
+        let slot = k.checked_sub(1)?;
+        let r = self.ranges.get(slot)?;
+        (u64::from(index) < u64::from(r.first) + u64::from(r.count)).then_some(slot)
+    }
+
+    /// The live range member at `index`, if one is there.
+    fn range_member(&self, index: u32) -> Option<NicAvEntry> {
+        let r = self.ranges.get(self.covering(index)?)?;
+        let position = index - r.first;
+        if r.is_hole(position) {
+            return None;
+        }
+        r.entry.range_member(index)
+    }
+
+    /// What the TX engine uses for `index`: its single entry, its range member, or INVALID.
+    pub(crate) fn effective(&self, index: u32) -> NicAvEntry {
+        match self.get(index) {
+            Some(e) if e.is_valid() => *e,
+            _ => self.range_member(index).unwrap_or(NicAvEntry::INVALID),
+        }
+    }
+
+    /// Check a whole AV_WRITE batch against the table and against itself before any of it is
+    /// applied. Records are (index, entry) with entries already checked field by field.
+    pub(crate) fn check_batch(&self, records: &[(u32, NicAvEntry)]) -> Result<(), WriteConflict> {
+        let mut new_ranges: Vec<(u32, u32)> = Vec::new();
+        for &(index, e) in records {
+            if index >= self.capacity {
+                return Err(WriteConflict::OutOfRange);
+            }
+            if !e.is_range() {
+                continue;
+            }
+            let (first, count) = (e.range_first.get(), e.range_count.get());
+            if first != index {
+                return Err(WriteConflict::Overlap);
+            }
+            if u64::from(first) + u64::from(count) > u64::from(self.capacity) {
+                return Err(WriteConflict::OutOfRange);
+            }
+            let end = first + count;
+            let k = self.ranges.partition_point(|r| r.first < end);
+            if let Some(prev) = k.checked_sub(1).and_then(|p| self.ranges.get(p)) {
+                if u64::from(prev.first) + u64::from(prev.count) > u64::from(first) {
+                    return Err(WriteConflict::Overlap);
+                }
+            }
+            if self.singles_in(first, count) {
+                return Err(WriteConflict::Overlap);
+            }
+            new_ranges.push((first, count));
+        }
+        new_ranges.sort_unstable();
+        if new_ranges.windows(2).any(|w| w[0].0 + w[0].1 > w[1].0) {
+            return Err(WriteConflict::Overlap);
+        }
+        for &(index, e) in records {
+            if !e.is_valid() || e.is_range() {
+                continue;
+            }
+            if self.range_member(index).is_some() {
+                return Err(WriteConflict::Overlap);
+            }
+            let k = new_ranges.partition_point(|&(f, _)| f <= index);
+            if let Some(&(f, c)) = k.checked_sub(1).and_then(|p| new_ranges.get(p)) {
+                if index < f + c {
+                    return Err(WriteConflict::Overlap);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Store `entry` at `index` (the batch passed [`AvTable::check_batch`]). A range entry is
+    /// added to the range list; an invalid entry invalidates the index.
     pub(crate) fn set(&mut self, index: u32, entry: NicAvEntry) {
+        if !entry.is_valid() {
+            self.invalidate(index);
+            return;
+        }
+        if entry.is_range() {
+            let count = entry.range_count.get();
+            let k = self.ranges.partition_point(|r| r.first < index);
+            self.ranges.insert(
+                k,
+                RangeSlot {
+                    entry,
+                    first: index,
+                    count,
+                    live: count,
+                    holes: Vec::new(),
+                },
+            );
+            return;
+        }
         self.unlink(index);
         let Some(slot) = usize::try_from(index)
             .ok()
@@ -167,6 +364,9 @@ impl AvTable {
             return;
         };
         *slot = entry;
+        // Written into a range's hole, the single entry shadows the removed member, which
+        // stays removed when the single entry goes.
+        self.set_single_bit(index, true);
         if let Some(k) = Self::key(&entry) {
             let prev = self.reverse.insert(k, index);
             if let Some(prev) = prev {
@@ -175,9 +375,38 @@ impl AvTable {
         }
     }
 
-    /// Invalidate the entry at `index`.
+    /// Invalidate the entry at `index`: a single entry is cleared, a range member becomes a
+    /// hole (and the range goes away with its last member).
     pub(crate) fn invalidate(&mut self, index: u32) {
-        self.set(index, NicAvEntry::INVALID);
+        if self.get(index).is_some_and(NicAvEntry::is_valid) {
+            self.unlink(index);
+            if let Some(slot) = self.entries.get_mut(index as usize) {
+                *slot = NicAvEntry::INVALID;
+            }
+            self.set_single_bit(index, false);
+            return;
+        }
+        let Some(k) = self.covering(index) else {
+            return;
+        };
+        let Some(r) = self.ranges.get_mut(k) else {
+            return;
+        };
+        let position = index - r.first;
+        if r.is_hole(position) {
+            return;
+        }
+        r.set_hole(position, true);
+        r.live -= 1;
+        if r.live == 0 {
+            self.ranges.remove(k);
+        }
+    }
+
+    /// Ranges in the table.
+    #[cfg(test)]
+    pub(crate) fn range_count(&self) -> usize {
+        self.ranges.len()
     }
 
     /// Split a destination `fi_addr_t` into (index, rx_ctx).
@@ -198,11 +427,38 @@ impl AvTable {
         if index >= self.capacity {
             return Err(NotAvail);
         }
-        let e = *self.get(index).ok_or(NotAvail)?;
+        let e = self.effective(index);
         if !e.is_valid() {
             return Err(NotAvail);
         }
         Ok((e, rx_ctx))
+    }
+
+    /// The index of the member of range `r` with this fabric address and initiator.
+    fn range_source(r: &RangeSlot, fa: &[u8; 16], ipv6: bool, initiator: u32) -> Option<u32> {
+        let e = &r.entry;
+        if (e.flags.get() & entry_flags::IPV6 != 0) != ipv6 {
+            return None;
+        }
+        let node = if ipv6 {
+            u32::try_from(u128::from_be_bytes(*fa).checked_sub(u128::from_be_bytes(e.fabric_addr))?)
+                .ok()?
+        } else {
+            let b = &e.fabric_addr;
+            u32::from_be_bytes([fa[0], fa[1], fa[2], fa[3]])
+                .checked_sub(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))?
+        };
+        let service = initiator.checked_sub(e.initiator.get())?;
+        let svc = e.range_svc.get();
+        if service >= svc {
+            return None;
+        }
+        let member = node.checked_mul(svc)?.checked_add(service)?;
+        let position = member.checked_sub(e.range_offset.get())?;
+        if position >= r.count || r.is_hole(position) {
+            return None;
+        }
+        r.first.checked_add(position)
     }
 
     /// Reverse translation for a receive completion's `src_addr`.
@@ -222,17 +478,29 @@ impl AvTable {
             fabric_addr: u128::from_le_bytes(fa) ^ ipv6,
             initiator,
         };
-        let Some(&head) = self.reverse.get(&key) else {
+        // The lowest single entry on the chain...
+        let mut best = self.reverse.get(&key).map(|&head| {
+            let mut index = head;
+            let mut at = self.link(head);
+            while at != NO_LINK {
+                index = index.min(at);
+                at = self.link(at);
+            }
+            index
+        });
+        // ...or a range member, if one sits lower.
+        for r in &self.ranges {
+            if best.is_some_and(|b| b <= r.first) {
+                break;
+            }
+            if let Some(index) = Self::range_source(r, &fa, ipv6 != 0, initiator) {
+                best = Some(best.map_or(index, |b| b.min(index)));
+            }
+        }
+        let Some(index) = best else {
             return uet_fwif::FI_ADDR_NOTAVAIL;
         };
-        // The lowest index on the chain.
-        let mut index = head;
-        let mut at = self.link(head);
-        while at != NO_LINK {
-            index = index.min(at);
-            at = self.link(at);
-        }
-        match self.get(index).and_then(NicAvEntry::user_id) {
+        match Some(self.effective(index)).and_then(|e| e.user_id()) {
             Some(uid) => uid,
             None => u64::from(index),
         }
@@ -325,5 +593,83 @@ mod tests {
         t.invalidate(7);
         t.invalidate(1000);
         assert_eq!(t.source("10.0.0.2".parse().unwrap(), 5), u64::MAX);
+    }
+
+    fn sym(ip: &str, pid: u16, svc: u32, first: u32, offset: u32, count: u32) -> NicAvEntry {
+        let mut base = peer(ip, 100);
+        base.pid_on_fep = zerocopy::little_endian::U16::new(pid);
+        NicAvEntry::range(&base, svc, first, offset, count)
+    }
+
+    #[test]
+    fn a_range_translates_every_member_and_costs_one_slot() {
+        let mut t = AvTable::new(1 << 20, 0).unwrap();
+        // 1000 nodes x 1000 services at indices 0..1_000_000.
+        let r = sym("10.0.0.1", 1, 1000, 0, 0, 1_000_000);
+        assert_eq!(t.check_batch(&[(0, r)]), Ok(()));
+        t.set(0, r);
+        assert_eq!(t.range_count(), 1);
+        let (e, _) = t.translate(999_999).unwrap();
+        assert_eq!(e.fabric_ip().to_string(), "10.0.3.232"); // 10.0.0.1 + 999
+        assert_eq!(e.pid_on_fep.get(), 1 + 999);
+        assert!(t.translate(1_000_000).is_err());
+        // The sender of index 123_456's packets reverse-translates to 123_456.
+        let m = t.effective(123_456);
+        assert_eq!(t.source(m.fabric_ip(), m.initiator.get()), 123_456);
+        // Nothing was written into the per-index entries.
+        assert!(t.singles.is_empty());
+    }
+
+    #[test]
+    fn holes_singles_and_overlaps() {
+        let mut t = AvTable::new(64, 0).unwrap();
+        let r = sym("10.0.0.1", 1, 2, 4, 0, 6); // indices 4..10
+        t.set(4, r);
+        // A single on a live member, or a range over a range or a single: refused.
+        assert_eq!(
+            t.check_batch(&[(5, peer("10.9.9.9", 1))]),
+            Err(WriteConflict::Overlap)
+        );
+        assert_eq!(
+            t.check_batch(&[(8, sym("10.1.0.1", 1, 1, 8, 0, 4))]),
+            Err(WriteConflict::Overlap)
+        );
+        t.set(20, peer("10.9.9.9", 1));
+        assert_eq!(
+            t.check_batch(&[(18, sym("10.1.0.1", 1, 1, 18, 0, 4))]),
+            Err(WriteConflict::Overlap)
+        );
+        // Ranges that overlap each other within one batch: refused.
+        assert_eq!(
+            t.check_batch(&[
+                (30, sym("10.1.0.1", 1, 1, 30, 0, 4)),
+                (32, sym("10.2.0.1", 1, 1, 32, 0, 4)),
+            ]),
+            Err(WriteConflict::Overlap)
+        );
+        // A range record written away from its first index, or past the table: refused.
+        assert_eq!(
+            t.check_batch(&[(31, sym("10.1.0.1", 1, 1, 30, 0, 4))]),
+            Err(WriteConflict::Overlap)
+        );
+        assert_eq!(
+            t.check_batch(&[(62, sym("10.1.0.1", 1, 1, 62, 0, 4))]),
+            Err(WriteConflict::OutOfRange)
+        );
+        // Remove member 5: a hole; a single may then go there, and stays alone when removed.
+        t.invalidate(5);
+        assert!(!t.effective(5).is_valid());
+        assert!(t.effective(6).is_valid());
+        assert_eq!(t.check_batch(&[(5, peer("10.9.9.8", 2))]), Ok(()));
+        t.set(5, peer("10.9.9.8", 2));
+        assert_eq!(t.effective(5).fabric_ip().to_string(), "10.9.9.8");
+        t.invalidate(5);
+        assert!(!t.effective(5).is_valid());
+        // Removing every member removes the range.
+        for i in 4..10 {
+            t.invalidate(i);
+        }
+        assert_eq!(t.range_count(), 0);
+        assert_eq!(t.check_batch(&[(5, peer("10.9.9.7", 3))]), Ok(()));
     }
 }

@@ -18,7 +18,7 @@
 //!
 //! A DmaFault status also counts in `DMA_FAULTS`.
 
-use crate::av_table::AvTable;
+use crate::av_table::{AvTable, WriteConflict};
 use crate::endpoint_table::{AllocError, CqRing, InRing, NewEndpoint};
 use crate::nic::Nic;
 use uet_fwif::admin::{AvCreateBody, BufferBody, EndpointCreateBody, RangeBody, EP_FLAG_ABSOLUTE};
@@ -119,11 +119,15 @@ impl Nic {
             if r.reserved.get() != 0 || r.entry.check().is_err() {
                 return Err(Status::InvalidField);
             }
-            records.push(r);
+            records.push((r.index.get(), r.entry));
         }
         let t = self.avs.get_mut(av).ok_or(Status::InvalidHandle)?;
-        for r in &records {
-            t.set(r.index.get(), r.entry);
+        t.check_batch(&records).map_err(|c| match c {
+            WriteConflict::OutOfRange => Status::IndexOutOfRange,
+            WriteConflict::Overlap => Status::InvalidField,
+        })?;
+        for &(index, entry) in &records {
+            t.set(index, entry);
         }
         Ok((count, 0))
     }
@@ -167,8 +171,7 @@ impl Nic {
         }
         let mut out = Vec::with_capacity(count as usize * ENTRY_BYTES);
         for i in first..first + count {
-            let e = t.get(i).copied().unwrap_or(NicAvEntry::INVALID);
-            out.extend_from_slice(e.as_bytes());
+            out.extend_from_slice(t.effective(i).as_bytes());
         }
         if self.iommu.write(b.buf.get(), &out).is_err() {
             return Err(self.dma_status());
