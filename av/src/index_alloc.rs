@@ -92,6 +92,43 @@ impl IndexAllocator {
         Some(index)
     }
 
+    /// Allocate up to `max` consecutive indices starting at the lowest free one: exactly the
+    /// indices `max` calls of [`IndexAllocator::alloc`] would return first, as long as they are
+    /// consecutive. Returns `(first, count)` with `1 <= count <= max`, or `None` when the table
+    /// is full or `max` is 0. A run that reaches the high-water mark continues past it in O(1),
+    /// so a million fresh indices cost one call.
+    pub fn alloc_run(&mut self, max: u32) -> Option<(u32, u32)> {
+        if max == 0 {
+            return None;
+        }
+        let (first, mut count) = match self.lowest_freed() {
+            Some(i) => {
+                self.unmark(i);
+                let mut n = 1;
+                while n < max {
+                    let next = i + n;
+                    if next < self.high_water && self.is_freed(next) {
+                        self.unmark(next);
+                        n += 1;
+                    } else {
+                        break;
+                    }
+                }
+                (i, n)
+            }
+            None if self.high_water < self.capacity => (self.high_water, 0),
+            None => return None,
+        };
+        // Continue past the high-water mark when the run reaches it.
+        if first + count == self.high_water || count == 0 {
+            let extra = (max - count).min(self.capacity - self.high_water);
+            self.high_water += extra;
+            count += extra;
+        }
+        self.live += count;
+        Some((first, count))
+    }
+
     /// The lowest index [`IndexAllocator::alloc`] would return, without allocating it.
     pub fn peek(&self) -> Option<u32> {
         self.lowest_freed()
@@ -178,6 +215,53 @@ impl IndexAllocator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runs_match_repeated_single_allocations() {
+        // Any pattern of holes: alloc_run(k) hands out what k alloc() calls would, cut at the
+        // first gap.
+        for seed in 0..200u64 {
+            let mut a = IndexAllocator::new(300);
+            let mut b = IndexAllocator::new(300);
+            let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            let mut rnd = || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x
+            };
+            let fill = (rnd() % 250) as u32;
+            for _ in 0..fill {
+                a.alloc();
+                b.alloc();
+            }
+            for _ in 0..(rnd() % 100) {
+                let i = (rnd() % 250) as u32;
+                a.free(i);
+                b.free(i);
+            }
+            while let Some((first, count)) = a.alloc_run((rnd() % 40 + 1) as u32) {
+                for k in 0..count {
+                    assert_eq!(b.alloc(), Some(first + k), "seed {seed}");
+                }
+                // The run stopped at a gap or at its limit, never early.
+                assert_eq!(a.len(), b.len());
+            }
+            assert_eq!(b.alloc(), None);
+        }
+        let mut a = IndexAllocator::new(1 << 20);
+        assert_eq!(a.alloc_run(1_000_000), Some((0, 1_000_000)));
+        assert_eq!(
+            a.alloc_run(u32::MAX),
+            Some((1_000_000, (1 << 20) - 1_000_000))
+        );
+        assert_eq!(a.alloc_run(1), None);
+        assert_eq!(a.alloc_run(0), None);
+        assert!(
+            a.heap_bytes() < 1024,
+            "a run past the water mark marks nothing"
+        );
+    }
     use std::collections::BTreeSet;
 
     #[test]
