@@ -634,8 +634,34 @@ impl<'a> SymRange<'a> {
         self.nodecnt == 0 || self.svccnt == 0
     }
 
-    /// Every address of the range, in insertion order, each resolved and checked. The one
-    /// place a range is expanded: a range entry on the NIC would start from here instead.
+    /// For a range whose node is an IP literal: `(member 0, services per node, members)`, the
+    /// description a symmetric range entry stores, when every member is a usable address.
+    /// `None` for a host name (each node resolves on its own, so the addresses need not be
+    /// sequential) or when some member is unusable ([`SymRange::expand`] then says which).
+    pub fn literal_set(&self) -> Option<(UetAddress, u32, u32)> {
+        let Node::Ip(ip) = self.node else {
+            return None;
+        };
+        let base = self.service.at(ip).ok()?;
+        let svc = u32::try_from(self.svccnt).ok()?;
+        let total = u32::try_from(self.len()?).ok()?;
+        if svc == 0 || total == 0 {
+            return None;
+        }
+        // Every node's first and last service must be a valid address; services in between
+        // differ only in PIDonFEP and initiator, which stay in range between those two.
+        let nodes = total / svc;
+        for n in 0..nodes {
+            let first = n.checked_mul(svc)?;
+            base.symmetric_member(svc, first)?;
+            base.symmetric_member(svc, first.checked_add(svc - 1)?)?;
+        }
+        Some((base, svc, total))
+    }
+
+    /// Every address of the range, in insertion order, each resolved and checked: the path
+    /// for host-name ranges and AVs with user ids; IP-literal ranges are stored as symmetric
+    /// range entries instead ([`SymRange::literal_set`]).
     pub fn expand(&self, resolver: Resolver) -> Result<Vec<UetAddress>, FiError> {
         let total = self
             .len()

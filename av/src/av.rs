@@ -113,6 +113,7 @@ use crate::flags::{
     FI_READ, FI_SYMMETRIC, FI_SYNC_ERR,
 };
 use crate::index_alloc::IndexAllocator;
+use crate::mirror::{Range, Ranges, Slots};
 use crate::nic::NicAvTable;
 
 /// Size of one address in `fi_av_insert`'s buffer and `fi_av_lookup`'s output.
@@ -336,8 +337,10 @@ pub struct AddressVector<N: NicAvTable> {
     id: u64,
     /// Mask of the index part of an `fi_addr_t` (everything below the rx-context bits).
     index_mask: u64,
-    /// Serialized address per index below the allocator's high-water mark; all zero = empty.
-    slots: Vec<[u8; ADDR_LEN]>,
+    /// Serialized address of every single entry (paged); all zero = empty.
+    slots: Slots,
+    /// Symmetric ranges: indices whose addresses follow a rule rather than a slot.
+    ranges: Ranges,
     alloc: IndexAllocator,
     /// User ids, once the AV has any (opened with `FI_AV_USER_ID`, or a per-insert user id).
     user_ids: Option<Box<UserIds>>,
@@ -393,7 +396,8 @@ impl<N: NicAvTable> AddressVector<N> {
             capacity,
             id: NEXT_AV_ID.fetch_add(1, core::sync::atomic::Ordering::Relaxed),
             index_mask,
-            slots: Vec::new(),
+            slots: Slots::default(),
+            ranges: Ranges::default(),
             alloc: IndexAllocator::new(capacity),
             user_ids,
             pending: Vec::new(),
@@ -452,9 +456,19 @@ impl<N: NicAvTable> AddressVector<N> {
         self.id
     }
 
-    /// Inserts made with `FI_MORE` whose NIC records are not sent yet.
+    /// Addresses inserted with `FI_MORE` whose NIC records are not sent yet (a pending
+    /// symmetric range counts each of its members).
     pub fn pending_len(&self) -> usize {
-        self.pending.len()
+        self.pending
+            .iter()
+            .map(|&i| {
+                let single = self.slots.get(i).is_some_and(|s| s[0] != 0);
+                match self.ranges.starting_at(i) {
+                    Some(r) if !single => r.count as usize,
+                    _ => 1,
+                }
+            })
+            .sum()
     }
 
     /// Resolve host names with `resolver` instead of std's resolver (tests, or a resolver that
@@ -635,6 +649,12 @@ impl<N: NicAvTable> AddressVector<N> {
             )));
         }
         let range = SymRange::parse(node, nodecnt, service, svccnt).map_err(prefix)?;
+        // Sequential addresses without per-address user ids are stored as ranges.
+        if self.user_ids.is_none() && call.flags & FI_AV_USER_ID == 0 {
+            if let Some((base, svc, total)) = range.literal_set() {
+                return self.insert_symmetric(call, base, svc, total);
+            }
+        }
         let addrs = range.expand(self.resolver).map_err(prefix)?;
         let items = addrs.iter().map(|a| {
             a.to_bytes()
@@ -724,13 +744,13 @@ impl<N: NicAvTable> AddressVector<N> {
         let per_insert_user_id = flags & FI_AV_USER_ID != 0;
         if per_insert_user_id && self.user_ids.is_none() {
             let mut u = Box::<UserIds>::default();
-            u.grow(self.slots.len(), self.slots.capacity())
-                .map_err(|_| {
-                    FiError::new(
-                        FiErrno::FI_ENOMEM,
-                        format!("{call}: no memory for user ids"),
-                    )
-                })?;
+            let high_water = self.alloc.high_water() as usize;
+            u.grow(high_water, high_water).map_err(|_| {
+                FiError::new(
+                    FiErrno::FI_ENOMEM,
+                    format!("{call}: no memory for user ids"),
+                )
+            })?;
             self.user_ids = Some(u);
         }
         let open_user_id = (self.attr.flags & FI_AV_USER_ID != 0).then_some(FI_ADDR_NOTAVAIL);
@@ -772,24 +792,136 @@ impl<N: NicAvTable> AddressVector<N> {
             }
         }
 
-        if flags & FI_MORE == 0 {
-            if let Err(e) = self.flush() {
-                let out = match fi_addr {
-                    Some(out) => out,
-                    None => own_out.as_mut_slice(),
-                };
-                for (i, slot) in out.iter_mut().take(count).enumerate() {
-                    if *slot != FI_ADDR_NOTAVAIL && self.index_of(*slot).is_err() {
-                        *slot = FI_ADDR_NOTAVAIL;
-                        if let Some(st) = status.as_deref_mut().and_then(|s| s.get_mut(i)) {
-                            *st = neg_errno(FiErrno::FI_EIO);
-                        }
-                    }
+        self.end_batch(flags, count, fi_addr, &mut own_out, status)?;
+        Ok(inserted)
+    }
+
+    /// End an insert call: unless `FI_MORE`, send the pending records; if the NIC refuses
+    /// them, mark every address of this call that was rolled back as failed (`fi_addr`
+    /// `FI_ADDR_NOTAVAIL`, status `-FI_EIO`) and return the error.
+    fn end_batch(
+        &mut self,
+        flags: u64,
+        count: usize,
+        fi_addr: Option<&mut [FiAddr]>,
+        own_out: &mut [FiAddr],
+        mut status: Option<&mut [i32]>,
+    ) -> Result<(), FiError> {
+        if flags & FI_MORE != 0 {
+            return Ok(());
+        }
+        let Err(e) = self.flush() else {
+            return Ok(());
+        };
+        let out = match fi_addr {
+            Some(out) => out,
+            None => own_out,
+        };
+        for (i, slot) in out.iter_mut().take(count).enumerate() {
+            if *slot != FI_ADDR_NOTAVAIL && self.index_of(*slot).is_err() {
+                *slot = FI_ADDR_NOTAVAIL;
+                if let Some(st) = status.as_deref_mut().and_then(|s| s.get_mut(i)) {
+                    *st = neg_errno(FiErrno::FI_EIO);
                 }
-                return Err(e);
             }
         }
-        Ok(inserted)
+        Err(e)
+    }
+
+    /// Insert the `total` members of a symmetric set (member 0 `base`, `svc` services per
+    /// node) as ranges: each run of consecutive lowest-free indices becomes one range record
+    /// (a lone index, a single entry), so the mirror and the NIC hold one record per run, not
+    /// one per peer. Index assignment is exactly that of inserting the members one by one.
+    fn insert_symmetric(
+        &mut self,
+        c: InsertCall<'_>,
+        base: UetAddress,
+        svc: u32,
+        total: u32,
+    ) -> Result<usize, FiError> {
+        let InsertCall {
+            call,
+            count,
+            mut fi_addr,
+            flags,
+            mut status,
+        } = c;
+        let mut own_out = Vec::new();
+        if fi_addr.is_none() && status.is_some() {
+            own_out
+                .try_reserve_exact(count)
+                .map_err(|_| FiError::new(FiErrno::FI_ENOMEM, format!("{call}: no memory")))?;
+            own_out.resize(count, FI_ADDR_NOTAVAIL);
+        }
+        let mut m = 0u32;
+        let mut failure = FiErrno::FI_ENOSPC;
+        while m < total {
+            let Some((first, n)) = self.alloc.alloc_run(total - m) else {
+                break;
+            };
+            let stored = if self.pending.try_reserve(1).is_err() {
+                Err(())
+            } else if n >= 2 {
+                self.ranges
+                    .insert(Range {
+                        first,
+                        count: n,
+                        svc,
+                        offset: m,
+                        base,
+                        live: n,
+                    })
+                    .map_err(|_| ())
+            } else {
+                match base.symmetric_member(svc, m).map(|a| a.to_bytes()) {
+                    Some(Ok(bytes)) => self
+                        .reserve_index(first)
+                        .and_then(|()| self.slots.set(first, bytes))
+                        .map_err(|_| ()),
+                    _ => Err(()),
+                }
+            };
+            if stored.is_err() {
+                for i in first..first + n {
+                    self.alloc.free(i);
+                }
+                failure = FiErrno::FI_ENOMEM;
+                break;
+            }
+            self.pending.push(first);
+            for j in 0..n {
+                let k = (m + j) as usize;
+                let value = FiAddr::from(first + j);
+                if let Some(slot) = fi_addr.as_deref_mut().and_then(|o| o.get_mut(k)) {
+                    *slot = value;
+                }
+                if let Some(slot) = own_out.get_mut(k) {
+                    *slot = value;
+                }
+                if let Some(slot) = status.as_deref_mut().and_then(|s| s.get_mut(k)) {
+                    *slot = 0;
+                }
+            }
+            m += n;
+        }
+        for k in m as usize..count {
+            if let Some(slot) = fi_addr.as_deref_mut().and_then(|o| o.get_mut(k)) {
+                *slot = FI_ADDR_NOTAVAIL;
+            }
+            if let Some(slot) = status.as_deref_mut().and_then(|s| s.get_mut(k)) {
+                *slot = neg_errno(failure);
+            }
+        }
+        if (m as usize) < count {
+            debug!(
+                call,
+                inserted = m,
+                count,
+                "symmetric insert stopped: {failure}"
+            );
+        }
+        self.end_batch(flags, count, fi_addr, &mut own_out, status)?;
+        Ok(m as usize)
     }
 
     /// Insert one checked serialized address into the mirror and queue its NIC record. The
@@ -801,16 +933,15 @@ impl<N: NicAvTable> AddressVector<N> {
                 format!("all {} AV entries are in use", self.capacity),
             )
         })?;
-        if self.pending.try_reserve(1).is_err() || self.grow_slots(index as usize + 1).is_err() {
+        if self.pending.try_reserve(1).is_err() || self.reserve_index(index).is_err() {
             self.alloc.free(index);
             return Err(FiError::new(
                 FiErrno::FI_ENOMEM,
                 "no memory to grow the AV mirror",
             ));
         }
-        if let Some(slot) = self.slots.get_mut(index as usize) {
-            *slot = bytes;
-        }
+        // Cannot fail: reserve_index made the page.
+        let _ = self.slots.set(index, bytes);
         if let Some(u) = self.user_ids.as_deref_mut() {
             u.set(index, user_id);
         }
@@ -818,21 +949,18 @@ impl<N: NicAvTable> AddressVector<N> {
         Ok(index)
     }
 
-    /// Make `slots` at least `len` long. Growth is by a quarter (never past the capacity), not
-    /// doubling, so the mirror stays near 32 bytes per entry at any size.
-    fn grow_slots(&mut self, len: usize) -> Result<(), std::collections::TryReserveError> {
-        let have = self.slots.len();
-        if len <= have {
-            return Ok(());
-        }
-        if len > self.slots.capacity() {
-            let cap = self.capacity as usize;
-            let step = (have / 4).max(1024).min(cap.saturating_sub(have));
-            self.slots.try_reserve_exact(step.max(len - have))?;
-        }
-        self.slots.resize(len, [0; ADDR_LEN]);
+    /// Make room for `index` in the slots and, when the AV has them, the user ids (which grow
+    /// by a quarter at a time, never past the capacity).
+    fn reserve_index(&mut self, index: u32) -> Result<(), std::collections::TryReserveError> {
+        self.slots.reserve(index)?;
         if let Some(u) = self.user_ids.as_deref_mut() {
-            u.grow(len, self.slots.capacity())?;
+            let len = index as usize + 1;
+            let have = u.ids.len();
+            if len > have {
+                let step = (have / 4).max(1024);
+                let cap = (have + step).max(len).min(self.capacity as usize).max(len);
+                u.grow(len, cap)?;
+            }
         }
         Ok(())
     }
@@ -852,7 +980,7 @@ impl<N: NicAvTable> AddressVector<N> {
             buf.extend(chunk.iter().map(|&index| AvWriteRecord {
                 index: index.into(),
                 reserved: Default::default(),
-                entry: self.nic_entry(index),
+                entry: self.pending_record(index),
             }));
             if let Err(e) = self.nic.write_entries(&buf) {
                 failure = Some(e);
@@ -886,9 +1014,19 @@ impl<N: NicAvTable> AddressVector<N> {
     fn roll_back(&mut self, batch: &[u32], written: usize) {
         let (sent, unsent) = batch.split_at(written.min(batch.len()));
         for &index in unsent {
-            self.release(index);
+            self.release_record(index);
         }
-        for chunk in sent.chunks(MAX_BATCH as usize) {
+        // Records the NIC accepted are invalidated index by index (a range member by member).
+        let mut indices = Vec::new();
+        for &index in sent {
+            match self.ranges.starting_at(index) {
+                Some(r) if self.slots.get(index).is_none_or(|s| s[0] == 0) => {
+                    indices.extend(r.first..r.first + r.count)
+                }
+                _ => indices.push(index),
+            }
+        }
+        for chunk in indices.chunks(MAX_BATCH as usize) {
             match self.nic.invalidate(chunk) {
                 Ok(()) => chunk.iter().for_each(|&index| self.release(index)),
                 Err(e) => warn!(
@@ -903,13 +1041,39 @@ impl<N: NicAvTable> AddressVector<N> {
     /// Drop `index` (and its user id) from the mirror and free it.
     #[inline]
     fn release(&mut self, index: u32) {
-        if let Some(slot) = self.slots.get_mut(index as usize) {
-            *slot = [0; ADDR_LEN];
+        if !self.slots.clear(index) && self.alloc.is_allocated(index) {
+            // No slot: a member of a symmetric range.
+            self.ranges.member_removed(index);
         }
         if let Some(u) = self.user_ids.as_deref_mut() {
             u.set(index, None);
         }
         self.alloc.free(index);
+    }
+
+    /// Drop a whole pending record: the single entry at `index`, or the range starting there.
+    fn release_record(&mut self, index: u32) {
+        let is_single = self.slots.get(index).is_some_and(|s| s[0] != 0);
+        if !is_single {
+            if let Some(r) = self.ranges.remove_at(index) {
+                for i in r.first..r.first + r.count {
+                    self.alloc.free(i);
+                }
+                return;
+            }
+        }
+        self.release(index);
+    }
+
+    /// The NIC record of a pending insert at `index`: the single entry, or the range record.
+    fn pending_record(&self, index: u32) -> NicAvEntry {
+        if self.slots.get(index).is_some_and(|s| s[0] != 0) {
+            return self.nic_entry(index);
+        }
+        match self.ranges.starting_at(index) {
+            Some(r) => r.record(self.attr.job_id),
+            None => self.nic_entry(index),
+        }
     }
 
     /// `fi_av_remove`: remove every address in `fi_addrs`, or none.
@@ -1039,16 +1203,28 @@ impl<N: NicAvTable> AddressVector<N> {
     }
 
     #[inline]
-    fn slot_of(&self, fi_addr: FiAddr) -> Result<(u32, &[u8; ADDR_LEN]), FiError> {
+    fn slot_of(&self, fi_addr: FiAddr) -> Result<(u32, [u8; ADDR_LEN]), FiError> {
         let raw = fi_addr & self.index_mask;
         if fi_addr != FI_ADDR_NOTAVAIL && raw < u64::from(self.capacity) {
             // raw < capacity <= u32::MAX
             let index = raw as u32;
-            if let Some(slot) = self.slots.get(index as usize).filter(|s| s[0] != 0) {
-                return Ok((index, slot));
+            if let Some(slot) = self.slots.get(index).filter(|s| s[0] != 0) {
+                return Ok((index, *slot));
+            }
+            if let Some(bytes) = self.range_bytes(index) {
+                return Ok((index, bytes));
             }
         }
         Err(self.bad_fi_addr(fi_addr))
+    }
+
+    /// The address of an inserted symmetric-range member at `index`.
+    #[cold]
+    fn range_bytes(&self, index: u32) -> Option<[u8; ADDR_LEN]> {
+        if !self.alloc.is_allocated(index) {
+            return None;
+        }
+        self.ranges.covering(index)?.member(index)?.to_bytes().ok()
     }
 
     #[cold]
@@ -1082,7 +1258,7 @@ impl<N: NicAvTable> AddressVector<N> {
     ) -> Result<(), FiError> {
         let (_, slot) = self.slot_of(fi_addr)?;
         if self.attr.addr_format == AddrFormat::Str {
-            straddr(slot, addr, addrlen);
+            straddr(&slot, addr, addrlen);
             return Ok(());
         }
         let n = (*addrlen).min(addr.len()).min(ADDR_LEN);
@@ -1096,7 +1272,7 @@ impl<N: NicAvTable> AddressVector<N> {
     /// The address at `fi_addr`, parsed.
     pub fn address(&self, fi_addr: FiAddr) -> Result<UetAddress, FiError> {
         let (_, slot) = self.slot_of(fi_addr)?;
-        UetAddress::from_bytes(slot).map_err(|e| FiError::io(format!("mirror slot: {e}")))
+        UetAddress::from_bytes(&slot).map_err(|e| FiError::io(format!("mirror slot: {e}")))
     }
 
     /// `fi_av_straddr`: see [`straddr`]. On an `FI_ADDR_STR` AV `addr` is already a string
@@ -1113,22 +1289,20 @@ impl<N: NicAvTable> AddressVector<N> {
 
     /// Valid entries, ascending: `(index, address)`. Pending `FI_MORE` inserts included.
     pub fn iter(&self) -> impl Iterator<Item = (u32, UetAddress)> + '_ {
-        self.slots.iter().enumerate().filter_map(|(i, slot)| {
-            if slot[0] == 0 {
-                return None;
-            }
-            let index = u32::try_from(i).ok()?;
-            UetAddress::from_bytes(slot).ok().map(|a| (index, a))
+        self.indices().filter_map(|index| {
+            let (_, slot) = self.slot_of(u64::from(index)).ok()?;
+            UetAddress::from_bytes(&slot).ok().map(|a| (index, a))
         })
     }
 
     /// Indices in use, ascending (pending `FI_MORE` inserts included).
     pub fn indices(&self) -> impl Iterator<Item = u32> + '_ {
-        self.slots
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s[0] != 0)
-            .filter_map(|(i, _)| u32::try_from(i).ok())
+        self.alloc.iter()
+    }
+
+    /// Symmetric ranges: `(first index, indices covered, live members)`, ascending.
+    pub fn ranges(&self) -> impl Iterator<Item = (u32, u32, u32)> + '_ {
+        self.ranges.iter().map(|r| (r.first, r.count, r.live))
     }
 
     /// What the NIC should hold at `index` once pending records are sent: the peer's entry
@@ -1140,9 +1314,17 @@ impl<N: NicAvTable> AddressVector<N> {
 
     /// The NIC entry for `index` (INVALID when unused).
     fn nic_entry(&self, index: u32) -> NicAvEntry {
-        self.slots
-            .get(index as usize)
-            .filter(|s| s[0] != 0)
+        let single = self.slots.get(index).filter(|s| s[0] != 0);
+        if single.is_none() && self.alloc.is_allocated(index) {
+            if let Some(e) = self
+                .ranges
+                .covering(index)
+                .and_then(|r| r.nic_entry(index, self.attr.job_id))
+            {
+                return e;
+            }
+        }
+        single
             // Slots hold only addresses that parsed when inserted.
             .and_then(|s| UetAddress::from_bytes(s).ok())
             .map_or(NicAvEntry::INVALID, |a| {
@@ -1206,7 +1388,8 @@ impl<N: NicAvTable> AddressVector<N> {
     /// accounting.
     pub fn host_bytes(&self) -> usize {
         core::mem::size_of::<Self>()
-            + self.slots.capacity() * ADDR_LEN
+            + self.slots.heap_bytes()
+            + self.ranges.heap_bytes()
             + self.alloc.heap_bytes()
             + self
                 .user_ids

@@ -62,6 +62,7 @@ pub mod av_set;
 pub mod errno;
 pub mod flags;
 pub mod index_alloc;
+pub mod mirror;
 pub mod nic;
 
 pub use addr_str::{

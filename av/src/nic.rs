@@ -240,10 +240,35 @@ impl MemoryNicTable {
             r.entry.check().map_err(|why| {
                 NicError::new(op.name(), format!("entry for index {index}: {why}"))
             })?;
+            if r.entry.is_range() {
+                let span = r.entry.range_indices();
+                if span.start != u64::from(index) || span.end > self.entries.len() as u64 {
+                    return Err(NicError::new(
+                        op.name(),
+                        format!("range record at index {index} covers {span:?}"),
+                    ));
+                }
+                let covered = self.entries.get(span.start as usize..span.end as usize);
+                if covered.is_some_and(|c| c.iter().any(NicAvEntry::is_valid)) {
+                    return Err(NicError::new(
+                        op.name(),
+                        format!("range {span:?} overlaps valid entries"),
+                    ));
+                }
+            }
         }
         self.take_fault(op)?;
         for r in records {
-            if let Some(slot) = self.entries.get_mut(r.index.get() as usize) {
+            let index = r.index.get();
+            if r.entry.is_range() {
+                // This reference table stores every member expanded: what AV_READ returns.
+                let span = r.entry.range_indices();
+                for i in span.start as u32..span.end as u32 {
+                    if let Some(slot) = self.entries.get_mut(i as usize) {
+                        *slot = r.entry.range_member(i).unwrap_or(NicAvEntry::INVALID);
+                    }
+                }
+            } else if let Some(slot) = self.entries.get_mut(index as usize) {
                 *slot = r.entry;
             }
         }

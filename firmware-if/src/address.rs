@@ -155,6 +155,31 @@ impl UetAddress {
         Ok(())
     }
 
+    /// Member `m` of the symmetric set whose member 0 is `self`, with `svc` services per node
+    /// (`fi_av_insertsym`; the rule of `uet_fwif::av_entry`'s symmetric ranges): node
+    /// `m / svc` adds to the fabric address, service `m % svc` to PIDonFEP and initiator.
+    /// `None` when `svc` is 0 or the member is not a valid address.
+    pub fn symmetric_member(&self, svc: u32, m: u32) -> Option<UetAddress> {
+        if svc == 0 {
+            return None;
+        }
+        let (node, service) = (m / svc, m % svc);
+        let fabric_addr = match self.fabric_addr {
+            IpAddr::V4(a) => IpAddr::V4(Ipv4Addr::from(u32::from(a).checked_add(node)?)),
+            IpAddr::V6(a) => {
+                IpAddr::V6(Ipv6Addr::from(u128::from(a).checked_add(u128::from(node))?))
+            }
+        };
+        let member = UetAddress {
+            fabric_addr,
+            pid_on_fep: self.pid_on_fep.checked_add(u16::try_from(service).ok()?)?,
+            initiator: self.initiator.checked_add(service)?,
+            ..*self
+        };
+        member.validate().ok()?;
+        Some(member)
+    }
+
     /// Serialize; fails only when [`UetAddress::validate`] does.
     pub fn to_bytes(&self) -> Result<[u8; ADDRESS_BYTES], AddressError> {
         self.validate()?;

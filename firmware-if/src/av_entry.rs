@@ -412,6 +412,27 @@ mod tests {
     }
 
     #[test]
+    fn nic_range_members_match_the_address_rule() {
+        let a = UetAddress {
+            caps: caps::AI_BASE,
+            mode: AddressingMode::Absolute,
+            max_msg_mtu: false,
+            pid_on_fep: 40,
+            fabric_addr: "10.3.255.250".parse().unwrap(),
+            ri_start: 2,
+            ri_count: 3,
+            initiator: 9,
+        };
+        let r = NicAvEntry::range(&NicAvEntry::for_peer(&a, 5), 7, 100, 0, 70);
+        for m in 0..70 {
+            let nic = r.range_member(100 + m).unwrap();
+            let host = a.symmetric_member(7, m).unwrap();
+            assert_eq!(nic.peer_address(), Some(host), "member {m}");
+        }
+        assert!(a.symmetric_member(0, 1).is_none());
+    }
+
+    #[test]
     fn range_checks_reject_unrepresentable_members() {
         // PIDonFEP 0xFFE + 2 services overflows 12 bits.
         assert!(NicAvEntry::range(&base("10.0.0.1", 0xFFE), 3, 0, 0, 3)

@@ -34,12 +34,12 @@ pub fn peer(n: u32) -> UetAddress {
     };
     UetAddress {
         caps: caps::HPC | caps::AI_BASE,
-        mode: if n % 3 == 0 {
+        mode: if n.is_multiple_of(3) {
             AddressingMode::Absolute
         } else {
             AddressingMode::Relative
         },
-        max_msg_mtu: n % 5 == 0,
+        max_msg_mtu: n.is_multiple_of(5),
         pid_on_fep: (n % 4096) as u16,
         fabric_addr,
         ri_start: 1,

@@ -9,11 +9,16 @@ use uet_driver::Av;
 /// Entries read per AV_READ.
 const CHUNK: usize = 4096;
 
-/// One index of the table: what the NIC holds and what the mirror says it should.
+/// One index of the table, or a run of indices of one symmetric range on which NIC and
+/// mirror agree: what the NIC holds and what the mirror says it should.
 #[derive(Clone, Copy, Debug)]
 pub struct DumpRow {
-    /// `fi_addr_t` index.
+    /// `fi_addr_t` index (the first of the run).
     pub index: u32,
+    /// Indices the row stands for: 1, or the length of a run of range members.
+    pub span: u32,
+    /// The NIC's entry at the last index of the run.
+    pub last: NicAvEntry,
     /// The NIC's entry.
     pub nic: NicAvEntry,
     /// The mirror's entry.
@@ -46,7 +51,7 @@ impl AvDump {
 /// Read the whole NIC table back and pair it with the mirror.
 pub fn collect(av: &mut Av) -> Result<AvDump, FiError> {
     let capacity = av.capacity() as u32;
-    let mut rows = Vec::new();
+    let mut rows: Vec<DumpRow> = Vec::new();
     let mut buf = vec![NicAvEntry::INVALID; CHUNK];
     let mut first = 0u32;
     while first < capacity {
@@ -57,13 +62,30 @@ pub fn collect(av: &mut Av) -> Result<AvDump, FiError> {
         for (i, nic) in buf[..n].iter().enumerate() {
             let index = first + i as u32;
             let mirror = av.mirror_entry(index).unwrap_or(NicAvEntry::INVALID);
-            if nic.is_valid() || mirror.is_valid() || *nic != mirror {
-                rows.push(DumpRow {
-                    index,
-                    nic: *nic,
-                    mirror,
-                });
+            if !(nic.is_valid() || mirror.is_valid() || *nic != mirror) {
+                continue;
             }
+            // Fold a member of the same range as the previous row into it.
+            if let Some(prev) = rows.last_mut() {
+                let same_range = nic.is_range()
+                    && *nic == mirror
+                    && prev.nic == prev.mirror
+                    && prev.nic.is_range()
+                    && prev.nic.range_first == nic.range_first
+                    && prev.index + prev.span == index;
+                if same_range {
+                    prev.span += 1;
+                    prev.last = *nic;
+                    continue;
+                }
+            }
+            rows.push(DumpRow {
+                index,
+                span: 1,
+                last: *nic,
+                nic: *nic,
+                mirror,
+            });
         }
         first += n as u32;
     }
@@ -74,6 +96,14 @@ fn ri_range(e: &NicAvEntry) -> String {
     let start = e.ri_start.get();
     let count = e.ri_count.get();
     format!("{}..{}", start, u32::from(start) + u32::from(count))
+}
+
+fn auth_key(e: &NicAvEntry) -> String {
+    if e.flags.get() & uet_driver::uet_fwif::av_entry::entry_flags::AUTH_KEY != 0 {
+        e.auth_key.get().to_string()
+    } else {
+        "-".to_string()
+    }
 }
 
 fn user_id(e: &NicAvEntry) -> String {
@@ -92,23 +122,56 @@ pub fn render_text(title: &str, dump: &AvDump) -> String {
         "RI RANGE",
         "INITIATOR",
         "USER ID",
+        "AUTH KEY",
+        "KIND",
         "MIRROR",
     ];
-    let mut rows: Vec<[String; 9]> = Vec::new();
+    let mut rows: Vec<[String; 11]> = Vec::new();
     for r in &dump.rows {
         let e = if r.nic.is_valid() { &r.nic } else { &r.mirror };
         let valid = if r.nic.is_valid() { "yes" } else { "no" };
-        let (fa, pid, job, ri, init, uid) = if e.is_valid() {
+        let span = |a: String, b: String| {
+            if r.span > 1 && a != b {
+                format!("{a}..{b}")
+            } else {
+                a
+            }
+        };
+        let (fa, pid, job, ri, init, uid, key) = if e.is_valid() {
             (
-                e.fabric_ip().to_string(),
-                e.pid_on_fep.get().to_string(),
+                span(e.fabric_ip().to_string(), r.last.fabric_ip().to_string()),
+                span(
+                    e.pid_on_fep.get().to_string(),
+                    r.last.pid_on_fep.get().to_string(),
+                ),
                 format!("{:#x}", e.job_id.get()),
                 ri_range(e),
-                format!("{:#x}", e.initiator.get()),
+                span(
+                    format!("{:#x}", e.initiator.get()),
+                    format!("{:#x}", r.last.initiator.get()),
+                ),
                 user_id(e),
+                auth_key(e),
             )
         } else {
             Default::default()
+        };
+        let kind = if e.is_valid() && e.is_range() {
+            format!(
+                "range {}+{} ({} per node)",
+                e.range_first.get(),
+                e.range_count.get(),
+                e.range_svc.get()
+            )
+        } else if e.is_valid() {
+            "single".to_string()
+        } else {
+            String::new()
+        };
+        let index = if r.span > 1 {
+            format!("{}..{}", r.index, u64::from(r.index) + u64::from(r.span))
+        } else {
+            r.index.to_string()
         };
         let mirror = if !r.differs() {
             "same".to_string()
@@ -121,7 +184,7 @@ pub fn render_text(title: &str, dump: &AvDump) -> String {
             "DIFFERS: mirror slot empty".to_string()
         };
         rows.push([
-            r.index.to_string(),
+            index,
             valid.to_string(),
             fa,
             pid,
@@ -129,6 +192,8 @@ pub fn render_text(title: &str, dump: &AvDump) -> String {
             ri,
             init,
             uid,
+            key,
+            kind,
             mirror,
         ]);
     }
@@ -142,7 +207,11 @@ pub fn render_text(title: &str, dump: &AvDump) -> String {
     let _ = writeln!(
         out,
         "{title}: {} entries valid of {} capacity, {} differences between NIC and host mirror",
-        dump.rows.iter().filter(|r| r.nic.is_valid()).count(),
+        dump.rows
+            .iter()
+            .filter(|r| r.nic.is_valid())
+            .map(|r| r.span as usize)
+            .sum::<usize>(),
         dump.capacity,
         dump.differences()
     );
@@ -179,6 +248,14 @@ fn entry_json(e: &NicAvEntry) -> Value {
         "ri_count": e.ri_count.get(),
         "initiator": e.initiator.get(),
         "user_id": e.user_id(),
+        "auth_key": (e.flags.get() & uet_driver::uet_fwif::av_entry::entry_flags::AUTH_KEY != 0)
+            .then(|| e.auth_key.get()),
+        "range": e.is_range().then(|| json!({
+            "first": e.range_first.get(),
+            "count": e.range_count.get(),
+            "services_per_node": e.range_svc.get(),
+            "offset": e.range_offset.get(),
+        })),
         "flags": e.flags.get(),
     })
 }
@@ -190,6 +267,7 @@ pub fn render_json(dump: &AvDump) -> Value {
         "differences": dump.differences(),
         "entries": dump.rows.iter().map(|r| json!({
             "index": r.index,
+            "span": r.span,
             "nic": entry_json(&r.nic),
             "mirror": entry_json(&r.mirror),
             "match": !r.differs(),

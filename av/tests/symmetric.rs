@@ -1,0 +1,148 @@
+//! FI_SYMMETRIC storage: `fi_av_insertsym` of IP-literal nodes is kept as ranges, on the host
+//! and on the NIC, with the same indices and addresses as inserting every member.
+
+mod common;
+
+use common::{insert_peers, open};
+use uet_av::{FiErrno, NicAvTable, FI_MORE};
+use uet_fwif::{NicAvEntry, UetAddress};
+
+fn lookup(av: &uet_av::AddressVector<uet_av::MemoryNicTable>, fi_addr: u64) -> UetAddress {
+    let mut b = [0u8; 32];
+    let mut len = b.len();
+    av.lookup(fi_addr, &mut b, &mut len).expect("lookup");
+    UetAddress::from_bytes(&b).expect("valid")
+}
+
+#[test]
+fn a_million_symmetric_peers_cost_one_record_and_under_a_megabyte() {
+    let mut av = open(1 << 20);
+    let before = av.host_bytes();
+    let mut out = vec![0u64; 1_000_000];
+    let n = av
+        .insertsym(
+            "10.8.0.1",
+            1000,
+            "1?ri=1+4&init=0x100",
+            1000,
+            Some(&mut out),
+            0,
+            None,
+        )
+        .expect("insertsym");
+    assert_eq!(n, 1_000_000);
+    assert!(out.iter().enumerate().all(|(i, &a)| a == i as u64));
+    let grown = av.host_bytes() - before;
+    assert!(grown < 1 << 20, "host mirror grew by {grown} bytes");
+    let c = av.nic().counters();
+    assert_eq!(
+        (c.writes, c.records_written),
+        (1, 1),
+        "one AV_WRITE of one record"
+    );
+    assert_eq!(av.ranges().collect::<Vec<_>>(), [(0, 1_000_000, 1_000_000)]);
+    // Node 999, service 999.
+    let last = lookup(&av, 999_999);
+    assert_eq!(last.fabric_addr.to_string(), "10.8.3.232");
+    assert_eq!((last.pid_on_fep, last.initiator), (1000, 0x100 + 999));
+    // The NIC computes the same member.
+    let mut e = [NicAvEntry::INVALID; 1];
+    av.nic_mut().read_entries(999_999, &mut e).unwrap();
+    assert_eq!(e[0].peer_address(), Some(last));
+    assert!(e[0].is_range());
+}
+
+#[test]
+fn ranges_assign_exactly_the_indices_single_inserts_would() {
+    // Holes at 1, 3, 4: a symmetric insert of 6 fills 1, then 3..5 as a range, then 5..7.
+    let mut av = open(64);
+    let singles = insert_peers(&mut av, &[1, 2, 3, 4, 5, 6, 7, 8]);
+    av.remove(&[singles[1], singles[3], singles[4]], 0).unwrap();
+    let mut out = [0u64; 6];
+    av.insertsym("10.9.0.1", 3, "7", 2, Some(&mut out), 0, None)
+        .unwrap();
+    assert_eq!(out, [1, 3, 4, 8, 9, 10]);
+    // Member k is node k / 2, service k % 2, wherever it landed.
+    for (k, &fa) in out.iter().enumerate() {
+        let a = lookup(&av, fa);
+        assert_eq!(a.fabric_addr.to_string(), format!("10.9.0.{}", 1 + k / 2));
+        assert_eq!(a.pid_on_fep, 7 + (k % 2) as u16);
+    }
+    // Index 1 alone is a single entry; 3..5 and 8..11 are ranges.
+    assert_eq!(
+        av.ranges().map(|(f, c, _)| (f, c)).collect::<Vec<_>>(),
+        [(3, 2), (8, 3)]
+    );
+    assert!(av.verify_nic().unwrap().is_empty());
+}
+
+#[test]
+fn removing_members_leaves_holes_that_singles_fill() {
+    let mut av = open(32);
+    let mut out = [0u64; 8];
+    av.insertsym("10.7.0.1", 4, "3", 2, Some(&mut out), 0, None)
+        .unwrap();
+    av.remove(&[2, 5], 0).unwrap();
+    assert_eq!(
+        av.lookup(2, &mut [0; 32], &mut 32).unwrap_err().errno,
+        FiErrno::FI_EINVAL
+    );
+    assert_eq!(av.len(), 6);
+    // The lowest free index is the hole at 2; a plain insert takes it.
+    let k = insert_peers(&mut av, &[40]);
+    assert_eq!(k, [2]);
+    assert_eq!(lookup(&av, 2), common::peer(40));
+    assert!(av.verify_nic().unwrap().is_empty());
+    // Removing every member removes the range; removing the single leaves index 2 free.
+    av.remove(&[0, 1, 3, 4, 6, 7], 0).unwrap();
+    assert_eq!(av.ranges().count(), 0);
+    av.remove(&[2], 0).unwrap();
+    assert!(av.is_empty());
+    assert!(av.verify_nic().unwrap().is_empty());
+}
+
+#[test]
+fn pending_ranges_go_out_with_the_batch_and_roll_back_whole() {
+    let mut av = open(64);
+    av.insertsym("10.6.0.1", 2, "1", 4, None, FI_MORE, None)
+        .unwrap();
+    assert_eq!(av.pending_len(), 8);
+    assert_eq!(av.nic().counters().writes, 0);
+    // The NIC refuses the batch: the range is rolled back whole, indices free again.
+    av.nic_mut().fail_after(uet_av::NicOp::Write, 0);
+    let e = av.insert(&common::peer_bytes(9), 1, None, 0).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EIO);
+    assert!(av.is_empty());
+    assert_eq!(av.ranges().count(), 0);
+    av.nic_mut().clear_faults();
+    let mut out = [0u64; 8];
+    av.insertsym("10.6.0.1", 2, "1", 4, Some(&mut out), 0, None)
+        .unwrap();
+    assert_eq!(out, [0, 1, 2, 3, 4, 5, 6, 7]);
+    assert!(av.verify_nic().unwrap().is_empty());
+}
+
+#[test]
+fn host_name_ranges_and_user_ids_are_stored_per_address() {
+    // Host names resolve one by one: no range.
+    let mut av = open(16);
+    av.set_resolver(|name| match name {
+        "node1" => Ok(vec!["10.5.0.9".parse().unwrap()]),
+        "node2" => Ok(vec!["10.5.0.3".parse().unwrap()]),
+        _ => Err(std::io::Error::other("unknown")),
+    });
+    let mut out = [0u64; 2];
+    av.insertsym("node1", 2, "4", 1, Some(&mut out), 0, None)
+        .unwrap();
+    assert_eq!(av.ranges().count(), 0);
+    assert_eq!(lookup(&av, out[1]).fabric_addr.to_string(), "10.5.0.3");
+    // An AV with user ids keeps one entry per address.
+    let mut av = common::open_with(uet_av::AvAttr {
+        count: 16,
+        flags: uet_av::FI_AV_USER_ID,
+        ..uet_av::AvAttr::default()
+    });
+    av.insertsym("10.4.0.1", 2, "4", 2, None, 0, None).unwrap();
+    assert_eq!(av.ranges().count(), 0);
+    assert_eq!(av.len(), 4);
+}
