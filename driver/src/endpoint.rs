@@ -9,6 +9,32 @@
 //!
 //! Buffers are [`DmaBuffer`]s: they move into the endpoint when posted and come back in the
 //! completion, so nothing is copied or allocated on the way.
+//!
+//! | libfabric | endpoint call | ring |
+//! |---|---|---|
+//! | `fi_senddata` | [`Endpoint::post_send`] | TX, SEND |
+//! | `fi_tsenddata` | [`Endpoint::post_tsend`] | TX, TAGGED_SEND |
+//! | `fi_inject`, `fi_injectdata` | [`Endpoint::inject`] | TX, SEND + inject |
+//! | `fi_tinject`, `fi_tinjectdata` | [`Endpoint::tinject`] | TX, TAGGED_SEND + inject |
+//! | `fi_write` | [`Endpoint::post_write`] | TX, WRITE |
+//! | `fi_read` | [`Endpoint::post_read`] | TX, READ |
+//! | `fi_recv` | [`Endpoint::post_recv`] | RX |
+//! | `fi_trecv` | [`Endpoint::post_trecv`] | tagged RX |
+//! | `fi_cq_read` | [`Endpoint::poll`] | completion |
+//! | `fi_mr_reg` | [`Endpoint::register_mr`] | admin (MR_REGISTER) |
+//!
+//! The rings live in one DMA region together with the inject slots: one slot of
+//! [`MAX_INJECT_BYTES`] per TX ring entry. `inject` copies the payload into the slot of the TX
+//! entry it uses, so the caller's buffer is free when the call returns; the slot is reused only
+//! after that entry's completion, which the driver consumes without reporting it when it is a
+//! success (`fi_inject`: no completion), and reports when it is an error.
+//!
+//! Tagged receives complete in matching order, not posting order: their completion context is
+//! a slot of a fixed table (no allocation), not a ring position. At most `2^trx_log2 - 1`
+//! tagged receives are outstanding.
+//!
+//! The send path (`post_*`, `inject`) takes no lock, allocates nothing and never looks at the
+//! AV: it writes one descriptor, fences and rings one doorbell.
 
 use crate::av::{Av, AvTableHandle};
 use crate::errno::completion_errno;
@@ -22,19 +48,23 @@ use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 use uet_av::FiErrno;
 use uet_fwif::address::{AddressingMode, UetAddress};
-use uet_fwif::admin::{Command, EndpointCreateBody, EP_FLAG_ABSOLUTE};
+use uet_fwif::admin::{BufferBody, Command, EndpointCreateBody, EP_FLAG_ABSOLUTE};
+use uet_fwif::counters::RETURN_CODES;
 use uet_fwif::datapath::{
-    Completion, CompletionKind, LocalStatus, RxDescriptor, TxDescriptor, TxOpcode,
-    COMPLETION_PHASE_OFFSET,
+    Completion, CompletionKind, LocalStatus, RxDescriptor, TaggedRxDescriptor, TxDescriptor,
+    TxOpcode, COMPLETION_PHASE_OFFSET, MAX_INJECT_BYTES, TX_FLAG_INJECT,
 };
 use uet_fwif::ring::RingGeometry;
-use uet_fwif::ReturnCode;
-use uet_regs::{QueueDoorbell, RegisterAccess, CQ_DOORBELL, RXQ_DOORBELL, TXQ_DOORBELL};
+use uet_fwif::{EndpointCounters, ReturnCode};
+use uet_regs::{
+    QueueDoorbell, RegisterAccess, CQ_DOORBELL, RXQ_DOORBELL, TRXQ_DOORBELL, TXQ_DOORBELL,
+};
 use zerocopy::little_endian::{U16, U32, U64};
-use zerocopy::FromZeros;
+use zerocopy::{FromZeros, IntoBytes};
 
 const TX_DESC: usize = core::mem::size_of::<TxDescriptor>();
 const RX_DESC: usize = core::mem::size_of::<RxDescriptor>();
+const TRX_DESC: usize = core::mem::size_of::<TaggedRxDescriptor>();
 const CQE: usize = core::mem::size_of::<Completion>();
 
 /// Endpoint attributes.
@@ -52,7 +82,10 @@ pub struct EndpointAttr {
     pub tx_log2: u8,
     /// log2 of the RX ring entries.
     pub rx_log2: u8,
-    /// log2 of the completion ring entries (must hold TX + RX in flight).
+    /// log2 of the tagged RX ring entries; 0: no tagged receives (the endpoint's TAGGED
+    /// resource-index space is empty and tagged messages to it are refused RC_BAD_INDEX).
+    pub trx_log2: u8,
+    /// log2 of the completion ring entries (must hold TX + RX + tagged RX in flight).
     pub cq_log2: u8,
     /// Addressing mode advertised in the endpoint address.
     pub mode: AddressingMode,
@@ -66,6 +99,7 @@ impl Default for EndpointAttr {
             initiator: None,
             tx_log2: 6,
             rx_log2: 6,
+            trx_log2: 6,
             cq_log2: 8,
             mode: AddressingMode::Relative,
         }
@@ -93,11 +127,43 @@ impl core::fmt::Display for CqError {
     }
 }
 
+/// What a completion completes (libfabric's `fi_cq_entry.flags`: `FI_SEND|FI_MSG`,
+/// `FI_SEND|FI_TAGGED`, `FI_RMA|FI_WRITE`, `FI_RMA|FI_READ`, `FI_RECV|FI_MSG`,
+/// `FI_RECV|FI_TAGGED`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CqOp {
+    /// `post_send` or `inject`.
+    Send,
+    /// `post_tsend` or `tinject`.
+    TaggedSend,
+    /// `post_write`.
+    Write,
+    /// `post_read`.
+    Read,
+    /// `post_recv`.
+    Recv,
+    /// `post_trecv`.
+    TaggedRecv,
+}
+
+impl CqOp {
+    fn of_tx(op: TxOpcode) -> Self {
+        match op {
+            TxOpcode::Send => CqOp::Send,
+            TxOpcode::TaggedSend => CqOp::TaggedSend,
+            TxOpcode::Write => CqOp::Write,
+            TxOpcode::Read => CqOp::Read,
+        }
+    }
+}
+
 /// One completion, with the buffer it concerns.
 #[derive(Debug)]
 pub struct CqEvent {
-    /// Send or receive.
+    /// Which ring: `Send` (any TX operation), `Recv` or `TaggedRecv`.
     pub kind: CompletionKind,
+    /// The operation.
+    pub op: CqOp,
     /// The context given when posting.
     pub context: u64,
     /// Bytes transferred.
@@ -106,15 +172,57 @@ pub struct CqEvent {
     pub data: u64,
     /// Receive: the sender's `fi_addr_t` in the bound AV, its user id, or `FI_ADDR_NOTAVAIL`.
     pub src_addr: u64,
+    /// Tagged receive: the match bits the message carried (`fi_cq_tagged_entry.tag`).
+    pub tag: u64,
     /// `None` on success.
     pub error: Option<CqError>,
-    /// The posted buffer, returned (`None` for a send posted by IOVA).
+    /// The posted buffer, returned (`None` for a send posted by IOVA or an inject). After a
+    /// receive or a READ, its length is the bytes delivered.
     pub buffer: Option<DmaBuffer>,
 }
 
 struct Posted {
     buffer: Option<DmaBuffer>,
     context: u64,
+    op: CqOp,
+    /// An inject: a successful completion is consumed without being reported.
+    silent: bool,
+}
+
+/// Completion contexts of the tagged RX ring: a fixed table with a free list, allocated when
+/// the endpoint is created.
+struct Slab {
+    slots: Vec<Option<Posted>>,
+    free: Vec<u16>,
+}
+
+impl Slab {
+    fn new(entries: u32) -> Self {
+        let n = entries.saturating_sub(1) as usize;
+        Slab {
+            slots: (0..n).map(|_| None).collect(),
+            free: (0..n as u16).rev().collect(),
+        }
+    }
+
+    fn take(&mut self, slot: u64) -> Option<Posted> {
+        let i = u16::try_from(slot).ok()?;
+        let p = self.slots.get_mut(usize::from(i))?.take()?;
+        self.free.push(i); // within capacity: every index is in `free` at most once
+        Some(p)
+    }
+}
+
+/// The TX request a `post_*` call describes.
+struct TxRequest {
+    op: TxOpcode,
+    flags: u8,
+    dest: u64,
+    iova: u64,
+    len: usize,
+    data: u64,
+    match_bits: u64,
+    remote_offset: u64,
 }
 
 struct Ring {
@@ -158,6 +266,10 @@ pub struct Endpoint {
     rings: Option<MappedRegion>,
     tx: Ring,
     rx: Ring,
+    /// Tagged RX ring: geometry, offset, tail, and the completion contexts.
+    trx: Option<(Ring, Slab)>,
+    /// Offset of the inject slots in the ring region.
+    inject_offset: usize,
     cq_geometry: RingGeometry,
     cq_offset: usize,
     cq_head: u16,
@@ -186,8 +298,18 @@ impl Nic {
                 return bad(format!("{name} {v} outside 1..={max_log2}"));
             }
         }
-        if (1u32 << attr.cq_log2) < (1u32 << attr.tx_log2) + (1u32 << attr.rx_log2) {
-            return bad("the completion ring must hold every TX and RX descriptor".into());
+        if attr.trx_log2 > max_log2 {
+            return bad(format!("trx_log2 {} outside 0..={max_log2}", attr.trx_log2));
+        }
+        let trx_entries = if attr.trx_log2 == 0 {
+            0
+        } else {
+            1u32 << attr.trx_log2
+        };
+        if (1u32 << attr.cq_log2) < (1u32 << attr.tx_log2) + (1u32 << attr.rx_log2) + trx_entries {
+            return bad(
+                "the completion ring must hold every TX, RX and tagged RX descriptor".into(),
+            );
         }
         if attr.ri_count == 0 || attr.ri_count > caps.ri_per_endpoint {
             return bad(format!(
@@ -200,8 +322,10 @@ impl Nic {
         }
         let tx_off = 0;
         let rx_off = align_page(TX_DESC << attr.tx_log2);
-        let cq_off = rx_off + align_page(RX_DESC << attr.rx_log2);
-        let total = cq_off + align_page(CQE << attr.cq_log2);
+        let trx_off = rx_off + align_page(RX_DESC << attr.rx_log2);
+        let cq_off = trx_off + align_page(TRX_DESC * trx_entries as usize);
+        let inject_off = cq_off + align_page(CQE << attr.cq_log2);
+        let total = inject_off + align_page(MAX_INJECT_BYTES << attr.tx_log2);
         let rings = self.inner.map_new(total)?;
         rings.region().zero(0, total)?;
         let (Some(tx), Some(rx), Some(cq_geometry)) = (
@@ -210,6 +334,13 @@ impl Nic {
             RingGeometry::new(attr.cq_log2),
         ) else {
             return bad("ring size out of range".into());
+        };
+        let trx = match attr.trx_log2 {
+            0 => None,
+            n => match Ring::new(n, trx_off) {
+                Some(r) => Some((r, Slab::new(trx_entries))),
+                None => return bad("tagged RX ring size out of range".into()),
+            },
         };
         let fabric_addr = self.fabric_addr();
         let initiator = attr.initiator.unwrap_or_else(|| {
@@ -229,6 +360,10 @@ impl Nic {
         body.tx_log2 = attr.tx_log2;
         body.rx_log2 = attr.rx_log2;
         body.cq_log2 = attr.cq_log2;
+        if trx.is_some() {
+            body.trx_log2 = attr.trx_log2;
+            body.trx_ring = U64::new(rings.region().iova_at(trx_off));
+        }
         body.flags = if attr.mode == AddressingMode::Absolute {
             EP_FLAG_ABSOLUTE
         } else {
@@ -259,6 +394,8 @@ impl Nic {
             rings: Some(rings),
             tx,
             rx,
+            trx,
+            inject_offset: inject_off,
             cq_geometry,
             cq_offset: cq_off,
             cq_head: 0,
@@ -305,6 +442,10 @@ impl Endpoint {
         self.handle
     }
 
+    pub(crate) fn nic_inner(&self) -> &Arc<NicInner> {
+        &self.nic
+    }
+
     /// The PIDonFEP the NIC assigned.
     pub fn pid_on_fep(&self) -> u16 {
         self.address.pid_on_fep
@@ -339,6 +480,17 @@ impl Endpoint {
             .ok_or(DriverError::InvalidArgument("endpoint is closed".into()))
     }
 
+    /// Largest [`Endpoint::inject`] payload (`fi_info.tx_attr.inject_size`).
+    pub fn inject_size(&self) -> usize {
+        MAX_INJECT_BYTES
+    }
+
+    /// Whether the endpoint has a tagged RX ring (`post_trecv` works, tagged messages are
+    /// accepted).
+    pub fn has_tagged_rx(&self) -> bool {
+        self.trx.is_some()
+    }
+
     /// `fi_senddata`: send the buffer's data to `dest` (an `fi_addr_t` of the bound AV,
     /// possibly carrying a receive context in its top bits). On error the buffer comes back.
     pub fn post_send(
@@ -348,8 +500,17 @@ impl Endpoint {
         context: u64,
         data: u64,
     ) -> Result<(), (DriverError, DmaBuffer)> {
-        let (iova, len) = (buffer.iova(), buffer.len());
-        self.post_tx(dest, iova, len, context, data, buffer)
+        let req = TxRequest {
+            op: TxOpcode::Send,
+            flags: 0,
+            dest,
+            iova: buffer.iova(),
+            len: buffer.len(),
+            data,
+            match_bits: 0,
+            remote_offset: 0,
+        };
+        self.post_tx(req, context, buffer)
     }
 
     /// Send `len` bytes at `iova` to `dest`. The memory is the caller's: the NIC checks it
@@ -362,22 +523,160 @@ impl Endpoint {
         context: u64,
         data: u64,
     ) -> Result<(), DriverError> {
-        self.post_tx(dest, iova, len, context, data, None::<DmaBuffer>)
+        let req = TxRequest {
+            op: TxOpcode::Send,
+            flags: 0,
+            dest,
+            iova,
+            len,
+            data,
+            match_bits: 0,
+            remote_offset: 0,
+        };
+        self.post_tx(req, context, None::<DmaBuffer>)
             .map_err(|(e, _)| e)
+    }
+
+    /// `fi_tsenddata`: send the buffer's data to `dest` as a tagged message with match bits
+    /// `tag`. On error the buffer comes back.
+    pub fn post_tsend(
+        &mut self,
+        dest: u64,
+        buffer: DmaBuffer,
+        tag: u64,
+        context: u64,
+        data: u64,
+    ) -> Result<(), (DriverError, DmaBuffer)> {
+        let req = TxRequest {
+            op: TxOpcode::TaggedSend,
+            flags: 0,
+            dest,
+            iova: buffer.iova(),
+            len: buffer.len(),
+            data,
+            match_bits: tag,
+            remote_offset: 0,
+        };
+        self.post_tx(req, context, buffer)
+    }
+
+    /// `fi_injectdata`: send `payload` (at most [`Endpoint::inject_size`] bytes) to `dest`.
+    /// The payload is copied before the call returns; a successful send is never reported,
+    /// a failed one is (an error completion with context 0).
+    pub fn inject(&mut self, dest: u64, payload: &[u8], data: u64) -> Result<(), DriverError> {
+        self.inject_op(TxOpcode::Send, dest, payload, 0, data)
+    }
+
+    /// `fi_tinjectdata`: as [`Endpoint::inject`], a tagged message with match bits `tag`.
+    pub fn tinject(
+        &mut self,
+        dest: u64,
+        payload: &[u8],
+        tag: u64,
+        data: u64,
+    ) -> Result<(), DriverError> {
+        self.inject_op(TxOpcode::TaggedSend, dest, payload, tag, data)
+    }
+
+    fn inject_op(
+        &mut self,
+        op: TxOpcode,
+        dest: u64,
+        payload: &[u8],
+        tag: u64,
+        data: u64,
+    ) -> Result<(), DriverError> {
+        if payload.len() > MAX_INJECT_BYTES {
+            return Err(DriverError::MessageTooLong {
+                len: payload.len(),
+                max: MAX_INJECT_BYTES,
+            });
+        }
+        if !self.tx.can_post() {
+            return Err(DriverError::Full("TX ring"));
+        }
+        // The slot of the TX entry about to be used: free, since that entry has completed.
+        let slot = self.inject_offset + usize::from(self.tx.tail) * MAX_INJECT_BYTES;
+        let region = self.region()?;
+        region.write_bytes(slot, payload)?;
+        let req = TxRequest {
+            op,
+            flags: TX_FLAG_INJECT,
+            dest,
+            iova: region.iova_at(slot),
+            len: payload.len(),
+            data,
+            match_bits: tag,
+            remote_offset: 0,
+        };
+        self.post_tx(req, 0, None::<DmaBuffer>).map_err(|(e, _)| e)
+    }
+
+    /// `fi_write`: write the buffer's data into the memory region with memory key `key` of
+    /// `dest`, at `remote_offset` within the region. On error the buffer comes back; after
+    /// the completion it comes back in the event.
+    pub fn post_write(
+        &mut self,
+        dest: u64,
+        local: DmaBuffer,
+        remote_offset: u64,
+        key: u64,
+        context: u64,
+    ) -> Result<(), (DriverError, DmaBuffer)> {
+        let req = TxRequest {
+            op: TxOpcode::Write,
+            flags: 0,
+            dest,
+            iova: local.iova(),
+            len: local.len(),
+            data: 0,
+            match_bits: key,
+            remote_offset,
+        };
+        self.post_tx(req, context, local)
+    }
+
+    /// `fi_read`: read `len` bytes at `remote_offset` of the memory region with memory key
+    /// `key` of `dest` into `local` (at most its capacity). The completion returns the
+    /// buffer with its length set to `len`.
+    pub fn post_read(
+        &mut self,
+        dest: u64,
+        local: DmaBuffer,
+        len: usize,
+        remote_offset: u64,
+        key: u64,
+        context: u64,
+    ) -> Result<(), (DriverError, DmaBuffer)> {
+        if len > local.capacity() {
+            let e = DriverError::InvalidArgument(format!(
+                "a {len}-byte read does not fit a {}-byte buffer",
+                local.capacity()
+            ));
+            return Err((e, local));
+        }
+        let req = TxRequest {
+            op: TxOpcode::Read,
+            flags: 0,
+            dest,
+            iova: local.iova(),
+            len,
+            data: 0,
+            match_bits: key,
+            remote_offset,
+        };
+        self.post_tx(req, context, local)
     }
 
     fn post_tx<B: Into<Option<DmaBuffer>>>(
         &mut self,
-        dest: u64,
-        iova: u64,
-        len: usize,
+        req: TxRequest,
         context: u64,
-        data: u64,
         buffer: B,
     ) -> Result<(), (DriverError, B)> {
-        if len > self.max_msg {
+        if req.len > self.max_msg {
             let e = DriverError::MessageTooLong {
-                len,
+                len: req.len,
                 max: self.max_msg,
             };
             return Err((e, buffer));
@@ -387,12 +686,15 @@ impl Endpoint {
         }
         let slot = self.tx.tail;
         let mut d = TxDescriptor::new_zeroed();
-        d.opcode = TxOpcode::Send as u8;
-        d.len = U32::new(len as u32);
-        d.buf = U64::new(iova);
-        d.dest = U64::new(dest);
+        d.opcode = req.op as u8;
+        d.flags = req.flags;
+        d.len = U32::new(req.len as u32);
+        d.buf = U64::new(req.iova);
+        d.dest = U64::new(req.dest);
         d.context = U64::new(u64::from(slot));
-        d.data = U64::new(data);
+        d.data = U64::new(req.data);
+        d.match_bits = U64::new(req.match_bits);
+        d.remote_offset = U64::new(req.remote_offset);
         let off = self.tx.offset + usize::from(slot) * TX_DESC;
         let written = self.region().and_then(|r| Ok(r.write_obj(off, &d)?));
         if let Err(e) = written {
@@ -401,6 +703,8 @@ impl Endpoint {
         self.tx.slots[usize::from(slot)] = Some(Posted {
             buffer: buffer.into(),
             context,
+            op: CqOp::of_tx(req.op),
+            silent: req.flags & TX_FLAG_INJECT != 0,
         });
         self.tx.in_flight += 1;
         self.tx.tail = self.tx.geometry.next(slot);
@@ -437,6 +741,8 @@ impl Endpoint {
         self.rx.slots[usize::from(slot)] = Some(Posted {
             buffer: Some(buffer),
             context,
+            op: CqOp::Recv,
+            silent: false,
         });
         self.rx.in_flight += 1;
         self.rx.tail = self.rx.geometry.next(slot);
@@ -450,13 +756,89 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Descriptors posted and not yet completed: (TX, RX).
+    /// `fi_trecv`: post a buffer for one tagged message whose match bits `t` satisfy
+    /// `(tag ^ t) & !ignore == 0`. Receives match in posting order; a message that arrived
+    /// before any matching receive waits on the NIC's unexpected list and completes this
+    /// receive at once. On error the buffer comes back.
+    pub fn post_trecv(
+        &mut self,
+        mut buffer: DmaBuffer,
+        tag: u64,
+        ignore: u64,
+        context: u64,
+    ) -> Result<(), (DriverError, DmaBuffer)> {
+        let handle = self.handle;
+        let Some(region) = self.rings.as_ref().map(MappedRegion::region) else {
+            let e = DriverError::InvalidArgument("endpoint is closed".into());
+            return Err((e, buffer));
+        };
+        let Some((ring, slab)) = self.trx.as_mut() else {
+            let e = DriverError::InvalidArgument("the endpoint has no tagged RX ring".into());
+            return Err((e, buffer));
+        };
+        if ring.in_flight >= ring.geometry.entries() - 1 {
+            return Err((DriverError::Full("tagged RX ring"), buffer));
+        }
+        let Some(ctx) = slab.free.pop() else {
+            return Err((DriverError::Full("tagged RX ring"), buffer));
+        };
+        buffer.set_len(0);
+        let mut d = TaggedRxDescriptor::new_zeroed();
+        d.buf = U64::new(buffer.iova());
+        d.len = U32::new(buffer.capacity() as u32);
+        d.context = U64::new(u64::from(ctx));
+        d.tag = U64::new(tag);
+        d.ignore = U64::new(ignore);
+        let off = ring.offset + usize::from(ring.tail) * TRX_DESC;
+        if let Err(e) = region.write_obj(off, &d) {
+            slab.free.push(ctx);
+            return Err((e.into(), buffer));
+        }
+        if let Some(s) = slab.slots.get_mut(usize::from(ctx)) {
+            *s = Some(Posted {
+                buffer: Some(buffer),
+                context,
+                op: CqOp::TaggedRecv,
+                silent: false,
+            });
+        }
+        ring.in_flight += 1;
+        ring.tail = ring.geometry.next(ring.tail);
+        fence(Ordering::SeqCst);
+        self.nic.bar().write(
+            TRXQ_DOORBELL,
+            QueueDoorbell::new()
+                .with_endpoint(handle)
+                .with_index(ring.tail),
+        );
+        Ok(())
+    }
+
+    /// Descriptors posted and not yet completed: (TX, RX). Tagged receives are in
+    /// [`Endpoint::tagged_in_flight`].
     pub fn in_flight(&self) -> (u32, u32) {
         (self.tx.in_flight, self.rx.in_flight)
     }
 
+    /// Tagged receives posted and not yet completed.
+    pub fn tagged_in_flight(&self) -> u32 {
+        self.trx.as_ref().map_or(0, |(r, _)| r.in_flight)
+    }
+
     /// `fi_cq_read` of one entry: the next completion, or `None` when there is none yet.
+    /// Successful inject completions are consumed here and never returned.
     pub fn poll(&mut self) -> Result<Option<CqEvent>, DriverError> {
+        loop {
+            let Some(c) = self.next_completion()? else {
+                return Ok(None);
+            };
+            if let Some(ev) = self.event(&c)? {
+                return Ok(Some(ev));
+            }
+        }
+    }
+
+    fn next_completion(&mut self) -> Result<Option<Completion>, DriverError> {
         let region = self.region()?;
         let slot = self.cq_offset + usize::from(self.cq_head) * CQE;
         let phase = region.read_u8(slot + COMPLETION_PHASE_OFFSET)? & 1 != 0;
@@ -475,27 +857,44 @@ impl Endpoint {
                 .with_endpoint(self.handle)
                 .with_index(self.cq_head),
         );
-        let (kind, ring) = match c.kind {
-            k if k == CompletionKind::Send as u8 => (CompletionKind::Send, &mut self.tx),
-            k if k == CompletionKind::Recv as u8 => (CompletionKind::Recv, &mut self.rx),
-            k => {
-                return Err(DriverError::AdminProtocol(format!(
-                    "completion of unknown kind {k}"
-                )))
-            }
+        Ok(Some(c))
+    }
+
+    /// The event a completion reports; `None` for a successful inject.
+    fn event(&mut self, c: &Completion) -> Result<Option<CqEvent>, DriverError> {
+        let kind = CompletionKind::from_u8(c.kind).ok_or_else(|| {
+            DriverError::AdminProtocol(format!("completion of unknown kind {}", c.kind))
+        })?;
+        let posted = match kind {
+            CompletionKind::Send => self.tx.take(c.context.get()),
+            CompletionKind::Recv => self.rx.take(c.context.get()),
+            CompletionKind::TaggedRecv => self.trx.as_mut().and_then(|(ring, slab)| {
+                let p = slab.take(c.context.get())?;
+                ring.in_flight -= 1;
+                Some(p)
+            }),
         };
-        let Some(posted) = ring.take(c.context.get()) else {
+        let Some(posted) = posted else {
             return Err(DriverError::AdminProtocol(format!(
                 "{kind:?} completion for slot {} that holds no descriptor",
                 c.context.get()
             )));
         };
+        let local = LocalStatus::from_u8(c.status);
+        if posted.silent && local == LocalStatus::Ok {
+            return Ok(None);
+        }
         let mut buffer = posted.buffer;
         let len = c.len.get() as usize;
-        if let (CompletionKind::Recv, Some(b)) = (kind, buffer.as_mut()) {
+        // A receive's buffer holds what was delivered; a READ's only when it succeeded.
+        let delivers = match posted.op {
+            CqOp::Recv | CqOp::TaggedRecv => true,
+            CqOp::Read => local == LocalStatus::Ok,
+            _ => false,
+        };
+        if let (true, Some(b)) = (delivers, buffer.as_mut()) {
             b.set_len(len);
         }
-        let local = LocalStatus::from_u8(c.status);
         let return_code = ReturnCode::from_u8(c.return_code);
         let error = (local != LocalStatus::Ok).then(|| CqError {
             errno: completion_errno(local, return_code),
@@ -504,13 +903,143 @@ impl Endpoint {
         });
         Ok(Some(CqEvent {
             kind,
+            op: posted.op,
             context: posted.context,
             len,
             data: c.data.get(),
             src_addr: c.src_addr.get(),
+            tag: c.tag.get(),
             error,
             buffer,
         }))
+    }
+
+    /// The endpoint's counters, as the NIC keeps them (COUNTERS_READ).
+    pub fn counters(&self) -> Result<EndpointStats, DriverError> {
+        let nic = &self.nic;
+        let mut admin = nic.admin();
+        let mut body = BufferBody::new_zeroed();
+        body.buf = U64::new(admin.scratch().iova());
+        body.len = U32::new(EndpointCounters::BYTES as u32);
+        admin.execute(
+            nic.bar(),
+            Command::CountersRead {
+                endpoint: u32::from(self.handle),
+                body,
+            },
+        )?;
+        let mut block = EndpointCounters::new_zeroed();
+        admin.scratch().read_bytes(0, block.as_mut_bytes())?;
+        Ok(EndpointStats::from_wire(&block))
+    }
+}
+
+/// An endpoint's counters (see `uet_fwif::counters` for exactly what each counts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EndpointStats {
+    /// SEND and TAGGED_SEND descriptors completed successfully (inject included).
+    pub tx_messages: u64,
+    /// Their payload bytes.
+    pub tx_bytes: u64,
+    /// Of which tagged.
+    pub tx_tagged_messages: u64,
+    /// Of which inject.
+    pub tx_inject_messages: u64,
+    /// Messages delivered into receive buffers.
+    pub rx_messages: u64,
+    /// Bytes delivered into receive buffers.
+    pub rx_bytes: u64,
+    /// Of which tagged.
+    pub rx_tagged_messages: u64,
+    /// Tagged messages that waited on the unexpected list.
+    pub rx_unexpected: u64,
+    /// RMA writes completed successfully (initiator).
+    pub rma_writes: u64,
+    /// Their bytes.
+    pub rma_write_bytes: u64,
+    /// RMA reads completed successfully (initiator).
+    pub rma_reads: u64,
+    /// Their bytes.
+    pub rma_read_bytes: u64,
+    /// Bytes remote writes placed in this endpoint's regions.
+    pub rma_target_write_bytes: u64,
+    /// Bytes remote reads took from this endpoint's regions.
+    pub rma_target_read_bytes: u64,
+    /// TX descriptors completed with an error.
+    pub tx_errors: u64,
+    /// Receive descriptors completed with an error.
+    pub rx_errors: u64,
+    /// Requests refused, by UET return code.
+    pub rejected: [u64; RETURN_CODES],
+}
+
+impl EndpointStats {
+    fn from_wire(w: &EndpointCounters) -> Self {
+        let mut rejected = [0u64; RETURN_CODES];
+        for (r, v) in rejected.iter_mut().zip(w.rejected.iter()) {
+            *r = v.get();
+        }
+        EndpointStats {
+            tx_messages: w.tx_messages.get(),
+            tx_bytes: w.tx_bytes.get(),
+            tx_tagged_messages: w.tx_tagged_messages.get(),
+            tx_inject_messages: w.tx_inject_messages.get(),
+            rx_messages: w.rx_messages.get(),
+            rx_bytes: w.rx_bytes.get(),
+            rx_tagged_messages: w.rx_tagged_messages.get(),
+            rx_unexpected: w.rx_unexpected.get(),
+            rma_writes: w.rma_writes.get(),
+            rma_write_bytes: w.rma_write_bytes.get(),
+            rma_reads: w.rma_reads.get(),
+            rma_read_bytes: w.rma_read_bytes.get(),
+            rma_target_write_bytes: w.rma_target_write_bytes.get(),
+            rma_target_read_bytes: w.rma_target_read_bytes.get(),
+            tx_errors: w.tx_errors.get(),
+            rx_errors: w.rx_errors.get(),
+            rejected,
+        }
+    }
+
+    /// Requests refused with `rc`.
+    pub fn rejected(&self, rc: ReturnCode) -> u64 {
+        self.rejected
+            .get(usize::from(rc as u8))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// The named counters in datasheet order, then every non-zero `rejected` entry as
+    /// `rejected_RC_…`.
+    pub fn named(&self) -> Vec<(String, u64)> {
+        let mut out: Vec<(String, u64)> = [
+            ("tx_messages", self.tx_messages),
+            ("tx_bytes", self.tx_bytes),
+            ("tx_tagged_messages", self.tx_tagged_messages),
+            ("tx_inject_messages", self.tx_inject_messages),
+            ("rx_messages", self.rx_messages),
+            ("rx_bytes", self.rx_bytes),
+            ("rx_tagged_messages", self.rx_tagged_messages),
+            ("rx_unexpected", self.rx_unexpected),
+            ("rma_writes", self.rma_writes),
+            ("rma_write_bytes", self.rma_write_bytes),
+            ("rma_reads", self.rma_reads),
+            ("rma_read_bytes", self.rma_read_bytes),
+            ("rma_target_write_bytes", self.rma_target_write_bytes),
+            ("rma_target_read_bytes", self.rma_target_read_bytes),
+            ("tx_errors", self.tx_errors),
+            ("rx_errors", self.rx_errors),
+        ]
+        .into_iter()
+        .map(|(n, v)| (n.to_string(), v))
+        .collect();
+        for (code, &v) in self.rejected.iter().enumerate() {
+            if v != 0 {
+                let name = ReturnCode::from_u8(code as u8)
+                    .map_or_else(|| format!("RC_{code:#04x}"), |rc| rc.name().to_string());
+                out.push((format!("rejected_{name}"), v));
+            }
+        }
+        out
     }
 }
 
@@ -530,6 +1059,11 @@ impl Drop for Endpoint {
                 std::mem::forget(self.rings.take());
                 for s in self.tx.slots.drain(..).chain(self.rx.slots.drain(..)) {
                     std::mem::forget(s);
+                }
+                if let Some((_, slab)) = self.trx.as_mut() {
+                    for s in slab.slots.drain(..) {
+                        std::mem::forget(s);
+                    }
                 }
             }
         }

@@ -11,9 +11,9 @@ use uet_fwif::ReturnCode;
 /// | outcome | errno |
 /// |---|---|
 /// | `fi_addr` not in the AV (never inserted, removed, out of range) | `FI_EADDRNOTAVAIL` |
-/// | target: RC_BAD_JOB_ID, RC_PERM_VIOLATION, RC_BAD_MKEY | `FI_EACCES` |
+/// | target: RC_BAD_JOB_ID, RC_PERM_VIOLATION (RMA: wrong key, range or access), RC_BAD_MKEY | `FI_EACCES` |
 /// | target: RC_BAD_PID, RC_BAD_INDEX (no such endpoint or resource there) | `FI_EADDRNOTAVAIL` |
-/// | target: RC_UNDELIVERABLE (no receive buffer) | `FI_ENORX` |
+/// | target: RC_UNDELIVERABLE (no receive buffer, unexpected list full) | `FI_ENORX` |
 /// | target: RC_TOO_LONG | `FI_EMSGSIZE` |
 /// | target: any other error code | `FI_EREMOTEIO` |
 /// | message longer than the receive buffer | `FI_ETRUNC` |
@@ -53,6 +53,7 @@ impl DriverError {
                 Status::NoResources => FiErrno::FI_ENOSPC,
                 Status::Busy => FiErrno::FI_EBUSY,
                 Status::InvalidOpcode => FiErrno::FI_ENOSYS,
+                Status::KeyExists => FiErrno::FI_ENOKEY,
                 Status::InvalidField | Status::InvalidHandle | Status::IndexOutOfRange => {
                     FiErrno::FI_EINVAL
                 }
@@ -63,7 +64,9 @@ impl DriverError {
             DriverError::MessageTooLong { .. } => FiErrno::FI_EMSGSIZE,
             DriverError::Full(_) => FiErrno::FI_EAGAIN,
             DriverError::Dma(_) => FiErrno::FI_ENOMEM,
-            DriverError::DeviceGone | DriverError::NotOurDevice { .. } => FiErrno::FI_ENODEV,
+            DriverError::DeviceGone
+            | DriverError::NotOurDevice { .. }
+            | DriverError::InterfaceTooOld { .. } => FiErrno::FI_ENODEV,
             _ => FiErrno::FI_EIO,
         }
     }

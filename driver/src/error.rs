@@ -33,6 +33,14 @@ pub enum DriverError {
         /// The driver's.
         driver: u8,
     },
+    /// The device speaks an older minor version of the host interface than the driver needs.
+    #[error("device host interface v1.{device}, driver needs v1.{required} or later")]
+    InterfaceTooOld {
+        /// The device's minor version.
+        device: u8,
+        /// The oldest the driver drives.
+        required: u8,
+    },
     /// The device did not become ready after reset.
     #[error("device not ready {waited:?} after function reset")]
     NotReady {

@@ -8,6 +8,7 @@
 //! | `fi_av` | [`Av`] (`uet-av`'s mirror over [`av::NicAv`]) | an AV table (AV_CREATE, AV_WRITE, …) |
 //! | `fi_endpoint` + its CQ | [`Endpoint`] | an endpoint with a PIDonFEP and resource indices |
 //! | registered buffers | [`DmaPool`], [`DmaBuffer`] | memory mapped for DMA |
+//! | `fi_mr` | [`MemoryRegion`] | a memory region bound to an RMA resource index (MR_REGISTER) |
 //!
 //! Backends implement [`Device`]; the in-process simulator backend is [`backend::sim`]
 //! (feature `sim`, on by default).
@@ -37,14 +38,17 @@ pub mod eq;
 pub mod errno;
 pub mod error;
 pub mod mapped;
+pub mod mr;
 pub mod nic;
 pub mod pool;
 
 pub use av::Av;
 pub use device::{Device, DeviceError};
-pub use endpoint::{CqError, CqEvent, Endpoint, EndpointAttr};
+pub use endpoint::{CqError, CqEvent, CqOp, Endpoint, EndpointAttr, EndpointStats};
 pub use eq::{EqAttr, EqErrEntry, EqEvent, EqEventKind, EventQueue, WaitObj};
 pub use error::DriverError;
+pub use mapped::MappedRegion;
+pub use mr::{MemoryRegion, MrAccess, MrMemory};
 pub use nic::{Capabilities, Identity, Nic};
 pub use pool::{DmaBuffer, DmaPool};
 pub use uet_av;

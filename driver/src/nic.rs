@@ -3,11 +3,12 @@
 //! [`Nic::open`] follows the register reference (`regs/REGISTERS.md`) step by step:
 //!
 //! 1. `ID`: all ones means the function is gone; anything but `0xFFFE:0x0001` is not ours.
-//! 2. `REVISION.interface_major` must equal the driver's [`uet_regs::INTERFACE_MAJOR`].
+//! 2. `REVISION.interface_major` must equal the driver's [`uet_regs::INTERFACE_MAJOR`], and
+//!    `interface_minor` be at least [`REQUIRED_INTERFACE_MINOR`]: the driver speaks the 1.2
+//!    datapath layouts (64-byte completions, tagged RX ring) only.
 //! 3. `FUNCTION_RESET.reset = 1`, then wait for `DEV_STATUS.ready`: start from a known state
 //!    whatever a previous owner left behind.
-//! 4. Read the capability registers `CAP_*`. `CAP_MAX_MSG` exists from interface 1.1; on an
-//!    older device the largest message is one MTU.
+//! 4. Read the capability registers `CAP_*`.
 //! 5. Allocate the admin rings and scratch memory, map them for DMA, program `ADMIN_SQ_BASE`,
 //!    `ADMIN_CQ_BASE`, `ADMIN_QUEUE_SIZE` and `ADMIN_CQ_HEAD`.
 //! 6. `DEV_CTRL.enable = 1`; `DEV_STATUS.enabled` must follow, else `FATAL_ERROR` says why.
@@ -29,11 +30,14 @@ use uet_fwif::admin::{BufferBody, Command};
 use uet_fwif::identify::IdentifyData;
 use uet_regs::{
     DevCtrl, FunctionReset, Mmio, RegisterAccess, CAP_AV, CAP_AV_ENTRIES, CAP_EP, CAP_MAX_MSG,
-    CAP_PID_ON_FEP, CAP_PROFILES, CAP_QUEUES, CAP_RESOURCE_INDEX, DEV_CTRL, DEV_STATUS,
+    CAP_PID_ON_FEP, CAP_PROFILES, CAP_QUEUES, CAP_RESOURCE_INDEX, CAP_TAGGED, DEV_CTRL, DEV_STATUS,
     FATAL_ERROR, FUNCTION_RESET, FW_VERSION, ID, REVISION,
 };
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::FromZeros;
+
+/// The oldest interface minor version the driver drives (see [`uet_regs::INTERFACE_MINOR`]).
+pub const REQUIRED_INTERFACE_MINOR: u8 = 2;
 
 /// How long the driver waits for `DEV_STATUS.ready` after a reset.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(1);
@@ -71,9 +75,16 @@ pub struct Capabilities {
     pub hpc: bool,
     /// Payload bytes per packet: the NIC segments longer messages at this size.
     pub mtu: u16,
-    /// Largest message in bytes (`CAP_MAX_MSG`; one MTU on an interface 1.0 device). Never
-    /// below `mtu`.
+    /// Largest message in bytes (`CAP_MAX_MSG`). Never below `mtu`.
     pub max_msg_size: u32,
+    /// Tagged messages the NIC holds per endpoint before a matching receive is posted
+    /// (`CAP_TAGGED.unexpected_entries`).
+    pub unexpected_entries: u16,
+    /// Unexpected payload the NIC holds per endpoint, KiB (`CAP_TAGGED.unexpected_kib`).
+    pub unexpected_kib: u16,
+    /// Largest `inject` payload (`fi_info.tx_attr.inject_size`):
+    /// [`uet_fwif::datapath::MAX_INJECT_BYTES`].
+    pub inject_size: usize,
     /// Largest admin ring.
     pub max_admin_entries: u16,
     /// Largest datapath ring.
@@ -81,7 +92,7 @@ pub struct Capabilities {
 }
 
 impl Capabilities {
-    fn read(bar: &dyn Mmio, interface_minor: u8) -> Self {
+    fn read(bar: &dyn Mmio) -> Self {
         let av = bar.read(CAP_AV);
         let ep = bar.read(CAP_EP);
         let pid = bar.read(CAP_PID_ON_FEP);
@@ -89,11 +100,8 @@ impl Capabilities {
         let prof = bar.read(CAP_PROFILES);
         let q = bar.read(CAP_QUEUES);
         let mtu = prof.mtu();
-        let max_msg_size = if interface_minor >= 1 {
-            bar.read(CAP_MAX_MSG).max(u32::from(mtu))
-        } else {
-            u32::from(mtu)
-        };
+        let max_msg_size = bar.read(CAP_MAX_MSG).max(u32::from(mtu));
+        let tagged = bar.read(CAP_TAGGED);
         Capabilities {
             av_tables: av.max_tables(),
             av_entry_bytes: av.entry_bytes(),
@@ -111,6 +119,9 @@ impl Capabilities {
             hpc: prof.hpc(),
             mtu,
             max_msg_size,
+            unexpected_entries: tagged.unexpected_entries(),
+            unexpected_kib: tagged.unexpected_kib(),
+            inject_size: uet_fwif::datapath::MAX_INJECT_BYTES,
             max_admin_entries: q.max_admin_entries(),
             max_queue_entries: q.max_queue_entries(),
         }
@@ -224,6 +235,12 @@ impl Nic {
                 driver: uet_regs::INTERFACE_MAJOR,
             });
         }
+        if rev.interface_minor() < REQUIRED_INTERFACE_MINOR {
+            return Err(DriverError::InterfaceTooOld {
+                device: rev.interface_minor(),
+                required: REQUIRED_INTERFACE_MINOR,
+            });
+        }
         // 3. Function reset, wait for ready.
         bar.write(FUNCTION_RESET, FunctionReset::new().with_reset(true));
         let start = Instant::now();
@@ -236,7 +253,7 @@ impl Nic {
             std::thread::yield_now();
         }
         // 4. Capabilities.
-        let caps = Capabilities::read(bar, rev.interface_minor());
+        let caps = Capabilities::read(bar);
         tracing::debug!(?caps, "capabilities");
         // 5. Admin queue.
         let iova = IovaAllocator::new();
@@ -316,6 +333,12 @@ impl Nic {
             .iter()
             .map(|r| (r.info.name, self.inner.bar().read(*r)))
             .collect()
+    }
+
+    /// DMA memory of `len` bytes at a fresh IOVA, mapped for this NIC (unmapped on drop): for
+    /// memory regions larger than a pool buffer.
+    pub fn map_dma(&self, len: usize) -> Result<MappedRegion, DriverError> {
+        self.inner.map_new(len)
     }
 
     /// Set the admin command timeout.

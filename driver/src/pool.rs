@@ -4,7 +4,7 @@
 //! back in the completion. The free list is a lock-free queue, so allocating and freeing on the
 //! datapath takes no lock and no allocation.
 
-use crate::dma::DmaError;
+use crate::dma::{DmaError, DmaRegion};
 use crate::error::DriverError;
 use crate::mapped::MappedRegion;
 use crate::nic::Nic;
@@ -68,6 +68,15 @@ impl DmaPool {
     pub fn available(&self) -> usize {
         self.inner.free.len()
     }
+
+    /// Bytes of DMA memory behind the pool (`buf_size` × buffers).
+    pub fn bytes(&self) -> usize {
+        self.inner.region.region().len()
+    }
+
+    pub(crate) fn region(&self) -> &DmaRegion {
+        self.inner.region.region()
+    }
 }
 
 /// One DMA buffer of a [`DmaPool`]; returns to its pool when dropped.
@@ -78,8 +87,12 @@ pub struct DmaBuffer {
 }
 
 impl DmaBuffer {
-    fn offset(&self) -> usize {
+    pub(crate) fn offset(&self) -> usize {
         self.index as usize * self.pool.buf_size
+    }
+
+    pub(crate) fn region(&self) -> &DmaRegion {
+        self.pool.region.region()
     }
 
     /// The IOVA of the buffer's first byte.

@@ -28,6 +28,29 @@
 //! | `AV_WRITE` 0x22 | AV | [`BufferBody`]: `count` × [`crate::AvWriteRecord`] | entries written |
 //! | `AV_INVALIDATE` 0x23 | AV | [`RangeBody`]: `count` entries from `first`, or a list of `count` u32 indices at `buf` | entries invalidated |
 //! | `AV_READ` 0x24 | AV | [`RangeBody`]: `count` × [`crate::NicAvEntry`] from `first` into `buf` | entries read |
+//! | `MR_REGISTER` 0x30 | endpoint the region is bound to | [`MrRegisterBody`] | MR handle / resource index (RMA space) |
+//! | `MR_DEREGISTER` 0x31 | MR | [`MrDeregisterBody`]: the region's memory key | — |
+//! | `COUNTERS_READ` 0x40 | endpoint | [`BufferBody`]: one [`crate::counters::EndpointCounters`] into `buf` (`len` at least its size, `count` 0) | bytes written |
+//!
+//! ## Memory regions
+//!
+//! MR_REGISTER makes `[iova, iova + len)` of host memory reachable by remote WRITE and/or READ
+//! requests (`access`: [`MR_ACCESS_REMOTE_READ`], [`MR_ACCESS_REMOTE_WRITE`]) that carry
+//! `key` and name `resource_index` in the RMA space of the endpoint (see
+//! [`crate::datapath`]). `resource_index` 0 lets the NIC assign the endpoint's first index;
+//! any other value must lie inside the endpoint's range. Memory keys are unique on the NIC
+//! (the libfabric domain): registering a key in use completes [`Status::KeyExists`]. The whole
+//! range must be mapped for DMA when the region is registered. MR handles are not reused
+//! before 2^32 registrations, and MR_DEREGISTER must name the region's key as well as its
+//! handle, so a stale handle never removes another region.
+//!
+//! MR_DEREGISTER while RMA requests to the region are in flight: the region is removed when
+//! the command completes. Packets already accepted stay written or read; every packet that
+//! arrives afterwards — including later packets of a multi-packet WRITE or later READ
+//! requests of a segmented READ — is answered RC_PERM_VIOLATION, so the initiator's operation
+//! completes with that error and never reports success for bytes that did not land. After the
+//! completion the NIC never touches the memory again, and the host may unmap it. ENDPOINT_DESTROY
+//! removes the endpoint's regions.
 //!
 //! Every reserved field must be zero; a command that violates its layout completes with
 //! [`Status::InvalidField`] and changes nothing. A batch command (AV_WRITE, AV_INVALIDATE) is
@@ -63,6 +86,12 @@ pub enum Opcode {
     AvInvalidate = 0x23,
     /// Read AV entries back.
     AvRead = 0x24,
+    /// Register a memory region for remote access.
+    MrRegister = 0x30,
+    /// Deregister a memory region.
+    MrDeregister = 0x31,
+    /// Read an endpoint's counters.
+    CountersRead = 0x40,
 }
 
 impl Opcode {
@@ -77,6 +106,9 @@ impl Opcode {
             0x22 => Opcode::AvWrite,
             0x23 => Opcode::AvInvalidate,
             0x24 => Opcode::AvRead,
+            0x30 => Opcode::MrRegister,
+            0x31 => Opcode::MrDeregister,
+            0x40 => Opcode::CountersRead,
             _ => return None,
         })
     }
@@ -92,6 +124,9 @@ impl Opcode {
             Opcode::AvWrite => "AV_WRITE",
             Opcode::AvInvalidate => "AV_INVALIDATE",
             Opcode::AvRead => "AV_READ",
+            Opcode::MrRegister => "MR_REGISTER",
+            Opcode::MrDeregister => "MR_DEREGISTER",
+            Opcode::CountersRead => "COUNTERS_READ",
         }
     }
 }
@@ -127,6 +162,9 @@ pub enum Status {
     /// The device failed internally.
     #[error("internal device error")]
     Internal = 0x08,
+    /// The memory key is already registered on the NIC.
+    #[error("memory key in use")]
+    KeyExists = 0x09,
 }
 
 impl Status {
@@ -142,6 +180,7 @@ impl Status {
             0x05 => Status::IndexOutOfRange,
             0x06 => Status::DmaFault,
             0x07 => Status::Busy,
+            0x09 => Status::KeyExists,
             _ => Status::Internal,
         }
     }
@@ -261,14 +300,66 @@ pub struct EndpointCreateBody {
     pub cq_log2: u8,
     /// `EP_FLAG_*`.
     pub flags: u8,
+    /// log2 of the tagged RX ring size; 0: the endpoint has no tagged RX ring (its TAGGED
+    /// resource-index space is empty).
+    pub trx_log2: u8,
     /// Reserved, zero.
-    pub reserved: [u8; 18],
+    pub reserved0: [u8; 1],
+    /// IOVA of the tagged RX ring ([`crate::datapath::TaggedRxDescriptor`] entries); zero
+    /// when `trx_log2` is 0.
+    pub trx_ring: U64,
+    /// Reserved, zero.
+    pub reserved: [u8; 8],
+}
+
+/// [`MrRegisterBody::access`]: remote READ requests may read the region (`FI_REMOTE_READ`).
+pub const MR_ACCESS_REMOTE_READ: u8 = 1 << 0;
+/// [`MrRegisterBody::access`]: remote WRITE requests may write the region (`FI_REMOTE_WRITE`).
+pub const MR_ACCESS_REMOTE_WRITE: u8 = 1 << 1;
+
+/// Body of MR_REGISTER.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+#[repr(C)]
+pub struct MrRegisterBody {
+    /// IOVA of the region's first byte.
+    pub iova: U64,
+    /// Length in bytes (at least 1).
+    pub len: U64,
+    /// Memory key remote requests carry (SES bytes 24–31).
+    pub key: U64,
+    /// `MR_ACCESS_*`, at least one.
+    pub access: u8,
+    /// Reserved, zero.
+    pub reserved0: u8,
+    /// Resource index in the endpoint's RMA space; 0: the NIC assigns the endpoint's first.
+    pub resource_index: U16,
+    /// Reserved, zero.
+    pub reserved: [u8; 28],
+}
+
+/// Body of MR_DEREGISTER.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+pub struct MrDeregisterBody {
+    /// The region's memory key.
+    pub key: U64,
+    /// Reserved, zero.
+    pub reserved: [u8; 48],
 }
 
 macro_rules! body_size {
     ($($t:ty),*) => {$(const _: () = assert!(core::mem::size_of::<$t>() == 56);)*};
 }
-body_size!(BufferBody, RangeBody, AvCreateBody, EndpointCreateBody);
+body_size!(
+    BufferBody,
+    RangeBody,
+    AvCreateBody,
+    EndpointCreateBody,
+    MrRegisterBody,
+    MrDeregisterBody
+);
 
 /// A decoded admin command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -315,6 +406,27 @@ pub enum Command {
         /// Range and destination.
         body: RangeBody,
     },
+    /// MR_REGISTER bound to endpoint `endpoint`.
+    MrRegister {
+        /// Endpoint handle.
+        endpoint: u32,
+        /// The region.
+        body: MrRegisterBody,
+    },
+    /// MR_DEREGISTER.
+    MrDeregister {
+        /// MR handle.
+        mr: u32,
+        /// The region's key.
+        body: MrDeregisterBody,
+    },
+    /// COUNTERS_READ of endpoint `endpoint`.
+    CountersRead {
+        /// Endpoint handle.
+        endpoint: u32,
+        /// Destination buffer.
+        body: BufferBody,
+    },
 }
 
 fn body_of<T: IntoBytes + Immutable>(b: &T) -> [u8; 56] {
@@ -343,6 +455,9 @@ impl Command {
             Command::AvWrite { .. } => Opcode::AvWrite,
             Command::AvInvalidate { .. } => Opcode::AvInvalidate,
             Command::AvRead { .. } => Opcode::AvRead,
+            Command::MrRegister { .. } => Opcode::MrRegister,
+            Command::MrDeregister { .. } => Opcode::MrDeregister,
+            Command::CountersRead { .. } => Opcode::CountersRead,
         }
     }
 
@@ -358,6 +473,9 @@ impl Command {
             Command::AvInvalidate { av, body } | Command::AvRead { av, body } => {
                 (*av, body_of(body))
             }
+            Command::MrRegister { endpoint, body } => (*endpoint, body_of(body)),
+            Command::MrDeregister { mr, body } => (*mr, body_of(body)),
+            Command::CountersRead { endpoint, body } => (*endpoint, body_of(body)),
         };
         AdminCommand {
             opcode: self.opcode() as u8,
@@ -400,7 +518,11 @@ impl AdminCommand {
                 let b = EndpointCreateBody::read_from_bytes(&self.body)
                     .map_err(|_| Status::Internal)?;
                 reserved_clear(&b.reserved)?;
+                reserved_clear(&b.reserved0)?;
                 if b.flags & !EP_FLAG_ABSOLUTE != 0 {
+                    return Err(Status::InvalidField);
+                }
+                if b.trx_log2 == 0 && b.trx_ring.get() != 0 {
                     return Err(Status::InvalidField);
                 }
                 Command::EndpointCreate {
@@ -468,6 +590,45 @@ impl AdminCommand {
                     }
                 }
             }
+            Opcode::MrRegister => {
+                let b =
+                    MrRegisterBody::read_from_bytes(&self.body).map_err(|_| Status::Internal)?;
+                reserved_clear(&b.reserved)?;
+                let access = MR_ACCESS_REMOTE_READ | MR_ACCESS_REMOTE_WRITE;
+                if b.reserved0 != 0
+                    || b.access == 0
+                    || b.access & !access != 0
+                    || b.len.get() == 0
+                    || b.iova.get().checked_add(b.len.get()).is_none()
+                {
+                    return Err(Status::InvalidField);
+                }
+                Command::MrRegister {
+                    endpoint: handle,
+                    body: b,
+                }
+            }
+            Opcode::MrDeregister => {
+                let b =
+                    MrDeregisterBody::read_from_bytes(&self.body).map_err(|_| Status::Internal)?;
+                reserved_clear(&b.reserved)?;
+                Command::MrDeregister {
+                    mr: handle,
+                    body: b,
+                }
+            }
+            Opcode::CountersRead => {
+                let b = BufferBody::read_from_bytes(&self.body).map_err(|_| Status::Internal)?;
+                reserved_clear(&b.reserved)?;
+                let need = core::mem::size_of::<crate::counters::EndpointCounters>() as u64;
+                if b.count.get() != 0 || u64::from(b.len.get()) < need {
+                    return Err(Status::InvalidField);
+                }
+                Command::CountersRead {
+                    endpoint: handle,
+                    body: b,
+                }
+            }
         };
         Ok(cmd)
     }
@@ -523,6 +684,32 @@ mod tests {
                 },
             },
             Command::EndpointDestroy { endpoint: 7 },
+            Command::MrRegister {
+                endpoint: 2,
+                body: MrRegisterBody {
+                    iova: U64::new(0x10_0000),
+                    len: U64::new(4096),
+                    key: U64::new(0xC0FFEE),
+                    access: MR_ACCESS_REMOTE_WRITE,
+                    resource_index: U16::new(5),
+                    ..FromZeros::new_zeroed()
+                },
+            },
+            Command::MrDeregister {
+                mr: 9,
+                body: MrDeregisterBody {
+                    key: U64::new(0xC0FFEE),
+                    ..FromZeros::new_zeroed()
+                },
+            },
+            Command::CountersRead {
+                endpoint: 2,
+                body: BufferBody {
+                    buf: U64::new(0x4000),
+                    len: U32::new(1024),
+                    ..FromZeros::new_zeroed()
+                },
+            },
         ];
         for (i, c) in cmds.iter().enumerate() {
             let e = c.encode(i as u16);
@@ -550,9 +737,23 @@ mod tests {
         }
         .encode(0);
         assert_eq!(e.decode(), Err(Status::InvalidField));
+        // A region with no access, with undefined access bits, or empty.
+        for (access, len) in [(0, 16), (4, 16), (MR_ACCESS_REMOTE_READ, 0)] {
+            let e = Command::MrRegister {
+                endpoint: 1,
+                body: MrRegisterBody {
+                    iova: U64::new(0x1000),
+                    len: U64::new(len),
+                    access,
+                    ..FromZeros::new_zeroed()
+                },
+            }
+            .encode(0);
+            assert_eq!(e.decode(), Err(Status::InvalidField));
+        }
         for v in 0..=u16::MAX {
             let s = Status::from_u16(v);
-            if v <= 8 {
+            if v <= 9 {
                 assert_eq!(s as u16, v);
             } else {
                 assert_eq!(s, Status::Internal);

@@ -1,35 +1,115 @@
-//! Datapath rings: TX descriptors, RX descriptors and completions.
+//! Datapath rings: TX descriptors, RX descriptors, tagged RX descriptors and completions.
 //!
-//! Each endpoint owns three rings in host memory, given to the NIC by ENDPOINT_CREATE:
+//! Each endpoint owns up to four rings in host memory, given to the NIC by ENDPOINT_CREATE:
 //!
 //! * TX ring of 64-byte [`TxDescriptor`]s. The driver writes descriptors and rings
 //!   `TXQ_DOORBELL` with the new tail. A descriptor names its destination by `fi_addr_t` only:
 //!   the NIC translates it through the AV table bound to the endpoint. The host never looks a
 //!   peer up on the send path.
-//! * RX ring of 32-byte [`RxDescriptor`]s: receive buffers, consumed in order. `RXQ_DOORBELL`
-//!   carries the new tail.
-//! * Completion ring of 32-byte [`Completion`]s, written by the NIC with a phase bit (see
+//! * RX ring of 32-byte [`RxDescriptor`]s: receive buffers for untagged messages, consumed in
+//!   order. `RXQ_DOORBELL` carries the new tail.
+//! * Tagged RX ring of 64-byte [`TaggedRxDescriptor`]s (optional, since interface 1.2):
+//!   tagged receives. `TRXQ_DOORBELL` carries the new tail. The NIC moves each descriptor
+//!   onto the endpoint's posted-receive list as soon as it reads it (see *Tag matching*); the
+//!   ring entry is then free, but a receive completes only when a message matches it, so
+//!   tagged receives complete in matching order, not in posting order.
+//! * Completion ring of 64-byte [`Completion`]s, written by the NIC with a phase bit (see
 //!   [`crate::ring`]); the driver returns entries with `CQ_DOORBELL`. A full completion ring
-//!   stalls the endpoint's TX and RX engines; nothing is overwritten.
+//!   stalls the endpoint's engines; nothing is overwritten.
 //!
-//! A message is at most `CAP_MAX_MSG` bytes of payload (interface 1.1; in 1.0 it was one MTU).
-//! The NIC segments a message longer than the MTU (`CAP_PROFILES.mtu`) into MTU-sized UET
-//! packets — SOM on the first, EOM on the last, one message id — and the target NIC reassembles
-//! them, in whatever order they arrive, into the one receive buffer the first of them consumed.
-//! Either side still sees one descriptor and one completion per message: the send completes
-//! when every packet has been answered (with the first error, if any), the receive when every
-//! byte has arrived (`Truncated` when the message was longer than the buffer; nothing is
-//! written past it).
+//! ## Operations
+//!
+//! | [`TxOpcode`] | SES request opcode | `buf`, `len` | `match_bits` | `remote_offset` | `data` |
+//! |---|---|---|---|---|---|
+//! | `SEND` 0x01 | SEND 0x05 | payload | 0 | 0 | remote CQ data |
+//! | `TAGGED_SEND` 0x02 | TAGGED_SEND 0x09 | payload | tag (SES bytes 24–31) | 0 | remote CQ data |
+//! | `WRITE` 0x03 | WRITE 0x01 | payload | memory key (SES bytes 24–31) | offset in the region (SES bytes 12–19) | 0 |
+//! | `READ` 0x04 | READ 0x02 | local destination | memory key | offset in the region | 0 |
+//!
+//! A message is at most `CAP_MAX_MSG` bytes (interface 1.1; in 1.0 it was one MTU). The NIC
+//! segments a SEND, TAGGED_SEND or WRITE longer than the MTU (`CAP_PROFILES.mtu`) into
+//! MTU-sized UET packets — SOM on the first, EOM on the last, one message id — and the target
+//! reassembles (messages) or places (writes) them, in whatever order they arrive. A READ of
+//! `len` bytes travels as `max(1, ceil(len / mtu))` single-packet READ requests of at most one
+//! MTU each (SOM|EOM, `buffer_offset` advancing by the MTU); each is answered by one response
+//! with data that the NIC writes into `buf` at the same offset. Either side still sees one
+//! descriptor and one completion per operation: the initiator's completes when every packet
+//! has been answered (with the first error, if any).
+//!
+//! ## Inject
+//!
+//! A SEND or TAGGED_SEND with [`TX_FLAG_INJECT`] carries at most [`MAX_INJECT_BYTES`] of
+//! payload (`fi_info.tx_attr.inject_size`); a longer one completes `BadDescriptor`. Its
+//! payload lives in a driver-owned slot (one per TX ring entry), so the caller's buffer is
+//! free when the post returns. Its completion carries [`COMPLETION_FLAG_INJECT`]: a successful
+//! one only returns the ring slot to the driver and is never reported to the application
+//! (`fi_inject`: no completion on success); an error is reported as usual.
+//!
+//! ## Resource-index spaces
+//!
+//! UET gives RMA, SEND and TAGGED separate resource-index spaces. ENDPOINT_CREATE assigns an
+//! endpoint one range `[ri_start, ri_start + ri_count)` of 12-bit indices, advertised once in
+//! its address; the range is the endpoint's in each of the three spaces, and the request's SES
+//! opcode selects the space:
+//!
+//! | space | opcodes | index `ri_start + k` names | valid when |
+//! |---|---|---|---|
+//! | SEND | SEND | receive context `k`, served by the RX ring | inside the range |
+//! | TAGGED | TAGGED_SEND | tagged receive context `k`, served by the tagged RX ring | inside the range, and the endpoint has a tagged RX ring (else the space is empty) |
+//! | RMA | WRITE, READ | the memory regions bound to index `ri_start + k` by MR_REGISTER | inside the range |
+//!
+//! An initiator names index `entry.ri_start + rx_ctx` (the AV entry of `dest` and the receive
+//! context in its top bits) in every space. A request whose index is outside its space's range
+//! is answered RC_BAD_INDEX and counted in `RX_BAD_INDEX`.
+//!
+//! ## Tag matching
+//!
+//! A tagged receive matches a TAGGED_SEND whose match bits `t` satisfy
+//! `(recv.tag ^ t) & !recv.ignore == 0`. An arriving tagged message takes the first matching
+//! receive in posting order. When none matches, the NIC holds the message on the endpoint's
+//! *unexpected list* — at most `CAP_TAGGED.unexpected_entries` messages and
+//! `CAP_TAGGED.unexpected_kib` KiB of payload per endpoint — and answers it RC_OK with the SES
+//! response `list` = 1 (overflow list); a message that would exceed either bound is answered
+//! RC_UNDELIVERABLE and counted (`RX_UNEXPECTED_OVERFLOW`). A newly posted tagged receive first
+//! takes the oldest matching message of the unexpected list (in arrival order); only when none
+//! matches does it join the posted list. At most as many receives as the tagged RX ring has
+//! entries wait on the posted list; the NIC stops reading the ring while it is full.
+//!
+//! ## RMA
+//!
+//! A WRITE or READ is checked against the memory regions of the target endpoint (MR_REGISTER,
+//! see [`crate::admin`]): a region with the request's memory key must be bound to the request's
+//! resource index, grant the access (remote write for WRITE, remote read for READ), and
+//! contain `[buffer_offset, buffer_offset + request_length)`. Every packet checks the whole
+//! request range, so a request that fails writes or reads nothing at all; it is answered
+//! RC_PERM_VIOLATION and counted in `RX_PERM_VIOLATION`. The initiator's completion is then
+//! `Remote` with that return code. RMA produces no completion at the target.
 
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
+/// Largest payload of a descriptor with [`TX_FLAG_INJECT`], in bytes.
+pub const MAX_INJECT_BYTES: usize = 256;
+
+/// [`TxDescriptor::flags`]: the payload is inline in a driver-owned slot and a successful
+/// completion is not reported (`fi_inject`). SEND and TAGGED_SEND only.
+pub const TX_FLAG_INJECT: u8 = 1 << 0;
+
+/// [`Completion::flags`]: the completion of a descriptor posted with [`TX_FLAG_INJECT`].
+pub const COMPLETION_FLAG_INJECT: u8 = 1 << 0;
+
 /// TX descriptor opcodes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum TxOpcode {
-    /// Send a message to `dest`, to be matched against the peer's RX ring.
+    /// Send a message to `dest`, delivered into the peer's RX ring.
     Send = 0x01,
+    /// Send a tagged message to `dest`, matched against the peer's tagged receives.
+    TaggedSend = 0x02,
+    /// Write the payload into a memory region of `dest` (RMA write).
+    Write = 0x03,
+    /// Read from a memory region of `dest` into `buf` (RMA read).
+    Read = 0x04,
 }
 
 impl TxOpcode {
@@ -37,12 +117,34 @@ impl TxOpcode {
     pub const fn from_u8(v: u8) -> Option<Self> {
         match v {
             0x01 => Some(TxOpcode::Send),
+            0x02 => Some(TxOpcode::TaggedSend),
+            0x03 => Some(TxOpcode::Write),
+            0x04 => Some(TxOpcode::Read),
             _ => None,
         }
+    }
+
+    /// Whether the operation is RMA (WRITE or READ).
+    pub const fn is_rma(self) -> bool {
+        matches!(self, TxOpcode::Write | TxOpcode::Read)
     }
 }
 
 /// A TX ring entry.
+///
+/// | bytes | field |
+/// |---|---|
+/// | 0 | `opcode` ([`TxOpcode`]) |
+/// | 1 | `flags` ([`TX_FLAG_INJECT`]) |
+/// | 2–3 | reserved |
+/// | 4–7 | `len` |
+/// | 8–15 | `buf` |
+/// | 16–23 | `dest` |
+/// | 24–31 | `context` |
+/// | 32–39 | `data` |
+/// | 40–47 | `match_bits` |
+/// | 48–55 | `remote_offset` |
+/// | 56–63 | reserved |
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
 )]
@@ -50,23 +152,28 @@ impl TxOpcode {
 pub struct TxDescriptor {
     /// [`TxOpcode`].
     pub opcode: u8,
-    /// Reserved, zero.
+    /// `TX_FLAG_*`; undefined bits must be zero.
     pub flags: u8,
     /// Reserved, zero.
     pub reserved0: [u8; 2],
-    /// Payload length in bytes, at most `CAP_MAX_MSG`.
+    /// Payload (SEND, TAGGED_SEND, WRITE) or read length (READ) in bytes, at most
+    /// `CAP_MAX_MSG`.
     pub len: U32,
-    /// IOVA of the payload.
+    /// IOVA of the payload, or of the READ destination.
     pub buf: U64,
     /// Destination `fi_addr_t`: AV index in the low bits, receive context in the top
     /// `rx_ctx_bits` of the bound AV.
     pub dest: U64,
     /// Returned in the completion.
     pub context: U64,
-    /// Remote CQ data delivered with the message.
+    /// Remote CQ data delivered with a message; zero for WRITE and READ.
     pub data: U64,
+    /// TAGGED_SEND: the tag. WRITE, READ: the memory key. SEND: zero.
+    pub match_bits: U64,
+    /// WRITE, READ: byte offset within the target memory region. Otherwise zero.
+    pub remote_offset: U64,
     /// Reserved, zero.
-    pub reserved1: [u8; 24],
+    pub reserved1: [u8; 8],
 }
 
 /// An RX ring entry.
@@ -87,6 +194,40 @@ pub struct RxDescriptor {
     pub reserved: U64,
 }
 
+/// A tagged RX ring entry (`fi_trecv`).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+#[repr(C)]
+pub struct TaggedRxDescriptor {
+    /// IOVA of the buffer.
+    pub buf: U64,
+    /// Buffer length.
+    pub len: U32,
+    /// Reserved, zero.
+    pub flags: U32,
+    /// Returned in the completion.
+    pub context: U64,
+    /// Tag to match.
+    pub tag: U64,
+    /// Bits of the tag that are ignored when matching.
+    pub ignore: U64,
+    /// Reserved, zero.
+    pub reserved: [u8; 24],
+}
+
+impl TaggedRxDescriptor {
+    /// Whether a message with match bits `tag` matches this receive.
+    pub fn matches(&self, tag: u64) -> bool {
+        tag_matches(self.tag.get(), self.ignore.get(), tag)
+    }
+}
+
+/// The matching rule: `(recv_tag ^ msg_tag) & !ignore == 0`.
+pub const fn tag_matches(recv_tag: u64, ignore: u64, msg_tag: u64) -> bool {
+    (recv_tag ^ msg_tag) & !ignore == 0
+}
+
 /// What the local NIC concluded about a descriptor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
@@ -102,7 +243,7 @@ pub enum LocalStatus {
     /// The message was longer than the receive buffer; `len` bytes were delivered.
     Truncated = 4,
     /// The descriptor is malformed (unknown opcode, reserved fields set, length above
-    /// `CAP_MAX_MSG`).
+    /// `CAP_MAX_MSG`, inject above [`MAX_INJECT_BYTES`]).
     BadDescriptor = 5,
     /// No NIC answers at the destination fabric address.
     Unreachable = 6,
@@ -127,13 +268,42 @@ impl LocalStatus {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum CompletionKind {
-    /// A TX descriptor completed.
+    /// A TX descriptor completed (any [`TxOpcode`]; the completion's `opcode` says which).
     Send = 1,
     /// An RX descriptor was filled.
     Recv = 2,
+    /// A tagged RX descriptor was filled; `tag` holds the message's match bits.
+    TaggedRecv = 3,
 }
 
-/// A completion ring entry.
+impl CompletionKind {
+    /// Decode a kind byte.
+    pub const fn from_u8(v: u8) -> Option<Self> {
+        match v {
+            1 => Some(CompletionKind::Send),
+            2 => Some(CompletionKind::Recv),
+            3 => Some(CompletionKind::TaggedRecv),
+            _ => None,
+        }
+    }
+}
+
+/// A completion ring entry (64 bytes since interface 1.2).
+///
+/// | bytes | field |
+/// |---|---|
+/// | 0–7 | `context` |
+/// | 8–15 | `data` |
+/// | 16–23 | `src_addr` |
+/// | 24–31 | `tag` |
+/// | 32–35 | `len` |
+/// | 36 | `status` |
+/// | 37 | `return_code` |
+/// | 38 | `kind` |
+/// | 39 | `flags` |
+/// | 40 | `opcode` |
+/// | 41–62 | reserved, zero |
+/// | 63 | `phase`, written last |
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
 )]
@@ -146,6 +316,8 @@ pub struct Completion {
     /// Receive: the sender as an `fi_addr_t` of the bound AV (the NIC's reverse translation),
     /// its user id when the entry has one, or `FI_ADDR_NOTAVAIL`.
     pub src_addr: U64,
+    /// Tagged receive: the match bits the message carried. Otherwise zero.
+    pub tag: U64,
     /// Bytes transferred.
     pub len: U32,
     /// [`LocalStatus`].
@@ -154,13 +326,65 @@ pub struct Completion {
     pub return_code: u8,
     /// [`CompletionKind`].
     pub kind: u8,
+    /// `COMPLETION_FLAG_*`.
+    pub flags: u8,
+    /// TX completion: the descriptor's [`TxOpcode`]. Receive: zero.
+    pub opcode: u8,
+    /// Reserved, zero.
+    pub reserved: [u8; 22],
     /// Bit 0: phase. Written last.
     pub phase: u8,
 }
 
+/// Bytes of one completion entry.
+pub const COMPLETION_BYTES: usize = 64;
 /// Byte offset of [`Completion::phase`].
-pub const COMPLETION_PHASE_OFFSET: usize = 31;
+pub const COMPLETION_PHASE_OFFSET: usize = 63;
+/// Bytes of one TX descriptor.
+pub const TX_DESCRIPTOR_BYTES: usize = 64;
+/// Bytes of one RX descriptor.
+pub const RX_DESCRIPTOR_BYTES: usize = 32;
+/// Bytes of one tagged RX descriptor.
+pub const TAGGED_RX_DESCRIPTOR_BYTES: usize = 64;
 
-const _: () = assert!(core::mem::size_of::<TxDescriptor>() == 64);
-const _: () = assert!(core::mem::size_of::<RxDescriptor>() == 32);
-const _: () = assert!(core::mem::size_of::<Completion>() == 32);
+const _: () = assert!(core::mem::size_of::<TxDescriptor>() == TX_DESCRIPTOR_BYTES);
+const _: () = assert!(core::mem::size_of::<RxDescriptor>() == RX_DESCRIPTOR_BYTES);
+const _: () = assert!(core::mem::size_of::<TaggedRxDescriptor>() == TAGGED_RX_DESCRIPTOR_BYTES);
+const _: () = assert!(core::mem::size_of::<Completion>() == COMPLETION_BYTES);
+const _: () = assert!(core::mem::offset_of!(Completion, phase) == COMPLETION_PHASE_OFFSET);
+const _: () = assert!(core::mem::offset_of!(Completion, tag) == 24);
+const _: () = assert!(core::mem::offset_of!(Completion, opcode) == 40);
+const _: () = assert!(core::mem::offset_of!(TxDescriptor, match_bits) == 40);
+const _: () = assert!(core::mem::offset_of!(TxDescriptor, remote_offset) == 48);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tag_matching_rule() {
+        assert!(tag_matches(0x1234, 0, 0x1234));
+        assert!(!tag_matches(0x1234, 0, 0x1235));
+        assert!(tag_matches(0x1234, 0xF, 0x123F));
+        assert!(!tag_matches(0x1234, 0xF, 0x1334));
+        assert!(tag_matches(0, u64::MAX, 0xDEAD_BEEF));
+    }
+
+    #[test]
+    fn opcodes_round_trip() {
+        for op in [
+            TxOpcode::Send,
+            TxOpcode::TaggedSend,
+            TxOpcode::Write,
+            TxOpcode::Read,
+        ] {
+            assert_eq!(TxOpcode::from_u8(op as u8), Some(op));
+        }
+        assert_eq!(TxOpcode::from_u8(0), None);
+        assert_eq!(TxOpcode::from_u8(5), None);
+        for k in 1..=3 {
+            assert_eq!(CompletionKind::from_u8(k).map(|k| k as u8), Some(k));
+        }
+        assert_eq!(CompletionKind::from_u8(4), None);
+    }
+}

@@ -7,8 +7,9 @@
 //! | [`admin`] | the admin queue pair: 64-byte commands, 16-byte completions, opcodes, status codes |
 //! | [`identify`] | the IDENTIFY data page |
 //! | [`av_entry`] | the NIC AV entry (64 bytes) and the AV_WRITE record |
+//! | [`counters`] | the per-endpoint counter block COUNTERS_READ returns |
 //! | [`address`] | the UET endpoint address as `fi_getname` returns it (32 bytes, big-endian) |
-//! | [`datapath`] | TX/RX descriptors and datapath completions |
+//! | [`datapath`] | TX/RX/tagged-RX descriptors, datapath completions, resource-index spaces, tag matching, RMA and inject rules |
 //! | [`return_code`] | UET SES return codes, as carried in responses and completions |
 //! | [`ring`] | ring index arithmetic and the phase-bit rule shared by every ring |
 //!
@@ -23,6 +24,7 @@
 pub mod address;
 pub mod admin;
 pub mod av_entry;
+pub mod counters;
 pub mod datapath;
 pub mod identify;
 pub mod return_code;
@@ -31,7 +33,11 @@ pub mod ring;
 pub use address::{AddressError, UetAddress};
 pub use admin::{AdminCommand, AdminCompletion, Command, Opcode, Status};
 pub use av_entry::{AvWriteRecord, NicAvEntry};
-pub use datapath::{Completion, CompletionKind, LocalStatus, RxDescriptor, TxDescriptor, TxOpcode};
+pub use counters::EndpointCounters;
+pub use datapath::{
+    Completion, CompletionKind, LocalStatus, RxDescriptor, TaggedRxDescriptor, TxDescriptor,
+    TxOpcode,
+};
 pub use return_code::ReturnCode;
 
 /// `fi_addr_t` value meaning "no address" (`FI_ADDR_NOTAVAIL`, `FI_ADDR_UNSPEC`).

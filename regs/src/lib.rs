@@ -46,8 +46,16 @@ pub const BAR0_SIZE: u32 = 0x1000;
 /// Major version of the host interface (register map + `uet-fwif` layouts). A driver refuses a
 /// device whose major version differs from its own.
 pub const INTERFACE_MAJOR: u8 = 1;
-/// Minor version of the host interface: additions that an older driver may ignore.
-pub const INTERFACE_MINOR: u8 = 1;
+/// Minor version of the host interface.
+///
+/// | minor | adds |
+/// |---|---|
+/// | 1 | `CAP_MAX_MSG`: messages longer than the MTU |
+/// | 2 | tagged messages, RMA write/read, inject, memory regions, per-endpoint counters: `CAP_TAGGED`, `TRXQ_DOORBELL`, `RX_PERM_VIOLATION`, `RX_UNEXPECTED_OVERFLOW`, `RX_UNEXPECTED`; the 64-byte datapath completion |
+///
+/// The interface is pre-release: minor 2 changed the completion layout, and a driver of
+/// minor 2 refuses an older device.
+pub const INTERFACE_MINOR: u8 = 2;
 
 /// Width of a register access.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

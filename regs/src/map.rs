@@ -125,6 +125,16 @@ pub struct CapProfiles {
     pub mtu: u16,
 }
 
+/// [`CAP_TAGGED`]: tag matching (since interface 1.2).
+#[bitfield(u32)]
+pub struct CapTagged {
+    /// Tagged messages the NIC holds per endpoint on its unexpected list (arrived before a
+    /// matching tagged receive was posted).
+    pub unexpected_entries: u16,
+    /// Payload the NIC holds per endpoint on its unexpected list, in KiB.
+    pub unexpected_kib: u16,
+}
+
 /// [`CAP_QUEUES`]: queue depths.
 #[bitfield(u32)]
 pub struct CapQueues {
@@ -213,7 +223,8 @@ pub struct Interrupts {
     __: u32,
 }
 
-/// [`TXQ_DOORBELL`], [`RXQ_DOORBELL`], [`CQ_DOORBELL`]: a queue and its new index.
+/// [`TXQ_DOORBELL`], [`RXQ_DOORBELL`], [`CQ_DOORBELL`], [`TRXQ_DOORBELL`]: a queue and its
+/// new index.
 #[bitfield(u32)]
 pub struct QueueDoorbell {
     /// The new producer index (TX/RX) or consumer index (CQ).
@@ -226,7 +237,7 @@ reg_value!(
     Id => W32, Revision => W32, CapAv => W32, CapEp => W32, CapPidOnFep => W32,
     CapResourceIndex => W32, CapProfiles => W32, CapQueues => W32, DevCtrl => W32,
     DevStatus => W32, FunctionReset => W32, FatalError => W32, AdminQueueSize => W32,
-    RingIndex => W32, Interrupts => W32, QueueDoorbell => W32,
+    RingIndex => W32, Interrupts => W32, QueueDoorbell => W32, CapTagged => W32,
 );
 
 // Reset values of the reference model's capability registers.
@@ -333,6 +344,14 @@ register_map! {
     CAP_MAX_MSG: u32 = (0x02c, W32, Ro, reset 0x0010_0000, "capabilities") [
         f("bytes", 0, 32, "Largest message in bytes (at least CAP_PROFILES.mtu)."),
     ];
+    /// Tag matching (since interface 1.2): how much the NIC holds per endpoint on its
+    /// unexpected list — tagged messages that arrived before a matching tagged receive was
+    /// posted. A tagged message that would exceed either bound is answered RC_UNDELIVERABLE
+    /// and counted in `RX_UNEXPECTED_OVERFLOW`.
+    CAP_TAGGED: CapTagged = (0x030, W32, Ro, reset (4096 << 16) | 64, "capabilities") [
+        f("unexpected_entries", CapTagged::UNEXPECTED_ENTRIES_OFFSET, CapTagged::UNEXPECTED_ENTRIES_BITS, "Unexpected messages held per endpoint."),
+        f("unexpected_kib", CapTagged::UNEXPECTED_KIB_OFFSET, CapTagged::UNEXPECTED_KIB_BITS, "Unexpected payload held per endpoint, KiB."),
+    ];
 
     // ---- Global control and status: 0x040-0x07f --------------------------------------------
 
@@ -398,6 +417,9 @@ register_map! {
     RXQ_DOORBELL: QueueDoorbell = (0x104, W32, Wo, reset 0, "doorbells") DOORBELL;
     /// CQ doorbell: an endpoint's new completion ring consumer index (frees entries).
     CQ_DOORBELL: QueueDoorbell = (0x108, W32, Wo, reset 0, "doorbells") DOORBELL;
+    /// Tagged RX doorbell (since interface 1.2): an endpoint's new tagged receive ring
+    /// producer index. (0x10c is left for another doorbell.)
+    TRXQ_DOORBELL: QueueDoorbell = (0x110, W32, Wo, reset 0, "doorbells") DOORBELL;
 
     // ---- Counters: 0x200-0x2ff, 64-bit, free-running ---------------------------------------
 
@@ -429,6 +451,15 @@ register_map! {
     ADMIN_ERRORS: u64 = (0x260, W64, Ro, reset 0, "counters") COUNTER;
     /// Register accesses to offsets with no register.
     BAD_REGISTER_ACCESSES: u64 = (0x268, W64, Ro, reset 0, "counters") COUNTER;
+    /// RMA requests rejected with RC_PERM_VIOLATION: unknown memory key, key not bound to the
+    /// resource index, range outside the region, or access not granted.
+    RX_PERM_VIOLATION: u64 = (0x270, W64, Ro, reset 0, "counters") COUNTER;
+    /// Tagged messages refused with RC_UNDELIVERABLE because the endpoint's unexpected list
+    /// was full (`CAP_TAGGED`).
+    RX_UNEXPECTED_OVERFLOW: u64 = (0x278, W64, Ro, reset 0, "counters") COUNTER;
+    /// Tagged messages that arrived before a matching receive and were held on the
+    /// unexpected list.
+    RX_UNEXPECTED: u64 = (0x280, W64, Ro, reset 0, "counters") COUNTER;
 }
 
 /// Counters, in offset order, for `uetctl stats`.
@@ -447,4 +478,7 @@ pub const COUNTERS: &[Reg<u64>] = &[
     ADMIN_COMMANDS,
     ADMIN_ERRORS,
     BAD_REGISTER_ACCESSES,
+    RX_PERM_VIOLATION,
+    RX_UNEXPECTED_OVERFLOW,
+    RX_UNEXPECTED,
 ];

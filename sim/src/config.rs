@@ -10,7 +10,7 @@
 use std::net::IpAddr;
 use uet_regs::{
     CAP_AV, CAP_AV_ENTRIES, CAP_EP, CAP_MAX_MSG, CAP_PID_ON_FEP, CAP_PROFILES, CAP_QUEUES,
-    CAP_RESOURCE_INDEX,
+    CAP_RESOURCE_INDEX, CAP_TAGGED,
 };
 
 /// Largest MTU the model accepts (SES payload bytes per packet): the SES `payload_len` field
@@ -20,6 +20,8 @@ pub const MAX_MTU: u16 = 0x3FFF;
 pub const MAX_MSG_LIMIT: u32 = 1 << 30;
 /// Messages the reference model reassembles at once (all endpoints together).
 pub const DEFAULT_REASSEMBLY_SLOTS: u16 = 256;
+/// Memory regions the reference model holds at once (all endpoints together).
+pub const DEFAULT_MEMORY_REGIONS: u32 = 4096;
 
 /// Configuration of one simulated NIC.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,6 +66,14 @@ pub struct NicConfig {
     /// Multi-packet messages the RX engine reassembles at once, over all endpoints (no
     /// register: a model limit). A message beyond it is answered RC_UNDELIVERABLE.
     pub reassembly_slots: u16,
+    /// Tagged messages held per endpoint on the unexpected list
+    /// (`CAP_TAGGED.unexpected_entries`).
+    pub unexpected_entries: u16,
+    /// Unexpected payload held per endpoint, KiB (`CAP_TAGGED.unexpected_kib`).
+    pub unexpected_kib: u16,
+    /// Memory regions registered at once, over all endpoints (no register: a model limit).
+    /// MR_REGISTER beyond it completes NoResources.
+    pub memory_regions: u32,
     /// Largest admin ring (`CAP_QUEUES.max_admin_entries`).
     pub max_admin_entries: u16,
     /// Largest TX/RX/completion ring (`CAP_QUEUES.max_queue_entries`).
@@ -109,6 +119,9 @@ impl NicConfig {
             profiles: (prof.into_bits() & 0b111) as u8,
             max_msg: CAP_MAX_MSG.reset_value(),
             reassembly_slots: DEFAULT_REASSEMBLY_SLOTS,
+            unexpected_entries: CAP_TAGGED.reset_value().unexpected_entries(),
+            unexpected_kib: CAP_TAGGED.reset_value().unexpected_kib(),
+            memory_regions: DEFAULT_MEMORY_REGIONS,
             max_admin_entries: q.max_admin_entries(),
             max_queue_entries: q.max_queue_entries(),
         }
@@ -145,6 +158,12 @@ impl NicConfig {
         }
         if self.reassembly_slots == 0 {
             return Err("at least one reassembly slot");
+        }
+        if self.unexpected_entries == 0 || self.unexpected_kib == 0 {
+            return Err("the unexpected list must hold at least one message and 1 KiB");
+        }
+        if self.memory_regions == 0 {
+            return Err("at least one memory region");
         }
         if self.profiles & !0b111 != 0 {
             return Err("unknown profile bits");

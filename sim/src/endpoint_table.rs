@@ -7,13 +7,18 @@
 //!   space `[1, CAP_RESOURCE_INDEX.space)`; index 0 is reserved for the provider control
 //!   channel and never handed out.
 //! * Demultiplexing keys: JobID -> endpoints of that job, (JobID, PIDonFEP) -> endpoint.
-//! * Each endpoint owns a TX ring, an RX ring and a completion ring in host memory. The ring
-//!   indices the NIC tracks are here; the engines that use them are in `tx_engine` and
-//!   `rx_engine`.
+//! * Each endpoint owns a TX ring, an RX ring, an optional tagged RX ring and a completion ring
+//!   in host memory. The ring indices the NIC tracks are here; the engines that use them are
+//!   in `tx_engine`, `rx_engine` and `tag_match` (which also keeps the endpoint's posted
+//!   tagged receives and its unexpected list here).
+//! * Each endpoint has its counter block (`uet_fwif::counters`), zeroed at creation.
 
+use crate::tag_match::{PostedTagged, Unexpected};
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use uet_fwif::counters::RETURN_CODES;
 use uet_fwif::ring::RingGeometry;
-use uet_fwif::Completion;
+use uet_fwif::{Completion, EndpointCounters, ReturnCode};
+use zerocopy::FromZeros;
 
 /// A producer/consumer ring the NIC reads (TX, RX).
 #[derive(Clone, Copy, Debug)]
@@ -60,6 +65,86 @@ impl CqRing {
     }
 }
 
+/// The counters of one endpoint (see `uet_fwif::counters` for their meaning).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct EpStats {
+    pub tx_messages: u64,
+    pub tx_bytes: u64,
+    pub tx_tagged_messages: u64,
+    pub tx_inject_messages: u64,
+    pub rx_messages: u64,
+    pub rx_bytes: u64,
+    pub rx_tagged_messages: u64,
+    pub rx_unexpected: u64,
+    pub rma_writes: u64,
+    pub rma_write_bytes: u64,
+    pub rma_reads: u64,
+    pub rma_read_bytes: u64,
+    pub rma_target_write_bytes: u64,
+    pub rma_target_read_bytes: u64,
+    pub tx_errors: u64,
+    pub rx_errors: u64,
+    pub rejected: [u64; RETURN_CODES],
+}
+
+impl Default for EpStats {
+    fn default() -> Self {
+        EpStats {
+            tx_messages: 0,
+            tx_bytes: 0,
+            tx_tagged_messages: 0,
+            tx_inject_messages: 0,
+            rx_messages: 0,
+            rx_bytes: 0,
+            rx_tagged_messages: 0,
+            rx_unexpected: 0,
+            rma_writes: 0,
+            rma_write_bytes: 0,
+            rma_reads: 0,
+            rma_read_bytes: 0,
+            rma_target_write_bytes: 0,
+            rma_target_read_bytes: 0,
+            tx_errors: 0,
+            rx_errors: 0,
+            rejected: [0; RETURN_CODES],
+        }
+    }
+}
+
+impl EpStats {
+    /// Count a refused request.
+    pub(crate) fn reject(&mut self, rc: ReturnCode) {
+        if let Some(v) = self.rejected.get_mut(usize::from(rc as u8)) {
+            *v = v.wrapping_add(1);
+        }
+    }
+
+    /// The block COUNTERS_READ writes.
+    pub(crate) fn to_wire(self) -> EndpointCounters {
+        let mut c = EndpointCounters::new_zeroed();
+        c.tx_messages.set(self.tx_messages);
+        c.tx_bytes.set(self.tx_bytes);
+        c.tx_tagged_messages.set(self.tx_tagged_messages);
+        c.tx_inject_messages.set(self.tx_inject_messages);
+        c.rx_messages.set(self.rx_messages);
+        c.rx_bytes.set(self.rx_bytes);
+        c.rx_tagged_messages.set(self.rx_tagged_messages);
+        c.rx_unexpected.set(self.rx_unexpected);
+        c.rma_writes.set(self.rma_writes);
+        c.rma_write_bytes.set(self.rma_write_bytes);
+        c.rma_reads.set(self.rma_reads);
+        c.rma_read_bytes.set(self.rma_read_bytes);
+        c.rma_target_write_bytes.set(self.rma_target_write_bytes);
+        c.rma_target_read_bytes.set(self.rma_target_read_bytes);
+        c.tx_errors.set(self.tx_errors);
+        c.rx_errors.set(self.rx_errors);
+        for (w, &v) in c.rejected.iter_mut().zip(self.rejected.iter()) {
+            w.set(v);
+        }
+        c
+    }
+}
+
 /// One endpoint.
 #[derive(Debug)]
 pub(crate) struct Endpoint {
@@ -77,7 +162,17 @@ pub(crate) struct Endpoint {
     pub av: u32,
     pub tx: InRing,
     pub rx: InRing,
+    /// Tagged RX ring; `None`: the endpoint's TAGGED resource-index space is empty.
+    pub trx: Option<InRing>,
     pub cq: CqRing,
+    /// Tagged receives read from the ring and waiting for a message, in posting order.
+    pub posted_tagged: VecDeque<PostedTagged>,
+    /// Tagged messages that arrived before a matching receive, in arrival order.
+    pub unexpected: VecDeque<Unexpected>,
+    /// Payload bytes held on the unexpected list (whole `request_length` of each message).
+    pub unexpected_bytes: u64,
+    /// Counters.
+    pub stats: EpStats,
     /// Sends waiting for their response.
     pub outstanding: u32,
     /// Multi-packet messages being reassembled into this endpoint's receive buffers.
@@ -114,6 +209,7 @@ pub(crate) struct NewEndpoint {
     pub av: u32,
     pub tx: InRing,
     pub rx: InRing,
+    pub trx: Option<InRing>,
     pub cq: CqRing,
 }
 
@@ -209,7 +305,12 @@ impl EndpointTable {
             av: p.av,
             tx: p.tx,
             rx: p.rx,
+            trx: p.trx,
             cq: p.cq,
+            posted_tagged: VecDeque::new(),
+            unexpected: VecDeque::new(),
+            unexpected_bytes: 0,
+            stats: EpStats::default(),
             outstanding: 0,
             reassembling: 0,
             pending_cqes: VecDeque::new(),
@@ -248,6 +349,13 @@ impl EndpointTable {
         self.eps.keys().copied().collect()
     }
 
+    /// Whether `ri` lies in the endpoint's range (the same range in every space).
+    pub(crate) fn in_range(ep: &Endpoint, ri: u16) -> bool {
+        let start = u32::from(ep.ri_start);
+        let ri = u32::from(ri);
+        ri >= start && ri < start + u32::from(ep.ri_count)
+    }
+
     pub(crate) fn has_job(&self, job_id: u32) -> bool {
         self.jobs.contains_key(&job_id)
     }
@@ -279,6 +387,7 @@ mod tests {
             av: 0,
             tx: InRing::new(0, g),
             rx: InRing::new(0, g),
+            trx: None,
             cq: CqRing {
                 base: 0,
                 geom: g,

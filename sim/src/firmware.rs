@@ -13,16 +13,26 @@
 //! | AV_WRITE | AV exists else InvalidHandle; the `count` records read by DMA else DmaFault; every record: `index < capacity` else IndexOutOfRange, reserved word 0 and `NicAvEntry::check` else InvalidField — then all are written | records written |
 //! | AV_INVALIDATE | AV exists; range `[first, first+count)` inside the table, or every listed u32 index (read by DMA) inside it, else IndexOutOfRange — then all are invalidated | entries invalidated |
 //! | AV_READ | AV exists; `[first, first+count)` inside the table else IndexOutOfRange; entries written by DMA else DmaFault | entries read |
-//! | ENDPOINT_CREATE | handle = AV to bind (0: none) exists else InvalidHandle; ring log2 sizes in 1..=15 and at most `CAP_QUEUES.max_queue_entries` entries, ring bases aligned to their entry size, `ri_count` in 1..=`CAP_RESOURCE_INDEX.max_per_endpoint`, JobID within 24 bits, else InvalidField; every ring entirely DMA-mapped else DmaFault; a free endpoint, PIDonFEP and contiguous resource-index range else NoResources | endpoint handle \| PIDonFEP << 16 / ri_start \| ri_count << 16 |
-//! | ENDPOINT_DESTROY | endpoint exists else InvalidHandle; releases its PIDonFEP and indices, unbinds its AV | — |
+//! | ENDPOINT_CREATE | handle = AV to bind (0: none) exists else InvalidHandle; ring log2 sizes in 1..=15 and at most `CAP_QUEUES.max_queue_entries` entries (the tagged RX ring's may also be 0: none), ring bases aligned to their entry size, `ri_count` in 1..=`CAP_RESOURCE_INDEX.max_per_endpoint`, JobID within 24 bits, else InvalidField; every ring entirely DMA-mapped else DmaFault; a free endpoint, PIDonFEP and contiguous resource-index range else NoResources | endpoint handle \| PIDonFEP << 16 / ri_start \| ri_count << 16 |
+//! | ENDPOINT_DESTROY | endpoint exists else InvalidHandle; releases its PIDonFEP and indices, unbinds its AV, removes its memory regions, drops its posted tagged receives and unexpected list | — |
+//! | MR_REGISTER | endpoint exists else InvalidHandle; `resource_index` 0 (assign `ri_start`) or inside the endpoint's range else IndexOutOfRange; the whole region DMA-mapped else DmaFault; key not registered on the NIC else KeyExists; a free region else NoResources | MR handle / resource index |
+//! | MR_DEREGISTER | a region with the handle and the body's key exists else InvalidHandle | — |
+//! | COUNTERS_READ | endpoint exists else InvalidHandle; the block written by DMA else DmaFault | bytes written |
 //!
 //! A DmaFault status also counts in `DMA_FAULTS`.
 
 use crate::av_table::{AvTable, WriteConflict};
-use crate::endpoint_table::{AllocError, CqRing, InRing, NewEndpoint};
+use crate::endpoint_table::{AllocError, CqRing, EndpointTable, InRing, NewEndpoint};
+use crate::mr_table::{MemoryRegion, MrError};
 use crate::nic::Nic;
-use uet_fwif::admin::{AvCreateBody, BufferBody, EndpointCreateBody, RangeBody, EP_FLAG_ABSOLUTE};
+use uet_fwif::admin::{
+    AvCreateBody, BufferBody, EndpointCreateBody, MrDeregisterBody, MrRegisterBody, RangeBody,
+    EP_FLAG_ABSOLUTE,
+};
 use uet_fwif::av_entry::MAX_JOB_ID;
+use uet_fwif::datapath::{
+    COMPLETION_BYTES, RX_DESCRIPTOR_BYTES, TAGGED_RX_DESCRIPTOR_BYTES, TX_DESCRIPTOR_BYTES,
+};
 use uet_fwif::identify::{set_ascii_field, IdentifyData};
 use uet_fwif::ring::RingGeometry;
 use uet_fwif::{AdminCommand, AvWriteRecord, Command, NicAvEntry, Status};
@@ -48,6 +58,9 @@ impl Nic {
                 Command::AvRead { av, body } => self.fw_av_read(av, &body),
                 Command::EndpointCreate { av, body } => self.fw_endpoint_create(av, &body),
                 Command::EndpointDestroy { endpoint } => self.fw_endpoint_destroy(endpoint),
+                Command::MrRegister { endpoint, body } => self.fw_mr_register(endpoint, &body),
+                Command::MrDeregister { mr, body } => self.fw_mr_deregister(mr, &body),
+                Command::CountersRead { endpoint, body } => self.fw_counters_read(endpoint, &body),
             },
         };
         match r {
@@ -190,11 +203,18 @@ impl Nic {
                 .ok_or(Status::InvalidField)
         };
         let (tx_g, rx_g, cq_g) = (geom(b.tx_log2)?, geom(b.rx_log2)?, geom(b.cq_log2)?);
-        let rings = [
-            (b.tx_ring.get(), tx_g, 64u64),
-            (b.rx_ring.get(), rx_g, 32),
-            (b.cq_ring.get(), cq_g, 32),
+        let trx_g = match b.trx_log2 {
+            0 => None,
+            n => Some(geom(n)?),
+        };
+        let mut rings = vec![
+            (b.tx_ring.get(), tx_g, TX_DESCRIPTOR_BYTES as u64),
+            (b.rx_ring.get(), rx_g, RX_DESCRIPTOR_BYTES as u64),
+            (b.cq_ring.get(), cq_g, COMPLETION_BYTES as u64),
         ];
+        if let Some(g) = trx_g {
+            rings.push((b.trx_ring.get(), g, TAGGED_RX_DESCRIPTOR_BYTES as u64));
+        }
         if rings.iter().any(|&(base, _, size)| base % size != 0) {
             return Err(Status::InvalidField);
         }
@@ -223,6 +243,7 @@ impl Nic {
             av,
             tx: InRing::new(b.tx_ring.get(), tx_g),
             rx: InRing::new(b.rx_ring.get(), rx_g),
+            trx: trx_g.map(|g| InRing::new(b.trx_ring.get(), g)),
             cq: CqRing {
                 base: b.cq_ring.get(),
                 geom: cq_g,
@@ -253,9 +274,60 @@ impl Nic {
         if let Some(t) = self.avs.get_mut(ep.av) {
             t.bound = t.bound.saturating_sub(1);
         }
+        self.mrs.remove_endpoint(ep.serial);
         // Requests that waited for this endpoint's completion ring are answered by the
         // receive path again (now without the endpoint).
         self.rx_replay.extend(ep.rx_backlog);
         Ok((0, 0))
+    }
+
+    fn fw_mr_register(&mut self, endpoint: u32, b: &MrRegisterBody) -> FwResult {
+        let h = u16::try_from(endpoint).map_err(|_| Status::InvalidHandle)?;
+        let ep = self.eps.get(h).ok_or(Status::InvalidHandle)?;
+        let ri = match b.resource_index.get() {
+            0 => ep.ri_start,
+            ri if EndpointTable::in_range(ep, ri) => ri,
+            _ => return Err(Status::IndexOutOfRange),
+        };
+        let mr = MemoryRegion {
+            handle: 0,
+            iova: b.iova.get(),
+            len: b.len.get(),
+            access: b.access,
+            serial: ep.serial,
+            resource_index: ri,
+        };
+        if self.iommu.check(mr.iova, mr.len).is_err() {
+            return Err(self.dma_status());
+        }
+        let handle = match self.mrs.register(b.key.get(), mr) {
+            Ok(handle) => handle,
+            Err(MrError::KeyExists) => return Err(Status::KeyExists),
+            Err(MrError::Full) => return Err(Status::NoResources),
+        };
+        tracing::debug!(nic = %self.cfg.fabric_addr, handle, endpoint, ri, "memory region registered");
+        Ok((handle, u32::from(ri)))
+    }
+
+    fn fw_mr_deregister(&mut self, mr: u32, b: &MrDeregisterBody) -> FwResult {
+        if self.mrs.deregister(mr, b.key.get()) {
+            Ok((0, 0))
+        } else {
+            Err(Status::InvalidHandle)
+        }
+    }
+
+    fn fw_counters_read(&mut self, endpoint: u32, b: &BufferBody) -> FwResult {
+        let h = u16::try_from(endpoint).map_err(|_| Status::InvalidHandle)?;
+        let block = self
+            .eps
+            .get(h)
+            .ok_or(Status::InvalidHandle)?
+            .stats
+            .to_wire();
+        if self.iommu.write(b.buf.get(), block.as_bytes()).is_err() {
+            return Err(self.dma_status());
+        }
+        Ok((uet_fwif::EndpointCounters::BYTES as u32, 0))
     }
 }

@@ -16,9 +16,12 @@
 //! | `admin_queue` | admin SQ/CQ engine |
 //! | `firmware` | admin command handlers |
 //! | `av_table` | NIC AV tables and the FI_SOURCE reverse map |
-//! | `endpoint_table` | endpoints, PIDonFEP and resource-index allocators |
-//! | `tx_engine` | TX rings, AV translation, request generation, send completions |
+//! | `endpoint_table` | endpoints, PIDonFEP and resource-index allocators, per-endpoint counters |
+//! | `mr_table` | memory regions: keys, access, bounds |
+//! | `tx_engine` | TX rings, AV translation, request generation (SEND, TAGGED_SEND, WRITE, READ), send completions |
 //! | `rx_engine` | strict receive parsing, demultiplexing, delivery, responses |
+//! | `tag_match` | tagged RX rings, posted tagged receives, the unexpected list |
+//! | `rma_engine` | target side of WRITE and READ |
 //! | [`pds`], [`ses`] | UET headers |
 //! | [`frame`] | Ethernet/IP/UDP framing |
 //! | `fabric` | the in-memory switch and its packet capture |
@@ -40,7 +43,8 @@
 //!
 //! A [`SimFunction`] is one PCI function: BAR0 through [`uet_regs::Mmio`], DMA through
 //! [`SimFunction::dma_map`]. Execution is deterministic: a write to a doorbell
-//! (`ADMIN_SQ_DOORBELL`, `TXQ_DOORBELL`, `RXQ_DOORBELL`, `CQ_DOORBELL`, `ADMIN_CQ_HEAD`) or to
+//! (`ADMIN_SQ_DOORBELL`, `TXQ_DOORBELL`, `RXQ_DOORBELL`, `TRXQ_DOORBELL`, `CQ_DOORBELL`,
+//! `ADMIN_CQ_HEAD`) or to
 //! `DEV_CTRL` runs the whole fabric until idle before it returns, so by the time a driver looks
 //! at a completion ring everything its doorbell caused has happened. No threads are involved.
 
@@ -56,12 +60,15 @@ mod fabric;
 mod firmware;
 pub mod frame;
 mod iommu;
+mod mr_table;
 mod nic;
 pub mod pcap;
 pub mod pds;
 mod regfile;
+mod rma_engine;
 mod rx_engine;
 pub mod ses;
+mod tag_match;
 mod tx_engine;
 
 pub use config::NicConfig;

@@ -21,7 +21,9 @@
 //!   on an endpoint's own rings stops that endpoint only.
 //!
 //! Writes to `ADMIN_SQ_DOORBELL`, `ADMIN_CQ_HEAD`, `TXQ_DOORBELL`, `RXQ_DOORBELL`,
-//! `CQ_DOORBELL` and `DEV_CTRL` make the fabric run until idle before the write returns.
+//! `TRXQ_DOORBELL`, `CQ_DOORBELL` and `DEV_CTRL` make the fabric run until idle before the
+//! write returns. A `TRXQ_DOORBELL` for an endpoint without a tagged RX ring is ignored and
+//! counted like any doorbell whose index lies outside its ring.
 
 use crate::admin_queue::AdminQueue;
 use crate::av_table::AvTables;
@@ -29,14 +31,15 @@ use crate::config::NicConfig;
 use crate::counters::Counters;
 use crate::endpoint_table::EndpointTable;
 use crate::iommu::Iommu;
+use crate::mr_table::MrTable;
 use crate::pds::PdcTable;
 use crate::regfile::{Part, RegFile};
 use crate::rx_engine::Reassembler;
 use crate::tx_engine::{PendingPacket, PendingSend};
 use std::collections::{HashMap, VecDeque};
-use uet_fwif::datapath::COMPLETION_PHASE_OFFSET;
+use uet_fwif::datapath::{COMPLETION_BYTES, COMPLETION_PHASE_OFFSET};
 use uet_fwif::ring::phase_for_pass;
-use uet_fwif::Completion;
+use uet_fwif::{Completion, CompletionKind, LocalStatus};
 use uet_regs::{
     DevStatus, FatalError, Width, BAD_REGISTER_ACCESSES, DEV_STATUS, DMA_FAULTS, FATAL_ERROR,
     INTR_CAUSE,
@@ -48,6 +51,7 @@ use zerocopy::IntoBytes;
 pub(crate) enum QueueKind {
     Tx,
     Rx,
+    TaggedRx,
     Cq,
 }
 
@@ -61,6 +65,7 @@ pub(crate) struct Nic {
     pub admin: AdminQueue,
     pub avs: AvTables,
     pub eps: EndpointTable,
+    pub mrs: MrTable,
     pub pdcs: PdcTable,
     /// Packets awaiting their response, by (SPDCID, PSN).
     pub pending_tx: HashMap<(u16, u32), PendingPacket>,
@@ -92,6 +97,7 @@ impl Nic {
             admin: AdminQueue::default(),
             avs: AvTables::new(cfg.av_tables),
             eps: EndpointTable::new(cfg.endpoints, cfg.pid_first, cfg.pid_count, cfg.ri_space),
+            mrs: MrTable::new(cfg.memory_regions),
             pdcs: PdcTable::default(),
             pending_tx: HashMap::new(),
             tx_messages: HashMap::new(),
@@ -167,6 +173,10 @@ impl Nic {
                 self.queue_doorbell(QueueKind::Cq, v32);
                 true
             }
+            "TRXQ_DOORBELL" => {
+                self.queue_doorbell(QueueKind::TaggedRx, v32);
+                true
+            }
             _ => false,
         }
     }
@@ -205,6 +215,7 @@ impl Nic {
         self.admin = AdminQueue::default();
         self.avs.clear();
         self.eps.clear();
+        self.mrs.clear();
         self.pdcs.clear();
         self.pending_tx.clear();
         self.tx_messages.clear();
@@ -231,14 +242,29 @@ impl Nic {
         for h in self.eps.handles() {
             progress |= self.flush_completions(h);
             progress |= self.rx_backlog_poll(h);
+            progress |= self.trx_poll(h);
             progress |= self.tx_poll(h);
         }
         progress
     }
 
-    /// Queue a completion for an endpoint's completion ring and write what fits.
+    /// Queue a completion for an endpoint's completion ring and write what fits. Receive
+    /// completions count in the endpoint's counters here.
     pub(crate) fn post_completion(&mut self, handle: u16, c: Completion) {
         if let Some(ep) = self.eps.get_mut(handle) {
+            if c.kind != CompletionKind::Send as u8 {
+                let s = &mut ep.stats;
+                let status = LocalStatus::from_u8(c.status);
+                if matches!(status, LocalStatus::Ok | LocalStatus::Truncated) {
+                    s.rx_messages = s.rx_messages.wrapping_add(1);
+                    s.rx_bytes = s.rx_bytes.wrapping_add(u64::from(c.len.get()));
+                    if c.kind == CompletionKind::TaggedRecv as u8 {
+                        s.rx_tagged_messages = s.rx_tagged_messages.wrapping_add(1);
+                    }
+                } else {
+                    s.rx_errors = s.rx_errors.wrapping_add(1);
+                }
+            }
             ep.pending_cqes.push_back(c);
             self.flush_completions(handle);
         }
@@ -255,7 +281,7 @@ impl Nic {
                 break;
             };
             c.phase = u8::from(phase_for_pass(ep.cq.pass));
-            let addr = ep.cq.base + u64::from(ep.cq.tail) * 32;
+            let addr = ep.cq.base + u64::from(ep.cq.tail) * COMPLETION_BYTES as u64;
             let bytes = c.as_bytes();
             let (body, phase) = bytes.split_at(COMPLETION_PHASE_OFFSET);
             if self
@@ -304,6 +330,13 @@ impl Nic {
                 ep.rx.tail = index;
                 true
             }
+            QueueKind::TaggedRx => match ep.trx.as_mut() {
+                Some(r) if r.geom.contains(index) => {
+                    r.tail = index;
+                    true
+                }
+                _ => false,
+            },
             QueueKind::Cq if ep.cq.geom.contains(index) => {
                 // The driver may only return entries the NIC has written.
                 let g = ep.cq.geom;

@@ -14,7 +14,8 @@
 //! | 8–9 | SPDCID (the initiator's PDC) |
 //! | 10–11 | DPDCID (the target's PDC; with SYN: use_rsv_pdc(1) rsvd(3) psn_offset(12), 0 here) |
 //!
-//! ACK, 12 bytes ([`Ack`]): prologue type 7, next_hdr 4 (SES response), flags 0 ·
+//! ACK, 12 bytes ([`Ack`]): prologue type 7, next_hdr 4 (SES response) or 5 (SES response
+//! with data), flags 0 ·
 //! ack_psn_offset(16) · cack_psn(32) · SPDCID (the target's PDC) · DPDCID (the initiator's PDC).
 //!
 //! Reserved flag bits must be zero; a header with a wrong type, reserved bits set, or fewer than
@@ -40,6 +41,8 @@ pub const TYPE_ACK: u8 = 7;
 pub const NEXT_HDR_REQUEST_STD: u8 = 3;
 /// next_hdr: SES response.
 pub const NEXT_HDR_RESPONSE: u8 = 4;
+/// next_hdr: SES response with data (the answer to a READ).
+pub const NEXT_HDR_RESPONSE_DATA: u8 = 5;
 /// Request flag: retransmission.
 pub const FLAG_RETX: u8 = 0x10;
 /// Request flag: ACK requested.

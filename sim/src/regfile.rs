@@ -19,7 +19,7 @@
 use crate::config::NicConfig;
 use uet_regs::{
     Access, Reg, RegInfo, RegValue, Width, CAP_AV, CAP_AV_ENTRIES, CAP_EP, CAP_MAX_MSG,
-    CAP_PID_ON_FEP, CAP_PROFILES, CAP_QUEUES, CAP_RESOURCE_INDEX, REGISTERS,
+    CAP_PID_ON_FEP, CAP_PROFILES, CAP_QUEUES, CAP_RESOURCE_INDEX, CAP_TAGGED, REGISTERS,
 };
 
 /// Which part of a register an access covers.
@@ -115,6 +115,11 @@ impl RegFile {
             .with_max_queue_entries(cfg.max_queue_entries);
         put(&CAP_QUEUES.info, q.to_raw());
         put(&CAP_MAX_MSG.info, u64::from(cfg.max_msg));
+        let tagged = CAP_TAGGED
+            .reset_value()
+            .with_unexpected_entries(cfg.unexpected_entries)
+            .with_unexpected_kib(cfg.unexpected_kib);
+        put(&CAP_TAGGED.info, tagged.to_raw());
         RegFile {
             values: reset.clone(),
             reset,

@@ -11,6 +11,7 @@
 //! | SOM and EOM (single-packet message) | exactly `request_length` bytes |
 //! | SOM only (first packet) | 1 to `request_length - 1` bytes, at message offset 0 |
 //! | neither, or EOM only | `payload_len` bytes (1 or more, from SES bytes 32–35), at `message_offset`, ending before (EOM: exactly at) `request_length`; HD clear |
+//! | READ | SOM and EOM, no payload, HD clear (`request_length` is the number of bytes asked) |
 //!
 //! A request (PDS RUD_REQ + SES standard request) is always answered by one packet: a PDS ACK
 //! followed by an SES response carrying the return code — every packet of a multi-packet
@@ -22,10 +23,16 @@
 //! | relative addressing (REL): an endpoint with the JobID exists | RC_BAD_JOB_ID, `RX_BAD_JOB_ID` |
 //! | relative: an endpoint with (JobID, PIDonFEP) exists | RC_BAD_PID, `RX_BAD_PID` |
 //! | absolute (REL clear): an absolute-addressing endpoint with the PIDonFEP exists / its JobID matches | RC_BAD_PID / RC_BAD_JOB_ID |
-//! | resource index inside the endpoint's range | RC_BAD_INDEX, `RX_BAD_INDEX` |
-//! | opcode SEND | RC_UNSUPPORTED_OP |
-//! | `request_length <= CAP_MAX_MSG` | RC_TOO_LONG |
-//! | a posted RX descriptor (for the first packet of a message to arrive) | RC_UNDELIVERABLE, `RX_NO_BUFFER` |
+//! | opcode SEND, TAGGED_SEND, WRITE or READ | RC_UNSUPPORTED_OP |
+//! | resource index inside the endpoint's range of the opcode's space (SEND, TAGGED — empty without a tagged RX ring — or RMA; see `uet_fwif::datapath`) | RC_BAD_INDEX, `RX_BAD_INDEX` |
+//! | `request_length <= CAP_MAX_MSG` (READ: at most one MTU per request) | RC_TOO_LONG |
+//! | WRITE, READ: the memory-region checks (`mr_table`) | RC_PERM_VIOLATION, `RX_PERM_VIOLATION` |
+//! | SEND: a posted RX descriptor (for the first packet of a message to arrive) | RC_UNDELIVERABLE, `RX_NO_BUFFER` |
+//! | TAGGED_SEND: a matching posted tagged receive, or room on the unexpected list (`tag_match`) | RC_UNDELIVERABLE, `RX_UNEXPECTED_OVERFLOW` |
+//!
+//! Every refusal after the endpoint is known (from the opcode check on) also counts in the
+//! endpoint's `rejected[return code]`. WRITE and READ are handled by `rma_engine` and produce
+//! no completion at the target; SEND and TAGGED_SEND continue below.
 //!
 //! When the request is deliverable but the endpoint's completion ring has no room, the request
 //! waits in the endpoint's receive backlog (later requests for that endpoint queue behind it)
@@ -66,7 +73,14 @@
 //! return code rather than opening a new reassembly. Reassemblies of a destroyed endpoint are
 //! dropped.
 //!
-//! `RX_PACKETS` counts request packets accepted into a buffer, `RX_BYTES` the bytes written.
+//! Tagged messages (TAGGED_SEND) follow the same single- and multi-packet rules, but the
+//! buffer is the first matching posted tagged receive, or — when none matches — NIC memory on
+//! the endpoint's unexpected list (see `tag_match`); their completions are `TaggedRecv` and
+//! carry the message's match bits in `tag`.
+//!
+//! `RX_PACKETS` counts request packets accepted into a buffer (host or unexpected list),
+//! `RX_BYTES` the bytes written. Every receive completion also counts in the endpoint's
+//! `rx_messages`/`rx_bytes` (`rx_tagged_messages` for tagged; `rx_errors` when it failed).
 //!
 //! A response (PDS ACK + SES response) completes the matching send packet (see
 //! [`crate::tx_engine`]); one that matches no outstanding packet is dropped and counted.
@@ -93,29 +107,37 @@ pub const MAX_REASSEMBLY_RANGES: usize = 1024;
 
 /// What became of a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum RxOutcome {
+pub(crate) enum RxOutcome {
     /// Answered (delivered or rejected).
     Done,
     /// Waiting for completion-ring space.
     Stalled,
 }
 
-struct ParsedRequest<'a> {
-    dg: Datagram<'a>,
-    pds: RudRequest,
-    ses: StandardRequest,
-    payload: &'a [u8],
+pub(crate) struct ParsedRequest<'a> {
+    pub dg: Datagram<'a>,
+    pub pds: RudRequest,
+    pub ses: StandardRequest,
+    pub payload: &'a [u8],
     /// Message offset of the payload.
-    offset: u32,
+    pub offset: u32,
+}
+
+/// Which resource-index space a request addresses (by its SES opcode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Space {
+    Send,
+    Tagged,
+    Rma,
 }
 
 impl ParsedRequest<'_> {
-    fn single(&self) -> bool {
+    pub(crate) fn single(&self) -> bool {
         let both = ses::FLAG_SOM | ses::FLAG_EOM;
         self.ses.flags & both == both
     }
 
-    fn key(&self) -> MsgKey {
+    pub(crate) fn key(&self) -> MsgKey {
         MsgKey {
             src: self.dg.src_ip,
             initiator: self.ses.initiator,
@@ -134,6 +156,17 @@ fn parse_request(f: &[u8]) -> Option<ParsedRequest<'_>> {
     let total = usize::try_from(ses.request_length).ok()?;
     let n = payload.len();
     let eom = ses.flags & ses::FLAG_EOM != 0;
+    if ses.opcode == ses::OP_READ {
+        let som_eom = ses::FLAG_SOM | ses::FLAG_EOM;
+        let ok = ses.flags & som_eom == som_eom && n == 0 && ses.flags & ses::FLAG_HD == 0;
+        return ok.then_some(ParsedRequest {
+            dg,
+            pds,
+            ses,
+            payload,
+            offset: 0,
+        });
+    }
     let offset = match ses.segment() {
         // SOM: the message starts here.
         None => {
@@ -181,24 +214,67 @@ enum RangeInsert {
     TooFragmented,
 }
 
-/// One message being reassembled into a receive buffer.
+/// Where a message in reassembly is written.
 #[derive(Debug)]
-struct Reassembly {
-    handle: u16,
-    serial: u64,
-    buf: u64,
-    buf_len: u32,
-    context: U64,
-    total: u32,
-    received: u64,
+pub(crate) enum Sink {
+    /// A posted receive buffer in host memory.
+    Host { buf: u64, buf_len: u32 },
+    /// NIC memory of the unexpected list (`request_length` bytes).
+    Staged(Vec<u8>),
+}
+
+/// One message being reassembled into a receive buffer or the unexpected list.
+#[derive(Debug)]
+pub(crate) struct Reassembly {
+    pub handle: u16,
+    pub serial: u64,
+    pub sink: Sink,
+    pub kind: CompletionKind,
+    pub tag: u64,
+    pub context: U64,
+    pub total: u32,
+    pub received: u64,
     /// Received byte ranges, start -> end (exclusive), merged when adjacent.
-    ranges: BTreeMap<u32, u32>,
-    header_data: u64,
-    src_addr: u64,
-    dma_fault: bool,
+    pub ranges: BTreeMap<u32, u32>,
+    pub header_data: u64,
+    pub src_addr: u64,
+    pub dma_fault: bool,
 }
 
 impl Reassembly {
+    /// A reassembly of the message `p` starts for endpoint `handle`.
+    pub(crate) fn new(
+        handle: u16,
+        serial: u64,
+        sink: Sink,
+        kind: CompletionKind,
+        context: U64,
+        src_addr: u64,
+        p: &ParsedRequest<'_>,
+    ) -> Self {
+        Reassembly {
+            handle,
+            serial,
+            sink,
+            kind,
+            tag: p.ses.match_bits,
+            context,
+            total: p.ses.request_length,
+            received: 0,
+            ranges: BTreeMap::new(),
+            header_data: 0,
+            src_addr,
+            dma_fault: false,
+        }
+    }
+
+    fn list(&self) -> u8 {
+        match self.sink {
+            Sink::Host { .. } => ses::LIST_EXPECTED,
+            Sink::Staged(_) => ses::LIST_OVERFLOW,
+        }
+    }
+
     fn insert(&mut self, start: u32, end: u32) -> RangeInsert {
         let prev = self
             .ranges
@@ -258,7 +334,7 @@ enum Lookup {
 /// The RX engine's multi-packet state.
 #[derive(Debug, Default)]
 pub(crate) struct Reassembler {
-    active: HashMap<MsgKey, Reassembly>,
+    pub(crate) active: HashMap<MsgKey, Reassembly>,
     recent: HashMap<MsgKey, ReturnCode>,
     recent_order: VecDeque<MsgKey>,
 }
@@ -285,7 +361,7 @@ impl Reassembler {
     }
 
     /// Whether another message may start, after dropping reassemblies of destroyed endpoints.
-    fn has_room(&mut self, slots: u16, eps: &EndpointTable) -> bool {
+    pub(crate) fn has_room(&mut self, slots: u16, eps: &EndpointTable) -> bool {
         if self.active.len() < usize::from(slots) {
             return true;
         }
@@ -333,14 +409,16 @@ impl Nic {
 
     fn rx_response(&mut self, dg: &Datagram<'_>) {
         let parsed = Ack::parse(dg.payload).ok().and_then(|(ack, rest)| {
-            if ack.next_hdr != pds::NEXT_HDR_RESPONSE {
-                return None;
-            }
-            let (resp, _) = Response::parse(rest).ok()?;
-            Some((ack, resp))
+            let (resp, data) = Response::parse(rest).ok()?;
+            let ok = match ack.next_hdr {
+                pds::NEXT_HDR_RESPONSE => data.is_empty(),
+                pds::NEXT_HDR_RESPONSE_DATA => resp.opcode == ses::OP_RESPONSE_WITH_DATA,
+                _ => false,
+            };
+            ok.then_some((ack, resp, data))
         });
         match parsed {
-            Some((ack, resp)) => self.on_response(dg.src_ip, &ack, &resp),
+            Some((ack, resp, data)) => self.on_response(dg.src_ip, &ack, &resp, data),
             None => self.counters.inc(RX_MALFORMED),
         }
     }
@@ -392,16 +470,43 @@ impl Nic {
             }
             h
         };
+        if self.eps.get(handle).is_none() {
+            return Err(ReturnCode::BadPid);
+        }
+        Ok(handle)
+    }
+
+    /// The request's opcode and resource index, checked against the endpoint's spaces.
+    fn space_check(&mut self, handle: u16, s: &StandardRequest) -> Result<Space, ReturnCode> {
+        let space = match s.opcode {
+            ses::OP_SEND => Space::Send,
+            ses::OP_TAGGED_SEND => Space::Tagged,
+            ses::OP_WRITE | ses::OP_READ => Space::Rma,
+            _ => return Err(ReturnCode::UnsupportedOp),
+        };
         let Some(ep) = self.eps.get(handle) else {
             return Err(ReturnCode::BadPid);
         };
-        let ri = u32::from(s.resource_index);
-        let start = u32::from(ep.ri_start);
-        if ri < start || ri >= start + u32::from(ep.ri_count) {
+        let valid = EndpointTable::in_range(ep, s.resource_index)
+            && (space != Space::Tagged || ep.trx.is_some());
+        if !valid {
             self.counters.inc(RX_BAD_INDEX);
             return Err(ReturnCode::BadIndex);
         }
-        Ok(handle)
+        Ok(space)
+    }
+
+    /// Count a refusal in the endpoint's counters.
+    pub(crate) fn count_reject(&mut self, handle: u16, rc: ReturnCode) {
+        if let Some(ep) = self.eps.get_mut(handle) {
+            ep.stats.reject(rc);
+        }
+    }
+
+    /// Refuse a request addressed to endpoint `handle`: counted, answered.
+    pub(crate) fn reject(&mut self, handle: u16, p: &ParsedRequest<'_>, rc: ReturnCode) {
+        self.count_reject(handle, rc);
+        self.respond(p, rc, 0);
     }
 
     fn rx_request(&mut self, f: &[u8], from_backlog: bool) -> RxOutcome {
@@ -421,13 +526,22 @@ impl Nic {
                 return RxOutcome::Done;
             }
         };
-        if p.ses.opcode != ses::OP_SEND {
-            self.respond(&p, ReturnCode::UnsupportedOp, 0);
+        let space = match self.space_check(handle, &p.ses) {
+            Ok(s) => s,
+            Err(rc) => {
+                self.reject(handle, &p, rc);
+                return RxOutcome::Done;
+            }
+        };
+        let too_long = p.ses.request_length > self.cfg.max_msg
+            || (p.ses.opcode == ses::OP_READ && p.ses.request_length > u32::from(self.cfg.mtu));
+        if too_long {
+            self.counters.debug.rx_too_long += 1;
+            self.reject(handle, &p, ReturnCode::TooLong);
             return RxOutcome::Done;
         }
-        if p.ses.request_length > self.cfg.max_msg {
-            self.counters.debug.rx_too_long += 1;
-            self.respond(&p, ReturnCode::TooLong, 0);
+        if space == Space::Rma {
+            self.rx_rma(handle, &p);
             return RxOutcome::Done;
         }
         let single = p.single();
@@ -436,7 +550,7 @@ impl Nic {
             return RxOutcome::Done;
         };
         if ep.faulted {
-            self.respond(&p, ReturnCode::HostUnsuccessfulCompletion, 0);
+            self.reject(handle, &p, ReturnCode::HostUnsuccessfulCompletion);
             return RxOutcome::Done;
         }
         let serial = ep.serial;
@@ -464,9 +578,12 @@ impl Nic {
             ep.rx_backlog.push_back(f.to_vec());
             return RxOutcome::Stalled;
         }
+        if space == Space::Tagged {
+            return self.rx_tagged(handle, serial, &p, f, from_backlog);
+        }
         if !ep.rx.pending() {
             self.counters.inc(RX_NO_BUFFER);
-            self.refuse(&p, ReturnCode::Undeliverable);
+            self.refuse(handle, &p, ReturnCode::Undeliverable);
             return RxOutcome::Done;
         }
         if !ep.cq_has_room() {
@@ -478,7 +595,7 @@ impl Nic {
         }
         if !single && !self.reasm.has_room(self.cfg.reassembly_slots, &self.eps) {
             self.counters.debug.reassembly_overflows += 1;
-            self.refuse(&p, ReturnCode::Undeliverable);
+            self.refuse(handle, &p, ReturnCode::Undeliverable);
             return RxOutcome::Done;
         }
         let Some(ep) = self.eps.get_mut(handle) else {
@@ -488,7 +605,7 @@ impl Nic {
         let mut raw = [0u8; 32];
         if self.iommu.read(at, &mut raw).is_err() {
             self.ring_fault(handle);
-            self.refuse(&p, ReturnCode::HostUnsuccessfulCompletion);
+            self.refuse(handle, &p, ReturnCode::HostUnsuccessfulCompletion);
             return RxOutcome::Done;
         }
         ep.rx.head = ep.rx.geom.next(ep.rx.head);
@@ -496,18 +613,15 @@ impl Nic {
         let Ok(d) = RxDescriptor::read_from_bytes(&raw) else {
             return RxOutcome::Done;
         };
-        let src_addr = self.avs.get(av).map_or(uet_fwif::FI_ADDR_NOTAVAIL, |t| {
-            t.source(p.dg.src_ip, p.ses.initiator)
-        });
+        let src_addr = self.source_of(av, &p);
         let mut c = Completion {
             context: d.context,
             data: U64::new(p.ses.header_data),
             src_addr: U64::new(uet_fwif::FI_ADDR_NOTAVAIL),
-            len: U32::ZERO,
             status: LocalStatus::Ok as u8,
             return_code: ReturnCode::Ok as u8,
             kind: CompletionKind::Recv as u8,
-            phase: 0,
+            ..Completion::default()
         };
         if d.flags.get() != 0 || d.reserved.get() != 0 {
             c.status = LocalStatus::BadDescriptor as u8;
@@ -516,40 +630,59 @@ impl Nic {
                 c.data = U64::ZERO;
             }
             self.post_completion(handle, c);
-            self.refuse(&p, ReturnCode::Undeliverable);
+            self.refuse(handle, &p, ReturnCode::Undeliverable);
             return RxOutcome::Done;
         }
         if !single {
-            self.reasm.active.insert(
-                key,
-                Reassembly {
-                    handle,
-                    serial,
-                    buf: d.buf.get(),
-                    buf_len: d.len.get(),
-                    context: d.context,
-                    total: p.ses.request_length,
-                    received: 0,
-                    ranges: BTreeMap::new(),
-                    header_data: 0,
-                    src_addr,
-                    dma_fault: false,
-                },
+            let sink = Sink::Host {
+                buf: d.buf.get(),
+                buf_len: d.len.get(),
+            };
+            let r = Reassembly::new(
+                handle,
+                serial,
+                sink,
+                CompletionKind::Recv,
+                d.context,
+                src_addr,
+                &p,
             );
+            self.reasm.active.insert(key, r);
             if let Some(ep) = self.eps.get_mut(handle) {
                 ep.reassembling += 1;
             }
             return self.rx_segment(key, &p);
         }
-        let n = p.payload.len().min(d.len.get() as usize);
+        self.deliver_single(handle, &p, d.buf.get(), d.len.get(), c, src_addr);
+        RxOutcome::Done
+    }
+
+    /// The sender of a request as an `fi_addr_t` of AV `av`.
+    pub(crate) fn source_of(&self, av: u32, p: &ParsedRequest<'_>) -> u64 {
+        self.avs.get(av).map_or(uet_fwif::FI_ADDR_NOTAVAIL, |t| {
+            t.source(p.dg.src_ip, p.ses.initiator)
+        })
+    }
+
+    /// Write a single-packet message into a host buffer, complete it with `c` and answer it.
+    pub(crate) fn deliver_single(
+        &mut self,
+        handle: u16,
+        p: &ParsedRequest<'_>,
+        buf: u64,
+        buf_len: u32,
+        mut c: Completion,
+        src_addr: u64,
+    ) {
+        let n = p.payload.len().min(buf_len as usize);
         let data = p.payload.get(..n).unwrap_or(&[]);
-        if self.iommu.write(d.buf.get(), data).is_err() {
+        if self.iommu.write(buf, data).is_err() {
             self.dma_fault();
             c.status = LocalStatus::DmaFault as u8;
             c.return_code = ReturnCode::HostUnsuccessfulCompletion as u8;
             self.post_completion(handle, c);
-            self.respond(&p, ReturnCode::HostUnsuccessfulCompletion, 0);
-            return RxOutcome::Done;
+            self.reject(handle, p, ReturnCode::HostUnsuccessfulCompletion);
+            return;
         }
         if n < p.payload.len() {
             c.status = LocalStatus::Truncated as u8;
@@ -559,21 +692,20 @@ impl Nic {
         self.counters.inc(RX_PACKETS);
         self.counters.add(RX_BYTES, n as u64);
         self.post_completion(handle, c);
-        self.respond(&p, ReturnCode::Ok, n as u32);
-        RxOutcome::Done
+        self.respond(p, ReturnCode::Ok, n as u32);
     }
 
     /// Answer a request with an error; for a packet of a multi-packet message, the rest of the
     /// message gets the same answer.
-    fn refuse(&mut self, p: &ParsedRequest<'_>, rc: ReturnCode) {
+    pub(crate) fn refuse(&mut self, handle: u16, p: &ParsedRequest<'_>, rc: ReturnCode) {
         if !p.single() {
             self.reasm.finish(p.key(), rc);
         }
-        self.respond(p, rc, 0);
+        self.reject(handle, p, rc);
     }
 
     /// One packet of a message in reassembly.
-    fn rx_segment(&mut self, key: MsgKey, p: &ParsedRequest<'_>) -> RxOutcome {
+    pub(crate) fn rx_segment(&mut self, key: MsgKey, p: &ParsedRequest<'_>) -> RxOutcome {
         let Some(r) = self.reasm.active.get_mut(&key) else {
             return RxOutcome::Done;
         };
@@ -588,7 +720,8 @@ impl Nic {
             RangeInsert::New => {}
             RangeInsert::Duplicate => {
                 self.counters.debug.rx_duplicate_packets += 1;
-                self.respond(p, ReturnCode::Ok, 0);
+                let list = r.list();
+                self.respond_list(p, ReturnCode::Ok, 0, list, None);
                 return RxOutcome::Done;
             }
             RangeInsert::Overlap | RangeInsert::TooFragmented => {
@@ -600,14 +733,24 @@ impl Nic {
             r.header_data = p.ses.header_data;
         }
         // Only the part of the packet inside the buffer is written.
-        let inside = end.min(r.buf_len).saturating_sub(start);
+        let list = r.list();
+        let buf_len = match &r.sink {
+            Sink::Host { buf_len, .. } => *buf_len,
+            Sink::Staged(v) => v.len() as u32,
+        };
+        let inside = end.min(buf_len).saturating_sub(start);
         let mut rc = ReturnCode::Ok;
         if inside > 0 {
             let data = p.payload.get(..inside as usize).unwrap_or(&[]);
-            let written = r
-                .buf
-                .checked_add(u64::from(start))
-                .is_some_and(|at| self.iommu.write(at, data).is_ok());
+            let written = match &mut r.sink {
+                Sink::Host { buf, .. } => buf
+                    .checked_add(u64::from(start))
+                    .is_some_and(|at| self.iommu.write(at, data).is_ok()),
+                Sink::Staged(v) => v
+                    .get_mut(start as usize..(start + inside) as usize)
+                    .map(|dst| dst.copy_from_slice(data))
+                    .is_some(),
+            };
             if written {
                 self.counters.inc(RX_PACKETS);
                 self.counters.add(RX_BYTES, u64::from(inside));
@@ -619,25 +762,37 @@ impl Nic {
         } else {
             self.counters.inc(RX_PACKETS);
         }
+        let handle = r.handle;
         if r.received >= u64::from(r.total) {
             if let Some(r) = self.reasm.active.remove(&key) {
-                self.finish_reassembly(key, &r);
+                self.finish_reassembly(key, r);
             }
         }
         let delivered = if rc == ReturnCode::Ok { inside } else { 0 };
-        self.respond(p, rc, delivered);
+        if rc != ReturnCode::Ok {
+            self.count_reject(handle, rc);
+        }
+        self.respond_list(p, rc, delivered, list, None);
         RxOutcome::Done
     }
 
-    /// Every byte of a message arrived: complete its receive descriptor.
-    fn finish_reassembly(&mut self, key: MsgKey, r: &Reassembly) {
-        let delivered = r.total.min(r.buf_len);
+    /// Every byte of a message arrived: complete its receive descriptor, or mark its
+    /// unexpected-list entry complete.
+    fn finish_reassembly(&mut self, key: MsgKey, r: Reassembly) {
+        let buf_len = match r.sink {
+            Sink::Host { buf_len, .. } => buf_len,
+            Sink::Staged(data) => {
+                self.reasm.finish(key, ReturnCode::Ok);
+                return self.unexpected_complete(r.handle, r.serial, key, data, r.header_data);
+            }
+        };
+        let delivered = r.total.min(buf_len);
         let (status, rc) = if r.dma_fault {
             (
                 LocalStatus::DmaFault,
                 ReturnCode::HostUnsuccessfulCompletion,
             )
-        } else if r.total > r.buf_len {
+        } else if r.total > buf_len {
             (LocalStatus::Truncated, ReturnCode::Ok)
         } else {
             (LocalStatus::Ok, ReturnCode::Ok)
@@ -651,20 +806,41 @@ impl Nic {
             context: r.context,
             data: U64::new(r.header_data),
             src_addr: U64::new(r.src_addr),
+            tag: U64::new(if r.kind == CompletionKind::TaggedRecv {
+                r.tag
+            } else {
+                0
+            }),
             len: U32::new(delivered),
             status: status as u8,
             return_code: rc as u8,
-            kind: CompletionKind::Recv as u8,
-            phase: 0,
+            kind: r.kind as u8,
+            ..Completion::default()
         };
         self.post_completion(r.handle, c);
     }
 
-    /// Answer a request with a PDS ACK and an SES response.
-    fn respond(&mut self, p: &ParsedRequest<'_>, rc: ReturnCode, delivered: u32) {
+    /// Answer a request with a PDS ACK and an SES default response on the expected list.
+    pub(crate) fn respond(&mut self, p: &ParsedRequest<'_>, rc: ReturnCode, delivered: u32) {
+        self.respond_list(p, rc, delivered, ses::LIST_EXPECTED, None);
+    }
+
+    /// Answer a request: `list` as given, and with `data` a response with data.
+    pub(crate) fn respond_list(
+        &mut self,
+        p: &ParsedRequest<'_>,
+        rc: ReturnCode,
+        delivered: u32,
+        list: u8,
+        data: Option<&[u8]>,
+    ) {
         let local_pdc = self.pdcs.target_pdc(p.dg.src_ip, p.pds.spdcid);
         let ack = Ack {
-            next_hdr: pds::NEXT_HDR_RESPONSE,
+            next_hdr: if data.is_some() {
+                pds::NEXT_HDR_RESPONSE_DATA
+            } else {
+                pds::NEXT_HDR_RESPONSE
+            },
             flags: 0,
             ack_psn_offset: 0,
             cack_psn: p.pds.psn,
@@ -672,17 +848,25 @@ impl Nic {
             dpdcid: p.pds.spdcid,
         };
         let resp = Response {
-            list: 0,
-            opcode: ses::OP_RESPONSE_DEFAULT,
+            list,
+            opcode: if data.is_some() {
+                ses::OP_RESPONSE_WITH_DATA
+            } else {
+                ses::OP_RESPONSE_DEFAULT
+            },
             return_code: rc as u8,
             message_id: p.ses.message_id,
             ri_generation: p.ses.ri_generation,
             job_id: p.ses.job_id,
             modified_length: delivered,
         };
-        let mut pkt = Vec::with_capacity(pds::ACK_BYTES + ses::RESPONSE_BYTES);
+        let extra = data.map_or(0, <[u8]>::len);
+        let mut pkt = Vec::with_capacity(pds::ACK_BYTES + ses::RESPONSE_BYTES + extra);
         ack.encode(&mut pkt);
         resp.encode(&mut pkt);
+        if let Some(d) = data {
+            pkt.extend_from_slice(d);
+        }
         match frame::build(
             self.cfg.mac,
             GATEWAY_MAC,

@@ -4,15 +4,15 @@
 //!
 //! | bytes | field |
 //! |---|---|
-//! | 0 | rsvd(2) opcode(6) — the model sends SEND (0x05) |
+//! | 0 | rsvd(2) opcode(6) — the model sends WRITE (0x01), READ (0x02), SEND (0x05), TAGGED_SEND (0x09) |
 //! | 1 | version(2) flags(6): DC 0x20, IE 0x10, REL 0x08, HD 0x04, EOM 0x02, SOM 0x01 |
 //! | 2–3 | message_id |
 //! | 4–7 | ri_generation(8) JobID(24) |
 //! | 8–9 | rsvd(4) PIDonFEP(12) |
 //! | 10–11 | rsvd(4) resource index(12) |
-//! | 12–19 | buffer_offset |
+//! | 12–19 | buffer_offset — WRITE, READ: byte offset within the target memory region |
 //! | 20–23 | initiator |
-//! | 24–31 | match_bits / memory key |
+//! | 24–31 | match_bits (TAGGED_SEND) / memory key (WRITE, READ) |
 //! | 32–39 | SOM = 1: header_data · SOM = 0: rsvd(18) payload_len(14) in bytes 32–35, message_offset(32) in bytes 36–39 |
 //! | 40–43 | request_length (the whole message, in every packet) |
 //!
@@ -22,14 +22,31 @@
 //!
 //! Response header, 12 bytes ([`Response`]): list(2) opcode(6) · version(2) return_code(6) ·
 //! message_id(16) · ri_generation(8) JobID(24) · modified_length(32). The model answers with
-//! opcode 0 (default response).
+//! opcode 0 (default response); `list` is 1 (overflow) when a tagged message was held on the
+//! unexpected list, else 0 (expected). A successful READ is answered with opcode 0x02
+//! (response with data, PDS next_hdr 5): the same 12-byte header, `modified_length` = the
+//! bytes read, followed by exactly those bytes. (The specification's response-with-data
+//! header carries more fields; the model keeps the 12-byte form.) A READ that fails is
+//! answered with a default response and no data.
 //!
 //! Parsing rejects a short header and reserved bits that are set; the version must be 0.
 
+/// SES opcode WRITE.
+pub const OP_WRITE: u8 = 0x01;
+/// SES opcode READ.
+pub const OP_READ: u8 = 0x02;
 /// SES opcode SEND.
 pub const OP_SEND: u8 = 0x05;
+/// SES opcode TAGGED_SEND.
+pub const OP_TAGGED_SEND: u8 = 0x09;
 /// SES response opcode: default response.
 pub const OP_RESPONSE_DEFAULT: u8 = 0x00;
+/// SES response opcode: response with data.
+pub const OP_RESPONSE_WITH_DATA: u8 = 0x02;
+/// Response list: the request met an expected (posted) buffer.
+pub const LIST_EXPECTED: u8 = 0;
+/// Response list: the request was held on the unexpected (overflow) list.
+pub const LIST_OVERFLOW: u8 = 1;
 /// Flag: delivery complete.
 pub const FLAG_DC: u8 = 0x20;
 /// Flag: initiator error.

@@ -9,31 +9,44 @@
 //!
 //! For each [`TxDescriptor`]:
 //!
-//! 1. Validate: opcode SEND, `flags` and reserved bytes zero, `len <= CAP_MAX_MSG`; otherwise
-//!    complete with `BadDescriptor`.
-//! 2. Read `len` payload bytes from `buf` by DMA; a fault completes with `DmaFault` (and counts
+//! 1. Validate: a known opcode (SEND, TAGGED_SEND, WRITE, READ); `flags` only
+//!    `TX_FLAG_INJECT`, and that only on SEND or TAGGED_SEND with `len <= MAX_INJECT_BYTES`;
+//!    reserved bytes zero; `match_bits` zero for SEND; `remote_offset` zero unless WRITE or
+//!    READ, and `remote_offset + len` within 64 bits; `data` zero for WRITE and READ;
+//!    `len <= CAP_MAX_MSG`. Otherwise complete with `BadDescriptor`.
+//! 2. SEND, TAGGED_SEND, WRITE: read `len` payload bytes from `buf` by DMA. READ: check that
+//!    `[buf, buf + len)` is mapped. A fault completes with `DmaFault` (and counts
 //!    `DMA_FAULTS`) before any packet is sent.
 //! 3. Translate `dest` through the endpoint's bound AV: the receive context is the top
 //!    `rx_ctx_bits` bits, the index the rest. No bound AV, an index beyond the table, an invalid
 //!    entry, or a resource index (`entry.ri_start + rx_ctx`) beyond 12 bits complete with
 //!    `AddrNotAvail`.
-//! 4. Segment the message at the MTU (`CAP_PROFILES.mtu`): `max(1, ceil(len / mtu))` UET
-//!    packets, all on the PDC to the destination with consecutive PSNs (SYN until the PDC is
-//!    established) and one message id (the endpoint's next). Each packet: source IP = this
-//!    NIC, destination IP = the entry's fabric address, UDP 4793; PDS RUD_REQ; SES standard
-//!    request with opcode SEND, JobID and PIDonFEP from the entry, resource index
-//!    `entry.ri_start + rx_ctx`, the endpoint's initiator id, request_length = `len` (the whole
-//!    message, in every packet), then its slice of the payload. Flags: REL unless the entry is
-//!    absolute; SOM on the first packet, which also carries header_data = `data` (and HD when
-//!    `data` is non-zero); EOM on the last. Every packet but the first carries payload_len
-//!    (14 bits) and message_offset (32 bits) in SES bytes 32–39 instead. A one-MTU message is
-//!    one packet with SOM|EOM. `TX_PACKETS` counts packets, `TX_BYTES` payload bytes.
-//! 5. The descriptor completes once (`Send`, its `context`, `len`), when the response of every
-//!    packet has arrived: all RC_OK gives `Ok`; otherwise the first error decides — another
-//!    return code gives `Remote` with that code, and a packet the fabric could not route (no
-//!    NIC owns the destination address) gives `Unreachable`.
+//! 4. SEND, TAGGED_SEND, WRITE: segment the message at the MTU (`CAP_PROFILES.mtu`):
+//!    `max(1, ceil(len / mtu))` UET packets, all on the PDC to the destination with consecutive
+//!    PSNs (SYN until the PDC is established) and one message id (the endpoint's next). Each
+//!    packet: source IP = this NIC, destination IP = the entry's fabric address, UDP 4793; PDS
+//!    RUD_REQ; SES standard request with the opcode (SEND 0x05, TAGGED_SEND 0x09, WRITE 0x01),
+//!    JobID and PIDonFEP from the entry, resource index `entry.ri_start + rx_ctx`, the
+//!    endpoint's initiator id, `match_bits` = the descriptor's (tag or memory key),
+//!    `buffer_offset` = `remote_offset` (WRITE), request_length = `len` (the whole message, in
+//!    every packet), then its slice of the payload. Flags: REL unless the entry is absolute;
+//!    SOM on the first packet, which also carries header_data = `data` (and HD when `data` is
+//!    non-zero); EOM on the last. Every packet but the first carries payload_len (14 bits) and
+//!    message_offset (32 bits) in SES bytes 32–39 instead. A one-MTU message is one packet with
+//!    SOM|EOM. READ: `max(1, ceil(len / mtu))` single-packet READ requests (SOM|EOM, no
+//!    payload), packet `i` with `buffer_offset = remote_offset + i * mtu` and request_length
+//!    its share of `len`; the response with data of packet `i` is written by DMA at
+//!    `buf + i * mtu`. `TX_PACKETS` counts packets, `TX_BYTES` payload bytes sent.
+//! 5. The descriptor completes once (`Send`, its `context`, `len`, `opcode`, and
+//!    `COMPLETION_FLAG_INJECT` when it was an inject), when the response of every packet has
+//!    arrived: all RC_OK gives `Ok`; otherwise the first error decides — another return code
+//!    gives `Remote` with that code, a packet the fabric could not route (no NIC owns the
+//!    destination address) gives `Unreachable`, a READ response whose data could not be
+//!    written gives `DmaFault`, and one whose data length differs from what was asked gives
+//!    `Remote` with RC_UNCOR (and counts `RX_MALFORMED`).
 //!
-//! Every completion other than `Ok` also counts in `TX_ERRORS`.
+//! Every completion other than `Ok` also counts in `TX_ERRORS` and the endpoint's
+//! `tx_errors`; a successful one counts in the endpoint's message or RMA counters.
 
 use crate::frame::{self, GATEWAY_MAC};
 use crate::nic::Nic;
@@ -41,8 +54,9 @@ use crate::pds::{Ack, RudRequest};
 use crate::ses::{self, Response, StandardRequest};
 use std::net::IpAddr;
 use uet_fwif::av_entry::entry_flags;
+use uet_fwif::datapath::{COMPLETION_FLAG_INJECT, MAX_INJECT_BYTES, TX_FLAG_INJECT};
 use uet_fwif::{Completion, CompletionKind, LocalStatus, ReturnCode, TxDescriptor, TxOpcode};
-use uet_regs::{TX_BYTES, TX_ERRORS, TX_PACKETS};
+use uet_regs::{DMA_FAULTS, RX_MALFORMED, TX_BYTES, TX_ERRORS, TX_PACKETS};
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::FromBytes;
 
@@ -53,6 +67,8 @@ pub(crate) struct PendingPacket {
     pub msg: u64,
     pub dst: IpAddr,
     pub message_id: u16,
+    /// READ: where the response's data goes, and how many bytes were asked.
+    pub read: Option<(u64, u32)>,
 }
 
 /// A TX descriptor whose packets are in flight.
@@ -62,23 +78,51 @@ pub(crate) struct PendingSend {
     pub serial: u64,
     pub context: u64,
     pub len: u32,
+    pub op: TxOpcode,
+    pub inject: bool,
     /// Packets still waiting for their response.
     pub packets_left: u32,
     /// The first failure among the responses so far.
     pub first_error: Option<(LocalStatus, u8)>,
 }
 
-fn send_completion(context: u64, len: u32, status: LocalStatus, rc: u8) -> Completion {
+fn send_completion(
+    context: u64,
+    len: u32,
+    opcode: u8,
+    inject: bool,
+    status: LocalStatus,
+    rc: u8,
+) -> Completion {
     Completion {
         context: U64::new(context),
-        data: U64::ZERO,
-        src_addr: U64::ZERO,
         len: U32::new(len),
         status: status as u8,
         return_code: rc,
         kind: CompletionKind::Send as u8,
-        phase: 0,
+        flags: if inject { COMPLETION_FLAG_INJECT } else { 0 },
+        opcode,
+        ..Completion::default()
     }
+}
+
+/// Whether a descriptor breaks the rules of step 1.
+fn malformed(d: &TxDescriptor, max_msg: u32) -> Option<TxOpcode> {
+    let op = TxOpcode::from_u8(d.opcode)?;
+    let len = d.len.get();
+    let inject = d.flags & TX_FLAG_INJECT != 0;
+    let ok = d.flags & !TX_FLAG_INJECT == 0
+        && d.reserved0 == [0; 2]
+        && d.reserved1 == [0; 8]
+        && len <= max_msg
+        && d.remote_offset.get().checked_add(u64::from(len)).is_some()
+        && match op {
+            TxOpcode::Send => d.match_bits.get() == 0 && d.remote_offset.get() == 0,
+            TxOpcode::TaggedSend => d.remote_offset.get() == 0,
+            TxOpcode::Write | TxOpcode::Read => d.data.get() == 0 && !inject,
+        }
+        && (!inject || len as usize <= MAX_INJECT_BYTES);
+    ok.then_some(op)
 }
 
 impl Nic {
@@ -110,22 +154,27 @@ impl Nic {
 
     fn tx_fail(&mut self, handle: u16, d: &TxDescriptor, status: LocalStatus) {
         self.counters.inc(TX_ERRORS);
-        let c = send_completion(d.context.get(), d.len.get(), status, 0);
+        if let Some(ep) = self.eps.get_mut(handle) {
+            ep.stats.tx_errors = ep.stats.tx_errors.wrapping_add(1);
+        }
+        let inject = d.flags & TX_FLAG_INJECT != 0;
+        let c = send_completion(d.context.get(), d.len.get(), d.opcode, inject, status, 0);
         self.post_completion(handle, c);
     }
 
     fn tx_one(&mut self, handle: u16, d: &TxDescriptor) {
         let len = d.len.get();
-        if TxOpcode::from_u8(d.opcode).is_none()
-            || d.flags != 0
-            || d.reserved0 != [0; 2]
-            || d.reserved1 != [0; 24]
-            || len > self.cfg.max_msg
-        {
+        let Some(op) = malformed(d, self.cfg.max_msg) else {
             return self.tx_fail(handle, d, LocalStatus::BadDescriptor);
-        }
-        let mut payload = vec![0u8; len as usize];
-        if self.iommu.read(d.buf.get(), &mut payload).is_err() {
+        };
+        let mut payload = Vec::new();
+        let local = if op == TxOpcode::Read {
+            self.iommu.check(d.buf.get(), u64::from(len))
+        } else {
+            payload.resize(len as usize, 0);
+            self.iommu.read(d.buf.get(), &mut payload)
+        };
+        if local.is_err() {
             self.dma_fault();
             return self.tx_fail(handle, d, LocalStatus::DmaFault);
         }
@@ -159,43 +208,69 @@ impl Nic {
             base_flags |= ses::FLAG_REL;
         }
         let mut req = StandardRequest {
-            opcode: ses::OP_SEND,
+            opcode: match op {
+                TxOpcode::Send => ses::OP_SEND,
+                TxOpcode::TaggedSend => ses::OP_TAGGED_SEND,
+                TxOpcode::Write => ses::OP_WRITE,
+                TxOpcode::Read => ses::OP_READ,
+            },
             flags: base_flags,
             message_id,
             ri_generation: 0,
             job_id: entry.job_id.get(),
             pid_on_fep: entry.pid_on_fep.get(),
             resource_index: ri as u16,
-            buffer_offset: 0,
+            buffer_offset: d.remote_offset.get(),
             initiator,
-            match_bits: 0,
+            match_bits: d.match_bits.get(),
             header_data: 0,
             request_length: len,
         };
         let mtu = usize::from(self.cfg.mtu.max(1));
-        let count = payload.len().div_ceil(mtu).max(1);
+        let count = (len as usize).div_ceil(mtu).max(1);
         let msg = self.next_tx_msg;
         self.next_tx_msg = self.next_tx_msg.wrapping_add(1);
         let mut frames = Vec::with_capacity(count);
-        for (i, chunk) in payload
-            .chunks(mtu)
-            .chain(payload.is_empty().then_some(&[][..]))
-            .enumerate()
-        {
+        let read_sizes: Vec<usize> = if op == TxOpcode::Read {
+            (0..count)
+                .map(|i| (len as usize - (i * mtu).min(len as usize)).min(mtu))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let chunks: Vec<&[u8]> = if op == TxOpcode::Read {
+            vec![&[][..]; count]
+        } else {
+            payload
+                .chunks(mtu)
+                .chain(payload.is_empty().then_some(&[][..]))
+                .collect()
+        };
+        for (i, chunk) in chunks.into_iter().enumerate() {
             let offset = i * mtu;
             req.flags = base_flags;
-            if i == 0 {
-                req.flags |= ses::FLAG_SOM;
-                req.header_data = d.data.get();
-                if req.header_data != 0 {
-                    req.flags |= ses::FLAG_HD;
-                }
+            let mut read = None;
+            if let Some(&n) = read_sizes.get(i) {
+                // Each READ packet is a request of its own: SOM|EOM, no payload.
+                req.flags |= ses::FLAG_SOM | ses::FLAG_EOM;
+                req.buffer_offset = d.remote_offset.get().wrapping_add(offset as u64);
+                req.request_length = n as u32;
+                req.header_data = 0;
+                read = Some((d.buf.get().wrapping_add(offset as u64), n as u32));
             } else {
-                // chunk.len() <= mtu <= MAX_MTU (14 bits); offset < len (32 bits).
-                req.header_data = ses::segment_word(chunk.len() as u16, offset as u32);
-            }
-            if i + 1 == count {
-                req.flags |= ses::FLAG_EOM;
+                if i == 0 {
+                    req.flags |= ses::FLAG_SOM;
+                    req.header_data = d.data.get();
+                    if req.header_data != 0 {
+                        req.flags |= ses::FLAG_HD;
+                    }
+                } else {
+                    // chunk.len() <= mtu <= MAX_MTU (14 bits); offset < len (32 bits).
+                    req.header_data = ses::segment_word(chunk.len() as u16, offset as u32);
+                }
+                if i + 1 == count {
+                    req.flags |= ses::FLAG_EOM;
+                }
             }
             let pds = self.pdcs.next_request(dst);
             let mut pkt = Vec::with_capacity(
@@ -213,7 +288,7 @@ impl Nic {
                 src_port,
                 &pkt,
             ) {
-                Ok(f) => frames.push(((pds.spdcid, pds.psn), f, chunk.len())),
+                Ok(f) => frames.push(((pds.spdcid, pds.psn), f, chunk.len(), read)),
                 Err(_) => return self.tx_fail(handle, d, LocalStatus::BadDescriptor),
             }
         }
@@ -224,6 +299,8 @@ impl Nic {
                 serial,
                 context: d.context.get(),
                 len,
+                op,
+                inject: d.flags & TX_FLAG_INJECT != 0,
                 packets_left: frames.len() as u32,
                 first_error: None,
             },
@@ -231,13 +308,14 @@ impl Nic {
         if let Some(ep) = self.eps.get_mut(handle) {
             ep.outstanding += 1;
         }
-        for (key, f, bytes) in frames {
+        for (key, f, bytes, read) in frames {
             self.pending_tx.insert(
                 key,
                 PendingPacket {
                     msg,
                     dst,
                     message_id,
+                    read,
                 },
             );
             self.counters.inc(TX_PACKETS);
@@ -246,8 +324,8 @@ impl Nic {
         }
     }
 
-    /// Complete the send a response answers.
-    pub(crate) fn on_response(&mut self, src: IpAddr, ack: &Ack, resp: &Response) {
+    /// Complete the send a response answers; `data` follows a response with data.
+    pub(crate) fn on_response(&mut self, src: IpAddr, ack: &Ack, resp: &Response, data: &[u8]) {
         let key = (ack.dpdcid, ack.cack_psn);
         let matches = self
             .pending_tx
@@ -261,7 +339,22 @@ impl Nic {
             return;
         };
         self.pdcs.ack_received(src, ack.spdcid);
-        self.packet_done(p.msg, resp.return_code, None);
+        let ok = resp.return_code == ReturnCode::Ok as u8;
+        match p.read {
+            Some((at, asked)) if ok => {
+                if data.len() != asked as usize || resp.modified_length != asked {
+                    self.counters.inc(RX_MALFORMED);
+                    let rc = ReturnCode::Uncorrectable as u8;
+                    self.packet_done(p.msg, rc, Some(LocalStatus::Remote));
+                } else if self.iommu.write(at, data).is_err() {
+                    self.counters.inc(DMA_FAULTS);
+                    self.packet_done(p.msg, 0, Some(LocalStatus::DmaFault));
+                } else {
+                    self.packet_done(p.msg, resp.return_code, None);
+                }
+            }
+            _ => self.packet_done(p.msg, resp.return_code, None),
+        }
     }
 
     /// One packet of send `msg` was answered (`rc`) or failed locally; the send completes with
@@ -294,10 +387,34 @@ impl Nic {
         let (status, rc) = p
             .first_error
             .unwrap_or((LocalStatus::Ok, ReturnCode::Ok as u8));
+        let st = &mut ep.stats;
+        let len = u64::from(p.len);
         if status != LocalStatus::Ok {
+            st.tx_errors = st.tx_errors.wrapping_add(1);
             self.counters.inc(TX_ERRORS);
+        } else {
+            match p.op {
+                TxOpcode::Send | TxOpcode::TaggedSend => {
+                    st.tx_messages = st.tx_messages.wrapping_add(1);
+                    st.tx_bytes = st.tx_bytes.wrapping_add(len);
+                    if p.op == TxOpcode::TaggedSend {
+                        st.tx_tagged_messages = st.tx_tagged_messages.wrapping_add(1);
+                    }
+                    if p.inject {
+                        st.tx_inject_messages = st.tx_inject_messages.wrapping_add(1);
+                    }
+                }
+                TxOpcode::Write => {
+                    st.rma_writes = st.rma_writes.wrapping_add(1);
+                    st.rma_write_bytes = st.rma_write_bytes.wrapping_add(len);
+                }
+                TxOpcode::Read => {
+                    st.rma_reads = st.rma_reads.wrapping_add(1);
+                    st.rma_read_bytes = st.rma_read_bytes.wrapping_add(len);
+                }
+            }
         }
-        let c = send_completion(p.context, p.len, status, rc);
+        let c = send_completion(p.context, p.len, p.op as u8, p.inject, status, rc);
         self.post_completion(p.handle, c);
     }
 

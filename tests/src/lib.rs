@@ -118,10 +118,51 @@ impl Node {
         None
     }
 
+    /// Send `data` to `dest` as a tagged message.
+    pub fn tsend(&mut self, dest: FiAddr, data: &[u8], tag: u64, context: u64) {
+        let mut b = self.pool.alloc().expect("buffer");
+        b.fill(data).expect("fill");
+        self.ep
+            .post_tsend(dest, b, tag, context, context)
+            .expect("post tagged send");
+    }
+
+    /// Post a tagged receive buffer.
+    pub fn trecv(&mut self, tag: u64, ignore: u64, context: u64) {
+        let b = self.pool.alloc().expect("buffer");
+        self.ep
+            .post_trecv(b, tag, ignore, context)
+            .expect("post tagged recv");
+    }
+
     /// A counter of the NIC.
     pub fn counter(&self, reg: uet_regs::Reg<u64>) -> u64 {
         self.function.counter(reg)
     }
+}
+
+/// Two nodes on a fresh fabric (the second NIC's configuration changed by `cfg_b`), in job
+/// `job_id`, each in the other's AV at fi_addr 0.
+pub fn pair_with(job_id: u32, cfg_b: impl FnOnce(&mut NicConfig)) -> (Fabric, Node, Node) {
+    let fabric = Fabric::new();
+    let fa = fabric
+        .add_nic(NicConfig::new(nic_addr(0)))
+        .expect("add NIC");
+    let mut cfg = NicConfig::new(nic_addr(1));
+    cfg_b(&mut cfg);
+    let fb = fabric.add_nic(cfg).expect("add NIC");
+    let mut a = Node::new(fa, job_id, 4);
+    let mut b = Node::new(fb, job_id, 4);
+    assert_eq!(a.insert(&b.addr()), 0);
+    assert_eq!(b.insert(&a.addr()), 0);
+    (fabric, a, b)
+}
+
+/// A deterministic test pattern of `len` bytes.
+pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 8) as u8)
+        .collect()
 }
 
 /// `addr` with fields changed, serialized.

@@ -279,7 +279,10 @@ impl Driver {
             rx_log2: EP_LOG2,
             cq_log2: EP_LOG2,
             flags: 0,
-            reserved: [0; 18],
+            trx_log2: 0,
+            reserved0: [0; 1],
+            trx_ring: U64::new(0),
+            reserved: [0; 8],
         };
         (body, base)
     }
@@ -406,7 +409,8 @@ impl Driver {
 
     /// The next completion, without returning the slot to the NIC.
     pub fn peek_cq(&self, ep: &Ep) -> Option<Completion> {
-        let raw = self.mem.read(ep.cq_off + usize::from(ep.cq_head) * 32, 32);
+        let n = uet_fwif::datapath::COMPLETION_BYTES;
+        let raw = self.mem.read(ep.cq_off + usize::from(ep.cq_head) * n, n);
         let c = Completion::read_from_bytes(&raw).unwrap();
         ((c.phase & 1 != 0) == ep.cq_phase).then_some(c)
     }

@@ -10,7 +10,19 @@
 //! 4. insert the whole list into its AV with one `fi_av_insert`, so `fi_addr_t` k is rank k;
 //! 5. send `messages` messages to its right neighbour, naming it only by `fi_addr_t`;
 //! 6. check every message that arrives: payload, CQ data, and the source `fi_addr_t` the NIC
-//!    reverse-translated must all say "left neighbour", each sequence number exactly once.
+//!    reverse-translated must all say "left neighbour", each sequence number exactly once;
+//! 7. tagged messages (`tagged` per rank, tag = sender rank << 16 | sequence): the first half
+//!    of the tagged receives is posted before anything is sent, the rest only after every
+//!    rank's tagged sends have completed — so those messages wait on the NIC's unexpected
+//!    list and complete their receive the moment it is posted. Every tagged message is
+//!    checked like an untagged one, plus its tag, and the endpoint's `rx_unexpected` counter
+//!    must equal the number of late receives;
+//! 8. RMA (unless disabled): every rank registers a memory region of MTU + 1 bytes (two
+//!    packets) with remote read and write, under the memory key [`rma_key`]`(rank)` — keys
+//!    are agreed by rank, as a job's launcher would hand them out — writes a rank-specific
+//!    pattern into its right neighbour's region, and after a barrier checks that its own
+//!    region holds exactly its left neighbour's pattern (verified at the target), then reads
+//!    its right neighbour's region back and compares it with what it wrote.
 //!
 //! With [`DemoConfig::pcap`] set, the fabric writes every frame to a pcap file from before the
 //! first rank starts until the last one has finished.
@@ -23,8 +35,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 use uet_av::{AvAttr, FiAddr};
 use uet_driver::backend::sim::SimDevice;
-use uet_driver::uet_fwif::datapath::CompletionKind;
-use uet_driver::{Av, DmaPool, Endpoint, EndpointAttr, Nic};
+use uet_driver::{Av, CqEvent, CqOp, DmaPool, Endpoint, EndpointAttr, MemoryRegion, MrAccess, Nic};
 use uet_sim::{CaptureStatus, Fabric, NicConfig};
 
 /// How long a rank waits for its traffic before declaring it lost.
@@ -39,6 +50,10 @@ pub struct DemoConfig {
     pub messages: u32,
     /// JobID of the job.
     pub job_id: u32,
+    /// Tagged messages each rank sends to its right neighbour (0: none).
+    pub tagged: u32,
+    /// Whether each rank does an RMA write and read against its right neighbour's region.
+    pub rma: bool,
     /// Write every frame that crosses the fabric to this pcap file.
     pub pcap: Option<PathBuf>,
 }
@@ -50,6 +65,8 @@ impl Default for DemoConfig {
             ranks: 4,
             messages: 8,
             job_id: 0x00_1234,
+            tagged: 4,
+            rma: true,
             pcap: None,
         }
     }
@@ -61,7 +78,12 @@ struct RankConfig {
     ranks: usize,
     messages: u32,
     job_id: u32,
+    tagged: u32,
+    rma: bool,
 }
+
+/// Barriers every rank passes, whatever happens to it.
+const BARRIERS: usize = 4;
 
 /// What one rank did.
 #[derive(Clone, Debug)]
@@ -82,6 +104,18 @@ pub struct RankReport {
     pub sent: u32,
     /// Messages received and verified.
     pub received: u32,
+    /// Tagged messages sent and completed successfully.
+    pub tagged_sent: u32,
+    /// Tagged messages received and verified (payload, tag, CQ data, source).
+    pub tagged_received: u32,
+    /// Tagged messages that waited on the NIC's unexpected list (the endpoint's counter).
+    pub tagged_unexpected: u64,
+    /// Bytes of the RMA write and of the read (0 when RMA is off).
+    pub rma_bytes: usize,
+    /// The left neighbour's RMA write landed byte-exact in this rank's region.
+    pub rma_write_verified: bool,
+    /// The RMA read of the right neighbour's region returned what this rank wrote there.
+    pub rma_read_verified: bool,
     /// Everything that went wrong.
     pub errors: Vec<String>,
 }
@@ -94,6 +128,8 @@ pub struct Rank {
     pub av: Av,
     /// The endpoint.
     pub endpoint: Endpoint,
+    /// The memory region its left neighbour wrote (when RMA ran).
+    pub region: Option<MemoryRegion>,
     /// What it did.
     pub report: RankReport,
 }
@@ -111,12 +147,38 @@ pub struct DemoOutcome {
 impl DemoOutcome {
     /// Whether every message arrived where it should and nothing failed.
     pub fn ok(&self, cfg: &DemoConfig) -> bool {
-        self.ranks.iter().all(|r| {
-            r.report.errors.is_empty()
-                && r.report.sent == cfg.messages
-                && r.report.received == cfg.messages
-        })
+        self.ranks.iter().all(|r| r.report.ok(cfg))
     }
+}
+
+impl RankReport {
+    /// Whether this rank did everything the job asked, and verified it.
+    pub fn ok(&self, cfg: &DemoConfig) -> bool {
+        self.errors.is_empty()
+            && self.sent == cfg.messages
+            && self.received == cfg.messages
+            && self.tagged_sent == cfg.tagged
+            && self.tagged_received == cfg.tagged
+            && (!cfg.rma || (self.rma_write_verified && self.rma_read_verified))
+    }
+}
+
+/// The memory key of rank `rank`'s region.
+pub fn rma_key(job_id: u32, rank: usize) -> u64 {
+    0x5545_5400_0000_0000 | u64::from(job_id) << 16 | rank as u64
+}
+
+/// The bytes rank `from` writes into rank `to`'s region.
+pub fn rma_pattern(job: u32, from: usize, to: usize, len: usize) -> Vec<u8> {
+    let seed = (job as usize).wrapping_mul(31) ^ from.wrapping_mul(7919) ^ to.wrapping_mul(104_729);
+    (0..len)
+        .map(|i| (i.wrapping_mul(131).wrapping_add(seed) ^ (i >> 7)) as u8)
+        .collect()
+}
+
+/// The tag of message `seq` from rank `from`.
+pub fn demo_tag(from: usize, seq: u32) -> u64 {
+    (from as u64) << 16 | u64::from(seq)
 }
 
 /// The fabric address of a rank's NIC: 10.0.0.1, 10.0.0.2, …
@@ -152,6 +214,10 @@ fn payload(job: u32, from: usize, to: usize, seq: u32) -> Vec<u8> {
     format!("uet-demo job {job:#x}: rank {from} -> rank {to}, message {seq}").into_bytes()
 }
 
+fn tagged_payload(job: u32, from: usize, to: usize, seq: u32) -> Vec<u8> {
+    format!("uet-demo job {job:#x}: rank {from} -> rank {to}, tagged message {seq}").into_bytes()
+}
+
 /// Run the job.
 pub fn run(cfg: DemoConfig) -> Result<DemoOutcome, DemoError> {
     if cfg.ranks < 2 || cfg.ranks > 1024 {
@@ -164,6 +230,12 @@ pub fn run(cfg: DemoConfig) -> Result<DemoOutcome, DemoError> {
         return Err(DemoError::Config(format!(
             "--messages must be 1..=32, got {}",
             cfg.messages
+        )));
+    }
+    if cfg.tagged > 32 {
+        return Err(DemoError::Config(format!(
+            "--tagged must be 0..=32, got {}",
+            cfg.tagged
         )));
     }
     if cfg.job_id > uet_driver::uet_fwif::av_entry::MAX_JOB_ID {
@@ -190,6 +262,8 @@ pub fn run(cfg: DemoConfig) -> Result<DemoOutcome, DemoError> {
         ranks: cfg.ranks,
         messages: cfg.messages,
         job_id: cfg.job_id,
+        tagged: cfg.tagged,
+        rma: cfg.rma,
     };
 
     // The bootstrap channel: every rank to rank 0, and rank 0 back to each rank.
@@ -284,11 +358,13 @@ fn run_rank(
             )
             .map_err(|e| e.to_string())?;
         // Demo payloads are short: one packet each.
-        let pool =
-            DmaPool::new(&nic, endpoint.mtu(), 2 * cfg.messages + 8).map_err(|e| e.to_string())?;
-        Ok((nic, av, endpoint, pool))
+        let count = 2 * (cfg.messages + cfg.tagged) + 8;
+        let pool = DmaPool::new(&nic, endpoint.mtu(), count).map_err(|e| e.to_string())?;
+        // RMA: the region peers write (two packets' worth), a write source, a read target.
+        let rma_pool = DmaPool::new(&nic, endpoint.mtu() + 1, 3).map_err(|e| e.to_string())?;
+        Ok((nic, av, endpoint, pool, rma_pool))
     })();
-    let (nic, mut av, mut endpoint, pool) = match setup {
+    let (nic, mut av, mut endpoint, pool, rma_pool) = match setup {
         Ok(s) => s,
         Err(e) => {
             drop(to_master);
@@ -296,13 +372,16 @@ fn run_rank(
                 // The master failed: tell every rank there is no list rather than let them wait.
                 drop(broadcast);
             }
-            barrier.wait();
-            barrier.wait();
+            for _ in 0..BARRIERS {
+                barrier.wait();
+            }
             return Err(e);
         }
     };
     let mut errors = Vec::new();
 
+    let right = (rank + 1) % n;
+    let left = (rank + n - 1) % n;
     // Receive buffers first: nothing may arrive before a buffer waits for it.
     for seq in 0..cfg.messages {
         let Some(buf) = pool.alloc() else {
@@ -311,6 +390,21 @@ fn run_rank(
         };
         if let Err((e, _)) = endpoint.post_recv(buf, u64::from(seq)) {
             errors.push(format!("fi_recv: {e}"));
+        }
+    }
+    // The early half of the tagged receives; the rest are posted after the messages arrived.
+    let early = cfg.tagged.div_ceil(2);
+    post_trecvs(&mut endpoint, &pool, left, 0..early, &mut errors);
+    // The region the left neighbour writes.
+    let rma_len = endpoint.mtu() + 1;
+    let mut region = None;
+    if cfg.rma {
+        match rma_pool.alloc().map(|b| {
+            endpoint.register_mr(b, MrAccess::REMOTE_READ_WRITE, rma_key(cfg.job_id, rank))
+        }) {
+            Some(Ok(mr)) => region = Some(mr),
+            Some(Err(e)) => errors.push(format!("fi_mr_reg: {e}")),
+            None => errors.push("RMA pool exhausted".to_string()),
         }
     }
 
@@ -371,11 +465,7 @@ fn run_rank(
     }
     barrier.wait();
 
-    let right = (rank + 1) % n;
-    let left = (rank + n - 1) % n;
-    let mut sent = 0;
-    let mut received = 0;
-    let mut seen = vec![false; cfg.messages as usize];
+    let mut t = Traffic::new(cfg, rank, left);
     if errors.is_empty() {
         for seq in 0..cfg.messages {
             let Some(mut buf) = pool.alloc() else {
@@ -392,74 +482,75 @@ fn run_rank(
                 break;
             }
         }
-        let mut sends_done = 0;
-        let mut last_progress = Instant::now();
-        while sends_done + received < 2 * cfg.messages && errors.len() < 16 {
-            match endpoint.poll() {
-                Ok(Some(ev)) => {
-                    last_progress = Instant::now();
-                    match (ev.kind, ev.error) {
-                        (CompletionKind::Send, None) => {
-                            sends_done += 1;
-                            sent += 1;
-                        }
-                        (CompletionKind::Send, Some(e)) => {
-                            sends_done += 1;
-                            errors.push(format!("send {} failed: {e}", ev.context));
-                        }
-                        (CompletionKind::Recv, Some(e)) => {
-                            received += 1;
-                            errors.push(format!("receive {} failed: {e}", ev.context));
-                        }
-                        (CompletionKind::Recv, None) => {
-                            let data = ev
-                                .buffer
-                                .as_ref()
-                                .and_then(|b| b.to_vec().ok())
-                                .unwrap_or_default();
-                            let seq = (ev.data & 0xFFFF_FFFF) as u32;
-                            let from = (ev.data >> 32) as usize;
-                            if from != left || seq >= cfg.messages {
-                                errors.push(format!(
-                                    "misrouted: CQ data says rank {from} message {seq}"
-                                ));
-                            } else if ev.src_addr != left as FiAddr {
-                                errors.push(format!(
-                                    "message {seq}: source fi_addr {} is not rank {left}",
-                                    ev.src_addr as i64
-                                ));
-                            } else if data != payload(cfg.job_id, left, rank, seq) {
-                                errors.push(format!("message {seq}: payload corrupted"));
-                            } else if std::mem::replace(&mut seen[seq as usize], true) {
-                                errors.push(format!("message {seq} delivered twice"));
-                            } else {
-                                received += 1;
-                                continue;
-                            }
-                            received += 1;
-                        }
-                    }
-                }
-                Ok(None) => {
-                    if last_progress.elapsed() > PROGRESS_TIMEOUT {
-                        errors.push(format!(
-                            "lost: {} sends and {} receives never completed",
-                            cfg.messages - sends_done,
-                            cfg.messages - received
-                        ));
-                        break;
-                    }
-                    std::thread::yield_now();
-                }
-                Err(e) => {
-                    errors.push(format!("fi_cq_read: {e}"));
-                    break;
-                }
+        for seq in 0..cfg.tagged {
+            let Some(mut buf) = pool.alloc() else {
+                errors.push("send buffer pool exhausted".to_string());
+                break;
+            };
+            if let Err(e) = buf.fill(&tagged_payload(cfg.job_id, rank, right, seq)) {
+                errors.push(e.to_string());
+                break;
+            }
+            let data = (rank as u64) << 32 | u64::from(seq);
+            let tag = demo_tag(rank, seq);
+            if let Err((e, _)) =
+                endpoint.post_tsend(right as FiAddr, buf, tag, u64::from(seq), data)
+            {
+                errors.push(format!("fi_tsend: {e}"));
+                break;
             }
         }
-        // `received` counted failures too; report only verified deliveries.
-        received = seen.iter().filter(|&&s| s).count() as u32;
+        // Every send answered, every untagged message and every early tagged one in.
+        t.pump(&mut endpoint, &mut errors, |t| {
+            t.sends_done == cfg.messages
+                && t.received == cfg.messages
+                && t.tagged_sends_done == cfg.tagged
+                && t.tagged_received == early
+        });
     }
+    // Every rank's tagged messages have been answered: the late ones wait unexpected.
+    barrier.wait();
+    if errors.is_empty() {
+        post_trecvs(&mut endpoint, &pool, left, early..cfg.tagged, &mut errors);
+        t.pump(&mut endpoint, &mut errors, |t| {
+            t.tagged_received == cfg.tagged
+        });
+        match endpoint.counters() {
+            Ok(c) => {
+                t.unexpected = c.rx_unexpected;
+                if c.rx_unexpected != u64::from(cfg.tagged - early) {
+                    errors.push(format!(
+                        "{} tagged messages waited unexpected, expected {}",
+                        c.rx_unexpected,
+                        cfg.tagged - early
+                    ));
+                }
+            }
+            Err(e) => errors.push(format!("COUNTERS_READ: {e}")),
+        }
+        if cfg.rma {
+            t.rma_write(&mut endpoint, &rma_pool, right, rma_len, &mut errors);
+        }
+    }
+    // Every write has landed.
+    barrier.wait();
+    if errors.is_empty() && cfg.rma {
+        if let Some(mr) = &region {
+            match mr.to_vec() {
+                Ok(v)
+                    if v.get(..rma_len)
+                        == Some(&rma_pattern(cfg.job_id, left, rank, rma_len)[..]) =>
+                {
+                    t.rma_write_verified = true;
+                }
+                Ok(_) => errors.push(format!("RMA write from rank {left}: region corrupted")),
+                Err(e) => errors.push(format!("reading the region: {e}")),
+            }
+        }
+        t.rma_read(&mut endpoint, &rma_pool, right, rma_len, &mut errors);
+    }
+    errors.append(&mut t.errors);
+    // Reads of this rank's region are over before it may go away.
     barrier.wait();
     let address = *endpoint.address();
     let report = RankReport {
@@ -469,14 +560,282 @@ fn run_rank(
         resource_indices: endpoint.resource_indices(),
         initiator: address.initiator,
         av_size: av.len(),
-        sent,
-        received,
+        sent: t.sent,
+        received: t.seen.iter().filter(|&&s| s).count() as u32,
+        tagged_sent: t.tagged_sent,
+        tagged_received: t.tagged_seen.iter().filter(|&&s| s).count() as u32,
+        tagged_unexpected: t.unexpected,
+        rma_bytes: if cfg.rma { rma_len } else { 0 },
+        rma_write_verified: t.rma_write_verified,
+        rma_read_verified: t.rma_read_verified,
         errors,
     };
     Ok(Rank {
         nic,
         av,
         endpoint,
+        region,
         report,
     })
+}
+
+fn post_trecvs(
+    endpoint: &mut Endpoint,
+    pool: &DmaPool,
+    left: usize,
+    seqs: Range<u32>,
+    errors: &mut Vec<String>,
+) {
+    for seq in seqs {
+        let Some(buf) = pool.alloc() else {
+            errors.push("tagged receive buffer pool exhausted".to_string());
+            return;
+        };
+        if let Err((e, _)) = endpoint.post_trecv(buf, demo_tag(left, seq), 0, u64::from(seq)) {
+            errors.push(format!("fi_trecv: {e}"));
+            return;
+        }
+    }
+}
+
+/// What a rank has seen of its traffic so far.
+struct Traffic {
+    cfg: RankConfig,
+    rank: usize,
+    left: usize,
+    sends_done: u32,
+    sent: u32,
+    received: u32,
+    seen: Vec<bool>,
+    tagged_sends_done: u32,
+    tagged_sent: u32,
+    tagged_received: u32,
+    tagged_seen: Vec<bool>,
+    unexpected: u64,
+    rma: Option<CqEvent>,
+    rma_write_verified: bool,
+    rma_read_verified: bool,
+    errors: Vec<String>,
+}
+
+impl Traffic {
+    fn new(cfg: RankConfig, rank: usize, left: usize) -> Self {
+        Traffic {
+            cfg,
+            rank,
+            left,
+            sends_done: 0,
+            sent: 0,
+            received: 0,
+            seen: vec![false; cfg.messages as usize],
+            tagged_sends_done: 0,
+            tagged_sent: 0,
+            tagged_received: 0,
+            tagged_seen: vec![false; cfg.tagged as usize],
+            unexpected: 0,
+            rma: None,
+            rma_write_verified: false,
+            rma_read_verified: false,
+            errors: Vec::new(),
+        }
+    }
+
+    /// Poll completions until `done` holds, an error stops the job, or nothing moves for
+    /// [`PROGRESS_TIMEOUT`].
+    fn pump(&mut self, ep: &mut Endpoint, errors: &mut Vec<String>, done: impl Fn(&Self) -> bool) {
+        let mut last_progress = Instant::now();
+        while !done(self) && self.errors.len() < 16 {
+            match ep.poll() {
+                Ok(Some(ev)) => {
+                    last_progress = Instant::now();
+                    self.event(ev);
+                }
+                Ok(None) => {
+                    if last_progress.elapsed() > PROGRESS_TIMEOUT {
+                        errors.push(format!(
+                            "lost: {}/{} sends, {}/{} receives, {}/{} tagged sends, {}/{} \
+                             tagged receives completed",
+                            self.sends_done,
+                            self.cfg.messages,
+                            self.received,
+                            self.cfg.messages,
+                            self.tagged_sends_done,
+                            self.cfg.tagged,
+                            self.tagged_received,
+                            self.cfg.tagged
+                        ));
+                        return;
+                    }
+                    std::thread::yield_now();
+                }
+                Err(e) => {
+                    errors.push(format!("fi_cq_read: {e}"));
+                    return;
+                }
+            }
+        }
+    }
+
+    fn event(&mut self, ev: CqEvent) {
+        match (ev.op, ev.error) {
+            (CqOp::Send, None) => {
+                self.sends_done += 1;
+                self.sent += 1;
+            }
+            (CqOp::TaggedSend, None) => {
+                self.tagged_sends_done += 1;
+                self.tagged_sent += 1;
+            }
+            (CqOp::Send, Some(e)) => {
+                self.sends_done += 1;
+                self.errors.push(format!("send {} failed: {e}", ev.context));
+            }
+            (CqOp::TaggedSend, Some(e)) => {
+                self.tagged_sends_done += 1;
+                self.errors
+                    .push(format!("tagged send {} failed: {e}", ev.context));
+            }
+            (CqOp::Write | CqOp::Read, _) => self.rma = Some(ev),
+            (CqOp::Recv, Some(e)) => {
+                self.received += 1;
+                self.errors
+                    .push(format!("receive {} failed: {e}", ev.context));
+            }
+            (CqOp::TaggedRecv, Some(e)) => {
+                self.tagged_received += 1;
+                self.errors
+                    .push(format!("tagged receive {} failed: {e}", ev.context));
+            }
+            (CqOp::Recv, None) => {
+                self.received += 1;
+                let (seq, check) = self.check_message(&ev, false);
+                match check {
+                    Err(e) => self.errors.push(e),
+                    Ok(()) if std::mem::replace(&mut self.seen[seq as usize], true) => {
+                        self.errors.push(format!("message {seq} delivered twice"));
+                    }
+                    Ok(()) => {}
+                }
+            }
+            (CqOp::TaggedRecv, None) => {
+                self.tagged_received += 1;
+                let (seq, check) = self.check_message(&ev, true);
+                match check {
+                    Err(e) => self.errors.push(e),
+                    Ok(()) if std::mem::replace(&mut self.tagged_seen[seq as usize], true) => {
+                        self.errors
+                            .push(format!("tagged message {seq} delivered twice"));
+                    }
+                    Ok(()) => {}
+                }
+            }
+        }
+    }
+
+    /// The sequence number a received message claims, and whether everything about it says
+    /// "left neighbour, that message".
+    fn check_message(&self, ev: &CqEvent, tagged: bool) -> (u32, Result<(), String>) {
+        let job = self.cfg.job_id;
+        let (left, rank) = (self.left, self.rank);
+        let data = ev
+            .buffer
+            .as_ref()
+            .and_then(|b| b.to_vec().ok())
+            .unwrap_or_default();
+        let seq = (ev.data & 0xFFFF_FFFF) as u32;
+        let from = (ev.data >> 32) as usize;
+        let limit = if tagged {
+            self.cfg.tagged
+        } else {
+            self.cfg.messages
+        };
+        let kind = if tagged { "tagged message" } else { "message" };
+        let expected = if tagged {
+            tagged_payload(job, left, rank, seq)
+        } else {
+            payload(job, left, rank, seq)
+        };
+        let r = if from != left || seq >= limit {
+            Err(format!("misrouted: CQ data says rank {from} {kind} {seq}"))
+        } else if ev.src_addr != left as FiAddr {
+            Err(format!(
+                "{kind} {seq}: source fi_addr {} is not rank {left}",
+                ev.src_addr as i64
+            ))
+        } else if tagged && ev.tag != demo_tag(left, seq) {
+            Err(format!(
+                "{kind} {seq}: tag {:#x} is not {:#x}",
+                ev.tag,
+                demo_tag(left, seq)
+            ))
+        } else if data != expected {
+            Err(format!("{kind} {seq}: payload corrupted"))
+        } else {
+            Ok(())
+        };
+        (seq, r)
+    }
+
+    /// Wait for the completion of the RMA operation just posted.
+    fn rma_wait(&mut self, ep: &mut Endpoint, errors: &mut Vec<String>) -> Option<CqEvent> {
+        self.rma = None;
+        self.pump(ep, errors, |t| t.rma.is_some());
+        self.rma.take()
+    }
+
+    fn rma_write(
+        &mut self,
+        ep: &mut Endpoint,
+        pool: &DmaPool,
+        right: usize,
+        len: usize,
+        errors: &mut Vec<String>,
+    ) {
+        let job = self.cfg.job_id;
+        let Some(mut buf) = pool.alloc() else {
+            return errors.push("RMA pool exhausted".to_string());
+        };
+        if let Err(e) = buf.fill(&rma_pattern(job, self.rank, right, len)) {
+            return errors.push(e.to_string());
+        }
+        let key = rma_key(job, right);
+        if let Err((e, _)) = ep.post_write(right as FiAddr, buf, 0, key, 1) {
+            return errors.push(format!("fi_write: {e}"));
+        }
+        match self.rma_wait(ep, errors) {
+            Some(ev) if ev.error.is_none() && ev.op == CqOp::Write => {}
+            Some(ev) => errors.push(format!("fi_write to rank {right} failed: {:?}", ev.error)),
+            None => errors.push("fi_write never completed".to_string()),
+        }
+    }
+
+    fn rma_read(
+        &mut self,
+        ep: &mut Endpoint,
+        pool: &DmaPool,
+        right: usize,
+        len: usize,
+        errors: &mut Vec<String>,
+    ) {
+        let job = self.cfg.job_id;
+        let Some(buf) = pool.alloc() else {
+            return errors.push("RMA pool exhausted".to_string());
+        };
+        let key = rma_key(job, right);
+        if let Err((e, _)) = ep.post_read(right as FiAddr, buf, len, 0, key, 2) {
+            return errors.push(format!("fi_read: {e}"));
+        }
+        match self.rma_wait(ep, errors) {
+            Some(ev) if ev.error.is_none() && ev.op == CqOp::Read => {
+                let got = ev.buffer.as_ref().and_then(|b| b.to_vec().ok());
+                if got.as_deref() == Some(&rma_pattern(job, self.rank, right, len)[..]) {
+                    self.rma_read_verified = true;
+                } else {
+                    errors.push(format!("fi_read from rank {right}: data differs"));
+                }
+            }
+            Some(ev) => errors.push(format!("fi_read from rank {right} failed: {:?}", ev.error)),
+            None => errors.push("fi_read never completed".to_string()),
+        }
+    }
 }

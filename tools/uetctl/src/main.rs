@@ -5,7 +5,7 @@ use serde_json::json;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use uetctl::demo::{self, DemoConfig, DemoOutcome};
-use uetctl::dump;
+use uetctl::{dump, stats};
 
 #[derive(Parser)]
 #[command(
@@ -32,6 +32,13 @@ struct JobArgs {
     /// JobID of the job (24 bits).
     #[arg(long, default_value_t = 0x00_1234, value_parser = parse_u32)]
     job_id: u32,
+    /// Tagged messages each rank sends to its right neighbour (half of them arrive before
+    /// their receive is posted and wait on the NIC's unexpected list).
+    #[arg(long, default_value_t = 4)]
+    tagged: u32,
+    /// Skip the RMA write and read into the right neighbour's memory region.
+    #[arg(long)]
+    no_rma: bool,
     /// Write every frame that crosses the simulated fabric to FILE (libpcap, Ethernet; UET is
     /// UDP port 4793 for Wireshark).
     #[arg(long, value_name = "FILE")]
@@ -44,6 +51,8 @@ impl From<JobArgs> for DemoConfig {
             ranks: a.ranks,
             messages: a.messages,
             job_id: a.job_id,
+            tagged: a.tagged,
+            rma: !a.no_rma,
             pcap: a.pcap,
         }
     }
@@ -52,8 +61,17 @@ impl From<JobArgs> for DemoConfig {
 #[derive(Subcommand)]
 enum Command {
     /// Run the demo job: N ranks on simulated NICs exchange addresses (master-collect), fill
-    /// their AVs and send to their right neighbour by fi_addr_t; every message is checked.
+    /// their AVs and send to their right neighbour by fi_addr_t — messages, tagged messages,
+    /// an RMA write and read; every byte is checked.
     Demo {
+        #[command(flatten)]
+        job: JobArgs,
+    },
+    /// Print NIC counters (BAR0) and the per-endpoint counters (COUNTERS_READ) of every rank.
+    Stats {
+        /// Run the demo job on the simulated fabric first and report its ranks.
+        #[arg(long)]
+        demo: bool,
         #[command(flatten)]
         job: JobArgs,
     },
@@ -98,6 +116,16 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Demo { job } => run_demo(job.into(), cli.json),
+        Command::Stats { demo, job } => {
+            if !demo {
+                eprintln!(
+                    "uetctl stats: only the simulated demo job can be inspected so far \
+                     (--demo); a live driver process needs its telemetry socket"
+                );
+                return ExitCode::from(2);
+            }
+            stats::run(&job.into(), cli.json)
+        }
         Command::Av {
             command: AvCommand::Dump { demo, rank, job },
         } => {
@@ -187,6 +215,18 @@ fn run_demo(cfg: DemoConfig, as_json: bool) -> ExitCode {
                     "av_size": p.av_size,
                     "sent": p.sent,
                     "received": p.received,
+                    "tagged": {
+                        "sent": p.tagged_sent,
+                        "received": p.tagged_received,
+                        "unexpected": p.tagged_unexpected,
+                        "verified": p.tagged_received == cfg.tagged,
+                    },
+                    "rma": {
+                        "bytes": p.rma_bytes,
+                        "write_verified": p.rma_write_verified,
+                        "read_verified": p.rma_read_verified,
+                    },
+                    "ok": p.ok(&cfg),
                     "errors": p.errors,
                 })
             })
@@ -195,6 +235,8 @@ fn run_demo(cfg: DemoConfig, as_json: bool) -> ExitCode {
             "ok": ok && consistent && captured,
             "job_id": cfg.job_id,
             "messages_per_rank": cfg.messages,
+            "tagged_per_rank": cfg.tagged,
+            "rma": cfg.rma,
             "ranks": ranks,
             "rank0_av": dump::render_json(&table),
             "pcap": capture_json(&outcome),
@@ -202,12 +244,20 @@ fn run_demo(cfg: DemoConfig, as_json: bool) -> ExitCode {
         println!("{doc:#}");
     } else {
         println!(
-            "uet-nic demo: {} ranks, job {:#x}, {} messages each to the right neighbour",
-            cfg.ranks, cfg.job_id, cfg.messages
+            "uet-nic demo: {} ranks, job {:#x}, {} messages and {} tagged messages each to the right neighbour{}",
+            cfg.ranks,
+            cfg.job_id,
+            cfg.messages,
+            cfg.tagged,
+            if cfg.rma {
+                ", one RMA write and read of its memory region"
+            } else {
+                ""
+            }
         );
         println!();
         println!(
-            "{:<5} {:<15} {:>8} {:<10} {:>10} {:>7} {:>5} {:>9}  STATUS",
+            "{:<5} {:<15} {:>8} {:<10} {:>10} {:>7} {:>5} {:>9} {:>7} {:>8} {:>6} {:>9} {:>8}  STATUS",
             "RANK",
             "FABRIC ADDRESS",
             "PIDonFEP",
@@ -215,18 +265,31 @@ fn run_demo(cfg: DemoConfig, as_json: bool) -> ExitCode {
             "INITIATOR",
             "AV SIZE",
             "SENT",
-            "RECEIVED"
+            "RECEIVED",
+            "TSENT",
+            "TRECV",
+            "UNEXP",
+            "RMA WRITE",
+            "RMA READ"
         );
+        let rma_cell = |bytes: usize, ok: bool| {
+            if !cfg.rma {
+                "-".to_string()
+            } else if ok {
+                format!("{bytes} ok")
+            } else {
+                "FAILED".to_string()
+            }
+        };
         for r in &outcome.ranks {
             let p = &r.report;
-            let status =
-                if p.errors.is_empty() && p.sent == cfg.messages && p.received == cfg.messages {
-                    "ok".to_string()
-                } else {
-                    format!("FAILED: {}", p.errors.join("; "))
-                };
+            let status = if p.ok(&cfg) {
+                "ok".to_string()
+            } else {
+                format!("FAILED: {}", p.errors.join("; "))
+            };
             println!(
-                "{:<5} {:<15} {:>8} {:<10} {:>10} {:>7} {:>5} {:>9}  {}",
+                "{:<5} {:<15} {:>8} {:<10} {:>10} {:>7} {:>5} {:>9} {:>7} {:>8} {:>6} {:>9} {:>8}  {}",
                 p.rank,
                 p.fabric_addr.to_string(),
                 p.pid_on_fep,
@@ -235,6 +298,11 @@ fn run_demo(cfg: DemoConfig, as_json: bool) -> ExitCode {
                 p.av_size,
                 p.sent,
                 p.received,
+                p.tagged_sent,
+                p.tagged_received,
+                p.tagged_unexpected,
+                rma_cell(p.rma_bytes, p.rma_write_verified),
+                rma_cell(p.rma_bytes, p.rma_read_verified),
                 status
             );
         }
@@ -242,15 +310,33 @@ fn run_demo(cfg: DemoConfig, as_json: bool) -> ExitCode {
         print!("{}", dump::render_text("rank 0 NIC AV table", &table));
         println!();
         let total: u32 = outcome.ranks.iter().map(|r| r.report.received).sum();
+        let tagged: u32 = outcome.ranks.iter().map(|r| r.report.tagged_received).sum();
+        let rma = outcome
+            .ranks
+            .iter()
+            .filter(|r| r.report.rma_write_verified && r.report.rma_read_verified)
+            .count();
         if ok && consistent {
             println!(
                 "ok: {total} of {} messages delivered and verified; NIC AV tables match their host mirrors",
                 cfg.messages as usize * cfg.ranks
             );
+            println!(
+                "ok: {tagged} of {} tagged messages matched and verified",
+                cfg.tagged as usize * cfg.ranks
+            );
+            if cfg.rma {
+                println!(
+                    "ok: {rma} of {} RMA writes verified at the target and read back",
+                    cfg.ranks
+                );
+            }
         } else {
             println!(
-                "FAILED: {total} of {} messages verified; {} NIC/mirror differences",
+                "FAILED: {total} of {} messages, {tagged} of {} tagged messages, {rma} of {} RMA write/read pairs verified; {} NIC/mirror differences",
                 cfg.messages as usize * cfg.ranks,
+                cfg.tagged as usize * cfg.ranks,
+                if cfg.rma { cfg.ranks } else { 0 },
                 table.differences()
             );
         }

@@ -84,6 +84,8 @@ fn bad_arguments_get_a_clear_error_and_exit_2() {
         (&["demo", "--ranks", "1"][..], "--ranks must be"),
         (&["demo", "--messages", "0"][..], "--messages must be"),
         (&["demo", "--job-id", "0x1000000"][..], "wider than 24 bits"),
+        (&["demo", "--tagged", "33"][..], "--tagged must be"),
+        (&["stats"][..], "--demo"),
         (&["av", "dump"][..], "--demo"),
         (&["av", "dump", "--demo", "--rank", "9"][..], "out of range"),
     ] {
@@ -106,7 +108,19 @@ fn demo_writes_a_pcap_of_every_frame() {
     let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("uetctl-demo.pcap");
     let _ = std::fs::remove_file(&path);
     let p = path.to_str().expect("UTF-8 temp path");
-    let out = uetctl(&["demo", "--ranks", "2", "--messages", "1", "--pcap", p]);
+    // Only the untagged messages: no tagged messages, no RMA.
+    let out = uetctl(&[
+        "demo",
+        "--ranks",
+        "2",
+        "--messages",
+        "1",
+        "--tagged",
+        "0",
+        "--no-rma",
+        "--pcap",
+        p,
+    ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("4 frames written to"), "{stderr}");
@@ -146,6 +160,9 @@ fn av_dump_demo_writes_a_pcap_and_json_reports_it() {
         "3",
         "--messages",
         "2",
+        "--tagged",
+        "0",
+        "--no-rma",
         "--pcap",
         p,
         "--json",
@@ -180,5 +197,113 @@ fn pcap_to_a_bad_path_is_a_clear_error_and_exit_2() {
         );
         assert!(!stderr.contains("panicked"), "{stderr}");
         assert!(out.stdout.is_empty(), "nothing runs: {args:?}");
+    }
+}
+
+#[test]
+fn demo_json_shows_tagged_and_rma_verified() {
+    let out = uetctl(&[
+        "demo",
+        "--ranks",
+        "3",
+        "--messages",
+        "2",
+        "--tagged",
+        "5",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["tagged_per_rank"], 5);
+    assert_eq!(v["rma"], true);
+    for r in v["ranks"].as_array().unwrap() {
+        assert_eq!(r["tagged"]["sent"], 5, "{r}");
+        assert_eq!(r["tagged"]["received"], 5, "{r}");
+        // Three receives were posted before the messages, two after: those waited.
+        assert_eq!(r["tagged"]["unexpected"], 2, "{r}");
+        assert_eq!(r["tagged"]["verified"], true, "{r}");
+        assert_eq!(r["rma"]["write_verified"], true, "{r}");
+        assert_eq!(r["rma"]["read_verified"], true, "{r}");
+        assert_eq!(r["rma"]["bytes"], 4097, "MTU + 1: two packets");
+        assert_eq!(r["ok"], true);
+    }
+}
+
+#[test]
+fn demo_table_has_tagged_and_rma_columns() {
+    let out = uetctl(&["demo", "--ranks", "2", "--messages", "1"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    for col in ["TSENT", "TRECV", "UNEXP", "RMA WRITE", "RMA READ"] {
+        assert!(stdout.contains(col), "{col} missing:\n{stdout}");
+    }
+    assert!(stdout.contains("ok: 8 of 8 tagged messages"), "{stdout}");
+    assert!(
+        stdout.contains("ok: 2 of 2 RMA writes verified"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn stats_prints_nic_and_endpoint_counters_of_every_rank() {
+    let out = uetctl(&["stats", "--demo", "--ranks", "3", "--messages", "2"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("NIC counters (BAR0)"), "{stdout}");
+    assert!(
+        stdout.contains("endpoint counters (COUNTERS_READ)"),
+        "{stdout}"
+    );
+    for needle in [
+        "rank 2",
+        "RX_PERM_VIOLATION",
+        "RX_UNEXPECTED",
+        "rx_unexpected",
+        "rma_writes",
+    ] {
+        assert!(stdout.contains(needle), "{needle} missing:\n{stdout}");
+    }
+    // Aligned: every row of a table is as wide as its header.
+    let widths: Vec<usize> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("COUNTER"))
+        .take_while(|l| !l.is_empty())
+        .map(str::len)
+        .collect();
+    assert!(
+        widths.len() > 10 && widths.iter().all(|&w| w == widths[0]),
+        "{stdout}"
+    );
+
+    let out = uetctl(&[
+        "stats",
+        "--demo",
+        "--ranks",
+        "2",
+        "--messages",
+        "3",
+        "--json",
+    ]);
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(v["ok"], true);
+    for r in v["ranks"].as_array().unwrap() {
+        let ep = &r["endpoint_counters"];
+        // 3 messages + 4 tagged each way; 4097-byte RMA write and read.
+        assert_eq!(ep["tx_messages"], 7, "{r}");
+        assert_eq!(ep["rx_messages"], 7, "{r}");
+        assert_eq!(ep["tx_tagged_messages"], 4, "{r}");
+        assert_eq!(ep["rx_unexpected"], 2, "{r}");
+        assert_eq!(ep["rma_writes"], 1, "{r}");
+        assert_eq!(ep["rma_reads"], 1, "{r}");
+        assert_eq!(ep["rma_target_write_bytes"], 4097, "{r}");
+        assert_eq!(ep["tx_errors"], 0, "{r}");
+        assert_eq!(r["nic"]["RX_UNEXPECTED"], 2, "{r}");
+        assert_eq!(r["nic"]["RX_PERM_VIOLATION"], 0, "{r}");
     }
 }

@@ -1,0 +1,262 @@
+//! Memory regions (`fi_mr`): host memory a peer reaches with RMA write and read.
+//!
+//! [`Endpoint::register_mr`] issues MR_REGISTER for memory the driver already mapped for DMA —
+//! a [`DmaBuffer`] (its whole capacity), a byte range of a [`DmaPool`], or a byte range of a
+//! [`MappedRegion`] from [`crate::Nic::map_dma`] — with the access peers get
+//! ([`MrAccess::REMOTE_READ`], [`MrAccess::REMOTE_WRITE`]) and a 64-bit memory key the caller
+//! chooses (`FI_MR_PROV_KEY` off). The key must be unused on the NIC, else `FI_ENOKEY`. The
+//! region is bound to a resource index in the endpoint's RMA space (the NIC assigns the
+//! endpoint's first unless one is asked for); a peer's WRITE or READ names the endpoint, the
+//! key and an offset within the region, and anything else — another key, a range past the
+//! end, an access not granted — is refused by the NIC with RC_PERM_VIOLATION: the peer's
+//! operation completes with `FI_EACCES` and the memory is untouched.
+//!
+//! A [`MemoryRegion`] owns (or shares) its memory, so the memory stays mapped while the NIC
+//! may touch it. Dropping it issues MR_DEREGISTER; once that completes, the NIC never touches
+//! the memory again — RMA packets still in flight are refused (see `uet_fwif::admin`) — and
+//! the memory is released. When MR_DEREGISTER fails (the NIC is gone or hung), the memory is
+//! leaked rather than handed back while the device might still write it.
+
+use crate::endpoint::Endpoint;
+use crate::error::DriverError;
+use crate::mapped::MappedRegion;
+use crate::nic::NicInner;
+use crate::pool::{DmaBuffer, DmaPool};
+use std::ops::Range;
+use std::sync::Arc;
+use uet_fwif::admin::{
+    Command, MrDeregisterBody, MrRegisterBody, MR_ACCESS_REMOTE_READ, MR_ACCESS_REMOTE_WRITE,
+};
+use zerocopy::little_endian::{U16, U64};
+use zerocopy::FromZeros;
+
+/// Remote access a memory region grants (`FI_REMOTE_READ`, `FI_REMOTE_WRITE`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MrAccess(u8);
+
+impl MrAccess {
+    /// Peers may read the region (`FI_REMOTE_READ`).
+    pub const REMOTE_READ: MrAccess = MrAccess(MR_ACCESS_REMOTE_READ);
+    /// Peers may write the region (`FI_REMOTE_WRITE`).
+    pub const REMOTE_WRITE: MrAccess = MrAccess(MR_ACCESS_REMOTE_WRITE);
+    /// Both.
+    pub const REMOTE_READ_WRITE: MrAccess =
+        MrAccess(MR_ACCESS_REMOTE_READ | MR_ACCESS_REMOTE_WRITE);
+
+    /// The `MR_ACCESS_*` bits.
+    pub fn bits(self) -> u8 {
+        self.0
+    }
+}
+
+/// The memory a region covers.
+pub enum MrMemory {
+    /// One pool buffer, its whole capacity.
+    Buffer(DmaBuffer),
+    /// A byte range of a pool's memory.
+    Pool(DmaPool, Range<usize>),
+    /// A byte range of a mapped region.
+    Region(Arc<MappedRegion>, Range<usize>),
+}
+
+impl From<DmaBuffer> for MrMemory {
+    fn from(b: DmaBuffer) -> Self {
+        MrMemory::Buffer(b)
+    }
+}
+
+impl MrMemory {
+    /// (the DMA region, first byte, length).
+    fn span(&self) -> (&crate::dma::DmaRegion, usize, usize) {
+        match self {
+            MrMemory::Buffer(b) => (b.region(), b.offset(), b.capacity()),
+            MrMemory::Pool(p, r) => (p.region(), r.start, r.end.saturating_sub(r.start)),
+            MrMemory::Region(m, r) => (m.region(), r.start, r.end.saturating_sub(r.start)),
+        }
+    }
+}
+
+/// A registered memory region; deregistered on drop.
+pub struct MemoryRegion {
+    nic: Arc<NicInner>,
+    handle: u32,
+    key: u64,
+    resource_index: u16,
+    access: MrAccess,
+    memory: Option<MrMemory>,
+}
+
+impl Endpoint {
+    /// `fi_mr_reg` + `fi_mr_bind` to this endpoint: register `memory` for remote `access`
+    /// under memory key `key`, bound to the endpoint's first RMA resource index.
+    pub fn register_mr(
+        &self,
+        memory: impl Into<MrMemory>,
+        access: MrAccess,
+        key: u64,
+    ) -> Result<MemoryRegion, DriverError> {
+        self.register_mr_at(memory, access, key, None)
+    }
+
+    /// As [`Endpoint::register_mr`], bound to `resource_index` (inside
+    /// [`Endpoint::resource_indices`]) when given.
+    pub fn register_mr_at(
+        &self,
+        memory: impl Into<MrMemory>,
+        access: MrAccess,
+        key: u64,
+        resource_index: Option<u16>,
+    ) -> Result<MemoryRegion, DriverError> {
+        let memory = memory.into();
+        let (region, start, len) = memory.span();
+        if len == 0 || !matches!(start.checked_add(len), Some(end) if end <= region.len()) {
+            return Err(DriverError::InvalidArgument(format!(
+                "memory region {start}+{len} outside its {}-byte DMA memory",
+                region.len()
+            )));
+        }
+        if let Some(ri) = resource_index {
+            if ri == 0 || !self.resource_indices().contains(&ri) {
+                return Err(DriverError::InvalidArgument(format!(
+                    "resource index {ri} outside the endpoint's {:?}",
+                    self.resource_indices()
+                )));
+            }
+        }
+        let mut body = MrRegisterBody::new_zeroed();
+        body.iova = U64::new(region.iova_at(start));
+        body.len = U64::new(len as u64);
+        body.key = U64::new(key);
+        body.access = access.bits();
+        body.resource_index = U16::new(resource_index.unwrap_or(0));
+        let nic = self.nic_inner().clone();
+        let r = nic.execute(Command::MrRegister {
+            endpoint: u32::from(self.handle()),
+            body,
+        })?;
+        Ok(MemoryRegion {
+            nic,
+            handle: r.result0,
+            key,
+            resource_index: (r.result1 & 0xFFFF) as u16,
+            access,
+            memory: Some(memory),
+        })
+    }
+}
+
+impl MemoryRegion {
+    /// The memory key (`fi_mr_key`).
+    pub fn key(&self) -> u64 {
+        self.key
+    }
+
+    /// The resource index in the endpoint's RMA space the region is bound to.
+    pub fn resource_index(&self) -> u16 {
+        self.resource_index
+    }
+
+    /// The NIC's handle for the region.
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
+
+    /// The access granted.
+    pub fn access(&self) -> MrAccess {
+        self.access
+    }
+
+    fn span(&self) -> Result<(&crate::dma::DmaRegion, usize, usize), DriverError> {
+        self.memory
+            .as_ref()
+            .map(MrMemory::span)
+            .ok_or(DriverError::InvalidArgument(
+                "memory region released".into(),
+            ))
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.span().map_or(0, |(_, _, l)| l)
+    }
+
+    /// Whether the region is empty (never: registration refuses empty regions).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// IOVA of the region's first byte.
+    pub fn iova(&self) -> u64 {
+        self.span().map_or(0, |(r, s, _)| r.iova_at(s))
+    }
+
+    fn check(
+        &self,
+        offset: usize,
+        n: usize,
+    ) -> Result<(&crate::dma::DmaRegion, usize), DriverError> {
+        let (region, start, len) = self.span()?;
+        if !matches!(offset.checked_add(n), Some(end) if end <= len) {
+            return Err(DriverError::InvalidArgument(format!(
+                "{n} bytes at offset {offset} outside the {len}-byte region"
+            )));
+        }
+        Ok((region, start + offset))
+    }
+
+    /// Copy `out.len()` bytes at `offset` of the region out (local access).
+    pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), DriverError> {
+        let (region, at) = self.check(offset, out.len())?;
+        Ok(region.read_bytes(at, out)?)
+    }
+
+    /// Copy `data` into the region at `offset` (local access).
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), DriverError> {
+        let (region, at) = self.check(offset, data.len())?;
+        Ok(region.write_bytes(at, data)?)
+    }
+
+    /// The whole region as a new vector (tools and tests).
+    pub fn to_vec(&self) -> Result<Vec<u8>, DriverError> {
+        let mut v = vec![0u8; self.len()];
+        self.read(0, &mut v)?;
+        Ok(v)
+    }
+}
+
+impl Drop for MemoryRegion {
+    fn drop(&mut self) {
+        let mut body = MrDeregisterBody::new_zeroed();
+        body.key = U64::new(self.key);
+        match self.nic.execute(Command::MrDeregister {
+            mr: self.handle,
+            body,
+        }) {
+            Ok(_) => {}
+            // The endpoint was destroyed first: the NIC removed the region with it.
+            Err(DriverError::AdminStatus {
+                status: uet_fwif::Status::InvalidHandle,
+                ..
+            }) => {}
+            Err(e) => {
+                tracing::error!(
+                    handle = self.handle,
+                    "MR_DEREGISTER failed: {e}; leaking the region's DMA memory"
+                );
+                std::mem::forget(self.memory.take());
+            }
+        }
+    }
+}
+
+impl core::fmt::Debug for MemoryRegion {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("MemoryRegion")
+            .field("handle", &self.handle)
+            .field("key", &format_args!("{:#x}", self.key))
+            .field("resource_index", &self.resource_index)
+            .field("iova", &format_args!("{:#x}", self.iova()))
+            .field("len", &self.len())
+            .finish()
+    }
+}

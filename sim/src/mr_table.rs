@@ -1,0 +1,179 @@
+//! Memory-region table: the regions remote WRITE and READ requests may touch.
+//!
+//! * MR_REGISTER adds a region: IOVA range, access (remote read / remote write), 64-bit memory
+//!   key, owning endpoint (by handle and serial, so a region never outlives its endpoint) and
+//!   the resource index in the endpoint's RMA space it is bound to. Keys are unique over the
+//!   NIC (the libfabric domain). At most `NicConfig::memory_regions` regions exist at once.
+//! * MR handles count up from 1 and are not reused before 2^32 registrations.
+//! * A request is checked by [`MrTable::check`]: a region with the key, owned by the target
+//!   endpoint, bound to the request's resource index, granting the access, containing the
+//!   whole request range. Anything else is a permission violation; the request never learns
+//!   which check failed.
+//! * ENDPOINT_DESTROY removes the endpoint's regions; FUNCTION_RESET removes all.
+
+use std::collections::HashMap;
+
+/// What a remote request wants to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RmaAccess {
+    Read,
+    Write,
+}
+
+/// One registered region.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MemoryRegion {
+    pub handle: u32,
+    pub iova: u64,
+    pub len: u64,
+    pub access: u8,
+    /// Serial number of the owning endpoint.
+    pub serial: u64,
+    pub resource_index: u16,
+}
+
+/// Why a registration was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MrError {
+    KeyExists,
+    Full,
+}
+
+/// The NIC's memory regions, by key.
+#[derive(Debug)]
+pub(crate) struct MrTable {
+    max: u32,
+    by_key: HashMap<u64, MemoryRegion>,
+    key_of: HashMap<u32, u64>,
+    next_handle: u32,
+}
+
+impl MrTable {
+    pub(crate) fn new(max: u32) -> Self {
+        MrTable {
+            max,
+            by_key: HashMap::new(),
+            key_of: HashMap::new(),
+            next_handle: 1,
+        }
+    }
+
+    /// Add a region; returns its handle. Nothing changes on error.
+    pub(crate) fn register(&mut self, key: u64, mut mr: MemoryRegion) -> Result<u32, MrError> {
+        if self.by_key.contains_key(&key) {
+            return Err(MrError::KeyExists);
+        }
+        if self.by_key.len() >= self.max as usize {
+            return Err(MrError::Full);
+        }
+        let handle = self.next_handle;
+        self.next_handle = self.next_handle.wrapping_add(1).max(1);
+        mr.handle = handle;
+        self.by_key.insert(key, mr);
+        self.key_of.insert(handle, key);
+        Ok(handle)
+    }
+
+    /// Remove the region `handle` if its key is `key`.
+    pub(crate) fn deregister(&mut self, handle: u32, key: u64) -> bool {
+        if self.key_of.get(&handle) != Some(&key) {
+            return false;
+        }
+        self.key_of.remove(&handle);
+        self.by_key.remove(&key);
+        true
+    }
+
+    /// Remove every region of an endpoint.
+    pub(crate) fn remove_endpoint(&mut self, serial: u64) {
+        self.by_key.retain(|_, mr| mr.serial != serial);
+        let by_key = &self.by_key;
+        self.key_of.retain(|_, k| by_key.contains_key(k));
+    }
+
+    /// The IOVA a request of `len` bytes at `offset` may use, or `None`: a permission
+    /// violation.
+    pub(crate) fn check(
+        &self,
+        key: u64,
+        serial: u64,
+        resource_index: u16,
+        access: RmaAccess,
+        offset: u64,
+        len: u64,
+    ) -> Option<u64> {
+        let mr = self.by_key.get(&key)?;
+        let want = match access {
+            RmaAccess::Read => uet_fwif::admin::MR_ACCESS_REMOTE_READ,
+            RmaAccess::Write => uet_fwif::admin::MR_ACCESS_REMOTE_WRITE,
+        };
+        let end = offset.checked_add(len)?;
+        let ok = mr.serial == serial
+            && mr.resource_index == resource_index
+            && mr.access & want != 0
+            && end <= mr.len;
+        if !ok {
+            return None;
+        }
+        mr.iova.checked_add(offset)
+    }
+
+    /// Regions registered.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.by_key.len()
+    }
+
+    pub(crate) fn clear(&mut self) {
+        *self = MrTable::new(self.max);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uet_fwif::admin::{MR_ACCESS_REMOTE_READ, MR_ACCESS_REMOTE_WRITE};
+
+    fn mr(access: u8) -> MemoryRegion {
+        MemoryRegion {
+            handle: 0,
+            iova: 0x1000,
+            len: 100,
+            access,
+            serial: 7,
+            resource_index: 3,
+        }
+    }
+
+    #[test]
+    fn every_check_is_enforced() {
+        let mut t = MrTable::new(2);
+        let h = t.register(0xAB, mr(MR_ACCESS_REMOTE_WRITE)).unwrap();
+        assert_eq!(
+            t.register(0xAB, mr(MR_ACCESS_REMOTE_READ)),
+            Err(MrError::KeyExists)
+        );
+        let w = RmaAccess::Write;
+        assert_eq!(t.check(0xAB, 7, 3, w, 10, 90), Some(0x1000 + 10));
+        assert_eq!(t.check(0xAC, 7, 3, w, 10, 90), None, "wrong key");
+        assert_eq!(t.check(0xAB, 8, 3, w, 10, 90), None, "other endpoint");
+        assert_eq!(t.check(0xAB, 7, 4, w, 10, 90), None, "other resource index");
+        assert_eq!(t.check(0xAB, 7, 3, w, 10, 91), None, "past the end");
+        assert_eq!(t.check(0xAB, 7, 3, w, u64::MAX, 2), None, "overflow");
+        assert_eq!(
+            t.check(0xAB, 7, 3, RmaAccess::Read, 0, 1),
+            None,
+            "write-only"
+        );
+        assert!(!t.deregister(h, 0xAC), "the key must match");
+        t.register(0x01, mr(MR_ACCESS_REMOTE_READ)).unwrap();
+        assert_eq!(
+            t.register(0x02, mr(MR_ACCESS_REMOTE_READ)),
+            Err(MrError::Full)
+        );
+        assert!(t.deregister(h, 0xAB));
+        assert_eq!(t.check(0xAB, 7, 3, w, 0, 1), None, "gone");
+        t.remove_endpoint(7);
+        assert_eq!(t.len(), 0);
+    }
+}

@@ -1,0 +1,325 @@
+//! Tag-matching unit: tagged RX rings, posted tagged receives and the unexpected list.
+//!
+//! Each endpoint created with a tagged RX ring (ENDPOINT_CREATE `trx_log2` > 0) has:
+//!
+//! * a **posted list**: tagged receives in posting order. `TRXQ_DOORBELL` latches the ring's
+//!   tail; while the function runs, the unit reads each new [`TaggedRxDescriptor`] — only when
+//!   the endpoint's completion ring can take one more completion, and only while the posted
+//!   list holds fewer receives than the ring has entries — and frees its ring entry at once.
+//!   A descriptor with reserved fields set completes `BadDescriptor` (`TaggedRecv`). Otherwise
+//!   it first takes the oldest message of the unexpected list whose match bits it matches
+//!   (`(tag ^ match_bits) & !ignore == 0`); only when none does, it joins the posted list.
+//! * an **unexpected list**: tagged messages that found no matching posted receive, in order
+//!   of their first packet's arrival, bounded by `CAP_TAGGED.unexpected_entries` messages and
+//!   `CAP_TAGGED.unexpected_kib` KiB (whole `request_length` of each message counts from its
+//!   first packet). The message's bytes are held in NIC memory; its packets are answered RC_OK
+//!   on the overflow list (SES response `list` = 1), so the initiator's send completes. A
+//!   message that would exceed a bound — or a multi-packet one while every reassembly slot is
+//!   in use — is refused RC_UNDELIVERABLE (the rest of its packets get the same answer) and
+//!   counted in `RX_UNEXPECTED_OVERFLOW` and the endpoint's `rejected[RC_UNDELIVERABLE]`.
+//!   Messages accepted onto the list count in `RX_UNEXPECTED` and the endpoint's
+//!   `rx_unexpected`.
+//!
+//! An arriving TAGGED_SEND (after the checks of `rx_engine`) takes the first matching posted
+//! receive in posting order, provided the completion ring has room (else it waits in the
+//! endpoint's receive backlog like any request). A receive that matched a multi-packet
+//! message still arriving on the unexpected list is bound to it and completes when its last
+//! byte arrives. Delivery copies the message into the receive's buffer, truncated to it
+//! (status `Truncated`), and writes one `TaggedRecv` completion carrying the message's match
+//! bits in `tag`, the remote CQ data and the source `fi_addr_t`.
+//!
+//! ENDPOINT_DESTROY drops both lists with the endpoint.
+
+use crate::nic::Nic;
+use crate::rx_engine::{MsgKey, ParsedRequest, Reassembly, RxOutcome, Sink};
+use crate::ses;
+use uet_fwif::datapath::TAGGED_RX_DESCRIPTOR_BYTES;
+use uet_fwif::{Completion, CompletionKind, LocalStatus, ReturnCode, TaggedRxDescriptor};
+use uet_regs::{RX_BYTES, RX_PACKETS, RX_UNEXPECTED, RX_UNEXPECTED_OVERFLOW};
+use zerocopy::little_endian::{U32, U64};
+use zerocopy::FromBytes;
+
+/// A tagged receive on the posted list.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PostedTagged {
+    pub desc: TaggedRxDescriptor,
+}
+
+/// A tagged message on the unexpected list.
+#[derive(Debug)]
+pub(crate) struct Unexpected {
+    pub key: MsgKey,
+    pub tag: u64,
+    pub header_data: u64,
+    pub src_addr: u64,
+    pub total: u32,
+    /// The message's bytes, once every one has arrived.
+    pub data: Option<Vec<u8>>,
+    /// A receive that matched it before its last byte arrived.
+    pub bound: Option<TaggedRxDescriptor>,
+}
+
+impl Nic {
+    /// Read an endpoint's new tagged receives (see the module docs).
+    pub(crate) fn trx_poll(&mut self, handle: u16) -> bool {
+        let mut progress = false;
+        while let Some(ep) = self.eps.get_mut(handle) {
+            let Some(trx) = ep.trx else {
+                break;
+            };
+            if ep.faulted || !trx.pending() {
+                break;
+            }
+            if ep.posted_tagged.len() >= trx.geom.entries() as usize {
+                break;
+            }
+            if !ep.cq_has_room() {
+                self.counters.debug.cq_stalls += 1;
+                break;
+            }
+            let at = trx.base + u64::from(trx.head) * TAGGED_RX_DESCRIPTOR_BYTES as u64;
+            if let Some(r) = ep.trx.as_mut() {
+                r.head = r.geom.next(r.head);
+            }
+            let mut raw = [0u8; TAGGED_RX_DESCRIPTOR_BYTES];
+            if self.iommu.read(at, &mut raw).is_err() {
+                self.ring_fault(handle);
+                break;
+            }
+            progress = true;
+            let Ok(d) = TaggedRxDescriptor::read_from_bytes(&raw) else {
+                continue;
+            };
+            self.trx_post(handle, d);
+        }
+        progress
+    }
+
+    fn trx_post(&mut self, handle: u16, d: TaggedRxDescriptor) {
+        let Some(ep) = self.eps.get_mut(handle) else {
+            return;
+        };
+        if d.flags.get() != 0 || d.reserved != [0; 24] {
+            let c = Completion {
+                context: d.context,
+                status: LocalStatus::BadDescriptor as u8,
+                return_code: ReturnCode::Undeliverable as u8,
+                kind: CompletionKind::TaggedRecv as u8,
+                ..Completion::default()
+            };
+            return self.post_completion(handle, c);
+        }
+        let found = ep
+            .unexpected
+            .iter()
+            .position(|u| u.bound.is_none() && d.matches(u.tag));
+        let Some(i) = found else {
+            ep.posted_tagged.push_back(PostedTagged { desc: d });
+            return;
+        };
+        if ep.unexpected.get(i).is_some_and(|u| u.data.is_some()) {
+            if let Some(u) = ep.unexpected.remove(i) {
+                self.deliver_unexpected(handle, u, &d);
+            }
+        } else if let Some(u) = ep.unexpected.get_mut(i) {
+            u.bound = Some(d);
+            ep.reassembling += 1; // its completion is promised
+        }
+    }
+
+    /// Copy a complete unexpected message into a tagged receive and complete it.
+    fn deliver_unexpected(&mut self, handle: u16, u: Unexpected, d: &TaggedRxDescriptor) {
+        let data = u.data.unwrap_or_default();
+        if let Some(ep) = self.eps.get_mut(handle) {
+            ep.unexpected_bytes = ep.unexpected_bytes.saturating_sub(u64::from(u.total));
+        }
+        let n = data.len().min(d.len.get() as usize);
+        let mut c = Completion {
+            context: d.context,
+            data: U64::new(u.header_data),
+            src_addr: U64::new(u.src_addr),
+            tag: U64::new(u.tag),
+            len: U32::new(n as u32),
+            status: LocalStatus::Ok as u8,
+            return_code: ReturnCode::Ok as u8,
+            kind: CompletionKind::TaggedRecv as u8,
+            ..Completion::default()
+        };
+        if n < data.len() {
+            c.status = LocalStatus::Truncated as u8;
+        }
+        let bytes = data.get(..n).unwrap_or(&[]);
+        if self.iommu.write(d.buf.get(), bytes).is_err() {
+            self.dma_fault();
+            c.status = LocalStatus::DmaFault as u8;
+            c.return_code = ReturnCode::HostUnsuccessfulCompletion as u8;
+            c.len = U32::ZERO;
+        }
+        self.post_completion(handle, c);
+    }
+
+    /// The last byte of a multi-packet unexpected message arrived.
+    pub(crate) fn unexpected_complete(
+        &mut self,
+        handle: u16,
+        serial: u64,
+        key: MsgKey,
+        data: Vec<u8>,
+        header_data: u64,
+    ) {
+        let Some(ep) = self.eps.get_mut(handle).filter(|e| e.serial == serial) else {
+            return;
+        };
+        let Some(i) = ep.unexpected.iter().position(|u| u.key == key) else {
+            return;
+        };
+        let bound = ep.unexpected.get(i).and_then(|u| u.bound);
+        match bound {
+            Some(d) => {
+                ep.reassembling = ep.reassembling.saturating_sub(1);
+                if let Some(mut u) = ep.unexpected.remove(i) {
+                    u.data = Some(data);
+                    u.header_data = header_data;
+                    self.deliver_unexpected(handle, u, &d);
+                }
+            }
+            None => {
+                if let Some(u) = ep.unexpected.get_mut(i) {
+                    u.data = Some(data);
+                    u.header_data = header_data;
+                }
+            }
+        }
+    }
+
+    /// A TAGGED_SEND packet that opens a message (single-packet, or the first packet of a
+    /// multi-packet message to arrive) for endpoint `handle`.
+    pub(crate) fn rx_tagged(
+        &mut self,
+        handle: u16,
+        serial: u64,
+        p: &ParsedRequest<'_>,
+        f: &[u8],
+        from_backlog: bool,
+    ) -> RxOutcome {
+        let tag = p.ses.match_bits;
+        let single = p.single();
+        let Some(ep) = self.eps.get(handle) else {
+            return RxOutcome::Done;
+        };
+        let av = ep.av;
+        let src_addr = self.source_of(av, p);
+        let Some(ep) = self.eps.get_mut(handle) else {
+            return RxOutcome::Done;
+        };
+        let Some(i) = ep.posted_tagged.iter().position(|r| r.desc.matches(tag)) else {
+            return self.rx_unexpected(handle, serial, p, src_addr);
+        };
+        if !ep.cq_has_room() {
+            self.counters.debug.cq_stalls += 1;
+            if !from_backlog {
+                ep.rx_backlog.push_back(f.to_vec());
+            }
+            return RxOutcome::Stalled;
+        }
+        if !single && !self.reasm.has_room(self.cfg.reassembly_slots, &self.eps) {
+            self.counters.debug.reassembly_overflows += 1;
+            self.refuse(handle, p, ReturnCode::Undeliverable);
+            return RxOutcome::Done;
+        }
+        let Some(ep) = self.eps.get_mut(handle) else {
+            return RxOutcome::Done;
+        };
+        let Some(r) = ep.posted_tagged.remove(i) else {
+            return RxOutcome::Done;
+        };
+        let d = r.desc;
+        if single {
+            let c = Completion {
+                context: d.context,
+                data: U64::new(p.ses.header_data),
+                tag: U64::new(tag),
+                status: LocalStatus::Ok as u8,
+                return_code: ReturnCode::Ok as u8,
+                kind: CompletionKind::TaggedRecv as u8,
+                ..Completion::default()
+            };
+            self.deliver_single(handle, p, d.buf.get(), d.len.get(), c, src_addr);
+            return RxOutcome::Done;
+        }
+        ep.reassembling += 1;
+        let sink = Sink::Host {
+            buf: d.buf.get(),
+            buf_len: d.len.get(),
+        };
+        let r = Reassembly::new(
+            handle,
+            serial,
+            sink,
+            CompletionKind::TaggedRecv,
+            d.context,
+            src_addr,
+            p,
+        );
+        let key = p.key();
+        self.reasm.active.insert(key, r);
+        self.rx_segment(key, p)
+    }
+
+    /// No posted receive matches: hold the message on the unexpected list, or refuse it.
+    fn rx_unexpected(
+        &mut self,
+        handle: u16,
+        serial: u64,
+        p: &ParsedRequest<'_>,
+        src_addr: u64,
+    ) -> RxOutcome {
+        let single = p.single();
+        let total = p.ses.request_length;
+        let entries = usize::from(self.cfg.unexpected_entries);
+        let budget = u64::from(self.cfg.unexpected_kib) * 1024;
+        let fits = self.eps.get(handle).is_some_and(|ep| {
+            ep.unexpected.len() < entries && ep.unexpected_bytes + u64::from(total) <= budget
+        }) && (single || self.reasm.has_room(self.cfg.reassembly_slots, &self.eps));
+        if !fits {
+            self.counters.inc(RX_UNEXPECTED_OVERFLOW);
+            self.refuse(handle, p, ReturnCode::Undeliverable);
+            return RxOutcome::Done;
+        }
+        let Some(ep) = self.eps.get_mut(handle) else {
+            return RxOutcome::Done;
+        };
+        let key = p.key();
+        ep.unexpected.push_back(Unexpected {
+            key,
+            tag: p.ses.match_bits,
+            header_data: p.ses.header_data,
+            src_addr,
+            total,
+            data: single.then(|| p.payload.to_vec()),
+            bound: None,
+        });
+        ep.unexpected_bytes += u64::from(total);
+        ep.stats.rx_unexpected = ep.stats.rx_unexpected.wrapping_add(1);
+        self.counters.inc(RX_UNEXPECTED);
+        if single {
+            let n = p.payload.len() as u32;
+            self.counters.inc(RX_PACKETS);
+            self.counters.add(RX_BYTES, u64::from(n));
+            self.respond_list(p, ReturnCode::Ok, n, ses::LIST_OVERFLOW, None);
+            return RxOutcome::Done;
+        }
+        let sink = Sink::Staged(vec![0; total as usize]);
+        let r = Reassembly::new(
+            handle,
+            serial,
+            sink,
+            CompletionKind::TaggedRecv,
+            U64::ZERO,
+            src_addr,
+            p,
+        );
+        self.reasm.active.insert(key, r);
+        self.rx_segment(key, p)
+    }
+}
