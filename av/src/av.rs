@@ -11,10 +11,17 @@
 //!   behave as TABLE (as libfabric 2.x specifies for MAP); [`AddressVector::av_type`] and
 //!   [`AddressVector::attr`] report `Table`.
 //! - **Size.** `count` is the size of the NIC table, fixed at open (the NIC allocates it with
-//!   AV_CREATE). `count` 0 means [`DEFAULT_AV_COUNT`] entries, or the NIC's maximum if smaller.
-//!   A `count` above [`AvLimits::max_entries`] is `FI_EINVAL`: fi_av(3) names no error for open,
-//!   and libfabric treats attributes outside what the domain supports as invalid arguments
-//!   rather than as running out of space (`FI_ENOSPC` is kept for a full table).
+//!   AV_CREATE). `count` 0 means [`DEFAULT_AV_COUNT`] entries rounded up to whole nodes of
+//!   `ep_per_node` endpoints, or the NIC's maximum if smaller. A `count` above
+//!   [`AvLimits::max_entries`] is `FI_EINVAL`: fi_av(3) names no error for open, and libfabric
+//!   treats attributes outside what the domain supports as invalid arguments rather than as
+//!   running out of space (`FI_ENOSPC` is kept for a full table).
+//! - **Open attributes** are all checked, each failure naming its attribute
+//!   ([`AvAttr::resolve`]): `rx_ctx_bits` against the NIC's decode limit and the receive
+//!   contexts an endpoint can have, `ep_per_node` (a sizing hint) against the NIC's endpoints,
+//!   `flags` against `FI_EVENT`, `FI_AV_USER_ID`, `FI_SYMMETRIC` (accepted as the hint it is)
+//!   and `FI_READ` (which needs a name). Named shared AVs come later: a `name` is `FI_ENOSYS`,
+//!   never ignored; `map_addr` is ignored without a name, as fi_av(3) says.
 //! - **Full table.** An address that finds no free index fails alone, like a malformed one: its
 //!   `fi_addr` slot gets `FI_ADDR_NOTAVAIL` and it is not counted in the return value, which is
 //!   how fi_av(3) reports per-address failures. The call itself never fails for it.
@@ -32,10 +39,43 @@
 //!   one fails, the addresses of the earlier ones are removed and the rest stay.
 //! - **Receive-context bits.** `remove` and `lookup` accept an `fi_addr_t` built with
 //!   [`crate::fi_rx_addr`]: the top `rx_ctx_bits` bits are ignored.
-//! - **Flags not supported yet** (`FI_EVENT`, `FI_READ`, `FI_SYMMETRIC` at open; `FI_AUTH_KEY`
-//!   on insert, remove and [`AddressVector::set_user_id`]) are refused with `FI_EBADFLAGS`
-//!   naming them, as are unknown bits. Bad arguments change nothing: no pending batch is sent,
-//!   no index is taken.
+//! - **Flags not supported yet** (`FI_AUTH_KEY` on insert, remove and
+//!   [`AddressVector::set_user_id`]) are refused with `FI_EBADFLAGS` naming them, as are
+//!   unknown bits. Bad arguments change nothing: no pending batch is sent, no index is taken.
+//!
+//! ## `FI_EVENT`: asynchronous inserts
+//!
+//! An AV opened with `FI_EVENT` must be bound to an event queue ([`AddressVector::bind`],
+//! `fi_av_bind`) before it inserts: until then every insert is `FI_ENOEQ`. An insert then does
+//! its host work at once (mirror, indices, `fi_addr`), submits its AV_WRITE without waiting
+//! ([`NicAvTable::submit_write`]) and returns `Ok(0)`, `FI_SUCCESS`. The insert's `context`
+//! comes with [`AddressVector::with_context`]. When the NIC has completed the write, progress
+//! posts one error entry per address that failed (`data` its index in the caller's array) and
+//! then one `FI_AV_COMPLETE` whose `data` is the number inserted ([`crate::event`]); calls
+//! complete in call order. An AV_WRITE the NIC refuses fails all of its addresses (`FI_EIO`) and
+//! removes them from the mirror, as the synchronous path does.
+//!
+//! **Progress** is manual and happens on the application's calls, never on a thread of the
+//! AV's own: reading the bound event queue (the driver's `fi_eq_read`, `fi_eq_readerr`, and a
+//! blocked `fi_eq_sread`, which polls), or [`AddressVector::progress`]. Inserts only submit.
+//! Synchronous calls of the AV (remove, `set_user_id`, `verify_nic`) first wait for the writes
+//! in flight, so they never race one; at most [`MAX_WRITES_IN_FLIGHT`] writes are in flight,
+//! beyond which an insert waits for the oldest.
+//!
+//! **Meanwhile** (insert returned, `FI_AV_COMPLETE` not yet posted), `fi_av_lookup` returns
+//! the address (the mirror has it), and the NIC entry is valid only once the NIC has executed
+//! the AV_WRITE: a send to the `fi_addr_t` before that completes with `FI_EADDRNOTAVAIL`, and
+//! after `FI_AV_COMPLETE` it is translated. After a refusal is reported, lookup and remove
+//! treat the addresses as never inserted; `len` and `iter` count them until the AV's next call.
+//! `fi_addr` slots are written when the call returns (`FI_ADDR_NOTAVAIL` for addresses the host
+//! refused); a later NIC refusal is reported by the error entries only, since the slice is no
+//! longer borrowed (a C shim, which keeps the array valid until completion as fi_av(3)
+//! requires, rewrites those slots when it reads the entries).
+//!
+//! **`fi_close`** ([`AddressVector::close`]) is `FI_EBUSY` while endpoints use the NIC table,
+//! and hands the AV back unchanged. Otherwise it waits for the writes in flight, cancels
+//! `FI_MORE` records not sent yet (`FI_ECANCELED`), posts every remaining event, and detaches
+//! from the event queue.
 //!
 //! ## `FI_SYNC_ERR`
 //!
@@ -116,6 +156,9 @@ use crate::index_alloc::IndexAllocator;
 use crate::mirror::{Range, Ranges, Slots};
 use crate::nic::NicAvTable;
 
+mod events;
+pub use events::{AvCloseError, WithContext, MAX_WRITES_IN_FLIGHT};
+
 /// Size of one address in `fi_av_insert`'s buffer and `fi_av_lookup`'s output.
 pub const ADDR_LEN: usize = ADDRESS_BYTES;
 
@@ -127,10 +170,8 @@ const _: () = assert!(
     "an all-zero mirror slot must mean empty"
 );
 
-/// Open flags this AV supports.
-const OPEN_FLAGS: u64 = FI_AV_USER_ID;
-/// Open flags this AV knows but does not support yet.
-const OPEN_FLAGS_LATER: u64 = FI_EVENT | FI_READ | FI_SYMMETRIC;
+/// Open flags this AV supports (`FI_READ` only together with a name, which comes later).
+const OPEN_FLAGS: u64 = FI_AV_USER_ID | FI_EVENT | FI_SYMMETRIC | FI_READ;
 /// Insert flags this AV supports.
 const INSERT_FLAGS: u64 = FI_MORE | FI_SYNC_ERR | FI_AV_USER_ID;
 /// Insert flags this AV knows but does not support yet.
@@ -146,21 +187,105 @@ static NEXT_AV_ID: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64
 /// Scratch buffers larger than this many elements are released after use.
 const SCRATCH_KEEP: usize = 4096;
 
-/// `struct fi_av_attr`, the parts this AV uses, plus the JobID stamped into NIC entries.
+/// `struct fi_av_attr`, plus the JobID stamped into NIC entries and the domain's address
+/// format.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AvAttr {
     /// `type`. Every type behaves as [`AvType::Table`].
     pub av_type: AvType,
-    /// `count`: table size; 0 for [`DEFAULT_AV_COUNT`].
+    /// `count`: table size; 0 for [`DEFAULT_AV_COUNT`] (see `ep_per_node`).
     pub count: usize,
-    /// `rx_ctx_bits`: top bits of an `fi_addr_t` naming the receive context.
+    /// `rx_ctx_bits`: top bits of an `fi_addr_t` naming the receive context. A C provider
+    /// converts the `int` with [`rx_ctx_bits_from_c`].
     pub rx_ctx_bits: u8,
-    /// `flags` of `fi_av_open`.
+    /// `ep_per_node`: endpoints per fabric address, 0 when unknown. A sizing hint: at most
+    /// the NIC's endpoints ([`AvLimits::max_endpoints`]); with `count` 0 the default table
+    /// size is rounded up to whole nodes. It never limits what may be inserted.
+    pub ep_per_node: usize,
+    /// `name`: the system name of a shared AV. Named AVs are not supported yet: any name is
+    /// refused with `FI_ENOSYS` rather than ignored.
+    pub name: Option<AvName>,
+    /// `map_addr`: base `fi_addr_t` of a shared AV. Ignored when `name` is `None`, as fi_av(3)
+    /// says.
+    pub map_addr: u64,
+    /// `flags` of `fi_av_open`: `FI_EVENT`, `FI_AV_USER_ID`, `FI_SYMMETRIC` (a hint; accepted),
+    /// `FI_READ` (needs a name).
     pub flags: u64,
     /// JobID (24 bits) stamped into every NIC entry, from the domain's auth key.
     pub job_id: u32,
     /// The domain's `addr_format`: binary UET addresses or `FI_ADDR_STR` strings.
     pub addr_format: AddrFormat,
+}
+
+/// Longest [`AvName`] in bytes (`NAME_MAX`, the longest POSIX shared-memory name).
+pub const AV_NAME_MAX: usize = 255;
+
+/// The `name` of `fi_av_attr`: 1 to [`AV_NAME_MAX`] bytes of UTF-8 without NUL, stored inline
+/// so [`AvAttr`] stays `Copy`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AvName {
+    len: u8,
+    bytes: [u8; AV_NAME_MAX],
+}
+
+impl AvName {
+    /// The name `name`; `FI_EINVAL` when it is empty, longer than [`AV_NAME_MAX`] bytes or
+    /// holds a NUL.
+    pub fn new(name: &str) -> Result<Self, FiError> {
+        let len = u8::try_from(name.len())
+            .ok()
+            .filter(|&l| l > 0 && usize::from(l) <= AV_NAME_MAX)
+            .ok_or_else(|| {
+                FiError::inval(format!(
+                    "fi_av_open: name of {} bytes (must be 1..={AV_NAME_MAX})",
+                    name.len()
+                ))
+            })?;
+        if name.contains('\0') {
+            return Err(FiError::inval("fi_av_open: name holds a NUL byte"));
+        }
+        let mut bytes = [0; AV_NAME_MAX];
+        if let Some(dst) = bytes.get_mut(..name.len()) {
+            dst.copy_from_slice(name.as_bytes());
+        }
+        Ok(AvName { len, bytes })
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        let b = self.bytes.get(..usize::from(self.len)).unwrap_or_default();
+        // Built from a &str in new().
+        core::str::from_utf8(b).unwrap_or_default()
+    }
+}
+
+impl core::fmt::Debug for AvName {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        core::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+/// `fi_av_attr.rx_ctx_bits` from its C `int`: `FI_EINVAL` when negative or above 64.
+pub fn rx_ctx_bits_from_c(rx_ctx_bits: i32) -> Result<u8, FiError> {
+    u8::try_from(rx_ctx_bits)
+        .ok()
+        .filter(|&b| b <= 64)
+        .ok_or_else(|| {
+            FiError::inval(format!(
+                "fi_av_open: rx_ctx_bits {rx_ctx_bits} is outside 0..=64"
+            ))
+        })
+}
+
+/// `fi_av_attr.type` from its C `enum fi_av_type` value: `FI_EINVAL` for a value that names
+/// no type.
+pub fn av_type_from_c(raw: i32) -> Result<AvType, FiError> {
+    AvType::from_raw(raw).ok_or_else(|| {
+        FiError::inval(format!(
+            "fi_av_open: type {raw} is not an fi_av_type (FI_AV_UNSPEC 0, FI_AV_MAP 1, \
+             FI_AV_TABLE 2)"
+        ))
+    })
 }
 
 /// `addr_format` of the domain an AV belongs to: what `insert` takes and `lookup` returns.
@@ -178,41 +303,104 @@ impl AddrFormat {
     pub const FI_ADDR_STR: u32 = 9;
 }
 
-/// What the NIC can hold (from its capability registers).
+/// What the NIC and its domain can hold (from the capability registers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AvLimits {
     /// Entries one NIC AV table can hold (`CAP_AV_ENTRIES`).
     pub max_entries: u32,
     /// Largest `rx_ctx_bits` a NIC AV table decodes (`CAP_AV.max_rx_ctx_bits`).
     pub max_rx_ctx_bits: u8,
+    /// Receive contexts an endpoint can have (`CAP_EP.max_rx_ctx`): `rx_ctx_bits` may not
+    /// exceed the bits that number them, `ceil(log2(max_rx_ctx))`.
+    pub max_rx_ctx: u64,
+    /// Endpoints the NIC can hold (`CAP_EP.max_endpoints`): the bound of `ep_per_node`.
+    pub max_endpoints: u32,
+}
+
+impl AvLimits {
+    /// Limits with `max_entries` and `max_rx_ctx_bits`, and no bound on receive contexts or
+    /// endpoints beyond what those imply.
+    pub const fn new(max_entries: u32, max_rx_ctx_bits: u8) -> Self {
+        AvLimits {
+            max_entries,
+            max_rx_ctx_bits,
+            max_rx_ctx: u64::MAX,
+            max_endpoints: u32::MAX,
+        }
+    }
+
+    /// Receive-context bits the endpoints can use: `ceil(log2(max_rx_ctx))`.
+    pub const fn rx_ctx_bits_usable(&self) -> u8 {
+        if self.max_rx_ctx <= 1 {
+            0
+        } else {
+            (64 - (self.max_rx_ctx - 1).leading_zeros()) as u8
+        }
+    }
 }
 
 impl AvAttr {
     /// The attributes an AV opened with these would have (type `Table`, `count` the table
-    /// size), or the error `fi_av_open` returns. The driver calls this to size the NIC table
-    /// (AV_CREATE) before [`AddressVector::open`].
+    /// size), or the error `fi_av_open` returns, naming the attribute:
+    ///
+    /// | attribute | refused when | errno |
+    /// |---|---|---|
+    /// | `flags` | a bit other than `FI_EVENT`, `FI_AV_USER_ID`, `FI_SYMMETRIC`, `FI_READ` | `FI_EBADFLAGS` |
+    /// | `name` | any name: named (shared) AVs are not supported yet | `FI_ENOSYS` |
+    /// | `flags` | `FI_READ` without a name (a read-only AV must be named) | `FI_EINVAL` |
+    /// | `count` | the NIC has no AV entries, or `count` exceeds `max_entries` | `FI_EINVAL` |
+    /// | `rx_ctx_bits` | above `max_rx_ctx_bits`, above the bits of `max_rx_ctx`, or leaving too few index bits for `count` | `FI_EINVAL` |
+    /// | `ep_per_node` | above `max_endpoints` | `FI_EINVAL` |
+    /// | JobID | wider than 24 bits | `FI_EINVAL` |
+    ///
+    /// `type` is always valid here ([`av_type_from_c`] checks a C value); `map_addr` is
+    /// ignored without a name. The driver calls this to size the NIC table (AV_CREATE) before
+    /// [`AddressVector::open`].
     pub fn resolve(&self, limits: &AvLimits) -> Result<AvAttr, FiError> {
-        let later = self.flags & OPEN_FLAGS_LATER;
-        if later != 0 {
-            return Err(FiError::badflags(format!(
-                "fi_av_open: flags {} are not supported yet",
-                flag_names(later)
-            )));
-        }
-        let unknown = self.flags & !(OPEN_FLAGS | OPEN_FLAGS_LATER);
+        let unknown = self.flags & !OPEN_FLAGS;
         if unknown != 0 {
             return Err(FiError::badflags(format!(
                 "fi_av_open: unknown flags {}",
                 flag_names(unknown)
             )));
         }
+        if let Some(name) = &self.name {
+            return Err(FiError::new(
+                FiErrno::FI_ENOSYS,
+                format!(
+                    "fi_av_open: name '{}': named (shared) AVs are not supported yet",
+                    name.as_str()
+                ),
+            ));
+        }
+        if self.flags & FI_READ != 0 {
+            return Err(FiError::inval(
+                "fi_av_open: FI_READ opens an existing named AV read-only, and name is NULL",
+            ));
+        }
         if limits.max_entries == 0 {
-            return Err(FiError::inval("fi_av_open: the NIC has no AV entries"));
+            return Err(FiError::inval(
+                "fi_av_open: count: the NIC has no AV entries",
+            ));
         }
         if self.rx_ctx_bits > limits.max_rx_ctx_bits {
             return Err(FiError::inval(format!(
                 "fi_av_open: rx_ctx_bits {} exceeds the NIC's maximum of {}",
                 self.rx_ctx_bits, limits.max_rx_ctx_bits
+            )));
+        }
+        let usable = limits.rx_ctx_bits_usable();
+        if self.rx_ctx_bits > usable {
+            return Err(FiError::inval(format!(
+                "fi_av_open: rx_ctx_bits {} exceeds the {usable} bits that number the {} \
+                 receive contexts an endpoint can have",
+                self.rx_ctx_bits, limits.max_rx_ctx
+            )));
+        }
+        if self.ep_per_node > limits.max_endpoints as usize {
+            return Err(FiError::inval(format!(
+                "fi_av_open: ep_per_node {} exceeds the NIC's {} endpoints",
+                self.ep_per_node, limits.max_endpoints
             )));
         }
         if self.job_id > MAX_JOB_ID {
@@ -223,7 +411,7 @@ impl AvAttr {
         }
         let max = limits.max_entries as usize;
         let count = match self.count {
-            0 => DEFAULT_AV_COUNT.min(max),
+            0 => default_count(self.ep_per_node, max),
             c if c > max => {
                 return Err(FiError::inval(format!(
                     "fi_av_open: count {c} exceeds the NIC's {max} entries per AV"
@@ -240,9 +428,10 @@ impl AvAttr {
         };
         if count as u64 > index_field {
             return Err(FiError::inval(format!(
-                "fi_av_open: {count} entries do not fit in {} index bits beside rx_ctx_bits {}",
-                64u32.saturating_sub(u32::from(self.rx_ctx_bits)),
-                self.rx_ctx_bits
+                "fi_av_open: rx_ctx_bits {}: {count} entries do not fit in the {} index bits \
+                 left",
+                self.rx_ctx_bits,
+                64u32.saturating_sub(u32::from(self.rx_ctx_bits))
             )));
         }
         Ok(AvAttr {
@@ -250,6 +439,21 @@ impl AvAttr {
             count,
             ..*self
         })
+    }
+}
+
+/// The table size of an AV opened with `count` 0: [`DEFAULT_AV_COUNT`] rounded up to whole
+/// nodes of `ep_per_node` endpoints, at most `max` (rounded down to whole nodes when that
+/// leaves at least one).
+fn default_count(ep_per_node: usize, max: usize) -> usize {
+    let node = ep_per_node.max(1);
+    let count = DEFAULT_AV_COUNT.div_ceil(node).saturating_mul(node);
+    if count <= max {
+        count
+    } else if max >= node {
+        max / node * node
+    } else {
+        max
     }
 }
 
@@ -349,6 +553,10 @@ pub struct AddressVector<N: NicAvTable> {
     write_buf: Vec<AvWriteRecord>,
     index_buf: Vec<u32>,
     resolver: Resolver,
+    /// `FI_EVENT` inserts and the event-queue binding (see [`events`]).
+    events: Option<Box<events::EventState>>,
+    /// The `context` of the insert call in progress ([`AddressVector::with_context`]).
+    call_context: u64,
 }
 
 impl<N: NicAvTable> core::fmt::Debug for AddressVector<N> {
@@ -390,11 +598,12 @@ impl<N: NicAvTable> AddressVector<N> {
             "AV opened"
         );
         let user_ids = (attr.flags & FI_AV_USER_ID != 0).then(Box::default);
+        let id = NEXT_AV_ID.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
         Ok(AddressVector {
             nic,
             attr,
             capacity,
-            id: NEXT_AV_ID.fetch_add(1, core::sync::atomic::Ordering::Relaxed),
+            id,
             index_mask,
             slots: Slots::default(),
             ranges: Ranges::default(),
@@ -404,6 +613,8 @@ impl<N: NicAvTable> AddressVector<N> {
             write_buf: Vec::new(),
             index_buf: Vec::new(),
             resolver: system_resolver,
+            events: (attr.flags & FI_EVENT != 0).then(|| events::EventState::new(id)),
+            call_context: 0,
         })
     }
 
@@ -679,6 +890,7 @@ impl<N: NicAvTable> AddressVector<N> {
                  with FI_EVENT"
             )));
         }
+        self.check_bound(call)?;
         if flags & FI_AV_USER_ID != 0 {
             if self.attr.flags & FI_AV_USER_ID != 0 {
                 return Err(FiError::inval(format!(
@@ -741,6 +953,10 @@ impl<N: NicAvTable> AddressVector<N> {
             flags,
             mut status,
         } = c;
+        self.reconcile();
+        let mut event_call = self
+            .is_event()
+            .then(|| events::CallBuilder::new(core::mem::take(&mut self.call_context)));
         let per_insert_user_id = flags & FI_AV_USER_ID != 0;
         if per_insert_user_id && self.user_ids.is_none() {
             let mut u = Box::<UserIds>::default();
@@ -774,10 +990,16 @@ impl<N: NicAvTable> AddressVector<N> {
             let (value, st) = match item.and_then(|bytes| self.insert_one(bytes, user_id)) {
                 Ok(index) => {
                     inserted += 1;
+                    if let Some(b) = event_call.as_mut() {
+                        b.staged(i, index);
+                    }
                     (FiAddr::from(index), 0)
                 }
                 Err(e) => {
                     debug!(call, position = i, error = %e, "address not inserted");
+                    if let Some(b) = event_call.as_mut() {
+                        b.failed(i, &e);
+                    }
                     (FI_ADDR_NOTAVAIL, neg_errno(e.errno))
                 }
             };
@@ -792,6 +1014,11 @@ impl<N: NicAvTable> AddressVector<N> {
             }
         }
 
+        if let Some(b) = event_call {
+            // FI_SUCCESS: the call was initiated; its outcome comes as events.
+            self.push_call(b, flags & FI_MORE != 0);
+            return Ok(0);
+        }
         self.end_batch(flags, count, fi_addr, &mut own_out, status)?;
         Ok(inserted)
     }
@@ -846,6 +1073,10 @@ impl<N: NicAvTable> AddressVector<N> {
             flags,
             mut status,
         } = c;
+        self.reconcile();
+        let mut event_call = self
+            .is_event()
+            .then(|| events::CallBuilder::new(core::mem::take(&mut self.call_context)));
         let mut own_out = Vec::new();
         if fi_addr.is_none() && status.is_some() {
             own_out
@@ -889,6 +1120,9 @@ impl<N: NicAvTable> AddressVector<N> {
                 break;
             }
             self.pending.push(first);
+            if let Some(b) = event_call.as_mut() {
+                b.staged_run(m as usize, first, n);
+            }
             for j in 0..n {
                 let k = (m + j) as usize;
                 let value = FiAddr::from(first + j);
@@ -905,6 +1139,13 @@ impl<N: NicAvTable> AddressVector<N> {
             m += n;
         }
         for k in m as usize..count {
+            if let Some(b) = event_call.as_mut() {
+                let why = match failure {
+                    FiErrno::FI_ENOSPC => format!("all {} AV entries are in use", self.capacity),
+                    _ => "no memory to grow the AV mirror".to_string(),
+                };
+                b.failed(k, &FiError::new(failure, why));
+            }
             if let Some(slot) = fi_addr.as_deref_mut().and_then(|o| o.get_mut(k)) {
                 *slot = FI_ADDR_NOTAVAIL;
             }
@@ -919,6 +1160,11 @@ impl<N: NicAvTable> AddressVector<N> {
                 count,
                 "symmetric insert stopped: {failure}"
             );
+        }
+        if let Some(b) = event_call {
+            // FI_SUCCESS: the call was initiated; its outcome comes as events.
+            self.push_call(b, flags & FI_MORE != 0);
+            return Ok(0);
         }
         self.end_batch(flags, count, fi_addr, &mut own_out, status)?;
         Ok(m as usize)
@@ -968,6 +1214,10 @@ impl<N: NicAvTable> AddressVector<N> {
     /// Send the NIC records of every pending `FI_MORE` insert: one AV_WRITE (or one per
     /// [`MAX_BATCH`] records). On failure the batch is rolled back and `FI_EIO` returned.
     pub fn flush(&mut self) -> Result<(), FiError> {
+        if self.is_event() {
+            self.submit_pending();
+            return Ok(());
+        }
         if self.pending.is_empty() {
             return Ok(());
         }
@@ -1008,6 +1258,17 @@ impl<N: NicAvTable> AddressVector<N> {
             self.pending = pending;
         }
         result
+    }
+
+    /// Make the NIC hold what the mirror holds before a synchronous command: send pending
+    /// records (and on an `FI_EVENT` AV, wait for the AV_WRITEs in flight and release what
+    /// the NIC refused).
+    fn settle_nic(&mut self) -> Result<(), FiError> {
+        if self.is_event() {
+            self.drain();
+            return Ok(());
+        }
+        self.flush()
     }
 
     /// Undo a batch whose AV_WRITE failed after `written` of its records were accepted.
@@ -1123,7 +1384,7 @@ impl<N: NicAvTable> AddressVector<N> {
                 )));
             }
         }
-        self.flush()?;
+        self.settle_nic()?;
         let mut removed = 0;
         for chunk in list.chunks(MAX_BATCH as usize) {
             if let Err(e) = self.nic.invalidate(chunk) {
@@ -1165,7 +1426,7 @@ impl<N: NicAvTable> AddressVector<N> {
             message: format!("fi_av_set_user_id: {}", e.message),
             ..e
         })?;
-        self.flush()?;
+        self.settle_nic()?;
         // The flush succeeded, so the index was not rolled back.
         let old = self.user_ids.as_deref().and_then(|u| u.get(index));
         if let Some(u) = self.user_ids.as_deref_mut() {
@@ -1208,11 +1469,13 @@ impl<N: NicAvTable> AddressVector<N> {
         if fi_addr != FI_ADDR_NOTAVAIL && raw < u64::from(self.capacity) {
             // raw < capacity <= u32::MAX
             let index = raw as u32;
-            if let Some(slot) = self.slots.get(index).filter(|s| s[0] != 0) {
-                return Ok((index, *slot));
-            }
-            if let Some(bytes) = self.range_bytes(index) {
-                return Ok((index, bytes));
+            if !self.is_revoked(index) {
+                if let Some(slot) = self.slots.get(index).filter(|s| s[0] != 0) {
+                    return Ok((index, *slot));
+                }
+                if let Some(bytes) = self.range_bytes(index) {
+                    return Ok((index, bytes));
+                }
             }
         }
         Err(self.bad_fi_addr(fi_addr))
@@ -1236,6 +1499,11 @@ impl<N: NicAvTable> AddressVector<N> {
             FiError::inval(format!(
                 "fi_addr {fi_addr:#x}: index {raw} is outside the AV's {} entries",
                 self.capacity
+            ))
+        } else if u32::try_from(raw).is_ok_and(|i| self.is_revoked(i)) {
+            FiError::inval(format!(
+                "fi_addr {fi_addr:#x}: index {raw} is not in use (the NIC refused its \
+                 asynchronous insert)"
             ))
         } else {
             FiError::inval(format!(
@@ -1351,7 +1619,7 @@ impl<N: NicAvTable> AddressVector<N> {
     /// chunks) and compare every index with [`AddressVector::mirror_entry`]. Two invalid
     /// entries match whatever their other bytes hold. `FI_EIO` if a command fails.
     pub fn verify_nic(&mut self) -> Result<Vec<AvMismatch>, FiError> {
-        self.flush()?;
+        self.settle_nic()?;
         let mut mismatches = Vec::new();
         let chunk_len = self.capacity.min(MAX_BATCH);
         let mut buf = vec![NicAvEntry::INVALID; chunk_len as usize];
@@ -1402,7 +1670,8 @@ impl<N: NicAvTable> AddressVector<N> {
 
     /// Close the AV and hand the NIC table back. Pending `FI_MORE` records are dropped, not
     /// sent: call [`AddressVector::flush`] first if the NIC should hold them.
-    pub fn into_nic(self) -> N {
+    pub fn into_nic(mut self) -> N {
+        self.shut_down_events();
         if !self.pending.is_empty() {
             debug!(
                 pending = self.pending.len(),

@@ -11,7 +11,8 @@
 //! |---|---|
 //! | [`errno`] | fabric errno values ([`FiErrno`]) and the error type [`FiError`] |
 //! | [`flags`] | libfabric flag bits, [`FiAddr`], [`fi_rx_addr`], [`fi_group_addr`], [`AvType`] |
-//! | [`nic`] | the [`NicAvTable`] trait, [`NicError`], and the in-memory [`MemoryNicTable`] |
+//! | [`nic`] | the [`NicAvTable`] trait (with asynchronous [`PendingWrite`]s), [`NicError`], and the in-memory [`MemoryNicTable`] |
+//! | [`event`] | the `FI_EVENT` seam: [`AvEventSink`] (an event queue), [`AvProgress`], [`AvEvent`] |
 //! | [`index_alloc`] | lowest-free index allocation in O(log64 n) |
 //! | [`av`] | [`AddressVector`]: open, insert (binary, `FI_ADDR_STR`, insertsvc, insertsym, `FI_SYNC_ERR`), user ids, remove, lookup, straddr, verification |
 //! | [`addr_str`] | the string form of UET addresses: `FI_ADDR_STR`, node and service syntax, symmetric ranges |
@@ -25,7 +26,7 @@
 //! use uet_fwif::address::{caps, AddressingMode};
 //! use uet_fwif::UetAddress;
 //!
-//! let limits = AvLimits { max_entries: 1 << 20, max_rx_ctx_bits: 8 };
+//! let limits = AvLimits::new(1 << 20, 8);
 //! let attr = AvAttr { count: 64, job_id: 0x42, ..AvAttr::default() };
 //! let size = attr.resolve(&limits)?.count as u32;
 //! let mut av = AddressVector::open(MemoryNicTable::new(size), attr, limits)?;
@@ -60,6 +61,7 @@ pub mod addr_str;
 pub mod av;
 pub mod av_set;
 pub mod errno;
+pub mod event;
 pub mod flags;
 pub mod index_alloc;
 pub mod mirror;
@@ -69,11 +71,13 @@ pub use addr_str::{
     system_resolver, AddrStr, Resolver, Service, SymRange, ADDR_STR_MAX, ADDR_STR_SCHEME,
 };
 pub use av::{
-    address_string, straddr, AddrFormat, AddressVector, AvAttr, AvLimits, AvMismatch, ADDR_LEN,
-    DEFAULT_AV_COUNT,
+    address_string, av_type_from_c, rx_ctx_bits_from_c, straddr, AddrFormat, AddressVector, AvAttr,
+    AvCloseError, AvLimits, AvMismatch, AvName, WithContext, ADDR_LEN, AV_NAME_MAX,
+    DEFAULT_AV_COUNT, MAX_WRITES_IN_FLIGHT,
 };
 pub use av_set::{is_av_set_addr, AvSet, AvSetAttr, AV_SET_ADDR_BASE, AV_SET_FLAGS};
 pub use errno::{FiErrno, FiError};
+pub use event::{AvEvent, AvEventSink, AvProgress};
 pub use flags::{
     fi_addr_strip_rx, fi_group_addr, fi_rx_addr, fi_rx_index, AvType, FiAddr, FI_ADDR_NOTAVAIL,
     FI_ADDR_UNSPEC, FI_ALLGATHER_SET, FI_ALLREDUCE_SET, FI_ALLTOALL_SET, FI_AUTH_KEY,
@@ -81,4 +85,6 @@ pub use flags::{
     FI_REDUCE_SCATTER_SET, FI_REDUCE_SET, FI_SCATTER_SET, FI_SYMMETRIC, FI_SYNC_ERR, FI_UNIVERSE,
 };
 pub use index_alloc::IndexAllocator;
-pub use nic::{MemoryNicTable, NicAvTable, NicCounters, NicError, NicOp};
+pub use nic::{
+    CompletedWrite, MemoryNicTable, NicAvTable, NicCounters, NicError, NicOp, PendingWrite,
+};

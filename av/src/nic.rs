@@ -4,6 +4,8 @@
 use uet_fwif::admin::MAX_BATCH;
 use uet_fwif::{AvWriteRecord, NicAvEntry};
 
+use crate::errno::FiError;
+
 /// One NIC AV table, reached through admin commands. Each method is exactly one command.
 ///
 /// The AV relies on the firmware rule that a batch command is applied entirely or not at all:
@@ -16,6 +18,73 @@ pub trait NicAvTable {
     fn invalidate(&mut self, indices: &[u32]) -> Result<(), NicError>;
     /// One AV_READ of `out.len()` entries starting at `first`.
     fn read_entries(&mut self, first: u32, out: &mut [NicAvEntry]) -> Result<(), NicError>;
+
+    /// Start one AV_WRITE of these records (at most [`MAX_BATCH`]) without waiting for it: the
+    /// asynchronous inserts of an AV opened with `FI_EVENT`. `Ok` means the NIC owns the
+    /// command and [`PendingWrite`] reports its outcome (applied entirely or not at all, as
+    /// [`NicAvTable::write_entries`]); `Err` means it was not submitted and nothing changed.
+    ///
+    /// The default executes the write at once with [`NicAvTable::write_entries`] and returns
+    /// its outcome as already complete, so every table supports `FI_EVENT`; a table with a
+    /// queue of its own (the driver's admin queue) returns before the NIC has executed it.
+    fn submit_write(
+        &mut self,
+        records: &[AvWriteRecord],
+    ) -> Result<Box<dyn PendingWrite>, NicError> {
+        Ok(Box::new(CompletedWrite::new(self.write_entries(records))))
+    }
+
+    /// Whether the table may be destroyed now (`fi_close` of the AV): `FI_EBUSY` while
+    /// endpoints still use it. The default has no users besides the AV.
+    fn check_close(&self) -> Result<(), FiError> {
+        Ok(())
+    }
+}
+
+/// An AV_WRITE submitted by [`NicAvTable::submit_write`] whose outcome may not be known yet.
+///
+/// The AV calls [`PendingWrite::poll`] (or [`PendingWrite::wait`]) until it says the command
+/// completed, then [`PendingWrite::finish`] once. Dropping one that is still in flight must
+/// not release memory the NIC may still read.
+pub trait PendingWrite: Send {
+    /// Whether the NIC has completed the command. Never blocks; collects the NIC's
+    /// completions as a side effect.
+    fn poll(&mut self) -> bool;
+    /// Block until the command completed, or until the implementation gives up on it (a
+    /// timeout), in which case the outcome is that error.
+    fn wait(&mut self);
+    /// The provider-specific code of a failed outcome (`fi_eq_err_entry.prov_errno`, for the
+    /// NIC its admin status), 0 when there is none. Valid once complete.
+    fn prov_errno(&self) -> i32 {
+        0
+    }
+    /// The outcome, once [`PendingWrite::poll`] returned `true` or [`PendingWrite::wait`]
+    /// returned.
+    fn finish(self: Box<Self>) -> Result<(), NicError>;
+}
+
+/// A [`PendingWrite`] whose outcome is already known (what the default
+/// [`NicAvTable::submit_write`] returns).
+#[derive(Debug)]
+pub struct CompletedWrite {
+    outcome: Result<(), NicError>,
+}
+
+impl CompletedWrite {
+    /// A write that completed with `outcome`.
+    pub fn new(outcome: Result<(), NicError>) -> Self {
+        CompletedWrite { outcome }
+    }
+}
+
+impl PendingWrite for CompletedWrite {
+    fn poll(&mut self) -> bool {
+        true
+    }
+    fn wait(&mut self) {}
+    fn finish(self: Box<Self>) -> Result<(), NicError> {
+        self.outcome
+    }
 }
 
 impl<T: NicAvTable + ?Sized> NicAvTable for &mut T {
@@ -28,6 +97,15 @@ impl<T: NicAvTable + ?Sized> NicAvTable for &mut T {
     fn read_entries(&mut self, first: u32, out: &mut [NicAvEntry]) -> Result<(), NicError> {
         (**self).read_entries(first, out)
     }
+    fn submit_write(
+        &mut self,
+        records: &[AvWriteRecord],
+    ) -> Result<Box<dyn PendingWrite>, NicError> {
+        (**self).submit_write(records)
+    }
+    fn check_close(&self) -> Result<(), FiError> {
+        (**self).check_close()
+    }
 }
 
 impl<T: NicAvTable + ?Sized> NicAvTable for Box<T> {
@@ -39,6 +117,15 @@ impl<T: NicAvTable + ?Sized> NicAvTable for Box<T> {
     }
     fn read_entries(&mut self, first: u32, out: &mut [NicAvEntry]) -> Result<(), NicError> {
         (**self).read_entries(first, out)
+    }
+    fn submit_write(
+        &mut self,
+        records: &[AvWriteRecord],
+    ) -> Result<Box<dyn PendingWrite>, NicError> {
+        (**self).submit_write(records)
+    }
+    fn check_close(&self) -> Result<(), FiError> {
+        (**self).check_close()
     }
 }
 

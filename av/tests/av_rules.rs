@@ -37,10 +37,7 @@ fn count_zero_means_default_bounded_by_the_nic() {
     let av = open(0);
     assert_eq!(av.capacity(), DEFAULT_AV_COUNT);
     assert_eq!(av.attr().count, DEFAULT_AV_COUNT);
-    let small = AvLimits {
-        max_entries: 100,
-        max_rx_ctx_bits: 0,
-    };
+    let small = AvLimits::new(100, 0);
     let attr = AvAttr::default();
     let av = AddressVector::open(MemoryNicTable::new(100), attr, small).unwrap();
     assert_eq!(av.capacity(), 100);
@@ -70,16 +67,10 @@ fn open_rejects_bad_attributes() {
         ..count(4)
     };
     assert_eq!(errno(open(job, LIMITS)), FiErrno::FI_EINVAL);
-    let none = AvLimits {
-        max_entries: 0,
-        max_rx_ctx_bits: 0,
-    };
+    let none = AvLimits::new(0, 0);
     assert_eq!(errno(open(count(0), none)), FiErrno::FI_EINVAL);
     // The index must fit below the rx-context bits.
-    let wide = AvLimits {
-        max_entries: u32::MAX,
-        max_rx_ctx_bits: 40,
-    };
+    let wide = AvLimits::new(u32::MAX, 40);
     let crowded = AvAttr {
         rx_ctx_bits: 40,
         ..count(1 << 24)
@@ -94,17 +85,30 @@ fn open_rejects_bad_attributes() {
 }
 
 #[test]
-fn open_flags_not_supported_yet_are_refused_by_name() {
-    for f in [FI_EVENT, FI_READ, FI_SYMMETRIC] {
+fn open_flags_are_checked_by_name() {
+    // FI_EVENT, FI_SYMMETRIC (a hint) and FI_AV_USER_ID are supported.
+    for f in [
+        FI_EVENT,
+        FI_SYMMETRIC,
+        FI_AV_USER_ID,
+        FI_EVENT | FI_AV_USER_ID,
+    ] {
         let attr = AvAttr {
             count: 4,
             flags: f,
             ..AvAttr::default()
         };
-        let e = attr.resolve(&LIMITS).unwrap_err();
-        assert_eq!(e.errno, FiErrno::FI_EBADFLAGS);
-        assert!(e.message.contains("not supported yet"), "{e}");
+        assert!(attr.resolve(&LIMITS).is_ok(), "{f:#x}");
     }
+    // FI_READ opens an existing named AV; without a name it is invalid.
+    let attr = AvAttr {
+        count: 4,
+        flags: FI_READ,
+        ..AvAttr::default()
+    };
+    let e = attr.resolve(&LIMITS).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL);
+    assert!(e.message.contains("FI_READ"), "{e}");
     let attr = AvAttr {
         count: 4,
         flags: 1 << 3,
@@ -113,13 +117,6 @@ fn open_flags_not_supported_yet_are_refused_by_name() {
     let e = attr.resolve(&LIMITS).unwrap_err();
     assert_eq!(e.errno, FiErrno::FI_EBADFLAGS);
     assert!(e.message.contains("unknown flags 0x8"), "{e}");
-    // FI_AV_USER_ID is supported.
-    let attr = AvAttr {
-        count: 4,
-        flags: FI_AV_USER_ID,
-        ..AvAttr::default()
-    };
-    assert!(attr.resolve(&LIMITS).is_ok());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,19 +1,29 @@
 //! The admin-queue client (firmware interface, `uet-fwif::admin`).
 //!
-//! One submission ring and one completion ring in DMA memory plus a scratch buffer for commands
-//! that carry data (IDENTIFY, AV_WRITE, AV_INVALIDATE lists, AV_READ). Commands are executed one
-//! at a time under the NIC's admin lock: the admin path programs tables, it is not the datapath.
+//! One submission ring and one completion ring in DMA memory plus a scratch buffer for the
+//! data of synchronous commands (IDENTIFY, AV_WRITE, AV_INVALIDATE lists, AV_READ). The queue
+//! lives under the NIC's admin lock: the admin path programs tables, it is not the datapath.
 //!
-//! Submitting: write the 64-byte command at the SQ tail, advance the tail, fence, write
-//! `ADMIN_SQ_DOORBELL`. Completing: poll the CQ entry at the head until its phase bit equals the
-//! expected phase (acquire fence, then read the body), check its command id, advance the head
-//! (flipping the expected phase on wrap) and write `ADMIN_CQ_HEAD`. A command that does not
-//! complete within the timeout is reported with the device's fatal-error state, never waited on
-//! forever.
+//! Several commands may be outstanding. Submitting: write the 64-byte command at the SQ tail
+//! with a fresh command id, advance the tail, fence, write `ADMIN_SQ_DOORBELL`; at most
+//! ring size − 1 commands are outstanding (a full queue first collects completions, then waits
+//! for one). Completing ([`AdminQueue::reap`]): consume every CQ entry whose phase bit equals
+//! the expected phase (acquire fence, then read the body), advance the head (flipping the
+//! expected phase on wrap), write `ADMIN_CQ_HEAD`, and file the completion under its command id
+//! until its owner takes it ([`AdminQueue::poll_command`]). Completions arrive in whatever order
+//! the firmware finishes commands; nothing depends on the order.
+//!
+//! [`AdminQueue::execute`] is submit + wait on the same mechanism, so a synchronous command
+//! collects (and files) the completions of asynchronous ones that arrive before its own. An
+//! asynchronous command (an `FI_EVENT` AV_WRITE, [`crate::av`]) carries its data in DMA memory
+//! of its own, not the scratch buffer, and is completed by whoever polls it. A command that does
+//! not complete within the timeout is reported with the device's fatal-error state and
+//! abandoned (its completion, should it come, is dropped), never waited on forever.
 
 use crate::dma::{DmaError, DmaRegion};
 use crate::error::DriverError;
 use crate::mapped::MappedRegion;
+use std::collections::HashMap;
 use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
 use uet_fwif::admin::{
@@ -46,6 +56,16 @@ pub struct AdminResult {
     pub result1: u32,
 }
 
+/// Where a submitted command is.
+enum Slot {
+    /// Submitted; no completion yet.
+    Outstanding { opcode: u8, submitted: Instant },
+    /// Completed; the completion waits for its owner.
+    Done { opcode: u8, cqe: AdminCompletion },
+    /// Given up on (timed out); its completion is dropped when it arrives.
+    Abandoned,
+}
+
 /// The driver's side of the admin queue pair.
 pub struct AdminQueue {
     sq: MappedRegion,
@@ -57,6 +77,10 @@ pub struct AdminQueue {
     cq_phase: bool,
     next_command_id: u16,
     timeout: Duration,
+    /// Commands submitted and not yet taken, by command id.
+    commands: HashMap<u16, Slot>,
+    /// Commands the device has not completed yet (outstanding or abandoned).
+    in_flight: usize,
 }
 
 impl AdminQueue {
@@ -72,6 +96,8 @@ impl AdminQueue {
             cq_phase: true,
             next_command_id: 0,
             timeout: DEFAULT_TIMEOUT,
+            commands: HashMap::new(),
+            in_flight: 0,
         }
     }
 
@@ -82,6 +108,7 @@ impl AdminQueue {
     }
 
     /// Program the admin registers (datasheet: "Admin queue", before `DEV_CTRL.enable`).
+    /// Commands of a previous programming are forgotten.
     pub(crate) fn program(&mut self, bar: &dyn Mmio) -> Result<(), DmaError> {
         let (sq_len, cq_len) = Self::ring_bytes();
         self.sq.region().zero(0, sq_len)?;
@@ -89,6 +116,8 @@ impl AdminQueue {
         self.sq_tail = 0;
         self.cq_head = 0;
         self.cq_phase = true;
+        self.commands.clear();
+        self.in_flight = 0;
         bar.write(ADMIN_SQ_BASE, self.sq.region().iova());
         bar.write(ADMIN_CQ_BASE, self.cq.region().iova());
         bar.write(
@@ -101,7 +130,7 @@ impl AdminQueue {
         Ok(())
     }
 
-    /// The scratch buffer for command data.
+    /// The scratch buffer for the data of synchronous commands.
     pub fn scratch(&self) -> &DmaRegion {
         self.scratch.region()
     }
@@ -109,6 +138,16 @@ impl AdminQueue {
     /// Set how long a command may take.
     pub fn set_timeout(&mut self, timeout: Duration) {
         self.timeout = timeout;
+    }
+
+    /// How long a command may take.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Commands submitted whose completion the device has not written yet.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
     }
 
     /// Execute one command and wait for its completion.
@@ -120,75 +159,187 @@ impl AdminQueue {
     pub fn execute_raw(
         &mut self,
         bar: &dyn Mmio,
-        mut entry: AdminCommand,
+        entry: AdminCommand,
     ) -> Result<AdminResult, DriverError> {
+        let id = self.submit_raw(bar, entry)?;
+        self.wait_command(bar, id)
+    }
+
+    /// Submit one command without waiting; returns its command id, for
+    /// [`AdminQueue::poll_command`] or [`AdminQueue::wait_command`].
+    pub fn submit(&mut self, bar: &dyn Mmio, cmd: Command) -> Result<u16, DriverError> {
+        self.submit_raw(bar, cmd.encode(0))
+    }
+
+    /// Submit a submission entry as given (its command id is replaced by the queue's own).
+    pub fn submit_raw(
+        &mut self,
+        bar: &dyn Mmio,
+        mut entry: AdminCommand,
+    ) -> Result<u16, DriverError> {
         let opcode = entry.opcode;
-        let command_id = self.next_command_id;
-        self.next_command_id = self.next_command_id.wrapping_add(1);
+        self.make_room(bar, opcode)?;
+        let mut command_id = self.next_command_id;
+        while self.commands.contains_key(&command_id) {
+            command_id = command_id.wrapping_add(1);
+        }
+        self.next_command_id = command_id.wrapping_add(1);
         entry.command_id = U16::new(command_id);
         let slot = usize::from(self.sq_tail) * COMMAND_BYTES;
         self.sq.region().write_obj(slot, &entry)?;
         self.sq_tail = self.geometry.next(self.sq_tail);
+        self.commands.insert(
+            command_id,
+            Slot::Outstanding {
+                opcode,
+                submitted: Instant::now(),
+            },
+        );
+        self.in_flight += 1;
         // The command must be in memory before the device sees the doorbell.
         fence(Ordering::SeqCst);
         bar.write(ADMIN_SQ_DOORBELL, RingIndex::new().with_index(self.sq_tail));
-        let cqe = self.wait_completion(bar, opcode)?;
-        if cqe.command_id.get() != command_id {
-            return Err(DriverError::AdminProtocol(format!(
-                "{}: completion for command id {} while waiting for {}",
-                opcode_name(opcode),
-                cqe.command_id.get(),
-                command_id
-            )));
-        }
-        match cqe.status() {
-            Status::Success => Ok(AdminResult {
-                result0: cqe.result0.get(),
-                result1: cqe.result1.get(),
-            }),
-            status => Err(DriverError::AdminStatus { opcode, status }),
-        }
+        Ok(command_id)
     }
 
-    fn wait_completion(
-        &mut self,
-        bar: &dyn Mmio,
-        opcode: u8,
-    ) -> Result<AdminCompletion, DriverError> {
-        let slot = usize::from(self.cq_head) * COMPLETION_BYTES;
-        let phase_offset = slot + uet_fwif::admin::COMPLETION_PHASE_OFFSET;
+    /// Wait until fewer than ring size − 1 commands are in flight.
+    fn make_room(&mut self, bar: &dyn Mmio, opcode: u8) -> Result<(), DriverError> {
+        let limit = (self.geometry.entries() - 1) as usize;
         let start = Instant::now();
         let mut spins = 0u32;
-        loop {
-            let phase = self.cq.region().read_u8(phase_offset)? & 1 != 0;
-            if phase == self.cq_phase {
+        while self.in_flight >= limit {
+            self.reap(bar)?;
+            if self.in_flight < limit {
                 break;
             }
             if start.elapsed() >= self.timeout {
-                let status = bar.read(DEV_STATUS);
-                return Err(DriverError::AdminTimeout {
-                    opcode,
-                    waited: self.timeout,
-                    device_fatal: status.fatal(),
-                    device_enabled: status.enabled(),
-                });
+                return Err(self.timeout_error(bar, opcode));
             }
-            spins += 1;
-            if spins < 1024 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
+            backoff(&mut spins);
+        }
+        Ok(())
+    }
+
+    /// Collect every completion the device has written, filing each under its command id.
+    /// A completion for a command id that is not outstanding is a protocol error (reported
+    /// after the rest are collected).
+    pub fn reap(&mut self, bar: &dyn Mmio) -> Result<usize, DriverError> {
+        let mut collected = 0;
+        let mut stray = None;
+        loop {
+            let slot = usize::from(self.cq_head) * COMPLETION_BYTES;
+            let phase_offset = slot + uet_fwif::admin::COMPLETION_PHASE_OFFSET;
+            let phase = self.cq.region().read_u8(phase_offset)? & 1 != 0;
+            if phase != self.cq_phase {
+                break;
+            }
+            // Read the body only after seeing the phase the device wrote last.
+            fence(Ordering::Acquire);
+            let cqe: AdminCompletion = self.cq.region().read_obj(slot)?;
+            self.cq_head = self.geometry.next(self.cq_head);
+            if self.cq_head == 0 {
+                self.cq_phase = !self.cq_phase;
+            }
+            collected += 1;
+            let id = cqe.command_id.get();
+            match self.commands.remove(&id) {
+                Some(Slot::Outstanding { opcode, .. }) => {
+                    self.in_flight = self.in_flight.saturating_sub(1);
+                    self.commands.insert(id, Slot::Done { opcode, cqe });
+                }
+                Some(Slot::Abandoned) => {
+                    self.in_flight = self.in_flight.saturating_sub(1);
+                    tracing::debug!(command_id = id, "completion of an abandoned command");
+                }
+                Some(done @ Slot::Done { .. }) => {
+                    self.commands.insert(id, done);
+                    stray = Some(id);
+                }
+                None => stray = Some(id),
             }
         }
-        // Read the body only after seeing the phase the device wrote last.
-        fence(Ordering::Acquire);
-        let cqe: AdminCompletion = self.cq.region().read_obj(slot)?;
-        self.cq_head = self.geometry.next(self.cq_head);
-        if self.cq_head == 0 {
-            self.cq_phase = !self.cq_phase;
+        if collected > 0 {
+            bar.write(ADMIN_CQ_HEAD, RingIndex::new().with_index(self.cq_head));
         }
-        bar.write(ADMIN_CQ_HEAD, RingIndex::new().with_index(self.cq_head));
-        Ok(cqe)
+        match stray {
+            Some(id) => Err(DriverError::AdminProtocol(format!(
+                "completion for command id {id}, which is not outstanding"
+            ))),
+            None => Ok(collected),
+        }
+    }
+
+    /// The outcome of command `id` if it completed (collecting completions first), taking
+    /// it; `None` while it is in flight. A command past the timeout is abandoned and reported
+    /// as timed out. A command id that was never submitted, or was already taken, is an
+    /// error.
+    pub fn poll_command(
+        &mut self,
+        bar: &dyn Mmio,
+        id: u16,
+    ) -> Option<Result<AdminResult, DriverError>> {
+        if let Err(e) = self.reap(bar) {
+            tracing::warn!("{e}");
+        }
+        match self.commands.remove(&id) {
+            Some(Slot::Done { opcode, cqe }) => Some(match cqe.status() {
+                Status::Success => Ok(AdminResult {
+                    result0: cqe.result0.get(),
+                    result1: cqe.result1.get(),
+                }),
+                status => Err(DriverError::AdminStatus { opcode, status }),
+            }),
+            Some(Slot::Outstanding { opcode, submitted }) => {
+                if submitted.elapsed() >= self.timeout {
+                    self.commands.insert(id, Slot::Abandoned);
+                    Some(Err(self.timeout_error(bar, opcode)))
+                } else {
+                    self.commands
+                        .insert(id, Slot::Outstanding { opcode, submitted });
+                    None
+                }
+            }
+            Some(Slot::Abandoned) => {
+                self.commands.insert(id, Slot::Abandoned);
+                Some(Err(DriverError::AdminProtocol(format!(
+                    "command id {id} was abandoned"
+                ))))
+            }
+            None => Some(Err(DriverError::AdminProtocol(format!(
+                "command id {id} is not outstanding"
+            )))),
+        }
+    }
+
+    /// Wait for command `id` (bounded by the timeout) and take its outcome.
+    pub fn wait_command(&mut self, bar: &dyn Mmio, id: u16) -> Result<AdminResult, DriverError> {
+        let mut spins = 0u32;
+        loop {
+            if let Some(r) = self.poll_command(bar, id) {
+                return r;
+            }
+            backoff(&mut spins);
+        }
+    }
+
+    fn timeout_error(&self, bar: &dyn Mmio, opcode: u8) -> DriverError {
+        let status = bar.read(DEV_STATUS);
+        DriverError::AdminTimeout {
+            opcode,
+            waited: self.timeout,
+            device_fatal: status.fatal(),
+            device_enabled: status.enabled(),
+        }
+    }
+}
+
+/// Spin a little, then yield.
+fn backoff(spins: &mut u32) {
+    *spins = spins.saturating_add(1);
+    if *spins < 1024 {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
     }
 }
 

@@ -3,11 +3,26 @@
 //! `uet-av` owns the fi_av(3) semantics and the host mirror; this module gives it a
 //! [`NicAvTable`] that turns each batch into one AV_WRITE, AV_INVALIDATE or AV_READ through the
 //! admin queue's scratch buffer.
+//!
+//! The asynchronous inserts of an AV opened with `FI_EVENT` submit their AV_WRITE with
+//! [`NicAvTable::submit_write`]: the records go to DMA memory of their own (the scratch buffer
+//! belongs to synchronous commands), the command is submitted without waiting, and the
+//! returned [`PendingWrite`] completes when the admin queue has collected its completion —
+//! whoever polls first (the AV's progress, reading its event queue, or any synchronous admin
+//! command, which files the completions it meets). A write that times out is abandoned and
+//! its memory leaked rather than handed back while the NIC might still read it.
+//!
+//! `fi_close` of the AV ([`uet_av::AddressVector::close`]) is `FI_EBUSY` while endpoints
+//! created with it exist: each holds the table ([`AvTableHandle`]).
 
+use crate::dma::DmaRegion;
 use crate::error::DriverError;
+use crate::mapped::MappedRegion;
 use crate::nic::{Nic, NicInner};
 use std::sync::Arc;
-use uet_av::{AddressVector, AvAttr, AvLimits, FiError, NicAvTable, NicError};
+use uet_av::{
+    AddressVector, AvAttr, AvLimits, FiErrno, FiError, NicAvTable, NicError, PendingWrite,
+};
 use uet_fwif::admin::{AvCreateBody, BufferBody, Command, RangeBody, MAX_BATCH};
 use uet_fwif::{AvWriteRecord, NicAvEntry};
 use zerocopy::little_endian::{U32, U64};
@@ -115,6 +130,68 @@ impl NicAvTable for NicAv {
         Ok(())
     }
 
+    fn submit_write(
+        &mut self,
+        records: &[AvWriteRecord],
+    ) -> Result<Box<dyn PendingWrite>, NicError> {
+        const OP: &str = "AV_WRITE";
+        let nic = &self.table.nic;
+        let bytes = records.as_bytes();
+        let count = u32::try_from(records.len())
+            .ok()
+            .filter(|&c| c > 0 && c <= MAX_BATCH)
+            .ok_or_else(|| {
+                NicError::new(
+                    OP,
+                    format!(
+                        "batch of {} records (must be 1..={MAX_BATCH})",
+                        records.len()
+                    ),
+                )
+            })?;
+        // Normal pages: a batch is small and lives only until its completion.
+        let buffer = DmaRegion::new_normal(bytes.len(), nic.iova.alloc(bytes.len()))
+            .map_err(|e| nic_error(OP, e.into()))
+            .and_then(|r| {
+                MappedRegion::map(nic.device.clone(), r).map_err(|e| nic_error(OP, e.into()))
+            })?;
+        buffer
+            .region()
+            .write_bytes(0, bytes)
+            .map_err(|e| nic_error(OP, e.into()))?;
+        let mut body = BufferBody::new_zeroed();
+        body.buf = U64::new(buffer.region().iova());
+        body.len = U32::new(bytes.len() as u32);
+        body.count = U32::new(count);
+        let id = nic
+            .admin()
+            .submit(
+                nic.bar(),
+                Command::AvWrite {
+                    av: self.table.handle,
+                    body,
+                },
+            )
+            .map_err(|e| nic_error(OP, e))?;
+        Ok(Box::new(AdminWrite {
+            nic: nic.clone(),
+            id,
+            buffer: Some(buffer),
+            outcome: None,
+        }))
+    }
+
+    fn check_close(&self) -> Result<(), FiError> {
+        let endpoints = Arc::strong_count(&self.table) - 1;
+        if endpoints > 0 {
+            return Err(FiError::new(
+                FiErrno::FI_EBUSY,
+                format!("fi_close: {endpoints} endpoints still use the AV; close them first"),
+            ));
+        }
+        Ok(())
+    }
+
     fn read_entries(&mut self, first: u32, out: &mut [NicAvEntry]) -> Result<(), NicError> {
         const OP: &str = "AV_READ";
         let mut at = first;
@@ -146,6 +223,74 @@ impl NicAvTable for NicAv {
     }
 }
 
+/// An AV_WRITE submitted on the admin queue without waiting.
+struct AdminWrite {
+    nic: Arc<NicInner>,
+    id: u16,
+    /// The records, in DMA memory the NIC reads until the command completes.
+    buffer: Option<MappedRegion>,
+    outcome: Option<Result<(), DriverError>>,
+}
+
+impl AdminWrite {
+    fn settle(&mut self, r: Result<crate::admin::AdminResult, DriverError>) {
+        if let Err(DriverError::AdminTimeout { .. }) = &r {
+            // The NIC may still read the records: never hand that memory back.
+            tracing::error!(
+                command_id = self.id,
+                "asynchronous AV_WRITE timed out; leaking its DMA memory"
+            );
+            std::mem::forget(self.buffer.take());
+        } else {
+            self.buffer = None;
+        }
+        self.outcome = Some(r.map(|_| ()));
+    }
+}
+
+impl PendingWrite for AdminWrite {
+    fn poll(&mut self) -> bool {
+        if self.outcome.is_none() {
+            let r = self.nic.admin().poll_command(self.nic.bar(), self.id);
+            if let Some(r) = r {
+                self.settle(r);
+            }
+        }
+        self.outcome.is_some()
+    }
+
+    fn wait(&mut self) {
+        // The buffer goes when the command settles: still held means still in flight.
+        if self.outcome.is_none() && self.buffer.is_some() {
+            let r = self.nic.admin().wait_command(self.nic.bar(), self.id);
+            self.settle(r);
+        }
+    }
+
+    fn prov_errno(&self) -> i32 {
+        match &self.outcome {
+            Some(Err(DriverError::AdminStatus { status, .. })) => i32::from(*status as u16),
+            _ => 0,
+        }
+    }
+
+    fn finish(mut self: Box<Self>) -> Result<(), NicError> {
+        self.wait();
+        match self.outcome.take() {
+            Some(Ok(())) => Ok(()),
+            Some(Err(e)) => Err(nic_error("AV_WRITE", e)),
+            None => Err(NicError::new("AV_WRITE", "no outcome")),
+        }
+    }
+}
+
+impl Drop for AdminWrite {
+    fn drop(&mut self) {
+        // Settle (or abandon) the command before the records' memory goes.
+        self.wait();
+    }
+}
+
 /// An address vector whose entries live in a NIC AV table.
 pub type Av = AddressVector<NicAv>;
 
@@ -157,6 +302,8 @@ impl Nic {
         let limits = AvLimits {
             max_entries: caps.av_entries,
             max_rx_ctx_bits: caps.max_rx_ctx_bits,
+            max_rx_ctx: u64::from(caps.max_rx_ctx),
+            max_endpoints: u32::from(caps.endpoints),
         };
         let attr = attr.resolve(&limits)?;
         let mut body = AvCreateBody::new_zeroed();

@@ -14,12 +14,22 @@
 //! * Closing a queue that objects are still bound to fails with `FI_EBUSY`.
 //!
 //! Posting is a short critical section under a mutex: the EQ is a control-path object.
+//!
+//! ## Progress of asynchronous AV inserts
+//!
+//! An AV bound to the queue ([`uet_av::AddressVector::bind`] with [`EventQueue::av_sink`])
+//! hands it a progress hook ([`uet_av::AvProgress`]). [`EventQueue::read`],
+//! [`EventQueue::readerr`] and [`EventQueue::sread`] run every bound AV's progress first, which
+//! collects the NIC's completions and posts the events of the inserts that finished; while
+//! an AV is bound, `sread` runs it again every [`PROGRESS_INTERVAL`] as it waits, so a blocked
+//! reader sees an insert complete without any other thread. Progress runs outside the queue's
+//! lock (it posts to the queue).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
-use uet_av::{FiErrno, FiError};
+use uet_av::{AvEvent, AvEventSink, AvProgress, FiErrno, FiError};
 
 /// `fi_eq_attr.flags`: the application may call [`EventQueue::write`].
 pub const FI_WRITE: u64 = uet_av::flags::FI_WRITE;
@@ -29,6 +39,8 @@ pub const FI_PEEK: u64 = 1 << 19;
 pub const DEFAULT_EQ_SIZE: usize = 256;
 /// Largest EQ.
 pub const MAX_EQ_SIZE: usize = 1 << 20;
+/// How often a blocked [`EventQueue::sread`] runs the progress of the AVs bound to the queue.
+pub const PROGRESS_INTERVAL: Duration = Duration::from_millis(1);
 
 /// Event codes of `fi_eq_read` (`enum` in `rdma/fi_eq.h`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -155,7 +167,11 @@ struct Shared {
     fid: u64,
     state: Mutex<State>,
     ready: Condvar,
+    /// Progress hooks of the AVs bound to the queue, by attachment number.
+    progress: Mutex<Vec<(u64, Weak<dyn AvProgress>)>>,
 }
+
+static NEXT_ATTACHMENT: AtomicU64 = AtomicU64::new(1);
 
 /// An event queue. Clones share the queue; objects bound to it hold a [`EqBinding`].
 #[derive(Clone)]
@@ -212,6 +228,7 @@ impl EventQueue {
                 fid: next_fid(),
                 state: Mutex::new(State::default()),
                 ready: Condvar::new(),
+                progress: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -229,6 +246,32 @@ impl EventQueue {
     /// Entries the queue holds.
     pub fn size(&self) -> usize {
         self.shared.size
+    }
+
+    /// The queue as the event sink of an AV: pass it to [`uet_av::AddressVector::bind`]
+    /// (`fi_av_bind(av, eq, 0)`).
+    pub fn av_sink(&self) -> Arc<dyn AvEventSink> {
+        Arc::new(self.clone())
+    }
+
+    fn progress_hooks(&self) -> MutexGuard<'_, Vec<(u64, Weak<dyn AvProgress>)>> {
+        self.shared
+            .progress
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Run the progress of every AV bound to the queue; whether any is bound.
+    fn run_progress(&self) -> bool {
+        let hooks: Vec<Arc<dyn AvProgress>> = self
+            .progress_hooks()
+            .iter()
+            .filter_map(|(_, w)| w.upgrade())
+            .collect();
+        for h in &hooks {
+            h.progress();
+        }
+        !hooks.is_empty()
     }
 
     /// Bind an object to the queue (`fi_*_bind`).
@@ -323,12 +366,14 @@ impl EventQueue {
                 flags & !FI_PEEK
             )));
         }
+        self.run_progress();
         let mut s = self.lock();
         self.take(&mut s, flags)
     }
 
     /// `fi_eq_readerr`: the next error, without blocking.
     pub fn readerr(&self) -> Result<EqErrEntry, FiError> {
+        self.run_progress();
         self.lock()
             .errors
             .pop_front()
@@ -350,6 +395,7 @@ impl EventQueue {
             )));
         }
         let deadline = timeout.map(|t| Instant::now() + t);
+        let mut polling = self.run_progress();
         let mut s = self.lock();
         loop {
             match self.take(&mut s, flags) {
@@ -375,9 +421,15 @@ impl EventQueue {
             if self.shared.attr.wait_obj == WaitObj::Yield {
                 drop(s);
                 std::thread::yield_now();
+                polling = self.run_progress();
                 s = self.lock();
                 continue;
             }
+            let left = if polling {
+                Some(left.map_or(PROGRESS_INTERVAL, |l| l.min(PROGRESS_INTERVAL)))
+            } else {
+                left
+            };
             s = match left {
                 Some(left) => {
                     self.shared
@@ -388,6 +440,11 @@ impl EventQueue {
                 }
                 None => self.shared.ready.wait(s).unwrap_or_else(|p| p.into_inner()),
             };
+            if polling {
+                drop(s);
+                polling = self.run_progress();
+                s = self.lock();
+            }
         }
     }
 
@@ -406,6 +463,58 @@ impl EventQueue {
     /// Whether nothing is queued.
     pub fn is_empty(&self) -> bool {
         self.len() == (0, 0)
+    }
+}
+
+impl AvEventSink for EventQueue {
+    fn post_av_event(&self, event: AvEvent) -> Result<(), FiError> {
+        match event {
+            AvEvent::InsertComplete {
+                av,
+                context,
+                inserted,
+            } => self.post(EqEvent {
+                kind: EqEventKind::AvComplete,
+                fid: av,
+                context,
+                data: inserted,
+                cm_data: Vec::new(),
+            }),
+            AvEvent::InsertError {
+                av,
+                context,
+                position,
+                errno,
+                prov_errno,
+                message,
+            } => self.post_error(EqErrEntry {
+                fid: av,
+                context,
+                data: position,
+                err: errno,
+                prov_errno,
+                err_data: message,
+            }),
+        }
+    }
+
+    fn attach_av(&self, progress: Weak<dyn AvProgress>) -> u64 {
+        let id = NEXT_ATTACHMENT.fetch_add(1, Ordering::Relaxed);
+        self.lock().bound += 1;
+        self.progress_hooks().push((id, progress));
+        id
+    }
+
+    fn detach_av(&self, attachment: u64) {
+        let mut hooks = self.progress_hooks();
+        let before = hooks.len();
+        hooks.retain(|(id, _)| *id != attachment);
+        let removed = before - hooks.len();
+        drop(hooks);
+        if removed > 0 {
+            let mut s = self.lock();
+            s.bound = s.bound.saturating_sub(removed);
+        }
     }
 }
 
@@ -546,5 +655,70 @@ mod tests {
             ..EqAttr::default()
         })
         .is_err());
+    }
+
+    struct Poster {
+        eq: EventQueue,
+        calls: AtomicU64,
+    }
+
+    impl AvProgress for Poster {
+        fn progress(&self) -> usize {
+            let n = self.calls.fetch_add(1, Ordering::Relaxed);
+            if n == 0 {
+                let sink = self.eq.av_sink();
+                sink.post_av_event(AvEvent::InsertError {
+                    av: 3,
+                    context: 4,
+                    position: 1,
+                    errno: FiErrno::FI_EIO,
+                    prov_errno: 6,
+                    message: "refused".into(),
+                })
+                .unwrap();
+                sink.post_av_event(AvEvent::InsertComplete {
+                    av: 3,
+                    context: 4,
+                    inserted: 2,
+                })
+                .unwrap();
+                return 1;
+            }
+            0
+        }
+    }
+
+    #[test]
+    fn reading_drives_the_progress_of_bound_avs_and_binding_blocks_close() {
+        let eq = EventQueue::open(EqAttr::default()).unwrap();
+        let poster = Arc::new(Poster {
+            eq: eq.clone(),
+            calls: AtomicU64::new(0),
+        });
+        let weak: Weak<dyn AvProgress> = Arc::downgrade(&poster) as Weak<dyn AvProgress>;
+        let sink = eq.av_sink();
+        let id = sink.attach_av(weak);
+        assert_eq!(eq.clone().close().unwrap_err().errno, FiErrno::FI_EBUSY);
+        assert_eq!(eq.len(), (0, 0), "nothing before a read");
+        assert_eq!(eq.read(0).unwrap_err().errno, FiErrno::FI_EAVAIL);
+        let e = eq.readerr().unwrap();
+        assert_eq!(
+            (e.fid, e.context, e.data, e.err, e.prov_errno),
+            (3, 4, 1, FiErrno::FI_EIO, 6)
+        );
+        assert_eq!(e.err_data, "refused");
+        let ev = eq.read(0).unwrap();
+        assert_eq!(
+            (ev.kind, ev.fid, ev.context, ev.data),
+            (EqEventKind::AvComplete, 3, 4, 2)
+        );
+        // sread keeps polling while an AV is bound, and times out when nothing comes.
+        let before = poster.calls.load(Ordering::Relaxed);
+        let e = eq.sread(Some(Duration::from_millis(20)), 0).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EAGAIN);
+        assert!(poster.calls.load(Ordering::Relaxed) > before + 2);
+        sink.detach_av(id);
+        sink.detach_av(id);
+        eq.close().unwrap();
     }
 }

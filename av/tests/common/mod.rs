@@ -6,10 +6,7 @@ use uet_av::{AddressVector, AvAttr, AvLimits, MemoryNicTable, ADDR_LEN};
 use uet_fwif::address::{caps, AddressingMode};
 use uet_fwif::UetAddress;
 
-pub const LIMITS: AvLimits = AvLimits {
-    max_entries: 1 << 20,
-    max_rx_ctx_bits: 8,
-};
+pub const LIMITS: AvLimits = AvLimits::new(1 << 20, 8);
 
 /// A distinct valid peer address per `n` (IPv6 for odd `n` above 1000, to mix families).
 pub fn peer(n: u32) -> UetAddress {

@@ -150,10 +150,7 @@ fn main() -> std::process::ExitCode {
                     AddressVector::open(
                         MemoryNicTable::new(n as u32),
                         attr,
-                        uet_av::AvLimits {
-                            max_entries: n as u32,
-                            max_rx_ctx_bits: 0,
-                        },
+                        uet_av::AvLimits::new(n as u32, 0),
                     )
                     .map_err(|e| e.to_string())
                 }),

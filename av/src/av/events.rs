@@ -1,0 +1,655 @@
+//! `FI_EVENT`: asynchronous inserts, `fi_av_bind`, progress, and `fi_close`.
+//!
+//! An insert call of an `FI_EVENT` AV does everything a synchronous one does on the host (the
+//! mirror holds the addresses and `fi_addr` gets their indices before the call returns), then
+//! submits the AV_WRITE ([`NicAvTable::submit_write`]) and returns `Ok(0)`, `FI_SUCCESS`,
+//! without waiting. The call's bookkeeping (context, per-address failures, records still at the
+//! NIC) lives in [`AsyncShared`], which the bound event queue reaches through a weak
+//! reference, so reading the queue can finish inserts while the application owns the AV.
+//!
+//! Until the AV_WRITE completes, the NIC entries of the call are invalid: a send to one of its
+//! `fi_addr_t` completes with `FI_EADDRNOTAVAIL`, while `fi_av_lookup` already returns the
+//! address (from the mirror). Once `FI_AV_COMPLETE` is read, sends reach the inserted
+//! addresses. If the NIC refuses an AV_WRITE, its addresses are reported failed and their
+//! indices are revoked at once for `lookup`, `index_of`, `address` and `remove`, and released
+//! from the mirror (reusable, gone from `len` and `iter`) at the AV's next call.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use tracing::{debug, warn};
+use uet_fwif::admin::MAX_BATCH;
+use uet_fwif::AvWriteRecord;
+
+use super::AddressVector;
+use crate::errno::{FiErrno, FiError};
+use crate::event::{AvEvent, AvEventSink, AvProgress};
+use crate::flags::{flag_names, FiAddr, FI_EVENT};
+use crate::nic::{NicAvTable, PendingWrite};
+
+/// AV_WRITEs an AV keeps in flight before it waits for the oldest (each holds its records in
+/// DMA memory until it completes).
+pub const MAX_WRITES_IN_FLIGHT: usize = 32;
+
+/// The `FI_EVENT` state of an AV: what it shares with its event queue, and the binding.
+pub(super) struct EventState {
+    shared: Arc<AsyncShared>,
+    binding: Option<Binding>,
+}
+
+/// An AV's attachment to an event queue; detaches when dropped (AV closed or dropped).
+struct Binding {
+    sink: Arc<dyn AvEventSink>,
+    id: u64,
+}
+
+impl Drop for Binding {
+    fn drop(&mut self) {
+        self.sink.detach_av(self.id);
+    }
+}
+
+/// What the AV and its event queue share.
+struct AsyncShared {
+    av: u64,
+    /// `inner.revoked` is not empty: lookups must check it.
+    revoked_any: AtomicBool,
+    inner: Mutex<AsyncInner>,
+}
+
+#[derive(Default)]
+struct AsyncInner {
+    sink: Option<Arc<dyn AvEventSink>>,
+    /// Sequence number of the next call pushed.
+    next_seq: u64,
+    /// Calls not reported yet, in call order (sequence numbers without gaps).
+    calls: VecDeque<Call>,
+    /// AV_WRITEs submitted and not settled, in submission order.
+    writes: VecDeque<InFlight>,
+    /// Tags of the AV's pending `FI_MORE` records, aligned with `AddressVector::pending`.
+    staged: Vec<Tag>,
+    /// Records the NIC refused, `(first index, indices)`, still in the mirror until the AV's
+    /// next call.
+    revoked: Vec<(u32, u32)>,
+}
+
+/// One insert call.
+struct Call {
+    seq: u64,
+    context: u64,
+    inserted: u64,
+    /// Records of the call not settled yet (staged or in flight).
+    waiting: usize,
+    failed: Vec<Failed>,
+}
+
+/// One address of a call that was not inserted.
+struct Failed {
+    position: u64,
+    errno: FiErrno,
+    prov_errno: i32,
+    message: String,
+}
+
+/// Which call and addresses a NIC record belongs to: a single entry (`count` 1) or a
+/// symmetric range of `count` members at consecutive indices and positions.
+#[derive(Clone, Copy, Debug)]
+struct Tag {
+    seq: u64,
+    position: u64,
+    index: u32,
+    count: u32,
+}
+
+struct InFlight {
+    write: Box<dyn PendingWrite>,
+    tags: Vec<Tag>,
+}
+
+/// A call being built by an insert, pushed when its addresses have all been handled.
+pub(super) struct CallBuilder {
+    context: u64,
+    failed: Vec<Failed>,
+    /// `(position, first index, addresses)` per pending record, in `pending` order.
+    records: Vec<(u64, u32, u32)>,
+}
+
+impl CallBuilder {
+    pub(super) fn new(context: u64) -> Self {
+        CallBuilder {
+            context,
+            failed: Vec::new(),
+            records: Vec::new(),
+        }
+    }
+
+    /// Address `position` went into the mirror at `index`; its record is pending.
+    pub(super) fn staged(&mut self, position: usize, index: u32) {
+        self.staged_run(position, index, 1);
+    }
+
+    /// Addresses `position..position + count` went into the mirror at `first..first + count`
+    /// as one pending record (a symmetric range).
+    pub(super) fn staged_run(&mut self, position: usize, first: u32, count: u32) {
+        self.records.push((position as u64, first, count));
+    }
+
+    /// Address `position` was not inserted.
+    pub(super) fn failed(&mut self, position: usize, e: &FiError) {
+        self.failed.push(Failed {
+            position: position as u64,
+            errno: e.errno,
+            prov_errno: 0,
+            message: e.message.clone(),
+        });
+    }
+}
+
+impl EventState {
+    pub(super) fn new(av: u64) -> Box<Self> {
+        Box::new(EventState {
+            shared: Arc::new(AsyncShared {
+                av,
+                revoked_any: AtomicBool::new(false),
+                inner: Mutex::new(AsyncInner::default()),
+            }),
+            binding: None,
+        })
+    }
+
+    /// Whether the NIC refused `index` and the mirror has not released it yet.
+    #[cold]
+    fn revoked(&self, index: u32) -> bool {
+        self.shared
+            .lock()
+            .revoked
+            .iter()
+            .any(|&(first, count)| index >= first && index - first < count)
+    }
+}
+
+impl AsyncShared {
+    fn lock(&self) -> MutexGuard<'_, AsyncInner> {
+        // Every critical section leaves the state consistent.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl AvProgress for AsyncShared {
+    fn progress(&self) -> usize {
+        let mut inner = self.lock();
+        inner.reap(self, false);
+        inner.post_ready(self.av)
+    }
+}
+
+impl AsyncInner {
+    fn call_mut(&mut self, seq: u64) -> Option<&mut Call> {
+        let first = self.calls.front()?.seq;
+        let at = usize::try_from(seq.checked_sub(first)?).ok()?;
+        self.calls.get_mut(at)
+    }
+
+    /// Settle records: inserted, or failed with `errno` (then revoked from the mirror when
+    /// `revoke`; the caller released them itself otherwise).
+    fn settle(
+        &mut self,
+        shared: &AsyncShared,
+        tags: &[Tag],
+        failure: Option<(FiErrno, i32, &str)>,
+        revoke: bool,
+    ) {
+        for t in tags {
+            if let Some(call) = self.call_mut(t.seq) {
+                call.waiting = call.waiting.saturating_sub(1);
+                match failure {
+                    None => call.inserted += u64::from(t.count),
+                    Some((errno, prov_errno, message)) => {
+                        call.failed.extend((0..u64::from(t.count)).map(|k| Failed {
+                            position: t.position + k,
+                            errno,
+                            prov_errno,
+                            message: message.to_string(),
+                        }))
+                    }
+                }
+            }
+        }
+        if failure.is_some() && revoke && !tags.is_empty() {
+            self.revoked.extend(tags.iter().map(|t| (t.index, t.count)));
+            shared.revoked_any.store(true, Ordering::Release);
+        }
+    }
+
+    /// Settle every AV_WRITE that completed; with `block`, wait for all of them.
+    fn reap(&mut self, shared: &AsyncShared, block: bool) {
+        let mut i = 0;
+        while let Some(w) = self.writes.get_mut(i) {
+            let done = if block {
+                w.write.wait();
+                true
+            } else {
+                w.write.poll()
+            };
+            if !done {
+                i += 1;
+                continue;
+            }
+            let Some(w) = self.writes.remove(i) else {
+                break;
+            };
+            let prov_errno = w.write.prov_errno();
+            match w.write.finish() {
+                Ok(()) => self.settle(shared, &w.tags, None, false),
+                Err(e) => {
+                    warn!(records = w.tags.len(), error = %e, "asynchronous AV_WRITE refused");
+                    let addresses: u64 = w.tags.iter().map(|t| u64::from(t.count)).sum();
+                    let message =
+                        format!("the NIC refused the AV_WRITE of {addresses} addresses: {e}");
+                    self.settle(
+                        shared,
+                        &w.tags,
+                        Some((FiErrno::FI_EIO, prov_errno, &message)),
+                        true,
+                    );
+                }
+            }
+        }
+    }
+
+    /// Post the events of every finished call at the front, in call order.
+    fn post_ready(&mut self, av: u64) -> usize {
+        let mut done = 0;
+        while self.calls.front().is_some_and(|c| c.waiting == 0) {
+            let Some(mut call) = self.calls.pop_front() else {
+                break;
+            };
+            call.failed.sort_by_key(|f| f.position);
+            let events = call
+                .failed
+                .drain(..)
+                .map(|f| AvEvent::InsertError {
+                    av,
+                    context: call.context,
+                    position: f.position,
+                    errno: f.errno,
+                    prov_errno: f.prov_errno,
+                    message: f.message,
+                })
+                .chain(core::iter::once(AvEvent::InsertComplete {
+                    av,
+                    context: call.context,
+                    inserted: call.inserted,
+                }));
+            for event in events {
+                let posted = match &self.sink {
+                    Some(sink) => sink.post_av_event(event),
+                    None => Err(FiError::new(FiErrno::FI_ENOEQ, "no event queue is bound")),
+                };
+                if let Err(e) = posted {
+                    warn!(error = %e, context = call.context, "AV event lost");
+                }
+            }
+            done += 1;
+        }
+        done
+    }
+}
+
+/// `fi_close` of an AV refused: the error, and the AV, unchanged.
+pub struct AvCloseError<N: NicAvTable> {
+    /// Why (`FI_EBUSY`: endpoints still use the AV).
+    pub error: FiError,
+    /// The AV, still open.
+    pub av: Box<AddressVector<N>>,
+}
+
+impl<N: NicAvTable> core::fmt::Debug for AvCloseError<N> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("AvCloseError")
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<N: NicAvTable> core::fmt::Display for AvCloseError<N> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        core::fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl<N: NicAvTable> std::error::Error for AvCloseError<N> {}
+
+/// `fi_av_insert*` with a `context`: see [`AddressVector::with_context`].
+pub struct WithContext<'a, N: NicAvTable> {
+    av: &'a mut AddressVector<N>,
+    context: u64,
+}
+
+impl<N: NicAvTable> WithContext<'_, N> {
+    fn call<R>(&mut self, f: impl FnOnce(&mut AddressVector<N>) -> R) -> R {
+        self.av.call_context = self.context;
+        let r = f(self.av);
+        self.av.call_context = 0;
+        r
+    }
+
+    /// [`AddressVector::insert`] with this context.
+    pub fn insert(
+        &mut self,
+        addr: &[u8],
+        count: usize,
+        fi_addr: Option<&mut [FiAddr]>,
+        flags: u64,
+    ) -> Result<usize, FiError> {
+        self.call(|av| av.insert(addr, count, fi_addr, flags))
+    }
+
+    /// [`AddressVector::insert_str`] with this context.
+    pub fn insert_str(
+        &mut self,
+        addrs: &[&str],
+        fi_addr: Option<&mut [FiAddr]>,
+        flags: u64,
+    ) -> Result<usize, FiError> {
+        self.call(|av| av.insert_str(addrs, fi_addr, flags, None))
+    }
+
+    /// [`AddressVector::insertsvc`] with this context.
+    pub fn insertsvc(
+        &mut self,
+        node: &str,
+        service: Option<&str>,
+        fi_addr: Option<&mut FiAddr>,
+        flags: u64,
+    ) -> Result<usize, FiError> {
+        self.call(|av| av.insertsvc(node, service, fi_addr, flags, None))
+    }
+
+    /// [`AddressVector::insertsym`] with this context.
+    pub fn insertsym(
+        &mut self,
+        node: &str,
+        nodecnt: usize,
+        service: &str,
+        svccnt: usize,
+        fi_addr: Option<&mut [FiAddr]>,
+        flags: u64,
+    ) -> Result<usize, FiError> {
+        self.call(|av| av.insertsym(node, nodecnt, service, svccnt, fi_addr, flags, None))
+    }
+}
+
+impl<N: NicAvTable> AddressVector<N> {
+    /// Whether the AV was opened with `FI_EVENT`.
+    #[inline]
+    pub(super) fn is_event(&self) -> bool {
+        self.attr.flags & FI_EVENT != 0
+    }
+
+    /// `fi_av_bind(av, eq, flags)`: post this AV's events to `eq`. Needed before an AV opened
+    /// with `FI_EVENT` can insert; allowed (and then merely held) on other AVs. While bound,
+    /// `eq` counts the AV as bound (its close fails with `FI_EBUSY`) and reading it drives the
+    /// AV's progress. The AV stays bound until it is closed or dropped. Errors, nothing
+    /// changed: `FI_EBADFLAGS` when `flags` is not 0 (fi_av(3): reserved, must be 0);
+    /// `FI_EINVAL` when an event queue is already bound.
+    pub fn bind(&mut self, eq: Arc<dyn AvEventSink>, flags: u64) -> Result<(), FiError> {
+        if flags != 0 {
+            return Err(FiError::badflags(format!(
+                "fi_av_bind: flags are reserved and must be 0, not {}",
+                flag_names(flags)
+            )));
+        }
+        if self.events.as_ref().is_some_and(|e| e.binding.is_some()) {
+            return Err(FiError::inval(
+                "fi_av_bind: an event queue is already bound to this AV",
+            ));
+        }
+        let state = self.events.get_or_insert_with(|| EventState::new(self.id));
+        let progress: Weak<dyn AvProgress> = Arc::downgrade(&state.shared) as Weak<dyn AvProgress>;
+        state.shared.lock().sink = Some(eq.clone());
+        let id = eq.attach_av(progress);
+        state.binding = Some(Binding { sink: eq, id });
+        debug!(av = self.id, "event queue bound");
+        Ok(())
+    }
+
+    /// Whether an event queue is bound ([`AddressVector::bind`]).
+    pub fn is_bound(&self) -> bool {
+        self.events.as_ref().is_some_and(|e| e.binding.is_some())
+    }
+
+    /// `fi_av_insert*` with the C `context` argument: the insert methods of the result pass
+    /// `context` to the insert's events on an AV opened with `FI_EVENT` (the plain methods
+    /// pass 0). `FI_SYNC_ERR`, whose C context is the status array, has the `status`
+    /// arguments of the plain methods instead.
+    pub fn with_context(&mut self, context: u64) -> WithContext<'_, N> {
+        WithContext { av: self, context }
+    }
+
+    /// `FI_ENOEQ` for an insert on an `FI_EVENT` AV with no event queue bound.
+    pub(super) fn check_bound(&self, call: &str) -> Result<(), FiError> {
+        if self.is_event() && !self.is_bound() {
+            return Err(FiError::new(
+                FiErrno::FI_ENOEQ,
+                format!(
+                    "{call}: the AV was opened with FI_EVENT and no event queue is bound \
+                     (fi_av_bind)"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Queue a finished asynchronous call; send its records unless `more` (`FI_MORE`).
+    pub(super) fn push_call(&mut self, b: CallBuilder, more: bool) {
+        let Some(state) = self.events.as_deref() else {
+            return;
+        };
+        {
+            let mut inner = state.shared.lock();
+            let seq = inner.next_seq;
+            inner.next_seq += 1;
+            inner
+                .staged
+                .extend(b.records.iter().map(|&(position, index, count)| Tag {
+                    seq,
+                    position,
+                    index,
+                    count,
+                }));
+            inner.calls.push_back(Call {
+                seq,
+                context: b.context,
+                inserted: 0,
+                waiting: b.records.len(),
+                failed: b.failed,
+            });
+        }
+        if !more {
+            self.submit_pending();
+        }
+    }
+
+    /// Submit the pending records as AV_WRITEs ([`MAX_BATCH`] each) without waiting. A write
+    /// the NIC does not take is settled at once: its addresses fail with `FI_EIO` and leave
+    /// the mirror.
+    pub(super) fn submit_pending(&mut self) {
+        let Some(state) = self.events.as_deref() else {
+            return;
+        };
+        if self.pending.is_empty() {
+            return;
+        }
+        let shared = state.shared.clone();
+        let pending = core::mem::take(&mut self.pending);
+        let mut inner = shared.lock();
+        let tags = core::mem::take(&mut inner.staged);
+        let mut records: Vec<AvWriteRecord> = Vec::new();
+        for (chunk, chunk_tags) in pending
+            .chunks(MAX_BATCH as usize)
+            .zip(tags.chunks(MAX_BATCH as usize))
+        {
+            if inner.writes.len() >= MAX_WRITES_IN_FLIGHT {
+                inner.reap(&shared, false);
+                while inner.writes.len() >= MAX_WRITES_IN_FLIGHT {
+                    if let Some(w) = inner.writes.front_mut() {
+                        w.write.wait();
+                    }
+                    inner.reap(&shared, false);
+                }
+            }
+            records.clear();
+            records.extend(chunk.iter().map(|&index| AvWriteRecord {
+                index: index.into(),
+                reserved: Default::default(),
+                entry: self.pending_record(index),
+            }));
+            match self.nic.submit_write(&records) {
+                Ok(write) => inner.writes.push_back(InFlight {
+                    write,
+                    tags: chunk_tags.to_vec(),
+                }),
+                Err(e) => {
+                    warn!(entries = chunk.len(), error = %e, "AV_WRITE not submitted");
+                    for &index in chunk {
+                        self.release_record(index);
+                    }
+                    let message = format!(
+                        "the AV_WRITE of {} records could not be submitted: {e}",
+                        chunk.len()
+                    );
+                    inner.settle(
+                        &shared,
+                        chunk_tags,
+                        Some((FiErrno::FI_EIO, 0, &message)),
+                        false,
+                    );
+                }
+            }
+        }
+    }
+
+    /// Release from the mirror the indices the NIC refused.
+    pub(super) fn reconcile(&mut self) {
+        let Some(state) = self.events.as_deref() else {
+            return;
+        };
+        if !state.shared.revoked_any.load(Ordering::Acquire) {
+            return;
+        }
+        let revoked = {
+            let mut inner = state.shared.lock();
+            state.shared.revoked_any.store(false, Ordering::Release);
+            core::mem::take(&mut inner.revoked)
+        };
+        for (first, _) in revoked {
+            self.release_record(first);
+        }
+    }
+
+    /// Whether `index` was refused by the NIC and awaits release (lookups treat it as unused).
+    #[inline]
+    pub(super) fn is_revoked(&self, index: u32) -> bool {
+        match self.events.as_deref() {
+            Some(state) if state.shared.revoked_any.load(Ordering::Acquire) => state.revoked(index),
+            _ => false,
+        }
+    }
+
+    /// Submit pending records, wait until every AV_WRITE in flight completed, and release
+    /// what the NIC refused: the NIC then holds what the mirror holds. Events are not posted
+    /// here (progress does that). Synchronous calls of an `FI_EVENT` AV (remove,
+    /// set_user_id, verify) start with this, so they never race an insert in flight.
+    pub(super) fn drain(&mut self) {
+        self.submit_pending();
+        if let Some(state) = self.events.as_deref() {
+            let shared = state.shared.clone();
+            shared.lock().reap(&shared, true);
+        }
+        self.reconcile();
+    }
+
+    /// The progress entry point of an AV (reading the bound event queue does the same):
+    /// collect the NIC's completions without blocking, post the events of every insert that
+    /// finished, in call order, and release from the mirror the addresses the NIC refused.
+    /// Returns how many inserts completed (0 on an AV without `FI_EVENT`).
+    pub fn progress(&mut self) -> usize {
+        let n = match self.events.as_deref() {
+            Some(state) => state.shared.progress(),
+            None => 0,
+        };
+        self.reconcile();
+        n
+    }
+
+    /// Insert calls of an `FI_EVENT` AV whose `FI_AV_COMPLETE` has not been posted yet.
+    pub fn inserts_in_flight(&self) -> usize {
+        self.events
+            .as_deref()
+            .map_or(0, |s| s.shared.lock().calls.len())
+    }
+
+    /// AV_WRITEs submitted and not yet known to have completed.
+    pub fn writes_in_flight(&self) -> usize {
+        self.events
+            .as_deref()
+            .map_or(0, |s| s.shared.lock().writes.len())
+    }
+
+    /// `fi_close`: close the AV and release its NIC table.
+    ///
+    /// `FI_EBUSY` while endpoints still use the table ([`NicAvTable::check_close`]); the AV
+    /// comes back in the error, unchanged (nothing is waited for or cancelled). Otherwise:
+    /// AV_WRITEs in flight are waited for (each bounded by the NIC's command timeout) and
+    /// `FI_MORE` records not sent yet are cancelled, so every asynchronous insert gets its
+    /// events (cancelled addresses fail with `FI_ECANCELED`) before the AV detaches from its
+    /// event queue. Events already queued stay there, as fi_av(3) says. Pending `FI_MORE`
+    /// records of a synchronous AV are dropped, as [`AddressVector::into_nic`] drops them.
+    pub fn close(self) -> Result<(), AvCloseError<N>> {
+        if let Err(error) = self.nic.check_close() {
+            return Err(AvCloseError {
+                error,
+                av: Box::new(self),
+            });
+        }
+        drop(self.into_nic());
+        Ok(())
+    }
+
+    /// Finish every asynchronous insert before the AV goes away: cancel unsent records, wait
+    /// for the AV_WRITEs in flight, post every remaining event.
+    pub(super) fn shut_down_events(&mut self) {
+        let Some(state) = self.events.as_deref().filter(|_| self.is_event()) else {
+            return;
+        };
+        let shared = state.shared.clone();
+        let pending = core::mem::take(&mut self.pending);
+        let mut inner = shared.lock();
+        let staged = core::mem::take(&mut inner.staged);
+        if !staged.is_empty() {
+            debug!(
+                records = staged.len(),
+                "AV closed: unsent FI_MORE records cancelled"
+            );
+            inner.settle(
+                &shared,
+                &staged,
+                Some((
+                    FiErrno::FI_ECANCELED,
+                    0,
+                    "the AV was closed before the FI_MORE batch was sent",
+                )),
+                false,
+            );
+        }
+        inner.reap(&shared, true);
+        inner.post_ready(shared.av);
+        drop(inner);
+        for index in pending {
+            self.release_record(index);
+        }
+        self.reconcile();
+    }
+}

@@ -1,0 +1,75 @@
+//! The seam between an AV opened with `FI_EVENT` and the event queue bound to it.
+//!
+//! `uet-av` does not know the driver's event queue: an AV posts through [`AvEventSink`], which
+//! the driver's `EventQueue` implements (and tests implement in memory), and the queue drives
+//! the AV's progress through [`AvProgress`], which the AV hands it when bound
+//! ([`crate::AddressVector::bind`]).
+//!
+//! ## What an asynchronous insert reports
+//!
+//! Each insert call of an `FI_EVENT` AV that returns `Ok` produces, in this order:
+//!
+//! 1. one [`AvEvent::InsertError`] per address that was not inserted, in the order of the
+//!    addresses in the call (`position` = the address's index in the caller's array):
+//!    malformed (`FI_EINVAL`), table full (`FI_ENOSPC`), host name that does not resolve
+//!    (`FI_EADDRNOTAVAIL`), refused by the NIC (`FI_EIO`, every address of the refused
+//!    AV_WRITE, with the NIC's status as `prov_errno`), or cancelled because the AV was
+//!    closed before its `FI_MORE` batch was sent (`FI_ECANCELED`);
+//! 2. one [`AvEvent::InsertComplete`] whose `inserted` is the number that went in (also when
+//!    every address failed, or the call had none).
+//!
+//! Calls complete in the order they were made.
+
+use std::sync::Weak;
+
+use crate::errno::{FiErrno, FiError};
+
+/// An entry an asynchronous insert posts to its event queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AvEvent {
+    /// An `fi_eq_err_entry` for one address that was not inserted.
+    InsertError {
+        /// The AV ([`crate::AddressVector::id`]): the entry's `fid`.
+        av: u64,
+        /// The insert call's `context`.
+        context: u64,
+        /// The address's index in the caller's array (`fi_eq_err_entry.data`).
+        position: u64,
+        /// Why (`fi_eq_err_entry.err`).
+        errno: FiErrno,
+        /// The NIC's code for it, 0 when the host refused the address (`prov_errno`).
+        prov_errno: i32,
+        /// What went wrong (`err_data`).
+        message: String,
+    },
+    /// `FI_AV_COMPLETE`: the insert call finished.
+    InsertComplete {
+        /// The AV ([`crate::AddressVector::id`]): the entry's `fid`.
+        av: u64,
+        /// The insert call's `context`.
+        context: u64,
+        /// Addresses of the call that were inserted (`fi_eq_entry.data`).
+        inserted: u64,
+    },
+}
+
+/// An event queue an AV can be bound to (`fi_av_bind`).
+pub trait AvEventSink: Send + Sync {
+    /// Post one event. An error (the queue was overrun) loses the event; the AV logs it.
+    fn post_av_event(&self, event: AvEvent) -> Result<(), FiError>;
+
+    /// Bind an AV: the queue counts it as bound (its `fi_close` fails with `FI_EBUSY` until
+    /// [`AvEventSink::detach_av`]) and calls `progress` whenever the application reads the
+    /// queue. Returns a number naming this attachment.
+    fn attach_av(&self, progress: Weak<dyn AvProgress>) -> u64;
+
+    /// Undo [`AvEventSink::attach_av`] (the AV is closed or dropped).
+    fn detach_av(&self, attachment: u64);
+}
+
+/// Progress of an AV's asynchronous inserts, driven by the queue it is bound to.
+pub trait AvProgress: Send + Sync {
+    /// Collect the NIC's completions and post the events of every insert that finished.
+    /// Never blocks on the NIC. Returns how many inserts completed.
+    fn progress(&self) -> usize;
+}

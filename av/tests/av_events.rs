@@ -1,0 +1,905 @@
+//! FI_EVENT (asynchronous inserts), fi_av_bind, fi_close and the open attributes, on in-memory
+//! NIC tables: one that completes writes at once, and one that holds them until told.
+
+mod common;
+
+use common::*;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use uet_av::{
+    av_type_from_c, rx_ctx_bits_from_c, AddrFormat, AddressVector, AvAttr, AvEvent, AvEventSink,
+    AvLimits, AvName, AvProgress, AvType, FiErrno, FiError, MemoryNicTable, NicAvTable, NicError,
+    NicOp, PendingWrite, AV_NAME_MAX, DEFAULT_AV_COUNT, FI_ADDR_NOTAVAIL, FI_AV_USER_ID, FI_EVENT,
+    FI_MORE, FI_READ, FI_SYMMETRIC, FI_SYNC_ERR, MAX_WRITES_IN_FLIGHT,
+};
+use uet_fwif::{AvWriteRecord, NicAvEntry};
+
+// ---------------------------------------------------------------------------------------------
+// An event queue in memory
+
+#[derive(Default)]
+struct Sink {
+    events: Mutex<Vec<AvEvent>>,
+    hooks: Mutex<Vec<(u64, Weak<dyn AvProgress>)>>,
+    next: AtomicU64,
+}
+
+impl Sink {
+    fn new() -> Arc<Sink> {
+        Arc::new(Sink::default())
+    }
+
+    /// What reading the queue does: run the bound AVs' progress, then take what is queued.
+    fn read(&self) -> Vec<AvEvent> {
+        let hooks: Vec<_> = self
+            .hooks
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|(_, w)| w.upgrade())
+            .collect();
+        for h in hooks {
+            h.progress();
+        }
+        self.take()
+    }
+
+    /// What is queued, without progress.
+    fn take(&self) -> Vec<AvEvent> {
+        std::mem::take(&mut *self.events.lock().unwrap())
+    }
+
+    fn bound(&self) -> usize {
+        self.hooks.lock().unwrap().len()
+    }
+}
+
+impl AvEventSink for Sink {
+    fn post_av_event(&self, event: AvEvent) -> Result<(), FiError> {
+        self.events.lock().unwrap().push(event);
+        Ok(())
+    }
+    fn attach_av(&self, progress: Weak<dyn AvProgress>) -> u64 {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.hooks.lock().unwrap().push((id, progress));
+        id
+    }
+    fn detach_av(&self, attachment: u64) {
+        self.hooks
+            .lock()
+            .unwrap()
+            .retain(|(id, _)| *id != attachment);
+    }
+}
+
+/// (context, inserted) of a completion; (context, position, errno) of an error.
+#[derive(Debug, PartialEq, Eq)]
+enum Ev {
+    Done(u64, u64),
+    Err(u64, u64, FiErrno),
+}
+
+fn short(events: Vec<AvEvent>) -> Vec<Ev> {
+    events
+        .into_iter()
+        .map(|e| match e {
+            AvEvent::InsertComplete {
+                context, inserted, ..
+            } => Ev::Done(context, inserted),
+            AvEvent::InsertError {
+                context,
+                position,
+                errno,
+                ..
+            } => Ev::Err(context, position, errno),
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// A NIC whose writes complete only when the test opens the gate
+
+#[derive(Clone)]
+struct DeferredNic {
+    table: Arc<Mutex<MemoryNicTable>>,
+    gate: Arc<AtomicBool>,
+}
+
+impl DeferredNic {
+    fn new(capacity: u32) -> Self {
+        DeferredNic {
+            table: Arc::new(Mutex::new(MemoryNicTable::new(capacity))),
+            gate: Arc::new(AtomicBool::new(false)),
+        }
+    }
+    fn valid(&self, index: u32) -> bool {
+        self.table.lock().unwrap().entry(index).unwrap().is_valid()
+    }
+}
+
+struct DeferredWrite {
+    table: Arc<Mutex<MemoryNicTable>>,
+    gate: Arc<AtomicBool>,
+    records: Vec<AvWriteRecord>,
+    outcome: Option<Result<(), NicError>>,
+}
+
+impl DeferredWrite {
+    fn complete(&mut self) {
+        if self.outcome.is_none() {
+            self.outcome = Some(self.table.lock().unwrap().write_entries(&self.records));
+        }
+    }
+}
+
+impl PendingWrite for DeferredWrite {
+    fn poll(&mut self) -> bool {
+        if self.gate.load(Ordering::Acquire) {
+            self.complete();
+        }
+        self.outcome.is_some()
+    }
+    fn wait(&mut self) {
+        self.complete();
+    }
+    fn prov_errno(&self) -> i32 {
+        match self.outcome {
+            Some(Err(_)) => 7,
+            _ => 0,
+        }
+    }
+    fn finish(mut self: Box<Self>) -> Result<(), NicError> {
+        self.complete();
+        self.outcome.take().unwrap()
+    }
+}
+
+impl NicAvTable for DeferredNic {
+    fn write_entries(&mut self, records: &[AvWriteRecord]) -> Result<(), NicError> {
+        self.table.lock().unwrap().write_entries(records)
+    }
+    fn invalidate(&mut self, indices: &[u32]) -> Result<(), NicError> {
+        self.table.lock().unwrap().invalidate(indices)
+    }
+    fn read_entries(&mut self, first: u32, out: &mut [NicAvEntry]) -> Result<(), NicError> {
+        self.table.lock().unwrap().read_entries(first, out)
+    }
+    fn submit_write(
+        &mut self,
+        records: &[AvWriteRecord],
+    ) -> Result<Box<dyn PendingWrite>, NicError> {
+        Ok(Box::new(DeferredWrite {
+            table: self.table.clone(),
+            gate: self.gate.clone(),
+            records: records.to_vec(),
+            outcome: None,
+        }))
+    }
+}
+
+fn event_attr(count: usize) -> AvAttr {
+    AvAttr {
+        count,
+        flags: FI_EVENT,
+        ..AvAttr::default()
+    }
+}
+
+fn open_event(count: usize) -> AddressVector<MemoryNicTable> {
+    AddressVector::open(MemoryNicTable::new(count as u32), event_attr(count), LIMITS).unwrap()
+}
+
+fn open_deferred(count: usize) -> (AddressVector<DeferredNic>, DeferredNic) {
+    let nic = DeferredNic::new(count as u32);
+    let av = AddressVector::open(nic.clone(), event_attr(count), LIMITS).unwrap();
+    (av, nic)
+}
+
+fn errno<T: std::fmt::Debug>(r: Result<T, FiError>) -> FiErrno {
+    r.expect_err("call should fail").errno
+}
+
+// ---------------------------------------------------------------------------------------------
+// bind and the errors before it
+
+#[test]
+fn inserts_before_bind_fail_with_enoeq_and_change_nothing() {
+    let mut av = open_event(16);
+    let a = peer_bytes(1);
+    let mut out = [7u64; 1];
+    assert_eq!(
+        errno(av.insert(&a, 1, Some(&mut out), 0)),
+        FiErrno::FI_ENOEQ
+    );
+    assert_eq!(out[0], 7, "fi_addr untouched");
+    assert_eq!(
+        errno(av.insertsvc("10.0.0.1", Some("5"), None, 0, None)),
+        FiErrno::FI_ENOEQ
+    );
+    assert_eq!(
+        errno(av.insertsym("10.0.0.1", 2, "5", 2, None, 0, None)),
+        FiErrno::FI_ENOEQ
+    );
+    assert_eq!(
+        errno(av.with_context(9).insert(&a, 1, None, FI_MORE)),
+        FiErrno::FI_ENOEQ
+    );
+    let mut s = AddressVector::open(
+        MemoryNicTable::new(4),
+        AvAttr {
+            addr_format: AddrFormat::Str,
+            ..event_attr(4)
+        },
+        LIMITS,
+    )
+    .unwrap();
+    assert_eq!(
+        errno(s.insert_str(&["uet://10.0.0.1/5"], None, 0, None)),
+        FiErrno::FI_ENOEQ
+    );
+    assert_eq!(av.len(), 0);
+    assert_eq!(av.nic().counters().commands(), 0);
+    assert_eq!(av.inserts_in_flight(), 0);
+}
+
+#[test]
+fn sync_err_with_event_is_ebadflags_bound_or_not() {
+    let mut av = open_event(16);
+    let a = peer_bytes(1);
+    let mut st = [0i32; 1];
+    assert_eq!(
+        errno(av.insert_with_status(&a, 1, None, FI_SYNC_ERR, Some(&mut st))),
+        FiErrno::FI_EBADFLAGS
+    );
+    let sink = Sink::new();
+    av.bind(sink.clone(), 0).unwrap();
+    let e = av
+        .insert_with_status(&a, 1, None, FI_SYNC_ERR, Some(&mut st))
+        .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EBADFLAGS);
+    assert!(e.message.contains("FI_EVENT"), "{e}");
+    assert_eq!(av.len(), 0);
+    assert!(sink.read().is_empty(), "a refused call posts nothing");
+}
+
+#[test]
+fn bind_checks_flags_and_binds_once() {
+    let mut av = open_event(16);
+    let sink = Sink::new();
+    let e = av.bind(sink.clone(), 1).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EBADFLAGS);
+    assert!(e.message.contains("must be 0"), "{e}");
+    assert!(!av.is_bound());
+    assert_eq!(sink.bound(), 0);
+    av.bind(sink.clone(), 0).unwrap();
+    assert!(av.is_bound());
+    assert_eq!(sink.bound(), 1);
+    let other = Sink::new();
+    let e = av.bind(other.clone(), 0).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL);
+    assert!(e.message.contains("already bound"), "{e}");
+    assert_eq!(other.bound(), 0);
+    // Closing (or dropping) the AV detaches it.
+    av.close().unwrap();
+    assert_eq!(sink.bound(), 0);
+
+    // A synchronous AV may be bound too; its inserts stay synchronous and post nothing.
+    let mut av = open(16);
+    let sink = Sink::new();
+    av.bind(sink.clone(), 0).unwrap();
+    assert_eq!(av.insert(&peer_bytes(1), 1, None, 0).unwrap(), 1);
+    assert!(sink.read().is_empty());
+    drop(av);
+    assert_eq!(sink.bound(), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// asynchronous inserts
+
+#[test]
+fn mixed_insert_returns_success_then_errors_then_complete() {
+    let mut av = open_event(16);
+    let sink = Sink::new();
+    av.bind(sink.clone(), 0).unwrap();
+    let addrs: Vec<u8> = [peer_bytes(1), bad_bytes(2), peer_bytes(3), bad_bytes(4)].concat();
+    let mut out = [0u64; 4];
+    assert_eq!(
+        av.with_context(0xC0FFEE)
+            .insert(&addrs, 4, Some(&mut out), 0)
+            .unwrap(),
+        0,
+        "FI_SUCCESS: the insert was initiated"
+    );
+    assert_eq!(out, [0, FI_ADDR_NOTAVAIL, 1, FI_ADDR_NOTAVAIL]);
+    // The mirror answers at once.
+    let mut buf = [0u8; 32];
+    let mut len = buf.len();
+    av.lookup(1, &mut buf, &mut len).unwrap();
+    assert_eq!(buf, peer_bytes(3));
+    // Nothing is posted before progress.
+    assert!(sink.take().is_empty());
+    assert_eq!(av.inserts_in_flight(), 1);
+    assert_eq!(
+        short(sink.read()),
+        vec![
+            Ev::Err(0xC0FFEE, 1, FiErrno::FI_EINVAL),
+            Ev::Err(0xC0FFEE, 3, FiErrno::FI_EINVAL),
+            Ev::Done(0xC0FFEE, 2),
+        ]
+    );
+    assert_eq!(av.inserts_in_flight(), 0);
+    assert!(av.verify_nic().unwrap().is_empty());
+    // A call whose addresses all fail, and an empty one, still complete.
+    assert_eq!(
+        av.with_context(5)
+            .insert(&bad_bytes(9), 1, None, 0)
+            .unwrap(),
+        0
+    );
+    assert_eq!(av.with_context(6).insert(&[], 0, None, 0).unwrap(), 0);
+    assert_eq!(av.progress(), 2);
+    assert_eq!(
+        short(sink.take()),
+        vec![
+            Ev::Err(5, 0, FiErrno::FI_EINVAL),
+            Ev::Done(5, 0),
+            Ev::Done(6, 0)
+        ]
+    );
+}
+
+#[test]
+fn error_entries_carry_the_reason_and_the_av() {
+    let mut av = open_event(2);
+    let sink = Sink::new();
+    av.bind(sink.clone(), 0).unwrap();
+    let addrs: Vec<u8> = [peer_bytes(1), peer_bytes(2), peer_bytes(3)].concat();
+    av.with_context(1).insert(&addrs, 3, None, 0).unwrap();
+    let events = sink.read();
+    assert_eq!(
+        events[0],
+        AvEvent::InsertError {
+            av: av.id(),
+            context: 1,
+            position: 2,
+            errno: FiErrno::FI_ENOSPC,
+            prov_errno: 0,
+            message: "all 2 AV entries are in use".into(),
+        }
+    );
+    assert_eq!(
+        events[1],
+        AvEvent::InsertComplete {
+            av: av.id(),
+            context: 1,
+            inserted: 2
+        }
+    );
+}
+
+#[test]
+fn nic_entries_become_valid_when_the_write_completes() {
+    let (mut av, nic) = open_deferred(16);
+    let sink = Sink::new();
+    av.bind(sink.clone(), 0).unwrap();
+    av.with_context(1)
+        .insert(&peer_bytes(1), 1, None, 0)
+        .unwrap();
+    assert_eq!(av.writes_in_flight(), 1);
+    // Lookup sees the address; the NIC entry is not valid yet.
+    assert_eq!(av.index_of(0).unwrap(), 0);
+    assert!(!nic.valid(0));
+    assert!(sink.read().is_empty(), "still in flight");
+    nic.gate.store(true, Ordering::Release);
+    assert_eq!(short(sink.read()), vec![Ev::Done(1, 1)]);
+    assert!(nic.valid(0));
+    assert_eq!(av.writes_in_flight(), 0);
+}
+
+#[test]
+fn several_calls_in_flight_complete_in_call_order() {
+    let (mut av, nic) = open_deferred(64);
+    let sink = Sink::new();
+    av.bind(sink.clone(), 0).unwrap();
+    for c in 1..=3u32 {
+        let addrs: Vec<u8> = (0..c).flat_map(|i| peer_bytes(c * 10 + i)).collect();
+        av.with_context(u64::from(c))
+            .insert(&addrs, c as usize, None, 0)
+            .unwrap();
+    }
+    // FI_MORE calls share one AV_WRITE, each with its own completion.
+    av.with_context(4)
+        .insert(&peer_bytes(40), 1, None, FI_MORE)
+        .unwrap();
+    av.with_context(5)
+        .insert(&[peer_bytes(50), bad_bytes(51)].concat(), 2, None, FI_MORE)
+        .unwrap();
+    assert_eq!(
+        av.writes_in_flight(),
+        3,
+        "FI_MORE records wait for the last call"
+    );
+    av.with_context(6)
+        .insert(&peer_bytes(60), 1, None, 0)
+        .unwrap();
+    assert_eq!(av.writes_in_flight(), 4);
+    assert_eq!(av.inserts_in_flight(), 6);
+    assert!(sink.read().is_empty());
+    nic.gate.store(true, Ordering::Release);
+    assert_eq!(
+        short(sink.read()),
+        vec![
+            Ev::Done(1, 1),
+            Ev::Done(2, 2),
+            Ev::Done(3, 3),
+            Ev::Done(4, 1),
+            Ev::Err(5, 1, FiErrno::FI_EINVAL),
+            Ev::Done(5, 1),
+            Ev::Done(6, 1),
+        ]
+    );
+    assert_eq!(nic.table.lock().unwrap().counters().writes, 4);
+    assert!(av.verify_nic().unwrap().is_empty());
+}
+
+#[test]
+fn a_refused_write_fails_every_address_and_rolls_them_back() {
+    let mut av = open_event(16);
+    let sink = Sink::new();
+    av.bind(sink.clone(), 0).unwrap();
+    av.with_context(1)
+        .insert(&peer_bytes(1), 1, None, 0)
+        .unwrap();
+    av.nic_mut().fail_after(NicOp::Write, 0);
+    let mut out = [0u64; 3];
+    av.with_context(2)
+        .insert(
+            &[peer_bytes(2), bad_bytes(3), peer_bytes(4)].concat(),
+            3,
+            Some(&mut out),
+            0,
+        )
+        .unwrap();
+    assert_eq!(out, [1, FI_ADDR_NOTAVAIL, 2]);
+    let events = sink.read();
+    assert_eq!(
+        short(events.clone()),
+        vec![
+            Ev::Done(1, 1),
+            Ev::Err(2, 0, FiErrno::FI_EIO),
+            Ev::Err(2, 1, FiErrno::FI_EINVAL),
+            Ev::Err(2, 2, FiErrno::FI_EIO),
+            Ev::Done(2, 0),
+        ]
+    );
+    match &events[1] {
+        AvEvent::InsertError { message, .. } => {
+            assert!(message.contains("injected fault"), "{message}")
+        }
+        e => panic!("{e:?}"),
+    }
+    // Refused addresses are gone for lookup at once…
+    let mut buf = [0u8; 32];
+    let mut len = buf.len();
+    let e = av.lookup(1, &mut buf, &mut len).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL);
+    assert!(e.message.contains("refused"), "{e}");
+    assert_eq!(errno(av.remove(&[2], 0)), FiErrno::FI_EINVAL);
+    // …and their indices are reused by the next insert.
+    av.with_context(3)
+        .insert(&peer_bytes(5), 1, Some(&mut out[..1]), 0)
+        .unwrap();
+    assert_eq!(out[0], 1);
+    assert_eq!(av.len(), 2);
+    assert_eq!(short(sink.read()), vec![Ev::Done(3, 1)]);
+    assert!(av.verify_nic().unwrap().is_empty());
+}
+
+#[test]
+fn a_refusal_at_the_deferred_nic_reports_its_code() {
+    let (mut av, nic) = open_deferred(16);
+    let sink = Sink::new();
+    av.bind(sink.clone(), 0).unwrap();
+    av.with_context(1)
+        .insert(&[peer_bytes(1), peer_bytes(2)].concat(), 2, None, 0)
+        .unwrap();
+    nic.table.lock().unwrap().fail_after(NicOp::Write, 0);
+    nic.gate.store(true, Ordering::Release);
+    let events = sink.read();
+    assert_eq!(events.len(), 3);
+    for (i, e) in events.iter().take(2).enumerate() {
+        match e {
+            AvEvent::InsertError {
+                position,
+                errno,
+                prov_errno,
+                ..
+            } => assert_eq!(
+                (*position, *errno, *prov_errno),
+                (i as u64, FiErrno::FI_EIO, 7)
+            ),
+            e => panic!("{e:?}"),
+        }
+    }
+    // Until the AV's next call, len still counts them; the next call releases them.
+    assert_eq!(av.len(), 2);
+    assert_eq!(av.progress(), 0);
+    assert_eq!(av.len(), 0);
+}
+
+#[test]
+fn remove_and_set_user_id_wait_for_writes_in_flight() {
+    let nic = DeferredNic::new(16);
+    let mut av = AddressVector::open(
+        nic.clone(),
+        AvAttr {
+            flags: FI_EVENT | FI_AV_USER_ID,
+            ..event_attr(16)
+        },
+        LIMITS,
+    )
+    .unwrap();
+    let sink = Sink::new();
+    av.bind(sink.clone(), 0).unwrap();
+    av.with_context(1)
+        .insert(&[peer_bytes(1), peer_bytes(2)].concat(), 2, None, 0)
+        .unwrap();
+    av.set_user_id(1, 77, 0).unwrap();
+    assert_eq!(av.writes_in_flight(), 0, "the write was waited for");
+    assert!(nic.valid(1));
+    av.remove(&[0], 0).unwrap();
+    assert!(!nic.valid(0));
+    assert_eq!(av.user_id(1).unwrap(), Some(77));
+    // The insert's events are still posted by progress.
+    assert_eq!(short(sink.read()), vec![Ev::Done(1, 2)]);
+}
+
+#[test]
+fn writes_in_flight_are_bounded() {
+    let (mut av, nic) = open_deferred(256);
+    let sink = Sink::new();
+    av.bind(sink.clone(), 0).unwrap();
+    let calls = MAX_WRITES_IN_FLIGHT + 8;
+    for c in 0..calls {
+        av.with_context(c as u64)
+            .insert(&peer_bytes(c as u32 + 1), 1, None, 0)
+            .unwrap();
+        assert!(av.writes_in_flight() <= MAX_WRITES_IN_FLIGHT);
+    }
+    nic.gate.store(true, Ordering::Release);
+    let events = short(sink.read());
+    let expect: Vec<Ev> = (0..calls).map(|c| Ev::Done(c as u64, 1)).collect();
+    assert_eq!(events, expect);
+}
+
+// ---------------------------------------------------------------------------------------------
+// close
+
+#[test]
+fn close_waits_for_writes_in_flight_and_cancels_unsent_records() {
+    let (mut av, nic) = open_deferred(16);
+    let sink = Sink::new();
+    av.bind(sink.clone(), 0).unwrap();
+    av.with_context(1)
+        .insert(&peer_bytes(1), 1, None, 0)
+        .unwrap();
+    av.with_context(2)
+        .insert(&[peer_bytes(2), peer_bytes(3)].concat(), 2, None, FI_MORE)
+        .unwrap();
+    av.close().unwrap();
+    assert!(nic.valid(0), "the write in flight completed");
+    assert!(!nic.valid(1), "the FI_MORE records were never sent");
+    assert_eq!(
+        short(sink.take()),
+        vec![
+            Ev::Done(1, 1),
+            Ev::Err(2, 0, FiErrno::FI_ECANCELED),
+            Ev::Err(2, 1, FiErrno::FI_ECANCELED),
+            Ev::Done(2, 0),
+        ]
+    );
+    assert_eq!(sink.bound(), 0);
+}
+
+struct BusyNic(MemoryNicTable, Arc<AtomicBool>);
+
+impl NicAvTable for BusyNic {
+    fn write_entries(&mut self, records: &[AvWriteRecord]) -> Result<(), NicError> {
+        self.0.write_entries(records)
+    }
+    fn invalidate(&mut self, indices: &[u32]) -> Result<(), NicError> {
+        self.0.invalidate(indices)
+    }
+    fn read_entries(&mut self, first: u32, out: &mut [NicAvEntry]) -> Result<(), NicError> {
+        self.0.read_entries(first, out)
+    }
+    fn check_close(&self) -> Result<(), FiError> {
+        if self.1.load(Ordering::Relaxed) {
+            return Err(FiError::new(FiErrno::FI_EBUSY, "an endpoint uses the AV"));
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn close_while_busy_returns_the_av_unchanged() {
+    let busy = Arc::new(AtomicBool::new(true));
+    let mut av = AddressVector::open(
+        BusyNic(MemoryNicTable::new(8), busy.clone()),
+        event_attr(8),
+        LIMITS,
+    )
+    .unwrap();
+    let sink = Sink::new();
+    av.bind(sink.clone(), 0).unwrap();
+    av.with_context(1)
+        .insert(&peer_bytes(1), 1, None, FI_MORE)
+        .unwrap();
+    let err = av.close().unwrap_err();
+    assert_eq!(err.error.errno, FiErrno::FI_EBUSY);
+    assert_eq!(err.to_string(), err.error.to_string());
+    let mut av = err.av;
+    assert_eq!(av.len(), 1);
+    assert_eq!(av.pending_len(), 1, "nothing cancelled");
+    assert_eq!(sink.bound(), 1, "still bound");
+    assert!(sink.read().is_empty());
+    av.with_context(2)
+        .insert(&peer_bytes(2), 1, None, 0)
+        .unwrap();
+    busy.store(false, Ordering::Relaxed);
+    av.close().unwrap();
+    assert_eq!(short(sink.take()), vec![Ev::Done(1, 1), Ev::Done(2, 1)]);
+    assert_eq!(sink.bound(), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// open attributes
+
+#[test]
+fn open_attributes_get_their_own_errors() {
+    let base = AvAttr {
+        count: 16,
+        ..AvAttr::default()
+    };
+    let limits = AvLimits {
+        max_rx_ctx: 16,
+        max_endpoints: 256,
+        ..LIMITS
+    };
+    let check = |attr: AvAttr, want: FiErrno, names: &str| {
+        let e = attr.resolve(&limits).unwrap_err();
+        assert_eq!(e.errno, want, "{e}");
+        assert!(e.message.contains(names), "{e} should name {names}");
+        // AddressVector::open refuses the same way.
+        let e = AddressVector::open(MemoryNicTable::new(16), attr, limits).unwrap_err();
+        assert_eq!(e.errno, want);
+    };
+    check(
+        AvAttr {
+            count: (1 << 20) + 1,
+            ..base
+        },
+        FiErrno::FI_EINVAL,
+        "count",
+    );
+    check(
+        AvAttr {
+            rx_ctx_bits: 9,
+            ..base
+        },
+        FiErrno::FI_EINVAL,
+        "rx_ctx_bits 9 exceeds the NIC's maximum of 8",
+    );
+    // 16 receive contexts need 4 bits; 5 address contexts no endpoint has.
+    check(
+        AvAttr {
+            rx_ctx_bits: 5,
+            ..base
+        },
+        FiErrno::FI_EINVAL,
+        "rx_ctx_bits 5 exceeds the 4 bits",
+    );
+    assert!(AvAttr {
+        rx_ctx_bits: 4,
+        ..base
+    }
+    .resolve(&limits)
+    .is_ok());
+    check(
+        AvAttr {
+            ep_per_node: 257,
+            ..base
+        },
+        FiErrno::FI_EINVAL,
+        "ep_per_node 257",
+    );
+    check(
+        AvAttr {
+            name: Some(AvName::new("/uet-job-42").unwrap()),
+            ..base
+        },
+        FiErrno::FI_ENOSYS,
+        "name '/uet-job-42'",
+    );
+    check(
+        AvAttr {
+            name: Some(AvName::new("shared").unwrap()),
+            flags: FI_READ,
+            ..base
+        },
+        FiErrno::FI_ENOSYS,
+        "named",
+    );
+    check(
+        AvAttr {
+            flags: FI_READ,
+            ..base
+        },
+        FiErrno::FI_EINVAL,
+        "FI_READ",
+    );
+    check(
+        AvAttr {
+            flags: FI_EVENT | (1 << 3),
+            ..base
+        },
+        FiErrno::FI_EBADFLAGS,
+        "unknown flags 0x8",
+    );
+    check(
+        AvAttr {
+            job_id: 1 << 24,
+            ..base
+        },
+        FiErrno::FI_EINVAL,
+        "JobID",
+    );
+    // C values: type and rx_ctx_bits.
+    let e = av_type_from_c(3).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL);
+    assert!(e.message.contains("type 3"), "{e}");
+    assert_eq!(av_type_from_c(1).unwrap(), AvType::Map);
+    let e = rx_ctx_bits_from_c(-1).unwrap_err();
+    assert!(e.message.contains("rx_ctx_bits -1"), "{e}");
+    assert_eq!(errno(rx_ctx_bits_from_c(65)), FiErrno::FI_EINVAL);
+    assert_eq!(rx_ctx_bits_from_c(4).unwrap(), 4);
+    // Names: 1..=AV_NAME_MAX bytes, no NUL.
+    assert_eq!(errno(AvName::new("")), FiErrno::FI_EINVAL);
+    assert_eq!(errno(AvName::new("a\0b")), FiErrno::FI_EINVAL);
+    assert_eq!(
+        errno(AvName::new(&"n".repeat(AV_NAME_MAX + 1))),
+        FiErrno::FI_EINVAL
+    );
+    let long = "n".repeat(AV_NAME_MAX);
+    assert_eq!(AvName::new(&long).unwrap().as_str(), long);
+    assert_eq!(format!("{:?}", AvName::new("x").unwrap()), "\"x\"");
+}
+
+#[test]
+fn open_accepts_supported_flags_types_and_ignores_map_addr_without_name() {
+    for (t, flags) in [
+        (AvType::Unspec, FI_EVENT),
+        (AvType::Map, FI_SYMMETRIC),
+        (AvType::Table, FI_EVENT | FI_AV_USER_ID | FI_SYMMETRIC),
+    ] {
+        let av = AddressVector::open(
+            MemoryNicTable::new(8),
+            AvAttr {
+                av_type: t,
+                count: 8,
+                flags,
+                map_addr: 0x1000,
+                ..AvAttr::default()
+            },
+            LIMITS,
+        )
+        .unwrap();
+        assert_eq!(
+            av.av_type(),
+            AvType::Table,
+            "MAP and UNSPEC are reported as TABLE"
+        );
+        assert_eq!(av.attr().flags, flags);
+    }
+}
+
+#[test]
+fn ep_per_node_rounds_the_default_size_to_whole_nodes() {
+    let size = |ep_per_node: usize, max: u32| {
+        AvAttr {
+            ep_per_node,
+            ..AvAttr::default()
+        }
+        .resolve(&AvLimits::new(max, 0))
+        .unwrap()
+        .count
+    };
+    assert_eq!(size(0, 1 << 20), DEFAULT_AV_COUNT);
+    assert_eq!(size(1, 1 << 20), DEFAULT_AV_COUNT);
+    assert_eq!(size(48, 1 << 20), 1056, "22 nodes of 48");
+    assert_eq!(
+        size(48, 1000),
+        960,
+        "capped at whole nodes below the NIC's size"
+    );
+    assert_eq!(size(48, 40), 40, "less than a node: the NIC's size");
+    // An explicit count is kept.
+    let attr = AvAttr {
+        count: 100,
+        ep_per_node: 48,
+        ..AvAttr::default()
+    };
+    assert_eq!(attr.resolve(&LIMITS).unwrap().count, 100);
+}
+
+// ---------------------------------------------------------------------------------------------
+// symmetric ranges
+
+#[test]
+fn insertsym_completes_once_with_every_member_and_a_refusal_fails_the_whole_range() {
+    let (mut av, nic) = open_deferred(64);
+    let sink = Sink::new();
+    av.bind(sink.clone(), 0).unwrap();
+    let mut out = [0u64; 6];
+    av.with_context(1)
+        .insertsym("10.0.0.1", 3, "100", 2, Some(&mut out), 0)
+        .unwrap();
+    assert_eq!(out, [0, 1, 2, 3, 4, 5]);
+    assert_eq!(av.ranges().count(), 1, "stored as one range");
+    // Lookup answers from the range at once: member 4 is node 3, first service.
+    let member = av.address(4).unwrap();
+    assert_eq!(
+        member.fabric_addr,
+        "10.0.0.3".parse::<std::net::IpAddr>().unwrap()
+    );
+    assert_eq!(member.pid_on_fep, 100);
+    assert!(
+        !nic.valid(0),
+        "the NIC has nothing until the write completes"
+    );
+    nic.gate.store(true, Ordering::Release);
+    assert_eq!(short(sink.read()), vec![Ev::Done(1, 6)]);
+    assert!(nic.valid(5));
+    assert!(av.verify_nic().unwrap().is_empty());
+
+    // A refused range: every member fails at its position, and the range leaves the mirror.
+    nic.table.lock().unwrap().fail_after(NicOp::Write, 0);
+    av.with_context(2)
+        .insertsym("10.0.1.1", 2, "7", 2, Some(&mut out[..4]), 0)
+        .unwrap();
+    assert_eq!(&out[..4], &[6, 7, 8, 9]);
+    assert_eq!(
+        short(sink.read()),
+        vec![
+            Ev::Err(2, 0, FiErrno::FI_EIO),
+            Ev::Err(2, 1, FiErrno::FI_EIO),
+            Ev::Err(2, 2, FiErrno::FI_EIO),
+            Ev::Err(2, 3, FiErrno::FI_EIO),
+            Ev::Done(2, 0),
+        ]
+    );
+    assert_eq!(errno(av.address(7)), FiErrno::FI_EINVAL);
+    assert_eq!(av.progress(), 0);
+    assert_eq!(av.len(), 6);
+    assert_eq!(av.ranges().count(), 1);
+    assert!(av.verify_nic().unwrap().is_empty());
+
+    // Past the table's end: the members that find no index fail with FI_ENOSPC.
+    let mut av = open_event(4);
+    av.bind(sink.clone(), 0).unwrap();
+    av.with_context(3)
+        .insertsym("10.0.2.1", 1, "1", 4, None, FI_MORE)
+        .unwrap();
+    av.with_context(4)
+        .insertsym("10.0.3.1", 1, "1", 2, None, 0)
+        .unwrap();
+    assert_eq!(
+        short(sink.read()),
+        vec![
+            Ev::Done(3, 4),
+            Ev::Err(4, 0, FiErrno::FI_ENOSPC),
+            Ev::Err(4, 1, FiErrno::FI_ENOSPC),
+            Ev::Done(4, 0),
+        ]
+    );
+}
