@@ -288,11 +288,42 @@ impl DmaRegion {
         offset: usize,
         v: &T,
     ) -> Result<(), DmaError> {
-        self.write_bytes(offset, v.as_bytes())
+        let len = core::mem::size_of::<T>();
+        self.check(offset, len)?;
+        // SAFETY: bounds checked above, so `dst` lies inside our live mapping.
+        let dst = unsafe { self.ptr.add(offset) };
+        let bytes = v.as_bytes();
+        if (dst as usize).is_multiple_of(8) && len.is_multiple_of(8) {
+            // Descriptors and completions: whole 64-bit stores, one per word, as a NIC's
+            // doorbell-ordered descriptor write expects (no torn or byte-wise stores).
+            for (i, w) in bytes.chunks_exact(8).enumerate() {
+                let mut word = [0u8; 8];
+                word.copy_from_slice(w);
+                // SAFETY: `dst + 8*i .. + 8` lies inside `dst..dst+len`, checked above, and
+                // is 8-byte aligned.
+                unsafe {
+                    dst.add(i * 8)
+                        .cast::<u64>()
+                        .write_volatile(u64::from_ne_bytes(word))
+                };
+            }
+            Ok(())
+        } else {
+            self.write_bytes(offset, bytes)
+        }
     }
 
     /// Read a layout type at `offset`.
     pub fn read_obj<T: FromBytes + IntoBytes>(&self, offset: usize) -> Result<T, DmaError> {
+        let len = core::mem::size_of::<T>();
+        self.check(offset, len)?;
+        // SAFETY: bounds checked above, so `src` lies inside our live mapping.
+        let src = unsafe { self.ptr.add(offset) };
+        if (src as usize).is_multiple_of(core::mem::align_of::<T>()) {
+            // SAFETY: `src..src+len` is inside the mapping and aligned for `T`; every bit
+            // pattern is a valid `T` (FromBytes), so one volatile load is a valid read.
+            return Ok(unsafe { src.cast::<T>().read_volatile() });
+        }
         let mut v = T::new_zeroed();
         self.read_bytes(offset, v.as_mut_bytes())?;
         Ok(v)

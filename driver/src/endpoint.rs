@@ -477,7 +477,7 @@ impl Endpoint {
         self.rings
             .as_ref()
             .map(MappedRegion::region)
-            .ok_or(DriverError::InvalidArgument("endpoint is closed".into()))
+            .ok_or_else(|| DriverError::InvalidArgument("endpoint is closed".into()))
     }
 
     /// Largest [`Endpoint::inject`] payload (`fi_info.tx_attr.inject_size`).

@@ -170,9 +170,7 @@ impl MemoryRegion {
         self.memory
             .as_ref()
             .map(MrMemory::span)
-            .ok_or(DriverError::InvalidArgument(
-                "memory region released".into(),
-            ))
+            .ok_or_else(|| DriverError::InvalidArgument("memory region released".into()))
     }
 
     /// Length in bytes.

@@ -21,7 +21,10 @@ use uet_driver::{Av, DmaBuffer, DmaPool, Endpoint, EndpointAttr, Nic};
 use uet_sim::{Fabric, NicConfig};
 
 #[derive(Parser)]
-#[command(name = "bench-datapath", about = "Benchmark the uet-nic datapath on the simulator")]
+#[command(
+    name = "bench-datapath",
+    about = "Benchmark the uet-nic datapath on the simulator"
+)]
 struct Args {
     /// Operations, comma-separated: send, tsend, write, read.
     #[arg(long, value_delimiter = ',', default_values_t = ["send".to_string(), "tsend".to_string(), "write".to_string(), "read".to_string()])]
@@ -93,15 +96,13 @@ fn pair() -> Result<Pair, String> {
     let mut b = side(&fabric, Ipv4Addr::new(10, 200, 0, 2))?;
     let target = b.pool.alloc().ok_or("pool empty")?;
     b.mr = Some(
-        b.ep
-            .register_mr(target, MrAccess::REMOTE_READ_WRITE, KEY)
+        b.ep.register_mr(target, MrAccess::REMOTE_READ_WRITE, KEY)
             .map_err(|e| e.to_string())?,
     );
     let addr = b.ep.address().to_bytes().map_err(|e| e.to_string())?;
     let mut a = a;
     let mut out = [0u64; 1];
-    a.av
-        .insert(&addr, 1, Some(&mut out), 0)
+    a.av.insert(&addr, 1, Some(&mut out), 0)
         .map_err(|e| e.to_string())?;
     Ok(Pair { a, b, peer: out[0] })
 }
@@ -125,12 +126,7 @@ fn filled(pool: &DmaPool, size: usize) -> Result<DmaBuffer, String> {
 }
 
 /// One operation of `op` and its completions; returns the buffers for the next round.
-fn one(
-    p: &mut Pair,
-    op: &str,
-    size: usize,
-    src: DmaBuffer,
-) -> Result<DmaBuffer, String> {
+fn one(p: &mut Pair, op: &str, size: usize, src: DmaBuffer) -> Result<DmaBuffer, String> {
     let back = |(e, _): (uet_driver::DriverError, DmaBuffer)| e.to_string();
     match op {
         "send" | "tsend" => {
@@ -147,20 +143,25 @@ fn one(
             if got.len != size {
                 return Err(format!("received {} of {size} bytes", got.len));
             }
-            done.buffer.ok_or_else(|| "send buffer not returned".to_string())
+            done.buffer
+                .ok_or_else(|| "send buffer not returned".to_string())
         }
         "write" => {
             p.a.ep.post_write(p.peer, src, 0, KEY, 1).map_err(back)?;
             let done = wait(&mut p.a.ep)?;
-            done.buffer.ok_or_else(|| "write buffer not returned".to_string())
+            done.buffer
+                .ok_or_else(|| "write buffer not returned".to_string())
         }
         "read" => {
-            p.a.ep.post_read(p.peer, src, size, 0, KEY, 1).map_err(back)?;
+            p.a.ep
+                .post_read(p.peer, src, size, 0, KEY, 1)
+                .map_err(back)?;
             let done = wait(&mut p.a.ep)?;
             if done.len != size {
                 return Err(format!("read {} of {size} bytes", done.len));
             }
-            done.buffer.ok_or_else(|| "read buffer not returned".to_string())
+            done.buffer
+                .ok_or_else(|| "read buffer not returned".to_string())
         }
         other => Err(format!("unknown op {other}")),
     }
