@@ -13,6 +13,7 @@
 //! | libfabric | endpoint call | ring |
 //! |---|---|---|
 //! | `fi_senddata` | [`Endpoint::post_send`] | TX, SEND |
+//! | `fi_send` (connected `FI_EP_MSG`) | [`Endpoint::send`] | TX, SEND to the peer |
 //! | `fi_tsenddata` | [`Endpoint::post_tsend`] | TX, TAGGED_SEND |
 //! | `fi_inject`, `fi_injectdata` | [`Endpoint::inject`] | TX, SEND + inject |
 //! | `fi_tinject`, `fi_tinjectdata` | [`Endpoint::tinject`] | TX, TAGGED_SEND + inject |
@@ -34,13 +35,22 @@
 //! tagged receives are outstanding.
 //!
 //! The send path (`post_*`, `inject`) takes no lock, allocates nothing and never looks at the
-//! AV: it writes one descriptor, fences and rings one doorbell.
+//! AV: it writes one descriptor, fences and rings one doorbell. On an `FI_EP_MSG` endpoint it
+//! also reads the connection state and the peer's `fi_addr` (two atomics, see [`crate::cm`]).
+//!
+//! Endpoint types ([`EpType`]): `Rdm` is the reliable default; `Dgram` endpoints
+//! (`EP_FLAG_DGRAM`) send single-packet UUD datagrams of at most one MTU — `post_*` refuses a
+//! longer message with `FI_EMSGSIZE` and RMA with `FI_EOPNOTSUPP` — and advertise the
+//! "max message size limited to MTU" address flag; `Msg` endpoints are connected
+//! ([`crate::cm`]). A context of a scalable endpoint ([`crate::scalable`]) is an `Endpoint`
+//! too, restricted to its role: a receive-only context refuses sends (`FI_EOPNOTSUPP`), a
+//! transmit-only one refuses receive buffers.
 
 use crate::av::{Av, AvTableHandle};
 use crate::errno::completion_errno;
 use crate::error::DriverError;
 use crate::mapped::MappedRegion;
-use crate::nic::{Nic, NicInner};
+use crate::nic::{Capabilities, Nic, NicInner};
 use crate::pool::DmaBuffer;
 use std::net::IpAddr;
 use std::ops::Range;
@@ -48,11 +58,14 @@ use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 use uet_av::FiErrno;
 use uet_fwif::address::{AddressingMode, UetAddress};
-use uet_fwif::admin::{BufferBody, Command, EndpointCreateBody, EP_FLAG_ABSOLUTE};
+use uet_fwif::admin::{
+    BufferBody, Command, ContextCreateBody, EndpointCreateBody, Status, CTX_ROLE_CONTROL,
+    CTX_ROLE_RX, CTX_ROLE_TX, EP_FLAG_ABSOLUTE, EP_FLAG_DGRAM,
+};
 use uet_fwif::counters::RETURN_CODES;
 use uet_fwif::datapath::{
     Completion, CompletionKind, LocalStatus, RxDescriptor, TaggedRxDescriptor, TxDescriptor,
-    TxOpcode, COMPLETION_PHASE_OFFSET, MAX_INJECT_BYTES, TX_FLAG_INJECT,
+    TxOpcode, COMPLETION_PHASE_OFFSET, MAX_INJECT_BYTES, TX_FLAG_CONTROL, TX_FLAG_INJECT,
 };
 use uet_fwif::ring::RingGeometry;
 use uet_fwif::{EndpointCounters, ReturnCode};
@@ -87,8 +100,19 @@ pub struct EndpointAttr {
     pub trx_log2: u8,
     /// log2 of the completion ring entries (must hold TX + RX + tagged RX in flight).
     pub cq_log2: u8,
-    /// Addressing mode advertised in the endpoint address.
+    /// Addressing mode, advertised in the endpoint address (flags bit 5) and applied by the
+    /// target NIC: relative (JobID scopes PIDonFEP) or absolute (PIDonFEP alone names the
+    /// endpoint; JobID only authorises).
     pub mode: AddressingMode,
+    /// `fi_ep_attr.type`.
+    pub ep_type: EpType,
+    /// `fi_ep_attr.tx_ctx_cnt`: 0 or 1 for one transmit context; more for a scalable
+    /// endpoint, at most `CAP_EP.max_tx_ctx`.
+    pub tx_ctx_cnt: u8,
+    /// `fi_ep_attr.rx_ctx_cnt`: 0 for a regular endpoint; 1..=`CAP_EP.max_rx_ctx` receive
+    /// contexts for a scalable endpoint (receive context `i` is resource index
+    /// `ri_start + i`, so `ri_count` must be at least `rx_ctx_cnt`).
+    pub rx_ctx_cnt: u8,
 }
 
 impl Default for EndpointAttr {
@@ -102,8 +126,27 @@ impl Default for EndpointAttr {
             trx_log2: 6,
             cq_log2: 8,
             mode: AddressingMode::Relative,
+            ep_type: EpType::Rdm,
+            tx_ctx_cnt: 0,
+            rx_ctx_cnt: 0,
         }
     }
+}
+
+/// `enum fi_ep_type`: what delivery an endpoint gives.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum EpType {
+    /// `FI_EP_RDM`: reliable datagram (RUD), connectionless; messages up to `CAP_MAX_MSG`,
+    /// tagged messages, RMA.
+    #[default]
+    Rdm,
+    /// `FI_EP_DGRAM`: unreliable datagram (UUD): messages of at most one MTU, no RMA; a send
+    /// completes when its packet is on the wire, and a message that finds no receive buffer
+    /// is dropped (and counted) at the target, never reported to the sender.
+    Dgram,
+    /// `FI_EP_MSG`: reliable and connected; sends go to the one peer set up through an event
+    /// queue (`fi_cm(3)`).
+    Msg,
 }
 
 /// Why a completion failed.
@@ -256,13 +299,17 @@ impl Ring {
     }
 }
 
-/// An active endpoint on a NIC.
+/// An active endpoint on a NIC, or one context of a scalable endpoint.
 pub struct Endpoint {
     nic: Arc<NicInner>,
     _av: Option<Arc<AvTableHandle>>,
     handle: u16,
+    fid: u64,
     address: UetAddress,
     job_id: u32,
+    ep_type: EpType,
+    /// `CTX_ROLE_*`: what this ring set may do (an endpoint's own rings: TX | RX).
+    roles: u8,
     rings: Option<MappedRegion>,
     tx: Ring,
     rx: Ring,
@@ -276,41 +323,155 @@ pub struct Endpoint {
     cq_phase: bool,
     mtu: usize,
     max_msg: usize,
+    /// `FI_EP_MSG`: the connection (state, peer, control channel); dropped before the rings.
+    pub(crate) cm: Option<crate::cm::CmLink>,
 }
 
 fn align_page(x: usize) -> usize {
     x.div_ceil(4096) * 4096
 }
 
+/// Ring sizes of one ring set.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RingSizes {
+    pub tx_log2: u8,
+    pub rx_log2: u8,
+    pub trx_log2: u8,
+    pub cq_log2: u8,
+}
+
+impl RingSizes {
+    /// The sizes of `attr`.
+    pub(crate) fn of(attr: &EndpointAttr) -> Self {
+        RingSizes {
+            tx_log2: attr.tx_log2,
+            rx_log2: attr.rx_log2,
+            trx_log2: attr.trx_log2,
+            cq_log2: attr.cq_log2,
+        }
+    }
+}
+
+/// A ring set allocated in DMA memory, not yet given to the NIC.
+pub(crate) struct RingSet {
+    rings: MappedRegion,
+    tx: Ring,
+    rx: Ring,
+    trx: Option<(Ring, Slab)>,
+    inject_offset: usize,
+    cq_geometry: RingGeometry,
+    cq_offset: usize,
+}
+
+impl RingSet {
+    fn iova(&self, off: usize) -> U64 {
+        U64::new(self.rings.region().iova_at(off))
+    }
+}
+
 impl Nic {
-    /// Create an endpoint bound to `av` (ENDPOINT_CREATE): the NIC assigns its PIDonFEP and
-    /// resource-index range, which together with the NIC's fabric address form its address.
-    pub fn endpoint(&self, attr: EndpointAttr, av: Option<&Av>) -> Result<Endpoint, DriverError> {
+    /// Check ring sizes against `CAP_QUEUES` and allocate the rings.
+    pub(crate) fn ring_set(&self, z: RingSizes) -> Result<RingSet, DriverError> {
         let caps = self.capabilities();
         let bad = |m: String| Err(DriverError::InvalidArgument(m));
         let max_log2 = 15 - caps.max_queue_entries.leading_zeros() as u8;
         for (name, v) in [
-            ("tx_log2", attr.tx_log2),
-            ("rx_log2", attr.rx_log2),
-            ("cq_log2", attr.cq_log2),
+            ("tx_log2", z.tx_log2),
+            ("rx_log2", z.rx_log2),
+            ("cq_log2", z.cq_log2),
         ] {
             if v == 0 || v > max_log2 {
                 return bad(format!("{name} {v} outside 1..={max_log2}"));
             }
         }
-        if attr.trx_log2 > max_log2 {
-            return bad(format!("trx_log2 {} outside 0..={max_log2}", attr.trx_log2));
+        if z.trx_log2 > max_log2 {
+            return bad(format!("trx_log2 {} outside 0..={max_log2}", z.trx_log2));
         }
-        let trx_entries = if attr.trx_log2 == 0 {
+        let trx_entries = if z.trx_log2 == 0 {
             0
         } else {
-            1u32 << attr.trx_log2
+            1u32 << z.trx_log2
         };
-        if (1u32 << attr.cq_log2) < (1u32 << attr.tx_log2) + (1u32 << attr.rx_log2) + trx_entries {
+        if (1u32 << z.cq_log2) < (1u32 << z.tx_log2) + (1u32 << z.rx_log2) + trx_entries {
             return bad(
                 "the completion ring must hold every TX, RX and tagged RX descriptor".into(),
             );
         }
+        let tx_off = 0;
+        let rx_off = align_page(TX_DESC << z.tx_log2);
+        let trx_off = rx_off + align_page(RX_DESC << z.rx_log2);
+        let cq_off = trx_off + align_page(TRX_DESC * trx_entries as usize);
+        let inject_off = cq_off + align_page(CQE << z.cq_log2);
+        let total = inject_off + align_page(MAX_INJECT_BYTES << z.tx_log2);
+        let rings = self.inner.map_new(total)?;
+        rings.region().zero(0, total)?;
+        let (Some(tx), Some(rx), Some(cq_geometry)) = (
+            Ring::new(z.tx_log2, tx_off),
+            Ring::new(z.rx_log2, rx_off),
+            RingGeometry::new(z.cq_log2),
+        ) else {
+            return bad("ring size out of range".into());
+        };
+        let trx = match z.trx_log2 {
+            0 => None,
+            n => match Ring::new(n, trx_off) {
+                Some(r) => Some((r, Slab::new(trx_entries))),
+                None => return bad("tagged RX ring size out of range".into()),
+            },
+        };
+        Ok(RingSet {
+            rings,
+            tx,
+            rx,
+            trx,
+            inject_offset: inject_off,
+            cq_geometry,
+            cq_offset: cq_off,
+        })
+    }
+
+    /// Create an endpoint bound to `av` (ENDPOINT_CREATE): the NIC assigns its PIDonFEP and
+    /// resource-index range, which together with the NIC's fabric address form its address.
+    ///
+    /// `attr.ep_type` selects the kind: `Rdm` and `Dgram` endpoints are bound to `av`;
+    /// a `Msg` endpoint takes no AV (`None`): it keeps one of its own for its peer and is
+    /// connected through an event queue ([`Endpoint::bind_eq`], [`Endpoint::connect`],
+    /// [`crate::PassiveEndpoint::accept`]). Scalable endpoints (`tx_ctx_cnt` > 1 or
+    /// `rx_ctx_cnt` > 0) are created by [`Nic::scalable_endpoint`].
+    pub fn endpoint(&self, attr: EndpointAttr, av: Option<&Av>) -> Result<Endpoint, DriverError> {
+        if attr.tx_ctx_cnt > 1 || attr.rx_ctx_cnt > 0 {
+            return Err(DriverError::InvalidArgument(format!(
+                "tx_ctx_cnt {} / rx_ctx_cnt {} ask for a scalable endpoint: use Nic::scalable_endpoint",
+                attr.tx_ctx_cnt, attr.rx_ctx_cnt
+            )));
+        }
+        match attr.ep_type {
+            EpType::Msg => {
+                if av.is_some() {
+                    return Err(DriverError::InvalidArgument(
+                        "an FI_EP_MSG endpoint is not bound to an AV: it keeps its peer in one of its own".into(),
+                    ));
+                }
+                crate::cm::msg_endpoint(self, attr)
+            }
+            EpType::Rdm | EpType::Dgram => {
+                let table = av.map(|a| a.nic().table().clone());
+                self.create_endpoint(&attr, table, 0, 0, 0)
+            }
+        }
+    }
+
+    /// ENDPOINT_CREATE with `extra_flags` (`EP_FLAG_PASSIVE`) and the context counts.
+    pub(crate) fn create_endpoint(
+        &self,
+        attr: &EndpointAttr,
+        av_table: Option<Arc<AvTableHandle>>,
+        extra_flags: u8,
+        tx_ctx_cnt: u8,
+        rx_ctx_cnt: u8,
+    ) -> Result<Endpoint, DriverError> {
+        let caps = *self.capabilities();
+        let bad = |m: String| Err(DriverError::InvalidArgument(m));
         if attr.ri_count == 0 || attr.ri_count > caps.ri_per_endpoint {
             return bad(format!(
                 "ri_count {} outside 1..={}",
@@ -320,28 +481,7 @@ impl Nic {
         if attr.job_id > uet_fwif::av_entry::MAX_JOB_ID {
             return bad(format!("JobID {:#x} wider than 24 bits", attr.job_id));
         }
-        let tx_off = 0;
-        let rx_off = align_page(TX_DESC << attr.tx_log2);
-        let trx_off = rx_off + align_page(RX_DESC << attr.rx_log2);
-        let cq_off = trx_off + align_page(TRX_DESC * trx_entries as usize);
-        let inject_off = cq_off + align_page(CQE << attr.cq_log2);
-        let total = inject_off + align_page(MAX_INJECT_BYTES << attr.tx_log2);
-        let rings = self.inner.map_new(total)?;
-        rings.region().zero(0, total)?;
-        let (Some(tx), Some(rx), Some(cq_geometry)) = (
-            Ring::new(attr.tx_log2, tx_off),
-            Ring::new(attr.rx_log2, rx_off),
-            RingGeometry::new(attr.cq_log2),
-        ) else {
-            return bad("ring size out of range".into());
-        };
-        let trx = match attr.trx_log2 {
-            0 => None,
-            n => match Ring::new(n, trx_off) {
-                Some(r) => Some((r, Slab::new(trx_entries))),
-                None => return bad("tagged RX ring size out of range".into()),
-            },
-        };
+        let set = self.ring_set(RingSizes::of(attr))?;
         let fabric_addr = self.fabric_addr();
         let initiator = attr.initiator.unwrap_or_else(|| {
             let low = match fabric_addr {
@@ -351,65 +491,170 @@ impl Nic {
             low << 16 | u32::from(self.inner.endpoint_seq.fetch_add(1, Ordering::Relaxed))
         });
         let mut body = EndpointCreateBody::new_zeroed();
-        body.tx_ring = U64::new(rings.region().iova_at(tx_off));
-        body.rx_ring = U64::new(rings.region().iova_at(rx_off));
-        body.cq_ring = U64::new(rings.region().iova_at(cq_off));
+        body.tx_ring = set.iova(set.tx.offset);
+        body.rx_ring = set.iova(set.rx.offset);
+        body.cq_ring = set.iova(set.cq_offset);
         body.job_id = U32::new(attr.job_id);
         body.initiator = U32::new(initiator);
         body.ri_count = U16::new(attr.ri_count);
         body.tx_log2 = attr.tx_log2;
         body.rx_log2 = attr.rx_log2;
         body.cq_log2 = attr.cq_log2;
-        if trx.is_some() {
+        if let Some((r, _)) = set.trx.as_ref() {
             body.trx_log2 = attr.trx_log2;
-            body.trx_ring = U64::new(rings.region().iova_at(trx_off));
+            body.trx_ring = set.iova(r.offset);
         }
-        body.flags = if attr.mode == AddressingMode::Absolute {
-            EP_FLAG_ABSOLUTE
-        } else {
-            0
-        };
-        let av_table = av.map(|a| a.nic().table().clone());
-        let result = self.inner.execute(Command::EndpointCreate {
-            av: av_table.as_ref().map_or(0, |t| t.handle()),
-            body,
-        })?;
+        body.tx_ctx_cnt = tx_ctx_cnt;
+        body.rx_ctx_cnt = rx_ctx_cnt;
+        body.flags = extra_flags;
+        if attr.mode == AddressingMode::Absolute {
+            body.flags |= EP_FLAG_ABSOLUTE;
+        }
+        if attr.ep_type == EpType::Dgram {
+            body.flags |= EP_FLAG_DGRAM;
+        }
+        let result = self
+            .inner
+            .execute(Command::EndpointCreate {
+                av: av_table.as_ref().map_or(0, |t| t.handle()),
+                body,
+            })
+            .map_err(|e| endpoint_create_error(e, &caps, attr.ri_count))?;
         let handle = (result.result0 & 0xFFFF) as u16;
+        let dgram = attr.ep_type == EpType::Dgram;
         let address = UetAddress {
             caps: caps.address_caps(),
             mode: attr.mode,
-            max_msg_mtu: caps.max_msg_size <= u32::from(caps.mtu),
+            max_msg_mtu: dgram || caps.max_msg_size <= u32::from(caps.mtu),
             pid_on_fep: (result.result0 >> 16) as u16,
             fabric_addr,
             ri_start: (result.result1 & 0xFFFF) as u16,
             ri_count: (result.result1 >> 16) as u16,
             initiator,
         };
-        let endpoint = Endpoint {
-            nic: self.inner.clone(),
-            _av: av_table,
+        let endpoint = self.assemble(
+            set,
             handle,
             address,
-            job_id: attr.job_id,
-            rings: Some(rings),
-            tx,
-            rx,
-            trx,
-            inject_offset: inject_off,
-            cq_geometry,
-            cq_offset: cq_off,
-            cq_head: 0,
-            cq_phase: true,
-            mtu: usize::from(caps.mtu),
-            max_msg: caps.max_msg_size as usize,
-        };
+            attr.job_id,
+            attr.ep_type,
+            CTX_ROLE_TX | CTX_ROLE_RX,
+            av_table,
+        );
         if let Err(e) = address.validate() {
             return Err(DriverError::AdminProtocol(format!(
                 "ENDPOINT_CREATE returned an invalid address: {e}"
             )));
         }
-        tracing::debug!(%address, handle, "endpoint created");
+        tracing::debug!(%address, handle, ?attr.ep_type, "endpoint created");
         Ok(endpoint)
+    }
+
+    /// CONTEXT_CREATE: a ring set of `owner` with `role` and `index`.
+    pub(crate) fn create_context(
+        &self,
+        owner: &Endpoint,
+        z: RingSizes,
+        role: u8,
+        index: u8,
+    ) -> Result<Endpoint, DriverError> {
+        let set = self.ring_set(z)?;
+        let mut body = ContextCreateBody::new_zeroed();
+        body.tx_ring = set.iova(set.tx.offset);
+        body.rx_ring = set.iova(set.rx.offset);
+        body.cq_ring = set.iova(set.cq_offset);
+        body.tx_log2 = z.tx_log2;
+        body.rx_log2 = z.rx_log2;
+        body.cq_log2 = z.cq_log2;
+        if let Some((r, _)) = set.trx.as_ref() {
+            body.trx_log2 = z.trx_log2;
+            body.trx_ring = set.iova(r.offset);
+        }
+        body.index = index;
+        body.role = role;
+        let result = self.inner.execute(Command::ContextCreate {
+            endpoint: u32::from(owner.handle),
+            body,
+        })?;
+        let handle = (result.result0 & 0xFFFF) as u16;
+        tracing::debug!(owner = owner.handle, handle, role, index, "context created");
+        Ok(self.assemble(
+            set,
+            handle,
+            owner.address,
+            owner.job_id,
+            owner.ep_type,
+            role,
+            owner._av.clone(),
+        ))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        &self,
+        set: RingSet,
+        handle: u16,
+        address: UetAddress,
+        job_id: u32,
+        ep_type: EpType,
+        roles: u8,
+        av: Option<Arc<AvTableHandle>>,
+    ) -> Endpoint {
+        let caps = self.capabilities();
+        Endpoint {
+            nic: self.inner.clone(),
+            _av: av,
+            handle,
+            fid: crate::eq::next_fid(),
+            address,
+            job_id,
+            ep_type,
+            roles,
+            rings: Some(set.rings),
+            tx: set.tx,
+            rx: set.rx,
+            trx: set.trx,
+            inject_offset: set.inject_offset,
+            cq_geometry: set.cq_geometry,
+            cq_offset: set.cq_offset,
+            cq_head: 0,
+            cq_phase: true,
+            mtu: usize::from(caps.mtu),
+            max_msg: if ep_type == EpType::Dgram {
+                usize::from(caps.mtu)
+            } else {
+                caps.max_msg_size as usize
+            },
+            cm: None,
+        }
+    }
+}
+
+/// ENDPOINT_CREATE's allocation failures, named after the capability that ran out.
+fn endpoint_create_error(e: DriverError, caps: &Capabilities, ri_count: u16) -> DriverError {
+    match e {
+        DriverError::AdminStatus {
+            status: Status::PidExhausted,
+            ..
+        } => DriverError::Exhausted(format!(
+            "no free PIDonFEP: all {} values of CAP_PID_ON_FEP (from {}) are assigned to endpoints",
+            caps.pid_count, caps.pid_first
+        )),
+        DriverError::AdminStatus {
+            status: Status::RiExhausted,
+            ..
+        } => DriverError::Exhausted(format!(
+            "no run of {ri_count} free resource indices in CAP_RESOURCE_INDEX.space ({})",
+            caps.ri_space
+        )),
+        DriverError::AdminStatus {
+            status: Status::NoResources,
+            ..
+        } => DriverError::Exhausted(format!(
+            "the endpoint table is full (CAP_EP.max_endpoints {}, contexts included)",
+            caps.endpoints
+        )),
+        e => e,
     }
 }
 
@@ -437,9 +682,14 @@ impl Endpoint {
         Ok(())
     }
 
-    /// The NIC's handle for the endpoint.
+    /// The NIC's handle for the endpoint (or context): the index its doorbells carry.
     pub fn handle(&self) -> u16 {
         self.handle
+    }
+
+    /// The fabric id the endpoint's events carry.
+    pub fn fid(&self) -> u64 {
+        self.fid
     }
 
     pub(crate) fn nic_inner(&self) -> &Arc<NicInner> {
@@ -668,12 +918,81 @@ impl Endpoint {
         self.post_tx(req, context, local)
     }
 
+    /// Whether this ring set may transmit.
+    fn can_tx(&self) -> bool {
+        self.roles & (CTX_ROLE_TX | CTX_ROLE_CONTROL) != 0
+    }
+
+    /// Whether this ring set may receive.
+    fn can_rx(&self) -> bool {
+        self.roles & (CTX_ROLE_RX | CTX_ROLE_CONTROL) != 0
+    }
+
+    /// The endpoint type (`fi_ep_attr.type`).
+    pub fn ep_type(&self) -> EpType {
+        self.ep_type
+    }
+
+    /// `fi_send` on a connected `FI_EP_MSG` endpoint: send the buffer's data to the peer.
+    pub fn send(
+        &mut self,
+        buffer: DmaBuffer,
+        context: u64,
+        data: u64,
+    ) -> Result<(), (DriverError, DmaBuffer)> {
+        if self.cm.is_none() {
+            let e = DriverError::InvalidArgument(format!(
+                "send without a destination needs a connected FI_EP_MSG endpoint, this one is {:?}",
+                self.ep_type
+            ));
+            return Err((e, buffer));
+        }
+        self.post_send(uet_fwif::FI_ADDR_NOTAVAIL, buffer, context, data)
+    }
+
+    /// A SEND to resource index 0 of `dest` (the provider control channel).
+    pub(crate) fn post_control(
+        &mut self,
+        dest: u64,
+        buffer: DmaBuffer,
+        context: u64,
+    ) -> Result<(), (DriverError, DmaBuffer)> {
+        let req = TxRequest {
+            op: TxOpcode::Send,
+            flags: TX_FLAG_CONTROL,
+            dest,
+            iova: buffer.iova(),
+            len: buffer.len(),
+            data: 0,
+            match_bits: 0,
+            remote_offset: 0,
+        };
+        self.post_tx(req, context, buffer)
+    }
+
     fn post_tx<B: Into<Option<DmaBuffer>>>(
         &mut self,
-        req: TxRequest,
+        mut req: TxRequest,
         context: u64,
         buffer: B,
     ) -> Result<(), (DriverError, B)> {
+        if !self.can_tx() {
+            let e = DriverError::Unsupported(
+                "this is a receive context: it has no transmit ring".into(),
+            );
+            return Err((e, buffer));
+        }
+        if let Some(cm) = self.cm.as_ref() {
+            // FI_EP_MSG: every operation goes to the connected peer (no lock, no lookup).
+            match cm.peer() {
+                Ok(peer) => req.dest = peer,
+                Err(e) => return Err((e, buffer)),
+            }
+        }
+        if self.ep_type == EpType::Dgram && req.op.is_rma() {
+            let e = DriverError::Unsupported("FI_EP_DGRAM endpoints do not support RMA".into());
+            return Err((e, buffer));
+        }
         if req.len > self.max_msg {
             let e = DriverError::MessageTooLong {
                 len: req.len,
@@ -724,6 +1043,12 @@ impl Endpoint {
         mut buffer: DmaBuffer,
         context: u64,
     ) -> Result<(), (DriverError, DmaBuffer)> {
+        if !self.can_rx() {
+            let e = DriverError::Unsupported(
+                "this is a transmit context: it has no receive ring".into(),
+            );
+            return Err((e, buffer));
+        }
         if !self.rx.can_post() {
             return Err((DriverError::Full("RX ring"), buffer));
         }
@@ -767,6 +1092,12 @@ impl Endpoint {
         ignore: u64,
         context: u64,
     ) -> Result<(), (DriverError, DmaBuffer)> {
+        if !self.can_rx() {
+            let e = DriverError::Unsupported(
+                "this is a transmit context: it has no receive ring".into(),
+            );
+            return Err((e, buffer));
+        }
         let handle = self.handle;
         let Some(region) = self.rings.as_ref().map(MappedRegion::region) else {
             let e = DriverError::InvalidArgument("endpoint is closed".into());
@@ -1045,6 +1376,8 @@ impl EndpointStats {
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
+        // A connection's control channel is a context of this endpoint: it goes first.
+        drop(self.cm.take());
         match self.nic.execute(Command::EndpointDestroy {
             endpoint: u32::from(self.handle),
         }) {

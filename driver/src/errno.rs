@@ -50,7 +50,9 @@ impl DriverError {
     pub fn errno(&self) -> FiErrno {
         match self {
             DriverError::AdminStatus { status, .. } => match status {
-                Status::NoResources => FiErrno::FI_ENOSPC,
+                Status::NoResources | Status::PidExhausted | Status::RiExhausted => {
+                    FiErrno::FI_ENOSPC
+                }
                 Status::Busy => FiErrno::FI_EBUSY,
                 Status::InvalidOpcode => FiErrno::FI_ENOSYS,
                 Status::KeyExists => FiErrno::FI_ENOKEY,
@@ -63,6 +65,11 @@ impl DriverError {
             DriverError::InvalidArgument(_) => FiErrno::FI_EINVAL,
             DriverError::MessageTooLong { .. } => FiErrno::FI_EMSGSIZE,
             DriverError::Full(_) => FiErrno::FI_EAGAIN,
+            DriverError::Exhausted(_) => FiErrno::FI_ENOSPC,
+            DriverError::Unsupported(_) => FiErrno::FI_EOPNOTSUPP,
+            DriverError::NotConnected(_) => FiErrno::FI_ENOTCONN,
+            DriverError::BadState(_) => FiErrno::FI_EOPBADSTATE,
+            DriverError::NoEq(_) => FiErrno::FI_ENOEQ,
             DriverError::Dma(_) => FiErrno::FI_ENOMEM,
             DriverError::DeviceGone
             | DriverError::NotOurDevice { .. }

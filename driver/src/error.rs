@@ -90,4 +90,19 @@ pub enum DriverError {
     /// A ring or pool is full: retry after polling completions.
     #[error("{0} is full; poll completions and retry")]
     Full(&'static str),
+    /// A NIC resource is exhausted (the message names the capability register).
+    #[error("{0}")]
+    Exhausted(String),
+    /// The operation is not supported by this kind of endpoint or context.
+    #[error("not supported: {0}")]
+    Unsupported(String),
+    /// An `FI_EP_MSG` endpoint is not connected (yet, or any more).
+    #[error("not connected: {0}")]
+    NotConnected(&'static str),
+    /// The operation does not fit the connection's state (connect twice, accept twice…).
+    #[error("wrong state: {0}")]
+    BadState(String),
+    /// The operation needs an event queue bound to the endpoint.
+    #[error("no event queue: {0}")]
+    NoEq(String),
 }

@@ -6,7 +6,10 @@
 //! |---|---|---|
 //! | `fi_domain` | [`Nic`] | a PCI function, brought up by [`Nic::open`] |
 //! | `fi_av` | [`Av`] (`uet-av`'s mirror over [`av::NicAv`]) | an AV table (AV_CREATE, AV_WRITE, …) |
-//! | `fi_endpoint` + its CQ | [`Endpoint`] | an endpoint with a PIDonFEP and resource indices |
+//! | `fi_endpoint` + its CQ | [`Endpoint`] (`FI_EP_RDM`, `FI_EP_DGRAM`, `FI_EP_MSG`: [`EpType`]) | an endpoint with a PIDonFEP and resource indices |
+//! | `fi_scalable_ep`, `fi_tx_context`, `fi_rx_context` | [`ScalableEndpoint`] | an endpoint and its contexts (CONTEXT_CREATE) |
+//! | `fi_passive_ep`, `fi_connect`, `fi_accept`, `fi_reject`, `fi_shutdown` | [`PassiveEndpoint`], [`Endpoint::connect`], … ([`cm`]) | the control channel, resource index 0 |
+//! | `fi_eq` | [`EventQueue`] | — |
 //! | registered buffers | [`DmaPool`], [`DmaBuffer`] | memory mapped for DMA |
 //! | `fi_mr` | [`MemoryRegion`] | a memory region bound to an RMA resource index (MR_REGISTER) |
 //!
@@ -31,6 +34,7 @@
 pub mod admin;
 pub mod av;
 pub mod backend;
+pub mod cm;
 pub mod device;
 pub mod dma;
 pub mod endpoint;
@@ -41,16 +45,19 @@ pub mod mapped;
 pub mod mr;
 pub mod nic;
 pub mod pool;
+pub mod scalable;
 
 pub use av::Av;
+pub use cm::{ConnReq, PassiveEndpoint};
 pub use device::{Device, DeviceError};
-pub use endpoint::{CqError, CqEvent, CqOp, Endpoint, EndpointAttr, EndpointStats};
+pub use endpoint::{CqError, CqEvent, CqOp, Endpoint, EndpointAttr, EndpointStats, EpType};
 pub use eq::{EqAttr, EqErrEntry, EqEvent, EqEventKind, EventQueue, WaitObj};
 pub use error::DriverError;
 pub use mapped::MappedRegion;
 pub use mr::{MemoryRegion, MrAccess, MrMemory};
 pub use nic::{Capabilities, Identity, Nic};
 pub use pool::{DmaBuffer, DmaPool};
+pub use scalable::ScalableEndpoint;
 pub use uet_av;
 pub use uet_fwif;
 pub use uet_regs;

@@ -22,7 +22,8 @@
 //! |---|---|---|---|
 //! | `IDENTIFY` 0x01 | 0 | [`BufferBody`]: page of [`crate::identify::IdentifyData`] | — |
 //! | `ENDPOINT_CREATE` 0x10 | AV handle bound for TX translation and RX source lookup | [`EndpointCreateBody`] | endpoint handle \| PIDonFEP<<16 / ri_start \| ri_count<<16 |
-//! | `ENDPOINT_DESTROY` 0x11 | endpoint | — | — |
+//! | `ENDPOINT_DESTROY` 0x11 | endpoint or context | — | — |
+//! | `CONTEXT_CREATE` 0x12 | endpoint the context belongs to | [`ContextCreateBody`] | context handle / — |
 //! | `AV_CREATE` 0x20 | 0 | [`AvCreateBody`] | AV handle |
 //! | `AV_DESTROY` 0x21 | AV | — | — |
 //! | `AV_WRITE` 0x22 | AV | [`BufferBody`]: `count` × [`crate::AvWriteRecord`] | entries written |
@@ -31,6 +32,49 @@
 //! | `MR_REGISTER` 0x30 | endpoint the region is bound to | [`MrRegisterBody`] | MR handle / resource index (RMA space) |
 //! | `MR_DEREGISTER` 0x31 | MR | [`MrDeregisterBody`]: the region's memory key | — |
 //! | `COUNTERS_READ` 0x40 | endpoint | [`BufferBody`]: one [`crate::counters::EndpointCounters`] into `buf` (`len` at least its size, `count` 0) | bytes written |
+//!
+//! ## Endpoint kinds
+//!
+//! [`EndpointCreateBody::flags`] selects how the endpoint is reached and what it delivers:
+//!
+//! | flags | endpoint | libfabric |
+//! |---|---|---|
+//! | none | reliable (RUD): messages up to `CAP_MAX_MSG`, tagged messages, RMA | `FI_EP_RDM`, and `FI_EP_MSG` once connected (the host keeps the connection) |
+//! | [`EP_FLAG_DGRAM`] | unreliable (UUD): single-packet SEND and TAGGED_SEND of at most one MTU, no PDS ACK, no RMA | `FI_EP_DGRAM` |
+//! | [`EP_FLAG_PASSIVE`] | listener: its own RX ring is its control channel (resource index 0); every other request is refused RC_BAD_INDEX | passive endpoint (`fi_passive_ep`) |
+//!
+//! [`EP_FLAG_ABSOLUTE`] combines with any of them (see `uet_fwif::datapath`, *Demultiplexing*).
+//!
+//! ## Contexts
+//!
+//! An endpoint's rings given to ENDPOINT_CREATE are its context 0. CONTEXT_CREATE adds a
+//! context: a set of rings of its own (TX, RX, optional tagged RX, completion) with its own
+//! handle, which is the index its doorbells carry (`QueueDoorbell.endpoint`). A context shares
+//! the endpoint's PIDonFEP, resource-index range, JobID, initiator ID, addressing mode and AV;
+//! it has its own completion ring, counters and message state. Its `role`:
+//!
+//! | role | context | constraint |
+//! |---|---|---|
+//! | [`CTX_ROLE_TX`] | transmit context `index` of a scalable endpoint | `1 <= index < tx_ctx_cnt` |
+//! | [`CTX_ROLE_RX`] | receive context `index`: serves resource index `ri_start + index` in the SEND and TAGGED spaces | `1 <= index < rx_ctx_cnt` |
+//! | TX \| RX | both | both |
+//! | [`CTX_ROLE_CONTROL`] (alone, `index` 0) | the endpoint's control channel: SEND requests with resource index 0 are delivered to its RX ring; its TX ring sends control messages | at most one per endpoint; not on a passive endpoint (its own rings are the channel) |
+//!
+//! A ring the role does not use must still be programmed (the smallest ring will do); the NIC
+//! never reads the RX ring of a context without RX or CONTROL, and ignores (and counts) TX
+//! doorbells of a context without TX or CONTROL. Each `(endpoint, role, index)` exists once.
+//! ENDPOINT_DESTROY of a context destroys only it; ENDPOINT_DESTROY of an endpoint whose
+//! contexts still exist completes [`Status::Busy`]. Contexts count against
+//! `CAP_EP.max_endpoints` (they take endpoint-table entries) but never take a PIDonFEP or
+//! resource indices.
+//!
+//! ## Allocation failures
+//!
+//! ENDPOINT_CREATE completes [`Status::NoResources`] when the endpoint table is full,
+//! [`Status::PidExhausted`] when every PIDonFEP of `CAP_PID_ON_FEP` is assigned, and
+//! [`Status::RiExhausted`] when no contiguous run of `ri_count` indices is free in
+//! `CAP_RESOURCE_INDEX.space` (index 0, the provider control channel, is never assigned).
+//! ENDPOINT_DESTROY returns the PIDonFEP and the indices at once.
 //!
 //! ## Memory regions
 //!
@@ -74,8 +118,10 @@ pub enum Opcode {
     Identify = 0x01,
     /// Create an endpoint: the NIC assigns a PIDonFEP and a resource-index range.
     EndpointCreate = 0x10,
-    /// Destroy an endpoint, releasing its PIDonFEP and resource indices.
+    /// Destroy an endpoint, releasing its PIDonFEP and resource indices, or one context.
     EndpointDestroy = 0x11,
+    /// Add a context (its own rings and handle) to an endpoint.
+    ContextCreate = 0x12,
     /// Create an AV table.
     AvCreate = 0x20,
     /// Destroy an AV table (fails while an endpoint is bound to it).
@@ -101,6 +147,7 @@ impl Opcode {
             0x01 => Opcode::Identify,
             0x10 => Opcode::EndpointCreate,
             0x11 => Opcode::EndpointDestroy,
+            0x12 => Opcode::ContextCreate,
             0x20 => Opcode::AvCreate,
             0x21 => Opcode::AvDestroy,
             0x22 => Opcode::AvWrite,
@@ -119,6 +166,7 @@ impl Opcode {
             Opcode::Identify => "IDENTIFY",
             Opcode::EndpointCreate => "ENDPOINT_CREATE",
             Opcode::EndpointDestroy => "ENDPOINT_DESTROY",
+            Opcode::ContextCreate => "CONTEXT_CREATE",
             Opcode::AvCreate => "AV_CREATE",
             Opcode::AvDestroy => "AV_DESTROY",
             Opcode::AvWrite => "AV_WRITE",
@@ -165,6 +213,13 @@ pub enum Status {
     /// The memory key is already registered on the NIC.
     #[error("memory key in use")]
     KeyExists = 0x09,
+    /// Every PIDonFEP of `CAP_PID_ON_FEP` is assigned (since interface 1.3).
+    #[error("no free PIDonFEP: every value of CAP_PID_ON_FEP is assigned")]
+    PidExhausted = 0x0A,
+    /// No contiguous run of the requested resource indices is free in
+    /// `CAP_RESOURCE_INDEX.space` (since interface 1.3).
+    #[error("no free resource-index range of the requested size in CAP_RESOURCE_INDEX")]
+    RiExhausted = 0x0B,
 }
 
 impl Status {
@@ -181,6 +236,8 @@ impl Status {
             0x06 => Status::DmaFault,
             0x07 => Status::Busy,
             0x09 => Status::KeyExists,
+            0x0A => Status::PidExhausted,
+            0x0B => Status::RiExhausted,
             _ => Status::Internal,
         }
     }
@@ -273,6 +330,21 @@ pub struct AvCreateBody {
 
 /// Bit of [`EndpointCreateBody::flags`]: the endpoint uses absolute addressing.
 pub const EP_FLAG_ABSOLUTE: u8 = 1 << 0;
+/// Bit of [`EndpointCreateBody::flags`]: unreliable datagram endpoint (UUD delivery,
+/// `FI_EP_DGRAM`; since interface 1.3).
+pub const EP_FLAG_DGRAM: u8 = 1 << 1;
+/// Bit of [`EndpointCreateBody::flags`]: passive endpoint; its rings are its control channel
+/// (since interface 1.3). Not with [`EP_FLAG_DGRAM`].
+pub const EP_FLAG_PASSIVE: u8 = 1 << 2;
+/// Every defined `EP_FLAG_*` bit.
+pub const EP_FLAGS_DEFINED: u8 = EP_FLAG_ABSOLUTE | EP_FLAG_DGRAM | EP_FLAG_PASSIVE;
+
+/// [`ContextCreateBody::role`]: a transmit context.
+pub const CTX_ROLE_TX: u8 = 1 << 0;
+/// [`ContextCreateBody::role`]: a receive context.
+pub const CTX_ROLE_RX: u8 = 1 << 1;
+/// [`ContextCreateBody::role`]: the endpoint's control channel (resource index 0).
+pub const CTX_ROLE_CONTROL: u8 = 1 << 2;
 
 /// Body of ENDPOINT_CREATE.
 #[derive(
@@ -303,13 +375,47 @@ pub struct EndpointCreateBody {
     /// log2 of the tagged RX ring size; 0: the endpoint has no tagged RX ring (its TAGGED
     /// resource-index space is empty).
     pub trx_log2: u8,
-    /// Reserved, zero.
-    pub reserved0: [u8; 1],
+    /// Receive contexts (since interface 1.3): 0 for a regular endpoint, whose RX rings serve
+    /// every index of its range; `n` in 1..=`CAP_EP.max_rx_ctx` for a scalable endpoint whose
+    /// receive context `k < n` serves resource index `ri_start + k` (needs `ri_count >= n`).
+    pub rx_ctx_cnt: u8,
     /// IOVA of the tagged RX ring ([`crate::datapath::TaggedRxDescriptor`] entries); zero
     /// when `trx_log2` is 0.
     pub trx_ring: U64,
+    /// Transmit contexts (since interface 1.3): 0 or 1 for one, up to `CAP_EP.max_tx_ctx`.
+    pub tx_ctx_cnt: u8,
     /// Reserved, zero.
-    pub reserved: [u8; 8],
+    pub reserved: [u8; 7],
+}
+
+/// Body of CONTEXT_CREATE (since interface 1.3).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+#[repr(C)]
+pub struct ContextCreateBody {
+    /// IOVA of the TX ring.
+    pub tx_ring: U64,
+    /// IOVA of the RX ring.
+    pub rx_ring: U64,
+    /// IOVA of the completion ring.
+    pub cq_ring: U64,
+    /// IOVA of the tagged RX ring; zero when `trx_log2` is 0.
+    pub trx_ring: U64,
+    /// log2 of the TX ring size.
+    pub tx_log2: u8,
+    /// log2 of the RX ring size.
+    pub rx_log2: u8,
+    /// log2 of the completion ring size.
+    pub cq_log2: u8,
+    /// log2 of the tagged RX ring size; 0: none.
+    pub trx_log2: u8,
+    /// Context index (see the role table).
+    pub index: u8,
+    /// `CTX_ROLE_*`.
+    pub role: u8,
+    /// Reserved, zero.
+    pub reserved: [u8; 18],
 }
 
 /// [`MrRegisterBody::access`]: remote READ requests may read the region (`FI_REMOTE_READ`).
@@ -357,6 +463,7 @@ body_size!(
     RangeBody,
     AvCreateBody,
     EndpointCreateBody,
+    ContextCreateBody,
     MrRegisterBody,
     MrDeregisterBody
 );
@@ -377,6 +484,13 @@ pub enum Command {
     EndpointDestroy {
         /// Endpoint handle.
         endpoint: u32,
+    },
+    /// CONTEXT_CREATE for endpoint `endpoint`.
+    ContextCreate {
+        /// Endpoint handle.
+        endpoint: u32,
+        /// The context's rings, index and role.
+        body: ContextCreateBody,
     },
     /// AV_CREATE.
     AvCreate(AvCreateBody),
@@ -450,6 +564,7 @@ impl Command {
             Command::Identify(_) => Opcode::Identify,
             Command::EndpointCreate { .. } => Opcode::EndpointCreate,
             Command::EndpointDestroy { .. } => Opcode::EndpointDestroy,
+            Command::ContextCreate { .. } => Opcode::ContextCreate,
             Command::AvCreate(_) => Opcode::AvCreate,
             Command::AvDestroy { .. } => Opcode::AvDestroy,
             Command::AvWrite { .. } => Opcode::AvWrite,
@@ -467,6 +582,7 @@ impl Command {
             Command::Identify(b) => (0, body_of(b)),
             Command::EndpointCreate { av, body } => (*av, body_of(body)),
             Command::EndpointDestroy { endpoint } => (*endpoint, [0; 56]),
+            Command::ContextCreate { endpoint, body } => (*endpoint, body_of(body)),
             Command::AvCreate(b) => (0, body_of(b)),
             Command::AvDestroy { av } => (*av, [0; 56]),
             Command::AvWrite { av, body } => (*av, body_of(body)),
@@ -518,8 +634,10 @@ impl AdminCommand {
                 let b = EndpointCreateBody::read_from_bytes(&self.body)
                     .map_err(|_| Status::Internal)?;
                 reserved_clear(&b.reserved)?;
-                reserved_clear(&b.reserved0)?;
-                if b.flags & !EP_FLAG_ABSOLUTE != 0 {
+                if b.flags & !EP_FLAGS_DEFINED != 0
+                    || b.flags & (EP_FLAG_DGRAM | EP_FLAG_PASSIVE)
+                        == EP_FLAG_DGRAM | EP_FLAG_PASSIVE
+                {
                     return Err(Status::InvalidField);
                 }
                 if b.trx_log2 == 0 && b.trx_ring.get() != 0 {
@@ -533,6 +651,24 @@ impl AdminCommand {
             Opcode::EndpointDestroy => {
                 reserved_clear(&self.body)?;
                 Command::EndpointDestroy { endpoint: handle }
+            }
+            Opcode::ContextCreate => {
+                let b =
+                    ContextCreateBody::read_from_bytes(&self.body).map_err(|_| Status::Internal)?;
+                reserved_clear(&b.reserved)?;
+                let roles = CTX_ROLE_TX | CTX_ROLE_RX | CTX_ROLE_CONTROL;
+                let control_ok = b.role != CTX_ROLE_CONTROL || b.index == 0;
+                let mixed = b.role & CTX_ROLE_CONTROL != 0 && b.role != CTX_ROLE_CONTROL;
+                if b.role == 0 || b.role & !roles != 0 || mixed || !control_ok {
+                    return Err(Status::InvalidField);
+                }
+                if b.trx_log2 == 0 && b.trx_ring.get() != 0 {
+                    return Err(Status::InvalidField);
+                }
+                Command::ContextCreate {
+                    endpoint: handle,
+                    body: b,
+                }
             }
             Opcode::AvCreate => {
                 no_handle()?;
@@ -684,6 +820,20 @@ mod tests {
                 },
             },
             Command::EndpointDestroy { endpoint: 7 },
+            Command::ContextCreate {
+                endpoint: 7,
+                body: ContextCreateBody {
+                    tx_ring: U64::new(0x5000),
+                    rx_ring: U64::new(0x6000),
+                    cq_ring: U64::new(0x7000),
+                    tx_log2: 2,
+                    rx_log2: 2,
+                    cq_log2: 3,
+                    index: 3,
+                    role: CTX_ROLE_RX,
+                    ..FromZeros::new_zeroed()
+                },
+            },
             Command::MrRegister {
                 endpoint: 2,
                 body: MrRegisterBody {
@@ -726,6 +876,33 @@ mod tests {
         let mut e = Command::EndpointDestroy { endpoint: 1 }.encode(0);
         e.body[55] = 1;
         assert_eq!(e.decode(), Err(Status::InvalidField));
+        // A control context with another role or index, and an unknown role.
+        for (role, index) in [
+            (CTX_ROLE_CONTROL | CTX_ROLE_RX, 0),
+            (CTX_ROLE_CONTROL, 1),
+            (8, 1),
+        ] {
+            let e = Command::ContextCreate {
+                endpoint: 1,
+                body: ContextCreateBody {
+                    role,
+                    index,
+                    ..FromZeros::new_zeroed()
+                },
+            }
+            .encode(0);
+            assert_eq!(e.decode(), Err(Status::InvalidField));
+        }
+        // A datagram endpoint cannot be passive.
+        let e = Command::EndpointCreate {
+            av: 0,
+            body: EndpointCreateBody {
+                flags: EP_FLAG_DGRAM | EP_FLAG_PASSIVE,
+                ..FromZeros::new_zeroed()
+            },
+        }
+        .encode(0);
+        assert_eq!(e.decode(), Err(Status::InvalidField));
         let e = Command::AvWrite {
             av: 1,
             body: BufferBody {
@@ -753,7 +930,7 @@ mod tests {
         }
         for v in 0..=u16::MAX {
             let s = Status::from_u16(v);
-            if v <= 9 {
+            if v <= 0x0B {
                 assert_eq!(s as u16, v);
             } else {
                 assert_eq!(s, Status::Internal);

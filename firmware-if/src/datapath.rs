@@ -54,13 +54,45 @@
 //!
 //! | space | opcodes | index `ri_start + k` names | valid when |
 //! |---|---|---|---|
-//! | SEND | SEND | receive context `k`, served by the RX ring | inside the range |
-//! | TAGGED | TAGGED_SEND | tagged receive context `k`, served by the tagged RX ring | inside the range, and the endpoint has a tagged RX ring (else the space is empty) |
+//! | SEND | SEND | receive context `k`, served by an RX ring | inside the range (scalable: `k < rx_ctx_cnt` and context `k` exists) |
+//! | TAGGED | TAGGED_SEND | tagged receive context `k`, served by a tagged RX ring | as SEND, and the serving context has a tagged RX ring (else the space is empty) |
 //! | RMA | WRITE, READ | the memory regions bound to index `ri_start + k` by MR_REGISTER | inside the range |
 //!
+//! A regular endpoint (`rx_ctx_cnt` 0) has one receive context: its RX and tagged RX rings
+//! serve every index of its range. A scalable endpoint (`rx_ctx_cnt` = n, since interface 1.3)
+//! has n: receive context `k` is resource index `ri_start + k`, served by the rings of context
+//! `k` (context 0: the endpoint's own rings; the others: CONTEXT_CREATE with the RX role, see
+//! [`crate::admin`]), and completes in that context's completion ring. Indices
+//! `ri_start + n .. ri_start + ri_count` are outside its SEND and TAGGED spaces (RC_BAD_INDEX)
+//! but remain in its RMA space.
+//!
 //! An initiator names index `entry.ri_start + rx_ctx` (the AV entry of `dest` and the receive
-//! context in its top bits) in every space. A request whose index is outside its space's range
-//! is answered RC_BAD_INDEX and counted in `RX_BAD_INDEX`.
+//! context in its top `rx_ctx_bits`, as `fi_rx_addr` puts it) in every space. A request whose
+//! index is outside its space's range is answered RC_BAD_INDEX and counted in `RX_BAD_INDEX`.
+//!
+//! ## The control channel (resource index 0)
+//!
+//! Resource index 0 is never assigned to an endpoint: it is the provider-to-provider control
+//! channel of every endpoint. A SEND descriptor with [`TX_FLAG_CONTROL`] addresses index 0 of
+//! the destination endpoint (JobID and PIDonFEP from the AV entry; the entry's range and the
+//! receive context are ignored). At the target a SEND with index 0 goes to the endpoint's
+//! control channel — the RX ring of a passive endpoint, or of the context an endpoint created
+//! with the CONTROL role — and is refused RC_BAD_INDEX when it has none; TAGGED_SEND, WRITE
+//! and READ to index 0 are always RC_BAD_INDEX. The host gives the messages their meaning
+//! (connection management, see [`crate::cm`]).
+//!
+//! ## Datagram endpoints (UUD)
+//!
+//! An endpoint created with `EP_FLAG_DGRAM` sends every SEND and TAGGED_SEND as one PDS
+//! UUD_REQ packet (SOM|EOM, no PDC, no PSN) and completes the descriptor `Ok` as soon as the
+//! packet is handed to the fabric: no response ever comes back. A message longer than the MTU,
+//! a WRITE or a READ completes `BadDescriptor`. At the target a UUD request goes through the
+//! same demultiplexing and delivery as a RUD request but is never answered: whatever the
+//! outcome (no posted buffer, wrong JobID, PIDonFEP or index, a reliable endpoint that does
+//! not take datagrams) the packet is dropped and counted — in the NIC counter of the check
+//! (`RX_NO_BUFFER`, `RX_BAD_JOB_ID`, …) and, once the endpoint is known, its
+//! `rejected[return code]` — and nothing reaches the sender. A RUD request to a datagram
+//! endpoint is refused RC_UNSUPPORTED_OP.
 //!
 //! ## Tag matching
 //!
@@ -94,6 +126,10 @@ pub const MAX_INJECT_BYTES: usize = 256;
 /// [`TxDescriptor::flags`]: the payload is inline in a driver-owned slot and a successful
 /// completion is not reported (`fi_inject`). SEND and TAGGED_SEND only.
 pub const TX_FLAG_INJECT: u8 = 1 << 0;
+
+/// [`TxDescriptor::flags`]: the SEND addresses resource index 0 of the destination endpoint,
+/// its control channel (since interface 1.3). SEND only.
+pub const TX_FLAG_CONTROL: u8 = 1 << 1;
 
 /// [`Completion::flags`]: the completion of a descriptor posted with [`TX_FLAG_INJECT`].
 pub const COMPLETION_FLAG_INJECT: u8 = 1 << 0;
@@ -135,7 +171,7 @@ impl TxOpcode {
 /// | bytes | field |
 /// |---|---|
 /// | 0 | `opcode` ([`TxOpcode`]) |
-/// | 1 | `flags` ([`TX_FLAG_INJECT`]) |
+/// | 1 | `flags` ([`TX_FLAG_INJECT`], [`TX_FLAG_CONTROL`]) |
 /// | 2–3 | reserved |
 /// | 4–7 | `len` |
 /// | 8–15 | `buf` |

@@ -6,6 +6,7 @@
 //! |---|---|
 //! | [`admin`] | the admin queue pair: 64-byte commands, 16-byte completions, opcodes, status codes |
 //! | [`identify`] | the IDENTIFY data page |
+//! | [`cm`] | connection-management messages on the control channel (resource index 0) |
 //! | [`av_entry`] | the NIC AV entry (64 bytes) and the AV_WRITE record |
 //! | [`counters`] | the per-endpoint counter block COUNTERS_READ returns |
 //! | [`address`] | the UET endpoint address as `fi_getname` returns it (32 bytes, big-endian) |
@@ -24,6 +25,7 @@
 pub mod address;
 pub mod admin;
 pub mod av_entry;
+pub mod cm;
 pub mod counters;
 pub mod datapath;
 pub mod identify;

@@ -44,9 +44,9 @@ pub struct NicConfig {
     pub max_rx_ctx_bits: u8,
     /// Endpoints (`CAP_EP.max_endpoints`).
     pub endpoints: u16,
-    /// TX contexts per endpoint (`CAP_EP.max_tx_ctx`), reported only.
+    /// TX contexts per endpoint (`CAP_EP.max_tx_ctx`): the largest `tx_ctx_cnt`.
     pub max_tx_ctx: u8,
-    /// RX contexts per endpoint (`CAP_EP.max_rx_ctx`), reported only.
+    /// RX contexts per endpoint (`CAP_EP.max_rx_ctx`): the largest `rx_ctx_cnt`.
     pub max_rx_ctx: u8,
     /// First PIDonFEP handed out (`CAP_PID_ON_FEP.first`).
     pub pid_first: u16,

@@ -32,6 +32,15 @@ pub struct DebugCounters {
     pub reassembly_overflows: u64,
     /// Requests refused with RC_TOO_LONG (request_length above `CAP_MAX_MSG`).
     pub rx_too_long: u64,
+    /// Requests refused RC_UNSUPPORTED_OP because their delivery mode (RUD, UUD) is not the
+    /// endpoint's.
+    pub rx_wrong_delivery_mode: u64,
+    /// UUD requests dropped unanswered (any refusal of a datagram).
+    pub rx_datagrams_dropped: u64,
+    /// UUD requests handed to the fabric.
+    pub tx_datagrams: u64,
+    /// TX doorbells of a context that has no transmit role (ignored).
+    pub tx_doorbells_without_role: u64,
 }
 
 /// The counter block of one NIC.

@@ -12,9 +12,14 @@
 //!   in `tx_engine`, `rx_engine` and `tag_match` (which also keeps the endpoint's posted
 //!   tagged receives and its unexpected list here).
 //! * Each endpoint has its counter block (`uet_fwif::counters`), zeroed at creation.
+//! * Contexts (CONTEXT_CREATE) are entries of the same table with handles of their own: they
+//!   carry their owner's PIDonFEP, range, JobID, initiator, mode and AV, but are never in the
+//!   demultiplexing maps; the owner lists them (`rx_ctx` by receive-context index, `control`,
+//!   `contexts`). An endpoint is destroyed only after its contexts.
 
 use crate::tag_match::{PostedTagged, Unexpected};
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use uet_fwif::admin::{CTX_ROLE_CONTROL, CTX_ROLE_RX, CTX_ROLE_TX};
 use uet_fwif::counters::RETURN_CODES;
 use uet_fwif::ring::RingGeometry;
 use uet_fwif::{Completion, EndpointCounters, ReturnCode};
@@ -158,6 +163,25 @@ pub(crate) struct Endpoint {
     pub job_id: u32,
     pub initiator: u32,
     pub absolute: bool,
+    /// Unreliable datagram endpoint (UUD).
+    pub dgram: bool,
+    /// Passive endpoint: its own rings are its control channel.
+    pub passive: bool,
+    /// Handle of the endpoint this entry belongs to: itself for an endpoint, the owner for a
+    /// context.
+    pub owner: u16,
+    /// `CTX_ROLE_*` of a context; TX | RX for an endpoint's own rings.
+    pub role: u8,
+    /// Receive contexts declared at creation (0: a regular endpoint).
+    pub rx_ctx_cnt: u8,
+    /// Transmit contexts declared at creation (at least 1).
+    pub tx_ctx_cnt: u8,
+    /// Endpoint: handle serving receive context k (0: not created yet); entry 0 is itself.
+    pub rx_ctx: Vec<u16>,
+    /// Endpoint: (role, index) of every live context, by handle.
+    pub contexts: BTreeMap<u16, (u8, u8)>,
+    /// Endpoint: handle of its control channel (itself when passive).
+    pub control: Option<u16>,
     /// Bound AV handle, 0 for none.
     pub av: u32,
     pub tx: InRing,
@@ -197,6 +221,11 @@ impl Endpoint {
     pub(crate) fn cq_has_room(&self) -> bool {
         u64::from(self.cq.free()) > self.cq_reserved()
     }
+
+    /// Whether this entry is a context of another endpoint.
+    pub(crate) fn is_context(&self) -> bool {
+        self.owner != self.handle
+    }
 }
 
 /// Parameters of a new endpoint, already validated by the firmware.
@@ -206,7 +235,22 @@ pub(crate) struct NewEndpoint {
     pub job_id: u32,
     pub initiator: u32,
     pub absolute: bool,
+    pub dgram: bool,
+    pub passive: bool,
+    pub rx_ctx_cnt: u8,
+    pub tx_ctx_cnt: u8,
     pub av: u32,
+    pub tx: InRing,
+    pub rx: InRing,
+    pub trx: Option<InRing>,
+    pub cq: CqRing,
+}
+
+/// The rings of a new context, already validated by the firmware.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct NewContext {
+    pub role: u8,
+    pub index: u8,
     pub tx: InRing,
     pub rx: InRing,
     pub trx: Option<InRing>,
@@ -293,6 +337,8 @@ impl EndpointTable {
         self.by_job_pid.insert((p.job_id, pid), handle);
         self.by_pid.insert(pid, handle);
         *self.jobs.entry(p.job_id).or_insert(0) += 1;
+        let mut rx_ctx = vec![0; usize::from(p.rx_ctx_cnt.max(1))];
+        rx_ctx[0] = handle;
         let ep = Endpoint {
             handle,
             serial,
@@ -302,6 +348,15 @@ impl EndpointTable {
             job_id: p.job_id,
             initiator: p.initiator,
             absolute: p.absolute,
+            dgram: p.dgram,
+            passive: p.passive,
+            owner: handle,
+            role: CTX_ROLE_TX | CTX_ROLE_RX,
+            rx_ctx_cnt: p.rx_ctx_cnt,
+            tx_ctx_cnt: p.tx_ctx_cnt.max(1),
+            rx_ctx,
+            contexts: BTreeMap::new(),
+            control: p.passive.then_some(handle),
             av: p.av,
             tx: p.tx,
             rx: p.rx,
@@ -321,9 +376,78 @@ impl EndpointTable {
         Ok(self.eps.entry(handle).or_insert(ep))
     }
 
-    /// Destroy an endpoint, releasing its PIDonFEP and resource indices.
+    /// Add a context to endpoint `owner` (already checked by the firmware: the owner exists,
+    /// is no context, and has no context of this role and index).
+    pub(crate) fn create_context(&mut self, owner: u16, c: NewContext) -> Result<u16, AllocError> {
+        let handle = self.free_handle().ok_or(AllocError::TableFull)?;
+        let serial = self.next_serial;
+        let Some(o) = self.eps.get_mut(&owner) else {
+            return Err(AllocError::TableFull);
+        };
+        self.next_serial += 1;
+        o.contexts.insert(handle, (c.role, c.index));
+        if c.role & CTX_ROLE_RX != 0 {
+            if let Some(slot) = o.rx_ctx.get_mut(usize::from(c.index)) {
+                *slot = handle;
+            }
+        }
+        if c.role & CTX_ROLE_CONTROL != 0 {
+            o.control = Some(handle);
+        }
+        let ep = Endpoint {
+            handle,
+            serial,
+            pid_on_fep: o.pid_on_fep,
+            ri_start: o.ri_start,
+            ri_count: o.ri_count,
+            job_id: o.job_id,
+            initiator: o.initiator,
+            absolute: o.absolute,
+            dgram: o.dgram,
+            passive: o.passive,
+            rx_ctx_cnt: o.rx_ctx_cnt,
+            tx_ctx_cnt: o.tx_ctx_cnt,
+            av: o.av,
+            owner,
+            role: c.role,
+            rx_ctx: Vec::new(),
+            contexts: BTreeMap::new(),
+            control: None,
+            tx: c.tx,
+            rx: c.rx,
+            trx: c.trx,
+            cq: c.cq,
+            posted_tagged: VecDeque::new(),
+            unexpected: VecDeque::new(),
+            unexpected_bytes: 0,
+            stats: EpStats::default(),
+            outstanding: 0,
+            reassembling: 0,
+            pending_cqes: VecDeque::new(),
+            rx_backlog: VecDeque::new(),
+            faulted: false,
+            next_message_id: 0,
+        };
+        self.eps.insert(handle, ep);
+        Ok(handle)
+    }
+
+    /// Destroy an endpoint, releasing its PIDonFEP and resource indices, or a context
+    /// (the firmware refuses an endpoint whose contexts exist).
     pub(crate) fn destroy(&mut self, handle: u16) -> Option<Endpoint> {
         let ep = self.eps.remove(&handle)?;
+        if ep.is_context() {
+            if let Some(o) = self.eps.get_mut(&ep.owner) {
+                o.contexts.remove(&handle);
+                for slot in o.rx_ctx.iter_mut().filter(|s| **s == handle) {
+                    *slot = 0;
+                }
+                if o.control == Some(handle) {
+                    o.control = None;
+                }
+            }
+            return Some(ep);
+        }
         self.ri_ranges.remove(&ep.ri_start);
         self.by_job_pid.remove(&(ep.job_id, ep.pid_on_fep));
         self.by_pid.remove(&ep.pid_on_fep);
@@ -347,6 +471,22 @@ impl EndpointTable {
     /// Handles of every endpoint, in order.
     pub(crate) fn handles(&self) -> Vec<u16> {
         self.eps.keys().copied().collect()
+    }
+
+    /// The entry serving a SEND (`tagged` false) or TAGGED_SEND request with resource index
+    /// `ri` for endpoint `ep` (see `uet_fwif::datapath`, *Resource-index spaces*).
+    pub(crate) fn receiver(ep: &Endpoint, ri: u16, tagged: bool) -> Option<u16> {
+        if ri == 0 {
+            return if tagged { None } else { ep.control };
+        }
+        if ep.passive || !Self::in_range(ep, ri) {
+            return None;
+        }
+        if ep.rx_ctx_cnt == 0 {
+            return Some(ep.handle);
+        }
+        let k = usize::from(ri - ep.ri_start);
+        ep.rx_ctx.get(k).copied().filter(|&h| h != 0)
     }
 
     /// Whether `ri` lies in the endpoint's range (the same range in every space).
@@ -384,6 +524,10 @@ mod tests {
             job_id: 1,
             initiator: 0,
             absolute: false,
+            dgram: false,
+            passive: false,
+            rx_ctx_cnt: 0,
+            tx_ctx_cnt: 0,
             av: 0,
             tx: InRing::new(0, g),
             rx: InRing::new(0, g),

@@ -13,8 +13,9 @@
 //! | AV_WRITE | AV exists else InvalidHandle; the `count` records read by DMA else DmaFault; every record: `index < capacity` else IndexOutOfRange, reserved word 0 and `NicAvEntry::check` else InvalidField — then all are written | records written |
 //! | AV_INVALIDATE | AV exists; range `[first, first+count)` inside the table, or every listed u32 index (read by DMA) inside it, else IndexOutOfRange — then all are invalidated | entries invalidated |
 //! | AV_READ | AV exists; `[first, first+count)` inside the table else IndexOutOfRange; entries written by DMA else DmaFault | entries read |
-//! | ENDPOINT_CREATE | handle = AV to bind (0: none) exists else InvalidHandle; ring log2 sizes in 1..=15 and at most `CAP_QUEUES.max_queue_entries` entries (the tagged RX ring's may also be 0: none), ring bases aligned to their entry size, `ri_count` in 1..=`CAP_RESOURCE_INDEX.max_per_endpoint`, JobID within 24 bits, else InvalidField; every ring entirely DMA-mapped else DmaFault; a free endpoint, PIDonFEP and contiguous resource-index range else NoResources | endpoint handle \| PIDonFEP << 16 / ri_start \| ri_count << 16 |
-//! | ENDPOINT_DESTROY | endpoint exists else InvalidHandle; releases its PIDonFEP and indices, unbinds its AV, removes its memory regions, drops its posted tagged receives and unexpected list | — |
+//! | ENDPOINT_CREATE | handle = AV to bind (0: none) exists else InvalidHandle; ring log2 sizes in 1..=15 and at most `CAP_QUEUES.max_queue_entries` entries (the tagged RX ring's may also be 0: none), ring bases aligned to their entry size, `ri_count` in 1..=`CAP_RESOURCE_INDEX.max_per_endpoint`, JobID within 24 bits, `rx_ctx_cnt` at most `CAP_EP.max_rx_ctx` and `ri_count`, `tx_ctx_cnt` at most `CAP_EP.max_tx_ctx`, a datagram or passive endpoint not scalable, else InvalidField; every ring entirely DMA-mapped else DmaFault; a free endpoint else NoResources, a free PIDonFEP else PidExhausted, a contiguous resource-index range else RiExhausted | endpoint handle \| PIDonFEP << 16 / ri_start \| ri_count << 16 |
+//! | ENDPOINT_DESTROY | endpoint or context exists else InvalidHandle; an endpoint with live contexts else Busy; releases its PIDonFEP and indices, unbinds its AV, removes its memory regions, drops its posted tagged receives and unexpected list | — |
+//! | CONTEXT_CREATE | endpoint exists and is not a context else InvalidHandle; the role's index constraint (`uet_fwif::admin`, *Contexts*) and rings as for ENDPOINT_CREATE else InvalidField; no live context with the same role and index (CONTROL: no control channel, not passive) else Busy; rings DMA-mapped else DmaFault; a free table entry else NoResources | context handle |
 //! | MR_REGISTER | endpoint exists else InvalidHandle; `resource_index` 0 (assign `ri_start`) or inside the endpoint's range else IndexOutOfRange; the whole region DMA-mapped else DmaFault; key not registered on the NIC else KeyExists; a free region else NoResources | MR handle / resource index |
 //! | MR_DEREGISTER | a region with the handle and the body's key exists else InvalidHandle | — |
 //! | COUNTERS_READ | endpoint exists else InvalidHandle; the block written by DMA else DmaFault | bytes written |
@@ -22,12 +23,13 @@
 //! A DmaFault status also counts in `DMA_FAULTS`.
 
 use crate::av_table::{AvTable, WriteConflict};
-use crate::endpoint_table::{AllocError, CqRing, EndpointTable, InRing, NewEndpoint};
+use crate::endpoint_table::{AllocError, CqRing, EndpointTable, InRing, NewContext, NewEndpoint};
 use crate::mr_table::{MemoryRegion, MrError};
 use crate::nic::Nic;
 use uet_fwif::admin::{
-    AvCreateBody, BufferBody, EndpointCreateBody, MrDeregisterBody, MrRegisterBody, RangeBody,
-    EP_FLAG_ABSOLUTE,
+    AvCreateBody, BufferBody, ContextCreateBody, EndpointCreateBody, MrDeregisterBody,
+    MrRegisterBody, RangeBody, CTX_ROLE_CONTROL, CTX_ROLE_RX, CTX_ROLE_TX, EP_FLAG_ABSOLUTE,
+    EP_FLAG_DGRAM, EP_FLAG_PASSIVE,
 };
 use uet_fwif::av_entry::MAX_JOB_ID;
 use uet_fwif::datapath::{
@@ -39,6 +41,14 @@ use uet_fwif::{AdminCommand, AvWriteRecord, Command, NicAvEntry, Status};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 type FwResult = Result<(u32, u32), Status>;
+
+/// The rings of an endpoint or context, checked.
+struct Rings {
+    tx: InRing,
+    rx: InRing,
+    trx: Option<InRing>,
+    cq: CqRing,
+}
 
 const IDENTIFY_BYTES: u32 = core::mem::size_of::<IdentifyData>() as u32;
 const RECORD_BYTES: usize = core::mem::size_of::<AvWriteRecord>();
@@ -58,6 +68,9 @@ impl Nic {
                 Command::AvRead { av, body } => self.fw_av_read(av, &body),
                 Command::EndpointCreate { av, body } => self.fw_endpoint_create(av, &body),
                 Command::EndpointDestroy { endpoint } => self.fw_endpoint_destroy(endpoint),
+                Command::ContextCreate { endpoint, body } => {
+                    self.fw_context_create(endpoint, &body)
+                }
                 Command::MrRegister { endpoint, body } => self.fw_mr_register(endpoint, &body),
                 Command::MrDeregister { mr, body } => self.fw_mr_deregister(mr, &body),
                 Command::CountersRead { endpoint, body } => self.fw_counters_read(endpoint, &body),
@@ -192,38 +205,35 @@ impl Nic {
         Ok((count, 0))
     }
 
-    fn fw_endpoint_create(&mut self, av: u32, b: &EndpointCreateBody) -> FwResult {
-        if av != 0 && self.avs.get(av).is_none() {
-            return Err(Status::InvalidHandle);
-        }
+    /// Check a set of rings (TX, RX, completion, optional tagged RX): sizes and alignment
+    /// (InvalidField), then that each is DMA-mapped (DmaFault).
+    fn check_rings(
+        &mut self,
+        (tx, tx_log2): (u64, u8),
+        (rx, rx_log2): (u64, u8),
+        (cq, cq_log2): (u64, u8),
+        (trx, trx_log2): (u64, u8),
+    ) -> Result<Rings, Status> {
         let max = u32::from(self.cfg.max_queue_entries);
         let geom = |log2: u8| {
             RingGeometry::new(log2)
                 .filter(|g| g.entries() <= max)
                 .ok_or(Status::InvalidField)
         };
-        let (tx_g, rx_g, cq_g) = (geom(b.tx_log2)?, geom(b.rx_log2)?, geom(b.cq_log2)?);
-        let trx_g = match b.trx_log2 {
+        let (tx_g, rx_g, cq_g) = (geom(tx_log2)?, geom(rx_log2)?, geom(cq_log2)?);
+        let trx_g = match trx_log2 {
             0 => None,
             n => Some(geom(n)?),
         };
         let mut rings = vec![
-            (b.tx_ring.get(), tx_g, TX_DESCRIPTOR_BYTES as u64),
-            (b.rx_ring.get(), rx_g, RX_DESCRIPTOR_BYTES as u64),
-            (b.cq_ring.get(), cq_g, COMPLETION_BYTES as u64),
+            (tx, tx_g, TX_DESCRIPTOR_BYTES as u64),
+            (rx, rx_g, RX_DESCRIPTOR_BYTES as u64),
+            (cq, cq_g, COMPLETION_BYTES as u64),
         ];
         if let Some(g) = trx_g {
-            rings.push((b.trx_ring.get(), g, TAGGED_RX_DESCRIPTOR_BYTES as u64));
+            rings.push((trx, g, TAGGED_RX_DESCRIPTOR_BYTES as u64));
         }
         if rings.iter().any(|&(base, _, size)| base % size != 0) {
-            return Err(Status::InvalidField);
-        }
-        let ri_count = b.ri_count.get();
-        if ri_count == 0 || ri_count > self.cfg.ri_per_endpoint {
-            return Err(Status::InvalidField);
-        }
-        let job_id = b.job_id.get();
-        if job_id > MAX_JOB_ID {
             return Err(Status::InvalidField);
         }
         for &(base, g, size) in &rings {
@@ -235,28 +245,67 @@ impl Nic {
                 return Err(self.dma_status());
             }
         }
-        let params = NewEndpoint {
-            ri_count,
-            job_id,
-            initiator: b.initiator.get(),
-            absolute: b.flags & EP_FLAG_ABSOLUTE != 0,
-            av,
-            tx: InRing::new(b.tx_ring.get(), tx_g),
-            rx: InRing::new(b.rx_ring.get(), rx_g),
-            trx: trx_g.map(|g| InRing::new(b.trx_ring.get(), g)),
+        Ok(Rings {
+            tx: InRing::new(tx, tx_g),
+            rx: InRing::new(rx, rx_g),
+            trx: trx_g.map(|g| InRing::new(trx, g)),
             cq: CqRing {
-                base: b.cq_ring.get(),
+                base: cq,
                 geom: cq_g,
                 head: 0,
                 tail: 0,
                 pass: 0,
             },
+        })
+    }
+
+    fn fw_endpoint_create(&mut self, av: u32, b: &EndpointCreateBody) -> FwResult {
+        if av != 0 && self.avs.get(av).is_none() {
+            return Err(Status::InvalidHandle);
+        }
+        let ri_count = b.ri_count.get();
+        if ri_count == 0 || ri_count > self.cfg.ri_per_endpoint {
+            return Err(Status::InvalidField);
+        }
+        let job_id = b.job_id.get();
+        if job_id > MAX_JOB_ID {
+            return Err(Status::InvalidField);
+        }
+        let (dgram, passive) = (b.flags & EP_FLAG_DGRAM != 0, b.flags & EP_FLAG_PASSIVE != 0);
+        let scalable = b.rx_ctx_cnt > 0 || b.tx_ctx_cnt > 1;
+        if b.rx_ctx_cnt > self.cfg.max_rx_ctx
+            || u16::from(b.rx_ctx_cnt) > ri_count
+            || b.tx_ctx_cnt > self.cfg.max_tx_ctx
+            || (scalable && (dgram || passive))
+        {
+            return Err(Status::InvalidField);
+        }
+        let Rings { tx, rx, trx, cq } = self.check_rings(
+            (b.tx_ring.get(), b.tx_log2),
+            (b.rx_ring.get(), b.rx_log2),
+            (b.cq_ring.get(), b.cq_log2),
+            (b.trx_ring.get(), b.trx_log2),
+        )?;
+        let params = NewEndpoint {
+            ri_count,
+            job_id,
+            initiator: b.initiator.get(),
+            absolute: b.flags & EP_FLAG_ABSOLUTE != 0,
+            dgram,
+            passive,
+            rx_ctx_cnt: b.rx_ctx_cnt,
+            tx_ctx_cnt: b.tx_ctx_cnt,
+            av,
+            tx,
+            rx,
+            trx,
+            cq,
         };
         let (handle, pid, ri_start) = match self.eps.create(params) {
             Ok(ep) => (ep.handle, ep.pid_on_fep, ep.ri_start),
-            Err(AllocError::TableFull | AllocError::NoPid | AllocError::NoResourceIndices) => {
-                return Err(Status::NoResources)
-            }
+            Err(AllocError::TableFull) => return Err(Status::NoResources),
+            Err(AllocError::NoPid) => return Err(Status::PidExhausted),
+            Err(AllocError::NoResourceIndices) => return Err(Status::RiExhausted),
         };
         if let Some(t) = self.avs.get_mut(av) {
             t.bound += 1;
@@ -268,8 +317,58 @@ impl Nic {
         ))
     }
 
+    fn fw_context_create(&mut self, endpoint: u32, b: &ContextCreateBody) -> FwResult {
+        let h = u16::try_from(endpoint).map_err(|_| Status::InvalidHandle)?;
+        let ep = self.eps.get(h).ok_or(Status::InvalidHandle)?;
+        if ep.is_context() {
+            return Err(Status::InvalidHandle);
+        }
+        let index_ok = |role: u8, n: u8| b.role & role == 0 || (b.index >= 1 && b.index < n);
+        if !index_ok(CTX_ROLE_TX, ep.tx_ctx_cnt) || !index_ok(CTX_ROLE_RX, ep.rx_ctx_cnt) {
+            return Err(Status::InvalidField);
+        }
+        let taken = if b.role == CTX_ROLE_CONTROL {
+            ep.control.is_some()
+        } else {
+            ep.contexts
+                .values()
+                .any(|&(role, index)| role & b.role != 0 && index == b.index)
+        };
+        if taken {
+            return Err(Status::Busy);
+        }
+        let av = ep.av;
+        let Rings { tx, rx, trx, cq } = self.check_rings(
+            (b.tx_ring.get(), b.tx_log2),
+            (b.rx_ring.get(), b.rx_log2),
+            (b.cq_ring.get(), b.cq_log2),
+            (b.trx_ring.get(), b.trx_log2),
+        )?;
+        let ctx = NewContext {
+            role: b.role,
+            index: b.index,
+            tx,
+            rx,
+            trx,
+            cq,
+        };
+        let handle = self
+            .eps
+            .create_context(h, ctx)
+            .map_err(|_| Status::NoResources)?;
+        if let Some(t) = self.avs.get_mut(av) {
+            t.bound += 1;
+        }
+        tracing::debug!(nic = %self.cfg.fabric_addr, endpoint, handle, role = b.role, index = b.index, "context created");
+        Ok((u32::from(handle), 0))
+    }
+
     fn fw_endpoint_destroy(&mut self, endpoint: u32) -> FwResult {
         let h = u16::try_from(endpoint).map_err(|_| Status::InvalidHandle)?;
+        let target = self.eps.get(h).ok_or(Status::InvalidHandle)?;
+        if !target.is_context() && !target.contexts.is_empty() {
+            return Err(Status::Busy);
+        }
         let ep = self.eps.destroy(h).ok_or(Status::InvalidHandle)?;
         if let Some(t) = self.avs.get_mut(ep.av) {
             t.bound = t.bound.saturating_sub(1);

@@ -23,7 +23,9 @@
 //! Writes to `ADMIN_SQ_DOORBELL`, `ADMIN_CQ_HEAD`, `TXQ_DOORBELL`, `RXQ_DOORBELL`,
 //! `TRXQ_DOORBELL`, `CQ_DOORBELL` and `DEV_CTRL` make the fabric run until idle before the
 //! write returns. A `TRXQ_DOORBELL` for an endpoint without a tagged RX ring is ignored and
-//! counted like any doorbell whose index lies outside its ring.
+//! counted like any doorbell whose index lies outside its ring. Doorbells name an endpoint or
+//! a context by its handle; a `TXQ_DOORBELL` for a context without the TX or CONTROL role is
+//! ignored and counted (`tx_doorbells_without_role`).
 
 use crate::admin_queue::AdminQueue;
 use crate::av_table::AvTables;
@@ -37,6 +39,7 @@ use crate::regfile::{Part, RegFile};
 use crate::rx_engine::Reassembler;
 use crate::tx_engine::{PendingPacket, PendingSend};
 use std::collections::{HashMap, VecDeque};
+use uet_fwif::admin::{CTX_ROLE_CONTROL, CTX_ROLE_TX};
 use uet_fwif::datapath::{COMPLETION_BYTES, COMPLETION_PHASE_OFFSET};
 use uet_fwif::ring::phase_for_pass;
 use uet_fwif::{Completion, CompletionKind, LocalStatus};
@@ -321,6 +324,10 @@ impl Nic {
             self.counters.debug.unknown_endpoint_doorbells += 1;
             return;
         };
+        if kind == QueueKind::Tx && ep.role & (CTX_ROLE_TX | CTX_ROLE_CONTROL) == 0 {
+            self.counters.debug.tx_doorbells_without_role += 1;
+            return;
+        }
         let ok = match kind {
             QueueKind::Tx if ep.tx.geom.contains(index) => {
                 ep.tx.tail = index;

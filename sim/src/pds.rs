@@ -18,8 +18,11 @@
 //! with data), flags 0 ·
 //! ack_psn_offset(16) · cack_psn(32) · SPDCID (the target's PDC) · DPDCID (the initiator's PDC).
 //!
+//! UUD request, 4 bytes ([`UudRequest`], datagram endpoints): prologue type 6 (UUD_REQ),
+//! next_hdr 3, flags 0 · 16 reserved bits, zero. No PDC, no PSN, never acknowledged.
+//!
 //! Reserved flag bits must be zero; a header with a wrong type, reserved bits set, or fewer than
-//! 12 bytes is malformed.
+//! its bytes is malformed.
 //!
 //! ## PDCs
 //!
@@ -35,8 +38,12 @@ use std::net::IpAddr;
 
 /// PDS type RUD_REQ.
 pub const TYPE_RUD_REQ: u8 = 2;
+/// PDS type UUD_REQ (unreliable unordered datagram).
+pub const TYPE_UUD_REQ: u8 = 6;
 /// PDS type ACK.
 pub const TYPE_ACK: u8 = 7;
+/// Bytes of a UUD request header.
+pub const UUD_REQ_BYTES: usize = 4;
 /// next_hdr: SES standard request.
 pub const NEXT_HDR_REQUEST_STD: u8 = 3;
 /// next_hdr: SES response.
@@ -168,6 +175,44 @@ impl RudRequest {
             dpdcid: be16(h, 10),
         };
         Ok((r, b.get(RUD_REQ_BYTES..).unwrap_or(&[])))
+    }
+}
+
+/// A UUD request header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UudRequest {
+    /// next_hdr.
+    pub next_hdr: u8,
+}
+
+impl UudRequest {
+    /// Append the 4 header bytes.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let p = Prologue {
+            pkt_type: TYPE_UUD_REQ,
+            next_hdr: self.next_hdr,
+            flags: 0,
+        };
+        out.extend_from_slice(&p.to_u16().to_be_bytes());
+        out.extend_from_slice(&[0, 0]);
+    }
+
+    /// Parse; returns the header and the bytes after it.
+    pub fn parse(b: &[u8]) -> Result<(Self, &[u8]), PdsError> {
+        let h = b.get(..UUD_REQ_BYTES).ok_or(PdsError::Truncated)?;
+        let p = Prologue::from_u16(be16(h, 0));
+        if p.pkt_type != TYPE_UUD_REQ {
+            return Err(PdsError::Type(p.pkt_type));
+        }
+        if p.flags != 0 || be16(h, 2) != 0 {
+            return Err(PdsError::Flags(p.flags));
+        }
+        Ok((
+            UudRequest {
+                next_hdr: p.next_hdr,
+            },
+            b.get(UUD_REQ_BYTES..).unwrap_or(&[]),
+        ))
     }
 }
 

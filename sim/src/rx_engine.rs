@@ -24,14 +24,22 @@
 //! | relative: an endpoint with (JobID, PIDonFEP) exists | RC_BAD_PID, `RX_BAD_PID` |
 //! | absolute (REL clear): an absolute-addressing endpoint with the PIDonFEP exists / its JobID matches | RC_BAD_PID / RC_BAD_JOB_ID |
 //! | opcode SEND, TAGGED_SEND, WRITE or READ | RC_UNSUPPORTED_OP |
-//! | resource index inside the endpoint's range of the opcode's space (SEND, TAGGED — empty without a tagged RX ring — or RMA; see `uet_fwif::datapath`) | RC_BAD_INDEX, `RX_BAD_INDEX` |
+//! | delivery mode: UUD to a datagram endpoint, RUD to any other | RC_UNSUPPORTED_OP |
+//! | resource index inside the endpoint's range of the opcode's space, served by the endpoint or one of its receive contexts (SEND, TAGGED — empty without a tagged RX ring — or RMA; index 0: the control channel; see `uet_fwif::datapath`) | RC_BAD_INDEX, `RX_BAD_INDEX` |
 //! | `request_length <= CAP_MAX_MSG` (READ: at most one MTU per request) | RC_TOO_LONG |
 //! | WRITE, READ: the memory-region checks (`mr_table`) | RC_PERM_VIOLATION, `RX_PERM_VIOLATION` |
 //! | SEND: a posted RX descriptor (for the first packet of a message to arrive) | RC_UNDELIVERABLE, `RX_NO_BUFFER` |
 //! | TAGGED_SEND: a matching posted tagged receive, or room on the unexpected list (`tag_match`) | RC_UNDELIVERABLE, `RX_UNEXPECTED_OVERFLOW` |
 //!
 //! Every refusal after the endpoint is known (from the opcode check on) also counts in the
-//! endpoint's `rejected[return code]`. WRITE and READ are handled by `rma_engine` and produce
+//! endpoint's `rejected[return code]`. From the index check on, "the endpoint" is the entry
+//! that serves the index: the endpoint itself, a receive context of a scalable endpoint, or
+//! the control channel; delivery, completions, counters and backlog are that entry's.
+//!
+//! A UUD request (PDS UUD_REQ, from a datagram endpoint) must be one packet (SOM|EOM) of a
+//! SEND or TAGGED_SEND, else it is malformed. It goes through the same checks and delivery,
+//! but nothing is ever sent back: a refusal is only counted (the check's counter, the
+//! endpoint's `rejected`, and the debug counter `rx_datagrams_dropped`). WRITE and READ are handled by `rma_engine` and produce
 //! no completion at the target; SEND and TAGGED_SEND continue below.
 //!
 //! When the request is deliverable but the endpoint's completion ring has no room, the request
@@ -88,7 +96,7 @@
 use crate::endpoint_table::EndpointTable;
 use crate::frame::{self, Datagram, GATEWAY_MAC};
 use crate::nic::Nic;
-use crate::pds::{self, Ack, Prologue, RudRequest};
+use crate::pds::{self, Ack, Prologue, RudRequest, UudRequest};
 use crate::ses::{self, Response, StandardRequest};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::IpAddr;
@@ -116,6 +124,8 @@ pub(crate) enum RxOutcome {
 
 pub(crate) struct ParsedRequest<'a> {
     pub dg: Datagram<'a>,
+    /// RUD (answered) or UUD (never answered; `pds` is then all zeros).
+    pub reliable: bool,
     pub pds: RudRequest,
     pub ses: StandardRequest,
     pub payload: &'a [u8],
@@ -148,11 +158,36 @@ impl ParsedRequest<'_> {
 
 fn parse_request(f: &[u8]) -> Option<ParsedRequest<'_>> {
     let dg = frame::parse(f).ok()?;
-    let (pds, rest) = RudRequest::parse(dg.payload).ok()?;
+    let (reliable, pds, rest) = match Prologue::peek(dg.payload).ok()?.pkt_type {
+        pds::TYPE_UUD_REQ => {
+            let (uud, rest) = UudRequest::parse(dg.payload).ok()?;
+            let none = RudRequest {
+                next_hdr: uud.next_hdr,
+                flags: 0,
+                clear_psn_offset: 0,
+                psn: 0,
+                spdcid: 0,
+                dpdcid: 0,
+            };
+            (false, none, rest)
+        }
+        _ => {
+            let (pds, rest) = RudRequest::parse(dg.payload).ok()?;
+            (true, pds, rest)
+        }
+    };
     if pds.next_hdr != pds::NEXT_HDR_REQUEST_STD {
         return None;
     }
     let (ses, payload) = StandardRequest::parse(rest).ok()?;
+    // A datagram is one packet of a SEND or TAGGED_SEND.
+    let som_eom = ses::FLAG_SOM | ses::FLAG_EOM;
+    if !reliable
+        && (ses.flags & som_eom != som_eom
+            || !matches!(ses.opcode, ses::OP_SEND | ses::OP_TAGGED_SEND))
+    {
+        return None;
+    }
     let total = usize::try_from(ses.request_length).ok()?;
     let n = payload.len();
     let eom = ses.flags & ses::FLAG_EOM != 0;
@@ -161,6 +196,7 @@ fn parse_request(f: &[u8]) -> Option<ParsedRequest<'_>> {
         let ok = ses.flags & som_eom == som_eom && n == 0 && ses.flags & ses::FLAG_HD == 0;
         return ok.then_some(ParsedRequest {
             dg,
+            reliable,
             pds,
             ses,
             payload,
@@ -190,6 +226,7 @@ fn parse_request(f: &[u8]) -> Option<ParsedRequest<'_>> {
     };
     Some(ParsedRequest {
         dg,
+        reliable,
         pds,
         ses,
         payload,
@@ -399,7 +436,7 @@ impl Nic {
             return;
         }
         match Prologue::peek(dg.payload).map(|p| p.pkt_type) {
-            Ok(pds::TYPE_RUD_REQ) => {
+            Ok(pds::TYPE_RUD_REQ | pds::TYPE_UUD_REQ) => {
                 let _ = self.rx_request(f, false);
             }
             Ok(pds::TYPE_ACK) => self.rx_response(&dg),
@@ -476,8 +513,15 @@ impl Nic {
         Ok(handle)
     }
 
-    /// The request's opcode and resource index, checked against the endpoint's spaces.
-    fn space_check(&mut self, handle: u16, s: &StandardRequest) -> Result<Space, ReturnCode> {
+    /// The request's delivery mode, opcode and resource index, checked against the
+    /// endpoint's kind and spaces: the space and the entry (the endpoint or one of its
+    /// contexts) that serves it.
+    fn space_check(
+        &mut self,
+        handle: u16,
+        p: &ParsedRequest<'_>,
+    ) -> Result<(Space, u16), ReturnCode> {
+        let s = &p.ses;
         let space = match s.opcode {
             ses::OP_SEND => Space::Send,
             ses::OP_TAGGED_SEND => Space::Tagged,
@@ -487,13 +531,27 @@ impl Nic {
         let Some(ep) = self.eps.get(handle) else {
             return Err(ReturnCode::BadPid);
         };
-        let valid = EndpointTable::in_range(ep, s.resource_index)
-            && (space != Space::Tagged || ep.trx.is_some());
-        if !valid {
+        // A datagram endpoint takes only datagrams, and a reliable one only RUD requests.
+        if ep.dgram == p.reliable {
+            self.counters.debug.rx_wrong_delivery_mode += 1;
+            return Err(ReturnCode::UnsupportedOp);
+        }
+        let target = match space {
+            Space::Rma => {
+                (!ep.passive && EndpointTable::in_range(ep, s.resource_index)).then_some(handle)
+            }
+            Space::Send | Space::Tagged => {
+                EndpointTable::receiver(ep, s.resource_index, space == Space::Tagged)
+            }
+        };
+        let served = target.filter(|&t| {
+            space != Space::Tagged || self.eps.get(t).is_some_and(|e| e.trx.is_some())
+        });
+        let Some(target) = served else {
             self.counters.inc(RX_BAD_INDEX);
             return Err(ReturnCode::BadIndex);
-        }
-        Ok(space)
+        };
+        Ok((space, target))
     }
 
     /// Count a refusal in the endpoint's counters.
@@ -526,7 +584,7 @@ impl Nic {
                 return RxOutcome::Done;
             }
         };
-        let space = match self.space_check(handle, &p.ses) {
+        let (space, handle) = match self.space_check(handle, &p) {
             Ok(s) => s,
             Err(rc) => {
                 self.reject(handle, &p, rc);
@@ -834,6 +892,13 @@ impl Nic {
         list: u8,
         data: Option<&[u8]>,
     ) {
+        if !p.reliable {
+            // A datagram is never answered: its outcome stays in the counters.
+            if rc != ReturnCode::Ok {
+                self.counters.debug.rx_datagrams_dropped += 1;
+            }
+            return;
+        }
         let local_pdc = self.pdcs.target_pdc(p.dg.src_ip, p.pds.spdcid);
         let ack = Ack {
             next_hdr: if data.is_some() {

@@ -47,14 +47,23 @@
 //!
 //! Every completion other than `Ok` also counts in `TX_ERRORS` and the endpoint's
 //! `tx_errors`; a successful one counts in the endpoint's message or RMA counters.
+//!
+//! A datagram endpoint (`EP_FLAG_DGRAM`) refuses WRITE, READ and messages longer than the MTU
+//! (`BadDescriptor`), sends each SEND or TAGGED_SEND as one PDS UUD_REQ packet (no PDC: no
+//! PSN, no SYN, source port 0xC000) and completes it `Ok` once the packet is handed to the
+//! fabric. `TX_FLAG_CONTROL` (SEND only) puts resource index 0 in the request instead of
+//! `entry.ri_start + rx_ctx`. Contexts of an endpoint send with its initiator ID and draw
+//! message ids from the endpoint's one counter.
 
 use crate::frame::{self, GATEWAY_MAC};
 use crate::nic::Nic;
-use crate::pds::{Ack, RudRequest};
+use crate::pds::{Ack, RudRequest, UudRequest};
 use crate::ses::{self, Response, StandardRequest};
 use std::net::IpAddr;
 use uet_fwif::av_entry::entry_flags;
-use uet_fwif::datapath::{COMPLETION_FLAG_INJECT, MAX_INJECT_BYTES, TX_FLAG_INJECT};
+use uet_fwif::datapath::{
+    COMPLETION_FLAG_INJECT, MAX_INJECT_BYTES, TX_FLAG_CONTROL, TX_FLAG_INJECT,
+};
 use uet_fwif::{Completion, CompletionKind, LocalStatus, ReturnCode, TxDescriptor, TxOpcode};
 use uet_regs::{DMA_FAULTS, RX_MALFORMED, TX_BYTES, TX_ERRORS, TX_PACKETS};
 use zerocopy::little_endian::{U32, U64};
@@ -111,7 +120,9 @@ fn malformed(d: &TxDescriptor, max_msg: u32) -> Option<TxOpcode> {
     let op = TxOpcode::from_u8(d.opcode)?;
     let len = d.len.get();
     let inject = d.flags & TX_FLAG_INJECT != 0;
-    let ok = d.flags & !TX_FLAG_INJECT == 0
+    let control = d.flags & TX_FLAG_CONTROL != 0;
+    let ok = d.flags & !(TX_FLAG_INJECT | TX_FLAG_CONTROL) == 0
+        && (!control || op == TxOpcode::Send)
         && d.reserved0 == [0; 2]
         && d.reserved1 == [0; 8]
         && len <= max_msg
@@ -181,7 +192,11 @@ impl Nic {
         let Some(ep) = self.eps.get(handle) else {
             return;
         };
-        let (serial, initiator, av) = (ep.serial, ep.initiator, ep.av);
+        let (serial, initiator, av, owner, dgram) =
+            (ep.serial, ep.initiator, ep.av, ep.owner, ep.dgram);
+        if dgram && (op.is_rma() || len > u32::from(self.cfg.mtu)) {
+            return self.tx_fail(handle, d, LocalStatus::BadDescriptor);
+        }
         let translated = self
             .avs
             .get(av)
@@ -190,7 +205,11 @@ impl Nic {
         let Ok((entry, rx_ctx)) = translated else {
             return self.tx_fail(handle, d, LocalStatus::AddrNotAvail);
         };
-        let ri = u64::from(entry.ri_start.get()) + rx_ctx;
+        let ri = if d.flags & TX_FLAG_CONTROL != 0 {
+            0 // the destination's control channel
+        } else {
+            u64::from(entry.ri_start.get()) + rx_ctx
+        };
         if ri > 0x0FFF {
             return self.tx_fail(handle, d, LocalStatus::AddrNotAvail);
         }
@@ -198,7 +217,9 @@ impl Nic {
         if dst.is_ipv4() != self.cfg.fabric_addr.is_ipv4() {
             return self.tx_fail(handle, d, LocalStatus::Unreachable);
         }
-        let Some(ep) = self.eps.get_mut(handle) else {
+        // Message ids are the endpoint's, shared by its contexts: the target keys multi-packet
+        // messages by (source, initiator, message id).
+        let Some(ep) = self.eps.get_mut(owner) else {
             return;
         };
         let message_id = ep.next_message_id;
@@ -226,6 +247,9 @@ impl Nic {
             header_data: 0,
             request_length: len,
         };
+        if dgram {
+            return self.tx_datagram(handle, d, op, req, dst, &payload);
+        }
         let mtu = usize::from(self.cfg.mtu.max(1));
         let count = (len as usize).div_ceil(mtu).max(1);
         let msg = self.next_tx_msg;
@@ -322,6 +346,64 @@ impl Nic {
             self.counters.add(TX_BYTES, bytes as u64);
             self.outbox.push(f);
         }
+    }
+
+    /// Send one datagram (UUD) and complete the descriptor: the packet is on the fabric, and
+    /// nothing will answer it.
+    fn tx_datagram(
+        &mut self,
+        handle: u16,
+        d: &TxDescriptor,
+        op: TxOpcode,
+        mut req: StandardRequest,
+        dst: IpAddr,
+        payload: &[u8],
+    ) {
+        req.flags |= ses::FLAG_SOM | ses::FLAG_EOM;
+        req.header_data = d.data.get();
+        if req.header_data != 0 {
+            req.flags |= ses::FLAG_HD;
+        }
+        let mut pkt =
+            Vec::with_capacity(crate::pds::UUD_REQ_BYTES + ses::STD_REQUEST_BYTES + payload.len());
+        UudRequest {
+            next_hdr: crate::pds::NEXT_HDR_REQUEST_STD,
+        }
+        .encode(&mut pkt);
+        req.encode(&mut pkt);
+        pkt.extend_from_slice(payload);
+        let f = match frame::build(
+            self.cfg.mac,
+            GATEWAY_MAC,
+            self.cfg.fabric_addr,
+            dst,
+            0xC000,
+            &pkt,
+        ) {
+            Ok(f) => f,
+            Err(_) => return self.tx_fail(handle, d, LocalStatus::BadDescriptor),
+        };
+        self.counters.inc(TX_PACKETS);
+        self.counters.add(TX_BYTES, payload.len() as u64);
+        self.counters.debug.tx_datagrams += 1;
+        self.outbox.push(f);
+        let Some(ep) = self.eps.get(handle) else {
+            return;
+        };
+        let p = PendingSend {
+            handle,
+            serial: ep.serial,
+            context: d.context.get(),
+            len: d.len.get(),
+            op,
+            inject: d.flags & TX_FLAG_INJECT != 0,
+            packets_left: 0,
+            first_error: None,
+        };
+        if let Some(ep) = self.eps.get_mut(handle) {
+            ep.outstanding += 1; // finish_send returns it
+        }
+        self.finish_send(&p);
     }
 
     /// Complete the send a response answers; `data` follows a response with data.

@@ -282,14 +282,14 @@ fn endpoint_create_and_destroy() {
     assert_eq!((a.handle, a.pid, a.ri_start, a.ri_count), (1, 100, 1, 40));
     assert_eq!(
         d.ep_create(av, 1, 0, 30).err(),
-        Some(Status::NoResources),
+        Some(Status::RiExhausted),
         "RI space"
     );
     let b = d.ep_create(0, 2, 0, 20).unwrap();
     assert_eq!((b.handle, b.pid, b.ri_start), (2, 101, 41));
     assert_eq!(
         d.ep_create(0, 1, 0, 1).err(),
-        Some(Status::NoResources),
+        Some(Status::PidExhausted),
         "PIDs"
     );
     assert_eq!(
@@ -373,4 +373,102 @@ fn admin_cq_full_stalls_until_head_moves() {
     assert!(!at(0).phase_bit(), "second pass writes phase 0");
     assert_eq!(at(0).status(), Status::InvalidHandle);
     assert_eq!(at(0).sq_head.get(), 1);
+}
+
+#[test]
+fn contexts_follow_their_endpoint() {
+    use uet_fwif::admin::{
+        ContextCreateBody, CTX_ROLE_CONTROL, CTX_ROLE_RX, CTX_ROLE_TX, EP_FLAG_PASSIVE,
+    };
+    let fabric = Fabric::new();
+    let mut d = Driver::new(&fabric, "10.0.0.1");
+    let av = d.av_create(8, 0).unwrap();
+    // Receive contexts beyond CAP_EP.max_rx_ctx or beyond ri_count are refused.
+    let (mut body, base) = d.ep_body(1, 0, 2);
+    body.rx_ctx_cnt = 3;
+    assert_eq!(
+        d.ep_create_with(av, body, base).err(),
+        Some(Status::InvalidField)
+    );
+    body.rx_ctx_cnt = 2;
+    body.tx_ctx_cnt = 2;
+    let ep = d.ep_create_with(av, body, base).unwrap();
+    let ctx_body = |d: &mut Driver, index: u8, role: u8| {
+        let (b, _) = d.ep_body(1, 0, 1);
+        ContextCreateBody {
+            tx_ring: b.tx_ring,
+            rx_ring: b.rx_ring,
+            cq_ring: b.cq_ring,
+            tx_log2: b.tx_log2,
+            rx_log2: b.rx_log2,
+            cq_log2: b.cq_log2,
+            index,
+            role,
+            ..FromZeros::new_zeroed()
+        }
+    };
+    let endpoint = u32::from(ep.handle);
+    for (index, role) in [(2, CTX_ROLE_RX), (0, CTX_ROLE_TX), (2, CTX_ROLE_TX)] {
+        let body = ctx_body(&mut d, index, role);
+        let c = d.submit(Command::ContextCreate { endpoint, body });
+        assert_eq!(
+            c.status(),
+            Status::InvalidField,
+            "index {index} role {role}"
+        );
+    }
+    let body = ctx_body(&mut d, 1, CTX_ROLE_TX | CTX_ROLE_RX);
+    let c = d.submit(Command::ContextCreate { endpoint, body });
+    assert_eq!(c.status(), Status::Success);
+    let ctx = c.result0.get();
+    assert_ne!(ctx, endpoint, "a handle of its own");
+    let body = ctx_body(&mut d, 1, CTX_ROLE_RX);
+    let c = d.submit(Command::ContextCreate { endpoint, body });
+    assert_eq!(c.status(), Status::Busy, "receive context 1 exists");
+    let body = ctx_body(&mut d, 0, CTX_ROLE_CONTROL);
+    assert_eq!(
+        d.submit(Command::ContextCreate { endpoint, body }).status(),
+        Status::Success
+    );
+    let body = ctx_body(&mut d, 0, CTX_ROLE_CONTROL);
+    assert_eq!(
+        d.submit(Command::ContextCreate { endpoint, body }).status(),
+        Status::Busy,
+        "one control channel"
+    );
+    // A context has no contexts of its own.
+    let body = ctx_body(&mut d, 1, CTX_ROLE_RX);
+    assert_eq!(
+        d.submit(Command::ContextCreate {
+            endpoint: ctx,
+            body
+        })
+        .status(),
+        Status::InvalidHandle
+    );
+    // The endpoint goes only after its contexts.
+    let destroy = |d: &mut Driver, h: u32| d.submit(Command::EndpointDestroy { endpoint: h });
+    assert_eq!(destroy(&mut d, endpoint).status(), Status::Busy);
+    assert_eq!(destroy(&mut d, ctx).status(), Status::Success);
+    assert_eq!(destroy(&mut d, ctx + 1).status(), Status::Success);
+    assert_eq!(destroy(&mut d, endpoint).status(), Status::Success);
+    // A passive endpoint cannot be scalable, and its control channel is itself.
+    let (mut body, base) = d.ep_body(1, 0, 1);
+    body.flags = EP_FLAG_PASSIVE;
+    body.rx_ctx_cnt = 1;
+    assert_eq!(
+        d.ep_create_with(av, body, base).err(),
+        Some(Status::InvalidField)
+    );
+    body.rx_ctx_cnt = 0;
+    let pep = d.ep_create_with(av, body, base).unwrap();
+    let body = ctx_body(&mut d, 0, CTX_ROLE_CONTROL);
+    assert_eq!(
+        d.submit(Command::ContextCreate {
+            endpoint: u32::from(pep.handle),
+            body
+        })
+        .status(),
+        Status::Busy
+    );
 }

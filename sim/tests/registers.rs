@@ -131,7 +131,7 @@ fn capabilities_follow_the_config() {
     assert_eq!(f.read(CAP_EP).max_endpoints(), 5);
     assert_eq!(f.read(CAP_PROFILES).mtu(), 1024);
     assert_eq!(f.read(CAP_MAX_MSG), 64 * 1024);
-    assert_eq!(f.read(REVISION).interface_minor(), 2);
+    assert_eq!(f.read(REVISION).interface_minor(), 3);
     let reference = fabric.add_nic(NicConfig::new(addr("10.0.0.3"))).unwrap();
     assert_eq!(reference.read(CAP_MAX_MSG), 0x0010_0000);
     assert!(

@@ -171,3 +171,46 @@ pub fn forged(addr: &UetAddress, f: impl FnOnce(&mut UetAddress)) -> [u8; 32] {
     f(&mut a);
     a.to_bytes().expect("forged address still well-formed")
 }
+
+/// Open the NIC behind `function`.
+pub fn open_nic(function: &SimFunction) -> Nic {
+    Nic::open(Arc::new(SimDevice::new(function.clone()))).expect("open NIC")
+}
+
+/// An AV of `count` entries stamping `job_id`, decoding `rx_ctx_bits` receive-context bits.
+pub fn open_av(nic: &Nic, job_id: u32, count: usize, rx_ctx_bits: u8) -> Av {
+    nic.open_av(AvAttr {
+        count,
+        job_id,
+        rx_ctx_bits,
+        ..AvAttr::default()
+    })
+    .expect("open AV")
+}
+
+/// The next event of `eq`, waiting up to five seconds (connection management progresses in
+/// a thread of its own).
+pub fn wait_event(eq: &uet_driver::EventQueue) -> uet_driver::EqEvent {
+    eq.sread(Some(std::time::Duration::from_secs(5)), 0)
+        .expect("an event within 5 s")
+}
+
+/// The next error entry of `eq`, waiting up to five seconds.
+pub fn wait_error(eq: &uet_driver::EventQueue) -> uet_driver::EqErrEntry {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        if let Ok(e) = eq.readerr() {
+            return e;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no error event within 5 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// Poll `ep` until a completion arrives (at most a bounded number of tries).
+pub fn poll_one(ep: &mut Endpoint) -> Option<CqEvent> {
+    (0..16).find_map(|_| ep.poll().expect("poll"))
+}

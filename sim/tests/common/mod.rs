@@ -280,9 +280,10 @@ impl Driver {
             cq_log2: EP_LOG2,
             flags: 0,
             trx_log2: 0,
-            reserved0: [0; 1],
+            rx_ctx_cnt: 0,
             trx_ring: U64::new(0),
-            reserved: [0; 8],
+            tx_ctx_cnt: 0,
+            reserved: [0; 7],
         };
         (body, base)
     }

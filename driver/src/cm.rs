@@ -1,0 +1,808 @@
+//! Connection management (`fi_cm(3)`): passive endpoints and connected `FI_EP_MSG` endpoints.
+//!
+//! The NIC knows no connections; it carries the provider's control messages
+//! ([`uet_fwif::cm`]) on resource index 0 of an endpoint, its control channel. The host keeps
+//! the state and reports through an event queue:
+//!
+//! | step | call | wire (SEND to resource index 0) | events |
+//! |---|---|---|---|
+//! | listen | [`Nic::passive_endpoint`] (its own rings are its control channel) | — | — |
+//! | request | [`Endpoint::connect`]`(listener address, param)` | CONNREQ to the listener | listener's EQ: `FI_CONNREQ`, `data` = the request's id, `cm_data` = param; [`PassiveEndpoint::connreq`] gives the requester's address |
+//! | accept | [`PassiveEndpoint::accept`]`(req, &mut ep, param)` | ACCEPT from `ep` to the requester | `ep`'s EQ: `FI_CONNECTED` once the requester's NIC acknowledged the ACCEPT; requester's EQ: `FI_CONNECTED`, `cm_data` = param |
+//! | reject | [`PassiveEndpoint::reject`]`(req, param)` | REJECT from the listener | requester's EQ: error `FI_ECONNREFUSED` (`err_data`: why, and the param) |
+//! | close | [`Endpoint::shutdown`] | SHUTDOWN to the peer | peer's EQ: `FI_SHUTDOWN` |
+//!
+//! A connected endpoint's peer is in the endpoint's own AV (an `FI_EP_MSG` endpoint is never
+//! bound to an application's AV): the connecting side inserts the accepting endpoint's address
+//! when the ACCEPT arrives, the accepting side the requester's when it accepts. Every
+//! operation of a connected endpoint goes to that peer: the send path reads the connection
+//! state and the peer's `fi_addr` from two atomics, with no lock and no lookup. A request
+//! whose CONNREQ cannot be delivered (no listener at that PIDonFEP, wrong JobID) is refused
+//! the same way as a REJECT, with the UET return code as `prov_errno`.
+//!
+//! Messages are checked: a malformed one, one of an unknown connection (its `conn_id`), or a
+//! SHUTDOWN whose source is not the peer is dropped and counted ([`PassiveEndpoint::dropped`],
+//! [`Endpoint::cm_dropped`]).
+//!
+//! Control progress is automatic (`FI_PROGRESS_AUTO`): each passive endpoint and each
+//! `FI_EP_MSG` endpoint has a thread that polls its control channel every
+//! [`CM_POLL_INTERVAL`] and posts the events; it stops when the endpoint is dropped.
+//!
+//! | misuse | error |
+//! |---|---|
+//! | `connect`, `shutdown`, `bind_eq` on an endpoint that is not `FI_EP_MSG`; `accept` of such an endpoint | `FI_EOPNOTSUPP` |
+//! | `connect` or `accept` without a bound EQ | `FI_ENOEQ` |
+//! | `connect` while connecting or connected, `accept` of an endpoint that is, accepting or rejecting a request twice | `FI_EOPBADSTATE` |
+//! | sending on an endpoint that is not connected (yet, or any more), `shutdown` of one | `FI_ENOTCONN` |
+//! | a param longer than [`MAX_CM_DATA`], a malformed address, a request of another listener | `FI_EINVAL` |
+
+use crate::av::Av;
+use crate::endpoint::{CqEvent, Endpoint, EndpointAttr, EpType, RingSizes};
+use crate::eq::{EqBinding, EqErrEntry, EqEvent, EqEventKind, EventQueue};
+use crate::error::DriverError;
+use crate::nic::Nic;
+use crate::pool::DmaPool;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use uet_av::{AvAttr, FiErrno};
+use uet_fwif::address::UetAddress;
+use uet_fwif::admin::{CTX_ROLE_CONTROL, EP_FLAG_PASSIVE};
+use uet_fwif::cm::{CmKind, CmMessage, MAX_CM_DATA, MAX_CM_MESSAGE};
+use uet_fwif::CompletionKind;
+
+/// How often a control channel is polled.
+pub const CM_POLL_INTERVAL: Duration = Duration::from_micros(200);
+/// Control-channel ring sizes: 8 sends, 16 receives.
+const CONTROL_RINGS: RingSizes = RingSizes {
+    tx_log2: 3,
+    rx_log2: 4,
+    trx_log2: 0,
+    cq_log2: 5,
+};
+/// Control buffers: the receive ring's plus a few sends.
+const CONTROL_BUFFERS: u32 = 32;
+/// Peers a passive endpoint's AV holds at once (requesters awaiting a REJECT).
+const LISTENER_AV_ENTRIES: usize = 64;
+/// Entries of an `FI_EP_MSG` endpoint's own AV (the listener, then the peer).
+const MSG_AV_ENTRIES: usize = 4;
+
+const IDLE: u8 = 0;
+const CONNECTING: u8 = 1;
+const ACCEPTING: u8 = 2;
+const CONNECTED: u8 = 3;
+const SHUT_DOWN: u8 = 4;
+const REFUSED: u8 = 5;
+
+fn state_name(s: u8) -> &'static str {
+    match s {
+        IDLE => "the endpoint is not connected",
+        CONNECTING => "the connection request is still pending",
+        ACCEPTING => "the accept is still in flight",
+        CONNECTED => "connected",
+        SHUT_DOWN => "the connection was shut down",
+        _ => "the connection request was refused",
+    }
+}
+
+static NEXT_CONN_ID: AtomicU32 = AtomicU32::new(1);
+
+/// A pending connection request at a passive endpoint (`fi_info` of an `FI_CONNREQ` event).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnReq {
+    /// The request's id: `data` of the `FI_CONNREQ` event.
+    pub id: u64,
+    /// The requester's address (`fi_info.dest_addr`).
+    pub peer: UetAddress,
+    /// The requester's private data.
+    pub param: Vec<u8>,
+    conn_id: u32,
+    listener: u64,
+}
+
+struct Pending {
+    req: ConnReq,
+}
+
+/// What the control channel serves.
+enum Role {
+    /// A listener: requests by id.
+    Passive {
+        pending: HashMap<u64, Pending>,
+        next_id: u64,
+    },
+    /// One side of a connection.
+    Active {
+        conn_id: u32,
+        /// AV entry of the listener while connecting.
+        listener: Option<u64>,
+    },
+}
+
+struct CmInner {
+    /// The control channel: a passive endpoint's own rings, or an endpoint's CONTROL context.
+    lane: Endpoint,
+    av: Av,
+    pool: DmaPool,
+    eq: Option<(EventQueue, EqBinding)>,
+    role: Role,
+    /// The address control messages name as their sender.
+    local: UetAddress,
+    scratch: Vec<u8>,
+}
+
+/// The state a connection shares with its progress thread.
+pub(crate) struct Connection {
+    fid: u64,
+    state: AtomicU8,
+    peer: AtomicU64,
+    dropped: AtomicU64,
+    inner: Mutex<CmInner>,
+}
+
+/// Owns a connection's progress thread: dropping it stops the thread, then releases the
+/// control channel.
+pub(crate) struct CmLink {
+    shared: Arc<Connection>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl CmLink {
+    fn start(shared: Arc<Connection>) -> Result<Self, DriverError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s, st) = (shared.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("uet-cm".into())
+            .spawn(move || {
+                while !st.load(Ordering::Acquire) {
+                    s.progress();
+                    std::thread::sleep(CM_POLL_INTERVAL);
+                }
+            })
+            .map_err(|e| {
+                DriverError::Exhausted(format!("cannot start the control progress thread: {e}"))
+            })?;
+        Ok(CmLink {
+            shared,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// The peer's `fi_addr` when connected (the send path: two atomic loads).
+    #[inline]
+    pub(crate) fn peer(&self) -> Result<u64, DriverError> {
+        let s = self.shared.state.load(Ordering::Acquire);
+        if s == CONNECTED {
+            Ok(self.shared.peer.load(Ordering::Relaxed))
+        } else {
+            Err(DriverError::NotConnected(state_name(s)))
+        }
+    }
+}
+
+impl Drop for CmLink {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            if t.join().is_err() {
+                tracing::error!("the control progress thread panicked");
+            }
+        }
+    }
+}
+
+fn fi_err(e: uet_av::FiError) -> DriverError {
+    DriverError::InvalidArgument(e.to_string())
+}
+
+impl Connection {
+    fn lock(&self) -> MutexGuard<'_, CmInner> {
+        // Every critical section leaves the state consistent: a poisoned lock is usable.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn set(&self, s: u8) {
+        self.state.store(s, Ordering::Release);
+    }
+
+    fn get(&self) -> u8 {
+        self.state.load(Ordering::Acquire)
+    }
+
+    fn drop_message(&self, why: &str) {
+        self.dropped.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(fid = self.fid, why, "control message dropped");
+    }
+
+    /// Send a control message to AV entry `dest`; `context` tells progress what it was.
+    fn send(
+        &self,
+        inner: &mut CmInner,
+        dest: u64,
+        kind: CmKind,
+        conn_id: u32,
+        param: &[u8],
+        context: u64,
+    ) -> Result<(), DriverError> {
+        let msg = CmMessage {
+            kind,
+            conn_id,
+            sender: inner.local,
+            param: param.to_vec(),
+        };
+        let mut bytes = std::mem::take(&mut inner.scratch);
+        msg.encode(&mut bytes)
+            .map_err(|e| DriverError::InvalidArgument(e.to_string()))?;
+        let mut buf = inner
+            .pool
+            .alloc()
+            .ok_or(DriverError::Full("control message pool"))?;
+        buf.fill(&bytes)?;
+        inner.scratch = bytes;
+        inner
+            .lane
+            .post_control(dest, buf, context | u64::from(kind as u8))
+            .map_err(|(e, _)| e)
+    }
+
+    fn post(&self, inner: &CmInner, kind: EqEventKind, data: u64, cm_data: Vec<u8>) {
+        if let Some((eq, _)) = inner.eq.as_ref() {
+            let ev = EqEvent {
+                kind,
+                fid: self.fid,
+                context: 0,
+                data,
+                cm_data,
+            };
+            if let Err(e) = eq.post(ev) {
+                tracing::error!(fid = self.fid, "event lost: {e}");
+            }
+        }
+    }
+
+    fn post_error(&self, inner: &CmInner, err: FiErrno, prov_errno: i32, text: String) {
+        if let Some((eq, _)) = inner.eq.as_ref() {
+            let e = EqErrEntry {
+                fid: self.fid,
+                context: 0,
+                data: 0,
+                err,
+                prov_errno,
+                err_data: text,
+            };
+            if let Err(e) = eq.post_error(e) {
+                tracing::error!(fid = self.fid, "error event lost: {e}");
+            }
+        }
+    }
+
+    /// Collect the control channel's completions and act on them.
+    fn progress(&self) {
+        let mut inner = self.lock();
+        loop {
+            let ev = match inner.lane.poll() {
+                Ok(Some(ev)) => ev,
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::error!(fid = self.fid, "control channel: {e}");
+                    break;
+                }
+            };
+            match ev.kind {
+                CompletionKind::Send => self.on_sent(&mut inner, &ev),
+                _ => self.on_received(&mut inner, ev),
+            }
+        }
+    }
+
+    /// A control message this side sent completed.
+    fn on_sent(&self, inner: &mut CmInner, ev: &CqEvent) {
+        let kind = CmKind::from_u8((ev.context & 0xFF) as u8);
+        let av_entry = ev.context >> 8;
+        match (kind, &ev.error) {
+            (Some(CmKind::ConnReq), Some(err)) if self.get() == CONNECTING => {
+                self.set(REFUSED);
+                let rc = err.return_code.map_or(0, |rc| i32::from(rc as u8));
+                self.post_error(
+                    inner,
+                    FiErrno::FI_ECONNREFUSED,
+                    rc,
+                    format!("the connection request was not delivered: {err}"),
+                );
+            }
+            (Some(CmKind::Accept), None) if self.get() == ACCEPTING => {
+                self.set(CONNECTED);
+                self.post(inner, EqEventKind::Connected, 0, Vec::new());
+            }
+            (Some(CmKind::Accept), Some(err)) if self.get() == ACCEPTING => {
+                self.set(IDLE);
+                self.post_error(
+                    inner,
+                    FiErrno::FI_ECONNABORTED,
+                    err.return_code.map_or(0, |rc| i32::from(rc as u8)),
+                    format!("the accept was not delivered: {err}"),
+                );
+            }
+            (Some(CmKind::Reject), _) => {
+                // The requester's entry was only needed for the REJECT.
+                if let Err(e) = inner.av.remove(&[av_entry], 0) {
+                    tracing::debug!("listener AV entry {av_entry} not removed: {e}");
+                }
+            }
+            (_, Some(err)) => tracing::debug!(fid = self.fid, "control send failed: {err}"),
+            _ => {}
+        }
+    }
+
+    /// A control message arrived.
+    fn on_received(&self, inner: &mut CmInner, ev: CqEvent) {
+        let Some(mut buf) = ev.buffer else {
+            return;
+        };
+        let parsed = if ev.error.is_some() {
+            None
+        } else {
+            buf.to_vec().ok().and_then(|b| CmMessage::parse(&b).ok())
+        };
+        buf.set_len(0);
+        if let Err((e, _)) = inner.lane.post_recv(buf, 0) {
+            tracing::error!(fid = self.fid, "control receive not reposted: {e}");
+        }
+        let Some(msg) = parsed else {
+            return self.drop_message("malformed");
+        };
+        match &mut inner.role {
+            Role::Passive { pending, next_id } => {
+                if msg.kind != CmKind::ConnReq {
+                    return self.drop_message("a listener takes only connection requests");
+                }
+                let id = *next_id;
+                *next_id += 1;
+                let req = ConnReq {
+                    id,
+                    peer: msg.sender,
+                    param: msg.param.clone(),
+                    conn_id: msg.conn_id,
+                    listener: self.fid,
+                };
+                pending.insert(id, Pending { req });
+                self.post(inner, EqEventKind::ConnReq, id, msg.param);
+            }
+            Role::Active { conn_id, listener } => {
+                if msg.conn_id != *conn_id {
+                    return self.drop_message("unknown connection");
+                }
+                match (msg.kind, self.get()) {
+                    (CmKind::Accept, CONNECTING) => {
+                        let listener = listener.take();
+                        let mut fi = [0u64; 1];
+                        let bytes = match msg.sender.to_bytes() {
+                            Ok(b) => b,
+                            Err(_) => return self.drop_message("bad accepting address"),
+                        };
+                        match inner.av.insert(&bytes, 1, Some(&mut fi), 0) {
+                            Ok(1) => {}
+                            _ => {
+                                self.set(REFUSED);
+                                return self.post_error(
+                                    inner,
+                                    FiErrno::FI_ECONNABORTED,
+                                    0,
+                                    "the accepting endpoint's address could not be inserted".into(),
+                                );
+                            }
+                        }
+                        if let Some(l) = listener {
+                            if let Err(e) = inner.av.remove(&[l], 0) {
+                                tracing::debug!("listener entry not removed: {e}");
+                            }
+                        }
+                        self.peer.store(fi[0], Ordering::Relaxed);
+                        self.set(CONNECTED);
+                        self.post(inner, EqEventKind::Connected, 0, msg.param);
+                    }
+                    (CmKind::Reject, CONNECTING) => {
+                        self.set(REFUSED);
+                        let text = format!(
+                            "connection rejected by the listener; param {:?}",
+                            String::from_utf8_lossy(&msg.param)
+                        );
+                        self.post_error(inner, FiErrno::FI_ECONNREFUSED, 0, text);
+                    }
+                    (CmKind::Shutdown, CONNECTED)
+                        if ev.src_addr == self.peer.load(Ordering::Relaxed) =>
+                    {
+                        self.set(SHUT_DOWN);
+                        self.post(inner, EqEventKind::Shutdown, 0, Vec::new());
+                    }
+                    _ => self.drop_message("unexpected in this state"),
+                }
+            }
+        }
+    }
+}
+
+/// Post every receive buffer the control channel's ring takes.
+fn fill_control_ring(lane: &mut Endpoint, pool: &DmaPool) -> Result<(), DriverError> {
+    let n = (1u32 << CONTROL_RINGS.rx_log2) - 1;
+    for _ in 0..n {
+        let b = pool
+            .alloc()
+            .ok_or(DriverError::Full("control message pool"))?;
+        lane.post_recv(b, 0).map_err(|(e, _)| e)?;
+    }
+    Ok(())
+}
+
+fn control_pool(nic: &Nic) -> Result<DmaPool, DriverError> {
+    DmaPool::new(nic, MAX_CM_MESSAGE.next_power_of_two(), CONTROL_BUFFERS)
+}
+
+/// A passive endpoint (`fi_passive_ep`): listens for connection requests at its PIDonFEP.
+pub struct PassiveEndpoint {
+    link: CmLink,
+    address: UetAddress,
+}
+
+impl Nic {
+    /// `fi_passive_ep` + `fi_pep_bind(eq)` + `fi_listen`: a listener in `attr.job_id` with
+    /// `attr.mode`, reporting to `eq`. Its address (PIDonFEP; ring sizes and context counts of
+    /// `attr` are not used) is what connecting endpoints name.
+    pub fn passive_endpoint(
+        &self,
+        attr: EndpointAttr,
+        eq: &EventQueue,
+    ) -> Result<PassiveEndpoint, DriverError> {
+        let av = self
+            .open_av(AvAttr {
+                count: LISTENER_AV_ENTRIES,
+                job_id: attr.job_id,
+                ..AvAttr::default()
+            })
+            .map_err(fi_err)?;
+        let pattr = EndpointAttr {
+            ri_count: 1,
+            tx_log2: CONTROL_RINGS.tx_log2,
+            rx_log2: CONTROL_RINGS.rx_log2,
+            trx_log2: 0,
+            cq_log2: CONTROL_RINGS.cq_log2,
+            ep_type: EpType::Msg,
+            tx_ctx_cnt: 0,
+            rx_ctx_cnt: 0,
+            ..attr
+        };
+        let table = av.nic().table().clone();
+        let mut lane = self.create_endpoint(&pattr, Some(table), EP_FLAG_PASSIVE, 0, 0)?;
+        let pool = control_pool(self)?;
+        fill_control_ring(&mut lane, &pool)?;
+        let address = *lane.address();
+        let shared = Arc::new(Connection {
+            fid: crate::eq::next_fid(),
+            state: AtomicU8::new(IDLE),
+            peer: AtomicU64::new(u64::MAX),
+            dropped: AtomicU64::new(0),
+            inner: Mutex::new(CmInner {
+                lane,
+                av,
+                pool,
+                eq: Some((eq.clone(), eq.bind())),
+                role: Role::Passive {
+                    pending: HashMap::new(),
+                    next_id: 1,
+                },
+                local: address,
+                scratch: Vec::new(),
+            }),
+        });
+        Ok(PassiveEndpoint {
+            link: CmLink::start(shared)?,
+            address,
+        })
+    }
+}
+
+/// Create an `FI_EP_MSG` endpoint: an endpoint bound to an AV of its own, with a control
+/// context and its progress thread.
+pub(crate) fn msg_endpoint(nic: &Nic, attr: EndpointAttr) -> Result<Endpoint, DriverError> {
+    let av = nic
+        .open_av(AvAttr {
+            count: MSG_AV_ENTRIES,
+            job_id: attr.job_id,
+            ..AvAttr::default()
+        })
+        .map_err(fi_err)?;
+    let table = av.nic().table().clone();
+    let mut ep = nic.create_endpoint(&attr, Some(table), 0, 0, 0)?;
+    let mut lane = nic.create_context(&ep, CONTROL_RINGS, CTX_ROLE_CONTROL, 0)?;
+    let pool = control_pool(nic)?;
+    fill_control_ring(&mut lane, &pool)?;
+    let shared = Arc::new(Connection {
+        fid: ep.fid(),
+        state: AtomicU8::new(IDLE),
+        peer: AtomicU64::new(u64::MAX),
+        dropped: AtomicU64::new(0),
+        inner: Mutex::new(CmInner {
+            lane,
+            av,
+            pool,
+            eq: None,
+            role: Role::Active {
+                conn_id: 0,
+                listener: None,
+            },
+            local: *ep.address(),
+            scratch: Vec::new(),
+        }),
+    });
+    ep.cm = Some(CmLink::start(shared)?);
+    Ok(ep)
+}
+
+impl PassiveEndpoint {
+    /// The listener's address (`fi_getname`): what `connect` names.
+    pub fn address(&self) -> &UetAddress {
+        &self.address
+    }
+
+    /// The fabric id its events carry.
+    pub fn fid(&self) -> u64 {
+        self.link.shared.fid
+    }
+
+    /// Control messages dropped (malformed, or not a connection request).
+    pub fn dropped(&self) -> u64 {
+        self.link.shared.dropped.load(Ordering::Relaxed)
+    }
+
+    /// The pending request an `FI_CONNREQ` event announced (its `data`).
+    pub fn connreq(&self, event: &EqEvent) -> Result<ConnReq, DriverError> {
+        if event.kind != EqEventKind::ConnReq || event.fid != self.fid() {
+            return Err(DriverError::InvalidArgument(
+                "not an FI_CONNREQ event of this passive endpoint".into(),
+            ));
+        }
+        let inner = self.link.shared.lock();
+        match &inner.role {
+            Role::Passive { pending, .. } => pending
+                .get(&event.data)
+                .map(|p| p.req.clone())
+                .ok_or_else(|| {
+                    DriverError::BadState(format!(
+                        "connection request {} was already answered",
+                        event.data
+                    ))
+                }),
+            Role::Active { .. } => Err(DriverError::InvalidArgument("not a listener".into())),
+        }
+    }
+
+    fn check_pending(&self, inner: &CmInner, req: &ConnReq) -> Result<(), DriverError> {
+        if req.listener != self.fid() {
+            return Err(DriverError::InvalidArgument(format!(
+                "connection request {} belongs to another passive endpoint",
+                req.id
+            )));
+        }
+        match &inner.role {
+            Role::Passive { pending, .. } if pending.contains_key(&req.id) => Ok(()),
+            _ => Err(DriverError::BadState(format!(
+                "connection request {} was already accepted or rejected",
+                req.id
+            ))),
+        }
+    }
+
+    fn take_pending(&self, inner: &mut CmInner, req: &ConnReq) {
+        if let Role::Passive { pending, .. } = &mut inner.role {
+            pending.remove(&req.id);
+        }
+    }
+
+    /// `fi_accept`: connect `ep` (an unconnected `FI_EP_MSG` endpoint with a bound EQ) to the
+    /// requester, sending `param`.
+    pub fn accept(
+        &self,
+        req: &ConnReq,
+        ep: &mut Endpoint,
+        param: &[u8],
+    ) -> Result<(), DriverError> {
+        if param.len() > MAX_CM_DATA {
+            return Err(DriverError::InvalidArgument(format!(
+                "accept param of {} bytes exceeds {MAX_CM_DATA}",
+                param.len()
+            )));
+        }
+        let mut listener = self.link.shared.lock();
+        self.check_pending(&listener, req)?;
+        let Some(link) = ep.cm.as_ref() else {
+            return Err(DriverError::Unsupported(format!(
+                "fi_accept needs an FI_EP_MSG endpoint, this one is {:?}",
+                ep.ep_type()
+            )));
+        };
+        let conn = &link.shared;
+        let mut inner = conn.lock();
+        if inner.eq.is_none() {
+            return Err(DriverError::NoEq(
+                "bind an event queue to the endpoint before fi_accept".into(),
+            ));
+        }
+        if conn.get() != IDLE {
+            return Err(DriverError::BadState(format!(
+                "fi_accept of an endpoint that is not idle: {}",
+                state_name(conn.get())
+            )));
+        }
+        let bytes = req
+            .peer
+            .to_bytes()
+            .map_err(|e| DriverError::InvalidArgument(e.to_string()))?;
+        let mut fi = [0u64; 1];
+        let n = inner
+            .av
+            .insert(&bytes, 1, Some(&mut fi), 0)
+            .map_err(fi_err)?;
+        if n != 1 {
+            return Err(DriverError::InvalidArgument(
+                "the requester's address was refused by the AV".into(),
+            ));
+        }
+        inner.role = Role::Active {
+            conn_id: req.conn_id,
+            listener: None,
+        };
+        conn.peer.store(fi[0], Ordering::Relaxed);
+        conn.set(ACCEPTING);
+        if let Err(e) = conn.send(&mut inner, fi[0], CmKind::Accept, req.conn_id, param, 0) {
+            conn.set(IDLE);
+            return Err(e);
+        }
+        self.take_pending(&mut listener, req);
+        Ok(())
+    }
+
+    /// `fi_reject`: refuse the request, sending `param` to the requester.
+    pub fn reject(&self, req: &ConnReq, param: &[u8]) -> Result<(), DriverError> {
+        if param.len() > MAX_CM_DATA {
+            return Err(DriverError::InvalidArgument(format!(
+                "reject param of {} bytes exceeds {MAX_CM_DATA}",
+                param.len()
+            )));
+        }
+        let conn = &self.link.shared;
+        let mut inner = conn.lock();
+        self.check_pending(&inner, req)?;
+        let bytes = req
+            .peer
+            .to_bytes()
+            .map_err(|e| DriverError::InvalidArgument(e.to_string()))?;
+        let mut fi = [0u64; 1];
+        let n = inner
+            .av
+            .insert(&bytes, 1, Some(&mut fi), 0)
+            .map_err(fi_err)?;
+        if n != 1 {
+            return Err(DriverError::InvalidArgument(
+                "the requester's address was refused by the AV".into(),
+            ));
+        }
+        conn.send(
+            &mut inner,
+            fi[0],
+            CmKind::Reject,
+            req.conn_id,
+            param,
+            fi[0] << 8,
+        )?;
+        self.take_pending(&mut inner, req);
+        Ok(())
+    }
+}
+
+impl Endpoint {
+    fn link(&self, call: &str) -> Result<&Arc<Connection>, DriverError> {
+        self.cm.as_ref().map(|l| &l.shared).ok_or_else(|| {
+            DriverError::Unsupported(format!(
+                "{call} needs an FI_EP_MSG endpoint, this one is {:?}",
+                self.ep_type()
+            ))
+        })
+    }
+
+    /// `fi_ep_bind(ep, eq)`: where an `FI_EP_MSG` endpoint reports connection events.
+    pub fn bind_eq(&mut self, eq: &EventQueue) -> Result<(), DriverError> {
+        let conn = self.link("fi_ep_bind(eq)")?;
+        let mut inner = conn.lock();
+        if inner.eq.is_some() {
+            return Err(DriverError::BadState(
+                "an event queue is already bound".into(),
+            ));
+        }
+        inner.eq = Some((eq.clone(), eq.bind()));
+        Ok(())
+    }
+
+    /// `fi_connect`: ask the passive endpoint at `listener` (a serialized UET address) for a
+    /// connection, sending `param`. `FI_CONNECTED` or an `FI_ECONNREFUSED` error follows on
+    /// the bound event queue.
+    pub fn connect(&mut self, listener: &[u8], param: &[u8]) -> Result<(), DriverError> {
+        let conn = self.link("fi_connect")?.clone();
+        if param.len() > MAX_CM_DATA {
+            return Err(DriverError::InvalidArgument(format!(
+                "connect param of {} bytes exceeds {MAX_CM_DATA}",
+                param.len()
+            )));
+        }
+        UetAddress::from_bytes(listener)
+            .map_err(|e| DriverError::InvalidArgument(format!("listener address: {e}")))?;
+        let mut inner = conn.lock();
+        if inner.eq.is_none() {
+            return Err(DriverError::NoEq(
+                "bind an event queue to the endpoint before fi_connect".into(),
+            ));
+        }
+        if conn.get() != IDLE {
+            return Err(DriverError::BadState(format!(
+                "fi_connect: {}",
+                state_name(conn.get())
+            )));
+        }
+        let mut fi = [0u64; 1];
+        let n = inner
+            .av
+            .insert(listener, 1, Some(&mut fi), 0)
+            .map_err(fi_err)?;
+        if n != 1 {
+            return Err(DriverError::InvalidArgument(
+                "the listener's address was refused by the AV".into(),
+            ));
+        }
+        let conn_id = NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed) ^ (conn.fid as u32) << 16;
+        inner.role = Role::Active {
+            conn_id,
+            listener: Some(fi[0]),
+        };
+        conn.set(CONNECTING);
+        if let Err(e) = conn.send(&mut inner, fi[0], CmKind::ConnReq, conn_id, param, 0) {
+            conn.set(IDLE);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// `fi_shutdown`: close the connection; the peer gets `FI_SHUTDOWN`. Later sends fail
+    /// with `FI_ENOTCONN`.
+    pub fn shutdown(&mut self) -> Result<(), DriverError> {
+        let conn = self.link("fi_shutdown")?.clone();
+        let mut inner = conn.lock();
+        if conn.get() != CONNECTED {
+            return Err(DriverError::NotConnected(state_name(conn.get())));
+        }
+        let conn_id = match inner.role {
+            Role::Active { conn_id, .. } => conn_id,
+            Role::Passive { .. } => 0,
+        };
+        conn.set(SHUT_DOWN);
+        let peer = conn.peer.load(Ordering::Relaxed);
+        conn.send(&mut inner, peer, CmKind::Shutdown, conn_id, &[], 0)
+    }
+
+    /// Whether the `FI_EP_MSG` endpoint is connected.
+    pub fn is_connected(&self) -> bool {
+        self.cm
+            .as_ref()
+            .is_some_and(|l| l.shared.get() == CONNECTED)
+    }
+
+    /// Control messages this `FI_EP_MSG` endpoint dropped (malformed, another connection's,
+    /// or a SHUTDOWN from someone else).
+    pub fn cm_dropped(&self) -> u64 {
+        self.cm
+            .as_ref()
+            .map_or(0, |l| l.shared.dropped.load(Ordering::Relaxed))
+    }
+}

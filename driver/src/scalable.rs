@@ -1,0 +1,183 @@
+//! Scalable endpoints (`fi_scalable_ep`, `fi_tx_context`, `fi_rx_context`).
+//!
+//! A scalable endpoint is one NIC endpoint — one PIDonFEP, one resource-index range, one
+//! address — with several transmit and receive contexts, each a ring set of its own with its
+//! own doorbell index and its own completion ring, so each can be driven by its own thread
+//! without a lock:
+//!
+//! | context | rings | NIC |
+//! |---|---|---|
+//! | 0 | the endpoint's own (ENDPOINT_CREATE with `tx_ctx_cnt`, `rx_ctx_cnt`) | TX context 0 and receive context 0 |
+//! | `k >= 1` | CONTEXT_CREATE, role TX if `k < tx_ctx_cnt`, RX if `k < rx_ctx_cnt` | TX context `k` and/or receive context `k` |
+//!
+//! Receive context `i` is resource index `ri_start + i` (so `ri_count >= rx_ctx_cnt`): a
+//! sender reaches it with `uet_av::flags::fi_rx_addr(fi_addr, i, rx_ctx_bits)` in an AV opened with
+//! `rx_ctx_bits` large enough, and the sending NIC puts `entry.ri_start + i` in the request.
+//! A request for `i >= rx_ctx_cnt` is refused RC_BAD_INDEX by the target NIC. Completions are
+//! per context: each context's [`Endpoint::poll`] returns its own sends and receives only.
+//!
+//! The counts are checked against `CAP_EP.max_tx_ctx` and `CAP_EP.max_rx_ctx` before the NIC
+//! is asked. Dropping the scalable endpoint destroys the contexts, then the endpoint.
+
+use crate::av::Av;
+use crate::endpoint::{Endpoint, EndpointAttr, EpType, RingSizes};
+use crate::error::DriverError;
+use crate::nic::Nic;
+use uet_fwif::address::UetAddress;
+use uet_fwif::admin::{CTX_ROLE_RX, CTX_ROLE_TX};
+
+/// A scalable endpoint and its contexts.
+pub struct ScalableEndpoint {
+    /// Ring set `k` serves TX context `k` and/or receive context `k`; 0 is the endpoint.
+    lanes: Vec<Endpoint>,
+    tx_ctx_cnt: u8,
+    rx_ctx_cnt: u8,
+}
+
+impl Nic {
+    /// `fi_scalable_ep`: an `FI_EP_RDM` endpoint with `attr.tx_ctx_cnt` transmit and
+    /// `attr.rx_ctx_cnt` receive contexts (0 counts as 1), bound to `av`. Every context gets
+    /// the ring sizes of `attr` (a context's unused direction gets the smallest ring).
+    pub fn scalable_endpoint(
+        &self,
+        attr: EndpointAttr,
+        av: Option<&Av>,
+    ) -> Result<ScalableEndpoint, DriverError> {
+        let caps = *self.capabilities();
+        if attr.ep_type != EpType::Rdm {
+            return Err(DriverError::Unsupported(format!(
+                "scalable endpoints are FI_EP_RDM, not {:?}",
+                attr.ep_type
+            )));
+        }
+        let tx = attr.tx_ctx_cnt.max(1);
+        let rx = attr.rx_ctx_cnt.max(1);
+        if tx > caps.max_tx_ctx {
+            return Err(DriverError::InvalidArgument(format!(
+                "tx_ctx_cnt {tx} exceeds CAP_EP.max_tx_ctx {}",
+                caps.max_tx_ctx
+            )));
+        }
+        if rx > caps.max_rx_ctx {
+            return Err(DriverError::InvalidArgument(format!(
+                "rx_ctx_cnt {rx} exceeds CAP_EP.max_rx_ctx {}",
+                caps.max_rx_ctx
+            )));
+        }
+        if u16::from(rx) > attr.ri_count {
+            return Err(DriverError::InvalidArgument(format!(
+                "rx_ctx_cnt {rx} needs ri_count >= {rx} (receive context i is resource index \
+                 ri_start + i), got ri_count {}",
+                attr.ri_count
+            )));
+        }
+        let table = av.map(|a| a.nic().table().clone());
+        let base = self.create_endpoint(&attr, table, 0, tx, rx)?;
+        let mut lanes = vec![base];
+        let full = RingSizes::of(&attr);
+        for k in 1..tx.max(rx) {
+            let mut role = 0;
+            let mut z = RingSizes {
+                tx_log2: 1,
+                rx_log2: 1,
+                trx_log2: 0,
+                cq_log2: 0,
+            };
+            if k < tx {
+                role |= CTX_ROLE_TX;
+                z.tx_log2 = full.tx_log2;
+            }
+            if k < rx {
+                role |= CTX_ROLE_RX;
+                z.rx_log2 = full.rx_log2;
+                z.trx_log2 = full.trx_log2;
+            }
+            let trx = if z.trx_log2 == 0 {
+                0
+            } else {
+                1u32 << z.trx_log2
+            };
+            let need = (1u32 << z.tx_log2) + (1u32 << z.rx_log2) + trx;
+            z.cq_log2 = (32 - (need - 1).leading_zeros()) as u8;
+            let lane = match lanes.first() {
+                Some(owner) => self.create_context(owner, z, role, k),
+                None => Err(DriverError::InvalidArgument("no endpoint".into())),
+            };
+            match lane {
+                Ok(l) => lanes.push(l),
+                Err(e) => {
+                    // Contexts before the endpoint.
+                    while let Some(l) = lanes.pop() {
+                        drop(l);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(ScalableEndpoint {
+            lanes,
+            tx_ctx_cnt: tx,
+            rx_ctx_cnt: rx,
+        })
+    }
+}
+
+impl ScalableEndpoint {
+    /// The endpoint's address (`fi_getname`), shared by every context.
+    pub fn address(&self) -> Option<&UetAddress> {
+        self.lanes.first().map(Endpoint::address)
+    }
+
+    /// Transmit contexts.
+    pub fn tx_ctx_cnt(&self) -> u8 {
+        self.tx_ctx_cnt
+    }
+
+    /// Receive contexts.
+    pub fn rx_ctx_cnt(&self) -> u8 {
+        self.rx_ctx_cnt
+    }
+
+    /// `fi_tx_context`: transmit context `index`.
+    pub fn tx_context(&mut self, index: u8) -> Result<&mut Endpoint, DriverError> {
+        if index >= self.tx_ctx_cnt {
+            return Err(DriverError::InvalidArgument(format!(
+                "transmit context {index} of {}",
+                self.tx_ctx_cnt
+            )));
+        }
+        self.lane(index)
+    }
+
+    /// `fi_rx_context`: receive context `index`.
+    pub fn rx_context(&mut self, index: u8) -> Result<&mut Endpoint, DriverError> {
+        if index >= self.rx_ctx_cnt {
+            return Err(DriverError::InvalidArgument(format!(
+                "receive context {index} of {}",
+                self.rx_ctx_cnt
+            )));
+        }
+        self.lane(index)
+    }
+
+    fn lane(&mut self, index: u8) -> Result<&mut Endpoint, DriverError> {
+        self.lanes
+            .get_mut(usize::from(index))
+            .ok_or_else(|| DriverError::InvalidArgument(format!("no context {index}")))
+    }
+
+    /// Every ring set, by index (set `k` is TX context `k` if `k < tx_ctx_cnt` and receive
+    /// context `k` if `k < rx_ctx_cnt`): split them across threads.
+    pub fn contexts_mut(&mut self) -> &mut [Endpoint] {
+        &mut self.lanes
+    }
+}
+
+impl Drop for ScalableEndpoint {
+    fn drop(&mut self) {
+        // The NIC refuses to destroy an endpoint whose contexts exist: last lane first.
+        while let Some(l) = self.lanes.pop() {
+            drop(l);
+        }
+    }
+}

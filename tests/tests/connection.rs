@@ -1,0 +1,231 @@
+//! `FI_EP_MSG` connection management through event queues (`fi_cm(3)`): a passive endpoint
+//! gets FI_CONNREQ with the requester's address and param data, accept and reject answer it,
+//! both sides see FI_CONNECTED (or the requester FI_ECONNREFUSED), a connected endpoint sends
+//! to its peer without naming an fi_addr, and shutdown reaches the peer as FI_SHUTDOWN.
+
+use uet_av::FiErrno;
+use uet_driver::{DmaPool, Endpoint, EndpointAttr, EpType, EqAttr, EqEventKind, EventQueue, Nic};
+use uet_fwif::ReturnCode;
+use uet_tests::{fabric, forged, open_av, open_nic, poll_one, wait_error, wait_event};
+
+const JOB: u32 = 0xC044;
+
+fn msg_attr() -> EndpointAttr {
+    EndpointAttr {
+        job_id: JOB,
+        ep_type: EpType::Msg,
+        ..EndpointAttr::default()
+    }
+}
+
+fn msg_ep(nic: &Nic) -> (Endpoint, EventQueue) {
+    let mut ep = nic.endpoint(msg_attr(), None).unwrap();
+    let eq = EventQueue::open(EqAttr::default()).unwrap();
+    ep.bind_eq(&eq).unwrap();
+    (ep, eq)
+}
+
+fn send(ep: &mut Endpoint, pool: &DmaPool, data: &[u8]) {
+    let mut b = pool.alloc().unwrap();
+    b.fill(data).unwrap();
+    ep.send(b, 1, 0).map_err(|(e, _)| e).unwrap();
+    let ev = poll_one(ep).expect("send completes");
+    assert!(ev.error.is_none(), "{:?}", ev.error);
+}
+
+fn recv(ep: &mut Endpoint) -> Vec<u8> {
+    let ev = poll_one(ep).expect("a message");
+    assert!(ev.error.is_none(), "{:?}", ev.error);
+    ev.buffer.unwrap().to_vec().unwrap()
+}
+
+#[test]
+fn connect_accept_send_and_shutdown() {
+    let (_f, fns) = fabric(2);
+    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
+    let eq_l = EventQueue::open(EqAttr::default()).unwrap();
+    let pep = ns
+        .passive_endpoint(
+            EndpointAttr {
+                job_id: JOB,
+                ..EndpointAttr::default()
+            },
+            &eq_l,
+        )
+        .unwrap();
+    let (mut client, eq_c) = msg_ep(&nc);
+    let pool_c = DmaPool::new(&nc, 4096, 8).unwrap();
+    let pool_s = DmaPool::new(&ns, 4096, 8).unwrap();
+
+    // Nothing can be sent before the connection exists.
+    let (e, _) = client.send(pool_c.alloc().unwrap(), 0, 0).unwrap_err();
+    assert_eq!(e.errno(), FiErrno::FI_ENOTCONN, "{e}");
+
+    client
+        .connect(&pep.address().to_bytes().unwrap(), b"hello listener")
+        .unwrap();
+    let e = client.connect(&pep.address().to_bytes().unwrap(), b"again");
+    assert_eq!(e.unwrap_err().errno(), FiErrno::FI_EOPBADSTATE);
+
+    let ev = wait_event(&eq_l);
+    assert_eq!(ev.kind, EqEventKind::ConnReq);
+    assert_eq!(ev.fid, pep.fid());
+    assert_eq!(ev.cm_data, b"hello listener");
+    let req = pep.connreq(&ev).unwrap();
+    assert_eq!(req.peer, *client.address(), "the requester's address");
+
+    let (mut server, eq_s) = msg_ep(&ns);
+    server.post_recv(pool_s.alloc().unwrap(), 10).unwrap();
+    client.post_recv(pool_c.alloc().unwrap(), 20).unwrap();
+    pep.accept(&req, &mut server, b"welcome").unwrap();
+    // The request is answered: a second accept or a reject is refused.
+    let (mut other, _eq_o) = msg_ep(&ns);
+    let e = pep.accept(&req, &mut other, b"").unwrap_err();
+    assert_eq!(e.errno(), FiErrno::FI_EOPBADSTATE, "{e}");
+    assert_eq!(
+        pep.reject(&req, b"").unwrap_err().errno(),
+        FiErrno::FI_EOPBADSTATE
+    );
+
+    let ev = wait_event(&eq_c);
+    assert_eq!(
+        (ev.kind, ev.fid, ev.cm_data.as_slice()),
+        (EqEventKind::Connected, client.fid(), &b"welcome"[..])
+    );
+    let ev = wait_event(&eq_s);
+    assert_eq!((ev.kind, ev.fid), (EqEventKind::Connected, server.fid()));
+    assert!(client.is_connected() && server.is_connected());
+
+    // Connected: sends name no destination and reach the peer, both ways.
+    send(&mut client, &pool_c, b"ping");
+    assert_eq!(recv(&mut server), b"ping");
+    send(&mut server, &pool_s, b"pong");
+    assert_eq!(recv(&mut client), b"pong");
+    // Even post_send's fi_addr is ignored: the peer is the only destination.
+    let mut b = pool_c.alloc().unwrap();
+    b.fill(b"to the peer").unwrap();
+    server.post_recv(pool_s.alloc().unwrap(), 11).unwrap();
+    client.post_send(12345, b, 2, 0).unwrap();
+    assert!(poll_one(&mut client).unwrap().error.is_none());
+    assert_eq!(recv(&mut server), b"to the peer");
+
+    // Shutdown reaches the peer; neither side can send any more.
+    client.shutdown().unwrap();
+    let ev = wait_event(&eq_s);
+    assert_eq!((ev.kind, ev.fid), (EqEventKind::Shutdown, server.fid()));
+    for ep in [&mut client, &mut server] {
+        let e = ep.shutdown().unwrap_err();
+        assert_eq!(e.errno(), FiErrno::FI_ENOTCONN, "{e}");
+    }
+    let (e, _) = client.send(pool_c.alloc().unwrap(), 0, 0).unwrap_err();
+    assert_eq!(e.errno(), FiErrno::FI_ENOTCONN);
+    let (e, _) = server.send(pool_s.alloc().unwrap(), 0, 0).unwrap_err();
+    assert_eq!(e.errno(), FiErrno::FI_ENOTCONN);
+    assert_eq!(pep.dropped() + client.cm_dropped() + server.cm_dropped(), 0);
+}
+
+#[test]
+fn reject_and_unreachable_listeners_refuse_the_connection() {
+    let (_f, fns) = fabric(2);
+    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
+    let eq_l = EventQueue::open(EqAttr::default()).unwrap();
+    let pep = ns
+        .passive_endpoint(
+            EndpointAttr {
+                job_id: JOB,
+                ..EndpointAttr::default()
+            },
+            &eq_l,
+        )
+        .unwrap();
+    let (mut client, eq_c) = msg_ep(&nc);
+    client
+        .connect(&pep.address().to_bytes().unwrap(), b"please")
+        .unwrap();
+    let ev = wait_event(&eq_l);
+    let req = pep.connreq(&ev).unwrap();
+    pep.reject(&req, b"go away").unwrap();
+    assert_eq!(
+        pep.reject(&req, b"").unwrap_err().errno(),
+        FiErrno::FI_EOPBADSTATE
+    );
+    let err = wait_error(&eq_c);
+    assert_eq!((err.err, err.fid), (FiErrno::FI_ECONNREFUSED, client.fid()));
+    assert!(err.err_data.contains("go away"), "{}", err.err_data);
+    assert!(!client.is_connected());
+
+    // No listener at that PIDonFEP: the request is refused by the target NIC.
+    let (mut lost, eq_x) = msg_ep(&nc);
+    let nowhere = forged(pep.address(), |a| a.pid_on_fep += 7);
+    lost.connect(&nowhere, b"").unwrap();
+    let err = wait_error(&eq_x);
+    assert_eq!(err.err, FiErrno::FI_ECONNREFUSED);
+    assert_eq!(err.prov_errno, i32::from(ReturnCode::BadPid as u8));
+}
+
+#[test]
+fn misuse_gets_clear_errors() {
+    let (_f, fns) = fabric(1);
+    let nic = open_nic(&fns[0]);
+    let av = open_av(&nic, JOB, 4, 0);
+    let eq = EventQueue::open(EqAttr::default()).unwrap();
+    let pep = nic
+        .passive_endpoint(
+            EndpointAttr {
+                job_id: JOB,
+                ..EndpointAttr::default()
+            },
+            &eq,
+        )
+        .unwrap();
+    let listener = pep.address().to_bytes().unwrap();
+    // connect, shutdown and bind_eq on an RDM endpoint.
+    let mut rdm = nic
+        .endpoint(
+            EndpointAttr {
+                job_id: JOB,
+                ..EndpointAttr::default()
+            },
+            Some(&av),
+        )
+        .unwrap();
+    assert_eq!(
+        rdm.connect(&listener, b"").unwrap_err().errno(),
+        FiErrno::FI_EOPNOTSUPP
+    );
+    assert_eq!(rdm.shutdown().unwrap_err().errno(), FiErrno::FI_EOPNOTSUPP);
+    assert_eq!(
+        rdm.bind_eq(&eq).unwrap_err().errno(),
+        FiErrno::FI_EOPNOTSUPP
+    );
+    // A MSG endpoint takes no AV, needs an EQ, and a short enough param.
+    assert_eq!(
+        nic.endpoint(msg_attr(), Some(&av)).err().unwrap().errno(),
+        FiErrno::FI_EINVAL
+    );
+    let mut unbound = nic.endpoint(msg_attr(), None).unwrap();
+    assert_eq!(
+        unbound.connect(&listener, b"").unwrap_err().errno(),
+        FiErrno::FI_ENOEQ
+    );
+    unbound.bind_eq(&eq).unwrap();
+    assert_eq!(
+        unbound.bind_eq(&eq).unwrap_err().errno(),
+        FiErrno::FI_EOPBADSTATE
+    );
+    let long = vec![0u8; uet_fwif::cm::MAX_CM_DATA + 1];
+    assert_eq!(
+        unbound.connect(&listener, &long).unwrap_err().errno(),
+        FiErrno::FI_EINVAL
+    );
+    assert_eq!(
+        unbound.connect(&[0u8; 7], b"").unwrap_err().errno(),
+        FiErrno::FI_EINVAL
+    );
+    // Shutdown of an endpoint that never connected.
+    assert_eq!(
+        unbound.shutdown().unwrap_err().errno(),
+        FiErrno::FI_ENOTCONN
+    );
+    assert!(eq.is_empty());
+}
