@@ -55,7 +55,7 @@ pub const INTERFACE_MAJOR: u8 = 1;
 ///
 /// The interface is pre-release: minor 2 changed the completion layout, and a driver of
 /// minor 2 refuses an older device.
-pub const INTERFACE_MINOR: u8 = 2;
+pub const INTERFACE_MINOR: u8 = 3;
 
 /// Width of a register access.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
