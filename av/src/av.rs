@@ -737,7 +737,10 @@ impl<N: NicAvTable> AddressVector<N> {
             let bytes: [u8; ADDR_LEN] = raw
                 .try_into()
                 .map_err(|_| FiError::inval("address has the wrong length"))?;
-            UetAddress::from_bytes(&bytes).map_err(|e| FiError::inval(e.to_string()))?;
+            if !UetAddress::bytes_are_valid(&bytes) {
+                // The full parse names what is wrong.
+                UetAddress::from_bytes(&bytes).map_err(|e| FiError::inval(e.to_string()))?;
+            }
             Ok(bytes)
         });
         self.insert_items(call, items)
@@ -1530,7 +1533,10 @@ impl<N: NicAvTable> AddressVector<N> {
             return Ok(());
         }
         let n = (*addrlen).min(addr.len()).min(ADDR_LEN);
-        if let (Some(dst), Some(src)) = (addr.get_mut(..n), slot.get(..n)) {
+        if let Some(dst) = addr.first_chunk_mut::<ADDR_LEN>().filter(|_| n == ADDR_LEN) {
+            // The common case: a whole address, copied without a length-dependent memcpy.
+            *dst = slot;
+        } else if let (Some(dst), Some(src)) = (addr.get_mut(..n), slot.get(..n)) {
             dst.copy_from_slice(src);
         }
         *addrlen = ADDR_LEN;
@@ -1593,10 +1599,9 @@ impl<N: NicAvTable> AddressVector<N> {
             }
         }
         single
-            // Slots hold only addresses that parsed when inserted.
-            .and_then(|s| UetAddress::from_bytes(s).ok())
-            .map_or(NicAvEntry::INVALID, |a| {
-                let e = NicAvEntry::for_peer(&a, self.attr.job_id);
+            // Slots hold only addresses that were valid when inserted.
+            .and_then(|s| NicAvEntry::for_peer_bytes(s, self.attr.job_id))
+            .map_or(NicAvEntry::INVALID, |e| {
                 match self.user_ids.as_deref().and_then(|u| u.get(index)) {
                     Some(user_id) => e.with_user_id(user_id),
                     None => e,

@@ -17,6 +17,12 @@
 
 use crate::dma::DmaRegion;
 use crate::error::DriverError;
+use crate::nic::AV_DOORBELL_INTERFACE_MINOR;
+use uet_regs::{AvInvalidateDoorbell, RegisterAccess, AV_INVALIDATE_DOORBELL};
+
+/// Removals of at most this many entries use `AV_INVALIDATE_DOORBELL` instead of an
+/// AV_INVALIDATE command.
+pub const DOORBELL_INVALIDATE_MAX: usize = 8;
 use crate::mapped::MappedRegion;
 use crate::nic::{Nic, NicInner};
 use std::sync::Arc;
@@ -105,6 +111,35 @@ impl NicAvTable for NicAv {
 
     fn invalidate(&mut self, indices: &[u32]) -> Result<(), NicError> {
         const OP: &str = "AV_INVALIDATE";
+        let nic = &self.table.nic;
+        if indices.len() <= DOORBELL_INVALIDATE_MAX
+            && nic.identity.interface_minor >= AV_DOORBELL_INTERFACE_MINOR
+        {
+            // A few entries: one posted register write each, no admin round trip. The AV has
+            // checked every index against the table, and register writes reach the NIC in
+            // order, so no later doorbell can see the entries.
+            let capacity = self.table.capacity;
+            let Ok(av) = u16::try_from(self.table.handle) else {
+                return Err(NicError::new(
+                    OP,
+                    "AV handle wider than the doorbell's 16 bits",
+                ));
+            };
+            if let Some(bad) = indices.iter().find(|&&i| i >= capacity) {
+                return Err(NicError::new(
+                    OP,
+                    format!("index {bad} outside the table's {capacity} entries"),
+                ));
+            }
+            let bar = nic.bar();
+            for &index in indices {
+                bar.write(
+                    AV_INVALIDATE_DOORBELL,
+                    AvInvalidateDoorbell::new().with_av(av).with_index(index),
+                );
+            }
+            return Ok(());
+        }
         for chunk in indices.chunks(MAX_BATCH as usize) {
             let nic = &self.table.nic;
             let mut admin = nic.admin();

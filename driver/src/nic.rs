@@ -37,6 +37,10 @@ use uet_regs::{
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::FromZeros;
 
+/// The interface minor version that added `AV_INVALIDATE_DOORBELL` (1.4); on older devices the
+/// driver invalidates AV entries with admin commands only.
+pub const AV_DOORBELL_INTERFACE_MINOR: u8 = 4;
+
 /// The oldest interface minor version the driver drives (see [`uet_regs::INTERFACE_MINOR`]).
 pub const REQUIRED_INTERFACE_MINOR: u8 = 3;
 
@@ -154,6 +158,9 @@ pub struct Identity {
     pub device_id: u16,
     /// Silicon revision.
     pub revision: u8,
+    /// Host interface minor version (`REVISION.interface_minor`): what the device supports
+    /// beyond the driver's minimum.
+    pub interface_minor: u8,
     /// Firmware version.
     pub fw_version: u32,
     /// The NIC's Fabric Address.
@@ -285,6 +292,7 @@ impl Nic {
             vendor_id: id.vendor_id(),
             device_id: id.device_id(),
             revision: rev.revision(),
+            interface_minor: rev.interface_minor(),
             fw_version: bar.read(FW_VERSION),
             fabric_addr: data.fabric_ip(),
             mac: data.mac,

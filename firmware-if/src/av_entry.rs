@@ -166,6 +166,46 @@ impl NicAvEntry {
         }
     }
 
+    /// The entry for a serialized address (`uet_fwif::address` layout), built straight from
+    /// its bytes: what [`NicAvEntry::for_peer`] makes of the parsed address, for the AV's insert
+    /// path, which stores addresses as bytes. `None` when the bytes are not a valid address.
+    #[inline]
+    pub fn for_peer_bytes(b: &[u8; crate::address::ADDRESS_BYTES], job_id: u32) -> Option<Self> {
+        use crate::address::flags as af;
+        if !UetAddress::bytes_are_valid(b) {
+            return None;
+        }
+        let mut flags = entry_flags::VALID;
+        let mut fa = [0u8; 16];
+        if b[1] & af::IPV6 != 0 {
+            flags |= entry_flags::IPV6;
+            fa.copy_from_slice(&b[16..32]);
+        } else {
+            fa[..4].copy_from_slice(&b[16..20]);
+        }
+        if b[1] & af::ABSOLUTE_ADDRESSING != 0 {
+            flags |= entry_flags::ABSOLUTE;
+        }
+        Some(NicAvEntry {
+            flags: U16::new(flags),
+            version: ADDRESS_VERSION,
+            caps: b[2],
+            pid_on_fep: U16::new(u16::from_be_bytes([b[4], b[5]])),
+            ri_start: U16::new(u16::from_be_bytes([b[6], b[7]])),
+            ri_count: U16::new(u16::from_be_bytes([b[8], b[9]])),
+            auth_key: U16::ZERO,
+            job_id: U32::new(job_id & MAX_JOB_ID),
+            initiator: U32::new(u32::from_be_bytes([b[12], b[13], b[14], b[15]])),
+            range_count: U32::ZERO,
+            fabric_addr: fa,
+            user_id: U64::ZERO,
+            range_svc: U32::ZERO,
+            range_offset: U32::ZERO,
+            range_first: U32::ZERO,
+            reserved: [0; 4],
+        })
+    }
+
     /// A range entry for the symmetric set whose member 0 is `base` (a single entry, as
     /// [`NicAvEntry::for_peer`] makes it), `svc` services per node, covering `count` table
     /// indices from `first` that hold members `offset ..`.
@@ -409,6 +449,33 @@ mod tests {
             v6.range_member(1).unwrap().fabric_ip().to_string(),
             "fd00::100"
         );
+    }
+
+    #[test]
+    fn entries_from_bytes_equal_entries_from_parsed_addresses() {
+        for (ip, mode, mtu) in [
+            ("10.1.2.3", AddressingMode::Relative, false),
+            ("fd00::9", AddressingMode::Absolute, true),
+        ] {
+            let a = UetAddress {
+                caps: caps::AI_FULL | caps::HPC,
+                mode,
+                max_msg_mtu: mtu,
+                pid_on_fep: 0xABC,
+                fabric_addr: ip.parse().unwrap(),
+                ri_start: 17,
+                ri_count: 9,
+                initiator: 0x1234_5678,
+            };
+            let b = a.to_bytes().unwrap();
+            assert_eq!(
+                NicAvEntry::for_peer_bytes(&b, 0x0102_0304),
+                Some(NicAvEntry::for_peer(&a, 0x0102_0304))
+            );
+            let mut bad = b;
+            bad[0] = 0;
+            assert_eq!(NicAvEntry::for_peer_bytes(&bad, 1), None);
+        }
     }
 
     #[test]

@@ -233,6 +233,19 @@ pub struct QueueDoorbell {
     pub endpoint: u16,
 }
 
+/// [`AV_INVALIDATE_DOORBELL`]: one AV entry to invalidate.
+#[bitfield(u64)]
+pub struct AvInvalidateDoorbell {
+    /// Table index.
+    pub index: u32,
+    /// AV handle.
+    pub av: u16,
+    #[bits(16)]
+    __: u16,
+}
+
+reg_value!(AvInvalidateDoorbell => W64);
+
 reg_value!(
     Id => W32, Revision => W32, CapAv => W32, CapEp => W32, CapPidOnFep => W32,
     CapResourceIndex => W32, CapProfiles => W32, CapQueues => W32, DevCtrl => W32,
@@ -420,6 +433,15 @@ register_map! {
     /// Tagged RX doorbell (since interface 1.2): an endpoint's new tagged receive ring
     /// producer index. (0x10c is left for another doorbell.)
     TRXQ_DOORBELL: QueueDoorbell = (0x110, W32, Wo, reset 0, "doorbells") DOORBELL;
+    /// AV invalidate doorbell (since interface 1.4): invalidate one entry of an AV table
+    /// without an admin command, as AV_INVALIDATE would: a single entry is cleared, a member of
+    /// a symmetric range becomes a hole. Register writes are executed in order, so every TX
+    /// doorbell written after it translates without the entry. A write naming no table or an
+    /// index outside it is dropped and counted; the driver checks both before writing.
+    AV_INVALIDATE_DOORBELL: AvInvalidateDoorbell = (0x118, W64, Wo, reset 0, "doorbells") [
+        f("index", AvInvalidateDoorbell::INDEX_OFFSET, AvInvalidateDoorbell::INDEX_BITS, "Table index."),
+        f("av", AvInvalidateDoorbell::AV_OFFSET, AvInvalidateDoorbell::AV_BITS, "AV handle."),
+    ];
 
     // ---- Counters: 0x200-0x2ff, 64-bit, free-running ---------------------------------------
 

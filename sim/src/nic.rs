@@ -44,8 +44,9 @@ use uet_fwif::datapath::{COMPLETION_BYTES, COMPLETION_PHASE_OFFSET};
 use uet_fwif::ring::phase_for_pass;
 use uet_fwif::{Completion, CompletionKind, LocalStatus};
 use uet_regs::{
-    DevStatus, FatalError, Width, BAD_REGISTER_ACCESSES, DEV_STATUS, DMA_FAULTS, FATAL_ERROR,
-    INTR_CAUSE,
+    AvInvalidateDoorbell, DevStatus, FatalError, Width, ADMIN_CQ_HEAD, ADMIN_SQ_DOORBELL,
+    AV_INVALIDATE_DOORBELL, BAD_REGISTER_ACCESSES, CQ_DOORBELL, DEV_CTRL, DEV_STATUS, DMA_FAULTS,
+    FATAL_ERROR, FUNCTION_RESET, INTR_CAUSE, RXQ_DOORBELL, TRXQ_DOORBELL, TXQ_DOORBELL,
 };
 use zerocopy::IntoBytes;
 
@@ -145,42 +146,54 @@ impl Nic {
         }
         let w = self.regs.driver_write(&d, value);
         let v32 = w.value as u32;
-        match w.info.name {
-            "DEV_CTRL" => {
+        match w.info.offset {
+            o if o == DEV_CTRL.offset() => {
                 self.dev_ctrl_written(w.old & 1 != 0, w.new & 1 != 0);
                 true
             }
-            "FUNCTION_RESET" => {
+            o if o == FUNCTION_RESET.offset() => {
                 if w.value & 1 != 0 {
                     self.function_reset();
                 }
                 false
             }
-            "ADMIN_SQ_DOORBELL" => {
+            o if o == ADMIN_SQ_DOORBELL.offset() => {
                 self.admin_doorbell(v32 as u16);
                 true
             }
-            "ADMIN_CQ_HEAD" => {
+            o if o == ADMIN_CQ_HEAD.offset() => {
                 self.admin_cq_head_written(w.old as u16, w.new as u16);
                 true
             }
-            "TXQ_DOORBELL" => {
+            o if o == TXQ_DOORBELL.offset() => {
                 self.queue_doorbell(QueueKind::Tx, v32);
                 true
             }
-            "RXQ_DOORBELL" => {
+            o if o == RXQ_DOORBELL.offset() => {
                 self.queue_doorbell(QueueKind::Rx, v32);
                 true
             }
-            "CQ_DOORBELL" => {
+            o if o == CQ_DOORBELL.offset() => {
                 self.queue_doorbell(QueueKind::Cq, v32);
                 true
             }
-            "TRXQ_DOORBELL" => {
+            o if o == TRXQ_DOORBELL.offset() => {
                 self.queue_doorbell(QueueKind::TaggedRx, v32);
                 true
             }
+            o if o == AV_INVALIDATE_DOORBELL.offset() => {
+                self.av_invalidate_doorbell(AvInvalidateDoorbell::from_bits(w.value));
+                false
+            }
             _ => false,
+        }
+    }
+
+    /// `AV_INVALIDATE_DOORBELL`: invalidate one entry, as AV_INVALIDATE does for a list.
+    fn av_invalidate_doorbell(&mut self, d: AvInvalidateDoorbell) {
+        match self.avs.get_mut(u32::from(d.av())) {
+            Some(t) if d.index() < t.capacity => t.invalidate(d.index()),
+            _ => self.counters.debug.bad_doorbells += 1,
         }
     }
 

@@ -131,7 +131,7 @@ fn capabilities_follow_the_config() {
     assert_eq!(f.read(CAP_EP).max_endpoints(), 5);
     assert_eq!(f.read(CAP_PROFILES).mtu(), 1024);
     assert_eq!(f.read(CAP_MAX_MSG), 64 * 1024);
-    assert_eq!(f.read(REVISION).interface_minor(), 3);
+    assert_eq!(f.read(REVISION).interface_minor(), INTERFACE_MINOR);
     let reference = fabric.add_nic(NicConfig::new(addr("10.0.0.3"))).unwrap();
     assert_eq!(reference.read(CAP_MAX_MSG), 0x0010_0000);
     assert!(
@@ -193,4 +193,21 @@ fn dma_map_rules() {
     assert!(f.dma_unmap(0x40000, 0x1000).is_err(), "nothing mapped");
     f.dma_unmap(0x10000, 0x4000).unwrap();
     f.dma_map(0x10000, 0x4000, fd, 0).unwrap();
+}
+
+#[test]
+fn av_doorbell_for_no_table_is_dropped_and_counted() {
+    let fabric = Fabric::new();
+    let f = fabric.add_nic(NicConfig::new(addr("10.0.0.1"))).unwrap();
+    let before = f.debug_counters().bad_doorbells;
+    f.write(
+        AV_INVALIDATE_DOORBELL,
+        AvInvalidateDoorbell::new().with_av(7).with_index(3),
+    );
+    f.write(
+        AV_INVALIDATE_DOORBELL,
+        AvInvalidateDoorbell::new().with_av(0).with_index(u32::MAX),
+    );
+    assert_eq!(f.debug_counters().bad_doorbells, before + 2);
+    assert_eq!(f.read64(AV_INVALIDATE_DOORBELL.offset()), 0, "write-only");
 }
