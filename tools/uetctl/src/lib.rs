@@ -3,4 +3,5 @@
 
 pub mod demo;
 pub mod dump;
+pub mod regs;
 pub mod stats;

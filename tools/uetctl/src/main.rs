@@ -75,6 +75,17 @@ enum Command {
         #[command(flatten)]
         job: JobArgs,
     },
+    /// Print a NIC's BAR0 registers, decoded (reading has no side effects).
+    Regs {
+        /// Run the demo job on the simulated fabric first and read its NICs.
+        #[arg(long)]
+        demo: bool,
+        /// Only this rank's NIC (default: every rank).
+        #[arg(long)]
+        rank: Option<usize>,
+        #[command(flatten)]
+        job: JobArgs,
+    },
     /// Address vectors.
     Av {
         #[command(subcommand)]
@@ -126,6 +137,16 @@ fn main() -> ExitCode {
             }
             stats::run(&job.into(), cli.json)
         }
+        Command::Regs { demo, rank, job } => {
+            if !demo {
+                eprintln!(
+                    "uetctl regs: only the simulated demo fabric can be read so far (--demo); \
+                     a NIC bound to vfio-pci needs the VFIO backend"
+                );
+                return ExitCode::from(2);
+            }
+            run_regs(job.into(), rank, cli.json)
+        }
         Command::Av {
             command: AvCommand::Dump { demo, rank, job },
         } => {
@@ -139,6 +160,43 @@ fn main() -> ExitCode {
             run_dump(job.into(), rank, cli.json)
         }
     }
+}
+
+fn run_regs(cfg: DemoConfig, rank: Option<usize>, as_json: bool) -> ExitCode {
+    let outcome = match run_job(&cfg) {
+        Ok(o) => o,
+        Err(code) => return code,
+    };
+    if let Some(r) = rank {
+        if r >= outcome.ranks.len() {
+            eprintln!(
+                "uetctl: --rank {r} out of range: the job has ranks 0..{}",
+                outcome.ranks.len()
+            );
+            return ExitCode::from(2);
+        }
+    }
+    let mut docs = Vec::new();
+    for r in &outcome.ranks {
+        if rank.is_some_and(|want| want != r.report.rank) {
+            continue;
+        }
+        let values = uetctl::regs::read_all(r.nic.bar0());
+        if as_json {
+            docs.push(json!({
+                "rank": r.report.rank,
+                "nic": r.report.fabric_addr.to_string(),
+                "registers": uetctl::regs::render_json(&values),
+            }));
+        } else {
+            let title = format!("rank {} NIC {} BAR0", r.report.rank, r.report.fabric_addr);
+            println!("{}", uetctl::regs::render_text(&title, &values));
+        }
+    }
+    if as_json {
+        println!("{:#}", json!({ "nics": docs }));
+    }
+    ExitCode::SUCCESS
 }
 
 fn run_job(cfg: &DemoConfig) -> Result<DemoOutcome, ExitCode> {

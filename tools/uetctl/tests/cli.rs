@@ -307,3 +307,42 @@ fn stats_prints_nic_and_endpoint_counters_of_every_rank() {
         assert_eq!(r["nic"]["RX_PERM_VIOLATION"], 0, "{r}");
     }
 }
+
+#[test]
+fn regs_prints_every_register_of_the_demo_nics() {
+    let out = uetctl(&[
+        "regs",
+        "--demo",
+        "--ranks",
+        "2",
+        "--messages",
+        "1",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let nics = v["nics"].as_array().unwrap();
+    assert_eq!(nics.len(), 2);
+    let regs = nics[1]["registers"].as_array().unwrap();
+    let status = regs.iter().find(|r| r["name"] == "DEV_STATUS").unwrap();
+    assert_eq!(status["fields"]["enabled"], 1);
+    let out = uetctl(&[
+        "regs",
+        "--demo",
+        "--ranks",
+        "2",
+        "--messages",
+        "1",
+        "--rank",
+        "0",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("rank 0 NIC 10.0.0.1 BAR0"), "{text}");
+    assert!(text.contains("TX_PACKETS"), "{text}");
+    let out = uetctl(&["regs"]);
+    assert_eq!(out.status.code(), Some(2));
+}
