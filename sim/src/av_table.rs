@@ -7,11 +7,9 @@
 //!   1M-entry table cost nothing until an entry is written.
 //! * `rx_ctx_bits`: a destination `fi_addr_t` carries the receive context in its top
 //!   `rx_ctx_bits` bits (`fi_rx_addr`) and the table index in the rest.
-//! * A reverse map `(fabric address, initiator id) -> index` serves FI_SOURCE on receive: the
-//!   lowest valid index holding the sender is reported (or its user id when the entry has one).
-//!   Like a NIC's CAM it is a hash table with one slot per key; entries that share a key (the
-//!   same peer inserted twice) are chained through a per-entry link array, so programming an
-//!   entry never allocates.
+//! * A source CAM (`source_cam`) maps (fabric address, initiator id) to the single entries
+//!   holding that peer and serves FI_SOURCE on receive: the lowest valid index holding the
+//!   sender is reported (or its user id when the entry has one).
 //! * A table cannot be destroyed while an endpoint is bound to it.
 //!
 //! * Symmetric range entries (`RANGE`, see `uet_fwif::av_entry`) are kept in a list sorted by
@@ -24,55 +22,11 @@
 //! * A bitmap of the indices holding single entries lets AV_WRITE check a new range against
 //!   them without touching the (lazily allocated) entry pages.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use crate::source_cam::{SourceCam, SourceKey};
 use std::net::IpAddr;
 use uet_fwif::av_entry::entry_flags;
 use uet_fwif::NicAvEntry;
 use zerocopy::FromZeros;
-
-/// End of a reverse-map chain.
-const NO_LINK: u32 = u32::MAX;
-
-/// The reverse-map key: a peer's fabric address (IPv6 or IPv4 in the low bytes, the address
-/// type folded into bit 1 so the two families never collide) and its initiator id.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct ReverseKey {
-    fabric_addr: u128,
-    initiator: u32,
-}
-
-/// A multiply-rotate hasher for the reverse map: keys come from the driver, not from the wire,
-/// and a table is private to one function, so hash flooding is not a concern and speed is.
-#[derive(Default)]
-struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut w = [0u8; 8];
-            w[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(w));
-        }
-    }
-
-    fn write_u32(&mut self, v: u32) {
-        self.write_u64(u64::from(v));
-    }
-
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-
-    fn write_u128(&mut self, v: u128) {
-        self.write_u64(v as u64);
-        self.write_u64((v >> 64) as u64);
-    }
-}
 
 /// A range entry and the members removed from it.
 #[derive(Debug)]
@@ -128,9 +82,7 @@ pub(crate) struct AvTable {
     pub rx_ctx_bits: u8,
     entries: Vec<NicAvEntry>,
     /// Key -> first index of its chain.
-    reverse: HashMap<ReverseKey, u32, BuildHasherDefault<KeyHasher>>,
-    /// Index -> next index with the same key, [`NO_LINK`] at the end. Allocated on first use.
-    links: Vec<u32>,
+    cam: SourceCam,
     /// Bit per index: a valid single entry is there. Grows with the highest such index.
     singles: Vec<u64>,
     /// Range entries, sorted by `range_first`.
@@ -151,8 +103,7 @@ impl AvTable {
             capacity,
             rx_ctx_bits,
             entries,
-            reverse: HashMap::default(),
-            links: Vec::new(),
+            cam: SourceCam::default(),
             singles: Vec::new(),
             ranges: Vec::new(),
             bound: 0,
@@ -164,57 +115,24 @@ impl AvTable {
         self.entries.get(usize::try_from(index).ok()?)
     }
 
-    fn key(e: &NicAvEntry) -> Option<ReverseKey> {
-        e.is_valid().then(|| ReverseKey {
+    fn key(e: &NicAvEntry) -> Option<SourceKey> {
+        e.is_valid().then(|| SourceKey {
             fabric_addr: u128::from_le_bytes(e.fabric_addr)
                 ^ u128::from(e.flags.get() & entry_flags::IPV6),
             initiator: e.initiator.get(),
         })
     }
 
-    fn link(&self, index: u32) -> u32 {
-        self.links.get(index as usize).copied().unwrap_or(NO_LINK)
+    /// The CAM key of the single entry at `index`.
+    fn key_at(entries: &[NicAvEntry], index: u32) -> Option<SourceKey> {
+        entries.get(index as usize).and_then(Self::key)
     }
 
-    fn set_link(&mut self, index: u32, next: u32) {
-        let i = index as usize;
-        if i >= self.links.len() {
-            if next == NO_LINK {
-                return;
-            }
-            self.links.resize(self.entries.len(), NO_LINK);
-        }
-        if let Some(l) = self.links.get_mut(i) {
-            *l = next;
-        }
-    }
-
+    /// Take the single entry at `index` out of the source CAM.
     fn unlink(&mut self, index: u32) {
-        let Some(k) = self.get(index).and_then(Self::key) else {
-            return;
-        };
-        let Some(&head) = self.reverse.get(&k) else {
-            return;
-        };
-        let next = self.link(index);
-        if head == index {
-            if next == NO_LINK {
-                self.reverse.remove(&k);
-            } else if let Some(h) = self.reverse.get_mut(&k) {
-                *h = next;
-            }
-        } else {
-            let mut at = head;
-            while at != NO_LINK {
-                let after = self.link(at);
-                if after == index {
-                    self.set_link(at, next);
-                    break;
-                }
-                at = after;
-            }
+        if let Some(k) = Self::key_at(&self.entries, index) {
+            self.cam.remove(k, index);
         }
-        self.set_link(index, NO_LINK);
     }
 
     fn set_single_bit(&mut self, index: u32, on: bool) {
@@ -368,10 +286,8 @@ impl AvTable {
         // stays removed when the single entry goes.
         self.set_single_bit(index, true);
         if let Some(k) = Self::key(&entry) {
-            let prev = self.reverse.insert(k, index);
-            if let Some(prev) = prev {
-                self.set_link(index, prev);
-            }
+            let entries = &self.entries;
+            self.cam.insert(k, index, |i| Self::key_at(entries, i));
         }
     }
 
@@ -474,20 +390,12 @@ impl AvTable {
                 u128::from(entry_flags::IPV6)
             }
         };
-        let key = ReverseKey {
+        let key = SourceKey {
             fabric_addr: u128::from_le_bytes(fa) ^ ipv6,
             initiator,
         };
-        // The lowest single entry on the chain...
-        let mut best = self.reverse.get(&key).map(|&head| {
-            let mut index = head;
-            let mut at = self.link(head);
-            while at != NO_LINK {
-                index = index.min(at);
-                at = self.link(at);
-            }
-            index
-        });
+        // The lowest single entry holding the sender...
+        let mut best = self.cam.lowest(key, |i| Self::key_at(&self.entries, i));
         // ...or a range member, if one sits lower.
         for r in &self.ranges {
             if best.is_some_and(|b| b <= r.first) {

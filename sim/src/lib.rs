@@ -68,6 +68,7 @@ mod regfile;
 mod rma_engine;
 mod rx_engine;
 pub mod ses;
+mod source_cam;
 mod tag_match;
 mod tx_engine;
 
