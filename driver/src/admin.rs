@@ -23,7 +23,6 @@
 use crate::dma::{DmaError, DmaRegion};
 use crate::error::DriverError;
 use crate::mapped::MappedRegion;
-use std::collections::HashMap;
 use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
 use uet_fwif::admin::{
@@ -66,6 +65,56 @@ enum Slot {
     Abandoned,
 }
 
+/// Entries of the command table: twice the ring, so a free entry is always within reach of
+/// the next command id while at most a ring's worth of commands is outstanding.
+const COMMAND_TABLE: usize = 2 << ADMIN_RING_LOG2;
+/// Completions consumed before the driver reports its CQ head to the device (it also reports
+/// whenever it finds no new completion, so a device waiting for room never waits on it).
+const CQ_HEAD_REPORT_EVERY: u32 = 1 << (ADMIN_RING_LOG2 - 2);
+
+/// Commands submitted and not yet taken, by command id: a fixed table indexed by the id's low
+/// bits, so filing a command or a completion costs an array access, not a hash.
+struct CommandTable {
+    entries: Vec<Option<(u16, Slot)>>,
+}
+
+impl CommandTable {
+    fn new() -> Self {
+        CommandTable {
+            entries: (0..COMMAND_TABLE).map(|_| None).collect(),
+        }
+    }
+
+    fn at(id: u16) -> usize {
+        usize::from(id) % COMMAND_TABLE
+    }
+
+    fn is_free(&self, id: u16) -> bool {
+        self.entries.get(Self::at(id)).is_some_and(Option::is_none)
+    }
+
+    fn insert(&mut self, id: u16, slot: Slot) {
+        if let Some(e) = self.entries.get_mut(Self::at(id)) {
+            *e = Some((id, slot));
+        }
+    }
+
+    fn remove(&mut self, id: u16) -> Option<Slot> {
+        let e = self.entries.get_mut(Self::at(id))?;
+        match e.take() {
+            Some((held, slot)) if held == id => Some(slot),
+            other => {
+                *e = other;
+                None
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        self.entries.iter_mut().for_each(|e| *e = None);
+    }
+}
+
 /// The driver's side of the admin queue pair.
 pub struct AdminQueue {
     sq: MappedRegion,
@@ -78,7 +127,9 @@ pub struct AdminQueue {
     next_command_id: u16,
     timeout: Duration,
     /// Commands submitted and not yet taken, by command id.
-    commands: HashMap<u16, Slot>,
+    commands: CommandTable,
+    /// Completions consumed since the CQ head was last written to the device.
+    unreported: u32,
     /// Commands the device has not completed yet (outstanding or abandoned).
     in_flight: usize,
 }
@@ -96,7 +147,8 @@ impl AdminQueue {
             cq_phase: true,
             next_command_id: 0,
             timeout: DEFAULT_TIMEOUT,
-            commands: HashMap::new(),
+            commands: CommandTable::new(),
+            unreported: 0,
             in_flight: 0,
         }
     }
@@ -117,6 +169,7 @@ impl AdminQueue {
         self.cq_head = 0;
         self.cq_phase = true;
         self.commands.clear();
+        self.unreported = 0;
         self.in_flight = 0;
         bar.write(ADMIN_SQ_BASE, self.sq.region().iova());
         bar.write(ADMIN_CQ_BASE, self.cq.region().iova());
@@ -180,8 +233,17 @@ impl AdminQueue {
         let opcode = entry.opcode;
         self.make_room(bar, opcode)?;
         let mut command_id = self.next_command_id;
-        while self.commands.contains_key(&command_id) {
+        let mut tries = 0;
+        while !self.commands.is_free(command_id) {
             command_id = command_id.wrapping_add(1);
+            tries += 1;
+            if tries > COMMAND_TABLE {
+                // Only commands abandoned after a timeout, whose completions never came, can
+                // fill the table: the device is not answering.
+                return Err(DriverError::AdminProtocol(format!(
+                    "{COMMAND_TABLE} admin commands are unanswered; reset the function"
+                )));
+            }
         }
         self.next_command_id = command_id.wrapping_add(1);
         entry.command_id = U16::new(command_id);
@@ -242,7 +304,7 @@ impl AdminQueue {
             }
             collected += 1;
             let id = cqe.command_id.get();
-            match self.commands.remove(&id) {
+            match self.commands.remove(id) {
                 Some(Slot::Outstanding { opcode, .. }) => {
                     self.in_flight = self.in_flight.saturating_sub(1);
                     self.commands.insert(id, Slot::Done { opcode, cqe });
@@ -258,7 +320,16 @@ impl AdminQueue {
                 None => stray = Some(id),
             }
         }
-        if collected > 0 {
+        // Report the CQ head every few completions, and whenever nothing new came: a device
+        // that ran out of completion room is then never left waiting.
+        self.unreported += collected as u32;
+        let report = if collected == 0 {
+            self.unreported > 0
+        } else {
+            self.unreported >= CQ_HEAD_REPORT_EVERY
+        };
+        if report {
+            self.unreported = 0;
             bar.write(ADMIN_CQ_HEAD, RingIndex::new().with_index(self.cq_head));
         }
         match stray {
@@ -281,7 +352,7 @@ impl AdminQueue {
         if let Err(e) = self.reap(bar) {
             tracing::warn!("{e}");
         }
-        match self.commands.remove(&id) {
+        match self.commands.remove(id) {
             Some(Slot::Done { opcode, cqe }) => Some(match cqe.status() {
                 Status::Success => Ok(AdminResult {
                     result0: cqe.result0.get(),
