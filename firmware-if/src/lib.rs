@@ -7,6 +7,7 @@
 //! | [`admin`] | the admin queue pair: 64-byte commands, 16-byte completions, opcodes, status codes |
 //! | [`identify`] | the IDENTIFY data page |
 //! | [`av_entry`] | the NIC AV entry (64 bytes) and the AV_WRITE record |
+//! | [`auth_key`] | the auth-key (JobID) table: commands, slot layout, the auth key's byte form |
 //! | [`counters`] | the per-endpoint counter block COUNTERS_READ returns |
 //! | [`address`] | the UET endpoint address as `fi_getname` returns it (32 bytes, big-endian) |
 //! | [`datapath`] | TX/RX/tagged-RX descriptors, datapath completions, resource-index spaces, tag matching, RMA and inject rules |
@@ -23,6 +24,7 @@
 
 pub mod address;
 pub mod admin;
+pub mod auth_key;
 pub mod av_entry;
 pub mod counters;
 pub mod datapath;

@@ -52,10 +52,11 @@ pub const INTERFACE_MAJOR: u8 = 1;
 /// |---|---|
 /// | 1 | `CAP_MAX_MSG`: messages longer than the MTU |
 /// | 2 | tagged messages, RMA write/read, inject, memory regions, per-endpoint counters: `CAP_TAGGED`, `TRXQ_DOORBELL`, `RX_PERM_VIOLATION`, `RX_UNEXPECTED_OVERFLOW`, `RX_UNEXPECTED`; the 64-byte datapath completion |
+/// | 3 | auth keys: `CAP_AUTH_KEY`, AUTH_KEY_ADD, AUTH_KEY_REMOVE, AUTH_KEY_SOURCE, AUTH_KEY_READ, ENDPOINT_AUTH_KEYS; the AV entry's `AUTH_KEY` flag takes effect |
 ///
 /// The interface is pre-release: minor 2 changed the completion layout, and a driver of
 /// minor 2 refuses an older device.
-pub const INTERFACE_MINOR: u8 = 2;
+pub const INTERFACE_MINOR: u8 = 3;
 
 /// Width of a register access.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
