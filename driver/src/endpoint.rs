@@ -35,6 +35,16 @@
 //!
 //! The send path (`post_*`, `inject`) takes no lock, allocates nothing and never looks at the
 //! AV: it writes one descriptor, fences and rings one doorbell.
+//!
+//! ## Auth keys
+//!
+//! An endpoint created with an AV that holds auth keys (`FI_AV_AUTH_KEY`) is enabled with the
+//! keys the AV holds at that moment, as fi_av(3) says: right after ENDPOINT_CREATE, one
+//! ENDPOINT_AUTH_KEYS grants it their NIC slots, and it accepts requests carrying their
+//! JobIDs besides its own. Keys inserted later are not granted unless
+//! [`Endpoint::grant_auth_key`] asks for it. The grants are counted per slot on the NIC
+//! object, so the AV refuses to remove a key (`FI_EBUSY`) while an endpoint enabled with it is
+//! open; dropping the endpoint (ENDPOINT_DESTROY, which revokes its grants) releases them.
 
 use crate::av::{Av, AvTableHandle};
 use crate::errno::completion_errno;
@@ -46,9 +56,10 @@ use std::net::IpAddr;
 use std::ops::Range;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
-use uet_av::FiErrno;
+use uet_av::{FiAddr, FiErrno, FiError};
 use uet_fwif::address::{AddressingMode, UetAddress};
 use uet_fwif::admin::{BufferBody, Command, EndpointCreateBody, EP_FLAG_ABSOLUTE};
+use uet_fwif::auth_key::EndpointAuthKeysBody;
 use uet_fwif::counters::RETURN_CODES;
 use uet_fwif::datapath::{
     Completion, CompletionKind, LocalStatus, RxDescriptor, TaggedRxDescriptor, TxDescriptor,
@@ -276,6 +287,8 @@ pub struct Endpoint {
     cq_phase: bool,
     mtu: usize,
     max_msg: usize,
+    /// Auth-key slots granted to the endpoint (counted in `NicInner::auth_grants`).
+    auth_slots: Vec<u16>,
 }
 
 fn align_page(x: usize) -> usize {
@@ -385,7 +398,7 @@ impl Nic {
             ri_count: (result.result1 >> 16) as u16,
             initiator,
         };
-        let endpoint = Endpoint {
+        let mut endpoint = Endpoint {
             nic: self.inner.clone(),
             _av: av_table,
             handle,
@@ -402,11 +415,21 @@ impl Nic {
             cq_phase: true,
             mtu: usize::from(caps.mtu),
             max_msg: caps.max_msg_size as usize,
+            auth_slots: Vec::new(),
         };
         if let Err(e) = address.validate() {
             return Err(DriverError::AdminProtocol(format!(
                 "ENDPOINT_CREATE returned an invalid address: {e}"
             )));
+        }
+        if let Some(av) = av.filter(|a| a.has_auth_keys()) {
+            let mut slots: Vec<u16> = av.auth_keys().map(|k| k.slot).collect();
+            slots.sort_unstable();
+            slots.dedup();
+            if !slots.is_empty() {
+                // On failure the endpoint drops here and ENDPOINT_DESTROY removes it.
+                endpoint.set_auth_slots(slots)?;
+            }
         }
         tracing::debug!(%address, handle, "endpoint created");
         Ok(endpoint)
@@ -414,6 +437,66 @@ impl Nic {
 }
 
 impl Endpoint {
+    /// Grant the endpoint exactly `slots` (ascending, distinct) with one ENDPOINT_AUTH_KEYS,
+    /// and move the per-slot counts from the old set to the new.
+    fn set_auth_slots(&mut self, slots: Vec<u16>) -> Result<(), DriverError> {
+        self.nic.execute(Command::EndpointAuthKeys {
+            endpoint: u32::from(self.handle),
+            body: EndpointAuthKeysBody::granting(slots.iter().copied()),
+        })?;
+        let grants = &self.nic.auth_grants;
+        for s in &slots {
+            if let Some(n) = grants.get(usize::from(*s)) {
+                n.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+        for s in core::mem::replace(&mut self.auth_slots, slots) {
+            if let Some(n) = grants.get(usize::from(s)) {
+                n.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        Ok(())
+    }
+
+    /// The NIC auth-key slots the endpoint is granted (it accepts their JobIDs), ascending.
+    pub fn auth_key_slots(&self) -> &[u16] {
+        &self.auth_slots
+    }
+
+    /// Enable the endpoint with one more auth key of its AV: `handle` from
+    /// [`uet_av::AddressVector::insert_auth_key`] on `av`, the AV the endpoint was created
+    /// with. A key already granted changes nothing. `FI_EINVAL` when `av` is not the
+    /// endpoint's AV or `handle` is no key of it; the NIC's refusal as its errno. On error the
+    /// endpoint keeps the keys it had.
+    pub fn grant_auth_key(&mut self, av: &Av, handle: FiAddr) -> Result<(), FiError> {
+        let same_av = self
+            ._av
+            .as_ref()
+            .is_some_and(|t| Arc::ptr_eq(t, av.nic().table()));
+        if !same_av {
+            return Err(FiError::inval(
+                "grant_auth_key: the AV is not the one the endpoint was created with",
+            ));
+        }
+        let slot = av
+            .auth_keys()
+            .find(|k| k.handle == handle)
+            .map(|k| k.slot)
+            .ok_or_else(|| {
+                FiError::inval(format!(
+                    "grant_auth_key: {handle:#x} is no auth key of the AV"
+                ))
+            })?;
+        if self.auth_slots.contains(&slot) {
+            return Ok(());
+        }
+        let mut slots = self.auth_slots.clone();
+        slots.push(slot);
+        slots.sort_unstable();
+        self.set_auth_slots(slots)
+            .map_err(crate::errno::admin_to_fi)
+    }
+
     /// The endpoint's UET address, as `fi_getname` returns it.
     pub fn address(&self) -> &UetAddress {
         &self.address
@@ -1048,7 +1131,14 @@ impl Drop for Endpoint {
         match self.nic.execute(Command::EndpointDestroy {
             endpoint: u32::from(self.handle),
         }) {
-            Ok(_) => {}
+            Ok(_) => {
+                // ENDPOINT_DESTROY revoked the endpoint's auth-key grants.
+                for s in self.auth_slots.drain(..) {
+                    if let Some(n) = self.nic.auth_grants.get(usize::from(s)) {
+                        n.fetch_sub(1, Ordering::AcqRel);
+                    }
+                }
+            }
             Err(e) => {
                 // The NIC may still own the rings and posted buffers: never hand that memory
                 // back while the device could write it. It is released with the NIC's reset.
