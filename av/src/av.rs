@@ -39,9 +39,16 @@
 //!   one fails, the addresses of the earlier ones are removed and the rest stay.
 //! - **Receive-context bits.** `remove` and `lookup` accept an `fi_addr_t` built with
 //!   [`crate::fi_rx_addr`]: the top `rx_ctx_bits` bits are ignored.
-//! - **Flags not supported yet** (`FI_AUTH_KEY` on insert, remove and
-//!   [`AddressVector::set_user_id`]) are refused with `FI_EBADFLAGS` naming them, as are
-//!   unknown bits. Bad arguments change nothing: no pending batch is sent, no index is taken.
+//! - **Unknown flag bits** are refused with `FI_EBADFLAGS` naming them. Bad arguments change
+//!   nothing: no pending batch is sent, no index is taken.
+//!
+//! ## Auth keys
+//!
+//! An AV of a domain opened with `auth_key_size` = `FI_AV_AUTH_KEY` ([`AvAttr::auth_key_size`])
+//! holds auth keys (JobIDs) in the NIC's auth-key table: [`AddressVector::insert_auth_key`],
+//! [`AddressVector::lookup_auth_key`], `FI_AUTH_KEY` on insert, remove and
+//! [`AddressVector::set_user_id`]. See [`auth_keys`] for the handles, the byte form of a key
+//! and every error.
 //!
 //! ## `FI_EVENT`: asynchronous inserts
 //!
@@ -149,14 +156,18 @@ use crate::addr_str::{
 };
 use crate::errno::{FiErrno, FiError};
 use crate::flags::{
-    flag_names, AvType, FiAddr, FI_ADDR_NOTAVAIL, FI_AUTH_KEY, FI_AV_USER_ID, FI_EVENT, FI_MORE,
-    FI_READ, FI_SYMMETRIC, FI_SYNC_ERR,
+    flag_names, AvType, FiAddr, FI_ADDR_NOTAVAIL, FI_AUTH_KEY, FI_AV_AUTH_KEY, FI_AV_USER_ID,
+    FI_EVENT, FI_MORE, FI_READ, FI_SYMMETRIC, FI_SYNC_ERR,
 };
 use crate::index_alloc::IndexAllocator;
 use crate::mirror::{Range, Ranges, Slots};
 use crate::nic::NicAvTable;
 
+pub mod auth_keys;
 mod events;
+pub use auth_keys::{
+    is_auth_key_addr, AuthKeyInfo, AuthKeyMismatch, AUTH_KEY_ADDR_BASE, AUTH_KEY_MAX_RX_CTX_BITS,
+};
 pub use events::{AvCloseError, WithContext, MAX_WRITES_IN_FLIGHT};
 
 /// Size of one address in `fi_av_insert`'s buffer and `fi_av_lookup`'s output.
@@ -173,13 +184,7 @@ const _: () = assert!(
 /// Open flags this AV supports (`FI_READ` only together with a name, which comes later).
 const OPEN_FLAGS: u64 = FI_AV_USER_ID | FI_EVENT | FI_SYMMETRIC | FI_READ;
 /// Insert flags this AV supports.
-const INSERT_FLAGS: u64 = FI_MORE | FI_SYNC_ERR | FI_AV_USER_ID;
-/// Insert flags this AV knows but does not support yet.
-const INSERT_FLAGS_LATER: u64 = FI_AUTH_KEY;
-/// Remove flags this AV knows but does not support yet.
-const REMOVE_FLAGS_LATER: u64 = FI_AUTH_KEY;
-/// `set_user_id` flags this AV knows but does not support yet.
-const SET_USER_ID_FLAGS_LATER: u64 = FI_AUTH_KEY;
+const INSERT_FLAGS: u64 = FI_MORE | FI_SYNC_ERR | FI_AV_USER_ID | FI_AUTH_KEY;
 
 /// Source of [`AddressVector`] identities (for [`crate::AvSet`]s).
 static NEXT_AV_ID: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(1);
@@ -211,8 +216,12 @@ pub struct AvAttr {
     /// `flags` of `fi_av_open`: `FI_EVENT`, `FI_AV_USER_ID`, `FI_SYMMETRIC` (a hint; accepted),
     /// `FI_READ` (needs a name).
     pub flags: u64,
-    /// JobID (24 bits) stamped into every NIC entry, from the domain's auth key.
+    /// JobID (24 bits) stamped into every NIC entry, from the domain's auth key. Entries
+    /// inserted against an AV auth key (`FI_AUTH_KEY`) carry that key's JobID instead.
     pub job_id: u32,
+    /// The domain's `auth_key_size`: 0 or 4 (the domain's key is `job_id`), or
+    /// [`FI_AV_AUTH_KEY`] (`usize::MAX`): the AV holds auth keys ([`auth_keys`]).
+    pub auth_key_size: usize,
     /// The domain's `addr_format`: binary UET addresses or `FI_ADDR_STR` strings.
     pub addr_format: AddrFormat,
 }
@@ -315,6 +324,8 @@ pub struct AvLimits {
     pub max_rx_ctx: u64,
     /// Endpoints the NIC can hold (`CAP_EP.max_endpoints`): the bound of `ep_per_node`.
     pub max_endpoints: u32,
+    /// Auth keys an AV can hold: the slots of the NIC's auth-key table (`CAP_AUTH_KEY.slots`).
+    pub max_auth_keys: u16,
 }
 
 impl AvLimits {
@@ -326,6 +337,7 @@ impl AvLimits {
             max_rx_ctx_bits,
             max_rx_ctx: u64::MAX,
             max_endpoints: u32::MAX,
+            max_auth_keys: uet_fwif::auth_key::MAX_AUTH_KEY_SLOTS,
         }
     }
 
@@ -352,6 +364,8 @@ impl AvAttr {
     /// | `rx_ctx_bits` | above `max_rx_ctx_bits`, above the bits of `max_rx_ctx`, or leaving too few index bits for `count` | `FI_EINVAL` |
     /// | `ep_per_node` | above `max_endpoints` | `FI_EINVAL` |
     /// | JobID | wider than 24 bits | `FI_EINVAL` |
+    /// | `auth_key_size` | not 0, 4 or `FI_AV_AUTH_KEY` | `FI_EINVAL` |
+    /// | `rx_ctx_bits` | above [`AUTH_KEY_MAX_RX_CTX_BITS`] with `FI_AV_AUTH_KEY` | `FI_EINVAL` |
     ///
     /// `type` is always valid here ([`av_type_from_c`] checks a C value); `map_addr` is
     /// ignored without a name. The driver calls this to size the NIC table (AV_CREATE) before
@@ -407,6 +421,14 @@ impl AvAttr {
             return Err(FiError::inval(format!(
                 "fi_av_open: JobID {:#x} is wider than 24 bits",
                 self.job_id
+            )));
+        }
+        auth_keys::check_auth_key_size(self.auth_key_size)?;
+        if self.auth_key_size == FI_AV_AUTH_KEY && self.rx_ctx_bits > AUTH_KEY_MAX_RX_CTX_BITS {
+            return Err(FiError::inval(format!(
+                "fi_av_open: rx_ctx_bits {} exceeds {AUTH_KEY_MAX_RX_CTX_BITS} in an \
+                 FI_AV_AUTH_KEY domain (auth-key handles must stay apart from addresses)",
+                self.rx_ctx_bits
             )));
         }
         let max = limits.max_entries as usize;
@@ -548,6 +570,8 @@ pub struct AddressVector<N: NicAvTable> {
     alloc: IndexAllocator,
     /// User ids, once the AV has any (opened with `FI_AV_USER_ID`, or a per-insert user id).
     user_ids: Option<Box<UserIds>>,
+    /// Auth keys, when the domain was opened with `FI_AV_AUTH_KEY`.
+    auth: Option<Box<auth_keys::AuthKeys>>,
     /// Indices inserted with `FI_MORE` whose NIC records are not sent yet, in insertion order.
     pending: Vec<u32>,
     write_buf: Vec<AvWriteRecord>,
@@ -609,6 +633,8 @@ impl<N: NicAvTable> AddressVector<N> {
             ranges: Ranges::default(),
             alloc: IndexAllocator::new(capacity),
             user_ids,
+            auth: (attr.auth_key_size == FI_AV_AUTH_KEY)
+                .then(|| Box::new(auth_keys::AuthKeys::new(limits.max_auth_keys))),
             pending: Vec::new(),
             write_buf: Vec::new(),
             index_buf: Vec::new(),
@@ -863,8 +889,8 @@ impl<N: NicAvTable> AddressVector<N> {
             )));
         }
         let range = SymRange::parse(node, nodecnt, service, svccnt).map_err(prefix)?;
-        // Sequential addresses without per-address user ids are stored as ranges.
-        if self.user_ids.is_none() && call.flags & FI_AV_USER_ID == 0 {
+        // Sequential addresses without per-address user ids or auth keys are stored as ranges.
+        if self.user_ids.is_none() && call.flags & (FI_AV_USER_ID | FI_AUTH_KEY) == 0 {
             if let Some((base, svc, total)) = range.literal_set() {
                 return self.insert_symmetric(call, base, svc, total);
             }
@@ -886,7 +912,7 @@ impl<N: NicAvTable> AddressVector<N> {
         flags: u64,
         status: Option<&'a mut [i32]>,
     ) -> Result<InsertCall<'a>, FiError> {
-        check_flags(call, flags, INSERT_FLAGS, INSERT_FLAGS_LATER)?;
+        check_flags(call, flags, INSERT_FLAGS)?;
         if flags & FI_SYNC_ERR != 0 && self.attr.flags & FI_EVENT != 0 {
             return Err(FiError::badflags(format!(
                 "{call}: FI_SYNC_ERR applies to synchronous inserts only, and this AV was opened \
@@ -901,11 +927,20 @@ impl<N: NicAvTable> AddressVector<N> {
                      FI_AV_USER_ID; use set_user_id"
                 )));
             }
+            if self.auth.is_some() {
+                return Err(FiError::inval(format!(
+                    "{call}: the FI_AV_USER_ID insert flag is invalid in an FI_AV_AUTH_KEY \
+                     domain; use set_user_id"
+                )));
+            }
             if fi_addr.is_none() {
                 return Err(FiError::inval(format!(
                     "{call}: FI_AV_USER_ID needs the fi_addr array (it holds the user ids)"
                 )));
             }
+        }
+        if flags & FI_AUTH_KEY != 0 {
+            self.check_insert_keys(call, count, fi_addr.as_deref(), flags)?;
         }
         if let Some(out) = fi_addr.as_deref() {
             if out.len() < count {
@@ -983,6 +1018,7 @@ impl<N: NicAvTable> AddressVector<N> {
             own_out.resize(count, FI_ADDR_NOTAVAIL);
         }
 
+        let with_key = flags & FI_AUTH_KEY != 0;
         let mut inserted = 0;
         for (i, item) in items.into_iter().take(count).enumerate() {
             let user_id = if per_insert_user_id {
@@ -990,7 +1026,15 @@ impl<N: NicAvTable> AddressVector<N> {
             } else {
                 open_user_id
             };
-            let (value, st) = match item.and_then(|bytes| self.insert_one(bytes, user_id)) {
+            let key = if with_key {
+                fi_addr
+                    .as_deref()
+                    .and_then(|o| o.get(i))
+                    .and_then(|&h| self.insert_key(h))
+            } else {
+                None
+            };
+            let (value, st) = match item.and_then(|bytes| self.insert_one(bytes, user_id, key)) {
                 Ok(index) => {
                     inserted += 1;
                     if let Some(b) = event_call.as_mut() {
@@ -1173,16 +1217,26 @@ impl<N: NicAvTable> AddressVector<N> {
         Ok(m as usize)
     }
 
-    /// Insert one checked serialized address into the mirror and queue its NIC record. The
-    /// error carries the errno `FI_SYNC_ERR` reports for the address.
-    fn insert_one(&mut self, bytes: [u8; ADDR_LEN], user_id: Option<u64>) -> Result<u32, FiError> {
+    /// Insert one checked serialized address into the mirror (bound to auth key `key`) and
+    /// queue its NIC record. The error carries the errno `FI_SYNC_ERR` reports for the address.
+    fn insert_one(
+        &mut self,
+        bytes: [u8; ADDR_LEN],
+        user_id: Option<u64>,
+        key: Option<u16>,
+    ) -> Result<u32, FiError> {
         let index = self.alloc.alloc().ok_or_else(|| {
             FiError::new(
                 FiErrno::FI_ENOSPC,
                 format!("all {} AV entries are in use", self.capacity),
             )
         })?;
-        if self.pending.try_reserve(1).is_err() || self.reserve_index(index).is_err() {
+        let capacity = self.capacity;
+        let key_room = match (key, self.auth.as_deref_mut()) {
+            (Some(_), Some(a)) => a.reserve(index, capacity).is_ok(),
+            _ => true,
+        };
+        if !key_room || self.pending.try_reserve(1).is_err() || self.reserve_index(index).is_err() {
             self.alloc.free(index);
             return Err(FiError::new(
                 FiErrno::FI_ENOMEM,
@@ -1193,6 +1247,9 @@ impl<N: NicAvTable> AddressVector<N> {
         let _ = self.slots.set(index, bytes);
         if let Some(u) = self.user_ids.as_deref_mut() {
             u.set(index, user_id);
+        }
+        if let (Some(k), Some(a)) = (key, self.auth.as_deref_mut()) {
+            a.bind(index, k);
         }
         self.pending.push(index);
         Ok(index)
@@ -1312,6 +1369,9 @@ impl<N: NicAvTable> AddressVector<N> {
         if let Some(u) = self.user_ids.as_deref_mut() {
             u.set(index, None);
         }
+        if let Some(a) = self.auth.as_deref_mut() {
+            a.unbind(index);
+        }
         self.alloc.free(index);
     }
 
@@ -1347,14 +1407,19 @@ impl<N: NicAvTable> AddressVector<N> {
     /// Pending `FI_MORE` inserts are sent first; then one AV_INVALIDATE removes the addresses
     /// from the NIC, and their indices (and user ids) become free (the lowest is reused first).
     /// `FI_AV_USER_ID` is `FI_EINVAL` on an AV opened with it (fi_av(3)) and `FI_EBADFLAGS`
-    /// elsewhere, like every other flag.
+    /// elsewhere, like every other flag. With `FI_AUTH_KEY`, `fi_addrs` are auth-key handles
+    /// (see [`auth_keys`]).
     pub fn remove(&mut self, fi_addrs: &[FiAddr], flags: u64) -> Result<(), FiError> {
         if flags & FI_AV_USER_ID != 0 && self.attr.flags & FI_AV_USER_ID != 0 {
             return Err(FiError::inval(
-                "fi_av_remove: the FI_AV_USER_ID flag is invalid on an AV opened with                  FI_AV_USER_ID",
+                "fi_av_remove: the FI_AV_USER_ID flag is invalid on an AV opened with \
+                 FI_AV_USER_ID",
             ));
         }
-        check_flags("fi_av_remove", flags, 0, REMOVE_FLAGS_LATER)?;
+        check_flags("fi_av_remove", flags, FI_AUTH_KEY)?;
+        if flags & FI_AUTH_KEY != 0 {
+            return self.remove_auth_keys(fi_addrs);
+        }
         if fi_addrs.is_empty() {
             return Ok(());
         }
@@ -1410,7 +1475,8 @@ impl<N: NicAvTable> AddressVector<N> {
     /// `fi_av_set_user_id`: make `user_id` the user id of the address at `fi_addr` (what
     /// receive completions report as its source). Needs an AV opened with `FI_AV_USER_ID`
     /// (`FI_EINVAL` otherwise). `FI_EINVAL` when `fi_addr` names no inserted address;
-    /// `FI_EBADFLAGS` for any flag (`FI_AUTH_KEY` is not supported yet). Pending `FI_MORE`
+    /// `FI_EBADFLAGS` for any flag but `FI_AUTH_KEY`, with which `fi_addr` is an auth-key
+    /// handle and `user_id` becomes the key's (see [`auth_keys`]). Pending `FI_MORE`
     /// records are sent first; then one AV_WRITE rewrites the entry. `FI_EIO` if either
     /// command fails, and the user id is unchanged.
     pub fn set_user_id(
@@ -1419,11 +1485,14 @@ impl<N: NicAvTable> AddressVector<N> {
         user_id: FiAddr,
         flags: u64,
     ) -> Result<(), FiError> {
-        check_flags("fi_av_set_user_id", flags, 0, SET_USER_ID_FLAGS_LATER)?;
+        check_flags("fi_av_set_user_id", flags, FI_AUTH_KEY)?;
         if self.attr.flags & FI_AV_USER_ID == 0 {
             return Err(FiError::inval(
                 "fi_av_set_user_id: the AV was not opened with FI_AV_USER_ID",
             ));
+        }
+        if flags & FI_AUTH_KEY != 0 {
+            return self.set_auth_key_user_id(fi_addr, user_id);
         }
         let index = self.index_of(fi_addr).map_err(|e| FiError {
             message: format!("fi_av_set_user_id: {}", e.message),
@@ -1498,6 +1567,11 @@ impl<N: NicAvTable> AddressVector<N> {
         let raw = fi_addr & self.index_mask;
         if fi_addr == FI_ADDR_NOTAVAIL {
             FiError::inval("fi_addr is FI_ADDR_NOTAVAIL")
+        } else if is_auth_key_addr(fi_addr) && self.auth.is_some() {
+            FiError::inval(format!(
+                "fi_addr {fi_addr:#x} is an auth-key handle, not an address (pass FI_AUTH_KEY \
+                 to calls that take one)"
+            ))
         } else if raw >= u64::from(self.capacity) {
             FiError::inval(format!(
                 "fi_addr {fi_addr:#x}: index {raw} is outside the AV's {} entries",
@@ -1601,7 +1675,10 @@ impl<N: NicAvTable> AddressVector<N> {
         single
             // Slots hold only addresses that were valid when inserted.
             .and_then(|s| NicAvEntry::for_peer_bytes(s, self.attr.job_id))
-            .map_or(NicAvEntry::INVALID, |e| {
+            .map_or(NicAvEntry::INVALID, |mut e| {
+                if let Some(slot) = self.auth.as_deref().and_then(|k| k.slot_of_index(index)) {
+                    e = e.with_auth_key(slot);
+                }
                 match self.user_ids.as_deref().and_then(|u| u.get(index)) {
                     Some(user_id) => e.with_user_id(user_id),
                     None => e,
@@ -1668,6 +1745,9 @@ impl<N: NicAvTable> AddressVector<N> {
                 .user_ids
                 .as_deref()
                 .map_or(0, |u| core::mem::size_of::<UserIds>() + u.heap_bytes())
+            + self.auth.as_deref().map_or(0, |a| {
+                core::mem::size_of::<auth_keys::AuthKeys>() + a.heap_bytes()
+            })
             + self.pending.capacity() * core::mem::size_of::<u32>()
             + self.write_buf.capacity() * core::mem::size_of::<AvWriteRecord>()
             + self.index_buf.capacity() * core::mem::size_of::<u32>()
@@ -1687,18 +1767,11 @@ impl<N: NicAvTable> AddressVector<N> {
     }
 }
 
-/// Refuse flags outside `supported`, naming the ones planned (`later`) apart from unknown ones.
-fn check_flags(call: &str, flags: u64, supported: u64, later: u64) -> Result<(), FiError> {
+/// Refuse flags outside `supported`.
+fn check_flags(call: &str, flags: u64, supported: u64) -> Result<(), FiError> {
     let refused = flags & !supported;
     if refused == 0 {
         return Ok(());
-    }
-    let planned = refused & later;
-    if planned != 0 {
-        return Err(FiError::badflags(format!(
-            "{call}: flags {} are not supported yet",
-            flag_names(planned)
-        )));
     }
     Err(FiError::badflags(format!(
         "{call}: unsupported flags {}",

@@ -14,7 +14,7 @@
 //! | [`nic`] | the [`NicAvTable`] trait (with asynchronous [`PendingWrite`]s), [`NicError`], and the in-memory [`MemoryNicTable`] |
 //! | [`event`] | the `FI_EVENT` seam: [`AvEventSink`] (an event queue), [`AvProgress`], [`AvEvent`] |
 //! | [`index_alloc`] | lowest-free index allocation in O(log64 n) |
-//! | [`av`] | [`AddressVector`]: open, insert (binary, `FI_ADDR_STR`, insertsvc, insertsym, `FI_SYNC_ERR`), user ids, remove, lookup, straddr, verification |
+//! | [`av`] | [`AddressVector`]: open, insert (binary, `FI_ADDR_STR`, insertsvc, insertsym, `FI_SYNC_ERR`), user ids, auth keys ([`av::auth_keys`]), remove, lookup, straddr, verification |
 //! | [`addr_str`] | the string form of UET addresses: `FI_ADDR_STR`, node and service syntax, symmetric ranges |
 //! | [`av_set`] | [`AvSet`]: fi_av_set(3) |
 //!
@@ -71,8 +71,9 @@ pub use addr_str::{
     system_resolver, AddrStr, Resolver, Service, SymRange, ADDR_STR_MAX, ADDR_STR_SCHEME,
 };
 pub use av::{
-    address_string, av_type_from_c, rx_ctx_bits_from_c, straddr, AddrFormat, AddressVector, AvAttr,
-    AvCloseError, AvLimits, AvMismatch, AvName, WithContext, ADDR_LEN, AV_NAME_MAX,
+    address_string, av_type_from_c, is_auth_key_addr, rx_ctx_bits_from_c, straddr, AddrFormat,
+    AddressVector, AuthKeyInfo, AuthKeyMismatch, AvAttr, AvCloseError, AvLimits, AvMismatch,
+    AvName, WithContext, ADDR_LEN, AUTH_KEY_ADDR_BASE, AUTH_KEY_MAX_RX_CTX_BITS, AV_NAME_MAX,
     DEFAULT_AV_COUNT, MAX_WRITES_IN_FLIGHT,
 };
 pub use av_set::{is_av_set_addr, AvSet, AvSetAttr, AV_SET_ADDR_BASE, AV_SET_FLAGS};
@@ -81,10 +82,12 @@ pub use event::{AvEvent, AvEventSink, AvProgress};
 pub use flags::{
     fi_addr_strip_rx, fi_group_addr, fi_rx_addr, fi_rx_index, AvType, FiAddr, FI_ADDR_NOTAVAIL,
     FI_ADDR_UNSPEC, FI_ALLGATHER_SET, FI_ALLREDUCE_SET, FI_ALLTOALL_SET, FI_AUTH_KEY,
-    FI_AV_USER_ID, FI_BARRIER_SET, FI_BROADCAST_SET, FI_EVENT, FI_GATHER_SET, FI_MORE, FI_READ,
-    FI_REDUCE_SCATTER_SET, FI_REDUCE_SET, FI_SCATTER_SET, FI_SYMMETRIC, FI_SYNC_ERR, FI_UNIVERSE,
+    FI_AV_AUTH_KEY, FI_AV_USER_ID, FI_BARRIER_SET, FI_BROADCAST_SET, FI_EVENT, FI_GATHER_SET,
+    FI_MORE, FI_READ, FI_REDUCE_SCATTER_SET, FI_REDUCE_SET, FI_SCATTER_SET, FI_SYMMETRIC,
+    FI_SYNC_ERR, FI_UNIVERSE,
 };
 pub use index_alloc::IndexAllocator;
 pub use nic::{
     CompletedWrite, MemoryNicTable, NicAvTable, NicCounters, NicError, NicOp, PendingWrite,
 };
+pub use uet_fwif::auth_key::{job_id_from_auth_key, job_id_to_auth_key, AUTH_KEY_BYTES};

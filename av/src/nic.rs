@@ -1,10 +1,31 @@
 //! The NIC side of an AV: the trait the driver implements over its admin queue, and an
 //! in-memory table for tests and for measuring the host's own cost.
+//!
+//! ## Auth keys
+//!
+//! An AV of a domain opened with `FI_AV_AUTH_KEY` keeps its auth keys in the NIC's auth-key
+//! table (`uet_fwif::auth_key`): [`NicAvTable::add_auth_key`] (AUTH_KEY_ADD, the NIC picks
+//! the slot), [`NicAvTable::remove_auth_key`] (AUTH_KEY_REMOVE), [`NicAvTable::set_auth_key_source`]
+//! (AUTH_KEY_SOURCE) and [`NicAvTable::read_auth_keys`] (AUTH_KEY_READ). The AV never asks
+//! to remove a slot while [`NicAvTable::auth_key_users`] reports endpoints enabled with it:
+//! the implementation knows which endpoints were granted which slots. These methods return
+//! the fabric errno the fi_av call reports: `FI_ENOSPC` for a full table, `FI_EBUSY` for a
+//! slot in use, `FI_EIO` for anything else the NIC refused. The defaults are `FI_ENOSYS`: a
+//! table without auth keys.
 
 use uet_fwif::admin::MAX_BATCH;
+use uet_fwif::auth_key::{AuthKeyEntry, AUTH_KEY_VALID, MAX_AUTH_KEY_SLOTS};
 use uet_fwif::{AvWriteRecord, NicAvEntry};
+use zerocopy::little_endian::{U16, U32, U64};
 
-use crate::errno::FiError;
+use crate::errno::{FiErrno, FiError};
+
+fn no_auth_keys(call: &str) -> FiError {
+    FiError::new(
+        FiErrno::FI_ENOSYS,
+        format!("{call}: this NIC table has no auth-key table"),
+    )
+}
 
 /// One NIC AV table, reached through admin commands. Each method is exactly one command.
 ///
@@ -38,6 +59,38 @@ pub trait NicAvTable {
     /// endpoints still use it. The default has no users besides the AV.
     fn check_close(&self) -> Result<(), FiError> {
         Ok(())
+    }
+
+    /// One AUTH_KEY_ADD: put `job_id` into a free slot of the NIC's auth-key table, owned by
+    /// this AV table, reporting `source` for requests accepted through it. Returns the slot.
+    /// `FI_ENOSPC` when every slot is in use.
+    fn add_auth_key(&mut self, job_id: u32, source: u64) -> Result<u16, FiError> {
+        let _ = (job_id, source);
+        Err(no_auth_keys("AUTH_KEY_ADD"))
+    }
+
+    /// One AUTH_KEY_REMOVE of `slot`. `FI_EBUSY` while an endpoint is granted it.
+    fn remove_auth_key(&mut self, slot: u16) -> Result<(), FiError> {
+        let _ = slot;
+        Err(no_auth_keys("AUTH_KEY_REMOVE"))
+    }
+
+    /// One AUTH_KEY_SOURCE: `slot` reports `source` from now on.
+    fn set_auth_key_source(&mut self, slot: u16, source: u64) -> Result<(), FiError> {
+        let _ = (slot, source);
+        Err(no_auth_keys("AUTH_KEY_SOURCE"))
+    }
+
+    /// One AUTH_KEY_READ of `out.len()` slots from `first`.
+    fn read_auth_keys(&mut self, first: u16, out: &mut [AuthKeyEntry]) -> Result<(), FiError> {
+        let _ = (first, out);
+        Err(no_auth_keys("AUTH_KEY_READ"))
+    }
+
+    /// Endpoints currently enabled with (granted) `slot`. The default knows of none.
+    fn auth_key_users(&self, slot: u16) -> usize {
+        let _ = slot;
+        0
     }
 }
 
@@ -106,6 +159,21 @@ impl<T: NicAvTable + ?Sized> NicAvTable for &mut T {
     fn check_close(&self) -> Result<(), FiError> {
         (**self).check_close()
     }
+    fn add_auth_key(&mut self, job_id: u32, source: u64) -> Result<u16, FiError> {
+        (**self).add_auth_key(job_id, source)
+    }
+    fn remove_auth_key(&mut self, slot: u16) -> Result<(), FiError> {
+        (**self).remove_auth_key(slot)
+    }
+    fn set_auth_key_source(&mut self, slot: u16, source: u64) -> Result<(), FiError> {
+        (**self).set_auth_key_source(slot, source)
+    }
+    fn read_auth_keys(&mut self, first: u16, out: &mut [AuthKeyEntry]) -> Result<(), FiError> {
+        (**self).read_auth_keys(first, out)
+    }
+    fn auth_key_users(&self, slot: u16) -> usize {
+        (**self).auth_key_users(slot)
+    }
 }
 
 impl<T: NicAvTable + ?Sized> NicAvTable for Box<T> {
@@ -126,6 +194,21 @@ impl<T: NicAvTable + ?Sized> NicAvTable for Box<T> {
     }
     fn check_close(&self) -> Result<(), FiError> {
         (**self).check_close()
+    }
+    fn add_auth_key(&mut self, job_id: u32, source: u64) -> Result<u16, FiError> {
+        (**self).add_auth_key(job_id, source)
+    }
+    fn remove_auth_key(&mut self, slot: u16) -> Result<(), FiError> {
+        (**self).remove_auth_key(slot)
+    }
+    fn set_auth_key_source(&mut self, slot: u16, source: u64) -> Result<(), FiError> {
+        (**self).set_auth_key_source(slot, source)
+    }
+    fn read_auth_keys(&mut self, first: u16, out: &mut [AuthKeyEntry]) -> Result<(), FiError> {
+        (**self).read_auth_keys(first, out)
+    }
+    fn auth_key_users(&self, slot: u16) -> usize {
+        (**self).auth_key_users(slot)
     }
 }
 
@@ -159,6 +242,8 @@ pub enum NicOp {
     Invalidate,
     /// AV_READ.
     Read,
+    /// Any auth-key command (AUTH_KEY_ADD, AUTH_KEY_REMOVE, AUTH_KEY_SOURCE, AUTH_KEY_READ).
+    AuthKey,
 }
 
 impl NicOp {
@@ -168,6 +253,7 @@ impl NicOp {
             NicOp::Write => "AV_WRITE",
             NicOp::Invalidate => "AV_INVALIDATE",
             NicOp::Read => "AV_READ",
+            NicOp::AuthKey => "AUTH_KEY",
         }
     }
 }
@@ -187,6 +273,8 @@ pub struct NicCounters {
     pub indices_invalidated: u64,
     /// Entries returned by successful AV_READs.
     pub entries_read: u64,
+    /// Auth-key commands that succeeded.
+    pub auth_key_commands: u64,
     /// Commands rejected (bad batch, out of range, injected fault).
     pub failed: u64,
 }
@@ -194,7 +282,7 @@ pub struct NicCounters {
 impl NicCounters {
     /// Every command issued, successful or not.
     pub fn commands(&self) -> u64 {
-        self.writes + self.invalidates + self.reads + self.failed
+        self.writes + self.invalidates + self.reads + self.auth_key_commands + self.failed
     }
 }
 
@@ -202,22 +290,167 @@ impl NicCounters {
 /// [`MAX_BATCH`], indices below the capacity, reserved fields zero, entries that pass
 /// [`NicAvEntry::check`], all-or-nothing application. It counts the commands it executes and
 /// can be told to fail a later command, to exercise the AV's error paths.
+///
+/// It also models the NIC's auth-key table ([`MemoryNicTable::DEFAULT_AUTH_KEY_SLOTS`] slots,
+/// owned by this table) with the firmware's rules: lowest free slot, `FI_ENOSPC` when full,
+/// `FI_EBUSY` for removing a slot granted to an endpoint ([`MemoryNicTable::grant_auth_key`]
+/// stands in for an endpoint enabled with it), and AV_WRITE of an `AUTH_KEY` entry only
+/// naming a slot in use.
 #[derive(Clone, Debug)]
 pub struct MemoryNicTable {
     entries: Vec<NicAvEntry>,
     counters: NicCounters,
     /// Per [`NicOp`]: fail the command after this many more successful ones.
-    faults: [Option<u64>; 3],
+    faults: [Option<u64>; 4],
+    /// The auth-key table; a free slot is all zero.
+    auth: Vec<AuthKeyEntry>,
 }
 
 impl MemoryNicTable {
-    /// A table of `capacity` entries, all invalid (what AV_CREATE makes).
+    /// Auth-key slots of a new table (the reference NIC's `CAP_AUTH_KEY.slots`).
+    pub const DEFAULT_AUTH_KEY_SLOTS: u16 = 64;
+
+    /// A table of `capacity` entries, all invalid (what AV_CREATE makes), and an empty
+    /// auth-key table of [`MemoryNicTable::DEFAULT_AUTH_KEY_SLOTS`] slots.
     pub fn new(capacity: u32) -> Self {
         MemoryNicTable {
             entries: vec![NicAvEntry::INVALID; capacity as usize],
             counters: NicCounters::default(),
-            faults: [None; 3],
+            faults: [None; 4],
+            auth: vec![AuthKeyEntry::default(); usize::from(Self::DEFAULT_AUTH_KEY_SLOTS)],
         }
+    }
+
+    /// Give the auth-key table `slots` slots (at most 256), all free.
+    pub fn with_auth_key_slots(mut self, slots: u16) -> Self {
+        let n = slots.min(MAX_AUTH_KEY_SLOTS);
+        self.auth = vec![AuthKeyEntry::default(); usize::from(n)];
+        self
+    }
+
+    /// The auth-key table, as the NIC holds it.
+    pub fn auth_keys(&self) -> &[AuthKeyEntry] {
+        &self.auth
+    }
+
+    /// Count an endpoint enabled with `slot` (what ENDPOINT_AUTH_KEYS does); `false` when the
+    /// slot is free.
+    pub fn grant_auth_key(&mut self, slot: u16) -> bool {
+        match self
+            .auth
+            .get_mut(usize::from(slot))
+            .filter(|e| e.is_valid())
+        {
+            Some(e) => {
+                e.grants = U16::new(e.grants.get().saturating_add(1));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Drop one endpoint's grant of `slot` (the endpoint closed).
+    pub fn revoke_auth_key(&mut self, slot: u16) {
+        if let Some(e) = self.auth.get_mut(usize::from(slot)) {
+            e.grants = U16::new(e.grants.get().saturating_sub(1));
+        }
+    }
+
+    fn auth_slot(&self, op: &str, slot: u16) -> Result<&AuthKeyEntry, FiError> {
+        self.auth
+            .get(usize::from(slot))
+            .filter(|e| e.is_valid())
+            .ok_or_else(|| FiError::io(format!("NIC {op} failed: slot {slot} is not in use")))
+    }
+
+    fn auth_fault(&mut self) -> Result<(), FiError> {
+        self.take_fault(NicOp::AuthKey)
+            .map_err(|e| FiError::io(e.to_string()))
+    }
+
+    fn auth_done<T>(&mut self, r: Result<T, FiError>) -> Result<T, FiError> {
+        match &r {
+            Ok(_) => self.counters.auth_key_commands += 1,
+            Err(_) => self.counters.failed += 1,
+        }
+        r
+    }
+
+    fn do_add_auth_key(&mut self, job_id: u32, source: u64) -> Result<u16, FiError> {
+        if job_id > uet_fwif::av_entry::MAX_JOB_ID {
+            return Err(FiError::io(format!(
+                "NIC AUTH_KEY_ADD failed: JobID {job_id:#x} wider than 24 bits"
+            )));
+        }
+        let free = self
+            .auth
+            .iter()
+            .position(|e| !e.is_valid())
+            .ok_or_else(|| {
+                FiError::new(
+                    FiErrno::FI_ENOSPC,
+                    format!(
+                        "NIC AUTH_KEY_ADD failed: all {} auth-key slots are in use",
+                        self.auth.len()
+                    ),
+                )
+            })?;
+        self.auth_fault()?;
+        if let Some(e) = self.auth.get_mut(free) {
+            *e = AuthKeyEntry {
+                job_id: U32::new(job_id),
+                flags: U16::new(AUTH_KEY_VALID),
+                grants: U16::ZERO,
+                av: U32::new(1),
+                reserved: U32::ZERO,
+                source: U64::new(source),
+            };
+        }
+        u16::try_from(free).map_err(|_| FiError::io("NIC AUTH_KEY_ADD failed: slot out of range"))
+    }
+
+    fn do_remove_auth_key(&mut self, slot: u16) -> Result<(), FiError> {
+        let e = self.auth_slot("AUTH_KEY_REMOVE", slot)?;
+        if e.grants.get() > 0 {
+            return Err(FiError::new(
+                FiErrno::FI_EBUSY,
+                format!(
+                    "NIC AUTH_KEY_REMOVE failed: slot {slot} is granted to {} endpoints",
+                    e.grants.get()
+                ),
+            ));
+        }
+        self.auth_fault()?;
+        if let Some(e) = self.auth.get_mut(usize::from(slot)) {
+            *e = AuthKeyEntry::default();
+        }
+        Ok(())
+    }
+
+    fn do_set_auth_key_source(&mut self, slot: u16, source: u64) -> Result<(), FiError> {
+        self.auth_slot("AUTH_KEY_SOURCE", slot)?;
+        self.auth_fault()?;
+        if let Some(e) = self.auth.get_mut(usize::from(slot)) {
+            e.source = U64::new(source);
+        }
+        Ok(())
+    }
+
+    fn do_read_auth_keys(&mut self, first: u16, out: &mut [AuthKeyEntry]) -> Result<(), FiError> {
+        let start = usize::from(first);
+        let src = start
+            .checked_add(out.len())
+            .filter(|_| !out.is_empty())
+            .and_then(|end| self.auth.get(start..end))
+            .ok_or_else(|| {
+                FiError::io(format!(
+                    "NIC AUTH_KEY_READ failed: {} slots from {first} are not within the table's {}",
+                    out.len(),
+                    self.auth.len()
+                ))
+            })?;
+        out.copy_from_slice(src);
+        self.auth_fault()
     }
 
     /// Number of entries.
@@ -264,7 +497,7 @@ impl MemoryNicTable {
 
     /// Cancel every pending injected fault.
     pub fn clear_faults(&mut self) {
-        self.faults = [None; 3];
+        self.faults = [None; 4];
     }
 
     fn take_fault(&mut self, op: NicOp) -> Result<(), NicError> {
@@ -327,6 +560,18 @@ impl MemoryNicTable {
             r.entry.check().map_err(|why| {
                 NicError::new(op.name(), format!("entry for index {index}: {why}"))
             })?;
+            if let Some(slot) = r.entry.auth_key_slot() {
+                if !self
+                    .auth
+                    .get(usize::from(slot))
+                    .is_some_and(|e| e.is_valid())
+                {
+                    return Err(NicError::new(
+                        op.name(),
+                        format!("entry for index {index} names auth-key slot {slot}, not in use"),
+                    ));
+                }
+            }
             if r.entry.is_range() {
                 let span = r.entry.range_indices();
                 if span.start != u64::from(index) || span.end > self.entries.len() as u64 {
@@ -422,6 +667,33 @@ impl NicAvTable for MemoryNicTable {
     fn read_entries(&mut self, first: u32, out: &mut [NicAvEntry]) -> Result<(), NicError> {
         let r = self.do_read(first, out);
         self.fail(r)
+    }
+
+    fn add_auth_key(&mut self, job_id: u32, source: u64) -> Result<u16, FiError> {
+        let r = self.do_add_auth_key(job_id, source);
+        self.auth_done(r)
+    }
+
+    fn remove_auth_key(&mut self, slot: u16) -> Result<(), FiError> {
+        let r = self.do_remove_auth_key(slot);
+        self.auth_done(r)
+    }
+
+    fn set_auth_key_source(&mut self, slot: u16, source: u64) -> Result<(), FiError> {
+        let r = self.do_set_auth_key_source(slot, source);
+        self.auth_done(r)
+    }
+
+    fn read_auth_keys(&mut self, first: u16, out: &mut [AuthKeyEntry]) -> Result<(), FiError> {
+        let r = self.do_read_auth_keys(first, out);
+        self.auth_done(r)
+    }
+
+    fn auth_key_users(&self, slot: u16) -> usize {
+        self.auth
+            .get(usize::from(slot))
+            .filter(|e| e.is_valid())
+            .map_or(0, |e| usize::from(e.grants.get()))
     }
 }
 

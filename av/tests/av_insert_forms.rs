@@ -102,7 +102,7 @@ fn sync_err_argument_rules() {
     assert!(e.message.contains("room for 1 of 2"), "{e}");
     // Unsupported flags still win over the array.
     assert_eq!(
-        errno(av.insert_with_status(&buf, 2, None, FI_SYNC_ERR | FI_AUTH_KEY, Some(&mut st))),
+        errno(av.insert_with_status(&buf, 2, None, FI_SYNC_ERR | (1 << 3), Some(&mut st))),
         FiErrno::FI_EBADFLAGS
     );
     assert_eq!(st, [9, 9], "a refused call writes no status");
@@ -184,9 +184,10 @@ fn set_user_id_errors_change_nothing() {
     for fa in [1, 8, FI_ADDR_NOTAVAIL] {
         assert_eq!(errno(av.set_user_id(fa, 4, 0)), FiErrno::FI_EINVAL);
     }
+    // FI_AUTH_KEY outside an FI_AV_AUTH_KEY domain.
     let e = av.set_user_id(0, 4, FI_AUTH_KEY).unwrap_err();
-    assert_eq!(e.errno, FiErrno::FI_EBADFLAGS);
-    assert!(e.message.contains("not supported yet"), "{e}");
+    assert_eq!(e.errno, FiErrno::FI_EINVAL);
+    assert!(e.message.contains("FI_AV_AUTH_KEY"), "{e}");
     assert_eq!(errno(av.set_user_id(0, 4, 1 << 3)), FiErrno::FI_EBADFLAGS);
     assert_eq!(av.nic().counters(), before);
     // A failed AV_WRITE keeps the old user id on both sides.

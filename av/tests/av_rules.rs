@@ -214,19 +214,26 @@ fn insert_flags_not_supported_are_refused() {
     let mut av = open(16);
     let buf = pack(&[peer_bytes(1)]);
     av.insert(&buf, 1, None, FI_MORE).unwrap();
-    for f in [FI_AUTH_KEY, 1 << 3, FI_MORE | FI_AUTH_KEY] {
+    for f in [1 << 3, FI_MORE | (1 << 3)] {
         let e = av.insert(&buf, 1, None, f).unwrap_err();
         assert_eq!(e.errno, FiErrno::FI_EBADFLAGS, "{e}");
     }
-    // FI_SYNC_ERR without the status array (a NULL context) and FI_AV_USER_ID without the
-    // fi_addr array that holds the user ids are invalid arguments.
-    for f in [FI_SYNC_ERR, FI_AV_USER_ID, FI_MORE | FI_SYNC_ERR] {
+    // FI_SYNC_ERR without the status array (a NULL context), FI_AV_USER_ID without the
+    // fi_addr array that holds the user ids, and FI_AUTH_KEY outside an FI_AV_AUTH_KEY domain
+    // are invalid arguments.
+    for f in [
+        FI_SYNC_ERR,
+        FI_AV_USER_ID,
+        FI_MORE | FI_SYNC_ERR,
+        FI_AUTH_KEY,
+        FI_MORE | FI_AUTH_KEY,
+    ] {
         let e = av.insert(&buf, 1, None, f).unwrap_err();
         assert_eq!(e.errno, FiErrno::FI_EINVAL, "{e}");
     }
     assert_eq!(av.len(), 1);
     assert_eq!(av.pending_len(), 1, "a refused call sends nothing");
-    assert_eq!(errno(av.remove(&[0], FI_AUTH_KEY)), FiErrno::FI_EBADFLAGS);
+    assert_eq!(errno(av.remove(&[0], FI_AUTH_KEY)), FiErrno::FI_EINVAL);
     assert_eq!(errno(av.remove(&[0], FI_AV_USER_ID)), FiErrno::FI_EBADFLAGS);
     assert_eq!(errno(av.remove(&[0], 1 << 3)), FiErrno::FI_EBADFLAGS);
     assert_eq!(av.len(), 1);

@@ -14,6 +14,13 @@
 //!
 //! `fi_close` of the AV ([`uet_av::AddressVector::close`]) is `FI_EBUSY` while endpoints
 //! created with it exist: each holds the table ([`AvTableHandle`]).
+//!
+//! Auth keys (`FI_AV_AUTH_KEY`): each key of the AV is a slot of the NIC's auth-key table
+//! owned by the AV table (AUTH_KEY_ADD, AUTH_KEY_REMOVE, AUTH_KEY_SOURCE, AUTH_KEY_READ).
+//! Endpoints created with the AV are granted its keys' slots ([`crate::Endpoint`]); the NIC
+//! keeps a per-slot count of the endpoints of this process granted it, which
+//! [`NicAvTable::auth_key_users`] reports so a key in use is refused `FI_EBUSY` before the NIC
+//! is asked. AV_DESTROY frees the AV's slots.
 
 use crate::dma::DmaRegion;
 use crate::error::DriverError;
@@ -28,8 +35,10 @@ use crate::nic::{Nic, NicInner};
 use std::sync::Arc;
 use uet_av::{
     AddressVector, AvAttr, AvLimits, FiErrno, FiError, NicAvTable, NicError, PendingWrite,
+    FI_AV_AUTH_KEY,
 };
 use uet_fwif::admin::{AvCreateBody, BufferBody, Command, RangeBody, MAX_BATCH};
+use uet_fwif::auth_key::{AuthKeyAddBody, AuthKeyEntry, AuthKeySourceBody};
 use uet_fwif::{AvWriteRecord, NicAvEntry};
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromZeros, IntoBytes};
@@ -227,6 +236,75 @@ impl NicAvTable for NicAv {
         Ok(())
     }
 
+    fn add_auth_key(&mut self, job_id: u32, source: u64) -> Result<u16, FiError> {
+        let mut body = AuthKeyAddBody::new_zeroed();
+        body.job_id = U32::new(job_id);
+        body.source = U64::new(source);
+        let r = self
+            .table
+            .nic
+            .execute(Command::AuthKeyAdd {
+                av: self.table.handle,
+                body,
+            })
+            .map_err(crate::errno::admin_to_fi)?;
+        u16::try_from(r.result0).map_err(|_| {
+            FiError::io(format!(
+                "AUTH_KEY_ADD returned slot {} beyond the table",
+                r.result0
+            ))
+        })
+    }
+
+    fn remove_auth_key(&mut self, slot: u16) -> Result<(), FiError> {
+        self.table
+            .nic
+            .execute(Command::AuthKeyRemove {
+                slot: u32::from(slot),
+            })
+            .map(|_| ())
+            .map_err(crate::errno::admin_to_fi)
+    }
+
+    fn set_auth_key_source(&mut self, slot: u16, source: u64) -> Result<(), FiError> {
+        let mut body = AuthKeySourceBody::new_zeroed();
+        body.source = U64::new(source);
+        self.table
+            .nic
+            .execute(Command::AuthKeySource {
+                slot: u32::from(slot),
+                body,
+            })
+            .map(|_| ())
+            .map_err(crate::errno::admin_to_fi)
+    }
+
+    fn read_auth_keys(&mut self, first: u16, out: &mut [AuthKeyEntry]) -> Result<(), FiError> {
+        let nic = &self.table.nic;
+        let mut admin = nic.admin();
+        let len = core::mem::size_of_val(out);
+        let mut body = RangeBody::new_zeroed();
+        body.buf = U64::new(admin.scratch().iova());
+        body.len = U32::new(len as u32);
+        body.first = U32::new(u32::from(first));
+        body.count = U32::new(out.len() as u32);
+        admin
+            .execute(nic.bar(), Command::AuthKeyRead(body))
+            .map_err(crate::errno::admin_to_fi)?;
+        admin
+            .scratch()
+            .read_bytes(0, out.as_mut_bytes())
+            .map_err(|e| crate::errno::admin_to_fi(e.into()))
+    }
+
+    fn auth_key_users(&self, slot: u16) -> usize {
+        self.table
+            .nic
+            .auth_grants
+            .get(usize::from(slot))
+            .map_or(0, |n| n.load(std::sync::atomic::Ordering::Acquire) as usize)
+    }
+
     fn read_entries(&mut self, first: u32, out: &mut [NicAvEntry]) -> Result<(), NicError> {
         const OP: &str = "AV_READ";
         let mut at = first;
@@ -339,8 +417,15 @@ impl Nic {
             max_rx_ctx_bits: caps.max_rx_ctx_bits,
             max_rx_ctx: u64::from(caps.max_rx_ctx),
             max_endpoints: u32::from(caps.endpoints),
+            max_auth_keys: caps.auth_key_slots,
         };
         let attr = attr.resolve(&limits)?;
+        if attr.auth_key_size == FI_AV_AUTH_KEY && caps.auth_key_slots == 0 {
+            return Err(FiError::new(
+                FiErrno::FI_ENOSYS,
+                "fi_av_open: FI_AV_AUTH_KEY: this NIC has no auth-key table (CAP_AUTH_KEY)",
+            ));
+        }
         let mut body = AvCreateBody::new_zeroed();
         body.capacity = U32::new(attr.count as u32);
         body.rx_ctx_bits = attr.rx_ctx_bits;

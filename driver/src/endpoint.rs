@@ -45,6 +45,16 @@
 //! ([`crate::cm`]). A context of a scalable endpoint ([`crate::scalable`]) is an `Endpoint`
 //! too, restricted to its role: a receive-only context refuses sends (`FI_EOPNOTSUPP`), a
 //! transmit-only one refuses receive buffers.
+//!
+//! ## Auth keys
+//!
+//! An endpoint created with an AV that holds auth keys (`FI_AV_AUTH_KEY`) is enabled with the
+//! keys the AV holds at that moment, as fi_av(3) says: right after ENDPOINT_CREATE, one
+//! ENDPOINT_AUTH_KEYS grants it their NIC slots, and it accepts requests carrying their
+//! JobIDs besides its own. Keys inserted later are not granted unless
+//! [`Endpoint::grant_auth_key`] asks for it. The grants are counted per slot on the NIC
+//! object, so the AV refuses to remove a key (`FI_EBUSY`) while an endpoint enabled with it is
+//! open; dropping the endpoint (ENDPOINT_DESTROY, which revokes its grants) releases them.
 
 use crate::av::{Av, AvTableHandle};
 use crate::errno::completion_errno;
@@ -56,12 +66,13 @@ use std::net::IpAddr;
 use std::ops::Range;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
-use uet_av::FiErrno;
+use uet_av::{FiAddr, FiErrno, FiError};
 use uet_fwif::address::{AddressingMode, UetAddress};
 use uet_fwif::admin::{
     BufferBody, Command, ContextCreateBody, EndpointCreateBody, Status, CTX_ROLE_CONTROL,
     CTX_ROLE_RX, CTX_ROLE_TX, EP_FLAG_ABSOLUTE, EP_FLAG_DGRAM,
 };
+use uet_fwif::auth_key::EndpointAuthKeysBody;
 use uet_fwif::counters::RETURN_CODES;
 use uet_fwif::datapath::{
     Completion, CompletionKind, LocalStatus, RxDescriptor, TaggedRxDescriptor, TxDescriptor,
@@ -325,6 +336,8 @@ pub struct Endpoint {
     max_msg: usize,
     /// `FI_EP_MSG`: the connection (state, peer, control channel); dropped before the rings.
     pub(crate) cm: Option<crate::cm::CmLink>,
+    /// Auth-key slots granted to the endpoint (counted in `NicInner::auth_grants`).
+    auth_slots: Vec<u16>,
 }
 
 fn align_page(x: usize) -> usize {
@@ -456,7 +469,17 @@ impl Nic {
             }
             EpType::Rdm | EpType::Dgram => {
                 let table = av.map(|a| a.nic().table().clone());
-                self.create_endpoint(&attr, table, 0, 0, 0)
+                let mut endpoint = self.create_endpoint(&attr, table, 0, 0, 0)?;
+                if let Some(av) = av.filter(|a| a.has_auth_keys()) {
+                    let mut slots: Vec<u16> = av.auth_keys().map(|k| k.slot).collect();
+                    slots.sort_unstable();
+                    slots.dedup();
+                    if !slots.is_empty() {
+                        // On failure the endpoint drops here and ENDPOINT_DESTROY removes it.
+                        endpoint.set_auth_slots(slots)?;
+                    }
+                }
+                Ok(endpoint)
             }
         }
     }
@@ -626,6 +649,7 @@ impl Nic {
                 caps.max_msg_size as usize
             },
             cm: None,
+            auth_slots: Vec::new(),
         }
     }
 }
@@ -659,6 +683,66 @@ fn endpoint_create_error(e: DriverError, caps: &Capabilities, ri_count: u16) -> 
 }
 
 impl Endpoint {
+    /// Grant the endpoint exactly `slots` (ascending, distinct) with one ENDPOINT_AUTH_KEYS,
+    /// and move the per-slot counts from the old set to the new.
+    fn set_auth_slots(&mut self, slots: Vec<u16>) -> Result<(), DriverError> {
+        self.nic.execute(Command::EndpointAuthKeys {
+            endpoint: u32::from(self.handle),
+            body: EndpointAuthKeysBody::granting(slots.iter().copied()),
+        })?;
+        let grants = &self.nic.auth_grants;
+        for s in &slots {
+            if let Some(n) = grants.get(usize::from(*s)) {
+                n.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+        for s in core::mem::replace(&mut self.auth_slots, slots) {
+            if let Some(n) = grants.get(usize::from(s)) {
+                n.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        Ok(())
+    }
+
+    /// The NIC auth-key slots the endpoint is granted (it accepts their JobIDs), ascending.
+    pub fn auth_key_slots(&self) -> &[u16] {
+        &self.auth_slots
+    }
+
+    /// Enable the endpoint with one more auth key of its AV: `handle` from
+    /// [`uet_av::AddressVector::insert_auth_key`] on `av`, the AV the endpoint was created
+    /// with. A key already granted changes nothing. `FI_EINVAL` when `av` is not the
+    /// endpoint's AV or `handle` is no key of it; the NIC's refusal as its errno. On error the
+    /// endpoint keeps the keys it had.
+    pub fn grant_auth_key(&mut self, av: &Av, handle: FiAddr) -> Result<(), FiError> {
+        let same_av = self
+            ._av
+            .as_ref()
+            .is_some_and(|t| Arc::ptr_eq(t, av.nic().table()));
+        if !same_av {
+            return Err(FiError::inval(
+                "grant_auth_key: the AV is not the one the endpoint was created with",
+            ));
+        }
+        let slot = av
+            .auth_keys()
+            .find(|k| k.handle == handle)
+            .map(|k| k.slot)
+            .ok_or_else(|| {
+                FiError::inval(format!(
+                    "grant_auth_key: {handle:#x} is no auth key of the AV"
+                ))
+            })?;
+        if self.auth_slots.contains(&slot) {
+            return Ok(());
+        }
+        let mut slots = self.auth_slots.clone();
+        slots.push(slot);
+        slots.sort_unstable();
+        self.set_auth_slots(slots)
+            .map_err(crate::errno::admin_to_fi)
+    }
+
     /// The endpoint's UET address, as `fi_getname` returns it.
     pub fn address(&self) -> &UetAddress {
         &self.address
@@ -1381,7 +1465,14 @@ impl Drop for Endpoint {
         match self.nic.execute(Command::EndpointDestroy {
             endpoint: u32::from(self.handle),
         }) {
-            Ok(_) => {}
+            Ok(_) => {
+                // ENDPOINT_DESTROY revoked the endpoint's auth-key grants.
+                for s in self.auth_slots.drain(..) {
+                    if let Some(n) = self.nic.auth_grants.get(usize::from(s)) {
+                        n.fetch_sub(1, Ordering::AcqRel);
+                    }
+                }
+            }
             Err(e) => {
                 // The NIC may still own the rings and posted buffers: never hand that memory
                 // back while the device could write it. It is released with the NIC's reset.

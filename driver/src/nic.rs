@@ -24,15 +24,15 @@ use crate::dma::{DmaRegion, IovaAllocator};
 use crate::error::DriverError;
 use crate::mapped::MappedRegion;
 use std::net::IpAddr;
-use std::sync::atomic::AtomicU16;
+use std::sync::atomic::{AtomicU16, AtomicU32};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use uet_fwif::admin::{BufferBody, Command};
 use uet_fwif::identify::IdentifyData;
 use uet_regs::{
-    DevCtrl, FunctionReset, Mmio, RegisterAccess, CAP_AV, CAP_AV_ENTRIES, CAP_EP, CAP_MAX_MSG,
-    CAP_PID_ON_FEP, CAP_PROFILES, CAP_QUEUES, CAP_RESOURCE_INDEX, CAP_TAGGED, DEV_CTRL, DEV_STATUS,
-    FATAL_ERROR, FUNCTION_RESET, FW_VERSION, ID, REVISION,
+    DevCtrl, FunctionReset, Mmio, RegisterAccess, CAP_AUTH_KEY, CAP_AV, CAP_AV_ENTRIES, CAP_EP,
+    CAP_MAX_MSG, CAP_PID_ON_FEP, CAP_PROFILES, CAP_QUEUES, CAP_RESOURCE_INDEX, CAP_TAGGED,
+    DEV_CTRL, DEV_STATUS, FATAL_ERROR, FUNCTION_RESET, FW_VERSION, ID, REVISION,
 };
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::FromZeros;
@@ -94,10 +94,13 @@ pub struct Capabilities {
     pub max_admin_entries: u16,
     /// Largest datapath ring.
     pub max_queue_entries: u16,
+    /// Slots of the auth-key table (`CAP_AUTH_KEY.slots`, interface 1.3 and later; 0 on an
+    /// older device, which has no auth keys).
+    pub auth_key_slots: u16,
 }
 
 impl Capabilities {
-    fn read(bar: &dyn Mmio) -> Self {
+    fn read(bar: &dyn Mmio, interface_minor: u8) -> Self {
         let av = bar.read(CAP_AV);
         let ep = bar.read(CAP_EP);
         let pid = bar.read(CAP_PID_ON_FEP);
@@ -129,6 +132,13 @@ impl Capabilities {
             inject_size: uet_fwif::datapath::MAX_INJECT_BYTES,
             max_admin_entries: q.max_admin_entries(),
             max_queue_entries: q.max_queue_entries(),
+            auth_key_slots: if interface_minor >= 5 {
+                bar.read(CAP_AUTH_KEY)
+                    .slots()
+                    .min(uet_fwif::auth_key::MAX_AUTH_KEY_SLOTS)
+            } else {
+                0
+            },
         }
     }
 
@@ -180,6 +190,9 @@ pub(crate) struct NicInner {
     pub(crate) identity: Identity,
     /// Endpoints created on this NIC by this process, for default initiator IDs.
     pub(crate) endpoint_seq: AtomicU16,
+    /// Per auth-key slot: endpoints of this process granted it (ENDPOINT_AUTH_KEYS), so an
+    /// AV can refuse to remove a key in use without asking the NIC.
+    pub(crate) auth_grants: Box<[AtomicU32]>,
     admin: Mutex<AdminQueue>,
 }
 
@@ -261,7 +274,7 @@ impl Nic {
             std::thread::yield_now();
         }
         // 4. Capabilities.
-        let caps = Capabilities::read(bar);
+        let caps = Capabilities::read(bar, rev.interface_minor());
         tracing::debug!(?caps, "capabilities");
         // 5. Admin queue.
         let iova = IovaAllocator::new();
@@ -311,6 +324,9 @@ impl Nic {
                 caps,
                 identity,
                 endpoint_seq: AtomicU16::new(1),
+                auth_grants: (0..caps.auth_key_slots)
+                    .map(|_| AtomicU32::new(0))
+                    .collect(),
                 admin: Mutex::new(admin),
             }),
         })

@@ -32,6 +32,13 @@
 //! | `MR_REGISTER` 0x30 | endpoint the region is bound to | [`MrRegisterBody`] | MR handle / resource index (RMA space) |
 //! | `MR_DEREGISTER` 0x31 | MR | [`MrDeregisterBody`]: the region's memory key | — |
 //! | `COUNTERS_READ` 0x40 | endpoint | [`BufferBody`]: one [`crate::counters::EndpointCounters`] into `buf` (`len` at least its size, `count` 0) | bytes written |
+//! | `AUTH_KEY_ADD` 0x50 | AV owning the slot | [`crate::auth_key::AuthKeyAddBody`] | slot |
+//! | `AUTH_KEY_REMOVE` 0x51 | slot | — | — |
+//! | `AUTH_KEY_SOURCE` 0x52 | slot | [`crate::auth_key::AuthKeySourceBody`] | — |
+//! | `AUTH_KEY_READ` 0x53 | 0 | [`RangeBody`]: `count` × [`crate::auth_key::AuthKeyEntry`] from slot `first` into `buf` | slots read |
+//! | `ENDPOINT_AUTH_KEYS` 0x54 | endpoint | [`crate::auth_key::EndpointAuthKeysBody`] | slots granted |
+//!
+//! The auth-key commands (since interface 1.5) are described in [`crate::auth_key`].
 //!
 //! ## Endpoint kinds
 //!
@@ -100,6 +107,7 @@
 //! [`Status::InvalidField`] and changes nothing. A batch command (AV_WRITE, AV_INVALIDATE) is
 //! validated whole before any entry changes: it is applied entirely or not at all.
 
+use crate::auth_key::{AuthKeyAddBody, AuthKeySourceBody, EndpointAuthKeysBody};
 use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
@@ -138,6 +146,16 @@ pub enum Opcode {
     MrDeregister = 0x31,
     /// Read an endpoint's counters.
     CountersRead = 0x40,
+    /// Put a JobID into a free auth-key slot.
+    AuthKeyAdd = 0x50,
+    /// Free an auth-key slot.
+    AuthKeyRemove = 0x51,
+    /// Set the source an auth-key slot reports.
+    AuthKeySource = 0x52,
+    /// Read auth-key slots back.
+    AuthKeyRead = 0x53,
+    /// Set the auth-key slots granted to an endpoint.
+    EndpointAuthKeys = 0x54,
 }
 
 impl Opcode {
@@ -156,6 +174,11 @@ impl Opcode {
             0x30 => Opcode::MrRegister,
             0x31 => Opcode::MrDeregister,
             0x40 => Opcode::CountersRead,
+            0x50 => Opcode::AuthKeyAdd,
+            0x51 => Opcode::AuthKeyRemove,
+            0x52 => Opcode::AuthKeySource,
+            0x53 => Opcode::AuthKeyRead,
+            0x54 => Opcode::EndpointAuthKeys,
             _ => return None,
         })
     }
@@ -175,6 +198,11 @@ impl Opcode {
             Opcode::MrRegister => "MR_REGISTER",
             Opcode::MrDeregister => "MR_DEREGISTER",
             Opcode::CountersRead => "COUNTERS_READ",
+            Opcode::AuthKeyAdd => "AUTH_KEY_ADD",
+            Opcode::AuthKeyRemove => "AUTH_KEY_REMOVE",
+            Opcode::AuthKeySource => "AUTH_KEY_SOURCE",
+            Opcode::AuthKeyRead => "AUTH_KEY_READ",
+            Opcode::EndpointAuthKeys => "ENDPOINT_AUTH_KEYS",
         }
     }
 }
@@ -465,7 +493,10 @@ body_size!(
     EndpointCreateBody,
     ContextCreateBody,
     MrRegisterBody,
-    MrDeregisterBody
+    MrDeregisterBody,
+    AuthKeyAddBody,
+    AuthKeySourceBody,
+    EndpointAuthKeysBody
 );
 
 /// A decoded admin command.
@@ -541,6 +572,34 @@ pub enum Command {
         /// Destination buffer.
         body: BufferBody,
     },
+    /// AUTH_KEY_ADD into the table, owned by AV `av`.
+    AuthKeyAdd {
+        /// AV handle.
+        av: u32,
+        /// JobID and initial source.
+        body: AuthKeyAddBody,
+    },
+    /// AUTH_KEY_REMOVE of slot `slot`.
+    AuthKeyRemove {
+        /// Slot.
+        slot: u32,
+    },
+    /// AUTH_KEY_SOURCE of slot `slot`.
+    AuthKeySource {
+        /// Slot.
+        slot: u32,
+        /// The new source.
+        body: AuthKeySourceBody,
+    },
+    /// AUTH_KEY_READ of `body.count` slots from `body.first`.
+    AuthKeyRead(RangeBody),
+    /// ENDPOINT_AUTH_KEYS of endpoint `endpoint`.
+    EndpointAuthKeys {
+        /// Endpoint handle.
+        endpoint: u32,
+        /// The granted slots.
+        body: EndpointAuthKeysBody,
+    },
 }
 
 fn body_of<T: IntoBytes + Immutable>(b: &T) -> [u8; 56] {
@@ -573,6 +632,11 @@ impl Command {
             Command::MrRegister { .. } => Opcode::MrRegister,
             Command::MrDeregister { .. } => Opcode::MrDeregister,
             Command::CountersRead { .. } => Opcode::CountersRead,
+            Command::AuthKeyAdd { .. } => Opcode::AuthKeyAdd,
+            Command::AuthKeyRemove { .. } => Opcode::AuthKeyRemove,
+            Command::AuthKeySource { .. } => Opcode::AuthKeySource,
+            Command::AuthKeyRead(_) => Opcode::AuthKeyRead,
+            Command::EndpointAuthKeys { .. } => Opcode::EndpointAuthKeys,
         }
     }
 
@@ -592,6 +656,11 @@ impl Command {
             Command::MrRegister { endpoint, body } => (*endpoint, body_of(body)),
             Command::MrDeregister { mr, body } => (*mr, body_of(body)),
             Command::CountersRead { endpoint, body } => (*endpoint, body_of(body)),
+            Command::AuthKeyAdd { av, body } => (*av, body_of(body)),
+            Command::AuthKeyRemove { slot } => (*slot, [0; 56]),
+            Command::AuthKeySource { slot, body } => (*slot, body_of(body)),
+            Command::AuthKeyRead(b) => (0, body_of(b)),
+            Command::EndpointAuthKeys { endpoint, body } => (*endpoint, body_of(body)),
         };
         AdminCommand {
             opcode: self.opcode() as u8,
@@ -765,6 +834,55 @@ impl AdminCommand {
                     body: b,
                 }
             }
+            Opcode::AuthKeyAdd => {
+                let b =
+                    AuthKeyAddBody::read_from_bytes(&self.body).map_err(|_| Status::Internal)?;
+                reserved_clear(&b.reserved)?;
+                if b.reserved0.get() != 0 || b.job_id.get() > crate::av_entry::MAX_JOB_ID {
+                    return Err(Status::InvalidField);
+                }
+                Command::AuthKeyAdd {
+                    av: handle,
+                    body: b,
+                }
+            }
+            Opcode::AuthKeyRemove => {
+                reserved_clear(&self.body)?;
+                Command::AuthKeyRemove { slot: handle }
+            }
+            Opcode::AuthKeySource => {
+                let b =
+                    AuthKeySourceBody::read_from_bytes(&self.body).map_err(|_| Status::Internal)?;
+                reserved_clear(&b.reserved)?;
+                Command::AuthKeySource {
+                    slot: handle,
+                    body: b,
+                }
+            }
+            Opcode::AuthKeyRead => {
+                no_handle()?;
+                let b = RangeBody::read_from_bytes(&self.body).map_err(|_| Status::Internal)?;
+                reserved_clear(&b.reserved)?;
+                let count = b.count.get();
+                let need =
+                    u64::from(count) * core::mem::size_of::<crate::auth_key::AuthKeyEntry>() as u64;
+                if count == 0
+                    || count > u32::from(crate::auth_key::MAX_AUTH_KEY_SLOTS)
+                    || u64::from(b.len.get()) < need
+                {
+                    return Err(Status::InvalidField);
+                }
+                Command::AuthKeyRead(b)
+            }
+            Opcode::EndpointAuthKeys => {
+                let b = EndpointAuthKeysBody::read_from_bytes(&self.body)
+                    .map_err(|_| Status::Internal)?;
+                reserved_clear(&b.reserved)?;
+                Command::EndpointAuthKeys {
+                    endpoint: handle,
+                    body: b,
+                }
+            }
         };
         Ok(cmd)
     }
@@ -860,6 +978,33 @@ mod tests {
                     ..FromZeros::new_zeroed()
                 },
             },
+            Command::AuthKeyAdd {
+                av: 1,
+                body: AuthKeyAddBody {
+                    job_id: U32::new(0x42),
+                    source: U64::new(7),
+                    ..FromZeros::new_zeroed()
+                },
+            },
+            Command::AuthKeyRemove { slot: 3 },
+            Command::AuthKeySource {
+                slot: 3,
+                body: AuthKeySourceBody {
+                    source: U64::new(u64::MAX),
+                    ..FromZeros::new_zeroed()
+                },
+            },
+            Command::AuthKeyRead(RangeBody {
+                buf: U64::new(0x5000),
+                len: U32::new(24 * 4),
+                first: U32::new(2),
+                count: U32::new(4),
+                ..FromZeros::new_zeroed()
+            }),
+            Command::EndpointAuthKeys {
+                endpoint: 2,
+                body: EndpointAuthKeysBody::granting([0, 5]),
+            },
         ];
         for (i, c) in cmds.iter().enumerate() {
             let e = c.encode(i as u16);
@@ -928,6 +1073,37 @@ mod tests {
             .encode(0);
             assert_eq!(e.decode(), Err(Status::InvalidField));
         }
+        // AUTH_KEY_ADD with a JobID wider than 24 bits or reserved bits set; AUTH_KEY_READ of
+        // no slots or into a short buffer.
+        for (job, r0) in [(0x0100_0000, 0), (1, 1)] {
+            let e = Command::AuthKeyAdd {
+                av: 1,
+                body: AuthKeyAddBody {
+                    job_id: U32::new(job),
+                    reserved0: U32::new(r0),
+                    ..FromZeros::new_zeroed()
+                },
+            }
+            .encode(0);
+            assert_eq!(e.decode(), Err(Status::InvalidField));
+        }
+        for (count, len) in [(0, 0), (2, 47), (257, 24 * 257)] {
+            let e = Command::AuthKeyRead(RangeBody {
+                buf: U64::new(0x1000),
+                len: U32::new(len),
+                count: U32::new(count),
+                ..FromZeros::new_zeroed()
+            })
+            .encode(0);
+            assert_eq!(e.decode(), Err(Status::InvalidField));
+        }
+        let mut e = Command::EndpointAuthKeys {
+            endpoint: 1,
+            body: EndpointAuthKeysBody::new_zeroed(),
+        }
+        .encode(0);
+        e.body[40] = 1;
+        assert_eq!(e.decode(), Err(Status::InvalidField));
         for v in 0..=u16::MAX {
             let s = Status::from_u16(v);
             if v <= 0x0B {

@@ -317,6 +317,19 @@ impl NicAvEntry {
         })
     }
 
+    /// Bind the entry to auth-key slot `slot`: requests to the peer carry the slot's JobID
+    /// (see [`crate::auth_key`]) instead of `job_id`.
+    pub fn with_auth_key(mut self, slot: u16) -> Self {
+        self.flags = U16::new(self.flags.get() | entry_flags::AUTH_KEY);
+        self.auth_key = U16::new(slot);
+        self
+    }
+
+    /// The auth-key slot, when the entry is bound to one.
+    pub fn auth_key_slot(&self) -> Option<u16> {
+        (self.flags.get() & entry_flags::AUTH_KEY != 0).then(|| self.auth_key.get())
+    }
+
     /// The user id, when one is set.
     pub fn user_id(&self) -> Option<u64> {
         (self.flags.get() & entry_flags::USER_ID != 0).then(|| self.user_id.get())
@@ -348,6 +361,15 @@ impl NicAvEntry {
         }
         if self.job_id.get() > MAX_JOB_ID {
             return Err("JobID wider than 24 bits");
+        }
+        match self.auth_key_slot() {
+            Some(slot) if slot >= crate::auth_key::MAX_AUTH_KEY_SLOTS => {
+                return Err("auth-key slot beyond the largest table");
+            }
+            None if self.auth_key.get() != 0 => {
+                return Err("auth-key slot set without the AUTH_KEY flag");
+            }
+            _ => {}
         }
         if self.pid_on_fep.get() > 0x0FFF || self.ri_start.get() > 0x0FFF {
             return Err("PIDonFEP or resource index wider than 12 bits");
@@ -561,5 +583,14 @@ mod tests {
         e.flags = U16::new(entry_flags::VALID);
         e.job_id = U32::new(0x0100_0000);
         assert!(e.check().is_err());
+        // Auth-key slots: only with the flag, and below 256.
+        let good = base("10.0.0.1", 1).with_auth_key(255);
+        assert!(good.check().is_ok());
+        assert_eq!(good.auth_key_slot(), Some(255));
+        assert!(base("10.0.0.1", 1).with_auth_key(256).check().is_err());
+        let mut e = base("10.0.0.1", 1);
+        e.auth_key = U16::new(3);
+        assert!(e.check().is_err());
+        assert_eq!(base("10.0.0.1", 1).auth_key_slot(), None);
     }
 }

@@ -8,6 +8,7 @@
 //! | [`identify`] | the IDENTIFY data page |
 //! | [`cm`] | connection-management messages on the control channel (resource index 0) |
 //! | [`av_entry`] | the NIC AV entry (64 bytes) and the AV_WRITE record |
+//! | [`auth_key`] | the auth-key (JobID) table: commands, slot layout, the auth key's byte form |
 //! | [`counters`] | the per-endpoint counter block COUNTERS_READ returns |
 //! | [`address`] | the UET endpoint address as `fi_getname` returns it (32 bytes, big-endian) |
 //! | [`datapath`] | TX/RX/tagged-RX descriptors, datapath completions, resource-index spaces, tag matching, RMA and inject rules |
@@ -24,6 +25,7 @@
 
 pub mod address;
 pub mod admin;
+pub mod auth_key;
 pub mod av_entry;
 pub mod cm;
 pub mod counters;

@@ -135,6 +135,15 @@ pub struct CapTagged {
     pub unexpected_kib: u16,
 }
 
+/// [`CAP_AUTH_KEY`]: the function's auth-key (JobID) table (since interface 1.5).
+#[bitfield(u32)]
+pub struct CapAuthKey {
+    /// Slots of the auth-key table (at most 256: an endpoint's grant is a 256-bit map).
+    pub slots: u16,
+    #[bits(16)]
+    __: u16,
+}
+
 /// [`CAP_QUEUES`]: queue depths.
 #[bitfield(u32)]
 pub struct CapQueues {
@@ -251,6 +260,7 @@ reg_value!(
     CapResourceIndex => W32, CapProfiles => W32, CapQueues => W32, DevCtrl => W32,
     DevStatus => W32, FunctionReset => W32, FatalError => W32, AdminQueueSize => W32,
     RingIndex => W32, Interrupts => W32, QueueDoorbell => W32, CapTagged => W32,
+    CapAuthKey => W32,
 );
 
 // Reset values of the reference model's capability registers.
@@ -364,6 +374,14 @@ register_map! {
     CAP_TAGGED: CapTagged = (0x030, W32, Ro, reset (4096 << 16) | 64, "capabilities") [
         f("unexpected_entries", CapTagged::UNEXPECTED_ENTRIES_OFFSET, CapTagged::UNEXPECTED_ENTRIES_BITS, "Unexpected messages held per endpoint."),
         f("unexpected_kib", CapTagged::UNEXPECTED_KIB_OFFSET, CapTagged::UNEXPECTED_KIB_BITS, "Unexpected payload held per endpoint, KiB."),
+    ];
+    /// The function's auth-key table (since interface 1.5): slots that each hold one JobID an
+    /// endpoint may be granted (AUTH_KEY_ADD, ENDPOINT_AUTH_KEYS; see `uet_fwif::auth_key`).
+    /// The RX engine accepts a request for an endpoint whose JobID is the endpoint's own or the
+    /// JobID of a slot granted to it; an AV entry with `AUTH_KEY` set sends with its slot's
+    /// JobID.
+    CAP_AUTH_KEY: CapAuthKey = (0x034, W32, Ro, reset 64, "capabilities") [
+        f("slots", CapAuthKey::SLOTS_OFFSET, CapAuthKey::SLOTS_BITS, "Auth-key table slots (at most 256)."),
     ];
 
     // ---- Global control and status: 0x040-0x07f --------------------------------------------

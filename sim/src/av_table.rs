@@ -378,7 +378,22 @@ impl AvTable {
     }
 
     /// Reverse translation for a receive completion's `src_addr`.
+    #[cfg(test)]
     pub(crate) fn source(&self, ip: IpAddr, initiator: u32) -> u64 {
+        self.source_for_job(ip, initiator, |_| true)
+            .unwrap_or(uet_fwif::FI_ADDR_NOTAVAIL)
+    }
+
+    /// Reverse translation for a receive completion's `src_addr`: among the valid entries of
+    /// the sender `(ip, initiator)`, the lowest index for which `in_job` holds (the entry sends
+    /// with the request's JobID), else the lowest index; its user id when it has one, else the
+    /// index. `None` when no entry holds the sender.
+    pub(crate) fn source_for_job(
+        &self,
+        ip: IpAddr,
+        initiator: u32,
+        in_job: impl Fn(&NicAvEntry) -> bool,
+    ) -> Option<u64> {
         let mut fa = [0u8; 16];
         let ipv6 = match ip {
             IpAddr::V4(a) => {
@@ -394,24 +409,33 @@ impl AvTable {
             fabric_addr: u128::from_le_bytes(fa) ^ ipv6,
             initiator,
         };
-        // The lowest single entry holding the sender...
+        // The lowest single entry holding the sender (and the lowest in the request's job)...
+        fn lower(best: &mut Option<u32>, index: u32) {
+            *best = Some(best.map_or(index, |b| b.min(index)));
+        }
         let mut best = self.cam.lowest(key, |i| Self::key_at(&self.entries, i));
+        let mut best_in_job = self.cam.lowest(key, |i| {
+            Self::key_at(&self.entries, i).filter(|_| in_job(&self.effective(i)))
+        });
         // ...or a range member, if one sits lower.
         for r in &self.ranges {
-            if best.is_some_and(|b| b <= r.first) {
+            if best_in_job.is_some_and(|b| b <= r.first) {
                 break;
             }
             if let Some(index) = Self::range_source(r, &fa, ipv6 != 0, initiator) {
-                best = Some(best.map_or(index, |b| b.min(index)));
+                lower(&mut best, index);
+                if in_job(&r.entry) {
+                    lower(&mut best_in_job, index);
+                }
             }
         }
-        let Some(index) = best else {
-            return uet_fwif::FI_ADDR_NOTAVAIL;
-        };
-        match Some(self.effective(index)).and_then(|e| e.user_id()) {
-            Some(uid) => uid,
-            None => u64::from(index),
-        }
+        let index = best_in_job.or(best)?;
+        Some(
+            match Some(self.effective(index)).and_then(|e| e.user_id()) {
+                Some(uid) => uid,
+                None => u64::from(index),
+            },
+        )
     }
 }
 

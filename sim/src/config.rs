@@ -9,8 +9,8 @@
 
 use std::net::IpAddr;
 use uet_regs::{
-    CAP_AV, CAP_AV_ENTRIES, CAP_EP, CAP_MAX_MSG, CAP_PID_ON_FEP, CAP_PROFILES, CAP_QUEUES,
-    CAP_RESOURCE_INDEX, CAP_TAGGED,
+    CAP_AUTH_KEY, CAP_AV, CAP_AV_ENTRIES, CAP_EP, CAP_MAX_MSG, CAP_PID_ON_FEP, CAP_PROFILES,
+    CAP_QUEUES, CAP_RESOURCE_INDEX, CAP_TAGGED,
 };
 
 /// Largest MTU the model accepts (SES payload bytes per packet): the SES `payload_len` field
@@ -74,6 +74,9 @@ pub struct NicConfig {
     /// Memory regions registered at once, over all endpoints (no register: a model limit).
     /// MR_REGISTER beyond it completes NoResources.
     pub memory_regions: u32,
+    /// Slots of the auth-key table (`CAP_AUTH_KEY.slots`), at most
+    /// `uet_fwif::auth_key::MAX_AUTH_KEY_SLOTS`.
+    pub auth_key_slots: u16,
     /// Largest admin ring (`CAP_QUEUES.max_admin_entries`).
     pub max_admin_entries: u16,
     /// Largest TX/RX/completion ring (`CAP_QUEUES.max_queue_entries`).
@@ -122,6 +125,7 @@ impl NicConfig {
             unexpected_entries: CAP_TAGGED.reset_value().unexpected_entries(),
             unexpected_kib: CAP_TAGGED.reset_value().unexpected_kib(),
             memory_regions: DEFAULT_MEMORY_REGIONS,
+            auth_key_slots: CAP_AUTH_KEY.reset_value().slots(),
             max_admin_entries: q.max_admin_entries(),
             max_queue_entries: q.max_queue_entries(),
         }
@@ -164,6 +168,9 @@ impl NicConfig {
         }
         if self.memory_regions == 0 {
             return Err("at least one memory region");
+        }
+        if self.auth_key_slots > uet_fwif::auth_key::MAX_AUTH_KEY_SLOTS {
+            return Err("auth_key_slots above 256");
         }
         if self.profiles & !0b111 != 0 {
             return Err("unknown profile bits");

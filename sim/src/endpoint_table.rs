@@ -6,7 +6,10 @@
 //! * Resource indices: a contiguous range of the requested size, first fit over the 12-bit
 //!   space `[1, CAP_RESOURCE_INDEX.space)`; index 0 is reserved for the provider control
 //!   channel and never handed out.
-//! * Demultiplexing keys: JobID -> endpoints of that job, (JobID, PIDonFEP) -> endpoint.
+//! * Demultiplexing keys: JobID -> endpoints that accept it (their own JobID, or one of an
+//!   auth-key slot granted to them), (JobID, PIDonFEP) -> endpoint, PIDonFEP -> endpoint.
+//! * Each endpoint keeps the auth-key slots granted to it (ENDPOINT_AUTH_KEYS) and their
+//!   JobIDs, so accepting a request is a compare against a short list.
 //! * Each endpoint owns a TX ring, an RX ring, an optional tagged RX ring and a completion ring
 //!   in host memory. The ring indices the NIC tracks are here; the engines that use them are
 //!   in `tx_engine`, `rx_engine` and `tag_match` (which also keeps the endpoint's posted
@@ -207,10 +210,20 @@ pub(crate) struct Endpoint {
     pub rx_backlog: VecDeque<Vec<u8>>,
     /// The endpoint's own rings faulted: its engines are stopped.
     pub faulted: bool,
+    /// Auth-key slots granted to the endpoint, ascending.
+    pub auth_slots: Vec<u16>,
+    /// JobIDs of `auth_slots` other than `job_id`, each once.
+    pub auth_jobs: Vec<u32>,
     pub next_message_id: u16,
 }
 
 impl Endpoint {
+    /// Whether the endpoint accepts requests carrying `job_id`: its own, or granted.
+    #[inline]
+    pub(crate) fn accepts(&self, job_id: u32) -> bool {
+        self.job_id == job_id || self.auth_jobs.contains(&job_id)
+    }
+
     /// Completion slots already promised (queued completions, sends awaiting a response and
     /// messages in reassembly).
     pub(crate) fn cq_reserved(&self) -> u64 {
@@ -371,6 +384,8 @@ impl EndpointTable {
             pending_cqes: VecDeque::new(),
             rx_backlog: VecDeque::new(),
             faulted: false,
+            auth_slots: Vec::new(),
+            auth_jobs: Vec::new(),
             next_message_id: 0,
         };
         Ok(self.eps.entry(handle).or_insert(ep))
@@ -409,6 +424,9 @@ impl EndpointTable {
             tx_ctx_cnt: o.tx_ctx_cnt,
             av: o.av,
             owner,
+            // A context accepts what its endpoint accepts when it is created.
+            auth_slots: o.auth_slots.clone(),
+            auth_jobs: o.auth_jobs.clone(),
             role: c.role,
             rx_ctx: Vec::new(),
             contexts: BTreeMap::new(),
@@ -451,13 +469,44 @@ impl EndpointTable {
         self.ri_ranges.remove(&ep.ri_start);
         self.by_job_pid.remove(&(ep.job_id, ep.pid_on_fep));
         self.by_pid.remove(&ep.pid_on_fep);
-        if let Some(n) = self.jobs.get_mut(&ep.job_id) {
-            *n -= 1;
-            if *n == 0 {
-                self.jobs.remove(&ep.job_id);
-            }
+        self.job_leaves(ep.job_id);
+        for &job in &ep.auth_jobs {
+            self.job_leaves(job);
         }
         Some(ep)
+    }
+
+    fn job_leaves(&mut self, job_id: u32) {
+        if let Some(n) = self.jobs.get_mut(&job_id) {
+            *n -= 1;
+            if *n == 0 {
+                self.jobs.remove(&job_id);
+            }
+        }
+    }
+
+    /// Replace the auth-key slots granted to endpoint `handle` with `slots` (ascending), whose
+    /// JobIDs are `jobs` (same order). Returns the slots granted before.
+    pub(crate) fn set_auth(&mut self, handle: u16, slots: Vec<u16>, jobs: &[u32]) -> Vec<u16> {
+        let Some(ep) = self.eps.get_mut(&handle) else {
+            return Vec::new();
+        };
+        let own = ep.job_id;
+        let mut new_jobs: Vec<u32> = Vec::with_capacity(jobs.len());
+        for &j in jobs {
+            if j != own && !new_jobs.contains(&j) {
+                new_jobs.push(j);
+            }
+        }
+        let old_jobs = core::mem::replace(&mut ep.auth_jobs, new_jobs.clone());
+        let old_slots = core::mem::replace(&mut ep.auth_slots, slots);
+        for j in old_jobs {
+            self.job_leaves(j);
+        }
+        for j in new_jobs {
+            *self.jobs.entry(j).or_insert(0) += 1;
+        }
+        old_slots
     }
 
     pub(crate) fn get(&self, handle: u16) -> Option<&Endpoint> {

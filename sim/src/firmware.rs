@@ -9,19 +9,25 @@
 //! |---|---|---|
 //! | IDENTIFY | `len >= 128` else InvalidField; page written by DMA else DmaFault | — |
 //! | AV_CREATE | `capacity` in 1..=`CAP_AV_ENTRIES` and `rx_ctx_bits <= CAP_AV.max_rx_ctx_bits` else InvalidField; a free table else NoResources | AV handle (from 1) |
-//! | AV_DESTROY | AV exists else InvalidHandle; no endpoint bound else Busy | — |
-//! | AV_WRITE | AV exists else InvalidHandle; the `count` records read by DMA else DmaFault; every record: `index < capacity` else IndexOutOfRange, reserved word 0 and `NicAvEntry::check` else InvalidField — then all are written | records written |
+//! | AV_DESTROY | AV exists else InvalidHandle; no endpoint bound else Busy; frees the AV's auth-key slots | — |
+//! | AV_WRITE | AV exists else InvalidHandle; the `count` records read by DMA else DmaFault; every record: `index < capacity` else IndexOutOfRange, reserved word 0 and `NicAvEntry::check` else InvalidField, an `AUTH_KEY` entry's slot in use and owned by this AV else InvalidField — then all are written | records written |
 //! | AV_INVALIDATE | AV exists; range `[first, first+count)` inside the table, or every listed u32 index (read by DMA) inside it, else IndexOutOfRange — then all are invalidated | entries invalidated |
 //! | AV_READ | AV exists; `[first, first+count)` inside the table else IndexOutOfRange; entries written by DMA else DmaFault | entries read |
 //! | ENDPOINT_CREATE | handle = AV to bind (0: none) exists else InvalidHandle; ring log2 sizes in 1..=15 and at most `CAP_QUEUES.max_queue_entries` entries (the tagged RX ring's may also be 0: none), ring bases aligned to their entry size, `ri_count` in 1..=`CAP_RESOURCE_INDEX.max_per_endpoint`, JobID within 24 bits, `rx_ctx_cnt` at most `CAP_EP.max_rx_ctx` and `ri_count`, `tx_ctx_cnt` at most `CAP_EP.max_tx_ctx`, a datagram or passive endpoint not scalable, else InvalidField; every ring entirely DMA-mapped else DmaFault; a free endpoint else NoResources, a free PIDonFEP else PidExhausted, a contiguous resource-index range else RiExhausted | endpoint handle \| PIDonFEP << 16 / ri_start \| ri_count << 16 |
-//! | ENDPOINT_DESTROY | endpoint or context exists else InvalidHandle; an endpoint with live contexts else Busy; releases its PIDonFEP and indices, unbinds its AV, removes its memory regions, drops its posted tagged receives and unexpected list | — |
+//! | ENDPOINT_DESTROY | endpoint or context exists else InvalidHandle; an endpoint with live contexts else Busy; releases its PIDonFEP and indices, unbinds its AV, revokes its auth-key grants, removes its memory regions, drops its posted tagged receives and unexpected list | — |
 //! | CONTEXT_CREATE | endpoint exists and is not a context else InvalidHandle; the role's index constraint (`uet_fwif::admin`, *Contexts*) and rings as for ENDPOINT_CREATE else InvalidField; no live context with the same role and index (CONTROL: no control channel, not passive) else Busy; rings DMA-mapped else DmaFault; a free table entry else NoResources | context handle |
 //! | MR_REGISTER | endpoint exists else InvalidHandle; `resource_index` 0 (assign `ri_start`) or inside the endpoint's range else IndexOutOfRange; the whole region DMA-mapped else DmaFault; key not registered on the NIC else KeyExists; a free region else NoResources | MR handle / resource index |
 //! | MR_DEREGISTER | a region with the handle and the body's key exists else InvalidHandle | — |
 //! | COUNTERS_READ | endpoint exists else InvalidHandle; the block written by DMA else DmaFault | bytes written |
+//! | AUTH_KEY_ADD | AV exists else InvalidHandle; (decode: JobID within 24 bits, reserved zero, else InvalidField); a free slot else NoResources | slot |
+//! | AUTH_KEY_REMOVE | slot in use else InvalidHandle; granted to no endpoint else Busy | — |
+//! | AUTH_KEY_SOURCE | slot in use else InvalidHandle | — |
+//! | AUTH_KEY_READ | `first + count <= CAP_AUTH_KEY.slots` else IndexOutOfRange; entries written by DMA else DmaFault | slots read |
+//! | ENDPOINT_AUTH_KEYS | endpoint exists else InvalidHandle; no bit at or above `CAP_AUTH_KEY.slots` else InvalidField; every granted slot in use and owned by the endpoint's AV else InvalidHandle — then the grant set is replaced | slots granted |
 //!
 //! A DmaFault status also counts in `DMA_FAULTS`.
 
+use crate::auth_table::RemoveError;
 use crate::av_table::{AvTable, WriteConflict};
 use crate::endpoint_table::{AllocError, CqRing, EndpointTable, InRing, NewContext, NewEndpoint};
 use crate::mr_table::{MemoryRegion, MrError};
@@ -31,6 +37,7 @@ use uet_fwif::admin::{
     MrRegisterBody, RangeBody, CTX_ROLE_CONTROL, CTX_ROLE_RX, CTX_ROLE_TX, EP_FLAG_ABSOLUTE,
     EP_FLAG_DGRAM, EP_FLAG_PASSIVE,
 };
+use uet_fwif::auth_key::{AuthKeyAddBody, AuthKeySourceBody, EndpointAuthKeysBody};
 use uet_fwif::av_entry::MAX_JOB_ID;
 use uet_fwif::datapath::{
     COMPLETION_BYTES, RX_DESCRIPTOR_BYTES, TAGGED_RX_DESCRIPTOR_BYTES, TX_DESCRIPTOR_BYTES,
@@ -74,6 +81,13 @@ impl Nic {
                 Command::MrRegister { endpoint, body } => self.fw_mr_register(endpoint, &body),
                 Command::MrDeregister { mr, body } => self.fw_mr_deregister(mr, &body),
                 Command::CountersRead { endpoint, body } => self.fw_counters_read(endpoint, &body),
+                Command::AuthKeyAdd { av, body } => self.fw_auth_key_add(av, &body),
+                Command::AuthKeyRemove { slot } => self.fw_auth_key_remove(slot),
+                Command::AuthKeySource { slot, body } => self.fw_auth_key_source(slot, &body),
+                Command::AuthKeyRead(body) => self.fw_auth_key_read(&body),
+                Command::EndpointAuthKeys { endpoint, body } => {
+                    self.fw_endpoint_auth_keys(endpoint, &body)
+                }
             },
         };
         match r {
@@ -125,6 +139,7 @@ impl Nic {
             return Err(Status::Busy);
         }
         self.avs.remove(av);
+        self.auths.remove_av(av);
         Ok((0, 0))
     }
 
@@ -144,6 +159,11 @@ impl Nic {
             }
             if r.reserved.get() != 0 || r.entry.check().is_err() {
                 return Err(Status::InvalidField);
+            }
+            if let Some(slot) = r.entry.auth_key_slot() {
+                if self.auths.get(slot).is_none_or(|s| s.av != av) {
+                    return Err(Status::InvalidField);
+                }
             }
             records.push((r.index.get(), r.entry));
         }
@@ -373,6 +393,7 @@ impl Nic {
         if let Some(t) = self.avs.get_mut(ep.av) {
             t.bound = t.bound.saturating_sub(1);
         }
+        self.auths.revoke(&ep.auth_slots);
         self.mrs.remove_endpoint(ep.serial);
         // Requests that waited for this endpoint's completion ring are answered by the
         // receive path again (now without the endpoint).
@@ -428,5 +449,74 @@ impl Nic {
             return Err(self.dma_status());
         }
         Ok((uet_fwif::EndpointCounters::BYTES as u32, 0))
+    }
+
+    fn fw_auth_key_add(&mut self, av: u32, b: &AuthKeyAddBody) -> FwResult {
+        if self.avs.get(av).is_none() {
+            return Err(Status::InvalidHandle);
+        }
+        let job_id = b.job_id.get();
+        let slot = self
+            .auths
+            .add(av, job_id, b.source.get())
+            .ok_or(Status::NoResources)?;
+        tracing::debug!(nic = %self.cfg.fabric_addr, slot, av, job_id, "auth key added");
+        Ok((u32::from(slot), 0))
+    }
+
+    fn fw_auth_key_remove(&mut self, slot: u32) -> FwResult {
+        let slot = u16::try_from(slot).map_err(|_| Status::InvalidHandle)?;
+        match self.auths.remove(slot) {
+            Ok(()) => Ok((0, 0)),
+            Err(RemoveError::NoSlot) => Err(Status::InvalidHandle),
+            Err(RemoveError::Granted) => Err(Status::Busy),
+        }
+    }
+
+    fn fw_auth_key_source(&mut self, slot: u32, b: &AuthKeySourceBody) -> FwResult {
+        let slot = u16::try_from(slot).map_err(|_| Status::InvalidHandle)?;
+        if self.auths.set_source(slot, b.source.get()) {
+            Ok((0, 0))
+        } else {
+            Err(Status::InvalidHandle)
+        }
+    }
+
+    fn fw_auth_key_read(&mut self, b: &RangeBody) -> FwResult {
+        let (first, count) = (b.first.get(), b.count.get());
+        if u64::from(first) + u64::from(count) > u64::from(self.auths.capacity()) {
+            return Err(Status::IndexOutOfRange);
+        }
+        let mut out = Vec::with_capacity(count as usize * 24);
+        for slot in first..first + count {
+            let slot = u16::try_from(slot).map_err(|_| Status::IndexOutOfRange)?;
+            out.extend_from_slice(self.auths.entry(slot).as_bytes());
+        }
+        if self.iommu.write(b.buf.get(), &out).is_err() {
+            return Err(self.dma_status());
+        }
+        Ok((count, 0))
+    }
+
+    fn fw_endpoint_auth_keys(&mut self, endpoint: u32, b: &EndpointAuthKeysBody) -> FwResult {
+        let h = u16::try_from(endpoint).map_err(|_| Status::InvalidHandle)?;
+        let av = self.eps.get(h).ok_or(Status::InvalidHandle)?.av;
+        let slots: Vec<u16> = b.granted().collect();
+        if slots.iter().any(|&s| s >= self.auths.capacity()) {
+            return Err(Status::InvalidField);
+        }
+        let mut jobs = Vec::with_capacity(slots.len());
+        for &s in &slots {
+            match self.auths.get(s) {
+                Some(slot) if slot.av == av && av != 0 => jobs.push(slot.job_id),
+                _ => return Err(Status::InvalidHandle),
+            }
+        }
+        let granted = slots.len() as u32;
+        self.auths.grant(&slots);
+        let old = self.eps.set_auth(h, slots, &jobs);
+        self.auths.revoke(&old);
+        tracing::debug!(nic = %self.cfg.fabric_addr, endpoint, granted, "auth keys granted");
+        Ok((granted, 0))
     }
 }

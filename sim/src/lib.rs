@@ -16,6 +16,7 @@
 //! | `admin_queue` | admin SQ/CQ engine |
 //! | `firmware` | admin command handlers |
 //! | `av_table` | NIC AV tables and the FI_SOURCE reverse map |
+//! | `auth_table` | the auth-key (JobID) table: slots, owners, grants |
 //! | `endpoint_table` | endpoints, PIDonFEP and resource-index allocators, per-endpoint counters |
 //! | `mr_table` | memory regions: keys, access, bounds |
 //! | `tx_engine` | TX rings, AV translation, request generation (SEND, TAGGED_SEND, WRITE, READ), send completions |
@@ -52,6 +53,7 @@
 #![warn(missing_docs)]
 
 mod admin_queue;
+mod auth_table;
 mod av_table;
 pub mod config;
 pub mod counters;

@@ -28,6 +28,7 @@
 //! ignored and counted (`tx_doorbells_without_role`).
 
 use crate::admin_queue::AdminQueue;
+use crate::auth_table::AuthTable;
 use crate::av_table::AvTables;
 use crate::config::NicConfig;
 use crate::counters::Counters;
@@ -68,6 +69,8 @@ pub(crate) struct Nic {
     pub iommu: Iommu,
     pub admin: AdminQueue,
     pub avs: AvTables,
+    /// The auth-key (JobID) table.
+    pub auths: AuthTable,
     pub eps: EndpointTable,
     pub mrs: MrTable,
     pub pdcs: PdcTable,
@@ -100,6 +103,7 @@ impl Nic {
             iommu: Iommu::default(),
             admin: AdminQueue::default(),
             avs: AvTables::new(cfg.av_tables),
+            auths: AuthTable::new(cfg.auth_key_slots),
             eps: EndpointTable::new(cfg.endpoints, cfg.pid_first, cfg.pid_count, cfg.ri_space),
             mrs: MrTable::new(cfg.memory_regions),
             pdcs: PdcTable::default(),
@@ -230,6 +234,7 @@ impl Nic {
         self.counters.reset();
         self.admin = AdminQueue::default();
         self.avs.clear();
+        self.auths.clear();
         self.eps.clear();
         self.mrs.clear();
         self.pdcs.clear();

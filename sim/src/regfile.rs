@@ -18,8 +18,9 @@
 
 use crate::config::NicConfig;
 use uet_regs::{
-    Access, Reg, RegInfo, RegValue, Width, CAP_AV, CAP_AV_ENTRIES, CAP_EP, CAP_MAX_MSG,
-    CAP_PID_ON_FEP, CAP_PROFILES, CAP_QUEUES, CAP_RESOURCE_INDEX, CAP_TAGGED, REGISTERS,
+    Access, Reg, RegInfo, RegValue, Width, CAP_AUTH_KEY, CAP_AV, CAP_AV_ENTRIES, CAP_EP,
+    CAP_MAX_MSG, CAP_PID_ON_FEP, CAP_PROFILES, CAP_QUEUES, CAP_RESOURCE_INDEX, CAP_TAGGED,
+    REGISTERS,
 };
 
 /// Which part of a register an access covers.
@@ -120,6 +121,8 @@ impl RegFile {
             .with_unexpected_entries(cfg.unexpected_entries)
             .with_unexpected_kib(cfg.unexpected_kib);
         put(&CAP_TAGGED.info, tagged.to_raw());
+        let auth = CAP_AUTH_KEY.reset_value().with_slots(cfg.auth_key_slots);
+        put(&CAP_AUTH_KEY.info, auth.to_raw());
         RegFile {
             values: reset.clone(),
             reset,

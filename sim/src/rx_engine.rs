@@ -20,9 +20,13 @@
 //! | check | failure |
 //! |---|---|
 //! | function running | RC_DISABLED |
-//! | relative addressing (REL): an endpoint with the JobID exists | RC_BAD_JOB_ID, `RX_BAD_JOB_ID` |
-//! | relative: an endpoint with (JobID, PIDonFEP) exists | RC_BAD_PID, `RX_BAD_PID` |
-//! | absolute (REL clear): an absolute-addressing endpoint with the PIDonFEP exists / its JobID matches | RC_BAD_PID / RC_BAD_JOB_ID |
+//! | relative addressing (REL): an endpoint accepts the JobID | RC_BAD_JOB_ID, `RX_BAD_JOB_ID` |
+//! | relative: an endpoint with the PIDonFEP exists | RC_BAD_PID, `RX_BAD_PID` |
+//! | relative: that endpoint accepts the JobID | RC_BAD_JOB_ID, `RX_BAD_JOB_ID` |
+//! | absolute (REL clear): an absolute-addressing endpoint with the PIDonFEP exists / it accepts the JobID | RC_BAD_PID / RC_BAD_JOB_ID |
+//!
+//! An endpoint *accepts* a JobID that is its own (ENDPOINT_CREATE) or the JobID of an auth-key
+//! slot granted to it (ENDPOINT_AUTH_KEYS, `uet_fwif::auth_key`).
 //! | opcode SEND, TAGGED_SEND, WRITE or READ | RC_UNSUPPORTED_OP |
 //! | delivery mode: UUD to a datagram endpoint, RUD to any other | RC_UNSUPPORTED_OP |
 //! | resource index inside the endpoint's range of the opcode's space, served by the endpoint or one of its receive contexts (SEND, TAGGED — empty without a tagged RX ring — or RMA; index 0: the control channel; see `uet_fwif::datapath`) | RC_BAD_INDEX, `RX_BAD_INDEX` |
@@ -54,9 +58,11 @@
 //! payload into its buffer by DMA — truncated to the buffer, which completes with `Truncated`
 //! but still answers RC_OK — and writes a `Recv` completion: `context`, `len` = bytes
 //! delivered, `data` = header_data, `src_addr` = the reverse translation of (source address,
-//! initiator id) through the endpoint's bound AV (the entry's user id when it has one,
-//! `FI_ADDR_NOTAVAIL` when the sender is not in the AV). A DMA fault on the buffer completes
-//! with `DmaFault` and answers RC_HOST_UNSUCCESS_CMPL.
+//! initiator id) through the endpoint's bound AV: among the sender's entries the lowest index
+//! that sends with the request's JobID (an `AUTH_KEY` entry with its slot's), else the lowest;
+//! the entry's user id when it has one. When the sender is in no entry: the `source` of the
+//! AV's auth-key slot for the request's JobID, if it has one, else `FI_ADDR_NOTAVAIL`. A DMA
+//! fault on the buffer completes with `DmaFault` and answers RC_HOST_UNSUCCESS_CMPL.
 //!
 //! ## Multi-packet messages
 //!
@@ -485,7 +491,14 @@ impl Nic {
                 self.counters.inc(RX_BAD_JOB_ID);
                 return Err(ReturnCode::BadJobId);
             }
-            let Some(h) = self.eps.by_job_pid(s.job_id, s.pid_on_fep) else {
+            // The JobID scopes the PIDonFEP: the endpoint of that job at that PIDonFEP, or one
+            // granted the job's auth key. A job the NIC knows without such an endpoint there
+            // is RC_BAD_PID.
+            let Some(h) = self.eps.by_job_pid(s.job_id, s.pid_on_fep).or_else(|| {
+                self.eps
+                    .by_pid(s.pid_on_fep)
+                    .filter(|&h| self.eps.get(h).is_some_and(|e| e.accepts(s.job_id)))
+            }) else {
                 self.counters.inc(RX_BAD_PID);
                 return Err(ReturnCode::BadPid);
             };
@@ -501,7 +514,7 @@ impl Nic {
                 self.counters.inc(RX_BAD_PID);
                 return Err(ReturnCode::BadPid);
             };
-            if self.eps.get(h).map(|e| e.job_id) != Some(s.job_id) {
+            if !self.eps.get(h).is_some_and(|e| e.accepts(s.job_id)) {
                 self.counters.inc(RX_BAD_JOB_ID);
                 return Err(ReturnCode::BadJobId);
             }
@@ -717,9 +730,17 @@ impl Nic {
 
     /// The sender of a request as an `fi_addr_t` of AV `av`.
     pub(crate) fn source_of(&self, av: u32, p: &ParsedRequest<'_>) -> u64 {
-        self.avs.get(av).map_or(uet_fwif::FI_ADDR_NOTAVAIL, |t| {
-            t.source(p.dg.src_ip, p.ses.initiator)
-        })
+        let job = p.ses.job_id;
+        let auths = &self.auths;
+        let in_job = |e: &uet_fwif::NicAvEntry| match e.auth_key_slot() {
+            Some(slot) => auths.job_of(slot) == Some(job),
+            None => e.job_id.get() == job,
+        };
+        self.avs
+            .get(av)
+            .and_then(|t| t.source_for_job(p.dg.src_ip, p.ses.initiator, in_job))
+            .or_else(|| (av != 0).then(|| auths.source_for(av, job)).flatten())
+            .unwrap_or(uet_fwif::FI_ADDR_NOTAVAIL)
     }
 
     /// Write a single-packet message into a host buffer, complete it with `c` and answer it.

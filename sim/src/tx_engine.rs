@@ -26,7 +26,8 @@
 //!    PSNs (SYN until the PDC is established) and one message id (the endpoint's next). Each
 //!    packet: source IP = this NIC, destination IP = the entry's fabric address, UDP 4793; PDS
 //!    RUD_REQ; SES standard request with the opcode (SEND 0x05, TAGGED_SEND 0x09, WRITE 0x01),
-//!    JobID and PIDonFEP from the entry, resource index `entry.ri_start + rx_ctx`, the
+//!    JobID from the entry (from its auth-key slot when the entry has `AUTH_KEY` set; a slot
+//!    no longer in use completes `AddrNotAvail`) and PIDonFEP from the entry, resource index `entry.ri_start + rx_ctx`, the
 //!    endpoint's initiator id, `match_bits` = the descriptor's (tag or memory key),
 //!    `buffer_offset` = `remote_offset` (WRITE), request_length = `len` (the whole message, in
 //!    every packet), then its slice of the payload. Flags: REL unless the entry is absolute;
@@ -213,6 +214,13 @@ impl Nic {
         if ri > 0x0FFF {
             return self.tx_fail(handle, d, LocalStatus::AddrNotAvail);
         }
+        let job_id = match entry.auth_key_slot() {
+            None => entry.job_id.get(),
+            Some(slot) => match self.auths.job_of(slot) {
+                Some(job) => job,
+                None => return self.tx_fail(handle, d, LocalStatus::AddrNotAvail),
+            },
+        };
         let dst = entry.fabric_ip();
         if dst.is_ipv4() != self.cfg.fabric_addr.is_ipv4() {
             return self.tx_fail(handle, d, LocalStatus::Unreachable);
@@ -238,7 +246,7 @@ impl Nic {
             flags: base_flags,
             message_id,
             ri_generation: 0,
-            job_id: entry.job_id.get(),
+            job_id,
             pid_on_fep: entry.pid_on_fep.get(),
             resource_index: ri as u16,
             buffer_offset: d.remote_offset.get(),

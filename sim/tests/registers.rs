@@ -132,6 +132,13 @@ fn capabilities_follow_the_config() {
     assert_eq!(f.read(CAP_PROFILES).mtu(), 1024);
     assert_eq!(f.read(CAP_MAX_MSG), 64 * 1024);
     assert_eq!(f.read(REVISION).interface_minor(), INTERFACE_MINOR);
+    assert_eq!(f.read(CAP_AUTH_KEY).slots(), 64);
+    let mut small = NicConfig::new(addr("10.0.0.4"));
+    small.auth_key_slots = 3;
+    assert_eq!(fabric.add_nic(small).unwrap().read(CAP_AUTH_KEY).slots(), 3);
+    let mut too_many = NicConfig::new(addr("10.0.0.5"));
+    too_many.auth_key_slots = 257;
+    assert!(fabric.add_nic(too_many).is_err());
     let reference = fabric.add_nic(NicConfig::new(addr("10.0.0.3"))).unwrap();
     assert_eq!(reference.read(CAP_MAX_MSG), 0x0010_0000);
     assert!(

@@ -1,8 +1,8 @@
-//! `uetctl av dump` rendering: symmetric ranges fold into one row, user ids show, JSON carries
-//! both.
+//! `uetctl av dump` rendering: symmetric ranges fold into one row, user ids and auth-key slots
+//! show, JSON carries them.
 
 use std::sync::Arc;
-use uet_av::{AvAttr, FI_AV_USER_ID};
+use uet_av::{job_id_to_auth_key, AvAttr, FI_AUTH_KEY, FI_AV_AUTH_KEY, FI_AV_USER_ID};
 use uet_driver::backend::sim::SimDevice;
 use uet_driver::Nic;
 use uet_sim::{Fabric, NicConfig};
@@ -71,4 +71,45 @@ fn user_ids_show_in_text_and_json() {
         dump::render_json(&table)["entries"][0]["nic"]["user_id"],
         0xfeed
     );
+}
+
+#[test]
+fn auth_key_slots_show_in_text_and_json() {
+    let (_f, nic) = nic();
+    let mut av = nic
+        .open_av(AvAttr {
+            count: 8,
+            job_id: 5,
+            auth_key_size: FI_AV_AUTH_KEY,
+            ..AvAttr::default()
+        })
+        .unwrap();
+    av.insert_auth_key(&job_id_to_auth_key(0x50), 0).unwrap();
+    let k1 = av.insert_auth_key(&job_id_to_auth_key(0x51), 0).unwrap();
+    let mut keyed = k1;
+    av.insertsvc("10.2.0.9", Some("3"), Some(&mut keyed), FI_AUTH_KEY, None)
+        .unwrap();
+    let mut plain = 0;
+    av.insertsvc("10.2.0.10", Some("4"), Some(&mut plain), 0, None)
+        .unwrap();
+    let table = dump::collect(&mut av).unwrap();
+    assert_eq!(table.differences(), 0);
+    let text = dump::render_text("t", &table);
+    let mut lines = text.lines().skip(1);
+    let header = lines.next().unwrap();
+    let col = header.find("AUTH KEY").expect("AUTH KEY column");
+    let cell = |index: u64| {
+        let line = text
+            .lines()
+            .skip(2)
+            .find(|l| l.split_whitespace().next() == Some(index.to_string().as_str()))
+            .unwrap();
+        line[col..].split_whitespace().next().unwrap().to_string()
+    };
+    assert_eq!(cell(keyed), "1", "{text}");
+    assert_eq!(cell(plain), "-", "{text}");
+    let json = dump::render_json(&table);
+    assert_eq!(json["entries"][0]["nic"]["auth_key"], 1);
+    assert_eq!(json["entries"][0]["mirror"]["auth_key"], 1);
+    assert!(json["entries"][1]["nic"]["auth_key"].is_null());
 }

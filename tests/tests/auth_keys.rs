@@ -1,0 +1,455 @@
+//! Auth keys end to end: the NIC's auth-key table and its admin commands, endpoints enabled
+//! with an AV's keys accepting the keys' JobIDs (and refusing others with RC_BAD_JOB_ID),
+//! AV entries sending with their key's JobID, FI_EBUSY while an endpoint uses a key, the NIC
+//! table read back against the host, and `uetctl av dump`.
+
+use std::sync::Arc;
+use uet_av::{
+    job_id_to_auth_key, AvAttr, FiAddr, FiErrno, NicAvTable, AUTH_KEY_ADDR_BASE, FI_ADDR_NOTAVAIL,
+    FI_AUTH_KEY, FI_AV_AUTH_KEY, FI_AV_USER_ID,
+};
+use uet_driver::backend::sim::SimDevice;
+use uet_driver::uet_fwif::address::AddressingMode;
+use uet_driver::uet_fwif::admin::RangeBody;
+use uet_driver::uet_fwif::auth_key::{
+    AuthKeyAddBody, AuthKeyEntry, AuthKeySourceBody, EndpointAuthKeysBody,
+};
+use uet_driver::uet_fwif::{AvWriteRecord, Command, NicAvEntry, Status};
+use uet_driver::{Av, DmaPool, DriverError, Endpoint, EndpointAttr, Nic};
+use uet_fwif::datapath::LocalStatus;
+use uet_fwif::ReturnCode;
+use uet_regs::{RX_BAD_JOB_ID, RX_PACKETS};
+use uet_sim::{Fabric, NicConfig, SimFunction};
+use uet_tests::nic_addr;
+use zerocopy::little_endian::{U32, U64};
+use zerocopy::FromZeros;
+
+/// The sender's (and every endpoint's own) JobID.
+const OWN_JOB: u32 = 0x11;
+/// The JobID granted through an auth key.
+const KEY_JOB: u32 = 0x77;
+
+struct Host {
+    nic: Nic,
+    av: Av,
+    pool: DmaPool,
+    function: SimFunction,
+}
+
+fn host(fabric: &Fabric, i: usize, cfg: impl FnOnce(&mut NicConfig), av_flags: u64) -> Host {
+    let mut c = NicConfig::new(nic_addr(i));
+    cfg(&mut c);
+    let function = fabric.add_nic(c).expect("add NIC");
+    let nic = Nic::open(Arc::new(SimDevice::new(function.clone()))).expect("open NIC");
+    let av = nic
+        .open_av(AvAttr {
+            count: 16,
+            job_id: OWN_JOB,
+            auth_key_size: FI_AV_AUTH_KEY,
+            flags: av_flags,
+            ..AvAttr::default()
+        })
+        .expect("open AV");
+    let pool = DmaPool::new(&nic, 4096, 32).expect("pool");
+    Host {
+        nic,
+        av,
+        pool,
+        function,
+    }
+}
+
+fn endpoint(h: &Host, mode: AddressingMode) -> Endpoint {
+    h.nic
+        .endpoint(
+            EndpointAttr {
+                job_id: OWN_JOB,
+                mode,
+                ..EndpointAttr::default()
+            },
+            Some(&h.av),
+        )
+        .expect("endpoint")
+}
+
+fn key(job: u32) -> [u8; 4] {
+    job_id_to_auth_key(job)
+}
+
+/// Insert `ep`'s address into `av` against key `k` (or no key).
+fn insert(av: &mut Av, ep: &Endpoint, k: Option<FiAddr>) -> FiAddr {
+    let bytes = ep.address().to_bytes().unwrap();
+    let mut fi = [k.unwrap_or(0)];
+    let flags = if k.is_some() { FI_AUTH_KEY } else { 0 };
+    assert_eq!(av.insert(&bytes, 1, Some(&mut fi), flags).unwrap(), 1);
+    fi[0]
+}
+
+fn send(h: &mut Host, ep: &mut Endpoint, dest: FiAddr, data: &[u8], ctx: u64) {
+    let mut b = h.pool.alloc().unwrap();
+    b.fill(data).unwrap();
+    ep.post_send(dest, b, ctx, 0).unwrap();
+}
+
+fn recv(h: &mut Host, ep: &mut Endpoint, ctx: u64) {
+    let b = h.pool.alloc().unwrap();
+    ep.post_recv(b, ctx).unwrap();
+}
+
+fn next(ep: &mut Endpoint) -> Option<uet_driver::CqEvent> {
+    (0..16).find_map(|_| ep.poll().unwrap())
+}
+
+fn status(e: DriverError) -> Status {
+    match e {
+        DriverError::AdminStatus { status, .. } => status,
+        other => panic!("expected an admin status, got {other}"),
+    }
+}
+
+/// Traffic from an entry bound to key KEY_JOB reaches an endpoint enabled with that key and is
+/// refused (RC_BAD_JOB_ID, counted, FI_EACCES at the sender) by one that is not.
+fn granted_and_refused(mode: AddressingMode) {
+    let fabric = Fabric::new();
+    let mut a = host(&fabric, 0, |_| {}, 0);
+    let mut b = host(&fabric, 1, |_| {}, 0);
+    let mut c = host(&fabric, 2, |_| {}, 0);
+    let mut ea = endpoint(&a, mode);
+    // B's AV holds the key before B's endpoint is created: the endpoint is enabled with it.
+    let kb = b.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
+    let mut eb = endpoint(&b, mode);
+    assert_eq!(eb.auth_key_slots(), &[0]);
+    // C has no key.
+    let mut ec = endpoint(&c, mode);
+    assert!(ec.auth_key_slots().is_empty());
+
+    // A inserts both against its own key KEY_JOB: requests carry 0x77, not the AV's 0x11.
+    let ka = a.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
+    let to_b = insert(&mut a.av, &eb, Some(ka));
+    let to_c = insert(&mut a.av, &ec, Some(ka));
+
+    recv(&mut b, &mut eb, 100);
+    recv(&mut c, &mut ec, 200);
+    send(&mut a, &mut ea, to_b, b"granted", 1);
+    let ok = next(&mut ea).expect("send completion");
+    assert!(ok.error.is_none(), "{:?}", ok.error);
+    let got = next(&mut eb).expect("delivered");
+    assert!(got.error.is_none());
+    assert_eq!(got.buffer.unwrap().to_vec().unwrap(), b"granted");
+    // A is in no entry of B's AV: the source is the key the request came through.
+    assert_eq!(got.src_addr, kb);
+    assert_eq!(b.function.counter(RX_PACKETS), 1);
+
+    send(&mut a, &mut ea, to_c, b"not granted", 2);
+    let refused = next(&mut ea).expect("send completion");
+    let err = refused.error.expect("an error completion");
+    assert_eq!(err.local, LocalStatus::Remote);
+    assert_eq!(err.return_code, Some(ReturnCode::BadJobId));
+    assert_eq!(err.errno, FiErrno::FI_EACCES);
+    assert_eq!(c.function.counter(RX_BAD_JOB_ID), 1);
+    assert_eq!(c.function.counter(RX_PACKETS), 0);
+    assert!(next(&mut ec).is_none(), "nothing reaches C's buffers");
+    assert_eq!(ec.counters().unwrap().rx_messages, 0);
+
+    // The endpoints' own JobID still works both ways: a plain entry sends with the AV's JobID.
+    let plain_to_c = insert(&mut a.av, &ec, None);
+    send(&mut a, &mut ea, plain_to_c, b"own job", 3);
+    assert!(next(&mut ea).unwrap().error.is_none());
+    assert!(next(&mut ec).unwrap().error.is_none());
+}
+
+#[test]
+fn relative_addressing_accepts_granted_job_ids_only() {
+    granted_and_refused(AddressingMode::Relative);
+}
+
+#[test]
+fn absolute_addressing_accepts_granted_job_ids_only() {
+    granted_and_refused(AddressingMode::Absolute);
+}
+
+#[test]
+fn keys_inserted_later_need_an_explicit_grant() {
+    let fabric = Fabric::new();
+    let mut a = host(&fabric, 0, |_| {}, 0);
+    let mut b = host(&fabric, 1, |_| {}, 0);
+    let mut ea = endpoint(&a, AddressingMode::Relative);
+    let mut eb = endpoint(&b, AddressingMode::Relative);
+    // Inserted after B's endpoint was enabled: not granted (fi_av(3)).
+    let kb = b.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
+    let ka = a.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
+    let to_b = insert(&mut a.av, &eb, Some(ka));
+    recv(&mut b, &mut eb, 1);
+    send(&mut a, &mut ea, to_b, b"early", 1);
+    let e = next(&mut ea).unwrap().error.expect("refused");
+    assert_eq!(e.return_code, Some(ReturnCode::BadJobId));
+
+    // A grant from another AV, or of something that is no key, is refused.
+    let other = b
+        .nic
+        .open_av(AvAttr {
+            count: 4,
+            auth_key_size: FI_AV_AUTH_KEY,
+            ..AvAttr::default()
+        })
+        .unwrap();
+    assert_eq!(
+        eb.grant_auth_key(&other, kb).unwrap_err().errno,
+        FiErrno::FI_EINVAL
+    );
+    assert_eq!(
+        eb.grant_auth_key(&b.av, AUTH_KEY_ADDR_BASE + 9)
+            .unwrap_err()
+            .errno,
+        FiErrno::FI_EINVAL
+    );
+    assert!(eb.auth_key_slots().is_empty());
+    eb.grant_auth_key(&b.av, kb).unwrap();
+    eb.grant_auth_key(&b.av, kb).unwrap();
+    assert_eq!(eb.auth_key_slots(), &[0]);
+    send(&mut a, &mut ea, to_b, b"late", 2);
+    assert!(next(&mut ea).unwrap().error.is_none());
+    assert_eq!(
+        next(&mut eb).unwrap().buffer.unwrap().to_vec().unwrap(),
+        b"late"
+    );
+}
+
+#[test]
+fn removing_a_key_in_use_is_busy_until_the_endpoint_closes() {
+    let fabric = Fabric::new();
+    let mut b = host(&fabric, 0, |_| {}, 0);
+    let k = b.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
+    let k2 = b.av.insert_auth_key(&key(KEY_JOB + 1), 0).unwrap();
+    let eb = endpoint(&b, AddressingMode::Relative);
+    let eb2 = endpoint(&b, AddressingMode::Relative);
+    let e = b.av.remove(&[k], FI_AUTH_KEY).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EBUSY);
+    assert!(e.message.contains("2 endpoints"), "{e}");
+    // The NIC agrees: AUTH_KEY_REMOVE of a granted slot completes Busy.
+    let slot = b.av.auth_keys().next().unwrap().slot;
+    let st = status(
+        b.nic
+            .admin_command(Command::AuthKeyRemove {
+                slot: u32::from(slot),
+            })
+            .unwrap_err(),
+    );
+    assert_eq!(st, Status::Busy);
+    drop(eb);
+    assert_eq!(
+        b.av.remove(&[k], FI_AUTH_KEY).unwrap_err().errno,
+        FiErrno::FI_EBUSY
+    );
+    drop(eb2);
+    b.av.remove(&[k, k2], FI_AUTH_KEY).unwrap();
+    assert_eq!(b.av.auth_keys().count(), 0);
+    let mut slots = [AuthKeyEntry::default(); 2];
+    b.av.nic_mut().read_auth_keys(0, &mut slots).unwrap();
+    assert!(
+        slots.iter().all(|s| !s.is_valid()),
+        "slots freed on the NIC"
+    );
+}
+
+#[test]
+fn nic_auth_table_reads_back_as_the_host_holds_it() {
+    let fabric = Fabric::new();
+    let mut h = host(&fabric, 0, |_| {}, FI_AV_USER_ID);
+    assert_eq!(h.nic.capabilities().auth_key_slots, 64);
+    let keys: Vec<FiAddr> = (0..5)
+        .map(|j| h.av.insert_auth_key(&key(0x100 + j), 0).unwrap())
+        .collect();
+    h.av.remove(&[keys[1]], FI_AUTH_KEY).unwrap();
+    h.av.set_user_id(keys[3], 0xABCD, FI_AUTH_KEY).unwrap();
+    let _ep = endpoint(&h, AddressingMode::Relative);
+    let mut nic = [AuthKeyEntry::default(); 64];
+    h.av.nic_mut().read_auth_keys(0, &mut nic).unwrap();
+    let host: Vec<_> = h.av.auth_keys().collect();
+    assert_eq!(host.len(), 4);
+    for k in &host {
+        let s = nic[usize::from(k.slot)];
+        assert!(s.is_valid());
+        assert_eq!(s.job_id.get(), k.job_id);
+        assert_eq!(s.source.get(), k.source);
+        assert_eq!(s.grants.get(), 1, "the endpoint holds every key");
+        assert_eq!(
+            s.source.get(),
+            if k.handle == keys[3] {
+                0xABCD
+            } else {
+                FI_ADDR_NOTAVAIL
+            }
+        );
+    }
+    let valid = nic.iter().filter(|s| s.is_valid()).count();
+    assert_eq!(valid, host.len(), "the NIC holds nothing the host does not");
+    assert!(h.av.verify_auth_keys().unwrap().is_empty());
+    assert!(h.av.verify_nic().unwrap().is_empty());
+}
+
+#[test]
+fn user_ids_and_entries_report_the_source() {
+    let fabric = Fabric::new();
+    let mut a = host(&fabric, 0, |_| {}, 0);
+    let mut b = host(&fabric, 1, |_| {}, FI_AV_USER_ID);
+    let mut ea = endpoint(&a, AddressingMode::Relative);
+    let kb = b.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
+    let mut eb = endpoint(&b, AddressingMode::Relative);
+    let ka = a.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
+    let to_b = insert(&mut a.av, &eb, Some(ka));
+    for i in 0..3 {
+        recv(&mut b, &mut eb, i);
+    }
+    // FI_AV_USER_ID: the key reports FI_ADDR_NOTAVAIL until it has a user id...
+    send(&mut a, &mut ea, to_b, b"1", 1);
+    assert_eq!(next(&mut eb).unwrap().src_addr, FI_ADDR_NOTAVAIL);
+    b.av.set_user_id(kb, 0x5EED, FI_AUTH_KEY).unwrap();
+    send(&mut a, &mut ea, to_b, b"2", 2);
+    assert_eq!(next(&mut eb).unwrap().src_addr, 0x5EED);
+    // ...and once the sender is in B's AV against the key, its entry (user id) is reported.
+    let a_in_b = insert(&mut b.av, &ea, Some(kb));
+    b.av.set_user_id(a_in_b, 0xA1, 0).unwrap();
+    send(&mut a, &mut ea, to_b, b"3", 3);
+    assert_eq!(next(&mut eb).unwrap().src_addr, 0xA1);
+    for _ in 0..3 {
+        assert!(next(&mut ea).unwrap().error.is_none());
+    }
+}
+
+#[test]
+fn auth_key_admin_commands_check_their_input() {
+    let fabric = Fabric::new();
+    let mut h = host(&fabric, 0, |c| c.auth_key_slots = 2, 0);
+    let mut other = host(&fabric, 1, |_| {}, 0);
+    assert_eq!(h.nic.capabilities().auth_key_slots, 2);
+    let av_handle = h.av.nic().table().handle();
+    let add = |nic: &Nic, av: u32, job: u32| {
+        let mut body = AuthKeyAddBody::new_zeroed();
+        body.job_id = U32::new(job);
+        nic.admin_command(Command::AuthKeyAdd { av, body })
+    };
+    // AUTH_KEY_ADD: unknown AV; then the table fills.
+    assert_eq!(
+        status(add(&h.nic, 99, 1).unwrap_err()),
+        Status::InvalidHandle
+    );
+    assert_eq!(add(&h.nic, av_handle, 1).unwrap().result0, 0);
+    assert_eq!(add(&h.nic, av_handle, 2).unwrap().result0, 1);
+    assert_eq!(
+        status(add(&h.nic, av_handle, 3).unwrap_err()),
+        Status::NoResources
+    );
+    // The AV sees the NIC full: FI_ENOSPC, nothing kept.
+    let e = h.av.insert_auth_key(&key(5), 0).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_ENOSPC);
+    assert_eq!(h.av.auth_keys().count(), 0);
+    // AUTH_KEY_REMOVE / AUTH_KEY_SOURCE of a free or impossible slot.
+    for slot in [5, 70_000] {
+        assert_eq!(
+            status(
+                h.nic
+                    .admin_command(Command::AuthKeyRemove { slot })
+                    .unwrap_err()
+            ),
+            Status::InvalidHandle
+        );
+        let body = AuthKeySourceBody::new_zeroed();
+        assert_eq!(
+            status(
+                h.nic
+                    .admin_command(Command::AuthKeySource { slot, body })
+                    .unwrap_err()
+            ),
+            Status::InvalidHandle
+        );
+    }
+    // AUTH_KEY_READ past the table.
+    let mut rb = RangeBody::new_zeroed();
+    rb.buf = U64::new(0x1000);
+    rb.len = U32::new(24 * 2);
+    rb.first = U32::new(1);
+    rb.count = U32::new(2);
+    assert_eq!(
+        status(h.nic.admin_command(Command::AuthKeyRead(rb)).unwrap_err()),
+        Status::IndexOutOfRange
+    );
+    // ENDPOINT_AUTH_KEYS: unknown endpoint, a bit beyond the table, a free slot, a slot of
+    // another function's... AV (here: an endpoint bound to no AV).
+    let ep = endpoint(&h, AddressingMode::Relative);
+    let grant = |endpoint: u32, slots: &[u16]| {
+        h.nic.admin_command(Command::EndpointAuthKeys {
+            endpoint,
+            body: EndpointAuthKeysBody::granting(slots.iter().copied()),
+        })
+    };
+    let epn = u32::from(ep.handle());
+    assert_eq!(status(grant(77, &[0]).unwrap_err()), Status::InvalidHandle);
+    assert_eq!(status(grant(epn, &[2]).unwrap_err()), Status::InvalidField);
+    assert_eq!(grant(epn, &[0, 1]).unwrap().result0, 2);
+    assert_eq!(grant(epn, &[]).unwrap().result0, 0);
+    let bare = h
+        .nic
+        .endpoint(EndpointAttr::default(), None)
+        .expect("endpoint without AV");
+    assert_eq!(
+        status(grant(u32::from(bare.handle()), &[0]).unwrap_err()),
+        Status::InvalidHandle
+    );
+    // A slot owned by another AV of the function.
+    let av2 = h
+        .nic
+        .open_av(AvAttr {
+            count: 4,
+            ..AvAttr::default()
+        })
+        .unwrap();
+    h.nic
+        .admin_command(Command::AuthKeyRemove { slot: 1 })
+        .unwrap();
+    assert_eq!(
+        add(&h.nic, av2.nic().table().handle(), 9).unwrap().result0,
+        1
+    );
+    assert_eq!(status(grant(epn, &[1]).unwrap_err()), Status::InvalidHandle);
+    // AV_WRITE of an entry naming a slot of another AV, or a free slot.
+    let peer = *other
+        .nic
+        .endpoint(EndpointAttr::default(), Some(&other.av))
+        .unwrap()
+        .address();
+    for slot in [1u16, 7] {
+        let rec = AvWriteRecord {
+            index: 0.into(),
+            reserved: Default::default(),
+            entry: NicAvEntry::for_peer(&peer, OWN_JOB).with_auth_key(slot),
+        };
+        assert!(h.av.nic_mut().write_entries(&[rec]).is_err(), "slot {slot}");
+    }
+    // Destroying av2 frees its slot.
+    drop(av2);
+    assert_eq!(add(&h.nic, av_handle, 10).unwrap().result0, 1);
+    let _ = &mut other;
+}
+
+#[test]
+fn av_open_without_auth_key_slots_is_enosys() {
+    let fabric = Fabric::new();
+    let f = fabric
+        .add_nic({
+            let mut c = NicConfig::new(nic_addr(0));
+            c.auth_key_slots = 0;
+            c
+        })
+        .unwrap();
+    let nic = Nic::open(Arc::new(SimDevice::new(f))).unwrap();
+    let e = nic
+        .open_av(AvAttr {
+            count: 4,
+            auth_key_size: FI_AV_AUTH_KEY,
+            ..AvAttr::default()
+        })
+        .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_ENOSYS);
+    assert!(nic.open_av(AvAttr::default()).is_ok());
+}
