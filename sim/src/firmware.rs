@@ -147,11 +147,31 @@ impl Nic {
         let capacity = self.avs.get(av).ok_or(Status::InvalidHandle)?.capacity;
         let count = b.count.get();
         let bytes = usize::try_from(count).map_err(|_| Status::InvalidField)? * RECORD_BYTES;
-        let mut buf = vec![0u8; bytes];
-        if self.iommu.read(b.buf.get(), &mut buf).is_err() {
+        // The firmware's staging buffers live across commands: no allocation per AV_WRITE.
+        let mut buf = core::mem::take(&mut self.fw_buf);
+        let mut records = core::mem::take(&mut self.fw_records);
+        let result =
+            self.fw_av_write_staged(av, capacity, b.buf.get(), bytes, &mut buf, &mut records);
+        self.fw_buf = buf;
+        self.fw_records = records;
+        result.map(|()| (count, 0))
+    }
+
+    fn fw_av_write_staged(
+        &mut self,
+        av: u32,
+        capacity: u32,
+        iova: u64,
+        bytes: usize,
+        buf: &mut Vec<u8>,
+        records: &mut Vec<(u32, NicAvEntry)>,
+    ) -> Result<(), Status> {
+        buf.clear();
+        buf.resize(bytes, 0);
+        if self.iommu.read(iova, buf).is_err() {
             return Err(self.dma_status());
         }
-        let mut records = Vec::with_capacity(buf.len() / RECORD_BYTES);
+        records.clear();
         for chunk in buf.chunks_exact(RECORD_BYTES) {
             let r = AvWriteRecord::read_from_bytes(chunk).map_err(|_| Status::Internal)?;
             if r.index.get() >= capacity {
@@ -168,14 +188,14 @@ impl Nic {
             records.push((r.index.get(), r.entry));
         }
         let t = self.avs.get_mut(av).ok_or(Status::InvalidHandle)?;
-        t.check_batch(&records).map_err(|c| match c {
+        t.check_batch(records).map_err(|c| match c {
             WriteConflict::OutOfRange => Status::IndexOutOfRange,
             WriteConflict::Overlap => Status::InvalidField,
         })?;
-        for &(index, entry) in &records {
+        for &(index, entry) in records.iter() {
             t.set(index, entry);
         }
-        Ok((count, 0))
+        Ok(())
     }
 
     fn fw_av_invalidate(&mut self, av: u32, b: &RangeBody) -> FwResult {

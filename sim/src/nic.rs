@@ -43,6 +43,7 @@ use std::collections::{HashMap, VecDeque};
 use uet_fwif::admin::{CTX_ROLE_CONTROL, CTX_ROLE_TX};
 use uet_fwif::datapath::{COMPLETION_BYTES, COMPLETION_PHASE_OFFSET};
 use uet_fwif::ring::phase_for_pass;
+use uet_fwif::NicAvEntry;
 use uet_fwif::{Completion, CompletionKind, LocalStatus};
 use uet_regs::{
     AvInvalidateDoorbell, DevStatus, FatalError, Width, ADMIN_CQ_HEAD, ADMIN_SQ_DOORBELL,
@@ -86,6 +87,10 @@ pub(crate) struct Nic {
     pub rx_replay: VecDeque<Vec<u8>>,
     /// Frames for the fabric.
     pub outbox: Vec<Vec<u8>>,
+    /// AV_WRITE staging: the records' bytes.
+    pub fw_buf: Vec<u8>,
+    /// AV_WRITE staging: the records decoded.
+    pub fw_records: Vec<(u32, NicAvEntry)>,
 }
 
 fn all_ones(width: Width) -> u64 {
@@ -113,6 +118,8 @@ impl Nic {
             reasm: Reassembler::default(),
             rx_replay: VecDeque::new(),
             outbox: Vec::new(),
+            fw_buf: Vec::new(),
+            fw_records: Vec::new(),
             cfg,
         }
     }
