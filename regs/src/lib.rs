@@ -54,11 +54,13 @@ pub const INTERFACE_MAJOR: u8 = 1;
 /// | 2 | tagged messages, RMA write/read, inject, memory regions, per-endpoint counters: `CAP_TAGGED`, `TRXQ_DOORBELL`, `RX_PERM_VIOLATION`, `RX_UNEXPECTED_OVERFLOW`, `RX_UNEXPECTED`; the 64-byte datapath completion |
 /// | 3 | endpoint kinds and contexts: datagram (UUD) and passive endpoints, scalable endpoints (`rx_ctx_cnt`, `tx_ctx_cnt`, CONTEXT_CREATE, `CAP_EP.max_tx_ctx`/`max_rx_ctx` enforced), the control channel (resource index 0, `TX_FLAG_CONTROL`), the PidExhausted and RiExhausted statuses |
 /// | 4 | `AV_INVALIDATE_DOORBELL`: invalidate one AV entry with a register write |
+/// | 5 | multi-receive buffers (`FI_MULTI_RECV`): `RX_FLAG_MULTI_RECV` and `min_free` in the RX descriptor; `buf_offset`, `overflow` and the multi-receive flags in the completion |
 ///
 /// The interface is pre-release: minor 2 changed the completion layout, minor 3 gave
-/// reserved bytes of ENDPOINT_CREATE a meaning, minor 4 added `AV_INVALIDATE_DOORBELL`; a
-/// driver refuses a device older than the layouts it speaks.
-pub const INTERFACE_MINOR: u8 = 4;
+/// reserved bytes of ENDPOINT_CREATE a meaning, minor 4 added `AV_INVALIDATE_DOORBELL`, minor 5
+/// gave reserved bytes of the RX descriptor and the completion a meaning; a driver refuses a
+/// device older than the layouts it speaks.
+pub const INTERFACE_MINOR: u8 = 5;
 
 /// Width of a register access.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
