@@ -20,8 +20,11 @@
 //! | `fi_write` | [`Endpoint::post_write`] | TX, WRITE |
 //! | `fi_read` | [`Endpoint::post_read`] | TX, READ |
 //! | `fi_recv` | [`Endpoint::post_recv`] | RX |
+//! | `fi_recvmsg` with `FI_MULTI_RECV` | [`Endpoint::post_recv_multi`] | RX, multi-receive |
 //! | `fi_trecv` | [`Endpoint::post_trecv`] | tagged RX |
-//! | `fi_cq_read` | [`Endpoint::poll`] | completion |
+//! | `fi_cq_read` | [`Endpoint::poll`] (every completion), [`Endpoint::cq_read`] (successes; `FI_EAVAIL` at an error) | completion |
+//! | `fi_cq_readerr` | [`Endpoint::cq_readerr`] | completion |
+//! | `fi_setopt(FI_OPT_MIN_MULTI_RECV)` | [`Endpoint::set_min_multi_recv`] | — |
 //! | `fi_mr_reg` | [`Endpoint::register_mr`] | admin (MR_REGISTER) |
 //!
 //! The rings live in one DMA region together with the inject slots: one slot of
@@ -29,6 +32,36 @@
 //! entry it uses, so the caller's buffer is free when the call returns; the slot is reused only
 //! after that entry's completion, which the driver consumes without reporting it when it is a
 //! success (`fi_inject`: no completion), and reports when it is an error.
+//!
+//! ## Multi-receive buffers
+//!
+//! [`Endpoint::post_recv_multi`] posts one buffer for many untagged messages (`FI_MULTI_RECV`;
+//! placement, alignment and release rules in `uet_fwif::datapath`, *Multi-receive buffers*).
+//! Every message completes on its own, with [`CqEvent::multi_recv`] giving its offset in the
+//! buffer; the buffer itself comes back only in the buffer's last completion, the one
+//! carrying `FI_MULTI_RECV` ([`MultiRecv::released`]), after which the NIC never writes it
+//! again. Until then the buffer stays in the endpoint, because the NIC is still placing later
+//! messages in it: the driver forms no reference into that memory, and the application
+//! reads a message's bytes by copying them out with [`Endpoint::multi_recv_read`] — a
+//! completion is only written once its message's bytes are final, so the copy is exact
+//! while the NIC writes elsewhere in the buffer. After the release, the returned
+//! [`DmaBuffer`] holds every message: [`DmaBuffer::read_at`] at each completion's offset.
+//! A [`MultiRecv`] names its buffer by ring slot and posting sequence number, so one from an
+//! earlier, released buffer is refused rather than read from the buffer now in that slot.
+//!
+//! Tagged receives have no multi-receive form: `fi_tagged(3)` gives `fi_trecvmsg` no
+//! `FI_MULTI_RECV` flag, and [`Endpoint::post_trecv_multi`] refuses with `FI_EOPNOTSUPP`.
+//!
+//! ## Completion formats and errors
+//!
+//! [`Endpoint::poll`] returns every completion, successes and errors alike, as a
+//! [`CqEvent`]. [`Endpoint::cq_read`] and [`Endpoint::cq_readerr`] split them as
+//! `fi_cq_read`/`fi_cq_readerr` do: `cq_read` fails with `FI_EAGAIN` when nothing completed
+//! and with `FI_EAVAIL` while the next completion is an error, which `cq_readerr` then
+//! returns. [`CqEvent::entry`] converts an event into the endpoint's [`CqFormat`]
+//! ([`EndpointAttr::cq_format`]), and [`CqEvent::err_entry`] an error into
+//! `struct fi_cq_err_entry` (see [`crate::cq`]). Both calls keep at most one completion aside
+//! in the endpoint (no allocation) and may be mixed with `poll`, which returns it first.
 //!
 //! Tagged receives complete in matching order, not posting order: their completion context is
 //! a slot of a fixed table (no allocation), not a ring position. At most `2^trx_log2 - 1`
@@ -57,6 +90,7 @@
 //! open; dropping the endpoint (ENDPOINT_DESTROY, which revokes its grants) releases them.
 
 use crate::av::{Av, AvTableHandle};
+use crate::cq::CqFormat;
 use crate::errno::completion_errno;
 use crate::error::DriverError;
 use crate::mapped::MappedRegion;
@@ -76,7 +110,9 @@ use uet_fwif::auth_key::EndpointAuthKeysBody;
 use uet_fwif::counters::RETURN_CODES;
 use uet_fwif::datapath::{
     Completion, CompletionKind, LocalStatus, RxDescriptor, TaggedRxDescriptor, TxDescriptor,
-    TxOpcode, COMPLETION_PHASE_OFFSET, MAX_INJECT_BYTES, TX_FLAG_CONTROL, TX_FLAG_INJECT,
+    TxOpcode, COMPLETION_FLAG_BUFFER_RELEASED, COMPLETION_FLAG_MULTI_RECV,
+    COMPLETION_FLAG_NO_MESSAGE, COMPLETION_PHASE_OFFSET, MAX_INJECT_BYTES, RX_FLAG_MULTI_RECV,
+    TX_FLAG_CONTROL, TX_FLAG_INJECT,
 };
 use uet_fwif::ring::RingGeometry;
 use uet_fwif::{EndpointCounters, ReturnCode};
@@ -124,6 +160,9 @@ pub struct EndpointAttr {
     /// contexts for a scalable endpoint (receive context `i` is resource index
     /// `ri_start + i`, so `ri_count` must be at least `rx_ctx_cnt`).
     pub rx_ctx_cnt: u8,
+    /// `fi_cq_attr.format` of the endpoint's completion queue: the entry
+    /// [`CqEvent::entry`] produces for it ([`Endpoint::cq_format`]).
+    pub cq_format: CqFormat,
 }
 
 impl Default for EndpointAttr {
@@ -140,6 +179,7 @@ impl Default for EndpointAttr {
             ep_type: EpType::Rdm,
             tx_ctx_cnt: 0,
             rx_ctx_cnt: 0,
+            cq_format: CqFormat::Tagged,
         }
     }
 }
@@ -169,6 +209,9 @@ pub struct CqError {
     pub local: LocalStatus,
     /// The UET return code from the target, when it answered with an error.
     pub return_code: Option<ReturnCode>,
+    /// A truncated receive: the message's bytes that did not fit the buffer and were
+    /// discarded (`fi_cq_err_entry.olen`). Otherwise 0.
+    pub olen: usize,
 }
 
 impl core::fmt::Display for CqError {
@@ -231,8 +274,34 @@ pub struct CqEvent {
     /// `None` on success.
     pub error: Option<CqError>,
     /// The posted buffer, returned (`None` for a send posted by IOVA or an inject). After a
-    /// receive or a READ, its length is the bytes delivered.
+    /// receive or a READ, its length is the bytes delivered. A multi-receive buffer comes back
+    /// only with its last completion ([`MultiRecv::released`]); its length is then the end of
+    /// the last message placed in it.
     pub buffer: Option<DmaBuffer>,
+    /// A completion of a multi-receive buffer ([`Endpoint::post_recv_multi`]): where the
+    /// message lies and whether the buffer is released. `None` otherwise.
+    pub multi_recv: Option<MultiRecv>,
+}
+
+/// Where a message lies in a multi-receive buffer, and whether this completion releases it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MultiRecv {
+    /// Byte offset of the message in the buffer (a multiple of
+    /// `uet_fwif::datapath::MULTI_RECV_ALIGN`). For a release without a message: where the
+    /// buffer's free space began.
+    pub offset: usize,
+    /// The buffer's last completion (libfabric's `FI_MULTI_RECV` completion flag): the NIC
+    /// has released the buffer and [`CqEvent::buffer`] returns it.
+    pub released: bool,
+    /// The completion reports a message. `false`: it only releases the buffer (`len` 0,
+    /// `FI_MULTI_RECV` as its only flag).
+    pub has_message: bool,
+    /// IOVA of the message's first byte (`fi_cq_data_entry.buf`).
+    pub iova: u64,
+    /// RX ring slot holding the buffer.
+    slot: u16,
+    /// Posting sequence number of the buffer.
+    seq: u32,
 }
 
 struct Posted {
@@ -241,6 +310,9 @@ struct Posted {
     op: CqOp,
     /// An inject: a successful completion is consumed without being reported.
     silent: bool,
+    /// A multi-receive buffer: its posting sequence number and the end of the last message
+    /// placed in it.
+    multi: Option<(u32, usize)>,
 }
 
 /// Completion contexts of the tagged RX ring: a fixed table with a free list, allocated when
@@ -308,6 +380,10 @@ impl Ring {
         self.in_flight -= 1;
         Some(p)
     }
+
+    fn get_mut(&mut self, slot: u64) -> Option<&mut Posted> {
+        self.slots.get_mut(usize::try_from(slot).ok()?)?.as_mut()
+    }
 }
 
 /// An active endpoint on a NIC, or one context of a scalable endpoint.
@@ -334,6 +410,14 @@ pub struct Endpoint {
     cq_phase: bool,
     mtu: usize,
     max_msg: usize,
+    /// `fi_cq_attr.format`.
+    cq_format: CqFormat,
+    /// `FI_OPT_MIN_MULTI_RECV` for multi-receive buffers posted from now on.
+    min_multi_recv: usize,
+    /// Posting sequence number of the next multi-receive buffer.
+    multi_seq: u32,
+    /// A completion read by `cq_read`/`cq_readerr` and not returned yet.
+    held: Option<CqEvent>,
     /// `FI_EP_MSG`: the connection (state, peer, control channel); dropped before the rings.
     pub(crate) cm: Option<crate::cm::CmLink>,
     /// Auth-key slots granted to the endpoint (counted in `NicInner::auth_grants`).
@@ -563,6 +647,7 @@ impl Nic {
             attr.ep_type,
             CTX_ROLE_TX | CTX_ROLE_RX,
             av_table,
+            attr.cq_format,
         );
         if let Err(e) = address.validate() {
             return Err(DriverError::AdminProtocol(format!(
@@ -609,6 +694,7 @@ impl Nic {
             owner.ep_type,
             role,
             owner._av.clone(),
+            owner.cq_format,
         ))
     }
 
@@ -622,6 +708,7 @@ impl Nic {
         ep_type: EpType,
         roles: u8,
         av: Option<Arc<AvTableHandle>>,
+        cq_format: CqFormat,
     ) -> Endpoint {
         let caps = self.capabilities();
         Endpoint {
@@ -633,6 +720,10 @@ impl Nic {
             job_id,
             ep_type,
             roles,
+            cq_format,
+            min_multi_recv: usize::from(caps.mtu),
+            multi_seq: 0,
+            held: None,
             rings: Some(set.rings),
             tx: set.tx,
             rx: set.rx,
@@ -1108,6 +1199,7 @@ impl Endpoint {
             context,
             op: CqOp::of_tx(req.op),
             silent: req.flags & TX_FLAG_INJECT != 0,
+            multi: None,
         });
         self.tx.in_flight += 1;
         self.tx.tail = self.tx.geometry.next(slot);
@@ -1124,8 +1216,89 @@ impl Endpoint {
     /// `fi_recv`: post a buffer for one incoming message. On error the buffer comes back.
     pub fn post_recv(
         &mut self,
+        buffer: DmaBuffer,
+        context: u64,
+    ) -> Result<(), (DriverError, DmaBuffer)> {
+        self.post_rx(buffer, context, None)
+    }
+
+    /// `fi_recvmsg` with `FI_MULTI_RECV`: post `buffer` for several untagged messages. The
+    /// NIC places each message whole at the next free offset (64-byte aligned) and completes
+    /// each on its own ([`CqEvent::multi_recv`] gives the offset); it releases the buffer when
+    /// less than `min_free` bytes are left after a message (`None`: the endpoint's
+    /// `FI_OPT_MIN_MULTI_RECV`, [`Endpoint::min_multi_recv`]), or when a message does not fit
+    /// the space left — that message goes to the next posted buffer, never split. The buffer
+    /// comes back in its last completion, the one with `FI_MULTI_RECV`; before that, read a
+    /// message with [`Endpoint::multi_recv_read`]. On error the buffer comes back.
+    pub fn post_recv_multi(
+        &mut self,
+        buffer: DmaBuffer,
+        min_free: Option<usize>,
+        context: u64,
+    ) -> Result<(), (DriverError, DmaBuffer)> {
+        let min_free = min_free.unwrap_or(self.min_multi_recv);
+        let Ok(min_free) = u32::try_from(min_free) else {
+            let e = DriverError::InvalidArgument(format!(
+                "min_free {min_free} exceeds the descriptor's 32-bit field"
+            ));
+            return Err((e, buffer));
+        };
+        self.post_rx(buffer, context, Some(min_free))
+    }
+
+    /// `fi_trecvmsg` with `FI_MULTI_RECV`: refused with `FI_EOPNOTSUPP`. `fi_tagged(3)` gives
+    /// tagged receives no `FI_MULTI_RECV` flag, and the NIC's tagged RX descriptor has no
+    /// multi-receive form. The buffer comes back.
+    pub fn post_trecv_multi(
+        &mut self,
+        buffer: DmaBuffer,
+        _tag: u64,
+        _ignore: u64,
+        _min_free: Option<usize>,
+        _context: u64,
+    ) -> Result<(), (DriverError, DmaBuffer)> {
+        let e = DriverError::Unsupported(
+            "FI_MULTI_RECV applies to untagged receives only: fi_tagged(3) defines no \
+             multi-receive tagged receive; post a multi-receive buffer with post_recv_multi"
+                .into(),
+        );
+        Err((e, buffer))
+    }
+
+    /// `FI_OPT_MIN_MULTI_RECV` (`fi_getopt`): the space below which a multi-receive buffer
+    /// posted with `min_free` `None` is released. Defaults to one MTU.
+    pub fn min_multi_recv(&self) -> usize {
+        self.min_multi_recv
+    }
+
+    /// `fi_setopt(FI_OPT_MIN_MULTI_RECV)`: applies to multi-receive buffers posted from now
+    /// on (each descriptor carries its own value to the NIC). `FI_EINVAL` above `u32::MAX`.
+    pub fn set_min_multi_recv(&mut self, bytes: usize) -> Result<(), DriverError> {
+        if u32::try_from(bytes).is_err() {
+            return Err(DriverError::InvalidArgument(format!(
+                "FI_OPT_MIN_MULTI_RECV {bytes} exceeds 32 bits"
+            )));
+        }
+        self.min_multi_recv = bytes;
+        Ok(())
+    }
+
+    /// The endpoint's completion format (`fi_cq_attr.format`).
+    pub fn cq_format(&self) -> CqFormat {
+        self.cq_format
+    }
+
+    /// Change the completion format [`Endpoint::cq_read_entry`] reads as.
+    pub fn set_cq_format(&mut self, format: CqFormat) {
+        self.cq_format = format;
+    }
+
+    /// Post an RX descriptor: one message, or with `min_free` a multi-receive buffer.
+    fn post_rx(
+        &mut self,
         mut buffer: DmaBuffer,
         context: u64,
+        min_free: Option<u32>,
     ) -> Result<(), (DriverError, DmaBuffer)> {
         if !self.can_rx() {
             let e = DriverError::Unsupported(
@@ -1142,6 +1315,13 @@ impl Endpoint {
         d.buf = U64::new(buffer.iova());
         d.len = U32::new(buffer.capacity() as u32);
         d.context = U64::new(u64::from(slot));
+        let multi = min_free.map(|m| {
+            d.flags = U32::new(RX_FLAG_MULTI_RECV);
+            d.min_free = U32::new(m);
+            let seq = self.multi_seq;
+            self.multi_seq = self.multi_seq.wrapping_add(1);
+            (seq, 0)
+        });
         let off = self.rx.offset + usize::from(slot) * RX_DESC;
         let written = self.region().and_then(|r| Ok(r.write_obj(off, &d)?));
         if let Err(e) = written {
@@ -1152,6 +1332,7 @@ impl Endpoint {
             context,
             op: CqOp::Recv,
             silent: false,
+            multi,
         });
         self.rx.in_flight += 1;
         self.rx.tail = self.rx.geometry.next(slot);
@@ -1215,6 +1396,7 @@ impl Endpoint {
                 context,
                 op: CqOp::TaggedRecv,
                 silent: false,
+                multi: None,
             });
         }
         ring.in_flight += 1;
@@ -1240,9 +1422,13 @@ impl Endpoint {
         self.trx.as_ref().map_or(0, |(r, _)| r.in_flight)
     }
 
-    /// `fi_cq_read` of one entry: the next completion, or `None` when there is none yet.
-    /// Successful inject completions are consumed here and never returned.
+    /// The next completion, success or error, or `None` when there is none yet. Successful
+    /// inject completions are consumed here and never returned. A completion that
+    /// [`Endpoint::cq_read`] or [`Endpoint::cq_readerr`] set aside comes first.
     pub fn poll(&mut self) -> Result<Option<CqEvent>, DriverError> {
+        if let Some(ev) = self.held.take() {
+            return Ok(Some(ev));
+        }
         loop {
             let Some(c) = self.next_completion()? else {
                 return Ok(None);
@@ -1250,6 +1436,89 @@ impl Endpoint {
             if let Some(ev) = self.event(&c)? {
                 return Ok(Some(ev));
             }
+        }
+    }
+
+    /// `fi_cq_read` of one entry: the next successful completion. Fails with `FI_EAGAIN` when
+    /// nothing has completed, and with `FI_EAVAIL` while the next completion is an error
+    /// (read it with [`Endpoint::cq_readerr`]); any other error is the endpoint's (a closed
+    /// endpoint, a completion the NIC should not have written). [`CqEvent::entry`] converts
+    /// the event into the endpoint's format.
+    pub fn cq_read(&mut self) -> Result<CqEvent, FiErrno> {
+        let ev = match self.held.take() {
+            Some(ev) => ev,
+            None => match self.poll() {
+                Ok(Some(ev)) => ev,
+                Ok(None) => return Err(FiErrno::FI_EAGAIN),
+                Err(e) => return Err(e.errno()),
+            },
+        };
+        if ev.error.is_some() {
+            self.held = Some(ev);
+            return Err(FiErrno::FI_EAVAIL);
+        }
+        Ok(ev)
+    }
+
+    /// [`Endpoint::cq_read`] in the endpoint's [`CqFormat`], with the event it came from (for
+    /// its buffer and source address).
+    pub fn cq_read_entry(&mut self) -> Result<(crate::cq::CqEntry, CqEvent), FiErrno> {
+        let ev = self.cq_read()?;
+        Ok((ev.entry(self.cq_format), ev))
+    }
+
+    /// `fi_cq_readerr`: the next completion when it is an error ([`CqEvent::err_entry`] gives
+    /// `struct fi_cq_err_entry`). Fails with `FI_EAGAIN` when the next completion is a
+    /// success (it stays for [`Endpoint::cq_read`]) or nothing has completed.
+    pub fn cq_readerr(&mut self) -> Result<CqEvent, FiErrno> {
+        let ev = match self.held.take() {
+            Some(ev) => ev,
+            None => match self.poll() {
+                Ok(Some(ev)) => ev,
+                Ok(None) => return Err(FiErrno::FI_EAGAIN),
+                Err(e) => return Err(e.errno()),
+            },
+        };
+        if ev.error.is_none() {
+            self.held = Some(ev);
+            return Err(FiErrno::FI_EAGAIN);
+        }
+        Ok(ev)
+    }
+
+    /// Copy the message a multi-receive completion reports into `out` (at most `out.len()`
+    /// bytes of its `len`); returns the bytes copied. Works while the buffer is still the
+    /// NIC's — the message's bytes are final once its completion is written — and after the
+    /// release, from the buffer the last completion returned (pass that event). Refused with
+    /// `FI_EINVAL` for a completion that is not a multi-receive one, or whose buffer was
+    /// released by an earlier completion.
+    pub fn multi_recv_read(&self, ev: &CqEvent, out: &mut [u8]) -> Result<usize, DriverError> {
+        let Some(m) = ev.multi_recv else {
+            return Err(DriverError::InvalidArgument(
+                "not a multi-receive completion".into(),
+            ));
+        };
+        let n = ev.len.min(out.len());
+        let dst = &mut out[..n];
+        if let Some(b) = ev.buffer.as_ref() {
+            return Ok(b.read_at(m.offset, dst)?);
+        }
+        let held = self
+            .rx
+            .slots
+            .get(usize::from(m.slot))
+            .and_then(Option::as_ref)
+            .filter(|p| p.multi.is_some_and(|(seq, _)| seq == m.seq));
+        match held.and_then(|p| p.buffer.as_ref()) {
+            Some(b) => {
+                b.read_in_capacity(m.offset, dst)?;
+                Ok(n)
+            }
+            None => Err(DriverError::InvalidArgument(
+                "the multi-receive buffer was released: read it from the buffer its last \
+                 completion returned"
+                    .into(),
+            )),
         }
     }
 
@@ -1280,6 +1549,9 @@ impl Endpoint {
         let kind = CompletionKind::from_u8(c.kind).ok_or_else(|| {
             DriverError::AdminProtocol(format!("completion of unknown kind {}", c.kind))
         })?;
+        if kind == CompletionKind::Recv && c.flags & COMPLETION_FLAG_MULTI_RECV != 0 {
+            return self.multi_recv_event(c).map(Some);
+        }
         let posted = match kind {
             CompletionKind::Send => self.tx.take(c.context.get()),
             CompletionKind::Recv => self.rx.take(c.context.get()),
@@ -1311,11 +1583,7 @@ impl Endpoint {
             b.set_len(len);
         }
         let return_code = ReturnCode::from_u8(c.return_code);
-        let error = (local != LocalStatus::Ok).then(|| CqError {
-            errno: completion_errno(local, return_code),
-            local,
-            return_code: return_code.filter(|rc| !rc.is_ok() && *rc != ReturnCode::Null),
-        });
+        let error = cq_error(c, local, return_code);
         Ok(Some(CqEvent {
             kind,
             op: posted.op,
@@ -1326,7 +1594,66 @@ impl Endpoint {
             tag: c.tag.get(),
             error,
             buffer,
+            multi_recv: None,
         }))
+    }
+
+    /// The event of a multi-receive completion: the buffer stays in its slot until the
+    /// completion that releases it.
+    fn multi_recv_event(&mut self, c: &Completion) -> Result<CqEvent, DriverError> {
+        let slot = c.context.get();
+        let released = c.flags & COMPLETION_FLAG_BUFFER_RELEASED != 0;
+        let has_message = c.flags & COMPLETION_FLAG_NO_MESSAGE == 0;
+        let offset = c.buf_offset.get() as usize;
+        let len = c.len.get() as usize;
+        let protocol = || {
+            DriverError::AdminProtocol(format!(
+                "multi-receive completion for RX slot {slot} that holds no multi-receive buffer"
+            ))
+        };
+        let posted = self.rx.get_mut(slot).ok_or_else(protocol)?;
+        let Some((seq, used)) = posted.multi.as_mut() else {
+            return Err(protocol());
+        };
+        if has_message {
+            *used = (*used).max(offset.saturating_add(len));
+        }
+        let (seq, used) = (*seq, *used);
+        let context = posted.context;
+        let iova = posted
+            .buffer
+            .as_ref()
+            .map_or(0, |b| b.iova().wrapping_add(offset as u64));
+        let buffer = if released {
+            let mut b = self.rx.take(slot).and_then(|p| p.buffer);
+            if let Some(b) = b.as_mut() {
+                b.set_len(used);
+            }
+            b
+        } else {
+            None
+        };
+        let local = LocalStatus::from_u8(c.status);
+        let return_code = ReturnCode::from_u8(c.return_code);
+        Ok(CqEvent {
+            kind: CompletionKind::Recv,
+            op: CqOp::Recv,
+            context,
+            len,
+            data: c.data.get(),
+            src_addr: c.src_addr.get(),
+            tag: 0,
+            error: cq_error(c, local, return_code),
+            buffer,
+            multi_recv: Some(MultiRecv {
+                offset,
+                released,
+                has_message,
+                iova,
+                slot: slot as u16,
+                seq,
+            }),
+        })
     }
 
     /// The endpoint's counters, as the NIC keeps them (COUNTERS_READ).
@@ -1347,6 +1674,24 @@ impl Endpoint {
         admin.scratch().read_bytes(0, block.as_mut_bytes())?;
         Ok(EndpointStats::from_wire(&block))
     }
+}
+
+/// The error of a completion, `None` for a success.
+fn cq_error(
+    c: &Completion,
+    local: LocalStatus,
+    return_code: Option<ReturnCode>,
+) -> Option<CqError> {
+    (local != LocalStatus::Ok).then(|| CqError {
+        errno: completion_errno(local, return_code),
+        local,
+        return_code: return_code.filter(|rc| !rc.is_ok() && *rc != ReturnCode::Null),
+        olen: if local == LocalStatus::Truncated {
+            c.overflow.get() as usize
+        } else {
+            0
+        },
+    })
 }
 
 /// An endpoint's counters (see `uet_fwif::counters` for exactly what each counts).

@@ -9,6 +9,7 @@
 //! | `fi_endpoint` + its CQ | [`Endpoint`] (`FI_EP_RDM`, `FI_EP_DGRAM`, `FI_EP_MSG`: [`EpType`]) | an endpoint with a PIDonFEP and resource indices |
 //! | `fi_scalable_ep`, `fi_tx_context`, `fi_rx_context` | [`ScalableEndpoint`] | an endpoint and its contexts (CONTEXT_CREATE) |
 //! | `fi_passive_ep`, `fi_connect`, `fi_accept`, `fi_reject`, `fi_shutdown` | [`PassiveEndpoint`], [`Endpoint::connect`], … ([`cm`]) | the control channel, resource index 0 |
+//! | `fi_cq` (one per endpoint; formats, `fi_cq_readerr`) | [`Endpoint::poll`], [`Endpoint::cq_read`], [`Endpoint::cq_readerr`], [`cq`] | the endpoint's completion ring |
 //! | `fi_eq` | [`EventQueue`] | — |
 //! | registered buffers | [`DmaPool`], [`DmaBuffer`] | memory mapped for DMA |
 //! | `fi_mr` | [`MemoryRegion`] | a memory region bound to an RMA resource index (MR_REGISTER) |
@@ -35,6 +36,7 @@ pub mod admin;
 pub mod av;
 pub mod backend;
 pub mod cm;
+pub mod cq;
 pub mod device;
 pub mod dma;
 pub mod endpoint;
@@ -49,8 +51,11 @@ pub mod scalable;
 
 pub use av::Av;
 pub use cm::{ConnReq, PassiveEndpoint};
+pub use cq::{CqEntry, CqErrEntry, CqFormat};
 pub use device::{Device, DeviceError};
-pub use endpoint::{CqError, CqEvent, CqOp, Endpoint, EndpointAttr, EndpointStats, EpType};
+pub use endpoint::{
+    CqError, CqEvent, CqOp, Endpoint, EndpointAttr, EndpointStats, EpType, MultiRecv,
+};
 pub use eq::{EqAttr, EqErrEntry, EqEvent, EqEventKind, EventQueue, WaitObj};
 pub use error::DriverError;
 pub use mapped::MappedRegion;

@@ -4,9 +4,10 @@
 //!
 //! 1. `ID`: all ones means the function is gone; anything but `0xFFFE:0x0001` is not ours.
 //! 2. `REVISION.interface_major` must equal the driver's [`uet_regs::INTERFACE_MAJOR`], and
-//!    `interface_minor` be at least [`REQUIRED_INTERFACE_MINOR`]: the driver speaks the 1.3
-//!    interface (64-byte completions, tagged RX ring, contexts, datagram and passive
-//!    endpoints, the control channel) only.
+//!    `interface_minor` be at least [`REQUIRED_INTERFACE_MINOR`]: the driver speaks the 1.6
+//!    interface (64-byte completions with buffer offset and overflow, tagged RX ring,
+//!    contexts, datagram and passive endpoints, the control channel, multi-receive buffers)
+//!    only.
 //! 3. `FUNCTION_RESET.reset = 1`, then wait for `DEV_STATUS.ready`: start from a known state
 //!    whatever a previous owner left behind.
 //! 4. Read the capability registers `CAP_*`.
@@ -42,7 +43,7 @@ use zerocopy::FromZeros;
 pub const AV_DOORBELL_INTERFACE_MINOR: u8 = 4;
 
 /// The oldest interface minor version the driver drives (see [`uet_regs::INTERFACE_MINOR`]).
-pub const REQUIRED_INTERFACE_MINOR: u8 = 3;
+pub const REQUIRED_INTERFACE_MINOR: u8 = 6;
 
 /// How long the driver waits for `DEV_STATUS.ready` after a reset.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(1);

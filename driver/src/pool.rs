@@ -143,6 +143,38 @@ impl DmaBuffer {
         Ok(n)
     }
 
+    /// Copy bytes of the buffer's valid data from `offset` into `out` (at most `out.len()`,
+    /// never past [`DmaBuffer::len`]); returns the count. A multi-receive buffer returned by
+    /// its last completion holds every message at the offset its completion reported.
+    pub fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<usize, DmaError> {
+        let n = self.len.saturating_sub(offset).min(out.len());
+        if n == 0 {
+            return Ok(0);
+        }
+        self.pool
+            .region
+            .region()
+            .read_bytes(self.offset() + offset, &mut out[..n])?;
+        Ok(n)
+    }
+
+    /// Copy `out.len()` bytes from `offset`, anywhere inside the capacity (a multi-receive
+    /// buffer the NIC still holds has no valid length yet). Nothing is read on error.
+    pub(crate) fn read_in_capacity(&self, offset: usize, out: &mut [u8]) -> Result<(), DmaError> {
+        match offset.checked_add(out.len()) {
+            Some(end) if end <= self.capacity() => self
+                .pool
+                .region
+                .region()
+                .read_bytes(self.offset() + offset, out),
+            _ => Err(DmaError::OutOfBounds {
+                offset,
+                len: out.len(),
+                size: self.capacity(),
+            }),
+        }
+    }
+
     /// The buffer's valid data as a new vector (tools and tests; the datapath uses `read`).
     pub fn to_vec(&self) -> Result<Vec<u8>, DmaError> {
         let mut v = vec![0u8; self.len];

@@ -7,7 +7,8 @@
 //!   the NIC translates it through the AV table bound to the endpoint. The host never looks a
 //!   peer up on the send path.
 //! * RX ring of 32-byte [`RxDescriptor`]s: receive buffers for untagged messages, consumed in
-//!   order. `RXQ_DOORBELL` carries the new tail.
+//!   order (a multi-receive buffer takes several messages, see *Multi-receive buffers*).
+//!   `RXQ_DOORBELL` carries the new tail.
 //! * Tagged RX ring of 64-byte [`TaggedRxDescriptor`]s (optional, since interface 1.2):
 //!   tagged receives. `TRXQ_DOORBELL` carries the new tail. The NIC moves each descriptor
 //!   onto the endpoint's posted-receive list as soon as it reads it (see *Tag matching*); the
@@ -44,6 +45,44 @@
 //! free when the post returns. Its completion carries [`COMPLETION_FLAG_INJECT`]: a successful
 //! one only returns the ring slot to the driver and is never reported to the application
 //! (`fi_inject`: no completion on success); an error is reported as usual.
+//!
+//! ## Multi-receive buffers (`FI_MULTI_RECV`, since interface 1.6)
+//!
+//! An RX descriptor with [`RX_FLAG_MULTI_RECV`] posts one buffer for several untagged
+//! messages. When the NIC reads it from the RX ring it becomes the endpoint's *current*
+//! multi-receive buffer (the ring entry is free again, but the buffer stays the NIC's), with
+//! a next-free offset of 0:
+//!
+//! * Each arriving message (single- or multi-packet; its size is the `request_length` every
+//!   packet carries) is placed whole at the next free offset, and the next free offset moves
+//!   to the end of the message rounded up to [`MULTI_RECV_ALIGN`] bytes (at most the buffer
+//!   length). Offsets are relative to the buffer's first byte: a buffer whose IOVA is
+//!   64-byte aligned gets every message 64-byte aligned.
+//! * Each message gets its own `Recv` completion: the descriptor's `context`, `len` = the
+//!   message's bytes, `buf_offset` = where it starts in the buffer, and
+//!   [`COMPLETION_FLAG_MULTI_RECV`].
+//! * When the space left after a placement (buffer length minus next free offset) is below the
+//!   descriptor's `min_free` (`FI_OPT_MIN_MULTI_RECV`), the buffer is *retired*: it takes no
+//!   more messages and the next message uses the next RX descriptor.
+//! * A message is never split across buffers. One longer than the space left in the current
+//!   buffer retires it and goes to the next RX descriptor. One longer than a buffer that holds
+//!   no message yet is truncated into it (status `Truncated`, `overflow` = the bytes that did
+//!   not fit) and retires it — so a message that fits no buffer consumes one, not all.
+//! * The buffer's last completion — the one written after it is retired and its last message
+//!   in reassembly has completed — carries [`COMPLETION_FLAG_BUFFER_RELEASED`]: the NIC never
+//!   writes the buffer again, and the host may reuse it. When a message retires the buffer
+//!   by not fitting and no message of the buffer is still in reassembly, the release is a
+//!   completion of its own: [`COMPLETION_FLAG_MULTI_RECV`] | [`COMPLETION_FLAG_BUFFER_RELEASED`]
+//!   | [`COMPLETION_FLAG_NO_MESSAGE`], `len` 0, `buf_offset` = the next free offset. Such a
+//!   message therefore needs two completion-ring slots; it waits for both like any request.
+//! * A completion never reports bytes the NIC may still write: each message's bytes are final
+//!   when its completion is written, so the host may read them while the buffer is still the
+//!   NIC's.
+//!
+//! Tagged receives have no multi-receive form (`fi_tagged(3)` gives `fi_trecvmsg` no
+//! `FI_MULTI_RECV` flag): a [`TaggedRxDescriptor`] with any flag set completes
+//! `BadDescriptor`. An RX descriptor without [`RX_FLAG_MULTI_RECV`] must have `min_free` 0;
+//! undefined flag bits or reserved bytes set also complete it `BadDescriptor`.
 //!
 //! ## Resource-index spaces
 //!
@@ -134,6 +173,40 @@ pub const TX_FLAG_CONTROL: u8 = 1 << 1;
 /// [`Completion::flags`]: the completion of a descriptor posted with [`TX_FLAG_INJECT`].
 pub const COMPLETION_FLAG_INJECT: u8 = 1 << 0;
 
+/// [`Completion::flags`]: the completion concerns a multi-receive buffer (an RX descriptor
+/// posted with [`RX_FLAG_MULTI_RECV`]); [`Completion::buf_offset`] is valid. Since 1.5.
+pub const COMPLETION_FLAG_MULTI_RECV: u8 = 1 << 1;
+
+/// [`Completion::flags`]: the multi-receive buffer's last completion: the NIC has released the
+/// buffer and never writes it again (libfabric's `FI_MULTI_RECV` completion flag). Since 1.5.
+pub const COMPLETION_FLAG_BUFFER_RELEASED: u8 = 1 << 2;
+
+/// [`Completion::flags`]: the completion reports only the release of a multi-receive buffer,
+/// no message (`len` 0). Since 1.5.
+pub const COMPLETION_FLAG_NO_MESSAGE: u8 = 1 << 3;
+
+/// [`RxDescriptor::flags`]: a multi-receive buffer (`FI_MULTI_RECV`): it takes messages until
+/// less than [`RxDescriptor::min_free`] bytes are left. Since 1.5.
+pub const RX_FLAG_MULTI_RECV: u32 = 1 << 0;
+
+/// Alignment, in bytes from the buffer's start, of every message placed in a multi-receive
+/// buffer.
+pub const MULTI_RECV_ALIGN: u32 = 64;
+
+/// The next free offset after a message of `len` bytes placed at `offset` in a multi-receive
+/// buffer of `buf_len` bytes: the end of the message rounded up to [`MULTI_RECV_ALIGN`], at
+/// most `buf_len`.
+pub const fn multi_recv_next(offset: u32, len: u32, buf_len: u32) -> u32 {
+    let end = offset as u64 + len as u64;
+    let align = MULTI_RECV_ALIGN as u64;
+    let next = end.div_ceil(align) * align;
+    if next > buf_len as u64 {
+        buf_len
+    } else {
+        next as u32
+    }
+}
+
 /// TX descriptor opcodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
@@ -213,6 +286,15 @@ pub struct TxDescriptor {
 }
 
 /// An RX ring entry.
+///
+/// | bytes | field |
+/// |---|---|
+/// | 0–7 | `buf` |
+/// | 8–11 | `len` |
+/// | 12–15 | `flags` ([`RX_FLAG_MULTI_RECV`]) |
+/// | 16–23 | `context` |
+/// | 24–27 | `min_free` (since 1.6; reserved before) |
+/// | 28–31 | reserved, zero |
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
 )]
@@ -222,12 +304,15 @@ pub struct RxDescriptor {
     pub buf: U64,
     /// Buffer length.
     pub len: U32,
-    /// Reserved, zero.
+    /// `RX_FLAG_*`; undefined bits must be zero.
     pub flags: U32,
     /// Returned in the completion.
     pub context: U64,
+    /// With [`RX_FLAG_MULTI_RECV`]: the buffer is retired when less than this many bytes are
+    /// left after a message (`FI_OPT_MIN_MULTI_RECV`). Otherwise zero.
+    pub min_free: U32,
     /// Reserved, zero.
-    pub reserved: U64,
+    pub reserved: U32,
 }
 
 /// A tagged RX ring entry (`fi_trecv`).
@@ -338,7 +423,10 @@ impl CompletionKind {
 /// | 38 | `kind` |
 /// | 39 | `flags` |
 /// | 40 | `opcode` |
-/// | 41–62 | reserved, zero |
+/// | 41–43 | reserved, zero |
+/// | 44–47 | `buf_offset` (since 1.6) |
+/// | 48–51 | `overflow` (since 1.6) |
+/// | 52–62 | reserved, zero |
 /// | 63 | `phase`, written last |
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
@@ -367,7 +455,15 @@ pub struct Completion {
     /// TX completion: the descriptor's [`TxOpcode`]. Receive: zero.
     pub opcode: u8,
     /// Reserved, zero.
-    pub reserved: [u8; 22],
+    pub reserved0: [u8; 3],
+    /// With [`COMPLETION_FLAG_MULTI_RECV`]: byte offset of the message in the multi-receive
+    /// buffer (release only: the buffer's next free offset). Otherwise zero.
+    pub buf_offset: U32,
+    /// Receive with status `Truncated`: bytes of the message that did not fit the buffer and
+    /// were discarded (`fi_cq_err_entry.olen`). Otherwise zero.
+    pub overflow: U32,
+    /// Reserved, zero.
+    pub reserved: [u8; 11],
     /// Bit 0: phase. Written last.
     pub phase: u8,
 }
@@ -390,6 +486,9 @@ const _: () = assert!(core::mem::size_of::<Completion>() == COMPLETION_BYTES);
 const _: () = assert!(core::mem::offset_of!(Completion, phase) == COMPLETION_PHASE_OFFSET);
 const _: () = assert!(core::mem::offset_of!(Completion, tag) == 24);
 const _: () = assert!(core::mem::offset_of!(Completion, opcode) == 40);
+const _: () = assert!(core::mem::offset_of!(Completion, buf_offset) == 44);
+const _: () = assert!(core::mem::offset_of!(Completion, overflow) == 48);
+const _: () = assert!(core::mem::offset_of!(RxDescriptor, min_free) == 24);
 const _: () = assert!(core::mem::offset_of!(TxDescriptor, match_bits) == 40);
 const _: () = assert!(core::mem::offset_of!(TxDescriptor, remote_offset) == 48);
 
@@ -422,5 +521,16 @@ mod tests {
             assert_eq!(CompletionKind::from_u8(k).map(|k| k as u8), Some(k));
         }
         assert_eq!(CompletionKind::from_u8(4), None);
+    }
+
+    #[test]
+    fn multi_recv_placement_is_aligned_and_bounded() {
+        assert_eq!(multi_recv_next(0, 0, 4096), 0);
+        assert_eq!(multi_recv_next(0, 1, 4096), 64);
+        assert_eq!(multi_recv_next(64, 64, 4096), 128);
+        assert_eq!(multi_recv_next(128, 65, 4096), 256);
+        assert_eq!(multi_recv_next(4032, 64, 4096), 4096);
+        assert_eq!(multi_recv_next(4000, 90, 4090), 4090);
+        assert_eq!(multi_recv_next(u32::MAX - 1, u32::MAX, u32::MAX), u32::MAX);
     }
 }

@@ -55,11 +55,13 @@ pub const INTERFACE_MAJOR: u8 = 1;
 /// | 3 | endpoint kinds and contexts: datagram (UUD) and passive endpoints, scalable endpoints (`rx_ctx_cnt`, `tx_ctx_cnt`, CONTEXT_CREATE, `CAP_EP.max_tx_ctx`/`max_rx_ctx` enforced), the control channel (resource index 0, `TX_FLAG_CONTROL`), the PidExhausted and RiExhausted statuses |
 /// | 4 | `AV_INVALIDATE_DOORBELL`: invalidate one AV entry with a register write |
 /// | 5 | auth keys: `CAP_AUTH_KEY`, AUTH_KEY_ADD, AUTH_KEY_REMOVE, AUTH_KEY_SOURCE, AUTH_KEY_READ, ENDPOINT_AUTH_KEYS; the AV entry's `AUTH_KEY` flag takes effect |
+/// | 6 | multi-receive buffers (`FI_MULTI_RECV`): `RX_FLAG_MULTI_RECV` and `min_free` in the RX descriptor; `buf_offset`, `overflow` and the multi-receive flags in the completion |
 ///
 /// The interface is pre-release: minor 2 changed the completion layout, minor 3 gave
 /// reserved bytes of ENDPOINT_CREATE a meaning, minor 4 added `AV_INVALIDATE_DOORBELL`, minor
-/// 5 auth keys; a driver refuses a device older than the layouts it speaks.
-pub const INTERFACE_MINOR: u8 = 5;
+/// 5 auth keys, minor 6 gave reserved bytes of the RX descriptor and the completion a meaning;
+/// a driver refuses a device older than the layouts it speaks.
+pub const INTERFACE_MINOR: u8 = 6;
 
 /// Width of a register access.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -13,13 +13,15 @@
 //! * Each endpoint owns a TX ring, an RX ring, an optional tagged RX ring and a completion ring
 //!   in host memory. The ring indices the NIC tracks are here; the engines that use them are
 //!   in `tx_engine`, `rx_engine` and `tag_match` (which also keeps the endpoint's posted
-//!   tagged receives and its unexpected list here).
+//!   tagged receives and its unexpected list here, and `multi_recv` its multi-receive
+//!   buffers).
 //! * Each endpoint has its counter block (`uet_fwif::counters`), zeroed at creation.
 //! * Contexts (CONTEXT_CREATE) are entries of the same table with handles of their own: they
 //!   carry their owner's PIDonFEP, range, JobID, initiator, mode and AV, but are never in the
 //!   demultiplexing maps; the owner lists them (`rx_ctx` by receive-context index, `control`,
 //!   `contexts`). An endpoint is destroyed only after its contexts.
 
+use crate::multi_recv::MultiRecvBuf;
 use crate::tag_match::{PostedTagged, Unexpected};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use uet_fwif::admin::{CTX_ROLE_CONTROL, CTX_ROLE_RX, CTX_ROLE_TX};
@@ -198,6 +200,12 @@ pub(crate) struct Endpoint {
     pub unexpected: VecDeque<Unexpected>,
     /// Payload bytes held on the unexpected list (whole `request_length` of each message).
     pub unexpected_bytes: u64,
+    /// The multi-receive buffer messages are placed in (see `multi_recv`).
+    pub mrecv: Option<MultiRecvBuf>,
+    /// Retired multi-receive buffers with messages still in reassembly, by buffer id.
+    pub mrecv_retired: BTreeMap<u64, MultiRecvBuf>,
+    /// Id of the next multi-receive buffer read from the RX ring.
+    pub next_mrecv: u64,
     /// Counters.
     pub stats: EpStats,
     /// Sends waiting for their response.
@@ -232,7 +240,12 @@ impl Endpoint {
 
     /// Whether one more completion can be promised without overrunning the ring.
     pub(crate) fn cq_has_room(&self) -> bool {
-        u64::from(self.cq.free()) > self.cq_reserved()
+        self.cq_has_room_for(1)
+    }
+
+    /// Whether `n` more completions can be promised without overrunning the ring.
+    pub(crate) fn cq_has_room_for(&self, n: u64) -> bool {
+        u64::from(self.cq.free()) >= self.cq_reserved() + n
     }
 
     /// Whether this entry is a context of another endpoint.
@@ -378,6 +391,9 @@ impl EndpointTable {
             posted_tagged: VecDeque::new(),
             unexpected: VecDeque::new(),
             unexpected_bytes: 0,
+            mrecv: None,
+            mrecv_retired: BTreeMap::new(),
+            next_mrecv: 0,
             stats: EpStats::default(),
             outstanding: 0,
             reassembling: 0,
@@ -438,6 +454,9 @@ impl EndpointTable {
             posted_tagged: VecDeque::new(),
             unexpected: VecDeque::new(),
             unexpected_bytes: 0,
+            mrecv: None,
+            mrecv_retired: BTreeMap::new(),
+            next_mrecv: 0,
             stats: EpStats::default(),
             outstanding: 0,
             reassembling: 0,

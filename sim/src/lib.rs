@@ -22,6 +22,7 @@
 //! | `tx_engine` | TX rings, AV translation, request generation (SEND, TAGGED_SEND, WRITE, READ), send completions |
 //! | `rx_engine` | strict receive parsing, demultiplexing, delivery, responses |
 //! | `tag_match` | tagged RX rings, posted tagged receives, the unexpected list |
+//! | `multi_recv` | multi-receive buffers: placement, retirement, release |
 //! | `rma_engine` | target side of WRITE and READ |
 //! | [`pds`], [`ses`] | UET headers |
 //! | [`frame`] | Ethernet/IP/UDP framing |
@@ -63,6 +64,7 @@ mod firmware;
 pub mod frame;
 mod iommu;
 mod mr_table;
+mod multi_recv;
 mod nic;
 pub mod pcap;
 pub mod pds;

@@ -41,7 +41,7 @@ use crate::rx_engine::Reassembler;
 use crate::tx_engine::{PendingPacket, PendingSend};
 use std::collections::{HashMap, VecDeque};
 use uet_fwif::admin::{CTX_ROLE_CONTROL, CTX_ROLE_TX};
-use uet_fwif::datapath::{COMPLETION_BYTES, COMPLETION_PHASE_OFFSET};
+use uet_fwif::datapath::{COMPLETION_BYTES, COMPLETION_FLAG_NO_MESSAGE, COMPLETION_PHASE_OFFSET};
 use uet_fwif::ring::phase_for_pass;
 use uet_fwif::NicAvEntry;
 use uet_fwif::{Completion, CompletionKind, LocalStatus};
@@ -277,10 +277,12 @@ impl Nic {
     }
 
     /// Queue a completion for an endpoint's completion ring and write what fits. Receive
-    /// completions count in the endpoint's counters here.
+    /// completions count in the endpoint's counters here (a multi-receive buffer's release
+    /// that carries no message does not).
     pub(crate) fn post_completion(&mut self, handle: u16, c: Completion) {
         if let Some(ep) = self.eps.get_mut(handle) {
-            if c.kind != CompletionKind::Send as u8 {
+            let release_only = c.flags & COMPLETION_FLAG_NO_MESSAGE != 0;
+            if c.kind != CompletionKind::Send as u8 && !release_only {
                 let s = &mut ep.stats;
                 let status = LocalStatus::from_u8(c.status);
                 if matches!(status, LocalStatus::Ok | LocalStatus::Truncated) {

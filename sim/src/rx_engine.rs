@@ -53,7 +53,8 @@
 //!
 //! ## Single-packet messages
 //!
-//! Delivery consumes the next RX descriptor (reserved fields must be zero, else the descriptor
+//! Delivery consumes the next RX descriptor (undefined flags and reserved fields must be zero,
+//! and `min_free` too unless the descriptor is a multi-receive one, else the descriptor
 //! completes with `BadDescriptor` and the request is answered RC_UNDELIVERABLE), copies the
 //! payload into its buffer by DMA — truncated to the buffer, which completes with `Truncated`
 //! but still answers RC_OK — and writes a `Recv` completion: `context`, `len` = bytes
@@ -87,6 +88,12 @@
 //! return code rather than opening a new reassembly. Reassemblies of a destroyed endpoint are
 //! dropped.
 //!
+//! An RX descriptor with `RX_FLAG_MULTI_RECV` becomes the endpoint's current multi-receive
+//! buffer instead of being consumed by one message: untagged messages are placed in it one
+//! after another until it is retired, each with a completion of its own (see `multi_recv`
+//! and `uet_fwif::datapath`, *Multi-receive buffers*). A message that does not fit the current
+//! buffer retires it and takes the next RX descriptor.
+//!
 //! Tagged messages (TAGGED_SEND) follow the same single- and multi-packet rules, but the
 //! buffer is the first matching posted tagged receive, or — when none matches — NIC memory on
 //! the endpoint's unexpected list (see `tag_match`); their completions are `TaggedRecv` and
@@ -106,6 +113,7 @@ use crate::pds::{self, Ack, Prologue, RudRequest, UudRequest};
 use crate::ses::{self, Response, StandardRequest};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::IpAddr;
+use uet_fwif::datapath::RX_FLAG_MULTI_RECV;
 use uet_fwif::{Completion, CompletionKind, LocalStatus, ReturnCode, RxDescriptor};
 use uet_regs::{
     RX_BAD_INDEX, RX_BAD_JOB_ID, RX_BAD_PID, RX_BYTES, RX_MALFORMED, RX_NO_BUFFER, RX_PACKETS,
@@ -282,6 +290,8 @@ pub(crate) struct Reassembly {
     pub header_data: u64,
     pub src_addr: u64,
     pub dma_fault: bool,
+    /// Placed in a multi-receive buffer: (buffer id, offset).
+    pub multi: Option<crate::multi_recv::MultiPlace>,
 }
 
 impl Reassembly {
@@ -308,6 +318,7 @@ impl Reassembly {
             header_data: 0,
             src_addr,
             dma_fault: false,
+            multi: None,
         }
     }
 
@@ -652,12 +663,15 @@ impl Nic {
         if space == Space::Tagged {
             return self.rx_tagged(handle, serial, &p, f, from_backlog);
         }
-        if !ep.rx.pending() {
+        // Untagged: the current multi-receive buffer when the message fits it, else the next
+        // RX descriptor (a message that does not fit retires the current buffer first).
+        let fits = ep.mrecv.as_ref().map(|m| m.fits(p.ses.request_length));
+        if fits.is_none() && !ep.rx.pending() {
             self.counters.inc(RX_NO_BUFFER);
             self.refuse(handle, &p, ReturnCode::Undeliverable);
             return RxOutcome::Done;
         }
-        if !ep.cq_has_room() {
+        if !ep.cq_has_room_for(1 + u64::from(fits == Some(false))) {
             self.counters.debug.cq_stalls += 1;
             if !from_backlog {
                 ep.rx_backlog.push_back(f.to_vec());
@@ -669,9 +683,21 @@ impl Nic {
             self.refuse(handle, &p, ReturnCode::Undeliverable);
             return RxOutcome::Done;
         }
+        let av = self.eps.get(handle).map_or(0, |ep| ep.av);
+        let src_addr = self.source_of(av, &p);
+        match fits {
+            Some(true) => return self.mrecv_deliver(handle, serial, &p, src_addr),
+            Some(false) => self.mrecv_retire(handle),
+            None => {}
+        }
         let Some(ep) = self.eps.get_mut(handle) else {
             return RxOutcome::Done;
         };
+        if !ep.rx.pending() {
+            self.counters.inc(RX_NO_BUFFER);
+            self.refuse(handle, &p, ReturnCode::Undeliverable);
+            return RxOutcome::Done;
+        }
         let at = ep.rx.base + u64::from(ep.rx.head) * 32;
         let mut raw = [0u8; 32];
         if self.iommu.read(at, &mut raw).is_err() {
@@ -680,11 +706,9 @@ impl Nic {
             return RxOutcome::Done;
         }
         ep.rx.head = ep.rx.geom.next(ep.rx.head);
-        let av = ep.av;
         let Ok(d) = RxDescriptor::read_from_bytes(&raw) else {
             return RxOutcome::Done;
         };
-        let src_addr = self.source_of(av, &p);
         let mut c = Completion {
             context: d.context,
             data: U64::new(p.ses.header_data),
@@ -694,7 +718,11 @@ impl Nic {
             kind: CompletionKind::Recv as u8,
             ..Completion::default()
         };
-        if d.flags.get() != 0 || d.reserved.get() != 0 {
+        let multi = d.flags.get() == RX_FLAG_MULTI_RECV;
+        let bad = d.flags.get() & !RX_FLAG_MULTI_RECV != 0
+            || d.reserved.get() != 0
+            || (!multi && d.min_free.get() != 0);
+        if bad {
             c.status = LocalStatus::BadDescriptor as u8;
             c.return_code = ReturnCode::Undeliverable as u8;
             if !single {
@@ -703,6 +731,10 @@ impl Nic {
             self.post_completion(handle, c);
             self.refuse(handle, &p, ReturnCode::Undeliverable);
             return RxOutcome::Done;
+        }
+        if multi {
+            self.mrecv_open(handle, &d);
+            return self.mrecv_deliver(handle, serial, &p, src_addr);
         }
         if !single {
             let sink = Sink::Host {
@@ -765,6 +797,7 @@ impl Nic {
         }
         if n < p.payload.len() {
             c.status = LocalStatus::Truncated as u8;
+            c.overflow = U32::new((p.payload.len() - n) as u32);
         }
         c.len = U32::new(n as u32);
         c.src_addr = U64::new(src_addr);
@@ -881,6 +914,10 @@ impl Nic {
             return;
         };
         ep.reassembling = ep.reassembling.saturating_sub(1);
+        let (flags, buf_offset) = match r.multi {
+            Some(place) => self.mrecv_finished(r.handle, place),
+            None => (0, 0),
+        };
         let c = Completion {
             context: r.context,
             data: U64::new(r.header_data),
@@ -894,6 +931,9 @@ impl Nic {
             status: status as u8,
             return_code: rc as u8,
             kind: r.kind as u8,
+            flags,
+            buf_offset: U32::new(buf_offset),
+            overflow: U32::new(r.total - delivered),
             ..Completion::default()
         };
         self.post_completion(r.handle, c);

@@ -6,7 +6,8 @@
 //!   tail; while the function runs, the unit reads each new [`TaggedRxDescriptor`] — only when
 //!   the endpoint's completion ring can take one more completion, and only while the posted
 //!   list holds fewer receives than the ring has entries — and frees its ring entry at once.
-//!   A descriptor with reserved fields set completes `BadDescriptor` (`TaggedRecv`). Otherwise
+//!   A descriptor with reserved fields or any flag set completes `BadDescriptor`
+//!   (`TaggedRecv`; tagged receives have no multi-receive form). Otherwise
 //!   it first takes the oldest message of the unexpected list whose match bits it matches
 //!   (`(tag ^ match_bits) & !ignore == 0`); only when none does, it joins the posted list.
 //! * an **unexpected list**: tagged messages that found no matching posted receive, in order
@@ -147,6 +148,7 @@ impl Nic {
         };
         if n < data.len() {
             c.status = LocalStatus::Truncated as u8;
+            c.overflow = U32::new((data.len() - n) as u32);
         }
         let bytes = data.get(..n).unwrap_or(&[]);
         if self.iommu.write(d.buf.get(), bytes).is_err() {

@@ -633,3 +633,60 @@ fn handles_are_send_and_sync() {
     check::<Fabric>();
     check::<uet_sim::SimFunction>();
 }
+
+#[test]
+fn rx_descriptor_flags_and_min_free_are_checked() {
+    let Pair {
+        mut a,
+        mut b,
+        mut ea,
+        mut eb,
+        ..
+    } = pair(0);
+    // Payload buffer slot 5.
+    let buf = b.iova(0x8_0000 + 5 * 0x2000);
+    // min_free without the multi-receive flag, then an undefined flag: both malformed.
+    for (flags, min_free) in [(0u32, 16u32), (1 << 1, 0)] {
+        b.post_recv_desc(
+            &mut eb,
+            uet_fwif::RxDescriptor {
+                buf: U64::new(buf),
+                len: U32::new(256),
+                flags: U32::new(flags),
+                context: U64::new(3),
+                min_free: U32::new(min_free),
+                ..Default::default()
+            },
+        );
+        a.send(&mut ea, 3, 1, b"refused", 1, 0);
+        assert_eq!(
+            b.poll_cq(&mut eb).map(|c| status(&c)),
+            Some(LocalStatus::BadDescriptor)
+        );
+        expect_remote(&mut a, &mut ea, ReturnCode::Undeliverable);
+    }
+    // A multi-receive descriptor takes two messages at aligned offsets.
+    b.post_recv_desc(
+        &mut eb,
+        uet_fwif::RxDescriptor {
+            buf: U64::new(buf),
+            len: U32::new(256),
+            flags: U32::new(uet_fwif::datapath::RX_FLAG_MULTI_RECV),
+            context: U64::new(4),
+            min_free: U32::new(100),
+            ..Default::default()
+        },
+    );
+    a.send(&mut ea, 3, 1, b"first", 1, 0);
+    let c = b.poll_cq(&mut eb).expect("first message");
+    assert_eq!((c.buf_offset.get(), c.len.get(), c.flags), (0, 5, 1 << 1));
+    a.send(&mut ea, 3, 1, b"second", 1, 0);
+    let c = b.poll_cq(&mut eb).expect("second message");
+    // 64 + 6 -> 128: 128 bytes left >= 100, still open.
+    assert_eq!((c.buf_offset.get(), c.len.get(), c.flags), (64, 6, 1 << 1));
+    a.send(&mut ea, 3, 1, b"third", 1, 0);
+    let c = b.poll_cq(&mut eb).expect("third message");
+    // 128 + 5 -> 192: 64 left < 100: released with this message.
+    assert_eq!((c.buf_offset.get(), c.flags), (128, (1 << 1) | (1 << 2)));
+    assert_eq!(c.context.get(), 4);
+}
