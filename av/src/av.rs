@@ -1137,53 +1137,74 @@ impl<N: NicAvTable> AddressVector<N> {
             let Some((first, n)) = self.alloc.alloc_run(total - m) else {
                 break;
             };
-            let stored = if self.pending.try_reserve(1).is_err() {
-                Err(())
-            } else if n >= 2 {
-                self.ranges
-                    .insert(Range {
-                        first,
-                        count: n,
-                        svc,
-                        offset: m,
-                        base,
-                        live: n,
-                    })
-                    .map_err(|_| ())
-            } else {
-                match base.symmetric_member(svc, m).map(|a| a.to_bytes()) {
-                    Some(Ok(bytes)) => self
-                        .reserve_index(first)
-                        .and_then(|()| self.slots.set(first, bytes))
-                        .map_err(|_| ()),
-                    _ => Err(()),
+            // Cut the run where it crosses the span of an older range (whose removed members
+            // left holes): there each index is a single entry, a range never covers another.
+            let mut done = 0u32;
+            while done < n {
+                let at = first + done;
+                let in_old_range = |i: u32| self.ranges.covering(i).is_some();
+                let piece = if in_old_range(at) {
+                    1
+                } else {
+                    let mut len = 1;
+                    while done + len < n && !in_old_range(at + len) {
+                        len += 1;
+                    }
+                    len
+                };
+                let member = m + done;
+                let stored = if self.pending.try_reserve(1).is_err() {
+                    Err(())
+                } else if piece >= 2 {
+                    self.ranges
+                        .insert(Range {
+                            first: at,
+                            count: piece,
+                            svc,
+                            offset: member,
+                            base,
+                            live: piece,
+                        })
+                        .map_err(|_| ())
+                } else {
+                    match base.symmetric_member(svc, member).map(|a| a.to_bytes()) {
+                        Some(Ok(bytes)) => self
+                            .reserve_index(at)
+                            .and_then(|()| self.slots.set(at, bytes))
+                            .map_err(|_| ()),
+                        _ => Err(()),
+                    }
+                };
+                if stored.is_err() {
+                    for i in at..first + n {
+                        self.alloc.free(i);
+                    }
+                    failure = FiErrno::FI_ENOMEM;
+                    break;
                 }
-            };
-            if stored.is_err() {
-                for i in first..first + n {
-                    self.alloc.free(i);
+                self.pending.push(at);
+                if let Some(b) = event_call.as_mut() {
+                    b.staged_run(member as usize, at, piece);
                 }
-                failure = FiErrno::FI_ENOMEM;
+                for j in 0..piece {
+                    let k = (member + j) as usize;
+                    let value = FiAddr::from(at + j);
+                    if let Some(slot) = fi_addr.as_deref_mut().and_then(|o| o.get_mut(k)) {
+                        *slot = value;
+                    }
+                    if let Some(slot) = own_out.get_mut(k) {
+                        *slot = value;
+                    }
+                    if let Some(slot) = status.as_deref_mut().and_then(|s| s.get_mut(k)) {
+                        *slot = 0;
+                    }
+                }
+                done += piece;
+            }
+            m += done;
+            if done < n {
                 break;
             }
-            self.pending.push(first);
-            if let Some(b) = event_call.as_mut() {
-                b.staged_run(m as usize, first, n);
-            }
-            for j in 0..n {
-                let k = (m + j) as usize;
-                let value = FiAddr::from(first + j);
-                if let Some(slot) = fi_addr.as_deref_mut().and_then(|o| o.get_mut(k)) {
-                    *slot = value;
-                }
-                if let Some(slot) = own_out.get_mut(k) {
-                    *slot = value;
-                }
-                if let Some(slot) = status.as_deref_mut().and_then(|s| s.get_mut(k)) {
-                    *slot = 0;
-                }
-            }
-            m += n;
         }
         for k in m as usize..count {
             if let Some(b) = event_call.as_mut() {

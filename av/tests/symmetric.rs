@@ -146,3 +146,27 @@ fn host_name_ranges_and_user_ids_are_stored_per_address() {
     assert_eq!(av.ranges().count(), 0);
     assert_eq!(av.len(), 4);
 }
+
+#[test]
+fn a_new_range_never_covers_the_holes_of_an_older_one() {
+    // A range at 0..4 loses members 1 and 2; the next symmetric insert takes the lowest free
+    // indices 1, 2 and 4.. — inside the old range's span they are single entries.
+    let mut av = open(16);
+    av.insertsym("10.3.0.1", 2, "1", 2, None, 0, None).unwrap();
+    av.remove(&[1, 2], 0).unwrap();
+    let mut out = [0u64; 5];
+    av.insertsym("10.4.0.1", 5, "9", 1, Some(&mut out), 0, None)
+        .unwrap();
+    assert_eq!(out, [1, 2, 4, 5, 6]);
+    for (k, &fa) in out.iter().enumerate() {
+        assert_eq!(
+            lookup(&av, fa).fabric_addr.to_string(),
+            format!("10.4.0.{}", 1 + k)
+        );
+    }
+    assert_eq!(
+        av.ranges().map(|(f, c, _)| (f, c)).collect::<Vec<_>>(),
+        [(0, 4), (4, 3)]
+    );
+    assert!(av.verify_nic().unwrap().is_empty());
+}

@@ -107,3 +107,17 @@ fn traffic_follows_a_symmetric_range_on_the_nic() {
     );
     assert!(nodes[0].av.verify_nic().unwrap().is_empty());
 }
+
+#[test]
+fn the_nic_takes_singles_in_range_holes_and_a_new_range_beside_them() {
+    let (_fabric, fns) = fabric(1);
+    let node = symmetric_node(fns.into_iter().next().unwrap());
+    let mut av = node.av;
+    av.insertsym("10.3.0.1", 2, "1", 2, None, 0, None).unwrap();
+    av.remove(&[1, 2], 0).unwrap();
+    let mut out = [0u64; 5];
+    av.insertsym("10.4.0.1", 5, "9", 1, Some(&mut out), 0, None)
+        .unwrap();
+    assert_eq!(out, [1, 2, 4, 5, 6]);
+    assert!(av.verify_nic().unwrap().is_empty(), "NIC and mirror agree");
+}
