@@ -15,7 +15,9 @@
 //! `bench=av impl=<name> op=<op> n=<entries> ns_per_op=<x> bytes_per_entry=<y>`
 //!
 //! where `bytes_per_entry` is the host memory the AV holds per entry (its mirror, allocator
-//! and buffers; the NIC's table lives on the NIC).
+//! and buffers; the NIC's table lives on the NIC). `op=insertsym` inserts the `n` peers (8
+//! per node) with one `fi_av_insertsym`, stored as a symmetric range on host and NIC; its
+//! `bytes_per_entry` is the growth of the AV's host memory divided by `n`.
 
 use clap::Parser;
 use std::net::{IpAddr, Ipv4Addr};
@@ -128,6 +130,25 @@ fn run<N: NicAvTable>(
         n,
         batch_ns,
         av.host_bytes() as f64 / n as f64,
+    );
+    drop(av);
+
+    // Symmetric insert: n peers, 8 per node, in one fi_av_insertsym (stored as a range).
+    let mut av = open()?;
+    let empty = av.host_bytes();
+    let svc = 8usize;
+    let nodes = n.div_ceil(svc);
+    let t = Instant::now();
+    let k = av
+        .insertsym("10.128.0.1", nodes, "1?ri=1+4", svc, None, 0, None)
+        .map_err(|e| e.to_string())?;
+    let sym_ns = t.elapsed().as_nanos() as f64 / k.max(1) as f64;
+    line(
+        imp,
+        "insertsym",
+        k,
+        sym_ns,
+        (av.host_bytes() - empty) as f64 / k.max(1) as f64,
     );
     Ok(())
 }
