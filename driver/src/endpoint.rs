@@ -1175,32 +1175,45 @@ impl Endpoint {
             };
             return Err((e, buffer));
         }
-        if !self.tx.can_post() {
-            return Err((DriverError::Full("TX ring"), buffer));
-        }
         let slot = self.tx.tail;
-        let mut d = TxDescriptor::new_zeroed();
-        d.opcode = req.op as u8;
-        d.flags = req.flags;
-        d.len = U32::new(req.len as u32);
-        d.buf = U64::new(req.iova);
-        d.dest = U64::new(req.dest);
-        d.context = U64::new(u64::from(slot));
-        d.data = U64::new(req.data);
-        d.match_bits = U64::new(req.match_bits);
-        d.remote_offset = U64::new(req.remote_offset);
+        let full = self.tx.in_flight >= self.tx.geometry.entries() - 1;
+        // The slot at the tail must be free (its completion reaped): checked on the slot
+        // itself, so the store below replaces a known-empty slot.
+        let Some(free @ None) = self.tx.slots.get_mut(usize::from(slot)).filter(|_| !full) else {
+            return Err((DriverError::Full("TX ring"), buffer));
+        };
+        let d = TxDescriptor {
+            opcode: req.op as u8,
+            flags: req.flags,
+            reserved0: [0; 2],
+            len: U32::new(req.len as u32),
+            buf: U64::new(req.iova),
+            dest: U64::new(req.dest),
+            context: U64::new(u64::from(slot)),
+            data: U64::new(req.data),
+            match_bits: U64::new(req.match_bits),
+            remote_offset: U64::new(req.remote_offset),
+            reserved1: [0; 8],
+        };
         let off = self.tx.offset + usize::from(slot) * TX_DESC;
-        let written = self.region().and_then(|r| Ok(r.write_obj(off, &d)?));
-        if let Err(e) = written {
+        let Some(region) = self.rings.as_ref().map(MappedRegion::region) else {
+            let e = DriverError::InvalidArgument("endpoint is closed".into());
             return Err((e, buffer));
+        };
+        if let Err(e) = region.write_obj(off, &d) {
+            return Err((e.into(), buffer));
         }
-        self.tx.slots[usize::from(slot)] = Some(Posted {
+        // The slot was matched empty above, so the value it held is `None`: forgetting it
+        // skips a drop call on the send path and leaks nothing.
+        let empty = free.replace(Posted {
             buffer: buffer.into(),
             context,
             op: CqOp::of_tx(req.op),
             silent: req.flags & TX_FLAG_INJECT != 0,
             multi: None,
         });
+        debug_assert!(empty.is_none());
+        core::mem::forget(empty);
         self.tx.in_flight += 1;
         self.tx.tail = self.tx.geometry.next(slot);
         fence(Ordering::SeqCst);
