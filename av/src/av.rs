@@ -20,8 +20,10 @@
 //!   ([`AvAttr::resolve`]): `rx_ctx_bits` against the NIC's decode limit and the receive
 //!   contexts an endpoint can have, `ep_per_node` (a sizing hint) against the NIC's endpoints,
 //!   `flags` against `FI_EVENT`, `FI_AV_USER_ID`, `FI_SYMMETRIC` (accepted as the hint it is)
-//!   and `FI_READ` (which needs a name). Named shared AVs come later: a `name` is `FI_ENOSYS`,
-//!   never ignored; `map_addr` is ignored without a name, as fi_av(3) says.
+//!   and `FI_READ` (which needs a name). A `name` opens a named AV shared by the processes of
+//!   a node: [`crate::NamedAv`] (see [`crate::named`]); [`AddressVector::open`] itself refuses
+//!   a name (`FI_EINVAL`) rather than ignore it. `map_addr` is ignored without a name, as
+//!   fi_av(3) says.
 //! - **Full table.** An address that finds no free index fails alone, like a malformed one: its
 //!   `fi_addr` slot gets `FI_ADDR_NOTAVAIL` and it is not counted in the return value, which is
 //!   how fi_av(3) reports per-address failures. The call itself never fails for it.
@@ -181,7 +183,7 @@ const _: () = assert!(
     "an all-zero mirror slot must mean empty"
 );
 
-/// Open flags this AV supports (`FI_READ` only together with a name, which comes later).
+/// Open flags this AV supports (`FI_READ` only together with a name: [`crate::NamedAv`]).
 const OPEN_FLAGS: u64 = FI_AV_USER_ID | FI_EVENT | FI_SYMMETRIC | FI_READ;
 /// Insert flags this AV supports.
 const INSERT_FLAGS: u64 = FI_MORE | FI_SYNC_ERR | FI_AV_USER_ID | FI_AUTH_KEY;
@@ -207,11 +209,11 @@ pub struct AvAttr {
     /// the NIC's endpoints ([`AvLimits::max_endpoints`]); with `count` 0 the default table
     /// size is rounded up to whole nodes. It never limits what may be inserted.
     pub ep_per_node: usize,
-    /// `name`: the system name of a shared AV. Named AVs are not supported yet: any name is
-    /// refused with `FI_ENOSYS` rather than ignored.
+    /// `name`: the system name of an AV shared by the processes of a node, opened with
+    /// [`crate::NamedAv::open`] ([`AddressVector::open`] refuses it).
     pub name: Option<AvName>,
     /// `map_addr`: base `fi_addr_t` of a shared AV. Ignored when `name` is `None`, as fi_av(3)
-    /// says.
+    /// says; for a named AV see [`crate::named`] (0 is the only base, and what is returned).
     pub map_addr: u64,
     /// `flags` of `fi_av_open`: `FI_EVENT`, `FI_AV_USER_ID`, `FI_SYMMETRIC` (a hint; accepted),
     /// `FI_READ` (needs a name).
@@ -358,7 +360,6 @@ impl AvAttr {
     /// | attribute | refused when | errno |
     /// |---|---|---|
     /// | `flags` | a bit other than `FI_EVENT`, `FI_AV_USER_ID`, `FI_SYMMETRIC`, `FI_READ` | `FI_EBADFLAGS` |
-    /// | `name` | any name: named (shared) AVs are not supported yet | `FI_ENOSYS` |
     /// | `flags` | `FI_READ` without a name (a read-only AV must be named) | `FI_EINVAL` |
     /// | `count` | the NIC has no AV entries, or `count` exceeds `max_entries` | `FI_EINVAL` |
     /// | `rx_ctx_bits` | above `max_rx_ctx_bits`, above the bits of `max_rx_ctx`, or leaving too few index bits for `count` | `FI_EINVAL` |
@@ -368,8 +369,9 @@ impl AvAttr {
     /// | `rx_ctx_bits` | above [`AUTH_KEY_MAX_RX_CTX_BITS`] with `FI_AV_AUTH_KEY` | `FI_EINVAL` |
     ///
     /// `type` is always valid here ([`av_type_from_c`] checks a C value); `map_addr` is
-    /// ignored without a name. The driver calls this to size the NIC table (AV_CREATE) before
-    /// [`AddressVector::open`].
+    /// ignored without a name. A name passes here; what a named AV checks besides is
+    /// [`crate::NamedAv::open`]'s. The driver calls this to size the NIC table (AV_CREATE)
+    /// before [`AddressVector::open`].
     pub fn resolve(&self, limits: &AvLimits) -> Result<AvAttr, FiError> {
         let unknown = self.flags & !OPEN_FLAGS;
         if unknown != 0 {
@@ -378,16 +380,7 @@ impl AvAttr {
                 flag_names(unknown)
             )));
         }
-        if let Some(name) = &self.name {
-            return Err(FiError::new(
-                FiErrno::FI_ENOSYS,
-                format!(
-                    "fi_av_open: name '{}': named (shared) AVs are not supported yet",
-                    name.as_str()
-                ),
-            ));
-        }
-        if self.flags & FI_READ != 0 {
+        if self.flags & FI_READ != 0 && self.name.is_none() {
             return Err(FiError::inval(
                 "fi_av_open: FI_READ opens an existing named AV read-only, and name is NULL",
             ));
@@ -608,6 +601,13 @@ impl<N: NicAvTable> AddressVector<N> {
     /// `fi_av_open`: an empty AV over `nic`, a NIC table of at least
     /// [`AvAttr::resolve`]`(..).count` entries, all invalid.
     pub fn open(nic: N, attr: AvAttr, limits: AvLimits) -> Result<Self, FiError> {
+        if let Some(name) = &attr.name {
+            return Err(FiError::inval(format!(
+                "fi_av_open: name '{}': a named AV is shared between processes and opened with \
+                 NamedAv::open",
+                name.as_str()
+            )));
+        }
         let attr = attr.resolve(&limits)?;
         let capacity = u32::try_from(attr.count)
             .map_err(|_| FiError::inval("fi_av_open: count does not fit in 32 bits"))?;
@@ -1290,6 +1290,66 @@ impl<N: NicAvTable> AddressVector<N> {
             }
         }
         Ok(())
+    }
+
+    /// Place the checked address `bytes` at `index`, an unused index of the table, instead of
+    /// the lowest unused one: the indices of a named AV are chosen by the allocator its
+    /// processes share ([`crate::NamedAv`]), and each process places them in its own mirror.
+    /// The NIC record waits like an `FI_MORE` insert's until [`AddressVector::flush`] (whose
+    /// failure rolls it back with the rest of the batch). On an AV opened with
+    /// `FI_AV_USER_ID` the user id starts as `FI_ADDR_NOTAVAIL`. Errors, nothing changed:
+    /// `FI_EINVAL` when `index` is outside the table or in use, `bytes` is not a valid address,
+    /// or the AV was opened with `FI_EVENT`; `FI_ENOMEM`.
+    pub fn insert_at(&mut self, index: u32, bytes: &[u8; ADDR_LEN]) -> Result<(), FiError> {
+        if self.is_event() {
+            return Err(FiError::inval(
+                "insert_at: the AV was opened with FI_EVENT; placed inserts are synchronous",
+            ));
+        }
+        if index >= self.capacity {
+            return Err(FiError::inval(format!(
+                "insert_at: index {index} is outside the AV's {} entries",
+                self.capacity
+            )));
+        }
+        if self.alloc.is_allocated(index) {
+            return Err(FiError::inval(format!(
+                "insert_at: index {index} is in use"
+            )));
+        }
+        if !UetAddress::bytes_are_valid(bytes) {
+            let why = UetAddress::from_bytes(bytes).err().map(|e| e.to_string());
+            return Err(FiError::inval(format!(
+                "insert_at: index {index}: {}",
+                why.unwrap_or_else(|| "malformed address".into())
+            )));
+        }
+        if self.pending.try_reserve(1).is_err() || self.reserve_index(index).is_err() {
+            return Err(FiError::new(
+                FiErrno::FI_ENOMEM,
+                "insert_at: no memory to grow the AV mirror",
+            ));
+        }
+        if !self.alloc.alloc_at(index) {
+            return Err(FiError::new(
+                FiErrno::FI_ENOMEM,
+                "insert_at: the index allocator refused the index",
+            ));
+        }
+        // Cannot fail: reserve_index made the page.
+        let _ = self.slots.set(index, *bytes);
+        if let Some(u) = self.user_ids.as_deref_mut() {
+            let open_user_id = (self.attr.flags & FI_AV_USER_ID != 0).then_some(FI_ADDR_NOTAVAIL);
+            u.set(index, open_user_id);
+        }
+        self.pending.push(index);
+        Ok(())
+    }
+
+    /// The serialized address at `index` as the mirror holds it; `None` when `index` is unused
+    /// or outside the table.
+    pub fn address_bytes(&self, index: u32) -> Option<[u8; ADDR_LEN]> {
+        self.slot_of(u64::from(index)).ok().map(|(_, bytes)| bytes)
     }
 
     /// Send the NIC records of every pending `FI_MORE` insert: one AV_WRITE (or one per

@@ -129,6 +129,25 @@ impl IndexAllocator {
         Some((first, count))
     }
 
+    /// Allocate `index` itself, whichever index is lowest (a named AV places indices its
+    /// processes chose together). Indices between the high-water mark and `index` become
+    /// free ones. `false`, and no change, when `index` is allocated or outside the capacity.
+    pub fn alloc_at(&mut self, index: u32) -> bool {
+        if index >= self.capacity || self.is_allocated(index) {
+            return false;
+        }
+        if index < self.high_water {
+            self.unmark(index);
+        } else {
+            for skipped in self.high_water..index {
+                self.mark(skipped);
+            }
+            self.high_water = index + 1;
+        }
+        self.live += 1;
+        true
+    }
+
     /// The lowest index [`IndexAllocator::alloc`] would return, without allocating it.
     pub fn peek(&self) -> Option<u32> {
         self.lowest_freed()
@@ -325,5 +344,26 @@ mod tests {
         assert_eq!(a.alloc(), Some(63));
         let a = IndexAllocator::new(u32::MAX);
         assert_eq!(a.levels.len(), 6);
+    }
+
+    #[test]
+    fn alloc_at_places_and_leaves_the_gap_free() {
+        let mut a = IndexAllocator::new(200);
+        assert!(a.alloc_at(130));
+        assert!(!a.alloc_at(130), "already allocated");
+        assert!(!a.alloc_at(200), "outside the capacity");
+        assert_eq!((a.len(), a.high_water()), (1, 131));
+        assert_eq!(
+            a.alloc(),
+            Some(0),
+            "the skipped indices are free, lowest first"
+        );
+        assert!(a.alloc_at(64));
+        assert_eq!(a.iter().collect::<Vec<_>>(), [0, 64, 130]);
+        for want in (1..64).chain(65..130).chain(131..200) {
+            assert_eq!(a.alloc(), Some(want));
+        }
+        assert_eq!(a.alloc(), None);
+        assert!(a.free(64) && a.alloc_at(64));
     }
 }

@@ -17,9 +17,13 @@
 //! | [`av`] | [`AddressVector`]: open, insert (binary, `FI_ADDR_STR`, insertsvc, insertsym, `FI_SYNC_ERR`), user ids, auth keys ([`av::auth_keys`]), remove, lookup, straddr, verification |
 //! | [`addr_str`] | the string form of UET addresses: `FI_ADDR_STR`, node and service syntax, symmetric ranges |
 //! | [`av_set`] | [`AvSet`]: fi_av_set(3) |
+//! | [`named`] | [`NamedAv`]: a named AV shared by the processes of a node, its table in a shared-memory segment ([`named::segment`]) |
 //!
-//! Semantics are `FI_AV_TABLE` throughout; where fi_av(3) leaves a choice, [`av`] documents
-//! the one made.
+//! Semantics are `FI_AV_TABLE` throughout; where fi_av(3) leaves a choice, [`av`] (and for
+//! named AVs [`named`]) documents the one made.
+//!
+//! The crate denies `unsafe` code except in [`named::segment`], which maps and locks the
+//! shared-memory segment of a named AV.
 //!
 //! ```
 //! use uet_av::{AddressVector, AvAttr, AvLimits, MemoryNicTable, FI_MORE};
@@ -54,7 +58,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod addr_str;
@@ -65,6 +69,7 @@ pub mod event;
 pub mod flags;
 pub mod index_alloc;
 pub mod mirror;
+pub mod named;
 pub mod nic;
 
 pub use addr_str::{
@@ -87,6 +92,7 @@ pub use flags::{
     FI_SYNC_ERR, FI_UNIVERSE,
 };
 pub use index_alloc::IndexAllocator;
+pub use named::{NamedAv, NamedAvCloseError};
 pub use nic::{
     CompletedWrite, MemoryNicTable, NicAvTable, NicCounters, NicError, NicOp, PendingWrite,
 };

@@ -34,7 +34,7 @@ use crate::mapped::MappedRegion;
 use crate::nic::{Nic, NicInner};
 use std::sync::Arc;
 use uet_av::{
-    AddressVector, AvAttr, AvLimits, FiErrno, FiError, NicAvTable, NicError, PendingWrite,
+    AddressVector, AvAttr, AvLimits, FiErrno, FiError, NamedAv, NicAvTable, NicError, PendingWrite,
     FI_AV_AUTH_KEY,
 };
 use uet_fwif::admin::{AvCreateBody, BufferBody, Command, RangeBody, MAX_BATCH};
@@ -407,20 +407,51 @@ impl Drop for AdminWrite {
 /// An address vector whose entries live in a NIC AV table.
 pub type Av = AddressVector<NicAv>;
 
+/// A named AV shared by the processes of a node, with this process's entries in a NIC AV
+/// table of its own ([`uet_av::named`]). Endpoints bind to its mirror, [`NamedAv::av`].
+pub type SharedAv = NamedAv<NicAv>;
+
 impl Nic {
-    /// `fi_av_open`: create a NIC AV table and the host mirror over it. The attributes are
-    /// checked against the NIC's capability registers before the NIC is asked for anything.
-    pub fn open_av(&self, attr: AvAttr) -> Result<Av, FiError> {
+    /// What the NIC's AV tables can hold, from its capability registers.
+    pub fn av_limits(&self) -> AvLimits {
         let caps = self.capabilities();
-        let limits = AvLimits {
+        AvLimits {
             max_entries: caps.av_entries,
             max_rx_ctx_bits: caps.max_rx_ctx_bits,
             max_rx_ctx: u64::from(caps.max_rx_ctx),
             max_endpoints: u32::from(caps.endpoints),
             max_auth_keys: caps.auth_key_slots,
-        };
+        }
+    }
+
+    /// `fi_av_open`: create a NIC AV table and the host mirror over it. The attributes are
+    /// checked against the NIC's capability registers before the NIC is asked for anything.
+    /// A named AV is opened with [`Nic::open_named_av`] (a name here is `FI_EINVAL`).
+    pub fn open_av(&self, attr: AvAttr) -> Result<Av, FiError> {
+        if let Some(name) = &attr.name {
+            return Err(FiError::inval(format!(
+                "fi_av_open: name '{}': a named AV is shared between processes; open it with \
+                 open_named_av",
+                name.as_str()
+            )));
+        }
+        let limits = self.av_limits();
         let attr = attr.resolve(&limits)?;
-        if attr.auth_key_size == FI_AV_AUTH_KEY && caps.auth_key_slots == 0 {
+        let nic = self.create_av_table(&attr)?;
+        AddressVector::open(nic, attr, limits)
+    }
+
+    /// `fi_av_open` with a name: create or open the named AV shared by the processes of this
+    /// node, with a NIC AV table of this process for its entries ([`NamedAv::open`]: `FI_READ`
+    /// opens an existing one read-only; attributes that differ from an existing AV's are
+    /// `FI_EINVAL`).
+    pub fn open_named_av(&self, attr: AvAttr) -> Result<SharedAv, FiError> {
+        NamedAv::open(attr, self.av_limits(), |attr| self.create_av_table(attr))
+    }
+
+    /// AV_CREATE of a table for `attr` (resolved).
+    fn create_av_table(&self, attr: &AvAttr) -> Result<NicAv, FiError> {
+        if attr.auth_key_size == FI_AV_AUTH_KEY && self.capabilities().auth_key_slots == 0 {
             return Err(FiError::new(
                 FiErrno::FI_ENOSYS,
                 "fi_av_open: FI_AV_AUTH_KEY: this NIC has no auth-key table (CAP_AUTH_KEY)",
@@ -438,7 +469,7 @@ impl Nic {
             handle: result.result0,
             capacity: attr.count as u32,
         });
-        // On failure the table handle drops here and AV_DESTROY removes the NIC table.
-        AddressVector::open(NicAv { table }, attr, limits)
+        // On a later failure the table handle drops and AV_DESTROY removes the NIC table.
+        Ok(NicAv { table })
     }
 }

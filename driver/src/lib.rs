@@ -49,7 +49,7 @@ pub mod nic;
 pub mod pool;
 pub mod scalable;
 
-pub use av::Av;
+pub use av::{Av, SharedAv};
 pub use cm::{ConnReq, PassiveEndpoint};
 pub use cq::{CqEntry, CqErrEntry, CqFormat};
 pub use device::{Device, DeviceError};

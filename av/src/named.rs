@@ -1,0 +1,839 @@
+//! Named AVs: one address vector shared by the processes of a node.
+//!
+//! fi_av(3): "Address vectors may be shared across multiple processes which access the same
+//! named domain on the same node." A [`NamedAv`] is one process's handle on such an AV. The
+//! authoritative table lives in a shared-memory segment named after the AV ([`segment`]
+//! describes the layout, the lock and how a crash is survived); every process keeps its own
+//! [`AddressVector`] mirror over its own NIC AV table (each process drives its own NIC
+//! function) and keeps it in step with the segment. So an `fi_addr_t` names the same address
+//! in every process, and each process's NIC translates it.
+//!
+//! ## How a call runs
+//!
+//! - **A change** (insert, remove) takes the segment's lock exclusively, first catches up with
+//!   the changes other processes made, then chooses indices with the segment's lowest-free
+//!   allocator, applies the change to its own mirror and NIC (placing each address at its
+//!   index, [`AddressVector::insert_at`]), and only once the NIC has accepted it writes the
+//!   slots, appends to the change log and bumps the generation. When the NIC refuses, nothing
+//!   reaches the segment: other processes never see an index that is not in every NIC that
+//!   caught up.
+//! - **Catching up** ([`NamedAv::sync`], and the first thing every call does): when the
+//!   segment's generation is the one this handle last saw, nothing happens (one atomic load).
+//!   Otherwise, under the shared lock, the indices the log names since this handle's position
+//!   are compared with the mirror, and every difference is applied to the mirror and the NIC
+//!   (removals in one AV_INVALIDATE, inserts in one AV_WRITE). A handle that fell more than
+//!   [`segment::LOG_RECORDS`] changes behind, or that opened, rescans every index up to the
+//!   high-water mark. If its NIC refuses, the call fails with `FI_EIO` and the next call tries
+//!   again from the same position.
+//!
+//! ## Choices where fi_av(3) leaves room
+//!
+//! - **Create or open.** Without `FI_READ` a name opens the AV, creating it when it does not
+//!   exist. With `FI_READ` it must exist: `FI_ENOENT` otherwise (the man page names no errno;
+//!   this is `shm_open`'s).
+//! - **Attributes of an existing AV.** `count` must be its size, or 0 to take its size; its
+//!   `rx_ctx_bits` and JobID must be the same. Each difference is `FI_EINVAL` naming the
+//!   attribute. `ep_per_node` and `FI_SYMMETRIC` are hints, and `addr_format` belongs to each
+//!   process's domain.
+//! - **Read-only.** An AV opened with `FI_READ` catches up and answers lookups; every insert
+//!   and remove is `FI_EPERM` ("operation not permitted": the man page names no errno; the
+//!   operation is refused by how the AV was opened, not by the permissions of the segment,
+//!   which are `FI_EACCES` when `fi_av_open` cannot open it).
+//! - **`map_addr`.** Only named AVs look at it. Every `fi_addr_t` of this AV is a table index,
+//!   the same in every process, so the base `fi_addr_t` is 0: `map_addr` 0 gets 0 back in
+//!   [`NamedAv::attr`] (fi_av(3): "the map_addr used by the provider will be returned"), and
+//!   any other value is `FI_EINVAL`, since fi_addr_t values based elsewhere cannot be given.
+//! - **Not with a name**: `FI_EVENT` (inserts into a named AV are synchronous) and
+//!   `FI_AV_USER_ID` (fi_av(3): "This feature may be unavailable if shared AVs are
+//!   requested") are `FI_EBADFLAGS` at open; so are the insert flags `FI_AV_USER_ID` and
+//!   `FI_AUTH_KEY`. A domain with `auth_key_size` `FI_AV_AUTH_KEY` is `FI_ENOSYS`: a named
+//!   AV holds no auth keys.
+//! - **`FI_MORE`** is accepted as the hint it is and every call completes on the NIC: a
+//!   change reaches the segment only once every NIC record of it has been accepted.
+//! - **Close.** The last handle to close, in any process, unlinks the segment; a process
+//!   that dies is not counted (the kernel drops its locks).
+
+pub mod segment;
+
+use std::path::Path;
+
+use tracing::debug;
+use uet_fwif::UetAddress;
+
+use crate::addr_str::ADDR_STR_SCHEME;
+use crate::addr_str::{parse_addr_str_with, system_resolver, Node, Resolver, Service, SymRange};
+use crate::av::{AddrFormat, AddressVector, AvAttr, AvLimits, ADDR_LEN};
+use crate::errno::{FiErrno, FiError};
+use crate::flags::{
+    flag_names, FiAddr, FI_ADDR_NOTAVAIL, FI_AUTH_KEY, FI_AV_AUTH_KEY, FI_AV_USER_ID, FI_EVENT,
+    FI_MORE, FI_READ, FI_SYNC_ERR,
+};
+use crate::nic::NicAvTable;
+use segment::{Locked, Segment, SegmentParams, LOG_INSERT, LOG_REMOVE};
+
+/// Insert flags a named AV takes.
+const INSERT_FLAGS: u64 = FI_MORE | FI_SYNC_ERR;
+
+/// One process's handle on a named AV: its own mirror and NIC table, kept in step with the
+/// AV's shared segment. See the [module documentation](self).
+pub struct NamedAv<N: NicAvTable> {
+    seg: Segment,
+    local: Local<N>,
+}
+
+/// What a handle owns besides the segment.
+struct Local<N: NicAvTable> {
+    av: AddressVector<N>,
+    attr: AvAttr,
+    read_only: bool,
+    /// Whether the mirror caught up once (the first catch-up rescans).
+    synced: bool,
+    /// The generation and log position the mirror reflects.
+    seen_generation: u64,
+    seen_log: u64,
+    resolver: Resolver,
+}
+
+impl<N: NicAvTable> core::fmt::Debug for NamedAv<N> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("NamedAv")
+            .field("attr", &self.local.attr)
+            .field("segment", &self.seg)
+            .field("seen_generation", &self.local.seen_generation)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `fi_close` of a [`NamedAv`] refused (`FI_EBUSY` while endpoints use its NIC table): the
+/// handle is given back unchanged.
+pub struct NamedAvCloseError<N: NicAvTable> {
+    /// Why.
+    pub error: FiError,
+    /// The handle, still open.
+    pub av: Box<NamedAv<N>>,
+}
+
+impl<N: NicAvTable> core::fmt::Debug for NamedAvCloseError<N> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("NamedAvCloseError")
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<N: NicAvTable> core::fmt::Display for NamedAvCloseError<N> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        core::fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl<N: NicAvTable> std::error::Error for NamedAvCloseError<N> {}
+
+impl<N: NicAvTable> NamedAv<N> {
+    /// `fi_av_open` with a name: create the named AV or open the existing one, then build this
+    /// process's mirror over the NIC table `nic` makes for the attributes in effect (`count`
+    /// the AV's size), and catch up with the AV's contents.
+    ///
+    /// Errors (nothing created, the NIC table dropped): `FI_EINVAL` without a name, with a
+    /// `map_addr` other than 0, or with a `count`, `rx_ctx_bits` or JobID that differs from the
+    /// existing AV's (naming the attribute); `FI_EBADFLAGS` for `FI_EVENT` or `FI_AV_USER_ID`;
+    /// `FI_ENOENT` with `FI_READ` when the AV does not exist; `FI_EACCES` when the segment's
+    /// permissions refuse this process; every error of [`AvAttr::resolve`]; what `nic` returns;
+    /// `FI_EIO` when the NIC refuses the AV's entries.
+    pub fn open(
+        attr: AvAttr,
+        limits: AvLimits,
+        nic: impl FnOnce(&AvAttr) -> Result<N, FiError>,
+    ) -> Result<Self, FiError> {
+        let name = attr.name.ok_or_else(|| {
+            FiError::inval(
+                "fi_av_open: a named AV needs a name (an AV without one is opened with \
+                 AddressVector::open)",
+            )
+        })?;
+        let refused = attr.flags & (FI_EVENT | FI_AV_USER_ID);
+        if refused != 0 {
+            return Err(FiError::badflags(format!(
+                "fi_av_open: named AV '{}': flags {} are not supported on named AVs",
+                name.as_str(),
+                flag_names(refused)
+            )));
+        }
+        if attr.auth_key_size == FI_AV_AUTH_KEY {
+            return Err(FiError::new(
+                FiErrno::FI_ENOSYS,
+                format!(
+                    "fi_av_open: named AV '{}': auth_key_size FI_AV_AUTH_KEY: a named AV holds \
+                     no auth keys (the domain's JobID is every entry's)",
+                    name.as_str()
+                ),
+            ));
+        }
+        if attr.map_addr != 0 {
+            return Err(FiError::inval(format!(
+                "fi_av_open: named AV '{}': map_addr {:#x}: the fi_addr_t values of this AV \
+                 are table indices starting at 0 in every process; pass map_addr 0",
+                name.as_str(),
+                attr.map_addr
+            )));
+        }
+        let resolved = attr.resolve(&limits)?;
+        let read_only = attr.flags & FI_READ != 0;
+        let want = SegmentParams {
+            capacity: u32::try_from(resolved.count)
+                .map_err(|_| FiError::inval("fi_av_open: count does not fit in 32 bits"))?,
+            rx_ctx_bits: resolved.rx_ctx_bits,
+            job_id: resolved.job_id,
+        };
+        let (seg, created) = Segment::open(name.as_str(), !read_only, want)?;
+        if !created {
+            check_existing(name.as_str(), &attr, &seg, &limits)?;
+        }
+        let attr = AvAttr {
+            count: seg.capacity() as usize,
+            map_addr: 0,
+            ..resolved
+        }
+        .resolve(&limits)?;
+        let local_attr = AvAttr {
+            name: None,
+            flags: attr.flags & !FI_READ,
+            ..attr
+        };
+        let table = nic(&attr)?;
+        let av = AddressVector::open(table, local_attr, limits)?;
+        debug!(
+            name = name.as_str(),
+            created,
+            read_only,
+            capacity = attr.count,
+            "named AV opened"
+        );
+        let mut named = NamedAv {
+            seg,
+            local: Local {
+                av,
+                attr,
+                read_only,
+                synced: false,
+                seen_generation: 0,
+                seen_log: 0,
+                resolver: system_resolver,
+            },
+        };
+        named.sync()?;
+        Ok(named)
+    }
+
+    /// The attributes in effect: the name, `count` the AV's size, `map_addr` 0 (the base
+    /// `fi_addr_t`), the open flags.
+    pub fn attr(&self) -> &AvAttr {
+        &self.local.attr
+    }
+
+    /// The AV's name.
+    pub fn name(&self) -> &str {
+        self.local.attr.name.as_ref().map_or("", |n| n.as_str())
+    }
+
+    /// Opened with `FI_READ`.
+    pub fn is_read_only(&self) -> bool {
+        self.local.read_only
+    }
+
+    /// The shared-memory file of the AV.
+    pub fn segment_path(&self) -> &Path {
+        self.seg.path()
+    }
+
+    /// The AV's generation: how many changes it has seen since it was created.
+    pub fn generation(&self) -> u64 {
+        self.seg.generation()
+    }
+
+    /// Handles attached to the AV in every process (a handle of a process that died is
+    /// counted until the last close).
+    pub fn handles(&self) -> u64 {
+        self.seg.refcount()
+    }
+
+    /// This process's mirror as of its last catch-up: everything an [`AddressVector`]
+    /// answers (`iter`, `mirror_entry`, the NIC table to bind endpoints to, AV sets).
+    pub fn av(&self) -> &AddressVector<N> {
+        &self.local.av
+    }
+
+    /// The NIC table, mutably (what [`NamedAv::verify_nic`] checks).
+    pub fn nic_mut(&mut self) -> &mut N {
+        self.local.av.nic_mut()
+    }
+
+    /// Number of indices (the AV's size).
+    pub fn capacity(&self) -> usize {
+        self.local.av.capacity()
+    }
+
+    /// Resolve host names with `resolver` instead of std's resolver.
+    pub fn set_resolver(&mut self, resolver: Resolver) {
+        self.local.resolver = resolver;
+        self.local.av.set_resolver(resolver);
+    }
+
+    /// Catch up with the changes other handles made: afterwards this process's mirror and
+    /// NIC table hold what the AV holds. Cheap when nothing changed. `FI_EIO` when the NIC
+    /// refuses (the next call tries again).
+    pub fn sync(&mut self) -> Result<(), FiError> {
+        if self.local.synced && self.seg.generation() == self.local.seen_generation {
+            return Ok(());
+        }
+        let locked = self.seg.lock(false)?;
+        self.local.catch_up(&locked)
+    }
+
+    /// Addresses in the AV (after catching up).
+    pub fn len(&mut self) -> Result<usize, FiError> {
+        self.sync()?;
+        Ok(self.local.av.len())
+    }
+
+    /// The AV holds no address (after catching up).
+    pub fn is_empty(&mut self) -> Result<bool, FiError> {
+        Ok(self.len()? == 0)
+    }
+
+    /// `fi_av_lookup` after catching up: see [`AddressVector::lookup`].
+    pub fn lookup(
+        &mut self,
+        fi_addr: FiAddr,
+        addr: &mut [u8],
+        addrlen: &mut usize,
+    ) -> Result<(), FiError> {
+        self.sync()?;
+        self.local.av.lookup(fi_addr, addr, addrlen)
+    }
+
+    /// The address at `fi_addr` after catching up, parsed.
+    pub fn address(&mut self, fi_addr: FiAddr) -> Result<UetAddress, FiError> {
+        self.sync()?;
+        self.local.av.address(fi_addr)
+    }
+
+    /// `fi_av_straddr`: see [`AddressVector::straddr`].
+    pub fn straddr(&self, addr: &[u8], buf: &mut [u8], len: &mut usize) -> String {
+        self.local.av.straddr(addr, buf, len)
+    }
+
+    /// Catch up, then read this process's NIC table back and compare it with the mirror:
+    /// see [`AddressVector::verify_nic`].
+    pub fn verify_nic(&mut self) -> Result<Vec<crate::AvMismatch>, FiError> {
+        self.sync()?;
+        self.local.av.verify_nic()
+    }
+
+    /// `fi_av_insert` into the named AV: as [`AddressVector::insert`], each address at the
+    /// lowest index unused in the whole AV. `FI_EPERM` on a read-only handle.
+    pub fn insert(
+        &mut self,
+        addr: &[u8],
+        count: usize,
+        fi_addr: Option<&mut [FiAddr]>,
+        flags: u64,
+    ) -> Result<usize, FiError> {
+        self.insert_with_status(addr, count, fi_addr, flags, None)
+    }
+
+    /// `fi_av_insert` with `FI_SYNC_ERR`'s status array: see
+    /// [`AddressVector::insert_with_status`].
+    pub fn insert_with_status(
+        &mut self,
+        addr: &[u8],
+        count: usize,
+        fi_addr: Option<&mut [FiAddr]>,
+        flags: u64,
+        status: Option<&mut [i32]>,
+    ) -> Result<usize, FiError> {
+        const CALL: &str = "fi_av_insert";
+        self.check_insert(CALL, count, fi_addr.as_deref(), flags, status.as_deref())?;
+        if self.local.av.attr().addr_format != AddrFormat::Uet {
+            return Err(FiError::inval(
+                "fi_av_insert: this AV takes FI_ADDR_STR addresses (insert_str), not binary ones",
+            ));
+        }
+        let need = count
+            .checked_mul(ADDR_LEN)
+            .ok_or_else(|| FiError::inval(format!("{CALL}: count {count} is too large")))?;
+        let addrs = addr.get(..need).ok_or_else(|| {
+            FiError::inval(format!(
+                "{CALL}: {count} addresses need {need} bytes, the buffer has {}",
+                addr.len()
+            ))
+        })?;
+        let items = addrs
+            .chunks_exact(ADDR_LEN)
+            .map(|raw| {
+                let bytes: [u8; ADDR_LEN] = raw
+                    .try_into()
+                    .map_err(|_| FiError::inval("address has the wrong length"))?;
+                if !UetAddress::bytes_are_valid(&bytes) {
+                    UetAddress::from_bytes(&bytes).map_err(|e| FiError::inval(e.to_string()))?;
+                }
+                Ok(bytes)
+            })
+            .collect();
+        self.insert_items(CALL, items, fi_addr, status)
+    }
+
+    /// `fi_av_insert` of `FI_ADDR_STR` strings: see [`AddressVector::insert_str`].
+    pub fn insert_str(
+        &mut self,
+        addrs: &[&str],
+        fi_addr: Option<&mut [FiAddr]>,
+        flags: u64,
+        status: Option<&mut [i32]>,
+    ) -> Result<usize, FiError> {
+        const CALL: &str = "fi_av_insert";
+        self.check_insert(
+            CALL,
+            addrs.len(),
+            fi_addr.as_deref(),
+            flags,
+            status.as_deref(),
+        )?;
+        if self.local.av.attr().addr_format != AddrFormat::Str {
+            return Err(FiError::inval(
+                "fi_av_insert: this AV takes binary UET addresses, not FI_ADDR_STR strings \
+                 (open it with addr_format Str, or use insertsvc)",
+            ));
+        }
+        let resolver = self.local.resolver;
+        let items = addrs
+            .iter()
+            .map(|s| {
+                parse_addr_str_with(s, resolver).and_then(|a| {
+                    a.to_bytes()
+                        .map_err(|e| FiError::inval(format!("address '{s}': {e}")))
+                })
+            })
+            .collect();
+        self.insert_items(CALL, items, fi_addr, status)
+    }
+
+    /// `fi_av_insertsvc`: see [`AddressVector::insertsvc`].
+    pub fn insertsvc(
+        &mut self,
+        node: &str,
+        service: Option<&str>,
+        fi_addr: Option<&mut FiAddr>,
+        flags: u64,
+        status: Option<&mut i32>,
+    ) -> Result<usize, FiError> {
+        const CALL: &str = "fi_av_insertsvc";
+        let fi_addr = fi_addr.map(core::slice::from_mut);
+        let status = status.map(core::slice::from_mut);
+        self.check_insert(CALL, 1, fi_addr.as_deref(), flags, status.as_deref())?;
+        let addr = svc_address(node, service, self.local.resolver).map_err(|e| FiError {
+            message: format!("{CALL}: {}", e.message),
+            ..e
+        })?;
+        let bytes = addr
+            .to_bytes()
+            .map_err(|e| FiError::inval(format!("{CALL}: {e}")))?;
+        self.insert_items(CALL, vec![Ok(bytes)], fi_addr, status)
+    }
+
+    /// `fi_av_insertsym`: see [`AddressVector::insertsym`]. The members go in as single
+    /// entries (a named AV stores no ranges).
+    #[allow(clippy::too_many_arguments)]
+    pub fn insertsym(
+        &mut self,
+        node: &str,
+        nodecnt: usize,
+        service: &str,
+        svccnt: usize,
+        fi_addr: Option<&mut [FiAddr]>,
+        flags: u64,
+        status: Option<&mut [i32]>,
+    ) -> Result<usize, FiError> {
+        const CALL: &str = "fi_av_insertsym";
+        let prefix = |e: FiError| FiError {
+            message: format!("{CALL}: {}", e.message),
+            ..e
+        };
+        let total = nodecnt.checked_mul(svccnt).ok_or_else(|| {
+            FiError::inval(format!(
+                "{CALL}: nodecnt {nodecnt} × svccnt {svccnt} overflows"
+            ))
+        })?;
+        self.check_insert(CALL, total, fi_addr.as_deref(), flags, status.as_deref())?;
+        if total > self.capacity() {
+            return Err(FiError::inval(format!(
+                "{CALL}: {nodecnt} nodes × {svccnt} services = {total} addresses, more than \
+                 the AV's {} entries",
+                self.capacity()
+            )));
+        }
+        let range = SymRange::parse(node, nodecnt, service, svccnt).map_err(prefix)?;
+        let addrs = range.expand(self.local.resolver).map_err(prefix)?;
+        let items = addrs
+            .iter()
+            .map(|a| {
+                a.to_bytes()
+                    .map_err(|e| FiError::inval(format!("address {a}: {e}")))
+            })
+            .collect();
+        self.insert_items(CALL, items, fi_addr, status)
+    }
+
+    /// `fi_av_remove` from the named AV: as [`AddressVector::remove`] (all or nothing,
+    /// `FI_EINVAL` for an address not in use), and every process sees the indices free once it
+    /// catches up. `FI_EPERM` on a read-only handle.
+    pub fn remove(&mut self, fi_addrs: &[FiAddr], flags: u64) -> Result<(), FiError> {
+        const CALL: &str = "fi_av_remove";
+        self.check_writable(CALL)?;
+        if flags != 0 {
+            return Err(FiError::badflags(format!(
+                "{CALL}: flags {} are not supported on named AVs",
+                flag_names(flags)
+            )));
+        }
+        if fi_addrs.is_empty() {
+            return Ok(());
+        }
+        let locked = self.seg.lock(true)?;
+        self.local.catch_up(&locked)?;
+        let av = &mut self.local.av;
+        let mut indices = Vec::new();
+        indices
+            .try_reserve_exact(fi_addrs.len())
+            .map_err(|_| FiError::new(FiErrno::FI_ENOMEM, format!("{CALL}: no memory")))?;
+        for (pos, &fa) in fi_addrs.iter().enumerate() {
+            let index = av.index_of(fa).map_err(|e| FiError {
+                message: format!("{CALL}: fi_addr[{pos}]: {}", e.message),
+                ..e
+            })?;
+            indices.push(index);
+        }
+        locked.begin();
+        let result = av.remove(fi_addrs, 0);
+        // On a NIC failure the addresses of the commands before it are removed: they leave the
+        // AV too, so it keeps holding what this NIC holds.
+        let mut removed = 0;
+        for &index in &indices {
+            if av.address_bytes(index).is_none() {
+                locked.free(index);
+                locked.log(LOG_REMOVE, index);
+                removed += 1;
+            }
+        }
+        self.local.finish_change(&locked, removed > 0);
+        result
+    }
+
+    /// Refuse a change on a read-only handle.
+    fn check_writable(&self, call: &str) -> Result<(), FiError> {
+        if self.local.read_only {
+            return Err(FiError::new(
+                FiErrno::FI_EPERM,
+                format!(
+                    "{call}: the named AV '{}' was opened read-only (FI_READ)",
+                    self.name()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Check what every insert shares, as [`AddressVector::insert_with_status`] does.
+    fn check_insert(
+        &self,
+        call: &str,
+        count: usize,
+        fi_addr: Option<&[FiAddr]>,
+        flags: u64,
+        status: Option<&[i32]>,
+    ) -> Result<(), FiError> {
+        self.check_writable(call)?;
+        let refused = flags & !INSERT_FLAGS;
+        if refused & (FI_AV_USER_ID | FI_AUTH_KEY) != 0 {
+            return Err(FiError::badflags(format!(
+                "{call}: flags {} are not supported on named AVs",
+                flag_names(refused & (FI_AV_USER_ID | FI_AUTH_KEY))
+            )));
+        }
+        if refused != 0 {
+            return Err(FiError::badflags(format!(
+                "{call}: unsupported flags {}",
+                flag_names(refused)
+            )));
+        }
+        if let Some(out) = fi_addr {
+            if out.len() < count {
+                return Err(FiError::inval(format!(
+                    "{call}: fi_addr has room for {} of {count} addresses",
+                    out.len()
+                )));
+            }
+        }
+        match (flags & FI_SYNC_ERR != 0, status) {
+            (true, None) => Err(FiError::inval(format!(
+                "{call}: FI_SYNC_ERR needs the status array (the C context)"
+            ))),
+            (false, Some(_)) => Err(FiError::inval(format!(
+                "{call}: a status array is only written with FI_SYNC_ERR"
+            ))),
+            (true, Some(st)) if st.len() < count => Err(FiError::inval(format!(
+                "{call}: the FI_SYNC_ERR status array has room for {} of {count} addresses",
+                st.len()
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Insert checked addresses (or the error each failed with) at the lowest indices unused
+    /// in the AV, reporting through `fi_addr` and `status` as fi_av(3) says.
+    fn insert_items(
+        &mut self,
+        call: &str,
+        items: Vec<Result<[u8; ADDR_LEN], FiError>>,
+        mut fi_addr: Option<&mut [FiAddr]>,
+        mut status: Option<&mut [i32]>,
+    ) -> Result<usize, FiError> {
+        let locked = self.seg.lock(true)?;
+        self.local.catch_up(&locked)?;
+        let av = &mut self.local.av;
+        let mut placed: Vec<(usize, u32, [u8; ADDR_LEN])> = Vec::new();
+        placed
+            .try_reserve_exact(items.len())
+            .map_err(|_| FiError::new(FiErrno::FI_ENOMEM, format!("{call}: no memory")))?;
+        locked.begin();
+        for (pos, item) in items.into_iter().enumerate() {
+            let outcome = item.and_then(|bytes| {
+                let index = locked.alloc().ok_or_else(|| {
+                    FiError::new(
+                        FiErrno::FI_ENOSPC,
+                        format!("all {} AV entries are in use", locked.capacity()),
+                    )
+                })?;
+                match av.insert_at(index, &bytes) {
+                    Ok(()) => Ok((index, bytes)),
+                    Err(e) => {
+                        locked.free(index);
+                        Err(e)
+                    }
+                }
+            });
+            let (value, st) = match outcome {
+                Ok((index, bytes)) => {
+                    placed.push((pos, index, bytes));
+                    (FiAddr::from(index), 0)
+                }
+                Err(e) => {
+                    debug!(call, position = pos, error = %e, "address not inserted");
+                    (FI_ADDR_NOTAVAIL, neg_errno(e.errno))
+                }
+            };
+            if let Some(slot) = fi_addr.as_deref_mut().and_then(|o| o.get_mut(pos)) {
+                *slot = value;
+            }
+            if let Some(slot) = status.as_deref_mut().and_then(|s| s.get_mut(pos)) {
+                *slot = st;
+            }
+        }
+        if let Err(e) = av.flush() {
+            // The mirror rolled the whole batch back; so does the AV.
+            for &(pos, index, _) in &placed {
+                locked.free(index);
+                if let Some(slot) = fi_addr.as_deref_mut().and_then(|o| o.get_mut(pos)) {
+                    *slot = FI_ADDR_NOTAVAIL;
+                }
+                if let Some(slot) = status.as_deref_mut().and_then(|s| s.get_mut(pos)) {
+                    *slot = neg_errno(FiErrno::FI_EIO);
+                }
+            }
+            locked.end();
+            return Err(FiError {
+                message: format!("{call}: {}; nothing reached the named AV", e.message),
+                ..e
+            });
+        }
+        for &(_, index, ref bytes) in &placed {
+            locked.store(index, bytes);
+            locked.log(LOG_INSERT, index);
+        }
+        self.local.finish_change(&locked, !placed.is_empty());
+        Ok(placed.len())
+    }
+
+    /// `fi_close`: `FI_EBUSY` while endpoints use the NIC table (the handle comes back
+    /// unchanged); otherwise the NIC table goes, and the AV's segment with the last handle.
+    pub fn close(self) -> Result<(), NamedAvCloseError<N>> {
+        if let Err(error) = self.local.av.nic().check_close() {
+            return Err(NamedAvCloseError {
+                error,
+                av: Box::new(self),
+            });
+        }
+        drop(self);
+        Ok(())
+    }
+
+    /// Close the handle and hand the NIC table back.
+    pub fn into_nic(self) -> N {
+        let NamedAv { seg, local } = self;
+        drop(seg);
+        local.av.into_nic()
+    }
+}
+
+impl<N: NicAvTable> Local<N> {
+    /// Bring the mirror and the NIC up to what the segment holds (the caller holds the lock).
+    fn catch_up(&mut self, seg: &Locked<'_>) -> Result<(), FiError> {
+        let generation = seg.generation();
+        if self.synced && generation == self.seen_generation {
+            return Ok(());
+        }
+        let head = seg.log_head();
+        let changed = if self.synced {
+            seg.changes_since(self.seen_log)
+        } else {
+            None
+        };
+        match changed {
+            Some(indices) => self.reconcile(seg, indices.into_iter())?,
+            None => {
+                debug!(name = ?self.attr.name, "named AV: rescanning every index");
+                self.reconcile(seg, 0..seg.high_water())?
+            }
+        }
+        self.synced = true;
+        self.seen_generation = generation;
+        self.seen_log = head;
+        Ok(())
+    }
+
+    /// Make the mirror hold what the segment holds at `indices`.
+    fn reconcile(
+        &mut self,
+        seg: &Segment,
+        indices: impl Iterator<Item = u32>,
+    ) -> Result<(), FiError> {
+        let mut removals: Vec<FiAddr> = Vec::new();
+        let mut inserts: Vec<(u32, [u8; ADDR_LEN])> = Vec::new();
+        for index in indices {
+            let shared = seg.slot(index);
+            let mine = self.av.address_bytes(index);
+            if shared == mine {
+                continue;
+            }
+            if mine.is_some() {
+                removals.push(FiAddr::from(index));
+            }
+            if let Some(bytes) = shared {
+                inserts.push((index, bytes));
+            }
+        }
+        if removals.is_empty() && inserts.is_empty() {
+            return Ok(());
+        }
+        let name = self.name().to_owned();
+        let prefix = |e: FiError| FiError {
+            message: format!("named AV '{name}': catching up: {}", e.message),
+            ..e
+        };
+        if !removals.is_empty() {
+            self.av.remove(&removals, 0).map_err(prefix)?;
+        }
+        let mut placed = Ok(());
+        for (index, bytes) in &inserts {
+            placed = self.av.insert_at(*index, bytes);
+            if placed.is_err() {
+                break;
+            }
+        }
+        let flushed = self.av.flush();
+        placed.and(flushed).map_err(prefix)
+    }
+
+    fn name(&self) -> &str {
+        self.attr.name.as_ref().map_or("", |n| n.as_str())
+    }
+
+    /// End a change under the exclusive lock: commit when something changed, and note that
+    /// the mirror reflects the result.
+    fn finish_change(&mut self, seg: &Locked<'_>, changed: bool) {
+        if changed {
+            self.seen_generation = seg.commit();
+        } else {
+            seg.end();
+        }
+        self.seen_log = seg.log_head();
+    }
+}
+
+/// Check an existing AV's attributes against those of the open.
+fn check_existing(
+    name: &str,
+    attr: &AvAttr,
+    seg: &Segment,
+    limits: &AvLimits,
+) -> Result<(), FiError> {
+    let capacity = seg.capacity();
+    if attr.count != 0 && attr.count != capacity as usize {
+        return Err(FiError::inval(format!(
+            "fi_av_open: count {} differs from the named AV '{name}', which has {capacity} \
+             entries (pass {capacity}, or 0 to take its size)",
+            attr.count
+        )));
+    }
+    if capacity > limits.max_entries {
+        return Err(FiError::inval(format!(
+            "fi_av_open: count: the named AV '{name}' has {capacity} entries, more than this \
+             NIC's {} per AV",
+            limits.max_entries
+        )));
+    }
+    if u64::from(attr.rx_ctx_bits) != seg.rx_ctx_bits() {
+        return Err(FiError::inval(format!(
+            "fi_av_open: rx_ctx_bits {} differs from the named AV '{name}', which has {}",
+            attr.rx_ctx_bits,
+            seg.rx_ctx_bits()
+        )));
+    }
+    if u64::from(attr.job_id) != seg.job_id() {
+        return Err(FiError::inval(format!(
+            "fi_av_open: JobID {:#x} differs from the named AV '{name}', which has {:#x}",
+            attr.job_id,
+            seg.job_id()
+        )));
+    }
+    Ok(())
+}
+
+/// The address `node` and `service` name (fi_av_insertsvc's forms).
+fn svc_address(
+    node: &str,
+    service: Option<&str>,
+    resolver: Resolver,
+) -> Result<UetAddress, FiError> {
+    if node.starts_with(ADDR_STR_SCHEME) {
+        if let Some(s) = service {
+            return Err(FiError::inval(format!(
+                "node is an FI_ADDR_STR address, so service must be NULL, not '{s}'"
+            )));
+        }
+        return parse_addr_str_with(node, resolver);
+    }
+    let service = service.ok_or_else(|| {
+        FiError::inval(format!(
+            "service (the PIDonFEP) is required with node '{node}'"
+        ))
+    })?;
+    let service = Service::parse(service)?;
+    let ip = Node::parse(node)?.resolve(resolver)?;
+    service.at(ip)
+}
+
+/// The `int` an `FI_SYNC_ERR` slot holds for `errno`: `-errno`.
+fn neg_errno(errno: FiErrno) -> i32 {
+    i32::try_from(errno.get()).map_or(i32::MIN, i32::wrapping_neg)
+}

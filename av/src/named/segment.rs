@@ -1,0 +1,1083 @@
+//! The shared-memory segment of a named AV: its layout, its mapping, and its locks.
+//!
+//! One segment per AV name, a file of `/dev/shm` (what `shm_open` creates on Linux) named
+//! [`SHM_PREFIX`] followed by the AV name with every byte outside `[A-Za-z0-9._-]` written as
+//! `%XX`; a name whose file name would exceed 255 bytes is cut and ends in `~` and a 64-bit
+//! FNV-1a hash of the whole name (the header holds the whole name, and opening checks it).
+//! The file is created with mode 0600: the processes sharing an AV run as one user.
+//!
+//! ## Layout (version [`LAYOUT_VERSION`])
+//!
+//! Every field is a little-endian `u64` word, and every process reads and writes the segment
+//! only with atomic operations on whole words.
+//!
+//! | bytes | contents |
+//! |---|---|
+//! | 0..512 | header: the words below, then the AV name |
+//! | 512.. | allocation bitmap: bit `i % 64` of word `i / 64` set = index `i` in use |
+//! | next 64-byte boundary | change log: [`LOG_RECORDS`] records of 16 bytes, a ring |
+//! | next 64-byte boundary | address slots: `capacity` × 32 bytes, the serialized addresses |
+//!
+//! Header words (index: field):
+//!
+//! | word | field |
+//! |---|---|
+//! | 0 | magic, `"UETAVSHM"` read as a little-endian `u64` ([`MAGIC`]), written last at creation |
+//! | 1 | layout version ([`LAYOUT_VERSION`]) |
+//! | 2 | capacity (table entries) |
+//! | 3 | `rx_ctx_bits` |
+//! | 4 | JobID |
+//! | 5 | log records (ring size) |
+//! | 6, 7, 8 | byte offsets of the bitmap, the log and the slots |
+//! | 9 | size of the segment in bytes |
+//! | 10 | generation: bumped by every committed change (and by a repair) |
+//! | 11 | log head: records appended since creation |
+//! | 12 | rescan mark: a process that caught up to a log position below it must rescan |
+//! | 13 | indices in use |
+//! | 14 | high-water mark: one past the highest index ever used (never decreases) |
+//! | 15 | free hint: every bitmap word below it is full |
+//! | 16 | reference count: handles attached |
+//! | 17 | writer: pid of the process in the middle of a change, 0 when the segment is consistent |
+//! | 18 | state: 1 live, 2 closed (unlinked by its last handle) |
+//! | 19 | pid of the creator |
+//! | 24 | length of the AV name in bytes |
+//! | 32..64 | the AV name (up to 255 bytes) |
+//!
+//! A log record is two words: the generation of the change, then the index in the low 32 bits
+//! and the operation in the next 8 (1 insert, 2 remove, 3 repair).
+//!
+//! An index is in use exactly when its bitmap bit is set and its slot holds an address: a
+//! change writes the slot's last three words before its first (whose first byte is never zero
+//! in a valid address) and clears the first word first, so a slot is never half valid.
+//!
+//! ## Locks and liveness
+//!
+//! Open-file-description record locks (`F_OFD_SETLKW`), which the kernel drops when the
+//! holder's file is closed, including when its process dies:
+//!
+//! - **the lock**, byte 0 of the file: exclusive for a change, shared for catching up;
+//! - **presence**, byte 1: every attached handle holds a shared lock on it. A handle that
+//!   closes releases its own, then tries an exclusive one without waiting, under the lock:
+//!   if it gets it, no other handle is attached (a crashed process holds nothing), so it
+//!   marks the segment closed and unlinks it. An open that finds a segment nobody is attached
+//!   to (every process that had it died) does the same before creating a new one, so an AV
+//!   never outlives its last process by more than the next open of its name.
+//!
+//! A writer sets the writer word before its first change and clears it when it commits. The
+//! lock being free while the writer word is set means a process died in the middle of a
+//! change: the next process to take the lock repairs the segment (rebuilds the bitmap from
+//! the slots, clearing slots that do not hold a valid address) and moves the rescan mark
+//! past every log position, so every process rescans.
+//!
+//! Creation is atomic: the creator builds the segment under a temporary name and publishes it
+//! with `link(2)`, so no process ever sees a segment without its header.
+#![allow(unsafe_code)]
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tracing::{debug, warn};
+use uet_fwif::UetAddress;
+
+use crate::errno::{FiErrno, FiError};
+
+/// Directory of POSIX shared memory on Linux.
+pub const SHM_DIR: &str = "/dev/shm";
+/// Prefix of every named-AV segment's file name.
+pub const SHM_PREFIX: &str = "uet-av.";
+/// Header word 0.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"UETAVSHM");
+/// The layout this code reads and writes.
+pub const LAYOUT_VERSION: u64 = 1;
+/// Bytes of the header.
+pub const HEADER_BYTES: usize = 512;
+/// Bytes of one address slot.
+pub const SLOT_BYTES: usize = 32;
+/// Records in the change log.
+pub const LOG_RECORDS: u64 = 4096;
+/// Bytes of one log record.
+pub const LOG_RECORD_BYTES: usize = 16;
+
+/// File offset of the lock byte and of the presence byte.
+const LOCK_BYTE: i64 = 0;
+const PRESENCE_BYTE: i64 = 1;
+
+/// Longest file name.
+const NAME_MAX: usize = 255;
+
+/// Header word indices.
+mod hw {
+    pub const MAGIC: usize = 0;
+    pub const VERSION: usize = 1;
+    pub const CAPACITY: usize = 2;
+    pub const RX_CTX_BITS: usize = 3;
+    pub const JOB_ID: usize = 4;
+    pub const LOG_RECORDS: usize = 5;
+    pub const BITMAP_OFF: usize = 6;
+    pub const LOG_OFF: usize = 7;
+    pub const SLOTS_OFF: usize = 8;
+    pub const SIZE: usize = 9;
+    pub const GENERATION: usize = 10;
+    pub const LOG_HEAD: usize = 11;
+    pub const RESCAN_MARK: usize = 12;
+    pub const LIVE: usize = 13;
+    pub const HIGH_WATER: usize = 14;
+    pub const FREE_HINT: usize = 15;
+    pub const REFCOUNT: usize = 16;
+    pub const WRITER: usize = 17;
+    pub const STATE: usize = 18;
+    pub const CREATOR: usize = 19;
+    pub const NAME_LEN: usize = 24;
+    pub const NAME: usize = 32;
+}
+
+const STATE_LIVE: u64 = 1;
+const STATE_CLOSED: u64 = 2;
+
+/// Log operations.
+pub const LOG_INSERT: u64 = 1;
+/// A removal.
+pub const LOG_REMOVE: u64 = 2;
+/// A repair after a writer died.
+pub const LOG_REPAIR: u64 = 3;
+
+/// What a new segment is created with, and what an existing one is checked against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentParams {
+    /// Table entries.
+    pub capacity: u32,
+    /// `rx_ctx_bits`.
+    pub rx_ctx_bits: u8,
+    /// JobID.
+    pub job_id: u32,
+}
+
+/// Where each part of a segment of `capacity` entries lies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Geometry {
+    capacity: u32,
+    bitmap_off: usize,
+    log_off: usize,
+    slots_off: usize,
+    size: usize,
+}
+
+impl Geometry {
+    fn new(capacity: u32) -> Option<Geometry> {
+        let align = |x: usize| x.checked_add(63).map(|v| v & !63);
+        let bitmap_off = HEADER_BYTES;
+        let bitmap_bytes = (capacity as usize).div_ceil(64).checked_mul(8)?;
+        let log_off = align(bitmap_off.checked_add(bitmap_bytes)?)?;
+        let log_bytes = usize::try_from(LOG_RECORDS)
+            .ok()?
+            .checked_mul(LOG_RECORD_BYTES)?;
+        let slots_off = align(log_off.checked_add(log_bytes)?)?;
+        let size = slots_off.checked_add((capacity as usize).checked_mul(SLOT_BYTES)?)?;
+        Some(Geometry {
+            capacity,
+            bitmap_off,
+            log_off,
+            slots_off,
+            size,
+        })
+    }
+}
+
+/// The file name of the segment of AV `name` (without the directory).
+pub fn file_name(name: &str) -> String {
+    let mut s = String::from(SHM_PREFIX);
+    for &b in name.as_bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-') {
+            s.push(char::from(b));
+        } else {
+            s.push_str(&format!("%{b:02X}"));
+        }
+    }
+    if s.len() > NAME_MAX {
+        // ASCII only, so any cut is on a character boundary.
+        s.truncate(NAME_MAX - 17);
+        s.push_str(&format!("~{:016x}", fnv1a(name.as_bytes())));
+    }
+    s
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// The path of the segment of AV `name`.
+pub fn path_of(name: &str) -> PathBuf {
+    Path::new(SHM_DIR).join(file_name(name))
+}
+
+/// A fabric error for an OS error of `what`.
+fn os_error(what: &str, e: &io::Error) -> FiError {
+    let errno = match e.raw_os_error() {
+        Some(libc::ENOENT) => FiErrno::FI_ENOENT,
+        Some(libc::EACCES) | Some(libc::EPERM) => FiErrno::FI_EACCES,
+        Some(libc::ENOMEM) => FiErrno::FI_ENOMEM,
+        Some(libc::ENOSPC) => FiErrno::FI_ENOSPC,
+        Some(libc::EMFILE) | Some(libc::ENFILE) => FiErrno::FI_EMFILE,
+        _ => FiErrno::FI_EIO,
+    };
+    FiError::new(errno, format!("{what}: {e}"))
+}
+
+/// Whether a lock request waits.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    Yes,
+    No,
+}
+
+/// Set (`F_RDLCK`, `F_WRLCK`) or release (`F_UNLCK`) an open-file-description lock on one byte
+/// of `file`. `Ok(false)` when `wait` is `No` and another description holds a conflicting lock.
+fn ofd_lock(file: &File, kind: libc::c_int, byte: i64, wait: Wait) -> io::Result<bool> {
+    // SAFETY: `libc::flock` is a plain C struct of integers, for which all-zero bytes are a
+    // valid value (and l_pid must be 0 for an OFD lock).
+    let mut fl: libc::flock = unsafe { core::mem::zeroed() };
+    fl.l_type = kind as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = byte;
+    fl.l_len = 1;
+    let cmd = match wait {
+        Wait::Yes => libc::F_OFD_SETLKW,
+        Wait::No => libc::F_OFD_SETLK,
+    };
+    loop {
+        // SAFETY: fcntl(F_OFD_SETLK[W]) reads the `flock` we pass, which lives across the
+        // call, on a descriptor `file` keeps open; it touches no other memory.
+        let r = unsafe { libc::fcntl(file.as_raw_fd(), cmd, &mut fl as *mut libc::flock) };
+        if r == 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EAGAIN) | Some(libc::EACCES) if wait == Wait::No => return Ok(false),
+            _ => return Err(e),
+        }
+    }
+}
+
+/// A shared mapping of a whole segment file.
+struct Mapping {
+    ptr: NonNull<AtomicU64>,
+    words: usize,
+}
+
+// SAFETY: the mapping is process-wide memory, reached only through `&[AtomicU64]`, which is
+// safe to use from any thread.
+unsafe impl Send for Mapping {}
+// SAFETY: as above: every access is an atomic operation.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Map all `len` bytes of `file` (a multiple of 8) read-write and shared.
+    fn new(file: &File, len: usize) -> io::Result<Mapping> {
+        if len == 0 || !len.is_multiple_of(8) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("size {len} is not a whole number of words"),
+            ));
+        }
+        // SAFETY: a new shared mapping at an address the kernel chooses (no existing memory is
+        // affected) of a descriptor `file` keeps open; the result is checked for MAP_FAILED.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = NonNull::new(p.cast::<AtomicU64>())
+            .ok_or_else(|| io::Error::other("mmap returned a null mapping"))?;
+        Ok(Mapping {
+            ptr,
+            words: len / 8,
+        })
+    }
+
+    fn words(&self) -> &[AtomicU64] {
+        // SAFETY: `ptr` is the start of a live MAP_SHARED mapping of `words * 8` bytes,
+        // page-aligned (so aligned for AtomicU64), unmapped only when `self` drops, and the
+        // slice borrows `self`. Every process touches the segment only through atomic
+        // operations on whole words, so shared `AtomicU64` references are sound even while
+        // other processes write. This code never changes the file's size after creation; a
+        // program that truncated it anyway would make an access fault (SIGBUS), never reach
+        // memory outside the mapping.
+        unsafe { core::slice::from_raw_parts(self.ptr.as_ptr(), self.words) }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: exactly the range mmap returned; no reference into it outlives `self`.
+        let r = unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.words * 8) };
+        if r != 0 {
+            warn!(error = %io::Error::last_os_error(), "munmap of a named AV segment failed");
+        }
+    }
+}
+
+/// An attached handle on a segment. Dropping it detaches (and unlinks the segment when it was
+/// the last handle).
+pub struct Segment {
+    map: Mapping,
+    file: File,
+    geo: Geometry,
+    path: PathBuf,
+    /// Counted in the header and holding presence (false only while being built).
+    attached: bool,
+}
+
+impl core::fmt::Debug for Segment {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Segment")
+            .field("path", &self.path)
+            .field("capacity", &self.geo.capacity)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why opening an existing file did not give a segment.
+enum Attach {
+    /// The file went away or was closed by its last handle: look again.
+    Gone,
+    Failed(FiError),
+}
+
+static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Attempts at creating or opening before giving up (each lost race costs one).
+const OPEN_ATTEMPTS: u32 = 64;
+
+impl Segment {
+    /// Open the segment of AV `name`, or create it with `params` when it does not exist and
+    /// `create` is set. Returns the segment and whether this call created it. An existing
+    /// segment is returned as it is: the caller compares its attributes. `FI_ENOENT` when it
+    /// does not exist and `create` is not set; `FI_EACCES` when the file's permissions refuse
+    /// this user; `FI_EINVAL` when the file is not a named-AV segment of this layout or holds
+    /// another name.
+    pub fn open(
+        name: &str,
+        create: bool,
+        params: SegmentParams,
+    ) -> Result<(Segment, bool), FiError> {
+        let path = path_of(name);
+        for _ in 0..OPEN_ATTEMPTS {
+            match OpenOptions::new().read(true).write(true).open(&path) {
+                Ok(file) => match Self::attach(file, &path, name) {
+                    Ok(seg) => return Ok((seg, false)),
+                    Err(Attach::Gone) => continue,
+                    Err(Attach::Failed(e)) => return Err(e),
+                },
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    if !create {
+                        return Err(FiError::new(
+                            FiErrno::FI_ENOENT,
+                            format!(
+                                "fi_av_open: FI_READ: no named AV '{name}' exists (no {})",
+                                path.display()
+                            ),
+                        ));
+                    }
+                    if let Some(seg) = Self::create(&path, name, params)? {
+                        return Ok((seg, true));
+                    }
+                }
+                Err(e) => {
+                    return Err(os_error(
+                        &format!("fi_av_open: named AV '{name}': opening {}", path.display()),
+                        &e,
+                    ))
+                }
+            }
+        }
+        Err(FiError::new(
+            FiErrno::FI_EBUSY,
+            format!(
+                "fi_av_open: named AV '{name}': {} was created and closed under this call \
+                 {OPEN_ATTEMPTS} times",
+                path.display()
+            ),
+        ))
+    }
+
+    /// Build a segment under a temporary name and publish it as `path`. `Ok(None)` when
+    /// another process published one first.
+    fn create(path: &Path, name: &str, params: SegmentParams) -> Result<Option<Segment>, FiError> {
+        let ctx = |what: &str| format!("fi_av_open: creating named AV '{name}': {what}");
+        let geo = Geometry::new(params.capacity).ok_or_else(|| {
+            FiError::inval(ctx(&format!("count {} is too large", params.capacity)))
+        })?;
+        let tmp = Path::new(SHM_DIR).join(format!(
+            ".{SHM_PREFIX}tmp.{}.{}",
+            std::process::id(),
+            TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(|e| os_error(&ctx(&tmp.display().to_string()), &e))?;
+        // From here on, the temporary file goes whatever happens.
+        let built = Self::build(file, geo, path, name, params, &ctx);
+        let published = built.and_then(|seg| match std::fs::hard_link(&tmp, path) {
+            Ok(()) => Ok(Some(seg)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(None),
+            Err(e) => Err(os_error(
+                &ctx(&format!("publishing {}", path.display())),
+                &e,
+            )),
+        });
+        if let Err(e) = std::fs::remove_file(&tmp) {
+            warn!(path = %tmp.display(), error = %e, "removing a temporary segment file failed");
+        }
+        let mut seg = published?;
+        if let Some(s) = seg.as_mut() {
+            s.attached = true;
+            debug!(path = %path.display(), capacity = params.capacity, "named AV segment created");
+        }
+        Ok(seg)
+    }
+
+    fn build(
+        file: File,
+        geo: Geometry,
+        path: &Path,
+        name: &str,
+        params: SegmentParams,
+        ctx: &dyn Fn(&str) -> String,
+    ) -> Result<Segment, FiError> {
+        file.set_len(geo.size as u64)
+            .map_err(|e| os_error(&ctx(&format!("sizing {} bytes", geo.size)), &e))?;
+        let map = Mapping::new(&file, geo.size).map_err(|e| os_error(&ctx("mmap"), &e))?;
+        let seg = Segment {
+            map,
+            file,
+            geo,
+            path: path.to_path_buf(),
+            attached: false,
+        };
+        let set = |w: usize, v: u64| seg.set_word(w, v);
+        set(hw::VERSION, LAYOUT_VERSION);
+        set(hw::CAPACITY, u64::from(params.capacity));
+        set(hw::RX_CTX_BITS, u64::from(params.rx_ctx_bits));
+        set(hw::JOB_ID, u64::from(params.job_id));
+        set(hw::LOG_RECORDS, LOG_RECORDS);
+        set(hw::BITMAP_OFF, geo.bitmap_off as u64);
+        set(hw::LOG_OFF, geo.log_off as u64);
+        set(hw::SLOTS_OFF, geo.slots_off as u64);
+        set(hw::SIZE, geo.size as u64);
+        set(hw::REFCOUNT, 1);
+        set(hw::STATE, STATE_LIVE);
+        set(hw::CREATOR, u64::from(std::process::id()));
+        set(hw::NAME_LEN, name.len() as u64);
+        for (k, chunk) in name.as_bytes().chunks(8).enumerate() {
+            let mut w = [0u8; 8];
+            w.iter_mut().zip(chunk).for_each(|(d, s)| *d = *s);
+            set(hw::NAME + k, u64::from_le_bytes(w));
+        }
+        ofd_lock(&seg.file, libc::F_RDLCK, PRESENCE_BYTE, Wait::Yes)
+            .map_err(|e| os_error(&ctx("presence lock"), &e))?;
+        seg.word(hw::MAGIC).store(MAGIC, Ordering::Release);
+        Ok(seg)
+    }
+
+    /// Attach to the existing segment file `file`.
+    fn attach(file: File, path: &Path, name: &str) -> Result<Segment, Attach> {
+        let meta = file
+            .metadata()
+            .map_err(|e| Attach::Failed(os_error("fi_av_open: fstat", &e)))?;
+        let size = usize::try_from(meta.len()).unwrap_or(usize::MAX);
+        if size < HEADER_BYTES || !size.is_multiple_of(8) {
+            return Err(Attach::Failed(FiError::inval(format!(
+                "fi_av_open: named AV '{name}': {} is not a named-AV segment ({size} bytes)",
+                path.display()
+            ))));
+        }
+        let map = Mapping::new(&file, size)
+            .map_err(|e| Attach::Failed(os_error("fi_av_open: mmap", &e)))?;
+        // Only the header is read until check_header has checked the geometry.
+        let mut seg = Segment {
+            map,
+            file,
+            geo: Geometry {
+                capacity: 0,
+                bitmap_off: HEADER_BYTES,
+                log_off: HEADER_BYTES,
+                slots_off: HEADER_BYTES,
+                size,
+            },
+            path: path.to_path_buf(),
+            attached: false,
+        };
+        ofd_lock(&seg.file, libc::F_WRLCK, LOCK_BYTE, Wait::Yes)
+            .map_err(|e| Attach::Failed(os_error("fi_av_open: taking the segment lock", &e)))?;
+        let attached = seg.attach_locked(name, size, &meta);
+        seg.unlock_file();
+        attached.map(|()| seg)
+    }
+
+    /// The part of [`Segment::attach`] done under the lock.
+    fn attach_locked(
+        &mut self,
+        name: &str,
+        size: usize,
+        meta: &std::fs::Metadata,
+    ) -> Result<(), Attach> {
+        self.geo = self.check_header(name, size)?;
+        // A closing handle marks the segment closed and unlinks it under the lock.
+        if self.hdr(hw::STATE) != STATE_LIVE {
+            return Err(Attach::Gone);
+        }
+        match std::fs::metadata(&self.path) {
+            Ok(m) if m.ino() == meta.ino() && m.dev() == meta.dev() => {}
+            _ => return Err(Attach::Gone),
+        }
+        // No handle attached: every process that had it open died. The AV went with them,
+        // as with a last close; this open starts afresh.
+        let orphan = ofd_lock(&self.file, libc::F_WRLCK, PRESENCE_BYTE, Wait::No)
+            .map_err(|e| Attach::Failed(os_error("fi_av_open: presence probe", &e)))?;
+        if orphan {
+            debug!(path = %self.path.display(), "removing a named AV segment whose processes all died");
+            self.set_word(hw::STATE, STATE_CLOSED);
+            if let Err(e) = std::fs::remove_file(&self.path) {
+                warn!(path = %self.path.display(), error = %e, "unlinking an abandoned segment failed");
+            }
+            let _ = ofd_lock(&self.file, libc::F_UNLCK, PRESENCE_BYTE, Wait::Yes);
+            return Err(Attach::Gone);
+        }
+        if self.hdr(hw::WRITER) != 0 {
+            self.repair();
+        }
+        ofd_lock(&self.file, libc::F_RDLCK, PRESENCE_BYTE, Wait::Yes)
+            .map_err(|e| Attach::Failed(os_error("fi_av_open: presence lock", &e)))?;
+        self.word(hw::REFCOUNT).fetch_add(1, Ordering::Relaxed);
+        self.attached = true;
+        Ok(())
+    }
+
+    /// The geometry the header describes, if it is a segment of this layout named `name`.
+    fn check_header(&self, name: &str, size: usize) -> Result<Geometry, Attach> {
+        let fail = |what: String| {
+            Attach::Failed(FiError::inval(format!(
+                "fi_av_open: named AV '{name}': {} {what}",
+                self.path.display()
+            )))
+        };
+        let w = |i: usize| self.word(i).load(Ordering::Relaxed);
+        if self.word(hw::MAGIC).load(Ordering::Acquire) != MAGIC {
+            return Err(fail("is not a named-AV segment (bad magic)".into()));
+        }
+        if w(hw::VERSION) != LAYOUT_VERSION {
+            return Err(fail(format!(
+                "has layout version {}; this library reads version {LAYOUT_VERSION}",
+                w(hw::VERSION)
+            )));
+        }
+        let geo = u32::try_from(w(hw::CAPACITY))
+            .ok()
+            .and_then(Geometry::new)
+            .filter(|g| {
+                w(hw::LOG_RECORDS) == LOG_RECORDS
+                    && w(hw::BITMAP_OFF) == g.bitmap_off as u64
+                    && w(hw::LOG_OFF) == g.log_off as u64
+                    && w(hw::SLOTS_OFF) == g.slots_off as u64
+                    && w(hw::SIZE) == g.size as u64
+                    && g.size == size
+            })
+            .ok_or_else(|| fail("has a corrupt header (sizes and offsets disagree)".into()))?;
+        if self.stored_name().as_deref() != Some(name) {
+            return Err(fail(format!(
+                "holds the AV '{}', not this one",
+                self.stored_name().unwrap_or_default()
+            )));
+        }
+        Ok(geo)
+    }
+
+    fn stored_name(&self) -> Option<String> {
+        let len = usize::try_from(self.word(hw::NAME_LEN).load(Ordering::Relaxed)).ok()?;
+        if len > NAME_MAX {
+            return None;
+        }
+        let mut bytes = Vec::with_capacity(len.div_ceil(8) * 8);
+        for k in 0..len.div_ceil(8) {
+            bytes.extend_from_slice(
+                &self
+                    .word(hw::NAME + k)
+                    .load(Ordering::Relaxed)
+                    .to_le_bytes(),
+            );
+        }
+        bytes.truncate(len);
+        String::from_utf8(bytes).ok()
+    }
+
+    /// The word at word index `i`. The header's words always exist (the file holds at least
+    /// the header); other indices come from the checked geometry.
+    fn word(&self, i: usize) -> &AtomicU64 {
+        static ZERO: AtomicU64 = AtomicU64::new(0);
+        // An index outside the mapping would be a bug here; a dummy word keeps it harmless.
+        self.map.words().get(i).unwrap_or(&ZERO)
+    }
+
+    fn set_word(&self, i: usize, v: u64) {
+        self.word(i).store(v, Ordering::Relaxed);
+    }
+
+    fn hdr(&self, i: usize) -> u64 {
+        self.word(i).load(Ordering::Relaxed)
+    }
+
+    fn unlock_file(&self) {
+        if let Err(e) = ofd_lock(&self.file, libc::F_UNLCK, LOCK_BYTE, Wait::Yes) {
+            warn!(error = %e, "releasing the named AV segment lock failed");
+        }
+    }
+
+    /// Take the lock: exclusive for a change, shared to catch up. A segment left inconsistent
+    /// by a writer that died is repaired first (under an exclusive lock, which is then kept).
+    pub fn lock(&self, exclusive: bool) -> Result<Locked<'_>, FiError> {
+        let take = |kind| {
+            ofd_lock(&self.file, kind, LOCK_BYTE, Wait::Yes)
+                .map_err(|e| os_error("named AV: taking the segment lock", &e))
+        };
+        take(if exclusive {
+            libc::F_WRLCK
+        } else {
+            libc::F_RDLCK
+        })?;
+        let mut locked = Locked {
+            seg: self,
+            exclusive,
+        };
+        if self.hdr(hw::WRITER) != 0 {
+            if !exclusive {
+                // Release, then wait for the exclusive lock (two readers converting in place
+                // would wait for each other), and look again once it is held.
+                self.unlock_file();
+                take(libc::F_WRLCK)?;
+                locked.exclusive = true;
+            }
+            if self.hdr(hw::WRITER) != 0 {
+                self.repair();
+            }
+        }
+        Ok(locked)
+    }
+
+    /// Make the segment consistent after a writer died in the middle of a change.
+    fn repair(&self) {
+        let writer = self.hdr(hw::WRITER);
+        warn!(
+            path = %self.path.display(),
+            writer,
+            "a process died in the middle of a change to this named AV; repairing it"
+        );
+        // Every index a writer may have touched: below the high-water mark, or with its bit
+        // set (a writer that died between taking an index and raising the mark).
+        let words = self.geo.capacity.div_ceil(64);
+        let top_bit = (0..words)
+            .rev()
+            .find_map(|w| {
+                let bits = self
+                    .word(self.geo.bitmap_off / 8 + w as usize)
+                    .load(Ordering::Relaxed);
+                (bits != 0).then(|| w * 64 + (63 - bits.leading_zeros()) + 1)
+            })
+            .unwrap_or(0);
+        let high = (self.hdr(hw::HIGH_WATER).min(u64::from(self.geo.capacity)) as u32)
+            .max(top_bit.min(self.geo.capacity));
+        self.set_word(hw::HIGH_WATER, u64::from(high));
+        let mut live = 0;
+        for i in 0..high {
+            let valid = self
+                .read_slot(i)
+                .is_some_and(|s| UetAddress::bytes_are_valid(&s));
+            if valid {
+                self.set_bit(i, true);
+                live += 1;
+            } else {
+                self.clear_slot(i);
+                self.set_bit(i, false);
+            }
+        }
+        self.set_word(hw::LIVE, live);
+        self.set_word(hw::FREE_HINT, 0);
+        self.append_log(LOG_REPAIR, 0);
+        self.set_word(hw::RESCAN_MARK, self.hdr(hw::LOG_HEAD));
+        self.word(hw::GENERATION).fetch_add(1, Ordering::Release);
+        self.set_word(hw::WRITER, 0);
+    }
+
+    /// The generation (an acquire load: the changes it counts are visible after it).
+    pub fn generation(&self) -> u64 {
+        self.word(hw::GENERATION).load(Ordering::Acquire)
+    }
+
+    /// Table entries.
+    pub fn capacity(&self) -> u32 {
+        self.geo.capacity
+    }
+
+    /// `rx_ctx_bits` the AV was created with.
+    pub fn rx_ctx_bits(&self) -> u64 {
+        self.hdr(hw::RX_CTX_BITS)
+    }
+
+    /// JobID the AV was created with.
+    pub fn job_id(&self) -> u64 {
+        self.hdr(hw::JOB_ID)
+    }
+
+    /// Handles attached (a crashed process's handle is counted until the last close).
+    pub fn refcount(&self) -> u64 {
+        self.hdr(hw::REFCOUNT)
+    }
+
+    /// The segment's file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn bitmap_word(&self, index: u32) -> &AtomicU64 {
+        self.word(self.geo.bitmap_off / 8 + index as usize / 64)
+    }
+
+    fn bit(&self, index: u32) -> bool {
+        index < self.geo.capacity
+            && (self.bitmap_word(index).load(Ordering::Relaxed) >> (index % 64)) & 1 == 1
+    }
+
+    fn set_bit(&self, index: u32, on: bool) {
+        if index >= self.geo.capacity {
+            return;
+        }
+        let mask = 1u64 << (index % 64);
+        let w = self.bitmap_word(index);
+        if on {
+            w.fetch_or(mask, Ordering::Relaxed);
+        } else {
+            w.fetch_and(!mask, Ordering::Relaxed);
+        }
+    }
+
+    fn slot_word(&self, index: u32, k: usize) -> &AtomicU64 {
+        self.word(self.geo.slots_off / 8 + index as usize * (SLOT_BYTES / 8) + k)
+    }
+
+    fn read_slot(&self, index: u32) -> Option<[u8; SLOT_BYTES]> {
+        if index >= self.geo.capacity {
+            return None;
+        }
+        let mut out = [0u8; SLOT_BYTES];
+        for (k, chunk) in out.chunks_exact_mut(8).enumerate() {
+            chunk.copy_from_slice(
+                &self
+                    .slot_word(index, k)
+                    .load(Ordering::Relaxed)
+                    .to_le_bytes(),
+            );
+        }
+        (out[0] != 0).then_some(out)
+    }
+
+    fn clear_slot(&self, index: u32) {
+        if index >= self.geo.capacity {
+            return;
+        }
+        for k in 0..SLOT_BYTES / 8 {
+            self.slot_word(index, k).store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// The address at `index`, when the index is in use and holds a valid address.
+    pub fn slot(&self, index: u32) -> Option<[u8; SLOT_BYTES]> {
+        if !self.bit(index) {
+            return None;
+        }
+        self.read_slot(index).filter(UetAddress::bytes_are_valid)
+    }
+
+    /// One past the highest index ever used.
+    pub fn high_water(&self) -> u32 {
+        self.hdr(hw::HIGH_WATER).min(u64::from(self.geo.capacity)) as u32
+    }
+
+    /// Indices in use.
+    pub fn live(&self) -> u64 {
+        self.hdr(hw::LIVE)
+    }
+
+    /// Records appended to the log since creation.
+    pub fn log_head(&self) -> u64 {
+        self.hdr(hw::LOG_HEAD)
+    }
+
+    /// The indices changed since log position `from`, or `None` when the log no longer holds
+    /// them all (the caller rescans).
+    pub fn changes_since(&self, from: u64) -> Option<Vec<u32>> {
+        let head = self.log_head();
+        if from < self.hdr(hw::RESCAN_MARK) || from > head || head - from > LOG_RECORDS {
+            return None;
+        }
+        let mut out = Vec::with_capacity((head - from) as usize);
+        for pos in from..head {
+            let rec = self.log_word(pos, 1).load(Ordering::Relaxed);
+            let op = (rec >> 32) & 0xff;
+            if op == LOG_INSERT || op == LOG_REMOVE {
+                out.push(rec as u32);
+            } else {
+                return None;
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        Some(out)
+    }
+
+    fn log_word(&self, pos: u64, k: usize) -> &AtomicU64 {
+        let rec = (pos % LOG_RECORDS) as usize;
+        self.word(self.geo.log_off / 8 + rec * (LOG_RECORD_BYTES / 8) + k)
+    }
+
+    fn append_log(&self, op: u64, index: u32) {
+        let head = self.log_head();
+        let generation = self.hdr(hw::GENERATION) + 1;
+        self.log_word(head, 0).store(generation, Ordering::Relaxed);
+        self.log_word(head, 1)
+            .store(u64::from(index) | op << 32, Ordering::Relaxed);
+        self.set_word(hw::LOG_HEAD, head + 1);
+    }
+}
+
+/// The segment, locked. Changes need the lock exclusive: they set the writer word first
+/// ([`Locked::begin`]) and end with [`Locked::commit`] (or [`Locked::end`] when nothing
+/// changed). Dropping the lock in the middle of a change leaves the writer word set, as a
+/// crash would, and the next process repairs the segment.
+pub struct Locked<'a> {
+    seg: &'a Segment,
+    exclusive: bool,
+}
+
+impl core::ops::Deref for Locked<'_> {
+    type Target = Segment;
+    fn deref(&self) -> &Segment {
+        self.seg
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        self.seg.unlock_file();
+    }
+}
+
+impl Locked<'_> {
+    fn check_exclusive(&self) -> bool {
+        debug_assert!(
+            self.exclusive,
+            "a change to a named AV needs the exclusive lock"
+        );
+        self.exclusive
+    }
+
+    /// Start a change: mark the segment as being written by this process.
+    pub fn begin(&self) {
+        if self.check_exclusive() {
+            self.seg
+                .set_word(hw::WRITER, u64::from(std::process::id()).max(1));
+        }
+    }
+
+    /// End a change that changed nothing.
+    pub fn end(&self) {
+        if self.check_exclusive() {
+            self.seg.set_word(hw::WRITER, 0);
+        }
+    }
+
+    /// Commit a change: bump the generation and clear the writer word. Returns the new
+    /// generation.
+    pub fn commit(&self) -> u64 {
+        if !self.check_exclusive() {
+            return self.seg.generation();
+        }
+        let g = self
+            .seg
+            .word(hw::GENERATION)
+            .fetch_add(1, Ordering::Release)
+            + 1;
+        self.seg.set_word(hw::WRITER, 0);
+        g
+    }
+
+    /// Take the lowest unused index (its bit set; the slot is written by [`Locked::store`]).
+    /// `None` when every index is in use.
+    pub fn alloc(&self) -> Option<u32> {
+        if !self.check_exclusive() {
+            return None;
+        }
+        let seg = self.seg;
+        let words = seg.geo.capacity.div_ceil(64) as usize;
+        let mut w = usize::try_from(seg.hdr(hw::FREE_HINT)).unwrap_or(words);
+        while w < words {
+            let bits = seg.word(seg.geo.bitmap_off / 8 + w).load(Ordering::Relaxed);
+            if bits != u64::MAX {
+                let index = (w * 64) as u64 + u64::from((!bits).trailing_zeros());
+                if index >= u64::from(seg.geo.capacity) {
+                    break;
+                }
+                let index = index as u32;
+                seg.set_bit(index, true);
+                seg.set_word(hw::FREE_HINT, w as u64);
+                seg.set_word(hw::LIVE, seg.hdr(hw::LIVE) + 1);
+                if u64::from(index) >= seg.hdr(hw::HIGH_WATER) {
+                    seg.set_word(hw::HIGH_WATER, u64::from(index) + 1);
+                }
+                return Some(index);
+            }
+            w += 1;
+        }
+        seg.set_word(hw::FREE_HINT, w as u64);
+        None
+    }
+
+    /// Give back an index taken by [`Locked::alloc`], or remove one in use: clear its slot,
+    /// then its bit.
+    pub fn free(&self, index: u32) {
+        if !self.check_exclusive() || !self.seg.bit(index) {
+            return;
+        }
+        let seg = self.seg;
+        seg.clear_slot(index);
+        seg.set_bit(index, false);
+        seg.set_word(hw::LIVE, seg.hdr(hw::LIVE).saturating_sub(1));
+        let w = u64::from(index / 64);
+        if w < seg.hdr(hw::FREE_HINT) {
+            seg.set_word(hw::FREE_HINT, w);
+        }
+    }
+
+    /// Write the address of an index taken by [`Locked::alloc`]: the last three words, then
+    /// the first.
+    pub fn store(&self, index: u32, bytes: &[u8; SLOT_BYTES]) {
+        if !self.check_exclusive() || index >= self.seg.geo.capacity {
+            return;
+        }
+        let mut words = [0u64; SLOT_BYTES / 8];
+        for (w, c) in words.iter_mut().zip(bytes.chunks_exact(8)) {
+            *w = c.iter().rev().fold(0, |w, &b| (w << 8) | u64::from(b));
+        }
+        for (k, &w) in words.iter().enumerate().rev() {
+            self.seg.slot_word(index, k).store(w, Ordering::Relaxed);
+        }
+    }
+
+    /// Append a record to the change log.
+    pub fn log(&self, op: u64, index: u32) {
+        if self.check_exclusive() {
+            self.seg.append_log(op, index);
+        }
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        if !self.attached {
+            return;
+        }
+        if let Err(e) = ofd_lock(&self.file, libc::F_WRLCK, LOCK_BYTE, Wait::Yes) {
+            warn!(path = %self.path.display(), error = %e,
+                "named AV close: taking the segment lock failed; not detaching");
+            return;
+        }
+        self.detach_locked();
+        self.unlock_file();
+    }
+}
+
+impl Segment {
+    /// Drop this handle's reference and presence; the last handle marks the segment closed
+    /// and unlinks it.
+    fn detach_locked(&mut self) {
+        self.set_word(hw::REFCOUNT, self.hdr(hw::REFCOUNT).saturating_sub(1));
+        self.attached = false;
+        let released = ofd_lock(&self.file, libc::F_UNLCK, PRESENCE_BYTE, Wait::Yes);
+        let last = released.is_ok()
+            && matches!(
+                ofd_lock(&self.file, libc::F_WRLCK, PRESENCE_BYTE, Wait::No),
+                Ok(true)
+            );
+        if !last {
+            return;
+        }
+        self.set_word(hw::STATE, STATE_CLOSED);
+        self.set_word(hw::REFCOUNT, 0);
+        let ours = match (std::fs::metadata(&self.path), self.file.metadata()) {
+            (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
+            _ => false,
+        };
+        if ours {
+            match std::fs::remove_file(&self.path) {
+                Ok(()) => {
+                    debug!(path = %self.path.display(), "named AV segment unlinked by its last handle")
+                }
+                Err(e) => warn!(path = %self.path.display(), error = %e,
+                    "unlinking the named AV segment failed"),
+            }
+        }
+        if let Err(e) = ofd_lock(&self.file, libc::F_UNLCK, PRESENCE_BYTE, Wait::Yes) {
+            debug!(error = %e, "releasing the presence probe failed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_names_are_safe_and_bounded() {
+        assert_eq!(file_name("job-42.av_1"), "uet-av.job-42.av_1");
+        assert_eq!(file_name("/a b%"), "uet-av.%2Fa%20b%25");
+        let long = "é".repeat(120);
+        let f = file_name(&long);
+        assert_eq!(f.len(), NAME_MAX);
+        assert!(f.starts_with("uet-av.%C3%A9"));
+        assert_ne!(
+            f,
+            file_name(&"é".repeat(121)),
+            "the hash tells long names apart"
+        );
+    }
+
+    #[test]
+    fn geometry_aligns_every_part() {
+        let g = Geometry::new(100).unwrap();
+        assert_eq!(g.bitmap_off, 512);
+        assert_eq!(g.log_off % 64, 0);
+        assert_eq!(g.slots_off, g.log_off + 4096 * 16);
+        assert_eq!(g.size, g.slots_off + 100 * 32);
+        let g = Geometry::new(u32::MAX).unwrap();
+        assert!(g.size > 128 << 30);
+    }
+}

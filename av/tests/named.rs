@@ -1,0 +1,453 @@
+//! Named AVs: handles on one AV share its fi_addr_t values, read-only handles refuse changes,
+//! attributes must agree, the last close removes the segment, and a dead writer is repaired.
+
+mod common;
+
+use common::{assert_in_step, pack, peer_bytes, LIMITS};
+use std::sync::atomic::{AtomicU32, Ordering};
+use uet_av::named::segment::{self, LOG_RECORDS};
+use uet_av::{
+    AddressVector, AvAttr, AvName, FiErrno, FiError, MemoryNicTable, NamedAv, NicOp, ADDR_LEN,
+    FI_ADDR_NOTAVAIL, FI_AV_AUTH_KEY, FI_AV_USER_ID, FI_EVENT, FI_MORE, FI_READ, FI_SYNC_ERR,
+};
+
+type Named = NamedAv<MemoryNicTable>;
+
+/// A name no other test (or run) uses.
+fn unique(tag: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "test-{tag}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn attr(name: &str, count: usize) -> AvAttr {
+    AvAttr {
+        name: Some(AvName::new(name).unwrap()),
+        count,
+        job_id: 0x00ab_cdef,
+        ..AvAttr::default()
+    }
+}
+
+fn open(a: AvAttr) -> Result<Named, FiError> {
+    NamedAv::open(a, LIMITS, |a| Ok(MemoryNicTable::new(a.count as u32)))
+}
+
+fn insert(av: &mut Named, ns: &[u32]) -> Vec<u64> {
+    let buf = pack(&ns.iter().map(|&n| peer_bytes(n)).collect::<Vec<_>>());
+    let mut out = vec![0u64; ns.len()];
+    assert_eq!(
+        av.insert(&buf, ns.len(), Some(&mut out), 0).unwrap(),
+        ns.len()
+    );
+    out
+}
+
+fn lookup(av: &mut Named, fi_addr: u64) -> Result<[u8; ADDR_LEN], FiError> {
+    let mut out = [0u8; ADDR_LEN];
+    let mut len = ADDR_LEN;
+    av.lookup(fi_addr, &mut out, &mut len)?;
+    Ok(out)
+}
+
+/// Both handles hold the same addresses at the same indices, and each NIC its mirror.
+fn assert_same(a: &mut Named, b: &mut Named) {
+    a.sync().unwrap();
+    b.sync().unwrap();
+    let ea: Vec<_> = a.av().iter().collect();
+    let eb: Vec<_> = b.av().iter().collect();
+    assert_eq!(ea, eb);
+    assert_in_step(a.av());
+    assert_in_step(b.av());
+}
+
+#[test]
+fn second_handle_sees_the_same_fi_addrs_and_removals() {
+    let name = unique("share");
+    let mut a = open(attr(&name, 16)).unwrap();
+    assert!(a.segment_path().exists());
+    assert_eq!(a.attr().map_addr, 0, "the base fi_addr_t is returned");
+    assert_eq!(insert(&mut a, &[1, 2, 3, 4, 5]), [0, 1, 2, 3, 4]);
+
+    let mut b = open(attr(&name, 16)).unwrap();
+    assert_eq!(b.handles(), 2);
+    for (i, n) in (1..=5).enumerate() {
+        assert_eq!(lookup(&mut b, i as u64).unwrap(), peer_bytes(n));
+    }
+    assert_in_step(b.av());
+
+    // A removal by one handle frees the index in the other once it catches up, and the
+    // lowest free index is shared: b's insert takes it.
+    a.remove(&[1], 0).unwrap();
+    b.sync().unwrap();
+    assert_eq!(lookup(&mut b, 1).unwrap_err().errno, FiErrno::FI_EINVAL);
+    assert_eq!(insert(&mut b, &[9, 10]), [1, 5]);
+    assert_eq!(lookup(&mut a, 1).unwrap(), peer_bytes(9));
+    assert_eq!(lookup(&mut a, 5).unwrap(), peer_bytes(10));
+    assert_eq!(a.len().unwrap(), 6);
+    assert_same(&mut a, &mut b);
+
+    // A replaced address (removed and inserted again by the other handle) is replaced here.
+    b.remove(&[2], 0).unwrap();
+    assert_eq!(insert(&mut b, &[42]), [2]);
+    assert_eq!(lookup(&mut a, 2).unwrap(), peer_bytes(42));
+    assert_same(&mut a, &mut b);
+
+    // Every error of the plain AV still applies, and changes nothing.
+    let g = a.generation();
+    assert_eq!(a.remove(&[1, 1], 0).unwrap_err().errno, FiErrno::FI_EINVAL);
+    assert_eq!(a.remove(&[3, 15], 0).unwrap_err().errno, FiErrno::FI_EINVAL);
+    assert_eq!(a.remove(&[99], 0).unwrap_err().errno, FiErrno::FI_EINVAL);
+    assert_eq!(a.generation(), g);
+    assert_same(&mut a, &mut b);
+}
+
+#[test]
+fn read_only_handle_refuses_every_change() {
+    let name = unique("ro");
+    let mut a = open(attr(&name, 8)).unwrap();
+    insert(&mut a, &[1, 2]);
+    let mut r = open(AvAttr {
+        flags: FI_READ,
+        ..attr(&name, 8)
+    })
+    .unwrap();
+    assert!(r.is_read_only());
+    assert_eq!(lookup(&mut r, 1).unwrap(), peer_bytes(2));
+    let g = r.generation();
+    let bytes = peer_bytes(3);
+    let mut out = [0u64; 1];
+    let e = r.insert(&bytes, 1, Some(&mut out), 0).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EPERM);
+    assert!(e.message.contains("read-only"), "{e}");
+    assert_eq!(out[0], 0, "fi_addr untouched");
+    let e = r.remove(&[0], 0).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EPERM);
+    let e = r
+        .insertsvc("10.0.0.1", Some("7"), None, 0, None)
+        .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EPERM);
+    let e = r
+        .insertsym("10.0.0.1", 2, "7", 2, None, 0, None)
+        .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EPERM);
+    assert_eq!(r.generation(), g);
+    assert_eq!(r.len().unwrap(), 2);
+    // The writer's later changes still reach it.
+    a.remove(&[0], 0).unwrap();
+    assert_eq!(lookup(&mut r, 0).unwrap_err().errno, FiErrno::FI_EINVAL);
+    assert_in_step(r.av());
+}
+
+#[test]
+fn read_only_open_needs_an_existing_av() {
+    let name = unique("missing");
+    let e = open(AvAttr {
+        flags: FI_READ,
+        ..attr(&name, 8)
+    })
+    .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_ENOENT);
+    assert!(e.message.contains(&name), "{e}");
+    assert!(!segment::path_of(&name).exists(), "nothing was created");
+}
+
+#[test]
+fn attributes_must_match_the_existing_av() {
+    let name = unique("attrs");
+    let mut a = open(AvAttr {
+        rx_ctx_bits: 2,
+        ..attr(&name, 32)
+    })
+    .unwrap();
+    insert(&mut a, &[1]);
+    let base = AvAttr {
+        rx_ctx_bits: 2,
+        ..attr(&name, 32)
+    };
+    for (bad, names) in [
+        (AvAttr { count: 16, ..base }, "count 16"),
+        (
+            AvAttr {
+                rx_ctx_bits: 3,
+                ..base
+            },
+            "rx_ctx_bits 3",
+        ),
+        (AvAttr { job_id: 7, ..base }, "JobID 0x7"),
+        (
+            AvAttr {
+                flags: FI_READ,
+                job_id: 7,
+                ..base
+            },
+            "JobID",
+        ),
+    ] {
+        let e = open(bad).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EINVAL, "{e}");
+        assert!(e.message.contains(names), "{e} should name {names}");
+    }
+    assert_eq!(a.handles(), 1, "refused opens leave no reference behind");
+    // count 0 takes the AV's size.
+    let mut b = open(AvAttr { count: 0, ..base }).unwrap();
+    assert_eq!(b.capacity(), 32);
+    assert_eq!(b.attr().count, 32);
+    assert_eq!(lookup(&mut b, 0).unwrap(), peer_bytes(1));
+}
+
+#[test]
+fn open_refusals_name_their_attribute() {
+    let name = unique("refusals");
+    let e = open(AvAttr {
+        map_addr: 0x1000,
+        ..attr(&name, 8)
+    })
+    .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL);
+    assert!(e.message.contains("map_addr 0x1000"), "{e}");
+    for flags in [FI_EVENT, FI_AV_USER_ID] {
+        let e = open(AvAttr {
+            flags,
+            ..attr(&name, 8)
+        })
+        .unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EBADFLAGS, "{e}");
+    }
+    let e = open(AvAttr {
+        auth_key_size: FI_AV_AUTH_KEY,
+        ..attr(&name, 8)
+    })
+    .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_ENOSYS, "{e}");
+    assert!(e.message.contains("auth_key_size"), "{e}");
+    let e = open(AvAttr {
+        name: None,
+        ..attr(&name, 8)
+    })
+    .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL);
+    // The NIC callback's error comes back, and leaves no segment.
+    let e = NamedAv::<MemoryNicTable>::open(attr(&name, 8), LIMITS, |_| {
+        Err(FiError::new(FiErrno::FI_ENOSPC, "no NIC tables left"))
+    })
+    .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_ENOSPC);
+    assert!(!segment::path_of(&name).exists());
+    // A plain AV refuses a name instead of ignoring it.
+    let e = AddressVector::open(MemoryNicTable::new(8), attr(&name, 8), LIMITS).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL);
+}
+
+#[test]
+fn last_close_removes_the_segment() {
+    let name = unique("close");
+    let a = open(attr(&name, 8)).unwrap();
+    let path = a.segment_path().to_path_buf();
+    let mut b = open(attr(&name, 8)).unwrap();
+    insert(&mut b, &[1, 2, 3]);
+    drop(a);
+    assert!(path.exists(), "b still has it open");
+    assert_eq!(b.handles(), 1);
+    b.close().unwrap();
+    assert!(!path.exists(), "the last close unlinks it");
+    // The name now creates a new, empty AV.
+    let mut c = open(attr(&name, 4)).unwrap();
+    assert_eq!(c.len().unwrap(), 0);
+    assert_eq!(c.capacity(), 4);
+}
+
+#[test]
+fn a_refused_nic_write_reaches_nothing() {
+    let name = unique("nicfail");
+    let mut a = open(attr(&name, 8)).unwrap();
+    let mut b = open(attr(&name, 8)).unwrap();
+    insert(&mut a, &[1]);
+    b.sync().unwrap();
+    let g = a.generation();
+    a.nic_mut().fail_after(NicOp::Write, 0);
+    let buf = pack(&[peer_bytes(2), peer_bytes(3)]);
+    let mut out = [0u64; 2];
+    let mut status = [0i32; 2];
+    let e = a
+        .insert_with_status(&buf, 2, Some(&mut out), FI_SYNC_ERR, Some(&mut status))
+        .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EIO);
+    assert_eq!(out, [FI_ADDR_NOTAVAIL; 2]);
+    assert_eq!(status, [-5; 2]);
+    assert_eq!(a.generation(), g, "nothing committed");
+    assert_eq!(b.len().unwrap(), 1);
+    // The indices were given back: the next insert, from either handle, takes index 1.
+    assert_eq!(insert(&mut b, &[4]), [1]);
+    assert_same(&mut a, &mut b);
+}
+
+#[test]
+fn full_table_and_bad_addresses_fail_alone() {
+    let name = unique("full");
+    let mut a = open(attr(&name, 4)).unwrap();
+    let mut bad = peer_bytes(9);
+    bad[0] = 0x20;
+    let buf = pack(&[
+        peer_bytes(1),
+        bad,
+        peer_bytes(2),
+        peer_bytes(3),
+        peer_bytes(4),
+        peer_bytes(5),
+    ]);
+    let mut out = [0u64; 6];
+    let mut status = [0i32; 6];
+    let n = a
+        .insert_with_status(
+            &buf,
+            6,
+            Some(&mut out),
+            FI_SYNC_ERR | FI_MORE,
+            Some(&mut status),
+        )
+        .unwrap();
+    assert_eq!(n, 4);
+    assert_eq!(out, [0, FI_ADDR_NOTAVAIL, 1, 2, 3, FI_ADDR_NOTAVAIL]);
+    assert_eq!(status, [0, -22, 0, 0, 0, -28]);
+    assert_eq!(
+        a.av().pending_len(),
+        0,
+        "FI_MORE is a hint: the call completed"
+    );
+    assert_in_step(a.av());
+}
+
+#[test]
+fn string_forms_share_indices_too() {
+    let name = unique("strings");
+    let mut a = open(attr(&name, 16)).unwrap();
+    let mut b = open(attr(&name, 16)).unwrap();
+    let mut fa = 0u64;
+    assert_eq!(
+        a.insertsvc("10.0.0.9", Some("12"), Some(&mut fa), 0, None)
+            .unwrap(),
+        1
+    );
+    assert_eq!(fa, 0);
+    let mut out = [0u64; 4];
+    assert_eq!(
+        b.insertsym("10.0.1.1", 2, "5", 2, Some(&mut out), 0, None)
+            .unwrap(),
+        4
+    );
+    assert_eq!(out, [1, 2, 3, 4]);
+    assert_eq!(a.address(3).unwrap().pid_on_fep, 5);
+    assert_eq!(a.address(4).unwrap().fabric_addr.to_string(), "10.0.1.2");
+    assert_eq!(a.av().ranges().count(), 0, "members are single entries");
+    assert_same(&mut a, &mut b);
+}
+
+#[test]
+fn a_handle_that_fell_behind_the_log_rescans() {
+    let name = unique("behind");
+    let mut a = open(attr(&name, 8)).unwrap();
+    let mut b = open(attr(&name, 8)).unwrap();
+    insert(&mut a, &[1, 2, 3]);
+    b.sync().unwrap();
+    // More changes than the log holds while b looks away.
+    for k in 0..(LOG_RECORDS as u32 / 2 + 10) {
+        a.remove(&[1], 0).unwrap();
+        insert(&mut a, &[100 + k % 50]);
+    }
+    a.remove(&[2], 0).unwrap();
+    assert_same(&mut a, &mut b);
+    assert_eq!(lookup(&mut b, 2).unwrap_err().errno, FiErrno::FI_EINVAL);
+}
+
+#[test]
+fn handles_in_threads_never_share_an_index() {
+    let name = unique("threads");
+    let mut a = open(attr(&name, 512)).unwrap();
+    let n2 = name.clone();
+    let other = std::thread::spawn(move || {
+        let mut b = open(attr(&n2, 512)).unwrap();
+        let mut got = Vec::new();
+        for k in 0..100 {
+            got.extend(insert(&mut b, &[1000 + k]));
+        }
+        got
+    });
+    let mut mine = Vec::new();
+    for k in 0..100 {
+        mine.extend(insert(&mut a, &[2000 + k]));
+    }
+    let theirs = other.join().unwrap();
+    let mut all: Vec<u64> = mine.iter().chain(&theirs).copied().collect();
+    all.sort_unstable();
+    assert_eq!(
+        all,
+        (0..200).collect::<Vec<_>>(),
+        "200 distinct lowest indices"
+    );
+    for (i, &fa) in theirs.iter().enumerate() {
+        assert_eq!(lookup(&mut a, fa).unwrap(), peer_bytes(1000 + i as u32));
+    }
+    assert_in_step(a.av());
+}
+
+/// Write one header word of the segment file (the layout `segment` documents).
+fn poke(path: &std::path::Path, byte: u64, value: u64) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.write_at(&value.to_le_bytes(), byte).unwrap();
+}
+
+#[test]
+fn a_writer_that_died_mid_change_is_repaired() {
+    let name = unique("repair");
+    let mut a = open(attr(&name, 8)).unwrap();
+    let mut b = open(attr(&name, 8)).unwrap();
+    insert(&mut a, &[1, 2, 3]);
+    b.sync().unwrap();
+    // A process died after taking index 3 (its bitmap bit) and before writing its slot: the
+    // writer word (header word 17) still names it.
+    let path = a.segment_path().to_path_buf();
+    poke(&path, 512, 0b1111);
+    poke(&path, 17 * 8, 4_000_000);
+    // Bump the generation (word 10) as if the dead writer had, so b looks.
+    let g = a.generation();
+    poke(&path, 10 * 8, g + 1);
+    b.sync().unwrap();
+    assert!(b.generation() > g + 1, "the repair is a change of its own");
+    assert_eq!(b.len().unwrap(), 3);
+    assert_eq!(
+        insert(&mut b, &[4]),
+        [3],
+        "the half-taken index is free again"
+    );
+    assert_same(&mut a, &mut b);
+}
+
+#[test]
+fn insert_at_places_where_told_and_refuses_bad_indices() {
+    let mut av = common::open(8);
+    av.insert_at(5, &peer_bytes(1)).unwrap();
+    assert_eq!(av.pending_len(), 1, "the record waits for flush");
+    av.flush().unwrap();
+    assert_eq!(av.address_bytes(5), Some(peer_bytes(1)));
+    assert_eq!(av.address_bytes(4), None);
+    for (index, bytes, names) in [
+        (5, peer_bytes(2), "in use"),
+        (8, peer_bytes(2), "outside"),
+        (6, [0x20; ADDR_LEN], "index 6"),
+    ] {
+        let e = av.insert_at(index, &bytes).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EINVAL);
+        assert!(e.message.contains(names), "{e} should say {names}");
+    }
+    // The indices it skipped stay free, lowest first.
+    let mut out = [0u64; 1];
+    av.insert(&peer_bytes(3), 1, Some(&mut out), 0).unwrap();
+    assert_eq!(out, [0]);
+    assert_eq!(av.len(), 2);
+    assert_in_step(&av);
+}
