@@ -20,7 +20,7 @@
 //! | `op_context` | the context given when posting |
 //! | `flags` | see the table below |
 //! | `len` | bytes transferred: received (receives), sent (sends, writes) or read (reads) |
-//! | `buf` | multi-receive completions: the IOVA of the message's first byte in the buffer (buffer IOVA + [`MultiRecv::offset`]); otherwise 0 |
+//! | `buf` | multi-receive completions: the IOVA of the message's first byte in the buffer (buffer IOVA + [`crate::endpoint::MultiRecv::offset`]); otherwise 0 |
 //! | `data` | remote CQ data when `FI_REMOTE_CQ_DATA` is set; otherwise 0 |
 //! | `tag` | tagged receives: the message's match bits; otherwise 0 |
 //!
