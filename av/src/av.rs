@@ -41,6 +41,18 @@
 //!   one fails, the addresses of the earlier ones are removed and the rest stay.
 //! - **Receive-context bits.** `remove` and `lookup` accept an `fi_addr_t` built with
 //!   [`crate::fi_rx_addr`]: the top `rx_ctx_bits` bits are ignored.
+//! - **Peer groups** (libfabric 2.x). An AV opened with [`AvAttr::max_group_id`] > 0 (the
+//!   domain's `max_group_id`, at most the NIC's `CAP_PEER_GROUPS`) has peer groups: an
+//!   `fi_addr_t` is the index in bits 0–31 and the group in bits 32 to 63 − `rx_ctx_bits`
+//!   ([`crate::fi_group_addr`]), the receive context (if any) taking the top of the group field.
+//!   The bits that number `max_group_id` plus `rx_ctx_bits` must fit in 32, else `fi_av_open`
+//!   is `FI_EINVAL`. Inserts return group-0 addresses (the index); every call that takes an
+//!   `fi_addr_t` (`lookup`, `remove`, `straddr` of a looked-up address, user ids, AV sets)
+//!   ignores the group as it ignores the receive context, without checking it against
+//!   `max_group_id` — the NIC checks the group of every send. An AV without peer groups
+//!   (`max_group_id` 0) treats bits 32 and up as before: an `fi_addr_t` with them set names
+//!   an index beyond the table (`FI_EINVAL` from lookup and remove, `FI_EADDRNOTAVAIL` from a
+//!   send). Named AVs have no peer groups (`FI_EINVAL` at open).
 //! - **Unknown flag bits** are refused with `FI_EBADFLAGS` naming them. Bad arguments change
 //!   nothing: no pending batch is sent, no index is taken.
 //!
@@ -148,7 +160,7 @@ use core::fmt::Write as _;
 
 use tracing::{debug, warn};
 use uet_fwif::address::{ADDRESS_BYTES, ADDRESS_VERSION};
-use uet_fwif::admin::MAX_BATCH;
+use uet_fwif::admin::{AvCreateBody, MAX_BATCH};
 use uet_fwif::av_entry::MAX_JOB_ID;
 use uet_fwif::{AvWriteRecord, NicAvEntry, UetAddress};
 
@@ -226,6 +238,11 @@ pub struct AvAttr {
     pub auth_key_size: usize,
     /// The domain's `addr_format`: binary UET addresses or `FI_ADDR_STR` strings.
     pub addr_format: AddrFormat,
+    /// The domain's `max_group_id` (libfabric 2.x peer groups): the largest group id an
+    /// `fi_addr_t` of this AV may carry ([`crate::fi_group_addr`]). 0: no peer groups. At most
+    /// [`AvLimits::max_group_id`]; the bits that number it plus `rx_ctx_bits` must not exceed
+    /// 32 (see the module docs, *Peer groups*).
+    pub max_group_id: u32,
 }
 
 /// Longest [`AvName`] in bytes (`NAME_MAX`, the longest POSIX shared-memory name).
@@ -328,11 +345,14 @@ pub struct AvLimits {
     pub max_endpoints: u32,
     /// Auth keys an AV can hold: the slots of the NIC's auth-key table (`CAP_AUTH_KEY.slots`).
     pub max_auth_keys: u16,
+    /// Largest `max_group_id` an AV may have (`CAP_PEER_GROUPS.max_group_id`); 0: the NIC has
+    /// no peer groups.
+    pub max_group_id: u32,
 }
 
 impl AvLimits {
-    /// Limits with `max_entries` and `max_rx_ctx_bits`, and no bound on receive contexts or
-    /// endpoints beyond what those imply.
+    /// Limits with `max_entries` and `max_rx_ctx_bits`, and no bound on receive contexts,
+    /// endpoints or peer groups beyond what those imply.
     pub const fn new(max_entries: u32, max_rx_ctx_bits: u8) -> Self {
         AvLimits {
             max_entries,
@@ -340,6 +360,7 @@ impl AvLimits {
             max_rx_ctx: u64::MAX,
             max_endpoints: u32::MAX,
             max_auth_keys: uet_fwif::auth_key::MAX_AUTH_KEY_SLOTS,
+            max_group_id: u32::MAX,
         }
     }
 
@@ -367,6 +388,9 @@ impl AvAttr {
     /// | JobID | wider than 24 bits | `FI_EINVAL` |
     /// | `auth_key_size` | not 0, 4 or `FI_AV_AUTH_KEY` | `FI_EINVAL` |
     /// | `rx_ctx_bits` | above [`AUTH_KEY_MAX_RX_CTX_BITS`] with `FI_AV_AUTH_KEY` | `FI_EINVAL` |
+    /// | `max_group_id` | above the NIC's [`AvLimits::max_group_id`] | `FI_EINVAL` |
+    /// | `max_group_id`, `rx_ctx_bits` | the bits that number `max_group_id` plus `rx_ctx_bits` above 32 | `FI_EINVAL` |
+    /// | `max_group_id` | above [`AUTH_KEY_MAX_GROUP_ID`] with `FI_AV_AUTH_KEY` | `FI_EINVAL` |
     ///
     /// `type` is always valid here ([`av_type_from_c`] checks a C value); `map_addr` is
     /// ignored without a name. A name passes here; what a named AV checks besides is
@@ -424,6 +448,7 @@ impl AvAttr {
                 self.rx_ctx_bits
             )));
         }
+        self.check_groups(limits)?;
         let max = limits.max_entries as usize;
         let count = match self.count {
             0 => default_count(self.ep_per_node, max),
@@ -456,6 +481,56 @@ impl AvAttr {
         })
     }
 }
+
+impl AvAttr {
+    /// Whether the AV has peer groups (`max_group_id` > 0).
+    pub const fn peer_groups(&self) -> bool {
+        self.max_group_id != 0
+    }
+
+    /// The peer-group rows of [`AvAttr::resolve`].
+    fn check_groups(&self, limits: &AvLimits) -> Result<(), FiError> {
+        if !self.peer_groups() {
+            return Ok(());
+        }
+        if self.max_group_id > limits.max_group_id {
+            return Err(FiError::inval(if limits.max_group_id == 0 {
+                format!(
+                    "fi_av_open: max_group_id {}: the NIC has no peer groups (CAP_PEER_GROUPS)",
+                    self.max_group_id
+                )
+            } else {
+                format!(
+                    "fi_av_open: max_group_id {} exceeds the NIC's maximum of {} \
+                     (CAP_PEER_GROUPS)",
+                    self.max_group_id, limits.max_group_id
+                )
+            }));
+        }
+        let group_bits = AvCreateBody::group_bits(self.max_group_id);
+        if !AvCreateBody::groups_fit(self.max_group_id, self.rx_ctx_bits) {
+            return Err(FiError::inval(format!(
+                "fi_av_open: max_group_id {} needs {group_bits} group bits and rx_ctx_bits is \
+                 {}: together they exceed the 32 bits above the AV index (the receive context \
+                 takes the top of the group field)",
+                self.max_group_id, self.rx_ctx_bits
+            )));
+        }
+        if self.auth_key_size == FI_AV_AUTH_KEY && self.max_group_id > AUTH_KEY_MAX_GROUP_ID {
+            return Err(FiError::inval(format!(
+                "fi_av_open: max_group_id {} exceeds {AUTH_KEY_MAX_GROUP_ID} in an \
+                 FI_AV_AUTH_KEY domain (auth-key handles must stay apart from addresses)",
+                self.max_group_id
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Largest `max_group_id` of an AV that holds auth keys (`FI_AV_AUTH_KEY`): a group of at most
+/// 16 bits leaves bits 48–63 to the receive context (at most [`AUTH_KEY_MAX_RX_CTX_BITS`]), so
+/// no address with a group up to `max_group_id` takes the form of an auth-key handle.
+pub const AUTH_KEY_MAX_GROUP_ID: u32 = 0xFFFF;
 
 /// The table size of an AV opened with `count` 0: [`DEFAULT_AV_COUNT`] rounded up to whole
 /// nodes of `ep_per_node` endpoints, at most `max` (rounded down to whole nodes when that
@@ -611,13 +686,18 @@ impl<N: NicAvTable> AddressVector<N> {
         let attr = attr.resolve(&limits)?;
         let capacity = u32::try_from(attr.count)
             .map_err(|_| FiError::inval("fi_av_open: count does not fit in 32 bits"))?;
-        // resolve() keeps rx_ctx_bits below 64.
-        let index_mask = u64::MAX
-            .checked_shr(u32::from(attr.rx_ctx_bits))
-            .unwrap_or(0);
+        // resolve() keeps rx_ctx_bits below 64, and with peer groups within 32.
+        let index_mask = if attr.peer_groups() {
+            u64::from(u32::MAX)
+        } else {
+            u64::MAX
+                .checked_shr(u32::from(attr.rx_ctx_bits))
+                .unwrap_or(0)
+        };
         debug!(
             capacity,
             rx_ctx_bits = attr.rx_ctx_bits,
+            max_group_id = attr.max_group_id,
             job_id = attr.job_id,
             "AV opened"
         );
@@ -681,6 +761,16 @@ impl<N: NicAvTable> AddressVector<N> {
     /// `rx_ctx_bits` of the AV.
     pub fn rx_ctx_bits(&self) -> u8 {
         self.attr.rx_ctx_bits
+    }
+
+    /// The largest peer group id its `fi_addr_t` values may carry; 0 without peer groups.
+    pub fn max_group_id(&self) -> u32 {
+        self.attr.max_group_id
+    }
+
+    /// Whether the AV has peer groups (see the module docs).
+    pub fn peer_groups(&self) -> bool {
+        self.attr.peer_groups()
     }
 
     /// JobID stamped into NIC entries.
@@ -1611,7 +1701,8 @@ impl<N: NicAvTable> AddressVector<N> {
         Ok(self.user_ids.as_deref().and_then(|u| u.get(index)))
     }
 
-    /// The index `fi_addr` names, if it is in use. Receive-context bits are ignored.
+    /// The index `fi_addr` names, if it is in use. Receive-context bits, and on an AV with peer
+    /// groups the group, are ignored.
     pub fn index_of(&self, fi_addr: FiAddr) -> Result<u32, FiError> {
         self.slot_of(fi_addr).map(|(index, _)| index)
     }

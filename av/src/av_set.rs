@@ -106,6 +106,8 @@ pub struct AvSet {
     av_id: u64,
     id: u64,
     rx_ctx_bits: u8,
+    /// The AV has peer groups: indices are bits 0-31 of an `fi_addr_t`.
+    peer_groups: bool,
     capacity: usize,
     flags: u64,
     comm_key: Box<[u8]>,
@@ -195,6 +197,7 @@ impl AvSet {
             av_id: av.id(),
             id: NEXT_SET_ID.fetch_add(1, Ordering::Relaxed),
             rx_ctx_bits: av.rx_ctx_bits(),
+            peer_groups: av.peer_groups(),
             capacity,
             flags: attr.flags,
             comm_key: attr.comm_key.clone().into_boxed_slice(),
@@ -286,12 +289,14 @@ impl AvSet {
         }
     }
 
-    /// The member index `fi_addr` names (receive-context bits stripped), if it could be one.
+    /// The member index `fi_addr` names (receive-context and group bits stripped), if it could
+    /// be one.
     fn member_index(&self, fi_addr: FiAddr) -> Option<u32> {
         if fi_addr == FI_ADDR_NOTAVAIL {
             return None;
         }
-        u32::try_from(crate::flags::fi_addr_strip_rx(fi_addr, self.rx_ctx_bits)).ok()
+        let index = crate::flags::fi_addr_index(fi_addr, self.rx_ctx_bits, self.peer_groups);
+        u32::try_from(index).ok()
     }
 
     fn same_av(&self, call: &str, other_av: u64) -> Result<(), FiError> {

@@ -136,6 +136,26 @@ pub const fn fi_addr_strip_rx(fi_addr: FiAddr, rx_ctx_bits: u8) -> FiAddr {
     fi_addr & (u64::MAX >> rx_ctx_bits)
 }
 
+/// The peer group an `fi_addr_t` names on an AV with peer groups and `rx_ctx_bits`
+/// receive-context bits: bits 32 to 63 − `rx_ctx_bits` (the receive context takes the top of
+/// the group field; see [`fi_addr_index`]).
+pub const fn fi_group_id(fi_addr: FiAddr, rx_ctx_bits: u8) -> u32 {
+    let rest = fi_addr_strip_rx(fi_addr, rx_ctx_bits);
+    (rest >> 32) as u32
+}
+
+/// The AV index part of an `fi_addr_t`. Without peer groups: everything below the top
+/// `rx_ctx_bits` receive-context bits ([`fi_addr_strip_rx`]). With peer groups: bits 0–31; bits
+/// 32–63 hold the group ([`fi_group_addr`]) with the receive context in their top
+/// `rx_ctx_bits`, which an AV with peer groups keeps within 32 bits together with the group.
+pub const fn fi_addr_index(fi_addr: FiAddr, rx_ctx_bits: u8, peer_groups: bool) -> FiAddr {
+    if peer_groups {
+        fi_addr & (u32::MAX as u64)
+    } else {
+        fi_addr_strip_rx(fi_addr, rx_ctx_bits)
+    }
+}
+
 /// `enum fi_av_type`, with libfabric's values.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[repr(i32)]
@@ -191,6 +211,18 @@ mod tests {
         assert_eq!(fi_addr_strip_rx(fi_rx_addr(5, 15, 4), 4), 5);
         assert_eq!(fi_addr_strip_rx(7, 0), 7);
         assert_eq!(fi_group_addr(9, 0xabc), (0xabcu64 << 32) | 9);
+    }
+
+    #[test]
+    fn group_and_receive_context_share_the_high_word() {
+        // 4 receive-context bits on top, the group below them, the index in bits 0-31.
+        let a = fi_rx_addr(fi_group_addr(9, 0x0ABC_DEF1), 5, 4);
+        assert_eq!(fi_group_id(a, 4), 0x0ABC_DEF1);
+        assert_eq!(fi_rx_index(a, 4), 5);
+        assert_eq!(fi_addr_index(a, 4, true), 9);
+        // Without peer groups the high bits are index bits, as before.
+        assert_eq!(fi_addr_index(fi_group_addr(9, 1), 0, false), (1 << 32) | 9);
+        assert_eq!(fi_addr_index(fi_group_addr(9, 1), 0, true), 9);
     }
 
     #[test]

@@ -78,18 +78,18 @@ pub use addr_str::{
 pub use av::{
     address_string, av_type_from_c, is_auth_key_addr, rx_ctx_bits_from_c, straddr, AddrFormat,
     AddressVector, AuthKeyInfo, AuthKeyMismatch, AvAttr, AvCloseError, AvLimits, AvMismatch,
-    AvName, WithContext, ADDR_LEN, AUTH_KEY_ADDR_BASE, AUTH_KEY_MAX_RX_CTX_BITS, AV_NAME_MAX,
-    DEFAULT_AV_COUNT, MAX_WRITES_IN_FLIGHT,
+    AvName, WithContext, ADDR_LEN, AUTH_KEY_ADDR_BASE, AUTH_KEY_MAX_GROUP_ID,
+    AUTH_KEY_MAX_RX_CTX_BITS, AV_NAME_MAX, DEFAULT_AV_COUNT, MAX_WRITES_IN_FLIGHT,
 };
 pub use av_set::{is_av_set_addr, AvSet, AvSetAttr, AV_SET_ADDR_BASE, AV_SET_FLAGS};
 pub use errno::{FiErrno, FiError};
 pub use event::{AvEvent, AvEventSink, AvProgress};
 pub use flags::{
-    fi_addr_strip_rx, fi_group_addr, fi_rx_addr, fi_rx_index, AvType, FiAddr, FI_ADDR_NOTAVAIL,
-    FI_ADDR_UNSPEC, FI_ALLGATHER_SET, FI_ALLREDUCE_SET, FI_ALLTOALL_SET, FI_AUTH_KEY,
-    FI_AV_AUTH_KEY, FI_AV_USER_ID, FI_BARRIER_SET, FI_BROADCAST_SET, FI_EVENT, FI_GATHER_SET,
-    FI_MORE, FI_READ, FI_REDUCE_SCATTER_SET, FI_REDUCE_SET, FI_SCATTER_SET, FI_SYMMETRIC,
-    FI_SYNC_ERR, FI_UNIVERSE,
+    fi_addr_index, fi_addr_strip_rx, fi_group_addr, fi_group_id, fi_rx_addr, fi_rx_index, AvType,
+    FiAddr, FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC, FI_ALLGATHER_SET, FI_ALLREDUCE_SET, FI_ALLTOALL_SET,
+    FI_AUTH_KEY, FI_AV_AUTH_KEY, FI_AV_USER_ID, FI_BARRIER_SET, FI_BROADCAST_SET, FI_EVENT,
+    FI_GATHER_SET, FI_MORE, FI_READ, FI_REDUCE_SCATTER_SET, FI_REDUCE_SET, FI_SCATTER_SET,
+    FI_SYMMETRIC, FI_SYNC_ERR, FI_UNIVERSE,
 };
 pub use index_alloc::IndexAllocator;
 pub use named::{NamedAv, NamedAvCloseError};

@@ -136,7 +136,8 @@ impl<N: NicAvTable> NamedAv<N> {
     ///
     /// Errors (nothing created, the NIC table dropped): `FI_EINVAL` without a name, with a
     /// `map_addr` other than 0, or with a `count`, `rx_ctx_bits` or JobID that differs from the
-    /// existing AV's (naming the attribute); `FI_EBADFLAGS` for `FI_EVENT` or `FI_AV_USER_ID`;
+    /// existing AV's (naming the attribute), or with peer groups (`max_group_id` > 0: the
+    /// shared segment records no group limit); `FI_EBADFLAGS` for `FI_EVENT` or `FI_AV_USER_ID`;
     /// `FI_ENOENT` with `FI_READ` when the AV does not exist; `FI_EACCES` when the segment's
     /// permissions refuse this process; every error of [`AvAttr::resolve`]; what `nic` returns;
     /// `FI_EIO` when the NIC refuses the AV's entries.
@@ -168,6 +169,14 @@ impl<N: NicAvTable> NamedAv<N> {
                     name.as_str()
                 ),
             ));
+        }
+        if attr.max_group_id != 0 {
+            return Err(FiError::inval(format!(
+                "fi_av_open: named AV '{}': max_group_id {}: named AVs have no peer groups \
+                 (open an AV without a name, or pass max_group_id 0)",
+                name.as_str(),
+                attr.max_group_id
+            )));
         }
         if attr.map_addr != 0 {
             return Err(FiError::inval(format!(

@@ -49,12 +49,20 @@ pub struct AvTableHandle {
     nic: Arc<NicInner>,
     handle: u32,
     capacity: u32,
+    /// AV_CREATE `max_group_id`: the peer groups endpoints bound to the table receive.
+    max_group_id: u32,
 }
 
 impl AvTableHandle {
     /// The NIC's handle for the table.
     pub fn handle(&self) -> u32 {
         self.handle
+    }
+
+    /// The largest peer group id the table accepts (AV_CREATE `max_group_id`); 0 without
+    /// peer groups.
+    pub fn max_group_id(&self) -> u32 {
+        self.max_group_id
     }
 
     /// Entries the table holds.
@@ -421,6 +429,7 @@ impl Nic {
             max_rx_ctx: u64::from(caps.max_rx_ctx),
             max_endpoints: u32::from(caps.endpoints),
             max_auth_keys: caps.auth_key_slots,
+            max_group_id: caps.max_group_id,
         }
     }
 
@@ -460,6 +469,7 @@ impl Nic {
         let mut body = AvCreateBody::new_zeroed();
         body.capacity = U32::new(attr.count as u32);
         body.rx_ctx_bits = attr.rx_ctx_bits;
+        body.max_group_id = U32::new(attr.max_group_id);
         let result = self
             .inner
             .execute(Command::AvCreate(body))
@@ -468,6 +478,7 @@ impl Nic {
             nic: self.inner.clone(),
             handle: result.result0,
             capacity: attr.count as u32,
+            max_group_id: attr.max_group_id,
         });
         // On a later failure the table handle drops and AV_DESTROY removes the NIC table.
         Ok(NicAv { table })

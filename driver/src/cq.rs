@@ -352,6 +352,9 @@ pub fn err_text(local: LocalStatus, rc: Option<ReturnCode>) -> &'static str {
         }
         LocalStatus::BadDescriptor => "the NIC refused a malformed descriptor",
         LocalStatus::Unreachable => "no NIC answers at the destination fabric address",
+        LocalStatus::BadGroup => {
+            "the destination fi_addr names a peer group above the AV's max_group_id; nothing was sent"
+        }
         LocalStatus::Remote => match rc {
             Some(ReturnCode::BadJobId) => "target: RC_BAD_JOB_ID, no endpoint of this JobID there",
             Some(ReturnCode::BadPid) => {

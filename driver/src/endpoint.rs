@@ -22,6 +22,8 @@
 //! | `fi_recv` | [`Endpoint::post_recv`] | RX |
 //! | `fi_recvmsg` with `FI_MULTI_RECV` | [`Endpoint::post_recv_multi`] | RX, multi-receive |
 //! | `fi_trecv` | [`Endpoint::post_trecv`] | tagged RX |
+//! | `fi_recv` with `src_addr` = `fi_group_addr(FI_ADDR_UNSPEC, g)` | [`Endpoint::post_recv_group`] | RX, group `g` |
+//! | `fi_trecv` with `src_addr` = `fi_group_addr(FI_ADDR_UNSPEC, g)` | [`Endpoint::post_trecv_group`] | tagged RX, group `g` |
 //! | `fi_cq_read` | [`Endpoint::poll`] (every completion), [`Endpoint::cq_read`] (successes; `FI_EAVAIL` at an error) | completion |
 //! | `fi_cq_readerr` | [`Endpoint::cq_readerr`] | completion |
 //! | `fi_setopt(FI_OPT_MIN_MULTI_RECV)` | [`Endpoint::set_min_multi_recv`] | — |
@@ -51,6 +53,27 @@
 //!
 //! Tagged receives have no multi-receive form: `fi_tagged(3)` gives `fi_trecvmsg` no
 //! `FI_MULTI_RECV` flag, and [`Endpoint::post_trecv_multi`] refuses with `FI_EOPNOTSUPP`.
+//!
+//! ## Peer groups
+//!
+//! An endpoint bound to an AV opened with `max_group_id` > 0 has peer groups (libfabric 2.x;
+//! the datasheet is `uet_fwif::datapath`, *Peer groups*). Sends need nothing new: the
+//! destination `fi_addr_t` carries the group (`fi_group_addr(fi_addr, g)`), and the NIC
+//! decodes it and marks the message; a group above the AV's `max_group_id` completes the send
+//! with `FI_EINVAL` and nothing leaves the NIC. A receive names its group with
+//! [`Endpoint::post_recv_group`] or [`Endpoint::post_trecv_group`] — libfabric's `src_addr` of
+//! `fi_group_addr(FI_ADDR_UNSPEC, g)` — and takes messages of that group only; a receive
+//! posted without one ([`Endpoint::post_recv`], [`Endpoint::post_trecv`]) is a receive for
+//! group 0, since fi_av(3) requires a posted buffer's group to match the message's. The NIC
+//! matches across groups out of posting order (a message of group 2 takes a group-2 buffer
+//! posted after a waiting group-1 buffer); an untagged message of a group with no posted
+//! buffer is refused (the sender's send completes `FI_ENORX`), a tagged one waits on the
+//! NIC's unexpected list. [`CqEvent::group`] reports a received message's group. A group
+//! above the AV's `max_group_id` (or any group but 0 on an endpoint without peer groups) is
+//! refused at posting with `FI_EINVAL`. Multi-receive buffers are not available on an
+//! endpoint with peer groups (`FI_EOPNOTSUPP`). Because the NIC completes untagged receives
+//! out of posting order there, a receive still waiting for its group keeps its RX ring entry:
+//! posting reports the ring full when the next entry is such a receive.
 //!
 //! ## Completion formats and errors
 //!
@@ -104,7 +127,7 @@ use uet_av::{FiAddr, FiErrno, FiError};
 use uet_fwif::address::{AddressingMode, UetAddress};
 use uet_fwif::admin::{
     BufferBody, Command, ContextCreateBody, EndpointCreateBody, Status, CTX_ROLE_CONTROL,
-    CTX_ROLE_RX, CTX_ROLE_TX, EP_FLAG_ABSOLUTE, EP_FLAG_DGRAM,
+    CTX_ROLE_RX, CTX_ROLE_TX, EP_FLAG_ABSOLUTE, EP_FLAG_DGRAM, EP_FLAG_PASSIVE,
 };
 use uet_fwif::auth_key::EndpointAuthKeysBody;
 use uet_fwif::counters::RETURN_CODES;
@@ -271,6 +294,8 @@ pub struct CqEvent {
     pub src_addr: u64,
     /// Tagged receive: the match bits the message carried (`fi_cq_tagged_entry.tag`).
     pub tag: u64,
+    /// Receive: the peer group of the message (0 on an endpoint without peer groups).
+    pub group: u32,
     /// `None` on success.
     pub error: Option<CqError>,
     /// The posted buffer, returned (`None` for a send posted by IOVA or an inject). After a
@@ -422,6 +447,9 @@ pub struct Endpoint {
     pub(crate) cm: Option<crate::cm::CmLink>,
     /// Auth-key slots granted to the endpoint (counted in `NicInner::auth_grants`).
     auth_slots: Vec<u16>,
+    /// The largest peer group its receives may name (the bound AV's `max_group_id`); 0
+    /// without peer groups, and always for a passive endpoint or a control channel.
+    max_group_id: u32,
 }
 
 fn align_page(x: usize) -> usize {
@@ -639,7 +667,7 @@ impl Nic {
             ri_count: (result.result1 >> 16) as u16,
             initiator,
         };
-        let endpoint = self.assemble(
+        let mut endpoint = self.assemble(
             set,
             handle,
             address,
@@ -649,6 +677,9 @@ impl Nic {
             av_table,
             attr.cq_format,
         );
+        if extra_flags & EP_FLAG_PASSIVE != 0 {
+            endpoint.max_group_id = 0; // the NIC gives a listener no peer groups
+        }
         if let Err(e) = address.validate() {
             return Err(DriverError::AdminProtocol(format!(
                 "ENDPOINT_CREATE returned an invalid address: {e}"
@@ -711,6 +742,10 @@ impl Nic {
         cq_format: CqFormat,
     ) -> Endpoint {
         let caps = self.capabilities();
+        let max_group_id = match av.as_ref() {
+            Some(t) if roles != CTX_ROLE_CONTROL => t.max_group_id(),
+            _ => 0,
+        };
         Endpoint {
             nic: self.inner.clone(),
             _av: av,
@@ -741,6 +776,7 @@ impl Nic {
             },
             cm: None,
             auth_slots: Vec::new(),
+            max_group_id,
         }
     }
 }
@@ -1232,7 +1268,52 @@ impl Endpoint {
         buffer: DmaBuffer,
         context: u64,
     ) -> Result<(), (DriverError, DmaBuffer)> {
-        self.post_rx(buffer, context, None)
+        self.post_rx(buffer, context, None, 0)
+    }
+
+    /// `fi_recv` with `src_addr` = `fi_group_addr(FI_ADDR_UNSPEC, group)` (libfabric 2.x
+    /// peer groups): post a buffer for one incoming untagged message of peer group `group`.
+    /// It takes no message of another group, and messages of other groups never wait for it.
+    /// `FI_EINVAL` when `group` is above the bound AV's `max_group_id` (on an endpoint without
+    /// peer groups: any group but 0). On error the buffer comes back.
+    pub fn post_recv_group(
+        &mut self,
+        buffer: DmaBuffer,
+        group: u32,
+        context: u64,
+    ) -> Result<(), (DriverError, DmaBuffer)> {
+        if let Err(e) = self.check_group(group) {
+            return Err((e, buffer));
+        }
+        self.post_rx(buffer, context, None, group)
+    }
+
+    /// The largest peer group id a receive may name: the bound AV's `max_group_id`, 0
+    /// without peer groups.
+    pub fn max_group_id(&self) -> u32 {
+        self.max_group_id
+    }
+
+    /// Whether the endpoint has peer groups (its AV was opened with `max_group_id` > 0).
+    pub fn has_peer_groups(&self) -> bool {
+        self.max_group_id != 0
+    }
+
+    fn check_group(&self, group: u32) -> Result<(), DriverError> {
+        if group <= self.max_group_id {
+            return Ok(());
+        }
+        Err(DriverError::InvalidArgument(if self.max_group_id == 0 {
+            format!(
+                "peer group {group}: the endpoint has no peer groups (its AV was opened with \
+                 max_group_id 0)"
+            )
+        } else {
+            format!(
+                "peer group {group} is above the AV's max_group_id {}",
+                self.max_group_id
+            )
+        }))
     }
 
     /// `fi_recvmsg` with `FI_MULTI_RECV`: post `buffer` for several untagged messages. The
@@ -1249,6 +1330,14 @@ impl Endpoint {
         min_free: Option<usize>,
         context: u64,
     ) -> Result<(), (DriverError, DmaBuffer)> {
+        if self.has_peer_groups() {
+            let e = DriverError::Unsupported(
+                "FI_MULTI_RECV: multi-receive buffers are not available on an endpoint with \
+                 peer groups (the NIC matches its untagged receives by group)"
+                    .into(),
+            );
+            return Err((e, buffer));
+        }
         let min_free = min_free.unwrap_or(self.min_multi_recv);
         let Ok(min_free) = u32::try_from(min_free) else {
             let e = DriverError::InvalidArgument(format!(
@@ -1256,7 +1345,7 @@ impl Endpoint {
             ));
             return Err((e, buffer));
         };
-        self.post_rx(buffer, context, Some(min_free))
+        self.post_rx(buffer, context, Some(min_free), 0)
     }
 
     /// `fi_trecvmsg` with `FI_MULTI_RECV`: refused with `FI_EOPNOTSUPP`. `fi_tagged(3)` gives
@@ -1306,12 +1395,14 @@ impl Endpoint {
         self.cq_format = format;
     }
 
-    /// Post an RX descriptor: one message, or with `min_free` a multi-receive buffer.
+    /// Post an RX descriptor: one message of peer group `group` (already checked), or with
+    /// `min_free` a multi-receive buffer.
     fn post_rx(
         &mut self,
         mut buffer: DmaBuffer,
         context: u64,
         min_free: Option<u32>,
+        group: u32,
     ) -> Result<(), (DriverError, DmaBuffer)> {
         if !self.can_rx() {
             let e = DriverError::Unsupported(
@@ -1328,6 +1419,7 @@ impl Endpoint {
         d.buf = U64::new(buffer.iova());
         d.len = U32::new(buffer.capacity() as u32);
         d.context = U64::new(u64::from(slot));
+        d.group = U32::new(group);
         let multi = min_free.map(|m| {
             d.flags = U32::new(RX_FLAG_MULTI_RECV);
             d.min_free = U32::new(m);
@@ -1365,9 +1457,41 @@ impl Endpoint {
     /// receive at once. On error the buffer comes back.
     pub fn post_trecv(
         &mut self,
+        buffer: DmaBuffer,
+        tag: u64,
+        ignore: u64,
+        context: u64,
+    ) -> Result<(), (DriverError, DmaBuffer)> {
+        self.post_trx(buffer, tag, ignore, 0, context)
+    }
+
+    /// `fi_trecv` with `src_addr` = `fi_group_addr(FI_ADDR_UNSPEC, group)` (libfabric 2.x
+    /// peer groups): as [`Endpoint::post_trecv`], for a tagged message of peer group `group`
+    /// only. Matching is by group and tag; a message of the group that arrived first waits on
+    /// the NIC's unexpected list and completes this receive at once. `FI_EINVAL` when `group`
+    /// is above the bound AV's `max_group_id` (on an endpoint without peer groups: any group
+    /// but 0). On error the buffer comes back.
+    pub fn post_trecv_group(
+        &mut self,
+        buffer: DmaBuffer,
+        tag: u64,
+        ignore: u64,
+        group: u32,
+        context: u64,
+    ) -> Result<(), (DriverError, DmaBuffer)> {
+        if let Err(e) = self.check_group(group) {
+            return Err((e, buffer));
+        }
+        self.post_trx(buffer, tag, ignore, group, context)
+    }
+
+    /// Post a tagged RX descriptor for peer group `group` (already checked).
+    fn post_trx(
+        &mut self,
         mut buffer: DmaBuffer,
         tag: u64,
         ignore: u64,
+        group: u32,
         context: u64,
     ) -> Result<(), (DriverError, DmaBuffer)> {
         if !self.can_rx() {
@@ -1398,6 +1522,7 @@ impl Endpoint {
         d.context = U64::new(u64::from(ctx));
         d.tag = U64::new(tag);
         d.ignore = U64::new(ignore);
+        d.group = U32::new(group);
         let off = ring.offset + usize::from(ring.tail) * TRX_DESC;
         if let Err(e) = region.write_obj(off, &d) {
             slab.free.push(ctx);
@@ -1605,6 +1730,7 @@ impl Endpoint {
             data: c.data.get(),
             src_addr: c.src_addr.get(),
             tag: c.tag.get(),
+            group: c.group.get(),
             error,
             buffer,
             multi_recv: None,
@@ -1656,6 +1782,7 @@ impl Endpoint {
             data: c.data.get(),
             src_addr: c.src_addr.get(),
             tag: 0,
+            group: c.group.get(),
             error: cq_error(c, local, return_code),
             buffer,
             multi_recv: Some(MultiRecv {

@@ -26,7 +26,7 @@ pub fn completion_errno(local: LocalStatus, rc: Option<ReturnCode>) -> FiErrno {
         LocalStatus::AddrNotAvail => FiErrno::FI_EADDRNOTAVAIL,
         LocalStatus::DmaFault => FiErrno::FI_EFAULT,
         LocalStatus::Truncated => FiErrno::FI_ETRUNC,
-        LocalStatus::BadDescriptor => FiErrno::FI_EINVAL,
+        LocalStatus::BadDescriptor | LocalStatus::BadGroup => FiErrno::FI_EINVAL,
         LocalStatus::Unreachable => FiErrno::FI_EHOSTUNREACH,
         LocalStatus::Remote => match rc {
             Some(ReturnCode::BadJobId | ReturnCode::PermViolation | ReturnCode::BadMkey) => {

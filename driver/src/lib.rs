@@ -13,6 +13,7 @@
 //! | `fi_eq` | [`EventQueue`] | — |
 //! | registered buffers | [`DmaPool`], [`DmaBuffer`] | memory mapped for DMA |
 //! | `fi_mr` | [`MemoryRegion`] | a memory region bound to an RMA resource index (MR_REGISTER) |
+//! | peer groups (`fi_group_addr`, domain `max_group_id`) | `AvAttr::max_group_id`, [`Endpoint::post_recv_group`], [`Endpoint::post_trecv_group`], [`CqEvent::group`] | AV_CREATE `max_group_id`, the group in SES requests, matching by group (`CAP_PEER_GROUPS`) |
 //!
 //! Backends implement [`Device`]; the in-process simulator backend is [`backend::sim`]
 //! (feature `sim`, on by default).

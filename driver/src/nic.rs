@@ -4,10 +4,10 @@
 //!
 //! 1. `ID`: all ones means the function is gone; anything but `0xFFFE:0x0001` is not ours.
 //! 2. `REVISION.interface_major` must equal the driver's [`uet_regs::INTERFACE_MAJOR`], and
-//!    `interface_minor` be at least [`REQUIRED_INTERFACE_MINOR`]: the driver speaks the 1.6
-//!    interface (64-byte completions with buffer offset and overflow, tagged RX ring,
-//!    contexts, datagram and passive endpoints, the control channel, multi-receive buffers)
-//!    only.
+//!    `interface_minor` be at least [`REQUIRED_INTERFACE_MINOR`]: the driver speaks the 1.7
+//!    interface (64-byte completions with buffer offset, overflow and peer group, tagged RX
+//!    ring, contexts, datagram and passive endpoints, the control channel, multi-receive
+//!    buffers, peer groups) only.
 //! 3. `FUNCTION_RESET.reset = 1`, then wait for `DEV_STATUS.ready`: start from a known state
 //!    whatever a previous owner left behind.
 //! 4. Read the capability registers `CAP_*`.
@@ -32,8 +32,8 @@ use uet_fwif::admin::{BufferBody, Command};
 use uet_fwif::identify::IdentifyData;
 use uet_regs::{
     DevCtrl, FunctionReset, Mmio, RegisterAccess, CAP_AUTH_KEY, CAP_AV, CAP_AV_ENTRIES, CAP_EP,
-    CAP_MAX_MSG, CAP_PID_ON_FEP, CAP_PROFILES, CAP_QUEUES, CAP_RESOURCE_INDEX, CAP_TAGGED,
-    DEV_CTRL, DEV_STATUS, FATAL_ERROR, FUNCTION_RESET, FW_VERSION, ID, REVISION,
+    CAP_MAX_MSG, CAP_PEER_GROUPS, CAP_PID_ON_FEP, CAP_PROFILES, CAP_QUEUES, CAP_RESOURCE_INDEX,
+    CAP_TAGGED, DEV_CTRL, DEV_STATUS, FATAL_ERROR, FUNCTION_RESET, FW_VERSION, ID, REVISION,
 };
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::FromZeros;
@@ -43,7 +43,7 @@ use zerocopy::FromZeros;
 pub const AV_DOORBELL_INTERFACE_MINOR: u8 = 4;
 
 /// The oldest interface minor version the driver drives (see [`uet_regs::INTERFACE_MINOR`]).
-pub const REQUIRED_INTERFACE_MINOR: u8 = 6;
+pub const REQUIRED_INTERFACE_MINOR: u8 = 7;
 
 /// How long the driver waits for `DEV_STATUS.ready` after a reset.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(1);
@@ -98,6 +98,9 @@ pub struct Capabilities {
     /// Slots of the auth-key table (`CAP_AUTH_KEY.slots`, interface 1.3 and later; 0 on an
     /// older device, which has no auth keys).
     pub auth_key_slots: u16,
+    /// Largest peer group id an AV may allow (`CAP_PEER_GROUPS.max_group_id`, the libfabric
+    /// domain attribute `max_group_id`); 0: no peer groups.
+    pub max_group_id: u32,
 }
 
 impl Capabilities {
@@ -140,6 +143,7 @@ impl Capabilities {
             } else {
                 0
             },
+            max_group_id: bar.read(CAP_PEER_GROUPS),
         }
     }
 

@@ -353,7 +353,30 @@ pub struct AvCreateBody {
     /// Top bits of an `fi_addr_t` that select the peer's receive context (`fi_rx_addr`).
     pub rx_ctx_bits: u8,
     /// Reserved, zero.
-    pub reserved: [u8; 51],
+    pub reserved0: [u8; 3],
+    /// Peer groups (since interface 1.7): the largest group id the table accepts in a
+    /// destination `fi_addr_t`, at most `CAP_PEER_GROUPS.max_group_id`. 0: the table has no
+    /// peer groups and decodes `fi_addr_t` values as before 1.7. Otherwise the group id sits in
+    /// bits 32 to `63 - rx_ctx_bits` and the table index in bits 0–31; the bits that number
+    /// `max_group_id` plus `rx_ctx_bits` must not exceed 32 (else InvalidField). See
+    /// [`crate::datapath`], *Peer groups*.
+    pub max_group_id: U32,
+    /// Reserved, zero.
+    pub reserved: [u8; 44],
+}
+
+impl AvCreateBody {
+    /// Bits of the group field an AV created with `max_group_id` needs: the bits that number
+    /// `max_group_id` (0 for an AV without peer groups).
+    pub const fn group_bits(max_group_id: u32) -> u32 {
+        32 - max_group_id.leading_zeros()
+    }
+
+    /// Whether `max_group_id` and `rx_ctx_bits` fit together in the top 32 bits of an
+    /// `fi_addr_t` (always true without peer groups).
+    pub const fn groups_fit(max_group_id: u32, rx_ctx_bits: u8) -> bool {
+        max_group_id == 0 || Self::group_bits(max_group_id) + rx_ctx_bits as u32 <= 32
+    }
 }
 
 /// Bit of [`EndpointCreateBody::flags`]: the endpoint uses absolute addressing.
@@ -742,7 +765,11 @@ impl AdminCommand {
             Opcode::AvCreate => {
                 no_handle()?;
                 let b = AvCreateBody::read_from_bytes(&self.body).map_err(|_| Status::Internal)?;
+                reserved_clear(&b.reserved0)?;
                 reserved_clear(&b.reserved)?;
+                if !AvCreateBody::groups_fit(b.max_group_id.get(), b.rx_ctx_bits) {
+                    return Err(Status::InvalidField);
+                }
                 Command::AvCreate(b)
             }
             Opcode::AvDestroy => {
@@ -916,6 +943,12 @@ mod tests {
             Command::AvCreate(AvCreateBody {
                 capacity: U32::new(1024),
                 rx_ctx_bits: 2,
+                ..FromZeros::new_zeroed()
+            }),
+            Command::AvCreate(AvCreateBody {
+                capacity: U32::new(64),
+                rx_ctx_bits: 4,
+                max_group_id: U32::new(0x0FFF_FFFF),
                 ..FromZeros::new_zeroed()
             }),
             Command::AvWrite {
@@ -1097,6 +1130,19 @@ mod tests {
             .encode(0);
             assert_eq!(e.decode(), Err(Status::InvalidField));
         }
+        // Peer groups and receive contexts that do not fit together in bits 32-63.
+        for (max_group_id, rx_ctx_bits) in [(0x1_0000, 17), (u32::MAX, 1)] {
+            let e = Command::AvCreate(AvCreateBody {
+                capacity: U32::new(8),
+                rx_ctx_bits,
+                max_group_id: U32::new(max_group_id),
+                ..FromZeros::new_zeroed()
+            })
+            .encode(0);
+            assert_eq!(e.decode(), Err(Status::InvalidField));
+        }
+        assert!(AvCreateBody::groups_fit(0xFFFF, 16));
+        assert!(AvCreateBody::groups_fit(0, 64));
         let mut e = Command::EndpointAuthKeys {
             endpoint: 1,
             body: EndpointAuthKeysBody::new_zeroed(),

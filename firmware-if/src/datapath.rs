@@ -22,8 +22,8 @@
 //!
 //! | [`TxOpcode`] | SES request opcode | `buf`, `len` | `match_bits` | `remote_offset` | `data` |
 //! |---|---|---|---|---|---|
-//! | `SEND` 0x01 | SEND 0x05 | payload | 0 | 0 | remote CQ data |
-//! | `TAGGED_SEND` 0x02 | TAGGED_SEND 0x09 | payload | tag (SES bytes 24–31) | 0 | remote CQ data |
+//! | `SEND` 0x01 | SEND 0x05 | payload | 0 | 0; SES bytes 12–19 carry the peer group | remote CQ data |
+//! | `TAGGED_SEND` 0x02 | TAGGED_SEND 0x09 | payload | tag (SES bytes 24–31) | 0; SES bytes 12–19 carry the peer group | remote CQ data |
 //! | `WRITE` 0x03 | WRITE 0x01 | payload | memory key (SES bytes 24–31) | offset in the region (SES bytes 12–19) | 0 |
 //! | `READ` 0x04 | READ 0x02 | local destination | memory key | offset in the region | 0 |
 //!
@@ -145,6 +145,78 @@
 //! takes the oldest matching message of the unexpected list (in arrival order); only when none
 //! matches does it join the posted list. At most as many receives as the tagged RX ring has
 //! entries wait on the posted list; the NIC stops reading the ring while it is full.
+//!
+//! ## Peer groups (since interface 1.7)
+//!
+//! An AV created with `max_group_id` > 0 (AV_CREATE, at most `CAP_PEER_GROUPS.max_group_id`;
+//! libfabric 2.x peer groups, the domain attribute `max_group_id`) gives every `fi_addr_t` of
+//! its endpoints a group field, which `fi_group_addr(fi_addr, group)` fills:
+//!
+//! | bits | field |
+//! |---|---|
+//! | 0–31 | AV index |
+//! | 32 to 63 − `rx_ctx_bits` | group id |
+//! | 64 − `rx_ctx_bits` to 63 | receive context (`fi_rx_addr`) |
+//!
+//! The receive-context bits come out of the top of the group field, so the bits that number
+//! `max_group_id` plus `rx_ctx_bits` must not exceed 32: AV_CREATE refuses more with
+//! InvalidField (and the host's `fi_av_open` with `FI_EINVAL`). An AV with `max_group_id` 0
+//! has no group field and decodes an `fi_addr_t` as before 1.7: one with any bit of 32 to
+//! 63 − `rx_ctx_bits` set names an index beyond the table (`AddrNotAvail`).
+//!
+//! **Sending.** The TX engine takes the index from bits 0–31, ignoring the group, and the
+//! group from its field. An index that does not translate completes `AddrNotAvail` as before;
+//! then a group above the AV's `max_group_id` completes the descriptor [`LocalStatus::BadGroup`]
+//! (libfabric `FI_EINVAL`) and counts in `TX_BAD_GROUP`, `TX_ERRORS` and the endpoint's
+//! `tx_errors`: nothing is sent. Every packet of a SEND or TAGGED_SEND carries the group id in
+//! the SES standard request's `buffer_offset` field:
+//!
+//! | SES bytes | SEND, TAGGED_SEND | WRITE, READ |
+//! |---|---|---|
+//! | 12–15 | zero | `buffer_offset` bits 63–32 |
+//! | 16–19 | group id (big-endian, like every SES field) | `buffer_offset` bits 31–0 |
+//!
+//! Messages have no buffer offset of their own, and a sender without peer groups puts 0
+//! there: its messages are group 0. The tag (bytes 24–31) and the remote CQ data (bytes
+//! 32–39) are untouched, so tagged messages match on their full 64-bit tag within a group.
+//! WRITE and READ check the group like any descriptor but do not carry it (RMA does not
+//! match receive buffers). A control-channel SEND ([`TX_FLAG_CONTROL`]) carries group 0.
+//!
+//! **Receiving.** An endpoint, and each of its receive contexts, has peer groups when the AV
+//! bound to it at ENDPOINT_CREATE has (a passive endpoint and a control channel never have).
+//! For a SEND or TAGGED_SEND at the target:
+//!
+//! * SES bytes 12–15 not zero: malformed (`RX_MALFORMED`, dropped unanswered); a packet whose
+//!   group differs from the one its message opened with: malformed.
+//! * An endpoint without peer groups accepts group 0 only, an endpoint with peer groups the
+//!   groups 0 to its AV's `max_group_id`. Any other group is refused RC_UNDELIVERABLE and
+//!   counted in `RX_BAD_GROUP` and the endpoint's `rejected[RC_UNDELIVERABLE]`.
+//! * **Untagged.** An endpoint with peer groups reads its RX ring as soon as the doorbell
+//!   moves its tail (while its completion ring has room): each [`RxDescriptor`] joins the
+//!   endpoint's posted list, in posting order, and frees its ring entry. A message takes the
+//!   oldest posted descriptor whose `group` equals its own, whatever descriptors of other
+//!   groups were posted before it, so groups never hold each other up. A message of a group
+//!   with no posted descriptor is handled as an untagged message that finds no buffer: refused
+//!   RC_UNDELIVERABLE and counted in `RX_NO_BUFFER` (untagged messages have no unexpected
+//!   list). A descriptor whose `group` is above the AV's `max_group_id`, that has
+//!   [`RX_FLAG_MULTI_RECV`] (multi-receive buffers and peer groups do not combine in 1.7), or
+//!   whose undefined bits are set completes `BadDescriptor` when the NIC reads it.
+//! * **Tagged.** A [`TaggedRxDescriptor`] matches a message when the tags match and
+//!   `group` equals the message's. Unexpected messages keep their group; a newly posted
+//!   tagged receive takes the oldest unexpected message of its group whose tag it matches. A
+//!   tagged message of a group with no matching posted receive waits on the unexpected list
+//!   (`RX_UNEXPECTED`) within its bounds, as any tagged message does. A tagged receive whose
+//!   `group` is above the AV's `max_group_id` completes `BadDescriptor`.
+//! * A receive posted without a group (`group` 0) takes messages of group 0 only. fi_av(3)
+//!   says posted receive buffers must have a matching group id: the driver therefore gives a
+//!   receive without a group the group id 0, never "any group", so a message of group 2
+//!   cannot land in a buffer that was not posted for it. Messages of a sender whose AV has no
+//!   peer groups are group 0 and reach such receives.
+//! * The receive completion reports the message's group in [`Completion::group`] (0 at an
+//!   endpoint without peer groups).
+//!
+//! On an endpoint without peer groups the descriptors' `group` fields must be zero (they
+//! were reserved before 1.7), else the descriptor completes `BadDescriptor`.
 //!
 //! ## RMA
 //!
@@ -271,7 +343,8 @@ pub struct TxDescriptor {
     /// IOVA of the payload, or of the READ destination.
     pub buf: U64,
     /// Destination `fi_addr_t`: AV index in the low bits, receive context in the top
-    /// `rx_ctx_bits` of the bound AV.
+    /// `rx_ctx_bits` of the bound AV, and with peer groups the group id in bits 32 and up
+    /// (*Peer groups*).
     pub dest: U64,
     /// Returned in the completion.
     pub context: U64,
@@ -294,7 +367,7 @@ pub struct TxDescriptor {
 /// | 12–15 | `flags` ([`RX_FLAG_MULTI_RECV`]) |
 /// | 16–23 | `context` |
 /// | 24–27 | `min_free` (since 1.6; reserved before) |
-/// | 28–31 | reserved, zero |
+/// | 28–31 | `group` (since 1.7; reserved before) |
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
 )]
@@ -311,11 +384,23 @@ pub struct RxDescriptor {
     /// With [`RX_FLAG_MULTI_RECV`]: the buffer is retired when less than this many bytes are
     /// left after a message (`FI_OPT_MIN_MULTI_RECV`). Otherwise zero.
     pub min_free: U32,
-    /// Reserved, zero.
-    pub reserved: U32,
+    /// The peer group whose messages the buffer takes (*Peer groups*); zero on an endpoint
+    /// without peer groups.
+    pub group: U32,
 }
 
 /// A tagged RX ring entry (`fi_trecv`).
+///
+/// | bytes | field |
+/// |---|---|
+/// | 0–7 | `buf` |
+/// | 8–11 | `len` |
+/// | 12–15 | `flags`, reserved, zero |
+/// | 16–23 | `context` |
+/// | 24–31 | `tag` |
+/// | 32–39 | `ignore` |
+/// | 40–43 | `group` (since 1.7; reserved before) |
+/// | 44–63 | reserved, zero |
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
 )]
@@ -333,14 +418,22 @@ pub struct TaggedRxDescriptor {
     pub tag: U64,
     /// Bits of the tag that are ignored when matching.
     pub ignore: U64,
+    /// The peer group whose messages the receive takes (*Peer groups*); zero on an endpoint
+    /// without peer groups.
+    pub group: U32,
     /// Reserved, zero.
-    pub reserved: [u8; 24],
+    pub reserved: [u8; 20],
 }
 
 impl TaggedRxDescriptor {
     /// Whether a message with match bits `tag` matches this receive.
     pub fn matches(&self, tag: u64) -> bool {
         tag_matches(self.tag.get(), self.ignore.get(), tag)
+    }
+
+    /// Whether a message of peer group `group` with match bits `tag` matches this receive.
+    pub fn matches_in_group(&self, group: u32, tag: u64) -> bool {
+        self.group.get() == group && self.matches(tag)
     }
 }
 
@@ -368,6 +461,9 @@ pub enum LocalStatus {
     BadDescriptor = 5,
     /// No NIC answers at the destination fabric address.
     Unreachable = 6,
+    /// `dest` names a peer group above the bound AV's `max_group_id` (since interface 1.7;
+    /// libfabric `FI_EINVAL`). Nothing was sent.
+    BadGroup = 7,
 }
 
 impl LocalStatus {
@@ -380,6 +476,7 @@ impl LocalStatus {
             3 => LocalStatus::DmaFault,
             4 => LocalStatus::Truncated,
             6 => LocalStatus::Unreachable,
+            7 => LocalStatus::BadGroup,
             _ => LocalStatus::BadDescriptor,
         }
     }
@@ -426,7 +523,8 @@ impl CompletionKind {
 /// | 41–43 | reserved, zero |
 /// | 44–47 | `buf_offset` (since 1.6) |
 /// | 48–51 | `overflow` (since 1.6) |
-/// | 52–62 | reserved, zero |
+/// | 52–55 | `group` (since 1.7) |
+/// | 56–62 | reserved, zero |
 /// | 63 | `phase`, written last |
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
@@ -462,8 +560,11 @@ pub struct Completion {
     /// Receive with status `Truncated`: bytes of the message that did not fit the buffer and
     /// were discarded (`fi_cq_err_entry.olen`). Otherwise zero.
     pub overflow: U32,
+    /// Receive: the peer group of the message (*Peer groups*; 0 at an endpoint without peer
+    /// groups). Otherwise zero.
+    pub group: U32,
     /// Reserved, zero.
-    pub reserved: [u8; 11],
+    pub reserved: [u8; 7],
     /// Bit 0: phase. Written last.
     pub phase: u8,
 }
@@ -488,7 +589,10 @@ const _: () = assert!(core::mem::offset_of!(Completion, tag) == 24);
 const _: () = assert!(core::mem::offset_of!(Completion, opcode) == 40);
 const _: () = assert!(core::mem::offset_of!(Completion, buf_offset) == 44);
 const _: () = assert!(core::mem::offset_of!(Completion, overflow) == 48);
+const _: () = assert!(core::mem::offset_of!(Completion, group) == 52);
 const _: () = assert!(core::mem::offset_of!(RxDescriptor, min_free) == 24);
+const _: () = assert!(core::mem::offset_of!(RxDescriptor, group) == 28);
+const _: () = assert!(core::mem::offset_of!(TaggedRxDescriptor, group) == 40);
 const _: () = assert!(core::mem::offset_of!(TxDescriptor, match_bits) == 40);
 const _: () = assert!(core::mem::offset_of!(TxDescriptor, remote_offset) == 48);
 
@@ -521,6 +625,8 @@ mod tests {
             assert_eq!(CompletionKind::from_u8(k).map(|k| k as u8), Some(k));
         }
         assert_eq!(CompletionKind::from_u8(4), None);
+        assert_eq!(LocalStatus::from_u8(7), LocalStatus::BadGroup);
+        assert_eq!(LocalStatus::from_u8(8), LocalStatus::BadDescriptor);
     }
 
     #[test]

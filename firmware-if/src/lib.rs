@@ -11,7 +11,7 @@
 //! | [`auth_key`] | the auth-key (JobID) table: commands, slot layout, the auth key's byte form |
 //! | [`counters`] | the per-endpoint counter block COUNTERS_READ returns |
 //! | [`address`] | the UET endpoint address as `fi_getname` returns it (32 bytes, big-endian) |
-//! | [`datapath`] | TX/RX/tagged-RX descriptors, datapath completions, resource-index spaces, tag matching, RMA and inject rules |
+//! | [`datapath`] | TX/RX/tagged-RX descriptors, datapath completions, resource-index spaces, tag matching, peer groups (the group's place in `fi_addr_t` and on the wire, matching by group), RMA and inject rules |
 //! | [`return_code`] | UET SES return codes, as carried in responses and completions |
 //! | [`ring`] | ring index arithmetic and the phase-bit rule shared by every ring |
 //!

@@ -56,12 +56,14 @@ pub const INTERFACE_MAJOR: u8 = 1;
 /// | 4 | `AV_INVALIDATE_DOORBELL`: invalidate one AV entry with a register write |
 /// | 5 | auth keys: `CAP_AUTH_KEY`, AUTH_KEY_ADD, AUTH_KEY_REMOVE, AUTH_KEY_SOURCE, AUTH_KEY_READ, ENDPOINT_AUTH_KEYS; the AV entry's `AUTH_KEY` flag takes effect |
 /// | 6 | multi-receive buffers (`FI_MULTI_RECV`): `RX_FLAG_MULTI_RECV` and `min_free` in the RX descriptor; `buf_offset`, `overflow` and the multi-receive flags in the completion |
+/// | 7 | peer groups: `CAP_PEER_GROUPS`, AV_CREATE `max_group_id`, the group id in SEND/TAGGED_SEND requests (SES `buffer_offset`), `group` in the RX and tagged RX descriptors and the completion, the `BadGroup` local status, `TX_BAD_GROUP`, `RX_BAD_GROUP` |
 ///
 /// The interface is pre-release: minor 2 changed the completion layout, minor 3 gave
 /// reserved bytes of ENDPOINT_CREATE a meaning, minor 4 added `AV_INVALIDATE_DOORBELL`, minor
-/// 5 auth keys, minor 6 gave reserved bytes of the RX descriptor and the completion a meaning;
+/// 5 auth keys, minor 6 gave reserved bytes of the RX descriptor and the completion a meaning,
+/// minor 7 gave reserved bytes of AV_CREATE, both RX descriptors and the completion a meaning;
 /// a driver refuses a device older than the layouts it speaks.
-pub const INTERFACE_MINOR: u8 = 6;
+pub const INTERFACE_MINOR: u8 = 7;
 
 /// Width of a register access.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

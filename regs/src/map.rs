@@ -383,6 +383,15 @@ register_map! {
     CAP_AUTH_KEY: CapAuthKey = (0x034, W32, Ro, reset 64, "capabilities") [
         f("slots", CapAuthKey::SLOTS_OFFSET, CapAuthKey::SLOTS_BITS, "Auth-key table slots (at most 256)."),
     ];
+    /// Peer groups (since interface 1.7): the largest group id an AV table may be created
+    /// with (AV_CREATE `max_group_id`, the libfabric domain attribute `max_group_id`). 0: the
+    /// NIC has no peer groups. An AV created with `max_group_id` > 0 decodes the group id from
+    /// bits 32–63 of a destination `fi_addr_t`, below its `rx_ctx_bits`; the group travels in
+    /// SEND and TAGGED_SEND requests and selects the receive buffers it may land in (see
+    /// `uet_fwif::datapath`, *Peer groups*).
+    CAP_PEER_GROUPS: u32 = (0x038, W32, Ro, reset 0xFFFF, "capabilities") [
+        f("max_group_id", 0, 32, "Largest group id an AV may allow (0: no peer groups)."),
+    ];
 
     // ---- Global control and status: 0x040-0x07f --------------------------------------------
 
@@ -500,6 +509,13 @@ register_map! {
     /// Tagged messages that arrived before a matching receive and were held on the
     /// unexpected list.
     RX_UNEXPECTED: u64 = (0x280, W64, Ro, reset 0, "counters") COUNTER;
+    /// Sends refused at the initiator because the destination `fi_addr_t` names a peer group
+    /// above the AV's `max_group_id` (completion status `BadGroup`; since interface 1.7).
+    TX_BAD_GROUP: u64 = (0x288, W64, Ro, reset 0, "counters") COUNTER;
+    /// SEND and TAGGED_SEND requests refused with RC_UNDELIVERABLE because they carry a peer
+    /// group the target endpoint cannot receive: a group other than 0 at an endpoint without
+    /// peer groups, or one above its AV's `max_group_id` (since interface 1.7).
+    RX_BAD_GROUP: u64 = (0x290, W64, Ro, reset 0, "counters") COUNTER;
 }
 
 /// Counters, in offset order, for `uetctl stats`.
@@ -521,4 +537,6 @@ pub const COUNTERS: &[Reg<u64>] = &[
     RX_PERM_VIOLATION,
     RX_UNEXPECTED_OVERFLOW,
     RX_UNEXPECTED,
+    TX_BAD_GROUP,
+    RX_BAD_GROUP,
 ];

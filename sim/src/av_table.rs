@@ -7,6 +7,9 @@
 //!   1M-entry table cost nothing until an entry is written.
 //! * `rx_ctx_bits`: a destination `fi_addr_t` carries the receive context in its top
 //!   `rx_ctx_bits` bits (`fi_rx_addr`) and the table index in the rest.
+//! * `max_group_id` (peer groups, since 1.7): when not 0, the index is bits 0–31 only and
+//!   the peer group is bits 32 to 63 − `rx_ctx_bits` (`fi_group_addr`); a group above
+//!   `max_group_id` does not translate ([`TranslateError::BadGroup`]).
 //! * A source CAM (`source_cam`) maps (fabric address, initiator id) to the single entries
 //!   holding that peer and serves FI_SOURCE on receive: the lowest valid index holding the
 //!   sender is reported (or its user id when the entry has one).
@@ -80,6 +83,8 @@ pub(crate) enum WriteConflict {
 pub(crate) struct AvTable {
     pub capacity: u32,
     pub rx_ctx_bits: u8,
+    /// Largest peer group id a destination may name; 0: no peer groups.
+    pub max_group_id: u32,
     entries: Vec<NicAvEntry>,
     /// Key -> first index of its chain.
     cam: SourceCam,
@@ -91,17 +96,34 @@ pub(crate) struct AvTable {
     pub bound: u32,
 }
 
-/// Why a destination did not translate.
+/// Why a destination `fi_addr_t` was refused by [`AvTable::translate`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct NotAvail;
+pub(crate) enum TranslateError {
+    /// The index names no valid entry.
+    NotAvail,
+    /// The peer group is above the table's `max_group_id`.
+    BadGroup,
+}
+
+/// A translated destination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Destination {
+    /// The entry to send with.
+    pub entry: NicAvEntry,
+    /// The receive context (`fi_rx_addr`).
+    pub rx_ctx: u64,
+    /// The peer group (0 without peer groups).
+    pub group: u32,
+}
 
 impl AvTable {
     /// A table of `capacity` invalid entries; `None` when memory cannot be reserved.
-    pub(crate) fn new(capacity: u32, rx_ctx_bits: u8) -> Option<Self> {
+    pub(crate) fn new(capacity: u32, rx_ctx_bits: u8, max_group_id: u32) -> Option<Self> {
         let entries = NicAvEntry::new_vec_zeroed(usize::try_from(capacity).ok()?).ok()?;
         Some(AvTable {
             capacity,
             rx_ctx_bits,
+            max_group_id,
             entries,
             cam: SourceCam::default(),
             singles: Vec::new(),
@@ -325,29 +347,44 @@ impl AvTable {
         self.ranges.len()
     }
 
-    /// Split a destination `fi_addr_t` into (index, rx_ctx).
-    pub(crate) fn split(&self, dest: u64) -> (u64, u64) {
+    /// Split a destination `fi_addr_t` into (index, rx_ctx, group). Without peer groups the
+    /// index is everything below the receive-context bits and the group 0; with them the
+    /// index is bits 0–31 and the group the bits between it and the receive context.
+    pub(crate) fn split(&self, dest: u64) -> (u64, u64, u64) {
         let bits = u32::from(self.rx_ctx_bits);
-        if bits == 0 {
+        let (rest, rx_ctx) = if bits == 0 {
             (dest, 0)
         } else {
             let shift = 64 - bits;
             (dest & ((1u64 << shift) - 1), dest >> shift)
+        };
+        if self.max_group_id == 0 {
+            (rest, rx_ctx, 0)
+        } else {
+            (rest & u64::from(u32::MAX), rx_ctx, rest >> 32)
         }
     }
 
-    /// Translate a destination: the valid entry and the receive context.
-    pub(crate) fn translate(&self, dest: u64) -> Result<(NicAvEntry, u64), NotAvail> {
-        let (index, rx_ctx) = self.split(dest);
-        let index = u32::try_from(index).map_err(|_| NotAvail)?;
+    /// Translate a destination: the valid entry, the receive context and the peer group.
+    pub(crate) fn translate(&self, dest: u64) -> Result<Destination, TranslateError> {
+        let (index, rx_ctx, group) = self.split(dest);
+        let index = u32::try_from(index).map_err(|_| TranslateError::NotAvail)?;
         if index >= self.capacity {
-            return Err(NotAvail);
+            return Err(TranslateError::NotAvail);
         }
-        let e = self.effective(index);
-        if !e.is_valid() {
-            return Err(NotAvail);
+        let entry = self.effective(index);
+        if !entry.is_valid() {
+            return Err(TranslateError::NotAvail);
         }
-        Ok((e, rx_ctx))
+        let group = u32::try_from(group)
+            .ok()
+            .filter(|&g| g <= self.max_group_id)
+            .ok_or(TranslateError::BadGroup)?;
+        Ok(Destination {
+            entry,
+            rx_ctx,
+            group,
+        })
     }
 
     /// The index of the member of range `r` with this fabric address and initiator.
@@ -511,20 +548,37 @@ mod tests {
 
     #[test]
     fn million_entry_table_is_lazy_and_translates() {
-        let mut t = AvTable::new(1 << 20, 4).unwrap();
+        let mut t = AvTable::new(1 << 20, 4, 0).unwrap();
         t.set(1000, peer("10.0.0.2", 5));
         let dest = (3u64 << 60) | 1000;
-        let (e, ctx) = t.translate(dest).unwrap();
-        assert_eq!(ctx, 3);
-        assert_eq!(e.pid_on_fep.get(), 3);
-        assert_eq!(t.translate(999), Err(NotAvail));
-        assert_eq!(t.translate(1 << 20), Err(NotAvail));
+        let d = t.translate(dest).unwrap();
+        assert_eq!(d.rx_ctx, 3);
+        assert_eq!(d.entry.pid_on_fep.get(), 3);
+        assert_eq!(t.translate(999), Err(TranslateError::NotAvail));
+        assert_eq!(t.translate(1 << 20), Err(TranslateError::NotAvail));
+        // Without peer groups, bits 32 and up are index bits: out of range.
+        assert_eq!(t.translate((5 << 32) | 1000), Err(TranslateError::NotAvail));
         assert_eq!(t.source("10.0.0.2".parse().unwrap(), 5), 1000);
         t.set(7, peer("10.0.0.2", 5).with_user_id(0xABC));
         assert_eq!(t.source("10.0.0.2".parse().unwrap(), 5), 0xABC);
         t.invalidate(7);
         t.invalidate(1000);
         assert_eq!(t.source("10.0.0.2".parse().unwrap(), 5), u64::MAX);
+    }
+
+    #[test]
+    fn peer_groups_split_index_group_and_receive_context() {
+        let mut t = AvTable::new(64, 4, 0x0FFF).unwrap();
+        t.set(7, peer("10.0.0.2", 5));
+        // Group 0x123 in bits 32.., receive context 2 in the top 4 bits.
+        let dest = (2u64 << 60) | (0x123 << 32) | 7;
+        let d = t.translate(dest).unwrap();
+        assert_eq!((d.rx_ctx, d.group), (2, 0x123));
+        assert_eq!(t.translate(7).unwrap().group, 0);
+        assert_eq!(t.translate(0x1000 << 32 | 7), Err(TranslateError::BadGroup));
+        // The index is checked first.
+        assert_eq!(t.translate(0x1000 << 32 | 8), Err(TranslateError::NotAvail));
+        assert_eq!(t.translate(u64::MAX), Err(TranslateError::NotAvail));
     }
 
     fn sym(ip: &str, pid: u16, svc: u32, first: u32, offset: u32, count: u32) -> NicAvEntry {
@@ -535,13 +589,13 @@ mod tests {
 
     #[test]
     fn a_range_translates_every_member_and_costs_one_slot() {
-        let mut t = AvTable::new(1 << 20, 0).unwrap();
+        let mut t = AvTable::new(1 << 20, 0, 0).unwrap();
         // 1000 nodes x 1000 services at indices 0..1_000_000.
         let r = sym("10.0.0.1", 1, 1000, 0, 0, 1_000_000);
         assert_eq!(t.check_batch(&[(0, r)]), Ok(()));
         t.set(0, r);
         assert_eq!(t.range_count(), 1);
-        let (e, _) = t.translate(999_999).unwrap();
+        let e = t.translate(999_999).unwrap().entry;
         assert_eq!(e.fabric_ip().to_string(), "10.0.3.232"); // 10.0.0.1 + 999
         assert_eq!(e.pid_on_fep.get(), 1 + 999);
         assert!(t.translate(1_000_000).is_err());
@@ -554,7 +608,7 @@ mod tests {
 
     #[test]
     fn holes_singles_and_overlaps() {
-        let mut t = AvTable::new(64, 0).unwrap();
+        let mut t = AvTable::new(64, 0, 0).unwrap();
         let r = sym("10.0.0.1", 1, 2, 4, 0, 6); // indices 4..10
         t.set(4, r);
         // A single on a live member, or a range over a range or a single: refused.

@@ -9,8 +9,8 @@
 
 use std::net::IpAddr;
 use uet_regs::{
-    CAP_AUTH_KEY, CAP_AV, CAP_AV_ENTRIES, CAP_EP, CAP_MAX_MSG, CAP_PID_ON_FEP, CAP_PROFILES,
-    CAP_QUEUES, CAP_RESOURCE_INDEX, CAP_TAGGED,
+    CAP_AUTH_KEY, CAP_AV, CAP_AV_ENTRIES, CAP_EP, CAP_MAX_MSG, CAP_PEER_GROUPS, CAP_PID_ON_FEP,
+    CAP_PROFILES, CAP_QUEUES, CAP_RESOURCE_INDEX, CAP_TAGGED,
 };
 
 /// Largest MTU the model accepts (SES payload bytes per packet): the SES `payload_len` field
@@ -77,6 +77,9 @@ pub struct NicConfig {
     /// Slots of the auth-key table (`CAP_AUTH_KEY.slots`), at most
     /// `uet_fwif::auth_key::MAX_AUTH_KEY_SLOTS`.
     pub auth_key_slots: u16,
+    /// Largest group id an AV table may be created with (`CAP_PEER_GROUPS.max_group_id`);
+    /// 0: no peer groups.
+    pub max_group_id: u32,
     /// Largest admin ring (`CAP_QUEUES.max_admin_entries`).
     pub max_admin_entries: u16,
     /// Largest TX/RX/completion ring (`CAP_QUEUES.max_queue_entries`).
@@ -126,6 +129,7 @@ impl NicConfig {
             unexpected_kib: CAP_TAGGED.reset_value().unexpected_kib(),
             memory_regions: DEFAULT_MEMORY_REGIONS,
             auth_key_slots: CAP_AUTH_KEY.reset_value().slots(),
+            max_group_id: CAP_PEER_GROUPS.reset_value(),
             max_admin_entries: q.max_admin_entries(),
             max_queue_entries: q.max_queue_entries(),
         }

@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use uet_fwif::admin::{CTX_ROLE_CONTROL, CTX_ROLE_RX, CTX_ROLE_TX};
 use uet_fwif::counters::RETURN_CODES;
 use uet_fwif::ring::RingGeometry;
-use uet_fwif::{Completion, EndpointCounters, ReturnCode};
+use uet_fwif::{Completion, EndpointCounters, ReturnCode, RxDescriptor};
 use zerocopy::FromZeros;
 
 /// A producer/consumer ring the NIC reads (TX, RX).
@@ -196,6 +196,13 @@ pub(crate) struct Endpoint {
     pub cq: CqRing,
     /// Tagged receives read from the ring and waiting for a message, in posting order.
     pub posted_tagged: VecDeque<PostedTagged>,
+    /// Peer groups: the largest group id the endpoint receives (its AV's `max_group_id`);
+    /// `None` when the AV has no peer groups (and for passive endpoints and control
+    /// channels). Fixed at creation: an AV cannot be destroyed while an endpoint is bound.
+    pub max_group: Option<u32>,
+    /// With peer groups: RX descriptors read from the RX ring and waiting for a message of
+    /// their group, in posting order (see `peer_groups`).
+    pub posted_rx: VecDeque<RxDescriptor>,
     /// Tagged messages that arrived before a matching receive, in arrival order.
     pub unexpected: VecDeque<Unexpected>,
     /// Payload bytes held on the unexpected list (whole `request_length` of each message).
@@ -266,6 +273,8 @@ pub(crate) struct NewEndpoint {
     pub rx_ctx_cnt: u8,
     pub tx_ctx_cnt: u8,
     pub av: u32,
+    /// The AV's `max_group_id` when it has peer groups.
+    pub max_group: Option<u32>,
     pub tx: InRing,
     pub rx: InRing,
     pub trx: Option<InRing>,
@@ -389,6 +398,8 @@ impl EndpointTable {
             trx: p.trx,
             cq: p.cq,
             posted_tagged: VecDeque::new(),
+            max_group: p.max_group.filter(|_| !p.passive),
+            posted_rx: VecDeque::new(),
             unexpected: VecDeque::new(),
             unexpected_bytes: 0,
             mrecv: None,
@@ -452,6 +463,8 @@ impl EndpointTable {
             trx: c.trx,
             cq: c.cq,
             posted_tagged: VecDeque::new(),
+            max_group: o.max_group.filter(|_| c.role != CTX_ROLE_CONTROL),
+            posted_rx: VecDeque::new(),
             unexpected: VecDeque::new(),
             unexpected_bytes: 0,
             mrecv: None,
@@ -597,6 +610,7 @@ mod tests {
             rx_ctx_cnt: 0,
             tx_ctx_cnt: 0,
             av: 0,
+            max_group: None,
             tx: InRing::new(0, g),
             rx: InRing::new(0, g),
             trx: None,

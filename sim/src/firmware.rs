@@ -8,7 +8,7 @@
 //! | opcode | checks, in order | result0 / result1 |
 //! |---|---|---|
 //! | IDENTIFY | `len >= 128` else InvalidField; page written by DMA else DmaFault | — |
-//! | AV_CREATE | `capacity` in 1..=`CAP_AV_ENTRIES` and `rx_ctx_bits <= CAP_AV.max_rx_ctx_bits` else InvalidField; a free table else NoResources | AV handle (from 1) |
+//! | AV_CREATE | `capacity` in 1..=`CAP_AV_ENTRIES`, `rx_ctx_bits <= CAP_AV.max_rx_ctx_bits`, `max_group_id <= CAP_PEER_GROUPS.max_group_id` and the group and receive-context bits within 32 else InvalidField; a free table else NoResources | AV handle (from 1) |
 //! | AV_DESTROY | AV exists else InvalidHandle; no endpoint bound else Busy; frees the AV's auth-key slots | — |
 //! | AV_WRITE | AV exists else InvalidHandle; the `count` records read by DMA else DmaFault; every record: `index < capacity` else IndexOutOfRange, reserved word 0 and `NicAvEntry::check` else InvalidField, an `AUTH_KEY` entry's slot in use and owned by this AV else InvalidField — then all are written | records written |
 //! | AV_INVALIDATE | AV exists; range `[first, first+count)` inside the table, or every listed u32 index (read by DMA) inside it, else IndexOutOfRange — then all are invalidated | entries invalidated |
@@ -122,13 +122,19 @@ impl Nic {
 
     fn fw_av_create(&mut self, b: &AvCreateBody) -> FwResult {
         let cap = b.capacity.get();
-        if cap == 0 || cap > self.cfg.av_entries || b.rx_ctx_bits > self.cfg.max_rx_ctx_bits {
+        let max_group_id = b.max_group_id.get();
+        if cap == 0
+            || cap > self.cfg.av_entries
+            || b.rx_ctx_bits > self.cfg.max_rx_ctx_bits
+            || max_group_id > self.cfg.max_group_id
+            || !AvCreateBody::groups_fit(max_group_id, b.rx_ctx_bits)
+        {
             return Err(Status::InvalidField);
         }
         if !self.avs.has_free() {
             return Err(Status::NoResources);
         }
-        let t = AvTable::new(cap, b.rx_ctx_bits).ok_or(Status::NoResources)?;
+        let t = AvTable::new(cap, b.rx_ctx_bits, max_group_id).ok_or(Status::NoResources)?;
         let h = self.avs.insert(t).ok_or(Status::NoResources)?;
         Ok((h, 0))
     }
@@ -336,6 +342,7 @@ impl Nic {
             rx_ctx_cnt: b.rx_ctx_cnt,
             tx_ctx_cnt: b.tx_ctx_cnt,
             av,
+            max_group: self.avs.get(av).map(|t| t.max_group_id).filter(|&m| m > 0),
             tx,
             rx,
             trx,

@@ -23,6 +23,7 @@
 //! | `rx_engine` | strict receive parsing, demultiplexing, delivery, responses |
 //! | `tag_match` | tagged RX rings, posted tagged receives, the unexpected list |
 //! | `multi_recv` | multi-receive buffers: placement, retirement, release |
+//! | `peer_groups` | untagged receives of endpoints with peer groups: posted list, matching by group |
 //! | `rma_engine` | target side of WRITE and READ |
 //! | [`pds`], [`ses`] | UET headers |
 //! | [`frame`] | Ethernet/IP/UDP framing |
@@ -68,6 +69,7 @@ mod multi_recv;
 mod nic;
 pub mod pcap;
 pub mod pds;
+mod peer_groups;
 mod regfile;
 mod rma_engine;
 mod rx_engine;

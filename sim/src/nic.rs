@@ -270,6 +270,7 @@ impl Nic {
         for h in self.eps.handles() {
             progress |= self.flush_completions(h);
             progress |= self.rx_backlog_poll(h);
+            progress |= self.rx_group_poll(h);
             progress |= self.trx_poll(h);
             progress |= self.tx_poll(h);
         }

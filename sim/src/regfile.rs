@@ -19,8 +19,8 @@
 use crate::config::NicConfig;
 use uet_regs::{
     Access, Reg, RegInfo, RegValue, Width, CAP_AUTH_KEY, CAP_AV, CAP_AV_ENTRIES, CAP_EP,
-    CAP_MAX_MSG, CAP_PID_ON_FEP, CAP_PROFILES, CAP_QUEUES, CAP_RESOURCE_INDEX, CAP_TAGGED,
-    REGISTERS,
+    CAP_MAX_MSG, CAP_PEER_GROUPS, CAP_PID_ON_FEP, CAP_PROFILES, CAP_QUEUES, CAP_RESOURCE_INDEX,
+    CAP_TAGGED, REGISTERS,
 };
 
 /// Which part of a register an access covers.
@@ -123,6 +123,7 @@ impl RegFile {
         put(&CAP_TAGGED.info, tagged.to_raw());
         let auth = CAP_AUTH_KEY.reset_value().with_slots(cfg.auth_key_slots);
         put(&CAP_AUTH_KEY.info, auth.to_raw());
+        put(&CAP_PEER_GROUPS.info, u64::from(cfg.max_group_id));
         RegFile {
             values: reset.clone(),
             reset,

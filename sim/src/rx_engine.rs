@@ -32,7 +32,8 @@
 //! | resource index inside the endpoint's range of the opcode's space, served by the endpoint or one of its receive contexts (SEND, TAGGED — empty without a tagged RX ring — or RMA; index 0: the control channel; see `uet_fwif::datapath`) | RC_BAD_INDEX, `RX_BAD_INDEX` |
 //! | `request_length <= CAP_MAX_MSG` (READ: at most one MTU per request) | RC_TOO_LONG |
 //! | WRITE, READ: the memory-region checks (`mr_table`) | RC_PERM_VIOLATION, `RX_PERM_VIOLATION` |
-//! | SEND: a posted RX descriptor (for the first packet of a message to arrive) | RC_UNDELIVERABLE, `RX_NO_BUFFER` |
+//! | SEND, TAGGED_SEND (first packet of a message to arrive): a peer group the endpoint receives — 0 without peer groups, at most its AV's `max_group_id` with them | RC_UNDELIVERABLE, `RX_BAD_GROUP` |
+//! | SEND: a posted RX descriptor (for the first packet of a message to arrive; with peer groups, one of the message's group, see `peer_groups`) | RC_UNDELIVERABLE, `RX_NO_BUFFER` |
 //! | TAGGED_SEND: a matching posted tagged receive, or room on the unexpected list (`tag_match`) | RC_UNDELIVERABLE, `RX_UNEXPECTED_OVERFLOW` |
 //!
 //! Every refusal after the endpoint is known (from the opcode check on) also counts in the
@@ -94,6 +95,12 @@
 //! and `uet_fwif::datapath`, *Multi-receive buffers*). A message that does not fit the current
 //! buffer retires it and takes the next RX descriptor.
 //!
+//! SEND and TAGGED_SEND requests carry their peer group in SES bytes 16–19 (bytes 12–15 must
+//! be zero, else the packet is malformed); every packet of a message must carry the group its
+//! first packet did (else malformed). Receive completions report it in `group`. An endpoint
+//! with peer groups takes its untagged buffers from a posted list instead of the head of the
+//! RX ring (see `peer_groups`; `uet_fwif::datapath`, *Peer groups*).
+//!
 //! Tagged messages (TAGGED_SEND) follow the same single- and multi-packet rules, but the
 //! buffer is the first matching posted tagged receive, or — when none matches — NIC memory on
 //! the endpoint's unexpected list (see `tag_match`); their completions are `TaggedRecv` and
@@ -116,7 +123,8 @@ use std::net::IpAddr;
 use uet_fwif::datapath::RX_FLAG_MULTI_RECV;
 use uet_fwif::{Completion, CompletionKind, LocalStatus, ReturnCode, RxDescriptor};
 use uet_regs::{
-    RX_BAD_INDEX, RX_BAD_JOB_ID, RX_BAD_PID, RX_BYTES, RX_MALFORMED, RX_NO_BUFFER, RX_PACKETS,
+    RX_BAD_GROUP, RX_BAD_INDEX, RX_BAD_JOB_ID, RX_BAD_PID, RX_BYTES, RX_MALFORMED, RX_NO_BUFFER,
+    RX_PACKETS,
 };
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::FromBytes;
@@ -145,6 +153,8 @@ pub(crate) struct ParsedRequest<'a> {
     pub payload: &'a [u8],
     /// Message offset of the payload.
     pub offset: u32,
+    /// SEND, TAGGED_SEND: the peer group (SES bytes 16–19). Otherwise 0.
+    pub group: u32,
 }
 
 /// Which resource-index space a request addresses (by its SES opcode).
@@ -194,6 +204,12 @@ fn parse_request(f: &[u8]) -> Option<ParsedRequest<'_>> {
         return None;
     }
     let (ses, payload) = StandardRequest::parse(rest).ok()?;
+    // A message carries its peer group in the low half of buffer_offset; the high half is 0.
+    let group = if matches!(ses.opcode, ses::OP_SEND | ses::OP_TAGGED_SEND) {
+        u32::try_from(ses.buffer_offset).ok()?
+    } else {
+        0
+    };
     // A datagram is one packet of a SEND or TAGGED_SEND.
     let som_eom = ses::FLAG_SOM | ses::FLAG_EOM;
     if !reliable
@@ -215,6 +231,7 @@ fn parse_request(f: &[u8]) -> Option<ParsedRequest<'_>> {
             ses,
             payload,
             offset: 0,
+            group,
         });
     }
     let offset = match ses.segment() {
@@ -245,6 +262,7 @@ fn parse_request(f: &[u8]) -> Option<ParsedRequest<'_>> {
         ses,
         payload,
         offset,
+        group,
     })
 }
 
@@ -292,6 +310,8 @@ pub(crate) struct Reassembly {
     pub dma_fault: bool,
     /// Placed in a multi-receive buffer: (buffer id, offset).
     pub multi: Option<crate::multi_recv::MultiPlace>,
+    /// The message's peer group; every packet must carry it.
+    pub group: u32,
 }
 
 impl Reassembly {
@@ -319,6 +339,7 @@ impl Reassembly {
             src_addr,
             dma_fault: false,
             multi: None,
+            group: p.group,
         }
     }
 
@@ -653,6 +674,13 @@ impl Nic {
                 Lookup::New => {}
             }
         }
+        // A new message: its peer group must be one the endpoint receives.
+        let max_group = self.eps.get(handle).and_then(|ep| ep.max_group);
+        if p.group > max_group.unwrap_or(0) {
+            self.counters.inc(RX_BAD_GROUP);
+            self.refuse(handle, &p, ReturnCode::Undeliverable);
+            return RxOutcome::Done;
+        }
         let Some(ep) = self.eps.get_mut(handle) else {
             return RxOutcome::Done;
         };
@@ -662,6 +690,9 @@ impl Nic {
         }
         if space == Space::Tagged {
             return self.rx_tagged(handle, serial, &p, f, from_backlog);
+        }
+        if max_group.is_some() {
+            return self.rx_grouped(handle, serial, &p, f, from_backlog);
         }
         // Untagged: the current multi-receive buffer when the message fits it, else the next
         // RX descriptor (a message that does not fit retires the current buffer first).
@@ -720,7 +751,7 @@ impl Nic {
         };
         let multi = d.flags.get() == RX_FLAG_MULTI_RECV;
         let bad = d.flags.get() & !RX_FLAG_MULTI_RECV != 0
-            || d.reserved.get() != 0
+            || d.group.get() != 0
             || (!multi && d.min_free.get() != 0);
         if bad {
             c.status = LocalStatus::BadDescriptor as u8;
@@ -801,6 +832,7 @@ impl Nic {
         }
         c.len = U32::new(n as u32);
         c.src_addr = U64::new(src_addr);
+        c.group = U32::new(p.group);
         self.counters.inc(RX_PACKETS);
         self.counters.add(RX_BYTES, n as u64);
         self.post_completion(handle, c);
@@ -821,7 +853,7 @@ impl Nic {
         let Some(r) = self.reasm.active.get_mut(&key) else {
             return RxOutcome::Done;
         };
-        if p.ses.request_length != r.total {
+        if p.ses.request_length != r.total || p.group != r.group {
             self.counters.inc(RX_MALFORMED);
             return RxOutcome::Done;
         }
@@ -934,6 +966,7 @@ impl Nic {
             flags,
             buf_offset: U32::new(buf_offset),
             overflow: U32::new(r.total - delivered),
+            group: U32::new(r.group),
             ..Completion::default()
         };
         self.post_completion(r.handle, c);

@@ -10,7 +10,7 @@
 //! | 4–7 | ri_generation(8) JobID(24) |
 //! | 8–9 | rsvd(4) PIDonFEP(12) |
 //! | 10–11 | rsvd(4) resource index(12) |
-//! | 12–19 | buffer_offset — WRITE, READ: byte offset within the target memory region |
+//! | 12–19 | buffer_offset — WRITE, READ: byte offset within the target memory region · SEND, TAGGED_SEND: the peer group id in bytes 16–19, bytes 12–15 zero (`uet_fwif::datapath`, *Peer groups*) |
 //! | 20–23 | initiator |
 //! | 24–31 | match_bits (TAGGED_SEND) / memory key (WRITE, READ) |
 //! | 32–39 | SOM = 1: header_data · SOM = 0: rsvd(18) payload_len(14) in bytes 32–35, message_offset(32) in bytes 36–39 |

@@ -6,10 +6,13 @@
 //!   tail; while the function runs, the unit reads each new [`TaggedRxDescriptor`] — only when
 //!   the endpoint's completion ring can take one more completion, and only while the posted
 //!   list holds fewer receives than the ring has entries — and frees its ring entry at once.
-//!   A descriptor with reserved fields or any flag set completes `BadDescriptor`
+//!   A descriptor with reserved fields or any flag set, or a `group` the endpoint does not
+//!   receive (not 0 without peer groups, above the AV's `max_group_id` with them), completes
+//!   `BadDescriptor`
 //!   (`TaggedRecv`; tagged receives have no multi-receive form). Otherwise
-//!   it first takes the oldest message of the unexpected list whose match bits it matches
-//!   (`(tag ^ match_bits) & !ignore == 0`); only when none does, it joins the posted list.
+//!   it first takes the oldest message of the unexpected list of its peer group whose match
+//!   bits it matches (`(tag ^ match_bits) & !ignore == 0`); only when none does, it joins the
+//!   posted list.
 //! * an **unexpected list**: tagged messages that found no matching posted receive, in order
 //!   of their first packet's arrival, bounded by `CAP_TAGGED.unexpected_entries` messages and
 //!   `CAP_TAGGED.unexpected_kib` KiB (whole `request_length` of each message counts from its
@@ -21,8 +24,9 @@
 //!   Messages accepted onto the list count in `RX_UNEXPECTED` and the endpoint's
 //!   `rx_unexpected`.
 //!
-//! An arriving TAGGED_SEND (after the checks of `rx_engine`) takes the first matching posted
-//! receive in posting order, provided the completion ring has room (else it waits in the
+//! An arriving TAGGED_SEND (after the checks of `rx_engine`) takes the first posted receive
+//! of its peer group (0 without peer groups) whose tag matches, in posting order — a receive
+//! of another group never matches, and never holds up one of the message's group — provided the completion ring has room (else it waits in the
 //! endpoint's receive backlog like any request). A receive that matched a multi-packet
 //! message still arriving on the unexpected list is bound to it and completes when its last
 //! byte arrives. Delivery copies the message into the receive's buffer, truncated to it
@@ -51,6 +55,8 @@ pub(crate) struct PostedTagged {
 pub(crate) struct Unexpected {
     pub key: MsgKey,
     pub tag: u64,
+    /// The message's peer group: only a receive of the same group takes it.
+    pub group: u32,
     pub header_data: u64,
     pub src_addr: u64,
     pub total: u32,
@@ -100,7 +106,8 @@ impl Nic {
         let Some(ep) = self.eps.get_mut(handle) else {
             return;
         };
-        if d.flags.get() != 0 || d.reserved != [0; 24] {
+        if d.flags.get() != 0 || d.reserved != [0; 20] || d.group.get() > ep.max_group.unwrap_or(0)
+        {
             let c = Completion {
                 context: d.context,
                 status: LocalStatus::BadDescriptor as u8,
@@ -113,7 +120,7 @@ impl Nic {
         let found = ep
             .unexpected
             .iter()
-            .position(|u| u.bound.is_none() && d.matches(u.tag));
+            .position(|u| u.bound.is_none() && d.matches_in_group(u.group, u.tag));
         let Some(i) = found else {
             ep.posted_tagged.push_back(PostedTagged { desc: d });
             return;
@@ -141,6 +148,7 @@ impl Nic {
             src_addr: U64::new(u.src_addr),
             tag: U64::new(u.tag),
             len: U32::new(n as u32),
+            group: U32::new(u.group),
             status: LocalStatus::Ok as u8,
             return_code: ReturnCode::Ok as u8,
             kind: CompletionKind::TaggedRecv as u8,
@@ -214,7 +222,12 @@ impl Nic {
         let Some(ep) = self.eps.get_mut(handle) else {
             return RxOutcome::Done;
         };
-        let Some(i) = ep.posted_tagged.iter().position(|r| r.desc.matches(tag)) else {
+        let group = p.group;
+        let Some(i) = ep
+            .posted_tagged
+            .iter()
+            .position(|r| r.desc.matches_in_group(group, tag))
+        else {
             return self.rx_unexpected(handle, serial, p, src_addr);
         };
         if !ep.cq_has_room() {
@@ -295,6 +308,7 @@ impl Nic {
         ep.unexpected.push_back(Unexpected {
             key,
             tag: p.ses.match_bits,
+            group: p.group,
             header_data: p.ses.header_data,
             src_addr,
             total,

@@ -20,7 +20,10 @@
 //! 3. Translate `dest` through the endpoint's bound AV: the receive context is the top
 //!    `rx_ctx_bits` bits, the index the rest. No bound AV, an index beyond the table, an invalid
 //!    entry, or a resource index (`entry.ri_start + rx_ctx`) beyond 12 bits complete with
-//!    `AddrNotAvail`.
+//!    `AddrNotAvail`. With peer groups (the AV's `max_group_id` > 0) the index is bits 0–31
+//!    and the group the bits above it, below the receive context; a group above
+//!    `max_group_id` completes with `BadGroup` and counts `TX_BAD_GROUP` (see
+//!    `uet_fwif::datapath`, *Peer groups*).
 //! 4. SEND, TAGGED_SEND, WRITE: segment the message at the MTU (`CAP_PROFILES.mtu`):
 //!    `max(1, ceil(len / mtu))` UET packets, all on the PDC to the destination with consecutive
 //!    PSNs (SYN until the PDC is established) and one message id (the endpoint's next). Each
@@ -29,7 +32,8 @@
 //!    JobID from the entry (from its auth-key slot when the entry has `AUTH_KEY` set; a slot
 //!    no longer in use completes `AddrNotAvail`) and PIDonFEP from the entry, resource index `entry.ri_start + rx_ctx`, the
 //!    endpoint's initiator id, `match_bits` = the descriptor's (tag or memory key),
-//!    `buffer_offset` = `remote_offset` (WRITE), request_length = `len` (the whole message, in
+//!    `buffer_offset` = `remote_offset` (WRITE) or the peer group (SEND, TAGGED_SEND; 0 for
+//!    a control-channel SEND), request_length = `len` (the whole message, in
 //!    every packet), then its slice of the payload. Flags: REL unless the entry is absolute;
 //!    SOM on the first packet, which also carries header_data = `data` (and HD when `data` is
 //!    non-zero); EOM on the last. Every packet but the first carries payload_len (14 bits) and
@@ -56,6 +60,7 @@
 //! `entry.ri_start + rx_ctx`. Contexts of an endpoint send with its initiator ID and draw
 //! message ids from the endpoint's one counter.
 
+use crate::av_table::TranslateError;
 use crate::frame::{self, GATEWAY_MAC};
 use crate::nic::Nic;
 use crate::pds::{Ack, RudRequest, UudRequest};
@@ -66,7 +71,7 @@ use uet_fwif::datapath::{
     COMPLETION_FLAG_INJECT, MAX_INJECT_BYTES, TX_FLAG_CONTROL, TX_FLAG_INJECT,
 };
 use uet_fwif::{Completion, CompletionKind, LocalStatus, ReturnCode, TxDescriptor, TxOpcode};
-use uet_regs::{DMA_FAULTS, RX_MALFORMED, TX_BYTES, TX_ERRORS, TX_PACKETS};
+use uet_regs::{DMA_FAULTS, RX_MALFORMED, TX_BAD_GROUP, TX_BYTES, TX_ERRORS, TX_PACKETS};
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::FromBytes;
 
@@ -198,18 +203,32 @@ impl Nic {
         if dgram && (op.is_rma() || len > u32::from(self.cfg.mtu)) {
             return self.tx_fail(handle, d, LocalStatus::BadDescriptor);
         }
-        let translated = self
-            .avs
-            .get(av)
-            .ok_or(())
-            .and_then(|t| t.translate(d.dest.get()).map_err(|_| ()));
-        let Ok((entry, rx_ctx)) = translated else {
-            return self.tx_fail(handle, d, LocalStatus::AddrNotAvail);
+        let translated = match self.avs.get(av) {
+            Some(t) => t.translate(d.dest.get()),
+            None => Err(TranslateError::NotAvail),
         };
-        let ri = if d.flags & TX_FLAG_CONTROL != 0 {
+        let to = match translated {
+            Ok(to) => to,
+            Err(TranslateError::NotAvail) => {
+                return self.tx_fail(handle, d, LocalStatus::AddrNotAvail);
+            }
+            Err(TranslateError::BadGroup) => {
+                self.counters.inc(TX_BAD_GROUP);
+                return self.tx_fail(handle, d, LocalStatus::BadGroup);
+            }
+        };
+        let (entry, rx_ctx) = (to.entry, to.rx_ctx);
+        let control = d.flags & TX_FLAG_CONTROL != 0;
+        let ri = if control {
             0 // the destination's control channel
         } else {
             u64::from(entry.ri_start.get()) + rx_ctx
+        };
+        // SEND and TAGGED_SEND carry the peer group where RMA carries its offset.
+        let buffer_offset = match op {
+            TxOpcode::Write | TxOpcode::Read => d.remote_offset.get(),
+            _ if control => 0,
+            _ => u64::from(to.group),
         };
         if ri > 0x0FFF {
             return self.tx_fail(handle, d, LocalStatus::AddrNotAvail);
@@ -249,7 +268,7 @@ impl Nic {
             job_id,
             pid_on_fep: entry.pid_on_fep.get(),
             resource_index: ri as u16,
-            buffer_offset: d.remote_offset.get(),
+            buffer_offset,
             initiator,
             match_bits: d.match_bits.get(),
             header_data: 0,

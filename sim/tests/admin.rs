@@ -472,3 +472,38 @@ fn contexts_follow_their_endpoint() {
         Status::Busy
     );
 }
+
+#[test]
+fn av_create_checks_peer_groups_against_the_capability() {
+    fn create(d: &mut Driver, max_group_id: u32, rx_ctx_bits: u8) -> Status {
+        d.submit(Command::AvCreate(uet_fwif::admin::AvCreateBody {
+            capacity: U32::new(16),
+            rx_ctx_bits,
+            max_group_id: U32::new(max_group_id),
+            ..FromZeros::new_zeroed()
+        }))
+        .status()
+    }
+    let fabric = Fabric::new();
+    let mut cfg = NicConfig::new(addr("10.0.0.9"));
+    cfg.max_group_id = 0x0FFF;
+    let mut d = Driver::with_config(&fabric, cfg);
+    assert_eq!(d.f.read(CAP_PEER_GROUPS), 0x0FFF);
+    // Up to the capability, with the receive-context bits within the high word.
+    assert_eq!(create(&mut d, 0x0FFF, 8), Status::Success);
+    assert_eq!(
+        create(&mut d, 0x1000, 0),
+        Status::InvalidField,
+        "above CAP_PEER_GROUPS"
+    );
+    let mut wide = NicConfig::new(addr("10.0.0.10"));
+    wide.max_group_id = u32::MAX;
+    let mut w = Driver::with_config(&fabric, wide);
+    assert_eq!(create(&mut w, 0x00FF_FFFF, 8), Status::Success);
+    assert_eq!(
+        create(&mut w, 0x01FF_FFFF, 8),
+        Status::InvalidField,
+        "33 bits"
+    );
+    assert_eq!(create(&mut w, u32::MAX, 0), Status::Success);
+}
