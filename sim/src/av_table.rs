@@ -132,9 +132,20 @@ impl AvTable {
         })
     }
 
-    /// The entry at `index`.
+    /// The valid single entry at `index`. An entry's validity is its bit in `singles` — a
+    /// valid-bit array beside the entry memory, so invalidating an entry writes one bit and
+    /// leaves its 64 bytes alone.
     pub(crate) fn get(&self, index: u32) -> Option<&NicAvEntry> {
-        self.entries.get(usize::try_from(index).ok()?)
+        if Self::bit(&self.singles, index) {
+            self.entries.get(index as usize)
+        } else {
+            None
+        }
+    }
+
+    fn bit(words: &[u64], index: u32) -> bool {
+        let i = index as usize;
+        words.get(i / 64).is_some_and(|w| (w >> (i % 64)) & 1 == 1)
     }
 
     fn key(e: &NicAvEntry) -> Option<SourceKey> {
@@ -145,16 +156,26 @@ impl AvTable {
         })
     }
 
-    /// The CAM key of the single entry at `index`.
-    fn key_at(entries: &[NicAvEntry], index: u32) -> Option<SourceKey> {
-        entries.get(index as usize).and_then(Self::key)
+    /// The CAM key of the valid single entry at `index`.
+    fn key_at(singles: &[u64], entries: &[NicAvEntry], index: u32) -> Option<SourceKey> {
+        if Self::bit(singles, index) {
+            entries.get(index as usize).and_then(Self::key)
+        } else {
+            None
+        }
     }
 
-    /// Take the single entry at `index` out of the source CAM.
-    fn unlink(&mut self, index: u32) {
-        if let Some(k) = Self::key_at(&self.entries, index) {
-            self.cam.remove(k, index);
-        }
+    /// Rebuild the source CAM from the valid single entries.
+    fn rebuild_cam(&mut self) {
+        let (singles, entries) = (&self.singles, &self.entries);
+        let live = singles.iter().map(|w| w.count_ones() as usize).sum();
+        let valid = singles.iter().enumerate().flat_map(|(w, &word)| {
+            (0..64u32)
+                .filter(move |b| (word >> b) & 1 == 1)
+                .map(move |b| w as u32 * 64 + b)
+        });
+        let keyed = valid.filter_map(|i| Self::key_at(singles, entries, i).map(|k| (i, k)));
+        self.cam.rebuild(keyed, live);
     }
 
     fn set_single_bit(&mut self, index: u32, on: bool) {
@@ -296,7 +317,9 @@ impl AvTable {
             );
             return;
         }
-        self.unlink(index);
+        if self.get(index).is_some() {
+            self.cam.forget();
+        }
         let Some(slot) = usize::try_from(index)
             .ok()
             .and_then(|i| self.entries.get_mut(i))
@@ -308,20 +331,20 @@ impl AvTable {
         // stays removed when the single entry goes.
         self.set_single_bit(index, true);
         if let Some(k) = Self::key(&entry) {
-            let entries = &self.entries;
-            self.cam.insert(k, index, |i| Self::key_at(entries, i));
+            if self.cam.full() {
+                self.rebuild_cam();
+            }
+            self.cam.insert(k, index);
         }
     }
 
     /// Invalidate the entry at `index`: a single entry is cleared, a range member becomes a
     /// hole (and the range goes away with its last member).
     pub(crate) fn invalidate(&mut self, index: u32) {
-        if self.get(index).is_some_and(NicAvEntry::is_valid) {
-            self.unlink(index);
-            if let Some(slot) = self.entries.get_mut(index as usize) {
-                *slot = NicAvEntry::INVALID;
-            }
+        if self.get(index).is_some() {
+            // One bit: the entry's bytes stay, unread, until it is written again.
             self.set_single_bit(index, false);
+            self.cam.forget();
             return;
         }
         let Some(k) = self.covering(index) else {
@@ -450,9 +473,10 @@ impl AvTable {
         fn lower(best: &mut Option<u32>, index: u32) {
             *best = Some(best.map_or(index, |b| b.min(index)));
         }
-        let mut best = self.cam.lowest(key, |i| Self::key_at(&self.entries, i));
+        let (singles, entries) = (&self.singles, &self.entries);
+        let mut best = self.cam.lowest(key, |i| Self::key_at(singles, entries, i));
         let mut best_in_job = self.cam.lowest(key, |i| {
-            Self::key_at(&self.entries, i).filter(|_| in_job(&self.effective(i)))
+            Self::key_at(singles, entries, i).filter(|_| in_job(&self.effective(i)))
         });
         // ...or a range member, if one sits lower.
         for r in &self.ranges {

@@ -5,12 +5,12 @@
 //! only — 4 bytes a slot, open addressing with linear probing, at most 3/4 full — and checks a
 //! candidate against the AV entry itself, as a hardware CAM keyed by a hash with the entry
 //! memory as the data store would. The same peer inserted at several indices takes several
-//! slots. Removing an index leaves a tombstone, reclaimed when the table is rebuilt.
+//! slots. Removing an entry touches nothing here: its slot goes stale, and a candidate is
+//! always checked against the entry's valid bit and key, so a stale slot never answers. Stale
+//! slots are dropped when the CAM is rebuilt, from the valid entries, as it fills up.
 
 /// A free slot.
 const EMPTY: u32 = u32::MAX;
-/// A removed slot: probing continues past it.
-const DEAD: u32 = u32::MAX - 1;
 /// Slots in a new CAM.
 const INITIAL_SLOTS: usize = 64;
 
@@ -37,72 +37,72 @@ impl SourceKey {
 #[derive(Debug, Default)]
 pub(crate) struct SourceCam {
     slots: Vec<u32>,
+    /// Slots holding an index, stale or not.
+    used: usize,
+    /// Entries the CAM stands for.
     live: usize,
-    dead: usize,
 }
 
 impl SourceCam {
     fn mask(&self) -> usize {
-        self.slots.len() - 1
+        self.slots.len().wrapping_sub(1)
     }
 
-    /// Add `index`, whose entry has `key`. `key_of` gives the key of any stored index, for
-    /// a rebuild when the CAM grows.
-    pub(crate) fn insert(
-        &mut self,
-        key: SourceKey,
-        index: u32,
-        key_of: impl Fn(u32) -> Option<SourceKey>,
-    ) {
-        if (self.live + self.dead + 1) * 4 > self.slots.len() * 3 {
-            self.rebuild(key_of);
+    /// Whether one more entry needs a [`SourceCam::rebuild`] first (at most 3/4 of the slots
+    /// are used).
+    pub(crate) fn full(&self) -> bool {
+        (self.used + 1) * 4 > self.slots.len() * 3
+    }
+
+    /// Rebuild from exactly the valid entries, at twice their number of slots (at least
+    /// [`INITIAL_SLOTS`]): stale slots are dropped.
+    pub(crate) fn rebuild(&mut self, valid: impl Iterator<Item = (u32, SourceKey)>, live: usize) {
+        let size = ((live + 1) * 2).next_power_of_two().max(INITIAL_SLOTS);
+        self.slots = vec![EMPTY; size];
+        self.used = 0;
+        self.live = 0;
+        for (index, key) in valid {
+            self.place(key, index);
         }
+    }
+
+    fn place(&mut self, key: SourceKey, index: u32) {
         let mask = self.mask();
         let mut at = key.hash() as usize & mask;
-        loop {
-            match self.slots.get(at).copied() {
-                Some(EMPTY) => {
+        for _ in 0..self.slots.len() {
+            match self.slots.get_mut(at) {
+                Some(s) if *s == EMPTY => {
+                    *s = index;
+                    self.used += 1;
                     self.live += 1;
-                    break;
-                }
-                Some(DEAD) => {
-                    self.dead -= 1;
-                    self.live += 1;
-                    break;
+                    return;
                 }
                 Some(_) => at = (at + 1) & mask,
                 None => return,
             }
         }
-        if let Some(s) = self.slots.get_mut(at) {
-            *s = index;
+    }
+
+    /// Add `index`, whose entry has `key` (after a rebuild if [`SourceCam::full`]).
+    pub(crate) fn insert(&mut self, key: SourceKey, index: u32) {
+        if !self.full() {
+            self.place(key, index);
         }
     }
 
-    /// Remove `index`, whose entry has `key`.
-    pub(crate) fn remove(&mut self, key: SourceKey, index: u32) {
-        if self.slots.is_empty() {
-            return;
-        }
-        let mask = self.mask();
-        let mut at = key.hash() as usize & mask;
-        for _ in 0..self.slots.len() {
-            match self.slots.get(at).copied() {
-                Some(EMPTY) | None => return,
-                Some(i) if i == index => {
-                    if let Some(s) = self.slots.get_mut(at) {
-                        *s = DEAD;
-                    }
-                    self.live -= 1;
-                    self.dead += 1;
-                    return;
-                }
-                Some(_) => at = (at + 1) & mask,
-            }
-        }
+    /// An entry the CAM stood for went away (invalidated or overwritten): its slot is stale.
+    pub(crate) fn forget(&mut self) {
+        self.live = self.live.saturating_sub(1);
     }
 
-    /// The lowest stored index whose entry has `key` (`key_of` reads an index's entry).
+    /// Entries the CAM stands for.
+    #[cfg(test)]
+    pub(crate) fn live(&self) -> usize {
+        self.live
+    }
+
+    /// The lowest index whose entry is valid and has `key` (`key_of` reads an index's entry:
+    /// `None` when it is not valid).
     pub(crate) fn lowest(
         &self,
         key: SourceKey,
@@ -117,7 +117,6 @@ impl SourceCam {
         for _ in 0..self.slots.len() {
             match self.slots.get(at).copied() {
                 Some(EMPTY) | None => break,
-                Some(DEAD) => {}
                 Some(i) if key_of(i) == Some(key) => {
                     best = Some(best.map_or(i, |b| b.min(i)));
                 }
@@ -126,27 +125,6 @@ impl SourceCam {
             at = (at + 1) & mask;
         }
         best
-    }
-
-    /// Rebuild at twice the live size (at least [`INITIAL_SLOTS`]), dropping tombstones.
-    fn rebuild(&mut self, key_of: impl Fn(u32) -> Option<SourceKey>) {
-        let old = core::mem::take(&mut self.slots);
-        let size = ((self.live + 1) * 2).next_power_of_two().max(INITIAL_SLOTS);
-        self.slots = vec![EMPTY; size];
-        self.live = 0;
-        self.dead = 0;
-        let mask = self.mask();
-        for index in old.into_iter().filter(|&i| i != EMPTY && i != DEAD) {
-            let Some(key) = key_of(index) else { continue };
-            let mut at = key.hash() as usize & mask;
-            while self.slots.get(at).is_some_and(|&s| s != EMPTY) {
-                at = (at + 1) & mask;
-            }
-            if let Some(s) = self.slots.get_mut(at) {
-                *s = index;
-                self.live += 1;
-            }
-        }
     }
 
     /// Heap bytes held.
@@ -170,7 +148,7 @@ mod tests {
 
     #[test]
     fn matches_a_reference_map_through_inserts_removes_and_growth() {
-        // Index -> key, with duplicate keys at several indices.
+        // Index -> key of its valid entry, with duplicate keys at several indices.
         let mut keys: HashMap<u32, SourceKey> = HashMap::new();
         let mut cam = SourceCam::default();
         let mut x = 0x9E37_79B9u64;
@@ -179,13 +157,23 @@ mod tests {
             x ^= x >> 7;
             x ^= x << 17;
             let index = (x % 3000) as u32;
-            if let Some(k) = keys.remove(&index) {
-                cam.remove(k, index);
+            if keys.remove(&index).is_some() {
+                cam.forget();
             } else {
                 let k = key((x >> 20) as u32 % 500);
                 keys.insert(index, k);
-                cam.insert(k, index, |i| keys.get(&i).copied());
+                if cam.full() {
+                    let valid: Vec<(u32, SourceKey)> = keys
+                        .iter()
+                        .filter(|(&i, _)| i != index)
+                        .map(|(&i, &k)| (i, k))
+                        .collect();
+                    let n = valid.len();
+                    cam.rebuild(valid.into_iter(), n);
+                }
+                cam.insert(k, index);
             }
+            assert_eq!(cam.live(), keys.len());
             if step % 499 == 0 {
                 for n in 0..500 {
                     let k = key(n);
