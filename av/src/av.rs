@@ -1846,7 +1846,7 @@ impl<N: NicAvTable> AddressVector<N> {
         }
         single
             // Slots hold only addresses that were valid when inserted.
-            .and_then(|s| NicAvEntry::for_peer_bytes(s, self.attr.job_id))
+            .map(|s| NicAvEntry::for_valid_peer_bytes(s, self.attr.job_id))
             .map_or(NicAvEntry::INVALID, |mut e| {
                 if let Some(slot) = self.auth.as_deref().and_then(|k| k.slot_of_index(index)) {
                     e = e.with_auth_key(slot);

@@ -234,12 +234,15 @@ impl UetAddress {
             && ri_start <= MAX_12BIT
             && ri_count != 0
             && u32::from(ri_start) + u32::from(ri_count) <= 4096;
-        let fa = &b[16..32];
+        // The fabric address as one 128-bit word: whole-word compares instead of byte loops.
+        let mut fa = [0u8; 16];
+        fa.copy_from_slice(&b[16..32]);
+        let fa = u128::from_be_bytes(fa);
         let fa_ok = if fl & flags::IPV6 != 0 {
-            fa.iter().any(|&x| x != 0) && fa[0] != 0xFF
+            fa != 0 && (fa >> 120) != 0xFF
         } else {
-            let v4 = u32::from_be_bytes([fa[0], fa[1], fa[2], fa[3]]);
-            fa[4..].iter().all(|&x| x == 0) && v4 != 0 && v4 != u32::MAX && fa[0] & 0xF0 != 0xE0
+            let v4 = (fa >> 96) as u32;
+            fa << 32 == 0 && v4 != 0 && v4 != u32::MAX && v4 >> 28 != 0xE
         };
         header_ok && fa_ok
     }

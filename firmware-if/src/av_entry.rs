@@ -171,10 +171,16 @@ impl NicAvEntry {
     /// path, which stores addresses as bytes. `None` when the bytes are not a valid address.
     #[inline]
     pub fn for_peer_bytes(b: &[u8; crate::address::ADDRESS_BYTES], job_id: u32) -> Option<Self> {
+        UetAddress::bytes_are_valid(b).then(|| Self::for_valid_peer_bytes(b, job_id))
+    }
+
+    /// [`NicAvEntry::for_peer_bytes`] for bytes already known to pass
+    /// `UetAddress::bytes_are_valid` (an AV's stored addresses): the fields are copied without
+    /// checking them again. Bytes that do not pass make an entry the NIC refuses, never an
+    /// unsafe one.
+    #[inline]
+    pub fn for_valid_peer_bytes(b: &[u8; crate::address::ADDRESS_BYTES], job_id: u32) -> Self {
         use crate::address::flags as af;
-        if !UetAddress::bytes_are_valid(b) {
-            return None;
-        }
         let mut flags = entry_flags::VALID;
         let mut fa = [0u8; 16];
         if b[1] & af::IPV6 != 0 {
@@ -186,7 +192,7 @@ impl NicAvEntry {
         if b[1] & af::ABSOLUTE_ADDRESSING != 0 {
             flags |= entry_flags::ABSOLUTE;
         }
-        Some(NicAvEntry {
+        NicAvEntry {
             flags: U16::new(flags),
             version: ADDRESS_VERSION,
             caps: b[2],
@@ -203,7 +209,7 @@ impl NicAvEntry {
             range_offset: U32::ZERO,
             range_first: U32::ZERO,
             reserved: [0; 4],
-        })
+        }
     }
 
     /// A range entry for the symmetric set whose member 0 is `base` (a single entry, as
