@@ -1,0 +1,258 @@
+//! The AV against a plain reference model of fi_av(3), on a NIC of the simulator: random
+//! sequences of inserts (single, batched, with `FI_MORE`, with bad addresses), symmetric
+//! inserts, removes (good and bad), lookups and user ids, 10,000 steps per seed. After every
+//! step the model, the host mirror and the NIC table read back with AV_READ agree.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use uet_av::{AvAttr, FiErrno, FI_AV_USER_ID, FI_MORE};
+use uet_driver::backend::sim::SimDevice;
+use uet_driver::{Av, Nic};
+use uet_fwif::address::{caps, AddressingMode};
+use uet_fwif::UetAddress;
+use uet_sim::{Fabric, NicConfig};
+
+const CAP: usize = 48;
+const STEPS: usize = 10_000;
+
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n.max(1)
+    }
+}
+
+fn peer(n: u64) -> UetAddress {
+    UetAddress {
+        caps: caps::AI_BASE,
+        mode: AddressingMode::Relative,
+        max_msg_mtu: false,
+        pid_on_fep: 1 + (n % 500) as u16,
+        fabric_addr: IpAddr::V4(Ipv4Addr::from(0x0a20_0000 + (n as u32 % 4000) + 1)),
+        ri_start: 1,
+        ri_count: 4,
+        initiator: n as u32,
+    }
+}
+
+/// The reference model: slots in index order, lowest-free allocation, user ids.
+#[derive(Default)]
+struct Model {
+    slots: Vec<Option<([u8; 32], Option<u64>)>>,
+}
+
+impl Model {
+    fn new(user_ids: bool) -> Self {
+        let _ = user_ids;
+        Model {
+            slots: vec![None; CAP],
+        }
+    }
+
+    fn insert(&mut self, bytes: [u8; 32], user_id: Option<u64>) -> Option<u64> {
+        let i = self.slots.iter().position(Option::is_none)?;
+        self.slots[i] = Some((bytes, user_id));
+        Some(i as u64)
+    }
+
+    fn len(&self) -> usize {
+        self.slots.iter().flatten().count()
+    }
+}
+
+fn open(fabric: &Fabric, user_ids: bool) -> (Nic, Av) {
+    let f = fabric
+        .add_nic(NicConfig::new("10.250.0.1".parse().unwrap()))
+        .unwrap();
+    let nic = Nic::open(Arc::new(SimDevice::new(f))).unwrap();
+    let av = nic
+        .open_av(AvAttr {
+            count: CAP,
+            job_id: 0x51,
+            flags: if user_ids { FI_AV_USER_ID } else { 0 },
+            ..AvAttr::default()
+        })
+        .unwrap();
+    (nic, av)
+}
+
+fn check(av: &mut Av, m: &Model, step: usize) {
+    assert_eq!(av.len(), m.len(), "step {step}: len");
+    for (i, slot) in m.slots.iter().enumerate() {
+        let mut b = [0u8; 32];
+        let mut len = b.len();
+        let got = av.lookup(i as u64, &mut b, &mut len);
+        match slot {
+            Some((bytes, uid)) => {
+                assert!(got.is_ok(), "step {step}: index {i} should be in use");
+                assert_eq!(&b, bytes, "step {step}: index {i} address");
+                if let Some(u) = uid {
+                    assert_eq!(
+                        av.user_id(i as u64).unwrap(),
+                        Some(*u),
+                        "step {step}: uid {i}"
+                    );
+                }
+            }
+            None => assert_eq!(
+                got.map_err(|e| e.errno),
+                Err(FiErrno::FI_EINVAL),
+                "step {step}: index {i} should be free"
+            ),
+        }
+    }
+    let mismatches = av.verify_nic().expect("AV_READ");
+    assert!(
+        mismatches.is_empty(),
+        "step {step}: NIC and mirror differ at {:?}",
+        mismatches.iter().map(|m| m.index).collect::<Vec<_>>()
+    );
+}
+
+fn run(seed: u64, user_ids: bool) {
+    let fabric = Fabric::new();
+    let (_nic, mut av) = open(&fabric, user_ids);
+    let mut m = Model::new(user_ids);
+    let mut r = Rng(seed);
+    let mut pending_more = false;
+    for step in 0..STEPS {
+        match r.below(10) {
+            // Insert 1..5 addresses, some malformed, sometimes with FI_MORE.
+            0..=3 => {
+                let n = 1 + r.below(5) as usize;
+                let mut buf = Vec::new();
+                let mut good = Vec::new();
+                for _ in 0..n {
+                    let mut b = peer(r.below(1 << 20)).to_bytes().unwrap();
+                    let ok = r.below(8) != 0;
+                    if !ok {
+                        b[0] = 0x70;
+                    }
+                    buf.extend_from_slice(&b);
+                    good.push((ok, b));
+                }
+                let more = r.below(4) == 0;
+                let flags = if more { FI_MORE } else { 0 };
+                let mut out = vec![0u64; n];
+                let k = av.insert(&buf, n, Some(&mut out), flags).unwrap();
+                let mut want = 0;
+                for (j, (ok, b)) in good.iter().enumerate() {
+                    let expect = if *ok {
+                        m.insert(*b, user_ids.then_some(u64::MAX))
+                    } else {
+                        None
+                    };
+                    want += usize::from(expect.is_some());
+                    assert_eq!(
+                        out[j],
+                        expect.unwrap_or(u64::MAX),
+                        "step {step}: fi_addr of address {j}"
+                    );
+                }
+                assert_eq!(k, want, "step {step}: inserted");
+                pending_more = more;
+            }
+            // A symmetric insert: nodecnt × svccnt sequential peers.
+            4 => {
+                let nodes = 1 + r.below(3);
+                let svc = 1 + r.below(3);
+                let base = peer(r.below(3000));
+                let node = base.fabric_addr.to_string();
+                let service = format!(
+                    "{}?ri={}+{}&init={}&caps={}",
+                    base.pid_on_fep, base.ri_start, base.ri_count, base.initiator, base.caps
+                );
+                let total = (nodes * svc) as usize;
+                let mut out = vec![0u64; total];
+                let k = av
+                    .insertsym(
+                        &node,
+                        nodes as usize,
+                        &service,
+                        svc as usize,
+                        Some(&mut out),
+                        0,
+                        None,
+                    )
+                    .unwrap();
+                let mut want = 0;
+                for (j, &got) in out.iter().enumerate() {
+                    let member = base.symmetric_member(svc as u32, j as u32).unwrap();
+                    let expect = m.insert(member.to_bytes().unwrap(), user_ids.then_some(u64::MAX));
+                    want += usize::from(expect.is_some());
+                    assert_eq!(got, expect.unwrap_or(u64::MAX), "step {step}: member {j}");
+                }
+                assert_eq!(k, want, "step {step}: symmetric inserted");
+                pending_more = false;
+            }
+            // Remove 1..3 indices: all in use → removed; any not in use → FI_EINVAL, none removed.
+            5..=7 => {
+                let n = 1 + r.below(3) as usize;
+                let mut list: Vec<u64> = (0..n).map(|_| r.below(CAP as u64 + 4)).collect();
+                list.sort_unstable();
+                list.dedup();
+                let all_used = list
+                    .iter()
+                    .all(|&i| m.slots.get(i as usize).is_some_and(Option::is_some));
+                let got = av.remove(&list, 0);
+                if all_used {
+                    assert!(got.is_ok(), "step {step}: remove {list:?}: {got:?}");
+                    for &i in &list {
+                        m.slots[i as usize] = None;
+                    }
+                } else {
+                    assert_eq!(
+                        got.map_err(|e| e.errno),
+                        Err(FiErrno::FI_EINVAL),
+                        "step {step}"
+                    );
+                }
+                pending_more = false;
+            }
+            // A user id on an address in use (AVs opened with FI_AV_USER_ID).
+            8 if user_ids => {
+                let i = r.below(CAP as u64);
+                let uid = r.below(1 << 40);
+                let got = av.set_user_id(i, uid, 0);
+                match m.slots.get_mut(i as usize).and_then(Option::as_mut) {
+                    Some(slot) => {
+                        assert!(got.is_ok(), "step {step}: set_user_id: {got:?}");
+                        slot.1 = Some(uid);
+                    }
+                    None => assert_eq!(got.map_err(|e| e.errno), Err(FiErrno::FI_EINVAL)),
+                }
+                pending_more = false;
+            }
+            // Lookups of indices out of range and FI_ADDR_NOTAVAIL.
+            _ => {
+                let mut b = [0u8; 32];
+                let mut len = b.len();
+                for bad in [CAP as u64 + r.below(100), u64::MAX] {
+                    assert_eq!(
+                        av.lookup(bad, &mut b, &mut len).map_err(|e| e.errno),
+                        Err(FiErrno::FI_EINVAL)
+                    );
+                }
+            }
+        }
+        if !pending_more {
+            check(&mut av, &m, step);
+        }
+    }
+    av.flush().unwrap();
+    check(&mut av, &m, STEPS);
+}
+
+#[test]
+fn av_on_the_simulated_nic_matches_the_model() {
+    run(0x9e37_79b9_7f4a_7c15, false);
+}
+
+#[test]
+fn av_with_user_ids_on_the_simulated_nic_matches_the_model() {
+    run(0x0bad_5eed_0f00_d001, true);
+}
