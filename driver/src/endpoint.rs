@@ -1583,19 +1583,24 @@ impl Endpoint {
     /// endpoint, a completion the NIC should not have written). [`CqEvent::entry`] converts
     /// the event into the endpoint's format.
     pub fn cq_read(&mut self) -> Result<CqEvent, FiErrno> {
-        let ev = match self.held.take() {
-            Some(ev) => ev,
-            None => match self.poll() {
-                Ok(Some(ev)) => ev,
-                Ok(None) => return Err(FiErrno::FI_EAGAIN),
-                Err(e) => return Err(e.errno()),
-            },
-        };
+        let ev = self.next_event()?;
         if ev.error.is_some() {
             self.held = Some(ev);
             return Err(FiErrno::FI_EAVAIL);
         }
         Ok(ev)
+    }
+
+    /// The completion held aside by a read of the other kind, or the next one from the ring.
+    fn next_event(&mut self) -> Result<CqEvent, FiErrno> {
+        match self.held.take() {
+            Some(ev) => Ok(ev),
+            None => match self.poll() {
+                Ok(Some(ev)) => Ok(ev),
+                Ok(None) => Err(FiErrno::FI_EAGAIN),
+                Err(e) => Err(e.errno()),
+            },
+        }
     }
 
     /// [`Endpoint::cq_read`] in the endpoint's [`CqFormat`], with the event it came from (for
@@ -1609,14 +1614,7 @@ impl Endpoint {
     /// `struct fi_cq_err_entry`). Fails with `FI_EAGAIN` when the next completion is a
     /// success (it stays for [`Endpoint::cq_read`]) or nothing has completed.
     pub fn cq_readerr(&mut self) -> Result<CqEvent, FiErrno> {
-        let ev = match self.held.take() {
-            Some(ev) => ev,
-            None => match self.poll() {
-                Ok(Some(ev)) => ev,
-                Ok(None) => return Err(FiErrno::FI_EAGAIN),
-                Err(e) => return Err(e.errno()),
-            },
-        };
+        let ev = self.next_event()?;
         if ev.error.is_none() {
             self.held = Some(ev);
             return Err(FiErrno::FI_EAGAIN);
