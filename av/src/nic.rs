@@ -140,77 +140,48 @@ impl PendingWrite for CompletedWrite {
     }
 }
 
-impl<T: NicAvTable + ?Sized> NicAvTable for &mut T {
-    fn write_entries(&mut self, records: &[AvWriteRecord]) -> Result<(), NicError> {
-        (**self).write_entries(records)
-    }
-    fn invalidate(&mut self, indices: &[u32]) -> Result<(), NicError> {
-        (**self).invalidate(indices)
-    }
-    fn read_entries(&mut self, first: u32, out: &mut [NicAvEntry]) -> Result<(), NicError> {
-        (**self).read_entries(first, out)
-    }
-    fn submit_write(
-        &mut self,
-        records: &[AvWriteRecord],
-    ) -> Result<Box<dyn PendingWrite>, NicError> {
-        (**self).submit_write(records)
-    }
-    fn check_close(&self) -> Result<(), FiError> {
-        (**self).check_close()
-    }
-    fn add_auth_key(&mut self, job_id: u32, source: u64) -> Result<u16, FiError> {
-        (**self).add_auth_key(job_id, source)
-    }
-    fn remove_auth_key(&mut self, slot: u16) -> Result<(), FiError> {
-        (**self).remove_auth_key(slot)
-    }
-    fn set_auth_key_source(&mut self, slot: u16, source: u64) -> Result<(), FiError> {
-        (**self).set_auth_key_source(slot, source)
-    }
-    fn read_auth_keys(&mut self, first: u16, out: &mut [AuthKeyEntry]) -> Result<(), FiError> {
-        (**self).read_auth_keys(first, out)
-    }
-    fn auth_key_users(&self, slot: u16) -> usize {
-        (**self).auth_key_users(slot)
-    }
+/// Forward every method to the table behind a pointer.
+macro_rules! forward_nic_av_table {
+    ($($ptr:ty),*) => {$(
+        impl<T: NicAvTable + ?Sized> NicAvTable for $ptr {
+            fn write_entries(&mut self, records: &[AvWriteRecord]) -> Result<(), NicError> {
+                (**self).write_entries(records)
+            }
+            fn invalidate(&mut self, indices: &[u32]) -> Result<(), NicError> {
+                (**self).invalidate(indices)
+            }
+            fn read_entries(&mut self, first: u32, out: &mut [NicAvEntry]) -> Result<(), NicError> {
+                (**self).read_entries(first, out)
+            }
+            fn submit_write(
+                &mut self,
+                records: &[AvWriteRecord],
+            ) -> Result<Box<dyn PendingWrite>, NicError> {
+                (**self).submit_write(records)
+            }
+            fn check_close(&self) -> Result<(), FiError> {
+                (**self).check_close()
+            }
+            fn add_auth_key(&mut self, job_id: u32, source: u64) -> Result<u16, FiError> {
+                (**self).add_auth_key(job_id, source)
+            }
+            fn remove_auth_key(&mut self, slot: u16) -> Result<(), FiError> {
+                (**self).remove_auth_key(slot)
+            }
+            fn set_auth_key_source(&mut self, slot: u16, source: u64) -> Result<(), FiError> {
+                (**self).set_auth_key_source(slot, source)
+            }
+            fn read_auth_keys(&mut self, first: u16, out: &mut [AuthKeyEntry]) -> Result<(), FiError> {
+                (**self).read_auth_keys(first, out)
+            }
+            fn auth_key_users(&self, slot: u16) -> usize {
+                (**self).auth_key_users(slot)
+            }
+        }
+    )*};
 }
 
-impl<T: NicAvTable + ?Sized> NicAvTable for Box<T> {
-    fn write_entries(&mut self, records: &[AvWriteRecord]) -> Result<(), NicError> {
-        (**self).write_entries(records)
-    }
-    fn invalidate(&mut self, indices: &[u32]) -> Result<(), NicError> {
-        (**self).invalidate(indices)
-    }
-    fn read_entries(&mut self, first: u32, out: &mut [NicAvEntry]) -> Result<(), NicError> {
-        (**self).read_entries(first, out)
-    }
-    fn submit_write(
-        &mut self,
-        records: &[AvWriteRecord],
-    ) -> Result<Box<dyn PendingWrite>, NicError> {
-        (**self).submit_write(records)
-    }
-    fn check_close(&self) -> Result<(), FiError> {
-        (**self).check_close()
-    }
-    fn add_auth_key(&mut self, job_id: u32, source: u64) -> Result<u16, FiError> {
-        (**self).add_auth_key(job_id, source)
-    }
-    fn remove_auth_key(&mut self, slot: u16) -> Result<(), FiError> {
-        (**self).remove_auth_key(slot)
-    }
-    fn set_auth_key_source(&mut self, slot: u16, source: u64) -> Result<(), FiError> {
-        (**self).set_auth_key_source(slot, source)
-    }
-    fn read_auth_keys(&mut self, first: u16, out: &mut [AuthKeyEntry]) -> Result<(), FiError> {
-        (**self).read_auth_keys(first, out)
-    }
-    fn auth_key_users(&self, slot: u16) -> usize {
-        (**self).auth_key_users(slot)
-    }
-}
+forward_nic_av_table!(&mut T, Box<T>);
 
 /// A NIC AV command failed.
 #[derive(Debug, thiserror::Error)]
