@@ -125,7 +125,7 @@ impl AvTable {
             rx_ctx_bits,
             max_group_id,
             entries,
-            cam: SourceCam::default(),
+            cam: SourceCam::new(capacity),
             singles: Vec::new(),
             ranges: Vec::new(),
             bound: 0,
@@ -168,14 +168,13 @@ impl AvTable {
     /// Rebuild the source CAM from the valid single entries.
     fn rebuild_cam(&mut self) {
         let (singles, entries) = (&self.singles, &self.entries);
-        let live = singles.iter().map(|w| w.count_ones() as usize).sum();
         let valid = singles.iter().enumerate().flat_map(|(w, &word)| {
             (0..64u32)
                 .filter(move |b| (word >> b) & 1 == 1)
                 .map(move |b| w as u32 * 64 + b)
         });
         let keyed = valid.filter_map(|i| Self::key_at(singles, entries, i).map(|k| (i, k)));
-        self.cam.rebuild(keyed, live);
+        self.cam.rebuild(keyed);
     }
 
     fn set_single_bit(&mut self, index: u32, on: bool) {
@@ -293,6 +292,20 @@ impl AvTable {
             }
         }
         Ok(())
+    }
+
+    /// Store a batch of records that passed [`AvTable::check_batch`], in order: the same as
+    /// [`AvTable::set`] on each, with the source CAM's slots for the whole batch read first.
+    pub(crate) fn set_batch(&mut self, records: &[(u32, NicAvEntry)]) {
+        self.cam.warm(
+            records
+                .iter()
+                .filter(|(_, e)| !e.is_range())
+                .filter_map(|(_, e)| Self::key(e)),
+        );
+        for &(index, entry) in records {
+            self.set(index, entry);
+        }
     }
 
     /// Store `entry` at `index` (the batch passed [`AvTable::check_batch`]). A range entry is

@@ -198,9 +198,7 @@ impl Nic {
             WriteConflict::OutOfRange => Status::IndexOutOfRange,
             WriteConflict::Overlap => Status::InvalidField,
         })?;
-        for &(index, entry) in records.iter() {
-            t.set(index, entry);
-        }
+        t.set_batch(records);
         Ok(())
     }
 

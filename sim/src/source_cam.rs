@@ -8,11 +8,17 @@
 //! slots. Removing an entry touches nothing here: its slot goes stale, and a candidate is
 //! always checked against the entry's valid bit and key, so a stale slot never answers. Stale
 //! slots are dropped when the CAM is rebuilt, from the valid entries, as it fills up.
+//!
+//! Like the table it indexes, the CAM is sized once, when the table is created: twice the
+//! table's capacity in slots (a power of two), so it is at most half full of live entries and
+//! never grows. A slot holds `index + 1`, and 0 marks a free slot: a new CAM is zeroed memory,
+//! which the host gives the simulator page by page as the CAM is first written, as the NIC's
+//! own memory would simply be there.
 
 /// A free slot.
-const EMPTY: u32 = u32::MAX;
-/// Slots in a new CAM.
-const INITIAL_SLOTS: usize = 64;
+const EMPTY: u32 = 0;
+/// The fewest slots of a CAM.
+const MIN_SLOTS: usize = 64;
 
 /// A peer's identity as the CAM hashes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -34,7 +40,7 @@ impl SourceKey {
 }
 
 /// The CAM.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct SourceCam {
     slots: Vec<u32>,
     /// Slots holding an index, stale or not.
@@ -44,21 +50,36 @@ pub(crate) struct SourceCam {
 }
 
 impl SourceCam {
+    /// The CAM of a table of `capacity` entries: `2 * capacity` slots rounded up to a power of
+    /// two (at least [`MIN_SLOTS`]), all free.
+    pub(crate) fn new(capacity: u32) -> Self {
+        let slots = (capacity as usize)
+            .saturating_mul(2)
+            .next_power_of_two()
+            .max(MIN_SLOTS);
+        SourceCam {
+            // Zeroed: every slot free, and no page touched until it is written.
+            slots: vec![EMPTY; slots],
+            used: 0,
+            live: 0,
+        }
+    }
+
     fn mask(&self) -> usize {
         self.slots.len().wrapping_sub(1)
     }
 
     /// Whether one more entry needs a [`SourceCam::rebuild`] first (at most 3/4 of the slots
-    /// are used).
+    /// are used, live or stale).
     pub(crate) fn full(&self) -> bool {
         (self.used + 1) * 4 > self.slots.len() * 3
     }
 
-    /// Rebuild from exactly the valid entries, at twice their number of slots (at least
-    /// [`INITIAL_SLOTS`]): stale slots are dropped.
-    pub(crate) fn rebuild(&mut self, valid: impl Iterator<Item = (u32, SourceKey)>, live: usize) {
-        let size = ((live + 1) * 2).next_power_of_two().max(INITIAL_SLOTS);
-        self.slots = vec![EMPTY; size];
+    /// Rebuild from exactly the valid entries, in place: stale slots are dropped. The table
+    /// holds at most its capacity, half the slots, so a rebuild frees at least a quarter of
+    /// them and costs O(1) per entry removed since the last one.
+    pub(crate) fn rebuild(&mut self, valid: impl Iterator<Item = (u32, SourceKey)>) {
+        self.slots.fill(EMPTY);
         self.used = 0;
         self.live = 0;
         for (index, key) in valid {
@@ -72,7 +93,9 @@ impl SourceCam {
         for _ in 0..self.slots.len() {
             match self.slots.get_mut(at) {
                 Some(s) if *s == EMPTY => {
-                    *s = index;
+                    // Slot encoding: index + 1 (0 is free); an index is below the capacity,
+                    // itself a u32, so the sum cannot wrap.
+                    *s = index.wrapping_add(1);
                     self.used += 1;
                     self.live += 1;
                     return;
@@ -81,6 +104,24 @@ impl SourceCam {
                 None => return,
             }
         }
+    }
+
+    /// Touch the home slot of every key before a batch of [`SourceCam::insert`]s. The slots
+    /// are scattered over the whole CAM by design, so each insert alone waits for a cache
+    /// miss; reading them all first, independent loads the CPU overlaps, leaves the inserts
+    /// to hit the cache, as a hardware CAM pipelines the lookups of a burst of writes.
+    pub(crate) fn warm(&self, keys: impl Iterator<Item = SourceKey>) {
+        let mask = self.mask();
+        let mut seen = 0u32;
+        for key in keys {
+            seen |= self
+                .slots
+                .get(key.hash() as usize & mask)
+                .copied()
+                .unwrap_or(0);
+        }
+        // The loads are the point: keep them from being optimised away.
+        std::hint::black_box(seen);
     }
 
     /// Add `index`, whose entry has `key` (after a rebuild if [`SourceCam::full`]).
@@ -117,10 +158,12 @@ impl SourceCam {
         for _ in 0..self.slots.len() {
             match self.slots.get(at).copied() {
                 Some(EMPTY) | None => break,
-                Some(i) if key_of(i) == Some(key) => {
-                    best = Some(best.map_or(i, |b| b.min(i)));
+                Some(slot) => {
+                    let i = slot.wrapping_sub(1);
+                    if key_of(i) == Some(key) {
+                        best = Some(best.map_or(i, |b| b.min(i)));
+                    }
                 }
-                Some(_) => {}
             }
             at = (at + 1) & mask;
         }
@@ -147,10 +190,10 @@ mod tests {
     }
 
     #[test]
-    fn matches_a_reference_map_through_inserts_removes_and_growth() {
+    fn matches_a_reference_map_through_inserts_removes_and_rebuilds() {
         // Index -> key of its valid entry, with duplicate keys at several indices.
         let mut keys: HashMap<u32, SourceKey> = HashMap::new();
-        let mut cam = SourceCam::default();
+        let mut cam = SourceCam::new(3000);
         let mut x = 0x9E37_79B9u64;
         for step in 0..20_000u32 {
             x ^= x << 13;
@@ -168,8 +211,7 @@ mod tests {
                         .filter(|(&i, _)| i != index)
                         .map(|(&i, &k)| (i, k))
                         .collect();
-                    let n = valid.len();
-                    cam.rebuild(valid.into_iter(), n);
+                    cam.rebuild(valid.into_iter());
                 }
                 cam.insert(k, index);
             }

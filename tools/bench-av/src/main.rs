@@ -18,6 +18,9 @@
 //! and buffers; the NIC's table lives on the NIC). `op=insertsym` inserts the `n` peers (8
 //! per node) with one `fi_av_insertsym`, stored as a symmetric range on host and NIC; its
 //! `bytes_per_entry` is the growth of the AV's host memory divided by `n`.
+//!
+//! `--ops` picks the operations (`insert`, which also measures lookup and remove; `insert_batch`;
+//! `insertsym`), all three by default.
 
 use clap::Parser;
 use std::net::{IpAddr, Ipv4Addr};
@@ -42,6 +45,9 @@ struct Args {
     /// Addresses per insert call for op=insert_batch.
     #[arg(long, default_value_t = 256)]
     batch: usize,
+    /// Operations to measure: insert (with lookup and remove), insert_batch, insertsym.
+    #[arg(long, value_delimiter = ',', default_values_t = ["insert".to_string(), "insert_batch".to_string(), "insertsym".to_string()])]
+    ops: Vec<String>,
 }
 
 fn peer(i: usize) -> [u8; 32] {
@@ -68,12 +74,32 @@ fn run<N: NicAvTable>(
     imp: &str,
     n: usize,
     batch: usize,
+    ops: &[String],
     addrs: &[u8],
     mut open: impl FnMut() -> Result<AddressVector<N>, String>,
 ) -> Result<(), String> {
-    // Unbatched insert, lookup, remove.
-    let mut av = open()?;
+    let wanted = |op: &str| ops.iter().any(|o| o == op);
     let mut fi_addrs = vec![0u64; n];
+    if wanted("insert") {
+        unbatched(imp, n, addrs, &mut fi_addrs, open()?)?;
+    }
+    if wanted("insert_batch") {
+        batched(imp, n, batch, addrs, &mut fi_addrs, open()?)?;
+    }
+    if wanted("insertsym") {
+        symmetric(imp, n, open()?)?;
+    }
+    Ok(())
+}
+
+/// Unbatched insert, then lookup and remove of every entry.
+fn unbatched<N: NicAvTable>(
+    imp: &str,
+    n: usize,
+    addrs: &[u8],
+    fi_addrs: &mut [u64],
+    mut av: AddressVector<N>,
+) -> Result<(), String> {
     let t = Instant::now();
     for (i, a) in addrs.chunks_exact(32).enumerate() {
         let k = av
@@ -110,16 +136,24 @@ fn run<N: NicAvTable>(
     line(imp, "lookup", n, lookup_ns, bytes);
 
     let t = Instant::now();
-    for a in &fi_addrs {
+    for a in fi_addrs.iter() {
         av.remove(std::slice::from_ref(a), 0)
             .map_err(|e| e.to_string())?;
     }
     let remove_ns = t.elapsed().as_nanos() as f64 / n as f64;
     line(imp, "remove", n, remove_ns, bytes);
-    drop(av);
+    Ok(())
+}
 
-    // Batched insert: `batch` addresses per call, one NIC write per call.
-    let mut av = open()?;
+/// Batched insert: `batch` addresses per call, one NIC write per call.
+fn batched<N: NicAvTable>(
+    imp: &str,
+    n: usize,
+    batch: usize,
+    addrs: &[u8],
+    fi_addrs: &mut [u64],
+    mut av: AddressVector<N>,
+) -> Result<(), String> {
     let t = Instant::now();
     let mut done = 0;
     for (c, chunk) in addrs.chunks(32 * batch).enumerate() {
@@ -140,10 +174,11 @@ fn run<N: NicAvTable>(
         batch_ns,
         av.host_bytes() as f64 / n as f64,
     );
-    drop(av);
+    Ok(())
+}
 
-    // Symmetric insert: n peers, 8 per node, in one fi_av_insertsym (stored as a range).
-    let mut av = open()?;
+/// Symmetric insert: n peers, 8 per node, in one fi_av_insertsym (stored as a range).
+fn symmetric<N: NicAvTable>(imp: &str, n: usize, mut av: AddressVector<N>) -> Result<(), String> {
     let empty = av.host_bytes();
     let svc = 8usize;
     let nodes = n.div_ceil(svc);
@@ -168,11 +203,19 @@ fn main() -> std::process::ExitCode {
         eprintln!("bench-av: --batch and every --counts value must be positive");
         return std::process::ExitCode::from(2);
     }
+    if let Some(bad) = args
+        .ops
+        .iter()
+        .find(|o| !["insert", "insert_batch", "insertsym"].contains(&o.as_str()))
+    {
+        eprintln!("bench-av: unknown --ops {bad} (insert, insert_batch, insertsym)");
+        return std::process::ExitCode::from(2);
+    }
     for &n in &args.counts {
         let addrs: Vec<u8> = (0..n).flat_map(peer).collect();
         for imp in &args.impls {
             let r = match imp.as_str() {
-                "uet-host" => run(imp, n, args.batch, &addrs, || {
+                "uet-host" => run(imp, n, args.batch, &args.ops, &addrs, || {
                     let attr = AvAttr {
                         count: n,
                         ..AvAttr::default()
@@ -193,7 +236,7 @@ fn main() -> std::process::ExitCode {
                             Nic::open(Arc::new(SimDevice::new(f))).map_err(|e| e.to_string())
                         });
                     match nic {
-                        Ok(nic) => run(imp, n, args.batch, &addrs, || {
+                        Ok(nic) => run(imp, n, args.batch, &args.ops, &addrs, || {
                             nic.open_av(AvAttr {
                                 count: n,
                                 ..AvAttr::default()
