@@ -58,7 +58,14 @@ pub struct AdminResult {
 /// Where a submitted command is.
 enum Slot {
     /// Submitted; no completion yet.
-    Outstanding { opcode: u8, submitted: Instant },
+    ///
+    /// `waiting_since` is when a poll first found the command still in flight: the timeout
+    /// runs from there, so a command the device has completed by the first poll (every
+    /// command of the in-process simulator, most on hardware) costs no clock read.
+    Outstanding {
+        opcode: u8,
+        waiting_since: Option<Instant>,
+    },
     /// Completed; the completion waits for its owner.
     Done { opcode: u8, cqe: AdminCompletion },
     /// Given up on (timed out); its completion is dropped when it arrives.
@@ -254,7 +261,7 @@ impl AdminQueue {
             command_id,
             Slot::Outstanding {
                 opcode,
-                submitted: Instant::now(),
+                waiting_since: None,
             },
         );
         self.in_flight += 1;
@@ -267,14 +274,15 @@ impl AdminQueue {
     /// Wait until fewer than ring size − 1 commands are in flight.
     fn make_room(&mut self, bar: &dyn Mmio, opcode: u8) -> Result<(), DriverError> {
         let limit = (self.geometry.entries() - 1) as usize;
-        let start = Instant::now();
+        // The clock is read only once the ring is found full.
+        let mut start: Option<Instant> = None;
         let mut spins = 0u32;
         while self.in_flight >= limit {
             self.reap(bar)?;
             if self.in_flight < limit {
                 break;
             }
-            if start.elapsed() >= self.timeout {
+            if start.get_or_insert_with(Instant::now).elapsed() >= self.timeout {
                 return Err(self.timeout_error(bar, opcode));
             }
             backoff(&mut spins);
@@ -341,8 +349,8 @@ impl AdminQueue {
     }
 
     /// The outcome of command `id` if it completed (collecting completions first), taking
-    /// it; `None` while it is in flight. A command past the timeout is abandoned and reported
-    /// as timed out. A command id that was never submitted, or was already taken, is an
+    /// it; `None` while it is in flight. A command still in flight the timeout after a poll
+    /// first found it so is abandoned and reported as timed out. A command id that was never submitted, or was already taken, is an
     /// error.
     pub fn poll_command(
         &mut self,
@@ -360,13 +368,22 @@ impl AdminQueue {
                 }),
                 status => Err(DriverError::AdminStatus { opcode, status }),
             }),
-            Some(Slot::Outstanding { opcode, submitted }) => {
-                if submitted.elapsed() >= self.timeout {
+            Some(Slot::Outstanding {
+                opcode,
+                waiting_since,
+            }) => {
+                let since = waiting_since.unwrap_or_else(Instant::now);
+                if since.elapsed() >= self.timeout {
                     self.commands.insert(id, Slot::Abandoned);
                     Some(Err(self.timeout_error(bar, opcode)))
                 } else {
-                    self.commands
-                        .insert(id, Slot::Outstanding { opcode, submitted });
+                    self.commands.insert(
+                        id,
+                        Slot::Outstanding {
+                            opcode,
+                            waiting_since: Some(since),
+                        },
+                    );
                     None
                 }
             }
