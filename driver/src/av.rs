@@ -2,7 +2,10 @@
 //!
 //! `uet-av` owns the fi_av(3) semantics and the host mirror; this module gives it a
 //! [`NicAvTable`] that turns each batch into one AV_WRITE, AV_INVALIDATE or AV_READ through the
-//! admin queue's scratch buffer.
+//! admin queue's scratch buffer — except the write of one entry (an insert without `FI_MORE`),
+//! which goes through the AV write window, and the removal of a few
+//! ([`DOORBELL_INVALIDATE_MAX`]), which rings `AV_INVALIDATE_DOORBELL`: register writes, no
+//! admin round trip.
 //!
 //! The asynchronous inserts of an AV opened with `FI_EVENT` submit their AV_WRITE with
 //! [`NicAvTable::submit_write`]: the records go to DMA memory of their own (the scratch buffer
@@ -24,14 +27,8 @@
 
 use crate::dma::DmaRegion;
 use crate::error::DriverError;
-use crate::nic::AV_DOORBELL_INTERFACE_MINOR;
-use uet_regs::{AvInvalidateDoorbell, RegisterAccess, AV_INVALIDATE_DOORBELL};
-
-/// Removals of at most this many entries use `AV_INVALIDATE_DOORBELL` instead of an
-/// AV_INVALIDATE command.
-pub const DOORBELL_INVALIDATE_MAX: usize = 8;
 use crate::mapped::MappedRegion;
-use crate::nic::{Nic, NicInner};
+use crate::nic::{Nic, NicInner, AV_DOORBELL_INTERFACE_MINOR, AV_WRITE_WINDOW_INTERFACE_MINOR};
 use std::sync::Arc;
 use uet_av::{
     AddressVector, AvAttr, AvLimits, FiErrno, FiError, NamedAv, NicAvTable, NicError, PendingWrite,
@@ -40,8 +37,17 @@ use uet_av::{
 use uet_fwif::admin::{AvCreateBody, BufferBody, Command, RangeBody, MAX_BATCH};
 use uet_fwif::auth_key::{AuthKeyAddBody, AuthKeyEntry, AuthKeySourceBody};
 use uet_fwif::{AvWriteRecord, NicAvEntry};
+use uet_regs::{
+    AvInvalidateDoorbell, AvWriteDoorbell, Reg, RegisterAccess, AV_INVALIDATE_DOORBELL,
+    AV_WRITE_DOORBELL, AV_WRITE_DROPS, AV_WRITE_ENTRY_0, AV_WRITE_ENTRY_1, AV_WRITE_ENTRY_2,
+    AV_WRITE_ENTRY_3, AV_WRITE_ENTRY_4, AV_WRITE_ENTRY_5, AV_WRITE_ENTRY_6, AV_WRITE_ENTRY_7,
+};
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromZeros, IntoBytes};
+
+/// Removals of at most this many entries use `AV_INVALIDATE_DOORBELL` instead of an
+/// AV_INVALIDATE command.
+pub const DOORBELL_INVALIDATE_MAX: usize = 8;
 
 /// A NIC AV table: created by AV_CREATE, destroyed by AV_DESTROY when the last user (the AV
 /// itself or an endpoint bound to it) lets go.
@@ -98,9 +104,81 @@ fn nic_error(op: &'static str, e: DriverError) -> NicError {
     }
 }
 
+impl NicAv {
+    /// One record through the AV write window: eight posted writes of the entry, the
+    /// doorbell, and a read of `AV_WRITE_DROPS`, which returns once the writes have landed and
+    /// says whether the NIC stored the entry (it refuses what AV_WRITE would, and then
+    /// changes nothing). No admin round trip, no DMA.
+    fn write_through_window(&self, record: &AvWriteRecord) -> Result<(), NicError> {
+        const OP: &str = "AV_WRITE_DOORBELL";
+        let capacity = self.table.capacity;
+        let index = record.index.get();
+        let Ok(av) = u16::try_from(self.table.handle) else {
+            return Err(NicError::new(
+                OP,
+                "AV handle wider than the doorbell's 16 bits",
+            ));
+        };
+        if index >= capacity {
+            return Err(NicError::new(
+                OP,
+                format!("index {index} outside the table's {capacity} entries"),
+            ));
+        }
+        let nic = &self.table.nic;
+        let bar = nic.bar();
+        let mut window = nic.av_window();
+        let before = match *window {
+            Some(drops) => drops,
+            None => bar.read(AV_WRITE_DROPS),
+        };
+        for (reg, word) in AV_WRITE_ENTRY
+            .iter()
+            .zip(record.entry.as_bytes().chunks_exact(8))
+        {
+            let mut le = [0u8; 8];
+            le.copy_from_slice(word);
+            bar.write(*reg, u64::from_le_bytes(le));
+        }
+        bar.write(
+            AV_WRITE_DOORBELL,
+            AvWriteDoorbell::new().with_av(av).with_index(index),
+        );
+        let after = bar.read(AV_WRITE_DROPS);
+        *window = Some(after);
+        if after != before {
+            return Err(NicError::new(
+                OP,
+                format!(
+                    "the NIC refused the entry for index {index} (AV_WRITE_DROPS {before} -> \
+                     {after}): it fails AV_WRITE's checks"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `AV_WRITE_ENTRY_0..7`, in entry-byte order.
+const AV_WRITE_ENTRY: [Reg<u64>; 8] = [
+    AV_WRITE_ENTRY_0,
+    AV_WRITE_ENTRY_1,
+    AV_WRITE_ENTRY_2,
+    AV_WRITE_ENTRY_3,
+    AV_WRITE_ENTRY_4,
+    AV_WRITE_ENTRY_5,
+    AV_WRITE_ENTRY_6,
+    AV_WRITE_ENTRY_7,
+];
+
 impl NicAvTable for NicAv {
     fn write_entries(&mut self, records: &[AvWriteRecord]) -> Result<(), NicError> {
         const OP: &str = "AV_WRITE";
+        if let [record] = records {
+            if self.table.nic.identity.interface_minor >= AV_WRITE_WINDOW_INTERFACE_MINOR {
+                return self.write_through_window(record);
+            }
+        }
         for chunk in records.chunks(MAX_BATCH as usize) {
             let nic = &self.table.nic;
             let mut admin = nic.admin();

@@ -42,6 +42,10 @@ use zerocopy::FromZeros;
 /// driver invalidates AV entries with admin commands only.
 pub const AV_DOORBELL_INTERFACE_MINOR: u8 = 4;
 
+/// The interface minor version that added the AV write window (`AV_WRITE_ENTRY_0..7`,
+/// `AV_WRITE_DOORBELL`, 1.8); on older devices every AV entry is written with AV_WRITE.
+pub const AV_WRITE_WINDOW_INTERFACE_MINOR: u8 = 8;
+
 /// The oldest interface minor version the driver drives (see [`uet_regs::INTERFACE_MINOR`]).
 pub const REQUIRED_INTERFACE_MINOR: u8 = 7;
 
@@ -199,6 +203,10 @@ pub(crate) struct NicInner {
     /// AV can refuse to remove a key in use without asking the NIC.
     pub(crate) auth_grants: Box<[AtomicU32]>,
     admin: Mutex<AdminQueue>,
+    /// The AV write window: its staged entry belongs to the function, so one writer at a time
+    /// stages, rings and reads `AV_WRITE_DROPS`, whose last value it keeps (`None` until the
+    /// first window write reads it).
+    av_window: Mutex<Option<u64>>,
 }
 
 impl NicInner {
@@ -210,6 +218,13 @@ impl NicInner {
     /// way the next command would not detect (command ids), so a poisoned lock is taken over.
     pub(crate) fn admin(&self) -> MutexGuard<'_, AdminQueue> {
         self.admin.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Lock the AV write window (nothing it guards can be left half-done by a panic: a
+    /// half-staged entry is overwritten by the next writer before it rings, and the drop count
+    /// is stored only after it was read).
+    pub(crate) fn av_window(&self) -> MutexGuard<'_, Option<u64>> {
+        self.av_window.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub(crate) fn execute(&self, cmd: Command) -> Result<AdminResult, DriverError> {
@@ -333,6 +348,7 @@ impl Nic {
                     .map(|_| AtomicU32::new(0))
                     .collect(),
                 admin: Mutex::new(admin),
+                av_window: Mutex::new(None),
             }),
         })
     }

@@ -57,13 +57,15 @@ pub const INTERFACE_MAJOR: u8 = 1;
 /// | 5 | auth keys: `CAP_AUTH_KEY`, AUTH_KEY_ADD, AUTH_KEY_REMOVE, AUTH_KEY_SOURCE, AUTH_KEY_READ, ENDPOINT_AUTH_KEYS; the AV entry's `AUTH_KEY` flag takes effect |
 /// | 6 | multi-receive buffers (`FI_MULTI_RECV`): `RX_FLAG_MULTI_RECV` and `min_free` in the RX descriptor; `buf_offset`, `overflow` and the multi-receive flags in the completion |
 /// | 7 | peer groups: `CAP_PEER_GROUPS`, AV_CREATE `max_group_id`, the group id in SEND/TAGGED_SEND requests (SES `buffer_offset`), `group` in the RX and tagged RX descriptors and the completion, the `BadGroup` local status, `TX_BAD_GROUP`, `RX_BAD_GROUP` |
+/// | 8 | the AV write window: `AV_WRITE_ENTRY_0..7`, `AV_WRITE_DOORBELL`; the `AV_INVALIDATE_DROPS` and `AV_WRITE_DROPS` counters |
 ///
 /// The interface is pre-release: minor 2 changed the completion layout, minor 3 gave
 /// reserved bytes of ENDPOINT_CREATE a meaning, minor 4 added `AV_INVALIDATE_DOORBELL`, minor
 /// 5 auth keys, minor 6 gave reserved bytes of the RX descriptor and the completion a meaning,
-/// minor 7 gave reserved bytes of AV_CREATE, both RX descriptors and the completion a meaning;
+/// minor 7 gave reserved bytes of AV_CREATE, both RX descriptors and the completion a meaning,
+/// minor 8 added the AV write window;
 /// a driver refuses a device older than the layouts it speaks.
-pub const INTERFACE_MINOR: u8 = 7;
+pub const INTERFACE_MINOR: u8 = 8;
 
 /// Width of a register access.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -282,6 +284,15 @@ mod tests {
             assert!(w[0].1 <= w[1].0, "{} overlaps {}", w[0].2, w[1].2);
         }
         assert!(spans.last().unwrap().1 <= BAR0_SIZE);
+    }
+
+    #[test]
+    fn registers_and_counters_are_in_offset_order() {
+        // The simulator finds a register by binary search on these tables.
+        assert!(REGISTERS.windows(2).all(|w| w[0].offset < w[1].offset));
+        assert!(COUNTERS
+            .windows(2)
+            .all(|w| w[0].info.offset < w[1].info.offset));
     }
 
     #[test]

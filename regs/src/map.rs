@@ -255,6 +255,19 @@ pub struct AvInvalidateDoorbell {
 
 reg_value!(AvInvalidateDoorbell => W64);
 
+/// [`AV_WRITE_DOORBELL`]: write the entry staged in `AV_WRITE_ENTRY_0..7` at one index.
+#[bitfield(u64)]
+pub struct AvWriteDoorbell {
+    /// Table index.
+    pub index: u32,
+    /// AV handle.
+    pub av: u16,
+    #[bits(16)]
+    __: u16,
+}
+
+reg_value!(AvWriteDoorbell => W64);
+
 reg_value!(
     Id => W32, Revision => W32, CapAv => W32, CapEp => W32, CapPidOnFep => W32,
     CapResourceIndex => W32, CapProfiles => W32, CapQueues => W32, DevCtrl => W32,
@@ -470,6 +483,58 @@ register_map! {
         f("av", AvInvalidateDoorbell::AV_OFFSET, AvInvalidateDoorbell::AV_BITS, "AV handle."),
     ];
 
+    // ---- AV write window: 0x140-0x18f (since interface 1.8) --------------------------------
+    //
+    // One AV entry written with register writes instead of an AV_WRITE command: the driver
+    // stores the 64-byte `NicAvEntry` (uet_fwif::av_entry) as eight little-endian 64-bit
+    // words in AV_WRITE_ENTRY_0..7 (a write-combining burst on hardware), then rings
+    // AV_WRITE_DOORBELL with the table and index, then reads AV_WRITE_DROPS: the read returns
+    // after the posted writes have landed and says whether the entry was stored. The staged
+    // words belong to the function, so the driver serializes stage-ring-read sequences.
+
+    /// AV write window, bytes 0-7 of the staged entry.
+    AV_WRITE_ENTRY_0: u64 = (0x140, W64, Wo, reset 0, "av write window") [
+        f("bytes", 0, 64, "Entry bytes 0-7, little-endian."),
+    ];
+    /// AV write window, bytes 8-15 of the staged entry.
+    AV_WRITE_ENTRY_1: u64 = (0x148, W64, Wo, reset 0, "av write window") [
+        f("bytes", 0, 64, "Entry bytes 8-15, little-endian."),
+    ];
+    /// AV write window, bytes 16-23 of the staged entry.
+    AV_WRITE_ENTRY_2: u64 = (0x150, W64, Wo, reset 0, "av write window") [
+        f("bytes", 0, 64, "Entry bytes 16-23, little-endian."),
+    ];
+    /// AV write window, bytes 24-31 of the staged entry.
+    AV_WRITE_ENTRY_3: u64 = (0x158, W64, Wo, reset 0, "av write window") [
+        f("bytes", 0, 64, "Entry bytes 24-31, little-endian."),
+    ];
+    /// AV write window, bytes 32-39 of the staged entry.
+    AV_WRITE_ENTRY_4: u64 = (0x160, W64, Wo, reset 0, "av write window") [
+        f("bytes", 0, 64, "Entry bytes 32-39, little-endian."),
+    ];
+    /// AV write window, bytes 40-47 of the staged entry.
+    AV_WRITE_ENTRY_5: u64 = (0x168, W64, Wo, reset 0, "av write window") [
+        f("bytes", 0, 64, "Entry bytes 40-47, little-endian."),
+    ];
+    /// AV write window, bytes 48-55 of the staged entry.
+    AV_WRITE_ENTRY_6: u64 = (0x170, W64, Wo, reset 0, "av write window") [
+        f("bytes", 0, 64, "Entry bytes 48-55, little-endian."),
+    ];
+    /// AV write window, bytes 56-63 of the staged entry.
+    AV_WRITE_ENTRY_7: u64 = (0x178, W64, Wo, reset 0, "av write window") [
+        f("bytes", 0, 64, "Entry bytes 56-63, little-endian."),
+    ];
+    /// AV write doorbell (since interface 1.8): store the staged entry at `index` of table
+    /// `av`, exactly as an AV_WRITE of that one record would (a range entry included). Register
+    /// writes are executed in order, so every TX doorbell written after it translates with the
+    /// entry. A write AV_WRITE would refuse (no such table, index outside it, an entry that
+    /// fails its checks or overlaps a range, an auth-key slot of another AV) changes nothing
+    /// and is counted in `AV_WRITE_DROPS`, which the driver reads back for the outcome.
+    AV_WRITE_DOORBELL: AvWriteDoorbell = (0x180, W64, Wo, reset 0, "av write window") [
+        f("index", AvWriteDoorbell::INDEX_OFFSET, AvWriteDoorbell::INDEX_BITS, "Table index."),
+        f("av", AvWriteDoorbell::AV_OFFSET, AvWriteDoorbell::AV_BITS, "AV handle."),
+    ];
+
     // ---- Counters: 0x200-0x2ff, 64-bit, free-running ---------------------------------------
 
     /// UET packets transmitted.
@@ -516,6 +581,13 @@ register_map! {
     /// group the target endpoint cannot receive: a group other than 0 at an endpoint without
     /// peer groups, or one above its AV's `max_group_id` (since interface 1.7).
     RX_BAD_GROUP: u64 = (0x290, W64, Ro, reset 0, "counters") COUNTER;
+    /// `AV_INVALIDATE_DOORBELL` writes the NIC dropped (since interface 1.8): no such table, or
+    /// an index outside it. Nonzero means a driver bug.
+    AV_INVALIDATE_DROPS: u64 = (0x298, W64, Ro, reset 0, "counters") COUNTER;
+    /// `AV_WRITE_DOORBELL` writes the NIC dropped (since interface 1.8): what AV_WRITE would
+    /// refuse. A driver reads it after ringing (the read also waits for the posted writes to
+    /// land) to learn whether its entry was stored.
+    AV_WRITE_DROPS: u64 = (0x2a0, W64, Ro, reset 0, "counters") COUNTER;
 }
 
 /// Counters, in offset order, for `uetctl stats`.
@@ -539,4 +611,6 @@ pub const COUNTERS: &[Reg<u64>] = &[
     RX_UNEXPECTED,
     TX_BAD_GROUP,
     RX_BAD_GROUP,
+    AV_INVALIDATE_DROPS,
+    AV_WRITE_DROPS,
 ];

@@ -50,10 +50,15 @@ pub(crate) struct Counters {
     pub(crate) debug: DebugCounters,
 }
 
-fn slot(reg: Reg<u64>) -> Option<usize> {
+/// The counter at BAR offset `offset` (COUNTERS is in offset order; a uet-regs test checks it).
+fn slot_at(offset: u32) -> Option<usize> {
     COUNTERS
-        .iter()
-        .position(|c| c.info.offset == reg.info.offset)
+        .binary_search_by_key(&offset, |c| c.info.offset)
+        .ok()
+}
+
+fn slot(reg: Reg<u64>) -> Option<usize> {
+    slot_at(reg.info.offset)
 }
 
 impl Counters {
@@ -71,7 +76,7 @@ impl Counters {
 
     /// The counter at a BAR offset, if one lives there.
     pub(crate) fn at_offset(&self, offset: u32) -> Option<u64> {
-        let i = COUNTERS.iter().position(|c| c.info.offset == offset)?;
+        let i = slot_at(offset)?;
         self.bar.get(i).copied()
     }
 

@@ -180,19 +180,46 @@ impl Nic {
         records.clear();
         for chunk in buf.chunks_exact(RECORD_BYTES) {
             let r = AvWriteRecord::read_from_bytes(chunk).map_err(|_| Status::Internal)?;
-            if r.index.get() >= capacity {
-                return Err(Status::IndexOutOfRange);
-            }
-            if r.reserved.get() != 0 || r.entry.check().is_err() {
+            if r.reserved.get() != 0 {
                 return Err(Status::InvalidField);
             }
-            if let Some(slot) = r.entry.auth_key_slot() {
-                if self.auths.get(slot).is_none_or(|s| s.av != av) {
-                    return Err(Status::InvalidField);
-                }
-            }
+            self.check_av_record(av, capacity, r.index.get(), &r.entry)?;
             records.push((r.index.get(), r.entry));
         }
+        self.store_av_records(av, records)
+    }
+
+    /// The checks AV_WRITE (and `AV_WRITE_DOORBELL`) makes of one record on its own: the index
+    /// lies in the table, the entry passes its field checks, and an auth-key slot it names
+    /// belongs to the same AV.
+    pub(crate) fn check_av_record(
+        &self,
+        av: u32,
+        capacity: u32,
+        index: u32,
+        entry: &NicAvEntry,
+    ) -> Result<(), Status> {
+        if index >= capacity {
+            return Err(Status::IndexOutOfRange);
+        }
+        if entry.check().is_err() {
+            return Err(Status::InvalidField);
+        }
+        if let Some(slot) = entry.auth_key_slot() {
+            if self.auths.get(slot).is_none_or(|s| s.av != av) {
+                return Err(Status::InvalidField);
+            }
+        }
+        Ok(())
+    }
+
+    /// Store records that passed [`Nic::check_av_record`] after checking them against the
+    /// table and each other (ranges never overlap): all of them, or none.
+    pub(crate) fn store_av_records(
+        &mut self,
+        av: u32,
+        records: &[(u32, NicAvEntry)],
+    ) -> Result<(), Status> {
         let t = self.avs.get_mut(av).ok_or(Status::InvalidHandle)?;
         t.check_batch(records).map_err(|c| match c {
             WriteConflict::OutOfRange => Status::IndexOutOfRange,

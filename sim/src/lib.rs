@@ -57,6 +57,7 @@
 mod admin_queue;
 mod auth_table;
 mod av_table;
+mod av_window;
 pub mod config;
 pub mod counters;
 mod endpoint_table;

@@ -30,6 +30,7 @@
 use crate::admin_queue::AdminQueue;
 use crate::auth_table::AuthTable;
 use crate::av_table::AvTables;
+use crate::av_window;
 use crate::config::NicConfig;
 use crate::counters::Counters;
 use crate::endpoint_table::EndpointTable;
@@ -46,9 +47,10 @@ use uet_fwif::ring::phase_for_pass;
 use uet_fwif::NicAvEntry;
 use uet_fwif::{Completion, CompletionKind, LocalStatus};
 use uet_regs::{
-    AvInvalidateDoorbell, DevStatus, FatalError, Width, ADMIN_CQ_HEAD, ADMIN_SQ_DOORBELL,
-    AV_INVALIDATE_DOORBELL, BAD_REGISTER_ACCESSES, CQ_DOORBELL, DEV_CTRL, DEV_STATUS, DMA_FAULTS,
-    FATAL_ERROR, FUNCTION_RESET, INTR_CAUSE, RXQ_DOORBELL, TRXQ_DOORBELL, TXQ_DOORBELL,
+    AvInvalidateDoorbell, AvWriteDoorbell, DevStatus, FatalError, Width, ADMIN_CQ_HEAD,
+    ADMIN_SQ_DOORBELL, AV_INVALIDATE_DOORBELL, AV_WRITE_DOORBELL, BAD_REGISTER_ACCESSES,
+    CQ_DOORBELL, DEV_CTRL, DEV_STATUS, DMA_FAULTS, FATAL_ERROR, FUNCTION_RESET, INTR_CAUSE,
+    RXQ_DOORBELL, TRXQ_DOORBELL, TXQ_DOORBELL,
 };
 use zerocopy::IntoBytes;
 
@@ -91,6 +93,8 @@ pub(crate) struct Nic {
     pub fw_buf: Vec<u8>,
     /// AV_WRITE staging: the records decoded.
     pub fw_records: Vec<(u32, NicAvEntry)>,
+    /// The AV write window's staged entry (`AV_WRITE_ENTRY_0..7`).
+    pub av_window: av_window::AvWriteWindow,
 }
 
 fn all_ones(width: Width) -> u64 {
@@ -120,6 +124,7 @@ impl Nic {
             outbox: Vec::new(),
             fw_buf: Vec::new(),
             fw_records: Vec::new(),
+            av_window: av_window::AvWriteWindow::default(),
             cfg,
         }
     }
@@ -196,15 +201,16 @@ impl Nic {
                 self.av_invalidate_doorbell(AvInvalidateDoorbell::from_bits(w.value));
                 false
             }
-            _ => false,
-        }
-    }
-
-    /// `AV_INVALIDATE_DOORBELL`: invalidate one entry, as AV_INVALIDATE does for a list.
-    fn av_invalidate_doorbell(&mut self, d: AvInvalidateDoorbell) {
-        match self.avs.get_mut(u32::from(d.av())) {
-            Some(t) if d.index() < t.capacity => t.invalidate(d.index()),
-            _ => self.counters.debug.bad_doorbells += 1,
+            o if o == AV_WRITE_DOORBELL.offset() => {
+                self.av_write_doorbell(AvWriteDoorbell::from_bits(w.value));
+                false
+            }
+            o => {
+                if let Some(word) = av_window::entry_word(o) {
+                    self.av_window.stage(word, d.part, value);
+                }
+                false
+            }
         }
     }
 
@@ -250,6 +256,7 @@ impl Nic {
         self.reasm.clear();
         self.rx_replay.clear();
         self.outbox.clear();
+        self.av_window = av_window::AvWriteWindow::default();
     }
 
     /// Count a DMA fault.

@@ -9,7 +9,7 @@ use uet_fwif::{AdminCommand, Command, NicAvEntry, Status, UetAddress};
 use uet_regs::*;
 use uet_sim::{Fabric, NicConfig};
 use zerocopy::little_endian::{U32, U64};
-use zerocopy::{FromBytes, FromZeros};
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 fn peer(ip: &str, pid: u16, initiator: u32) -> UetAddress {
     UetAddress {
@@ -114,6 +114,85 @@ fn av_create_and_destroy() {
         d.submit(Command::AvDestroy { av: 2 }).status(),
         Status::Busy
     );
+}
+
+/// Stage `e` in the AV write window, 32 bits at a time when `halves`, and ring for `index`.
+fn window_write(f: &uet_sim::SimFunction, av: u32, index: u32, e: &NicAvEntry, halves: bool) {
+    let regs = [
+        AV_WRITE_ENTRY_0,
+        AV_WRITE_ENTRY_1,
+        AV_WRITE_ENTRY_2,
+        AV_WRITE_ENTRY_3,
+        AV_WRITE_ENTRY_4,
+        AV_WRITE_ENTRY_5,
+        AV_WRITE_ENTRY_6,
+        AV_WRITE_ENTRY_7,
+    ];
+    for (reg, word) in regs.iter().zip(e.as_bytes().chunks_exact(8)) {
+        let v = u64::from_le_bytes(word.try_into().unwrap());
+        if halves {
+            f.write32(reg.offset(), v as u32);
+            f.write32(reg.offset() + 4, (v >> 32) as u32);
+        } else {
+            f.write(*reg, v);
+        }
+    }
+    f.write(
+        AV_WRITE_DOORBELL,
+        AvWriteDoorbell::new().with_av(av as u16).with_index(index),
+    );
+}
+
+#[test]
+fn av_write_window_stores_what_av_write_would_and_drops_what_it_would_refuse() {
+    let fabric = Fabric::new();
+    let mut d = Driver::new(&fabric, "10.0.0.1");
+    let av = d.av_create(16, 0).unwrap();
+    let commands = rd(&d.f, ADMIN_COMMANDS);
+    let a = NicAvEntry::for_peer(&peer("10.0.0.2", 5, 1), 7);
+    let b = NicAvEntry::for_peer(&peer("10.0.0.3", 6, 2), 7).with_user_id(99);
+    window_write(&d.f, av, 0, &a, false);
+    window_write(&d.f, av, 15, &b, true);
+    assert_eq!(rd(&d.f, ADMIN_COMMANDS), commands, "no admin command");
+    let got = d.av_read(av, 0, 16).unwrap();
+    assert_eq!((got[0], got[15]), (a, b));
+    assert!(got[1..15].iter().all(|e| !e.is_valid()));
+    assert_eq!(rd(&d.f, AV_WRITE_DROPS), 0);
+
+    // A symmetric range through the window, then a single entry over one of its members.
+    let r = NicAvEntry::range(&a, 8, 4, 0, 6);
+    window_write(&d.f, av, 4, &r, false);
+    assert_eq!(
+        d.av_read(av, 4, 6).unwrap(),
+        (0..6)
+            .map(|m| r.range_member(4 + m).unwrap())
+            .collect::<Vec<_>>()
+    );
+
+    // What AV_WRITE refuses, the window drops and counts; nothing changes.
+    let c = NicAvEntry::for_peer(&peer("10.0.0.4", 7, 3), 7);
+    let mut bad = c;
+    bad.reserved[0] = 1;
+    let mut wide = c;
+    wide.job_id = U32::new(1 << 24);
+    let refused = [
+        (av, 16, c),                 // index outside the table
+        (av, 1, bad),                // reserved bytes set
+        (av, 2, wide),               // JobID wider than 24 bits
+        (av, 6, c),                  // inside the range
+        (99, 1, c),                  // no such table
+        (av, 3, c.with_auth_key(0)), // an auth-key slot this AV does not own
+    ];
+    let before = d.av_read(av, 0, 16).unwrap();
+    for (n, (t, index, e)) in refused.iter().enumerate() {
+        window_write(&d.f, *t, *index, e, false);
+        assert_eq!(rd(&d.f, AV_WRITE_DROPS), n as u64 + 1, "refusal {n}");
+    }
+    assert_eq!(d.av_read(av, 0, 16).unwrap(), before, "nothing changed");
+
+    // A good write after the refusals still lands.
+    window_write(&d.f, av, 1, &c, false);
+    assert_eq!(d.av_read(av, 1, 1).unwrap()[0], c);
 }
 
 #[test]

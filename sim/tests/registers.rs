@@ -206,7 +206,6 @@ fn dma_map_rules() {
 fn av_doorbell_for_no_table_is_dropped_and_counted() {
     let fabric = Fabric::new();
     let f = fabric.add_nic(NicConfig::new(addr("10.0.0.1"))).unwrap();
-    let before = f.debug_counters().bad_doorbells;
     f.write(
         AV_INVALIDATE_DOORBELL,
         AvInvalidateDoorbell::new().with_av(7).with_index(3),
@@ -215,6 +214,13 @@ fn av_doorbell_for_no_table_is_dropped_and_counted() {
         AV_INVALIDATE_DOORBELL,
         AvInvalidateDoorbell::new().with_av(0).with_index(u32::MAX),
     );
-    assert_eq!(f.debug_counters().bad_doorbells, before + 2);
+    f.write(
+        AV_WRITE_DOORBELL,
+        AvWriteDoorbell::new().with_av(7).with_index(0),
+    );
+    assert_eq!(f.read64(AV_INVALIDATE_DROPS.offset()), 2);
+    assert_eq!(f.read64(AV_WRITE_DROPS.offset()), 1);
     assert_eq!(f.read64(AV_INVALIDATE_DOORBELL.offset()), 0, "write-only");
+    f.write(AV_WRITE_ENTRY_3, 0x1234_5678_9abc_def0);
+    assert_eq!(f.read64(AV_WRITE_ENTRY_3.offset()), 0, "write-only");
 }

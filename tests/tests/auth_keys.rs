@@ -18,7 +18,7 @@ use uet_driver::uet_fwif::{AvWriteRecord, Command, NicAvEntry, Status};
 use uet_driver::{Av, DmaPool, DriverError, Endpoint, EndpointAttr, Nic};
 use uet_fwif::datapath::LocalStatus;
 use uet_fwif::ReturnCode;
-use uet_regs::{RX_BAD_JOB_ID, RX_PACKETS};
+use uet_regs::{RegisterAccess, AV_WRITE_DROPS, RX_BAD_JOB_ID, RX_PACKETS};
 use uet_sim::{Fabric, NicConfig, SimFunction};
 use uet_tests::nic_addr;
 use zerocopy::little_endian::{U32, U64};
@@ -424,7 +424,16 @@ fn auth_key_admin_commands_check_their_input() {
             reserved: Default::default(),
             entry: NicAvEntry::for_peer(&peer, OWN_JOB).with_auth_key(slot),
         };
-        assert!(h.av.nic_mut().write_entries(&[rec]).is_err(), "slot {slot}");
+        // One record: the AV write window, whose drop counter reports the refusal.
+        let drops = h.nic.bar0().read(AV_WRITE_DROPS);
+        let e = h.av.nic_mut().write_entries(&[rec]).unwrap_err();
+        assert!(e.to_string().contains("refused"), "slot {slot}: {e}");
+        assert_eq!(h.nic.bar0().read(AV_WRITE_DROPS), drops + 1);
+        // Two: AV_WRITE, refused whole.
+        assert!(
+            h.av.nic_mut().write_entries(&[rec, rec]).is_err(),
+            "slot {slot}"
+        );
     }
     // Destroying av2 frees its slot.
     drop(av2);

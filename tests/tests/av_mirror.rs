@@ -2,7 +2,7 @@
 
 use uet_av::{NicAvTable, FI_MORE};
 use uet_fwif::NicAvEntry;
-use uet_regs::ADMIN_COMMANDS;
+use uet_regs::{ADMIN_COMMANDS, AV_WRITE_DROPS};
 use uet_tests::{fabric, Node};
 
 fn assert_nic_equals_mirror(node: &mut Node, step: &str) {
@@ -64,6 +64,16 @@ fn nic_table_equals_mirror_after_every_operation() {
         "one AV_WRITE for the whole batch"
     );
     assert_nic_equals_mirror(n0, "FI_MORE batch");
+
+    // One insert without FI_MORE: one record through the AV write window, no admin command,
+    // and the NIC reports it stored (AV_WRITE_DROPS unchanged).
+    n0.av.remove(&[5], 0).unwrap();
+    let before = n0.counter(ADMIN_COMMANDS);
+    n0.av.insert(&addrs[5], 1, Some(&mut out), 0).unwrap();
+    assert_eq!(out[0], 5);
+    assert_eq!(n0.counter(ADMIN_COMMANDS), before, "window, not AV_WRITE");
+    assert_eq!(n0.counter(AV_WRITE_DROPS), 0);
+    assert_nic_equals_mirror(n0, "insert through the window");
 
     // A bad address among good ones: its slot gets FI_ADDR_NOTAVAIL, the rest go in.
     let mut bad = addrs[1];

@@ -1,0 +1,89 @@
+//! The AV doorbells: `AV_INVALIDATE_DOORBELL` and the AV write window (`AV_WRITE_ENTRY_0..7`,
+//! `AV_WRITE_DOORBELL`), which change one AV entry with register writes instead of an admin
+//! command.
+//!
+//! A register write is posted: it has no completion to carry a status. So the window does
+//! exactly what AV_WRITE (or AV_INVALIDATE) of one record would, with the same checks, and a
+//! write that AV_WRITE would refuse changes nothing and is counted: `AV_WRITE_DROPS`, which the
+//! driver reads back after ringing for the outcome of its write, or `AV_INVALIDATE_DROPS`
+//! (the driver checks an invalidation's table and index first; a drop is a driver bug).
+//! Register writes are executed in order, so a TX doorbell written after an AV doorbell
+//! translates with the change.
+//!
+//! The staged entry belongs to the function, not to a table: the eight words stay until they
+//! are written again or the function is reset, so the driver serializes stage-ring-read.
+
+use crate::nic::Nic;
+use crate::regfile::Part;
+use uet_fwif::NicAvEntry;
+use uet_regs::{
+    AvInvalidateDoorbell, AvWriteDoorbell, AV_INVALIDATE_DROPS, AV_WRITE_DROPS, AV_WRITE_ENTRY_0,
+    AV_WRITE_ENTRY_7,
+};
+use zerocopy::FromBytes;
+
+/// The word of the staged entry that a write at BAR offset `offset` fills, if it is one of
+/// `AV_WRITE_ENTRY_0..7`.
+pub(crate) fn entry_word(offset: u32) -> Option<usize> {
+    let first = AV_WRITE_ENTRY_0.offset();
+    (first..=AV_WRITE_ENTRY_7.offset())
+        .contains(&offset)
+        .then(|| ((offset - first) / 8) as usize)
+}
+
+/// `AV_WRITE_ENTRY_0..7`: the 64-byte entry being staged, as eight little-endian words.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct AvWriteWindow {
+    words: [u64; 8],
+}
+
+impl AvWriteWindow {
+    /// A driver write to word `word` (the whole word, or one 32-bit half of it).
+    pub(crate) fn stage(&mut self, word: usize, part: Part, value: u64) {
+        const LOW: u64 = 0xFFFF_FFFF;
+        if let Some(w) = self.words.get_mut(word) {
+            *w = match part {
+                Part::Full => value,
+                Part::Low => (*w & !LOW) | (value & LOW),
+                Part::High => (*w & LOW) | (value << 32),
+            };
+        }
+    }
+
+    /// The staged entry.
+    fn entry(&self) -> NicAvEntry {
+        let mut bytes = [0u8; 64];
+        for (chunk, w) in bytes.chunks_exact_mut(8).zip(self.words) {
+            chunk.copy_from_slice(&w.to_le_bytes());
+        }
+        // 64 bytes into a 64-byte plain-data entry cannot fail; INVALID never stores anything.
+        NicAvEntry::read_from_bytes(&bytes).unwrap_or(NicAvEntry::INVALID)
+    }
+}
+
+impl Nic {
+    /// `AV_INVALIDATE_DOORBELL`: invalidate one entry, as AV_INVALIDATE does for a list.
+    pub(crate) fn av_invalidate_doorbell(&mut self, d: AvInvalidateDoorbell) {
+        match self.avs.get_mut(u32::from(d.av())) {
+            Some(t) if d.index() < t.capacity => t.invalidate(d.index()),
+            _ => self.counters.inc(AV_INVALIDATE_DROPS),
+        }
+    }
+
+    /// `AV_WRITE_DOORBELL`: store the staged entry at one index, as an AV_WRITE of that one
+    /// record would.
+    pub(crate) fn av_write_doorbell(&mut self, d: AvWriteDoorbell) {
+        let av = u32::from(d.av());
+        let (index, entry) = (d.index(), self.av_window.entry());
+        let stored = match self.avs.get(av).map(|t| t.capacity) {
+            None => false,
+            Some(capacity) => self
+                .check_av_record(av, capacity, index, &entry)
+                .and_then(|()| self.store_av_records(av, &[(index, entry)]))
+                .is_ok(),
+        };
+        if !stored {
+            self.counters.inc(AV_WRITE_DROPS);
+        }
+    }
+}
