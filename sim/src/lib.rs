@@ -323,4 +323,20 @@ impl uet_regs::Mmio for SimFunction {
     fn write64(&self, offset: u32, value: u64) {
         self.write(offset, Width::W64, value);
     }
+
+    /// One lock for the whole burst; the words are written in order, each as `write64` would.
+    fn write64_burst(&self, offset: u32, words: &[u64]) {
+        let mut g = self.fabric.lock();
+        let mut kick = false;
+        if let Some(n) = g.nics.get_mut(self.nic) {
+            let mut at = offset;
+            for &w in words {
+                kick |= n.bar_write(at, Width::W64, w);
+                at = at.wrapping_add(8);
+            }
+        }
+        if kick {
+            g.run_until_idle();
+        }
+    }
 }

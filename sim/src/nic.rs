@@ -47,7 +47,7 @@ use uet_fwif::ring::phase_for_pass;
 use uet_fwif::NicAvEntry;
 use uet_fwif::{Completion, CompletionKind, LocalStatus};
 use uet_regs::{
-    AvInvalidateDoorbell, AvWriteDoorbell, DevStatus, FatalError, Width, ADMIN_CQ_HEAD,
+    Access, AvInvalidateDoorbell, AvWriteDoorbell, DevStatus, FatalError, Width, ADMIN_CQ_HEAD,
     ADMIN_SQ_DOORBELL, AV_INVALIDATE_DOORBELL, AV_WRITE_DOORBELL, BAD_REGISTER_ACCESSES,
     CQ_DOORBELL, DEV_CTRL, DEV_STATUS, DMA_FAULTS, FATAL_ERROR, FUNCTION_RESET, INTR_CAUSE,
     RXQ_DOORBELL, TRXQ_DOORBELL, TXQ_DOORBELL,
@@ -157,8 +157,8 @@ impl Nic {
             self.counters.inc(BAD_REGISTER_ACCESSES);
             return false;
         };
-        if self.counters.at_offset(d.info.offset).is_some() {
-            return false; // counters are RO
+        if d.info.access == Access::Ro {
+            return false; // identity, capabilities, status and counters: writes do nothing
         }
         let w = self.regs.driver_write(&d, value);
         let v32 = w.value as u32;

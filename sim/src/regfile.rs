@@ -17,8 +17,9 @@
 //! register file only decodes their offsets.
 
 use crate::config::NicConfig;
+use std::sync::OnceLock;
 use uet_regs::{
-    Access, Reg, RegInfo, RegValue, Width, CAP_AUTH_KEY, CAP_AV, CAP_AV_ENTRIES, CAP_EP,
+    Access, Reg, RegInfo, RegValue, Width, BAR0_SIZE, CAP_AUTH_KEY, CAP_AV, CAP_AV_ENTRIES, CAP_EP,
     CAP_MAX_MSG, CAP_PEER_GROUPS, CAP_PID_ON_FEP, CAP_PROFILES, CAP_QUEUES, CAP_RESOURCE_INDEX,
     CAP_TAGGED, REGISTERS,
 };
@@ -66,10 +67,30 @@ pub(crate) struct RegFile {
     reset: Vec<u64>,
 }
 
+/// The index in [`REGISTERS`] of the register at `offset`. Every BAR access decodes here, so
+/// it is one load from a table with a slot per 32-bit word of BAR0 (built once, 2 KiB),
+/// the way an address decoder is a lookup, not a search.
 fn index_of(offset: u32) -> Option<usize> {
-    // REGISTERS is in offset order (a uet-regs test checks it): every BAR access decodes here.
-    REGISTERS.binary_search_by_key(&offset, |r| r.offset).ok()
+    static DECODE: OnceLock<Vec<u16>> = OnceLock::new();
+    let table = DECODE.get_or_init(|| {
+        let mut t = vec![NO_REGISTER; BAR0_SIZE as usize / 4];
+        for (i, r) in REGISTERS.iter().enumerate() {
+            if let (Some(slot), Ok(i)) = (t.get_mut(r.offset as usize / 4), u16::try_from(i)) {
+                *slot = i;
+            }
+        }
+        t
+    });
+    if !offset.is_multiple_of(4) {
+        return None;
+    }
+    let i = usize::from(*table.get(offset as usize / 4)?);
+    // Registers are naturally aligned (a uet-regs test checks it); check the match anyway.
+    REGISTERS.get(i).filter(|r| r.offset == offset).map(|_| i)
 }
+
+/// A BAR0 word where no register starts.
+const NO_REGISTER: u16 = u16::MAX;
 
 impl RegFile {
     /// A register file at its reset values, capabilities taken from `cfg`.
