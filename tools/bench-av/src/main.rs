@@ -20,10 +20,12 @@
 //! `bytes_per_entry` is the growth of the AV's host memory divided by `n`.
 //!
 //! `--ops` picks the operations (`insert`, which also measures lookup and remove; `insert_batch`;
-//! `insertsym`), all three by default.
+//! `insertsym`), all three by default. An unreported warm-up round at 1,000 entries of each
+//! implementation comes first.
 
 use clap::Parser;
 use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use uet_av::{AddressVector, AvAttr, MemoryNicTable, NicAvTable};
@@ -66,7 +68,16 @@ fn peer(i: usize) -> [u8; 32] {
     .unwrap_or([0; 32]) // every generated address is valid; an invalid one fails its insert
 }
 
+/// Set during the warm-up round: measurements are not printed.
+static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// Entries of the warm-up round.
+const WARMUP_ENTRIES: usize = 1_000;
+
 fn line(imp: &str, op: &str, n: usize, ns: f64, bytes: f64) {
+    if QUIET.load(Ordering::Relaxed) {
+        return;
+    }
     println!("bench=av impl={imp} op={op} n={n} ns_per_op={ns:.1} bytes_per_entry={bytes:.1}");
 }
 
@@ -211,48 +222,61 @@ fn main() -> std::process::ExitCode {
         eprintln!("bench-av: unknown --ops {bad} (insert, insert_batch, insertsym)");
         return std::process::ExitCode::from(2);
     }
+    // Warm-up: one unreported round at 1,000 entries of each implementation, so the first
+    // reported figures do not include page faults of a fresh process and a cold CPU.
+    QUIET.store(true, Ordering::Relaxed);
+    let warm: Vec<u8> = (0..WARMUP_ENTRIES).flat_map(peer).collect();
+    for imp in &args.impls {
+        if let Err(e) = measure(imp, WARMUP_ENTRIES, &args, &warm) {
+            eprintln!("bench-av: {imp} warm-up: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    }
+    QUIET.store(false, Ordering::Relaxed);
     for &n in &args.counts {
         let addrs: Vec<u8> = (0..n).flat_map(peer).collect();
         for imp in &args.impls {
-            let r = match imp.as_str() {
-                "uet-host" => run(imp, n, args.batch, &args.ops, &addrs, || {
-                    let attr = AvAttr {
-                        count: n,
-                        ..AvAttr::default()
-                    };
-                    AddressVector::open(
-                        MemoryNicTable::new(n as u32),
-                        attr,
-                        uet_av::AvLimits::new(n as u32, 0),
-                    )
-                    .map_err(|e| e.to_string())
-                }),
-                "uet-nic" => {
-                    let fabric = Fabric::new();
-                    let nic = fabric
-                        .add_nic(NicConfig::new(IpAddr::V4(Ipv4Addr::new(10, 255, 0, 1))))
-                        .map_err(|e| e.to_string())
-                        .and_then(|f| {
-                            Nic::open(Arc::new(SimDevice::new(f))).map_err(|e| e.to_string())
-                        });
-                    match nic {
-                        Ok(nic) => run(imp, n, args.batch, &args.ops, &addrs, || {
-                            nic.open_av(AvAttr {
-                                count: n,
-                                ..AvAttr::default()
-                            })
-                            .map_err(|e| e.to_string())
-                        }),
-                        Err(e) => Err(e),
-                    }
-                }
-                other => Err(format!("unknown --impl {other}")),
-            };
-            if let Err(e) = r {
+            if let Err(e) = measure(imp, n, &args, &addrs) {
                 eprintln!("bench-av: {imp} n={n}: {e}");
                 return std::process::ExitCode::FAILURE;
             }
         }
     }
     std::process::ExitCode::SUCCESS
+}
+
+/// Every requested operation of `imp` at `n` entries (`addrs`: the `n` peers' addresses).
+fn measure(imp: &str, n: usize, args: &Args, addrs: &[u8]) -> Result<(), String> {
+    match imp {
+        "uet-host" => run(imp, n, args.batch, &args.ops, addrs, || {
+            let attr = AvAttr {
+                count: n,
+                ..AvAttr::default()
+            };
+            AddressVector::open(
+                MemoryNicTable::new(n as u32),
+                attr,
+                uet_av::AvLimits::new(n as u32, 0),
+            )
+            .map_err(|e| e.to_string())
+        }),
+        "uet-nic" => {
+            let fabric = Fabric::new();
+            let nic = fabric
+                .add_nic(NicConfig::new(IpAddr::V4(Ipv4Addr::new(10, 255, 0, 1))))
+                .map_err(|e| e.to_string())
+                .and_then(|f| Nic::open(Arc::new(SimDevice::new(f))).map_err(|e| e.to_string()));
+            match nic {
+                Ok(nic) => run(imp, n, args.batch, &args.ops, addrs, || {
+                    nic.open_av(AvAttr {
+                        count: n,
+                        ..AvAttr::default()
+                    })
+                    .map_err(|e| e.to_string())
+                }),
+                Err(e) => Err(e),
+            }
+        }
+        other => Err(format!("unknown --impl {other}")),
+    }
 }
