@@ -7,7 +7,7 @@
 //!    `interface_minor` be at least [`REQUIRED_INTERFACE_MINOR`]: the driver speaks the 1.7
 //!    interface (64-byte completions with buffer offset, overflow and peer group, tagged RX
 //!    ring, contexts, datagram and passive endpoints, the control channel, multi-receive
-//!    buffers, peer groups) only.
+//!    buffers, peer groups), and uses the 1.8 AV write window where the device has it.
 //! 3. `FUNCTION_RESET.reset = 1`, then wait for `DEV_STATUS.ready`: start from a known state
 //!    whatever a previous owner left behind.
 //! 4. Read the capability registers `CAP_*`.
