@@ -350,8 +350,8 @@ impl AdminQueue {
 
     /// The outcome of command `id` if it completed (collecting completions first), taking
     /// it; `None` while it is in flight. A command still in flight the timeout after a poll
-    /// first found it so is abandoned and reported as timed out. A command id that was never submitted, or was already taken, is an
-    /// error.
+    /// first found it so is abandoned and reported as timed out. A command id that was never
+    /// submitted, or was already taken, is an error.
     pub fn poll_command(
         &mut self,
         bar: &dyn Mmio,

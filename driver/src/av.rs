@@ -42,7 +42,7 @@ use uet_regs::{
     AV_WRITE_DOORBELL, AV_WRITE_DROPS, AV_WRITE_ENTRY_0,
 };
 use zerocopy::little_endian::{U32, U64};
-use zerocopy::{FromZeros, IntoBytes};
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 /// Removals of at most this many entries use `AV_INVALIDATE_DOORBELL` instead of an
 /// AV_INVALIDATE command.
@@ -110,20 +110,8 @@ impl NicAv {
     /// changes nothing). No admin round trip, no DMA.
     fn write_through_window(&self, record: &AvWriteRecord) -> Result<(), NicError> {
         const OP: &str = "AV_WRITE_DOORBELL";
-        let capacity = self.table.capacity;
         let index = record.index.get();
-        let Ok(av) = u16::try_from(self.table.handle) else {
-            return Err(NicError::new(
-                OP,
-                "AV handle wider than the doorbell's 16 bits",
-            ));
-        };
-        if index >= capacity {
-            return Err(NicError::new(
-                OP,
-                format!("index {index} outside the table's {capacity} entries"),
-            ));
-        }
+        let av = self.doorbell_target(OP, core::iter::once(index))?;
         let nic = &self.table.nic;
         let bar = nic.bar();
         let mut window = nic.av_window();
@@ -132,15 +120,9 @@ impl NicAv {
             None => bar.read(AV_WRITE_DROPS),
         };
         // The entry as AV_WRITE_ENTRY_0..7 take it: eight little-endian words, one burst.
-        let mut words = [0u64; 8];
-        for (w, bytes) in words
-            .iter_mut()
-            .zip(record.entry.as_bytes().chunks_exact(8))
-        {
-            let mut le = [0u8; 8];
-            le.copy_from_slice(bytes);
-            *w = u64::from_le_bytes(le);
-        }
+        let words = <[U64; 8]>::read_from_bytes(record.entry.as_bytes())
+            .map_err(|_| NicError::new(OP, "an AV entry is not 64 bytes"))?
+            .map(U64::get);
         bar.write64_burst(AV_WRITE_ENTRY_0.offset(), &words);
         bar.write(
             AV_WRITE_DOORBELL,
@@ -158,6 +140,29 @@ impl NicAv {
             ));
         }
         Ok(())
+    }
+
+    /// The table's handle as the AV doorbells carry it (16 bits), after checking every index
+    /// against the table: a doorbell has no status to refuse them with.
+    fn doorbell_target(
+        &self,
+        op: &'static str,
+        mut indices: impl Iterator<Item = u32>,
+    ) -> Result<u16, NicError> {
+        let capacity = self.table.capacity;
+        let Ok(av) = u16::try_from(self.table.handle) else {
+            return Err(NicError::new(
+                op,
+                "AV handle wider than the doorbell's 16 bits",
+            ));
+        };
+        if let Some(bad) = indices.find(|&i| i >= capacity) {
+            return Err(NicError::new(
+                op,
+                format!("index {bad} outside the table's {capacity} entries"),
+            ));
+        }
+        Ok(av)
     }
 }
 
@@ -203,19 +208,7 @@ impl NicAvTable for NicAv {
             // A few entries: one posted register write each, no admin round trip. The AV has
             // checked every index against the table, and register writes reach the NIC in
             // order, so no later doorbell can see the entries.
-            let capacity = self.table.capacity;
-            let Ok(av) = u16::try_from(self.table.handle) else {
-                return Err(NicError::new(
-                    OP,
-                    "AV handle wider than the doorbell's 16 bits",
-                ));
-            };
-            if let Some(bad) = indices.iter().find(|&&i| i >= capacity) {
-                return Err(NicError::new(
-                    OP,
-                    format!("index {bad} outside the table's {capacity} entries"),
-                ));
-            }
+            let av = self.doorbell_target(OP, indices.iter().copied())?;
             let bar = nic.bar();
             for &index in indices {
                 bar.write(

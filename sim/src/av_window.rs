@@ -20,7 +20,8 @@ use uet_regs::{
     AvInvalidateDoorbell, AvWriteDoorbell, AV_INVALIDATE_DROPS, AV_WRITE_DROPS, AV_WRITE_ENTRY_0,
     AV_WRITE_ENTRY_7,
 };
-use zerocopy::FromBytes;
+use zerocopy::little_endian::U64;
+use zerocopy::{FromBytes, IntoBytes};
 
 /// The word of the staged entry that a write at BAR offset `offset` fills, if it is one of
 /// `AV_WRITE_ENTRY_0..7`.
@@ -52,12 +53,9 @@ impl AvWriteWindow {
 
     /// The staged entry.
     fn entry(&self) -> NicAvEntry {
-        let mut bytes = [0u8; 64];
-        for (chunk, w) in bytes.chunks_exact_mut(8).zip(self.words) {
-            chunk.copy_from_slice(&w.to_le_bytes());
-        }
+        let words = self.words.map(U64::new);
         // 64 bytes into a 64-byte plain-data entry cannot fail; INVALID never stores anything.
-        NicAvEntry::read_from_bytes(&bytes).unwrap_or(NicAvEntry::INVALID)
+        NicAvEntry::read_from_bytes(words.as_bytes()).unwrap_or(NicAvEntry::INVALID)
     }
 }
 
