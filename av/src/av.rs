@@ -1624,6 +1624,13 @@ impl<N: NicAvTable> AddressVector<N> {
             }
         }
         self.settle_nic()?;
+        // On an FI_EVENT AV settling took in the NIC's answers, which may have taken back an
+        // index a listed address named (its insert failed): then nothing is removed.
+        if let Some(&gone) = list.iter().find(|&&i| self.index_of(u64::from(i)).is_err()) {
+            return Err(FiError::inval(format!(
+                "fi_av_remove: index {gone} was taken back: its asynchronous insert failed"
+            )));
+        }
         let mut removed = 0;
         for chunk in list.chunks(MAX_BATCH as usize) {
             if let Err(e) = self.nic.invalidate(chunk) {
@@ -1665,12 +1672,17 @@ impl<N: NicAvTable> AddressVector<N> {
         if flags & FI_AUTH_KEY != 0 {
             return self.set_auth_key_user_id(fi_addr, user_id);
         }
-        let index = self.index_of(fi_addr).map_err(|e| FiError {
-            message: format!("fi_av_set_user_id: {}", e.message),
-            ..e
-        })?;
+        let lookup = |av: &Self| {
+            av.index_of(fi_addr).map_err(|e| FiError {
+                message: format!("fi_av_set_user_id: {}", e.message),
+                ..e
+            })
+        };
+        lookup(self)?;
         self.settle_nic()?;
-        // The flush succeeded, so the index was not rolled back.
+        // A failed flush returned above; but on an FI_EVENT AV settling took in the NIC's
+        // answers, which may have taken the index back (its insert failed): look again.
+        let index = lookup(self)?;
         let old = self.user_ids.as_deref().and_then(|u| u.get(index));
         if let Some(u) = self.user_ids.as_deref_mut() {
             u.set(index, Some(user_id));
