@@ -555,6 +555,33 @@ fn remove_and_set_user_id_wait_for_writes_in_flight() {
 }
 
 #[test]
+fn remove_and_set_user_id_of_an_insert_the_nic_then_refuses_are_einval() {
+    let nic = DeferredNic::new(16);
+    let mut av = AddressVector::open(
+        nic.clone(),
+        AvAttr {
+            flags: FI_EVENT | FI_AV_USER_ID,
+            ..event_attr(16)
+        },
+        LIMITS,
+    )
+    .unwrap();
+    let sink = Sink::new();
+    av.bind(sink.clone(), 0).unwrap();
+    av.with_context(1)
+        .insert(&[peer_bytes(1), peer_bytes(2)].concat(), 2, None, 0)
+        .unwrap();
+    // fi_addr 0 and 1 are still valid when the calls start; the NIC refuses the write they
+    // wait for, which takes both back.
+    nic.table.lock().unwrap().fail_after(NicOp::Write, 0);
+    assert_eq!(errno(av.set_user_id(1, 77, 0)), FiErrno::FI_EINVAL);
+    assert_eq!(errno(av.remove(&[0], 0)), FiErrno::FI_EINVAL);
+    assert_eq!(av.len(), 0);
+    assert!(!nic.valid(0) && !nic.valid(1));
+    assert!(av.verify_nic().unwrap().is_empty());
+}
+
+#[test]
 fn writes_in_flight_are_bounded() {
     let (mut av, nic) = open_deferred(256);
     let sink = Sink::new();
