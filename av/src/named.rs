@@ -649,8 +649,17 @@ impl<N: NicAvTable> NamedAv<N> {
             }
         }
         if let Err(e) = av.flush() {
-            // The mirror rolled the whole batch back; so does the AV.
-            for &(pos, index, _) in &placed {
+            // The mirror rolled the batch back, and so does the named AV — except for entries
+            // the NIC had accepted and then refused to invalidate: the mirror keeps those (it
+            // holds what the NIC holds), so they stay in the named AV too, as with remove.
+            let mut kept = 0;
+            for &(pos, index, ref bytes) in &placed {
+                if av.address_bytes(index).is_some() {
+                    locked.store(index, bytes);
+                    locked.log(LOG_INSERT, index);
+                    kept += 1;
+                    continue;
+                }
                 locked.free(index);
                 if let Some(slot) = fi_addr.as_deref_mut().and_then(|o| o.get_mut(pos)) {
                     *slot = FI_ADDR_NOTAVAIL;
@@ -659,9 +668,13 @@ impl<N: NicAvTable> NamedAv<N> {
                     *slot = neg_errno(FiErrno::FI_EIO);
                 }
             }
-            locked.end();
+            self.local.finish_change(&locked, kept > 0);
             return Err(FiError {
-                message: format!("{call}: {}; nothing reached the named AV", e.message),
+                message: format!(
+                    "{call}: {}; {kept} of {} addresses stayed (the NIC kept them)",
+                    e.message,
+                    placed.len()
+                ),
                 ..e
             });
         }

@@ -286,6 +286,31 @@ fn a_refused_nic_write_reaches_nothing() {
 }
 
 #[test]
+fn entries_the_nic_keeps_after_a_failed_insert_stay_in_the_named_av() {
+    // One insert of more than one AV_WRITE's worth: the second AV_WRITE fails, and so does
+    // the invalidation of the first one's records, so the NIC (and the mirror) keep those.
+    let first = uet_fwif::admin::MAX_BATCH as usize;
+    let n = first + 8;
+    let name = unique("kept");
+    let mut a = open(attr(&name, n)).unwrap();
+    let mut b = open(attr(&name, n)).unwrap();
+    a.nic_mut().fail_after(NicOp::Write, 1);
+    a.nic_mut().fail_after(NicOp::Invalidate, 0);
+    let buf = pack(&(0..n as u32).map(peer_bytes).collect::<Vec<_>>());
+    let mut out = vec![0u64; n];
+    let e = a.insert(&buf, n, Some(&mut out), 0).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EIO);
+    assert!(e.message.contains(&format!("{first} of {n}")), "{e}");
+    assert!(out[..first].iter().enumerate().all(|(i, &f)| f == i as u64));
+    assert!(out[first..].iter().all(|&f| f == FI_ADDR_NOTAVAIL));
+    // The other handle sees exactly what this NIC kept, and the indices after it are free.
+    assert_eq!(b.len().unwrap(), first);
+    assert_same(&mut a, &mut b);
+    assert_eq!(insert(&mut b, &[n as u32]), [first as u64]);
+    assert_eq!(insert(&mut a, &[n as u32 + 1]), [first as u64 + 1]);
+}
+
+#[test]
 fn full_table_and_bad_addresses_fail_alone() {
     let name = unique("full");
     let mut a = open(attr(&name, 4)).unwrap();
