@@ -499,7 +499,8 @@ impl Nic {
     pub(crate) fn ring_set(&self, z: RingSizes) -> Result<RingSet, DriverError> {
         let caps = self.capabilities();
         let bad = |m: String| Err(DriverError::InvalidArgument(m));
-        let max_log2 = 15 - caps.max_queue_entries.leading_zeros() as u8;
+        // A device reporting no queue entries gets 0: every ring size is then refused.
+        let max_log2 = caps.max_queue_entries.checked_ilog2().unwrap_or(0) as u8;
         for (name, v) in [
             ("tx_log2", z.tx_log2),
             ("rx_log2", z.rx_log2),

@@ -394,7 +394,8 @@ impl EventQueue {
                 flags & !FI_PEEK
             )));
         }
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // A timeout too long to add to the clock waits forever, as a negative one does in C.
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let mut polling = self.run_progress();
         let mut s = self.lock();
         loop {
@@ -594,6 +595,9 @@ mod tests {
         .unwrap();
         eq.post(ev(5)).unwrap();
         assert_eq!(eq.sread(Some(Duration::from_secs(1)), 0).unwrap().data, 5);
+        // A timeout the clock cannot add waits like no timeout (no overflow panic).
+        eq.post(ev(6)).unwrap();
+        assert_eq!(eq.sread(Some(Duration::MAX), 0).unwrap().data, 6);
     }
 
     #[test]

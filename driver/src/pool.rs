@@ -31,7 +31,15 @@ impl DmaPool {
                 "a DMA pool needs a non-zero buffer size and count".into(),
             ));
         }
-        let buf_size = buf_size.div_ceil(64) * 64;
+        // Descriptors carry a buffer's length in 32 bits.
+        let buf_size = match buf_size.checked_next_multiple_of(64) {
+            Some(b) if u32::try_from(b).is_ok() => b,
+            _ => {
+                return Err(DriverError::InvalidArgument(format!(
+                    "DMA pool buffers of {buf_size} bytes: a descriptor's length is 32 bits"
+                )))
+            }
+        };
         let total = buf_size
             .checked_mul(count as usize)
             .ok_or_else(|| DriverError::InvalidArgument("DMA pool size overflows".into()))?;

@@ -190,3 +190,18 @@ fn malformed_frames_are_counted_and_dropped() {
     assert!(node.next_completion().is_none());
     assert_eq!(node.counter(RX_PACKETS), 0);
 }
+
+#[test]
+fn a_pool_of_buffers_wider_than_a_descriptor_length_is_refused() {
+    let (_f, fns) = fabric(1);
+    let node = Node::new(fns.into_iter().next().unwrap(), 1, 4);
+    for (size, count) in [(1usize << 32, 1u32), (usize::MAX, 1), (0, 1), (64, 0)] {
+        match uet_driver::DmaPool::new(&node.nic, size, count) {
+            Err(DriverError::InvalidArgument(_)) => {}
+            Err(e) => panic!("{size}x{count}: {e}"),
+            Ok(_) => panic!("{size}x{count}: accepted"),
+        }
+    }
+    // An ordinary size is fine.
+    assert!(uet_driver::DmaPool::new(&node.nic, 4096, 1).is_ok());
+}
