@@ -323,6 +323,8 @@ pub struct MultiRecv {
     pub has_message: bool,
     /// IOVA of the message's first byte (`fi_cq_data_entry.buf`).
     pub iova: u64,
+    /// The endpoint whose RX ring holds the buffer (its fid).
+    endpoint: u64,
     /// RX ring slot holding the buffer.
     slot: u16,
     /// Posting sequence number of the buffer.
@@ -1640,20 +1642,24 @@ impl Endpoint {
         if let Some(b) = ev.buffer.as_ref() {
             return Ok(b.read_at(m.offset, dst)?);
         }
+        // The completion names its endpoint, then the posting (slot and sequence number, which
+        // every endpoint counts alike).
         let held = self
             .rx
             .slots
             .get(usize::from(m.slot))
+            .filter(|_| m.endpoint == self.fid)
             .and_then(Option::as_ref)
-            .filter(|p| p.multi.is_some_and(|(seq, _)| seq == m.seq));
-        match held.and_then(|p| p.buffer.as_ref()) {
+            .filter(|p| p.multi.is_some_and(|(seq, _)| seq == m.seq))
+            .and_then(|p| p.buffer.as_ref());
+        match held {
             Some(b) => {
                 b.read_in_capacity(m.offset, dst)?;
                 Ok(n)
             }
             None => Err(DriverError::InvalidArgument(
-                "the multi-receive buffer was released: read it from the buffer its last \
-                 completion returned"
+                "not a completion of a buffer this endpoint holds: a multi-receive buffer that \
+                 was released is read from the buffer its last completion returned"
                     .into(),
             )),
         }
@@ -1789,6 +1795,7 @@ impl Endpoint {
                 released,
                 has_message,
                 iova,
+                endpoint: self.fid,
                 slot: slot as u16,
                 seq,
             }),

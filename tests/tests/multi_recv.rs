@@ -229,6 +229,14 @@ fn a_stale_completion_cannot_read_a_released_buffer_and_the_default_min_free_is_
     send_ok(&mut a);
     let (first, m) = message(&mut b);
     assert_eq!((m.offset, m.released), (0, false));
+    // Another endpoint holding a multi-receive buffer of its own, posted the same way (same
+    // ring slot, same sequence number), cannot read b's completion.
+    let pool_a = DmaPool::new(&a.nic, 1024, 1).unwrap();
+    a.ep.post_recv_multi(pool_a.alloc().unwrap(), None, 1)
+        .unwrap();
+    let mut out = [0u8; 8];
+    let e = a.ep.multi_recv_read(&first, &mut out).unwrap_err();
+    assert_eq!(e.errno(), FiErrno::FI_EINVAL);
     a.send(0, &pattern(300, 2), 2);
     send_ok(&mut a);
     let (last, m) = message(&mut b);
