@@ -199,6 +199,24 @@ fn fi_err(e: uet_av::FiError) -> DriverError {
     DriverError::InvalidArgument(e.to_string())
 }
 
+/// Insert a peer's serialized address (`who` names it in errors) into a connection's AV.
+fn insert_peer(av: &mut Av, bytes: &[u8], who: &str) -> Result<u64, DriverError> {
+    let mut fi = [0u64; 1];
+    match av.insert(bytes, 1, Some(&mut fi), 0).map_err(fi_err)? {
+        1 => Ok(fi[0]),
+        _ => Err(DriverError::InvalidArgument(format!(
+            "the {who}'s address was refused by the AV"
+        ))),
+    }
+}
+
+/// Take back an entry [`insert_peer`] made for a control message that was not sent.
+fn forget_peer(av: &mut Av, fi_addr: u64) {
+    if let Err(e) = av.remove(&[fi_addr], 0) {
+        tracing::debug!("connection AV entry {fi_addr} not removed: {e}");
+    }
+}
+
 impl Connection {
     fn lock(&self) -> MutexGuard<'_, CmInner> {
         // Every critical section leaves the state consistent: a poisoned lock is usable.
@@ -379,14 +397,13 @@ impl Connection {
                 match (msg.kind, self.get()) {
                     (CmKind::Accept, CONNECTING) => {
                         let listener = listener.take();
-                        let mut fi = [0u64; 1];
                         let bytes = match msg.sender.to_bytes() {
                             Ok(b) => b,
                             Err(_) => return self.drop_message("bad accepting address"),
                         };
-                        match inner.av.insert(&bytes, 1, Some(&mut fi), 0) {
-                            Ok(1) => {}
-                            _ => {
+                        let fi = match insert_peer(&mut inner.av, &bytes, "accepting endpoint") {
+                            Ok(fi) => fi,
+                            Err(_) => {
                                 self.set(REFUSED);
                                 return self.post_error(
                                     inner,
@@ -395,13 +412,11 @@ impl Connection {
                                     "the accepting endpoint's address could not be inserted".into(),
                                 );
                             }
-                        }
+                        };
                         if let Some(l) = listener {
-                            if let Err(e) = inner.av.remove(&[l], 0) {
-                                tracing::debug!("listener entry not removed: {e}");
-                            }
+                            forget_peer(&mut inner.av, l);
                         }
-                        self.peer.store(fi[0], Ordering::Relaxed);
+                        self.peer.store(fi, Ordering::Relaxed);
                         self.set(CONNECTED);
                         self.post(inner, EqEventKind::Connected, 0, msg.param);
                     }
@@ -641,24 +656,16 @@ impl PassiveEndpoint {
             .peer
             .to_bytes()
             .map_err(|e| DriverError::InvalidArgument(e.to_string()))?;
-        let mut fi = [0u64; 1];
-        let n = inner
-            .av
-            .insert(&bytes, 1, Some(&mut fi), 0)
-            .map_err(fi_err)?;
-        if n != 1 {
-            return Err(DriverError::InvalidArgument(
-                "the requester's address was refused by the AV".into(),
-            ));
-        }
+        let fi = insert_peer(&mut inner.av, &bytes, "requester")?;
         inner.role = Role::Active {
             conn_id: req.conn_id,
             listener: None,
         };
-        conn.peer.store(fi[0], Ordering::Relaxed);
+        conn.peer.store(fi, Ordering::Relaxed);
         conn.set(ACCEPTING);
-        if let Err(e) = conn.send(&mut inner, fi[0], CmKind::Accept, req.conn_id, param, 0) {
+        if let Err(e) = conn.send(&mut inner, fi, CmKind::Accept, req.conn_id, param, 0) {
             conn.set(IDLE);
+            forget_peer(&mut inner.av, fi);
             return Err(e);
         }
         self.take_pending(&mut listener, req);
@@ -680,24 +687,12 @@ impl PassiveEndpoint {
             .peer
             .to_bytes()
             .map_err(|e| DriverError::InvalidArgument(e.to_string()))?;
-        let mut fi = [0u64; 1];
-        let n = inner
-            .av
-            .insert(&bytes, 1, Some(&mut fi), 0)
-            .map_err(fi_err)?;
-        if n != 1 {
-            return Err(DriverError::InvalidArgument(
-                "the requester's address was refused by the AV".into(),
-            ));
+        let fi = insert_peer(&mut inner.av, &bytes, "requester")?;
+        // The entry goes when the REJECT's send completes (on_sent), or now if it is not sent.
+        if let Err(e) = conn.send(&mut inner, fi, CmKind::Reject, req.conn_id, param, fi << 8) {
+            forget_peer(&mut inner.av, fi);
+            return Err(e);
         }
-        conn.send(
-            &mut inner,
-            fi[0],
-            CmKind::Reject,
-            req.conn_id,
-            param,
-            fi[0] << 8,
-        )?;
         self.take_pending(&mut inner, req);
         Ok(())
     }
@@ -751,24 +746,20 @@ impl Endpoint {
                 state_name(conn.get())
             )));
         }
-        let mut fi = [0u64; 1];
-        let n = inner
-            .av
-            .insert(listener, 1, Some(&mut fi), 0)
-            .map_err(fi_err)?;
-        if n != 1 {
-            return Err(DriverError::InvalidArgument(
-                "the listener's address was refused by the AV".into(),
-            ));
-        }
+        let fi = insert_peer(&mut inner.av, listener, "listener")?;
         let conn_id = NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed) ^ (conn.fid as u32) << 16;
         inner.role = Role::Active {
             conn_id,
-            listener: Some(fi[0]),
+            listener: Some(fi),
         };
         conn.set(CONNECTING);
-        if let Err(e) = conn.send(&mut inner, fi[0], CmKind::ConnReq, conn_id, param, 0) {
+        if let Err(e) = conn.send(&mut inner, fi, CmKind::ConnReq, conn_id, param, 0) {
             conn.set(IDLE);
+            inner.role = Role::Active {
+                conn_id,
+                listener: None,
+            };
+            forget_peer(&mut inner.av, fi);
             return Err(e);
         }
         Ok(())
