@@ -68,6 +68,9 @@ const CONTROL_BUFFERS: u32 = 32;
 const LISTENER_AV_ENTRIES: usize = 64;
 /// Entries of an `FI_EP_MSG` endpoint's own AV (the listener, then the peer).
 const MSG_AV_ENTRIES: usize = 4;
+/// Connection requests a listener holds unanswered (a `listen` backlog); more are dropped
+/// and counted, and the requester's connect then times out or is retried.
+pub const CM_BACKLOG: usize = 1024;
 
 const IDLE: u8 = 0;
 const CONNECTING: u8 = 1;
@@ -267,17 +270,23 @@ impl Connection {
             .map_err(|(e, _)| e)
     }
 
-    fn post(&self, inner: &CmInner, kind: EqEventKind, data: u64, cm_data: Vec<u8>) {
-        if let Some((eq, _)) = inner.eq.as_ref() {
-            let ev = EqEvent {
-                kind,
-                fid: self.fid,
-                context: 0,
-                data,
-                cm_data,
-            };
-            if let Err(e) = eq.post(ev) {
+    /// Post an event to the bound EQ; whether it was queued.
+    fn post(&self, inner: &CmInner, kind: EqEventKind, data: u64, cm_data: Vec<u8>) -> bool {
+        let Some((eq, _)) = inner.eq.as_ref() else {
+            return false;
+        };
+        let ev = EqEvent {
+            kind,
+            fid: self.fid,
+            context: 0,
+            data,
+            cm_data,
+        };
+        match eq.post(ev) {
+            Ok(()) => true,
+            Err(e) => {
                 tracing::error!(fid = self.fid, "event lost: {e}");
+                false
             }
         }
     }
@@ -378,6 +387,9 @@ impl Connection {
                 if msg.kind != CmKind::ConnReq {
                     return self.drop_message("a listener takes only connection requests");
                 }
+                if pending.len() >= CM_BACKLOG {
+                    return self.drop_message("the listener's backlog is full");
+                }
                 let id = *next_id;
                 *next_id += 1;
                 let req = ConnReq {
@@ -388,7 +400,12 @@ impl Connection {
                     listener: self.fid,
                 };
                 pending.insert(id, Pending { req });
-                self.post(inner, EqEventKind::ConnReq, id, msg.param);
+                // A request the application never hears of is not held either.
+                if !self.post(inner, EqEventKind::ConnReq, id, msg.param) {
+                    if let Role::Passive { pending, .. } = &mut inner.role {
+                        pending.remove(&id);
+                    }
+                }
             }
             Role::Active { conn_id, listener } => {
                 if msg.conn_id != *conn_id {
