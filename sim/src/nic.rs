@@ -45,13 +45,14 @@ use uet_fwif::admin::{CTX_ROLE_CONTROL, CTX_ROLE_TX};
 use uet_fwif::datapath::{COMPLETION_BYTES, COMPLETION_FLAG_NO_MESSAGE, COMPLETION_PHASE_OFFSET};
 use uet_fwif::ring::phase_for_pass;
 use uet_fwif::NicAvEntry;
-use uet_fwif::{Completion, CompletionKind, LocalStatus};
+use uet_fwif::{Completion, CompletionKind, LocalStatus, ReturnCode};
 use uet_regs::{
     Access, AvInvalidateDoorbell, AvWriteDoorbell, DevStatus, FatalError, Width, ADMIN_CQ_HEAD,
     ADMIN_SQ_DOORBELL, AV_INVALIDATE_DOORBELL, AV_WRITE_DOORBELL, BAD_REGISTER_ACCESSES,
     CQ_DOORBELL, DEV_CTRL, DEV_STATUS, DMA_FAULTS, FATAL_ERROR, FUNCTION_RESET, INTR_CAUSE,
     RXQ_DOORBELL, TRXQ_DOORBELL, TXQ_DOORBELL,
 };
+use zerocopy::little_endian::U64;
 use zerocopy::IntoBytes;
 
 /// Which datapath doorbell was written.
@@ -282,6 +283,20 @@ impl Nic {
             progress |= self.tx_poll(h);
         }
         progress
+    }
+
+    /// Refuse a receive descriptor the driver posted malformed: a BadDescriptor completion
+    /// with its context, no source (`FI_ADDR_NOTAVAIL`) and no data.
+    pub(crate) fn refuse_rx_descriptor(&mut self, handle: u16, kind: CompletionKind, context: U64) {
+        let c = Completion {
+            context,
+            src_addr: U64::new(uet_fwif::FI_ADDR_NOTAVAIL),
+            status: LocalStatus::BadDescriptor as u8,
+            return_code: ReturnCode::Undeliverable as u8,
+            kind: kind as u8,
+            ..Completion::default()
+        };
+        self.post_completion(handle, c);
     }
 
     /// Queue a completion for an endpoint's completion ring and write what fits. Receive

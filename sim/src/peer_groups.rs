@@ -68,15 +68,7 @@ impl Nic {
                 continue;
             };
             if d.flags.get() != 0 || d.min_free.get() != 0 || d.group.get() > max_group {
-                let c = Completion {
-                    context: d.context,
-                    src_addr: U64::new(uet_fwif::FI_ADDR_NOTAVAIL),
-                    status: LocalStatus::BadDescriptor as u8,
-                    return_code: ReturnCode::Undeliverable as u8,
-                    kind: CompletionKind::Recv as u8,
-                    ..Completion::default()
-                };
-                self.post_completion(handle, c);
+                self.refuse_rx_descriptor(handle, CompletionKind::Recv, d.context);
                 continue;
             }
             if let Some(ep) = self.eps.get_mut(handle) {

@@ -108,14 +108,7 @@ impl Nic {
         };
         if d.flags.get() != 0 || d.reserved != [0; 20] || d.group.get() > ep.max_group.unwrap_or(0)
         {
-            let c = Completion {
-                context: d.context,
-                status: LocalStatus::BadDescriptor as u8,
-                return_code: ReturnCode::Undeliverable as u8,
-                kind: CompletionKind::TaggedRecv as u8,
-                ..Completion::default()
-            };
-            return self.post_completion(handle, c);
+            return self.refuse_rx_descriptor(handle, CompletionKind::TaggedRecv, d.context);
         }
         let found = ep
             .unexpected
