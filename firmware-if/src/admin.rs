@@ -29,14 +29,14 @@
 //! | `AV_WRITE` 0x22 | AV | [`BufferBody`]: `count` × [`crate::AvWriteRecord`] | entries written |
 //! | `AV_INVALIDATE` 0x23 | AV | [`RangeBody`]: `count` entries from `first`, or a list of `count` u32 indices at `buf` | entries invalidated |
 //! | `AV_READ` 0x24 | AV | [`RangeBody`]: `count` × [`crate::NicAvEntry`] from `first` into `buf` | entries read |
-//! | `MR_REGISTER` 0x30 | endpoint the region is bound to | [`MrRegisterBody`] | MR handle / resource index (RMA space) |
+//! | `MR_REGISTER` 0x30 | endpoint the region is bound to (a context's: its endpoint) | [`MrRegisterBody`] | MR handle / resource index (RMA space) |
 //! | `MR_DEREGISTER` 0x31 | MR | [`MrDeregisterBody`]: the region's memory key | — |
 //! | `COUNTERS_READ` 0x40 | endpoint | [`BufferBody`]: one [`crate::counters::EndpointCounters`] into `buf` (`len` at least its size, `count` 0) | bytes written |
 //! | `AUTH_KEY_ADD` 0x50 | AV owning the slot | [`crate::auth_key::AuthKeyAddBody`] | slot |
 //! | `AUTH_KEY_REMOVE` 0x51 | slot | — | — |
 //! | `AUTH_KEY_SOURCE` 0x52 | slot | [`crate::auth_key::AuthKeySourceBody`] | — |
 //! | `AUTH_KEY_READ` 0x53 | 0 | [`RangeBody`]: `count` × [`crate::auth_key::AuthKeyEntry`] from slot `first` into `buf` | slots read |
-//! | `ENDPOINT_AUTH_KEYS` 0x54 | endpoint | [`crate::auth_key::EndpointAuthKeysBody`] | slots granted |
+//! | `ENDPOINT_AUTH_KEYS` 0x54 | endpoint (not a context: InvalidHandle) | [`crate::auth_key::EndpointAuthKeysBody`] | slots granted |
 //!
 //! The auth-key commands (since interface 1.5) are described in [`crate::auth_key`].
 //!

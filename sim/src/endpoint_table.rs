@@ -451,9 +451,10 @@ impl EndpointTable {
             tx_ctx_cnt: o.tx_ctx_cnt,
             av: o.av,
             owner,
-            // A context accepts what its endpoint accepts when it is created.
-            auth_slots: o.auth_slots.clone(),
-            auth_jobs: o.auth_jobs.clone(),
+            // Requests are accepted or refused at the endpoint (demux), never at a context:
+            // a context holds no grants of its own (ENDPOINT_AUTH_KEYS refuses it).
+            auth_slots: Vec::new(),
+            auth_jobs: Vec::new(),
             role: c.role,
             rx_ctx: Vec::new(),
             contexts: BTreeMap::new(),

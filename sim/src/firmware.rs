@@ -461,12 +461,18 @@ impl Nic {
             ri if EndpointTable::in_range(ep, ri) => ri,
             _ => return Err(Status::IndexOutOfRange),
         };
+        // RMA requests reach the endpoint, not one of its contexts: a region registered
+        // through a context belongs to the context's endpoint.
+        let serial = match self.eps.get(ep.owner) {
+            Some(owner) => owner.serial,
+            None => return Err(Status::InvalidHandle),
+        };
         let mr = MemoryRegion {
             handle: 0,
             iova: b.iova.get(),
             len: b.len.get(),
             access: b.access,
-            serial: ep.serial,
+            serial,
             resource_index: ri,
         };
         if self.iommu.check(mr.iova, mr.len).is_err() {
@@ -552,7 +558,11 @@ impl Nic {
 
     fn fw_endpoint_auth_keys(&mut self, endpoint: u32, b: &EndpointAuthKeysBody) -> FwResult {
         let h = u16::try_from(endpoint).map_err(|_| Status::InvalidHandle)?;
-        let av = self.eps.get(h).ok_or(Status::InvalidHandle)?.av;
+        // Grants belong to an endpoint; its contexts are reached through it.
+        let av = match self.eps.get(h) {
+            Some(ep) if !ep.is_context() => ep.av,
+            _ => return Err(Status::InvalidHandle),
+        };
         let slots: Vec<u16> = b.granted().collect();
         if slots.iter().any(|&s| s >= self.auths.capacity()) {
             return Err(Status::InvalidField);

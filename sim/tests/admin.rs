@@ -525,11 +525,35 @@ fn contexts_follow_their_endpoint() {
         .status(),
         Status::InvalidHandle
     );
+    // Auth keys are granted to the endpoint, never to a context; destroying a context
+    // leaves the endpoint's grant (the slot stays in use).
+    let mut add = uet_fwif::auth_key::AuthKeyAddBody::new_zeroed();
+    add.job_id = U32::new(0x42);
+    let c = d.submit(Command::AuthKeyAdd { av, body: add });
+    assert_eq!(c.status(), Status::Success);
+    let slot = c.result0.get() as u16;
+    let grant = |d: &mut Driver, h: u32| {
+        d.submit(Command::EndpointAuthKeys {
+            endpoint: h,
+            body: uet_fwif::auth_key::EndpointAuthKeysBody::granting([slot]),
+        })
+        .status()
+    };
+    assert_eq!(grant(&mut d, ctx), Status::InvalidHandle);
+    assert_eq!(grant(&mut d, endpoint), Status::Success);
     // The endpoint goes only after its contexts.
     let destroy = |d: &mut Driver, h: u32| d.submit(Command::EndpointDestroy { endpoint: h });
     assert_eq!(destroy(&mut d, endpoint).status(), Status::Busy);
     assert_eq!(destroy(&mut d, ctx).status(), Status::Success);
     assert_eq!(destroy(&mut d, ctx + 1).status(), Status::Success);
+    assert_eq!(
+        d.submit(Command::AuthKeyRemove {
+            slot: u32::from(slot)
+        })
+        .status(),
+        Status::Busy,
+        "still granted to the endpoint"
+    );
     assert_eq!(destroy(&mut d, endpoint).status(), Status::Success);
     // A passive endpoint cannot be scalable, and its control channel is itself.
     let (mut body, base) = d.ep_body(1, 0, 1);
