@@ -435,6 +435,8 @@ pub struct Endpoint {
     cq_offset: usize,
     cq_head: u16,
     cq_phase: bool,
+    /// Completions taken since `CQ_DOORBELL` last told the NIC the head.
+    cq_unreported: u32,
     mtu: usize,
     max_msg: usize,
     /// `fi_cq_attr.format`.
@@ -771,6 +773,7 @@ impl Nic {
             cq_offset: set.cq_offset,
             cq_head: 0,
             cq_phase: true,
+            cq_unreported: 0,
             mtu: usize::from(caps.mtu),
             max_msg: if ep_type == EpType::Dgram {
                 usize::from(caps.mtu)
@@ -1670,6 +1673,11 @@ impl Endpoint {
         let slot = self.cq_offset + usize::from(self.cq_head) * CQE;
         let phase = region.read_u8(slot + COMPLETION_PHASE_OFFSET)? & 1 != 0;
         if phase != self.cq_phase {
+            // Caught up: tell the NIC everything taken, so it never waits for room the
+            // ring already has.
+            if self.cq_unreported > 0 {
+                self.report_cq_head();
+            }
             return Ok(None);
         }
         fence(Ordering::Acquire);
@@ -1678,13 +1686,24 @@ impl Endpoint {
         if self.cq_head == 0 {
             self.cq_phase = !self.cq_phase;
         }
+        // The head goes to the NIC every quarter ring (and when the ring is found empty),
+        // not per completion: one register write frees many entries.
+        self.cq_unreported += 1;
+        if self.cq_unreported >= (self.cq_geometry.entries() / 4).max(1) {
+            self.report_cq_head();
+        }
+        Ok(Some(c))
+    }
+
+    /// `CQ_DOORBELL` with the consumer index: the entries before it are free for the NIC.
+    fn report_cq_head(&mut self) {
+        self.cq_unreported = 0;
         self.nic.bar().write(
             CQ_DOORBELL,
             QueueDoorbell::new()
                 .with_endpoint(self.handle)
                 .with_index(self.cq_head),
         );
-        Ok(Some(c))
     }
 
     /// The event a completion reports; `None` for a successful inject.
