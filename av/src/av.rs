@@ -1137,7 +1137,7 @@ impl<N: NicAvTable> AddressVector<N> {
                     if let Some(b) = event_call.as_mut() {
                         b.failed(i, &e);
                     }
-                    (FI_ADDR_NOTAVAIL, neg_errno(e.errno))
+                    (FI_ADDR_NOTAVAIL, e.errno.to_neg_i32())
                 }
             };
             if let Some(slot) = fi_addr.as_deref_mut().and_then(|o| o.get_mut(i)) {
@@ -1185,7 +1185,7 @@ impl<N: NicAvTable> AddressVector<N> {
             if *slot != FI_ADDR_NOTAVAIL && self.index_of(*slot).is_err() {
                 *slot = FI_ADDR_NOTAVAIL;
                 if let Some(st) = status.as_deref_mut().and_then(|s| s.get_mut(i)) {
-                    *st = neg_errno(FiErrno::FI_EIO);
+                    *st = FiErrno::FI_EIO.to_neg_i32();
                 }
             }
         }
@@ -1308,7 +1308,7 @@ impl<N: NicAvTable> AddressVector<N> {
                 *slot = FI_ADDR_NOTAVAIL;
             }
             if let Some(slot) = status.as_deref_mut().and_then(|s| s.get_mut(k)) {
-                *slot = neg_errno(failure);
+                *slot = failure.to_neg_i32();
             }
         }
         if (m as usize) < count {
@@ -2006,9 +2006,4 @@ fn write_c_string(s: &str, buf: &mut [u8], len: &mut usize) {
         }
     }
     *len = s.len() + 1;
-}
-
-/// The `int` an `FI_SYNC_ERR` slot holds for `errno`: `-errno`.
-fn neg_errno(errno: FiErrno) -> i32 {
-    i32::try_from(errno.get()).map_or(i32::MIN, i32::wrapping_neg)
 }

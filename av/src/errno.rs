@@ -118,6 +118,12 @@ impl FiErrno {
         (self.0 as isize).wrapping_neg()
     }
 
+    /// [`FiErrno::to_neg_errno`] as the C `int` the per-address status arrays of
+    /// `FI_SYNC_ERR` hold; a value beyond `int` gives `i32::MIN`.
+    pub fn to_neg_i32(self) -> i32 {
+        i32::try_from(self.to_neg_errno()).unwrap_or(i32::MIN)
+    }
+
     /// The errno a provider's negative return value stands for; `None` for 0 or a positive value.
     pub fn from_neg_errno(ret: isize) -> Option<Self> {
         if ret >= 0 {

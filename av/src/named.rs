@@ -638,7 +638,7 @@ impl<N: NicAvTable> NamedAv<N> {
                 }
                 Err(e) => {
                     debug!(call, position = pos, error = %e, "address not inserted");
-                    (FI_ADDR_NOTAVAIL, neg_errno(e.errno))
+                    (FI_ADDR_NOTAVAIL, e.errno.to_neg_i32())
                 }
             };
             if let Some(slot) = fi_addr.as_deref_mut().and_then(|o| o.get_mut(pos)) {
@@ -665,7 +665,7 @@ impl<N: NicAvTable> NamedAv<N> {
                     *slot = FI_ADDR_NOTAVAIL;
                 }
                 if let Some(slot) = status.as_deref_mut().and_then(|s| s.get_mut(pos)) {
-                    *slot = neg_errno(FiErrno::FI_EIO);
+                    *slot = FiErrno::FI_EIO.to_neg_i32();
                 }
             }
             self.local.finish_change(&locked, kept > 0);
@@ -853,9 +853,4 @@ fn svc_address(
     let service = Service::parse(service)?;
     let ip = Node::parse(node)?.resolve(resolver)?;
     service.at(ip)
-}
-
-/// The `int` an `FI_SYNC_ERR` slot holds for `errno`: `-errno`.
-fn neg_errno(errno: FiErrno) -> i32 {
-    i32::try_from(errno.get()).map_or(i32::MIN, i32::wrapping_neg)
 }
