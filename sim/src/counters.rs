@@ -39,8 +39,9 @@ pub struct DebugCounters {
     pub rx_datagrams_dropped: u64,
     /// UUD requests handed to the fabric.
     pub tx_datagrams: u64,
-    /// TX doorbells of a context that has no transmit role (ignored).
-    pub tx_doorbells_without_role: u64,
+    /// TX doorbells of a context without the TX or CONTROL role, RX and tagged RX doorbells
+    /// of one without the RX or CONTROL role (ignored).
+    pub doorbells_without_role: u64,
 }
 
 /// The counter block of one NIC.

@@ -24,8 +24,9 @@
 //! `TRXQ_DOORBELL`, `CQ_DOORBELL` and `DEV_CTRL` make the fabric run until idle before the
 //! write returns. A `TRXQ_DOORBELL` for an endpoint without a tagged RX ring is ignored and
 //! counted like any doorbell whose index lies outside its ring. Doorbells name an endpoint or
-//! a context by its handle; a `TXQ_DOORBELL` for a context without the TX or CONTROL role is
-//! ignored and counted (`tx_doorbells_without_role`).
+//! a context by its handle; a `TXQ_DOORBELL` for a context without the TX or CONTROL role, or
+//! an `RXQ_DOORBELL` or `TRXQ_DOORBELL` for one without the RX or CONTROL role, is ignored and
+//! counted (`doorbells_without_role`): the NIC never reads a ring its context may not use.
 
 use crate::admin_queue::AdminQueue;
 use crate::auth_table::AuthTable;
@@ -41,7 +42,7 @@ use crate::regfile::{Part, RegFile};
 use crate::rx_engine::Reassembler;
 use crate::tx_engine::{PendingPacket, PendingSend};
 use std::collections::{HashMap, VecDeque};
-use uet_fwif::admin::{CTX_ROLE_CONTROL, CTX_ROLE_TX};
+use uet_fwif::admin::{CTX_ROLE_CONTROL, CTX_ROLE_RX, CTX_ROLE_TX};
 use uet_fwif::datapath::{COMPLETION_BYTES, COMPLETION_FLAG_NO_MESSAGE, COMPLETION_PHASE_OFFSET};
 use uet_fwif::ring::phase_for_pass;
 use uet_fwif::NicAvEntry;
@@ -374,8 +375,14 @@ impl Nic {
             self.counters.debug.unknown_endpoint_doorbells += 1;
             return;
         };
-        if kind == QueueKind::Tx && ep.role & (CTX_ROLE_TX | CTX_ROLE_CONTROL) == 0 {
-            self.counters.debug.tx_doorbells_without_role += 1;
+        // The roles of which the context needs one to use the ring (every context has a CQ).
+        let needs = match kind {
+            QueueKind::Tx => Some(CTX_ROLE_TX | CTX_ROLE_CONTROL),
+            QueueKind::Rx | QueueKind::TaggedRx => Some(CTX_ROLE_RX | CTX_ROLE_CONTROL),
+            QueueKind::Cq => None,
+        };
+        if needs.is_some_and(|roles| ep.role & roles == 0) {
+            self.counters.debug.doorbells_without_role += 1;
             return;
         }
         let ok = match kind {

@@ -577,6 +577,41 @@ fn contexts_follow_their_endpoint() {
 }
 
 #[test]
+fn a_context_rings_only_the_queues_of_its_role() {
+    use uet_fwif::admin::{ContextCreateBody, CTX_ROLE_TX};
+    let fabric = Fabric::new();
+    let mut d = Driver::new(&fabric, "10.0.0.1");
+    let av = d.av_create(8, 0).unwrap();
+    let (mut body, base) = d.ep_body(1, 0, 2);
+    body.tx_ctx_cnt = 2;
+    let ep = d.ep_create_with(av, body, base).unwrap();
+    let (b, _) = d.ep_body(1, 0, 1);
+    let body = ContextCreateBody {
+        tx_ring: b.tx_ring,
+        rx_ring: b.rx_ring,
+        cq_ring: b.cq_ring,
+        tx_log2: b.tx_log2,
+        rx_log2: b.rx_log2,
+        cq_log2: b.cq_log2,
+        index: 1,
+        role: CTX_ROLE_TX,
+        ..FromZeros::new_zeroed()
+    };
+    let c = d.submit(Command::ContextCreate {
+        endpoint: u32::from(ep.handle),
+        body,
+    });
+    assert_eq!(c.status(), Status::Success);
+    let ctx = c.result0.get() as u16;
+    let before = d.f.debug_counters().doorbells_without_role;
+    // A transmit-only context has no receive rings to read: both RX doorbells are ignored.
+    for reg in [RXQ_DOORBELL, TRXQ_DOORBELL] {
+        d.f.write(reg, QueueDoorbell::new().with_endpoint(ctx).with_index(1));
+    }
+    assert_eq!(d.f.debug_counters().doorbells_without_role, before + 2);
+}
+
+#[test]
 fn av_create_checks_peer_groups_against_the_capability() {
     fn create(d: &mut Driver, max_group_id: u32, rx_ctx_bits: u8) -> Status {
         d.submit(Command::AvCreate(uet_fwif::admin::AvCreateBody {
