@@ -3,8 +3,9 @@
 //! ## Function control
 //!
 //! * After reset `DEV_STATUS.ready` = 1 and the function is disabled.
-//! * `DEV_CTRL.enable` 0 -> 1 checks the admin queue programming: both bases 4 KiB aligned and
-//!   each ring of `2^log2` entries with `log2` in 1..=15 and at most
+//! * `DEV_CTRL.enable` 0 -> 1 checks the admin queue programming (the bases are 4 KiB aligned
+//!   by construction: their registers hold IOVA bits 63:12 and drop the rest): each ring of
+//!   `2^log2` entries with `log2` in 1..=15 and at most
 //!   `CAP_QUEUES.max_admin_entries`. Bad programming sets `FATAL_ERROR.admin_queue`,
 //!   `DEV_STATUS.fatal` and `INTR_CAUSE.fatal`; the function then stays stopped until
 //!   FUNCTION_RESET. Good programming sets `DEV_STATUS.enabled`. When the admin ring
