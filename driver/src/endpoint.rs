@@ -533,8 +533,8 @@ impl Nic {
         let cq_off = trx_off + align_page(TRX_DESC * trx_entries as usize);
         let inject_off = cq_off + align_page(CQE << z.cq_log2);
         let total = inject_off + align_page(MAX_INJECT_BYTES << z.tx_log2);
+        // Fresh memfd memory reads as zero: every completion's phase bit starts at 0.
         let rings = self.inner.map_new(total)?;
-        rings.region().zero(0, total)?;
         let (Some(tx), Some(rx), Some(cq_geometry)) = (
             Ring::new(z.tx_log2, tx_off),
             Ring::new(z.rx_log2, rx_off),
