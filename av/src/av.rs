@@ -182,7 +182,7 @@ mod events;
 pub use auth_keys::{
     is_auth_key_addr, AuthKeyInfo, AuthKeyMismatch, AUTH_KEY_ADDR_BASE, AUTH_KEY_MAX_RX_CTX_BITS,
 };
-pub use events::{AvCloseError, WithContext, MAX_WRITES_IN_FLIGHT};
+pub use events::{AvCloseError, CloseError, WithContext, MAX_WRITES_IN_FLIGHT};
 
 /// Size of one address in `fi_av_insert`'s buffer and `fi_av_lookup`'s output.
 pub const ADDR_LEN: usize = ADDRESS_BYTES;

@@ -106,28 +106,7 @@ impl<N: NicAvTable> core::fmt::Debug for NamedAv<N> {
 
 /// `fi_close` of a [`NamedAv`] refused (`FI_EBUSY` while endpoints use its NIC table): the
 /// handle is given back unchanged.
-pub struct NamedAvCloseError<N: NicAvTable> {
-    /// Why.
-    pub error: FiError,
-    /// The handle, still open.
-    pub av: Box<NamedAv<N>>,
-}
-
-impl<N: NicAvTable> core::fmt::Debug for NamedAvCloseError<N> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("NamedAvCloseError")
-            .field("error", &self.error)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<N: NicAvTable> core::fmt::Display for NamedAvCloseError<N> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        core::fmt::Display::fmt(&self.error, f)
-    }
-}
-
-impl<N: NicAvTable> std::error::Error for NamedAvCloseError<N> {}
+pub type NamedAvCloseError<N> = crate::CloseError<NamedAv<N>>;
 
 impl<N: NicAvTable> NamedAv<N> {
     /// `fi_av_open` with a name: create the named AV or open the existing one, then build this

@@ -297,29 +297,33 @@ impl AsyncInner {
     }
 }
 
-/// `fi_close` of an AV refused: the error, and the AV, unchanged.
-pub struct AvCloseError<N: NicAvTable> {
+/// `fi_close` refused: the error, and the AV handle given back unchanged (an
+/// [`AddressVector`] or a [`crate::NamedAv`]).
+pub struct CloseError<T> {
     /// Why (`FI_EBUSY`: endpoints still use the AV).
     pub error: FiError,
     /// The AV, still open.
-    pub av: Box<AddressVector<N>>,
+    pub av: Box<T>,
 }
 
-impl<N: NicAvTable> core::fmt::Debug for AvCloseError<N> {
+/// `fi_close` of an [`AddressVector`] refused.
+pub type AvCloseError<N> = CloseError<AddressVector<N>>;
+
+impl<T> core::fmt::Debug for CloseError<T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("AvCloseError")
+        f.debug_struct("CloseError")
             .field("error", &self.error)
             .finish_non_exhaustive()
     }
 }
 
-impl<N: NicAvTable> core::fmt::Display for AvCloseError<N> {
+impl<T> core::fmt::Display for CloseError<T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         core::fmt::Display::fmt(&self.error, f)
     }
 }
 
-impl<N: NicAvTable> std::error::Error for AvCloseError<N> {}
+impl<T> std::error::Error for CloseError<T> {}
 
 /// `fi_av_insert*` with a `context`: see [`AddressVector::with_context`].
 pub struct WithContext<'a, N: NicAvTable> {
