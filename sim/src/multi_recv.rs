@@ -154,7 +154,6 @@ impl Nic {
             self.deliver_single(handle, p, buf, space, c, src_addr);
             return RxOutcome::Done;
         }
-        ep.reassembling += 1;
         let sink = Sink::Host {
             buf,
             buf_len: space,
@@ -169,9 +168,7 @@ impl Nic {
             p,
         );
         r.multi = Some((id, offset));
-        let key = p.key();
-        self.reasm.active.insert(key, r);
-        self.rx_segment(key, p)
+        self.start_reassembly(r, p)
     }
 
     /// A multi-packet message placed in buffer `place` completed: the flags and offset its

@@ -121,7 +121,6 @@ impl Nic {
             return RxOutcome::Done;
         };
         if !single {
-            ep.reassembling += 1;
             let sink = Sink::Host {
                 buf: d.buf.get(),
                 buf_len: d.len.get(),
@@ -135,9 +134,7 @@ impl Nic {
                 src_addr,
                 p,
             );
-            let key = p.key();
-            self.reasm.active.insert(key, r);
-            return self.rx_segment(key, p);
+            return self.start_reassembly(r, p);
         }
         let c = Completion {
             context: d.context,

@@ -781,11 +781,7 @@ impl Nic {
                 src_addr,
                 &p,
             );
-            self.reasm.active.insert(key, r);
-            if let Some(ep) = self.eps.get_mut(handle) {
-                ep.reassembling += 1;
-            }
-            return self.rx_segment(key, &p);
+            return self.start_reassembly(r, &p);
         }
         self.deliver_single(handle, &p, d.buf.get(), d.len.get(), c, src_addr);
         RxOutcome::Done
@@ -846,6 +842,18 @@ impl Nic {
             self.reasm.finish(p.key(), rc);
         }
         self.reject(handle, p, rc);
+    }
+
+    /// Open the reassembly of a multi-packet message into a host buffer (`r`, built for its
+    /// first packet `p`) and take that packet. The endpoint counts it in `reassembling` until
+    /// `finish_reassembly`.
+    pub(crate) fn start_reassembly(&mut self, r: Reassembly, p: &ParsedRequest<'_>) -> RxOutcome {
+        if let Some(ep) = self.eps.get_mut(r.handle) {
+            ep.reassembling += 1;
+        }
+        let key = p.key();
+        self.reasm.active.insert(key, r);
+        self.rx_segment(key, p)
     }
 
     /// One packet of a message in reassembly.

@@ -255,7 +255,6 @@ impl Nic {
             self.deliver_single(handle, p, d.buf.get(), d.len.get(), c, src_addr);
             return RxOutcome::Done;
         }
-        ep.reassembling += 1;
         let sink = Sink::Host {
             buf: d.buf.get(),
             buf_len: d.len.get(),
@@ -269,9 +268,7 @@ impl Nic {
             src_addr,
             p,
         );
-        let key = p.key();
-        self.reasm.active.insert(key, r);
-        self.rx_segment(key, p)
+        self.start_reassembly(r, p)
     }
 
     /// No posted receive matches: hold the message on the unexpected list, or refuse it.
