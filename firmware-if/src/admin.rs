@@ -118,6 +118,11 @@ pub const COMPLETION_BYTES: usize = 16;
 /// Largest batch one AV_WRITE, AV_INVALIDATE or AV_READ may carry.
 pub const MAX_BATCH: u32 = 1 << 16;
 
+/// The smallest completion ring (log2) ENDPOINT_CREATE and CONTEXT_CREATE accept: 4 entries.
+/// A multi-receive message that releases its buffer writes two completions at once, and a ring
+/// of `n` entries holds at most `n - 1`, so a 2-entry ring could never take them.
+pub const MIN_CQ_LOG2: u8 = 2;
+
 /// Admin opcodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
@@ -419,7 +424,7 @@ pub struct EndpointCreateBody {
     pub tx_log2: u8,
     /// log2 of the RX ring size.
     pub rx_log2: u8,
-    /// log2 of the completion ring size.
+    /// log2 of the completion ring size, at least [`MIN_CQ_LOG2`].
     pub cq_log2: u8,
     /// `EP_FLAG_*`.
     pub flags: u8,
@@ -457,7 +462,7 @@ pub struct ContextCreateBody {
     pub tx_log2: u8,
     /// log2 of the RX ring size.
     pub rx_log2: u8,
-    /// log2 of the completion ring size.
+    /// log2 of the completion ring size, at least [`MIN_CQ_LOG2`].
     pub cq_log2: u8,
     /// log2 of the tagged RX ring size; 0: none.
     pub trx_log2: u8,

@@ -35,7 +35,7 @@ use crate::nic::Nic;
 use uet_fwif::admin::{
     AvCreateBody, BufferBody, ContextCreateBody, EndpointCreateBody, MrDeregisterBody,
     MrRegisterBody, RangeBody, CTX_ROLE_CONTROL, CTX_ROLE_RX, CTX_ROLE_TX, EP_FLAG_ABSOLUTE,
-    EP_FLAG_DGRAM, EP_FLAG_PASSIVE,
+    EP_FLAG_DGRAM, EP_FLAG_PASSIVE, MIN_CQ_LOG2,
 };
 use uet_fwif::auth_key::{AuthKeyAddBody, AuthKeySourceBody, EndpointAuthKeysBody};
 use uet_fwif::av_entry::MAX_JOB_ID;
@@ -291,6 +291,9 @@ impl Nic {
                 .filter(|g| g.entries() <= max)
                 .ok_or(Status::InvalidField)
         };
+        if cq_log2 < MIN_CQ_LOG2 {
+            return Err(Status::InvalidField);
+        }
         let (tx_g, rx_g, cq_g) = (geom(tx_log2)?, geom(rx_log2)?, geom(cq_log2)?);
         let trx_g = match trx_log2 {
             0 => None,

@@ -577,6 +577,21 @@ fn contexts_follow_their_endpoint() {
 }
 
 #[test]
+fn a_completion_ring_of_two_entries_is_refused() {
+    let fabric = Fabric::new();
+    let mut d = Driver::new(&fabric, "10.0.0.1");
+    let av = d.av_create(8, 0).unwrap();
+    let (mut body, base) = d.ep_body(1, 0, 1);
+    body.cq_log2 = uet_fwif::admin::MIN_CQ_LOG2 - 1;
+    assert_eq!(
+        d.ep_create_with(av, body, base).err(),
+        Some(Status::InvalidField)
+    );
+    body.cq_log2 = uet_fwif::admin::MIN_CQ_LOG2;
+    assert!(d.ep_create_with(av, body, base).is_ok());
+}
+
+#[test]
 fn a_context_rings_only_the_queues_of_its_role() {
     use uet_fwif::admin::{ContextCreateBody, CTX_ROLE_TX};
     let fabric = Fabric::new();
