@@ -1626,10 +1626,13 @@ impl<N: NicAvTable> AddressVector<N> {
         self.settle_nic()?;
         // On an FI_EVENT AV settling took in the NIC's answers, which may have taken back an
         // index a listed address named (its insert failed): then nothing is removed.
-        if let Some(&gone) = list.iter().find(|&&i| self.index_of(u64::from(i)).is_err()) {
-            return Err(FiError::inval(format!(
-                "fi_av_remove: index {gone} was taken back: its asynchronous insert failed"
-            )));
+        // (A synchronous AV's flush either succeeded, taking nothing back, or returned above.)
+        if self.is_event() {
+            if let Some(&gone) = list.iter().find(|&&i| self.index_of(u64::from(i)).is_err()) {
+                return Err(FiError::inval(format!(
+                    "fi_av_remove: index {gone} was taken back: its asynchronous insert failed"
+                )));
+            }
         }
         let mut removed = 0;
         for chunk in list.chunks(MAX_BATCH as usize) {
@@ -1678,11 +1681,13 @@ impl<N: NicAvTable> AddressVector<N> {
                 ..e
             })
         };
-        lookup(self)?;
+        let mut index = lookup(self)?;
         self.settle_nic()?;
         // A failed flush returned above; but on an FI_EVENT AV settling took in the NIC's
         // answers, which may have taken the index back (its insert failed): look again.
-        let index = lookup(self)?;
+        if self.is_event() {
+            index = lookup(self)?;
+        }
         let old = self.user_ids.as_deref().and_then(|u| u.get(index));
         if let Some(u) = self.user_ids.as_deref_mut() {
             u.set(index, Some(user_id));
