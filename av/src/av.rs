@@ -702,6 +702,12 @@ impl<N: NicAvTable> AddressVector<N> {
             "AV opened"
         );
         let user_ids = (attr.flags & FI_AV_USER_ID != 0).then(Box::default);
+        let slots = Slots::new(capacity).map_err(|e| {
+            FiError::new(
+                FiErrno::FI_ENOMEM,
+                format!("cannot map the mirror of a {capacity}-entry AV: {e}"),
+            )
+        })?;
         let id = NEXT_AV_ID.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
         Ok(AddressVector {
             nic,
@@ -709,7 +715,7 @@ impl<N: NicAvTable> AddressVector<N> {
             capacity,
             id,
             index_mask,
-            slots: Slots::default(),
+            slots,
             ranges: Ranges::default(),
             alloc: IndexAllocator::new(capacity),
             user_ids,
@@ -1260,8 +1266,8 @@ impl<N: NicAvTable> AddressVector<N> {
                     match base.symmetric_member(svc, member).map(|a| a.to_bytes()) {
                         Some(Ok(bytes)) => self
                             .reserve_index(at)
-                            .and_then(|()| self.slots.set(at, bytes))
-                            .map_err(|_| ()),
+                            .map_err(|_| ())
+                            .and_then(|()| self.slots.set(at, bytes).then_some(()).ok_or(())),
                         _ => Err(()),
                     }
                 };
@@ -1354,7 +1360,7 @@ impl<N: NicAvTable> AddressVector<N> {
                 "no memory to grow the AV mirror",
             ));
         }
-        // Cannot fail: reserve_index made the page.
+        // Cannot fail: `index` is below the capacity, and the slots span it.
         let _ = self.slots.set(index, bytes);
         if let Some(u) = self.user_ids.as_deref_mut() {
             u.set(index, user_id);
@@ -1366,10 +1372,9 @@ impl<N: NicAvTable> AddressVector<N> {
         Ok(index)
     }
 
-    /// Make room for `index` in the slots and, when the AV has them, the user ids (which grow
-    /// by a quarter at a time, never past the capacity).
+    /// Make room for `index` in the user ids, when the AV has them (they grow by a quarter at
+    /// a time, never past the capacity). The slots need none: they are mapped whole at open.
     fn reserve_index(&mut self, index: u32) -> Result<(), std::collections::TryReserveError> {
-        self.slots.reserve(index)?;
         if let Some(u) = self.user_ids.as_deref_mut() {
             let len = index as usize + 1;
             let have = u.ids.len();
@@ -1426,7 +1431,7 @@ impl<N: NicAvTable> AddressVector<N> {
                 "insert_at: the index allocator refused the index",
             ));
         }
-        // Cannot fail: reserve_index made the page.
+        // Cannot fail: `index` is below the capacity, and the slots span it.
         let _ = self.slots.set(index, *bytes);
         if let Some(u) = self.user_ids.as_deref_mut() {
             let open_user_id = (self.attr.flags & FI_AV_USER_ID != 0).then_some(FI_ADDR_NOTAVAIL);
@@ -1724,7 +1729,20 @@ impl<N: NicAvTable> AddressVector<N> {
         self.slot_of(fi_addr).map(|(index, _)| index)
     }
 
+    /// The mirror slot of `fi_addr` when it names a single (not symmetric-range) entry in use.
     #[inline]
+    fn single_slot(&self, fi_addr: FiAddr) -> Option<&[u8; ADDR_LEN]> {
+        let raw = fi_addr & self.index_mask;
+        if fi_addr == FI_ADDR_NOTAVAIL || raw >= u64::from(self.capacity) {
+            return None;
+        }
+        // raw < capacity <= u32::MAX
+        let index = raw as u32;
+        self.slots
+            .get(index)
+            .filter(|s| s[0] != 0 && !self.is_revoked(index))
+    }
+
     fn slot_of(&self, fi_addr: FiAddr) -> Result<(u32, [u8; ADDR_LEN]), FiError> {
         let raw = fi_addr & self.index_mask;
         if fi_addr != FI_ADDR_NOTAVAIL && raw < u64::from(self.capacity) {
@@ -1790,6 +1808,17 @@ impl<N: NicAvTable> AddressVector<N> {
         addr: &mut [u8],
         addrlen: &mut usize,
     ) -> Result<(), FiError> {
+        // The common case, kept short so that the CPU overlaps the cache misses of many
+        // scattered lookups: a single entry, copied straight from its mirror slot.
+        if let (Some(slot), Some(dst), true) = (
+            self.single_slot(fi_addr),
+            addr.first_chunk_mut::<ADDR_LEN>(),
+            *addrlen >= ADDR_LEN && self.attr.addr_format != AddrFormat::Str,
+        ) {
+            *dst = *slot;
+            *addrlen = ADDR_LEN;
+            return Ok(());
+        }
         let (_, slot) = self.slot_of(fi_addr)?;
         if self.attr.addr_format == AddrFormat::Str {
             straddr(&slot, addr, addrlen);

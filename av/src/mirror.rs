@@ -1,83 +1,104 @@
-//! Storage of the host mirror: paged address slots, and symmetric ranges.
+//! Storage of the host mirror: address slots, and symmetric ranges.
 //!
-//! * [`Slots`]: the serialized address (32 bytes) of every single entry, in pages of
-//!   [`PAGE_SLOTS`] allocated when first written. A page table of a few kilobytes covers a
-//!   million indices, so a range or a gap costs no slot memory, and a lookup is the page-table
-//!   load (hot in cache) and the slot itself. An all-zero slot is empty: no valid address starts
-//!   with a zero byte.
+//! * [`Slots`]: the serialized address (32 bytes) of every single entry, in one flat
+//!   anonymous mapping of `capacity` slots made when the AV is opened. The kernel gives it
+//!   memory a page at a time as slots are first written, so a range or a gap costs no slot
+//!   memory, and a lookup is one bounds check and one load: no page table of our own between
+//!   the `fi_addr_t` and its slot, which at a million entries is the difference between one
+//!   cache miss per scattered lookup and two. An all-zero slot is empty: no valid address
+//!   starts with a zero byte.
 //! * [`Ranges`]: symmetric ranges (`fi_av_insertsym`), one record per run of consecutive
 //!   indices however many peers it covers, sorted by first index. Members are computed by the
 //!   rule `UetAddress::symmetric_member` defines and the NIC applies (`uet_fwif::av_entry`).
 //!   Which members are still inserted is the index allocator's business; a range only counts
 //!   its live members, and goes away with the last.
 
+use memmap2::{MmapMut, MmapOptions};
 use std::collections::TryReserveError;
 use uet_fwif::{NicAvEntry, UetAddress};
 
-/// Slots per page (32 KiB pages).
-pub const PAGE_SLOTS: usize = 1024;
+/// Bytes of a page as [`Slots::heap_bytes`] counts them: the unit in which the kernel
+/// commits memory to the mapping on first write (4 KiB on x86-64 and most arm64 kernels).
+pub const PAGE_BYTES: usize = 4096;
+
+/// Slots per counted page.
+pub const PAGE_SLOTS: usize = PAGE_BYTES / 32;
 
 /// A serialized address.
 pub type Slot = [u8; 32];
 
-type Page = Box<[Slot]>;
-
-/// Paged address slots.
-#[derive(Debug, Default)]
+/// The address slots of an AV: `capacity` slots of 32 bytes, zero until written.
+///
+/// The mapping is private and anonymous, made without `MAP_NORESERVE`, so the system's
+/// overcommit policy decides at open time whether a table of this size may exist (a strict
+/// policy refuses the open with `ENOMEM` rather than failing a write later). Pages written
+/// are tracked in a bitmap, one bit per [`PAGE_BYTES`], for memory accounting.
+#[derive(Debug)]
 pub struct Slots {
-    pages: Vec<Option<Page>>,
+    map: MmapMut,
+    /// One bit per page of `map` written at least once.
+    written: Vec<u64>,
+    /// Bits set in `written`.
+    written_pages: usize,
 }
 
 impl Slots {
-    /// The slot at `index`; `None` when its page was never written.
+    /// `capacity` empty slots. Fails only when the system refuses the mapping.
+    pub fn new(capacity: u32) -> std::io::Result<Self> {
+        // A zero-length mapping is an error for mmap(2); one page stands for an empty table.
+        let len = (capacity as usize * 32).max(PAGE_BYTES);
+        let map = MmapOptions::new().len(len).map_anon()?;
+        let pages = len.div_ceil(PAGE_BYTES);
+        Ok(Slots {
+            map,
+            written: vec![0; pages.div_ceil(64)],
+            written_pages: 0,
+        })
+    }
+
+    /// The slot at `index` (all zero when empty); `None` past the capacity.
     #[inline]
     pub fn get(&self, index: u32) -> Option<&Slot> {
-        let i = index as usize;
-        self.pages
-            .get(i / PAGE_SLOTS)?
-            .as_deref()?
-            .get(i % PAGE_SLOTS)
+        let at = index as usize * 32;
+        self.map.get(at..)?.first_chunk::<32>()
     }
 
-    /// Make sure the page of `index` exists, so a following [`Slots::set`] cannot fail.
-    pub fn reserve(&mut self, index: u32) -> Result<(), TryReserveError> {
-        let p = index as usize / PAGE_SLOTS;
-        if p >= self.pages.len() {
-            self.pages.try_reserve(p + 1 - self.pages.len())?;
-            self.pages.resize_with(p + 1, || None);
-        }
-        if let Some(slot @ None) = self.pages.get_mut(p) {
-            let mut v = Vec::new();
-            v.try_reserve_exact(PAGE_SLOTS)?;
-            v.resize(PAGE_SLOTS, [0; 32]);
-            *slot = Some(v.into_boxed_slice());
-        }
-        Ok(())
-    }
-
-    /// Store `bytes` at `index` (its page allocated on demand).
-    pub fn set(&mut self, index: u32, bytes: Slot) -> Result<(), TryReserveError> {
-        self.reserve(index)?;
-        let i = index as usize;
-        if let Some(s) = self
-            .pages
-            .get_mut(i / PAGE_SLOTS)
-            .and_then(|p| p.as_deref_mut())
-            .and_then(|p| p.get_mut(i % PAGE_SLOTS))
+    /// Store `bytes` at `index`; returns false (and stores nothing) past the capacity.
+    #[inline]
+    pub fn set(&mut self, index: u32, bytes: Slot) -> bool {
+        let at = index as usize * 32;
+        match self
+            .map
+            .get_mut(at..)
+            .and_then(|m| m.first_chunk_mut::<32>())
         {
-            *s = bytes;
+            Some(s) => {
+                *s = bytes;
+                self.mark_written(at / PAGE_BYTES);
+                true
+            }
+            None => false,
         }
-        Ok(())
+    }
+
+    #[inline]
+    fn mark_written(&mut self, page: usize) {
+        if let Some(w) = self.written.get_mut(page / 64) {
+            let bit = 1u64 << (page % 64);
+            if *w & bit == 0 {
+                *w |= bit;
+                self.written_pages += 1;
+            }
+        }
     }
 
     /// Empty the slot at `index`; returns whether it held an address.
     pub fn clear(&mut self, index: u32) -> bool {
-        let i = index as usize;
+        let at = index as usize * 32;
         match self
-            .pages
-            .get_mut(i / PAGE_SLOTS)
-            .and_then(|p| p.as_deref_mut())
-            .and_then(|p| p.get_mut(i % PAGE_SLOTS))
+            .map
+            .get_mut(at..)
+            .and_then(|m| m.first_chunk_mut::<32>())
         {
             Some(s) if s[0] != 0 => {
                 *s = [0; 32];
@@ -87,24 +108,32 @@ impl Slots {
         }
     }
 
-    /// Non-empty slots, ascending.
+    /// Non-empty slots, ascending (only pages ever written are read).
     pub fn iter(&self) -> impl Iterator<Item = (u32, &Slot)> + '_ {
-        self.pages
-            .iter()
-            .enumerate()
-            .filter_map(|(p, page)| page.as_deref().map(|page| (p, page)))
-            .flat_map(|(p, page)| {
-                page.iter()
-                    .enumerate()
-                    .filter(|(_, s)| s[0] != 0)
-                    .map(move |(i, s)| ((p * PAGE_SLOTS + i) as u32, s))
-            })
+        let pages = self.written.iter().enumerate().flat_map(|(w, &bits)| {
+            (0..64)
+                .filter(move |b| bits & (1u64 << b) != 0)
+                .map(move |b| w * 64 + b)
+        });
+        pages.flat_map(move |p| {
+            let first = p * PAGE_SLOTS;
+            self.map
+                .get(p * PAGE_BYTES..)
+                .unwrap_or(&[])
+                .chunks_exact(32)
+                .take(PAGE_SLOTS)
+                .enumerate()
+                .filter_map(move |(i, s)| {
+                    let s = s.first_chunk::<32>()?;
+                    (s[0] != 0).then_some(((first + i) as u32, s))
+                })
+        })
     }
 
-    /// Heap bytes held.
+    /// Host bytes held: the pages written (each committed by the kernel on first write) and
+    /// the bitmap that counts them.
     pub fn heap_bytes(&self) -> usize {
-        self.pages.capacity() * core::mem::size_of::<Option<Page>>()
-            + self.pages.iter().flatten().count() * PAGE_SLOTS * 32
+        self.written_pages * PAGE_BYTES + self.written.capacity() * 8
     }
 }
 
@@ -242,14 +271,21 @@ mod tests {
     use uet_fwif::address::{caps, AddressingMode};
 
     #[test]
-    fn slots_page_on_demand() {
-        let mut s = Slots::default();
-        assert!(s.get(5_000_000).is_none());
-        s.set(1_000_000, [1; 32]).unwrap();
+    fn slots_are_flat_and_counted_by_page_written() {
+        let mut s = Slots::new(2_000_000).unwrap();
+        assert!(s.get(2_000_000).is_none());
+        assert!(!s.set(2_000_000, [1; 32]), "past the capacity");
+        assert!(s.set(1_000_000, [1; 32]));
         assert_eq!(s.get(1_000_000), Some(&[1; 32]));
         assert_eq!(s.get(1_000_001), Some(&[0; 32]));
-        assert!(s.heap_bytes() < 64 * 1024, "one page and the page table");
-        assert_eq!(s.iter().map(|(i, _)| i).collect::<Vec<_>>(), [1_000_000]);
+        assert!(s.heap_bytes() < 16 * 1024, "one page and the bitmap");
+        assert!(s.set(1_000_001, [2; 32]), "same page: not counted again");
+        assert!(s.heap_bytes() < 16 * 1024);
+        assert_eq!(
+            s.iter().map(|(i, _)| i).collect::<Vec<_>>(),
+            [1_000_000, 1_000_001]
+        );
+        assert!(s.clear(1_000_001));
         assert!(s.clear(1_000_000));
         assert!(!s.clear(1_000_000));
         assert_eq!(s.iter().count(), 0);
