@@ -164,6 +164,11 @@ impl Nic {
             return false; // identity, capabilities, status and counters: writes do nothing
         }
         let w = self.regs.driver_write(&d, value);
+        // The AV write window first: eight words per entry written, ahead of every doorbell.
+        if let Some(word) = av_window::entry_word(w.info.offset) {
+            self.av_window.stage(word, d.part, value);
+            return false;
+        }
         let v32 = w.value as u32;
         match w.info.offset {
             o if o == DEV_CTRL.offset() => {
@@ -208,12 +213,7 @@ impl Nic {
                 self.av_write_doorbell(AvWriteDoorbell::from_bits(w.value));
                 false
             }
-            o => {
-                if let Some(word) = av_window::entry_word(o) {
-                    self.av_window.stage(word, d.part, value);
-                }
-                false
-            }
+            _ => false,
         }
     }
 

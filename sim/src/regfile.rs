@@ -44,6 +44,8 @@ pub(crate) struct Decoded {
     pub part: Part,
     /// The register's datasheet entry.
     pub info: &'static RegInfo,
+    /// The register's defined bits (`info.defined_mask()`, from the decode table).
+    pub mask: u64,
 }
 
 /// A driver write after the access kind has been applied.
@@ -67,24 +69,36 @@ pub(crate) struct RegFile {
     reset: Vec<u64>,
 }
 
-/// The index in [`REGISTERS`] of the register at `offset`. Every BAR access decodes here, so
-/// it is one load from a table with a slot per 32-bit word of BAR0 (built once, 2 KiB),
-/// the way an address decoder is a lookup, not a search.
-fn index_of(offset: u32) -> Option<usize> {
-    static DECODE: OnceLock<Vec<u16>> = OnceLock::new();
-    let table = DECODE.get_or_init(|| {
-        let mut t = vec![NO_REGISTER; BAR0_SIZE as usize / 4];
+/// What the address decoder knows, built once from [`REGISTERS`]: the register index of every
+/// 32-bit word of BAR0 where a register starts (2 KiB), and each register's defined bits, so
+/// that an access costs two table loads, not a search or a walk over the register's fields.
+struct DecodeTables {
+    index: Vec<u16>,
+    mask: Vec<u64>,
+}
+
+fn tables() -> &'static DecodeTables {
+    static TABLES: OnceLock<DecodeTables> = OnceLock::new();
+    TABLES.get_or_init(|| {
+        let mut index = vec![NO_REGISTER; BAR0_SIZE as usize / 4];
         for (i, r) in REGISTERS.iter().enumerate() {
-            if let (Some(slot), Ok(i)) = (t.get_mut(r.offset as usize / 4), u16::try_from(i)) {
+            if let (Some(slot), Ok(i)) = (index.get_mut(r.offset as usize / 4), u16::try_from(i)) {
                 *slot = i;
             }
         }
-        t
-    });
+        DecodeTables {
+            index,
+            mask: REGISTERS.iter().map(RegInfo::defined_mask).collect(),
+        }
+    })
+}
+
+/// The index in [`REGISTERS`] of the register at `offset`: one load from the decode table.
+fn index_of(offset: u32) -> Option<usize> {
     if !offset.is_multiple_of(4) {
         return None;
     }
-    let i = usize::from(*table.get(offset as usize / 4)?);
+    let i = usize::from(*tables().index.get(offset as usize / 4)?);
     // Registers are naturally aligned (a uet-regs test checks it); check the match anyway.
     REGISTERS.get(i).filter(|r| r.offset == offset).map(|_| i)
 }
@@ -169,7 +183,13 @@ impl RegFile {
                 (Width::W64, Width::W32) => Part::Low,
                 (Width::W32, Width::W64) => return None,
             };
-            return Some(Decoded { index, part, info });
+            let mask = *tables().mask.get(index)?;
+            return Some(Decoded {
+                index,
+                part,
+                info,
+                mask,
+            });
         }
         if width == Width::W32 && offset >= 4 {
             let index = index_of(offset - 4)?;
@@ -179,6 +199,7 @@ impl RegFile {
                     index,
                     part: Part::High,
                     info,
+                    mask: *tables().mask.get(index)?,
                 });
             }
         }
@@ -207,7 +228,7 @@ impl RegFile {
     /// Apply a driver write according to the register's access kind.
     pub(crate) fn driver_write(&mut self, d: &Decoded, value: u64) -> Written {
         let info = d.info;
-        let mask = info.defined_mask();
+        let mask = d.mask;
         let old = self.raw(d.index);
         // The full-width value this write carries; the other half of a 64-bit register keeps
         // its stored value (RW) or reads as 0 (W1C, WO: writing 0 has no effect).

@@ -21,11 +21,12 @@
 //!
 //! `--ops` picks the operations (`insert`, which also measures lookup and remove; `insert_batch`;
 //! `insertsym`), all three by default. An unreported warm-up round at 1,000 entries of each
-//! implementation comes first.
+//! implementation comes first. `--rounds R` measures everything R times (a fresh AV each time)
+//! and prints the median, with `rounds=R min=<x> max=<y>` after it: on a shared 2-core machine
+//! one round can be off by a third either way.
 
 use clap::Parser;
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use uet_av::{AddressVector, AvAttr, MemoryNicTable, NicAvTable};
@@ -50,6 +51,9 @@ struct Args {
     /// Operations to measure: insert (with lookup and remove), insert_batch, insertsym.
     #[arg(long, value_delimiter = ',', default_values_t = ["insert".to_string(), "insert_batch".to_string(), "insertsym".to_string()])]
     ops: Vec<String>,
+    /// Rounds per entry count and implementation; the median is printed.
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
 }
 
 fn peer(i: usize) -> [u8; 32] {
@@ -68,48 +72,81 @@ fn peer(i: usize) -> [u8; 32] {
     .unwrap_or([0; 32]) // every generated address is valid; an invalid one fails its insert
 }
 
-/// Set during the warm-up round: measurements are not printed.
-static QUIET: AtomicBool = AtomicBool::new(false);
+/// One measured figure of one round.
+#[derive(Clone, Debug)]
+struct Figure {
+    op: &'static str,
+    /// Entries the figure is for (insertsym: the peers inserted).
+    n: usize,
+    ns: f64,
+    bytes: f64,
+}
 
 /// Entries of the warm-up round.
 const WARMUP_ENTRIES: usize = 1_000;
 
-fn line(imp: &str, op: &str, n: usize, ns: f64, bytes: f64) {
-    if QUIET.load(Ordering::Relaxed) {
+/// Print the median of every op's figures over the rounds, in the order first measured.
+/// Stops quietly when standard output is closed (`bench-av | head`).
+fn report(imp: &str, rounds: &[Vec<Figure>]) {
+    use std::io::Write;
+    let Some(first) = rounds.first() else {
         return;
+    };
+    let mut stdout = std::io::stdout().lock();
+    for f in first {
+        let mut ns: Vec<f64> = rounds
+            .iter()
+            .flat_map(|r| r.iter().filter(|g| g.op == f.op).map(|g| g.ns))
+            .collect();
+        ns.sort_by(f64::total_cmp);
+        let median = ns.get(ns.len() / 2).copied().unwrap_or(f64::NAN);
+        let (op, n, bytes) = (f.op, f.n, f.bytes);
+        let spread = match (ns.len() > 1, ns.first(), ns.last()) {
+            (true, Some(min), Some(max)) => {
+                format!(" rounds={} min={min:.1} max={max:.1}", ns.len())
+            }
+            _ => String::new(),
+        };
+        if writeln!(
+            stdout,
+            "bench=av impl={imp} op={op} n={n} ns_per_op={median:.1} bytes_per_entry={bytes:.1}{spread}"
+        )
+        .is_err()
+        {
+            return;
+        }
     }
-    println!("bench=av impl={imp} op={op} n={n} ns_per_op={ns:.1} bytes_per_entry={bytes:.1}");
 }
 
 fn run<N: NicAvTable>(
-    imp: &str,
     n: usize,
     batch: usize,
     ops: &[String],
     addrs: &[u8],
     mut open: impl FnMut() -> Result<AddressVector<N>, String>,
-) -> Result<(), String> {
+) -> Result<Vec<Figure>, String> {
     let wanted = |op: &str| ops.iter().any(|o| o == op);
     let mut fi_addrs = vec![0u64; n];
+    let mut out = Vec::new();
     if wanted("insert") {
-        unbatched(imp, n, addrs, &mut fi_addrs, open()?)?;
+        unbatched(n, addrs, &mut fi_addrs, open()?, &mut out)?;
     }
     if wanted("insert_batch") {
-        batched(imp, n, batch, addrs, &mut fi_addrs, open()?)?;
+        batched(n, batch, addrs, &mut fi_addrs, open()?, &mut out)?;
     }
     if wanted("insertsym") {
-        symmetric(imp, n, open()?)?;
+        symmetric(n, open()?, &mut out)?;
     }
-    Ok(())
+    Ok(out)
 }
 
 /// Unbatched insert, then lookup and remove of every entry.
 fn unbatched<N: NicAvTable>(
-    imp: &str,
     n: usize,
     addrs: &[u8],
     fi_addrs: &mut [u64],
     mut av: AddressVector<N>,
+    out: &mut Vec<Figure>,
 ) -> Result<(), String> {
     let t = Instant::now();
     for (i, a) in addrs.chunks_exact(32).enumerate() {
@@ -122,9 +159,14 @@ fn unbatched<N: NicAvTable>(
     }
     let insert_ns = t.elapsed().as_nanos() as f64 / n as f64;
     let bytes = av.host_bytes() as f64 / n as f64;
-    line(imp, "insert", n, insert_ns, bytes);
+    out.push(Figure {
+        op: "insert",
+        n,
+        ns: insert_ns,
+        bytes,
+    });
 
-    let mut out = [0u8; 32];
+    let mut addr = [0u8; 32];
     let mut sum = 0u64;
     // The anchor's scattered order, (i * 7919) % n, stepped by addition: a 64-bit division per
     // lookup would cost as much as the lookup itself.
@@ -132,11 +174,11 @@ fn unbatched<N: NicAvTable>(
     let mut at = 0usize;
     let t = Instant::now();
     for _ in 0..n {
-        let mut len = out.len();
+        let mut len = addr.len();
         let fa = fi_addrs.get(at).copied().unwrap_or(u64::MAX);
-        av.lookup(fa, &mut out, &mut len)
+        av.lookup(fa, &mut addr, &mut len)
             .map_err(|e| e.to_string())?;
-        sum = sum.wrapping_add(u64::from(out[5]));
+        sum = sum.wrapping_add(u64::from(addr[5]));
         // Wrapped without a branch: at small n the wrap is taken often and at random, and a
         // mispredicted branch would squash the loads already in flight for later lookups.
         at += stride;
@@ -144,7 +186,12 @@ fn unbatched<N: NicAvTable>(
     }
     let lookup_ns = t.elapsed().as_nanos() as f64 / n as f64;
     std::hint::black_box(sum);
-    line(imp, "lookup", n, lookup_ns, bytes);
+    out.push(Figure {
+        op: "lookup",
+        n,
+        ns: lookup_ns,
+        bytes,
+    });
 
     let t = Instant::now();
     for a in fi_addrs.iter() {
@@ -152,18 +199,23 @@ fn unbatched<N: NicAvTable>(
             .map_err(|e| e.to_string())?;
     }
     let remove_ns = t.elapsed().as_nanos() as f64 / n as f64;
-    line(imp, "remove", n, remove_ns, bytes);
+    out.push(Figure {
+        op: "remove",
+        n,
+        ns: remove_ns,
+        bytes,
+    });
     Ok(())
 }
 
 /// Batched insert: `batch` addresses per call, one NIC write per call.
 fn batched<N: NicAvTable>(
-    imp: &str,
     n: usize,
     batch: usize,
     addrs: &[u8],
     fi_addrs: &mut [u64],
     mut av: AddressVector<N>,
+    out: &mut Vec<Figure>,
 ) -> Result<(), String> {
     let t = Instant::now();
     let mut done = 0;
@@ -178,18 +230,21 @@ fn batched<N: NicAvTable>(
         return Err(format!("batched insert stored {done} of {n}"));
     }
     let batch_ns = t.elapsed().as_nanos() as f64 / n as f64;
-    line(
-        imp,
-        "insert_batch",
+    out.push(Figure {
+        op: "insert_batch",
         n,
-        batch_ns,
-        av.host_bytes() as f64 / n as f64,
-    );
+        ns: batch_ns,
+        bytes: av.host_bytes() as f64 / n as f64,
+    });
     Ok(())
 }
 
 /// Symmetric insert: n peers, 8 per node, in one fi_av_insertsym (stored as a range).
-fn symmetric<N: NicAvTable>(imp: &str, n: usize, mut av: AddressVector<N>) -> Result<(), String> {
+fn symmetric<N: NicAvTable>(
+    n: usize,
+    mut av: AddressVector<N>,
+    out: &mut Vec<Figure>,
+) -> Result<(), String> {
     let empty = av.host_bytes();
     let svc = 8usize;
     let nodes = n.div_ceil(svc);
@@ -198,13 +253,12 @@ fn symmetric<N: NicAvTable>(imp: &str, n: usize, mut av: AddressVector<N>) -> Re
         .insertsym("10.128.0.1", nodes, "1?ri=1+4", svc, None, 0, None)
         .map_err(|e| e.to_string())?;
     let sym_ns = t.elapsed().as_nanos() as f64 / k.max(1) as f64;
-    line(
-        imp,
-        "insertsym",
-        k,
-        sym_ns,
-        (av.host_bytes() - empty) as f64 / k.max(1) as f64,
-    );
+    out.push(Figure {
+        op: "insertsym",
+        n: k,
+        ns: sym_ns,
+        bytes: (av.host_bytes() - empty) as f64 / k.max(1) as f64,
+    });
     Ok(())
 }
 
@@ -222,9 +276,12 @@ fn main() -> std::process::ExitCode {
         eprintln!("bench-av: unknown --ops {bad} (insert, insert_batch, insertsym)");
         return std::process::ExitCode::from(2);
     }
+    if args.rounds == 0 {
+        eprintln!("bench-av: --rounds must be positive");
+        return std::process::ExitCode::from(2);
+    }
     // Warm-up: one unreported round at 1,000 entries of each implementation, so the first
     // reported figures do not include page faults of a fresh process and a cold CPU.
-    QUIET.store(true, Ordering::Relaxed);
     let warm: Vec<u8> = (0..WARMUP_ENTRIES).flat_map(peer).collect();
     for imp in &args.impls {
         if let Err(e) = measure(imp, WARMUP_ENTRIES, &args, &warm) {
@@ -232,23 +289,29 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     }
-    QUIET.store(false, Ordering::Relaxed);
     for &n in &args.counts {
         let addrs: Vec<u8> = (0..n).flat_map(peer).collect();
         for imp in &args.impls {
-            if let Err(e) = measure(imp, n, &args, &addrs) {
-                eprintln!("bench-av: {imp} n={n}: {e}");
-                return std::process::ExitCode::FAILURE;
+            let mut rounds = Vec::with_capacity(args.rounds);
+            for _ in 0..args.rounds {
+                match measure(imp, n, &args, &addrs) {
+                    Ok(figures) => rounds.push(figures),
+                    Err(e) => {
+                        eprintln!("bench-av: {imp} n={n}: {e}");
+                        return std::process::ExitCode::FAILURE;
+                    }
+                }
             }
+            report(imp, &rounds);
         }
     }
     std::process::ExitCode::SUCCESS
 }
 
 /// Every requested operation of `imp` at `n` entries (`addrs`: the `n` peers' addresses).
-fn measure(imp: &str, n: usize, args: &Args, addrs: &[u8]) -> Result<(), String> {
+fn measure(imp: &str, n: usize, args: &Args, addrs: &[u8]) -> Result<Vec<Figure>, String> {
     match imp {
-        "uet-host" => run(imp, n, args.batch, &args.ops, addrs, || {
+        "uet-host" => run(n, args.batch, &args.ops, addrs, || {
             let attr = AvAttr {
                 count: n,
                 ..AvAttr::default()
@@ -267,7 +330,7 @@ fn measure(imp: &str, n: usize, args: &Args, addrs: &[u8]) -> Result<(), String>
                 .map_err(|e| e.to_string())
                 .and_then(|f| Nic::open(Arc::new(SimDevice::new(f))).map_err(|e| e.to_string()));
             match nic {
-                Ok(nic) => run(imp, n, args.batch, &args.ops, addrs, || {
+                Ok(nic) => run(n, args.batch, &args.ops, addrs, || {
                     nic.open_av(AvAttr {
                         count: n,
                         ..AvAttr::default()
