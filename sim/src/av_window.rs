@@ -32,6 +32,14 @@ pub(crate) fn entry_word(offset: u32) -> Option<usize> {
         .then(|| ((offset - first) / 8) as usize)
 }
 
+/// The first staged word a burst of `len` 64-bit writes from `offset` fills, when every write
+/// of it lands in `AV_WRITE_ENTRY_0..7` (these registers are write-only and have no bit
+/// reserved, so staging is all such a write does).
+pub(crate) fn burst_words(offset: u32, len: usize) -> Option<usize> {
+    let first = entry_word(offset)?;
+    (offset.is_multiple_of(8) && len >= 1 && first + len <= 8).then_some(first)
+}
+
 /// `AV_WRITE_ENTRY_0..7`: the 64-byte entry being staged, as eight little-endian words.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct AvWriteWindow {
@@ -48,6 +56,13 @@ impl AvWriteWindow {
                 Part::Low => (*w & !LOW) | (value & LOW),
                 Part::High => (*w & LOW) | (value << 32),
             };
+        }
+    }
+
+    /// Whole-word writes to the words from `first` on (see [`burst_words`]).
+    pub(crate) fn stage_words(&mut self, first: usize, words: &[u64]) {
+        if let Some(dst) = self.words.get_mut(first..first + words.len()) {
+            dst.copy_from_slice(words);
         }
     }
 
@@ -83,5 +98,26 @@ impl Nic {
         if !stored {
             self.counters.inc(AV_WRITE_DROPS);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_is_staged_whole_only_inside_the_window() {
+        let w0 = AV_WRITE_ENTRY_0.offset();
+        assert_eq!(burst_words(w0, 8), Some(0));
+        assert_eq!(burst_words(w0 + 24, 5), Some(3));
+        assert_eq!(burst_words(AV_WRITE_ENTRY_7.offset(), 1), Some(7));
+        assert_eq!(burst_words(w0 + 8, 8), None, "runs past word 7");
+        assert_eq!(burst_words(w0, 0), None);
+        assert_eq!(burst_words(w0 - 8, 2), None, "starts before the window");
+        assert_eq!(burst_words(w0 + 4, 1), None, "not 64-bit aligned");
+        let mut window = AvWriteWindow::default();
+        window.stage_words(3, &[1, 2]);
+        window.stage(5, Part::High, 7);
+        assert_eq!(window.words, [0, 0, 0, 1, 2, 7 << 32, 0, 0]);
     }
 }

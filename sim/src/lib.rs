@@ -324,17 +324,14 @@ impl uet_regs::Mmio for SimFunction {
         self.write(offset, Width::W64, value);
     }
 
-    /// One lock for the whole burst; the words are written in order, each as `write64` would.
+    /// One lock for the whole burst; the words are written in order, each as `write64` would
+    /// (a burst into the AV write window is one transaction: `Nic::bar_write_burst`).
     fn write64_burst(&self, offset: u32, words: &[u64]) {
         let mut g = self.fabric.lock();
-        let mut kick = false;
-        if let Some(n) = g.nics.get_mut(self.nic) {
-            let mut at = offset;
-            for &w in words {
-                kick |= n.bar_write(at, Width::W64, w);
-                at = at.wrapping_add(8);
-            }
-        }
+        let kick = g
+            .nics
+            .get_mut(self.nic)
+            .is_some_and(|n| n.bar_write_burst(offset, words));
         if kick {
             g.run_until_idle();
         }

@@ -154,6 +154,23 @@ impl Nic {
         }
     }
 
+    /// A burst of 64-bit driver writes from `offset`, in order; returns whether the fabric
+    /// must run. A burst that lies wholly in the AV write window (a write-combined line on
+    /// hardware: one transaction) is staged as one; any other is its writes one by one.
+    pub(crate) fn bar_write_burst(&mut self, offset: u32, words: &[u64]) -> bool {
+        if let Some(first) = av_window::burst_words(offset, words.len()) {
+            self.av_window.stage_words(first, words);
+            return false;
+        }
+        let mut kick = false;
+        let mut at = offset;
+        for &w in words {
+            kick |= self.bar_write(at, Width::W64, w);
+            at = at.wrapping_add(8);
+        }
+        kick
+    }
+
     /// A driver write of BAR0; returns whether the fabric must run.
     pub(crate) fn bar_write(&mut self, offset: u32, width: Width, value: u64) -> bool {
         let Some(d) = RegFile::decode(offset, width) else {

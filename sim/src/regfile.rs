@@ -95,12 +95,18 @@ fn tables() -> &'static DecodeTables {
 
 /// The index in [`REGISTERS`] of the register at `offset`: one load from the decode table.
 fn index_of(offset: u32) -> Option<usize> {
-    if !offset.is_multiple_of(4) {
-        return None;
+    tables().find(offset)
+}
+
+impl DecodeTables {
+    fn find(&self, offset: u32) -> Option<usize> {
+        if !offset.is_multiple_of(4) {
+            return None;
+        }
+        let i = usize::from(*self.index.get(offset as usize / 4)?);
+        // Registers are naturally aligned (a uet-regs test checks it); check the match anyway.
+        REGISTERS.get(i).filter(|r| r.offset == offset).map(|_| i)
     }
-    let i = usize::from(*tables().index.get(offset as usize / 4)?);
-    // Registers are naturally aligned (a uet-regs test checks it); check the match anyway.
-    REGISTERS.get(i).filter(|r| r.offset == offset).map(|_| i)
 }
 
 /// A BAR0 word where no register starts.
@@ -176,14 +182,15 @@ impl RegFile {
         if !offset.is_multiple_of(width.bytes()) {
             return None;
         }
-        if let Some(index) = index_of(offset) {
+        let t = tables();
+        if let Some(index) = t.find(offset) {
             let info = REGISTERS.get(index)?;
             let part = match (info.width, width) {
                 (Width::W32, Width::W32) | (Width::W64, Width::W64) => Part::Full,
                 (Width::W64, Width::W32) => Part::Low,
                 (Width::W32, Width::W64) => return None,
             };
-            let mask = *tables().mask.get(index)?;
+            let mask = *t.mask.get(index)?;
             return Some(Decoded {
                 index,
                 part,
@@ -192,14 +199,14 @@ impl RegFile {
             });
         }
         if width == Width::W32 && offset >= 4 {
-            let index = index_of(offset - 4)?;
+            let index = t.find(offset - 4)?;
             let info = REGISTERS.get(index)?;
             if info.width == Width::W64 {
                 return Some(Decoded {
                     index,
                     part: Part::High,
                     info,
-                    mask: *tables().mask.get(index)?,
+                    mask: *t.mask.get(index)?,
                 });
             }
         }

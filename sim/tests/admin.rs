@@ -116,8 +116,21 @@ fn av_create_and_destroy() {
     );
 }
 
-/// Stage `e` in the AV write window, 32 bits at a time when `halves`, and ring for `index`.
-fn window_write(f: &uet_sim::SimFunction, av: u32, index: u32, e: &NicAvEntry, halves: bool) {
+/// How a test stages an entry in the AV write window.
+#[derive(Clone, Copy)]
+enum Staging {
+    /// Eight 64-bit writes.
+    Words,
+    /// Sixteen 32-bit writes, low half first.
+    Halves,
+    /// One burst of eight words (a write-combined line).
+    Burst,
+    /// Two bursts, of three and five words.
+    TwoBursts,
+}
+
+/// Stage `e` in the AV write window as `how` says, and ring for `index`.
+fn window_write(f: &uet_sim::SimFunction, av: u32, index: u32, e: &NicAvEntry, how: Staging) {
     let regs = [
         AV_WRITE_ENTRY_0,
         AV_WRITE_ENTRY_1,
@@ -128,13 +141,26 @@ fn window_write(f: &uet_sim::SimFunction, av: u32, index: u32, e: &NicAvEntry, h
         AV_WRITE_ENTRY_6,
         AV_WRITE_ENTRY_7,
     ];
-    for (reg, word) in regs.iter().zip(e.as_bytes().chunks_exact(8)) {
-        let v = u64::from_le_bytes(word.try_into().unwrap());
-        if halves {
-            f.write32(reg.offset(), v as u32);
-            f.write32(reg.offset() + 4, (v >> 32) as u32);
-        } else {
-            f.write(*reg, v);
+    let words: Vec<u64> = e
+        .as_bytes()
+        .chunks_exact(8)
+        .map(|w| u64::from_le_bytes(w.try_into().unwrap()))
+        .collect();
+    match how {
+        Staging::Words | Staging::Halves => {
+            for (reg, &v) in regs.iter().zip(&words) {
+                if matches!(how, Staging::Halves) {
+                    f.write32(reg.offset(), v as u32);
+                    f.write32(reg.offset() + 4, (v >> 32) as u32);
+                } else {
+                    f.write(*reg, v);
+                }
+            }
+        }
+        Staging::Burst => f.write64_burst(AV_WRITE_ENTRY_0.offset(), &words),
+        Staging::TwoBursts => {
+            f.write64_burst(AV_WRITE_ENTRY_0.offset(), &words[..3]);
+            f.write64_burst(AV_WRITE_ENTRY_3.offset(), &words[3..]);
         }
     }
     f.write(
@@ -151,8 +177,8 @@ fn av_write_window_stores_what_av_write_would_and_drops_what_it_would_refuse() {
     let commands = rd(&d.f, ADMIN_COMMANDS);
     let a = NicAvEntry::for_peer(&peer("10.0.0.2", 5, 1), 7);
     let b = NicAvEntry::for_peer(&peer("10.0.0.3", 6, 2), 7).with_user_id(99);
-    window_write(&d.f, av, 0, &a, false);
-    window_write(&d.f, av, 15, &b, true);
+    window_write(&d.f, av, 0, &a, Staging::Burst);
+    window_write(&d.f, av, 15, &b, Staging::Halves);
     assert_eq!(rd(&d.f, ADMIN_COMMANDS), commands, "no admin command");
     let got = d.av_read(av, 0, 16).unwrap();
     assert_eq!((got[0], got[15]), (a, b));
@@ -161,7 +187,7 @@ fn av_write_window_stores_what_av_write_would_and_drops_what_it_would_refuse() {
 
     // A symmetric range through the window, then a single entry over one of its members.
     let r = NicAvEntry::range(&a, 8, 4, 0, 6);
-    window_write(&d.f, av, 4, &r, false);
+    window_write(&d.f, av, 4, &r, Staging::TwoBursts);
     assert_eq!(
         d.av_read(av, 4, 6).unwrap(),
         (0..6)
@@ -185,13 +211,13 @@ fn av_write_window_stores_what_av_write_would_and_drops_what_it_would_refuse() {
     ];
     let before = d.av_read(av, 0, 16).unwrap();
     for (n, (t, index, e)) in refused.iter().enumerate() {
-        window_write(&d.f, *t, *index, e, false);
+        window_write(&d.f, *t, *index, e, Staging::Words);
         assert_eq!(rd(&d.f, AV_WRITE_DROPS), n as u64 + 1, "refusal {n}");
     }
     assert_eq!(d.av_read(av, 0, 16).unwrap(), before, "nothing changed");
 
     // A good write after the refusals still lands.
-    window_write(&d.f, av, 1, &c, false);
+    window_write(&d.f, av, 1, &c, Staging::Burst);
     assert_eq!(d.av_read(av, 1, 1).unwrap()[0], c);
 }
 
