@@ -24,6 +24,11 @@ pub const PAGE_BYTES: usize = 4096;
 /// Slots per counted page.
 pub const PAGE_SLOTS: usize = PAGE_BYTES / 32;
 
+/// Mirrors up to this size (2,048 slots) are committed when the AV opens, as an allocation of
+/// that size would be, so that inserts into a small AV never wait for the kernel to supply a
+/// page; larger ones are committed a page at a time as they fill.
+pub const COMMIT_AT_OPEN_BYTES: usize = 64 * 1024;
+
 /// A serialized address.
 pub type Slot = [u8; 32];
 
@@ -31,12 +36,15 @@ pub type Slot = [u8; 32];
 ///
 /// The mapping is private and anonymous, made without `MAP_NORESERVE`, so the system's
 /// overcommit policy decides at open time whether a table of this size may exist (a strict
-/// policy refuses the open with `ENOMEM` rather than failing a write later). Pages written
-/// are tracked in a bitmap, one bit per [`PAGE_BYTES`], for memory accounting.
+/// policy refuses the open with `ENOMEM` rather than failing a write later). A mapping of up
+/// to [`COMMIT_AT_OPEN_BYTES`] is populated at once (`MAP_POPULATE`). Pages committed are
+/// tracked in a bitmap, one bit per [`PAGE_BYTES`], for memory accounting.
 #[derive(Debug)]
 pub struct Slots {
     map: MmapMut,
-    /// One bit per page of `map` written at least once.
+    /// `capacity * 32`: the bytes of `map` that are slots (an empty table maps one page).
+    slot_bytes: usize,
+    /// One bit per page of `map` committed: written at least once, or populated at open.
     written: Vec<u64>,
     /// Bits set in `written`.
     written_pages: usize,
@@ -47,20 +55,31 @@ impl Slots {
     pub fn new(capacity: u32) -> std::io::Result<Self> {
         // A zero-length mapping is an error for mmap(2); one page stands for an empty table.
         let len = (capacity as usize * 32).max(PAGE_BYTES);
-        let map = MmapOptions::new().len(len).map_anon()?;
+        let small = len <= COMMIT_AT_OPEN_BYTES;
+        let mut options = MmapOptions::new();
+        options.len(len);
+        if small {
+            options.populate();
+        }
+        let map = options.map_anon()?;
         let pages = len.div_ceil(PAGE_BYTES);
-        Ok(Slots {
+        let mut slots = Slots {
             map,
+            slot_bytes: capacity as usize * 32,
             written: vec![0; pages.div_ceil(64)],
             written_pages: 0,
-        })
+        };
+        if small {
+            (0..pages).for_each(|p| slots.mark_written(p));
+        }
+        Ok(slots)
     }
 
     /// The slot at `index` (all zero when empty); `None` past the capacity.
     #[inline]
     pub fn get(&self, index: u32) -> Option<&Slot> {
         let at = index as usize * 32;
-        self.map.get(at..)?.first_chunk::<32>()
+        self.map.get(at..self.slot_bytes)?.first_chunk::<32>()
     }
 
     /// Store `bytes` at `index`; returns false (and stores nothing) past the capacity.
@@ -118,7 +137,7 @@ impl Slots {
         pages.flat_map(move |p| {
             let first = p * PAGE_SLOTS;
             self.map
-                .get(p * PAGE_BYTES..)
+                .get(p * PAGE_BYTES..self.slot_bytes)
                 .unwrap_or(&[])
                 .chunks_exact(32)
                 .take(PAGE_SLOTS)
@@ -130,7 +149,7 @@ impl Slots {
         })
     }
 
-    /// Host bytes held: the pages written (each committed by the kernel on first write) and
+    /// Host bytes held: the pages committed (at open, or by the kernel on first write) and
     /// the bitmap that counts them.
     pub fn heap_bytes(&self) -> usize {
         self.written_pages * PAGE_BYTES + self.written.capacity() * 8
@@ -289,6 +308,14 @@ mod tests {
         assert!(s.clear(1_000_000));
         assert!(!s.clear(1_000_000));
         assert_eq!(s.iter().count(), 0);
+
+        // A small mirror is committed whole at open, and counted so.
+        let small = Slots::new(2048).unwrap();
+        assert_eq!(small.heap_bytes(), COMMIT_AT_OPEN_BYTES + 8);
+        assert_eq!(small.iter().count(), 0);
+        let empty = Slots::new(0).unwrap();
+        assert!(empty.get(0).is_none());
+        assert_eq!(empty.heap_bytes(), PAGE_BYTES + 8);
     }
 
     #[test]
