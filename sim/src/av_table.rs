@@ -3,8 +3,9 @@
 //! * Up to `CAP_AV.max_tables` tables; handles are 1-based (0 means "no AV") and the lowest free
 //!   handle is reused first.
 //! * A table of `capacity` entries ([`NicAvEntry`], 64 bytes each) starts all invalid. Its
-//!   storage is allocated zeroed (`FromZeros::new_vec_zeroed`, i.e. `calloc`), so the pages of a
-//!   1M-entry table cost nothing until an entry is written.
+//!   storage is [`TableMemory`]: zero until written, from the hugepage pool when the table is
+//!   large enough and the pool has room, otherwise committed 4 KiB at a time as entries are
+//!   written (so the pages of a sparse 1M-entry table cost little).
 //! * `rx_ctx_bits`: a destination `fi_addr_t` carries the receive context in its top
 //!   `rx_ctx_bits` bits (`fi_rx_addr`) and the table index in the rest.
 //! * `max_group_id` (peer groups, since 1.7): when not 0, the index is bits 0–31 only and
@@ -26,10 +27,10 @@
 //!   them without touching the (lazily allocated) entry pages.
 
 use crate::source_cam::{SourceCam, SourceKey};
+use crate::table_memory::TableMemory;
 use std::net::IpAddr;
 use uet_fwif::av_entry::entry_flags;
 use uet_fwif::NicAvEntry;
-use zerocopy::FromZeros;
 
 /// A range entry and the members removed from it.
 #[derive(Debug)]
@@ -85,7 +86,7 @@ pub(crate) struct AvTable {
     pub rx_ctx_bits: u8,
     /// Largest peer group id a destination may name; 0: no peer groups.
     pub max_group_id: u32,
-    entries: Vec<NicAvEntry>,
+    entries: TableMemory<NicAvEntry>,
     /// Key -> first index of its chain.
     cam: SourceCam,
     /// Bit per index: a valid single entry is there. Grows with the highest such index.
@@ -119,13 +120,20 @@ pub(crate) struct Destination {
 impl AvTable {
     /// A table of `capacity` invalid entries; `None` when memory cannot be reserved.
     pub(crate) fn new(capacity: u32, rx_ctx_bits: u8, max_group_id: u32) -> Option<Self> {
-        let entries = NicAvEntry::new_vec_zeroed(usize::try_from(capacity).ok()?).ok()?;
+        let entries = TableMemory::zeroed(usize::try_from(capacity).ok()?)?;
+        let cam = SourceCam::new(capacity)?;
+        tracing::debug!(
+            capacity,
+            entries_on_hugepages = entries.is_huge(),
+            cam_on_hugepages = cam.is_huge(),
+            "AV table memory mapped"
+        );
         Some(AvTable {
             capacity,
             rx_ctx_bits,
             max_group_id,
             entries,
-            cam: SourceCam::new(capacity),
+            cam,
             singles: Vec::new(),
             ranges: Vec::new(),
             bound: 0,
@@ -137,7 +145,7 @@ impl AvTable {
     /// leaves its 64 bytes alone.
     pub(crate) fn get(&self, index: u32) -> Option<&NicAvEntry> {
         if Self::bit(&self.singles, index) {
-            self.entries.get(index as usize)
+            self.entries.as_slice().get(index as usize)
         } else {
             None
         }
@@ -167,7 +175,7 @@ impl AvTable {
 
     /// Rebuild the source CAM from the valid single entries.
     fn rebuild_cam(&mut self) {
-        let (singles, entries) = (&self.singles, &self.entries);
+        let (singles, entries) = (&self.singles, self.entries.as_slice());
         let valid = singles.iter().enumerate().flat_map(|(w, &word)| {
             (0..64u32)
                 .filter(move |b| (word >> b) & 1 == 1)
@@ -335,7 +343,7 @@ impl AvTable {
         }
         let Some(slot) = usize::try_from(index)
             .ok()
-            .and_then(|i| self.entries.get_mut(i))
+            .and_then(|i| self.entries.as_mut_slice().get_mut(i))
         else {
             return;
         };
@@ -486,7 +494,7 @@ impl AvTable {
         fn lower(best: &mut Option<u32>, index: u32) {
             *best = Some(best.map_or(index, |b| b.min(index)));
         }
-        let (singles, entries) = (&self.singles, &self.entries);
+        let (singles, entries) = (&self.singles, self.entries.as_slice());
         let mut best = self.cam.lowest(key, |i| Self::key_at(singles, entries, i));
         let mut best_in_job = self.cam.lowest(key, |i| {
             Self::key_at(singles, entries, i).filter(|_| in_job(&self.effective(i)))

@@ -76,6 +76,7 @@ mod rma_engine;
 mod rx_engine;
 pub mod ses;
 mod source_cam;
+mod table_memory;
 mod tag_match;
 mod tx_engine;
 

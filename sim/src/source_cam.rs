@@ -15,6 +15,8 @@
 //! which the host gives the simulator page by page as the CAM is first written, as the NIC's
 //! own memory would simply be there.
 
+use crate::table_memory::TableMemory;
+
 /// A free slot.
 const EMPTY: u32 = 0;
 /// The fewest slots of a CAM.
@@ -42,7 +44,7 @@ impl SourceKey {
 /// The CAM.
 #[derive(Debug)]
 pub(crate) struct SourceCam {
-    slots: Vec<u32>,
+    slots: TableMemory<u32>,
     /// Slots holding an index, stale or not.
     used: usize,
     /// Entries the CAM stands for.
@@ -52,17 +54,22 @@ pub(crate) struct SourceCam {
 impl SourceCam {
     /// The CAM of a table of `capacity` entries: `2 * capacity` slots rounded up to a power of
     /// two (at least [`MIN_SLOTS`]), all free.
-    pub(crate) fn new(capacity: u32) -> Self {
+    pub(crate) fn new(capacity: u32) -> Option<Self> {
         let slots = (capacity as usize)
             .saturating_mul(2)
             .next_power_of_two()
             .max(MIN_SLOTS);
-        SourceCam {
-            // Zeroed: every slot free, and no page touched until it is written.
-            slots: vec![EMPTY; slots],
+        Some(SourceCam {
+            // Zeroed: every slot free (see `table_memory` for where the memory comes from).
+            slots: TableMemory::zeroed(slots)?,
             used: 0,
             live: 0,
-        }
+        })
+    }
+
+    /// Whether the slots came from the hugepage pool.
+    pub(crate) fn is_huge(&self) -> bool {
+        self.slots.is_huge()
     }
 
     fn mask(&self) -> usize {
@@ -79,7 +86,7 @@ impl SourceCam {
     /// holds at most its capacity, half the slots, so a rebuild frees at least a quarter of
     /// them and costs O(1) per entry removed since the last one.
     pub(crate) fn rebuild(&mut self, valid: impl Iterator<Item = (u32, SourceKey)>) {
-        self.slots.fill(EMPTY);
+        self.slots.as_mut_slice().fill(EMPTY);
         self.used = 0;
         self.live = 0;
         for (index, key) in valid {
@@ -91,7 +98,7 @@ impl SourceCam {
         let mask = self.mask();
         let mut at = key.hash() as usize & mask;
         for _ in 0..self.slots.len() {
-            match self.slots.get_mut(at) {
+            match self.slots.as_mut_slice().get_mut(at) {
                 Some(s) if *s == EMPTY => {
                     // Slot encoding: index + 1 (0 is free); an index is below the capacity,
                     // itself a u32, so the sum cannot wrap.
@@ -116,6 +123,7 @@ impl SourceCam {
         for key in keys {
             seen |= self
                 .slots
+                .as_slice()
                 .get(key.hash() as usize & mask)
                 .copied()
                 .unwrap_or(0);
@@ -149,14 +157,14 @@ impl SourceCam {
         key: SourceKey,
         key_of: impl Fn(u32) -> Option<SourceKey>,
     ) -> Option<u32> {
-        if self.slots.is_empty() {
+        if self.slots.len() == 0 {
             return None;
         }
         let mask = self.mask();
         let mut at = key.hash() as usize & mask;
         let mut best: Option<u32> = None;
         for _ in 0..self.slots.len() {
-            match self.slots.get(at).copied() {
+            match self.slots.as_slice().get(at).copied() {
                 Some(EMPTY) | None => break,
                 Some(slot) => {
                     let i = slot.wrapping_sub(1);
@@ -173,7 +181,7 @@ impl SourceCam {
     /// Heap bytes held.
     #[cfg(test)]
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.slots.capacity() * 4
+        self.slots.len() * 4
     }
 }
 
@@ -193,7 +201,7 @@ mod tests {
     fn matches_a_reference_map_through_inserts_removes_and_rebuilds() {
         // Index -> key of its valid entry, with duplicate keys at several indices.
         let mut keys: HashMap<u32, SourceKey> = HashMap::new();
-        let mut cam = SourceCam::new(3000);
+        let mut cam = SourceCam::new(3000).unwrap();
         let mut x = 0x9E37_79B9u64;
         for step in 0..20_000u32 {
             x ^= x << 13;

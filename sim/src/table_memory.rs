@@ -1,0 +1,129 @@
+//! Table memory: the store behind an AV table's entries and its source CAM.
+//!
+//! On a NIC this is the device's own memory: it is there, whole, from the moment a table is
+//! created, and writing an entry costs the same wherever it lands. The model maps host memory
+//! for each table when it is created, zero until written:
+//!
+//! * a table of at least one 2 MiB page takes its memory from the hugepage pool
+//!   (`MAP_HUGETLB`) when the pool can reserve all of it — as the NIC's table memory, it is
+//!   the table's from creation to destruction, and first writes cost a 2 MiB clear per 2 MiB
+//!   instead of a page fault per 4 KiB, which is most of what writing a fresh entry costs on
+//!   a virtual machine;
+//! * any other table, or one the pool cannot hold, is an ordinary anonymous mapping that the
+//!   kernel commits 4 KiB at a time as entries are written, so a large table that stays
+//!   sparse costs little.
+//!
+//! Either way the memory is viewed as a slice of plain-data elements (`zerocopy`), so no
+//! `unsafe` is needed here.
+
+use core::marker::PhantomData;
+use memmap2::{MmapMut, MmapOptions};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+/// Bytes of a hugepage (x86-64 and arm64 with 4 KiB base pages).
+pub(crate) const HUGEPAGE_BYTES: usize = 2 << 20;
+
+/// `log2(HUGEPAGE_BYTES)`, as `MAP_HUGE_SHIFT` takes it.
+const HUGEPAGE_SHIFT: u8 = 21;
+
+/// `len` zeroed elements of `T` in memory mapped for them.
+#[derive(Debug)]
+pub(crate) struct TableMemory<T> {
+    map: MmapMut,
+    len: usize,
+    huge: bool,
+    _elements: PhantomData<T>,
+}
+
+impl<T: FromBytes + IntoBytes + KnownLayout + Immutable> TableMemory<T> {
+    /// `len` zeroed elements; `None` when the host refuses the mapping.
+    pub(crate) fn zeroed(len: usize) -> Option<Self> {
+        let bytes = len.checked_mul(core::mem::size_of::<T>())?;
+        if bytes >= HUGEPAGE_BYTES {
+            let rounded = bytes.checked_next_multiple_of(HUGEPAGE_BYTES)?;
+            if let Ok(map) = MmapOptions::new()
+                .len(rounded)
+                .huge(Some(HUGEPAGE_SHIFT))
+                .map_anon()
+            {
+                return Some(TableMemory {
+                    map,
+                    len,
+                    huge: true,
+                    _elements: PhantomData,
+                });
+            }
+        }
+        // mmap(2) refuses a zero length: an empty table maps one byte it never uses.
+        let map = MmapOptions::new().len(bytes.max(1)).map_anon().ok()?;
+        Some(TableMemory {
+            map,
+            len,
+            huge: false,
+            _elements: PhantomData,
+        })
+    }
+
+    /// The elements.
+    #[inline]
+    pub(crate) fn as_slice(&self) -> &[T] {
+        let bytes = self.len * core::mem::size_of::<T>();
+        // A page-aligned mapping of at least `bytes` holds `len` elements of any plain type
+        // whose alignment is at most a page; the empty slice stands for what cannot happen.
+        self.map
+            .get(..bytes)
+            .and_then(|b| <[T]>::ref_from_bytes(b).ok())
+            .unwrap_or_default()
+    }
+
+    /// The elements, to write.
+    #[inline]
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [T] {
+        let bytes = self.len * core::mem::size_of::<T>();
+        self.map
+            .get_mut(..bytes)
+            .and_then(|b| <[T]>::mut_from_bytes(b).ok())
+            .unwrap_or_default()
+    }
+
+    /// Number of elements.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the memory came from the hugepage pool.
+    pub(crate) fn is_huge(&self) -> bool {
+        self.huge
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zeroed_writable_and_sized() {
+        let mut m = TableMemory::<u32>::zeroed(1000).unwrap();
+        assert_eq!(m.as_slice().len(), 1000);
+        assert!(m.as_slice().iter().all(|&v| v == 0));
+        m.as_mut_slice()[999] = 7;
+        assert_eq!(m.as_slice()[999], 7);
+        assert!(!m.is_huge(), "4 KB is no hugepage's worth");
+        let empty = TableMemory::<u64>::zeroed(0).unwrap();
+        assert!(empty.as_slice().is_empty());
+        assert!(TableMemory::<u64>::zeroed(usize::MAX).is_none());
+    }
+
+    #[test]
+    fn a_large_table_works_with_or_without_the_pool() {
+        // 4 MiB: from the hugepage pool when it has two pages to spare, otherwise ordinary
+        // pages; the contents behave the same.
+        let mut m = TableMemory::<u64>::zeroed(HUGEPAGE_BYTES / 4).unwrap();
+        let n = m.as_slice().len();
+        assert_eq!(n, HUGEPAGE_BYTES / 4);
+        m.as_mut_slice()[n - 1] = u64::MAX;
+        m.as_mut_slice()[0] = 1;
+        assert_eq!((m.as_slice()[0], m.as_slice()[n - 1]), (1, u64::MAX));
+        assert!(m.as_slice()[1..n - 1].iter().all(|&v| v == 0));
+    }
+}
