@@ -79,6 +79,10 @@ pub(crate) enum WriteConflict {
     Overlap,
 }
 
+/// Records of an AV_WRITE from which [`AvTable::set_batch`] touches the CAM slots of all of
+/// them before storing any.
+const WARM_CAM_FROM: usize = 8;
+
 /// One AV table.
 #[derive(Debug)]
 pub(crate) struct AvTable {
@@ -305,15 +309,23 @@ impl AvTable {
     /// Store a batch of records that passed [`AvTable::check_batch`], in order: the same as
     /// [`AvTable::set`] on each, with the source CAM's slots for the whole batch read first.
     pub(crate) fn set_batch(&mut self, records: &[(u32, NicAvEntry)]) {
+        // Touching the CAM slots first pays off when there are misses to overlap; a write of
+        // a few entries (the write window's one) goes straight to them.
+        if records.len() >= WARM_CAM_FROM {
+            self.warm_cam(records);
+        }
+        for &(index, entry) in records {
+            self.set(index, entry);
+        }
+    }
+
+    fn warm_cam(&self, records: &[(u32, NicAvEntry)]) {
         self.cam.warm(
             records
                 .iter()
                 .filter(|(_, e)| !e.is_range())
                 .filter_map(|(_, e)| Self::key(e)),
         );
-        for &(index, entry) in records {
-            self.set(index, entry);
-        }
     }
 
     /// Store `entry` at `index` (the batch passed [`AvTable::check_batch`]). A range entry is
