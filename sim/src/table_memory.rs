@@ -1,17 +1,19 @@
 //! Table memory: the store behind an AV table's entries and its source CAM.
 //!
 //! On a NIC this is the device's own memory: it is there, whole, from the moment a table is
-//! created, and writing an entry costs the same wherever it lands. The model maps host memory
-//! for each table when it is created, zero until written:
+//! created, and writing an entry costs the same wherever it lands. The model gives each table
+//! host memory when it is created, zero until written:
 //!
 //! * a table of at least one 2 MiB page takes its memory from the hugepage pool
 //!   (`MAP_HUGETLB`) when the pool can reserve all of it — as the NIC's table memory, it is
 //!   the table's from creation to destruction, and first writes cost a 2 MiB clear per 2 MiB
 //!   instead of a page fault per 4 KiB, which is most of what writing a fresh entry costs on
 //!   a virtual machine;
-//! * any other table, or one the pool cannot hold, is an ordinary anonymous mapping that the
-//!   kernel commits 4 KiB at a time as entries are written, so a large table that stays
-//!   sparse costs little.
+//! * a large table the pool cannot hold is an ordinary anonymous mapping that the kernel
+//!   commits 4 KiB at a time as entries are written, so a large table that stays sparse costs
+//!   little;
+//! * a table smaller than a hugepage is a zeroed heap allocation, as any small buffer of the
+//!   model is.
 //!
 //! Either way the memory is viewed as a slice of plain-data elements (`zerocopy`), so no
 //! `unsafe` is needed here.
@@ -26,64 +28,79 @@ pub(crate) const HUGEPAGE_BYTES: usize = 2 << 20;
 /// `log2(HUGEPAGE_BYTES)`, as `MAP_HUGE_SHIFT` takes it.
 const HUGEPAGE_SHIFT: u8 = 21;
 
-/// `len` zeroed elements of `T` in memory mapped for them.
+/// `len` zeroed elements of `T`.
 #[derive(Debug)]
 pub(crate) struct TableMemory<T> {
-    map: MmapMut,
+    store: Store<T>,
     len: usize,
-    huge: bool,
-    _elements: PhantomData<T>,
+}
+
+#[derive(Debug)]
+enum Store<T> {
+    /// A small table, on the heap.
+    Heap(Vec<T>),
+    /// A large one, mapped for it; `huge` when from the hugepage pool.
+    Mapped {
+        map: MmapMut,
+        huge: bool,
+        _elements: PhantomData<T>,
+    },
 }
 
 impl<T: FromBytes + IntoBytes + KnownLayout + Immutable> TableMemory<T> {
-    /// `len` zeroed elements; `None` when the host refuses the mapping.
+    /// `len` zeroed elements; `None` when the host refuses the memory.
     pub(crate) fn zeroed(len: usize) -> Option<Self> {
         let bytes = len.checked_mul(core::mem::size_of::<T>())?;
-        if bytes >= HUGEPAGE_BYTES {
-            let rounded = bytes.checked_next_multiple_of(HUGEPAGE_BYTES)?;
-            if let Ok(map) = MmapOptions::new()
-                .len(rounded)
-                .huge(Some(HUGEPAGE_SHIFT))
-                .map_anon()
-            {
-                return Some(TableMemory {
-                    map,
-                    len,
-                    huge: true,
-                    _elements: PhantomData,
-                });
-            }
+        if bytes < HUGEPAGE_BYTES {
+            let v = T::new_vec_zeroed(len).ok()?;
+            return Some(TableMemory {
+                store: Store::Heap(v),
+                len,
+            });
         }
-        // mmap(2) refuses a zero length: an empty table maps one byte it never uses.
-        let map = MmapOptions::new().len(bytes.max(1)).map_anon().ok()?;
+        let rounded = bytes.checked_next_multiple_of(HUGEPAGE_BYTES)?;
+        let (map, huge) = match MmapOptions::new()
+            .len(rounded)
+            .huge(Some(HUGEPAGE_SHIFT))
+            .map_anon()
+        {
+            Ok(map) => (map, true),
+            Err(_) => (MmapOptions::new().len(bytes).map_anon().ok()?, false),
+        };
         Some(TableMemory {
-            map,
+            store: Store::Mapped {
+                map,
+                huge,
+                _elements: PhantomData,
+            },
             len,
-            huge: false,
-            _elements: PhantomData,
         })
     }
 
     /// The elements.
     #[inline]
     pub(crate) fn as_slice(&self) -> &[T] {
-        let bytes = self.len * core::mem::size_of::<T>();
-        // A page-aligned mapping of at least `bytes` holds `len` elements of any plain type
-        // whose alignment is at most a page; the empty slice stands for what cannot happen.
-        self.map
-            .get(..bytes)
-            .and_then(|b| <[T]>::ref_from_bytes(b).ok())
-            .unwrap_or_default()
+        match &self.store {
+            Store::Heap(v) => v,
+            // A page-aligned mapping of at least `len` elements of a plain type whose
+            // alignment is at most a page; the empty slice stands for what cannot happen.
+            Store::Mapped { map, .. } => map
+                .get(..self.len * core::mem::size_of::<T>())
+                .and_then(|b| <[T]>::ref_from_bytes(b).ok())
+                .unwrap_or_default(),
+        }
     }
 
     /// The elements, to write.
     #[inline]
     pub(crate) fn as_mut_slice(&mut self) -> &mut [T] {
-        let bytes = self.len * core::mem::size_of::<T>();
-        self.map
-            .get_mut(..bytes)
-            .and_then(|b| <[T]>::mut_from_bytes(b).ok())
-            .unwrap_or_default()
+        match &mut self.store {
+            Store::Heap(v) => v,
+            Store::Mapped { map, .. } => map
+                .get_mut(..self.len * core::mem::size_of::<T>())
+                .and_then(|b| <[T]>::mut_from_bytes(b).ok())
+                .unwrap_or_default(),
+        }
     }
 
     /// Number of elements.
@@ -93,7 +110,7 @@ impl<T: FromBytes + IntoBytes + KnownLayout + Immutable> TableMemory<T> {
 
     /// Whether the memory came from the hugepage pool.
     pub(crate) fn is_huge(&self) -> bool {
-        self.huge
+        matches!(self.store, Store::Mapped { huge: true, .. })
     }
 }
 
