@@ -79,6 +79,26 @@ pub(crate) enum WriteConflict {
     Overlap,
 }
 
+/// One record of a write to a table: the index and the entry to store there. AV_WRITE's
+/// records are checked and stored where the firmware read them, in its staging buffer; the
+/// write window's one is a pair.
+pub(crate) trait TableRecord {
+    /// Index and entry.
+    fn parts(&self) -> (u32, &NicAvEntry);
+}
+
+impl TableRecord for (u32, NicAvEntry) {
+    fn parts(&self) -> (u32, &NicAvEntry) {
+        (self.0, &self.1)
+    }
+}
+
+impl TableRecord for uet_fwif::AvWriteRecord {
+    fn parts(&self) -> (u32, &NicAvEntry) {
+        (self.index.get(), &self.entry)
+    }
+}
+
 /// Records of an AV_WRITE from which [`AvTable::set_batch`] touches the CAM slots of all of
 /// them before storing any.
 const WARM_CAM_FROM: usize = 8;
@@ -257,9 +277,9 @@ impl AvTable {
 
     /// Check a whole AV_WRITE batch against the table and against itself before any of it is
     /// applied. Records are (index, entry) with entries already checked field by field.
-    pub(crate) fn check_batch(&self, records: &[(u32, NicAvEntry)]) -> Result<(), WriteConflict> {
+    pub(crate) fn check_batch<R: TableRecord>(&self, records: &[R]) -> Result<(), WriteConflict> {
         let mut new_ranges: Vec<(u32, u32)> = Vec::new();
-        for &(index, e) in records {
+        for (index, &e) in records.iter().map(TableRecord::parts) {
             if index >= self.capacity {
                 return Err(WriteConflict::OutOfRange);
             }
@@ -289,7 +309,7 @@ impl AvTable {
         if new_ranges.windows(2).any(|w| w[0].0 + w[0].1 > w[1].0) {
             return Err(WriteConflict::Overlap);
         }
-        for &(index, e) in records {
+        for (index, &e) in records.iter().map(TableRecord::parts) {
             if !e.is_valid() || e.is_range() {
                 continue;
             }
@@ -308,23 +328,24 @@ impl AvTable {
 
     /// Store a batch of records that passed [`AvTable::check_batch`], in order: the same as
     /// [`AvTable::set`] on each, with the source CAM's slots for the whole batch read first.
-    pub(crate) fn set_batch(&mut self, records: &[(u32, NicAvEntry)]) {
+    pub(crate) fn set_batch<R: TableRecord>(&mut self, records: &[R]) {
         // Touching the CAM slots first pays off when there are misses to overlap; a write of
         // a few entries (the write window's one) goes straight to them.
         if records.len() >= WARM_CAM_FROM {
             self.warm_cam(records);
         }
-        for &(index, entry) in records {
+        for (index, &entry) in records.iter().map(TableRecord::parts) {
             self.set(index, entry);
         }
     }
 
-    fn warm_cam(&self, records: &[(u32, NicAvEntry)]) {
+    fn warm_cam<R: TableRecord>(&self, records: &[R]) {
         self.cam.warm(
             records
                 .iter()
-                .filter(|(_, e)| !e.is_range())
-                .filter_map(|(_, e)| Self::key(e)),
+                .map(|r| r.parts().1)
+                .filter(|e| !e.is_range())
+                .filter_map(Self::key),
         );
     }
 

@@ -28,7 +28,7 @@
 //! A DmaFault status also counts in `DMA_FAULTS`.
 
 use crate::auth_table::RemoveError;
-use crate::av_table::{AvTable, WriteConflict};
+use crate::av_table::{AvTable, TableRecord, WriteConflict};
 use crate::endpoint_table::{AllocError, CqRing, EndpointTable, InRing, NewContext, NewEndpoint};
 use crate::mr_table::{MemoryRegion, MrError};
 use crate::nic::Nic;
@@ -153,16 +153,15 @@ impl Nic {
         let capacity = self.avs.get(av).ok_or(Status::InvalidHandle)?.capacity;
         let count = b.count.get();
         let bytes = usize::try_from(count).map_err(|_| Status::InvalidField)? * RECORD_BYTES;
-        // The firmware's staging buffers live across commands: no allocation per AV_WRITE.
+        // The firmware's staging buffer lives across commands: no allocation per AV_WRITE.
         let mut buf = core::mem::take(&mut self.fw_buf);
-        let mut records = core::mem::take(&mut self.fw_records);
-        let result =
-            self.fw_av_write_staged(av, capacity, b.buf.get(), bytes, &mut buf, &mut records);
+        let result = self.fw_av_write_staged(av, capacity, b.buf.get(), bytes, &mut buf);
         self.fw_buf = buf;
-        self.fw_records = records;
         result.map(|()| (count, 0))
     }
 
+    /// Read the records into the staging buffer (grown, never cleared: DMA overwrites what a
+    /// command uses), check each where it lies, then store them all or none.
     fn fw_av_write_staged(
         &mut self,
         av: u32,
@@ -170,21 +169,20 @@ impl Nic {
         iova: u64,
         bytes: usize,
         buf: &mut Vec<u8>,
-        records: &mut Vec<(u32, NicAvEntry)>,
     ) -> Result<(), Status> {
-        buf.clear();
-        buf.resize(bytes, 0);
-        if self.iommu.read(iova, buf).is_err() {
+        if buf.len() < bytes {
+            buf.resize(bytes, 0);
+        }
+        let staged = buf.get_mut(..bytes).ok_or(Status::Internal)?;
+        if self.iommu.read(iova, staged).is_err() {
             return Err(self.dma_status());
         }
-        records.clear();
-        for chunk in buf.chunks_exact(RECORD_BYTES) {
-            let r = AvWriteRecord::read_from_bytes(chunk).map_err(|_| Status::Internal)?;
+        let records = <[AvWriteRecord]>::ref_from_bytes(staged).map_err(|_| Status::Internal)?;
+        for r in records {
             if r.reserved.get() != 0 {
                 return Err(Status::InvalidField);
             }
             self.check_av_record(av, capacity, r.index.get(), &r.entry)?;
-            records.push((r.index.get(), r.entry));
         }
         self.store_av_records(av, records)
     }
@@ -215,10 +213,10 @@ impl Nic {
 
     /// Store records that passed [`Nic::check_av_record`] after checking them against the
     /// table and each other (ranges never overlap): all of them, or none.
-    pub(crate) fn store_av_records(
+    pub(crate) fn store_av_records<R: TableRecord>(
         &mut self,
         av: u32,
-        records: &[(u32, NicAvEntry)],
+        records: &[R],
     ) -> Result<(), Status> {
         let t = self.avs.get_mut(av).ok_or(Status::InvalidHandle)?;
         t.check_batch(records).map_err(|c| match c {

@@ -46,7 +46,6 @@ use std::collections::{HashMap, VecDeque};
 use uet_fwif::admin::{CTX_ROLE_CONTROL, CTX_ROLE_RX, CTX_ROLE_TX};
 use uet_fwif::datapath::{COMPLETION_BYTES, COMPLETION_FLAG_NO_MESSAGE, COMPLETION_PHASE_OFFSET};
 use uet_fwif::ring::phase_for_pass;
-use uet_fwif::NicAvEntry;
 use uet_fwif::{Completion, CompletionKind, LocalStatus, ReturnCode};
 use uet_regs::{
     Access, AvInvalidateDoorbell, AvWriteDoorbell, DevStatus, FatalError, Width, ADMIN_CQ_HEAD,
@@ -94,8 +93,6 @@ pub(crate) struct Nic {
     pub outbox: Vec<Vec<u8>>,
     /// AV_WRITE staging: the records' bytes.
     pub fw_buf: Vec<u8>,
-    /// AV_WRITE staging: the records decoded.
-    pub fw_records: Vec<(u32, NicAvEntry)>,
     /// The AV write window's staged entry (`AV_WRITE_ENTRY_0..7`).
     pub av_window: av_window::AvWriteWindow,
 }
@@ -126,7 +123,6 @@ impl Nic {
             rx_replay: VecDeque::new(),
             outbox: Vec::new(),
             fw_buf: Vec::new(),
-            fw_records: Vec::new(),
             av_window: av_window::AvWriteWindow::default(),
             cfg,
         }
