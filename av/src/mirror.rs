@@ -1,9 +1,10 @@
 //! Storage of the host mirror: address slots, and symmetric ranges.
 //!
 //! * [`Slots`]: the serialized address (32 bytes) of every single entry, in one flat
-//!   anonymous mapping of `capacity` slots made when the AV is opened. The kernel gives it
-//!   memory a page at a time as slots are first written, so a range or a gap costs no slot
-//!   memory, and a lookup is one bounds check and one load: no page table of our own between
+//!   anonymous mapping of `capacity` slots made when the AV is opened. A small one is
+//!   committed at once; a larger one is given memory as slots are first written (4 KiB at a
+//!   time in its first 8 MiB, 2 MiB past them), so a range or a gap costs no slot memory,
+//!   and a lookup is one bounds check and one load: no page table of our own between
 //!   the `fi_addr_t` and its slot, which at a million entries is the difference between one
 //!   cache miss per scattered lookup and two. An all-zero slot is empty: no valid address
 //!   starts with a zero byte.
@@ -30,10 +31,13 @@ pub const HUGEPAGE_BYTES: usize = 2 << 20;
 /// Where a mirror starts to ask for transparent hugepages (`MADV_HUGEPAGE`): the slots from
 /// 262,144 on. There a first write commits 2 MiB at once instead of faulting in each 4 KiB (a
 /// fault costs about as much as forty slot writes on a virtual machine), and a scattered
-/// lookup walks no page table per 4 KiB. Below it, memory is committed 4 KiB at a time, so a
-/// mirror of up to 8 MiB holds no more than it uses. A hugepage is accounted whole from its
-/// first write; lowest-free allocation fills a mirror from index 0, so at most one is ahead of
-/// use, at most a quarter of what is in use.
+/// lookup walks no page table per 4 KiB. Below it the mirror asks for none (`MADV_NOHUGEPAGE`,
+/// which also holds where the system grants hugepages unasked), and memory is committed 4 KiB
+/// at a time, so a mirror of up to 8 MiB holds no more than it uses. Past it, each 2 MiB of
+/// the mapping is accounted whole from its first write; the kernel places hugepages on 2 MiB
+/// boundaries of the address, which need not be those of the mapping, so the count is right
+/// to within one hugepage. Lowest-free allocation fills a mirror from index 0, so about one
+/// hugepage is ahead of use, at most a quarter of what is in use.
 pub const HUGEPAGES_FROM_BYTES: usize = 8 << 20;
 
 /// Pages of [`PAGE_BYTES`] in a hugepage.
@@ -68,10 +72,14 @@ pub struct Slots {
 }
 
 impl Slots {
-    /// `capacity` empty slots. Fails only when the system refuses the mapping.
+    /// `capacity` empty slots. Fails only when the system refuses the mapping (or, on a
+    /// 32-bit host, when `capacity` slots do not fit the address space).
     pub fn new(capacity: u32) -> std::io::Result<Self> {
+        let slot_bytes = (capacity as usize)
+            .checked_mul(32)
+            .ok_or_else(|| std::io::Error::other("the mirror does not fit the address space"))?;
         // A zero-length mapping is an error for mmap(2); one page stands for an empty table.
-        let len = (capacity as usize * 32).max(PAGE_BYTES);
+        let len = slot_bytes.max(PAGE_BYTES);
         let small = len <= COMMIT_AT_OPEN_BYTES;
         let mut options = MmapOptions::new();
         options.len(len);
@@ -79,15 +87,16 @@ impl Slots {
             options.populate();
         }
         let map = options.map_anon()?;
+        // Only advice: a kernel without transparent hugepages refuses it, and the mirror works
+        // the same on 4 KiB pages (still accounted by hugepage past 8 MiB, an upper bound).
+        let _ = map.advise_range(Advice::NoHugePage, 0, len.min(HUGEPAGES_FROM_BYTES));
         if let Some(huge) = len.checked_sub(HUGEPAGES_FROM_BYTES).filter(|&n| n > 0) {
-            // Only advice: a kernel without transparent hugepages refuses it, and the mirror
-            // works the same on 4 KiB pages (still accounted by hugepage there, an upper bound).
             let _ = map.advise_range(Advice::HugePage, HUGEPAGES_FROM_BYTES, huge);
         }
         let pages = len.div_ceil(PAGE_BYTES);
         let mut slots = Slots {
             map,
-            slot_bytes: capacity as usize * 32,
+            slot_bytes,
             written: vec![0; pages.div_ceil(64)],
             written_pages: 0,
         };
@@ -100,17 +109,19 @@ impl Slots {
     /// The slot at `index` (all zero when empty); `None` past the capacity.
     #[inline]
     pub fn get(&self, index: u32) -> Option<&Slot> {
-        let at = index as usize * 32;
+        let at = (index as usize).checked_mul(32)?;
         self.map.get(at..self.slot_bytes)?.first_chunk::<32>()
     }
 
     /// Store `bytes` at `index`; returns false (and stores nothing) past the capacity.
     #[inline]
     pub fn set(&mut self, index: u32, bytes: Slot) -> bool {
-        let at = index as usize * 32;
+        let Some(at) = (index as usize).checked_mul(32) else {
+            return false;
+        };
         match self
             .map
-            .get_mut(at..)
+            .get_mut(at..self.slot_bytes)
             .and_then(|m| m.first_chunk_mut::<32>())
         {
             Some(s) => {
@@ -140,7 +151,9 @@ impl Slots {
 
     #[cold]
     fn set_pages(&mut self, first: usize, n: usize) {
-        for page in first..first + n {
+        // The mapping's last hugepage may be partial: count only pages of the mapping.
+        let end = (first + n).min(self.map.len().div_ceil(PAGE_BYTES));
+        for page in first..end {
             if let Some(w) = self.written.get_mut(page / 64) {
                 let bit = 1u64 << (page % 64);
                 if *w & bit == 0 {
@@ -153,10 +166,12 @@ impl Slots {
 
     /// Empty the slot at `index`; returns whether it held an address.
     pub fn clear(&mut self, index: u32) -> bool {
-        let at = index as usize * 32;
+        let Some(at) = (index as usize).checked_mul(32) else {
+            return false;
+        };
         match self
             .map
-            .get_mut(at..)
+            .get_mut(at..self.slot_bytes)
             .and_then(|m| m.first_chunk_mut::<32>())
         {
             Some(s) if s[0] != 0 => {
@@ -376,8 +391,24 @@ mod tests {
         let small = Slots::new(2048).unwrap();
         assert_eq!(small.heap_bytes(), COMMIT_AT_OPEN_BYTES + 8);
         assert_eq!(small.iter().count(), 0);
-        let empty = Slots::new(0).unwrap();
+        let mut empty = Slots::new(0).unwrap();
         assert!(empty.get(0).is_none());
+        assert!(
+            !empty.set(0, [1; 32]) && !empty.clear(0),
+            "the padding is no slot"
+        );
+        // A partial last hugepage is counted for the pages the mapping has.
+        let mut tail = Slots::new(300_000).unwrap();
+        assert!(tail.set(299_999, [1; 32]));
+        let pages = (300_000 * 32usize).div_ceil(PAGE_BYTES);
+        let bitmap = pages.div_ceil(64) * 8;
+        assert_eq!(
+            tail.heap_bytes(),
+            (pages - HUGEPAGES_FROM_BYTES / PAGE_BYTES) * PAGE_BYTES + bitmap
+        );
+        let mut ten = Slots::new(10).unwrap();
+        assert!(!ten.set(10, [1; 32]) && ten.get(10).is_none());
+        assert!(ten.set(9, [1; 32]) && ten.clear(9));
         assert_eq!(empty.heap_bytes(), PAGE_BYTES + 8);
     }
 

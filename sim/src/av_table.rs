@@ -327,7 +327,8 @@ impl AvTable {
     }
 
     /// Store a batch of records that passed [`AvTable::check_batch`], in order: the same as
-    /// [`AvTable::set`] on each, with the source CAM's slots for the whole batch read first.
+    /// [`AvTable::set`] on each, with the source CAM's slots of the whole batch read first when
+    /// it has at least [`WARM_CAM_FROM`] records.
     pub(crate) fn set_batch<R: TableRecord>(&mut self, records: &[R]) {
         // Touching the CAM slots first pays off when there are misses to overlap; a write of
         // a few entries (the write window's one) goes straight to them.

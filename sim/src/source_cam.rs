@@ -11,9 +11,9 @@
 //!
 //! Like the table it indexes, the CAM is sized once, when the table is created: twice the
 //! table's capacity in slots (a power of two), so it is at most half full of live entries and
-//! never grows. A slot holds `index + 1`, and 0 marks a free slot: a new CAM is zeroed memory,
-//! which the host gives the simulator page by page as the CAM is first written, as the NIC's
-//! own memory would simply be there.
+//! never grows. A slot holds `index + 1`, and 0 marks a free slot: a new CAM is zeroed table
+//! memory (`table_memory`: the heap, a hugepage mapping, or pages committed as first written),
+//! as the NIC's own memory would simply be there.
 
 use crate::table_memory::TableMemory;
 

@@ -67,14 +67,17 @@ impl<T: FromBytes + IntoBytes + KnownLayout + Immutable> TableMemory<T> {
             Ok(map) => (map, true),
             Err(_) => (MmapOptions::new().len(bytes).map_anon().ok()?, false),
         };
-        Some(TableMemory {
+        let memory = TableMemory {
             store: Store::Mapped {
                 map,
                 huge,
                 _elements: PhantomData,
             },
             len,
-        })
+        };
+        // The views below fall back to an empty slice where the cast fails; check once here
+        // that it cannot (a page-aligned mapping, a whole number of elements).
+        (memory.as_slice().len() == len).then_some(memory)
     }
 
     /// The elements.
