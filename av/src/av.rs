@@ -1387,6 +1387,94 @@ impl<N: NicAvTable> AddressVector<N> {
         Ok(())
     }
 
+    /// Place `count` (at least 2) members of a symmetric set — member 0 `base`, `svc` services
+    /// per node — from member `offset` on, at the unused indices `first..first + count`, as
+    /// one range, as [`AddressVector::insert_at`] places one address: a named AV's processes
+    /// each hold the range as a range. The NIC record waits until [`AddressVector::flush`].
+    /// Errors, nothing changed: `FI_EINVAL` when the indices leave the table, one is in use or
+    /// lies in the span of a range (whose removed members are holes a range may not cover),
+    /// a member is not a usable address, `count` is below 2, or the AV was opened with
+    /// `FI_EVENT` or keeps user ids; `FI_ENOMEM`.
+    pub fn insert_range_at(
+        &mut self,
+        first: u32,
+        count: u32,
+        svc: u32,
+        offset: u32,
+        base: UetAddress,
+    ) -> Result<(), FiError> {
+        let refuse = |why: String| Err(FiError::inval(format!("insert_range_at: {why}")));
+        if self.is_event() || self.user_ids.is_some() {
+            return refuse("ranges are placed only in synchronous AVs without user ids".into());
+        }
+        let end = u64::from(first) + u64::from(count);
+        if count < 2 || end > u64::from(self.capacity) {
+            return refuse(format!(
+                "indices {first}..{end} are not a range of at least 2 in the AV's {} entries",
+                self.capacity
+            ));
+        }
+        let last_member = offset.checked_add(count - 1);
+        let usable = |m: Option<u32>| {
+            m.and_then(|m| base.symmetric_member(svc, m))
+                .is_some_and(|a| a.to_bytes().is_ok())
+        };
+        if svc == 0 || !usable(Some(offset)) || !usable(last_member) {
+            return refuse(format!(
+                "members {offset}..+{count} of the set are not all usable addresses"
+            ));
+        }
+        // Every node's first and last service must be usable; between them only PIDonFEP and
+        // initiator change, within range (as `SymRange::literal_set` reasons).
+        let mut node_start = offset - offset % svc;
+        while let Some(m) = last_member.filter(|&l| node_start <= l) {
+            let lo = node_start.max(offset);
+            let hi = (node_start.saturating_add(svc - 1)).min(m);
+            if !usable(Some(lo)) || !usable(Some(hi)) {
+                return refuse(format!("member {lo} or {hi} of the set is not usable"));
+            }
+            match node_start.checked_add(svc) {
+                Some(n) => node_start = n,
+                None => break,
+            }
+        }
+        let overlaps = self.ranges.iter().any(|r| {
+            u64::from(r.first) < end && u64::from(first) < u64::from(r.first) + u64::from(r.count)
+        });
+        if overlaps {
+            return refuse(format!("indices {first}..{end} meet the span of a range"));
+        }
+        if let Some(used) = (first..first + count).find(|&i| self.alloc.is_allocated(i)) {
+            return refuse(format!("index {used} is in use"));
+        }
+        if self.pending.try_reserve(1).is_err() {
+            return Err(FiError::new(
+                FiErrno::FI_ENOMEM,
+                "insert_range_at: no memory",
+            ));
+        }
+        let range = Range {
+            first,
+            count,
+            svc,
+            offset,
+            base,
+            live: count,
+        };
+        if self.ranges.insert(range).is_err() {
+            return Err(FiError::new(
+                FiErrno::FI_ENOMEM,
+                "insert_range_at: no memory",
+            ));
+        }
+        for i in first..first + count {
+            // Cannot fail: every index was checked free and lies in the table.
+            let _ = self.alloc.alloc_at(i);
+        }
+        self.pending.push(first);
+        Ok(())
+    }
+
     /// Place the checked address `bytes` at `index`, an unused index of the table, instead of
     /// the lowest unused one: the indices of a named AV are chosen by the allocator its
     /// processes share ([`crate::NamedAv`]), and each process places them in its own mirror.

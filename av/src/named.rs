@@ -48,6 +48,11 @@
 //!   requested") are `FI_EBADFLAGS` at open; so are the insert flags `FI_AV_USER_ID` and
 //!   `FI_AUTH_KEY`. A domain with `auth_key_size` `FI_AV_AUTH_KEY` is `FI_ENOSYS`: a named
 //!   AV holds no auth keys.
+//! - **Symmetric sets** (`fi_av_insertsym` of IP-literal nodes) are ranges in every process's
+//!   mirror and NIC, as in an unnamed AV: the segment records each range beside its members'
+//!   slots (which stay the truth of what the AV holds, so a repair or a range table of
+//!   [`segment::RANGE_RECORDS`] full only costs compactness), and a process that catches up
+//!   places a recorded range as one range before it reconciles the indices one by one.
 //! - **`FI_MORE`** is accepted as the hint it is and every call completes on the NIC: a
 //!   change reaches the segment only once every NIC record of it has been accepted.
 //! - **Close.** The last handle to close, in any process, unlinks the segment; a process
@@ -69,7 +74,7 @@ use crate::flags::{
     FI_MORE, FI_READ, FI_SYNC_ERR,
 };
 use crate::nic::NicAvTable;
-use segment::{Locked, Segment, SegmentParams, LOG_INSERT, LOG_REMOVE};
+use segment::{Locked, Segment, SegmentParams, SharedRange, LOG_INSERT, LOG_RANGE, LOG_REMOVE};
 
 /// Insert flags a named AV takes.
 const INSERT_FLAGS: u64 = FI_MORE | FI_SYNC_ERR;
@@ -429,8 +434,12 @@ impl<N: NicAvTable> NamedAv<N> {
         self.insert_items(CALL, vec![Ok(bytes)], fi_addr, status)
     }
 
-    /// `fi_av_insertsym`: see [`AddressVector::insertsym`]. The members go in as single
-    /// entries (a named AV stores no ranges).
+    /// `fi_av_insertsym`: see [`AddressVector::insertsym`]. As there, a set of IP-literal
+    /// nodes goes in as ranges — one per run of consecutive indices — in this process's
+    /// mirror and NIC, and the segment records each range so that every other process holds
+    /// it as a range too (its members' slots are written as well: they are what the AV holds).
+    /// A host-name set, a run the mirror cannot hold as a range, or one past the segment's
+    /// [`segment::RANGE_RECORDS`] range records goes in as single entries.
     #[allow(clippy::too_many_arguments)]
     pub fn insertsym(
         &mut self,
@@ -461,6 +470,9 @@ impl<N: NicAvTable> NamedAv<N> {
             )));
         }
         let range = SymRange::parse(node, nodecnt, service, svccnt).map_err(prefix)?;
+        if let Some((base, svc, total)) = range.literal_set() {
+            return self.insert_symmetric(CALL, base, svc, total, fi_addr, status);
+        }
         let addrs = range.expand(self.local.resolver).map_err(prefix)?;
         let items = addrs
             .iter()
@@ -470,6 +482,131 @@ impl<N: NicAvTable> NamedAv<N> {
             })
             .collect();
         self.insert_items(CALL, items, fi_addr, status)
+    }
+
+    /// The `total` members of a symmetric set at the lowest unused indices of the AV, each
+    /// run of consecutive indices as one range (see [`NamedAv::insertsym`]).
+    fn insert_symmetric(
+        &mut self,
+        call: &str,
+        base: UetAddress,
+        svc: u32,
+        total: u32,
+        mut fi_addr: Option<&mut [FiAddr]>,
+        mut status: Option<&mut [i32]>,
+    ) -> Result<usize, FiError> {
+        let no_memory = || FiError::new(FiErrno::FI_ENOMEM, format!("{call}: no memory"));
+        let base_bytes = base
+            .to_bytes()
+            .map_err(|e| FiError::inval(format!("{call}: member 0: {e}")))?;
+        let member = |m: u32| {
+            base.symmetric_member(svc, m)
+                .and_then(|a| a.to_bytes().ok())
+                .ok_or_else(|| FiError::inval(format!("{call}: member {m} is not usable")))
+        };
+        let locked = self.seg.lock(true)?;
+        self.local.catch_up(&locked)?;
+        let mut indices: Vec<u32> = Vec::new();
+        indices
+            .try_reserve_exact(total as usize)
+            .map_err(|_| no_memory())?;
+        locked.begin();
+        while indices.len() < total as usize {
+            match locked.alloc() {
+                Some(i) => indices.push(i),
+                None => break,
+            }
+        }
+        // Place each run of consecutive indices: as a range, or member by member.
+        let av = &mut self.local.av;
+        let mut ranges: Vec<(u32, u32, u32)> = Vec::new();
+        let mut failed: Vec<(usize, FiError)> = Vec::new();
+        let mut k = 0usize;
+        while let Some(&first) = indices.get(k) {
+            let mut len = 1usize;
+            while indices
+                .get(k + len)
+                .is_some_and(|&i| Some(i) == first.checked_add(len as u32))
+            {
+                len += 1;
+            }
+            let m = k as u32;
+            if len >= 2 && av.insert_range_at(first, len as u32, svc, m, base).is_ok() {
+                ranges.push((first, len as u32, m));
+            } else {
+                for j in 0..len {
+                    let index = first + j as u32;
+                    let placed = member(m + j as u32).and_then(|b| av.insert_at(index, &b));
+                    if let Err(e) = placed {
+                        locked.free(index);
+                        failed.push((k + j, e));
+                    }
+                }
+            }
+            k += len;
+        }
+        let flushed = av.flush();
+        // What the mirror holds now (all of it, or after a failed flush what the NIC kept) is
+        // written to the segment; the rest goes back.
+        let mut placed = 0usize;
+        for &(first, count, m) in &ranges {
+            if av.address_bytes(first).is_some()
+                && locked.add_range(first, count, svc, m, &base_bytes)
+            {
+                locked.log(LOG_RANGE, first);
+            } else {
+                for i in first..first + count {
+                    if av.address_bytes(i).is_some() {
+                        locked.log(LOG_INSERT, i);
+                    }
+                }
+            }
+        }
+        for (pos, &index) in indices.iter().enumerate() {
+            let value = match av.address_bytes(index) {
+                Some(bytes) => {
+                    locked.store(index, &bytes);
+                    if !ranges.iter().any(|&(f, c, _)| index >= f && index < f + c) {
+                        locked.log(LOG_INSERT, index);
+                    }
+                    placed += 1;
+                    (FiAddr::from(index), 0)
+                }
+                None => {
+                    locked.free(index);
+                    let errno = match (&flushed, failed.iter().find(|(p, _)| *p == pos)) {
+                        (_, Some((_, e))) => e.errno,
+                        (Err(e), None) => e.errno,
+                        (Ok(()), None) => FiErrno::FI_EIO,
+                    };
+                    (FI_ADDR_NOTAVAIL, errno.to_neg_i32())
+                }
+            };
+            if let Some(slot) = fi_addr.as_deref_mut().and_then(|o| o.get_mut(pos)) {
+                *slot = value.0;
+            }
+            if let Some(slot) = status.as_deref_mut().and_then(|s| s.get_mut(pos)) {
+                *slot = value.1;
+            }
+        }
+        for pos in indices.len()..total as usize {
+            if let Some(slot) = fi_addr.as_deref_mut().and_then(|o| o.get_mut(pos)) {
+                *slot = FI_ADDR_NOTAVAIL;
+            }
+            if let Some(slot) = status.as_deref_mut().and_then(|s| s.get_mut(pos)) {
+                *slot = FiErrno::FI_ENOSPC.to_neg_i32();
+            }
+        }
+        self.local.finish_change(&locked, placed > 0);
+        flushed.map_err(|e| FiError {
+            message: format!(
+                "{call}: {}; {placed} of {} addresses stayed (the NIC kept them)",
+                e.message,
+                indices.len()
+            ),
+            ..e
+        })?;
+        Ok(placed)
     }
 
     /// `fi_av_remove` from the named AV: as [`AddressVector::remove`] (all or nothing,
@@ -506,13 +643,16 @@ impl<N: NicAvTable> NamedAv<N> {
         // On a NIC failure the addresses of the commands before it are removed: they leave the
         // AV too, so it keeps holding what this NIC holds.
         let mut removed = 0;
+        let mut gone = Vec::new();
         for &index in &indices {
             if av.address_bytes(index).is_none() {
                 locked.free(index);
                 locked.log(LOG_REMOVE, index);
+                gone.push(index);
                 removed += 1;
             }
         }
+        locked.range_members_removed(&gone);
         self.local.finish_change(&locked, removed > 0);
         result
     }
@@ -700,9 +840,26 @@ impl<N: NicAvTable> Local<N> {
             None
         };
         match changed {
-            Some(indices) => self.reconcile(seg, indices.into_iter())?,
+            Some(changes) => {
+                // A range inserted since: held as a range here too, then its indices are
+                // reconciled one by one like any other change.
+                let ranges: Vec<SharedRange> = changes
+                    .ranges
+                    .iter()
+                    .filter_map(|&first| seg.range_at(first))
+                    .collect();
+                self.apply_ranges(&ranges);
+                let mut indices = changes.indices;
+                for r in &ranges {
+                    indices.extend(r.first..r.first + r.count);
+                }
+                indices.sort_unstable();
+                indices.dedup();
+                self.reconcile(seg, indices.into_iter())?
+            }
             None => {
                 debug!(name = ?self.attr.name, "named AV: rescanning every index");
+                self.apply_ranges(&seg.ranges());
                 self.reconcile(seg, 0..seg.high_water())?
             }
         }
@@ -710,6 +867,26 @@ impl<N: NicAvTable> Local<N> {
         self.seen_generation = generation;
         self.seen_log = head;
         Ok(())
+    }
+
+    /// Place each shared range whose indices the mirror holds none of as one range (the
+    /// reconciliation that follows removes the members the segment no longer holds). A range
+    /// the mirror cannot place is left to that reconciliation, which inserts its members one
+    /// by one.
+    fn apply_ranges(&mut self, ranges: &[SharedRange]) {
+        for r in ranges {
+            let free = (r.first..r.first + r.count).all(|i| self.av.address_bytes(i).is_none());
+            let placed = free
+                .then(|| UetAddress::from_bytes(&r.base).ok())
+                .flatten()
+                .map(|base| {
+                    self.av
+                        .insert_range_at(r.first, r.count, r.svc, r.offset, base)
+                });
+            if let Some(Err(e)) = placed {
+                debug!(first = r.first, count = r.count, error = %e, "shared range placed member by member");
+            }
+        }
     }
 
     /// Make the mirror hold what the segment holds at `indices`.
@@ -733,14 +910,15 @@ impl<N: NicAvTable> Local<N> {
                 inserts.push((index, bytes));
             }
         }
-        if removals.is_empty() && inserts.is_empty() {
-            return Ok(());
-        }
         let name = self.name().to_owned();
         let prefix = |e: FiError| FiError {
             message: format!("named AV '{name}': catching up: {}", e.message),
             ..e
         };
+        if removals.is_empty() && inserts.is_empty() {
+            // Ranges `apply_ranges` placed may wait for their NIC records.
+            return self.av.flush().map_err(prefix);
+        }
         if !removals.is_empty() {
             self.av.remove(&removals, 0).map_err(prefix)?;
         }

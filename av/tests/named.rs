@@ -367,8 +367,72 @@ fn string_forms_share_indices_too() {
     assert_eq!(out, [1, 2, 3, 4]);
     assert_eq!(a.address(3).unwrap().pid_on_fep, 5);
     assert_eq!(a.address(4).unwrap().fabric_addr.to_string(), "10.0.1.2");
-    assert_eq!(a.av().ranges().count(), 0, "members are single entries");
     assert_same(&mut a, &mut b);
+    // Members 1..4 sit at consecutive indices: one range in each process.
+    assert_eq!(a.av().ranges().collect::<Vec<_>>(), [(1, 4, 4)]);
+    assert_eq!(b.av().ranges().collect::<Vec<_>>(), [(1, 4, 4)]);
+}
+
+#[test]
+fn symmetric_sets_are_ranges_in_every_process() {
+    let name = unique("sym");
+    let n = 100_000usize;
+    let mut a = open(attr(&name, 200_000)).unwrap();
+    let mut b = open(attr(&name, 200_000)).unwrap();
+    insert(&mut a, &[1, 2]);
+    let before = (a.av().host_bytes(), b.av().host_bytes());
+    let mut out = vec![0u64; n];
+    assert_eq!(
+        a.insertsym("10.64.0.1", n / 8, "1?ri=1+4", 8, Some(&mut out), 0, None)
+            .unwrap(),
+        n
+    );
+    assert_eq!(out[0], 2);
+    assert_eq!(out[n - 1], (n + 1) as u64);
+    b.sync().unwrap();
+    for (av, was) in [(&a, before.0), (&b, before.1)] {
+        assert_eq!(
+            av.av().ranges().collect::<Vec<_>>(),
+            [(2, n as u32, n as u32)]
+        );
+        assert!(
+            av.av().host_bytes() - was < 64 * 1024,
+            "{} host bytes for {n} peers",
+            av.av().host_bytes() - was
+        );
+    }
+    assert_eq!(lookup(&mut b, 9).unwrap(), lookup(&mut a, 9).unwrap());
+    assert_eq!(b.address(9).unwrap().fabric_addr.to_string(), "10.64.0.1");
+    assert_eq!(b.address(10).unwrap().fabric_addr.to_string(), "10.64.0.2");
+
+    // A member removed in one process is a hole in both; a single insert fills it.
+    b.remove(&[500], 0).unwrap();
+    assert_eq!(lookup(&mut a, 500).unwrap_err().errno, FiErrno::FI_EINVAL);
+    assert_eq!(insert(&mut a, &[77]), vec![500]);
+    assert_eq!(lookup(&mut b, 500).unwrap(), peer_bytes(77));
+    assert_same(&mut a, &mut b);
+
+    // A process that opens later holds the range as a range too (a rescan).
+    let mut c = open(attr(&name, 0)).unwrap();
+    c.sync().unwrap();
+    assert_eq!(c.av().ranges().count(), 1);
+    assert_same(&mut a, &mut c);
+
+    // Removing every member frees the segment's range record.
+    let all: Vec<u64> = (2..(n + 2) as u64).filter(|&i| i != 500).collect();
+    a.remove(&all, 0).unwrap();
+    assert_same(&mut a, &mut b);
+    assert_eq!(b.av().ranges().count(), 0);
+    let params = segment::SegmentParams {
+        capacity: 200_000,
+        rx_ctx_bits: 0,
+        job_id: 0x00ab_cdef,
+    };
+    let seg = segment::Segment::open(&name, false, params).unwrap().0;
+    assert!(
+        seg.ranges().is_empty(),
+        "the record went with its last member"
+    );
 }
 
 #[test]

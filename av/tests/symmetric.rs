@@ -170,3 +170,55 @@ fn a_new_range_never_covers_the_holes_of_an_older_one() {
     );
     assert!(av.verify_nic().unwrap().is_empty());
 }
+
+#[test]
+fn insert_range_at_places_a_range_where_told_and_refuses_what_a_range_cannot_hold() {
+    use common::{assert_in_step, open_with};
+    let mut av = open(64);
+    let base = lookup_base();
+    insert_peers(&mut av, &[1]);
+    assert_eq!(av.insert_range_at(4, 10, 8, 3, base), Ok(()));
+    av.flush().unwrap();
+    assert_in_step(&av);
+    assert_eq!(av.ranges().collect::<Vec<_>>(), [(4, 10, 10)]);
+    // Member 3 at index 4: node 0, service 3.
+    assert_eq!(lookup(&av, 4), base.symmetric_member(8, 3).unwrap());
+    assert_eq!(lookup(&av, 13), base.symmetric_member(8, 12).unwrap());
+
+    let refused = [
+        (0, 4, "index 0 is in use"),
+        (12, 4, "meets the span of a range"),
+        (2, 3, "meets the span of a range"),
+        (60, 5, "outside the table"),
+        (20, 1, "fewer than 2"),
+    ];
+    for (first, count, why) in refused {
+        let e = av.insert_range_at(first, count, 8, 0, base).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EINVAL, "{why}");
+    }
+    // With 5000 services per node, members 4095 on would need PIDonFEPs past 12 bits.
+    let e = av.insert_range_at(30, 4, 5000, 4093, base).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL);
+    assert_eq!(av.ranges().count(), 1, "nothing changed");
+    assert_eq!(av.pending_len(), 0);
+    assert_in_step(&av);
+
+    // An AV that keeps user ids holds no ranges.
+    let mut with_ids = open_with(uet_av::AvAttr {
+        count: 16,
+        flags: uet_av::FI_AV_USER_ID,
+        ..uet_av::AvAttr::default()
+    });
+    let e = with_ids.insert_range_at(0, 4, 8, 0, base).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL);
+}
+
+fn lookup_base() -> UetAddress {
+    uet_av::addr_str::SymRange::parse("10.9.0.1", 4, "1?ri=1+4", 8)
+        .and_then(|r| {
+            r.literal_set()
+                .ok_or_else(|| uet_av::FiError::inval("not literal"))
+        })
+        .map(|(base, _, _)| base)
+        .expect("a literal set")
+}

@@ -16,6 +16,7 @@
 //! | 0..512 | header: the words below, then the AV name |
 //! | 512.. | allocation bitmap: bit `i % 64` of word `i / 64` set = index `i` in use |
 //! | next 64-byte boundary | change log: [`LOG_RECORDS`] records of 16 bytes, a ring |
+//! | next 64-byte boundary | range table: [`RANGE_RECORDS`] records of 64 bytes |
 //! | next 64-byte boundary | address slots: `capacity` × 32 bytes, the serialized addresses |
 //!
 //! Header words (index: field):
@@ -29,6 +30,7 @@
 //! | 4 | JobID |
 //! | 5 | log records (ring size) |
 //! | 6, 7, 8 | byte offsets of the bitmap, the log and the slots |
+//! | 20 | byte offset of the range table |
 //! | 9 | size of the segment in bytes |
 //! | 10 | generation: bumped by every committed change (and by a repair) |
 //! | 11 | log head: records appended since creation |
@@ -44,7 +46,17 @@
 //! | 32..64 | the AV name (up to 255 bytes) |
 //!
 //! A log record is two words: the generation of the change, then the index in the low 32 bits
-//! and the operation in the next 8 (1 insert, 2 remove, 3 repair).
+//! and the operation in the next 8 (1 insert, 2 remove, 3 repair, 4 range inserted: the index
+//! is its first).
+//!
+//! A range record describes symmetric-set members inserted at consecutive indices
+//! (`fi_av_insertsym`), so that every process holds them as one range in its mirror and its
+//! NIC instead of one entry per peer. Words: 0 state (0 free, 1 live), 1 first index (low 32
+//! bits) and count (high 32), 2 services per node (low) and the member at the first index
+//! (high), 3–6 member 0's address, 7 members still in use. A range record is a description
+//! only: the members' slots and bits are written as for single inserts, and they alone say
+//! what the AV holds. A process applies a live record as a range where its mirror holds none
+//! of the indices, then reconciles each index with its slot; a repair frees every record.
 //!
 //! An index is in use exactly when its bitmap bit is set and its slot holds an address: a
 //! change writes the slot's last three words before its first (whose first byte is never zero
@@ -93,7 +105,7 @@ pub const SHM_PREFIX: &str = "uet-av.";
 /// Header word 0.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"UETAVSHM");
 /// The layout this code reads and writes.
-pub const LAYOUT_VERSION: u64 = 1;
+pub const LAYOUT_VERSION: u64 = 2;
 /// Bytes of the header.
 pub const HEADER_BYTES: usize = 512;
 /// Bytes of one address slot.
@@ -102,6 +114,10 @@ pub const SLOT_BYTES: usize = 32;
 pub const LOG_RECORDS: u64 = 4096;
 /// Bytes of one log record.
 pub const LOG_RECORD_BYTES: usize = 16;
+/// Records in the range table.
+pub const RANGE_RECORDS: usize = 64;
+/// Bytes of one range record.
+pub const RANGE_RECORD_BYTES: usize = 64;
 
 /// File offset of the lock byte and of the presence byte.
 const LOCK_BYTE: i64 = 0;
@@ -132,6 +148,7 @@ mod hw {
     pub const WRITER: usize = 17;
     pub const STATE: usize = 18;
     pub const CREATOR: usize = 19;
+    pub const RANGES_OFF: usize = 20;
     pub const NAME_LEN: usize = 24;
     pub const NAME: usize = 32;
 }
@@ -145,6 +162,34 @@ pub const LOG_INSERT: u64 = 1;
 pub const LOG_REMOVE: u64 = 2;
 /// A repair after a writer died.
 pub const LOG_REPAIR: u64 = 3;
+/// A range inserted (the index is its first).
+pub const LOG_RANGE: u64 = 4;
+
+/// A live range record of the segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SharedRange {
+    /// Record number in the table.
+    pub record: usize,
+    /// First index.
+    pub first: u32,
+    /// Indices covered.
+    pub count: u32,
+    /// Services per node.
+    pub svc: u32,
+    /// The set member at `first`.
+    pub offset: u32,
+    /// Member 0 of the set, serialized.
+    pub base: [u8; SLOT_BYTES],
+}
+
+/// The changes since a log position.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// Indices inserted or removed, ascending.
+    pub indices: Vec<u32>,
+    /// First indices of ranges inserted.
+    pub ranges: Vec<u32>,
+}
 
 /// What a new segment is created with, and what an existing one is checked against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -163,6 +208,7 @@ struct Geometry {
     capacity: u32,
     bitmap_off: usize,
     log_off: usize,
+    ranges_off: usize,
     slots_off: usize,
     size: usize,
 }
@@ -176,12 +222,14 @@ impl Geometry {
         let log_bytes = usize::try_from(LOG_RECORDS)
             .ok()?
             .checked_mul(LOG_RECORD_BYTES)?;
-        let slots_off = align(log_off.checked_add(log_bytes)?)?;
+        let ranges_off = align(log_off.checked_add(log_bytes)?)?;
+        let slots_off = ranges_off.checked_add(RANGE_RECORDS * RANGE_RECORD_BYTES)?;
         let size = slots_off.checked_add((capacity as usize).checked_mul(SLOT_BYTES)?)?;
         Some(Geometry {
             capacity,
             bitmap_off,
             log_off,
+            ranges_off,
             slots_off,
             size,
         })
@@ -484,6 +532,7 @@ impl Segment {
         set(hw::BITMAP_OFF, geo.bitmap_off as u64);
         set(hw::LOG_OFF, geo.log_off as u64);
         set(hw::SLOTS_OFF, geo.slots_off as u64);
+        set(hw::RANGES_OFF, geo.ranges_off as u64);
         set(hw::SIZE, geo.size as u64);
         set(hw::REFCOUNT, 1);
         set(hw::STATE, STATE_LIVE);
@@ -522,6 +571,7 @@ impl Segment {
                 capacity: 0,
                 bitmap_off: HEADER_BYTES,
                 log_off: HEADER_BYTES,
+                ranges_off: HEADER_BYTES,
                 slots_off: HEADER_BYTES,
                 size,
             },
@@ -600,6 +650,7 @@ impl Segment {
                     && w(hw::BITMAP_OFF) == g.bitmap_off as u64
                     && w(hw::LOG_OFF) == g.log_off as u64
                     && w(hw::SLOTS_OFF) == g.slots_off as u64
+                    && w(hw::RANGES_OFF) == g.ranges_off as u64
                     && w(hw::SIZE) == g.size as u64
                     && g.size == size
             })
@@ -722,6 +773,7 @@ impl Segment {
         }
         self.set_word(hw::LIVE, live);
         self.set_word(hw::FREE_HINT, 0);
+        self.clear_ranges();
         self.append_log(LOG_REPAIR, 0);
         self.set_word(hw::RESCAN_MARK, self.hdr(hw::LOG_HEAD));
         self.word(hw::GENERATION).fetch_add(1, Ordering::Release);
@@ -834,24 +886,73 @@ impl Segment {
 
     /// The indices changed since log position `from`, or `None` when the log no longer holds
     /// them all (the caller rescans).
-    pub fn changes_since(&self, from: u64) -> Option<Vec<u32>> {
+    pub fn changes_since(&self, from: u64) -> Option<Changes> {
         let head = self.log_head();
         if from < self.hdr(hw::RESCAN_MARK) || from > head || head - from > LOG_RECORDS {
             return None;
         }
-        let mut out = Vec::with_capacity((head - from) as usize);
+        let mut out = Changes::default();
         for pos in from..head {
             let rec = self.log_word(pos, 1).load(Ordering::Relaxed);
             let op = (rec >> 32) & 0xff;
-            if op == LOG_INSERT || op == LOG_REMOVE {
-                out.push(rec as u32);
-            } else {
-                return None;
+            match op {
+                LOG_INSERT | LOG_REMOVE => out.indices.push(rec as u32),
+                LOG_RANGE => out.ranges.push(rec as u32),
+                _ => return None,
             }
         }
-        out.sort_unstable();
-        out.dedup();
+        out.indices.sort_unstable();
+        out.indices.dedup();
+        out.ranges.sort_unstable();
+        out.ranges.dedup();
         Some(out)
+    }
+
+    fn range_word(&self, record: usize, k: usize) -> &AtomicU64 {
+        self.word(self.geo.ranges_off / 8 + record * (RANGE_RECORD_BYTES / 8) + k)
+    }
+
+    /// The live range records, by record number.
+    pub fn ranges(&self) -> Vec<SharedRange> {
+        (0..RANGE_RECORDS)
+            .filter_map(|record| self.range(record))
+            .collect()
+    }
+
+    /// The live range record starting at index `first`.
+    pub fn range_at(&self, first: u32) -> Option<SharedRange> {
+        (0..RANGE_RECORDS)
+            .filter_map(|record| self.range(record))
+            .find(|r| r.first == first)
+    }
+
+    fn range(&self, record: usize) -> Option<SharedRange> {
+        if record >= RANGE_RECORDS || self.range_word(record, 0).load(Ordering::Acquire) != 1 {
+            return None;
+        }
+        let w = |k| self.range_word(record, k).load(Ordering::Relaxed);
+        let mut base = [0u8; SLOT_BYTES];
+        for (k, chunk) in base.chunks_exact_mut(8).enumerate() {
+            chunk.copy_from_slice(&w(3 + k).to_le_bytes());
+        }
+        let (span, set) = (w(1), w(2));
+        let r = SharedRange {
+            record,
+            first: span as u32,
+            count: (span >> 32) as u32,
+            svc: set as u32,
+            offset: (set >> 32) as u32,
+            base,
+        };
+        let end = u64::from(r.first) + u64::from(r.count);
+        (end <= u64::from(self.geo.capacity) && r.count >= 2).then_some(r)
+    }
+
+    /// Free every range record (a repair: the slots alone are trusted).
+    fn clear_ranges(&self) {
+        for record in 0..RANGE_RECORDS {
+            self.range_word(record, 0).store(0, Ordering::Release);
+        }
     }
 
     fn log_word(&self, pos: u64, k: usize) -> &AtomicU64 {
@@ -992,6 +1093,67 @@ impl Locked<'_> {
         }
     }
 
+    /// Record a range of `count` members at `first..first + count` (their slots are written
+    /// with [`Locked::store`] as for single inserts), member 0 `base`, `svc` services per node,
+    /// member `offset` at `first`. `false` when the table has no free record: the members
+    /// then stand as single inserts.
+    pub fn add_range(
+        &self,
+        first: u32,
+        count: u32,
+        svc: u32,
+        offset: u32,
+        base: &[u8; SLOT_BYTES],
+    ) -> bool {
+        if !self.check_exclusive() {
+            return false;
+        }
+        let seg = self.seg;
+        let Some(record) =
+            (0..RANGE_RECORDS).find(|&r| seg.range_word(r, 0).load(Ordering::Relaxed) == 0)
+        else {
+            return false;
+        };
+        let put = |k: usize, v: u64| seg.range_word(record, k).store(v, Ordering::Relaxed);
+        put(1, u64::from(first) | u64::from(count) << 32);
+        put(2, u64::from(svc) | u64::from(offset) << 32);
+        for (k, c) in base.chunks_exact(8).enumerate() {
+            put(
+                3 + k,
+                c.iter().rev().fold(0, |w, &b| (w << 8) | u64::from(b)),
+            );
+        }
+        put(7, u64::from(count));
+        // Published last: a reader sees a whole record or none.
+        seg.range_word(record, 0).store(1, Ordering::Release);
+        true
+    }
+
+    /// Members at `indices` were removed: each live range covering one counts one fewer, and a
+    /// range goes with its last member.
+    pub fn range_members_removed(&self, indices: &[u32]) {
+        if !self.check_exclusive() {
+            return;
+        }
+        let seg = self.seg;
+        for r in seg.ranges() {
+            let end = u64::from(r.first) + u64::from(r.count);
+            let gone = indices
+                .iter()
+                .filter(|&&i| i >= r.first && u64::from(i) < end)
+                .count() as u64;
+            if gone == 0 {
+                continue;
+            }
+            let live = seg.range_word(r.record, 7).load(Ordering::Relaxed);
+            let left = live.saturating_sub(gone);
+            seg.range_word(r.record, 7).store(left, Ordering::Relaxed);
+            if left == 0 {
+                seg.range_word(r.record, 0).store(0, Ordering::Release);
+            }
+        }
+    }
+
     /// Append a record to the change log.
     pub fn log(&self, op: u64, index: u32) {
         if self.check_exclusive() {
@@ -1075,7 +1237,8 @@ mod tests {
         let g = Geometry::new(100).unwrap();
         assert_eq!(g.bitmap_off, 512);
         assert_eq!(g.log_off % 64, 0);
-        assert_eq!(g.slots_off, g.log_off + 4096 * 16);
+        assert_eq!(g.ranges_off, g.log_off + 4096 * 16);
+        assert_eq!(g.slots_off, g.ranges_off + 64 * 64);
         assert_eq!(g.size, g.slots_off + 100 * 32);
         let g = Geometry::new(u32::MAX).unwrap();
         assert!(g.size > 128 << 30);
