@@ -120,8 +120,8 @@ impl<N: NicAvTable> NamedAv<N> {
     ///
     /// Errors (nothing created, the NIC table dropped): `FI_EINVAL` without a name, with a
     /// `map_addr` other than 0, or with a `count`, `rx_ctx_bits` or JobID that differs from the
-    /// existing AV's (naming the attribute), or with peer groups (`max_group_id` > 0: the
-    /// shared segment records no group limit); `FI_EBADFLAGS` for `FI_EVENT` or `FI_AV_USER_ID`;
+    /// existing AV's (naming the attribute; `max_group_id` too: every process of a named AV
+    /// reads peer groups the same way); `FI_EBADFLAGS` for `FI_EVENT` or `FI_AV_USER_ID`;
     /// `FI_ENOENT` with `FI_READ` when the AV does not exist; `FI_EACCES` when the segment's
     /// permissions refuse this process; every error of [`AvAttr::resolve`]; what `nic` returns;
     /// `FI_EIO` when the NIC refuses the AV's entries.
@@ -154,14 +154,6 @@ impl<N: NicAvTable> NamedAv<N> {
                 ),
             ));
         }
-        if attr.max_group_id != 0 {
-            return Err(FiError::inval(format!(
-                "fi_av_open: named AV '{}': max_group_id {}: named AVs have no peer groups \
-                 (open an AV without a name, or pass max_group_id 0)",
-                name.as_str(),
-                attr.max_group_id
-            )));
-        }
         if attr.map_addr != 0 {
             return Err(FiError::inval(format!(
                 "fi_av_open: named AV '{}': map_addr {:#x}: the fi_addr_t values of this AV \
@@ -177,6 +169,7 @@ impl<N: NicAvTable> NamedAv<N> {
                 .map_err(|_| FiError::inval("fi_av_open: count does not fit in 32 bits"))?,
             rx_ctx_bits: resolved.rx_ctx_bits,
             job_id: resolved.job_id,
+            max_group_id: resolved.max_group_id,
         };
         let (seg, created) = Segment::open(name.as_str(), !read_only, want)?;
         if !created {
@@ -976,6 +969,13 @@ fn check_existing(
             "fi_av_open: rx_ctx_bits {} differs from the named AV '{name}', which has {}",
             attr.rx_ctx_bits,
             seg.rx_ctx_bits()
+        )));
+    }
+    if u64::from(attr.max_group_id) != seg.max_group_id() {
+        return Err(FiError::inval(format!(
+            "fi_av_open: max_group_id {} differs from the named AV '{name}', which has {}",
+            attr.max_group_id,
+            seg.max_group_id()
         )));
     }
     if u64::from(attr.job_id) != seg.job_id() {

@@ -427,6 +427,7 @@ fn symmetric_sets_are_ranges_in_every_process() {
         capacity: 200_000,
         rx_ctx_bits: 0,
         job_id: 0x00ab_cdef,
+        max_group_id: 0,
     };
     let seg = segment::Segment::open(&name, false, params).unwrap().0;
     assert!(

@@ -131,14 +131,27 @@ fn without_groups_the_high_bits_are_index_bits() {
 }
 
 #[test]
-fn named_avs_have_no_peer_groups() {
-    let a = AvAttr {
-        name: Some(AvName::new("/uet-peer-groups-test").expect("name")),
-        ..attr(3, 0)
+fn named_avs_share_their_peer_group_limit() {
+    let name = format!("uet-peer-groups-test-{}", std::process::id());
+    let named = |max_group_id| AvAttr {
+        name: Some(AvName::new(&name).expect("name")),
+        ..attr(max_group_id, 0)
     };
-    let e = NamedAv::open(a, LIMITS, |a| Ok(MemoryNicTable::new(a.count as u32)))
-        .map(|_| ())
-        .unwrap_err();
-    assert_eq!(e.errno, FiErrno::FI_EINVAL);
-    assert!(e.message.contains("max_group_id"), "{e}");
+    let open_named = |a| NamedAv::open(a, LIMITS, |a| Ok(MemoryNicTable::new(a.count as u32)));
+    let mut a = open_named(named(3)).expect("create with peer groups");
+    let mut b = open_named(named(3)).expect("open with the same limit");
+    assert_eq!((a.attr().max_group_id, b.attr().max_group_id), (3, 3));
+    let buf = pack(&[peer_bytes(1)]);
+    let mut fa = [0u64];
+    assert_eq!(a.insert(&buf, 1, Some(&mut fa), 0).unwrap(), 1);
+    b.sync().unwrap();
+    assert_eq!(b.av().iter().count(), 1);
+    // A group address names the same entry in every process.
+    let grouped = uet_av::fi_group_addr(fa[0], 2);
+    assert_eq!(b.av().index_of(grouped).unwrap(), 0);
+    for other in [0, 5] {
+        let e = open_named(named(other)).map(|_| ()).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EINVAL);
+        assert!(e.message.contains("max_group_id"), "{e}");
+    }
 }

@@ -31,6 +31,7 @@
 //! | 5 | log records (ring size) |
 //! | 6, 7, 8 | byte offsets of the bitmap, the log and the slots |
 //! | 20 | byte offset of the range table |
+//! | 21 | largest peer group id (`max_group_id`; 0: no peer groups) |
 //! | 9 | size of the segment in bytes |
 //! | 10 | generation: bumped by every committed change (and by a repair) |
 //! | 11 | log head: records appended since creation |
@@ -149,6 +150,7 @@ mod hw {
     pub const STATE: usize = 18;
     pub const CREATOR: usize = 19;
     pub const RANGES_OFF: usize = 20;
+    pub const MAX_GROUP_ID: usize = 21;
     pub const NAME_LEN: usize = 24;
     pub const NAME: usize = 32;
 }
@@ -200,6 +202,8 @@ pub struct SegmentParams {
     pub rx_ctx_bits: u8,
     /// JobID.
     pub job_id: u32,
+    /// Largest peer group id (`max_group_id`; 0: no peer groups).
+    pub max_group_id: u32,
 }
 
 /// Where each part of a segment of `capacity` entries lies.
@@ -528,6 +532,7 @@ impl Segment {
         set(hw::CAPACITY, u64::from(params.capacity));
         set(hw::RX_CTX_BITS, u64::from(params.rx_ctx_bits));
         set(hw::JOB_ID, u64::from(params.job_id));
+        set(hw::MAX_GROUP_ID, u64::from(params.max_group_id));
         set(hw::LOG_RECORDS, LOG_RECORDS);
         set(hw::BITMAP_OFF, geo.bitmap_off as u64);
         set(hw::LOG_OFF, geo.log_off as u64);
@@ -798,6 +803,11 @@ impl Segment {
     /// JobID the AV was created with.
     pub fn job_id(&self) -> u64 {
         self.hdr(hw::JOB_ID)
+    }
+
+    /// The AV's largest peer group id (0: no peer groups).
+    pub fn max_group_id(&self) -> u64 {
+        self.hdr(hw::MAX_GROUP_ID)
     }
 
     /// Handles attached (a crashed process's handle is counted until the last close).
