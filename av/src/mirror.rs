@@ -116,21 +116,25 @@ impl Slots {
     /// Store `bytes` at `index`; returns false (and stores nothing) past the capacity.
     #[inline]
     pub fn set(&mut self, index: u32, bytes: Slot) -> bool {
-        let Some(at) = (index as usize).checked_mul(32) else {
-            return false;
-        };
-        match self
-            .map
-            .get_mut(at..self.slot_bytes)
-            .and_then(|m| m.first_chunk_mut::<32>())
-        {
-            Some(s) => {
+        match self.slot_mut(index) {
+            Some((s, at)) => {
                 *s = bytes;
                 self.mark_written(at / PAGE_BYTES);
                 true
             }
             None => false,
         }
+    }
+
+    /// The slot at `index`, to write, and its byte offset; `None` past the capacity.
+    #[inline]
+    fn slot_mut(&mut self, index: u32) -> Option<(&mut Slot, usize)> {
+        let at = (index as usize).checked_mul(32)?;
+        let s = self
+            .map
+            .get_mut(at..self.slot_bytes)?
+            .first_chunk_mut::<32>()?;
+        Some((s, at))
     }
 
     #[inline]
@@ -166,15 +170,8 @@ impl Slots {
 
     /// Empty the slot at `index`; returns whether it held an address.
     pub fn clear(&mut self, index: u32) -> bool {
-        let Some(at) = (index as usize).checked_mul(32) else {
-            return false;
-        };
-        match self
-            .map
-            .get_mut(at..self.slot_bytes)
-            .and_then(|m| m.first_chunk_mut::<32>())
-        {
-            Some(s) if s[0] != 0 => {
+        match self.slot_mut(index) {
+            Some((s, _)) if s[0] != 0 => {
                 *s = [0; 32];
                 true
             }
