@@ -43,10 +43,14 @@
 //!   the same in every process, so the base `fi_addr_t` is 0: `map_addr` 0 gets 0 back in
 //!   [`NamedAv::attr`] (fi_av(3): "the map_addr used by the provider will be returned"), and
 //!   any other value is `FI_EINVAL`, since fi_addr_t values based elsewhere cannot be given.
-//! - **Not with a name**: `FI_EVENT` (inserts into a named AV are synchronous) and
-//!   `FI_AV_USER_ID` (fi_av(3): "This feature may be unavailable if shared AVs are
-//!   requested") are `FI_EBADFLAGS` at open; so are the insert flags `FI_AV_USER_ID` and
-//!   `FI_AUTH_KEY`. A domain with `auth_key_size` `FI_AV_AUTH_KEY` is `FI_ENOSYS`: a named
+//! - **`FI_EVENT`**: an insert into a named AV runs under the segment's lock and completes
+//!   before the call returns; on an AV opened with `FI_EVENT` it then posts what fi_av(3)
+//!   asks of an asynchronous insert to the bound event queue (one error entry per address
+//!   not inserted, then `FI_AV_COMPLETE` with the count) and returns 0. `FI_ENOEQ` before
+//!   [`NamedAv::bind`], `FI_EBADFLAGS` with `FI_SYNC_ERR`, as for any `FI_EVENT` AV.
+//! - **Not with a name**: `FI_AV_USER_ID` (fi_av(3): "This feature may be unavailable if
+//!   shared AVs are requested") is `FI_EBADFLAGS` at open; so are the insert flags
+//!   `FI_AV_USER_ID` and `FI_AUTH_KEY`. A domain with `auth_key_size` `FI_AV_AUTH_KEY` is `FI_ENOSYS`: a named
 //!   AV holds no auth keys.
 //! - **Symmetric sets** (`fi_av_insertsym` of IP-literal nodes) are ranges in every process's
 //!   mirror and NIC, as in an unnamed AV: the segment records each range beside its members'
@@ -61,6 +65,7 @@
 pub mod segment;
 
 use std::path::Path;
+use std::sync::Arc;
 
 use tracing::debug;
 use uet_fwif::UetAddress;
@@ -69,6 +74,7 @@ use crate::addr_str::ADDR_STR_SCHEME;
 use crate::addr_str::{parse_addr_str_with, system_resolver, Node, Resolver, Service, SymRange};
 use crate::av::{AddrFormat, AddressVector, AvAttr, AvLimits, ADDR_LEN};
 use crate::errno::{FiErrno, FiError};
+use crate::event::{AvEvent, AvEventSink, AvProgress};
 use crate::flags::{
     flag_names, FiAddr, FI_ADDR_NOTAVAIL, FI_AUTH_KEY, FI_AV_AUTH_KEY, FI_AV_USER_ID, FI_EVENT,
     FI_MORE, FI_READ, FI_SYNC_ERR,
@@ -84,6 +90,35 @@ const INSERT_FLAGS: u64 = FI_MORE | FI_SYNC_ERR;
 pub struct NamedAv<N: NicAvTable> {
     seg: Segment,
     local: Local<N>,
+    /// Opened with `FI_EVENT`: inserts report through the bound queue.
+    event_mode: bool,
+    /// The bound event queue (`fi_av_bind`).
+    events: Option<Bound>,
+    /// The `context` of the next insert call ([`NamedAv::with_context`]).
+    call_context: u64,
+}
+
+/// An event queue bound to a named AV; detached when the handle goes.
+struct Bound {
+    sink: Arc<dyn AvEventSink>,
+    attachment: u64,
+    /// What the queue calls when read: nothing is ever in flight here.
+    _progress: Arc<Completed>,
+}
+
+impl Drop for Bound {
+    fn drop(&mut self) {
+        self.sink.detach_av(self.attachment);
+    }
+}
+
+/// The progress of a named AV's inserts, which complete before their calls return.
+struct Completed;
+
+impl AvProgress for Completed {
+    fn progress(&self) -> usize {
+        0
+    }
 }
 
 /// What a handle owns besides the segment.
@@ -121,7 +156,7 @@ impl<N: NicAvTable> NamedAv<N> {
     /// Errors (nothing created, the NIC table dropped): `FI_EINVAL` without a name, with a
     /// `map_addr` other than 0, or with a `count`, `rx_ctx_bits` or JobID that differs from the
     /// existing AV's (naming the attribute; `max_group_id` too: every process of a named AV
-    /// reads peer groups the same way); `FI_EBADFLAGS` for `FI_EVENT` or `FI_AV_USER_ID`;
+    /// reads peer groups the same way); `FI_EBADFLAGS` for `FI_AV_USER_ID`;
     /// `FI_ENOENT` with `FI_READ` when the AV does not exist; `FI_EACCES` when the segment's
     /// permissions refuse this process; every error of [`AvAttr::resolve`]; what `nic` returns;
     /// `FI_EIO` when the NIC refuses the AV's entries.
@@ -136,7 +171,7 @@ impl<N: NicAvTable> NamedAv<N> {
                  AddressVector::open)",
             )
         })?;
-        let refused = attr.flags & (FI_EVENT | FI_AV_USER_ID);
+        let refused = attr.flags & FI_AV_USER_ID;
         if refused != 0 {
             return Err(FiError::badflags(format!(
                 "fi_av_open: named AV '{}': flags {} are not supported on named AVs",
@@ -183,7 +218,7 @@ impl<N: NicAvTable> NamedAv<N> {
         .resolve(&limits)?;
         let local_attr = AvAttr {
             name: None,
-            flags: attr.flags & !FI_READ,
+            flags: attr.flags & !(FI_READ | FI_EVENT),
             ..attr
         };
         let table = nic(&attr)?;
@@ -206,6 +241,9 @@ impl<N: NicAvTable> NamedAv<N> {
                 seen_log: 0,
                 resolver: system_resolver,
             },
+            event_mode: attr.flags & FI_EVENT != 0,
+            events: None,
+            call_context: 0,
         };
         named.sync()?;
         Ok(named)
@@ -316,6 +354,108 @@ impl<N: NicAvTable> NamedAv<N> {
         self.local.av.verify_nic()
     }
 
+    /// `fi_av_bind(av, eq, flags)`: post this handle's insert events to `eq` (see the module
+    /// documentation on `FI_EVENT`); allowed, and merely held, on an AV opened without it.
+    /// While bound, `eq` counts the AV as bound; the handle stays bound until it goes.
+    /// Errors, nothing changed: `FI_EBADFLAGS` when `flags` is not 0; `FI_EINVAL` when an event
+    /// queue is already bound.
+    pub fn bind(&mut self, eq: Arc<dyn AvEventSink>, flags: u64) -> Result<(), FiError> {
+        if flags != 0 {
+            return Err(FiError::badflags(format!(
+                "fi_av_bind: flags are reserved and must be 0, not {}",
+                flag_names(flags)
+            )));
+        }
+        if self.events.is_some() {
+            return Err(FiError::inval(
+                "fi_av_bind: an event queue is already bound to this AV",
+            ));
+        }
+        let progress = Arc::new(Completed);
+        let weak: std::sync::Weak<dyn AvProgress> =
+            Arc::downgrade(&progress) as std::sync::Weak<dyn AvProgress>;
+        let attachment = eq.attach_av(weak);
+        self.events = Some(Bound {
+            sink: eq,
+            attachment,
+            _progress: progress,
+        });
+        Ok(())
+    }
+
+    /// The C `context` argument of the next insert call: its events carry it on an AV opened
+    /// with `FI_EVENT` (calls without it pass 0).
+    pub fn with_context(&mut self, context: u64) -> &mut Self {
+        self.call_context = context;
+        self
+    }
+
+    /// Run an insert call of `count` addresses on an `FI_EVENT` AV: synchronously, with a
+    /// status array of its own, then post one error event per address not inserted and
+    /// `FI_AV_COMPLETE`, and return 0. Errors of the call itself (arguments, the segment, a
+    /// NIC that refused the batch) are returned, and post nothing.
+    fn evented(
+        &mut self,
+        call: &str,
+        count: usize,
+        flags: u64,
+        with_status: bool,
+        run: impl FnOnce(&mut Self, u64, Option<&mut [i32]>) -> Result<usize, FiError>,
+    ) -> Result<usize, FiError> {
+        let context = core::mem::take(&mut self.call_context);
+        if flags & FI_SYNC_ERR != 0 {
+            return Err(FiError::badflags(format!(
+                "{call}: FI_SYNC_ERR cannot be combined with FI_EVENT"
+            )));
+        }
+        if with_status {
+            return Err(FiError::inval(format!(
+                "{call}: a status array is only written with FI_SYNC_ERR"
+            )));
+        }
+        let Some(sink) = self.events.as_ref().map(|b| b.sink.clone()) else {
+            return Err(FiError::new(
+                FiErrno::FI_ENOEQ,
+                format!(
+                    "{call}: the AV was opened with FI_EVENT and no event queue is bound \
+                     (fi_av_bind)"
+                ),
+            ));
+        };
+        let mut status = Vec::new();
+        status
+            .try_reserve_exact(count)
+            .map_err(|_| FiError::new(FiErrno::FI_ENOMEM, format!("{call}: no memory")))?;
+        status.resize(count, 0);
+        self.event_mode = false;
+        let result = run(self, flags | FI_SYNC_ERR, Some(&mut status));
+        self.event_mode = true;
+        let inserted = result?;
+        let av = self.local.av.id();
+        let post = |event| {
+            if let Err(e) = sink.post_av_event(event) {
+                tracing::warn!(error = %e, "named AV: an insert event was lost");
+            }
+        };
+        for (position, &st) in status.iter().enumerate().filter(|(_, &st)| st != 0) {
+            let errno = FiErrno::from_neg_errno(st as isize).unwrap_or(FiErrno::FI_EIO);
+            post(AvEvent::InsertError {
+                av,
+                context,
+                position: position as u64,
+                errno,
+                prov_errno: 0,
+                message: format!("{call}: address {position} not inserted: {errno}"),
+            });
+        }
+        post(AvEvent::InsertComplete {
+            av,
+            context,
+            inserted: inserted as u64,
+        });
+        Ok(0)
+    }
+
     /// `fi_av_insert` into the named AV: as [`AddressVector::insert`], each address at the
     /// lowest index unused in the whole AV. `FI_EPERM` on a read-only handle.
     pub fn insert(
@@ -339,6 +479,11 @@ impl<N: NicAvTable> NamedAv<N> {
         status: Option<&mut [i32]>,
     ) -> Result<usize, FiError> {
         const CALL: &str = "fi_av_insert";
+        if self.event_mode {
+            return self.evented(CALL, count, flags, status.is_some(), |me, flags, st| {
+                me.insert_with_status(addr, count, fi_addr, flags, st)
+            });
+        }
         self.check_insert(CALL, count, fi_addr.as_deref(), flags, status.as_deref())?;
         if self.local.av.attr().addr_format != AddrFormat::Uet {
             return Err(FiError::inval(
@@ -378,6 +523,15 @@ impl<N: NicAvTable> NamedAv<N> {
         status: Option<&mut [i32]>,
     ) -> Result<usize, FiError> {
         const CALL: &str = "fi_av_insert";
+        if self.event_mode {
+            return self.evented(
+                CALL,
+                addrs.len(),
+                flags,
+                status.is_some(),
+                |me, flags, st| me.insert_str(addrs, fi_addr, flags, st),
+            );
+        }
         self.check_insert(
             CALL,
             addrs.len(),
@@ -414,6 +568,12 @@ impl<N: NicAvTable> NamedAv<N> {
         status: Option<&mut i32>,
     ) -> Result<usize, FiError> {
         const CALL: &str = "fi_av_insertsvc";
+        if self.event_mode {
+            return self.evented(CALL, 1, flags, status.is_some(), |me, flags, st| {
+                let st = st.and_then(|s| s.first_mut());
+                me.insertsvc(node, service, fi_addr, flags, st)
+            });
+        }
         let fi_addr = fi_addr.map(core::slice::from_mut);
         let status = status.map(core::slice::from_mut);
         self.check_insert(CALL, 1, fi_addr.as_deref(), flags, status.as_deref())?;
@@ -445,6 +605,12 @@ impl<N: NicAvTable> NamedAv<N> {
         status: Option<&mut [i32]>,
     ) -> Result<usize, FiError> {
         const CALL: &str = "fi_av_insertsym";
+        if self.event_mode {
+            let count = nodecnt.saturating_mul(svccnt);
+            return self.evented(CALL, count, flags, status.is_some(), |me, flags, st| {
+                me.insertsym(node, nodecnt, service, svccnt, fi_addr, flags, st)
+            });
+        }
         let prefix = |e: FiError| FiError {
             message: format!("{CALL}: {}", e.message),
             ..e
@@ -813,7 +979,7 @@ impl<N: NicAvTable> NamedAv<N> {
 
     /// Close the handle and hand the NIC table back.
     pub fn into_nic(self) -> N {
-        let NamedAv { seg, local } = self;
+        let NamedAv { seg, local, .. } = self;
         drop(seg);
         local.av.into_nic()
     }

@@ -930,3 +930,89 @@ fn insertsym_completes_once_with_every_member_and_a_refusal_fails_the_whole_rang
         ]
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Named AVs
+
+#[test]
+fn a_named_fi_event_av_reports_each_insert_on_its_queue() {
+    let name = format!("test-named-event-{}", std::process::id());
+    let open_named = |flags| {
+        uet_av::NamedAv::open(
+            AvAttr {
+                name: Some(AvName::new(&name).unwrap()),
+                count: 4,
+                flags,
+                ..AvAttr::default()
+            },
+            LIMITS,
+            |a| Ok(MemoryNicTable::new(a.count as u32)),
+        )
+        .unwrap()
+    };
+    let mut a = open_named(FI_EVENT);
+    let mut b = open_named(0);
+    let buf = pack(&[peer_bytes(1), [0u8; 32], peer_bytes(2)]);
+    let mut out = [7u64; 3];
+    let e = a.insert(&buf, 3, Some(&mut out), 0).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_ENOEQ, "no queue bound yet");
+    assert_eq!(out, [7; 3], "nothing written");
+
+    let eq = Sink::new();
+    a.bind(eq.clone(), 0).unwrap();
+    assert_eq!(eq.bound(), 1);
+    assert_eq!(
+        a.bind(eq.clone(), 0).unwrap_err().errno,
+        FiErrno::FI_EINVAL,
+        "bound once"
+    );
+    let mut st = [0i32; 3];
+    let e = a
+        .insert_with_status(&buf, 3, Some(&mut out), FI_SYNC_ERR, Some(&mut st))
+        .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EBADFLAGS);
+
+    // FI_SUCCESS: the outcome is on the queue, the fi_addrs in the array.
+    assert_eq!(
+        a.with_context(0x77).insert(&buf, 3, Some(&mut out), 0),
+        Ok(0)
+    );
+    assert_eq!(out, [0, FI_ADDR_NOTAVAIL, 1]);
+    let events = eq.read();
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert!(matches!(
+        events[0],
+        AvEvent::InsertError {
+            context: 0x77,
+            position: 1,
+            errno: FiErrno::FI_EINVAL,
+            ..
+        }
+    ));
+    assert!(matches!(
+        events[1],
+        AvEvent::InsertComplete {
+            context: 0x77,
+            inserted: 2,
+            ..
+        }
+    ));
+    // The other process's handle sees the entries.
+    b.sync().unwrap();
+    assert_eq!(b.av().iter().count(), 2);
+
+    // insertsym reports the same way: 2 of 4 fit.
+    assert_eq!(a.insertsym("10.3.0.1", 2, "1", 2, None, 0, None), Ok(0));
+    let events = eq.read();
+    assert_eq!(events.len(), 3, "{events:?}");
+    assert!(matches!(
+        events[2],
+        AvEvent::InsertComplete {
+            context: 0,
+            inserted: 2,
+            ..
+        }
+    ));
+    drop(a);
+    assert_eq!(eq.bound(), 0, "detached when the handle goes");
+}
