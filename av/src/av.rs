@@ -846,25 +846,7 @@ impl<N: NicAvTable> AddressVector<N> {
                 "fi_av_insert: this AV takes FI_ADDR_STR addresses (insert_str), not binary ones",
             ));
         }
-        let need = count
-            .checked_mul(ADDR_LEN)
-            .ok_or_else(|| FiError::inval(format!("fi_av_insert: count {count} is too large")))?;
-        let addrs = addr.get(..need).ok_or_else(|| {
-            FiError::inval(format!(
-                "fi_av_insert: {count} addresses need {need} bytes, the buffer has {}",
-                addr.len()
-            ))
-        })?;
-        let items = addrs.chunks_exact(ADDR_LEN).map(|raw| {
-            let bytes: [u8; ADDR_LEN] = raw
-                .try_into()
-                .map_err(|_| FiError::inval("address has the wrong length"))?;
-            if !UetAddress::bytes_are_valid(&bytes) {
-                // The full parse names what is wrong.
-                UetAddress::from_bytes(&bytes).map_err(|e| FiError::inval(e.to_string()))?;
-            }
-            Ok(bytes)
-        });
+        let items = binary_addresses("fi_av_insert", addr, count)?;
         self.insert_items(call, items)
     }
 
@@ -887,13 +869,7 @@ impl<N: NicAvTable> AddressVector<N> {
                  (open it with addr_format Str, or use insertsvc)",
             ));
         }
-        let resolver = self.resolver;
-        let items = addrs.iter().map(move |s| {
-            parse_addr_str_with(s, resolver).and_then(|a| {
-                a.to_bytes()
-                    .map_err(|e| FiError::inval(format!("address '{s}': {e}")))
-            })
-        });
+        let items = string_addresses(addrs, self.resolver);
         self.insert_items(call, items)
     }
 
@@ -919,7 +895,7 @@ impl<N: NicAvTable> AddressVector<N> {
             flags,
             status.map(core::slice::from_mut),
         )?;
-        let addr = self.svc_address(node, service).map_err(|e| FiError {
+        let addr = svc_address(node, service, self.resolver).map_err(|e| FiError {
             message: format!("fi_av_insertsvc: {}", e.message),
             ..e
         })?;
@@ -927,25 +903,6 @@ impl<N: NicAvTable> AddressVector<N> {
             .to_bytes()
             .map_err(|e| FiError::inval(format!("fi_av_insertsvc: {e}")))?;
         self.insert_items(call, core::iter::once(Ok(bytes)))
-    }
-
-    fn svc_address(&self, node: &str, service: Option<&str>) -> Result<UetAddress, FiError> {
-        if node.starts_with(ADDR_STR_SCHEME) {
-            if let Some(s) = service {
-                return Err(FiError::inval(format!(
-                    "node is an FI_ADDR_STR address, so service must be NULL, not '{s}'"
-                )));
-            }
-            return parse_addr_str_with(node, self.resolver);
-        }
-        let service = service.ok_or_else(|| {
-            FiError::inval(format!(
-                "service (the PIDonFEP) is required with node '{node}'"
-            ))
-        })?;
-        let service = Service::parse(service)?;
-        let ip = Node::parse(node)?.resolve(self.resolver)?;
-        service.at(ip)
     }
 
     /// `fi_av_insertsym`: insert `nodecnt` × `svccnt` addresses: for each node from `node`,
@@ -2128,4 +2085,72 @@ fn write_c_string(s: &str, buf: &mut [u8], len: &mut usize) {
         }
     }
     *len = s.len() + 1;
+}
+
+/// The `count` serialized addresses at the start of `addr` (fi_av_insert's binary form), each
+/// checked: a malformed one is its own `FI_EINVAL`, naming what is wrong. `FI_EINVAL` for the
+/// call when `addr` is shorter than `count` addresses.
+pub(crate) fn binary_addresses<'a>(
+    call: &str,
+    addr: &'a [u8],
+    count: usize,
+) -> Result<impl Iterator<Item = Result<[u8; ADDR_LEN], FiError>> + 'a, FiError> {
+    let need = count
+        .checked_mul(ADDR_LEN)
+        .ok_or_else(|| FiError::inval(format!("{call}: count {count} is too large")))?;
+    let addrs = addr.get(..need).ok_or_else(|| {
+        FiError::inval(format!(
+            "{call}: {count} addresses need {need} bytes, the buffer has {}",
+            addr.len()
+        ))
+    })?;
+    Ok(addrs.chunks_exact(ADDR_LEN).map(|raw| {
+        let bytes: [u8; ADDR_LEN] = raw
+            .try_into()
+            .map_err(|_| FiError::inval("address has the wrong length"))?;
+        if !UetAddress::bytes_are_valid(&bytes) {
+            // The full parse names what is wrong.
+            UetAddress::from_bytes(&bytes).map_err(|e| FiError::inval(e.to_string()))?;
+        }
+        Ok(bytes)
+    }))
+}
+
+/// `FI_ADDR_STR` strings (fi_av_insert's string form), each parsed (a host name node resolved
+/// with `resolver`) and serialized, or its own error.
+pub(crate) fn string_addresses<'a>(
+    addrs: &'a [&str],
+    resolver: Resolver,
+) -> impl Iterator<Item = Result<[u8; ADDR_LEN], FiError>> + 'a {
+    addrs.iter().map(move |s| {
+        parse_addr_str_with(s, resolver).and_then(|a| {
+            a.to_bytes()
+                .map_err(|e| FiError::inval(format!("address '{s}': {e}")))
+        })
+    })
+}
+
+/// The address fi_av_insertsvc's `node` and `service` name: an IP literal or host name
+/// (resolved with `resolver`) and a service; or an `FI_ADDR_STR` node and no service.
+pub(crate) fn svc_address(
+    node: &str,
+    service: Option<&str>,
+    resolver: Resolver,
+) -> Result<UetAddress, FiError> {
+    if node.starts_with(ADDR_STR_SCHEME) {
+        if let Some(s) = service {
+            return Err(FiError::inval(format!(
+                "node is an FI_ADDR_STR address, so service must be NULL, not '{s}'"
+            )));
+        }
+        return parse_addr_str_with(node, resolver);
+    }
+    let service = service.ok_or_else(|| {
+        FiError::inval(format!(
+            "service (the PIDonFEP) is required with node '{node}'"
+        ))
+    })?;
+    let service = Service::parse(service)?;
+    let ip = Node::parse(node)?.resolve(resolver)?;
+    service.at(ip)
 }

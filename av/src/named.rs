@@ -70,9 +70,11 @@ use std::sync::Arc;
 use tracing::debug;
 use uet_fwif::UetAddress;
 
-use crate::addr_str::ADDR_STR_SCHEME;
-use crate::addr_str::{parse_addr_str_with, system_resolver, Node, Resolver, Service, SymRange};
-use crate::av::{AddrFormat, AddressVector, AvAttr, AvLimits, ADDR_LEN};
+use crate::addr_str::{system_resolver, Resolver, SymRange};
+use crate::av::{
+    binary_addresses, string_addresses, svc_address, AddrFormat, AddressVector, AvAttr, AvLimits,
+    ADDR_LEN,
+};
 use crate::errno::{FiErrno, FiError};
 use crate::event::{AvEvent, AvEventSink, AvProgress};
 use crate::flags::{
@@ -490,27 +492,7 @@ impl<N: NicAvTable> NamedAv<N> {
                 "fi_av_insert: this AV takes FI_ADDR_STR addresses (insert_str), not binary ones",
             ));
         }
-        let need = count
-            .checked_mul(ADDR_LEN)
-            .ok_or_else(|| FiError::inval(format!("{CALL}: count {count} is too large")))?;
-        let addrs = addr.get(..need).ok_or_else(|| {
-            FiError::inval(format!(
-                "{CALL}: {count} addresses need {need} bytes, the buffer has {}",
-                addr.len()
-            ))
-        })?;
-        let items = addrs
-            .chunks_exact(ADDR_LEN)
-            .map(|raw| {
-                let bytes: [u8; ADDR_LEN] = raw
-                    .try_into()
-                    .map_err(|_| FiError::inval("address has the wrong length"))?;
-                if !UetAddress::bytes_are_valid(&bytes) {
-                    UetAddress::from_bytes(&bytes).map_err(|e| FiError::inval(e.to_string()))?;
-                }
-                Ok(bytes)
-            })
-            .collect();
+        let items = binary_addresses(CALL, addr, count)?.collect();
         self.insert_items(CALL, items, fi_addr, status)
     }
 
@@ -545,16 +527,7 @@ impl<N: NicAvTable> NamedAv<N> {
                  (open it with addr_format Str, or use insertsvc)",
             ));
         }
-        let resolver = self.local.resolver;
-        let items = addrs
-            .iter()
-            .map(|s| {
-                parse_addr_str_with(s, resolver).and_then(|a| {
-                    a.to_bytes()
-                        .map_err(|e| FiError::inval(format!("address '{s}': {e}")))
-                })
-            })
-            .collect();
+        let items = string_addresses(addrs, self.local.resolver).collect();
         self.insert_items(CALL, items, fi_addr, status)
     }
 
@@ -1152,28 +1125,4 @@ fn check_existing(
         )));
     }
     Ok(())
-}
-
-/// The address `node` and `service` name (fi_av_insertsvc's forms).
-fn svc_address(
-    node: &str,
-    service: Option<&str>,
-    resolver: Resolver,
-) -> Result<UetAddress, FiError> {
-    if node.starts_with(ADDR_STR_SCHEME) {
-        if let Some(s) = service {
-            return Err(FiError::inval(format!(
-                "node is an FI_ADDR_STR address, so service must be NULL, not '{s}'"
-            )));
-        }
-        return parse_addr_str_with(node, resolver);
-    }
-    let service = service.ok_or_else(|| {
-        FiError::inval(format!(
-            "service (the PIDonFEP) is required with node '{node}'"
-        ))
-    })?;
-    let service = Service::parse(service)?;
-    let ip = Node::parse(node)?.resolve(resolver)?;
-    service.at(ip)
 }
