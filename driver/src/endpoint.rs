@@ -378,6 +378,23 @@ struct TxRequest {
     remote_offset: u64,
 }
 
+impl TxRequest {
+    /// A request of `op` for `len` bytes at `iova` to `dest`: no flags, CQ data, match bits
+    /// or remote offset (struct update syntax sets those that a call has).
+    fn new(op: TxOpcode, dest: u64, iova: u64, len: usize) -> Self {
+        TxRequest {
+            op,
+            flags: 0,
+            dest,
+            iova,
+            len,
+            data: 0,
+            match_bits: 0,
+            remote_offset: 0,
+        }
+    }
+}
+
 struct Ring {
     geometry: RingGeometry,
     offset: usize,
@@ -968,14 +985,8 @@ impl Endpoint {
         data: u64,
     ) -> Result<(), (DriverError, DmaBuffer)> {
         let req = TxRequest {
-            op: TxOpcode::Send,
-            flags: 0,
-            dest,
-            iova: buffer.iova(),
-            len: buffer.len(),
             data,
-            match_bits: 0,
-            remote_offset: 0,
+            ..TxRequest::new(TxOpcode::Send, dest, buffer.iova(), buffer.len())
         };
         self.post_tx(req, context, buffer)
     }
@@ -991,14 +1002,8 @@ impl Endpoint {
         data: u64,
     ) -> Result<(), DriverError> {
         let req = TxRequest {
-            op: TxOpcode::Send,
-            flags: 0,
-            dest,
-            iova,
-            len,
             data,
-            match_bits: 0,
-            remote_offset: 0,
+            ..TxRequest::new(TxOpcode::Send, dest, iova, len)
         };
         self.post_tx(req, context, None::<DmaBuffer>)
             .map_err(|(e, _)| e)
@@ -1015,14 +1020,9 @@ impl Endpoint {
         data: u64,
     ) -> Result<(), (DriverError, DmaBuffer)> {
         let req = TxRequest {
-            op: TxOpcode::TaggedSend,
-            flags: 0,
-            dest,
-            iova: buffer.iova(),
-            len: buffer.len(),
             data,
             match_bits: tag,
-            remote_offset: 0,
+            ..TxRequest::new(TxOpcode::TaggedSend, dest, buffer.iova(), buffer.len())
         };
         self.post_tx(req, context, buffer)
     }
@@ -1067,14 +1067,10 @@ impl Endpoint {
         let region = self.region()?;
         region.write_bytes(slot, payload)?;
         let req = TxRequest {
-            op,
             flags: TX_FLAG_INJECT,
-            dest,
-            iova: region.iova_at(slot),
-            len: payload.len(),
             data,
             match_bits: tag,
-            remote_offset: 0,
+            ..TxRequest::new(op, dest, region.iova_at(slot), payload.len())
         };
         self.post_tx(req, 0, None::<DmaBuffer>).map_err(|(e, _)| e)
     }
@@ -1091,14 +1087,9 @@ impl Endpoint {
         context: u64,
     ) -> Result<(), (DriverError, DmaBuffer)> {
         let req = TxRequest {
-            op: TxOpcode::Write,
-            flags: 0,
-            dest,
-            iova: local.iova(),
-            len: local.len(),
-            data: 0,
             match_bits: key,
             remote_offset,
+            ..TxRequest::new(TxOpcode::Write, dest, local.iova(), local.len())
         };
         self.post_tx(req, context, local)
     }
@@ -1123,14 +1114,9 @@ impl Endpoint {
             return Err((e, local));
         }
         let req = TxRequest {
-            op: TxOpcode::Read,
-            flags: 0,
-            dest,
-            iova: local.iova(),
-            len,
-            data: 0,
             match_bits: key,
             remote_offset,
+            ..TxRequest::new(TxOpcode::Read, dest, local.iova(), len)
         };
         self.post_tx(req, context, local)
     }
@@ -1175,14 +1161,8 @@ impl Endpoint {
         context: u64,
     ) -> Result<(), (DriverError, DmaBuffer)> {
         let req = TxRequest {
-            op: TxOpcode::Send,
             flags: TX_FLAG_CONTROL,
-            dest,
-            iova: buffer.iova(),
-            len: buffer.len(),
-            data: 0,
-            match_bits: 0,
-            remote_offset: 0,
+            ..TxRequest::new(TxOpcode::Send, dest, buffer.iova(), buffer.len())
         };
         self.post_tx(req, context, buffer)
     }
