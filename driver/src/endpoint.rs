@@ -130,7 +130,6 @@ use uet_fwif::admin::{
     CTX_ROLE_RX, CTX_ROLE_TX, EP_FLAG_ABSOLUTE, EP_FLAG_DGRAM, EP_FLAG_PASSIVE,
 };
 use uet_fwif::auth_key::EndpointAuthKeysBody;
-use uet_fwif::counters::RETURN_CODES;
 use uet_fwif::datapath::{
     Completion, CompletionKind, LocalStatus, RxDescriptor, TaggedRxDescriptor, TxDescriptor,
     TxOpcode, COMPLETION_FLAG_BUFFER_RELEASED, COMPLETION_FLAG_MULTI_RECV,
@@ -1817,7 +1816,7 @@ impl Endpoint {
         )?;
         let mut block = EndpointCounters::new_zeroed();
         admin.scratch().read_bytes(0, block.as_mut_bytes())?;
-        Ok(EndpointStats::from_wire(&block))
+        Ok(EndpointStats::from(&block))
     }
 }
 
@@ -1839,114 +1838,9 @@ fn cq_error(
     })
 }
 
-/// An endpoint's counters (see `uet_fwif::counters` for exactly what each counts).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EndpointStats {
-    /// SEND and TAGGED_SEND descriptors completed successfully (inject included).
-    pub tx_messages: u64,
-    /// Their payload bytes.
-    pub tx_bytes: u64,
-    /// Of which tagged.
-    pub tx_tagged_messages: u64,
-    /// Of which inject.
-    pub tx_inject_messages: u64,
-    /// Messages delivered into receive buffers.
-    pub rx_messages: u64,
-    /// Bytes delivered into receive buffers.
-    pub rx_bytes: u64,
-    /// Of which tagged.
-    pub rx_tagged_messages: u64,
-    /// Tagged messages that waited on the unexpected list.
-    pub rx_unexpected: u64,
-    /// RMA writes completed successfully (initiator).
-    pub rma_writes: u64,
-    /// Their bytes.
-    pub rma_write_bytes: u64,
-    /// RMA reads completed successfully (initiator).
-    pub rma_reads: u64,
-    /// Their bytes.
-    pub rma_read_bytes: u64,
-    /// Bytes remote writes placed in this endpoint's regions.
-    pub rma_target_write_bytes: u64,
-    /// Bytes remote reads took from this endpoint's regions.
-    pub rma_target_read_bytes: u64,
-    /// TX descriptors completed with an error.
-    pub tx_errors: u64,
-    /// Receive descriptors completed with an error.
-    pub rx_errors: u64,
-    /// Requests refused, by UET return code.
-    pub rejected: [u64; RETURN_CODES],
-}
-
-impl EndpointStats {
-    fn from_wire(w: &EndpointCounters) -> Self {
-        let mut rejected = [0u64; RETURN_CODES];
-        for (r, v) in rejected.iter_mut().zip(w.rejected.iter()) {
-            *r = v.get();
-        }
-        EndpointStats {
-            tx_messages: w.tx_messages.get(),
-            tx_bytes: w.tx_bytes.get(),
-            tx_tagged_messages: w.tx_tagged_messages.get(),
-            tx_inject_messages: w.tx_inject_messages.get(),
-            rx_messages: w.rx_messages.get(),
-            rx_bytes: w.rx_bytes.get(),
-            rx_tagged_messages: w.rx_tagged_messages.get(),
-            rx_unexpected: w.rx_unexpected.get(),
-            rma_writes: w.rma_writes.get(),
-            rma_write_bytes: w.rma_write_bytes.get(),
-            rma_reads: w.rma_reads.get(),
-            rma_read_bytes: w.rma_read_bytes.get(),
-            rma_target_write_bytes: w.rma_target_write_bytes.get(),
-            rma_target_read_bytes: w.rma_target_read_bytes.get(),
-            tx_errors: w.tx_errors.get(),
-            rx_errors: w.rx_errors.get(),
-            rejected,
-        }
-    }
-
-    /// Requests refused with `rc`.
-    pub fn rejected(&self, rc: ReturnCode) -> u64 {
-        self.rejected
-            .get(usize::from(rc as u8))
-            .copied()
-            .unwrap_or(0)
-    }
-
-    /// The named counters in datasheet order, then every non-zero `rejected` entry as
-    /// `rejected_RC_…`.
-    pub fn named(&self) -> Vec<(String, u64)> {
-        let mut out: Vec<(String, u64)> = [
-            ("tx_messages", self.tx_messages),
-            ("tx_bytes", self.tx_bytes),
-            ("tx_tagged_messages", self.tx_tagged_messages),
-            ("tx_inject_messages", self.tx_inject_messages),
-            ("rx_messages", self.rx_messages),
-            ("rx_bytes", self.rx_bytes),
-            ("rx_tagged_messages", self.rx_tagged_messages),
-            ("rx_unexpected", self.rx_unexpected),
-            ("rma_writes", self.rma_writes),
-            ("rma_write_bytes", self.rma_write_bytes),
-            ("rma_reads", self.rma_reads),
-            ("rma_read_bytes", self.rma_read_bytes),
-            ("rma_target_write_bytes", self.rma_target_write_bytes),
-            ("rma_target_read_bytes", self.rma_target_read_bytes),
-            ("tx_errors", self.tx_errors),
-            ("rx_errors", self.rx_errors),
-        ]
-        .into_iter()
-        .map(|(n, v)| (n.to_string(), v))
-        .collect();
-        for (code, &v) in self.rejected.iter().enumerate() {
-            if v != 0 {
-                let name = ReturnCode::from_u8(code as u8)
-                    .map_or_else(|| format!("RC_{code:#04x}"), |rc| rc.name().to_string());
-                out.push((format!("rejected_{name}"), v));
-            }
-        }
-        out
-    }
-}
+/// An endpoint's counters (see `uet_fwif::counters` for exactly what each counts): the
+/// values COUNTERS_READ returns, as native integers.
+pub use uet_fwif::counters::EndpointCounterValues as EndpointStats;
 
 impl Drop for Endpoint {
     fn drop(&mut self) {

@@ -37,44 +37,100 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 /// Return codes `rejected` is indexed by (6 bits).
 pub const RETURN_CODES: usize = 64;
 
-/// One endpoint's counter block.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
-#[repr(C)]
-pub struct EndpointCounters {
+/// Declares the counter block once: the wire layout [`EndpointCounters`], the native values
+/// [`EndpointCounterValues`] both sides count in, the conversions between them, and the names.
+macro_rules! endpoint_counters {
+    ($($(#[doc = $doc:literal])* $name:ident,)*) => {
+        /// One endpoint's counter block, as COUNTERS_READ writes it.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+        #[repr(C)]
+        pub struct EndpointCounters {
+            $($(#[doc = $doc])* pub $name: U64,)*
+            /// Refused requests, by return code.
+            pub rejected: [U64; RETURN_CODES],
+        }
+
+        /// One endpoint's counters as native integers: what the NIC counts in and what the
+        /// driver reports (`EndpointCounters` is their wire form).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub struct EndpointCounterValues {
+            $($(#[doc = $doc])* pub $name: u64,)*
+            /// Refused requests, by return code.
+            pub rejected: [u64; RETURN_CODES],
+        }
+
+        impl Default for EndpointCounterValues {
+            fn default() -> Self {
+                EndpointCounterValues {
+                    $($name: 0,)*
+                    rejected: [0; RETURN_CODES],
+                }
+            }
+        }
+
+        impl From<&EndpointCounters> for EndpointCounterValues {
+            fn from(w: &EndpointCounters) -> Self {
+                EndpointCounterValues {
+                    $($name: w.$name.get(),)*
+                    rejected: w.rejected.map(|v| v.get()),
+                }
+            }
+        }
+
+        impl From<&EndpointCounterValues> for EndpointCounters {
+            fn from(v: &EndpointCounterValues) -> Self {
+                EndpointCounters {
+                    $($name: U64::new(v.$name),)*
+                    rejected: v.rejected.map(U64::new),
+                }
+            }
+        }
+
+        impl EndpointCounters {
+            /// The named counters, in layout order, with their datasheet names.
+            pub fn named(&self) -> [(&'static str, u64); NAMED_COUNTERS] {
+                [$((stringify!($name), self.$name.get()),)*]
+            }
+        }
+    };
+}
+
+/// Counters with a name (all but `rejected`).
+pub const NAMED_COUNTERS: usize = 16;
+
+endpoint_counters! {
     /// SEND and TAGGED_SEND descriptors completed successfully.
-    pub tx_messages: U64,
+    tx_messages,
     /// Their payload bytes.
-    pub tx_bytes: U64,
+    tx_bytes,
     /// Of which TAGGED_SEND.
-    pub tx_tagged_messages: U64,
+    tx_tagged_messages,
     /// Of which inject.
-    pub tx_inject_messages: U64,
+    tx_inject_messages,
     /// Messages delivered into receive buffers.
-    pub rx_messages: U64,
+    rx_messages,
     /// Bytes delivered into receive buffers.
-    pub rx_bytes: U64,
+    rx_bytes,
     /// Of which tagged.
-    pub rx_tagged_messages: U64,
+    rx_tagged_messages,
     /// Tagged messages held on the unexpected list.
-    pub rx_unexpected: U64,
+    rx_unexpected,
     /// WRITE descriptors completed successfully.
-    pub rma_writes: U64,
+    rma_writes,
     /// Their bytes.
-    pub rma_write_bytes: U64,
+    rma_write_bytes,
     /// READ descriptors completed successfully.
-    pub rma_reads: U64,
+    rma_reads,
     /// Their bytes.
-    pub rma_read_bytes: U64,
+    rma_read_bytes,
     /// Bytes remote WRITEs placed in this endpoint's regions.
-    pub rma_target_write_bytes: U64,
+    rma_target_write_bytes,
     /// Bytes remote READs took from this endpoint's regions.
-    pub rma_target_read_bytes: U64,
+    rma_target_read_bytes,
     /// TX descriptors completed with an error.
-    pub tx_errors: U64,
+    tx_errors,
     /// Receive descriptors completed with an error.
-    pub rx_errors: U64,
-    /// Refused requests, by return code.
-    pub rejected: [U64; RETURN_CODES],
+    rx_errors,
 }
 
 const _: () = assert!(core::mem::size_of::<EndpointCounters>() == 640);
@@ -90,26 +146,39 @@ impl EndpointCounters {
             .get(usize::from(rc as u8))
             .map_or(0, |v| v.get())
     }
+}
 
-    /// The named counters, in layout order, with their datasheet names.
-    pub fn named(&self) -> [(&'static str, u64); 16] {
-        [
-            ("tx_messages", self.tx_messages.get()),
-            ("tx_bytes", self.tx_bytes.get()),
-            ("tx_tagged_messages", self.tx_tagged_messages.get()),
-            ("tx_inject_messages", self.tx_inject_messages.get()),
-            ("rx_messages", self.rx_messages.get()),
-            ("rx_bytes", self.rx_bytes.get()),
-            ("rx_tagged_messages", self.rx_tagged_messages.get()),
-            ("rx_unexpected", self.rx_unexpected.get()),
-            ("rma_writes", self.rma_writes.get()),
-            ("rma_write_bytes", self.rma_write_bytes.get()),
-            ("rma_reads", self.rma_reads.get()),
-            ("rma_read_bytes", self.rma_read_bytes.get()),
-            ("rma_target_write_bytes", self.rma_target_write_bytes.get()),
-            ("rma_target_read_bytes", self.rma_target_read_bytes.get()),
-            ("tx_errors", self.tx_errors.get()),
-            ("rx_errors", self.rx_errors.get()),
-        ]
+impl EndpointCounterValues {
+    /// Requests refused with `rc`.
+    pub fn rejected(&self, rc: ReturnCode) -> u64 {
+        self.rejected
+            .get(usize::from(rc as u8))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// The named counters in datasheet order, then every non-zero `rejected` entry as
+    /// `rejected_RC_…`.
+    pub fn named(&self) -> Vec<(String, u64)> {
+        let mut out: Vec<(String, u64)> = EndpointCounters::from(self)
+            .named()
+            .into_iter()
+            .map(|(n, v)| (n.to_string(), v))
+            .collect();
+        for (code, &v) in self.rejected.iter().enumerate() {
+            if v != 0 {
+                let name = ReturnCode::from_u8(code as u8)
+                    .map_or_else(|| format!("RC_{code:#04x}"), |rc| rc.name().to_string());
+                out.push((format!("rejected_{name}"), v));
+            }
+        }
+        out
+    }
+
+    /// Count one request refused with `rc`.
+    pub fn reject(&mut self, rc: ReturnCode) {
+        if let Some(v) = self.rejected.get_mut(usize::from(rc as u8)) {
+            *v = v.wrapping_add(1);
+        }
     }
 }

@@ -25,10 +25,8 @@ use crate::multi_recv::MultiRecvBuf;
 use crate::tag_match::{PostedTagged, Unexpected};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use uet_fwif::admin::{CTX_ROLE_CONTROL, CTX_ROLE_RX, CTX_ROLE_TX};
-use uet_fwif::counters::RETURN_CODES;
 use uet_fwif::ring::RingGeometry;
-use uet_fwif::{Completion, EndpointCounters, ReturnCode, RxDescriptor};
-use zerocopy::FromZeros;
+use uet_fwif::{Completion, RxDescriptor};
 
 /// A producer/consumer ring the NIC reads (TX, RX).
 #[derive(Clone, Copy, Debug)]
@@ -76,84 +74,7 @@ impl CqRing {
 }
 
 /// The counters of one endpoint (see `uet_fwif::counters` for their meaning).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct EpStats {
-    pub tx_messages: u64,
-    pub tx_bytes: u64,
-    pub tx_tagged_messages: u64,
-    pub tx_inject_messages: u64,
-    pub rx_messages: u64,
-    pub rx_bytes: u64,
-    pub rx_tagged_messages: u64,
-    pub rx_unexpected: u64,
-    pub rma_writes: u64,
-    pub rma_write_bytes: u64,
-    pub rma_reads: u64,
-    pub rma_read_bytes: u64,
-    pub rma_target_write_bytes: u64,
-    pub rma_target_read_bytes: u64,
-    pub tx_errors: u64,
-    pub rx_errors: u64,
-    pub rejected: [u64; RETURN_CODES],
-}
-
-impl Default for EpStats {
-    fn default() -> Self {
-        EpStats {
-            tx_messages: 0,
-            tx_bytes: 0,
-            tx_tagged_messages: 0,
-            tx_inject_messages: 0,
-            rx_messages: 0,
-            rx_bytes: 0,
-            rx_tagged_messages: 0,
-            rx_unexpected: 0,
-            rma_writes: 0,
-            rma_write_bytes: 0,
-            rma_reads: 0,
-            rma_read_bytes: 0,
-            rma_target_write_bytes: 0,
-            rma_target_read_bytes: 0,
-            tx_errors: 0,
-            rx_errors: 0,
-            rejected: [0; RETURN_CODES],
-        }
-    }
-}
-
-impl EpStats {
-    /// Count a refused request.
-    pub(crate) fn reject(&mut self, rc: ReturnCode) {
-        if let Some(v) = self.rejected.get_mut(usize::from(rc as u8)) {
-            *v = v.wrapping_add(1);
-        }
-    }
-
-    /// The block COUNTERS_READ writes.
-    pub(crate) fn to_wire(self) -> EndpointCounters {
-        let mut c = EndpointCounters::new_zeroed();
-        c.tx_messages.set(self.tx_messages);
-        c.tx_bytes.set(self.tx_bytes);
-        c.tx_tagged_messages.set(self.tx_tagged_messages);
-        c.tx_inject_messages.set(self.tx_inject_messages);
-        c.rx_messages.set(self.rx_messages);
-        c.rx_bytes.set(self.rx_bytes);
-        c.rx_tagged_messages.set(self.rx_tagged_messages);
-        c.rx_unexpected.set(self.rx_unexpected);
-        c.rma_writes.set(self.rma_writes);
-        c.rma_write_bytes.set(self.rma_write_bytes);
-        c.rma_reads.set(self.rma_reads);
-        c.rma_read_bytes.set(self.rma_read_bytes);
-        c.rma_target_write_bytes.set(self.rma_target_write_bytes);
-        c.rma_target_read_bytes.set(self.rma_target_read_bytes);
-        c.tx_errors.set(self.tx_errors);
-        c.rx_errors.set(self.rx_errors);
-        for (w, &v) in c.rejected.iter_mut().zip(self.rejected.iter()) {
-            w.set(v);
-        }
-        c
-    }
-}
+pub(crate) type EpStats = uet_fwif::counters::EndpointCounterValues;
 
 /// One endpoint.
 #[derive(Debug)]

@@ -498,12 +498,8 @@ impl Nic {
 
     fn fw_counters_read(&mut self, endpoint: u32, b: &BufferBody) -> FwResult {
         let h = u16::try_from(endpoint).map_err(|_| Status::InvalidHandle)?;
-        let block = self
-            .eps
-            .get(h)
-            .ok_or(Status::InvalidHandle)?
-            .stats
-            .to_wire();
+        let block = self.eps.get(h).ok_or(Status::InvalidHandle)?.stats;
+        let block = uet_fwif::EndpointCounters::from(&block);
         if self.iommu.write(b.buf.get(), block.as_bytes()).is_err() {
             return Err(self.dma_status());
         }
