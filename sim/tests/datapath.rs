@@ -46,6 +46,19 @@ fn pair(rx_ctx_bits: u8) -> Pair {
     }
 }
 
+/// A frame from NIC A (10.0.0.1) to NIC B (10.0.0.2) carrying `pkt`, from UDP port `src_port`.
+fn a_to_b(src_port: u16, pkt: &[u8]) -> Vec<u8> {
+    frame::build(
+        [2; 6],
+        frame::GATEWAY_MAC,
+        addr("10.0.0.1"),
+        addr("10.0.0.2"),
+        src_port,
+        pkt,
+    )
+    .unwrap()
+}
+
 fn status(c: &Completion) -> LocalStatus {
     LocalStatus::from_u8(c.status)
 }
@@ -161,15 +174,7 @@ fn wire_bytes_match_the_uet_layout() {
     }
     .encode(&mut pkt);
     pkt.extend_from_slice(b"zz");
-    let f = frame::build(
-        [2; 6],
-        frame::GATEWAY_MAC,
-        addr("10.0.0.1"),
-        addr("10.0.0.2"),
-        9,
-        &pkt,
-    )
-    .unwrap();
+    let f = a_to_b(9, &pkt);
     let udp_payload = 14 + 20 + 8;
     assert_eq!(&f[36..38], &4793u16.to_be_bytes());
     assert_eq!(f[udp_payload] >> 3, 2, "PDS type RUD_REQ");
@@ -480,15 +485,7 @@ fn malformed_frames_are_counted_and_dropped() {
     }
     .encode(&mut pkt);
     pkt.extend_from_slice(b"inj");
-    let good = frame::build(
-        [2; 6],
-        frame::GATEWAY_MAC,
-        addr("10.0.0.1"),
-        addr("10.0.0.2"),
-        5,
-        &pkt,
-    )
-    .unwrap();
+    let good = a_to_b(5, &pkt);
     fabric.inject_frame(&good);
     let c = b.poll_cq(&mut eb).unwrap();
     assert_eq!(b.buf(0, 3), b"inj");
@@ -514,45 +511,15 @@ fn malformed_frames_are_counted_and_dropped() {
     // A SES header with reserved bits set.
     let mut p2 = pkt.clone();
     p2[12 + 8] |= 0x80;
-    bad.push(
-        frame::build(
-            [2; 6],
-            frame::GATEWAY_MAC,
-            addr("10.0.0.1"),
-            addr("10.0.0.2"),
-            5,
-            &p2,
-        )
-        .unwrap(),
-    );
+    bad.push(a_to_b(5, &p2));
     // request_length disagreeing with the payload.
     let mut p3 = pkt.clone();
     p3[12 + 43] = 9;
-    bad.push(
-        frame::build(
-            [2; 6],
-            frame::GATEWAY_MAC,
-            addr("10.0.0.1"),
-            addr("10.0.0.2"),
-            5,
-            &p3,
-        )
-        .unwrap(),
-    );
+    bad.push(a_to_b(5, &p3));
     // Unknown PDS type.
     let mut p4 = pkt.clone();
     p4[0] = 0x70;
-    bad.push(
-        frame::build(
-            [2; 6],
-            frame::GATEWAY_MAC,
-            addr("10.0.0.1"),
-            addr("10.0.0.2"),
-            5,
-            &p4,
-        )
-        .unwrap(),
-    );
+    bad.push(a_to_b(5, &p4));
     // Garbage, empty.
     bad.push(vec![0xFF; 3]);
     // The 30-byte and 3-byte frames have no complete IP header: the fabric cannot route them.
