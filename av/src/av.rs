@@ -1061,15 +1061,7 @@ impl<N: NicAvTable> AddressVector<N> {
             self.user_ids = Some(u);
         }
         let open_user_id = (self.attr.flags & FI_AV_USER_ID != 0).then_some(FI_ADDR_NOTAVAIL);
-        // Without an fi_addr array, FI_SYNC_ERR still has to learn which inserts a failed
-        // AV_WRITE rolled back.
-        let mut own_out = Vec::new();
-        if fi_addr.is_none() && status.is_some() {
-            own_out
-                .try_reserve_exact(count)
-                .map_err(|_| FiError::new(FiErrno::FI_ENOMEM, format!("{call}: no memory")))?;
-            own_out.resize(count, FI_ADDR_NOTAVAIL);
-        }
+        let mut own_out = own_fi_addrs(call, count, fi_addr.is_none() && status.is_some())?;
 
         let with_key = flags & FI_AUTH_KEY != 0;
         let mut inserted = 0;
@@ -1177,13 +1169,7 @@ impl<N: NicAvTable> AddressVector<N> {
         let mut event_call = self
             .is_event()
             .then(|| events::CallBuilder::new(core::mem::take(&mut self.call_context)));
-        let mut own_out = Vec::new();
-        if fi_addr.is_none() && status.is_some() {
-            own_out
-                .try_reserve_exact(count)
-                .map_err(|_| FiError::new(FiErrno::FI_ENOMEM, format!("{call}: no memory")))?;
-            own_out.resize(count, FI_ADDR_NOTAVAIL);
-        }
+        let mut own_out = own_fi_addrs(call, count, fi_addr.is_none() && status.is_some())?;
         let mut m = 0u32;
         let mut failure = FiErrno::FI_ENOSPC;
         while m < total {
@@ -2085,6 +2071,19 @@ fn write_c_string(s: &str, buf: &mut [u8], len: &mut usize) {
         }
     }
     *len = s.len() + 1;
+}
+
+/// The fi_addr array an insert call keeps for itself when `needed`: without the caller's,
+/// `FI_SYNC_ERR` still has to learn which inserts a failed AV_WRITE rolled back. Empty when
+/// not needed.
+fn own_fi_addrs(call: &str, count: usize, needed: bool) -> Result<Vec<FiAddr>, FiError> {
+    let mut own = Vec::new();
+    if needed {
+        own.try_reserve_exact(count)
+            .map_err(|_| FiError::new(FiErrno::FI_ENOMEM, format!("{call}: no memory")))?;
+        own.resize(count, FI_ADDR_NOTAVAIL);
+    }
+    Ok(own)
 }
 
 /// The `count` serialized addresses at the start of `addr` (fi_av_insert's binary form), each
