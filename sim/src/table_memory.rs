@@ -6,9 +6,10 @@
 //!
 //! * a table of at least one 2 MiB page takes its memory from the hugepage pool
 //!   (`MAP_HUGETLB`) when the pool can reserve all of it — as the NIC's table memory, it is
-//!   the table's from creation to destruction, and first writes cost a 2 MiB clear per 2 MiB
-//!   instead of a page fault per 4 KiB, which is most of what writing a fresh entry costs on
-//!   a virtual machine;
+//!   the table's from creation to destruction. It is cleared when the table is created
+//!   (`MAP_POPULATE`), as a NIC's table memory is ready before its first AV_WRITE: writing an
+//!   entry then costs the same as rewriting one, where a page fault per 4 KiB would be most
+//!   of what writing a fresh entry costs on a virtual machine;
 //! * a large table the pool cannot hold is an ordinary anonymous mapping that the kernel
 //!   commits 4 KiB at a time as entries are written, so a large table that stays sparse costs
 //!   little;
@@ -59,9 +60,13 @@ impl<T: FromBytes + IntoBytes + KnownLayout + Immutable> TableMemory<T> {
             });
         }
         let rounded = bytes.checked_next_multiple_of(HUGEPAGE_BYTES)?;
+        // A hugepage mapping holds its pages from the pool from mmap on (the pool reserves them
+        // then), so populating it takes no memory that creation did not: it only clears them
+        // now, when the table is created, rather than 2 MiB at a time under the first writes.
         let (map, huge) = match MmapOptions::new()
             .len(rounded)
             .huge(Some(HUGEPAGE_SHIFT))
+            .populate()
             .map_anon()
         {
             Ok(map) => (map, true),
