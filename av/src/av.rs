@@ -1627,8 +1627,10 @@ impl<N: NicAvTable> AddressVector<N> {
         if flags & FI_AUTH_KEY != 0 {
             return self.remove_auth_keys(fi_addrs);
         }
-        if fi_addrs.is_empty() {
-            return Ok(());
+        match fi_addrs {
+            [] => return Ok(()),
+            [one] => return self.remove_one(*one),
+            _ => {}
         }
         let mut list = core::mem::take(&mut self.index_buf);
         list.clear();
@@ -1638,6 +1640,32 @@ impl<N: NicAvTable> AddressVector<N> {
             self.index_buf = list;
         }
         result
+    }
+
+    /// [`AddressVector::remove`] of a single address: the same checks, messages and
+    /// commands as a list of one, without the list.
+    fn remove_one(&mut self, fi_addr: FiAddr) -> Result<(), FiError> {
+        let named = |e: FiError| FiError {
+            message: format!("fi_av_remove: fi_addr[0]: {}", e.message),
+            ..e
+        };
+        let index = self.index_of(fi_addr).map_err(named)?;
+        self.settle_nic()?;
+        // As in remove_listed: settling an FI_EVENT AV may have taken the index back.
+        if self.is_event() && self.index_of(fi_addr).is_err() {
+            return Err(FiError::inval(format!(
+                "fi_av_remove: index {index} was taken back: its asynchronous insert failed"
+            )));
+        }
+        if let Err(e) = self.nic.invalidate(&[index]) {
+            warn!(removed = 0, total = 1, error = %e, "AV_INVALIDATE failed");
+            return Err(FiError::io(format!(
+                "fi_av_remove: the NIC refused to invalidate index {index}, which stays \
+                 inserted: {e}"
+            )));
+        }
+        self.release(index);
+        Ok(())
     }
 
     fn remove_listed(&mut self, fi_addrs: &[FiAddr], list: &mut Vec<u32>) -> Result<(), FiError> {

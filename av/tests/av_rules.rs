@@ -419,6 +419,22 @@ fn failed_nic_invalidate_keeps_the_addresses() {
     av.remove(&[0, 2], 0).unwrap();
     assert_eq!(av.len(), 1);
     assert_in_step(&av);
+    // A single address takes its own path: the same outcome.
+    av.nic_mut().fail_after(NicOp::Invalidate, 0);
+    let e = av.remove(&[1], 0).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EIO);
+    assert!(
+        e.message.contains("index 1") && e.message.contains("injected fault"),
+        "{e}"
+    );
+    assert_eq!(av.len(), 1);
+    assert_in_step(&av);
+    let e = av.remove(&[0], 0).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL);
+    assert!(e.message.contains("fi_addr[0]"), "{e}");
+    av.remove(&[1], 0).unwrap();
+    assert_eq!(av.len(), 0);
+    assert_in_step(&av);
 }
 
 #[test]
