@@ -642,7 +642,6 @@ pub struct AddressVector<N: NicAvTable> {
     auth: Option<Box<auth_keys::AuthKeys>>,
     /// Indices inserted with `FI_MORE` whose NIC records are not sent yet, in insertion order.
     pending: Vec<u32>,
-    write_buf: Vec<AvWriteRecord>,
     index_buf: Vec<u32>,
     resolver: Resolver,
     /// `FI_EVENT` inserts and the event-queue binding (see [`events`]).
@@ -660,6 +659,72 @@ impl<N: NicAvTable> core::fmt::Debug for AddressVector<N> {
             .field("pending", &self.pending.len())
             .field("user_ids", &self.user_ids.is_some())
             .finish_non_exhaustive()
+    }
+}
+
+/// The [`EntrySource`] of an AV, borrowed field by field: a method would borrow the whole AV,
+/// and [`AddressVector::flush`] builds records from it while the NIC table is borrowed.
+macro_rules! entry_source {
+    ($av:expr) => {
+        EntrySource {
+            slots: &$av.slots,
+            ranges: &$av.ranges,
+            alloc: &$av.alloc,
+            user_ids: $av.user_ids.as_deref(),
+            auth: $av.auth.as_deref(),
+            job_id: $av.attr.job_id,
+        }
+    };
+}
+
+/// The parts of the mirror a NIC entry is made of, borrowed apart from the NIC table, so that
+/// records can be built while the table takes them ([`NicAvTable::write_entries_with`]).
+#[derive(Clone, Copy)]
+struct EntrySource<'a> {
+    slots: &'a Slots,
+    ranges: &'a Ranges,
+    alloc: &'a IndexAllocator,
+    user_ids: Option<&'a UserIds>,
+    auth: Option<&'a auth_keys::AuthKeys>,
+    job_id: u32,
+}
+
+impl EntrySource<'_> {
+    /// The NIC record of a pending insert at `index`: the single entry, or the range record.
+    fn pending_record(&self, index: u32) -> NicAvEntry {
+        if self.slots.get(index).is_some_and(|s| s[0] != 0) {
+            return self.nic_entry(index);
+        }
+        match self.ranges.starting_at(index) {
+            Some(r) => r.record(self.job_id),
+            None => self.nic_entry(index),
+        }
+    }
+
+    /// The NIC entry for `index` (INVALID when unused).
+    fn nic_entry(&self, index: u32) -> NicAvEntry {
+        let single = self.slots.get(index).filter(|s| s[0] != 0);
+        if single.is_none() && self.alloc.is_allocated(index) {
+            if let Some(e) = self
+                .ranges
+                .covering(index)
+                .and_then(|r| r.nic_entry(index, self.job_id))
+            {
+                return e;
+            }
+        }
+        single
+            // Slots hold only addresses that were valid when inserted.
+            .map(|s| NicAvEntry::for_valid_peer_bytes(s, self.job_id))
+            .map_or(NicAvEntry::INVALID, |mut e| {
+                if let Some(slot) = self.auth.and_then(|k| k.slot_of_index(index)) {
+                    e = e.with_auth_key(slot);
+                }
+                match self.user_ids.and_then(|u| u.get(index)) {
+                    Some(user_id) => e.with_user_id(user_id),
+                    None => e,
+                }
+            })
     }
 }
 
@@ -722,7 +787,6 @@ impl<N: NicAvTable> AddressVector<N> {
             auth: (attr.auth_key_size == FI_AV_AUTH_KEY)
                 .then(|| Box::new(auth_keys::AuthKeys::new(limits.max_auth_keys))),
             pending: Vec::new(),
-            write_buf: Vec::new(),
             index_buf: Vec::new(),
             resolver: system_resolver,
             events: (attr.flags & FI_EVENT != 0).then(|| events::EventState::new(id)),
@@ -1489,25 +1553,27 @@ impl<N: NicAvTable> AddressVector<N> {
             return Ok(());
         }
         let mut pending = core::mem::take(&mut self.pending);
-        let mut buf = core::mem::take(&mut self.write_buf);
         let mut written = 0;
         let mut failure = None;
+        let entries = entry_source!(self);
         for chunk in pending.chunks(MAX_BATCH as usize) {
-            buf.clear();
-            buf.extend(chunk.iter().map(|&index| AvWriteRecord {
-                index: index.into(),
-                reserved: Default::default(),
-                entry: self.pending_record(index),
-            }));
-            if let Err(e) = self.nic.write_entries(&buf) {
+            // Each record is built where the NIC table takes it (for the driver, in the DMA
+            // memory AV_WRITE reads).
+            let mut record = |i: usize| {
+                // Always within the chunk (exactly that many are asked for); past it, an index
+                // outside every table, so that a miscount fails the whole write.
+                let index = chunk.get(i).copied().unwrap_or(u32::MAX);
+                AvWriteRecord {
+                    index: index.into(),
+                    reserved: Default::default(),
+                    entry: entries.pending_record(index),
+                }
+            };
+            if let Err(e) = self.nic.write_entries_with(chunk.len(), &mut record) {
                 failure = Some(e);
                 break;
             }
             written += chunk.len();
-        }
-        buf.clear();
-        if buf.capacity() <= SCRATCH_KEEP {
-            self.write_buf = buf;
         }
         let result = match failure {
             None => Ok(()),
@@ -1598,13 +1664,12 @@ impl<N: NicAvTable> AddressVector<N> {
 
     /// The NIC record of a pending insert at `index`: the single entry, or the range record.
     fn pending_record(&self, index: u32) -> NicAvEntry {
-        if self.slots.get(index).is_some_and(|s| s[0] != 0) {
-            return self.nic_entry(index);
-        }
-        match self.ranges.starting_at(index) {
-            Some(r) => r.record(self.attr.job_id),
-            None => self.nic_entry(index),
-        }
+        self.entry_source().pending_record(index)
+    }
+
+    /// The parts of the mirror NIC entries are made of.
+    fn entry_source(&self) -> EntrySource<'_> {
+        entry_source!(self)
     }
 
     /// `fi_av_remove`: remove every address in `fi_addrs`, or none.
@@ -1939,28 +2004,7 @@ impl<N: NicAvTable> AddressVector<N> {
 
     /// The NIC entry for `index` (INVALID when unused).
     fn nic_entry(&self, index: u32) -> NicAvEntry {
-        let single = self.slots.get(index).filter(|s| s[0] != 0);
-        if single.is_none() && self.alloc.is_allocated(index) {
-            if let Some(e) = self
-                .ranges
-                .covering(index)
-                .and_then(|r| r.nic_entry(index, self.attr.job_id))
-            {
-                return e;
-            }
-        }
-        single
-            // Slots hold only addresses that were valid when inserted.
-            .map(|s| NicAvEntry::for_valid_peer_bytes(s, self.attr.job_id))
-            .map_or(NicAvEntry::INVALID, |mut e| {
-                if let Some(slot) = self.auth.as_deref().and_then(|k| k.slot_of_index(index)) {
-                    e = e.with_auth_key(slot);
-                }
-                match self.user_ids.as_deref().and_then(|u| u.get(index)) {
-                    Some(user_id) => e.with_user_id(user_id),
-                    None => e,
-                }
-            })
+        self.entry_source().nic_entry(index)
     }
 
     /// The NIC table.
@@ -2026,7 +2070,6 @@ impl<N: NicAvTable> AddressVector<N> {
                 core::mem::size_of::<auth_keys::AuthKeys>() + a.heap_bytes()
             })
             + self.pending.capacity() * core::mem::size_of::<u32>()
-            + self.write_buf.capacity() * core::mem::size_of::<AvWriteRecord>()
             + self.index_buf.capacity() * core::mem::size_of::<u32>()
     }
 

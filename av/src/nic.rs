@@ -35,6 +35,18 @@ fn no_auth_keys(call: &str) -> FiError {
 pub trait NicAvTable {
     /// One AV_WRITE of these records (at most [`uet_fwif::admin::MAX_BATCH`]).
     fn write_entries(&mut self, records: &[AvWriteRecord]) -> Result<(), NicError>;
+    /// One AV_WRITE of `count` records (at most [`MAX_BATCH`]), the `i`th made by
+    /// `record(i)`, as [`NicAvTable::write_entries`]. A table whose command reads its records
+    /// from DMA memory builds them there, so the host neither stages nor copies them; the
+    /// default builds them in a buffer of its own and calls [`NicAvTable::write_entries`].
+    fn write_entries_with(
+        &mut self,
+        count: usize,
+        record: &mut dyn FnMut(usize) -> AvWriteRecord,
+    ) -> Result<(), NicError> {
+        let records: Vec<AvWriteRecord> = (0..count).map(record).collect();
+        self.write_entries(&records)
+    }
     /// One AV_INVALIDATE of these indices.
     fn invalidate(&mut self, indices: &[u32]) -> Result<(), NicError>;
     /// One AV_READ of `out.len()` entries starting at `first`.
@@ -146,6 +158,13 @@ macro_rules! forward_nic_av_table {
         impl<T: NicAvTable + ?Sized> NicAvTable for $ptr {
             fn write_entries(&mut self, records: &[AvWriteRecord]) -> Result<(), NicError> {
                 (**self).write_entries(records)
+            }
+            fn write_entries_with(
+                &mut self,
+                count: usize,
+                record: &mut dyn FnMut(usize) -> AvWriteRecord,
+            ) -> Result<(), NicError> {
+                (**self).write_entries_with(count, record)
             }
             fn invalidate(&mut self, indices: &[u32]) -> Result<(), NicError> {
                 (**self).invalidate(indices)
@@ -275,6 +294,9 @@ pub struct MemoryNicTable {
     faults: [Option<u64>; 4],
     /// The auth-key table; a free slot is all zero.
     auth: Vec<AuthKeyEntry>,
+    /// Where [`NicAvTable::write_entries_with`] builds a write's records, as a NIC's firmware
+    /// stages the records it reads (the table's memory, not the host's).
+    staging: Vec<AvWriteRecord>,
 }
 
 impl MemoryNicTable {
@@ -289,6 +311,7 @@ impl MemoryNicTable {
             counters: NicCounters::default(),
             faults: [None; 4],
             auth: vec![AuthKeyEntry::default(); usize::from(Self::DEFAULT_AUTH_KEY_SLOTS)],
+            staging: Vec::new(),
         }
     }
 
@@ -627,6 +650,19 @@ impl MemoryNicTable {
 impl NicAvTable for MemoryNicTable {
     fn write_entries(&mut self, records: &[AvWriteRecord]) -> Result<(), NicError> {
         let r = self.do_write(records);
+        self.fail(r)
+    }
+
+    fn write_entries_with(
+        &mut self,
+        count: usize,
+        record: &mut dyn FnMut(usize) -> AvWriteRecord,
+    ) -> Result<(), NicError> {
+        let mut staging = core::mem::take(&mut self.staging);
+        staging.clear();
+        staging.extend((0..count).map(record));
+        let r = self.do_write(&staging);
+        self.staging = staging;
         self.fail(r)
     }
 

@@ -168,24 +168,44 @@ impl NicAv {
 
 impl NicAvTable for NicAv {
     fn write_entries(&mut self, records: &[AvWriteRecord]) -> Result<(), NicError> {
+        self.write_entries_with(records.len(), &mut |i| {
+            // Always within `records` (exactly that many are asked for); past it, an index
+            // outside every table, so that a miscount fails the whole write and stores nothing.
+            records.get(i).copied().unwrap_or(AvWriteRecord {
+                index: u32::MAX.into(),
+                reserved: Default::default(),
+                entry: NicAvEntry::INVALID,
+            })
+        })
+    }
+
+    fn write_entries_with(
+        &mut self,
+        count: usize,
+        record: &mut dyn FnMut(usize) -> AvWriteRecord,
+    ) -> Result<(), NicError> {
         const OP: &str = "AV_WRITE";
-        if let [record] = records {
-            if self.table.nic.identity.interface_minor >= AV_WRITE_WINDOW_INTERFACE_MINOR {
-                return self.write_through_window(record);
-            }
+        const RECORD_BYTES: usize = core::mem::size_of::<AvWriteRecord>();
+        if count == 1 && self.table.nic.identity.interface_minor >= AV_WRITE_WINDOW_INTERFACE_MINOR
+        {
+            return self.write_through_window(&record(0));
         }
-        for chunk in records.chunks(MAX_BATCH as usize) {
+        let mut first = 0;
+        while first < count {
+            let n = (count - first).min(MAX_BATCH as usize);
             let nic = &self.table.nic;
             let mut admin = nic.admin();
-            let bytes = chunk.as_bytes();
-            admin
-                .scratch()
-                .write_bytes(0, bytes)
-                .map_err(|e| nic_error(OP, e.into()))?;
+            // Each record is built where AV_WRITE reads it: the scratch buffer.
+            let scratch = admin.scratch();
+            for i in 0..n {
+                scratch
+                    .write_obj(i * RECORD_BYTES, &record(first + i))
+                    .map_err(|e| nic_error(OP, e.into()))?;
+            }
             let mut body = BufferBody::new_zeroed();
-            body.buf = U64::new(admin.scratch().iova());
-            body.len = U32::new(bytes.len() as u32);
-            body.count = U32::new(chunk.len() as u32);
+            body.buf = U64::new(scratch.iova());
+            body.len = U32::new((n * RECORD_BYTES) as u32);
+            body.count = U32::new(n as u32);
             admin
                 .execute(
                     nic.bar(),
@@ -195,6 +215,7 @@ impl NicAvTable for NicAv {
                     },
                 )
                 .map_err(|e| nic_error(OP, e))?;
+            first += n;
         }
         Ok(())
     }

@@ -89,3 +89,42 @@ fn nic_table_equals_mirror_after_every_operation() {
     assert_nic_equals_mirror(n0, "remove all");
     assert_eq!(n0.av.len(), 0);
 }
+
+#[test]
+fn a_refused_batch_of_records_changes_nothing_on_the_nic() {
+    let (_fabric, fns) = fabric(3);
+    let mut nodes: Vec<Node> = fns.into_iter().map(|f| Node::new(f, 7, 32)).collect();
+    let addrs: Vec<[u8; 32]> = nodes.iter().map(Node::addr).collect();
+    let n0 = &mut nodes[0];
+    let cap = n0.av.capacity() as u32;
+    let entry =
+        |a: &[u8; 32]| NicAvEntry::for_peer(&uet_fwif::UetAddress::from_bytes(a).unwrap(), 0);
+    let good = uet_fwif::AvWriteRecord {
+        index: 3.into(),
+        reserved: Default::default(),
+        entry: entry(&addrs[1]),
+    };
+    let past = uet_fwif::AvWriteRecord {
+        index: cap.into(),
+        ..good
+    };
+    // The records are built in the AV_WRITE buffer; the firmware checks them all first.
+    let e = n0.av.nic_mut().write_entries(&[good, past]).unwrap_err();
+    assert!(e.to_string().contains("AV_WRITE"), "{e}");
+    let mut back = [NicAvEntry::INVALID; 1];
+    n0.av.nic_mut().read_entries(3, &mut back).unwrap();
+    assert!(
+        !back[0].is_valid(),
+        "the good record was not written either"
+    );
+    // Two good records, built one by one where AV_WRITE reads them: both are stored.
+    let mut records = [good, good];
+    records[1].index = 4.into();
+    n0.av
+        .nic_mut()
+        .write_entries_with(2, &mut |i| records[i])
+        .unwrap();
+    let mut back = [NicAvEntry::INVALID; 2];
+    n0.av.nic_mut().read_entries(3, &mut back).unwrap();
+    assert_eq!(back, [good.entry, good.entry]);
+}
