@@ -910,8 +910,65 @@ impl<N: NicAvTable> AddressVector<N> {
                 "fi_av_insert: this AV takes FI_ADDR_STR addresses (insert_str), not binary ones",
             ));
         }
-        let items = binary_addresses("fi_av_insert", addr, count)?;
-        self.insert_items(call, items)
+        let addrs = address_buffer("fi_av_insert", addr, count)?;
+        if call.flags & (FI_AV_USER_ID | FI_AUTH_KEY | FI_SYNC_ERR) == 0
+            && self.user_ids.is_none()
+            && self.auth.is_none()
+            && !self.is_event()
+            && self.pending.try_reserve(count).is_ok()
+        {
+            return self.insert_plain(call, addrs);
+        }
+        self.insert_items(call, addrs.chunks_exact(ADDR_LEN).map(checked_address))
+    }
+
+    /// [`AddressVector::insert_items`] for the common case, a synchronous insert of binary
+    /// addresses with nothing beside them (no user ids, auth keys or status array), room for
+    /// every pending record reserved: each address is checked, takes the lowest free index,
+    /// and is stored; one NIC write at the end. The same outcome as the general loop, without
+    /// its per-address questions.
+    fn insert_plain(&mut self, c: InsertCall<'_>, addrs: &[u8]) -> Result<usize, FiError> {
+        let InsertCall {
+            call,
+            count,
+            mut fi_addr,
+            flags,
+            ..
+        } = c;
+        let mut inserted = 0;
+        for (i, raw) in addrs.chunks_exact(ADDR_LEN).take(count).enumerate() {
+            let value = match checked_address(raw).and_then(|bytes| self.insert_plain_one(bytes)) {
+                Ok(index) => {
+                    inserted += 1;
+                    FiAddr::from(index)
+                }
+                Err(e) => {
+                    debug!(call, position = i, error = %e, "address not inserted");
+                    FI_ADDR_NOTAVAIL
+                }
+            };
+            if let Some(slot) = fi_addr.as_deref_mut().and_then(|o| o.get_mut(i)) {
+                *slot = value;
+            }
+        }
+        self.end_batch(flags, count, fi_addr, &mut [], None)?;
+        Ok(inserted)
+    }
+
+    /// [`AddressVector::insert_one`] without user id or auth key, the pending record's room
+    /// reserved by the caller.
+    #[inline]
+    fn insert_plain_one(&mut self, bytes: [u8; ADDR_LEN]) -> Result<u32, FiError> {
+        let index = self.alloc.alloc().ok_or_else(|| {
+            FiError::new(
+                FiErrno::FI_ENOSPC,
+                format!("all {} AV entries are in use", self.capacity),
+            )
+        })?;
+        // Cannot fail: `index` is below the capacity, and the slots span it.
+        let _ = self.slots.set(index, bytes);
+        self.pending.push(index);
+        Ok(index)
     }
 
     /// `fi_av_insert` on an `FI_ADDR_STR` AV: the strings of the C `char **` array, each in
@@ -2165,25 +2222,44 @@ pub(crate) fn binary_addresses<'a>(
     addr: &'a [u8],
     count: usize,
 ) -> Result<impl Iterator<Item = Result<[u8; ADDR_LEN], FiError>> + 'a, FiError> {
+    Ok(address_buffer(call, addr, count)?
+        .chunks_exact(ADDR_LEN)
+        .map(checked_address))
+}
+
+/// The first `count` addresses of `addr`, `FI_EINVAL` when it is shorter.
+fn address_buffer<'a>(call: &str, addr: &'a [u8], count: usize) -> Result<&'a [u8], FiError> {
     let need = count
         .checked_mul(ADDR_LEN)
         .ok_or_else(|| FiError::inval(format!("{call}: count {count} is too large")))?;
-    let addrs = addr.get(..need).ok_or_else(|| {
+    addr.get(..need).ok_or_else(|| {
         FiError::inval(format!(
             "{call}: {count} addresses need {need} bytes, the buffer has {}",
             addr.len()
         ))
-    })?;
-    Ok(addrs.chunks_exact(ADDR_LEN).map(|raw| {
-        let bytes: [u8; ADDR_LEN] = raw
-            .try_into()
-            .map_err(|_| FiError::inval("address has the wrong length"))?;
-        if !UetAddress::bytes_are_valid(&bytes) {
-            // The full parse names what is wrong.
-            UetAddress::from_bytes(&bytes).map_err(|e| FiError::inval(e.to_string()))?;
-        }
-        Ok(bytes)
-    }))
+    })
+}
+
+/// One serialized address, checked: itself, or `FI_EINVAL` naming what is wrong.
+#[inline]
+fn checked_address(raw: &[u8]) -> Result<[u8; ADDR_LEN], FiError> {
+    let bytes: [u8; ADDR_LEN] = raw
+        .try_into()
+        .map_err(|_| FiError::inval("address has the wrong length"))?;
+    if !UetAddress::bytes_are_valid(&bytes) {
+        return Err(address_error(&bytes));
+    }
+    Ok(bytes)
+}
+
+/// What is wrong with an address that failed `UetAddress::bytes_are_valid`: the full parse
+/// names it.
+#[cold]
+fn address_error(bytes: &[u8; ADDR_LEN]) -> FiError {
+    match UetAddress::from_bytes(bytes) {
+        Err(e) => FiError::inval(e.to_string()),
+        Ok(_) => FiError::inval("address refused"),
+    }
 }
 
 /// `FI_ADDR_STR` strings (fi_av_insert's string form), each parsed (a host name node resolved
