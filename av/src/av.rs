@@ -692,19 +692,21 @@ struct EntrySource<'a> {
 impl EntrySource<'_> {
     /// The NIC record of a pending insert at `index`: the single entry, or the range record.
     fn pending_record(&self, index: u32) -> NicAvEntry {
-        if self.slots.get(index).is_some_and(|s| s[0] != 0) {
-            return self.nic_entry(index);
-        }
-        match self.ranges.starting_at(index) {
-            Some(r) => r.record(self.job_id),
-            None => self.nic_entry(index),
+        match self.single(index) {
+            Some(slot) => self.single_entry(index, slot),
+            None => match self.ranges.starting_at(index) {
+                Some(r) => r.record(self.job_id),
+                None => self.nic_entry(index),
+            },
         }
     }
 
     /// The NIC entry for `index` (INVALID when unused).
     fn nic_entry(&self, index: u32) -> NicAvEntry {
-        let single = self.slots.get(index).filter(|s| s[0] != 0);
-        if single.is_none() && self.alloc.is_allocated(index) {
+        if let Some(slot) = self.single(index) {
+            return self.single_entry(index, slot);
+        }
+        if self.alloc.is_allocated(index) {
             if let Some(e) = self
                 .ranges
                 .covering(index)
@@ -713,18 +715,27 @@ impl EntrySource<'_> {
                 return e;
             }
         }
-        single
-            // Slots hold only addresses that were valid when inserted.
-            .map(|s| NicAvEntry::for_valid_peer_bytes(s, self.job_id))
-            .map_or(NicAvEntry::INVALID, |mut e| {
-                if let Some(slot) = self.auth.and_then(|k| k.slot_of_index(index)) {
-                    e = e.with_auth_key(slot);
-                }
-                match self.user_ids.and_then(|u| u.get(index)) {
-                    Some(user_id) => e.with_user_id(user_id),
-                    None => e,
-                }
-            })
+        NicAvEntry::INVALID
+    }
+
+    /// The slot of the single entry at `index`, if there is one.
+    #[inline]
+    fn single(&self, index: u32) -> Option<&'_ [u8; ADDR_LEN]> {
+        self.slots.get(index).filter(|s| s[0] != 0)
+    }
+
+    /// The NIC entry of the single entry at `index`, whose address is `slot`.
+    #[inline]
+    fn single_entry(&self, index: u32, slot: &[u8; ADDR_LEN]) -> NicAvEntry {
+        // Slots hold only addresses that were valid when inserted.
+        let mut e = NicAvEntry::for_valid_peer_bytes(slot, self.job_id);
+        if let Some(key) = self.auth.and_then(|k| k.slot_of_index(index)) {
+            e = e.with_auth_key(key);
+        }
+        match self.user_ids.and_then(|u| u.get(index)) {
+            Some(user_id) => e.with_user_id(user_id),
+            None => e,
+        }
     }
 }
 
@@ -937,7 +948,11 @@ impl<N: NicAvTable> AddressVector<N> {
         } = c;
         let mut inserted = 0;
         for (i, raw) in addrs.chunks_exact(ADDR_LEN).take(count).enumerate() {
-            let value = match checked_address(raw).and_then(|bytes| self.insert_plain_one(bytes)) {
+            let checked = match raw.first_chunk::<ADDR_LEN>() {
+                Some(bytes) if UetAddress::bytes_are_valid(bytes) => Ok(*bytes),
+                _ => checked_address(raw),
+            };
+            let value = match checked.and_then(|bytes| self.insert_plain_one(bytes)) {
                 Ok(index) => {
                     inserted += 1;
                     FiAddr::from(index)
