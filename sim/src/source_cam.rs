@@ -108,9 +108,10 @@ impl SourceCam {
 
     fn place(&mut self, key: SourceKey, index: u32) {
         let mask = self.mask();
+        let slots = self.slots.as_mut_slice();
         let mut at = key.hash() as usize & mask;
-        for _ in 0..self.slots.len() {
-            match self.slots.as_mut_slice().get_mut(at) {
+        for _ in 0..slots.len() {
+            match slots.get_mut(at) {
                 Some(s) if *s == EMPTY => {
                     // Slot encoding: index + 1 (0 is free); an index is below the capacity,
                     // itself a u32, so the sum cannot wrap.
@@ -131,14 +132,10 @@ impl SourceCam {
     /// to hit the cache, as a hardware CAM pipelines the lookups of a burst of writes.
     pub(crate) fn warm(&self, keys: impl Iterator<Item = SourceKey>) {
         let mask = self.mask();
+        let slots = self.slots.as_slice();
         let mut seen = 0u32;
         for key in keys {
-            seen |= self
-                .slots
-                .as_slice()
-                .get(key.hash() as usize & mask)
-                .copied()
-                .unwrap_or(0);
+            seen |= slots.get(key.hash() as usize & mask).copied().unwrap_or(0);
         }
         // The loads are the point: keep them from being optimised away.
         std::hint::black_box(seen);
@@ -173,10 +170,11 @@ impl SourceCam {
             return None;
         }
         let mask = self.mask();
+        let slots = self.slots.as_slice();
         let mut at = key.hash() as usize & mask;
         let mut best: Option<u32> = None;
-        for _ in 0..self.slots.len() {
-            match self.slots.as_slice().get(at).copied() {
+        for _ in 0..slots.len() {
+            match slots.get(at).copied() {
                 Some(EMPTY) | None => break,
                 Some(slot) => {
                     let i = slot.wrapping_sub(1);
