@@ -13,8 +13,9 @@
 //! * a large table the pool cannot hold is an ordinary anonymous mapping that the kernel
 //!   commits 4 KiB at a time as entries are written, so a large table that stays sparse costs
 //!   little;
-//! * a table smaller than a hugepage is a zeroed heap allocation, as any small buffer of the
-//!   model is.
+//! * a table smaller than a hugepage is a heap allocation, zeroed by writing it whole when the
+//!   table is created (not left to `calloc`, whose fresh pages would fault in under the first
+//!   writes, scattered over the table by a CAM's hash).
 //!
 //! Either way the memory is viewed as a slice of plain-data elements (`zerocopy`), so no
 //! `unsafe` is needed here.
@@ -53,7 +54,10 @@ impl<T: FromBytes + IntoBytes + KnownLayout + Immutable> TableMemory<T> {
     pub(crate) fn zeroed(len: usize) -> Option<Self> {
         let bytes = len.checked_mul(core::mem::size_of::<T>())?;
         if bytes < HUGEPAGE_BYTES {
-            let v = T::new_vec_zeroed(len).ok()?;
+            // Written whole now, so the host commits it at creation, not under first writes.
+            let mut v = Vec::new();
+            v.try_reserve_exact(len).ok()?;
+            v.resize_with(len, T::new_zeroed);
             return Some(TableMemory {
                 store: Store::Heap(v),
                 len,
