@@ -1168,7 +1168,9 @@ impl<N: NicAvTable> AddressVector<N> {
     }
 
     /// Insert checked addresses (or the error each one failed with), reporting through
-    /// `fi_addr` and `status`, then end the batch unless `FI_MORE`. The one insert loop.
+    /// `fi_addr` and `status`, then end the batch unless `FI_MORE`. The insert loop of every form
+    /// and flag; [`AddressVector::insert_plain`] is its common case, which must stay equivalent
+    /// (the model test, `av/tests/model.rs`, runs both).
     fn insert_items<I>(&mut self, c: InsertCall<'_>, items: I) -> Result<usize, FiError>
     where
         I: IntoIterator<Item = Result<[u8; ADDR_LEN], FiError>>,
