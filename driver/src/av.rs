@@ -239,17 +239,25 @@ impl NicAvTable for NicAv {
             }
             return Ok(());
         }
+        // The indices as AV_INVALIDATE reads them, little-endian, staged a piece at a time on
+        // the stack: no allocation per command.
+        let mut piece = [U32::ZERO; 512];
         for chunk in indices.chunks(MAX_BATCH as usize) {
             let nic = &self.table.nic;
             let mut admin = nic.admin();
-            let bytes: Vec<u8> = chunk.iter().flat_map(|i| i.to_le_bytes()).collect();
-            admin
-                .scratch()
-                .write_bytes(0, &bytes)
-                .map_err(|e| nic_error(OP, e.into()))?;
+            let scratch = admin.scratch();
+            for (k, part) in chunk.chunks(piece.len()).enumerate() {
+                for (dst, &index) in piece.iter_mut().zip(part) {
+                    *dst = U32::new(index);
+                }
+                let bytes = piece.get(..part.len()).unwrap_or_default().as_bytes();
+                scratch
+                    .write_bytes(k * core::mem::size_of_val(&piece), bytes)
+                    .map_err(|e| nic_error(OP, e.into()))?;
+            }
             let mut body = RangeBody::new_zeroed();
-            body.buf = U64::new(admin.scratch().iova());
-            body.len = U32::new(bytes.len() as u32);
+            body.buf = U64::new(scratch.iova());
+            body.len = U32::new(core::mem::size_of_val(chunk) as u32);
             body.count = U32::new(chunk.len() as u32);
             admin
                 .execute(

@@ -128,3 +128,30 @@ fn a_refused_batch_of_records_changes_nothing_on_the_nic() {
     n0.av.nic_mut().read_entries(3, &mut back).unwrap();
     assert_eq!(back, [good.entry, good.entry]);
 }
+
+#[test]
+fn a_large_removal_is_one_av_invalidate() {
+    let (_fabric, fns) = fabric(2);
+    let mut nodes: Vec<Node> = fns.into_iter().map(|f| Node::new(f, 7, 2048)).collect();
+    let n0 = &mut nodes[0];
+    let base = uet_fwif::UetAddress::from_bytes(&n0.addr()).unwrap();
+    let peers: Vec<u8> = (0..1500u32)
+        .flat_map(|i| {
+            uet_fwif::UetAddress {
+                initiator: i,
+                ..base
+            }
+            .to_bytes()
+            .unwrap()
+        })
+        .collect();
+    let mut out = vec![0u64; 1500];
+    assert_eq!(n0.av.insert(&peers, 1500, Some(&mut out), 0).unwrap(), 1500);
+    // 700 indices, every other one from 100 on: more than one staged piece of indices.
+    let gone: Vec<u64> = (0..700).map(|k| 100 + 2 * k as u64).collect();
+    let before = n0.counter(ADMIN_COMMANDS);
+    n0.av.remove(&gone, 0).unwrap();
+    assert_eq!(n0.counter(ADMIN_COMMANDS), before + 1, "one AV_INVALIDATE");
+    assert_eq!(n0.av.len(), 800);
+    assert_nic_equals_mirror(n0, "after removing 700");
+}
