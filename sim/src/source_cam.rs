@@ -2,8 +2,7 @@
 //!
 //! An arriving request names its sender by source IP and Initiator ID; the RX engine asks the
 //! CAM for the lowest index of the bound AV that holds that peer. The CAM stores table indices
-//! only — 4 bytes a slot, open addressing with linear probing, at most 3/4 full, the home
-//! slots of a node's endpoints in one cache line (`SourceKey::hash`) — and checks a
+//! only — 4 bytes a slot, open addressing with linear probing, at most 3/4 full — and checks a
 //! candidate against the AV entry itself, as a hardware CAM keyed by a hash with the entry
 //! memory as the data store would. The same peer inserted at several indices takes several
 //! slots. Removing an entry touches nothing here: its slot goes stale, and a candidate is
@@ -32,24 +31,13 @@ pub(crate) struct SourceKey {
     pub initiator: u32,
 }
 
-/// Slots of a bucket: one cache line of 4-byte slots.
-const BUCKET_SLOTS: u64 = 16;
-
 impl SourceKey {
-    /// The home slot (before masking). Peers that share a fabric address and an aligned block
-    /// of [`BUCKET_SLOTS`] Initiator IDs — the endpoints of one node, as jobs number them —
-    /// share a bucket, each at its own slot in it (the Initiator ID's low bits): inserting or
-    /// looking up a node's endpoints one after another touches one cache line, not one per
-    /// endpoint. The fabric address and the rest of the Initiator ID are hashed, so
-    /// different nodes, and different blocks of one node, land in unrelated buckets, and no
-    /// bucket takes more than [`BUCKET_SLOTS`] distinct peers.
     fn hash(&self) -> u64 {
         let mix = |h: u64, v: u64| (h.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
         let h = mix(0, self.fabric_addr as u64);
         let h = mix(h, (self.fabric_addr >> 64) as u64);
-        let h = mix(h, u64::from(self.initiator) / BUCKET_SLOTS);
-        let h = h ^ (h >> 29);
-        (h & !(BUCKET_SLOTS - 1)) | (u64::from(self.initiator) % BUCKET_SLOTS)
+        let h = mix(h, u64::from(self.initiator));
+        h ^ (h >> 29)
     }
 }
 
@@ -205,30 +193,6 @@ mod tests {
             fabric_addr: u128::from(0x0a00_0000 + n / 8),
             initiator: n % 8,
         }
-    }
-
-    #[test]
-    fn a_nodes_endpoints_share_a_bucket_and_no_bucket_takes_more() {
-        let bucket = |k: SourceKey| k.hash() / BUCKET_SLOTS;
-        let node = |fa: u128, initiator: u32| SourceKey {
-            fabric_addr: fa,
-            initiator,
-        };
-        // Initiators 32..48 of one node: one bucket, a slot each.
-        let keys: Vec<SourceKey> = (32..48).map(|i| node(7, i)).collect();
-        assert!(keys.iter().all(|&k| bucket(k) == bucket(keys[0])));
-        let mut slots: Vec<u64> = keys.iter().map(|k| k.hash() % BUCKET_SLOTS).collect();
-        slots.dedup();
-        assert_eq!(slots.len(), 16);
-        // 4,096 endpoints of one node spread over 256 buckets, 16 each.
-        let mut per_bucket = HashMap::new();
-        for i in 0..4096 {
-            *per_bucket.entry(bucket(node(7, i))).or_insert(0u32) += 1;
-        }
-        assert_eq!(per_bucket.len(), 256);
-        assert!(per_bucket.values().all(|&n| n == 16));
-        // Another node's block lands elsewhere.
-        assert_ne!(bucket(node(8, 32)), bucket(node(7, 32)));
     }
 
     #[test]
