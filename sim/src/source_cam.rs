@@ -196,6 +196,33 @@ mod tests {
     }
 
     #[test]
+    fn a_lookup_reads_few_entries_with_many_endpoints_per_node() {
+        // Eight endpoints per node, the CAM half full (as full as a full table makes it): a
+        // receive's source lookup reads a handful of entries, not a node's whole run.
+        let cap = 1u32 << 14;
+        let mut cam = SourceCam::new(cap).unwrap();
+        let keys: Vec<SourceKey> = (0..cap)
+            .map(|i| SourceKey {
+                fabric_addr: u128::from(0x0a00_0000 + i / 8),
+                initiator: i,
+            })
+            .collect();
+        for (i, &k) in (0..).zip(&keys) {
+            cam.insert(k, i);
+        }
+        let reads = std::cell::Cell::new(0usize);
+        for (i, &k) in (0..).zip(&keys) {
+            let key_of = |j: u32| {
+                reads.set(reads.get() + 1);
+                keys.get(j as usize).copied()
+            };
+            assert_eq!(cam.lowest(k, key_of), Some(i));
+        }
+        let per_lookup = reads.get() as f64 / f64::from(cap);
+        assert!(per_lookup < 6.0, "{per_lookup} entries read per lookup");
+    }
+
+    #[test]
     fn matches_a_reference_map_through_inserts_removes_and_rebuilds() {
         // Index -> key of its valid entry, with duplicate keys at several indices.
         let mut keys: HashMap<u32, SourceKey> = HashMap::new();
