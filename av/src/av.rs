@@ -926,7 +926,11 @@ impl<N: NicAvTable> AddressVector<N> {
             && self.user_ids.is_none()
             && self.auth.is_none()
             && !self.is_event()
-            && self.pending.try_reserve(count).is_ok()
+            // Room for a record per address that can take an index, at most the free ones.
+            && self
+                .pending
+                .try_reserve(count.min(self.capacity.saturating_sub(self.alloc.len()) as usize))
+                .is_ok()
         {
             return self.insert_plain(call, addrs);
         }
@@ -1170,7 +1174,8 @@ impl<N: NicAvTable> AddressVector<N> {
     /// Insert checked addresses (or the error each one failed with), reporting through
     /// `fi_addr` and `status`, then end the batch unless `FI_MORE`. The insert loop of every form
     /// and flag; [`AddressVector::insert_plain`] is its common case, which must stay equivalent
-    /// (the model test, `av/tests/model.rs`, runs both).
+    /// (`plain_and_general_insert_loops_agree` in `av/tests/av_rules.rs` runs both side by
+    /// side).
     fn insert_items<I>(&mut self, c: InsertCall<'_>, items: I) -> Result<usize, FiError>
     where
         I: IntoIterator<Item = Result<[u8; ADDR_LEN], FiError>>,
@@ -1781,8 +1786,8 @@ impl<N: NicAvTable> AddressVector<N> {
         result
     }
 
-    /// [`AddressVector::remove`] of a single address: the same checks, messages and
-    /// commands as a list of one, without the list.
+    /// [`AddressVector::remove`] of one address, without the list a batch needs: the checks,
+    /// errors and NIC command `remove_listed` makes for one index.
     fn remove_one(&mut self, fi_addr: FiAddr) -> Result<(), FiError> {
         let named = |e: FiError| FiError {
             message: format!("fi_av_remove: fi_addr[0]: {}", e.message),
@@ -1797,11 +1802,7 @@ impl<N: NicAvTable> AddressVector<N> {
             )));
         }
         if let Err(e) = self.nic.invalidate(&[index]) {
-            warn!(removed = 0, total = 1, error = %e, "AV_INVALIDATE failed");
-            return Err(FiError::io(format!(
-                "fi_av_remove: the NIC refused to invalidate index {index}, which stays \
-                 inserted: {e}"
-            )));
+            return Err(invalidate_refused(&[index], 0, 1, &e));
         }
         self.release(index);
         Ok(())
@@ -1840,13 +1841,7 @@ impl<N: NicAvTable> AddressVector<N> {
         let mut removed = 0;
         for chunk in list.chunks(MAX_BATCH as usize) {
             if let Err(e) = self.nic.invalidate(chunk) {
-                warn!(removed, total = list.len(), error = %e, "AV_INVALIDATE failed");
-                return Err(FiError::io(format!(
-                    "fi_av_remove: the NIC refused to invalidate {} entries \
-                     ({removed} of {} removed before it, the rest stay inserted): {e}",
-                    chunk.len(),
-                    list.len()
-                )));
+                return Err(invalidate_refused(chunk, removed, list.len(), &e));
             }
             for &index in chunk {
                 self.release(index);
@@ -2242,6 +2237,28 @@ pub(crate) fn binary_addresses<'a>(
     Ok(address_buffer(call, addr, count)?
         .chunks_exact(ADDR_LEN)
         .map(checked_address))
+}
+
+/// fi_av_remove's error when the NIC refuses the AV_INVALIDATE of `chunk`, `removed` of the
+/// `total` listed entries having been removed by earlier commands; logged here.
+fn invalidate_refused(
+    chunk: &[u32],
+    removed: usize,
+    total: usize,
+    e: &crate::nic::NicError,
+) -> FiError {
+    warn!(removed, total, error = %e, "AV_INVALIDATE failed");
+    let what = match chunk {
+        [index] if total == 1 => format!("index {index}, which stays inserted"),
+        [_] => format!("1 entry ({removed} of {total} removed before it, the rest stay inserted)"),
+        _ => format!(
+            "{} entries ({removed} of {total} removed before them, the rest stay inserted)",
+            chunk.len()
+        ),
+    };
+    FiError::io(format!(
+        "fi_av_remove: the NIC refused to invalidate {what}: {e}"
+    ))
 }
 
 /// The first `count` addresses of `addr`, `FI_EINVAL` when it is shorter.

@@ -39,6 +39,9 @@ pub trait NicAvTable {
     /// `record(i)`, as [`NicAvTable::write_entries`]. A table whose command reads its records
     /// from DMA memory builds them there, so the host neither stages nor copies them; the
     /// default builds them in a buffer of its own and calls [`NicAvTable::write_entries`].
+    ///
+    /// `record` runs while the table holds the NIC's command channel (the driver's admin
+    /// queue): it must only compute the record, never call into the NIC.
     fn write_entries_with(
         &mut self,
         count: usize,
@@ -294,8 +297,9 @@ pub struct MemoryNicTable {
     faults: [Option<u64>; 4],
     /// The auth-key table; a free slot is all zero.
     auth: Vec<AuthKeyEntry>,
-    /// Where [`NicAvTable::write_entries_with`] builds a write's records, as a NIC's firmware
-    /// stages the records it reads (the table's memory, not the host's).
+    /// Where [`NicAvTable::write_entries_with`] builds a write's records: the model of the
+    /// firmware's staging buffer, kept between writes as that buffer would be. Like the
+    /// entries, it stands for NIC memory and is not counted in the AV's `host_bytes`.
     staging: Vec<AvWriteRecord>,
 }
 

@@ -582,6 +582,28 @@ fn remove_and_set_user_id_of_an_insert_the_nic_then_refuses_are_einval() {
 }
 
 #[test]
+fn remove_of_addresses_the_nic_then_refuses_is_einval() {
+    // One address, then two: the insert they name is in flight when remove starts, and the
+    // NIC refuses it, which takes the indices back; remove then removes nothing.
+    for listed in [&[0u64][..], &[0, 1][..]] {
+        let nic = DeferredNic::new(16);
+        let mut av = AddressVector::open(nic.clone(), event_attr(16), LIMITS).unwrap();
+        let sink = Sink::new();
+        av.bind(sink.clone(), 0).unwrap();
+        av.with_context(1)
+            .insert(&[peer_bytes(1), peer_bytes(2)].concat(), 2, None, 0)
+            .unwrap();
+        nic.table.lock().unwrap().fail_after(NicOp::Write, 0);
+        let e = av.remove(listed, 0).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EINVAL, "{e}");
+        assert!(e.message.contains("taken back"), "{e}");
+        assert_eq!(av.len(), 0);
+        assert!(!nic.valid(0) && !nic.valid(1));
+        assert!(av.verify_nic().unwrap().is_empty());
+    }
+}
+
+#[test]
 fn writes_in_flight_are_bounded() {
     let (mut av, nic) = open_deferred(256);
     let sink = Sink::new();

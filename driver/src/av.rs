@@ -190,6 +190,8 @@ impl NicAvTable for NicAv {
         {
             return self.write_through_window(&record(0));
         }
+        // More than MAX_BATCH records (which the AV never asks for) become several AV_WRITEs,
+        // each all-or-nothing on its own, as in `write_entries`.
         let mut first = 0;
         while first < count {
             let n = (count - first).min(MAX_BATCH as usize);
