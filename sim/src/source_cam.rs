@@ -21,6 +21,8 @@ use crate::table_memory::TableMemory;
 const EMPTY: u32 = 0;
 /// The fewest slots of a CAM.
 const MIN_SLOTS: usize = 64;
+/// Keys [`SourceCam::warm`] hashes before it loads their home slots.
+const WARM_GROUP: usize = 64;
 
 /// A peer's identity as the CAM hashes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -121,9 +123,21 @@ impl SourceCam {
     pub(crate) fn warm(&self, keys: impl Iterator<Item = SourceKey>) {
         let mask = self.mask();
         let slots = self.slots.as_slice();
+        let mut keys = keys.peekable();
         let mut seen = 0u32;
-        for key in keys {
-            seen |= slots.get(key.hash() as usize & mask).copied().unwrap_or(0);
+        // Home slots first, a group at a time, then their loads in a loop of nothing else: the
+        // loads of a whole group are then in flight at once, where loads interleaved with the
+        // hashing would be limited by how much of the loop the CPU looks ahead through.
+        let mut homes = [0usize; WARM_GROUP];
+        while keys.peek().is_some() {
+            let mut n = 0;
+            for (home, key) in homes.iter_mut().zip(keys.by_ref()) {
+                *home = key.hash() as usize & mask;
+                n += 1;
+            }
+            for &home in homes.iter().take(n) {
+                seen |= slots.get(home).copied().unwrap_or(0);
+            }
         }
         // The loads are the point: keep them from being optimised away.
         std::hint::black_box(seen);
