@@ -1794,7 +1794,9 @@ impl<N: NicAvTable> AddressVector<N> {
             ..e
         };
         let index = self.index_of(fi_addr).map_err(named)?;
-        self.settle_nic()?;
+        if self.is_event() || !self.pending.is_empty() {
+            self.settle_nic()?;
+        }
         // As in remove_listed: settling an FI_EVENT AV may have taken the index back.
         if self.is_event() && self.index_of(fi_addr).is_err() {
             return Err(FiError::inval(format!(
@@ -1919,6 +1921,10 @@ impl<N: NicAvTable> AddressVector<N> {
     /// The index `fi_addr` names, if it is in use. Receive-context bits, and on an AV with peer
     /// groups the group, are ignored.
     pub fn index_of(&self, fi_addr: FiAddr) -> Result<u32, FiError> {
+        if self.single_slot(fi_addr).is_some() {
+            // A single entry in use: its index, without copying its address.
+            return Ok((fi_addr & self.index_mask) as u32);
+        }
         self.slot_of(fi_addr).map(|(index, _)| index)
     }
 
