@@ -1675,7 +1675,18 @@ impl<N: NicAvTable> AddressVector<N> {
     /// Make the NIC hold what the mirror holds before a synchronous command: send pending
     /// records (and on an `FI_EVENT` AV, wait for the AV_WRITEs in flight and release what
     /// the NIC refused).
+    #[inline]
     fn settle_nic(&mut self) -> Result<(), FiError> {
+        if !self.is_event() && self.pending.is_empty() {
+            // Nothing to send, nothing in flight: the common case, without a call.
+            return Ok(());
+        }
+        self.settle_pending()
+    }
+
+    /// [`AddressVector::settle_nic`] when there may be something to send or wait for.
+    #[inline(never)]
+    fn settle_pending(&mut self) -> Result<(), FiError> {
         if self.is_event() {
             self.drain();
             return Ok(());
@@ -1794,9 +1805,7 @@ impl<N: NicAvTable> AddressVector<N> {
             ..e
         };
         let index = self.index_of(fi_addr).map_err(named)?;
-        if self.is_event() || !self.pending.is_empty() {
-            self.settle_nic()?;
-        }
+        self.settle_nic()?;
         // As in remove_listed: settling an FI_EVENT AV may have taken the index back.
         if self.is_event() && self.index_of(fi_addr).is_err() {
             return Err(FiError::inval(format!(

@@ -40,7 +40,7 @@ pub trait NicAvTable {
     /// from DMA memory builds them there, so the host neither stages nor copies them; the
     /// default builds them in a buffer of its own and calls [`NicAvTable::write_entries`].
     ///
-    /// `record` runs while the table holds the NIC's command channel (the driver's admin
+    /// `record` may run while the table holds the NIC's command channel (the driver's admin
     /// queue): it must only compute the record, never call into the NIC.
     fn write_entries_with(
         &mut self,

@@ -484,6 +484,8 @@ fn a_refused_write_fails_every_address_and_rolls_them_back() {
     let e = av.lookup(1, &mut buf, &mut len).unwrap_err();
     assert_eq!(e.errno, FiErrno::FI_EINVAL);
     assert!(e.message.contains("refused"), "{e}");
+    let e = av.index_of(1).unwrap_err();
+    assert!(e.message.contains("refused"), "{e}");
     assert_eq!(errno(av.remove(&[2], 0)), FiErrno::FI_EINVAL);
     // …and their indices are reused by the next insert.
     av.with_context(3)

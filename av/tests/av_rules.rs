@@ -414,6 +414,11 @@ fn failed_nic_invalidate_keeps_the_addresses() {
     let e = av.remove(&[0, 2], 0).unwrap_err();
     assert_eq!(e.errno, FiErrno::FI_EIO);
     assert!(e.message.contains("injected fault"), "{e}");
+    assert!(
+        e.message
+            .contains("2 entries (0 of 2 removed before them, the rest stay inserted)"),
+        "{e}"
+    );
     assert_eq!(av.len(), 3);
     assert_in_step(&av);
     av.remove(&[0, 2], 0).unwrap();

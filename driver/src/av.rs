@@ -96,6 +96,17 @@ impl NicAv {
     }
 }
 
+/// A batch of `len` records or indices is one command: 1..=[`MAX_BATCH`] of them.
+fn check_batch(op: &'static str, len: usize) -> Result<(), NicError> {
+    if len == 0 || len > MAX_BATCH as usize {
+        return Err(NicError::new(
+            op,
+            format!("batch of {len} entries (must be 1..={MAX_BATCH})"),
+        ));
+    }
+    Ok(())
+}
+
 fn nic_error(op: &'static str, e: DriverError) -> NicError {
     NicError {
         op,
@@ -186,44 +197,41 @@ impl NicAvTable for NicAv {
     ) -> Result<(), NicError> {
         const OP: &str = "AV_WRITE";
         const RECORD_BYTES: usize = core::mem::size_of::<AvWriteRecord>();
+        // One command, applied whole or not at all: as the trait says, and as the firmware
+        // and the in-memory table check.
+        check_batch(OP, count)?;
         if count == 1 && self.table.nic.identity.interface_minor >= AV_WRITE_WINDOW_INTERFACE_MINOR
         {
             return self.write_through_window(&record(0));
         }
-        // More than MAX_BATCH records (which the AV never asks for) become several AV_WRITEs,
-        // each all-or-nothing on its own, as in `write_entries`.
-        let mut first = 0;
-        while first < count {
-            let n = (count - first).min(MAX_BATCH as usize);
-            let nic = &self.table.nic;
-            let mut admin = nic.admin();
-            // Each record is built where AV_WRITE reads it: the scratch buffer.
-            let scratch = admin.scratch();
-            for i in 0..n {
-                scratch
-                    .write_obj(i * RECORD_BYTES, &record(first + i))
-                    .map_err(|e| nic_error(OP, e.into()))?;
-            }
-            let mut body = BufferBody::new_zeroed();
-            body.buf = U64::new(scratch.iova());
-            body.len = U32::new((n * RECORD_BYTES) as u32);
-            body.count = U32::new(n as u32);
-            admin
-                .execute(
-                    nic.bar(),
-                    Command::AvWrite {
-                        av: self.table.handle,
-                        body,
-                    },
-                )
-                .map_err(|e| nic_error(OP, e))?;
-            first += n;
+        let nic = &self.table.nic;
+        let mut admin = nic.admin();
+        // Each record is built where AV_WRITE reads it: the scratch buffer.
+        let scratch = admin.scratch();
+        for i in 0..count {
+            scratch
+                .write_obj(i * RECORD_BYTES, &record(i))
+                .map_err(|e| nic_error(OP, e.into()))?;
         }
-        Ok(())
+        let mut body = BufferBody::new_zeroed();
+        body.buf = U64::new(scratch.iova());
+        body.len = U32::new((count * RECORD_BYTES) as u32);
+        body.count = U32::new(count as u32);
+        admin
+            .execute(
+                nic.bar(),
+                Command::AvWrite {
+                    av: self.table.handle,
+                    body,
+                },
+            )
+            .map(|_| ())
+            .map_err(|e| nic_error(OP, e))
     }
 
     fn invalidate(&mut self, indices: &[u32]) -> Result<(), NicError> {
         const OP: &str = "AV_INVALIDATE";
+        check_batch(OP, indices.len())?;
         let nic = &self.table.nic;
         if indices.len() <= DOORBELL_INVALIDATE_MAX
             && nic.identity.interface_minor >= AV_DOORBELL_INTERFACE_MINOR
@@ -244,34 +252,31 @@ impl NicAvTable for NicAv {
         // The indices as AV_INVALIDATE reads them, little-endian, staged a piece at a time on
         // the stack: no allocation per command.
         let mut piece = [U32::ZERO; 512];
-        for chunk in indices.chunks(MAX_BATCH as usize) {
-            let nic = &self.table.nic;
-            let mut admin = nic.admin();
-            let scratch = admin.scratch();
-            for (k, part) in chunk.chunks(piece.len()).enumerate() {
-                for (dst, &index) in piece.iter_mut().zip(part) {
-                    *dst = U32::new(index);
-                }
-                let bytes = piece.get(..part.len()).unwrap_or_default().as_bytes();
-                scratch
-                    .write_bytes(k * core::mem::size_of_val(&piece), bytes)
-                    .map_err(|e| nic_error(OP, e.into()))?;
+        let mut admin = nic.admin();
+        let scratch = admin.scratch();
+        for (k, part) in indices.chunks(piece.len()).enumerate() {
+            for (dst, &index) in piece.iter_mut().zip(part) {
+                *dst = U32::new(index);
             }
-            let mut body = RangeBody::new_zeroed();
-            body.buf = U64::new(scratch.iova());
-            body.len = U32::new(core::mem::size_of_val(chunk) as u32);
-            body.count = U32::new(chunk.len() as u32);
-            admin
-                .execute(
-                    nic.bar(),
-                    Command::AvInvalidate {
-                        av: self.table.handle,
-                        body,
-                    },
-                )
-                .map_err(|e| nic_error(OP, e))?;
+            let bytes = piece.get(..part.len()).unwrap_or_default().as_bytes();
+            scratch
+                .write_bytes(k * core::mem::size_of_val(&piece), bytes)
+                .map_err(|e| nic_error(OP, e.into()))?;
         }
-        Ok(())
+        let mut body = RangeBody::new_zeroed();
+        body.buf = U64::new(scratch.iova());
+        body.len = U32::new(core::mem::size_of_val(indices) as u32);
+        body.count = U32::new(indices.len() as u32);
+        admin
+            .execute(
+                nic.bar(),
+                Command::AvInvalidate {
+                    av: self.table.handle,
+                    body,
+                },
+            )
+            .map(|_| ())
+            .map_err(|e| nic_error(OP, e))
     }
 
     fn submit_write(

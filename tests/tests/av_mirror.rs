@@ -117,6 +117,20 @@ fn a_refused_batch_of_records_changes_nothing_on_the_nic() {
         !back[0].is_valid(),
         "the good record was not written either"
     );
+    // An empty batch, and one past MAX_BATCH, are refused before anything reaches the NIC.
+    let before = n0.counter(ADMIN_COMMANDS);
+    assert!(n0.av.nic_mut().write_entries(&[]).is_err());
+    let too_many = uet_fwif::admin::MAX_BATCH as usize + 1;
+    let e = n0
+        .av
+        .nic_mut()
+        .write_entries_with(too_many, &mut |_| good)
+        .unwrap_err();
+    assert!(e.to_string().contains("must be 1..="), "{e}");
+    assert!(n0.av.nic_mut().invalidate(&[]).is_err());
+    let many: Vec<u32> = (0..too_many as u32).collect();
+    assert!(n0.av.nic_mut().invalidate(&many).is_err());
+    assert_eq!(n0.counter(ADMIN_COMMANDS), before, "no command sent");
     // Two good records, built one by one where AV_WRITE reads them: both are stored.
     let mut records = [good, good];
     records[1].index = 4.into();
