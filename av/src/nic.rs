@@ -155,6 +155,10 @@ impl PendingWrite for CompletedWrite {
     }
 }
 
+/// Records of [`MemoryNicTable`]'s staging buffer kept between writes (a larger one, grown by
+/// an unusually large write, is released).
+const STAGING_KEEP: usize = 4096;
+
 /// Forward every method to the table behind a pointer.
 macro_rules! forward_nic_av_table {
     ($($ptr:ty),*) => {$(
@@ -298,8 +302,9 @@ pub struct MemoryNicTable {
     /// The auth-key table; a free slot is all zero.
     auth: Vec<AuthKeyEntry>,
     /// Where [`NicAvTable::write_entries_with`] builds a write's records: the model of the
-    /// firmware's staging buffer, kept between writes as that buffer would be. Like the
-    /// entries, it stands for NIC memory and is not counted in the AV's `host_bytes`.
+    /// firmware's staging buffer, kept between writes (up to [`STAGING_KEEP`] records) as that
+    /// buffer would be. Like the entries, it stands for NIC memory and is not counted in the
+    /// AV's `host_bytes`.
     staging: Vec<AvWriteRecord>,
 }
 
@@ -666,7 +671,11 @@ impl NicAvTable for MemoryNicTable {
         staging.clear();
         staging.extend((0..count).map(record));
         let r = self.do_write(&staging);
-        self.staging = staging;
+        // Kept for the next write, unless an unusually large one grew it.
+        if staging.capacity() <= STAGING_KEEP {
+            staging.clear();
+            self.staging = staging;
+        }
         self.fail(r)
     }
 
