@@ -1035,10 +1035,8 @@ impl<N: NicAvTable> AddressVector<N> {
             flags,
             status.map(core::slice::from_mut),
         )?;
-        let addr = svc_address(node, service, self.resolver).map_err(|e| FiError {
-            message: format!("fi_av_insertsvc: {}", e.message),
-            ..e
-        })?;
+        let addr =
+            svc_address(node, service, self.resolver).map_err(|e| e.within("fi_av_insertsvc"))?;
         let bytes = addr
             .to_bytes()
             .map_err(|e| FiError::inval(format!("fi_av_insertsvc: {e}")))?;
@@ -1064,10 +1062,7 @@ impl<N: NicAvTable> AddressVector<N> {
         flags: u64,
         status: Option<&mut [i32]>,
     ) -> Result<usize, FiError> {
-        let prefix = |e: FiError| FiError {
-            message: format!("fi_av_insertsym: {}", e.message),
-            ..e
-        };
+        let prefix = |e: FiError| e.within("fi_av_insertsym");
         let total = nodecnt.checked_mul(svccnt).ok_or_else(|| {
             FiError::inval(format!(
                 "fi_av_insertsym: nodecnt {nodecnt} × svccnt {svccnt} overflows"
@@ -1800,10 +1795,7 @@ impl<N: NicAvTable> AddressVector<N> {
     /// [`AddressVector::remove`] of one address, without the list a batch needs: the checks,
     /// errors and NIC command `remove_listed` makes for one index.
     fn remove_one(&mut self, fi_addr: FiAddr) -> Result<(), FiError> {
-        let named = |e: FiError| FiError {
-            message: format!("fi_av_remove: fi_addr[0]: {}", e.message),
-            ..e
-        };
+        let named = |e: FiError| e.within("fi_av_remove: fi_addr[0]");
         let index = self.index_of(fi_addr).map_err(named)?;
         self.settle_nic()?;
         // As in remove_listed: settling an FI_EVENT AV may have taken the index back.
@@ -1823,10 +1815,9 @@ impl<N: NicAvTable> AddressVector<N> {
         list.try_reserve(fi_addrs.len())
             .map_err(|_| FiError::new(FiErrno::FI_ENOMEM, "fi_av_remove: no memory"))?;
         for (pos, &fa) in fi_addrs.iter().enumerate() {
-            let index = self.index_of(fa).map_err(|e| FiError {
-                message: format!("fi_av_remove: fi_addr[{pos}]: {}", e.message),
-                ..e
-            })?;
+            let index = self
+                .index_of(fa)
+                .map_err(|e| e.within(format_args!("fi_av_remove: fi_addr[{pos}]")))?;
             list.push(index);
         }
         if list.len() > 1 {
@@ -1885,10 +1876,8 @@ impl<N: NicAvTable> AddressVector<N> {
             return self.set_auth_key_user_id(fi_addr, user_id);
         }
         let lookup = |av: &Self| {
-            av.index_of(fi_addr).map_err(|e| FiError {
-                message: format!("fi_av_set_user_id: {}", e.message),
-                ..e
-            })
+            av.index_of(fi_addr)
+                .map_err(|e| e.within("fi_av_set_user_id"))
         };
         let mut index = lookup(self)?;
         self.settle_nic()?;

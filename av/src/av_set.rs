@@ -428,10 +428,9 @@ impl AvSet {
                 "fi_av_set_insert: the set belongs to a different AV",
             ));
         }
-        let index = av.index_of(fi_addr).map_err(|e| FiError {
-            message: format!("fi_av_set_insert: {}", e.message),
-            ..e
-        })?;
+        let index = av
+            .index_of(fi_addr)
+            .map_err(|e| e.within("fi_av_set_insert"))?;
         if self.has(index) {
             return Err(FiError::inval(format!(
                 "fi_av_set_insert: fi_addr {fi_addr:#x} (index {index}) is already a member"

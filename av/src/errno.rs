@@ -183,6 +183,15 @@ impl FiError {
         Self::new(FiErrno::FI_EIO, message)
     }
 
+    /// This error with `context` put before its message (`"{context}: {message}"`), the
+    /// errno unchanged: what a call adds when it passes on an error of a step it took.
+    pub fn within(self, context: impl core::fmt::Display) -> Self {
+        FiError {
+            message: format!("{context}: {}", self.message),
+            ..self
+        }
+    }
+
     /// The value a provider entry point returns for this error: `-errno`.
     pub fn to_neg_errno(&self) -> isize {
         self.errno.to_neg_errno()
@@ -192,6 +201,13 @@ impl FiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn within_prefixes_the_message_and_keeps_the_errno() {
+        let e = FiError::new(FiErrno::FI_ENOSPC, "full").within(format_args!("call {}", 7));
+        assert_eq!(e.errno, FiErrno::FI_ENOSPC);
+        assert_eq!(e.message, "call 7: full");
+    }
 
     #[test]
     fn values_match_fi_errno_h() {

@@ -550,10 +550,7 @@ impl<N: NicAvTable> NamedAv<N> {
         let fi_addr = fi_addr.map(core::slice::from_mut);
         let status = status.map(core::slice::from_mut);
         self.check_insert(CALL, 1, fi_addr.as_deref(), flags, status.as_deref())?;
-        let addr = svc_address(node, service, self.local.resolver).map_err(|e| FiError {
-            message: format!("{CALL}: {}", e.message),
-            ..e
-        })?;
+        let addr = svc_address(node, service, self.local.resolver).map_err(|e| e.within(CALL))?;
         let bytes = addr
             .to_bytes()
             .map_err(|e| FiError::inval(format!("{CALL}: {e}")))?;
@@ -584,10 +581,7 @@ impl<N: NicAvTable> NamedAv<N> {
                 me.insertsym(node, nodecnt, service, svccnt, fi_addr, flags, st)
             });
         }
-        let prefix = |e: FiError| FiError {
-            message: format!("{CALL}: {}", e.message),
-            ..e
-        };
+        let prefix = |e: FiError| e.within(CALL);
         let total = nodecnt.checked_mul(svccnt).ok_or_else(|| {
             FiError::inval(format!(
                 "{CALL}: nodecnt {nodecnt} × svccnt {svccnt} overflows"
@@ -764,10 +758,9 @@ impl<N: NicAvTable> NamedAv<N> {
             .try_reserve_exact(fi_addrs.len())
             .map_err(|_| FiError::new(FiErrno::FI_ENOMEM, format!("{CALL}: no memory")))?;
         for (pos, &fa) in fi_addrs.iter().enumerate() {
-            let index = av.index_of(fa).map_err(|e| FiError {
-                message: format!("{CALL}: fi_addr[{pos}]: {}", e.message),
-                ..e
-            })?;
+            let index = av
+                .index_of(fa)
+                .map_err(|e| e.within(format_args!("{CALL}: fi_addr[{pos}]")))?;
             indices.push(index);
         }
         locked.begin();
@@ -1043,10 +1036,7 @@ impl<N: NicAvTable> Local<N> {
             }
         }
         let name = self.name().to_owned();
-        let prefix = |e: FiError| FiError {
-            message: format!("named AV '{name}': catching up: {}", e.message),
-            ..e
-        };
+        let prefix = |e: FiError| e.within(format_args!("named AV '{name}': catching up"));
         if removals.is_empty() && inserts.is_empty() {
             // Ranges `apply_ranges` placed may wait for their NIC records.
             return self.av.flush().map_err(prefix);

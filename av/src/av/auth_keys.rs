@@ -279,10 +279,10 @@ impl<N: NicAvTable> AddressVector<N> {
                 .map_err(|_| FiError::new(FiErrno::FI_ENOMEM, format!("{CALL}: no memory")))?;
         }
         let source = self.key_source(n, None);
-        let slot = self.nic.add_auth_key(job_id, source).map_err(|e| FiError {
-            message: format!("{CALL}: JobID {job_id:#x}: {}", e.message),
-            ..e
-        })?;
+        let slot = self
+            .nic
+            .add_auth_key(job_id, source)
+            .map_err(|e| e.within(format_args!("{CALL}: JobID {job_id:#x}")))?;
         let key = Key {
             job_id,
             slot,
@@ -320,10 +320,7 @@ impl<N: NicAvTable> AddressVector<N> {
                 ))
             })?
         } else {
-            let index = self.index_of(fi_addr).map_err(|e| FiError {
-                message: format!("{CALL}: {}", e.message),
-                ..e
-            })?;
+            let index = self.index_of(fi_addr).map_err(|e| e.within(CALL))?;
             keys.bound_to(index).ok_or_else(|| {
                 FiError::new(
                     FiErrno::FI_ENOKEY,
@@ -436,16 +433,12 @@ impl<N: NicAvTable> AddressVector<N> {
                 continue;
             }
             if let Err(e) = self.nic.remove_auth_key(k.slot) {
-                return Err(FiError {
-                    message: format!(
-                        "{CALL}: removing auth key {:#x} ({done} of {} removed before it, the \
-                         rest kept): {}",
-                        AUTH_KEY_ADDR_BASE | u64::from(n),
-                        numbers.len(),
-                        e.message
-                    ),
-                    ..e
-                });
+                return Err(e.within(format_args!(
+                    "{CALL}: removing auth key {:#x} ({done} of {} removed before it, the rest \
+                     kept)",
+                    AUTH_KEY_ADDR_BASE | u64::from(n),
+                    numbers.len(),
+                )));
             }
             if let Some(slot) = self
                 .auth
@@ -474,15 +467,11 @@ impl<N: NicAvTable> AddressVector<N> {
         })?;
         let slot = keys.key(n).map_or(0, |k| k.slot);
         let source = self.key_source(n, Some(user_id));
-        self.nic
-            .set_auth_key_source(slot, source)
-            .map_err(|e| FiError {
-                message: format!(
-                    "{CALL}: the user id of auth key {handle:#x} is unchanged: {}",
-                    e.message
-                ),
-                ..e
-            })?;
+        self.nic.set_auth_key_source(slot, source).map_err(|e| {
+            e.within(format_args!(
+                "{CALL}: the user id of auth key {handle:#x} is unchanged"
+            ))
+        })?;
         if let Some(k) = self.auth.as_deref_mut().and_then(|a| a.key_mut(n)) {
             k.user_id = Some(user_id);
         }
