@@ -916,11 +916,7 @@ impl<N: NicAvTable> AddressVector<N> {
         status: Option<&mut [i32]>,
     ) -> Result<usize, FiError> {
         let call = self.check_insert("fi_av_insert", count, fi_addr, flags, status)?;
-        if self.attr.addr_format != AddrFormat::Uet {
-            return Err(FiError::inval(
-                "fi_av_insert: this AV takes FI_ADDR_STR addresses (insert_str), not binary ones",
-            ));
-        }
+        insert_format(self.attr.addr_format, AddrFormat::Uet)?;
         let addrs = address_buffer("fi_av_insert", addr, count)?;
         if call.flags & (FI_AV_USER_ID | FI_AUTH_KEY | FI_SYNC_ERR) == 0
             && self.user_ids.is_none()
@@ -1003,12 +999,7 @@ impl<N: NicAvTable> AddressVector<N> {
         status: Option<&mut [i32]>,
     ) -> Result<usize, FiError> {
         let call = self.check_insert("fi_av_insert", addrs.len(), fi_addr, flags, status)?;
-        if self.attr.addr_format != AddrFormat::Str {
-            return Err(FiError::inval(
-                "fi_av_insert: this AV takes binary UET addresses, not FI_ADDR_STR strings \
-                 (open it with addr_format Str, or use insertsvc)",
-            ));
-        }
+        insert_format(self.attr.addr_format, AddrFormat::Str)?;
         let items = string_addresses(addrs, self.resolver);
         self.insert_items(call, items)
     }
@@ -2263,6 +2254,21 @@ fn invalidate_refused(
     FiError::io(format!(
         "fi_av_remove: the NIC refused to invalidate {what}: {e}"
     ))
+}
+
+/// fi_av_insert's check that the AV, whose format is `format`, takes addresses in the form
+/// `given` (binary UET addresses or `FI_ADDR_STR` strings): `FI_EINVAL` naming the other call.
+pub(crate) fn insert_format(format: AddrFormat, given: AddrFormat) -> Result<(), FiError> {
+    match (format == given, given) {
+        (true, _) => Ok(()),
+        (false, AddrFormat::Uet) => Err(FiError::inval(
+            "fi_av_insert: this AV takes FI_ADDR_STR addresses (insert_str), not binary ones",
+        )),
+        (false, AddrFormat::Str) => Err(FiError::inval(
+            "fi_av_insert: this AV takes binary UET addresses, not FI_ADDR_STR strings (open it \
+             with addr_format Str, or use insertsvc)",
+        )),
+    }
 }
 
 /// The first `count` addresses of `addr`, `FI_EINVAL` when it is shorter.

@@ -72,8 +72,8 @@ use uet_fwif::UetAddress;
 
 use crate::addr_str::{system_resolver, Resolver, SymRange};
 use crate::av::{
-    binary_addresses, string_addresses, svc_address, AddrFormat, AddressVector, AvAttr, AvLimits,
-    ADDR_LEN,
+    binary_addresses, insert_format, string_addresses, svc_address, AddrFormat, AddressVector,
+    AvAttr, AvLimits, ADDR_LEN,
 };
 use crate::errno::{FiErrno, FiError};
 use crate::event::{AvEvent, AvEventSink, AvProgress};
@@ -487,11 +487,7 @@ impl<N: NicAvTable> NamedAv<N> {
             });
         }
         self.check_insert(CALL, count, fi_addr.as_deref(), flags, status.as_deref())?;
-        if self.local.av.attr().addr_format != AddrFormat::Uet {
-            return Err(FiError::inval(
-                "fi_av_insert: this AV takes FI_ADDR_STR addresses (insert_str), not binary ones",
-            ));
-        }
+        insert_format(self.local.av.attr().addr_format, AddrFormat::Uet)?;
         let items = binary_addresses(CALL, addr, count)?.collect();
         self.insert_items(CALL, items, fi_addr, status)
     }
@@ -521,12 +517,7 @@ impl<N: NicAvTable> NamedAv<N> {
             flags,
             status.as_deref(),
         )?;
-        if self.local.av.attr().addr_format != AddrFormat::Str {
-            return Err(FiError::inval(
-                "fi_av_insert: this AV takes binary UET addresses, not FI_ADDR_STR strings \
-                 (open it with addr_format Str, or use insertsvc)",
-            ));
-        }
+        insert_format(self.local.av.attr().addr_format, AddrFormat::Str)?;
         let items = string_addresses(addrs, self.local.resolver).collect();
         self.insert_items(CALL, items, fi_addr, status)
     }
