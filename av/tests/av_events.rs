@@ -195,6 +195,27 @@ fn open_deferred(count: usize) -> (AddressVector<DeferredNic>, DeferredNic) {
     (av, nic)
 }
 
+/// An `FI_EVENT` AV of 16 entries (opened with `extra_flags` too) on a deferring NIC, its
+/// queue bound, and one insert of peers 1 and 2 (context 1) whose AV_WRITE is in flight.
+fn two_in_flight(extra_flags: u64) -> (AddressVector<DeferredNic>, DeferredNic, Arc<Sink>) {
+    let nic = DeferredNic::new(16);
+    let mut av = AddressVector::open(
+        nic.clone(),
+        AvAttr {
+            flags: FI_EVENT | extra_flags,
+            ..event_attr(16)
+        },
+        LIMITS,
+    )
+    .unwrap();
+    let sink = Sink::new();
+    av.bind(sink.clone(), 0).unwrap();
+    av.with_context(1)
+        .insert(&[peer_bytes(1), peer_bytes(2)].concat(), 2, None, 0)
+        .unwrap();
+    (av, nic, sink)
+}
+
 fn errno<T: std::fmt::Debug>(r: Result<T, FiError>) -> FiErrno {
     r.expect_err("call should fail").errno
 }
@@ -531,21 +552,7 @@ fn a_refusal_at_the_deferred_nic_reports_its_code() {
 
 #[test]
 fn remove_and_set_user_id_wait_for_writes_in_flight() {
-    let nic = DeferredNic::new(16);
-    let mut av = AddressVector::open(
-        nic.clone(),
-        AvAttr {
-            flags: FI_EVENT | FI_AV_USER_ID,
-            ..event_attr(16)
-        },
-        LIMITS,
-    )
-    .unwrap();
-    let sink = Sink::new();
-    av.bind(sink.clone(), 0).unwrap();
-    av.with_context(1)
-        .insert(&[peer_bytes(1), peer_bytes(2)].concat(), 2, None, 0)
-        .unwrap();
+    let (mut av, nic, sink) = two_in_flight(FI_AV_USER_ID);
     av.set_user_id(1, 77, 0).unwrap();
     assert_eq!(av.writes_in_flight(), 0, "the write was waited for");
     assert!(nic.valid(1));
@@ -558,21 +565,7 @@ fn remove_and_set_user_id_wait_for_writes_in_flight() {
 
 #[test]
 fn remove_and_set_user_id_of_an_insert_the_nic_then_refuses_are_einval() {
-    let nic = DeferredNic::new(16);
-    let mut av = AddressVector::open(
-        nic.clone(),
-        AvAttr {
-            flags: FI_EVENT | FI_AV_USER_ID,
-            ..event_attr(16)
-        },
-        LIMITS,
-    )
-    .unwrap();
-    let sink = Sink::new();
-    av.bind(sink.clone(), 0).unwrap();
-    av.with_context(1)
-        .insert(&[peer_bytes(1), peer_bytes(2)].concat(), 2, None, 0)
-        .unwrap();
+    let (mut av, nic, _sink) = two_in_flight(FI_AV_USER_ID);
     // fi_addr 0 and 1 are still valid when the calls start; the NIC refuses the write they
     // wait for, which takes both back.
     nic.table.lock().unwrap().fail_after(NicOp::Write, 0);
@@ -588,13 +581,7 @@ fn remove_of_addresses_the_nic_then_refuses_is_einval() {
     // One address, then two: the insert they name is in flight when remove starts, and the
     // NIC refuses it, which takes the indices back; remove then removes nothing.
     for listed in [&[0u64][..], &[0, 1][..]] {
-        let nic = DeferredNic::new(16);
-        let mut av = AddressVector::open(nic.clone(), event_attr(16), LIMITS).unwrap();
-        let sink = Sink::new();
-        av.bind(sink.clone(), 0).unwrap();
-        av.with_context(1)
-            .insert(&[peer_bytes(1), peer_bytes(2)].concat(), 2, None, 0)
-            .unwrap();
+        let (mut av, nic, _sink) = two_in_flight(0);
         nic.table.lock().unwrap().fail_after(NicOp::Write, 0);
         let e = av.remove(listed, 0).unwrap_err();
         assert_eq!(e.errno, FiErrno::FI_EINVAL, "{e}");
