@@ -99,8 +99,7 @@ pub struct Capabilities {
     pub max_admin_entries: u16,
     /// Largest datapath ring.
     pub max_queue_entries: u16,
-    /// Slots of the auth-key table (`CAP_AUTH_KEY.slots`, interface 1.3 and later; 0 on an
-    /// older device, which has no auth keys).
+    /// Slots of the auth-key table (`CAP_AUTH_KEY.slots`, at most `MAX_AUTH_KEY_SLOTS`).
     pub auth_key_slots: u16,
     /// Largest peer group id an AV may allow (`CAP_PEER_GROUPS.max_group_id`, the libfabric
     /// domain attribute `max_group_id`); 0: no peer groups.
@@ -108,7 +107,7 @@ pub struct Capabilities {
 }
 
 impl Capabilities {
-    fn read(bar: &dyn Mmio, interface_minor: u8) -> Self {
+    fn read(bar: &dyn Mmio) -> Self {
         let av = bar.read(CAP_AV);
         let ep = bar.read(CAP_EP);
         let pid = bar.read(CAP_PID_ON_FEP);
@@ -140,13 +139,11 @@ impl Capabilities {
             inject_size: uet_fwif::datapath::MAX_INJECT_BYTES,
             max_admin_entries: q.max_admin_entries(),
             max_queue_entries: q.max_queue_entries(),
-            auth_key_slots: if interface_minor >= 5 {
-                bar.read(CAP_AUTH_KEY)
-                    .slots()
-                    .min(uet_fwif::auth_key::MAX_AUTH_KEY_SLOTS)
-            } else {
-                0
-            },
+            // Every interface the driver accepts (REQUIRED_INTERFACE_MINOR) has the register.
+            auth_key_slots: bar
+                .read(CAP_AUTH_KEY)
+                .slots()
+                .min(uet_fwif::auth_key::MAX_AUTH_KEY_SLOTS),
             max_group_id: bar.read(CAP_PEER_GROUPS),
         }
     }
@@ -294,7 +291,7 @@ impl Nic {
             std::thread::yield_now();
         }
         // 4. Capabilities.
-        let caps = Capabilities::read(bar, rev.interface_minor());
+        let caps = Capabilities::read(bar);
         tracing::debug!(?caps, "capabilities");
         // 5. Admin queue.
         let iova = IovaAllocator::new();
