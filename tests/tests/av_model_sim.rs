@@ -40,14 +40,12 @@ fn peer(n: u64) -> UetAddress {
 }
 
 /// The reference model: slots in index order, lowest-free allocation, user ids.
-#[derive(Default)]
 struct Model {
     slots: Vec<Option<([u8; 32], Option<u64>)>>,
 }
 
 impl Model {
-    fn new(user_ids: bool) -> Self {
-        let _ = user_ids;
+    fn new() -> Self {
         Model {
             slots: vec![None; CAP],
         }
@@ -116,7 +114,7 @@ fn check(av: &mut Av, m: &Model, step: usize) {
 fn run(seed: u64, user_ids: bool) {
     let fabric = Fabric::new();
     let (_nic, mut av) = open(&fabric, user_ids);
-    let mut m = Model::new(user_ids);
+    let mut m = Model::new();
     let mut r = Rng(seed);
     let mut pending_more = false;
     for step in 0..STEPS {
