@@ -85,7 +85,8 @@ struct Figure {
 /// Entries of the warm-up round.
 const WARMUP_ENTRIES: usize = 1_000;
 
-/// Print the median of every op's figures over the rounds, in the order first measured.
+/// Print the median of every op's figures (time and bytes) over the rounds, in the order
+/// first measured.
 /// Stops quietly when standard output is closed (`bench-av | head`).
 fn report(imp: &str, rounds: &[Vec<Figure>]) {
     use std::io::Write;
@@ -94,13 +95,18 @@ fn report(imp: &str, rounds: &[Vec<Figure>]) {
     };
     let mut stdout = std::io::stdout().lock();
     for f in first {
-        let mut ns: Vec<f64> = rounds
-            .iter()
-            .flat_map(|r| r.iter().filter(|g| g.op == f.op).map(|g| g.ns))
-            .collect();
-        ns.sort_by(f64::total_cmp);
-        let median = ns.get(ns.len() / 2).copied().unwrap_or(f64::NAN);
-        let (op, n, bytes) = (f.op, f.n, f.bytes);
+        let sorted = |field: fn(&Figure) -> f64| {
+            let mut v: Vec<f64> = rounds
+                .iter()
+                .flat_map(|r| r.iter().filter(|g| g.op == f.op).map(field))
+                .collect();
+            v.sort_by(f64::total_cmp);
+            v
+        };
+        let median = |v: &[f64]| v.get(v.len() / 2).copied().unwrap_or(f64::NAN);
+        let ns = sorted(|g| g.ns);
+        let (op, n, bytes) = (f.op, f.n, median(&sorted(|g| g.bytes)));
+        let median = median(&ns);
         let spread = match (ns.len() > 1, ns.first(), ns.last()) {
             (true, Some(min), Some(max)) => {
                 format!(" rounds={} min={min:.1} max={max:.1}", ns.len())
@@ -257,7 +263,7 @@ fn symmetric<N: NicAvTable>(
         op: "insertsym",
         n: k,
         ns: sym_ns,
-        bytes: (av.host_bytes() - empty) as f64 / k.max(1) as f64,
+        bytes: av.host_bytes().saturating_sub(empty) as f64 / k.max(1) as f64,
     });
     Ok(())
 }
