@@ -1921,7 +1921,10 @@ impl<N: NicAvTable> AddressVector<N> {
     #[inline]
     fn single_slot(&self, fi_addr: FiAddr) -> Option<&[u8; ADDR_LEN]> {
         let raw = fi_addr & self.index_mask;
-        if fi_addr == FI_ADDR_NOTAVAIL || raw >= u64::from(self.capacity) {
+        if fi_addr == FI_ADDR_NOTAVAIL
+            || raw >= u64::from(self.capacity)
+            || self.is_key_handle(fi_addr)
+        {
             return None;
         }
         // raw < capacity <= u32::MAX
@@ -1933,7 +1936,10 @@ impl<N: NicAvTable> AddressVector<N> {
 
     fn slot_of(&self, fi_addr: FiAddr) -> Result<(u32, [u8; ADDR_LEN]), FiError> {
         let raw = fi_addr & self.index_mask;
-        if fi_addr != FI_ADDR_NOTAVAIL && raw < u64::from(self.capacity) {
+        if fi_addr != FI_ADDR_NOTAVAIL
+            && raw < u64::from(self.capacity)
+            && !self.is_key_handle(fi_addr)
+        {
             // raw < capacity <= u32::MAX
             let index = raw as u32;
             if !self.is_revoked(index) {
@@ -1958,11 +1964,19 @@ impl<N: NicAvTable> AddressVector<N> {
     }
 
     #[cold]
+    /// Whether `fi_addr` is an auth-key handle of this AV's domain, which no address is: on an
+    /// AV with peer groups the index is only the low 32 bits, so without this check a handle
+    /// would name the address at its low bits.
+    #[inline]
+    fn is_key_handle(&self, fi_addr: FiAddr) -> bool {
+        is_auth_key_addr(fi_addr) && self.auth.is_some()
+    }
+
     fn bad_fi_addr(&self, fi_addr: FiAddr) -> FiError {
         let raw = fi_addr & self.index_mask;
         if fi_addr == FI_ADDR_NOTAVAIL {
             FiError::inval("fi_addr is FI_ADDR_NOTAVAIL")
-        } else if is_auth_key_addr(fi_addr) && self.auth.is_some() {
+        } else if self.is_key_handle(fi_addr) {
             FiError::inval(format!(
                 "fi_addr {fi_addr:#x} is an auth-key handle, not an address (pass FI_AUTH_KEY \
                  to calls that take one)"

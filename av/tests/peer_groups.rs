@@ -155,3 +155,34 @@ fn named_avs_share_their_peer_group_limit() {
         assert!(e.message.contains("max_group_id"), "{e}");
     }
 }
+
+#[test]
+fn an_auth_key_handle_is_no_address_on_an_av_with_peer_groups() {
+    // With peer groups the index is the low 32 bits, and a handle's low bits are its key
+    // number: key 0's handle must not name the address at index 0.
+    let mut av = open(AvAttr {
+        auth_key_size: FI_AV_AUTH_KEY,
+        ..attr(AUTH_KEY_MAX_GROUP_ID, 0)
+    });
+    let handle = av
+        .insert_auth_key(&uet_av::job_id_to_auth_key(0x42), 0)
+        .expect("auth key");
+    assert_eq!(handle & u64::from(u32::MAX), 0, "key 0");
+    av.insert(&peer_bytes(1), 1, None, 0).expect("insert");
+    let mut buf = [0u8; 32];
+    let mut len = buf.len();
+    let e = av.lookup(handle, &mut buf, &mut len).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL);
+    assert!(e.message.contains("auth-key handle"), "{e}");
+    assert!(av.index_of(handle).is_err());
+    let e = av.remove(&[handle], 0).unwrap_err();
+    assert!(e.message.contains("auth-key handle"), "{e}");
+    let e = av.remove(&[handle, 0], 0).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL);
+    assert_eq!(av.len(), 1, "the address at index 0 stays");
+    assert_eq!(
+        av.index_of(fi_group_addr(0, 3)),
+        Ok(0),
+        "a real grouped address still works"
+    );
+}
