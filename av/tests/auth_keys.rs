@@ -447,3 +447,26 @@ fn event_avs_insert_against_keys() {
     assert_eq!(av.nic().entry(0).unwrap().auth_key_slot(), Some(0));
     assert_eq!(sink.0.lock().unwrap().len(), 1);
 }
+
+#[test]
+fn removing_one_of_two_inserts_of_a_key_in_use_succeeds() {
+    let mut av = open_keys(0, 8);
+    let k = av.insert_auth_key(&key(0x20), 0).unwrap();
+    assert_eq!(
+        av.insert_auth_key(&key(0x20), 0).unwrap(),
+        k,
+        "the same key again"
+    );
+    let slot = av.auth_keys().next().unwrap().slot;
+    assert!(av.nic_mut().grant_auth_key(slot));
+    // The first remove only drops an insert: the key, and the endpoint using it, stay.
+    av.remove(&[k], FI_AUTH_KEY).unwrap();
+    assert_eq!(av.auth_keys().count(), 1);
+    assert!(av.nic().auth_keys()[usize::from(slot)].is_valid());
+    // The last one would take the key from the endpoint: FI_EBUSY.
+    let e = av.remove(&[k], FI_AUTH_KEY).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EBUSY);
+    av.nic_mut().revoke_auth_key(slot);
+    av.remove(&[k], FI_AUTH_KEY).unwrap();
+    assert_eq!(av.auth_keys().count(), 0);
+}

@@ -27,7 +27,7 @@
 //! | `insert*(…, FI_AUTH_KEY)` | `fi_addr[i]` holds on input the handle of the key address `i` is inserted against; on output its `fi_addr_t`. Its NIC entry carries the key's slot (`AUTH_KEY`), so requests to it carry the key's JobID | `FI_EINVAL` AV without auth keys, no `fi_addr` array, a slot that is not a held key's handle (its position named), `FI_AV_USER_ID` beside it |
 //! | `insert*` without `FI_AUTH_KEY` | the address is bound to no key; requests to it carry the AV's JobID | — |
 //! | `lookup_auth_key(fi_addr, key, size)` | the key of an auth-key handle, or of the key an address was inserted against; at most `*size` bytes written (truncated), `*size` set to 4 | `FI_EINVAL` AV without auth keys, `fi_addr` neither a held key nor an inserted address; `FI_ENOKEY` an address inserted without a key |
-//! | `remove(handles, FI_AUTH_KEY)` | drops one insert of each key; a key goes (AUTH_KEY_REMOVE) with its last | `FI_EINVAL` AV without auth keys, a value that is no held key, a key listed twice; `FI_EBUSY` an endpoint enabled with a key is still open, or addresses inserted against it remain; `FI_EIO` NIC refused (keys before it in the list are removed) |
+//! | `remove(handles, FI_AUTH_KEY)` | drops one insert of each key; a key goes (AUTH_KEY_REMOVE) with its last | `FI_EINVAL` AV without auth keys, a value that is no held key, a key listed twice; `FI_EBUSY` (for the last insert of a key only) an endpoint enabled with it is still open, or addresses inserted against it remain; `FI_EIO` NIC refused (keys before it in the list are removed) |
 //! | `set_user_id(handle, id, FI_AUTH_KEY)` | the key's user id: what a receive completion reports as the source of a request that arrived through the key from an address not in the AV | `FI_EINVAL` AV without `FI_AV_USER_ID` or without auth keys, no such key; `FI_EIO` NIC refused (old id kept) |
 //!
 //! Without `FI_AV_USER_ID` a key reports its handle as that source; with it, `FI_ADDR_NOTAVAIL`
@@ -399,6 +399,11 @@ impl<N: NicAvTable> AddressVector<N> {
             let Some(k) = keys.key(n) else {
                 continue;
             };
+            if k.inserts > 1 {
+                // Only one of its inserts goes: the key stays, and with it what uses it.
+                numbers.push(n);
+                continue;
+            }
             let users = self.nic.auth_key_users(k.slot);
             if users > 0 {
                 return Err(FiError::new(
