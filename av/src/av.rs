@@ -2286,7 +2286,11 @@ pub(crate) fn insert_format(format: AddrFormat, given: AddrFormat) -> Result<(),
 }
 
 /// The first `count` addresses of `addr`, `FI_EINVAL` when it is shorter.
-fn address_buffer<'a>(call: &str, addr: &'a [u8], count: usize) -> Result<&'a [u8], FiError> {
+pub(crate) fn address_buffer<'a>(
+    call: &str,
+    addr: &'a [u8],
+    count: usize,
+) -> Result<&'a [u8], FiError> {
     let need = count
         .checked_mul(ADDR_LEN)
         .ok_or_else(|| FiError::inval(format!("{call}: count {count} is too large")))?;

@@ -72,8 +72,8 @@ use uet_fwif::UetAddress;
 
 use crate::addr_str::{system_resolver, Resolver, SymRange};
 use crate::av::{
-    binary_addresses, insert_format, string_addresses, svc_address, AddrFormat, AddressVector,
-    AvAttr, AvLimits, ADDR_LEN,
+    address_buffer, binary_addresses, insert_format, string_addresses, svc_address, AddrFormat,
+    AddressVector, AvAttr, AvLimits, ADDR_LEN,
 };
 use crate::errno::{FiErrno, FiError};
 use crate::event::{AvEvent, AvEventSink, AvProgress};
@@ -482,6 +482,8 @@ impl<N: NicAvTable> NamedAv<N> {
     ) -> Result<usize, FiError> {
         const CALL: &str = "fi_av_insert";
         if self.event_mode {
+            // `count` sizes the call's status array: it must describe the buffer first.
+            address_buffer(CALL, addr, count)?;
             return self.evented(CALL, count, flags, status.is_some(), |me, flags, st| {
                 me.insert_with_status(addr, count, fi_addr, flags, st)
             });
@@ -566,19 +568,12 @@ impl<N: NicAvTable> NamedAv<N> {
         status: Option<&mut [i32]>,
     ) -> Result<usize, FiError> {
         const CALL: &str = "fi_av_insertsym";
-        if self.event_mode {
-            let count = nodecnt.saturating_mul(svccnt);
-            return self.evented(CALL, count, flags, status.is_some(), |me, flags, st| {
-                me.insertsym(node, nodecnt, service, svccnt, fi_addr, flags, st)
-            });
-        }
-        let prefix = |e: FiError| e.within(CALL);
+        // The count is checked first: on an FI_EVENT AV it sizes the call's status array.
         let total = nodecnt.checked_mul(svccnt).ok_or_else(|| {
             FiError::inval(format!(
                 "{CALL}: nodecnt {nodecnt} × svccnt {svccnt} overflows"
             ))
         })?;
-        self.check_insert(CALL, total, fi_addr.as_deref(), flags, status.as_deref())?;
         if total > self.capacity() {
             return Err(FiError::inval(format!(
                 "{CALL}: {nodecnt} nodes × {svccnt} services = {total} addresses, more than \
@@ -586,6 +581,13 @@ impl<N: NicAvTable> NamedAv<N> {
                 self.capacity()
             )));
         }
+        if self.event_mode {
+            return self.evented(CALL, total, flags, status.is_some(), |me, flags, st| {
+                me.insertsym(node, nodecnt, service, svccnt, fi_addr, flags, st)
+            });
+        }
+        let prefix = |e: FiError| e.within(CALL);
+        self.check_insert(CALL, total, fi_addr.as_deref(), flags, status.as_deref())?;
         let range = SymRange::parse(node, nodecnt, service, svccnt).map_err(prefix)?;
         if let Some((base, svc, total)) = range.literal_set() {
             return self.insert_symmetric(CALL, base, svc, total, fi_addr, status);

@@ -982,6 +982,18 @@ fn a_named_fi_event_av_reports_each_insert_on_its_queue() {
         .insert_with_status(&buf, 3, Some(&mut out), FI_SYNC_ERR, Some(&mut st))
         .unwrap_err();
     assert_eq!(e.errno, FiErrno::FI_EBADFLAGS);
+    // A count the buffer does not hold, or one that overflows: FI_EINVAL before anything is
+    // sized by it, and no event.
+    let e = a.insert(&buf, usize::MAX / 8, None, 0).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL, "{e}");
+    let e = a
+        .insertsym("10.3.0.1", usize::MAX, "1", 2, None, 0, None)
+        .unwrap_err();
+    assert!(e.message.contains("overflows"), "{e}");
+    let e = a
+        .insertsym("10.3.0.1", 3, "1", 2, None, 0, None)
+        .unwrap_err();
+    assert!(e.message.contains("more than the AV's 4 entries"), "{e}");
 
     // FI_SUCCESS: the outcome is on the queue, the fi_addrs in the array.
     assert_eq!(
