@@ -528,10 +528,18 @@ impl AvTable {
         fn lower(best: &mut Option<u32>, index: u32) {
             *best = Some(best.map_or(index, |b| b.min(index)));
         }
-        let (singles, entries) = (&self.singles, self.entries.as_slice());
-        let mut best = self.cam.lowest(key, |i| Self::key_at(singles, entries, i));
-        let mut best_in_job = self.cam.lowest(key, |i| {
-            Self::key_at(singles, entries, i).filter(|_| in_job(&self.effective(i)))
+        let (mut best, mut best_in_job) = (None, None);
+        // One probe run answers both: each candidate's entry is read once.
+        self.cam.candidates(key, |i| {
+            let Some(e) = self.get(i) else {
+                return;
+            };
+            if Self::key(e) == Some(key) {
+                lower(&mut best, i);
+                if in_job(e) {
+                    lower(&mut best_in_job, i);
+                }
+            }
         });
         // ...or a range member, if one sits lower.
         for r in &self.ranges {

@@ -161,32 +161,36 @@ impl SourceCam {
         self.live
     }
 
+    /// Every index in `key`'s probe run, the candidates for it: from its home slot up to the
+    /// first free one. Stale slots and other keys' indices are among them; the caller checks
+    /// each against the AV entry, as a hardware CAM checks its data store.
+    pub(crate) fn candidates(&self, key: SourceKey, mut visit: impl FnMut(u32)) {
+        let mask = self.mask();
+        let slots = self.slots.as_slice();
+        let mut at = key.hash() as usize & mask;
+        for _ in 0..slots.len() {
+            match slots.get(at).copied() {
+                Some(EMPTY) | None => break,
+                Some(slot) => visit(slot.wrapping_sub(1)),
+            }
+            at = (at + 1) & mask;
+        }
+    }
+
     /// The lowest index whose entry is valid and has `key` (`key_of` reads an index's entry:
     /// `None` when it is not valid).
+    #[cfg(test)]
     pub(crate) fn lowest(
         &self,
         key: SourceKey,
         key_of: impl Fn(u32) -> Option<SourceKey>,
     ) -> Option<u32> {
-        if self.slots.len() == 0 {
-            return None;
-        }
-        let mask = self.mask();
-        let slots = self.slots.as_slice();
-        let mut at = key.hash() as usize & mask;
         let mut best: Option<u32> = None;
-        for _ in 0..slots.len() {
-            match slots.get(at).copied() {
-                Some(EMPTY) | None => break,
-                Some(slot) => {
-                    let i = slot.wrapping_sub(1);
-                    if key_of(i) == Some(key) {
-                        best = Some(best.map_or(i, |b| b.min(i)));
-                    }
-                }
+        self.candidates(key, |i| {
+            if key_of(i) == Some(key) {
+                best = Some(best.map_or(i, |b| b.min(i)));
             }
-            at = (at + 1) & mask;
-        }
+        });
         best
     }
 
