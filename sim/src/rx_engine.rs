@@ -656,7 +656,7 @@ impl Nic {
             self.reject(handle, &p, ReturnCode::HostUnsuccessfulCompletion);
             return RxOutcome::Done;
         }
-        let serial = ep.serial;
+        let (serial, max_group, av) = (ep.serial, ep.max_group, ep.av);
         if !single {
             match self.reasm.lookup(key, handle, serial, &self.eps) {
                 Lookup::Active => return self.rx_segment(key, &p),
@@ -675,7 +675,6 @@ impl Nic {
             }
         }
         // A new message: its peer group must be one the endpoint receives.
-        let max_group = self.eps.get(handle).and_then(|ep| ep.max_group);
         if p.group > max_group.unwrap_or(0) {
             self.counters.inc(RX_BAD_GROUP);
             self.refuse(handle, &p, ReturnCode::Undeliverable);
@@ -714,7 +713,6 @@ impl Nic {
             self.refuse(handle, &p, ReturnCode::Undeliverable);
             return RxOutcome::Done;
         }
-        let av = self.eps.get(handle).map_or(0, |ep| ep.av);
         let src_addr = self.source_of(av, &p);
         match fits {
             Some(true) => return self.mrecv_deliver(handle, serial, &p, src_addr),
