@@ -372,6 +372,12 @@ impl AvTable {
             );
             return;
         }
+        // Make room first, while the new entry is not yet valid: a rebuild after it would
+        // place it, and the insert below would place it again.
+        if Self::key(&entry).is_some() && self.cam.full() {
+            self.rebuild_cam();
+        }
+        // An entry overwritten goes stale in the CAM (after any rebuild, which placed it).
         if self.get(index).is_some() {
             self.cam.forget();
         }
@@ -386,9 +392,6 @@ impl AvTable {
         // stays removed when the single entry goes.
         self.set_single_bit(index, true);
         if let Some(k) = Self::key(&entry) {
-            if self.cam.full() {
-                self.rebuild_cam();
-            }
             self.cam.insert(k, index);
         }
     }
@@ -651,6 +654,39 @@ mod tests {
         t.invalidate(7);
         t.invalidate(1000);
         assert_eq!(t.source("10.0.0.2".parse().unwrap(), 5), u64::MAX);
+    }
+
+    #[test]
+    fn the_cam_holds_each_valid_entry_once_through_rebuilds() {
+        // A 64-entry table, rewritten over and over: rebuilds happen as stale slots pile up,
+        // and after each step the CAM stands for exactly the valid entries.
+        let mut t = AvTable::new(64, 0, 0).unwrap();
+        let mut x = 0x2545_F491u32;
+        for step in 0..20_000u32 {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            let index = x % 64;
+            if x & 0x100 == 0 {
+                t.invalidate(index);
+            } else {
+                t.set(index, peer(&format!("10.0.{}.1", x % 7 + 1), x % 5));
+            }
+            let valid = (0..64).filter(|&i| t.get(i).is_some()).count();
+            assert_eq!(t.cam.live(), valid, "step {step}");
+        }
+        for i in 0..64 {
+            if let Some(e) = t.get(i).copied() {
+                let ip = e.fabric_ip();
+                let lowest = (0..64)
+                    .find(|&j| {
+                        t.get(j)
+                            .is_some_and(|f| f.fabric_ip() == ip && f.initiator == e.initiator)
+                    })
+                    .unwrap();
+                assert_eq!(t.source(ip, e.initiator.get()), u64::from(lowest));
+            }
+        }
     }
 
     #[test]

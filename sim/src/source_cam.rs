@@ -143,11 +143,15 @@ impl SourceCam {
         std::hint::black_box(seen);
     }
 
-    /// Add `index`, whose entry has `key` (after a rebuild if [`SourceCam::full`]).
+    /// Add `index`, whose entry has `key`. The caller rebuilds first when
+    /// [`SourceCam::full`]; a full CAM still has free slots (at most 3/4 are used), so the
+    /// entry is placed either way, only with longer probe runs.
     pub(crate) fn insert(&mut self, key: SourceKey, index: u32) {
-        if !self.full() {
-            self.place(key, index);
-        }
+        debug_assert!(
+            !self.full(),
+            "rebuild the CAM before inserting into a full one"
+        );
+        self.place(key, index);
     }
 
     /// An entry the CAM stood for went away (invalidated or overwritten): its slot is stale.
