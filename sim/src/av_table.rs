@@ -3,9 +3,9 @@
 //! * Up to `CAP_AV.max_tables` tables; handles are 1-based (0 means "no AV") and the lowest free
 //!   handle is reused first.
 //! * A table of `capacity` entries ([`NicAvEntry`], 64 bytes each) starts all invalid. Its
-//!   storage is [`TableMemory`]: zero until written, from the hugepage pool when the table is
-//!   large enough and the pool has room, otherwise committed 4 KiB at a time as entries are
-//!   written (so the pages of a sparse 1M-entry table cost little).
+//!   storage is [`TableMemory`]: zeroed, and committed whole when the table is created (on
+//!   transparent hugepages when it is large enough), as a NIC's table memory is there before
+//!   its first write.
 //! * `rx_ctx_bits`: a destination `fi_addr_t` carries the receive context in its top
 //!   `rx_ctx_bits` bits (`fi_rx_addr`) and the table index in the rest.
 //! * `max_group_id` (peer groups, since 1.7): when not 0, the index is bits 0–31 only and

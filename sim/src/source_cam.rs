@@ -12,7 +12,7 @@
 //! Like the table it indexes, the CAM is sized once, when the table is created: twice the
 //! table's capacity in slots (a power of two), so it is at most half full of live entries and
 //! never grows. A slot holds `index + 1`, and 0 marks a free slot: a new CAM is zeroed table
-//! memory (`table_memory`: the heap, a hugepage mapping, or pages committed as first written),
+//! memory (`table_memory`: the heap, or a mapping asking for hugepages, written at creation),
 //! as the NIC's own memory would simply be there.
 
 use crate::table_memory::TableMemory;
@@ -69,7 +69,7 @@ impl SourceCam {
         })
     }
 
-    /// Whether the slots came from the hugepage pool.
+    /// Whether the slots are a mapping asking for hugepages (else on the heap).
     pub(crate) fn is_huge(&self) -> bool {
         self.slots.is_huge()
     }

@@ -4,15 +4,15 @@
 //! created, and writing an entry costs the same wherever it lands. The model gives each table
 //! host memory when it is created, zero until written:
 //!
-//! * a table of at least one 2 MiB page takes its memory from the hugepage pool
-//!   (`MAP_HUGETLB`) when the pool can reserve all of it — as the NIC's table memory, it is
-//!   the table's from creation to destruction. It is cleared when the table is created
-//!   (`MAP_POPULATE`), as a NIC's table memory is ready before its first AV_WRITE: writing an
-//!   entry then costs the same as rewriting one, where a page fault per 4 KiB would be most
-//!   of what writing a fresh entry costs on a virtual machine;
-//! * a large table the pool cannot hold is an ordinary anonymous mapping that the kernel
-//!   commits 4 KiB at a time as entries are written, so a large table that stays sparse costs
-//!   little;
+//! * a table of at least one 2 MiB page is an anonymous mapping asking for transparent
+//!   hugepages (`MADV_HUGEPAGE`), written whole when the table is created
+//!   (`MADV_POPULATE_WRITE`), as a NIC's table memory is ready before its first AV_WRITE:
+//!   writing an entry then costs the same as rewriting one, where a page fault per 4 KiB
+//!   would be most of what writing a fresh entry costs on a virtual machine. It does not take
+//!   pages from the reserved hugepage pool (`MAP_HUGETLB`): that pool is for the driver's DMA
+//!   memory, which a simulated NIC's tables would otherwise compete with. Both are advice:
+//!   a kernel without transparent hugepages backs the table with 4 KiB pages, and one without
+//!   `MADV_POPULATE_WRITE` commits them as entries are written;
 //! * a table smaller than a hugepage is a heap allocation, zeroed by writing it whole when the
 //!   table is created (not left to `calloc`, whose fresh pages would fault in under the first
 //!   writes, scattered over the table by a CAM's hash).
@@ -21,14 +21,11 @@
 //! `unsafe` is needed here.
 
 use core::marker::PhantomData;
-use memmap2::{MmapMut, MmapOptions};
+use memmap2::{Advice, MmapMut, MmapOptions};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// Bytes of a hugepage (x86-64 and arm64 with 4 KiB base pages).
 pub(crate) const HUGEPAGE_BYTES: usize = 2 << 20;
-
-/// `log2(HUGEPAGE_BYTES)`, as `MAP_HUGE_SHIFT` takes it.
-const HUGEPAGE_SHIFT: u8 = 21;
 
 /// `len` zeroed elements of `T`.
 #[derive(Debug)]
@@ -41,10 +38,9 @@ pub(crate) struct TableMemory<T> {
 enum Store<T> {
     /// A small table, on the heap.
     Heap(Vec<T>),
-    /// A large one, mapped for it; `huge` when from the hugepage pool.
+    /// A large one, mapped for it (asking for transparent hugepages).
     Mapped {
         map: MmapMut,
-        huge: bool,
         _elements: PhantomData<T>,
     },
 }
@@ -63,23 +59,14 @@ impl<T: FromBytes + IntoBytes + KnownLayout + Immutable> TableMemory<T> {
                 len,
             });
         }
+        // A whole number of hugepages, which the kernel places on a 2 MiB boundary.
         let rounded = bytes.checked_next_multiple_of(HUGEPAGE_BYTES)?;
-        // A hugepage mapping holds its pages from the pool from mmap on (the pool reserves them
-        // then), so populating it takes no memory that creation did not: it only clears them
-        // now, when the table is created, rather than 2 MiB at a time under the first writes.
-        let (map, huge) = match MmapOptions::new()
-            .len(rounded)
-            .huge(Some(HUGEPAGE_SHIFT))
-            .populate()
-            .map_anon()
-        {
-            Ok(map) => (map, true),
-            Err(_) => (MmapOptions::new().len(bytes).map_anon().ok()?, false),
-        };
+        let map = MmapOptions::new().len(rounded).map_anon().ok()?;
+        let _ = map.advise(Advice::HugePage);
+        let _ = map.advise(Advice::PopulateWrite);
         let memory = TableMemory {
             store: Store::Mapped {
                 map,
-                huge,
                 _elements: PhantomData,
             },
             len,
@@ -120,9 +107,9 @@ impl<T: FromBytes + IntoBytes + KnownLayout + Immutable> TableMemory<T> {
         self.len
     }
 
-    /// Whether the memory came from the hugepage pool.
+    /// Whether the table is a mapping asking for hugepages (a large one), not on the heap.
     pub(crate) fn is_huge(&self) -> bool {
-        matches!(self.store, Store::Mapped { huge: true, .. })
+        matches!(self.store, Store::Mapped { .. })
     }
 }
 
@@ -144,10 +131,11 @@ mod tests {
     }
 
     #[test]
-    fn a_large_table_works_with_or_without_the_pool() {
-        // 4 MiB: from the hugepage pool when it has two pages to spare, otherwise ordinary
-        // pages; the contents behave the same.
+    fn a_large_table_is_mapped_zeroed_and_writable() {
+        // 4 MiB: a mapping asking for hugepages; on hugepages or not, the contents behave the
+        // same.
         let mut m = TableMemory::<u64>::zeroed(HUGEPAGE_BYTES / 4).unwrap();
+        assert!(m.is_huge());
         let n = m.as_slice().len();
         assert_eq!(n, HUGEPAGE_BYTES / 4);
         m.as_mut_slice()[n - 1] = u64::MAX;
