@@ -45,6 +45,7 @@ use uet_fwif::datapath::{
 use uet_fwif::identify::{set_ascii_field, IdentifyData};
 use uet_fwif::ring::RingGeometry;
 use uet_fwif::{AdminCommand, AvWriteRecord, Command, NicAvEntry, Status};
+use zerocopy::little_endian::U32;
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 type FwResult = Result<(u32, u32), Status>;
@@ -60,6 +61,8 @@ struct Rings {
 const IDENTIFY_BYTES: u32 = core::mem::size_of::<IdentifyData>() as u32;
 const RECORD_BYTES: usize = core::mem::size_of::<AvWriteRecord>();
 const ENTRY_BYTES: usize = core::mem::size_of::<NicAvEntry>();
+/// Bytes of staging buffer kept between AV commands (a batch of 256 records is 18 KiB).
+const FW_BUF_KEEP: usize = 64 << 10;
 
 impl Nic {
     /// Execute one admin command: (status, result0, result1).
@@ -153,11 +156,24 @@ impl Nic {
         let capacity = self.avs.get(av).ok_or(Status::InvalidHandle)?.capacity;
         let count = b.count.get();
         let bytes = usize::try_from(count).map_err(|_| Status::InvalidField)? * RECORD_BYTES;
-        // The firmware's staging buffer lives across commands: no allocation per AV_WRITE.
-        let mut buf = core::mem::take(&mut self.fw_buf);
+        let mut buf = self.take_fw_buf();
         let result = self.fw_av_write_staged(av, capacity, b.buf.get(), bytes, &mut buf);
-        self.fw_buf = buf;
+        self.give_back_fw_buf(buf);
         result.map(|()| (count, 0))
+    }
+
+    /// The firmware's staging buffer, which lives across commands: no allocation per AV
+    /// command once it has grown to a batch's size.
+    fn take_fw_buf(&mut self) -> Vec<u8> {
+        core::mem::take(&mut self.fw_buf)
+    }
+
+    /// Return the staging buffer, unless an unusually large command grew it past
+    /// [`FW_BUF_KEEP`] bytes.
+    fn give_back_fw_buf(&mut self, buf: Vec<u8>) {
+        if buf.capacity() <= FW_BUF_KEEP {
+            self.fw_buf = buf;
+        }
     }
 
     /// Read the records into the staging buffer (grown, never cleared: DMA overwrites what a
@@ -230,32 +246,46 @@ impl Nic {
     fn fw_av_invalidate(&mut self, av: u32, b: &RangeBody) -> FwResult {
         let capacity = self.avs.get(av).ok_or(Status::InvalidHandle)?.capacity;
         let count = b.count.get();
-        let indices: Vec<u32> = if b.buf.get() == 0 {
+        if b.buf.get() == 0 {
             let first = b.first.get();
             if u64::from(first) + u64::from(count) > u64::from(capacity) {
                 return Err(Status::IndexOutOfRange);
             }
-            (first..first + count).collect()
-        } else {
-            let n = usize::try_from(count).map_err(|_| Status::InvalidField)?;
-            let mut buf = vec![0u8; n * 4];
-            if self.iommu.read(b.buf.get(), &mut buf).is_err() {
-                return Err(self.dma_status());
-            }
-            let list: Vec<u32> = buf
-                .chunks_exact(4)
-                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect();
-            if list.iter().any(|&i| i >= capacity) {
-                return Err(Status::IndexOutOfRange);
-            }
-            list
-        };
-        let t = self.avs.get_mut(av).ok_or(Status::InvalidHandle)?;
-        for i in indices {
-            t.invalidate(i);
+            let t = self.avs.get_mut(av).ok_or(Status::InvalidHandle)?;
+            (first..first + count).for_each(|i| t.invalidate(i));
+            return Ok((count, 0));
         }
-        Ok((count, 0))
+        let bytes = usize::try_from(count).map_err(|_| Status::InvalidField)? * 4;
+        let mut buf = self.take_fw_buf();
+        let result = self.fw_av_invalidate_listed(av, capacity, b.buf.get(), bytes, &mut buf);
+        self.give_back_fw_buf(buf);
+        result.map(|()| (count, 0))
+    }
+
+    /// AV_INVALIDATE of the little-endian indices DMA'd from `iova` into the staging buffer:
+    /// all of them, or none when one is outside the table.
+    fn fw_av_invalidate_listed(
+        &mut self,
+        av: u32,
+        capacity: u32,
+        iova: u64,
+        bytes: usize,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), Status> {
+        if buf.len() < bytes {
+            buf.resize(bytes, 0);
+        }
+        let staged = buf.get_mut(..bytes).ok_or(Status::Internal)?;
+        if self.iommu.read(iova, staged).is_err() {
+            return Err(self.dma_status());
+        }
+        let indices = <[U32]>::ref_from_bytes(staged).map_err(|_| Status::Internal)?;
+        if indices.iter().any(|i| i.get() >= capacity) {
+            return Err(Status::IndexOutOfRange);
+        }
+        let t = self.avs.get_mut(av).ok_or(Status::InvalidHandle)?;
+        indices.iter().for_each(|i| t.invalidate(i.get()));
+        Ok(())
     }
 
     fn fw_av_read(&mut self, av: u32, b: &RangeBody) -> FwResult {
@@ -264,11 +294,15 @@ impl Nic {
         if u64::from(first) + u64::from(count) > u64::from(t.capacity) {
             return Err(Status::IndexOutOfRange);
         }
-        let mut out = Vec::with_capacity(count as usize * ENTRY_BYTES);
+        let mut out = core::mem::take(&mut self.fw_buf);
+        out.clear();
+        out.reserve(count as usize * ENTRY_BYTES);
         for i in first..first + count {
             out.extend_from_slice(t.effective(i).as_bytes());
         }
-        if self.iommu.write(b.buf.get(), &out).is_err() {
+        let written = self.iommu.write(b.buf.get(), &out);
+        self.give_back_fw_buf(out);
+        if written.is_err() {
             return Err(self.dma_status());
         }
         Ok((count, 0))

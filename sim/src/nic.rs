@@ -91,7 +91,8 @@ pub(crate) struct Nic {
     pub rx_replay: VecDeque<Vec<u8>>,
     /// Frames for the fabric.
     pub outbox: Vec<Vec<u8>>,
-    /// AV_WRITE staging: the records' bytes.
+    /// Staging of the AV commands' DMA: AV_WRITE's records, AV_INVALIDATE's indices,
+    /// AV_READ's entries.
     pub fw_buf: Vec<u8>,
     /// The AV write window's staged entry (`AV_WRITE_ENTRY_0..7`).
     pub av_window: av_window::AvWriteWindow,
