@@ -52,7 +52,8 @@
 //!   `max_group_id` — the NIC checks the group of every send. An AV without peer groups
 //!   (`max_group_id` 0) treats bits 32 and up as before: an `fi_addr_t` with them set names
 //!   an index beyond the table (`FI_EINVAL` from lookup and remove, `FI_EADDRNOTAVAIL` from a
-//!   send). Named AVs have no peer groups (`FI_EINVAL` at open).
+//!   send). A named AV records its `max_group_id` in the shared segment: every process's
+//!   handle must open it with the same one (`FI_EINVAL` otherwise).
 //! - **Unknown flag bits** are refused with `FI_EBADFLAGS` naming them. Bad arguments change
 //!   nothing: no pending batch is sent, no index is taken.
 //!
@@ -170,8 +171,8 @@ use crate::addr_str::{
 };
 use crate::errno::{FiErrno, FiError};
 use crate::flags::{
-    flag_names, AvType, FiAddr, FI_ADDR_NOTAVAIL, FI_AUTH_KEY, FI_AV_AUTH_KEY, FI_AV_USER_ID,
-    FI_EVENT, FI_MORE, FI_READ, FI_SYMMETRIC, FI_SYNC_ERR,
+    fi_addr_index, flag_names, AvType, FiAddr, FI_ADDR_NOTAVAIL, FI_AUTH_KEY, FI_AV_AUTH_KEY,
+    FI_AV_USER_ID, FI_EVENT, FI_MORE, FI_READ, FI_SYMMETRIC, FI_SYNC_ERR,
 };
 use crate::index_alloc::IndexAllocator;
 use crate::mirror::{Range, Ranges, Slots};
@@ -631,7 +632,7 @@ pub struct AddressVector<N: NicAvTable> {
     id: u64,
     /// Mask of the index part of an `fi_addr_t` (everything below the rx-context bits).
     index_mask: u64,
-    /// Serialized address of every single entry (paged); all zero = empty.
+    /// Serialized address of every single entry, one flat mapping; all zero = empty.
     slots: Slots,
     /// Symmetric ranges: indices whose addresses follow a rule rather than a slot.
     ranges: Ranges,
@@ -762,14 +763,9 @@ impl<N: NicAvTable> AddressVector<N> {
         let attr = attr.resolve(&limits)?;
         let capacity = u32::try_from(attr.count)
             .map_err(|_| FiError::inval("fi_av_open: count does not fit in 32 bits"))?;
-        // resolve() keeps rx_ctx_bits below 64, and with peer groups within 32.
-        let index_mask = if attr.peer_groups() {
-            u64::from(u32::MAX)
-        } else {
-            u64::MAX
-                .checked_shr(u32::from(attr.rx_ctx_bits))
-                .unwrap_or(0)
-        };
+        // The bits of an fi_addr_t that are its index: resolve() keeps rx_ctx_bits below 64,
+        // and with peer groups within 32.
+        let index_mask = fi_addr_index(u64::MAX, attr.rx_ctx_bits, attr.peer_groups());
         debug!(
             capacity,
             rx_ctx_bits = attr.rx_ctx_bits,
@@ -920,7 +916,6 @@ impl<N: NicAvTable> AddressVector<N> {
         let addrs = address_buffer("fi_av_insert", addr, count)?;
         if call.flags & (FI_AV_USER_ID | FI_AUTH_KEY | FI_SYNC_ERR) == 0
             && self.user_ids.is_none()
-            && self.auth.is_none()
             && !self.is_event()
             // Room for a record per address that can take an index, at most the free ones.
             && self
@@ -934,7 +929,8 @@ impl<N: NicAvTable> AddressVector<N> {
     }
 
     /// [`AddressVector::insert_items`] for the common case, a synchronous insert of binary
-    /// addresses with nothing beside them (no user ids, auth keys or status array), room for
+    /// addresses with nothing beside them (no user ids, no auth key bound, no status array;
+    /// the AV may hold auth keys), room for
     /// every pending record reserved: each address is checked, takes the lowest free index,
     /// and is stored; one NIC write at the end. The same outcome as the general loop, without
     /// its per-address questions.
@@ -947,7 +943,7 @@ impl<N: NicAvTable> AddressVector<N> {
             ..
         } = c;
         let mut inserted = 0;
-        for (i, raw) in addrs.chunks_exact(ADDR_LEN).take(count).enumerate() {
+        for (i, raw) in addrs.chunks_exact(ADDR_LEN).enumerate() {
             let checked = match raw.first_chunk::<ADDR_LEN>() {
                 Some(bytes) if UetAddress::bytes_are_valid(bytes) => Ok(*bytes),
                 _ => checked_address(raw),
@@ -1119,7 +1115,7 @@ impl<N: NicAvTable> AddressVector<N> {
             }
         }
         if flags & FI_AUTH_KEY != 0 {
-            self.check_insert_keys(call, count, fi_addr.as_deref(), flags)?;
+            self.check_insert_keys(call, count, fi_addr.as_deref())?;
         }
         if let Some(out) = fi_addr.as_deref() {
             if out.len() < count {

@@ -348,15 +348,9 @@ impl<N: NicAvTable> AddressVector<N> {
         call: &str,
         count: usize,
         fi_addr: Option<&[FiAddr]>,
-        flags: u64,
     ) -> Result<(), FiError> {
+        // FI_AV_USER_ID beside it never gets here: check_insert refuses it on an auth-key AV.
         let keys = self.auth_keys_of(call)?;
-        if flags & FI_AV_USER_ID != 0 {
-            return Err(FiError::inval(format!(
-                "{call}: FI_AUTH_KEY and FI_AV_USER_ID both read the fi_addr array; they cannot \
-                 be combined"
-            )));
-        }
         let Some(handles) = fi_addr else {
             return Err(FiError::inval(format!(
                 "{call}: FI_AUTH_KEY needs the fi_addr array (it holds the auth-key handles)"

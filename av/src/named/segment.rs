@@ -1096,7 +1096,7 @@ impl Locked<'_> {
         }
         let mut words = [0u64; SLOT_BYTES / 8];
         for (w, c) in words.iter_mut().zip(bytes.chunks_exact(8)) {
-            *w = c.iter().rev().fold(0, |w, &b| (w << 8) | u64::from(b));
+            *w = c.try_into().map_or(0, u64::from_le_bytes);
         }
         for (k, &w) in words.iter().enumerate().rev() {
             self.seg.slot_word(index, k).store(w, Ordering::Relaxed);
@@ -1128,10 +1128,7 @@ impl Locked<'_> {
         put(1, u64::from(first) | u64::from(count) << 32);
         put(2, u64::from(svc) | u64::from(offset) << 32);
         for (k, c) in base.chunks_exact(8).enumerate() {
-            put(
-                3 + k,
-                c.iter().rev().fold(0, |w, &b| (w << 8) | u64::from(b)),
-            );
+            put(3 + k, c.try_into().map_or(0, u64::from_le_bytes));
         }
         put(7, u64::from(count));
         // Published last: a reader sees a whole record or none.
