@@ -681,11 +681,27 @@ impl<N: NicAvTable> NamedAv<N> {
                 }
             }
         }
+        // Ranges and failures are in ascending position, as `indices` is walked: a cursor into
+        // each says whether a position is a range member and why it failed.
+        let (mut in_ranges, mut in_failed) = (ranges.iter().peekable(), failed.iter().peekable());
         for (pos, &index) in indices.iter().enumerate() {
+            let m = pos as u32;
+            while in_ranges
+                .next_if(|&&(_, c, first_m)| first_m + c <= m)
+                .is_some()
+            {}
+            let range_member = in_ranges
+                .peek()
+                .is_some_and(|&&(_, _, first_m)| first_m <= m);
+            while in_failed.next_if(|&&(p, _)| p < pos).is_some() {}
+            let failure = in_failed
+                .peek()
+                .filter(|&&(p, _)| *p == pos)
+                .map(|(_, e)| e);
             let value = match av.address_bytes(index) {
                 Some(bytes) => {
                     locked.store(index, &bytes);
-                    if !ranges.iter().any(|&(f, c, _)| index >= f && index < f + c) {
+                    if !range_member {
                         locked.log(LOG_INSERT, index);
                     }
                     placed += 1;
@@ -693,8 +709,8 @@ impl<N: NicAvTable> NamedAv<N> {
                 }
                 None => {
                     locked.free(index);
-                    let errno = match (&flushed, failed.iter().find(|(p, _)| *p == pos)) {
-                        (_, Some((_, e))) => e.errno,
+                    let errno = match (&flushed, failure) {
+                        (_, Some(e)) => e.errno,
                         (Err(e), None) => e.errno,
                         (Ok(()), None) => FiErrno::FI_EIO,
                     };
