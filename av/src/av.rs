@@ -1117,33 +1117,7 @@ impl<N: NicAvTable> AddressVector<N> {
         if flags & FI_AUTH_KEY != 0 {
             self.check_insert_keys(call, count, fi_addr.as_deref())?;
         }
-        if let Some(out) = fi_addr.as_deref() {
-            if out.len() < count {
-                return Err(FiError::inval(format!(
-                    "{call}: fi_addr has room for {} of {count} addresses",
-                    out.len()
-                )));
-            }
-        }
-        match (flags & FI_SYNC_ERR != 0, status.as_deref()) {
-            (true, None) => {
-                return Err(FiError::inval(format!(
-                    "{call}: FI_SYNC_ERR needs the status array (the C context)"
-                )))
-            }
-            (false, Some(_)) => {
-                return Err(FiError::inval(format!(
-                    "{call}: a status array is only written with FI_SYNC_ERR"
-                )))
-            }
-            (true, Some(st)) if st.len() < count => {
-                return Err(FiError::inval(format!(
-                    "{call}: the FI_SYNC_ERR status array has room for {} of {count} addresses",
-                    st.len()
-                )))
-            }
-            _ => {}
-        }
+        check_out_arrays(call, count, fi_addr.as_deref(), flags, status.as_deref())?;
         Ok(InsertCall {
             call,
             count,
@@ -2264,6 +2238,38 @@ fn invalidate_refused(
     FiError::io(format!(
         "fi_av_remove: the NIC refused to invalidate {what}: {e}"
     ))
+}
+
+/// The arrays every insert reports through: `fi_addr` (when given) and, with `FI_SYNC_ERR`
+/// only, `status`, each with room for `count` addresses. `FI_EINVAL` naming what is wrong.
+pub(crate) fn check_out_arrays(
+    call: &str,
+    count: usize,
+    fi_addr: Option<&[FiAddr]>,
+    flags: u64,
+    status: Option<&[i32]>,
+) -> Result<(), FiError> {
+    if let Some(out) = fi_addr {
+        if out.len() < count {
+            return Err(FiError::inval(format!(
+                "{call}: fi_addr has room for {} of {count} addresses",
+                out.len()
+            )));
+        }
+    }
+    match (flags & FI_SYNC_ERR != 0, status) {
+        (true, None) => Err(FiError::inval(format!(
+            "{call}: FI_SYNC_ERR needs the status array (the C context)"
+        ))),
+        (false, Some(_)) => Err(FiError::inval(format!(
+            "{call}: a status array is only written with FI_SYNC_ERR"
+        ))),
+        (true, Some(st)) if st.len() < count => Err(FiError::inval(format!(
+            "{call}: the FI_SYNC_ERR status array has room for {} of {count} addresses",
+            st.len()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// fi_av_insert's check that the AV, whose format is `format`, takes addresses in the form

@@ -72,8 +72,8 @@ use uet_fwif::UetAddress;
 
 use crate::addr_str::{system_resolver, Resolver, SymRange};
 use crate::av::{
-    address_buffer, binary_addresses, insert_format, string_addresses, svc_address, AddrFormat,
-    AddressVector, AvAttr, AvLimits, ADDR_LEN,
+    address_buffer, binary_addresses, check_out_arrays, insert_format, string_addresses,
+    svc_address, AddrFormat, AddressVector, AvAttr, AvLimits, ADDR_LEN,
 };
 use crate::errno::{FiErrno, FiError};
 use crate::event::{AvEvent, AvEventSink, AvProgress};
@@ -828,27 +828,7 @@ impl<N: NicAvTable> NamedAv<N> {
                 flag_names(refused)
             )));
         }
-        if let Some(out) = fi_addr {
-            if out.len() < count {
-                return Err(FiError::inval(format!(
-                    "{call}: fi_addr has room for {} of {count} addresses",
-                    out.len()
-                )));
-            }
-        }
-        match (flags & FI_SYNC_ERR != 0, status) {
-            (true, None) => Err(FiError::inval(format!(
-                "{call}: FI_SYNC_ERR needs the status array (the C context)"
-            ))),
-            (false, Some(_)) => Err(FiError::inval(format!(
-                "{call}: a status array is only written with FI_SYNC_ERR"
-            ))),
-            (true, Some(st)) if st.len() < count => Err(FiError::inval(format!(
-                "{call}: the FI_SYNC_ERR status array has room for {} of {count} addresses",
-                st.len()
-            ))),
-            _ => Ok(()),
-        }
+        check_out_arrays(call, count, fi_addr, flags, status)
     }
 
     /// Insert checked addresses (or the error each failed with) at the lowest indices unused
