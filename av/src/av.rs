@@ -1640,6 +1640,26 @@ impl<N: NicAvTable> AddressVector<N> {
         self.settle_pending()
     }
 
+    /// [`AddressVector::settle_nic`] before a synchronous call on `indices`, which were in use
+    /// when it started. On an `FI_EVENT` AV settling takes in the NIC's answers, which may
+    /// take an index back (its asynchronous insert failed): then `FI_EINVAL`, and the call
+    /// does nothing. (A synchronous AV's flush either succeeded, taking nothing back, or
+    /// returned its error.)
+    fn settle_keeping(&mut self, call: &str, indices: &[u32]) -> Result<(), FiError> {
+        self.settle_nic()?;
+        if self.is_event() {
+            if let Some(&gone) = indices
+                .iter()
+                .find(|&&i| self.index_of(u64::from(i)).is_err())
+            {
+                return Err(FiError::inval(format!(
+                    "{call}: index {gone} was taken back: its asynchronous insert failed"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// [`AddressVector::settle_nic`] when there may be something to send or wait for.
     #[inline(never)]
     fn settle_pending(&mut self) -> Result<(), FiError> {
@@ -1758,13 +1778,7 @@ impl<N: NicAvTable> AddressVector<N> {
     fn remove_one(&mut self, fi_addr: FiAddr) -> Result<(), FiError> {
         let named = |e: FiError| e.within("fi_av_remove: fi_addr[0]");
         let index = self.index_of(fi_addr).map_err(named)?;
-        self.settle_nic()?;
-        // As in remove_listed: settling an FI_EVENT AV may have taken the index back.
-        if self.is_event() && self.index_of(fi_addr).is_err() {
-            return Err(FiError::inval(format!(
-                "fi_av_remove: index {index} was taken back: its asynchronous insert failed"
-            )));
-        }
+        self.settle_keeping("fi_av_remove", &[index])?;
         if let Err(e) = self.nic.invalidate(&[index]) {
             return Err(invalidate_refused(&[index], 0, 1, &e));
         }
@@ -1790,17 +1804,7 @@ impl<N: NicAvTable> AddressVector<N> {
                 )));
             }
         }
-        self.settle_nic()?;
-        // On an FI_EVENT AV settling took in the NIC's answers, which may have taken back an
-        // index a listed address named (its insert failed): then nothing is removed.
-        // (A synchronous AV's flush either succeeded, taking nothing back, or returned above.)
-        if self.is_event() {
-            if let Some(&gone) = list.iter().find(|&&i| self.index_of(u64::from(i)).is_err()) {
-                return Err(FiError::inval(format!(
-                    "fi_av_remove: index {gone} was taken back: its asynchronous insert failed"
-                )));
-            }
-        }
+        self.settle_keeping("fi_av_remove", list)?;
         let mut removed = 0;
         for chunk in list.chunks(MAX_BATCH as usize) {
             if let Err(e) = self.nic.invalidate(chunk) {
@@ -1836,17 +1840,10 @@ impl<N: NicAvTable> AddressVector<N> {
         if flags & FI_AUTH_KEY != 0 {
             return self.set_auth_key_user_id(fi_addr, user_id);
         }
-        let lookup = |av: &Self| {
-            av.index_of(fi_addr)
-                .map_err(|e| e.within("fi_av_set_user_id"))
-        };
-        let mut index = lookup(self)?;
-        self.settle_nic()?;
-        // A failed flush returned above; but on an FI_EVENT AV settling took in the NIC's
-        // answers, which may have taken the index back (its insert failed): look again.
-        if self.is_event() {
-            index = lookup(self)?;
-        }
+        let index = self
+            .index_of(fi_addr)
+            .map_err(|e| e.within("fi_av_set_user_id"))?;
+        self.settle_keeping("fi_av_set_user_id", &[index])?;
         let old = self.user_ids.as_deref().and_then(|u| u.get(index));
         if let Some(u) = self.user_ids.as_deref_mut() {
             u.set(index, Some(user_id));
