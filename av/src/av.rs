@@ -881,6 +881,11 @@ impl<N: NicAvTable> AddressVector<N> {
         self.resolver = resolver;
     }
 
+    /// The resolver host names go through ([`AddressVector::set_resolver`]).
+    pub fn resolver(&self) -> Resolver {
+        self.resolver
+    }
+
     /// `fi_av_insert`: insert `count` addresses packed in `addr` ([`ADDR_LEN`] bytes each).
     ///
     /// Each address takes the lowest unused index, written to `fi_addr[i]` when given. A

@@ -70,7 +70,7 @@ use std::sync::Arc;
 use tracing::debug;
 use uet_fwif::UetAddress;
 
-use crate::addr_str::{system_resolver, Resolver, SymRange};
+use crate::addr_str::{Resolver, SymRange};
 use crate::av::{
     address_buffer, binary_addresses, check_out_arrays, insert_format, string_addresses,
     svc_address, AddrFormat, AddressVector, AvAttr, AvLimits, ADDR_LEN,
@@ -127,13 +127,11 @@ impl AvProgress for Completed {
 struct Local<N: NicAvTable> {
     av: AddressVector<N>,
     attr: AvAttr,
-    read_only: bool,
     /// Whether the mirror caught up once (the first catch-up rescans).
     synced: bool,
     /// The generation and log position the mirror reflects.
     seen_generation: u64,
     seen_log: u64,
-    resolver: Resolver,
 }
 
 impl<N: NicAvTable> core::fmt::Debug for NamedAv<N> {
@@ -237,11 +235,9 @@ impl<N: NicAvTable> NamedAv<N> {
             local: Local {
                 av,
                 attr,
-                read_only,
                 synced: false,
                 seen_generation: 0,
                 seen_log: 0,
-                resolver: system_resolver,
             },
             event_mode: attr.flags & FI_EVENT != 0,
             events: None,
@@ -264,7 +260,7 @@ impl<N: NicAvTable> NamedAv<N> {
 
     /// Opened with `FI_READ`.
     pub fn is_read_only(&self) -> bool {
-        self.local.read_only
+        self.local.attr.flags & FI_READ != 0
     }
 
     /// The shared-memory file of the AV.
@@ -301,7 +297,6 @@ impl<N: NicAvTable> NamedAv<N> {
 
     /// Resolve host names with `resolver` instead of std's resolver.
     pub fn set_resolver(&mut self, resolver: Resolver) {
-        self.local.resolver = resolver;
         self.local.av.set_resolver(resolver);
     }
 
@@ -520,7 +515,7 @@ impl<N: NicAvTable> NamedAv<N> {
             status.as_deref(),
         )?;
         insert_format(self.local.av.attr().addr_format, AddrFormat::Str)?;
-        let items = string_addresses(addrs, self.local.resolver).collect();
+        let items = string_addresses(addrs, self.local.av.resolver()).collect();
         self.insert_items(CALL, items, fi_addr, status)
     }
 
@@ -543,7 +538,8 @@ impl<N: NicAvTable> NamedAv<N> {
         let fi_addr = fi_addr.map(core::slice::from_mut);
         let status = status.map(core::slice::from_mut);
         self.check_insert(CALL, 1, fi_addr.as_deref(), flags, status.as_deref())?;
-        let addr = svc_address(node, service, self.local.resolver).map_err(|e| e.within(CALL))?;
+        let addr =
+            svc_address(node, service, self.local.av.resolver()).map_err(|e| e.within(CALL))?;
         let bytes = addr
             .to_bytes()
             .map_err(|e| FiError::inval(format!("{CALL}: {e}")))?;
@@ -592,7 +588,7 @@ impl<N: NicAvTable> NamedAv<N> {
         if let Some((base, svc, total)) = range.literal_set() {
             return self.insert_symmetric(CALL, base, svc, total, fi_addr, status);
         }
-        let addrs = range.expand(self.local.resolver).map_err(prefix)?;
+        let addrs = range.expand(self.local.av.resolver()).map_err(prefix)?;
         let items = addrs
             .iter()
             .map(|a| {
@@ -793,7 +789,7 @@ impl<N: NicAvTable> NamedAv<N> {
 
     /// Refuse a change on a read-only handle.
     fn check_writable(&self, call: &str) -> Result<(), FiError> {
-        if self.local.read_only {
+        if self.is_read_only() {
             return Err(FiError::new(
                 FiErrno::FI_EPERM,
                 format!(
