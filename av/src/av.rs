@@ -1652,6 +1652,7 @@ impl<N: NicAvTable> AddressVector<N> {
     /// take an index back (its asynchronous insert failed): then `FI_EINVAL`, and the call
     /// does nothing. (A synchronous AV's flush either succeeded, taking nothing back, or
     /// returned its error.)
+    #[inline(always)]
     fn settle_keeping(&mut self, call: &str, indices: &[u32]) -> Result<(), FiError> {
         self.settle_nic()?;
         if self.is_event() {
