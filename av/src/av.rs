@@ -632,6 +632,10 @@ pub struct AddressVector<N: NicAvTable> {
     id: u64,
     /// Mask of the index part of an `fi_addr_t` (everything below the rx-context bits).
     index_mask: u64,
+    /// Every `fi_addr_t` below this is a plain index, the whole of it (no receive-context,
+    /// group or auth-key bits), within the capacity; 0 on an `FI_ADDR_STR` AV, whose lookups
+    /// format a string. [`AddressVector::lookup`] takes its short path below it.
+    plain_index_end: u64,
     /// Serialized address of every single entry, one flat mapping; all zero = empty.
     slots: Slots,
     /// Symmetric ranges: indices whose addresses follow a rule rather than a slot.
@@ -766,6 +770,12 @@ impl<N: NicAvTable> AddressVector<N> {
         // The bits of an fi_addr_t that are its index: resolve() keeps rx_ctx_bits below 64,
         // and with peer groups within 32.
         let index_mask = fi_addr_index(u64::MAX, attr.rx_ctx_bits, attr.peer_groups());
+        // index_mask is a run of low ones, so fi_addr <= index_mask leaves fi_addr unmasked;
+        // an auth-key handle and FI_ADDR_NOTAVAIL lie above any 32-bit capacity.
+        let plain_index_end = match attr.addr_format {
+            AddrFormat::Str => 0,
+            _ => u64::from(capacity).min(index_mask.saturating_add(1)),
+        };
         debug!(
             capacity,
             rx_ctx_bits = attr.rx_ctx_bits,
@@ -787,6 +797,7 @@ impl<N: NicAvTable> AddressVector<N> {
             capacity,
             id,
             index_mask,
+            plain_index_end,
             slots,
             ranges: Ranges::default(),
             alloc: IndexAllocator::new(capacity),
@@ -1985,17 +1996,35 @@ impl<N: NicAvTable> AddressVector<N> {
         addr: &mut [u8],
         addrlen: &mut usize,
     ) -> Result<(), FiError> {
-        // The common case, kept short so that the CPU overlaps the cache misses of many
-        // scattered lookups: a single entry, copied straight from its mirror slot.
-        if let (Some(slot), Some(dst), true) = (
-            self.single_slot(fi_addr),
-            addr.first_chunk_mut::<ADDR_LEN>(),
-            *addrlen >= ADDR_LEN && self.attr.addr_format != AddrFormat::Str,
-        ) {
-            *dst = *slot;
-            *addrlen = ADDR_LEN;
-            return Ok(());
+        // The common case, kept to a few instructions so that the CPU has many scattered
+        // lookups, and their cache misses, in flight at once: a plain index (no receive-context,
+        // group or auth-key bits) of a single entry on a binary-address AV, copied whole.
+        if fi_addr < self.plain_index_end && *addrlen >= ADDR_LEN {
+            // fi_addr < plain_index_end <= capacity <= u32::MAX
+            let index = fi_addr as u32;
+            if let (Some(slot), Some(dst)) =
+                (self.slots.get(index), addr.first_chunk_mut::<ADDR_LEN>())
+            {
+                if slot[0] != 0 && !self.is_revoked(index) {
+                    *dst = *slot;
+                    *addrlen = ADDR_LEN;
+                    return Ok(());
+                }
+            }
         }
+        self.lookup_general(fi_addr, addr, addrlen)
+    }
+
+    /// [`AddressVector::lookup`] of everything but a whole single entry at a plain index:
+    /// receive-context and group bits, symmetric-range members, string AVs, truncation and
+    /// errors. Out of line, so the plain case stays small where it is inlined.
+    #[inline(never)]
+    fn lookup_general(
+        &self,
+        fi_addr: FiAddr,
+        addr: &mut [u8],
+        addrlen: &mut usize,
+    ) -> Result<(), FiError> {
         let (_, slot) = self.slot_of(fi_addr)?;
         if self.attr.addr_format == AddrFormat::Str {
             straddr(&slot, addr, addrlen);
