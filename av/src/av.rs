@@ -171,18 +171,21 @@ use crate::addr_str::{
 };
 use crate::errno::{FiErrno, FiError};
 use crate::flags::{
-    fi_addr_index, flag_names, AvType, FiAddr, FI_ADDR_NOTAVAIL, FI_AUTH_KEY, FI_AV_AUTH_KEY,
-    FI_AV_USER_ID, FI_EVENT, FI_MORE, FI_READ, FI_SYMMETRIC, FI_SYNC_ERR,
+    flag_names, AvType, FiAddr, FI_ADDR_NOTAVAIL, FI_AUTH_KEY, FI_AV_AUTH_KEY, FI_AV_USER_ID,
+    FI_EVENT, FI_MORE, FI_READ, FI_SYMMETRIC, FI_SYNC_ERR,
 };
 use crate::index_alloc::IndexAllocator;
 use crate::mirror::{Range, Ranges, Slots};
 use crate::nic::NicAvTable;
 
 pub mod auth_keys;
+pub mod decode;
 mod events;
+
 pub use auth_keys::{
     is_auth_key_addr, AuthKeyInfo, AuthKeyMismatch, AUTH_KEY_ADDR_BASE, AUTH_KEY_MAX_RX_CTX_BITS,
 };
+use decode::{FiAddrDecoder, FiAddrKind};
 pub use events::{AvCloseError, CloseError, WithContext, MAX_WRITES_IN_FLIGHT};
 
 /// Size of one address in `fi_av_insert`'s buffer and `fi_av_lookup`'s output.
@@ -630,8 +633,8 @@ pub struct AddressVector<N: NicAvTable> {
     capacity: u32,
     /// Identity, so an [`crate::AvSet`] can tell which AV it belongs to.
     id: u64,
-    /// Mask of the index part of an `fi_addr_t` (everything below the rx-context bits).
-    index_mask: u64,
+    /// How the AV reads an `fi_addr_t`: its index bits, and which values are handles.
+    decoder: FiAddrDecoder,
     /// Every `fi_addr_t` below this is a plain index, the whole of it (no receive-context,
     /// group or auth-key bits), within the capacity; 0 on an `FI_ADDR_STR` AV, whose lookups
     /// format a string. [`AddressVector::lookup`] takes its short path below it.
@@ -769,12 +772,17 @@ impl<N: NicAvTable> AddressVector<N> {
             .map_err(|_| FiError::inval("fi_av_open: count does not fit in 32 bits"))?;
         // The bits of an fi_addr_t that are its index: resolve() keeps rx_ctx_bits below 64,
         // and with peer groups within 32.
-        let index_mask = fi_addr_index(u64::MAX, attr.rx_ctx_bits, attr.peer_groups());
-        // index_mask is a run of low ones, so fi_addr <= index_mask leaves fi_addr unmasked;
-        // an auth-key handle and FI_ADDR_NOTAVAIL lie above any 32-bit capacity.
+        let decoder = FiAddrDecoder::new(
+            capacity,
+            attr.rx_ctx_bits,
+            attr.max_group_id,
+            attr.auth_key_size == FI_AV_AUTH_KEY,
+        );
+        // The index mask is a run of low ones, so fi_addr <= it leaves fi_addr unmasked; a
+        // handle and FI_ADDR_NOTAVAIL lie above any 32-bit capacity.
         let plain_index_end = match attr.addr_format {
             AddrFormat::Str => 0,
-            _ => u64::from(capacity).min(index_mask.saturating_add(1)),
+            _ => u64::from(capacity).min(decoder.index_mask().saturating_add(1)),
         };
         debug!(
             capacity,
@@ -796,7 +804,7 @@ impl<N: NicAvTable> AddressVector<N> {
             attr,
             capacity,
             id,
-            index_mask,
+            decoder,
             plain_index_end,
             slots,
             ranges: Ranges::default(),
@@ -1896,38 +1904,24 @@ impl<N: NicAvTable> AddressVector<N> {
     /// The index `fi_addr` names, if it is in use. Receive-context bits, and on an AV with peer
     /// groups the group, are ignored.
     pub fn index_of(&self, fi_addr: FiAddr) -> Result<u32, FiError> {
-        if self.single_slot(fi_addr).is_some() {
-            // A single entry in use: its index, without copying its address.
-            return Ok((fi_addr & self.index_mask) as u32);
+        if let Some(index) = self.decoder.index(fi_addr) {
+            if self.single_slot_at(index).is_some() {
+                // A single entry in use: its index, without copying its address.
+                return Ok(index);
+            }
         }
         self.slot_of(fi_addr).map(|(index, _)| index)
     }
 
-    /// The mirror slot of `fi_addr` when it names a single (not symmetric-range) entry in use.
+    /// The mirror slot at `index` when it holds a single (not symmetric-range) entry in use.
     #[inline]
-    fn single_slot(&self, fi_addr: FiAddr) -> Option<&[u8; ADDR_LEN]> {
-        let raw = fi_addr & self.index_mask;
-        if fi_addr == FI_ADDR_NOTAVAIL
-            || raw >= u64::from(self.capacity)
-            || self.is_key_handle(fi_addr)
-        {
-            return None;
-        }
-        // raw < capacity <= u32::MAX
-        let index = raw as u32;
-        self.slots
-            .get(index)
-            .filter(|s| s[0] != 0 && !self.is_revoked(index))
+    fn single_slot_at(&self, index: u32) -> Option<&[u8; ADDR_LEN]> {
+        let slot = self.slots.get(index)?;
+        (slot[0] != 0 && !self.is_revoked(index)).then_some(slot)
     }
 
     fn slot_of(&self, fi_addr: FiAddr) -> Result<(u32, [u8; ADDR_LEN]), FiError> {
-        let raw = fi_addr & self.index_mask;
-        if fi_addr != FI_ADDR_NOTAVAIL
-            && raw < u64::from(self.capacity)
-            && !self.is_key_handle(fi_addr)
-        {
-            // raw < capacity <= u32::MAX
-            let index = raw as u32;
+        if let Some(index) = self.decoder.index(fi_addr) {
             if !self.is_revoked(index) {
                 if let Some(slot) = self.slots.get(index).filter(|s| s[0] != 0) {
                     return Ok((index, *slot));
@@ -1949,38 +1943,33 @@ impl<N: NicAvTable> AddressVector<N> {
         self.ranges.covering(index)?.member(index)?.to_bytes().ok()
     }
 
-    #[cold]
-    /// Whether `fi_addr` is an auth-key handle of this AV's domain, which no address is: on an
-    /// AV with peer groups the index is only the low 32 bits, so without this check a handle
-    /// would name the address at its low bits.
-    #[inline]
-    fn is_key_handle(&self, fi_addr: FiAddr) -> bool {
-        is_auth_key_addr(fi_addr) && self.auth.is_some()
+    /// How the AV reads an `fi_addr_t` (see [`decode`]).
+    pub fn decoder(&self) -> &FiAddrDecoder {
+        &self.decoder
     }
 
+    #[cold]
     fn bad_fi_addr(&self, fi_addr: FiAddr) -> FiError {
-        let raw = fi_addr & self.index_mask;
-        if fi_addr == FI_ADDR_NOTAVAIL {
-            FiError::inval("fi_addr is FI_ADDR_NOTAVAIL")
-        } else if self.is_key_handle(fi_addr) {
-            FiError::inval(format!(
+        match self.decoder.kind(fi_addr) {
+            FiAddrKind::NotAvail => FiError::inval("fi_addr is FI_ADDR_NOTAVAIL"),
+            FiAddrKind::AuthKeyHandle => FiError::inval(format!(
                 "fi_addr {fi_addr:#x} is an auth-key handle, not an address (pass FI_AUTH_KEY \
                  to calls that take one)"
-            ))
-        } else if raw >= u64::from(self.capacity) {
-            FiError::inval(format!(
+            )),
+            FiAddrKind::CollectiveAddr => FiError::inval(format!(
+                "fi_addr {fi_addr:#x} is an AV set's collective address, not an address"
+            )),
+            FiAddrKind::OutOfRange(raw) => FiError::inval(format!(
                 "fi_addr {fi_addr:#x}: index {raw} is outside the AV's {} entries",
                 self.capacity
-            ))
-        } else if u32::try_from(raw).is_ok_and(|i| self.is_revoked(i)) {
-            FiError::inval(format!(
-                "fi_addr {fi_addr:#x}: index {raw} is not in use (the NIC refused its \
+            )),
+            FiAddrKind::Index(i) if self.is_revoked(i) => FiError::inval(format!(
+                "fi_addr {fi_addr:#x}: index {i} is not in use (the NIC refused its \
                  asynchronous insert)"
-            ))
-        } else {
-            FiError::inval(format!(
-                "fi_addr {fi_addr:#x}: index {raw} is not in use (never inserted, or removed)"
-            ))
+            )),
+            FiAddrKind::Index(i) => FiError::inval(format!(
+                "fi_addr {fi_addr:#x}: index {i} is not in use (never inserted, or removed)"
+            )),
         }
     }
 
@@ -2067,9 +2056,11 @@ impl<N: NicAvTable> AddressVector<N> {
         })
     }
 
-    /// Indices in use, ascending (pending `FI_MORE` inserts included).
+    /// Indices in use, ascending: pending `FI_MORE` inserts included, indices whose
+    /// asynchronous insert the NIC refused not (as for [`AddressVector::lookup`]), although
+    /// [`AddressVector::len`] counts them until the AV's next call releases them.
     pub fn indices(&self) -> impl Iterator<Item = u32> + '_ {
-        self.alloc.iter()
+        self.alloc.iter().filter(|&i| !self.is_revoked(i))
     }
 
     /// Symmetric ranges: `(first index, indices covered, live members)`, ascending.

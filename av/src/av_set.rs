@@ -26,9 +26,11 @@
 //!   AV reuses the index for a new address, the member names the new address: fi_av(3) says a
 //!   removed `fi_addr_t` is invalid until an insert returns it again.
 //! - **The collective address** ([`AvSet::addr`]) is a handle for `fi_join_collective`:
-//!   [`AV_SET_ADDR_BASE`] plus a number unique to the set in this process. It is never an AV
-//!   index (its index bits are above any AV's capacity), so `lookup`/`remove` refuse it, and it
-//!   stays the same while the set changes. An empty set has no collective address.
+//!   [`AV_SET_ADDR_BASE`] plus a number unique to the set in this process. No address of the
+//!   AV takes its form (bit 48 set; see [`crate::av::decode`]), so the AV's calls and the
+//!   set's own refuse it as an address, and it stays the same while the set changes. An empty
+//!   set has none, and neither has a set of an AV with more than 15 receive-context bits or
+//!   groups above 0xFFFF, whose addresses may take any form (`FI_EINVAL`).
 //! - **Flags.** `FI_UNIVERSE` and the collective kinds `FI_BARRIER_SET` … `FI_GATHER_SET` are
 //!   accepted and kept for the collective engine; any other bit is `FI_EBADFLAGS`.
 //! - **Communication key.** Kept as given; with a key, start/end must be `FI_ADDR_NOTAVAIL`
@@ -36,7 +38,8 @@
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use crate::av::AddressVector;
+use crate::av::decode::FiAddrDecoder;
+use crate::av::{AddressVector, AUTH_KEY_MAX_GROUP_ID};
 use crate::errno::{FiErrno, FiError};
 use crate::flags::{
     FiAddr, FI_ADDR_NOTAVAIL, FI_ALLGATHER_SET, FI_ALLREDUCE_SET, FI_ALLTOALL_SET, FI_BARRIER_SET,
@@ -44,9 +47,15 @@ use crate::flags::{
     FI_UNIVERSE,
 };
 use crate::nic::NicAvTable;
+use crate::AUTH_KEY_MAX_RX_CTX_BITS;
 
-/// First collective address: [`AvSet::addr`] is this plus the set's number (below 2^48).
-pub const AV_SET_ADDR_BASE: FiAddr = 0xFFFE_0000_0000_0000;
+/// First collective address: [`AvSet::addr`] is this plus the set's number (below 2^48). Bit
+/// 48 is set, which no address of an AV that may have collective addresses has (see
+/// [`crate::av::decode`]).
+pub const AV_SET_ADDR_BASE: FiAddr = 0xFFFB_0000_0000_0000;
+
+/// Bits of a collective address that number the set.
+const AV_SET_NUMBER_MASK: FiAddr = (1 << 48) - 1;
 
 /// The collective-kind flags of `fi_av_set_attr`.
 pub const AV_SET_COLLECTIVE_FLAGS: u64 = FI_BARRIER_SET
@@ -105,9 +114,8 @@ impl Default for AvSetAttr {
 pub struct AvSet {
     av_id: u64,
     id: u64,
-    rx_ctx_bits: u8,
-    /// The AV has peer groups: indices are bits 0-31 of an `fi_addr_t`.
-    peer_groups: bool,
+    /// The AV's decoding of `fi_addr_t` values, so that members are read as the AV reads them.
+    decoder: FiAddrDecoder,
     capacity: usize,
     flags: u64,
     comm_key: Box<[u8]>,
@@ -196,8 +204,7 @@ impl AvSet {
         let mut set = AvSet {
             av_id: av.id(),
             id: NEXT_SET_ID.fetch_add(1, Ordering::Relaxed),
-            rx_ctx_bits: av.rx_ctx_bits(),
-            peer_groups: av.peer_groups(),
+            decoder: *av.decoder(),
             capacity,
             flags: attr.flags,
             comm_key: attr.comm_key.clone().into_boxed_slice(),
@@ -240,15 +247,17 @@ impl AvSet {
                 }
             }
         } else if universe {
-            if av.len() > capacity {
+            // Every address the AV holds: its indices in use, less any whose asynchronous
+            // insert the NIC refused (av.len() counts those until the AV's next call).
+            let stored = av.indices().count();
+            if stored > capacity {
                 return Err(FiError::inval(format!(
-                    "fi_av_set: FI_UNIVERSE names the AV's {} addresses, more than count {}",
-                    av.len(),
+                    "fi_av_set: FI_UNIVERSE names the AV's {stored} addresses, more than count {}",
                     attr.count
                 )));
             }
             set.members
-                .try_reserve_exact(av.len())
+                .try_reserve_exact(stored)
                 .map_err(|_| FiError::new(FiErrno::FI_ENOMEM, "fi_av_set: no memory"))?;
             for index in av.indices() {
                 set.push(index)?;
@@ -290,13 +299,9 @@ impl AvSet {
     }
 
     /// The member index `fi_addr` names (receive-context and group bits stripped), if it could
-    /// be one.
+    /// be one: an index of the AV, not `FI_ADDR_NOTAVAIL` or a handle.
     fn member_index(&self, fi_addr: FiAddr) -> Option<u32> {
-        if fi_addr == FI_ADDR_NOTAVAIL {
-            return None;
-        }
-        let index = crate::flags::fi_addr_index(fi_addr, self.rx_ctx_bits, self.peer_groups);
-        u32::try_from(index).ok()
+        self.decoder.index(fi_addr)
     }
 
     fn same_av(&self, call: &str, other_av: u64) -> Result<(), FiError> {
@@ -503,7 +508,14 @@ impl AvSet {
                 "fi_av_set_addr: member fi_addr {first} (and {more} more) was removed from the AV"
             )));
         }
-        Ok(AV_SET_ADDR_BASE | (self.id & !AV_SET_ADDR_BASE))
+        if !self.decoder.handles_apart() {
+            return Err(FiError::inval(format!(
+                "fi_av_set_addr: the AV has more than {AUTH_KEY_MAX_RX_CTX_BITS} receive-context \
+                 bits or groups above {AUTH_KEY_MAX_GROUP_ID:#x}, so any fi_addr_t may be one of \
+                 its addresses and none is left to name a collective"
+            )));
+        }
+        Ok(AV_SET_ADDR_BASE | (self.id & AV_SET_NUMBER_MASK))
     }
 }
 

@@ -1039,3 +1039,66 @@ fn a_named_fi_event_av_reports_each_insert_on_its_queue() {
     drop(a);
     assert_eq!(eq.bound(), 0, "detached when the handle goes");
 }
+
+// ---------------------------------------------------------------------------------------------
+// AV sets of an FI_EVENT AV whose NIC refused an insert
+
+/// An AV with index 0 stored and indices 1 and 2 refused by the NIC (reported, not yet
+/// released: the AV has made no call since).
+fn av_with_refused_indices() -> (AddressVector<MemoryNicTable>, Arc<Sink>) {
+    let mut av = AddressVector::open(
+        MemoryNicTable::new(16),
+        AvAttr {
+            count: 16,
+            flags: FI_EVENT,
+            ..AvAttr::default()
+        },
+        LIMITS,
+    )
+    .unwrap();
+    let sink = Sink::new();
+    av.bind(sink.clone(), 0).unwrap();
+    av.insert(&peer_bytes(1), 1, None, 0).unwrap();
+    av.nic_mut().fail_after(NicOp::Write, 0);
+    av.insert(&[peer_bytes(2), peer_bytes(3)].concat(), 2, None, 0)
+        .unwrap();
+    sink.read();
+    assert!(av.index_of(1).is_err() && av.index_of(2).is_err());
+    (av, sink)
+}
+
+/// fi_av_set(3): FI_UNIVERSE "will be created containing all addresses stored in the
+/// corresponding AV". Addresses the NIC refused are not stored (lookup, index_of and a range
+/// agree), so the set holds none of them and is not stale from the start.
+#[test]
+fn fi_universe_leaves_out_addresses_the_nic_refused() {
+    let (av, _sink) = av_with_refused_indices();
+    let by_range = av
+        .av_set(&uet_av::AvSetAttr {
+            start_addr: 0,
+            end_addr: 15,
+            stride: 1,
+            ..uet_av::AvSetAttr::default()
+        })
+        .unwrap();
+    assert_eq!(by_range.members().collect::<Vec<_>>(), [0]);
+    let universe = av
+        .av_set(&uet_av::AvSetAttr {
+            flags: uet_av::FI_UNIVERSE,
+            ..uet_av::AvSetAttr::default()
+        })
+        .unwrap();
+    assert_eq!(universe.members().collect::<Vec<_>>(), [0]);
+    assert!(
+        universe.addr(&av).is_ok(),
+        "a fresh FI_UNIVERSE set is stale"
+    );
+    assert_eq!(av.indices().collect::<Vec<_>>(), [0]);
+    // A count of the addresses actually stored is enough.
+    let one = av.av_set(&uet_av::AvSetAttr {
+        count: 1,
+        flags: uet_av::FI_UNIVERSE,
+        ..uet_av::AvSetAttr::default()
+    });
+    assert!(one.is_ok(), "{:?}", one.err());
+}

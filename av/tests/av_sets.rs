@@ -5,8 +5,9 @@ mod common;
 
 use common::*;
 use uet_av::{
-    fi_rx_addr, is_av_set_addr, AvAttr, AvSet, AvSetAttr, FiErrno, FI_ADDR_NOTAVAIL, FI_AV_USER_ID,
-    FI_BARRIER_SET, FI_GATHER_SET, FI_MORE, FI_UNIVERSE,
+    fi_rx_addr, is_av_set_addr, AvAttr, AvLimits, AvSet, AvSetAttr, FiErrno, AUTH_KEY_ADDR_BASE,
+    FI_ADDR_NOTAVAIL, FI_AV_AUTH_KEY, FI_AV_USER_ID, FI_BARRIER_SET, FI_GATHER_SET, FI_MORE,
+    FI_UNIVERSE,
 };
 
 fn errno<T: std::fmt::Debug>(r: Result<T, uet_av::FiError>) -> FiErrno {
@@ -351,4 +352,91 @@ fn sets_work_on_user_id_avs() {
         })
         .unwrap();
     assert_eq!(members(&s), [0, 1], "members are fi_addrs, never user ids");
+}
+
+/// Handles are no addresses: on an AV with peer groups the index is only bits 0-31, so without
+/// the AV's check a collective address (or an auth-key handle) would name the peer at its low
+/// bits, in the AV's calls and in the set's.
+#[test]
+fn a_collective_address_names_no_peer_on_an_av_with_peer_groups() {
+    let mut av = open_with(AvAttr {
+        count: 64,
+        max_group_id: 0xFF,
+        ..AvAttr::default()
+    });
+    insert_peers(&mut av, &(0..64).collect::<Vec<_>>());
+    let set = av.av_set(&range(0, 3, 1)).unwrap();
+    let coll = set.addr(&av).unwrap();
+    let low = coll & 0xFFFF_FFFF;
+    assert!(low < 64, "the set number {low} is within the AV");
+    let mut buf = [0u8; 32];
+    let mut len = buf.len();
+    let e = av.lookup(coll, &mut buf, &mut len).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL);
+    assert!(e.message.contains("collective address"), "{e}");
+    let mut other = empty_set(&av);
+    other.insert(&av, low).unwrap();
+    assert!(!other.contains(coll));
+    assert_eq!(errno(other.remove(coll)), FiErrno::FI_EINVAL);
+    assert_eq!(members(&other), [low]);
+    assert_eq!(errno(empty_set(&av).insert(&av, coll)), FiErrno::FI_EINVAL);
+    assert_eq!(errno(av.remove(&[coll], 0)), FiErrno::FI_EINVAL);
+    assert_eq!(av.len(), 64, "nothing was removed");
+}
+
+#[test]
+fn a_set_reads_an_auth_key_handle_as_the_av_does() {
+    let a = AvAttr {
+        count: 16,
+        job_id: 0x42,
+        auth_key_size: FI_AV_AUTH_KEY,
+        max_group_id: 0xFF,
+        ..AvAttr::default()
+    };
+    let size = a.resolve(&LIMITS).expect("valid attr").count as u32;
+    let nic = uet_av::MemoryNicTable::new(size).with_auth_key_slots(8);
+    let limits = AvLimits {
+        max_auth_keys: 8,
+        ..LIMITS
+    };
+    let mut av = uet_av::AddressVector::open(nic, a, limits).expect("open");
+    let k = av
+        .insert_auth_key(&uet_av::job_id_to_auth_key(0x43), 0)
+        .unwrap();
+    assert_eq!(k, AUTH_KEY_ADDR_BASE);
+    av.insert(&peer_bytes(1), 1, None, 0).unwrap();
+    let mut s = empty_set(&av);
+    s.insert(&av, 0).unwrap();
+    assert_eq!(errno(s.insert(&av, k)), FiErrno::FI_EINVAL);
+    assert!(!s.contains(k), "the handle names member 0");
+    assert_eq!(errno(s.remove(k)), FiErrno::FI_EINVAL);
+    assert_eq!(members(&s), [0]);
+}
+
+/// With 16 receive-context bits any fi_addr_t may be an address (fi_rx_addr(i, 0xFFFB, 16) has
+/// the collective form), so a set of such an AV has no collective address; its other calls
+/// work.
+#[test]
+fn a_set_of_an_av_whose_addresses_take_every_form_has_no_collective_address() {
+    let limits = AvLimits::new(1 << 20, 16);
+    let attr = AvAttr {
+        count: 16,
+        rx_ctx_bits: 16,
+        ..AvAttr::default()
+    };
+    let mut av =
+        uet_av::AddressVector::open(uet_av::MemoryNicTable::new(16), attr, limits).expect("open");
+    insert_peers(&mut av, &[0, 1, 2]);
+    let rx = fi_rx_addr(1, 0xFFFB, 16);
+    assert!(is_av_set_addr(rx), "{rx:#x}");
+    assert_eq!(
+        av.index_of(rx).unwrap(),
+        1,
+        "an address with a receive context"
+    );
+    let set = av.av_set(&range(0, 2, 1)).unwrap();
+    assert_eq!(members(&set), [0, 1, 2]);
+    let e = set.addr(&av).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL);
+    assert!(e.message.contains("receive-context"), "{e}");
 }
