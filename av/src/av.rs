@@ -1603,6 +1603,14 @@ impl<N: NicAvTable> AddressVector<N> {
         self.slot_of(u64::from(index)).ok().map(|(_, bytes)| bytes)
     }
 
+    /// Whether `index` is in use as a member of a symmetric range (not a single entry, such as
+    /// one inserted later into a hole of a range's span).
+    pub fn is_range_member(&self, index: u32) -> bool {
+        self.slots.get(index).is_some_and(|s| s[0] == 0)
+            && self.alloc.is_allocated(index)
+            && self.ranges.covering(index).is_some()
+    }
+
     /// Send the NIC records of every pending `FI_MORE` insert: one AV_WRITE (or one per
     /// [`MAX_BATCH`] records). On failure the batch is rolled back and `FI_EIO` returned.
     pub fn flush(&mut self) -> Result<(), FiError> {

@@ -758,6 +758,8 @@ impl<N: NicAvTable> NamedAv<N> {
         let locked = self.seg.lock(true)?;
         self.local.catch_up(&locked)?;
         let av = &mut self.local.av;
+        // (index, whether it is a range member): a single entry that filled a hole in a range's
+        // span is no member, and must not count against the range's record.
         let mut indices = Vec::new();
         indices
             .try_reserve_exact(fi_addrs.len())
@@ -766,23 +768,25 @@ impl<N: NicAvTable> NamedAv<N> {
             let index = av
                 .index_of(fa)
                 .map_err(|e| e.within(format_args!("{CALL}: fi_addr[{pos}]")))?;
-            indices.push(index);
+            indices.push((index, av.is_range_member(index)));
         }
         locked.begin();
         let result = av.remove(fi_addrs, 0);
         // On a NIC failure the addresses of the commands before it are removed: they leave the
         // AV too, so it keeps holding what this NIC holds.
         let mut removed = 0;
-        let mut gone = Vec::new();
-        for &index in &indices {
+        let mut members_gone = Vec::new();
+        for &(index, member) in &indices {
             if av.address_bytes(index).is_none() {
                 locked.free(index);
                 locked.log(LOG_REMOVE, index);
-                gone.push(index);
+                if member {
+                    members_gone.push(index);
+                }
                 removed += 1;
             }
         }
-        locked.range_members_removed(&gone);
+        locked.range_members_removed(&members_gone);
         self.local.finish_change(&locked, removed > 0);
         result
     }

@@ -539,3 +539,30 @@ fn insert_at_places_where_told_and_refuses_bad_indices() {
     assert_eq!(av.len(), 2);
     assert_in_step(&av);
 }
+
+/// A single insert that fills a hole in a range's span is no member of the range: removing it
+/// must not count against the range's record, or the record goes while a member lives and a
+/// handle catching up through the log never brings that member in.
+#[test]
+fn a_lagging_handle_keeps_a_range_member_after_its_hole_is_refilled_and_emptied() {
+    let name = unique("rangecount");
+    let mut a = open(attr(&name, 8)).unwrap();
+    let mut b = open(attr(&name, 8)).unwrap();
+    b.sync().unwrap();
+    let mut out = [0u64; 2];
+    assert_eq!(
+        a.insertsym("10.0.1.1", 1, "5", 2, Some(&mut out), 0, None)
+            .unwrap(),
+        2
+    );
+    assert_eq!(out, [0, 1]);
+    assert_eq!(a.av().ranges().count(), 1, "held as a range");
+    a.remove(&[0], 0).unwrap();
+    assert_eq!(insert(&mut a, &[7]), [0], "the hole is refilled");
+    a.remove(&[0], 0).unwrap();
+    assert_eq!(a.len().unwrap(), 1);
+    let want = lookup(&mut a, 1).unwrap();
+    assert_eq!(lookup(&mut b, 1).map_err(|e| e.to_string()), Ok(want));
+    assert_eq!(b.len().unwrap(), 1);
+    assert_same(&mut a, &mut b);
+}
