@@ -626,10 +626,15 @@ impl<N: NicAvTable> NamedAv<N> {
             .try_reserve_exact(total as usize)
             .map_err(|_| no_memory())?;
         locked.begin();
+        // Why positions past the indices taken fail: a full AV, or no memory for the slots.
+        let mut short = FiErrno::FI_ENOSPC;
         while indices.len() < total as usize {
             match locked.alloc() {
-                Some(i) => indices.push(i),
-                None => break,
+                Ok(i) => indices.push(i),
+                Err(e) => {
+                    short = e.errno;
+                    break;
+                }
             }
         }
         // Place each run of consecutive indices: as a range, or member by member.
@@ -725,7 +730,7 @@ impl<N: NicAvTable> NamedAv<N> {
                 *slot = FI_ADDR_NOTAVAIL;
             }
             if let Some(slot) = status.as_deref_mut().and_then(|s| s.get_mut(pos)) {
-                *slot = FiErrno::FI_ENOSPC.to_neg_i32();
+                *slot = short.to_neg_i32();
             }
         }
         self.local.finish_change(&locked, placed > 0);
@@ -850,12 +855,7 @@ impl<N: NicAvTable> NamedAv<N> {
         locked.begin();
         for (pos, item) in items.into_iter().enumerate() {
             let outcome = item.and_then(|bytes| {
-                let index = locked.alloc().ok_or_else(|| {
-                    FiError::new(
-                        FiErrno::FI_ENOSPC,
-                        format!("all {} AV entries are in use", locked.capacity()),
-                    )
-                })?;
+                let index = locked.alloc()?;
                 match av.insert_at(index, &bytes) {
                     Ok(()) => Ok((index, bytes)),
                     Err(e) => {

@@ -566,3 +566,75 @@ fn a_lagging_handle_keeps_a_range_member_after_its_hole_is_refilled_and_emptied(
     assert_eq!(b.len().unwrap(), 1);
     assert_same(&mut a, &mut b);
 }
+
+/// A full `/dev/shm` (a container's small default, say) is `FI_ENOSPC` for the addresses that
+/// do not fit, never a SIGBUS: the segment backs its slots before it uses them. The test runs
+/// itself again in a private mount namespace with a 1 MiB tmpfs on `/dev/shm`; where making
+/// one is not permitted it says so and does nothing.
+#[test]
+fn a_full_dev_shm_is_enospc_not_sigbus() {
+    const TEST: &str = "a_full_dev_shm_is_enospc_not_sigbus";
+    if std::env::var_os("UET_TEST_SMALL_SHM").is_some() {
+        let name = unique("enospc");
+        let n = 40_000u32;
+        // 40,000 slots are 1.28 MB: the header, bitmap and log fit, not every slot.
+        let mut a = open(attr(&name, 100_000)).expect("the table's bookkeeping fits in 1 MiB");
+        let buf = pack(&(0..n).map(peer_bytes).collect::<Vec<_>>());
+        let mut out = vec![0u64; n as usize];
+        let mut status = vec![0i32; n as usize];
+        let k = a
+            .insert_with_status(
+                &buf,
+                n as usize,
+                Some(&mut out),
+                FI_SYNC_ERR,
+                Some(&mut status),
+            )
+            .expect("the call itself succeeds");
+        assert!(k > 0 && k < n as usize, "{k} of {n} inserted");
+        assert!(out[..k].iter().zip(0..).all(|(&f, i)| f == i));
+        assert!(out[k..].iter().all(|&f| f == FI_ADDR_NOTAVAIL));
+        let enospc = uet_av::FiErrno::FI_ENOSPC.to_neg_i32();
+        assert!(
+            status[k..].iter().all(|&s| s == enospc),
+            "{:?}",
+            &status[k..k + 1]
+        );
+        assert_eq!(
+            lookup(&mut a, k as u64 - 1).unwrap(),
+            peer_bytes(k as u32 - 1)
+        );
+        // What did not fit is not half there: removing what did frees room to insert again.
+        a.remove(&out[..1000], 0).unwrap();
+        assert_eq!(a.len().unwrap(), k - 1000);
+        assert_eq!(insert(&mut a, &[n + 1]), [0]);
+        return;
+    }
+    let private = std::process::Command::new("unshare")
+        .args(["-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm"])
+        .output();
+    if !private.as_ref().is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped: cannot mount a private /dev/shm here: {private:?}");
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new("unshare")
+        .args([
+            "-m",
+            "sh",
+            "-c",
+            "mount -t tmpfs -o size=1m tmpfs /dev/shm && exec \"$0\" --exact \"$1\" --nocapture",
+        ])
+        .arg(&exe)
+        .arg(TEST)
+        .env("UET_TEST_SMALL_SHM", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains(&format!("test {TEST} ... ok")),
+        "{:?}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -92,7 +92,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use tracing::{debug, warn};
 use uet_fwif::UetAddress;
@@ -119,6 +119,8 @@ pub const LOG_RECORD_BYTES: usize = 16;
 pub const RANGE_RECORDS: usize = 64;
 /// Bytes of one range record.
 pub const RANGE_RECORD_BYTES: usize = 64;
+/// Bytes of slots [`Segment::reserve`] backs at a time: 65,536 slots.
+const RESERVE_STEP: usize = 2 << 20;
 
 /// File offset of the lock byte and of the presence byte.
 const LOCK_BYTE: i64 = 0;
@@ -394,6 +396,8 @@ pub struct Segment {
     path: PathBuf,
     /// Counted in the header and holding presence (false only while being built).
     attached: bool,
+    /// Bytes from the start of the file this process knows are backed ([`Segment::reserve`]).
+    reserved: AtomicUsize,
 }
 
 impl core::fmt::Debug for Segment {
@@ -526,7 +530,12 @@ impl Segment {
             geo,
             path: path.to_path_buf(),
             attached: false,
+            reserved: AtomicUsize::new(0),
         };
+        // Everything but the slots is written from the start; slots are backed as indices are
+        // first taken (Locked::alloc).
+        seg.reserve(geo.slots_off)
+            .map_err(|e| os_error(&ctx(&format!("reserving {} bytes", geo.slots_off)), &e))?;
         let set = |w: usize, v: u64| seg.set_word(w, v);
         set(hw::VERSION, LAYOUT_VERSION);
         set(hw::CAPACITY, u64::from(params.capacity));
@@ -582,6 +591,7 @@ impl Segment {
             },
             path: path.to_path_buf(),
             attached: false,
+            reserved: AtomicUsize::new(0),
         };
         ofd_lock(&seg.file, libc::F_WRLCK, LOCK_BYTE, Wait::Yes)
             .map_err(|e| Attach::Failed(os_error("fi_av_open: taking the segment lock", &e)))?;
@@ -701,6 +711,47 @@ impl Segment {
 
     fn hdr(&self, i: usize) -> u64 {
         self.word(i).load(Ordering::Relaxed)
+    }
+
+    /// Back the first `end` bytes of the file with memory (`posix_fallocate`), so that no
+    /// store to them can fault. The file is sized sparse: on a full `/dev/shm` (a container's
+    /// small default, say) a store to a page the filesystem cannot supply would kill the
+    /// process with SIGBUS; reserved first, it is `ENOSPC` here instead. Past what is backed,
+    /// asks for [`RESERVE_STEP`] more at once (capped at the file's size) so that inserts make
+    /// few system calls, and for just `end` when that much is not to be had.
+    fn reserve(&self, end: usize) -> io::Result<()> {
+        let have = self.reserved.load(Ordering::Relaxed);
+        if end <= have {
+            return Ok(());
+        }
+        let ahead = end
+            .max(have.saturating_add(RESERVE_STEP))
+            .min(self.geo.size);
+        let backed = self
+            .fallocate(have, ahead)
+            .or_else(|e| match e.raw_os_error() {
+                Some(libc::ENOSPC) if ahead > end => self.fallocate(have, end),
+                _ => Err(e),
+            })?;
+        self.reserved.fetch_max(backed, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// `posix_fallocate` of bytes `from..to` of the file; `to` when done.
+    fn fallocate(&self, from: usize, to: usize) -> io::Result<usize> {
+        let (Ok(offset), Ok(len)) = (
+            libc::off_t::try_from(from),
+            libc::off_t::try_from(to.saturating_sub(from)),
+        ) else {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        };
+        // SAFETY: posix_fallocate takes a descriptor `self.file` keeps open and two integers;
+        // it touches no memory of this process.
+        let rc = unsafe { libc::posix_fallocate(self.file.as_raw_fd(), offset, len) };
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+        Ok(to)
     }
 
     fn unlock_file(&self) {
@@ -1041,13 +1092,22 @@ impl Locked<'_> {
         g
     }
 
-    /// Take the lowest unused index (its bit set; the slot is written by [`Locked::store`]).
-    /// `None` when every index is in use.
-    pub fn alloc(&self) -> Option<u32> {
-        if !self.check_exclusive() {
-            return None;
-        }
+    /// Take the lowest unused index (its bit set, its slot's memory backed; the slot is
+    /// written by [`Locked::store`]). `FI_ENOSPC` when every index is in use, or when
+    /// `/dev/shm` has no memory left for the slot.
+    pub fn alloc(&self) -> Result<u32, FiError> {
         let seg = self.seg;
+        let full = || {
+            FiError::new(
+                FiErrno::FI_ENOSPC,
+                format!("all {} AV entries are in use", seg.geo.capacity),
+            )
+        };
+        if !self.check_exclusive() {
+            return Err(FiError::io(
+                "the named AV's segment is not locked for a change",
+            ));
+        }
         let words = seg.geo.capacity.div_ceil(64) as usize;
         let mut w = usize::try_from(seg.hdr(hw::FREE_HINT)).unwrap_or(words);
         while w < words {
@@ -1058,18 +1118,28 @@ impl Locked<'_> {
                     break;
                 }
                 let index = index as u32;
+                let slot_end = seg.geo.slots_off + (index as usize + 1) * SLOT_BYTES;
+                seg.reserve(slot_end).map_err(|e| {
+                    os_error(
+                        &format!(
+                            "backing the slot of index {index} in {}",
+                            seg.path.display()
+                        ),
+                        &e,
+                    )
+                })?;
                 seg.set_bit(index, true);
                 seg.set_word(hw::FREE_HINT, w as u64);
                 seg.set_word(hw::LIVE, seg.hdr(hw::LIVE) + 1);
                 if u64::from(index) >= seg.hdr(hw::HIGH_WATER) {
                     seg.set_word(hw::HIGH_WATER, u64::from(index) + 1);
                 }
-                return Some(index);
+                return Ok(index);
             }
             w += 1;
         }
         seg.set_word(hw::FREE_HINT, w as u64);
-        None
+        Err(full())
     }
 
     /// Give back an index taken by [`Locked::alloc`], or remove one in use: clear its slot,
