@@ -638,3 +638,29 @@ fn a_full_dev_shm_is_enospc_not_sigbus() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Garbage another process wrote into the header's counters is survived: the generation, the
+/// log head and the count in use wrap or saturate rather than overflow, and a free hint past
+/// the free indices costs a search, not a false FI_ENOSPC. The slots and the bitmap stay the
+/// truth: a handle that opens afterwards (and rescans) sees every address.
+#[test]
+fn garbage_in_the_header_counters_is_survived() {
+    let name = unique("garbage");
+    let mut a = open(attr(&name, 8)).unwrap();
+    let path = a.segment_path().to_path_buf();
+    for word in [10, 11, 13, 15] {
+        poke(&path, word * 8, u64::MAX);
+    }
+    assert_eq!(insert(&mut a, &[1, 2]), [0, 1]);
+    poke(&path, 15 * 8, 5);
+    assert_eq!(
+        insert(&mut a, &[3]),
+        [2],
+        "the lowest free index, below the hint"
+    );
+    a.remove(&[1], 0).unwrap();
+    let mut b = open(attr(&name, 8)).unwrap();
+    assert_eq!(lookup(&mut b, 2).unwrap(), peer_bytes(3));
+    assert!(lookup(&mut b, 1).is_err());
+    assert_same(&mut a, &mut b);
+}

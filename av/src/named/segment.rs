@@ -1023,11 +1023,12 @@ impl Segment {
 
     fn append_log(&self, op: u64, index: u32) {
         let head = self.log_head();
-        let generation = self.hdr(hw::GENERATION) + 1;
+        // Counters wrap rather than trust that no process wrote garbage into them.
+        let generation = self.hdr(hw::GENERATION).wrapping_add(1);
         self.log_word(head, 0).store(generation, Ordering::Relaxed);
         self.log_word(head, 1)
             .store(u64::from(index) | op << 32, Ordering::Relaxed);
-        self.set_word(hw::LOG_HEAD, head + 1);
+        self.set_word(hw::LOG_HEAD, head.wrapping_add(1));
     }
 }
 
@@ -1087,7 +1088,7 @@ impl Locked<'_> {
             .seg
             .word(hw::GENERATION)
             .fetch_add(1, Ordering::Release)
-            + 1;
+            .wrapping_add(1);
         self.seg.set_word(hw::WRITER, 0);
         g
     }
@@ -1109,37 +1110,39 @@ impl Locked<'_> {
             ));
         }
         let words = seg.geo.capacity.div_ceil(64) as usize;
-        let mut w = usize::try_from(seg.hdr(hw::FREE_HINT)).unwrap_or(words);
-        while w < words {
-            let bits = seg.word(seg.geo.bitmap_off / 8 + w).load(Ordering::Relaxed);
-            if bits != u64::MAX {
+        // The lowest clear bit below the capacity in bitmap words `from..to`.
+        let find = |from: usize, to: usize| {
+            (from..to).find_map(|w| {
+                let bits = seg.word(seg.geo.bitmap_off / 8 + w).load(Ordering::Relaxed);
                 let index = (w * 64) as u64 + u64::from((!bits).trailing_zeros());
-                if index >= u64::from(seg.geo.capacity) {
-                    break;
-                }
-                let index = index as u32;
-                let slot_end = seg.geo.slots_off + (index as usize + 1) * SLOT_BYTES;
-                seg.reserve(slot_end).map_err(|e| {
-                    os_error(
-                        &format!(
-                            "backing the slot of index {index} in {}",
-                            seg.path.display()
-                        ),
-                        &e,
-                    )
-                })?;
-                seg.set_bit(index, true);
-                seg.set_word(hw::FREE_HINT, w as u64);
-                seg.set_word(hw::LIVE, seg.hdr(hw::LIVE) + 1);
-                if u64::from(index) >= seg.hdr(hw::HIGH_WATER) {
-                    seg.set_word(hw::HIGH_WATER, u64::from(index) + 1);
-                }
-                return Ok(index);
-            }
-            w += 1;
-        }
+                (bits != u64::MAX && index < u64::from(seg.geo.capacity))
+                    .then_some((w, index as u32))
+            })
+        };
+        // Every word below the hint is full, unless another process wrote garbage there: then
+        // the words below it are searched too, so a bad hint costs time, never a false FI_ENOSPC.
+        let hint = usize::try_from(seg.hdr(hw::FREE_HINT)).map_or(words, |h| h.min(words));
+        let Some((w, index)) = find(hint, words).or_else(|| find(0, hint)) else {
+            seg.set_word(hw::FREE_HINT, words as u64);
+            return Err(full());
+        };
+        let slot_end = seg.geo.slots_off + (index as usize + 1) * SLOT_BYTES;
+        seg.reserve(slot_end).map_err(|e| {
+            os_error(
+                &format!(
+                    "backing the slot of index {index} in {}",
+                    seg.path.display()
+                ),
+                &e,
+            )
+        })?;
+        seg.set_bit(index, true);
         seg.set_word(hw::FREE_HINT, w as u64);
-        Err(full())
+        seg.set_word(hw::LIVE, seg.hdr(hw::LIVE).saturating_add(1));
+        if u64::from(index) >= seg.hdr(hw::HIGH_WATER) {
+            seg.set_word(hw::HIGH_WATER, u64::from(index) + 1);
+        }
+        Ok(index)
     }
 
     /// Give back an index taken by [`Locked::alloc`], or remove one in use: clear its slot,
