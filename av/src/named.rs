@@ -387,19 +387,29 @@ impl<N: NicAvTable> NamedAv<N> {
         self
     }
 
+    /// The start of every insert call: take the call's context (so that it never carries over
+    /// to a later call, whatever this one does), then refuse the call on a read-only handle
+    /// before anything else is looked at.
+    fn begin_insert(&mut self, call: &str) -> Result<u64, FiError> {
+        let context = core::mem::take(&mut self.call_context);
+        self.check_writable(call)?;
+        Ok(context)
+    }
+
     /// Run an insert call of `count` addresses on an `FI_EVENT` AV: synchronously, with a
     /// status array of its own, then post one error event per address not inserted and
     /// `FI_AV_COMPLETE`, and return 0. Errors of the call itself (arguments, the segment, a
     /// NIC that refused the batch) are returned, and post nothing.
+    #[allow(clippy::too_many_arguments)]
     fn evented(
         &mut self,
         call: &str,
+        context: u64,
         count: usize,
         flags: u64,
         with_status: bool,
         run: impl FnOnce(&mut Self, u64, Option<&mut [i32]>) -> Result<usize, FiError>,
     ) -> Result<usize, FiError> {
-        let context = core::mem::take(&mut self.call_context);
         if flags & FI_SYNC_ERR != 0 {
             return Err(FiError::badflags(format!(
                 "{call}: FI_SYNC_ERR cannot be combined with FI_EVENT"
@@ -476,12 +486,18 @@ impl<N: NicAvTable> NamedAv<N> {
         status: Option<&mut [i32]>,
     ) -> Result<usize, FiError> {
         const CALL: &str = "fi_av_insert";
+        let context = self.begin_insert(CALL)?;
         if self.event_mode {
             // `count` sizes the call's status array: it must describe the buffer first.
             address_buffer(CALL, addr, count)?;
-            return self.evented(CALL, count, flags, status.is_some(), |me, flags, st| {
-                me.insert_with_status(addr, count, fi_addr, flags, st)
-            });
+            return self.evented(
+                CALL,
+                context,
+                count,
+                flags,
+                status.is_some(),
+                |me, flags, st| me.insert_with_status(addr, count, fi_addr, flags, st),
+            );
         }
         self.check_insert(CALL, count, fi_addr.as_deref(), flags, status.as_deref())?;
         insert_format(self.local.av.attr().addr_format, AddrFormat::Uet)?;
@@ -498,9 +514,11 @@ impl<N: NicAvTable> NamedAv<N> {
         status: Option<&mut [i32]>,
     ) -> Result<usize, FiError> {
         const CALL: &str = "fi_av_insert";
+        let context = self.begin_insert(CALL)?;
         if self.event_mode {
             return self.evented(
                 CALL,
+                context,
                 addrs.len(),
                 flags,
                 status.is_some(),
@@ -529,11 +547,19 @@ impl<N: NicAvTable> NamedAv<N> {
         status: Option<&mut i32>,
     ) -> Result<usize, FiError> {
         const CALL: &str = "fi_av_insertsvc";
+        let context = self.begin_insert(CALL)?;
         if self.event_mode {
-            return self.evented(CALL, 1, flags, status.is_some(), |me, flags, st| {
-                let st = st.and_then(|s| s.first_mut());
-                me.insertsvc(node, service, fi_addr, flags, st)
-            });
+            return self.evented(
+                CALL,
+                context,
+                1,
+                flags,
+                status.is_some(),
+                |me, flags, st| {
+                    let st = st.and_then(|s| s.first_mut());
+                    me.insertsvc(node, service, fi_addr, flags, st)
+                },
+            );
         }
         let fi_addr = fi_addr.map(core::slice::from_mut);
         let status = status.map(core::slice::from_mut);
@@ -564,7 +590,8 @@ impl<N: NicAvTable> NamedAv<N> {
         status: Option<&mut [i32]>,
     ) -> Result<usize, FiError> {
         const CALL: &str = "fi_av_insertsym";
-        // The count is checked first: on an FI_EVENT AV it sizes the call's status array.
+        let context = self.begin_insert(CALL)?;
+        // The count is checked next: on an FI_EVENT AV it sizes the call's status array.
         let total = nodecnt.checked_mul(svccnt).ok_or_else(|| {
             FiError::inval(format!(
                 "{CALL}: nodecnt {nodecnt} × svccnt {svccnt} overflows"
@@ -578,9 +605,14 @@ impl<N: NicAvTable> NamedAv<N> {
             )));
         }
         if self.event_mode {
-            return self.evented(CALL, total, flags, status.is_some(), |me, flags, st| {
-                me.insertsym(node, nodecnt, service, svccnt, fi_addr, flags, st)
-            });
+            return self.evented(
+                CALL,
+                context,
+                total,
+                flags,
+                status.is_some(),
+                |me, flags, st| me.insertsym(node, nodecnt, service, svccnt, fi_addr, flags, st),
+            );
         }
         let prefix = |e: FiError| e.within(CALL);
         self.check_insert(CALL, total, fi_addr.as_deref(), flags, status.as_deref())?;
@@ -819,7 +851,6 @@ impl<N: NicAvTable> NamedAv<N> {
         flags: u64,
         status: Option<&[i32]>,
     ) -> Result<(), FiError> {
-        self.check_writable(call)?;
         let refused = flags & !INSERT_FLAGS;
         if refused & (FI_AV_USER_ID | FI_AUTH_KEY) != 0 {
             return Err(FiError::badflags(format!(

@@ -1040,6 +1040,48 @@ fn a_named_fi_event_av_reports_each_insert_on_its_queue() {
     assert_eq!(eq.bound(), 0, "detached when the handle goes");
 }
 
+/// fi_eq(3): an event's context is "the context specified as part of the operation". A call
+/// refused before it ran (here: a count the buffer does not hold) must not leave its context
+/// to the next call, and a read-only FI_EVENT handle refuses inserts with FI_EPERM, not with
+/// what an evented call would say first (FI_ENOEQ).
+#[test]
+fn a_named_fi_event_call_keeps_its_context_to_itself_and_read_only_is_eperm() {
+    let name = format!("test-named-event-ctx-{}", std::process::id());
+    let open_named = |flags| {
+        uet_av::NamedAv::open(
+            AvAttr {
+                name: Some(AvName::new(&name).unwrap()),
+                count: 4,
+                flags,
+                ..AvAttr::default()
+            },
+            LIMITS,
+            |a| Ok(MemoryNicTable::new(a.count as u32)),
+        )
+        .unwrap()
+    };
+    let mut a = open_named(FI_EVENT);
+    let mut r = open_named(FI_EVENT | FI_READ);
+    let e = r.insert(&peer_bytes(1), 1, None, 0).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EPERM, "{e}");
+    let e = r
+        .insertsym("10.3.0.1", 1, "1", 1, None, 0, None)
+        .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EPERM, "{e}");
+    let sink = Sink::new();
+    a.bind(sink.clone(), 0).unwrap();
+    let buf = peer_bytes(1);
+    let e = a.with_context(0x55).insert(&buf, 2, None, 0).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL);
+    let e = a
+        .with_context(0x56)
+        .insertsym("10.3.0.1", usize::MAX, "1", 2, None, 0, None)
+        .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL);
+    a.insert(&buf, 1, None, 0).unwrap();
+    assert_eq!(short(sink.read()), [Ev::Done(0, 1)], "no stale context");
+}
+
 // ---------------------------------------------------------------------------------------------
 // AV sets of an FI_EVENT AV whose NIC refused an insert
 

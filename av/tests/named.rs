@@ -664,3 +664,22 @@ fn garbage_in_the_header_counters_is_survived() {
     assert!(lookup(&mut b, 1).is_err());
     assert_same(&mut a, &mut b);
 }
+
+/// A read-only handle refuses every change with FI_EPERM before it looks at the arguments: a
+/// set larger than the AV is FI_EPERM too, not FI_EINVAL.
+#[test]
+fn a_read_only_handle_is_eperm_before_anything_else() {
+    let name = unique("rosym");
+    let _a = open(attr(&name, 8)).unwrap();
+    let mut r = open(AvAttr {
+        flags: FI_READ,
+        ..attr(&name, 8)
+    })
+    .unwrap();
+    let e = r
+        .insertsym("10.0.0.1", 4, "7", 4, None, 0, None)
+        .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EPERM, "{e}");
+    let e = r.insert(&peer_bytes(1), 2, None, 0xdead).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EPERM, "{e}");
+}
