@@ -40,9 +40,10 @@
 //!   operation is refused by how the AV was opened, not by the permissions of the segment,
 //!   which are `FI_EACCES` when `fi_av_open` cannot open it).
 //! - **`map_addr`.** Only named AVs look at it. Every `fi_addr_t` of this AV is a table index,
-//!   the same in every process, so the base `fi_addr_t` is 0: `map_addr` 0 gets 0 back in
-//!   [`NamedAv::attr`] (fi_av(3): "the map_addr used by the provider will be returned"), and
-//!   any other value is `FI_EINVAL`, since fi_addr_t values based elsewhere cannot be given.
+//!   the same in every process whatever its `map_addr` (fi_av(3): "The relationship between
+//!   the map_addr and any returned fi_addr_t is not defined"). `map_addr` 0 gets 0 back in
+//!   [`NamedAv::attr`] (fi_av(3): "the map_addr used by the provider will be returned"), the
+//!   base of the indices; any other value is accepted and kept as given.
 //! - **`FI_EVENT`**: an insert into a named AV runs under the segment's lock and completes
 //!   before the call returns; on an AV opened with `FI_EVENT` it then posts what fi_av(3)
 //!   asks of an asynchronous insert to the bound event queue (one error entry per address
@@ -153,8 +154,8 @@ impl<N: NicAvTable> NamedAv<N> {
     /// process's mirror over the NIC table `nic` makes for the attributes in effect (`count`
     /// the AV's size), and catch up with the AV's contents.
     ///
-    /// Errors (nothing created, the NIC table dropped): `FI_EINVAL` without a name, with a
-    /// `map_addr` other than 0, or with a `count`, `rx_ctx_bits` or JobID that differs from the
+    /// Errors (nothing created, the NIC table dropped): `FI_EINVAL` without a name, or with a
+    /// `count`, `rx_ctx_bits` or JobID that differs from the
     /// existing AV's (naming the attribute; `max_group_id` too: every process of a named AV
     /// reads peer groups the same way); `FI_EBADFLAGS` for `FI_AV_USER_ID`;
     /// `FI_ENOENT` with `FI_READ` when the AV does not exist; `FI_EACCES` when the segment's
@@ -189,14 +190,6 @@ impl<N: NicAvTable> NamedAv<N> {
                 ),
             ));
         }
-        if attr.map_addr != 0 {
-            return Err(FiError::inval(format!(
-                "fi_av_open: named AV '{}': map_addr {:#x}: the fi_addr_t values of this AV \
-                 are table indices starting at 0 in every process; pass map_addr 0",
-                name.as_str(),
-                attr.map_addr
-            )));
-        }
         let resolved = attr.resolve(&limits)?;
         let read_only = attr.flags & FI_READ != 0;
         let want = SegmentParams {
@@ -212,7 +205,7 @@ impl<N: NicAvTable> NamedAv<N> {
         }
         let attr = AvAttr {
             count: seg.capacity() as usize,
-            map_addr: 0,
+            map_addr: attr.map_addr,
             ..resolved
         }
         .resolve(&limits)?;
@@ -247,8 +240,8 @@ impl<N: NicAvTable> NamedAv<N> {
         Ok(named)
     }
 
-    /// The attributes in effect: the name, `count` the AV's size, `map_addr` 0 (the base
-    /// `fi_addr_t`), the open flags.
+    /// The attributes in effect: the name, `count` the AV's size, `map_addr` as given (0 when
+    /// 0 was given: the base `fi_addr_t`), the open flags.
     pub fn attr(&self) -> &AvAttr {
         &self.local.attr
     }

@@ -203,13 +203,6 @@ fn attributes_must_match_the_existing_av() {
 fn open_refusals_name_their_attribute() {
     let name = unique("refusals");
     let e = open(AvAttr {
-        map_addr: 0x1000,
-        ..attr(&name, 8)
-    })
-    .unwrap_err();
-    assert_eq!(e.errno, FiErrno::FI_EINVAL);
-    assert!(e.message.contains("map_addr 0x1000"), "{e}");
-    let e = open(AvAttr {
         flags: FI_AV_USER_ID,
         ..attr(&name, 8)
     })
@@ -682,4 +675,28 @@ fn a_read_only_handle_is_eperm_before_anything_else() {
     assert_eq!(e.errno, FiErrno::FI_EPERM, "{e}");
     let e = r.insert(&peer_bytes(1), 2, None, 0xdead).unwrap_err();
     assert_eq!(e.errno, FiErrno::FI_EPERM, "{e}");
+}
+
+/// fi_av(3): "Processes that provide the same value for map_addr to a shared AV may use the
+/// same fi_addr_t values"; how map_addr relates to them is the provider's. Any map_addr is
+/// accepted and kept, and the fi_addr_t values are the indices whatever it is.
+#[test]
+fn any_map_addr_is_accepted_and_fi_addrs_agree() {
+    let name = unique("mapaddr");
+    let mut a = open(AvAttr {
+        map_addr: 0x7f00_0000_0000,
+        ..attr(&name, 8)
+    })
+    .unwrap();
+    assert_eq!(a.attr().map_addr, 0x7f00_0000_0000);
+    assert_eq!(insert(&mut a, &[1, 2]), [0, 1]);
+    let mut b = open(AvAttr {
+        map_addr: 0x7f00_0000_0000,
+        ..attr(&name, 8)
+    })
+    .unwrap();
+    assert_eq!(lookup(&mut b, 1).unwrap(), peer_bytes(2));
+    let mut c = open(attr(&name, 8)).unwrap();
+    assert_eq!(c.attr().map_addr, 0);
+    assert_eq!(lookup(&mut c, 1).unwrap(), peer_bytes(2));
 }
