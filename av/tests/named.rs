@@ -700,3 +700,31 @@ fn any_map_addr_is_accepted_and_fi_addrs_agree() {
     assert_eq!(c.attr().map_addr, 0);
     assert_eq!(lookup(&mut c, 1).unwrap(), peer_bytes(2));
 }
+
+/// A segment of another layout version that nobody holds (processes of an older library that
+/// all died) is removed by the next open of its name, as an abandoned segment of this layout
+/// is; one that a process holds is refused, naming the version.
+#[test]
+fn an_abandoned_segment_of_another_layout_gives_way() {
+    let name = unique("oldlayout");
+    let a = open(attr(&name, 8)).unwrap();
+    let path = a.segment_path().to_path_buf();
+    poke(&path, 8, segment::LAYOUT_VERSION - 1);
+    let e = open(attr(&name, 8)).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL);
+    assert!(e.message.contains("layout version"), "{e}");
+    // Keep the file past the last close, as a crash would.
+    let keep = path.with_extension("keep");
+    std::fs::hard_link(&path, &keep).unwrap();
+    drop(a);
+    std::fs::rename(&keep, &path).unwrap();
+    let mut b = open(attr(&name, 8)).unwrap();
+    assert_eq!(insert(&mut b, &[1]), [0], "a fresh AV");
+    // A file without the magic is never removed.
+    drop(b);
+    std::fs::write(&path, [0u8; 4096]).unwrap();
+    let e = open(attr(&name, 8)).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL);
+    assert!(path.exists());
+    std::fs::remove_file(&path).unwrap();
+}

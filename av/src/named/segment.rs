@@ -433,6 +433,14 @@ impl Segment {
         create: bool,
         params: SegmentParams,
     ) -> Result<(Segment, bool), FiError> {
+        // The header holds at most NAME_MAX bytes of name (AvName checks as much for NamedAv;
+        // this is for callers of this function).
+        if name.is_empty() || name.len() > NAME_MAX || name.contains('\0') {
+            return Err(FiError::inval(format!(
+                "fi_av_open: an AV name is 1 to {NAME_MAX} bytes without NUL ({} given)",
+                name.len()
+            )));
+        }
         let path = path_of(name);
         for _ in 0..OPEN_ATTEMPTS {
             match OpenOptions::new().read(true).write(true).open(&path) {
@@ -607,26 +615,35 @@ impl Segment {
         size: usize,
         meta: &std::fs::Metadata,
     ) -> Result<(), Attach> {
-        self.geo = self.check_header(name, size)?;
+        let same_file = |path: &Path| {
+            std::fs::metadata(path).is_ok_and(|m| m.ino() == meta.ino() && m.dev() == meta.dev())
+        };
+        self.geo = match self.check_header(name, size) {
+            Ok(geo) => geo,
+            Err(refused) => {
+                // A segment of another layout version (or with a corrupt header) that no
+                // process holds was left by processes that all died, perhaps of an older
+                // library: it goes, as an abandoned one of this layout does, rather than
+                // block its name for ever. A file without the magic is not touched.
+                let ours = self.word(hw::MAGIC).load(Ordering::Acquire) == MAGIC;
+                if ours && same_file(&self.path) && self.nobody_attached()? {
+                    debug!(path = %self.path.display(), "removing an abandoned named AV segment of another layout");
+                    self.unlink_abandoned();
+                    return Err(Attach::Gone);
+                }
+                return Err(refused);
+            }
+        };
         // A closing handle marks the segment closed and unlinks it under the lock.
-        if self.hdr(hw::STATE) != STATE_LIVE {
+        if self.hdr(hw::STATE) != STATE_LIVE || !same_file(&self.path) {
             return Err(Attach::Gone);
-        }
-        match std::fs::metadata(&self.path) {
-            Ok(m) if m.ino() == meta.ino() && m.dev() == meta.dev() => {}
-            _ => return Err(Attach::Gone),
         }
         // No handle attached: every process that had it open died. The AV went with them,
         // as with a last close; this open starts afresh.
-        let orphan = ofd_lock(&self.file, libc::F_WRLCK, PRESENCE_BYTE, Wait::No)
-            .map_err(|e| Attach::Failed(os_error("fi_av_open: presence probe", &e)))?;
-        if orphan {
+        if self.nobody_attached()? {
             debug!(path = %self.path.display(), "removing a named AV segment whose processes all died");
             self.set_word(hw::STATE, STATE_CLOSED);
-            if let Err(e) = std::fs::remove_file(&self.path) {
-                warn!(path = %self.path.display(), error = %e, "unlinking an abandoned segment failed");
-            }
-            let _ = ofd_lock(&self.file, libc::F_UNLCK, PRESENCE_BYTE, Wait::Yes);
+            self.unlink_abandoned();
             return Err(Attach::Gone);
         }
         if self.hdr(hw::WRITER) != 0 {
@@ -637,6 +654,21 @@ impl Segment {
         self.word(hw::REFCOUNT).fetch_add(1, Ordering::Relaxed);
         self.attached = true;
         Ok(())
+    }
+
+    /// Whether no handle holds presence (every process that had the segment died). Takes the
+    /// presence byte exclusively when so: [`Segment::unlink_abandoned`] gives it back.
+    fn nobody_attached(&self) -> Result<bool, Attach> {
+        ofd_lock(&self.file, libc::F_WRLCK, PRESENCE_BYTE, Wait::No)
+            .map_err(|e| Attach::Failed(os_error("fi_av_open: presence probe", &e)))
+    }
+
+    /// Unlink a segment [`Segment::nobody_attached`] found abandoned, and release presence.
+    fn unlink_abandoned(&self) {
+        if let Err(e) = std::fs::remove_file(&self.path) {
+            warn!(path = %self.path.display(), error = %e, "unlinking an abandoned segment failed");
+        }
+        let _ = ofd_lock(&self.file, libc::F_UNLCK, PRESENCE_BYTE, Wait::Yes);
     }
 
     /// The geometry the header describes, if it is a segment of this layout named `name`.
@@ -1310,6 +1342,20 @@ mod tests {
             file_name(&"é".repeat(121)),
             "the hash tells long names apart"
         );
+    }
+
+    #[test]
+    fn open_refuses_a_name_the_header_cannot_hold() {
+        let params = SegmentParams {
+            capacity: 8,
+            rx_ctx_bits: 0,
+            job_id: 1,
+            max_group_id: 0,
+        };
+        for name in [String::new(), "x".repeat(NAME_MAX + 1), "a\0b".into()] {
+            let e = Segment::open(&name, true, params).unwrap_err();
+            assert_eq!(e.errno, FiErrno::FI_EINVAL, "{e}");
+        }
     }
 
     #[test]
