@@ -446,6 +446,20 @@ fn event_avs_insert_against_keys() {
     assert_eq!(av.auth_key_of(fi[0]).unwrap(), Some(k));
     assert_eq!(av.nic().entry(0).unwrap().auth_key_slot(), Some(0));
     assert_eq!(sink.0.lock().unwrap().len(), 1);
+    // An insert against the key that the NIC refuses binds nothing to it: once that is
+    // reported, the key goes with its remaining address.
+    av.nic_mut().fail_after(uet_av::NicOp::Write, 0);
+    let mut fi2 = [k];
+    av.insert(&peer_bytes(2), 1, Some(&mut fi2), FI_AUTH_KEY)
+        .unwrap();
+    // No progress yet: the remove settles the insert in flight itself.
+    let e = av.remove(&[k], FI_AUTH_KEY).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EBUSY, "index 0 is still bound to it");
+    assert!(e.message.contains(" 1 addresses"), "{e}");
+    assert!(av.index_of(fi2[0]).is_err(), "taken back");
+    av.remove(&fi, 0).unwrap();
+    av.remove(&[k], FI_AUTH_KEY).unwrap();
+    assert_eq!(av.auth_keys().count(), 0);
 }
 
 #[test]

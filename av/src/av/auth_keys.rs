@@ -374,6 +374,10 @@ impl<N: NicAvTable> AddressVector<N> {
     /// `fi_av_remove` with `FI_AUTH_KEY`: see the module docs.
     pub(super) fn remove_auth_keys(&mut self, handles: &[FiAddr]) -> Result<(), FiError> {
         const CALL: &str = "fi_av_remove";
+        self.auth_keys_of(CALL)?;
+        // As for any remove: inserts pending or in flight are settled first, and those the NIC
+        // refused released, so that only addresses the AV holds count as bound to a key.
+        self.settle_nic()?;
         let keys = self.auth_keys_of(CALL)?;
         let mut numbers: Vec<u16> = Vec::new();
         numbers
