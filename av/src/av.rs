@@ -1233,7 +1233,9 @@ impl<N: NicAvTable> AddressVector<N> {
 
         if let Some(b) = event_call {
             // FI_SUCCESS: the call was initiated; its outcome comes as events.
-            self.push_call(b, flags & FI_MORE != 0);
+            if self.push_call(b, flags & FI_MORE != 0) {
+                self.unmark_released(fi_addr);
+            }
             return Ok(0);
         }
         self.end_batch(flags, count, fi_addr, &mut own_out, status)?;
@@ -1395,7 +1397,9 @@ impl<N: NicAvTable> AddressVector<N> {
         }
         if let Some(b) = event_call {
             // FI_SUCCESS: the call was initiated; its outcome comes as events.
-            self.push_call(b, flags & FI_MORE != 0);
+            if self.push_call(b, flags & FI_MORE != 0) {
+                self.unmark_released(fi_addr);
+            }
             return Ok(0);
         }
         self.end_batch(flags, count, fi_addr, &mut own_out, status)?;

@@ -1082,6 +1082,79 @@ fn a_named_fi_event_call_keeps_its_context_to_itself_and_read_only_is_eperm() {
     assert_eq!(short(sink.read()), [Ev::Done(0, 1)], "no stale context");
 }
 
+/// A NIC that does not take its next AV_WRITE at all (an admin queue full, DMA memory gone).
+struct NoSubmitNic {
+    table: MemoryNicTable,
+    refuse_submit: bool,
+}
+
+impl NicAvTable for NoSubmitNic {
+    fn write_entries(&mut self, records: &[AvWriteRecord]) -> Result<(), NicError> {
+        self.table.write_entries(records)
+    }
+    fn invalidate(&mut self, indices: &[u32]) -> Result<(), NicError> {
+        self.table.invalidate(indices)
+    }
+    fn read_entries(&mut self, first: u32, out: &mut [NicAvEntry]) -> Result<(), NicError> {
+        self.table.read_entries(first, out)
+    }
+    fn submit_write(
+        &mut self,
+        records: &[AvWriteRecord],
+    ) -> Result<Box<dyn PendingWrite>, NicError> {
+        if std::mem::take(&mut self.refuse_submit) {
+            return Err(NicError::new("AV_WRITE", "admin queue full"));
+        }
+        Ok(Box::new(uet_av::CompletedWrite::new(
+            self.table.write_entries(records),
+        )))
+    }
+}
+
+/// fi_av(3): "In both the synchronous and asynchronous modes of operation, the fi_addr buffer
+/// associated with a failed or aborted insertion will be set to FI_ADDR_NOTAVAIL". An AV_WRITE
+/// the NIC does not take is known within the call: its fi_addr entries say so, and none names
+/// the index a later insert takes.
+#[test]
+fn an_av_write_not_submitted_leaves_fi_addr_notavail() {
+    let nic = NoSubmitNic {
+        table: MemoryNicTable::new(16),
+        refuse_submit: true,
+    };
+    let attr = AvAttr {
+        count: 16,
+        flags: FI_EVENT,
+        ..AvAttr::default()
+    };
+    let mut av = AddressVector::open(nic, attr, LIMITS).unwrap();
+    let eq = Sink::new();
+    av.bind(eq.clone(), 0).unwrap();
+    let mut out = [0u64; 3];
+    let buf = pack(&[peer_bytes(1), [0u8; 32], peer_bytes(2)]);
+    assert_eq!(
+        av.with_context(1)
+            .insert(&buf, 3, Some(&mut out), 0)
+            .unwrap(),
+        0
+    );
+    assert_eq!(out, [FI_ADDR_NOTAVAIL; 3]);
+    let mut other = [0u64; 1];
+    av.with_context(2)
+        .insert(&peer_bytes(9), 1, Some(&mut other), 0)
+        .unwrap();
+    assert_eq!(other, [0]);
+    assert_eq!(
+        short(eq.read()),
+        [
+            Ev::Err(1, 0, FiErrno::FI_EIO),
+            Ev::Err(1, 1, FiErrno::FI_EINVAL),
+            Ev::Err(1, 2, FiErrno::FI_EIO),
+            Ev::Done(1, 0),
+            Ev::Done(2, 1),
+        ]
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // AV sets of an FI_EVENT AV whose NIC refused an insert
 

@@ -25,7 +25,7 @@ use uet_fwif::AvWriteRecord;
 use super::AddressVector;
 use crate::errno::{FiErrno, FiError};
 use crate::event::{AvEvent, AvEventSink, AvProgress};
-use crate::flags::{flag_names, FiAddr, FI_EVENT};
+use crate::flags::{flag_names, FiAddr, FI_ADDR_NOTAVAIL, FI_EVENT};
 use crate::nic::{NicAvTable, PendingWrite};
 
 /// AV_WRITEs an AV keeps in flight before it waits for the oldest (each holds its records in
@@ -447,9 +447,10 @@ impl<N: NicAvTable> AddressVector<N> {
     }
 
     /// Queue a finished asynchronous call; send its records unless `more` (`FI_MORE`).
-    pub(super) fn push_call(&mut self, b: CallBuilder, more: bool) {
+    /// Whether an AV_WRITE could not be submitted (its addresses are released already).
+    pub(super) fn push_call(&mut self, b: CallBuilder, more: bool) -> bool {
         let Some(state) = self.events.as_deref() else {
-            return;
+            return false;
         };
         {
             let mut inner = state.shared.lock();
@@ -471,21 +472,20 @@ impl<N: NicAvTable> AddressVector<N> {
                 failed: b.failed,
             });
         }
-        if !more {
-            self.submit_pending();
-        }
+        !more && self.submit_pending()
     }
 
     /// Submit the pending records as AV_WRITEs ([`MAX_BATCH`] each) without waiting. A write
     /// the NIC does not take is settled at once: its addresses fail with `FI_EIO` and leave
-    /// the mirror.
-    pub(super) fn submit_pending(&mut self) {
+    /// the mirror. Whether that happened.
+    pub(super) fn submit_pending(&mut self) -> bool {
         let Some(state) = self.events.as_deref() else {
-            return;
+            return false;
         };
         if self.pending.is_empty() {
-            return;
+            return false;
         }
+        let mut refused = false;
         let shared = state.shared.clone();
         let pending = core::mem::take(&mut self.pending);
         let mut inner = shared.lock();
@@ -516,6 +516,7 @@ impl<N: NicAvTable> AddressVector<N> {
                     tags: chunk_tags.to_vec(),
                 }),
                 Err(e) => {
+                    refused = true;
                     warn!(entries = chunk.len(), error = %e, "AV_WRITE not submitted");
                     for &index in chunk {
                         self.release_record(index);
@@ -530,6 +531,21 @@ impl<N: NicAvTable> AddressVector<N> {
                         Some((FiErrno::FI_EIO, 0, &message)),
                         false,
                     );
+                }
+            }
+        }
+        refused
+    }
+
+    /// After [`AddressVector::push_call`] reported an AV_WRITE not submitted: the entries of
+    /// this call's `fi_addr` whose indices went back say `FI_ADDR_NOTAVAIL` (fi_av(3): "the
+    /// fi_addr buffer associated with a failed or aborted insertion will be set to
+    /// FI_ADDR_NOTAVAIL"), so that none names an index a later insert takes.
+    pub(super) fn unmark_released(&self, fi_addr: Option<&mut [FiAddr]>) {
+        for slot in fi_addr.into_iter().flatten() {
+            if let Some(index) = self.decoder.index(*slot) {
+                if !self.alloc.is_allocated(index) {
+                    *slot = FI_ADDR_NOTAVAIL;
                 }
             }
         }
