@@ -644,9 +644,19 @@ impl<N: NicAvTable> AddressVector<N> {
         let Some(state) = self.events.as_deref().filter(|_| self.is_event()) else {
             return;
         };
-        let shared = state.shared.clone();
-        let pending = core::mem::take(&mut self.pending);
-        let mut inner = shared.lock();
+        state.shared.finish();
+        for index in core::mem::take(&mut self.pending) {
+            self.release_record(index);
+        }
+        self.reconcile();
+    }
+}
+
+impl AsyncShared {
+    /// The end of every insert, when the AV goes: unsent `FI_MORE` records fail with
+    /// `FI_ECANCELED`, the AV_WRITEs in flight are waited for, and every event is posted.
+    fn finish(self: &Arc<Self>) {
+        let mut inner = self.lock();
         let staged = core::mem::take(&mut inner.staged);
         if !staged.is_empty() {
             debug!(
@@ -654,7 +664,7 @@ impl<N: NicAvTable> AddressVector<N> {
                 "AV closed: unsent FI_MORE records cancelled"
             );
             inner.settle(
-                &shared,
+                self,
                 &staged,
                 Some((
                     FiErrno::FI_ECANCELED,
@@ -664,12 +674,17 @@ impl<N: NicAvTable> AddressVector<N> {
                 false,
             );
         }
-        inner.reap(&shared, true);
-        inner.post_ready(shared.av);
-        drop(inner);
-        for index in pending {
-            self.release_record(index);
-        }
-        self.reconcile();
+        inner.reap(self, true);
+        inner.post_ready(self.av);
+    }
+}
+
+impl Drop for EventState {
+    /// An AV dropped rather than closed (or dropped while a panic unwinds) still ends its
+    /// inserts as fi_av(3) says: "There will always be one non-error completion event for
+    /// each insert operation". Its events are posted before the binding detaches. After
+    /// [`AddressVector::close`] there is nothing left to do here.
+    fn drop(&mut self) {
+        self.shared.finish();
     }
 }
