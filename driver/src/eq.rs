@@ -441,11 +441,11 @@ impl EventQueue {
                 }
                 None => self.shared.ready.wait(s).unwrap_or_else(|p| p.into_inner()),
             };
-            if polling {
-                drop(s);
-                polling = self.run_progress();
-                s = self.lock();
-            }
+            // Progress after every wake-up, not only when an AV was bound on entry: one bound
+            // since (attach_av wakes this wait) must be progressed from now on.
+            drop(s);
+            polling = self.run_progress();
+            s = self.lock();
         }
     }
 
@@ -501,8 +501,11 @@ impl AvEventSink for EventQueue {
 
     fn attach_av(&self, progress: Weak<dyn AvProgress>) -> u64 {
         let id = NEXT_ATTACHMENT.fetch_add(1, Ordering::Relaxed);
-        self.lock().bound += 1;
         self.progress_hooks().push((id, progress));
+        self.lock().bound += 1;
+        // A reader blocked in sread since before this AV was bound waits without progressing
+        // AVs: wake it, so that it runs this one's progress while it waits.
+        self.shared.ready.notify_all();
         id
     }
 

@@ -254,6 +254,27 @@ fn sread_waits_for_the_completion() {
     );
 }
 
+/// A reader blocked in sread before any AV is bound still sees an AV bound afterwards complete
+/// its inserts: binding wakes it, and it progresses the AV from then on (fi_eq(3): sread returns
+/// once "an event has been read from the EQ or an error or timeout occurs").
+#[test]
+fn a_reader_blocked_before_the_av_was_bound_sees_its_inserts_complete() {
+    let (_fabric, fns) = fabric(1);
+    let nic = open_nic(fns.into_iter().next().unwrap());
+    let eq = EventQueue::open(EqAttr::default()).unwrap();
+    let reader = eq.clone();
+    let t = std::thread::spawn(move || reader.sread(Some(Duration::from_secs(20)), 0));
+    std::thread::sleep(Duration::from_millis(50));
+    let mut av = event_av(&nic, 8);
+    av.bind(eq.av_sink(), 0).unwrap();
+    av.with_context(9).insert(&nowhere(1), 1, None, 0).unwrap();
+    let ev = t.join().unwrap().unwrap();
+    assert_eq!(
+        (ev.kind, ev.context, ev.data),
+        (EqEventKind::AvComplete, 9, 1)
+    );
+}
+
 #[test]
 fn several_batches_in_flight_complete_in_order_across_synchronous_commands() {
     let (_fabric, fns) = fabric(1);
