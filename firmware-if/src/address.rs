@@ -145,9 +145,15 @@ impl UetAddress {
         if self.caps & !caps::ALL != 0 {
             return Err(AddressError::Reserved("capability bits"));
         }
+        let v4_unusable = |a: Ipv4Addr| a.is_unspecified() || a.is_multicast() || a.is_broadcast();
         let unusable = match self.fabric_addr {
-            IpAddr::V4(a) => a.is_unspecified() || a.is_multicast() || a.is_broadcast(),
-            IpAddr::V6(a) => a.is_unspecified() || a.is_multicast(),
+            IpAddr::V4(a) => v4_unusable(a),
+            // An IPv4-mapped address (::ffff:a.b.c.d) reaches the IPv4 address it spells.
+            IpAddr::V6(a) => {
+                a.is_unspecified()
+                    || a.is_multicast()
+                    || a.to_ipv4_mapped().is_some_and(v4_unusable)
+            }
         };
         if unusable {
             return Err(AddressError::FabricAddr(self.fabric_addr));
@@ -387,6 +393,37 @@ mod tests {
             ..a
         };
         assert_eq!(UetAddress::from_bytes(&v6.to_bytes().unwrap()).unwrap(), v6);
+    }
+
+    #[test]
+    fn a_fabric_address_that_reaches_no_single_node_is_refused_in_either_family() {
+        for bad in [
+            "0.0.0.0",
+            "224.0.0.1",
+            "255.255.255.255",
+            "::",
+            "ff02::1",
+            "::ffff:0.0.0.0",
+            "::ffff:224.0.0.1",
+            "::ffff:255.255.255.255",
+        ] {
+            let a = UetAddress {
+                fabric_addr: bad.parse().unwrap(),
+                ..sample()
+            };
+            assert_eq!(
+                a.validate(),
+                Err(AddressError::FabricAddr(a.fabric_addr)),
+                "{bad}"
+            );
+        }
+        for good in ["10.0.0.1", "fd00::1", "::ffff:10.0.0.1"] {
+            let a = UetAddress {
+                fabric_addr: good.parse().unwrap(),
+                ..sample()
+            };
+            assert_eq!(a.validate(), Ok(()), "{good}");
+        }
     }
 
     #[test]
