@@ -589,7 +589,8 @@ pub struct SymRange<'a> {
 impl<'a> SymRange<'a> {
     /// Parse and check the range: every node name and service it names must exist (a host
     /// name needs a numeric suffix when `nodecnt > 1`, PIDonFEP + svccnt - 1 must stay within
-    /// 12 bits, the initiator within 32). Nothing is resolved yet.
+    /// 12 bits, the initiator within 32); an empty range (a count of 0) names none, and only
+    /// the strings are checked. Nothing is resolved yet.
     pub fn parse(
         node: &'a str,
         nodecnt: usize,
@@ -605,14 +606,17 @@ impl<'a> SymRange<'a> {
         }
         let parsed = Node::parse(node)?;
         let service = Service::parse(service)?;
-        if svccnt > 1 && service.nth(svccnt as u64 - 1).is_none() {
+        // An empty range (fi_av(3): "The total number of inserted addresses will be nodecnt x
+        // svccnt") names no member to check: only the strings themselves must be well formed.
+        let empty = nodecnt == 0 || svccnt == 0;
+        if !empty && svccnt > 1 && service.nth(svccnt as u64 - 1).is_none() {
             return Err(inval(
                 "service",
                 &service.to_string(),
                 format!("{svccnt} services run past PIDonFEP 4095 or Initiator ID 0xffffffff"),
             ));
         }
-        if nodecnt > 1 {
+        if !empty && nodecnt > 1 {
             nth_node(node, parsed, nodecnt as u64 - 1)?;
         }
         Ok(SymRange {
@@ -667,6 +671,10 @@ impl<'a> SymRange<'a> {
             .len()
             .ok_or_else(|| FiError::inval("nodecnt × svccnt overflows"))?;
         let mut out = Vec::new();
+        if self.is_empty() {
+            // No member: nothing to resolve (a node without services is looked up for none).
+            return Ok(out);
+        }
         out.try_reserve_exact(total)
             .map_err(|_| FiError::new(FiErrno::FI_ENOMEM, "no memory to expand the range"))?;
         for n in 0..self.nodecnt as u64 {

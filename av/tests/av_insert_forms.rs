@@ -597,6 +597,21 @@ fn insertsym_errors_and_limits() {
         0
     );
     assert_eq!(av.pending_len(), 0);
+    // An empty range names no member that could run out of range, or need a name suffix.
+    assert_eq!(
+        av.insertsym("10.0.0.1", 0, "4000", 500, None, 0, None)
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        av.insertsym("localhost", 5, "1", 0, None, 0, None).unwrap(),
+        0
+    );
+    assert_eq!(
+        errno(av.insertsym("not a node!", 0, "1", 1, None, 0, None)),
+        FiErrno::FI_EINVAL,
+        "the strings are still checked"
+    );
     // A full table fails the extra addresses alone.
     let n = av
         .insertsym(

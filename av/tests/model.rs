@@ -296,7 +296,10 @@ fn localhost() -> IpAddr {
 /// without the crate's range code; `None` when the range runs out.
 fn sym_addrs(n: u32, nodecnt: usize, svccnt: usize) -> Option<Vec<[u8; ADDR_LEN]>> {
     let base = peer(n);
-    // Each count must make sense on its own, even when the other is 0.
+    // nodecnt × svccnt members: a count of 0 names none, whatever the other count.
+    if nodecnt == 0 || svccnt == 0 {
+        return Some(Vec::new());
+    }
     let last_svc = svccnt.saturating_sub(1) as u32;
     if u32::from(base.pid_on_fep) + last_svc > 4095
         || base.initiator.checked_add(last_svc).is_none()
