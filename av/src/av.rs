@@ -54,8 +54,9 @@
 //!   an index beyond the table (`FI_EINVAL` from lookup and remove, `FI_EADDRNOTAVAIL` from a
 //!   send). A named AV records its `max_group_id` in the shared segment: every process's
 //!   handle must open it with the same one (`FI_EINVAL` otherwise).
-//! - **Unknown flag bits** are refused with `FI_EBADFLAGS` naming them. Bad arguments change
-//!   nothing: no pending batch is sent, no index is taken.
+//! - **Unknown flag bits** are refused with `FI_EBADFLAGS` naming them. Bad arguments take no
+//!   index and insert nothing; a call without `FI_MORE` still ends the batch of the `FI_MORE`
+//!   calls before it (their records are sent), as fi_av(3) says such a call does.
 //!
 //! ## Auth keys
 //!
@@ -935,6 +936,19 @@ impl<N: NicAvTable> AddressVector<N> {
         flags: u64,
         status: Option<&mut [i32]>,
     ) -> Result<usize, FiError> {
+        let r = self.insert_binary(addr, count, fi_addr, flags, status);
+        self.end_batch_if_refused(flags, r)
+    }
+
+    /// [`AddressVector::insert_with_status`] before [`AddressVector::end_batch_if_refused`].
+    fn insert_binary(
+        &mut self,
+        addr: &[u8],
+        count: usize,
+        fi_addr: Option<&mut [FiAddr]>,
+        flags: u64,
+        status: Option<&mut [i32]>,
+    ) -> Result<usize, FiError> {
         let call = self.check_insert("fi_av_insert", count, fi_addr, flags, status)?;
         insert_format(self.attr.addr_format, AddrFormat::Uet)?;
         let addrs = address_buffer("fi_av_insert", addr, count)?;
@@ -1020,6 +1034,18 @@ impl<N: NicAvTable> AddressVector<N> {
         flags: u64,
         status: Option<&mut [i32]>,
     ) -> Result<usize, FiError> {
+        let r = self.insert_strings(addrs, fi_addr, flags, status);
+        self.end_batch_if_refused(flags, r)
+    }
+
+    /// [`AddressVector::insert_str`] before [`AddressVector::end_batch_if_refused`].
+    fn insert_strings(
+        &mut self,
+        addrs: &[&str],
+        fi_addr: Option<&mut [FiAddr]>,
+        flags: u64,
+        status: Option<&mut [i32]>,
+    ) -> Result<usize, FiError> {
         let call = self.check_insert("fi_av_insert", addrs.len(), fi_addr, flags, status)?;
         insert_format(self.attr.addr_format, AddrFormat::Str)?;
         let items = string_addresses(addrs, self.resolver);
@@ -1034,6 +1060,19 @@ impl<N: NicAvTable> AddressVector<N> {
     /// `FI_ADDR_STR` node; `FI_EADDRNOTAVAIL` for a host name that does not resolve; flag and
     /// argument errors as [`AddressVector::insert_with_status`]. Accepted on both formats.
     pub fn insertsvc(
+        &mut self,
+        node: &str,
+        service: Option<&str>,
+        fi_addr: Option<&mut FiAddr>,
+        flags: u64,
+        status: Option<&mut i32>,
+    ) -> Result<usize, FiError> {
+        let r = self.insert_svc(node, service, fi_addr, flags, status);
+        self.end_batch_if_refused(flags, r)
+    }
+
+    /// [`AddressVector::insertsvc`] before [`AddressVector::end_batch_if_refused`].
+    fn insert_svc(
         &mut self,
         node: &str,
         service: Option<&str>,
@@ -1075,6 +1114,22 @@ impl<N: NicAvTable> AddressVector<N> {
         flags: u64,
         status: Option<&mut [i32]>,
     ) -> Result<usize, FiError> {
+        let r = self.insert_sym(node, nodecnt, service, svccnt, fi_addr, flags, status);
+        self.end_batch_if_refused(flags, r)
+    }
+
+    /// [`AddressVector::insertsym`] before [`AddressVector::end_batch_if_refused`].
+    #[allow(clippy::too_many_arguments)]
+    fn insert_sym(
+        &mut self,
+        node: &str,
+        nodecnt: usize,
+        service: &str,
+        svccnt: usize,
+        fi_addr: Option<&mut [FiAddr]>,
+        flags: u64,
+        status: Option<&mut [i32]>,
+    ) -> Result<usize, FiError> {
         let prefix = |e: FiError| e.within("fi_av_insertsym");
         let total = nodecnt.checked_mul(svccnt).ok_or_else(|| {
             FiError::inval(format!(
@@ -1102,6 +1157,39 @@ impl<N: NicAvTable> AddressVector<N> {
                 .map_err(|e| FiError::inval(format!("address {a}: {e}")))
         });
         self.insert_items(call, items)
+    }
+
+    /// The end of every insert call: one made without `FI_MORE` ends the batch of the
+    /// `FI_MORE` calls before it (fi_av(3): it "signifies to the provider that the insertion
+    /// list is complete") even when it is refused itself — an argument error, a host name
+    /// that does not resolve. Their records are sent; the call's own error is returned, and
+    /// a batch the NIC refuses (rolled back, as any failed batch) is added to its message.
+    #[inline]
+    fn end_batch_if_refused(
+        &mut self,
+        flags: u64,
+        result: Result<usize, FiError>,
+    ) -> Result<usize, FiError> {
+        match result {
+            Err(e) if flags & FI_MORE == 0 && !self.pending.is_empty() => {
+                Err(self.end_refused_batch(e))
+            }
+            r => r,
+        }
+    }
+
+    #[cold]
+    fn end_refused_batch(&mut self, e: FiError) -> FiError {
+        match self.flush() {
+            Ok(()) => e,
+            Err(f) => FiError {
+                message: format!(
+                    "{}; and the FI_MORE batch before this call was not sent: {}",
+                    e.message, f.message
+                ),
+                ..e
+            },
+        }
     }
 
     /// Check what every insert shares: flags, and the lengths of `fi_addr` and `status`.

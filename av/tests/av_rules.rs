@@ -214,29 +214,60 @@ fn insert_flags_not_supported_are_refused() {
     let mut av = open(16);
     let buf = pack(&[peer_bytes(1)]);
     av.insert(&buf, 1, None, FI_MORE).unwrap();
-    for f in [1 << 3, FI_MORE | (1 << 3)] {
+    // Refused calls with FI_MORE leave the batch pending.
+    let e = av.insert(&buf, 1, None, FI_MORE | (1 << 3)).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EBADFLAGS, "{e}");
+    // FI_SYNC_ERR without the status array (a NULL context) and FI_AUTH_KEY outside an
+    // FI_AV_AUTH_KEY domain are invalid arguments.
+    for f in [FI_MORE | FI_SYNC_ERR, FI_MORE | FI_AUTH_KEY] {
         let e = av.insert(&buf, 1, None, f).unwrap_err();
-        assert_eq!(e.errno, FiErrno::FI_EBADFLAGS, "{e}");
+        assert_eq!(e.errno, FiErrno::FI_EINVAL, "{e}");
     }
-    // FI_SYNC_ERR without the status array (a NULL context), FI_AV_USER_ID without the
-    // fi_addr array that holds the user ids, and FI_AUTH_KEY outside an FI_AV_AUTH_KEY domain
-    // are invalid arguments.
-    for f in [
-        FI_SYNC_ERR,
-        FI_AV_USER_ID,
-        FI_MORE | FI_SYNC_ERR,
-        FI_AUTH_KEY,
-        FI_MORE | FI_AUTH_KEY,
-    ] {
+    assert_eq!(av.pending_len(), 1, "still batched");
+    assert!(!av.nic().entry(0).unwrap().is_valid());
+    // A refused call without FI_MORE is refused too, and ends the batch (fi_av(3): a call
+    // without FI_MORE "signifies to the provider that the insertion list is complete").
+    let e = av.insert(&buf, 1, None, 1 << 3).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EBADFLAGS, "{e}");
+    assert_eq!(av.pending_len(), 0, "the batch before it was sent");
+    assert!(av.nic().entry(0).unwrap().is_valid());
+    // FI_AV_USER_ID without the fi_addr array that holds the user ids is invalid too.
+    for f in [FI_SYNC_ERR, FI_AV_USER_ID, FI_AUTH_KEY] {
         let e = av.insert(&buf, 1, None, f).unwrap_err();
         assert_eq!(e.errno, FiErrno::FI_EINVAL, "{e}");
     }
     assert_eq!(av.len(), 1);
-    assert_eq!(av.pending_len(), 1, "a refused call sends nothing");
     assert_eq!(errno(av.remove(&[0], FI_AUTH_KEY)), FiErrno::FI_EINVAL);
     assert_eq!(errno(av.remove(&[0], FI_AV_USER_ID)), FiErrno::FI_EBADFLAGS);
     assert_eq!(errno(av.remove(&[0], 1 << 3)), FiErrno::FI_EBADFLAGS);
     assert_eq!(av.len(), 1);
+}
+
+/// A call without FI_MORE that fails for what it was given — a host name that does not
+/// resolve, a malformed service — still ends the batch before it; when the NIC refuses that
+/// batch, the call's own error says so too.
+#[test]
+fn a_refused_call_without_fi_more_ends_the_batch_before_it() {
+    let mut av = open(16);
+    let mut fa = [0u64; 1];
+    av.insert(&pack(&[peer_bytes(1)]), 1, Some(&mut fa), FI_MORE)
+        .unwrap();
+    let e = av
+        .insertsvc("10.0.0.9", Some("not-a-service"), None, 0, None)
+        .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL);
+    assert_eq!(av.pending_len(), 0);
+    assert!(av.nic().entry(0).unwrap().is_valid());
+    av.insert(&pack(&[peer_bytes(2)]), 1, None, FI_MORE)
+        .unwrap();
+    av.nic_mut().fail_after(NicOp::Write, 0);
+    let e = av
+        .insertsym("10.0.0.1", 1, "4095", 2, None, 0, None)
+        .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL, "the call's own error");
+    assert!(e.message.contains("FI_MORE batch"), "{e}");
+    assert_eq!(av.len(), 1, "the refused batch is rolled back");
+    assert_in_step(&av);
 }
 
 #[test]

@@ -478,6 +478,10 @@ impl Run {
         )
         .map_err(|e| e.errno);
         if let Some(e) = self.m.refused(mode) {
+            // Refused, yet a call without FI_MORE ends the batch before it.
+            if !mode.more {
+                self.m.flush();
+            }
             assert_eq!(got, Err(e), "step {step}: {what} refused");
             assert_eq!(
                 out, before,
@@ -574,6 +578,7 @@ impl Run {
                     }
                     Err(()) => {
                         let got = self.av.insertsvc(&node, svc.as_deref(), None, 0, None);
+                        self.m.flush();
                         assert_eq!(
                             got.map_err(|e| e.errno),
                             Err(FiErrno::FI_EINVAL),
@@ -603,6 +608,7 @@ impl Run {
                         let got = self
                             .av
                             .insertsym(&node, *nodecnt, &service, *svccnt, None, 0, None);
+                        self.m.flush();
                         assert_eq!(
                             got.map_err(|e| e.errno),
                             Err(FiErrno::FI_EINVAL),
