@@ -159,6 +159,9 @@
 //! entry while growing.
 
 use core::fmt::Write as _;
+use std::sync::{Arc, Weak};
+
+use crate::named::AvSync;
 
 use tracing::{debug, warn};
 use uet_fwif::address::{ADDRESS_BYTES, ADDRESS_VERSION};
@@ -657,6 +660,8 @@ pub struct AddressVector<N: NicAvTable> {
     events: Option<Box<events::EventState>>,
     /// The `context` of the insert call in progress ([`AddressVector::with_context`]).
     call_context: u64,
+    /// A named AV's catch-up, for endpoints bound to this mirror ([`AddressVector::sync_hook`]).
+    sync_hook: Option<Weak<dyn AvSync>>,
 }
 
 impl<N: NicAvTable> core::fmt::Debug for AddressVector<N> {
@@ -818,6 +823,7 @@ impl<N: NicAvTable> AddressVector<N> {
             resolver: system_resolver,
             events: (attr.flags & FI_EVENT != 0).then(|| events::EventState::new(id)),
             call_context: 0,
+            sync_hook: None,
         })
     }
 
@@ -2041,6 +2047,18 @@ impl<N: NicAvTable> AddressVector<N> {
             return None;
         }
         self.ranges.covering(index)?.member(index)?.to_bytes().ok()
+    }
+
+    /// What an endpoint bound to this AV calls before each send: the catch-up of the named AV
+    /// this is a process's mirror of ([`crate::named`]); `None` for an AV of this process
+    /// alone, whose NIC table every change reaches before the call returns.
+    pub fn sync_hook(&self) -> Option<Arc<dyn AvSync>> {
+        self.sync_hook.as_ref().and_then(Weak::upgrade)
+    }
+
+    /// Make this the mirror of a named AV whose catch-up is `hook`.
+    pub(crate) fn set_sync_hook(&mut self, hook: Weak<dyn AvSync>) {
+        self.sync_hook = Some(hook);
     }
 
     /// How the AV reads an `fi_addr_t` (see [`decode`]).

@@ -92,7 +92,7 @@ pub use flags::{
     FI_SYMMETRIC, FI_SYNC_ERR, FI_UNIVERSE,
 };
 pub use index_alloc::IndexAllocator;
-pub use named::{NamedAv, NamedAvCloseError};
+pub use named::{AvGuard, AvSync, NamedAv, NamedAvCloseError, NicGuard};
 pub use nic::{
     CompletedWrite, MemoryNicTable, NicAvTable, NicCounters, NicError, NicOp, PendingWrite,
 };

@@ -17,8 +17,10 @@
 //!   slots, appends to the change log and bumps the generation. When the NIC refuses, nothing
 //!   reaches the segment: other processes never see an index that is not in every NIC that
 //!   caught up.
-//! - **Catching up** ([`NamedAv::sync`], and the first thing every call does): when the
-//!   segment's generation is the one this handle last saw, nothing happens (one atomic load).
+//! - **Catching up** ([`NamedAv::sync`], the first thing every call does, and what an
+//!   endpoint bound to the mirror does before each send through [`AvSync`], so that a process
+//!   that makes no AV call still sends where the AV says): when the segment's generation is
+//!   the one this handle last saw, nothing happens (one atomic load).
 //!   Otherwise, under the shared lock, the indices the log names since this handle's position
 //!   are compared with the mirror, and every difference is applied to the mirror and the NIC
 //!   (removals in one AV_INVALIDATE, inserts in one AV_WRITE). A handle that fell more than
@@ -58,6 +60,10 @@
 //!   slots (which stay the truth of what the AV holds, so a repair or a range table of
 //!   [`segment::RANGE_RECORDS`] full only costs compactness), and a process that catches up
 //!   places a recorded range as one range before it reconciles the indices one by one.
+//! - **Sources of receives.** This process's NIC names the source of a message as its own
+//!   table has it when the message arrives: a peer another process inserted since this
+//!   process's last AV call or send is `FI_ADDR_NOTAVAIL` there, as fi_cq(3) allows for a
+//!   source that is not known.
 //! - **`FI_MORE`** is accepted as the hint it is and every call completes on the NIC: a
 //!   change reaches the segment only once every NIC record of it has been accepted.
 //! - **Close.** The last handle to close, in any process, unlinks the segment; a process
@@ -66,7 +72,8 @@
 pub mod segment;
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use tracing::debug;
 use uet_fwif::UetAddress;
@@ -85,14 +92,25 @@ use crate::flags::{
 use crate::nic::NicAvTable;
 use segment::{Locked, Segment, SegmentParams, SharedRange, LOG_INSERT, LOG_RANGE, LOG_REMOVE};
 
+/// What an endpoint bound to a named AV's mirror calls before each send
+/// ([`AddressVector::sync_hook`]): bring this process's mirror and NIC table up to date with
+/// the changes other processes made, so that the NIC translates an `fi_addr_t` as the AV does
+/// now (fi_av(3): "an fi_addr_t returned as part of an fi_av_insert call on one process is
+/// usable on another process"). One load of the segment's generation when nothing changed;
+/// otherwise the catch-up [`NamedAv::sync`] does.
+pub trait AvSync: Send + Sync {
+    /// Catch up if another handle changed the AV. `FI_EIO` when the NIC refuses the changes
+    /// (the next send tries again).
+    fn sync_before_send(&self) -> Result<(), FiError>;
+}
+
 /// Insert flags a named AV takes.
 const INSERT_FLAGS: u64 = FI_MORE | FI_SYNC_ERR;
 
 /// One process's handle on a named AV: its own mirror and NIC table, kept in step with the
 /// AV's shared segment. See the [module documentation](self).
 pub struct NamedAv<N: NicAvTable> {
-    seg: Segment,
-    local: Local<N>,
+    shared: Arc<Shared<N>>,
     /// Opened with `FI_EVENT`: inserts report through the bound queue.
     event_mode: bool,
     /// The bound event queue (`fi_av_bind`).
@@ -124,10 +142,21 @@ impl AvProgress for Completed {
     }
 }
 
-/// What a handle owns besides the segment.
+/// What a handle shares with the endpoints bound to its mirror ([`AvSync`]): the segment, and
+/// this process's mirror and NIC table, which a send brings up to date.
+struct Shared<N: NicAvTable> {
+    seg: Segment,
+    /// The attributes in effect.
+    attr: AvAttr,
+    local: Mutex<Local<N>>,
+    /// The generation `local` reflects once it caught up (`u64::MAX` before): the send path
+    /// compares it with the segment's without taking the lock.
+    seen: AtomicU64,
+}
+
+/// This process's mirror of the AV, and how far it caught up.
 struct Local<N: NicAvTable> {
     av: AddressVector<N>,
-    attr: AvAttr,
     /// Whether the mirror caught up once (the first catch-up rescans).
     synced: bool,
     /// The generation and log position the mirror reflects.
@@ -138,9 +167,9 @@ struct Local<N: NicAvTable> {
 impl<N: NicAvTable> core::fmt::Debug for NamedAv<N> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("NamedAv")
-            .field("attr", &self.local.attr)
-            .field("segment", &self.seg)
-            .field("seen_generation", &self.local.seen_generation)
+            .field("attr", &self.shared.attr)
+            .field("segment", &self.shared.seg)
+            .field("seen_generation", &self.shared.seen.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
 }
@@ -149,7 +178,7 @@ impl<N: NicAvTable> core::fmt::Debug for NamedAv<N> {
 /// handle is given back unchanged.
 pub type NamedAvCloseError<N> = crate::CloseError<NamedAv<N>>;
 
-impl<N: NicAvTable> NamedAv<N> {
+impl<N: NicAvTable + Send + 'static> NamedAv<N> {
     /// `fi_av_open` with a name: create the named AV or open the existing one, then build this
     /// process's mirror over the NIC table `nic` makes for the attributes in effect (`count`
     /// the AV's size), and catch up with the AV's contents.
@@ -223,16 +252,25 @@ impl<N: NicAvTable> NamedAv<N> {
             capacity = attr.count,
             "named AV opened"
         );
-        let mut named = NamedAv {
+        let event_mode = attr.flags & FI_EVENT != 0;
+        let shared = Arc::new(Shared {
             seg,
-            local: Local {
+            attr,
+            local: Mutex::new(Local {
                 av,
-                attr,
                 synced: false,
                 seen_generation: 0,
                 seen_log: 0,
-            },
-            event_mode: attr.flags & FI_EVENT != 0,
+            }),
+            seen: AtomicU64::new(u64::MAX),
+        });
+        // Endpoints bound to the mirror catch it up before they send; the mirror holds the
+        // hook weakly (the shared state holds the mirror).
+        let hook: Weak<dyn AvSync> = Arc::downgrade(&shared) as Weak<dyn AvSync>;
+        shared.local().av.set_sync_hook(hook);
+        let mut named = NamedAv {
+            shared,
+            event_mode,
             events: None,
             call_context: 0,
         };
@@ -243,71 +281,72 @@ impl<N: NicAvTable> NamedAv<N> {
     /// The attributes in effect: the name, `count` the AV's size, `map_addr` as given (0 when
     /// 0 was given: the base `fi_addr_t`), the open flags.
     pub fn attr(&self) -> &AvAttr {
-        &self.local.attr
+        &self.shared.attr
     }
 
     /// The AV's name.
     pub fn name(&self) -> &str {
-        self.local.attr.name.as_ref().map_or("", |n| n.as_str())
+        self.shared.name()
     }
 
     /// Opened with `FI_READ`.
     pub fn is_read_only(&self) -> bool {
-        self.local.attr.flags & FI_READ != 0
+        self.shared.attr.flags & FI_READ != 0
     }
 
     /// The shared-memory file of the AV.
     pub fn segment_path(&self) -> &Path {
-        self.seg.path()
+        self.shared.seg.path()
     }
 
     /// The AV's generation: how many changes it has seen since it was created.
     pub fn generation(&self) -> u64 {
-        self.seg.generation()
+        self.shared.seg.generation()
     }
 
     /// Handles attached to the AV in every process (a handle of a process that died is
     /// counted until the last close).
     pub fn handles(&self) -> u64 {
-        self.seg.refcount()
+        self.shared.seg.refcount()
     }
 
     /// This process's mirror as of its last catch-up: everything an [`AddressVector`]
-    /// answers (`iter`, `mirror_entry`, the NIC table to bind endpoints to, AV sets).
-    pub fn av(&self) -> &AddressVector<N> {
-        &self.local.av
+    /// answers (`iter`, `mirror_entry`, the NIC table to bind endpoints to, AV sets). The
+    /// mirror is locked while the guard lives: endpoints bound to it wait to send.
+    pub fn av(&self) -> AvGuard<'_, N> {
+        AvGuard(self.shared.local())
     }
 
-    /// The NIC table, mutably (what [`NamedAv::verify_nic`] checks).
-    pub fn nic_mut(&mut self) -> &mut N {
-        self.local.av.nic_mut()
+    /// The NIC table, mutably (what [`NamedAv::verify_nic`] checks), locked as
+    /// [`NamedAv::av`] is.
+    pub fn nic_mut(&mut self) -> NicGuard<'_, N> {
+        NicGuard(self.shared.local())
     }
 
     /// Number of indices (the AV's size).
     pub fn capacity(&self) -> usize {
-        self.local.av.capacity()
+        self.shared.attr.count
     }
 
     /// Resolve host names with `resolver` instead of std's resolver.
     pub fn set_resolver(&mut self, resolver: Resolver) {
-        self.local.av.set_resolver(resolver);
+        self.shared.local().av.set_resolver(resolver);
     }
 
     /// Catch up with the changes other handles made: afterwards this process's mirror and
     /// NIC table hold what the AV holds. Cheap when nothing changed. `FI_EIO` when the NIC
-    /// refuses (the next call tries again).
+    /// refuses (the next call tries again). Endpoints bound to the mirror do the same before
+    /// each send ([`AvSync`]).
     pub fn sync(&mut self) -> Result<(), FiError> {
-        if self.local.synced && self.seg.generation() == self.local.seen_generation {
-            return Ok(());
-        }
-        let locked = self.seg.lock(false)?;
-        self.local.catch_up(&locked)
+        let mut local = self.shared.local();
+        self.shared.sync_locked(&mut local)
     }
 
     /// Addresses in the AV (after catching up).
     pub fn len(&mut self) -> Result<usize, FiError> {
-        self.sync()?;
-        Ok(self.local.av.len())
+        let mut local = self.shared.local();
+        self.shared.sync_locked(&mut local)?;
+        Ok(local.av.len())
     }
 
     /// The AV holds no address (after catching up).
@@ -322,26 +361,29 @@ impl<N: NicAvTable> NamedAv<N> {
         addr: &mut [u8],
         addrlen: &mut usize,
     ) -> Result<(), FiError> {
-        self.sync()?;
-        self.local.av.lookup(fi_addr, addr, addrlen)
+        let mut local = self.shared.local();
+        self.shared.sync_locked(&mut local)?;
+        local.av.lookup(fi_addr, addr, addrlen)
     }
 
     /// The address at `fi_addr` after catching up, parsed.
     pub fn address(&mut self, fi_addr: FiAddr) -> Result<UetAddress, FiError> {
-        self.sync()?;
-        self.local.av.address(fi_addr)
+        let mut local = self.shared.local();
+        self.shared.sync_locked(&mut local)?;
+        local.av.address(fi_addr)
     }
 
     /// `fi_av_straddr`: see [`AddressVector::straddr`].
     pub fn straddr(&self, addr: &[u8], buf: &mut [u8], len: &mut usize) -> String {
-        self.local.av.straddr(addr, buf, len)
+        self.shared.local().av.straddr(addr, buf, len)
     }
 
     /// Catch up, then read this process's NIC table back and compare it with the mirror:
     /// see [`AddressVector::verify_nic`].
     pub fn verify_nic(&mut self) -> Result<Vec<crate::AvMismatch>, FiError> {
-        self.sync()?;
-        self.local.av.verify_nic()
+        let mut local = self.shared.local();
+        self.shared.sync_locked(&mut local)?;
+        local.av.verify_nic()
     }
 
     /// `fi_av_bind(av, eq, flags)`: post this handle's insert events to `eq` (see the module
@@ -431,7 +473,7 @@ impl<N: NicAvTable> NamedAv<N> {
         let result = run(self, flags | FI_SYNC_ERR, Some(&mut status));
         self.event_mode = true;
         let inserted = result?;
-        let av = self.local.av.id();
+        let av = self.shared.local().av.id();
         let post = |event| {
             if let Err(e) = sink.post_av_event(event) {
                 tracing::warn!(error = %e, "named AV: an insert event was lost");
@@ -493,7 +535,7 @@ impl<N: NicAvTable> NamedAv<N> {
             );
         }
         self.check_insert(CALL, count, fi_addr.as_deref(), flags, status.as_deref())?;
-        insert_format(self.local.av.attr().addr_format, AddrFormat::Uet)?;
+        insert_format(self.shared.attr.addr_format, AddrFormat::Uet)?;
         let items = binary_addresses(CALL, addr, count)?.collect();
         self.insert_items(CALL, items, fi_addr, status)
     }
@@ -525,8 +567,9 @@ impl<N: NicAvTable> NamedAv<N> {
             flags,
             status.as_deref(),
         )?;
-        insert_format(self.local.av.attr().addr_format, AddrFormat::Str)?;
-        let items = string_addresses(addrs, self.local.av.resolver()).collect();
+        insert_format(self.shared.attr.addr_format, AddrFormat::Str)?;
+        let resolver = self.shared.local().av.resolver();
+        let items = string_addresses(addrs, resolver).collect();
         self.insert_items(CALL, items, fi_addr, status)
     }
 
@@ -557,8 +600,8 @@ impl<N: NicAvTable> NamedAv<N> {
         let fi_addr = fi_addr.map(core::slice::from_mut);
         let status = status.map(core::slice::from_mut);
         self.check_insert(CALL, 1, fi_addr.as_deref(), flags, status.as_deref())?;
-        let addr =
-            svc_address(node, service, self.local.av.resolver()).map_err(|e| e.within(CALL))?;
+        let addr = svc_address(node, service, self.shared.local().av.resolver())
+            .map_err(|e| e.within(CALL))?;
         let bytes = addr
             .to_bytes()
             .map_err(|e| FiError::inval(format!("{CALL}: {e}")))?;
@@ -613,7 +656,8 @@ impl<N: NicAvTable> NamedAv<N> {
         if let Some((base, svc, total)) = range.literal_set() {
             return self.insert_symmetric(CALL, base, svc, total, fi_addr, status);
         }
-        let addrs = range.expand(self.local.av.resolver()).map_err(prefix)?;
+        let resolver = self.shared.local().av.resolver();
+        let addrs = range.expand(resolver).map_err(prefix)?;
         let items = addrs
             .iter()
             .map(|a| {
@@ -644,8 +688,10 @@ impl<N: NicAvTable> NamedAv<N> {
                 .and_then(|a| a.to_bytes().ok())
                 .ok_or_else(|| FiError::inval(format!("{call}: member {m} is not usable")))
         };
-        let locked = self.seg.lock(true)?;
-        self.local.catch_up(&locked)?;
+        let shared = &*self.shared;
+        let mut local = shared.local();
+        let locked = shared.seg.lock(true)?;
+        local.catch_up(&locked, shared.name())?;
         let mut indices: Vec<u32> = Vec::new();
         indices
             .try_reserve_exact(total as usize)
@@ -663,7 +709,7 @@ impl<N: NicAvTable> NamedAv<N> {
             }
         }
         // Place each run of consecutive indices: as a range, or member by member.
-        let av = &mut self.local.av;
+        let av = &mut local.av;
         let mut ranges: Vec<(u32, u32, u32)> = Vec::new();
         let mut failed: Vec<(usize, FiError)> = Vec::new();
         let mut k = 0usize;
@@ -758,7 +804,8 @@ impl<N: NicAvTable> NamedAv<N> {
                 *slot = short.to_neg_i32();
             }
         }
-        self.local.finish_change(&locked, placed > 0);
+        local.finish_change(&locked, placed > 0);
+        shared.publish(&local);
         flushed.map_err(|e| FiError {
             message: format!(
                 "{call}: {}; {placed} of {} addresses stayed (the NIC kept them)",
@@ -785,9 +832,11 @@ impl<N: NicAvTable> NamedAv<N> {
         if fi_addrs.is_empty() {
             return Ok(());
         }
-        let locked = self.seg.lock(true)?;
-        self.local.catch_up(&locked)?;
-        let av = &mut self.local.av;
+        let shared = &*self.shared;
+        let mut local = shared.local();
+        let locked = shared.seg.lock(true)?;
+        local.catch_up(&locked, shared.name())?;
+        let av = &mut local.av;
         // (index, whether it is a range member): a single entry that filled a hole in a range's
         // span is no member, and must not count against the range's record.
         let mut indices = Vec::new();
@@ -817,7 +866,8 @@ impl<N: NicAvTable> NamedAv<N> {
             }
         }
         locked.range_members_removed(&members_gone);
-        self.local.finish_change(&locked, removed > 0);
+        local.finish_change(&locked, removed > 0);
+        shared.publish(&local);
         result
     }
 
@@ -869,9 +919,11 @@ impl<N: NicAvTable> NamedAv<N> {
         mut fi_addr: Option<&mut [FiAddr]>,
         mut status: Option<&mut [i32]>,
     ) -> Result<usize, FiError> {
-        let locked = self.seg.lock(true)?;
-        self.local.catch_up(&locked)?;
-        let av = &mut self.local.av;
+        let shared = &*self.shared;
+        let mut local = shared.local();
+        let locked = shared.seg.lock(true)?;
+        local.catch_up(&locked, shared.name())?;
+        let av = &mut local.av;
         let mut placed: Vec<(usize, u32, [u8; ADDR_LEN])> = Vec::new();
         placed
             .try_reserve_exact(items.len())
@@ -925,7 +977,8 @@ impl<N: NicAvTable> NamedAv<N> {
                     *slot = FiErrno::FI_EIO.to_neg_i32();
                 }
             }
-            self.local.finish_change(&locked, kept > 0);
+            local.finish_change(&locked, kept > 0);
+            shared.publish(&local);
             return Err(FiError {
                 message: format!(
                     "{call}: {}; {kept} of {} addresses stayed (the NIC kept them)",
@@ -939,14 +992,16 @@ impl<N: NicAvTable> NamedAv<N> {
             locked.store(index, bytes);
             locked.log(LOG_INSERT, index);
         }
-        self.local.finish_change(&locked, !placed.is_empty());
+        local.finish_change(&locked, !placed.is_empty());
+        shared.publish(&local);
         Ok(placed.len())
     }
 
     /// `fi_close`: `FI_EBUSY` while endpoints use the NIC table (the handle comes back
     /// unchanged); otherwise the NIC table goes, and the AV's segment with the last handle.
     pub fn close(self) -> Result<(), NamedAvCloseError<N>> {
-        if let Err(error) = self.local.av.nic().check_close() {
+        let busy = self.shared.local().av.nic().check_close();
+        if let Err(error) = busy {
             return Err(NamedAvCloseError {
                 error,
                 av: Box::new(self),
@@ -956,17 +1011,101 @@ impl<N: NicAvTable> NamedAv<N> {
         Ok(())
     }
 
-    /// Close the handle and hand the NIC table back.
-    pub fn into_nic(self) -> N {
-        let NamedAv { seg, local, .. } = self;
-        drop(seg);
-        local.av.into_nic()
+    /// Close the handle and hand the NIC table back; the handle itself when an endpoint still
+    /// holds the mirror (to catch it up before it sends).
+    pub fn into_nic(self) -> Result<N, Self> {
+        let NamedAv {
+            shared,
+            event_mode,
+            events,
+            call_context,
+        } = self;
+        match Arc::try_unwrap(shared) {
+            Ok(Shared { seg, local, .. }) => {
+                drop(seg);
+                let local = local.into_inner().unwrap_or_else(PoisonError::into_inner);
+                Ok(local.av.into_nic())
+            }
+            Err(shared) => Err(NamedAv {
+                shared,
+                event_mode,
+                events,
+                call_context,
+            }),
+        }
+    }
+}
+
+impl<N: NicAvTable> Shared<N> {
+    /// This process's mirror, locked (a poisoned lock is taken over: every change to the
+    /// mirror keeps it whole, and the next catch-up reconciles it with the segment).
+    fn local(&self) -> MutexGuard<'_, Local<N>> {
+        self.local.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn name(&self) -> &str {
+        self.attr.name.as_ref().map_or("", |n| n.as_str())
+    }
+
+    /// Catch `local` (this handle's mirror, locked) up with the segment: see
+    /// [`NamedAv::sync`].
+    fn sync_locked(&self, local: &mut Local<N>) -> Result<(), FiError> {
+        if !(local.synced && self.seg.generation() == local.seen_generation) {
+            let locked = self.seg.lock(false)?;
+            local.catch_up(&locked, self.name())?;
+        }
+        self.publish(local);
+        Ok(())
+    }
+
+    /// Note the generation `local` reflects for the send path's check.
+    fn publish(&self, local: &Local<N>) {
+        if local.synced {
+            self.seen.store(local.seen_generation, Ordering::Release);
+        }
+    }
+}
+
+impl<N: NicAvTable + Send> AvSync for Shared<N> {
+    fn sync_before_send(&self) -> Result<(), FiError> {
+        // One load of the segment's generation when nothing changed.
+        if self.seg.generation() == self.seen.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut local = self.local();
+        self.sync_locked(&mut local)
+    }
+}
+
+/// [`NamedAv::av`]: this process's mirror, locked.
+pub struct AvGuard<'a, N: NicAvTable>(MutexGuard<'a, Local<N>>);
+
+impl<N: NicAvTable> core::ops::Deref for AvGuard<'_, N> {
+    type Target = AddressVector<N>;
+    fn deref(&self) -> &AddressVector<N> {
+        &self.0.av
+    }
+}
+
+/// [`NamedAv::nic_mut`]: this process's NIC table, its mirror locked.
+pub struct NicGuard<'a, N: NicAvTable>(MutexGuard<'a, Local<N>>);
+
+impl<N: NicAvTable> core::ops::Deref for NicGuard<'_, N> {
+    type Target = N;
+    fn deref(&self) -> &N {
+        self.0.av.nic()
+    }
+}
+
+impl<N: NicAvTable> core::ops::DerefMut for NicGuard<'_, N> {
+    fn deref_mut(&mut self) -> &mut N {
+        self.0.av.nic_mut()
     }
 }
 
 impl<N: NicAvTable> Local<N> {
     /// Bring the mirror and the NIC up to what the segment holds (the caller holds the lock).
-    fn catch_up(&mut self, seg: &Locked<'_>) -> Result<(), FiError> {
+    fn catch_up(&mut self, seg: &Locked<'_>, name: &str) -> Result<(), FiError> {
         let generation = seg.generation();
         if self.synced && generation == self.seen_generation {
             return Ok(());
@@ -993,12 +1132,12 @@ impl<N: NicAvTable> Local<N> {
                 }
                 indices.sort_unstable();
                 indices.dedup();
-                self.reconcile(seg, indices.into_iter())?
+                self.reconcile(seg, indices.into_iter(), name)?
             }
             None => {
-                debug!(name = ?self.attr.name, "named AV: rescanning every index");
+                debug!(name, "named AV: rescanning every index");
                 self.apply_ranges(&seg.ranges());
-                self.reconcile(seg, 0..seg.high_water())?
+                self.reconcile(seg, 0..seg.high_water(), name)?
             }
         }
         self.synced = true;
@@ -1032,6 +1171,7 @@ impl<N: NicAvTable> Local<N> {
         &mut self,
         seg: &Segment,
         indices: impl Iterator<Item = u32>,
+        name: &str,
     ) -> Result<(), FiError> {
         let mut removals: Vec<FiAddr> = Vec::new();
         let mut inserts: Vec<(u32, [u8; ADDR_LEN])> = Vec::new();
@@ -1048,7 +1188,6 @@ impl<N: NicAvTable> Local<N> {
                 inserts.push((index, bytes));
             }
         }
-        let name = self.name().to_owned();
         let prefix = |e: FiError| e.within(format_args!("named AV '{name}': catching up"));
         if removals.is_empty() && inserts.is_empty() {
             // Ranges `apply_ranges` placed may wait for their NIC records.
@@ -1066,10 +1205,6 @@ impl<N: NicAvTable> Local<N> {
         }
         let flushed = self.av.flush();
         placed.and(flushed).map_err(prefix)
-    }
-
-    fn name(&self) -> &str {
-        self.attr.name.as_ref().map_or("", |n| n.as_str())
     }
 
     /// End a change under the exclusive lock: commit when something changed, and note that

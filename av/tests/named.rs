@@ -60,8 +60,8 @@ fn assert_same(a: &mut Named, b: &mut Named) {
     let ea: Vec<_> = a.av().iter().collect();
     let eb: Vec<_> = b.av().iter().collect();
     assert_eq!(ea, eb);
-    assert_in_step(a.av());
-    assert_in_step(b.av());
+    assert_in_step(&a.av());
+    assert_in_step(&b.av());
 }
 
 #[test]
@@ -77,7 +77,7 @@ fn second_handle_sees_the_same_fi_addrs_and_removals() {
     for (i, n) in (1..=5).enumerate() {
         assert_eq!(lookup(&mut b, i as u64).unwrap(), peer_bytes(n));
     }
-    assert_in_step(b.av());
+    assert_in_step(&b.av());
 
     // A removal by one handle frees the index in the other once it catches up, and the
     // lowest free index is shared: b's insert takes it.
@@ -139,7 +139,7 @@ fn read_only_handle_refuses_every_change() {
     // The writer's later changes still reach it.
     a.remove(&[0], 0).unwrap();
     assert_eq!(lookup(&mut r, 0).unwrap_err().errno, FiErrno::FI_EINVAL);
-    assert_in_step(r.av());
+    assert_in_step(&r.av());
 }
 
 #[test]
@@ -334,7 +334,7 @@ fn full_table_and_bad_addresses_fail_alone() {
         0,
         "FI_MORE is a hint: the call completed"
     );
-    assert_in_step(a.av());
+    assert_in_step(&a.av());
 }
 
 #[test]
@@ -472,7 +472,7 @@ fn handles_in_threads_never_share_an_index() {
     for (i, &fa) in theirs.iter().enumerate() {
         assert_eq!(lookup(&mut a, fa).unwrap(), peer_bytes(1000 + i as u32));
     }
-    assert_in_step(a.av());
+    assert_in_step(&a.av());
 }
 
 /// Write one header word of the segment file (the layout `segment` documents).

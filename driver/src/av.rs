@@ -513,7 +513,8 @@ impl Drop for AdminWrite {
 pub type Av = AddressVector<NicAv>;
 
 /// A named AV shared by the processes of a node, with this process's entries in a NIC AV
-/// table of its own ([`uet_av::named`]). Endpoints bind to its mirror, [`NamedAv::av`].
+/// table of its own ([`uet_av::named`]). Endpoints bind to its mirror, [`NamedAv::av`], and
+/// catch it up with other processes' changes before each send ([`uet_av::AvSync`]).
 pub type SharedAv = NamedAv<NicAv>;
 
 impl Nic {

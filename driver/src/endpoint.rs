@@ -123,7 +123,7 @@ use std::net::IpAddr;
 use std::ops::Range;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
-use uet_av::{FiAddr, FiErrno, FiError};
+use uet_av::{AvSync, FiAddr, FiErrno, FiError};
 use uet_fwif::address::{AddressingMode, UetAddress};
 use uet_fwif::admin::{
     BufferBody, Command, ContextCreateBody, EndpointCreateBody, Status, CTX_ROLE_CONTROL,
@@ -433,6 +433,9 @@ impl Ring {
 pub struct Endpoint {
     nic: Arc<NicInner>,
     _av: Option<Arc<AvTableHandle>>,
+    /// Bound to a named AV's mirror: its catch-up, run before each send so that this
+    /// process's NIC table translates `fi_addr_t` values as the AV does now.
+    pub(crate) av_sync: Option<Arc<dyn AvSync>>,
     handle: u16,
     fid: u64,
     address: UetAddress,
@@ -603,6 +606,7 @@ impl Nic {
             EpType::Rdm | EpType::Dgram => {
                 let table = av.map(|a| a.nic().table().clone());
                 let mut endpoint = self.create_endpoint(&attr, table, 0, 0, 0)?;
+                endpoint.av_sync = av.and_then(Av::sync_hook);
                 if let Some(av) = av.filter(|a| a.has_auth_keys()) {
                     let mut slots: Vec<u16> = av.auth_keys().map(|k| k.slot).collect();
                     slots.sort_unstable();
@@ -738,7 +742,7 @@ impl Nic {
         })?;
         let handle = (result.result0 & 0xFFFF) as u16;
         tracing::debug!(owner = owner.handle, handle, role, index, "context created");
-        Ok(self.assemble(
+        let mut context = self.assemble(
             set,
             handle,
             owner.address,
@@ -747,7 +751,9 @@ impl Nic {
             role,
             owner._av.clone(),
             owner.cq_format,
-        ))
+        );
+        context.av_sync = owner.av_sync.clone();
+        Ok(context)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -770,6 +776,7 @@ impl Nic {
         Endpoint {
             nic: self.inner.clone(),
             _av: av,
+            av_sync: None,
             handle,
             fid: crate::eq::next_fid(),
             address,
@@ -1177,6 +1184,12 @@ impl Endpoint {
                 "this is a receive context: it has no transmit ring".into(),
             );
             return Err((e, buffer));
+        }
+        if let Some(sync) = self.av_sync.as_deref() {
+            // A named AV: changes other processes made reach this NIC's table first.
+            if let Err(e) = sync.sync_before_send() {
+                return Err((DriverError::AvSync(e), buffer));
+            }
         }
         if let Some(cm) = self.cm.as_ref() {
             // FI_EP_MSG: every operation goes to the connected peer (no lock, no lookup).

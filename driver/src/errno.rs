@@ -70,6 +70,7 @@ impl DriverError {
             DriverError::NotConnected(_) => FiErrno::FI_ENOTCONN,
             DriverError::BadState(_) => FiErrno::FI_EOPBADSTATE,
             DriverError::NoEq(_) => FiErrno::FI_ENOEQ,
+            DriverError::AvSync(e) => e.errno,
             DriverError::Dma(_) => FiErrno::FI_ENOMEM,
             DriverError::DeviceGone
             | DriverError::NotOurDevice { .. }

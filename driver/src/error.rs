@@ -105,4 +105,8 @@ pub enum DriverError {
     /// The operation needs an event queue bound to the endpoint.
     #[error("no event queue: {0}")]
     NoEq(String),
+    /// Before a send, the named AV the endpoint is bound to could not catch up with the
+    /// changes other processes made (its NIC refused them); the send was not posted.
+    #[error("{0}")]
+    AvSync(uet_av::FiError),
 }

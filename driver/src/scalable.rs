@@ -72,7 +72,8 @@ impl Nic {
             )));
         }
         let table = av.map(|a| a.nic().table().clone());
-        let base = self.create_endpoint(&attr, table, 0, tx, rx)?;
+        let mut base = self.create_endpoint(&attr, table, 0, tx, rx)?;
+        base.av_sync = av.and_then(Av::sync_hook);
         let mut lanes = vec![base];
         let full = RingSizes::of(&attr);
         for k in 1..tx.max(rx) {

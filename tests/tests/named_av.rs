@@ -245,3 +245,83 @@ fn child(spec: &str) {
     assert_eq!(av.len().unwrap(), expect.len() - 1);
     println!("{TAG} done");
 }
+
+/// fi_av(3): "an fi_addr_t returned as part of an fi_av_insert call on one process is usable
+/// on another process which opens an AV of the same name". A handle whose process makes no
+/// AV call after another process's change still sends where the AV says: its endpoint brings
+/// the process's mirror and NIC table up to date before the send.
+#[test]
+fn an_endpoint_sends_where_another_process_put_the_address() {
+    use uet_driver::{DmaPool, EndpointAttr};
+    use uet_fwif::datapath::CompletionKind;
+    use uet_tests::Node;
+
+    let name = format!("test-named-send-{}", std::process::id());
+    let (_fabric, fns) = fabric(4);
+    let nic_a = open_nic(&fns[0]);
+    let nic_b = open_nic(&fns[1]);
+    let mut peers: Vec<Node> = fns[2..]
+        .iter()
+        .map(|f| Node::new(f.clone(), JOB, 8))
+        .collect();
+    for p in &mut peers {
+        p.post_recvs(4);
+    }
+    let mut a = nic_a.open_named_av(attr(&name)).expect("create");
+    let mut b = nic_b
+        .open_named_av(AvAttr {
+            flags: FI_READ,
+            ..attr(&name)
+        })
+        .expect("open read-only");
+    let mut ep = nic_b
+        .endpoint(
+            EndpointAttr {
+                job_id: JOB,
+                ..EndpointAttr::default()
+            },
+            Some(&b.av()),
+        )
+        .expect("endpoint on the named AV");
+    let pool = DmaPool::new(&nic_b, 4096, 8).expect("pool");
+    let send = |ep: &mut uet_driver::Endpoint, text: &[u8]| {
+        let mut buf = pool.alloc().expect("buffer");
+        buf.fill(text).expect("fill");
+        ep.post_send(0, buf, 1, 0).expect("post send");
+        let done = (0..16)
+            .find_map(|_| ep.poll().expect("poll"))
+            .expect("completion");
+        assert_eq!(done.kind, CompletionKind::Send);
+        assert!(done.error.is_none(), "{:?}", done.error);
+    };
+
+    // Process A inserts peer 0 at fi_addr 0; B has made no AV call since it opened.
+    let mut fa = [0u64; 1];
+    a.insert(&peers[0].addr(), 1, Some(&mut fa), 0).unwrap();
+    assert_eq!(fa, [0]);
+    send(&mut ep, b"first");
+    let rx = peers[0].next_completion().expect("peer 0 receives");
+    assert_eq!(rx.buffer.unwrap().to_vec().unwrap(), b"first");
+
+    // A puts peer 1 at fi_addr 0 instead: B's next send goes there.
+    a.remove(&[0], 0).unwrap();
+    a.insert(&peers[1].addr(), 1, Some(&mut fa), 0).unwrap();
+    assert_eq!(fa, [0]);
+    send(&mut ep, b"second");
+    let rx = peers[1].next_completion().expect("peer 1 receives");
+    assert_eq!(rx.buffer.unwrap().to_vec().unwrap(), b"second");
+    assert!(
+        peers[0].next_completion().is_none(),
+        "the old peer gets nothing"
+    );
+    // B's mirror followed as well, and holds what its NIC holds.
+    assert_eq!(
+        b.av()
+            .iter()
+            .map(|(i, x)| (i, x.to_bytes().unwrap()))
+            .collect::<Vec<_>>(),
+        [(0, peers[1].addr())]
+    );
+    assert!(b.verify_nic().unwrap().is_empty());
+    drop(ep);
+}
