@@ -312,7 +312,8 @@ impl<N: NicAvTable + Send + 'static> NamedAv<N> {
 
     /// This process's mirror as of its last catch-up: everything an [`AddressVector`]
     /// answers (`iter`, `mirror_entry`, the NIC table to bind endpoints to, AV sets). The
-    /// mirror is locked while the guard lives: endpoints bound to it wait to send.
+    /// mirror is locked while the guard lives: drop it before sending on an endpoint bound to
+    /// this mirror, since a send that finds the AV changed takes the same lock to catch up.
     pub fn av(&self) -> AvGuard<'_, N> {
         AvGuard(self.shared.local())
     }
