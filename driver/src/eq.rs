@@ -159,6 +159,9 @@ struct State {
     overrun: bool,
     signaled: bool,
     bound: usize,
+    /// AVs attached so far ([`AvEventSink::attach_av`]): a reader that last progressed AVs
+    /// at an older count progresses again before it waits, so no bind goes unnoticed.
+    av_attachments: u64,
 }
 
 struct Shared {
@@ -396,6 +399,9 @@ impl EventQueue {
         }
         // A timeout too long to add to the clock waits forever, as a negative one does in C.
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        // The attachments counted before progress runs: one made after this read shows as a
+        // change below, whenever it lands.
+        let mut progressed = self.lock().av_attachments;
         let mut polling = self.run_progress();
         let mut s = self.lock();
         loop {
@@ -419,7 +425,16 @@ impl EventQueue {
                 }
                 None => None,
             };
+            if s.av_attachments != progressed {
+                // An AV was bound since progress last ran: progress it before waiting.
+                progressed = s.av_attachments;
+                drop(s);
+                polling = self.run_progress();
+                s = self.lock();
+                continue;
+            }
             if self.shared.attr.wait_obj == WaitObj::Yield {
+                progressed = s.av_attachments;
                 drop(s);
                 std::thread::yield_now();
                 polling = self.run_progress();
@@ -443,6 +458,7 @@ impl EventQueue {
             };
             // Progress after every wake-up, not only when an AV was bound on entry: one bound
             // since (attach_av wakes this wait) must be progressed from now on.
+            progressed = s.av_attachments;
             drop(s);
             polling = self.run_progress();
             s = self.lock();
@@ -502,9 +518,14 @@ impl AvEventSink for EventQueue {
     fn attach_av(&self, progress: Weak<dyn AvProgress>) -> u64 {
         let id = NEXT_ATTACHMENT.fetch_add(1, Ordering::Relaxed);
         self.progress_hooks().push((id, progress));
-        self.lock().bound += 1;
+        {
+            let mut s = self.lock();
+            s.bound += 1;
+            s.av_attachments += 1;
+        }
         // A reader blocked in sread since before this AV was bound waits without progressing
-        // AVs: wake it, so that it runs this one's progress while it waits.
+        // AVs: wake it, so that it runs this one's progress while it waits (a reader about to
+        // wait sees the count change instead).
         self.shared.ready.notify_all();
         id
     }
@@ -727,5 +748,60 @@ mod tests {
         sink.detach_av(id);
         sink.detach_av(id);
         eq.close().unwrap();
+    }
+
+    /// A bind that lands between a reader's first progress (no AV yet) and its wait is not
+    /// missed: the reader, blocked without a timeout, progresses the new AV and returns.
+    #[test]
+    fn sread_sees_a_bind_that_races_its_first_progress() {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::mpsc;
+        struct PostOnce {
+            eq: EventQueue,
+            done: AtomicBool,
+        }
+        impl AvProgress for PostOnce {
+            fn progress(&self) -> usize {
+                if self.done.swap(true, Ordering::AcqRel) {
+                    return 0;
+                }
+                let _ = self.eq.post(ev(1));
+                1
+            }
+        }
+        let mut missed = 0;
+        for round in 0..4000u32 {
+            let eq = EventQueue::open(EqAttr::default()).unwrap();
+            let reader = eq.clone();
+            let (tx, rx) = mpsc::channel();
+            let started = Arc::new(AtomicBool::new(false));
+            let go = started.clone();
+            let t = std::thread::spawn(move || {
+                go.store(true, Ordering::Release);
+                let _ = tx.send(reader.sread(None, 0).is_ok());
+            });
+            while !started.load(Ordering::Acquire) {
+                std::hint::spin_loop();
+            }
+            // Bind at varying points of the reader's way into its wait.
+            for _ in 0..(round % 64) * 8 {
+                std::hint::spin_loop();
+            }
+            let hook = Arc::new(PostOnce {
+                eq: eq.clone(),
+                done: AtomicBool::new(false),
+            });
+            let id = eq.attach_av(Arc::downgrade(&hook) as Weak<dyn AvProgress>);
+            if rx.recv_timeout(Duration::from_secs(2)).is_err() {
+                missed += 1;
+                eq.signal();
+            }
+            t.join().unwrap();
+            eq.detach_av(id);
+        }
+        assert_eq!(
+            missed, 0,
+            "sread blocked for ever after a bind it did not see"
+        );
     }
 }
