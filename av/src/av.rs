@@ -1328,7 +1328,7 @@ impl<N: NicAvTable> AddressVector<N> {
         if let Some(b) = event_call {
             // FI_SUCCESS: the call was initiated; its outcome comes as events.
             if self.push_call(b, flags & FI_MORE != 0) {
-                self.unmark_released(fi_addr);
+                self.unmark_released(fi_addr, count);
             }
             return Ok(0);
         }
@@ -1492,7 +1492,7 @@ impl<N: NicAvTable> AddressVector<N> {
         if let Some(b) = event_call {
             // FI_SUCCESS: the call was initiated; its outcome comes as events.
             if self.push_call(b, flags & FI_MORE != 0) {
-                self.unmark_released(fi_addr);
+                self.unmark_released(fi_addr, count);
             }
             return Ok(0);
         }
@@ -2157,13 +2157,7 @@ impl<N: NicAvTable> AddressVector<N> {
     /// `fi_av_straddr`: see [`straddr`]. On an `FI_ADDR_STR` AV `addr` is already a string
     /// (up to its first NUL, if any), written out as it is.
     pub fn straddr(&self, addr: &[u8], buf: &mut [u8], len: &mut usize) -> String {
-        if self.attr.addr_format == AddrFormat::Str {
-            let end = addr.iter().position(|&b| b == 0).unwrap_or(addr.len());
-            let s = String::from_utf8_lossy(addr.get(..end).unwrap_or(addr)).into_owned();
-            write_c_string(&s, buf, len);
-            return s;
-        }
-        straddr(addr, buf, len)
+        straddr_in(self.attr.addr_format, addr, buf, len)
     }
 
     /// Valid entries, ascending: `(index, address)`. Pending `FI_MORE` inserts included.
@@ -2321,6 +2315,23 @@ pub fn straddr(addr: &[u8], buf: &mut [u8], len: &mut usize) -> String {
 
 /// Write `s` NUL-terminated into `buf`, truncated to `min(*len, buf.len())` bytes, and set `*len`
 /// to the size the whole string needs with its NUL.
+/// `fi_av_straddr` of an AV whose addresses are in `format`: [`straddr`], or on an
+/// `FI_ADDR_STR` AV the string `addr` already is (up to its first NUL, if any).
+pub(crate) fn straddr_in(
+    format: AddrFormat,
+    addr: &[u8],
+    buf: &mut [u8],
+    len: &mut usize,
+) -> String {
+    if format == AddrFormat::Str {
+        let end = addr.iter().position(|&b| b == 0).unwrap_or(addr.len());
+        let s = String::from_utf8_lossy(addr.get(..end).unwrap_or(addr)).into_owned();
+        write_c_string(&s, buf, len);
+        return s;
+    }
+    straddr(addr, buf, len)
+}
+
 fn write_c_string(s: &str, buf: &mut [u8], len: &mut usize) {
     let room = (*len).min(buf.len());
     if room > 0 {

@@ -1157,7 +1157,8 @@ fn an_av_write_not_submitted_leaves_fi_addr_notavail() {
     let mut av = AddressVector::open(nic, attr, LIMITS).unwrap();
     let eq = Sink::new();
     av.bind(eq.clone(), 0).unwrap();
-    let mut out = [0u64; 3];
+    // fi_addr longer than the call: the entries past its count are the caller's own.
+    let mut out = [0u64, 0, 0, 5, 6];
     let buf = pack(&[peer_bytes(1), [0u8; 32], peer_bytes(2)]);
     assert_eq!(
         av.with_context(1)
@@ -1165,7 +1166,10 @@ fn an_av_write_not_submitted_leaves_fi_addr_notavail() {
             .unwrap(),
         0
     );
-    assert_eq!(out, [FI_ADDR_NOTAVAIL; 3]);
+    assert_eq!(
+        out,
+        [FI_ADDR_NOTAVAIL, FI_ADDR_NOTAVAIL, FI_ADDR_NOTAVAIL, 5, 6]
+    );
     let mut other = [0u64; 1];
     av.with_context(2)
         .insert(&peer_bytes(9), 1, Some(&mut other), 0)

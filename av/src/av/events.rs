@@ -538,11 +538,11 @@ impl<N: NicAvTable> AddressVector<N> {
     }
 
     /// After [`AddressVector::push_call`] reported an AV_WRITE not submitted: the entries of
-    /// this call's `fi_addr` whose indices went back say `FI_ADDR_NOTAVAIL` (fi_av(3): "the
+    /// this call's `fi_addr` (its first `count`) whose indices went back say `FI_ADDR_NOTAVAIL` (fi_av(3): "the
     /// fi_addr buffer associated with a failed or aborted insertion will be set to
     /// FI_ADDR_NOTAVAIL"), so that none names an index a later insert takes.
-    pub(super) fn unmark_released(&self, fi_addr: Option<&mut [FiAddr]>) {
-        for slot in fi_addr.into_iter().flatten() {
+    pub(super) fn unmark_released(&self, fi_addr: Option<&mut [FiAddr]>, count: usize) {
+        for slot in fi_addr.into_iter().flatten().take(count) {
             if let Some(index) = self.decoder.index(*slot) {
                 if !self.alloc.is_allocated(index) {
                     *slot = FI_ADDR_NOTAVAIL;
