@@ -18,9 +18,10 @@
 //!   reaches the segment: other processes never see an index that is not in every NIC that
 //!   caught up.
 //! - **Catching up** ([`NamedAv::sync`], the first thing every call does, and what an
-//!   endpoint bound to the mirror does before each send through [`AvSync`], so that a process
-//!   that makes no AV call still sends where the AV says): when the segment's generation is
-//!   the one this handle last saw, nothing happens (one atomic load).
+//!   endpoint bound to the mirror does before each send and completion read through
+//!   [`AvSync`], so that a process that makes no AV call still sends where the AV says): when
+//!   the segment's generation is the one this handle last saw, nothing happens (one atomic
+//!   load).
 //!   Otherwise, under the shared lock, the indices the log names since this handle's position
 //!   are compared with the mirror, and every difference is applied to the mirror and the NIC
 //!   (removals in one AV_INVALIDATE, inserts in one AV_WRITE). A handle that fell more than
@@ -60,10 +61,15 @@
 //!   slots (which stay the truth of what the AV holds, so a repair or a range table of
 //!   [`segment::RANGE_RECORDS`] full only costs compactness), and a process that catches up
 //!   places a recorded range as one range before it reconciles the indices one by one.
-//! - **Sources of receives.** This process's NIC names the source of a message as its own
-//!   table has it when the message arrives: a peer another process inserted since this
-//!   process's last AV call or send is `FI_ADDR_NOTAVAIL` there, as fi_cq(3) allows for a
-//!   source that is not known.
+//! - **Between catch-ups.** This process's NIC translates with its own table, as of the last
+//!   catch-up: every AV call, and every send and completion read of an endpoint bound to the
+//!   mirror, makes one. A message that arrives before this process has caught up with a
+//!   change another process made is attributed as the table had it then: a peer inserted
+//!   since is `FI_ADDR_NOTAVAIL` (as fi_cq(3) allows for an unknown source), and a peer
+//!   removed since carries the index it had, which may name another peer by the time the
+//!   completion is read. As with any shared AV, processes that change it and use it agree on
+//!   when (a barrier after the inserts, typically); a process that reads its completions
+//!   catches up with every change committed before it reads.
 //! - **`FI_MORE`** is accepted as the hint it is and every call completes on the NIC: a
 //!   change reaches the segment only once every NIC record of it has been accepted.
 //! - **Close.** The last handle to close, in any process, unlinks the segment; a process
@@ -73,7 +79,7 @@ pub mod segment;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError, Weak};
 
 use tracing::debug;
 use uet_fwif::UetAddress;
@@ -92,16 +98,20 @@ use crate::flags::{
 use crate::nic::NicAvTable;
 use segment::{Locked, Segment, SegmentParams, SharedRange, LOG_INSERT, LOG_RANGE, LOG_REMOVE};
 
-/// What an endpoint bound to a named AV's mirror calls before each send
-/// ([`AddressVector::sync_hook`]): bring this process's mirror and NIC table up to date with
-/// the changes other processes made, so that the NIC translates an `fi_addr_t` as the AV does
-/// now (fi_av(3): "an fi_addr_t returned as part of an fi_av_insert call on one process is
-/// usable on another process"). One load of the segment's generation when nothing changed;
-/// otherwise the catch-up [`NamedAv::sync`] does.
+/// What an endpoint bound to a named AV's mirror calls before each send and each completion
+/// read ([`AddressVector::sync_hook`]): bring this process's mirror and NIC table up to date
+/// with the changes other processes made, so that the NIC translates an `fi_addr_t` as the AV
+/// does now (fi_av(3): "an fi_addr_t returned as part of an fi_av_insert call on one process
+/// is usable on another process"), both ways: a send reaches the peer the AV names, and a
+/// message that arrives afterwards is attributed to its peer's index in the AV now. One load
+/// of the segment's generation when nothing changed; otherwise the catch-up
+/// [`NamedAv::sync`] does.
 pub trait AvSync: Send + Sync {
-    /// Catch up if another handle changed the AV. `FI_EIO` when the NIC refuses the changes
-    /// (the next send tries again).
-    fn sync_before_send(&self) -> Result<(), FiError>;
+    /// Catch up if another handle changed the AV. Never waits for the mirror: when a call of
+    /// this process holds it (catching it up or changing it, in this thread or another), the
+    /// datapath goes on with the table as it is. `FI_EIO` when the NIC refuses the changes
+    /// (the next call tries again).
+    fn catch_up(&self) -> Result<(), FiError>;
 }
 
 /// Insert flags a named AV takes.
@@ -312,8 +322,10 @@ impl<N: NicAvTable + Send + 'static> NamedAv<N> {
 
     /// This process's mirror as of its last catch-up: everything an [`AddressVector`]
     /// answers (`iter`, `mirror_entry`, the NIC table to bind endpoints to, AV sets). The
-    /// mirror is locked while the guard lives: drop it before sending on an endpoint bound to
-    /// this mirror, since a send that finds the AV changed takes the same lock to catch up.
+    /// mirror is locked while the guard lives, as a `std::sync::Mutex` is: one guard at a time
+    /// in a thread (two in one expression wait for each other). Endpoints bound to the mirror
+    /// do not wait for it: while a guard lives they send and read completions without
+    /// catching up.
     pub fn av(&self) -> AvGuard<'_, N> {
         AvGuard(self.shared.local())
     }
@@ -374,9 +386,9 @@ impl<N: NicAvTable + Send + 'static> NamedAv<N> {
         local.av.address(fi_addr)
     }
 
-    /// `fi_av_straddr`: see [`AddressVector::straddr`].
+    /// `fi_av_straddr`: see [`AddressVector::straddr`]. Needs no mirror (nor its lock).
     pub fn straddr(&self, addr: &[u8], buf: &mut [u8], len: &mut usize) -> String {
-        self.shared.local().av.straddr(addr, buf, len)
+        crate::av::straddr_in(self.shared.attr.addr_format, addr, buf, len)
     }
 
     /// Catch up, then read this process's NIC table back and compare it with the mirror:
@@ -1068,12 +1080,18 @@ impl<N: NicAvTable> Shared<N> {
 }
 
 impl<N: NicAvTable + Send> AvSync for Shared<N> {
-    fn sync_before_send(&self) -> Result<(), FiError> {
+    fn catch_up(&self) -> Result<(), FiError> {
         // One load of the segment's generation when nothing changed.
         if self.seg.generation() == self.seen.load(Ordering::Acquire) {
             return Ok(());
         }
-        let mut local = self.local();
+        // Never wait for the mirror on the datapath: its holder is this process's own call
+        // (perhaps in this very thread, through an AvGuard), which catches up itself.
+        let mut local = match self.local.try_lock() {
+            Ok(local) => local,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return Ok(()),
+        };
         self.sync_locked(&mut local)
     }
 }

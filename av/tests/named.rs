@@ -728,3 +728,16 @@ fn an_abandoned_segment_of_another_layout_gives_way() {
     assert!(path.exists());
     std::fs::remove_file(&path).unwrap();
 }
+
+/// The mirror's guard and the calls that need no mirror live together: straddr of an address
+/// read through the guard does not wait for the guard.
+#[test]
+fn straddr_of_a_mirror_entry_needs_no_second_lock() {
+    let name = unique("straddr");
+    let mut a = open(attr(&name, 8)).unwrap();
+    insert(&mut a, &[1]);
+    let mut buf = [0u8; 128];
+    let mut len = buf.len();
+    let s = a.straddr(&a.av().address_bytes(0).unwrap(), &mut buf, &mut len);
+    assert!(s.starts_with("uet://"), "{s}");
+}

@@ -514,7 +514,8 @@ pub type Av = AddressVector<NicAv>;
 
 /// A named AV shared by the processes of a node, with this process's entries in a NIC AV
 /// table of its own ([`uet_av::named`]). Endpoints bind to its mirror, [`NamedAv::av`], and
-/// catch it up with other processes' changes before each send ([`uet_av::AvSync`]).
+/// catch it up with other processes' changes before each send and completion read
+/// ([`uet_av::AvSync`]).
 pub type SharedAv = NamedAv<NicAv>;
 
 impl Nic {

@@ -433,8 +433,8 @@ impl Ring {
 pub struct Endpoint {
     nic: Arc<NicInner>,
     _av: Option<Arc<AvTableHandle>>,
-    /// Bound to a named AV's mirror: its catch-up, run before each send so that this
-    /// process's NIC table translates `fi_addr_t` values as the AV does now.
+    /// Bound to a named AV's mirror: its catch-up, run before each send and completion read
+    /// so that this process's NIC table translates `fi_addr_t` values as the AV does now.
     pub(crate) av_sync: Option<Arc<dyn AvSync>>,
     handle: u16,
     fid: u64,
@@ -1187,7 +1187,7 @@ impl Endpoint {
         }
         if let Some(sync) = self.av_sync.as_deref() {
             // A named AV: changes other processes made reach this NIC's table first.
-            if let Err(e) = sync.sync_before_send() {
+            if let Err(e) = sync.catch_up() {
                 return Err((DriverError::AvSync(e), buffer));
             }
         }
@@ -1564,6 +1564,11 @@ impl Endpoint {
     pub fn poll(&mut self) -> Result<Option<CqEvent>, DriverError> {
         if let Some(ev) = self.held.take() {
             return Ok(Some(ev));
+        }
+        if let Some(sync) = self.av_sync.as_deref() {
+            // A named AV: messages that arrive from now on are attributed by the AV's
+            // current contents (see uet_av::named).
+            sync.catch_up().map_err(DriverError::AvSync)?;
         }
         loop {
             let Some(c) = self.next_completion()? else {

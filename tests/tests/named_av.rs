@@ -323,5 +323,79 @@ fn an_endpoint_sends_where_another_process_put_the_address() {
         [(0, peers[1].addr())]
     );
     assert!(b.verify_nic().unwrap().is_empty());
+
+    // While this process holds its mirror (an AvGuard), a send does not wait for it: it goes
+    // with the table as it is, and the next send after the guard catches up.
+    a.remove(&[0], 0).unwrap();
+    a.insert(&peers[0].addr(), 1, Some(&mut fa), 0).unwrap();
+    let guard = b.av();
+    send(&mut ep, b"third");
+    assert!(peers[1].next_completion().is_some(), "the table as it was");
+    drop(guard);
+    send(&mut ep, b"fourth");
+    let rx = peers[0].next_completion().expect("peer 0 receives");
+    assert_eq!(rx.buffer.unwrap().to_vec().unwrap(), b"fourth");
     drop(ep);
+}
+
+/// Completions are attributed by the AV as it is when they are read for: reading them (like
+/// sending) catches this process's table up first, so a message that arrives after the read
+/// from a peer another process removed is FI_ADDR_NOTAVAIL, not the index the peer had, which
+/// now names another peer.
+#[test]
+fn a_completion_read_catches_up_before_later_messages_are_attributed() {
+    use uet_driver::{DmaPool, EndpointAttr};
+    use uet_tests::Node;
+
+    let name = format!("test-named-source-{}", std::process::id());
+    let (_fabric, fns) = fabric(3);
+    let nic_a = open_nic(&fns[0]);
+    let nic_b = open_nic(&fns[1]);
+    let mut x = Node::new(fns[2].clone(), JOB, 8);
+    let mut a = nic_a.open_named_av(attr(&name)).expect("create");
+    let mut b = nic_b
+        .open_named_av(AvAttr {
+            flags: FI_READ,
+            ..attr(&name)
+        })
+        .expect("open read-only");
+    let mut ep = nic_b
+        .endpoint(
+            EndpointAttr {
+                job_id: JOB,
+                ..EndpointAttr::default()
+            },
+            Some(&b.av()),
+        )
+        .expect("endpoint on the named AV");
+    let pool = DmaPool::new(&nic_b, 4096, 8).expect("pool");
+    for i in 0..4 {
+        ep.post_recv(pool.alloc().unwrap(), i).unwrap();
+    }
+    let mut fa = [0u64; 1];
+    a.insert(&x.addr(), 1, Some(&mut fa), 0).unwrap();
+    assert_eq!(fa, [0]);
+    let to_b = x.insert(&ep.address().to_bytes().unwrap());
+    let recv = |ep: &mut uet_driver::Endpoint| {
+        (0..16)
+            .find_map(|_| ep.poll().expect("poll"))
+            .expect("a receive")
+    };
+    // B made no AV call: its first poll caught it up, so X's message names fi_addr 0.
+    assert!(ep.poll().unwrap().is_none());
+    x.send(to_b, b"one", 1);
+    assert_eq!(recv(&mut ep).src_addr, 0, "X is fi_addr 0");
+
+    // Another process puts a peer of its own at fi_addr 0 instead of X; B reads its queue.
+    a.remove(&[0], 0).unwrap();
+    a.insert(&peer(99), 1, Some(&mut fa), 0).unwrap();
+    assert_eq!(fa, [0]);
+    assert!(ep.poll().unwrap().is_none());
+    x.send(to_b, b"two", 2);
+    assert_eq!(
+        recv(&mut ep).src_addr,
+        uet_av::FI_ADDR_NOTAVAIL,
+        "X is no longer in the AV"
+    );
+    assert_eq!(b.address(0).unwrap().to_bytes().unwrap(), peer(99));
 }

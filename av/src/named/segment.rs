@@ -777,13 +777,17 @@ impl Segment {
         ) else {
             return Err(io::Error::from(io::ErrorKind::InvalidInput));
         };
-        // SAFETY: posix_fallocate takes a descriptor `self.file` keeps open and two integers;
-        // it touches no memory of this process.
-        let rc = unsafe { libc::posix_fallocate(self.file.as_raw_fd(), offset, len) };
-        if rc != 0 {
-            return Err(io::Error::from_raw_os_error(rc));
+        loop {
+            // SAFETY: posix_fallocate takes a descriptor `self.file` keeps open and two
+            // integers; it touches no memory of this process.
+            let rc = unsafe { libc::posix_fallocate(self.file.as_raw_fd(), offset, len) };
+            match rc {
+                0 => return Ok(to),
+                // A signal arrived first: what was done stays done, the rest is asked again.
+                libc::EINTR => continue,
+                _ => return Err(io::Error::from_raw_os_error(rc)),
+            }
         }
-        Ok(to)
     }
 
     fn unlock_file(&self) {
