@@ -182,8 +182,8 @@ impl AvTable {
 
     fn key(e: &NicAvEntry) -> Option<SourceKey> {
         e.is_valid().then(|| SourceKey {
-            fabric_addr: u128::from_le_bytes(e.fabric_addr)
-                ^ u128::from(e.flags.get() & entry_flags::IPV6),
+            fabric_addr: u128::from_le_bytes(e.fabric_addr),
+            ipv6: e.flags.get() & entry_flags::IPV6 != 0,
             initiator: e.initiator.get(),
         })
     }
@@ -516,15 +516,16 @@ impl AvTable {
         let ipv6 = match ip {
             IpAddr::V4(a) => {
                 fa[..4].copy_from_slice(&a.octets());
-                0
+                false
             }
             IpAddr::V6(a) => {
                 fa = a.octets();
-                u128::from(entry_flags::IPV6)
+                true
             }
         };
         let key = SourceKey {
-            fabric_addr: u128::from_le_bytes(fa) ^ ipv6,
+            fabric_addr: u128::from_le_bytes(fa),
+            ipv6,
             initiator,
         };
         // The lowest single entry holding the sender (and the lowest in the request's job)...
@@ -549,7 +550,7 @@ impl AvTable {
             if best_in_job.is_some_and(|b| b <= r.first) {
                 break;
             }
-            if let Some(index) = Self::range_source(r, &fa, ipv6 != 0, initiator) {
+            if let Some(index) = Self::range_source(r, &fa, ipv6, initiator) {
                 lower(&mut best, index);
                 if in_job(&r.entry) {
                     lower(&mut best_in_job, index);

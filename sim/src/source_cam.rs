@@ -27,8 +27,11 @@ const WARM_GROUP: usize = 64;
 /// A peer's identity as the CAM hashes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct SourceKey {
-    /// Fabric address: IPv6, or IPv4 in the first four bytes; the address type folded in.
+    /// Fabric address: IPv6, or IPv4 in the first four bytes.
     pub fabric_addr: u128,
+    /// The fabric address is IPv6: a key of its own, so that no IPv6 address whose bytes
+    /// begin as an IPv4 address's do is taken for it.
+    pub ipv6: bool,
     /// Initiator ID.
     pub initiator: u32,
 }
@@ -38,7 +41,7 @@ impl SourceKey {
         let mix = |h: u64, v: u64| (h.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
         let h = mix(0, self.fabric_addr as u64);
         let h = mix(h, (self.fabric_addr >> 64) as u64);
-        let h = mix(h, u64::from(self.initiator));
+        let h = mix(h, u64::from(self.initiator) | u64::from(self.ipv6) << 32);
         h ^ (h >> 29)
     }
 }
@@ -213,6 +216,7 @@ mod tests {
     fn key(n: u32) -> SourceKey {
         SourceKey {
             fabric_addr: u128::from(0x0a00_0000 + n / 8),
+            ipv6: false,
             initiator: n % 8,
         }
     }
@@ -226,6 +230,7 @@ mod tests {
         let keys: Vec<SourceKey> = (0..cap)
             .map(|i| SourceKey {
                 fabric_addr: u128::from(0x0a00_0000 + i / 8),
+                ipv6: false,
                 initiator: i,
             })
             .collect();

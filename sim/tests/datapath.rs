@@ -657,3 +657,34 @@ fn rx_descriptor_flags_and_min_free_are_checked() {
     assert_eq!((c.buf_offset.get(), c.flags), (128, (1 << 1) | (1 << 2)));
     assert_eq!(c.context.get(), 4);
 }
+
+/// The source CAM tells the address families apart: an IPv6 entry whose bytes begin as an IPv4
+/// sender's address does (800:1:: and 10.0.0.1 differ only in the family), with the same
+/// initiator and job, is not the sender's source.
+#[test]
+fn an_ipv6_entry_is_not_the_source_of_an_ipv4_sender() {
+    let fabric = Fabric::new();
+    let mut a = Driver::new(&fabric, "10.0.0.1");
+    let mut b = Driver::new(&fabric, "10.0.0.2");
+    let av_a = a.av_create(64, 0).unwrap();
+    let av_b = b.av_create(64, 0).unwrap();
+    let mut ea = a.ep_create(av_a, JOB, 0x1111, 4).unwrap();
+    let mut eb = b.ep_create(av_b, JOB, 0x2222, 4).unwrap();
+    let to_b = NicAvEntry::for_peer(&b.address_of(&eb, 0x2222), JOB);
+    a.av_write(av_a, &[(3, to_b)]).unwrap();
+    let to_a = NicAvEntry::for_peer(&a.address_of(&ea, 0x1111), JOB);
+    // Index 0: an unrelated IPv6 peer 800:1:: (bytes 08 00 00 01 ..), same initiator and job.
+    let mut v6 = a.address_of(&ea, 0x1111);
+    v6.fabric_addr = addr("800:1::");
+    let other = NicAvEntry::for_peer(&v6, JOB);
+    b.av_write(av_b, &[(0, other), (5, to_a)]).unwrap();
+    b.post_recv(&mut eb, 0, 4096, 0xB0);
+    a.send(&mut ea, 3, 1, b"hello", 0xA0, 0);
+    let rc = b.poll_cq(&mut eb).expect("receive completion");
+    assert_eq!(status(&rc), LocalStatus::Ok);
+    assert_eq!(
+        rc.src_addr.get(),
+        5,
+        "the IPv4 sender 10.0.0.1 is at index 5, not the IPv6 peer 800:1:: at index 0"
+    );
+}
