@@ -394,19 +394,23 @@ impl NicAvEntry {
             if u64::from(self.range_first.get()) + u64::from(count) > u64::from(u32::MAX) {
                 return Err("range extends past the largest index");
             }
-            // Every member must be representable: the last service of a node and the last
-            // node of the range.
-            let last = self
-                .range_offset
-                .get()
+            // Every member must be representable. The last member has the last node (the
+            // widest fabric address); the widest service (PIDonFEP and initiator) is svc - 1
+            // if any member has it — the first such member, which may come before the last
+            // when the range crosses a node boundary — else the last member's.
+            let offset = self.range_offset.get();
+            let last = offset
                 .checked_add(count - 1)
                 .ok_or("range members overflow")?;
-            let widest = (last / svc)
-                .checked_mul(svc)
-                .and_then(|m| m.checked_add(svc - 1));
-            let probe = if count >= svc { widest } else { Some(last) };
-            if probe.and_then(|m| self.set_member(m)).is_none() || self.set_member(last).is_none() {
-                return Err("range members overflow PIDonFEP, initiator or fabric address");
+            let first_widest = offset.checked_add(svc - 1 - offset % svc);
+            let overflow = "range members overflow PIDonFEP, initiator or fabric address";
+            if self.set_member(last).is_none() {
+                return Err(overflow);
+            }
+            if let Some(m) = first_widest.filter(|&m| m <= last) {
+                if self.set_member(m).is_none() {
+                    return Err(overflow);
+                }
             }
         }
         Ok(())

@@ -686,3 +686,29 @@ fn av_create_checks_peer_groups_against_the_capability() {
     );
     assert_eq!(create(&mut w, u32::MAX, 0), Status::Success);
 }
+
+/// Every member of a range entry must be representable, not only its last: a range that
+/// crosses a node boundary has its widest service (svc - 1) at an earlier member. Here member
+/// 2 (node 0, service 2) would have PIDonFEP 0x1000: AV_WRITE refuses the entry.
+#[test]
+fn a_range_with_an_unrepresentable_member_is_refused() {
+    let fabric = Fabric::new();
+    let mut d = Driver::new(&fabric, "10.0.0.1");
+    let av = d.av_create(16, 0).unwrap();
+    let base = NicAvEntry::for_peer(&peer("10.0.0.2", 0xFFE, 100), 7);
+    // Members 2 (node 0, service 2: PIDonFEP 0x1000) and 3 (node 1, service 0).
+    let r = NicAvEntry::range(&base, 3, 0, 2, 2);
+    let got = d.av_write(av, &[(0, r)]);
+    let read = d.av_read(av, 0, 2).unwrap();
+    assert_eq!(got, Err(Status::InvalidField));
+    assert!(
+        !read[0].is_valid() && !read[1].is_valid(),
+        "nothing written"
+    );
+    // The same range one PIDonFEP lower fits, and both members read back valid.
+    let base = NicAvEntry::for_peer(&peer("10.0.0.2", 0xFFD, 100), 7);
+    d.av_write(av, &[(0, NicAvEntry::range(&base, 3, 0, 2, 2))])
+        .unwrap();
+    let read = d.av_read(av, 0, 2).unwrap();
+    assert!(read[0].is_valid() && read[1].is_valid());
+}
