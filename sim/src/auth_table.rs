@@ -76,10 +76,11 @@ impl AuthTable {
         self.slots.get_mut(usize::from(slot))?.as_mut()
     }
 
-    /// The JobID of slot `slot`, when in use.
+    /// The JobID of slot `slot` when AV `av` owns it: the only key an entry of `av` may
+    /// send with or be matched by (a slot freed and given to another AV is not `av`'s).
     #[inline]
-    pub(crate) fn job_of(&self, slot: u16) -> Option<u32> {
-        self.get(slot).map(|s| s.job_id)
+    pub(crate) fn job_of_av(&self, slot: u16, av: u32) -> Option<u32> {
+        self.get(slot).filter(|s| s.av == av).map(|s| s.job_id)
     }
 
     /// Free a slot no endpoint is granted.
@@ -181,8 +182,9 @@ mod tests {
         assert_eq!(t.source_for(2, 0x12), Some(5));
         assert_eq!(t.source_for(1, 0x12), None);
         t.remove_av(2);
-        assert_eq!(t.job_of(1), None);
-        assert_eq!(t.job_of(0), Some(0x10));
+        assert_eq!(t.job_of_av(1, 2), None);
+        assert_eq!(t.job_of_av(0, 1), Some(0x10));
+        assert_eq!(t.job_of_av(0, 2), None, "AV 1's slot is not AV 2's");
         assert!(!t.entry(2).is_valid());
         assert!(t.entry(0).is_valid());
     }

@@ -790,7 +790,7 @@ impl Nic {
         let job = p.ses.job_id;
         let auths = &self.auths;
         let in_job = |e: &uet_fwif::NicAvEntry| match e.auth_key_slot() {
-            Some(slot) => auths.job_of(slot) == Some(job),
+            Some(slot) => auths.job_of_av(slot, av) == Some(job),
             None => e.job_id.get() == job,
         };
         self.avs

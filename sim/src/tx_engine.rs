@@ -235,7 +235,7 @@ impl Nic {
         }
         let job_id = match entry.auth_key_slot() {
             None => entry.job_id.get(),
-            Some(slot) => match self.auths.job_of(slot) {
+            Some(slot) => match self.auths.job_of_av(slot, av) {
                 Some(job) => job,
                 None => return self.tx_fail(handle, d, LocalStatus::AddrNotAvail),
             },

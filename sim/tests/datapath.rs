@@ -3,12 +3,16 @@
 mod common;
 
 use common::*;
-use uet_fwif::{Completion, CompletionKind, LocalStatus, NicAvEntry, ReturnCode, TxDescriptor};
+use uet_fwif::auth_key::AuthKeyAddBody;
+use uet_fwif::{
+    Command, Completion, CompletionKind, LocalStatus, NicAvEntry, ReturnCode, Status, TxDescriptor,
+};
 use uet_regs::*;
 use uet_sim::pds::{RudRequest, FLAG_SYN};
 use uet_sim::ses::StandardRequest;
 use uet_sim::{frame, Fabric};
 use zerocopy::little_endian::{U32, U64};
+use zerocopy::FromZeros;
 
 const JOB: u32 = 0x00AB_CDEF;
 
@@ -687,4 +691,50 @@ fn an_ipv6_entry_is_not_the_source_of_an_ipv4_sender() {
         5,
         "the IPv4 sender 10.0.0.1 is at index 5, not the IPv6 peer 800:1:: at index 0"
     );
+}
+
+/// Only the owning AV's entries use an auth-key slot: an entry of AV A whose slot was removed
+/// and then given to AV A2 (with another JobID) does not send with A2's key; the send completes
+/// AddrNotAvail, as through any removed slot.
+#[test]
+fn an_entry_never_sends_with_another_avs_auth_key() {
+    let fabric = Fabric::new();
+    let mut a = Driver::new(&fabric, "10.0.0.1");
+    let mut b = Driver::new(&fabric, "10.0.0.2");
+    let av_a = a.av_create(64, 0).unwrap();
+    let av_a2 = a.av_create(64, 0).unwrap();
+    let av_b = b.av_create(64, 0).unwrap();
+    let mut ea = a.ep_create(av_a, 0x11, 0x1111, 4).unwrap();
+    let mut eb = b.ep_create(av_b, JOB, 0x2222, 4).unwrap();
+    let add = |d: &mut Driver, av: u32, job: u32| {
+        let mut body = AuthKeyAddBody::new_zeroed();
+        body.job_id = U32::new(job);
+        let c = d.submit(Command::AuthKeyAdd { av, body });
+        assert_eq!(c.status(), Status::Success);
+        c.result0.get() as u16
+    };
+    let slot = add(&mut a, av_a, 0x42);
+    let to_b = NicAvEntry::for_peer(&b.address_of(&eb, 0x2222), 0x11).with_auth_key(slot);
+    a.av_write(av_a, &[(3, to_b)]).unwrap();
+    assert_eq!(
+        a.submit(Command::AuthKeyRemove {
+            slot: u32::from(slot)
+        })
+        .status(),
+        Status::Success
+    );
+    // The slot goes to the other AV, with the receiver's JobID.
+    assert_eq!(add(&mut a, av_a2, JOB), slot);
+    // AV_WRITE of this very entry into av_a is now refused...
+    assert_eq!(a.av_write(av_a, &[(4, to_b)]), Err(Status::InvalidField));
+    // ...yet the entry already there sends with av_a2's key.
+    b.post_recv(&mut eb, 0, 4096, 0xB0);
+    a.send(&mut ea, 3, 1, b"hello", 0xA0, 0);
+    let sc = a.poll_cq(&mut ea).expect("send completion");
+    assert_eq!(
+        status(&sc),
+        LocalStatus::AddrNotAvail,
+        "av_a's entry must not use a slot owned by av_a2"
+    );
+    assert!(b.poll_cq(&mut eb).is_none(), "nothing delivered");
 }
