@@ -1760,9 +1760,15 @@ impl<N: NicAvTable> AddressVector<N> {
         result
     }
 
-    /// Make the NIC hold what the mirror holds before a synchronous command: send pending
-    /// records (and on an `FI_EVENT` AV, wait for the AV_WRITEs in flight and release what
-    /// the NIC refused).
+    /// Make the NIC hold what the mirror holds: send the records of pending `FI_MORE` inserts
+    /// and, on an `FI_EVENT` AV, wait for the AV_WRITEs in flight and release what the NIC
+    /// refused (its events are posted by progress, as ever). What a tool that reads the NIC
+    /// table back calls first; every synchronous call of the AV does the same.
+    pub fn settle(&mut self) -> Result<(), FiError> {
+        self.settle_nic()
+    }
+
+    /// [`AddressVector::settle`], inlined where the AV's own calls start.
     #[inline]
     fn settle_nic(&mut self) -> Result<(), FiError> {
         if !self.is_event() && self.pending.is_empty() {

@@ -149,6 +149,42 @@ impl DemoOutcome {
     pub fn ok(&self, cfg: &DemoConfig) -> bool {
         self.ranks.iter().all(|r| r.report.ok(cfg))
     }
+
+    /// Report the packet capture on stderr (when there is one); whether it was written
+    /// completely. Every command that takes `--pcap` fails when it was not.
+    pub fn report_capture(&self) -> bool {
+        let Some(c) = &self.capture else {
+            return true;
+        };
+        let file = c
+            .path
+            .as_ref()
+            .map_or_else(|| "the capture".to_string(), |p| p.display().to_string());
+        if c.write_errors > 0 {
+            eprintln!(
+                "uetctl: writing {file} failed after {} frames: {}",
+                c.frames,
+                c.last_error.as_deref().unwrap_or("unknown error")
+            );
+            false
+        } else {
+            eprintln!("uetctl: {} frames written to {file}", c.frames);
+            true
+        }
+    }
+
+    /// The capture as JSON (`null` without one).
+    pub fn capture_json(&self) -> serde_json::Value {
+        match &self.capture {
+            Some(c) => serde_json::json!({
+                "file": c.path.as_ref().map(|p| p.display().to_string()),
+                "frames": c.frames,
+                "write_errors": c.write_errors,
+                "error": c.last_error,
+            }),
+            None => serde_json::Value::Null,
+        }
+    }
 }
 
 impl RankReport {

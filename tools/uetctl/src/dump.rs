@@ -1,8 +1,14 @@
-//! `uetctl av dump`: a NIC's AV table read back with AV_READ, the host mirror beside it.
+//! `uetctl av dump`: a NIC's AV table read back with AV_READ, the host mirror beside it, and
+//! the AV's auth keys read back from the NIC's auth-key table.
+//!
+//! Ranges of values are written as in Rust: `a..b` excludes `b` (indices, resource indices),
+//! `a..=b` includes it (addresses, PIDonFEPs, initiators of range members).
 
 use serde_json::{json, Value};
 use std::fmt::Write;
-use uet_av::{FiError, NicAvTable};
+use uet_av::{AuthKeyInfo, FiError, NicAvTable};
+use uet_driver::uet_fwif::auth_key::AuthKeyEntry;
+use uet_driver::uet_fwif::av_entry::entry_flags;
 use uet_driver::uet_fwif::NicAvEntry;
 use uet_driver::Av;
 
@@ -32,6 +38,24 @@ impl DumpRow {
     }
 }
 
+/// One auth key of the AV: the mirror's record and the NIC's slot.
+#[derive(Clone, Copy, Debug)]
+pub struct KeyRow {
+    /// The mirror's key.
+    pub key: AuthKeyInfo,
+    /// The NIC's auth-key slot `key.slot`.
+    pub nic: AuthKeyEntry,
+}
+
+impl KeyRow {
+    /// Whether the NIC's slot holds something else than the key (JobID, source) or nothing.
+    pub fn differs(&self) -> bool {
+        !(self.nic.is_valid()
+            && self.nic.job_id.get() == self.key.job_id
+            && self.nic.source.get() == self.key.source)
+    }
+}
+
 /// A dumped table.
 #[derive(Clone, Debug)]
 pub struct AvDump {
@@ -39,17 +63,33 @@ pub struct AvDump {
     pub capacity: u32,
     /// Indices where either side holds an entry, or the two differ.
     pub rows: Vec<DumpRow>,
+    /// The AV's auth keys (none unless its domain has `FI_AV_AUTH_KEY`).
+    pub keys: Vec<KeyRow>,
 }
 
 impl AvDump {
-    /// Indices where NIC and mirror disagree.
+    /// Indices and auth keys where NIC and mirror disagree.
     pub fn differences(&self) -> usize {
         self.rows.iter().filter(|r| r.differs()).count()
+            + self.keys.iter().filter(|k| k.differs()).count()
+    }
+
+    /// The JobID the NIC sends an entry with: its auth-key slot's, or its own.
+    fn job_id_of(&self, e: &NicAvEntry) -> String {
+        match e.auth_key_slot() {
+            None => format!("{:#x}", e.job_id.get()),
+            Some(slot) => match self.keys.iter().find(|k| k.key.slot == slot) {
+                Some(k) if k.nic.is_valid() => format!("{:#x} (key)", k.nic.job_id.get()),
+                _ => "(no key)".to_string(),
+            },
+        }
     }
 }
 
-/// Read the whole NIC table back and pair it with the mirror.
+/// Settle the AV (pending `FI_MORE` records sent, writes in flight completed), then read the
+/// whole NIC table and the AV's auth-key slots back and pair them with the mirror.
 pub fn collect(av: &mut Av) -> Result<AvDump, FiError> {
+    av.settle()?;
     let capacity = av.capacity() as u32;
     let mut rows: Vec<DumpRow> = Vec::new();
     let mut buf = vec![NicAvEntry::INVALID; CHUNK];
@@ -89,7 +129,20 @@ pub fn collect(av: &mut Av) -> Result<AvDump, FiError> {
         }
         first += n as u32;
     }
-    Ok(AvDump { capacity, rows })
+    let infos: Vec<AuthKeyInfo> = av.auth_keys().collect();
+    let mut keys = Vec::with_capacity(infos.len());
+    for key in infos {
+        let mut slot = [AuthKeyEntry::default()];
+        av.nic_mut()
+            .read_auth_keys(key.slot, &mut slot)
+            .map_err(|e| e.within(format_args!("reading auth-key slot {}", key.slot)))?;
+        keys.push(KeyRow { key, nic: slot[0] });
+    }
+    Ok(AvDump {
+        capacity,
+        rows,
+        keys,
+    })
 }
 
 fn ri_range(e: &NicAvEntry) -> String {
@@ -99,16 +152,132 @@ fn ri_range(e: &NicAvEntry) -> String {
 }
 
 fn auth_key(e: &NicAvEntry) -> String {
-    if e.flags.get() & uet_driver::uet_fwif::av_entry::entry_flags::AUTH_KEY != 0 {
-        e.auth_key.get().to_string()
-    } else {
-        "-".to_string()
-    }
+    e.auth_key_slot()
+        .map_or_else(|| "-".to_string(), |s| s.to_string())
 }
 
 fn user_id(e: &NicAvEntry) -> String {
     e.user_id()
         .map_or_else(|| "-".to_string(), |u| format!("{u:#x}"))
+}
+
+/// The services (member number mod services per node) of the range members a row stands
+/// for, as at most two runs `(first, last)`: a run of members crossing into the next node
+/// starts over at service 0.
+fn services(r: &DumpRow) -> Vec<(u32, u32)> {
+    let e = &r.nic;
+    let svc = e.range_svc.get().max(1);
+    let m0 =
+        u64::from(e.range_offset.get()) + u64::from(r.index.saturating_sub(e.range_first.get()));
+    let s0 = (m0 % u64::from(svc)) as u32;
+    let span = r.span.max(1);
+    if span >= svc {
+        return vec![(0, svc - 1)];
+    }
+    let end = s0 + span - 1;
+    if end < svc {
+        vec![(s0, end)]
+    } else {
+        // Wrapped: s0..svc and 0..=end - svc, joined when they touch.
+        let tail = end - svc;
+        if tail + 1 >= s0 {
+            vec![(0, svc - 1)]
+        } else {
+            vec![(0, tail), (s0, svc - 1)]
+        }
+    }
+}
+
+/// A value that counts up with the service, over the row's members: `base` is the first
+/// member's value, whose service is the row's first.
+fn by_service(r: &DumpRow, first_value: u64, hex: bool) -> String {
+    let runs = services(r);
+    let s0 = {
+        let e = &r.nic;
+        let svc = u64::from(e.range_svc.get().max(1));
+        let m0 = u64::from(e.range_offset.get())
+            + u64::from(r.index.saturating_sub(e.range_first.get()));
+        m0 % svc
+    };
+    let base = first_value.saturating_sub(s0);
+    let show = |v: u64| {
+        if hex {
+            format!("{v:#x}")
+        } else {
+            v.to_string()
+        }
+    };
+    runs.iter()
+        .map(|&(a, b)| {
+            let (a, b) = (base + u64::from(a), base + u64::from(b));
+            if a == b {
+                show(a)
+            } else {
+                format!("{}..={}", show(a), show(b))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// What differs between the NIC's entry and the mirror's, field by field: `field: mirror M,
+/// NIC N`.
+fn describe_difference(nic: &NicAvEntry, mirror: &NicAvEntry) -> String {
+    if !mirror.is_valid() {
+        return "mirror slot empty".to_string();
+    }
+    if !nic.is_valid() {
+        return match mirror.peer_address() {
+            Some(a) => format!("NIC entry invalid; mirror holds {a}"),
+            None => "NIC entry invalid".to_string(),
+        };
+    }
+    let mut parts = Vec::new();
+    let mut field = |name: &str, m: String, n: String| {
+        if m != n {
+            parts.push(format!("{name}: mirror {m}, NIC {n}"));
+        }
+    };
+    let addr = |e: &NicAvEntry| e.peer_address().map_or("?".into(), |a| a.to_string());
+    field("address", addr(mirror), addr(nic));
+    field(
+        "JobID",
+        format!("{:#x}", mirror.job_id.get()),
+        format!("{:#x}", nic.job_id.get()),
+    );
+    field("user id", user_id(mirror), user_id(nic));
+    field("auth key", auth_key(mirror), auth_key(nic));
+    let range = |e: &NicAvEntry| {
+        if e.is_range() {
+            format!(
+                "{}+{} svc {} offset {}",
+                e.range_first.get(),
+                e.range_count.get(),
+                e.range_svc.get(),
+                e.range_offset.get()
+            )
+        } else {
+            "-".into()
+        }
+    };
+    field("range", range(mirror), range(nic));
+    field(
+        "flags",
+        format!("{:#x}", mirror.flags.get()),
+        format!("{:#x}", nic.flags.get()),
+    );
+    field("caps", mirror.caps.to_string(), nic.caps.to_string());
+    field(
+        "version",
+        mirror.version.to_string(),
+        nic.version.to_string(),
+    );
+    if parts.is_empty() {
+        // Bytes no field above shows (reserved ones).
+        "raw bytes".to_string()
+    } else {
+        parts.join("; ")
+    }
 }
 
 /// The table as aligned text.
@@ -130,26 +299,30 @@ pub fn render_text(title: &str, dump: &AvDump) -> String {
     for r in &dump.rows {
         let e = if r.nic.is_valid() { &r.nic } else { &r.mirror };
         let valid = if r.nic.is_valid() { "yes" } else { "no" };
-        let span = |a: String, b: String| {
-            if r.span > 1 && a != b {
-                format!("{a}..{b}")
-            } else {
-                a
-            }
-        };
+        let folded = r.span > 1 && e.is_range();
         let (fa, pid, job, ri, init, uid, key) = if e.is_valid() {
-            (
-                span(e.fabric_ip().to_string(), r.last.fabric_ip().to_string()),
-                span(
+            let fa = if folded && r.last.fabric_ip() != e.fabric_ip() {
+                format!("{}..={}", e.fabric_ip(), r.last.fabric_ip())
+            } else {
+                e.fabric_ip().to_string()
+            };
+            let (pid, init) = if folded {
+                (
+                    by_service(r, u64::from(e.pid_on_fep.get()), false),
+                    by_service(r, u64::from(e.initiator.get()), true),
+                )
+            } else {
+                (
                     e.pid_on_fep.get().to_string(),
-                    r.last.pid_on_fep.get().to_string(),
-                ),
-                format!("{:#x}", e.job_id.get()),
-                ri_range(e),
-                span(
                     format!("{:#x}", e.initiator.get()),
-                    format!("{:#x}", r.last.initiator.get()),
-                ),
+                )
+            };
+            (
+                fa,
+                pid,
+                dump.job_id_of(e),
+                ri_range(e),
+                init,
                 user_id(e),
                 auth_key(e),
             )
@@ -173,15 +346,10 @@ pub fn render_text(title: &str, dump: &AvDump) -> String {
         } else {
             r.index.to_string()
         };
-        let mirror = if !r.differs() {
-            "same".to_string()
-        } else if r.mirror.is_valid() {
-            match r.mirror.peer_address() {
-                Some(a) => format!("DIFFERS: mirror holds {a}"),
-                None => "DIFFERS".to_string(),
-            }
+        let mirror = if r.differs() {
+            format!("DIFFERS: {}", describe_difference(&r.nic, &r.mirror))
         } else {
-            "DIFFERS: mirror slot empty".to_string()
+            "same".to_string()
         };
         rows.push([
             index,
@@ -197,12 +365,6 @@ pub fn render_text(title: &str, dump: &AvDump) -> String {
             mirror,
         ]);
     }
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (w, c) in widths.iter_mut().zip(row) {
-            *w = (*w).max(c.len());
-        }
-    }
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -215,6 +377,48 @@ pub fn render_text(title: &str, dump: &AvDump) -> String {
         dump.capacity,
         dump.differences()
     );
+    write_table(&mut out, &header, &rows);
+    if !dump.keys.is_empty() {
+        let header = ["KEY", "SLOT", "JOBID", "SOURCE", "BOUND", "NIC SLOT"];
+        let keys: Vec<[String; 6]> = dump
+            .keys
+            .iter()
+            .map(|k| {
+                let nic = if !k.differs() {
+                    "same".to_string()
+                } else if k.nic.is_valid() {
+                    format!(
+                        "DIFFERS: JobID {:#x}, source {:#x}",
+                        k.nic.job_id.get(),
+                        k.nic.source.get()
+                    )
+                } else {
+                    "DIFFERS: slot empty".to_string()
+                };
+                [
+                    format!("{:#x}", k.key.handle),
+                    k.key.slot.to_string(),
+                    format!("{:#x}", k.key.job_id),
+                    format!("{:#x}", k.key.source),
+                    k.key.bound.to_string(),
+                    nic,
+                ]
+            })
+            .collect();
+        out.push('\n');
+        write_table(&mut out, &header, &keys);
+    }
+    out
+}
+
+/// `rows` under `header`, columns aligned (the last one as it is).
+fn write_table<const N: usize>(out: &mut String, header: &[&str; N], rows: &[[String; N]]) {
+    let mut widths = header.map(str::len);
+    for row in rows {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.len());
+        }
+    }
     let line = |out: &mut String, cells: &[&str]| {
         let mut s = String::new();
         for (i, (c, w)) in cells.iter().zip(widths).enumerate() {
@@ -227,12 +431,11 @@ pub fn render_text(title: &str, dump: &AvDump) -> String {
         out.push_str(s.trim_end());
         out.push('\n');
     };
-    line(&mut out, &header);
-    for row in &rows {
+    line(out, header);
+    for row in rows {
         let cells: Vec<&str> = row.iter().map(String::as_str).collect();
-        line(&mut out, &cells);
+        line(out, &cells);
     }
-    out
 }
 
 fn entry_json(e: &NicAvEntry) -> Value {
@@ -241,6 +444,8 @@ fn entry_json(e: &NicAvEntry) -> Value {
     }
     json!({
         "valid": true,
+        "version": e.version,
+        "caps": e.caps,
         "fabric_addr": e.fabric_ip().to_string(),
         "pid_on_fep": e.pid_on_fep.get(),
         "job_id": e.job_id.get(),
@@ -248,8 +453,7 @@ fn entry_json(e: &NicAvEntry) -> Value {
         "ri_count": e.ri_count.get(),
         "initiator": e.initiator.get(),
         "user_id": e.user_id(),
-        "auth_key": (e.flags.get() & uet_driver::uet_fwif::av_entry::entry_flags::AUTH_KEY != 0)
-            .then(|| e.auth_key.get()),
+        "auth_key": e.auth_key_slot(),
         "range": e.is_range().then(|| json!({
             "first": e.range_first.get(),
             "count": e.range_count.get(),
@@ -257,6 +461,7 @@ fn entry_json(e: &NicAvEntry) -> Value {
             "offset": e.range_offset.get(),
         })),
         "flags": e.flags.get(),
+        "absolute": e.flags.get() & entry_flags::ABSOLUTE != 0,
     })
 }
 
@@ -271,6 +476,21 @@ pub fn render_json(dump: &AvDump) -> Value {
             "nic": entry_json(&r.nic),
             "mirror": entry_json(&r.mirror),
             "match": !r.differs(),
+        })).collect::<Vec<_>>(),
+        "auth_keys": dump.keys.iter().map(|k| json!({
+            "handle": k.key.handle,
+            "slot": k.key.slot,
+            "job_id": k.key.job_id,
+            "source": k.key.source,
+            "user_id": k.key.user_id,
+            "bound": k.key.bound,
+            "nic": {
+                "valid": k.nic.is_valid(),
+                "job_id": k.nic.job_id.get(),
+                "source": k.nic.source.get(),
+                "grants": k.nic.grants.get(),
+            },
+            "match": !k.differs(),
         })).collect::<Vec<_>>(),
     })
 }

@@ -167,6 +167,7 @@ fn run_regs(cfg: DemoConfig, rank: Option<usize>, as_json: bool) -> ExitCode {
         Ok(o) => o,
         Err(code) => return code,
     };
+    let captured = outcome.report_capture();
     if let Some(r) = rank {
         if r >= outcome.ranks.len() {
             eprintln!(
@@ -194,9 +195,16 @@ fn run_regs(cfg: DemoConfig, rank: Option<usize>, as_json: bool) -> ExitCode {
         }
     }
     if as_json {
-        println!("{:#}", json!({ "nics": docs }));
+        println!(
+            "{:#}",
+            json!({ "nics": docs, "pcap": outcome.capture_json() })
+        );
     }
-    ExitCode::SUCCESS
+    if captured {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 fn run_job(cfg: &DemoConfig) -> Result<DemoOutcome, ExitCode> {
@@ -206,57 +214,29 @@ fn run_job(cfg: &DemoConfig) -> Result<DemoOutcome, ExitCode> {
     })
 }
 
-/// Report the capture on stderr; whether it was written completely.
-fn report_capture(outcome: &DemoOutcome) -> bool {
-    let Some(c) = &outcome.capture else {
-        return true;
-    };
-    let file = c
-        .path
-        .as_ref()
-        .map_or_else(|| "the capture".to_string(), |p| p.display().to_string());
-    if c.write_errors > 0 {
-        eprintln!(
-            "uetctl: writing {file} failed after {} frames: {}",
-            c.frames,
-            c.last_error.as_deref().unwrap_or("unknown error")
-        );
-        false
-    } else {
-        eprintln!("uetctl: {} frames written to {file}", c.frames);
-        true
-    }
-}
-
-fn capture_json(outcome: &DemoOutcome) -> serde_json::Value {
-    match &outcome.capture {
-        Some(c) => json!({
-            "file": c.path.as_ref().map(|p| p.display().to_string()),
-            "frames": c.frames,
-            "write_errors": c.write_errors,
-            "error": c.last_error,
-        }),
-        None => serde_json::Value::Null,
-    }
-}
-
 fn run_demo(cfg: DemoConfig, as_json: bool) -> ExitCode {
     let mut outcome = match run_job(&cfg) {
         Ok(o) => o,
         Err(code) => return code,
     };
-    let captured = report_capture(&outcome);
+    let captured = outcome.report_capture();
     let ok = outcome.ok(&cfg);
-    let table = outcome.ranks.first_mut().map(|r| dump::collect(&mut r.av));
-    let table = match table {
-        Some(Ok(t)) => t,
-        Some(Err(e)) => {
-            eprintln!("uetctl: reading rank 0's NIC AV table: {e}");
-            return ExitCode::FAILURE;
+    // Every rank's NIC table is read back and compared; rank 0's is shown.
+    let mut tables = Vec::with_capacity(outcome.ranks.len());
+    for r in outcome.ranks.iter_mut() {
+        match dump::collect(&mut r.av) {
+            Ok(t) => tables.push(t),
+            Err(e) => {
+                eprintln!("uetctl: reading rank {}'s NIC AV table: {e}", r.report.rank);
+                return ExitCode::FAILURE;
+            }
         }
-        None => return ExitCode::FAILURE,
+    }
+    let Some(table) = tables.first() else {
+        return ExitCode::FAILURE;
     };
-    let consistent = table.differences() == 0;
+    let differences: usize = tables.iter().map(dump::AvDump::differences).sum();
+    let consistent = differences == 0;
     if as_json {
         let ranks: Vec<_> = outcome
             .ranks
@@ -296,8 +276,9 @@ fn run_demo(cfg: DemoConfig, as_json: bool) -> ExitCode {
             "tagged_per_rank": cfg.tagged,
             "rma": cfg.rma,
             "ranks": ranks,
-            "rank0_av": dump::render_json(&table),
-            "pcap": capture_json(&outcome),
+            "rank0_av": dump::render_json(table),
+            "av_differences": differences,
+            "pcap": outcome.capture_json(),
         });
         println!("{doc:#}");
     } else {
@@ -365,7 +346,7 @@ fn run_demo(cfg: DemoConfig, as_json: bool) -> ExitCode {
             );
         }
         println!();
-        print!("{}", dump::render_text("rank 0 NIC AV table", &table));
+        print!("{}", dump::render_text("rank 0 NIC AV table", table));
         println!();
         let total: u32 = outcome.ranks.iter().map(|r| r.report.received).sum();
         let tagged: u32 = outcome.ranks.iter().map(|r| r.report.tagged_received).sum();
@@ -376,8 +357,9 @@ fn run_demo(cfg: DemoConfig, as_json: bool) -> ExitCode {
             .count();
         if ok && consistent {
             println!(
-                "ok: {total} of {} messages delivered and verified; NIC AV tables match their host mirrors",
-                cfg.messages as usize * cfg.ranks
+                "ok: {total} of {} messages delivered and verified; the NIC AV tables of all {} ranks match their host mirrors",
+                cfg.messages as usize * cfg.ranks,
+                cfg.ranks
             );
             println!(
                 "ok: {tagged} of {} tagged messages matched and verified",
@@ -395,9 +377,12 @@ fn run_demo(cfg: DemoConfig, as_json: bool) -> ExitCode {
                 cfg.messages as usize * cfg.ranks,
                 cfg.tagged as usize * cfg.ranks,
                 if cfg.rma { cfg.ranks } else { 0 },
-                table.differences()
+                differences
             );
         }
+    }
+    if !as_json && !captured {
+        println!("FAILED: the packet capture was not written completely");
     }
     if ok && consistent && captured {
         ExitCode::SUCCESS
@@ -411,7 +396,7 @@ fn run_dump(cfg: DemoConfig, rank: Option<usize>, as_json: bool) -> ExitCode {
         Ok(o) => o,
         Err(code) => return code,
     };
-    let captured = report_capture(&outcome);
+    let captured = outcome.report_capture();
     if let Some(r) = rank {
         if r >= outcome.ranks.len() {
             eprintln!(
@@ -456,7 +441,7 @@ fn run_dump(cfg: DemoConfig, rank: Option<usize>, as_json: bool) -> ExitCode {
             json!({
                 "tables": docs,
                 "differences": differences,
-                "pcap": capture_json(&outcome),
+                "pcap": outcome.capture_json(),
             })
         );
     }

@@ -18,6 +18,7 @@ pub fn run(cfg: &DemoConfig, as_json: bool) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let captured = outcome.report_capture();
     let ok = outcome.ok(cfg);
     let mut nic_rows: Vec<(String, Vec<u64>)> = Vec::new();
     let mut ep_rows: Vec<(String, Vec<u64>)> = Vec::new();
@@ -62,7 +63,12 @@ pub fn run(cfg: &DemoConfig, as_json: bool) -> ExitCode {
             .collect();
         println!(
             "{:#}",
-            json!({ "ok": ok, "job_id": cfg.job_id, "ranks": ranks })
+            json!({
+                "ok": ok && captured,
+                "job_id": cfg.job_id,
+                "ranks": ranks,
+                "pcap": outcome.capture_json(),
+            })
         );
     } else {
         let header: Vec<String> = outcome
@@ -78,7 +84,7 @@ pub fn run(cfg: &DemoConfig, as_json: bool) -> ExitCode {
             println!("FAILED: the demo job did not verify; see `uetctl demo`");
         }
     }
-    if ok {
+    if ok && captured {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

@@ -346,3 +346,58 @@ fn regs_prints_every_register_of_the_demo_nics() {
     let out = uetctl(&["regs"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// A capture that cannot be written to the end (its reader goes away after the first
+/// bytes) fails every command that takes `--pcap`, after saying why.
+#[test]
+fn a_capture_cut_short_fails_every_command_that_takes_pcap() {
+    use std::io::Read;
+    let dir = env!("CARGO_TARGET_TMPDIR");
+    // About 125 KB of capture: more than a pipe holds, so some write must fail once the
+    // reader has gone, however the threads are scheduled.
+    let job = [
+        "--ranks",
+        "16",
+        "--messages",
+        "32",
+        "--tagged",
+        "0",
+        "--no-rma",
+    ];
+    let commands: [&[&str]; 4] = [
+        &["demo"],
+        &["av", "dump", "--demo"],
+        &["stats", "--demo"],
+        &["regs", "--demo"],
+    ];
+    for (n, cmd) in commands.into_iter().enumerate() {
+        let fifo = format!("{dir}/uetctl-cut-{}-{n}.fifo", std::process::id());
+        let _ = std::fs::remove_file(&fifo);
+        let made = Command::new("mkfifo").arg(&fifo).status();
+        if !made.is_ok_and(|s| s.success()) {
+            eprintln!("skipped: mkfifo is not available");
+            return;
+        }
+        // The reader takes the file header and a little more, then goes.
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || {
+                let mut f = std::fs::File::open(&fifo).expect("open the fifo");
+                let mut buf = [0u8; 64];
+                let _ = f.read_exact(&mut buf);
+            })
+        };
+        let args: Vec<&str> = cmd
+            .iter()
+            .chain(&job)
+            .chain(&["--pcap", fifo.as_str()])
+            .copied()
+            .collect();
+        let out = uetctl(&args);
+        reader.join().expect("reader");
+        let _ = std::fs::remove_file(&fifo);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains("failed after"), "{args:?}: {stderr}");
+    }
+}

@@ -2,9 +2,12 @@
 //! show, JSON carries them.
 
 use std::sync::Arc;
-use uet_av::{job_id_to_auth_key, AvAttr, FI_AUTH_KEY, FI_AV_AUTH_KEY, FI_AV_USER_ID};
+use uet_av::{
+    job_id_to_auth_key, AvAttr, NicAvTable, FI_AUTH_KEY, FI_AV_AUTH_KEY, FI_AV_USER_ID, FI_MORE,
+};
 use uet_driver::backend::sim::SimDevice;
 use uet_driver::Nic;
+use uet_fwif::AvWriteRecord;
 use uet_sim::{Fabric, NicConfig};
 use uetctl::dump;
 
@@ -39,8 +42,9 @@ fn ranges_fold_into_one_row_and_singles_stay_apart() {
     let text = dump::render_text("t", &table);
     assert!(text.contains("13 entries valid of 64"), "{text}");
     assert!(text.contains("0..12"), "{text}");
-    assert!(text.contains("10.1.0.1..10.1.0.3"), "{text}");
-    assert!(text.contains("7..10"), "{text}");
+    assert!(text.contains("10.1.0.1..=10.1.0.3"), "{text}");
+    assert!(text.contains("7..=10"), "{text}");
+    assert!(text.contains("0x9..=0xc"), "{text}");
     assert!(text.contains("range 0+12 (4 per node)"), "{text}");
     assert!(text.contains("single"), "{text}");
     let json = dump::render_json(&table);
@@ -112,4 +116,154 @@ fn auth_key_slots_show_in_text_and_json() {
     assert_eq!(json["entries"][0]["nic"]["auth_key"], 1);
     assert_eq!(json["entries"][0]["mirror"]["auth_key"], 1);
     assert!(json["entries"][1]["nic"]["auth_key"].is_null());
+}
+
+/// The row of `index` in a text dump.
+fn row_line<'a>(text: &'a str, index: &str) -> &'a str {
+    text.lines()
+        .skip(2)
+        .find(|l| l.split_whitespace().next() == Some(index))
+        .unwrap_or_else(|| panic!("no row {index}:\n{text}"))
+}
+
+/// Write `entry` at `index` of the NIC table behind the AV's back.
+fn overwrite(av: &mut uet_driver::Av, index: u64, entry: uet_fwif::NicAvEntry) {
+    av.nic_mut()
+        .write_entries(&[AvWriteRecord {
+            index: (index as u32).into(),
+            reserved: 0.into(),
+            entry,
+        }])
+        .unwrap();
+}
+
+/// A folded range row shows the PIDonFEPs and initiators its members use: services wrap at
+/// each node, so the first and last members' values are not the set.
+#[test]
+fn a_range_row_shows_the_services_its_members_use() {
+    let (_f, nic) = nic();
+    let mut av = nic
+        .open_av(AvAttr {
+            count: 64,
+            job_id: 5,
+            ..AvAttr::default()
+        })
+        .unwrap();
+    // 3 nodes x 4 services, PIDonFEP 7..=10, initiators 9..=12; indices 0..12.
+    av.insertsym("10.1.0.1", 3, "7?ri=1+4&init=9", 4, None, 0, None)
+        .unwrap();
+    av.remove(&[5, 8, 9, 10], 0).unwrap(); // rows 0..5, 6..8, 11
+    let table = dump::collect(&mut av).unwrap();
+    assert_eq!(table.differences(), 0);
+    let text = dump::render_text("t", &table);
+    // Members 0..=4: node 0 services 0..=3 and node 1 service 0: every PIDonFEP.
+    let line = row_line(&text, "0..5");
+    assert!(
+        line.contains(" 7..=10 ") && line.contains(" 0x9..=0xc "),
+        "{line}"
+    );
+    assert!(line.contains("10.1.0.1..=10.1.0.2"), "{line}");
+    // Members 6 and 7: node 1, services 2 and 3.
+    let line = row_line(&text, "6..8");
+    assert!(
+        line.contains(" 9..=10 ") && line.contains(" 0xb..=0xc "),
+        "{line}"
+    );
+    // Member 11 alone: node 2, service 3.
+    let line = row_line(&text, "11");
+    assert!(line.contains(" 10 ") && line.contains(" 0xc "), "{line}");
+}
+
+/// A row where NIC and mirror differ names each field that differs, with both values.
+#[test]
+fn a_difference_names_the_fields_and_both_values() {
+    let (_f, nic) = nic();
+    let mut av = nic
+        .open_av(AvAttr {
+            count: 8,
+            job_id: 5,
+            flags: FI_AV_USER_ID,
+            ..AvAttr::default()
+        })
+        .unwrap();
+    let mut fa = 0u64;
+    av.insertsvc("10.3.0.1", Some("2?ri=1+1&init=4"), Some(&mut fa), 0, None)
+        .unwrap();
+    av.set_user_id(fa, 0xfeed, 0).unwrap();
+    let mut wrong = av.mirror_entry(fa as u32).unwrap();
+    wrong.user_id = 0xbeef.into();
+    wrong.caps ^= 1;
+    overwrite(&mut av, fa, wrong);
+    let table = dump::collect(&mut av).unwrap();
+    assert_eq!(table.differences(), 1);
+    let text = dump::render_text("t", &table);
+    let line = row_line(&text, "0");
+    assert!(
+        line.contains("user id: mirror 0xfeed, NIC 0xbeef") && line.contains("caps: mirror"),
+        "{line}"
+    );
+    let json = dump::render_json(&table);
+    let e = &json["entries"][0];
+    assert_eq!(e["match"], false);
+    assert_ne!(e["nic"]["caps"], e["mirror"]["caps"]);
+}
+
+/// The AV's auth keys are read back from the NIC's auth-key table: a slot that no longer
+/// holds the key's source is a difference, and an entry bound to a key shows the key's JobID
+/// (what the NIC sends with) rather than its own job_id field.
+#[test]
+fn auth_keys_are_read_back_and_keyed_entries_show_the_keys_job() {
+    let (_f, nic) = nic();
+    let mut av = nic
+        .open_av(AvAttr {
+            count: 8,
+            job_id: 5,
+            auth_key_size: FI_AV_AUTH_KEY,
+            ..AvAttr::default()
+        })
+        .unwrap();
+    let k = av.insert_auth_key(&job_id_to_auth_key(0x51), 0).unwrap();
+    let slot = av.auth_keys().next().unwrap().slot;
+    let mut keyed = k;
+    av.insertsvc("10.2.0.9", Some("3"), Some(&mut keyed), FI_AUTH_KEY, None)
+        .unwrap();
+    let table = dump::collect(&mut av).unwrap();
+    assert_eq!(table.differences(), 0);
+    let text = dump::render_text("t", &table);
+    assert!(
+        row_line(&text, &keyed.to_string()).contains("0x51 (key)"),
+        "{text}"
+    );
+    assert!(text.contains("KEY") && text.contains("0x51"), "{text}");
+    // Behind the AV's back: the slot reports another source.
+    av.nic_mut().set_auth_key_source(slot, 0xdead).unwrap();
+    let table = dump::collect(&mut av).unwrap();
+    assert_eq!(table.differences(), 1);
+    let text = dump::render_text("t", &table);
+    assert!(
+        text.contains("DIFFERS: JobID 0x51, source 0xdead"),
+        "{text}"
+    );
+    let json = dump::render_json(&table);
+    assert_eq!(json["auth_keys"][0]["match"], false);
+    assert_eq!(json["auth_keys"][0]["nic"]["source"], 0xdead);
+}
+
+/// A pending FI_MORE insert is sent before the table is read: it is no difference.
+#[test]
+fn a_pending_fi_more_batch_is_sent_before_the_table_is_read() {
+    let (_f, nic) = nic();
+    let mut av = nic
+        .open_av(AvAttr {
+            count: 8,
+            job_id: 5,
+            ..AvAttr::default()
+        })
+        .unwrap();
+    av.insertsvc("10.3.0.1", Some("2"), None, FI_MORE, None)
+        .unwrap();
+    let table = dump::collect(&mut av).unwrap();
+    assert_eq!(table.differences(), 0);
+    assert_eq!(av.pending_len(), 0);
+    assert!(table.rows[0].nic.is_valid());
 }
