@@ -28,6 +28,7 @@
 
 use crate::source_cam::{SourceCam, SourceKey};
 use crate::table_memory::TableMemory;
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use uet_fwif::av_entry::entry_flags;
 use uet_fwif::NicAvEntry;
@@ -115,8 +116,9 @@ pub(crate) struct AvTable {
     cam: SourceCam,
     /// Bit per index: a valid single entry is there. Grows with the highest such index.
     singles: Vec<u64>,
-    /// Range entries, sorted by `range_first`.
-    ranges: Vec<RangeSlot>,
+    /// Range entries by first index (a map, so that adding or removing one costs the same
+    /// wherever it lies, however many there are).
+    ranges: BTreeMap<u32, RangeSlot>,
     /// Endpoints bound to the table.
     pub bound: u32,
 }
@@ -159,7 +161,7 @@ impl AvTable {
             entries,
             cam,
             singles: Vec::new(),
-            ranges: Vec::new(),
+            ranges: BTreeMap::new(),
             bound: 0,
         })
     }
@@ -249,17 +251,15 @@ impl AvTable {
         false
     }
 
-    /// The range covering `index`, by position in `ranges`.
-    fn covering(&self, index: u32) -> Option<usize> {
-        let k = self.ranges.partition_point(|r| r.first <= index);
-        let slot = k.checked_sub(1)?;
-        let r = self.ranges.get(slot)?;
-        (u64::from(index) < u64::from(r.first) + u64::from(r.count)).then_some(slot)
+    /// The range covering `index`.
+    fn covering(&self, index: u32) -> Option<&RangeSlot> {
+        let (_, r) = self.ranges.range(..=index).next_back()?;
+        (u64::from(index) < u64::from(r.first) + u64::from(r.count)).then_some(r)
     }
 
     /// The live range member at `index`, if one is there.
     fn range_member(&self, index: u32) -> Option<NicAvEntry> {
-        let r = self.ranges.get(self.covering(index)?)?;
+        let r = self.covering(index)?;
         let position = index - r.first;
         if r.is_hole(position) {
             return None;
@@ -277,6 +277,11 @@ impl AvTable {
 
     /// Check a whole AV_WRITE batch against the table and against itself before any of it is
     /// applied. Records are (index, entry) with entries already checked field by field.
+    ///
+    /// Each step is bounded whatever the batch holds: a range is checked against the table's
+    /// ranges by one lookup, the new ranges against each other once sorted, and only then
+    /// against the single entries, when they are known not to overlap (so the spans scanned
+    /// add up to at most the table).
     pub(crate) fn check_batch<R: TableRecord>(&self, records: &[R]) -> Result<(), WriteConflict> {
         let mut new_ranges: Vec<(u32, u32)> = Vec::new();
         for (index, &e) in records.iter().map(TableRecord::parts) {
@@ -293,20 +298,23 @@ impl AvTable {
             if u64::from(first) + u64::from(count) > u64::from(self.capacity) {
                 return Err(WriteConflict::OutOfRange);
             }
+            // The table's range starting last before the new one's end must end before it.
             let end = first + count;
-            let k = self.ranges.partition_point(|r| r.first < end);
-            if let Some(prev) = k.checked_sub(1).and_then(|p| self.ranges.get(p)) {
+            if let Some((_, prev)) = self.ranges.range(..end).next_back() {
                 if u64::from(prev.first) + u64::from(prev.count) > u64::from(first) {
                     return Err(WriteConflict::Overlap);
                 }
-            }
-            if self.singles_in(first, count) {
-                return Err(WriteConflict::Overlap);
             }
             new_ranges.push((first, count));
         }
         new_ranges.sort_unstable();
         if new_ranges.windows(2).any(|w| w[0].0 + w[0].1 > w[1].0) {
+            return Err(WriteConflict::Overlap);
+        }
+        if new_ranges
+            .iter()
+            .any(|&(first, count)| self.singles_in(first, count))
+        {
             return Err(WriteConflict::Overlap);
         }
         for (index, &e) in records.iter().map(TableRecord::parts) {
@@ -359,9 +367,8 @@ impl AvTable {
         }
         if entry.is_range() {
             let count = entry.range_count.get();
-            let k = self.ranges.partition_point(|r| r.first < index);
             self.ranges.insert(
-                k,
+                index,
                 RangeSlot {
                     entry,
                     first: index,
@@ -405,10 +412,10 @@ impl AvTable {
             self.cam.forget();
             return;
         }
-        let Some(k) = self.covering(index) else {
+        let Some(first) = self.covering(index).map(|r| r.first) else {
             return;
         };
-        let Some(r) = self.ranges.get_mut(k) else {
+        let Some(r) = self.ranges.get_mut(&first) else {
             return;
         };
         let position = index - r.first;
@@ -418,7 +425,7 @@ impl AvTable {
         r.set_hole(position, true);
         r.live -= 1;
         if r.live == 0 {
-            self.ranges.remove(k);
+            self.ranges.remove(&first);
         }
     }
 
@@ -546,7 +553,7 @@ impl AvTable {
             }
         });
         // ...or a range member, if one sits lower.
-        for r in &self.ranges {
+        for r in self.ranges.values() {
             if best_in_job.is_some_and(|b| b <= r.first) {
                 break;
             }
