@@ -230,7 +230,9 @@ impl Nic {
             _ if control => 0,
             _ => u64::from(to.group),
         };
-        if ri > 0x0FFF {
+        // Index 0 is the control channel of the target's providers: only a control send
+        // (TX_FLAG_CONTROL) goes there; an entry whose range starts at 0 reaches no endpoint.
+        if ri > 0x0FFF || (ri == 0 && !control) {
             return self.tx_fail(handle, d, LocalStatus::AddrNotAvail);
         }
         let job_id = match entry.auth_key_slot() {

@@ -738,3 +738,27 @@ fn an_entry_never_sends_with_another_avs_auth_key() {
     );
     assert!(b.poll_cq(&mut eb).is_none(), "nothing delivered");
 }
+
+/// Resource index 0 is the target's provider control channel: only a control send
+/// (TX_FLAG_CONTROL) goes there. An application send through an entry whose range starts at 0
+/// completes AddrNotAvail and sends nothing.
+#[test]
+fn an_application_send_never_reaches_resource_index_0() {
+    let Pair {
+        mut a,
+        mut b,
+        mut ea,
+        mut eb,
+        av_a,
+        ..
+    } = pair(0);
+    let mut to_zero = b.address_of(&eb, 0x2222);
+    to_zero.ri_start = 0;
+    a.av_write(av_a, &[(4, NicAvEntry::for_peer(&to_zero, JOB))])
+        .unwrap();
+    b.post_recv(&mut eb, 0, 4096, 0xB0);
+    a.send(&mut ea, 4, 1, b"not a control message", 0xA0, 0);
+    let c = a.poll_cq(&mut ea).expect("send completion");
+    assert_eq!(status(&c), LocalStatus::AddrNotAvail);
+    assert!(b.poll_cq(&mut eb).is_none(), "nothing delivered");
+}
