@@ -96,7 +96,9 @@ pub fn flag_names(flags: u64) -> String {
 /// `fi_rx_addr`: `fi_addr` with receive context `rx_index` in its top `rx_ctx_bits` bits,
 /// `((uint64_t)rx_index << (64 - rx_ctx_bits)) | fi_addr`. `rx_ctx_bits` 0 means the AV has no
 /// receive-context bits and returns `fi_addr` unchanged (the C macro's shift by 64 is undefined
-/// there); values above 64 count as 64.
+/// there); values above 64 count as 64. As in the C macro, the bits of `rx_index` that do not
+/// fit in `rx_ctx_bits` are lost: `fi_rx_addr(a, 16, 4)` is `fi_rx_addr(a, 0, 4)`, so a caller
+/// keeps `rx_index` below the peer's receive contexts.
 pub const fn fi_rx_addr(fi_addr: FiAddr, rx_index: u32, rx_ctx_bits: u8) -> FiAddr {
     let bits = if rx_ctx_bits > 64 {
         64

@@ -22,8 +22,8 @@
 //! | `fi_recv` | [`Endpoint::post_recv`] | RX |
 //! | `fi_recvmsg` with `FI_MULTI_RECV` | [`Endpoint::post_recv_multi`] | RX, multi-receive |
 //! | `fi_trecv` | [`Endpoint::post_trecv`] | tagged RX |
-//! | `fi_recv` with `src_addr` = `fi_group_addr(FI_ADDR_UNSPEC, g)` | [`Endpoint::post_recv_group`] | RX, group `g` |
-//! | `fi_trecv` with `src_addr` = `fi_group_addr(FI_ADDR_UNSPEC, g)` | [`Endpoint::post_trecv_group`] | tagged RX, group `g` |
+//! | `fi_recv` for peer group `g` | [`Endpoint::post_recv_group`] | RX, group `g` |
+//! | `fi_trecv` for peer group `g` | [`Endpoint::post_trecv_group`] | tagged RX, group `g` |
 //! | `fi_cq_read` | [`Endpoint::poll`] (every completion), [`Endpoint::cq_read`] (successes; `FI_EAVAIL` at an error) | completion |
 //! | `fi_cq_readerr` | [`Endpoint::cq_readerr`] | completion |
 //! | `fi_setopt(FI_OPT_MIN_MULTI_RECV)` | [`Endpoint::set_min_multi_recv`] | — |
@@ -61,8 +61,10 @@
 //! destination `fi_addr_t` carries the group (`fi_group_addr(fi_addr, g)`), and the NIC
 //! decodes it and marks the message; a group above the AV's `max_group_id` completes the send
 //! with `FI_EINVAL` and nothing leaves the NIC. A receive names its group with
-//! [`Endpoint::post_recv_group`] or [`Endpoint::post_trecv_group`] — libfabric's `src_addr` of
-//! `fi_group_addr(FI_ADDR_UNSPEC, g)` — and takes messages of that group only; a receive
+//! [`Endpoint::post_recv_group`] or [`Endpoint::post_trecv_group`] and takes messages of that
+//! group only (fi_av(3) 2.x: "posted receive buffers must have a matching group id"; how a C
+//! call names it is the binding's to say, since `fi_group_addr(FI_ADDR_UNSPEC, g)` is
+//! `FI_ADDR_UNSPEC` itself); a receive
 //! posted without one ([`Endpoint::post_recv`], [`Endpoint::post_trecv`]) is a receive for
 //! group 0, since fi_av(3) requires a posted buffer's group to match the message's. The NIC
 //! matches across groups out of posting order (a message of group 2 takes a group-2 buffer
@@ -1269,8 +1271,8 @@ impl Endpoint {
         self.post_rx(buffer, context, None, 0)
     }
 
-    /// `fi_recv` with `src_addr` = `fi_group_addr(FI_ADDR_UNSPEC, group)` (libfabric 2.x
-    /// peer groups): post a buffer for one incoming untagged message of peer group `group`.
+    /// `fi_recv` for peer group `group` (libfabric 2.x peer groups): post a buffer for one
+    /// incoming untagged message of that group.
     /// It takes no message of another group, and messages of other groups never wait for it.
     /// `FI_EINVAL` when `group` is above the bound AV's `max_group_id` (on an endpoint without
     /// peer groups: any group but 0). On error the buffer comes back.
@@ -1463,8 +1465,8 @@ impl Endpoint {
         self.post_trx(buffer, tag, ignore, 0, context)
     }
 
-    /// `fi_trecv` with `src_addr` = `fi_group_addr(FI_ADDR_UNSPEC, group)` (libfabric 2.x
-    /// peer groups): as [`Endpoint::post_trecv`], for a tagged message of peer group `group`
+    /// `fi_trecv` for peer group `group` (libfabric 2.x peer groups): as
+    /// [`Endpoint::post_trecv`], for a tagged message of peer group `group`
     /// only. Matching is by group and tag; a message of the group that arrived first waits on
     /// the NIC's unexpected list and completes this receive at once. `FI_EINVAL` when `group`
     /// is above the bound AV's `max_group_id` (on an endpoint without peer groups: any group

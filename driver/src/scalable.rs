@@ -13,8 +13,10 @@
 //! Receive context `i` is resource index `ri_start + i` (so `ri_count >= rx_ctx_cnt`): a
 //! sender reaches it with `uet_av::flags::fi_rx_addr(fi_addr, i, rx_ctx_bits)` in an AV opened with
 //! `rx_ctx_bits` large enough, and the sending NIC puts `entry.ri_start + i` in the request.
-//! A request for `i >= rx_ctx_cnt` is refused RC_BAD_INDEX by the target NIC. Completions are
-//! per context: each context's [`Endpoint::poll`] returns its own sends and receives only.
+//! A send or tagged send for `i >= rx_ctx_cnt` is refused RC_BAD_INDEX by the target NIC; an
+//! RMA request there reaches the endpoint's RMA space, as at any index of its range.
+//! Completions are per context: each context's [`Endpoint::poll`] returns its own sends and
+//! receives only.
 //!
 //! The counts are checked against `CAP_EP.max_tx_ctx` and `CAP_EP.max_rx_ctx` before the NIC
 //! is asked. Dropping the scalable endpoint destroys the contexts, then the endpoint.
