@@ -162,8 +162,9 @@ fn resource_index_zero_is_never_assigned_and_exhaustion_is_enospc() {
 
 #[test]
 fn resource_index_zero_is_the_control_channel_only() {
-    // A SEND posted with the control flag reaches index 0; a regular endpoint without a
-    // control channel refuses it RC_BAD_INDEX, and nothing reaches its buffers.
+    // Only a SEND posted with the control flag goes to index 0: an application send through
+    // an entry whose range starts at 0 is refused by the sending NIC (FI_EADDRNOTAVAIL), and
+    // nothing reaches the target, whether it has a control channel or not.
     let (_f, fns) = fabric(2);
     let (na, nb) = (open_nic(&fns[0]), open_nic(&fns[1]));
     let mut av = open_av(&na, 1, 4, 0);
@@ -184,6 +185,14 @@ fn resource_index_zero_is_the_control_channel_only() {
     let mut fi = [0u64; 1];
     av.insert(&zero, 1, Some(&mut fi), 0).unwrap();
     let pool = DmaPool::new(&na, 4096, 2).unwrap();
-    assert_eq!(send(&mut s, &pool, fi[0]), Some(ReturnCode::BadIndex));
+    let mut b = pool.alloc().unwrap();
+    b.fill(b"addressed").unwrap();
+    s.post_send(fi[0], b, 1, 0).unwrap();
+    let err = poll_one(&mut s)
+        .expect("a completion")
+        .error
+        .expect("refused");
+    assert_eq!(err.errno, uet_av::FiErrno::FI_EADDRNOTAVAIL);
+    assert_eq!(err.return_code, None, "refused before anything was sent");
     assert!(poll_one(&mut t).is_none());
 }

@@ -125,8 +125,10 @@ fn attack(b_mode: AddressingMode) {
                     let err = ev.error.unwrap_or_else(|| {
                         panic!("{op:?} to ri {ri} ctx {rx_ctx} ({mode:?}) succeeded")
                     });
-                    if ri + rx_ctx as u16 > 0x0FFF {
-                        // The index does not fit 12 bits: A's own NIC refuses to send it.
+                    let index = ri + rx_ctx as u16;
+                    if index > 0x0FFF || index == 0 {
+                        // The index does not fit 12 bits, or is the control channel, which
+                        // only a control send reaches: A's own NIC refuses to send it.
                         assert_eq!(err.local, LocalStatus::AddrNotAvail);
                         attempts -= 1;
                         refused_locally += 1;
