@@ -5,15 +5,17 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
-use uet_av::{AvAttr, FiErrno, FI_AV_USER_ID, FI_MORE};
+use uet_av::{AvAttr, FiErrno, NicAvTable, FI_AV_USER_ID, FI_MORE};
 use uet_driver::backend::sim::SimDevice;
 use uet_driver::{Av, Nic};
 use uet_fwif::address::{caps, AddressingMode};
-use uet_fwif::UetAddress;
+use uet_fwif::{NicAvEntry, UetAddress};
 use uet_sim::{Fabric, NicConfig};
 
 const CAP: usize = 48;
 const STEPS: usize = 10_000;
+/// The AV's JobID, stamped into every NIC entry.
+const JOB: u32 = 0x51;
 
 struct Rng(u64);
 
@@ -70,7 +72,7 @@ fn open(fabric: &Fabric, user_ids: bool) -> (Nic, Av) {
     let av = nic
         .open_av(AvAttr {
             count: CAP,
-            job_id: 0x51,
+            job_id: JOB,
             flags: if user_ids { FI_AV_USER_ID } else { 0 },
             ..AvAttr::default()
         })
@@ -109,6 +111,41 @@ fn check(av: &mut Av, m: &Model, step: usize) {
         "step {step}: NIC and mirror differ at {:?}",
         mismatches.iter().map(|m| m.index).collect::<Vec<_>>()
     );
+    // The NIC table, read back with AV_READ, against entries built from the model alone:
+    // the peer's address, the AV's JobID, and the user id when one is set.
+    let mut nic = vec![NicAvEntry::INVALID; CAP];
+    av.nic_mut().read_entries(0, &mut nic).expect("AV_READ");
+    for (i, (slot, got)) in m.slots.iter().zip(&nic).enumerate() {
+        let want = match slot {
+            None => NicAvEntry::INVALID,
+            Some((bytes, uid)) => {
+                let peer = UetAddress::from_bytes(bytes).expect("a valid address");
+                let e = NicAvEntry::for_peer(&peer, JOB);
+                match uid {
+                    Some(u) => e.with_user_id(*u),
+                    None => e,
+                }
+            }
+        };
+        assert_eq!(
+            as_single(*got),
+            want,
+            "step {step}: NIC entry {i} against the model"
+        );
+    }
+}
+
+/// `e` with any symmetric-range description cleared: a member of a range reads back as the
+/// single entry it stands for, plus where its range lies (which the mirror checks).
+fn as_single(mut e: NicAvEntry) -> NicAvEntry {
+    if e.is_range() {
+        e.flags = (e.flags.get() & !uet_fwif::av_entry::entry_flags::RANGE).into();
+        e.range_count = 0.into();
+        e.range_svc = 0.into();
+        e.range_offset = 0.into();
+        e.range_first = 0.into();
+    }
+    e
 }
 
 fn run(seed: u64, user_ids: bool) {
