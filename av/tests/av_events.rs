@@ -973,22 +973,25 @@ fn insertsym_completes_once_with_every_member_and_a_refusal_fails_the_whole_rang
 // ---------------------------------------------------------------------------------------------
 // Named AVs
 
+/// A handle on the 4-entry named AV `name`, opened with `flags`.
+fn open_named(name: &str, flags: u64) -> uet_av::NamedAv<MemoryNicTable> {
+    uet_av::NamedAv::open(
+        AvAttr {
+            name: Some(AvName::new(name).unwrap()),
+            count: 4,
+            flags,
+            ..AvAttr::default()
+        },
+        LIMITS,
+        |a| Ok(MemoryNicTable::new(a.count as u32)),
+    )
+    .unwrap()
+}
+
 #[test]
 fn a_named_fi_event_av_reports_each_insert_on_its_queue() {
     let name = format!("test-named-event-{}", std::process::id());
-    let open_named = |flags| {
-        uet_av::NamedAv::open(
-            AvAttr {
-                name: Some(AvName::new(&name).unwrap()),
-                count: 4,
-                flags,
-                ..AvAttr::default()
-            },
-            LIMITS,
-            |a| Ok(MemoryNicTable::new(a.count as u32)),
-        )
-        .unwrap()
-    };
+    let open_named = |flags| open_named(&name, flags);
     let mut a = open_named(FI_EVENT);
     let mut b = open_named(0);
     let buf = pack(&[peer_bytes(1), [0u8; 32], peer_bytes(2)]);
@@ -1075,19 +1078,7 @@ fn a_named_fi_event_av_reports_each_insert_on_its_queue() {
 #[test]
 fn a_named_fi_event_call_keeps_its_context_to_itself_and_read_only_is_eperm() {
     let name = format!("test-named-event-ctx-{}", std::process::id());
-    let open_named = |flags| {
-        uet_av::NamedAv::open(
-            AvAttr {
-                name: Some(AvName::new(&name).unwrap()),
-                count: 4,
-                flags,
-                ..AvAttr::default()
-            },
-            LIMITS,
-            |a| Ok(MemoryNicTable::new(a.count as u32)),
-        )
-        .unwrap()
-    };
+    let open_named = |flags| open_named(&name, flags);
     let mut a = open_named(FI_EVENT);
     let mut r = open_named(FI_EVENT | FI_READ);
     let e = r.insert(&peer_bytes(1), 1, None, 0).unwrap_err();

@@ -390,7 +390,7 @@ fn check(av: &AddressVector<MemoryNicTable>, sets: &[Option<AvSet>], m: &Model, 
         // A member of a symmetric range carries the range's fields besides its own address;
         // the model knows addresses only.
         assert_eq!(
-            av.mirror_entry(i as u32).map(without_range_fields),
+            av.mirror_entry(i as u32).map(NicAvEntry::without_range),
             Some(expect_entry),
             "step {step}: mirror entry {i}"
         );
@@ -407,7 +407,7 @@ fn check(av: &AddressVector<MemoryNicTable>, sets: &[Option<AvSet>], m: &Model, 
                 "step {step}: NIC entry {i} against the mirror"
             );
             assert_eq!(
-                without_range_fields(on_nic),
+                NicAvEntry::without_range(on_nic),
                 expect_entry,
                 "step {step}: NIC entry {i}"
             );
@@ -1153,16 +1153,4 @@ proptest! {
             &ops,
         );
     }
-}
-
-/// `e` as a single entry: the range flag and fields cleared.
-fn without_range_fields(mut e: NicAvEntry) -> NicAvEntry {
-    if e.is_range() {
-        e.flags = (e.flags.get() & !uet_fwif::av_entry::entry_flags::RANGE).into();
-        e.range_count = 0.into();
-        e.range_svc = 0.into();
-        e.range_offset = 0.into();
-        e.range_first = 0.into();
-    }
-    e
 }

@@ -280,6 +280,19 @@ impl NicAvEntry {
         self.set_member(self.range_offset.get().checked_add(position)?)
     }
 
+    /// The single entry a range member stands for: `self` with its range flag and fields
+    /// cleared (a single entry comes back as it is).
+    pub fn without_range(mut self) -> Self {
+        if self.is_range() {
+            self.flags = U16::new(self.flags.get() & !entry_flags::RANGE);
+            self.range_count = U32::ZERO;
+            self.range_svc = U32::ZERO;
+            self.range_offset = U32::ZERO;
+            self.range_first = U32::ZERO;
+        }
+        self
+    }
+
     /// Set the user id reported as the source of receive completions.
     pub fn with_user_id(mut self, user_id: u64) -> Self {
         self.flags = U16::new(self.flags.get() | entry_flags::USER_ID);

@@ -246,44 +246,73 @@ fn child(spec: &str) {
     println!("{TAG} done");
 }
 
+/// Two processes of a node on one named AV, each with a NIC of its own: A created it, B opened
+/// it read-only and has an endpoint bound to its mirror (and buffers); and `n` peers, each a
+/// NIC with an AV and an endpoint of its own.
+struct TwoProcesses {
+    _fabric: uet_sim::Fabric,
+    a: uet_driver::SharedAv,
+    b: uet_driver::SharedAv,
+    ep: uet_driver::Endpoint,
+    pool: uet_driver::DmaPool,
+    peers: Vec<uet_tests::Node>,
+}
+
+fn two_processes(tag: &str, n: usize) -> TwoProcesses {
+    let name = format!("test-named-{tag}-{}", std::process::id());
+    let (fabric, fns) = fabric(2 + n);
+    let nic_a = open_nic(&fns[0]);
+    let nic_b = open_nic(&fns[1]);
+    let peers = fns[2..]
+        .iter()
+        .map(|f| uet_tests::Node::new(f.clone(), JOB, 8))
+        .collect();
+    let a = nic_a.open_named_av(attr(&name)).expect("create");
+    let b = nic_b
+        .open_named_av(AvAttr {
+            flags: FI_READ,
+            ..attr(&name)
+        })
+        .expect("open read-only");
+    let ep = nic_b
+        .endpoint(
+            uet_driver::EndpointAttr {
+                job_id: JOB,
+                ..uet_driver::EndpointAttr::default()
+            },
+            Some(&b.av()),
+        )
+        .expect("endpoint on the named AV");
+    let pool = uet_driver::DmaPool::new(&nic_b, 4096, 8).expect("pool");
+    TwoProcesses {
+        _fabric: fabric,
+        a,
+        b,
+        ep,
+        pool,
+        peers,
+    }
+}
+
 /// fi_av(3): "an fi_addr_t returned as part of an fi_av_insert call on one process is usable
 /// on another process which opens an AV of the same name". A handle whose process makes no
 /// AV call after another process's change still sends where the AV says: its endpoint brings
 /// the process's mirror and NIC table up to date before the send.
 #[test]
 fn an_endpoint_sends_where_another_process_put_the_address() {
-    use uet_driver::{DmaPool, EndpointAttr};
     use uet_fwif::datapath::CompletionKind;
-    use uet_tests::Node;
 
-    let name = format!("test-named-send-{}", std::process::id());
-    let (_fabric, fns) = fabric(4);
-    let nic_a = open_nic(&fns[0]);
-    let nic_b = open_nic(&fns[1]);
-    let mut peers: Vec<Node> = fns[2..]
-        .iter()
-        .map(|f| Node::new(f.clone(), JOB, 8))
-        .collect();
+    let TwoProcesses {
+        mut a,
+        mut b,
+        mut ep,
+        pool,
+        mut peers,
+        ..
+    } = two_processes("send", 2);
     for p in &mut peers {
         p.post_recvs(4);
     }
-    let mut a = nic_a.open_named_av(attr(&name)).expect("create");
-    let mut b = nic_b
-        .open_named_av(AvAttr {
-            flags: FI_READ,
-            ..attr(&name)
-        })
-        .expect("open read-only");
-    let mut ep = nic_b
-        .endpoint(
-            EndpointAttr {
-                job_id: JOB,
-                ..EndpointAttr::default()
-            },
-            Some(&b.av()),
-        )
-        .expect("endpoint on the named AV");
-    let pool = DmaPool::new(&nic_b, 4096, 8).expect("pool");
     let send = |ep: &mut uet_driver::Endpoint, text: &[u8]| {
         let mut buf = pool.alloc().expect("buffer");
         buf.fill(text).expect("fill");
@@ -344,31 +373,15 @@ fn an_endpoint_sends_where_another_process_put_the_address() {
 /// now names another peer.
 #[test]
 fn a_completion_read_catches_up_before_later_messages_are_attributed() {
-    use uet_driver::{DmaPool, EndpointAttr};
-    use uet_tests::Node;
-
-    let name = format!("test-named-source-{}", std::process::id());
-    let (_fabric, fns) = fabric(3);
-    let nic_a = open_nic(&fns[0]);
-    let nic_b = open_nic(&fns[1]);
-    let mut x = Node::new(fns[2].clone(), JOB, 8);
-    let mut a = nic_a.open_named_av(attr(&name)).expect("create");
-    let mut b = nic_b
-        .open_named_av(AvAttr {
-            flags: FI_READ,
-            ..attr(&name)
-        })
-        .expect("open read-only");
-    let mut ep = nic_b
-        .endpoint(
-            EndpointAttr {
-                job_id: JOB,
-                ..EndpointAttr::default()
-            },
-            Some(&b.av()),
-        )
-        .expect("endpoint on the named AV");
-    let pool = DmaPool::new(&nic_b, 4096, 8).expect("pool");
+    let TwoProcesses {
+        mut a,
+        mut b,
+        mut ep,
+        pool,
+        mut peers,
+        ..
+    } = two_processes("source", 1);
+    let x = &mut peers[0];
     for i in 0..4 {
         ep.post_recv(pool.alloc().unwrap(), i).unwrap();
     }
