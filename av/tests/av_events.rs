@@ -613,58 +613,44 @@ fn writes_in_flight_are_bounded() {
 // ---------------------------------------------------------------------------------------------
 // close
 
+/// fi_close waits for the writes in flight and cancels unsent `FI_MORE` records; an AV
+/// dropped rather than closed (or while a panic unwinds) ends its inserts the same way
+/// (fi_av(3): "There will always be one non-error completion event for each insert
+/// operation"). Either way the events are posted before the AV detaches from the queue.
 #[test]
-fn close_waits_for_writes_in_flight_and_cancels_unsent_records() {
-    let (mut av, nic) = open_deferred(16);
-    let sink = Sink::new();
-    av.bind(sink.clone(), 0).unwrap();
-    av.with_context(1)
-        .insert(&peer_bytes(1), 1, None, 0)
-        .unwrap();
-    av.with_context(2)
-        .insert(&[peer_bytes(2), peer_bytes(3)].concat(), 2, None, FI_MORE)
-        .unwrap();
-    av.close().unwrap();
-    assert!(nic.valid(0), "the write in flight completed");
-    assert!(!nic.valid(1), "the FI_MORE records were never sent");
-    assert_eq!(
-        short(sink.take()),
-        vec![
-            Ev::Done(1, 1),
-            Ev::Err(2, 0, FiErrno::FI_ECANCELED),
-            Ev::Err(2, 1, FiErrno::FI_ECANCELED),
-            Ev::Done(2, 0),
-        ]
-    );
-    assert_eq!(sink.bound(), 0);
-}
-
-/// fi_av(3): "There will always be one non-error completion event for each insert
-/// operation". An AV dropped rather than closed (or while a panic unwinds) ends its inserts as
-/// close does, and detaches from the queue after posting.
-#[test]
-fn dropping_the_av_ends_its_inserts_as_close_does() {
-    let (mut av, nic) = open_deferred(16);
-    let sink = Sink::new();
-    av.bind(sink.clone(), 0).unwrap();
-    av.with_context(1)
-        .insert(&peer_bytes(1), 1, None, 0)
-        .unwrap();
-    av.with_context(2)
-        .insert(&[peer_bytes(2), peer_bytes(3)].concat(), 2, None, FI_MORE)
-        .unwrap();
-    drop(av);
-    assert!(nic.valid(0), "the write in flight completed");
-    assert_eq!(
-        short(sink.take()),
-        vec![
-            Ev::Done(1, 1),
-            Ev::Err(2, 0, FiErrno::FI_ECANCELED),
-            Ev::Err(2, 1, FiErrno::FI_ECANCELED),
-            Ev::Done(2, 0),
-        ]
-    );
-    assert_eq!(sink.bound(), 0);
+fn close_or_drop_waits_for_writes_in_flight_and_cancels_unsent_records() {
+    for close in [true, false] {
+        let (mut av, nic) = open_deferred(16);
+        let sink = Sink::new();
+        av.bind(sink.clone(), 0).unwrap();
+        av.with_context(1)
+            .insert(&peer_bytes(1), 1, None, 0)
+            .unwrap();
+        av.with_context(2)
+            .insert(&[peer_bytes(2), peer_bytes(3)].concat(), 2, None, FI_MORE)
+            .unwrap();
+        if close {
+            av.close().unwrap();
+        } else {
+            drop(av);
+        }
+        assert!(
+            nic.valid(0),
+            "the write in flight completed (close: {close})"
+        );
+        assert!(!nic.valid(1), "the FI_MORE records were never sent");
+        assert_eq!(
+            short(sink.take()),
+            vec![
+                Ev::Done(1, 1),
+                Ev::Err(2, 0, FiErrno::FI_ECANCELED),
+                Ev::Err(2, 1, FiErrno::FI_ECANCELED),
+                Ev::Done(2, 0),
+            ],
+            "close: {close}"
+        );
+        assert_eq!(sink.bound(), 0);
+    }
 }
 
 struct BusyNic(MemoryNicTable, Arc<AtomicBool>);

@@ -53,9 +53,8 @@ fn ranges_fold_into_one_row_and_singles_stay_apart() {
     assert_eq!(json["entries"][1]["nic"]["range"], serde_json::Value::Null);
 }
 
-#[test]
-fn user_ids_show_in_text_and_json() {
-    let (_f, nic) = nic();
+/// An AV opened with FI_AV_USER_ID holding one peer, whose user id is 0xfeed; its fi_addr.
+fn one_peer_with_user_id(nic: &Nic) -> (uet_driver::Av, u64) {
     let mut av = nic
         .open_av(AvAttr {
             count: 8,
@@ -68,6 +67,13 @@ fn user_ids_show_in_text_and_json() {
     av.insertsvc("10.3.0.1", Some("2?ri=1+1&init=4"), Some(&mut fa), 0, None)
         .unwrap();
     av.set_user_id(fa, 0xfeed, 0).unwrap();
+    (av, fa)
+}
+
+#[test]
+fn user_ids_show_in_text_and_json() {
+    let (_f, nic) = nic();
+    let (mut av, _) = one_peer_with_user_id(&nic);
     let table = dump::collect(&mut av).unwrap();
     let text = dump::render_text("t", &table);
     assert!(text.contains("0xfeed"), "{text}");
@@ -178,18 +184,7 @@ fn a_range_row_shows_the_services_its_members_use() {
 #[test]
 fn a_difference_names_the_fields_and_both_values() {
     let (_f, nic) = nic();
-    let mut av = nic
-        .open_av(AvAttr {
-            count: 8,
-            job_id: 5,
-            flags: FI_AV_USER_ID,
-            ..AvAttr::default()
-        })
-        .unwrap();
-    let mut fa = 0u64;
-    av.insertsvc("10.3.0.1", Some("2?ri=1+1&init=4"), Some(&mut fa), 0, None)
-        .unwrap();
-    av.set_user_id(fa, 0xfeed, 0).unwrap();
+    let (mut av, fa) = one_peer_with_user_id(&nic);
     let mut wrong = av.mirror_entry(fa as u32).unwrap();
     wrong.user_id = 0xbeef.into();
     wrong.caps ^= 1;
