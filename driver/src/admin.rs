@@ -18,7 +18,10 @@
 //! asynchronous command (an `FI_EVENT` AV_WRITE, [`crate::av`]) carries its data in DMA memory
 //! of its own, not the scratch buffer, and is completed by whoever polls it. A command that does
 //! not complete within the timeout is reported with the device's fatal-error state and
-//! abandoned (its completion, should it come, is dropped), never waited on forever.
+//! abandoned (its completion, should it come, is dropped), never waited on forever. Until that
+//! completion comes, or the queue is programmed again after a reset, the scratch buffer is
+//! lent to no other command ([`AdminQueue::scratch`] refuses): a late device must not take the
+//! next command's data for the abandoned one's.
 
 use crate::dma::{DmaError, DmaRegion};
 use crate::error::DriverError;
@@ -139,6 +142,10 @@ pub struct AdminQueue {
     unreported: u32,
     /// Commands the device has not completed yet (outstanding or abandoned).
     in_flight: usize,
+    /// Commands abandoned after a timeout whose completions have not come: the device may
+    /// still read or write the scratch buffer for them, so it is lent to no other command
+    /// until they complete or the queue is programmed again.
+    scratch_holders: Vec<u16>,
 }
 
 impl AdminQueue {
@@ -157,6 +164,7 @@ impl AdminQueue {
             commands: CommandTable::new(),
             unreported: 0,
             in_flight: 0,
+            scratch_holders: Vec::new(),
         }
     }
 
@@ -178,6 +186,7 @@ impl AdminQueue {
         self.commands.clear();
         self.unreported = 0;
         self.in_flight = 0;
+        self.scratch_holders.clear();
         bar.write(ADMIN_SQ_BASE, self.sq.region().iova());
         bar.write(ADMIN_CQ_BASE, self.cq.region().iova());
         bar.write(
@@ -190,9 +199,17 @@ impl AdminQueue {
         Ok(())
     }
 
-    /// The scratch buffer for the data of synchronous commands.
-    pub fn scratch(&self) -> &DmaRegion {
-        self.scratch.region()
+    /// The scratch buffer for the data of synchronous commands. Refused while a command that
+    /// timed out may still use it: a late device would otherwise read the next command's data
+    /// as its own, or write over it. The function then wants a reset.
+    pub fn scratch(&self) -> Result<&DmaRegion, DriverError> {
+        match self.scratch_holders.first() {
+            None => Ok(self.scratch.region()),
+            Some(id) => Err(DriverError::AdminProtocol(format!(
+                "admin command {id} timed out and the device may still use the scratch buffer \
+                 for it; commands with data wait for its completion or a function reset"
+            ))),
+        }
     }
 
     /// Set how long a command may take.
@@ -319,6 +336,7 @@ impl AdminQueue {
                 }
                 Some(Slot::Abandoned) => {
                     self.in_flight = self.in_flight.saturating_sub(1);
+                    self.scratch_holders.retain(|&h| h != id);
                     tracing::debug!(command_id = id, "completion of an abandoned command");
                 }
                 Some(done @ Slot::Done { .. }) => {
@@ -375,6 +393,9 @@ impl AdminQueue {
                 let since = waiting_since.unwrap_or_else(Instant::now);
                 if since.elapsed() >= self.timeout {
                     self.commands.insert(id, Slot::Abandoned);
+                    if !self.scratch_holders.contains(&id) {
+                        self.scratch_holders.push(id);
+                    }
                     Some(Err(self.timeout_error(bar, opcode)))
                 } else {
                     self.commands.insert(

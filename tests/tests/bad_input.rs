@@ -148,6 +148,34 @@ fn admin_command_on_a_disabled_device_times_out_with_a_clear_error() {
     assert!(e.to_string().contains("timed out"), "{e}");
 }
 
+/// A data-carrying admin command that timed out may still be run by a late device: the
+/// scratch buffer its data sits in is lent to no other command until its completion comes
+/// (or the function is reset), so the next such command fails with a clear error instead of
+/// having its data read, or overwritten, by the old one.
+#[test]
+fn a_timed_out_command_keeps_the_scratch_buffer_from_the_next() {
+    let (_f, fns) = fabric(1);
+    let mut node = Node::new(fns.into_iter().next().unwrap(), 1, 8);
+    let peers = [
+        uet_tests::forged(node.ep.address(), |a| a.initiator = 0x77),
+        uet_tests::forged(node.ep.address(), |a| a.initiator = 0x78),
+    ]
+    .concat();
+    node.nic.set_admin_timeout(Duration::from_millis(50));
+    node.nic.bar0().write(DEV_CTRL, DevCtrl::new());
+    // Two records: an AV_WRITE through the scratch buffer, which times out.
+    let e = node.av.insert(&peers, 2, None, 0).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EIO);
+    assert!(e.message.contains("timed out"), "{e}");
+    assert_eq!(node.av.len(), 0, "rolled back");
+    let e = node.av.insert(&peers, 2, None, 0).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EIO);
+    assert!(e.message.contains("scratch buffer"), "{e}");
+    assert_eq!(node.av.len(), 0);
+    let e = node.av.verify_nic().unwrap_err();
+    assert!(e.message.contains("scratch buffer"), "{e}");
+}
+
 #[test]
 fn malformed_frames_are_counted_and_dropped() {
     let (fabric, fns) = fabric(2);
