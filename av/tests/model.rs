@@ -681,6 +681,25 @@ impl Run {
                             assert_eq!(l, ADDR_LEN);
                             let n = (*len).min(ADDR_LEN);
                             assert_eq!(&buf[..n], &bytes[..n]);
+                            // fi_av_straddr of it, into a buffer of the same length: the
+                            // string truncated as a C string, its full size in `len`, and a
+                            // form insertsvc takes back (fi_av(3)) naming the same address.
+                            let mut sbuf = vec![0xAAu8; *len];
+                            let mut sl = *len;
+                            let text = self.av.straddr(&bytes, &mut sbuf, &mut sl);
+                            assert_eq!(sl, text.len() + 1, "step {step}: straddr size");
+                            let n = (*len).min(text.len() + 1);
+                            if n > 0 {
+                                assert_eq!(&sbuf[..n - 1], &text.as_bytes()[..n - 1]);
+                                assert_eq!(sbuf[n - 1], 0, "step {step}: NUL-terminated");
+                            }
+                            assert!(sbuf[n..].iter().all(|&b| b == 0xAA), "nothing past it");
+                            let back = uet_av::addr_str::parse_addr_str_with(
+                                &text,
+                                uet_av::addr_str::system_resolver,
+                            )
+                            .unwrap_or_else(|e| panic!("step {step}: {text}: {e}"));
+                            assert_eq!(back.to_bytes().unwrap(), bytes, "step {step}: {text}");
                         }
                     }
                     None => {
