@@ -68,6 +68,9 @@ enum Slot {
     Outstanding {
         opcode: u8,
         waiting_since: Option<Instant>,
+        /// The command's data is in the scratch buffer ([`AdminQueue::scratch`] was taken
+        /// for it).
+        uses_scratch: bool,
     },
     /// Completed; the completion waits for its owner.
     Done { opcode: u8, cqe: AdminCompletion },
@@ -146,6 +149,8 @@ pub struct AdminQueue {
     /// still read or write the scratch buffer for them, so it is lent to no other command
     /// until they complete or the queue is programmed again.
     scratch_holders: Vec<u16>,
+    /// The scratch buffer was taken since the last submission: the next command uses it.
+    scratch_taken: bool,
 }
 
 impl AdminQueue {
@@ -165,6 +170,7 @@ impl AdminQueue {
             unreported: 0,
             in_flight: 0,
             scratch_holders: Vec::new(),
+            scratch_taken: false,
         }
     }
 
@@ -187,6 +193,7 @@ impl AdminQueue {
         self.unreported = 0;
         self.in_flight = 0;
         self.scratch_holders.clear();
+        self.scratch_taken = false;
         bar.write(ADMIN_SQ_BASE, self.sq.region().iova());
         bar.write(ADMIN_CQ_BASE, self.cq.region().iova());
         bar.write(
@@ -199,12 +206,21 @@ impl AdminQueue {
         Ok(())
     }
 
-    /// The scratch buffer for the data of synchronous commands. Refused while a command that
-    /// timed out may still use it: a late device would otherwise read the next command's data
-    /// as its own, or write over it. The function then wants a reset.
-    pub fn scratch(&self) -> Result<&DmaRegion, DriverError> {
+    /// The scratch buffer for the data of the next synchronous command. Refused while a
+    /// command that used it timed out and has not completed: a late device would otherwise
+    /// read the next command's data as its own, or write over it. Completions that came since
+    /// are collected first, so a late completion releases the buffer at once.
+    pub fn scratch(&mut self, bar: &dyn Mmio) -> Result<&DmaRegion, DriverError> {
+        if !self.scratch_holders.is_empty() {
+            if let Err(e) = self.reap(bar) {
+                tracing::warn!("{e}");
+            }
+        }
         match self.scratch_holders.first() {
-            None => Ok(self.scratch.region()),
+            None => {
+                self.scratch_taken = true;
+                Ok(self.scratch.region())
+            }
             Some(id) => Err(DriverError::AdminProtocol(format!(
                 "admin command {id} timed out and the device may still use the scratch buffer \
                  for it; commands with data wait for its completion or a function reset"
@@ -274,11 +290,13 @@ impl AdminQueue {
         let slot = usize::from(self.sq_tail) * COMMAND_BYTES;
         self.sq.region().write_obj(slot, &entry)?;
         self.sq_tail = self.geometry.next(self.sq_tail);
+        let uses_scratch = core::mem::take(&mut self.scratch_taken);
         self.commands.insert(
             command_id,
             Slot::Outstanding {
                 opcode,
                 waiting_since: None,
+                uses_scratch,
             },
         );
         self.in_flight += 1;
@@ -389,11 +407,12 @@ impl AdminQueue {
             Some(Slot::Outstanding {
                 opcode,
                 waiting_since,
+                uses_scratch,
             }) => {
                 let since = waiting_since.unwrap_or_else(Instant::now);
                 if since.elapsed() >= self.timeout {
                     self.commands.insert(id, Slot::Abandoned);
-                    if !self.scratch_holders.contains(&id) {
+                    if uses_scratch && !self.scratch_holders.contains(&id) {
                         self.scratch_holders.push(id);
                     }
                     Some(Err(self.timeout_error(bar, opcode)))
@@ -403,6 +422,7 @@ impl AdminQueue {
                         Slot::Outstanding {
                             opcode,
                             waiting_since: Some(since),
+                            uses_scratch,
                         },
                     );
                     None

@@ -207,7 +207,7 @@ impl NicAvTable for NicAv {
         let nic = &self.table.nic;
         let mut admin = nic.admin();
         // Each record is built where AV_WRITE reads it: the scratch buffer.
-        let scratch = admin.scratch().map_err(|e| nic_error(OP, e))?;
+        let scratch = admin.scratch(nic.bar()).map_err(|e| nic_error(OP, e))?;
         for i in 0..count {
             scratch
                 .write_obj(i * RECORD_BYTES, &record(i))
@@ -253,7 +253,7 @@ impl NicAvTable for NicAv {
         // the stack: no allocation per command.
         let mut piece = [U32::ZERO; 512];
         let mut admin = nic.admin();
-        let scratch = admin.scratch().map_err(|e| nic_error(OP, e))?;
+        let scratch = admin.scratch(nic.bar()).map_err(|e| nic_error(OP, e))?;
         for (k, part) in indices.chunks(piece.len()).enumerate() {
             for (dst, &index) in piece.iter_mut().zip(part) {
                 *dst = U32::new(index);
@@ -389,7 +389,12 @@ impl NicAvTable for NicAv {
         let mut admin = nic.admin();
         let len = core::mem::size_of_val(out);
         let mut body = RangeBody::new_zeroed();
-        body.buf = U64::new(admin.scratch().map_err(crate::errno::admin_to_fi)?.iova());
+        body.buf = U64::new(
+            admin
+                .scratch(nic.bar())
+                .map_err(crate::errno::admin_to_fi)?
+                .iova(),
+        );
         body.len = U32::new(len as u32);
         body.first = U32::new(u32::from(first));
         body.count = U32::new(out.len() as u32);
@@ -397,7 +402,7 @@ impl NicAvTable for NicAv {
             .execute(nic.bar(), Command::AuthKeyRead(body))
             .map_err(crate::errno::admin_to_fi)?;
         admin
-            .scratch()
+            .scratch(nic.bar())
             .map_err(crate::errno::admin_to_fi)?
             .read_bytes(0, out.as_mut_bytes())
             .map_err(|e| crate::errno::admin_to_fi(e.into()))
@@ -419,7 +424,12 @@ impl NicAvTable for NicAv {
             let mut admin = nic.admin();
             let len = core::mem::size_of_val(chunk);
             let mut body = RangeBody::new_zeroed();
-            body.buf = U64::new(admin.scratch().map_err(|e| nic_error(OP, e))?.iova());
+            body.buf = U64::new(
+                admin
+                    .scratch(nic.bar())
+                    .map_err(|e| nic_error(OP, e))?
+                    .iova(),
+            );
             body.len = U32::new(len as u32);
             body.first = U32::new(at);
             body.count = U32::new(chunk.len() as u32);
@@ -433,7 +443,7 @@ impl NicAvTable for NicAv {
                 )
                 .map_err(|e| nic_error(OP, e))?;
             admin
-                .scratch()
+                .scratch(nic.bar())
                 .map_err(|e| nic_error(OP, e))?
                 .read_bytes(0, chunk.as_mut_bytes())
                 .map_err(|e| nic_error(OP, e.into()))?;

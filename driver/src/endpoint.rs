@@ -1828,7 +1828,7 @@ impl Endpoint {
         let nic = &self.nic;
         let mut admin = nic.admin();
         let mut body = BufferBody::new_zeroed();
-        body.buf = U64::new(admin.scratch()?.iova());
+        body.buf = U64::new(admin.scratch(nic.bar())?.iova());
         body.len = U32::new(EndpointCounters::BYTES as u32);
         admin.execute(
             nic.bar(),
@@ -1838,7 +1838,9 @@ impl Endpoint {
             },
         )?;
         let mut block = EndpointCounters::new_zeroed();
-        admin.scratch()?.read_bytes(0, block.as_mut_bytes())?;
+        admin
+            .scratch(nic.bar())?
+            .read_bytes(0, block.as_mut_bytes())?;
         Ok(EndpointStats::from(&block))
     }
 }

@@ -174,6 +174,15 @@ fn a_timed_out_command_keeps_the_scratch_buffer_from_the_next() {
     assert_eq!(node.av.len(), 0);
     let e = node.av.verify_nic().unwrap_err();
     assert!(e.message.contains("scratch buffer"), "{e}");
+    // The device answers again and runs what it was given: its late completion releases the
+    // buffer at the next command that needs it, with no other command in between.
+    node.nic
+        .bar0()
+        .write(DEV_CTRL, DevCtrl::new().with_enable(true));
+    assert_eq!(
+        node.av.insert(&peers, 2, None, 0).map_err(|e| e.errno),
+        Ok(2)
+    );
 }
 
 #[test]
