@@ -45,12 +45,16 @@ pub struct KeyRow {
     pub key: AuthKeyInfo,
     /// The NIC's auth-key slot `key.slot`.
     pub nic: AuthKeyEntry,
+    /// The NIC's handle of the AV's table: the owner the slot must name.
+    pub av: u32,
 }
 
 impl KeyRow {
-    /// Whether the NIC's slot holds something else than the key (JobID, source) or nothing.
+    /// Whether the NIC's slot holds something else than the key (JobID, source, owner), or
+    /// nothing: the NIC uses a slot only for entries of the AV that owns it.
     pub fn differs(&self) -> bool {
         !(self.nic.is_valid()
+            && self.nic.av.get() == self.av
             && self.nic.job_id.get() == self.key.job_id
             && self.nic.source.get() == self.key.source)
     }
@@ -79,7 +83,7 @@ impl AvDump {
         match e.auth_key_slot() {
             None => format!("{:#x}", e.job_id.get()),
             Some(slot) => match self.keys.iter().find(|k| k.key.slot == slot) {
-                Some(k) if k.nic.is_valid() => format!("{:#x} (key)", k.nic.job_id.get()),
+                Some(k) if !k.differs() => format!("{:#x} (key)", k.nic.job_id.get()),
                 _ => "(no key)".to_string(),
             },
         }
@@ -130,13 +134,18 @@ pub fn collect(av: &mut Av) -> Result<AvDump, FiError> {
         first += n as u32;
     }
     let infos: Vec<AuthKeyInfo> = av.auth_keys().collect();
+    let owner = av.nic().table().handle();
     let mut keys = Vec::with_capacity(infos.len());
     for key in infos {
         let mut slot = [AuthKeyEntry::default()];
         av.nic_mut()
             .read_auth_keys(key.slot, &mut slot)
             .map_err(|e| e.within(format_args!("reading auth-key slot {}", key.slot)))?;
-        keys.push(KeyRow { key, nic: slot[0] });
+        keys.push(KeyRow {
+            key,
+            nic: slot[0],
+            av: owner,
+        });
     }
     Ok(AvDump {
         capacity,
@@ -388,9 +397,10 @@ pub fn render_text(title: &str, dump: &AvDump) -> String {
                     "same".to_string()
                 } else if k.nic.is_valid() {
                     format!(
-                        "DIFFERS: JobID {:#x}, source {:#x}",
+                        "DIFFERS: JobID {:#x}, source {:#x}, AV {}",
                         k.nic.job_id.get(),
-                        k.nic.source.get()
+                        k.nic.source.get(),
+                        k.nic.av.get()
                     )
                 } else {
                     "DIFFERS: slot empty".to_string()
@@ -486,6 +496,7 @@ pub fn render_json(dump: &AvDump) -> Value {
             "bound": k.key.bound,
             "nic": {
                 "valid": k.nic.is_valid(),
+                "av": k.nic.av.get(),
                 "job_id": k.nic.job_id.get(),
                 "source": k.nic.source.get(),
                 "grants": k.nic.grants.get(),

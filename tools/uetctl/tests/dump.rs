@@ -262,3 +262,42 @@ fn a_pending_fi_more_batch_is_sent_before_the_table_is_read() {
     assert_eq!(av.pending_len(), 0);
     assert!(table.rows[0].nic.is_valid());
 }
+
+/// The NIC uses an auth-key slot only for the AV that owns it: a slot removed behind an AV's
+/// back and given to another AV (same JobID, same source) is a difference for the first, and
+/// its keyed entries show no key.
+#[test]
+fn a_key_slot_owned_by_another_av_is_a_difference() {
+    let (_f, nic) = nic();
+    let open = || {
+        nic.open_av(AvAttr {
+            count: 8,
+            job_id: 5,
+            auth_key_size: FI_AV_AUTH_KEY,
+            ..AvAttr::default()
+        })
+        .unwrap()
+    };
+    let (mut a, mut b) = (open(), open());
+    let k = a.insert_auth_key(&job_id_to_auth_key(0x51), 0).unwrap();
+    let slot = a.auth_keys().next().unwrap().slot;
+    let mut keyed = k;
+    a.insertsvc("10.2.0.9", Some("3"), Some(&mut keyed), FI_AUTH_KEY, None)
+        .unwrap();
+    assert_eq!(dump::collect(&mut a).unwrap().differences(), 0);
+    a.nic_mut().remove_auth_key(slot).unwrap();
+    b.insert_auth_key(&job_id_to_auth_key(0x51), 0).unwrap();
+    assert_eq!(
+        b.auth_keys().next().unwrap().slot,
+        slot,
+        "the slot went to b"
+    );
+    let table = dump::collect(&mut a).unwrap();
+    assert_eq!(table.differences(), 1);
+    let text = dump::render_text("t", &table);
+    assert!(
+        row_line(&text, &keyed.to_string()).contains("(no key)"),
+        "{text}"
+    );
+    assert_eq!(dump::collect(&mut b).unwrap().differences(), 0);
+}
