@@ -1145,10 +1145,14 @@ impl Draw for SeededDraw {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(24),
+        ..ProptestConfig::default()
+    })]
 
-    /// 24 cases of 10,000 steps each. The steps follow from the seed, so a failure is
-    /// reported by its seed and configuration, and the step it failed at.
+    /// 24 cases of 10,000 steps each (`PROPTEST_CASES` sets another number). The steps follow
+    /// from the seed, so a failure is reported by its seed and configuration, and the step it
+    /// failed at.
     #[test]
     fn av_matches_the_model(
         seed in 1u64..,

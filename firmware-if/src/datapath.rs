@@ -114,7 +114,8 @@
 //! Resource index 0 is never assigned to an endpoint: it is the provider-to-provider control
 //! channel of every endpoint. A SEND descriptor with [`TX_FLAG_CONTROL`] addresses index 0 of
 //! the destination endpoint (JobID and PIDonFEP from the AV entry; the entry's range and the
-//! receive context are ignored). At the target a SEND with index 0 goes to the endpoint's
+//! receive context are ignored). No other descriptor reaches it: one whose entry and receive
+//! context name index 0 completes `AddrNotAvail` at the sending NIC, and nothing is sent. At the target a SEND with index 0 goes to the endpoint's
 //! control channel — the RX ring of a passive endpoint, or of the context an endpoint created
 //! with the CONTROL role — and is refused RC_BAD_INDEX when it has none; TAGGED_SEND, WRITE
 //! and READ to index 0 are always RC_BAD_INDEX. The host gives the messages their meaning

@@ -16,9 +16,10 @@
 //!   sender is reported (or its user id when the entry has one).
 //! * A table cannot be destroyed while an endpoint is bound to it.
 //!
-//! * Symmetric range entries (`RANGE`, see `uet_fwif::av_entry`) are kept in a list sorted by
-//!   first index, beside the per-index entries; a range costs one list element however many
-//!   peers it covers. Translation of an index with no single entry binary-searches the list and
+//! * Symmetric range entries (`RANGE`, see `uet_fwif::av_entry`) are kept in an ordered map by
+//!   first index, beside the per-index entries; a range costs one map entry however many
+//!   peers it covers, and adding or removing one costs the same wherever it lies. Translation
+//!   of an index with no single entry looks up the range starting last at or before it and
 //!   computes the member. Removing a member marks a hole in the range's own bitmap (allocated at
 //!   the first hole); a single entry written into a hole takes its place; the range goes away
 //!   with its last member. Ranges never overlap each other or a single entry: AV_WRITE refuses

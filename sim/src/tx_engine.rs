@@ -19,7 +19,8 @@
 //!    `DMA_FAULTS`) before any packet is sent.
 //! 3. Translate `dest` through the endpoint's bound AV: the receive context is the top
 //!    `rx_ctx_bits` bits, the index the rest. No bound AV, an index beyond the table, an invalid
-//!    entry, or a resource index (`entry.ri_start + rx_ctx`) beyond 12 bits complete with
+//!    entry, a resource index (`entry.ri_start + rx_ctx`) beyond 12 bits, or resource index 0
+//!    (the control channel) for a send without `TX_FLAG_CONTROL` complete with
 //!    `AddrNotAvail`. With peer groups (the AV's `max_group_id` > 0) the index is bits 0–31
 //!    and the group the bits above it, below the receive context; a group above
 //!    `max_group_id` completes with `BadGroup` and counts `TX_BAD_GROUP` (see
@@ -30,7 +31,7 @@
 //!    packet: source IP = this NIC, destination IP = the entry's fabric address, UDP 4793; PDS
 //!    RUD_REQ; SES standard request with the opcode (SEND 0x05, TAGGED_SEND 0x09, WRITE 0x01),
 //!    JobID from the entry (from its auth-key slot when the entry has `AUTH_KEY` set; a slot
-//!    no longer in use completes `AddrNotAvail`) and PIDonFEP from the entry, resource index `entry.ri_start + rx_ctx`, the
+//!    no longer in use, or owned by another AV, completes `AddrNotAvail`) and PIDonFEP from the entry, resource index `entry.ri_start + rx_ctx`, the
 //!    endpoint's initiator id, `match_bits` = the descriptor's (tag or memory key),
 //!    `buffer_offset` = `remote_offset` (WRITE) or the peer group (SEND, TAGGED_SEND; 0 for
 //!    a control-channel SEND), request_length = `len` (the whole message, in

@@ -378,13 +378,28 @@ fn a_capture_cut_short_fails_every_command_that_takes_pcap() {
             eprintln!("skipped: mkfifo is not available");
             return;
         }
-        // The reader takes the file header and a little more, then goes.
+        // The reader takes the file header and a little more, then goes. It opens without
+        // waiting for a writer and gives up after a minute, so a uetctl that never opens the
+        // capture fails the test instead of hanging it.
         let reader = {
             let fifo = fifo.clone();
             std::thread::spawn(move || {
-                let mut f = std::fs::File::open(&fifo).expect("open the fifo");
-                let mut buf = [0u8; 64];
-                let _ = f.read_exact(&mut buf);
+                use std::os::unix::fs::OpenOptionsExt;
+                let mut f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NONBLOCK)
+                    .open(&fifo)
+                    .expect("open the fifo");
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+                let mut got = 0;
+                while got < 64 && std::time::Instant::now() < deadline {
+                    let mut buf = [0u8; 64];
+                    match f.read(&mut buf[got..]) {
+                        Ok(n) if n > 0 => got += n,
+                        // No writer yet (0), or no data yet.
+                        _ => std::thread::sleep(std::time::Duration::from_millis(1)),
+                    }
+                }
             })
         };
         let args: Vec<&str> = cmd
