@@ -107,6 +107,13 @@ pub trait NicAvTable {
         let _ = slot;
         0
     }
+
+    /// The NIC's handle of this table: the owner its auth-key slots name
+    /// ([`AuthKeyEntry::av`]), since the NIC uses a slot only for its owner's entries. `None`
+    /// when the table does not know it (ownership is then not checked).
+    fn table_handle(&self) -> Option<u32> {
+        None
+    }
 }
 
 /// An AV_WRITE submitted by [`NicAvTable::submit_write`] whose outcome may not be known yet.
@@ -202,6 +209,9 @@ macro_rules! forward_nic_av_table {
             }
             fn auth_key_users(&self, slot: u16) -> usize {
                 (**self).auth_key_users(slot)
+            }
+            fn table_handle(&self) -> Option<u32> {
+                (**self).table_handle()
             }
         }
     )*};
@@ -657,6 +667,11 @@ impl MemoryNicTable {
 }
 
 impl NicAvTable for MemoryNicTable {
+    /// The one table of its own auth-key slots, handle 1.
+    fn table_handle(&self) -> Option<u32> {
+        Some(1)
+    }
+
     fn write_entries(&mut self, records: &[AvWriteRecord]) -> Result<(), NicError> {
         let r = self.do_write(records);
         self.fail(r)

@@ -178,6 +178,10 @@ impl NicAv {
 }
 
 impl NicAvTable for NicAv {
+    fn table_handle(&self) -> Option<u32> {
+        Some(self.table.handle)
+    }
+
     fn write_entries(&mut self, records: &[AvWriteRecord]) -> Result<(), NicError> {
         self.write_entries_with(records.len(), &mut |i| {
             // Always within `records` (exactly that many are asked for); past it, an index

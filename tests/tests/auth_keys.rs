@@ -462,3 +462,35 @@ fn av_open_without_auth_key_slots_is_enosys() {
     assert_eq!(e.errno, FiErrno::FI_ENOSYS);
     assert!(nic.open_av(AvAttr::default()).is_ok());
 }
+
+/// The NIC uses an auth-key slot only for the entries of the AV that owns it. A slot removed
+/// behind an AV's back and given to another AV of the NIC, with the same JobID and source, is
+/// a mismatch for the first AV's verify_auth_keys, and none for the second's.
+#[test]
+fn verify_auth_keys_checks_the_slot_owner() {
+    let fabric = Fabric::new();
+    let mut h = host(&fabric, 0, |_| {}, 0);
+    let mut other = h
+        .nic
+        .open_av(AvAttr {
+            count: 16,
+            job_id: OWN_JOB,
+            auth_key_size: FI_AV_AUTH_KEY,
+            ..AvAttr::default()
+        })
+        .expect("a second AV");
+    h.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
+    let slot = h.av.auth_keys().next().unwrap().slot;
+    assert!(h.av.verify_auth_keys().unwrap().is_empty());
+    h.av.nic_mut().remove_auth_key(slot).unwrap();
+    other.insert_auth_key(&key(KEY_JOB), 0).unwrap();
+    assert_eq!(
+        other.auth_keys().next().unwrap().slot,
+        slot,
+        "the slot went over"
+    );
+    let m = h.av.verify_auth_keys().unwrap();
+    assert_eq!(m.len(), 1);
+    assert_eq!(m[0].nic.av.get(), other.nic().table().handle());
+    assert!(other.verify_auth_keys().unwrap().is_empty());
+}

@@ -513,7 +513,8 @@ impl<N: NicAvTable> AddressVector<N> {
     }
 
     /// Read the NIC's slot of every key back (AUTH_KEY_READ) and compare it with what the AV
-    /// says it should hold: in use, the key's JobID, the key's source. `FI_EIO` if a read
+    /// says it should hold: in use, owned by this AV's table (when the table knows its handle,
+    /// [`NicAvTable::table_handle`]), the key's JobID, the key's source. `FI_EIO` if a read
     /// fails.
     pub fn verify_auth_keys(&mut self) -> Result<Vec<AuthKeyMismatch>, FiError> {
         let keys: Vec<AuthKeyInfo> = self.auth_keys().collect();
@@ -527,8 +528,11 @@ impl<N: NicAvTable> AddressVector<N> {
                 ))
             })?;
             let nic = e[0];
-            let same =
-                nic.is_valid() && nic.job_id.get() == key.job_id && nic.source.get() == key.source;
+            let owner = self.nic.table_handle();
+            let same = nic.is_valid()
+                && owner.is_none_or(|h| nic.av.get() == h)
+                && nic.job_id.get() == key.job_id
+                && nic.source.get() == key.source;
             if !same {
                 out.push(AuthKeyMismatch { key, nic });
             }
