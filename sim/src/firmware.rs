@@ -104,6 +104,24 @@ impl Nic {
         Status::DmaFault
     }
 
+    /// The `bytes` of host memory at `iova`, read by DMA into the staging buffer `buf` (grown,
+    /// never cleared: DMA overwrites what a command uses). DmaFault when they are not mapped.
+    fn dma_stage<'b>(
+        &mut self,
+        iova: u64,
+        bytes: usize,
+        buf: &'b mut Vec<u8>,
+    ) -> Result<&'b mut [u8], Status> {
+        if buf.len() < bytes {
+            buf.resize(bytes, 0);
+        }
+        let staged = buf.get_mut(..bytes).ok_or(Status::Internal)?;
+        if self.iommu.read(iova, staged).is_err() {
+            return Err(self.dma_status());
+        }
+        Ok(staged)
+    }
+
     fn fw_identify(&mut self, b: &BufferBody) -> FwResult {
         if b.len.get() < IDENTIFY_BYTES {
             return Err(Status::InvalidField);
@@ -176,8 +194,8 @@ impl Nic {
         }
     }
 
-    /// Read the records into the staging buffer (grown, never cleared: DMA overwrites what a
-    /// command uses), check each where it lies, then store them all or none.
+    /// Read the records into the staging buffer ([`Nic::dma_stage`]), check each where it
+    /// lies, then store them all or none.
     fn fw_av_write_staged(
         &mut self,
         av: u32,
@@ -186,13 +204,7 @@ impl Nic {
         bytes: usize,
         buf: &mut Vec<u8>,
     ) -> Result<(), Status> {
-        if buf.len() < bytes {
-            buf.resize(bytes, 0);
-        }
-        let staged = buf.get_mut(..bytes).ok_or(Status::Internal)?;
-        if self.iommu.read(iova, staged).is_err() {
-            return Err(self.dma_status());
-        }
+        let staged = self.dma_stage(iova, bytes, buf)?;
         let records = <[AvWriteRecord]>::ref_from_bytes(staged).map_err(|_| Status::Internal)?;
         for r in records {
             if r.reserved.get() != 0 {
@@ -272,13 +284,7 @@ impl Nic {
         bytes: usize,
         buf: &mut Vec<u8>,
     ) -> Result<(), Status> {
-        if buf.len() < bytes {
-            buf.resize(bytes, 0);
-        }
-        let staged = buf.get_mut(..bytes).ok_or(Status::Internal)?;
-        if self.iommu.read(iova, staged).is_err() {
-            return Err(self.dma_status());
-        }
+        let staged = self.dma_stage(iova, bytes, buf)?;
         let indices = <[U32]>::ref_from_bytes(staged).map_err(|_| Status::Internal)?;
         if indices.iter().any(|i| i.get() >= capacity) {
             return Err(Status::IndexOutOfRange);
