@@ -1411,13 +1411,8 @@ fn ev_run(seed: u64, cap: usize, steps: usize) -> Vec<Ev> {
         fail_write: false,
     };
     let mut seen = Vec::new();
-    let mut x = seed;
-    let mut below = |n: u64| {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x % n
-    };
+    let mut r = XorShift(seed);
+    let mut below = |n: u64| r.below(n);
     for step in 0..steps {
         if below(10) == 0 {
             av.nic_mut().fail_after(NicOp::Write, 0);

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{peer_bytes, LIMITS};
+use common::{peer_bytes, XorShift, LIMITS};
 use uet_av::{
     AddressVector, AvAttr, AvLimits, FiErrno, MemoryNicTable, NicOp, ADDR_LEN, AUTH_KEY_ADDR_BASE,
     FI_ADDR_NOTAVAIL, FI_AUTH_KEY, FI_AV_AUTH_KEY,
@@ -179,30 +179,14 @@ impl Model {
     }
 }
 
-/// A small xorshift generator: runs are reproducible from their seed.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-
-    fn chance(&mut self, one_in: u64) -> bool {
-        self.below(one_in) == 0
-    }
-
-    /// A handle to insert against or remove: a held key's mostly, else one no key has (a
-    /// stale or never-issued number), or an address.
-    fn handle(&mut self, m: &Model) -> u64 {
-        match self.below(8) {
-            0 => AUTH_KEY_ADDR_BASE | self.below(6),
-            1 => self.below(4),
-            _ if m.keys.is_empty() => AUTH_KEY_ADDR_BASE | self.below(6),
-            _ => m.keys[self.below(m.keys.len() as u64) as usize].handle(),
-        }
+/// A handle to insert against or remove: a held key's mostly, else one no key has (a stale or
+/// never-issued number), or an address.
+fn any_handle(r: &mut XorShift, m: &Model) -> u64 {
+    match r.below(8) {
+        0 => AUTH_KEY_ADDR_BASE | r.below(6),
+        1 => r.below(4),
+        _ if m.keys.is_empty() => AUTH_KEY_ADDR_BASE | r.below(6),
+        _ => m.keys[r.below(m.keys.len() as u64) as usize].handle(),
     }
 }
 
@@ -289,7 +273,7 @@ fn run(seed: u64, cap: usize, steps: usize, seen: &mut Tally) {
         keys: Vec::new(),
         fail_auth: false,
     };
-    let mut r = Rng(seed);
+    let mut r = XorShift(seed);
     for step in 0..steps {
         if r.chance(10) {
             // The NIC refuses its next auth-key command, made in this step if any.
@@ -331,7 +315,7 @@ fn run(seed: u64, cap: usize, steps: usize, seen: &mut Tally) {
                 let buf: Vec<u8> = addrs.iter().flat_map(|(_, b)| *b).collect();
                 let keyed = r.chance(2);
                 let mut fa: Vec<u64> = (0..n)
-                    .map(|_| if keyed { r.handle(&m) } else { 0 })
+                    .map(|_| if keyed { any_handle(&mut r, &m) } else { 0 })
                     .collect();
                 let handles = fa.clone();
                 let flags = if keyed { FI_AUTH_KEY } else { 0 };
@@ -360,14 +344,14 @@ fn run(seed: u64, cap: usize, steps: usize, seen: &mut Tally) {
                 assert_eq!(got, m.remove(&targets), "step {step}: remove {targets:?}");
             }
             9..=10 => {
-                let h = r.handle(&m);
+                let h = any_handle(&mut r, &m);
                 let got = av.remove(&[h], FI_AUTH_KEY).map_err(|e| e.errno);
                 tally(seen, &got);
                 assert_eq!(got, m.remove_key(h), "step {step}: remove key {h:#x}");
             }
             _ => {
                 let target = if r.chance(2) {
-                    r.handle(&m)
+                    any_handle(&mut r, &m)
                 } else {
                     r.below(cap as u64 + 1)
                 };

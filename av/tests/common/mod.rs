@@ -8,6 +8,25 @@ use uet_fwif::UetAddress;
 
 pub const LIMITS: AvLimits = AvLimits::new(1 << 20, 8);
 
+/// A small xorshift generator for the random-sequence tests: a run is reproducible from its
+/// seed (which must not be 0).
+pub struct XorShift(pub u64);
+
+impl XorShift {
+    /// A number below `n` (`n` > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+
+    /// True once in `one_in` draws, on average.
+    pub fn chance(&mut self, one_in: u64) -> bool {
+        self.below(one_in) == 0
+    }
+}
+
 /// A distinct valid peer address per `n` (IPv6 for odd `n` above 1000, to mix families).
 pub fn peer(n: u32) -> UetAddress {
     let fabric_addr = if n > 1000 && n % 2 == 1 {
