@@ -20,16 +20,20 @@ fn nic() -> (Fabric, Nic) {
     (fabric, nic)
 }
 
+/// An AV of `count` entries stamping JobID 5, with the other attributes of `attr`.
+fn av_of(nic: &Nic, count: usize, attr: AvAttr) -> uet_driver::Av {
+    nic.open_av(AvAttr {
+        count,
+        job_id: 5,
+        ..attr
+    })
+    .unwrap()
+}
+
 #[test]
 fn ranges_fold_into_one_row_and_singles_stay_apart() {
     let (_f, nic) = nic();
-    let mut av = nic
-        .open_av(AvAttr {
-            count: 64,
-            job_id: 5,
-            ..AvAttr::default()
-        })
-        .unwrap();
+    let mut av = av_of(&nic, 64, AvAttr::default());
     av.insertsym("10.1.0.1", 3, "7?ri=1+4&init=9", 4, None, 0, None)
         .unwrap();
     av.insertsvc("10.2.0.9", Some("3?ri=1+2&init=1"), None, 0, None)
@@ -55,14 +59,14 @@ fn ranges_fold_into_one_row_and_singles_stay_apart() {
 
 /// An AV opened with FI_AV_USER_ID holding one peer, whose user id is 0xfeed; its fi_addr.
 fn one_peer_with_user_id(nic: &Nic) -> (uet_driver::Av, u64) {
-    let mut av = nic
-        .open_av(AvAttr {
-            count: 8,
-            job_id: 5,
+    let mut av = av_of(
+        nic,
+        8,
+        AvAttr {
             flags: FI_AV_USER_ID,
             ..AvAttr::default()
-        })
-        .unwrap();
+        },
+    );
     let mut fa = 0u64;
     av.insertsvc("10.3.0.1", Some("2?ri=1+1&init=4"), Some(&mut fa), 0, None)
         .unwrap();
@@ -86,14 +90,14 @@ fn user_ids_show_in_text_and_json() {
 #[test]
 fn auth_key_slots_show_in_text_and_json() {
     let (_f, nic) = nic();
-    let mut av = nic
-        .open_av(AvAttr {
-            count: 8,
-            job_id: 5,
+    let mut av = av_of(
+        &nic,
+        8,
+        AvAttr {
             auth_key_size: FI_AV_AUTH_KEY,
             ..AvAttr::default()
-        })
-        .unwrap();
+        },
+    );
     av.insert_auth_key(&job_id_to_auth_key(0x50), 0).unwrap();
     let k1 = av.insert_auth_key(&job_id_to_auth_key(0x51), 0).unwrap();
     let mut keyed = k1;
@@ -148,13 +152,7 @@ fn overwrite(av: &mut uet_driver::Av, index: u64, entry: uet_fwif::NicAvEntry) {
 #[test]
 fn a_range_row_shows_the_services_its_members_use() {
     let (_f, nic) = nic();
-    let mut av = nic
-        .open_av(AvAttr {
-            count: 64,
-            job_id: 5,
-            ..AvAttr::default()
-        })
-        .unwrap();
+    let mut av = av_of(&nic, 64, AvAttr::default());
     // 3 nodes x 4 services, PIDonFEP 7..=10, initiators 9..=12; indices 0..12.
     av.insertsym("10.1.0.1", 3, "7?ri=1+4&init=9", 4, None, 0, None)
         .unwrap();
@@ -209,14 +207,14 @@ fn a_difference_names_the_fields_and_both_values() {
 #[test]
 fn auth_keys_are_read_back_and_keyed_entries_show_the_keys_job() {
     let (_f, nic) = nic();
-    let mut av = nic
-        .open_av(AvAttr {
-            count: 8,
-            job_id: 5,
+    let mut av = av_of(
+        &nic,
+        8,
+        AvAttr {
             auth_key_size: FI_AV_AUTH_KEY,
             ..AvAttr::default()
-        })
-        .unwrap();
+        },
+    );
     let k = av.insert_auth_key(&job_id_to_auth_key(0x51), 0).unwrap();
     let slot = av.auth_keys().next().unwrap().slot;
     let mut keyed = k;
@@ -248,13 +246,7 @@ fn auth_keys_are_read_back_and_keyed_entries_show_the_keys_job() {
 #[test]
 fn a_pending_fi_more_batch_is_sent_before_the_table_is_read() {
     let (_f, nic) = nic();
-    let mut av = nic
-        .open_av(AvAttr {
-            count: 8,
-            job_id: 5,
-            ..AvAttr::default()
-        })
-        .unwrap();
+    let mut av = av_of(&nic, 8, AvAttr::default());
     av.insertsvc("10.3.0.1", Some("2"), None, FI_MORE, None)
         .unwrap();
     let table = dump::collect(&mut av).unwrap();
@@ -270,13 +262,14 @@ fn a_pending_fi_more_batch_is_sent_before_the_table_is_read() {
 fn a_key_slot_owned_by_another_av_is_a_difference() {
     let (_f, nic) = nic();
     let open = || {
-        nic.open_av(AvAttr {
-            count: 8,
-            job_id: 5,
-            auth_key_size: FI_AV_AUTH_KEY,
-            ..AvAttr::default()
-        })
-        .unwrap()
+        av_of(
+            &nic,
+            8,
+            AvAttr {
+                auth_key_size: FI_AV_AUTH_KEY,
+                ..AvAttr::default()
+            },
+        )
     };
     let (mut a, mut b) = (open(), open());
     let k = a.insert_auth_key(&job_id_to_auth_key(0x51), 0).unwrap();
