@@ -317,9 +317,7 @@ fn an_endpoint_sends_where_another_process_put_the_address() {
         let mut buf = pool.alloc().expect("buffer");
         buf.fill(text).expect("fill");
         ep.post_send(0, buf, 1, 0).expect("post send");
-        let done = (0..16)
-            .find_map(|_| ep.poll().expect("poll"))
-            .expect("completion");
+        let done = uet_tests::poll_one(ep).expect("completion");
         assert_eq!(done.kind, CompletionKind::Send);
         assert!(done.error.is_none(), "{:?}", done.error);
     };
@@ -389,11 +387,7 @@ fn a_completion_read_catches_up_before_later_messages_are_attributed() {
     a.insert(&x.addr(), 1, Some(&mut fa), 0).unwrap();
     assert_eq!(fa, [0]);
     let to_b = x.insert(&ep.address().to_bytes().unwrap());
-    let recv = |ep: &mut uet_driver::Endpoint| {
-        (0..16)
-            .find_map(|_| ep.poll().expect("poll"))
-            .expect("a receive")
-    };
+    let recv = |ep: &mut uet_driver::Endpoint| uet_tests::poll_one(ep).expect("a receive");
     // B made no AV call: its first poll caught it up, so X's message names fi_addr 0.
     assert!(ep.poll().unwrap().is_none());
     x.send(to_b, b"one", 1);
