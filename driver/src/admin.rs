@@ -149,7 +149,10 @@ pub struct AdminQueue {
     /// still read or write the scratch buffer for them, so it is lent to no other command
     /// until they complete or the queue is programmed again.
     scratch_holders: Vec<u16>,
-    /// The scratch buffer was taken since the last submission: the next command uses it.
+    /// The scratch buffer was lent ([`AdminQueue::scratch`]) since the last submission: the
+    /// next command uses it. (Reading a result back, [`AdminQueue::scratch_result`], lends
+    /// nothing; a lend whose command never went out marks the next one, which only errs on
+    /// the side of holding the buffer.)
     scratch_taken: bool,
 }
 
@@ -204,6 +207,12 @@ impl AdminQueue {
         );
         bar.write(ADMIN_CQ_HEAD, RingIndex::new().with_index(0));
         Ok(())
+    }
+
+    /// What the command that just completed left in the scratch buffer (AV_READ entries,
+    /// counters, IDENTIFY data). Takes nothing: the buffer is not lent to a new command.
+    pub fn scratch_result(&self) -> &DmaRegion {
+        self.scratch.region()
     }
 
     /// The scratch buffer for the data of the next synchronous command. Refused while a

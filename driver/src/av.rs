@@ -406,8 +406,7 @@ impl NicAvTable for NicAv {
             .execute(nic.bar(), Command::AuthKeyRead(body))
             .map_err(crate::errno::admin_to_fi)?;
         admin
-            .scratch(nic.bar())
-            .map_err(crate::errno::admin_to_fi)?
+            .scratch_result()
             .read_bytes(0, out.as_mut_bytes())
             .map_err(|e| crate::errno::admin_to_fi(e.into()))
     }
@@ -447,8 +446,7 @@ impl NicAvTable for NicAv {
                 )
                 .map_err(|e| nic_error(OP, e))?;
             admin
-                .scratch(nic.bar())
-                .map_err(|e| nic_error(OP, e))?
+                .scratch_result()
                 .read_bytes(0, chunk.as_mut_bytes())
                 .map_err(|e| nic_error(OP, e.into()))?;
             at = at.saturating_add(chunk.len() as u32);

@@ -1838,9 +1838,7 @@ impl Endpoint {
             },
         )?;
         let mut block = EndpointCounters::new_zeroed();
-        admin
-            .scratch(nic.bar())?
-            .read_bytes(0, block.as_mut_bytes())?;
+        admin.scratch_result().read_bytes(0, block.as_mut_bytes())?;
         Ok(EndpointStats::from(&block))
     }
 }

@@ -312,12 +312,13 @@ impl Nic {
         }
         // 7. IDENTIFY.
         let len = core::mem::size_of::<IdentifyData>();
-        admin.scratch(bar)?.zero(0, len)?;
+        let scratch = admin.scratch(bar)?;
+        scratch.zero(0, len)?;
         let mut body = BufferBody::new_zeroed();
-        body.buf = U64::new(admin.scratch(bar)?.iova());
+        body.buf = U64::new(scratch.iova());
         body.len = U32::new(len as u32);
         admin.execute(bar, Command::Identify(body))?;
-        let data: IdentifyData = admin.scratch(bar)?.read_obj(0)?;
+        let data: IdentifyData = admin.scratch_result().read_obj(0)?;
         let identity = Identity {
             vendor_id: id.vendor_id(),
             device_id: id.device_id(),
