@@ -721,13 +721,8 @@ fn into_nic_hands_the_table_back() {
 #[test]
 fn plain_and_general_insert_loops_agree() {
     for seed in 1..=40u64 {
-        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        let mut rand = move |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+        let mut r = XorShift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let mut rand = move |n: u64| r.below(n);
         let cap = 4 + rand(20) as usize;
         let (mut plain, mut general) = (open(cap), open(cap));
         for step in 0..300 {
