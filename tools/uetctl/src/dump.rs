@@ -82,8 +82,12 @@ impl AvDump {
     fn job_id_of(&self, e: &NicAvEntry) -> String {
         match e.auth_key_slot() {
             None => format!("{:#x}", e.job_id.get()),
+            // What the NIC sends with: the slot's JobID while the slot is the AV's, whatever
+            // else about it differs; nothing when it is free or another AV's.
             Some(slot) => match self.keys.iter().find(|k| k.key.slot == slot) {
-                Some(k) if !k.differs() => format!("{:#x} (key)", k.nic.job_id.get()),
+                Some(k) if k.nic.is_valid() && k.nic.av.get() == k.av => {
+                    format!("{:#x} (key)", k.nic.job_id.get())
+                }
                 _ => "(no key)".to_string(),
             },
         }
@@ -170,15 +174,20 @@ fn user_id(e: &NicAvEntry) -> String {
         .map_or_else(|| "-".to_string(), |u| format!("{u:#x}"))
 }
 
-/// The services (member number mod services per node) of the range members a row stands
-/// for, as at most two runs `(first, last)`: a run of members crossing into the next node
-/// starts over at service 0.
-fn services(r: &DumpRow) -> Vec<(u32, u32)> {
+/// The service (member number mod services per node) of the row's first range member.
+fn first_service(r: &DumpRow) -> u32 {
     let e = &r.nic;
     let svc = e.range_svc.get().max(1);
     let m0 =
         u64::from(e.range_offset.get()) + u64::from(r.index.saturating_sub(e.range_first.get()));
-    let s0 = (m0 % u64::from(svc)) as u32;
+    (m0 % u64::from(svc)) as u32
+}
+
+/// The services of the range members a row stands for, as at most two runs
+/// `(first, last)`: a run of members crossing into the next node starts over at service 0.
+fn services(r: &DumpRow) -> Vec<(u32, u32)> {
+    let svc = r.nic.range_svc.get().max(1);
+    let s0 = first_service(r);
     let span = r.span.max(1);
     if span >= svc {
         return vec![(0, svc - 1)];
@@ -197,18 +206,11 @@ fn services(r: &DumpRow) -> Vec<(u32, u32)> {
     }
 }
 
-/// A value that counts up with the service, over the row's members: `base` is the first
-/// member's value, whose service is the row's first.
+/// A value that counts up with the service, over the row's members: `first_value` is the
+/// row's first member's.
 fn by_service(r: &DumpRow, first_value: u64, hex: bool) -> String {
     let runs = services(r);
-    let s0 = {
-        let e = &r.nic;
-        let svc = u64::from(e.range_svc.get().max(1));
-        let m0 = u64::from(e.range_offset.get())
-            + u64::from(r.index.saturating_sub(e.range_first.get()));
-        m0 % svc
-    };
-    let base = first_value.saturating_sub(s0);
+    let base = first_value.saturating_sub(u64::from(first_service(r)));
     let show = |v: u64| {
         if hex {
             format!("{v:#x}")

@@ -237,6 +237,10 @@ fn auth_keys_are_read_back_and_keyed_entries_show_the_keys_job() {
         text.contains("DIFFERS: JobID 0x51, source 0xdead"),
         "{text}"
     );
+    assert!(
+        row_line(&text, &keyed.to_string()).contains("0x51 (key)"),
+        "the NIC still sends with the slot's JobID: {text}"
+    );
     let json = dump::render_json(&table);
     assert_eq!(json["auth_keys"][0]["match"], false);
     assert_eq!(json["auth_keys"][0]["nic"]["source"], 0xdead);
