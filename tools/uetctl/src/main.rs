@@ -163,20 +163,14 @@ fn main() -> ExitCode {
 }
 
 fn run_regs(cfg: DemoConfig, rank: Option<usize>, as_json: bool) -> ExitCode {
+    if let Err(code) = check_rank(&cfg, rank) {
+        return code;
+    }
     let outcome = match run_job(&cfg) {
         Ok(o) => o,
         Err(code) => return code,
     };
     let captured = outcome.report_capture();
-    if let Some(r) = rank {
-        if r >= outcome.ranks.len() {
-            eprintln!(
-                "uetctl: --rank {r} out of range: the job has ranks 0..{}",
-                outcome.ranks.len()
-            );
-            return ExitCode::from(2);
-        }
-    }
     let mut docs = Vec::new();
     for r in &outcome.ranks {
         if rank.is_some_and(|want| want != r.report.rank) {
@@ -204,6 +198,20 @@ fn run_regs(cfg: DemoConfig, rank: Option<usize>, as_json: bool) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+/// Refuse a `--rank` the job will not have, before running it.
+fn check_rank(cfg: &DemoConfig, rank: Option<usize>) -> Result<(), ExitCode> {
+    match rank {
+        Some(r) if r >= cfg.ranks => {
+            eprintln!(
+                "uetctl: --rank {r} out of range: the job has ranks 0..{}",
+                cfg.ranks
+            );
+            Err(ExitCode::from(2))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -392,20 +400,14 @@ fn run_demo(cfg: DemoConfig, as_json: bool) -> ExitCode {
 }
 
 fn run_dump(cfg: DemoConfig, rank: Option<usize>, as_json: bool) -> ExitCode {
+    if let Err(code) = check_rank(&cfg, rank) {
+        return code;
+    }
     let mut outcome = match run_job(&cfg) {
         Ok(o) => o,
         Err(code) => return code,
     };
     let captured = outcome.report_capture();
-    if let Some(r) = rank {
-        if r >= outcome.ranks.len() {
-            eprintln!(
-                "uetctl: --rank {r} out of range: the job has ranks 0..{}",
-                outcome.ranks.len()
-            );
-            return ExitCode::from(2);
-        }
-    }
     let mut docs = Vec::new();
     let mut differences = 0;
     for r in outcome.ranks.iter_mut() {

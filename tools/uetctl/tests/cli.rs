@@ -88,11 +88,15 @@ fn bad_arguments_get_a_clear_error_and_exit_2() {
         (&["stats"][..], "--demo"),
         (&["av", "dump"][..], "--demo"),
         (&["av", "dump", "--demo", "--rank", "9"][..], "out of range"),
+        (&["regs", "--demo", "--rank", "4"][..], "out of range"),
     ] {
         let out = uetctl(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
+        // Refused before the job runs: no NIC is ever created.
+        assert!(!stderr.contains("frames written"), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}");
     }
 }
 
