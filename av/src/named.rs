@@ -107,10 +107,11 @@ use segment::{Locked, Segment, SegmentParams, SharedRange, LOG_INSERT, LOG_RANGE
 /// of the segment's generation when nothing changed; otherwise the catch-up
 /// [`NamedAv::sync`] does.
 pub trait AvSync: Send + Sync {
-    /// Catch up if another handle changed the AV. Never waits for the mirror: when a call of
-    /// this process holds it (catching it up or changing it, in this thread or another), the
-    /// datapath goes on with the table as it is. `FI_EIO` when the NIC refuses the changes
-    /// (the next call tries again).
+    /// Catch up if another handle changed the AV. Never waits: when a call of this process
+    /// holds the mirror (catching it up or changing it, in this thread or another), or another
+    /// process holds the segment (a change, or a repair after a crash), the datapath goes on
+    /// with the table as it is. `FI_EIO` when the NIC refuses the changes (the next call tries
+    /// again).
     fn catch_up(&self) -> Result<(), FiError>;
 }
 
@@ -1071,9 +1072,10 @@ impl<N: NicAvTable> Shared<N> {
         Ok(())
     }
 
-    /// Note the generation `local` reflects for the send path's check.
+    /// Note the generation `local` reflects for the send path's check (a store only when it
+    /// moved: the datapath reads this word on every send).
     fn publish(&self, local: &Local<N>) {
-        if local.synced {
+        if local.synced && self.seen.load(Ordering::Relaxed) != local.seen_generation {
             self.seen.store(local.seen_generation, Ordering::Release);
         }
     }
@@ -1092,7 +1094,18 @@ impl<N: NicAvTable + Send> AvSync for Shared<N> {
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             Err(TryLockError::WouldBlock) => return Ok(()),
         };
-        self.sync_locked(&mut local)
+        // Nor for the segment: a change another process is making, or a repair, is left to
+        // the next call that may wait.
+        if local.synced && self.seg.generation() == local.seen_generation {
+            self.publish(&local);
+            return Ok(());
+        }
+        let Some(locked) = self.seg.try_lock_shared()? else {
+            return Ok(());
+        };
+        local.catch_up(&locked, self.name())?;
+        self.publish(&local);
+        Ok(())
     }
 }
 

@@ -827,6 +827,26 @@ impl Segment {
         Ok(locked)
     }
 
+    /// The lock, shared, when it can be had at once and the segment needs no repair; `None`
+    /// otherwise. For the datapath's catch-up, which never waits: another process's change in
+    /// progress, or a repair, is left to the next call that may wait.
+    pub fn try_lock_shared(&self) -> Result<Option<Locked<'_>>, FiError> {
+        let got = ofd_lock(&self.file, libc::F_RDLCK, LOCK_BYTE, Wait::No)
+            .map_err(|e| os_error("named AV: taking the segment lock", &e))?;
+        if !got {
+            return Ok(None);
+        }
+        let locked = Locked {
+            seg: self,
+            exclusive: false,
+        };
+        if self.hdr(hw::WRITER) != 0 {
+            // A writer died mid-change: the repair wants the lock exclusive.
+            return Ok(None);
+        }
+        Ok(Some(locked))
+    }
+
     /// Make the segment consistent after a writer died in the middle of a change.
     fn repair(&self) {
         let writer = self.hdr(hw::WRITER);
