@@ -943,9 +943,19 @@ impl<N: NicAvTable + Send + 'static> NamedAv<N> {
             .try_reserve_exact(items.len())
             .map_err(|_| FiError::new(FiErrno::FI_ENOMEM, format!("{call}: no memory")))?;
         locked.begin();
+        // Once the AV is full it stays full for the rest of the call (it only takes indices):
+        // the remaining addresses fail without another search of the bitmap.
+        let mut full: Option<FiError> = None;
         for (pos, item) in items.into_iter().enumerate() {
             let outcome = item.and_then(|bytes| {
-                let index = locked.alloc()?;
+                if let Some(e) = &full {
+                    return Err(e.clone());
+                }
+                let index = locked.alloc().inspect_err(|e| {
+                    if e.errno == FiErrno::FI_ENOSPC {
+                        full = Some(e.clone());
+                    }
+                })?;
                 match av.insert_at(index, &bytes) {
                     Ok(()) => Ok((index, bytes)),
                     Err(e) => {
