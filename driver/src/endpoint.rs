@@ -1187,12 +1187,6 @@ impl Endpoint {
             );
             return Err((e, buffer));
         }
-        if let Some(sync) = self.av_sync.as_deref() {
-            // A named AV: changes other processes made reach this NIC's table first.
-            if let Err(e) = sync.catch_up() {
-                return Err((DriverError::AvSync(e), buffer));
-            }
-        }
         if let Some(cm) = self.cm.as_ref() {
             // FI_EP_MSG: every operation goes to the connected peer (no lock, no lookup).
             match cm.peer() {
@@ -1213,6 +1207,13 @@ impl Endpoint {
         }
         let slot = self.tx.tail;
         let full = self.tx.in_flight >= self.tx.geometry.entries() - 1;
+        if let Some(sync) = self.av_sync.as_deref().filter(|_| !full) {
+            // A named AV: changes other processes made reach this NIC's table first (after
+            // the cheap refusals: a full ring is not worth a catch-up).
+            if let Err(e) = sync.catch_up() {
+                return Err((DriverError::AvSync(e), buffer));
+            }
+        }
         // The slot at the tail must be free (its completion reaped): checked on the slot
         // itself, so the store below replaces a known-empty slot.
         let Some(free @ None) = self.tx.slots.get_mut(usize::from(slot)).filter(|_| !full) else {
