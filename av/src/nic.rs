@@ -116,6 +116,19 @@ pub trait NicAvTable {
     }
 }
 
+/// Refuse a batch a single command of `op` cannot take: 0 entries, or more than
+/// [`MAX_BATCH`]. Every table implementation starts AV_WRITE, AV_INVALIDATE and AV_READ with
+/// this.
+pub fn check_batch(op: &'static str, len: usize) -> Result<(), NicError> {
+    if len == 0 || len > MAX_BATCH as usize {
+        return Err(NicError::new(
+            op,
+            format!("batch of {len} entries (must be 1..={MAX_BATCH})"),
+        ));
+    }
+    Ok(())
+}
+
 /// An AV_WRITE submitted by [`NicAvTable::submit_write`] whose outcome may not be known yet.
 ///
 /// The AV calls [`PendingWrite::poll`] (or [`PendingWrite::wait`]) until it says the command
@@ -528,16 +541,6 @@ impl MemoryNicTable {
         }
     }
 
-    fn check_batch(&self, op: NicOp, len: usize) -> Result<(), NicError> {
-        if len == 0 || len > MAX_BATCH as usize {
-            return Err(NicError::new(
-                op.name(),
-                format!("batch of {len} entries (must be 1..={MAX_BATCH})"),
-            ));
-        }
-        Ok(())
-    }
-
     fn check_index(&self, op: NicOp, index: u32) -> Result<(), NicError> {
         if index as usize >= self.entries.len() {
             return Err(NicError::new(
@@ -560,7 +563,7 @@ impl MemoryNicTable {
 
     fn do_write(&mut self, records: &[AvWriteRecord]) -> Result<(), NicError> {
         let op = NicOp::Write;
-        self.check_batch(op, records.len())?;
+        check_batch(op.name(), records.len())?;
         for r in records {
             let index = r.index.get();
             self.check_index(op, index)?;
@@ -624,7 +627,7 @@ impl MemoryNicTable {
 
     fn do_invalidate(&mut self, indices: &[u32]) -> Result<(), NicError> {
         let op = NicOp::Invalidate;
-        self.check_batch(op, indices.len())?;
+        check_batch(op.name(), indices.len())?;
         for &i in indices {
             self.check_index(op, i)?;
         }
@@ -641,7 +644,7 @@ impl MemoryNicTable {
 
     fn do_read(&mut self, first: u32, out: &mut [NicAvEntry]) -> Result<(), NicError> {
         let op = NicOp::Read;
-        self.check_batch(op, out.len())?;
+        check_batch(op.name(), out.len())?;
         let start = first as usize;
         let end = start
             .checked_add(out.len())

@@ -30,6 +30,7 @@ use crate::error::DriverError;
 use crate::mapped::MappedRegion;
 use crate::nic::{Nic, NicInner, AV_DOORBELL_INTERFACE_MINOR, AV_WRITE_WINDOW_INTERFACE_MINOR};
 use std::sync::Arc;
+use uet_av::nic::check_batch;
 use uet_av::{
     AddressVector, AvAttr, AvLimits, FiErrno, FiError, NamedAv, NicAvTable, NicError, PendingWrite,
     FI_AV_AUTH_KEY,
@@ -96,17 +97,7 @@ impl NicAv {
     }
 }
 
-/// A batch of `len` records or indices is one command: 1..=[`MAX_BATCH`] of them.
-fn check_batch(op: &'static str, len: usize) -> Result<(), NicError> {
-    if len == 0 || len > MAX_BATCH as usize {
-        return Err(NicError::new(
-            op,
-            format!("batch of {len} entries (must be 1..={MAX_BATCH})"),
-        ));
-    }
-    Ok(())
-}
-
+/// A driver error of admin command `op`, as the AV's table trait reports it.
 fn nic_error(op: &'static str, e: DriverError) -> NicError {
     NicError {
         op,
@@ -290,18 +281,9 @@ impl NicAvTable for NicAv {
         const OP: &str = "AV_WRITE";
         let nic = &self.table.nic;
         let bytes = records.as_bytes();
-        let count = u32::try_from(records.len())
-            .ok()
-            .filter(|&c| c > 0 && c <= MAX_BATCH)
-            .ok_or_else(|| {
-                NicError::new(
-                    OP,
-                    format!(
-                        "batch of {} records (must be 1..={MAX_BATCH})",
-                        records.len()
-                    ),
-                )
-            })?;
+        check_batch(OP, records.len())?;
+        // At most MAX_BATCH, checked above.
+        let count = records.len() as u32;
         // Normal pages: a batch is small and lives only until its completion.
         let buffer = DmaRegion::new_normal(bytes.len(), nic.iova.alloc(bytes.len()))
             .map_err(|e| nic_error(OP, e.into()))
