@@ -174,24 +174,20 @@ impl Nic {
         let capacity = self.avs.get(av).ok_or(Status::InvalidHandle)?.capacity;
         let count = b.count.get();
         let bytes = usize::try_from(count).map_err(|_| Status::InvalidField)? * RECORD_BYTES;
-        let mut buf = self.take_fw_buf();
-        let result = self.fw_av_write_staged(av, capacity, b.buf.get(), bytes, &mut buf);
-        self.give_back_fw_buf(buf);
-        result.map(|()| (count, 0))
+        self.with_fw_buf(|nic, buf| nic.fw_av_write_staged(av, capacity, b.buf.get(), bytes, buf))?;
+        Ok((count, 0))
     }
 
-    /// The firmware's staging buffer, which lives across commands: no allocation per AV
-    /// command once it has grown to a batch's size.
-    fn take_fw_buf(&mut self) -> Vec<u8> {
-        core::mem::take(&mut self.fw_buf)
-    }
-
-    /// Return the staging buffer, unless an unusually large command grew it past
-    /// [`FW_BUF_KEEP`] bytes.
-    fn give_back_fw_buf(&mut self, buf: Vec<u8>) {
+    /// Run `f` with the firmware's staging buffer, which lives across commands: no
+    /// allocation per AV command once it has grown to a batch's size. The buffer is kept
+    /// afterwards unless an unusually large command grew it past [`FW_BUF_KEEP`] bytes.
+    fn with_fw_buf<R>(&mut self, f: impl FnOnce(&mut Self, &mut Vec<u8>) -> R) -> R {
+        let mut buf = core::mem::take(&mut self.fw_buf);
+        let result = f(self, &mut buf);
         if buf.capacity() <= FW_BUF_KEEP {
             self.fw_buf = buf;
         }
+        result
     }
 
     /// Read the records into the staging buffer ([`Nic::dma_stage`]), check each where it
@@ -268,10 +264,10 @@ impl Nic {
             return Ok((count, 0));
         }
         let bytes = usize::try_from(count).map_err(|_| Status::InvalidField)? * 4;
-        let mut buf = self.take_fw_buf();
-        let result = self.fw_av_invalidate_listed(av, capacity, b.buf.get(), bytes, &mut buf);
-        self.give_back_fw_buf(buf);
-        result.map(|()| (count, 0))
+        self.with_fw_buf(|nic, buf| {
+            nic.fw_av_invalidate_listed(av, capacity, b.buf.get(), bytes, buf)
+        })?;
+        Ok((count, 0))
     }
 
     /// AV_INVALIDATE of the little-endian indices DMA'd from `iova` into the staging buffer:
@@ -295,23 +291,22 @@ impl Nic {
     }
 
     fn fw_av_read(&mut self, av: u32, b: &RangeBody) -> FwResult {
-        let t = self.avs.get(av).ok_or(Status::InvalidHandle)?;
         let (first, count) = (b.first.get(), b.count.get());
-        if u64::from(first) + u64::from(count) > u64::from(t.capacity) {
-            return Err(Status::IndexOutOfRange);
-        }
-        let mut out = core::mem::take(&mut self.fw_buf);
-        out.clear();
-        out.reserve(count as usize * ENTRY_BYTES);
-        for i in first..first + count {
-            out.extend_from_slice(t.effective(i).as_bytes());
-        }
-        let written = self.iommu.write(b.buf.get(), &out);
-        self.give_back_fw_buf(out);
-        if written.is_err() {
-            return Err(self.dma_status());
-        }
-        Ok((count, 0))
+        self.with_fw_buf(|nic, out| {
+            let t = nic.avs.get(av).ok_or(Status::InvalidHandle)?;
+            if u64::from(first) + u64::from(count) > u64::from(t.capacity) {
+                return Err(Status::IndexOutOfRange);
+            }
+            out.clear();
+            out.reserve(count as usize * ENTRY_BYTES);
+            for i in first..first + count {
+                out.extend_from_slice(t.effective(i).as_bytes());
+            }
+            match nic.iommu.write(b.buf.get(), out) {
+                Ok(()) => Ok((count, 0)),
+                Err(_) => Err(nic.dma_status()),
+            }
+        })
     }
 
     /// Check a set of rings (TX, RX, completion, optional tagged RX): sizes and alignment
