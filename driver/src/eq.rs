@@ -456,12 +456,15 @@ impl EventQueue {
                 }
                 None => self.shared.ready.wait(s).unwrap_or_else(|p| p.into_inner()),
             };
-            // Progress after every wake-up, not only when an AV was bound on entry: one bound
-            // since (attach_av wakes this wait) must be progressed from now on.
-            progressed = s.av_attachments;
-            drop(s);
-            polling = self.run_progress();
-            s = self.lock();
+            // A wake-up from polling's interval runs progress again; one from a bind
+            // (attach_av wakes this wait) is caught by the attachment check above, and one
+            // from an event or a signal needs no progress.
+            if polling {
+                progressed = s.av_attachments;
+                drop(s);
+                polling = self.run_progress();
+                s = self.lock();
+            }
         }
     }
 
