@@ -508,6 +508,34 @@ fn a_writer_that_died_mid_change_is_repaired() {
     assert_same(&mut a, &mut b);
 }
 
+/// The catch-up an endpoint runs before each send never repairs: a dead writer's half-made
+/// change is left to the next AV call, which may wait for the lock.
+#[test]
+fn the_datapath_catch_up_leaves_a_repair_to_an_av_call() {
+    let name = unique("dp-repair");
+    let mut a = open(attr(&name, 8)).unwrap();
+    let mut b = open(attr(&name, 8)).unwrap();
+    let hook = b
+        .av()
+        .sync_hook()
+        .expect("a named AV's mirror has a catch-up");
+    insert(&mut a, &[1, 2, 3]);
+    hook.catch_up().unwrap();
+    assert_eq!(b.av().len(), 3, "the datapath catches up a finished change");
+    // A writer died mid-change (as in a_writer_that_died_mid_change_is_repaired).
+    let path = a.segment_path().to_path_buf();
+    poke(&path, 512, 0b1111);
+    poke(&path, 17 * 8, 4_000_000);
+    let g = a.generation();
+    poke(&path, 10 * 8, g + 1);
+    hook.catch_up().unwrap();
+    assert_eq!(b.generation(), g + 1, "no repair from the datapath");
+    assert_eq!(b.av().len(), 3);
+    b.sync().unwrap();
+    assert!(b.generation() > g + 1, "the AV call repairs");
+    assert_eq!(insert(&mut b, &[4]), [3]);
+}
+
 #[test]
 fn insert_at_places_where_told_and_refuses_bad_indices() {
     let mut av = common::open(8);
