@@ -253,6 +253,7 @@ struct TwoProcesses {
     _fabric: uet_sim::Fabric,
     a: uet_driver::SharedAv,
     b: uet_driver::SharedAv,
+    nic_b: uet_driver::Nic,
     ep: uet_driver::Endpoint,
     pool: uet_driver::DmaPool,
     peers: Vec<uet_tests::Node>,
@@ -288,6 +289,7 @@ fn two_processes(tag: &str, n: usize) -> TwoProcesses {
         _fabric: fabric,
         a,
         b,
+        nic_b,
         ep,
         pool,
         peers,
@@ -362,6 +364,63 @@ fn an_endpoint_sends_where_another_process_put_the_address() {
     send(&mut ep, b"fourth");
     let rx = peers[0].next_completion().expect("peer 0 receives");
     assert_eq!(rx.buffer.unwrap().to_vec().unwrap(), b"fourth");
+    drop(ep);
+}
+
+/// A send refused for a full TX ring runs no catch-up: an application retrying on a full
+/// ring is told so at once, and the first send that goes catches up.
+#[test]
+fn a_send_refused_for_a_full_ring_leaves_the_catch_up_to_the_next() {
+    use uet_fwif::datapath::CompletionKind;
+
+    let TwoProcesses {
+        mut a,
+        b,
+        nic_b,
+        mut ep,
+        mut peers,
+        ..
+    } = two_processes("full-ring", 2);
+    let pool = uet_driver::DmaPool::new(&nic_b, 64, 80).expect("pool");
+    let mut fa = [0u64; 1];
+    a.insert(&peers[0].addr(), 1, Some(&mut fa), 0).unwrap();
+    // Fill the ring: nothing is reaped, so every send stays in flight.
+    let mut in_flight = 0;
+    let refused = loop {
+        let mut buf = pool.alloc().expect("buffer");
+        buf.fill(b"x").expect("fill");
+        match ep.post_send(fa[0], buf, 1, 0) {
+            Ok(()) => in_flight += 1,
+            Err((e, _)) => break e,
+        }
+        assert!(in_flight < 80, "the ring never filled");
+    };
+    assert!(
+        matches!(refused, uet_driver::DriverError::Full(_)),
+        "{refused:?}"
+    );
+    // Another process changes the AV; a send on the still-full ring is refused without
+    // bringing this process's mirror up to it.
+    a.insert(&peers[1].addr(), 1, Some(&mut fa), 0).unwrap();
+    let mut buf = pool.alloc().expect("buffer");
+    buf.fill(b"y").expect("fill");
+    let (e, _) = ep
+        .post_send(fa[0], buf, 1, 0)
+        .expect_err("the ring is full");
+    assert!(matches!(e, uet_driver::DriverError::Full(_)), "{e:?}");
+    assert_eq!(b.av().len(), 1, "no catch-up for a refused send");
+    for _ in 0..in_flight {
+        let done = uet_tests::poll_one(&mut ep).expect("completion");
+        assert_eq!(done.kind, CompletionKind::Send);
+    }
+    assert_eq!(b.av().len(), 2, "reading completions catches up");
+    peers[1].post_recvs(1);
+    let mut buf = pool.alloc().expect("buffer");
+    buf.fill(b"z").expect("fill");
+    ep.post_send(fa[0], buf, 1, 0).expect("post send");
+    assert!(uet_tests::poll_one(&mut ep).is_some());
+    let rx = peers[1].next_completion().expect("peer 1 receives");
+    assert_eq!(rx.buffer.unwrap().to_vec().unwrap(), b"z");
     drop(ep);
 }
 
