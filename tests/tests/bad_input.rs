@@ -185,6 +185,37 @@ fn a_timed_out_command_keeps_the_scratch_buffer_from_the_next() {
     );
 }
 
+/// Reading a command's result back from the scratch buffer lends the buffer to nothing: a
+/// later command without data that times out holds no buffer, so the next data-carrying
+/// command is refused for what it meets itself (the disabled device), not for the scratch
+/// buffer.
+#[test]
+fn a_read_back_leaves_the_scratch_buffer_to_no_next_command() {
+    let (_f, fns) = fabric(1);
+    let mut node = Node::new(fns.into_iter().next().unwrap(), 1, 8);
+    let peers = [
+        uet_tests::forged(node.ep.address(), |a| a.initiator = 0x77),
+        uet_tests::forged(node.ep.address(), |a| a.initiator = 0x78),
+    ]
+    .concat();
+    assert_eq!(
+        node.av.insert(&peers, 2, None, 0).map_err(|e| e.errno),
+        Ok(2)
+    );
+    // AV_READ through the scratch buffer, its entries read back.
+    assert!(node.av.verify_nic().unwrap().is_empty());
+    node.nic.set_admin_timeout(Duration::from_millis(50));
+    node.nic.bar0().write(DEV_CTRL, DevCtrl::new());
+    let e = node
+        .nic
+        .admin_command(Command::EndpointDestroy { endpoint: 99 })
+        .unwrap_err();
+    assert!(matches!(e, DriverError::AdminTimeout { .. }), "{e}");
+    let e = node.av.verify_nic().unwrap_err();
+    assert!(e.message.contains("timed out"), "{e}");
+    assert!(!e.message.contains("scratch buffer"), "{e}");
+}
+
 #[test]
 fn malformed_frames_are_counted_and_dropped() {
     let (fabric, fns) = fabric(2);
