@@ -608,16 +608,8 @@ impl Nic {
             EpType::Rdm | EpType::Dgram => {
                 let table = av.map(|a| a.nic().table().clone());
                 let mut endpoint = self.create_endpoint(&attr, table, 0, 0, 0)?;
-                endpoint.av_sync = av.and_then(Av::sync_hook);
-                if let Some(av) = av.filter(|a| a.has_auth_keys()) {
-                    let mut slots: Vec<u16> = av.auth_keys().map(|k| k.slot).collect();
-                    slots.sort_unstable();
-                    slots.dedup();
-                    if !slots.is_empty() {
-                        // On failure the endpoint drops here and ENDPOINT_DESTROY removes it.
-                        endpoint.set_auth_slots(slots)?;
-                    }
-                }
+                // On failure the endpoint drops here and ENDPOINT_DESTROY removes it.
+                endpoint.enable_with_av(av)?;
                 Ok(endpoint)
             }
         }
@@ -841,6 +833,25 @@ fn endpoint_create_error(e: DriverError, caps: &Capabilities, ri_count: u16) -> 
 }
 
 impl Endpoint {
+    /// Enable a new endpoint against the AV it was created with: it follows a named AV's
+    /// mirror ([`Av::sync_hook`]), and it is granted the NIC auth-key slot of every key the AV
+    /// holds now — fi_av(3): "When endpoints or memory regions are enabled, they are
+    /// configured with address vector authorization keys at that point in time" — which also
+    /// makes removing those keys `FI_EBUSY` while the endpoint lives. Every kind of endpoint
+    /// bound to an AV goes through here, a scalable endpoint for all its contexts.
+    pub(crate) fn enable_with_av(&mut self, av: Option<&Av>) -> Result<(), DriverError> {
+        self.av_sync = av.and_then(Av::sync_hook);
+        if let Some(av) = av.filter(|a| a.has_auth_keys()) {
+            let mut slots: Vec<u16> = av.auth_keys().map(|k| k.slot).collect();
+            slots.sort_unstable();
+            slots.dedup();
+            if !slots.is_empty() {
+                self.set_auth_slots(slots)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Grant the endpoint exactly `slots` (ascending, distinct) with one ENDPOINT_AUTH_KEYS,
     /// and move the per-slot counts from the old set to the new.
     fn set_auth_slots(&mut self, slots: Vec<u16>) -> Result<(), DriverError> {

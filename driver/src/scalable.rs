@@ -75,7 +75,8 @@ impl Nic {
         }
         let table = av.map(|a| a.nic().table().clone());
         let mut base = self.create_endpoint(&attr, table, 0, tx, rx)?;
-        base.av_sync = av.and_then(Av::sync_hook);
+        // On failure the endpoint drops here and ENDPOINT_DESTROY removes it.
+        base.enable_with_av(av)?;
         let mut lanes = vec![base];
         let full = RingSizes::of(&attr);
         for k in 1..tx.max(rx) {

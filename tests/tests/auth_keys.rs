@@ -252,6 +252,56 @@ fn removing_a_key_in_use_is_busy_until_the_endpoint_closes() {
     );
 }
 
+/// A scalable endpoint is enabled with its AV's keys as a plain one is: its receive contexts
+/// accept a key's JobID, and the key stays until the endpoint closes.
+#[test]
+fn a_scalable_endpoint_is_enabled_with_the_avs_keys() {
+    let fabric = Fabric::new();
+    let mut a = host(&fabric, 0, |_| {}, 0);
+    let mut b = host(&fabric, 1, |_| {}, 0);
+    let mut ea = endpoint(&a, AddressingMode::Relative);
+    let kb = b.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
+    let mut sep = b
+        .nic
+        .scalable_endpoint(
+            EndpointAttr {
+                job_id: OWN_JOB,
+                tx_ctx_cnt: 2,
+                rx_ctx_cnt: 2,
+                ..EndpointAttr::default()
+            },
+            Some(&b.av),
+        )
+        .expect("scalable endpoint");
+    let slot = b.av.auth_keys().next().unwrap().slot;
+    assert_eq!(sep.tx_context(0).unwrap().auth_key_slots(), [slot]);
+    let ka = a.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
+    let bytes = sep.address().unwrap().to_bytes().unwrap();
+    let mut fi = [ka];
+    assert_eq!(
+        a.av.insert(&bytes, 1, Some(&mut fi), FI_AUTH_KEY).unwrap(),
+        1
+    );
+    let rx = sep.rx_context(0).unwrap();
+    rx.post_recv(b.pool.alloc().unwrap(), 7).unwrap();
+    send(&mut a, &mut ea, fi[0], b"via key", 1);
+    let sent = next(&mut ea).expect("send completion");
+    assert!(
+        sent.error.is_none(),
+        "the key's JobID refused: {:?}",
+        sent.error
+    );
+    let got = (0..16)
+        .find_map(|_| sep.rx_context(0).unwrap().poll().unwrap())
+        .expect("receive completion");
+    assert_eq!(got.context, 7);
+    assert!(got.error.is_none(), "{:?}", got.error);
+    let e = b.av.remove(&[kb], FI_AUTH_KEY).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EBUSY, "{e}");
+    drop(sep);
+    b.av.remove(&[kb], FI_AUTH_KEY).unwrap();
+}
+
 #[test]
 fn nic_auth_table_reads_back_as_the_host_holds_it() {
     let fabric = Fabric::new();
