@@ -337,6 +337,53 @@ fn straddr_parse_insert_lookup_round_trips() {
     }
 }
 
+/// The binary insert and the string forms agree on which IPv4-mapped IPv6 addresses are
+/// addresses: one that spells 0.0.0.0, a multicast or the broadcast address reaches no single
+/// node and fails alone (`-FI_EINVAL`), and straddr of every one inserted goes back in.
+#[test]
+fn binary_and_string_inserts_agree_on_ipv4_mapped_addresses() {
+    let mapped = |v4: &str| {
+        let mut b = peer_bytes(3);
+        b[1] |= 1 << 6; // IPV6
+        let a: std::net::Ipv6Addr = format!("::ffff:{v4}").parse().unwrap();
+        b[16..32].copy_from_slice(&a.octets());
+        b
+    };
+    let cases = [
+        ("10.1.2.3", true),
+        ("0.0.0.0", false),
+        ("224.0.0.1", false),
+        ("239.255.255.255", false),
+        ("255.255.255.255", false),
+    ];
+    let mut av = open(8);
+    let buf = pack(&cases.map(|(v4, _)| mapped(v4)));
+    let mut fa = [0u64; 5];
+    let mut st = [0i32; 5];
+    let n = av
+        .insert_with_status(&buf, 5, Some(&mut fa), FI_SYNC_ERR, Some(&mut st))
+        .unwrap();
+    assert_eq!(n, 1);
+    for (i, (v4, ok)) in cases.iter().enumerate() {
+        assert_eq!(st[i] == 0, *ok, "::ffff:{v4}: status {}", st[i]);
+        if !ok {
+            assert_eq!((fa[i], st[i]), (FI_ADDR_NOTAVAIL, EINVAL), "::ffff:{v4}");
+        }
+    }
+    let mut text = [0u8; 128];
+    let mut len = text.len();
+    let s = straddr(&mapped("10.1.2.3"), &mut text, &mut len);
+    let mut again = 0u64;
+    assert_eq!(
+        av.insertsvc(&s, None, Some(&mut again), 0, None).unwrap(),
+        1
+    );
+    let (mut out, mut len) = ([0u8; ADDR_LEN], ADDR_LEN);
+    av.lookup(again, &mut out, &mut len).unwrap();
+    assert_eq!(out, mapped("10.1.2.3"));
+    assert_in_step(&av);
+}
+
 #[test]
 fn string_av_rules() {
     let mut av = open_str(4);

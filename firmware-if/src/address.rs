@@ -244,11 +244,14 @@ impl UetAddress {
         let mut fa = [0u8; 16];
         fa.copy_from_slice(&b[16..32]);
         let fa = u128::from_be_bytes(fa);
+        // An IPv4 address that reaches a single node: not 0.0.0.0, broadcast or multicast.
+        let v4_ok = |v4: u32| v4 != 0 && v4 != u32::MAX && v4 >> 28 != 0xE;
         let fa_ok = if fl & flags::IPV6 != 0 {
-            fa != 0 && (fa >> 120) != 0xFF
+            // An IPv4-mapped address (::ffff:a.b.c.d) is judged as the IPv4 address it spells,
+            // as `validate` judges it.
+            fa != 0 && (fa >> 120) != 0xFF && (fa >> 32 != 0xFFFF || v4_ok(fa as u32))
         } else {
-            let v4 = (fa >> 96) as u32;
-            fa << 32 == 0 && v4 != 0 && v4 != u32::MAX && v4 >> 28 != 0xE
+            fa << 32 == 0 && v4_ok((fa >> 96) as u32)
         };
         header_ok && fa_ok
     }
@@ -473,19 +476,32 @@ mod tests {
         }
         .to_bytes()
         .unwrap();
-        for base in [v4, v6] {
+        // IPv4-mapped: the bytes of the IPv4 address it spells decide, as for IPv4.
+        let mapped = UetAddress {
+            fabric_addr: "::ffff:10.0.0.1".parse().unwrap(),
+            ..sample()
+        }
+        .to_bytes()
+        .unwrap();
+        for base in [v4, v6, mapped] {
             let mut cases = vec![base];
             for bit in 0..256 {
                 let mut b = base;
                 b[bit / 8] ^= 1 << (bit % 8);
                 cases.push(b);
             }
-            for at in [0usize, 1, 2, 4, 6, 8, 16, 19, 20] {
+            for at in [0usize, 1, 2, 4, 6, 8, 16, 19, 20, 27, 28, 31] {
                 for v in 0..=255u8 {
                     let mut b = base;
                     b[at] = v;
                     cases.push(b);
                 }
+            }
+            // The last 32 bits all zero and all ones (0.0.0.0 and broadcast when mapped).
+            for word in [[0u8; 4], [0xFF; 4]] {
+                let mut b = base;
+                b[28..32].copy_from_slice(&word);
+                cases.push(b);
             }
             for b in cases {
                 let parsed = UetAddress::parse_slow(&b);
