@@ -208,9 +208,6 @@ const OPEN_FLAGS: u64 = FI_AV_USER_ID | FI_EVENT | FI_SYMMETRIC | FI_READ;
 /// Insert flags this AV supports.
 const INSERT_FLAGS: u64 = FI_MORE | FI_SYNC_ERR | FI_AV_USER_ID | FI_AUTH_KEY;
 
-/// Source of [`AddressVector`] identities (for [`crate::AvSet`]s).
-static NEXT_AV_ID: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(1);
-
 /// Scratch buffers larger than this many elements are released after use.
 const SCRATCH_KEEP: usize = 4096;
 
@@ -804,7 +801,8 @@ impl<N: NicAvTable> AddressVector<N> {
                 format!("cannot map the mirror of a {capacity}-entry AV: {e}"),
             )
         })?;
-        let id = NEXT_AV_ID.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+        // The process's fabric ids: an event's fid names this AV and no endpoint or queue.
+        let id = crate::event::next_fid();
         Ok(AddressVector {
             nic,
             attr,
@@ -881,7 +879,8 @@ impl<N: NicAvTable> AddressVector<N> {
         self.attr.job_id
     }
 
-    /// A number no other AV of this process has.
+    /// The AV's fabric id ([`crate::next_fid`]): no other object of this process that reports
+    /// to an event queue has it; its events carry it as `fid`.
     pub fn id(&self) -> u64 {
         self.id
     }

@@ -53,6 +53,16 @@ pub enum AvEvent {
     },
 }
 
+/// The fabric ids of the process: one counter for every object that reports to an event
+/// queue (AVs here; event queues, endpoints and connections in the driver), so that an entry's
+/// `fid` names one object however many kinds share the queue. Starts at 1.
+static NEXT_FID: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(1);
+
+/// A fresh fabric id: no other object of this process has it (see [`NEXT_FID`]).
+pub fn next_fid() -> u64 {
+    NEXT_FID.fetch_add(1, core::sync::atomic::Ordering::Relaxed)
+}
+
 /// An event queue an AV can be bound to (`fi_av_bind`).
 pub trait AvEventSink: Send + Sync {
     /// Post one event. An error (the queue was overrun) loses the event; the AV logs it.
@@ -60,8 +70,9 @@ pub trait AvEventSink: Send + Sync {
 
     /// Bind an AV: the queue counts it as bound (its `fi_close` fails with `FI_EBUSY` until
     /// [`AvEventSink::detach_av`]) and calls `progress` whenever the application reads the
-    /// queue. Returns a number naming this attachment.
-    fn attach_av(&self, progress: Weak<dyn AvProgress>) -> u64;
+    /// queue. Returns a number naming this attachment, or why the queue takes no AV (it was
+    /// closed: `FI_EBADF`).
+    fn attach_av(&self, progress: Weak<dyn AvProgress>) -> Result<u64, FiError>;
 
     /// Undo [`AvEventSink::attach_av`] (the AV is closed or dropped).
     fn detach_av(&self, attachment: u64);

@@ -83,7 +83,7 @@ pub use av::{
 };
 pub use av_set::{is_av_set_addr, AvSet, AvSetAttr, AV_SET_ADDR_BASE, AV_SET_FLAGS};
 pub use errno::{FiErrno, FiError};
-pub use event::{AvEvent, AvEventSink, AvProgress};
+pub use event::{next_fid, AvEvent, AvEventSink, AvProgress};
 pub use flags::{
     fi_addr_index, fi_addr_strip_rx, fi_group_addr, fi_group_id, fi_rx_addr, fi_rx_index, AvType,
     FiAddr, FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC, FI_ALLGATHER_SET, FI_ALLREDUCE_SET, FI_ALLTOALL_SET,

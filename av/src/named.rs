@@ -404,7 +404,7 @@ impl<N: NicAvTable + Send + 'static> NamedAv<N> {
     /// documentation on `FI_EVENT`); allowed, and merely held, on an AV opened without it.
     /// While bound, `eq` counts the AV as bound; the handle stays bound until it goes.
     /// Errors, nothing changed: `FI_EBADFLAGS` when `flags` is not 0; `FI_EINVAL` when an event
-    /// queue is already bound.
+    /// queue is already bound; the queue's refusal (a closed queue: `FI_EBADF`).
     pub fn bind(&mut self, eq: Arc<dyn AvEventSink>, flags: u64) -> Result<(), FiError> {
         if flags != 0 {
             return Err(FiError::badflags(format!(
@@ -420,7 +420,7 @@ impl<N: NicAvTable + Send + 'static> NamedAv<N> {
         let progress = Arc::new(Completed);
         let weak: std::sync::Weak<dyn AvProgress> =
             Arc::downgrade(&progress) as std::sync::Weak<dyn AvProgress>;
-        let attachment = eq.attach_av(weak);
+        let attachment = eq.attach_av(weak).map_err(|e| e.within("fi_av_bind"))?;
         self.events = Some(Bound {
             sink: eq,
             attachment,

@@ -427,8 +427,8 @@ fn event_avs_insert_against_keys() {
             self.0.lock().unwrap().push(ev);
             Ok(())
         }
-        fn attach_av(&self, _progress: Weak<dyn AvProgress>) -> u64 {
-            1
+        fn attach_av(&self, _progress: Weak<dyn AvProgress>) -> Result<u64, FiError> {
+            Ok(1)
         }
         fn detach_av(&self, _attachment: u64) {}
     }

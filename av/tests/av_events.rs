@@ -59,10 +59,10 @@ impl AvEventSink for Sink {
         self.events.lock().unwrap().push(event);
         Ok(())
     }
-    fn attach_av(&self, progress: Weak<dyn AvProgress>) -> u64 {
+    fn attach_av(&self, progress: Weak<dyn AvProgress>) -> Result<u64, FiError> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         self.hooks.lock().unwrap().push((id, progress));
-        id
+        Ok(id)
     }
     fn detach_av(&self, attachment: u64) {
         self.hooks

@@ -507,6 +507,7 @@ impl Nic {
             rx_ctx_cnt: 0,
             ..attr
         };
+        let binding = eq.bind().map_err(fi_err)?;
         let table = av.nic().table().clone();
         let mut lane = self.create_endpoint(&pattr, Some(table), EP_FLAG_PASSIVE, 0, 0)?;
         let pool = control_pool(self)?;
@@ -521,7 +522,7 @@ impl Nic {
                 lane,
                 av,
                 pool,
-                eq: Some((eq.clone(), eq.bind())),
+                eq: Some((eq.clone(), binding)),
                 role: Role::Passive {
                     pending: HashMap::new(),
                     next_id: 1,
@@ -734,7 +735,7 @@ impl Endpoint {
                 "an event queue is already bound".into(),
             ));
         }
-        inner.eq = Some((eq.clone(), eq.bind()));
+        inner.eq = Some((eq.clone(), eq.bind().map_err(fi_err)?));
         Ok(())
     }
 

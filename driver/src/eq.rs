@@ -11,7 +11,10 @@
 //! * A queue that fills up is overrun: the event that did not fit is lost, later writes fail
 //!   with `FI_EOVERRUN`, reads return what was queued and then `FI_EOVERRUN`. An overrun EQ is
 //!   fatal, as libfabric defines it.
-//! * Closing a queue that objects are still bound to fails with `FI_EBUSY`.
+//! * Closing a queue that objects are still bound to fails with `FI_EBUSY`. Closing it
+//!   otherwise closes it for every clone of the handle: the events it held are lost, readers
+//!   blocked in [`EventQueue::sread`] return, and every later call (read, post, bind) fails
+//!   with `FI_EBADF`.
 //!
 //! Posting is a short critical section under a mutex: the EQ is a control-path object.
 //!
@@ -145,11 +148,10 @@ impl Default for EqAttr {
     }
 }
 
-static NEXT_FID: AtomicU64 = AtomicU64::new(1);
-
-/// A fresh fabric id for an object that reports to an EQ.
+/// A fresh fabric id for an object that reports to an EQ, from the one counter AVs take
+/// theirs from ([`uet_av::next_fid`]): an entry's `fid` names one object of any kind.
 pub fn next_fid() -> u64 {
-    NEXT_FID.fetch_add(1, Ordering::Relaxed)
+    uet_av::next_fid()
 }
 
 #[derive(Default)]
@@ -157,6 +159,8 @@ struct State {
     events: VecDeque<EqEvent>,
     errors: VecDeque<EqErrEntry>,
     overrun: bool,
+    /// [`EventQueue::close`] succeeded: nothing is queued, and every call fails.
+    closed: bool,
     signaled: bool,
     bound: usize,
     /// AVs attached so far ([`AvEventSink::attach_av`]): a reader that last progressed AVs
@@ -203,6 +207,10 @@ impl Drop for EqBinding {
 
 fn again() -> FiError {
     FiError::new(FiErrno::FI_EAGAIN, "the event queue is empty")
+}
+
+fn closed() -> FiError {
+    FiError::new(FiErrno::FI_EBADF, "the event queue was closed")
 }
 
 impl EventQueue {
@@ -277,25 +285,43 @@ impl EventQueue {
         !hooks.is_empty()
     }
 
-    /// Bind an object to the queue (`fi_*_bind`).
-    pub fn bind(&self) -> EqBinding {
-        self.lock().bound += 1;
-        EqBinding { eq: self.clone() }
+    /// Bind an object to the queue (`fi_*_bind`); `FI_EBADF` once the queue is closed.
+    pub fn bind(&self) -> Result<EqBinding, FiError> {
+        let mut s = self.lock();
+        if s.closed {
+            return Err(closed());
+        }
+        s.bound += 1;
+        Ok(EqBinding { eq: self.clone() })
     }
 
-    /// `fi_close`: fails with `FI_EBUSY` while objects are bound; queued events are lost.
+    /// `fi_close`: fails with `FI_EBUSY` while objects are bound. Otherwise the queue is
+    /// closed for every clone of the handle: "Any events which remain on the EQ when it is
+    /// closed are lost" (fi_eq(3)), readers blocked in [`EventQueue::sread`] return
+    /// `FI_EBADF`, and so does every later call.
     pub fn close(self) -> Result<(), FiError> {
-        let bound = self.lock().bound;
-        if bound > 0 {
+        let mut s = self.lock();
+        if s.bound > 0 {
             return Err(FiError::new(
                 FiErrno::FI_EBUSY,
-                format!("fi_close: {bound} objects are still bound to the event queue"),
+                format!(
+                    "fi_close: {} objects are still bound to the event queue",
+                    s.bound
+                ),
             ));
         }
+        s.closed = true;
+        s.events.clear();
+        s.errors.clear();
+        drop(s);
+        self.shared.ready.notify_all();
         Ok(())
     }
 
     fn push(&self, s: &mut State, push: impl FnOnce(&mut State)) -> Result<(), FiError> {
+        if s.closed {
+            return Err(closed());
+        }
         if s.overrun {
             return Err(FiError::new(
                 FiErrno::FI_EOVERRUN,
@@ -312,7 +338,9 @@ impl EventQueue {
             ));
         }
         push(s);
-        self.shared.ready.notify_one();
+        // Every waiter: one that takes nothing (it peeks, or an error is at the head for it)
+        // must not leave the others asleep with an entry queued.
+        self.shared.ready.notify_all();
         Ok(())
     }
 
@@ -340,6 +368,9 @@ impl EventQueue {
     }
 
     fn take(&self, s: &mut State, flags: u64) -> Result<EqEvent, FiError> {
+        if s.closed {
+            return Err(closed());
+        }
         if !s.errors.is_empty() {
             return Err(FiError::new(
                 FiErrno::FI_EAVAIL,
@@ -374,13 +405,22 @@ impl EventQueue {
         self.take(&mut s, flags)
     }
 
-    /// `fi_eq_readerr`: the next error, without blocking.
+    /// `fi_eq_readerr`: the next error, without blocking. With none queued: `FI_EOVERRUN`
+    /// once the queue was overrun (as [`EventQueue::read`] reports it), else `FI_EAGAIN`.
     pub fn readerr(&self) -> Result<EqErrEntry, FiError> {
         self.run_progress();
-        self.lock()
-            .errors
-            .pop_front()
-            .ok_or_else(|| FiError::new(FiErrno::FI_EAGAIN, "no error event is queued"))
+        let mut s = self.lock();
+        if s.closed {
+            return Err(closed());
+        }
+        match s.errors.pop_front() {
+            Some(e) => Ok(e),
+            None if s.overrun => Err(FiError::new(
+                FiErrno::FI_EOVERRUN,
+                "the event queue was overrun: events were lost",
+            )),
+            None => Err(FiError::new(FiErrno::FI_EAGAIN, "no error event is queued")),
+        }
     }
 
     /// `fi_eq_sread`: the next event, blocking up to `timeout` (`None`: forever). Returns
@@ -518,11 +558,20 @@ impl AvEventSink for EventQueue {
         }
     }
 
-    fn attach_av(&self, progress: Weak<dyn AvProgress>) -> u64 {
+    fn attach_av(&self, progress: Weak<dyn AvProgress>) -> Result<u64, FiError> {
         let id = NEXT_ATTACHMENT.fetch_add(1, Ordering::Relaxed);
+        // The hook goes in before the count changes: a reader that sees the count change
+        // progresses this AV.
         self.progress_hooks().push((id, progress));
         {
             let mut s = self.lock();
+            // Checked with the count, under the lock close takes: a close that came first
+            // wins, and one that comes later sees the AV bound.
+            if s.closed {
+                drop(s);
+                self.progress_hooks().retain(|(i, _)| *i != id);
+                return Err(closed());
+            }
             s.bound += 1;
             s.av_attachments += 1;
         }
@@ -530,7 +579,7 @@ impl AvEventSink for EventQueue {
         // AVs: wake it, so that it runs this one's progress while it waits (a reader about to
         // wait sees the count change instead).
         self.shared.ready.notify_all();
-        id
+        Ok(id)
     }
 
     fn detach_av(&self, attachment: u64) {
@@ -677,7 +726,7 @@ mod tests {
     #[test]
     fn close_with_bound_objects_is_busy() {
         let eq = EventQueue::open(EqAttr::default()).unwrap();
-        let b = eq.bind();
+        let b = eq.bind().unwrap();
         assert_eq!(eq.clone().close().unwrap_err().errno, FiErrno::FI_EBUSY);
         drop(b);
         eq.close().unwrap();
@@ -728,7 +777,7 @@ mod tests {
         });
         let weak: Weak<dyn AvProgress> = Arc::downgrade(&poster) as Weak<dyn AvProgress>;
         let sink = eq.av_sink();
-        let id = sink.attach_av(weak);
+        let id = sink.attach_av(weak).unwrap();
         assert_eq!(eq.clone().close().unwrap_err().errno, FiErrno::FI_EBUSY);
         assert_eq!(eq.len(), (0, 0), "nothing before a read");
         assert_eq!(eq.read(0).unwrap_err().errno, FiErrno::FI_EAVAIL);
@@ -794,7 +843,9 @@ mod tests {
                 eq: eq.clone(),
                 done: AtomicBool::new(false),
             });
-            let id = eq.attach_av(Arc::downgrade(&hook) as Weak<dyn AvProgress>);
+            let id = eq
+                .attach_av(Arc::downgrade(&hook) as Weak<dyn AvProgress>)
+                .unwrap();
             if rx.recv_timeout(Duration::from_secs(2)).is_err() {
                 missed += 1;
                 eq.signal();

@@ -16,7 +16,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 
 use tracing::{debug, warn};
 use uet_fwif::admin::MAX_BATCH;
@@ -178,7 +178,16 @@ impl AsyncShared {
 
 impl AvProgress for AsyncShared {
     fn progress(&self) -> usize {
-        let mut inner = self.lock();
+        // Never wait for the AV's owner, which holds the lock while it waits for the NIC
+        // (draining before a remove, finishing at close): fi_eq_read must not block, and
+        // fi_eq_sread must keep its timeout. What the owner reaps is posted by the next
+        // progress, which a blocked reader runs every PROGRESS_INTERVAL while the AV is bound.
+        let mut inner = match self.inner.try_lock() {
+            Ok(inner) => inner,
+            // Every critical section leaves the state consistent.
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return 0,
+        };
         inner.reap(self, false);
         inner.post_ready(self.av)
     }
@@ -397,7 +406,8 @@ impl<N: NicAvTable> AddressVector<N> {
     /// `eq` counts the AV as bound (its close fails with `FI_EBUSY`) and reading it drives the
     /// AV's progress. The AV stays bound until it is closed or dropped. Errors, nothing
     /// changed: `FI_EBADFLAGS` when `flags` is not 0 (fi_av(3): reserved, must be 0);
-    /// `FI_EINVAL` when an event queue is already bound.
+    /// `FI_EINVAL` when an event queue is already bound; the queue's refusal (a closed queue:
+    /// `FI_EBADF`).
     pub fn bind(&mut self, eq: Arc<dyn AvEventSink>, flags: u64) -> Result<(), FiError> {
         if flags != 0 {
             return Err(FiError::badflags(format!(
@@ -412,8 +422,8 @@ impl<N: NicAvTable> AddressVector<N> {
         }
         let state = self.events.get_or_insert_with(|| EventState::new(self.id));
         let progress: Weak<dyn AvProgress> = Arc::downgrade(&state.shared) as Weak<dyn AvProgress>;
+        let id = eq.attach_av(progress).map_err(|e| e.within("fi_av_bind"))?;
         state.shared.lock().sink = Some(eq.clone());
-        let id = eq.attach_av(progress);
         state.binding = Some(Binding { sink: eq, id });
         debug!(av = self.id, "event queue bound");
         Ok(())

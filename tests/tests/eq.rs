@@ -1,0 +1,239 @@
+//! The event queue against fi_eq(3): readers that never wait behind an AV's owner, every
+//! blocked reader woken, one fabric id space, fi_close for every handle, and an overrun queue
+//! reported by readerr as by read.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use uet_av::{
+    AddressVector, AvAttr, AvLimits, FiErrno, MemoryNicTable, NicAvTable, NicError, PendingWrite,
+    FI_EVENT,
+};
+use uet_driver::backend::sim::SimDevice;
+use uet_driver::eq::FI_PEEK;
+use uet_driver::{EndpointAttr, EqAttr, EqEvent, EqEventKind, EventQueue, Nic};
+use uet_fwif::{AvWriteRecord, NicAvEntry};
+use uet_tests::{fabric, nic_addr};
+
+fn ev(data: u64) -> EqEvent {
+    EqEvent {
+        kind: EqEventKind::AvComplete,
+        fid: 7,
+        context: 9,
+        data,
+        cm_data: Vec::new(),
+    }
+}
+
+/// How long the slow NIC takes to complete an asynchronous AV_WRITE.
+const SLOW: Duration = Duration::from_millis(1500);
+
+/// A NIC table whose asynchronous AV_WRITEs complete [`SLOW`] after they are submitted, as
+/// over a slow admin queue.
+struct SlowNic(Arc<Mutex<MemoryNicTable>>);
+
+struct SlowWrite {
+    table: Arc<Mutex<MemoryNicTable>>,
+    records: Vec<AvWriteRecord>,
+    submitted: Instant,
+}
+
+impl PendingWrite for SlowWrite {
+    fn poll(&mut self) -> bool {
+        self.submitted.elapsed() >= SLOW
+    }
+    fn wait(&mut self) {
+        std::thread::sleep(SLOW.saturating_sub(self.submitted.elapsed()));
+    }
+    fn finish(self: Box<Self>) -> Result<(), NicError> {
+        self.table.lock().unwrap().write_entries(&self.records)
+    }
+}
+
+impl NicAvTable for SlowNic {
+    fn write_entries(&mut self, records: &[AvWriteRecord]) -> Result<(), NicError> {
+        self.0.lock().unwrap().write_entries(records)
+    }
+    fn invalidate(&mut self, indices: &[u32]) -> Result<(), NicError> {
+        self.0.lock().unwrap().invalidate(indices)
+    }
+    fn read_entries(&mut self, first: u32, out: &mut [NicAvEntry]) -> Result<(), NicError> {
+        self.0.lock().unwrap().read_entries(first, out)
+    }
+    fn submit_write(
+        &mut self,
+        records: &[AvWriteRecord],
+    ) -> Result<Box<dyn PendingWrite>, NicError> {
+        Ok(Box::new(SlowWrite {
+            table: self.0.clone(),
+            records: records.to_vec(),
+            submitted: Instant::now(),
+        }))
+    }
+}
+
+/// fi_eq_read "performs a non-blocking read", and fi_eq_sread returns when "an error or
+/// timeout occurs": neither waits while the AV's owner waits for the NIC.
+#[test]
+fn readers_never_wait_for_the_av_owner_waiting_for_the_nic() {
+    let nic = SlowNic(Arc::new(Mutex::new(MemoryNicTable::new(8))));
+    let attr = AvAttr {
+        count: 8,
+        flags: FI_EVENT,
+        ..AvAttr::default()
+    };
+    let mut av = AddressVector::open(nic, attr, AvLimits::new(1 << 20, 8)).unwrap();
+    let eq = EventQueue::open(EqAttr::default()).unwrap();
+    av.bind(eq.av_sink(), 0).unwrap();
+    let peer = uet_fwif::UetAddress {
+        caps: 0,
+        mode: uet_fwif::address::AddressingMode::Relative,
+        max_msg_mtu: false,
+        pid_on_fep: 5,
+        fabric_addr: nic_addr(1),
+        ri_start: 1,
+        ri_count: 4,
+        initiator: 0x100,
+    }
+    .to_bytes()
+    .unwrap();
+    av.insert(&peer, 1, None, 0).unwrap();
+    // fi_av_remove settles the AV_WRITE in flight first: the owner waits for the NIC.
+    let owner = std::thread::spawn(move || {
+        av.remove(&[0], 0).unwrap();
+        av
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    let read = eq.read(0);
+    let read_took = t.elapsed();
+    let t = Instant::now();
+    let sread = eq.sread(Some(Duration::from_millis(10)), 0);
+    let sread_took = t.elapsed();
+    let mut av = owner.join().unwrap();
+    let limit = Duration::from_millis(500);
+    assert!(
+        read_took < limit,
+        "fi_eq_read blocked {read_took:?}: {read:?}"
+    );
+    assert!(
+        sread_took < limit,
+        "sread(10 ms) took {sread_took:?}: {sread:?}"
+    );
+    // Nothing was lost: the insert's FI_AV_COMPLETE is read once the owner is done.
+    av.progress();
+    let done = [read.ok(), sread.ok(), eq.read(0).ok()];
+    let completes: Vec<u64> = done.iter().flatten().map(|e| e.data).collect();
+    assert_eq!(completes, [1], "one FI_AV_COMPLETE, one address inserted");
+}
+
+/// A post wakes every blocked reader: one that leaves the entry queued (FI_PEEK) must not
+/// leave another asleep.
+#[test]
+fn every_blocked_reader_sees_an_event() {
+    let eq = EventQueue::open(EqAttr::default()).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    for _ in 0..2 {
+        let (eq, tx) = (eq.clone(), tx.clone());
+        std::thread::spawn(move || tx.send(eq.sread(None, FI_PEEK).map(|e| e.data)));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    eq.post(ev(1)).unwrap();
+    for reader in 0..2 {
+        let r = rx.recv_timeout(Duration::from_secs(5));
+        assert_eq!(r, Ok(Ok(1)), "reader {reader}");
+    }
+}
+
+/// An entry's fid names one object: AVs, endpoints and queues share one id space.
+#[test]
+fn avs_endpoints_and_queues_never_share_a_fid() {
+    let (_fabric, fns) = fabric(1);
+    let function = fns.into_iter().next().unwrap();
+    let nic = Nic::open(Arc::new(SimDevice::new(function))).unwrap();
+    let mut fids = HashSet::new();
+    for _ in 0..4 {
+        let ep = nic
+            .endpoint(
+                EndpointAttr {
+                    job_id: 0x42,
+                    ..EndpointAttr::default()
+                },
+                None,
+            )
+            .unwrap();
+        let av = nic
+            .open_av(AvAttr {
+                count: 8,
+                job_id: 0x42,
+                flags: FI_EVENT,
+                ..AvAttr::default()
+            })
+            .unwrap();
+        let eq = EventQueue::open(EqAttr::default()).unwrap();
+        for fid in [ep.fid(), av.id(), eq.fid()] {
+            assert!(fids.insert(fid), "fid {fid} given twice");
+        }
+    }
+}
+
+/// fi_close: "Any events which remain on the EQ when it is closed are lost." The queue is
+/// closed for every handle: later calls fail with FI_EBADF, and no AV can be bound to it.
+#[test]
+fn close_ends_the_queue_for_every_handle() {
+    let eq = EventQueue::open(EqAttr::default()).unwrap();
+    let other = eq.clone();
+    other.post(ev(1)).unwrap();
+    eq.close().unwrap();
+    let ebadf = Some(FiErrno::FI_EBADF);
+    assert_eq!(
+        other.read(0).err().map(|e| e.errno),
+        ebadf,
+        "the event is lost"
+    );
+    assert_eq!(other.readerr().err().map(|e| e.errno), ebadf);
+    assert_eq!(other.sread(None, 0).err().map(|e| e.errno), ebadf);
+    assert_eq!(other.post(ev(2)).err().map(|e| e.errno), ebadf);
+    assert_eq!(other.bind().err().map(|e| e.errno), ebadf);
+    let mut av = AddressVector::open(
+        MemoryNicTable::new(4),
+        AvAttr {
+            count: 4,
+            flags: FI_EVENT,
+            ..AvAttr::default()
+        },
+        AvLimits::new(1 << 20, 8),
+    )
+    .unwrap();
+    let e = av.bind(other.av_sink(), 0).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EBADF, "{e}");
+    assert!(!av.is_bound());
+}
+
+/// A reader blocked in sread without a timeout returns when the queue is closed under it.
+#[test]
+fn close_wakes_a_blocked_reader() {
+    let eq = EventQueue::open(EqAttr::default()).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = eq.clone();
+    std::thread::spawn(move || tx.send(reader.sread(None, 0).err().map(|e| e.errno)));
+    std::thread::sleep(Duration::from_millis(100));
+    eq.close().unwrap();
+    let r = rx.recv_timeout(Duration::from_secs(5));
+    assert_eq!(r, Ok(Some(FiErrno::FI_EBADF)));
+}
+
+/// After the events queued before an overrun, readerr reports the overrun as read does.
+#[test]
+fn readerr_of_an_overrun_queue_reports_the_overrun() {
+    let eq = EventQueue::open(EqAttr {
+        size: 1,
+        ..EqAttr::default()
+    })
+    .unwrap();
+    eq.post(ev(1)).unwrap();
+    assert_eq!(eq.post(ev(2)).unwrap_err().errno, FiErrno::FI_EOVERRUN);
+    assert_eq!(eq.read(0).unwrap().data, 1);
+    assert_eq!(eq.read(0).unwrap_err().errno, FiErrno::FI_EOVERRUN);
+    assert_eq!(eq.readerr().unwrap_err().errno, FiErrno::FI_EOVERRUN);
+}
