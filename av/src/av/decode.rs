@@ -6,8 +6,8 @@
 //! group ([`crate::fi_group_addr`]) takes bits 32 and up below the receive context. Two kinds of
 //! handle share the same 64 bits and are told apart by bits 48–63:
 //!
-//! * auth-key handles, [`AUTH_KEY_ADDR_BASE`] plus the key's number (an AV holding auth keys);
-//! * collective addresses of AV sets, [`AV_SET_ADDR_BASE`] plus the set's number.
+//! * auth-key handles, [`AUTH_KEY_ADDR_BASE`](crate::AUTH_KEY_ADDR_BASE) plus the key's number (an AV holding auth keys);
+//! * collective addresses of AV sets, [`AV_SET_ADDR_BASE`](crate::AV_SET_ADDR_BASE) plus the set's number.
 //!
 //! Both bases have bit 48 set. An address of an AV with at most
 //! [`AUTH_KEY_MAX_RX_CTX_BITS`] receive-context bits and groups up to
