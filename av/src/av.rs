@@ -150,6 +150,19 @@
 //! page's order, each at the lowest unused index, as ordinary entries. A range larger than the
 //! AV's capacity is `FI_EINVAL`.
 //!
+//! ## When the NIC does not answer
+//!
+//! A command that times out ([`NicError::in_doubt`](crate::nic::NicError)) may still be run by
+//! the NIC, later, whole. The AV does not guess: the call fails with `FI_EIO`, the mirror keeps
+//! what it then holds — the records of an unanswered AV_WRITE stay inserted (their `fi_addr`
+//! values stand, and the error says how many stayed), the addresses of an unanswered
+//! AV_INVALIDATE stay inserted, an unanswered user-id write leaves the old id — and the indices
+//! concerned are in doubt. The next call that settles the NIC (remove, set_user_id, settle,
+//! verify_nic, and every call of an `FI_EVENT` AV) first rewrites them from the mirror, with
+//! commands the NIC runs after the unanswered one; until that succeeds it fails with `FI_EIO`
+//! naming them. An `FI_EVENT` insert whose AV_WRITE goes unanswered fails its addresses, as a
+//! refused one does, and its indices are rewritten (as empty, or as whatever took them since).
+//!
 //! ## Memory
 //!
 //! The mirror keeps each address as its 32 serialized bytes (an all-zero slot is empty: every
@@ -652,6 +665,10 @@ pub struct AddressVector<N: NicAvTable> {
     /// Indices inserted with `FI_MORE` whose NIC records are not sent yet, in insertion order.
     pending: Vec<u32>,
     index_buf: Vec<u32>,
+    /// Indices whose NIC entry is unknown: a command concerning them went unanswered
+    /// ([`NicError::in_doubt`](crate::nic::NicError)) and may still be applied. The mirror
+    /// keeps what it holds there, and [`AddressVector::repair`] rewrites them on the NIC.
+    in_doubt: Vec<u32>,
     resolver: Resolver,
     /// `FI_EVENT` inserts and the event-queue binding (see [`events`]).
     events: Option<Box<events::EventState>>,
@@ -818,6 +835,7 @@ impl<N: NicAvTable> AddressVector<N> {
                 .then(|| Box::new(auth_keys::AuthKeys::new(limits.max_auth_keys))),
             pending: Vec::new(),
             index_buf: Vec::new(),
+            in_doubt: Vec::new(),
             resolver: system_resolver,
             events: (attr.flags & FI_EVENT != 0).then(|| events::EventState::new(id)),
             call_context: 0,
@@ -1721,6 +1739,7 @@ impl<N: NicAvTable> AddressVector<N> {
         let mut pending = core::mem::take(&mut self.pending);
         let mut written = 0;
         let mut failure = None;
+        let mut failed_len = 0;
         let entries = entry_source!(self);
         for chunk in pending.chunks(MAX_BATCH as usize) {
             // Each record is built where the NIC table takes it (for the driver, in the DMA
@@ -1736,6 +1755,7 @@ impl<N: NicAvTable> AddressVector<N> {
                 }
             };
             if let Err(e) = self.nic.write_entries_with(chunk.len(), &mut record) {
+                failed_len = chunk.len();
                 failure = Some(e);
                 break;
             }
@@ -1745,10 +1765,20 @@ impl<N: NicAvTable> AddressVector<N> {
             None => Ok(()),
             Some(e) => {
                 let total = pending.len();
-                self.roll_back(&pending, written);
-                warn!(entries = total, error = %e, "AV_WRITE failed, batch rolled back");
+                // An unanswered AV_WRITE may yet be applied: its records stay, to be rewritten.
+                let doubtful = if e.in_doubt { failed_len } else { 0 };
+                let kept = self.roll_back(&pending, written, doubtful);
+                warn!(entries = total, kept, error = %e, "AV_WRITE failed, batch rolled back");
+                let what = if e.in_doubt {
+                    "did not answer"
+                } else {
+                    "refused"
+                };
                 Err(FiError::io(format!(
-                    "the NIC refused the AV_WRITE of {total} pending inserts, all rolled back: {e}"
+                    "the NIC {what} the AV_WRITE of {total} pending inserts; {} rolled back, \
+                     {kept} stay inserted (the NIC may hold them; they are rewritten once it \
+                     answers): {e}",
+                    total - kept
                 )))
             }
         };
@@ -1770,8 +1800,9 @@ impl<N: NicAvTable> AddressVector<N> {
     /// [`AddressVector::settle`], inlined where the AV's own calls start.
     #[inline]
     fn settle_nic(&mut self) -> Result<(), FiError> {
-        if !self.is_event() && self.pending.is_empty() {
-            // Nothing to send, nothing in flight: the common case, without a call.
+        if !self.is_event() && self.pending.is_empty() && self.in_doubt.is_empty() {
+            // Nothing to send, nothing in flight, nothing to repair: the common case, without
+            // a call.
             return Ok(());
         }
         self.settle_pending()
@@ -1802,18 +1833,35 @@ impl<N: NicAvTable> AddressVector<N> {
     #[inline(never)]
     fn settle_pending(&mut self) -> Result<(), FiError> {
         if self.is_event() {
+            // Draining takes in the NIC's answers, which may put entries in doubt.
             self.drain();
+            if !self.in_doubt.is_empty() {
+                self.repair()?;
+            }
             return Ok(());
+        }
+        // Entries in doubt before this call first; a flush that goes unanswered now adds
+        // its own for the next call (the NIC just did not answer).
+        if !self.in_doubt.is_empty() {
+            self.repair()?;
         }
         self.flush()
     }
 
-    /// Undo a batch whose AV_WRITE failed after `written` of its records were accepted.
-    fn roll_back(&mut self, batch: &[u32], written: usize) {
-        let (sent, unsent) = batch.split_at(written.min(batch.len()));
+    /// Undo a batch whose AV_WRITE failed after `written` of its records were accepted, the
+    /// next `doubtful` being those of an unanswered command (kept, and rewritten later:
+    /// [`AddressVector::repair`]). Returns how many records stay inserted: the doubtful
+    /// ones, and accepted ones the NIC then failed to invalidate.
+    fn roll_back(&mut self, batch: &[u32], written: usize, doubtful: usize) -> usize {
+        let (sent, rest) = batch.split_at(written.min(batch.len()));
+        let (kept, unsent) = rest.split_at(doubtful.min(rest.len()));
         for &index in unsent {
             self.release_record(index);
         }
+        for &index in kept {
+            self.doubt_record(index);
+        }
+        let mut stayed = kept.len();
         // Records the NIC accepted are invalidated index by index (a range member by member).
         let mut indices = Vec::new();
         for &index in sent {
@@ -1827,13 +1875,131 @@ impl<N: NicAvTable> AddressVector<N> {
         for chunk in indices.chunks(MAX_BATCH as usize) {
             match self.nic.invalidate(chunk) {
                 Ok(()) => chunk.iter().for_each(|&index| self.release(index)),
-                Err(e) => warn!(
-                    entries = chunk.len(),
-                    error = %e,
-                    "AV_INVALIDATE during roll-back failed; those entries stay inserted"
-                ),
+                Err(e) => {
+                    warn!(
+                        entries = chunk.len(),
+                        error = %e,
+                        "AV_INVALIDATE during roll-back failed; those entries stay inserted"
+                    );
+                    if e.in_doubt {
+                        self.in_doubt.extend_from_slice(chunk);
+                    }
+                    stayed += chunk.len();
+                }
             }
         }
+        stayed
+    }
+
+    /// Mark the NIC entries of the record at `index` (a single entry, or a whole range) in
+    /// doubt.
+    fn doubt_record(&mut self, index: u32) {
+        let is_single = self.slots.get(index).is_some_and(|s| s[0] != 0);
+        match self.ranges.starting_at(index).filter(|_| !is_single) {
+            Some(r) => {
+                let (first, count) = (r.first, r.count);
+                self.in_doubt.extend(first..first + count);
+            }
+            None => self.in_doubt.push(index),
+        }
+    }
+
+    /// Make the NIC hold what the mirror holds at every index in doubt, with commands that
+    /// land after the unanswered ones (see [`crate::nic::NicAvTable`]); see
+    /// [`AddressVector::rewrite`]. Runs before every call that settles the NIC
+    /// ([`AddressVector::settle`]). `FI_EIO` if the NIC still does not answer, or refuses;
+    /// then the indices stay in doubt, for the next call to try again.
+    #[cold]
+    fn repair(&mut self) -> Result<(), FiError> {
+        let mut doubt = core::mem::take(&mut self.in_doubt);
+        doubt.sort_unstable();
+        doubt.dedup();
+        let result = self.rewrite(&doubt);
+        if result.is_err() {
+            self.in_doubt = doubt;
+        } else {
+            debug!(
+                entries = doubt.len(),
+                "entries in doubt rewritten on the NIC"
+            );
+        }
+        result
+    }
+
+    /// Rewrite `doubt` (ascending, distinct) on the NIC from the mirror. A symmetric range is
+    /// one record on the NIC, so an index a range covers brings the range's whole span in.
+    /// Four commands (each in [`MAX_BATCH`] pieces), in this order:
+    /// 1. AV_INVALIDATE every index: whatever a late command left there goes;
+    /// 2. AV_WRITE each range's record, all its members live again;
+    /// 3. AV_INVALIDATE the members the mirror no longer holds (holes);
+    /// 4. AV_WRITE each single entry (one in a range's hole included).
+    fn rewrite(&mut self, doubt: &[u32]) -> Result<(), FiError> {
+        let entries = entry_source!(self);
+        let mut spans: Vec<(u32, u32)> = doubt
+            .iter()
+            .filter_map(|&i| entries.ranges.covering(i).map(|r| (r.first, r.count)))
+            .collect();
+        spans.dedup();
+        let mut all = doubt.to_vec();
+        for &(first, count) in &spans {
+            all.extend(first..first + count);
+        }
+        all.sort_unstable();
+        all.dedup();
+        let record = |index: u32, entry: NicAvEntry| AvWriteRecord {
+            index: index.into(),
+            reserved: Default::default(),
+            entry,
+        };
+        let ranges: Vec<AvWriteRecord> = spans
+            .iter()
+            .filter_map(|&(first, _)| {
+                let r = entries.ranges.starting_at(first)?;
+                Some(record(first, r.record(entries.job_id)))
+            })
+            .collect();
+        // A member is live when its index is in use and holds no single entry of its own.
+        let holes: Vec<u32> = spans
+            .iter()
+            .flat_map(|&(first, count)| first..first + count)
+            .filter(|&i| !entries.alloc.is_allocated(i) || entries.single(i).is_some())
+            .collect();
+        let singles: Vec<AvWriteRecord> = all
+            .iter()
+            .filter_map(|&i| {
+                entries
+                    .single(i)
+                    .map(|slot| record(i, entries.single_entry(i, slot)))
+            })
+            .collect();
+        let n = doubt.len();
+        let failed = move |what: &str, e: crate::nic::NicError| {
+            FiError::io(format!(
+                "{n} NIC entries are in doubt since a command went unanswered, and {what} \
+                 them failed: {e}"
+            ))
+        };
+        for chunk in all.chunks(MAX_BATCH as usize) {
+            self.nic
+                .invalidate(chunk)
+                .map_err(|e| failed("invalidating", e))?;
+        }
+        for chunk in ranges.chunks(MAX_BATCH as usize) {
+            self.nic
+                .write_entries(chunk)
+                .map_err(|e| failed("rewriting the ranges of", e))?;
+        }
+        for chunk in holes.chunks(MAX_BATCH as usize) {
+            self.nic
+                .invalidate(chunk)
+                .map_err(|e| failed("reopening the holes of", e))?;
+        }
+        for chunk in singles.chunks(MAX_BATCH as usize) {
+            self.nic
+                .write_entries(chunk)
+                .map_err(|e| failed("rewriting", e))?;
+        }
+        Ok(())
     }
 
     /// Drop `index` (and its user id) from the mirror and free it.
@@ -1918,6 +2084,9 @@ impl<N: NicAvTable> AddressVector<N> {
         let index = self.index_of(fi_addr).map_err(named)?;
         self.settle_keeping("fi_av_remove", &[index])?;
         if let Err(e) = self.nic.invalidate(&[index]) {
+            if e.in_doubt {
+                self.in_doubt.push(index);
+            }
             return Err(invalidate_refused(&[index], 0, 1, &e));
         }
         self.release(index);
@@ -1946,6 +2115,9 @@ impl<N: NicAvTable> AddressVector<N> {
         let mut removed = 0;
         for chunk in list.chunks(MAX_BATCH as usize) {
             if let Err(e) = self.nic.invalidate(chunk) {
+                if e.in_doubt {
+                    self.in_doubt.extend_from_slice(chunk);
+                }
                 return Err(invalidate_refused(chunk, removed, list.len(), &e));
             }
             for &index in chunk {
@@ -1994,6 +2166,9 @@ impl<N: NicAvTable> AddressVector<N> {
         if let Err(e) = self.nic.write_entries(core::slice::from_ref(&record)) {
             if let Some(u) = self.user_ids.as_deref_mut() {
                 u.set(index, old);
+            }
+            if e.in_doubt {
+                self.in_doubt.push(index);
             }
             warn!(index, error = %e, "AV_WRITE of a user id failed");
             return Err(FiError::io(format!(
@@ -2208,8 +2383,9 @@ impl<N: NicAvTable> AddressVector<N> {
         &mut self.nic
     }
 
-    /// Send pending records, then read the whole NIC table back (AV_READ in [`MAX_BATCH`]
-    /// chunks) and compare every index with [`AddressVector::mirror_entry`]. Two invalid
+    /// Send pending records (and rewrite entries in doubt), then read the whole NIC table back
+    /// (AV_READ in [`MAX_BATCH`] chunks) and compare every index with
+    /// [`AddressVector::mirror_entry`]. Two invalid
     /// entries match whatever their other bytes hold. `FI_EIO` if a command fails.
     pub fn verify_nic(&mut self) -> Result<Vec<AvMismatch>, FiError> {
         self.settle_nic()?;
@@ -2394,9 +2570,12 @@ fn invalidate_refused(
             chunk.len()
         ),
     };
-    FiError::io(format!(
-        "fi_av_remove: the NIC refused to invalidate {what}: {e}"
-    ))
+    let how = if e.in_doubt {
+        "did not answer the command to invalidate"
+    } else {
+        "refused to invalidate"
+    };
+    FiError::io(format!("fi_av_remove: the NIC {how} {what}: {e}"))
 }
 
 /// The arrays every insert reports through: `fi_addr` (when given) and, with `FI_SYNC_ERR`

@@ -58,7 +58,8 @@ pub enum AvEvent {
 /// `fid` names one object however many kinds share the queue. Starts at 1.
 static NEXT_FID: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(1);
 
-/// A fresh fabric id: no other object of this process has it (see [`NEXT_FID`]).
+/// A fresh fabric id, from the one counter of the process: no other object that reports to
+/// an event queue (AV, event queue, endpoint, connection) has it. Starts at 1.
 pub fn next_fid() -> u64 {
     NEXT_FID.fetch_add(1, core::sync::atomic::Ordering::Relaxed)
 }

@@ -94,6 +94,6 @@ pub use flags::{
 pub use index_alloc::IndexAllocator;
 pub use named::{AvGuard, AvSync, NamedAv, NamedAvCloseError, NicGuard};
 pub use nic::{
-    CompletedWrite, MemoryNicTable, NicAvTable, NicCounters, NicError, NicOp, PendingWrite,
+    CompletedWrite, Fault, MemoryNicTable, NicAvTable, NicCounters, NicError, NicOp, PendingWrite,
 };
 pub use uet_fwif::auth_key::{job_id_from_auth_key, job_id_to_auth_key, AUTH_KEY_BYTES};

@@ -30,8 +30,13 @@ fn no_auth_keys(call: &str) -> FiError {
 /// One NIC AV table, reached through admin commands. Each method is exactly one command.
 ///
 /// The AV relies on the firmware rule that a batch command is applied entirely or not at all:
-/// when a method returns an error, the table is as it was before the call. The AV never issues
-/// an empty batch or one larger than [`MAX_BATCH`].
+/// when a method returns an error, the table is as it was before the call — unless the error
+/// is [`NicError::in_doubt`]: the NIC did not answer, and the command may still be applied,
+/// entirely, later. Then the AV treats the entries it concerned as unknown on the NIC and
+/// rewrites them from the mirror with later commands, which the implementation must apply
+/// after the unanswered one (an admin queue executes in order; a path that bypasses it must
+/// wait until the unanswered command has completed). The AV never issues an empty batch or
+/// one larger than [`MAX_BATCH`].
 pub trait NicAvTable {
     /// One AV_WRITE of these records (at most [`uet_fwif::admin::MAX_BATCH`]).
     fn write_entries(&mut self, records: &[AvWriteRecord]) -> Result<(), NicError>;
@@ -241,16 +246,43 @@ pub struct NicError {
     /// Why.
     #[source]
     pub source: Box<dyn std::error::Error + Send + Sync>,
+    /// The NIC did not answer (the driver gave up waiting): the command may yet be applied,
+    /// whole, later. The exception to "the table is as it was before the call"; see
+    /// [`NicAvTable`].
+    pub in_doubt: bool,
 }
 
 impl NicError {
-    /// An error of command `op` with a plain message.
+    /// An error of command `op` with a plain message: the NIC refused the command.
     pub fn new(op: &'static str, message: impl Into<String>) -> Self {
         NicError {
             op,
             source: message.into().into(),
+            in_doubt: false,
         }
     }
+
+    /// Command `op` went unanswered (`source` says how): it may still be applied.
+    pub fn in_doubt(op: &'static str, source: Box<dyn std::error::Error + Send + Sync>) -> Self {
+        NicError {
+            op,
+            source,
+            in_doubt: true,
+        }
+    }
+}
+
+/// How an injected fault ([`MemoryNicTable::inject`]) fails its command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The NIC refuses the command and changes nothing.
+    Refused,
+    /// The command goes unanswered ([`NicError::in_doubt`]). `applied`: whether the NIC runs
+    /// it anyway, as a device that answers late would; else it never does.
+    InDoubt {
+        /// The command took effect.
+        applied: bool,
+    },
 }
 
 /// Which command kind (for fault injection and counters).
@@ -320,8 +352,8 @@ impl NicCounters {
 pub struct MemoryNicTable {
     entries: Vec<NicAvEntry>,
     counters: NicCounters,
-    /// Per [`NicOp`]: fail the command after this many more successful ones.
-    faults: [Option<u64>; 4],
+    /// Per [`NicOp`]: fail the command after this many more successful ones, and how.
+    faults: [Option<(u64, Fault)>; 4],
     /// The auth-key table; a free slot is all zero.
     auth: Vec<AuthKeyEntry>,
     /// Where [`NicAvTable::write_entries_with`] builds a write's records: the model of the
@@ -389,9 +421,14 @@ impl MemoryNicTable {
             .ok_or_else(|| FiError::io(format!("NIC {op} failed: slot {slot} is not in use")))
     }
 
+    /// The fault an auth-key command meets; one in doubt fails it changing nothing, as a
+    /// refusal does (the AV treats every auth-key failure as a refusal).
     fn auth_fault(&mut self) -> Result<(), FiError> {
-        self.take_fault(NicOp::AuthKey)
-            .map_err(|e| FiError::io(e.to_string()))
+        match self.take_fault(NicOp::AuthKey) {
+            Ok(false) => Ok(()),
+            Ok(true) => Err(FiError::io(Self::late(NicOp::AuthKey).to_string())),
+            Err(e) => Err(FiError::io(e.to_string())),
+        }
     }
 
     fn auth_done<T>(&mut self, r: Result<T, FiError>) -> Result<T, FiError> {
@@ -518,7 +555,13 @@ impl MemoryNicTable {
     /// Make the command of kind `op` after `after` more successful ones fail (0: the next one),
     /// changing nothing. One pending fault per kind; a new call replaces it.
     pub fn fail_after(&mut self, op: NicOp, after: u64) {
-        self.faults[op as usize] = Some(after);
+        self.inject(op, after, Fault::Refused);
+    }
+
+    /// Make the command of kind `op` after `after` more successful ones fail as `fault` says.
+    /// One pending fault per kind; a new call replaces it.
+    pub fn inject(&mut self, op: NicOp, after: u64, fault: Fault) {
+        self.faults[op as usize] = Some((after, fault));
     }
 
     /// Cancel every pending injected fault.
@@ -526,19 +569,34 @@ impl MemoryNicTable {
         self.faults = [None; 4];
     }
 
-    fn take_fault(&mut self, op: NicOp) -> Result<(), NicError> {
+    /// The fault the command of kind `op` meets: `Err` when it fails changing nothing,
+    /// `Ok(true)` when it is applied and then reported in doubt, `Ok(false)` for none.
+    fn take_fault(&mut self, op: NicOp) -> Result<bool, NicError> {
         let slot = &mut self.faults[op as usize];
         match slot {
-            Some(0) => {
+            Some((0, fault)) => {
+                let fault = *fault;
                 *slot = None;
-                Err(NicError::new(op.name(), "injected fault"))
+                match fault {
+                    Fault::Refused => Err(NicError::new(op.name(), "injected fault")),
+                    Fault::InDoubt { applied: false } => Err(NicError::in_doubt(
+                        op.name(),
+                        "injected fault: unanswered, never applied".into(),
+                    )),
+                    Fault::InDoubt { applied: true } => Ok(true),
+                }
             }
-            Some(n) => {
+            Some((n, _)) => {
                 *n -= 1;
-                Ok(())
+                Ok(false)
             }
-            None => Ok(()),
+            None => Ok(false),
         }
+    }
+
+    /// The error of a command applied and then reported in doubt.
+    fn late(op: NicOp) -> NicError {
+        NicError::in_doubt(op.name(), "injected fault: unanswered, applied late".into())
     }
 
     fn check_index(&self, op: NicOp, index: u32) -> Result<(), NicError> {
@@ -605,7 +663,7 @@ impl MemoryNicTable {
                 }
             }
         }
-        self.take_fault(op)?;
+        let late = self.take_fault(op)?;
         for r in records {
             let index = r.index.get();
             if r.entry.is_range() {
@@ -622,6 +680,9 @@ impl MemoryNicTable {
         }
         self.counters.writes += 1;
         self.counters.records_written += records.len() as u64;
+        if late {
+            return Err(Self::late(op));
+        }
         Ok(())
     }
 
@@ -631,7 +692,7 @@ impl MemoryNicTable {
         for &i in indices {
             self.check_index(op, i)?;
         }
-        self.take_fault(op)?;
+        let late = self.take_fault(op)?;
         for &i in indices {
             if let Some(slot) = self.entries.get_mut(i as usize) {
                 *slot = NicAvEntry::INVALID;
@@ -639,6 +700,9 @@ impl MemoryNicTable {
         }
         self.counters.invalidates += 1;
         self.counters.indices_invalidated += indices.len() as u64;
+        if late {
+            return Err(Self::late(op));
+        }
         Ok(())
     }
 
@@ -659,7 +723,10 @@ impl MemoryNicTable {
                     ),
                 )
             })?;
-        self.take_fault(op)?;
+        if self.take_fault(op)? {
+            // A read that went unanswered delivered nothing.
+            return Err(Self::late(op));
+        }
         if let Some(src) = self.entries.get(start..end) {
             out.copy_from_slice(src);
         }

@@ -518,6 +518,47 @@ fn a_refused_write_fails_every_address_and_rolls_them_back() {
     assert!(av.verify_nic().unwrap().is_empty());
 }
 
+/// An asynchronous AV_WRITE that goes unanswered fails its addresses as a refused one does;
+/// since it may yet be applied, the NIC is told again, at the next settling call, what the
+/// mirror holds there (here nothing, whether it was applied or not).
+#[test]
+fn an_unanswered_write_fails_its_addresses_and_the_nic_is_repaired() {
+    for applied in [false, true] {
+        let mut av = open_event(16);
+        let sink = Sink::new();
+        av.bind(sink.clone(), 0).unwrap();
+        av.nic_mut()
+            .inject(NicOp::Write, 0, uet_av::Fault::InDoubt { applied });
+        let mut out = [0u64; 2];
+        av.with_context(1)
+            .insert(
+                &[peer_bytes(1), peer_bytes(2)].concat(),
+                2,
+                Some(&mut out),
+                0,
+            )
+            .unwrap();
+        let events = sink.read();
+        assert_eq!(
+            short(events.clone()),
+            vec![
+                Ev::Err(1, 0, FiErrno::FI_EIO),
+                Ev::Err(1, 1, FiErrno::FI_EIO),
+                Ev::Done(1, 0),
+            ]
+        );
+        match &events[0] {
+            AvEvent::InsertError { message, .. } => {
+                assert!(message.contains("did not answer"), "{message}")
+            }
+            e => panic!("{e:?}"),
+        }
+        av.settle().unwrap();
+        assert_in_step(&av);
+        assert_eq!(av.len(), 0, "applied: {applied}");
+    }
+}
+
 #[test]
 fn a_refusal_at_the_deferred_nic_reports_its_code() {
     let (mut av, nic) = open_deferred(16);

@@ -26,7 +26,8 @@
 use crate::dma::{DmaError, DmaRegion};
 use crate::error::DriverError;
 use crate::mapped::MappedRegion;
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::{fence, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use uet_fwif::admin::{
     AdminCommand, AdminCompletion, Command, Opcode, Status, COMMAND_BYTES, COMPLETION_BYTES,
@@ -149,6 +150,9 @@ pub struct AdminQueue {
     /// still read or write the scratch buffer for them, so it is lent to no other command
     /// until they complete or the queue is programmed again.
     scratch_holders: Vec<u16>,
+    /// Commands abandoned after a timeout whose completions have not come, shared with the
+    /// NIC's fast paths ([`AdminQueue::unanswered`]).
+    abandoned: Arc<AtomicUsize>,
     /// The scratch buffer was lent ([`AdminQueue::scratch`]) since the last submission: the
     /// next command uses it. (Reading a result back, [`AdminQueue::scratch_result`], lends
     /// nothing; a lend whose command never went out marks the next one, which only errs on
@@ -173,6 +177,7 @@ impl AdminQueue {
             unreported: 0,
             in_flight: 0,
             scratch_holders: Vec::new(),
+            abandoned: Arc::new(AtomicUsize::new(0)),
             scratch_taken: false,
         }
     }
@@ -181,6 +186,16 @@ impl AdminQueue {
     pub(crate) fn ring_bytes() -> (usize, usize) {
         let n = 1usize << ADMIN_RING_LOG2;
         (n * COMMAND_BYTES, n * COMPLETION_BYTES)
+    }
+
+    /// The count of commands abandoned after a timeout whose completions have not come, for
+    /// the NIC to read without the queue's lock. While it is not 0 the device may still run
+    /// them: a command submitted now runs after them (the device executes the queue in
+    /// order), but a posted register write that bypasses the queue (an AV doorbell) could
+    /// overtake them. The count drops as their completions are collected ([`AdminQueue::reap`],
+    /// which every later command runs), and is 0 again once the queue is programmed anew.
+    pub(crate) fn abandoned_count(&self) -> Arc<AtomicUsize> {
+        self.abandoned.clone()
     }
 
     /// Program the admin registers (datasheet: "Admin queue", before `DEV_CTRL.enable`).
@@ -196,6 +211,7 @@ impl AdminQueue {
         self.unreported = 0;
         self.in_flight = 0;
         self.scratch_holders.clear();
+        self.abandoned.store(0, Ordering::Release);
         self.scratch_taken = false;
         bar.write(ADMIN_SQ_BASE, self.sq.region().iova());
         bar.write(ADMIN_CQ_BASE, self.cq.region().iova());
@@ -364,6 +380,9 @@ impl AdminQueue {
                 Some(Slot::Abandoned) => {
                     self.in_flight = self.in_flight.saturating_sub(1);
                     self.scratch_holders.retain(|&h| h != id);
+                    let _ = self
+                        .abandoned
+                        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
                     tracing::debug!(command_id = id, "completion of an abandoned command");
                 }
                 Some(done @ Slot::Done { .. }) => {
@@ -421,6 +440,7 @@ impl AdminQueue {
                 let since = waiting_since.unwrap_or_else(Instant::now);
                 if since.elapsed() >= self.timeout {
                     self.commands.insert(id, Slot::Abandoned);
+                    self.abandoned.fetch_add(1, Ordering::AcqRel);
                     if uses_scratch && !self.scratch_holders.contains(&id) {
                         self.scratch_holders.push(id);
                     }

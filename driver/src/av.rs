@@ -15,6 +15,12 @@
 //! command, which files the completions it meets). A write that times out is abandoned and
 //! its memory leaked rather than handed back while the NIC might still read it.
 //!
+//! A command that times out is reported in doubt ([`uet_av::NicError::in_doubt`]): the device
+//! may still run it, and the AV then rewrites the entries it concerned from the mirror. Those
+//! rewrites must land after it: the admin queue executes in order, and while any abandoned
+//! command may still run the window and the doorbell are not used (they are posted register
+//! writes that could overtake it).
+//!
 //! `fi_close` of the AV ([`uet_av::AddressVector::close`]) is `FI_EBUSY` while endpoints
 //! created with it exist: each holds the table ([`AvTableHandle`]).
 //!
@@ -98,10 +104,17 @@ impl NicAv {
 }
 
 /// A driver error of admin command `op`, as the AV's table trait reports it.
+/// The AV's view of a failed command: refused, or — timed out — in doubt (the device may
+/// still run it; see [`uet_av::NicAvTable`]).
 fn nic_error(op: &'static str, e: DriverError) -> NicError {
-    NicError {
-        op,
-        source: Box::new(e),
+    if matches!(e, DriverError::AdminTimeout { .. }) {
+        NicError::in_doubt(op, Box::new(e))
+    } else {
+        NicError {
+            op,
+            source: Box::new(e),
+            in_doubt: false,
+        }
     }
 }
 
@@ -195,7 +208,11 @@ impl NicAvTable for NicAv {
         // One command, applied whole or not at all: as the trait says, and as the firmware
         // and the in-memory table check.
         check_batch(OP, count)?;
-        if count == 1 && self.table.nic.identity.interface_minor >= AV_WRITE_WINDOW_INTERFACE_MINOR
+        // The window is a posted register write: never while an abandoned admin command may
+        // still run, which could land after it (then the admin queue, in order, is used).
+        if count == 1
+            && self.table.nic.identity.interface_minor >= AV_WRITE_WINDOW_INTERFACE_MINOR
+            && !self.table.nic.admin_unanswered()
         {
             return self.write_through_window(&record(0));
         }
@@ -230,6 +247,7 @@ impl NicAvTable for NicAv {
         let nic = &self.table.nic;
         if indices.len() <= DOORBELL_INVALIDATE_MAX
             && nic.identity.interface_minor >= AV_DOORBELL_INTERFACE_MINOR
+            && !nic.admin_unanswered()
         {
             // A few entries: one posted register write each, no admin round trip. The AV has
             // checked every index against the table, and register writes reach the NIC in

@@ -200,6 +200,9 @@ pub(crate) struct NicInner {
     /// AV can refuse to remove a key in use without asking the NIC.
     pub(crate) auth_grants: Box<[AtomicU32]>,
     admin: Mutex<AdminQueue>,
+    /// [`AdminQueue::abandoned_count`]: admin commands abandoned after a timeout that the
+    /// device may still run.
+    admin_abandoned: Arc<std::sync::atomic::AtomicUsize>,
     /// The AV write window: its staged entry belongs to the function, so one writer at a time
     /// stages, rings and reads `AV_WRITE_DROPS`, whose last value it keeps (`None` until the
     /// first window write reads it).
@@ -215,6 +218,15 @@ impl NicInner {
     /// way the next command would not detect (command ids), so a poisoned lock is taken over.
     pub(crate) fn admin(&self) -> MutexGuard<'_, AdminQueue> {
         self.admin.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether an admin command abandoned after a timeout may still run on the device: then
+    /// no posted register write may stand in for an admin command (the AV doorbells), since
+    /// it could land before the late command and be undone by it. One load.
+    pub(crate) fn admin_unanswered(&self) -> bool {
+        self.admin_abandoned
+            .load(std::sync::atomic::Ordering::Acquire)
+            != 0
     }
 
     /// Lock the AV write window (nothing it guards can be left half-done by a panic: a
@@ -345,6 +357,7 @@ impl Nic {
                 auth_grants: (0..caps.auth_key_slots)
                     .map(|_| AtomicU32::new(0))
                     .collect(),
+                admin_abandoned: admin.abandoned_count(),
                 admin: Mutex::new(admin),
                 av_window: Mutex::new(None),
             }),

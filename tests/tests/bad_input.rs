@@ -1,7 +1,7 @@
 //! Bad input gets an error status or completion, never a panic or a hang, and changes nothing.
 
 use std::time::Duration;
-use uet_av::{FiErrno, NicAvTable};
+use uet_av::{FiErrno, NicAvTable, FI_ADDR_NOTAVAIL};
 use uet_driver::DriverError;
 use uet_fwif::admin::{BufferBody, Command, Status};
 use uet_fwif::datapath::LocalStatus;
@@ -156,22 +156,24 @@ fn admin_command_on_a_disabled_device_times_out_with_a_clear_error() {
 fn a_timed_out_command_keeps_the_scratch_buffer_from_the_next() {
     let (_f, fns) = fabric(1);
     let mut node = Node::new(fns.into_iter().next().unwrap(), 1, 8);
-    let peers = [
-        uet_tests::forged(node.ep.address(), |a| a.initiator = 0x77),
-        uet_tests::forged(node.ep.address(), |a| a.initiator = 0x78),
-    ]
-    .concat();
+    let peer = |initiator| uet_tests::forged(node.ep.address(), |a| a.initiator = initiator);
+    let peers = [peer(0x77), peer(0x78)].concat();
+    let others = [peer(0x79), peer(0x7A)].concat();
     node.nic.set_admin_timeout(Duration::from_millis(50));
     node.nic.bar0().write(DEV_CTRL, DevCtrl::new());
-    // Two records: an AV_WRITE through the scratch buffer, which times out.
+    // Two records: an AV_WRITE through the scratch buffer, which times out. The device may
+    // still run it, so the two stay inserted, in doubt.
     let e = node.av.insert(&peers, 2, None, 0).unwrap_err();
     assert_eq!(e.errno, FiErrno::FI_EIO);
     assert!(e.message.contains("timed out"), "{e}");
-    assert_eq!(node.av.len(), 0, "rolled back");
-    let e = node.av.insert(&peers, 2, None, 0).unwrap_err();
+    assert!(e.message.contains("2 stay inserted"), "{e}");
+    assert_eq!(node.av.len(), 2, "kept: the NIC may hold them");
+    // The next AV_WRITE through the scratch buffer is refused before it goes out, and rolled
+    // back.
+    let e = node.av.insert(&others, 2, None, 0).unwrap_err();
     assert_eq!(e.errno, FiErrno::FI_EIO);
     assert!(e.message.contains("scratch buffer"), "{e}");
-    assert_eq!(node.av.len(), 0);
+    assert_eq!(node.av.len(), 2);
     let e = node.av.verify_nic().unwrap_err();
     assert!(e.message.contains("scratch buffer"), "{e}");
     // The device answers again and runs what it was given: its late completion releases the
@@ -180,9 +182,125 @@ fn a_timed_out_command_keeps_the_scratch_buffer_from_the_next() {
         .bar0()
         .write(DEV_CTRL, DevCtrl::new().with_enable(true));
     assert_eq!(
-        node.av.insert(&peers, 2, None, 0).map_err(|e| e.errno),
+        node.av.insert(&others, 2, None, 0).map_err(|e| e.errno),
         Ok(2)
     );
+    assert!(node.av.verify_nic().unwrap().is_empty());
+    assert_eq!(node.av.len(), 4);
+}
+
+/// The address an index holds, as the NIC translates it: the AV_READ of its entry.
+fn nic_address(node: &mut Node, index: u32) -> Option<uet_fwif::UetAddress> {
+    let mut e = [NicAvEntry::INVALID];
+    node.av.nic_mut().read_entries(index, &mut e).unwrap();
+    e[0].peer_address()
+}
+
+/// An AV_WRITE that timed out and that the device runs late leaves the NIC as the mirror
+/// says: its records stay inserted, and once the device answers the AV rewrites them.
+#[test]
+fn a_late_av_write_leaves_the_nic_as_the_mirror() {
+    let (_f, fns) = fabric(1);
+    let mut node = Node::new(fns.into_iter().next().unwrap(), 1, 8);
+    let peer = |initiator| uet_tests::forged(node.ep.address(), |a| a.initiator = initiator);
+    let (a, b, c) = (peer(0x77), peer(0x78), peer(0x99));
+    node.nic.set_admin_timeout(Duration::from_millis(50));
+    node.nic.bar0().write(DEV_CTRL, DevCtrl::new());
+    let mut fi = [0u64; 2];
+    let e = node
+        .av
+        .insert(&[a, b].concat(), 2, Some(&mut fi), 0)
+        .unwrap_err();
+    assert!(e.message.contains("timed out"), "{e}");
+    assert_eq!(fi, [0, 1], "kept at their indices");
+    // While the late AV_WRITE may still run, one address does not take the write window (a
+    // posted register write, which the simulated device takes even while disabled, and which
+    // could land before the late command): it goes to the admin queue, behind it, and is
+    // refused there, since the late command still holds the scratch buffer.
+    let mut fc = [0u64; 1];
+    let e = node.av.insert(&c, 1, Some(&mut fc), 0).unwrap_err();
+    assert!(e.message.contains("scratch buffer"), "{e}");
+    assert_eq!(fc, [FI_ADDR_NOTAVAIL]);
+    node.nic
+        .bar0()
+        .write(DEV_CTRL, DevCtrl::new().with_enable(true));
+    // One address: the write window would be quicker, but it is a posted register write that
+    // could land before the late AV_WRITE; the admin queue runs after it.
+    let mut fc = [0u64; 1];
+    assert_eq!(node.av.insert(&c, 1, Some(&mut fc), 0).unwrap(), 1);
+    assert_eq!(fc, [2]);
+    assert!(node.av.verify_nic().unwrap().is_empty());
+    for (index, bytes) in [(0, a), (1, b), (2, c)] {
+        let want = uet_fwif::UetAddress::from_bytes(&bytes).unwrap();
+        assert_eq!(nic_address(&mut node, index), Some(want), "index {index}");
+        let (mut out, mut len) = ([0u8; 32], 32);
+        node.av
+            .lookup(u64::from(index), &mut out, &mut len)
+            .unwrap();
+        assert_eq!(out, bytes);
+    }
+}
+
+/// An AV_INVALIDATE that timed out (a batch, and a single entry) leaves the addresses in the
+/// AV; once the device answers, the AV rewrites them over whatever the late command did.
+#[test]
+fn a_late_av_invalidate_leaves_the_nic_as_the_mirror() {
+    let (_f, fns) = fabric(1);
+    let mut node = Node::new(fns.into_iter().next().unwrap(), 1, 16);
+    let peers: Vec<u8> = (0..10u32)
+        .flat_map(|i| uet_tests::forged(node.ep.address(), |a| a.initiator = 0x100 + i))
+        .collect();
+    let mut fi = vec![0u64; 10];
+    assert_eq!(node.av.insert(&peers, 10, Some(&mut fi), 0).unwrap(), 10);
+    node.nic.set_admin_timeout(Duration::from_millis(50));
+    node.nic.bar0().write(DEV_CTRL, DevCtrl::new());
+    // Ten indices: one AV_INVALIDATE on the admin queue.
+    let e = node.av.remove(&fi[..9], 0).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EIO);
+    assert!(e.message.contains("did not answer"), "{e}");
+    // One: the doorbell would be quicker, but an abandoned command may still run.
+    let e = node.av.remove(&fi[9..], 0).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EIO);
+    assert_eq!(node.av.len(), 10, "kept on the host");
+    node.nic
+        .bar0()
+        .write(DEV_CTRL, DevCtrl::new().with_enable(true));
+    assert!(node.av.verify_nic().unwrap().is_empty());
+    assert!(
+        nic_address(&mut node, 3).is_some(),
+        "rewritten after the late invalidate"
+    );
+    // And the AV goes on: a remove now removes.
+    node.av.remove(&fi, 0).unwrap();
+    assert_eq!(node.av.len(), 0);
+    assert!(node.av.verify_nic().unwrap().is_empty());
+}
+
+/// The simulated NIC keeps a symmetric range as one record: a timed-out AV_INVALIDATE of some
+/// of its members, run late, is repaired by rebuilding the range with the mirror's holes.
+#[test]
+fn a_late_invalidate_of_range_members_is_repaired_on_the_range() {
+    let (_f, fns) = fabric(1);
+    let mut node = Node::new(fns.into_iter().next().unwrap(), 1, 64);
+    let mut fi = vec![0u64; 24];
+    node.av
+        .insertsym("10.20.0.1", 6, "9", 4, Some(&mut fi), 0, None)
+        .unwrap();
+    node.av.remove(&fi[..2], 0).unwrap();
+    node.nic.set_admin_timeout(Duration::from_millis(50));
+    node.nic.bar0().write(DEV_CTRL, DevCtrl::new());
+    let e = node.av.remove(&fi[4..14], 0).unwrap_err();
+    assert!(e.message.contains("did not answer"), "{e}");
+    node.nic
+        .bar0()
+        .write(DEV_CTRL, DevCtrl::new().with_enable(true));
+    assert!(node.av.verify_nic().unwrap().is_empty());
+    assert_eq!(node.av.ranges().count(), 1, "one range on the host");
+    assert!(nic_address(&mut node, 5).is_some());
+    assert!(nic_address(&mut node, 0).is_none(), "the hole stays a hole");
+    node.av.remove(&fi[4..14], 0).unwrap();
+    assert!(node.av.verify_nic().unwrap().is_empty());
+    assert_eq!(node.av.len(), 12);
 }
 
 /// Reading a command's result back from the scratch buffer lends the buffer to nothing: a

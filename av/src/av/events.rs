@@ -72,6 +72,9 @@ struct AsyncInner {
     /// Records the NIC refused, `(first index, indices)`, still in the mirror until the AV's
     /// next call.
     revoked: Vec<(u32, u32)>,
+    /// Those of them whose AV_WRITE went unanswered and may yet be applied: once released
+    /// from the mirror, their indices are in doubt on the NIC ([`AddressVector::repair`]).
+    revoked_in_doubt: Vec<(u32, u32)>,
 }
 
 /// One insert call.
@@ -254,14 +257,23 @@ impl AsyncInner {
                 Err(e) => {
                     warn!(records = w.tags.len(), error = %e, "asynchronous AV_WRITE refused");
                     let addresses: u64 = w.tags.iter().map(|t| u64::from(t.count)).sum();
+                    let how = if e.in_doubt {
+                        "did not answer"
+                    } else {
+                        "refused"
+                    };
                     let message =
-                        format!("the NIC refused the AV_WRITE of {addresses} addresses: {e}");
+                        format!("the NIC {how} the AV_WRITE of {addresses} addresses: {e}");
                     self.settle(
                         shared,
                         &w.tags,
                         Some((FiErrno::FI_EIO, prov_errno, &message)),
                         true,
                     );
+                    if e.in_doubt {
+                        self.revoked_in_doubt
+                            .extend(w.tags.iter().map(|t| (t.index, t.count)));
+                    }
                 }
             }
         }
@@ -569,13 +581,21 @@ impl<N: NicAvTable> AddressVector<N> {
         if !state.shared.revoked_any.load(Ordering::Acquire) {
             return;
         }
-        let revoked = {
+        let (revoked, in_doubt) = {
             let mut inner = state.shared.lock();
             state.shared.revoked_any.store(false, Ordering::Release);
-            core::mem::take(&mut inner.revoked)
+            (
+                core::mem::take(&mut inner.revoked),
+                core::mem::take(&mut inner.revoked_in_doubt),
+            )
         };
         for (first, _) in revoked {
             self.release_record(first);
+        }
+        // A write that went unanswered may still land: the NIC is told again what the mirror
+        // now holds there (nothing, or a later insert's entry) at the next settling call.
+        for (first, count) in in_doubt {
+            self.in_doubt.extend(first..first.saturating_add(count));
         }
     }
 

@@ -1,0 +1,148 @@
+//! Commands the NIC leaves unanswered (`NicError::in_doubt`): they may be applied late, or
+//! never. The mirror keeps what it held — inserted records stay, removed addresses stay — and
+//! the AV rewrites the entries concerned on the NIC at its next settling call, so mirror and
+//! NIC agree whichever way the command went.
+
+mod common;
+
+use common::*;
+use uet_av::{Fault, FiErrno, NicOp, FI_ADDR_NOTAVAIL, FI_AV_USER_ID};
+
+fn lookup(av: &uet_av::AddressVector<uet_av::MemoryNicTable>, fi_addr: u64) -> [u8; 32] {
+    let (mut out, mut len) = ([0u8; 32], 32);
+    av.lookup(fi_addr, &mut out, &mut len).expect("lookup");
+    out
+}
+
+#[test]
+fn an_unanswered_insert_stays_and_reaches_the_nic_either_way() {
+    for applied in [false, true] {
+        let mut av = open(16);
+        insert_peers(&mut av, &[1]);
+        av.nic_mut()
+            .inject(NicOp::Write, 0, Fault::InDoubt { applied });
+        let buf = pack(&[peer_bytes(2), peer_bytes(3)]);
+        let mut fi = [0u64; 2];
+        let e = av.insert(&buf, 2, Some(&mut fi), 0).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EIO);
+        assert!(e.message.contains("did not answer"), "{e}");
+        assert!(e.message.contains("2 stay inserted"), "{e}");
+        assert_eq!(fi, [1, 2], "kept at their indices (applied: {applied})");
+        assert_eq!(av.len(), 3);
+        assert_eq!(lookup(&av, 2), peer_bytes(3));
+        // The next settling call rewrites them on the NIC.
+        av.settle().unwrap();
+        assert_in_step(&av);
+        assert!(av.verify_nic().unwrap().is_empty());
+    }
+}
+
+#[test]
+fn an_unanswered_remove_keeps_the_addresses_and_the_nic_gets_them_back() {
+    for applied in [false, true] {
+        let mut av = open(16);
+        let fi = insert_peers(&mut av, &[1, 2, 3]);
+        av.nic_mut()
+            .inject(NicOp::Invalidate, 0, Fault::InDoubt { applied });
+        let e = av.remove(&fi[..2], 0).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EIO);
+        assert!(e.message.contains("did not answer"), "{e}");
+        assert_eq!(av.len(), 3, "nothing removed (applied: {applied})");
+        assert_eq!(av.nic().entry(0).unwrap().is_valid(), !applied);
+        // A remove of another address settles first: the two are rewritten, then it goes.
+        av.remove(&fi[2..], 0).unwrap();
+        assert_in_step(&av);
+        assert_eq!(lookup(&av, fi[0]), peer_bytes(1));
+        // And a remove of the two now removes them.
+        av.remove(&fi[..2], 0).unwrap();
+        assert_eq!(av.len(), 0);
+        assert_in_step(&av);
+    }
+}
+
+#[test]
+fn an_unanswered_single_remove_and_user_id_are_rewritten() {
+    let mut av = open_with(uet_av::AvAttr {
+        count: 8,
+        flags: FI_AV_USER_ID,
+        ..uet_av::AvAttr::default()
+    });
+    let fi = insert_peers(&mut av, &[1, 2]);
+    av.nic_mut()
+        .inject(NicOp::Invalidate, 0, Fault::InDoubt { applied: true });
+    assert_eq!(av.remove(&fi[..1], 0).unwrap_err().errno, FiErrno::FI_EIO);
+    av.nic_mut()
+        .inject(NicOp::Write, 0, Fault::InDoubt { applied: true });
+    // Settling rewrites index 0 (that AV_WRITE meets the fault: index 0 stays in doubt) ...
+    assert!(av.set_user_id(fi[1], 0x51, 0).is_err());
+    // ... and the user id of index 1, refused, is unchanged on the host.
+    assert_eq!(av.user_id(fi[1]).unwrap(), Some(FI_ADDR_NOTAVAIL));
+    av.settle().unwrap();
+    assert_in_step(&av);
+    av.set_user_id(fi[1], 0x51, 0).unwrap();
+    assert_eq!(av.nic().entry(1).unwrap().user_id.get(), 0x51);
+    assert_in_step(&av);
+}
+
+#[test]
+fn a_repair_that_fails_leaves_the_entries_in_doubt_until_one_succeeds() {
+    let mut av = open(8);
+    av.nic_mut()
+        .inject(NicOp::Write, 0, Fault::InDoubt { applied: false });
+    let mut fi = [0u64; 2];
+    assert!(av
+        .insert(&pack(&[peer_bytes(1), peer_bytes(2)]), 2, Some(&mut fi), 0)
+        .is_err());
+    // The repair's AV_INVALIDATE is refused: the call fails, naming the entries in doubt.
+    av.nic_mut().fail_after(NicOp::Invalidate, 0);
+    let e = av.settle().unwrap_err();
+    assert!(e.message.contains("2 NIC entries are in doubt"), "{e}");
+    assert!(!av.nic().entry(0).unwrap().is_valid(), "not rewritten yet");
+    av.settle().unwrap();
+    assert_in_step(&av);
+    assert_eq!(lookup(&av, fi[1]), peer_bytes(2));
+}
+
+#[test]
+fn an_unanswered_symmetric_insert_stays_a_range_on_the_host() {
+    let mut av = open(64);
+    av.nic_mut()
+        .inject(NicOp::Write, 0, Fault::InDoubt { applied: false });
+    let mut fi = vec![0u64; 12];
+    let e = av
+        .insertsym("10.9.0.1", 3, "7", 4, Some(&mut fi), 0, None)
+        .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EIO);
+    assert_eq!(fi, (0..12).collect::<Vec<u64>>(), "kept");
+    assert_eq!(av.ranges().count(), 1, "still one range on the host");
+    av.settle().unwrap();
+    assert_in_step(&av);
+    // Its members come and go as ever.
+    av.remove(&[3, 4], 0).unwrap();
+    assert_in_step(&av);
+    assert_eq!(av.len(), 10);
+}
+
+#[test]
+fn a_range_with_holes_and_singles_is_rebuilt_as_the_mirror_holds_it() {
+    for applied in [false, true] {
+        let mut av = open(64);
+        let mut fi = vec![0u64; 12];
+        av.insertsym("10.9.0.1", 3, "7", 4, Some(&mut fi), 0, None)
+            .unwrap();
+        av.remove(&[3, 4], 0).unwrap();
+        // A single entry in the hole at 3 (the lowest free index).
+        assert_eq!(insert_peers(&mut av, &[500]), [3]);
+        av.nic_mut()
+            .inject(NicOp::Invalidate, 0, Fault::InDoubt { applied });
+        assert!(av.remove(&[5, 6, 3], 0).is_err());
+        assert_eq!(av.len(), 11, "nothing removed (applied: {applied})");
+        av.settle().unwrap();
+        assert_in_step(&av);
+        assert_eq!(av.ranges().count(), 1);
+        assert_eq!(lookup(&av, 3), peer_bytes(500));
+        av.remove(&[5, 6, 3], 0).unwrap();
+        assert_in_step(&av);
+        assert_eq!(av.len(), 8);
+    }
+}
