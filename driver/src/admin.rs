@@ -21,7 +21,9 @@
 //! abandoned (its completion, should it come, is dropped), never waited on forever. Until that
 //! completion comes, or the queue is programmed again after a reset, the scratch buffer is
 //! lent to no other command ([`AdminQueue::scratch`] refuses): a late device must not take the
-//! next command's data for the abandoned one's.
+//! next command's data for the abandoned one's. A creation that completes late (an AV table,
+//! an endpoint or context, an auth-key slot: its caller was told it failed, so nobody owns
+//! it) is destroyed by a command the queue submits ahead of the next one.
 
 use crate::dma::{DmaError, DmaRegion};
 use crate::error::DriverError;
@@ -75,8 +77,27 @@ enum Slot {
     },
     /// Completed; the completion waits for its owner.
     Done { opcode: u8, cqe: AdminCompletion },
-    /// Given up on (timed out); its completion is dropped when it arrives.
-    Abandoned,
+    /// Given up on (timed out); its completion is dropped when it arrives, and what a late
+    /// creation made is destroyed ([`undo_of`]).
+    Abandoned { opcode: u8 },
+    /// Submitted by the queue itself (the undo of a late creation); its completion is dropped.
+    Discard,
+}
+
+/// The command that destroys what a creation `opcode` that completed with `result0` made:
+/// the undo of a command the driver gave up on, whose caller was told it failed. A memory
+/// region is not among them: MR_DEREGISTER needs the key, which the queue does not keep.
+fn undo_of(opcode: u8, result0: u32) -> Option<Command> {
+    Some(match Opcode::from_u8(opcode)? {
+        Opcode::AvCreate => Command::AvDestroy { av: result0 },
+        // result0: endpoint handle | PIDonFEP << 16.
+        Opcode::EndpointCreate => Command::EndpointDestroy {
+            endpoint: result0 & 0xFFFF,
+        },
+        Opcode::ContextCreate => Command::EndpointDestroy { endpoint: result0 },
+        Opcode::AuthKeyAdd => Command::AuthKeyRemove { slot: result0 },
+        _ => return None,
+    })
 }
 
 /// Entries of the command table: twice the ring, so a free entry is always within reach of
@@ -153,6 +174,8 @@ pub struct AdminQueue {
     /// Commands abandoned after a timeout whose completions have not come, shared with the
     /// NIC's fast paths ([`AdminQueue::unanswered`]).
     abandoned: Arc<AtomicUsize>,
+    /// Undoes of late creations ([`undo_of`]), submitted ahead of the next command.
+    undo: Vec<Command>,
     /// The scratch buffer was lent ([`AdminQueue::scratch`]) since the last submission: the
     /// next command uses it. (Reading a result back, [`AdminQueue::scratch_result`], lends
     /// nothing; a lend whose command never went out marks the next one, which only errs on
@@ -178,6 +201,7 @@ impl AdminQueue {
             in_flight: 0,
             scratch_holders: Vec::new(),
             abandoned: Arc::new(AtomicUsize::new(0)),
+            undo: Vec::new(),
             scratch_taken: false,
         }
     }
@@ -212,6 +236,7 @@ impl AdminQueue {
         self.in_flight = 0;
         self.scratch_holders.clear();
         self.abandoned.store(0, Ordering::Release);
+        self.undo.clear();
         self.scratch_taken = false;
         bar.write(ADMIN_SQ_BASE, self.sq.region().iova());
         bar.write(ADMIN_CQ_BASE, self.cq.region().iova());
@@ -290,10 +315,45 @@ impl AdminQueue {
     }
 
     /// Submit a submission entry as given (its command id is replaced by the queue's own).
-    pub fn submit_raw(
+    /// The undoes of late creations go first.
+    pub fn submit_raw(&mut self, bar: &dyn Mmio, entry: AdminCommand) -> Result<u16, DriverError> {
+        if self.abandoned.load(Ordering::Acquire) > 0 {
+            // Late completions first: what they created is destroyed before this command,
+            // which may need the room.
+            if let Err(e) = self.reap(bar) {
+                tracing::warn!("{e}");
+            }
+        }
+        while let Some(cmd) = self.undo.pop() {
+            tracing::info!(?cmd, "destroying what a command given up on created late");
+            if let Err(e) = self.submit_entry(bar, cmd.encode(0), true) {
+                self.undo.push(cmd);
+                return Err(e);
+            }
+        }
+        let uses_scratch = core::mem::take(&mut self.scratch_taken);
+        match self.submit_entry(bar, entry, false) {
+            Ok(id) => {
+                if uses_scratch {
+                    self.mark_scratch(id);
+                }
+                Ok(id)
+            }
+            Err(e) => {
+                // Not submitted: the lend still marks the next command.
+                self.scratch_taken |= uses_scratch;
+                Err(e)
+            }
+        }
+    }
+
+    /// Put one command on the ring and ring the doorbell: `discard`, the queue's own (its
+    /// completion is dropped), else the caller's, outstanding.
+    fn submit_entry(
         &mut self,
         bar: &dyn Mmio,
         mut entry: AdminCommand,
+        discard: bool,
     ) -> Result<u16, DriverError> {
         let opcode = entry.opcode;
         self.make_room(bar, opcode)?;
@@ -315,13 +375,16 @@ impl AdminQueue {
         let slot = usize::from(self.sq_tail) * COMMAND_BYTES;
         self.sq.region().write_obj(slot, &entry)?;
         self.sq_tail = self.geometry.next(self.sq_tail);
-        let uses_scratch = core::mem::take(&mut self.scratch_taken);
         self.commands.insert(
             command_id,
-            Slot::Outstanding {
-                opcode,
-                waiting_since: None,
-                uses_scratch,
+            if discard {
+                Slot::Discard
+            } else {
+                Slot::Outstanding {
+                    opcode,
+                    waiting_since: None,
+                    uses_scratch: false,
+                }
             },
         );
         self.in_flight += 1;
@@ -329,6 +392,25 @@ impl AdminQueue {
         fence(Ordering::SeqCst);
         bar.write(ADMIN_SQ_DOORBELL, RingIndex::new().with_index(self.sq_tail));
         Ok(command_id)
+    }
+
+    /// Record that command `id`, outstanding, carries its data in the scratch buffer.
+    fn mark_scratch(&mut self, id: u16) {
+        if let Some(Slot::Outstanding {
+            opcode,
+            waiting_since,
+            ..
+        }) = self.commands.remove(id)
+        {
+            self.commands.insert(
+                id,
+                Slot::Outstanding {
+                    opcode,
+                    waiting_since,
+                    uses_scratch: true,
+                },
+            );
+        }
     }
 
     /// Wait until fewer than ring size − 1 commands are in flight.
@@ -377,13 +459,24 @@ impl AdminQueue {
                     self.in_flight = self.in_flight.saturating_sub(1);
                     self.commands.insert(id, Slot::Done { opcode, cqe });
                 }
-                Some(Slot::Abandoned) => {
+                Some(Slot::Abandoned { opcode }) => {
                     self.in_flight = self.in_flight.saturating_sub(1);
                     self.scratch_holders.retain(|&h| h != id);
+                    if cqe.status() == Status::Success {
+                        if let Some(undo) = undo_of(opcode, cqe.result0.get()) {
+                            self.undo.push(undo);
+                        }
+                    }
                     let _ = self
                         .abandoned
                         .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
                     tracing::debug!(command_id = id, "completion of an abandoned command");
+                }
+                Some(Slot::Discard) => {
+                    self.in_flight = self.in_flight.saturating_sub(1);
+                    if cqe.status() != Status::Success {
+                        tracing::warn!(command_id = id, status = ?cqe.status(), "undo of a late creation failed");
+                    }
                 }
                 Some(done @ Slot::Done { .. }) => {
                     self.commands.insert(id, done);
@@ -439,7 +532,7 @@ impl AdminQueue {
             }) => {
                 let since = waiting_since.unwrap_or_else(Instant::now);
                 if since.elapsed() >= self.timeout {
-                    self.commands.insert(id, Slot::Abandoned);
+                    self.commands.insert(id, Slot::Abandoned { opcode });
                     self.abandoned.fetch_add(1, Ordering::AcqRel);
                     if uses_scratch && !self.scratch_holders.contains(&id) {
                         self.scratch_holders.push(id);
@@ -457,8 +550,8 @@ impl AdminQueue {
                     None
                 }
             }
-            Some(Slot::Abandoned) => {
-                self.commands.insert(id, Slot::Abandoned);
+            Some(slot @ (Slot::Abandoned { .. } | Slot::Discard)) => {
+                self.commands.insert(id, slot);
                 Some(Err(DriverError::AdminProtocol(format!(
                     "command id {id} was abandoned"
                 ))))

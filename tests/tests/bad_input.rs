@@ -303,6 +303,37 @@ fn a_late_invalidate_of_range_members_is_repaired_on_the_range() {
     assert_eq!(node.av.len(), 12);
 }
 
+/// A creation the driver gave up on (AV_CREATE timed out: fi_av_open failed) and that the
+/// device runs late makes a table nobody owns; the admin queue destroys it before its next
+/// command, so the NIC's only table is free again for the next open.
+#[test]
+fn a_table_created_late_is_destroyed_before_the_next_command() {
+    let fabric = uet_sim::Fabric::new();
+    let mut cfg = uet_sim::NicConfig::new(uet_tests::nic_addr(0));
+    cfg.av_tables = 1;
+    let function = fabric.add_nic(cfg).unwrap();
+    let nic = uet_driver::Nic::open(std::sync::Arc::new(
+        uet_driver::backend::sim::SimDevice::new(function),
+    ))
+    .unwrap();
+    let attr = uet_av::AvAttr {
+        count: 8,
+        ..uet_av::AvAttr::default()
+    };
+    nic.set_admin_timeout(Duration::from_millis(50));
+    nic.bar0().write(DEV_CTRL, DevCtrl::new());
+    let e = nic.open_av(attr).unwrap_err();
+    assert!(e.message.contains("timed out"), "{e}");
+    nic.bar0().write(DEV_CTRL, DevCtrl::new().with_enable(true));
+    let av = nic.open_av(attr).expect("the late table was destroyed");
+    assert_eq!(
+        nic.open_av(attr).unwrap_err().errno,
+        FiErrno::FI_ENOSPC,
+        "one table, and it is in use"
+    );
+    drop(av);
+}
+
 /// Reading a command's result back from the scratch buffer lends the buffer to nothing: a
 /// later command without data that times out holds no buffer, so the next data-carrying
 /// command is refused for what it meets itself (the disabled device), not for the scratch
