@@ -157,10 +157,11 @@
 //! what it then holds — the records of an unanswered AV_WRITE stay inserted (their `fi_addr`
 //! values stand, and the error says how many stayed), the addresses of an unanswered
 //! AV_INVALIDATE stay inserted, an unanswered user-id write leaves the old id — and the indices
-//! concerned are in doubt. The next call that settles the NIC (remove, set_user_id, settle,
-//! verify_nic, and every call of an `FI_EVENT` AV) first rewrites them from the mirror, with
-//! commands the NIC runs after the unanswered one; until that succeeds it fails with `FI_EIO`
-//! naming them. An `FI_EVENT` insert whose AV_WRITE goes unanswered fails its addresses, as a
+//! concerned are in doubt. The next call that sends the NIC anything (an insert, remove,
+//! set_user_id, settle, verify_nic; on an `FI_EVENT` AV, whose inserts do not wait, its
+//! synchronous calls) first rewrites them from the mirror, with commands the NIC runs after
+//! the unanswered one; until that succeeds it fails with `FI_EIO` naming them (an insert
+//! rolls its addresses back). An `FI_EVENT` insert whose AV_WRITE goes unanswered fails its addresses, as a
 //! refused one does, and its indices are rewritten (as empty, or as whatever took them since).
 //!
 //! ## Memory
@@ -1727,7 +1728,9 @@ impl<N: NicAvTable> AddressVector<N> {
     }
 
     /// Send the NIC records of every pending `FI_MORE` insert: one AV_WRITE (or one per
-    /// [`MAX_BATCH`] records). On failure the batch is rolled back and `FI_EIO` returned.
+    /// [`MAX_BATCH`] records). On failure the batch is rolled back and `FI_EIO` returned. Entries
+    /// in doubt are rewritten first; if that fails, nothing is sent and the batch is rolled
+    /// back.
     pub fn flush(&mut self) -> Result<(), FiError> {
         if self.is_event() {
             self.submit_pending();
@@ -1735,6 +1738,17 @@ impl<N: NicAvTable> AddressVector<N> {
         }
         if self.pending.is_empty() {
             return Ok(());
+        }
+        if !self.in_doubt.is_empty() {
+            if let Err(e) = self.repair() {
+                let pending = core::mem::take(&mut self.pending);
+                let total = pending.len();
+                self.roll_back(&pending, 0, 0);
+                return Err(FiError::io(format!(
+                    "{total} pending inserts not sent, all rolled back: {}",
+                    e.message
+                )));
+            }
         }
         let mut pending = core::mem::take(&mut self.pending);
         let mut written = 0;
@@ -1934,10 +1948,16 @@ impl<N: NicAvTable> AddressVector<N> {
     /// 3. AV_INVALIDATE the members the mirror no longer holds (holes);
     /// 4. AV_WRITE each single entry (one in a range's hole included).
     fn rewrite(&mut self, doubt: &[u32]) -> Result<(), FiError> {
+        // Records not sent yet (FI_MORE) are not the NIC's to hold: the flush sends them, or
+        // rolls them back without telling the NIC.
+        let mut unsent = self.pending.clone();
+        unsent.sort_unstable();
+        let sent = |i: &u32| unsent.binary_search(i).is_err();
         let entries = entry_source!(self);
         let mut spans: Vec<(u32, u32)> = doubt
             .iter()
             .filter_map(|&i| entries.ranges.covering(i).map(|r| (r.first, r.count)))
+            .filter(|(first, _)| sent(first))
             .collect();
         spans.dedup();
         let mut all = doubt.to_vec();
@@ -1966,6 +1986,7 @@ impl<N: NicAvTable> AddressVector<N> {
             .collect();
         let singles: Vec<AvWriteRecord> = all
             .iter()
+            .filter(|i| sent(i))
             .filter_map(|&i| {
                 entries
                     .single(i)

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use uet_av::{Fault, FiErrno, NicOp, FI_ADDR_NOTAVAIL, FI_AV_USER_ID};
+use uet_av::{Fault, FiErrno, NicOp, FI_ADDR_NOTAVAIL, FI_AV_USER_ID, FI_MORE};
 
 fn lookup(av: &uet_av::AddressVector<uet_av::MemoryNicTable>, fi_addr: u64) -> [u8; 32] {
     let (mut out, mut len) = ([0u8; 32], 32);
@@ -145,4 +145,49 @@ fn a_range_with_holes_and_singles_is_rebuilt_as_the_mirror_holds_it() {
         assert_in_step(&av);
         assert_eq!(av.len(), 8);
     }
+}
+
+/// The repair leaves `FI_MORE` records not sent yet to their flush: a flush refused after
+/// a repair rolls them back with nothing of theirs on the NIC.
+#[test]
+fn a_repair_does_not_send_pending_records() {
+    let mut av = open(64);
+    let mut fi = vec![0u64; 8];
+    av.insertsym("10.9.0.1", 2, "7", 4, Some(&mut fi), 0, None)
+        .unwrap();
+    av.remove(&[2], 0).unwrap();
+    av.nic_mut()
+        .inject(NicOp::Invalidate, 0, Fault::InDoubt { applied: true });
+    assert!(av.remove(&[5], 0).is_err());
+    // Pending, in the hole at 2 (inside the span in doubt).
+    let mut f = [0u64; 1];
+    av.insert(&peer_bytes(900), 1, Some(&mut f), FI_MORE)
+        .unwrap();
+    assert_eq!(f, [2]);
+    // The repair's commands pass; the flush after it is refused.
+    av.nic_mut().fail_after(NicOp::Write, 1);
+    assert_eq!(av.settle().unwrap_err().errno, FiErrno::FI_EIO);
+    assert!(av.address_bytes(2).is_none(), "rolled back on the host");
+    assert_in_step(&av);
+}
+
+/// An insert rewrites the entries in doubt before it sends its own record; when it cannot,
+/// it rolls its addresses back.
+#[test]
+fn an_insert_repairs_first_or_rolls_back() {
+    let mut av = open(16);
+    let fi = insert_peers(&mut av, &[1, 2]);
+    av.nic_mut()
+        .inject(NicOp::Invalidate, 0, Fault::InDoubt { applied: true });
+    assert!(av.remove(&fi, 0).is_err());
+    av.nic_mut().fail_after(NicOp::Invalidate, 0);
+    let mut out = [0u64; 1];
+    let e = av.insert(&peer_bytes(3), 1, Some(&mut out), 0).unwrap_err();
+    assert!(e.message.contains("rolled back"), "{e}");
+    assert_eq!(out, [FI_ADDR_NOTAVAIL]);
+    assert_eq!(av.len(), 2);
+    // Now the repair passes, and the insert goes in after it.
+    assert_eq!(insert_peers(&mut av, &[3]), [2]);
+    assert_in_step(&av);
+    assert_eq!(lookup(&av, fi[0]), peer_bytes(1));
 }
