@@ -1719,6 +1719,12 @@ impl<N: NicAvTable> AddressVector<N> {
         self.slot_of(u64::from(index)).ok().map(|(_, bytes)| bytes)
     }
 
+    /// Indices whose NIC entry is in doubt since a command concerning them went unanswered,
+    /// waiting to be rewritten (see "When the NIC does not answer" above); 0 normally.
+    pub fn entries_in_doubt(&self) -> usize {
+        self.in_doubt.len()
+    }
+
     /// Whether `index` is in use as a member of a symmetric range (not a single entry, such as
     /// one inserted later into a hole of a range's span).
     pub fn is_range_member(&self, index: u32) -> bool {

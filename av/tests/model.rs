@@ -11,8 +11,8 @@ use proptest::prelude::*;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, ToSocketAddrs};
 use uet_av::{
     address_string, fi_rx_addr, is_av_set_addr, AddrFormat, AddressVector, AvAttr, AvSet,
-    AvSetAttr, FiErrno, MemoryNicTable, NicOp, Service, ADDR_LEN, ADDR_STR_MAX, FI_ADDR_NOTAVAIL,
-    FI_AV_USER_ID, FI_MORE, FI_SYNC_ERR, FI_UNIVERSE,
+    AvSetAttr, Fault, FiErrno, MemoryNicTable, NicOp, Service, ADDR_LEN, ADDR_STR_MAX,
+    FI_ADDR_NOTAVAIL, FI_AV_USER_ID, FI_MORE, FI_SYNC_ERR, FI_UNIVERSE,
 };
 use uet_fwif::{NicAvEntry, UetAddress};
 
@@ -120,6 +120,13 @@ struct Model {
     pending: Vec<u32>,
     fail_write: bool,
     fail_invalidate: bool,
+    /// The next AV_WRITE, or AV_INVALIDATE, goes unanswered. Armed only when no other fault
+    /// is and nothing is in doubt, so that the repair after it meets no fault.
+    doubt_write: bool,
+    doubt_invalidate: bool,
+    /// Entries are in doubt (an unanswered command): the NIC may differ from the mirror there
+    /// until the next call that repairs (an insert that sends, remove, set_user_id).
+    in_doubt: bool,
     open_user_id: bool,
     sets: Vec<Option<MSet>>,
 }
@@ -134,6 +141,9 @@ impl Model {
             pending: Vec::new(),
             fail_write: false,
             fail_invalidate: false,
+            doubt_write: false,
+            doubt_invalidate: false,
+            in_doubt: false,
             open_user_id,
             sets: (0..MAX_SETS).map(|_| None).collect(),
         }
@@ -152,11 +162,20 @@ impl Model {
         if self.pending.is_empty() {
             return true;
         }
+        // Entries in doubt are rewritten first (no fault is armed while they are).
+        self.in_doubt = false;
         if self.fail_write {
             self.fail_write = false;
             for i in self.pending.drain(..) {
                 self.slots[i as usize] = None;
             }
+            return false;
+        }
+        if self.doubt_write {
+            // Unanswered: the records stay inserted, in doubt.
+            self.doubt_write = false;
+            self.pending.clear();
+            self.in_doubt = true;
             return false;
         }
         self.pending.clear();
@@ -238,11 +257,18 @@ impl Model {
         if idx.is_empty() {
             return Ok(());
         }
+        self.in_doubt = false;
         if !self.flush() {
             return Err(FiErrno::FI_EIO);
         }
         if self.fail_invalidate {
             self.fail_invalidate = false;
+            return Err(FiErrno::FI_EIO);
+        }
+        if self.doubt_invalidate {
+            // Unanswered: the addresses stay, in doubt.
+            self.doubt_invalidate = false;
+            self.in_doubt = true;
             return Err(FiErrno::FI_EIO);
         }
         for i in idx {
@@ -261,11 +287,18 @@ impl Model {
             return Err(FiErrno::FI_EINVAL);
         }
         let i = self.index_of(fa, addressing).ok_or(FiErrno::FI_EINVAL)?;
+        self.in_doubt = false;
         if !self.flush() {
             return Err(FiErrno::FI_EIO);
         }
         if self.fail_write {
             self.fail_write = false;
+            return Err(FiErrno::FI_EIO);
+        }
+        if self.doubt_write {
+            // Unanswered: the old user id stays, in doubt.
+            self.doubt_write = false;
+            self.in_doubt = true;
             return Err(FiErrno::FI_EIO);
         }
         if let Some((_, u)) = self.slots[i].as_mut() {
@@ -342,6 +375,11 @@ fn sym_addrs(n: u32, nodecnt: usize, svccnt: usize) -> Option<Vec<[u8; ADDR_LEN]
 fn check(av: &AddressVector<MemoryNicTable>, sets: &[Option<AvSet>], m: &Model, step: usize) {
     assert_eq!(av.len(), m.len(), "step {step}: len");
     assert_eq!(av.pending_len(), m.pending.len(), "step {step}: pending");
+    assert_eq!(
+        av.entries_in_doubt() > 0,
+        m.in_doubt,
+        "step {step}: in doubt"
+    );
     let str_av = av.attr().addr_format == AddrFormat::Str;
     let mut buf = [0u8; ADDR_STR_MAX];
     for (i, slot) in m.slots.iter().enumerate() {
@@ -395,7 +433,9 @@ fn check(av: &AddressVector<MemoryNicTable>, sets: &[Option<AvSet>], m: &Model, 
             "step {step}: mirror entry {i}"
         );
         let on_nic = av.nic().entries()[i];
-        if m.pending.contains(&(i as u32)) {
+        if m.in_doubt {
+            // The NIC may differ from the mirror until the entries in doubt are rewritten.
+        } else if m.pending.contains(&(i as u32)) {
             assert!(
                 !on_nic.is_valid(),
                 "step {step}: pending index {i} already on the NIC"
@@ -441,6 +481,8 @@ struct Run {
     m: Model,
     addressing: Addressing,
     localhost: IpAddr,
+    /// Some armed faults leave their command unanswered ([`Run::arm`]).
+    unanswered: bool,
 }
 
 /// How an `fi_addr_t` names an index, by the man pages: fi_av(3) `fi_rx_addr` puts the receive
@@ -532,6 +574,41 @@ impl Run {
         }
         if mode.sync_err {
             assert_eq!(st, want_st, "step {step}: {what} status");
+        }
+    }
+
+    /// Make the next command of kind `op` fail: refused, as ever. In a run with unanswered
+    /// commands, at two steps in three it goes unanswered instead (never applied, or applied
+    /// late, alternately) — then only when no other fault is armed and nothing is in doubt,
+    /// so that the repair after it meets no fault; and while entries are in doubt no fault is
+    /// armed at all.
+    fn arm(&mut self, step: usize, op: NicOp) {
+        let write = op == NicOp::Write;
+        if self.unanswered {
+            let m = &self.m;
+            if m.in_doubt || m.doubt_write || m.doubt_invalidate {
+                return;
+            }
+            let flavor = step % 3;
+            if flavor > 0 {
+                if m.fail_write || m.fail_invalidate {
+                    return;
+                }
+                let applied = flavor == 2;
+                self.av.nic_mut().inject(op, 0, Fault::InDoubt { applied });
+                if write {
+                    self.m.doubt_write = true;
+                } else {
+                    self.m.doubt_invalidate = true;
+                }
+                return;
+            }
+        }
+        self.av.nic_mut().fail_after(op, 0);
+        if write {
+            self.m.fail_write = true;
+        } else {
+            self.m.fail_invalidate = true;
         }
     }
 
@@ -715,14 +792,8 @@ impl Run {
                 let got = self.av.set_user_id(f, *user_id, 0).map_err(|e| e.errno);
                 assert_eq!(got, want, "step {step}: set_user_id {f:#x}");
             }
-            Op::FailWrite => {
-                self.av.nic_mut().fail_after(NicOp::Write, 0);
-                self.m.fail_write = true;
-            }
-            Op::FailInvalidate => {
-                self.av.nic_mut().fail_after(NicOp::Invalidate, 0);
-                self.m.fail_invalidate = true;
-            }
+            Op::FailWrite => self.arm(step, NicOp::Write),
+            Op::FailInvalidate => self.arm(step, NicOp::Invalidate),
             Op::Flush => {
                 let want = if self.m.flush() {
                     Ok(())
@@ -942,9 +1013,12 @@ struct Config {
     max_group_id: u32,
     open_user_id: bool,
     str_av: bool,
+    /// Some armed faults leave their command unanswered ([`Run::arm`]).
+    unanswered: bool,
 }
 
-fn run(cfg: Config, ops: &[Op]) {
+/// Run `ops`; returns how many steps left entries in doubt that were not before.
+fn run(cfg: Config, ops: &[Op]) -> usize {
     let av = open_with(AvAttr {
         count: cfg.cap,
         rx_ctx_bits: cfg.rx_bits,
@@ -967,16 +1041,26 @@ fn run(cfg: Config, ops: &[Op]) {
             max_group_id: cfg.max_group_id,
         },
         localhost: localhost(),
+        unanswered: cfg.unanswered,
     };
+    let mut doubts = 0;
     for (step, op) in ops.iter().enumerate() {
+        let before = r.m.in_doubt;
         r.step(step, op);
         check(&r.av, &r.sets, &r.m, step);
+        doubts += usize::from(r.m.in_doubt && !before);
     }
     r.av.nic_mut().clear_faults();
     r.m.fail_write = false;
+    r.m.fail_invalidate = false;
+    r.m.doubt_write = false;
+    r.m.doubt_invalidate = false;
+    // verify_nic rewrites the entries in doubt first.
+    r.m.in_doubt = false;
     assert!(r.av.verify_nic().unwrap().is_empty());
     r.m.flush();
     check(&r.av, &r.sets, &r.m, ops.len());
+    doubts
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1126,8 +1210,40 @@ fn av_matches_the_model_on_fixed_seeds() {
                 max_group_id,
                 open_user_id,
                 str_av,
+                unanswered: false,
             },
             &ops,
+        );
+    }
+}
+
+/// The same, with commands the NIC leaves unanswered among the faults: after each step the
+/// model and the mirror agree, and so does the NIC wherever nothing is in doubt (everywhere
+/// once the next insert, remove or set_user_id has rewritten the entries in doubt).
+#[test]
+fn av_matches_the_model_with_unanswered_commands() {
+    for (seed, cap, rx_bits, max_group_id, open_user_id, str_av) in [
+        (0x3c6e_f372_fe94_f82bu64, 8u64, 0u8, 0u32, false, false),
+        (0xa54f_f53a_5f1d_36f1, 16, 3, 0, true, false),
+        (0x510e_527f_ade6_82d1, 24, 0, 0, false, true),
+        (0x9b05_688c_2b3e_6c1f, 6, 2, 0xFF, true, false),
+    ] {
+        let ops = seeded_ops(seed, cap, 10_000);
+        let doubts = run(
+            Config {
+                cap: cap as usize,
+                rx_bits,
+                max_group_id,
+                open_user_id,
+                str_av,
+                unanswered: true,
+            },
+            &ops,
+        );
+        // Inserts, removes and user-id writes all went unanswered, many times over.
+        assert!(
+            doubts >= 20,
+            "seed {seed:#x}: only {doubts} steps left entries in doubt"
         );
     }
 }
@@ -1164,7 +1280,7 @@ proptest! {
         let mut r = XorShift(seed);
         let ops: Vec<Op> = (0..steps).map(|_| random_op(&mut r, cap)).collect();
         run(
-            Config { cap: cap as usize, rx_bits, max_group_id, open_user_id, str_av },
+            Config { cap: cap as usize, rx_bits, max_group_id, open_user_id, str_av, unanswered: false },
             &ops,
         );
     }
