@@ -22,8 +22,8 @@
 //! completion comes, or the queue is programmed again after a reset, the scratch buffer is
 //! lent to no other command ([`AdminQueue::scratch`] refuses): a late device must not take the
 //! next command's data for the abandoned one's. A creation that completes late (an AV table,
-//! an endpoint or context, an auth-key slot: its caller was told it failed, so nobody owns
-//! it) is destroyed by a command the queue submits ahead of the next one.
+//! an endpoint or context: its caller was told it failed, so nobody owns it) is destroyed by
+//! a command the queue submits ahead of the next one (see `undo_of` for what is not).
 
 use crate::dma::{DmaError, DmaRegion};
 use crate::error::DriverError;
@@ -85,8 +85,15 @@ enum Slot {
 }
 
 /// The command that destroys what a creation `opcode` that completed with `result0` made:
-/// the undo of a command the driver gave up on, whose caller was told it failed. A memory
-/// region is not among them: MR_DEREGISTER needs the key, which the queue does not keep.
+/// the undo of a command the driver gave up on, whose caller was told it failed. Only
+/// handles nobody else can free qualify: nobody knows them, so between the late creation
+/// and its undo no other command can free the handle and have the NIC hand it out again.
+/// Not undone:
+/// * an auth-key slot (AUTH_KEY_ADD): the AV owning it may be destroyed meanwhile, which
+///   frees the slot for another AV's key, so removing it by number could remove that key;
+///   the slot goes with its AV (AV_DESTROY frees it) instead;
+/// * a memory region (MR_REGISTER): MR_DEREGISTER needs the key, which the queue does not
+///   keep; the region goes with its endpoint (ENDPOINT_DESTROY removes it).
 fn undo_of(opcode: u8, result0: u32) -> Option<Command> {
     Some(match Opcode::from_u8(opcode)? {
         Opcode::AvCreate => Command::AvDestroy { av: result0 },
@@ -95,7 +102,6 @@ fn undo_of(opcode: u8, result0: u32) -> Option<Command> {
             endpoint: result0 & 0xFFFF,
         },
         Opcode::ContextCreate => Command::EndpointDestroy { endpoint: result0 },
-        Opcode::AuthKeyAdd => Command::AuthKeyRemove { slot: result0 },
         _ => return None,
     })
 }

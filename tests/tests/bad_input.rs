@@ -276,6 +276,57 @@ fn a_late_av_invalidate_leaves_the_nic_as_the_mirror() {
     assert!(node.av.verify_nic().unwrap().is_empty());
 }
 
+/// An auth-key slot made late is not removed by number: its AV may be destroyed meanwhile,
+/// and the slot given to another AV's key, which removing it would take away. (The slot goes
+/// with its AV instead.)
+#[test]
+fn a_late_auth_key_slot_is_left_to_its_av() {
+    use uet_fwif::admin::AvCreateBody;
+    use uet_fwif::auth_key::{AuthKeyAddBody, AuthKeySourceBody};
+    let fabric = uet_sim::Fabric::new();
+    let function = fabric
+        .add_nic(uet_sim::NicConfig::new(uet_tests::nic_addr(0)))
+        .unwrap();
+    let nic = std::sync::Arc::new(
+        uet_driver::Nic::open(std::sync::Arc::new(
+            uet_driver::backend::sim::SimDevice::new(function),
+        ))
+        .unwrap(),
+    );
+    let mut body = AvCreateBody::new_zeroed();
+    body.capacity = U32::new(8);
+    let x = nic.admin_command(Command::AvCreate(body)).unwrap().result0;
+    let y = nic.admin_command(Command::AvCreate(body)).unwrap().result0;
+    let mut add = AuthKeyAddBody::new_zeroed();
+    add.job_id = U32::new(7);
+    nic.set_admin_timeout(Duration::from_millis(100));
+    // The device stalls: an AUTH_KEY_ADD for X, then AV_DESTROY of X, time out.
+    nic.bar0().write(DEV_CTRL, DevCtrl::new());
+    assert!(nic
+        .admin_command(Command::AuthKeyAdd { av: x, body: add })
+        .is_err());
+    assert!(nic.admin_command(Command::AvDestroy { av: x }).is_err());
+    // It resumes while Y's AUTH_KEY_ADD waits: X's late slot is made, freed with X, and Y
+    // gets the lowest free slot, the same one.
+    nic.set_admin_timeout(Duration::from_secs(5));
+    let n2 = nic.clone();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        n2.bar0().write(DEV_CTRL, DevCtrl::new().with_enable(true));
+    });
+    let slot = nic
+        .admin_command(Command::AuthKeyAdd { av: y, body: add })
+        .expect("Y's key")
+        .result0;
+    t.join().unwrap();
+    // Y's slot is still Y's after the next command.
+    let r = nic.admin_command(Command::AuthKeySource {
+        slot,
+        body: AuthKeySourceBody::new_zeroed(),
+    });
+    assert!(r.is_ok(), "Y's auth-key slot {slot} was removed: {r:?}");
+}
+
 /// The simulated NIC keeps a symmetric range as one record: a timed-out AV_INVALIDATE of some
 /// of its members, run late, is repaired by rebuilding the range with the mirror's holes.
 #[test]
