@@ -301,6 +301,9 @@ impl EventQueue {
     /// `FI_EBADF`, and so does every later call.
     pub fn close(self) -> Result<(), FiError> {
         let mut s = self.lock();
+        if s.closed {
+            return Err(closed());
+        }
         if s.bound > 0 {
             return Err(FiError::new(
                 FiErrno::FI_EBUSY,
@@ -406,7 +409,8 @@ impl EventQueue {
     }
 
     /// `fi_eq_readerr`: the next error, without blocking. With none queued: `FI_EOVERRUN`
-    /// once the queue was overrun (as [`EventQueue::read`] reports it), else `FI_EAGAIN`.
+    /// once the queue was overrun and its events are read too (as [`EventQueue::read`]
+    /// reports it), else `FI_EAGAIN`.
     pub fn readerr(&self) -> Result<EqErrEntry, FiError> {
         self.run_progress();
         let mut s = self.lock();
@@ -415,7 +419,8 @@ impl EventQueue {
         }
         match s.errors.pop_front() {
             Some(e) => Ok(e),
-            None if s.overrun => Err(FiError::new(
+            // "After all valid events have been retrieved" (fi_eq(3)).
+            None if s.overrun && s.events.is_empty() => Err(FiError::new(
                 FiErrno::FI_EOVERRUN,
                 "the event queue was overrun: events were lost",
             )),

@@ -195,6 +195,7 @@ fn close_ends_the_queue_for_every_handle() {
     assert_eq!(other.sread(None, 0).err().map(|e| e.errno), ebadf);
     assert_eq!(other.post(ev(2)).err().map(|e| e.errno), ebadf);
     assert_eq!(other.bind().err().map(|e| e.errno), ebadf);
+    assert_eq!(other.clone().close().err().map(|e| e.errno), ebadf);
     let mut av = AddressVector::open(
         MemoryNicTable::new(4),
         AvAttr {
@@ -233,6 +234,8 @@ fn readerr_of_an_overrun_queue_reports_the_overrun() {
     .unwrap();
     eq.post(ev(1)).unwrap();
     assert_eq!(eq.post(ev(2)).unwrap_err().errno, FiErrno::FI_EOVERRUN);
+    // "After all valid events have been retrieved": not before.
+    assert_eq!(eq.readerr().unwrap_err().errno, FiErrno::FI_EAGAIN);
     assert_eq!(eq.read(0).unwrap().data, 1);
     assert_eq!(eq.read(0).unwrap_err().errno, FiErrno::FI_EOVERRUN);
     assert_eq!(eq.readerr().unwrap_err().errno, FiErrno::FI_EOVERRUN);
