@@ -1017,8 +1017,9 @@ struct Config {
     unanswered: bool,
 }
 
-/// Run `ops`; returns how many steps left entries in doubt that were not before.
-fn run(cfg: Config, ops: &[Op]) -> usize {
+/// Run `ops`; returns how many steps left entries in doubt that were not before, by the kind
+/// of call: [inserts and flushes, removes, set_user_id].
+fn run(cfg: Config, ops: &[Op]) -> [usize; 3] {
     let av = open_with(AvAttr {
         count: cfg.cap,
         rx_ctx_bits: cfg.rx_bits,
@@ -1043,12 +1044,19 @@ fn run(cfg: Config, ops: &[Op]) -> usize {
         localhost: localhost(),
         unanswered: cfg.unanswered,
     };
-    let mut doubts = 0;
+    let mut doubts = [0; 3];
     for (step, op) in ops.iter().enumerate() {
         let before = r.m.in_doubt;
         r.step(step, op);
         check(&r.av, &r.sets, &r.m, step);
-        doubts += usize::from(r.m.in_doubt && !before);
+        if r.m.in_doubt && !before {
+            let kind = match op {
+                Op::Remove { .. } | Op::RemoveNotAvail { .. } => 1,
+                Op::SetUserId { .. } => 2,
+                _ => 0,
+            };
+            doubts[kind] += 1;
+        }
     }
     r.av.nic_mut().clear_faults();
     r.m.fail_write = false;
@@ -1240,10 +1248,11 @@ fn av_matches_the_model_with_unanswered_commands() {
             },
             &ops,
         );
-        // Inserts, removes and user-id writes all went unanswered, many times over.
+        // Inserts and removes went unanswered, and user-id writes where the AV has them.
+        let [writes, removes, user_ids] = doubts;
         assert!(
-            doubts >= 20,
-            "seed {seed:#x}: only {doubts} steps left entries in doubt"
+            writes >= 10 && removes >= 10 && (user_ids > 0 || !open_user_id),
+            "seed {seed:#x}: steps that left entries in doubt: {doubts:?}"
         );
     }
 }

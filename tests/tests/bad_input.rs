@@ -213,10 +213,8 @@ fn a_late_av_write_leaves_the_nic_as_the_mirror() {
         .unwrap_err();
     assert!(e.message.contains("timed out"), "{e}");
     assert_eq!(fi, [0, 1], "kept at their indices");
-    // While the late AV_WRITE may still run, one address does not take the write window (a
-    // posted register write, which the simulated device takes even while disabled, and which
-    // could land before the late command): it goes to the admin queue, behind it, and is
-    // refused there, since the late command still holds the scratch buffer.
+    // While the late AV_WRITE has not run, the entries in doubt cannot be rewritten (it still
+    // holds the scratch buffer), so an insert, which rewrites them first, is rolled back.
     let mut fc = [0u64; 1];
     let e = node.av.insert(&c, 1, Some(&mut fc), 0).unwrap_err();
     assert!(e.message.contains("scratch buffer"), "{e}");
@@ -224,8 +222,8 @@ fn a_late_av_write_leaves_the_nic_as_the_mirror() {
     node.nic
         .bar0()
         .write(DEV_CTRL, DevCtrl::new().with_enable(true));
-    // One address: the write window would be quicker, but it is a posted register write that
-    // could land before the late AV_WRITE; the admin queue runs after it.
+    // The device answers: the late AV_WRITE runs, the insert rewrites 0 and 1 behind it and
+    // goes in.
     let mut fc = [0u64; 1];
     assert_eq!(node.av.insert(&c, 1, Some(&mut fc), 0).unwrap(), 1);
     assert_eq!(fc, [2]);
@@ -239,6 +237,46 @@ fn a_late_av_write_leaves_the_nic_as_the_mirror() {
             .unwrap();
         assert_eq!(out, bytes);
     }
+}
+
+/// While an abandoned admin command may still run, one address does not take the AV write
+/// window and a few removals do not ring the invalidate doorbell: both are posted register
+/// writes, which the simulated device takes even while disabled and which could land before
+/// the late command. Both go to the admin queue, behind it (here they time out too).
+#[test]
+fn the_window_and_the_doorbell_wait_for_an_abandoned_command() {
+    let (_f, fns) = fabric(1);
+    let mut node = Node::new(fns.into_iter().next().unwrap(), 1, 8);
+    let peer = |initiator| uet_tests::forged(node.ep.address(), |a| a.initiator = initiator);
+    let (a, b) = (peer(0x77), peer(0x78));
+    let mut fa = [0u64; 1];
+    assert_eq!(node.av.insert(&a, 1, Some(&mut fa), 0).unwrap(), 1);
+    node.nic.set_admin_timeout(Duration::from_millis(50));
+    node.nic.bar0().write(DEV_CTRL, DevCtrl::new());
+    // A command without data times out: abandoned, holding no scratch buffer.
+    let e = node
+        .nic
+        .admin_command(Command::EndpointDestroy { endpoint: 99 })
+        .unwrap_err();
+    assert!(matches!(e, DriverError::AdminTimeout { .. }), "{e}");
+    // A removal of one address: not the doorbell (which would remove it at once) but an
+    // AV_INVALIDATE, unanswered.
+    let e = node.av.remove(&fa, 0).unwrap_err();
+    assert!(e.message.contains("did not answer"), "{e}");
+    assert_eq!(node.av.len(), 1);
+    // One address: not the window (which would store it at once) but the admin queue, where
+    // the rewrite of the entry in doubt goes unanswered first, so the insert is rolled back.
+    let mut fb = [0u64; 1];
+    let e = node.av.insert(&b, 1, Some(&mut fb), 0).unwrap_err();
+    assert!(e.message.contains("in doubt"), "{e}");
+    assert_eq!(fb, [FI_ADDR_NOTAVAIL]);
+    node.nic
+        .bar0()
+        .write(DEV_CTRL, DevCtrl::new().with_enable(true));
+    assert!(node.av.verify_nic().unwrap().is_empty());
+    assert!(nic_address(&mut node, 0).is_some(), "a stays");
+    assert_eq!(node.av.insert(&b, 1, Some(&mut fb), 0).unwrap(), 1);
+    assert!(node.av.verify_nic().unwrap().is_empty());
 }
 
 /// An AV_INVALIDATE that timed out (a batch, and a single entry) leaves the addresses in the
