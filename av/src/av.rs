@@ -2,8 +2,10 @@
 //!
 //! The mirror answers `fi_av_lookup` and `fi_av_straddr`, dumps and verification, and is what
 //! the NIC table is rebuilt from; the NIC table is what the datapath reads. Every change goes to
-//! both, and a failed NIC command is undone on the host, so the two never disagree (pending
-//! `FI_MORE` records aside, which exist only until the batch is sent).
+//! both, and a command the NIC refuses is undone on the host, so the two never disagree
+//! (pending `FI_MORE` records aside, which exist only until the batch is sent). A command the
+//! NIC does not answer may still run late: its entries are rewritten from the mirror at the
+//! next call (see "When the NIC does not answer").
 //!
 //! ## Choices where fi_av(3) leaves room
 //!
@@ -31,14 +33,15 @@
 //!   records wait, and the next insert without `FI_MORE` sends every waiting record in one
 //!   AV_WRITE (in [`MAX_BATCH`] chunks only when larger). A remove, [`AddressVector::flush`] or
 //!   [`AddressVector::verify_nic`] also sends them first.
-//! - **A failed AV_WRITE** rolls back every insert of the batch, including those of earlier
+//! - **A refused AV_WRITE** rolls back every insert of the batch, including those of earlier
 //!   `FI_MORE` calls that already returned their indices, and the call returns `FI_EIO` with the
 //!   NIC's message; this call's rolled-back `fi_addr` slots are reset to `FI_ADDR_NOTAVAIL`.
 //!   Chunks of the batch that the NIC had already accepted are invalidated again; should that
 //!   fail too, those entries stay inserted on both sides.
-//! - **A failed AV_INVALIDATE** leaves the addresses inserted on both sides and returns
+//! - **A refused AV_INVALIDATE** leaves the addresses inserted on both sides and returns
 //!   `FI_EIO`. A removal of more than [`MAX_BATCH`] addresses takes several commands; if a later
-//!   one fails, the addresses of the earlier ones are removed and the rest stay.
+//!   one fails, the addresses of the earlier ones are removed and the rest stay. For commands
+//!   that go unanswered instead, see "When the NIC does not answer".
 //! - **Receive-context bits.** `remove` and `lookup` accept an `fi_addr_t` built with
 //!   [`crate::fi_rx_addr`]: the top `rx_ctx_bits` bits are ignored.
 //! - **Peer groups** (libfabric 2.x). An AV opened with [`AvAttr::max_group_id`] > 0 (the
@@ -75,8 +78,10 @@
 //! comes with [`AddressVector::with_context`]. When the NIC has completed the write, progress
 //! posts one error entry per address that failed (`data` its index in the caller's array) and
 //! then one `FI_AV_COMPLETE` whose `data` is the number inserted ([`crate::event`]); calls
-//! complete in call order. An AV_WRITE the NIC refuses fails all of its addresses (`FI_EIO`) and
-//! removes them from the mirror, as the synchronous path does.
+//! complete in call order. An AV_WRITE the NIC refuses, or does not answer, fails all of its
+//! addresses (`FI_EIO`, `prov_errno` 0 when unanswered) and removes them from the mirror, as
+//! the synchronous path does for a refusal (an unanswered one's indices are then rewritten,
+//! see "When the NIC does not answer").
 //!
 //! **Progress** is manual and happens on the application's calls, never on a thread of the
 //! AV's own: reading the bound event queue (the driver's `fi_eq_read`, `fi_eq_readerr`, and a
@@ -121,7 +126,8 @@
 //! - **AV opened with `FI_AV_USER_ID`**: every address starts with user id `FI_ADDR_NOTAVAIL`
 //!   (so a receive completion reports `FI_ADDR_NOTAVAIL` until one is set), and
 //!   [`AddressVector::set_user_id`] sets it: pending `FI_MORE` records are sent first, then one
-//!   AV_WRITE rewrites that entry; if it fails, the old user id stays on both sides (`FI_EIO`).
+//!   AV_WRITE rewrites that entry; if it is refused, the old user id stays on both sides
+//!   (`FI_EIO`; if it goes unanswered, the NIC's entry is rewritten with the old id later).
 //!   The per-insert `FI_AV_USER_ID` flag (and `FI_AV_USER_ID` on remove) is `FI_EINVAL` on such
 //!   an AV, as fi_av(3) 1.20 says and CXI does.
 //! - **Other AVs**: an insert with `FI_AV_USER_ID` reads `fi_addr[i]` as the user id of address
@@ -160,8 +166,13 @@
 //! concerned are in doubt. The next call that sends the NIC anything (an insert, remove,
 //! set_user_id, settle, verify_nic; on an `FI_EVENT` AV, whose inserts do not wait, its
 //! synchronous calls) first rewrites them from the mirror, with commands the NIC runs after
-//! the unanswered one; until that succeeds it fails with `FI_EIO` naming them (an insert
-//! rolls its addresses back). An `FI_EVENT` insert whose AV_WRITE goes unanswered fails its addresses, as a
+//! the unanswered one; until that succeeds it fails with `FI_EIO` saying how many wait (an
+//! insert rolls its addresses back).
+//!
+//! Auth-key commands (AUTH_KEY_ADD, AUTH_KEY_REMOVE, AUTH_KEY_SOURCE) are the exception: one
+//! that times out is treated as refused. The NIC picks the slot AUTH_KEY_ADD fills, so the AV
+//! cannot rewrite a key into the slot its entries name; a late AUTH_KEY_ADD's slot is
+//! reclaimed with the AV (AV_DESTROY). An `FI_EVENT` insert whose AV_WRITE goes unanswered fails its addresses, as a
 //! refused one does, and its indices are rewritten (as empty, or as whatever took them since).
 //!
 //! ## Memory
@@ -938,8 +949,9 @@ impl<N: NicAvTable> AddressVector<N> {
     /// the module notes); `FI_SYNC_ERR` needs [`AddressVector::insert_with_status`]. Errors
     /// (nothing inserted, nothing sent): `FI_EBADFLAGS` for other flags; `FI_EINVAL` when `addr`
     /// is shorter than `count` addresses, `fi_addr` shorter than `count`, or the AV takes
-    /// `FI_ADDR_STR` addresses. `FI_EIO` when the NIC refused the batch this call sent (see the
-    /// module notes on roll-back).
+    /// `FI_ADDR_STR` addresses. `FI_EIO` when the NIC refused the batch this call sent, did not
+    /// answer it, or the entries in doubt before it could not be rewritten (see the module
+    /// notes on roll-back and on the NIC not answering).
     pub fn insert(
         &mut self,
         addr: &[u8],
@@ -1722,7 +1734,11 @@ impl<N: NicAvTable> AddressVector<N> {
     /// Indices whose NIC entry is in doubt since a command concerning them went unanswered,
     /// waiting to be rewritten (see "When the NIC does not answer" above); 0 normally.
     pub fn entries_in_doubt(&self) -> usize {
-        self.in_doubt.len()
+        // Listed as they came (an index may be listed twice until the repair sorts them).
+        let mut indices = self.in_doubt.clone();
+        indices.sort_unstable();
+        indices.dedup();
+        indices.len()
     }
 
     /// Whether `index` is in use as a member of a symmetric range (not a single entry, such as
@@ -1789,11 +1805,7 @@ impl<N: NicAvTable> AddressVector<N> {
                 let doubtful = if e.in_doubt { failed_len } else { 0 };
                 let kept = self.roll_back(&pending, written, doubtful);
                 warn!(entries = total, kept, error = %e, "AV_WRITE failed, batch rolled back");
-                let what = if e.in_doubt {
-                    "did not answer"
-                } else {
-                    "refused"
-                };
+                let what = e.verb();
                 Err(FiError::io(format!(
                     "the NIC {what} the AV_WRITE of {total} pending inserts; {} rolled back, \
                      {kept} stay inserted (the NIC may hold them; they are rewritten once it \
@@ -1809,10 +1821,11 @@ impl<N: NicAvTable> AddressVector<N> {
         result
     }
 
-    /// Make the NIC hold what the mirror holds: send the records of pending `FI_MORE` inserts
-    /// and, on an `FI_EVENT` AV, wait for the AV_WRITEs in flight and release what the NIC
-    /// refused (its events are posted by progress, as ever). What a tool that reads the NIC
-    /// table back calls first; every synchronous call of the AV does the same.
+    /// Make the NIC hold what the mirror holds: rewrite the entries in doubt (see "When the
+    /// NIC does not answer"), send the records of pending `FI_MORE` inserts and, on an
+    /// `FI_EVENT` AV, wait for the AV_WRITEs in flight and release what the NIC refused (its
+    /// events are posted by progress, as ever). What a tool that reads the NIC table back
+    /// calls first; every synchronous call of the AV does the same.
     pub fn settle(&mut self) -> Result<(), FiError> {
         self.settle_nic()
     }
@@ -2194,13 +2207,17 @@ impl<N: NicAvTable> AddressVector<N> {
             if let Some(u) = self.user_ids.as_deref_mut() {
                 u.set(index, old);
             }
-            if e.in_doubt {
+            let rewritten = if e.in_doubt {
                 self.in_doubt.push(index);
-            }
+                " (the NIC's entry is rewritten at the next call that sends it anything)"
+            } else {
+                ""
+            };
             warn!(index, error = %e, "AV_WRITE of a user id failed");
             return Err(FiError::io(format!(
-                "fi_av_set_user_id: the NIC refused the AV_WRITE of index {index}; the user id \
-                 is unchanged: {e}"
+                "fi_av_set_user_id: the NIC {} the AV_WRITE of index {index}; the user id \
+                 is unchanged{rewritten}: {e}",
+                e.verb()
             )));
         }
         Ok(())
@@ -2602,6 +2619,7 @@ fn invalidate_refused(
     } else {
         "refused to invalidate"
     };
+    // (Not NicError::verb: "refused to invalidate" reads better than "refused the command to".)
     FiError::io(format!("fi_av_remove: the NIC {how} {what}: {e}"))
 }
 

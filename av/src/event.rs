@@ -13,7 +13,8 @@
 //!    addresses in the call (`position` = the address's index in the caller's array):
 //!    malformed (`FI_EINVAL`), table full (`FI_ENOSPC`), host name that does not resolve
 //!    (`FI_EADDRNOTAVAIL`), refused by the NIC (`FI_EIO`, every address of the refused
-//!    AV_WRITE, with the NIC's status as `prov_errno`), or cancelled because the AV was
+//!    AV_WRITE, with the NIC's status as `prov_errno`), not answered by it (`FI_EIO`, every
+//!    address, `prov_errno` 0), or cancelled because the AV was
 //!    closed before its `FI_MORE` batch was sent (`FI_ECANCELED`);
 //! 2. one [`AvEvent::InsertComplete`] whose `inserted` is the number that went in (also when
 //!    every address failed, or the call had none).
@@ -82,6 +83,8 @@ pub trait AvEventSink: Send + Sync {
 /// Progress of an AV's asynchronous inserts, driven by the queue it is bound to.
 pub trait AvProgress: Send + Sync {
     /// Collect the NIC's completions and post the events of every insert that finished.
-    /// Never blocks on the NIC. Returns how many inserts completed.
+    /// Never blocks: while the AV's owner holds its state (waiting for the NIC in a remove
+    /// or a close) it does nothing and returns 0, and the next progress catches up. Returns
+    /// how many inserts completed.
     fn progress(&self) -> usize;
 }

@@ -262,6 +262,15 @@ impl NicError {
         }
     }
 
+    /// What the NIC did with the command, for messages: "refused", or "did not answer".
+    pub fn verb(&self) -> &'static str {
+        if self.in_doubt {
+            "did not answer"
+        } else {
+            "refused"
+        }
+    }
+
     /// Command `op` went unanswered (`source` says how): it may still be applied.
     pub fn in_doubt(op: &'static str, source: Box<dyn std::error::Error + Send + Sync>) -> Self {
         NicError {
@@ -426,7 +435,9 @@ impl MemoryNicTable {
     fn auth_fault(&mut self) -> Result<(), FiError> {
         match self.take_fault(NicOp::AuthKey) {
             Ok(false) => Ok(()),
-            Ok(true) => Err(FiError::io(Self::late(NicOp::AuthKey).to_string())),
+            Ok(true) => Err(FiError::io(
+                Self::in_doubt_error(NicOp::AuthKey).to_string(),
+            )),
             Err(e) => Err(FiError::io(e.to_string())),
         }
     }
@@ -595,7 +606,7 @@ impl MemoryNicTable {
     }
 
     /// The error of a command applied and then reported in doubt.
-    fn late(op: NicOp) -> NicError {
+    fn in_doubt_error(op: NicOp) -> NicError {
         NicError::in_doubt(op.name(), "injected fault: unanswered, applied late".into())
     }
 
@@ -681,7 +692,7 @@ impl MemoryNicTable {
         self.counters.writes += 1;
         self.counters.records_written += records.len() as u64;
         if late {
-            return Err(Self::late(op));
+            return Err(Self::in_doubt_error(op));
         }
         Ok(())
     }
@@ -701,7 +712,7 @@ impl MemoryNicTable {
         self.counters.invalidates += 1;
         self.counters.indices_invalidated += indices.len() as u64;
         if late {
-            return Err(Self::late(op));
+            return Err(Self::in_doubt_error(op));
         }
         Ok(())
     }
@@ -725,7 +736,7 @@ impl MemoryNicTable {
             })?;
         if self.take_fault(op)? {
             // A read that went unanswered delivered nothing.
-            return Err(Self::late(op));
+            return Err(Self::in_doubt_error(op));
         }
         if let Some(src) = self.entries.get(start..end) {
             out.copy_from_slice(src);

@@ -224,7 +224,7 @@ impl AdminQueue {
     /// order), but a posted register write that bypasses the queue (an AV doorbell) could
     /// overtake them. The count drops as their completions are collected ([`AdminQueue::reap`],
     /// which every later command runs), and is 0 again once the queue is programmed anew.
-    pub(crate) fn abandoned_count(&self) -> Arc<AtomicUsize> {
+    pub(crate) fn abandoned_counter(&self) -> Arc<AtomicUsize> {
         self.abandoned.clone()
     }
 

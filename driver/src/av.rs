@@ -103,9 +103,8 @@ impl NicAv {
     }
 }
 
-/// A driver error of admin command `op`, as the AV's table trait reports it.
-/// The AV's view of a failed command: refused, or — timed out — in doubt (the device may
-/// still run it; see [`uet_av::NicAvTable`]).
+/// A driver error of admin command `op` as the AV's table trait reports it: refused, or —
+/// timed out — in doubt (the device may still run it; see [`uet_av::NicAvTable`]).
 fn nic_error(op: &'static str, e: DriverError) -> NicError {
     if matches!(e, DriverError::AdminTimeout { .. }) {
         NicError::in_doubt(op, Box::new(e))

@@ -429,7 +429,8 @@ impl EventQueue {
     }
 
     /// `fi_eq_sread`: the next event, blocking up to `timeout` (`None`: forever). Returns
-    /// `FI_EAGAIN` on timeout or when [`EventQueue::signal`] interrupts the wait.
+    /// `FI_EAGAIN` on timeout or when [`EventQueue::signal`] interrupts the wait, and
+    /// `FI_EBADF` once the queue is closed (a reader blocked at the close included).
     pub fn sread(&self, timeout: Option<Duration>, flags: u64) -> Result<EqEvent, FiError> {
         if self.shared.attr.wait_obj == WaitObj::None {
             return Err(FiError::inval(

@@ -200,7 +200,7 @@ pub(crate) struct NicInner {
     /// AV can refuse to remove a key in use without asking the NIC.
     pub(crate) auth_grants: Box<[AtomicU32]>,
     admin: Mutex<AdminQueue>,
-    /// [`AdminQueue::abandoned_count`]: admin commands abandoned after a timeout that the
+    /// [`AdminQueue::abandoned_counter`]: admin commands abandoned after a timeout that the
     /// device may still run.
     admin_abandoned: Arc<std::sync::atomic::AtomicUsize>,
     /// The AV write window: its staged entry belongs to the function, so one writer at a time
@@ -357,7 +357,7 @@ impl Nic {
                 auth_grants: (0..caps.auth_key_slots)
                     .map(|_| AtomicU32::new(0))
                     .collect(),
-                admin_abandoned: admin.abandoned_count(),
+                admin_abandoned: admin.abandoned_counter(),
                 admin: Mutex::new(admin),
                 av_window: Mutex::new(None),
             }),

@@ -10,9 +10,10 @@
 //! Until the AV_WRITE completes, the NIC entries of the call are invalid: a send to one of its
 //! `fi_addr_t` completes with `FI_EADDRNOTAVAIL`, while `fi_av_lookup` already returns the
 //! address (from the mirror). Once `FI_AV_COMPLETE` is read, sends reach the inserted
-//! addresses. If the NIC refuses an AV_WRITE, its addresses are reported failed and their
-//! indices are revoked at once for `lookup`, `index_of`, `address` and `remove`, and released
-//! from the mirror (reusable, gone from `len` and `iter`) at the AV's next call.
+//! addresses. If the NIC refuses an AV_WRITE, or does not answer it, its addresses are
+//! reported failed and their indices are revoked at once for `lookup`, `index_of`, `address`
+//! and `remove`, and released from the mirror (reusable, gone from `len` and `iter`) at the
+//! AV's next call.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -257,13 +258,10 @@ impl AsyncInner {
                 Err(e) => {
                     warn!(records = w.tags.len(), error = %e, "asynchronous AV_WRITE refused");
                     let addresses: u64 = w.tags.iter().map(|t| u64::from(t.count)).sum();
-                    let how = if e.in_doubt {
-                        "did not answer"
-                    } else {
-                        "refused"
-                    };
-                    let message =
-                        format!("the NIC {how} the AV_WRITE of {addresses} addresses: {e}");
+                    let message = format!(
+                        "the NIC {} the AV_WRITE of {addresses} addresses: {e}",
+                        e.verb()
+                    );
                     self.settle(
                         shared,
                         &w.tags,
@@ -432,10 +430,22 @@ impl<N: NicAvTable> AddressVector<N> {
                 "fi_av_bind: an event queue is already bound to this AV",
             ));
         }
-        let state = self.events.get_or_insert_with(|| EventState::new(self.id));
-        let progress: Weak<dyn AvProgress> = Arc::downgrade(&state.shared) as Weak<dyn AvProgress>;
+        // Built apart and stored only once the queue took the AV: a refused bind changes nothing.
+        let mut fresh = None;
+        let shared = match self.events.as_deref() {
+            Some(state) => state.shared.clone(),
+            None => fresh.insert(EventState::new(self.id)).shared.clone(),
+        };
+        let progress: Weak<dyn AvProgress> = Arc::downgrade(&shared) as Weak<dyn AvProgress>;
         let id = eq.attach_av(progress).map_err(|e| e.within("fi_av_bind"))?;
-        state.shared.lock().sink = Some(eq.clone());
+        shared.lock().sink = Some(eq.clone());
+        let state = match fresh {
+            Some(state) => self.events.insert(state),
+            None => match self.events.as_deref_mut() {
+                Some(state) => state,
+                None => return Err(FiError::inval("fi_av_bind: the AV's event state went away")),
+            },
+        };
         state.binding = Some(Binding { sink: eq, id });
         debug!(av = self.id, "event queue bound");
         Ok(())
@@ -595,7 +605,7 @@ impl<N: NicAvTable> AddressVector<N> {
         // A write that went unanswered may still land: the NIC is told again what the mirror
         // now holds there (nothing, or a later insert's entry) at the next settling call.
         for (first, count) in in_doubt {
-            self.in_doubt.extend(first..first.saturating_add(count));
+            self.in_doubt.extend(first..first + count);
         }
     }
 
