@@ -1898,12 +1898,7 @@ impl<N: NicAvTable> AddressVector<N> {
         // Records the NIC accepted are invalidated index by index (a range member by member).
         let mut indices = Vec::new();
         for &index in sent {
-            match self.ranges.starting_at(index) {
-                Some(r) if self.slots.get(index).is_none_or(|s| s[0] == 0) => {
-                    indices.extend(r.first..r.first + r.count)
-                }
-                _ => indices.push(index),
-            }
+            indices.extend(self.record_span(index));
         }
         for chunk in indices.chunks(MAX_BATCH as usize) {
             match self.nic.invalidate(chunk) {
@@ -1924,17 +1919,21 @@ impl<N: NicAvTable> AddressVector<N> {
         stayed
     }
 
+    /// The indices the NIC record at `index` covers: the single entry's, or the whole span of
+    /// the range that starts there.
+    fn record_span(&self, index: u32) -> core::ops::Range<u32> {
+        let is_single = self.slots.get(index).is_some_and(|s| s[0] != 0);
+        match self.ranges.starting_at(index).filter(|_| !is_single) {
+            Some(r) => r.first..r.first + r.count,
+            None => index..index + 1,
+        }
+    }
+
     /// Mark the NIC entries of the record at `index` (a single entry, or a whole range) in
     /// doubt.
     fn doubt_record(&mut self, index: u32) {
-        let is_single = self.slots.get(index).is_some_and(|s| s[0] != 0);
-        match self.ranges.starting_at(index).filter(|_| !is_single) {
-            Some(r) => {
-                let (first, count) = (r.first, r.count);
-                self.in_doubt.extend(first..first + count);
-            }
-            None => self.in_doubt.push(index),
-        }
+        let span = self.record_span(index);
+        self.in_doubt.extend(span);
     }
 
     /// Make the NIC hold what the mirror holds at every index in doubt, with commands that

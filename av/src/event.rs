@@ -54,13 +54,12 @@ pub enum AvEvent {
     },
 }
 
-/// The fabric ids of the process: one counter for every object that reports to an event
-/// queue (AVs here; event queues, endpoints and connections in the driver), so that an entry's
-/// `fid` names one object however many kinds share the queue. Starts at 1.
+/// The counter behind [`next_fid`].
 static NEXT_FID: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(1);
 
 /// A fresh fabric id, from the one counter of the process: no other object that reports to
-/// an event queue (AV, event queue, endpoint, connection) has it. Starts at 1.
+/// an event queue (AVs here; event queues, endpoints and connections in the driver) has it,
+/// so an entry's `fid` names one object however many kinds share the queue. Starts at 1.
 pub fn next_fid() -> u64 {
     NEXT_FID.fetch_add(1, core::sync::atomic::Ordering::Relaxed)
 }

@@ -148,11 +148,9 @@ impl Default for EqAttr {
     }
 }
 
-/// A fresh fabric id for an object that reports to an EQ, from the one counter AVs take
-/// theirs from ([`uet_av::next_fid`]): an entry's `fid` names one object of any kind.
-pub fn next_fid() -> u64 {
-    uet_av::next_fid()
-}
+/// A fresh fabric id for an object that reports to an EQ: the one counter AVs take theirs
+/// from, so an entry's `fid` names one object of any kind.
+pub use uet_av::next_fid;
 
 #[derive(Default)]
 struct State {
