@@ -85,7 +85,9 @@ impl AvTableHandle {
 
 impl Drop for AvTableHandle {
     fn drop(&mut self) {
-        if let Err(e) = self.nic.execute(Command::AvDestroy { av: self.handle }) {
+        let cmd = Command::AvDestroy { av: self.handle };
+        let outcome = self.nic.execute(cmd);
+        if let Err(e) = self.nic.destroy_after_late_creations(cmd, outcome) {
             tracing::warn!(av = self.handle, "AV_DESTROY failed: {e}");
         }
     }

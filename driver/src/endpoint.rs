@@ -667,13 +667,16 @@ impl Nic {
         if attr.ep_type == EpType::Dgram {
             body.flags |= EP_FLAG_DGRAM;
         }
-        let result = self
-            .inner
-            .execute(Command::EndpointCreate {
-                av: av_table.as_ref().map_or(0, |t| t.handle()),
-                body,
-            })
-            .map_err(|e| endpoint_create_error(e, &caps, attr.ri_count))?;
+        let result = match self.inner.execute(Command::EndpointCreate {
+            av: av_table.as_ref().map_or(0, |t| t.handle()),
+            body,
+        }) {
+            Ok(result) => result,
+            Err(e) => {
+                settle_rings_of_a_failed_creation(&e, set);
+                return Err(endpoint_create_error(e, &caps, attr.ri_count));
+            }
+        };
         let handle = (result.result0 & 0xFFFF) as u16;
         let dgram = attr.ep_type == EpType::Dgram;
         let address = UetAddress {
@@ -730,10 +733,16 @@ impl Nic {
         }
         body.index = index;
         body.role = role;
-        let result = self.inner.execute(Command::ContextCreate {
+        let result = match self.inner.execute(Command::ContextCreate {
             endpoint: u32::from(owner.handle),
             body,
-        })?;
+        }) {
+            Ok(result) => result,
+            Err(e) => {
+                settle_rings_of_a_failed_creation(&e, set);
+                return Err(e);
+            }
+        };
         let handle = (result.result0 & 0xFFFF) as u16;
         tracing::debug!(owner = owner.handle, handle, role, index, "context created");
         let mut context = self.assemble(
@@ -1877,15 +1886,55 @@ fn cq_error(
 /// values COUNTERS_READ returns, as native integers.
 pub use uet_fwif::counters::EndpointCounterValues as EndpointStats;
 
+/// The rings of a creation that failed: a creation that timed out may still be run by the
+/// device, on these rings, until the admin queue's undo destroys what it made, so their
+/// memory is never handed back (it goes with the NIC's reset); otherwise they are freed.
+fn settle_rings_of_a_failed_creation(e: &DriverError, set: RingSet) {
+    if matches!(e, DriverError::AdminTimeout { .. }) {
+        tracing::error!("endpoint or context creation timed out; leaking its ring memory");
+        std::mem::forget(set);
+    }
+}
+
+impl Endpoint {
+    /// Never hand the endpoint's DMA memory (rings, posted buffers) back: the device may
+    /// still write it. It is released with the NIC's reset.
+    fn leak_dma_memory(&mut self) {
+        std::mem::forget(self.rings.take());
+        for s in self.tx.slots.drain(..).chain(self.rx.slots.drain(..)) {
+            std::mem::forget(s);
+        }
+        if let Some((_, slab)) = self.trx.as_mut() {
+            for s in slab.slots.drain(..) {
+                std::mem::forget(s);
+            }
+        }
+    }
+}
+
 impl Drop for Endpoint {
     fn drop(&mut self) {
         // A connection's control channel is a context of this endpoint: it goes first.
         drop(self.cm.take());
-        match self.nic.execute(Command::EndpointDestroy {
+        let cmd = Command::EndpointDestroy {
             endpoint: u32::from(self.handle),
-        }) {
-            Ok(_) => {
-                // ENDPOINT_DESTROY revoked the endpoint's auth-key grants.
+        };
+        let outcome = self.nic.execute(cmd);
+        let refused_busy = matches!(
+            outcome,
+            Err(DriverError::AdminStatus {
+                status: uet_fwif::admin::Status::Busy,
+                ..
+            })
+        );
+        match self.nic.destroy_after_late_creations(cmd, outcome) {
+            Ok(()) => {
+                if refused_busy {
+                    // Destroyed after a late context's undo: until then the device may use
+                    // the endpoint's memory.
+                    self.leak_dma_memory();
+                }
+                // ENDPOINT_DESTROY revokes the endpoint's auth-key grants.
                 for s in self.auth_slots.drain(..) {
                     if let Some(n) = self.nic.auth_grants.get(usize::from(s)) {
                         n.fetch_sub(1, Ordering::AcqRel);
@@ -1893,21 +1942,11 @@ impl Drop for Endpoint {
                 }
             }
             Err(e) => {
-                // The NIC may still own the rings and posted buffers: never hand that memory
-                // back while the device could write it. It is released with the NIC's reset.
                 tracing::error!(
                     handle = self.handle,
                     "ENDPOINT_DESTROY failed: {e}; leaking its DMA memory"
                 );
-                std::mem::forget(self.rings.take());
-                for s in self.tx.slots.drain(..).chain(self.rx.slots.drain(..)) {
-                    std::mem::forget(s);
-                }
-                if let Some((_, slab)) = self.trx.as_mut() {
-                    for s in slab.slots.drain(..) {
-                        std::mem::forget(s);
-                    }
-                }
+                self.leak_dma_memory();
             }
         }
     }

@@ -229,6 +229,33 @@ impl NicInner {
             != 0
     }
 
+    /// The outcome of a destroy: a `Busy` refusal while an abandoned admin command may still
+    /// run, or while undoes of late creations wait, can come from an object a late creation
+    /// made and bound to the one being destroyed (an endpoint on the AV, a context on the
+    /// endpoint), which the queue destroys when the late completion comes. Then the destroy is
+    /// submitted again after that undo, and counts as done; any other outcome is returned.
+    pub(crate) fn destroy_after_late_creations(
+        &self,
+        cmd: Command,
+        outcome: Result<crate::admin::AdminResult, DriverError>,
+    ) -> Result<(), DriverError> {
+        match outcome {
+            Ok(_) => Ok(()),
+            Err(DriverError::AdminStatus {
+                status: uet_fwif::admin::Status::Busy,
+                ..
+            }) if self.admin_unanswered() || self.admin().has_undoes() => {
+                tracing::info!(
+                    ?cmd,
+                    "destroy refused Busy behind a late creation; retried after it"
+                );
+                self.admin().destroy_after_undoes(cmd);
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Lock the AV write window (nothing it guards can be left half-done by a panic: a
     /// half-staged entry is overwritten by the next writer before it rings, and the drop count
     /// is stored only after it was read).

@@ -314,6 +314,52 @@ fn a_late_av_invalidate_leaves_the_nic_as_the_mirror() {
     assert!(node.av.verify_nic().unwrap().is_empty());
 }
 
+/// An endpoint created late on an AV (its ENDPOINT_CREATE timed out) makes the AV's close,
+/// run before the late completion is collected, refused Busy: the close is submitted again
+/// after the endpoint's undo, so the NIC's only table is free for the next open.
+#[test]
+fn an_av_closed_behind_a_late_endpoint_is_destroyed_after_it() {
+    let fabric = uet_sim::Fabric::new();
+    let mut cfg = uet_sim::NicConfig::new(uet_tests::nic_addr(0));
+    cfg.av_tables = 1;
+    let function = fabric.add_nic(cfg).unwrap();
+    let nic = std::sync::Arc::new(
+        uet_driver::Nic::open(std::sync::Arc::new(
+            uet_driver::backend::sim::SimDevice::new(function),
+        ))
+        .unwrap(),
+    );
+    let attr = uet_av::AvAttr {
+        count: 8,
+        job_id: 0x42,
+        ..uet_av::AvAttr::default()
+    };
+    let av = nic.open_av(attr).unwrap();
+    nic.set_admin_timeout(Duration::from_millis(100));
+    nic.bar0().write(DEV_CTRL, DevCtrl::new());
+    let ep = uet_driver::EndpointAttr {
+        job_id: 0x42,
+        ..uet_driver::EndpointAttr::default()
+    };
+    assert!(
+        nic.endpoint(ep, Some(&av)).is_err(),
+        "ENDPOINT_CREATE timed out"
+    );
+    // The device resumes while AV_DESTROY waits: it creates the endpoint, bound to the AV,
+    // then refuses AV_DESTROY as Busy.
+    nic.set_admin_timeout(Duration::from_secs(5));
+    let n2 = nic.clone();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        n2.bar0().write(DEV_CTRL, DevCtrl::new().with_enable(true));
+    });
+    drop(av);
+    t.join().unwrap();
+    // The next command goes after the endpoint's undo and the AV_DESTROY again.
+    let again = nic.open_av(attr).expect("the only table is free again");
+    drop(again);
+}
+
 /// An auth-key slot made late is not removed by number: its AV may be destroyed meanwhile,
 /// and the slot given to another AV's key, which removing it would take away. (The slot goes
 /// with its AV instead.)
