@@ -1808,8 +1808,8 @@ impl<N: NicAvTable> AddressVector<N> {
                 let what = e.verb();
                 Err(FiError::io(format!(
                     "the NIC {what} the AV_WRITE of {total} pending inserts; {} rolled back, \
-                     {kept} stay inserted (the NIC may hold them; they are rewritten once it \
-                     answers): {e}",
+                     {kept} stay inserted (the NIC may hold them; they are rewritten at the \
+                     next call that sends it anything): {e}",
                     total - kept
                 )))
             }
