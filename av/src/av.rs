@@ -169,10 +169,13 @@
 //! the unanswered one; until that succeeds it fails with `FI_EIO` saying how many wait (an
 //! insert rolls its addresses back).
 //!
-//! Auth-key commands (AUTH_KEY_ADD, AUTH_KEY_REMOVE, AUTH_KEY_SOURCE) are the exception: one
-//! that times out is treated as refused. The NIC picks the slot AUTH_KEY_ADD fills, so the AV
-//! cannot rewrite a key into the slot its entries name; a late AUTH_KEY_ADD's slot is
-//! reclaimed with the AV (AV_DESTROY). An `FI_EVENT` insert whose AV_WRITE goes unanswered fails its addresses, as a
+//! Auth-key commands (`FI_ETIMEDOUT` from the table when unanswered): an AUTH_KEY_REMOVE that
+//! goes unanswered removes the key from the AV all the same (nothing is bound to it, and the
+//! NIC, which may still free the slot, could give it to a later key), and the call fails with
+//! `FI_ETIMEDOUT`; an unanswered AUTH_KEY_SOURCE leaves the old user id and the key's source is
+//! sent again at the next call, as entries are rewritten; an unanswered AUTH_KEY_ADD fails
+//! (the NIC picks the slot, so the AV cannot know it), and a slot it made late stays the AV
+//! table's until AV_DESTROY frees it. An `FI_EVENT` insert whose AV_WRITE goes unanswered fails its addresses, as a
 //! refused one does, and its indices are rewritten (as empty, or as whatever took them since).
 //!
 //! ## Memory
@@ -1731,6 +1734,16 @@ impl<N: NicAvTable> AddressVector<N> {
         self.slot_of(u64::from(index)).ok().map(|(_, bytes)| bytes)
     }
 
+    /// Whether no NIC state is in doubt: no entry, and no auth key's source.
+    #[inline]
+    fn nothing_in_doubt(&self) -> bool {
+        self.in_doubt.is_empty()
+            && self
+                .auth
+                .as_deref()
+                .is_none_or(|a| a.source_in_doubt.is_empty())
+    }
+
     /// Indices whose NIC entry is in doubt since a command concerning them went unanswered,
     /// waiting to be rewritten (see "When the NIC does not answer" above); 0 normally.
     pub fn entries_in_doubt(&self) -> usize {
@@ -1833,7 +1846,7 @@ impl<N: NicAvTable> AddressVector<N> {
     /// [`AddressVector::settle`], inlined where the AV's own calls start.
     #[inline]
     fn settle_nic(&mut self) -> Result<(), FiError> {
-        if !self.is_event() && self.pending.is_empty() && self.in_doubt.is_empty() {
+        if !self.is_event() && self.pending.is_empty() && self.nothing_in_doubt() {
             // Nothing to send, nothing in flight, nothing to repair: the common case, without
             // a call.
             return Ok(());
@@ -1868,14 +1881,14 @@ impl<N: NicAvTable> AddressVector<N> {
         if self.is_event() {
             // Draining takes in the NIC's answers, which may put entries in doubt.
             self.drain();
-            if !self.in_doubt.is_empty() {
+            if !self.nothing_in_doubt() {
                 self.repair()?;
             }
             return Ok(());
         }
         // Entries in doubt before this call first; a flush that goes unanswered now adds
         // its own for the next call (the NIC just did not answer).
-        if !self.in_doubt.is_empty() {
+        if !self.nothing_in_doubt() {
             self.repair()?;
         }
         self.flush()
@@ -1943,6 +1956,7 @@ impl<N: NicAvTable> AddressVector<N> {
     /// then the indices stay in doubt, for the next call to try again.
     #[cold]
     fn repair(&mut self) -> Result<(), FiError> {
+        self.resend_auth_key_sources()?;
         let mut doubt = core::mem::take(&mut self.in_doubt);
         doubt.sort_unstable();
         doubt.dedup();

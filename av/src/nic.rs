@@ -10,8 +10,9 @@
 //! to remove a slot while [`NicAvTable::auth_key_users`] reports endpoints enabled with it:
 //! the implementation knows which endpoints were granted which slots. These methods return
 //! the fabric errno the fi_av call reports: `FI_ENOSPC` for a full table, `FI_EBUSY` for a
-//! slot in use, `FI_EIO` for anything else the NIC refused. The defaults are `FI_ENOSYS`: a
-//! table without auth keys.
+//! slot in use, `FI_EIO` for anything else the NIC refused, and `FI_ETIMEDOUT` for a command
+//! the NIC did not answer, which it may still run (the AV then treats a remove as done and
+//! sends a source again). The defaults are `FI_ENOSYS`: a table without auth keys.
 
 use uet_fwif::admin::MAX_BATCH;
 use uet_fwif::auth_key::{AuthKeyEntry, AUTH_KEY_VALID, MAX_AUTH_KEY_SLOTS};
@@ -430,15 +431,28 @@ impl MemoryNicTable {
             .ok_or_else(|| FiError::io(format!("NIC {op} failed: slot {slot} is not in use")))
     }
 
-    /// The fault an auth-key command meets; one in doubt fails it changing nothing, as a
-    /// refusal does (the AV treats every auth-key failure as a refusal).
-    fn auth_fault(&mut self) -> Result<(), FiError> {
-        match self.take_fault(NicOp::AuthKey) {
-            Ok(false) => Ok(()),
-            Ok(true) => Err(FiError::io(
+    /// The fault an auth-key command meets: `Err` when it fails changing nothing (`FI_EIO`
+    /// refused, `FI_ETIMEDOUT` unanswered and never applied), `Ok(true)` when it is applied
+    /// and then reported unanswered ([`MemoryNicTable::auth_outcome`]).
+    fn auth_fault(&mut self) -> Result<bool, FiError> {
+        self.take_fault(NicOp::AuthKey).map_err(|e| {
+            if e.in_doubt {
+                FiError::new(FiErrno::FI_ETIMEDOUT, e.to_string())
+            } else {
+                FiError::io(e.to_string())
+            }
+        })
+    }
+
+    /// The outcome of an auth-key command applied after [`MemoryNicTable::auth_fault`].
+    fn auth_outcome<T>(late: bool, value: T) -> Result<T, FiError> {
+        if late {
+            Err(FiError::new(
+                FiErrno::FI_ETIMEDOUT,
                 Self::in_doubt_error(NicOp::AuthKey).to_string(),
-            )),
-            Err(e) => Err(FiError::io(e.to_string())),
+            ))
+        } else {
+            Ok(value)
         }
     }
 
@@ -469,7 +483,7 @@ impl MemoryNicTable {
                     ),
                 )
             })?;
-        self.auth_fault()?;
+        let late = self.auth_fault()?;
         if let Some(e) = self.auth.get_mut(free) {
             *e = AuthKeyEntry {
                 job_id: U32::new(job_id),
@@ -480,7 +494,9 @@ impl MemoryNicTable {
                 source: U64::new(source),
             };
         }
-        u16::try_from(free).map_err(|_| FiError::io("NIC AUTH_KEY_ADD failed: slot out of range"))
+        let slot = u16::try_from(free)
+            .map_err(|_| FiError::io("NIC AUTH_KEY_ADD failed: slot out of range"))?;
+        Self::auth_outcome(late, slot)
     }
 
     fn do_remove_auth_key(&mut self, slot: u16) -> Result<(), FiError> {
@@ -494,20 +510,20 @@ impl MemoryNicTable {
                 ),
             ));
         }
-        self.auth_fault()?;
+        let late = self.auth_fault()?;
         if let Some(e) = self.auth.get_mut(usize::from(slot)) {
             *e = AuthKeyEntry::default();
         }
-        Ok(())
+        Self::auth_outcome(late, ())
     }
 
     fn do_set_auth_key_source(&mut self, slot: u16, source: u64) -> Result<(), FiError> {
         self.auth_slot("AUTH_KEY_SOURCE", slot)?;
-        self.auth_fault()?;
+        let late = self.auth_fault()?;
         if let Some(e) = self.auth.get_mut(usize::from(slot)) {
             e.source = U64::new(source);
         }
-        Ok(())
+        Self::auth_outcome(late, ())
     }
 
     fn do_read_auth_keys(&mut self, first: u16, out: &mut [AuthKeyEntry]) -> Result<(), FiError> {
@@ -524,7 +540,8 @@ impl MemoryNicTable {
                 ))
             })?;
         out.copy_from_slice(src);
-        self.auth_fault()
+        let late = self.auth_fault()?;
+        Self::auth_outcome(late, ())
     }
 
     /// Number of entries.

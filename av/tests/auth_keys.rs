@@ -5,9 +5,9 @@ mod common;
 
 use common::{assert_in_step, insert_peers, pack, peer_bytes, LIMITS};
 use uet_av::{
-    is_auth_key_addr, job_id_to_auth_key, AddressVector, AvAttr, AvLimits, FiErrno, MemoryNicTable,
-    NicAvTable, NicOp, AUTH_KEY_ADDR_BASE, AUTH_KEY_BYTES, FI_ADDR_NOTAVAIL, FI_AUTH_KEY,
-    FI_AV_AUTH_KEY, FI_AV_USER_ID, FI_EVENT, FI_MORE, FI_SYNC_ERR,
+    is_auth_key_addr, job_id_to_auth_key, AddressVector, AvAttr, AvLimits, Fault, FiErrno,
+    MemoryNicTable, NicAvTable, NicOp, AUTH_KEY_ADDR_BASE, AUTH_KEY_BYTES, FI_ADDR_NOTAVAIL,
+    FI_AUTH_KEY, FI_AV_AUTH_KEY, FI_AV_USER_ID, FI_EVENT, FI_MORE, FI_SYNC_ERR,
 };
 use uet_fwif::av_entry::entry_flags;
 
@@ -483,4 +483,56 @@ fn removing_one_of_two_inserts_of_a_key_in_use_succeeds() {
     av.nic_mut().revoke_auth_key(slot);
     av.remove(&[k], FI_AUTH_KEY).unwrap();
     assert_eq!(av.auth_keys().count(), 0);
+}
+
+/// An AUTH_KEY_REMOVE the NIC does not answer may still free the slot, which the NIC could
+/// then give to a later key: the key goes from the AV all the same (`FI_ETIMEDOUT`), so no
+/// entry can name that slot afterwards.
+#[test]
+fn an_unanswered_key_removal_removes_the_key_from_the_av() {
+    for applied in [false, true] {
+        let mut av = open_keys(0, 4);
+        let k = av.insert_auth_key(&key(0x77), 0).unwrap();
+        av.nic_mut()
+            .inject(NicOp::AuthKey, 0, Fault::InDoubt { applied });
+        let e = av.remove(&[k], FI_AUTH_KEY).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_ETIMEDOUT, "{e}");
+        assert!(e.message.contains("removed from the AV"), "{e}");
+        assert_eq!(av.auth_keys().count(), 0, "applied: {applied}");
+        assert!(
+            av.remove(&[k], FI_AUTH_KEY).is_err(),
+            "no such key any more"
+        );
+        // A new key: whatever slot the NIC gives it, nothing else names that slot.
+        let k2 = av.insert_auth_key(&key(0x78), 0).unwrap();
+        let mut fi = [k2];
+        assert_eq!(
+            av.insert(&peer_bytes(1), 1, Some(&mut fi), FI_AUTH_KEY)
+                .unwrap(),
+            1
+        );
+        assert!(av.verify_auth_keys().unwrap().is_empty());
+        assert_in_step(&av);
+    }
+}
+
+/// An AUTH_KEY_SOURCE the NIC does not answer leaves the old user id, and the key's source
+/// is sent again at the next call that settles the NIC.
+#[test]
+fn an_unanswered_key_user_id_is_sent_again() {
+    let mut av = open_keys(FI_AV_USER_ID, 4);
+    let k = av.insert_auth_key(&key(0x77), 0).unwrap();
+    av.nic_mut()
+        .inject(NicOp::AuthKey, 0, Fault::InDoubt { applied: true });
+    let e = av.set_user_id(k, 0x5EED, FI_AUTH_KEY).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_ETIMEDOUT, "{e}");
+    assert_eq!(av.auth_keys().next().unwrap().user_id, None, "unchanged");
+    assert!(
+        !av.verify_auth_keys().unwrap().is_empty(),
+        "the NIC took the new source late"
+    );
+    av.settle().unwrap();
+    assert!(av.verify_auth_keys().unwrap().is_empty());
+    av.set_user_id(k, 0x5EED, FI_AUTH_KEY).unwrap();
+    assert!(av.verify_auth_keys().unwrap().is_empty());
 }

@@ -544,3 +544,26 @@ fn verify_auth_keys_checks_the_slot_owner() {
     assert_eq!(m[0].nic.av.get(), other.nic().table().handle());
     assert!(other.verify_auth_keys().unwrap().is_empty());
 }
+
+/// On the simulated NIC: an AUTH_KEY_REMOVE that times out removes the key from the AV all the
+/// same (`FI_ETIMEDOUT`); once the device answers, a new key and the NIC's table agree.
+#[test]
+fn a_timed_out_key_removal_removes_the_key_from_the_av() {
+    let fabric = Fabric::new();
+    let mut h = host(&fabric, 0, |_| {}, 0);
+    let k = h.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
+    h.nic
+        .set_admin_timeout(std::time::Duration::from_millis(50));
+    h.nic
+        .bar0()
+        .write(uet_regs::DEV_CTRL, uet_regs::DevCtrl::new());
+    let e = h.av.remove(&[k], FI_AUTH_KEY).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_ETIMEDOUT, "{e}");
+    assert_eq!(h.av.auth_keys().count(), 0);
+    h.nic.bar0().write(
+        uet_regs::DEV_CTRL,
+        uet_regs::DevCtrl::new().with_enable(true),
+    );
+    h.av.insert_auth_key(&key(KEY_JOB + 1), 0).unwrap();
+    assert!(h.av.verify_auth_keys().unwrap().is_empty());
+}

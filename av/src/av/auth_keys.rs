@@ -91,6 +91,9 @@ pub(super) struct AuthKeys {
     by_index: Vec<u16>,
     /// Most keys (the NIC's slots).
     max: u16,
+    /// Keys whose AUTH_KEY_SOURCE went unanswered: the NIC may report another source for
+    /// them until the AV sends theirs again ([`AddressVector::repair`]).
+    pub(super) source_in_doubt: Vec<u16>,
 }
 
 impl AuthKeys {
@@ -99,6 +102,7 @@ impl AuthKeys {
             keys: Vec::new(),
             by_index: Vec::new(),
             max,
+            source_in_doubt: Vec::new(),
         }
     }
 
@@ -436,20 +440,27 @@ impl<N: NicAvTable> AddressVector<N> {
                 continue;
             }
             if let Err(e) = self.nic.remove_auth_key(k.slot) {
+                let handle = AUTH_KEY_ADDR_BASE | u64::from(n);
+                if e.errno != FiErrno::FI_ETIMEDOUT {
+                    return Err(e.within(format_args!(
+                        "{CALL}: removing auth key {handle:#x} ({done} of {} removed before it, \
+                         the rest kept)",
+                        numbers.len(),
+                    )));
+                }
+                // Unanswered: the NIC may still free the slot, and could then give it to a
+                // key added later, so the AV must not keep naming it. Nothing is bound to the
+                // key (checked above), so it goes from the AV now; if the NIC never runs the
+                // command, the slot stays the AV table's until AV_DESTROY frees it.
+                self.forget_auth_key(n);
                 return Err(e.within(format_args!(
-                    "{CALL}: removing auth key {:#x} ({done} of {} removed before it, the rest \
-                     kept)",
-                    AUTH_KEY_ADDR_BASE | u64::from(n),
+                    "{CALL}: the NIC did not answer the removal of auth key {handle:#x}, which \
+                     is removed from the AV all the same ({} of {} removed, the rest kept)",
+                    done + 1,
                     numbers.len(),
                 )));
             }
-            if let Some(slot) = self
-                .auth
-                .as_deref_mut()
-                .and_then(|a| a.keys.get_mut(usize::from(n)))
-            {
-                *slot = None;
-            }
+            self.forget_auth_key(n);
             tracing::debug!(key = n, slot = k.slot, "auth key removed");
         }
         Ok(())
@@ -470,13 +481,62 @@ impl<N: NicAvTable> AddressVector<N> {
         })?;
         let slot = keys.key(n).map_or(0, |k| k.slot);
         let source = self.key_source(n, Some(user_id));
-        self.nic.set_auth_key_source(slot, source).map_err(|e| {
-            e.within(format_args!(
-                "{CALL}: the user id of auth key {handle:#x} is unchanged"
-            ))
-        })?;
+        if let Err(e) = self.nic.set_auth_key_source(slot, source) {
+            let resent = if e.errno == FiErrno::FI_ETIMEDOUT {
+                // The NIC may still take the new source: the old one is sent again.
+                if let Some(a) = self.auth.as_deref_mut() {
+                    a.source_in_doubt.push(n);
+                }
+                " (the NIC is sent it again at the next call that sends it anything)"
+            } else {
+                ""
+            };
+            return Err(e.within(format_args!(
+                "{CALL}: the user id of auth key {handle:#x} is unchanged{resent}"
+            )));
+        }
         if let Some(k) = self.auth.as_deref_mut().and_then(|a| a.key_mut(n)) {
             k.user_id = Some(user_id);
+        }
+        Ok(())
+    }
+
+    /// Drop key `n` from the AV (its NIC slot is removed, or may be).
+    fn forget_auth_key(&mut self, n: u16) {
+        if let Some(a) = self.auth.as_deref_mut() {
+            if let Some(slot) = a.keys.get_mut(usize::from(n)) {
+                *slot = None;
+            }
+            a.source_in_doubt.retain(|&k| k != n);
+        }
+    }
+
+    /// Send the NIC the source of every key whose AUTH_KEY_SOURCE went unanswered; those not
+    /// sent stay in doubt.
+    pub(super) fn resend_auth_key_sources(&mut self) -> Result<(), FiError> {
+        let Some(mut doubt) = self
+            .auth
+            .as_deref_mut()
+            .map(|a| core::mem::take(&mut a.source_in_doubt))
+        else {
+            return Ok(());
+        };
+        doubt.sort_unstable();
+        doubt.dedup();
+        while let Some(&n) = doubt.last() {
+            if let Some(k) = self.auth.as_deref().and_then(|a| a.key(n)).copied() {
+                let source = self.key_source(n, k.user_id);
+                if let Err(e) = self.nic.set_auth_key_source(k.slot, source) {
+                    if let Some(a) = self.auth.as_deref_mut() {
+                        a.source_in_doubt.extend(doubt);
+                    }
+                    return Err(e.within(
+                        "the source of an auth key is in doubt since a command went \
+                         unanswered, and sending it again failed",
+                    ));
+                }
+            }
+            doubt.pop();
         }
         Ok(())
     }
