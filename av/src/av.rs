@@ -2494,6 +2494,7 @@ impl<N: NicAvTable> AddressVector<N> {
             })
             + self.pending.capacity() * core::mem::size_of::<u32>()
             + self.index_buf.capacity() * core::mem::size_of::<u32>()
+            + self.in_doubt.capacity() * core::mem::size_of::<u32>()
     }
 
     /// Close the AV and hand the NIC table back. Pending `FI_MORE` records are dropped, not

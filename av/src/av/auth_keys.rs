@@ -182,6 +182,7 @@ impl AuthKeys {
     pub(super) fn heap_bytes(&self) -> usize {
         self.keys.capacity() * core::mem::size_of::<Option<Key>>()
             + self.by_index.capacity() * core::mem::size_of::<u16>()
+            + self.source_in_doubt.capacity() * core::mem::size_of::<u16>()
     }
 }
 
