@@ -1952,8 +1952,9 @@ impl<N: NicAvTable> AddressVector<N> {
     /// Make the NIC hold what the mirror holds at every index in doubt, with commands that
     /// land after the unanswered ones (see [`crate::nic::NicAvTable`]); see
     /// [`AddressVector::rewrite`]. Runs before every call that settles the NIC
-    /// ([`AddressVector::settle`]). `FI_EIO` if the NIC still does not answer, or refuses;
-    /// then the indices stay in doubt, for the next call to try again.
+    /// ([`AddressVector::settle`]). `FI_EIO` if the NIC still does not answer, or refuses
+    /// (the table's errno for an auth key's source); then what is in doubt stays so, for the
+    /// next call to try again.
     #[cold]
     fn repair(&mut self) -> Result<(), FiError> {
         self.resend_auth_key_sources()?;

@@ -400,17 +400,17 @@ impl AdminQueue {
         Ok(command_id)
     }
 
-    /// Submit `cmd`, a destroy the device refused as Busy because of an object a late
-    /// creation made (see [`NicInner::destroy_after_late_creations`]), after the undoes of
-    /// the late creations: ahead of the next command, behind every undo queued until then,
-    /// its completion dropped.
-    ///
-    /// [`NicInner::destroy_after_late_creations`]: crate::nic::NicInner::destroy_after_late_creations
     /// Whether undoes of late creations wait to be submitted.
     pub(crate) fn has_undoes(&self) -> bool {
         !self.undo.is_empty()
     }
 
+    /// Submit `cmd`, a destroy the device refused as Busy because of an object a late
+    /// creation made (see [`NicInner::destroy`]), after the undoes of the late creations:
+    /// ahead of the next command, behind every undo queued until then, its completion
+    /// dropped.
+    ///
+    /// [`NicInner::destroy`]: crate::nic::NicInner::destroy
     pub(crate) fn destroy_after_undoes(&mut self, cmd: Command) {
         // `undo` is taken from its end: the front goes last.
         self.undo.insert(0, cmd);

@@ -85,9 +85,7 @@ impl AvTableHandle {
 
 impl Drop for AvTableHandle {
     fn drop(&mut self) {
-        let cmd = Command::AvDestroy { av: self.handle };
-        let outcome = self.nic.execute(cmd);
-        if let Err(e) = self.nic.destroy_after_late_creations(cmd, outcome) {
+        if let Err(e) = self.nic.destroy(Command::AvDestroy { av: self.handle }) {
             tracing::warn!(av = self.handle, "AV_DESTROY failed: {e}");
         }
     }

@@ -1916,20 +1916,11 @@ impl Drop for Endpoint {
     fn drop(&mut self) {
         // A connection's control channel is a context of this endpoint: it goes first.
         drop(self.cm.take());
-        let cmd = Command::EndpointDestroy {
+        match self.nic.destroy(Command::EndpointDestroy {
             endpoint: u32::from(self.handle),
-        };
-        let outcome = self.nic.execute(cmd);
-        let refused_busy = matches!(
-            outcome,
-            Err(DriverError::AdminStatus {
-                status: uet_fwif::admin::Status::Busy,
-                ..
-            })
-        );
-        match self.nic.destroy_after_late_creations(cmd, outcome) {
-            Ok(()) => {
-                if refused_busy {
+        }) {
+            Ok(retried) => {
+                if retried {
                     // Destroyed after a late context's undo: until then the device may use
                     // the endpoint's memory.
                     self.leak_dma_memory();

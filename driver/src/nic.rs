@@ -229,28 +229,27 @@ impl NicInner {
             != 0
     }
 
-    /// The outcome of a destroy: a `Busy` refusal while an abandoned admin command may still
-    /// run, or while undoes of late creations wait, can come from an object a late creation
-    /// made and bound to the one being destroyed (an endpoint on the AV, a context on the
-    /// endpoint), which the queue destroys when the late completion comes. Then the destroy is
-    /// submitted again after that undo, and counts as done; any other outcome is returned.
-    pub(crate) fn destroy_after_late_creations(
-        &self,
-        cmd: Command,
-        outcome: Result<crate::admin::AdminResult, DriverError>,
-    ) -> Result<(), DriverError> {
-        match outcome {
-            Ok(_) => Ok(()),
+    /// Execute `cmd`, a destroy (AV_DESTROY, ENDPOINT_DESTROY). A `Busy` refusal while undoes
+    /// of late creations wait comes from an object a late creation made and bound to the one
+    /// being destroyed (an endpoint on the AV, a context on the endpoint): the device runs
+    /// commands, and the queue collects their completions, in order, so the late creation's
+    /// completion, and its undo, came before this refusal. Then the destroy is submitted again
+    /// after that undo, and `Ok(true)` says so (the device may use the object until then).
+    /// Decided under the admin queue's lock, so no other command sends the undoes between.
+    pub(crate) fn destroy(&self, cmd: Command) -> Result<bool, DriverError> {
+        let mut admin = self.admin();
+        match admin.execute(self.bar(), cmd) {
+            Ok(_) => Ok(false),
             Err(DriverError::AdminStatus {
                 status: uet_fwif::admin::Status::Busy,
                 ..
-            }) if self.admin_unanswered() || self.admin().has_undoes() => {
+            }) if admin.has_undoes() => {
                 tracing::info!(
                     ?cmd,
                     "destroy refused Busy behind a late creation; retried after it"
                 );
-                self.admin().destroy_after_undoes(cmd);
-                Ok(())
+                admin.destroy_after_undoes(cmd);
+                Ok(true)
             }
             Err(e) => Err(e),
         }
