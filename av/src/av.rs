@@ -2026,32 +2026,34 @@ impl<N: NicAvTable> AddressVector<N> {
                     .map(|slot| record(i, entries.single_entry(i, slot)))
             })
             .collect();
-        let n = doubt.len();
-        let failed = move |what: &str, e: crate::nic::NicError| {
-            FiError::io(format!(
-                "{n} NIC entries are in doubt since a command went unanswered, and {what} \
-                 them failed: {e}"
-            ))
-        };
-        for chunk in all.chunks(MAX_BATCH as usize) {
-            self.nic
-                .invalidate(chunk)
-                .map_err(|e| failed("invalidating", e))?;
+        /// One step of the repair: a command over all of its list, in MAX_BATCH pieces.
+        enum Step<'a> {
+            Invalidate(&'a [u32]),
+            Write(&'a [AvWriteRecord]),
         }
-        for chunk in ranges.chunks(MAX_BATCH as usize) {
-            self.nic
-                .write_entries(chunk)
-                .map_err(|e| failed("rewriting the ranges of", e))?;
-        }
-        for chunk in holes.chunks(MAX_BATCH as usize) {
-            self.nic
-                .invalidate(chunk)
-                .map_err(|e| failed("reopening the holes of", e))?;
-        }
-        for chunk in singles.chunks(MAX_BATCH as usize) {
-            self.nic
-                .write_entries(chunk)
-                .map_err(|e| failed("rewriting", e))?;
+        let steps = [
+            ("invalidating", Step::Invalidate(&all)),
+            ("rewriting the ranges of", Step::Write(&ranges)),
+            ("reopening the holes of", Step::Invalidate(&holes)),
+            ("rewriting", Step::Write(&singles)),
+        ];
+        for (what, step) in steps {
+            let pieces = MAX_BATCH as usize;
+            match step {
+                Step::Invalidate(indices) => indices
+                    .chunks(pieces)
+                    .try_for_each(|chunk| self.nic.invalidate(chunk)),
+                Step::Write(records) => records
+                    .chunks(pieces)
+                    .try_for_each(|chunk| self.nic.write_entries(chunk)),
+            }
+            .map_err(|e| {
+                FiError::io(format!(
+                    "{} NIC entries are in doubt since a command went unanswered, and {what} \
+                     them failed: {e}",
+                    doubt.len()
+                ))
+            })?;
         }
         Ok(())
     }
