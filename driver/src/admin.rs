@@ -29,6 +29,7 @@ use crate::dma::{DmaError, DmaRegion};
 use crate::error::DriverError;
 use crate::mapped::MappedRegion;
 use std::sync::atomic::{fence, AtomicUsize, Ordering};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use uet_fwif::admin::{
@@ -180,8 +181,9 @@ pub struct AdminQueue {
     /// Commands abandoned after a timeout whose completions have not come, shared with the
     /// NIC's fast paths ([`AdminQueue::unanswered`]).
     abandoned: Arc<AtomicUsize>,
-    /// Undoes of late creations ([`undo_of`]), submitted ahead of the next command.
-    undo: Vec<Command>,
+    /// Undoes of late creations ([`undo_of`]) and destroys retried behind them, submitted in
+    /// this order ahead of the next command.
+    undo: VecDeque<Command>,
     /// The scratch buffer was lent ([`AdminQueue::scratch`]) since the last submission: the
     /// next command uses it. (Reading a result back, [`AdminQueue::scratch_result`], lends
     /// nothing; a lend whose command never went out marks the next one, which only errs on
@@ -207,7 +209,7 @@ impl AdminQueue {
             in_flight: 0,
             scratch_holders: Vec::new(),
             abandoned: Arc::new(AtomicUsize::new(0)),
-            undo: Vec::new(),
+            undo: VecDeque::new(),
             scratch_taken: false,
         }
     }
@@ -330,10 +332,10 @@ impl AdminQueue {
                 tracing::warn!("{e}");
             }
         }
-        while let Some(cmd) = self.undo.pop() {
+        while let Some(cmd) = self.undo.pop_front() {
             tracing::info!(?cmd, "destroying what a command given up on created late");
             if let Err(e) = self.submit_entry(bar, cmd.encode(0), true) {
-                self.undo.push(cmd);
+                self.undo.push_front(cmd);
                 return Err(e);
             }
         }
@@ -412,8 +414,7 @@ impl AdminQueue {
     ///
     /// [`NicInner::destroy`]: crate::nic::NicInner::destroy
     pub(crate) fn destroy_after_undoes(&mut self, cmd: Command) {
-        // `undo` is taken from its end: the front goes last.
-        self.undo.insert(0, cmd);
+        self.undo.push_back(cmd);
     }
 
     /// Record that command `id`, outstanding, carries its data in the scratch buffer.
@@ -486,7 +487,7 @@ impl AdminQueue {
                     self.scratch_holders.retain(|&h| h != id);
                     if cqe.status() == Status::Success {
                         if let Some(undo) = undo_of(opcode, cqe.result0.get()) {
-                            self.undo.push(undo);
+                            self.undo.push_back(undo);
                         }
                     }
                     let _ = self
