@@ -28,8 +28,8 @@
 use crate::dma::{DmaError, DmaRegion};
 use crate::error::DriverError;
 use crate::mapped::MappedRegion;
-use std::sync::atomic::{fence, AtomicUsize, Ordering};
 use std::collections::VecDeque;
+use std::sync::atomic::{fence, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use uet_fwif::admin::{

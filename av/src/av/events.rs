@@ -430,23 +430,26 @@ impl<N: NicAvTable> AddressVector<N> {
                 "fi_av_bind: an event queue is already bound to this AV",
             ));
         }
-        // Built apart and stored only once the queue took the AV: a refused bind changes nothing.
-        let mut fresh = None;
-        let shared = match self.events.as_deref() {
-            Some(state) => state.shared.clone(),
-            None => fresh.insert(EventState::new(self.id)).shared.clone(),
+        // Taken out, and put back only if it was there or the queue took the AV: a refused
+        // bind changes nothing.
+        let had_state = self.events.is_some();
+        let mut state = self
+            .events
+            .take()
+            .unwrap_or_else(|| EventState::new(self.id));
+        let progress: Weak<dyn AvProgress> = Arc::downgrade(&state.shared) as Weak<dyn AvProgress>;
+        let id = match eq.attach_av(progress) {
+            Ok(id) => id,
+            Err(e) => {
+                if had_state {
+                    self.events = Some(state);
+                }
+                return Err(e.within("fi_av_bind"));
+            }
         };
-        let progress: Weak<dyn AvProgress> = Arc::downgrade(&shared) as Weak<dyn AvProgress>;
-        let id = eq.attach_av(progress).map_err(|e| e.within("fi_av_bind"))?;
-        shared.lock().sink = Some(eq.clone());
-        let state = match fresh {
-            Some(state) => self.events.insert(state),
-            None => match self.events.as_deref_mut() {
-                Some(state) => state,
-                None => return Err(FiError::inval("fi_av_bind: the AV's event state went away")),
-            },
-        };
+        state.shared.lock().sink = Some(eq.clone());
         state.binding = Some(Binding { sink: eq, id });
+        self.events = Some(state);
         debug!(av = self.id, "event queue bound");
         Ok(())
     }
