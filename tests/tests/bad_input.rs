@@ -314,21 +314,33 @@ fn a_late_av_invalidate_leaves_the_nic_as_the_mirror() {
     assert!(node.av.verify_nic().unwrap().is_empty());
 }
 
+/// A NIC alone on a fabric of its own, `cfg` applied to its configuration.
+fn lone_nic(cfg: impl FnOnce(&mut uet_sim::NicConfig)) -> (uet_sim::Fabric, uet_driver::Nic) {
+    let fabric = uet_sim::Fabric::new();
+    let mut config = uet_sim::NicConfig::new(uet_tests::nic_addr(0));
+    cfg(&mut config);
+    let function = fabric.add_nic(config).unwrap();
+    let nic = uet_tests::open_nic(&function);
+    (fabric, nic)
+}
+
+/// Resume a disabled device 50 ms from now, while the caller's next admin command waits for
+/// it (for up to 5 s).
+fn resume_soon(nic: &uet_driver::Nic) -> std::thread::JoinHandle<()> {
+    nic.set_admin_timeout(Duration::from_secs(5));
+    let nic = nic.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        nic.bar0().write(DEV_CTRL, DevCtrl::new().with_enable(true));
+    })
+}
+
 /// An endpoint created late on an AV (its ENDPOINT_CREATE timed out) makes the AV's close,
 /// run before the late completion is collected, refused Busy: the close is submitted again
 /// after the endpoint's undo, so the NIC's only table is free for the next open.
 #[test]
 fn an_av_closed_behind_a_late_endpoint_is_destroyed_after_it() {
-    let fabric = uet_sim::Fabric::new();
-    let mut cfg = uet_sim::NicConfig::new(uet_tests::nic_addr(0));
-    cfg.av_tables = 1;
-    let function = fabric.add_nic(cfg).unwrap();
-    let nic = std::sync::Arc::new(
-        uet_driver::Nic::open(std::sync::Arc::new(
-            uet_driver::backend::sim::SimDevice::new(function),
-        ))
-        .unwrap(),
-    );
+    let (_fabric, nic) = lone_nic(|c| c.av_tables = 1);
     let attr = uet_av::AvAttr {
         count: 8,
         job_id: 0x42,
@@ -347,14 +359,9 @@ fn an_av_closed_behind_a_late_endpoint_is_destroyed_after_it() {
     );
     // The device resumes while AV_DESTROY waits: it creates the endpoint, bound to the AV,
     // then refuses AV_DESTROY as Busy.
-    nic.set_admin_timeout(Duration::from_secs(5));
-    let n2 = nic.clone();
-    let t = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(50));
-        n2.bar0().write(DEV_CTRL, DevCtrl::new().with_enable(true));
-    });
+    let resumed = resume_soon(&nic);
     drop(av);
-    t.join().unwrap();
+    resumed.join().unwrap();
     // The next command goes after the endpoint's undo and the AV_DESTROY again.
     let again = nic.open_av(attr).expect("the only table is free again");
     drop(again);
@@ -367,16 +374,7 @@ fn an_av_closed_behind_a_late_endpoint_is_destroyed_after_it() {
 fn a_late_auth_key_slot_is_left_to_its_av() {
     use uet_fwif::admin::AvCreateBody;
     use uet_fwif::auth_key::{AuthKeyAddBody, AuthKeySourceBody};
-    let fabric = uet_sim::Fabric::new();
-    let function = fabric
-        .add_nic(uet_sim::NicConfig::new(uet_tests::nic_addr(0)))
-        .unwrap();
-    let nic = std::sync::Arc::new(
-        uet_driver::Nic::open(std::sync::Arc::new(
-            uet_driver::backend::sim::SimDevice::new(function),
-        ))
-        .unwrap(),
-    );
+    let (_fabric, nic) = lone_nic(|_| {});
     let mut body = AvCreateBody::new_zeroed();
     body.capacity = U32::new(8);
     let x = nic.admin_command(Command::AvCreate(body)).unwrap().result0;
@@ -392,17 +390,12 @@ fn a_late_auth_key_slot_is_left_to_its_av() {
     assert!(nic.admin_command(Command::AvDestroy { av: x }).is_err());
     // It resumes while Y's AUTH_KEY_ADD waits: X's late slot is made, freed with X, and Y
     // gets the lowest free slot, the same one.
-    nic.set_admin_timeout(Duration::from_secs(5));
-    let n2 = nic.clone();
-    let t = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(50));
-        n2.bar0().write(DEV_CTRL, DevCtrl::new().with_enable(true));
-    });
+    let resumed = resume_soon(&nic);
     let slot = nic
         .admin_command(Command::AuthKeyAdd { av: y, body: add })
         .expect("Y's key")
         .result0;
-    t.join().unwrap();
+    resumed.join().unwrap();
     // Y's slot is still Y's after the next command.
     let r = nic.admin_command(Command::AuthKeySource {
         slot,
@@ -443,14 +436,7 @@ fn a_late_invalidate_of_range_members_is_repaired_on_the_range() {
 /// command, so the NIC's only table is free again for the next open.
 #[test]
 fn a_table_created_late_is_destroyed_before_the_next_command() {
-    let fabric = uet_sim::Fabric::new();
-    let mut cfg = uet_sim::NicConfig::new(uet_tests::nic_addr(0));
-    cfg.av_tables = 1;
-    let function = fabric.add_nic(cfg).unwrap();
-    let nic = uet_driver::Nic::open(std::sync::Arc::new(
-        uet_driver::backend::sim::SimDevice::new(function),
-    ))
-    .unwrap();
+    let (_fabric, nic) = lone_nic(|c| c.av_tables = 1);
     let attr = uet_av::AvAttr {
         count: 8,
         ..uet_av::AvAttr::default()
