@@ -673,7 +673,7 @@ impl Nic {
         }) {
             Ok(result) => result,
             Err(e) => {
-                settle_rings_of_a_failed_creation(&e, set);
+                drop_rings_unless_timed_out(&e, set);
                 return Err(endpoint_create_error(e, &caps, attr.ri_count));
             }
         };
@@ -739,7 +739,7 @@ impl Nic {
         }) {
             Ok(result) => result,
             Err(e) => {
-                settle_rings_of_a_failed_creation(&e, set);
+                drop_rings_unless_timed_out(&e, set);
                 return Err(e);
             }
         };
@@ -1889,7 +1889,7 @@ pub use uet_fwif::counters::EndpointCounterValues as EndpointStats;
 /// The rings of a creation that failed: a creation that timed out may still be run by the
 /// device, on these rings, until the admin queue's undo destroys what it made, so their
 /// memory is never handed back (it goes with the NIC's reset); otherwise they are freed.
-fn settle_rings_of_a_failed_creation(e: &DriverError, set: RingSet) {
+fn drop_rings_unless_timed_out(e: &DriverError, set: RingSet) {
     if matches!(e, DriverError::AdminTimeout { .. }) {
         tracing::error!("endpoint or context creation timed out; leaking its ring memory");
         std::mem::forget(set);
