@@ -10,9 +10,10 @@
 //! to remove a slot while [`NicAvTable::auth_key_users`] reports endpoints enabled with it:
 //! the implementation knows which endpoints were granted which slots. These methods return
 //! the fabric errno the fi_av call reports: `FI_ENOSPC` for a full table, `FI_EBUSY` for a
-//! slot in use, `FI_EIO` for anything else the NIC refused, and `FI_ETIMEDOUT` for a command
-//! the NIC did not answer, which it may still run (the AV then treats a remove as done and
-//! sends a source again). The defaults are `FI_ENOSYS`: a table without auth keys.
+//! slot in use, `FI_EAGAIN` for a command the NIC could not be sent (nothing done), `FI_EIO`
+//! for anything else the NIC refused, and `FI_ETIMEDOUT` for a command the NIC did not
+//! answer, which it may still run (the AV then treats a remove as done and sends a source
+//! again). Any errno but `FI_ETIMEDOUT` is a refusal: the NIC's table is unchanged. The defaults are `FI_ENOSYS`: a table without auth keys.
 
 use uet_fwif::admin::MAX_BATCH;
 use uet_fwif::auth_key::{AuthKeyEntry, AUTH_KEY_VALID, MAX_AUTH_KEY_SLOTS};

@@ -7,7 +7,8 @@
 //! Several commands may be outstanding. Submitting: write the 64-byte command at the SQ tail
 //! with a fresh command id, advance the tail, fence, write `ADMIN_SQ_DOORBELL`; at most
 //! ring size − 1 commands are outstanding (a full queue first collects completions, then waits
-//! for one). Completing ([`AdminQueue::reap`]): consume every CQ entry whose phase bit equals
+//! for one, up to the timeout; a command that finds no room is not submitted,
+//! [`DriverError::AdminRingFull`]). Completing ([`AdminQueue::reap`]): consume every CQ entry whose phase bit equals
 //! the expected phase (acquire fence, then read the body), advance the head (flipping the
 //! expected phase on wrap), write `ADMIN_CQ_HEAD`, and file the completion under its command id
 //! until its owner takes it ([`AdminQueue::poll_command`]). Completions arrive in whatever order
@@ -336,7 +337,21 @@ impl AdminQueue {
             tracing::info!(?cmd, "destroying what a command given up on created late");
             if let Err(e) = self.submit_entry(bar, cmd.encode(0), true) {
                 self.undo.push_front(cmd);
-                return Err(e);
+                // The caller's command was not submitted either: its own opcode is reported.
+                return Err(match e {
+                    DriverError::AdminRingFull {
+                        waited,
+                        device_fatal,
+                        device_enabled,
+                        ..
+                    } => DriverError::AdminRingFull {
+                        opcode: entry.opcode,
+                        waited,
+                        device_fatal,
+                        device_enabled,
+                    },
+                    e => e,
+                });
             }
         }
         let uses_scratch = core::mem::take(&mut self.scratch_taken);
@@ -436,7 +451,9 @@ impl AdminQueue {
         }
     }
 
-    /// Wait until fewer than ring size − 1 commands are in flight.
+    /// Wait until fewer than ring size − 1 commands are in flight; after the timeout,
+    /// [`DriverError::AdminRingFull`]: the command was not submitted, so (unlike a command
+    /// that timed out) it cannot run late.
     fn make_room(&mut self, bar: &dyn Mmio, opcode: u8) -> Result<(), DriverError> {
         let limit = (self.geometry.entries() - 1) as usize;
         // The clock is read only once the ring is found full.
@@ -448,7 +465,13 @@ impl AdminQueue {
                 break;
             }
             if start.get_or_insert_with(Instant::now).elapsed() >= self.timeout {
-                return Err(self.timeout_error(bar, opcode));
+                let status = bar.read(DEV_STATUS);
+                return Err(DriverError::AdminRingFull {
+                    opcode,
+                    waited: self.timeout,
+                    device_fatal: status.fatal(),
+                    device_enabled: status.enabled(),
+                });
             }
             backoff(&mut spins);
         }

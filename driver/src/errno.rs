@@ -62,6 +62,7 @@ impl DriverError {
                 _ => FiErrno::FI_EIO,
             },
             DriverError::AdminTimeout { .. } => FiErrno::FI_ETIMEDOUT,
+            DriverError::AdminRingFull { .. } => FiErrno::FI_EAGAIN,
             DriverError::InvalidArgument(_) => FiErrno::FI_EINVAL,
             DriverError::MessageTooLong { .. } => FiErrno::FI_EMSGSIZE,
             DriverError::Full(_) => FiErrno::FI_EAGAIN,

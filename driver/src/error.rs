@@ -65,6 +65,21 @@ pub enum DriverError {
         /// DEV_STATUS.enabled at the time.
         device_enabled: bool,
     },
+    /// An admin command was not submitted: the admin ring stayed full of commands the device
+    /// had not completed for the whole admin timeout. The device never saw the command, so
+    /// nothing of it can happen late (unlike [`DriverError::AdminTimeout`]); it may be
+    /// submitted again once the device completes what it holds.
+    #[error("admin command {} not submitted: the admin ring stayed full for {waited:?} (device enabled: {device_enabled}, fatal: {device_fatal})", crate::admin::opcode_name(*opcode))]
+    AdminRingFull {
+        /// The opcode byte of the command that was not submitted.
+        opcode: u8,
+        /// How long the driver waited for room.
+        waited: Duration,
+        /// DEV_STATUS.fatal at the time.
+        device_fatal: bool,
+        /// DEV_STATUS.enabled at the time.
+        device_enabled: bool,
+    },
     /// An admin command completed with an error status.
     #[error("admin command {} failed: {status}", crate::admin::opcode_name(*opcode))]
     AdminStatus {

@@ -567,3 +567,60 @@ fn a_timed_out_key_removal_removes_the_key_from_the_av() {
     h.av.insert_auth_key(&key(KEY_JOB + 1), 0).unwrap();
     assert!(h.av.verify_auth_keys().unwrap().is_empty());
 }
+
+/// A command that finds the admin ring full of commands the device has not answered is not
+/// submitted, so it is refused (`FI_EAGAIN`), not in doubt: a key's removal leaves the key
+/// held (its NIC slot is still the AV's), and an insert is rolled back with nothing left to
+/// rewrite. Both go through once the device answers again.
+#[test]
+fn a_command_the_full_admin_ring_kept_back_is_refused_not_in_doubt() {
+    use uet_driver::admin::ADMIN_RING_LOG2;
+    use uet_driver::uet_fwif::admin::Opcode;
+    let fabric = Fabric::new();
+    let mut h = host(&fabric, 0, |_| {}, 0);
+    let k = h.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
+    // An address to insert; its endpoint goes, so that the key is free to remove.
+    let peer = endpoint(&h, AddressingMode::Relative)
+        .address()
+        .to_bytes()
+        .unwrap();
+    h.nic.set_admin_timeout(std::time::Duration::from_millis(1));
+    h.nic
+        .bar0()
+        .write(uet_regs::DEV_CTRL, uet_regs::DevCtrl::new());
+    // The device stalls with the ring full: ring size − 1 commands time out, unanswered.
+    let unanswered = Command::EndpointDestroy { endpoint: 0xFFFF };
+    for _ in 0..(1usize << ADMIN_RING_LOG2) - 1 {
+        let e = h.nic.admin_command(unanswered).unwrap_err();
+        assert!(matches!(e, DriverError::AdminTimeout { .. }), "{e}");
+    }
+    let e = h.nic.admin_command(unanswered).unwrap_err();
+    assert!(
+        matches!(e, DriverError::AdminRingFull { opcode, .. }
+            if opcode == Opcode::EndpointDestroy as u8),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("not submitted"), "{e}");
+    assert_eq!(e.errno(), FiErrno::FI_EAGAIN);
+
+    let e = h.av.remove(&[k], FI_AUTH_KEY).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EAGAIN, "{e}");
+    assert_eq!(h.av.auth_keys().count(), 1, "the NIC never saw the removal");
+    let e = h.av.insert(&peer, 1, None, 0).unwrap_err();
+    assert!(e.message.contains("not submitted"), "{e}");
+    assert_eq!(h.av.len(), 0, "rolled back");
+    assert_eq!(h.av.entries_in_doubt(), 0, "nothing to rewrite");
+
+    h.nic.bar0().write(
+        uet_regs::DEV_CTRL,
+        uet_regs::DevCtrl::new().with_enable(true),
+    );
+    h.nic.set_admin_timeout(std::time::Duration::from_secs(5));
+    let mut fi = [0];
+    assert_eq!(h.av.insert(&peer, 1, Some(&mut fi), 0).unwrap(), 1);
+    assert_eq!(fi[0], 0, "the rolled-back index is the lowest free again");
+    h.av.remove(&[k], FI_AUTH_KEY).unwrap();
+    assert_eq!(h.av.auth_keys().count(), 0);
+    assert!(h.av.verify_nic().unwrap().is_empty());
+    assert!(h.av.verify_auth_keys().unwrap().is_empty());
+}
