@@ -37,7 +37,8 @@
 //!   `FI_MORE` calls that already returned their indices, and the call returns `FI_EIO` with the
 //!   NIC's message; this call's rolled-back `fi_addr` slots are reset to `FI_ADDR_NOTAVAIL`.
 //!   Chunks of the batch that the NIC had already accepted are invalidated again; should that
-//!   fail too, those entries stay inserted on both sides.
+//!   fail too, those entries stay inserted on both sides. An AV_WRITE that goes unanswered
+//!   instead keeps the whole batch, every chunk of it (see "When the NIC does not answer").
 //! - **A refused AV_INVALIDATE** leaves the addresses inserted on both sides and returns
 //!   `FI_EIO`. A removal of more than [`MAX_BATCH`] addresses takes several commands; if a later
 //!   one fails, the addresses of the earlier ones are removed and the rest stay. For commands
@@ -160,8 +161,9 @@
 //!
 //! A command that times out ([`NicError::in_doubt`](crate::nic::NicError)) may still be run by
 //! the NIC, later, whole. The AV does not guess: the call fails with `FI_EIO`, the mirror keeps
-//! what it then holds — the records of an unanswered AV_WRITE stay inserted (their `fi_addr`
-//! values stand, and the error says how many stayed), the addresses of an unanswered
+//! what it then holds — the records of an unanswered AV_WRITE stay inserted, with the rest of
+//! its `FI_MORE` batch, sent or not (their `fi_addr` values stand, and the error says how many
+//! stayed), the addresses of an unanswered
 //! AV_INVALIDATE stay inserted, an unanswered user-id write leaves the old id — and the indices
 //! concerned are in doubt. The next call that sends the NIC anything (an insert, remove,
 //! set_user_id, settle, verify_nic; on an `FI_EVENT` AV, whose inserts do not wait, its
@@ -175,8 +177,9 @@
 //! `FI_ETIMEDOUT`; an unanswered AUTH_KEY_SOURCE leaves the old user id and the key's source is
 //! sent again at the next call, as entries are rewritten; an unanswered AUTH_KEY_ADD fails
 //! (the NIC picks the slot, so the AV cannot know it), and a slot it made late stays the AV
-//! table's until AV_DESTROY frees it. An `FI_EVENT` insert whose AV_WRITE goes unanswered fails its addresses, as a
-//! refused one does, and its indices are rewritten (as empty, or as whatever took them since).
+//! table's until AV_DESTROY frees it. An `FI_EVENT` insert whose AV_WRITE goes unanswered
+//! fails its addresses, as a refused one does, and its indices are rewritten (as empty, or as
+//! whatever took them since).
 //!
 //! ## Memory
 //!
@@ -1778,7 +1781,7 @@ impl<N: NicAvTable> AddressVector<N> {
             if let Err(e) = self.repair() {
                 let pending = core::mem::take(&mut self.pending);
                 let total = pending.len();
-                self.roll_back(&pending, 0, 0);
+                self.roll_back(&pending, 0);
                 return Err(FiError::io(format!(
                     "{total} pending inserts not sent, all rolled back: {}",
                     e.message
@@ -1810,17 +1813,31 @@ impl<N: NicAvTable> AddressVector<N> {
             }
             written += chunk.len();
         }
+        let total = pending.len();
         let result = match failure {
             None => Ok(()),
-            Some(e) => {
-                let total = pending.len();
-                // An unanswered AV_WRITE may yet be applied: its records stay, to be rewritten.
-                let doubtful = if e.in_doubt { failed_len } else { 0 };
-                let kept = self.roll_back(&pending, written, doubtful);
-                warn!(entries = total, kept, error = %e, "AV_WRITE failed, batch rolled back");
-                let what = e.verb();
+            Some(e) if e.in_doubt => {
+                // The unanswered AV_WRITE may yet be applied, after anything sent now: the
+                // whole batch stays inserted, every `fi_addr` it returned stands. What the NIC
+                // accepted is there; the unanswered records and the unsent ones after them
+                // are rewritten at the next call.
+                let doubtful = &pending[written.min(total)..];
+                for &index in doubtful {
+                    self.doubt_record(index);
+                }
+                warn!(entries = total, error = %e, "AV_WRITE unanswered, batch kept");
                 Err(FiError::io(format!(
-                    "the NIC {what} the AV_WRITE of {total} pending inserts; {} rolled back, \
+                    "the NIC did not answer the AV_WRITE of {failed_len} of {total} pending \
+                     inserts; all {total} stay inserted ({} are rewritten at the next call that \
+                     sends the NIC anything): {e}",
+                    doubtful.len()
+                )))
+            }
+            Some(e) => {
+                let kept = self.roll_back(&pending, written);
+                warn!(entries = total, kept, error = %e, "AV_WRITE refused, batch rolled back");
+                Err(FiError::io(format!(
+                    "the NIC refused the AV_WRITE of {total} pending inserts; {} rolled back, \
                      {kept} stay inserted (the NIC may hold them; they are rewritten at the \
                      next call that sends it anything): {e}",
                     total - kept
@@ -1894,20 +1911,15 @@ impl<N: NicAvTable> AddressVector<N> {
         self.flush()
     }
 
-    /// Undo a batch whose AV_WRITE failed after `written` of its records were accepted, the
-    /// next `doubtful` being those of an unanswered command (kept, and rewritten later:
-    /// [`AddressVector::repair`]). Returns how many records stay inserted: the doubtful
-    /// ones, and accepted ones the NIC then failed to invalidate.
-    fn roll_back(&mut self, batch: &[u32], written: usize, doubtful: usize) -> usize {
-        let (sent, rest) = batch.split_at(written.min(batch.len()));
-        let (kept, unsent) = rest.split_at(doubtful.min(rest.len()));
+    /// Undo a batch whose AV_WRITE was refused after `written` of its records were accepted.
+    /// Returns how many entries stay inserted: accepted ones the NIC then failed to
+    /// invalidate.
+    fn roll_back(&mut self, batch: &[u32], written: usize) -> usize {
+        let (sent, unsent) = batch.split_at(written.min(batch.len()));
         for &index in unsent {
             self.release_record(index);
         }
-        for &index in kept {
-            self.doubt_record(index);
-        }
-        let mut stayed = kept.len();
+        let mut stayed = 0;
         // Records the NIC accepted are invalidated index by index (a range member by member).
         let mut indices = Vec::new();
         for &index in sent {

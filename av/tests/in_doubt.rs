@@ -191,3 +191,54 @@ fn an_insert_repairs_first_or_rolls_back() {
     assert_in_step(&av);
     assert_eq!(lookup(&av, fi[0]), peer_bytes(1));
 }
+
+/// An `FI_MORE` batch larger than one AV_WRITE whose second command goes unanswered: the whole
+/// batch stays inserted — the chunk the NIC accepted, the unanswered one and the unsent one
+/// after it — so every `fi_addr` the batch returned, in this call or the earlier one, stands;
+/// the next settling call writes what the NIC may lack.
+#[test]
+fn an_unanswered_chunk_of_a_large_batch_keeps_the_whole_batch() {
+    const CHUNK: u32 = uet_fwif::admin::MAX_BATCH;
+    for applied in [false, true] {
+        let mut av = open(3 * CHUNK as usize);
+        // An earlier FI_MORE call, then the call that ends the batch: three AV_WRITEs in all.
+        let first: Vec<u32> = (0..CHUNK + 10).collect();
+        let second: Vec<u32> = (CHUNK + 10..2 * CHUNK + 100).collect();
+        let bytes = |ns: &[u32]| pack(&ns.iter().map(|&n| peer_bytes(n)).collect::<Vec<_>>());
+        let mut fi_first = vec![0u64; first.len()];
+        let n = av
+            .insert(&bytes(&first), first.len(), Some(&mut fi_first), FI_MORE)
+            .unwrap();
+        assert_eq!(n, first.len());
+        av.nic_mut()
+            .inject(NicOp::Write, 1, Fault::InDoubt { applied });
+        let mut fi_second = vec![0u64; second.len()];
+        let e = av
+            .insert(&bytes(&second), second.len(), Some(&mut fi_second), 0)
+            .unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EIO);
+        assert!(e.message.contains("did not answer"), "{e}");
+        let total = first.len() + second.len();
+        assert!(
+            e.message.contains(&format!("all {total} stay inserted")),
+            "{e}"
+        );
+        assert_eq!(av.len(), total, "applied: {applied}");
+        assert_eq!(av.entries_in_doubt(), total - CHUNK as usize);
+        // Every fi_addr of both calls stands, with its address.
+        for (fi, n) in fi_first
+            .iter()
+            .zip(&first)
+            .chain(fi_second.iter().zip(&second))
+        {
+            assert_eq!(*fi, u64::from(*n), "lowest free, in order");
+            assert_eq!(lookup(&av, *fi), peer_bytes(*n));
+        }
+        // The NIC holds the accepted chunk already; the rest arrives at the next settle.
+        assert!(av.nic().entry(0).unwrap().is_valid());
+        av.settle().unwrap();
+        assert_eq!(av.entries_in_doubt(), 0);
+        assert_in_step(&av);
+        assert!(av.verify_nic().unwrap().is_empty());
+    }
+}
