@@ -178,8 +178,10 @@
 //! sent again at the next call, as entries are rewritten; an unanswered AUTH_KEY_ADD fails
 //! (the NIC picks the slot, so the AV cannot know it), and a slot it made late stays the AV
 //! table's until AV_DESTROY frees it. An `FI_EVENT` insert whose AV_WRITE goes unanswered
-//! fails its addresses, as a refused one does, and its indices are rewritten (as empty, or as
-//! whatever took them since).
+//! fails its addresses, as a refused one does, and frees their indices in the mirror; they are
+//! rewritten as empty before the next insert may take one (it waits for the writes in flight
+//! to do so, and fails with `FI_EIO`, inserting nothing, while the rewrite fails), so the NIC
+//! never sees a new entry where the late write may have put one.
 //!
 //! ## Memory
 //!
@@ -1299,7 +1301,7 @@ impl<N: NicAvTable> AddressVector<N> {
             flags,
             mut status,
         } = c;
-        self.reconcile();
+        self.reconcile_before_insert(call)?;
         let mut event_call = self
             .is_event()
             .then(|| events::CallBuilder::new(core::mem::take(&mut self.call_context)));
@@ -1422,7 +1424,7 @@ impl<N: NicAvTable> AddressVector<N> {
             flags,
             mut status,
         } = c;
-        self.reconcile();
+        self.reconcile_before_insert(call)?;
         let mut event_call = self
             .is_event()
             .then(|| events::CallBuilder::new(core::mem::take(&mut self.call_context)));

@@ -559,6 +559,46 @@ fn an_unanswered_write_fails_its_addresses_and_the_nic_is_repaired() {
     }
 }
 
+/// A symmetric range whose asynchronous AV_WRITE goes unanswered, and is applied late, frees
+/// its indices in the mirror. An insert first rewrites the indices in doubt (on the NIC, a
+/// single entry on the late range's span would be refused as overlapping it): while that
+/// rewrite fails the insert fails, with nothing inserted and no event; then it goes through
+/// at the range's first index. (`an_insert_into_the_indices_of_a_late_range_succeeds` in
+/// `tests/tests/av_events.rs` runs it on the simulated NIC.)
+#[test]
+fn an_insert_rewrites_the_indices_of_an_unanswered_range_first() {
+    let mut av = open_event(16);
+    let sink = Sink::new();
+    av.bind(sink.clone(), 0).unwrap();
+    av.nic_mut()
+        .inject(NicOp::Write, 0, uet_av::Fault::InDoubt { applied: true });
+    av.with_context(1)
+        .insertsym("10.0.3.1", 1, "1", 4, None, 0)
+        .unwrap();
+    let events = short(sink.read());
+    assert_eq!(events.last(), Some(&Ev::Done(1, 0)), "{events:?}");
+    assert_eq!(av.progress(), 0);
+    assert_eq!(av.len(), 0, "the range's indices are free in the mirror");
+    assert!(av.nic().entry(0).unwrap().is_valid(), "the NIC ran it late");
+    av.nic_mut().fail_after(NicOp::Invalidate, 0);
+    let mut out = [0u64; 1];
+    let e = av
+        .with_context(2)
+        .insert(&peer_bytes(9), 1, Some(&mut out), 0)
+        .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EIO);
+    assert!(e.message.contains("nothing inserted"), "{e}");
+    assert_eq!(av.len(), 0);
+    assert!(sink.read().is_empty(), "no event for a call that failed");
+    av.with_context(3)
+        .insert(&peer_bytes(9), 1, Some(&mut out), 0)
+        .unwrap();
+    assert_eq!(out[0], 0, "the lowest free index, the range's first");
+    assert_eq!(short(sink.read()), vec![Ev::Done(3, 1)]);
+    assert_in_step(&av);
+    assert_eq!(av.len(), 1);
+}
+
 #[test]
 fn a_refusal_at_the_deferred_nic_reports_its_code() {
     let (mut av, nic) = open_deferred(16);

@@ -12,6 +12,7 @@ use uet_driver::backend::sim::SimDevice;
 use uet_driver::{Av, DmaPool, EndpointAttr, EqAttr, EqEventKind, EventQueue, Nic};
 use uet_fwif::admin::{Command, RangeBody, Status};
 use uet_fwif::datapath::CompletionKind;
+use uet_regs::RegisterAccess;
 use uet_tests::{fabric, Node};
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::FromZeros;
@@ -483,4 +484,52 @@ fn close_with_inserts_in_flight_waits_and_posts_their_events() {
     let done = eq.read(0).unwrap();
     assert_eq!((done.context, done.data), (2, 0));
     eq.close().unwrap();
+}
+
+/// A symmetric range whose asynchronous AV_WRITE times out fails its addresses and frees its
+/// indices in the mirror, but the device may run it late and hold the range. The next insert,
+/// which takes the range's first index, first rewrites the indices in doubt, behind the late
+/// write, so the NIC does not refuse it as a single entry on a live range.
+#[test]
+fn an_insert_into_the_indices_of_a_late_range_succeeds() {
+    let (_fabric, fns) = fabric(1);
+    let nic = open_nic(fns.into_iter().next().unwrap());
+    let (mut av, eq) = bound_av(&nic, 16);
+    nic.set_admin_timeout(Duration::from_millis(50));
+    nic.bar0()
+        .write(uet_regs::DEV_CTRL, uet_regs::DevCtrl::new());
+    av.with_context(1)
+        .insertsym("192.0.2.1", 1, "1", 4, None, 0)
+        .unwrap();
+    // Four error entries (one per member), then the completion with none inserted.
+    let e = uet_tests::wait_error(&eq);
+    assert_eq!((e.context, e.err), (1, FiErrno::FI_EIO));
+    assert!(e.err_data.contains("did not answer"), "{}", e.err_data);
+    for _ in 1..4 {
+        uet_tests::wait_error(&eq);
+    }
+    let done = uet_tests::wait_event(&eq);
+    assert_eq!(
+        (done.kind, done.context, done.data),
+        (EqEventKind::AvComplete, 1, 0)
+    );
+    // The device resumes and runs the range write late.
+    nic.bar0().write(
+        uet_regs::DEV_CTRL,
+        uet_regs::DevCtrl::new().with_enable(true),
+    );
+    nic.set_admin_timeout(Duration::from_secs(5));
+    let mut out = [0u64; 1];
+    av.with_context(2)
+        .insert(&nowhere(9), 1, Some(&mut out), 0)
+        .unwrap();
+    assert_eq!(out[0], 0, "the range's first index, free in the mirror");
+    let done = uet_tests::wait_event(&eq);
+    assert_eq!(
+        (done.kind, done.context, done.data),
+        (EqEventKind::AvComplete, 2, 1)
+    );
+    assert!(eq.readerr().is_err(), "no error entry for it");
+    assert_eq!(av.len(), 1);
+    assert!(av.verify_nic().unwrap().is_empty());
 }

@@ -612,6 +612,26 @@ impl<N: NicAvTable> AddressVector<N> {
         }
     }
 
+    /// [`AddressVector::reconcile`] before an insert takes indices, and then, on an `FI_EVENT`
+    /// AV with entries in doubt, wait for the writes in flight and rewrite those entries
+    /// ([`AddressVector::repair`]), so that the rewrite reaches the NIC ahead of the insert's
+    /// AV_WRITE. An index freed after an unanswered write may be held on the NIC by that
+    /// write, run late; an insert there would be refused as overlapping it. (A synchronous
+    /// AV keeps such indices inserted, and repairs before it writes.) `FI_EIO` while the
+    /// rewrite fails; nothing is inserted.
+    pub(super) fn reconcile_before_insert(&mut self, call: &str) -> Result<(), FiError> {
+        self.reconcile();
+        if self.is_event() && !self.nothing_in_doubt() {
+            self.settle_pending().map_err(|e| {
+                FiError::io(format!(
+                    "{call}: nothing inserted: entries in doubt wait to be rewritten first: {}",
+                    e.message
+                ))
+            })?;
+        }
+        Ok(())
+    }
+
     /// Whether `index` was refused by the NIC and awaits release (lookups treat it as unused).
     #[inline]
     pub(super) fn is_revoked(&self, index: u32) -> bool {
