@@ -1,8 +1,9 @@
 //! Bad input gets an error status or completion, never a panic or a hang, and changes nothing.
 
+use std::sync::Arc;
 use std::time::Duration;
 use uet_av::{FiErrno, NicAvTable, FI_ADDR_NOTAVAIL};
-use uet_driver::DriverError;
+use uet_driver::{Device, DriverError};
 use uet_fwif::admin::{BufferBody, Command, Status};
 use uet_fwif::datapath::LocalStatus;
 use uet_fwif::{AvWriteRecord, NicAvEntry};
@@ -365,6 +366,106 @@ fn an_av_closed_behind_a_late_endpoint_is_destroyed_after_it() {
     // The next command goes after the endpoint's undo and the AV_DESTROY again.
     let again = nic.open_av(attr).expect("the only table is free again");
     drop(again);
+}
+
+/// A simulated device that leaves one admin command unrun until the next is rung: it drops
+/// the `hold`-th write of `ADMIN_SQ_DOORBELL` after it is armed ([`HeldDoorbell::arm`]). The
+/// next doorbell carries a tail past the held command too, so the device then runs both, in
+/// order: the held one late.
+struct HeldDoorbell {
+    inner: uet_driver::backend::sim::SimDevice,
+    /// Doorbells to let through before the one dropped, plus one; 0: none is dropped.
+    countdown: std::sync::atomic::AtomicU32,
+}
+
+impl HeldDoorbell {
+    fn arm(&self, hold: u32) {
+        self.countdown
+            .store(hold, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl uet_regs::Mmio for HeldDoorbell {
+    fn read32(&self, offset: u32) -> u32 {
+        self.inner.bar0().read32(offset)
+    }
+    fn write32(&self, offset: u32, value: u32) {
+        use std::sync::atomic::Ordering;
+        if offset == uet_regs::ADMIN_SQ_DOORBELL.offset() {
+            let left = self.countdown.load(Ordering::SeqCst);
+            if left > 0 {
+                self.countdown.store(left - 1, Ordering::SeqCst);
+                if left == 1 {
+                    return;
+                }
+            }
+        }
+        self.inner.bar0().write32(offset, value)
+    }
+    fn read64(&self, offset: u32) -> u64 {
+        self.inner.bar0().read64(offset)
+    }
+    fn write64(&self, offset: u32, value: u64) {
+        self.inner.bar0().write64(offset, value)
+    }
+}
+
+impl Device for HeldDoorbell {
+    fn bar0(&self) -> &dyn uet_regs::Mmio {
+        self
+    }
+    fn dma_map(&self, region: &uet_driver::dma::DmaRegion) -> Result<(), uet_driver::DeviceError> {
+        self.inner.dma_map(region)
+    }
+    fn dma_unmap(
+        &self,
+        region: &uet_driver::dma::DmaRegion,
+    ) -> Result<(), uet_driver::DeviceError> {
+        self.inner.dma_unmap(region)
+    }
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+}
+
+/// A scalable endpoint whose CONTEXT_CREATE times out is destroyed by its caller, but the
+/// device runs the CONTEXT_CREATE late, ahead of the ENDPOINT_DESTROY, which it then refuses
+/// Busy (the endpoint has a context). The destroy is submitted again after the context's
+/// undo, so the NIC's only endpoint is free for the next.
+#[test]
+fn an_endpoint_destroyed_behind_a_late_context_is_destroyed_after_it() {
+    let fabric = uet_sim::Fabric::new();
+    let mut config = uet_sim::NicConfig::new(uet_tests::nic_addr(0));
+    config.endpoints = 2;
+    let device = Arc::new(HeldDoorbell {
+        inner: uet_driver::backend::sim::SimDevice::new(fabric.add_nic(config).unwrap()),
+        countdown: 0.into(),
+    });
+    let nic = uet_driver::Nic::open(device.clone()).expect("open NIC");
+    let av = uet_tests::open_av(&nic, 0x42, 8, 1);
+    let attr = uet_driver::EndpointAttr {
+        job_id: 0x42,
+        rx_ctx_cnt: 2,
+        ri_count: 2,
+        ..uet_driver::EndpointAttr::default()
+    };
+    nic.set_admin_timeout(Duration::from_millis(50));
+    // ENDPOINT_CREATE runs; the CONTEXT_CREATE after it is held.
+    device.arm(2);
+    let e = nic.scalable_endpoint(attr, Some(&av)).err().unwrap();
+    assert!(
+        matches!(e, DriverError::AdminTimeout { opcode, .. }
+            if opcode == uet_fwif::admin::Opcode::ContextCreate as u8),
+        "{e}"
+    );
+    nic.set_admin_timeout(Duration::from_secs(5));
+    // The NIC's only endpoint is free again: the context's undo and the retried destroy go
+    // ahead of the next creation.
+    let ep = nic
+        .scalable_endpoint(attr, Some(&av))
+        .expect("the only endpoint is free");
+    drop(ep);
+    drop(av);
 }
 
 /// An auth-key slot made late is not removed by number: its AV may be destroyed meanwhile,
