@@ -23,8 +23,9 @@
 //! completion comes, or the queue is programmed again after a reset, the scratch buffer is
 //! lent to no other command ([`AdminQueue::scratch`] refuses): a late device must not take the
 //! next command's data for the abandoned one's. A creation that completes late (an AV table,
-//! an endpoint or context: its caller was told it failed, so nobody owns it) is destroyed by
-//! a command the queue submits ahead of the next one (see `undo_of` for what is not).
+//! an endpoint or context, a memory region: its caller was told it failed, so nobody owns it)
+//! is destroyed by a command the queue submits ahead of the next one (see `undo_of` for what
+//! is not).
 
 use crate::dma::{DmaError, DmaRegion};
 use crate::error::DriverError;
@@ -34,14 +35,16 @@ use std::sync::atomic::{fence, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use uet_fwif::admin::{
-    AdminCommand, AdminCompletion, Command, Opcode, Status, COMMAND_BYTES, COMPLETION_BYTES,
+    AdminCommand, AdminCompletion, Command, MrDeregisterBody, MrRegisterBody, Opcode, Status,
+    COMMAND_BYTES, COMPLETION_BYTES,
 };
 use uet_fwif::ring::RingGeometry;
 use uet_regs::{
     AdminQueueSize, Mmio, RegisterAccess, RingIndex, ADMIN_CQ_BASE, ADMIN_CQ_HEAD,
     ADMIN_QUEUE_SIZE, ADMIN_SQ_BASE, ADMIN_SQ_DOORBELL, DEV_STATUS,
 };
-use zerocopy::little_endian::U16;
+use zerocopy::little_endian::{U16, U64};
+use zerocopy::{FromBytes, FromZeros};
 
 /// log2 of the admin ring sizes the driver uses.
 pub const ADMIN_RING_LOG2: u8 = 6;
@@ -76,12 +79,14 @@ enum Slot {
         /// The command's data is in the scratch buffer ([`AdminQueue::scratch`] was taken
         /// for it).
         uses_scratch: bool,
+        /// What the undo of the command needs besides its completion ([`undo_of`]).
+        undo_key: u64,
     },
     /// Completed; the completion waits for its owner.
     Done { opcode: u8, cqe: AdminCompletion },
     /// Given up on (timed out); its completion is dropped when it arrives, and what a late
     /// creation made is destroyed ([`undo_of`]).
-    Abandoned { opcode: u8 },
+    Abandoned { opcode: u8, undo_key: u64 },
     /// Submitted by the queue itself (the undo of a late creation); its completion is dropped.
     Discard,
 }
@@ -94,10 +99,19 @@ enum Slot {
 /// * an auth-key slot (AUTH_KEY_ADD): the AV owning it may be destroyed meanwhile, which
 ///   frees the slot for another AV's key, so removing it by number could remove that key;
 ///   the slot goes with its AV (AV_DESTROY frees it) instead;
-/// * a memory region (MR_REGISTER): MR_DEREGISTER needs the key, which the queue does not
-///   keep; the region goes with its endpoint (ENDPOINT_DESTROY removes it).
-fn undo_of(opcode: u8, result0: u32) -> Option<Command> {
+///
+/// A memory region (MR_REGISTER) is undone by MR_DEREGISTER of its handle and key
+/// (`undo_key`, kept from the command since the completion does not carry it): MR handles are
+/// not reused before 2^32 registrations and MR_DEREGISTER checks the key as well
+/// (`uet_fwif::admin`, "Memory regions"), so even if the endpoint went meanwhile, taking the
+/// region with it, the undo cannot remove another region.
+fn undo_of(opcode: u8, result0: u32, undo_key: u64) -> Option<Command> {
     Some(match Opcode::from_u8(opcode)? {
+        Opcode::MrRegister => {
+            let mut body = MrDeregisterBody::new_zeroed();
+            body.key = U64::new(undo_key);
+            Command::MrDeregister { mr: result0, body }
+        }
         Opcode::AvCreate => Command::AvDestroy { av: result0 },
         // result0: endpoint handle | PIDonFEP << 16.
         Opcode::EndpointCreate => Command::EndpointDestroy {
@@ -106,6 +120,15 @@ fn undo_of(opcode: u8, result0: u32) -> Option<Command> {
         Opcode::ContextCreate => Command::EndpointDestroy { endpoint: result0 },
         _ => return None,
     })
+}
+
+/// The `undo_key` of a submitted command ([`undo_of`]): an MR_REGISTER's memory key; 0 for
+/// every other command.
+fn undo_key(entry: &AdminCommand) -> u64 {
+    if entry.opcode != Opcode::MrRegister as u8 {
+        return 0;
+    }
+    MrRegisterBody::read_from_prefix(&entry.body).map_or(0, |(body, _)| body.key.get())
 }
 
 /// Entries of the command table: twice the ring, so a free entry is always within reach of
@@ -407,6 +430,7 @@ impl AdminQueue {
                     opcode,
                     waiting_since: None,
                     uses_scratch: false,
+                    undo_key: undo_key(&entry),
                 }
             },
         );
@@ -437,6 +461,7 @@ impl AdminQueue {
         if let Some(Slot::Outstanding {
             opcode,
             waiting_since,
+            undo_key,
             ..
         }) = self.commands.remove(id)
         {
@@ -446,6 +471,7 @@ impl AdminQueue {
                     opcode,
                     waiting_since,
                     uses_scratch: true,
+                    undo_key,
                 },
             );
         }
@@ -505,11 +531,11 @@ impl AdminQueue {
                     self.in_flight = self.in_flight.saturating_sub(1);
                     self.commands.insert(id, Slot::Done { opcode, cqe });
                 }
-                Some(Slot::Abandoned { opcode }) => {
+                Some(Slot::Abandoned { opcode, undo_key }) => {
                     self.in_flight = self.in_flight.saturating_sub(1);
                     self.scratch_holders.retain(|&h| h != id);
                     if cqe.status() == Status::Success {
-                        if let Some(undo) = undo_of(opcode, cqe.result0.get()) {
+                        if let Some(undo) = undo_of(opcode, cqe.result0.get(), undo_key) {
                             self.undo.push_back(undo);
                         }
                     }
@@ -575,10 +601,12 @@ impl AdminQueue {
                 opcode,
                 waiting_since,
                 uses_scratch,
+                undo_key,
             }) => {
                 let since = waiting_since.unwrap_or_else(Instant::now);
                 if since.elapsed() >= self.timeout {
-                    self.commands.insert(id, Slot::Abandoned { opcode });
+                    self.commands
+                        .insert(id, Slot::Abandoned { opcode, undo_key });
                     self.abandoned.fetch_add(1, Ordering::AcqRel);
                     if uses_scratch && !self.scratch_holders.contains(&id) {
                         self.scratch_holders.push(id);
@@ -591,6 +619,7 @@ impl AdminQueue {
                             opcode,
                             waiting_since: Some(since),
                             uses_scratch,
+                            undo_key,
                         },
                     );
                     None

@@ -130,10 +130,21 @@ impl Endpoint {
         body.access = access.bits();
         body.resource_index = U16::new(resource_index.unwrap_or(0));
         let nic = self.nic_inner().clone();
-        let r = nic.execute(Command::MrRegister {
+        let r = match nic.execute(Command::MrRegister {
             endpoint: u32::from(self.handle()),
             body,
-        })?;
+        }) {
+            Ok(r) => r,
+            Err(e) => {
+                if matches!(e, DriverError::AdminTimeout { .. }) {
+                    // The device may still register the region late, and peers reach the
+                    // memory until the admin queue's undo deregisters it: never hand it back.
+                    tracing::error!("MR_REGISTER timed out; leaking the region's DMA memory");
+                    std::mem::forget(memory);
+                }
+                return Err(e);
+            }
+        };
         Ok(MemoryRegion {
             nic,
             handle: r.result0,

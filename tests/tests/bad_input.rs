@@ -468,6 +468,55 @@ fn an_endpoint_destroyed_behind_a_late_context_is_destroyed_after_it() {
     drop(av);
 }
 
+/// A memory region whose MR_REGISTER times out and that the device registers late is
+/// deregistered (by handle and key) ahead of the next command: registering the same key again
+/// succeeds instead of finding it in use.
+#[test]
+fn a_memory_region_registered_late_is_deregistered() {
+    let fabric = uet_sim::Fabric::new();
+    let device = Arc::new(HeldDoorbell {
+        inner: uet_driver::backend::sim::SimDevice::new(
+            fabric
+                .add_nic(uet_sim::NicConfig::new(uet_tests::nic_addr(0)))
+                .unwrap(),
+        ),
+        countdown: 0.into(),
+    });
+    let nic = uet_driver::Nic::open(device.clone()).expect("open NIC");
+    let av = uet_tests::open_av(&nic, 0x42, 8, 0);
+    let ep = nic
+        .endpoint(
+            uet_driver::EndpointAttr {
+                job_id: 0x42,
+                ..uet_driver::EndpointAttr::default()
+            },
+            Some(&av),
+        )
+        .unwrap();
+    let pool = uet_driver::DmaPool::new(&nic, 4096, 4).unwrap();
+    let access = uet_driver::MrAccess::REMOTE_READ_WRITE;
+    nic.set_admin_timeout(Duration::from_millis(50));
+    device.arm(1);
+    let e = ep
+        .register_mr(pool.alloc().unwrap(), access, 0x5EED)
+        .unwrap_err();
+    assert!(
+        matches!(e, DriverError::AdminTimeout { opcode, .. }
+            if opcode == uet_fwif::admin::Opcode::MrRegister as u8),
+        "{e}"
+    );
+    nic.set_admin_timeout(Duration::from_secs(5));
+    // The next command's doorbell runs the MR_REGISTER late; its completion queues the
+    // MR_DEREGISTER, which goes ahead of the command after.
+    let other = ep
+        .register_mr(pool.alloc().unwrap(), access, 0x0DD)
+        .expect("another key");
+    let again = ep
+        .register_mr(pool.alloc().unwrap(), access, 0x5EED)
+        .expect("the late region's key is free again");
+    drop((again, other, ep, av));
+}
+
 /// An auth-key slot made late is not removed by number: its AV may be destroyed meanwhile,
 /// and the slot given to another AV's key, which removing it would take away. (The slot goes
 /// with its AV instead.)
