@@ -5,7 +5,13 @@
 //! * `uet-nic`: the driver's AV on a NIC of the in-process simulator: every insert and remove
 //!   programs the NIC table (AV_WRITE / AV_INVALIDATE through the admin queue), as in
 //!   production;
-//! * `uet-host`: the same AV over an in-memory NIC table, i.e. the host's own cost.
+//! * `uet-host`: the same AV over an in-memory NIC table, i.e. the host's own cost;
+//! * `flat-slots`: no AV, the floor the memory system sets: the same operations on the
+//!   mirror's slot storage alone (`uet_av::mirror::Slots`, the same mapping, page and
+//!   hugepage policy), with no check, index allocator or NIC. Insert stores each address at
+//!   the next index (batched: `batch` at a time), lookup copies slot `fi_addr` in the same
+//!   scattered order, remove zeroes slot `fi_addr`. Its first-touch page faults and cache
+//!   misses are the AV's too; the rest of the AV's time is its own.
 //!
 //! The workload mirrors `shared/anchors/libfabric_av_bench.c` so the lines compare with it:
 //! `n` peers, 8 per fabric address; insert one address per call (`op=insert`) or 256 per call
@@ -29,6 +35,7 @@ use clap::Parser;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Instant;
+use uet_av::mirror::Slots;
 use uet_av::{AddressVector, AvAttr, MemoryNicTable, NicAvTable};
 use uet_driver::backend::sim::SimDevice;
 use uet_driver::Nic;
@@ -42,8 +49,8 @@ struct Args {
     /// Entry counts, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = [1_000usize, 100_000, 1_000_000])]
     counts: Vec<usize>,
-    /// Implementations: uet-nic, uet-host.
-    #[arg(long = "impl", value_delimiter = ',', default_values_t = ["uet-nic".to_string(), "uet-host".to_string()])]
+    /// Implementations: uet-nic, uet-host, flat-slots.
+    #[arg(long = "impl", value_delimiter = ',', default_values_t = ["uet-nic".to_string(), "uet-host".to_string(), "flat-slots".to_string()])]
     impls: Vec<String>,
     /// Addresses per insert call for op=insert_batch.
     #[arg(long, default_value_t = 256)]
@@ -346,6 +353,77 @@ fn measure(imp: &str, n: usize, args: &Args, addrs: &[u8]) -> Result<Vec<Figure>
                 Err(e) => Err(e),
             }
         }
+        "flat-slots" => flat_slots(n, args.batch, &args.ops, addrs),
         other => Err(format!("unknown --impl {other}")),
     }
+}
+
+/// `impl=flat-slots`: the bench's operations on the mirror's slot storage alone (see the
+/// crate documentation). insertsym has no counterpart.
+fn flat_slots(n: usize, batch: usize, ops: &[String], addrs: &[u8]) -> Result<Vec<Figure>, String> {
+    let wanted = |op: &str| ops.iter().any(|o| o == op);
+    let capacity = u32::try_from(n).map_err(|_| format!("{n} entries exceed the index space"))?;
+    let fresh = || Slots::new(capacity).map_err(|e| e.to_string());
+    let mut out = Vec::new();
+    let figure = |op, t: Instant, slots: &Slots| Figure {
+        op,
+        n,
+        ns: t.elapsed().as_nanos() as f64 / n as f64,
+        bytes: slots.heap_bytes() as f64 / n as f64,
+    };
+    let addresses = || {
+        addrs
+            .chunks_exact(32)
+            .filter_map(|a| a.first_chunk::<32>())
+            .zip(0u32..)
+    };
+    if wanted("insert") {
+        let mut slots = fresh()?;
+        let mut fi_addrs = vec![0u64; n];
+        let t = Instant::now();
+        for ((a, i), fa) in addresses().zip(fi_addrs.iter_mut()) {
+            if slots.set(i, *a) {
+                *fa = u64::from(i);
+            }
+            std::hint::black_box(&mut slots);
+        }
+        out.push(figure("insert", t, &slots));
+
+        let mut addr = [0u8; 32];
+        let mut sum = 0u64;
+        let stride = 7919 % n;
+        let mut at = 0usize;
+        let t = Instant::now();
+        for _ in 0..n {
+            let fa = fi_addrs.get(at).copied().unwrap_or(u64::MAX);
+            if let Some(s) = slots.get(fa as u32) {
+                addr = *s;
+            }
+            sum = sum.wrapping_add(u64::from(addr[5]));
+            at += stride;
+            at -= n & usize::from(at >= n).wrapping_neg();
+        }
+        std::hint::black_box(sum);
+        out.push(figure("lookup", t, &slots));
+
+        let t = Instant::now();
+        for &fa in &fi_addrs {
+            slots.set(fa as u32, [0; 32]);
+            std::hint::black_box(&mut slots);
+        }
+        out.push(figure("remove", t, &slots));
+    }
+    if wanted("insert_batch") {
+        let mut slots = fresh()?;
+        let t = Instant::now();
+        let mut next = addresses();
+        for _ in 0..n.div_ceil(batch) {
+            for (a, i) in next.by_ref().take(batch) {
+                slots.set(i, *a);
+            }
+            std::hint::black_box(&mut slots);
+        }
+        out.push(figure("insert_batch", t, &slots));
+    }
+    Ok(out)
 }
