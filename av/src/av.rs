@@ -178,10 +178,10 @@
 //! sent again at the next call, as entries are rewritten; an unanswered AUTH_KEY_ADD fails
 //! (the NIC picks the slot, so the AV cannot know it), and a slot it made late stays the AV
 //! table's until AV_DESTROY frees it. An `FI_EVENT` insert whose AV_WRITE goes unanswered
-//! fails its addresses, as a refused one does, and frees their indices in the mirror; they are
-//! rewritten as empty before the next insert may take one (it waits for the writes in flight
-//! to do so, and fails with `FI_EIO`, inserting nothing, while the rewrite fails), so the NIC
-//! never sees a new entry where the late write may have put one.
+//! fails its addresses, as a refused one does, and frees their indices in the mirror; the next
+//! insert rewrites them as empty before it takes any index (and fails with `FI_EIO`,
+//! inserting nothing, while that rewrite fails), so the NIC never sees a new entry where the
+//! late write may have put one.
 //!
 //! ## Memory
 //!
@@ -1207,7 +1207,7 @@ impl<N: NicAvTable> AddressVector<N> {
     /// `FI_MORE` calls before it (fi_av(3): it "signifies to the provider that the insertion
     /// list is complete") even when it is refused itself — an argument error, a host name
     /// that does not resolve. Their records are sent; the call's own error is returned, and
-    /// a batch the NIC refuses (rolled back, as any failed batch) is added to its message.
+    /// the NIC's failure of the batch (see [`AddressVector::flush`]) is added to its message.
     #[inline]
     fn end_batch_if_refused(
         &mut self,
@@ -1768,9 +1768,10 @@ impl<N: NicAvTable> AddressVector<N> {
     }
 
     /// Send the NIC records of every pending `FI_MORE` insert: one AV_WRITE (or one per
-    /// [`MAX_BATCH`] records). On failure the batch is rolled back and `FI_EIO` returned. Entries
-    /// in doubt are rewritten first; if that fails, nothing is sent and the batch is rolled
-    /// back.
+    /// [`MAX_BATCH`] records). A refused AV_WRITE rolls the whole batch back; an unanswered
+    /// one keeps the whole batch inserted, the records the NIC may lack in doubt; either way
+    /// `FI_EIO`. Entries in doubt are rewritten first; if that fails, nothing is sent and the
+    /// batch is rolled back.
     pub fn flush(&mut self) -> Result<(), FiError> {
         if self.is_event() {
             self.submit_pending();
@@ -1840,8 +1841,8 @@ impl<N: NicAvTable> AddressVector<N> {
                 warn!(entries = total, kept, error = %e, "AV_WRITE refused, batch rolled back");
                 Err(FiError::io(format!(
                     "the NIC refused the AV_WRITE of {total} pending inserts; {} rolled back, \
-                     {kept} stay inserted (the NIC may hold them; they are rewritten at the \
-                     next call that sends it anything): {e}",
+                     {kept} stay inserted (the NIC did not take back what it had accepted of \
+                     them): {e}",
                     total - kept
                 )))
             }

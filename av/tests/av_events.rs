@@ -599,6 +599,53 @@ fn an_insert_rewrites_the_indices_of_an_unanswered_range_first() {
     assert_eq!(av.len(), 1);
 }
 
+/// The rewrite an insert runs first, when entries are in doubt, leaves the `FI_MORE` batch
+/// around it alone: the staged records of the calls before and after go out together, in one
+/// AV_WRITE, when the batch ends.
+#[test]
+fn the_rewrite_before_an_insert_keeps_the_fi_more_batch_whole() {
+    let mut av = open_event(16);
+    let sink = Sink::new();
+    av.bind(sink.clone(), 0).unwrap();
+    av.nic_mut()
+        .inject(NicOp::Write, 0, uet_av::Fault::InDoubt { applied: false });
+    av.with_context(1)
+        .insert(&peer_bytes(1), 1, None, 0)
+        .unwrap();
+    av.with_context(2)
+        .insert(&peer_bytes(2), 1, None, FI_MORE)
+        .unwrap();
+    // Progress takes in the unanswered write: its index is free, and in doubt.
+    av.progress();
+    assert_eq!(av.entries_in_doubt(), 1);
+    av.nic_mut().reset_counters();
+    av.with_context(3)
+        .insert(&peer_bytes(3), 1, None, FI_MORE)
+        .unwrap();
+    assert_eq!(
+        av.entries_in_doubt(),
+        0,
+        "rewritten before call 3 took an index"
+    );
+    av.with_context(4)
+        .insert(&peer_bytes(4), 1, None, 0)
+        .unwrap();
+    let c = av.nic().counters();
+    assert_eq!((c.invalidates, c.writes, c.records_written), (1, 1, 3));
+    let events = short(sink.read());
+    assert_eq!(
+        events,
+        vec![
+            Ev::Err(1, 0, FiErrno::FI_EIO),
+            Ev::Done(1, 0),
+            Ev::Done(2, 1),
+            Ev::Done(3, 1),
+            Ev::Done(4, 1)
+        ]
+    );
+    assert_in_step(&av);
+}
+
 #[test]
 fn a_refusal_at_the_deferred_nic_reports_its_code() {
     let (mut av, nic) = open_deferred(16);

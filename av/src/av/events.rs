@@ -13,7 +13,9 @@
 //! addresses. If the NIC refuses an AV_WRITE, or does not answer it, its addresses are
 //! reported failed and their indices are revoked at once for `lookup`, `index_of`, `address`
 //! and `remove`, and released from the mirror (reusable, gone from `len` and `iter`) at the
-//! AV's next call.
+//! AV's next call. The indices of a write that went unanswered are also rewritten on the NIC,
+//! by synchronous commands, before the next insert takes any index (see
+//! `reconcile_before_insert`): the one time an insert waits for the NIC.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -613,16 +615,18 @@ impl<N: NicAvTable> AddressVector<N> {
     }
 
     /// [`AddressVector::reconcile`] before an insert takes indices, and then, on an `FI_EVENT`
-    /// AV with entries in doubt, wait for the writes in flight and rewrite those entries
-    /// ([`AddressVector::repair`]), so that the rewrite reaches the NIC ahead of the insert's
-    /// AV_WRITE. An index freed after an unanswered write may be held on the NIC by that
-    /// write, run late; an insert there would be refused as overlapping it. (A synchronous
-    /// AV keeps such indices inserted, and repairs before it writes.) `FI_EIO` while the
+    /// AV with entries in doubt, rewrite those entries ([`AddressVector::repair`]) so that the
+    /// rewrite reaches the NIC ahead of the insert's AV_WRITE. An index freed after an
+    /// unanswered write may be held on the NIC by that write, run late; an insert there would
+    /// be refused as overlapping it. (A synchronous AV keeps such indices inserted, and
+    /// repairs before it writes.) Neither the writes in flight nor the pending `FI_MORE`
+    /// records are touched: the indices in doubt are free in the mirror, so none of them is
+    /// in flight or pending, and no insert takes one before this runs. `FI_EIO` while the
     /// rewrite fails; nothing is inserted.
     pub(super) fn reconcile_before_insert(&mut self, call: &str) -> Result<(), FiError> {
         self.reconcile();
         if self.is_event() && !self.nothing_in_doubt() {
-            self.settle_pending().map_err(|e| {
+            self.repair().map_err(|e| {
                 FiError::io(format!(
                     "{call}: nothing inserted: entries in doubt wait to be rewritten first: {}",
                     e.message
