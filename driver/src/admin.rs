@@ -447,9 +447,9 @@ impl AdminQueue {
     }
 
     /// Submit `cmd`, a destroy the device refused as Busy because of an object a late
-    /// creation made (see [`NicInner::destroy`]), after the undoes of the late creations:
-    /// ahead of the next command, behind every undo queued until then, its completion
-    /// dropped.
+    /// creation made, or one that found the ring full (see [`NicInner::destroy`]), after the
+    /// undoes of the late creations: ahead of the next command, behind every undo queued
+    /// until then, its completion dropped.
     ///
     /// [`NicInner::destroy`]: crate::nic::NicInner::destroy
     pub(crate) fn destroy_after_undoes(&mut self, cmd: Command) {

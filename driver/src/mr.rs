@@ -237,11 +237,14 @@ impl Drop for MemoryRegion {
     fn drop(&mut self) {
         let mut body = MrDeregisterBody::new_zeroed();
         body.key = U64::new(self.key);
-        match self.nic.execute(Command::MrDeregister {
+        match self.nic.destroy(Command::MrDeregister {
             mr: self.handle,
             body,
         }) {
-            Ok(_) => {}
+            Ok(false) => {}
+            // Deregistered ahead of the next admin command: until then peers may reach the
+            // memory.
+            Ok(true) => std::mem::forget(self.memory.take()),
             // The endpoint was destroyed first: the NIC removed the region with it.
             Err(DriverError::AdminStatus {
                 status: uet_fwif::Status::InvalidHandle,

@@ -229,17 +229,27 @@ impl NicInner {
             != 0
     }
 
-    /// Execute `cmd`, a destroy (AV_DESTROY, ENDPOINT_DESTROY). A `Busy` refusal while undoes
-    /// of late creations wait comes from an object a late creation made and bound to the one
-    /// being destroyed (an endpoint on the AV, a context on the endpoint): the device runs
-    /// commands, and the queue collects their completions, in order, so the late creation's
-    /// completion, and its undo, came before this refusal. Then the destroy is submitted again
-    /// after that undo, and `Ok(true)` says so (the device may use the object until then).
-    /// Decided under the admin queue's lock, so no other command sends the undoes between.
+    /// Execute `cmd`, a destroy (AV_DESTROY, ENDPOINT_DESTROY, MR_DEREGISTER). A `Busy`
+    /// refusal while undoes of late creations wait comes from an object a late creation made
+    /// and bound to the one being destroyed (an endpoint on the AV, a context on the
+    /// endpoint): the device runs commands, and the queue collects their completions, in
+    /// order, so the late creation's completion, and its undo, came before this refusal. Then
+    /// the destroy is submitted again after that undo. A destroy that found the admin ring
+    /// full was not submitted; it goes ahead of the next command instead. `Ok(true)` says the
+    /// destroy is deferred so (the device may use the object until then). Decided under the
+    /// admin queue's lock, so no other command sends the undoes between.
     pub(crate) fn destroy(&self, cmd: Command) -> Result<bool, DriverError> {
         let mut admin = self.admin();
         match admin.execute(self.bar(), cmd) {
             Ok(_) => Ok(false),
+            Err(DriverError::AdminRingFull { .. }) => {
+                tracing::info!(
+                    ?cmd,
+                    "destroy found the admin ring full; sent ahead of the next command"
+                );
+                admin.destroy_after_undoes(cmd);
+                Ok(true)
+            }
             Err(DriverError::AdminStatus {
                 status: uet_fwif::admin::Status::Busy,
                 ..

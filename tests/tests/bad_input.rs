@@ -517,6 +517,46 @@ fn a_memory_region_registered_late_is_deregistered() {
     drop((again, other, ep, av));
 }
 
+/// A destroy that finds the admin ring full of unanswered commands is not lost: it goes
+/// ahead of the next command once the device answers, so the endpoint's slot and the memory
+/// key are free again.
+#[test]
+fn a_destroy_that_finds_the_admin_ring_full_goes_ahead_of_the_next_command() {
+    use uet_driver::admin::ADMIN_RING_LOG2;
+    let (_fabric, nic) = lone_nic(|c| c.endpoints = 1);
+    let av = uet_tests::open_av(&nic, 0x42, 8, 0);
+    let attr = uet_driver::EndpointAttr {
+        job_id: 0x42,
+        ..uet_driver::EndpointAttr::default()
+    };
+    let ep = nic.endpoint(attr, Some(&av)).unwrap();
+    let pool = uet_driver::DmaPool::new(&nic, 4096, 4).unwrap();
+    let access = uet_driver::MrAccess::REMOTE_READ_WRITE;
+    let mr = ep
+        .register_mr(pool.alloc().unwrap(), access, 0xF00D)
+        .unwrap();
+    nic.set_admin_timeout(Duration::from_millis(1));
+    nic.bar0().write(DEV_CTRL, DevCtrl::new());
+    for _ in 0..(1usize << ADMIN_RING_LOG2) - 1 {
+        let e = nic
+            .admin_command(Command::EndpointDestroy { endpoint: 0xFFFF })
+            .unwrap_err();
+        assert!(matches!(e, DriverError::AdminTimeout { .. }), "{e}");
+    }
+    // MR_DEREGISTER and ENDPOINT_DESTROY find the ring full.
+    drop(mr);
+    drop(ep);
+    nic.bar0().write(DEV_CTRL, DevCtrl::new().with_enable(true));
+    nic.set_admin_timeout(Duration::from_secs(5));
+    let ep = nic
+        .endpoint(attr, Some(&av))
+        .expect("the only endpoint is free again");
+    let mr = ep
+        .register_mr(pool.alloc().unwrap(), access, 0xF00D)
+        .expect("the key is free again");
+    drop((mr, ep, av));
+}
+
 /// An auth-key slot made late is not removed by number: its AV may be destroyed meanwhile,
 /// and the slot given to another AV's key, which removing it would take away. (The slot goes
 /// with its AV instead.)
