@@ -100,6 +100,15 @@ impl Endpoint {
 
     /// As [`Endpoint::register_mr`], bound to `resource_index` (inside
     /// [`Endpoint::resource_indices`]) when given.
+    ///
+    /// A registration that times out ([`DriverError::AdminTimeout`], `FI_ETIMEDOUT`) may still
+    /// be made by the device, late; the admin queue then deregisters it ahead of the next
+    /// admin command it sends. Until then peers holding `key` may reach the memory, so the
+    /// memory is never handed back: a pool buffer does not return to its pool. A range of a
+    /// pool or mapped region that the caller still holds must not be reused for other data
+    /// before the NIC's next admin command has completed. Registering `key` again at once
+    /// succeeds: a `KeyExists` refusal while such a deregistration waits is retried once,
+    /// behind it.
     pub fn register_mr_at(
         &self,
         memory: impl Into<MrMemory>,
@@ -130,10 +139,20 @@ impl Endpoint {
         body.access = access.bits();
         body.resource_index = U16::new(resource_index.unwrap_or(0));
         let nic = self.nic_inner().clone();
-        let r = match nic.execute(Command::MrRegister {
+        let cmd = Command::MrRegister {
             endpoint: u32::from(self.handle()),
             body,
-        }) {
+        };
+        let r = match nic.execute(cmd) {
+            // The key of a registration that timed out and was made late: its undo was queued
+            // when this command collected the late completion, and goes ahead of the retry.
+            Err(DriverError::AdminStatus {
+                status: uet_fwif::Status::KeyExists,
+                ..
+            }) if nic.admin().has_undoes() => nic.execute(cmd),
+            r => r,
+        };
+        let r = match r {
             Ok(r) => r,
             Err(e) => {
                 if matches!(e, DriverError::AdminTimeout { .. }) {

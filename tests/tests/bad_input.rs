@@ -469,8 +469,8 @@ fn an_endpoint_destroyed_behind_a_late_context_is_destroyed_after_it() {
 }
 
 /// A memory region whose MR_REGISTER times out and that the device registers late is
-/// deregistered (by handle and key) ahead of the next command: registering the same key again
-/// succeeds instead of finding it in use.
+/// deregistered (by handle and key) ahead of the next command: registering the same key again,
+/// at once, succeeds instead of finding it in use.
 #[test]
 fn a_memory_region_registered_late_is_deregistered() {
     let fabric = uet_sim::Fabric::new();
@@ -506,14 +506,15 @@ fn a_memory_region_registered_late_is_deregistered() {
         "{e}"
     );
     nic.set_admin_timeout(Duration::from_secs(5));
-    // The next command's doorbell runs the MR_REGISTER late; its completion queues the
-    // MR_DEREGISTER, which goes ahead of the command after.
-    let other = ep
-        .register_mr(pool.alloc().unwrap(), access, 0x0DD)
-        .expect("another key");
+    // Registering the key again at once: its doorbell runs the held MR_REGISTER late, then
+    // this one, refused KeyExists. The late completion queued the MR_DEREGISTER, which goes
+    // ahead of the retry.
     let again = ep
         .register_mr(pool.alloc().unwrap(), access, 0x5EED)
         .expect("the late region's key is free again");
+    let other = ep
+        .register_mr(pool.alloc().unwrap(), access, 0x0DD)
+        .expect("another key");
     drop((again, other, ep, av));
 }
 
