@@ -35,12 +35,15 @@
 //!   [`AddressVector::verify_nic`] also sends them first.
 //! - **A refused AV_WRITE** rolls back every insert of the batch, including those of earlier
 //!   `FI_MORE` calls that already returned their indices, and the call returns `FI_EIO` with the
-//!   NIC's message; this call's rolled-back `fi_addr` slots are reset to `FI_ADDR_NOTAVAIL`.
+//!   NIC's message (`FI_EAGAIN` when the NIC had no room for the command and nothing was kept:
+//!   the same call may succeed later); this call's rolled-back `fi_addr` slots are reset to
+//!   `FI_ADDR_NOTAVAIL`.
 //!   Chunks of the batch that the NIC had already accepted are invalidated again; should that
 //!   fail too, those entries stay inserted on both sides. An AV_WRITE that goes unanswered
 //!   instead keeps the whole batch, every chunk of it (see "When the NIC does not answer").
 //! - **A refused AV_INVALIDATE** leaves the addresses inserted on both sides and returns
-//!   `FI_EIO`. A removal of more than [`MAX_BATCH`] addresses takes several commands; if a later
+//!   `FI_EIO` (`FI_EAGAIN` when the NIC had no room for the command and nothing was removed).
+//!   A removal of more than [`MAX_BATCH`] addresses takes several commands; if a later
 //!   one fails, the addresses of the earlier ones are removed and the rest stay. For commands
 //!   that go unanswered instead, see "When the NIC does not answer".
 //! - **Receive-context bits.** `remove` and `lookup` accept an `fi_addr_t` built with
@@ -80,7 +83,8 @@
 //! posts one error entry per address that failed (`data` its index in the caller's array) and
 //! then one `FI_AV_COMPLETE` whose `data` is the number inserted ([`crate::event`]); calls
 //! complete in call order. An AV_WRITE the NIC refuses, or does not answer, fails all of its
-//! addresses (`FI_EIO`, `prov_errno` 0 when unanswered) and removes them from the mirror, as
+//! addresses (`FI_EIO`, `prov_errno` 0 when unanswered; `FI_EAGAIN` for a write the NIC had no
+//! room for, never sent) and removes them from the mirror, as
 //! the synchronous path does for a refusal (an unanswered one's indices are then rewritten,
 //! see "When the NIC does not answer").
 //!
@@ -115,9 +119,9 @@
 //! otherwise). Slot `i` gets 0 when address `i` was inserted and a negative fabric errno when
 //! it was not (`-FI_EINVAL` malformed, `-FI_ENOSPC` table full, `-FI_EADDRNOTAVAIL` host name
 //! that does not resolve, `-FI_ENOMEM`); the return value is still the number inserted. When a
-//! failed AV_WRITE rolls the call back (`FI_EIO`), the slots of its rolled-back addresses are set
-//! to `-FI_EIO`. The array is not touched when the call itself is refused. Refused: `FI_SYNC_ERR`
-//! without an array, or an array shorter than the addresses (`FI_EINVAL`, as libfabric's util
+//! failed AV_WRITE rolls the call back (`FI_EIO`, or `FI_EAGAIN`), the slots of its rolled-back
+//! addresses are set to the call's errno, negated. The array is not touched when the call
+//! itself is refused. Refused: `FI_SYNC_ERR` without an array, or an array shorter than the addresses (`FI_EINVAL`, as libfabric's util
 //! AV does for a NULL context); an array without `FI_SYNC_ERR` (`FI_EINVAL`: the C context would
 //! not be an array); `FI_SYNC_ERR` on an AV opened with `FI_EVENT` (`FI_EBADFLAGS`: the man page
 //! limits it to synchronous inserts).
@@ -959,7 +963,8 @@ impl<N: NicAvTable> AddressVector<N> {
     /// is shorter than `count` addresses, `fi_addr` shorter than `count`, or the AV takes
     /// `FI_ADDR_STR` addresses. `FI_EIO` when the NIC refused the batch this call sent, did not
     /// answer it, or the entries in doubt before it could not be rewritten (see the module
-    /// notes on roll-back and on the NIC not answering).
+    /// notes on roll-back and on the NIC not answering); `FI_EAGAIN` instead when the NIC had
+    /// no room for the command and the call changed nothing.
     pub fn insert(
         &mut self,
         addr: &[u8],
@@ -1376,7 +1381,7 @@ impl<N: NicAvTable> AddressVector<N> {
 
     /// End an insert call: unless `FI_MORE`, send the pending records; if the NIC refuses
     /// them, mark every address of this call that was rolled back as failed (`fi_addr`
-    /// `FI_ADDR_NOTAVAIL`, status `-FI_EIO`) and return the error.
+    /// `FI_ADDR_NOTAVAIL`, status the error's errno, negated) and return the error.
     fn end_batch(
         &mut self,
         flags: u64,
@@ -1399,7 +1404,7 @@ impl<N: NicAvTable> AddressVector<N> {
             if *slot != FI_ADDR_NOTAVAIL && self.index_of(*slot).is_err() {
                 *slot = FI_ADDR_NOTAVAIL;
                 if let Some(st) = status.as_deref_mut().and_then(|s| s.get_mut(i)) {
-                    *st = FiErrno::FI_EIO.to_neg_i32();
+                    *st = e.errno.to_neg_i32();
                 }
             }
         }
@@ -1785,10 +1790,13 @@ impl<N: NicAvTable> AddressVector<N> {
                 let pending = core::mem::take(&mut self.pending);
                 let total = pending.len();
                 self.roll_back(&pending, 0);
-                return Err(FiError::io(format!(
-                    "{total} pending inserts not sent, all rolled back: {}",
-                    e.message
-                )));
+                return Err(FiError::new(
+                    e.errno,
+                    format!(
+                        "{total} pending inserts not sent, all rolled back: {}",
+                        e.message
+                    ),
+                ));
             }
         }
         let mut pending = core::mem::take(&mut self.pending);
@@ -1839,12 +1847,21 @@ impl<N: NicAvTable> AddressVector<N> {
             Some(e) => {
                 let kept = self.roll_back(&pending, written);
                 warn!(entries = total, kept, error = %e, "AV_WRITE refused, batch rolled back");
-                Err(FiError::io(format!(
-                    "the NIC refused the AV_WRITE of {total} pending inserts; {} rolled back, \
+                // Retrying is safe only when the call changed nothing.
+                let errno = if kept == 0 {
+                    e.errno()
+                } else {
+                    FiErrno::FI_EIO
+                };
+                Err(FiError::new(
+                    errno,
+                    format!(
+                        "the NIC refused the AV_WRITE of {total} pending inserts; {} rolled back, \
                      {kept} stay inserted (the NIC did not take back what it had accepted of \
                      them): {e}",
-                    total - kept
-                )))
+                        total - kept
+                    ),
+                ))
             }
         };
         pending.clear();
@@ -2063,11 +2080,14 @@ impl<N: NicAvTable> AddressVector<N> {
                     .try_for_each(|chunk| self.nic.write_entries(chunk)),
             }
             .map_err(|e| {
-                FiError::io(format!(
-                    "{} NIC entries are in doubt since a command went unanswered, and {what} \
-                     them failed: {e}",
-                    doubt.len()
-                ))
+                FiError::new(
+                    e.errno(),
+                    format!(
+                        "{} NIC entries are in doubt since a command went unanswered, and {what} \
+                         them failed: {e}",
+                        doubt.len()
+                    ),
+                )
             })?;
         }
         Ok(())
@@ -2245,11 +2265,14 @@ impl<N: NicAvTable> AddressVector<N> {
                 ""
             };
             warn!(index, error = %e, "AV_WRITE of a user id failed");
-            return Err(FiError::io(format!(
-                "fi_av_set_user_id: the NIC {} the AV_WRITE of index {index}; the user id \
+            return Err(FiError::new(
+                e.errno(),
+                format!(
+                    "fi_av_set_user_id: the NIC {} the AV_WRITE of index {index}; the user id \
                  is unchanged{rewritten}: {e}",
-                e.verb()
-            )));
+                    e.verb()
+                ),
+            ));
         }
         Ok(())
     }
@@ -2474,7 +2497,10 @@ impl<N: NicAvTable> AddressVector<N> {
                 break;
             };
             self.nic.read_entries(first, chunk).map_err(|e| {
-                FiError::io(format!("verify: reading {n} NIC entries from {first}: {e}"))
+                FiError::new(
+                    e.errno(),
+                    format!("verify: reading {n} NIC entries from {first}: {e}"),
+                )
             })?;
             for (index, nic) in (first..).zip(chunk.iter()) {
                 let mirror = self.nic_entry(index);
@@ -2652,7 +2678,13 @@ fn invalidate_refused(
         "refused to invalidate"
     };
     // (Not NicError::verb: "refused to invalidate" reads better than "refused the command to".)
-    FiError::io(format!("fi_av_remove: the NIC {how} {what}: {e}"))
+    // Retrying is safe only when the call changed nothing.
+    let errno = if removed == 0 {
+        e.errno()
+    } else {
+        FiErrno::FI_EIO
+    };
+    FiError::new(errno, format!("fi_av_remove: the NIC {how} {what}: {e}"))
 }
 
 /// The arrays every insert reports through: `fi_addr` (when given) and, with `FI_SYNC_ERR`

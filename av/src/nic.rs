@@ -68,13 +68,18 @@ pub trait NicAvTable {
     /// [`NicAvTable::write_entries`]); `Err` means it was not submitted and nothing changed.
     ///
     /// The default executes the write at once with [`NicAvTable::write_entries`] and returns
-    /// its outcome as already complete, so every table supports `FI_EVENT`; a table with a
+    /// its outcome as already complete (or, when the NIC had no room for it,
+    /// [`NicError::busy`], as not submitted), so every table supports `FI_EVENT`; a table with a
     /// queue of its own (the driver's admin queue) returns before the NIC has executed it.
     fn submit_write(
         &mut self,
         records: &[AvWriteRecord],
     ) -> Result<Box<dyn PendingWrite>, NicError> {
-        Ok(Box::new(CompletedWrite::new(self.write_entries(records))))
+        match self.write_entries(records) {
+            // A command the NIC had no room for was never submitted.
+            Err(e) if e.busy => Err(e),
+            done => Ok(Box::new(CompletedWrite::new(done))),
+        }
     }
 
     /// Whether the table may be destroyed now (`fi_close` of the AV): `FI_EBUSY` while
@@ -252,6 +257,10 @@ pub struct NicError {
     /// whole, later. The exception to "the table is as it was before the call"; see
     /// [`NicAvTable`].
     pub in_doubt: bool,
+    /// The NIC could not take the command now (its command queue was full of commands it had
+    /// not answered): the command was not sent and changed nothing, and the same call may
+    /// succeed later. A libfabric call reports it as `FI_EAGAIN` ([`NicError::errno`]).
+    pub busy: bool,
 }
 
 impl NicError {
@@ -261,6 +270,27 @@ impl NicError {
             op,
             source: message.into().into(),
             in_doubt: false,
+            busy: false,
+        }
+    }
+
+    /// Command `op` was not sent: the NIC had no room for it now (`source` says why).
+    pub fn busy(op: &'static str, source: Box<dyn std::error::Error + Send + Sync>) -> Self {
+        NicError {
+            op,
+            source,
+            in_doubt: false,
+            busy: true,
+        }
+    }
+
+    /// The errno of a call that failed, changing nothing, because of this error:
+    /// `FI_EAGAIN` when the NIC was [busy](NicError::busy) (try again), else `FI_EIO`.
+    pub fn errno(&self) -> FiErrno {
+        if self.busy {
+            FiErrno::FI_EAGAIN
+        } else {
+            FiErrno::FI_EIO
         }
     }
 
@@ -279,6 +309,7 @@ impl NicError {
             op,
             source,
             in_doubt: true,
+            busy: false,
         }
     }
 }
@@ -294,6 +325,9 @@ pub enum Fault {
         /// The command took effect.
         applied: bool,
     },
+    /// The NIC has no room for the command now ([`NicError::busy`]): it is not sent and
+    /// changes nothing.
+    Busy,
 }
 
 /// Which command kind (for fault injection and counters).
@@ -440,7 +474,7 @@ impl MemoryNicTable {
             if e.in_doubt {
                 FiError::new(FiErrno::FI_ETIMEDOUT, e.to_string())
             } else {
-                FiError::io(e.to_string())
+                FiError::new(e.errno(), e.to_string())
             }
         })
     }
@@ -613,6 +647,10 @@ impl MemoryNicTable {
                         "injected fault: unanswered, never applied".into(),
                     )),
                     Fault::InDoubt { applied: true } => Ok(true),
+                    Fault::Busy => Err(NicError::busy(
+                        op.name(),
+                        "injected fault: no room for the command".into(),
+                    )),
                 }
             }
             Some((n, _)) => {

@@ -521,6 +521,44 @@ fn a_refused_write_fails_every_address_and_rolls_them_back() {
 /// An asynchronous AV_WRITE that goes unanswered fails its addresses as a refused one does;
 /// since it may yet be applied, the NIC is told again, at the next settling call, what the
 /// mirror holds there (here nothing, whether it was applied or not).
+/// A write the NIC has no room for is not submitted: its addresses fail with `FI_EAGAIN`
+/// (try again), leave the mirror, and the same insert then succeeds at the same indices.
+#[test]
+fn a_write_the_nic_has_no_room_for_fails_its_addresses_with_eagain() {
+    let mut av = open_event(16);
+    let sink = Sink::new();
+    av.bind(sink.clone(), 0).unwrap();
+    av.nic_mut().inject(NicOp::Write, 0, uet_av::Fault::Busy);
+    let two = [peer_bytes(1), peer_bytes(2)].concat();
+    let mut out = [0u64; 2];
+    av.with_context(1)
+        .insert(&two, 2, Some(&mut out), 0)
+        .unwrap();
+    let events = sink.read();
+    assert_eq!(
+        short(events.clone()),
+        vec![
+            Ev::Err(1, 0, FiErrno::FI_EAGAIN),
+            Ev::Err(1, 1, FiErrno::FI_EAGAIN),
+            Ev::Done(1, 0),
+        ]
+    );
+    match &events[0] {
+        AvEvent::InsertError { message, .. } => {
+            assert!(message.contains("could not be submitted"), "{message}")
+        }
+        e => panic!("{e:?}"),
+    }
+    assert_eq!(av.len(), 0);
+    assert_eq!(av.nic().counters().writes, 0, "nothing reached the NIC");
+    av.with_context(2)
+        .insert(&two, 2, Some(&mut out), 0)
+        .unwrap();
+    assert_eq!(out, [0, 1], "the same indices, free again");
+    assert_eq!(short(sink.read()), vec![Ev::Done(2, 2)]);
+    assert!(av.verify_nic().unwrap().is_empty());
+}
+
 #[test]
 fn an_unanswered_write_fails_its_addresses_and_the_nic_is_repaired() {
     for applied in [false, true] {

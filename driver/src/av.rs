@@ -103,17 +103,19 @@ impl NicAv {
     }
 }
 
-/// A driver error of admin command `op` as the AV's table trait reports it: refused, or —
-/// timed out — in doubt (the device may still run it; see [`uet_av::NicAvTable`]).
+/// A driver error of admin command `op` as the AV's table trait reports it: refused; busy when
+/// the admin ring had no room (not submitted: the AV call fails with `FI_EAGAIN`); or — timed
+/// out — in doubt (the device may still run it; see [`uet_av::NicAvTable`]).
 fn nic_error(op: &'static str, e: DriverError) -> NicError {
-    if matches!(e, DriverError::AdminTimeout { .. }) {
-        NicError::in_doubt(op, Box::new(e))
-    } else {
-        NicError {
+    match e {
+        DriverError::AdminTimeout { .. } => NicError::in_doubt(op, Box::new(e)),
+        DriverError::AdminRingFull { .. } => NicError::busy(op, Box::new(e)),
+        _ => NicError {
             op,
             source: Box::new(e),
             in_doubt: false,
-        }
+            busy: false,
+        },
     }
 }
 

@@ -570,8 +570,9 @@ fn a_timed_out_key_removal_removes_the_key_from_the_av() {
 
 /// A command that finds the admin ring full of commands the device has not answered is not
 /// submitted, so it is refused (`FI_EAGAIN`), not in doubt: a key's removal leaves the key
-/// held (its NIC slot is still the AV's), and an insert is rolled back with nothing left to
-/// rewrite. Both go through once the device answers again.
+/// held (its NIC slot is still the AV's), an insert is rolled back with nothing left to
+/// rewrite, and a remove leaves the address inserted. All go through once the device answers
+/// again.
 #[test]
 fn a_command_the_full_admin_ring_kept_back_is_refused_not_in_doubt() {
     use uet_driver::admin::ADMIN_RING_LOG2;
@@ -584,6 +585,8 @@ fn a_command_the_full_admin_ring_kept_back_is_refused_not_in_doubt() {
         .address()
         .to_bytes()
         .unwrap();
+    let mut first = [0];
+    assert_eq!(h.av.insert(&peer, 1, Some(&mut first), 0).unwrap(), 1);
     h.nic.set_admin_timeout(std::time::Duration::from_millis(1));
     h.nic
         .bar0()
@@ -607,9 +610,13 @@ fn a_command_the_full_admin_ring_kept_back_is_refused_not_in_doubt() {
     assert_eq!(e.errno, FiErrno::FI_EAGAIN, "{e}");
     assert_eq!(h.av.auth_keys().count(), 1, "the NIC never saw the removal");
     let e = h.av.insert(&peer, 1, None, 0).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EAGAIN, "{e}");
     assert!(e.message.contains("not submitted"), "{e}");
-    assert_eq!(h.av.len(), 0, "rolled back");
+    assert_eq!(h.av.len(), 1, "rolled back");
     assert_eq!(h.av.entries_in_doubt(), 0, "nothing to rewrite");
+    let e = h.av.remove(&first, 0).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EAGAIN, "{e}");
+    assert_eq!(h.av.len(), 1, "still inserted");
 
     h.nic.bar0().write(
         uet_regs::DEV_CTRL,
@@ -618,7 +625,8 @@ fn a_command_the_full_admin_ring_kept_back_is_refused_not_in_doubt() {
     h.nic.set_admin_timeout(std::time::Duration::from_secs(5));
     let mut fi = [0];
     assert_eq!(h.av.insert(&peer, 1, Some(&mut fi), 0).unwrap(), 1);
-    assert_eq!(fi[0], 0, "the rolled-back index is the lowest free again");
+    assert_eq!(fi[0], 1, "the rolled-back index is the lowest free again");
+    h.av.remove(&first, 0).unwrap();
     h.av.remove(&[k], FI_AUTH_KEY).unwrap();
     assert_eq!(h.av.auth_keys().count(), 0);
     assert!(h.av.verify_nic().unwrap().is_empty());

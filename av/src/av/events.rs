@@ -267,7 +267,7 @@ impl AsyncInner {
                     self.settle(
                         shared,
                         &w.tags,
-                        Some((FiErrno::FI_EIO, prov_errno, &message)),
+                        Some((e.errno(), prov_errno, &message)),
                         true,
                     );
                     if e.in_doubt {
@@ -513,8 +513,8 @@ impl<N: NicAvTable> AddressVector<N> {
     }
 
     /// Submit the pending records as AV_WRITEs ([`MAX_BATCH`] each) without waiting. A write
-    /// the NIC does not take is settled at once: its addresses fail with `FI_EIO` and leave
-    /// the mirror. Whether that happened.
+    /// the NIC does not take is settled at once: its addresses fail with `FI_EIO` (`FI_EAGAIN`
+    /// when the NIC had no room for it) and leave the mirror. Whether that happened.
     pub(super) fn submit_pending(&mut self) -> bool {
         let Some(state) = self.events.as_deref() else {
             return false;
@@ -562,12 +562,7 @@ impl<N: NicAvTable> AddressVector<N> {
                         "the AV_WRITE of {} records could not be submitted: {e}",
                         chunk.len()
                     );
-                    inner.settle(
-                        &shared,
-                        chunk_tags,
-                        Some((FiErrno::FI_EIO, 0, &message)),
-                        false,
-                    );
+                    inner.settle(&shared, chunk_tags, Some((e.errno(), 0, &message)), false);
                 }
             }
         }
@@ -627,10 +622,13 @@ impl<N: NicAvTable> AddressVector<N> {
         self.reconcile();
         if self.is_event() && !self.nothing_in_doubt() {
             self.repair().map_err(|e| {
-                FiError::io(format!(
-                    "{call}: nothing inserted: entries in doubt wait to be rewritten first: {}",
-                    e.message
-                ))
+                FiError::new(
+                    e.errno,
+                    format!(
+                        "{call}: nothing inserted: entries in doubt wait to be rewritten first: {}",
+                        e.message
+                    ),
+                )
             })?;
         }
         Ok(())

@@ -1,0 +1,109 @@
+//! Commands the NIC has no room for (`NicError::busy`: a full command queue). They are not
+//! sent and change nothing, so the call fails with `FI_EAGAIN` and the same call succeeds
+//! later; a call that had already changed something when it met one fails with `FI_EIO`, as
+//! for any refusal, since repeating it would not do the same again.
+
+mod common;
+
+use common::*;
+use uet_av::{AvAttr, Fault, FiErrno, NicOp, FI_ADDR_NOTAVAIL, FI_AV_USER_ID, FI_SYNC_ERR};
+use uet_fwif::admin::MAX_BATCH;
+
+#[test]
+fn an_insert_the_nic_has_no_room_for_fails_with_eagain_and_keeps_nothing() {
+    let mut av = open(16);
+    insert_peers(&mut av, &[1]);
+    av.nic_mut().inject(NicOp::Write, 0, Fault::Busy);
+    let two = pack(&[peer_bytes(2), peer_bytes(3)]);
+    let (mut fi, mut status) = ([7u64; 2], [1i32; 2]);
+    let e = av
+        .insert_with_status(&two, 2, Some(&mut fi), FI_SYNC_ERR, Some(&mut status))
+        .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EAGAIN, "{e}");
+    assert!(e.message.contains("rolled back"), "{e}");
+    assert_eq!(fi, [FI_ADDR_NOTAVAIL; 2]);
+    assert_eq!(status, [FiErrno::FI_EAGAIN.to_neg_i32(); 2]);
+    assert_eq!(av.len(), 1);
+    assert_in_step(&av);
+    // Tried again, the same call succeeds, at the same indices.
+    assert_eq!(av.insert(&two, 2, Some(&mut fi), 0).unwrap(), 2);
+    assert_eq!(fi, [1, 2]);
+    assert_in_step(&av);
+}
+
+#[test]
+fn a_remove_the_nic_has_no_room_for_fails_with_eagain_and_removes_nothing() {
+    let mut av = open(16);
+    let fi = insert_peers(&mut av, &[1, 2, 3]);
+    for list in [&fi[..1], &fi[..2]] {
+        av.nic_mut().inject(NicOp::Invalidate, 0, Fault::Busy);
+        let e = av.remove(list, 0).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EAGAIN, "{e}");
+        assert_eq!(av.len(), 3);
+        assert_in_step(&av);
+    }
+    av.remove(&fi[..2], 0).unwrap();
+    assert_eq!(av.len(), 1);
+    assert_in_step(&av);
+}
+
+#[test]
+fn a_user_id_the_nic_has_no_room_for_fails_with_eagain_and_stays_as_it_was() {
+    let mut av = open_with(AvAttr {
+        count: 16,
+        flags: FI_AV_USER_ID,
+        ..AvAttr::default()
+    });
+    let fi = insert_peers(&mut av, &[1]);
+    av.nic_mut().inject(NicOp::Write, 0, Fault::Busy);
+    let e = av.set_user_id(fi[0], 42, 0).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EAGAIN, "{e}");
+    assert_eq!(av.user_id(fi[0]).unwrap(), Some(FI_ADDR_NOTAVAIL));
+    assert_in_step(&av);
+    av.set_user_id(fi[0], 42, 0).unwrap();
+    assert_eq!(av.user_id(fi[0]).unwrap(), Some(42));
+    assert_in_step(&av);
+}
+
+/// A batch of two AV_WRITEs whose second finds no room: the first chunk is invalidated again,
+/// so nothing changed (`FI_EAGAIN`) — unless that invalidation is refused too, and the first
+/// chunk stays inserted (`FI_EIO`: the call did change the AV).
+#[test]
+fn a_large_insert_is_eagain_only_when_it_changed_nothing() {
+    let n = MAX_BATCH + 10;
+    let addrs = pack(&(0..n).map(peer_bytes).collect::<Vec<_>>());
+    for invalidate_refused in [false, true] {
+        let mut av = open(2 * n as usize);
+        av.nic_mut().inject(NicOp::Write, 1, Fault::Busy);
+        if invalidate_refused {
+            av.nic_mut().fail_after(NicOp::Invalidate, 0);
+        }
+        let e = av.insert(&addrs, n as usize, None, 0).unwrap_err();
+        if invalidate_refused {
+            assert_eq!(e.errno, FiErrno::FI_EIO, "{e}");
+            assert_eq!(av.len(), MAX_BATCH as usize, "the accepted chunk stays");
+        } else {
+            assert_eq!(e.errno, FiErrno::FI_EAGAIN, "{e}");
+            assert_eq!(av.len(), 0);
+        }
+        assert_in_step(&av);
+    }
+}
+
+/// A removal of two AV_INVALIDATEs whose second finds no room: the first chunk's addresses
+/// are gone, so the call changed the AV (`FI_EIO`), and says how many were removed.
+#[test]
+fn a_large_remove_that_removed_some_is_eio() {
+    let n = MAX_BATCH + 10;
+    let mut av = open(n as usize);
+    let fi = insert_peers(&mut av, &(0..n).collect::<Vec<_>>());
+    av.nic_mut().inject(NicOp::Invalidate, 1, Fault::Busy);
+    let e = av.remove(&fi, 0).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EIO, "{e}");
+    assert!(
+        e.message.contains(&format!("{MAX_BATCH} of {n} removed")),
+        "{e}"
+    );
+    assert_eq!(av.len(), 10);
+    assert_in_step(&av);
+}
