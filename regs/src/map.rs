@@ -477,7 +477,8 @@ register_map! {
     /// without an admin command, as AV_INVALIDATE would: a single entry is cleared, a member of
     /// a symmetric range becomes a hole. Register writes are executed in order, so every TX
     /// doorbell written after it translates without the entry. A write naming no table or an
-    /// index outside it is dropped and counted; the driver checks both before writing.
+    /// index outside it is dropped and counted; the driver checks both before writing. Acts at
+    /// once even while the function is stopped (`DEV_CTRL.enable` 0): it needs no queue.
     AV_INVALIDATE_DOORBELL: AvInvalidateDoorbell = (0x118, W64, Wo, reset 0, "doorbells") [
         f("index", AvInvalidateDoorbell::INDEX_OFFSET, AvInvalidateDoorbell::INDEX_BITS, "Table index."),
         f("av", AvInvalidateDoorbell::AV_OFFSET, AvInvalidateDoorbell::AV_BITS, "AV handle."),
@@ -529,7 +530,8 @@ register_map! {
     /// writes are executed in order, so every TX doorbell written after it translates with the
     /// entry. A write AV_WRITE would refuse (no such table, index outside it, an entry that
     /// fails its checks or overlaps a range, an auth-key slot of another AV) changes nothing
-    /// and is counted in `AV_WRITE_DROPS`, which the driver reads back for the outcome.
+    /// and is counted in `AV_WRITE_DROPS`, which the driver reads back for the outcome. Acts
+    /// at once even while the function is stopped (`DEV_CTRL.enable` 0): it needs no queue.
     AV_WRITE_DOORBELL: AvWriteDoorbell = (0x180, W64, Wo, reset 0, "av write window") [
         f("index", AvWriteDoorbell::INDEX_OFFSET, AvWriteDoorbell::INDEX_BITS, "Table index."),
         f("av", AvWriteDoorbell::AV_OFFSET, AvWriteDoorbell::AV_BITS, "AV handle."),

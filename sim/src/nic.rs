@@ -14,7 +14,9 @@
 //! * `DEV_CTRL.enable` 1 -> 0 stops all processing and clears `DEV_STATUS.enabled`; every
 //!   object is kept.
 //! * Doorbells written while the function is not running are latched (`ADMIN_SQ_TAIL`, ring
-//!   tails) and act once it runs.
+//!   tails) and act once it runs. The AV doorbells (`AV_INVALIDATE_DOORBELL`,
+//!   `AV_WRITE_DOORBELL`) are not queue doorbells: they change table memory directly, with no
+//!   queue and no DMA, and act at once whether or not the function runs.
 //! * FUNCTION_RESET (write 1): every endpoint, AV table, PDC and queue is destroyed, every
 //!   register (counters included) returns to its reset value. DMA mappings are kept: they
 //!   belong to the IOMMU.

@@ -221,6 +221,33 @@ fn av_write_window_stores_what_av_write_would_and_drops_what_it_would_refuse() {
     assert_eq!(d.av_read(av, 1, 1).unwrap()[0], c);
 }
 
+/// The AV doorbells change table memory directly, with no queue and no DMA: they act at once
+/// whether or not the function runs (the tables are kept while it is stopped), unlike the
+/// queue doorbells, which are latched until it runs again.
+#[test]
+fn av_doorbells_act_while_the_function_is_stopped() {
+    let fabric = Fabric::new();
+    let mut d = Driver::new(&fabric, "10.0.0.1");
+    let av = d.av_create(16, 0).unwrap();
+    let a = NicAvEntry::for_peer(&peer("10.0.0.2", 5, 1), 7);
+    let b = NicAvEntry::for_peer(&peer("10.0.0.3", 6, 2), 7);
+    assert_eq!(d.av_write(av, &[(0, a)]), Ok(1));
+    d.f.write(DEV_CTRL, DevCtrl::new());
+    assert!(!rd(&d.f, DEV_STATUS).enabled());
+    window_write(&d.f, av, 1, &b, Staging::Burst);
+    d.f.write(
+        AV_INVALIDATE_DOORBELL,
+        AvInvalidateDoorbell::new().with_av(av as u16).with_index(0),
+    );
+    assert_eq!(rd(&d.f, AV_WRITE_DROPS), 0);
+    assert_eq!(rd(&d.f, AV_INVALIDATE_DROPS), 0);
+    d.f.write(DEV_CTRL, DevCtrl::new().with_enable(true));
+    assert!(rd(&d.f, DEV_STATUS).enabled());
+    let got = d.av_read(av, 0, 2).unwrap();
+    assert!(!got[0].is_valid(), "invalidated while stopped");
+    assert_eq!(got[1], b, "written while stopped");
+}
+
 #[test]
 fn av_write_read_is_all_or_nothing() {
     let fabric = Fabric::new();
