@@ -120,6 +120,10 @@ struct Model {
     pending: Vec<u32>,
     fail_write: bool,
     fail_invalidate: bool,
+    /// The errno of the armed AV_WRITE, or AV_INVALIDATE, failure: `FI_EIO` refused,
+    /// `FI_EAGAIN` when the NIC had no room for it (the call then changed nothing).
+    fail_write_errno: FiErrno,
+    fail_invalidate_errno: FiErrno,
     /// The next AV_WRITE, or AV_INVALIDATE, goes unanswered. Armed only when no other fault
     /// is and nothing is in doubt, so that the repair after it meets no fault.
     doubt_write: bool,
@@ -141,6 +145,8 @@ impl Model {
             pending: Vec::new(),
             fail_write: false,
             fail_invalidate: false,
+            fail_write_errno: FiErrno::FI_EIO,
+            fail_invalidate_errno: FiErrno::FI_EIO,
             doubt_write: false,
             doubt_invalidate: false,
             in_doubt: false,
@@ -157,10 +163,10 @@ impl Model {
         self.slots.get(i as usize).is_some_and(|s| s.is_some())
     }
 
-    /// Send pending records; `false` if the (armed) write fails, after rolling back.
-    fn flush(&mut self) -> bool {
+    /// Send pending records; the errno if the (armed) write fails, after rolling back.
+    fn flush(&mut self) -> Result<(), FiErrno> {
         if self.pending.is_empty() {
-            return true;
+            return Ok(());
         }
         // Entries in doubt are rewritten first (no fault is armed while they are).
         self.in_doubt = false;
@@ -169,17 +175,18 @@ impl Model {
             for i in self.pending.drain(..) {
                 self.slots[i as usize] = None;
             }
-            return false;
+            // Every batch of the model fits one AV_WRITE: a failure keeps nothing.
+            return Err(self.fail_write_errno);
         }
         if self.doubt_write {
             // Unanswered: the records stay inserted, in doubt.
             self.doubt_write = false;
             self.pending.clear();
             self.in_doubt = true;
-            return false;
+            return Err(FiErrno::FI_EIO);
         }
         self.pending.clear();
-        true
+        Ok(())
     }
 
     /// The argument checks every insert shares; `Some(errno)` when the call is refused.
@@ -223,14 +230,14 @@ impl Model {
                 }
             }
         }
-        if !mode.more && !self.flush() {
+        if let Err(e) = if mode.more { Ok(()) } else { self.flush() } {
             for (v, s) in out.iter_mut().zip(st.iter_mut()) {
                 if *v != FI_ADDR_NOTAVAIL && self.slots[*v as usize].is_none() {
                     *v = FI_ADDR_NOTAVAIL;
-                    *s = -5;
+                    *s = e.to_neg_i32();
                 }
             }
-            return (Err(FiErrno::FI_EIO), out, st);
+            return (Err(e), out, st);
         }
         (Ok(ok), out, st)
     }
@@ -258,12 +265,10 @@ impl Model {
             return Ok(());
         }
         self.in_doubt = false;
-        if !self.flush() {
-            return Err(FiErrno::FI_EIO);
-        }
+        self.flush()?;
         if self.fail_invalidate {
             self.fail_invalidate = false;
-            return Err(FiErrno::FI_EIO);
+            return Err(self.fail_invalidate_errno);
         }
         if self.doubt_invalidate {
             // Unanswered: the addresses stay, in doubt.
@@ -288,12 +293,10 @@ impl Model {
         }
         let i = self.index_of(fa, addressing).ok_or(FiErrno::FI_EINVAL)?;
         self.in_doubt = false;
-        if !self.flush() {
-            return Err(FiErrno::FI_EIO);
-        }
+        self.flush()?;
         if self.fail_write {
             self.fail_write = false;
-            return Err(FiErrno::FI_EIO);
+            return Err(self.fail_write_errno);
         }
         if self.doubt_write {
             // Unanswered: the old user id stays, in doubt.
@@ -558,7 +561,7 @@ impl Run {
         if let Some(e) = self.m.refused(mode) {
             // Refused, yet a call without FI_MORE ends the batch before it.
             if !mode.more {
-                self.m.flush();
+                let _ = self.m.flush();
             }
             assert_eq!(got, Err(e), "step {step}: {what} refused");
             assert_eq!(
@@ -577,7 +580,8 @@ impl Run {
         }
     }
 
-    /// Make the next command of kind `op` fail: refused, as ever. In a run with unanswered
+    /// Make the next command of kind `op` fail: refused, as ever (at every other such step
+    /// for want of room, `FI_EAGAIN`, instead of refused outright). In a run with unanswered
     /// commands, at two steps in three it goes unanswered instead (never applied, or applied
     /// late, alternately) — then only when no other fault is armed and nothing is in doubt,
     /// so that the repair after it meets no fault; and while entries are in doubt no fault is
@@ -604,11 +608,18 @@ impl Run {
                 return;
             }
         }
-        self.av.nic_mut().fail_after(op, 0);
+        let (fault, errno) = if step.is_multiple_of(2) {
+            (Fault::Busy, FiErrno::FI_EAGAIN)
+        } else {
+            (Fault::Refused, FiErrno::FI_EIO)
+        };
+        self.av.nic_mut().inject(op, 0, fault);
         if write {
             self.m.fail_write = true;
+            self.m.fail_write_errno = errno;
         } else {
             self.m.fail_invalidate = true;
+            self.m.fail_invalidate_errno = errno;
         }
     }
 
@@ -686,7 +697,7 @@ impl Run {
                     }
                     Err(()) => {
                         let got = self.av.insertsvc(&node, svc.as_deref(), None, 0, None);
-                        self.m.flush();
+                        let _ = self.m.flush();
                         assert_eq!(
                             got.map_err(|e| e.errno),
                             Err(FiErrno::FI_EINVAL),
@@ -716,7 +727,7 @@ impl Run {
                         let got = self
                             .av
                             .insertsym(&node, *nodecnt, &service, *svccnt, None, 0, None);
-                        self.m.flush();
+                        let _ = self.m.flush();
                         assert_eq!(
                             got.map_err(|e| e.errno),
                             Err(FiErrno::FI_EINVAL),
@@ -795,11 +806,7 @@ impl Run {
             Op::FailWrite => self.arm(step, NicOp::Write),
             Op::FailInvalidate => self.arm(step, NicOp::Invalidate),
             Op::Flush => {
-                let want = if self.m.flush() {
-                    Ok(())
-                } else {
-                    Err(FiErrno::FI_EIO)
-                };
+                let want = self.m.flush();
                 assert_eq!(
                     self.av.flush().map_err(|e| e.errno),
                     want,
@@ -1066,7 +1073,7 @@ fn run(cfg: Config, ops: &[Op]) -> [usize; 3] {
     // verify_nic rewrites the entries in doubt first.
     r.m.in_doubt = false;
     assert!(r.av.verify_nic().unwrap().is_empty());
-    r.m.flush();
+    let _ = r.m.flush();
     check(&r.av, &r.sets, &r.m, ops.len());
     doubts
 }
