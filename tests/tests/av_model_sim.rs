@@ -1,7 +1,9 @@
 //! The AV against a plain reference model of fi_av(3), on a NIC of the simulator: random
 //! sequences of inserts (single, batched, with `FI_MORE`, with bad addresses), symmetric
-//! inserts, removes (good and bad), lookups and user ids, 10,000 steps per seed. After every
-//! step the model, the host mirror and the NIC table read back with AV_READ agree.
+//! inserts, removes (good and bad), lookups and user ids, 10,000 steps per seed, eight seeds
+//! per configuration (`UET_MODEL_SEEDS` sets another number). After every step the model, the
+//! host mirror and the NIC table read back with AV_READ agree. A failure names its seed on
+//! standard error.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -269,12 +271,37 @@ fn run(seed: u64, user_ids: bool) {
     check(&mut av, &m, STEPS);
 }
 
+/// The seeds of a configuration: `base`, then more drawn from it (splitmix64), as many as
+/// `UET_MODEL_SEEDS` says (8 by default).
+fn seeds(base: u64) -> impl Iterator<Item = u64> {
+    let n = std::env::var("UET_MODEL_SEEDS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(8);
+    (0..n).map(move |k| {
+        if k == 0 {
+            return base;
+        }
+        let mut z = base.wrapping_add(k.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        // xorshift never leaves 0.
+        (z ^ (z >> 31)).max(1)
+    })
+}
+
 #[test]
 fn av_on_the_simulated_nic_matches_the_model() {
-    run(0x9e37_79b9_7f4a_7c15, false);
+    for seed in seeds(0x9e37_79b9_7f4a_7c15) {
+        eprintln!("seed {seed:#x}, without user ids");
+        run(seed, false);
+    }
 }
 
 #[test]
 fn av_with_user_ids_on_the_simulated_nic_matches_the_model() {
-    run(0x0bad_5eed_0f00_d001, true);
+    for seed in seeds(0x0bad_5eed_0f00_d001) {
+        eprintln!("seed {seed:#x}, with user ids");
+        run(seed, true);
+    }
 }
