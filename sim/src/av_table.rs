@@ -284,6 +284,15 @@ impl AvTable {
     /// against the single entries, when they are known not to overlap (so the spans scanned
     /// add up to at most the table).
     pub(crate) fn check_batch<R: TableRecord>(&self, records: &[R]) -> Result<(), WriteConflict> {
+        // The common case, single entries into a table without ranges: nothing can overlap,
+        // and only the indices need checking.
+        if self.ranges.is_empty() && records.iter().all(|r| !r.parts().1.is_range()) {
+            return if records.iter().all(|r| r.parts().0 < self.capacity) {
+                Ok(())
+            } else {
+                Err(WriteConflict::OutOfRange)
+            };
+        }
         let mut new_ranges: Vec<(u32, u32)> = Vec::new();
         for (index, &e) in records.iter().map(TableRecord::parts) {
             if index >= self.capacity {
