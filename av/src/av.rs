@@ -35,14 +35,17 @@
 //!   [`AddressVector::verify_nic`] also sends them first.
 //! - **A refused AV_WRITE** rolls back every insert of the batch, including those of earlier
 //!   `FI_MORE` calls that already returned their indices, and the call returns `FI_EIO` with the
-//!   NIC's message (`FI_EAGAIN` when the NIC had no room for the command and nothing was kept:
-//!   the same call may succeed later); this call's rolled-back `fi_addr` slots are reset to
-//!   `FI_ADDR_NOTAVAIL`.
+//!   NIC's message (`FI_EAGAIN` when the NIC had no room for the command, nothing was kept and
+//!   the batch was this call's alone: the same call may succeed later; rolling back what
+//!   earlier calls reported is a change, so `FI_EIO`); this call's rolled-back `fi_addr` slots
+//!   are reset to `FI_ADDR_NOTAVAIL` and their status slots get the call's errno.
 //!   Chunks of the batch that the NIC had already accepted are invalidated again; should that
 //!   fail too, those entries stay inserted on both sides. An AV_WRITE that goes unanswered
 //!   instead keeps the whole batch, every chunk of it (see "When the NIC does not answer").
 //! - **A refused AV_INVALIDATE** leaves the addresses inserted on both sides and returns
 //!   `FI_EIO` (`FI_EAGAIN` when the NIC had no room for the command and nothing was removed).
+//!   A remove sends pending `FI_MORE` records first; if they are rolled back, the remove
+//!   removes nothing and fails with `FI_EIO` (earlier calls' addresses are gone).
 //!   A removal of more than [`MAX_BATCH`] addresses takes several commands; if a later
 //!   one fails, the addresses of the earlier ones are removed and the rest stay. For commands
 //!   that go unanswered instead, see "When the NIC does not answer".
@@ -132,7 +135,8 @@
 //!   (so a receive completion reports `FI_ADDR_NOTAVAIL` until one is set), and
 //!   [`AddressVector::set_user_id`] sets it: pending `FI_MORE` records are sent first, then one
 //!   AV_WRITE rewrites that entry; if it is refused, the old user id stays on both sides
-//!   (`FI_EIO`; if it goes unanswered, the NIC's entry is rewritten with the old id later).
+//!   (`FI_EIO`, `FI_EAGAIN` when the NIC had no room for it; if it goes unanswered, the NIC's
+//!   entry is rewritten with the old id later).
 //!   The per-insert `FI_AV_USER_ID` flag (and `FI_AV_USER_ID` on remove) is `FI_EINVAL` on such
 //!   an AV, as fi_av(3) 1.20 says and CXI does.
 //! - **Other AVs**: an insert with `FI_AV_USER_ID` reads `fi_addr[i]` as the user id of address
@@ -688,6 +692,10 @@ pub struct AddressVector<N: NicAvTable> {
     auth: Option<Box<auth_keys::AuthKeys>>,
     /// Indices inserted with `FI_MORE` whose NIC records are not sent yet, in insertion order.
     pending: Vec<u32>,
+    /// `pending` holds records of insert calls that have returned (with `FI_MORE`): their
+    /// `fi_addr` values are out, so rolling them back changes what an earlier call reported,
+    /// and the flush that does so fails with `FI_EIO` whatever the NIC's reason.
+    more_pending: bool,
     index_buf: Vec<u32>,
     /// Indices whose NIC entry is unknown: a command concerning them went unanswered
     /// ([`NicError::in_doubt`](crate::nic::NicError)) and may still be applied. The mirror
@@ -858,6 +866,7 @@ impl<N: NicAvTable> AddressVector<N> {
             auth: (attr.auth_key_size == FI_AV_AUTH_KEY)
                 .then(|| Box::new(auth_keys::AuthKeys::new(limits.max_auth_keys))),
             pending: Vec::new(),
+            more_pending: false,
             index_buf: Vec::new(),
             in_doubt: Vec::new(),
             resolver: system_resolver,
@@ -1219,10 +1228,13 @@ impl<N: NicAvTable> AddressVector<N> {
         flags: u64,
         result: Result<usize, FiError>,
     ) -> Result<usize, FiError> {
+        if flags & FI_MORE != 0 {
+            // The call returns with its records pending: the next flush sends them after it.
+            self.more_pending = !self.pending.is_empty();
+            return result;
+        }
         match result {
-            Err(e) if flags & FI_MORE == 0 && !self.pending.is_empty() => {
-                Err(self.end_refused_batch(e))
-            }
+            Err(e) if !self.pending.is_empty() => Err(self.end_refused_batch(e)),
             r => r,
         }
     }
@@ -1774,10 +1786,16 @@ impl<N: NicAvTable> AddressVector<N> {
 
     /// Send the NIC records of every pending `FI_MORE` insert: one AV_WRITE (or one per
     /// [`MAX_BATCH`] records). A refused AV_WRITE rolls the whole batch back; an unanswered
-    /// one keeps the whole batch inserted, the records the NIC may lack in doubt; either way
-    /// `FI_EIO`. Entries in doubt are rewritten first; if that fails, nothing is sent and the
-    /// batch is rolled back.
+    /// one keeps the whole batch inserted, the records the NIC may lack in doubt. Entries in
+    /// doubt are rewritten first; if that fails, nothing is sent and the batch is rolled back.
+    ///
+    /// The error is `FI_EAGAIN` only when the NIC had no room for a command and the flush
+    /// changed nothing a call has reported: every record rolled back (none the NIC kept)
+    /// and none of them from an insert call that has already returned — the records of the
+    /// call that ends the batch, or of no call (a named AV's). Otherwise `FI_EIO`.
     pub fn flush(&mut self) -> Result<(), FiError> {
+        // Whether every pending record belongs to the call that flushes (see `more_pending`).
+        let own = !core::mem::take(&mut self.more_pending);
         if self.is_event() {
             self.submit_pending();
             return Ok(());
@@ -1791,7 +1809,7 @@ impl<N: NicAvTable> AddressVector<N> {
                 let total = pending.len();
                 self.roll_back(&pending, 0);
                 return Err(FiError::new(
-                    e.errno,
+                    if own { e.errno } else { FiErrno::FI_EIO },
                     format!(
                         "{total} pending inserts not sent, all rolled back: {}",
                         e.message
@@ -1848,7 +1866,7 @@ impl<N: NicAvTable> AddressVector<N> {
                 let kept = self.roll_back(&pending, written);
                 warn!(entries = total, kept, error = %e, "AV_WRITE refused, batch rolled back");
                 // Retrying is safe only when the call changed nothing.
-                let errno = if kept == 0 {
+                let errno = if kept == 0 && own {
                     e.errno()
                 } else {
                     FiErrno::FI_EIO
@@ -1985,8 +2003,9 @@ impl<N: NicAvTable> AddressVector<N> {
     /// land after the unanswered ones (see [`crate::nic::NicAvTable`]); see
     /// [`AddressVector::rewrite`]. Runs before every call that settles the NIC
     /// ([`AddressVector::settle`]). `FI_EIO` if the NIC still does not answer, or refuses
-    /// (the table's errno for an auth key's source); then what is in doubt stays so, for the
-    /// next call to try again.
+    /// (`FI_EAGAIN` when it had no room for a command; the table's errno for an auth key's
+    /// source); then what is in doubt stays so, for the next call to try again. Either way the
+    /// AV is unchanged: the entries in doubt hold what they held.
     #[cold]
     fn repair(&mut self) -> Result<(), FiError> {
         self.resend_auth_key_sources()?;
@@ -2225,7 +2244,8 @@ impl<N: NicAvTable> AddressVector<N> {
     /// `FI_EBADFLAGS` for any flag but `FI_AUTH_KEY`, with which `fi_addr` is an auth-key
     /// handle and `user_id` becomes the key's (see [`auth_keys`]). Pending `FI_MORE`
     /// records are sent first; then one AV_WRITE rewrites the entry. `FI_EIO` if either
-    /// command fails, and the user id is unchanged.
+    /// command fails, and the user id is unchanged (`FI_EAGAIN` when the NIC had no room for
+    /// the command and nothing changed; rolled-back `FI_MORE` records are a change).
     pub fn set_user_id(
         &mut self,
         fi_addr: FiAddr,
@@ -2484,7 +2504,8 @@ impl<N: NicAvTable> AddressVector<N> {
     /// Send pending records (and rewrite entries in doubt), then read the whole NIC table back
     /// (AV_READ in [`MAX_BATCH`] chunks) and compare every index with
     /// [`AddressVector::mirror_entry`]. Two invalid
-    /// entries match whatever their other bytes hold. `FI_EIO` if a command fails.
+    /// entries match whatever their other bytes hold. `FI_EIO` if a command fails
+    /// (`FI_EAGAIN` when the NIC had no room for it and nothing changed).
     pub fn verify_nic(&mut self) -> Result<Vec<AvMismatch>, FiError> {
         self.settle_nic()?;
         let mut mismatches = Vec::new();

@@ -164,7 +164,10 @@ impl Model {
     }
 
     /// Send pending records; the errno if the (armed) write fails, after rolling back.
-    fn flush(&mut self) -> Result<(), FiErrno> {
+    /// `own`: every pending record is the flushing insert call's. When some are earlier
+    /// `FI_MORE` calls' (or the flush is a remove's or set_user_id's), rolling them back
+    /// changes what those calls reported: `FI_EIO` whatever the NIC's reason.
+    fn flush(&mut self, own: bool) -> Result<(), FiErrno> {
         if self.pending.is_empty() {
             return Ok(());
         }
@@ -176,7 +179,11 @@ impl Model {
                 self.slots[i as usize] = None;
             }
             // Every batch of the model fits one AV_WRITE: a failure keeps nothing.
-            return Err(self.fail_write_errno);
+            return Err(if own {
+                self.fail_write_errno
+            } else {
+                FiErrno::FI_EIO
+            });
         }
         if self.doubt_write {
             // Unanswered: the records stay inserted, in doubt.
@@ -203,6 +210,8 @@ impl Model {
         addrs: &[Result<[u8; ADDR_LEN], i32>],
         mode: &InsertMode,
     ) -> InsertOutcome {
+        // Records pending when the call starts are earlier FI_MORE calls'.
+        let own = self.pending.is_empty();
         let mut out = Vec::new();
         let mut st = Vec::new();
         let mut ok = 0;
@@ -230,7 +239,7 @@ impl Model {
                 }
             }
         }
-        if let Err(e) = if mode.more { Ok(()) } else { self.flush() } {
+        if let Err(e) = if mode.more { Ok(()) } else { self.flush(own) } {
             for (v, s) in out.iter_mut().zip(st.iter_mut()) {
                 if *v != FI_ADDR_NOTAVAIL && self.slots[*v as usize].is_none() {
                     *v = FI_ADDR_NOTAVAIL;
@@ -265,7 +274,7 @@ impl Model {
             return Ok(());
         }
         self.in_doubt = false;
-        self.flush()?;
+        self.flush(false)?;
         if self.fail_invalidate {
             self.fail_invalidate = false;
             return Err(self.fail_invalidate_errno);
@@ -293,7 +302,7 @@ impl Model {
         }
         let i = self.index_of(fa, addressing).ok_or(FiErrno::FI_EINVAL)?;
         self.in_doubt = false;
-        self.flush()?;
+        self.flush(false)?;
         if self.fail_write {
             self.fail_write = false;
             return Err(self.fail_write_errno);
@@ -561,7 +570,7 @@ impl Run {
         if let Some(e) = self.m.refused(mode) {
             // Refused, yet a call without FI_MORE ends the batch before it.
             if !mode.more {
-                let _ = self.m.flush();
+                let _ = self.m.flush(false);
             }
             assert_eq!(got, Err(e), "step {step}: {what} refused");
             assert_eq!(
@@ -697,7 +706,7 @@ impl Run {
                     }
                     Err(()) => {
                         let got = self.av.insertsvc(&node, svc.as_deref(), None, 0, None);
-                        let _ = self.m.flush();
+                        let _ = self.m.flush(false);
                         assert_eq!(
                             got.map_err(|e| e.errno),
                             Err(FiErrno::FI_EINVAL),
@@ -727,7 +736,7 @@ impl Run {
                         let got = self
                             .av
                             .insertsym(&node, *nodecnt, &service, *svccnt, None, 0, None);
-                        let _ = self.m.flush();
+                        let _ = self.m.flush(false);
                         assert_eq!(
                             got.map_err(|e| e.errno),
                             Err(FiErrno::FI_EINVAL),
@@ -806,7 +815,8 @@ impl Run {
             Op::FailWrite => self.arm(step, NicOp::Write),
             Op::FailInvalidate => self.arm(step, NicOp::Invalidate),
             Op::Flush => {
-                let want = self.m.flush();
+                // What is pending is earlier FI_MORE calls' (every other insert flushes).
+                let want = self.m.flush(false);
                 assert_eq!(
                     self.av.flush().map_err(|e| e.errno),
                     want,
@@ -1073,7 +1083,7 @@ fn run(cfg: Config, ops: &[Op]) -> [usize; 3] {
     // verify_nic rewrites the entries in doubt first.
     r.m.in_doubt = false;
     assert!(r.av.verify_nic().unwrap().is_empty());
-    let _ = r.m.flush();
+    let _ = r.m.flush(false);
     check(&r.av, &r.sets, &r.m, ops.len());
     doubts
 }

@@ -6,7 +6,9 @@
 mod common;
 
 use common::*;
-use uet_av::{AvAttr, Fault, FiErrno, NicOp, FI_ADDR_NOTAVAIL, FI_AV_USER_ID, FI_SYNC_ERR};
+use uet_av::{
+    AvAttr, Fault, FiErrno, NicOp, FI_ADDR_NOTAVAIL, FI_AV_USER_ID, FI_MORE, FI_SYNC_ERR,
+};
 use uet_fwif::admin::MAX_BATCH;
 
 #[test]
@@ -105,5 +107,65 @@ fn a_large_remove_that_removed_some_is_eio() {
         "{e}"
     );
     assert_eq!(av.len(), 10);
+    assert_in_step(&av);
+}
+
+/// The insert that ends an `FI_MORE` batch finds no room for its AV_WRITE: the whole batch
+/// is rolled back, the addresses the earlier calls reported as inserted too. The call has
+/// changed what an earlier call reported, so it is `FI_EIO`, not `FI_EAGAIN` (repeating it
+/// would not bring the earlier addresses back).
+#[test]
+fn a_batch_end_with_no_room_after_fi_more_calls_is_eio() {
+    let mut av = open(16);
+    let mut a = [0u64; 1];
+    assert_eq!(
+        av.insert(&peer_bytes(1), 1, Some(&mut a), FI_MORE).unwrap(),
+        1
+    );
+    av.nic_mut().inject(NicOp::Write, 0, Fault::Busy);
+    let (mut b, mut status) = ([7u64; 1], [1i32; 1]);
+    let e = av
+        .insert_with_status(
+            &peer_bytes(2),
+            1,
+            Some(&mut b),
+            FI_SYNC_ERR,
+            Some(&mut status),
+        )
+        .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EIO, "{e}");
+    assert_eq!(b, [FI_ADDR_NOTAVAIL]);
+    assert_eq!(status, [FiErrno::FI_EIO.to_neg_i32()]);
+    assert_eq!(av.len(), 0, "the FI_MORE insert is rolled back too");
+    assert!(av.address_bytes(a[0] as u32).is_none());
+    assert_in_step(&av);
+
+    // A batch of the ending call's records only: FI_EAGAIN, as ever.
+    av.nic_mut().inject(NicOp::Write, 0, Fault::Busy);
+    let e = av.insert(&peer_bytes(2), 1, None, 0).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EAGAIN, "{e}");
+    assert_in_step(&av);
+}
+
+/// A remove settles the `FI_MORE` inserts before it; when their AV_WRITE finds no room, they
+/// are rolled back: the remove fails with `FI_EIO` (earlier calls' addresses are gone) and
+/// removes nothing.
+#[test]
+fn a_remove_whose_settling_rolls_back_fi_more_inserts_is_eio() {
+    let mut av = open(16);
+    let x = insert_peers(&mut av, &[1]);
+    let mut a = [0u64; 1];
+    assert_eq!(
+        av.insert(&peer_bytes(2), 1, Some(&mut a), FI_MORE).unwrap(),
+        1
+    );
+    av.nic_mut().inject(NicOp::Write, 0, Fault::Busy);
+    let e = av.remove(&x, 0).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EIO, "{e}");
+    assert_eq!(av.len(), 1, "x stays, the FI_MORE insert is rolled back");
+    assert!(av.address_bytes(x[0] as u32).is_some());
+    assert!(av.address_bytes(a[0] as u32).is_none());
+    assert_in_step(&av);
+    av.remove(&x, 0).unwrap();
     assert_in_step(&av);
 }

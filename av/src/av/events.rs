@@ -617,7 +617,7 @@ impl<N: NicAvTable> AddressVector<N> {
     /// repairs before it writes.) Neither the writes in flight nor the pending `FI_MORE`
     /// records are touched: the indices in doubt are free in the mirror, so none of them is
     /// in flight or pending, and no insert takes one before this runs. `FI_EIO` while the
-    /// rewrite fails; nothing is inserted.
+    /// rewrite fails (`FI_EAGAIN` when the NIC had no room for it); nothing is inserted.
     pub(super) fn reconcile_before_insert(&mut self, call: &str) -> Result<(), FiError> {
         self.reconcile();
         if self.is_event() && !self.nothing_in_doubt() {
