@@ -415,6 +415,10 @@ fn verify_reports_a_slot_the_nic_lost() {
     assert!(!m[0].nic.is_valid());
     av.nic_mut().fail_after(NicOp::AuthKey, 0);
     assert_eq!(av.verify_auth_keys().unwrap_err().errno, FiErrno::FI_EIO);
+    // A read the NIC has no room for: try again.
+    av.nic_mut().inject(NicOp::AuthKey, 0, Fault::Busy);
+    assert_eq!(av.verify_auth_keys().unwrap_err().errno, FiErrno::FI_EAGAIN);
+    assert_eq!(av.verify_auth_keys().unwrap().len(), 1);
 }
 
 #[test]
@@ -535,4 +539,40 @@ fn an_unanswered_key_user_id_is_sent_again() {
     assert!(av.verify_auth_keys().unwrap().is_empty());
     av.set_user_id(k, 0x5EED, FI_AUTH_KEY).unwrap();
     assert!(av.verify_auth_keys().unwrap().is_empty());
+}
+
+/// An AUTH_KEY_REMOVE the NIC has no room for changes nothing: `FI_EAGAIN` when it is the
+/// call's first change, and the same call succeeds later. After a key of the same call was
+/// removed (or lost one of its inserts), the call has changed the AV: `FI_EIO`.
+#[test]
+fn a_key_removal_the_nic_has_no_room_for_is_eagain_only_when_nothing_changed() {
+    let mut av = open_keys(0, 8);
+    let k0 = av.insert_auth_key(&key(0x30), 0).unwrap();
+    let k1 = av.insert_auth_key(&key(0x31), 0).unwrap();
+    av.nic_mut().inject(NicOp::AuthKey, 0, Fault::Busy);
+    let e = av.remove(&[k0, k1], FI_AUTH_KEY).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EAGAIN, "{e}");
+    assert_eq!(av.auth_keys().count(), 2);
+    assert!(av.verify_auth_keys().unwrap().is_empty());
+
+    // The first key goes, the second finds no room.
+    av.nic_mut().inject(NicOp::AuthKey, 1, Fault::Busy);
+    let e = av.remove(&[k0, k1], FI_AUTH_KEY).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EIO, "{e}");
+    assert!(e.message.contains("1 of 2 removed before it"), "{e}");
+    let left: Vec<u64> = av.auth_keys().map(|k| k.handle).collect();
+    assert_eq!(left, [k1]);
+    assert!(av.verify_auth_keys().unwrap().is_empty());
+
+    // A key that only loses one of its two inserts is a change too.
+    assert_eq!(av.insert_auth_key(&key(0x31), 0).unwrap(), k1);
+    let k2 = av.insert_auth_key(&key(0x32), 0).unwrap();
+    av.nic_mut().inject(NicOp::AuthKey, 0, Fault::Busy);
+    let e = av.remove(&[k1, k2], FI_AUTH_KEY).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EIO, "{e}");
+    assert_eq!(av.auth_keys().count(), 2);
+    // k1 has one insert left: one remove takes it.
+    av.remove(&[k1, k2], FI_AUTH_KEY).unwrap();
+    assert_eq!(av.auth_keys().count(), 0);
+    assert!(av.nic().auth_keys().iter().all(|s| !s.is_valid()));
 }

@@ -23,12 +23,12 @@
 //!
 //! | call | what | errors (nothing changes) |
 //! |---|---|---|
-//! | `insert_auth_key(key, 0)` | a new key: one AUTH_KEY_ADD; a key already held returns its handle again and counts the insert | `FI_EBADFLAGS` flags; `FI_EINVAL` AV without auth keys, key not 4 bytes, JobID wider than 24 bits; `FI_ENOSPC` AV's keys or NIC's slots all in use; `FI_EIO` NIC refused |
+//! | `insert_auth_key(key, 0)` | a new key: one AUTH_KEY_ADD; a key already held returns its handle again and counts the insert | `FI_EBADFLAGS` flags; `FI_EINVAL` AV without auth keys, key not 4 bytes, JobID wider than 24 bits; `FI_ENOSPC` AV's keys or NIC's slots all in use; `FI_EIO` NIC refused; `FI_EAGAIN` NIC had no room for the command |
 //! | `insert*(…, FI_AUTH_KEY)` | `fi_addr[i]` holds on input the handle of the key address `i` is inserted against; on output its `fi_addr_t`. Its NIC entry carries the key's slot (`AUTH_KEY`), so requests to it carry the key's JobID | `FI_EINVAL` AV without auth keys, no `fi_addr` array, a slot that is not a held key's handle (its position named), `FI_AV_USER_ID` beside it |
 //! | `insert*` without `FI_AUTH_KEY` | the address is bound to no key; requests to it carry the AV's JobID | — |
 //! | `lookup_auth_key(fi_addr, key, size)` | the key of an auth-key handle, or of the key an address was inserted against; at most `*size` bytes written (truncated), `*size` set to 4 | `FI_EINVAL` AV without auth keys, `fi_addr` neither a held key nor an inserted address; `FI_ENOKEY` an address inserted without a key |
-//! | `remove(handles, FI_AUTH_KEY)` | drops one insert of each key; a key goes (AUTH_KEY_REMOVE) with its last | `FI_EINVAL` AV without auth keys, a value that is no held key, a key listed twice; `FI_EBUSY` (for the last insert of a key only) an endpoint enabled with it is still open, or addresses inserted against it remain; `FI_EIO` NIC refused (keys before it in the list are removed) |
-//! | `set_user_id(handle, id, FI_AUTH_KEY)` | the key's user id: what a receive completion reports as the source of a request that arrived through the key from an address not in the AV | `FI_EINVAL` AV without `FI_AV_USER_ID` or without auth keys, no such key; `FI_EIO` NIC refused (old id kept) |
+//! | `remove(handles, FI_AUTH_KEY)` | drops one insert of each key; a key goes (AUTH_KEY_REMOVE) with its last | `FI_EINVAL` AV without auth keys, a value that is no held key, a key listed twice; `FI_EBUSY` (for the last insert of a key only) an endpoint enabled with it is still open, or addresses inserted against it remain; `FI_EIO` NIC refused (keys before it in the list are removed, or lost an insert); `FI_EAGAIN` NIC had no room for the call's first command, so nothing changed (after that, `FI_EIO`) |
+//! | `set_user_id(handle, id, FI_AUTH_KEY)` | the key's user id: what a receive completion reports as the source of a request that arrived through the key from an address not in the AV | `FI_EINVAL` AV without `FI_AV_USER_ID` or without auth keys, no such key; `FI_EIO` NIC refused, `FI_EAGAIN` NIC had no room for the command (old id kept either way) |
 //!
 //! Without `FI_AV_USER_ID` a key reports its handle as that source; with it, `FI_ADDR_NOTAVAIL`
 //! until a user id is set (fi_av(3), `FI_SOURCE_ERR`). The per-insert `FI_AV_USER_ID` flag is
@@ -443,11 +443,17 @@ impl<N: NicAvTable> AddressVector<N> {
             if let Err(e) = self.nic.remove_auth_key(k.slot) {
                 let handle = AUTH_KEY_ADDR_BASE | u64::from(n);
                 if e.errno != FiErrno::FI_ETIMEDOUT {
-                    return Err(e.within(format_args!(
+                    let mut err = e.within(format_args!(
                         "{CALL}: removing auth key {handle:#x} ({done} of {} removed before it, \
                          the rest kept)",
                         numbers.len(),
-                    )));
+                    ));
+                    if done > 0 {
+                        // The keys before it are removed (or lost an insert): retrying the
+                        // call is not what `FI_EAGAIN` promises.
+                        err.errno = FiErrno::FI_EIO;
+                    }
+                    return Err(err);
                 }
                 // Unanswered: the NIC may still free the slot, and could then give it to a
                 // key added later, so the AV must not keep naming it. Nothing is bound to the
@@ -575,18 +581,22 @@ impl<N: NicAvTable> AddressVector<N> {
 
     /// Read the NIC's slot of every key back (AUTH_KEY_READ) and compare it with what the AV
     /// says it should hold: in use, owned by this AV's table (when the table knows its handle,
-    /// [`NicAvTable::table_handle`]), the key's JobID, the key's source. `FI_EIO` if a read
-    /// fails.
+    /// [`NicAvTable::table_handle`]), the key's JobID, the key's source. A read that fails
+    /// fails the call with the table's errno (`FI_EIO` refused, `FI_EAGAIN` no room for it,
+    /// `FI_ETIMEDOUT` unanswered).
     pub fn verify_auth_keys(&mut self) -> Result<Vec<AuthKeyMismatch>, FiError> {
         let keys: Vec<AuthKeyInfo> = self.auth_keys().collect();
         let mut out = Vec::new();
         for key in keys {
             let mut e = [AuthKeyEntry::default()];
             self.nic.read_auth_keys(key.slot, &mut e).map_err(|err| {
-                FiError::io(format!(
-                    "verify: reading auth-key slot {}: {}",
-                    key.slot, err.message
-                ))
+                FiError::new(
+                    err.errno,
+                    format!(
+                        "verify: reading auth-key slot {}: {}",
+                        key.slot, err.message
+                    ),
+                )
             })?;
             let nic = e[0];
             let owner = self.nic.table_handle();
