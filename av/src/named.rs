@@ -26,8 +26,8 @@
 //!   are compared with the mirror, and every difference is applied to the mirror and the NIC
 //!   (removals in one AV_INVALIDATE, inserts in one AV_WRITE). A handle that fell more than
 //!   [`segment::LOG_RECORDS`] changes behind, or that opened, rescans every index up to the
-//!   high-water mark. If its NIC refuses, the call fails with `FI_EIO` and the next call tries
-//!   again from the same position.
+//!   high-water mark. If its NIC refuses, the call fails with `FI_EIO` (`FI_EAGAIN` when the
+//!   NIC had no room for the command) and the next call tries again from the same position.
 //!
 //! ## Choices where fi_av(3) leaves room
 //!
@@ -110,8 +110,8 @@ pub trait AvSync: Send + Sync {
     /// Catch up if another handle changed the AV. Never waits: when a call of this process
     /// holds the mirror (catching it up or changing it, in this thread or another), or another
     /// process holds the segment (a change, or a repair after a crash), the datapath goes on
-    /// with the table as it is. `FI_EIO` when the NIC refuses the changes (the next call tries
-    /// again).
+    /// with the table as it is. `FI_EIO` when the NIC refuses the changes, `FI_EAGAIN` when it
+    /// has no room for them (the next call tries again either way).
     fn catch_up(&self) -> Result<(), FiError>;
 }
 
@@ -349,7 +349,8 @@ impl<N: NicAvTable + Send + 'static> NamedAv<N> {
 
     /// Catch up with the changes other handles made: afterwards this process's mirror and
     /// NIC table hold what the AV holds. Cheap when nothing changed. `FI_EIO` when the NIC
-    /// refuses (the next call tries again). Endpoints bound to the mirror do the same before
+    /// refuses, `FI_EAGAIN` when it has no room for the commands (the next call tries again
+    /// either way). Endpoints bound to the mirror do the same before
     /// each send ([`AvSync`]).
     pub fn sync(&mut self) -> Result<(), FiError> {
         let mut local = self.shared.local();
@@ -998,7 +999,7 @@ impl<N: NicAvTable + Send + 'static> NamedAv<N> {
                     *slot = FI_ADDR_NOTAVAIL;
                 }
                 if let Some(slot) = status.as_deref_mut().and_then(|s| s.get_mut(pos)) {
-                    *slot = FiErrno::FI_EIO.to_neg_i32();
+                    *slot = e.errno.to_neg_i32();
                 }
             }
             local.finish_change(&locked, kept > 0);

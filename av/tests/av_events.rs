@@ -518,9 +518,6 @@ fn a_refused_write_fails_every_address_and_rolls_them_back() {
     assert!(av.verify_nic().unwrap().is_empty());
 }
 
-/// An asynchronous AV_WRITE that goes unanswered fails its addresses as a refused one does;
-/// since it may yet be applied, the NIC is told again, at the next settling call, what the
-/// mirror holds there (here nothing, whether it was applied or not).
 /// A write the NIC has no room for is not submitted: its addresses fail with `FI_EAGAIN`
 /// (try again), leave the mirror, and the same insert then succeeds at the same indices.
 #[test]
@@ -559,6 +556,9 @@ fn a_write_the_nic_has_no_room_for_fails_its_addresses_with_eagain() {
     assert!(av.verify_nic().unwrap().is_empty());
 }
 
+/// An asynchronous AV_WRITE that goes unanswered fails its addresses as a refused one does;
+/// since it may yet be applied, the NIC is told again, at the next settling call, what the
+/// mirror holds there (here nothing, whether it was applied or not).
 #[test]
 fn an_unanswered_write_fails_its_addresses_and_the_nic_is_repaired() {
     for applied in [false, true] {

@@ -7,8 +7,8 @@ use common::{assert_in_step, pack, peer_bytes, LIMITS};
 use std::sync::atomic::{AtomicU32, Ordering};
 use uet_av::named::segment::{self, LOG_RECORDS};
 use uet_av::{
-    AddressVector, AvAttr, AvName, FiErrno, FiError, MemoryNicTable, NamedAv, NicOp, ADDR_LEN,
-    FI_ADDR_NOTAVAIL, FI_AV_AUTH_KEY, FI_AV_USER_ID, FI_MORE, FI_READ, FI_SYNC_ERR,
+    AddressVector, AvAttr, AvName, Fault, FiErrno, FiError, MemoryNicTable, NamedAv, NicOp,
+    ADDR_LEN, FI_ADDR_NOTAVAIL, FI_AV_AUTH_KEY, FI_AV_USER_ID, FI_MORE, FI_READ, FI_SYNC_ERR,
 };
 
 type Named = NamedAv<MemoryNicTable>;
@@ -273,6 +273,35 @@ fn a_refused_nic_write_reaches_nothing() {
     assert_eq!(b.len().unwrap(), 1);
     // The indices were given back: the next insert, from either handle, takes index 1.
     assert_eq!(insert(&mut b, &[4]), [1]);
+    assert_same(&mut a, &mut b);
+}
+
+/// A NIC with no room for the AV_WRITE: the call changed nothing, `FI_EAGAIN` in its result
+/// and every status slot, and the same call succeeds afterwards.
+#[test]
+fn a_nic_write_with_no_room_is_eagain_and_reaches_nothing() {
+    let name = unique("nicbusy");
+    let mut a = open(attr(&name, 8)).unwrap();
+    let mut b = open(attr(&name, 8)).unwrap();
+    insert(&mut a, &[1]);
+    b.sync().unwrap();
+    let g = a.generation();
+    a.nic_mut().inject(NicOp::Write, 0, Fault::Busy);
+    let buf = pack(&[peer_bytes(2), peer_bytes(3)]);
+    let mut out = [0u64; 2];
+    let mut status = [0i32; 2];
+    let e = a
+        .insert_with_status(&buf, 2, Some(&mut out), FI_SYNC_ERR, Some(&mut status))
+        .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EAGAIN, "{e}");
+    assert_eq!(out, [FI_ADDR_NOTAVAIL; 2]);
+    assert_eq!(status, [FiErrno::FI_EAGAIN.to_neg_i32(); 2]);
+    assert_eq!(a.generation(), g, "nothing committed");
+    assert_eq!(b.len().unwrap(), 1);
+    let n = a
+        .insert_with_status(&buf, 2, Some(&mut out), FI_SYNC_ERR, Some(&mut status))
+        .unwrap();
+    assert_eq!((n, out, status), (2, [1, 2], [0; 2]));
     assert_same(&mut a, &mut b);
 }
 
