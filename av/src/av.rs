@@ -44,8 +44,10 @@
 //!   instead keeps the whole batch, every chunk of it (see "When the NIC does not answer").
 //! - **A refused AV_INVALIDATE** leaves the addresses inserted on both sides and returns
 //!   `FI_EIO` (`FI_EAGAIN` when the NIC had no room for the command and nothing was removed).
-//!   A remove sends pending `FI_MORE` records first; if they are rolled back, the remove
-//!   removes nothing and fails with `FI_EIO` (earlier calls' addresses are gone).
+//!   A remove on a synchronous AV sends pending `FI_MORE` records first; if they are rolled
+//!   back, the remove removes nothing and fails with `FI_EIO` (earlier calls' addresses are
+//!   gone). (On an `FI_EVENT` AV those records fail through their own calls' events, and the
+//!   remove goes ahead.)
 //!   A removal of more than [`MAX_BATCH`] addresses takes several commands; if a later
 //!   one fails, the addresses of the earlier ones are removed and the rest stay. For commands
 //!   that go unanswered instead, see "When the NIC does not answer".
@@ -1220,8 +1222,11 @@ impl<N: NicAvTable> AddressVector<N> {
     /// The end of every insert call: one made without `FI_MORE` ends the batch of the
     /// `FI_MORE` calls before it (fi_av(3): it "signifies to the provider that the insertion
     /// list is complete") even when it is refused itself — an argument error, a host name
-    /// that does not resolve. Their records are sent; the call's own error is returned, and
-    /// the NIC's failure of the batch (see [`AddressVector::flush`]) is added to its message.
+    /// that does not resolve. Their records are sent, and the call's own error is returned.
+    /// When the NIC fails the batch (see [`AddressVector::flush`]), the inserts of those
+    /// earlier calls are rolled back (or in doubt): the call then fails with `FI_EIO`, its
+    /// message giving both its own error and the batch's, since the call's own errno would
+    /// say that nothing changed.
     #[inline]
     fn end_batch_if_refused(
         &mut self,
@@ -1243,13 +1248,13 @@ impl<N: NicAvTable> AddressVector<N> {
     fn end_refused_batch(&mut self, e: FiError) -> FiError {
         match self.flush() {
             Ok(()) => e,
-            Err(f) => FiError {
-                message: format!(
-                    "{}; and the FI_MORE batch before this call was not sent: {}",
-                    e.message, f.message
+            Err(f) => FiError::new(
+                FiErrno::FI_EIO,
+                format!(
+                    "{} ({}); and the FI_MORE batch before this call was not sent: {}",
+                    e.message, e.errno, f.message
                 ),
-                ..e
-            },
+            ),
         }
     }
 

@@ -245,7 +245,8 @@ fn insert_flags_not_supported_are_refused() {
 
 /// A call without FI_MORE that fails for what it was given — a host name that does not
 /// resolve, a malformed service — still ends the batch before it; when the NIC refuses that
-/// batch, the call's own error says so too.
+/// batch, the earlier calls' inserts are rolled back, and the call fails with `FI_EIO`, its
+/// message naming its own error and the batch's.
 #[test]
 fn a_refused_call_without_fi_more_ends_the_batch_before_it() {
     let mut av = open(16);
@@ -264,8 +265,9 @@ fn a_refused_call_without_fi_more_ends_the_batch_before_it() {
     let e = av
         .insertsym("10.0.0.1", 1, "4095", 2, None, 0, None)
         .unwrap_err();
-    assert_eq!(e.errno, FiErrno::FI_EINVAL, "the call's own error");
+    assert_eq!(e.errno, FiErrno::FI_EIO, "{e}");
     assert!(e.message.contains("FI_MORE batch"), "{e}");
+    assert!(e.message.contains("FI_EINVAL"), "the call's own error: {e}");
     assert_eq!(av.len(), 1, "the refused batch is rolled back");
     assert_in_step(&av);
 }

@@ -196,6 +196,15 @@ impl Model {
         Ok(())
     }
 
+    /// A call without FI_MORE refused with `errno` ends the batch before it: `errno`, or
+    /// `FI_EIO` when that batch fails (the earlier calls' inserts are rolled back).
+    fn end_refused(&mut self, errno: FiErrno) -> FiErrno {
+        match self.flush(false) {
+            Ok(()) => errno,
+            Err(_) => FiErrno::FI_EIO,
+        }
+    }
+
     /// The argument checks every insert shares; `Some(errno)` when the call is refused.
     fn refused(&self, mode: &InsertMode) -> Option<FiErrno> {
         if mode.user_ids.is_some() && (self.open_user_id || mode.null_out) {
@@ -569,10 +578,8 @@ impl Run {
         .map_err(|e| e.errno);
         if let Some(e) = self.m.refused(mode) {
             // Refused, yet a call without FI_MORE ends the batch before it.
-            if !mode.more {
-                let _ = self.m.flush(false);
-            }
-            assert_eq!(got, Err(e), "step {step}: {what} refused");
+            let want = if mode.more { e } else { self.m.end_refused(e) };
+            assert_eq!(got, Err(want), "step {step}: {what} refused");
             assert_eq!(
                 out, before,
                 "step {step}: {what} refused, fi_addr untouched"
@@ -706,10 +713,10 @@ impl Run {
                     }
                     Err(()) => {
                         let got = self.av.insertsvc(&node, svc.as_deref(), None, 0, None);
-                        let _ = self.m.flush(false);
+                        let want = self.m.end_refused(FiErrno::FI_EINVAL);
                         assert_eq!(
                             got.map_err(|e| e.errno),
-                            Err(FiErrno::FI_EINVAL),
+                            Err(want),
                             "step {step}: bad insertsvc"
                         );
                     }
@@ -736,10 +743,10 @@ impl Run {
                         let got = self
                             .av
                             .insertsym(&node, *nodecnt, &service, *svccnt, None, 0, None);
-                        let _ = self.m.flush(false);
+                        let want = self.m.end_refused(FiErrno::FI_EINVAL);
                         assert_eq!(
                             got.map_err(|e| e.errno),
-                            Err(FiErrno::FI_EINVAL),
+                            Err(want),
                             "step {step}: insertsym out of range or larger than the AV"
                         );
                     }

@@ -169,3 +169,38 @@ fn a_remove_whose_settling_rolls_back_fi_more_inserts_is_eio() {
     av.remove(&x, 0).unwrap();
     assert_in_step(&av);
 }
+
+/// Entries in doubt are rewritten before a batch is sent; when that rewrite finds no room,
+/// nothing is sent and the batch is rolled back: `FI_EAGAIN` when the batch was the call's
+/// own, `FI_EIO` when it held an earlier `FI_MORE` call's inserts.
+#[test]
+fn a_repair_with_no_room_before_a_batch_is_eagain_only_for_the_calls_own_batch() {
+    let mut av = open(16);
+    let x = insert_peers(&mut av, &[1]);
+    av.nic_mut()
+        .inject(NicOp::Invalidate, 0, Fault::InDoubt { applied: false });
+    assert_eq!(av.remove(&x, 0).unwrap_err().errno, FiErrno::FI_EIO);
+    assert_eq!(av.entries_in_doubt(), 1);
+
+    let mut a = [0u64; 1];
+    assert_eq!(
+        av.insert(&peer_bytes(2), 1, Some(&mut a), FI_MORE).unwrap(),
+        1
+    );
+    av.nic_mut().inject(NicOp::Invalidate, 0, Fault::Busy);
+    let e = av.insert(&peer_bytes(3), 1, None, 0).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EIO, "{e}");
+    assert!(
+        av.address_bytes(a[0] as u32).is_none(),
+        "the FI_MORE insert is rolled back"
+    );
+
+    av.nic_mut().inject(NicOp::Invalidate, 0, Fault::Busy);
+    let e = av.insert(&peer_bytes(3), 1, None, 0).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EAGAIN, "{e}");
+    assert_eq!(av.len(), 1, "x stays, in doubt");
+
+    assert_eq!(av.insert(&peer_bytes(3), 1, None, 0).unwrap(), 1);
+    assert_eq!(av.entries_in_doubt(), 0);
+    assert_in_step(&av);
+}
