@@ -13,7 +13,17 @@
 //!   `max_group_id` does not translate ([`TranslateError::BadGroup`]).
 //! * A source CAM (`source_cam`) maps (fabric address, initiator id) to the single entries
 //!   holding that peer and serves FI_SOURCE on receive: the lowest valid index holding the
-//!   sender is reported (or its user id when the entry has one).
+//!   sender is reported (or its user id when the entry has one). AV_WRITE does not wait for
+//!   it: each single entry written leaves its CAM placement (home slot and index, 8 bytes,
+//!   computed while the entry is at hand) on a backlog, and the CAM takes the backlog in
+//!   before the next source lookup, in home-slot order (see [`AvTable::catch_up_cam`]), as a
+//!   NIC updates such a structure off the command path and has its receive pipeline wait
+//!   for it. Every lookup sees every entry written before it. The backlog is table memory
+//!   of its own, `capacity` placements, committed when the table is created like the rest;
+//!   a write that finds it full catches the CAM up first.
+//!   Placed one at a time, at the write, each entry cost a cache miss at a random slot of a
+//!   CAM twice the table's size — at a million entries most of what a write cost; placed in
+//!   bulk, in order, the misses are one per line of slots.
 //! * A table cannot be destroyed while an endpoint is bound to it.
 //!
 //! * Symmetric range entries (`RANGE`, see `uet_fwif::av_entry`) are kept in an ordered map by
@@ -27,7 +37,7 @@
 //! * A bitmap of the indices holding single entries lets AV_WRITE check a new range against
 //!   them without touching the (lazily allocated) entry pages.
 
-use crate::source_cam::{SourceCam, SourceKey};
+use crate::source_cam::{Placement, SourceCam, SourceKey};
 use crate::table_memory::TableMemory;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -101,10 +111,6 @@ impl TableRecord for uet_fwif::AvWriteRecord {
     }
 }
 
-/// Records of an AV_WRITE from which [`AvTable::set_batch`] touches the CAM slots of all of
-/// them before storing any.
-const WARM_CAM_FROM: usize = 8;
-
 /// One AV table.
 #[derive(Debug)]
 pub(crate) struct AvTable {
@@ -115,6 +121,14 @@ pub(crate) struct AvTable {
     entries: TableMemory<NicAvEntry>,
     /// Key -> first index of its chain.
     cam: SourceCam,
+    /// The CAM placements of the single entries written since the CAM last took them in, in
+    /// write order: the first `cam_backlog_len` of `capacity`, in table memory of its own. One
+    /// may be stale (its index invalidated or written again since), which costs the CAM a
+    /// stale slot and no wrong answer.
+    cam_backlog: TableMemory<Placement>,
+    cam_backlog_len: usize,
+    /// Where [`SourceCam::place_all`] sorts the backlog: as long, table memory too.
+    cam_scratch: TableMemory<Placement>,
     /// Bit per index: a valid single entry is there. Grows with the highest such index.
     singles: Vec<u64>,
     /// Range entries by first index (a map, so that adding or removing one costs the same
@@ -149,6 +163,8 @@ impl AvTable {
     pub(crate) fn new(capacity: u32, rx_ctx_bits: u8, max_group_id: u32) -> Option<Self> {
         let entries = TableMemory::zeroed(usize::try_from(capacity).ok()?)?;
         let cam = SourceCam::new(capacity)?;
+        let cam_backlog = TableMemory::zeroed(usize::try_from(capacity).ok()?)?;
+        let cam_scratch = TableMemory::zeroed(cam_backlog.len())?;
         tracing::debug!(
             capacity,
             entries_on_hugepages = entries.is_huge(),
@@ -161,6 +177,9 @@ impl AvTable {
             max_group_id,
             entries,
             cam,
+            cam_backlog,
+            cam_backlog_len: 0,
+            cam_scratch,
             singles: Vec::new(),
             ranges: BTreeMap::new(),
             bound: 0,
@@ -200,8 +219,9 @@ impl AvTable {
         }
     }
 
-    /// Rebuild the source CAM from the valid single entries.
+    /// Rebuild the source CAM from the valid single entries (which takes in the backlog).
     fn rebuild_cam(&mut self) {
+        self.cam_backlog_len = 0;
         let (singles, entries) = (&self.singles, self.entries.as_slice());
         let valid = singles.iter().enumerate().flat_map(|(w, &word)| {
             (0..64u32)
@@ -209,7 +229,11 @@ impl AvTable {
                 .map(move |b| w as u32 * 64 + b)
         });
         let keyed = valid.filter_map(|i| Self::key_at(singles, entries, i).map(|k| (i, k)));
-        self.cam.rebuild(keyed);
+        self.cam.rebuild(
+            keyed,
+            self.cam_backlog.as_mut_slice(),
+            self.cam_scratch.as_mut_slice(),
+        );
     }
 
     fn set_single_bit(&mut self, index: u32, on: bool) {
@@ -345,27 +369,30 @@ impl AvTable {
     }
 
     /// Store a batch of records that passed [`AvTable::check_batch`], in order: the same as
-    /// [`AvTable::set`] on each, with the source CAM's slots of the whole batch read first when
-    /// it has at least [`WARM_CAM_FROM`] records.
+    /// [`AvTable::set`] on each.
     pub(crate) fn set_batch<R: TableRecord>(&mut self, records: &[R]) {
-        // Touching the CAM slots first pays off when there are misses to overlap; a write of
-        // a few entries (the write window's one) goes straight to them.
-        if records.len() >= WARM_CAM_FROM {
-            self.warm_cam(records);
-        }
         for (index, &entry) in records.iter().map(TableRecord::parts) {
             self.set(index, entry);
         }
     }
 
-    fn warm_cam<R: TableRecord>(&self, records: &[R]) {
-        self.cam.warm(
-            records
-                .iter()
-                .map(|r| r.parts().1)
-                .filter(|e| !e.is_range())
-                .filter_map(Self::key),
-        );
+    /// Take the entries written since the last call into the source CAM: what a source
+    /// lookup does first. The backlog is placed in home-slot order
+    /// ([`SourceCam::place_all`], sorting in the table's scratch memory); one that would fill
+    /// the CAM past 3/4 rebuilds it from the valid entries instead, which drops the stale
+    /// slots and places the backlog's entries with the rest.
+    pub(crate) fn catch_up_cam(&mut self) {
+        let len = core::mem::take(&mut self.cam_backlog_len);
+        if len == 0 {
+            return;
+        }
+        if self.cam.full_after(len) {
+            self.rebuild_cam();
+            return;
+        }
+        if let Some(backlog) = self.cam_backlog.as_slice().get(..len) {
+            self.cam.place_all(backlog, self.cam_scratch.as_mut_slice());
+        }
     }
 
     /// Store `entry` at `index` (the batch passed [`AvTable::check_batch`]). A range entry is
@@ -389,14 +416,9 @@ impl AvTable {
             );
             return;
         }
-        // Make room first, while the new entry is not yet valid: a rebuild after it would
-        // place it, and the insert below would place it again.
-        if Self::key(&entry).is_some() && self.cam.full() {
-            self.rebuild_cam();
-        }
-        // An entry overwritten goes stale in the CAM (after any rebuild, which placed it).
-        if self.get(index).is_some() {
-            self.cam.forget();
+        // At most the capacity waits: then the CAM catches up first.
+        if self.cam_backlog_len >= self.cam_backlog.len() {
+            self.catch_up_cam();
         }
         let Some(slot) = usize::try_from(index)
             .ok()
@@ -408,8 +430,17 @@ impl AvTable {
         // Written into a range's hole, the single entry shadows the removed member, which
         // stays removed when the single entry goes.
         self.set_single_bit(index, true);
-        if let Some(k) = Self::key(&entry) {
-            self.cam.insert(k, index);
+        let Some(key) = Self::key(&entry) else {
+            return;
+        };
+        let placement = self.cam.placement(key, index);
+        if let Some(p) = self
+            .cam_backlog
+            .as_mut_slice()
+            .get_mut(self.cam_backlog_len)
+        {
+            *p = placement;
+            self.cam_backlog_len += 1;
         }
     }
 
@@ -417,9 +448,9 @@ impl AvTable {
     /// hole (and the range goes away with its last member).
     pub(crate) fn invalidate(&mut self, index: u32) {
         if self.get(index).is_some() {
-            // One bit: the entry's bytes stay, unread, until it is written again.
+            // One bit: the entry's bytes stay, unread, until it is written again; its CAM
+            // slot (or backlog place) goes stale.
             self.set_single_bit(index, false);
-            self.cam.forget();
             return;
         }
         let Some(first) = self.covering(index).map(|r| r.first) else {
@@ -514,7 +545,7 @@ impl AvTable {
 
     /// Reverse translation for a receive completion's `src_addr`.
     #[cfg(test)]
-    pub(crate) fn source(&self, ip: IpAddr, initiator: u32) -> u64 {
+    pub(crate) fn source(&mut self, ip: IpAddr, initiator: u32) -> u64 {
         self.source_for_job(ip, initiator, |_| true)
             .unwrap_or(uet_fwif::FI_ADDR_NOTAVAIL)
     }
@@ -524,11 +555,12 @@ impl AvTable {
     /// with the request's JobID), else the lowest index; its user id when it has one, else the
     /// index. `None` when no entry holds the sender.
     pub(crate) fn source_for_job(
-        &self,
+        &mut self,
         ip: IpAddr,
         initiator: u32,
         in_job: impl Fn(&NicAvEntry) -> bool,
     ) -> Option<u64> {
+        self.catch_up_cam();
         let mut fa = [0u8; 16];
         let ipv6 = match ip {
             IpAddr::V4(a) => {
@@ -690,8 +722,16 @@ mod tests {
             } else {
                 t.set(index, peer(&format!("10.0.{}.1", x % 7 + 1), x % 5));
             }
-            let valid = (0..64).filter(|&i| t.get(i).is_some()).count();
-            assert_eq!(t.cam.live(), valid, "step {step}");
+            assert!(
+                t.cam_backlog.len() <= 64,
+                "step {step}: the backlog stays bounded"
+            );
+            if step % 97 == 0 {
+                t.catch_up_cam();
+                let valid = (0..64).filter(|&i| t.get(i).is_some()).count();
+                assert!(t.cam.used() >= valid, "step {step}");
+                assert!(!t.cam.full_after(0), "step {step}");
+            }
         }
         for i in 0..64 {
             if let Some(e) = t.get(i).copied() {
@@ -704,6 +744,56 @@ mod tests {
                     .unwrap();
                 assert_eq!(t.source(ip, e.initiator.get()), u64::from(lowest));
             }
+        }
+    }
+
+    /// Writes and invalidations in bursts of every size between source lookups: each lookup
+    /// finds the lowest valid index holding the sender, as a scan of the table does, whether
+    /// the CAM took the burst in one by one, in bulk, or by a rebuild.
+    #[test]
+    fn source_lookups_see_every_write_before_them() {
+        const CAP: u32 = 4096;
+        let mut t = AvTable::new(CAP, 0, 0).unwrap();
+        let mut x = 0x1234_5678u32;
+        let mut rand = move || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x
+        };
+        let peer_of = |n: u32| peer(&format!("10.1.{}.{}", n / 250 % 250, n % 250 + 1), n % 3);
+        for round in 0..60 {
+            let burst = [1, 10, 63, 64, 500, 3000][round % 6];
+            for _ in 0..burst {
+                let r = rand();
+                let index = r % CAP;
+                if r & 0x8000_0000 != 0 && r & 0x4000_0000 != 0 {
+                    t.invalidate(index);
+                } else {
+                    t.set(index, peer_of(rand() % 900));
+                }
+            }
+            // The lowest index of every peer, by a scan of the table.
+            let mut lowest = std::collections::HashMap::new();
+            for i in (0..CAP).rev() {
+                if let Some(f) = t.get(i) {
+                    lowest.insert((f.fabric_addr, f.initiator.get()), u64::from(i));
+                }
+            }
+            for n in 0..900 {
+                let e = peer_of(n);
+                let want = lowest
+                    .get(&(e.fabric_addr, e.initiator.get()))
+                    .copied()
+                    .unwrap_or(u64::MAX);
+                assert_eq!(
+                    t.source(e.fabric_ip(), e.initiator.get()),
+                    want,
+                    "round {round}, peer {n}"
+                );
+            }
+            assert_eq!(t.cam_backlog_len, 0);
+            assert!(!t.cam.full_after(0), "round {round}");
         }
     }
 

@@ -786,7 +786,7 @@ impl Nic {
     }
 
     /// The sender of a request as an `fi_addr_t` of AV `av`.
-    pub(crate) fn source_of(&self, av: u32, p: &ParsedRequest<'_>) -> u64 {
+    pub(crate) fn source_of(&mut self, av: u32, p: &ParsedRequest<'_>) -> u64 {
         let job = p.ses.job_id;
         let auths = &self.auths;
         let in_job = |e: &uet_fwif::NicAvEntry| match e.auth_key_slot() {
@@ -794,7 +794,7 @@ impl Nic {
             None => e.job_id.get() == job,
         };
         self.avs
-            .get(av)
+            .get_mut(av)
             .and_then(|t| t.source_for_job(p.dg.src_ip, p.ses.initiator, in_job))
             .or_else(|| (av != 0).then(|| auths.source_for(av, job)).flatten())
             .unwrap_or(uet_fwif::FI_ADDR_NOTAVAIL)

@@ -6,14 +6,22 @@
 //! candidate against the AV entry itself, as a hardware CAM keyed by a hash with the entry
 //! memory as the data store would. The same peer inserted at several indices takes several
 //! slots. Removing an entry touches nothing here: its slot goes stale, and a candidate is
-//! always checked against the entry's valid bit and key, so a stale slot never answers. Stale
-//! slots are dropped when the CAM is rebuilt, from the valid entries, as it fills up.
+//! always checked against the entry's valid bit and key, so a stale slot never answers (nor
+//! does a slot left twice for one index). Stale slots are dropped when the CAM is rebuilt,
+//! from the valid entries.
 //!
 //! Like the table it indexes, the CAM is sized once, when the table is created: twice the
 //! table's capacity in slots (a power of two), so it is at most half full of live entries and
 //! never grows. A slot holds `index + 1`, and 0 marks a free slot: a new CAM is zeroed table
 //! memory (`table_memory`: the heap, or a mapping asking for hugepages, written at creation),
 //! as the NIC's own memory would simply be there.
+//!
+//! The table decides when entries are placed (`av_table`: written entries wait in a backlog
+//! of [`Placement`]s until a receive needs the CAM). Many placements at once
+//! ([`SourceCam::place_all`], and a rebuild) go in the order of their home slots, bucketed by
+//! the top bits of the home: each bucket covers at most 4 KiB of slots, so the writes sweep
+//! the CAM once from start to end instead of landing at random — about one cache miss per
+//! line of slots, not one per key, and no more than two passes over the placements.
 
 use crate::table_memory::TableMemory;
 
@@ -21,8 +29,16 @@ use crate::table_memory::TableMemory;
 const EMPTY: u32 = 0;
 /// The fewest slots of a CAM.
 const MIN_SLOTS: usize = 64;
-/// Keys [`SourceCam::warm`] hashes before it loads their home slots.
-const WARM_GROUP: usize = 64;
+/// Placements [`SourceCam::place_all`] takes in home-slot order; fewer go as they come.
+const SORT_FROM: usize = 64;
+/// Bits of the home slot [`SourceCam::place_all`] buckets by: 2,048 buckets (16 KiB of
+/// counts), each at most 1,024 slots (4 KiB) of a CAM of up to 2^21 slots.
+const BUCKET_BITS: u32 = 11;
+
+/// Where an index goes in the CAM: its key's home slot in the high 32 bits (a CAM has fewer
+/// than 2^32 slots), the index in the low 32. What [`SourceCam::placement`] computes while
+/// the entry is at hand, so that placing it later needs no read of the entry.
+pub(crate) type Placement = u64;
 
 /// A peer's identity as the CAM hashes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -52,8 +68,6 @@ pub(crate) struct SourceCam {
     slots: TableMemory<u32>,
     /// Slots holding an index, stale or not.
     used: usize,
-    /// Entries the CAM stands for.
-    live: usize,
 }
 
 impl SourceCam {
@@ -68,7 +82,6 @@ impl SourceCam {
             // Zeroed: every slot free (see `table_memory` for where the memory comes from).
             slots: TableMemory::zeroed(slots)?,
             used: 0,
-            live: 0,
         })
     }
 
@@ -81,36 +94,83 @@ impl SourceCam {
         self.slots.len().wrapping_sub(1)
     }
 
-    /// Whether one more entry needs a [`SourceCam::rebuild`] first (at most 3/4 of the slots
-    /// are used, live or stale).
-    pub(crate) fn full(&self) -> bool {
-        (self.used + 1) * 4 > self.slots.len() * 3
+    /// Slots holding an index, stale or not.
+    #[cfg(test)]
+    pub(crate) fn used(&self) -> usize {
+        self.used
+    }
+
+    /// Whether `more` entries need a [`SourceCam::rebuild`] first: afterwards more than 3/4
+    /// of the slots would be used, live or stale.
+    pub(crate) fn full_after(&self, more: usize) -> bool {
+        self.used.saturating_add(more).saturating_mul(4) > self.slots.len().saturating_mul(3)
+    }
+
+    /// The [`Placement`] of `index`, whose entry has `key`.
+    pub(crate) fn placement(&self, key: SourceKey, index: u32) -> Placement {
+        ((key.hash() as usize & self.mask()) as u64) << 32 | u64::from(index)
     }
 
     /// Rebuild from exactly the valid entries, in place: stale slots are dropped. The table
     /// holds at most its capacity, half the slots, so a rebuild frees at least a quarter of
-    /// them and costs O(1) per entry removed since the last one.
-    pub(crate) fn rebuild(&mut self, valid: impl Iterator<Item = (u32, SourceKey)>) {
+    /// them. The entries' placements are listed in `list` (the table's backlog memory, as
+    /// long as its capacity) and placed as [`SourceCam::place_all`] places them, with
+    /// `scratch`; any past the end of `list` are placed as they come.
+    pub(crate) fn rebuild(
+        &mut self,
+        valid: impl Iterator<Item = (u32, SourceKey)>,
+        list: &mut [Placement],
+        scratch: &mut [Placement],
+    ) {
         self.slots.as_mut_slice().fill(EMPTY);
         self.used = 0;
-        self.live = 0;
+        let mut listed = 0;
         for (index, key) in valid {
-            self.place(key, index);
+            let p = self.placement(key, index);
+            match list.get_mut(listed) {
+                Some(slot) => {
+                    *slot = p;
+                    listed += 1;
+                }
+                None => self.place(p),
+            }
+        }
+        self.place_all(list.get(..listed).unwrap_or_default(), scratch);
+    }
+
+    /// Place every one of `placements` (the caller rebuilds first when
+    /// [`SourceCam::full_after`] says so). From [`SORT_FROM`] on, when `scratch` has room,
+    /// they go in the order of their home slots' top [`BUCKET_BITS`] bits: a counting sort
+    /// into `scratch` (one pass to count; one to scatter, whose writes go to as many
+    /// sequential streams as there are buckets and depend on no load), then the writes,
+    /// which move through the CAM from start to end. Otherwise they go as they come; the
+    /// lookups are the same in any order.
+    pub(crate) fn place_all(&mut self, placements: &[Placement], scratch: &mut [Placement]) {
+        let n = placements.len();
+        match scratch.get_mut(..n).filter(|_| n >= SORT_FROM) {
+            Some(sorted) => {
+                let slot_bits = self.slots.len().trailing_zeros();
+                let bucket_bits = slot_bits.min(BUCKET_BITS);
+                let shift = 32 + slot_bits - bucket_bits;
+                bucket_into(placements, sorted, shift, 1 << bucket_bits);
+                sorted.iter().for_each(|&p| self.place(p));
+            }
+            None => placements.iter().for_each(|&p| self.place(p)),
         }
     }
 
-    fn place(&mut self, key: SourceKey, index: u32) {
+    /// Put the index of `p` in the first free slot from its home on.
+    fn place(&mut self, p: Placement) {
         let mask = self.mask();
         let slots = self.slots.as_mut_slice();
-        let mut at = key.hash() as usize & mask;
+        let mut at = (p >> 32) as usize & mask;
         for _ in 0..slots.len() {
             match slots.get_mut(at) {
                 Some(s) if *s == EMPTY => {
                     // Slot encoding: index + 1 (0 is free); an index is below the capacity,
                     // itself a u32, so the sum cannot wrap.
-                    *s = index.wrapping_add(1);
+                    *s = (p as u32).wrapping_add(1);
                     self.used += 1;
-                    self.live += 1;
                     return;
                 }
                 Some(_) => at = (at + 1) & mask,
@@ -119,53 +179,16 @@ impl SourceCam {
         }
     }
 
-    /// Touch the home slot of every key before a batch of [`SourceCam::insert`]s. The slots
-    /// are scattered over the whole CAM by design, so each insert alone waits for a cache
-    /// miss; reading them all first, independent loads the CPU overlaps, leaves the inserts
-    /// to hit the cache, as a hardware CAM pipelines the lookups of a burst of writes.
-    pub(crate) fn warm(&self, keys: impl Iterator<Item = SourceKey>) {
-        let mask = self.mask();
-        let slots = self.slots.as_slice();
-        let mut keys = keys.peekable();
-        let mut seen = 0u32;
-        // Home slots first, a group at a time, then their loads in a loop of nothing else: the
-        // loads of a whole group are then in flight at once, where loads interleaved with the
-        // hashing would be limited by how much of the loop the CPU looks ahead through.
-        let mut homes = [0usize; WARM_GROUP];
-        while keys.peek().is_some() {
-            let mut n = 0;
-            for (home, key) in homes.iter_mut().zip(keys.by_ref()) {
-                *home = key.hash() as usize & mask;
-                n += 1;
-            }
-            for &home in homes.iter().take(n) {
-                seen |= slots.get(home).copied().unwrap_or(0);
-            }
-        }
-        // The loads are the point: keep them from being optimised away.
-        std::hint::black_box(seen);
-    }
-
     /// Add `index`, whose entry has `key`. The caller rebuilds first when
-    /// [`SourceCam::full`]; a full CAM still has free slots (at most 3/4 are used), so the
-    /// entry is placed either way, only with longer probe runs.
+    /// [`SourceCam::full_after`] says so; a full CAM still has free slots (at most 3/4 are
+    /// used), so the entry is placed either way, only with longer probe runs.
+    #[cfg(test)]
     pub(crate) fn insert(&mut self, key: SourceKey, index: u32) {
         debug_assert!(
-            !self.full(),
+            !self.full_after(1),
             "rebuild the CAM before inserting into a full one"
         );
-        self.place(key, index);
-    }
-
-    /// An entry the CAM stood for went away (invalidated or overwritten): its slot is stale.
-    pub(crate) fn forget(&mut self) {
-        self.live = self.live.saturating_sub(1);
-    }
-
-    /// Entries the CAM stands for.
-    #[cfg(test)]
-    pub(crate) fn live(&self) -> usize {
-        self.live
+        self.place(self.placement(key, index));
     }
 
     /// Every index in `key`'s probe run, the candidates for it: from its home slot up to the
@@ -205,6 +228,33 @@ impl SourceCam {
     #[cfg(test)]
     pub(crate) fn heap_bytes(&self) -> usize {
         self.slots.len() * 4
+    }
+}
+
+/// Copy `items` into `out` (as long) ordered by `item >> shift` (below `buckets`), each
+/// bucket's items in their order in `items`: a counting sort.
+fn bucket_into(items: &[u64], out: &mut [u64], shift: u32, buckets: usize) {
+    let bucket = |v: u64| (v >> shift) as usize;
+    // Counts per bucket, then each bucket's next position in `out`.
+    let mut next = vec![0usize; buckets];
+    for &v in items {
+        if let Some(c) = next.get_mut(bucket(v)) {
+            *c += 1;
+        }
+    }
+    let mut at = 0;
+    for c in next.iter_mut() {
+        let count = *c;
+        *c = at;
+        at += count;
+    }
+    for &v in items {
+        if let Some(pos) = next.get_mut(bucket(v)) {
+            if let Some(slot) = out.get_mut(*pos) {
+                *slot = v;
+            }
+            *pos += 1;
+        }
     }
 }
 
@@ -249,6 +299,76 @@ mod tests {
         assert!(per_lookup < 6.0, "{per_lookup} entries read per lookup");
     }
 
+    /// A rebuild in home-slot order answers every lookup as inserting the keys one by one
+    /// does, and leaves each key within its probe run.
+    #[test]
+    fn a_sorted_rebuild_finds_every_key() {
+        let cap = 5000u32;
+        let mut cam = SourceCam::new(cap).unwrap();
+        let keys: Vec<SourceKey> = (0..cap).map(|i| key(i % 1200)).collect();
+        let (mut list, mut scratch) = (vec![0; cap as usize], vec![0; cap as usize]);
+        cam.rebuild((0..cap).zip(keys.iter().copied()), &mut list, &mut scratch);
+        assert_eq!(cam.used(), cap as usize);
+        for n in 0..1200 {
+            let want = (0..cap).find(|&i| keys[i as usize] == key(n));
+            assert_eq!(cam.lowest(key(n), |i| keys.get(i as usize).copied()), want);
+        }
+    }
+
+    /// Placements in bulk (bucketed by home slot) into a CAM that already holds entries find
+    /// every key, as inserting them one by one would.
+    #[test]
+    fn placing_in_bulk_into_a_partly_filled_cam_finds_every_key() {
+        let cap = 1u32 << 13;
+        let mut cam = SourceCam::new(cap).unwrap();
+        let keys: Vec<SourceKey> = (0..cap)
+            .map(|i| key(i.wrapping_mul(2_654_435_761) % 3000))
+            .collect();
+        for i in 0..500 {
+            cam.insert(keys[i as usize], i);
+        }
+        let bulk: Vec<Placement> = (500..cap)
+            .map(|i| cam.placement(keys[i as usize], i))
+            .collect();
+        let mut scratch = vec![0; bulk.len()];
+        cam.place_all(&bulk, &mut scratch);
+        assert_eq!(cam.used(), cap as usize);
+        for n in 0..3000 {
+            let want = (0..cap).find(|&i| keys[i as usize] == key(n));
+            assert_eq!(
+                cam.lowest(key(n), |i| keys.get(i as usize).copied()),
+                want,
+                "key {n}"
+            );
+        }
+    }
+
+    /// The bucketing keeps every item and leaves the buckets in order.
+    #[test]
+    fn bucketing_orders_by_bucket_and_loses_nothing() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for len in [0usize, 1, 2, 63, 64, 1000, 5000] {
+            let items: Vec<u64> = (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x & 0x000F_FFFF_FFFF_FFFF
+                })
+                .collect();
+            let mut out = vec![0; len];
+            bucket_into(&items, &mut out, 40, 4096);
+            assert!(
+                out.windows(2).all(|w| w[0] >> 40 <= w[1] >> 40),
+                "len {len}"
+            );
+            let (mut got, mut want) = (out.clone(), items.clone());
+            got.sort_unstable();
+            want.sort_unstable();
+            assert_eq!(got, want, "len {len}");
+        }
+    }
+
     #[test]
     fn matches_a_reference_map_through_inserts_removes_and_rebuilds() {
         // Index -> key of its valid entry, with duplicate keys at several indices.
@@ -260,22 +380,23 @@ mod tests {
             x ^= x >> 7;
             x ^= x << 17;
             let index = (x % 3000) as u32;
-            if keys.remove(&index).is_some() {
-                cam.forget();
-            } else {
+            if keys.remove(&index).is_none() {
                 let k = key((x >> 20) as u32 % 500);
                 keys.insert(index, k);
-                if cam.full() {
+                if cam.full_after(1) {
                     let valid: Vec<(u32, SourceKey)> = keys
                         .iter()
                         .filter(|(&i, _)| i != index)
                         .map(|(&i, &k)| (i, k))
                         .collect();
-                    cam.rebuild(valid.into_iter());
+                    let mut list = vec![0; 3000];
+                    let mut scratch = vec![0; 3000];
+                    cam.rebuild(valid.into_iter(), &mut list, &mut scratch);
+                    assert_eq!(cam.used(), keys.len() - 1, "a rebuild drops stale slots");
                 }
                 cam.insert(k, index);
             }
-            assert_eq!(cam.live(), keys.len());
+            assert!(!cam.full_after(0));
             if step % 499 == 0 {
                 for n in 0..500 {
                     let k = key(n);

@@ -25,8 +25,17 @@
 //! per node) with one `fi_av_insertsym`, stored as a symmetric range on host and NIC; its
 //! `bytes_per_entry` is the growth of the AV's host memory divided by `n`.
 //!
+//! `op=source_catch_up` (`impl=uet-nic` only) is the NIC's cost that AV_WRITE leaves for
+//! later: the simulated NIC takes the indices an AV_WRITE wrote into its source CAM (the
+//! reverse map FI_SOURCE reads on receive) before the next receive's lookup, not on the
+//! command path. After a first message between two NICs (which pays for what any first
+//! message does), the bench fills the receiver's AV with the `n` peers (in batches, the
+//! last one the sender), then times the next message, whose receive takes all `n` in,
+//! against the median of the 20 after it; `ns_per_op` is the difference per entry. Added to `op=insert_batch`, it gives what the NIC spends per entry
+//! in all. The receive reports the sender's index (`n - 1`) as its source, or the bench fails.
+//!
 //! `--ops` picks the operations (`insert`, which also measures lookup and remove; `insert_batch`;
-//! `insertsym`), all three by default. An unreported warm-up round at 1,000 entries of each
+//! `insertsym`; `source_catch_up`), all four by default. An unreported warm-up round at 1,000 entries of each
 //! implementation comes first. `--rounds R` measures everything R times (a fresh AV each time)
 //! and prints the median, with `rounds=R min=<x> max=<y>` after it: on a shared 2-core machine
 //! one round can be off by a third either way.
@@ -38,7 +47,7 @@ use std::time::Instant;
 use uet_av::mirror::Slots;
 use uet_av::{AddressVector, AvAttr, MemoryNicTable, NicAvTable};
 use uet_driver::backend::sim::SimDevice;
-use uet_driver::Nic;
+use uet_driver::{Av, DmaBuffer, DmaPool, Endpoint, EndpointAttr, Nic};
 use uet_fwif::address::{caps, AddressingMode};
 use uet_fwif::UetAddress;
 use uet_sim::{Fabric, NicConfig};
@@ -55,8 +64,9 @@ struct Args {
     /// Addresses per insert call for op=insert_batch.
     #[arg(long, default_value_t = 256)]
     batch: usize,
-    /// Operations to measure: insert (with lookup and remove), insert_batch, insertsym.
-    #[arg(long, value_delimiter = ',', default_values_t = ["insert".to_string(), "insert_batch".to_string(), "insertsym".to_string()])]
+    /// Operations to measure: insert (with lookup and remove), insert_batch, insertsym,
+    /// source_catch_up (uet-nic only).
+    #[arg(long, value_delimiter = ',', default_values_t = ["insert".to_string(), "insert_batch".to_string(), "insertsym".to_string(), "source_catch_up".to_string()])]
     ops: Vec<String>,
     /// Rounds per entry count and implementation; the median is printed.
     #[arg(long, default_value_t = 1)]
@@ -88,6 +98,9 @@ struct Figure {
     ns: f64,
     bytes: f64,
 }
+
+/// Every `--ops` value.
+const OPS: [&str; 4] = ["insert", "insert_batch", "insertsym", "source_catch_up"];
 
 /// Entries of the warm-up round.
 const WARMUP_ENTRIES: usize = 1_000;
@@ -281,12 +294,8 @@ fn main() -> std::process::ExitCode {
         eprintln!("bench-av: --batch and every --counts value must be positive");
         return std::process::ExitCode::from(2);
     }
-    if let Some(bad) = args
-        .ops
-        .iter()
-        .find(|o| !["insert", "insert_batch", "insertsym"].contains(&o.as_str()))
-    {
-        eprintln!("bench-av: unknown --ops {bad} (insert, insert_batch, insertsym)");
+    if let Some(bad) = args.ops.iter().find(|o| !OPS.contains(&o.as_str())) {
+        eprintln!("bench-av: unknown --ops {bad} ({})", OPS.join(", "));
         return std::process::ExitCode::from(2);
     }
     if args.rounds == 0 {
@@ -342,7 +351,7 @@ fn measure(imp: &str, n: usize, args: &Args, addrs: &[u8]) -> Result<Vec<Figure>
                 .add_nic(NicConfig::new(IpAddr::V4(Ipv4Addr::new(10, 255, 0, 1))))
                 .map_err(|e| e.to_string())
                 .and_then(|f| Nic::open(Arc::new(SimDevice::new(f))).map_err(|e| e.to_string()));
-            match nic {
+            let mut figures = match nic {
                 Ok(nic) => run(n, args.batch, &args.ops, addrs, || {
                     nic.open_av(AvAttr {
                         count: n,
@@ -351,11 +360,111 @@ fn measure(imp: &str, n: usize, args: &Args, addrs: &[u8]) -> Result<Vec<Figure>
                     .map_err(|e| e.to_string())
                 }),
                 Err(e) => Err(e),
+            }?;
+            if args.ops.iter().any(|o| o == "source_catch_up") {
+                figures.push(source_catch_up(n, args.batch, addrs)?);
             }
+            Ok(figures)
         }
         "flat-slots" => flat_slots(n, args.batch, &args.ops, addrs),
         other => Err(format!("unknown --impl {other}")),
     }
+}
+
+/// `op=source_catch_up`: see the crate documentation.
+fn source_catch_up(n: usize, batch: usize, addrs: &[u8]) -> Result<Figure, String> {
+    const JOB: u32 = 9;
+    let fabric = Fabric::new();
+    let open = |ip: Ipv4Addr, count: usize| -> Result<(Nic, Av, Endpoint, DmaPool), String> {
+        let f = fabric
+            .add_nic(NicConfig::new(IpAddr::V4(ip)))
+            .map_err(|e| e.to_string())?;
+        let nic = Nic::open(Arc::new(SimDevice::new(f))).map_err(|e| e.to_string())?;
+        let av = nic
+            .open_av(AvAttr {
+                count,
+                job_id: JOB,
+                ..AvAttr::default()
+            })
+            .map_err(|e| e.to_string())?;
+        let ep = nic
+            .endpoint(
+                EndpointAttr {
+                    job_id: JOB,
+                    ..EndpointAttr::default()
+                },
+                Some(&av),
+            )
+            .map_err(|e| e.to_string())?;
+        let pool = DmaPool::new(&nic, 64, 4).map_err(|e| e.to_string())?;
+        Ok((nic, av, ep, pool))
+    };
+    let (_nic_a, mut av_a, mut ep_a, pool_a) = open(Ipv4Addr::new(10, 254, 0, 1), 1)?;
+    let (_nic_b, mut av_b, mut ep_b, pool_b) = open(Ipv4Addr::new(10, 254, 0, 2), n)?;
+    let b = ep_b.address().to_bytes().map_err(|e| e.to_string())?;
+    let mut to_b = [0u64; 1];
+    av_a.insert(&b, 1, Some(&mut to_b), 0)
+        .map_err(|e| e.to_string())?;
+    let wait = |ep: &mut Endpoint| -> Result<uet_driver::CqEvent, String> {
+        for _ in 0..1_000_000 {
+            if let Some(ev) = ep.poll().map_err(|e| e.to_string())? {
+                return match ev.error {
+                    Some(err) => Err(format!("completion failed: {err}")),
+                    None => Ok(ev),
+                };
+            }
+        }
+        Err("no completion".into())
+    };
+    let back = |(e, _): (uet_driver::DriverError, DmaBuffer)| e.to_string();
+    // The sender's address, for B's AV.
+    let a = ep_a.address().to_bytes().map_err(|e| e.to_string())?;
+    let mut message = |want_source: Option<u64>| -> Result<f64, String> {
+        let rx = pool_b.alloc().ok_or("pool empty")?;
+        let mut tx = pool_a.alloc().ok_or("pool empty")?;
+        tx.fill(&[0xa5; 8]).map_err(|e| e.to_string())?;
+        ep_b.post_recv(rx, 1).map_err(back)?;
+        let t = Instant::now();
+        ep_a.post_send(to_b[0], tx, 1, 0).map_err(back)?;
+        let got = wait(&mut ep_b)?;
+        let ns = t.elapsed().as_nanos() as f64;
+        wait(&mut ep_a)?;
+        match want_source {
+            Some(want) if got.src_addr != want => Err(format!(
+                "the receive reported source {:#x}, not the sender's index {want}",
+                got.src_addr
+            )),
+            _ => Ok(ns),
+        }
+    };
+    // A first message before the inserts pays what a first message costs anyway (the
+    // packet delivery context between the two NICs, cold caches).
+    message(None)?;
+    // B's AV: n - 1 of the bench's peers, then A, in batches.
+    let mut peers = addrs.get(..32 * (n - 1)).unwrap_or_default().to_vec();
+    peers.extend_from_slice(&a);
+    for chunk in peers.chunks(32 * batch) {
+        let count = chunk.len() / 32;
+        let done = av_b
+            .insert(chunk, count, None, 0)
+            .map_err(|e| e.to_string())?;
+        if done != count {
+            return Err(format!("inserted {done} of {count}"));
+        }
+    }
+    let sender = Some((n - 1) as u64);
+    let first = message(sender)?;
+    let mut steady = (0..20)
+        .map(|_| message(sender))
+        .collect::<Result<Vec<f64>, _>>()?;
+    steady.sort_by(f64::total_cmp);
+    let steady = steady.get(steady.len() / 2).copied().unwrap_or(0.0);
+    Ok(Figure {
+        op: "source_catch_up",
+        n,
+        ns: (first - steady).max(0.0) / n as f64,
+        bytes: av_b.host_bytes() as f64 / n as f64,
+    })
 }
 
 /// `impl=flat-slots`: the bench's operations on the mirror's slot storage alone (see the
