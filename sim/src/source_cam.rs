@@ -78,6 +78,11 @@ impl SourceCam {
             .saturating_mul(2)
             .next_power_of_two()
             .max(MIN_SLOTS);
+        // A home slot is a [`Placement`]'s high 32 bits: a table of more than 2^31 entries
+        // (2^33 slots; 128 GiB of entries besides) has no CAM, and its AV_CREATE no resources.
+        if slots as u64 > 1 << 32 {
+            return None;
+        }
         Some(SourceCam {
             // Zeroed: every slot free (see `table_memory` for where the memory comes from).
             slots: TableMemory::zeroed(slots)?,
@@ -341,6 +346,13 @@ mod tests {
                 "key {n}"
             );
         }
+    }
+
+    /// Every home slot fits a [`Placement`]'s high half: a CAM that would not is refused.
+    #[test]
+    fn a_cam_past_two_to_the_32_slots_is_refused() {
+        assert!(SourceCam::new(u32::MAX).is_none());
+        assert!(SourceCam::new((1 << 31) + 1).is_none());
     }
 
     /// The bucketing keeps every item and leaves the buckets in order.
