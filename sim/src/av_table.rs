@@ -420,6 +420,8 @@ impl AvTable {
         if self.cam_backlog_len >= self.cam_backlog.len() {
             self.catch_up_cam();
         }
+        // The key of the single entry being overwritten, if any.
+        let old_key = self.get(index).and_then(Self::key);
         let Some(slot) = usize::try_from(index)
             .ok()
             .and_then(|i| self.entries.as_mut_slice().get_mut(i))
@@ -430,7 +432,9 @@ impl AvTable {
         // Written into a range's hole, the single entry shadows the removed member, which
         // stays removed when the single entry goes.
         self.set_single_bit(index, true);
-        let Some(key) = Self::key(&entry) else {
+        let Some(key) = Self::key(&entry).filter(|&k| old_key != Some(k)) else {
+            // Rewritten with the same peer (a new user id, say): the placement it has, in the
+            // CAM or the backlog, still stands, and another would only take a slot.
             return;
         };
         let placement = self.cam.placement(key, index);
@@ -706,10 +710,22 @@ mod tests {
         assert_eq!(t.source("10.0.0.2".parse().unwrap(), 5), u64::MAX);
     }
 
+    /// The lowest index holding each peer of `t`, by a scan of the table.
+    fn lowest_by_scan(t: &AvTable) -> std::collections::HashMap<([u8; 16], u32), u64> {
+        let mut lowest = std::collections::HashMap::new();
+        for i in (0..t.capacity).rev() {
+            if let Some(f) = t.get(i) {
+                lowest.insert((f.fabric_addr, f.initiator.get()), u64::from(i));
+            }
+        }
+        lowest
+    }
+
     #[test]
-    fn the_cam_holds_each_valid_entry_once_through_rebuilds() {
-        // A 64-entry table, rewritten over and over: rebuilds happen as stale slots pile up,
-        // and after each step the CAM stands for exactly the valid entries.
+    fn the_cam_answers_through_rebuilds_and_full_backlogs() {
+        // A 64-entry table, rewritten over and over with some 150 writes between lookups:
+        // the backlog fills (and the CAM catches up at the write), and rebuilds happen as
+        // stale slots pile up. Every lookup finds the lowest index holding the sender.
         let mut t = AvTable::new(64, 0, 0).unwrap();
         let mut x = 0x2545_F491u32;
         for step in 0..20_000u32 {
@@ -723,26 +739,75 @@ mod tests {
                 t.set(index, peer(&format!("10.0.{}.1", x % 7 + 1), x % 5));
             }
             assert!(
-                t.cam_backlog.len() <= 64,
+                t.cam_backlog_len <= 64,
                 "step {step}: the backlog stays bounded"
             );
-            if step % 97 == 0 {
-                t.catch_up_cam();
-                let valid = (0..64).filter(|&i| t.get(i).is_some()).count();
-                assert!(t.cam.used() >= valid, "step {step}");
+            if step % 301 == 0 {
+                let lowest = lowest_by_scan(&t);
+                for n in 0..7 * 5 {
+                    let e = peer(&format!("10.0.{}.1", n % 7 + 1), n / 7);
+                    let want = lowest
+                        .get(&(e.fabric_addr, e.initiator.get()))
+                        .copied()
+                        .unwrap_or(u64::MAX);
+                    assert_eq!(
+                        t.source(e.fabric_ip(), e.initiator.get()),
+                        want,
+                        "step {step}"
+                    );
+                }
+                assert_eq!(t.cam_backlog_len, 0);
                 assert!(!t.cam.full_after(0), "step {step}");
             }
         }
-        for i in 0..64 {
-            if let Some(e) = t.get(i).copied() {
-                let ip = e.fabric_ip();
-                let lowest = (0..64)
-                    .find(|&j| {
-                        t.get(j)
-                            .is_some_and(|f| f.fabric_ip() == ip && f.initiator == e.initiator)
-                    })
-                    .unwrap();
-                assert_eq!(t.source(ip, e.initiator.get()), u64::from(lowest));
+    }
+
+    /// An entry rewritten with the same peer (a new user id) keeps its one CAM slot: the
+    /// CAM does not fill with copies of it, and the lookup reports the newest user id.
+    #[test]
+    fn rewriting_the_same_peer_takes_no_new_slot() {
+        let mut t = AvTable::new(64, 0, 0).unwrap();
+        let ip: IpAddr = "10.3.0.1".parse().unwrap();
+        t.set(5, peer("10.3.0.1", 2));
+        assert_eq!(t.source(ip, 2), 5);
+        for uid in 1..1000u64 {
+            t.set(5, peer("10.3.0.1", 2).with_user_id(uid));
+        }
+        assert_eq!(t.source(ip, 2), 999);
+        assert_eq!(t.cam.used(), 1);
+        // Another peer at the index takes a slot of its own; the old one goes stale.
+        t.set(5, peer("10.3.0.2", 2));
+        assert_eq!(t.source(ip, 2), u64::MAX);
+        assert_eq!(t.source("10.3.0.2".parse().unwrap(), 2), 5);
+        assert_eq!(t.cam.used(), 2);
+    }
+
+    /// Tables of a few entries, written many times their capacity between lookups: the
+    /// backlog fills again and again, and nothing written is lost.
+    #[test]
+    fn small_tables_lose_nothing_when_the_backlog_fills() {
+        for cap in [1u32, 2, 3, 64, 100] {
+            let mut t = AvTable::new(cap, 0, 0).unwrap();
+            for round in 0..20u32 {
+                for k in 0..5 * cap {
+                    let n = round * 7 + k;
+                    t.set(
+                        (n * 13) % cap,
+                        peer(&format!("10.2.0.{}", n % 200 + 1), n % 3),
+                    );
+                }
+                for (&(fabric_addr, initiator), &want) in &lowest_by_scan(&t) {
+                    let ip = t
+                        .get(want as u32)
+                        .map(|e| e.fabric_ip())
+                        .unwrap_or(IpAddr::from([0, 0, 0, 0]));
+                    assert_eq!(t.get(want as u32).map(|e| e.fabric_addr), Some(fabric_addr));
+                    assert_eq!(
+                        t.source(ip, initiator),
+                        want,
+                        "capacity {cap}, round {round}"
+                    );
+                }
             }
         }
     }
@@ -763,7 +828,7 @@ mod tests {
         };
         let peer_of = |n: u32| peer(&format!("10.1.{}.{}", n / 250 % 250, n % 250 + 1), n % 3);
         for round in 0..60 {
-            let burst = [1, 10, 63, 64, 500, 3000][round % 6];
+            let burst = [1, 10, 63, 64, 500, 3000, 9000][round % 7];
             for _ in 0..burst {
                 let r = rand();
                 let index = r % CAP;
@@ -773,13 +838,7 @@ mod tests {
                     t.set(index, peer_of(rand() % 900));
                 }
             }
-            // The lowest index of every peer, by a scan of the table.
-            let mut lowest = std::collections::HashMap::new();
-            for i in (0..CAP).rev() {
-                if let Some(f) = t.get(i) {
-                    lowest.insert((f.fabric_addr, f.initiator.get()), u64::from(i));
-                }
-            }
+            let lowest = lowest_by_scan(&t);
             for n in 0..900 {
                 let e = peer_of(n);
                 let want = lowest

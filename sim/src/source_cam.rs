@@ -19,9 +19,10 @@
 //! The table decides when entries are placed (`av_table`: written entries wait in a backlog
 //! of [`Placement`]s until a receive needs the CAM). Many placements at once
 //! ([`SourceCam::place_all`], and a rebuild) go in the order of their home slots, bucketed by
-//! the top bits of the home: each bucket covers at most 4 KiB of slots, so the writes sweep
-//! the CAM once from start to end instead of landing at random — about one cache miss per
-//! line of slots, not one per key, and no more than two passes over the placements.
+//! the top 11 bits of the home (4 KiB of slots a bucket up to 2^21 slots, the CAM of a
+//! million-entry table), so the writes sweep the CAM once from start to end instead of
+//! landing at random: about one cache miss per line of slots, not one per key, for three
+//! passes over the placements (count, scatter, place).
 
 use crate::table_memory::TableMemory;
 
@@ -240,6 +241,8 @@ impl SourceCam {
 /// bucket's items in their order in `items`: a counting sort.
 fn bucket_into(items: &[u64], out: &mut [u64], shift: u32, buckets: usize) {
     let bucket = |v: u64| (v >> shift) as usize;
+    debug_assert_eq!(items.len(), out.len());
+    debug_assert!(items.iter().all(|&v| bucket(v) < buckets));
     // Counts per bucket, then each bucket's next position in `out`.
     let mut next = vec![0usize; buckets];
     for &v in items {
