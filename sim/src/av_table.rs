@@ -721,6 +721,26 @@ mod tests {
         lowest
     }
 
+    /// Each of `peers` reverse-translates to the lowest index holding it (by a scan), or to
+    /// none; afterwards the backlog is taken in and the CAM is not past 3/4.
+    fn assert_sources_by_scan(
+        t: &mut AvTable,
+        peers: impl Iterator<Item = NicAvEntry>,
+        what: &str,
+    ) {
+        let lowest = lowest_by_scan(t);
+        for e in peers {
+            let want = lowest
+                .get(&(e.fabric_addr, e.initiator.get()))
+                .copied()
+                .unwrap_or(u64::MAX);
+            let ip = e.fabric_ip();
+            assert_eq!(t.source(ip, e.initiator.get()), want, "{what}: {ip}");
+        }
+        assert_eq!(t.cam_backlog_len, 0, "{what}");
+        assert!(!t.cam.full_after(0), "{what}");
+    }
+
     #[test]
     fn the_cam_answers_through_rebuilds_and_full_backlogs() {
         // A 64-entry table, rewritten over and over with some 150 writes between lookups:
@@ -743,21 +763,8 @@ mod tests {
                 "step {step}: the backlog stays bounded"
             );
             if step % 301 == 0 {
-                let lowest = lowest_by_scan(&t);
-                for n in 0..7 * 5 {
-                    let e = peer(&format!("10.0.{}.1", n % 7 + 1), n / 7);
-                    let want = lowest
-                        .get(&(e.fabric_addr, e.initiator.get()))
-                        .copied()
-                        .unwrap_or(u64::MAX);
-                    assert_eq!(
-                        t.source(e.fabric_ip(), e.initiator.get()),
-                        want,
-                        "step {step}"
-                    );
-                }
-                assert_eq!(t.cam_backlog_len, 0);
-                assert!(!t.cam.full_after(0), "step {step}");
+                let peers = (0..7 * 5).map(|n| peer(&format!("10.0.{}.1", n % 7 + 1), n / 7));
+                assert_sources_by_scan(&mut t, peers, &format!("step {step}"));
             }
         }
     }
@@ -838,21 +845,7 @@ mod tests {
                     t.set(index, peer_of(rand() % 900));
                 }
             }
-            let lowest = lowest_by_scan(&t);
-            for n in 0..900 {
-                let e = peer_of(n);
-                let want = lowest
-                    .get(&(e.fabric_addr, e.initiator.get()))
-                    .copied()
-                    .unwrap_or(u64::MAX);
-                assert_eq!(
-                    t.source(e.fabric_ip(), e.initiator.get()),
-                    want,
-                    "round {round}, peer {n}"
-                );
-            }
-            assert_eq!(t.cam_backlog_len, 0);
-            assert!(!t.cam.full_after(0), "round {round}");
+            assert_sources_by_scan(&mut t, (0..900).map(peer_of), &format!("round {round}"));
         }
     }
 
