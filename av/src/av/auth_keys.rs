@@ -590,13 +590,7 @@ impl<N: NicAvTable> AddressVector<N> {
         for key in keys {
             let mut e = [AuthKeyEntry::default()];
             self.nic.read_auth_keys(key.slot, &mut e).map_err(|err| {
-                FiError::new(
-                    err.errno,
-                    format!(
-                        "verify: reading auth-key slot {}: {}",
-                        key.slot, err.message
-                    ),
-                )
+                err.within(format_args!("verify: reading auth-key slot {}", key.slot))
             })?;
             let nic = e[0];
             let owner = self.nic.table_handle();
