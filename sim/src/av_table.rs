@@ -37,7 +37,7 @@
 //! * A bitmap of the indices holding single entries lets AV_WRITE check a new range against
 //!   them without touching the (lazily allocated) entry pages.
 
-use crate::source_cam::{Placement, SourceCam, SourceKey};
+use crate::source_cam::{SourceCam, SourceKey};
 use crate::table_memory::TableMemory;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -121,14 +121,6 @@ pub(crate) struct AvTable {
     entries: TableMemory<NicAvEntry>,
     /// Key -> first index of its chain.
     cam: SourceCam,
-    /// The CAM placements of the single entries written since the CAM last took them in, in
-    /// write order: the first `cam_backlog_len` of `capacity`, in table memory of its own. One
-    /// may be stale (its index invalidated or written again since), which costs the CAM a
-    /// stale slot and no wrong answer.
-    cam_backlog: TableMemory<Placement>,
-    cam_backlog_len: usize,
-    /// Where [`SourceCam::place_all`] sorts the backlog: as long, table memory too.
-    cam_scratch: TableMemory<Placement>,
     /// Bit per index: a valid single entry is there. Grows with the highest such index.
     singles: Vec<u64>,
     /// Range entries by first index (a map, so that adding or removing one costs the same
@@ -163,8 +155,6 @@ impl AvTable {
     pub(crate) fn new(capacity: u32, rx_ctx_bits: u8, max_group_id: u32) -> Option<Self> {
         let entries = TableMemory::zeroed(usize::try_from(capacity).ok()?)?;
         let cam = SourceCam::new(capacity)?;
-        let cam_backlog = TableMemory::zeroed(usize::try_from(capacity).ok()?)?;
-        let cam_scratch = TableMemory::zeroed(cam_backlog.len())?;
         tracing::debug!(
             capacity,
             entries_on_hugepages = entries.is_huge(),
@@ -177,9 +167,6 @@ impl AvTable {
             max_group_id,
             entries,
             cam,
-            cam_backlog,
-            cam_backlog_len: 0,
-            cam_scratch,
             singles: Vec::new(),
             ranges: BTreeMap::new(),
             bound: 0,
@@ -219,21 +206,17 @@ impl AvTable {
         }
     }
 
-    /// Rebuild the source CAM from the valid single entries (which takes in the backlog).
-    fn rebuild_cam(&mut self) {
-        self.cam_backlog_len = 0;
-        let (singles, entries) = (&self.singles, self.entries.as_slice());
+    /// Every valid single entry and its CAM key, in index order.
+    fn valid_keys<'a>(
+        singles: &'a [u64],
+        entries: &'a [NicAvEntry],
+    ) -> impl Iterator<Item = (u32, SourceKey)> + 'a {
         let valid = singles.iter().enumerate().flat_map(|(w, &word)| {
             (0..64u32)
                 .filter(move |b| (word >> b) & 1 == 1)
                 .map(move |b| w as u32 * 64 + b)
         });
-        let keyed = valid.filter_map(|i| Self::key_at(singles, entries, i).map(|k| (i, k)));
-        self.cam.rebuild(
-            keyed,
-            self.cam_backlog.as_mut_slice(),
-            self.cam_scratch.as_mut_slice(),
-        );
+        valid.filter_map(|i| Self::key_at(singles, entries, i).map(|k| (i, k)))
     }
 
     fn set_single_bit(&mut self, index: u32, on: bool) {
@@ -376,23 +359,11 @@ impl AvTable {
         }
     }
 
-    /// Take the entries written since the last call into the source CAM: what a source
-    /// lookup does first. The backlog is placed in home-slot order
-    /// ([`SourceCam::place_all`], sorting in the table's scratch memory); one that would fill
-    /// the CAM past 3/4 rebuilds it from the valid entries instead, which drops the stale
-    /// slots and places the backlog's entries with the rest.
+    /// Take the entries written since the last call into the source CAM
+    /// ([`SourceCam::catch_up`]): what a source lookup does first.
     pub(crate) fn catch_up_cam(&mut self) {
-        let len = core::mem::take(&mut self.cam_backlog_len);
-        if len == 0 {
-            return;
-        }
-        if self.cam.full_after(len) {
-            self.rebuild_cam();
-            return;
-        }
-        if let Some(backlog) = self.cam_backlog.as_slice().get(..len) {
-            self.cam.place_all(backlog, self.cam_scratch.as_mut_slice());
-        }
+        let (singles, entries) = (&self.singles, self.entries.as_slice());
+        self.cam.catch_up(|| Self::valid_keys(singles, entries));
     }
 
     /// Store `entry` at `index` (the batch passed [`AvTable::check_batch`]). A range entry is
@@ -416,10 +387,6 @@ impl AvTable {
             );
             return;
         }
-        // At most the capacity waits: then the CAM catches up first.
-        if self.cam_backlog_len >= self.cam_backlog.len() {
-            self.catch_up_cam();
-        }
         // The key of the single entry being overwritten, if any.
         let old_key = self.get(index).and_then(Self::key);
         let Some(slot) = usize::try_from(index)
@@ -437,14 +404,12 @@ impl AvTable {
             // CAM or the backlog, still stands, and another would only take a slot.
             return;
         };
-        let placement = self.cam.placement(key, index);
-        if let Some(p) = self
-            .cam_backlog
-            .as_mut_slice()
-            .get_mut(self.cam_backlog_len)
-        {
-            *p = placement;
-            self.cam_backlog_len += 1;
+        if !self.cam.record(key, index) {
+            // The backlog is full: the CAM takes it in, then this entry waits in turn (a
+            // rebuild has placed it already; the second placement is only a spare slot).
+            self.catch_up_cam();
+            let recorded = self.cam.record(key, index);
+            debug_assert!(recorded, "an empty backlog has room");
         }
     }
 
@@ -737,7 +702,7 @@ mod tests {
             let ip = e.fabric_ip();
             assert_eq!(t.source(ip, e.initiator.get()), want, "{what}: {ip}");
         }
-        assert_eq!(t.cam_backlog_len, 0, "{what}");
+        assert_eq!(t.cam.pending(), 0, "{what}");
         assert!(!t.cam.full_after(0), "{what}");
     }
 
@@ -759,7 +724,7 @@ mod tests {
                 t.set(index, peer(&format!("10.0.{}.1", x % 7 + 1), x % 5));
             }
             assert!(
-                t.cam_backlog_len <= 64,
+                t.cam.pending() <= 64,
                 "step {step}: the backlog stays bounded"
             );
             if step % 301 == 0 {

@@ -16,9 +16,10 @@
 //! memory (`table_memory`: the heap, or a mapping asking for hugepages, written at creation),
 //! as the NIC's own memory would simply be there.
 //!
-//! The table decides when entries are placed (`av_table`: written entries wait in a backlog
-//! of [`Placement`]s until a receive needs the CAM). Many placements at once
-//! ([`SourceCam::place_all`], and a rebuild) go in the order of their home slots, bucketed by
+//! Entries are not placed when written: [`SourceCam::record`] puts their [`Placement`]s on a
+//! backlog (table memory as long as the table), and the table has the CAM take it in before
+//! a receive's lookup ([`SourceCam::catch_up`]). Many placements at once (a catch-up, a
+//! rebuild) go in the order of their home slots, bucketed by
 //! the top 11 bits of the home (4 KiB of slots a bucket up to 2^21 slots, the CAM of a
 //! million-entry table), so the writes sweep the CAM once from start to end instead of
 //! landing at random: about one cache miss per line of slots, not one per key, for three
@@ -30,16 +31,16 @@ use crate::table_memory::TableMemory;
 const EMPTY: u32 = 0;
 /// The fewest slots of a CAM.
 const MIN_SLOTS: usize = 64;
-/// Placements [`SourceCam::place_all`] takes in home-slot order; fewer go as they come.
+/// Placements [`SourceCam::catch_up`] takes in home-slot order; fewer go as they come.
 const SORT_FROM: usize = 64;
-/// Bits of the home slot [`SourceCam::place_all`] buckets by: 2,048 buckets (16 KiB of
+/// Bits of the home slot [`SourceCam::catch_up`] buckets by: 2,048 buckets (16 KiB of
 /// counts), each at most 1,024 slots (4 KiB) of a CAM of up to 2^21 slots.
 const BUCKET_BITS: u32 = 11;
 
 /// Where an index goes in the CAM: its key's home slot in the high 32 bits (a CAM has fewer
 /// than 2^32 slots), the index in the low 32. What [`SourceCam::placement`] computes while
 /// the entry is at hand, so that placing it later needs no read of the entry.
-pub(crate) type Placement = u64;
+type Placement = u64;
 
 /// A peer's identity as the CAM hashes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -69,11 +70,20 @@ pub(crate) struct SourceCam {
     slots: TableMemory<u32>,
     /// Slots holding an index, stale or not.
     used: usize,
+    /// The placements [`SourceCam::record`] took since the last [`SourceCam::catch_up`], in
+    /// order: the first `pending` of as many as the table has entries. One may be stale (its
+    /// index invalidated or written again since), which costs a stale slot, no wrong answer.
+    backlog: TableMemory<Placement>,
+    pending: usize,
+    /// Where a catch-up sorts the backlog: as long.
+    scratch: TableMemory<Placement>,
+    /// The sort's count per bucket: `1 << min(slot bits, BUCKET_BITS)` of them.
+    counts: Vec<usize>,
 }
 
 impl SourceCam {
     /// The CAM of a table of `capacity` entries: `2 * capacity` slots rounded up to a power of
-    /// two (at least [`MIN_SLOTS`]), all free.
+    /// two (at least [`MIN_SLOTS`]), all free, and a backlog of `capacity` placements.
     pub(crate) fn new(capacity: u32) -> Option<Self> {
         let slots = (capacity as usize)
             .saturating_mul(2)
@@ -84,10 +94,19 @@ impl SourceCam {
         if slots as u64 > 1 << 32 {
             return None;
         }
+        let backlog = TableMemory::zeroed(usize::try_from(capacity).ok()?)?;
+        let mut counts = Vec::new();
+        let buckets = 1usize << slots.trailing_zeros().min(BUCKET_BITS);
+        counts.try_reserve_exact(buckets).ok()?;
+        counts.resize(buckets, 0);
         Some(SourceCam {
             // Zeroed: every slot free (see `table_memory` for where the memory comes from).
             slots: TableMemory::zeroed(slots)?,
             used: 0,
+            scratch: TableMemory::zeroed(backlog.len())?,
+            backlog,
+            pending: 0,
+            counts,
         })
     }
 
@@ -106,6 +125,12 @@ impl SourceCam {
         self.used
     }
 
+    /// Placements waiting for the next [`SourceCam::catch_up`].
+    #[cfg(test)]
+    pub(crate) fn pending(&self) -> usize {
+        self.pending
+    }
+
     /// Whether `more` entries need a [`SourceCam::rebuild`] first: afterwards more than 3/4
     /// of the slots would be used, live or stale.
     pub(crate) fn full_after(&self, more: usize) -> bool {
@@ -113,79 +138,98 @@ impl SourceCam {
     }
 
     /// The [`Placement`] of `index`, whose entry has `key`.
-    pub(crate) fn placement(&self, key: SourceKey, index: u32) -> Placement {
+    fn placement(&self, key: SourceKey, index: u32) -> Placement {
         ((key.hash() as usize & self.mask()) as u64) << 32 | u64::from(index)
+    }
+
+    /// Note that `index` now holds `key`, for the next [`SourceCam::catch_up`]: its placement
+    /// goes on the backlog. `false`, noting nothing, when the backlog is full: catch up first.
+    #[must_use]
+    pub(crate) fn record(&mut self, key: SourceKey, index: u32) -> bool {
+        let placement = self.placement(key, index);
+        match self.backlog.as_mut_slice().get_mut(self.pending) {
+            Some(p) => {
+                *p = placement;
+                self.pending += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Place what the backlog holds: from [`SORT_FROM`] placements on, in the order of their
+    /// home slots' top [`BUCKET_BITS`] bits — a counting sort into the scratch memory (one
+    /// pass to count; one to scatter, whose writes go to as many sequential streams as there
+    /// are buckets and depend on no load), then the writes, which move through the CAM from
+    /// start to end. A backlog that would fill the CAM past 3/4 rebuilds it instead from
+    /// `valid()` (every valid entry, the backlog's among them), which drops the stale slots.
+    pub(crate) fn catch_up<I>(&mut self, valid: impl FnOnce() -> I)
+    where
+        I: Iterator<Item = (u32, SourceKey)>,
+    {
+        let len = core::mem::take(&mut self.pending);
+        if len == 0 {
+            return;
+        }
+        if self.full_after(len) {
+            self.rebuild(valid());
+        } else {
+            self.place_backlog(len);
+        }
     }
 
     /// Rebuild from exactly the valid entries, in place: stale slots are dropped. The table
     /// holds at most its capacity, half the slots, so a rebuild frees at least a quarter of
-    /// them. The entries' placements are listed in `list` (the table's backlog memory, as
-    /// long as its capacity) and placed as [`SourceCam::place_all`] places them, with
-    /// `scratch`; any past the end of `list` are placed as they come.
-    pub(crate) fn rebuild(
-        &mut self,
-        valid: impl Iterator<Item = (u32, SourceKey)>,
-        list: &mut [Placement],
-        scratch: &mut [Placement],
-    ) {
+    /// them. The entries' placements are listed in the backlog memory (as long as the
+    /// capacity) and placed as [`SourceCam::catch_up`] places a backlog; any past its end
+    /// are placed as they come.
+    pub(crate) fn rebuild(&mut self, valid: impl Iterator<Item = (u32, SourceKey)>) {
         self.slots.as_mut_slice().fill(EMPTY);
         self.used = 0;
         let mut listed = 0;
         for (index, key) in valid {
             let p = self.placement(key, index);
-            match list.get_mut(listed) {
+            match self.backlog.as_mut_slice().get_mut(listed) {
                 Some(slot) => {
                     *slot = p;
                     listed += 1;
                 }
-                None => self.place(p),
+                None => self.used += usize::from(place(self.slots.as_mut_slice(), p)),
             }
         }
-        self.place_all(list.get(..listed).unwrap_or_default(), scratch);
+        self.pending = 0;
+        self.place_backlog(listed);
     }
 
-    /// Place every one of `placements` (the caller rebuilds first when
-    /// [`SourceCam::full_after`] says so). From [`SORT_FROM`] on, when `scratch` has room,
-    /// they go in the order of their home slots' top [`BUCKET_BITS`] bits: a counting sort
-    /// into `scratch` (one pass to count; one to scatter, whose writes go to as many
-    /// sequential streams as there are buckets and depend on no load), then the writes,
-    /// which move through the CAM from start to end. Otherwise they go as they come; the
-    /// lookups are the same in any order.
-    pub(crate) fn place_all(&mut self, placements: &[Placement], scratch: &mut [Placement]) {
-        let n = placements.len();
-        match scratch.get_mut(..n).filter(|_| n >= SORT_FROM) {
-            Some(sorted) => {
-                let slot_bits = self.slots.len().trailing_zeros();
-                let bucket_bits = slot_bits.min(BUCKET_BITS);
-                let shift = 32 + slot_bits - bucket_bits;
-                bucket_into(placements, sorted, shift, 1 << bucket_bits);
-                sorted.iter().for_each(|&p| self.place(p));
-            }
-            None => placements.iter().for_each(|&p| self.place(p)),
-        }
+    /// Place the first `len` placements of the backlog (see [`SourceCam::catch_up`]).
+    fn place_backlog(&mut self, len: usize) {
+        let slot_bits = self.slots.len().trailing_zeros();
+        let shift = 32 + slot_bits - slot_bits.min(BUCKET_BITS);
+        let Self {
+            slots,
+            used,
+            backlog,
+            scratch,
+            counts,
+            ..
+        } = self;
+        let (Some(listed), Some(sorted)) = (
+            backlog.as_slice().get(..len),
+            scratch.as_mut_slice().get_mut(..len),
+        ) else {
+            return;
+        };
+        let order: &[Placement] = if len >= SORT_FROM {
+            bucket_into(listed, sorted, shift, counts);
+            sorted
+        } else {
+            listed
+        };
+        let slots = slots.as_mut_slice();
+        *used += order.iter().filter(|&&p| place(slots, p)).count();
     }
 
-    /// Put the index of `p` in the first free slot from its home on.
-    fn place(&mut self, p: Placement) {
-        let mask = self.mask();
-        let slots = self.slots.as_mut_slice();
-        let mut at = (p >> 32) as usize & mask;
-        for _ in 0..slots.len() {
-            match slots.get_mut(at) {
-                Some(s) if *s == EMPTY => {
-                    // Slot encoding: index + 1 (0 is free); an index is below the capacity,
-                    // itself a u32, so the sum cannot wrap.
-                    *s = (p as u32).wrapping_add(1);
-                    self.used += 1;
-                    return;
-                }
-                Some(_) => at = (at + 1) & mask,
-                None => return,
-            }
-        }
-    }
-
-    /// Add `index`, whose entry has `key`. The caller rebuilds first when
+    /// Add `index`, whose entry has `key`, at once. The caller rebuilds first when
     /// [`SourceCam::full_after`] says so; a full CAM still has free slots (at most 3/4 are
     /// used), so the entry is placed either way, only with longer probe runs.
     #[cfg(test)]
@@ -194,7 +238,8 @@ impl SourceCam {
             !self.full_after(1),
             "rebuild the CAM before inserting into a full one"
         );
-        self.place(self.placement(key, index));
+        let p = self.placement(key, index);
+        self.used += usize::from(place(self.slots.as_mut_slice(), p));
     }
 
     /// Every index in `key`'s probe run, the candidates for it: from its home slot up to the
@@ -237,27 +282,48 @@ impl SourceCam {
     }
 }
 
-/// Copy `items` into `out` (as long) ordered by `item >> shift` (below `buckets`), each
-/// bucket's items in their order in `items`: a counting sort.
-fn bucket_into(items: &[u64], out: &mut [u64], shift: u32, buckets: usize) {
+/// Put the index of `p` in the first free slot of `slots` (a power of two of them) from its
+/// home on; `false` if there is none, which the 3/4 bound rules out.
+fn place(slots: &mut [u32], p: Placement) -> bool {
+    let mask = slots.len().wrapping_sub(1);
+    let mut at = (p >> 32) as usize & mask;
+    for _ in 0..slots.len() {
+        match slots.get_mut(at) {
+            Some(s) if *s == EMPTY => {
+                // Slot encoding: index + 1 (0 is free); an index is below the capacity,
+                // itself a u32, so the sum cannot wrap.
+                *s = (p as u32).wrapping_add(1);
+                return true;
+            }
+            Some(_) => at = (at + 1) & mask,
+            None => return false,
+        }
+    }
+    false
+}
+
+/// Copy `items` into `out` (as long) ordered by `item >> shift` (below `counts.len()`, the
+/// buckets), each bucket's items in their order in `items`: a counting sort, with `counts`
+/// as its working memory.
+fn bucket_into(items: &[u64], out: &mut [u64], shift: u32, counts: &mut [usize]) {
     let bucket = |v: u64| (v >> shift) as usize;
     debug_assert_eq!(items.len(), out.len());
-    debug_assert!(items.iter().all(|&v| bucket(v) < buckets));
+    debug_assert!(items.iter().all(|&v| bucket(v) < counts.len()));
     // Counts per bucket, then each bucket's next position in `out`.
-    let mut next = vec![0usize; buckets];
+    counts.fill(0);
     for &v in items {
-        if let Some(c) = next.get_mut(bucket(v)) {
+        if let Some(c) = counts.get_mut(bucket(v)) {
             *c += 1;
         }
     }
     let mut at = 0;
-    for c in next.iter_mut() {
+    for c in counts.iter_mut() {
         let count = *c;
         *c = at;
         at += count;
     }
     for &v in items {
-        if let Some(pos) = next.get_mut(bucket(v)) {
+        if let Some(pos) = counts.get_mut(bucket(v)) {
             if let Some(slot) = out.get_mut(*pos) {
                 *slot = v;
             }
@@ -314,8 +380,7 @@ mod tests {
         let cap = 5000u32;
         let mut cam = SourceCam::new(cap).unwrap();
         let keys: Vec<SourceKey> = (0..cap).map(|i| key(i % 1200)).collect();
-        let (mut list, mut scratch) = (vec![0; cap as usize], vec![0; cap as usize]);
-        cam.rebuild((0..cap).zip(keys.iter().copied()), &mut list, &mut scratch);
+        cam.rebuild((0..cap).zip(keys.iter().copied()));
         assert_eq!(cam.used(), cap as usize);
         for n in 0..1200 {
             let want = (0..cap).find(|&i| keys[i as usize] == key(n));
@@ -335,11 +400,11 @@ mod tests {
         for i in 0..500 {
             cam.insert(keys[i as usize], i);
         }
-        let bulk: Vec<Placement> = (500..cap)
-            .map(|i| cam.placement(keys[i as usize], i))
-            .collect();
-        let mut scratch = vec![0; bulk.len()];
-        cam.place_all(&bulk, &mut scratch);
+        for i in 500..cap {
+            assert!(cam.record(keys[i as usize], i));
+        }
+        cam.catch_up(std::iter::empty);
+        assert_eq!(cam.pending(), 0);
         assert_eq!(cam.used(), cap as usize);
         for n in 0..3000 {
             let want = (0..cap).find(|&i| keys[i as usize] == key(n));
@@ -349,6 +414,20 @@ mod tests {
                 "key {n}"
             );
         }
+    }
+
+    /// The backlog holds as many placements as the table has entries, and refuses the next.
+    #[test]
+    fn the_backlog_holds_the_capacity() {
+        let mut cam = SourceCam::new(3).unwrap();
+        for i in 0..3 {
+            assert!(cam.record(key(i), i));
+        }
+        assert!(!cam.record(key(3), 0));
+        assert_eq!(cam.pending(), 3);
+        cam.catch_up(std::iter::empty);
+        assert_eq!((cam.pending(), cam.used()), (0, 3));
+        assert!(cam.record(key(3), 0));
     }
 
     /// Every home slot fits a [`Placement`]'s high half: a CAM that would not is refused.
@@ -372,7 +451,7 @@ mod tests {
                 })
                 .collect();
             let mut out = vec![0; len];
-            bucket_into(&items, &mut out, 40, 4096);
+            bucket_into(&items, &mut out, 40, &mut [0; 4096]);
             assert!(
                 out.windows(2).all(|w| w[0] >> 40 <= w[1] >> 40),
                 "len {len}"
@@ -404,9 +483,7 @@ mod tests {
                         .filter(|(&i, _)| i != index)
                         .map(|(&i, &k)| (i, k))
                         .collect();
-                    let mut list = vec![0; 3000];
-                    let mut scratch = vec![0; 3000];
-                    cam.rebuild(valid.into_iter(), &mut list, &mut scratch);
+                    cam.rebuild(valid.into_iter());
                     assert_eq!(cam.used(), keys.len() - 1, "a rebuild drops stale slots");
                 }
                 cam.insert(k, index);
