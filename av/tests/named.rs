@@ -251,26 +251,40 @@ fn last_close_removes_the_segment() {
     assert_eq!(c.capacity(), 4);
 }
 
-#[test]
-fn a_refused_nic_write_reaches_nothing() {
-    let name = unique("nicfail");
+/// Two handles of one named AV holding index 0; handle `a`'s NIC meets `fault` at the
+/// AV_WRITE of a two-address insert, which must fail with `errno` in its result and every
+/// status slot, `fi_addr` reset, and nothing committed to the AV. Returns the handles and the
+/// call's buffer, for what follows.
+fn a_failed_write_reaches_nothing(
+    tag: &str,
+    fault: Fault,
+    errno: FiErrno,
+) -> (Named, Named, Vec<u8>) {
+    let name = unique(tag);
     let mut a = open(attr(&name, 8)).unwrap();
     let mut b = open(attr(&name, 8)).unwrap();
     insert(&mut a, &[1]);
     b.sync().unwrap();
     let g = a.generation();
-    a.nic_mut().fail_after(NicOp::Write, 0);
+    a.nic_mut().inject(NicOp::Write, 0, fault);
     let buf = pack(&[peer_bytes(2), peer_bytes(3)]);
     let mut out = [0u64; 2];
     let mut status = [0i32; 2];
     let e = a
         .insert_with_status(&buf, 2, Some(&mut out), FI_SYNC_ERR, Some(&mut status))
         .unwrap_err();
-    assert_eq!(e.errno, FiErrno::FI_EIO);
+    assert_eq!(e.errno, errno, "{e}");
     assert_eq!(out, [FI_ADDR_NOTAVAIL; 2]);
-    assert_eq!(status, [-5; 2]);
+    assert_eq!(status, [errno.to_neg_i32(); 2]);
     assert_eq!(a.generation(), g, "nothing committed");
     assert_eq!(b.len().unwrap(), 1);
+    (a, b, buf)
+}
+
+#[test]
+fn a_refused_nic_write_reaches_nothing() {
+    let (mut a, mut b, _) =
+        a_failed_write_reaches_nothing("nicfail", Fault::Refused, FiErrno::FI_EIO);
     // The indices were given back: the next insert, from either handle, takes index 1.
     assert_eq!(insert(&mut b, &[4]), [1]);
     assert_same(&mut a, &mut b);
@@ -280,24 +294,9 @@ fn a_refused_nic_write_reaches_nothing() {
 /// and every status slot, and the same call succeeds afterwards.
 #[test]
 fn a_nic_write_with_no_room_is_eagain_and_reaches_nothing() {
-    let name = unique("nicbusy");
-    let mut a = open(attr(&name, 8)).unwrap();
-    let mut b = open(attr(&name, 8)).unwrap();
-    insert(&mut a, &[1]);
-    b.sync().unwrap();
-    let g = a.generation();
-    a.nic_mut().inject(NicOp::Write, 0, Fault::Busy);
-    let buf = pack(&[peer_bytes(2), peer_bytes(3)]);
-    let mut out = [0u64; 2];
-    let mut status = [0i32; 2];
-    let e = a
-        .insert_with_status(&buf, 2, Some(&mut out), FI_SYNC_ERR, Some(&mut status))
-        .unwrap_err();
-    assert_eq!(e.errno, FiErrno::FI_EAGAIN, "{e}");
-    assert_eq!(out, [FI_ADDR_NOTAVAIL; 2]);
-    assert_eq!(status, [FiErrno::FI_EAGAIN.to_neg_i32(); 2]);
-    assert_eq!(a.generation(), g, "nothing committed");
-    assert_eq!(b.len().unwrap(), 1);
+    let (mut a, mut b, buf) =
+        a_failed_write_reaches_nothing("nicbusy", Fault::Busy, FiErrno::FI_EAGAIN);
+    let (mut out, mut status) = ([0u64; 2], [7i32; 2]);
     let n = a
         .insert_with_status(&buf, 2, Some(&mut out), FI_SYNC_ERR, Some(&mut status))
         .unwrap();
