@@ -186,8 +186,10 @@
 //! NIC, which may still free the slot, could give it to a later key), and the call fails with
 //! `FI_ETIMEDOUT`; an unanswered AUTH_KEY_SOURCE leaves the old user id and the key's source is
 //! sent again at the next call, as entries are rewritten; an unanswered AUTH_KEY_ADD fails
-//! (the NIC picks the slot, so the AV cannot know it), and a slot it made late stays the AV
-//! table's until AV_DESTROY frees it. An `FI_EVENT` insert whose AV_WRITE goes unanswered
+//! (the NIC picks the slot, so the AV cannot know it), and a slot it makes late is freed by
+//! the driver ahead of its next admin command (an AUTH_KEY_REMOVE the NIC runs only while the
+//! slot is still this table's with that JobID; on a device older than interface 1.9 the slot
+//! stays the AV table's until AV_DESTROY frees it). An `FI_EVENT` insert whose AV_WRITE goes unanswered
 //! fails its addresses, as a refused one does, and frees their indices in the mirror; the next
 //! insert rewrites them as empty before it takes any index (and fails with `FI_EIO`,
 //! inserting nothing, while that rewrite fails), so the NIC never sees a new entry where the

@@ -96,9 +96,12 @@ pub trait NicAvTable {
         Err(no_auth_keys("AUTH_KEY_ADD"))
     }
 
-    /// One AUTH_KEY_REMOVE of `slot`. `FI_EBUSY` while an endpoint is granted it.
-    fn remove_auth_key(&mut self, slot: u16) -> Result<(), FiError> {
-        let _ = slot;
+    /// One AUTH_KEY_REMOVE of `slot`, which holds the AV's key `job_id`. `FI_EBUSY` while an
+    /// endpoint is granted it. Where the NIC can, it removes the slot only while this table
+    /// owns it with `job_id` (else a refusal, nothing removed): a slot number the AV no longer
+    /// rightly holds never takes another AV's key.
+    fn remove_auth_key(&mut self, slot: u16, job_id: u32) -> Result<(), FiError> {
+        let _ = (slot, job_id);
         Err(no_auth_keys("AUTH_KEY_REMOVE"))
     }
 
@@ -223,8 +226,8 @@ macro_rules! forward_nic_av_table {
             fn add_auth_key(&mut self, job_id: u32, source: u64) -> Result<u16, FiError> {
                 (**self).add_auth_key(job_id, source)
             }
-            fn remove_auth_key(&mut self, slot: u16) -> Result<(), FiError> {
-                (**self).remove_auth_key(slot)
+            fn remove_auth_key(&mut self, slot: u16, job_id: u32) -> Result<(), FiError> {
+                (**self).remove_auth_key(slot, job_id)
             }
             fn set_auth_key_source(&mut self, slot: u16, source: u64) -> Result<(), FiError> {
                 (**self).set_auth_key_source(slot, source)
@@ -534,8 +537,14 @@ impl MemoryNicTable {
         Self::auth_outcome(late, slot)
     }
 
-    fn do_remove_auth_key(&mut self, slot: u16) -> Result<(), FiError> {
+    fn do_remove_auth_key(&mut self, slot: u16, job_id: u32) -> Result<(), FiError> {
         let e = self.auth_slot("AUTH_KEY_REMOVE", slot)?;
+        if e.job_id.get() != job_id {
+            return Err(FiError::io(format!(
+                "NIC AUTH_KEY_REMOVE failed: slot {slot} holds JobID {:#x}, not {job_id:#x}",
+                e.job_id.get()
+            )));
+        }
         if e.grants.get() > 0 {
             return Err(FiError::new(
                 FiErrno::FI_EBUSY,
@@ -846,8 +855,8 @@ impl NicAvTable for MemoryNicTable {
         self.auth_done(r)
     }
 
-    fn remove_auth_key(&mut self, slot: u16) -> Result<(), FiError> {
-        let r = self.do_remove_auth_key(slot);
+    fn remove_auth_key(&mut self, slot: u16, job_id: u32) -> Result<(), FiError> {
+        let r = self.do_remove_auth_key(slot, job_id);
         self.auth_done(r)
     }
 

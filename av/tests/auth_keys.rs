@@ -408,7 +408,7 @@ fn verify_reports_a_slot_the_nic_lost() {
     av.insert_auth_key(&key(0x11), 0).unwrap();
     assert!(av.verify_auth_keys().unwrap().is_empty());
     // Another owner frees slot 1 behind the AV's back.
-    av.nic_mut().remove_auth_key(1).unwrap();
+    av.nic_mut().remove_auth_key(1, 0x11).unwrap();
     let m = av.verify_auth_keys().unwrap();
     assert_eq!(m.len(), 1);
     assert_eq!(m[0].key.job_id, 0x11);

@@ -23,7 +23,8 @@
 //! completion comes, or the queue is programmed again after a reset, the scratch buffer is
 //! lent to no other command ([`AdminQueue::scratch`] refuses): a late device must not take the
 //! next command's data for the abandoned one's. A creation that completes late (an AV table,
-//! an endpoint or context, a memory region: its caller was told it failed, so nobody owns it)
+//! an endpoint or context, a memory region, an auth-key slot: its caller was told it failed, so
+//! nobody owns it)
 //! is destroyed by a command the queue submits ahead of the next one (see `undo_of` for what
 //! is not).
 
@@ -38,6 +39,7 @@ use uet_fwif::admin::{
     AdminCommand, AdminCompletion, Command, MrDeregisterBody, MrRegisterBody, Opcode, Status,
     COMMAND_BYTES, COMPLETION_BYTES,
 };
+use uet_fwif::auth_key::{AuthKeyAddBody, AuthKeyRemoveBody};
 use uet_fwif::ring::RingGeometry;
 use uet_regs::{
     AdminQueueSize, Mmio, RegisterAccess, RingIndex, ADMIN_CQ_BASE, ADMIN_CQ_HEAD,
@@ -95,10 +97,13 @@ enum Slot {
 /// the undo of a command the driver gave up on, whose caller was told it failed. Only
 /// handles nobody else can free qualify: nobody knows them, so between the late creation
 /// and its undo no other command can free the handle and have the NIC hand it out again.
-/// Not undone:
-/// * an auth-key slot (AUTH_KEY_ADD): the AV owning it may be destroyed meanwhile, which
-///   frees the slot for another AV's key, so removing it by number could remove that key;
-///   the slot goes with its AV (AV_DESTROY frees it) instead;
+/// An auth-key slot (AUTH_KEY_ADD) is undone by AUTH_KEY_REMOVE with the owner check
+/// (`AUTH_KEY_REMOVE_CHECK_OWNER`, interface 1.9) naming the AV table and the JobID of the
+/// add (`undo_key`: AV handle << 32 | JobID): the AV may have been destroyed meanwhile, which
+/// frees the slot for another AV's key, and a remove by number alone could take that key;
+/// the check makes the NIC refuse it instead. A device older than 1.9 would refuse the body,
+/// so on one the queue sends no undo ([`AdminQueue::undo_auth_key_adds`]) and the slot goes
+/// with its AV (AV_DESTROY frees it).
 ///
 /// A memory region (MR_REGISTER) is undone by MR_DEREGISTER of its handle and key
 /// (`undo_key`, kept from the command since the completion does not carry it): MR handles are
@@ -107,6 +112,10 @@ enum Slot {
 /// region with it, the undo cannot remove another region.
 fn undo_of(opcode: u8, result0: u32, undo_key: u64) -> Option<Command> {
     Some(match Opcode::from_u8(opcode)? {
+        Opcode::AuthKeyAdd => Command::AuthKeyRemove {
+            slot: result0,
+            body: AuthKeyRemoveBody::owned_by((undo_key >> 32) as u32, undo_key as u32),
+        },
         Opcode::MrRegister => {
             let mut body = MrDeregisterBody::new_zeroed();
             body.key = U64::new(undo_key);
@@ -122,9 +131,14 @@ fn undo_of(opcode: u8, result0: u32, undo_key: u64) -> Option<Command> {
     })
 }
 
-/// The `undo_key` of a submitted command ([`undo_of`]): an MR_REGISTER's memory key; 0 for
-/// every other command.
+/// The `undo_key` of a submitted command ([`undo_of`]): an MR_REGISTER's memory key, an
+/// AUTH_KEY_ADD's AV handle << 32 | JobID; 0 for every other command.
 fn undo_key(entry: &AdminCommand) -> u64 {
+    if entry.opcode == Opcode::AuthKeyAdd as u8 {
+        let job_id =
+            AuthKeyAddBody::read_from_prefix(&entry.body).map_or(0, |(b, _)| b.job_id.get());
+        return u64::from(entry.handle.get()) << 32 | u64::from(job_id);
+    }
     if entry.opcode != Opcode::MrRegister as u8 {
         return 0;
     }
@@ -213,6 +227,9 @@ pub struct AdminQueue {
     /// nothing; a lend whose command never went out marks the next one, which only errs on
     /// the side of holding the buffer.)
     scratch_taken: bool,
+    /// Whether the device checks the owner of an AUTH_KEY_REMOVE (interface 1.9): only then
+    /// is a late AUTH_KEY_ADD undone ([`undo_of`]).
+    undo_auth_key_adds: bool,
 }
 
 impl AdminQueue {
@@ -235,7 +252,14 @@ impl AdminQueue {
             abandoned: Arc::new(AtomicUsize::new(0)),
             undo: VecDeque::new(),
             scratch_taken: false,
+            undo_auth_key_adds: false,
         }
+    }
+
+    /// Undo late AUTH_KEY_ADDs ([`undo_of`]): for a device whose AUTH_KEY_REMOVE checks the
+    /// owner (interface 1.9).
+    pub(crate) fn undo_auth_key_adds(&mut self, yes: bool) {
+        self.undo_auth_key_adds = yes;
     }
 
     /// Bytes each ring needs.
@@ -534,7 +558,8 @@ impl AdminQueue {
                 Some(Slot::Abandoned { opcode, undo_key }) => {
                     self.in_flight = self.in_flight.saturating_sub(1);
                     self.scratch_holders.retain(|&h| h != id);
-                    if cqe.status() == Status::Success {
+                    let undone = opcode != Opcode::AuthKeyAdd as u8 || self.undo_auth_key_adds;
+                    if cqe.status() == Status::Success && undone {
                         if let Some(undo) = undo_of(opcode, cqe.result0.get(), undo_key) {
                             self.undo.push_back(undo);
                         }

@@ -34,7 +34,10 @@
 use crate::dma::DmaRegion;
 use crate::error::DriverError;
 use crate::mapped::MappedRegion;
-use crate::nic::{Nic, NicInner, AV_DOORBELL_INTERFACE_MINOR, AV_WRITE_WINDOW_INTERFACE_MINOR};
+use crate::nic::{
+    Nic, NicInner, AUTH_KEY_OWNER_CHECK_INTERFACE_MINOR, AV_DOORBELL_INTERFACE_MINOR,
+    AV_WRITE_WINDOW_INTERFACE_MINOR,
+};
 use std::sync::Arc;
 use uet_av::nic::check_batch;
 use uet_av::{
@@ -42,7 +45,7 @@ use uet_av::{
     FI_AV_AUTH_KEY,
 };
 use uet_fwif::admin::{AvCreateBody, BufferBody, Command, RangeBody, MAX_BATCH};
-use uet_fwif::auth_key::{AuthKeyAddBody, AuthKeyEntry, AuthKeySourceBody};
+use uet_fwif::auth_key::{AuthKeyAddBody, AuthKeyEntry, AuthKeyRemoveBody, AuthKeySourceBody};
 use uet_fwif::{AvWriteRecord, NicAvEntry};
 use uet_regs::{
     AvInvalidateDoorbell, AvWriteDoorbell, RegisterAccess, AV_INVALIDATE_DOORBELL,
@@ -366,14 +369,20 @@ impl NicAvTable for NicAv {
         })
     }
 
-    fn remove_auth_key(&mut self, slot: u16) -> Result<(), FiError> {
-        self.table
-            .nic
-            .execute(Command::AuthKeyRemove {
-                slot: u32::from(slot),
-            })
-            .map(|_| ())
-            .map_err(crate::errno::admin_to_fi)
+    fn remove_auth_key(&mut self, slot: u16, job_id: u32) -> Result<(), FiError> {
+        let nic = &self.table.nic;
+        // Where the device can, the NIC checks the slot is still this table's key.
+        let body = if nic.identity.interface_minor >= AUTH_KEY_OWNER_CHECK_INTERFACE_MINOR {
+            AuthKeyRemoveBody::owned_by(self.table.handle, job_id)
+        } else {
+            AuthKeyRemoveBody::unchecked()
+        };
+        nic.execute(Command::AuthKeyRemove {
+            slot: u32::from(slot),
+            body,
+        })
+        .map(|_| ())
+        .map_err(crate::errno::admin_to_fi)
     }
 
     fn set_auth_key_source(&mut self, slot: u16, source: u64) -> Result<(), FiError> {

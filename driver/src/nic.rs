@@ -7,7 +7,8 @@
 //!    `interface_minor` be at least [`REQUIRED_INTERFACE_MINOR`]: the driver speaks the 1.7
 //!    interface (64-byte completions with buffer offset, overflow and peer group, tagged RX
 //!    ring, contexts, datagram and passive endpoints, the control channel, multi-receive
-//!    buffers, peer groups), and uses the 1.8 AV write window where the device has it.
+//!    buffers, peer groups), and uses the 1.8 AV write window and the 1.9 owner-checked
+//!    AUTH_KEY_REMOVE where the device has them.
 //! 3. `FUNCTION_RESET.reset = 1`, then wait for `DEV_STATUS.ready`: start from a known state
 //!    whatever a previous owner left behind.
 //! 4. Read the capability registers `CAP_*`.
@@ -45,6 +46,12 @@ pub const AV_DOORBELL_INTERFACE_MINOR: u8 = 4;
 /// The interface minor version that added the AV write window (`AV_WRITE_ENTRY_0..7`,
 /// `AV_WRITE_DOORBELL`, 1.8); on older devices every AV entry is written with AV_WRITE.
 pub const AV_WRITE_WINDOW_INTERFACE_MINOR: u8 = 8;
+
+/// The interface minor version whose AUTH_KEY_REMOVE can check the slot's owner and JobID
+/// (`AUTH_KEY_REMOVE_CHECK_OWNER`, 1.9); on older devices a key is removed by slot number
+/// alone, and an AUTH_KEY_ADD that completes after the driver gave up on it is not undone
+/// (its slot goes with its AV).
+pub const AUTH_KEY_OWNER_CHECK_INTERFACE_MINOR: u8 = 9;
 
 /// The oldest interface minor version the driver drives (see [`uet_regs::INTERFACE_MINOR`]).
 pub const REQUIRED_INTERFACE_MINOR: u8 = 7;
@@ -349,6 +356,7 @@ impl Nic {
             Ok(MappedRegion::map(device.clone(), region)?)
         };
         let mut admin = AdminQueue::new(map(sq_len)?, map(cq_len)?, map(SCRATCH_BYTES)?);
+        admin.undo_auth_key_adds(rev.interface_minor() >= AUTH_KEY_OWNER_CHECK_INTERFACE_MINOR);
         admin.program(bar)?;
         // 6. Enable.
         bar.write(DEV_CTRL, DevCtrl::new().with_enable(true));

@@ -33,7 +33,7 @@
 //! | `MR_DEREGISTER` 0x31 | MR | [`MrDeregisterBody`]: the region's memory key | — |
 //! | `COUNTERS_READ` 0x40 | endpoint | [`BufferBody`]: one [`crate::counters::EndpointCounters`] into `buf` (`len` at least its size, `count` 0) | bytes written |
 //! | `AUTH_KEY_ADD` 0x50 | AV owning the slot | [`crate::auth_key::AuthKeyAddBody`] | slot |
-//! | `AUTH_KEY_REMOVE` 0x51 | slot | — | — |
+//! | `AUTH_KEY_REMOVE` 0x51 | slot | [`crate::auth_key::AuthKeyRemoveBody`] | — |
 //! | `AUTH_KEY_SOURCE` 0x52 | slot | [`crate::auth_key::AuthKeySourceBody`] | — |
 //! | `AUTH_KEY_READ` 0x53 | 0 | [`RangeBody`]: `count` × [`crate::auth_key::AuthKeyEntry`] from slot `first` into `buf` | slots read |
 //! | `ENDPOINT_AUTH_KEYS` 0x54 | endpoint (not a context: InvalidHandle) | [`crate::auth_key::EndpointAuthKeysBody`] | slots granted |
@@ -107,7 +107,10 @@
 //! [`Status::InvalidField`] and changes nothing. A batch command (AV_WRITE, AV_INVALIDATE) is
 //! validated whole before any entry changes: it is applied entirely or not at all.
 
-use crate::auth_key::{AuthKeyAddBody, AuthKeySourceBody, EndpointAuthKeysBody};
+use crate::auth_key::{
+    AuthKeyAddBody, AuthKeyRemoveBody, AuthKeySourceBody, EndpointAuthKeysBody,
+    AUTH_KEY_REMOVE_CHECK_OWNER,
+};
 use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
@@ -523,6 +526,7 @@ body_size!(
     MrRegisterBody,
     MrDeregisterBody,
     AuthKeyAddBody,
+    AuthKeyRemoveBody,
     AuthKeySourceBody,
     EndpointAuthKeysBody
 );
@@ -611,6 +615,8 @@ pub enum Command {
     AuthKeyRemove {
         /// Slot.
         slot: u32,
+        /// Unchecked, or the owner and JobID the slot must hold.
+        body: AuthKeyRemoveBody,
     },
     /// AUTH_KEY_SOURCE of slot `slot`.
     AuthKeySource {
@@ -685,7 +691,7 @@ impl Command {
             Command::MrDeregister { mr, body } => (*mr, body_of(body)),
             Command::CountersRead { endpoint, body } => (*endpoint, body_of(body)),
             Command::AuthKeyAdd { av, body } => (*av, body_of(body)),
-            Command::AuthKeyRemove { slot } => (*slot, [0; 56]),
+            Command::AuthKeyRemove { slot, body } => (*slot, body_of(body)),
             Command::AuthKeySource { slot, body } => (*slot, body_of(body)),
             Command::AuthKeyRead(b) => (0, body_of(b)),
             Command::EndpointAuthKeys { endpoint, body } => (*endpoint, body_of(body)),
@@ -879,8 +885,19 @@ impl AdminCommand {
                 }
             }
             Opcode::AuthKeyRemove => {
-                reserved_clear(&self.body)?;
-                Command::AuthKeyRemove { slot: handle }
+                let b =
+                    AuthKeyRemoveBody::read_from_bytes(&self.body).map_err(|_| Status::Internal)?;
+                reserved_clear(&b.reserved)?;
+                let flags = b.flags.get();
+                if flags & !AUTH_KEY_REMOVE_CHECK_OWNER != 0
+                    || (flags == 0 && (b.av.get() | b.job_id.get()) != 0)
+                {
+                    return Err(Status::InvalidField);
+                }
+                Command::AuthKeyRemove {
+                    slot: handle,
+                    body: b,
+                }
             }
             Opcode::AuthKeySource => {
                 let b =
@@ -1024,7 +1041,14 @@ mod tests {
                     ..FromZeros::new_zeroed()
                 },
             },
-            Command::AuthKeyRemove { slot: 3 },
+            Command::AuthKeyRemove {
+                slot: 3,
+                body: AuthKeyRemoveBody::unchecked(),
+            },
+            Command::AuthKeyRemove {
+                slot: 4,
+                body: AuthKeyRemoveBody::owned_by(2, 0x42),
+            },
             Command::AuthKeySource {
                 slot: 3,
                 body: AuthKeySourceBody {
@@ -1155,6 +1179,29 @@ mod tests {
         .encode(0);
         e.body[40] = 1;
         assert_eq!(e.decode(), Err(Status::InvalidField));
+        // AUTH_KEY_REMOVE: an undefined flag, an owner or JobID without the check flag, a
+        // reserved byte.
+        let remove = |body| Command::AuthKeyRemove { slot: 1, body }.encode(0);
+        let mut b = AuthKeyRemoveBody::owned_by(1, 2);
+        b.flags = U32::new(AUTH_KEY_REMOVE_CHECK_OWNER | 2);
+        assert_eq!(remove(b).decode(), Err(Status::InvalidField));
+        for (av, job_id) in [(1, 0), (0, 1)] {
+            let mut b = AuthKeyRemoveBody::unchecked();
+            b.av = U32::new(av);
+            b.job_id = U32::new(job_id);
+            assert_eq!(remove(b).decode(), Err(Status::InvalidField));
+        }
+        let mut e = remove(AuthKeyRemoveBody::owned_by(1, 2));
+        e.body[55] = 1;
+        assert_eq!(e.decode(), Err(Status::InvalidField));
+        // The check may name AV 0 and JobID 0.
+        let b = AuthKeyRemoveBody::owned_by(0, 0);
+        assert_eq!(b.required_owner(), Some((0, 0)));
+        assert_eq!(
+            remove(b).decode(),
+            Ok(Command::AuthKeyRemove { slot: 1, body: b })
+        );
+        assert_eq!(AuthKeyRemoveBody::unchecked().required_owner(), None);
         for v in 0..=u16::MAX {
             let s = Status::from_u16(v);
             if v <= 0x0B {

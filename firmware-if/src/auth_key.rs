@@ -19,7 +19,7 @@
 //! | opcode | handle | body | result0 | checks (status) |
 //! |---|---|---|---|---|
 //! | `AUTH_KEY_ADD` 0x50 | AV that owns the slot | [`AuthKeyAddBody`] | slot | AV exists (InvalidHandle); JobID within 24 bits, reserved zero (InvalidField); a free slot (NoResources) |
-//! | `AUTH_KEY_REMOVE` 0x51 | slot | — | — | slot in use (InvalidHandle); no endpoint granted it (Busy) |
+//! | `AUTH_KEY_REMOVE` 0x51 | slot | [`AuthKeyRemoveBody`] | — | flags and reserved bytes defined (InvalidField); slot in use, and with [`AUTH_KEY_REMOVE_CHECK_OWNER`] owned by `av` and holding `job_id` (InvalidHandle); no endpoint granted it (Busy) |
 //! | `AUTH_KEY_SOURCE` 0x52 | slot | [`AuthKeySourceBody`] | — | slot in use (InvalidHandle) |
 //! | `AUTH_KEY_READ` 0x53 | 0 | `RangeBody`: `count` × [`AuthKeyEntry`] from slot `first` into `buf` | slots read | `first + count <= CAP_AUTH_KEY.slots` (IndexOutOfRange); written by DMA (DmaFault) |
 //! | `ENDPOINT_AUTH_KEYS` 0x54 | endpoint | [`EndpointAuthKeysBody`] | slots granted | endpoint exists (InvalidHandle); no bit at or above `CAP_AUTH_KEY.slots` (InvalidField); every granted slot in use and owned by the endpoint's AV (InvalidHandle) |
@@ -29,8 +29,16 @@
 //! (AV_WRITE of an `AUTH_KEY` entry naming another slot completes InvalidField), and
 //! AV_DESTROY frees the AV's slots. ENDPOINT_AUTH_KEYS *replaces* the endpoint's granted set
 //! (an all-zero map revokes every grant); ENDPOINT_DESTROY revokes the endpoint's grants.
-//! AUTH_KEY_REMOVE of a slot granted to any endpoint completes Busy; it does not look at AV
-//! entries: a send through an entry whose slot was removed completes `AddrNotAvail` (the host
+//! AUTH_KEY_REMOVE of a slot granted to any endpoint completes Busy.
+//!
+//! AUTH_KEY_REMOVE names a slot by number, and a freed slot goes to the next AUTH_KEY_ADD of
+//! any AV. A remove sent when the sender cannot be sure the slot is still the one it means (the
+//! undo of an AUTH_KEY_ADD that completed after the driver gave up on it, when the owning AV may
+//! have been destroyed and its slot handed to another AV meanwhile) sets
+//! [`AUTH_KEY_REMOVE_CHECK_OWNER`] with the owner and JobID it means: the NIC removes the slot
+//! only if it still holds exactly that, and otherwise completes InvalidHandle having changed
+//! nothing (since interface 1.9; an all-zero body removes whatever the slot holds, as before).
+//! AUTH_KEY_REMOVE does not look at AV entries: a send through an entry whose slot was removed completes `AddrNotAvail` (the host
 //! removes or rewrites such entries first). FUNCTION_RESET empties the table.
 //!
 //! ## Demultiplexing and the source of a request
@@ -92,6 +100,48 @@ pub struct AuthKeyAddBody {
     pub source: U64,
     /// Reserved, zero.
     pub reserved: [u8; 40],
+}
+
+/// Bit of [`AuthKeyRemoveBody::flags`]: remove the slot only if it is owned by
+/// [`AuthKeyRemoveBody::av`] and holds [`AuthKeyRemoveBody::job_id`] (since interface 1.9).
+pub const AUTH_KEY_REMOVE_CHECK_OWNER: u32 = 1 << 0;
+
+/// Body of AUTH_KEY_REMOVE. All zero: remove the slot whatever it holds. With
+/// [`AUTH_KEY_REMOVE_CHECK_OWNER`]: only the slot of AV table `av` holding `job_id`.
+/// Without the flag `av` and `job_id` must be zero; other flag bits are InvalidField.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+pub struct AuthKeyRemoveBody {
+    /// [`AUTH_KEY_REMOVE_CHECK_OWNER`], or 0.
+    pub flags: U32,
+    /// The AV table the slot must belong to (with the flag).
+    pub av: U32,
+    /// The JobID the slot must hold (with the flag).
+    pub job_id: U32,
+    /// Reserved, zero.
+    pub reserved: [u8; 44],
+}
+
+impl AuthKeyRemoveBody {
+    /// The body of a remove of whatever the slot holds.
+    pub fn unchecked() -> Self {
+        Self::new_zeroed()
+    }
+
+    /// The body of a remove of the slot only while AV table `av` owns it with `job_id`.
+    pub fn owned_by(av: u32, job_id: u32) -> Self {
+        let mut b = Self::new_zeroed();
+        b.flags = U32::new(AUTH_KEY_REMOVE_CHECK_OWNER);
+        b.av = U32::new(av);
+        b.job_id = U32::new(job_id);
+        b
+    }
+
+    /// The owner and JobID the slot must hold, when the body asks for the check.
+    pub fn required_owner(&self) -> Option<(u32, u32)> {
+        (self.flags.get() & AUTH_KEY_REMOVE_CHECK_OWNER != 0)
+            .then(|| (self.av.get(), self.job_id.get()))
+    }
 }
 
 /// Body of AUTH_KEY_SOURCE.

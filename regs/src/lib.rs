@@ -58,14 +58,16 @@ pub const INTERFACE_MAJOR: u8 = 1;
 /// | 6 | multi-receive buffers (`FI_MULTI_RECV`): `RX_FLAG_MULTI_RECV` and `min_free` in the RX descriptor; `buf_offset`, `overflow` and the multi-receive flags in the completion |
 /// | 7 | peer groups: `CAP_PEER_GROUPS`, AV_CREATE `max_group_id`, the group id in SEND/TAGGED_SEND requests (SES `buffer_offset`), `group` in the RX and tagged RX descriptors and the completion, the `BadGroup` local status, `TX_BAD_GROUP`, `RX_BAD_GROUP` |
 /// | 8 | the AV write window: `AV_WRITE_ENTRY_0..7`, `AV_WRITE_DOORBELL`; the `AV_INVALIDATE_DROPS` and `AV_WRITE_DROPS` counters |
+/// | 9 | AUTH_KEY_REMOVE's body: `AUTH_KEY_REMOVE_CHECK_OWNER` removes a slot only while the named AV table owns it with the named JobID |
 ///
 /// The interface is pre-release: minor 2 changed the completion layout, minor 3 gave
 /// reserved bytes of ENDPOINT_CREATE a meaning, minor 4 added `AV_INVALIDATE_DOORBELL`, minor
 /// 5 auth keys, minor 6 gave reserved bytes of the RX descriptor and the completion a meaning,
 /// minor 7 gave reserved bytes of AV_CREATE, both RX descriptors and the completion a meaning,
-/// minor 8 added the AV write window;
+/// minor 8 added the AV write window, minor 9 gave AUTH_KEY_REMOVE a body (all zero: as
+/// before);
 /// a driver refuses a device older than the layouts it speaks.
-pub const INTERFACE_MINOR: u8 = 8;
+pub const INTERFACE_MINOR: u8 = 9;
 
 /// Width of a register access.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -28,7 +28,7 @@ pub(crate) struct AuthSlot {
 /// Why AUTH_KEY_REMOVE failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum RemoveError {
-    /// No such slot in use.
+    /// No such slot in use, or (owner-checked) not the named AV's slot with the named JobID.
     NoSlot,
     /// An endpoint is granted the slot.
     Granted,
@@ -83,9 +83,17 @@ impl AuthTable {
         self.get(slot).filter(|s| s.av == av).map(|s| s.job_id)
     }
 
-    /// Free a slot no endpoint is granted.
-    pub(crate) fn remove(&mut self, slot: u16) -> Result<(), RemoveError> {
-        let s = self.get(slot).ok_or(RemoveError::NoSlot)?;
+    /// Free a slot no endpoint is granted; with `owner` = (AV, JobID), only while it is that
+    /// AV's slot holding that JobID.
+    pub(crate) fn remove(
+        &mut self,
+        slot: u16,
+        owner: Option<(u32, u32)>,
+    ) -> Result<(), RemoveError> {
+        let s = self
+            .get(slot)
+            .filter(|s| owner.is_none_or(|(av, job_id)| s.av == av && s.job_id == job_id))
+            .ok_or(RemoveError::NoSlot)?;
         if s.grants > 0 {
             return Err(RemoveError::Granted);
         }
@@ -174,10 +182,14 @@ mod tests {
         assert_eq!(t.add(2, 0x12, 5), Some(2));
         assert_eq!(t.add(2, 0x13, 0), None);
         t.grant(&[1]);
-        assert_eq!(t.remove(1), Err(RemoveError::Granted));
+        assert_eq!(t.remove(1, None), Err(RemoveError::Granted));
         t.revoke(&[1]);
-        assert_eq!(t.remove(1), Ok(()));
-        assert_eq!(t.remove(1), Err(RemoveError::NoSlot));
+        // Owner-checked: another AV, another JobID, then the right pair.
+        assert_eq!(t.remove(1, Some((2, 0x11))), Err(RemoveError::NoSlot));
+        assert_eq!(t.remove(1, Some((1, 0x10))), Err(RemoveError::NoSlot));
+        assert!(t.entry(1).is_valid(), "a refused remove changes nothing");
+        assert_eq!(t.remove(1, Some((1, 0x11))), Ok(()));
+        assert_eq!(t.remove(1, None), Err(RemoveError::NoSlot));
         assert_eq!(t.add(2, 0x14, 0), Some(1));
         assert_eq!(t.source_for(2, 0x12), Some(5));
         assert_eq!(t.source_for(1, 0x12), None);

@@ -85,7 +85,9 @@ impl Nic {
                 Command::MrDeregister { mr, body } => self.fw_mr_deregister(mr, &body),
                 Command::CountersRead { endpoint, body } => self.fw_counters_read(endpoint, &body),
                 Command::AuthKeyAdd { av, body } => self.fw_auth_key_add(av, &body),
-                Command::AuthKeyRemove { slot } => self.fw_auth_key_remove(slot),
+                Command::AuthKeyRemove { slot, body } => {
+                    self.fw_auth_key_remove(slot, body.required_owner())
+                }
                 Command::AuthKeySource { slot, body } => self.fw_auth_key_source(slot, &body),
                 Command::AuthKeyRead(body) => self.fw_auth_key_read(&body),
                 Command::EndpointAuthKeys { endpoint, body } => {
@@ -554,9 +556,9 @@ impl Nic {
         Ok((u32::from(slot), 0))
     }
 
-    fn fw_auth_key_remove(&mut self, slot: u32) -> FwResult {
+    fn fw_auth_key_remove(&mut self, slot: u32, owner: Option<(u32, u32)>) -> FwResult {
         let slot = u16::try_from(slot).map_err(|_| Status::InvalidHandle)?;
-        match self.auths.remove(slot) {
+        match self.auths.remove(slot, owner) {
             Ok(()) => Ok((0, 0)),
             Err(RemoveError::NoSlot) => Err(Status::InvalidHandle),
             Err(RemoveError::Granted) => Err(Status::Busy),

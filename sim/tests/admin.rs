@@ -4,6 +4,7 @@ mod common;
 
 use common::*;
 use uet_fwif::admin::{BufferBody, RangeBody};
+use uet_fwif::auth_key::AuthKeyRemoveBody;
 use uet_fwif::identify::IdentifyData;
 use uet_fwif::{AdminCommand, Command, NicAvEntry, Status, UetAddress};
 use uet_regs::*;
@@ -601,7 +602,8 @@ fn contexts_follow_their_endpoint() {
     assert_eq!(destroy(&mut d, ctx + 1).status(), Status::Success);
     assert_eq!(
         d.submit(Command::AuthKeyRemove {
-            slot: u32::from(slot)
+            slot: u32::from(slot),
+            body: AuthKeyRemoveBody::unchecked(),
         })
         .status(),
         Status::Busy,

@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use uet_fwif::auth_key::AuthKeyAddBody;
+use uet_fwif::auth_key::{AuthKeyAddBody, AuthKeyRemoveBody};
 use uet_fwif::{
     Command, Completion, CompletionKind, LocalStatus, NicAvEntry, ReturnCode, Status, TxDescriptor,
 };
@@ -718,7 +718,8 @@ fn an_entry_never_sends_with_another_avs_auth_key() {
     a.av_write(av_a, &[(3, to_b)]).unwrap();
     assert_eq!(
         a.submit(Command::AuthKeyRemove {
-            slot: u32::from(slot)
+            slot: u32::from(slot),
+            body: AuthKeyRemoveBody::unchecked(),
         })
         .status(),
         Status::Success

@@ -12,7 +12,7 @@ use uet_driver::backend::sim::SimDevice;
 use uet_driver::uet_fwif::address::AddressingMode;
 use uet_driver::uet_fwif::admin::RangeBody;
 use uet_driver::uet_fwif::auth_key::{
-    AuthKeyAddBody, AuthKeyEntry, AuthKeySourceBody, EndpointAuthKeysBody,
+    AuthKeyAddBody, AuthKeyEntry, AuthKeyRemoveBody, AuthKeySourceBody, EndpointAuthKeysBody,
 };
 use uet_driver::uet_fwif::{AvWriteRecord, Command, NicAvEntry, Status};
 use uet_driver::{Av, DmaPool, DriverError, Endpoint, EndpointAttr, Nic};
@@ -232,6 +232,7 @@ fn removing_a_key_in_use_is_busy_until_the_endpoint_closes() {
         b.nic
             .admin_command(Command::AuthKeyRemove {
                 slot: u32::from(slot),
+                body: AuthKeyRemoveBody::unchecked(),
             })
             .unwrap_err(),
     );
@@ -399,7 +400,10 @@ fn auth_key_admin_commands_check_their_input() {
         assert_eq!(
             status(
                 h.nic
-                    .admin_command(Command::AuthKeyRemove { slot })
+                    .admin_command(Command::AuthKeyRemove {
+                        slot,
+                        body: AuthKeyRemoveBody::unchecked(),
+                    })
                     .unwrap_err()
             ),
             Status::InvalidHandle
@@ -455,7 +459,10 @@ fn auth_key_admin_commands_check_their_input() {
         })
         .unwrap();
     h.nic
-        .admin_command(Command::AuthKeyRemove { slot: 1 })
+        .admin_command(Command::AuthKeyRemove {
+            slot: 1,
+            body: AuthKeyRemoveBody::unchecked(),
+        })
         .unwrap();
     assert_eq!(
         add(&h.nic, av2.nic().table().handle(), 9).unwrap().result0,
@@ -532,7 +539,7 @@ fn verify_auth_keys_checks_the_slot_owner() {
     h.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
     let slot = h.av.auth_keys().next().unwrap().slot;
     assert!(h.av.verify_auth_keys().unwrap().is_empty());
-    h.av.nic_mut().remove_auth_key(slot).unwrap();
+    h.av.nic_mut().remove_auth_key(slot, KEY_JOB).unwrap();
     other.insert_auth_key(&key(KEY_JOB), 0).unwrap();
     assert_eq!(
         other.auth_keys().next().unwrap().slot,
@@ -565,6 +572,89 @@ fn a_timed_out_key_removal_removes_the_key_from_the_av() {
         uet_regs::DevCtrl::new().with_enable(true),
     );
     h.av.insert_auth_key(&key(KEY_JOB + 1), 0).unwrap();
+    assert!(h.av.verify_auth_keys().unwrap().is_empty());
+}
+
+/// The NIC's auth-key table, every slot.
+fn nic_slots(h: &mut Host) -> Vec<AuthKeyEntry> {
+    let n = usize::from(h.nic.capabilities().auth_key_slots);
+    let mut slots = vec![AuthKeyEntry::default(); n];
+    h.av.nic_mut().read_auth_keys(0, &mut slots).unwrap();
+    slots
+}
+
+/// On the simulated NIC: an AUTH_KEY_ADD that times out fails the insert (`FI_ETIMEDOUT`, no
+/// key); when the device runs it late, the driver undoes it with an owner-checked
+/// AUTH_KEY_REMOVE ahead of the next command, so the slot does not stay taken until the AV
+/// closes.
+#[test]
+fn a_late_key_insert_is_undone() {
+    let fabric = Fabric::new();
+    let mut h = host(&fabric, 0, |_| {}, 0);
+    h.nic
+        .set_admin_timeout(std::time::Duration::from_millis(50));
+    h.nic
+        .bar0()
+        .write(uet_regs::DEV_CTRL, uet_regs::DevCtrl::new());
+    let e = h.av.insert_auth_key(&key(KEY_JOB), 0).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_ETIMEDOUT, "{e}");
+    assert_eq!(h.av.auth_keys().count(), 0);
+    // The device answers again and runs the held AUTH_KEY_ADD, taking slot 0 behind the AV's
+    // back. The next command collects its completion and sends the undo ahead of itself, so
+    // the next key finds slot 0 free again (without the undo it would get slot 1).
+    h.nic.bar0().write(
+        uet_regs::DEV_CTRL,
+        uet_regs::DevCtrl::new().with_enable(true),
+    );
+    h.nic.set_admin_timeout(std::time::Duration::from_secs(5));
+    h.av.insert_auth_key(&key(KEY_JOB + 1), 0).unwrap();
+    assert_eq!(h.av.auth_keys().next().unwrap().slot, 0);
+    let in_use: Vec<(usize, u32)> = nic_slots(&mut h)
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.is_valid())
+        .map(|(i, s)| (i, s.job_id.get()))
+        .collect();
+    assert_eq!(in_use, vec![(0, KEY_JOB + 1)], "the late slot was freed");
+    assert!(h.av.verify_auth_keys().unwrap().is_empty());
+}
+
+/// AUTH_KEY_REMOVE with the owner check removes a slot only while the named AV table owns it
+/// with the named JobID; the driver's removes use it, so a key goes only from its own slot.
+#[test]
+fn an_owner_checked_key_removal_takes_only_its_own_slot() {
+    let fabric = Fabric::new();
+    let mut h = host(&fabric, 0, |_| {}, 0);
+    let k = h.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
+    let av = h.av.nic().table().handle();
+    let slot = h.av.auth_keys().next().unwrap().slot;
+    let remove = |h: &Host, av: u32, job: u32| {
+        h.nic.admin_command(Command::AuthKeyRemove {
+            slot: u32::from(slot),
+            body: AuthKeyRemoveBody::owned_by(av, job),
+        })
+    };
+    for (owner, job) in [(av + 1, KEY_JOB), (av, KEY_JOB + 1)] {
+        assert_eq!(
+            status(remove(&h, owner, job).unwrap_err()),
+            Status::InvalidHandle
+        );
+    }
+    assert!(
+        nic_slots(&mut h)[usize::from(slot)].is_valid(),
+        "nothing removed"
+    );
+    // The AV's own removal passes the check.
+    h.av.remove(&[k], FI_AUTH_KEY).unwrap();
+    assert!(!nic_slots(&mut h)[usize::from(slot)].is_valid());
+    // The NIC table's remove names the JobID: a slot holding another is refused, and kept.
+    h.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
+    let e =
+        h.av.nic_mut()
+            .remove_auth_key(slot, KEY_JOB + 1)
+            .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL, "{e}");
+    assert!(nic_slots(&mut h)[usize::from(slot)].is_valid());
     assert!(h.av.verify_auth_keys().unwrap().is_empty());
 }
 

@@ -440,7 +440,7 @@ impl<N: NicAvTable> AddressVector<N> {
                 }
                 continue;
             }
-            if let Err(e) = self.nic.remove_auth_key(k.slot) {
+            if let Err(e) = self.nic.remove_auth_key(k.slot, k.job_id) {
                 let handle = AUTH_KEY_ADDR_BASE | u64::from(n);
                 if e.errno != FiErrno::FI_ETIMEDOUT {
                     let mut err = e.within(format_args!(

@@ -282,7 +282,7 @@ fn a_key_slot_owned_by_another_av_is_a_difference() {
     a.insertsvc("10.2.0.9", Some("3"), Some(&mut keyed), FI_AUTH_KEY, None)
         .unwrap();
     assert_eq!(dump::collect(&mut a).unwrap().differences(), 0);
-    a.nic_mut().remove_auth_key(slot).unwrap();
+    a.nic_mut().remove_auth_key(slot, 0x51).unwrap();
     b.insert_auth_key(&job_id_to_auth_key(0x51), 0).unwrap();
     assert_eq!(
         b.auth_keys().next().unwrap().slot,
