@@ -576,3 +576,38 @@ fn a_key_removal_the_nic_has_no_room_for_is_eagain_only_when_nothing_changed() {
     assert_eq!(av.auth_keys().count(), 0);
     assert!(av.nic().auth_keys().iter().all(|s| !s.is_valid()));
 }
+
+/// A slot the AV's table owns that no key names is reported, with what it holds; the AV's own
+/// keys are not, an AV without auth keys has none, and a failed read fails the call.
+#[test]
+fn stray_slots_of_the_table_are_reported() {
+    let mut av = open_keys(0, 8);
+    av.insert_auth_key(&key(0x10), 0).unwrap();
+    assert!(av.stray_auth_key_slots().unwrap().is_empty());
+    let slot = av.nic_mut().add_auth_key(0x20, 5).unwrap();
+    let stray = av.stray_auth_key_slots().unwrap();
+    assert_eq!(stray.len(), 1);
+    assert_eq!(stray[0].0, slot);
+    assert_eq!(stray[0].1.job_id.get(), 0x20);
+    assert_eq!(stray[0].1.source.get(), 5);
+    assert!(
+        av.verify_auth_keys().unwrap().is_empty(),
+        "the AV's keys are fine"
+    );
+    av.nic_mut().fail_after(NicOp::AuthKey, 0);
+    let e = av.stray_auth_key_slots().unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EIO, "{e}");
+    assert!(e.message.contains("auth-key table"), "{e}");
+    av.nic_mut().remove_auth_key(slot, 0x20).unwrap();
+    assert!(av.stray_auth_key_slots().unwrap().is_empty());
+    let mut a = attr(0);
+    a.auth_key_size = 0;
+    let count = a.resolve(&LIMITS).expect("valid attr").count as u32;
+    let nic = MemoryNicTable::new(count).with_auth_key_slots(8);
+    let mut plain = AddressVector::open(nic, a, LIMITS).expect("open");
+    plain.nic_mut().add_auth_key(0x30, 0).unwrap();
+    assert!(
+        plain.stray_auth_key_slots().unwrap().is_empty(),
+        "no auth keys"
+    );
+}

@@ -579,6 +579,33 @@ impl<N: NicAvTable> AddressVector<N> {
             .map(|n| AUTH_KEY_ADDR_BASE | u64::from(n)))
     }
 
+    /// Slots of the NIC's auth-key table that this AV's table owns and no key of the AV names,
+    /// read back whole (AUTH_KEY_READ): what an AUTH_KEY_ADD the NIC ran after the driver gave
+    /// up on it left behind where the driver could not undo it (a device older than interface
+    /// 1.9), or an undo the NIC refused. Such a slot is harmless, since no entry of the AV
+    /// names it, but holds a place of the table until AV_DESTROY frees it. Empty for an AV
+    /// without auth keys, or a table that does not know its handle. A read that fails fails
+    /// the call as for [`AddressVector::verify_auth_keys`].
+    pub fn stray_auth_key_slots(&mut self) -> Result<Vec<(u16, AuthKeyEntry)>, FiError> {
+        let (Some(keys), Some(owner)) = (self.auth.as_deref(), self.nic.table_handle()) else {
+            return Ok(Vec::new());
+        };
+        let held: Vec<u16> = keys.keys.iter().flatten().map(|k| k.slot).collect();
+        let mut nic = Vec::new();
+        nic.try_reserve_exact(usize::from(keys.max))
+            .map_err(|_| FiError::new(FiErrno::FI_ENOMEM, "stray auth-key slots: no memory"))?;
+        nic.resize(usize::from(keys.max), AuthKeyEntry::default());
+        if !nic.is_empty() {
+            self.nic
+                .read_auth_keys(0, &mut nic)
+                .map_err(|e| e.within("stray auth-key slots: reading the auth-key table"))?;
+        }
+        Ok((0..keys.max)
+            .zip(nic)
+            .filter(|(slot, e)| e.is_valid() && e.av.get() == owner && !held.contains(slot))
+            .collect())
+    }
+
     /// Read the NIC's slot of every key back (AUTH_KEY_READ) and compare it with what the AV
     /// says it should hold: in use, owned by this AV's table (when the table knows its handle,
     /// [`NicAvTable::table_handle`]), the key's JobID, the key's source. A read that fails

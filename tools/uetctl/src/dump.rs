@@ -1,5 +1,6 @@
-//! `uetctl av dump`: a NIC's AV table read back with AV_READ, the host mirror beside it, and
-//! the AV's auth keys read back from the NIC's auth-key table.
+//! `uetctl av dump`: a NIC's AV table read back with AV_READ, the host mirror beside it, the
+//! AV's auth keys read back from the NIC's auth-key table, and the slots of that table the AV's
+//! table owns but no key of the AV names (stray slots, each a difference).
 //!
 //! Ranges of values are written as in Rust: `a..b` excludes `b` (indices, resource indices),
 //! `a..=b` includes it (addresses, PIDonFEPs, initiators of range members).
@@ -69,6 +70,9 @@ pub struct AvDump {
     pub rows: Vec<DumpRow>,
     /// The AV's auth keys (none unless its domain has `FI_AV_AUTH_KEY`).
     pub keys: Vec<KeyRow>,
+    /// Auth-key slots the AV's table owns on the NIC that no key of the AV names
+    /// (`AddressVector::stray_auth_key_slots`): each is a difference.
+    pub stray: Vec<(u16, AuthKeyEntry)>,
 }
 
 impl AvDump {
@@ -76,6 +80,7 @@ impl AvDump {
     pub fn differences(&self) -> usize {
         self.rows.iter().filter(|r| r.differs()).count()
             + self.keys.iter().filter(|k| k.differs()).count()
+            + self.stray.len()
     }
 
     /// The JobID the NIC sends an entry with: its auth-key slot's, or its own.
@@ -151,10 +156,12 @@ pub fn collect(av: &mut Av) -> Result<AvDump, FiError> {
             av: owner,
         });
     }
+    let stray = av.stray_auth_key_slots()?;
     Ok(AvDump {
         capacity,
         rows,
         keys,
+        stray,
     })
 }
 
@@ -420,6 +427,24 @@ pub fn render_text(title: &str, dump: &AvDump) -> String {
         out.push('\n');
         write_table(&mut out, &header, &keys);
     }
+    if !dump.stray.is_empty() {
+        let header = ["STRAY SLOT", "JOBID", "SOURCE", "GRANTS", "NIC SLOT"];
+        let stray: Vec<[String; 5]> = dump
+            .stray
+            .iter()
+            .map(|(slot, e)| {
+                [
+                    slot.to_string(),
+                    format!("{:#x}", e.job_id.get()),
+                    format!("{:#x}", e.source.get()),
+                    e.grants.get().to_string(),
+                    "DIFFERS: the AV's table owns it, no key of the AV names it".to_string(),
+                ]
+            })
+            .collect();
+        out.push('\n');
+        write_table(&mut out, &header, &stray);
+    }
     out
 }
 
@@ -504,6 +529,12 @@ pub fn render_json(dump: &AvDump) -> Value {
                 "grants": k.nic.grants.get(),
             },
             "match": !k.differs(),
+        })).collect::<Vec<_>>(),
+        "stray_auth_key_slots": dump.stray.iter().map(|(slot, e)| json!({
+            "slot": slot,
+            "job_id": e.job_id.get(),
+            "source": e.source.get(),
+            "grants": e.grants.get(),
         })).collect::<Vec<_>>(),
     })
 }

@@ -298,3 +298,40 @@ fn a_key_slot_owned_by_another_av_is_a_difference() {
     );
     assert_eq!(dump::collect(&mut b).unwrap().differences(), 0);
 }
+
+/// An auth-key slot the AV's table owns on the NIC that no key of the AV names (here added
+/// behind the AV's back, as a late AUTH_KEY_ADD the driver could not undo would leave it) is
+/// a difference, shown in its own section and in the JSON; another AV's slot is not.
+#[test]
+fn a_stray_key_slot_of_the_table_is_a_difference() {
+    let (_f, nic) = nic();
+    let open = || {
+        av_of(
+            &nic,
+            8,
+            AvAttr {
+                auth_key_size: FI_AV_AUTH_KEY,
+                ..AvAttr::default()
+            },
+        )
+    };
+    let (mut a, mut b) = (open(), open());
+    a.insert_auth_key(&job_id_to_auth_key(0x51), 0).unwrap();
+    b.insert_auth_key(&job_id_to_auth_key(0x52), 0).unwrap();
+    assert_eq!(dump::collect(&mut a).unwrap().differences(), 0);
+    let stray = a.nic_mut().add_auth_key(0x53, 7).unwrap();
+    let table = dump::collect(&mut a).unwrap();
+    assert_eq!(table.differences(), 1);
+    assert_eq!(table.stray.len(), 1);
+    assert_eq!(table.stray[0].0, stray);
+    let text = dump::render_text("t", &table);
+    assert!(text.contains("STRAY SLOT"), "{text}");
+    assert!(text.contains("0x53"), "{text}");
+    let json = dump::render_json(&table);
+    assert_eq!(json["stray_auth_key_slots"][0]["slot"], u64::from(stray));
+    assert_eq!(json["stray_auth_key_slots"][0]["job_id"], 0x53);
+    assert_eq!(json["differences"], 1);
+    assert_eq!(dump::collect(&mut b).unwrap().differences(), 0, "not b's");
+    a.nic_mut().remove_auth_key(stray, 0x53).unwrap();
+    assert_eq!(dump::collect(&mut a).unwrap().differences(), 0);
+}
