@@ -172,6 +172,17 @@ impl Nic {
 
     /// A driver write of BAR0; returns whether the fabric must run.
     pub(crate) fn bar_write(&mut self, offset: u32, width: Width, value: u64) -> bool {
+        match hot_doorbell(offset, width, value) {
+            Some(HotDoorbell::AvInvalidate(v)) => {
+                self.av_invalidate_doorbell(v);
+                return false;
+            }
+            Some(HotDoorbell::AvWrite(v)) => {
+                self.av_write_doorbell(v);
+                return false;
+            }
+            None => {}
+        }
         let Some(d) = RegFile::decode(offset, width) else {
             self.counters.inc(BAD_REGISTER_ACCESSES);
             return false;
@@ -433,5 +444,77 @@ impl Nic {
         if !ok {
             self.counters.debug.bad_doorbells += 1;
         }
+    }
+}
+
+/// A write to one of the AV doorbells, the registers written once per AV entry (one remove
+/// or one entry through the write window), decoded straight from its offset.
+#[derive(Clone, Copy, Debug)]
+enum HotDoorbell {
+    AvInvalidate(AvInvalidateDoorbell),
+    AvWrite(AvWriteDoorbell),
+}
+
+/// The doorbell a full-width write of `value` at `offset` rings, if it is an AV doorbell:
+/// exactly what [`RegFile::decode`] and `driver_write` make of it (both are 64-bit
+/// write-only registers, so the write changes no stored value and acts with its defined
+/// bits), without the decode table. Any other access takes the decoder.
+#[inline]
+fn hot_doorbell(offset: u32, width: Width, value: u64) -> Option<HotDoorbell> {
+    const INVALIDATE_MASK: u64 = AV_INVALIDATE_DOORBELL.info.defined_mask();
+    const WRITE_MASK: u64 = AV_WRITE_DOORBELL.info.defined_mask();
+    if width != Width::W64 {
+        return None;
+    }
+    if offset == AV_INVALIDATE_DOORBELL.offset() {
+        return Some(HotDoorbell::AvInvalidate(AvInvalidateDoorbell::from_bits(
+            value & INVALIDATE_MASK,
+        )));
+    }
+    if offset == AV_WRITE_DOORBELL.offset() {
+        return Some(HotDoorbell::AvWrite(AvWriteDoorbell::from_bits(
+            value & WRITE_MASK,
+        )));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    /// The AV doorbells' direct decode acts exactly as the register decoder would: the same
+    /// defined bits reach the handler, the register file keeps nothing, and every other
+    /// access (a 32-bit half, another register) is left to the decoder.
+    #[test]
+    fn hot_doorbells_decode_as_the_register_file_does() {
+        let mut regs = RegFile::new(&NicConfig::new(Ipv4Addr::new(10, 0, 0, 1).into()));
+        let values = [
+            0,
+            1,
+            u64::MAX,
+            0xDEAD_BEEF_0123_4567,
+            1 << 63,
+            0xFFFF_FFFF,
+            0xFFFF_FFFF_0000_0000,
+        ];
+        for reg in [AV_INVALIDATE_DOORBELL.info, AV_WRITE_DOORBELL.info] {
+            for v in values {
+                let d = RegFile::decode(reg.offset, Width::W64).expect("a register");
+                let w = regs.driver_write(&d, v);
+                assert_eq!(regs.raw(d.index), 0, "{} keeps nothing", reg.name);
+                let hot = match hot_doorbell(reg.offset, Width::W64, v) {
+                    Some(HotDoorbell::AvInvalidate(b)) => b.into_bits(),
+                    Some(HotDoorbell::AvWrite(b)) => b.into_bits(),
+                    None => panic!("{} not decoded", reg.name),
+                };
+                assert_eq!(hot, w.value, "{} {v:#x}", reg.name);
+            }
+            assert!(hot_doorbell(reg.offset, Width::W32, 1).is_none());
+            assert!(hot_doorbell(reg.offset + 4, Width::W32, 1).is_none());
+        }
+        assert!(hot_doorbell(DEV_CTRL.offset(), Width::W64, 1).is_none());
+        assert!(hot_doorbell(TXQ_DOORBELL.offset(), Width::W64, 1).is_none());
     }
 }
