@@ -259,23 +259,25 @@ fn a_pending_fi_more_batch_is_sent_before_the_table_is_read() {
     assert!(table.rows[0].nic.is_valid());
 }
 
+/// An AV of 8 entries holding auth keys.
+fn keyed_av(nic: &Nic) -> uet_driver::Av {
+    av_of(
+        nic,
+        8,
+        AvAttr {
+            auth_key_size: FI_AV_AUTH_KEY,
+            ..AvAttr::default()
+        },
+    )
+}
+
 /// The NIC uses an auth-key slot only for the AV that owns it: a slot removed behind an AV's
 /// back and given to another AV (same JobID, same source) is a difference for the first, and
 /// its keyed entries show no key.
 #[test]
 fn a_key_slot_owned_by_another_av_is_a_difference() {
     let (_f, nic) = nic();
-    let open = || {
-        av_of(
-            &nic,
-            8,
-            AvAttr {
-                auth_key_size: FI_AV_AUTH_KEY,
-                ..AvAttr::default()
-            },
-        )
-    };
-    let (mut a, mut b) = (open(), open());
+    let (mut a, mut b) = (keyed_av(&nic), keyed_av(&nic));
     let k = a.insert_auth_key(&job_id_to_auth_key(0x51), 0).unwrap();
     let slot = a.auth_keys().next().unwrap().slot;
     let mut keyed = k;
@@ -305,17 +307,7 @@ fn a_key_slot_owned_by_another_av_is_a_difference() {
 #[test]
 fn a_stray_key_slot_of_the_table_is_a_difference() {
     let (_f, nic) = nic();
-    let open = || {
-        av_of(
-            &nic,
-            8,
-            AvAttr {
-                auth_key_size: FI_AV_AUTH_KEY,
-                ..AvAttr::default()
-            },
-        )
-    };
-    let (mut a, mut b) = (open(), open());
+    let (mut a, mut b) = (keyed_av(&nic), keyed_av(&nic));
     a.insert_auth_key(&job_id_to_auth_key(0x51), 0).unwrap();
     b.insert_auth_key(&job_id_to_auth_key(0x52), 0).unwrap();
     assert_eq!(dump::collect(&mut a).unwrap().differences(), 0);
