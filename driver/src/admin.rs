@@ -110,9 +110,11 @@ enum Slot {
 /// not reused before 2^32 registrations and MR_DEREGISTER checks the key as well
 /// (`uet_fwif::admin`, "Memory regions"), so even if the endpoint went meanwhile, taking the
 /// region with it, the undo cannot remove another region.
-fn undo_of(opcode: u8, result0: u32, undo_key: u64) -> Option<Command> {
+///
+/// `owner_checked_remove`: whether the device checks the owner of an AUTH_KEY_REMOVE.
+fn undo_of(opcode: u8, result0: u32, undo_key: u64, owner_checked_remove: bool) -> Option<Command> {
     Some(match Opcode::from_u8(opcode)? {
-        Opcode::AuthKeyAdd => Command::AuthKeyRemove {
+        Opcode::AuthKeyAdd if owner_checked_remove => Command::AuthKeyRemove {
             slot: result0,
             body: AuthKeyRemoveBody::owned_by((undo_key >> 32) as u32, undo_key as u32),
         },
@@ -558,9 +560,9 @@ impl AdminQueue {
                 Some(Slot::Abandoned { opcode, undo_key }) => {
                     self.in_flight = self.in_flight.saturating_sub(1);
                     self.scratch_holders.retain(|&h| h != id);
-                    let undone = opcode != Opcode::AuthKeyAdd as u8 || self.undo_auth_key_adds;
-                    if cqe.status() == Status::Success && undone {
-                        if let Some(undo) = undo_of(opcode, cqe.result0.get(), undo_key) {
+                    if cqe.status() == Status::Success {
+                        let checked = self.undo_auth_key_adds;
+                        if let Some(undo) = undo_of(opcode, cqe.result0.get(), undo_key, checked) {
                             self.undo.push_back(undo);
                         }
                     }
