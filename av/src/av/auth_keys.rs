@@ -590,7 +590,6 @@ impl<N: NicAvTable> AddressVector<N> {
         let (Some(keys), Some(owner)) = (self.auth.as_deref(), self.nic.table_handle()) else {
             return Ok(Vec::new());
         };
-        let held: Vec<u16> = keys.keys.iter().flatten().map(|k| k.slot).collect();
         let mut nic = Vec::new();
         nic.try_reserve_exact(usize::from(keys.max))
             .map_err(|_| FiError::new(FiErrno::FI_ENOMEM, "stray auth-key slots: no memory"))?;
@@ -602,7 +601,11 @@ impl<N: NicAvTable> AddressVector<N> {
         }
         Ok((0..keys.max)
             .zip(nic)
-            .filter(|(slot, e)| e.is_valid() && e.av.get() == owner && !held.contains(slot))
+            .filter(|(slot, e)| {
+                e.is_valid()
+                    && e.av.get() == owner
+                    && !keys.keys.iter().flatten().any(|k| k.slot == *slot)
+            })
             .collect())
     }
 
