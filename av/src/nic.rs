@@ -98,8 +98,8 @@ pub trait NicAvTable {
 
     /// One AUTH_KEY_REMOVE of `slot`, which holds the AV's key `job_id`. `FI_EBUSY` while an
     /// endpoint is granted it. Where the NIC can, it removes the slot only while this table
-    /// owns it with `job_id` (else a refusal, nothing removed): a slot number the AV no longer
-    /// rightly holds never takes another AV's key.
+    /// owns it with `job_id` (else `FI_EIO`, nothing removed; also for a free slot): a slot
+    /// number the AV no longer rightly holds never takes another AV's key.
     fn remove_auth_key(&mut self, slot: u16, job_id: u32) -> Result<(), FiError> {
         let _ = (slot, job_id);
         Err(no_auth_keys("AUTH_KEY_REMOVE"))

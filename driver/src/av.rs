@@ -46,7 +46,7 @@ use uet_av::{
 };
 use uet_fwif::admin::{AvCreateBody, BufferBody, Command, RangeBody, MAX_BATCH};
 use uet_fwif::auth_key::{AuthKeyAddBody, AuthKeyEntry, AuthKeyRemoveBody, AuthKeySourceBody};
-use uet_fwif::{AvWriteRecord, NicAvEntry};
+use uet_fwif::{AvWriteRecord, NicAvEntry, Status};
 use uet_regs::{
     AvInvalidateDoorbell, AvWriteDoorbell, RegisterAccess, AV_INVALIDATE_DOORBELL,
     AV_WRITE_DOORBELL, AV_WRITE_DROPS, AV_WRITE_ENTRY_0,
@@ -382,7 +382,18 @@ impl NicAvTable for NicAv {
             body,
         })
         .map(|_| ())
-        .map_err(crate::errno::admin_to_fi)
+        .map_err(|e| match e {
+            // The slot is free, or (checked) another table's or another JobID's: the NIC no
+            // longer holds the key the mirror does. Not the caller's argument (FI_EINVAL)
+            // but the NIC's state, as the in-memory table reports it too.
+            DriverError::AdminStatus {
+                status: Status::InvalidHandle,
+                ..
+            } => FiError::io(format!(
+                "NIC AUTH_KEY_REMOVE refused: slot {slot} is not this AV's key for JobID                  {job_id:#x}: {e}"
+            )),
+            e => crate::errno::admin_to_fi(e),
+        })
     }
 
     fn set_auth_key_source(&mut self, slot: u16, source: u64) -> Result<(), FiError> {

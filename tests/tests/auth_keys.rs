@@ -648,14 +648,42 @@ fn an_owner_checked_key_removal_takes_only_its_own_slot() {
     h.av.remove(&[k], FI_AUTH_KEY).unwrap();
     assert!(!nic_slots(&mut h)[usize::from(slot)].is_valid());
     // The NIC table's remove names the JobID: a slot holding another is refused, and kept.
-    h.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
+    // The NIC's state, not the caller's argument, is at fault: FI_EIO, as from the in-memory
+    // table.
+    let k = h.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
     let e =
         h.av.nic_mut()
             .remove_auth_key(slot, KEY_JOB + 1)
             .unwrap_err();
-    assert_eq!(e.errno, FiErrno::FI_EINVAL, "{e}");
+    assert_eq!(e.errno, FiErrno::FI_EIO, "{e}");
+    assert!(e.message.contains("not this AV's key"), "{e}");
     assert!(nic_slots(&mut h)[usize::from(slot)].is_valid());
     assert!(h.av.verify_auth_keys().unwrap().is_empty());
+    // The same through fi_av_remove: the slot now holds another JobID of this AV (as another
+    // process's key might), so the key's removal is refused with FI_EIO and the key kept.
+    let unchecked = h.nic.admin_command(Command::AuthKeyRemove {
+        slot: u32::from(slot),
+        body: AuthKeyRemoveBody::unchecked(),
+    });
+    unchecked.unwrap();
+    let mut body = AuthKeyAddBody::new_zeroed();
+    body.job_id = U32::new(KEY_JOB + 1);
+    let added = h
+        .nic
+        .admin_command(Command::AuthKeyAdd { av, body })
+        .unwrap();
+    assert_eq!(added.result0, u32::from(slot));
+    let e = h.av.remove(&[k], FI_AUTH_KEY).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EIO, "{e}");
+    assert_eq!(h.av.auth_keys().count(), 1, "the key stays held");
+    assert!(
+        nic_slots(&mut h)[usize::from(slot)].is_valid(),
+        "the other key stays"
+    );
+    assert!(
+        !h.av.verify_auth_keys().unwrap().is_empty(),
+        "the difference shows"
+    );
 }
 
 /// A command that finds the admin ring full of commands the device has not answered is not
