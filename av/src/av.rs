@@ -2512,7 +2512,8 @@ impl<N: NicAvTable> AddressVector<N> {
     /// (AV_READ in [`MAX_BATCH`] chunks) and compare every index with
     /// [`AddressVector::mirror_entry`]. Two invalid
     /// entries match whatever their other bytes hold. `FI_EIO` if a command fails
-    /// (`FI_EAGAIN` when the NIC had no room for it and nothing changed).
+    /// (`FI_EAGAIN` when the NIC had no room for it and nothing changed; `FI_ETIMEDOUT` when
+    /// it did not answer a read).
     pub fn verify_nic(&mut self) -> Result<Vec<AvMismatch>, FiError> {
         self.settle_nic()?;
         let mut mismatches = Vec::new();
@@ -2525,8 +2526,15 @@ impl<N: NicAvTable> AddressVector<N> {
                 break;
             };
             self.nic.read_entries(first, chunk).map_err(|e| {
+                // An unanswered read changes nothing, unlike an unanswered write (FI_EIO): it
+                // is only late, as for verify_auth_keys.
+                let errno = if e.in_doubt {
+                    FiErrno::FI_ETIMEDOUT
+                } else {
+                    e.errno()
+                };
                 FiError::new(
-                    e.errno(),
+                    errno,
                     format!("verify: reading {n} NIC entries from {first}: {e}"),
                 )
             })?;

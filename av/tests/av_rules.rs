@@ -4,9 +4,9 @@ mod common;
 
 use common::*;
 use uet_av::{
-    fi_rx_addr, straddr, AddressVector, AvAttr, AvLimits, AvType, FiErrno, MemoryNicTable, NicOp,
-    ADDR_LEN, DEFAULT_AV_COUNT, FI_ADDR_NOTAVAIL, FI_AUTH_KEY, FI_AV_USER_ID, FI_EVENT, FI_MORE,
-    FI_READ, FI_SYMMETRIC, FI_SYNC_ERR,
+    fi_rx_addr, straddr, AddressVector, AvAttr, AvLimits, AvType, Fault, FiErrno, MemoryNicTable,
+    NicOp, ADDR_LEN, DEFAULT_AV_COUNT, FI_ADDR_NOTAVAIL, FI_AUTH_KEY, FI_AV_USER_ID, FI_EVENT,
+    FI_MORE, FI_READ, FI_SYMMETRIC, FI_SYNC_ERR,
 };
 use uet_fwif::admin::MAX_BATCH;
 use uet_fwif::NicAvEntry;
@@ -490,6 +490,12 @@ fn verify_reports_what_the_nic_lost() {
     assert_eq!(m[1].mirror, NicAvEntry::INVALID);
     av.nic_mut().fail_after(NicOp::Read, 0);
     assert_eq!(errno(av.verify_nic()), FiErrno::FI_EIO);
+    // An unanswered read changed nothing: it is late, not failed.
+    av.nic_mut()
+        .inject(NicOp::Read, 0, Fault::InDoubt { applied: false });
+    assert_eq!(errno(av.verify_nic()), FiErrno::FI_ETIMEDOUT);
+    av.nic_mut().inject(NicOp::Read, 0, Fault::Busy);
+    assert_eq!(errno(av.verify_nic()), FiErrno::FI_EAGAIN);
 }
 
 // ---------------------------------------------------------------------------------------------

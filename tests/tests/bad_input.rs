@@ -673,6 +673,7 @@ fn a_read_back_leaves_the_scratch_buffer_to_no_next_command() {
         .unwrap_err();
     assert!(matches!(e, DriverError::AdminTimeout { .. }), "{e}");
     let e = node.av.verify_nic().unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_ETIMEDOUT, "{e}");
     assert!(e.message.contains("timed out"), "{e}");
     assert!(!e.message.contains("scratch buffer"), "{e}");
 }
