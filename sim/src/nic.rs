@@ -50,10 +50,9 @@ use uet_fwif::datapath::{COMPLETION_BYTES, COMPLETION_FLAG_NO_MESSAGE, COMPLETIO
 use uet_fwif::ring::phase_for_pass;
 use uet_fwif::{Completion, CompletionKind, LocalStatus, ReturnCode};
 use uet_regs::{
-    Access, AvInvalidateDoorbell, AvWriteDoorbell, DevStatus, FatalError, Width, ADMIN_CQ_HEAD,
-    ADMIN_SQ_DOORBELL, AV_INVALIDATE_DOORBELL, AV_WRITE_DOORBELL, BAD_REGISTER_ACCESSES,
-    CQ_DOORBELL, DEV_CTRL, DEV_STATUS, DMA_FAULTS, FATAL_ERROR, FUNCTION_RESET, INTR_CAUSE,
-    RXQ_DOORBELL, TRXQ_DOORBELL, TXQ_DOORBELL,
+    Access, AvInvalidateDoorbell, AvWriteDoorbell, DevStatus, FatalError, Width,
+    AV_INVALIDATE_DOORBELL, AV_WRITE_DOORBELL, BAD_REGISTER_ACCESSES, DEV_STATUS, DMA_FAULTS,
+    FATAL_ERROR, INTR_CAUSE,
 };
 use zerocopy::little_endian::U64;
 use zerocopy::IntoBytes;
@@ -197,46 +196,47 @@ impl Nic {
             return false;
         }
         let v32 = w.value as u32;
+        // Constant patterns: one jump on the offset, not a comparison per register.
         match w.info.offset {
-            o if o == DEV_CTRL.offset() => {
+            at::DEV_CTRL => {
                 self.dev_ctrl_written(w.old & 1 != 0, w.new & 1 != 0);
                 true
             }
-            o if o == FUNCTION_RESET.offset() => {
+            at::FUNCTION_RESET => {
                 if w.value & 1 != 0 {
                     self.function_reset();
                 }
                 false
             }
-            o if o == ADMIN_SQ_DOORBELL.offset() => {
+            at::ADMIN_SQ_DOORBELL => {
                 self.admin_doorbell(v32 as u16);
                 true
             }
-            o if o == ADMIN_CQ_HEAD.offset() => {
+            at::ADMIN_CQ_HEAD => {
                 self.admin_cq_head_written(w.old as u16, w.new as u16);
                 true
             }
-            o if o == TXQ_DOORBELL.offset() => {
+            at::TXQ_DOORBELL => {
                 self.queue_doorbell(QueueKind::Tx, v32);
                 true
             }
-            o if o == RXQ_DOORBELL.offset() => {
+            at::RXQ_DOORBELL => {
                 self.queue_doorbell(QueueKind::Rx, v32);
                 true
             }
-            o if o == CQ_DOORBELL.offset() => {
+            at::CQ_DOORBELL => {
                 self.queue_doorbell(QueueKind::Cq, v32);
                 true
             }
-            o if o == TRXQ_DOORBELL.offset() => {
+            at::TRXQ_DOORBELL => {
                 self.queue_doorbell(QueueKind::TaggedRx, v32);
                 true
             }
-            o if o == AV_INVALIDATE_DOORBELL.offset() => {
+            at::AV_INVALIDATE_DOORBELL => {
                 self.av_invalidate_doorbell(AvInvalidateDoorbell::from_bits(w.value));
                 false
             }
-            o if o == AV_WRITE_DOORBELL.offset() => {
+            at::AV_WRITE_DOORBELL => {
                 self.av_write_doorbell(AvWriteDoorbell::from_bits(w.value));
                 false
             }
@@ -479,10 +479,25 @@ fn hot_doorbell(offset: u32, width: Width, value: u64) -> Option<HotDoorbell> {
     None
 }
 
+/// The offsets of the registers whose writes act, as constants to match on.
+mod at {
+    pub(super) const DEV_CTRL: u32 = uet_regs::DEV_CTRL.offset();
+    pub(super) const FUNCTION_RESET: u32 = uet_regs::FUNCTION_RESET.offset();
+    pub(super) const ADMIN_SQ_DOORBELL: u32 = uet_regs::ADMIN_SQ_DOORBELL.offset();
+    pub(super) const ADMIN_CQ_HEAD: u32 = uet_regs::ADMIN_CQ_HEAD.offset();
+    pub(super) const TXQ_DOORBELL: u32 = uet_regs::TXQ_DOORBELL.offset();
+    pub(super) const RXQ_DOORBELL: u32 = uet_regs::RXQ_DOORBELL.offset();
+    pub(super) const CQ_DOORBELL: u32 = uet_regs::CQ_DOORBELL.offset();
+    pub(super) const TRXQ_DOORBELL: u32 = uet_regs::TRXQ_DOORBELL.offset();
+    pub(super) const AV_INVALIDATE_DOORBELL: u32 = uet_regs::AV_INVALIDATE_DOORBELL.offset();
+    pub(super) const AV_WRITE_DOORBELL: u32 = uet_regs::AV_WRITE_DOORBELL.offset();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::net::Ipv4Addr;
+    use uet_regs::{DEV_CTRL, TXQ_DOORBELL};
 
     /// The AV doorbells' direct decode acts exactly as the register decoder would: the same
     /// defined bits reach the handler, the register file keeps nothing, and every other

@@ -17,7 +17,6 @@
 //! register file only decodes their offsets.
 
 use crate::config::NicConfig;
-use std::sync::OnceLock;
 use uet_regs::{
     Access, Reg, RegInfo, RegValue, Width, BAR0_SIZE, CAP_AUTH_KEY, CAP_AV, CAP_AV_ENTRIES, CAP_EP,
     CAP_MAX_MSG, CAP_PEER_GROUPS, CAP_PID_ON_FEP, CAP_PROFILES, CAP_QUEUES, CAP_RESOURCE_INDEX,
@@ -69,44 +68,50 @@ pub(crate) struct RegFile {
     reset: Vec<u64>,
 }
 
-/// What the address decoder knows, built once from [`REGISTERS`]: the register index of every
-/// 32-bit word of BAR0 where a register starts (2 KiB), and each register's defined bits, so
-/// that an access costs two table loads, not a search or a walk over the register's fields.
-struct DecodeTables {
-    index: Vec<u16>,
-    mask: Vec<u64>,
-}
+/// 32-bit words of BAR0.
+const BAR0_WORDS: usize = BAR0_SIZE as usize / 4;
 
-fn tables() -> &'static DecodeTables {
-    static TABLES: OnceLock<DecodeTables> = OnceLock::new();
-    TABLES.get_or_init(|| {
-        let mut index = vec![NO_REGISTER; BAR0_SIZE as usize / 4];
-        for (i, r) in REGISTERS.iter().enumerate() {
-            if let (Some(slot), Ok(i)) = (index.get_mut(r.offset as usize / 4), u16::try_from(i)) {
-                *slot = i;
-            }
-        }
-        DecodeTables {
-            index,
-            mask: REGISTERS.iter().map(RegInfo::defined_mask).collect(),
-        }
-    })
-}
+/// What the address decoder knows, built from [`REGISTERS`] when the simulator is compiled:
+/// the register index of every 32-bit word of BAR0 where a register starts (2 KiB), so that
+/// an access costs one table load, not a search.
+static WORD_REGISTER: [u16; BAR0_WORDS] = word_registers();
 
-/// The index in [`REGISTERS`] of the register at `offset`: one load from the decode table.
-fn index_of(offset: u32) -> Option<usize> {
-    tables().find(offset)
-}
+/// Each register's defined bits (`RegInfo::defined_mask`), by index in [`REGISTERS`], so that a
+/// write is masked without a walk over the register's fields.
+static DEFINED_MASK: [u64; REGISTERS.len()] = defined_masks();
 
-impl DecodeTables {
-    fn find(&self, offset: u32) -> Option<usize> {
-        if !offset.is_multiple_of(4) {
-            return None;
-        }
-        let i = usize::from(*self.index.get(offset as usize / 4)?);
-        // Registers are naturally aligned (a uet-regs test checks it); check the match anyway.
-        REGISTERS.get(i).filter(|r| r.offset == offset).map(|_| i)
+const fn word_registers() -> [u16; BAR0_WORDS] {
+    // More registers than a u16 index holds, or one outside BAR0, fails the build here.
+    assert!(REGISTERS.len() < NO_REGISTER as usize);
+    let mut table = [NO_REGISTER; BAR0_WORDS];
+    let mut i = 0;
+    while i < REGISTERS.len() {
+        table[REGISTERS[i].offset as usize / 4] = i as u16;
+        i += 1;
     }
+    table
+}
+
+const fn defined_masks() -> [u64; REGISTERS.len()] {
+    let mut masks = [0; REGISTERS.len()];
+    let mut i = 0;
+    while i < REGISTERS.len() {
+        masks[i] = REGISTERS[i].defined_mask();
+        i += 1;
+    }
+    masks
+}
+
+/// The index in [`REGISTERS`] of the register starting at `offset`: one load from the decode
+/// table.
+#[inline]
+fn index_of(offset: u32) -> Option<usize> {
+    if !offset.is_multiple_of(4) {
+        return None;
+    }
+    let i = usize::from(*WORD_REGISTER.get(offset as usize / 4)?);
+    // Registers are naturally aligned (a uet-regs test checks it); check the match anyway.
+    REGISTERS.get(i).filter(|r| r.offset == offset).map(|_| i)
 }
 
 /// A BAR0 word where no register starts.
@@ -178,19 +183,19 @@ impl RegFile {
     }
 
     /// Decode a driver access; `None` is a bad access (no register, misaligned, wrong width).
+    #[inline]
     pub(crate) fn decode(offset: u32, width: Width) -> Option<Decoded> {
         if !offset.is_multiple_of(width.bytes()) {
             return None;
         }
-        let t = tables();
-        if let Some(index) = t.find(offset) {
+        if let Some(index) = index_of(offset) {
             let info = REGISTERS.get(index)?;
             let part = match (info.width, width) {
                 (Width::W32, Width::W32) | (Width::W64, Width::W64) => Part::Full,
                 (Width::W64, Width::W32) => Part::Low,
                 (Width::W32, Width::W64) => return None,
             };
-            let mask = *t.mask.get(index)?;
+            let mask = *DEFINED_MASK.get(index)?;
             return Some(Decoded {
                 index,
                 part,
@@ -199,14 +204,14 @@ impl RegFile {
             });
         }
         if width == Width::W32 && offset >= 4 {
-            let index = t.find(offset - 4)?;
+            let index = index_of(offset - 4)?;
             let info = REGISTERS.get(index)?;
             if info.width == Width::W64 {
                 return Some(Decoded {
                     index,
                     part: Part::High,
                     info,
-                    mask: *t.mask.get(index)?,
+                    mask: *DEFINED_MASK.get(index)?,
                 });
             }
         }
@@ -233,8 +238,20 @@ impl RegFile {
     }
 
     /// Apply a driver write according to the register's access kind.
+    #[inline]
     pub(crate) fn driver_write(&mut self, d: &Decoded, value: u64) -> Written {
         let info = d.info;
+        if info.access == Access::Wo && d.part == Part::Full {
+            // A write-only register stores nothing (it holds 0): a whole write only acts, with
+            // its defined bits. Doorbells and the AV write window are such registers, written
+            // once or eight times per AV entry.
+            return Written {
+                info,
+                old: 0,
+                new: 0,
+                value: value & d.mask,
+            };
+        }
         let mask = d.mask;
         let old = self.raw(d.index);
         // The full-width value this write carries; the other half of a 64-bit register keeps
@@ -303,5 +320,55 @@ mod tests {
         assert_eq!(d.part, Part::High);
         assert_eq!(d.info.name, "ADMIN_SQ_BASE");
         assert!(RegFile::decode(0x0084, Width::W64).is_none());
+    }
+
+    /// The compile-time decode tables against the datasheet, over every word of BAR0: each
+    /// register decodes at its offset (and a 64-bit one's high half at offset + 4) with its
+    /// defined bits, and no other offset decodes.
+    #[test]
+    fn every_bar0_word_decodes_as_the_datasheet_says() {
+        let mut regs = RegFile::new(&NicConfig::new(Ipv4Addr::new(10, 0, 0, 1).into()));
+        let mut decoded = 0;
+        for offset in (0..BAR0_SIZE).step_by(4) {
+            let start = REGISTERS.iter().position(|r| r.offset == offset);
+            let high = REGISTERS
+                .iter()
+                .position(|r| r.width == Width::W64 && r.offset + 4 == offset);
+            match (RegFile::decode(offset, Width::W32), start, high) {
+                (Some(d), Some(i), _) => {
+                    assert_eq!(d.index, i);
+                    let r = &REGISTERS[i];
+                    assert_eq!(
+                        d.part,
+                        if r.width == Width::W32 {
+                            Part::Full
+                        } else {
+                            Part::Low
+                        }
+                    );
+                    assert_eq!(d.mask, r.defined_mask(), "{}", r.name);
+                    decoded += 1;
+                }
+                (Some(d), None, Some(i)) => assert_eq!((d.index, d.part), (i, Part::High)),
+                (None, None, None) => {}
+                (d, start, high) => panic!("{offset:#x}: {d:?} {start:?} {high:?}"),
+            }
+            let wide = RegFile::decode(offset, Width::W64);
+            match start.map(|i| &REGISTERS[i]) {
+                Some(r) if r.width == Width::W64 => {
+                    let d = wide.unwrap_or_else(|| panic!("{}", r.name));
+                    assert_eq!(d.part, Part::Full);
+                    // A whole write keeps the defined bits only, and a write-only register
+                    // stores none of them.
+                    let w = regs.driver_write(&d, u64::MAX);
+                    assert_eq!(w.value, r.defined_mask(), "{}", r.name);
+                    if r.access == Access::Wo {
+                        assert_eq!(regs.raw(d.index), 0, "{}", r.name);
+                    }
+                }
+                _ => assert!(wide.is_none(), "{offset:#x}"),
+            }
+        }
+        assert_eq!(decoded, REGISTERS.len());
     }
 }
