@@ -390,7 +390,8 @@ impl NicAvTable for NicAv {
                 status: Status::InvalidHandle,
                 ..
             } => FiError::io(format!(
-                "NIC AUTH_KEY_REMOVE refused: slot {slot} is not this AV's key for JobID                  {job_id:#x}: {e}"
+                "NIC AUTH_KEY_REMOVE refused: slot {slot} is not this AV's key for JobID \
+                 {job_id:#x}: {e}"
             )),
             e => crate::errno::admin_to_fi(e),
         })

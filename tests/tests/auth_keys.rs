@@ -657,6 +657,11 @@ fn an_owner_checked_key_removal_takes_only_its_own_slot() {
             .unwrap_err();
     assert_eq!(e.errno, FiErrno::FI_EIO, "{e}");
     assert!(e.message.contains("not this AV's key"), "{e}");
+    let named = format!(
+        "slot {slot} is not this AV's key for JobID {:#x}:",
+        KEY_JOB + 1
+    );
+    assert!(e.message.contains(&named), "{e}");
     assert!(nic_slots(&mut h)[usize::from(slot)].is_valid());
     assert!(h.av.verify_auth_keys().unwrap().is_empty());
     // The same through fi_av_remove: the slot now holds another JobID of this AV (as another
