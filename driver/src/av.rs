@@ -307,7 +307,7 @@ impl NicAvTable for NicAv {
         // At most MAX_BATCH, checked above.
         let count = records.len() as u32;
         // Normal pages: a batch is small and lives only until its completion.
-        let buffer = DmaRegion::new_normal(bytes.len(), nic.iova.alloc(bytes.len()))
+        let buffer = DmaRegion::new_normal_in(bytes.len(), &nic.iova)
             .map_err(|e| nic_error(OP, e.into()))
             .and_then(|r| {
                 MappedRegion::map(nic.device.clone(), r).map_err(|e| nic_error(OP, e.into()))

@@ -56,6 +56,18 @@ pub enum DmaError {
     /// A zero-length region was requested.
     #[error("a DMA region cannot be empty")]
     Empty,
+    /// The requested length, rounded up to whole pages, does not fit the address space.
+    #[error("a DMA region of {len} bytes does not fit the address space")]
+    TooLarge {
+        /// Requested length.
+        len: usize,
+    },
+    /// The IOVA space has no room left for a region of this size (IOVAs are never reused).
+    #[error("no IOVA space left for a DMA region of {len} bytes")]
+    IovaExhausted {
+        /// Requested length.
+        len: usize,
+    },
 }
 
 /// Which kind of pages back a region.
@@ -87,10 +99,27 @@ impl IovaAllocator {
         }
     }
 
-    /// Reserve `len` bytes of IOVA space, huge-page aligned.
-    pub fn alloc(&self, len: usize) -> u64 {
-        let len = (len as u64).div_ceil(HUGE_PAGE as u64) * HUGE_PAGE as u64;
-        self.next.fetch_add(len, Ordering::Relaxed)
+    /// An allocator whose next IOVA is `next` (tests of the end of the IOVA space).
+    #[cfg(test)]
+    const fn starting_at(next: u64) -> Self {
+        IovaAllocator {
+            next: AtomicU64::new(next),
+        }
+    }
+
+    /// Reserve `len` bytes of IOVA space, huge-page aligned. A request that does not fit
+    /// what is left of the 64-bit space fails and reserves nothing: the cursor never wraps
+    /// back onto IOVAs in use.
+    pub fn alloc(&self, len: usize) -> Result<u64, DmaError> {
+        let span = u64::try_from(len)
+            .ok()
+            .and_then(|l| l.checked_next_multiple_of(HUGE_PAGE as u64))
+            .ok_or(DmaError::TooLarge { len })?;
+        self.next
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |next| {
+                next.checked_add(span)
+            })
+            .map_err(|_| DmaError::IovaExhausted { len })
     }
 }
 
@@ -121,25 +150,47 @@ unsafe impl Sync for DmaRegion {}
 impl DmaRegion {
     /// Allocate `len` bytes (rounded up to a page) at IOVA `iova`, hugepages first.
     pub fn new(len: usize, iova: u64) -> Result<Self, DmaError> {
-        if len == 0 {
-            return Err(DmaError::Empty);
-        }
-        let huge_len = len.div_ceil(HUGE_PAGE) * HUGE_PAGE;
-        match Self::create(huge_len, iova, PageKind::Huge) {
+        let normal_len = Self::rounded(len, PAGE)?;
+        match Self::rounded(len, HUGE_PAGE).and_then(|l| Self::create(l, iova, PageKind::Huge)) {
             Ok(r) => Ok(r),
             Err(e) => {
                 tracing::debug!("no hugepage DMA memory ({e}); using normal pages");
-                Self::create(len.div_ceil(PAGE) * PAGE, iova, PageKind::Normal)
+                Self::create(normal_len, iova, PageKind::Normal)
             }
         }
     }
 
     /// Allocate with normal pages only.
     pub fn new_normal(len: usize, iova: u64) -> Result<Self, DmaError> {
+        Self::create(Self::rounded(len, PAGE)?, iova, PageKind::Normal)
+    }
+
+    /// [`DmaRegion::new`] at a fresh IOVA from `iovas`, taken only once the memory exists:
+    /// a request the system cannot back uses up no IOVA space.
+    pub fn new_in(len: usize, iovas: &IovaAllocator) -> Result<Self, DmaError> {
+        Self::new(len, 0)?.at_fresh_iova(iovas)
+    }
+
+    /// [`DmaRegion::new_normal`] at a fresh IOVA from `iovas`, as [`DmaRegion::new_in`].
+    pub fn new_normal_in(len: usize, iovas: &IovaAllocator) -> Result<Self, DmaError> {
+        Self::new_normal(len, 0)?.at_fresh_iova(iovas)
+    }
+
+    /// Give a region not yet mapped for the device its IOVA.
+    fn at_fresh_iova(mut self, iovas: &IovaAllocator) -> Result<Self, DmaError> {
+        self.iova = iovas.alloc(self.len)?;
+        Ok(self)
+    }
+
+    /// `len` rounded up to a multiple of `unit`, within what a mapping (and `off_t`) can
+    /// span; a zero length is refused.
+    fn rounded(len: usize, unit: usize) -> Result<usize, DmaError> {
         if len == 0 {
             return Err(DmaError::Empty);
         }
-        Self::create(len.div_ceil(PAGE) * PAGE, iova, PageKind::Normal)
+        len.checked_next_multiple_of(unit)
+            .filter(|&l| isize::try_from(l).is_ok())
+            .ok_or(DmaError::TooLarge { len })
     }
 
     fn create(len: usize, iova: u64, kind: PageKind) -> Result<Self, DmaError> {
@@ -154,7 +205,8 @@ impl DmaRegion {
         }
         // SAFETY: `raw` is a freshly created descriptor that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: ftruncate on a descriptor we own; the length fits off_t on 64-bit Linux.
+        // SAFETY: ftruncate on a descriptor we own; `len` is at most isize::MAX (checked by
+        // `rounded`), so it fits off_t on 64-bit Linux.
         if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
             return Err(DmaError::Size {
                 len,
@@ -460,11 +512,63 @@ mod tests {
     #[test]
     fn iovas_are_distinct_and_aligned() {
         let a = IovaAllocator::new();
-        let x = a.alloc(1);
-        let y = a.alloc(HUGE_PAGE + 1);
-        let z = a.alloc(1);
+        let x = a.alloc(1).unwrap();
+        let y = a.alloc(HUGE_PAGE + 1).unwrap();
+        let z = a.alloc(1).unwrap();
         assert_eq!(x % HUGE_PAGE as u64, 0);
         assert_eq!(y, x + HUGE_PAGE as u64);
         assert_eq!(z, y + 2 * HUGE_PAGE as u64);
+    }
+
+    /// The end of the IOVA space: a request past it fails and reserves nothing, so the cursor
+    /// never wraps back onto IOVAs in use; a length that cannot be rounded fails as too large.
+    #[test]
+    fn the_iova_cursor_never_wraps() {
+        let last = u64::MAX - (u64::MAX % HUGE_PAGE as u64) - 2 * HUGE_PAGE as u64;
+        let a = IovaAllocator::starting_at(last);
+        assert!(matches!(
+            a.alloc(3 * HUGE_PAGE),
+            Err(DmaError::IovaExhausted { len }) if len == 3 * HUGE_PAGE
+        ));
+        assert!(matches!(
+            a.alloc(usize::MAX),
+            Err(DmaError::TooLarge { len: usize::MAX })
+        ));
+        assert_eq!(a.alloc(HUGE_PAGE).unwrap(), last);
+        assert_eq!(a.alloc(1).unwrap(), last + HUGE_PAGE as u64);
+        // The cursor now stands on the last hugepage, whose end 2^64 no u64 holds.
+        assert!(matches!(
+            a.alloc(1),
+            Err(DmaError::IovaExhausted { len: 1 })
+        ));
+        assert!(a.alloc(HUGE_PAGE).is_err());
+    }
+
+    /// Lengths that no mapping can have are refused before any system call, and a region
+    /// that cannot be made takes no IOVA.
+    #[test]
+    fn impossible_lengths_are_refused_and_take_no_iova() {
+        for len in [usize::MAX, usize::MAX - HUGE_PAGE, isize::MAX as usize + 1] {
+            assert!(matches!(
+                DmaRegion::new(len, 0),
+                Err(DmaError::TooLarge { .. })
+            ));
+            assert!(matches!(
+                DmaRegion::new_normal(len, 0),
+                Err(DmaError::TooLarge { .. })
+            ));
+        }
+        let iovas = IovaAllocator::new();
+        let first = iovas.alloc(1).unwrap();
+        // Rounds within the address space, but no system backs half of it.
+        let huge = isize::MAX as usize - PAGE + 1;
+        assert!(DmaRegion::new_in(huge, &iovas).is_err());
+        assert!(DmaRegion::new_normal_in(huge, &iovas).is_err());
+        let r = DmaRegion::new_normal_in(4096, &iovas).unwrap();
+        assert_eq!(
+            r.iova(),
+            first + HUGE_PAGE as u64,
+            "the failed requests took no IOVA"
+        );
     }
 }

@@ -285,7 +285,7 @@ impl NicInner {
 
     /// Allocate DMA memory at a fresh IOVA and map it for the device.
     pub(crate) fn map_new(&self, len: usize) -> Result<MappedRegion, DriverError> {
-        let region = DmaRegion::new(len, self.iova.alloc(len))?;
+        let region = DmaRegion::new_in(len, &self.iova)?;
         Ok(MappedRegion::map(self.device.clone(), region)?)
     }
 }
@@ -352,7 +352,7 @@ impl Nic {
         let iova = IovaAllocator::new();
         let (sq_len, cq_len) = AdminQueue::ring_bytes();
         let map = |len: usize| -> Result<MappedRegion, DriverError> {
-            let region = DmaRegion::new(len, iova.alloc(len))?;
+            let region = DmaRegion::new_in(len, &iova)?;
             Ok(MappedRegion::map(device.clone(), region)?)
         };
         let mut admin = AdminQueue::new(map(sq_len)?, map(cq_len)?, map(SCRATCH_BYTES)?);

@@ -735,3 +735,41 @@ fn a_pool_of_buffers_wider_than_a_descriptor_length_is_refused() {
     // An ordinary size is fine.
     assert!(uet_driver::DmaPool::new(&node.nic, 4096, 1).is_ok());
 }
+
+/// DMA memory of a size no system can back is refused with the reason, and uses up nothing:
+/// the next mapping gets memory at a fresh IOVA that no other region has.
+#[test]
+fn an_impossible_dma_length_is_refused_and_the_next_mapping_works() {
+    let (_f, fns) = fabric(1);
+    let nic = uet_tests::open_nic(&fns[0]);
+    let before = nic.map_dma(4096).expect("a page of DMA memory");
+    for len in [
+        usize::MAX,
+        usize::MAX / 2 + 1,
+        (isize::MAX as usize) - 4095,
+        0,
+    ] {
+        match nic.map_dma(len) {
+            Err(DriverError::Dma(e)) => {
+                let text = e.to_string();
+                assert!(
+                    text.contains("does not fit")
+                        || text.contains("mapping DMA memory")
+                        || text.contains("empty")
+                        || text.contains("sizing DMA memory"),
+                    "{len}: {text}"
+                );
+            }
+            other => panic!(
+                "map_dma({len}) should fail, got {:?}",
+                other.map(|r| r.region().iova())
+            ),
+        }
+    }
+    let after = nic.map_dma(4096).expect("DMA memory after the refusals");
+    assert!(after.region().iova() > before.region().iova());
+    assert!(
+        after.region().iova() - before.region().iova() <= 2 << 20,
+        "the refused requests took no IOVA space"
+    );
+}
