@@ -48,12 +48,22 @@ use uet_regs::{
 use zerocopy::little_endian::{U16, U64};
 use zerocopy::{FromBytes, FromZeros};
 
-/// log2 of the admin ring sizes the driver uses.
+/// log2 of the admin ring size the driver uses: 64 entries, or the largest power of two the
+/// device allows (`CAP_QUEUES.max_admin_entries`) when that is smaller ([`admin_geometry`]).
 pub const ADMIN_RING_LOG2: u8 = 6;
-const ADMIN_GEOMETRY: RingGeometry = match RingGeometry::new(ADMIN_RING_LOG2) {
-    Some(g) => g,
-    None => panic!("admin ring size out of range"),
-};
+
+/// The admin ring geometry for a device whose rings hold at most `max_entries` entries
+/// (`CAP_QUEUES.max_admin_entries`; datasheet "Admin queue": `ADMIN_QUEUE_SIZE` must not
+/// exceed it): [`ADMIN_RING_LOG2`], or the largest power of two within `max_entries`. `None`
+/// when the device allows fewer than 2 entries, which no ring can work with (one entry is
+/// always left empty to tell a full ring from an empty one).
+pub fn admin_geometry(max_entries: u16) -> Option<RingGeometry> {
+    if max_entries < 2 {
+        return None;
+    }
+    let log2 = (u16::BITS - 1 - max_entries.leading_zeros()) as u8;
+    RingGeometry::new(log2.min(ADMIN_RING_LOG2))
+}
 /// Bytes of scratch DMA memory for command data: enough for `MAX_BATCH` AV_WRITE records.
 pub const SCRATCH_BYTES: usize = 8 << 20;
 /// How long a command may take before the driver gives up on it.
@@ -147,12 +157,9 @@ fn undo_key(entry: &AdminCommand) -> u64 {
     MrRegisterBody::read_from_prefix(&entry.body).map_or(0, |(body, _)| body.key.get())
 }
 
-/// Entries of the command table: twice the ring, so a free entry is always within reach of
-/// the next command id while at most a ring's worth of commands is outstanding.
+/// Entries of the command table: twice the largest ring, so a free entry is always within
+/// reach of the next command id while at most a ring's worth of commands is outstanding.
 const COMMAND_TABLE: usize = 2 << ADMIN_RING_LOG2;
-/// Completions consumed before the driver reports its CQ head to the device (it also reports
-/// whenever it finds no new completion, so a device waiting for room never waits on it).
-const CQ_HEAD_REPORT_EVERY: u32 = 1 << (ADMIN_RING_LOG2 - 2);
 
 /// Commands submitted and not yet taken, by command id: a fixed table indexed by the id's low
 /// bits, so filing a command or a completion costs an array access, not a hash.
@@ -235,13 +242,19 @@ pub struct AdminQueue {
 }
 
 impl AdminQueue {
-    /// Use already-mapped rings and scratch memory.
-    pub(crate) fn new(sq: MappedRegion, cq: MappedRegion, scratch: MappedRegion) -> Self {
+    /// Use already-mapped rings of `geometry` ([`AdminQueue::ring_bytes`] each) and scratch
+    /// memory.
+    pub(crate) fn new(
+        geometry: RingGeometry,
+        sq: MappedRegion,
+        cq: MappedRegion,
+        scratch: MappedRegion,
+    ) -> Self {
         AdminQueue {
             sq,
             cq,
             scratch,
-            geometry: ADMIN_GEOMETRY,
+            geometry,
             sq_tail: 0,
             cq_head: 0,
             cq_phase: true,
@@ -264,10 +277,17 @@ impl AdminQueue {
         self.undo_auth_key_adds = yes;
     }
 
-    /// Bytes each ring needs.
-    pub(crate) fn ring_bytes() -> (usize, usize) {
-        let n = 1usize << ADMIN_RING_LOG2;
+    /// Bytes the submission and the completion ring of `geometry` need.
+    pub(crate) fn ring_bytes(geometry: RingGeometry) -> (usize, usize) {
+        let n = geometry.entries() as usize;
         (n * COMMAND_BYTES, n * COMPLETION_BYTES)
+    }
+
+    /// Completions consumed before the driver reports its CQ head to the device: a quarter
+    /// of the ring (it also reports whenever it finds no new completion, so a device waiting
+    /// for room never waits on it).
+    fn cq_head_report_every(&self) -> u32 {
+        (self.geometry.entries() / 4).max(1)
     }
 
     /// The count of commands abandoned after a timeout whose completions have not come, for
@@ -283,7 +303,7 @@ impl AdminQueue {
     /// Program the admin registers (datasheet: "Admin queue", before `DEV_CTRL.enable`).
     /// Commands of a previous programming are forgotten.
     pub(crate) fn program(&mut self, bar: &dyn Mmio) -> Result<(), DmaError> {
-        let (sq_len, cq_len) = Self::ring_bytes();
+        let (sq_len, cq_len) = Self::ring_bytes(self.geometry);
         self.sq.region().zero(0, sq_len)?;
         self.cq.region().zero(0, cq_len)?;
         self.sq_tail = 0;
@@ -301,8 +321,8 @@ impl AdminQueue {
         bar.write(
             ADMIN_QUEUE_SIZE,
             AdminQueueSize::new()
-                .with_sq_log2(ADMIN_RING_LOG2)
-                .with_cq_log2(ADMIN_RING_LOG2),
+                .with_sq_log2(self.geometry.log2())
+                .with_cq_log2(self.geometry.log2()),
         );
         bar.write(ADMIN_CQ_HEAD, RingIndex::new().with_index(0));
         Ok(())
@@ -590,7 +610,7 @@ impl AdminQueue {
         let report = if collected == 0 {
             self.unreported > 0
         } else {
-            self.unreported >= CQ_HEAD_REPORT_EVERY
+            self.unreported >= self.cq_head_report_every()
         };
         if report {
             self.unreported = 0;
@@ -701,5 +721,24 @@ pub fn opcode_name(opcode: u8) -> String {
     match Opcode::from_u8(opcode) {
         Some(op) => op.name().to_string(),
         None => format!("opcode {opcode:#04x}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ring is the driver's 64 entries or the largest power of two the device allows;
+    /// a device allowing fewer than 2 gets none.
+    #[test]
+    fn the_admin_ring_fits_what_the_device_allows() {
+        let log2 = |max| admin_geometry(max).map(RingGeometry::log2);
+        assert_eq!(log2(0), None);
+        assert_eq!(log2(1), None);
+        assert_eq!(log2(2), Some(1));
+        assert_eq!(log2(3), Some(1));
+        assert_eq!(log2(48), Some(5));
+        assert_eq!(log2(64), Some(ADMIN_RING_LOG2));
+        assert_eq!(log2(u16::MAX), Some(ADMIN_RING_LOG2));
     }
 }

@@ -20,7 +20,7 @@
 //! Dropping the last reference resets the function (the device forgets every endpoint and
 //! table and stops DMA) before the DMA memory is unmapped.
 
-use crate::admin::{AdminQueue, AdminResult, SCRATCH_BYTES};
+use crate::admin::{admin_geometry, AdminQueue, AdminResult, SCRATCH_BYTES};
 use crate::device::Device;
 use crate::dma::{DmaRegion, IovaAllocator};
 use crate::error::DriverError;
@@ -348,14 +348,20 @@ impl Nic {
         // 4. Capabilities.
         let caps = Capabilities::read(bar);
         tracing::debug!(?caps, "capabilities");
-        // 5. Admin queue.
+        // 5. Admin queue: rings no larger than CAP_QUEUES allows.
+        let geometry = admin_geometry(caps.max_admin_entries).ok_or_else(|| {
+            DriverError::Unsupported(format!(
+                "CAP_QUEUES.max_admin_entries is {}: an admin ring needs at least 2 entries",
+                caps.max_admin_entries
+            ))
+        })?;
         let iova = IovaAllocator::new();
-        let (sq_len, cq_len) = AdminQueue::ring_bytes();
+        let (sq_len, cq_len) = AdminQueue::ring_bytes(geometry);
         let map = |len: usize| -> Result<MappedRegion, DriverError> {
             let region = DmaRegion::new_in(len, &iova)?;
             Ok(MappedRegion::map(device.clone(), region)?)
         };
-        let mut admin = AdminQueue::new(map(sq_len)?, map(cq_len)?, map(SCRATCH_BYTES)?);
+        let mut admin = AdminQueue::new(geometry, map(sq_len)?, map(cq_len)?, map(SCRATCH_BYTES)?);
         admin.undo_auth_key_adds(rev.interface_minor() >= AUTH_KEY_OWNER_CHECK_INTERFACE_MINOR);
         admin.program(bar)?;
         // 6. Enable.

@@ -1,0 +1,136 @@
+//! The admin rings follow the device's `CAP_QUEUES.max_admin_entries`: a NIC that allows
+//! fewer entries than the driver's usual 64 gets rings it accepts, and works through them; a
+//! NIC that allows fewer than 2 is refused with the capability named.
+
+use std::sync::Arc;
+use uet_driver::backend::sim::SimDevice;
+use uet_driver::{Device, DriverError, Nic};
+use uet_fwif::datapath::CompletionKind;
+use uet_regs::{CapQueues, RegisterAccess, ADMIN_QUEUE_SIZE, CAP_QUEUES, DEV_STATUS};
+use uet_sim::{Fabric, NicConfig};
+use uet_tests::{nic_addr, pair_with, Node};
+
+/// For rings of 2, 4 and 32 entries: the driver programs exactly that size, and more admin
+/// commands than the ring holds (AV_WRITEs, AV_READs, endpoint creation) run through it,
+/// with messages both ways translated by the NIC's table.
+#[test]
+fn a_device_with_a_small_admin_ring_gets_rings_it_accepts_and_works() {
+    for (max, log2) in [(2u16, 1u8), (4, 2), (32, 5)] {
+        let (_f, mut a, mut b) = pair_with(0x51, |c| c.max_admin_entries = max);
+        let size = b.function.read(ADMIN_QUEUE_SIZE);
+        assert_eq!((size.sq_log2(), size.cq_log2()), (log2, log2), "max {max}");
+        assert!(b.function.read(DEV_STATUS).enabled());
+        // Commands well past the ring's size: AV_WRITEs of two records each (a record alone
+        // may take the register window instead of the admin queue).
+        let peers: Vec<[u8; 32]> = (0..40u8)
+            .map(|i| {
+                let mut addr = *a.ep.address();
+                addr.pid_on_fep = 0x100 + u16::from(i);
+                addr.to_bytes().expect("valid address")
+            })
+            .collect();
+        let mut av = uet_tests::open_av(&b.nic, 0x51, 64, 0);
+        for pair in peers.chunks(2) {
+            let flat: Vec<u8> = pair.concat();
+            assert_eq!(av.insert(&flat, 2, None, 0).expect("insert"), 2);
+        }
+        assert_eq!(av.verify_nic().expect("AV_READ"), vec![], "max {max}");
+        assert_eq!(av.len(), 40);
+        for k in 0..3 {
+            message(&mut a, &mut b, k);
+            message(&mut b, &mut a, k);
+        }
+    }
+}
+
+/// A message from `from` to `to` (each other's fi_addr 0), delivered and completed.
+fn message(from: &mut Node, to: &mut Node, k: u64) {
+    to.post_recvs(1);
+    from.send(0, b"ping", k);
+    let sent = from.next_completion().expect("send completion");
+    assert_eq!(sent.kind, CompletionKind::Send);
+    let got = to.next_completion().expect("receive completion");
+    assert_eq!(got.kind, CompletionKind::Recv);
+    assert_eq!(got.buffer.expect("buffer").to_vec().expect("read"), b"ping");
+}
+
+/// A simulated device whose `CAP_QUEUES` reports `max_admin_entries` as given.
+struct SmallCapQueues {
+    inner: SimDevice,
+    max_admin_entries: u16,
+}
+
+impl uet_regs::Mmio for SmallCapQueues {
+    fn read32(&self, offset: u32) -> u32 {
+        let v = self.inner.bar0().read32(offset);
+        if offset == CAP_QUEUES.offset() {
+            return CapQueues::from_bits(v)
+                .with_max_admin_entries(self.max_admin_entries)
+                .into_bits();
+        }
+        v
+    }
+    fn write32(&self, offset: u32, value: u32) {
+        self.inner.bar0().write32(offset, value)
+    }
+    fn read64(&self, offset: u32) -> u64 {
+        self.inner.bar0().read64(offset)
+    }
+    fn write64(&self, offset: u32, value: u64) {
+        self.inner.bar0().write64(offset, value)
+    }
+}
+
+impl Device for SmallCapQueues {
+    fn bar0(&self) -> &dyn uet_regs::Mmio {
+        self
+    }
+    fn dma_map(&self, region: &uet_driver::dma::DmaRegion) -> Result<(), uet_driver::DeviceError> {
+        self.inner.dma_map(region)
+    }
+    fn dma_unmap(
+        &self,
+        region: &uet_driver::dma::DmaRegion,
+    ) -> Result<(), uet_driver::DeviceError> {
+        self.inner.dma_unmap(region)
+    }
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+}
+
+/// A device allowing fewer than 2 admin entries cannot be driven: the open fails with the
+/// capability and its value, the device is left disabled, and a later open of the same
+/// function (reporting a usable size) works.
+#[test]
+fn a_device_allowing_fewer_than_two_admin_entries_is_refused_by_name() {
+    let function = Fabric::new()
+        .add_nic(NicConfig::new(nic_addr(0)))
+        .expect("add NIC");
+    for max in [0u16, 1] {
+        let device = Arc::new(SmallCapQueues {
+            inner: SimDevice::new(function.clone()),
+            max_admin_entries: max,
+        });
+        match Nic::open(device) {
+            Err(DriverError::Unsupported(m)) => {
+                assert!(
+                    m.contains("CAP_QUEUES.max_admin_entries is ") && m.contains(&max.to_string()),
+                    "{m}"
+                );
+            }
+            Err(e) => panic!("max {max}: expected Unsupported, got {e}"),
+            Ok(_) => panic!("max {max}: a ring of {max} entries cannot work"),
+        }
+        assert!(!function.read(DEV_STATUS).enabled());
+    }
+    // 3 entries: the driver uses 2.
+    let device = Arc::new(SmallCapQueues {
+        inner: SimDevice::new(function.clone()),
+        max_admin_entries: 3,
+    });
+    let nic = Nic::open(device).expect("open with 3 admin entries allowed");
+    assert_eq!(function.read(ADMIN_QUEUE_SIZE).sq_log2(), 1);
+    let av = uet_tests::open_av(&nic, 7, 4, 0);
+    drop(av);
+}
