@@ -121,11 +121,11 @@
 //! the `status` argument of [`AddressVector::insert_with_status`], [`AddressVector::insert_str`],
 //! [`AddressVector::insertsvc`] and [`AddressVector::insertsym`] (a C shim passes
 //! `Some(slice::from_raw_parts_mut(context as *mut c_int, count))` when the flag is set, `None`
-//! otherwise). Slot `i` gets 0 when address `i` was inserted and a negative fabric errno when
-//! it was not (`-FI_EINVAL` malformed, `-FI_ENOSPC` table full, `-FI_EADDRNOTAVAIL` host name
-//! that does not resolve, `-FI_ENOMEM`); the return value is still the number inserted. When a
+//! otherwise). Slot `i` gets 0 when address `i` was inserted and the fabric errno, positive as
+//! fi_av(3) and libfabric's providers have it, when it was not (`FI_EINVAL` malformed,
+//! `FI_ENOSPC` table full, `FI_EADDRNOTAVAIL` host name that does not resolve, `FI_ENOMEM`); the return value is still the number inserted. When a
 //! failed AV_WRITE rolls the call back (`FI_EIO`, or `FI_EAGAIN`), the slots of its rolled-back
-//! addresses are set to the call's errno, negated. The array is not touched when the call
+//! addresses are set to the call's errno. The array is not touched when the call
 //! itself is refused. Refused: `FI_SYNC_ERR` without an array, or an array shorter than the addresses (`FI_EINVAL`, as libfabric's util
 //! AV does for a NULL context); an array without `FI_SYNC_ERR` (`FI_EINVAL`: the C context would
 //! not be an array); `FI_SYNC_ERR` on an AV opened with `FI_EVENT` (`FI_EBADFLAGS`: the man page
@@ -989,7 +989,7 @@ impl<N: NicAvTable> AddressVector<N> {
     }
 
     /// `fi_av_insert` with `FI_SYNC_ERR`'s status array: as [`AddressVector::insert`], and
-    /// `status[i]` gets 0 or the negative errno of address `i` when `flags` has `FI_SYNC_ERR`.
+    /// `status[i]` gets 0 or the fabric errno (positive) of address `i` when `flags` has `FI_SYNC_ERR`.
     pub fn insert_with_status(
         &mut self,
         addr: &[u8],
@@ -1086,7 +1086,7 @@ impl<N: NicAvTable> AddressVector<N> {
 
     /// `fi_av_insert` on an `FI_ADDR_STR` AV: the strings of the C `char **` array, each in
     /// the form [`crate::addr_str`] describes (a host name node is resolved). A string that
-    /// does not parse fails alone (`-FI_EINVAL` in its status slot, `-FI_EADDRNOTAVAIL` for a
+    /// does not parse fails alone (`FI_EINVAL` in its status slot, `FI_EADDRNOTAVAIL` for a
     /// host name that does not resolve), like a malformed binary address; the reason is logged.
     /// Otherwise as [`AddressVector::insert_with_status`]; `FI_EINVAL` on a binary AV.
     pub fn insert_str(
@@ -1117,7 +1117,7 @@ impl<N: NicAvTable> AddressVector<N> {
     /// `fi_av_insertsvc`: insert the address `node` and `service` name (see
     /// [`crate::addr_str`]): node an IP literal or a host name (resolved), service the PIDonFEP
     /// with optional parameters; or `node` an `FI_ADDR_STR` address and `service` `None`.
-    /// Returns 1 or 0 (table full: `-FI_ENOSPC` in `status`). Errors, nothing inserted:
+    /// Returns 1 or 0 (table full: `FI_ENOSPC` in `status`). Errors, nothing inserted:
     /// `FI_EINVAL` for a bad node or service, a missing service, or a service beside an
     /// `FI_ADDR_STR` node; `FI_EADDRNOTAVAIL` for a host name that does not resolve; flag and
     /// argument errors as [`AddressVector::insert_with_status`]. Accepted on both formats.
@@ -1373,7 +1373,7 @@ impl<N: NicAvTable> AddressVector<N> {
                     if let Some(b) = event_call.as_mut() {
                         b.failed(i, &e);
                     }
-                    (FI_ADDR_NOTAVAIL, e.errno.to_neg_i32())
+                    (FI_ADDR_NOTAVAIL, e.errno.to_status())
                 }
             };
             if let Some(slot) = fi_addr.as_deref_mut().and_then(|o| o.get_mut(i)) {
@@ -1400,7 +1400,7 @@ impl<N: NicAvTable> AddressVector<N> {
 
     /// End an insert call: unless `FI_MORE`, send the pending records; if the NIC refuses
     /// them, mark every address of this call that was rolled back as failed (`fi_addr`
-    /// `FI_ADDR_NOTAVAIL`, status the error's errno, negated) and return the error.
+    /// `FI_ADDR_NOTAVAIL`, status the error's errno) and return the error.
     fn end_batch(
         &mut self,
         flags: u64,
@@ -1423,7 +1423,7 @@ impl<N: NicAvTable> AddressVector<N> {
             if *slot != FI_ADDR_NOTAVAIL && self.index_of(*slot).is_err() {
                 *slot = FI_ADDR_NOTAVAIL;
                 if let Some(st) = status.as_deref_mut().and_then(|s| s.get_mut(i)) {
-                    *st = e.errno.to_neg_i32();
+                    *st = e.errno.to_status();
                 }
             }
         }
@@ -1540,7 +1540,7 @@ impl<N: NicAvTable> AddressVector<N> {
                 *slot = FI_ADDR_NOTAVAIL;
             }
             if let Some(slot) = status.as_deref_mut().and_then(|s| s.get_mut(k)) {
-                *slot = failure.to_neg_i32();
+                *slot = failure.to_status();
             }
         }
         if (m as usize) < count {

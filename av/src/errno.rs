@@ -118,10 +118,12 @@ impl FiErrno {
         (self.0 as isize).wrapping_neg()
     }
 
-    /// [`FiErrno::to_neg_errno`] as the C `int` the per-address status arrays of
-    /// `FI_SYNC_ERR` hold; a value beyond `int` gives `i32::MIN`.
-    pub fn to_neg_i32(self) -> i32 {
-        i32::try_from(self.to_neg_errno()).unwrap_or(i32::MIN)
+    /// The C `int` a per-address status array of `FI_SYNC_ERR` holds for this error: the
+    /// fabric errno itself, positive ("Failures will contain a fabric errno code", fi_av(3);
+    /// libfabric's providers store `-ret` of their negative returns, and `FI_ECANCELED` for
+    /// addresses they did not get to). A value beyond `int` gives `i32::MAX`.
+    pub fn to_status(self) -> i32 {
+        i32::try_from(self.0).unwrap_or(i32::MAX)
     }
 
     /// The errno a provider's negative return value stands for; `None` for 0 or a positive value.

@@ -495,7 +495,8 @@ impl<N: NicAvTable + Send + 'static> NamedAv<N> {
             }
         };
         for (position, &st) in status.iter().enumerate().filter(|(_, &st)| st != 0) {
-            let errno = FiErrno::from_neg_errno(st as isize).unwrap_or(FiErrno::FI_EIO);
+            // The status holds the positive fabric errno ([`FiErrno::to_status`]).
+            let errno = u32::try_from(st).map_or(FiErrno::FI_EIO, FiErrno::new);
             post(AvEvent::InsertError {
                 av,
                 context,
@@ -801,7 +802,7 @@ impl<N: NicAvTable + Send + 'static> NamedAv<N> {
                         (Err(e), None) => e.errno,
                         (Ok(()), None) => FiErrno::FI_EIO,
                     };
-                    (FI_ADDR_NOTAVAIL, errno.to_neg_i32())
+                    (FI_ADDR_NOTAVAIL, errno.to_status())
                 }
             };
             if let Some(slot) = fi_addr.as_deref_mut().and_then(|o| o.get_mut(pos)) {
@@ -816,7 +817,7 @@ impl<N: NicAvTable + Send + 'static> NamedAv<N> {
                 *slot = FI_ADDR_NOTAVAIL;
             }
             if let Some(slot) = status.as_deref_mut().and_then(|s| s.get_mut(pos)) {
-                *slot = short.to_neg_i32();
+                *slot = short.to_status();
             }
         }
         local.finish_change(&locked, placed > 0);
@@ -972,7 +973,7 @@ impl<N: NicAvTable + Send + 'static> NamedAv<N> {
                 }
                 Err(e) => {
                     debug!(call, position = pos, error = %e, "address not inserted");
-                    (FI_ADDR_NOTAVAIL, e.errno.to_neg_i32())
+                    (FI_ADDR_NOTAVAIL, e.errno.to_status())
                 }
             };
             if let Some(slot) = fi_addr.as_deref_mut().and_then(|o| o.get_mut(pos)) {
@@ -999,7 +1000,7 @@ impl<N: NicAvTable + Send + 'static> NamedAv<N> {
                     *slot = FI_ADDR_NOTAVAIL;
                 }
                 if let Some(slot) = status.as_deref_mut().and_then(|s| s.get_mut(pos)) {
-                    *slot = e.errno.to_neg_i32();
+                    *slot = e.errno.to_status();
                 }
             }
             local.finish_change(&locked, kept > 0);

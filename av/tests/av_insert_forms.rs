@@ -14,9 +14,10 @@ fn errno<T: std::fmt::Debug>(r: Result<T, uet_av::FiError>) -> FiErrno {
     r.expect_err("call should fail").errno
 }
 
-const EINVAL: i32 = -22;
-const ENOSPC: i32 = -28;
-const EIO: i32 = -5;
+/// Status values as fi_av(3) has them: the fabric errno, positive.
+const EINVAL: i32 = 22;
+const ENOSPC: i32 = 28;
+const EIO: i32 = 5;
 
 fn open_user_id(count: usize) -> uet_av::AddressVector<MemoryNicTable> {
     open_with(AvAttr {

@@ -231,7 +231,7 @@ impl Model {
                 None => None,
             };
             let r = a.and_then(|b| {
-                let i = self.slots.iter().position(|s| s.is_none()).ok_or(-28)?;
+                let i = self.slots.iter().position(|s| s.is_none()).ok_or(28)?;
                 self.slots[i] = Some((b, user_id));
                 self.pending.push(i as u32);
                 Ok(i)
@@ -252,7 +252,7 @@ impl Model {
             for (v, s) in out.iter_mut().zip(st.iter_mut()) {
                 if *v != FI_ADDR_NOTAVAIL && self.slots[*v as usize].is_none() {
                     *v = FI_ADDR_NOTAVAIL;
-                    *s = e.to_neg_i32();
+                    *s = e.to_status();
                 }
             }
             return (Err(e), out, st);
@@ -647,7 +647,7 @@ impl Run {
             Op::Insert { addrs, mode } => {
                 let items: Vec<Result<[u8; ADDR_LEN], i32>> = addrs
                     .iter()
-                    .map(|&(n, bad)| if bad { Err(-22) } else { Ok(peer_bytes(n)) })
+                    .map(|&(n, bad)| if bad { Err(22) } else { Ok(peer_bytes(n)) })
                     .collect();
                 if str_av {
                     let strings: Vec<String> = addrs

@@ -261,7 +261,7 @@ type Tally = std::collections::BTreeMap<i32, usize>;
 fn tally<T>(t: &mut Tally, r: &Result<T, FiErrno>) {
     let k = match r {
         Ok(_) => 0,
-        Err(e) => e.to_neg_i32(),
+        Err(e) => e.to_status(),
     };
     *t.entry(k).or_default() += 1;
 }
@@ -399,7 +399,7 @@ fn auth_keys_match_the_model() {
         FiErrno::FI_EIO,
     ] {
         assert!(
-            seen.get(&e.to_neg_i32()).is_some_and(|&n| n > 0),
+            seen.get(&e.to_status()).is_some_and(|&n| n > 0),
             "{e:?}: {seen:?}"
         );
     }

@@ -275,7 +275,7 @@ fn a_failed_write_reaches_nothing(
         .unwrap_err();
     assert_eq!(e.errno, errno, "{e}");
     assert_eq!(out, [FI_ADDR_NOTAVAIL; 2]);
-    assert_eq!(status, [errno.to_neg_i32(); 2]);
+    assert_eq!(status, [errno.to_status(); 2]);
     assert_eq!(a.generation(), g, "nothing committed");
     assert_eq!(b.len().unwrap(), 1);
     (a, b, buf)
@@ -356,7 +356,7 @@ fn full_table_and_bad_addresses_fail_alone() {
         .unwrap();
     assert_eq!(n, 4);
     assert_eq!(out, [0, FI_ADDR_NOTAVAIL, 1, 2, 3, FI_ADDR_NOTAVAIL]);
-    assert_eq!(status, [0, -22, 0, 0, 0, -28]);
+    assert_eq!(status, [0, 22, 0, 0, 0, 28]);
     assert_eq!(
         a.av().pending_len(),
         0,
@@ -643,7 +643,7 @@ fn a_full_dev_shm_is_enospc_not_sigbus() {
         assert!(k > 0 && k < n as usize, "{k} of {n} inserted");
         assert!(out[..k].iter().zip(0..).all(|(&f, i)| f == i));
         assert!(out[k..].iter().all(|&f| f == FI_ADDR_NOTAVAIL));
-        let enospc = uet_av::FiErrno::FI_ENOSPC.to_neg_i32();
+        let enospc = uet_av::FiErrno::FI_ENOSPC.to_status();
         assert!(
             status[k..].iter().all(|&s| s == enospc),
             "{:?}",

@@ -24,7 +24,7 @@ fn an_insert_the_nic_has_no_room_for_fails_with_eagain_and_keeps_nothing() {
     assert_eq!(e.errno, FiErrno::FI_EAGAIN, "{e}");
     assert!(e.message.contains("rolled back"), "{e}");
     assert_eq!(fi, [FI_ADDR_NOTAVAIL; 2]);
-    assert_eq!(status, [FiErrno::FI_EAGAIN.to_neg_i32(); 2]);
+    assert_eq!(status, [FiErrno::FI_EAGAIN.to_status(); 2]);
     assert_eq!(av.len(), 1);
     assert_in_step(&av);
     // Tried again, the same call succeeds, at the same indices.
@@ -135,7 +135,7 @@ fn a_batch_end_with_no_room_after_fi_more_calls_is_eio() {
         .unwrap_err();
     assert_eq!(e.errno, FiErrno::FI_EIO, "{e}");
     assert_eq!(b, [FI_ADDR_NOTAVAIL]);
-    assert_eq!(status, [FiErrno::FI_EIO.to_neg_i32()]);
+    assert_eq!(status, [FiErrno::FI_EIO.to_status()]);
     assert_eq!(av.len(), 0, "the FI_MORE insert is rolled back too");
     assert!(av.address_bytes(a[0] as u32).is_none());
     assert_in_step(&av);
