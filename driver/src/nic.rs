@@ -364,23 +364,17 @@ impl Nic {
         let mut admin = AdminQueue::new(geometry, map(sq_len)?, map(cq_len)?, map(SCRATCH_BYTES)?);
         admin.undo_auth_key_adds(rev.interface_minor() >= AUTH_KEY_OWNER_CHECK_INTERFACE_MINOR);
         admin.program(bar)?;
-        // 6. Enable.
-        bar.write(DEV_CTRL, DevCtrl::new().with_enable(true));
-        let status = bar.read(DEV_STATUS);
-        if !status.enabled() || status.fatal() {
-            return Err(DriverError::EnableFailed {
-                fatal_error: bar.read(FATAL_ERROR).into_bits(),
-            });
-        }
-        // 7. IDENTIFY.
-        let len = core::mem::size_of::<IdentifyData>();
-        let scratch = admin.scratch(bar)?;
-        scratch.zero(0, len)?;
-        let mut body = BufferBody::new_zeroed();
-        body.buf = U64::new(scratch.iova());
-        body.len = U32::new(len as u32);
-        admin.execute(bar, Command::Identify(body))?;
-        let data: IdentifyData = admin.scratch_result().read_obj(0)?;
+        // 6. Enable, and 7. IDENTIFY. Should either fail, the device is stopped and reset
+        // before the rings and scratch memory it was given are unmapped (as on drop): a late
+        // completion must not land in memory the driver no longer owns.
+        let data = match Self::enable_and_identify(bar, &mut admin) {
+            Ok(data) => data,
+            Err(e) => {
+                bar.write(DEV_CTRL, DevCtrl::new());
+                bar.write(FUNCTION_RESET, FunctionReset::new().with_reset(true));
+                return Err(e);
+            }
+        };
         let identity = Identity {
             vendor_id: id.vendor_id(),
             device_id: id.device_id(),
@@ -412,6 +406,31 @@ impl Nic {
                 av_window: Mutex::new(None),
             }),
         })
+    }
+
+    /// Steps 6 and 7 of [`Nic::open`]: enable the device on the programmed admin queue, and
+    /// read its identity with IDENTIFY.
+    fn enable_and_identify(
+        bar: &dyn Mmio,
+        admin: &mut AdminQueue,
+    ) -> Result<IdentifyData, DriverError> {
+        // 6. Enable.
+        bar.write(DEV_CTRL, DevCtrl::new().with_enable(true));
+        let status = bar.read(DEV_STATUS);
+        if !status.enabled() || status.fatal() {
+            return Err(DriverError::EnableFailed {
+                fatal_error: bar.read(FATAL_ERROR).into_bits(),
+            });
+        }
+        // 7. IDENTIFY.
+        let len = core::mem::size_of::<IdentifyData>();
+        let scratch = admin.scratch(bar)?;
+        scratch.zero(0, len)?;
+        let mut body = BufferBody::new_zeroed();
+        body.buf = U64::new(scratch.iova());
+        body.len = U32::new(len as u32);
+        admin.execute(bar, Command::Identify(body))?;
+        Ok(admin.scratch_result().read_obj(0)?)
     }
 
     /// The capability registers.

@@ -773,3 +773,27 @@ fn an_impossible_dma_length_is_refused_and_the_next_mapping_works() {
         "the refused requests took no IOVA space"
     );
 }
+
+/// A device that takes the enable but never runs IDENTIFY (its doorbell is lost): the open
+/// fails with the timeout, and the device is stopped before the admin rings it was given are
+/// unmapped, so no late completion can land in freed memory. The next open works.
+#[test]
+fn an_open_whose_identify_goes_unanswered_leaves_the_device_stopped() {
+    let function = uet_sim::Fabric::new()
+        .add_nic(uet_sim::NicConfig::new(uet_tests::nic_addr(0)))
+        .expect("add NIC");
+    let device = Arc::new(HeldDoorbell {
+        inner: uet_driver::backend::sim::SimDevice::new(function.clone()),
+        countdown: 0.into(),
+    });
+    device.arm(1);
+    match uet_driver::Nic::open(device.clone()) {
+        Err(DriverError::AdminTimeout { .. }) => {}
+        Err(e) => panic!("expected the IDENTIFY timeout, got {e}"),
+        Ok(_) => panic!("IDENTIFY was never run"),
+    }
+    let status = device.inner.bar0().read(uet_regs::DEV_STATUS);
+    assert!(!status.enabled(), "the device is stopped: {status:?}");
+    let nic = uet_driver::Nic::open(device).expect("the next open");
+    assert_eq!(nic.identity().fabric_addr, uet_tests::nic_addr(0));
+}
