@@ -4,7 +4,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use uet_av::{AvAttr, FiAddr};
 use uet_driver::backend::sim::SimDevice;
-use uet_driver::{Av, CqEvent, DmaPool, Endpoint, EndpointAttr, Nic};
+use uet_driver::{Av, CqEvent, Device, DmaPool, Endpoint, EndpointAttr, Nic};
 use uet_fwif::UetAddress;
 use uet_sim::{Fabric, NicConfig, SimFunction};
 
@@ -213,4 +213,61 @@ pub fn wait_error(eq: &uet_driver::EventQueue) -> uet_driver::EqErrEntry {
 /// Poll `ep` until a completion arrives (at most a bounded number of tries).
 pub fn poll_one(ep: &mut Endpoint) -> Option<CqEvent> {
     (0..16).find_map(|_| ep.poll().expect("poll"))
+}
+
+/// What a [`HookedDevice`] does to the driver's 32-bit BAR0 accesses: a device that
+/// misbehaves in one precise way (a capability it reports, a doorbell it loses).
+pub trait BarHook: Send + Sync {
+    /// The value the driver reads at `offset`, given what the device returned.
+    fn read32(&self, _offset: u32, value: u32) -> u32 {
+        value
+    }
+    /// Whether the driver's write of `value` at `offset` reaches the device.
+    fn write32(&self, _offset: u32, _value: u32) -> bool {
+        true
+    }
+}
+
+/// A simulated device whose 32-bit BAR0 accesses pass through `hook`; 64-bit accesses and
+/// DMA mappings go straight to `inner`.
+pub struct HookedDevice<H> {
+    /// The simulated device.
+    pub inner: SimDevice,
+    /// What is done to the accesses.
+    pub hook: H,
+}
+
+impl<H: BarHook> uet_regs::Mmio for HookedDevice<H> {
+    fn read32(&self, offset: u32) -> u32 {
+        self.hook.read32(offset, self.inner.bar0().read32(offset))
+    }
+    fn write32(&self, offset: u32, value: u32) {
+        if self.hook.write32(offset, value) {
+            self.inner.bar0().write32(offset, value)
+        }
+    }
+    fn read64(&self, offset: u32) -> u64 {
+        self.inner.bar0().read64(offset)
+    }
+    fn write64(&self, offset: u32, value: u64) {
+        self.inner.bar0().write64(offset, value)
+    }
+}
+
+impl<H: BarHook> Device for HookedDevice<H> {
+    fn bar0(&self) -> &dyn uet_regs::Mmio {
+        self
+    }
+    fn dma_map(&self, region: &uet_driver::dma::DmaRegion) -> Result<(), uet_driver::DeviceError> {
+        self.inner.dma_map(region)
+    }
+    fn dma_unmap(
+        &self,
+        region: &uet_driver::dma::DmaRegion,
+    ) -> Result<(), uet_driver::DeviceError> {
+        self.inner.dma_unmap(region)
+    }
+    fn name(&self) -> String {
+        self.inner.name()
+    }
 }

@@ -4,11 +4,11 @@
 
 use std::sync::Arc;
 use uet_driver::backend::sim::SimDevice;
-use uet_driver::{Device, DriverError, Nic};
+use uet_driver::{DriverError, Nic};
 use uet_fwif::datapath::CompletionKind;
 use uet_regs::{CapQueues, RegisterAccess, ADMIN_QUEUE_SIZE, CAP_QUEUES, DEV_STATUS};
-use uet_sim::{Fabric, NicConfig};
-use uet_tests::{nic_addr, pair_with, Node};
+use uet_sim::{Fabric, NicConfig, SimFunction};
+use uet_tests::{nic_addr, pair_with, BarHook, HookedDevice, Node};
 
 /// For rings of 2, 4 and 32 entries: the driver programs exactly that size, and more admin
 /// commands than the ring holds (AV_WRITEs, AV_READs, endpoint creation) run through it,
@@ -54,49 +54,28 @@ fn message(from: &mut Node, to: &mut Node, k: u64) {
     assert_eq!(got.buffer.expect("buffer").to_vec().expect("read"), b"ping");
 }
 
-/// A simulated device whose `CAP_QUEUES` reports `max_admin_entries` as given.
+/// A device hook making `CAP_QUEUES` report `max_admin_entries` as given.
 struct SmallCapQueues {
-    inner: SimDevice,
     max_admin_entries: u16,
 }
 
-impl uet_regs::Mmio for SmallCapQueues {
-    fn read32(&self, offset: u32) -> u32 {
-        let v = self.inner.bar0().read32(offset);
-        if offset == CAP_QUEUES.offset() {
-            return CapQueues::from_bits(v)
-                .with_max_admin_entries(self.max_admin_entries)
-                .into_bits();
+impl BarHook for SmallCapQueues {
+    fn read32(&self, offset: u32, value: u32) -> u32 {
+        if offset != CAP_QUEUES.offset() {
+            return value;
         }
-        v
-    }
-    fn write32(&self, offset: u32, value: u32) {
-        self.inner.bar0().write32(offset, value)
-    }
-    fn read64(&self, offset: u32) -> u64 {
-        self.inner.bar0().read64(offset)
-    }
-    fn write64(&self, offset: u32, value: u64) {
-        self.inner.bar0().write64(offset, value)
+        CapQueues::from_bits(value)
+            .with_max_admin_entries(self.max_admin_entries)
+            .into_bits()
     }
 }
 
-impl Device for SmallCapQueues {
-    fn bar0(&self) -> &dyn uet_regs::Mmio {
-        self
-    }
-    fn dma_map(&self, region: &uet_driver::dma::DmaRegion) -> Result<(), uet_driver::DeviceError> {
-        self.inner.dma_map(region)
-    }
-    fn dma_unmap(
-        &self,
-        region: &uet_driver::dma::DmaRegion,
-    ) -> Result<(), uet_driver::DeviceError> {
-        self.inner.dma_unmap(region)
-    }
-    fn name(&self) -> String {
-        self.inner.name()
-    }
+/// The simulated NIC `function`, reporting `max_admin_entries` in `CAP_QUEUES`.
+fn reporting(function: &SimFunction, max_admin_entries: u16) -> Arc<HookedDevice<SmallCapQueues>> {
+    Arc::new(HookedDevice {
+        inner: SimDevice::new(function.clone()),
+        hook: SmallCapQueues { max_admin_entries },
+    })
 }
 
 /// A device allowing fewer than 2 admin entries cannot be driven: the open fails with the
@@ -108,11 +87,7 @@ fn a_device_allowing_fewer_than_two_admin_entries_is_refused_by_name() {
         .add_nic(NicConfig::new(nic_addr(0)))
         .expect("add NIC");
     for max in [0u16, 1] {
-        let device = Arc::new(SmallCapQueues {
-            inner: SimDevice::new(function.clone()),
-            max_admin_entries: max,
-        });
-        match Nic::open(device) {
+        match Nic::open(reporting(&function, max)) {
             Err(DriverError::Unsupported(m)) => {
                 assert!(
                     m.contains("CAP_QUEUES.max_admin_entries is ") && m.contains(&max.to_string()),
@@ -125,11 +100,7 @@ fn a_device_allowing_fewer_than_two_admin_entries_is_refused_by_name() {
         assert!(!function.read(DEV_STATUS).enabled());
     }
     // 3 entries: the driver uses 2.
-    let device = Arc::new(SmallCapQueues {
-        inner: SimDevice::new(function.clone()),
-        max_admin_entries: 3,
-    });
-    let nic = Nic::open(device).expect("open with 3 admin entries allowed");
+    let nic = Nic::open(reporting(&function, 3)).expect("open with 3 admin entries allowed");
     assert_eq!(function.read(ADMIN_QUEUE_SIZE).sq_log2(), 1);
     let av = uet_tests::open_av(&nic, 7, 4, 0);
     drop(av);

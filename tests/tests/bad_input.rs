@@ -372,59 +372,42 @@ fn an_av_closed_behind_a_late_endpoint_is_destroyed_after_it() {
 /// the `hold`-th write of `ADMIN_SQ_DOORBELL` after it is armed ([`HeldDoorbell::arm`]). The
 /// next doorbell carries a tail past the held command too, so the device then runs both, in
 /// order: the held one late.
+type HeldDoorbellDevice = uet_tests::HookedDevice<HeldDoorbell>;
+
+/// The hook of a [`HeldDoorbellDevice`].
 struct HeldDoorbell {
-    inner: uet_driver::backend::sim::SimDevice,
     /// Doorbells to let through before the one dropped, plus one; 0: none is dropped.
     countdown: std::sync::atomic::AtomicU32,
 }
 
 impl HeldDoorbell {
+    /// A device that drops nothing until [`HeldDoorbell::arm`]ed.
+    fn device(function: uet_sim::SimFunction) -> Arc<HeldDoorbellDevice> {
+        Arc::new(uet_tests::HookedDevice {
+            inner: uet_driver::backend::sim::SimDevice::new(function),
+            hook: HeldDoorbell {
+                countdown: 0.into(),
+            },
+        })
+    }
+
     fn arm(&self, hold: u32) {
         self.countdown
             .store(hold, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
-impl uet_regs::Mmio for HeldDoorbell {
-    fn read32(&self, offset: u32) -> u32 {
-        self.inner.bar0().read32(offset)
-    }
-    fn write32(&self, offset: u32, value: u32) {
+impl uet_tests::BarHook for HeldDoorbell {
+    fn write32(&self, offset: u32, _value: u32) -> bool {
         use std::sync::atomic::Ordering;
         if offset == uet_regs::ADMIN_SQ_DOORBELL.offset() {
             let left = self.countdown.load(Ordering::SeqCst);
             if left > 0 {
                 self.countdown.store(left - 1, Ordering::SeqCst);
-                if left == 1 {
-                    return;
-                }
+                return left != 1;
             }
         }
-        self.inner.bar0().write32(offset, value)
-    }
-    fn read64(&self, offset: u32) -> u64 {
-        self.inner.bar0().read64(offset)
-    }
-    fn write64(&self, offset: u32, value: u64) {
-        self.inner.bar0().write64(offset, value)
-    }
-}
-
-impl Device for HeldDoorbell {
-    fn bar0(&self) -> &dyn uet_regs::Mmio {
-        self
-    }
-    fn dma_map(&self, region: &uet_driver::dma::DmaRegion) -> Result<(), uet_driver::DeviceError> {
-        self.inner.dma_map(region)
-    }
-    fn dma_unmap(
-        &self,
-        region: &uet_driver::dma::DmaRegion,
-    ) -> Result<(), uet_driver::DeviceError> {
-        self.inner.dma_unmap(region)
-    }
-    fn name(&self) -> String {
-        self.inner.name()
+        true
     }
 }
 
@@ -437,10 +420,7 @@ fn an_endpoint_destroyed_behind_a_late_context_is_destroyed_after_it() {
     let fabric = uet_sim::Fabric::new();
     let mut config = uet_sim::NicConfig::new(uet_tests::nic_addr(0));
     config.endpoints = 2;
-    let device = Arc::new(HeldDoorbell {
-        inner: uet_driver::backend::sim::SimDevice::new(fabric.add_nic(config).unwrap()),
-        countdown: 0.into(),
-    });
+    let device = HeldDoorbell::device(fabric.add_nic(config).unwrap());
     let nic = uet_driver::Nic::open(device.clone()).expect("open NIC");
     let av = uet_tests::open_av(&nic, 0x42, 8, 1);
     let attr = uet_driver::EndpointAttr {
@@ -451,7 +431,7 @@ fn an_endpoint_destroyed_behind_a_late_context_is_destroyed_after_it() {
     };
     nic.set_admin_timeout(Duration::from_millis(50));
     // ENDPOINT_CREATE runs; the CONTEXT_CREATE after it is held.
-    device.arm(2);
+    device.hook.arm(2);
     let e = nic.scalable_endpoint(attr, Some(&av)).err().unwrap();
     assert!(
         matches!(e, DriverError::AdminTimeout { opcode, .. }
@@ -474,14 +454,11 @@ fn an_endpoint_destroyed_behind_a_late_context_is_destroyed_after_it() {
 #[test]
 fn a_memory_region_registered_late_is_deregistered() {
     let fabric = uet_sim::Fabric::new();
-    let device = Arc::new(HeldDoorbell {
-        inner: uet_driver::backend::sim::SimDevice::new(
-            fabric
-                .add_nic(uet_sim::NicConfig::new(uet_tests::nic_addr(0)))
-                .unwrap(),
-        ),
-        countdown: 0.into(),
-    });
+    let device = HeldDoorbell::device(
+        fabric
+            .add_nic(uet_sim::NicConfig::new(uet_tests::nic_addr(0)))
+            .unwrap(),
+    );
     let nic = uet_driver::Nic::open(device.clone()).expect("open NIC");
     let av = uet_tests::open_av(&nic, 0x42, 8, 0);
     let ep = nic
@@ -496,7 +473,7 @@ fn a_memory_region_registered_late_is_deregistered() {
     let pool = uet_driver::DmaPool::new(&nic, 4096, 4).unwrap();
     let access = uet_driver::MrAccess::REMOTE_READ_WRITE;
     nic.set_admin_timeout(Duration::from_millis(50));
-    device.arm(1);
+    device.hook.arm(1);
     let e = ep
         .register_mr(pool.alloc().unwrap(), access, 0x5EED)
         .unwrap_err();
@@ -782,11 +759,8 @@ fn an_open_whose_identify_goes_unanswered_leaves_the_device_stopped() {
     let function = uet_sim::Fabric::new()
         .add_nic(uet_sim::NicConfig::new(uet_tests::nic_addr(0)))
         .expect("add NIC");
-    let device = Arc::new(HeldDoorbell {
-        inner: uet_driver::backend::sim::SimDevice::new(function.clone()),
-        countdown: 0.into(),
-    });
-    device.arm(1);
+    let device = HeldDoorbell::device(function.clone());
+    device.hook.arm(1);
     match uet_driver::Nic::open(device.clone()) {
         Err(DriverError::AdminTimeout { .. }) => {}
         Err(e) => panic!("expected the IDENTIFY timeout, got {e}"),
