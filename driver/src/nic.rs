@@ -12,10 +12,15 @@
 //! 3. `FUNCTION_RESET.reset = 1`, then wait for `DEV_STATUS.ready`: start from a known state
 //!    whatever a previous owner left behind.
 //! 4. Read the capability registers `CAP_*`.
-//! 5. Allocate the admin rings and scratch memory, map them for DMA, program `ADMIN_SQ_BASE`,
-//!    `ADMIN_CQ_BASE`, `ADMIN_QUEUE_SIZE` and `ADMIN_CQ_HEAD`.
+//! 5. Allocate the admin rings (64 entries, or the largest power of two within
+//!    `CAP_QUEUES.max_admin_entries`; fewer than 2 allowed is refused) and scratch memory, map
+//!    them for DMA, program `ADMIN_SQ_BASE`, `ADMIN_CQ_BASE`, `ADMIN_QUEUE_SIZE` and
+//!    `ADMIN_CQ_HEAD`.
 //! 6. `DEV_CTRL.enable = 1`; `DEV_STATUS.enabled` must follow, else `FATAL_ERROR` says why.
 //! 7. IDENTIFY: the NIC's fabric address, MAC, serial number and model.
+//!
+//! If step 6 or 7 fails, the device is disabled and function-reset before the memory of
+//! step 5 is unmapped, as on drop.
 //!
 //! Dropping the last reference resets the function (the device forgets every endpoint and
 //! table and stops DMA) before the DMA memory is unmapped.
