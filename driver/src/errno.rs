@@ -1,5 +1,6 @@
 //! How driver outcomes become fabric errno values, as a libfabric provider reports them.
 
+use crate::dma::DmaError;
 use crate::error::DriverError;
 use uet_av::{FiErrno, FiError};
 use uet_fwif::admin::Status;
@@ -72,6 +73,9 @@ impl DriverError {
             DriverError::BadState(_) => FiErrno::FI_EOPBADSTATE,
             DriverError::NoEq(_) => FiErrno::FI_ENOEQ,
             DriverError::AvSync(e) => e.errno,
+            // A zero length, or an access outside the region, is the caller's argument;
+            // anything else is memory the system could not give.
+            DriverError::Dma(DmaError::Empty | DmaError::OutOfBounds { .. }) => FiErrno::FI_EINVAL,
             DriverError::Dma(_) => FiErrno::FI_ENOMEM,
             DriverError::DeviceGone
             | DriverError::NotOurDevice { .. }

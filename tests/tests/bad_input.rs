@@ -743,6 +743,13 @@ fn an_impossible_dma_length_is_refused_and_the_next_mapping_works() {
             ),
         }
     }
+    let errno = |len| nic.map_dma(len).err().map(|e| e.errno());
+    assert_eq!(
+        errno(0),
+        Some(FiErrno::FI_EINVAL),
+        "an empty region is a bad argument"
+    );
+    assert_eq!(errno(usize::MAX), Some(FiErrno::FI_ENOMEM));
     let after = nic.map_dma(4096).expect("DMA memory after the refusals");
     assert!(after.region().iova() > before.region().iova());
     assert!(
