@@ -38,7 +38,10 @@
 //!   NIC's message (`FI_EAGAIN` when the NIC had no room for the command, nothing was kept and
 //!   the batch was this call's alone: the same call may succeed later; rolling back what
 //!   earlier calls reported is a change, so `FI_EIO`); this call's rolled-back `fi_addr` slots
-//!   are reset to `FI_ADDR_NOTAVAIL` and their status slots get the call's errno.
+//!   are reset to `FI_ADDR_NOTAVAIL` and their status slots get the call's errno, and its
+//!   indices are free again. The earlier calls' indices are *lost* ([`lost`]): they hold no
+//!   address, and no insert takes them until `fi_av_remove` frees them, so a `fi_addr_t` the
+//!   application still holds never comes to name another peer.
 //!   Chunks of the batch that the NIC had already accepted are invalidated again; should that
 //!   fail too, those entries stay inserted on both sides. An AV_WRITE that goes unanswered
 //!   instead keeps the whole batch, every chunk of it (see "When the NIC does not answer").
@@ -230,12 +233,14 @@ use crate::nic::NicAvTable;
 pub mod auth_keys;
 pub mod decode;
 mod events;
+pub mod lost;
 
 pub use auth_keys::{
     is_auth_key_addr, AuthKeyInfo, AuthKeyMismatch, AUTH_KEY_ADDR_BASE, AUTH_KEY_MAX_RX_CTX_BITS,
 };
 use decode::{FiAddrDecoder, FiAddrKind};
 pub use events::{AvCloseError, CloseError, WithContext, MAX_WRITES_IN_FLIGHT};
+use lost::LostIndices;
 
 /// Size of one address in `fi_av_insert`'s buffer and `fi_av_lookup`'s output.
 pub const ADDR_LEN: usize = ADDRESS_BYTES;
@@ -696,10 +701,13 @@ pub struct AddressVector<N: NicAvTable> {
     auth: Option<Box<auth_keys::AuthKeys>>,
     /// Indices inserted with `FI_MORE` whose NIC records are not sent yet, in insertion order.
     pending: Vec<u32>,
-    /// `pending` holds records of insert calls that have returned (with `FI_MORE`): their
-    /// `fi_addr` values are out, so rolling them back changes what an earlier call reported,
-    /// and the flush that does so fails with `FI_EIO` whatever the NIC's reason.
-    more_pending: bool,
+    /// How many records at the front of `pending` belong to insert calls that have returned
+    /// (with `FI_MORE`): their `fi_addr` values are out, so rolling them back changes what an
+    /// earlier call reported (the flush that does so fails with `FI_EIO` whatever the NIC's
+    /// reason), and their indices are lost rather than freed (see [`lost`]).
+    returned_pending: usize,
+    /// Indices rolled back for insert calls that had returned them (see [`lost`]).
+    lost: LostIndices,
     index_buf: Vec<u32>,
     /// Indices whose NIC entry is unknown: a command concerning them went unanswered
     /// ([`NicError::in_doubt`](crate::nic::NicError)) and may still be applied. The mirror
@@ -734,6 +742,7 @@ macro_rules! entry_source {
             slots: &$av.slots,
             ranges: &$av.ranges,
             alloc: &$av.alloc,
+            lost: &$av.lost,
             user_ids: $av.user_ids.as_deref(),
             auth: $av.auth.as_deref(),
             job_id: $av.attr.job_id,
@@ -748,12 +757,19 @@ struct EntrySource<'a> {
     slots: &'a Slots,
     ranges: &'a Ranges,
     alloc: &'a IndexAllocator,
+    lost: &'a LostIndices,
     user_ids: Option<&'a UserIds>,
     auth: Option<&'a auth_keys::AuthKeys>,
     job_id: u32,
 }
 
 impl EntrySource<'_> {
+    /// Whether `index` is in use: allocated and not lost (see [`lost`]).
+    #[inline]
+    fn in_use(&self, index: u32) -> bool {
+        self.alloc.is_allocated(index) && !self.lost.contains(index)
+    }
+
     /// The NIC record of a pending insert at `index`: the single entry, or the range record.
     fn pending_record(&self, index: u32) -> NicAvEntry {
         match self.single(index) {
@@ -770,7 +786,7 @@ impl EntrySource<'_> {
         if let Some(slot) = self.single(index) {
             return self.single_entry(index, slot);
         }
-        if self.alloc.is_allocated(index) {
+        if self.in_use(index) {
             if let Some(e) = self
                 .ranges
                 .covering(index)
@@ -870,7 +886,8 @@ impl<N: NicAvTable> AddressVector<N> {
             auth: (attr.auth_key_size == FI_AV_AUTH_KEY)
                 .then(|| Box::new(auth_keys::AuthKeys::new(limits.max_auth_keys))),
             pending: Vec::new(),
-            more_pending: false,
+            returned_pending: 0,
+            lost: LostIndices::default(),
             index_buf: Vec::new(),
             in_doubt: Vec::new(),
             resolver: system_resolver,
@@ -895,14 +912,21 @@ impl<N: NicAvTable> AddressVector<N> {
         self.capacity as usize
     }
 
-    /// Number of addresses inserted and not removed (pending `FI_MORE` ones included).
+    /// Number of addresses inserted and not removed (pending `FI_MORE` ones included; lost
+    /// indices, which hold none, not).
     pub fn len(&self) -> usize {
-        self.alloc.len() as usize
+        (u64::from(self.alloc.len()) - self.lost.len()) as usize
     }
 
     /// No address is inserted.
     pub fn is_empty(&self) -> bool {
-        self.alloc.is_empty()
+        self.len() == 0
+    }
+
+    /// Lost indices: returned by `FI_MORE` inserts whose batch the NIC then refused, held
+    /// until `fi_av_remove` frees them (see [`lost`]).
+    pub fn lost_len(&self) -> usize {
+        self.lost.len() as usize
     }
 
     /// Size of one address as `fi_av_lookup` returns it: [`ADDR_LEN`], or for an
@@ -1237,7 +1261,7 @@ impl<N: NicAvTable> AddressVector<N> {
     ) -> Result<usize, FiError> {
         if flags & FI_MORE != 0 {
             // The call returns with its records pending: the next flush sends them after it.
-            self.more_pending = !self.pending.is_empty();
+            self.returned_pending = self.pending.len();
             return result;
         }
         match result {
@@ -1787,7 +1811,7 @@ impl<N: NicAvTable> AddressVector<N> {
     /// one inserted later into a hole of a range's span).
     pub fn is_range_member(&self, index: u32) -> bool {
         self.slots.get(index).is_some_and(|s| s[0] == 0)
-            && self.alloc.is_allocated(index)
+            && self.entry_source().in_use(index)
             && self.ranges.covering(index).is_some()
     }
 
@@ -1801,8 +1825,10 @@ impl<N: NicAvTable> AddressVector<N> {
     /// and none of them from an insert call that has already returned — the records of the
     /// call that ends the batch, or of no call (a named AV's). Otherwise `FI_EIO`.
     pub fn flush(&mut self) -> Result<(), FiError> {
-        // Whether every pending record belongs to the call that flushes (see `more_pending`).
-        let own = !core::mem::take(&mut self.more_pending);
+        // Records of calls that have returned come first (see `returned_pending`); the rest,
+        // if any, are the flushing call's own.
+        let returned = core::mem::take(&mut self.returned_pending).min(self.pending.len());
+        let own = returned == 0;
         if self.is_event() {
             self.submit_pending();
             return Ok(());
@@ -1814,11 +1840,13 @@ impl<N: NicAvTable> AddressVector<N> {
             if let Err(e) = self.repair() {
                 let pending = core::mem::take(&mut self.pending);
                 let total = pending.len();
-                self.roll_back(&pending, 0);
+                let lost_before = self.lost.len();
+                self.roll_back(&pending, 0, returned);
                 return Err(FiError::new(
                     if own { e.errno } else { FiErrno::FI_EIO },
                     format!(
-                        "{total} pending inserts not sent, all rolled back: {}",
+                        "{total} pending inserts not sent, all rolled back{}: {}",
+                        lost_note(self.lost.len() - lost_before),
                         e.message
                     ),
                 ));
@@ -1870,7 +1898,9 @@ impl<N: NicAvTable> AddressVector<N> {
                 )))
             }
             Some(e) => {
-                let kept = self.roll_back(&pending, written);
+                let lost_before = self.lost.len();
+                let kept = self.roll_back(&pending, written, returned);
+                let lost = lost_note(self.lost.len() - lost_before);
                 warn!(entries = total, kept, error = %e, "AV_WRITE refused, batch rolled back");
                 // Retrying is safe only when the call changed nothing.
                 let errno = if kept == 0 && own {
@@ -1883,7 +1913,7 @@ impl<N: NicAvTable> AddressVector<N> {
                     format!(
                         "the NIC refused the AV_WRITE of {total} pending inserts; {} rolled back, \
                      {kept} stay inserted (the NIC did not take back what it had accepted of \
-                     them): {e}",
+                     them){lost}: {e}",
                         total - kept
                     ),
                 ))
@@ -1957,22 +1987,38 @@ impl<N: NicAvTable> AddressVector<N> {
     }
 
     /// Undo a batch whose AV_WRITE was refused after `written` of its records were accepted.
-    /// Returns how many entries stay inserted: accepted ones the NIC then failed to
-    /// invalidate.
-    fn roll_back(&mut self, batch: &[u32], written: usize) -> usize {
-        let (sent, unsent) = batch.split_at(written.min(batch.len()));
-        for &index in unsent {
-            self.release_record(index);
+    /// The first `returned` records are of insert calls that have returned their indices:
+    /// those indices are lost, not freed (see [`lost`]). Returns how many entries stay
+    /// inserted: accepted ones the NIC then failed to invalidate.
+    fn roll_back(&mut self, batch: &[u32], written: usize, returned: usize) -> usize {
+        let written = written.min(batch.len());
+        for (pos, &index) in batch.iter().enumerate().skip(written) {
+            self.drop_record(index, pos < returned);
         }
         let mut stayed = 0;
-        // Records the NIC accepted are invalidated index by index (a range member by member).
+        // Records the NIC accepted are invalidated index by index (a range member by member);
+        // the indices of returned records follow the others.
+        let (sent_returned, sent_own) = batch[..written].split_at(returned.min(written));
         let mut indices = Vec::new();
-        for &index in sent {
+        for &index in sent_own {
             indices.extend(self.record_span(index));
         }
-        for chunk in indices.chunks(MAX_BATCH as usize) {
+        let first_returned = indices.len();
+        for &index in sent_returned {
+            indices.extend(self.record_span(index));
+        }
+        for (k, chunk) in indices.chunks(MAX_BATCH as usize).enumerate() {
+            let at = k * MAX_BATCH as usize;
             match self.nic.invalidate(chunk) {
-                Ok(()) => chunk.iter().for_each(|&index| self.release(index)),
+                Ok(()) => {
+                    for (j, &index) in chunk.iter().enumerate() {
+                        if at + j >= first_returned {
+                            self.lose(index);
+                        } else {
+                            self.release(index);
+                        }
+                    }
+                }
                 Err(e) => {
                     warn!(
                         entries = chunk.len(),
@@ -2073,7 +2119,7 @@ impl<N: NicAvTable> AddressVector<N> {
         let holes: Vec<u32> = spans
             .iter()
             .flat_map(|&(first, count)| first..first + count)
-            .filter(|&i| !entries.alloc.is_allocated(i) || entries.single(i).is_some())
+            .filter(|&i| !entries.in_use(i) || entries.single(i).is_some())
             .collect();
         let singles: Vec<AvWriteRecord> = all
             .iter()
@@ -2122,6 +2168,23 @@ impl<N: NicAvTable> AddressVector<N> {
     /// Drop `index` (and its user id) from the mirror and free it.
     #[inline]
     fn release(&mut self, index: u32) {
+        self.forget(index);
+        self.alloc.free(index);
+    }
+
+    /// Drop `index` (and its user id) from the mirror and keep it allocated, lost (see
+    /// [`lost`]); freed instead when there is no memory to note it.
+    #[cold]
+    fn lose(&mut self, index: u32) {
+        self.forget(index);
+        if self.lost.add(index).is_err() {
+            self.alloc.free(index);
+        }
+    }
+
+    /// Drop `index` (and its user id) from the mirror; the allocator is the caller's.
+    #[inline]
+    fn forget(&mut self, index: u32) {
         if !self.slots.clear(index) && self.alloc.is_allocated(index) {
             // No slot: a member of a symmetric range.
             self.ranges.member_removed(index);
@@ -2132,21 +2195,29 @@ impl<N: NicAvTable> AddressVector<N> {
         if let Some(a) = self.auth.as_deref_mut() {
             a.unbind(index);
         }
-        self.alloc.free(index);
     }
 
-    /// Drop a whole pending record: the single entry at `index`, or the range starting there.
-    fn release_record(&mut self, index: u32) {
+    /// Drop a whole pending record that was never sent: the single entry at `index`, or the
+    /// range starting there. Its indices are freed, or lost when `lost` (the record was
+    /// returned by an insert call).
+    fn drop_record(&mut self, index: u32, lost: bool) {
         let is_single = self.slots.get(index).is_some_and(|s| s[0] != 0);
         if !is_single {
             if let Some(r) = self.ranges.remove_at(index) {
+                if lost && self.lost.add_run(r.first, r.count).is_ok() {
+                    return;
+                }
                 for i in r.first..r.first + r.count {
                     self.alloc.free(i);
                 }
                 return;
             }
         }
-        self.release(index);
+        if lost {
+            self.lose(index);
+        } else {
+            self.release(index);
+        }
     }
 
     /// The NIC record of a pending insert at `index`: the single entry, or the range record.
@@ -2162,7 +2233,9 @@ impl<N: NicAvTable> AddressVector<N> {
     /// `fi_av_remove`: remove every address in `fi_addrs`, or none.
     ///
     /// `FI_EINVAL` (nothing removed) if any is `FI_ADDR_NOTAVAIL`, outside the table, not in
-    /// use (never inserted, or removed), or listed twice. Receive-context bits are ignored.
+    /// use (never inserted, or removed), or listed twice. Receive-context bits are ignored. A
+    /// lost index ([`lost`]) is removed like an address: it is freed, with no NIC command of
+    /// its own.
     /// Pending `FI_MORE` inserts are sent first; then one AV_INVALIDATE removes the addresses
     /// from the NIC, and their indices (and user ids) become free (the lowest is reused first).
     /// `FI_AV_USER_ID` is `FI_EINVAL` on an AV opened with it (fi_av(3)) and `FI_EBADFLAGS`
@@ -2198,7 +2271,15 @@ impl<N: NicAvTable> AddressVector<N> {
     /// errors and NIC command `remove_listed` makes for one index.
     fn remove_one(&mut self, fi_addr: FiAddr) -> Result<(), FiError> {
         let named = |e: FiError| e.within("fi_av_remove: fi_addr[0]");
-        let index = self.index_of(fi_addr).map_err(named)?;
+        let index = match self.index_of(fi_addr) {
+            Ok(index) => index,
+            Err(e) => {
+                return match self.lost_index(fi_addr) {
+                    Some(index) => self.remove_lost_one(index),
+                    None => Err(named(e)),
+                };
+            }
+        };
         self.settle_keeping("fi_av_remove", &[index])?;
         if let Err(e) = self.nic.invalidate(&[index]) {
             if e.in_doubt {
@@ -2211,12 +2292,20 @@ impl<N: NicAvTable> AddressVector<N> {
     }
 
     fn remove_listed(&mut self, fi_addrs: &[FiAddr], list: &mut Vec<u32>) -> Result<(), FiError> {
-        list.try_reserve(fi_addrs.len())
-            .map_err(|_| FiError::new(FiErrno::FI_ENOMEM, "fi_av_remove: no memory"))?;
+        let no_memory = || FiError::new(FiErrno::FI_ENOMEM, "fi_av_remove: no memory");
+        list.try_reserve(fi_addrs.len()).map_err(|_| no_memory())?;
+        let mut lost_listed = 0;
         for (pos, &fa) in fi_addrs.iter().enumerate() {
-            let index = self
-                .index_of(fa)
-                .map_err(|e| e.within(format_args!("fi_av_remove: fi_addr[{pos}]")))?;
+            let index = match self.index_of(fa) {
+                Ok(index) => index,
+                Err(e) => {
+                    let Some(index) = self.lost_index(fa) else {
+                        return Err(e.within(format_args!("fi_av_remove: fi_addr[{pos}]")));
+                    };
+                    lost_listed += 1;
+                    index
+                }
+            };
             list.push(index);
         }
         if list.len() > 1 {
@@ -2227,6 +2316,14 @@ impl<N: NicAvTable> AddressVector<N> {
                     w[0]
                 )));
             }
+        }
+        // Lost indices hold nothing on the NIC: they are freed once the others are removed.
+        let mut lost = Vec::new();
+        if lost_listed > 0 {
+            lost.try_reserve(lost_listed).map_err(|_| no_memory())?;
+            self.lost.reserve(lost_listed).map_err(|_| no_memory())?;
+            lost.extend(list.iter().copied().filter(|&i| self.lost.contains(i)));
+            list.retain(|&i| !self.lost.contains(i));
         }
         self.settle_keeping("fi_av_remove", list)?;
         let mut removed = 0;
@@ -2242,7 +2339,40 @@ impl<N: NicAvTable> AddressVector<N> {
             }
             removed += chunk.len();
         }
+        for index in lost {
+            self.free_lost(index);
+        }
         Ok(())
+    }
+
+    /// The index `fi_addr` names when it is lost (see [`lost`]).
+    #[cold]
+    fn lost_index(&self, fi_addr: FiAddr) -> Option<u32> {
+        if self.lost.is_empty() {
+            return None;
+        }
+        self.decoder
+            .index(fi_addr)
+            .filter(|&index| self.lost.contains(index))
+    }
+
+    /// [`AddressVector::remove`] of one lost index: pending records are sent first, as for
+    /// any remove; then the index is free.
+    #[cold]
+    fn remove_lost_one(&mut self, index: u32) -> Result<(), FiError> {
+        self.lost
+            .reserve(1)
+            .map_err(|_| FiError::new(FiErrno::FI_ENOMEM, "fi_av_remove: no memory"))?;
+        self.settle_keeping("fi_av_remove", &[])?;
+        self.free_lost(index);
+        Ok(())
+    }
+
+    /// Free a lost index; room for splitting its run was reserved.
+    fn free_lost(&mut self, index: u32) {
+        if let Ok(true) = self.lost.take(index) {
+            self.alloc.free(index);
+        }
     }
 
     /// `fi_av_set_user_id`: make `user_id` the user id of the address at `fi_addr` (what
@@ -2348,7 +2478,7 @@ impl<N: NicAvTable> AddressVector<N> {
     /// The address of an inserted symmetric-range member at `index`.
     #[cold]
     fn range_bytes(&self, index: u32) -> Option<[u8; ADDR_LEN]> {
-        if !self.alloc.is_allocated(index) {
+        if !self.entry_source().in_use(index) {
             return None;
         }
         self.ranges.covering(index)?.member(index)?.to_bytes().ok()
@@ -2385,6 +2515,10 @@ impl<N: NicAvTable> AddressVector<N> {
             FiAddrKind::OutOfRange(raw) => FiError::inval(format!(
                 "fi_addr {fi_addr:#x}: index {raw} is outside the AV's {} entries",
                 self.capacity
+            )),
+            FiAddrKind::Index(i) if self.lost.contains(i) => FiError::inval(format!(
+                "fi_addr {fi_addr:#x}: index {i} holds no address: its FI_MORE insert was \
+                 rolled back when the NIC refused the batch (fi_av_remove frees the index)"
             )),
             FiAddrKind::Index(i) if self.is_revoked(i) => FiError::inval(format!(
                 "fi_addr {fi_addr:#x}: index {i} is not in use (the NIC refused its \
@@ -2477,7 +2611,9 @@ impl<N: NicAvTable> AddressVector<N> {
     /// asynchronous insert the NIC refused not (as for [`AddressVector::lookup`]), although
     /// [`AddressVector::len`] counts them until the AV's next call releases them.
     pub fn indices(&self) -> impl Iterator<Item = u32> + '_ {
-        self.alloc.iter().filter(|&i| !self.is_revoked(i))
+        self.alloc
+            .iter()
+            .filter(|&i| !self.is_revoked(i) && !self.lost.contains(i))
     }
 
     /// Symmetric ranges: `(first index, indices covered, live members)`, ascending.
@@ -2575,6 +2711,7 @@ impl<N: NicAvTable> AddressVector<N> {
             + self.pending.capacity() * core::mem::size_of::<u32>()
             + self.index_buf.capacity() * core::mem::size_of::<u32>()
             + self.in_doubt.capacity() * core::mem::size_of::<u32>()
+            + self.lost.heap_bytes()
     }
 
     /// Close the AV and hand the NIC table back. Pending `FI_MORE` records are dropped, not
@@ -2589,6 +2726,17 @@ impl<N: NicAvTable> AddressVector<N> {
         }
         self.nic
     }
+}
+
+/// The part of a rolled-back batch's message that counts the indices lost (see [`lost`]).
+fn lost_note(lost: u64) -> String {
+    if lost == 0 {
+        return String::new();
+    }
+    format!(
+        "; {lost} of the indices were returned by earlier FI_MORE calls and are lost, holding \
+         no address, until fi_av_remove frees them"
+    )
 }
 
 /// Refuse flags outside `supported`.

@@ -401,15 +401,44 @@ fn failed_nic_write_rolls_back_the_whole_batch() {
     assert!(e.message.contains("injected fault"), "{e}");
     assert_eq!(out, [FI_ADDR_NOTAVAIL, FI_ADDR_NOTAVAIL]);
 
+    assert!(
+        e.message
+            .contains("3 of the indices were returned by earlier FI_MORE calls"),
+        "{e}"
+    );
+
     assert_eq!(av.len(), 2);
     assert_eq!(av.pending_len(), 0);
     for fa in 2..6 {
         assert_eq!(errno(av.address(fa)), FiErrno::FI_EINVAL);
     }
+    let e = av.address(3).unwrap_err();
+    assert!(e.message.contains("fi_av_remove frees the index"), "{e}");
     assert_in_step(&av);
     assert!(av.verify_nic().unwrap().is_empty());
-    // The rolled-back indices are free again.
-    assert_eq!(insert_peers(&mut av, &[8]), vec![2]);
+    // The earlier call's indices (2, 3, 4), which the application still holds, are lost: no
+    // insert takes them. The ending call's own index (5) is free again.
+    assert_eq!(av.lost_len(), 3);
+    assert_eq!(av.indices().collect::<Vec<_>>(), [0, 1]);
+    assert_eq!(insert_peers(&mut av, &[8]), vec![5]);
+    // Removing a lost index frees it, alone or in a list, once; nothing else is touched.
+    av.remove(&[3], 0).unwrap();
+    assert_eq!(
+        errno(av.remove(&[3], 0)),
+        FiErrno::FI_EINVAL,
+        "removed twice"
+    );
+    assert_eq!(
+        errno(av.remove(&[2, 2], 0)),
+        FiErrno::FI_EINVAL,
+        "listed twice"
+    );
+    assert_eq!(errno(av.remove(&[2, 4, 9], 0)), FiErrno::FI_EINVAL);
+    assert_eq!(av.lost_len(), 2, "a refused remove frees nothing");
+    av.remove(&[2, 5, 4], 0).unwrap();
+    assert_eq!(av.lost_len(), 0);
+    assert_eq!(av.len(), 2);
+    assert_eq!(insert_peers(&mut av, &[9, 10, 11]), vec![2, 3, 4]);
     assert_in_step(&av);
 }
 

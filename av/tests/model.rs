@@ -1,5 +1,6 @@
 //! The AV against a plain reference model: a `Vec<Option<(address, user id)>>` where an insert
-//! takes the lowest empty slot, plus a list of plain `Vec` AV sets. Every insert form (binary,
+//! takes the lowest empty slot that is not lost (returned by an `FI_MORE` insert whose batch
+//! the NIC refused, until removed), plus a list of plain `Vec` AV sets. Every insert form (binary,
 //! FI_ADDR_STR, insertsvc, insertsym), FI_SYNC_ERR, FI_MORE, user ids (open flag and per
 //! insert), NIC faults and AV sets are driven; after every step model, mirror, in-memory NIC
 //! table and sets must agree.
@@ -117,6 +118,9 @@ type Slot = Option<([u8; ADDR_LEN], Option<u64>)>;
 
 struct Model {
     slots: Vec<Slot>,
+    /// Lost indices: returned by an FI_MORE insert, then rolled back with a refused batch.
+    /// They hold no address and no insert takes them, until a remove frees them.
+    lost: Vec<bool>,
     pending: Vec<u32>,
     fail_write: bool,
     fail_invalidate: bool,
@@ -142,6 +146,7 @@ impl Model {
     fn new(cap: usize, open_user_id: bool) -> Self {
         Model {
             slots: vec![None; cap],
+            lost: vec![false; cap],
             pending: Vec::new(),
             fail_write: false,
             fail_invalidate: false,
@@ -163,11 +168,15 @@ impl Model {
         self.slots.get(i as usize).is_some_and(|s| s.is_some())
     }
 
+    fn lost_len(&self) -> usize {
+        self.lost.iter().filter(|&&l| l).count()
+    }
+
     /// Send pending records; the errno if the (armed) write fails, after rolling back.
-    /// `own`: every pending record is the flushing insert call's. When some are earlier
-    /// `FI_MORE` calls' (or the flush is a remove's or set_user_id's), rolling them back
-    /// changes what those calls reported: `FI_EIO` whatever the NIC's reason.
-    fn flush(&mut self, own: bool) -> Result<(), FiErrno> {
+    /// `returned`: how many pending records (at the front) are earlier `FI_MORE` calls'; all
+    /// of them when the flush is a remove's or set_user_id's. Rolling those back changes what
+    /// those calls reported: `FI_EIO` whatever the NIC's reason, and their indices are lost.
+    fn flush(&mut self, returned: usize) -> Result<(), FiErrno> {
         if self.pending.is_empty() {
             return Ok(());
         }
@@ -175,11 +184,14 @@ impl Model {
         self.in_doubt = false;
         if self.fail_write {
             self.fail_write = false;
-            for i in self.pending.drain(..) {
+            for (p, i) in self.pending.drain(..).enumerate() {
                 self.slots[i as usize] = None;
+                if p < returned {
+                    self.lost[i as usize] = true;
+                }
             }
             // Every batch of the model fits one AV_WRITE: a failure keeps nothing.
-            return Err(if own {
+            return Err(if returned == 0 {
                 self.fail_write_errno
             } else {
                 FiErrno::FI_EIO
@@ -199,7 +211,7 @@ impl Model {
     /// A call without FI_MORE refused with `errno` ends the batch before it: `errno`, or
     /// `FI_EIO` when that batch fails (the earlier calls' inserts are rolled back).
     fn end_refused(&mut self, errno: FiErrno) -> FiErrno {
-        match self.flush(false) {
+        match self.flush(self.pending.len()) {
             Ok(()) => errno,
             Err(_) => FiErrno::FI_EIO,
         }
@@ -220,7 +232,7 @@ impl Model {
         mode: &InsertMode,
     ) -> InsertOutcome {
         // Records pending when the call starts are earlier FI_MORE calls'.
-        let own = self.pending.is_empty();
+        let returned = self.pending.len();
         let mut out = Vec::new();
         let mut st = Vec::new();
         let mut ok = 0;
@@ -231,7 +243,9 @@ impl Model {
                 None => None,
             };
             let r = a.and_then(|b| {
-                let i = self.slots.iter().position(|s| s.is_none()).ok_or(28)?;
+                let i = (0..self.slots.len())
+                    .find(|&i| self.slots[i].is_none() && !self.lost[i])
+                    .ok_or(28)?;
                 self.slots[i] = Some((b, user_id));
                 self.pending.push(i as u32);
                 Ok(i)
@@ -248,7 +262,11 @@ impl Model {
                 }
             }
         }
-        if let Err(e) = if mode.more { Ok(()) } else { self.flush(own) } {
+        if let Err(e) = if mode.more {
+            Ok(())
+        } else {
+            self.flush(returned)
+        } {
             for (v, s) in out.iter_mut().zip(st.iter_mut()) {
                 if *v != FI_ADDR_NOTAVAIL && self.slots[*v as usize].is_none() {
                     *v = FI_ADDR_NOTAVAIL;
@@ -268,10 +286,23 @@ impl Model {
         self.slots.get(i)?.as_ref().map(|_| i)
     }
 
+    /// The lost index `fa` names.
+    fn lost_index(&self, fa: u64, addressing: Addressing) -> Option<usize> {
+        if fa == FI_ADDR_NOTAVAIL {
+            return None;
+        }
+        let i = usize::try_from(addressing.index(fa)).ok()?;
+        self.lost.get(i)?.then_some(i)
+    }
+
     fn remove(&mut self, fas: &[u64], addressing: Addressing) -> Result<(), FiErrno> {
         let mut idx = Vec::new();
         for &fa in fas {
-            idx.push(self.index_of(fa, addressing).ok_or(FiErrno::FI_EINVAL)?);
+            let i = self.index_of(fa, addressing);
+            idx.push(
+                i.or_else(|| self.lost_index(fa, addressing))
+                    .ok_or(FiErrno::FI_EINVAL)?,
+            );
         }
         let mut sorted = idx.clone();
         sorted.sort_unstable();
@@ -283,19 +314,23 @@ impl Model {
             return Ok(());
         }
         self.in_doubt = false;
-        self.flush(false)?;
-        if self.fail_invalidate {
-            self.fail_invalidate = false;
-            return Err(self.fail_invalidate_errno);
-        }
-        if self.doubt_invalidate {
-            // Unanswered: the addresses stay, in doubt.
-            self.doubt_invalidate = false;
-            self.in_doubt = true;
-            return Err(FiErrno::FI_EIO);
+        self.flush(self.pending.len())?;
+        // Lost indices hold nothing on the NIC: only the others are invalidated there.
+        if idx.iter().any(|&i| !self.lost[i]) {
+            if self.fail_invalidate {
+                self.fail_invalidate = false;
+                return Err(self.fail_invalidate_errno);
+            }
+            if self.doubt_invalidate {
+                // Unanswered: the addresses stay, in doubt.
+                self.doubt_invalidate = false;
+                self.in_doubt = true;
+                return Err(FiErrno::FI_EIO);
+            }
         }
         for i in idx {
             self.slots[i] = None;
+            self.lost[i] = false;
         }
         Ok(())
     }
@@ -311,7 +346,7 @@ impl Model {
         }
         let i = self.index_of(fa, addressing).ok_or(FiErrno::FI_EINVAL)?;
         self.in_doubt = false;
-        self.flush(false)?;
+        self.flush(self.pending.len())?;
         if self.fail_write {
             self.fail_write = false;
             return Err(self.fail_write_errno);
@@ -395,6 +430,7 @@ fn sym_addrs(n: u32, nodecnt: usize, svccnt: usize) -> Option<Vec<[u8; ADDR_LEN]
 
 fn check(av: &AddressVector<MemoryNicTable>, sets: &[Option<AvSet>], m: &Model, step: usize) {
     assert_eq!(av.len(), m.len(), "step {step}: len");
+    assert_eq!(av.lost_len(), m.lost_len(), "step {step}: lost");
     assert_eq!(av.pending_len(), m.pending.len(), "step {step}: pending");
     assert_eq!(
         av.entries_in_doubt() > 0,
@@ -823,7 +859,7 @@ impl Run {
             Op::FailInvalidate => self.arm(step, NicOp::Invalidate),
             Op::Flush => {
                 // What is pending is earlier FI_MORE calls' (every other insert flushes).
-                let want = self.m.flush(false);
+                let want = self.m.flush(self.m.pending.len());
                 assert_eq!(
                     self.av.flush().map_err(|e| e.errno),
                     want,
@@ -1090,7 +1126,7 @@ fn run(cfg: Config, ops: &[Op]) -> [usize; 3] {
     // verify_nic rewrites the entries in doubt first.
     r.m.in_doubt = false;
     assert!(r.av.verify_nic().unwrap().is_empty());
-    let _ = r.m.flush(false);
+    let _ = r.m.flush(r.m.pending.len());
     check(&r.av, &r.sets, &r.m, ops.len());
     doubts
 }

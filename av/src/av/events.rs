@@ -556,7 +556,7 @@ impl<N: NicAvTable> AddressVector<N> {
                     refused = true;
                     warn!(entries = chunk.len(), error = %e, "AV_WRITE not submitted");
                     for &index in chunk {
-                        self.release_record(index);
+                        self.drop_record(index, false);
                     }
                     let message = format!(
                         "the AV_WRITE of {} records could not be submitted: {e}",
@@ -600,7 +600,7 @@ impl<N: NicAvTable> AddressVector<N> {
             )
         };
         for (first, _) in revoked {
-            self.release_record(first);
+            self.drop_record(first, false);
         }
         // A write that went unanswered may still land: the NIC is told again what the mirror
         // now holds there (nothing, or a later insert's entry) at the next settling call.
@@ -711,7 +711,7 @@ impl<N: NicAvTable> AddressVector<N> {
         };
         state.shared.finish();
         for index in core::mem::take(&mut self.pending) {
-            self.release_record(index);
+            self.drop_record(index, false);
         }
         self.reconcile();
     }
