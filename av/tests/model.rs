@@ -168,6 +168,32 @@ impl Model {
         self.slots.get(i as usize).is_some_and(|s| s.is_some())
     }
 
+    /// The fault armed for the next AV_WRITE (`write`) or AV_INVALIDATE, if any, taken: its
+    /// errno when refused; `FI_EIO` and entries in doubt when unanswered.
+    fn command_fault(&mut self, write: bool) -> Result<(), FiErrno> {
+        let (fail, errno, doubt) = if write {
+            (
+                &mut self.fail_write,
+                self.fail_write_errno,
+                &mut self.doubt_write,
+            )
+        } else {
+            (
+                &mut self.fail_invalidate,
+                self.fail_invalidate_errno,
+                &mut self.doubt_invalidate,
+            )
+        };
+        if core::mem::take(fail) {
+            return Err(errno);
+        }
+        if core::mem::take(doubt) {
+            self.in_doubt = true;
+            return Err(FiErrno::FI_EIO);
+        }
+        Ok(())
+    }
+
     fn lost_len(&self) -> usize {
         self.lost.iter().filter(|&&l| l).count()
     }
@@ -317,16 +343,8 @@ impl Model {
         self.flush(self.pending.len())?;
         // Lost indices hold nothing on the NIC: only the others are invalidated there.
         if idx.iter().any(|&i| !self.lost[i]) {
-            if self.fail_invalidate {
-                self.fail_invalidate = false;
-                return Err(self.fail_invalidate_errno);
-            }
-            if self.doubt_invalidate {
-                // Unanswered: the addresses stay, in doubt.
-                self.doubt_invalidate = false;
-                self.in_doubt = true;
-                return Err(FiErrno::FI_EIO);
-            }
+            // Unanswered, the addresses stay, in doubt.
+            self.command_fault(false)?;
         }
         for i in idx {
             self.slots[i] = None;
@@ -347,16 +365,8 @@ impl Model {
         let i = self.index_of(fa, addressing).ok_or(FiErrno::FI_EINVAL)?;
         self.in_doubt = false;
         self.flush(self.pending.len())?;
-        if self.fail_write {
-            self.fail_write = false;
-            return Err(self.fail_write_errno);
-        }
-        if self.doubt_write {
-            // Unanswered: the old user id stays, in doubt.
-            self.doubt_write = false;
-            self.in_doubt = true;
-            return Err(FiErrno::FI_EIO);
-        }
+        // Unanswered, the old user id stays, in doubt.
+        self.command_fault(true)?;
         if let Some((_, u)) = self.slots[i].as_mut() {
             *u = Some(user_id);
         }
