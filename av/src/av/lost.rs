@@ -56,74 +56,55 @@ impl LostIndices {
                 .is_some_and(|&(_, end)| u64::from(index) < end)
     }
 
-    /// Mark `index` lost. Fails, changing nothing, only when there is no memory for a new run.
+    /// Mark `index` lost (nothing changes if it is already). Fails, changing nothing, only
+    /// when there is no memory for a new run.
     pub(super) fn add(&mut self, index: u32) -> Result<(), TryReserveError> {
-        let at = u64::from(index);
-        let before = self.run_before(index);
-        if let Some(&(_, end)) = before.and_then(|k| self.runs.get(k)) {
-            if at < end {
-                return Ok(());
-            }
+        if self.contains(index) {
+            return Ok(());
         }
-        let next = before.map_or(0, |k| k + 1);
-        let joins_before = before
-            .and_then(|k| self.runs.get(k))
-            .is_some_and(|&(_, end)| end == at);
-        let joins_next = self
-            .runs
-            .get(next)
-            .is_some_and(|&(first, _)| u64::from(first) == at + 1);
-        match (joins_before, joins_next, before) {
-            (true, true, Some(k)) => {
-                let end = self.runs.get(next).map_or(at + 1, |&(_, e)| e);
-                if let Some(run) = self.runs.get_mut(k) {
-                    run.1 = end;
-                }
-                self.runs.remove(next);
-            }
-            (true, _, Some(k)) => {
-                if let Some(run) = self.runs.get_mut(k) {
-                    run.1 = at + 1;
-                }
-            }
-            (_, true, _) => {
-                if let Some(run) = self.runs.get_mut(next) {
-                    run.0 = index;
-                }
-            }
-            _ => {
-                self.runs.try_reserve(1)?;
-                self.runs.insert(next, (index, at + 1));
-            }
-        }
-        self.len += 1;
-        Ok(())
+        self.add_run(index, 1)
     }
 
-    /// Mark `first..first + count` lost; none of them may be lost already. Fails, changing
-    /// nothing, only when there is no memory for a new run.
+    /// Mark `first..first + count` lost; none of them may be lost already. The span joins the
+    /// run ending at `first` and the one starting at its end, if any. Fails, changing nothing,
+    /// only when there is no memory for a new run.
     pub(super) fn add_run(&mut self, first: u32, count: u32) -> Result<(), TryReserveError> {
         if count == 0 {
             return Ok(());
         }
-        self.add(first)?;
-        let end = u64::from(first) + u64::from(count);
-        let Some(k) = self.run_before(first) else {
-            return Ok(());
-        };
-        // The run holding `first` ends right after it (the rest are not lost yet); it now
-        // reaches `end`, and takes in the next run if that starts there.
-        let next = self.runs.get(k + 1).copied();
-        if let Some(run) = self.runs.get_mut(k) {
-            run.1 = match next {
-                Some((f, e)) if u64::from(f) == end => e,
-                _ => end,
-            };
+        let (start, end) = (u64::from(first), u64::from(first) + u64::from(count));
+        let next = self.runs.partition_point(|&(f, _)| f <= first);
+        let before = next
+            .checked_sub(1)
+            .filter(|&k| self.runs.get(k).is_some_and(|&(_, e)| e == start));
+        let after = self
+            .runs
+            .get(next)
+            .filter(|&&(f, _)| u64::from(f) == end)
+            .map(|&(_, e)| e);
+        match (before, after) {
+            (Some(k), Some(after_end)) => {
+                if let Some(run) = self.runs.get_mut(k) {
+                    run.1 = after_end;
+                }
+                self.runs.remove(next);
+            }
+            (Some(k), None) => {
+                if let Some(run) = self.runs.get_mut(k) {
+                    run.1 = end;
+                }
+            }
+            (None, Some(_)) => {
+                if let Some(run) = self.runs.get_mut(next) {
+                    run.0 = first;
+                }
+            }
+            (None, None) => {
+                self.runs.try_reserve(1)?;
+                self.runs.insert(next, (first, end));
+            }
         }
-        if next.is_some_and(|(f, _)| u64::from(f) == end) {
-            self.runs.remove(k + 1);
-        }
-        self.len += u64::from(count) - 1;
+        self.len += u64::from(count);
         Ok(())
     }
 
