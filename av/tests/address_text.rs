@@ -33,13 +33,6 @@ fn resolver(name: &str) -> std::io::Result<Vec<IpAddr>> {
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no such host"))
 }
 
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(1024)
-}
-
 // ---------------------------------------------------------------------------------------------
 // generators
 
@@ -320,7 +313,7 @@ fn check_outcome(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: proptest_cases(1024), ..ProptestConfig::default() })]
 
     /// Every serializable address prints a text that reads back to it, fits
     /// `ADDR_STR_MAX`, splits into a node and service that `fi_av_insertsvc` takes, and that

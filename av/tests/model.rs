@@ -1332,7 +1332,7 @@ fn av_matches_the_model_with_unanswered_commands() {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(24),
+        cases: proptest_cases(24),
         ..ProptestConfig::default()
     })]
 

@@ -3,8 +3,7 @@
 
 mod common;
 
-use common::{assert_in_step, pack, peer_bytes, LIMITS};
-use std::sync::atomic::{AtomicU32, Ordering};
+use common::{assert_in_step, open_named, pack, peer_bytes, unique, LIMITS};
 use uet_av::named::segment::{self, LOG_RECORDS};
 use uet_av::{
     AddressVector, AvAttr, AvName, Fault, FiErrno, FiError, MemoryNicTable, NamedAv, NicOp,
@@ -12,16 +11,6 @@ use uet_av::{
 };
 
 type Named = NamedAv<MemoryNicTable>;
-
-/// A name no other test (or run) uses.
-fn unique(tag: &str) -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "test-{tag}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
 
 fn attr(name: &str, count: usize) -> AvAttr {
     AvAttr {
@@ -33,7 +22,7 @@ fn attr(name: &str, count: usize) -> AvAttr {
 }
 
 fn open(a: AvAttr) -> Result<Named, FiError> {
-    NamedAv::open(a, LIMITS, |a| Ok(MemoryNicTable::new(a.count as u32)))
+    open_named(a)
 }
 
 fn insert(av: &mut Named, ns: &[u32]) -> Vec<u64> {

@@ -11,31 +11,14 @@
 
 mod common;
 
-use common::{pack, peer_bytes, LIMITS};
+use common::{open_named, pack, peer_bytes, proptest_cases, unique};
 use proptest::prelude::*;
-use std::sync::atomic::{AtomicU32, Ordering};
 use uet_av::{AvAttr, AvName, FiError, MemoryNicTable, NamedAv, ADDR_LEN};
 
 type Named = NamedAv<MemoryNicTable>;
 
 /// Entries of the AV: a few bitmap words, slots beyond them.
 const CAPACITY: usize = 80;
-
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(512)
-}
-
-fn unique() -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "test-damage-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
 
 fn open(name: &str) -> Result<Named, FiError> {
     let attr = AvAttr {
@@ -44,7 +27,7 @@ fn open(name: &str) -> Result<Named, FiError> {
         job_id: 0x00ab_cdef,
         ..AvAttr::default()
     };
-    NamedAv::open(attr, LIMITS, |a| Ok(MemoryNicTable::new(a.count as u32)))
+    open_named(attr)
 }
 
 /// Where a damaging write lands, by region of the segment's layout (`uet_av::named::segment`).
@@ -176,13 +159,13 @@ fn exercise(av: &mut Named, round: u32) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: proptest_cases(512), ..ProptestConfig::default() })]
 
     #[test]
     fn a_damaged_segment_gets_answers_not_panics(
         damage in prop::collection::vec((place(), value()), 1..6),
     ) {
-        let name = unique();
+        let name = unique("damage");
         let mut a = open(&name).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let path = a.segment_path().to_path_buf();
         // Singles, a removal and a symmetric range, so that every region holds something.

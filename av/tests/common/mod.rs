@@ -2,11 +2,35 @@
 #![allow(dead_code)]
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use uet_av::{AddressVector, AvAttr, AvLimits, MemoryNicTable, ADDR_LEN};
+use std::sync::atomic::{AtomicU32, Ordering};
+use uet_av::{AddressVector, AvAttr, AvLimits, FiError, MemoryNicTable, NamedAv, ADDR_LEN};
 use uet_fwif::address::{caps, AddressingMode};
 use uet_fwif::UetAddress;
 
 pub const LIMITS: AvLimits = AvLimits::new(1 << 20, 8);
+
+/// Cases per property test: `PROPTEST_CASES` when set, else `default`.
+pub fn proptest_cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A named-AV name no other test (or run) uses.
+pub fn unique(tag: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "test-{tag}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Open (or attach to) the named AV `a` names, over an in-memory NIC table.
+pub fn open_named(a: AvAttr) -> Result<NamedAv<MemoryNicTable>, FiError> {
+    NamedAv::open(a, LIMITS, |a| Ok(MemoryNicTable::new(a.count as u32)))
+}
 
 /// A small xorshift generator for the random-sequence tests: a run is reproducible from its
 /// seed (which must not be 0).
