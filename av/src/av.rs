@@ -2091,10 +2091,12 @@ impl<N: NicAvTable> AddressVector<N> {
         unsent.sort_unstable();
         let sent = |i: &u32| unsent.binary_search(i).is_err();
         let entries = entry_source!(self);
+        // A range's record is unsent when its first index is pending and holds no single
+        // entry; a single entry pending there sits in a hole of a range the NIC has.
         let mut spans: Vec<(u32, u32)> = doubt
             .iter()
             .filter_map(|&i| entries.ranges.covering(i).map(|r| (r.first, r.count)))
-            .filter(|(first, _)| sent(first))
+            .filter(|(first, _)| sent(first) || entries.single(*first).is_some())
             .collect();
         spans.dedup();
         let mut all = doubt.to_vec();

@@ -242,3 +242,30 @@ fn an_unanswered_chunk_of_a_large_batch_keeps_the_whole_batch() {
         assert!(av.verify_nic().unwrap().is_empty());
     }
 }
+
+/// A range whose first index was removed, then a remove of other members goes unanswered,
+/// then an insert takes that first index (the lowest free one): its flush repairs the range
+/// first, and a single entry pending at the range's first index does not make the range's own
+/// record look unsent, so the repair rewrites the range whole (found by the `av_calls` fuzz
+/// target).
+#[test]
+fn an_insert_into_the_first_index_of_a_range_in_doubt_repairs_the_range_whole() {
+    for applied in [false, true] {
+        let mut av = open(16);
+        let mut fi = vec![0u64; 16];
+        av.insertsym("20.0.0.1", 8, "1?ri=1+2", 2, Some(&mut fi), 0, None)
+            .unwrap();
+        av.remove(&[10, 8], 0).unwrap();
+        av.remove(&[2, 0], 0).unwrap();
+        av.nic_mut()
+            .inject(NicOp::Invalidate, 0, Fault::InDoubt { applied });
+        assert!(av.remove(&[3, 11, 9], 0).is_err());
+        assert_eq!(av.len(), 12, "nothing removed (applied: {applied})");
+        assert_eq!(insert_peers(&mut av, &[500]), [0]);
+        let differ: Vec<u32> = av.verify_nic().unwrap().iter().map(|m| m.index).collect();
+        assert!(differ.is_empty(), "applied: {applied}: {differ:?}");
+        assert_in_step(&av);
+        assert_eq!(lookup(&av, 0), peer_bytes(500));
+        assert_eq!(av.ranges().count(), 1);
+    }
+}
