@@ -1,0 +1,166 @@
+//! Admin commands as a host may write them, right or wrong: any opcode (mostly known ones),
+//! flags, object handle (mostly one the NIC knows) and body, with DMA addresses in the body
+//! that point into a mapped buffer of fuzzed bytes (AV_WRITE records, auth keys, endpoint
+//! parameters) or anywhere. The simulated NIC answers every command with a status, whatever
+//! it holds, and the queue takes the next command: an IDENTIFY after them all succeeds.
+//!
+//! Input: the buffer's length (two bytes) and contents, then commands until the input ends
+//! (at most [`MAX_COMMANDS`]).
+
+use crate::Input;
+use uet_av::NicAvTable;
+use uet_driver::admin::AdminResult;
+use uet_driver::DriverError;
+use uet_fwif::{AdminCommand, Opcode};
+use uet_tests::{fabric, Node};
+use zerocopy::little_endian::U32;
+use zerocopy::FromZeros;
+
+/// Commands per input.
+pub const MAX_COMMANDS: usize = 32;
+
+/// Bytes of the DMA buffer commands may point into.
+const DMA_BYTES: usize = 8192;
+
+/// Every opcode the NIC knows.
+const OPCODES: [Opcode; 17] = [
+    Opcode::Identify,
+    Opcode::EndpointCreate,
+    Opcode::EndpointDestroy,
+    Opcode::ContextCreate,
+    Opcode::AvCreate,
+    Opcode::AvDestroy,
+    Opcode::AvWrite,
+    Opcode::AvInvalidate,
+    Opcode::AvRead,
+    Opcode::MrRegister,
+    Opcode::MrDeregister,
+    Opcode::CountersRead,
+    Opcode::AuthKeyAdd,
+    Opcode::AuthKeyRemove,
+    Opcode::AuthKeySource,
+    Opcode::AuthKeyRead,
+    Opcode::EndpointAuthKeys,
+];
+
+fn answered(opcode: u8, r: Result<AdminResult, DriverError>) {
+    if let Err(e) = r {
+        assert!(
+            !matches!(e, DriverError::AdminTimeout { .. }),
+            "opcode {opcode:#04x} went unanswered: {e}"
+        );
+        assert!(!e.to_string().is_empty());
+    }
+}
+
+/// Run the target on `data`.
+pub fn run(data: &[u8]) {
+    let mut input = Input::new(data);
+    let (_fabric, functions) = fabric(1);
+    let Some(function) = functions.into_iter().next() else {
+        panic!("a fabric of one NIC has no NIC");
+    };
+    let mut node = Node::new(function, 1, 16);
+    let dma = node.nic.map_dma(DMA_BYTES).expect("map the command buffer");
+    let fill_len = usize::from(input.u16()) % DMA_BYTES;
+    let fill = input.bytes(fill_len);
+    dma.region()
+        .write_bytes(0, fill)
+        .expect("fill the command buffer");
+    let iova = dma.region().iova();
+    let av = node.av.nic_mut().table_handle().unwrap_or(1);
+    let ep = u32::from(node.ep.handle());
+
+    for _ in 0..MAX_COMMANDS {
+        if input.is_empty() {
+            break;
+        }
+        let mut raw = AdminCommand::new_zeroed();
+        raw.opcode = match input.below(8) {
+            0 => input.u8(),
+            _ => OPCODES[usize::from(input.below(OPCODES.len() as u8))] as u8,
+        };
+        if input.below(8) == 0 {
+            raw.flags = input.u8();
+        }
+        raw.handle = U32::new(match input.below(6) {
+            0 | 1 => av,
+            2 => ep,
+            3 => u32::from(input.u8()),
+            _ => input.u32(),
+        });
+        let body = input.bytes(raw.body.len());
+        raw.body[..body.len()].copy_from_slice(body);
+        if input.below(2) == 0 {
+            // A DMA address into the buffer, at one of the body's 8-byte-aligned words.
+            let at = usize::from(input.below(7)) * 8;
+            let addr = iova + u64::from(input.u16()) % DMA_BYTES as u64;
+            raw.body[at..at + 8].copy_from_slice(&addr.to_le_bytes());
+        }
+        let opcode = raw.opcode;
+        answered(opcode, node.nic.admin_raw(raw));
+    }
+
+    let mut identify = AdminCommand::new_zeroed();
+    identify.opcode = Opcode::Identify as u8;
+    identify.body[..8].copy_from_slice(&iova.to_le_bytes());
+    identify.body[8..12].copy_from_slice(&(DMA_BYTES as u32).to_le_bytes());
+    if let Err(e) = node.nic.admin_raw(identify) {
+        panic!("IDENTIFY after the fuzzed commands: {e}");
+    }
+}
+
+/// One command of a seed: an opcode of [`OPCODES`], the handle of the node's AV table, the
+/// body, and a DMA address at body offset 0 pointing `offset` bytes into the buffer.
+fn seed_command(out: &mut Vec<u8>, opcode: Opcode, body: &[u8; 56], offset: u16) {
+    let Some(i) = OPCODES.iter().position(|&o| o == opcode) else {
+        return;
+    };
+    out.extend_from_slice(&[1, i as u8, 1, 0]);
+    out.extend_from_slice(body);
+    out.extend_from_slice(&[0, 0]);
+    out.extend_from_slice(&offset.to_le_bytes());
+}
+
+/// An AV_WRITE of two records, an AV_READ of the table, an AV_INVALIDATE of one index, an
+/// AUTH_KEY_ADD and a COUNTERS_READ, each with its buffer in the fuzzed bytes.
+pub fn seeds() -> Vec<Vec<u8>> {
+    use std::net::{IpAddr, Ipv4Addr};
+    use uet_fwif::address::{caps, AddressingMode};
+    use uet_fwif::{AvWriteRecord, NicAvEntry, UetAddress};
+    use zerocopy::IntoBytes;
+    let mut buffer = Vec::new();
+    for index in [0u32, 5] {
+        let peer = UetAddress {
+            caps: caps::HPC,
+            mode: AddressingMode::Relative,
+            max_msg_mtu: false,
+            pid_on_fep: index as u16,
+            fabric_addr: IpAddr::V4(Ipv4Addr::new(10, 9, 0, 1)),
+            ri_start: 1,
+            ri_count: 2,
+            initiator: index,
+        };
+        let mut record = AvWriteRecord::new_zeroed();
+        record.index = U32::new(index);
+        record.entry = NicAvEntry::for_peer(&peer, 1);
+        buffer.extend_from_slice(record.as_bytes());
+    }
+    let mut out = Vec::new();
+    out.extend_from_slice(&(buffer.len() as u16).to_le_bytes());
+    out.extend_from_slice(&buffer);
+    let body = |len: u32, a: u32, b: u32| {
+        let mut body = [0u8; 56];
+        body[8..12].copy_from_slice(&len.to_le_bytes());
+        body[12..16].copy_from_slice(&a.to_le_bytes());
+        body[16..20].copy_from_slice(&b.to_le_bytes());
+        body
+    };
+    let record_bytes = buffer.len() as u32 / 2;
+    seed_command(&mut out, Opcode::AvWrite, &body(2 * record_bytes, 2, 0), 0);
+    seed_command(&mut out, Opcode::AvRead, &body(16 * 64, 0, 16), 1024);
+    seed_command(&mut out, Opcode::AvInvalidate, &body(0, 5, 1), 0);
+    seed_command(&mut out, Opcode::AuthKeyAdd, &body(4, 1, 0), 0);
+    seed_command(&mut out, Opcode::CountersRead, &body(4096, 0, 0), 2048);
+    vec![out]
+}
