@@ -10,33 +10,11 @@
 //! of real messages.
 
 use crate::Input;
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-use uet_sim::{frame, pcap, Fabric};
-use uet_tests::{fabric, Node};
+use uet_sim::{frame, Fabric};
+use uet_tests::{fabric, CaptureBuffer, Node};
 
 /// Frames per input.
 pub const MAX_FRAMES: usize = 16;
-
-/// A capture written into memory.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        match self.0.lock() {
-            Ok(mut v) => {
-                v.extend_from_slice(b);
-                Ok(b.len())
-            }
-            Err(_) => Err(std::io::Error::other("capture buffer poisoned")),
-        }
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 /// Two NICs: `rx` with receives posted and the sender in its AV, `tx` the sender; and the
 /// sender's `fi_addr_t` for `rx`, `rx`'s for the sender.
@@ -127,7 +105,7 @@ pub fn run(data: &[u8]) {
 /// per packet, in order).
 pub fn seeds() -> Vec<Vec<u8>> {
     let (fabric, mut rx, mut tx, to_rx) = pair();
-    let captured = Captured::default();
+    let captured = CaptureBuffer::default();
     if fabric.capture_to_writer(captured.clone()).is_err() {
         return Vec::new();
     }
@@ -138,14 +116,10 @@ pub fn seeds() -> Vec<Vec<u8>> {
     drain(&mut rx);
     drain(&mut tx);
     fabric.stop_capture();
-    let bytes = captured.0.lock().map(|v| v.clone()).unwrap_or_default();
-    let Ok(file) = pcap::parse(&bytes) else {
-        return Vec::new();
-    };
     let mut one = Vec::new();
     let mut seeds = Vec::new();
-    for record in &file.records {
-        let Ok(d) = frame::parse(&record.data) else {
+    for record in captured.records() {
+        let Ok(d) = frame::parse(&record) else {
             continue;
         };
         if d.dst_ip != rx.nic.fabric_addr() {

@@ -271,3 +271,37 @@ impl<H: BarHook> Device for HookedDevice<H> {
         self.inner.name()
     }
 }
+
+/// A capture of the fabric into memory: hand a clone to `Fabric::capture_to_writer`, read the
+/// frames back with [`CaptureBuffer::records`] after `Fabric::stop_capture`.
+#[derive(Clone, Default)]
+pub struct CaptureBuffer(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for CaptureBuffer {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        let mut v = self
+            .0
+            .lock()
+            .map_err(|_| std::io::Error::other("capture buffer poisoned"))?;
+        v.extend_from_slice(b);
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl CaptureBuffer {
+    /// The pcap bytes written so far.
+    pub fn bytes(&self) -> Vec<u8> {
+        self.0.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+
+    /// The captured frames, in order; none when the bytes are not a whole pcap file.
+    pub fn records(&self) -> Vec<Vec<u8>> {
+        uet_sim::pcap::parse(&self.bytes())
+            .map(|f| f.records.into_iter().map(|r| r.data).collect())
+            .unwrap_or_default()
+    }
+}

@@ -5,7 +5,7 @@ use uet_driver::{CqOp, DmaPool, DriverError, MrAccess};
 use uet_fwif::datapath::{LocalStatus, MAX_INJECT_BYTES};
 use uet_fwif::ReturnCode;
 use uet_sim::{frame, pcap, pds, ses};
-use uet_tests::{pair_with, pattern};
+use uet_tests::{pair_with, pattern, CaptureBuffer};
 
 const JOB: u32 = 0x00_1213;
 
@@ -136,17 +136,7 @@ fn endpoint_counters_match_the_traffic() {
 #[test]
 fn tagged_write_and_read_on_the_wire() {
     let (fabric, mut a, b) = pair_with(JOB, |_| {});
-    let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-    impl std::io::Write for Sink {
-        fn write(&mut self, d: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(d);
-            Ok(d.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
+    let buf = CaptureBuffer::default();
     let _mr =
         b.ep.register_mr(
             b.pool.alloc().unwrap(),
@@ -154,7 +144,7 @@ fn tagged_write_and_read_on_the_wire() {
             0x1122_3344_5566_7788,
         )
         .unwrap();
-    fabric.capture_to_writer(Sink(buf.clone())).unwrap();
+    fabric.capture_to_writer(buf.clone()).unwrap();
     a.tsend(0, b"tag", 0xFEED_FACE_CAFE_BEEF, 1);
     let mut w = a.pool.alloc().unwrap();
     w.fill(b"rma").unwrap();
@@ -170,8 +160,7 @@ fn tagged_write_and_read_on_the_wire() {
     )
     .unwrap();
     fabric.stop_capture();
-    let bytes = buf.lock().unwrap().clone();
-    let cap = pcap::parse(&bytes).expect("a valid capture");
+    let cap = pcap::parse(&buf.bytes()).expect("a valid capture");
     // Three requests, three responses.
     assert_eq!(cap.records.len(), 6);
     let ses_of = |i: usize| {

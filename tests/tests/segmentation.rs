@@ -1,9 +1,7 @@
 //! Messages longer than the MTU: the sending NIC segments them (SOM … EOM), the receiving NIC
 //! reassembles them into one buffer, and each side sees one completion.
 
-use std::io::Write;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
 use uet_av::FiErrno;
 use uet_driver::{DmaPool, DriverError};
 use uet_fwif::datapath::{CompletionKind, LocalStatus};
@@ -11,8 +9,8 @@ use uet_fwif::{ReturnCode, UetAddress};
 use uet_regs::{RX_MALFORMED, RX_PACKETS, TX_PACKETS};
 use uet_sim::pds::{RudRequest, FLAG_SYN, NEXT_HDR_REQUEST_STD, START_PSN, TYPE_ACK, TYPE_RUD_REQ};
 use uet_sim::ses::{self, segment_word, StandardRequest};
-use uet_sim::{frame, pcap, Fabric, NicConfig};
-use uet_tests::{nic_addr, Node};
+use uet_sim::{frame, Fabric, NicConfig};
+use uet_tests::{nic_addr, CaptureBuffer, Node};
 
 const JOB: u32 = 0x0005_1234;
 
@@ -188,33 +186,6 @@ fn a_message_longer_than_the_buffer_is_truncated_without_writing_past_it() {
     assert!(b.next_completion().is_none());
 }
 
-/// A `Write` into shared memory, to capture into.
-#[derive(Clone, Default)]
-struct Shared(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Shared {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Shared {
-    fn records(&self) -> Vec<Vec<u8>> {
-        let bytes = self.0.lock().unwrap().clone();
-        pcap::parse(&bytes)
-            .expect("valid capture")
-            .records
-            .into_iter()
-            .map(|r| r.data)
-            .collect()
-    }
-}
-
 #[test]
 fn capture_of_a_three_packet_message_shows_som_eom_and_offsets() {
     let (fabric, mut a, mut b) = pair();
@@ -226,7 +197,7 @@ fn capture_of_a_three_packet_message_shows_som_eom_and_offsets() {
     b.ep.post_recv(rx_pool.alloc().unwrap(), 1)
         .map_err(|(e, _)| e)
         .unwrap();
-    let cap = Shared::default();
+    let cap = CaptureBuffer::default();
     fabric.capture_to_writer(cap.clone()).unwrap();
     send_bytes(&mut a, &pool, &msg, 0xFEED);
     assert!(a.next_completion().unwrap().error.is_none());
@@ -370,7 +341,7 @@ impl Forger {
 }
 
 /// The SES return codes of the responses in a capture, in order.
-fn response_codes(cap: &Shared) -> Vec<u8> {
+fn response_codes(cap: &CaptureBuffer) -> Vec<u8> {
     cap.records()
         .iter()
         .filter_map(|f| {
@@ -389,7 +360,7 @@ fn reassembly_takes_packets_in_any_order_and_ignores_duplicates() {
             .map_err(|(e, _)| e)
             .unwrap();
     }
-    let cap = Shared::default();
+    let cap = CaptureBuffer::default();
     fabric.capture_to_writer(cap.clone()).unwrap();
     let msg = pattern(1000, 5);
     let mut f = Forger::new(&b);
@@ -443,7 +414,7 @@ fn reassembly_slots_are_bounded_and_overflow_is_counted() {
             .map_err(|(e, _)| e)
             .unwrap();
     }
-    let cap = Shared::default();
+    let cap = CaptureBuffer::default();
     fabric.capture_to_writer(cap.clone()).unwrap();
     let (m1, m2) = (pattern(600, 1), pattern(600, 2));
     let mut f = Forger::new(&b);
