@@ -6,13 +6,8 @@
 //! Input: nodecnt (a byte, 0–16), svccnt (a byte, 0–16), then the text. The text is parsed
 //! whole as each form; split at its first space, it is the node and the service of a range.
 
-use crate::{resolver, Input};
+use crate::{refused, resolver, Input};
 use uet_av::addr_str::{nth_node, split_addr_str, AddrStr, Node, Service, SymRange};
-use uet_av::FiError;
-
-fn refused(e: &FiError) {
-    assert!(!e.message.is_empty(), "{:?} without a message", e.errno);
-}
 
 /// Run the target on `data`.
 pub fn run(data: &[u8]) {

@@ -7,11 +7,11 @@
 //! Input: the open attributes (count, rx_ctx_bits, flags, address format), then calls, one
 //! opcode byte and its arguments each, until the input ends (at most [`MAX_CALLS`]).
 
-use crate::{resolver, Input};
+use crate::{answered, resolver, Input};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use uet_av::{
-    AddrFormat, AddressVector, AvAttr, AvLimits, Fault, FiError, MemoryNicTable, NicOp,
-    FI_ADDR_NOTAVAIL, FI_AUTH_KEY, FI_AV_USER_ID, FI_MORE, FI_SYMMETRIC, FI_SYNC_ERR,
+    AddrFormat, AddressVector, AvAttr, AvLimits, Fault, MemoryNicTable, NicOp, FI_ADDR_NOTAVAIL,
+    FI_AUTH_KEY, FI_AV_USER_ID, FI_MORE, FI_SYMMETRIC, FI_SYNC_ERR,
 };
 use uet_fwif::address::{caps, AddressingMode};
 use uet_fwif::UetAddress;
@@ -20,16 +20,6 @@ use uet_fwif::UetAddress;
 pub const MAX_CALLS: usize = 64;
 
 type Av = AddressVector<MemoryNicTable>;
-
-fn answered<T>(r: Result<T, FiError>) -> Option<T> {
-    match r {
-        Ok(v) => Some(v),
-        Err(e) => {
-            assert!(!e.message.is_empty(), "{:?} without a message", e.errno);
-            None
-        }
-    }
-}
 
 /// A valid peer address, one per `n`: IPv4 and IPv6 nodes, 4 PIDonFEPs per node.
 fn peer(n: u8) -> [u8; 32] {

@@ -21,6 +21,16 @@ pub mod admin_commands;
 pub mod av_calls;
 pub mod frames;
 
+/// Check a refusal: every error a call returns says what was wrong.
+pub fn refused(e: &uet_av::FiError) {
+    assert!(!e.message.is_empty(), "{:?} without a message", e.errno);
+}
+
+/// The call's value, or `None` after [`refused`] checked its error.
+pub fn answered<T>(r: Result<T, uet_av::FiError>) -> Option<T> {
+    r.map_err(|e| refused(&e)).ok()
+}
+
 /// The fuzzer's bytes, read front to back; reads past the end give zeros, so every input
 /// decodes to something.
 pub struct Input<'a> {
