@@ -214,7 +214,7 @@ use crate::named::AvSync;
 use tracing::{debug, warn};
 use uet_fwif::address::{ADDRESS_BYTES, ADDRESS_VERSION};
 use uet_fwif::admin::{AvCreateBody, MAX_BATCH};
-use uet_fwif::av_entry::MAX_JOB_ID;
+use uet_fwif::av_entry::{entry_flags, MAX_JOB_ID};
 use uet_fwif::{AvWriteRecord, NicAvEntry, UetAddress};
 
 use crate::addr_str::{
@@ -403,6 +403,11 @@ pub struct AvLimits {
     /// Largest `max_group_id` an AV may have (`CAP_PEER_GROUPS.max_group_id`); 0: the NIC has
     /// no peer groups.
     pub max_group_id: u32,
+    /// The NIC entry flags the NIC defines ([`entry_flags`]): `entry_flags::ALL`, or
+    /// `ALL_BEFORE_MAX_MSG_MTU` on a NIC older than interface 1.10, which would refuse an entry
+    /// with the `MAX_MSG_MTU` bit. Entries are written with their other flags cleared; the
+    /// mirror keeps every address byte either way.
+    pub entry_flags: u16,
 }
 
 impl AvLimits {
@@ -416,6 +421,7 @@ impl AvLimits {
             max_endpoints: u32::MAX,
             max_auth_keys: uet_fwif::auth_key::MAX_AUTH_KEY_SLOTS,
             max_group_id: u32::MAX,
+            entry_flags: entry_flags::ALL,
         }
     }
 
@@ -720,6 +726,8 @@ pub struct AddressVector<N: NicAvTable> {
     call_context: u64,
     /// A named AV's catch-up, for endpoints bound to this mirror ([`AddressVector::sync_hook`]).
     sync_hook: Option<Weak<dyn AvSync>>,
+    /// [`AvLimits::entry_flags`].
+    entry_flags: u16,
 }
 
 impl<N: NicAvTable> core::fmt::Debug for AddressVector<N> {
@@ -746,6 +754,7 @@ macro_rules! entry_source {
             user_ids: $av.user_ids.as_deref(),
             auth: $av.auth.as_deref(),
             job_id: $av.attr.job_id,
+            entry_flags: $av.entry_flags,
         }
     };
 }
@@ -761,6 +770,8 @@ struct EntrySource<'a> {
     user_ids: Option<&'a UserIds>,
     auth: Option<&'a auth_keys::AuthKeys>,
     job_id: u32,
+    /// [`AvLimits::entry_flags`]: the flags an entry may carry to this NIC.
+    entry_flags: u16,
 }
 
 impl EntrySource<'_> {
@@ -775,7 +786,7 @@ impl EntrySource<'_> {
         match self.single(index) {
             Some(slot) => self.single_entry(index, slot),
             None => match self.ranges.starting_at(index) {
-                Some(r) => r.record(self.job_id),
+                Some(r) => self.range_record(r),
                 None => self.nic_entry(index),
             },
         }
@@ -792,10 +803,15 @@ impl EntrySource<'_> {
                 .covering(index)
                 .and_then(|r| r.nic_entry(index, self.job_id))
             {
-                return e;
+                return e.with_flags_within(self.entry_flags);
             }
         }
         NicAvEntry::INVALID
+    }
+
+    /// The record AV_WRITE carries for range `r`.
+    fn range_record(&self, r: &Range) -> NicAvEntry {
+        r.record(self.job_id).with_flags_within(self.entry_flags)
     }
 
     /// The slot of the single entry at `index`, if there is one.
@@ -808,7 +824,8 @@ impl EntrySource<'_> {
     #[inline]
     fn single_entry(&self, index: u32, slot: &[u8; ADDR_LEN]) -> NicAvEntry {
         // Slots hold only addresses that were valid when inserted.
-        let mut e = NicAvEntry::for_valid_peer_bytes(slot, self.job_id);
+        let mut e =
+            NicAvEntry::for_valid_peer_bytes(slot, self.job_id).with_flags_within(self.entry_flags);
         if let Some(key) = self.auth.and_then(|k| k.slot_of_index(index)) {
             e = e.with_auth_key(key);
         }
@@ -894,6 +911,7 @@ impl<N: NicAvTable> AddressVector<N> {
             events: (attr.flags & FI_EVENT != 0).then(|| events::EventState::new(id)),
             call_context: 0,
             sync_hook: None,
+            entry_flags: limits.entry_flags,
         })
     }
 
@@ -2114,7 +2132,7 @@ impl<N: NicAvTable> AddressVector<N> {
             .iter()
             .filter_map(|&(first, _)| {
                 let r = entries.ranges.starting_at(first)?;
-                Some(record(first, r.record(entries.job_id)))
+                Some(record(first, entries.range_record(r)))
             })
             .collect();
         // A member is live when its index is in use and holds no single entry of its own.

@@ -9,6 +9,7 @@ use uet_av::{
     FI_MORE, FI_READ, FI_SYMMETRIC, FI_SYNC_ERR,
 };
 use uet_fwif::admin::MAX_BATCH;
+use uet_fwif::av_entry::entry_flags;
 use uet_fwif::NicAvEntry;
 
 fn errno<T: std::fmt::Debug>(r: Result<T, uet_av::FiError>) -> FiErrno {
@@ -717,15 +718,54 @@ fn rx_context_bits_are_ignored_in_fi_addrs() {
 // bookkeeping
 
 #[test]
-fn mirror_keeps_every_address_byte() {
-    // The NIC entry has no MTU flag; the mirror still returns what was inserted.
-    let mut av = open(8);
-    let n = 5; // peer(5) has max_msg_mtu set
-    assert!(peer(n).max_msg_mtu);
-    insert_peers(&mut av, &[n]);
+fn nic_entries_carry_the_one_mtu_flag_of_singles_and_ranges() {
+    let mut av = open(64);
+    let n = 5; // peer(5) has max_msg_mtu set, peer(1) not
+    assert!(peer(n).max_msg_mtu && !peer(1).max_msg_mtu);
+    insert_peers(&mut av, &[n, 1]);
     assert_eq!(av.address(0).unwrap(), peer(n));
-    let nic_view = av.nic().entry(0).unwrap().peer_address().unwrap();
-    assert!(!nic_view.max_msg_mtu);
+    let on_nic = |av: &AddressVector<MemoryNicTable>, i: u32| *av.nic().entry(i).unwrap();
+    assert_eq!(on_nic(&av, 0).peer_address(), Some(peer(n)));
+    assert!(on_nic(&av, 0).max_msg_mtu());
+    assert!(!on_nic(&av, 1).max_msg_mtu());
+    // A symmetric range of one-MTU peers: the range record and every member carry it.
+    let mut fi = [0u64; 6];
+    let done = av
+        .insertsym("10.9.0.1", 3, "7?ri=1+4&mtu", 2, Some(&mut fi), 0, None)
+        .unwrap();
+    assert_eq!(done, 6);
+    for (m, &f) in fi.iter().enumerate() {
+        let e = on_nic(&av, f as u32);
+        assert!(e.is_range() && e.max_msg_mtu(), "member {m}: {e:?}");
+        assert_eq!(e.peer_address(), Some(av.address(f).unwrap()), "member {m}");
+    }
+    assert!(av.verify_nic().unwrap().is_empty());
+}
+
+#[test]
+fn a_nic_older_than_the_one_mtu_flag_gets_entries_without_it() {
+    // Before interface 1.10 the NIC refuses the MAX_MSG_MTU bit as an undefined flag.
+    let old = AvLimits {
+        entry_flags: entry_flags::ALL_BEFORE_MAX_MSG_MTU,
+        ..LIMITS
+    };
+    let attr = AvAttr {
+        count: 64,
+        ..AvAttr::default()
+    };
+    let mut av = AddressVector::open(MemoryNicTable::new(64), attr, old).unwrap();
+    insert_peers(&mut av, &[5]);
+    av.insertsym("10.9.0.1", 2, "7?ri=1+4&mtu", 1, None, 0, None)
+        .unwrap();
+    for i in 0..3 {
+        let e = av.nic().entry(i).unwrap();
+        assert!(e.is_valid() && !e.max_msg_mtu(), "index {i}: {e:?}");
+        assert_eq!(e.flags.get() & !entry_flags::ALL_BEFORE_MAX_MSG_MTU, 0);
+    }
+    // The mirror keeps every address byte, and agrees with the NIC about what it was sent.
+    assert_eq!(av.address(0).unwrap(), peer(5));
+    assert!(av.address(1).unwrap().max_msg_mtu);
+    assert!(av.verify_nic().unwrap().is_empty());
 }
 
 #[test]

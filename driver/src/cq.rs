@@ -355,6 +355,9 @@ pub fn err_text(local: LocalStatus, rc: Option<ReturnCode>) -> &'static str {
         LocalStatus::BadGroup => {
             "the destination fi_addr names a peer group above the AV's max_group_id; nothing was sent"
         }
+        LocalStatus::MsgTooLong => {
+            "the destination peer takes messages of at most one MTU (its address's MAX_MSG_MTU flag); nothing was sent"
+        }
         LocalStatus::Remote => match rc {
             Some(ReturnCode::BadJobId) => "target: RC_BAD_JOB_ID, no endpoint of this JobID there",
             Some(ReturnCode::BadPid) => {

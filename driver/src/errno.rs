@@ -18,6 +18,7 @@ use uet_fwif::ReturnCode;
 /// | target: RC_TOO_LONG | `FI_EMSGSIZE` |
 /// | target: any other error code | `FI_EREMOTEIO` |
 /// | message longer than the receive buffer | `FI_ETRUNC` |
+/// | message longer than one MTU to a peer whose address limits it to one (`MAX_MSG_MTU`) | `FI_EMSGSIZE` |
 /// | buffer outside DMA memory | `FI_EFAULT` |
 /// | malformed descriptor | `FI_EINVAL` |
 /// | no NIC at the destination fabric address | `FI_EHOSTUNREACH` |
@@ -29,6 +30,7 @@ pub fn completion_errno(local: LocalStatus, rc: Option<ReturnCode>) -> FiErrno {
         LocalStatus::Truncated => FiErrno::FI_ETRUNC,
         LocalStatus::BadDescriptor | LocalStatus::BadGroup => FiErrno::FI_EINVAL,
         LocalStatus::Unreachable => FiErrno::FI_EHOSTUNREACH,
+        LocalStatus::MsgTooLong => FiErrno::FI_EMSGSIZE,
         LocalStatus::Remote => match rc {
             Some(ReturnCode::BadJobId | ReturnCode::PermViolation | ReturnCode::BadMkey) => {
                 FiErrno::FI_EACCES

@@ -7,8 +7,8 @@
 //!    `interface_minor` be at least [`REQUIRED_INTERFACE_MINOR`]: the driver speaks the 1.7
 //!    interface (64-byte completions with buffer offset, overflow and peer group, tagged RX
 //!    ring, contexts, datagram and passive endpoints, the control channel, multi-receive
-//!    buffers, peer groups), and uses the 1.8 AV write window and the 1.9 owner-checked
-//!    AUTH_KEY_REMOVE where the device has them.
+//!    buffers, peer groups), and uses the 1.8 AV write window, the 1.9 owner-checked
+//!    AUTH_KEY_REMOVE and the 1.10 one-MTU flag of AV entries where the device has them.
 //! 3. `FUNCTION_RESET.reset = 1`, then wait for `DEV_STATUS.ready`: start from a known state
 //!    whatever a previous owner left behind.
 //! 4. Read the capability registers `CAP_*`.
@@ -57,6 +57,11 @@ pub const AV_WRITE_WINDOW_INTERFACE_MINOR: u8 = 8;
 /// alone, and an AUTH_KEY_ADD that completes after the driver gave up on it is not undone
 /// (its slot goes with its AV).
 pub const AUTH_KEY_OWNER_CHECK_INTERFACE_MINOR: u8 = 9;
+
+/// The first interface minor version whose AV entries carry `entry_flags::MAX_MSG_MTU` (1.10):
+/// on older devices the driver writes entries without it ([`uet_av::AvLimits::entry_flags`]),
+/// and a long message to a one-MTU peer is refused by the peer instead.
+pub const MAX_MSG_MTU_ENTRY_INTERFACE_MINOR: u8 = 10;
 
 /// The oldest interface minor version the driver drives (see [`uet_regs::INTERFACE_MINOR`]).
 pub const REQUIRED_INTERFACE_MINOR: u8 = 7;

@@ -5,7 +5,7 @@
 //!
 //! | bytes | field | meaning |
 //! |---|---|---|
-//! | 0–1 | `flags` | [`entry_flags`]: valid, IPv6, absolute addressing, range, auth key, user id |
+//! | 0–1 | `flags` | [`entry_flags`]: valid, IPv6, absolute addressing, range, auth key, user id, messages of one MTU |
 //! | 2 | `version` | UET address version of the peer |
 //! | 3 | `caps` | the peer's Fabric Endpoint Capabilities |
 //! | 4–5 | `pid_on_fep` | destination PIDonFEP (12 bits) |
@@ -62,8 +62,15 @@ pub mod entry_flags {
     pub const AUTH_KEY: u16 = 1 << 4;
     /// `user_id` is reported as the source instead of the `fi_addr_t`.
     pub const USER_ID: u16 = 1 << 5;
+    /// The peer takes messages of at most one MTU (its address's `MAX_MSG_MTU` flag, UET
+    /// address byte 1 bit 7): the TX engine refuses a SEND, TAGGED_SEND or WRITE longer than
+    /// the MTU to it with `LocalStatus::MsgTooLong` and sends nothing (since interface 1.10;
+    /// an older NIC refuses an entry with this bit as it does any undefined bit).
+    pub const MAX_MSG_MTU: u16 = 1 << 6;
+    /// Every bit defined before interface 1.10: what a driver may set on an older NIC.
+    pub const ALL_BEFORE_MAX_MSG_MTU: u16 = VALID | IPV6 | ABSOLUTE | RANGE | AUTH_KEY | USER_ID;
     /// Every defined bit.
-    pub const ALL: u16 = VALID | IPV6 | ABSOLUTE | RANGE | AUTH_KEY | USER_ID;
+    pub const ALL: u16 = ALL_BEFORE_MAX_MSG_MTU | MAX_MSG_MTU;
 }
 
 /// Largest JobID (24 bits on the wire).
@@ -146,6 +153,9 @@ impl NicAvEntry {
         if addr.mode == AddressingMode::Absolute {
             flags |= entry_flags::ABSOLUTE;
         }
+        if addr.max_msg_mtu {
+            flags |= entry_flags::MAX_MSG_MTU;
+        }
         NicAvEntry {
             flags: U16::new(flags),
             version: ADDRESS_VERSION,
@@ -191,6 +201,9 @@ impl NicAvEntry {
         }
         if b[1] & af::ABSOLUTE_ADDRESSING != 0 {
             flags |= entry_flags::ABSOLUTE;
+        }
+        if b[1] & af::MAX_MSG_MTU != 0 {
+            flags |= entry_flags::MAX_MSG_MTU;
         }
         NicAvEntry {
             flags: U16::new(flags),
@@ -300,6 +313,18 @@ impl NicAvEntry {
         self
     }
 
+    /// Whether the peer takes messages of at most one MTU ([`entry_flags::MAX_MSG_MTU`]).
+    pub fn max_msg_mtu(&self) -> bool {
+        self.flags.get() & entry_flags::MAX_MSG_MTU != 0
+    }
+
+    /// The entry with only the flags in `defined` kept: how a driver fits an entry to a NIC
+    /// older than some flag (an invalid entry stays invalid: `VALID` is always defined).
+    pub fn with_flags_within(mut self, defined: u16) -> Self {
+        self.flags = U16::new(self.flags.get() & (defined | entry_flags::VALID));
+        self
+    }
+
     /// Whether the entry holds a peer.
     pub fn is_valid(&self) -> bool {
         self.flags.get() & entry_flags::VALID != 0
@@ -327,7 +352,7 @@ impl NicAvEntry {
             } else {
                 AddressingMode::Relative
             },
-            max_msg_mtu: false,
+            max_msg_mtu: self.max_msg_mtu(),
             pid_on_fep: self.pid_on_fep.get(),
             fabric_addr: self.fabric_ip(),
             ri_start: self.ri_start.get(),
@@ -370,13 +395,15 @@ impl NicAvEntry {
     /// instructions per record. `false` says nothing: [`NicAvEntry::check_fields`] decides.
     #[inline]
     fn is_plain_single(&self) -> bool {
-        use entry_flags::{ABSOLUTE, IPV6, USER_ID, VALID};
+        use entry_flags::{ABSOLUTE, IPV6, MAX_MSG_MTU, USER_ID, VALID};
         let w: [U64; 8] = zerocopy::transmute!(*self);
         let w = w.map(U64::get);
         let flags = w[0] as u16;
-        // Flags: VALID set; nothing but IPV6, ABSOLUTE and USER_ID besides (no RANGE, no
-        // AUTH_KEY, no undefined bit).
-        let bad_flags = u64::from(flags & !(VALID | IPV6 | ABSOLUTE | USER_ID) | (!flags & VALID));
+        // Flags: VALID set; nothing but IPV6, ABSOLUTE, USER_ID and MAX_MSG_MTU besides (no
+        // RANGE, no AUTH_KEY, no undefined bit).
+        let bad_flags = u64::from(
+            flags & !(VALID | IPV6 | ABSOLUTE | USER_ID | MAX_MSG_MTU) | (!flags & VALID),
+        );
         // IPv4: fabric_addr bytes 4-15 zero.
         let ipv4_padding = if flags & IPV6 == 0 {
             (w[3] >> 32) | w[4]

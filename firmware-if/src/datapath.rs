@@ -465,6 +465,10 @@ pub enum LocalStatus {
     /// `dest` names a peer group above the bound AV's `max_group_id` (since interface 1.7;
     /// libfabric `FI_EINVAL`). Nothing was sent.
     BadGroup = 7,
+    /// The destination peer takes messages of at most one MTU (its AV entry has
+    /// `entry_flags::MAX_MSG_MTU`) and the SEND, TAGGED_SEND or WRITE was longer (since
+    /// interface 1.10; libfabric `FI_EMSGSIZE`). Nothing was sent.
+    MsgTooLong = 8,
 }
 
 impl LocalStatus {
@@ -478,6 +482,7 @@ impl LocalStatus {
             4 => LocalStatus::Truncated,
             6 => LocalStatus::Unreachable,
             7 => LocalStatus::BadGroup,
+            8 => LocalStatus::MsgTooLong,
             _ => LocalStatus::BadDescriptor,
         }
     }
@@ -627,7 +632,8 @@ mod tests {
         }
         assert_eq!(CompletionKind::from_u8(4), None);
         assert_eq!(LocalStatus::from_u8(7), LocalStatus::BadGroup);
-        assert_eq!(LocalStatus::from_u8(8), LocalStatus::BadDescriptor);
+        assert_eq!(LocalStatus::from_u8(8), LocalStatus::MsgTooLong);
+        assert_eq!(LocalStatus::from_u8(9), LocalStatus::BadDescriptor);
     }
 
     #[test]

@@ -59,15 +59,16 @@ pub const INTERFACE_MAJOR: u8 = 1;
 /// | 7 | peer groups: `CAP_PEER_GROUPS`, AV_CREATE `max_group_id`, the group id in SEND/TAGGED_SEND requests (SES `buffer_offset`), `group` in the RX and tagged RX descriptors and the completion, the `BadGroup` local status, `TX_BAD_GROUP`, `RX_BAD_GROUP` |
 /// | 8 | the AV write window: `AV_WRITE_ENTRY_0..7`, `AV_WRITE_DOORBELL`; the `AV_INVALIDATE_DROPS` and `AV_WRITE_DROPS` counters |
 /// | 9 | AUTH_KEY_REMOVE's body: `AUTH_KEY_REMOVE_CHECK_OWNER` removes a slot only while the named AV table owns it with the named JobID |
+/// | 10 | the AV entry's `MAX_MSG_MTU` flag (the peer takes messages of one MTU) the `MsgTooLong` local status of a longer send to such a peer, `TX_MSG_TOO_LONG` |
 ///
 /// The interface is pre-release: minor 2 changed the completion layout, minor 3 gave
 /// reserved bytes of ENDPOINT_CREATE a meaning, minor 4 added `AV_INVALIDATE_DOORBELL`, minor
 /// 5 auth keys, minor 6 gave reserved bytes of the RX descriptor and the completion a meaning,
 /// minor 7 gave reserved bytes of AV_CREATE, both RX descriptors and the completion a meaning,
 /// minor 8 added the AV write window, minor 9 gave AUTH_KEY_REMOVE a body (all zero: as
-/// before);
+/// before), minor 10 defined a bit of the AV entry's flags and a local status;
 /// a driver refuses a device older than the layouts it speaks.
-pub const INTERFACE_MINOR: u8 = 9;
+pub const INTERFACE_MINOR: u8 = 10;
 
 /// Width of a register access.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -590,6 +590,10 @@ register_map! {
     /// refuse. A driver reads it after ringing (the read also waits for the posted writes to
     /// land) to learn whether its entry was stored.
     AV_WRITE_DROPS: u64 = (0x2a0, W64, Ro, reset 0, "counters") COUNTER;
+    /// SEND, TAGGED_SEND and WRITE refused at the initiator because they were longer than the
+    /// MTU and the destination entry has `MAX_MSG_MTU` (completion status `MsgTooLong`; since
+    /// interface 1.10).
+    TX_MSG_TOO_LONG: u64 = (0x2a8, W64, Ro, reset 0, "counters") COUNTER;
 }
 
 /// Counters, in offset order, for `uetctl stats`.
@@ -615,4 +619,5 @@ pub const COUNTERS: &[Reg<u64>] = &[
     RX_BAD_GROUP,
     AV_INVALIDATE_DROPS,
     AV_WRITE_DROPS,
+    TX_MSG_TOO_LONG,
 ];

@@ -24,7 +24,10 @@
 //!    `AddrNotAvail`. With peer groups (the AV's `max_group_id` > 0) the index is bits 0–31
 //!    and the group the bits above it, below the receive context; a group above
 //!    `max_group_id` completes with `BadGroup` and counts `TX_BAD_GROUP` (see
-//!    `uet_fwif::datapath`, *Peer groups*).
+//!    `uet_fwif::datapath`, *Peer groups*). An entry with `MAX_MSG_MTU` (the peer takes
+//!    messages of one MTU) refuses a SEND, TAGGED_SEND or WRITE longer than the MTU:
+//!    `MsgTooLong`, counted in `TX_MSG_TOO_LONG`, nothing sent. READ requests are one packet
+//!    each whatever `len`, so a READ is not refused.
 //! 4. SEND, TAGGED_SEND, WRITE: segment the message at the MTU (`CAP_PROFILES.mtu`):
 //!    `max(1, ceil(len / mtu))` UET packets, all on the PDC to the destination with consecutive
 //!    PSNs (SYN until the PDC is established) and one message id (the endpoint's next). Each
@@ -72,7 +75,9 @@ use uet_fwif::datapath::{
     COMPLETION_FLAG_INJECT, MAX_INJECT_BYTES, TX_FLAG_CONTROL, TX_FLAG_INJECT,
 };
 use uet_fwif::{Completion, CompletionKind, LocalStatus, ReturnCode, TxDescriptor, TxOpcode};
-use uet_regs::{DMA_FAULTS, RX_MALFORMED, TX_BAD_GROUP, TX_BYTES, TX_ERRORS, TX_PACKETS};
+use uet_regs::{
+    DMA_FAULTS, RX_MALFORMED, TX_BAD_GROUP, TX_BYTES, TX_ERRORS, TX_MSG_TOO_LONG, TX_PACKETS,
+};
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::FromBytes;
 
@@ -243,6 +248,11 @@ impl Nic {
                 None => return self.tx_fail(handle, d, LocalStatus::AddrNotAvail),
             },
         };
+        // A peer that takes messages of one MTU: nothing that would need a second packet.
+        if entry.max_msg_mtu() && op != TxOpcode::Read && len > u32::from(self.cfg.mtu) {
+            self.counters.inc(TX_MSG_TOO_LONG);
+            return self.tx_fail(handle, d, LocalStatus::MsgTooLong);
+        }
         let dst = entry.fabric_ip();
         if dst.is_ipv4() != self.cfg.fabric_addr.is_ipv4() {
             return self.tx_fail(handle, d, LocalStatus::Unreachable);

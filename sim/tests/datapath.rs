@@ -6,6 +6,7 @@ use common::*;
 use uet_fwif::auth_key::{AuthKeyAddBody, AuthKeyRemoveBody};
 use uet_fwif::{
     Command, Completion, CompletionKind, LocalStatus, NicAvEntry, ReturnCode, Status, TxDescriptor,
+    TxOpcode,
 };
 use uet_regs::*;
 use uet_sim::pds::{RudRequest, FLAG_SYN};
@@ -762,4 +763,63 @@ fn an_application_send_never_reaches_resource_index_0() {
     let c = a.poll_cq(&mut ea).expect("send completion");
     assert_eq!(status(&c), LocalStatus::AddrNotAvail);
     assert!(b.poll_cq(&mut eb).is_none(), "nothing delivered");
+}
+
+#[test]
+fn an_entry_limited_to_one_mtu_refuses_longer_sends_and_writes_but_not_reads() {
+    let Pair {
+        mut a,
+        mut ea,
+        mut b,
+        mut eb,
+        av_a,
+        ..
+    } = pair(0);
+    let mtu = a.f.read(CAP_PROFILES).mtu() as u32;
+    let mut peer = b.address_of(&eb, 0x2222);
+    peer.max_msg_mtu = true;
+    let entry = NicAvEntry::for_peer(&peer, JOB);
+    assert!(entry.max_msg_mtu());
+    a.av_write(av_a, &[(7, entry)]).unwrap();
+    assert_eq!(
+        a.av_read(av_a, 7, 1).unwrap(),
+        [entry],
+        "AV_READ keeps the flag"
+    );
+    b.post_recv(&mut eb, 0, 8192, 50);
+    let buf = a.iova(BUFS_OFF);
+    let desc = |opcode: TxOpcode, len: u32, context: u64| TxDescriptor {
+        opcode: opcode as u8,
+        len: U32::new(len),
+        buf: U64::new(buf),
+        dest: U64::new(7),
+        context: U64::new(context),
+        ..Default::default()
+    };
+    a.post_send_desc(&mut ea, desc(TxOpcode::Send, mtu + 1, 1));
+    a.post_send_desc(&mut ea, desc(TxOpcode::TaggedSend, 2 * mtu, 2));
+    a.post_send_desc(&mut ea, desc(TxOpcode::Write, mtu + 1, 3));
+    let refused: Vec<(u64, LocalStatus)> = std::iter::from_fn(|| a.poll_cq(&mut ea))
+        .map(|c| (c.context.get(), status(&c)))
+        .collect();
+    assert_eq!(
+        refused,
+        [1, 2, 3].map(|c| (c, LocalStatus::MsgTooLong)),
+        "nothing longer than the MTU goes to the peer"
+    );
+    assert_eq!(a.f.counter(TX_MSG_TOO_LONG), 3);
+    assert_eq!(a.f.counter(TX_ERRORS), 3);
+    assert_eq!(a.f.counter(TX_PACKETS), 0);
+    // A READ is one-packet requests whatever its length: it goes (and B, with no memory
+    // region, refuses it), and one MTU of SEND goes and arrives.
+    a.post_send_desc(&mut ea, desc(TxOpcode::Read, 2 * mtu, 4));
+    a.post_send_desc(&mut ea, desc(TxOpcode::Send, mtu, 5));
+    let sent: Vec<(u64, LocalStatus)> = std::iter::from_fn(|| a.poll_cq(&mut ea))
+        .map(|c| (c.context.get(), status(&c)))
+        .collect();
+    assert_eq!(sent, [(4, LocalStatus::Remote), (5, LocalStatus::Ok)]);
+    assert_eq!(a.f.counter(TX_PACKETS), 3, "two READ requests and one SEND");
+    assert_eq!(a.f.counter(TX_MSG_TOO_LONG), 3);
+    let got = b.poll_cq(&mut eb).expect("the one-MTU send arrives");
+    assert_eq!((got.context.get(), status(&got)), (50, LocalStatus::Ok));
 }

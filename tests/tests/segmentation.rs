@@ -2,11 +2,11 @@
 //! reassembles them into one buffer, and each side sees one completion.
 
 use std::net::IpAddr;
-use uet_av::FiErrno;
+use uet_av::{FiErrno, NicAvTable};
 use uet_driver::{DmaPool, DriverError};
 use uet_fwif::datapath::{CompletionKind, LocalStatus};
 use uet_fwif::{ReturnCode, UetAddress};
-use uet_regs::{RX_MALFORMED, RX_PACKETS, TX_PACKETS};
+use uet_regs::{RX_MALFORMED, RX_PACKETS, TX_MSG_TOO_LONG, TX_PACKETS};
 use uet_sim::pds::{RudRequest, FLAG_SYN, NEXT_HDR_REQUEST_STD, START_PSN, TYPE_ACK, TYPE_RUD_REQ};
 use uet_sim::ses::{self, segment_word, StandardRequest};
 use uet_sim::{frame, Fabric, NicConfig};
@@ -486,4 +486,54 @@ fn reframe(f: &[u8]) -> Vec<u8> {
         &f[start..],
     )
     .unwrap()
+}
+
+#[test]
+fn a_peer_that_takes_one_mtu_gets_no_longer_message_and_the_sender_gets_emsgsize() {
+    // B's NIC takes messages of one MTU, so its endpoint's address says so (MAX_MSG_MTU).
+    let (_fabric, mut a, mut b) = pair_with(|c| c.max_msg = u32::from(c.mtu));
+    let mtu = a.ep.mtu();
+    assert!(b.ep.address().max_msg_mtu);
+    assert!(a.av.address(0).unwrap().max_msg_mtu, "the mirror keeps it");
+    let mut on_nic = [uet_fwif::NicAvEntry::INVALID; 1];
+    a.av.nic_mut().read_entries(0, &mut on_nic).unwrap();
+    assert!(on_nic[0].max_msg_mtu(), "AV_READ: {:?}", on_nic[0]);
+    assert!(a.av.verify_nic().unwrap().is_empty());
+
+    let pool = DmaPool::new(&a.nic, 4 * mtu, 4).unwrap();
+    b.post_recvs(2);
+    let (tx0, rx0) = (a.counter(TX_PACKETS), b.counter(RX_PACKETS));
+    // One byte over, untagged and tagged: refused by A's NIC, nothing on the wire.
+    send_bytes(&mut a, &pool, &pattern(mtu + 1, 1), 0);
+    let mut tagged = pool.alloc().unwrap();
+    tagged.fill(&pattern(3 * mtu, 2)).unwrap();
+    a.ep.post_tsend(0, tagged, 0x77, 9, 0)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    for context in [1, 9] {
+        let ev = a.next_completion().expect("send completion");
+        assert_eq!(ev.context, context);
+        let err = ev.error.expect("refused");
+        assert_eq!(err.local, LocalStatus::MsgTooLong);
+        assert_eq!(err.errno, FiErrno::FI_EMSGSIZE);
+    }
+    assert_eq!(a.counter(TX_MSG_TOO_LONG), 2);
+    assert_eq!(a.counter(TX_PACKETS), tx0, "nothing sent");
+    assert_eq!(b.counter(RX_PACKETS), rx0, "nothing arrived");
+    assert!(b.next_completion().is_none());
+
+    // One MTU exactly still goes, as one packet.
+    let msg = pattern(mtu, 3);
+    send_bytes(&mut a, &pool, &msg, 4);
+    let sent = a.next_completion().expect("send completion");
+    assert!(sent.error.is_none(), "{:?}", sent.error);
+    assert_eq!(a.counter(TX_PACKETS), tx0 + 1);
+    let got = b.next_completion().expect("receive completion");
+    assert!(got.error.is_none(), "{:?}", got.error);
+    assert!(got.buffer.unwrap().to_vec().unwrap() == msg);
+
+    // The other way, B's peer A takes long messages: B's entry for A has no flag.
+    let mut on_b = [uet_fwif::NicAvEntry::INVALID; 1];
+    b.av.nic_mut().read_entries(0, &mut on_b).unwrap();
+    assert!(on_b[0].is_valid() && !on_b[0].max_msg_mtu());
 }
