@@ -10,29 +10,12 @@ use uet_regs::{RX_MALFORMED, RX_PACKETS, TX_MSG_TOO_LONG, TX_PACKETS};
 use uet_sim::pds::{RudRequest, FLAG_SYN, NEXT_HDR_REQUEST_STD, START_PSN, TYPE_ACK, TYPE_RUD_REQ};
 use uet_sim::ses::{self, segment_word, StandardRequest};
 use uet_sim::{frame, Fabric, NicConfig};
-use uet_tests::{nic_addr, CaptureBuffer, Node};
+use uet_tests::{pattern, CaptureBuffer, Node};
 
 const JOB: u32 = 0x0005_1234;
 
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 8) as u8)
-        .collect()
-}
-
-/// Two nodes on a fresh fabric, the second with `cfg_b` applied to its configuration, each in
-/// the other's AV at fi_addr 0.
 fn pair_with(cfg_b: impl FnOnce(&mut NicConfig)) -> (Fabric, Node, Node) {
-    let fabric = Fabric::new();
-    let fa = fabric.add_nic(NicConfig::new(nic_addr(0))).unwrap();
-    let mut cfg = NicConfig::new(nic_addr(1));
-    cfg_b(&mut cfg);
-    let fb = fabric.add_nic(cfg).unwrap();
-    let mut a = Node::new(fa, JOB, 4);
-    let mut b = Node::new(fb, JOB, 4);
-    assert_eq!(a.insert(&b.addr()), 0);
-    assert_eq!(b.insert(&a.addr()), 0);
-    (fabric, a, b)
+    uet_tests::pair_with(JOB, cfg_b)
 }
 
 fn pair() -> (Fabric, Node, Node) {
