@@ -347,7 +347,7 @@ pub fn render_text(title: &str, dump: &AvDump) -> String {
         } else {
             Default::default()
         };
-        let kind = if e.is_valid() && e.is_range() {
+        let mut kind = if e.is_valid() && e.is_range() {
             format!(
                 "range {}+{} ({} per node)",
                 e.range_first.get(),
@@ -359,6 +359,9 @@ pub fn render_text(title: &str, dump: &AvDump) -> String {
         } else {
             String::new()
         };
+        if e.is_valid() && e.max_msg_mtu() {
+            kind.push_str(", one-MTU messages");
+        }
         let index = if r.span > 1 {
             format!("{}..{}", r.index, u64::from(r.index) + u64::from(r.span))
         } else {
@@ -499,6 +502,7 @@ fn entry_json(e: &NicAvEntry) -> Value {
         })),
         "flags": e.flags.get(),
         "absolute": e.flags.get() & entry_flags::ABSOLUTE != 0,
+        "max_msg_mtu": e.max_msg_mtu(),
     })
 }
 

@@ -36,7 +36,7 @@ fn ranges_fold_into_one_row_and_singles_stay_apart() {
     let mut av = av_of(&nic, 64, AvAttr::default());
     av.insertsym("10.1.0.1", 3, "7?ri=1+4&init=9", 4, None, 0, None)
         .unwrap();
-    av.insertsvc("10.2.0.9", Some("3?ri=1+2&init=1"), None, 0, None)
+    av.insertsvc("10.2.0.9", Some("3?ri=1+2&init=1&mtu"), None, 0, None)
         .unwrap();
     let table = dump::collect(&mut av).unwrap();
     assert_eq!(table.differences(), 0);
@@ -50,8 +50,11 @@ fn ranges_fold_into_one_row_and_singles_stay_apart() {
     assert!(text.contains("7..=10"), "{text}");
     assert!(text.contains("0x9..=0xc"), "{text}");
     assert!(text.contains("range 0+12 (4 per node)"), "{text}");
-    assert!(text.contains("single"), "{text}");
+    assert!(text.contains("single, one-MTU messages"), "{text}");
+    assert!(!text.contains("(4 per node), one-MTU"), "{text}");
     let json = dump::render_json(&table);
+    assert_eq!(json["entries"][1]["nic"]["max_msg_mtu"], true);
+    assert_eq!(json["entries"][0]["nic"]["max_msg_mtu"], false);
     assert_eq!(json["entries"][0]["span"], 12);
     assert_eq!(json["entries"][0]["nic"]["range"]["services_per_node"], 4);
     assert_eq!(json["entries"][1]["nic"]["range"], serde_json::Value::Null);
