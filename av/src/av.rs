@@ -801,15 +801,16 @@ impl EntrySource<'_> {
             if let Some(e) = self
                 .ranges
                 .covering(index)
-                .and_then(|r| r.nic_entry(index, self.job_id))
+                .and_then(|r| self.range_record(r).range_member(index))
             {
-                return e.with_flags_within(self.entry_flags);
+                return e;
             }
         }
         NicAvEntry::INVALID
     }
 
-    /// The record AV_WRITE carries for range `r`.
+    /// The record AV_WRITE carries for range `r`, with only the flags this NIC defines (its
+    /// members, [`NicAvEntry::range_member`], keep them).
     fn range_record(&self, r: &Range) -> NicAvEntry {
         r.record(self.job_id).with_flags_within(self.entry_flags)
     }

@@ -250,11 +250,6 @@ impl Range {
             self.count,
         )
     }
-
-    /// What the NIC holds at `index`: the member, expanded, with the range fields.
-    pub fn nic_entry(&self, index: u32, job_id: u32) -> Option<NicAvEntry> {
-        self.record(job_id).range_member(index)
-    }
 }
 
 /// The mirror's ranges, sorted by first index, never overlapping.
