@@ -36,7 +36,7 @@ use crate::error::DriverError;
 use crate::mapped::MappedRegion;
 use crate::nic::{
     Nic, NicInner, AUTH_KEY_OWNER_CHECK_INTERFACE_MINOR, AV_DOORBELL_INTERFACE_MINOR,
-    AV_WRITE_WINDOW_INTERFACE_MINOR, MAX_MSG_MTU_ENTRY_INTERFACE_MINOR,
+    AV_WRITE_WINDOW_INTERFACE_MINOR,
 };
 use std::sync::Arc;
 use uet_av::nic::check_batch;
@@ -566,11 +566,8 @@ impl Nic {
             max_endpoints: u32::from(caps.endpoints),
             max_auth_keys: caps.auth_key_slots,
             max_group_id: caps.max_group_id,
-            entry_flags: if self.identity().interface_minor >= MAX_MSG_MTU_ENTRY_INTERFACE_MINOR {
-                entry_flags::ALL
-            } else {
-                entry_flags::ALL_BEFORE_MAX_MSG_MTU
-            },
+            // MAX_MSG_MTU only from MAX_MSG_MTU_ENTRY_INTERFACE_MINOR on.
+            entry_flags: entry_flags::defined_at(self.identity().interface_minor),
         }
     }
 

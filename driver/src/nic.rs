@@ -46,25 +46,25 @@ use zerocopy::FromZeros;
 
 /// The interface minor version that added `AV_INVALIDATE_DOORBELL` (1.4); on older devices the
 /// driver invalidates AV entries with admin commands only.
-pub const AV_DOORBELL_INTERFACE_MINOR: u8 = 4;
+pub const AV_DOORBELL_INTERFACE_MINOR: u8 = uet_regs::since::AV_INVALIDATE_DOORBELL;
 
 /// The interface minor version that added the AV write window (`AV_WRITE_ENTRY_0..7`,
 /// `AV_WRITE_DOORBELL`, 1.8); on older devices every AV entry is written with AV_WRITE.
-pub const AV_WRITE_WINDOW_INTERFACE_MINOR: u8 = 8;
+pub const AV_WRITE_WINDOW_INTERFACE_MINOR: u8 = uet_regs::since::AV_WRITE_WINDOW;
 
 /// The interface minor version whose AUTH_KEY_REMOVE can check the slot's owner and JobID
 /// (`AUTH_KEY_REMOVE_CHECK_OWNER`, 1.9); on older devices a key is removed by slot number
 /// alone, and an AUTH_KEY_ADD that completes after the driver gave up on it is not undone
 /// (its slot goes with its AV).
-pub const AUTH_KEY_OWNER_CHECK_INTERFACE_MINOR: u8 = 9;
+pub const AUTH_KEY_OWNER_CHECK_INTERFACE_MINOR: u8 = uet_regs::since::AUTH_KEY_REMOVE_CHECK_OWNER;
 
 /// The first interface minor version whose AV entries carry `entry_flags::MAX_MSG_MTU` (1.10):
 /// on older devices the driver writes entries without it ([`uet_av::AvLimits::entry_flags`]),
 /// and a long message to a one-MTU peer is refused by the peer instead.
-pub const MAX_MSG_MTU_ENTRY_INTERFACE_MINOR: u8 = 10;
+pub const MAX_MSG_MTU_ENTRY_INTERFACE_MINOR: u8 = uet_regs::since::AV_ENTRY_MAX_MSG_MTU;
 
 /// The oldest interface minor version the driver drives (see [`uet_regs::INTERFACE_MINOR`]).
-pub const REQUIRED_INTERFACE_MINOR: u8 = 7;
+pub const REQUIRED_INTERFACE_MINOR: u8 = uet_regs::since::PEER_GROUPS;
 
 /// How long the driver waits for `DEV_STATUS.ready` after a reset.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(1);
@@ -463,10 +463,13 @@ impl Nic {
         self.inner.bar()
     }
 
-    /// Every counter register, by name.
+    /// Every counter register the NIC's interface version has, by name: a counter added by a
+    /// later version is not read (there is no register at its offset).
     pub fn counters(&self) -> Vec<(&'static str, u64)> {
+        let minor = self.inner.identity.interface_minor;
         uet_regs::COUNTERS
             .iter()
+            .filter(|r| r.info.present_at(minor))
             .map(|r| (r.info.name, self.inner.bar().read(*r)))
             .collect()
     }

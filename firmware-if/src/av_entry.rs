@@ -71,6 +71,18 @@ pub mod entry_flags {
     pub const ALL_BEFORE_MAX_MSG_MTU: u16 = VALID | IPV6 | ABSOLUTE | RANGE | AUTH_KEY | USER_ID;
     /// Every defined bit.
     pub const ALL: u16 = ALL_BEFORE_MAX_MSG_MTU | MAX_MSG_MTU;
+
+    /// The bits a NIC of interface 1.`interface_minor` defines, for the interfaces a driver
+    /// drives (1.7 and later, [`uet_regs::since::PEER_GROUPS`]): every bit from 1.10
+    /// ([`uet_regs::since::AV_ENTRY_MAX_MSG_MTU`]), every bit but [`MAX_MSG_MTU`] before. A
+    /// driver writes entries within them; the NIC refuses an entry with any other bit.
+    pub const fn defined_at(interface_minor: u8) -> u16 {
+        if interface_minor >= uet_regs::since::AV_ENTRY_MAX_MSG_MTU {
+            ALL
+        } else {
+            ALL_BEFORE_MAX_MSG_MTU
+        }
+    }
 }
 
 /// Largest JobID (24 bits on the wire).

@@ -70,6 +70,36 @@ pub const INTERFACE_MAJOR: u8 = 1;
 /// a driver refuses a device older than the layouts it speaks.
 pub const INTERFACE_MINOR: u8 = 10;
 
+/// The interface minor version each feature a driver may gate on appeared in (the table of
+/// [`INTERFACE_MINOR`]). A register's own version is [`RegInfo::since_minor`]; these name the
+/// features that are more than a register: a command body, a bit of an AV entry.
+pub mod since {
+    /// `CAP_MAX_MSG`: messages longer than the MTU.
+    pub const MULTI_PACKET_MESSAGES: u8 = 1;
+    /// Tagged messages, RMA, inject, memory regions; the 64-byte datapath completion.
+    pub const TAGGED_AND_RMA: u8 = 2;
+    /// Datagram, passive and scalable endpoints; the control channel.
+    pub const ENDPOINT_KINDS: u8 = 3;
+    /// `AV_INVALIDATE_DOORBELL`.
+    pub const AV_INVALIDATE_DOORBELL: u8 = 4;
+    /// The auth-key table and commands; the AV entry's `AUTH_KEY` flag takes effect.
+    pub const AUTH_KEYS: u8 = 5;
+    /// Multi-receive buffers.
+    pub const MULTI_RECV: u8 = 6;
+    /// Peer groups.
+    pub const PEER_GROUPS: u8 = 7;
+    /// The AV write window (`AV_WRITE_ENTRY_0..7`, `AV_WRITE_DOORBELL`) and its counters.
+    pub const AV_WRITE_WINDOW: u8 = 8;
+    /// AUTH_KEY_REMOVE's body (`AUTH_KEY_REMOVE_CHECK_OWNER`); before, its bytes are reserved.
+    pub const AUTH_KEY_REMOVE_CHECK_OWNER: u8 = 9;
+    /// The AV entry's `MAX_MSG_MTU` flag, the `MsgTooLong` status and `TX_MSG_TOO_LONG`; before,
+    /// the flag is an undefined bit that fails the entry's checks.
+    pub const AV_ENTRY_MAX_MSG_MTU: u8 = 10;
+
+    // Every feature named here is of the current interface or older.
+    const _: () = assert!(AV_ENTRY_MAX_MSG_MTU <= crate::INTERFACE_MINOR);
+}
+
 /// Width of a register access.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Width {
@@ -164,6 +194,10 @@ pub struct RegInfo {
     pub reset: u64,
     /// The block of the register map the register belongs to.
     pub section: &'static str,
+    /// The interface minor version that added the register (0: interface 1.0). A device of an
+    /// older interface has no register at its offset: an access reads all ones and counts in
+    /// `BAD_REGISTER_ACCESSES`.
+    pub since_minor: u8,
     /// Description.
     pub doc: &'static str,
     /// Defined bit fields; every other bit is reserved.
@@ -171,6 +205,11 @@ pub struct RegInfo {
 }
 
 impl RegInfo {
+    /// Whether a device of interface 1.`interface_minor` has the register.
+    pub const fn present_at(&self, interface_minor: u8) -> bool {
+        self.since_minor <= interface_minor
+    }
+
     /// The bits covered by defined fields. Reserved bits are outside this mask.
     pub const fn defined_mask(&self) -> u64 {
         let mut m = 0u64;
@@ -323,6 +362,44 @@ mod tests {
             }
             assert!(!r.fields.is_empty(), "{} has no fields", r.name);
         }
+    }
+
+    #[test]
+    fn every_register_says_the_version_that_added_it() {
+        for r in REGISTERS {
+            assert!(
+                r.since_minor <= INTERFACE_MINOR,
+                "{} is from the future",
+                r.name
+            );
+            // A description that names the version agrees with the map entry.
+            if let Some(at) = r.doc.find("since interface 1.") {
+                let rest = &r.doc[at + "since interface 1.".len()..];
+                let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                assert_eq!(digits.parse::<u8>().ok(), Some(r.since_minor), "{}", r.name);
+            }
+        }
+        let window = [
+            AV_WRITE_ENTRY_0.info,
+            AV_WRITE_ENTRY_7.info,
+            AV_WRITE_DOORBELL.info,
+            AV_WRITE_DROPS.info,
+            AV_INVALIDATE_DROPS.info,
+        ];
+        for r in window {
+            assert_eq!(r.since_minor, since::AV_WRITE_WINDOW, "{}", r.name);
+        }
+        assert_eq!(
+            TX_MSG_TOO_LONG.info.since_minor,
+            since::AV_ENTRY_MAX_MSG_MTU
+        );
+        assert_eq!(
+            AV_INVALIDATE_DOORBELL.info.since_minor,
+            since::AV_INVALIDATE_DOORBELL
+        );
+        assert_eq!(CAP_AUTH_KEY.info.since_minor, since::AUTH_KEYS);
+        assert_eq!(CAP_PEER_GROUPS.info.since_minor, since::PEER_GROUPS);
+        assert!(ID.info.present_at(0) && !TX_MSG_TOO_LONG.info.present_at(9));
     }
 
     #[test]

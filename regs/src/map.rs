@@ -23,7 +23,7 @@ macro_rules! reg_value {
 macro_rules! register_map {
     ($(
         $(#[doc = $doc:literal])*
-        $name:ident: $ty:ty = ($off:literal, $width:ident, $access:ident, reset $reset:expr, $section:literal)
+        $name:ident: $ty:ty = ($off:literal, $width:ident, $access:ident, reset $reset:expr, $section:literal $(, since_minor $since:literal)?)
             $fields:expr;
     )*) => {
         $(
@@ -35,6 +35,7 @@ macro_rules! register_map {
                 access: Access::$access,
                 reset: $reset,
                 section: $section,
+                since_minor: since_minor(&[$($since)?]),
                 doc: concat!($($doc, "\n"),*),
                 fields: &$fields,
             });
@@ -42,6 +43,15 @@ macro_rules! register_map {
         /// Every register of BAR0, in offset order.
         pub const REGISTERS: &[RegInfo] = &[$($name.info),*];
     };
+}
+
+/// The interface minor version a register appeared in: the `since_minor` of its map entry, 0 for
+/// the registers of interface 1.0.
+const fn since_minor(given: &[u8]) -> u8 {
+    match given {
+        [minor] => *minor,
+        _ => 0,
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -377,14 +387,14 @@ register_map! {
     /// Largest message a TX descriptor may carry, in bytes (since interface 1.1). The NIC
     /// segments a longer-than-MTU message into MTU-sized packets (SES SOM ... EOM) and the
     /// receiving NIC reassembles it into one receive buffer.
-    CAP_MAX_MSG: u32 = (0x02c, W32, Ro, reset 0x0010_0000, "capabilities") [
+    CAP_MAX_MSG: u32 = (0x02c, W32, Ro, reset 0x0010_0000, "capabilities", since_minor 1) [
         f("bytes", 0, 32, "Largest message in bytes (at least CAP_PROFILES.mtu)."),
     ];
     /// Tag matching (since interface 1.2): how much the NIC holds per endpoint on its
     /// unexpected list — tagged messages that arrived before a matching tagged receive was
     /// posted. A tagged message that would exceed either bound is answered RC_UNDELIVERABLE
     /// and counted in `RX_UNEXPECTED_OVERFLOW`.
-    CAP_TAGGED: CapTagged = (0x030, W32, Ro, reset (4096 << 16) | 64, "capabilities") [
+    CAP_TAGGED: CapTagged = (0x030, W32, Ro, reset (4096 << 16) | 64, "capabilities", since_minor 2) [
         f("unexpected_entries", CapTagged::UNEXPECTED_ENTRIES_OFFSET, CapTagged::UNEXPECTED_ENTRIES_BITS, "Unexpected messages held per endpoint."),
         f("unexpected_kib", CapTagged::UNEXPECTED_KIB_OFFSET, CapTagged::UNEXPECTED_KIB_BITS, "Unexpected payload held per endpoint, KiB."),
     ];
@@ -393,7 +403,7 @@ register_map! {
     /// The RX engine accepts a request for an endpoint whose JobID is the endpoint's own or the
     /// JobID of a slot granted to it; an AV entry with `AUTH_KEY` set sends with its slot's
     /// JobID.
-    CAP_AUTH_KEY: CapAuthKey = (0x034, W32, Ro, reset 64, "capabilities") [
+    CAP_AUTH_KEY: CapAuthKey = (0x034, W32, Ro, reset 64, "capabilities", since_minor 5) [
         f("slots", CapAuthKey::SLOTS_OFFSET, CapAuthKey::SLOTS_BITS, "Auth-key table slots (at most 256)."),
     ];
     /// Peer groups (since interface 1.7): the largest group id an AV table may be created
@@ -402,7 +412,7 @@ register_map! {
     /// bits 32–63 of a destination `fi_addr_t`, below its `rx_ctx_bits`; the group travels in
     /// SEND and TAGGED_SEND requests and selects the receive buffers it may land in (see
     /// `uet_fwif::datapath`, *Peer groups*).
-    CAP_PEER_GROUPS: u32 = (0x038, W32, Ro, reset 0xFFFF, "capabilities") [
+    CAP_PEER_GROUPS: u32 = (0x038, W32, Ro, reset 0xFFFF, "capabilities", since_minor 7) [
         f("max_group_id", 0, 32, "Largest group id an AV may allow (0: no peer groups)."),
     ];
 
@@ -472,14 +482,14 @@ register_map! {
     CQ_DOORBELL: QueueDoorbell = (0x108, W32, Wo, reset 0, "doorbells") DOORBELL;
     /// Tagged RX doorbell (since interface 1.2): an endpoint's new tagged receive ring
     /// producer index. (0x10c is left for another doorbell.)
-    TRXQ_DOORBELL: QueueDoorbell = (0x110, W32, Wo, reset 0, "doorbells") DOORBELL;
+    TRXQ_DOORBELL: QueueDoorbell = (0x110, W32, Wo, reset 0, "doorbells", since_minor 2) DOORBELL;
     /// AV invalidate doorbell (since interface 1.4): invalidate one entry of an AV table
     /// without an admin command, as AV_INVALIDATE would: a single entry is cleared, a member of
     /// a symmetric range becomes a hole. Register writes are executed in order, so every TX
     /// doorbell written after it translates without the entry. A write naming no table or an
     /// index outside it is dropped and counted; the driver checks both before writing. Acts at
     /// once even while the function is stopped (`DEV_CTRL.enable` 0): it needs no queue.
-    AV_INVALIDATE_DOORBELL: AvInvalidateDoorbell = (0x118, W64, Wo, reset 0, "doorbells") [
+    AV_INVALIDATE_DOORBELL: AvInvalidateDoorbell = (0x118, W64, Wo, reset 0, "doorbells", since_minor 4) [
         f("index", AvInvalidateDoorbell::INDEX_OFFSET, AvInvalidateDoorbell::INDEX_BITS, "Table index."),
         f("av", AvInvalidateDoorbell::AV_OFFSET, AvInvalidateDoorbell::AV_BITS, "AV handle."),
     ];
@@ -494,35 +504,35 @@ register_map! {
     // words belong to the function, so the driver serializes stage-ring-read sequences.
 
     /// AV write window, bytes 0-7 of the staged entry.
-    AV_WRITE_ENTRY_0: u64 = (0x140, W64, Wo, reset 0, "av write window") [
+    AV_WRITE_ENTRY_0: u64 = (0x140, W64, Wo, reset 0, "av write window", since_minor 8) [
         f("bytes", 0, 64, "Entry bytes 0-7, little-endian."),
     ];
     /// AV write window, bytes 8-15 of the staged entry.
-    AV_WRITE_ENTRY_1: u64 = (0x148, W64, Wo, reset 0, "av write window") [
+    AV_WRITE_ENTRY_1: u64 = (0x148, W64, Wo, reset 0, "av write window", since_minor 8) [
         f("bytes", 0, 64, "Entry bytes 8-15, little-endian."),
     ];
     /// AV write window, bytes 16-23 of the staged entry.
-    AV_WRITE_ENTRY_2: u64 = (0x150, W64, Wo, reset 0, "av write window") [
+    AV_WRITE_ENTRY_2: u64 = (0x150, W64, Wo, reset 0, "av write window", since_minor 8) [
         f("bytes", 0, 64, "Entry bytes 16-23, little-endian."),
     ];
     /// AV write window, bytes 24-31 of the staged entry.
-    AV_WRITE_ENTRY_3: u64 = (0x158, W64, Wo, reset 0, "av write window") [
+    AV_WRITE_ENTRY_3: u64 = (0x158, W64, Wo, reset 0, "av write window", since_minor 8) [
         f("bytes", 0, 64, "Entry bytes 24-31, little-endian."),
     ];
     /// AV write window, bytes 32-39 of the staged entry.
-    AV_WRITE_ENTRY_4: u64 = (0x160, W64, Wo, reset 0, "av write window") [
+    AV_WRITE_ENTRY_4: u64 = (0x160, W64, Wo, reset 0, "av write window", since_minor 8) [
         f("bytes", 0, 64, "Entry bytes 32-39, little-endian."),
     ];
     /// AV write window, bytes 40-47 of the staged entry.
-    AV_WRITE_ENTRY_5: u64 = (0x168, W64, Wo, reset 0, "av write window") [
+    AV_WRITE_ENTRY_5: u64 = (0x168, W64, Wo, reset 0, "av write window", since_minor 8) [
         f("bytes", 0, 64, "Entry bytes 40-47, little-endian."),
     ];
     /// AV write window, bytes 48-55 of the staged entry.
-    AV_WRITE_ENTRY_6: u64 = (0x170, W64, Wo, reset 0, "av write window") [
+    AV_WRITE_ENTRY_6: u64 = (0x170, W64, Wo, reset 0, "av write window", since_minor 8) [
         f("bytes", 0, 64, "Entry bytes 48-55, little-endian."),
     ];
     /// AV write window, bytes 56-63 of the staged entry.
-    AV_WRITE_ENTRY_7: u64 = (0x178, W64, Wo, reset 0, "av write window") [
+    AV_WRITE_ENTRY_7: u64 = (0x178, W64, Wo, reset 0, "av write window", since_minor 8) [
         f("bytes", 0, 64, "Entry bytes 56-63, little-endian."),
     ];
     /// AV write doorbell (since interface 1.8): store the staged entry at `index` of table
@@ -532,7 +542,7 @@ register_map! {
     /// fails its checks or overlaps a range, an auth-key slot of another AV) changes nothing
     /// and is counted in `AV_WRITE_DROPS`, which the driver reads back for the outcome. Acts
     /// at once even while the function is stopped (`DEV_CTRL.enable` 0): it needs no queue.
-    AV_WRITE_DOORBELL: AvWriteDoorbell = (0x180, W64, Wo, reset 0, "av write window") [
+    AV_WRITE_DOORBELL: AvWriteDoorbell = (0x180, W64, Wo, reset 0, "av write window", since_minor 8) [
         f("index", AvWriteDoorbell::INDEX_OFFSET, AvWriteDoorbell::INDEX_BITS, "Table index."),
         f("av", AvWriteDoorbell::AV_OFFSET, AvWriteDoorbell::AV_BITS, "AV handle."),
     ];
@@ -569,31 +579,31 @@ register_map! {
     BAD_REGISTER_ACCESSES: u64 = (0x268, W64, Ro, reset 0, "counters") COUNTER;
     /// RMA requests rejected with RC_PERM_VIOLATION: unknown memory key, key not bound to the
     /// resource index, range outside the region, or access not granted.
-    RX_PERM_VIOLATION: u64 = (0x270, W64, Ro, reset 0, "counters") COUNTER;
+    RX_PERM_VIOLATION: u64 = (0x270, W64, Ro, reset 0, "counters", since_minor 2) COUNTER;
     /// Tagged messages refused with RC_UNDELIVERABLE because the endpoint's unexpected list
     /// was full (`CAP_TAGGED`).
-    RX_UNEXPECTED_OVERFLOW: u64 = (0x278, W64, Ro, reset 0, "counters") COUNTER;
+    RX_UNEXPECTED_OVERFLOW: u64 = (0x278, W64, Ro, reset 0, "counters", since_minor 2) COUNTER;
     /// Tagged messages that arrived before a matching receive and were held on the
     /// unexpected list.
-    RX_UNEXPECTED: u64 = (0x280, W64, Ro, reset 0, "counters") COUNTER;
+    RX_UNEXPECTED: u64 = (0x280, W64, Ro, reset 0, "counters", since_minor 2) COUNTER;
     /// Sends refused at the initiator because the destination `fi_addr_t` names a peer group
     /// above the AV's `max_group_id` (completion status `BadGroup`; since interface 1.7).
-    TX_BAD_GROUP: u64 = (0x288, W64, Ro, reset 0, "counters") COUNTER;
+    TX_BAD_GROUP: u64 = (0x288, W64, Ro, reset 0, "counters", since_minor 7) COUNTER;
     /// SEND and TAGGED_SEND requests refused with RC_UNDELIVERABLE because they carry a peer
     /// group the target endpoint cannot receive: a group other than 0 at an endpoint without
     /// peer groups, or one above its AV's `max_group_id` (since interface 1.7).
-    RX_BAD_GROUP: u64 = (0x290, W64, Ro, reset 0, "counters") COUNTER;
+    RX_BAD_GROUP: u64 = (0x290, W64, Ro, reset 0, "counters", since_minor 7) COUNTER;
     /// `AV_INVALIDATE_DOORBELL` writes the NIC dropped (since interface 1.8): no such table, or
     /// an index outside it. Nonzero means a driver bug.
-    AV_INVALIDATE_DROPS: u64 = (0x298, W64, Ro, reset 0, "counters") COUNTER;
+    AV_INVALIDATE_DROPS: u64 = (0x298, W64, Ro, reset 0, "counters", since_minor 8) COUNTER;
     /// `AV_WRITE_DOORBELL` writes the NIC dropped (since interface 1.8): what AV_WRITE would
     /// refuse. A driver reads it after ringing (the read also waits for the posted writes to
     /// land) to learn whether its entry was stored.
-    AV_WRITE_DROPS: u64 = (0x2a0, W64, Ro, reset 0, "counters") COUNTER;
+    AV_WRITE_DROPS: u64 = (0x2a0, W64, Ro, reset 0, "counters", since_minor 8) COUNTER;
     /// SEND, TAGGED_SEND and WRITE refused at the initiator because they were longer than the
     /// MTU and the destination entry has `MAX_MSG_MTU` (completion status `MsgTooLong`; since
     /// interface 1.10).
-    TX_MSG_TOO_LONG: u64 = (0x2a8, W64, Ro, reset 0, "counters") COUNTER;
+    TX_MSG_TOO_LONG: u64 = (0x2a8, W64, Ro, reset 0, "counters", since_minor 10) COUNTER;
 }
 
 /// Counters, in offset order, for `uetctl stats`.

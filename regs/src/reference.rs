@@ -11,33 +11,36 @@ pub fn registers_markdown() -> String {
         "Generated from `regs/src/map.rs` by `uet_regs::registers_markdown()`; do not edit by hand.\n\
          Regenerate with `UET_BLESS=1 cargo test -p uet-regs`.\n\n\
          BAR0 is 4 KiB, little-endian, naturally aligned 32/64-bit accesses. Reserved bits read 0 and \
-         ignore writes. An offset with no register reads all ones. Capability reset values are those \
+         ignore writes. An offset with no register reads all ones, and so does a register newer than the device's \
+         interface (`REVISION.interface_minor` below the register's *since*). Capability reset values are those \
          of the reference model; a device reports its own.\n\n",
     );
-    out.push_str("## Summary\n\n| offset | name | width | access | reset | section |\n|---|---|---|---|---|---|\n");
+    out.push_str("## Summary\n\n| offset | name | width | access | reset | section | since |\n|---|---|---|---|---|---|---|\n");
     for r in REGISTERS {
         let _ = writeln!(
             out,
-            "| `{:#06x}` | [`{}`](#{}) | {} | {} | `{:#x}` | {} |",
+            "| `{:#06x}` | [`{}`](#{}) | {} | {} | `{:#x}` | {} | 1.{} |",
             r.offset,
             r.name,
             r.name.to_ascii_lowercase(),
             r.width.bytes() * 8,
             r.access.abbrev(),
             r.reset,
-            r.section
+            r.section,
+            r.since_minor
         );
     }
     out.push_str("\n## Registers\n");
     for r in REGISTERS {
         let _ = write!(
             out,
-            "\n### {}\n\n`{:#06x}`, {}-bit, {}, reset `{:#x}`.\n\n",
+            "\n### {}\n\n`{:#06x}`, {}-bit, {}, reset `{:#x}`, since interface 1.{}.\n\n",
             r.name,
             r.offset,
             r.width.bytes() * 8,
             r.access.abbrev(),
-            r.reset
+            r.reset,
+            r.since_minor
         );
         for line in r.doc.lines() {
             out.push_str(line.trim());

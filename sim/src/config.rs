@@ -23,6 +23,10 @@ pub const DEFAULT_REASSEMBLY_SLOTS: u16 = 256;
 /// Memory regions the reference model holds at once (all endpoints together).
 pub const DEFAULT_MEMORY_REGIONS: u32 = 4096;
 
+/// The oldest host interface the model emulates (1.7: peer groups; the completion, RX
+/// descriptor and AV_CREATE layouts the model implements are those of 1.7 and later).
+pub const OLDEST_INTERFACE_MINOR: u8 = uet_regs::since::PEER_GROUPS;
+
 /// Configuration of one simulated NIC.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NicConfig {
@@ -84,6 +88,13 @@ pub struct NicConfig {
     pub max_admin_entries: u16,
     /// Largest TX/RX/completion ring (`CAP_QUEUES.max_queue_entries`).
     pub max_queue_entries: u16,
+    /// Host interface minor version the NIC implements (`REVISION.interface_minor`),
+    /// [`OLDEST_INTERFACE_MINOR`] to [`uet_regs::INTERFACE_MINOR`]. Below the current one the
+    /// NIC behaves as a device of that version: registers added later are absent (they read
+    /// all ones and count in `BAD_REGISTER_ACCESSES`), AUTH_KEY_REMOVE before 1.9 takes no
+    /// body (its bytes are reserved), and an AV entry before 1.10 may not carry `MAX_MSG_MTU`
+    /// (an undefined bit). What a driver does on a NIC older than itself is tested this way.
+    pub interface_minor: u8,
 }
 
 impl NicConfig {
@@ -132,6 +143,7 @@ impl NicConfig {
             max_group_id: CAP_PEER_GROUPS.reset_value(),
             max_admin_entries: q.max_admin_entries(),
             max_queue_entries: q.max_queue_entries(),
+            interface_minor: uet_regs::INTERFACE_MINOR,
         }
     }
 
@@ -182,6 +194,11 @@ impl NicConfig {
         let ok_entries = |n: u16| n >= 2 && n.is_power_of_two();
         if !ok_entries(self.max_admin_entries) || !ok_entries(self.max_queue_entries) {
             return Err("queue limits must be powers of two, at least 2");
+        }
+        if !(OLDEST_INTERFACE_MINOR..=uet_regs::INTERFACE_MINOR).contains(&self.interface_minor) {
+            return Err(
+                "interface_minor outside OLDEST_INTERFACE_MINOR..=uet_regs::INTERFACE_MINOR",
+            );
         }
         Ok(())
     }

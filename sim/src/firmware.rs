@@ -10,7 +10,7 @@
 //! | IDENTIFY | `len >= 128` else InvalidField; page written by DMA else DmaFault | — |
 //! | AV_CREATE | `capacity` in 1..=`CAP_AV_ENTRIES`, `rx_ctx_bits <= CAP_AV.max_rx_ctx_bits`, `max_group_id <= CAP_PEER_GROUPS.max_group_id` and the group and receive-context bits within 32 else InvalidField; a free table else NoResources | AV handle (from 1) |
 //! | AV_DESTROY | AV exists else InvalidHandle; no endpoint bound else Busy; frees the AV's auth-key slots | — |
-//! | AV_WRITE | AV exists else InvalidHandle; the `count` records read by DMA else DmaFault; every record: `index < capacity` else IndexOutOfRange, reserved word 0 and `NicAvEntry::check` else InvalidField, an `AUTH_KEY` entry's slot in use and owned by this AV else InvalidField; a range entry written at its own first index, not overlapping another range or a single entry of the table or the batch, else InvalidField, and not running past the table else IndexOutOfRange — then all are written | records written |
+//! | AV_WRITE | AV exists else InvalidHandle; the `count` records read by DMA else DmaFault; every record: `index < capacity` else IndexOutOfRange, reserved word 0, `NicAvEntry::check` and no flag beyond `entry_flags::defined_at(interface_minor)` else InvalidField, an `AUTH_KEY` entry's slot in use and owned by this AV else InvalidField; a range entry written at its own first index, not overlapping another range or a single entry of the table or the batch, else InvalidField, and not running past the table else IndexOutOfRange — then all are written | records written |
 //! | AV_INVALIDATE | AV exists else InvalidHandle; a listed index buffer read by DMA else DmaFault; range `[first, first+count)` inside the table, or every listed u32 index inside it, else IndexOutOfRange — then all are invalidated | entries invalidated |
 //! | AV_READ | AV exists else InvalidHandle; `[first, first+count)` inside the table else IndexOutOfRange; entries written by DMA else DmaFault | entries read |
 //! | ENDPOINT_CREATE | handle = AV to bind (0: none) exists else InvalidHandle; ring log2 sizes in 1..=15 and at most `CAP_QUEUES.max_queue_entries` entries (the tagged RX ring's may also be 0: none), ring bases aligned to their entry size, `ri_count` in 1..=`CAP_RESOURCE_INDEX.max_per_endpoint`, JobID within 24 bits, `rx_ctx_cnt` at most `CAP_EP.max_rx_ctx` and `ri_count`, `tx_ctx_cnt` at most `CAP_EP.max_tx_ctx`, a datagram or passive endpoint not scalable, else InvalidField; every ring entirely DMA-mapped else DmaFault; a free endpoint else NoResources, a free PIDonFEP else PidExhausted, a contiguous resource-index range else RiExhausted | endpoint handle \| PIDonFEP << 16 / ri_start \| ri_count << 16 |
@@ -20,7 +20,7 @@
 //! | MR_DEREGISTER | a region with the handle and the body's key exists else InvalidHandle | — |
 //! | COUNTERS_READ | endpoint exists else InvalidHandle; the block written by DMA else DmaFault | bytes written |
 //! | AUTH_KEY_ADD | AV exists else InvalidHandle; (decode: JobID within 24 bits, reserved zero, else InvalidField); a free slot else NoResources | slot |
-//! | AUTH_KEY_REMOVE | slot in use else InvalidHandle; granted to no endpoint else Busy | — |
+//! | AUTH_KEY_REMOVE | before interface 1.9 a body of zeros else InvalidField; slot in use else InvalidHandle; granted to no endpoint else Busy | — |
 //! | AUTH_KEY_SOURCE | slot in use else InvalidHandle | — |
 //! | AUTH_KEY_READ | `first + count <= CAP_AUTH_KEY.slots` else IndexOutOfRange; entries written by DMA else DmaFault | slots read |
 //! | ENDPOINT_AUTH_KEYS | endpoint exists else InvalidHandle; no bit at or above `CAP_AUTH_KEY.slots` else InvalidField; every granted slot in use and owned by the endpoint's AV else InvalidHandle — then the grant set is replaced | slots granted |
@@ -37,14 +37,17 @@ use uet_fwif::admin::{
     MrRegisterBody, RangeBody, CTX_ROLE_CONTROL, CTX_ROLE_RX, CTX_ROLE_TX, EP_FLAG_ABSOLUTE,
     EP_FLAG_DGRAM, EP_FLAG_PASSIVE, MIN_CQ_LOG2,
 };
-use uet_fwif::auth_key::{AuthKeyAddBody, AuthKeySourceBody, EndpointAuthKeysBody};
-use uet_fwif::av_entry::MAX_JOB_ID;
+use uet_fwif::auth_key::{
+    AuthKeyAddBody, AuthKeyRemoveBody, AuthKeySourceBody, EndpointAuthKeysBody,
+};
+use uet_fwif::av_entry::{entry_flags, MAX_JOB_ID};
 use uet_fwif::datapath::{
     COMPLETION_BYTES, RX_DESCRIPTOR_BYTES, TAGGED_RX_DESCRIPTOR_BYTES, TX_DESCRIPTOR_BYTES,
 };
 use uet_fwif::identify::{set_ascii_field, IdentifyData};
 use uet_fwif::ring::RingGeometry;
 use uet_fwif::{AdminCommand, AvWriteRecord, Command, NicAvEntry, Status};
+use uet_regs::since;
 use zerocopy::little_endian::U32;
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
@@ -86,7 +89,14 @@ impl Nic {
                 Command::CountersRead { endpoint, body } => self.fw_counters_read(endpoint, &body),
                 Command::AuthKeyAdd { av, body } => self.fw_auth_key_add(av, &body),
                 Command::AuthKeyRemove { slot, body } => {
-                    self.fw_auth_key_remove(slot, body.required_owner())
+                    if self.cfg.interface_minor < since::AUTH_KEY_REMOVE_CHECK_OWNER
+                        && body != AuthKeyRemoveBody::unchecked()
+                    {
+                        // Before 1.9 every byte of the body is reserved.
+                        Err(Status::InvalidField)
+                    } else {
+                        self.fw_auth_key_remove(slot, body.required_owner())
+                    }
                 }
                 Command::AuthKeySource { slot, body } => self.fw_auth_key_source(slot, &body),
                 Command::AuthKeyRead(body) => self.fw_auth_key_read(&body),
@@ -227,6 +237,10 @@ impl Nic {
             return Err(Status::IndexOutOfRange);
         }
         if entry.check().is_err() {
+            return Err(Status::InvalidField);
+        }
+        // A bit a later interface defined is an undefined bit here (MAX_MSG_MTU before 1.10).
+        if entry.flags.get() & !entry_flags::defined_at(self.cfg.interface_minor) != 0 {
             return Err(Status::InvalidField);
         }
         if let Some(slot) = entry.auth_key_slot() {

@@ -80,7 +80,7 @@ mod table_memory;
 mod tag_match;
 mod tx_engine;
 
-pub use config::NicConfig;
+pub use config::{NicConfig, OLDEST_INTERFACE_MINOR};
 pub use counters::DebugCounters;
 pub use fabric::CaptureStatus;
 pub use iommu::{DmaFault, IOMMU_PAGE};

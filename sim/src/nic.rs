@@ -30,6 +30,14 @@
 //! a context by its handle; a `TXQ_DOORBELL` for a context without the TX or CONTROL role, or
 //! an `RXQ_DOORBELL` or `TRXQ_DOORBELL` for one without the RX or CONTROL role, is ignored and
 //! counted (`doorbells_without_role`): the NIC never reads a ring its context may not use.
+//!
+//! ## Interface version
+//!
+//! The NIC decodes BAR0 as a device of its interface version ([`NicConfig::interface_minor`],
+//! reported in `REVISION`): a register added by a later minor version (its
+//! `RegInfo::since_minor`) is no register there. Its reads return all ones, its writes do
+//! nothing, and both count in `BAD_REGISTER_ACCESSES`; the AV write window, its doorbell and
+//! its burst path included.
 
 use crate::admin_queue::AdminQueue;
 use crate::auth_table::AuthTable;
@@ -41,7 +49,7 @@ use crate::endpoint_table::EndpointTable;
 use crate::iommu::Iommu;
 use crate::mr_table::MrTable;
 use crate::pds::PdcTable;
-use crate::regfile::{Part, RegFile};
+use crate::regfile::{Decoded, Part, RegFile};
 use crate::rx_engine::Reassembler;
 use crate::tx_engine::{PendingPacket, PendingSend};
 use std::collections::{HashMap, VecDeque};
@@ -50,9 +58,9 @@ use uet_fwif::datapath::{COMPLETION_BYTES, COMPLETION_FLAG_NO_MESSAGE, COMPLETIO
 use uet_fwif::ring::phase_for_pass;
 use uet_fwif::{Completion, CompletionKind, LocalStatus, ReturnCode};
 use uet_regs::{
-    Access, AvInvalidateDoorbell, AvWriteDoorbell, DevStatus, FatalError, Width,
-    AV_INVALIDATE_DOORBELL, AV_WRITE_DOORBELL, BAD_REGISTER_ACCESSES, DEV_STATUS, DMA_FAULTS,
-    FATAL_ERROR, INTR_CAUSE,
+    Access, AvInvalidateDoorbell, AvWriteDoorbell, DevStatus, FatalError, RegInfo, Width,
+    AV_INVALIDATE_DOORBELL, AV_WRITE_DOORBELL, AV_WRITE_ENTRY_0, BAD_REGISTER_ACCESSES, DEV_STATUS,
+    DMA_FAULTS, FATAL_ERROR, INTR_CAUSE,
 };
 use zerocopy::little_endian::U64;
 use zerocopy::IntoBytes;
@@ -136,9 +144,22 @@ impl Nic {
         s.enabled() && !s.fatal()
     }
 
+    /// Whether the NIC's interface version has register `reg` ([`NicConfig::interface_minor`]).
+    #[inline]
+    fn has(&self, reg: RegInfo) -> bool {
+        reg.present_at(self.cfg.interface_minor)
+    }
+
+    /// Decode a driver access as a device of the NIC's interface version does: a register
+    /// added after it is no register (`None`, a bad access).
+    #[inline]
+    fn decode(&self, offset: u32, width: Width) -> Option<Decoded> {
+        RegFile::decode(offset, width).filter(|d| self.has(*d.info))
+    }
+
     /// A driver read of BAR0.
     pub(crate) fn bar_read(&mut self, offset: u32, width: Width) -> u64 {
-        let Some(d) = RegFile::decode(offset, width) else {
+        let Some(d) = self.decode(offset, width) else {
             self.counters.inc(BAD_REGISTER_ACCESSES);
             return all_ones(width);
         };
@@ -156,7 +177,9 @@ impl Nic {
     /// must run. A burst that lies wholly in the AV write window (a write-combined line on
     /// hardware: one transaction) is staged as one; any other is its writes one by one.
     pub(crate) fn bar_write_burst(&mut self, offset: u32, words: &[u64]) -> bool {
-        if let Some(first) = av_window::burst_words(offset, words.len()) {
+        if let Some(first) =
+            av_window::burst_words(offset, words.len()).filter(|_| self.has(AV_WRITE_ENTRY_0.info))
+        {
             self.av_window.stage_words(first, words);
             return false;
         }
@@ -172,17 +195,17 @@ impl Nic {
     /// A driver write of BAR0; returns whether the fabric must run.
     pub(crate) fn bar_write(&mut self, offset: u32, width: Width, value: u64) -> bool {
         match hot_doorbell(offset, width, value) {
-            Some(HotDoorbell::AvInvalidate(v)) => {
+            Some(HotDoorbell::AvInvalidate(v)) if self.has(AV_INVALIDATE_DOORBELL.info) => {
                 self.av_invalidate_doorbell(v);
                 return false;
             }
-            Some(HotDoorbell::AvWrite(v)) => {
+            Some(HotDoorbell::AvWrite(v)) if self.has(AV_WRITE_DOORBELL.info) => {
                 self.av_write_doorbell(v);
                 return false;
             }
-            None => {}
+            _ => {} // not a hot doorbell, or one the NIC's interface lacks: decoded below
         }
-        let Some(d) = RegFile::decode(offset, width) else {
+        let Some(d) = self.decode(offset, width) else {
             self.counters.inc(BAD_REGISTER_ACCESSES);
             return false;
         };

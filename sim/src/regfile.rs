@@ -7,7 +7,8 @@
 //!   accessed as two 32-bit halves (low half at its offset, high half at offset + 4), as NVMe
 //!   allows for its 64-bit base registers. Any other offset or width — no register there, a
 //!   misaligned offset, a 64-bit access to a 32-bit register — reads all ones, drops the write,
-//!   and counts in `BAD_REGISTER_ACCESSES`.
+//!   and counts in `BAD_REGISTER_ACCESSES`. So does a register newer than the NIC's interface
+//!   version; the NIC filters those after [`RegFile::decode`] (see `crate::nic`).
 //! * RO: writes are ignored. RW: defined bits take the written value, reserved bits stay 0.
 //!   W1C: a 1 written to a defined bit clears it. WO: the write acts (see the owning block);
 //!   reads return 0. Reserved bits always read 0.
@@ -20,7 +21,7 @@ use crate::config::NicConfig;
 use uet_regs::{
     Access, Reg, RegInfo, RegValue, Width, BAR0_SIZE, CAP_AUTH_KEY, CAP_AV, CAP_AV_ENTRIES, CAP_EP,
     CAP_MAX_MSG, CAP_PEER_GROUPS, CAP_PID_ON_FEP, CAP_PROFILES, CAP_QUEUES, CAP_RESOURCE_INDEX,
-    CAP_TAGGED, REGISTERS,
+    CAP_TAGGED, REGISTERS, REVISION,
 };
 
 /// Which part of a register an access covers.
@@ -171,6 +172,10 @@ impl RegFile {
         let auth = CAP_AUTH_KEY.reset_value().with_slots(cfg.auth_key_slots);
         put(&CAP_AUTH_KEY.info, auth.to_raw());
         put(&CAP_PEER_GROUPS.info, u64::from(cfg.max_group_id));
+        let revision = REVISION
+            .reset_value()
+            .with_interface_minor(cfg.interface_minor);
+        put(&REVISION.info, revision.to_raw());
         RegFile {
             values: reset.clone(),
             reset,

@@ -5,6 +5,7 @@ mod common;
 use common::*;
 use uet_fwif::admin::{BufferBody, RangeBody};
 use uet_fwif::auth_key::AuthKeyRemoveBody;
+use uet_fwif::av_entry::entry_flags;
 use uet_fwif::identify::IdentifyData;
 use uet_fwif::{AdminCommand, Command, NicAvEntry, Status, UetAddress};
 use uet_regs::*;
@@ -784,4 +785,129 @@ fn many_ranges_in_any_order_are_written_read_and_removed() {
         .unwrap()
         .iter()
         .all(|e| !e.is_valid()));
+}
+
+/// A NIC configured for an older interface is a device of that version: what later versions
+/// added is absent (registers), reserved (AUTH_KEY_REMOVE's body before 1.9) or undefined (the
+/// AV entry's `MAX_MSG_MTU` before 1.10), and each refusal is the one that version makes.
+#[test]
+fn an_older_interface_lacks_what_later_versions_added() {
+    for minor in uet_sim::OLDEST_INTERFACE_MINOR..=INTERFACE_MINOR {
+        let fabric = Fabric::new();
+        let mut cfg = NicConfig::new(addr("10.0.0.1"));
+        cfg.interface_minor = minor;
+        let mut d = Driver::with_config(&fabric, cfg);
+        assert_eq!(rd(&d.f, REVISION).interface_minor(), minor);
+        assert_eq!(rd(&d.f, REVISION).interface_major(), INTERFACE_MAJOR);
+
+        // Registers: a later one reads all ones and counts as a bad access.
+        for r in REGISTERS.iter().filter(|r| r.access != Access::Wo) {
+            let bad = rd(&d.f, BAD_REGISTER_ACCESSES);
+            let v = match r.width {
+                Width::W32 => u64::from(d.f.read32(r.offset)),
+                Width::W64 => d.f.read64(r.offset),
+            };
+            let counted = rd(&d.f, BAD_REGISTER_ACCESSES) - bad;
+            if r.present_at(minor) {
+                assert_eq!(counted, 0, "1.{minor}: {}", r.name);
+            } else {
+                let ones = if r.width == Width::W32 {
+                    0xFFFF_FFFF
+                } else {
+                    u64::MAX
+                };
+                assert_eq!((v, counted), (ones, 1), "1.{minor}: {} is absent", r.name);
+            }
+        }
+
+        // The AV write window: absent before 1.8, so nothing it stages or rings is stored.
+        let av = d.av_create(16, 0).unwrap();
+        let a = NicAvEntry::for_peer(&peer("10.0.0.2", 5, 1), 7);
+        let bad = rd(&d.f, BAD_REGISTER_ACCESSES);
+        window_write(&d.f, av, 0, &a, Staging::Burst);
+        window_write(&d.f, av, 1, &a, Staging::Words);
+        let stored = d
+            .av_read(av, 0, 2)
+            .unwrap()
+            .iter()
+            .filter(|e| e.is_valid())
+            .count();
+        let counted = rd(&d.f, BAD_REGISTER_ACCESSES) - bad;
+        if minor >= since::AV_WRITE_WINDOW {
+            assert_eq!((stored, counted), (2, 0), "1.{minor}");
+        } else {
+            // Two entries of eight words and a doorbell each, every one a bad access.
+            assert_eq!((stored, counted), (0, 18), "1.{minor}");
+        }
+
+        // MAX_MSG_MTU: an undefined bit before 1.10, refused by AV_WRITE (and the window).
+        let mut one_mtu = peer("10.0.0.3", 6, 2);
+        one_mtu.max_msg_mtu = true;
+        let e = NicAvEntry::for_peer(&one_mtu, 7);
+        assert!(e.max_msg_mtu());
+        let plain = e.with_flags_within(entry_flags::ALL_BEFORE_MAX_MSG_MTU);
+        if minor >= since::AV_ENTRY_MAX_MSG_MTU {
+            assert_eq!(d.av_write(av, &[(2, e)]), Ok(1));
+            assert_eq!(d.av_read(av, 2, 1).unwrap()[0], e);
+        } else {
+            assert_eq!(d.av_write(av, &[(2, e)]), Err(Status::InvalidField));
+            assert!(
+                !d.av_read(av, 2, 1).unwrap()[0].is_valid(),
+                "1.{minor}: nothing stored"
+            );
+            assert_eq!(
+                d.av_write(av, &[(2, plain)]),
+                Ok(1),
+                "1.{minor}: without the bit"
+            );
+            if minor >= since::AV_WRITE_WINDOW {
+                let drops = rd(&d.f, AV_WRITE_DROPS);
+                window_write(&d.f, av, 3, &e, Staging::Burst);
+                assert_eq!(rd(&d.f, AV_WRITE_DROPS), drops + 1, "1.{minor}");
+            }
+        }
+
+        // AUTH_KEY_REMOVE: before 1.9 its body is reserved, so the owner check is refused and
+        // the slot stays; an all-zero body removes it.
+        let mut add = uet_fwif::auth_key::AuthKeyAddBody::new_zeroed();
+        add.job_id = U32::new(0x42);
+        let slot = d
+            .submit(Command::AuthKeyAdd { av, body: add })
+            .result0
+            .get();
+        let remove = |d: &mut Driver, body| d.submit(Command::AuthKeyRemove { slot, body });
+        let checked = remove(&mut d, AuthKeyRemoveBody::owned_by(av, 0x42)).status();
+        if minor >= since::AUTH_KEY_REMOVE_CHECK_OWNER {
+            assert_eq!(checked, Status::Success, "1.{minor}");
+        } else {
+            assert_eq!(checked, Status::InvalidField, "1.{minor}");
+            let unchecked = remove(&mut d, AuthKeyRemoveBody::unchecked()).status();
+            assert_eq!(
+                unchecked,
+                Status::Success,
+                "1.{minor}: the slot was still there"
+            );
+        }
+        assert_eq!(
+            remove(&mut d, AuthKeyRemoveBody::unchecked()).status(),
+            Status::InvalidHandle,
+            "1.{minor}: removed once"
+        );
+    }
+}
+
+#[test]
+fn the_model_emulates_only_the_interfaces_it_implements() {
+    let fabric = Fabric::new();
+    for minor in [0, uet_sim::OLDEST_INTERFACE_MINOR - 1, INTERFACE_MINOR + 1] {
+        let mut cfg = NicConfig::new(addr("10.0.0.1"));
+        cfg.interface_minor = minor;
+        assert!(
+            matches!(
+                fabric.add_nic(cfg),
+                Err(uet_sim::SimError::InvalidConfig(_))
+            ),
+            "1.{minor}"
+        );
+    }
 }

@@ -6,7 +6,7 @@
 
 use serde_json::{json, Value};
 use std::fmt::Write;
-use uet_driver::uet_regs::{Access, Mmio, RegInfo, Width, REGISTERS};
+use uet_driver::uet_regs::{Access, Mmio, RegInfo, RegisterAccess, Width, REGISTERS, REVISION};
 
 /// One register read back.
 #[derive(Clone, Debug)]
@@ -28,10 +28,14 @@ impl RegValue {
     }
 }
 
-/// Read every register.
+/// Read every register the NIC's interface version has (`REVISION.interface_minor`): a
+/// register added by a later version is not read, so the dump leaves `BAD_REGISTER_ACCESSES`
+/// as it was.
 pub fn read_all(bar: &dyn Mmio) -> Vec<RegValue> {
+    let minor = bar.read(REVISION).interface_minor();
     REGISTERS
         .iter()
+        .filter(|info| info.present_at(minor))
         .map(|info| RegValue {
             info,
             value: match info.width {
@@ -125,11 +129,38 @@ mod tests {
         assert_eq!(get("ID").value, 0x0001_fffe);
         assert!(get("DEV_STATUS").fields().contains(&("enabled", 1)));
         assert!(get("ADMIN_COMMANDS").value >= 1, "IDENTIFY ran");
+        assert_eq!(get("BAD_REGISTER_ACCESSES").value, 0);
         let text = render_text("nic", &regs);
         assert!(text.contains("DEV_CTRL"), "{text}");
         assert!(text.contains("vendor_id=0xfffe device_id=0x1"), "{text}");
         let json = render_json(&regs);
         assert_eq!(json[0]["name"], "ID");
         assert_eq!(json[0]["fields"]["vendor_id"], 0xfffe);
+    }
+
+    #[test]
+    fn an_older_nic_is_dumped_without_the_registers_it_lacks() {
+        let fabric = uet_sim::Fabric::new();
+        let mut cfg = uet_sim::NicConfig::new("10.9.9.8".parse().unwrap());
+        cfg.interface_minor = 7;
+        let nic = Nic::open(Arc::new(SimDevice::new(fabric.add_nic(cfg).unwrap()))).unwrap();
+        let regs = read_all(nic.bar0());
+        let names: Vec<&str> = regs.iter().map(|r| r.info.name).collect();
+        assert!(names.contains(&"CAP_PEER_GROUPS") && names.contains(&"TX_BAD_GROUP"));
+        for absent in [
+            "AV_WRITE_ENTRY_0",
+            "AV_WRITE_DOORBELL",
+            "AV_WRITE_DROPS",
+            "TX_MSG_TOO_LONG",
+        ] {
+            assert!(!names.contains(&absent), "{absent} listed");
+        }
+        let get = |name: &str| regs.iter().find(|r| r.info.name == name).unwrap();
+        assert_eq!(get("REVISION").fields()[2], ("interface_minor", 7));
+        assert_eq!(
+            get("BAD_REGISTER_ACCESSES").value,
+            0,
+            "nothing absent was read"
+        );
     }
 }
