@@ -56,6 +56,9 @@ pub struct DemoConfig {
     pub rma: bool,
     /// Write every frame that crosses the fabric to this pcap file.
     pub pcap: Option<PathBuf>,
+    /// Host interface minor version of every simulated NIC (`uet_sim::OLDEST_INTERFACE_MINOR`
+    /// to `uet_regs::INTERFACE_MINOR`): the job on NICs older than the driver.
+    pub interface_minor: u8,
 }
 
 impl Default for DemoConfig {
@@ -68,6 +71,7 @@ impl Default for DemoConfig {
             tagged: 4,
             rma: true,
             pcap: None,
+            interface_minor: uet_driver::uet_regs::INTERFACE_MINOR,
         }
     }
 }
@@ -280,11 +284,21 @@ pub fn run(cfg: DemoConfig) -> Result<DemoOutcome, DemoError> {
             cfg.job_id
         )));
     }
+    let newest = uet_driver::uet_regs::INTERFACE_MINOR;
+    if !(uet_sim::OLDEST_INTERFACE_MINOR..=newest).contains(&cfg.interface_minor) {
+        return Err(DemoError::Config(format!(
+            "--interface-minor must be {}..={newest} (the interfaces the simulator emulates), got {}",
+            uet_sim::OLDEST_INTERFACE_MINOR,
+            cfg.interface_minor
+        )));
+    }
     let fabric = Fabric::new();
     let mut functions = Vec::with_capacity(cfg.ranks);
     for r in 0..cfg.ranks {
+        let mut nic = NicConfig::new(rank_fabric_addr(r));
+        nic.interface_minor = cfg.interface_minor;
         let f = fabric
-            .add_nic(NicConfig::new(rank_fabric_addr(r)))
+            .add_nic(nic)
             .map_err(|e| DemoError::Fabric(e.to_string()))?;
         functions.push(f);
     }

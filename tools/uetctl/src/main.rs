@@ -43,6 +43,10 @@ struct JobArgs {
     /// UDP port 4793 for Wireshark).
     #[arg(long, value_name = "FILE")]
     pcap: Option<PathBuf>,
+    /// Host interface minor version of the simulated NICs (1.N): run the job on NICs older
+    /// than the driver, from 7 to the current version.
+    #[arg(long, default_value_t = uet_driver::uet_regs::INTERFACE_MINOR)]
+    interface_minor: u8,
 }
 
 impl From<JobArgs> for DemoConfig {
@@ -54,6 +58,7 @@ impl From<JobArgs> for DemoConfig {
             tagged: a.tagged,
             rma: !a.no_rma,
             pcap: a.pcap,
+            interface_minor: a.interface_minor,
         }
     }
 }
@@ -282,6 +287,7 @@ fn run_demo(cfg: DemoConfig, as_json: bool) -> ExitCode {
             "job_id": cfg.job_id,
             "messages_per_rank": cfg.messages,
             "tagged_per_rank": cfg.tagged,
+            "interface_minor": cfg.interface_minor,
             "rma": cfg.rma,
             "ranks": ranks,
             "rank0_av": dump::render_json(table),

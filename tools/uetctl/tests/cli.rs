@@ -85,6 +85,14 @@ fn bad_arguments_get_a_clear_error_and_exit_2() {
         (&["demo", "--messages", "0"][..], "--messages must be"),
         (&["demo", "--job-id", "0x1000000"][..], "wider than 24 bits"),
         (&["demo", "--tagged", "33"][..], "--tagged must be"),
+        (
+            &["demo", "--interface-minor", "6"][..],
+            "--interface-minor must be 7..=",
+        ),
+        (
+            &["demo", "--interface-minor", "200"][..],
+            "--interface-minor must be 7..=",
+        ),
         (&["stats"][..], "--demo"),
         (&["av", "dump"][..], "--demo"),
         (&["av", "dump", "--demo", "--rank", "9"][..], "out of range"),
@@ -419,4 +427,26 @@ fn a_capture_cut_short_fails_every_command_that_takes_pcap() {
         assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
         assert!(stderr.contains("failed after"), "{args:?}: {stderr}");
     }
+}
+
+#[test]
+fn demo_runs_on_nics_of_the_oldest_interface_the_driver_drives() {
+    let out = uetctl(&["demo", "--ranks", "3", "--interface-minor", "7", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(v["ok"], true, "{v}");
+    assert_eq!(v["interface_minor"], 7);
+    for r in v["ranks"].as_array().unwrap() {
+        assert_eq!(r["ok"], true, "{r}");
+        assert_eq!(r["rma"]["read_verified"], true, "{r}");
+    }
+    assert!(v["rank0_av"]["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|e| e["match"] == true));
 }
