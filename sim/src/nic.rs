@@ -146,7 +146,7 @@ impl Nic {
 
     /// Whether the NIC's interface version has register `reg` ([`NicConfig::interface_minor`]).
     #[inline]
-    fn has(&self, reg: RegInfo) -> bool {
+    fn has(&self, reg: &RegInfo) -> bool {
         reg.present_at(self.cfg.interface_minor)
     }
 
@@ -154,7 +154,7 @@ impl Nic {
     /// added after it is no register (`None`, a bad access).
     #[inline]
     fn decode(&self, offset: u32, width: Width) -> Option<Decoded> {
-        RegFile::decode(offset, width).filter(|d| self.has(*d.info))
+        RegFile::decode(offset, width).filter(|d| self.has(d.info))
     }
 
     /// A driver read of BAR0.
@@ -178,7 +178,7 @@ impl Nic {
     /// hardware: one transaction) is staged as one; any other is its writes one by one.
     pub(crate) fn bar_write_burst(&mut self, offset: u32, words: &[u64]) -> bool {
         if let Some(first) =
-            av_window::burst_words(offset, words.len()).filter(|_| self.has(AV_WRITE_ENTRY_0.info))
+            av_window::burst_words(offset, words.len()).filter(|_| self.has(&AV_WRITE_ENTRY_0.info))
         {
             self.av_window.stage_words(first, words);
             return false;
@@ -195,11 +195,11 @@ impl Nic {
     /// A driver write of BAR0; returns whether the fabric must run.
     pub(crate) fn bar_write(&mut self, offset: u32, width: Width, value: u64) -> bool {
         match hot_doorbell(offset, width, value) {
-            Some(HotDoorbell::AvInvalidate(v)) if self.has(AV_INVALIDATE_DOORBELL.info) => {
+            Some(HotDoorbell::AvInvalidate(v)) if self.has(&AV_INVALIDATE_DOORBELL.info) => {
                 self.av_invalidate_doorbell(v);
                 return false;
             }
-            Some(HotDoorbell::AvWrite(v)) if self.has(AV_WRITE_DOORBELL.info) => {
+            Some(HotDoorbell::AvWrite(v)) if self.has(&AV_WRITE_DOORBELL.info) => {
                 self.av_write_doorbell(v);
                 return false;
             }
