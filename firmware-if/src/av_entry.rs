@@ -395,10 +395,18 @@ impl NicAvEntry {
     /// bits, reserved bytes zero, JobID within 24 bits, 12-bit fields in range, IPv4 padding zero.
     #[inline]
     pub fn check(&self) -> Result<(), &'static str> {
-        if self.is_plain_single() {
+        self.check_within(entry_flags::ALL)
+    }
+
+    /// [`NicAvEntry::check`] as a NIC that defines only the flag bits in `defined` checks: a
+    /// NIC of an older interface ([`entry_flags::defined_at`]) refuses a bit a later one
+    /// defined as it does any undefined bit.
+    #[inline]
+    pub fn check_within(&self, defined: u16) -> Result<(), &'static str> {
+        if self.flags.get() & !defined == 0 && self.is_plain_single() {
             return Ok(());
         }
-        self.check_fields()
+        self.check_fields(defined)
     }
 
     /// Whether the entry is a valid single entry without an auth key that [`NicAvEntry::check`]
@@ -439,9 +447,9 @@ impl NicAvEntry {
     /// [`NicAvEntry::check`] field by field, naming what is wrong. Kept out of line, so that
     /// `check` inlines as the word test and a call.
     #[inline(never)]
-    fn check_fields(&self) -> Result<(), &'static str> {
+    fn check_fields(&self, defined: u16) -> Result<(), &'static str> {
         let flags = self.flags.get();
-        if flags & !entry_flags::ALL != 0 {
+        if flags & !(defined & entry_flags::ALL) != 0 {
             return Err("undefined flag bits");
         }
         if self.reserved != [0; 4] {
@@ -553,9 +561,11 @@ mod tests {
                 let e: NicAvEntry = zerocopy::transmute!(b);
                 if e.is_plain_single() {
                     fast += 1;
-                    assert_eq!(e.check_fields(), Ok(()), "{e:?}");
+                    assert_eq!(e.check_fields(entry_flags::ALL), Ok(()), "{e:?}");
                 }
-                assert_eq!(e.check(), e.check_fields(), "{e:?}");
+                assert_eq!(e.check(), e.check_fields(entry_flags::ALL), "{e:?}");
+                let older = entry_flags::ALL_BEFORE_MAX_MSG_MTU;
+                assert_eq!(e.check_within(older), e.check_fields(older), "{e:?}");
             };
             for bit in 0..512 {
                 let mut b = bytes;
@@ -714,6 +724,30 @@ mod tests {
         let back = NicAvEntry::read_from_bytes(e.as_bytes()).unwrap();
         assert_eq!(back, e);
         assert!(!NicAvEntry::INVALID.is_valid());
+    }
+
+    #[test]
+    fn an_older_interface_refuses_a_flag_a_later_one_defined() {
+        let mut peer = UetAddress {
+            caps: 0,
+            mode: AddressingMode::Relative,
+            max_msg_mtu: true,
+            pid_on_fep: 5,
+            fabric_addr: "10.0.0.9".parse().unwrap(),
+            ri_start: 1,
+            ri_count: 4,
+            initiator: 2,
+        };
+        let one_mtu = NicAvEntry::for_peer(&peer, 7);
+        let older = entry_flags::defined_at(uet_regs::since::AV_ENTRY_MAX_MSG_MTU - 1);
+        assert_eq!(older, entry_flags::ALL_BEFORE_MAX_MSG_MTU);
+        assert_eq!(one_mtu.check(), Ok(()));
+        assert_eq!(one_mtu.check_within(older), Err("undefined flag bits"));
+        let range = NicAvEntry::range(&one_mtu, 4, 0, 0, 2);
+        assert_eq!(range.check_within(older), Err("undefined flag bits"));
+        assert_eq!(one_mtu.with_flags_within(older).check_within(older), Ok(()));
+        peer.max_msg_mtu = false;
+        assert_eq!(NicAvEntry::for_peer(&peer, 7).check_within(older), Ok(()));
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! | IDENTIFY | `len >= 128` else InvalidField; page written by DMA else DmaFault | — |
 //! | AV_CREATE | `capacity` in 1..=`CAP_AV_ENTRIES`, `rx_ctx_bits <= CAP_AV.max_rx_ctx_bits`, `max_group_id <= CAP_PEER_GROUPS.max_group_id` and the group and receive-context bits within 32 else InvalidField; a free table else NoResources | AV handle (from 1) |
 //! | AV_DESTROY | AV exists else InvalidHandle; no endpoint bound else Busy; frees the AV's auth-key slots | — |
-//! | AV_WRITE | AV exists else InvalidHandle; the `count` records read by DMA else DmaFault; every record: `index < capacity` else IndexOutOfRange, reserved word 0, `NicAvEntry::check` and no flag beyond `entry_flags::defined_at(interface_minor)` else InvalidField, an `AUTH_KEY` entry's slot in use and owned by this AV else InvalidField; a range entry written at its own first index, not overlapping another range or a single entry of the table or the batch, else InvalidField, and not running past the table else IndexOutOfRange — then all are written | records written |
+//! | AV_WRITE | AV exists else InvalidHandle; the `count` records read by DMA else DmaFault; every record: `index < capacity` else IndexOutOfRange, reserved word 0 and `NicAvEntry::check_within(entry_flags::defined_at(interface_minor))` else InvalidField, an `AUTH_KEY` entry's slot in use and owned by this AV else InvalidField; a range entry written at its own first index, not overlapping another range or a single entry of the table or the batch, else InvalidField, and not running past the table else IndexOutOfRange — then all are written | records written |
 //! | AV_INVALIDATE | AV exists else InvalidHandle; a listed index buffer read by DMA else DmaFault; range `[first, first+count)` inside the table, or every listed u32 index inside it, else IndexOutOfRange — then all are invalidated | entries invalidated |
 //! | AV_READ | AV exists else InvalidHandle; `[first, first+count)` inside the table else IndexOutOfRange; entries written by DMA else DmaFault | entries read |
 //! | ENDPOINT_CREATE | handle = AV to bind (0: none) exists else InvalidHandle; ring log2 sizes in 1..=15 and at most `CAP_QUEUES.max_queue_entries` entries (the tagged RX ring's may also be 0: none), ring bases aligned to their entry size, `ri_count` in 1..=`CAP_RESOURCE_INDEX.max_per_endpoint`, JobID within 24 bits, `rx_ctx_cnt` at most `CAP_EP.max_rx_ctx` and `ri_count`, `tx_ctx_cnt` at most `CAP_EP.max_tx_ctx`, a datagram or passive endpoint not scalable, else InvalidField; every ring entirely DMA-mapped else DmaFault; a free endpoint else NoResources, a free PIDonFEP else PidExhausted, a contiguous resource-index range else RiExhausted | endpoint handle \| PIDonFEP << 16 / ri_start \| ri_count << 16 |
@@ -236,11 +236,11 @@ impl Nic {
         if index >= capacity {
             return Err(Status::IndexOutOfRange);
         }
-        if entry.check().is_err() {
-            return Err(Status::InvalidField);
-        }
         // A bit a later interface defined is an undefined bit here (MAX_MSG_MTU before 1.10).
-        if entry.flags.get() & !entry_flags::defined_at(self.cfg.interface_minor) != 0 {
+        if entry
+            .check_within(entry_flags::defined_at(self.cfg.interface_minor))
+            .is_err()
+        {
             return Err(Status::InvalidField);
         }
         if let Some(slot) = entry.auth_key_slot() {
