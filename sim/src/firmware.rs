@@ -88,16 +88,7 @@ impl Nic {
                 Command::MrDeregister { mr, body } => self.fw_mr_deregister(mr, &body),
                 Command::CountersRead { endpoint, body } => self.fw_counters_read(endpoint, &body),
                 Command::AuthKeyAdd { av, body } => self.fw_auth_key_add(av, &body),
-                Command::AuthKeyRemove { slot, body } => {
-                    if self.cfg.interface_minor < since::AUTH_KEY_REMOVE_CHECK_OWNER
-                        && body != AuthKeyRemoveBody::unchecked()
-                    {
-                        // Before 1.9 every byte of the body is reserved.
-                        Err(Status::InvalidField)
-                    } else {
-                        self.fw_auth_key_remove(slot, body.required_owner())
-                    }
-                }
+                Command::AuthKeyRemove { slot, body } => self.fw_auth_key_remove(slot, &body),
                 Command::AuthKeySource { slot, body } => self.fw_auth_key_source(slot, &body),
                 Command::AuthKeyRead(body) => self.fw_auth_key_read(&body),
                 Command::EndpointAuthKeys { endpoint, body } => {
@@ -570,9 +561,15 @@ impl Nic {
         Ok((u32::from(slot), 0))
     }
 
-    fn fw_auth_key_remove(&mut self, slot: u32, owner: Option<(u32, u32)>) -> FwResult {
+    fn fw_auth_key_remove(&mut self, slot: u32, body: &AuthKeyRemoveBody) -> FwResult {
+        // Before 1.9 every byte of the body is reserved.
+        if self.cfg.interface_minor < since::AUTH_KEY_REMOVE_CHECK_OWNER
+            && *body != AuthKeyRemoveBody::unchecked()
+        {
+            return Err(Status::InvalidField);
+        }
         let slot = u16::try_from(slot).map_err(|_| Status::InvalidHandle)?;
-        match self.auths.remove(slot, owner) {
+        match self.auths.remove(slot, body.required_owner()) {
             Ok(()) => Ok((0, 0)),
             Err(RemoveError::NoSlot) => Err(Status::InvalidHandle),
             Err(RemoveError::Granted) => Err(Status::Busy),
