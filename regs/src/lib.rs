@@ -29,6 +29,7 @@
 
 mod map;
 mod mmio;
+pub mod pci;
 mod reference;
 
 pub use map::*;

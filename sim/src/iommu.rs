@@ -110,6 +110,11 @@ impl Iommu {
             .is_some_and(|(&s, &l)| s.saturating_add(l) > start)
     }
 
+    /// Unmap everything.
+    pub(crate) fn clear(&mut self) {
+        *self = Iommu::default();
+    }
+
     /// Unmap every mapping inside `[iova, iova + len)`.
     pub(crate) fn unmap(&mut self, iova: u64, len: u64) -> Result<(), SimError> {
         let end = iova

@@ -69,6 +69,7 @@ mod mr_table;
 mod multi_recv;
 mod nic;
 pub mod pcap;
+mod pci_config;
 pub mod pds;
 mod peer_groups;
 mod regfile;
@@ -79,6 +80,7 @@ mod source_cam;
 mod table_memory;
 mod tag_match;
 mod tx_engine;
+pub mod vfio_user;
 
 pub use config::{NicConfig, OLDEST_INTERFACE_MINOR};
 pub use counters::DebugCounters;
@@ -133,6 +135,14 @@ pub enum SimError {
         target: String,
         /// Why.
         source: std::io::Error,
+    },
+    /// A vfio-user socket could not be served.
+    #[error("vfio-user server at {path}: {reason}")]
+    VfioUser {
+        /// The socket.
+        path: String,
+        /// Why.
+        reason: String,
     },
     /// An operating-system call failed.
     #[error(transparent)]
@@ -280,6 +290,19 @@ impl SimFunction {
         self.with_nic(Err(SimError::InvalidMapping("no such function")), |n| {
             n.iommu.unmap(iova, len)
         })
+    }
+
+    /// Withdraw every DMA mapping of the function, as the IOMMU does when the process that
+    /// owned the function goes away.
+    pub fn dma_unmap_all(&self) {
+        self.with_nic((), |n| n.iommu.clear());
+    }
+
+    /// Function-level reset, as PCIe FLR or a VFIO device reset: the same as writing
+    /// `FUNCTION_RESET` (every endpoint, table and queue forgotten, registers at their reset
+    /// values). DMA mappings belong to the IOMMU and stay.
+    pub fn function_level_reset(&self) {
+        self.with_nic((), |n| n.function_reset());
     }
 
     /// The NIC's fabric address.

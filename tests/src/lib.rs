@@ -48,7 +48,20 @@ impl Node {
 
     /// As [`Node::new`], with the AV stamping `av_job` into its entries.
     pub fn with_av_job(function: SimFunction, job_id: u32, av_job: u32, av_count: usize) -> Node {
-        let nic = Nic::open(Arc::new(SimDevice::new(function.clone()))).expect("open NIC");
+        let device = Arc::new(SimDevice::new(function.clone()));
+        Self::on_device(device, function, job_id, av_job, av_count)
+    }
+
+    /// As [`Node::with_av_job`], the NIC reached through `device` (any backend) and
+    /// `function` the simulated function behind it, for counters.
+    pub fn on_device(
+        device: Arc<dyn Device>,
+        function: SimFunction,
+        job_id: u32,
+        av_job: u32,
+        av_count: usize,
+    ) -> Node {
+        let nic = Nic::open(device).expect("open NIC");
         let av = nic
             .open_av(AvAttr {
                 count: av_count,

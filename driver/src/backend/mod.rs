@@ -2,3 +2,4 @@
 
 #[cfg(feature = "sim")]
 pub mod sim;
+pub mod vfio_user;

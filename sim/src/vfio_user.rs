@@ -1,0 +1,262 @@
+//! The vfio-user server: one simulated function served on a Unix socket.
+//!
+//! A driver in another process attaches to the function as it would to a PCI function bound
+//! to `vfio-pci`, through the vfio-user protocol (the `vfio_user` crate speaks it on both
+//! sides), so simulator and driver can be separate processes, and the simulator a daemon.
+//! The server offers:
+//!
+//! * **region 0, BAR0** ([`uet_regs::BAR0_SIZE`] bytes): each access is the register access
+//!   [`crate::SimFunction`] makes in process. A 4- or 8-byte access is one `read32`/`read64`
+//!   or `write32`/`write64`; a longer write of whole 8-byte words is a burst
+//!   (`Mmio::write64_burst`, the AV write window's write-combined line). Any other access
+//!   reads all ones and writes nothing, as a PCIe function that rejects the access. A doorbell
+//!   write runs the fabric until idle before the reply leaves, so, as in process, everything a
+//!   doorbell caused has happened by the time the driver reads its completion ring;
+//! * **region 7, configuration space** (`crate::pci_config`, 256 bytes);
+//! * **DMA**: each region the client maps arrives as a file descriptor (the driver's DMA
+//!   memory is a memfd) and is mapped into the function's IOMMU view (`SimFunction::dma_map`),
+//!   so the NIC reads and writes the driver's memory directly;
+//! * **device reset**: a function-level reset (the model's `FUNCTION_RESET`, and the
+//!   configuration header's reset values);
+//! * no interrupts: the driver polls its completion rings.
+//!
+//! A server serves one client at a time ([`VfioUserServer::serve_one`]). When the client goes
+//! away, cleanly or not, the function is released as the kernel releases a VFIO device: its
+//! DMA mappings are withdrawn (the client's memory is gone) and it is function-level reset,
+//! so the next client finds it as at power-on and no DMA reaches freed memory.
+//!
+//! The protocol cannot carry a failed BAR access back to the `vfio_user` client (it expects a
+//! reply of the access's shape), which is why a bad access is answered in band, never as an
+//! error reply. A failed DMA map is answered with an error reply and logged; see the driver's
+//! backend for what a client learns of it.
+
+use crate::pci_config::PciConfig;
+use crate::{SimError, SimFunction};
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use uet_regs::pci::CONFIG_SPACE_SIZE;
+use uet_regs::{Mmio, BAR0_SIZE};
+use vfio_bindings::bindings::vfio::{
+    vfio_region_info, VFIO_PCI_BAR0_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX,
+    VFIO_PCI_NUM_REGIONS, VFIO_REGION_INFO_FLAG_READ, VFIO_REGION_INFO_FLAG_WRITE,
+};
+use vfio_user::{DmaMapFlags, DmaUnmapFlags, Server, ServerBackend, ServerRegion};
+
+/// A simulated function listening on a vfio-user socket.
+pub struct VfioUserServer {
+    server: Server,
+    path: PathBuf,
+    backend: std::sync::Mutex<FunctionBackend>,
+}
+
+impl std::fmt::Debug for VfioUserServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VfioUserServer")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl VfioUserServer {
+    /// Listen for a client of `function` on a new socket at `path` (which must not exist).
+    /// The socket is removed when the server is dropped.
+    pub fn bind(function: SimFunction, path: impl AsRef<Path>) -> Result<Self, SimError> {
+        let path = path.as_ref().to_path_buf();
+        let fail = |e: vfio_user::Error| SimError::VfioUser {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        };
+        let server = Server::new(&path, true, Vec::new(), regions()).map_err(fail)?;
+        Ok(VfioUserServer {
+            server,
+            path,
+            backend: std::sync::Mutex::new(FunctionBackend {
+                function,
+                config: PciConfig::default(),
+            }),
+        })
+    }
+
+    /// The socket's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Wait for a client, serve it until it disconnects, then release the function (DMA
+    /// unmapped, function-level reset). An error is a broken conversation (a malformed or
+    /// unsupported message, a socket error); the function is released either way.
+    pub fn serve_one(&self) -> Result<(), SimError> {
+        let mut backend = self
+            .backend
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let served = self.server.run(&mut *backend);
+        backend.release();
+        served.map_err(|e| SimError::VfioUser {
+            path: self.path.display().to_string(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// Serve clients one after another, forever; a broken conversation is logged and the
+    /// next client is served.
+    pub fn serve(&self) -> ! {
+        loop {
+            if let Err(e) = self.serve_one() {
+                tracing::warn!(error = %e, "vfio-user client dropped");
+            }
+        }
+    }
+}
+
+/// The regions of a PCI function, by VFIO region index: BAR0 and configuration space; the
+/// other BARs, the ROM and VGA are absent (size 0).
+fn regions() -> Vec<ServerRegion> {
+    (0..VFIO_PCI_NUM_REGIONS)
+        .map(|index| {
+            let (size, flags) = match index {
+                VFIO_PCI_BAR0_REGION_INDEX => (u64::from(BAR0_SIZE), READ_WRITE),
+                VFIO_PCI_CONFIG_REGION_INDEX => (CONFIG_SPACE_SIZE as u64, READ_WRITE),
+                _ => (0, 0),
+            };
+            ServerRegion {
+                region_info: vfio_region_info {
+                    argsz: core::mem::size_of::<vfio_region_info>() as u32,
+                    flags,
+                    index,
+                    cap_offset: 0,
+                    size,
+                    offset: 0,
+                },
+                sparse_areas: Vec::new(),
+                mmap_fd: None,
+            }
+        })
+        .collect()
+}
+
+const READ_WRITE: u32 = VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE;
+
+/// What the server does with each message: the function and its configuration header.
+struct FunctionBackend {
+    function: SimFunction,
+    config: PciConfig,
+}
+
+impl FunctionBackend {
+    /// The client is gone: withdraw its DMA mappings and reset the function.
+    fn release(&mut self) {
+        self.function.dma_unmap_all();
+        self.reset_function();
+    }
+
+    fn reset_function(&mut self) {
+        self.function.function_level_reset();
+        self.config.reset();
+    }
+
+    /// `offset` as a BAR0 register offset, when `len` bytes from it lie inside BAR0.
+    fn bar0_offset(offset: u64, len: usize) -> Option<u32> {
+        let end = offset.checked_add(len as u64)?;
+        (end <= u64::from(BAR0_SIZE)).then_some(offset as u32)
+    }
+}
+
+fn io_error(e: SimError) -> std::io::Error {
+    std::io::Error::other(e.to_string())
+}
+
+impl ServerBackend for FunctionBackend {
+    fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> std::io::Result<()> {
+        match region {
+            VFIO_PCI_BAR0_REGION_INDEX => {
+                let value = match (Self::bar0_offset(offset, data.len()), data.len()) {
+                    (Some(at), 4) => u64::from(self.function.read32(at)),
+                    (Some(at), 8) => self.function.read64(at),
+                    _ => {
+                        tracing::warn!(offset, len = data.len(), "unsupported BAR0 read");
+                        u64::MAX
+                    }
+                };
+                let bytes = value.to_le_bytes();
+                for (i, b) in data.iter_mut().enumerate() {
+                    *b = bytes.get(i).copied().unwrap_or(0xFF);
+                }
+            }
+            VFIO_PCI_CONFIG_REGION_INDEX => self.config.read(offset, data),
+            _ => data.fill(0xFF),
+        }
+        Ok(())
+    }
+
+    fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        match region {
+            VFIO_PCI_BAR0_REGION_INDEX => match (Self::bar0_offset(offset, data.len()), data) {
+                (Some(at), &[a, b, c, d]) => {
+                    self.function.write32(at, u32::from_le_bytes([a, b, c, d]))
+                }
+                (Some(at), words) if !words.is_empty() && words.len() % 8 == 0 => {
+                    let words: Vec<u64> = words
+                        .chunks_exact(8)
+                        .filter_map(|w| w.first_chunk::<8>())
+                        .map(|w| u64::from_le_bytes(*w))
+                        .collect();
+                    match words.as_slice() {
+                        [one] => self.function.write64(at, *one),
+                        burst => self.function.write64_burst(at, burst),
+                    }
+                }
+                _ => tracing::warn!(offset, len = data.len(), "unsupported BAR0 write dropped"),
+            },
+            VFIO_PCI_CONFIG_REGION_INDEX => self.config.write(offset, data),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn dma_map(
+        &mut self,
+        _flags: DmaMapFlags,
+        offset: u64,
+        address: u64,
+        size: u64,
+        fd: Option<File>,
+    ) -> std::io::Result<()> {
+        // Without a descriptor the client would have the server reach its memory by
+        // DMA_READ/DMA_WRITE messages, which the protocol crate does not carry.
+        let Some(fd) = fd else {
+            tracing::warn!(address, size, "DMA map without a file descriptor refused");
+            return Err(std::io::Error::other("DMA map needs a file descriptor"));
+        };
+        self.function
+            .dma_map(address, size, fd.as_fd(), offset)
+            .inspect_err(|e| tracing::warn!(address, size, error = %e, "DMA map refused"))
+            .map_err(io_error)
+    }
+
+    fn dma_unmap(&mut self, _flags: DmaUnmapFlags, address: u64, size: u64) -> std::io::Result<()> {
+        self.function
+            .dma_unmap(address, size)
+            .inspect_err(|e| tracing::warn!(address, size, error = %e, "DMA unmap refused"))
+            .map_err(io_error)
+    }
+
+    fn reset(&mut self) -> std::io::Result<()> {
+        self.reset_function();
+        Ok(())
+    }
+
+    fn set_irqs(
+        &mut self,
+        index: u32,
+        _flags: u32,
+        _start: u32,
+        _count: u32,
+        _fds: Vec<File>,
+    ) -> std::io::Result<()> {
+        Err(std::io::Error::other(format!(
+            "the function has no interrupts (index {index})"
+        )))
+    }
+}

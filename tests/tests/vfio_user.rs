@@ -1,0 +1,383 @@
+//! The driver and the simulated NIC in conversation over vfio-user, as a driver process and a
+//! simulator daemon are: every register access a request on a Unix socket, DMA memory passed
+//! as file descriptors and mapped by the server.
+//!
+//! The servers run on threads of this process, which lets the tests look at the simulated
+//! functions directly; the bytes between driver and NIC cross the socket all the same.
+
+use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use uet_driver::backend::vfio_user::VfioUserDevice;
+use uet_driver::{Device, DeviceError};
+use uet_regs::{pci, Mmio, ADMIN_SQ_BASE, BAD_REGISTER_ACCESSES, BAR0_SIZE, DMA_FAULTS, ID};
+use uet_sim::vfio_user::VfioUserServer;
+use uet_sim::{SimError, SimFunction};
+use uet_tests::{pattern, Node};
+use vfio_bindings::bindings::vfio::{
+    vfio_region_info, VFIO_PCI_BAR0_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX,
+    VFIO_PCI_NUM_REGIONS, VFIO_REGION_INFO_FLAG_READ, VFIO_REGION_INFO_FLAG_WRITE,
+};
+use vfio_user::{Client, DmaMapFlags, DmaUnmapFlags, Server, ServerBackend, ServerRegion};
+
+const JOB: u32 = 0x0007_2000;
+
+/// A fresh directory for the sockets of one test.
+fn socket_dir(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("uet-vfio-user-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("socket directory");
+    dir
+}
+
+/// Serve `function` at `path`; the thread serves one client.
+fn serve(
+    function: &SimFunction,
+    path: &Path,
+) -> (Arc<VfioUserServer>, JoinHandle<Result<(), SimError>>) {
+    let server = Arc::new(VfioUserServer::bind(function.clone(), path).expect("bind"));
+    (server.clone(), serve_next(&server))
+}
+
+fn serve_next(server: &Arc<VfioUserServer>) -> JoinHandle<Result<(), SimError>> {
+    let s = server.clone();
+    std::thread::spawn(move || s.serve_one())
+}
+
+fn node(server: &VfioUserServer, function: &SimFunction) -> Node {
+    let device = Arc::new(VfioUserDevice::open(server.path()).expect("open over vfio-user"));
+    Node::on_device(device, function.clone(), JOB, JOB, 64)
+}
+
+#[test]
+fn the_driver_runs_the_av_and_the_datapath_over_vfio_user() {
+    let (_fabric, fns) = uet_tests::fabric(2);
+    let dir = socket_dir("datapath");
+    let (sa, ta) = serve(&fns[0], &dir.join("a.sock"));
+    let (sb, tb) = serve(&fns[1], &dir.join("b.sock"));
+    let mut a = node(&sa, &fns[0]);
+    let mut b = node(&sb, &fns[1]);
+
+    // The AV: single inserts, a batch (one AV_WRITE), remove, reinsert, all on the NIC.
+    assert_eq!(a.insert(&b.addr()), 0);
+    assert_eq!(b.insert(&a.addr()), 0);
+    let peer = b.addr();
+    let batch: Vec<u8> = std::iter::repeat_n(peer, 20).flatten().collect();
+    let mut many = [0u64; 20];
+    assert_eq!(a.av.insert(&batch, 20, Some(&mut many), 0).unwrap(), 20);
+    assert_eq!(many.to_vec(), (1..21).collect::<Vec<_>>());
+    a.av.remove(&[3, 20], 0).unwrap();
+    let mut one = [0u64; 1];
+    assert_eq!(a.av.insert(&peer, 1, Some(&mut one), 0).unwrap(), 1);
+    assert_eq!(one[0], 3, "the lowest unused index");
+    assert!(
+        a.av.verify_nic().unwrap().is_empty(),
+        "NIC and mirror agree"
+    );
+
+    // Messages both ways, the payload read and written by the NIC in the driver's memory.
+    b.post_recvs(2);
+    for (dest, context) in [(0, 1u64), (3, 2)] {
+        a.send(dest, &pattern(1000, context as u8), context);
+        let sent = a.next_completion().expect("send completion");
+        assert!(sent.error.is_none(), "{:?}", sent.error);
+        let got = b.next_completion().expect("receive completion");
+        assert!(got.error.is_none(), "{:?}", got.error);
+        assert_eq!(
+            got.buffer.unwrap().to_vec().unwrap(),
+            pattern(1000, context as u8)
+        );
+    }
+    a.post_recvs(1);
+    b.send(0, b"back", 9);
+    assert!(b.next_completion().unwrap().error.is_none());
+    let back = a.next_completion().unwrap();
+    assert_eq!(back.buffer.unwrap().to_vec().unwrap(), b"back");
+    for n in [&a, &b] {
+        assert_eq!(n.counter(BAD_REGISTER_ACCESSES), 0);
+        assert_eq!(n.counter(DMA_FAULTS), 0);
+    }
+
+    // Closing the driver ends the conversation; the server releases the function.
+    drop(a);
+    drop(b);
+    ta.join().unwrap().expect("client A served to the end");
+    tb.join().unwrap().expect("client B served to the end");
+
+    // The next client finds the function as at power-on, and it works.
+    let ta = serve_next(&sa);
+    let tb = serve_next(&sb);
+    let mut a = node(&sa, &fns[0]);
+    let mut b = node(&sb, &fns[1]);
+    assert_eq!(a.insert(&b.addr()), 0, "a fresh AV");
+    assert_eq!(b.insert(&a.addr()), 0);
+    b.post_recvs(1);
+    a.send(0, b"again", 1);
+    assert!(a.next_completion().unwrap().error.is_none());
+    assert_eq!(
+        b.next_completion()
+            .unwrap()
+            .buffer
+            .unwrap()
+            .to_vec()
+            .unwrap(),
+        b"again"
+    );
+    drop((a, b));
+    ta.join().unwrap().unwrap();
+    tb.join().unwrap().unwrap();
+    drop((sa, sb));
+    assert!(
+        !dir.join("a.sock").exists(),
+        "the socket goes with its server"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn opening_sets_memory_space_and_bus_master() {
+    let (_fabric, fns) = uet_tests::fabric(1);
+    let dir = socket_dir("command");
+    let (server, t) = serve(&fns[0], &dir.join("nic.sock"));
+    let device = VfioUserDevice::open(server.path()).unwrap();
+    let command = u16::from_le_bytes(device.config_read::<2>(pci::COMMAND));
+    assert_eq!(
+        command & (pci::COMMAND_MEMORY_SPACE | pci::COMMAND_BUS_MASTER),
+        pci::COMMAND_MEMORY_SPACE | pci::COMMAND_BUS_MASTER
+    );
+    assert_eq!(
+        u32::from_le_bytes(device.config_read::<4>(pci::VENDOR_ID)),
+        pci::ID_DWORD
+    );
+    assert_eq!(
+        device.bar0().read32(ID.offset()),
+        fns[0].read32(ID.offset())
+    );
+    assert!(device.name().contains("nic.sock"), "{}", device.name());
+    drop(device);
+    t.join().unwrap().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A file of `len` zero bytes for DMA (the driver's memory is a memfd; any file maps alike).
+fn dma_file(dir: &Path, len: u64) -> File {
+    let path = dir.join("dma");
+    let f = File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .unwrap();
+    f.set_len(len).unwrap();
+    std::fs::remove_file(path).unwrap();
+    f
+}
+
+#[test]
+fn a_client_that_goes_leaves_no_dma_mapping_and_a_reset_function() {
+    let (_fabric, fns) = uet_tests::fabric(1);
+    let dir = socket_dir("release");
+    let (server, t) = serve(&fns[0], &dir.join("nic.sock"));
+    let memory = dma_file(&dir, 8192);
+    let mut client = Client::new(server.path()).unwrap();
+    client
+        .dma_map(0, 0x10_0000, 8192, memory.as_raw_fd())
+        .unwrap();
+    assert!(
+        matches!(
+            fns[0].dma_map(0x10_0000, 4096, memory.as_fd(), 0),
+            Err(SimError::Overlap { .. })
+        ),
+        "the server mapped the client's memory"
+    );
+    client
+        .region_write(
+            VFIO_PCI_BAR0_REGION_INDEX,
+            u64::from(ADMIN_SQ_BASE.offset()),
+            &0x10_0000u64.to_le_bytes(),
+        )
+        .unwrap();
+    assert_eq!(fns[0].read64(ADMIN_SQ_BASE.offset()), 0x10_0000);
+
+    // The client goes without unmapping or resetting anything.
+    drop(client);
+    t.join().unwrap().unwrap();
+    assert_eq!(fns[0].read64(ADMIN_SQ_BASE.offset()), 0, "function reset");
+    fns[0]
+        .dma_map(0x10_0000, 8192, memory.as_fd(), 0)
+        .expect("the departed client's mapping was withdrawn");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn accesses_the_function_cannot_take_are_answered_in_band() {
+    let (_fabric, fns) = uet_tests::fabric(1);
+    let dir = socket_dir("bad-access");
+    let (server, t) = serve(&fns[0], &dir.join("nic.sock"));
+    let mut client = Client::new(server.path()).unwrap();
+    let bar = VFIO_PCI_BAR0_REGION_INDEX;
+    let id_at = u64::from(ID.offset());
+    let sq = u64::from(ADMIN_SQ_BASE.offset());
+
+    // A 2-byte read, a read across the end of BAR0, a read of an absent BAR: all ones.
+    let mut two = [0u8; 2];
+    client.region_read(bar, id_at, &mut two).unwrap();
+    assert_eq!(two, [0xFF; 2]);
+    let mut eight = [0u8; 8];
+    client
+        .region_read(bar, u64::from(BAR0_SIZE) - 4, &mut eight)
+        .unwrap();
+    assert_eq!(eight, [0xFF; 8]);
+    client.region_read(2, 0, &mut eight).unwrap();
+    assert_eq!(eight, [0xFF; 8]);
+    // A 3-byte write and a write past BAR0 are dropped.
+    client.region_write(bar, sq, &[1, 2, 3]).unwrap();
+    client
+        .region_write(bar, u64::from(BAR0_SIZE), &[0xFF; 8])
+        .unwrap();
+    assert_eq!(fns[0].read64(ADMIN_SQ_BASE.offset()), 0);
+    // Configuration space: identity read-only, reads past the header 0.
+    client
+        .region_write(VFIO_PCI_CONFIG_REGION_INDEX, 0, &[0; 4])
+        .unwrap();
+    let mut id = [0u8; 4];
+    client
+        .region_read(VFIO_PCI_CONFIG_REGION_INDEX, 0, &mut id)
+        .unwrap();
+    assert_eq!(u32::from_le_bytes(id), pci::ID_DWORD);
+    client
+        .region_read(VFIO_PCI_CONFIG_REGION_INDEX, 0x1000, &mut id)
+        .unwrap();
+    assert_eq!(id, [0; 4]);
+
+    // The conversation is intact: a proper read still answers.
+    let mut word = [0u8; 4];
+    client.region_read(bar, id_at, &mut word).unwrap();
+    assert_eq!(u32::from_le_bytes(word), fns[0].read32(ID.offset()));
+    drop(client);
+    t.join().unwrap().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A vfio-user PCI function that is some other device: configuration space names another
+/// vendor and device; every BAR access is recorded.
+struct OtherDevice {
+    bar_accesses: Arc<Mutex<u32>>,
+}
+
+impl ServerBackend for OtherDevice {
+    fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> std::io::Result<()> {
+        data.fill(0);
+        if region == VFIO_PCI_CONFIG_REGION_INDEX && offset == 0 {
+            let id = 0x10FB_8086u32.to_le_bytes();
+            for (d, s) in data.iter_mut().zip(id) {
+                *d = s;
+            }
+        } else if region == VFIO_PCI_BAR0_REGION_INDEX {
+            *self.bar_accesses.lock().unwrap() += 1;
+        }
+        Ok(())
+    }
+    fn region_write(&mut self, region: u32, _: u64, _: &[u8]) -> std::io::Result<()> {
+        if region == VFIO_PCI_BAR0_REGION_INDEX {
+            *self.bar_accesses.lock().unwrap() += 1;
+        }
+        Ok(())
+    }
+    fn dma_map(
+        &mut self,
+        _: DmaMapFlags,
+        _: u64,
+        _: u64,
+        _: u64,
+        _: Option<File>,
+    ) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn dma_unmap(&mut self, _: DmaUnmapFlags, _: u64, _: u64) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn reset(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn set_irqs(&mut self, _: u32, _: u32, _: u32, _: u32, _: Vec<File>) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn regions(bar0_size: u64) -> Vec<ServerRegion> {
+    (0..VFIO_PCI_NUM_REGIONS)
+        .map(|index| ServerRegion {
+            region_info: vfio_region_info {
+                argsz: std::mem::size_of::<vfio_region_info>() as u32,
+                flags: VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE,
+                index,
+                cap_offset: 0,
+                size: match index {
+                    VFIO_PCI_BAR0_REGION_INDEX => bar0_size,
+                    VFIO_PCI_CONFIG_REGION_INDEX => 256,
+                    _ => 0,
+                },
+                offset: 0,
+            },
+            sparse_areas: Vec::new(),
+            mmap_fd: None,
+        })
+        .collect()
+}
+
+/// Serve `OtherDevice` with a BAR0 of `bar0_size` to one client; returns the error the driver
+/// gets and the number of BAR accesses it made.
+fn open_other(test: &str, bar0_size: u64) -> (DeviceError, u32) {
+    let dir = socket_dir(test);
+    let path = dir.join("other.sock");
+    let server = Server::new(&path, true, Vec::new(), regions(bar0_size)).unwrap();
+    let accesses = Arc::new(Mutex::new(0));
+    let mut backend = OtherDevice {
+        bar_accesses: accesses.clone(),
+    };
+    let t = std::thread::spawn(move || server.run(&mut backend).map_err(|e| e.to_string()));
+    let err = VfioUserDevice::open(&path).expect_err("another device is refused");
+    t.join().unwrap().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let n = *accesses.lock().unwrap();
+    (err, n)
+}
+
+#[test]
+fn a_function_that_is_not_this_nic_is_refused_before_its_registers_are_touched() {
+    let (err, accesses) = open_other("other-device", u64::from(BAR0_SIZE));
+    let text = err.to_string();
+    assert!(matches!(err, DeviceError::Open { .. }), "{err:?}");
+    assert!(
+        text.contains("not a uet-nic function: vendor:device 8086:10fb"),
+        "{text}"
+    );
+    assert!(text.contains("other.sock"), "{text}");
+    assert_eq!(accesses, 0);
+
+    let (err, accesses) = open_other("small-bar", 0x100);
+    assert!(err.to_string().contains("BAR0 is 256 bytes"), "{err}");
+    assert_eq!(accesses, 0);
+}
+
+#[test]
+fn no_server_no_socket_clear_errors() {
+    let dir = socket_dir("errors");
+    let missing = dir.join("missing.sock");
+    let err = VfioUserDevice::open(&missing).expect_err("nothing listens");
+    assert!(matches!(err, DeviceError::Open { .. }), "{err:?}");
+    assert!(err.to_string().contains("missing.sock"), "{err}");
+
+    let (_fabric, fns) = uet_tests::fabric(1);
+    let path = dir.join("taken.sock");
+    std::fs::write(&path, b"").unwrap();
+    let err = VfioUserServer::bind(fns[0].clone(), &path).expect_err("the path exists");
+    assert!(matches!(err, SimError::VfioUser { .. }), "{err:?}");
+    assert!(err.to_string().contains("taken.sock"), "{err}");
+    assert!(path.exists(), "a socket path that was there stays");
+    let _ = std::fs::remove_dir_all(&dir);
+}
