@@ -27,14 +27,17 @@
 //! With [`DemoConfig::pcap`] set, the fabric writes every frame to a pcap file from before the
 //! first rank starts until the last one has finished.
 
+use crate::serve::nic_socket;
 use std::net::{IpAddr, Ipv4Addr};
 use std::ops::Range;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 use uet_av::{AvAttr, FiAddr};
 use uet_driver::backend::sim::SimDevice;
+use uet_driver::backend::vfio_user::VfioUserDevice;
+use uet_driver::Device;
 use uet_driver::{Av, CqEvent, CqOp, DmaPool, Endpoint, EndpointAttr, MemoryRegion, MrAccess, Nic};
 use uet_sim::{CaptureStatus, Fabric, NicConfig};
 
@@ -59,6 +62,9 @@ pub struct DemoConfig {
     /// Host interface minor version of every simulated NIC (`uet_sim::OLDEST_INTERFACE_MINOR`
     /// to `uet_regs::INTERFACE_MINOR`): the job on NICs older than the driver.
     pub interface_minor: u8,
+    /// Run on the NICs a simulator daemon serves in this directory (`uetctl sim serve`):
+    /// rank `i` opens `nic<i>.sock` over vfio-user. `None`: NICs of a fabric in this process.
+    pub vfio_user: Option<PathBuf>,
 }
 
 impl Default for DemoConfig {
@@ -72,6 +78,7 @@ impl Default for DemoConfig {
             rma: true,
             pcap: None,
             interface_minor: uet_driver::uet_regs::INTERFACE_MINOR,
+            vfio_user: None,
         }
     }
 }
@@ -140,8 +147,8 @@ pub struct Rank {
 
 /// The job after it ran.
 pub struct DemoOutcome {
-    /// The simulated fabric.
-    pub fabric: Fabric,
+    /// The simulated fabric, when it is in this process (not with `vfio_user`).
+    pub fabric: Option<Fabric>,
     /// Every rank, in rank order.
     pub ranks: Vec<Rank>,
     /// The packet capture, when one was asked for (stopped: the file is complete).
@@ -237,6 +244,9 @@ pub enum DemoError {
     /// The fabric could not be built.
     #[error("building the simulated fabric: {0}")]
     Fabric(String),
+    /// A daemon's NIC could not be opened.
+    #[error("{0}")]
+    Device(String),
     /// The packet capture could not be started.
     #[error("{0}")]
     Capture(String),
@@ -292,22 +302,13 @@ pub fn run(cfg: DemoConfig) -> Result<DemoOutcome, DemoError> {
             cfg.interface_minor
         )));
     }
-    let fabric = Fabric::new();
-    let mut functions = Vec::with_capacity(cfg.ranks);
-    for r in 0..cfg.ranks {
-        let mut nic = NicConfig::new(rank_fabric_addr(r));
-        nic.interface_minor = cfg.interface_minor;
-        let f = fabric
-            .add_nic(nic)
-            .map_err(|e| DemoError::Fabric(e.to_string()))?;
-        functions.push(f);
-    }
-
-    if let Some(path) = &cfg.pcap {
-        fabric
-            .capture_to_file(path)
-            .map_err(|e| DemoError::Capture(e.to_string()))?;
-    }
+    let (fabric, devices) = match &cfg.vfio_user {
+        Some(dir) => (None, daemon_devices(dir, &cfg)?),
+        None => {
+            let (fabric, devices) = embedded_devices(&cfg)?;
+            (Some(fabric), devices)
+        }
+    };
     let rank_cfg = RankConfig {
         ranks: cfg.ranks,
         messages: cfg.messages,
@@ -330,7 +331,7 @@ pub fn run(cfg: DemoConfig) -> Result<DemoOutcome, DemoError> {
     let mut from_master = Some(from_master);
 
     let mut handles = Vec::new();
-    for (rank, (function, inbox)) in functions.into_iter().zip(rank_rx).enumerate() {
+    for (rank, (device, inbox)) in devices.into_iter().zip(rank_rx).enumerate() {
         let to_master = to_master.clone();
         let barrier = barrier.clone();
         let master = if rank == 0 {
@@ -339,7 +340,7 @@ pub fn run(cfg: DemoConfig) -> Result<DemoOutcome, DemoError> {
             None
         };
         handles.push(std::thread::spawn(move || {
-            run_rank(rank_cfg, rank, function, to_master, inbox, master, &barrier)
+            run_rank(rank_cfg, rank, device, to_master, inbox, master, &barrier)
         }));
     }
     drop(to_master);
@@ -359,7 +360,7 @@ pub fn run(cfg: DemoConfig) -> Result<DemoOutcome, DemoError> {
             }
         }
     }
-    let capture = cfg.pcap.as_ref().map(|_| {
+    let capture = cfg.pcap.as_ref().zip(fabric.as_ref()).map(|(_, fabric)| {
         fabric.stop_capture();
         fabric.capture_status()
     });
@@ -373,6 +374,43 @@ pub fn run(cfg: DemoConfig) -> Result<DemoOutcome, DemoError> {
     })
 }
 
+/// A fabric in this process with a NIC per rank (and the capture, when asked for).
+fn embedded_devices(cfg: &DemoConfig) -> Result<(Fabric, Vec<Arc<dyn Device>>), DemoError> {
+    let fabric = Fabric::new();
+    let mut devices: Vec<Arc<dyn Device>> = Vec::with_capacity(cfg.ranks);
+    for r in 0..cfg.ranks {
+        let mut nic = NicConfig::new(rank_fabric_addr(r));
+        nic.interface_minor = cfg.interface_minor;
+        let f = fabric
+            .add_nic(nic)
+            .map_err(|e| DemoError::Fabric(e.to_string()))?;
+        devices.push(Arc::new(SimDevice::new(f)));
+    }
+    if let Some(path) = &cfg.pcap {
+        fabric
+            .capture_to_file(path)
+            .map_err(|e| DemoError::Capture(e.to_string()))?;
+    }
+    Ok((fabric, devices))
+}
+
+/// The NICs a daemon serves in `dir`, rank `i` on `nic<i>.sock`, opened before any rank
+/// starts so that a missing one fails the job at once.
+fn daemon_devices(dir: &Path, cfg: &DemoConfig) -> Result<Vec<Arc<dyn Device>>, DemoError> {
+    if cfg.pcap.is_some() {
+        return Err(DemoError::Config(
+            "--pcap captures the fabric of the embedded simulator; a daemon's fabric is in its own process".into(),
+        ));
+    }
+    (0..cfg.ranks)
+        .map(|r| {
+            VfioUserDevice::open(nic_socket(dir, r))
+                .map(|d| Arc::new(d) as Arc<dyn Device>)
+                .map_err(|e| DemoError::Device(format!("rank {r}: {e}")))
+        })
+        .collect()
+}
+
 type Master = (
     mpsc::Receiver<(usize, Vec<u8>)>,
     Vec<mpsc::Sender<Arc<Vec<u8>>>>,
@@ -381,7 +419,7 @@ type Master = (
 fn run_rank(
     cfg: RankConfig,
     rank: usize,
-    function: uet_sim::SimFunction,
+    device: Arc<dyn Device>,
     to_master: mpsc::Sender<(usize, Vec<u8>)>,
     inbox: mpsc::Receiver<Arc<Vec<u8>>>,
     master: Option<Master>,
@@ -390,7 +428,7 @@ fn run_rank(
     let n = cfg.ranks;
     // A rank that fails still takes part in every barrier, so the others never hang.
     let setup = (|| -> Result<_, String> {
-        let nic = Nic::open(Arc::new(SimDevice::new(function))).map_err(|e| e.to_string())?;
+        let nic = Nic::open(device).map_err(|e| e.to_string())?;
         let av = nic
             .open_av(AvAttr {
                 count: n,

@@ -5,6 +5,7 @@ use serde_json::json;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use uetctl::demo::{self, DemoConfig, DemoOutcome};
+use uetctl::serve::{Daemon, ServeConfig};
 use uetctl::{dump, stats};
 
 #[derive(Parser)]
@@ -41,12 +42,16 @@ struct JobArgs {
     no_rma: bool,
     /// Write every frame that crosses the simulated fabric to FILE (libpcap, Ethernet; UET is
     /// UDP port 4793 for Wireshark).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "vfio_user")]
     pcap: Option<PathBuf>,
     /// Host interface minor version of the simulated NICs (1.N): run the job on NICs older
     /// than the driver, from 7 to the current version.
-    #[arg(long, default_value_t = uet_driver::uet_regs::INTERFACE_MINOR)]
+    #[arg(long, default_value_t = uet_driver::uet_regs::INTERFACE_MINOR, conflicts_with = "vfio_user")]
     interface_minor: u8,
+    /// Run on the NICs a simulator daemon serves in DIR (`uetctl sim serve --dir DIR`), rank
+    /// i on DIR/nic<i>.sock over vfio-user, instead of NICs simulated in this process.
+    #[arg(long, value_name = "DIR")]
+    vfio_user: Option<PathBuf>,
 }
 
 impl From<JobArgs> for DemoConfig {
@@ -59,6 +64,7 @@ impl From<JobArgs> for DemoConfig {
             rma: !a.no_rma,
             pcap: a.pcap,
             interface_minor: a.interface_minor,
+            vfio_user: a.vfio_user,
         }
     }
 }
@@ -96,6 +102,29 @@ enum Command {
         #[command(subcommand)]
         command: AvCommand,
     },
+    /// The simulator.
+    Sim {
+        #[command(subcommand)]
+        command: SimCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum SimCommand {
+    /// Serve simulated NICs on one fabric to drivers in other processes: NIC i (fabric
+    /// address 10.0.0.(1 + i)) on the vfio-user socket DIR/nic<i>.sock, until stopped. Each
+    /// line printed names a NIC and its socket; the last says the daemon is serving.
+    Serve {
+        /// Directory of the sockets (created if missing).
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+        /// NICs on the fabric.
+        #[arg(long, default_value_t = 4)]
+        nics: usize,
+        /// Host interface minor version of the NICs (1.N), from 7 to the current version.
+        #[arg(long, default_value_t = uet_driver::uet_regs::INTERFACE_MINOR)]
+        interface_minor: u8,
+    },
 }
 
 #[derive(Subcommand)]
@@ -132,6 +161,21 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Demo { job } => run_demo(job.into(), cli.json),
+        Command::Sim {
+            command:
+                SimCommand::Serve {
+                    dir,
+                    nics,
+                    interface_minor,
+                },
+        } => serve(
+            &ServeConfig {
+                dir,
+                nics,
+                interface_minor,
+            },
+            cli.json,
+        ),
         Command::Stats { demo, job } => {
             if !demo {
                 eprintln!(
@@ -227,6 +271,44 @@ fn run_job(cfg: &DemoConfig) -> Result<DemoOutcome, ExitCode> {
     })
 }
 
+/// `uetctl sim serve`: bind every socket, say so, serve until the process is stopped.
+fn serve(cfg: &ServeConfig, as_json: bool) -> ExitCode {
+    let daemon = match Daemon::bind(cfg) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("uetctl sim serve: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if as_json {
+        let nics: Vec<_> = daemon
+            .nics()
+            .iter()
+            .enumerate()
+            .map(|(i, (addr, path))| {
+                json!({"nic": i, "fabric_addr": addr.to_string(), "socket": path.display().to_string()})
+            })
+            .collect();
+        println!(
+            "{}",
+            json!({ "serving": nics, "interface_minor": cfg.interface_minor })
+        );
+    } else {
+        for (i, (addr, path)) in daemon.nics().iter().enumerate() {
+            println!("nic{i} {addr} {}", path.display());
+        }
+        println!(
+            "serving {} NICs (interface 1.{}) in {}",
+            cfg.nics,
+            cfg.interface_minor,
+            cfg.dir.display()
+        );
+    }
+    // The lines are the readiness signal of whoever started the daemon.
+    let _ = std::io::Write::flush(&mut std::io::stdout());
+    daemon.run()
+}
+
 fn run_demo(cfg: DemoConfig, as_json: bool) -> ExitCode {
     let mut outcome = match run_job(&cfg) {
         Ok(o) => o,
@@ -287,7 +369,8 @@ fn run_demo(cfg: DemoConfig, as_json: bool) -> ExitCode {
             "job_id": cfg.job_id,
             "messages_per_rank": cfg.messages,
             "tagged_per_rank": cfg.tagged,
-            "interface_minor": cfg.interface_minor,
+            "interface_minor": outcome.ranks.first().map_or(cfg.interface_minor, |r| r.nic.identity().interface_minor),
+            "vfio_user": cfg.vfio_user.as_ref().map(|d| d.display().to_string()),
             "rma": cfg.rma,
             "ranks": ranks,
             "rank0_av": dump::render_json(table),

@@ -1,0 +1,170 @@
+//! The simulator as a daemon and the driver in other processes: `uetctl sim serve` in one
+//! process, `uetctl demo --vfio-user` in others, talking vfio-user over Unix sockets.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+fn uetctl(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_uetctl"))
+        .args(args)
+        .output()
+        .expect("run uetctl")
+}
+
+/// A running `uetctl sim serve`, stopped when dropped.
+struct Daemon {
+    child: Child,
+    lines: Vec<String>,
+}
+
+impl Daemon {
+    /// Start a daemon of `nics` NICs in `dir` and wait until it says it serves.
+    fn start(dir: &Path, nics: usize) -> Daemon {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_uetctl"))
+            .args(["sim", "serve", "--nics", &nics.to_string(), "--dir"])
+            .arg(dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the daemon");
+        let out = child.stdout.take().expect("stdout");
+        let mut lines = Vec::new();
+        for line in BufReader::new(out).lines() {
+            let line = line.expect("daemon output");
+            let last = line.starts_with("serving");
+            lines.push(line);
+            if last {
+                return Daemon { child, lines };
+            }
+        }
+        let status = child.wait().expect("daemon status");
+        panic!("the daemon stopped before serving ({status}): {lines:?}");
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn socket_dir(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("uetctl-daemon-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// `uetctl --json demo --ranks 2 --vfio-user dir`, which must succeed; its JSON.
+fn demo_over(dir: &Path) -> serde_json::Value {
+    let dir = dir.to_str().expect("UTF-8 path");
+    let out = uetctl(&["--json", "demo", "--ranks", "2", "--vfio-user", dir]);
+    assert!(
+        out.status.success(),
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+#[test]
+fn a_job_in_another_process_runs_on_the_daemons_nics_again_and_again() {
+    let dir = socket_dir("job");
+    let daemon = Daemon::start(&dir, 2);
+    assert_eq!(daemon.lines.len(), 3, "{:?}", daemon.lines);
+    assert!(
+        daemon.lines[0].starts_with("nic0 10.0.0.1 "),
+        "{:?}",
+        daemon.lines
+    );
+    assert!(daemon.lines[1].ends_with("nic1.sock"), "{:?}", daemon.lines);
+
+    // Each run is a new driver process; the daemon released the NICs after the last one.
+    for run in 0..2 {
+        let v = demo_over(&dir);
+        assert_eq!(v["ok"], true, "run {run}: {v:#}");
+        assert_eq!(v["av_differences"], 0, "run {run}");
+        assert_eq!(v["interface_minor"], u64::from(uet_regs::INTERFACE_MINOR));
+        assert_eq!(v["vfio_user"], dir.display().to_string());
+        for (i, r) in v["ranks"].as_array().unwrap().iter().enumerate() {
+            assert_eq!(r["received"], 8, "run {run} rank {i}");
+            assert_eq!(r["fabric_addr"], format!("10.0.0.{}", i + 1));
+            assert_eq!(r["rma"]["write_verified"], true);
+        }
+    }
+
+    // A second daemon on the same sockets is refused, and the first one keeps serving.
+    let out = uetctl(&[
+        "sim",
+        "serve",
+        "--nics",
+        "2",
+        "--dir",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("nic0.sock: served by another process"),
+        "{err}"
+    );
+    assert_eq!(demo_over(&dir)["ok"], true);
+
+    // A daemon that dies leaves its socket files; the next one replaces them.
+    drop(daemon);
+    assert!(dir.join("nic0.sock").exists());
+    let out = uetctl(&["demo", "--ranks", "2", "--vfio-user", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("rank 0: cannot open device vfio-user:"),
+        "{err}"
+    );
+    let daemon = Daemon::start(&dir, 2);
+    assert_eq!(demo_over(&dir)["ok"], true);
+    drop(daemon);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_daemon_and_the_job_refuse_what_they_cannot_do() {
+    let dir = socket_dir("refusals");
+    let d = dir.to_str().unwrap();
+    for (args, message) in [
+        (
+            vec!["sim", "serve", "--nics", "0", "--dir", d],
+            "--nics must be 1..=1024, got 0",
+        ),
+        (
+            vec!["sim", "serve", "--interface-minor", "6", "--dir", d],
+            "--interface-minor must be 7..=",
+        ),
+    ] {
+        let out = uetctl(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(message), "{args:?}: {err}");
+        assert!(!dir.join("nic0.sock").exists(), "{args:?}: nothing bound");
+    }
+    // A daemon that serves fewer NICs than the job has ranks: the missing rank is named.
+    let daemon = Daemon::start(&dir, 1);
+    let out = uetctl(&["demo", "--ranks", "2", "--vfio-user", d]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("rank 1: cannot open device vfio-user:"),
+        "{err}"
+    );
+    assert!(err.contains("nic1.sock"), "{err}");
+    // The capture and the interface version belong to the daemon's fabric.
+    for extra in [["--pcap", "x.pcap"], ["--interface-minor", "8"]] {
+        let out = uetctl(&["demo", "--vfio-user", d, extra[0], extra[1]]);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("cannot be used with"), "{extra:?}: {err}");
+    }
+    drop(daemon);
+    let _ = std::fs::remove_dir_all(&dir);
+}
