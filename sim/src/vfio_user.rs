@@ -100,11 +100,14 @@ impl VfioUserServer {
     }
 
     /// Serve clients one after another, forever; a broken conversation is logged and the
-    /// next client is served.
+    /// next client is served. After a failure the server waits a little before it accepts
+    /// again, so a socket that keeps failing (no descriptors left to accept with) does not
+    /// spin a core.
     pub fn serve(&self) -> ! {
         loop {
             if let Err(e) = self.serve_one() {
                 tracing::warn!(error = %e, "vfio-user client dropped");
+                std::thread::sleep(std::time::Duration::from_millis(10));
             }
         }
     }
