@@ -8,7 +8,7 @@
 //! * **region 0, BAR0** ([`uet_regs::BAR0_SIZE`] bytes): each access is the register access
 //!   [`crate::SimFunction`] makes in process. A 4- or 8-byte access is one `read32`/`read64`
 //!   or `write32`/`write64`; a longer write of whole 8-byte words is a burst
-//!   (`Mmio::write64_burst`, the AV write window's write-combined line). Any other access
+//!   (`Mmio::write64_burst`, the AV write window's write-combined line), one per 64 bytes. Any other access
 //!   reads all ones and writes nothing, as a PCIe function that rejects the access. A doorbell
 //!   write runs the fabric until idle before the reply leaves, so, as in process, everything a
 //!   doorbell caused has happened by the time the driver reads its completion ring;
@@ -199,15 +199,23 @@ impl ServerBackend for FunctionBackend {
                 (Some(at), &[a, b, c, d]) => {
                     self.function.write32(at, u32::from_le_bytes([a, b, c, d]))
                 }
-                (Some(at), words) if !words.is_empty() && words.len() % 8 == 0 => {
-                    let words: Vec<u64> = words
-                        .chunks_exact(8)
-                        .filter_map(|w| w.first_chunk::<8>())
-                        .map(|w| u64::from_le_bytes(*w))
-                        .collect();
-                    match words.as_slice() {
-                        [one] => self.function.write64(at, *one),
-                        burst => self.function.write64_burst(at, burst),
+                (Some(at), &[a, b, c, d, e, f, g, h]) => {
+                    self.function
+                        .write64(at, u64::from_le_bytes([a, b, c, d, e, f, g, h]));
+                }
+                (Some(at), bytes) if !bytes.is_empty() && bytes.len() % 8 == 0 => {
+                    // A burst, decoded a 64-byte line at a time on the stack (no allocation
+                    // per access); each line is one burst, as a write-combined line is.
+                    let mut line = [0u64; 8];
+                    let mut line_at = at;
+                    for chunk in bytes.chunks(64) {
+                        let n = chunk.len() / 8;
+                        for (word, raw) in line.iter_mut().zip(chunk.chunks_exact(8)) {
+                            *word = raw.first_chunk::<8>().map_or(0, |w| u64::from_le_bytes(*w));
+                        }
+                        self.function
+                            .write64_burst(line_at, line.get(..n).unwrap_or_default());
+                        line_at = line_at.wrapping_add(chunk.len() as u32);
                     }
                 }
                 _ => tracing::warn!(offset, len = data.len(), "unsupported BAR0 write dropped"),

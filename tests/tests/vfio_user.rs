@@ -12,7 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use uet_driver::backend::vfio_user::VfioUserDevice;
 use uet_driver::{Device, DeviceError};
-use uet_regs::{pci, Mmio, ADMIN_SQ_BASE, BAD_REGISTER_ACCESSES, BAR0_SIZE, DMA_FAULTS, ID};
+use uet_regs::{
+    pci, Mmio, ADMIN_CQ_BASE, ADMIN_SQ_BASE, BAD_REGISTER_ACCESSES, BAR0_SIZE, DMA_FAULTS, ID,
+};
 use uet_sim::vfio_user::VfioUserServer;
 use uet_sim::{SimError, SimFunction};
 use uet_tests::{pattern, Node};
@@ -252,6 +254,14 @@ fn accesses_the_function_cannot_take_are_answered_in_band() {
         .region_read(VFIO_PCI_CONFIG_REGION_INDEX, 0x1000, &mut id)
         .unwrap();
     assert_eq!(id, [0; 4]);
+
+    // Whole words longer than one: a burst, each word to its register in order.
+    let mut two_words = [0u8; 16];
+    two_words[..8].copy_from_slice(&0x20_0000u64.to_le_bytes());
+    two_words[8..].copy_from_slice(&0x30_0000u64.to_le_bytes());
+    client.region_write(bar, sq, &two_words).unwrap();
+    assert_eq!(fns[0].read64(ADMIN_SQ_BASE.offset()), 0x20_0000);
+    assert_eq!(fns[0].read64(ADMIN_CQ_BASE.offset()), 0x30_0000);
 
     // The conversation is intact: a proper read still answers.
     let mut word = [0u8; 4];
