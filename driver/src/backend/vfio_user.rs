@@ -127,15 +127,7 @@ impl VfioUserDevice {
 
     /// Read `N` bytes of configuration space at `offset` (all ones when the server is gone).
     pub fn config_read<const N: usize>(&self, offset: usize) -> [u8; N] {
-        let mut data = [0xFF; N];
-        let r = self
-            .client()
-            .region_read(VFIO_PCI_CONFIG_REGION_INDEX, offset as u64, &mut data);
-        if let Err(e) = r {
-            self.failed("configuration read", &e);
-            data = [0xFF; N];
-        }
-        data
+        self.region_read(VFIO_PCI_CONFIG_REGION_INDEX, offset as u64)
     }
 
     fn client(&self) -> MutexGuard<'_, Client> {
@@ -148,16 +140,18 @@ impl VfioUserDevice {
         }
     }
 
-    fn bar_read<const N: usize>(&self, offset: u32) -> [u8; N] {
+    /// `N` bytes of `region` at `offset`; all ones when the server is gone.
+    fn region_read<const N: usize>(&self, region: u32, offset: u64) -> [u8; N] {
         let mut data = [0xFF; N];
-        let r = self
-            .client()
-            .region_read(VFIO_PCI_BAR0_REGION_INDEX, u64::from(offset), &mut data);
-        if let Err(e) = r {
-            self.failed("BAR0 read", &e);
+        if let Err(e) = self.client().region_read(region, offset, &mut data) {
+            self.failed("region read", &e);
             data = [0xFF; N];
         }
         data
+    }
+
+    fn bar_read<const N: usize>(&self, offset: u32) -> [u8; N] {
+        self.region_read(VFIO_PCI_BAR0_REGION_INDEX, u64::from(offset))
     }
 
     fn bar_write(&self, offset: u32, data: &[u8]) {
