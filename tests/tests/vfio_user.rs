@@ -375,6 +375,32 @@ fn a_function_that_is_not_this_nic_is_refused_before_its_registers_are_touched()
 }
 
 #[test]
+fn a_socket_that_never_answers_is_an_error_not_a_hang() {
+    let dir = socket_dir("silent");
+    let path = dir.join("silent.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    // Accepts, reads nothing, answers nothing, until the test is done.
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let conn = listener.accept().map(|(c, _)| c);
+        let _ = done_rx.recv();
+        drop(conn);
+    });
+    let err = VfioUserDevice::open_within(&path, std::time::Duration::from_millis(200))
+        .expect_err("nothing answers");
+    assert!(matches!(err, DeviceError::Open { .. }), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("no vfio-user answer within 200 ms"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("silent.sock"), "{err}");
+    done_tx.send(()).unwrap();
+    holder.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn no_server_no_socket_clear_errors() {
     let dir = socket_dir("errors");
     let missing = dir.join("missing.sock");

@@ -19,7 +19,9 @@
 //!
 //! When the server goes away, register reads return all ones, as a PCIe read of a
 //! surprise-removed function does, and writes are dropped; the driver notices through
-//! `ID` and `DEV_STATUS`, as on hardware. The first failure is logged.
+//! `ID` and `DEV_STATUS`, as on hardware. The first failure is logged. A server that is
+//! there but stops answering holds the access until it answers or goes, as a hung PCIe
+//! function stalls the CPU's load: the client has no timeout once open.
 //!
 //! The `vfio_user` client does not report a DMA map or unmap that the server refused (it
 //! reads the reply header and returns success). The server logs the refusal; a mapping that
@@ -31,13 +33,18 @@ use crate::dma::DmaRegion;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 use uet_regs::{pci, Mmio, BAR0_SIZE};
 use vfio_bindings::bindings::vfio::{
     VFIO_PCI_BAR0_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX, VFIO_REGION_INFO_FLAG_READ,
     VFIO_REGION_INFO_FLAG_WRITE,
 };
 use vfio_user::Client;
+
+/// How long [`VfioUserDevice::open`] waits for the server to answer the connection.
+pub const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A NIC function behind a vfio-user socket.
 pub struct VfioUserDevice {
@@ -57,15 +64,41 @@ impl std::fmt::Debug for VfioUserDevice {
 
 impl VfioUserDevice {
     /// Connect to the function served at `path` and prepare it for the driver (steps 1 to 3
-    /// of the module documentation). `DeviceError::Open` says why a function is refused.
+    /// of the module documentation), waiting at most [`OPEN_TIMEOUT`] for the server to
+    /// answer. `DeviceError::Open` says why a function is refused.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, DeviceError> {
+        Self::open_within(path, OPEN_TIMEOUT)
+    }
+
+    /// [`VfioUserDevice::open`], waiting at most `timeout` for the server's answer to the
+    /// connection (its version and its regions).
+    pub fn open_within(path: impl AsRef<Path>, timeout: Duration) -> Result<Self, DeviceError> {
         let path = path.as_ref().to_path_buf();
         let refuse = |reason: String| DeviceError::Open {
             name: format!("vfio-user:{}", path.display()),
             reason,
         };
-        // 1. Connect and negotiate.
-        let mut client = Client::new(&path).map_err(|e| refuse(e.to_string()))?;
+        // 1. Connect and negotiate. The client blocks on the socket with no timeout of its
+        // own, so it connects on a thread of its own: a socket whose owner accepts but never
+        // answers (not a vfio-user server, or a hung one) is an error, not a hang. That
+        // thread ends when the socket closes.
+        let (tx, rx) = mpsc::channel();
+        let at = path.clone();
+        std::thread::Builder::new()
+            .name("vfio-user-connect".into())
+            .spawn(move || {
+                let _ = tx.send(Client::new(&at));
+            })
+            .map_err(|e| refuse(format!("cannot start the connection: {e}")))?;
+        let mut client = match rx.recv_timeout(timeout) {
+            Ok(connected) => connected.map_err(|e| refuse(e.to_string()))?,
+            Err(_) => {
+                return Err(refuse(format!(
+                "no vfio-user answer within {} ms (is a uet-nic simulator serving this socket?)",
+                timeout.as_millis()
+            )))
+            }
+        };
         // 2. BAR0 and identity.
         let rw = VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE;
         match client.region(VFIO_PCI_BAR0_REGION_INDEX) {
