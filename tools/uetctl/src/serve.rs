@@ -56,7 +56,6 @@ pub enum ServeError {
 pub struct Daemon {
     servers: Vec<Arc<VfioUserServer>>,
     nics: Vec<(IpAddr, PathBuf)>,
-    _fabric: Fabric,
 }
 
 impl Daemon {
@@ -108,11 +107,8 @@ impl Daemon {
             servers.push(Arc::new(server));
             nics.push((addr, path));
         }
-        Ok(Daemon {
-            servers,
-            nics,
-            _fabric: fabric,
-        })
+        // Each server's function holds the fabric: it lives as long as they do.
+        Ok(Daemon { servers, nics })
     }
 
     /// Each NIC's fabric address and socket.
