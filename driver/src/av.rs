@@ -87,6 +87,80 @@ impl AvTableHandle {
     }
 }
 
+impl AvTableHandle {
+    /// `out.len()` entries of the NIC table from `first` ([`NicInner::read_av_entries`]).
+    pub fn read_entries(&self, first: u32, out: &mut [NicAvEntry]) -> Result<(), NicError> {
+        self.nic.read_av_entries(self.handle, first, out)
+    }
+}
+
+impl NicInner {
+    /// One AV_READ per [`MAX_BATCH`] entries: `out.len()` entries of NIC table `av` from
+    /// `first`. Reading has no effect on the table, so any part of the driver may read it (the
+    /// AV; the telemetry socket, for `uetctl`) while the AV changes it: each AV_READ sees the
+    /// table between two admin commands.
+    pub(crate) fn read_av_entries(
+        &self,
+        av: u32,
+        first: u32,
+        out: &mut [NicAvEntry],
+    ) -> Result<(), NicError> {
+        const OP: &str = "AV_READ";
+        let mut at = first;
+        for chunk in out.chunks_mut(MAX_BATCH as usize) {
+            let mut admin = self.admin();
+            let len = core::mem::size_of_val(chunk);
+            let mut body = RangeBody::new_zeroed();
+            body.buf = U64::new(
+                admin
+                    .scratch(self.bar())
+                    .map_err(|e| nic_error(OP, e))?
+                    .iova(),
+            );
+            body.len = U32::new(len as u32);
+            body.first = U32::new(at);
+            body.count = U32::new(chunk.len() as u32);
+            admin
+                .execute(self.bar(), Command::AvRead { av, body })
+                .map_err(|e| nic_error(OP, e))?;
+            admin
+                .scratch_result()
+                .read_bytes(0, chunk.as_mut_bytes())
+                .map_err(|e| nic_error(OP, e.into()))?;
+            at = at.saturating_add(chunk.len() as u32);
+        }
+        Ok(())
+    }
+
+    /// One AUTH_KEY_READ of `out.len()` slots of the NIC's auth-key table from `first`
+    /// (every AV's slots: each names the table that owns it).
+    pub(crate) fn read_auth_keys(
+        &self,
+        first: u16,
+        out: &mut [AuthKeyEntry],
+    ) -> Result<(), FiError> {
+        let mut admin = self.admin();
+        let len = core::mem::size_of_val(out);
+        let mut body = RangeBody::new_zeroed();
+        body.buf = U64::new(
+            admin
+                .scratch(self.bar())
+                .map_err(crate::errno::admin_to_fi)?
+                .iova(),
+        );
+        body.len = U32::new(len as u32);
+        body.first = U32::new(u32::from(first));
+        body.count = U32::new(out.len() as u32);
+        admin
+            .execute(self.bar(), Command::AuthKeyRead(body))
+            .map_err(crate::errno::admin_to_fi)?;
+        admin
+            .scratch_result()
+            .read_bytes(0, out.as_mut_bytes())
+            .map_err(|e| crate::errno::admin_to_fi(e.into()))
+    }
+}
+
 impl Drop for AvTableHandle {
     fn drop(&mut self) {
         if let Err(e) = self.nic.destroy(Command::AvDestroy { av: self.handle }) {
@@ -412,26 +486,7 @@ impl NicAvTable for NicAv {
     }
 
     fn read_auth_keys(&mut self, first: u16, out: &mut [AuthKeyEntry]) -> Result<(), FiError> {
-        let nic = &self.table.nic;
-        let mut admin = nic.admin();
-        let len = core::mem::size_of_val(out);
-        let mut body = RangeBody::new_zeroed();
-        body.buf = U64::new(
-            admin
-                .scratch(nic.bar())
-                .map_err(crate::errno::admin_to_fi)?
-                .iova(),
-        );
-        body.len = U32::new(len as u32);
-        body.first = U32::new(u32::from(first));
-        body.count = U32::new(out.len() as u32);
-        admin
-            .execute(nic.bar(), Command::AuthKeyRead(body))
-            .map_err(crate::errno::admin_to_fi)?;
-        admin
-            .scratch_result()
-            .read_bytes(0, out.as_mut_bytes())
-            .map_err(|e| crate::errno::admin_to_fi(e.into()))
+        self.table.nic.read_auth_keys(first, out)
     }
 
     fn auth_key_users(&self, slot: u16) -> usize {
@@ -443,38 +498,7 @@ impl NicAvTable for NicAv {
     }
 
     fn read_entries(&mut self, first: u32, out: &mut [NicAvEntry]) -> Result<(), NicError> {
-        const OP: &str = "AV_READ";
-        let mut at = first;
-        for chunk in out.chunks_mut(MAX_BATCH as usize) {
-            let nic = &self.table.nic;
-            let mut admin = nic.admin();
-            let len = core::mem::size_of_val(chunk);
-            let mut body = RangeBody::new_zeroed();
-            body.buf = U64::new(
-                admin
-                    .scratch(nic.bar())
-                    .map_err(|e| nic_error(OP, e))?
-                    .iova(),
-            );
-            body.len = U32::new(len as u32);
-            body.first = U32::new(at);
-            body.count = U32::new(chunk.len() as u32);
-            admin
-                .execute(
-                    nic.bar(),
-                    Command::AvRead {
-                        av: self.table.handle,
-                        body,
-                    },
-                )
-                .map_err(|e| nic_error(OP, e))?;
-            admin
-                .scratch_result()
-                .read_bytes(0, chunk.as_mut_bytes())
-                .map_err(|e| nic_error(OP, e.into()))?;
-            at = at.saturating_add(chunk.len() as u32);
-        }
-        Ok(())
+        self.table.read_entries(first, out)
     }
 }
 
@@ -618,6 +642,7 @@ impl Nic {
             capacity: attr.count as u32,
             max_group_id: attr.max_group_id,
         });
+        self.inner.register_av_table(&table);
         // On a later failure the table handle drops and AV_DESTROY removes the NIC table.
         Ok(NicAv { table })
     }

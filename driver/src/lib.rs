@@ -49,6 +49,7 @@ pub mod mr;
 pub mod nic;
 pub mod pool;
 pub mod scalable;
+pub mod telemetry;
 
 pub use av::{Av, SharedAv};
 pub use cm::{ConnReq, PassiveEndpoint};
@@ -64,6 +65,7 @@ pub use mr::{MemoryRegion, MrAccess, MrMemory};
 pub use nic::{Capabilities, Identity, Nic};
 pub use pool::{DmaBuffer, DmaPool};
 pub use scalable::ScalableEndpoint;
+pub use telemetry::Telemetry;
 pub use uet_av;
 pub use uet_fwif;
 pub use uet_regs;

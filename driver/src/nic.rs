@@ -206,6 +206,27 @@ pub struct Identity {
     pub model: String,
 }
 
+/// An AV table of this process on the NIC, as the telemetry socket lists it.
+#[derive(Clone, Debug)]
+pub(crate) struct AvTableRecord {
+    /// The NIC's handle (AV_CREATE's result).
+    pub(crate) handle: u32,
+    /// Entries.
+    pub(crate) capacity: u32,
+    /// AV_CREATE `max_group_id`.
+    pub(crate) max_group_id: u32,
+    /// Whether the table still exists, never upgraded: a strong reference would count as an
+    /// endpoint using the AV and make its `fi_close` `FI_EBUSY`.
+    table: std::sync::Weak<crate::av::AvTableHandle>,
+}
+
+impl AvTableRecord {
+    /// Whether the AV or an endpoint still holds the table (AV_DESTROY has not run).
+    pub(crate) fn exists(&self) -> bool {
+        self.table.strong_count() > 0
+    }
+}
+
 pub(crate) struct NicInner {
     pub(crate) device: Arc<dyn Device>,
     pub(crate) iova: IovaAllocator,
@@ -224,11 +245,31 @@ pub(crate) struct NicInner {
     /// stages, rings and reads `AV_WRITE_DROPS`, whose last value it keeps (`None` until the
     /// first window write reads it).
     av_window: Mutex<Option<u64>>,
+    /// The AV tables this process created on the NIC, for the telemetry socket.
+    pub(crate) av_tables: Mutex<Vec<AvTableRecord>>,
 }
 
 impl NicInner {
     pub(crate) fn bar(&self) -> &dyn Mmio {
         self.device.bar0()
+    }
+
+    /// Record a table AV_CREATE made, for [`NicInner::av_tables`]; forget destroyed ones.
+    pub(crate) fn register_av_table(&self, table: &Arc<crate::av::AvTableHandle>) {
+        let mut tables = self.av_tables.lock().unwrap_or_else(|p| p.into_inner());
+        tables.retain(AvTableRecord::exists);
+        tables.push(AvTableRecord {
+            handle: table.handle(),
+            capacity: table.capacity(),
+            max_group_id: table.max_group_id(),
+            table: Arc::downgrade(table),
+        });
+    }
+
+    /// The AV tables of this process that exist on the NIC now, in creation order.
+    pub(crate) fn av_tables(&self) -> Vec<AvTableRecord> {
+        let tables = self.av_tables.lock().unwrap_or_else(|p| p.into_inner());
+        tables.iter().filter(|t| t.exists()).cloned().collect()
     }
 
     /// Lock the admin queue. A panic while holding it cannot leave the ring inconsistent in a
@@ -414,6 +455,7 @@ impl Nic {
                 admin_abandoned: admin.abandoned_counter(),
                 admin: Mutex::new(admin),
                 av_window: Mutex::new(None),
+                av_tables: Mutex::new(Vec::new()),
             }),
         })
     }

@@ -28,14 +28,19 @@ pub struct DumpRow {
     pub last: NicAvEntry,
     /// The NIC's entry.
     pub nic: NicAvEntry,
-    /// The mirror's entry.
-    pub mirror: NicAvEntry,
+    /// The mirror's entry; `None` when the mirror was not read (a live process's dump).
+    pub mirror: Option<NicAvEntry>,
 }
 
 impl DumpRow {
-    /// Whether NIC and mirror disagree.
+    /// Whether NIC and mirror disagree (never, when the mirror was not read).
     pub fn differs(&self) -> bool {
-        self.nic != self.mirror
+        self.mirror.is_some_and(|m| m != self.nic)
+    }
+
+    /// Whether NIC and mirror do not disagree (also when the mirror was not read).
+    fn agrees(&self) -> bool {
+        !self.differs()
     }
 }
 
@@ -73,6 +78,41 @@ pub struct AvDump {
     /// Auth-key slots the AV's table owns on the NIC that no key of the AV names
     /// (`AddressVector::stray_auth_key_slots`): each is a difference.
     pub stray: Vec<(u16, AuthKeyEntry)>,
+    /// Whether the host mirror was read: false for a live process's dump, which has the
+    /// NIC's side only (`keys` and `stray` are then empty and `nic_keys` lists the slots).
+    pub mirror: bool,
+    /// A live dump's auth-key slots the table owns on the NIC.
+    pub nic_keys: Vec<(u16, AuthKeyEntry)>,
+}
+
+/// Add what index `index` holds to `rows`: nothing when neither side holds an entry and they
+/// agree; folded into the previous row when both are members of one symmetric range on which
+/// NIC and mirror (when read) agree.
+pub fn push_row(rows: &mut Vec<DumpRow>, index: u32, nic: NicAvEntry, mirror: Option<NicAvEntry>) {
+    let row = DumpRow {
+        index,
+        span: 1,
+        last: nic,
+        nic,
+        mirror,
+    };
+    if !(nic.is_valid() || mirror.is_some_and(|m| m.is_valid()) || row.differs()) {
+        return;
+    }
+    if let Some(prev) = rows.last_mut() {
+        let same_range = nic.is_range()
+            && row.agrees()
+            && prev.agrees()
+            && prev.nic.is_range()
+            && prev.nic.range_first == nic.range_first
+            && prev.index + prev.span == index;
+        if same_range {
+            prev.span += 1;
+            prev.last = nic;
+            return;
+        }
+    }
+    rows.push(row);
 }
 
 impl AvDump {
@@ -115,30 +155,7 @@ pub fn collect(av: &mut Av) -> Result<AvDump, FiError> {
         for (i, nic) in buf[..n].iter().enumerate() {
             let index = first + i as u32;
             let mirror = av.mirror_entry(index).unwrap_or(NicAvEntry::INVALID);
-            if !(nic.is_valid() || mirror.is_valid() || *nic != mirror) {
-                continue;
-            }
-            // Fold a member of the same range as the previous row into it.
-            if let Some(prev) = rows.last_mut() {
-                let same_range = nic.is_range()
-                    && *nic == mirror
-                    && prev.nic == prev.mirror
-                    && prev.nic.is_range()
-                    && prev.nic.range_first == nic.range_first
-                    && prev.index + prev.span == index;
-                if same_range {
-                    prev.span += 1;
-                    prev.last = *nic;
-                    continue;
-                }
-            }
-            rows.push(DumpRow {
-                index,
-                span: 1,
-                last: *nic,
-                nic: *nic,
-                mirror,
-            });
+            push_row(&mut rows, index, *nic, Some(mirror));
         }
         first += n as u32;
     }
@@ -162,6 +179,8 @@ pub fn collect(av: &mut Av) -> Result<AvDump, FiError> {
         rows,
         keys,
         stray,
+        mirror: true,
+        nic_keys: Vec::new(),
     })
 }
 
@@ -315,7 +334,11 @@ pub fn render_text(title: &str, dump: &AvDump) -> String {
     ];
     let mut rows: Vec<[String; 11]> = Vec::new();
     for r in &dump.rows {
-        let e = if r.nic.is_valid() { &r.nic } else { &r.mirror };
+        let e = match r.mirror {
+            Some(m) if !r.nic.is_valid() => m,
+            _ => r.nic,
+        };
+        let e = &e;
         let valid = if r.nic.is_valid() { "yes" } else { "no" };
         let folded = r.span > 1 && e.is_range();
         let (fa, pid, job, ri, init, uid, key) = if e.is_valid() {
@@ -367,10 +390,10 @@ pub fn render_text(title: &str, dump: &AvDump) -> String {
         } else {
             r.index.to_string()
         };
-        let mirror = if r.differs() {
-            format!("DIFFERS: {}", describe_difference(&r.nic, &r.mirror))
-        } else {
-            "same".to_string()
+        let mirror = match r.mirror {
+            Some(m) if m != r.nic => format!("DIFFERS: {}", describe_difference(&r.nic, &m)),
+            Some(_) => "same".to_string(),
+            None => "-".to_string(),
         };
         rows.push([
             index,
@@ -387,17 +410,28 @@ pub fn render_text(title: &str, dump: &AvDump) -> String {
         ]);
     }
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{title}: {} entries valid of {} capacity, {} differences between NIC and host mirror",
-        dump.rows
-            .iter()
-            .filter(|r| r.nic.is_valid())
-            .map(|r| r.span as usize)
-            .sum::<usize>(),
-        dump.capacity,
-        dump.differences()
-    );
+    let valid = dump
+        .rows
+        .iter()
+        .filter(|r| r.nic.is_valid())
+        .map(|r| r.span as usize)
+        .sum::<usize>();
+    let _ = if dump.mirror {
+        writeln!(
+            out,
+            "{title}: {valid} entries valid of {} capacity, {} differences between NIC and host \
+             mirror",
+            dump.capacity,
+            dump.differences()
+        )
+    } else {
+        writeln!(
+            out,
+            "{title}: {valid} entries valid of {} capacity (the NIC's side: the host mirror \
+             belongs to the process and is not read)",
+            dump.capacity,
+        )
+    };
     write_table(&mut out, &header, &rows);
     if !dump.keys.is_empty() {
         let header = ["KEY", "SLOT", "JOBID", "SOURCE", "BOUND", "NIC SLOT"];
@@ -430,17 +464,28 @@ pub fn render_text(title: &str, dump: &AvDump) -> String {
         out.push('\n');
         write_table(&mut out, &header, &keys);
     }
+    if !dump.nic_keys.is_empty() {
+        let header = ["AUTH-KEY SLOT", "JOBID", "SOURCE", "GRANTS"];
+        let slots: Vec<[String; 4]> = dump
+            .nic_keys
+            .iter()
+            .map(|(slot, e)| slot_cells(*slot, e))
+            .collect();
+        out.push('\n');
+        write_table(&mut out, &header, &slots);
+    }
     if !dump.stray.is_empty() {
         let header = ["STRAY SLOT", "JOBID", "SOURCE", "GRANTS", "NIC SLOT"];
         let stray: Vec<[String; 5]> = dump
             .stray
             .iter()
             .map(|(slot, e)| {
+                let [slot, job, source, grants] = slot_cells(*slot, e);
                 [
-                    slot.to_string(),
-                    format!("{:#x}", e.job_id.get()),
-                    format!("{:#x}", e.source.get()),
-                    e.grants.get().to_string(),
+                    slot,
+                    job,
+                    source,
+                    grants,
                     "DIFFERS: the AV's table owns it, no key of the AV names it".to_string(),
                 ]
             })
@@ -449,6 +494,16 @@ pub fn render_text(title: &str, dump: &AvDump) -> String {
         write_table(&mut out, &header, &stray);
     }
     out
+}
+
+/// An auth-key slot of the NIC as cells: slot, JobID, source, grants.
+fn slot_cells(slot: u16, e: &AuthKeyEntry) -> [String; 4] {
+    [
+        slot.to_string(),
+        format!("{:#x}", e.job_id.get()),
+        format!("{:#x}", e.source.get()),
+        e.grants.get().to_string(),
+    ]
 }
 
 /// `rows` under `header`, columns aligned (the last one as it is).
@@ -510,13 +565,14 @@ fn entry_json(e: &NicAvEntry) -> Value {
 pub fn render_json(dump: &AvDump) -> Value {
     json!({
         "capacity": dump.capacity,
-        "differences": dump.differences(),
+        "mirror_read": dump.mirror,
+        "differences": dump.mirror.then(|| dump.differences()),
         "entries": dump.rows.iter().map(|r| json!({
             "index": r.index,
             "span": r.span,
             "nic": entry_json(&r.nic),
-            "mirror": entry_json(&r.mirror),
-            "match": !r.differs(),
+            "mirror": r.mirror.as_ref().map(entry_json),
+            "match": r.mirror.is_some().then(|| !r.differs()),
         })).collect::<Vec<_>>(),
         "auth_keys": dump.keys.iter().map(|k| json!({
             "handle": k.key.handle,
@@ -533,6 +589,12 @@ pub fn render_json(dump: &AvDump) -> Value {
                 "grants": k.nic.grants.get(),
             },
             "match": !k.differs(),
+        })).collect::<Vec<_>>(),
+        "nic_auth_key_slots": dump.nic_keys.iter().map(|(slot, e)| json!({
+            "slot": slot,
+            "job_id": e.job_id.get(),
+            "source": e.source.get(),
+            "grants": e.grants.get(),
         })).collect::<Vec<_>>(),
         "stray_auth_key_slots": dump.stray.iter().map(|(slot, e)| json!({
             "slot": slot,

@@ -1,8 +1,9 @@
 //! The pieces of `uetctl` that tests use too: the demo job, the AV table dump, the counter
-//! report and the simulator daemon.
+//! report, the simulator daemon and the telemetry client.
 
 pub mod demo;
 pub mod dump;
+pub mod live;
 pub mod regs;
 pub mod serve;
 pub mod stats;

@@ -5,6 +5,7 @@ use serde_json::json;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use uetctl::demo::{self, DemoConfig, DemoOutcome};
+use uetctl::live::{self, Client, Target};
 use uetctl::serve::{Daemon, ServeConfig};
 use uetctl::{dump, stats};
 
@@ -54,6 +55,32 @@ struct JobArgs {
     vfio_user: Option<PathBuf>,
 }
 
+/// Which live process to inspect, through its driver's telemetry socket.
+#[derive(clap::Args, Clone)]
+struct LiveArgs {
+    /// Inspect the live process PID through its driver's telemetry socket
+    /// (`$UET_NIC_TELEMETRY_DIR/<PID>.sock`; `uetctl ps` lists them).
+    #[arg(long, conflicts_with = "demo")]
+    pid: Option<u32>,
+    /// Inspect the live process serving this telemetry socket.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["demo", "pid"])]
+    socket: Option<PathBuf>,
+    /// Only this NIC of the live process (its number in `uetctl ps`; default: every open
+    /// NIC).
+    #[arg(long)]
+    nic: Option<u64>,
+}
+
+impl LiveArgs {
+    fn target(&self) -> Option<Target> {
+        match (&self.pid, &self.socket) {
+            (Some(pid), _) => Some(Target::Pid(*pid)),
+            (None, Some(path)) => Some(Target::Socket(path.clone())),
+            (None, None) => None,
+        }
+    }
+}
+
 impl From<JobArgs> for DemoConfig {
     fn from(a: JobArgs) -> Self {
         DemoConfig {
@@ -77,6 +104,23 @@ enum Command {
     Demo {
         #[command(flatten)]
         job: JobArgs,
+        /// After the job, serve the driver's telemetry socket for its NICs (NIC i is rank
+        /// i's), so `uetctl ps`, `av dump --pid`, `regs --pid` and `stats --pid` can inspect
+        /// this process.
+        #[arg(long)]
+        telemetry: bool,
+        /// With --telemetry: stay alive this many seconds after the job, NICs and AVs open.
+        #[arg(long, value_name = "SECONDS", requires = "telemetry")]
+        linger: Option<u64>,
+    },
+    /// List the live processes whose driver answers a telemetry socket, with their NICs and
+    /// AV tables.
+    Ps {
+        /// Directory of the telemetry sockets (default: `$UET_NIC_TELEMETRY_DIR`, else
+        /// `$XDG_RUNTIME_DIR/uet-nic`, else `/run/uet-nic` for root, else
+        /// `/tmp/uet-nic-<uid>`).
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
     },
     /// Print NIC counters (BAR0) and the per-endpoint counters (COUNTERS_READ) of every rank.
     Stats {
@@ -85,6 +129,8 @@ enum Command {
         demo: bool,
         #[command(flatten)]
         job: JobArgs,
+        #[command(flatten)]
+        live: LiveArgs,
     },
     /// Print a NIC's BAR0 registers, decoded (reading has no side effects).
     Regs {
@@ -96,6 +142,8 @@ enum Command {
         rank: Option<usize>,
         #[command(flatten)]
         job: JobArgs,
+        #[command(flatten)]
+        live: LiveArgs,
     },
     /// Address vectors.
     Av {
@@ -129,7 +177,8 @@ enum SimCommand {
 
 #[derive(Subcommand)]
 enum AvCommand {
-    /// Print NIC AV tables (read back with AV_READ) with the host mirror beside them.
+    /// Print NIC AV tables (read back with AV_READ): of the demo job with the host mirror
+    /// beside them (--demo), or of a live process through its telemetry socket (--pid).
     Dump {
         /// Dump the tables of the demo job's simulated fabric (run first).
         #[arg(long)]
@@ -139,6 +188,11 @@ enum AvCommand {
         rank: Option<usize>,
         #[command(flatten)]
         job: JobArgs,
+        #[command(flatten)]
+        live: LiveArgs,
+        /// Only this AV table of the live process (its NIC handle, as `uetctl ps` lists).
+        #[arg(long)]
+        table: Option<u32>,
     },
 }
 
@@ -159,8 +213,20 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    if let Some(code) = live_options_without_target(&cli.command) {
+        return code;
+    }
     match cli.command {
-        Command::Demo { job } => run_demo(job.into(), cli.json),
+        Command::Demo {
+            job,
+            telemetry,
+            linger,
+        } => run_demo(
+            job.into(),
+            telemetry.then_some(linger.unwrap_or(0)),
+            cli.json,
+        ),
+        Command::Ps { dir } => run_ps(dir, cli.json),
         Command::Sim {
             command:
                 SimCommand::Serve {
@@ -176,38 +242,35 @@ fn main() -> ExitCode {
             },
             cli.json,
         ),
-        Command::Stats { demo, job } => {
-            if !demo {
-                eprintln!(
-                    "uetctl stats: only the simulated demo job can be inspected so far \
-                     (--demo); a live driver process needs its telemetry socket"
-                );
-                return ExitCode::from(2);
-            }
-            stats::run(&job.into(), cli.json)
-        }
-        Command::Regs { demo, rank, job } => {
-            if !demo {
-                eprintln!(
-                    "uetctl regs: only the simulated demo fabric can be read so far (--demo); \
-                     a NIC bound to vfio-pci needs the VFIO backend"
-                );
-                return ExitCode::from(2);
-            }
-            run_regs(job.into(), rank, cli.json)
-        }
+        Command::Stats { demo, job, live } => match live.target() {
+            Some(target) => live_stats(&target, live.nic, cli.json),
+            None if demo => stats::run(&job.into(), cli.json),
+            None => needs_target("stats"),
+        },
+        Command::Regs {
+            demo,
+            rank,
+            job,
+            live,
+        } => match live.target() {
+            Some(target) => live_regs(&target, live.nic, cli.json),
+            None if demo => run_regs(job.into(), rank, cli.json),
+            None => needs_target("regs"),
+        },
         Command::Av {
-            command: AvCommand::Dump { demo, rank, job },
-        } => {
-            if !demo {
-                eprintln!(
-                    "uetctl av dump: only the simulated demo fabric can be dumped so far \
-                     (--demo); dumping a live driver process needs its telemetry socket"
-                );
-                return ExitCode::from(2);
-            }
-            run_dump(job.into(), rank, cli.json)
-        }
+            command:
+                AvCommand::Dump {
+                    demo,
+                    rank,
+                    job,
+                    live,
+                    table,
+                },
+        } => match live.target() {
+            Some(target) => live_dump(&target, live.nic, table, cli.json),
+            None if demo => run_dump(job.into(), rank, cli.json),
+            None => needs_target("av dump"),
+        },
     }
 }
 
@@ -309,7 +372,260 @@ fn serve(cfg: &ServeConfig, as_json: bool) -> ExitCode {
     daemon.run()
 }
 
-fn run_demo(cfg: DemoConfig, as_json: bool) -> ExitCode {
+/// `--nic` and `--table` name parts of a live process: refused (exit 2) without one.
+fn live_options_without_target(command: &Command) -> Option<ExitCode> {
+    let (live, table) = match command {
+        Command::Stats { live, .. } | Command::Regs { live, .. } => (live, None),
+        Command::Av {
+            command: AvCommand::Dump { live, table, .. },
+        } => (live, *table),
+        _ => return None,
+    };
+    if live.target().is_some() {
+        return None;
+    }
+    let option = if live.nic.is_some() {
+        "--nic"
+    } else if table.is_some() {
+        "--table"
+    } else {
+        return None;
+    };
+    eprintln!("uetctl: {option} names a part of a live process: give --pid or --socket too");
+    Some(ExitCode::from(2))
+}
+
+fn needs_target(what: &str) -> ExitCode {
+    eprintln!(
+        "uetctl {what}: say what to inspect: --pid PID or --socket PATH for a live process \
+         (`uetctl ps` lists them), or --demo for the simulated demo job"
+    );
+    ExitCode::from(2)
+}
+
+/// Connect to the live process and choose the NICs to inspect (`nic`, or every open one):
+/// the client, the process's PID and the NIC numbers; or say why not (exit 2).
+fn open_live(target: &Target, nic: Option<u64>) -> Result<(Client, u64, Vec<u64>), ExitCode> {
+    let fail = |e: String| {
+        eprintln!("uetctl: {e}");
+        ExitCode::from(2)
+    };
+    let mut client = Client::connect(target).map_err(fail)?;
+    let pid = client
+        .hello
+        .get("pid")
+        .and_then(|p| p.as_u64())
+        .unwrap_or(0);
+    let nics = match nic {
+        Some(n) => vec![n],
+        None => client.open_nics().map_err(fail)?,
+    };
+    Ok((client, pid, nics))
+}
+
+fn live_dump(target: &Target, nic: Option<u64>, table: Option<u32>, as_json: bool) -> ExitCode {
+    let (mut client, pid, nics) = match open_live(target, nic) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let mut docs = Vec::new();
+    let mut found = false;
+    for n in nics {
+        let tables = match live::tables(&mut client, n) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("uetctl: process {pid} NIC {n}: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        for (handle, _) in tables {
+            if table.is_some_and(|t| t != handle) {
+                continue;
+            }
+            found = true;
+            let dump = match live::av_dump(&mut client, n, handle) {
+                Ok(d) => d,
+                Err(e) => {
+                    eprintln!("uetctl: process {pid} NIC {n} AV table {handle}: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            if as_json {
+                docs.push(json!({
+                    "nic": n,
+                    "table": handle,
+                    "av": dump::render_json(&dump),
+                }));
+            } else {
+                let title = format!("process {pid} NIC {n} AV table {handle}");
+                println!("{}", dump::render_text(&title, &dump));
+            }
+        }
+    }
+    if let (Some(t), false) = (table, found) {
+        eprintln!("uetctl: process {pid} has no AV table {t} (uetctl ps lists its tables)");
+        return ExitCode::from(2);
+    }
+    if as_json {
+        println!("{:#}", json!({ "pid": pid, "tables": docs }));
+    } else if !found {
+        println!("process {pid}: no AV tables");
+    }
+    ExitCode::SUCCESS
+}
+
+fn live_regs(target: &Target, nic: Option<u64>, as_json: bool) -> ExitCode {
+    let (mut client, pid, nics) = match open_live(target, nic) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let mut docs = Vec::new();
+    for n in nics {
+        let values = match live::regs(&mut client, n) {
+            Ok(v) => v,
+            Err(e) => {
+                eprintln!("uetctl: process {pid} NIC {n}: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        if as_json {
+            docs.push(json!({ "nic": n, "registers": uetctl::regs::render_json(&values) }));
+        } else {
+            let title = format!("process {pid} NIC {n} BAR0");
+            println!("{}", uetctl::regs::render_text(&title, &values));
+        }
+    }
+    if as_json {
+        println!("{:#}", json!({ "pid": pid, "nics": docs }));
+    }
+    ExitCode::SUCCESS
+}
+
+fn live_stats(target: &Target, nic: Option<u64>, as_json: bool) -> ExitCode {
+    let (mut client, pid, nics) = match open_live(target, nic) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let mut columns = Vec::new();
+    for n in &nics {
+        match live::counters(&mut client, *n) {
+            Ok(c) => columns.push(c),
+            Err(e) => {
+                eprintln!("uetctl: process {pid} NIC {n}: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if as_json {
+        let docs: Vec<_> = nics
+            .iter()
+            .zip(&columns)
+            .map(|(n, c)| {
+                let m: serde_json::Map<String, serde_json::Value> =
+                    c.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
+                json!({ "nic": n, "counters": m })
+            })
+            .collect();
+        println!("{:#}", json!({ "pid": pid, "nics": docs }));
+        return ExitCode::SUCCESS;
+    }
+    let names: Vec<&str> = columns
+        .first()
+        .map(|c| c.iter().map(|(k, _)| k.as_str()).collect())
+        .unwrap_or_default();
+    let width = names.iter().map(|n| n.len()).max().unwrap_or(7).max(7);
+    print!("{:<width$}", "COUNTER");
+    for n in &nics {
+        print!(" {:>14}", format!("NIC {n}"));
+    }
+    println!();
+    for name in names {
+        print!("{name:<width$}");
+        for c in &columns {
+            let v = c.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
+            print!(" {:>14}", v.map_or("-".to_string(), |v| v.to_string()));
+        }
+        println!();
+    }
+    ExitCode::SUCCESS
+}
+
+fn run_ps(dir: Option<PathBuf>, as_json: bool) -> ExitCode {
+    let dir = dir.unwrap_or_else(uet_driver::telemetry::default_dir);
+    let procs = match live::processes(&dir) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("uetctl ps: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if as_json {
+        println!(
+            "{:#}",
+            json!({ "dir": dir.display().to_string(), "processes": procs })
+        );
+        return ExitCode::SUCCESS;
+    }
+    if procs.is_empty() {
+        println!("no uet-nic process answers in {}", dir.display());
+        return ExitCode::SUCCESS;
+    }
+    println!(
+        "{:<8} {:<16} {:<4} {:<16} {:<10} AV TABLES (handle: capacity)",
+        "PID", "PROGRAM", "NIC", "FABRIC ADDRESS", "INTERFACE"
+    );
+    for p in &procs {
+        let pid = p.get("pid").and_then(|v| v.as_u64()).unwrap_or(0);
+        let program = p.get("program").and_then(|v| v.as_str()).unwrap_or("");
+        let nics = p
+            .get("nics")
+            .and_then(|v| v.as_array())
+            .cloned()
+            .unwrap_or_default();
+        if nics.is_empty() {
+            println!("{pid:<8} {program:<16} -");
+        }
+        for n in nics {
+            let num = n.get("nic").and_then(|v| v.as_u64()).unwrap_or(0);
+            if n.get("open").and_then(|v| v.as_bool()) != Some(true) {
+                println!("{pid:<8} {program:<16} {num:<4} (closed)");
+                continue;
+            }
+            let addr = n.get("fabric_addr").and_then(|v| v.as_str()).unwrap_or("");
+            let minor = n
+                .get("interface_minor")
+                .and_then(|v| v.as_u64())
+                .unwrap_or(0);
+            let tables: Vec<String> = n
+                .get("av_tables")
+                .and_then(|v| v.as_array())
+                .map(|ts| {
+                    ts.iter()
+                        .map(|t| {
+                            format!(
+                                "{}: {}",
+                                t.get("table").and_then(|v| v.as_u64()).unwrap_or(0),
+                                t.get("capacity").and_then(|v| v.as_u64()).unwrap_or(0)
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            println!(
+                "{pid:<8} {program:<16} {num:<4} {addr:<16} {:<10} {}",
+                format!("1.{minor}"),
+                if tables.is_empty() {
+                    "-".to_string()
+                } else {
+                    tables.join(", ")
+                }
+            );
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+fn run_demo(cfg: DemoConfig, telemetry: Option<u64>, as_json: bool) -> ExitCode {
     let mut outcome = match run_job(&cfg) {
         Ok(o) => o,
         Err(code) => return code,
@@ -332,6 +648,22 @@ fn run_demo(cfg: DemoConfig, as_json: bool) -> ExitCode {
     };
     let differences: usize = tables.iter().map(dump::AvDump::differences).sum();
     let consistent = differences == 0;
+    let telemetry = match telemetry.map(|linger| (uet_driver::Telemetry::start(), linger)) {
+        None => None,
+        Some((Ok(t), linger)) => {
+            for r in &outcome.ranks {
+                t.add_nic(&r.nic);
+            }
+            Some((t, linger))
+        }
+        Some((Err(e), _)) => {
+            eprintln!("uetctl: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let telemetry_path = telemetry
+        .as_ref()
+        .map(|(t, _)| t.path().display().to_string());
     if as_json {
         let ranks: Vec<_> = outcome
             .ranks
@@ -376,6 +708,7 @@ fn run_demo(cfg: DemoConfig, as_json: bool) -> ExitCode {
             "rank0_av": dump::render_json(table),
             "av_differences": differences,
             "pcap": outcome.capture_json(),
+            "telemetry": telemetry_path,
         });
         println!("{doc:#}");
     } else {
@@ -481,6 +814,18 @@ fn run_demo(cfg: DemoConfig, as_json: bool) -> ExitCode {
     if !as_json && !captured {
         println!("FAILED: the packet capture was not written completely");
     }
+    if let Some((_, linger)) = &telemetry {
+        if !as_json {
+            println!(
+                "telemetry: {} (NIC i is rank i), for {linger} s",
+                telemetry_path.unwrap_or_default()
+            );
+        }
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        std::thread::sleep(std::time::Duration::from_secs(*linger));
+    }
+    drop(telemetry);
     if ok && consistent && captured {
         ExitCode::SUCCESS
     } else {

@@ -1,0 +1,575 @@
+//! The telemetry socket: a running driver answers questions about its NICs on a Unix socket,
+//! so `uetctl` can inspect a live process (its registers, counters and NIC AV tables) without
+//! stopping it or sharing its device. The shape is DPDK's telemetry: one stream socket per
+//! process, named after its PID, JSON in both directions.
+//!
+//! ## Protocol (version [`PROTOCOL`])
+//!
+//! Every message is one line of JSON.
+//!
+//! 1. On connect the driver sends a greeting:
+//!    `{"uet_nic_telemetry": 1, "pid": P, "program": "name", "nics": N}`.
+//! 2. The client sends requests, `{"cmd": "...", ...arguments}`, and the driver answers each
+//!    with `{"ok": {...}}` or `{"error": {"errno": 22, "name": "FI_EINVAL", "message": "..."}}`
+//!    (a fabric errno, positive as in `fi_errno.h`). Requests (see [`COMMANDS`]):
+//!    - `help`: the commands and their arguments;
+//!    - `info`: the process and each NIC's identity and AV tables;
+//!    - `regs {nic}`: every BAR0 register the NIC's interface version has, as
+//!      `[offset, value]` pairs (`uet_regs::REGISTERS` names them; reading has no side
+//!      effects);
+//!    - `counters {nic}`: the NIC's counters (BAR0), as `[name, value]` pairs;
+//!    - `av_list {nic}`: the AV tables this process holds on the NIC;
+//!    - `av_dump {nic, table, first?, max?}`: the valid entries of a NIC AV table from index
+//!      `first` (0), read back with AV_READ, as `[index, "hex of the 64-byte NicAvEntry"]`;
+//!      at most `max` ([`AV_DUMP_MAX`]) entries and [`AV_DUMP_SCAN`] indices per answer, and
+//!      `next` names the index to continue from (`null` at the end). The answer for `first`
+//!      0 also carries the auth-key slots the table owns, as `[slot, "hex of the 24-byte
+//!      AuthKeyEntry"]`.
+//! 3. The client closes the connection when done.
+//!
+//! Entries and slots travel as their firmware-interface bytes (`uet_fwif`), so the one
+//! definition of their fields decodes them on both sides.
+//!
+//! ## What a live dump is
+//!
+//! The NIC side, read with admin commands between the process's own (the admin queue is
+//! shared under its lock). The host mirror belongs to the thread that owns the AV and is not
+//! read from here; `uetctl av dump --demo` (its own job) shows both and flags differences,
+//! and a process can check its own with `AddressVector::verify_nic`. Records of `FI_MORE`
+//! inserts not yet flushed are not on the NIC and so not in the dump.
+//!
+//! ## Robustness
+//!
+//! One connection is served at a time, on the telemetry thread, with [`IO_TIMEOUT`] on every
+//! read and write, so a client that stalls holds the socket for at most that long. A request
+//! line longer than [`MAX_REQUEST`] bytes, or one that is not JSON, is answered with an error
+//! and the connection closed. Holding the telemetry keeps no NIC or AV table alive: a NIC or
+//! table released by the application reads as closed.
+
+use crate::nic::{Nic, NicInner};
+use serde_json::{json, Map, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use uet_av::{FiErrno, FiError};
+use uet_fwif::auth_key::AuthKeyEntry;
+use uet_fwif::NicAvEntry;
+use uet_regs::{RegisterAccess, Width, REGISTERS, REVISION};
+use zerocopy::IntoBytes;
+
+/// The protocol version the greeting names.
+pub const PROTOCOL: u32 = 1;
+
+/// Environment variable naming the directory of telemetry sockets (both sides).
+pub const DIR_ENV: &str = "UET_NIC_TELEMETRY_DIR";
+
+/// The longest request line accepted, in bytes.
+pub const MAX_REQUEST: usize = 4096;
+
+/// Entries an `av_dump` answer carries at most (about 150 bytes each).
+pub const AV_DUMP_MAX: u32 = 16_384;
+
+/// Indices an `av_dump` answer scans at most, valid or not: a sparse table of millions of
+/// entries is dumped in several answers rather than one long AV_READ sweep under the admin
+/// lock.
+pub const AV_DUMP_SCAN: u32 = 1 << 18;
+
+/// Entries per AV_READ of a dump.
+const READ_CHUNK: usize = 4096;
+
+/// Auth-key slots per AUTH_KEY_READ of a dump.
+const KEY_CHUNK: usize = 256;
+
+/// How long a read or write on a client connection may wait.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The requests, with their arguments, as `help` lists them.
+pub const COMMANDS: &[(&str, &str)] = &[
+    ("help", ""),
+    ("info", ""),
+    ("regs", "nic"),
+    ("counters", "nic"),
+    ("av_list", "nic"),
+    ("av_dump", "nic, table, first (0), max (16384)"),
+];
+
+/// The directory of telemetry sockets: `$UET_NIC_TELEMETRY_DIR` when set, else
+/// `$XDG_RUNTIME_DIR/uet-nic`, else `/run/uet-nic` for root, else `/tmp/uet-nic-<uid>`.
+pub fn default_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os(DIR_ENV).filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    if let Some(dir) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir).join("uet-nic");
+    }
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    if uid == 0 {
+        PathBuf::from("/run/uet-nic")
+    } else {
+        PathBuf::from(format!("/tmp/uet-nic-{uid}"))
+    }
+}
+
+/// The socket of process `pid` in `dir`.
+pub fn socket_path(dir: &Path, pid: u32) -> PathBuf {
+    dir.join(format!("{pid}.sock"))
+}
+
+/// Why the telemetry socket could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    /// The directory or the socket could not be made.
+    #[error("telemetry socket {path}: {reason}")]
+    Socket {
+        /// The path concerned.
+        path: PathBuf,
+        /// What failed.
+        reason: String,
+    },
+}
+
+/// A running telemetry socket. Dropping it stops the thread and removes the socket file.
+pub struct Telemetry {
+    path: PathBuf,
+    nics: Arc<Mutex<Vec<Weak<NicInner>>>>,
+    stop: Arc<AtomicBool>,
+    /// The connection being served, shut down by drop so that no client can hold it.
+    active: Arc<Mutex<Option<UnixStream>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Telemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Telemetry")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Telemetry {
+    /// Serve at `default_dir()/<pid>.sock`, creating the directory (mode 0700) if missing.
+    pub fn start() -> Result<Telemetry, TelemetryError> {
+        let dir = default_dir();
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| TelemetryError::Socket {
+                path: dir.clone(),
+                reason: format!("cannot create the directory: {e}"),
+            })?;
+        Telemetry::bind(socket_path(&dir, std::process::id()))
+    }
+
+    /// Serve at `path`. A socket file there that no process answers (left by one that died)
+    /// is replaced; a live one, or any other file, is refused and left alone.
+    pub fn bind(path: impl Into<PathBuf>) -> Result<Telemetry, TelemetryError> {
+        let path = path.into();
+        let fail = |reason: String| TelemetryError::Socket {
+            path: path.clone(),
+            reason,
+        };
+        if let Ok(meta) = std::fs::symlink_metadata(&path) {
+            if !meta.file_type().is_socket() {
+                return Err(fail("exists and is not a socket".into()));
+            }
+            if UnixStream::connect(&path).is_ok() {
+                return Err(fail("another process serves it".into()));
+            }
+            std::fs::remove_file(&path)
+                .map_err(|e| fail(format!("cannot replace the stale socket: {e}")))?;
+        }
+        let listener = UnixListener::bind(&path).map_err(|e| fail(e.to_string()))?;
+        let nics: Arc<Mutex<Vec<Weak<NicInner>>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let active: Arc<Mutex<Option<UnixStream>>> = Arc::default();
+        let thread = {
+            let (nics, stop, active) = (nics.clone(), stop.clone(), active.clone());
+            std::thread::Builder::new()
+                .name("uet-telemetry".into())
+                .spawn(move || serve(&listener, &nics, &stop, &active))
+                .map_err(|e| fail(format!("cannot start the thread: {e}")))?
+        };
+        tracing::info!(path = %path.display(), "telemetry socket serving");
+        Ok(Telemetry {
+            path,
+            nics,
+            stop,
+            active,
+            thread: Some(thread),
+        })
+    }
+
+    /// The socket's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Answer for `nic` from now on, as NIC number [return value] (numbers count up from 0
+    /// in the order NICs are added and are never reused). Telemetry keeps no NIC open.
+    pub fn add_nic(&self, nic: &Nic) -> usize {
+        let mut nics = self.nics.lock().unwrap_or_else(|p| p.into_inner());
+        nics.push(Arc::downgrade(&nic.inner));
+        nics.len() - 1
+    }
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        // End the conversation in progress (its reads return at once), then wake the accept.
+        if let Some(s) = lock(&self.active).as_ref() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        let _ = UnixStream::connect(&self.path);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn serve(
+    listener: &UnixListener,
+    nics: &Mutex<Vec<Weak<NicInner>>>,
+    stop: &AtomicBool,
+    active: &Mutex<Option<UnixStream>>,
+) {
+    for conn in listener.incoming() {
+        if stop.load(Ordering::Acquire) {
+            return;
+        }
+        match conn {
+            Ok(stream) => {
+                {
+                    let mut a = lock(active);
+                    // Checked under the lock drop takes: a conversation either starts before
+                    // drop looks (and is shut down) or sees the stop.
+                    if stop.load(Ordering::Acquire) {
+                        return;
+                    }
+                    *a = stream.try_clone().ok();
+                }
+                if let Err(e) = converse(stream, nics) {
+                    tracing::debug!("telemetry client: {e}");
+                }
+                *lock(active) = None;
+            }
+            Err(e) => {
+                tracing::warn!("telemetry accept: {e}");
+                // A persistent accept failure (out of descriptors) must not spin a core.
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+/// One client's conversation: the greeting, then a reply per request line.
+fn converse(stream: UnixStream, nics: &Mutex<Vec<Weak<NicInner>>>) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(IO_TIMEOUT))?;
+    stream.set_write_timeout(Some(IO_TIMEOUT))?;
+    let mut out = std::io::BufWriter::new(stream.try_clone()?);
+    let mut input = BufReader::new(stream);
+    let count = lock(nics).len();
+    send(
+        &mut out,
+        &json!({
+            "uet_nic_telemetry": PROTOCOL,
+            "pid": std::process::id(),
+            "program": program(),
+            "nics": count,
+        }),
+    )?;
+    let mut line = Vec::with_capacity(256);
+    loop {
+        line.clear();
+        let n = input
+            .by_ref()
+            .take(MAX_REQUEST as u64 + 1)
+            .read_until(b'\n', &mut line)?;
+        if n == 0 {
+            return Ok(());
+        }
+        if line.last() != Some(&b'\n') && line.len() > MAX_REQUEST {
+            let e = FiError::inval(format!("request longer than {MAX_REQUEST} bytes"));
+            return send(&mut out, &error_json(&e));
+        }
+        let text = line.trim_ascii();
+        if text.is_empty() {
+            continue;
+        }
+        let reply = match serde_json::from_slice::<Value>(text) {
+            Ok(request) => match answer(&request, nics) {
+                Ok(v) => json!({ "ok": v }),
+                Err(e) => error_json(&e),
+            },
+            Err(e) => {
+                let e = FiError::inval(format!("request is not JSON: {e}"));
+                return send(&mut out, &error_json(&e));
+            }
+        };
+        send(&mut out, &reply)?;
+    }
+}
+
+fn send(out: &mut impl Write, v: &Value) -> std::io::Result<()> {
+    serde_json::to_writer(&mut *out, v)?;
+    out.write_all(b"\n")?;
+    out.flush()
+}
+
+fn error_json(e: &FiError) -> Value {
+    json!({ "error": {
+        "errno": e.errno.get(),
+        "name": e.errno.name(),
+        "message": e.message,
+    }})
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn program() -> String {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_default()
+}
+
+/// The request's unsigned integer argument `name`; `default` when absent.
+fn arg(request: &Value, name: &str, default: Option<u64>) -> Result<u64, FiError> {
+    match request.get(name) {
+        None | Some(Value::Null) => {
+            default.ok_or_else(|| FiError::inval(format!("missing argument {name:?}")))
+        }
+        Some(v) => v.as_u64().ok_or_else(|| {
+            FiError::inval(format!(
+                "argument {name:?} must be an unsigned integer, not {v}"
+            ))
+        }),
+    }
+}
+
+fn u32_arg(request: &Value, name: &str, default: Option<u32>) -> Result<u32, FiError> {
+    let v = arg(request, name, default.map(u64::from))?;
+    u32::try_from(v).map_err(|_| FiError::inval(format!("argument {name:?} {v} exceeds 32 bits")))
+}
+
+/// The NIC the request names, if the application still has it open.
+fn nic_of(request: &Value, nics: &Mutex<Vec<Weak<NicInner>>>) -> Result<Arc<NicInner>, FiError> {
+    let i = arg(request, "nic", None)?;
+    let nics = lock(nics);
+    let weak = usize::try_from(i)
+        .ok()
+        .and_then(|i| nics.get(i))
+        .ok_or_else(|| {
+            FiError::inval(format!(
+                "no NIC {i}: this process has {} (numbered from 0)",
+                nics.len()
+            ))
+        })?;
+    weak.upgrade().ok_or_else(|| {
+        FiError::new(
+            FiErrno::FI_ENODEV,
+            format!("NIC {i} has been closed by the application"),
+        )
+    })
+}
+
+fn answer(request: &Value, nics: &Mutex<Vec<Weak<NicInner>>>) -> Result<Value, FiError> {
+    let cmd = request
+        .get("cmd")
+        .and_then(Value::as_str)
+        .ok_or_else(|| FiError::inval("a request is an object with a string \"cmd\""))?;
+    match cmd {
+        "help" => Ok(json!({
+            "protocol": PROTOCOL,
+            "commands": COMMANDS.iter().map(|(c, a)| json!({"cmd": c, "args": a})).collect::<Vec<_>>(),
+        })),
+        "info" => Ok(info(nics)),
+        "regs" => {
+            let nic = nic_of(request, nics)?;
+            let bar = nic.bar();
+            let minor = bar.read(REVISION).interface_minor();
+            let regs: Vec<Value> = REGISTERS
+                .iter()
+                .filter(|r| r.present_at(minor))
+                .map(|r| {
+                    let value = match r.width {
+                        Width::W32 => u64::from(bar.read32(r.offset)),
+                        Width::W64 => bar.read64(r.offset),
+                    };
+                    json!([r.offset, value])
+                })
+                .collect();
+            Ok(json!({ "interface_minor": minor, "regs": regs }))
+        }
+        "counters" => {
+            let nic = nic_of(request, nics)?;
+            let minor = nic.identity.interface_minor;
+            let counters: Vec<Value> = uet_regs::COUNTERS
+                .iter()
+                .filter(|r| r.info.present_at(minor))
+                .map(|r| json!([r.info.name, nic.bar().read(*r)]))
+                .collect();
+            Ok(json!({ "counters": counters }))
+        }
+        "av_list" => {
+            let nic = nic_of(request, nics)?;
+            Ok(json!({ "tables": tables_json(&nic) }))
+        }
+        "av_dump" => av_dump(request, nics),
+        other => Err(FiError::new(
+            FiErrno::FI_ENOSYS,
+            format!(
+                "unknown command {other:?}; the commands are {}",
+                COMMANDS
+                    .iter()
+                    .map(|(c, _)| *c)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )),
+    }
+}
+
+fn tables_json(nic: &NicInner) -> Vec<Value> {
+    nic.av_tables()
+        .iter()
+        .map(|t| {
+            json!({
+                "table": t.handle,
+                "capacity": t.capacity,
+                "max_group_id": t.max_group_id,
+            })
+        })
+        .collect()
+}
+
+fn info(nics: &Mutex<Vec<Weak<NicInner>>>) -> Value {
+    let nics: Vec<Weak<NicInner>> = lock(nics).clone();
+    let list: Vec<Value> = nics
+        .iter()
+        .enumerate()
+        .map(|(i, weak)| match weak.upgrade() {
+            None => json!({ "nic": i, "open": false }),
+            Some(nic) => {
+                let id = &nic.identity;
+                json!({
+                    "nic": i,
+                    "open": true,
+                    "vendor_id": id.vendor_id,
+                    "device_id": id.device_id,
+                    "revision": id.revision,
+                    "interface_minor": id.interface_minor,
+                    "fw_version": id.fw_version,
+                    "fabric_addr": id.fabric_addr.to_string(),
+                    "mac": id.mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":"),
+                    "serial": id.serial,
+                    "model": id.model,
+                    "av_tables": tables_json(&nic),
+                })
+            }
+        })
+        .collect();
+    json!({
+        "protocol": PROTOCOL,
+        "pid": std::process::id(),
+        "program": program(),
+        "nics": list,
+    })
+}
+
+fn av_dump(request: &Value, nics: &Mutex<Vec<Weak<NicInner>>>) -> Result<Value, FiError> {
+    let nic = nic_of(request, nics)?;
+    let handle = u32_arg(request, "table", None)?;
+    let first = u32_arg(request, "first", Some(0))?;
+    let max = u32_arg(request, "max", Some(AV_DUMP_MAX))?;
+    if max == 0 || max > AV_DUMP_MAX {
+        return Err(FiError::inval(format!(
+            "max {max}: an answer carries from 1 to {AV_DUMP_MAX} entries"
+        )));
+    }
+    let table = nic
+        .av_tables()
+        .into_iter()
+        .find(|t| t.handle == handle)
+        .ok_or_else(|| {
+            FiError::inval(format!(
+                "no AV table {handle} of this process on NIC {} (av_list names them)",
+                arg(request, "nic", None).unwrap_or_default()
+            ))
+        })?;
+    if first > table.capacity {
+        return Err(FiError::inval(format!(
+            "first {first} is past the table's {} entries",
+            table.capacity
+        )));
+    }
+    let gone = |e: &dyn std::fmt::Display| {
+        if table.exists() {
+            FiError::io(format!("reading AV table {handle}: {e}"))
+        } else {
+            FiError::new(
+                FiErrno::FI_ENOENT,
+                format!("AV table {handle} was destroyed during the dump"),
+            )
+        }
+    };
+    let mut entries = Vec::new();
+    let mut buf = vec![NicAvEntry::INVALID; READ_CHUNK];
+    let end = first.saturating_add(AV_DUMP_SCAN).min(table.capacity);
+    let mut at = first;
+    let mut next = None;
+    'scan: while at < end {
+        let n = (end - at).min(READ_CHUNK as u32) as usize;
+        nic.read_av_entries(handle, at, &mut buf[..n])
+            .map_err(|e| gone(&e))?;
+        for (i, e) in buf[..n].iter().enumerate() {
+            if !e.is_valid() {
+                continue;
+            }
+            if entries.len() == max as usize {
+                next = Some(at + i as u32);
+                break 'scan;
+            }
+            entries.push(json!([at + i as u32, hex::encode(e.as_bytes())]));
+        }
+        at += n as u32;
+    }
+    if next.is_none() && end < table.capacity {
+        next = Some(end);
+    }
+    let mut reply = Map::new();
+    reply.insert("table".into(), json!(handle));
+    reply.insert("capacity".into(), json!(table.capacity));
+    reply.insert("first".into(), json!(first));
+    reply.insert("entries".into(), Value::Array(entries));
+    reply.insert("next".into(), json!(next));
+    if first == 0 {
+        let slots = nic.caps.auth_key_slots;
+        let mut keys = Vec::new();
+        let mut buf = [AuthKeyEntry::default(); KEY_CHUNK];
+        let mut from = 0u16;
+        while from < slots {
+            let n = usize::from(slots - from).min(KEY_CHUNK);
+            nic.read_auth_keys(from, &mut buf[..n])
+                .map_err(|e| gone(&e))?;
+            for (i, k) in buf[..n].iter().enumerate() {
+                if k.is_valid() && k.av.get() == handle {
+                    keys.push(json!([usize::from(from) + i, hex::encode(k.as_bytes())]));
+                }
+            }
+            from += n as u16;
+        }
+        reply.insert("auth_key_slots".into(), Value::Array(keys));
+    }
+    Ok(Value::Object(reply))
+}

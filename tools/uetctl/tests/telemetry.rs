@@ -1,0 +1,503 @@
+//! The driver's telemetry socket and uetctl's client of it, in one process: what a live dump
+//! reads is what the NIC holds, page by page; every bad request gets a fabric errno and
+//! leaves the socket serving; the socket never keeps a NIC or an AV table alive.
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::Arc;
+use uet_av::{job_id_to_auth_key, AvAttr, FI_AUTH_KEY, FI_AV_AUTH_KEY, FI_AV_USER_ID};
+use uet_driver::backend::sim::SimDevice;
+use uet_driver::telemetry::{self, Telemetry, AV_DUMP_MAX, MAX_REQUEST};
+use uet_driver::Nic;
+use uet_fwif::address::{caps, AddressingMode};
+use uet_fwif::UetAddress;
+use uet_sim::{Fabric, NicConfig};
+use uetctl::dump;
+use uetctl::live::{self, Client, Target};
+
+fn nic(fabric: &Fabric, ip: &str) -> Nic {
+    let f = fabric.add_nic(NicConfig::new(ip.parse().unwrap())).unwrap();
+    Nic::open(Arc::new(SimDevice::new(f))).unwrap()
+}
+
+fn socket(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("uetctl-telemetry-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{test}.sock"));
+    let _ = std::fs::remove_file(&path);
+    path
+}
+
+/// A raw connection: the greeting, then one answer per line sent.
+struct Raw {
+    input: BufReader<UnixStream>,
+    output: UnixStream,
+    hello: Value,
+}
+
+impl Raw {
+    fn connect(path: &PathBuf) -> Raw {
+        let s = UnixStream::connect(path).unwrap();
+        let output = s.try_clone().unwrap();
+        let mut raw = Raw {
+            input: BufReader::new(s),
+            output,
+            hello: Value::Null,
+        };
+        raw.hello = raw.read().expect("greeting");
+        raw
+    }
+
+    fn read(&mut self) -> Option<Value> {
+        let mut line = String::new();
+        match self.input.read_line(&mut line) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(serde_json::from_str(&line).unwrap()),
+        }
+    }
+
+    fn ask(&mut self, line: &[u8]) -> Option<Value> {
+        self.output.write_all(line).ok()?;
+        self.output.write_all(b"\n").ok()?;
+        self.read()
+    }
+
+    fn errno(&mut self, request: Value) -> (String, String) {
+        let a = self.ask(request.to_string().as_bytes()).expect("answer");
+        let e = &a["error"];
+        assert!(e.is_object(), "{request} answered {a}");
+        assert!(e["errno"].as_u64().is_some(), "{a}");
+        (
+            e["name"].as_str().unwrap().to_string(),
+            e["message"].as_str().unwrap().to_string(),
+        )
+    }
+}
+
+/// A live dump of an AV with single entries, a symmetric range, user ids and auth keys,
+/// larger than one answer, equals what the process itself reads back from the NIC.
+#[test]
+fn a_live_dump_is_what_the_nic_holds() {
+    let fabric = Fabric::new();
+    let nic0 = nic(&fabric, "10.60.0.1");
+    let nic1 = nic(&fabric, "10.60.0.2");
+    let count = AV_DUMP_MAX as usize + 4000;
+    let mut big = nic0
+        .open_av(AvAttr {
+            count: count + 64,
+            job_id: 5,
+            ..AvAttr::default()
+        })
+        .unwrap();
+    let mut addrs = Vec::with_capacity(count * 32);
+    for i in 0..count as u32 {
+        let peer = UetAddress {
+            caps: caps::AI_BASE,
+            mode: AddressingMode::Relative,
+            max_msg_mtu: false,
+            pid_on_fep: 1 + (i % 7) as u16,
+            fabric_addr: std::net::Ipv4Addr::from(0x0b00_0000 + i).into(),
+            ri_start: 1,
+            ri_count: 4,
+            initiator: i,
+        };
+        addrs.extend_from_slice(&peer.to_bytes().unwrap());
+    }
+    let mut fa = vec![0u64; count];
+    assert_eq!(big.insert(&addrs, count, Some(&mut fa), 0).unwrap(), count);
+    // A range after the singles, then holes among the singles.
+    big.insertsym("10.61.0.1", 3, "7?ri=1+4&init=9", 4, None, 0, None)
+        .unwrap();
+    for i in (97..count).step_by(97) {
+        big.remove(&[fa[i]], 0).unwrap();
+    }
+    // Then one more peer (per-address user ids end range storage), with a user id given at insert (fi_addr as input).
+    let mut user_id = [0xfeed_u64];
+    let last = &addrs[..32];
+    big.remove(&[fa[0]], 0).unwrap();
+    assert_eq!(
+        big.insert(last, 1, Some(&mut user_id), FI_AV_USER_ID)
+            .unwrap(),
+        1
+    );
+    let mut keyed_av = nic1
+        .open_av(AvAttr {
+            count: 8,
+            job_id: 5,
+            auth_key_size: FI_AV_AUTH_KEY,
+            ..AvAttr::default()
+        })
+        .unwrap();
+    keyed_av
+        .insert_auth_key(&job_id_to_auth_key(0x50), 0)
+        .unwrap();
+    let mut keyed = keyed_av
+        .insert_auth_key(&job_id_to_auth_key(0x51), 0)
+        .unwrap();
+    keyed_av
+        .insertsvc("10.2.0.9", Some("3"), Some(&mut keyed), FI_AUTH_KEY, None)
+        .unwrap();
+
+    let path = socket("dump");
+    let t = Telemetry::bind(&path).unwrap();
+    assert_eq!(t.add_nic(&nic0), 0);
+    assert_eq!(t.add_nic(&nic1), 1);
+    let mut client = Client::connect(&Target::Socket(path.clone())).unwrap();
+    assert_eq!(client.hello["pid"], std::process::id());
+    assert_eq!(client.hello["nics"], 2);
+    assert_eq!(client.open_nics().unwrap(), vec![0, 1]);
+
+    let big_handle = big.nic().table().handle();
+    assert_eq!(
+        live::tables(&mut client, 0).unwrap(),
+        vec![(big_handle, (count + 64) as u32)]
+    );
+    let live_big = live::av_dump(&mut client, 0, big_handle).unwrap();
+    let own_big = dump::collect(&mut big).unwrap();
+    assert_eq!(own_big.differences(), 0);
+    assert!(!live_big.mirror);
+    assert_eq!(live_big.capacity, own_big.capacity);
+    let shape = |d: &dump::AvDump| -> Vec<(u32, u32, uet_fwif::NicAvEntry)> {
+        d.rows.iter().map(|r| (r.index, r.span, r.nic)).collect()
+    };
+    assert_eq!(shape(&live_big), shape(&own_big));
+    let valid: usize = live_big.rows.iter().map(|r| r.span as usize).sum();
+    assert_eq!(valid, count - (count - 1) / 97 + 12);
+    assert!(live_big.rows.iter().all(|r| r.mirror.is_none()));
+    let text = dump::render_text("t", &live_big);
+    assert!(text.contains("0xfeed"), "user id shown");
+    assert!(text.contains("range"), "range shown");
+    assert!(text.contains("host mirror belongs to the process"));
+    let json = dump::render_json(&live_big);
+    assert_eq!(json["mirror_read"], false);
+    assert!(json["differences"].is_null());
+    assert!(json["entries"][0]["mirror"].is_null());
+
+    let keyed_handle = keyed_av.nic().table().handle();
+    let live_keyed = live::av_dump(&mut client, 1, keyed_handle).unwrap();
+    let own_keyed = dump::collect(&mut keyed_av).unwrap();
+    assert_eq!(shape(&live_keyed), shape(&own_keyed));
+    let own_slots: Vec<(u16, u32)> = own_keyed
+        .keys
+        .iter()
+        .map(|k| (k.key.slot, k.nic.job_id.get()))
+        .collect();
+    let live_slots: Vec<(u16, u32)> = live_keyed
+        .nic_keys
+        .iter()
+        .map(|(s, e)| (*s, e.job_id.get()))
+        .collect();
+    assert_eq!(live_slots, own_slots);
+    assert_eq!(live_slots.len(), 2);
+    let text = dump::render_text("t", &live_keyed);
+    assert!(text.contains("AUTH-KEY SLOT"), "{text}");
+    assert!(text.contains("0x51"), "{text}");
+
+    // Registers and counters: what the NIC's own accessors read.
+    let regs = live::regs(&mut client, 1).unwrap();
+    assert!(regs
+        .iter()
+        .any(|r| r.info.name == "ID" && r.value == 0x0001_fffe));
+    let counters = live::counters(&mut client, 0).unwrap();
+    let expected: Vec<(String, u64)> = nic0
+        .counters()
+        .into_iter()
+        .map(|(n, v)| (n.to_string(), v))
+        .collect();
+    assert_eq!(counters, expected);
+}
+
+/// Every bad request is an error answer with a fabric errno; the connection goes on (or, for
+/// a line that is not a request at all, closes) and the socket keeps serving.
+#[test]
+fn bad_requests_get_errnos_and_the_socket_keeps_serving() {
+    let fabric = Fabric::new();
+    let nic0 = nic(&fabric, "10.62.0.1");
+    let av = nic0
+        .open_av(AvAttr {
+            count: 4,
+            ..AvAttr::default()
+        })
+        .unwrap();
+    let handle = av.nic().table().handle();
+    let path = socket("bad");
+    let t = Telemetry::bind(&path).unwrap();
+    t.add_nic(&nic0);
+    let mut raw = Raw::connect(&path);
+    assert_eq!(raw.hello["uet_nic_telemetry"], telemetry::PROTOCOL);
+    let cases = [
+        (json!({"cmd": "warp"}), "FI_ENOSYS", "unknown command"),
+        (json!({"nic": 0}), "FI_EINVAL", "\"cmd\""),
+        (json!([1, 2]), "FI_EINVAL", "\"cmd\""),
+        (
+            json!({"cmd": "regs"}),
+            "FI_EINVAL",
+            "missing argument \"nic\"",
+        ),
+        (json!({"cmd": "regs", "nic": 7}), "FI_EINVAL", "no NIC 7"),
+        (json!({"cmd": "regs", "nic": -1}), "FI_EINVAL", "unsigned"),
+        (
+            json!({"cmd": "counters", "nic": "0"}),
+            "FI_EINVAL",
+            "unsigned",
+        ),
+        (
+            json!({"cmd": "av_dump", "nic": 0}),
+            "FI_EINVAL",
+            "\"table\"",
+        ),
+        (
+            json!({"cmd": "av_dump", "nic": 0, "table": handle + 100}),
+            "FI_EINVAL",
+            "no AV table",
+        ),
+        (
+            json!({"cmd": "av_dump", "nic": 0, "table": handle, "first": 5}),
+            "FI_EINVAL",
+            "past the table",
+        ),
+        (
+            json!({"cmd": "av_dump", "nic": 0, "table": handle, "max": 0}),
+            "FI_EINVAL",
+            "max 0",
+        ),
+        (
+            json!({"cmd": "av_dump", "nic": 0, "table": handle, "max": AV_DUMP_MAX + 1}),
+            "FI_EINVAL",
+            "max",
+        ),
+        (
+            json!({"cmd": "av_dump", "nic": 0, "table": 1u64 << 40}),
+            "FI_EINVAL",
+            "32 bits",
+        ),
+    ];
+    for (request, name, text) in cases {
+        let (n, m) = raw.errno(request.clone());
+        assert_eq!(n, name, "{request}: {m}");
+        assert!(m.contains(text), "{request}: {m}");
+    }
+    // The same connection still answers.
+    let ok = raw.ask(br#"{"cmd": "help"}"#).unwrap();
+    assert!(ok["ok"]["commands"].as_array().unwrap().len() >= 6);
+
+    // Not JSON: an error, then the connection closes.
+    let a = raw.ask(b"regs 0").unwrap();
+    assert_eq!(a["error"]["name"], "FI_EINVAL");
+    assert!(raw.read().is_none(), "closed after a line that is not JSON");
+
+    // A line longer than MAX_REQUEST: an error, then closed, without reading it all.
+    let mut raw = Raw::connect(&path);
+    let long = vec![b' '; MAX_REQUEST + 10];
+    // The driver may close before the whole line is written: the write may fail, the answer
+    // is still there to read.
+    let _ = raw.output.write_all(&long);
+    let _ = raw.output.write_all(b"\n");
+    let a = raw.read().expect("an answer to the long line");
+    assert!(
+        a["error"]["message"].as_str().unwrap().contains("longer"),
+        "{a}"
+    );
+    assert!(raw.read().is_none());
+
+    // A NIC the application closed reads as closed; its number is not reused.
+    drop(av);
+    let mut raw = Raw::connect(&path);
+    let a = raw
+        .ask(json!({"cmd": "av_list", "nic": 0}).to_string().as_bytes())
+        .unwrap();
+    assert_eq!(a["ok"]["tables"], json!([]), "a dropped AV's table is gone");
+    drop(nic0);
+    let (n, m) = raw.errno(json!({"cmd": "regs", "nic": 0}));
+    assert_eq!(n, "FI_ENODEV", "{m}");
+    let info = raw.ask(br#"{"cmd":"info"}"#).unwrap();
+    assert_eq!(info["ok"]["nics"][0]["open"], false);
+}
+
+/// Telemetry listing a table never holds it: the AV's fi_close is not FI_EBUSY because of it,
+/// and AV_DESTROY runs when the AV goes.
+#[test]
+fn telemetry_keeps_no_table_or_nic_alive() {
+    let fabric = Fabric::new();
+    let nic0 = nic(&fabric, "10.63.0.1");
+    let path = socket("alive");
+    let t = Telemetry::bind(&path).unwrap();
+    t.add_nic(&nic0);
+    let mut client = Client::connect(&Target::Socket(path.clone())).unwrap();
+    let av = nic0
+        .open_av(AvAttr {
+            count: 4,
+            ..AvAttr::default()
+        })
+        .unwrap();
+    let handle = av.nic().table().handle();
+    assert_eq!(live::tables(&mut client, 0).unwrap(), vec![(handle, 4)]);
+    av.close()
+        .expect("fi_close while telemetry lists the table");
+    assert_eq!(live::tables(&mut client, 0).unwrap(), vec![]);
+    let e = live::av_dump(&mut client, 0, handle).unwrap_err();
+    assert!(e.contains("no AV table"), "{e}");
+}
+
+/// Binding: a live socket is refused and keeps serving; a stale one is replaced; a file that
+/// is not a socket is refused and left alone; dropping removes the socket, also while a client
+/// that sends nothing holds the connection.
+#[test]
+fn binding_replaces_only_stale_sockets_and_drop_cleans_up() {
+    let path = socket("bind");
+    let first = Telemetry::bind(&path).unwrap();
+    let e = Telemetry::bind(&path).unwrap_err().to_string();
+    assert!(e.contains("another process serves it"), "{e}");
+    Raw::connect(&path);
+
+    // A client that connects and then says nothing: drop must not wait for it.
+    let silent = Raw::connect(&path);
+    drop(first);
+    assert!(!path.exists(), "the socket file is removed");
+    drop(silent);
+
+    // A stale socket: bound, then its listener gone without removing the file.
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    assert!(path.exists());
+    let again = Telemetry::bind(&path).unwrap();
+    assert_eq!(Raw::connect(&path).hello["nics"], 0);
+    drop(again);
+
+    std::fs::write(&path, b"not a socket").unwrap();
+    let e = Telemetry::bind(&path).unwrap_err().to_string();
+    assert!(e.contains("not a socket"), "{e}");
+    assert_eq!(std::fs::read(&path).unwrap(), b"not a socket");
+    std::fs::remove_file(&path).unwrap();
+
+    let e = Client::connect(&Target::Socket(path.clone()))
+        .err()
+        .unwrap();
+    assert!(e.contains("cannot reach"), "{e}");
+}
+
+/// `uetctl` run against another process: `uetctl demo --telemetry --linger` keeps its job's
+/// NICs open, and `uetctl ps`, `av dump --pid`, `regs --pid` and `stats --pid` inspect it from
+/// other processes; wrong targets get a message and exit 2.
+#[test]
+fn uetctl_inspects_a_live_process() {
+    use std::process::{Command, Stdio};
+    let dir = std::env::temp_dir().join(format!("uetctl-live-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let uetctl = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_uetctl"))
+            .args(args)
+            .env(telemetry::DIR_ENV, &dir)
+            .output()
+            .unwrap()
+    };
+    let mut job = Command::new(env!("CARGO_BIN_EXE_uetctl"))
+        .args([
+            "--json",
+            "demo",
+            "--ranks",
+            "2",
+            "--telemetry",
+            "--linger",
+            "120",
+        ])
+        .env(telemetry::DIR_ENV, &dir)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let out = job.stdout.take().unwrap();
+    let pid = job.id();
+    let job = Kill(job);
+    // The pretty-printed document ends with a line "}".
+    let mut doc = String::new();
+    for line in BufReader::new(out).lines() {
+        let line = line.unwrap();
+        let end = line == "}";
+        doc.push_str(&line);
+        doc.push('\n');
+        if end {
+            break;
+        }
+    }
+    let doc: Value = serde_json::from_str(&doc).unwrap();
+    assert_eq!(doc["ok"], true, "{doc:#}");
+    let sock = telemetry::socket_path(&dir, pid);
+    assert_eq!(doc["telemetry"], sock.display().to_string());
+
+    let ps = uetctl(&["--json", "ps"]);
+    assert!(ps.status.success());
+    let ps: Value = serde_json::from_slice(&ps.stdout).unwrap();
+    assert_eq!(ps["processes"][0]["pid"], pid);
+    assert_eq!(ps["processes"][0]["nics"][1]["fabric_addr"], "10.0.0.2");
+    let text = uetctl(&["ps"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains(&format!("{pid:<8} uetctl")), "{text}");
+
+    let pid_s = pid.to_string();
+    let dump = uetctl(&["--json", "av", "dump", "--pid", &pid_s]);
+    assert!(
+        dump.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dump.stderr)
+    );
+    let dump: Value = serde_json::from_slice(&dump.stdout).unwrap();
+    let tables = dump["tables"].as_array().unwrap();
+    assert_eq!(tables.len(), 2, "one AV table per rank's NIC");
+    // What rank 0 saw in its own process, NIC side, is what the live dump shows.
+    let own = doc["rank0_av"]["entries"].as_array().unwrap();
+    let live0 = tables[0]["av"]["entries"].as_array().unwrap();
+    assert_eq!(own.len(), 2);
+    assert_eq!(
+        own.iter().map(|e| &e["nic"]).collect::<Vec<_>>(),
+        live0.iter().map(|e| &e["nic"]).collect::<Vec<_>>()
+    );
+    assert!(live0.iter().all(|e| e["mirror"].is_null()));
+
+    let regs = uetctl(&["regs", "--pid", &pid_s, "--nic", "1"]);
+    let regs = String::from_utf8_lossy(&regs.stdout);
+    assert!(
+        regs.contains(&format!("process {pid} NIC 1 BAR0")) && regs.contains("REVISION"),
+        "{regs}"
+    );
+    let stats = uetctl(&["--json", "stats", "--socket", &sock.display().to_string()]);
+    let stats: Value = serde_json::from_slice(&stats.stdout).unwrap();
+    assert!(stats["nics"][0]["counters"]["TX_PACKETS"].as_u64().unwrap() > 0);
+
+    // Wrong targets.
+    let refused = |args: &[&str], says: &str| {
+        let out = uetctl(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    };
+    refused(&["regs", "--pid", &pid_s, "--nic", "9"], "no NIC 9");
+    refused(
+        &["av", "dump", "--pid", &pid_s, "--table", "99"],
+        "no AV table 99",
+    );
+    refused(
+        &["stats", "--nic", "0"],
+        "--nic names a part of a live process",
+    );
+    refused(&["av", "dump"], "say what to inspect");
+    refused(
+        &["av", "dump", "--pid", "4000000000"],
+        "cannot reach process",
+    );
+    refused(&["regs", "--demo", "--pid", &pid_s], "cannot be used with");
+
+    // Killed, the process leaves its socket file; nobody answers it, so ps lists nothing.
+    drop(job);
+    let ps: Value = serde_json::from_slice(&uetctl(&["--json", "ps"]).stdout).unwrap();
+    assert_eq!(ps["processes"], json!([]));
+    refused(&["av", "dump", "--pid", &pid_s], "cannot reach process");
+    let _ = std::fs::remove_dir_all(&dir);
+}
