@@ -128,8 +128,8 @@ use std::sync::Arc;
 use uet_av::{AvSync, FiAddr, FiErrno, FiError};
 use uet_fwif::address::{AddressingMode, UetAddress};
 use uet_fwif::admin::{
-    BufferBody, Command, ContextCreateBody, EndpointCreateBody, Status, CTX_ROLE_CONTROL,
-    CTX_ROLE_RX, CTX_ROLE_TX, EP_FLAG_ABSOLUTE, EP_FLAG_DGRAM, EP_FLAG_PASSIVE,
+    Command, ContextCreateBody, EndpointCreateBody, Status, CTX_ROLE_CONTROL, CTX_ROLE_RX,
+    CTX_ROLE_TX, EP_FLAG_ABSOLUTE, EP_FLAG_DGRAM, EP_FLAG_PASSIVE,
 };
 use uet_fwif::auth_key::EndpointAuthKeysBody;
 use uet_fwif::datapath::{
@@ -139,12 +139,12 @@ use uet_fwif::datapath::{
     TX_FLAG_CONTROL, TX_FLAG_INJECT,
 };
 use uet_fwif::ring::RingGeometry;
-use uet_fwif::{EndpointCounters, ReturnCode};
+use uet_fwif::ReturnCode;
 use uet_regs::{
     QueueDoorbell, RegisterAccess, CQ_DOORBELL, RXQ_DOORBELL, TRXQ_DOORBELL, TXQ_DOORBELL,
 };
 use zerocopy::little_endian::{U16, U32, U64};
-use zerocopy::{FromZeros, IntoBytes};
+use zerocopy::FromZeros;
 
 const TX_DESC: usize = core::mem::size_of::<TxDescriptor>();
 const RX_DESC: usize = core::mem::size_of::<RxDescriptor>();
@@ -776,6 +776,14 @@ impl Nic {
             Some(t) if roles != CTX_ROLE_CONTROL => t.max_group_id(),
             _ => 0,
         };
+        self.inner.register_endpoint(crate::nic::EndpointRecord {
+            handle,
+            address,
+            job_id,
+            ep_type,
+            roles,
+            av_table: av.as_ref().map(|t| t.handle()),
+        });
         Endpoint {
             nic: self.inner.clone(),
             _av: av,
@@ -1846,21 +1854,9 @@ impl Endpoint {
 
     /// The endpoint's counters, as the NIC keeps them (COUNTERS_READ).
     pub fn counters(&self) -> Result<EndpointStats, DriverError> {
-        let nic = &self.nic;
-        let mut admin = nic.admin();
-        let mut body = BufferBody::new_zeroed();
-        body.buf = U64::new(admin.scratch(nic.bar())?.iova());
-        body.len = U32::new(EndpointCounters::BYTES as u32);
-        admin.execute(
-            nic.bar(),
-            Command::CountersRead {
-                endpoint: u32::from(self.handle),
-                body,
-            },
-        )?;
-        let mut block = EndpointCounters::new_zeroed();
-        admin.scratch_result().read_bytes(0, block.as_mut_bytes())?;
-        Ok(EndpointStats::from(&block))
+        Ok(EndpointStats::from(
+            &self.nic.endpoint_counters(self.handle)?,
+        ))
     }
 }
 
@@ -1914,6 +1910,7 @@ impl Endpoint {
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
+        self.nic.forget_endpoint(self.handle);
         // A connection's control channel is a context of this endpoint: it goes first.
         drop(self.cm.take());
         match self.nic.destroy(Command::EndpointDestroy {

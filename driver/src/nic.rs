@@ -220,6 +220,23 @@ pub(crate) struct AvTableRecord {
     table: std::sync::Weak<crate::av::AvTableHandle>,
 }
 
+/// An endpoint or context of this process on the NIC, as the telemetry socket lists it.
+#[derive(Clone, Debug)]
+pub(crate) struct EndpointRecord {
+    /// The NIC's handle (ENDPOINT_CREATE's or CONTEXT_CREATE's result).
+    pub(crate) handle: u16,
+    /// Its UET address.
+    pub(crate) address: uet_fwif::UetAddress,
+    /// Its JobID.
+    pub(crate) job_id: u32,
+    /// Its `fi_ep_type`.
+    pub(crate) ep_type: crate::endpoint::EpType,
+    /// `CTX_ROLE_*` bits.
+    pub(crate) roles: u8,
+    /// The NIC handle of the AV table it translates through.
+    pub(crate) av_table: Option<u32>,
+}
+
 impl AvTableRecord {
     /// Whether the AV or an endpoint still holds the table (AV_DESTROY has not run).
     pub(crate) fn exists(&self) -> bool {
@@ -247,6 +264,9 @@ pub(crate) struct NicInner {
     av_window: Mutex<Option<u64>>,
     /// The AV tables this process created on the NIC, for the telemetry socket.
     pub(crate) av_tables: Mutex<Vec<AvTableRecord>>,
+    /// The endpoints and contexts this process holds on the NIC, for the telemetry socket:
+    /// added when made, removed when dropped.
+    pub(crate) endpoints: Mutex<Vec<EndpointRecord>>,
 }
 
 impl NicInner {
@@ -264,6 +284,48 @@ impl NicInner {
             max_group_id: table.max_group_id(),
             table: Arc::downgrade(table),
         });
+    }
+
+    /// Record an endpoint or context, for [`NicInner::endpoints`].
+    pub(crate) fn register_endpoint(&self, record: EndpointRecord) {
+        let mut eps = self.endpoints.lock().unwrap_or_else(|p| p.into_inner());
+        eps.push(record);
+    }
+
+    /// Forget endpoint `handle` (dropped).
+    pub(crate) fn forget_endpoint(&self, handle: u16) {
+        let mut eps = self.endpoints.lock().unwrap_or_else(|p| p.into_inner());
+        eps.retain(|e| e.handle != handle);
+    }
+
+    /// The endpoints and contexts of this process on the NIC now, in creation order.
+    pub(crate) fn endpoints(&self) -> Vec<EndpointRecord> {
+        self.endpoints
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// COUNTERS_READ of endpoint `handle`: its counter block as the NIC keeps it.
+    pub(crate) fn endpoint_counters(
+        &self,
+        handle: u16,
+    ) -> Result<uet_fwif::counters::EndpointCounters, DriverError> {
+        use zerocopy::IntoBytes;
+        let mut admin = self.admin();
+        let mut body = BufferBody::new_zeroed();
+        body.buf = U64::new(admin.scratch(self.bar())?.iova());
+        body.len = U32::new(uet_fwif::counters::EndpointCounters::BYTES as u32);
+        admin.execute(
+            self.bar(),
+            Command::CountersRead {
+                endpoint: u32::from(handle),
+                body,
+            },
+        )?;
+        let mut block = uet_fwif::counters::EndpointCounters::new_zeroed();
+        admin.scratch_result().read_bytes(0, block.as_mut_bytes())?;
+        Ok(block)
     }
 
     /// The AV tables of this process that exist on the NIC now, in creation order.
@@ -456,6 +518,7 @@ impl Nic {
                 admin: Mutex::new(admin),
                 av_window: Mutex::new(None),
                 av_tables: Mutex::new(Vec::new()),
+                endpoints: Mutex::new(Vec::new()),
             }),
         })
     }

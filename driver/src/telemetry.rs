@@ -19,6 +19,10 @@
 //!      effects);
 //!    - `counters {nic}`: the NIC's counters (BAR0), as `[name, value]` pairs;
 //!    - `av_list {nic}`: the AV tables this process holds on the NIC;
+//!    - `ep_list {nic}`: the endpoints and contexts this process holds on the NIC: handle,
+//!      type, roles, UET address, JobID, the AV table it translates through, and its
+//!      counters read with COUNTERS_READ (hex of the `EndpointCounters` block; when the read
+//!      fails, `counters_error` says why);
 //!    - `av_dump {nic, table, first?, max?}`: the valid entries of a NIC AV table from index
 //!      `first` (0), read back with AV_READ, as `[index, "hex of the 64-byte NicAvEntry"]`;
 //!      at most `max` ([`AV_DUMP_MAX`]) entries and [`AV_DUMP_SCAN`] indices per answer, and
@@ -95,6 +99,7 @@ pub const COMMANDS: &[(&str, &str)] = &[
     ("regs", "nic"),
     ("counters", "nic"),
     ("av_list", "nic"),
+    ("ep_list", "nic"),
     ("av_dump", "nic, table, first (0), max (16384)"),
 ];
 
@@ -426,6 +431,10 @@ fn answer(request: &Value, nics: &Mutex<Vec<Weak<NicInner>>>) -> Result<Value, F
             Ok(json!({ "tables": tables_json(&nic) }))
         }
         "av_dump" => av_dump(request, nics),
+        "ep_list" => {
+            let nic = nic_of(request, nics)?;
+            Ok(json!({ "endpoints": endpoints_json(&nic) }))
+        }
         other => Err(FiError::new(
             FiErrno::FI_ENOSYS,
             format!(
@@ -453,6 +462,34 @@ fn tables_json(nic: &NicInner) -> Vec<Value> {
         .collect()
 }
 
+fn endpoints_json(nic: &NicInner) -> Vec<Value> {
+    nic.endpoints()
+        .iter()
+        .map(|e| {
+            let (counters, error) = match nic.endpoint_counters(e.handle) {
+                Ok(block) => (Some(hex::encode(block.as_bytes())), None),
+                Err(err) => (None, Some(err.to_string())),
+            };
+            let a = &e.address;
+            json!({
+                "endpoint": e.handle,
+                "type": format!("{:?}", e.ep_type).to_lowercase(),
+                "roles": e.roles,
+                "address": a.to_string(),
+                "fabric_addr": a.fabric_addr.to_string(),
+                "pid_on_fep": a.pid_on_fep,
+                "ri_start": a.ri_start,
+                "ri_count": a.ri_count,
+                "initiator": a.initiator,
+                "job_id": e.job_id,
+                "av_table": e.av_table,
+                "counters": counters,
+                "counters_error": error,
+            })
+        })
+        .collect()
+}
+
 fn info(nics: &Mutex<Vec<Weak<NicInner>>>) -> Value {
     let nics: Vec<Weak<NicInner>> = lock(nics).clone();
     let list: Vec<Value> = nics
@@ -475,6 +512,7 @@ fn info(nics: &Mutex<Vec<Weak<NicInner>>>) -> Value {
                     "serial": id.serial,
                     "model": id.model,
                     "av_tables": tables_json(&nic),
+                    "endpoints": nic.endpoints().len(),
                 })
             }
         })

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use uet_driver::telemetry::{self, PROTOCOL};
 use uet_driver::uet_fwif::auth_key::AuthKeyEntry;
+use uet_driver::uet_fwif::counters::{EndpointCounterValues, EndpointCounters};
 use uet_driver::uet_fwif::NicAvEntry;
 use uet_driver::uet_regs::REGISTERS;
 use zerocopy::FromBytes;
@@ -294,4 +295,38 @@ pub fn processes(dir: &Path) -> Result<Vec<Value>, String> {
     }
     found.sort_by_key(|i| i.get("pid").and_then(Value::as_u64));
     Ok(found)
+}
+
+/// An endpoint or context of a live process, as `ep_list` reports it.
+#[derive(Clone, Debug)]
+pub struct LiveEndpoint {
+    /// What the driver reported (handle, type, roles, address, JobID, AV table).
+    pub info: Value,
+    /// Its counters by name, or why they could not be read.
+    pub counters: Result<Vec<(String, u64)>, String>,
+}
+
+/// The endpoints and contexts of NIC `nic`.
+pub fn endpoints(client: &mut Client, nic: u64) -> Result<Vec<LiveEndpoint>, String> {
+    let answer = client.call(&json!({"cmd": "ep_list", "nic": nic}))?;
+    answer
+        .get("endpoints")
+        .and_then(Value::as_array)
+        .ok_or_else(|| format!("ep_list answer lacks endpoints: {answer}"))?
+        .iter()
+        .map(|e| {
+            let counters = match (e.get("counters"), e.get("counters_error")) {
+                (Some(hex @ Value::String(_)), _) => {
+                    let block: EndpointCounters = decode(hex, "EndpointCounters")?;
+                    Ok(EndpointCounterValues::from(&block).named())
+                }
+                (_, Some(Value::String(why))) => Err(why.clone()),
+                _ => return Err(format!("ep_list entry lacks counters: {e}")),
+            };
+            Ok(LiveEndpoint {
+                info: e.clone(),
+                counters,
+            })
+        })
+        .collect()
 }

@@ -145,6 +145,11 @@ enum Command {
         #[command(flatten)]
         live: LiveArgs,
     },
+    /// Endpoints.
+    Ep {
+        #[command(subcommand)]
+        command: EpCommand,
+    },
     /// Address vectors.
     Av {
         #[command(subcommand)]
@@ -172,6 +177,23 @@ enum SimCommand {
         /// Host interface minor version of the NICs (1.N), from 7 to the current version.
         #[arg(long, default_value_t = uet_driver::uet_regs::INTERFACE_MINOR)]
         interface_minor: u8,
+    },
+}
+
+#[derive(Subcommand)]
+enum EpCommand {
+    /// List the endpoints and contexts of a live process's NICs: address, JobID, AV table,
+    /// message counters (the NIC's, read with COUNTERS_READ).
+    List {
+        /// The live process (its PID).
+        #[arg(long, required_unless_present = "socket")]
+        pid: Option<u32>,
+        /// The live process serving this telemetry socket.
+        #[arg(long, value_name = "PATH", conflicts_with = "pid")]
+        socket: Option<PathBuf>,
+        /// Only this NIC of the process (default: every open NIC).
+        #[arg(long)]
+        nic: Option<u64>,
     },
 }
 
@@ -227,6 +249,15 @@ fn main() -> ExitCode {
             cli.json,
         ),
         Command::Ps { dir } => run_ps(dir, cli.json),
+        Command::Ep {
+            command: EpCommand::List { pid, socket, nic },
+        } => {
+            let live = LiveArgs { pid, socket, nic };
+            match live.target() {
+                Some(target) => live_endpoints(&target, nic, cli.json),
+                None => needs_target("ep list"),
+            }
+        }
         Command::Sim {
             command:
                 SimCommand::Serve {
@@ -546,6 +577,95 @@ fn live_stats(target: &Target, nic: Option<u64>, as_json: bool) -> ExitCode {
             print!(" {:>14}", v.map_or("-".to_string(), |v| v.to_string()));
         }
         println!();
+    }
+    ExitCode::SUCCESS
+}
+
+fn live_endpoints(target: &Target, nic: Option<u64>, as_json: bool) -> ExitCode {
+    let (mut client, pid, nics) = match open_live(target, nic) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let mut rows = Vec::new();
+    for n in nics {
+        match live::endpoints(&mut client, n) {
+            Ok(eps) => rows.extend(eps.into_iter().map(|e| (n, e))),
+            Err(e) => {
+                eprintln!("uetctl: process {pid} NIC {n}: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if as_json {
+        let docs: Vec<_> = rows
+            .iter()
+            .map(|(n, e)| {
+                let mut doc = e.info.clone();
+                if let Some(o) = doc.as_object_mut() {
+                    o.insert("nic".into(), json!(n));
+                    o.insert(
+                        "counters".into(),
+                        match &e.counters {
+                            Ok(c) => c.iter().map(|(k, v)| (k.clone(), json!(v))).collect(),
+                            Err(_) => serde_json::Value::Null,
+                        },
+                    );
+                }
+                doc
+            })
+            .collect();
+        println!("{:#}", json!({ "pid": pid, "endpoints": docs }));
+        return ExitCode::SUCCESS;
+    }
+    if rows.is_empty() {
+        println!("process {pid}: no endpoints");
+        return ExitCode::SUCCESS;
+    }
+    let s = |e: &live::LiveEndpoint, k: &str| match e.info.get(k) {
+        Some(serde_json::Value::String(v)) => v.clone(),
+        Some(serde_json::Value::Null) | None => "-".to_string(),
+        Some(v) => v.to_string(),
+    };
+    println!(
+        "{:<4} {:<5} {:<6} {:<16} {:>8} {:<10} {:>10} {:>8} {:>8} {:>10} {:>10}",
+        "NIC",
+        "EP",
+        "TYPE",
+        "FABRIC ADDRESS",
+        "PIDonFEP",
+        "RI RANGE",
+        "INITIATOR",
+        "JOBID",
+        "AV TABLE",
+        "TX MSGS",
+        "RX MSGS"
+    );
+    for (n, e) in &rows {
+        let count = |name: &str| match &e.counters {
+            Ok(c) => c
+                .iter()
+                .find(|(k, _)| k == name)
+                .map_or("-".to_string(), |(_, v)| v.to_string()),
+            Err(_) => "?".to_string(),
+        };
+        let num = |k: &str| e.info.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
+        println!(
+            "{:<4} {:<5} {:<6} {:<16} {:>8} {:<10} {:>10} {:>8} {:>8} {:>10} {:>10}",
+            n,
+            s(e, "endpoint"),
+            s(e, "type"),
+            s(e, "fabric_addr"),
+            s(e, "pid_on_fep"),
+            format!("{}..{}", num("ri_start"), num("ri_start") + num("ri_count")),
+            format!("{:#x}", num("initiator")),
+            format!("{:#x}", num("job_id")),
+            s(e, "av_table"),
+            count("tx_messages"),
+            count("rx_messages"),
+        );
+        if let Err(why) = &e.counters {
+            println!("     counters not read: {why}");
+        }
     }
     ExitCode::SUCCESS
 }

@@ -467,6 +467,17 @@ fn uetctl_inspects_a_live_process() {
         regs.contains(&format!("process {pid} NIC 1 BAR0")) && regs.contains("REVISION"),
         "{regs}"
     );
+    let eps = uetctl(&["--json", "ep", "list", "--pid", &pid_s]);
+    let eps: Value = serde_json::from_slice(&eps.stdout).unwrap();
+    let eps = eps["endpoints"].as_array().unwrap();
+    assert_eq!(eps.len(), 2, "one endpoint per rank");
+    for (rank, e) in eps.iter().enumerate() {
+        assert_eq!(e["nic"], rank);
+        assert_eq!(e["pid_on_fep"], doc["ranks"][rank]["pid_on_fep"]);
+        let sent = doc["ranks"][rank]["sent"].as_u64().unwrap()
+            + doc["ranks"][rank]["tagged"]["sent"].as_u64().unwrap();
+        assert_eq!(e["counters"]["tx_messages"], sent, "{e}");
+    }
     let stats = uetctl(&["--json", "stats", "--socket", &sock.display().to_string()]);
     let stats: Value = serde_json::from_slice(&stats.stdout).unwrap();
     assert!(stats["nics"][0]["counters"]["TX_PACKETS"].as_u64().unwrap() > 0);
@@ -500,4 +511,44 @@ fn uetctl_inspects_a_live_process() {
     assert_eq!(ps["processes"], json!([]));
     refused(&["av", "dump", "--pid", &pid_s], "cannot reach process");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `ep_list` names each endpoint the process holds on the NIC, with the NIC's counters for
+/// it (what `Endpoint::counters` reads); a dropped endpoint is gone from the list.
+#[test]
+fn endpoints_are_listed_with_their_counters_until_dropped() {
+    use uet_driver::EndpointAttr;
+    let fabric = Fabric::new();
+    let nic0 = nic(&fabric, "10.64.0.1");
+    let av = nic0
+        .open_av(AvAttr {
+            count: 4,
+            job_id: 7,
+            ..AvAttr::default()
+        })
+        .unwrap();
+    let attr = EndpointAttr {
+        job_id: 7,
+        ..EndpointAttr::default()
+    };
+    let a = nic0.endpoint(attr, Some(&av)).unwrap();
+    let b = nic0.endpoint(attr, None).unwrap();
+    let path = socket("eps");
+    let t = Telemetry::bind(&path).unwrap();
+    t.add_nic(&nic0);
+    let mut client = Client::connect(&Target::Socket(path.clone())).unwrap();
+    let eps = live::endpoints(&mut client, 0).unwrap();
+    assert_eq!(eps.len(), 2);
+    let own = a.counters().unwrap().named();
+    assert_eq!(eps[0].counters.as_ref().unwrap(), &own);
+    assert_eq!(eps[0].info["address"], a.address().to_string());
+    assert_eq!(eps[0].info["job_id"], 7);
+    assert_eq!(eps[0].info["type"], "rdm");
+    assert_eq!(eps[0].info["av_table"], av.nic().table().handle());
+    assert!(eps[1].info["av_table"].is_null());
+    assert_eq!(eps[1].info["pid_on_fep"], b.address().pid_on_fep);
+    drop(a);
+    let eps = live::endpoints(&mut client, 0).unwrap();
+    assert_eq!(eps.len(), 1);
+    assert_eq!(eps[0].info["address"], b.address().to_string());
 }
