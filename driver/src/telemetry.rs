@@ -53,7 +53,7 @@
 use crate::nic::{Nic, NicInner};
 use serde_json::{json, Map, Value};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -159,16 +159,41 @@ impl std::fmt::Debug for Telemetry {
 
 impl Telemetry {
     /// Serve at `default_dir()/<pid>.sock`, creating the directory (mode 0700) if missing.
+    /// The directory must be a real directory owned by this user that no one else may write
+    /// to: in a shared place such as `/tmp`, one made by someone else could let them replace
+    /// the socket or read the process's tables.
     pub fn start() -> Result<Telemetry, TelemetryError> {
         let dir = default_dir();
+        let fail = |reason: String| TelemetryError::Socket {
+            path: dir.clone(),
+            reason,
+        };
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&dir)
-            .map_err(|e| TelemetryError::Socket {
-                path: dir.clone(),
-                reason: format!("cannot create the directory: {e}"),
-            })?;
+            .map_err(|e| fail(format!("cannot create the directory: {e}")))?;
+        let meta = std::fs::symlink_metadata(&dir)
+            .map_err(|e| fail(format!("cannot inspect the directory: {e}")))?;
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let euid = unsafe { libc::geteuid() };
+        if !meta.is_dir() {
+            return Err(fail(
+                "is not a directory (a symbolic link is refused)".into(),
+            ));
+        }
+        if meta.uid() != euid {
+            return Err(fail(format!(
+                "is owned by uid {}, not by this process's uid {euid}",
+                meta.uid()
+            )));
+        }
+        if meta.mode() & 0o022 != 0 {
+            return Err(fail(format!(
+                "may be written by others (mode {:o}); make it 0700",
+                meta.mode() & 0o777
+            )));
+        }
         Telemetry::bind(socket_path(&dir, std::process::id()))
     }
 

@@ -552,3 +552,40 @@ fn endpoints_are_listed_with_their_counters_until_dropped() {
     assert_eq!(eps.len(), 1);
     assert_eq!(eps[0].info["address"], b.address().to_string());
 }
+
+/// `Telemetry::start` makes its directory 0700 and serves `<pid>.sock` there; a directory
+/// others may write to, or a symbolic link, is refused before anything is bound.
+#[test]
+fn start_uses_only_a_private_directory() {
+    use std::os::unix::fs::PermissionsExt;
+    let base = std::env::temp_dir().join(format!("uetctl-start-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let dir = base.join("fresh");
+    // nextest runs each test in a process of its own, so the variable is this test's.
+    std::env::set_var(telemetry::DIR_ENV, &dir);
+    let t = Telemetry::start().unwrap();
+    assert_eq!(t.path(), telemetry::socket_path(&dir, std::process::id()));
+    let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+    drop(t);
+
+    let open = base.join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::env::set_var(telemetry::DIR_ENV, &open);
+    let e = Telemetry::start().unwrap_err().to_string();
+    assert!(e.contains("may be written by others"), "{e}");
+    assert_eq!(
+        std::fs::read_dir(&open).unwrap().count(),
+        0,
+        "nothing bound"
+    );
+
+    let link = base.join("link");
+    std::os::unix::fs::symlink(&dir, &link).unwrap();
+    std::env::set_var(telemetry::DIR_ENV, &link);
+    let e = Telemetry::start().unwrap_err().to_string();
+    assert!(e.contains("not a directory"), "{e}");
+    let _ = std::fs::remove_dir_all(&base);
+}
