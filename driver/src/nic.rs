@@ -504,7 +504,7 @@ impl Nic {
             fabric_addr = %identity.fabric_addr,
             "NIC up"
         );
-        Ok(Nic {
+        let nic = Nic {
             inner: Arc::new(NicInner {
                 device,
                 iova,
@@ -520,7 +520,9 @@ impl Nic {
                 av_tables: Mutex::new(Vec::new()),
                 endpoints: Mutex::new(Vec::new()),
             }),
-        })
+        };
+        crate::telemetry::nic_opened(&nic);
+        Ok(nic)
     }
 
     /// Steps 6 and 7 of [`Nic::open`]: enable the device on the programmed admin queue, and

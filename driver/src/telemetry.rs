@@ -3,6 +3,15 @@
 //! stopping it or sharing its device. The shape is DPDK's telemetry: one stream socket per
 //! process, named after its PID, JSON in both directions.
 //!
+//! ## Turning it on
+//!
+//! A process has one telemetry socket, started by [`enable`] or, for an application that
+//! knows nothing of it (a libfabric application), by the first [`Nic::open`] when
+//! `UET_NIC_TELEMETRY=1` ([`ENABLE_ENV`]) is set. Every NIC the process opens from then on
+//! answers on it, numbered from 0 in the order the NICs were opened; the socket file is
+//! removed when the process exits normally. [`Telemetry::bind`] makes a socket of one's own
+//! for chosen NICs ([`Telemetry::add_nic`]).
+//!
 //! ## Protocol (version [`PROTOCOL`])
 //!
 //! Every message is one line of JSON.
@@ -71,6 +80,69 @@ pub const PROTOCOL: u32 = 1;
 
 /// Environment variable naming the directory of telemetry sockets (both sides).
 pub const DIR_ENV: &str = "UET_NIC_TELEMETRY_DIR";
+
+/// Environment variable that starts the process's telemetry socket at the first
+/// [`Nic::open`]: `1`, `on`, `yes` or `true`.
+pub const ENABLE_ENV: &str = "UET_NIC_TELEMETRY";
+
+/// The process's telemetry socket ([`enable`]), never dropped.
+static GLOBAL: Mutex<Option<Telemetry>> = Mutex::new(None);
+
+/// Whether [`ENABLE_ENV`] was looked at (once per process: a failed start is not retried at
+/// every open).
+static ENV_LOOKED: AtomicBool = AtomicBool::new(false);
+
+/// The socket file of the process's telemetry, removed at exit.
+static GLOBAL_PATH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+extern "C" fn remove_global_socket() {
+    if let Some(p) = GLOBAL_PATH.get() {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+/// Start the process's telemetry socket ([`Telemetry::start`]) unless it runs already; its
+/// path. Every NIC opened from now on answers on it (NICs opened before are not added).
+pub fn enable() -> Result<PathBuf, TelemetryError> {
+    let mut global = lock(&GLOBAL);
+    if let Some(t) = global.as_ref() {
+        return Ok(t.path.clone());
+    }
+    let t = Telemetry::start()?;
+    let path = t.path.clone();
+    if GLOBAL_PATH.set(path.clone()).is_ok() {
+        // SAFETY: `remove_global_socket` is an `extern "C" fn()` that neither unwinds (it
+        // only removes a file, ignoring errors) nor needs anything atexit tears down.
+        unsafe {
+            libc::atexit(remove_global_socket);
+        }
+    }
+    *global = Some(t);
+    Ok(path)
+}
+
+/// The process's telemetry socket, if it runs.
+pub fn global_path() -> Option<PathBuf> {
+    lock(&GLOBAL).as_ref().map(|t| t.path.clone())
+}
+
+/// What [`Nic::open`] does with a NIC it brought up: add it to the process's telemetry,
+/// starting it first when [`ENABLE_ENV`] asks for it.
+pub(crate) fn nic_opened(nic: &Nic) {
+    if !ENV_LOOKED.swap(true, Ordering::AcqRel) {
+        let on = std::env::var(ENABLE_ENV)
+            .is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "on" | "yes" | "true"));
+        if on {
+            if let Err(e) = enable() {
+                tracing::warn!("{ENABLE_ENV}: telemetry not started: {e}");
+            }
+        }
+    }
+    if let Some(t) = lock(&GLOBAL).as_ref() {
+        let number = t.add_nic(nic);
+        tracing::debug!(nic = number, path = %t.path.display(), "NIC answers on the telemetry socket");
+    }
+}
 
 /// The longest request line accepted, in bytes.
 pub const MAX_REQUEST: usize = 4096;

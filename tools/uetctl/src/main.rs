@@ -104,13 +104,15 @@ enum Command {
     Demo {
         #[command(flatten)]
         job: JobArgs,
-        /// After the job, serve the driver's telemetry socket for its NICs (NIC i is rank
-        /// i's), so `uetctl ps`, `av dump --pid`, `regs --pid` and `stats --pid` can inspect
-        /// this process.
+        /// Serve the driver's telemetry socket from before the job (as `UET_NIC_TELEMETRY=1`
+        /// does), so `uetctl ps`, `av dump --pid`, `ep list --pid`, `regs --pid` and `stats
+        /// --pid` can inspect this process; its NICs are numbered in the order the ranks
+        /// opened them.
         #[arg(long)]
         telemetry: bool,
-        /// With --telemetry: stay alive this many seconds after the job, NICs and AVs open.
-        #[arg(long, value_name = "SECONDS", requires = "telemetry")]
+        /// Stay alive this many seconds after the job, NICs and AVs open (to inspect it with
+        /// --telemetry or `UET_NIC_TELEMETRY=1`).
+        #[arg(long, value_name = "SECONDS")]
         linger: Option<u64>,
     },
     /// List the live processes whose driver answers a telemetry socket, with their NICs and
@@ -243,11 +245,7 @@ fn main() -> ExitCode {
             job,
             telemetry,
             linger,
-        } => run_demo(
-            job.into(),
-            telemetry.then_some(linger.unwrap_or(0)),
-            cli.json,
-        ),
+        } => run_demo(job.into(), telemetry, linger, cli.json),
         Command::Ps { dir } => run_ps(dir, cli.json),
         Command::Ep {
             command: EpCommand::List { pid, socket, nic },
@@ -745,11 +743,24 @@ fn run_ps(dir: Option<PathBuf>, as_json: bool) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn run_demo(cfg: DemoConfig, telemetry: Option<u64>, as_json: bool) -> ExitCode {
+fn run_demo(cfg: DemoConfig, telemetry: bool, linger: Option<u64>, as_json: bool) -> ExitCode {
+    // Before the job, so that every NIC answers from the moment it is open.
+    let telemetry_path = match telemetry.then(uet_driver::telemetry::enable) {
+        None => uet_driver::telemetry::global_path(),
+        Some(Ok(path)) => Some(path),
+        Some(Err(e)) => {
+            eprintln!("uetctl: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let mut outcome = match run_job(&cfg) {
         Ok(o) => o,
         Err(code) => return code,
     };
+    // Or started by the first NIC the job opened (UET_NIC_TELEMETRY).
+    let telemetry_path = telemetry_path
+        .or_else(uet_driver::telemetry::global_path)
+        .map(|p| p.display().to_string());
     let captured = outcome.report_capture();
     let ok = outcome.ok(&cfg);
     // Every rank's NIC table is read back and compared; rank 0's is shown.
@@ -768,22 +779,6 @@ fn run_demo(cfg: DemoConfig, telemetry: Option<u64>, as_json: bool) -> ExitCode 
     };
     let differences: usize = tables.iter().map(dump::AvDump::differences).sum();
     let consistent = differences == 0;
-    let telemetry = match telemetry.map(|linger| (uet_driver::Telemetry::start(), linger)) {
-        None => None,
-        Some((Ok(t), linger)) => {
-            for r in &outcome.ranks {
-                t.add_nic(&r.nic);
-            }
-            Some((t, linger))
-        }
-        Some((Err(e), _)) => {
-            eprintln!("uetctl: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let telemetry_path = telemetry
-        .as_ref()
-        .map(|(t, _)| t.path().display().to_string());
     if as_json {
         let ranks: Vec<_> = outcome
             .ranks
@@ -934,18 +929,17 @@ fn run_demo(cfg: DemoConfig, telemetry: Option<u64>, as_json: bool) -> ExitCode 
     if !as_json && !captured {
         println!("FAILED: the packet capture was not written completely");
     }
-    if let Some((_, linger)) = &telemetry {
+    if let Some(linger) = linger {
         if !as_json {
-            println!(
-                "telemetry: {} (NIC i is rank i), for {linger} s",
-                telemetry_path.unwrap_or_default()
-            );
+            match &telemetry_path {
+                Some(p) => println!("telemetry: {p} (uetctl ps names its NICs), for {linger} s"),
+                None => println!("staying up for {linger} s (no telemetry socket)"),
+            }
         }
         use std::io::Write;
         let _ = std::io::stdout().flush();
-        std::thread::sleep(std::time::Duration::from_secs(*linger));
+        std::thread::sleep(std::time::Duration::from_secs(linger));
     }
-    drop(telemetry);
     if ok && consistent && captured {
         ExitCode::SUCCESS
     } else {

@@ -30,6 +30,16 @@ fn socket(test: &str) -> PathBuf {
     path
 }
 
+/// A child process, killed when dropped (also when a test fails).
+struct Kill(std::process::Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A raw connection: the greeting, then one answer per line sent.
 struct Raw {
     input: BufReader<UnixStream>,
@@ -406,13 +416,6 @@ fn uetctl_inspects_a_live_process() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
     let out = job.stdout.take().unwrap();
     let pid = job.id();
     let job = Kill(job);
@@ -436,7 +439,7 @@ fn uetctl_inspects_a_live_process() {
     assert!(ps.status.success());
     let ps: Value = serde_json::from_slice(&ps.stdout).unwrap();
     assert_eq!(ps["processes"][0]["pid"], pid);
-    assert_eq!(ps["processes"][0]["nics"][1]["fabric_addr"], "10.0.0.2");
+    assert_eq!(ps["processes"][0]["nics"].as_array().unwrap().len(), 2);
     let text = uetctl(&["ps"]);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains(&format!("{pid:<8} uetctl")), "{text}");
@@ -451,9 +454,20 @@ fn uetctl_inspects_a_live_process() {
     let dump: Value = serde_json::from_slice(&dump.stdout).unwrap();
     let tables = dump["tables"].as_array().unwrap();
     assert_eq!(tables.len(), 2, "one AV table per rank's NIC");
+    // NICs are numbered in the order the ranks opened them: find rank 0's by its address.
+    let nic_of_rank = |rank: usize| -> u64 {
+        let nics = ps["processes"][0]["nics"].as_array().unwrap();
+        let n = nics
+            .iter()
+            .find(|n| n["fabric_addr"] == doc["ranks"][rank]["fabric_addr"])
+            .unwrap();
+        n["nic"].as_u64().unwrap()
+    };
     // What rank 0 saw in its own process, NIC side, is what the live dump shows.
     let own = doc["rank0_av"]["entries"].as_array().unwrap();
-    let live0 = tables[0]["av"]["entries"].as_array().unwrap();
+    let live0 = tables.iter().find(|t| t["nic"] == nic_of_rank(0)).unwrap()["av"]["entries"]
+        .as_array()
+        .unwrap();
     assert_eq!(own.len(), 2);
     assert_eq!(
         own.iter().map(|e| &e["nic"]).collect::<Vec<_>>(),
@@ -471,8 +485,8 @@ fn uetctl_inspects_a_live_process() {
     let eps: Value = serde_json::from_slice(&eps.stdout).unwrap();
     let eps = eps["endpoints"].as_array().unwrap();
     assert_eq!(eps.len(), 2, "one endpoint per rank");
-    for (rank, e) in eps.iter().enumerate() {
-        assert_eq!(e["nic"], rank);
+    for rank in 0..2 {
+        let e = eps.iter().find(|e| e["nic"] == nic_of_rank(rank)).unwrap();
         assert_eq!(e["pid_on_fep"], doc["ranks"][rank]["pid_on_fep"]);
         let sent = doc["ranks"][rank]["sent"].as_u64().unwrap()
             + doc["ranks"][rank]["tagged"]["sent"].as_u64().unwrap();
@@ -588,4 +602,61 @@ fn start_uses_only_a_private_directory() {
     let e = Telemetry::start().unwrap_err().to_string();
     assert!(e.contains("not a directory"), "{e}");
     let _ = std::fs::remove_dir_all(&base);
+}
+
+/// `UET_NIC_TELEMETRY=1` starts the socket at the first `Nic::open` of a program that does
+/// nothing about telemetry, every NIC it opens answers, and a normal exit removes the socket.
+#[test]
+fn the_environment_turns_telemetry_on_for_any_program() {
+    use std::process::{Command, Stdio};
+    let dir = std::env::temp_dir().join(format!("uetctl-env-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let run = |args: &[&str], on: &str| {
+        Command::new(env!("CARGO_BIN_EXE_uetctl"))
+            .args(args)
+            .env(telemetry::DIR_ENV, &dir)
+            .env(telemetry::ENABLE_ENV, on)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut job = run(&["--json", "demo", "--ranks", "2", "--linger", "120"], "1");
+    let out = job.stdout.take().unwrap();
+    let pid = job.id();
+    let job = Kill(job);
+    let mut doc = String::new();
+    for line in BufReader::new(out).lines() {
+        let line = line.unwrap();
+        let end = line == "}";
+        doc.push_str(&line);
+        doc.push('\n');
+        if end {
+            break;
+        }
+    }
+    let doc: Value = serde_json::from_str(&doc).unwrap();
+    let sock = telemetry::socket_path(&dir, pid);
+    assert_eq!(doc["telemetry"], sock.display().to_string());
+    let mut client = Client::connect(&Target::Socket(sock.clone())).unwrap();
+    assert_eq!(client.open_nics().unwrap(), vec![0, 1]);
+    assert_eq!(live::endpoints(&mut client, 1).unwrap().len(), 1);
+    drop(client);
+    drop(job);
+
+    // A job that ends normally leaves no socket behind; "0" leaves telemetry off.
+    for on in ["yes", "0"] {
+        let _ = std::fs::remove_dir_all(&dir);
+        let status = run(&["demo", "--ranks", "2"], on).wait().unwrap();
+        assert!(status.success());
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "{on}: {left:?}");
+        assert_eq!(
+            dir.exists(),
+            on == "yes",
+            "{on}: the directory is made when on"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
