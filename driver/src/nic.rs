@@ -274,6 +274,16 @@ impl NicInner {
         self.device.bar0()
     }
 
+    /// The NIC's counters (BAR0) its interface version has, by name ([`Nic::counters`]).
+    pub(crate) fn counters(&self) -> Vec<(&'static str, u64)> {
+        let minor = self.identity.interface_minor;
+        uet_regs::COUNTERS
+            .iter()
+            .filter(|r| r.info.present_at(minor))
+            .map(|r| (r.info.name, self.bar().read(*r)))
+            .collect()
+    }
+
     /// Record a table AV_CREATE made, for [`NicInner::av_tables`]; forget destroyed ones.
     pub(crate) fn register_av_table(&self, table: &Arc<crate::av::AvTableHandle>) {
         let mut tables = self.av_tables.lock().unwrap_or_else(|p| p.into_inner());
@@ -573,12 +583,7 @@ impl Nic {
     /// Every counter register the NIC's interface version has, by name: a counter added by a
     /// later version is not read (there is no register at its offset).
     pub fn counters(&self) -> Vec<(&'static str, u64)> {
-        let minor = self.inner.identity.interface_minor;
-        uet_regs::COUNTERS
-            .iter()
-            .filter(|r| r.info.present_at(minor))
-            .map(|r| (r.info.name, self.inner.bar().read(*r)))
-            .collect()
+        self.inner.counters()
     }
 
     /// DMA memory of `len` bytes at a fresh IOVA, mapped for this NIC (unmapped on drop): for

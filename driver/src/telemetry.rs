@@ -72,7 +72,6 @@ use std::time::Duration;
 use uet_av::{FiErrno, FiError};
 use uet_fwif::auth_key::AuthKeyEntry;
 use uet_fwif::NicAvEntry;
-use uet_regs::{RegisterAccess, Width, REGISTERS, REVISION};
 use zerocopy::IntoBytes;
 
 /// The protocol version the greeting names.
@@ -498,28 +497,18 @@ fn answer(request: &Value, nics: &Mutex<Vec<Weak<NicInner>>>) -> Result<Value, F
         "info" => Ok(info(nics)),
         "regs" => {
             let nic = nic_of(request, nics)?;
-            let bar = nic.bar();
-            let minor = bar.read(REVISION).interface_minor();
-            let regs: Vec<Value> = REGISTERS
-                .iter()
-                .filter(|r| r.present_at(minor))
-                .map(|r| {
-                    let value = match r.width {
-                        Width::W32 => u64::from(bar.read32(r.offset)),
-                        Width::W64 => bar.read64(r.offset),
-                    };
-                    json!([r.offset, value])
-                })
+            let regs: Vec<Value> = uet_regs::read_registers(nic.bar())
+                .into_iter()
+                .map(|(info, value)| json!([info.offset, value]))
                 .collect();
-            Ok(json!({ "interface_minor": minor, "regs": regs }))
+            Ok(json!({ "interface_minor": nic.identity.interface_minor, "regs": regs }))
         }
         "counters" => {
             let nic = nic_of(request, nics)?;
-            let minor = nic.identity.interface_minor;
-            let counters: Vec<Value> = uet_regs::COUNTERS
-                .iter()
-                .filter(|r| r.info.present_at(minor))
-                .map(|r| json!([r.info.name, nic.bar().read(*r)]))
+            let counters: Vec<Value> = nic
+                .counters()
+                .into_iter()
+                .map(|(name, value)| json!([name, value]))
                 .collect();
             Ok(json!({ "counters": counters }))
         }

@@ -33,7 +33,7 @@ pub mod pci;
 mod reference;
 
 pub use map::*;
-pub use mmio::{Mmio, RegisterAccess};
+pub use mmio::{read_registers, Mmio, RegisterAccess};
 pub use reference::registers_markdown;
 
 use core::marker::PhantomData;

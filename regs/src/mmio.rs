@@ -1,6 +1,6 @@
 //! The one door to the device's registers.
 
-use crate::{Reg, RegValue, Width};
+use crate::{Reg, RegInfo, RegValue, Width, REGISTERS, REVISION};
 
 /// Access to a device's BAR0 at byte offsets.
 ///
@@ -54,6 +54,25 @@ pub trait RegisterAccess: Mmio {
 }
 
 impl<M: Mmio + ?Sized> RegisterAccess for M {}
+
+/// Every register of [`REGISTERS`] the device's interface version has
+/// (`REVISION.interface_minor`), with its value, in offset order. A register added by a later
+/// version is not read, so a dump leaves `BAD_REGISTER_ACCESSES` as it was; no register has a
+/// read side effect, so this is safe on a running device (`uetctl regs`, the telemetry socket).
+pub fn read_registers(bar: &dyn Mmio) -> Vec<(&'static RegInfo, u64)> {
+    let minor = bar.read(REVISION).interface_minor();
+    REGISTERS
+        .iter()
+        .filter(|info| info.present_at(minor))
+        .map(|info| {
+            let value = match info.width {
+                Width::W32 => u64::from(bar.read32(info.offset)),
+                Width::W64 => bar.read64(info.offset),
+            };
+            (info, value)
+        })
+        .collect()
+}
 
 #[cfg(test)]
 mod tests {

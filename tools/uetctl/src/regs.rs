@@ -6,7 +6,7 @@
 
 use serde_json::{json, Value};
 use std::fmt::Write;
-use uet_driver::uet_regs::{Access, Mmio, RegInfo, RegisterAccess, Width, REGISTERS, REVISION};
+use uet_driver::uet_regs::{read_registers, Access, Mmio, RegInfo};
 
 /// One register read back.
 #[derive(Clone, Debug)]
@@ -28,21 +28,11 @@ impl RegValue {
     }
 }
 
-/// Read every register the NIC's interface version has (`REVISION.interface_minor`): a
-/// register added by a later version is not read, so the dump leaves `BAD_REGISTER_ACCESSES`
-/// as it was.
+/// Every register the NIC's interface version has, read back (`uet_regs::read_registers`).
 pub fn read_all(bar: &dyn Mmio) -> Vec<RegValue> {
-    let minor = bar.read(REVISION).interface_minor();
-    REGISTERS
-        .iter()
-        .filter(|info| info.present_at(minor))
-        .map(|info| RegValue {
-            info,
-            value: match info.width {
-                Width::W32 => u64::from(bar.read32(info.offset)),
-                Width::W64 => bar.read64(info.offset),
-            },
-        })
+    read_registers(bar)
+        .into_iter()
+        .map(|(info, value)| RegValue { info, value })
         .collect()
 }
 
@@ -114,6 +104,7 @@ mod tests {
     use super::*;
     use std::sync::Arc;
     use uet_driver::backend::sim::SimDevice;
+    use uet_driver::uet_regs::REGISTERS;
     use uet_driver::Nic;
 
     #[test]
