@@ -149,6 +149,14 @@ impl Client {
     }
 }
 
+/// The array `key` of an answer to `cmd`.
+fn array<'a>(answer: &'a Value, key: &str, cmd: &str) -> Result<&'a Vec<Value>, String> {
+    answer
+        .get(key)
+        .and_then(Value::as_array)
+        .ok_or_else(|| format!("{cmd} answer lacks {key}: {answer}"))
+}
+
 fn u64_of(v: &Value, key: &str) -> Result<u64, String> {
     v.get(key)
         .and_then(Value::as_u64)
@@ -166,9 +174,7 @@ fn decode<T: FromBytes>(hex: &Value, what: &str) -> Result<T, String> {
 /// The tables of NIC `nic`: (handle, capacity).
 pub fn tables(client: &mut Client, nic: u64) -> Result<Vec<(u32, u32)>, String> {
     let list = client.call(&json!({"cmd": "av_list", "nic": nic}))?;
-    list.get("tables")
-        .and_then(Value::as_array)
-        .ok_or_else(|| format!("av_list answer lacks tables: {list}"))?
+    array(&list, "tables", "av_list")?
         .iter()
         .map(|t| {
             let h = u64_of(t, "table")?;
@@ -189,11 +195,7 @@ pub fn av_dump(client: &mut Client, nic: u64, table: u32) -> Result<AvDump, Stri
             "cmd": "av_dump", "nic": nic, "table": table, "first": at,
         }))?;
         capacity = u64_of(&page, "capacity")? as u32;
-        let entries = page
-            .get("entries")
-            .and_then(Value::as_array)
-            .ok_or_else(|| format!("av_dump answer lacks entries: {page}"))?;
-        for e in entries {
+        for e in array(&page, "entries", "av_dump")? {
             let index = e
                 .get(0)
                 .and_then(Value::as_u64)
@@ -230,10 +232,7 @@ pub fn av_dump(client: &mut Client, nic: u64, table: u32) -> Result<AvDump, Stri
 /// The registers of NIC `nic`, each matched with its definition by offset.
 pub fn regs(client: &mut Client, nic: u64) -> Result<Vec<RegValue>, String> {
     let answer = client.call(&json!({"cmd": "regs", "nic": nic}))?;
-    answer
-        .get("regs")
-        .and_then(Value::as_array)
-        .ok_or_else(|| format!("regs answer lacks regs: {answer}"))?
+    array(&answer, "regs", "regs")?
         .iter()
         .map(|r| {
             let offset = r.get(0).and_then(Value::as_u64);
@@ -252,10 +251,7 @@ pub fn regs(client: &mut Client, nic: u64) -> Result<Vec<RegValue>, String> {
 /// The counters of NIC `nic`: (name, value).
 pub fn counters(client: &mut Client, nic: u64) -> Result<Vec<(String, u64)>, String> {
     let answer = client.call(&json!({"cmd": "counters", "nic": nic}))?;
-    answer
-        .get("counters")
-        .and_then(Value::as_array)
-        .ok_or_else(|| format!("counters answer lacks counters: {answer}"))?
+    array(&answer, "counters", "counters")?
         .iter()
         .map(|c| {
             match (
@@ -309,10 +305,7 @@ pub struct LiveEndpoint {
 /// The endpoints and contexts of NIC `nic`.
 pub fn endpoints(client: &mut Client, nic: u64) -> Result<Vec<LiveEndpoint>, String> {
     let answer = client.call(&json!({"cmd": "ep_list", "nic": nic}))?;
-    answer
-        .get("endpoints")
-        .and_then(Value::as_array)
-        .ok_or_else(|| format!("ep_list answer lacks endpoints: {answer}"))?
+    array(&answer, "endpoints", "ep_list")?
         .iter()
         .map(|e| {
             let counters = match (e.get("counters"), e.get("counters_error")) {

@@ -252,7 +252,7 @@ fn main() -> ExitCode {
         } => {
             let live = LiveArgs { pid, socket, nic };
             match live.target() {
-                Some(target) => live_endpoints(&target, nic, cli.json),
+                Some(target) => exit_code(live_endpoints(&target, nic, cli.json)),
                 None => needs_target("ep list"),
             }
         }
@@ -272,7 +272,7 @@ fn main() -> ExitCode {
             cli.json,
         ),
         Command::Stats { demo, job, live } => match live.target() {
-            Some(target) => live_stats(&target, live.nic, cli.json),
+            Some(target) => exit_code(live_stats(&target, live.nic, cli.json)),
             None if demo => stats::run(&job.into(), cli.json),
             None => needs_target("stats"),
         },
@@ -282,7 +282,7 @@ fn main() -> ExitCode {
             job,
             live,
         } => match live.target() {
-            Some(target) => live_regs(&target, live.nic, cli.json),
+            Some(target) => exit_code(live_regs(&target, live.nic, cli.json)),
             None if demo => run_regs(job.into(), rank, cli.json),
             None => needs_target("regs"),
         },
@@ -296,7 +296,7 @@ fn main() -> ExitCode {
                     table,
                 },
         } => match live.target() {
-            Some(target) => live_dump(&target, live.nic, table, cli.json),
+            Some(target) => exit_code(live_dump(&target, live.nic, table, cli.json)),
             None if demo => run_dump(job.into(), rank, cli.json),
             None => needs_target("av dump"),
         },
@@ -432,53 +432,71 @@ fn needs_target(what: &str) -> ExitCode {
     ExitCode::from(2)
 }
 
-/// Connect to the live process and choose the NICs to inspect (`nic`, or every open one):
-/// the client, the process's PID and the NIC numbers; or say why not (exit 2).
-fn open_live(target: &Target, nic: Option<u64>) -> Result<(Client, u64, Vec<u64>), ExitCode> {
-    let fail = |e: String| {
-        eprintln!("uetctl: {e}");
-        ExitCode::from(2)
-    };
-    let mut client = Client::connect(target).map_err(fail)?;
-    let pid = client
-        .hello
-        .get("pid")
-        .and_then(|p| p.as_u64())
-        .unwrap_or(0);
-    let nics = match nic {
-        Some(n) => vec![n],
-        None => client.open_nics().map_err(fail)?,
-    };
-    Ok((client, pid, nics))
+/// A live process being inspected: the conversation, its PID and the NICs to inspect.
+struct Live {
+    client: Client,
+    pid: u64,
+    nics: Vec<u64>,
 }
 
-fn live_dump(target: &Target, nic: Option<u64>, table: Option<u32>, as_json: bool) -> ExitCode {
-    let (mut client, pid, nics) = match open_live(target, nic) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
+impl Live {
+    /// Connect and choose the NICs (`nic`, or every open one); or say why not (exit 2).
+    fn open(target: &Target, nic: Option<u64>) -> Result<Live, ExitCode> {
+        let fail = |e: String| {
+            eprintln!("uetctl: {e}");
+            ExitCode::from(2)
+        };
+        let mut client = Client::connect(target).map_err(fail)?;
+        let pid = client
+            .hello
+            .get("pid")
+            .and_then(|p| p.as_u64())
+            .unwrap_or(0);
+        let nics = match nic {
+            Some(n) => vec![n],
+            None => client.open_nics().map_err(fail)?,
+        };
+        Ok(Live { client, pid, nics })
+    }
+
+    /// `ask` of NIC `n`; its error said, naming the process and the NIC (exit 2).
+    fn on<T>(
+        &mut self,
+        n: u64,
+        ask: impl FnOnce(&mut Client, u64) -> Result<T, String>,
+    ) -> Result<T, ExitCode> {
+        ask(&mut self.client, n).map_err(|e| {
+            eprintln!("uetctl: process {} NIC {n}: {e}", self.pid);
+            ExitCode::from(2)
+        })
+    }
+}
+
+/// What a live command returns, early exits included.
+fn exit_code(r: Result<ExitCode, ExitCode>) -> ExitCode {
+    r.unwrap_or_else(|code| code)
+}
+
+fn live_dump(
+    target: &Target,
+    nic: Option<u64>,
+    table: Option<u32>,
+    as_json: bool,
+) -> Result<ExitCode, ExitCode> {
+    let mut live = Live::open(target, nic)?;
+    let pid = live.pid;
     let mut docs = Vec::new();
     let mut found = false;
-    for n in nics {
-        let tables = match live::tables(&mut client, n) {
-            Ok(t) => t,
-            Err(e) => {
-                eprintln!("uetctl: process {pid} NIC {n}: {e}");
-                return ExitCode::from(2);
-            }
-        };
+    for n in live.nics.clone() {
+        let tables = live.on(n, live::tables)?;
         for (handle, _) in tables {
             if table.is_some_and(|t| t != handle) {
                 continue;
             }
             found = true;
-            let dump = match live::av_dump(&mut client, n, handle) {
-                Ok(d) => d,
-                Err(e) => {
-                    eprintln!("uetctl: process {pid} NIC {n} AV table {handle}: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
+            let dump = live
+                .on(n, |c, n| live::av_dump(c, n, handle))
+                .map_err(|_| ExitCode::FAILURE)?;
             if as_json {
                 docs.push(json!({
                     "nic": n,
@@ -493,30 +511,22 @@ fn live_dump(target: &Target, nic: Option<u64>, table: Option<u32>, as_json: boo
     }
     if let (Some(t), false) = (table, found) {
         eprintln!("uetctl: process {pid} has no AV table {t} (uetctl ps lists its tables)");
-        return ExitCode::from(2);
+        return Err(ExitCode::from(2));
     }
     if as_json {
         println!("{:#}", json!({ "pid": pid, "tables": docs }));
     } else if !found {
         println!("process {pid}: no AV tables");
     }
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }
 
-fn live_regs(target: &Target, nic: Option<u64>, as_json: bool) -> ExitCode {
-    let (mut client, pid, nics) = match open_live(target, nic) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
+fn live_regs(target: &Target, nic: Option<u64>, as_json: bool) -> Result<ExitCode, ExitCode> {
+    let mut live = Live::open(target, nic)?;
+    let pid = live.pid;
     let mut docs = Vec::new();
-    for n in nics {
-        let values = match live::regs(&mut client, n) {
-            Ok(v) => v,
-            Err(e) => {
-                eprintln!("uetctl: process {pid} NIC {n}: {e}");
-                return ExitCode::from(2);
-            }
-        };
+    for n in live.nics.clone() {
+        let values = live.on(n, live::regs)?;
         if as_json {
             docs.push(json!({ "nic": n, "registers": uetctl::regs::render_json(&values) }));
         } else {
@@ -527,23 +537,16 @@ fn live_regs(target: &Target, nic: Option<u64>, as_json: bool) -> ExitCode {
     if as_json {
         println!("{:#}", json!({ "pid": pid, "nics": docs }));
     }
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }
 
-fn live_stats(target: &Target, nic: Option<u64>, as_json: bool) -> ExitCode {
-    let (mut client, pid, nics) = match open_live(target, nic) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
+fn live_stats(target: &Target, nic: Option<u64>, as_json: bool) -> Result<ExitCode, ExitCode> {
+    let mut live = Live::open(target, nic)?;
+    let pid = live.pid;
+    let nics = live.nics.clone();
     let mut columns = Vec::new();
-    for n in &nics {
-        match live::counters(&mut client, *n) {
-            Ok(c) => columns.push(c),
-            Err(e) => {
-                eprintln!("uetctl: process {pid} NIC {n}: {e}");
-                return ExitCode::from(2);
-            }
-        }
+    for &n in &nics {
+        columns.push(live.on(n, live::counters)?);
     }
     if as_json {
         let docs: Vec<_> = nics
@@ -556,7 +559,7 @@ fn live_stats(target: &Target, nic: Option<u64>, as_json: bool) -> ExitCode {
             })
             .collect();
         println!("{:#}", json!({ "pid": pid, "nics": docs }));
-        return ExitCode::SUCCESS;
+        return Ok(ExitCode::SUCCESS);
     }
     let names: Vec<&str> = columns
         .first()
@@ -576,23 +579,16 @@ fn live_stats(target: &Target, nic: Option<u64>, as_json: bool) -> ExitCode {
         }
         println!();
     }
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }
 
-fn live_endpoints(target: &Target, nic: Option<u64>, as_json: bool) -> ExitCode {
-    let (mut client, pid, nics) = match open_live(target, nic) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
+fn live_endpoints(target: &Target, nic: Option<u64>, as_json: bool) -> Result<ExitCode, ExitCode> {
+    let mut live = Live::open(target, nic)?;
+    let pid = live.pid;
     let mut rows = Vec::new();
-    for n in nics {
-        match live::endpoints(&mut client, n) {
-            Ok(eps) => rows.extend(eps.into_iter().map(|e| (n, e))),
-            Err(e) => {
-                eprintln!("uetctl: process {pid} NIC {n}: {e}");
-                return ExitCode::from(2);
-            }
-        }
+    for n in live.nics.clone() {
+        let eps = live.on(n, live::endpoints)?;
+        rows.extend(eps.into_iter().map(|e| (n, e)));
     }
     if as_json {
         let docs: Vec<_> = rows
@@ -613,11 +609,11 @@ fn live_endpoints(target: &Target, nic: Option<u64>, as_json: bool) -> ExitCode 
             })
             .collect();
         println!("{:#}", json!({ "pid": pid, "endpoints": docs }));
-        return ExitCode::SUCCESS;
+        return Ok(ExitCode::SUCCESS);
     }
     if rows.is_empty() {
         println!("process {pid}: no endpoints");
-        return ExitCode::SUCCESS;
+        return Ok(ExitCode::SUCCESS);
     }
     let s = |e: &live::LiveEndpoint, k: &str| match e.info.get(k) {
         Some(serde_json::Value::String(v)) => v.clone(),
@@ -665,7 +661,7 @@ fn live_endpoints(target: &Target, nic: Option<u64>, as_json: bool) -> ExitCode 
             println!("     counters not read: {why}");
         }
     }
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }
 
 fn run_ps(dir: Option<PathBuf>, as_json: bool) -> ExitCode {

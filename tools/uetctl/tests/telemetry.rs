@@ -40,6 +40,32 @@ impl Drop for Kill {
     }
 }
 
+/// Start `uetctl` with `args` and `envs`, a job that lingers, and read the JSON document it
+/// prints first (pretty-printed: it ends with a line "}"): the job, its PID and the document.
+fn lingering_job(args: &[&str], envs: &[(&str, &std::ffi::OsStr)]) -> (Kill, u32, Value) {
+    use std::process::{Command, Stdio};
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_uetctl"));
+    cmd.args(args).stdout(Stdio::piped());
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let mut job = cmd.spawn().unwrap();
+    let out = job.stdout.take().unwrap();
+    let pid = job.id();
+    let job = Kill(job);
+    let mut doc = String::new();
+    for line in BufReader::new(out).lines() {
+        let line = line.unwrap();
+        let end = line == "}";
+        doc.push_str(&line);
+        doc.push('\n');
+        if end {
+            break;
+        }
+    }
+    (job, pid, serde_json::from_str(&doc).unwrap())
+}
+
 /// A raw connection: the greeting, then one answer per line sent.
 struct Raw {
     input: BufReader<UnixStream>,
@@ -392,7 +418,7 @@ fn binding_replaces_only_stale_sockets_and_drop_cleans_up() {
 /// other processes; wrong targets get a message and exit 2.
 #[test]
 fn uetctl_inspects_a_live_process() {
-    use std::process::{Command, Stdio};
+    use std::process::Command;
     let dir = std::env::temp_dir().join(format!("uetctl-live-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let uetctl = |args: &[&str]| {
@@ -402,8 +428,8 @@ fn uetctl_inspects_a_live_process() {
             .output()
             .unwrap()
     };
-    let mut job = Command::new(env!("CARGO_BIN_EXE_uetctl"))
-        .args([
+    let (job, pid, doc) = lingering_job(
+        &[
             "--json",
             "demo",
             "--ranks",
@@ -411,26 +437,9 @@ fn uetctl_inspects_a_live_process() {
             "--telemetry",
             "--linger",
             "120",
-        ])
-        .env(telemetry::DIR_ENV, &dir)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = job.stdout.take().unwrap();
-    let pid = job.id();
-    let job = Kill(job);
-    // The pretty-printed document ends with a line "}".
-    let mut doc = String::new();
-    for line in BufReader::new(out).lines() {
-        let line = line.unwrap();
-        let end = line == "}";
-        doc.push_str(&line);
-        doc.push('\n');
-        if end {
-            break;
-        }
-    }
-    let doc: Value = serde_json::from_str(&doc).unwrap();
+        ],
+        &[(telemetry::DIR_ENV, dir.as_os_str())],
+    );
     assert_eq!(doc["ok"], true, "{doc:#}");
     let sock = telemetry::socket_path(&dir, pid);
     assert_eq!(doc["telemetry"], sock.display().to_string());
@@ -620,21 +629,13 @@ fn the_environment_turns_telemetry_on_for_any_program() {
             .spawn()
             .unwrap()
     };
-    let mut job = run(&["--json", "demo", "--ranks", "2", "--linger", "120"], "1");
-    let out = job.stdout.take().unwrap();
-    let pid = job.id();
-    let job = Kill(job);
-    let mut doc = String::new();
-    for line in BufReader::new(out).lines() {
-        let line = line.unwrap();
-        let end = line == "}";
-        doc.push_str(&line);
-        doc.push('\n');
-        if end {
-            break;
-        }
-    }
-    let doc: Value = serde_json::from_str(&doc).unwrap();
+    let (job, pid, doc) = lingering_job(
+        &["--json", "demo", "--ranks", "2", "--linger", "120"],
+        &[
+            (telemetry::DIR_ENV, dir.as_os_str()),
+            (telemetry::ENABLE_ENV, "1".as_ref()),
+        ],
+    );
     let sock = telemetry::socket_path(&dir, pid);
     assert_eq!(doc["telemetry"], sock.display().to_string());
     let mut client = Client::connect(&Target::Socket(sock.clone())).unwrap();
