@@ -1,5 +1,8 @@
 //! The pieces of `uetctl` that tests use too: the demo job, the AV table dump, the counter
-//! report, the simulator daemon and the telemetry client.
+//! report, the simulator daemon and the telemetry client; and [`out`], standard output that
+//! ends quietly when its reader has gone.
+
+pub mod out;
 
 pub mod demo;
 pub mod dump;

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use uetctl::demo::{self, DemoConfig, DemoOutcome};
 use uetctl::live::{self, Client, Target};
 use uetctl::serve::{Daemon, ServeConfig};
-use uetctl::{dump, stats};
+use uetctl::{dump, out, outln, stats};
 
 #[derive(Parser)]
 #[command(
@@ -326,11 +326,11 @@ fn run_regs(cfg: DemoConfig, rank: Option<usize>, as_json: bool) -> ExitCode {
             }));
         } else {
             let title = format!("rank {} NIC {} BAR0", r.report.rank, r.report.fabric_addr);
-            println!("{}", uetctl::regs::render_text(&title, &values));
+            outln!("{}", uetctl::regs::render_text(&title, &values));
         }
     }
     if as_json {
-        println!(
+        outln!(
             "{:#}",
             json!({ "nics": docs, "pcap": outcome.capture_json() })
         );
@@ -381,15 +381,15 @@ fn serve(cfg: &ServeConfig, as_json: bool) -> ExitCode {
                 json!({"nic": i, "fabric_addr": addr.to_string(), "socket": path.display().to_string()})
             })
             .collect();
-        println!(
+        outln!(
             "{}",
             json!({ "serving": nics, "interface_minor": cfg.interface_minor })
         );
     } else {
         for (i, (addr, path)) in daemon.nics().iter().enumerate() {
-            println!("nic{i} {addr} {}", path.display());
+            outln!("nic{i} {addr} {}", path.display());
         }
-        println!(
+        outln!(
             "serving {} NICs (interface 1.{}) in {}",
             cfg.nics,
             cfg.interface_minor,
@@ -505,7 +505,7 @@ fn live_dump(
                 }));
             } else {
                 let title = format!("process {pid} NIC {n} AV table {handle}");
-                println!("{}", dump::render_text(&title, &dump));
+                outln!("{}", dump::render_text(&title, &dump));
             }
         }
     }
@@ -514,9 +514,9 @@ fn live_dump(
         return Err(ExitCode::from(2));
     }
     if as_json {
-        println!("{:#}", json!({ "pid": pid, "tables": docs }));
+        outln!("{:#}", json!({ "pid": pid, "tables": docs }));
     } else if !found {
-        println!("process {pid}: no AV tables");
+        outln!("process {pid}: no AV tables");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -531,11 +531,11 @@ fn live_regs(target: &Target, nic: Option<u64>, as_json: bool) -> Result<ExitCod
             docs.push(json!({ "nic": n, "registers": uetctl::regs::render_json(&values) }));
         } else {
             let title = format!("process {pid} NIC {n} BAR0");
-            println!("{}", uetctl::regs::render_text(&title, &values));
+            outln!("{}", uetctl::regs::render_text(&title, &values));
         }
     }
     if as_json {
-        println!("{:#}", json!({ "pid": pid, "nics": docs }));
+        outln!("{:#}", json!({ "pid": pid, "nics": docs }));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -558,7 +558,7 @@ fn live_stats(target: &Target, nic: Option<u64>, as_json: bool) -> Result<ExitCo
                 json!({ "nic": n, "counters": m })
             })
             .collect();
-        println!("{:#}", json!({ "pid": pid, "nics": docs }));
+        outln!("{:#}", json!({ "pid": pid, "nics": docs }));
         return Ok(ExitCode::SUCCESS);
     }
     let names: Vec<&str> = columns
@@ -566,18 +566,18 @@ fn live_stats(target: &Target, nic: Option<u64>, as_json: bool) -> Result<ExitCo
         .map(|c| c.iter().map(|(k, _)| k.as_str()).collect())
         .unwrap_or_default();
     let width = names.iter().map(|n| n.len()).max().unwrap_or(7).max(7);
-    print!("{:<width$}", "COUNTER");
+    out!("{:<width$}", "COUNTER");
     for n in &nics {
-        print!(" {:>14}", format!("NIC {n}"));
+        out!(" {:>14}", format!("NIC {n}"));
     }
-    println!();
+    outln!();
     for name in names {
-        print!("{name:<width$}");
+        out!("{name:<width$}");
         for c in &columns {
             let v = c.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
-            print!(" {:>14}", v.map_or("-".to_string(), |v| v.to_string()));
+            out!(" {:>14}", v.map_or("-".to_string(), |v| v.to_string()));
         }
-        println!();
+        outln!();
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -608,11 +608,11 @@ fn live_endpoints(target: &Target, nic: Option<u64>, as_json: bool) -> Result<Ex
                 doc
             })
             .collect();
-        println!("{:#}", json!({ "pid": pid, "endpoints": docs }));
+        outln!("{:#}", json!({ "pid": pid, "endpoints": docs }));
         return Ok(ExitCode::SUCCESS);
     }
     if rows.is_empty() {
-        println!("process {pid}: no endpoints");
+        outln!("process {pid}: no endpoints");
         return Ok(ExitCode::SUCCESS);
     }
     let s = |e: &live::LiveEndpoint, k: &str| match e.info.get(k) {
@@ -620,7 +620,7 @@ fn live_endpoints(target: &Target, nic: Option<u64>, as_json: bool) -> Result<Ex
         Some(serde_json::Value::Null) | None => "-".to_string(),
         Some(v) => v.to_string(),
     };
-    println!(
+    outln!(
         "{:<4} {:<5} {:<6} {:<16} {:>8} {:<10} {:>10} {:>8} {:>8} {:>10} {:>10}",
         "NIC",
         "EP",
@@ -643,7 +643,7 @@ fn live_endpoints(target: &Target, nic: Option<u64>, as_json: bool) -> Result<Ex
             Err(_) => "?".to_string(),
         };
         let num = |k: &str| e.info.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
-        println!(
+        outln!(
             "{:<4} {:<5} {:<6} {:<16} {:>8} {:<10} {:>10} {:>8} {:>8} {:>10} {:>10}",
             n,
             s(e, "endpoint"),
@@ -658,7 +658,7 @@ fn live_endpoints(target: &Target, nic: Option<u64>, as_json: bool) -> Result<Ex
             count("rx_messages"),
         );
         if let Err(why) = &e.counters {
-            println!("     counters not read: {why}");
+            outln!("     counters not read: {why}");
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -674,19 +674,23 @@ fn run_ps(dir: Option<PathBuf>, as_json: bool) -> ExitCode {
         }
     };
     if as_json {
-        println!(
+        outln!(
             "{:#}",
             json!({ "dir": dir.display().to_string(), "processes": procs })
         );
         return ExitCode::SUCCESS;
     }
     if procs.is_empty() {
-        println!("no uet-nic process answers in {}", dir.display());
+        outln!("no uet-nic process answers in {}", dir.display());
         return ExitCode::SUCCESS;
     }
-    println!(
+    outln!(
         "{:<8} {:<16} {:<4} {:<16} {:<10} AV TABLES (handle: capacity)",
-        "PID", "PROGRAM", "NIC", "FABRIC ADDRESS", "INTERFACE"
+        "PID",
+        "PROGRAM",
+        "NIC",
+        "FABRIC ADDRESS",
+        "INTERFACE"
     );
     for p in &procs {
         let pid = p.get("pid").and_then(|v| v.as_u64()).unwrap_or(0);
@@ -697,12 +701,12 @@ fn run_ps(dir: Option<PathBuf>, as_json: bool) -> ExitCode {
             .cloned()
             .unwrap_or_default();
         if nics.is_empty() {
-            println!("{pid:<8} {program:<16} -");
+            outln!("{pid:<8} {program:<16} -");
         }
         for n in nics {
             let num = n.get("nic").and_then(|v| v.as_u64()).unwrap_or(0);
             if n.get("open").and_then(|v| v.as_bool()) != Some(true) {
-                println!("{pid:<8} {program:<16} {num:<4} (closed)");
+                outln!("{pid:<8} {program:<16} {num:<4} (closed)");
                 continue;
             }
             let addr = n.get("fabric_addr").and_then(|v| v.as_str()).unwrap_or("");
@@ -725,7 +729,7 @@ fn run_ps(dir: Option<PathBuf>, as_json: bool) -> ExitCode {
                         .collect()
                 })
                 .unwrap_or_default();
-            println!(
+            outln!(
                 "{pid:<8} {program:<16} {num:<4} {addr:<16} {:<10} {}",
                 format!("1.{minor}"),
                 if tables.is_empty() {
@@ -821,9 +825,9 @@ fn run_demo(cfg: DemoConfig, telemetry: bool, linger: Option<u64>, as_json: bool
             "pcap": outcome.capture_json(),
             "telemetry": telemetry_path,
         });
-        println!("{doc:#}");
+        outln!("{doc:#}");
     } else {
-        println!(
+        outln!(
             "uet-nic demo: {} ranks, job {:#x}, {} messages and {} tagged messages each to the right neighbour{}",
             cfg.ranks,
             cfg.job_id,
@@ -835,8 +839,8 @@ fn run_demo(cfg: DemoConfig, telemetry: bool, linger: Option<u64>, as_json: bool
                 ""
             }
         );
-        println!();
-        println!(
+        outln!();
+        outln!(
             "{:<5} {:<15} {:>8} {:<10} {:>10} {:>7} {:>5} {:>9} {:>7} {:>8} {:>6} {:>9} {:>8}  STATUS",
             "RANK",
             "FABRIC ADDRESS",
@@ -868,7 +872,7 @@ fn run_demo(cfg: DemoConfig, telemetry: bool, linger: Option<u64>, as_json: bool
             } else {
                 format!("FAILED: {}", p.errors.join("; "))
             };
-            println!(
+            outln!(
                 "{:<5} {:<15} {:>8} {:<10} {:>10} {:>7} {:>5} {:>9} {:>7} {:>8} {:>6} {:>9} {:>8}  {}",
                 p.rank,
                 p.fabric_addr.to_string(),
@@ -886,9 +890,9 @@ fn run_demo(cfg: DemoConfig, telemetry: bool, linger: Option<u64>, as_json: bool
                 status
             );
         }
-        println!();
-        print!("{}", dump::render_text("rank 0 NIC AV table", table));
-        println!();
+        outln!();
+        out!("{}", dump::render_text("rank 0 NIC AV table", table));
+        outln!();
         let total: u32 = outcome.ranks.iter().map(|r| r.report.received).sum();
         let tagged: u32 = outcome.ranks.iter().map(|r| r.report.tagged_received).sum();
         let rma = outcome
@@ -897,23 +901,23 @@ fn run_demo(cfg: DemoConfig, telemetry: bool, linger: Option<u64>, as_json: bool
             .filter(|r| r.report.rma_write_verified && r.report.rma_read_verified)
             .count();
         if ok && consistent {
-            println!(
+            outln!(
                 "ok: {total} of {} messages delivered and verified; the NIC AV tables of all {} ranks match their host mirrors",
                 cfg.messages as usize * cfg.ranks,
                 cfg.ranks
             );
-            println!(
+            outln!(
                 "ok: {tagged} of {} tagged messages matched and verified",
                 cfg.tagged as usize * cfg.ranks
             );
             if cfg.rma {
-                println!(
+                outln!(
                     "ok: {rma} of {} RMA writes verified at the target and read back",
                     cfg.ranks
                 );
             }
         } else {
-            println!(
+            outln!(
                 "FAILED: {total} of {} messages, {tagged} of {} tagged messages, {rma} of {} RMA write/read pairs verified; {} NIC/mirror differences",
                 cfg.messages as usize * cfg.ranks,
                 cfg.tagged as usize * cfg.ranks,
@@ -923,13 +927,13 @@ fn run_demo(cfg: DemoConfig, telemetry: bool, linger: Option<u64>, as_json: bool
         }
     }
     if !as_json && !captured {
-        println!("FAILED: the packet capture was not written completely");
+        outln!("FAILED: the packet capture was not written completely");
     }
     if let Some(linger) = linger {
         if !as_json {
             match &telemetry_path {
-                Some(p) => println!("telemetry: {p} (uetctl ps names its NICs), for {linger} s"),
-                None => println!("staying up for {linger} s (no telemetry socket)"),
+                Some(p) => outln!("telemetry: {p} (uetctl ps names its NICs), for {linger} s"),
+                None => outln!("staying up for {linger} s (no telemetry socket)"),
             }
         }
         use std::io::Write;
@@ -972,7 +976,7 @@ fn run_dump(cfg: DemoConfig, rank: Option<usize>, as_json: bool) -> ExitCode {
                         "table": dump::render_json(&table),
                     }));
                 } else {
-                    println!("{}", dump::render_text(&title, &table));
+                    outln!("{}", dump::render_text(&title, &table));
                 }
             }
             Err(e) => {
@@ -982,7 +986,7 @@ fn run_dump(cfg: DemoConfig, rank: Option<usize>, as_json: bool) -> ExitCode {
         }
     }
     if as_json {
-        println!(
+        outln!(
             "{:#}",
             json!({
                 "tables": docs,

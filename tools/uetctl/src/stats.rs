@@ -6,6 +6,7 @@
 //! refusals appear as `rejected_RC_…` rows for the return codes that occurred.
 
 use crate::demo::{self, DemoConfig};
+use crate::outln;
 use serde_json::{json, Map, Value};
 use std::process::ExitCode;
 
@@ -61,7 +62,7 @@ pub fn run(cfg: &DemoConfig, as_json: bool) -> ExitCode {
                 })
             })
             .collect();
-        println!(
+        outln!(
             "{:#}",
             json!({
                 "ok": ok && captured,
@@ -77,11 +78,11 @@ pub fn run(cfg: &DemoConfig, as_json: bool) -> ExitCode {
             .map(|r| format!("rank {}", r.report.rank))
             .collect();
         print_table("NIC counters (BAR0)", &header, &nic_rows);
-        println!();
+        outln!();
         print_table("endpoint counters (COUNTERS_READ)", &header, &ep_rows);
         if !ok {
-            println!();
-            println!("FAILED: the demo job did not verify; see `uetctl demo`");
+            outln!();
+            outln!("FAILED: the demo job did not verify; see `uetctl demo`");
         }
     }
     if ok && captured {
@@ -105,7 +106,7 @@ fn add(rows: &mut Vec<(String, Vec<u64>)>, name: &str, rank: usize, v: u64, n: u
 }
 
 fn print_table(title: &str, header: &[String], rows: &[(String, Vec<u64>)]) {
-    println!("{title}");
+    outln!("{title}");
     let name_w = rows
         .iter()
         .map(|(k, _)| k.len())
@@ -127,12 +128,12 @@ fn print_table(title: &str, header: &[String], rows: &[(String, Vec<u64>)]) {
     for (h, w) in header.iter().zip(&col_w) {
         line.push_str(&format!("  {h:>w$}"));
     }
-    println!("{line}");
+    outln!("{line}");
     for (k, v) in rows {
         let mut line = format!("{k:<name_w$}");
         for (x, w) in v.iter().zip(&col_w) {
             line.push_str(&format!("  {x:>w$}"));
         }
-        println!("{line}");
+        outln!("{line}");
     }
 }

@@ -450,3 +450,55 @@ fn demo_runs_on_nics_of_the_oldest_interface_the_driver_drives() {
         .iter()
         .all(|e| e["match"] == true));
 }
+
+/// Run `uetctl args` with standard output a pipe whose reader has already closed, as in
+/// `uetctl … | head` once `head` has its lines.
+fn uetctl_into_closed_pipe(args: &[&str]) -> std::process::Output {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    Command::new(env!("CARGO_BIN_EXE_uetctl"))
+        .args(args)
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("run uetctl")
+}
+
+#[test]
+fn a_reader_that_goes_away_ends_the_output_quietly() {
+    for args in [
+        &["demo"][..],
+        &["--json", "demo"],
+        &["av", "dump", "--demo"],
+        &["regs", "--demo"],
+        &["stats", "--demo"],
+        &["ps", "--dir", "/nonexistent-uet-nic-telemetry"],
+    ] {
+        let out = uetctl_into_closed_pipe(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && stderr.is_empty(),
+            "uetctl {args:?} into a closed pipe: {:?}\nstderr:\n{stderr}",
+            out.status
+        );
+    }
+}
+
+#[test]
+fn an_output_that_fails_otherwise_is_an_error() {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("open /dev/full");
+    let out = Command::new(env!("CARGO_BIN_EXE_uetctl"))
+        .args(["regs", "--demo"])
+        .stdout(full)
+        .output()
+        .expect("run uetctl");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr:\n{stderr}");
+    assert!(
+        stderr.contains("uetctl: writing standard output:") && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+}

@@ -1,0 +1,53 @@
+//! Standard output for people and scripts, where a closed reader ends the output.
+//!
+//! `println!` panics when standard output fails, and Rust programs ignore `SIGPIPE`, so
+//! `uetctl av dump --demo | head` would end in a panic message once `head` has its lines
+//! and closes the pipe. Every line `uetctl` prints goes through [`outln!`] / [`out!`]
+//! instead: when the reader has gone (`EPIPE`), there is no one left to tell, and `uetctl`
+//! exits at once with status 0, as a program killed by `SIGPIPE` would stop, without the
+//! noise; any other write error (a full disk, an I/O error) is a message on standard error
+//! and exit status 1. The process exits through `exit(3)`, so `atexit` handlers still run
+//! (a telemetry socket the process serves is removed).
+
+use std::fmt;
+use std::io::{self, Write};
+
+/// Exit status when standard output fails for a reason other than a closed reader.
+pub const WRITE_FAILED: i32 = 1;
+
+/// Write `args` to standard output; see the module documentation for what a failure does.
+pub fn write(args: fmt::Arguments<'_>) {
+    let mut stdout = io::stdout().lock();
+    if let Err(e) = stdout.write_fmt(args) {
+        ended(&e)
+    }
+}
+
+/// What [`write`] does when standard output fails: exit, quietly for a closed reader.
+fn ended(e: &io::Error) -> ! {
+    if e.kind() == io::ErrorKind::BrokenPipe {
+        std::process::exit(0)
+    }
+    // Standard error may be gone too; there is nothing more to do about it then.
+    let _ = writeln!(io::stderr(), "uetctl: writing standard output: {e}");
+    std::process::exit(WRITE_FAILED)
+}
+
+/// `print!` to standard output, ending the process quietly when the reader has gone.
+#[macro_export]
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::out::write(format_args!($($arg)*))
+    };
+}
+
+/// `println!` to standard output, ending the process quietly when the reader has gone.
+#[macro_export]
+macro_rules! outln {
+    () => {
+        $crate::out::write(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::out::write(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
