@@ -786,3 +786,98 @@ fn straddr_of_a_mirror_entry_needs_no_second_lock() {
     let s = a.straddr(&a.av().address_bytes(0).unwrap(), &mut buf, &mut len);
     assert!(s.starts_with("uet://"), "{s}");
 }
+
+/// What `uetctl` reads of a named AV from outside: every index in use with its address, the
+/// recorded ranges, the generation; read-only, not a handle, and refused clearly.
+#[test]
+fn a_snapshot_reads_the_av_from_outside_without_joining_it() {
+    let name = unique("snap");
+    let mut a = open(attr(&name, 64)).unwrap();
+    insert(&mut a, &[1, 2, 3, 4]);
+    a.remove(&[1], 0).unwrap();
+    a.insertsym("10.64.0.1", 2, "1?ri=1+4", 4, None, 0, None)
+        .unwrap();
+
+    let snap = segment::Snapshot::read(&name).unwrap();
+    assert_eq!(snap.name, name);
+    assert_eq!(snap.path, a.segment_path());
+    assert_eq!(
+        (snap.capacity, snap.job_id, snap.rx_ctx_bits, snap.handles),
+        (64, 0x00ab_cdef, 0, 1)
+    );
+    assert_eq!(snap.generation, a.generation());
+    assert_eq!(snap.creator, u64::from(std::process::id()));
+    assert_eq!(snap.interrupted_writer, None);
+    // Index 1 was removed; the set's 8 members took 1 and 4..11 (lowest free first).
+    let indices: Vec<u32> = snap.entries.iter().map(|e| e.0).collect();
+    assert_eq!(indices, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    for (index, bytes) in &snap.entries {
+        assert_eq!(
+            lookup(&mut a, u64::from(*index)).unwrap(),
+            *bytes,
+            "index {index}"
+        );
+    }
+    assert_eq!(snap.high_water, 11);
+    assert_eq!(
+        snap.ranges
+            .iter()
+            .map(|r| (r.first, r.count))
+            .collect::<Vec<_>>(),
+        [(4, 7)],
+        "the members at consecutive indices are one recorded range"
+    );
+
+    // Not a handle: the count is unchanged, and the last close still removes the AV.
+    assert_eq!(a.handles(), 1);
+    let path = a.segment_path().to_path_buf();
+    drop(a);
+    assert!(!path.exists());
+    let gone = segment::Snapshot::read(&name).unwrap_err();
+    assert_eq!(gone.errno, FiErrno::FI_ENOENT, "{gone}");
+    assert!(gone.to_string().contains(&name), "{gone}");
+
+    // A name no AV can have, and a file that is not a segment.
+    assert_eq!(
+        segment::Snapshot::read("").unwrap_err().errno,
+        FiErrno::FI_EINVAL
+    );
+    let junk = unique("junk");
+    std::fs::write(segment::path_of(&junk), vec![7u8; 4096]).unwrap();
+    let e = segment::Snapshot::read(&junk).unwrap_err();
+    std::fs::remove_file(segment::path_of(&junk)).unwrap();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL, "{e}");
+    assert!(e.to_string().contains("bad magic"), "{e}");
+}
+
+/// A change in progress holds the lock; a snapshot waits for it, and gives up with
+/// `FI_EAGAIN` rather than wait for ever. A writer that died mid-change is reported.
+#[test]
+fn a_snapshot_waits_for_a_change_and_reports_a_dead_writer() {
+    let name = unique("snapwait");
+    let mut a = open(attr(&name, 8)).unwrap();
+    insert(&mut a, &[1, 2]);
+    let params = segment::SegmentParams {
+        capacity: 8,
+        rx_ctx_bits: 0,
+        job_id: 0x00ab_cdef,
+        max_group_id: 0,
+    };
+    let seg = segment::Segment::open(&name, false, params).unwrap().0;
+    {
+        let _held = seg.lock(true).unwrap();
+        let e = segment::Snapshot::read(&name).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EAGAIN, "{e}");
+        assert!(e.to_string().contains("try again"), "{e}");
+    }
+    assert_eq!(segment::Snapshot::read(&name).unwrap().entries.len(), 2);
+
+    poke(a.segment_path(), 17 * 8, 4_000_000);
+    let snap = segment::Snapshot::read(&name).unwrap();
+    assert_eq!(snap.interrupted_writer, Some(4_000_000));
+    // The next change repairs it; the snapshot sees a consistent segment again.
+    insert(&mut a, &[3]);
+    let snap = segment::Snapshot::read(&name).unwrap();
+    assert_eq!(snap.interrupted_writer, None);
+    assert_eq!(snap.entries.len(), 3);
+}

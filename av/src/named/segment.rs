@@ -334,8 +334,10 @@ unsafe impl Send for Mapping {}
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
-    /// Map all `len` bytes of `file` (a multiple of 8) read-write and shared.
-    fn new(file: &File, len: usize) -> io::Result<Mapping> {
+    /// Map all `len` bytes of `file` (a multiple of 8) shared, read-write when `writable`
+    /// (a handle), read-only otherwise ([`Snapshot::read`]: a stray store faults instead of
+    /// changing the AV).
+    fn new(file: &File, len: usize, writable: bool) -> io::Result<Mapping> {
         if len == 0 || !len.is_multiple_of(8) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -348,7 +350,11 @@ impl Mapping {
             libc::mmap(
                 core::ptr::null_mut(),
                 len,
-                libc::PROT_READ | libc::PROT_WRITE,
+                if writable {
+                    libc::PROT_READ | libc::PROT_WRITE
+                } else {
+                    libc::PROT_READ
+                },
                 libc::MAP_SHARED,
                 file.as_raw_fd(),
                 0,
@@ -531,7 +537,7 @@ impl Segment {
     ) -> Result<Segment, FiError> {
         file.set_len(geo.size as u64)
             .map_err(|e| os_error(&ctx(&format!("sizing {} bytes", geo.size)), &e))?;
-        let map = Mapping::new(&file, geo.size).map_err(|e| os_error(&ctx("mmap"), &e))?;
+        let map = Mapping::new(&file, geo.size, true).map_err(|e| os_error(&ctx("mmap"), &e))?;
         let seg = Segment {
             map,
             file,
@@ -583,7 +589,7 @@ impl Segment {
                 path.display()
             ))));
         }
-        let map = Mapping::new(&file, size)
+        let map = Mapping::new(&file, size, true)
             .map_err(|e| Attach::Failed(os_error("fi_av_open: mmap", &e)))?;
         // Only the header is read until check_header has checked the geometry.
         let mut seg = Segment {
@@ -1346,6 +1352,148 @@ impl Segment {
         if let Err(e) = ofd_lock(&self.file, libc::F_UNLCK, PRESENCE_BYTE, Wait::Yes) {
             debug!(error = %e, "releasing the presence probe failed");
         }
+    }
+}
+
+/// How long [`Snapshot::read`] waits for a change in progress to end before giving up.
+pub const SNAPSHOT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// What a named AV holds, read from outside the processes that share it (`uetctl av dump`
+/// of a live process compares it with the process's NIC table).
+///
+/// Read without attaching: the segment is mapped read-only, the reader holds no presence and
+/// is not counted among the handles, so it neither keeps the AV alive nor changes when it goes.
+/// The slots are copied under the shared lock, the one catch-ups take, so the copy is one
+/// generation of the AV: no change is half in it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The AV name.
+    pub name: String,
+    /// The segment's file.
+    pub path: PathBuf,
+    /// Table entries.
+    pub capacity: u32,
+    /// `rx_ctx_bits` the AV was created with.
+    pub rx_ctx_bits: u64,
+    /// JobID the AV was created with: every entry's.
+    pub job_id: u64,
+    /// Largest peer group id (0: no peer groups).
+    pub max_group_id: u64,
+    /// The generation the copy is of.
+    pub generation: u64,
+    /// Handles attached (a process that died is counted until the next open or close).
+    pub handles: u64,
+    /// Process id of the AV's creator.
+    pub creator: u64,
+    /// One past the highest index ever used.
+    pub high_water: u32,
+    /// The process id of a writer that died in the middle of a change: the segment waits for
+    /// the next process that opens or changes the AV to repair it, and `entries` may hold
+    /// part of that change. `None` when the segment is consistent.
+    pub interrupted_writer: Option<u64>,
+    /// The indices in use and their addresses, ascending.
+    pub entries: Vec<(u32, [u8; SLOT_BYTES])>,
+    /// The symmetric ranges recorded, by record number.
+    pub ranges: Vec<SharedRange>,
+}
+
+impl Snapshot {
+    /// Read the named AV `name`. `FI_ENOENT` when no AV of that name exists (or its last
+    /// handle has closed it); `FI_EACCES` when the segment's permissions refuse this user;
+    /// `FI_EINVAL` when the file is not a segment of this layout holding that name;
+    /// `FI_EAGAIN` when a change holds the lock for longer than [`SNAPSHOT_WAIT`].
+    pub fn read(name: &str) -> Result<Snapshot, FiError> {
+        let ctx = |what: &str| format!("named AV '{name}': {what}");
+        if name.is_empty() || name.len() > NAME_MAX || name.contains('\0') {
+            return Err(FiError::inval(format!(
+                "an AV name is 1 to {NAME_MAX} bytes without NUL ({} given)",
+                name.len()
+            )));
+        }
+        let path = path_of(name);
+        let gone = || {
+            FiError::new(
+                FiErrno::FI_ENOENT,
+                format!("no named AV '{name}' exists (no {})", path.display()),
+            )
+        };
+        let file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(gone()),
+            Err(e) => return Err(os_error(&ctx(&format!("opening {}", path.display())), &e)),
+        };
+        let meta = file.metadata().map_err(|e| os_error(&ctx("fstat"), &e))?;
+        let size = usize::try_from(meta.len()).unwrap_or(usize::MAX);
+        if size < HEADER_BYTES || !size.is_multiple_of(8) {
+            return Err(FiError::inval(format!(
+                "{} is not a named-AV segment ({size} bytes)",
+                path.display()
+            )));
+        }
+        let map = Mapping::new(&file, size, false).map_err(|e| os_error(&ctx("mmap"), &e))?;
+        let mut seg = Segment {
+            map,
+            file,
+            geo: Geometry {
+                capacity: 0,
+                bitmap_off: HEADER_BYTES,
+                log_off: HEADER_BYTES,
+                ranges_off: HEADER_BYTES,
+                slots_off: HEADER_BYTES,
+                size,
+            },
+            path: path.clone(),
+            // Never attached: dropping it detaches nothing.
+            attached: false,
+            reserved: AtomicUsize::new(0),
+        };
+        seg.geo = seg.check_header(name, size).map_err(|e| match e {
+            Attach::Failed(e) => e,
+            Attach::Gone => gone(),
+        })?;
+        let deadline = std::time::Instant::now() + SNAPSHOT_WAIT;
+        loop {
+            let got = ofd_lock(&seg.file, libc::F_RDLCK, LOCK_BYTE, Wait::No)
+                .map_err(|e| os_error(&ctx("taking the segment lock"), &e))?;
+            if got {
+                break;
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(FiError::new(
+                    FiErrno::FI_EAGAIN,
+                    format!(
+                        "named AV '{name}': a change held the segment for more than {} s; \
+                         try again",
+                        SNAPSHOT_WAIT.as_secs()
+                    ),
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        // The lock is released when `seg` (its file) drops, on every path from here.
+        if seg.hdr(hw::STATE) != STATE_LIVE {
+            return Err(gone());
+        }
+        let high_water = seg.high_water();
+        let entries = (0..high_water)
+            .filter_map(|i| seg.slot(i).map(|s| (i, s)))
+            .collect();
+        let writer = seg.hdr(hw::WRITER);
+        Ok(Snapshot {
+            name: name.to_string(),
+            path,
+            capacity: seg.geo.capacity,
+            rx_ctx_bits: seg.rx_ctx_bits(),
+            job_id: seg.job_id(),
+            max_group_id: seg.max_group_id(),
+            generation: seg.generation(),
+            handles: seg.refcount(),
+            creator: seg.hdr(hw::CREATOR),
+            high_water,
+            interrupted_writer: (writer != 0).then_some(writer),
+            entries,
+            ranges: seg.ranges(),
+        })
     }
 }
 
