@@ -1089,6 +1089,7 @@ impl<N: NicAvTable> Shared<N> {
     fn publish(&self, local: &Local<N>) {
         if local.synced && self.seen.load(Ordering::Relaxed) != local.seen_generation {
             self.seen.store(local.seen_generation, Ordering::Release);
+            local.av.nic().reflects_generation(local.seen_generation);
         }
     }
 }

@@ -82,6 +82,14 @@ pub trait NicAvTable {
         }
     }
 
+    /// A named AV's table ([`crate::named`]): the AV's generation this table now reflects,
+    /// every change the shared segment committed up to it applied. A table that can be
+    /// inspected from outside the process keeps it, so that its entries can be compared with
+    /// the segment of that generation; the default keeps nothing.
+    fn reflects_generation(&self, generation: u64) {
+        let _ = generation;
+    }
+
     /// Whether the table may be destroyed now (`fi_close` of the AV): `FI_EBUSY` while
     /// endpoints still use it. The default has no users besides the AV.
     fn check_close(&self) -> Result<(), FiError> {

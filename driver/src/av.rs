@@ -67,6 +67,30 @@ pub struct AvTableHandle {
     capacity: u32,
     /// AV_CREATE `max_group_id`: the peer groups endpoints bound to the table receive.
     max_group_id: u32,
+    /// The named AV the table holds this process's entries of; `None` for an unnamed AV.
+    named: Option<Arc<NamedTable>>,
+}
+
+/// What the NIC records of a named AV's table for inspection from outside
+/// ([`crate::telemetry`]): the AV's name, and the AV generation the table reflects.
+#[derive(Debug)]
+pub(crate) struct NamedTable {
+    /// The AV name (`fi_av_attr::name`).
+    pub(crate) name: String,
+    /// [`NicAvTable::reflects_generation`]'s last value; [`NamedTable::NOT_CAUGHT_UP`]
+    /// before the first.
+    generation: std::sync::atomic::AtomicU64,
+}
+
+impl NamedTable {
+    /// [`NamedTable::generation`] before the table first caught up with the AV.
+    pub(crate) const NOT_CAUGHT_UP: u64 = u64::MAX;
+
+    /// The AV generation the table reflects, `None` before it first caught up.
+    pub(crate) fn generation(&self) -> Option<u64> {
+        Some(self.generation.load(std::sync::atomic::Ordering::Acquire))
+            .filter(|&g| g != Self::NOT_CAUGHT_UP)
+    }
 }
 
 impl AvTableHandle {
@@ -84,6 +108,11 @@ impl AvTableHandle {
     /// Entries the table holds.
     pub fn capacity(&self) -> u32 {
         self.capacity
+    }
+
+    /// The named AV the table belongs to, if any.
+    pub(crate) fn named(&self) -> Option<&Arc<NamedTable>> {
+        self.named.as_ref()
     }
 }
 
@@ -263,6 +292,14 @@ impl NicAv {
 impl NicAvTable for NicAv {
     fn table_handle(&self) -> Option<u32> {
         Some(self.table.handle)
+    }
+
+    fn reflects_generation(&self, generation: u64) {
+        if let Some(named) = &self.table.named {
+            named
+                .generation
+                .store(generation, std::sync::atomic::Ordering::Release);
+        }
     }
 
     fn write_entries(&mut self, records: &[AvWriteRecord]) -> Result<(), NicError> {
@@ -641,6 +678,12 @@ impl Nic {
             handle: result.result0,
             capacity: attr.count as u32,
             max_group_id: attr.max_group_id,
+            named: attr.name.as_ref().map(|name| {
+                Arc::new(NamedTable {
+                    name: name.as_str().to_string(),
+                    generation: NamedTable::NOT_CAUGHT_UP.into(),
+                })
+            }),
         });
         self.inner.register_av_table(&table);
         // On a later failure the table handle drops and AV_DESTROY removes the NIC table.

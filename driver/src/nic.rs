@@ -215,6 +215,8 @@ pub(crate) struct AvTableRecord {
     pub(crate) capacity: u32,
     /// AV_CREATE `max_group_id`.
     pub(crate) max_group_id: u32,
+    /// The named AV the table holds this process's entries of; `None` for an unnamed AV.
+    pub(crate) named: Option<Arc<crate::av::NamedTable>>,
     /// Whether the table still exists, never upgraded: a strong reference would count as an
     /// endpoint using the AV and make its `fi_close` `FI_EBUSY`.
     table: std::sync::Weak<crate::av::AvTableHandle>,
@@ -292,6 +294,7 @@ impl NicInner {
             handle: table.handle(),
             capacity: table.capacity(),
             max_group_id: table.max_group_id(),
+            named: table.named().cloned(),
             table: Arc::downgrade(table),
         });
     }

@@ -27,7 +27,10 @@
 //!      `[offset, value]` pairs (`uet_regs::REGISTERS` names them; reading has no side
 //!      effects);
 //!    - `counters {nic}`: the NIC's counters (BAR0), as `[name, value]` pairs;
-//!    - `av_list {nic}`: the AV tables this process holds on the NIC;
+//!    - `av_list {nic}`: the AV tables this process holds on the NIC: handle, capacity,
+//!      `max_group_id`, and for a named AV's table `named: {name, generation}`, the AV's
+//!      name and the generation of the AV the table reflects (`null` before the process
+//!      first caught up with it);
 //!    - `ep_list {nic}`: the endpoints and contexts this process holds on the NIC: handle,
 //!      type, roles, UET address, JobID, the AV table it translates through, and its
 //!      counters read with COUNTERS_READ (hex of the `EndpointCounters` block; when the read
@@ -37,7 +40,10 @@
 //!      at most `max` ([`AV_DUMP_MAX`]) entries and [`AV_DUMP_SCAN`] indices per answer, and
 //!      `next` names the index to continue from (`null` at the end). The answer for `first`
 //!      0 also carries the auth-key slots the table owns, as `[slot, "hex of the 24-byte
-//!      AuthKeyEntry"]`.
+//!      AuthKeyEntry"]`. A named AV's table's answer carries `named: {name, generation,
+//!      entry_flags}`: the generation it reflected all the while the page was read (`null`
+//!      when it had not caught up yet or caught up in the meantime), and the entry flags the
+//!      NIC's interface version defines (what the process's AV builds its entries with).
 //! 3. The client closes the connection when done.
 //!
 //! Entries and slots travel as their firmware-interface bytes (`uet_fwif`), so the one
@@ -50,6 +56,11 @@
 //! read from here; `uetctl av dump --demo` (its own job) shows both and flags differences,
 //! and a process can check its own with `AddressVector::verify_nic`. Records of `FI_MORE`
 //! inserts not yet flushed are not on the NIC and so not in the dump.
+//!
+//! A named AV's table is the exception: the AV itself lives in a shared-memory segment that
+//! any process of the user can read (`uet_av::named::segment::Snapshot`). The table's
+//! `named.generation` says which generation of the segment the NIC entries reflect, so
+//! `uetctl` compares the two when the generations match.
 //!
 //! ## Robustness
 //!
@@ -71,6 +82,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 use uet_av::{FiErrno, FiError};
 use uet_fwif::auth_key::AuthKeyEntry;
+use uet_fwif::av_entry::entry_flags;
 use uet_fwif::NicAvEntry;
 use zerocopy::IntoBytes;
 
@@ -539,11 +551,18 @@ fn tables_json(nic: &NicInner) -> Vec<Value> {
     nic.av_tables()
         .iter()
         .map(|t| {
-            json!({
+            let mut table = json!({
                 "table": t.handle,
                 "capacity": t.capacity,
                 "max_group_id": t.max_group_id,
-            })
+            });
+            if let Some(named) = &t.named {
+                table["named"] = json!({
+                    "name": named.name,
+                    "generation": named.generation(),
+                });
+            }
+            table
         })
         .collect()
 }
@@ -647,6 +666,9 @@ fn av_dump(request: &Value, nics: &Mutex<Vec<Weak<NicInner>>>) -> Result<Value, 
             )
         }
     };
+    // The generation a named AV's table reflects while the page is read; a catch-up by the
+    // application between the two reads may have changed some of the entries.
+    let reflected_before = table.named.as_ref().and_then(|n| n.generation());
     let mut entries = Vec::new();
     let mut buf = vec![NicAvEntry::INVALID; READ_CHUNK];
     let end = first.saturating_add(AV_DUMP_SCAN).min(table.capacity);
@@ -677,6 +699,16 @@ fn av_dump(request: &Value, nics: &Mutex<Vec<Weak<NicInner>>>) -> Result<Value, 
     reply.insert("first".into(), json!(first));
     reply.insert("entries".into(), Value::Array(entries));
     reply.insert("next".into(), json!(next));
+    if let Some(named) = &table.named {
+        let steady = reflected_before.filter(|&g| named.generation() == Some(g));
+        // The flags the process's AV gives its entries on this NIC (those its interface
+        // version defines), so that the client builds the entries the segment implies alike.
+        let flags = entry_flags::defined_at(nic.identity.interface_minor);
+        reply.insert(
+            "named".into(),
+            json!({ "name": named.name, "generation": steady, "entry_flags": flags }),
+        );
+    }
     if first == 0 {
         let slots = nic.caps.auth_key_slots;
         let mut keys = Vec::new();

@@ -578,21 +578,10 @@ impl Segment {
     }
 
     /// Attach to the existing segment file `file`.
-    fn attach(file: File, path: &Path, name: &str) -> Result<Segment, Attach> {
-        let meta = file
-            .metadata()
-            .map_err(|e| Attach::Failed(os_error("fi_av_open: fstat", &e)))?;
-        let size = usize::try_from(meta.len()).unwrap_or(usize::MAX);
-        if size < HEADER_BYTES || !size.is_multiple_of(8) {
-            return Err(Attach::Failed(FiError::inval(format!(
-                "fi_av_open: named AV '{name}': {} is not a named-AV segment ({size} bytes)",
-                path.display()
-            ))));
-        }
-        let map = Mapping::new(&file, size, true)
-            .map_err(|e| Attach::Failed(os_error("fi_av_open: mmap", &e)))?;
-        // Only the header is read until check_header has checked the geometry.
-        let mut seg = Segment {
+    /// A segment not attached, of `size` bytes mapped at `map`, whose header is yet to be
+    /// checked: only the header is read until [`Segment::check_header`] gives the geometry.
+    fn unchecked(map: Mapping, file: File, path: &Path, size: usize) -> Segment {
+        Segment {
             map,
             file,
             geo: Geometry {
@@ -606,7 +595,23 @@ impl Segment {
             path: path.to_path_buf(),
             attached: false,
             reserved: AtomicUsize::new(0),
-        };
+        }
+    }
+
+    fn attach(file: File, path: &Path, name: &str) -> Result<Segment, Attach> {
+        let meta = file
+            .metadata()
+            .map_err(|e| Attach::Failed(os_error("fi_av_open: fstat", &e)))?;
+        let size = usize::try_from(meta.len()).unwrap_or(usize::MAX);
+        if size < HEADER_BYTES || !size.is_multiple_of(8) {
+            return Err(Attach::Failed(FiError::inval(format!(
+                "fi_av_open: named AV '{name}': {} is not a named-AV segment ({size} bytes)",
+                path.display()
+            ))));
+        }
+        let map = Mapping::new(&file, size, true)
+            .map_err(|e| Attach::Failed(os_error("fi_av_open: mmap", &e)))?;
+        let mut seg = Segment::unchecked(map, file, path, size);
         ofd_lock(&seg.file, libc::F_WRLCK, LOCK_BYTE, Wait::Yes)
             .map_err(|e| Attach::Failed(os_error("fi_av_open: taking the segment lock", &e)))?;
         let attached = seg.attach_locked(name, size, &meta);
@@ -1431,22 +1436,8 @@ impl Snapshot {
             )));
         }
         let map = Mapping::new(&file, size, false).map_err(|e| os_error(&ctx("mmap"), &e))?;
-        let mut seg = Segment {
-            map,
-            file,
-            geo: Geometry {
-                capacity: 0,
-                bitmap_off: HEADER_BYTES,
-                log_off: HEADER_BYTES,
-                ranges_off: HEADER_BYTES,
-                slots_off: HEADER_BYTES,
-                size,
-            },
-            path: path.clone(),
-            // Never attached: dropping it detaches nothing.
-            attached: false,
-            reserved: AtomicUsize::new(0),
-        };
+        // Never attached: dropping it detaches nothing.
+        let mut seg = Segment::unchecked(map, file, &path, size);
         seg.geo = seg.check_header(name, size).map_err(|e| match e {
             Attach::Failed(e) => e,
             Attach::Gone => gone(),

@@ -83,6 +83,63 @@ pub struct AvDump {
     pub mirror: bool,
     /// A live dump's auth-key slots the table owns on the NIC.
     pub nic_keys: Vec<(u16, AuthKeyEntry)>,
+    /// A live dump of a named AV's table: the AV, read from its shared segment. When it was
+    /// compared, `mirror` is true and each row's `mirror` is the entry the segment implies.
+    pub named: Option<NamedSide>,
+}
+
+/// A named AV beside a live process's table of it (`uetctl av dump --pid`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NamedSide {
+    /// The AV name.
+    pub name: String,
+    /// The generation of the AV read from its segment (`None`: not read).
+    pub generation: Option<u64>,
+    /// The generation of the AV the process's table reflected while it was read (`None`:
+    /// not caught up yet, or it caught up during the read).
+    pub reflected: Option<u64>,
+    /// Handles attached to the AV, in every process.
+    pub handles: Option<u64>,
+    /// A writer that died in the middle of a change, not yet repaired.
+    pub interrupted_writer: Option<u64>,
+    /// Why the table was not compared with the AV; `None` when it was.
+    pub not_compared: Option<String>,
+}
+
+/// The rows of a named AV's table: `nic`, the table's valid entries (ascending index),
+/// beside `av`, the addresses the AV's segment holds (ascending index), each as the entry the
+/// process's AV makes of it (JobID `job_id`, the flags of `defined_flags`). A NIC entry
+/// agrees when it translates its index to the same peer: a member of a symmetric range
+/// stands for the single entry of its member's address.
+pub fn rows_against_named(
+    nic: &[(u32, NicAvEntry)],
+    av: &[(u32, [u8; 32])],
+    job_id: u32,
+    defined_flags: u16,
+) -> Vec<DumpRow> {
+    let mut rows = Vec::new();
+    let (mut n, mut a) = (nic.iter().peekable(), av.iter().peekable());
+    loop {
+        let index = match (n.peek(), a.peek()) {
+            (Some(x), Some(y)) => x.0.min(y.0),
+            (Some(x), None) => x.0,
+            (None, Some(y)) => y.0,
+            (None, None) => break,
+        };
+        let held = n.next_if(|x| x.0 == index).map(|x| x.1);
+        let expected = a
+            .next_if(|y| y.0 == index)
+            .and_then(|y| NicAvEntry::for_peer_bytes(&y.1, job_id))
+            .map_or(NicAvEntry::INVALID, |e| e.with_flags_within(defined_flags));
+        let nic = held.unwrap_or(NicAvEntry::INVALID);
+        let mirror = if nic.is_valid() && nic.without_range() == expected {
+            nic
+        } else {
+            expected
+        };
+        push_row(&mut rows, index, nic, Some(mirror));
+    }
+    rows
 }
 
 /// Add what index `index` holds to `rows`: nothing when neither side holds an entry and they
@@ -116,6 +173,15 @@ pub fn push_row(rows: &mut Vec<DumpRow>, index: u32, nic: NicAvEntry, mirror: Op
 }
 
 impl AvDump {
+    /// What the other side of the comparison is, in messages: the host mirror, or the AV.
+    fn side(&self) -> &'static str {
+        if self.named.is_some() {
+            "AV"
+        } else {
+            "mirror"
+        }
+    }
+
     /// Indices and auth keys where NIC and mirror disagree.
     pub fn differences(&self) -> usize {
         self.rows.iter().filter(|r| r.differs()).count()
@@ -181,6 +247,7 @@ pub fn collect(av: &mut Av) -> Result<AvDump, FiError> {
         stray,
         mirror: true,
         nic_keys: Vec::new(),
+        named: None,
     })
 }
 
@@ -257,22 +324,22 @@ fn by_service(r: &DumpRow, first_value: u64, hex: bool) -> String {
         .join(",")
 }
 
-/// What differs between the NIC's entry and the mirror's, field by field: `field: mirror M,
-/// NIC N`.
-fn describe_difference(nic: &NicAvEntry, mirror: &NicAvEntry) -> String {
+/// What differs between the NIC's entry and the mirror's (or the named AV's: `side` names
+/// which), field by field: `field: mirror M, NIC N`.
+fn describe_difference(nic: &NicAvEntry, mirror: &NicAvEntry, side: &str) -> String {
     if !mirror.is_valid() {
-        return "mirror slot empty".to_string();
+        return format!("{side} slot empty");
     }
     if !nic.is_valid() {
         return match mirror.peer_address() {
-            Some(a) => format!("NIC entry invalid; mirror holds {a}"),
+            Some(a) => format!("NIC entry invalid; {side} holds {a}"),
             None => "NIC entry invalid".to_string(),
         };
     }
     let mut parts = Vec::new();
     let mut field = |name: &str, m: String, n: String| {
         if m != n {
-            parts.push(format!("{name}: mirror {m}, NIC {n}"));
+            parts.push(format!("{name}: {side} {m}, NIC {n}"));
         }
     };
     let addr = |e: &NicAvEntry| e.peer_address().map_or("?".into(), |a| a.to_string());
@@ -330,7 +397,11 @@ pub fn render_text(title: &str, dump: &AvDump) -> String {
         "USER ID",
         "AUTH KEY",
         "KIND",
-        "MIRROR",
+        if dump.named.is_some() {
+            "NAMED AV"
+        } else {
+            "MIRROR"
+        },
     ];
     let mut rows: Vec<[String; 11]> = Vec::new();
     for r in &dump.rows {
@@ -391,7 +462,9 @@ pub fn render_text(title: &str, dump: &AvDump) -> String {
             r.index.to_string()
         };
         let mirror = match r.mirror {
-            Some(m) if m != r.nic => format!("DIFFERS: {}", describe_difference(&r.nic, &m)),
+            Some(m) if m != r.nic => {
+                format!("DIFFERS: {}", describe_difference(&r.nic, &m, dump.side()))
+            }
             Some(_) => "same".to_string(),
             None => "-".to_string(),
         };
@@ -416,7 +489,30 @@ pub fn render_text(title: &str, dump: &AvDump) -> String {
         .filter(|r| r.nic.is_valid())
         .map(|r| r.span as usize)
         .sum::<usize>();
-    let _ = if dump.mirror {
+    let _ = if let Some(named) = &dump.named {
+        let state = match (&named.not_compared, named.generation) {
+            (None, Some(g)) => format!(
+                "{} differences between NIC and the AV (generation {g}, {} handles)",
+                dump.differences(),
+                named.handles.unwrap_or(0)
+            ),
+            (reason, _) => format!(
+                "the NIC's side only: {}",
+                reason.as_deref().unwrap_or("the AV was not read")
+            ),
+        };
+        let dead = named.interrupted_writer.map_or(String::new(), |pid| {
+            format!(
+                "\nprocess {pid} died in the middle of a change; the next process to change \
+                 the AV repairs it"
+            )
+        });
+        writeln!(
+            out,
+            "{title} (named AV '{}'): {valid} entries valid of {} capacity, {state}{dead}",
+            named.name, dump.capacity,
+        )
+    } else if dump.mirror {
         writeln!(
             out,
             "{title}: {valid} entries valid of {} capacity, {} differences between NIC and host \
@@ -566,6 +662,19 @@ pub fn render_json(dump: &AvDump) -> Value {
     json!({
         "capacity": dump.capacity,
         "mirror_read": dump.mirror,
+        "compared_with": match (&dump.named, dump.mirror) {
+            (Some(_), true) => Some("named_av"),
+            (None, true) => Some("mirror"),
+            _ => None,
+        },
+        "named_av": dump.named.as_ref().map(|n| json!({
+            "name": n.name,
+            "generation": n.generation,
+            "reflected_generation": n.reflected,
+            "handles": n.handles,
+            "interrupted_writer": n.interrupted_writer,
+            "not_compared": n.not_compared,
+        })),
         "differences": dump.mirror.then(|| dump.differences()),
         "entries": dump.rows.iter().map(|r| json!({
             "index": r.index,

@@ -2,13 +2,14 @@
 //! (`uet_driver::telemetry`, which describes the protocol), and what `uetctl ps`, `uetctl av
 //! dump --pid`, `uetctl regs --pid` and `uetctl stats --pid` make of its answers.
 
-use crate::dump::{self, AvDump};
+use crate::dump::{self, AvDump, NamedSide};
 use crate::regs::RegValue;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use uet_av::named::segment::Snapshot;
 use uet_driver::telemetry::{self, PROTOCOL};
 use uet_driver::uet_fwif::auth_key::AuthKeyEntry;
 use uet_driver::uet_fwif::counters::{EndpointCounterValues, EndpointCounters};
@@ -171,37 +172,82 @@ fn decode<T: FromBytes>(hex: &Value, what: &str) -> Result<T, String> {
     T::read_from_bytes(&bytes).map_err(|_| format!("{what}: {} bytes, not a {what}", bytes.len()))
 }
 
-/// The tables of NIC `nic`: (handle, capacity).
-pub fn tables(client: &mut Client, nic: u64) -> Result<Vec<(u32, u32)>, String> {
+/// An AV table of a live process, as `av_list` describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveTable {
+    /// The NIC's handle of the table.
+    pub handle: u32,
+    /// Entries.
+    pub capacity: u32,
+    /// For a named AV's table: the AV name, and the generation of the AV the table reflects
+    /// (`None` before the process first caught up).
+    pub named: Option<(String, Option<u64>)>,
+}
+
+/// The tables of NIC `nic`.
+pub fn tables(client: &mut Client, nic: u64) -> Result<Vec<LiveTable>, String> {
     let list = client.call(&json!({"cmd": "av_list", "nic": nic}))?;
     array(&list, "tables", "av_list")?
         .iter()
         .map(|t| {
-            let h = u64_of(t, "table")?;
-            let c = u64_of(t, "capacity")?;
-            Ok((h as u32, c as u32))
+            let named = match t.get("named") {
+                None | Some(Value::Null) => None,
+                Some(n) => Some(named_of(n)?),
+            };
+            Ok(LiveTable {
+                handle: u64_of(t, "table")? as u32,
+                capacity: u64_of(t, "capacity")? as u32,
+                named,
+            })
         })
         .collect()
 }
 
-/// Dump NIC table `table` of NIC `nic`, page by page.
-pub fn av_dump(client: &mut Client, nic: u64, table: u32) -> Result<AvDump, String> {
-    let mut rows = Vec::new();
-    let mut nic_keys = Vec::new();
-    let mut capacity = 0;
+/// `{name, generation}` of a named AV's table.
+fn named_of(n: &Value) -> Result<(String, Option<u64>), String> {
+    let name = n
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("a named table without a name: {n}"))?;
+    Ok((
+        name.to_string(),
+        n.get("generation").and_then(Value::as_u64),
+    ))
+}
+
+/// A table read page by page: the NIC's side.
+struct NicSide {
+    capacity: u32,
+    /// The valid entries, ascending.
+    entries: Vec<(u32, NicAvEntry)>,
+    /// The auth-key slots the table owns.
+    keys: Vec<(u16, AuthKeyEntry)>,
+    /// For a named AV's table: its name, the generation it reflected through every page
+    /// (`None` when it was not the same throughout), and the entry flags its NIC defines.
+    named: Option<(String, Option<u64>, u16)>,
+}
+
+/// Read NIC table `table` of NIC `nic`, every page.
+fn nic_side(client: &mut Client, nic: u64, table: u32) -> Result<NicSide, String> {
+    let mut side = NicSide {
+        capacity: 0,
+        entries: Vec::new(),
+        keys: Vec::new(),
+        named: None,
+    };
     let mut first = Some(0u64);
     while let Some(at) = first {
         let page = client.call(&json!({
             "cmd": "av_dump", "nic": nic, "table": table, "first": at,
         }))?;
-        capacity = u64_of(&page, "capacity")? as u32;
+        side.capacity = u64_of(&page, "capacity")? as u32;
         for e in array(&page, "entries", "av_dump")? {
             let index = e
                 .get(0)
                 .and_then(Value::as_u64)
                 .ok_or_else(|| format!("bad entry {e}"))?;
             let entry: NicAvEntry = decode(&e[1], "NicAvEntry")?;
-            dump::push_row(&mut rows, index as u32, entry, None);
+            side.entries.push((index as u32, entry));
         }
         if let Some(keys) = page.get("auth_key_slots").and_then(Value::as_array) {
             for k in keys {
@@ -210,8 +256,21 @@ pub fn av_dump(client: &mut Client, nic: u64, table: u32) -> Result<AvDump, Stri
                     .and_then(Value::as_u64)
                     .ok_or_else(|| format!("bad slot {k}"))?;
                 let entry: AuthKeyEntry = decode(&k[1], "AuthKeyEntry")?;
-                nic_keys.push((slot as u16, entry));
+                side.keys.push((slot as u16, entry));
             }
+        }
+        if let Some(n) = page.get("named").filter(|n| !n.is_null()) {
+            let (name, generation) = named_of(n)?;
+            let flags = n
+                .get("entry_flags")
+                .and_then(Value::as_u64)
+                .and_then(|f| u16::try_from(f).ok())
+                .ok_or_else(|| format!("a named table's page without entry_flags: {n}"))?;
+            side.named = match side.named.take() {
+                // Every page must have seen the same generation.
+                Some((_, seen, _)) if seen != generation => Some((name, None, flags)),
+                _ => Some((name, generation, flags)),
+            };
         }
         let next = page.get("next").and_then(Value::as_u64);
         if next.is_some_and(|n| n <= at) {
@@ -219,14 +278,97 @@ pub fn av_dump(client: &mut Client, nic: u64, table: u32) -> Result<AvDump, Stri
         }
         first = next;
     }
-    Ok(AvDump {
-        capacity,
+    Ok(side)
+}
+
+/// Reads of a named AV's table before its dump settles for the NIC's side alone: a process
+/// that is catching up is done in a moment, one that makes no AV call stays behind.
+const NAMED_ATTEMPTS: u32 = 3;
+
+/// Dump NIC table `table` of NIC `nic`, page by page. The table of a named AV is compared
+/// with the AV itself, read from its shared segment, when the table reflected the segment's
+/// generation while it was read ([`dump::NamedSide`] says whether it was and why not).
+pub fn av_dump(client: &mut Client, nic: u64, table: u32) -> Result<AvDump, String> {
+    let mut attempt = 1;
+    loop {
+        let side = nic_side(client, nic, table)?;
+        let Some((name, reflected, flags)) = side.named.clone() else {
+            return Ok(nic_only(side, None));
+        };
+        let snapshot = match Snapshot::read(&name) {
+            Ok(s) => s,
+            Err(e) => {
+                let named = NamedSide {
+                    name,
+                    generation: None,
+                    reflected,
+                    handles: None,
+                    interrupted_writer: None,
+                    not_compared: Some(format!("the AV could not be read: {e}")),
+                };
+                return Ok(nic_only(side, Some(named)));
+            }
+        };
+        let mut named = NamedSide {
+            name,
+            generation: Some(snapshot.generation),
+            reflected,
+            handles: Some(snapshot.handles),
+            interrupted_writer: snapshot.interrupted_writer,
+            not_compared: None,
+        };
+        let job_id = u32::try_from(snapshot.job_id);
+        if let (true, Ok(job_id)) = (reflected == Some(snapshot.generation), job_id) {
+            let rows = dump::rows_against_named(&side.entries, &snapshot.entries, job_id, flags);
+            return Ok(AvDump {
+                capacity: side.capacity,
+                rows,
+                keys: Vec::new(),
+                stray: Vec::new(),
+                mirror: true,
+                nic_keys: side.keys,
+                named: Some(named),
+            });
+        }
+        if job_id.is_err() {
+            named.not_compared = Some(format!(
+                "the AV's segment holds JobID {:#x}, which no entry can carry",
+                snapshot.job_id
+            ));
+            return Ok(nic_only(side, Some(named)));
+        }
+        if attempt == NAMED_ATTEMPTS {
+            named.not_compared = Some(match reflected {
+                Some(r) => format!(
+                    "the process's table reflects generation {r} of the AV, which is at \
+                     generation {}; the process catches up at its next AV call, send or \
+                     completion read",
+                    snapshot.generation
+                ),
+                None => "the process caught up while its table was read, or never has".into(),
+            });
+            return Ok(nic_only(side, Some(named)));
+        }
+        attempt += 1;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A dump of the NIC's side alone.
+fn nic_only(side: NicSide, named: Option<NamedSide>) -> AvDump {
+    let mut rows = Vec::new();
+    for (index, entry) in side.entries {
+        dump::push_row(&mut rows, index, entry, None);
+    }
+    AvDump {
+        capacity: side.capacity,
         rows,
         keys: Vec::new(),
         stray: Vec::new(),
         mirror: false,
-        nic_keys,
-    })
+        nic_keys: side.keys,
+        named,
+    }
 }
 
 /// The registers of NIC `nic`, each matched with its definition by offset.

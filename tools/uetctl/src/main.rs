@@ -489,7 +489,7 @@ fn live_dump(
     let mut found = false;
     for n in live.nics.clone() {
         let tables = live.on(n, live::tables)?;
-        for (handle, _) in tables {
+        for handle in tables.into_iter().map(|t| t.handle) {
             if table.is_some_and(|t| t != handle) {
                 continue;
             }

@@ -188,7 +188,11 @@ fn a_live_dump_is_what_the_nic_holds() {
     let big_handle = big.nic().table().handle();
     assert_eq!(
         live::tables(&mut client, 0).unwrap(),
-        vec![(big_handle, (count + 64) as u32)]
+        vec![live::LiveTable {
+            handle: big_handle,
+            capacity: (count + 64) as u32,
+            named: None
+        }]
     );
     let live_big = live::av_dump(&mut client, 0, big_handle).unwrap();
     let own_big = dump::collect(&mut big).unwrap();
@@ -202,6 +206,7 @@ fn a_live_dump_is_what_the_nic_holds() {
     let valid: usize = live_big.rows.iter().map(|r| r.span as usize).sum();
     assert_eq!(valid, count - (count - 1) / 97 + 12);
     assert!(live_big.rows.iter().all(|r| r.mirror.is_none()));
+    assert!(live_big.named.is_none());
     let text = dump::render_text("t", &live_big);
     assert!(text.contains("0xfeed"), "user id shown");
     assert!(text.contains("range"), "range shown");
@@ -369,7 +374,14 @@ fn telemetry_keeps_no_table_or_nic_alive() {
         })
         .unwrap();
     let handle = av.nic().table().handle();
-    assert_eq!(live::tables(&mut client, 0).unwrap(), vec![(handle, 4)]);
+    assert_eq!(
+        live::tables(&mut client, 0).unwrap(),
+        vec![live::LiveTable {
+            handle,
+            capacity: 4,
+            named: None
+        }]
+    );
     av.close()
         .expect("fi_close while telemetry lists the table");
     assert_eq!(live::tables(&mut client, 0).unwrap(), vec![]);
@@ -660,4 +672,139 @@ fn the_environment_turns_telemetry_on_for_any_program() {
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A named AV's table is compared with the AV itself, read from its shared segment: in step
+/// when the process has caught up (ranges included), not compared (and why) while it lags,
+/// and every entry the NIC holds otherwise than the AV says is a difference.
+#[test]
+fn a_named_av_table_is_compared_with_the_av() {
+    use uet_av::{AvName, NicAvTable};
+    use uet_fwif::av_entry::AvWriteRecord;
+    use uet_fwif::NicAvEntry;
+
+    let fabric = Fabric::new();
+    let nic0 = nic(&fabric, "10.64.0.1");
+    let nic1 = nic(&fabric, "10.64.0.2");
+    let name = format!("uetctl-named-{}", std::process::id());
+    let attr = AvAttr {
+        name: Some(AvName::new(&name).unwrap()),
+        count: 64,
+        job_id: 0x77,
+        ..AvAttr::default()
+    };
+    // Two handles, as two processes of the node would hold, each with its own NIC table.
+    let mut a = nic0.open_named_av(attr).unwrap();
+    let mut b = nic1.open_named_av(attr).unwrap();
+    a.insertsvc("10.9.0.1", Some("3"), None, 0, None).unwrap();
+    a.insertsvc("10.9.0.2", Some("3"), None, 0, None).unwrap();
+    a.insertsym("10.70.0.1", 3, "1?ri=1+4", 4, None, 0, None)
+        .unwrap();
+    a.remove(&[0], 0).unwrap();
+    b.sync().unwrap();
+
+    let path = socket("named");
+    let t = Telemetry::bind(&path).unwrap();
+    t.add_nic(&nic0);
+    t.add_nic(&nic1);
+    let mut client = Client::connect(&Target::Socket(path.clone())).unwrap();
+    let (ha, hb) = (a.av().nic().table().handle(), b.av().nic().table().handle());
+    let g = a.generation();
+    assert_eq!(
+        live::tables(&mut client, 1).unwrap(),
+        vec![live::LiveTable {
+            handle: hb,
+            capacity: 64,
+            named: Some((name.clone(), Some(g)))
+        }]
+    );
+
+    // In step: every index compared, the range one folded row.
+    for (nic, handle) in [(0, ha), (1, hb)] {
+        let d = live::av_dump(&mut client, nic, handle).unwrap();
+        let named = d.named.as_ref().expect("a named table");
+        assert_eq!(named.not_compared, None, "NIC {nic}");
+        assert_eq!(
+            (named.generation, named.reflected, named.handles),
+            (Some(g), Some(g), Some(2))
+        );
+        assert!(d.mirror);
+        assert_eq!(d.differences(), 0, "{}", dump::render_text("t", &d));
+        assert_eq!(
+            d.rows.iter().map(|r| (r.index, r.span)).collect::<Vec<_>>(),
+            [(1, 1), (2, 12)]
+        );
+        let text = dump::render_text("t", &d);
+        assert!(
+            text.contains(&format!("(named AV '{name}')"))
+                && text.contains("0 differences between NIC and the AV")
+                && text.contains("NAMED AV"),
+            "{text}"
+        );
+        let json = dump::render_json(&d);
+        assert_eq!(json["compared_with"], "named_av");
+        assert_eq!(json["named_av"]["generation"], g);
+        assert_eq!(json["differences"], 0);
+    }
+
+    // b lags behind a change it has not caught up with: not compared, and the reason.
+    a.insertsvc("10.9.0.3", Some("5"), None, 0, None).unwrap();
+    let d = live::av_dump(&mut client, 1, hb).unwrap();
+    let named = d.named.as_ref().unwrap();
+    assert_eq!(named.reflected, Some(g));
+    assert_eq!(named.generation, Some(g + 1));
+    let why = named.not_compared.as_deref().expect("not compared");
+    assert!(why.contains(&format!("generation {g}")), "{why}");
+    assert!(!d.mirror && d.rows.iter().all(|r| r.mirror.is_none()));
+    let text = dump::render_text("t", &d);
+    assert!(text.contains("the NIC's side only"), "{text}");
+    assert_eq!(dump::render_json(&d)["compared_with"], Value::Null);
+    b.sync().unwrap();
+    let d = live::av_dump(&mut client, 1, hb).unwrap();
+    assert_eq!(d.named.as_ref().unwrap().not_compared, None);
+    assert_eq!(d.differences(), 0);
+    assert_eq!(d.rows[0].index, 0, "the new entry took the freed index 0");
+
+    // A's NIC table changed behind its AV: another peer at 1, a range member missing, an
+    // entry where the AV holds none.
+    let stranger = UetAddress {
+        caps: caps::AI_BASE,
+        mode: AddressingMode::Relative,
+        max_msg_mtu: false,
+        pid_on_fep: 3,
+        fabric_addr: "10.9.9.9".parse().unwrap(),
+        ri_start: 1,
+        ri_count: 4,
+        initiator: 0,
+    };
+    let mut wrong = AvWriteRecord::default();
+    wrong.index.set(1);
+    wrong.entry = NicAvEntry::for_peer(&stranger, 0x77);
+    let mut extra = wrong;
+    extra.index.set(40);
+    {
+        let mut table = a.nic_mut();
+        table.write_entries(&[wrong, extra]).unwrap();
+        table.invalidate(&[5]).unwrap();
+    }
+    let d = live::av_dump(&mut client, 0, ha).unwrap();
+    assert_eq!(d.differences(), 3, "{}", dump::render_text("t", &d));
+    let text = dump::render_text("t", &d);
+    for expected in [
+        "DIFFERS: address: AV uet://10.9.0.2/3?",
+        "NIC uet://10.9.9.9/3?",
+        "DIFFERS: NIC entry invalid; AV holds uet://10.70.0.1/4?",
+        "DIFFERS: AV slot empty",
+        "3 differences between NIC and the AV",
+    ] {
+        assert!(text.contains(expected), "{expected:?} missing:\n{text}");
+    }
+    // The range still folds where NIC and AV agree: 2..5, then 6..14 after the hole at 5.
+    let spans: Vec<(u32, u32)> = d.rows.iter().map(|r| (r.index, r.span)).collect();
+    assert_eq!(spans, [(0, 1), (1, 1), (2, 3), (5, 1), (6, 8), (40, 1)]);
+
+    // The AV gone with its last handle: its table is gone too.
+    drop(a);
+    drop(b);
+    assert_eq!(live::tables(&mut client, 0).unwrap(), vec![]);
 }
