@@ -808,3 +808,123 @@ fn a_named_av_table_is_compared_with_the_av() {
     drop(b);
     assert_eq!(live::tables(&mut client, 0).unwrap(), vec![]);
 }
+
+/// Set in the child of [`uetctl_compares_another_processs_named_av`]: the AV name.
+const NAMED_CHILD: &str = "UETCTL_NAMED_AV_CHILD";
+/// Prefix of the child's line saying it is ready (libtest writes lines of its own).
+const NAMED_READY: &str = "named-av-child-ready:";
+
+/// `uetctl av dump --pid` of another process that holds a named AV: the AV read from its
+/// segment beside the process's NIC table, in step; then, after a third process changed the
+/// AV and the holder made no call since, shown as not compared, with the generation it
+/// reflects. The test binary runs itself again as the holder.
+#[test]
+fn uetctl_compares_another_processs_named_av() {
+    use std::process::{Command, Stdio};
+    use uet_av::AvName;
+    let attr = |name: &str| AvAttr {
+        name: Some(AvName::new(name).unwrap()),
+        count: 32,
+        job_id: 0x42,
+        ..AvAttr::default()
+    };
+    if let Ok(name) = std::env::var(NAMED_CHILD) {
+        // The holder: telemetry from the environment, a named AV, then wait for stdin's end.
+        let fabric = Fabric::new();
+        let n = nic(&fabric, "10.65.0.2");
+        let mut av = n.open_named_av(attr(&name)).unwrap();
+        av.insertsvc("10.9.1.1", Some("2"), None, 0, None).unwrap();
+        av.insertsym("10.71.0.1", 2, "1?ri=1+4", 3, None, 0, None)
+            .unwrap();
+        println!("{NAMED_READY}{}", std::process::id());
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut std::io::stdin(), &mut rest);
+        return;
+    }
+    let name = format!("uetctl-named-cli-{}", std::process::id());
+    let dir = std::env::temp_dir().join(format!("uetctl-named-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "uetctl_compares_another_processs_named_av",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(NAMED_CHILD, &name)
+        .env(telemetry::ENABLE_ENV, "1")
+        .env(telemetry::DIR_ENV, &dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = BufReader::new(child.stdout.take().unwrap());
+    let stdin = child.stdin.take();
+    let child = Kill(child);
+    let pid: u32 = out
+        .lines()
+        .map_while(Result::ok)
+        // libtest's "test … " may start the line.
+        .find_map(|l| {
+            l.split_once(NAMED_READY)
+                .map(|(_, p)| p.trim().parse().unwrap())
+        })
+        .expect("the holder gets ready");
+    assert_eq!(pid, child.0.id());
+    let dump = |json: bool| {
+        let mut args = vec!["av", "dump", "--pid"];
+        let pid = pid.to_string();
+        args.push(&pid);
+        if json {
+            args.insert(0, "--json");
+        }
+        let o = Command::new(env!("CARGO_BIN_EXE_uetctl"))
+            .args(&args)
+            .env(telemetry::DIR_ENV, &dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let doc: Value = serde_json::from_str(&dump(true)).unwrap();
+    let av = &doc["tables"][0]["av"];
+    assert_eq!(av["compared_with"], "named_av", "{doc:#}");
+    assert_eq!(av["differences"], 0);
+    assert_eq!(av["named_av"]["name"], name.as_str());
+    assert_eq!(av["named_av"]["handles"], 1);
+    assert_eq!(
+        av["entries"].as_array().unwrap().len(),
+        2,
+        "a single, a range"
+    );
+    let text = dump(false);
+    assert!(
+        text.contains(&format!("(named AV '{name}')"))
+            && text.contains("0 differences between NIC and the AV"),
+        "{text}"
+    );
+
+    // A third process's change (this one's): the idle holder has not caught up.
+    let fabric = Fabric::new();
+    let n = nic(&fabric, "10.65.0.3");
+    let mut mine = n.open_named_av(attr(&name)).unwrap();
+    mine.insertsvc("10.9.1.2", Some("2"), None, 0, None)
+        .unwrap();
+    let doc: Value = serde_json::from_str(&dump(true)).unwrap();
+    let av = &doc["tables"][0]["av"];
+    assert_eq!(av["compared_with"], Value::Null, "{doc:#}");
+    let g = mine.generation();
+    assert_eq!(av["named_av"]["generation"], g);
+    assert_eq!(av["named_av"]["reflected_generation"], g - 1);
+    assert!(
+        av["named_av"]["not_compared"]
+            .as_str()
+            .unwrap()
+            .contains("catches up at its next AV call"),
+        "{doc:#}"
+    );
+    drop(stdin);
+    drop(child);
+    drop(mine);
+    let _ = std::fs::remove_dir_all(&dir);
+}
