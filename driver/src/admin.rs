@@ -43,7 +43,7 @@ use uet_fwif::auth_key::{AuthKeyAddBody, AuthKeyRemoveBody};
 use uet_fwif::ring::RingGeometry;
 use uet_regs::{
     AdminQueueSize, Mmio, RegisterAccess, RingIndex, ADMIN_CQ_BASE, ADMIN_CQ_HEAD,
-    ADMIN_QUEUE_SIZE, ADMIN_SQ_BASE, ADMIN_SQ_DOORBELL, DEV_STATUS,
+    ADMIN_QUEUE_SIZE, ADMIN_SQ_BASE, ADMIN_SQ_DOORBELL, DEV_STATUS, FATAL_ERROR,
 };
 use zerocopy::little_endian::{U16, U64};
 use zerocopy::{FromBytes, FromZeros};
@@ -651,14 +651,22 @@ impl AdminQueue {
                 undo_key,
             }) => {
                 let since = waiting_since.unwrap_or_else(Instant::now);
-                if since.elapsed() >= self.timeout {
+                let waited = since.elapsed();
+                let failed = if waited >= self.timeout {
+                    Some(self.timeout_error(bar, opcode))
+                } else if waited >= FATAL_CHECK_AFTER {
+                    device_fatal_error(bar, opcode, waited)
+                } else {
+                    None
+                };
+                if let Some(e) = failed {
                     self.commands
                         .insert(id, Slot::Abandoned { opcode, undo_key });
                     self.abandoned.fetch_add(1, Ordering::AcqRel);
                     if uses_scratch && !self.scratch_holders.contains(&id) {
                         self.scratch_holders.push(id);
                     }
-                    Some(Err(self.timeout_error(bar, opcode)))
+                    Some(Err(e))
                 } else {
                     self.commands.insert(
                         id,
@@ -704,6 +712,23 @@ impl AdminQueue {
             device_enabled: status.enabled(),
         }
     }
+}
+
+/// How long a command waits before each poll also reads `DEV_STATUS` (one register read)
+/// to learn whether the device stopped with a fatal error, after which it completes nothing
+/// until reset: a command is then given up on at once rather than at the timeout.
+pub const FATAL_CHECK_AFTER: Duration = Duration::from_millis(1);
+
+/// [`DriverError::AdminDeviceFatal`] for command `opcode`, outstanding for `waited`, when
+/// `DEV_STATUS.fatal` is set.
+fn device_fatal_error(bar: &dyn Mmio, opcode: u8, waited: Duration) -> Option<DriverError> {
+    bar.read(DEV_STATUS)
+        .fatal()
+        .then(|| DriverError::AdminDeviceFatal {
+            opcode,
+            waited,
+            fatal_error: bar.read(FATAL_ERROR).into_bits(),
+        })
 }
 
 /// Spin a little, then yield.

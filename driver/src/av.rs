@@ -215,7 +215,7 @@ impl NicAv {
 /// out — in doubt (the device may still run it; see [`uet_av::NicAvTable`]).
 fn nic_error(op: &'static str, e: DriverError) -> NicError {
     match e {
-        DriverError::AdminTimeout { .. } => NicError::in_doubt(op, Box::new(e)),
+        e if e.in_doubt() => NicError::in_doubt(op, Box::new(e)),
         DriverError::AdminRingFull { .. } => NicError::busy(op, Box::new(e)),
         _ => NicError {
             op,
@@ -550,11 +550,11 @@ struct AdminWrite {
 
 impl AdminWrite {
     fn settle(&mut self, r: Result<crate::admin::AdminResult, DriverError>) {
-        if let Err(DriverError::AdminTimeout { .. }) = &r {
+        if r.as_ref().is_err_and(DriverError::in_doubt) {
             // The NIC may still read the records: never hand that memory back.
             tracing::error!(
                 command_id = self.id,
-                "asynchronous AV_WRITE timed out; leaking its DMA memory"
+                "asynchronous AV_WRITE in doubt; leaking its DMA memory"
             );
             std::mem::forget(self.buffer.take());
         } else {

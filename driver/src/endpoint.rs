@@ -1886,8 +1886,8 @@ pub use uet_fwif::counters::EndpointCounterValues as EndpointStats;
 /// device, on these rings, until the admin queue's undo destroys what it made, so their
 /// memory is never handed back (it goes with the NIC's reset); otherwise they are freed.
 fn drop_rings_unless_timed_out(e: &DriverError, set: RingSet) {
-    if matches!(e, DriverError::AdminTimeout { .. }) {
-        tracing::error!("endpoint or context creation timed out; leaking its ring memory");
+    if e.in_doubt() {
+        tracing::error!("endpoint or context creation in doubt ({e}); leaking its ring memory");
         std::mem::forget(set);
     }
 }

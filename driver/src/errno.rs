@@ -65,6 +65,7 @@ impl DriverError {
                 _ => FiErrno::FI_EIO,
             },
             DriverError::AdminTimeout { .. } => FiErrno::FI_ETIMEDOUT,
+            DriverError::AdminDeviceFatal { .. } => FiErrno::FI_EIO,
             DriverError::AdminRingFull { .. } => FiErrno::FI_EAGAIN,
             DriverError::InvalidArgument(_) => FiErrno::FI_EINVAL,
             DriverError::MessageTooLong { .. } => FiErrno::FI_EMSGSIZE,

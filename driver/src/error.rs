@@ -65,6 +65,19 @@ pub enum DriverError {
         /// DEV_STATUS.enabled at the time.
         device_enabled: bool,
     },
+    /// An admin command was given up on because the device stopped with a fatal error
+    /// (`DEV_STATUS.fatal`) while it was outstanding: it will not complete until the function
+    /// is reset. Like [`DriverError::AdminTimeout`], whether the device ran it before it
+    /// stopped is unknown, and the command is handled as in doubt.
+    #[error("admin command {} failed: the device stopped with a fatal error after {waited:?} (FATAL_ERROR = {fatal_error:#x})", crate::admin::opcode_name(*opcode))]
+    AdminDeviceFatal {
+        /// The command's opcode byte.
+        opcode: u8,
+        /// How long the command was outstanding.
+        waited: Duration,
+        /// Raw FATAL_ERROR register: the causes.
+        fatal_error: u32,
+    },
     /// An admin command was not submitted: the admin ring stayed full of commands the device
     /// had not completed for the whole admin timeout. The device never saw the command, so
     /// nothing of it can happen late (unlike [`DriverError::AdminTimeout`]); it may be
@@ -124,4 +137,17 @@ pub enum DriverError {
     /// changes other processes made (its NIC refused them); the send was not posted.
     #[error("{0}")]
     AvSync(uet_av::FiError),
+}
+
+impl DriverError {
+    /// Whether the failed admin command may still have been run, or be run late, by the
+    /// device: it timed out, or the device stopped with a fatal error while it was
+    /// outstanding. What such a command made stays the device's until the admin queue's
+    /// undo destroys it, so its memory is never handed back.
+    pub fn in_doubt(&self) -> bool {
+        matches!(
+            self,
+            DriverError::AdminTimeout { .. } | DriverError::AdminDeviceFatal { .. }
+        )
+    }
 }

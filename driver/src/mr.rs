@@ -155,10 +155,10 @@ impl Endpoint {
         let r = match r {
             Ok(r) => r,
             Err(e) => {
-                if matches!(e, DriverError::AdminTimeout { .. }) {
+                if e.in_doubt() {
                     // The device may still register the region late, and peers reach the
                     // memory until the admin queue's undo deregisters it: never hand it back.
-                    tracing::error!("MR_REGISTER timed out; leaking the region's DMA memory");
+                    tracing::error!("MR_REGISTER in doubt ({e}); leaking the region's DMA memory");
                     std::mem::forget(memory);
                 }
                 return Err(e);

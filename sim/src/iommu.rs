@@ -18,6 +18,11 @@
 //!   entirely inside mapped memory is a DMA fault — the engine that issued it reports an error
 //!   status or completion and counts `DMA_FAULTS`, and nothing is written.
 //! * Mappings belong to the IOMMU, not to the function: FUNCTION_RESET keeps them (as VFIO does).
+//! * A function issues memory requests only while its PCI command register enables bus
+//!   mastering (PCI Local Bus Specification 3.0 §6.2.2, bit 2): with it clear, every DMA is a
+//!   fault, checked like an unmapped one. Only a configuration space changes it (the
+//!   vfio-user server's, [`crate::SimFunction::set_bus_master`]); a function driven in process
+//!   has no configuration space and is a bus master from the start.
 
 use crate::SimError;
 use std::collections::BTreeMap;
@@ -48,6 +53,8 @@ pub(crate) struct Iommu {
     mem: GuestMemoryMmap,
     /// iova -> length of each mapping.
     maps: BTreeMap<u64, u64>,
+    /// Bus mastering disabled in the command register: every DMA faults.
+    bus_master_off: bool,
 }
 
 impl Iommu {
@@ -110,9 +117,17 @@ impl Iommu {
             .is_some_and(|(&s, &l)| s.saturating_add(l) > start)
     }
 
-    /// Unmap everything.
+    /// Enable or disable bus mastering (the PCI command register's bit).
+    pub(crate) fn set_bus_master(&mut self, on: bool) {
+        self.bus_master_off = !on;
+    }
+
+    /// Unmap everything (bus mastering stays as it is: it belongs to the function).
     pub(crate) fn clear(&mut self) {
-        *self = Iommu::default();
+        *self = Iommu {
+            bus_master_off: self.bus_master_off,
+            ..Iommu::default()
+        };
     }
 
     /// Unmap every mapping inside `[iova, iova + len)`.
@@ -151,9 +166,13 @@ impl Iommu {
         Ok(())
     }
 
-    /// Whether `[iova, iova + len)` lies entirely in mapped memory.
+    /// Whether `[iova, iova + len)` lies entirely in mapped memory, and the function may
+    /// issue memory requests at all.
     pub(crate) fn check(&self, iova: u64, len: u64) -> Result<(), DmaFault> {
         let fault = DmaFault { iova, len };
+        if self.bus_master_off {
+            return Err(fault);
+        }
         if len == 0 {
             return Ok(());
         }

@@ -294,6 +294,14 @@ impl SimFunction {
         })
     }
 
+    /// Enable or disable bus mastering, as the command register of the function's
+    /// configuration space does (the vfio-user server calls this when the client writes it):
+    /// while disabled, every DMA the function attempts is a DMA fault. A function driven in
+    /// process is a bus master from the start.
+    pub fn set_bus_master(&self, on: bool) {
+        self.with_nic((), |n| n.iommu.set_bus_master(on));
+    }
+
     /// Withdraw every DMA mapping of the function, as the IOMMU does when the process that
     /// owned the function goes away.
     pub fn dma_unmap_all(&self) {

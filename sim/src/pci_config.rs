@@ -9,8 +9,12 @@
 //! one at a time. Past the header, reads return 0 and writes do nothing, as for a function
 //! without capabilities. A function-level reset returns the header to its reset values.
 //!
-//! The model does not make BAR0 or DMA wait for the command bits: the driver sets
-//! memory-space and bus-master as it must on hardware, and the model records them.
+//! The command register gates the function as on hardware (PCI Local Bus Specification 3.0
+//! §6.2.2): BAR0 decodes accesses only with memory space enabled (bit 1; otherwise reads
+//! are all ones and writes are dropped, as an access no function claims), and the function
+//! issues DMA only with bus mastering enabled (bit 2; otherwise every DMA faults, see
+//! `crate::iommu`). Both are clear at reset, so a driver that forgets to set them finds a
+//! function that does not answer, as it would on hardware.
 
 use uet_regs::pci::*;
 use uet_regs::{BAR0_SIZE, PCI_DEVICE_ID, PCI_VENDOR_ID};
@@ -86,11 +90,20 @@ impl PciConfig {
     }
 
     /// The command register.
-    #[cfg(test)]
     pub(crate) fn command(&self) -> u16 {
         let mut b = [0; 2];
         self.read(COMMAND as u64, &mut b);
         u16::from_le_bytes(b)
+    }
+
+    /// Whether BAR0 decodes accesses (command register, memory space).
+    pub(crate) fn memory_space(&self) -> bool {
+        self.command() & COMMAND_MEMORY_SPACE != 0
+    }
+
+    /// Whether the function may issue DMA (command register, bus master).
+    pub(crate) fn bus_master(&self) -> bool {
+        self.command() & COMMAND_BUS_MASTER != 0
     }
 
     /// Function-level reset: the header's reset values.

@@ -12,7 +12,10 @@
 //!   reads all ones and writes nothing, as a PCIe function that rejects the access. A doorbell
 //!   write runs the fabric until idle before the reply leaves, so, as in process, everything a
 //!   doorbell caused has happened by the time the driver reads its completion ring;
-//! * **region 7, configuration space** (`crate::pci_config`, 256 bytes);
+//! * **region 7, configuration space** (`crate::pci_config`, 256 bytes), whose command
+//!   register gates the function: BAR0 answers only with memory space enabled (all ones and
+//!   dropped writes otherwise), and the function's DMA works only with bus mastering enabled
+//!   (a DMA fault otherwise). Both are clear when the server starts and after a reset;
 //! * **DMA**: each region the client maps arrives as a file descriptor (the driver's DMA
 //!   memory is a memfd) and is mapped into the function's IOMMU view (`SimFunction::dma_map`),
 //!   so the NIC reads and writes the driver's memory directly;
@@ -68,6 +71,8 @@ impl VfioUserServer {
             reason: e.to_string(),
         };
         let server = Server::new(&path, true, Vec::new(), regions()).map_err(fail)?;
+        // The command register starts clear: no DMA until the client enables bus mastering.
+        function.set_bus_master(false);
         Ok(VfioUserServer {
             server,
             path,
@@ -157,6 +162,14 @@ impl FunctionBackend {
     fn reset_function(&mut self) {
         self.function.function_level_reset();
         self.config.reset();
+        self.function.set_bus_master(self.config.bus_master());
+    }
+
+    /// Write configuration space; the command register's bus-master bit reaches the
+    /// function's DMA at once.
+    fn config_write(&mut self, offset: u64, data: &[u8]) {
+        self.config.write(offset, data);
+        self.function.set_bus_master(self.config.bus_master());
     }
 
     /// `offset` as a BAR0 register offset, when `len` bytes from it lie inside BAR0.
@@ -173,6 +186,10 @@ fn io_error(e: SimError) -> std::io::Error {
 impl ServerBackend for FunctionBackend {
     fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> std::io::Result<()> {
         match region {
+            VFIO_PCI_BAR0_REGION_INDEX if !self.config.memory_space() => {
+                tracing::debug!(offset, "BAR0 read with memory space disabled: all ones");
+                data.fill(0xFF);
+            }
             VFIO_PCI_BAR0_REGION_INDEX => {
                 let value = match (Self::bar0_offset(offset, data.len()), data.len()) {
                     (Some(at), 4) => u64::from(self.function.read32(at)),
@@ -195,6 +212,9 @@ impl ServerBackend for FunctionBackend {
 
     fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> std::io::Result<()> {
         match region {
+            VFIO_PCI_BAR0_REGION_INDEX if !self.config.memory_space() => {
+                tracing::debug!(offset, "BAR0 write with memory space disabled dropped");
+            }
             VFIO_PCI_BAR0_REGION_INDEX => match (Self::bar0_offset(offset, data.len()), data) {
                 (Some(at), &[a, b, c, d]) => {
                     self.function.write32(at, u32::from_le_bytes([a, b, c, d]))
@@ -220,7 +240,7 @@ impl ServerBackend for FunctionBackend {
                 }
                 _ => tracing::warn!(offset, len = data.len(), "unsupported BAR0 write dropped"),
             },
-            VFIO_PCI_CONFIG_REGION_INDEX => self.config.write(offset, data),
+            VFIO_PCI_CONFIG_REGION_INDEX => self.config_write(offset, data),
             _ => {}
         }
         Ok(())

@@ -163,6 +163,77 @@ fn opening_sets_memory_space_and_bus_master() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Write the command register of the function `client` talks to.
+fn set_command(client: &mut Client, command: u16) {
+    client
+        .region_write(
+            VFIO_PCI_CONFIG_REGION_INDEX,
+            pci::COMMAND as u64,
+            &command.to_le_bytes(),
+        )
+        .unwrap();
+}
+
+/// The command register gates the function as on hardware: BAR0 answers only with memory
+/// space enabled, and DMA works only with bus mastering enabled; both are clear at reset.
+#[test]
+fn the_command_register_gates_bar0_and_dma() {
+    let (_fabric, fns) = uet_tests::fabric(1);
+    let dir = socket_dir("gating");
+    let (server, t) = serve(&fns[0], &dir.join("nic.sock"));
+    let mut client = Client::new(server.path()).unwrap();
+    let bar = VFIO_PCI_BAR0_REGION_INDEX;
+    let id_at = u64::from(ID.offset());
+    let sq = u64::from(ADMIN_SQ_BASE.offset());
+
+    // At reset BAR0 does not decode: reads are all ones, writes go nowhere.
+    let mut id = [0u8; 4];
+    client.region_read(bar, id_at, &mut id).unwrap();
+    assert_eq!(id, [0xFF; 4]);
+    client
+        .region_write(bar, sq, &0x10_0000u64.to_le_bytes())
+        .unwrap();
+    assert_eq!(fns[0].read64(ADMIN_SQ_BASE.offset()), 0, "write dropped");
+    set_command(&mut client, pci::COMMAND_MEMORY_SPACE);
+    client.region_read(bar, id_at, &mut id).unwrap();
+    assert_eq!(u32::from_le_bytes(id), fns[0].read32(ID.offset()));
+    client
+        .region_write(bar, sq, &0x10_0000u64.to_le_bytes())
+        .unwrap();
+    assert_eq!(fns[0].read64(ADMIN_SQ_BASE.offset()), 0x10_0000);
+    drop(client);
+    t.join().unwrap().unwrap();
+
+    // The driver enables both at open and works; with bus mastering cleared under it, the
+    // next admin command cannot be fetched: a DMA fault stops the function, and the command
+    // fails instead of waiting.
+    let t = serve_next(&server);
+    let device = Arc::new(VfioUserDevice::open(server.path()).unwrap());
+    let nic = uet_driver::Nic::open(device.clone()).unwrap();
+    let attr = uet_av::AvAttr {
+        count: 8,
+        ..uet_av::AvAttr::default()
+    };
+    nic.open_av(attr).expect("an AV with bus mastering on");
+    assert_eq!(fns[0].read64(DMA_FAULTS.offset()), 0);
+    device.config_write(pci::COMMAND, &pci::COMMAND_MEMORY_SPACE.to_le_bytes());
+    let e = nic.open_av(attr).unwrap_err();
+    assert_eq!(e.errno, uet_av::FiErrno::FI_EIO, "{e}");
+    assert!(
+        e.to_string().contains("stopped with a fatal error"),
+        "given up on at once, not at the timeout: {e}"
+    );
+    assert!(fns[0].read64(DMA_FAULTS.offset()) > 0, "{e}");
+    assert!(
+        uet_regs::FatalError::from(fns[0].read32(uet_regs::FATAL_ERROR.offset())).dma_fault(),
+        "{e}"
+    );
+    drop(nic);
+    drop(device);
+    t.join().unwrap().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A file of `len` zero bytes for DMA (the driver's memory is a memfd; any file maps alike).
 fn dma_file(dir: &Path, len: u64) -> File {
     let path = dir.join("dma");
@@ -185,6 +256,7 @@ fn a_client_that_goes_leaves_no_dma_mapping_and_a_reset_function() {
     let (server, t) = serve(&fns[0], &dir.join("nic.sock"));
     let memory = dma_file(&dir, 8192);
     let mut client = Client::new(server.path()).unwrap();
+    set_command(&mut client, pci::COMMAND_MEMORY_SPACE);
     client
         .dma_map(0, 0x10_0000, 8192, memory.as_raw_fd())
         .unwrap();
@@ -220,6 +292,7 @@ fn accesses_the_function_cannot_take_are_answered_in_band() {
     let dir = socket_dir("bad-access");
     let (server, t) = serve(&fns[0], &dir.join("nic.sock"));
     let mut client = Client::new(server.path()).unwrap();
+    set_command(&mut client, pci::COMMAND_MEMORY_SPACE);
     let bar = VFIO_PCI_BAR0_REGION_INDEX;
     let id_at = u64::from(ID.offset());
     let sq = u64::from(ADMIN_SQ_BASE.offset());

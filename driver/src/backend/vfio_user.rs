@@ -163,6 +163,18 @@ impl VfioUserDevice {
         self.region_read(VFIO_PCI_CONFIG_REGION_INDEX, offset as u64)
     }
 
+    /// Write `data` to configuration space at `offset` (nothing when the server is gone). The
+    /// driver needs no such write after [`VfioUserDevice::open`], which enables memory space
+    /// and bus mastering; this is for tools and tests that change the command register.
+    pub fn config_write(&self, offset: usize, data: &[u8]) {
+        self.region_write(
+            VFIO_PCI_CONFIG_REGION_INDEX,
+            offset as u64,
+            data,
+            "configuration write",
+        );
+    }
+
     fn client(&self) -> MutexGuard<'_, Client> {
         self.client.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -188,11 +200,17 @@ impl VfioUserDevice {
     }
 
     fn bar_write(&self, offset: u32, data: &[u8]) {
-        let r = self
-            .client()
-            .region_write(VFIO_PCI_BAR0_REGION_INDEX, u64::from(offset), data);
-        if let Err(e) = r {
-            self.failed("BAR0 write", &e);
+        self.region_write(
+            VFIO_PCI_BAR0_REGION_INDEX,
+            u64::from(offset),
+            data,
+            "BAR0 write",
+        );
+    }
+
+    fn region_write(&self, region: u32, offset: u64, data: &[u8], what: &str) {
+        if let Err(e) = self.client().region_write(region, offset, data) {
+            self.failed(what, &e);
         }
     }
 }
