@@ -536,7 +536,14 @@ impl AdminQueue {
             if self.in_flight < limit {
                 break;
             }
-            if start.get_or_insert_with(Instant::now).elapsed() >= self.timeout {
+            let waited = start.get_or_insert_with(Instant::now).elapsed();
+            if waited >= FATAL_CHECK_AFTER.min(self.timeout) {
+                // A stopped device never drains the ring: not "try again".
+                if let Some(e) = device_fatal_error(bar, opcode, waited, false) {
+                    return Err(e);
+                }
+            }
+            if waited >= self.timeout {
                 let status = bar.read(DEV_STATUS);
                 return Err(DriverError::AdminRingFull {
                     opcode,
@@ -652,13 +659,13 @@ impl AdminQueue {
             }) => {
                 let since = waiting_since.unwrap_or_else(Instant::now);
                 let waited = since.elapsed();
-                let failed = if waited >= self.timeout {
-                    Some(self.timeout_error(bar, opcode))
-                } else if waited >= FATAL_CHECK_AFTER {
-                    device_fatal_error(bar, opcode, waited)
+                let failed = if waited >= FATAL_CHECK_AFTER.min(self.timeout) {
+                    device_fatal_error(bar, opcode, waited, true)
                 } else {
                     None
                 };
+                let failed = failed
+                    .or_else(|| (waited >= self.timeout).then(|| self.timeout_error(bar, opcode)));
                 if let Some(e) = failed {
                     self.commands
                         .insert(id, Slot::Abandoned { opcode, undo_key });
@@ -714,20 +721,27 @@ impl AdminQueue {
     }
 }
 
-/// How long a command waits before each poll also reads `DEV_STATUS` (one register read)
-/// to learn whether the device stopped with a fatal error, after which it completes nothing
-/// until reset: a command is then given up on at once rather than at the timeout.
+/// How long a command waits (for its completion, or for room in the ring) before each poll
+/// also reads `DEV_STATUS` (one register read) to learn whether the device stopped with a
+/// fatal error, after which it completes nothing until reset: the command is then given up on
+/// at once rather than at the timeout, and never reported as worth retrying.
 pub const FATAL_CHECK_AFTER: Duration = Duration::from_millis(1);
 
-/// [`DriverError::AdminDeviceFatal`] for command `opcode`, outstanding for `waited`, when
-/// `DEV_STATUS.fatal` is set.
-fn device_fatal_error(bar: &dyn Mmio, opcode: u8, waited: Duration) -> Option<DriverError> {
+/// [`DriverError::AdminDeviceFatal`] for command `opcode`, outstanding (`submitted`) or
+/// waiting for room for `waited`, when `DEV_STATUS.fatal` is set.
+fn device_fatal_error(
+    bar: &dyn Mmio,
+    opcode: u8,
+    waited: Duration,
+    submitted: bool,
+) -> Option<DriverError> {
     bar.read(DEV_STATUS)
         .fatal()
         .then(|| DriverError::AdminDeviceFatal {
             opcode,
             waited,
             fatal_error: bar.read(FATAL_ERROR).into_bits(),
+            submitted,
         })
 }
 

@@ -66,17 +66,25 @@ pub enum DriverError {
         device_enabled: bool,
     },
     /// An admin command was given up on because the device stopped with a fatal error
-    /// (`DEV_STATUS.fatal`) while it was outstanding: it will not complete until the function
-    /// is reset. Like [`DriverError::AdminTimeout`], whether the device ran it before it
-    /// stopped is unknown, and the command is handled as in doubt.
-    #[error("admin command {} failed: the device stopped with a fatal error after {waited:?} (FATAL_ERROR = {fatal_error:#x})", crate::admin::opcode_name(*opcode))]
+    /// (`DEV_STATUS.fatal`): it completes nothing until the function is reset. When the
+    /// command was `submitted` (it was outstanding when the device stopped), whether the
+    /// device ran it is unknown, and it is handled as in doubt, like
+    /// [`DriverError::AdminTimeout`]; otherwise it waited for room in a ring the stopped
+    /// device will never drain, and was not submitted.
+    #[error(
+        "admin command {} {}: the device stopped with a fatal error (FATAL_ERROR = {fatal_error:#x}) after {waited:?}",
+        crate::admin::opcode_name(*opcode),
+        if *submitted { "failed" } else { "not submitted" }
+    )]
     AdminDeviceFatal {
         /// The command's opcode byte.
         opcode: u8,
-        /// How long the command was outstanding.
+        /// How long the command was outstanding, or waited for room.
         waited: Duration,
         /// Raw FATAL_ERROR register: the causes.
         fatal_error: u32,
+        /// Whether the command was in the ring when the device stopped.
+        submitted: bool,
     },
     /// An admin command was not submitted: the admin ring stayed full of commands the device
     /// had not completed for the whole admin timeout. The device never saw the command, so
@@ -147,7 +155,11 @@ impl DriverError {
     pub fn in_doubt(&self) -> bool {
         matches!(
             self,
-            DriverError::AdminTimeout { .. } | DriverError::AdminDeviceFatal { .. }
+            DriverError::AdminTimeout { .. }
+                | DriverError::AdminDeviceFatal {
+                    submitted: true,
+                    ..
+                }
         )
     }
 }

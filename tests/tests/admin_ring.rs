@@ -105,3 +105,54 @@ fn a_device_allowing_fewer_than_two_admin_entries_is_refused_by_name() {
     let av = uet_tests::open_av(&nic, 7, 4, 0);
     drop(av);
 }
+
+/// A device that stopped with a fatal error (here a DMA fault: bus mastering is off) fails
+/// every command within a poll or two of a millisecond, with `FI_EIO`, never `FI_EAGAIN`,
+/// which would invite a retry that cannot succeed: a command in the ring as in doubt (the
+/// device may have run it before it stopped), one that found the ring full as not submitted.
+/// A command that waited out the timeout instead would fail the test by its variant.
+#[test]
+fn a_device_that_stopped_fails_commands_at_once_and_never_asks_for_a_retry() {
+    use uet_av::FiErrno;
+    use uet_driver::admin::ADMIN_RING_LOG2;
+    use uet_driver::uet_fwif::admin::Command;
+    let fabric = Fabric::new();
+    let function = fabric.add_nic(NicConfig::new(nic_addr(0))).unwrap();
+    let nic = Nic::open(Arc::new(SimDevice::new(function.clone()))).unwrap();
+    nic.set_admin_timeout(std::time::Duration::from_secs(3));
+    function.set_bus_master(false);
+    let cmd = Command::EndpointDestroy { endpoint: 0xFFFF };
+    for i in 0..(1usize << ADMIN_RING_LOG2) - 1 {
+        let e = nic.admin_command(cmd).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                DriverError::AdminDeviceFatal {
+                    submitted: true,
+                    ..
+                }
+            ),
+            "command {i}: {e}"
+        );
+        assert!(e.in_doubt());
+        assert_eq!(e.errno(), FiErrno::FI_EIO);
+    }
+    assert!(function.read(DEV_STATUS).fatal());
+    let e = nic.admin_command(cmd).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            DriverError::AdminDeviceFatal {
+                submitted: false,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(!e.in_doubt(), "never submitted: nothing of it can happen");
+    assert_eq!(e.errno(), FiErrno::FI_EIO);
+    assert!(
+        e.to_string().contains("not submitted") && e.to_string().contains("FATAL_ERROR"),
+        "{e}"
+    );
+}
