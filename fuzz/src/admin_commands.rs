@@ -12,7 +12,8 @@ use uet_av::NicAvTable;
 use uet_driver::admin::AdminResult;
 use uet_driver::DriverError;
 use uet_fwif::{AdminCommand, Opcode};
-use uet_tests::{fabric, Node};
+use uet_sim::{Fabric, NicConfig, OLDEST_INTERFACE_MINOR};
+use uet_tests::{nic_addr, Node};
 use zerocopy::little_endian::U32;
 use zerocopy::FromZeros;
 
@@ -46,19 +47,56 @@ const OPCODES: [Opcode; 17] = [
 fn answered(opcode: u8, r: Result<AdminResult, DriverError>) {
     if let Err(e) = r {
         assert!(
-            !matches!(e, DriverError::AdminTimeout { .. }),
+            !matches!(
+                e,
+                DriverError::AdminTimeout { .. } | DriverError::AdminDeviceFatal { .. }
+            ),
             "opcode {opcode:#04x} went unanswered: {e}"
         );
         assert!(!e.to_string().is_empty());
     }
 }
 
-/// Run the target on `data`.
+/// Run the target on `data`, on a NIC of the current interface version.
 pub fn run(data: &[u8]) {
+    run_at(uet_regs::INTERFACE_MINOR, data);
+}
+
+/// The target `admin_commands_any_interface`: the first byte picks the NIC's interface
+/// version, from [`OLDEST_INTERFACE_MINOR`] to the current one (modulo their number), and
+/// the rest is an `admin_commands` input. A NIC of an older interface answers commands and
+/// fields it does not have with a status too, and the driver drives it.
+pub fn run_any_interface(data: &[u8]) {
+    let (&pick, rest) = data.split_first().unwrap_or((&0, &[]));
+    let versions = uet_regs::INTERFACE_MINOR - OLDEST_INTERFACE_MINOR + 1;
+    run_at(OLDEST_INTERFACE_MINOR + pick % versions, rest);
+}
+
+/// Seeds of `admin_commands_any_interface`: each of [`seeds`] at every interface version.
+pub fn seeds_any_interface() -> Vec<Vec<u8>> {
+    let versions = uet_regs::INTERFACE_MINOR - OLDEST_INTERFACE_MINOR + 1;
+    (0..versions)
+        .flat_map(|v| {
+            seeds().into_iter().map(move |seed| {
+                let mut input = vec![v];
+                input.extend_from_slice(&seed);
+                input
+            })
+        })
+        .collect()
+}
+
+/// Run the target on `data` on a NIC of interface 1.`interface_minor`.
+fn run_at(interface_minor: u8, data: &[u8]) {
     let mut input = Input::new(data);
-    let (_fabric, functions) = fabric(1);
-    let Some(function) = functions.into_iter().next() else {
-        panic!("a fabric of one NIC has no NIC");
+    let fabric = Fabric::new();
+    let config = NicConfig {
+        interface_minor,
+        ..NicConfig::new(nic_addr(0))
+    };
+    let function = match fabric.add_nic(config) {
+        Ok(f) => f,
+        Err(e) => panic!("a NIC of interface 1.{interface_minor}: {e}"),
     };
     let mut node = Node::new(function, 1, 16);
     let dma = node.nic.map_dma(DMA_BYTES).expect("map the command buffer");

@@ -115,11 +115,15 @@ pub fn resolver(name: &str) -> std::io::Result<Vec<std::net::IpAddr>> {
 pub type Run = fn(&[u8]);
 
 /// Every target: its name (as in `fuzz_targets/`) and its `run`.
-pub const TARGETS: [(&str, Run); 5] = [
+pub const TARGETS: [(&str, Run); 6] = [
     ("address", address::run),
     ("address_text", address_text::run),
     ("av_calls", av_calls::run),
     ("admin_commands", admin_commands::run),
+    (
+        "admin_commands_any_interface",
+        admin_commands::run_any_interface,
+    ),
     ("frames", frames::run),
 ];
 
@@ -131,6 +135,10 @@ pub fn seeds() -> Vec<(&'static str, Vec<Vec<u8>>)> {
         ("address_text", address_text::seeds()),
         ("av_calls", av_calls::seeds()),
         ("admin_commands", admin_commands::seeds()),
+        (
+            "admin_commands_any_interface",
+            admin_commands::seeds_any_interface(),
+        ),
         ("frames", frames::seeds()),
     ]
 }

@@ -113,6 +113,11 @@ fn admin_commands_replays() {
 }
 
 #[test]
+fn admin_commands_any_interface_replays() {
+    replay("admin_commands_any_interface");
+}
+
+#[test]
 fn frames_replays() {
     replay("frames");
 }
@@ -127,6 +132,7 @@ fn every_target_has_a_replay_test() {
             "address_text",
             "av_calls",
             "admin_commands",
+            "admin_commands_any_interface",
             "frames"
         ]
     );
