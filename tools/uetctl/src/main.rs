@@ -720,8 +720,12 @@ fn run_ps(dir: Option<PathBuf>, as_json: bool) -> ExitCode {
                 .map(|ts| {
                     ts.iter()
                         .map(|t| {
+                            let named = t
+                                .pointer("/named/name")
+                                .and_then(|v| v.as_str())
+                                .map_or(String::new(), |name| format!(" named AV '{name}'"));
                             format!(
-                                "{}: {}",
+                                "{}: {}{named}",
                                 t.get("table").and_then(|v| v.as_u64()).unwrap_or(0),
                                 t.get("capacity").and_then(|v| v.as_u64()).unwrap_or(0)
                             )

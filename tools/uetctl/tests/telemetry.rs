@@ -886,6 +886,16 @@ fn uetctl_compares_another_processs_named_av() {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         String::from_utf8(o.stdout).unwrap()
     };
+    let ps = Command::new(env!("CARGO_BIN_EXE_uetctl"))
+        .args(["ps", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let ps = String::from_utf8(ps.stdout).unwrap();
+    assert!(
+        ps.contains(&format!(": 32 named AV '{name}'")),
+        "ps names the AV:\n{ps}"
+    );
     let doc: Value = serde_json::from_str(&dump(true)).unwrap();
     let av = &doc["tables"][0]["av"];
     assert_eq!(av["compared_with"], "named_av", "{doc:#}");
