@@ -209,6 +209,53 @@ pub fn socket_path(dir: &Path, pid: u32) -> PathBuf {
     dir.join(format!("{pid}.sock"))
 }
 
+/// Remove the telemetry sockets in `dir` that processes killed by a signal left behind (a
+/// normal exit removes its own), so that the directory does not collect one per crash; returns
+/// how many. A file is removed only when all of these hold: its name is `<pid>.sock`, it is a
+/// socket, connecting to it is refused (nobody listens on it, in any PID namespace that shares
+/// the directory), and no process `pid` exists here (so a process between binding its socket
+/// and listening on it keeps it). [`Telemetry::start`] sweeps its directory before it binds.
+pub fn remove_stale_sockets(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let pid = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".sock"))
+            .and_then(|p| p.parse::<u32>().ok());
+        let Some(pid) = pid else { continue };
+        let is_socket = std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_socket());
+        let refused = matches!(
+            UnixStream::connect(&path),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
+        );
+        if is_socket && refused && !process_exists(pid) && std::fs::remove_file(&path).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// Whether a process `pid` exists (`kill(pid, 0)`: `ESRCH` when none; `EPERM` is another
+/// user's, which exists).
+fn process_exists(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    if pid <= 0 {
+        // 0 and negative values name process groups, not a process.
+        return false;
+    }
+    // SAFETY: kill with signal 0 sends nothing; it only checks that `pid` exists and may be
+    // signalled. It touches no memory.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
 /// Why the telemetry socket could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
@@ -276,6 +323,10 @@ impl Telemetry {
                 "may be written by others (mode {:o}); make it 0700",
                 meta.mode() & 0o777
             )));
+        }
+        let removed = remove_stale_sockets(&dir);
+        if removed > 0 {
+            tracing::info!(dir = %dir.display(), removed, "removed telemetry sockets of processes that died");
         }
         Telemetry::bind(socket_path(&dir, std::process::id()))
     }

@@ -938,3 +938,51 @@ fn uetctl_compares_another_processs_named_av() {
     drop(mine);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A socket left by a process killed by a signal is removed when the next process starts its
+/// telemetry in the directory; a socket of a process that still exists, a socket someone
+/// listens on, and files that are not `<pid>.sock` sockets are left alone.
+#[test]
+fn start_removes_only_sockets_of_processes_that_died() {
+    use std::os::unix::net::UnixListener;
+    let dir = std::env::temp_dir().join(format!("uetctl-sweep-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new().mode(0o700).create(&dir).unwrap();
+    }
+    // A process that has exited: its PID names no process now.
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let dead = gone.id();
+    gone.wait().unwrap();
+    let stale = |pid: u32| {
+        let path = telemetry::socket_path(&dir, pid);
+        drop(UnixListener::bind(&path).unwrap());
+        path
+    };
+    let dead_sock = stale(dead);
+    // The parent (the test runner) exists: its socket may be about to listen.
+    let parent_sock = stale(std::os::unix::process::parent_id());
+    // Someone listens here, whatever the PID says.
+    let served = telemetry::socket_path(&dir, dead.wrapping_add(1_000_000));
+    let _listener = UnixListener::bind(&served).unwrap();
+    let not_socket = telemetry::socket_path(&dir, dead.wrapping_add(2_000_000));
+    std::fs::write(&not_socket, b"").unwrap();
+    let other_name = dir.join("notes.sock");
+    drop(UnixListener::bind(&other_name).unwrap());
+
+    std::env::set_var(telemetry::DIR_ENV, &dir);
+    let t = Telemetry::start().unwrap();
+    assert!(!dead_sock.exists(), "the dead process's socket is removed");
+    for kept in [&parent_sock, &served, &not_socket, &other_name] {
+        assert!(kept.exists(), "{} is kept", kept.display());
+    }
+    assert!(t.path().exists());
+    assert_eq!(
+        telemetry::remove_stale_sockets(&dir),
+        0,
+        "nothing more to remove"
+    );
+    drop(t);
+    let _ = std::fs::remove_dir_all(&dir);
+}
