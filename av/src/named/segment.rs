@@ -334,10 +334,8 @@ unsafe impl Send for Mapping {}
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
-    /// Map all `len` bytes of `file` (a multiple of 8) shared, read-write when `writable`
-    /// (a handle), read-only otherwise ([`Snapshot::read`]: a stray store faults instead of
-    /// changing the AV).
-    fn new(file: &File, len: usize, writable: bool) -> io::Result<Mapping> {
+    /// Map all `len` bytes of `file` (a multiple of 8) read-write and shared.
+    fn new(file: &File, len: usize) -> io::Result<Mapping> {
         if len == 0 || !len.is_multiple_of(8) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -350,11 +348,7 @@ impl Mapping {
             libc::mmap(
                 core::ptr::null_mut(),
                 len,
-                if writable {
-                    libc::PROT_READ | libc::PROT_WRITE
-                } else {
-                    libc::PROT_READ
-                },
+                libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
                 file.as_raw_fd(),
                 0,
@@ -393,10 +387,27 @@ impl Drop for Mapping {
     }
 }
 
+/// The words a [`Segment`] reads: the shared mapping of a handle, or a private copy of the
+/// file ([`Snapshot::read`], which reads without joining the AV: its copy is private memory,
+/// so loads of any ordering, and a stray store, touch no other process).
+enum Words {
+    Shared(Mapping),
+    Copied(Box<[AtomicU64]>),
+}
+
+impl Words {
+    fn words(&self) -> &[AtomicU64] {
+        match self {
+            Words::Shared(m) => m.words(),
+            Words::Copied(w) => w,
+        }
+    }
+}
+
 /// An attached handle on a segment. Dropping it detaches (and unlinks the segment when it was
 /// the last handle).
 pub struct Segment {
-    map: Mapping,
+    map: Words,
     file: File,
     geo: Geometry,
     path: PathBuf,
@@ -413,6 +424,47 @@ impl core::fmt::Debug for Segment {
             .field("capacity", &self.geo.capacity)
             .finish_non_exhaustive()
     }
+}
+
+/// Check an AV name for the segment header, which holds at most [`NAME_MAX`] bytes.
+fn check_name(name: &str) -> Result<(), FiError> {
+    if name.is_empty() || name.len() > NAME_MAX || name.contains('\0') {
+        return Err(FiError::inval(format!(
+            "an AV name is 1 to {NAME_MAX} bytes without NUL ({} given)",
+            name.len()
+        )));
+    }
+    Ok(())
+}
+
+/// The whole of `file` as words of private memory ([`Snapshot::read`]). `InvalidData` when it
+/// is smaller than a header or not whole words, `OutOfMemory` when no memory can hold it.
+fn copy_words(file: &File) -> io::Result<Box<[AtomicU64]>> {
+    use std::os::unix::fs::FileExt;
+    let size = usize::try_from(file.metadata()?.len()).unwrap_or(usize::MAX);
+    if size < HEADER_BYTES || !size.is_multiple_of(8) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{size} bytes"),
+        ));
+    }
+    let mut words = Vec::new();
+    words
+        .try_reserve_exact(size / 8)
+        .map_err(|e| io::Error::new(io::ErrorKind::OutOfMemory, e.to_string()))?;
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut at = 0usize;
+    while at < size {
+        let n = (size - at).min(chunk.len());
+        let buf = chunk.get_mut(..n).unwrap_or_default();
+        file.read_exact_at(buf, at as u64)?;
+        words.extend(
+            buf.chunks_exact(8)
+                .map(|w| AtomicU64::new(u64::from_le_bytes(w.try_into().unwrap_or_default()))),
+        );
+        at += n;
+    }
+    Ok(words.into_boxed_slice())
 }
 
 /// Why opening an existing file did not give a segment.
@@ -441,12 +493,7 @@ impl Segment {
     ) -> Result<(Segment, bool), FiError> {
         // The header holds at most NAME_MAX bytes of name (AvName checks as much for NamedAv;
         // this is for callers of this function).
-        if name.is_empty() || name.len() > NAME_MAX || name.contains('\0') {
-            return Err(FiError::inval(format!(
-                "fi_av_open: an AV name is 1 to {NAME_MAX} bytes without NUL ({} given)",
-                name.len()
-            )));
-        }
+        check_name(name).map_err(|e| e.within("fi_av_open"))?;
         let path = path_of(name);
         for _ in 0..OPEN_ATTEMPTS {
             match OpenOptions::new().read(true).write(true).open(&path) {
@@ -537,9 +584,9 @@ impl Segment {
     ) -> Result<Segment, FiError> {
         file.set_len(geo.size as u64)
             .map_err(|e| os_error(&ctx(&format!("sizing {} bytes", geo.size)), &e))?;
-        let map = Mapping::new(&file, geo.size, true).map_err(|e| os_error(&ctx("mmap"), &e))?;
+        let map = Mapping::new(&file, geo.size).map_err(|e| os_error(&ctx("mmap"), &e))?;
         let seg = Segment {
-            map,
+            map: Words::Shared(map),
             file,
             geo,
             path: path.to_path_buf(),
@@ -580,7 +627,7 @@ impl Segment {
     /// Attach to the existing segment file `file`.
     /// A segment not attached, of `size` bytes mapped at `map`, whose header is yet to be
     /// checked: only the header is read until [`Segment::check_header`] gives the geometry.
-    fn unchecked(map: Mapping, file: File, path: &Path, size: usize) -> Segment {
+    fn unchecked(map: Words, file: File, path: &Path, size: usize) -> Segment {
         Segment {
             map,
             file,
@@ -609,9 +656,9 @@ impl Segment {
                 path.display()
             ))));
         }
-        let map = Mapping::new(&file, size, true)
+        let map = Mapping::new(&file, size)
             .map_err(|e| Attach::Failed(os_error("fi_av_open: mmap", &e)))?;
-        let mut seg = Segment::unchecked(map, file, path, size);
+        let mut seg = Segment::unchecked(Words::Shared(map), file, path, size);
         ofd_lock(&seg.file, libc::F_WRLCK, LOCK_BYTE, Wait::Yes)
             .map_err(|e| Attach::Failed(os_error("fi_av_open: taking the segment lock", &e)))?;
         let attached = seg.attach_locked(name, size, &meta);
@@ -1409,12 +1456,7 @@ impl Snapshot {
     /// `FI_EAGAIN` when a change holds the lock for longer than [`SNAPSHOT_WAIT`].
     pub fn read(name: &str) -> Result<Snapshot, FiError> {
         let ctx = |what: &str| format!("named AV '{name}': {what}");
-        if name.is_empty() || name.len() > NAME_MAX || name.contains('\0') {
-            return Err(FiError::inval(format!(
-                "an AV name is 1 to {NAME_MAX} bytes without NUL ({} given)",
-                name.len()
-            )));
-        }
+        check_name(name)?;
         let path = path_of(name);
         let gone = || {
             FiError::new(
@@ -1427,24 +1469,9 @@ impl Snapshot {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(gone()),
             Err(e) => return Err(os_error(&ctx(&format!("opening {}", path.display())), &e)),
         };
-        let meta = file.metadata().map_err(|e| os_error(&ctx("fstat"), &e))?;
-        let size = usize::try_from(meta.len()).unwrap_or(usize::MAX);
-        if size < HEADER_BYTES || !size.is_multiple_of(8) {
-            return Err(FiError::inval(format!(
-                "{} is not a named-AV segment ({size} bytes)",
-                path.display()
-            )));
-        }
-        let map = Mapping::new(&file, size, false).map_err(|e| os_error(&ctx("mmap"), &e))?;
-        // Never attached: dropping it detaches nothing.
-        let mut seg = Segment::unchecked(map, file, &path, size);
-        seg.geo = seg.check_header(name, size).map_err(|e| match e {
-            Attach::Failed(e) => e,
-            Attach::Gone => gone(),
-        })?;
         let deadline = std::time::Instant::now() + SNAPSHOT_WAIT;
         loop {
-            let got = ofd_lock(&seg.file, libc::F_RDLCK, LOCK_BYTE, Wait::No)
+            let got = ofd_lock(&file, libc::F_RDLCK, LOCK_BYTE, Wait::No)
                 .map_err(|e| os_error(&ctx("taking the segment lock"), &e))?;
             if got {
                 break;
@@ -1461,7 +1488,22 @@ impl Snapshot {
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        // The lock is released when `seg` (its file) drops, on every path from here.
+        // Under the shared lock no change is in progress: the copy is one generation. The
+        // lock goes with `file`, on every path from here.
+        let words = copy_words(&file).map_err(|e| match e.kind() {
+            io::ErrorKind::InvalidData => {
+                FiError::inval(format!("{} is not a named-AV segment: {e}", path.display()))
+            }
+            io::ErrorKind::OutOfMemory => FiError::new(FiErrno::FI_ENOMEM, ctx(&e.to_string())),
+            _ => os_error(&ctx("reading the segment"), &e),
+        })?;
+        let size = words.len() * 8;
+        // Never attached: dropping it detaches nothing.
+        let mut seg = Segment::unchecked(Words::Copied(words), file, &path, size);
+        seg.geo = seg.check_header(name, size).map_err(|e| match e {
+            Attach::Failed(e) => e,
+            Attach::Gone => gone(),
+        })?;
         if seg.hdr(hw::STATE) != STATE_LIVE {
             return Err(gone());
         }
