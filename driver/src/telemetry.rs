@@ -228,12 +228,16 @@ pub fn remove_stale_sockets(dir: &Path) -> usize {
             .and_then(|n| n.strip_suffix(".sock"))
             .and_then(|p| p.parse::<u32>().ok());
         let Some(pid) = pid else { continue };
-        let is_socket = std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_socket());
-        let refused = matches!(
-            UnixStream::connect(&path),
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
-        );
-        if is_socket && refused && !process_exists(pid) && std::fs::remove_file(&path).is_ok() {
+        // Cheapest first; a live process's telemetry is never connected to.
+        let candidate = !process_exists(pid)
+            && std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_socket());
+        let refused = || {
+            matches!(
+                UnixStream::connect(&path),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
+            )
+        };
+        if candidate && refused() && std::fs::remove_file(&path).is_ok() {
             removed += 1;
         }
     }
@@ -777,6 +781,11 @@ fn av_dump(request: &Value, nics: &Mutex<Vec<Weak<NicInner>>>) -> Result<Value, 
             from += n as u16;
         }
         reply.insert("auth_key_slots".into(), Value::Array(keys));
+    }
+    // The NIC reuses a destroyed table's handle: reads that succeeded may be of a table the
+    // application made since. The record's `Weak` never comes back, so this catches it.
+    if !table.exists() {
+        return Err(gone(&"the table is gone"));
     }
     Ok(Value::Object(reply))
 }
