@@ -215,6 +215,9 @@ pub struct AdminQueue {
     cq_phase: bool,
     next_command_id: u16,
     timeout: Duration,
+    /// When a waiting command last read `DEV_STATUS` ([`AdminQueue::stalled`]): at most one
+    /// read per [`FATAL_CHECK_AFTER`] however many commands are polled.
+    status_read: Option<Instant>,
     /// Commands submitted and not yet taken, by command id.
     commands: CommandTable,
     /// Completions consumed since the CQ head was last written to the device.
@@ -260,6 +263,7 @@ impl AdminQueue {
             cq_phase: true,
             next_command_id: 0,
             timeout: DEFAULT_TIMEOUT,
+            status_read: None,
             commands: CommandTable::new(),
             unreported: 0,
             in_flight: 0,
@@ -410,14 +414,23 @@ impl AdminQueue {
                 return Err(match e {
                     DriverError::AdminRingFull {
                         waited,
-                        device_fatal,
                         device_enabled,
                         ..
                     } => DriverError::AdminRingFull {
                         opcode: entry.opcode,
                         waited,
-                        device_fatal,
                         device_enabled,
+                    },
+                    DriverError::AdminDeviceFatal {
+                        waited,
+                        fatal_error,
+                        submitted: false,
+                        ..
+                    } => DriverError::AdminDeviceFatal {
+                        opcode: entry.opcode,
+                        waited,
+                        fatal_error,
+                        submitted: false,
                     },
                     e => e,
                 });
@@ -537,20 +550,9 @@ impl AdminQueue {
                 break;
             }
             let waited = start.get_or_insert_with(Instant::now).elapsed();
-            if waited >= FATAL_CHECK_AFTER.min(self.timeout) {
-                // A stopped device never drains the ring: not "try again".
-                if let Some(e) = device_fatal_error(bar, opcode, waited, false) {
-                    return Err(e);
-                }
-            }
-            if waited >= self.timeout {
-                let status = bar.read(DEV_STATUS);
-                return Err(DriverError::AdminRingFull {
-                    opcode,
-                    waited: self.timeout,
-                    device_fatal: status.fatal(),
-                    device_enabled: status.enabled(),
-                });
+            // A stopped device never drains the ring: that is not "try again".
+            if let Some(e) = self.stalled(bar, opcode, waited, false) {
+                return Err(e);
             }
             backoff(&mut spins);
         }
@@ -658,15 +660,7 @@ impl AdminQueue {
                 undo_key,
             }) => {
                 let since = waiting_since.unwrap_or_else(Instant::now);
-                let waited = since.elapsed();
-                let failed = if waited >= FATAL_CHECK_AFTER.min(self.timeout) {
-                    device_fatal_error(bar, opcode, waited, true)
-                } else {
-                    None
-                };
-                let failed = failed
-                    .or_else(|| (waited >= self.timeout).then(|| self.timeout_error(bar, opcode)));
-                if let Some(e) = failed {
+                if let Some(e) = self.stalled(bar, opcode, since.elapsed(), true) {
                     self.commands
                         .insert(id, Slot::Abandoned { opcode, undo_key });
                     self.abandoned.fetch_add(1, Ordering::AcqRel);
@@ -710,14 +704,50 @@ impl AdminQueue {
         }
     }
 
-    fn timeout_error(&self, bar: &dyn Mmio, opcode: u8) -> DriverError {
-        let status = bar.read(DEV_STATUS);
-        DriverError::AdminTimeout {
-            opcode,
-            waited: self.timeout,
-            device_fatal: status.fatal(),
-            device_enabled: status.enabled(),
+    /// Whether command `opcode`, waiting for `waited` for its completion (`submitted`) or for
+    /// room in the ring, is to be given up on, and why: the device stopped with a fatal error
+    /// ([`DriverError::AdminDeviceFatal`], learned from one `DEV_STATUS` read, made at most
+    /// once per [`FATAL_CHECK_AFTER`] and only once a command has waited that long), or the
+    /// timeout passed ([`DriverError::AdminTimeout`] or [`DriverError::AdminRingFull`]).
+    fn stalled(
+        &mut self,
+        bar: &dyn Mmio,
+        opcode: u8,
+        waited: Duration,
+        submitted: bool,
+    ) -> Option<DriverError> {
+        let timed_out = waited >= self.timeout;
+        let due = waited >= FATAL_CHECK_AFTER
+            && self
+                .status_read
+                .is_none_or(|at| at.elapsed() >= FATAL_CHECK_AFTER);
+        if !(timed_out || due) {
+            return None;
         }
+        self.status_read = Some(Instant::now());
+        let status = bar.read(DEV_STATUS);
+        if status.fatal() {
+            return Some(DriverError::AdminDeviceFatal {
+                opcode,
+                waited,
+                fatal_error: bar.read(FATAL_ERROR).into_bits(),
+                submitted,
+            });
+        }
+        let (waited, device_enabled) = (self.timeout, status.enabled());
+        timed_out.then_some(if submitted {
+            DriverError::AdminTimeout {
+                opcode,
+                waited,
+                device_enabled,
+            }
+        } else {
+            DriverError::AdminRingFull {
+                opcode,
+                waited,
+                device_enabled,
+            }
+        })
     }
 }
 
@@ -726,24 +756,6 @@ impl AdminQueue {
 /// fatal error, after which it completes nothing until reset: the command is then given up on
 /// at once rather than at the timeout, and never reported as worth retrying.
 pub const FATAL_CHECK_AFTER: Duration = Duration::from_millis(1);
-
-/// [`DriverError::AdminDeviceFatal`] for command `opcode`, outstanding (`submitted`) or
-/// waiting for room for `waited`, when `DEV_STATUS.fatal` is set.
-fn device_fatal_error(
-    bar: &dyn Mmio,
-    opcode: u8,
-    waited: Duration,
-    submitted: bool,
-) -> Option<DriverError> {
-    bar.read(DEV_STATUS)
-        .fatal()
-        .then(|| DriverError::AdminDeviceFatal {
-            opcode,
-            waited,
-            fatal_error: bar.read(FATAL_ERROR).into_bits(),
-            submitted,
-        })
-}
 
 /// Spin a little, then yield.
 fn backoff(spins: &mut u32) {

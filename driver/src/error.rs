@@ -54,14 +54,12 @@ pub enum DriverError {
         fatal_error: u32,
     },
     /// An admin command did not complete in time.
-    #[error("admin command {} timed out after {waited:?} (device enabled: {device_enabled}, fatal: {device_fatal})", crate::admin::opcode_name(*opcode))]
+    #[error("admin command {} timed out after {waited:?} (device enabled: {device_enabled})", crate::admin::opcode_name(*opcode))]
     AdminTimeout {
         /// The command's opcode byte.
         opcode: u8,
         /// How long the driver waited.
         waited: Duration,
-        /// DEV_STATUS.fatal at the time.
-        device_fatal: bool,
         /// DEV_STATUS.enabled at the time.
         device_enabled: bool,
     },
@@ -90,14 +88,12 @@ pub enum DriverError {
     /// had not completed for the whole admin timeout. The device never saw the command, so
     /// nothing of it can happen late (unlike [`DriverError::AdminTimeout`]); it may be
     /// submitted again once the device completes what it holds.
-    #[error("admin command {} not submitted: the admin ring stayed full for {waited:?} (device enabled: {device_enabled}, fatal: {device_fatal})", crate::admin::opcode_name(*opcode))]
+    #[error("admin command {} not submitted: the admin ring stayed full for {waited:?} (device enabled: {device_enabled})", crate::admin::opcode_name(*opcode))]
     AdminRingFull {
         /// The opcode byte of the command that was not submitted.
         opcode: u8,
         /// How long the driver waited for room.
         waited: Duration,
-        /// DEV_STATUS.fatal at the time.
-        device_fatal: bool,
         /// DEV_STATUS.enabled at the time.
         device_enabled: bool,
     },
