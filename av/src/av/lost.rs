@@ -73,10 +73,9 @@ impl LostIndices {
             return Ok(());
         }
         let (start, end) = (u64::from(first), u64::from(first) + u64::from(count));
-        let next = self.runs.partition_point(|&(f, _)| f <= first);
-        let before = next
-            .checked_sub(1)
-            .filter(|&k| self.runs.get(k).is_some_and(|&(_, e)| e == start));
+        let last_before = self.run_before(first);
+        let next = last_before.map_or(0, |k| k + 1);
+        let before = last_before.filter(|&k| self.runs.get(k).is_some_and(|&(_, e)| e == start));
         let after = self
             .runs
             .get(next)
