@@ -292,6 +292,12 @@ impl DmaRegion {
         self.kind
     }
 
+    /// The address of byte 0 in this process, for a backend that maps the region into an
+    /// IOMMU (kernel VFIO). A raw pointer: no Rust reference into DMA memory may exist.
+    pub(crate) fn as_mut_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
     /// The memfd, for a backend that maps the same pages (simulator, vfio-user).
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()

@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 use serde_json::json;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use uet_driver::backend::sysfs::{Bound, PciAddress, Sysfs, Unbound, VFIO_PCI};
 use uetctl::demo::{self, DemoConfig, DemoOutcome};
 use uetctl::live::{self, Client, Target};
 use uetctl::serve::{Daemon, ServeConfig};
@@ -53,6 +54,23 @@ struct JobArgs {
     /// i on DIR/nic<i>.sock over vfio-user, instead of NICs simulated in this process.
     #[arg(long, value_name = "DIR")]
     vfio_user: Option<PathBuf>,
+}
+
+/// Where sysfs and procfs are mounted.
+#[derive(clap::Args, Clone)]
+struct SysRoots {
+    /// Where sysfs is mounted.
+    #[arg(long, value_name = "DIR", default_value = "/sys")]
+    sysfs: PathBuf,
+    /// Where procfs is mounted (to find processes holding the function open).
+    #[arg(long, value_name = "DIR", default_value = "/proc")]
+    procfs: PathBuf,
+}
+
+impl SysRoots {
+    fn sysfs(&self) -> Sysfs {
+        Sysfs::new(&self.sysfs, &self.procfs)
+    }
 }
 
 /// Which live process to inspect, through its driver's telemetry socket.
@@ -134,11 +152,32 @@ enum Command {
         #[command(flatten)]
         live: LiveArgs,
     },
+    /// Give a NIC's PCI function to vfio-pci, so the driver can open it: set its
+    /// driver_override, release it from its driver, probe it. Only a uet-nic function is
+    /// taken; needs root.
+    Bind {
+        /// The function, domain:bus:device.function (as `lspci -D` prints it) or
+        /// bus:device.function.
+        address: PciAddress,
+        #[command(flatten)]
+        roots: SysRoots,
+    },
+    /// Release a NIC's PCI function from vfio-pci (refused while a process has it open).
+    Unbind {
+        /// The function, as for `bind`.
+        address: PciAddress,
+        #[command(flatten)]
+        roots: SysRoots,
+    },
     /// Print a NIC's BAR0 registers, decoded (reading has no side effects).
     Regs {
         /// Run the demo job on the simulated fabric first and read its NICs.
         #[arg(long)]
         demo: bool,
+        /// Read the NIC at this PCI function, bound to vfio-pci (`uetctl bind`), through
+        /// kernel VFIO.
+        #[arg(long, value_name = "ADDRESS", conflicts_with_all = ["demo", "pid", "socket"])]
+        vfio: Option<PciAddress>,
         /// Only this rank's NIC (default: every rank).
         #[arg(long)]
         rank: Option<usize>,
@@ -276,11 +315,18 @@ fn main() -> ExitCode {
             None if demo => stats::run(&job.into(), cli.json),
             None => needs_target("stats"),
         },
+        Command::Bind { address, roots } => bind(address, &roots, cli.json),
+        Command::Unbind { address, roots } => unbind(address, &roots, cli.json),
+        Command::Regs {
+            vfio: Some(address),
+            ..
+        } => vfio_regs(address, cli.json),
         Command::Regs {
             demo,
             rank,
             job,
             live,
+            vfio: None,
         } => match live.target() {
             Some(target) => exit_code(live_regs(&target, live.nic, cli.json)),
             None if demo => run_regs(job.into(), rank, cli.json),
@@ -301,6 +347,86 @@ fn main() -> ExitCode {
             None => needs_target("av dump"),
         },
     }
+}
+
+/// `uetctl bind`.
+fn bind(address: PciAddress, roots: &SysRoots, as_json: bool) -> ExitCode {
+    match roots.sysfs().bind_vfio(address) {
+        Ok(bound) => {
+            let was = match &bound {
+                Bound::Already => Some(VFIO_PCI.to_string()),
+                Bound::Rebound { from } => from.clone(),
+            };
+            if as_json {
+                outln!(
+                    "{}",
+                    json!({"address": address.to_string(), "driver": VFIO_PCI, "was": was})
+                );
+            } else if bound == Bound::Already {
+                outln!("{address} is bound to {VFIO_PCI} already");
+            } else {
+                let was = was.as_deref().unwrap_or("no driver");
+                outln!("{address} bound to {VFIO_PCI} (was {was})");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("uetctl bind: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `uetctl unbind`.
+fn unbind(address: PciAddress, roots: &SysRoots, as_json: bool) -> ExitCode {
+    match roots.sysfs().unbind_vfio(address) {
+        Ok(unbound) => {
+            let now = match &unbound {
+                Unbound::NotBound => None,
+                Unbound::Released { now } => now.clone(),
+            };
+            if as_json {
+                outln!(
+                    "{}",
+                    json!({"address": address.to_string(), "released": unbound != Unbound::NotBound, "driver": now})
+                );
+            } else if unbound == Unbound::NotBound {
+                outln!("{address} is bound to no driver already");
+            } else {
+                let now = now.as_deref().unwrap_or("no driver");
+                outln!("{address} released from {VFIO_PCI} (now {now})");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("uetctl unbind: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `uetctl regs --vfio ADDRESS`.
+fn vfio_regs(address: PciAddress, as_json: bool) -> ExitCode {
+    let device = match uet_driver::backend::vfio::VfioDevice::open(address) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("uetctl regs: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let values = uetctl::regs::read_all(uet_driver::device::Device::bar0(&device));
+    if as_json {
+        outln!(
+            "{}",
+            json!({"address": address.to_string(), "registers": uetctl::regs::render_json(&values)})
+        );
+    } else {
+        outln!(
+            "{}",
+            uetctl::regs::render_text(&format!("NIC {address} BAR0"), &values)
+        );
+    }
+    ExitCode::SUCCESS
 }
 
 fn run_regs(cfg: DemoConfig, rank: Option<usize>, as_json: bool) -> ExitCode {

@@ -502,3 +502,113 @@ fn an_output_that_fails_otherwise_is_an_error() {
         "{stderr}"
     );
 }
+
+/// A sysfs and procfs tree with a uet-nic function at 0000:3b:00.0 bound to `driver`.
+fn sys_tree(name: &str, driver: Option<&str>) -> std::path::PathBuf {
+    use std::os::unix::fs::symlink;
+    let root = std::env::temp_dir().join(format!("uetctl-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let f = root.join("sys/bus/pci/devices/0000:3b:00.0");
+    std::fs::create_dir_all(&f).unwrap();
+    std::fs::write(f.join("vendor"), "0xfffe\n").unwrap();
+    std::fs::write(f.join("device"), "0x0001\n").unwrap();
+    std::fs::write(f.join("driver_override"), "(null)\n").unwrap();
+    std::fs::write(root.join("sys/bus/pci/drivers_probe"), "").unwrap();
+    symlink("../../../kernel/iommu_groups/9", f.join("iommu_group")).unwrap();
+    for d in ["vfio-pci", "ixgbe"] {
+        let d = root.join("sys/bus/pci/drivers").join(d);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("unbind"), "").unwrap();
+    }
+    if let Some(d) = driver {
+        symlink(format!("../../../bus/pci/drivers/{d}"), f.join("driver")).unwrap();
+    }
+    std::fs::create_dir_all(root.join("proc")).unwrap();
+    root
+}
+
+fn uetctl_on(root: &std::path::Path, args: &[&str]) -> (bool, String, String) {
+    let sys = root.join("sys");
+    let proc = root.join("proc");
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend([
+        "--sysfs",
+        sys.to_str().unwrap(),
+        "--procfs",
+        proc.to_str().unwrap(),
+    ]);
+    let out = uetctl(&all);
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn bind_and_unbind_report_what_they_did_and_why_they_could_not() {
+    let root = sys_tree("bound", Some("vfio-pci"));
+    let (ok, stdout, _) = uetctl_on(&root, &["bind", "3b:00.0"]);
+    assert!(ok);
+    assert_eq!(stdout, "0000:3b:00.0 is bound to vfio-pci already\n");
+    let (ok, stdout, _) = uetctl_on(&root, &["--json", "bind", "0000:3b:00.0"]);
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(v["driver"], "vfio-pci");
+    assert_eq!(v["address"], "0000:3b:00.0");
+    let (ok, stdout, stderr) = uetctl_on(&root, &["unbind", "0000:3b:00.0"]);
+    assert!(ok, "{stderr}");
+    // The tree is not a kernel: the link still names vfio-pci afterwards.
+    assert_eq!(
+        stdout,
+        "0000:3b:00.0 released from vfio-pci (now vfio-pci)\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("sys/bus/pci/drivers/vfio-pci/unbind")).unwrap(),
+        "0000:3b:00.0"
+    );
+    std::fs::remove_dir_all(&root).unwrap();
+
+    // A driver that does not let go (nothing here reacts to the writes): status 1, the reason,
+    // and the override cleared again.
+    let root = sys_tree("stuck", Some("ixgbe"));
+    let (ok, stdout, stderr) = uetctl_on(&root, &["bind", "0000:3b:00.0"]);
+    assert!(!ok && stdout.is_empty());
+    assert!(
+        stderr.contains("uetctl bind: vfio-pci did not take 0000:3b:00.0 (now bound to ixgbe)"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("sys/bus/pci/devices/0000:3b:00.0/driver_override"))
+            .unwrap(),
+        "\n"
+    );
+    let (ok, _, stderr) = uetctl_on(&root, &["unbind", "0000:3b:00.0"]);
+    assert!(!ok);
+    assert!(stderr.contains("bound to ixgbe, not vfio-pci"), "{stderr}");
+    let (ok, _, stderr) = uetctl_on(&root, &["bind", "0000:3b:00.1"]);
+    assert!(!ok);
+    assert!(stderr.contains("no PCI function 0000:3b:00.1"), "{stderr}");
+    std::fs::remove_dir_all(&root).unwrap();
+
+    // A bad address is a usage error.
+    let out = uetctl(&["bind", "0000:3b:20.0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the device is above 1f"));
+}
+
+#[test]
+fn regs_of_a_function_that_cannot_be_opened_says_why() {
+    // No such function on this machine's bus: refused by sysfs, before any device file.
+    let out = uetctl(&["regs", "--vfio", "ffff:ff:1f.7"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("uetctl regs: cannot open device vfio:ffff:ff:1f.7"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("no PCI function"), "{stderr}");
+    assert!(out.stdout.is_empty());
+    let out = uetctl(&["regs", "--vfio", "0000:3b:00.0", "--demo"]);
+    assert_eq!(out.status.code(), Some(2), "--vfio and --demo conflict");
+}

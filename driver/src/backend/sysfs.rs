@@ -1,0 +1,744 @@
+//! A NIC's PCI function as Linux shows it in sysfs: finding it, checking it is this NIC, and
+//! handing it to `vfio-pci` (and back).
+//!
+//! The files, as `Documentation/ABI/testing/sysfs-bus-pci` and
+//! `Documentation/driver-api/vfio.rst` ("VFIO Usage Example") describe them:
+//!
+//! * `bus/pci/devices/<address>/vendor`, `.../device`: the function's identity, `0x%04x`;
+//! * `.../driver`: a link to its driver, `bus/pci/drivers/<name>`; absent when none is bound;
+//! * `.../iommu_group`: a link to `kernel/iommu_groups/<n>`; `/dev/vfio/<n>` is the group's
+//!   VFIO file, and the link is absent when the IOMMU is off;
+//! * `.../driver_override`: the one driver that may bind the function (a newline clears it);
+//! * `bus/pci/drivers/<name>/unbind`: writing the address releases the function;
+//! * `bus/pci/drivers_probe`: writing the address binds it to a driver that matches.
+//!
+//! Binding takes only a function whose identity is this NIC's ([`uet_regs::PCI_VENDOR_ID`]:
+//! [`uet_regs::PCI_DEVICE_ID`]): a mistyped address must not take another device from its
+//! driver. Unbinding refuses while a process holds the function's group open, because the
+//! kernel's `vfio-pci` would otherwise block the unbind until that process lets go.
+//!
+//! The roots of sysfs and procfs are parameters ([`Sysfs::new`]): tests point them at trees of
+//! their own, and a container may mount them elsewhere.
+
+use std::fmt;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+/// The kernel driver that gives a function to userspace.
+pub const VFIO_PCI: &str = "vfio-pci";
+
+/// A PCI function's address, `domain:bus:device.function` (`0000:3b:00.0`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PciAddress {
+    /// PCI segment (domain).
+    pub domain: u32,
+    /// Bus number.
+    pub bus: u8,
+    /// Device number, 0 to 31.
+    pub device: u8,
+    /// Function number, 0 to 7.
+    pub function: u8,
+}
+
+impl fmt::Display for PciAddress {
+    /// The form sysfs names the function by: `%04x:%02x:%02x.%x`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:04x}:{:02x}:{:02x}.{:x}",
+            self.domain, self.bus, self.device, self.function
+        )
+    }
+}
+
+impl FromStr for PciAddress {
+    type Err = String;
+
+    /// `domain:bus:device.function` or `bus:device.function` (domain 0), in hex, as `lspci -D`
+    /// and `lspci` print them.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = |why: &str| {
+            format!("bad PCI address '{s}': {why} (expected domain:bus:device.function, as 0000:3b:00.0)")
+        };
+        let hex = |part: &str, digits: usize, what: &str| {
+            if part.is_empty()
+                || part.len() > digits
+                || !part.bytes().all(|b| b.is_ascii_hexdigit())
+            {
+                return Err(bad(&format!("{what} is not 1 to {digits} hex digits")));
+            }
+            u32::from_str_radix(part, 16).map_err(|_| bad(&format!("{what} is not hex")))
+        };
+        let (slot, function) = s
+            .rsplit_once('.')
+            .ok_or_else(|| bad("no '.' before the function"))?;
+        let parts: Vec<&str> = slot.split(':').collect();
+        let (domain, bus, device) = match parts.as_slice() {
+            [d, b, v] => (hex(d, 8, "the domain")?, *b, *v),
+            [b, v] => (0, *b, *v),
+            _ => return Err(bad("not two or three ':'-separated parts before the '.'")),
+        };
+        let bus = hex(bus, 2, "the bus")?;
+        let device = hex(device, 2, "the device")?;
+        let function = hex(function, 1, "the function")?;
+        if device > 0x1F {
+            return Err(bad("the device is above 1f"));
+        }
+        if function > 7 {
+            return Err(bad("the function is above 7"));
+        }
+        // Each below 256 (two hex digits at most; device and function checked above).
+        Ok(PciAddress {
+            domain,
+            bus: bus as u8,
+            device: device as u8,
+            function: function as u8,
+        })
+    }
+}
+
+/// Why sysfs refused.
+#[derive(Debug, thiserror::Error)]
+pub enum SysfsError {
+    /// No function at the address.
+    #[error("no PCI function {address} (no {})", path.display())]
+    NoFunction {
+        /// The address asked for.
+        address: PciAddress,
+        /// The directory that is not there.
+        path: PathBuf,
+    },
+    /// The function is another device.
+    #[error(
+        "{address} is {vendor:04x}:{device:04x}, not a uet-nic function ({:04x}:{:04x})",
+        uet_regs::PCI_VENDOR_ID,
+        uet_regs::PCI_DEVICE_ID
+    )]
+    NotThisNic {
+        /// The function.
+        address: PciAddress,
+        /// Its vendor ID.
+        vendor: u16,
+        /// Its device ID.
+        device: u16,
+    },
+    /// The function is not bound to `vfio-pci`.
+    #[error("{address} is bound to {}, not vfio-pci: run `uetctl bind {address}` first", driver.as_deref().unwrap_or("no driver"))]
+    NotBoundToVfio {
+        /// The function.
+        address: PciAddress,
+        /// Its driver, if any.
+        driver: Option<String>,
+    },
+    /// No IOMMU group: the IOMMU is off.
+    #[error(
+        "{address} is in no IOMMU group: the IOMMU is off (boot with intel_iommu=on or \
+         amd_iommu=on) or the platform has none"
+    )]
+    NoIommuGroup {
+        /// The function.
+        address: PciAddress,
+    },
+    /// A process holds the function's VFIO group open.
+    #[error(
+        "{address} is in use: process {pid} ({name}) holds {} open; stop it first",
+        group.display()
+    )]
+    InUse {
+        /// The function.
+        address: PciAddress,
+        /// The group file.
+        group: PathBuf,
+        /// The process.
+        pid: u32,
+        /// Its command name.
+        name: String,
+    },
+    /// `vfio-pci` did not take the function.
+    #[error(
+        "vfio-pci did not take {address} (now bound to {}); is the vfio-pci module loaded \
+         (modprobe vfio-pci)? The function was given back to its driver",
+        now.as_deref().unwrap_or("no driver")
+    )]
+    NotTaken {
+        /// The function.
+        address: PciAddress,
+        /// Its driver after the attempt.
+        now: Option<String>,
+    },
+    /// A sysfs file could not be read or written.
+    #[error("{op} {}: {source}{}", path.display(), permission_hint(source))]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
+}
+
+fn permission_hint(e: &io::Error) -> &'static str {
+    if e.kind() == io::ErrorKind::PermissionDenied {
+        " (binding a PCI function needs root)"
+    } else {
+        ""
+    }
+}
+
+/// What [`Sysfs::bind_vfio`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Bound {
+    /// The function was bound to `vfio-pci` already; nothing was written.
+    Already,
+    /// The function was taken from `from` (or from no driver) and is now `vfio-pci`'s.
+    Rebound {
+        /// The driver it had.
+        from: Option<String>,
+    },
+}
+
+/// What [`Sysfs::unbind_vfio`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unbound {
+    /// No driver had the function; nothing was written.
+    NotBound,
+    /// `vfio-pci` released it; `now` is the driver that took it after (usually none: no kernel
+    /// driver knows this NIC).
+    Released {
+        /// Its driver after the release.
+        now: Option<String>,
+    },
+}
+
+/// A function ready for VFIO: this NIC, bound to `vfio-pci`, in an IOMMU group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VfioFunction {
+    /// The function.
+    pub address: PciAddress,
+    /// Its sysfs directory (what `vfio-ioctls` opens the device by).
+    pub sysfs_path: PathBuf,
+    /// Its IOMMU group: `/dev/vfio/<group>`.
+    pub iommu_group: u32,
+}
+
+/// sysfs and procfs, at their roots.
+#[derive(Clone, Debug)]
+pub struct Sysfs {
+    sys: PathBuf,
+    proc: PathBuf,
+}
+
+impl Default for Sysfs {
+    fn default() -> Self {
+        Self::system()
+    }
+}
+
+impl Sysfs {
+    /// The system's: `/sys` and `/proc`.
+    pub fn system() -> Self {
+        Self::new("/sys", "/proc")
+    }
+
+    /// sysfs mounted at `sys` and procfs at `proc`.
+    pub fn new(sys: impl Into<PathBuf>, proc: impl Into<PathBuf>) -> Self {
+        Sysfs {
+            sys: sys.into(),
+            proc: proc.into(),
+        }
+    }
+
+    /// The function's directory, `bus/pci/devices/<address>`.
+    pub fn function_dir(&self, address: PciAddress) -> PathBuf {
+        self.sys.join("bus/pci/devices").join(address.to_string())
+    }
+
+    /// The function's vendor and device IDs; [`SysfsError::NoFunction`] when it is not there.
+    pub fn identity(&self, address: PciAddress) -> Result<(u16, u16), SysfsError> {
+        let dir = self.function_dir(address);
+        if !dir.is_dir() {
+            return Err(SysfsError::NoFunction { address, path: dir });
+        }
+        let id = |name: &str| -> Result<u16, SysfsError> {
+            let path = dir.join(name);
+            let text = fs::read_to_string(&path).map_err(|source| SysfsError::Io {
+                op: "reading",
+                path: path.clone(),
+                source,
+            })?;
+            let digits = text.trim();
+            let digits = digits.strip_prefix("0x").unwrap_or(digits);
+            u16::from_str_radix(digits, 16).map_err(|_| SysfsError::Io {
+                op: "reading",
+                path,
+                source: io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("'{}' is not a 16-bit hex ID", text.trim()),
+                ),
+            })
+        };
+        Ok((id("vendor")?, id("device")?))
+    }
+
+    /// Whether `address` is there and is this NIC.
+    pub fn check_this_nic(&self, address: PciAddress) -> Result<(), SysfsError> {
+        let (vendor, device) = self.identity(address)?;
+        if (vendor, device) != (uet_regs::PCI_VENDOR_ID, uet_regs::PCI_DEVICE_ID) {
+            return Err(SysfsError::NotThisNic {
+                address,
+                vendor,
+                device,
+            });
+        }
+        Ok(())
+    }
+
+    /// The driver bound to the function, if any.
+    pub fn driver(&self, address: PciAddress) -> Result<Option<String>, SysfsError> {
+        let link = self.function_dir(address).join("driver");
+        match fs::read_link(&link) {
+            Ok(target) => Ok(target.file_name().map(|n| n.to_string_lossy().into_owned())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(SysfsError::Io {
+                op: "reading the link",
+                path: link,
+                source,
+            }),
+        }
+    }
+
+    /// The function's IOMMU group.
+    pub fn iommu_group(&self, address: PciAddress) -> Result<u32, SysfsError> {
+        let link = self.function_dir(address).join("iommu_group");
+        let target = match fs::read_link(&link) {
+            Ok(t) => t,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(SysfsError::NoIommuGroup { address })
+            }
+            Err(source) => {
+                return Err(SysfsError::Io {
+                    op: "reading the link",
+                    path: link,
+                    source,
+                })
+            }
+        };
+        target
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| SysfsError::Io {
+                op: "reading the link",
+                path: link,
+                source: io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("'{}' names no group number", target.display()),
+                ),
+            })
+    }
+
+    /// Everything opening the function through VFIO needs from sysfs, checked in the order of
+    /// `vfio.rst`: the function is there, is this NIC, is bound to `vfio-pci`, and has an
+    /// IOMMU group.
+    pub fn vfio_function(&self, address: PciAddress) -> Result<VfioFunction, SysfsError> {
+        self.check_this_nic(address)?;
+        let driver = self.driver(address)?;
+        if driver.as_deref() != Some(VFIO_PCI) {
+            return Err(SysfsError::NotBoundToVfio { address, driver });
+        }
+        Ok(VfioFunction {
+            address,
+            sysfs_path: self.function_dir(address),
+            iommu_group: self.iommu_group(address)?,
+        })
+    }
+
+    /// Give the function to `vfio-pci`: set its `driver_override`, release it from its driver,
+    /// and probe it. Only this NIC is taken. If `vfio-pci` does not end up with it, the
+    /// override is cleared and the function probed again, so its driver takes it back, and
+    /// the error says where it is.
+    pub fn bind_vfio(&self, address: PciAddress) -> Result<Bound, SysfsError> {
+        self.check_this_nic(address)?;
+        let from = self.driver(address)?;
+        if from.as_deref() == Some(VFIO_PCI) {
+            return Ok(Bound::Already);
+        }
+        let name = address.to_string();
+        let dir = self.function_dir(address);
+        self.write(&dir.join("driver_override"), VFIO_PCI)?;
+        let taken = (|| {
+            if let Some(d) = &from {
+                self.write(
+                    &self.sys.join("bus/pci/drivers").join(d).join("unbind"),
+                    &name,
+                )?;
+            }
+            self.write(&self.sys.join("bus/pci/drivers_probe"), &name)
+        })();
+        let now = match taken {
+            Ok(()) => self.driver(address)?,
+            Err(e) => {
+                self.give_back(address);
+                return Err(e);
+            }
+        };
+        if now.as_deref() == Some(VFIO_PCI) {
+            return Ok(Bound::Rebound { from });
+        }
+        self.give_back(address);
+        Err(SysfsError::NotTaken {
+            address,
+            now: self.driver(address).unwrap_or(now),
+        })
+    }
+
+    /// Release the function from `vfio-pci`: clear its `driver_override`, unbind it, and
+    /// probe it (a kernel driver that knows it may take it). Refused while a process holds
+    /// its VFIO group open, and for a function another driver has.
+    pub fn unbind_vfio(&self, address: PciAddress) -> Result<Unbound, SysfsError> {
+        self.check_this_nic(address)?;
+        let driver = self.driver(address)?;
+        match driver.as_deref() {
+            None => return Ok(Unbound::NotBound),
+            Some(VFIO_PCI) => {}
+            Some(_) => return Err(SysfsError::NotBoundToVfio { address, driver }),
+        }
+        if let Ok(group) = self.iommu_group(address) {
+            let file = PathBuf::from(format!("/dev/vfio/{group}"));
+            if let Some((pid, name)) = self.holder_of(&file) {
+                return Err(SysfsError::InUse {
+                    address,
+                    group: file,
+                    pid,
+                    name,
+                });
+            }
+        }
+        let name = address.to_string();
+        self.write(&self.function_dir(address).join("driver_override"), "\n")?;
+        self.write(
+            &self
+                .sys
+                .join("bus/pci/drivers")
+                .join(VFIO_PCI)
+                .join("unbind"),
+            &name,
+        )?;
+        self.write(&self.sys.join("bus/pci/drivers_probe"), &name)?;
+        Ok(Unbound::Released {
+            now: self.driver(address)?,
+        })
+    }
+
+    /// A process with `file` open, from its `fd` links: its PID and command name. Processes
+    /// whose descriptors cannot be read (another user's, without root) are passed over.
+    pub fn holder_of(&self, file: &Path) -> Option<(u32, String)> {
+        let procs = fs::read_dir(&self.proc).ok()?;
+        for p in procs.flatten() {
+            let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            let Ok(fds) = fs::read_dir(p.path().join("fd")) else {
+                continue;
+            };
+            let holds = fds
+                .flatten()
+                .any(|fd| fs::read_link(fd.path()).is_ok_and(|t| t == file));
+            if holds {
+                let name = fs::read_to_string(p.path().join("comm"))
+                    .map(|c| c.trim().to_string())
+                    .unwrap_or_else(|_| "?".to_string());
+                return Some((pid, name));
+            }
+        }
+        None
+    }
+
+    /// Clear the override and probe again, so the function's own driver takes it back; best
+    /// effort, on the way out of a failed bind.
+    fn give_back(&self, address: PciAddress) {
+        let dir = self.function_dir(address);
+        if let Err(e) = self.write(&dir.join("driver_override"), "\n") {
+            tracing::warn!(%address, error = %e, "could not clear driver_override");
+        }
+        if self.driver(address).ok().flatten().is_none() {
+            if let Err(e) = self.write(
+                &self.sys.join("bus/pci/drivers_probe"),
+                &address.to_string(),
+            ) {
+                tracing::warn!(%address, error = %e, "could not probe the function again");
+            }
+        }
+    }
+
+    /// Write `text` to the existing sysfs attribute `path` (never creating a file).
+    fn write(&self, path: &Path, text: &str) -> Result<(), SysfsError> {
+        use std::io::Write;
+        fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(path)
+            .and_then(|mut f| f.write_all(text.as_bytes()))
+            .map_err(|source| SysfsError::Io {
+                op: "writing",
+                path: path.to_path_buf(),
+                source,
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    const NIC: &str = "0000:3b:00.0";
+
+    fn addr(s: &str) -> PciAddress {
+        s.parse().expect("valid address")
+    }
+
+    #[test]
+    fn addresses_parse_in_both_forms_and_print_as_sysfs_names_them() {
+        assert_eq!(
+            addr("0000:3b:00.0"),
+            PciAddress {
+                domain: 0,
+                bus: 0x3b,
+                device: 0,
+                function: 0
+            }
+        );
+        assert_eq!(addr("3b:1f.7").to_string(), "0000:3b:1f.7");
+        assert_eq!(addr("10000:00:02.1").to_string(), "10000:00:02.1");
+        assert_eq!(addr("0000:AF:00.1").to_string(), "0000:af:00.1");
+        for bad in [
+            "",
+            "3b:00",
+            "0000:3b:20.0",
+            "0000:3b:00.8",
+            "0000:3b:00.",
+            "0000:3b:000.0",
+            "0000:100:00.0",
+            "x:3b:00.0",
+            "1:2:3:4.0",
+            "123456789:00:00.0",
+            "+0:00:00.0",
+        ] {
+            let e = bad.parse::<PciAddress>().expect_err(bad);
+            assert!(e.contains("bad PCI address"), "{bad}: {e}");
+        }
+    }
+
+    /// A sysfs and procfs of their own: one function at [`NIC`], with `ids`, bound to
+    /// `driver`, in IOMMU group 42.
+    struct Tree {
+        dir: PathBuf,
+    }
+
+    impl Drop for Tree {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    impl Tree {
+        fn new(ids: (&str, &str), driver: Option<&str>) -> Tree {
+            use std::sync::atomic::{AtomicU32, Ordering};
+            static NEXT: AtomicU32 = AtomicU32::new(0);
+            let dir = std::env::temp_dir().join(format!(
+                "uet-sysfs-{}-{}",
+                std::process::id(),
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            ));
+            let t = Tree { dir };
+            let f = t.sys().join("bus/pci/devices").join(NIC);
+            fs::create_dir_all(&f).unwrap();
+            fs::write(f.join("vendor"), format!("{}\n", ids.0)).unwrap();
+            fs::write(f.join("device"), format!("{}\n", ids.1)).unwrap();
+            fs::write(f.join("driver_override"), "(null)\n").unwrap();
+            fs::write(t.sys().join("bus/pci/drivers_probe"), "").unwrap();
+            fs::create_dir_all(t.sys().join("kernel/iommu_groups/42")).unwrap();
+            symlink("../../../kernel/iommu_groups/42", f.join("iommu_group")).unwrap();
+            for d in [VFIO_PCI, "ixgbe"] {
+                let d = t.sys().join("bus/pci/drivers").join(d);
+                fs::create_dir_all(&d).unwrap();
+                fs::write(d.join("unbind"), "").unwrap();
+            }
+            if let Some(d) = driver {
+                t.set_driver(d);
+            }
+            fs::create_dir_all(t.proc()).unwrap();
+            t
+        }
+
+        fn this_nic(driver: Option<&str>) -> Tree {
+            Tree::new(("0xfffe", "0x0001"), driver)
+        }
+
+        fn sys(&self) -> PathBuf {
+            self.dir.join("sys")
+        }
+
+        fn proc(&self) -> PathBuf {
+            self.dir.join("proc")
+        }
+
+        fn sysfs(&self) -> Sysfs {
+            Sysfs::new(self.sys(), self.proc())
+        }
+
+        fn function(&self) -> PathBuf {
+            self.sys().join("bus/pci/devices").join(NIC)
+        }
+
+        fn set_driver(&self, d: &str) {
+            let link = self.function().join("driver");
+            let _ = fs::remove_file(&link);
+            symlink(format!("../../../bus/pci/drivers/{d}"), link).unwrap();
+        }
+
+        fn read(&self, rel: &str) -> String {
+            fs::read_to_string(self.sys().join(rel)).unwrap()
+        }
+    }
+
+    #[test]
+    fn a_bound_function_is_ready_for_vfio() {
+        let t = Tree::this_nic(Some(VFIO_PCI));
+        let f = t.sysfs().vfio_function(addr(NIC)).expect("ready");
+        assert_eq!(f.iommu_group, 42);
+        assert_eq!(f.sysfs_path, t.function());
+    }
+
+    #[test]
+    fn each_reason_a_function_is_not_ready_is_named() {
+        let s = |t: &Tree, a: &str| t.sysfs().vfio_function(addr(a)).unwrap_err().to_string();
+        let t = Tree::this_nic(Some(VFIO_PCI));
+        let e = s(&t, "0000:3b:00.1");
+        assert!(e.contains("no PCI function 0000:3b:00.1"), "{e}");
+
+        let t = Tree::new(("0x8086", "0x10fb"), Some("ixgbe"));
+        let e = s(&t, NIC);
+        assert!(
+            e.contains("is 8086:10fb, not a uet-nic function (fffe:0001)"),
+            "{e}"
+        );
+
+        let t = Tree::this_nic(None);
+        let e = s(&t, NIC);
+        assert!(
+            e.contains("bound to no driver, not vfio-pci: run `uetctl bind 0000:3b:00.0`"),
+            "{e}"
+        );
+        t.set_driver("ixgbe");
+        assert!(s(&t, NIC).contains("bound to ixgbe"));
+
+        let t = Tree::this_nic(Some(VFIO_PCI));
+        fs::remove_file(t.function().join("iommu_group")).unwrap();
+        assert!(s(&t, NIC).contains("in no IOMMU group: the IOMMU is off"));
+
+        let t = Tree::this_nic(Some(VFIO_PCI));
+        fs::write(t.function().join("vendor"), "fffe-ish\n").unwrap();
+        let e = s(&t, NIC);
+        assert!(
+            e.contains("vendor") && e.contains("not a 16-bit hex ID"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bind_writes_the_override_unbinds_and_probes_then_checks() {
+        let t = Tree::this_nic(Some("ixgbe"));
+        // The tree is not a kernel: nothing takes the function, so the bind must say so and
+        // give the function back.
+        let e = t.sysfs().bind_vfio(addr(NIC)).unwrap_err();
+        assert!(
+            matches!(&e, SysfsError::NotTaken { now: Some(d), .. } if d == "ixgbe"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("modprobe vfio-pci"), "{e}");
+        assert_eq!(t.read("bus/pci/drivers/ixgbe/unbind"), NIC);
+        assert_eq!(t.read("bus/pci/devices/0000:3b:00.0/driver_override"), "\n");
+
+        // Bound already: nothing is written.
+        let t = Tree::this_nic(Some(VFIO_PCI));
+        assert_eq!(t.sysfs().bind_vfio(addr(NIC)).unwrap(), Bound::Already);
+        assert_eq!(t.read("bus/pci/drivers_probe"), "");
+        assert_eq!(
+            t.read("bus/pci/devices/0000:3b:00.0/driver_override"),
+            "(null)\n"
+        );
+    }
+
+    #[test]
+    fn bind_takes_only_this_nic_and_reports_what_it_cannot_write() {
+        let t = Tree::new(("0x8086", "0x10fb"), Some("ixgbe"));
+        let e = t.sysfs().bind_vfio(addr(NIC)).unwrap_err();
+        assert!(matches!(e, SysfsError::NotThisNic { .. }), "{e}");
+        assert_eq!(
+            t.read("bus/pci/drivers/ixgbe/unbind"),
+            "",
+            "another device is left alone"
+        );
+        assert_eq!(
+            t.read("bus/pci/devices/0000:3b:00.0/driver_override"),
+            "(null)\n"
+        );
+
+        // No drivers_probe: the error names it, and the override is cleared again.
+        let t = Tree::this_nic(None);
+        fs::remove_file(t.sys().join("bus/pci/drivers_probe")).unwrap();
+        let e = t.sysfs().bind_vfio(addr(NIC)).unwrap_err();
+        assert!(
+            matches!(&e, SysfsError::Io { op: "writing", path, .. } if path.ends_with("drivers_probe")),
+            "{e}"
+        );
+        assert_eq!(t.read("bus/pci/devices/0000:3b:00.0/driver_override"), "\n");
+    }
+
+    #[test]
+    fn unbind_releases_only_an_idle_vfio_function() {
+        let t = Tree::this_nic(Some(VFIO_PCI));
+        // A process holding the group open (its fd link, as procfs shows it).
+        let p = t.proc().join("4242");
+        fs::create_dir_all(p.join("fd")).unwrap();
+        fs::write(p.join("comm"), "fi_pingpong\n").unwrap();
+        symlink("/dev/null", p.join("fd/0")).unwrap();
+        symlink("/dev/vfio/42", p.join("fd/7")).unwrap();
+        let e = t.sysfs().unbind_vfio(addr(NIC)).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("in use: process 4242 (fi_pingpong) holds /dev/vfio/42 open"),
+            "{e}"
+        );
+        assert_eq!(
+            t.read("bus/pci/drivers/vfio-pci/unbind"),
+            "",
+            "nothing written"
+        );
+
+        fs::remove_file(p.join("fd/7")).unwrap();
+        let r = t.sysfs().unbind_vfio(addr(NIC)).unwrap();
+        // The tree does not react: the link still names vfio-pci.
+        assert_eq!(
+            r,
+            Unbound::Released {
+                now: Some(VFIO_PCI.to_string())
+            }
+        );
+        assert_eq!(t.read("bus/pci/drivers/vfio-pci/unbind"), NIC);
+        assert_eq!(t.read("bus/pci/drivers_probe"), NIC);
+        assert_eq!(t.read("bus/pci/devices/0000:3b:00.0/driver_override"), "\n");
+
+        let t = Tree::this_nic(None);
+        assert_eq!(t.sysfs().unbind_vfio(addr(NIC)).unwrap(), Unbound::NotBound);
+        let t = Tree::this_nic(Some("ixgbe"));
+        let e = t.sysfs().unbind_vfio(addr(NIC)).unwrap_err();
+        assert!(matches!(e, SysfsError::NotBoundToVfio { .. }), "{e}");
+        assert_eq!(t.read("bus/pci/drivers/ixgbe/unbind"), "");
+    }
+}

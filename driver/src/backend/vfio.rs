@@ -1,0 +1,465 @@
+//! The kernel VFIO backend: a NIC function bound to `vfio-pci` (`uetctl bind`), reached
+//! through `/dev/vfio` with the `vfio-ioctls` crate (no KVM).
+//!
+//! Opening follows the kernel's `Documentation/driver-api/vfio.rst`, "VFIO Usage Example":
+//!
+//! 1. sysfs: the function is there, is this NIC ([`uet_regs::PCI_VENDOR_ID`]:
+//!    [`uet_regs::PCI_DEVICE_ID`]), is bound to `vfio-pci`, and has an IOMMU group
+//!    ([`Sysfs::vfio_function`]). Each failure is named before any device file is opened.
+//! 2. A container (`/dev/vfio/vfio`): the VFIO API version is checked and the Type 1 v2
+//!    IOMMU must be supported.
+//! 3. The group (`/dev/vfio/<group>`) joins the container, which then takes the Type 1 v2
+//!    IOMMU, and the device file is taken from the group (`VFIO_GROUP_GET_DEVICE_FD`).
+//! 4. BAR0 (region 0) must be readable, writable, mappable and at least
+//!    [`uet_regs::BAR0_SIZE`] bytes; it is mapped from the device file, and every register
+//!    access is one `read_volatile`/`write_volatile` of the register's width on that mapping,
+//!    as one PCIe memory read or write ([`BarMapping`]).
+//! 5. Configuration space (region 7) is read through the device file: the identity dword must
+//!    be this NIC's (a second check, by the device itself rather than by sysfs).
+//! 6. Memory-space and bus-master are set in the command register (PCI Local Bus
+//!    Specification 3.0, §6.2.2), as `vfio-pci` leaves them clear.
+//!
+//! DMA memory ([`DmaRegion`]) is mapped into the IOMMU at its IOVA with `VFIO_IOMMU_MAP_DMA`
+//! (read and write) and unmapped with `VFIO_IOMMU_UNMAP_DMA`. The NIC polls its rings and
+//! raises no interrupt (its configuration space has no MSI-X capability), so no eventfd is
+//! set up. [`VfioDevice::function_reset`] is `VFIO_DEVICE_RESET`.
+//!
+//! This code runs for real only with a NIC and an IOMMU. Without them, opening fails at the
+//! step that finds the lack, with the reason; the register mapping and the sysfs steps are
+//! tested on memory and on a sysfs tree of their own.
+
+use crate::backend::sysfs::{PciAddress, Sysfs};
+use crate::device::{Device, DeviceError};
+use crate::dma::DmaRegion;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use uet_regs::{pci, Mmio, BAR0_SIZE};
+use vfio_bindings::bindings::vfio::{
+    VFIO_PCI_BAR0_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX, VFIO_REGION_INFO_FLAG_MMAP,
+    VFIO_REGION_INFO_FLAG_READ, VFIO_REGION_INFO_FLAG_WRITE,
+};
+use vfio_ioctls::{VfioContainer, VfioOps};
+
+/// A BAR mapped into this process: register reads and writes as single volatile accesses.
+///
+/// An access outside the mapping, or not aligned to its width, is not made: a read returns
+/// all ones (what PCIe returns for a read nothing answers) and a write is dropped, and the
+/// first such access is logged. The driver's registers all lie inside BAR0, so this happens
+/// only through a bug; it never touches memory past the BAR.
+pub struct BarMapping {
+    base: NonNull<u8>,
+    len: usize,
+    /// Whether a bad access was logged.
+    warned: AtomicBool,
+}
+
+// SAFETY: the mapping is device (or shared) memory reached only through raw pointers with
+// volatile accesses, never through Rust references; such accesses from several threads are
+// what MMIO is, and the mapping itself lives until `drop`.
+unsafe impl Send for BarMapping {}
+// SAFETY: as for `Send`: `&BarMapping` only allows volatile accesses through raw pointers.
+unsafe impl Sync for BarMapping {}
+
+impl std::fmt::Debug for BarMapping {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BarMapping")
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BarMapping {
+    /// Map `len` bytes of `fd` from `offset`, shared, readable and writable (a VFIO device
+    /// file at a region's offset maps that region).
+    pub fn map(fd: BorrowedFd<'_>, offset: u64, len: usize) -> std::io::Result<BarMapping> {
+        let offset = libc::off_t::try_from(offset).map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("region offset {offset:#x} does not fit off_t"),
+            )
+        })?;
+        if len == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "an empty BAR mapping",
+            ));
+        }
+        // SAFETY: a fresh shared mapping chosen by the kernel (no fixed address), so no
+        // existing memory is replaced; the result is checked before use.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                offset,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let base = NonNull::new(ptr.cast::<u8>())
+            .ok_or_else(|| std::io::Error::other("mmap returned a null mapping"))?;
+        Ok(BarMapping {
+            base,
+            len,
+            warned: AtomicBool::new(false),
+        })
+    }
+
+    /// Bytes mapped.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing is mapped (never: [`BarMapping::map`] refuses it).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The address of a `T` at `offset`, when it lies inside the mapping and is aligned.
+    fn at<T>(&self, offset: u32, what: &str) -> Option<*mut T> {
+        let size = core::mem::size_of::<T>();
+        let offset = offset as usize;
+        let inside = offset.checked_add(size).is_some_and(|end| end <= self.len);
+        if inside && offset.is_multiple_of(size) {
+            // SAFETY: offset + size <= len, so the pointer stays inside the mapping.
+            return Some(unsafe { self.base.as_ptr().add(offset) }.cast::<T>());
+        }
+        if !self.warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                offset,
+                size,
+                len = self.len,
+                "{what} outside the BAR or misaligned: not made (reads return all ones)"
+            );
+        }
+        None
+    }
+}
+
+impl Drop for BarMapping {
+    fn drop(&mut self) {
+        // SAFETY: `base`/`len` are exactly the mapping `map` made, and no pointer into it
+        // outlives `self` (accesses are made and finished within each call).
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
+impl Mmio for BarMapping {
+    fn read32(&self, offset: u32) -> u32 {
+        match self.at::<u32>(offset, "32-bit read") {
+            // SAFETY: `at` checked the pointer lies inside the mapping and is aligned.
+            Some(p) => u32::from_le(unsafe { p.read_volatile() }),
+            None => u32::MAX,
+        }
+    }
+
+    fn write32(&self, offset: u32, value: u32) {
+        if let Some(p) = self.at::<u32>(offset, "32-bit write") {
+            // SAFETY: as in `read32`.
+            unsafe { p.write_volatile(value.to_le()) };
+        }
+    }
+
+    fn read64(&self, offset: u32) -> u64 {
+        match self.at::<u64>(offset, "64-bit read") {
+            // SAFETY: as in `read32`.
+            Some(p) => u64::from_le(unsafe { p.read_volatile() }),
+            None => u64::MAX,
+        }
+    }
+
+    fn write64(&self, offset: u32, value: u64) {
+        if let Some(p) = self.at::<u64>(offset, "64-bit write") {
+            // SAFETY: as in `read32`.
+            unsafe { p.write_volatile(value.to_le()) };
+        }
+    }
+}
+
+/// A NIC function bound to `vfio-pci`.
+pub struct VfioDevice {
+    address: PciAddress,
+    container: Arc<VfioContainer>,
+    device: vfio_ioctls::VfioDevice,
+    bar0: BarMapping,
+}
+
+impl std::fmt::Debug for VfioDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VfioDevice")
+            .field("address", &self.address)
+            .finish_non_exhaustive()
+    }
+}
+
+impl VfioDevice {
+    /// Open the function at `address` (steps 1 to 6 of the module documentation).
+    /// `DeviceError::Open` names the step that refused it and why.
+    pub fn open(address: PciAddress) -> Result<Self, DeviceError> {
+        Self::open_in(&Sysfs::system(), address)
+    }
+
+    /// [`VfioDevice::open`], with sysfs read from `sysfs`.
+    pub fn open_in(sysfs: &Sysfs, address: PciAddress) -> Result<Self, DeviceError> {
+        let refuse = |reason: String| DeviceError::Open {
+            name: format!("vfio:{address}"),
+            reason,
+        };
+        // 1. sysfs.
+        let function = sysfs
+            .vfio_function(address)
+            .map_err(|e| refuse(e.to_string()))?;
+        // 2. The container.
+        let container = VfioContainer::new(None).map_err(|e| {
+            refuse(format!(
+                "opening /dev/vfio/vfio: {e} (is the vfio-pci module loaded, and the IOMMU \
+                 on with Type 1 v2 support?)"
+            ))
+        })?;
+        let container = Arc::new(container);
+        // 3. Group and device file.
+        let ops: Arc<dyn VfioOps> = container.clone();
+        let device =
+            vfio_ioctls::VfioDevice::new(&function.sysfs_path, ops, false).map_err(|e| {
+                refuse(format!(
+                    "opening the device through /dev/vfio/{}: {e} (every function of the IOMMU \
+                 group must be bound to vfio-pci, and no other process may hold the group)",
+                    function.iommu_group
+                ))
+            })?;
+        // 4. BAR0.
+        let need =
+            VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE | VFIO_REGION_INFO_FLAG_MMAP;
+        let flags = device.get_region_flags(VFIO_PCI_BAR0_REGION_INDEX);
+        let size = device.get_region_size(VFIO_PCI_BAR0_REGION_INDEX);
+        if flags & need != need || size < u64::from(BAR0_SIZE) {
+            return Err(refuse(format!(
+                "BAR0 is {size} bytes with flags {flags:#x}; the NIC needs {BAR0_SIZE} bytes, \
+                 readable, writable and mappable"
+            )));
+        }
+        // SAFETY: the device file is open for as long as `device`, which outlives this call.
+        let fd = unsafe { BorrowedFd::borrow_raw(device.as_raw_fd()) };
+        let bar0 = BarMapping::map(
+            fd,
+            device.get_region_offset(VFIO_PCI_BAR0_REGION_INDEX),
+            BAR0_SIZE as usize,
+        )
+        .map_err(|e| refuse(format!("mapping BAR0: {e}")))?;
+        let nic = VfioDevice {
+            address,
+            container,
+            device,
+            bar0,
+        };
+        // 5. Identity, from the device.
+        let id = u32::from_le_bytes(nic.config_read(pci::VENDOR_ID));
+        if id != pci::ID_DWORD {
+            return Err(refuse(format!(
+                "configuration space reads vendor:device {:04x}:{:04x}, expected {:04x}:{:04x}",
+                id & 0xFFFF,
+                id >> 16,
+                uet_regs::PCI_VENDOR_ID,
+                uet_regs::PCI_DEVICE_ID
+            )));
+        }
+        // 6. Memory space and bus master.
+        nic.enable();
+        Ok(nic)
+    }
+
+    /// The function's PCI address.
+    pub fn address(&self) -> PciAddress {
+        self.address
+    }
+
+    /// `N` bytes of configuration space at `offset`; all ones where the read fails.
+    pub fn config_read<const N: usize>(&self, offset: usize) -> [u8; N] {
+        let mut data = [0xFF; N];
+        self.device
+            .region_read(VFIO_PCI_CONFIG_REGION_INDEX, &mut data, offset as u64);
+        data
+    }
+
+    /// Write `data` to configuration space at `offset` (`vfio-pci` filters what a user may
+    /// change, as it does for a VM).
+    pub fn config_write(&self, offset: usize, data: &[u8]) {
+        self.device
+            .region_write(VFIO_PCI_CONFIG_REGION_INDEX, data, offset as u64);
+    }
+
+    /// Function-level reset (`VFIO_DEVICE_RESET`, when the function supports it), then memory
+    /// space and bus master on again, which the reset cleared. Every DMA mapping stays.
+    pub fn function_reset(&self) {
+        self.device.reset();
+        self.enable();
+    }
+
+    /// Set memory-space and bus-master in the command register.
+    fn enable(&self) {
+        let command = u16::from_le_bytes(self.config_read(pci::COMMAND))
+            | pci::COMMAND_MEMORY_SPACE
+            | pci::COMMAND_BUS_MASTER;
+        self.config_write(pci::COMMAND, &command.to_le_bytes());
+    }
+}
+
+impl Device for VfioDevice {
+    fn bar0(&self) -> &dyn Mmio {
+        &self.bar0
+    }
+
+    fn dma_map(&self, region: &DmaRegion) -> Result<(), DeviceError> {
+        // SAFETY: vfio-ioctls' contract: while mapped, the region's memory is reached only
+        // through raw pointers with volatile or atomic accesses, or by system calls. That is
+        // `DmaRegion`'s own rule: it never hands out a Rust reference into its memory (every
+        // access copies in or out through `volatile_copy_*`, `read_obj`/`write_obj`). The
+        // memory stays mapped in this process until the region is dropped, after the driver
+        // has unmapped it from the device.
+        unsafe {
+            self.container
+                .vfio_dma_map(region.iova(), region.len(), region.as_mut_ptr())
+        }
+        .map_err(|e| DeviceError::DmaMap {
+            iova: region.iova(),
+            len: region.len(),
+            reason: match &e {
+                // The IOMMU pins the pages, and pinned memory counts against the process's
+                // locked-memory limit.
+                vfio_ioctls::VfioError::IommuDmaMap(errno) if errno.errno() == libc::ENOMEM => {
+                    format!("{e}: {errno} (pinned DMA memory counts against RLIMIT_MEMLOCK; raise `ulimit -l`)")
+                }
+                _ => format!("{e}: {}", std::error::Error::source(&e).map_or(String::new(), |s| s.to_string())),
+            },
+        })
+    }
+
+    fn dma_unmap(&self, region: &DmaRegion) -> Result<(), DeviceError> {
+        self.container
+            .vfio_dma_unmap(region.iova(), region.len())
+            .map_err(|e| DeviceError::DmaUnmap {
+                iova: region.iova(),
+                reason: e.to_string(),
+            })
+    }
+
+    fn name(&self) -> String {
+        format!("vfio:{}", self.address)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+    use std::os::unix::fs::FileExt;
+
+    /// A memfd of `len` bytes standing in for a device file's BAR region.
+    fn memfd(len: u64) -> std::fs::File {
+        // SAFETY: memfd_create with a valid C string; the result is checked.
+        let raw = unsafe { libc::memfd_create(c"uet-bar-test".as_ptr(), 0) };
+        assert!(
+            raw >= 0,
+            "memfd_create: {}",
+            std::io::Error::last_os_error()
+        );
+        // SAFETY: `raw` is a fresh descriptor nothing else owns.
+        let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(raw) });
+        file.set_len(len).expect("set_len");
+        file
+    }
+
+    #[test]
+    fn registers_are_single_little_endian_accesses_at_their_offsets() {
+        let file = memfd(2 * 4096);
+        // The region at offset 4096 of the file, as a BAR region lies in a device file.
+        let bar = BarMapping::map(file.as_fd(), 4096, BAR0_SIZE as usize).expect("map");
+        bar.write32(0x10, 0x1122_3344);
+        bar.write64(0x18, 0x0102_0304_0506_0708);
+        let mut raw = [0u8; 16];
+        file.read_exact_at(&mut raw, 4096 + 0x10).unwrap();
+        assert_eq!(raw[..4], [0x44, 0x33, 0x22, 0x11]);
+        assert_eq!(raw[8..], [8, 7, 6, 5, 4, 3, 2, 1]);
+        file.write_all_at(&[0xAA, 0xBB, 0xCC, 0xDD], 4096 + 0x20)
+            .unwrap();
+        assert_eq!(bar.read32(0x20), 0xDDCC_BBAA);
+        assert_eq!(bar.read64(0x18), 0x0102_0304_0506_0708);
+        assert_eq!(bar.len(), BAR0_SIZE as usize);
+    }
+
+    #[test]
+    fn an_access_outside_the_bar_or_misaligned_is_not_made() {
+        let file = memfd(8192);
+        let bar = BarMapping::map(file.as_fd(), 0, 4096).expect("map");
+        for offset in [4096, 4094, u32::MAX - 1, 0x11] {
+            assert_eq!(bar.read32(offset), u32::MAX, "{offset:#x}");
+        }
+        for offset in [4096, 4092, 0x1C, u32::MAX] {
+            assert_eq!(bar.read64(offset), u64::MAX, "{offset:#x}");
+        }
+        bar.write32(4096, 0x5A5A_5A5A);
+        bar.write32(0x11, 0x5A5A_5A5A);
+        bar.write64(4092, u64::MAX);
+        bar.write64(0x1C, u64::MAX);
+        let mut all = vec![0u8; 8192];
+        file.read_exact_at(&mut all, 0).unwrap();
+        assert!(all.iter().all(|&b| b == 0), "nothing was written");
+        // The last word of the BAR is inside.
+        bar.write32(4092, 7);
+        assert_eq!(bar.read32(4092), 7);
+        bar.write64(4088, 9);
+        assert_eq!(bar.read64(4088), 9);
+    }
+
+    #[test]
+    fn a_mapping_that_cannot_be_made_is_an_error() {
+        let file = memfd(4096);
+        assert!(BarMapping::map(file.as_fd(), 0, 0).is_err());
+        assert!(
+            BarMapping::map(file.as_fd(), 1, 4096).is_err(),
+            "unaligned offset"
+        );
+        assert!(BarMapping::map(file.as_fd(), u64::MAX, 4096).is_err());
+    }
+
+    #[test]
+    fn opening_names_the_step_that_refused() {
+        // sysfs refuses first: no such function in an empty tree.
+        let dir = std::env::temp_dir().join(format!("uet-vfio-open-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sysfs = Sysfs::new(dir.join("sys"), dir.join("proc"));
+        let address: PciAddress = "0000:3b:00.0".parse().unwrap();
+        let e = VfioDevice::open_in(&sysfs, address)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("cannot open device vfio:0000:3b:00.0") && e.contains("no PCI function"),
+            "{e}"
+        );
+
+        // A tree where sysfs is satisfied: what refuses next is the machine's VFIO (here,
+        // without /dev/vfio, the container; on a machine with VFIO, the group of a function
+        // that is not really there).
+        let f = dir.join("sys/bus/pci/devices/0000:3b:00.0");
+        std::fs::create_dir_all(&f).unwrap();
+        std::fs::write(f.join("vendor"), "0xfffe\n").unwrap();
+        std::fs::write(f.join("device"), "0x0001\n").unwrap();
+        std::fs::create_dir_all(dir.join("sys/bus/pci/drivers/vfio-pci")).unwrap();
+        let _ = std::os::unix::fs::symlink("../../../bus/pci/drivers/vfio-pci", f.join("driver"));
+        let _ =
+            std::os::unix::fs::symlink("../../../kernel/iommu_groups/4097", f.join("iommu_group"));
+        let e = VfioDevice::open_in(&sysfs, address)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("/dev/vfio/vfio") || e.contains("/dev/vfio/4097"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
