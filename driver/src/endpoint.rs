@@ -783,6 +783,7 @@ impl Nic {
             ep_type,
             roles,
             av_table: av.as_ref().map(|t| t.handle()),
+            serial: 0,
         });
         Endpoint {
             nic: self.inner.clone(),

@@ -237,6 +237,10 @@ pub(crate) struct EndpointRecord {
     pub(crate) roles: u8,
     /// The NIC handle of the AV table it translates through.
     pub(crate) av_table: Option<u32>,
+    /// Set by [`NicInner::register_endpoint`], unique in the process: a handle is reused once
+    /// its endpoint is destroyed, so the handle alone does not say which endpoint a record
+    /// names.
+    pub(crate) serial: u64,
 }
 
 impl AvTableRecord {
@@ -300,9 +304,20 @@ impl NicInner {
     }
 
     /// Record an endpoint or context, for [`NicInner::endpoints`].
-    pub(crate) fn register_endpoint(&self, record: EndpointRecord) {
+    pub(crate) fn register_endpoint(&self, mut record: EndpointRecord) {
+        static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        record.serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut eps = self.endpoints.lock().unwrap_or_else(|p| p.into_inner());
         eps.push(record);
+    }
+
+    /// Whether the endpoint `record` names is still open (its record is still listed).
+    pub(crate) fn endpoint_open(&self, record: &EndpointRecord) -> bool {
+        self.endpoints
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|e| e.serial == record.serial)
     }
 
     /// Forget endpoint `handle` (dropped).

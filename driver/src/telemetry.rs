@@ -34,7 +34,8 @@
 //!    - `ep_list {nic}`: the endpoints and contexts this process holds on the NIC: handle,
 //!      type, roles, UET address, JobID, the AV table it translates through, and its
 //!      counters read with COUNTERS_READ (hex of the `EndpointCounters` block; when the read
-//!      fails, `counters_error` says why);
+//!      fails, or the endpoint closed during it and its handle may already be another's,
+//!      `counters` is `null` and `counters_error` says why);
 //!    - `av_dump {nic, table, first?, max?}`: the valid entries of a NIC AV table from index
 //!      `first` (0), read back with AV_READ, as `[index, "hex of the 64-byte NicAvEntry"]`;
 //!      at most `max` ([`AV_DUMP_MAX`]) entries and [`AV_DUMP_SCAN`] indices per answer, and
@@ -625,29 +626,39 @@ fn tables_json(nic: &NicInner) -> Vec<Value> {
 fn endpoints_json(nic: &NicInner) -> Vec<Value> {
     nic.endpoints()
         .iter()
-        .map(|e| {
-            let (counters, error) = match nic.endpoint_counters(e.handle) {
-                Ok(block) => (Some(hex::encode(block.as_bytes())), None),
-                Err(err) => (None, Some(err.to_string())),
-            };
-            let a = &e.address;
-            json!({
-                "endpoint": e.handle,
-                "type": format!("{:?}", e.ep_type).to_lowercase(),
-                "roles": e.roles,
-                "address": a.to_string(),
-                "fabric_addr": a.fabric_addr.to_string(),
-                "pid_on_fep": a.pid_on_fep,
-                "ri_start": a.ri_start,
-                "ri_count": a.ri_count,
-                "initiator": a.initiator,
-                "job_id": e.job_id,
-                "av_table": e.av_table,
-                "counters": counters,
-                "counters_error": error,
-            })
-        })
+        .map(|e| endpoint_json(nic, e))
         .collect()
+}
+
+/// One endpoint of `ep_list`. Its counters are read by handle; an endpoint closed meanwhile
+/// may have left its handle to a new one, whose counters those would be, so they are given
+/// only when the record is still listed after the read (the record goes before the NIC
+/// destroys the endpoint, so a listed record's handle is still its own).
+fn endpoint_json(nic: &NicInner, e: &crate::nic::EndpointRecord) -> Value {
+    let (counters, error) = match nic.endpoint_counters(e.handle) {
+        Ok(_) if !nic.endpoint_open(e) => (
+            None,
+            Some("the endpoint was closed while its counters were read".to_string()),
+        ),
+        Ok(block) => (Some(hex::encode(block.as_bytes())), None),
+        Err(err) => (None, Some(err.to_string())),
+    };
+    let a = &e.address;
+    json!({
+        "endpoint": e.handle,
+        "type": format!("{:?}", e.ep_type).to_lowercase(),
+        "roles": e.roles,
+        "address": a.to_string(),
+        "fabric_addr": a.fabric_addr.to_string(),
+        "pid_on_fep": a.pid_on_fep,
+        "ri_start": a.ri_start,
+        "ri_count": a.ri_count,
+        "initiator": a.initiator,
+        "job_id": e.job_id,
+        "av_table": e.av_table,
+        "counters": counters,
+        "counters_error": error,
+    })
 }
 
 fn info(nics: &Mutex<Vec<Weak<NicInner>>>) -> Value {
@@ -788,4 +799,37 @@ fn av_dump(request: &Value, nics: &Mutex<Vec<Weak<NicInner>>>) -> Result<Value, 
         return Err(gone(&"the table is gone"));
     }
     Ok(Value::Object(reply))
+}
+
+#[cfg(all(test, feature = "sim"))]
+mod tests {
+    use super::*;
+    use crate::backend::sim::SimDevice;
+    use crate::{EndpointAttr, Nic};
+
+    /// A record listed before its endpoint closed, whose handle a new endpoint took since,
+    /// gets no counters: they would be the new endpoint's.
+    #[test]
+    fn counters_of_an_endpoint_closed_meanwhile_are_not_reported() {
+        let fabric = uet_sim::Fabric::new();
+        let f = fabric
+            .add_nic(uet_sim::NicConfig::new("10.65.0.1".parse().unwrap()))
+            .unwrap();
+        let nic = Nic::open(Arc::new(SimDevice::new(f))).unwrap();
+        let a = nic.endpoint(EndpointAttr::default(), None).unwrap();
+        let listed = nic.inner.endpoints();
+        drop(a);
+        let b = nic.endpoint(EndpointAttr::default(), None).unwrap();
+        assert_eq!(listed[0].handle, b.handle(), "the handle is reused");
+        let stale = endpoint_json(&nic.inner, &listed[0]);
+        assert!(stale["counters"].is_null(), "{stale}");
+        assert_eq!(
+            stale["counters_error"],
+            "the endpoint was closed while its counters were read"
+        );
+        let now = nic.inner.endpoints();
+        let fresh = endpoint_json(&nic.inner, &now[0]);
+        assert!(fresh["counters"].is_string(), "{fresh}");
+        assert!(fresh["counters_error"].is_null());
+    }
 }
