@@ -722,6 +722,19 @@ fn av_dump(request: &Value, nics: &Mutex<Vec<Weak<NicInner>>>) -> Result<Value, 
             table.capacity
         )));
     }
+    dump_page(&nic, &table, first, max)
+}
+
+/// One `av_dump` page of `table`, a record taken from the NIC's list: up to `max` valid
+/// entries from index `first`. `FI_ENOENT` when the table was destroyed before the page was
+/// complete, even if its handle was reused meanwhile and every read succeeded.
+fn dump_page(
+    nic: &NicInner,
+    table: &crate::nic::AvTableRecord,
+    first: u32,
+    max: u32,
+) -> Result<Value, FiError> {
+    let handle = table.handle;
     let gone = |e: &dyn std::fmt::Display| {
         if table.exists() {
             FiError::io(format!("reading AV table {handle}: {e}"))
@@ -831,5 +844,60 @@ mod tests {
         let fresh = endpoint_json(&nic.inner, &now[0]);
         assert!(fresh["counters"].is_string(), "{fresh}");
         assert!(fresh["counters_error"].is_null());
+    }
+
+    /// A page of a table destroyed after it was found, whose handle a new AV's table took
+    /// since, is `FI_ENOENT`: the reads succeed, but they are of the new table.
+    #[test]
+    fn a_page_of_a_table_destroyed_meanwhile_is_enoent_even_when_its_handle_is_reused() {
+        use uet_av::AvAttr;
+        let fabric = uet_sim::Fabric::new();
+        let f = fabric
+            .add_nic(uet_sim::NicConfig::new("10.65.0.2".parse().unwrap()))
+            .unwrap();
+        let nic = Nic::open(Arc::new(SimDevice::new(f))).unwrap();
+        let peer = |n: u8| {
+            uet_fwif::UetAddress {
+                caps: uet_fwif::address::caps::AI_BASE,
+                mode: uet_fwif::address::AddressingMode::Relative,
+                max_msg_mtu: false,
+                pid_on_fep: 1,
+                fabric_addr: std::net::Ipv4Addr::new(10, 65, 1, n).into(),
+                ri_start: 1,
+                ri_count: 4,
+                initiator: u32::from(n),
+            }
+            .to_bytes()
+            .unwrap()
+        };
+        let attr = AvAttr {
+            count: 8,
+            ..AvAttr::default()
+        };
+        let mut old = nic.open_av(attr).unwrap();
+        old.insert(&peer(1), 1, None, 0).unwrap();
+        let listed = nic.inner.av_tables();
+        assert_eq!(
+            dump_page(&nic.inner, &listed[0], 0, 16).unwrap()["entries"]
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
+        drop(old);
+        let mut new = nic.open_av(attr).unwrap();
+        new.insert(&[peer(2), peer(3)].concat(), 2, None, 0)
+            .unwrap();
+        assert_eq!(
+            new.nic().table().handle(),
+            listed[0].handle,
+            "the handle is reused"
+        );
+        let e = dump_page(&nic.inner, &listed[0], 0, 16).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_ENOENT, "{e}");
+        assert!(e.message.contains("destroyed during the dump"), "{e}");
+        let now = nic.inner.av_tables();
+        let page = dump_page(&nic.inner, &now[0], 0, 16).unwrap();
+        assert_eq!(page["entries"].as_array().unwrap().len(), 2);
     }
 }
