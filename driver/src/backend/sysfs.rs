@@ -14,11 +14,14 @@
 //!
 //! Binding takes only a function whose identity is this NIC's ([`uet_regs::PCI_VENDOR_ID`]:
 //! [`uet_regs::PCI_DEVICE_ID`]): a mistyped address must not take another device from its
-//! driver. Unbinding refuses while a process holds the function's group open, because the
-//! kernel's `vfio-pci` would otherwise block the unbind until that process lets go.
+//! driver. Unbinding refuses while a process holds the function's group open (the group file
+//! `/dev/vfio/<n>` cannot be opened, `EBUSY`), because the kernel's `vfio-pci` would
+//! otherwise block the unbind until that process lets go. A process that reaches the
+//! function through iommufd (`/dev/vfio/devices/vfio<m>`) instead is not seen.
 //!
-//! The roots of sysfs and procfs are parameters ([`Sysfs::new`]): tests point them at trees of
-//! their own, and a container may mount them elsewhere.
+//! The roots of sysfs, procfs and `/dev` are parameters ([`Sysfs::new`],
+//! [`Sysfs::with_dev`]): tests point them at trees of their own, and a container may mount
+//! them elsewhere.
 
 use std::fmt;
 use std::fs;
@@ -143,7 +146,8 @@ pub enum SysfsError {
     },
     /// A process holds the function's VFIO group open.
     #[error(
-        "{address} is in use: process {pid} ({name}) holds {} open; stop it first",
+        "{address} is in use: {} holds {} open; stop it first",
+        holder.as_ref().map_or("a process".to_string(), |(pid, name)| format!("process {pid} ({name})")),
         group.display()
     )]
     InUse {
@@ -151,22 +155,38 @@ pub enum SysfsError {
         address: PciAddress,
         /// The group file.
         group: PathBuf,
-        /// The process.
-        pid: u32,
-        /// Its command name.
-        name: String,
+        /// The process and its command name, when it could be found.
+        holder: Option<(u32, String)>,
+    },
+    /// The `vfio-pci` driver is not there to take the function.
+    #[error(
+        "the vfio-pci driver is not loaded (no {}): run `modprobe vfio-pci`; {address} was \
+         left as it was",
+        path.display()
+    )]
+    NoVfioPci {
+        /// The function.
+        address: PciAddress,
+        /// The driver's directory that is missing.
+        path: PathBuf,
     },
     /// `vfio-pci` did not take the function.
     #[error(
-        "vfio-pci did not take {address} (now bound to {}); is the vfio-pci module loaded \
-         (modprobe vfio-pci)? The function was given back to its driver",
-        now.as_deref().unwrap_or("no driver")
+        "vfio-pci did not take {address} (now bound to {}); {}",
+        now.as_deref().unwrap_or("no driver"),
+        if *given_back {
+            "its driver_override was restored and it was probed again"
+        } else {
+            "restoring its driver_override failed too (see the log): check it by hand"
+        }
     )]
     NotTaken {
         /// The function.
         address: PciAddress,
         /// Its driver after the attempt.
         now: Option<String>,
+        /// Whether its `driver_override` was restored.
+        given_back: bool,
     },
     /// A sysfs file could not be read or written.
     #[error("{op} {}: {source}{}", path.display(), permission_hint(source))]
@@ -224,11 +244,12 @@ pub struct VfioFunction {
     pub iommu_group: u32,
 }
 
-/// sysfs and procfs, at their roots.
+/// sysfs, procfs and devtmpfs, at their roots.
 #[derive(Clone, Debug)]
 pub struct Sysfs {
     sys: PathBuf,
     proc: PathBuf,
+    dev: PathBuf,
 }
 
 impl Default for Sysfs {
@@ -243,12 +264,19 @@ impl Sysfs {
         Self::new("/sys", "/proc")
     }
 
-    /// sysfs mounted at `sys` and procfs at `proc`.
+    /// sysfs mounted at `sys` and procfs at `proc`; device files in `/dev`.
     pub fn new(sys: impl Into<PathBuf>, proc: impl Into<PathBuf>) -> Self {
         Sysfs {
             sys: sys.into(),
             proc: proc.into(),
+            dev: PathBuf::from("/dev"),
         }
+    }
+
+    /// The same, with device files in `dev`.
+    pub fn with_dev(mut self, dev: impl Into<PathBuf>) -> Self {
+        self.dev = dev.into();
+        self
     }
 
     /// The function's directory, `bus/pci/devices/<address>`.
@@ -366,9 +394,28 @@ impl Sysfs {
         if from.as_deref() == Some(VFIO_PCI) {
             return Ok(Bound::Already);
         }
+        let vfio_pci = self.sys.join("bus/pci/drivers").join(VFIO_PCI);
+        if !vfio_pci.is_dir() {
+            return Err(SysfsError::NoVfioPci {
+                address,
+                path: vfio_pci,
+            });
+        }
         let name = address.to_string();
         let dir = self.function_dir(address);
-        self.write(&dir.join("driver_override"), VFIO_PCI)?;
+        let override_path = dir.join("driver_override");
+        // What to put back if vfio-pci does not take it: sysfs shows an empty override as
+        // "(null)", which a newline restores.
+        let previous = fs::read_to_string(&override_path).map_err(|source| SysfsError::Io {
+            op: "reading",
+            path: override_path.clone(),
+            source,
+        })?;
+        let previous = match previous.trim() {
+            "" | "(null)" => "\n".to_string(),
+            d => d.to_string(),
+        };
+        self.write(&override_path, VFIO_PCI)?;
         let taken = (|| {
             if let Some(d) = &from {
                 self.write(
@@ -378,20 +425,21 @@ impl Sysfs {
             }
             self.write(&self.sys.join("bus/pci/drivers_probe"), &name)
         })();
-        let now = match taken {
-            Ok(()) => self.driver(address)?,
+        let now = match taken.and_then(|()| self.driver(address)) {
+            Ok(now) => now,
             Err(e) => {
-                self.give_back(address);
+                self.give_back(address, &previous);
                 return Err(e);
             }
         };
         if now.as_deref() == Some(VFIO_PCI) {
             return Ok(Bound::Rebound { from });
         }
-        self.give_back(address);
+        let given_back = self.give_back(address, &previous);
         Err(SysfsError::NotTaken {
             address,
             now: self.driver(address).unwrap_or(now),
+            given_back,
         })
     }
 
@@ -407,15 +455,7 @@ impl Sysfs {
             Some(_) => return Err(SysfsError::NotBoundToVfio { address, driver }),
         }
         if let Ok(group) = self.iommu_group(address) {
-            let file = PathBuf::from(format!("/dev/vfio/{group}"));
-            if let Some((pid, name)) = self.holder_of(&file) {
-                return Err(SysfsError::InUse {
-                    address,
-                    group: file,
-                    pid,
-                    name,
-                });
-            }
+            self.check_idle(address, group)?;
         }
         let name = address.to_string();
         self.write(&self.function_dir(address).join("driver_override"), "\n")?;
@@ -431,6 +471,34 @@ impl Sysfs {
         Ok(Unbound::Released {
             now: self.driver(address)?,
         })
+    }
+
+    /// Refuse when a process holds the group's file open: the kernel opens a group file only
+    /// once at a time, and a process's device files and BAR mappings keep it open, so
+    /// opening it here fails with `EBUSY` exactly then. The holder is named from procfs
+    /// when it can be found there (a process with the group, not only its device, open).
+    fn check_idle(&self, address: PciAddress, group: u32) -> Result<(), SysfsError> {
+        for name in [group.to_string(), format!("noiommu-{group}")] {
+            let shown = Path::new("/dev/vfio").join(&name);
+            let busy = match fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(self.dev.join("vfio").join(&name))
+            {
+                // Opened, so nobody holds it; closed again at once.
+                Ok(_) => false,
+                Err(e) => e.raw_os_error() == Some(libc::EBUSY),
+            };
+            let holder = self.holder_of(&shown);
+            if busy || holder.is_some() {
+                return Err(SysfsError::InUse {
+                    address,
+                    group: shown,
+                    holder,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// A process with `file` open, from its `fd` links: its PID and command name. Processes
@@ -457,12 +525,14 @@ impl Sysfs {
         None
     }
 
-    /// Clear the override and probe again, so the function's own driver takes it back; best
-    /// effort, on the way out of a failed bind.
-    fn give_back(&self, address: PciAddress) {
+    /// Restore the override `previous` and, when no driver has the function, probe it again
+    /// so its own driver takes it back: on the way out of a failed bind. Whether the
+    /// override was restored; what failed is logged.
+    fn give_back(&self, address: PciAddress, previous: &str) -> bool {
         let dir = self.function_dir(address);
-        if let Err(e) = self.write(&dir.join("driver_override"), "\n") {
-            tracing::warn!(%address, error = %e, "could not clear driver_override");
+        if let Err(e) = self.write(&dir.join("driver_override"), previous) {
+            tracing::warn!(%address, error = %e, "could not restore driver_override");
+            return false;
         }
         if self.driver(address).ok().flatten().is_none() {
             if let Err(e) = self.write(
@@ -472,6 +542,7 @@ impl Sysfs {
                 tracing::warn!(%address, error = %e, "could not probe the function again");
             }
         }
+        true
     }
 
     /// Write `text` to the existing sysfs attribute `path` (never creating a file).
@@ -572,6 +643,9 @@ mod tests {
                 t.set_driver(d);
             }
             fs::create_dir_all(t.proc()).unwrap();
+            // The group's file, which nobody holds: it opens.
+            fs::create_dir_all(t.dir.join("dev/vfio")).unwrap();
+            fs::write(t.dir.join("dev/vfio/42"), "").unwrap();
             t
         }
 
@@ -588,7 +662,7 @@ mod tests {
         }
 
         fn sysfs(&self) -> Sysfs {
-            Sysfs::new(self.sys(), self.proc())
+            Sysfs::new(self.sys(), self.proc()).with_dev(self.dir.join("dev"))
         }
 
         fn function(&self) -> PathBuf {
@@ -660,9 +734,49 @@ mod tests {
             matches!(&e, SysfsError::NotTaken { now: Some(d), .. } if d == "ixgbe"),
             "{e}"
         );
-        assert!(e.to_string().contains("modprobe vfio-pci"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("its driver_override was restored and it was probed again"),
+            "{e}"
+        );
         assert_eq!(t.read("bus/pci/drivers/ixgbe/unbind"), NIC);
+        assert_eq!(t.read("bus/pci/drivers_probe"), NIC);
         assert_eq!(t.read("bus/pci/devices/0000:3b:00.0/driver_override"), "\n");
+
+        // No driver before: probed, and probed again after; an override that was set is put
+        // back as it was.
+        let t = Tree::this_nic(None);
+        fs::write(t.function().join("driver_override"), "uet-stub\n").unwrap();
+        let e = t.sysfs().bind_vfio(addr(NIC)).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                SysfsError::NotTaken {
+                    now: None,
+                    given_back: true,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(t.read("bus/pci/drivers_probe"), NIC);
+        assert_eq!(
+            t.read("bus/pci/devices/0000:3b:00.0/driver_override"),
+            "uet-stub"
+        );
+
+        // No vfio-pci driver: refused before anything is written.
+        let t = Tree::this_nic(Some("ixgbe"));
+        fs::remove_dir_all(t.sys().join("bus/pci/drivers/vfio-pci")).unwrap();
+        let e = t.sysfs().bind_vfio(addr(NIC)).unwrap_err();
+        assert!(matches!(e, SysfsError::NoVfioPci { .. }), "{e}");
+        assert!(e.to_string().contains("modprobe vfio-pci"), "{e}");
+        assert_eq!(t.read("bus/pci/drivers/ixgbe/unbind"), "");
+        assert_eq!(t.read("bus/pci/drivers_probe"), "");
+        assert_eq!(
+            t.read("bus/pci/devices/0000:3b:00.0/driver_override"),
+            "(null)\n"
+        );
 
         // Bound already: nothing is written.
         let t = Tree::this_nic(Some(VFIO_PCI));

@@ -22,7 +22,9 @@
 //! DMA memory ([`DmaRegion`]) is mapped into the IOMMU at its IOVA with `VFIO_IOMMU_MAP_DMA`
 //! (read and write) and unmapped with `VFIO_IOMMU_UNMAP_DMA`. The NIC polls its rings and
 //! raises no interrupt (its configuration space has no MSI-X capability), so no eventfd is
-//! set up. [`VfioDevice::function_reset`] is `VFIO_DEVICE_RESET`.
+//! set up. [`VfioDevice::function_reset`] is `VFIO_DEVICE_RESET`. Dropping the device unmaps
+//! BAR0, closes the device file (its group leaves the container) and closes the container;
+//! the driver unmaps its DMA memory before that.
 //!
 //! This code runs for real only with a NIC and an IOMMU. Without them, opening fails at the
 //! step that finds the lack, with the reason; the register mapping and the sysfs steps are
@@ -37,8 +39,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use uet_regs::{pci, Mmio, BAR0_SIZE};
 use vfio_bindings::bindings::vfio::{
-    VFIO_PCI_BAR0_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX, VFIO_REGION_INFO_FLAG_MMAP,
-    VFIO_REGION_INFO_FLAG_READ, VFIO_REGION_INFO_FLAG_WRITE,
+    VFIO_BASE, VFIO_PCI_BAR0_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX,
+    VFIO_REGION_INFO_FLAG_MMAP, VFIO_REGION_INFO_FLAG_READ, VFIO_REGION_INFO_FLAG_WRITE, VFIO_TYPE,
 };
 use vfio_ioctls::{VfioContainer, VfioOps};
 
@@ -73,7 +75,7 @@ impl std::fmt::Debug for BarMapping {
 impl BarMapping {
     /// Map `len` bytes of `fd` from `offset`, shared, readable and writable (a VFIO device
     /// file at a region's offset maps that region).
-    pub fn map(fd: BorrowedFd<'_>, offset: u64, len: usize) -> std::io::Result<BarMapping> {
+    pub(crate) fn map(fd: BorrowedFd<'_>, offset: u64, len: usize) -> std::io::Result<BarMapping> {
         let offset = libc::off_t::try_from(offset).map_err(|_| {
             std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
@@ -182,11 +184,14 @@ impl Mmio for BarMapping {
 }
 
 /// A NIC function bound to `vfio-pci`.
+///
+/// Fields drop in order: BAR0 is unmapped first (the mapping holds the device file), then
+/// the device file is closed and its group leaves the container, then the container goes.
 pub struct VfioDevice {
-    address: PciAddress,
-    container: Arc<VfioContainer>,
-    device: vfio_ioctls::VfioDevice,
     bar0: BarMapping,
+    device: vfio_ioctls::VfioDevice,
+    container: Arc<VfioContainer>,
+    address: PciAddress,
 }
 
 impl std::fmt::Debug for VfioDevice {
@@ -214,6 +219,10 @@ impl VfioDevice {
         let function = sysfs
             .vfio_function(address)
             .map_err(|e| refuse(e.to_string()))?;
+        // vfio-ioctls reads the group link under this path again when the device is
+        // dropped, and panics if it cannot: give it the absolute path of the real directory.
+        let sysfs_path = std::fs::canonicalize(&function.sysfs_path)
+            .map_err(|e| refuse(format!("resolving {}: {e}", function.sysfs_path.display())))?;
         // 2. The container.
         let container = VfioContainer::new(None).map_err(|e| {
             refuse(format!(
@@ -224,14 +233,13 @@ impl VfioDevice {
         let container = Arc::new(container);
         // 3. Group and device file.
         let ops: Arc<dyn VfioOps> = container.clone();
-        let device =
-            vfio_ioctls::VfioDevice::new(&function.sysfs_path, ops, false).map_err(|e| {
-                refuse(format!(
-                    "opening the device through /dev/vfio/{}: {e} (every function of the IOMMU \
+        let device = vfio_ioctls::VfioDevice::new(&sysfs_path, ops, false).map_err(|e| {
+            refuse(format!(
+                "opening the device through /dev/vfio/{}: {e} (every function of the IOMMU \
                  group must be bound to vfio-pci, and no other process may hold the group)",
-                    function.iommu_group
-                ))
-            })?;
+                function.iommu_group
+            ))
+        })?;
         // 4. BAR0.
         let need =
             VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE | VFIO_REGION_INFO_FLAG_MMAP;
@@ -243,19 +251,19 @@ impl VfioDevice {
                  readable, writable and mappable"
             )));
         }
-        // SAFETY: the device file is open for as long as `device`, which outlives this call.
-        let fd = unsafe { BorrowedFd::borrow_raw(device.as_raw_fd()) };
         let bar0 = BarMapping::map(
-            fd,
+            // SAFETY: the device file stays open while `device` lives, past this call; the
+            // mapping takes a reference of its own to the file.
+            unsafe { BorrowedFd::borrow_raw(device.as_raw_fd()) },
             device.get_region_offset(VFIO_PCI_BAR0_REGION_INDEX),
             BAR0_SIZE as usize,
         )
         .map_err(|e| refuse(format!("mapping BAR0: {e}")))?;
         let nic = VfioDevice {
-            address,
-            container,
-            device,
             bar0,
+            device,
+            container,
+            address,
         };
         // 5. Identity, from the device.
         let id = u32::from_le_bytes(nic.config_read(pci::VENDOR_ID));
@@ -269,7 +277,7 @@ impl VfioDevice {
             )));
         }
         // 6. Memory space and bus master.
-        nic.enable();
+        nic.enable().map_err(refuse)?;
         Ok(nic)
     }
 
@@ -278,34 +286,62 @@ impl VfioDevice {
         self.address
     }
 
-    /// `N` bytes of configuration space at `offset`; all ones where the read fails.
+    /// Whether `len` bytes at `offset` lie inside the configuration space.
+    fn in_config(offset: usize, len: usize) -> bool {
+        offset
+            .checked_add(len)
+            .is_some_and(|end| end <= pci::CONFIG_SPACE_SIZE)
+    }
+
+    /// `N` bytes of configuration space at `offset`; all ones where the read fails or lies
+    /// outside the 256 bytes.
     pub fn config_read<const N: usize>(&self, offset: usize) -> [u8; N] {
         let mut data = [0xFF; N];
-        self.device
-            .region_read(VFIO_PCI_CONFIG_REGION_INDEX, &mut data, offset as u64);
+        if Self::in_config(offset, N) {
+            self.device
+                .region_read(VFIO_PCI_CONFIG_REGION_INDEX, &mut data, offset as u64);
+        }
         data
     }
 
-    /// Write `data` to configuration space at `offset` (`vfio-pci` filters what a user may
-    /// change, as it does for a VM).
-    pub fn config_write(&self, offset: usize, data: &[u8]) {
-        self.device
-            .region_write(VFIO_PCI_CONFIG_REGION_INDEX, data, offset as u64);
+    /// Write `data` to configuration space at `offset` (nothing outside the 256 bytes;
+    /// `vfio-pci` filters what a user may change, as it does for a VM). Clearing
+    /// memory-space makes BAR0 accesses fault, as on any PCI function.
+    pub(crate) fn config_write(&self, offset: usize, data: &[u8]) {
+        if Self::in_config(offset, data.len()) {
+            self.device
+                .region_write(VFIO_PCI_CONFIG_REGION_INDEX, data, offset as u64);
+        }
     }
 
-    /// Function-level reset (`VFIO_DEVICE_RESET`, when the function supports it), then memory
-    /// space and bus master on again, which the reset cleared. Every DMA mapping stays.
-    pub fn function_reset(&self) {
-        self.device.reset();
-        self.enable();
+    /// Function-level reset (`VFIO_DEVICE_RESET`), then memory space and bus master on
+    /// again, which the reset cleared. Every DMA mapping stays. The kernel's error when the
+    /// function cannot be reset (no FLR, nor another reset the kernel knows for it).
+    pub fn function_reset(&self) -> std::io::Result<()> {
+        // _IO(VFIO_TYPE, VFIO_BASE + 11), linux/vfio.h.
+        const VFIO_DEVICE_RESET: libc::c_ulong =
+            (VFIO_TYPE as libc::c_ulong) << 8 | (VFIO_BASE as libc::c_ulong + 11);
+        // SAFETY: VFIO_DEVICE_RESET takes no argument; the descriptor is the device file,
+        // open while `self.device` lives.
+        let r = unsafe { libc::ioctl(self.device.as_raw_fd(), VFIO_DEVICE_RESET as _) };
+        if r < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        self.enable().map_err(std::io::Error::other)
     }
 
-    /// Set memory-space and bus-master in the command register.
-    fn enable(&self) {
-        let command = u16::from_le_bytes(self.config_read(pci::COMMAND))
-            | pci::COMMAND_MEMORY_SPACE
-            | pci::COMMAND_BUS_MASTER;
+    /// Set memory-space and bus-master in the command register, and read it back.
+    fn enable(&self) -> Result<(), String> {
+        let want = pci::COMMAND_MEMORY_SPACE | pci::COMMAND_BUS_MASTER;
+        let command = u16::from_le_bytes(self.config_read(pci::COMMAND)) | want;
         self.config_write(pci::COMMAND, &command.to_le_bytes());
+        let now = u16::from_le_bytes(self.config_read(pci::COMMAND));
+        if now & want != want || now == u16::MAX {
+            return Err(format!(
+                "the command register reads {now:#06x} after memory space and bus master                  were set"
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -175,8 +175,9 @@ enum Command {
         #[arg(long)]
         demo: bool,
         /// Read the NIC at this PCI function, bound to vfio-pci (`uetctl bind`), through
-        /// kernel VFIO.
-        #[arg(long, value_name = "ADDRESS", conflicts_with_all = ["demo", "pid", "socket"])]
+        /// kernel VFIO. Opening it enables memory space and bus mastering, as the driver
+        /// does; the registers are only read.
+        #[arg(long, value_name = "ADDRESS", conflicts_with_all = ["demo", "pid", "socket", "rank", "nic"])]
         vfio: Option<PciAddress>,
         /// Only this rank's NIC (default: every rank).
         #[arg(long)]
