@@ -244,6 +244,17 @@ pub struct VfioFunction {
     pub iommu_group: u32,
 }
 
+/// A uet-nic function on the PCI bus, as [`Sysfs::functions`] lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NicFunction {
+    /// Its address.
+    pub address: PciAddress,
+    /// Its driver, if any.
+    pub driver: Option<String>,
+    /// Its IOMMU group, if it is in one.
+    pub iommu_group: Option<u32>,
+}
+
 /// sysfs, procfs and devtmpfs, at their roots.
 #[derive(Clone, Debug)]
 pub struct Sysfs {
@@ -282,6 +293,29 @@ impl Sysfs {
     /// The function's directory, `bus/pci/devices/<address>`.
     pub fn function_dir(&self, address: PciAddress) -> PathBuf {
         self.sys.join("bus/pci/devices").join(address.to_string())
+    }
+
+    /// The uet-nic functions on the PCI bus, by address. A function whose files cannot be
+    /// read is passed over; no `bus/pci/devices` at all is an error.
+    pub fn functions(&self) -> Result<Vec<NicFunction>, SysfsError> {
+        let dir = self.sys.join("bus/pci/devices");
+        let entries = fs::read_dir(&dir).map_err(|source| SysfsError::Io {
+            op: "listing",
+            path: dir.clone(),
+            source,
+        })?;
+        let mut found: Vec<NicFunction> = entries
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<PciAddress>().ok())
+            .filter(|&address| self.check_this_nic(address).is_ok())
+            .map(|address| NicFunction {
+                address,
+                driver: self.driver(address).ok().flatten(),
+                iommu_group: self.iommu_group(address).ok(),
+            })
+            .collect();
+        found.sort_by_key(|f| f.address);
+        Ok(found)
     }
 
     /// The function's vendor and device IDs; [`SysfsError::NoFunction`] when it is not there.
@@ -678,6 +712,41 @@ mod tests {
         fn read(&self, rel: &str) -> String {
             fs::read_to_string(self.sys().join(rel)).unwrap()
         }
+    }
+
+    #[test]
+    fn only_uet_nic_functions_are_listed() {
+        let t = Tree::this_nic(Some(VFIO_PCI));
+        let other = t.sys().join("bus/pci/devices/0000:00:1f.0");
+        fs::create_dir_all(&other).unwrap();
+        fs::write(other.join("vendor"), "0x8086\n").unwrap();
+        fs::write(other.join("device"), "0x1234\n").unwrap();
+        let second = t.sys().join("bus/pci/devices/0000:3a:00.0");
+        fs::create_dir_all(&second).unwrap();
+        fs::write(second.join("vendor"), "0xfffe\n").unwrap();
+        fs::write(second.join("device"), "0x0001\n").unwrap();
+        fs::create_dir_all(t.sys().join("bus/pci/devices/not-an-address")).unwrap();
+        let list = t.sysfs().functions().unwrap();
+        assert_eq!(
+            list,
+            vec![
+                NicFunction {
+                    address: addr("0000:3a:00.0"),
+                    driver: None,
+                    iommu_group: None
+                },
+                NicFunction {
+                    address: addr(NIC),
+                    driver: Some(VFIO_PCI.to_string()),
+                    iommu_group: Some(42)
+                },
+            ]
+        );
+        let none = Sysfs::new(t.dir.join("nowhere"), t.proc());
+        assert!(matches!(
+            none.functions(),
+            Err(SysfsError::Io { op: "listing", .. })
+        ));
     }
 
     #[test]

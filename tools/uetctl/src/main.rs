@@ -152,6 +152,11 @@ enum Command {
         #[command(flatten)]
         live: LiveArgs,
     },
+    /// List the uet-nic PCI functions on this machine: address, driver, IOMMU group.
+    Pci {
+        #[command(flatten)]
+        roots: SysRoots,
+    },
     /// Give a NIC's PCI function to vfio-pci, so the driver can open it: set its
     /// driver_override, release it from its driver, probe it. Only a uet-nic function is
     /// taken; needs root.
@@ -316,6 +321,7 @@ fn main() -> ExitCode {
             None if demo => stats::run(&job.into(), cli.json),
             None => needs_target("stats"),
         },
+        Command::Pci { roots } => list_pci(&roots, cli.json),
         Command::Bind { address, roots } => bind(address, &roots, cli.json),
         Command::Unbind { address, roots } => unbind(address, &roots, cli.json),
         Command::Regs {
@@ -348,6 +354,45 @@ fn main() -> ExitCode {
             None => needs_target("av dump"),
         },
     }
+}
+
+/// `uetctl pci`.
+fn list_pci(roots: &SysRoots, as_json: bool) -> ExitCode {
+    let functions = match roots.sysfs().functions() {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("uetctl pci: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if as_json {
+        let list: Vec<_> = functions
+            .iter()
+            .map(|f| {
+                json!({
+                    "address": f.address.to_string(),
+                    "driver": f.driver,
+                    "iommu_group": f.iommu_group,
+                })
+            })
+            .collect();
+        outln!("{}", json!({ "functions": list }));
+        return ExitCode::SUCCESS;
+    }
+    if functions.is_empty() {
+        outln!("no uet-nic function on the PCI bus");
+        return ExitCode::SUCCESS;
+    }
+    outln!("{:<14} {:<10} IOMMU GROUP", "ADDRESS", "DRIVER");
+    for f in &functions {
+        let group = f.iommu_group.map_or("-".to_string(), |g| g.to_string());
+        outln!(
+            "{:<14} {:<10} {group}",
+            f.address.to_string(),
+            f.driver.as_deref().unwrap_or("-")
+        );
+    }
+    ExitCode::SUCCESS
 }
 
 /// `uetctl bind`.

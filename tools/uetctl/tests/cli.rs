@@ -591,6 +591,24 @@ fn bind_and_unbind_report_what_they_did_and_why_they_could_not() {
     assert!(stderr.contains("no PCI function 0000:3b:00.1"), "{stderr}");
     std::fs::remove_dir_all(&root).unwrap();
 
+    // The listing.
+    let root = sys_tree("list", Some("vfio-pci"));
+    let (ok, stdout, _) = uetctl_on(&root, &["pci"]);
+    assert!(ok);
+    assert_eq!(
+        stdout,
+        "ADDRESS        DRIVER     IOMMU GROUP\n0000:3b:00.0   vfio-pci   9\n"
+    );
+    let (ok, stdout, _) = uetctl_on(&root, &["--json", "pci"]);
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(v["functions"][0]["iommu_group"], 9);
+    std::fs::remove_dir_all(root.join("sys/bus/pci/devices/0000:3b:00.0")).unwrap();
+    let (ok, stdout, _) = uetctl_on(&root, &["pci"]);
+    assert!(ok);
+    assert_eq!(stdout, "no uet-nic function on the PCI bus\n");
+    std::fs::remove_dir_all(&root).unwrap();
+
     // A bad address is a usage error.
     let out = uetctl(&["bind", "0000:3b:20.0"]);
     assert_eq!(out.status.code(), Some(2));
