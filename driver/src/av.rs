@@ -117,7 +117,7 @@ impl AvTableHandle {
 }
 
 impl AvTableHandle {
-    /// `out.len()` entries of the NIC table from `first` ([`NicInner::read_av_entries`]).
+    /// `out.len()` entries of the NIC table from `first` (AV_READ).
     pub fn read_entries(&self, first: u32, out: &mut [NicAvEntry]) -> Result<(), NicError> {
         self.nic.read_av_entries(self.handle, first, out)
     }

@@ -117,7 +117,7 @@ impl BarMapping {
         self.len
     }
 
-    /// Whether nothing is mapped (never: [`BarMapping::map`] refuses it).
+    /// Whether nothing is mapped (never: an empty mapping is refused).
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

@@ -1,5 +1,5 @@
 //! The pieces of `uetctl` that tests use too: the demo job, the AV table dump, the counter
-//! report, the simulator daemon and the telemetry client; and [`out`], standard output that
+//! report, the simulator daemon and the telemetry client; and [`out`](mod@out), standard output that
 //! ends quietly when its reader has gone.
 
 pub mod out;

@@ -2,7 +2,7 @@
 //!
 //! `println!` panics when standard output fails, and Rust programs ignore `SIGPIPE`, so
 //! `uetctl av dump --demo | head` would end in a panic message once `head` has its lines
-//! and closes the pipe. Every line `uetctl` prints goes through [`outln!`] / [`out!`]
+//! and closes the pipe. Every line `uetctl` prints goes through [`outln!`](crate::outln!) / [`out!`](crate::out!)
 //! instead: when the reader has gone (`EPIPE`), there is no one left to tell, and `uetctl`
 //! exits at once with status 0, as a program killed by `SIGPIPE` would stop, without the
 //! noise; any other write error (a full disk, an I/O error) is a message on standard error
