@@ -36,6 +36,8 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 use uet_av::{AvAttr, FiAddr};
 use uet_driver::backend::sim::SimDevice;
+use uet_driver::backend::sysfs::PciAddress;
+use uet_driver::backend::vfio::VfioDevice;
 use uet_driver::backend::vfio_user::VfioUserDevice;
 use uet_driver::Device;
 use uet_driver::{Av, CqEvent, CqOp, DmaPool, Endpoint, EndpointAttr, MemoryRegion, MrAccess, Nic};
@@ -65,6 +67,9 @@ pub struct DemoConfig {
     /// Run on the NICs a simulator daemon serves in this directory (`uetctl sim serve`):
     /// rank `i` opens `nic<i>.sock` over vfio-user. `None`: NICs of a fabric in this process.
     pub vfio_user: Option<PathBuf>,
+    /// Run on these PCI functions, bound to `vfio-pci`, through kernel VFIO: rank `i` on the
+    /// `i`-th; as many as there are ranks. Empty: not on hardware.
+    pub vfio: Vec<PciAddress>,
 }
 
 impl Default for DemoConfig {
@@ -79,6 +84,7 @@ impl Default for DemoConfig {
             pcap: None,
             interface_minor: uet_driver::uet_regs::INTERFACE_MINOR,
             vfio_user: None,
+            vfio: Vec::new(),
         }
     }
 }
@@ -303,6 +309,7 @@ pub fn run(cfg: DemoConfig) -> Result<DemoOutcome, DemoError> {
         )));
     }
     let (fabric, devices) = match &cfg.vfio_user {
+        _ if !cfg.vfio.is_empty() => (None, vfio_devices(&cfg)?),
         Some(dir) => (None, daemon_devices(dir, &cfg)?),
         None => {
             let (fabric, devices) = embedded_devices(&cfg)?;
@@ -405,6 +412,42 @@ fn daemon_devices(dir: &Path, cfg: &DemoConfig) -> Result<Vec<Arc<dyn Device>>, 
     (0..cfg.ranks)
         .map(|r| {
             VfioUserDevice::open(nic_socket(dir, r))
+                .map(|d| Arc::new(d) as Arc<dyn Device>)
+                .map_err(|e| DemoError::Device(format!("rank {r}: {e}")))
+        })
+        .collect()
+}
+
+/// The NICs at `cfg.vfio`, rank `i` on the `i`-th, opened before any rank starts.
+fn vfio_devices(cfg: &DemoConfig) -> Result<Vec<Arc<dyn Device>>, DemoError> {
+    if cfg.vfio.len() != cfg.ranks {
+        return Err(DemoError::Config(format!(
+            "--vfio names {} functions for {} ranks: one function per rank",
+            cfg.vfio.len(),
+            cfg.ranks
+        )));
+    }
+    if cfg.vfio_user.is_some() || cfg.pcap.is_some() {
+        return Err(DemoError::Config(
+            "--vfio runs on NICs on the PCI bus: no daemon directory or pcap of a simulated fabric"
+                .into(),
+        ));
+    }
+    if let Some(twice) = cfg
+        .vfio
+        .iter()
+        .enumerate()
+        .find_map(|(i, a)| cfg.vfio[..i].contains(a).then_some(a))
+    {
+        return Err(DemoError::Config(format!(
+            "--vfio names {twice} twice: each rank needs a NIC of its own"
+        )));
+    }
+    cfg.vfio
+        .iter()
+        .enumerate()
+        .map(|(r, &a)| {
+            VfioDevice::open(a)
                 .map(|d| Arc::new(d) as Arc<dyn Device>)
                 .map_err(|e| DemoError::Device(format!("rank {r}: {e}")))
         })

@@ -26,9 +26,9 @@ struct Cli {
 
 #[derive(clap::Args, Clone)]
 struct JobArgs {
-    /// Ranks in the job, each with its own simulated NIC.
-    #[arg(long, default_value_t = 4)]
-    ranks: usize,
+    /// Ranks in the job, each with its own NIC (default 4; with --vfio, one per function).
+    #[arg(long)]
+    ranks: Option<usize>,
     /// Messages each rank sends to its right neighbour.
     #[arg(long, default_value_t = 8)]
     messages: u32,
@@ -54,6 +54,10 @@ struct JobArgs {
     /// i on DIR/nic<i>.sock over vfio-user, instead of NICs simulated in this process.
     #[arg(long, value_name = "DIR")]
     vfio_user: Option<PathBuf>,
+    /// Run on these NICs, PCI functions bound to vfio-pci (`uetctl bind`), comma-separated:
+    /// rank i on the i-th, through kernel VFIO; they must share a fabric.
+    #[arg(long, value_name = "ADDRESS,...", value_delimiter = ',', conflicts_with_all = ["vfio_user", "pcap", "interface_minor"])]
+    vfio: Vec<PciAddress>,
 }
 
 /// Where sysfs and procfs are mounted.
@@ -102,7 +106,11 @@ impl LiveArgs {
 impl From<JobArgs> for DemoConfig {
     fn from(a: JobArgs) -> Self {
         DemoConfig {
-            ranks: a.ranks,
+            ranks: a.ranks.unwrap_or(if a.vfio.is_empty() {
+                DemoConfig::default().ranks
+            } else {
+                a.vfio.len()
+            }),
             messages: a.messages,
             job_id: a.job_id,
             tagged: a.tagged,
@@ -110,6 +118,7 @@ impl From<JobArgs> for DemoConfig {
             pcap: a.pcap,
             interface_minor: a.interface_minor,
             vfio_user: a.vfio_user,
+            vfio: a.vfio,
         }
     }
 }
@@ -994,6 +1003,7 @@ fn run_demo(cfg: DemoConfig, telemetry: bool, linger: Option<u64>, as_json: bool
             "tagged_per_rank": cfg.tagged,
             "interface_minor": outcome.ranks.first().map_or(cfg.interface_minor, |r| r.nic.identity().interface_minor),
             "vfio_user": cfg.vfio_user.as_ref().map(|d| d.display().to_string()),
+            "vfio": cfg.vfio.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
             "rma": cfg.rma,
             "ranks": ranks,
             "rank0_av": dump::render_json(table),

@@ -630,3 +630,38 @@ fn regs_of_a_function_that_cannot_be_opened_says_why() {
     let out = uetctl(&["regs", "--vfio", "0000:3b:00.0", "--demo"]);
     assert_eq!(out.status.code(), Some(2), "--vfio and --demo conflict");
 }
+
+#[test]
+fn the_demo_on_pci_functions_checks_them_before_any_rank_starts() {
+    let run = |args: &[&str]| {
+        let out = uetctl(args);
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // Functions this machine does not have: rank 0's is refused by sysfs, nothing runs.
+    let (code, stdout, stderr) = run(&["demo", "--vfio", "ffff:ff:1f.6,ffff:ff:1f.7"]);
+    assert_ne!(code, Some(0));
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(
+        stderr.contains("rank 0: cannot open device vfio:ffff:ff:1f.6")
+            && stderr.contains("no PCI function"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = run(&["demo", "--vfio", "3b:00.0,3b:00.0"]);
+    assert_eq!(code, Some(2));
+    assert!(
+        stderr.contains("--vfio names 0000:3b:00.0 twice"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = run(&["demo", "--vfio", "3b:00.0,3b:00.1", "--ranks", "3"]);
+    assert_eq!(code, Some(2));
+    assert!(
+        stderr.contains("--vfio names 2 functions for 3 ranks"),
+        "{stderr}"
+    );
+    let (code, _, _) = run(&["demo", "--vfio", "3b:00.0,3b:00.1", "--vfio-user", "/tmp"]);
+    assert_eq!(code, Some(2));
+}
