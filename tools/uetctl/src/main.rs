@@ -55,7 +55,8 @@ struct JobArgs {
     #[arg(long, value_name = "DIR")]
     vfio_user: Option<PathBuf>,
     /// Run on these NICs, PCI functions bound to vfio-pci (`uetctl bind`), comma-separated:
-    /// rank i on the i-th, through kernel VFIO; they must share a fabric.
+    /// rank i on the i-th, through kernel VFIO; they must share a fabric. (`regs --vfio`
+    /// without --demo only reads their registers.)
     #[arg(long, value_name = "ADDRESS,...", value_delimiter = ',', conflicts_with_all = ["vfio_user", "pcap", "interface_minor"])]
     vfio: Vec<PciAddress>,
 }
@@ -188,11 +189,6 @@ enum Command {
         /// Run the demo job on the simulated fabric first and read its NICs.
         #[arg(long)]
         demo: bool,
-        /// Read the NIC at this PCI function, bound to vfio-pci (`uetctl bind`), through
-        /// kernel VFIO. Opening it enables memory space and bus mastering, as the driver
-        /// does; the registers are only read.
-        #[arg(long, value_name = "ADDRESS", conflicts_with_all = ["demo", "pid", "socket", "rank", "nic"])]
-        vfio: Option<PciAddress>,
         /// Only this rank's NIC (default: every rank).
         #[arg(long)]
         rank: Option<usize>,
@@ -334,15 +330,25 @@ fn main() -> ExitCode {
         Command::Bind { address, roots } => bind(address, &roots, cli.json),
         Command::Unbind { address, roots } => unbind(address, &roots, cli.json),
         Command::Regs {
-            vfio: Some(address),
-            ..
-        } => vfio_regs(address, cli.json),
+            demo: false,
+            rank,
+            job,
+            live,
+        } if !job.vfio.is_empty() => {
+            if live.target().is_some() || rank.is_some() {
+                eprintln!(
+                    "uetctl regs: --vfio without --demo reads the functions named; \
+                     --pid, --socket, --nic and --rank do not apply"
+                );
+                return ExitCode::from(2);
+            }
+            vfio_regs(&job.vfio, cli.json)
+        }
         Command::Regs {
             demo,
             rank,
             job,
             live,
-            vfio: None,
         } => match live.target() {
             Some(target) => exit_code(live_regs(&target, live.nic, cli.json)),
             None if demo => run_regs(job.into(), rank, cli.json),
@@ -460,26 +466,35 @@ fn unbind(address: PciAddress, roots: &SysRoots, as_json: bool) -> ExitCode {
     }
 }
 
-/// `uetctl regs --vfio ADDRESS`.
-fn vfio_regs(address: PciAddress, as_json: bool) -> ExitCode {
-    let device = match uet_driver::backend::vfio::VfioDevice::open(address) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("uetctl regs: {e}");
-            return ExitCode::FAILURE;
+/// `uetctl regs --vfio ADDRESS,...`: each function's BAR0, read through kernel VFIO. Opening
+/// a function enables memory space and bus mastering, as the driver does; the registers are
+/// only read. Every function is opened before anything is printed.
+fn vfio_regs(addresses: &[PciAddress], as_json: bool) -> ExitCode {
+    let mut devices = Vec::with_capacity(addresses.len());
+    for &address in addresses {
+        match uet_driver::backend::vfio::VfioDevice::open(address) {
+            Ok(d) => devices.push(d),
+            Err(e) => {
+                eprintln!("uetctl regs: {e}");
+                return ExitCode::FAILURE;
+            }
         }
-    };
-    let values = uetctl::regs::read_all(uet_driver::device::Device::bar0(&device));
+    }
+    let mut docs = Vec::new();
+    for device in &devices {
+        let address = device.address();
+        let values = uetctl::regs::read_all(uet_driver::device::Device::bar0(device));
+        if as_json {
+            docs.push(json!({"address": address.to_string(), "registers": uetctl::regs::render_json(&values)}));
+        } else {
+            outln!(
+                "{}",
+                uetctl::regs::render_text(&format!("NIC {address} BAR0"), &values)
+            );
+        }
+    }
     if as_json {
-        outln!(
-            "{}",
-            json!({"address": address.to_string(), "registers": uetctl::regs::render_json(&values)})
-        );
-    } else {
-        outln!(
-            "{}",
-            uetctl::regs::render_text(&format!("NIC {address} BAR0"), &values)
-        );
+        outln!("{}", json!({ "nics": docs }));
     }
     ExitCode::SUCCESS
 }

@@ -627,8 +627,15 @@ fn regs_of_a_function_that_cannot_be_opened_says_why() {
     );
     assert!(stderr.contains("no PCI function"), "{stderr}");
     assert!(out.stdout.is_empty());
-    let out = uetctl(&["regs", "--vfio", "0000:3b:00.0", "--demo"]);
-    assert_eq!(out.status.code(), Some(2), "--vfio and --demo conflict");
+    let out = uetctl(&["regs", "--vfio", "0000:3b:00.0", "--pid", "1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("do not apply"));
+    // Every subcommand that takes the job's options parses (their names are unique).
+    for cmd in [&["regs"][..], &["stats"], &["av", "dump"], &["demo"]] {
+        let mut args = cmd.to_vec();
+        args.push("--help");
+        assert!(uetctl(&args).status.success(), "{cmd:?}");
+    }
 }
 
 #[test]
