@@ -1202,3 +1202,16 @@ fn run_dump(cfg: DemoConfig, rank: Option<usize>, as_json: bool) -> ExitCode {
         ExitCode::FAILURE
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// clap's own checks of every subcommand: unique names, conflicts that name real
+    /// arguments, defaults that parse.
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+}
