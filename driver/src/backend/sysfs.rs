@@ -596,7 +596,7 @@ impl Sysfs {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
 
@@ -676,7 +676,7 @@ mod tests {
 
     /// A sysfs and procfs of their own: one function at [`NIC`], with `ids`, bound to
     /// `driver`, in IOMMU group 42.
-    struct Tree {
+    pub(crate) struct Tree {
         dir: PathBuf,
     }
 
@@ -687,7 +687,7 @@ mod tests {
     }
 
     impl Tree {
-        fn new(ids: (&str, &str), driver: Option<&str>) -> Tree {
+        pub(crate) fn new(ids: (&str, &str), driver: Option<&str>) -> Tree {
             use std::sync::atomic::{AtomicU32, Ordering};
             static NEXT: AtomicU32 = AtomicU32::new(0);
             let dir = std::env::temp_dir().join(format!(
@@ -719,33 +719,40 @@ mod tests {
             t
         }
 
-        fn this_nic(driver: Option<&str>) -> Tree {
+        pub(crate) fn this_nic(driver: Option<&str>) -> Tree {
             Tree::new(("0xfffe", "0x0001"), driver)
         }
 
-        fn sys(&self) -> PathBuf {
+        pub(crate) fn sys(&self) -> PathBuf {
             self.dir.join("sys")
         }
 
-        fn proc(&self) -> PathBuf {
+        pub(crate) fn proc(&self) -> PathBuf {
             self.dir.join("proc")
         }
 
-        fn sysfs(&self) -> Sysfs {
+        pub(crate) fn sysfs(&self) -> Sysfs {
             Sysfs::new(self.sys(), self.proc()).with_dev(self.dir.join("dev"))
         }
 
-        fn function(&self) -> PathBuf {
+        pub(crate) fn function(&self) -> PathBuf {
             self.sys().join("bus/pci/devices").join(NIC)
         }
 
-        fn set_driver(&self, d: &str) {
+        pub(crate) fn set_driver(&self, d: &str) {
             let link = self.function().join("driver");
             let _ = fs::remove_file(&link);
             symlink(format!("../../../bus/pci/drivers/{d}"), link).unwrap();
         }
 
-        fn read(&self, rel: &str) -> String {
+        /// Put the function in IOMMU group `n` instead.
+        pub(crate) fn set_group(&self, n: u32) {
+            let link = self.function().join("iommu_group");
+            let _ = fs::remove_file(&link);
+            symlink(format!("../../../kernel/iommu_groups/{n}"), link).unwrap();
+        }
+
+        pub(crate) fn read(&self, rel: &str) -> String {
             fs::read_to_string(self.sys().join(rel)).unwrap()
         }
     }

@@ -465,37 +465,29 @@ mod tests {
 
     #[test]
     fn opening_names_the_step_that_refused() {
-        // sysfs refuses first: no such function in an empty tree.
-        let dir = std::env::temp_dir().join(format!("uet-vfio-open-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let sysfs = Sysfs::new(dir.join("sys"), dir.join("proc"));
-        let address: PciAddress = "0000:3b:00.0".parse().unwrap();
-        let e = VfioDevice::open_in(&sysfs, address)
+        use crate::backend::sysfs::tests::Tree;
+        let t = Tree::this_nic(Some(crate::backend::sysfs::VFIO_PCI));
+        // sysfs refuses first: no such function in the tree.
+        let missing: PciAddress = "0000:3b:00.1".parse().unwrap();
+        let e = VfioDevice::open_in(&t.sysfs(), missing)
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("cannot open device vfio:0000:3b:00.0") && e.contains("no PCI function"),
+            e.contains("cannot open device vfio:0000:3b:00.1") && e.contains("no PCI function"),
             "{e}"
         );
 
-        // A tree where sysfs is satisfied: what refuses next is the machine's VFIO (here,
-        // without /dev/vfio, the container; on a machine with VFIO, the group of a function
-        // that is not really there).
-        let f = dir.join("sys/bus/pci/devices/0000:3b:00.0");
-        std::fs::create_dir_all(&f).unwrap();
-        std::fs::write(f.join("vendor"), "0xfffe\n").unwrap();
-        std::fs::write(f.join("device"), "0x0001\n").unwrap();
-        std::fs::create_dir_all(dir.join("sys/bus/pci/drivers/vfio-pci")).unwrap();
-        let _ = std::os::unix::fs::symlink("../../../bus/pci/drivers/vfio-pci", f.join("driver"));
-        let _ =
-            std::os::unix::fs::symlink("../../../kernel/iommu_groups/4097", f.join("iommu_group"));
-        let e = VfioDevice::open_in(&sysfs, address)
+        // A function sysfs accepts: what refuses next is the machine's VFIO (here, without
+        // /dev/vfio, the container; on a machine with VFIO, the group of a function that is
+        // not really there, in a group number no machine of ours has).
+        t.set_group(4097);
+        let address: PciAddress = "0000:3b:00.0".parse().unwrap();
+        let e = VfioDevice::open_in(&t.sysfs(), address)
             .unwrap_err()
             .to_string();
         assert!(
             e.contains("/dev/vfio/vfio") || e.contains("/dev/vfio/4097"),
             "{e}"
         );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
