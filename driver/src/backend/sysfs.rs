@@ -428,7 +428,7 @@ impl Sysfs {
         if from.as_deref() == Some(VFIO_PCI) {
             return Ok(Bound::Already);
         }
-        let vfio_pci = self.sys.join("bus/pci/drivers").join(VFIO_PCI);
+        let vfio_pci = self.driver_dir(VFIO_PCI);
         if !vfio_pci.is_dir() {
             return Err(SysfsError::NoVfioPci {
                 address,
@@ -452,10 +452,7 @@ impl Sysfs {
         self.write(&override_path, VFIO_PCI)?;
         let taken = (|| {
             if let Some(d) = &from {
-                self.write(
-                    &self.sys.join("bus/pci/drivers").join(d).join("unbind"),
-                    &name,
-                )?;
+                self.write(&self.driver_dir(d).join("unbind"), &name)?;
             }
             self.write(&self.sys.join("bus/pci/drivers_probe"), &name)
         })();
@@ -493,18 +490,20 @@ impl Sysfs {
         }
         let name = address.to_string();
         self.write(&self.function_dir(address).join("driver_override"), "\n")?;
-        self.write(
-            &self
-                .sys
-                .join("bus/pci/drivers")
-                .join(VFIO_PCI)
-                .join("unbind"),
-            &name,
-        )?;
-        self.write(&self.sys.join("bus/pci/drivers_probe"), &name)?;
+        self.write(&self.driver_dir(VFIO_PCI).join("unbind"), &name)?;
+        // Released: a probe that cannot be written leaves the function with no driver, which
+        // is what a release is for this NIC (no kernel driver knows it), so it is logged only.
+        if let Err(e) = self.write(&self.sys.join("bus/pci/drivers_probe"), &name) {
+            tracing::warn!(%address, error = %e, "released, but could not probe the function");
+        }
         Ok(Unbound::Released {
             now: self.driver(address)?,
         })
+    }
+
+    /// A driver's directory, `bus/pci/drivers/<name>`.
+    fn driver_dir(&self, name: &str) -> PathBuf {
+        self.sys.join("bus/pci/drivers").join(name)
     }
 
     /// Refuse when a process holds the group's file open: the kernel opens a group file only
@@ -959,6 +958,15 @@ pub(crate) mod tests {
         assert_eq!(t.read("bus/pci/drivers/vfio-pci/unbind"), NIC);
         assert_eq!(t.read("bus/pci/drivers_probe"), NIC);
         assert_eq!(t.read("bus/pci/devices/0000:3b:00.0/driver_override"), "\n");
+
+        // The release took effect even where the probe after it cannot be written.
+        let t = Tree::this_nic(Some(VFIO_PCI));
+        fs::remove_file(t.sys().join("bus/pci/drivers_probe")).unwrap();
+        assert!(matches!(
+            t.sysfs().unbind_vfio(addr(NIC)),
+            Ok(Unbound::Released { .. })
+        ));
+        assert_eq!(t.read("bus/pci/drivers/vfio-pci/unbind"), NIC);
 
         let t = Tree::this_nic(None);
         assert_eq!(t.sysfs().unbind_vfio(addr(NIC)).unwrap(), Unbound::NotBound);
