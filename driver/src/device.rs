@@ -3,7 +3,7 @@
 //! Driver code above this trait never knows whether it runs on kernel VFIO, on a vfio-user
 //! simulator daemon, or on the simulator in this process.
 
-use crate::dma::DmaRegion;
+use crate::dma::{DmaRegion, IovaRange};
 use uet_regs::Mmio;
 
 /// Errors a backend reports.
@@ -47,4 +47,10 @@ pub trait Device: Send + Sync {
     fn dma_unmap(&self, region: &DmaRegion) -> Result<(), DeviceError>;
     /// A human-readable name: PCI address, socket path, or simulator NIC.
     fn name(&self) -> String;
+    /// The IOVAs the device can reach, ascending: what its IOMMU translates (kernel VFIO
+    /// asks the IOMMU). The driver places every DMA region inside them. By default every
+    /// IOVA, as for a simulator, which takes any.
+    fn iova_ranges(&self) -> Vec<IovaRange> {
+        vec![IovaRange::ALL]
+    }
 }

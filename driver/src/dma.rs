@@ -63,10 +63,15 @@ pub enum DmaError {
         len: usize,
     },
     /// The IOVA space has no room left for a region of this size (IOVAs are never reused).
-    #[error("no IOVA space left for a DMA region of {len} bytes")]
+    #[error(
+        "no IOVA space left for a DMA region of {len} bytes (the IOMMU translates {ranges}; \
+         IOVAs are not reused)"
+    )]
     IovaExhausted {
         /// Requested length.
         len: usize,
+        /// The usable IOVA ranges.
+        ranges: String,
     },
 }
 
@@ -79,12 +84,44 @@ pub enum PageKind {
     Normal,
 }
 
-/// Hands out IOVAs: a bump allocator with huge-page alignment. IOVAs are never reused within a
-/// process, so a stale descriptor naming a freed region faults at the IOMMU instead of
-/// scribbling on new memory.
+/// A span of IOVAs the device's IOMMU translates, both ends inclusive (as VFIO reports them:
+/// `struct vfio_iova_range`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IovaRange {
+    /// First IOVA.
+    pub start: u64,
+    /// Last IOVA (inclusive, so the range may end at 2^64 - 1).
+    pub last: u64,
+}
+
+impl IovaRange {
+    /// Every IOVA: a device without an IOMMU aperture of its own (the simulators).
+    pub const ALL: IovaRange = IovaRange {
+        start: 0,
+        last: u64::MAX,
+    };
+}
+
+impl core::fmt::Display for IovaRange {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{:#x}-{:#x}", self.start, self.last)
+    }
+}
+
+/// Hands out IOVAs: a bump allocator with huge-page alignment, inside the ranges the device's
+/// IOMMU translates. IOVAs are never reused within a process, so a stale descriptor naming a
+/// freed region faults at the IOMMU instead of scribbling on new memory.
+///
+/// A request that does not fit what is left of the current range moves the cursor to the
+/// next range it fits in; what it skips is not handed out later (the cursor only moves up).
+/// An IOMMU's aperture is 39 to 57 bits of IOVA with few holes (the x86 interrupt window,
+/// AMD's HyperTransport window below 1 TiB), so this costs at most a few hugepages per hole.
 #[derive(Debug)]
 pub struct IovaAllocator {
     next: AtomicU64,
+    /// Usable ranges, ascending and disjoint, each starting on a hugepage and at or above
+    /// [`IovaAllocator::BASE`].
+    ranges: Box<[IovaRange]>,
 }
 
 impl IovaAllocator {
@@ -92,34 +129,108 @@ impl IovaAllocator {
     /// mapped memory.
     pub const BASE: u64 = 1 << 32;
 
-    /// A fresh allocator.
-    pub const fn new() -> Self {
-        IovaAllocator {
+    /// A fresh allocator over the whole IOVA space from [`IovaAllocator::BASE`].
+    pub fn new() -> Self {
+        Self::within(&[IovaRange::ALL]).unwrap_or(IovaAllocator {
             next: AtomicU64::new(Self::BASE),
+            ranges: Box::new([]),
+        })
+    }
+
+    /// A fresh allocator over the parts of `ranges` at or above [`IovaAllocator::BASE`] that
+    /// can hold a hugepage-aligned hugepage (overlapping or unsorted ranges are merged).
+    /// `None` when no such part exists: the device could reach no DMA memory of this driver.
+    pub fn within(ranges: &[IovaRange]) -> Option<Self> {
+        let align = HUGE_PAGE as u64;
+        let mut usable: Vec<IovaRange> = ranges
+            .iter()
+            .filter(|r| r.start <= r.last && r.last >= Self::BASE)
+            .map(|r| IovaRange {
+                start: r.start.max(Self::BASE),
+                last: r.last,
+            })
+            .collect();
+        usable.sort_by_key(|r| r.start);
+        let mut merged: Vec<IovaRange> = Vec::with_capacity(usable.len());
+        for r in usable {
+            match merged.last_mut() {
+                Some(m) if r.start <= m.last.saturating_add(1) => m.last = m.last.max(r.last),
+                _ => merged.push(r),
+            }
         }
+        // Each range from its first hugepage boundary, if a whole hugepage fits after it.
+        let ranges: Box<[IovaRange]> = merged
+            .into_iter()
+            .filter_map(|r| {
+                let start = r.start.checked_next_multiple_of(align)?;
+                (start <= r.last && r.last - start >= align - 1).then_some(IovaRange {
+                    start,
+                    last: r.last,
+                })
+            })
+            .collect();
+        let first = ranges.first()?.start;
+        Some(IovaAllocator {
+            next: AtomicU64::new(first),
+            ranges,
+        })
     }
 
     /// An allocator whose next IOVA is `next` (tests of the end of the IOVA space).
     #[cfg(test)]
-    const fn starting_at(next: u64) -> Self {
-        IovaAllocator {
-            next: AtomicU64::new(next),
-        }
+    fn starting_at(next: u64) -> Self {
+        let a = Self::new();
+        a.next.store(next, Ordering::Relaxed);
+        a
     }
 
-    /// Reserve `len` bytes of IOVA space, huge-page aligned. A request that does not fit
-    /// what is left of the 64-bit space fails and reserves nothing: the cursor never wraps
-    /// back onto IOVAs in use.
+    /// The ranges IOVAs are taken from.
+    pub fn ranges(&self) -> &[IovaRange] {
+        &self.ranges
+    }
+
+    /// Where a request of `span` bytes (a whole number of hugepages) goes when the cursor
+    /// stands at `next`: the first hugepage boundary at or after it, in the first range the
+    /// request fits in whole. `None` when it fits in none, or would end at 2^64 (the cursor
+    /// after it would not fit a u64).
+    fn place(&self, next: u64, span: u64) -> Option<u64> {
+        self.ranges.iter().find_map(|r| {
+            let at = next
+                .max(r.start)
+                .checked_next_multiple_of(HUGE_PAGE as u64)?;
+            let end = at.checked_add(span)?;
+            (r.last.checked_add(1).is_none_or(|past| end <= past) && at <= r.last).then_some(at)
+        })
+    }
+
+    /// Reserve `len` bytes of IOVA space, huge-page aligned, inside one usable range. A
+    /// request that does not fit what is left fails and reserves nothing: the cursor never
+    /// wraps back onto IOVAs in use.
     pub fn alloc(&self, len: usize) -> Result<u64, DmaError> {
         let span = u64::try_from(len)
             .ok()
             .and_then(|l| l.checked_next_multiple_of(HUGE_PAGE as u64))
             .ok_or(DmaError::TooLarge { len })?;
-        self.next
+        let exhausted = || DmaError::IovaExhausted {
+            len,
+            ranges: self
+                .ranges
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+        };
+        if span == 0 {
+            return Err(DmaError::Empty);
+        }
+        let before = self
+            .next
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |next| {
-                next.checked_add(span)
+                self.place(next, span).map(|at| at + span)
             })
-            .map_err(|_| DmaError::IovaExhausted { len })
+            .map_err(|_| exhausted())?;
+        // The same placement the update made from the same cursor.
+        self.place(before, span).ok_or_else(exhausted)
     }
 }
 
@@ -534,7 +645,7 @@ mod tests {
         let a = IovaAllocator::starting_at(last);
         assert!(matches!(
             a.alloc(3 * HUGE_PAGE),
-            Err(DmaError::IovaExhausted { len }) if len == 3 * HUGE_PAGE
+            Err(DmaError::IovaExhausted { len, .. }) if len == 3 * HUGE_PAGE
         ));
         assert!(matches!(
             a.alloc(usize::MAX),
@@ -545,9 +656,105 @@ mod tests {
         // The cursor now stands on the last hugepage, whose end 2^64 no u64 holds.
         assert!(matches!(
             a.alloc(1),
-            Err(DmaError::IovaExhausted { len: 1 })
+            Err(DmaError::IovaExhausted { len: 1, .. })
         ));
         assert!(a.alloc(HUGE_PAGE).is_err());
+    }
+
+    /// IOVAs come only from the ranges the IOMMU translates, at or above 4 GiB: a range's
+    /// unaligned start is skipped to its first hugepage, a request that does not fit the rest
+    /// of a range goes to the next one it fits in, and past the last range nothing is
+    /// reserved.
+    #[test]
+    fn iovas_stay_inside_the_ranges_the_iommu_translates() {
+        const G: u64 = 1 << 30;
+        let hp = HUGE_PAGE as u64;
+        let r = |start: u64, last: u64| IovaRange { start, last };
+        // Below 4 GiB (the interrupt window's side), a hole at 5 GiB + 3 hugepages, then a
+        // range starting off a hugepage boundary and ending at 6 GiB; given out of order.
+        let a = IovaAllocator::within(&[
+            r(5 * G + 5 * hp + 4096, 6 * G - 1),
+            r(0, 0xfedf_ffff),
+            r(0xfef0_0000, 5 * G + 3 * hp - 1),
+        ])
+        .unwrap();
+        assert_eq!(
+            a.ranges(),
+            [r(4 * G, 5 * G + 3 * hp - 1), r(5 * G + 6 * hp, 6 * G - 1)]
+        );
+        assert_eq!(a.alloc(1).unwrap(), 4 * G);
+        let top = a.alloc(G as usize + HUGE_PAGE).unwrap();
+        assert_eq!(top, 4 * G + hp);
+        // Two hugepages do not fit the one left before the hole: the next range.
+        assert_eq!(a.alloc(2 * HUGE_PAGE).unwrap(), 5 * G + 6 * hp);
+        assert_eq!(a.alloc(HUGE_PAGE).unwrap(), 5 * G + 8 * hp);
+        // What is left of the last range, exactly.
+        let left = 6 * G - (5 * G + 9 * hp);
+        assert!(matches!(
+            a.alloc(left as usize + 1),
+            Err(DmaError::IovaExhausted { ref ranges, .. }) if ranges.contains("0x17fffffff")
+        ));
+        assert_eq!(a.alloc(left as usize).unwrap(), 5 * G + 9 * hp);
+        assert!(a.alloc(1).is_err(), "nothing past the last range");
+        assert!(matches!(a.alloc(0), Err(DmaError::Empty)));
+
+        // Ranges that touch or overlap are one; ranges with no aligned hugepage at or above
+        // 4 GiB leave nothing, and a device that reaches nothing the driver can use has no
+        // allocator.
+        let merged =
+            IovaAllocator::within(&[r(4 * G, 4 * G + hp - 1), r(4 * G + hp, 4 * G + 3 * hp)])
+                .unwrap();
+        assert_eq!(merged.ranges(), [r(4 * G, 4 * G + 3 * hp)]);
+        assert!(IovaAllocator::within(&[]).is_none());
+        assert!(IovaAllocator::within(&[r(0, 4 * G - 1)]).is_none());
+        assert!(IovaAllocator::within(&[r(4 * G + 1, 4 * G + 2 * hp - 2)]).is_none());
+        assert!(
+            IovaAllocator::within(&[r(5 * G, 4 * G)]).is_none(),
+            "backwards"
+        );
+        let one = IovaAllocator::within(&[r(4 * G + 1, 4 * G + 2 * hp - 1)]).unwrap();
+        assert_eq!(one.alloc(1).unwrap(), 4 * G + hp);
+        assert!(one.alloc(1).is_err());
+        // The whole space, as a simulator reports it: from 4 GiB on.
+        assert_eq!(IovaAllocator::new().ranges(), [r(4 * G, u64::MAX)]);
+    }
+
+    /// Threads taking IOVAs at once get disjoint ones, all inside the ranges.
+    #[test]
+    fn concurrent_allocations_are_disjoint() {
+        let hp = HUGE_PAGE as u64;
+        let r = |start: u64, last: u64| IovaRange { start, last };
+        let a = IovaAllocator::within(&[
+            r(IovaAllocator::BASE, IovaAllocator::BASE + 10 * hp - 1),
+            r(
+                IovaAllocator::BASE + 20 * hp,
+                IovaAllocator::BASE + 200 * hp - 1,
+            ),
+        ])
+        .unwrap();
+        let got = std::sync::Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let (a, got) = (&a, &got);
+                s.spawn(move || {
+                    for i in 0..20 {
+                        let len = (1 + (t + i) % 3) * HUGE_PAGE;
+                        if let Ok(at) = a.alloc(len) {
+                            got.lock().unwrap().push((at, at + len as u64));
+                        }
+                    }
+                });
+            }
+        });
+        let mut got = got.into_inner().unwrap();
+        got.sort();
+        assert!(got.windows(2).all(|w| w[0].1 <= w[1].0), "overlap: {got:?}");
+        assert!(got
+            .iter()
+            .all(|&(s, e)| a.ranges().iter().any(|r| s >= r.start && e - 1 <= r.last)));
+        // 10 + 180 hugepages in all, requests of 1 to 3: most of it is given out.
+        let pages: u64 = got.iter().map(|(s, e)| (e - s) / hp).sum();
+        assert!(pages > 150, "{pages} hugepages given out");
     }
 
     /// Lengths that no mapping can have are refused before any system call, and a region

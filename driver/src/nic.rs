@@ -14,7 +14,8 @@
 //! 4. Read the capability registers `CAP_*`.
 //! 5. Allocate the admin rings (64 entries, or the largest power of two within
 //!    `CAP_QUEUES.max_admin_entries`; fewer than 2 allowed is refused) and scratch memory, map
-//!    them for DMA, program `ADMIN_SQ_BASE`, `ADMIN_CQ_BASE`, `ADMIN_QUEUE_SIZE` and
+//!    them for DMA at IOVAs inside the ranges the device's IOMMU translates
+//!    ([`Device::iova_ranges`]; none the driver can use is refused), program `ADMIN_SQ_BASE`, `ADMIN_CQ_BASE`, `ADMIN_QUEUE_SIZE` and
 //!    `ADMIN_CQ_HEAD`.
 //! 6. `DEV_CTRL.enable = 1`; `DEV_STATUS.enabled` must follow, else `FATAL_ERROR` says why.
 //! 7. IDENTIFY: the NIC's fabric address, MAC, serial number and model.
@@ -496,7 +497,20 @@ impl Nic {
                 caps.max_admin_entries
             ))
         })?;
-        let iova = IovaAllocator::new();
+        let ranges = device.iova_ranges();
+        let iova = IovaAllocator::within(&ranges).ok_or_else(|| {
+            DriverError::Unsupported(format!(
+                "the IOMMU translates no IOVA the driver can use (a 2 MiB-aligned 2 MiB at or \
+                 above {:#x}); it translates {}",
+                IovaAllocator::BASE,
+                ranges
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+        tracing::debug!(ranges = ?iova.ranges(), "IOVA ranges");
         let (sq_len, cq_len) = AdminQueue::ring_bytes(geometry);
         let map = |len: usize| -> Result<MappedRegion, DriverError> {
             let region = DmaRegion::new_in(len, &iova)?;

@@ -1,5 +1,6 @@
 //! Device backends.
 
+pub mod iommu_info;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod sysfs;

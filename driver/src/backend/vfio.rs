@@ -10,13 +10,18 @@
 //!    IOMMU must be supported.
 //! 3. The group (`/dev/vfio/<group>`) joins the container, which then takes the Type 1 v2
 //!    IOMMU, and the device file is taken from the group (`VFIO_GROUP_GET_DEVICE_FD`).
-//! 4. BAR0 (region 0) must be readable, writable, mappable and at least
+//! 4. The IOMMU (`VFIO_IOMMU_GET_INFO`, [`crate::backend::iommu_info`]): the
+//!    IOVA ranges it translates, the page sizes it maps and how many mappings it still
+//!    takes. Its smallest page must be at most [`PAGE`] (the driver's DMA memory comes in
+//!    4 KiB pages); [`Device::iova_ranges`] gives the ranges, and the driver places its DMA
+//!    memory inside them.
+//! 5. BAR0 (region 0) must be readable, writable, mappable and at least
 //!    [`uet_regs::BAR0_SIZE`] bytes; it is mapped from the device file, and every register
 //!    access is one `read_volatile`/`write_volatile` of the register's width on that mapping,
 //!    as one PCIe memory read or write ([`BarMapping`]).
-//! 5. Configuration space (region 7) is read through the device file: the identity dword must
+//! 6. Configuration space (region 7) is read through the device file: the identity dword must
 //!    be this NIC's (a second check, by the device itself rather than by sysfs).
-//! 6. Memory-space and bus-master are set in the command register (PCI Local Bus
+//! 7. Memory-space and bus-master are set in the command register (PCI Local Bus
 //!    Specification 3.0, §6.2.2), as `vfio-pci` leaves them clear.
 //!
 //! DMA memory ([`DmaRegion`]) is mapped into the IOMMU at its IOVA with `VFIO_IOMMU_MAP_DMA`
@@ -30,9 +35,10 @@
 //! step that finds the lack, with the reason; the register mapping and the sysfs steps are
 //! tested on memory and on a sysfs tree of their own.
 
+use crate::backend::iommu_info::{self, IommuInfo};
 use crate::backend::sysfs::{PciAddress, Sysfs};
 use crate::device::{Device, DeviceError};
-use crate::dma::DmaRegion;
+use crate::dma::{DmaRegion, IovaRange, PAGE};
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -192,6 +198,7 @@ pub struct VfioDevice {
     device: vfio_ioctls::VfioDevice,
     container: Arc<VfioContainer>,
     address: PciAddress,
+    iommu: IommuInfo,
 }
 
 impl std::fmt::Debug for VfioDevice {
@@ -203,7 +210,7 @@ impl std::fmt::Debug for VfioDevice {
 }
 
 impl VfioDevice {
-    /// Open the function at `address` (steps 1 to 6 of the module documentation).
+    /// Open the function at `address` (steps 1 to 7 of the module documentation).
     /// `DeviceError::Open` names the step that refused it and why.
     pub fn open(address: PciAddress) -> Result<Self, DeviceError> {
         Self::open_in(&Sysfs::system(), address)
@@ -240,7 +247,27 @@ impl VfioDevice {
                 function.iommu_group
             ))
         })?;
-        // 4. BAR0.
+        // 4. The IOMMU.
+        let iommu = iommu_info::query(
+            // SAFETY: the container's descriptor stays open while `container` lives, past
+            // this call.
+            unsafe { BorrowedFd::borrow_raw(container.as_raw_fd()) },
+        )
+        .map_err(|e| refuse(format!("asking the IOMMU what it translates: {e}")))?;
+        if let Some(page) = iommu.min_page().filter(|&p| p > PAGE as u64) {
+            return Err(refuse(format!(
+                "the IOMMU's smallest page is {page} bytes; the driver maps DMA memory in \
+                 {PAGE}-byte pages"
+            )));
+        }
+        tracing::debug!(
+            function = %address,
+            iova_ranges = ?iommu.iova_ranges,
+            page_sizes = ?iommu.page_sizes.map(|p| format!("{p:#x}")),
+            dma_avail = ?iommu.dma_avail,
+            "IOMMU"
+        );
+        // 5. BAR0.
         let need =
             VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE | VFIO_REGION_INFO_FLAG_MMAP;
         let flags = device.get_region_flags(VFIO_PCI_BAR0_REGION_INDEX);
@@ -264,8 +291,9 @@ impl VfioDevice {
             device,
             container,
             address,
+            iommu,
         };
-        // 5. Identity, from the device.
+        // 6. Identity, from the device.
         let id = u32::from_le_bytes(nic.config_read(pci::VENDOR_ID));
         if id != pci::ID_DWORD {
             return Err(refuse(format!(
@@ -276,7 +304,7 @@ impl VfioDevice {
                 uet_regs::PCI_DEVICE_ID
             )));
         }
-        // 6. Memory space and bus master.
+        // 7. Memory space and bus master.
         nic.enable().map_err(refuse)?;
         Ok(nic)
     }
@@ -284,6 +312,11 @@ impl VfioDevice {
     /// The function's PCI address.
     pub fn address(&self) -> PciAddress {
         self.address
+    }
+
+    /// What the IOMMU reported when the function was opened.
+    pub fn iommu(&self) -> &IommuInfo {
+        &self.iommu
     }
 
     /// Whether `len` bytes at `offset` lie inside the configuration space.
@@ -338,7 +371,8 @@ impl VfioDevice {
         let now = u16::from_le_bytes(self.config_read(pci::COMMAND));
         if now & want != want || now == u16::MAX {
             return Err(format!(
-                "the command register reads {now:#06x} after memory space and bus master                  were set"
+                "the command register reads {now:#06x} after memory space and bus master were \
+                 set"
             ));
         }
         Ok(())
@@ -370,6 +404,14 @@ impl Device for VfioDevice {
                 vfio_ioctls::VfioError::IommuDmaMap(errno) if errno.errno() == libc::ENOMEM => {
                     format!("{e}: {errno} (pinned DMA memory counts against RLIMIT_MEMLOCK; raise `ulimit -l`)")
                 }
+                // The container's count of mappings is at its limit.
+                vfio_ioctls::VfioError::IommuDmaMap(errno) if errno.errno() == libc::ENOSPC => {
+                    format!(
+                        "{e}: {errno} (the IOMMU takes no more DMA mappings: {} were left when the \
+                         function was opened; the limit is vfio_iommu_type1's dma_entry_limit)",
+                        self.iommu.dma_avail.map_or("an unreported number".to_string(), |n| n.to_string())
+                    )
+                }
                 _ => format!("{e}: {}", std::error::Error::source(&e).map_or(String::new(), |s| s.to_string())),
             },
         })
@@ -386,6 +428,10 @@ impl Device for VfioDevice {
 
     fn name(&self) -> String {
         format!("vfio:{}", self.address)
+    }
+
+    fn iova_ranges(&self) -> Vec<IovaRange> {
+        self.iommu.usable_ranges()
     }
 }
 
