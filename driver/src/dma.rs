@@ -119,8 +119,8 @@ impl core::fmt::Display for IovaRange {
 #[derive(Debug)]
 pub struct IovaAllocator {
     next: AtomicU64,
-    /// Usable ranges, ascending and disjoint, each starting on a hugepage and at or above
-    /// [`IovaAllocator::BASE`].
+    /// Usable ranges, ascending by start, each starting on a hugepage and at or above
+    /// [`IovaAllocator::BASE`] (as the IOMMU reports them, disjoint).
     ranges: Box<[IovaRange]>,
 }
 
@@ -138,41 +138,30 @@ impl IovaAllocator {
     }
 
     /// A fresh allocator over the parts of `ranges` at or above [`IovaAllocator::BASE`] that
-    /// can hold a hugepage-aligned hugepage (overlapping or unsorted ranges are merged).
-    /// `None` when no such part exists: the device could reach no DMA memory of this driver.
+    /// can hold a hugepage-aligned hugepage. Each region lies inside one of the ranges, never
+    /// across two that touch: `VFIO_IOMMU_MAP_DMA` checks a mapping against one range of its
+    /// list. `None` when no range qualifies: the device could reach no DMA memory of this
+    /// driver.
     pub fn within(ranges: &[IovaRange]) -> Option<Self> {
         let align = HUGE_PAGE as u64;
+        // Each range from its first hugepage boundary at or above BASE, if a whole hugepage
+        // fits after it.
         let mut usable: Vec<IovaRange> = ranges
             .iter()
-            .filter(|r| r.start <= r.last && r.last >= Self::BASE)
-            .map(|r| IovaRange {
-                start: r.start.max(Self::BASE),
-                last: r.last,
-            })
-            .collect();
-        usable.sort_by_key(|r| r.start);
-        let mut merged: Vec<IovaRange> = Vec::with_capacity(usable.len());
-        for r in usable {
-            match merged.last_mut() {
-                Some(m) if r.start <= m.last.saturating_add(1) => m.last = m.last.max(r.last),
-                _ => merged.push(r),
-            }
-        }
-        // Each range from its first hugepage boundary, if a whole hugepage fits after it.
-        let ranges: Box<[IovaRange]> = merged
-            .into_iter()
             .filter_map(|r| {
-                let start = r.start.checked_next_multiple_of(align)?;
+                let start = r.start.max(Self::BASE).checked_next_multiple_of(align)?;
                 (start <= r.last && r.last - start >= align - 1).then_some(IovaRange {
                     start,
                     last: r.last,
                 })
             })
             .collect();
-        let first = ranges.first()?.start;
+        usable.sort_by_key(|r| (r.start, r.last));
+        usable.dedup();
+        let first = usable.first()?.start;
         Some(IovaAllocator {
             next: AtomicU64::new(first),
-            ranges,
+            ranges: usable.into_boxed_slice(),
         })
     }
 
@@ -698,13 +687,18 @@ mod tests {
         assert!(a.alloc(1).is_err(), "nothing past the last range");
         assert!(matches!(a.alloc(0), Err(DmaError::Empty)));
 
-        // Ranges that touch or overlap are one; ranges with no aligned hugepage at or above
-        // 4 GiB leave nothing, and a device that reaches nothing the driver can use has no
-        // allocator.
-        let merged =
-            IovaAllocator::within(&[r(4 * G, 4 * G + hp - 1), r(4 * G + hp, 4 * G + 3 * hp)])
+        // Ranges that touch stay two: a region lies inside one, as VFIO_IOMMU_MAP_DMA wants.
+        let touching =
+            IovaAllocator::within(&[r(4 * G + hp, 4 * G + 3 * hp - 1), r(4 * G, 4 * G + hp - 1)])
                 .unwrap();
-        assert_eq!(merged.ranges(), [r(4 * G, 4 * G + 3 * hp)]);
+        assert_eq!(
+            touching.ranges(),
+            [r(4 * G, 4 * G + hp - 1), r(4 * G + hp, 4 * G + 3 * hp - 1)]
+        );
+        assert_eq!(touching.alloc(2 * HUGE_PAGE).unwrap(), 4 * G + hp);
+        assert!(touching.alloc(1).is_err(), "the first range was passed");
+        // Ranges with no aligned hugepage at or above 4 GiB leave nothing, and a device that
+        // reaches nothing the driver can use has no allocator.
         assert!(IovaAllocator::within(&[]).is_none());
         assert!(IovaAllocator::within(&[r(0, 4 * G - 1)]).is_none());
         assert!(IovaAllocator::within(&[r(4 * G + 1, 4 * G + 2 * hp - 2)]).is_none());

@@ -1,6 +1,7 @@
 //! Fuzz targets for every parser of uet-nic that takes input from outside the process, as
 //! DESIGN.md asks: the 32-byte UET address and its text forms, the AV calls that take them, the
-//! simulated NIC's admin commands, and frames off the wire.
+//! simulated NIC's admin commands, frames off the wire, and the IOMMU's answer to
+//! `VFIO_IOMMU_GET_INFO`.
 //!
 //! Each target is a function `run(data)` here, so that it is built, linted and replayed on
 //! stable Rust with the rest of the workspace (`tests/replay.rs` runs every input under
@@ -20,6 +21,7 @@ pub mod address_text;
 pub mod admin_commands;
 pub mod av_calls;
 pub mod frames;
+pub mod iommu_info;
 
 /// Check a refusal: every error a call returns says what was wrong.
 pub fn refused(e: &uet_av::FiError) {
@@ -115,7 +117,7 @@ pub fn resolver(name: &str) -> std::io::Result<Vec<std::net::IpAddr>> {
 pub type Run = fn(&[u8]);
 
 /// Every target: its name (as in `fuzz_targets/`) and its `run`.
-pub const TARGETS: [(&str, Run); 6] = [
+pub const TARGETS: [(&str, Run); 7] = [
     ("address", address::run),
     ("address_text", address_text::run),
     ("av_calls", av_calls::run),
@@ -125,6 +127,7 @@ pub const TARGETS: [(&str, Run); 6] = [
         admin_commands::run_any_interface,
     ),
     ("frames", frames::run),
+    ("iommu_info", iommu_info::run),
 ];
 
 /// Each target's seed inputs, made from real values (addresses, texts, call sequences,
@@ -140,5 +143,6 @@ pub fn seeds() -> Vec<(&'static str, Vec<Vec<u8>>)> {
             admin_commands::seeds_any_interface(),
         ),
         ("frames", frames::seeds()),
+        ("iommu_info", iommu_info::seeds()),
     ]
 }

@@ -123,6 +123,11 @@ fn frames_replays() {
 }
 
 #[test]
+fn iommu_info_replays() {
+    replay("iommu_info");
+}
+
+#[test]
 fn every_target_has_a_replay_test() {
     let names: Vec<&str> = uet_fuzz::TARGETS.iter().map(|(t, _)| *t).collect();
     assert_eq!(
@@ -133,7 +138,8 @@ fn every_target_has_a_replay_test() {
             "av_calls",
             "admin_commands",
             "admin_commands_any_interface",
-            "frames"
+            "frames",
+            "iommu_info"
         ]
     );
 }
