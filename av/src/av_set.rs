@@ -12,7 +12,8 @@
 //!   or every address of the AV). `insert` and `union` append at the end, `union` in the
 //!   source's order; `intersect`, `diff` and `remove` keep the order of the remaining members.
 //! - **Receive-context bits** are not part of a member: an `fi_addr_t` built with
-//!   [`crate::fi_rx_addr`] names the same member as its index.
+//!   [`crate::fi_rx_addr`] names the same member as its index, as a member and as a bound of
+//!   the creation range alike.
 //! - **Capacity.** `count` bounds the members (0: the AV's capacity; more than that: the
 //!   AV's capacity too, since a set holds each address once). At creation the range may name
 //!   at most `count` addresses, as the man page requires, else `FI_EINVAL`; an `insert` or
@@ -29,10 +30,13 @@
 //!   [`AV_SET_ADDR_BASE`] plus a number unique to the set in this process. No address of the
 //!   AV takes its form (bit 48 set; see [`crate::av::decode`]), so the AV's calls and the
 //!   set's own refuse it as an address, and it stays the same while the set changes. An empty
-//!   set has none, and neither has a set of an AV with more than 15 receive-context bits or
+//!   set has none unless it has a communication key (whose members the fabric's manager knows,
+//!   not the AV), and neither has a set of an AV with more than 15 receive-context bits or
 //!   groups above 0xFFFF, whose addresses may take any form (`FI_EINVAL`).
 //! - **Flags.** `FI_UNIVERSE` and the collective kinds `FI_BARRIER_SET` … `FI_GATHER_SET` are
-//!   accepted and kept for the collective engine; any other bit is `FI_EBADFLAGS`.
+//!   accepted and kept (`AvSet::flags`) for `fi_join_collective`, which this provider does
+//!   not offer yet (the collectives themselves are refused where they would be called); any
+//!   other bit is `FI_EBADFLAGS`.
 //! - **Communication key.** Kept as given; with a key, start/end must be `FI_ADDR_NOTAVAIL`
 //!   and `FI_UNIVERSE` clear (the key, not the AV, says who the members are).
 
@@ -175,7 +179,18 @@ impl AvSet {
                     attr.start_addr, attr.end_addr
                 )))
             }
-            (s, e) => Some((s, e)),
+            // Bounds are members like any other: receive-context and group bits aside.
+            (s, e) => {
+                let index = |which: &str, a: FiAddr| {
+                    av.decoder().index(a).map(u64::from).ok_or_else(|| {
+                        FiError::inval(format!(
+                            "fi_av_set: {which} {a:#x} names no index of the AV's {} entries",
+                            av.capacity()
+                        ))
+                    })
+                };
+                Some((index("start_addr", s)?, index("end_addr", e)?))
+            }
         };
         if !attr.comm_key.is_empty() && (range.is_some() || universe) {
             return Err(FiError::inval(
@@ -492,13 +507,15 @@ impl AvSet {
     }
 
     /// `fi_av_set_addr`: the set's collective address ([`AV_SET_ADDR_BASE`] + its number),
-    /// for `fi_join_collective`. `FI_EINVAL` for another AV, an empty set, or a set with stale
-    /// members (see [`AvSet::stale`]).
+    /// for `fi_join_collective`. `FI_EINVAL` for another AV, an empty set without a
+    /// communication key (a key names its members through the fabric's manager), or a set
+    /// with stale members (see [`AvSet::stale`]).
     pub fn addr<N: NicAvTable>(&self, av: &AddressVector<N>) -> Result<FiAddr, FiError> {
         self.same_av("fi_av_set_addr", av.id())?;
-        if self.members.is_empty() {
+        if self.members.is_empty() && self.comm_key.is_empty() {
             return Err(FiError::inval(
-                "fi_av_set_addr: the set is empty; a collective needs members",
+                "fi_av_set_addr: the set is empty and has no communication key; a collective \
+                 needs members",
             ));
         }
         let mut stale = self.stale(av);

@@ -440,3 +440,58 @@ fn a_set_of_an_av_whose_addresses_take_every_form_has_no_collective_address() {
     assert_eq!(e.errno, FiErrno::FI_EINVAL);
     assert!(e.message.contains("receive-context"), "{e}");
 }
+
+/// Creation bounds built with `fi_rx_addr` name the same indices as bare ones, as members do;
+/// a bound that names no index (a handle, past the AV) is refused in hex.
+#[test]
+fn range_bounds_with_receive_context_bits_name_their_indices() {
+    let mut av = open_with(uet_av::AvAttr {
+        count: 8,
+        rx_ctx_bits: 3,
+        ..uet_av::AvAttr::default()
+    });
+    insert_peers(&mut av, &[1, 2, 3, 4]);
+    let s = av
+        .av_set(&AvSetAttr {
+            start_addr: uet_av::fi_rx_addr(1, 2, 3),
+            end_addr: uet_av::fi_rx_addr(3, 5, 3),
+            stride: 1,
+            ..AvSetAttr::default()
+        })
+        .expect("the same indices as 1..=3");
+    assert_eq!(members(&s), [1, 2, 3]);
+    let e = av
+        .av_set(&AvSetAttr {
+            start_addr: 0,
+            end_addr: 8,
+            stride: 1,
+            ..AvSetAttr::default()
+        })
+        .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL);
+    assert!(
+        e.message
+            .contains("end_addr 0x8 names no index of the AV's 8 entries"),
+        "{e}"
+    );
+}
+
+/// A set whose members a communication key names (through the fabric's manager) has a
+/// collective address while the AV lists none of them; an empty set without a key has none.
+#[test]
+fn a_set_named_by_its_communication_key_has_a_collective_address() {
+    let av = av10();
+    let keyed = av
+        .av_set(&AvSetAttr {
+            comm_key: vec![1, 2, 3, 4],
+            ..AvSetAttr::default()
+        })
+        .unwrap();
+    assert!(keyed.is_empty());
+    let a = keyed.addr(&av).expect("a keyed set's address");
+    assert!(uet_av::av_set::is_av_set_addr(a), "{a:#x}");
+    let empty = av.av_set(&AvSetAttr::default()).unwrap();
+    let e = empty.addr(&av).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL);
+    assert!(e.message.contains("no communication key"), "{e}");
+}

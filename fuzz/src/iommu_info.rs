@@ -29,10 +29,7 @@ pub fn run(data: &[u8]) {
     assert!(ranges.iter().all(|r| r.start <= r.last), "{ranges:x?}");
     let Some(iovas) = IovaAllocator::within(&ranges) else {
         // Refused: no range holds an aligned hugepage at or above 4 GiB.
-        assert!(
-            !ranges.iter().any(holds_a_hugepage),
-            "{ranges:x?} refused"
-        );
+        assert!(!ranges.iter().any(holds_a_hugepage), "{ranges:x?} refused");
         return;
     };
     let mut given: Vec<(u64, u64)> = Vec::new();
