@@ -15,9 +15,12 @@
 //! Binding takes only a function whose identity is this NIC's ([`uet_regs::PCI_VENDOR_ID`]:
 //! [`uet_regs::PCI_DEVICE_ID`]): a mistyped address must not take another device from its
 //! driver. Unbinding refuses while a process holds the function's group open (the group file
-//! `/dev/vfio/<n>` cannot be opened, `EBUSY`), because the kernel's `vfio-pci` would
-//! otherwise block the unbind until that process lets go. A process that reaches the
-//! function through iommufd (`/dev/vfio/devices/vfio<m>`) instead is not seen.
+//! `/dev/vfio/<n>` cannot be opened, `EBUSY`), or its VFIO device file
+//! (`/dev/vfio/devices/vfio<m>`, named by `.../vfio-dev/vfio<m>` on kernels with VFIO device
+//! files, through which a process reaches the function with iommufd and no group), because
+//! the kernel's `vfio-pci` would otherwise block the unbind until that process lets go. A
+//! device file is shared, so its holders are found in procfs only: one whose descriptors
+//! cannot be read (another user's, without root) is not seen.
 //!
 //! The roots of sysfs, procfs and `/dev` are parameters ([`Sysfs::new`],
 //! [`Sysfs::with_dev`]): tests point them at trees of their own, and a container may mount
@@ -148,13 +151,13 @@ pub enum SysfsError {
     #[error(
         "{address} is in use: {} holds {} open; stop it first",
         holder.as_ref().map_or("a process".to_string(), |(pid, name)| format!("process {pid} ({name})")),
-        group.display()
+        file.display()
     )]
     InUse {
         /// The function.
         address: PciAddress,
-        /// The group file.
-        group: PathBuf,
+        /// The file held: the group's, or the function's VFIO device file.
+        file: PathBuf,
         /// The process and its command name, when it could be found.
         holder: Option<(u32, String)>,
     },
@@ -476,7 +479,7 @@ impl Sysfs {
 
     /// Release the function from `vfio-pci`: clear its `driver_override`, unbind it, and
     /// probe it (a kernel driver that knows it may take it). Refused while a process holds
-    /// its VFIO group open, and for a function another driver has.
+    /// its VFIO group or VFIO device file open, and for a function another driver has.
     pub fn unbind_vfio(&self, address: PciAddress) -> Result<Unbound, SysfsError> {
         self.check_this_nic(address)?;
         let driver = self.driver(address)?;
@@ -526,12 +529,33 @@ impl Sysfs {
             if busy || holder.is_some() {
                 return Err(SysfsError::InUse {
                     address,
-                    group: shown,
+                    file: shown,
                     holder,
                 });
             }
         }
+        if let Some(cdev) = self.vfio_device_file(address) {
+            if let Some(holder) = self.holder_of(&cdev) {
+                return Err(SysfsError::InUse {
+                    address,
+                    file: cdev,
+                    holder: Some(holder),
+                });
+            }
+        }
         Ok(())
+    }
+
+    /// The function's VFIO device file, `/dev/vfio/devices/vfio<m>`, as `.../vfio-dev/`
+    /// names it (kernels with `CONFIG_VFIO_DEVICE_CDEV`); `None` without one.
+    pub fn vfio_device_file(&self, address: PciAddress) -> Option<PathBuf> {
+        let dir = fs::read_dir(self.function_dir(address).join("vfio-dev")).ok()?;
+        dir.flatten().find_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let m = name.strip_prefix("vfio")?;
+            (!m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| Path::new("/dev/vfio/devices").join(&name))
+        })
     }
 
     /// A process with `file` open, from its `fd` links: its PID and command name. Processes
@@ -947,6 +971,25 @@ pub(crate) mod tests {
         );
 
         fs::remove_file(p.join("fd/7")).unwrap();
+        // The same process holding only the function's VFIO device file (iommufd, no group).
+        fs::create_dir_all(t.sys().join("bus/pci/devices/0000:3b:00.0/vfio-dev/vfio3")).unwrap();
+        assert_eq!(
+            t.sysfs().vfio_device_file(addr(NIC)),
+            Some(PathBuf::from("/dev/vfio/devices/vfio3"))
+        );
+        symlink("/dev/vfio/devices/vfio3", p.join("fd/9")).unwrap();
+        let e = t.sysfs().unbind_vfio(addr(NIC)).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("in use: process 4242 (fi_pingpong) holds /dev/vfio/devices/vfio3 open"),
+            "{e}"
+        );
+        assert_eq!(
+            t.read("bus/pci/drivers/vfio-pci/unbind"),
+            "",
+            "nothing written"
+        );
+        fs::remove_file(p.join("fd/9")).unwrap();
         let r = t.sysfs().unbind_vfio(addr(NIC)).unwrap();
         // The tree does not react: the link still names vfio-pci.
         assert_eq!(
