@@ -114,8 +114,9 @@ impl core::fmt::Display for IovaRange {
 ///
 /// A request that does not fit what is left of the current range moves the cursor to the
 /// next range it fits in; what it skips is not handed out later (the cursor only moves up).
-/// An IOMMU's aperture is 39 to 57 bits of IOVA with few holes (the x86 interrupt window,
-/// AMD's HyperTransport window below 1 TiB), so this costs at most a few hugepages per hole.
+/// The driver's regions (rings, buffers, pools: MiB) are small next to an IOMMU's ranges
+/// (apertures of 2^39 to 2^57 bytes with a few holes: the x86 interrupt window, AMD's
+/// HyperTransport window below 1 TiB, a platform's reserved regions), so little is skipped.
 #[derive(Debug)]
 pub struct IovaAllocator {
     next: AtomicU64,
@@ -131,6 +132,8 @@ impl IovaAllocator {
 
     /// A fresh allocator over the whole IOVA space from [`IovaAllocator::BASE`].
     pub fn new() -> Self {
+        // `within` accepts the whole space; the fallback, which gives out nothing, is never
+        // taken.
         Self::within(&[IovaRange::ALL]).unwrap_or(IovaAllocator {
             next: AtomicU64::new(Self::BASE),
             ranges: Box::new([]),

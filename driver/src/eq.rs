@@ -7,7 +7,8 @@
 //!   fails with `FI_EAVAIL` and [`EventQueue::readerr`] returns it.
 //! * An empty queue reads as `FI_EAGAIN`; [`EventQueue::sread`] blocks until an event arrives,
 //!   the timeout passes (`FI_EAGAIN`), or [`EventQueue::signal`] wakes it. Blocking is refused
-//!   on a queue opened with [`WaitObj::None`].
+//!   on a queue opened with [`WaitObj::None`], which is the default (`EqAttr::default()`, as
+//!   for a zeroed `fi_eq_attr`).
 //! * A queue that fills up is overrun: the event that did not fit is lost, later writes fail
 //!   with `FI_EOVERRUN`, reads return what was queued and then `FI_EOVERRUN`. An overrun EQ is
 //!   fatal, as libfabric defines it.
@@ -139,11 +140,14 @@ pub struct EqAttr {
 }
 
 impl Default for EqAttr {
+    /// A zeroed `struct fi_eq_attr`: the default size, no flags and `FI_WAIT_NONE`, which
+    /// fi_eq(3) makes the default when no wait object is given (so [`EventQueue::sread`] is
+    /// refused; ask for [`WaitObj::Unspec`] to block).
     fn default() -> Self {
         EqAttr {
             size: 0,
             flags: 0,
-            wait_obj: WaitObj::Unspec,
+            wait_obj: WaitObj::None,
         }
     }
 }
@@ -603,6 +607,13 @@ impl AvEventSink for EventQueue {
 mod tests {
     use super::*;
 
+    /// A queue readers may block on.
+    const WAITABLE: EqAttr = EqAttr {
+        size: 0,
+        flags: 0,
+        wait_obj: WaitObj::Unspec,
+    };
+
     fn ev(data: u64) -> EqEvent {
         EqEvent {
             kind: EqEventKind::AvComplete,
@@ -626,7 +637,7 @@ mod tests {
 
     #[test]
     fn read_peek_and_empty() {
-        let eq = EventQueue::open(EqAttr::default()).unwrap();
+        let eq = EventQueue::open(WAITABLE).unwrap();
         assert_eq!(eq.read(0).unwrap_err().errno, FiErrno::FI_EAGAIN);
         eq.post(ev(3)).unwrap();
         assert_eq!(eq.read(FI_PEEK).unwrap().data, 3);
@@ -637,7 +648,7 @@ mod tests {
 
     #[test]
     fn an_error_blocks_reads_until_readerr() {
-        let eq = EventQueue::open(EqAttr::default()).unwrap();
+        let eq = EventQueue::open(WAITABLE).unwrap();
         eq.post(ev(1)).unwrap();
         eq.post_error(err(4)).unwrap();
         assert_eq!(eq.read(0).unwrap_err().errno, FiErrno::FI_EAVAIL);
@@ -649,7 +660,7 @@ mod tests {
 
     #[test]
     fn sread_blocks_until_an_event_or_timeout() {
-        let eq = EventQueue::open(EqAttr::default()).unwrap();
+        let eq = EventQueue::open(WAITABLE).unwrap();
         let e = eq.sread(Some(Duration::from_millis(20)), 0).unwrap_err();
         assert_eq!(e.errno, FiErrno::FI_EAGAIN);
         let poster = eq.clone();
@@ -670,7 +681,7 @@ mod tests {
         // Yield-based waiting works too.
         let eq = EventQueue::open(EqAttr {
             wait_obj: WaitObj::Yield,
-            ..EqAttr::default()
+            ..WAITABLE
         })
         .unwrap();
         eq.post(ev(5)).unwrap();
@@ -684,7 +695,7 @@ mod tests {
     fn wait_none_refuses_sread_and_write_needs_fi_write() {
         let eq = EventQueue::open(EqAttr {
             wait_obj: WaitObj::None,
-            ..EqAttr::default()
+            ..WAITABLE
         })
         .unwrap();
         assert_eq!(
@@ -692,9 +703,14 @@ mod tests {
             FiErrno::FI_EINVAL
         );
         assert_eq!(eq.write(ev(1)).unwrap_err().errno, FiErrno::FI_EOPNOTSUPP);
+        // No wait object given is FI_WAIT_NONE, as for a zeroed fi_eq_attr.
+        let unspecified = EventQueue::open(EqAttr::default()).unwrap();
+        let e = unspecified.sread(Some(Duration::ZERO), 0).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EINVAL);
+        assert!(e.message.contains("FI_WAIT_NONE"), "{e}");
         let eq = EventQueue::open(EqAttr {
             flags: FI_WRITE,
-            ..EqAttr::default()
+            ..WAITABLE
         })
         .unwrap();
         eq.write(ev(1)).unwrap();
@@ -702,7 +718,7 @@ mod tests {
         assert_eq!(
             EventQueue::open(EqAttr {
                 flags: 1 << 40,
-                ..EqAttr::default()
+                ..WAITABLE
             })
             .err()
             .unwrap()
@@ -715,7 +731,7 @@ mod tests {
     fn overrun_is_fatal_and_reported_after_the_queued_events() {
         let eq = EventQueue::open(EqAttr {
             size: 2,
-            ..EqAttr::default()
+            ..WAITABLE
         })
         .unwrap();
         eq.post(ev(1)).unwrap();
@@ -729,14 +745,14 @@ mod tests {
 
     #[test]
     fn close_with_bound_objects_is_busy() {
-        let eq = EventQueue::open(EqAttr::default()).unwrap();
+        let eq = EventQueue::open(WAITABLE).unwrap();
         let b = eq.bind().unwrap();
         assert_eq!(eq.clone().close().unwrap_err().errno, FiErrno::FI_EBUSY);
         drop(b);
         eq.close().unwrap();
         assert!(EventQueue::open(EqAttr {
             size: MAX_EQ_SIZE + 1,
-            ..EqAttr::default()
+            ..WAITABLE
         })
         .is_err());
     }
@@ -774,7 +790,7 @@ mod tests {
 
     #[test]
     fn reading_drives_the_progress_of_bound_avs_and_binding_blocks_close() {
-        let eq = EventQueue::open(EqAttr::default()).unwrap();
+        let eq = EventQueue::open(WAITABLE).unwrap();
         let poster = Arc::new(Poster {
             eq: eq.clone(),
             calls: AtomicU64::new(0),
@@ -827,7 +843,7 @@ mod tests {
         }
         let mut missed = 0;
         for round in 0..4000u32 {
-            let eq = EventQueue::open(EqAttr::default()).unwrap();
+            let eq = EventQueue::open(WAITABLE).unwrap();
             let reader = eq.clone();
             let (tx, rx) = mpsc::channel();
             let started = Arc::new(AtomicBool::new(false));

@@ -9,7 +9,7 @@ use uet_av::{
     FI_SYNC_ERR,
 };
 use uet_driver::backend::sim::SimDevice;
-use uet_driver::{Av, DmaPool, EndpointAttr, EqAttr, EqEventKind, EventQueue, Nic};
+use uet_driver::{Av, DmaPool, EndpointAttr, EqEventKind, EventQueue, Nic};
 use uet_fwif::admin::{Command, RangeBody, Status};
 use uet_fwif::datapath::CompletionKind;
 use uet_regs::RegisterAccess;
@@ -35,7 +35,7 @@ fn event_av(nic: &Nic, count: usize) -> Av {
 
 fn bound_av(nic: &Nic, count: usize) -> (Av, EventQueue) {
     let mut av = event_av(nic, count);
-    let eq = EventQueue::open(EqAttr::default()).unwrap();
+    let eq = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
     av.bind(eq.av_sink(), 0).unwrap();
     (av, eq)
 }
@@ -202,7 +202,7 @@ fn inserts_before_bind_are_enoeq_and_sync_err_is_ebadflags() {
         FiErrno::FI_EBADFLAGS
     );
     assert_eq!(av.len(), 0);
-    let eq = EventQueue::open(EqAttr::default()).unwrap();
+    let eq = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
     assert_eq!(
         av.bind(eq.av_sink(), 4).unwrap_err().errno,
         FiErrno::FI_EBADFLAGS
@@ -262,7 +262,7 @@ fn sread_waits_for_the_completion() {
 fn a_reader_blocked_before_the_av_was_bound_sees_its_inserts_complete() {
     let (_fabric, fns) = fabric(1);
     let nic = open_nic(fns.into_iter().next().unwrap());
-    let eq = EventQueue::open(EqAttr::default()).unwrap();
+    let eq = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
     let reader = eq.clone();
     let t = std::thread::spawn(move || reader.sread(Some(Duration::from_secs(20)), 0));
     std::thread::sleep(Duration::from_millis(50));
@@ -320,7 +320,7 @@ fn several_batches_in_flight_complete_in_order_across_synchronous_commands() {
 fn more_asynchronous_writes_than_the_admin_ring_holds() {
     let (_fabric, fns) = fabric(1);
     let nic = open_nic(fns.into_iter().next().unwrap());
-    let eq = EventQueue::open(EqAttr::default()).unwrap();
+    let eq = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
     let mut avs: Vec<Av> = (0..3).map(|_| event_av(&nic, 64)).collect();
     for av in &mut avs {
         av.bind(eq.av_sink(), 0).unwrap();

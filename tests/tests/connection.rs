@@ -4,7 +4,7 @@
 //! to its peer without naming an fi_addr, and shutdown reaches the peer as FI_SHUTDOWN.
 
 use uet_av::FiErrno;
-use uet_driver::{DmaPool, Endpoint, EndpointAttr, EpType, EqAttr, EqEventKind, EventQueue, Nic};
+use uet_driver::{DmaPool, Endpoint, EndpointAttr, EpType, EqEventKind, EventQueue, Nic};
 use uet_fwif::ReturnCode;
 use uet_tests::{fabric, forged, open_av, open_nic, poll_one, wait_error, wait_event};
 
@@ -20,7 +20,7 @@ fn msg_attr() -> EndpointAttr {
 
 fn msg_ep(nic: &Nic) -> (Endpoint, EventQueue) {
     let mut ep = nic.endpoint(msg_attr(), None).unwrap();
-    let eq = EventQueue::open(EqAttr::default()).unwrap();
+    let eq = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
     ep.bind_eq(&eq).unwrap();
     (ep, eq)
 }
@@ -43,7 +43,7 @@ fn recv(ep: &mut Endpoint) -> Vec<u8> {
 fn connect_accept_send_and_shutdown() {
     let (_f, fns) = fabric(2);
     let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
-    let eq_l = EventQueue::open(EqAttr::default()).unwrap();
+    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
     let pep = ns
         .passive_endpoint(
             EndpointAttr {
@@ -128,7 +128,7 @@ fn connect_accept_send_and_shutdown() {
 fn reject_and_unreachable_listeners_refuse_the_connection() {
     let (_f, fns) = fabric(2);
     let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
-    let eq_l = EventQueue::open(EqAttr::default()).unwrap();
+    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
     let pep = ns
         .passive_endpoint(
             EndpointAttr {
@@ -168,7 +168,7 @@ fn misuse_gets_clear_errors() {
     let (_f, fns) = fabric(1);
     let nic = open_nic(&fns[0]);
     let av = open_av(&nic, JOB, 4, 0);
-    let eq = EventQueue::open(EqAttr::default()).unwrap();
+    let eq = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
     let pep = nic
         .passive_endpoint(
             EndpointAttr {

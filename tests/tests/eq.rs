@@ -101,7 +101,7 @@ fn readers_never_wait_for_the_av_owner_waiting_for_the_nic() {
         ..AvAttr::default()
     };
     let mut av = AddressVector::open(nic, attr, AvLimits::new(1 << 20, 8)).unwrap();
-    let eq = EventQueue::open(EqAttr::default()).unwrap();
+    let eq = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
     av.bind(eq.av_sink(), 0).unwrap();
     let peer = uet_fwif::UetAddress {
         caps: 0,
@@ -151,7 +151,7 @@ fn readers_never_wait_for_the_av_owner_waiting_for_the_nic() {
 /// leave another asleep.
 #[test]
 fn every_blocked_reader_sees_an_event() {
-    let eq = EventQueue::open(EqAttr::default()).unwrap();
+    let eq = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     for _ in 0..2 {
         let (eq, tx) = (eq.clone(), tx.clone());
@@ -190,7 +190,7 @@ fn avs_endpoints_and_queues_never_share_a_fid() {
                 ..AvAttr::default()
             })
             .unwrap();
-        let eq = EventQueue::open(EqAttr::default()).unwrap();
+        let eq = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
         for fid in [ep.fid(), av.id(), eq.fid()] {
             assert!(fids.insert(fid), "fid {fid} given twice");
         }
@@ -201,7 +201,7 @@ fn avs_endpoints_and_queues_never_share_a_fid() {
 /// closed for every handle: later calls fail with FI_EBADF, and no AV can be bound to it.
 #[test]
 fn close_ends_the_queue_for_every_handle() {
-    let eq = EventQueue::open(EqAttr::default()).unwrap();
+    let eq = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
     let other = eq.clone();
     other.post(ev(1)).unwrap();
     eq.close().unwrap();
@@ -234,7 +234,7 @@ fn close_ends_the_queue_for_every_handle() {
 /// A reader blocked in sread without a timeout returns when the queue is closed under it.
 #[test]
 fn close_wakes_a_blocked_reader() {
-    let eq = EventQueue::open(EqAttr::default()).unwrap();
+    let eq = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     let reader = eq.clone();
     std::thread::spawn(move || tx.send(reader.sread(None, 0).err().map(|e| e.errno)));
@@ -249,7 +249,7 @@ fn close_wakes_a_blocked_reader() {
 fn readerr_of_an_overrun_queue_reports_the_overrun() {
     let eq = EventQueue::open(EqAttr {
         size: 1,
-        ..EqAttr::default()
+        ..uet_tests::WAITABLE_EQ
     })
     .unwrap();
     eq.post(ev(1)).unwrap();
