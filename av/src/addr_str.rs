@@ -329,7 +329,10 @@ pub enum Node<'a> {
 
 impl<'a> Node<'a> {
     /// Parse a node: `10.0.0.7`, `fd00::7`, `[fd00::7]`, or a host name. A string of digits
-    /// and dots must be a full IPv4 literal (the resolver would read `10.1` as `10.0.0.1`).
+    /// and dots must be a full IPv4 literal (the resolver would read `10.1` as `10.0.0.1`), and
+    /// so must any name the resolver would read as a number, `inet_aton(3)`'s forms with
+    /// hexadecimal parts (`0x0a000009`, `10.0.0.0x9`): given as a name, it would resolve to
+    /// an address whose count-up `insertsym` could not follow.
     pub fn parse(s: &'a str) -> Result<Node<'a>, FiError> {
         if let Some(inner) = s.strip_prefix('[') {
             let v6 = inner
@@ -350,6 +353,14 @@ impl<'a> Node<'a> {
                 .parse::<Ipv4Addr>()
                 .map(|a| Node::Ip(IpAddr::V4(a)))
                 .map_err(|_| inval("node", s, "not an IPv4 literal (four decimal octets)"));
+        }
+        if s.split('.').count() <= 4 && s.split('.').all(is_inet_aton_part) {
+            return Err(inval(
+                "node",
+                s,
+                "not an IPv4 literal (four decimal octets); the resolver would read it as a \
+                 number",
+            ));
         }
         check_host_name(s)?;
         Ok(Node::Name(s))
@@ -373,6 +384,16 @@ impl<'a> Node<'a> {
                 )),
             },
         }
+    }
+}
+
+/// Whether `part` is one part of an address `inet_aton(3)` reads (and `getaddrinfo` with it):
+/// decimal, octal (leading 0: decimal digits here too) or hexadecimal (`0x`, possibly with
+/// no digits).
+fn is_inet_aton_part(part: &str) -> bool {
+    match part.strip_prefix("0x").or_else(|| part.strip_prefix("0X")) {
+        Some(hex) => hex.bytes().all(|b| b.is_ascii_hexdigit()),
+        None => !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()),
     }
 }
 
@@ -861,8 +882,19 @@ mod tests {
             "a b",
             "é",
             "fd00::1%eth0",
+            // Numbers to the resolver (inet_aton), not host names.
+            "0x0a000009",
+            "10.0.0.0x9",
+            "1.0xa",
+            "0X7F.1",
+            "0x",
+            "10.0x0.0.0xff",
         ] {
             assert_eq!(err(Node::parse(bad)).errno, FiErrno::FI_EINVAL, "{bad:?}");
+        }
+        // Names that only look like one: more than four parts, or a part not a number.
+        for name in ["1.2.3.4.0x5", "0xg1", "x0a", "node0x1"] {
+            assert_eq!(Node::parse(name).unwrap(), Node::Name(name), "{name}");
         }
         assert!(Node::parse(&"a".repeat(254)).is_err());
         assert!(Node::parse(&format!("{}.b", "a".repeat(64))).is_err());

@@ -704,3 +704,23 @@ fn insertsym_with_user_ids_and_fi_more() {
     );
     assert_in_step(&av);
 }
+
+/// A node the resolver would read as a number in hexadecimal form is not taken as a host
+/// name, whose numeric suffix insertsym would count up (10.0.0.0x9 + 1 would be 10.0.0.0x10,
+/// 10.0.0.16): refused as a whole, nothing inserted.
+#[test]
+fn a_hexadecimal_ipv4_node_is_refused_not_counted_as_a_name() {
+    for node in ["10.0.0.0x9", "0x0a000009"] {
+        let mut av = open(8);
+        let mut fa = [7u64; 2];
+        let e = av
+            .insertsym(node, 2, "5", 1, Some(&mut fa), 0, None)
+            .unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EINVAL, "{node}: {e}");
+        assert!(e.message.contains("not an IPv4 literal"), "{e}");
+        assert_eq!(fa, [7, 7], "untouched");
+        assert_eq!(av.len(), 0);
+        let e = av.insertsvc(node, Some("5"), None, 0, None).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EINVAL, "{node}: {e}");
+    }
+}
