@@ -768,6 +768,10 @@ fn an_abandoned_segment_of_another_layout_gives_way() {
     // A file without the magic is never removed.
     drop(b);
     std::fs::write(&path, [0u8; 4096]).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
     let e = open(attr(&name, 8)).unwrap_err();
     assert_eq!(e.errno, FiErrno::FI_EINVAL);
     assert!(path.exists());
@@ -880,4 +884,76 @@ fn a_snapshot_waits_for_a_change_and_reports_a_dead_writer() {
     let snap = segment::Snapshot::read(&name).unwrap();
     assert_eq!(snap.interrupted_writer, None);
     assert_eq!(snap.entries.len(), 3);
+}
+
+/// A last handle that died after marking its segment closed and before unlinking it (or
+/// could not unlink it) does not block the name: the next open removes the segment and
+/// creates the AV afresh, and an FI_READ open finds no AV.
+#[test]
+fn a_closed_segment_left_at_its_path_does_not_block_the_name() {
+    for read_only in [false, true] {
+        let name = unique("closed-left");
+        let a = open(attr(&name, 8)).unwrap();
+        let path = a.segment_path().to_path_buf();
+        let keep = path.with_file_name(format!("keep-{name}"));
+        std::fs::hard_link(&path, &keep).unwrap();
+        drop(a); // marks the segment closed and unlinks it
+        std::fs::rename(&keep, &path).unwrap(); // as if the unlink never happened
+        if read_only {
+            let e = open(AvAttr {
+                flags: FI_READ,
+                ..attr(&name, 8)
+            })
+            .err()
+            .map(|e| e.errno);
+            assert_eq!(e, Some(FiErrno::FI_ENOENT));
+            assert!(!path.exists(), "removed");
+        } else {
+            let mut b = open(attr(&name, 8)).expect("a fresh AV");
+            assert_eq!(insert(&mut b, &[1]), [0]);
+            drop(b);
+            assert!(!path.exists());
+        }
+    }
+}
+
+/// A segment file that another user may write, that another user owns, or that is a
+/// symbolic link is refused with FI_EACCES: /dev/shm is writable by all and AV names are
+/// known, so such a file could redirect this process's traffic.
+#[test]
+fn a_segment_file_others_can_reach_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let name = unique("perm");
+    let a = open(attr(&name, 8)).unwrap();
+    let path = a.segment_path().to_path_buf();
+    let mode = |m: u32| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(m));
+    for m in [0o660, 0o606, 0o644] {
+        mode(m).unwrap();
+        let e = open(attr(&name, 8)).expect_err("refused");
+        assert_eq!(e.errno, FiErrno::FI_EACCES, "{m:o}: {e}");
+        assert!(e.message.contains(&format!("mode {m:04o}")), "{e}");
+    }
+    mode(0o600).unwrap();
+    open(attr(&name, 8)).expect("0600 is shared");
+    // Owned by another user: only root can make such a file here.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        std::os::unix::fs::chown(&path, Some(4242), None).unwrap();
+        let e = open(attr(&name, 8)).expect_err("refused");
+        assert_eq!(e.errno, FiErrno::FI_EACCES, "{e}");
+        assert!(e.message.contains("belongs to uid 4242"), "{e}");
+        std::os::unix::fs::chown(&path, Some(0), None).unwrap();
+    }
+    drop(a);
+    // A symbolic link in the segment's place.
+    let link_name = unique("perm-link");
+    let link = segment::path_of(&link_name);
+    let target = std::env::temp_dir().join(format!("{link_name}-target"));
+    std::fs::write(&target, b"").unwrap();
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let e = open(attr(&link_name, 8)).expect_err("refused");
+    assert_eq!(e.errno, FiErrno::FI_EACCES, "{e}");
+    assert!(e.message.contains("symbolic link"), "{e}");
+    std::fs::remove_file(&link).unwrap();
+    std::fs::remove_file(&target).unwrap();
 }

@@ -82,8 +82,13 @@
 //! the slots, clearing slots that do not hold a valid address) and moves the rescan mark
 //! past every log position, so every process rescans.
 //!
-//! Creation is atomic: the creator builds the segment under a temporary name and publishes it
-//! with `link(2)`, so no process ever sees a segment without its header.
+//! Creation is atomic: the creator builds the segment in an unnamed file (`O_TMPFILE`; a
+//! temporary name where the system has none) and publishes it with `linkat(2)`, so no process
+//! ever sees a segment without its header, and a creator that dies first leaves nothing.
+//!
+//! Opening refuses a segment file that is a symbolic link, that another user owns, or that
+//! another user may write (`FI_EACCES`): `/dev/shm` is writable by all, and AV names are
+//! known.
 #![allow(unsafe_code)]
 
 use std::fs::{File, OpenOptions};
@@ -284,6 +289,35 @@ fn os_error(what: &str, e: &io::Error) -> FiError {
     FiError::new(errno, format!("{what}: {e}"))
 }
 
+/// Refuse a segment file another user owns, or that another user may write: the processes
+/// sharing an AV run as one user, and a file of `/dev/shm` (world-writable, with predictable
+/// names) that someone else made would let them rewrite the addresses this process sends
+/// to. `FI_EACCES`.
+fn check_owner(meta: &std::fs::Metadata, path: &Path, name: &str) -> Result<(), FiError> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let refuse = |why: String| {
+        Err(FiError::new(
+            FiErrno::FI_EACCES,
+            format!(
+                "fi_av_open: named AV '{name}': {} {why}; a named AV is shared by the \
+                 processes of one user",
+                path.display()
+            ),
+        ))
+    };
+    if meta.uid() != me {
+        return refuse(format!("belongs to uid {}, not to uid {me}", meta.uid()));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return refuse(format!(
+            "has mode {:04o}, which lets other users reach it (0600 expected)",
+            meta.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
 /// Whether a lock request waits.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Wait {
@@ -476,6 +510,93 @@ enum Attach {
 
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// Where a process's open files are named, for `linkat(2)` of an `O_TMPFILE` file.
+const PROC_SELF_FD: &str = "/proc/self/fd";
+
+/// A file of [`SHM_DIR`] for a new segment, mode 0600, and its temporary name if it has one.
+/// An unnamed file (`O_TMPFILE`) first: a creator that dies before publishing it leaves
+/// nothing behind. Where the kernel or file system has no `O_TMPFILE`, or no procfs to
+/// publish it through, a named temporary file ([`named_temp`]).
+fn new_segment_file() -> io::Result<(File, Option<PathBuf>)> {
+    if Path::new(PROC_SELF_FD).is_dir() {
+        match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_TMPFILE)
+            .open(SHM_DIR)
+        {
+            Ok(file) => return Ok((file, None)),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL)
+                ) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let (file, tmp) = named_temp(Path::new(SHM_DIR))?;
+    Ok((file, Some(tmp)))
+}
+
+/// A new file of `dir`, mode 0600, named `.uet-av.tmp.<pid>.<n>.<nanoseconds>`: a name
+/// taken already (a creator of the same process id that died, in this or another PID
+/// namespace sharing the directory) is passed over for the next.
+fn named_temp(dir: &Path) -> io::Result<(File, PathBuf)> {
+    let mut last = io::Error::from(io::ErrorKind::AlreadyExists);
+    for _ in 0..OPEN_ATTEMPTS {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let tmp = dir.join(format!(
+            ".{SHM_PREFIX}tmp.{}.{}.{nanos}",
+            std::process::id(),
+            TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+        {
+            Ok(file) => return Ok((file, tmp)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = e,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last)
+}
+
+/// Give the built segment `file` the name `path`, atomically: `AlreadyExists` when another
+/// process published one first. `tmp` is its temporary name, `None` for an `O_TMPFILE` file
+/// (linked through procfs, as open(2) shows).
+fn publish(file: &File, tmp: Option<&Path>, path: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    if let Some(tmp) = tmp {
+        return std::fs::hard_link(tmp, path);
+    }
+    let from = std::ffi::CString::new(format!("{PROC_SELF_FD}/{}", file.as_raw_fd()))
+        .map_err(io::Error::other)?;
+    let to = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(io::Error::other)?;
+    // SAFETY: both paths are NUL-terminated C strings that live across the call; linkat
+    // only reads them.
+    let r = unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Attempts at creating or opening before giving up (each lost race costs one).
 const OPEN_ATTEMPTS: u32 = 64;
 
@@ -496,7 +617,12 @@ impl Segment {
         check_name(name).map_err(|e| e.within("fi_av_open"))?;
         let path = path_of(name);
         for _ in 0..OPEN_ATTEMPTS {
-            match OpenOptions::new().read(true).write(true).open(&path) {
+            match OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&path)
+            {
                 Ok(file) => match Self::attach(file, &path, name) {
                     Ok(seg) => return Ok((seg, false)),
                     Err(Attach::Gone) => continue,
@@ -516,6 +642,16 @@ impl Segment {
                         return Ok((seg, true));
                     }
                 }
+                Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                    return Err(FiError::new(
+                        FiErrno::FI_EACCES,
+                        format!(
+                            "fi_av_open: named AV '{name}': {} is a symbolic link, not a \
+                             segment file",
+                            path.display()
+                        ),
+                    ))
+                }
                 Err(e) => {
                     return Err(os_error(
                         &format!("fi_av_open: named AV '{name}': opening {}", path.display()),
@@ -534,28 +670,17 @@ impl Segment {
         ))
     }
 
-    /// Build a segment under a temporary name and publish it as `path`. `Ok(None)` when
-    /// another process published one first.
+    /// Build a segment in a new file ([`new_segment_file`]) and publish it as `path`.
+    /// `Ok(None)` when another process published one first.
     fn create(path: &Path, name: &str, params: SegmentParams) -> Result<Option<Segment>, FiError> {
         let ctx = |what: &str| format!("fi_av_open: creating named AV '{name}': {what}");
         let geo = Geometry::new(params.capacity).ok_or_else(|| {
             FiError::inval(ctx(&format!("count {} is too large", params.capacity)))
         })?;
-        let tmp = Path::new(SHM_DIR).join(format!(
-            ".{SHM_PREFIX}tmp.{}.{}",
-            std::process::id(),
-            TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(|e| os_error(&ctx(&tmp.display().to_string()), &e))?;
-        // From here on, the temporary file goes whatever happens.
+        let (file, tmp) = new_segment_file().map_err(|e| os_error(&ctx("a new file"), &e))?;
+        // From here on, a temporary name, if the file has one, goes whatever happens.
         let built = Self::build(file, geo, path, name, params, &ctx);
-        let published = built.and_then(|seg| match std::fs::hard_link(&tmp, path) {
+        let published = built.and_then(|seg| match publish(&seg.file, tmp.as_deref(), path) {
             Ok(()) => Ok(Some(seg)),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(None),
             Err(e) => Err(os_error(
@@ -563,8 +688,10 @@ impl Segment {
                 &e,
             )),
         });
-        if let Err(e) = std::fs::remove_file(&tmp) {
-            warn!(path = %tmp.display(), error = %e, "removing a temporary segment file failed");
+        if let Some(tmp) = &tmp {
+            if let Err(e) = std::fs::remove_file(tmp) {
+                warn!(path = %tmp.display(), error = %e, "removing a temporary segment file failed");
+            }
         }
         let mut seg = published?;
         if let Some(s) = seg.as_mut() {
@@ -649,6 +776,7 @@ impl Segment {
         let meta = file
             .metadata()
             .map_err(|e| Attach::Failed(os_error("fi_av_open: fstat", &e)))?;
+        check_owner(&meta, path, name).map_err(Attach::Failed)?;
         let size = usize::try_from(meta.len()).unwrap_or(usize::MAX);
         if size < HEADER_BYTES || !size.is_multiple_of(8) {
             return Err(Attach::Failed(FiError::inval(format!(
@@ -692,8 +820,19 @@ impl Segment {
                 return Err(refused);
             }
         };
-        // A closing handle marks the segment closed and unlinks it under the lock.
-        if self.hdr(hw::STATE) != STATE_LIVE || !same_file(&self.path) {
+        // A closing handle marks the segment closed and unlinks it under the lock: one found
+        // elsewhere than at its path is gone.
+        if !same_file(&self.path) {
+            return Err(Attach::Gone);
+        }
+        // Closed yet still at its path, under the lock: its last handle died between the two
+        // (or could not unlink it). Nobody is attached to a closed segment; it goes, and this
+        // open starts afresh, rather than the name being blocked until someone removes it.
+        if self.hdr(hw::STATE) != STATE_LIVE {
+            if self.nobody_attached()? {
+                debug!(path = %self.path.display(), "removing a closed named AV segment left at its path");
+                self.unlink_abandoned();
+            }
             return Err(Attach::Gone);
         }
         // No handle attached: every process that had it open died. The AV went with them,
@@ -1533,6 +1672,62 @@ impl Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A temporary name another creator left (same process id, another PID namespace, or
+    /// one that died) is passed over; the file made is new, mode 0600, and empty.
+    #[test]
+    fn a_temporary_name_already_taken_is_passed_over() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("uet-named-temp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // Every name the next calls could pick first, for this counter value, taken.
+        let next = TMP_COUNTER.load(Ordering::Relaxed);
+        let prefix = format!(".{SHM_PREFIX}tmp.{}.{next}.", std::process::id());
+        let (a, a_path) = named_temp(&dir).unwrap();
+        std::fs::remove_file(&a_path).unwrap();
+        let stale = dir.join(a_path.file_name().unwrap());
+        std::fs::write(&stale, b"left behind").unwrap();
+        assert!(a_path
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with(&prefix));
+        drop(a);
+        let (b, b_path) = named_temp(&dir).unwrap();
+        assert_ne!(b_path, stale);
+        assert_eq!(b.metadata().unwrap().len(), 0);
+        assert_eq!(b.metadata().unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(
+            std::fs::read(&stale).unwrap(),
+            b"left behind",
+            "not touched"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Where the system has `O_TMPFILE` (tmpfs since Linux 3.11) and procfs, a new segment
+    /// file has no name until it is published, so a creator that dies leaves nothing; a
+    /// second publish of the same name is `AlreadyExists`.
+    #[test]
+    fn a_new_segment_file_is_unnamed_until_published() {
+        use std::os::unix::fs::MetadataExt;
+        let (file, tmp) = new_segment_file().unwrap();
+        assert_eq!(tmp, None, "O_TMPFILE in {SHM_DIR}");
+        assert_eq!(file.metadata().unwrap().nlink(), 0);
+        let path =
+            Path::new(SHM_DIR).join(format!("{SHM_PREFIX}test-unnamed-{}", std::process::id()));
+        publish(&file, None, &path).unwrap();
+        assert_eq!(file.metadata().unwrap().nlink(), 1);
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().ino(),
+            file.metadata().unwrap().ino()
+        );
+        let (other, _) = new_segment_file().unwrap();
+        let e = publish(&other, None, &path).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
+        std::fs::remove_file(&path).unwrap();
+    }
 
     #[test]
     fn file_names_are_safe_and_bounded() {
