@@ -392,7 +392,8 @@ impl NicAvEntry {
     }
 
     /// Check what a NIC checks before accepting the entry from AV_WRITE: only defined flag
-    /// bits, reserved bytes zero, JobID within 24 bits, 12-bit fields in range, IPv4 padding zero.
+    /// bits, reserved bytes zero, JobID within 24 bits, 12-bit fields in range, IPv4 padding
+    /// zero; an entry without VALID all zero.
     #[inline]
     pub fn check(&self) -> Result<(), &'static str> {
         self.check_within(entry_flags::ALL)
@@ -459,8 +460,10 @@ impl NicAvEntry {
             | self.range_svc.get()
             | self.range_offset.get()
             | self.range_first.get();
+        // An entry without VALID is an invalidation, and all zero: a record whose VALID bit a
+        // host forgot, its peer fields filled in, is refused rather than taken as one.
         if !self.is_valid() {
-            return if flags != 0 || range_fields != 0 {
+            return if self.as_bytes() != NicAvEntry::INVALID.as_bytes() {
                 Err("an invalid entry must be all zero")
             } else {
                 Ok(())
@@ -541,6 +544,26 @@ const _: () = assert!(core::mem::size_of::<AvWriteRecord>() == 72);
 mod tests {
     use super::*;
     use crate::address::caps;
+
+    /// An entry without VALID is accepted only all zero: any other byte set (a peer entry
+    /// whose VALID bit was forgotten) is refused, not taken as an invalidation.
+    #[test]
+    fn an_invalid_entry_is_accepted_only_all_zero() {
+        assert_eq!(NicAvEntry::INVALID.check(), Ok(()));
+        let peer = base("10.0.0.7", 5).with_user_id(9);
+        let mut forgot = peer;
+        forgot.flags = U16::new(0);
+        assert_eq!(forgot.check(), Err("an invalid entry must be all zero"));
+        let zero: [u8; 64] = zerocopy::transmute!(NicAvEntry::INVALID);
+        for at in 0..64 {
+            let mut b = zero;
+            b[at] = 0x01;
+            let e: NicAvEntry = zerocopy::transmute!(b);
+            if !e.is_valid() {
+                assert!(e.check().is_err(), "byte {at} set in an invalid entry");
+            }
+        }
+    }
 
     /// The word-wise test of a plain single entry accepts only what the field-by-field check
     /// accepts, and accepts the entries AV_WRITE usually carries: every single-bit and

@@ -284,6 +284,12 @@ fn av_write_read_is_all_or_nothing() {
         !d.av_read(av, 1, 1).unwrap()[0].is_valid(),
         "nothing changed"
     );
+    // A peer entry whose VALID bit was forgotten is no invalidation: refused, and the entry
+    // at its index stays.
+    let mut forgot = b;
+    forgot.flags = zerocopy::little_endian::U16::new(0);
+    assert_eq!(d.av_write(av, &[(15, forgot)]), Err(Status::InvalidField));
+    assert_eq!(d.av_read(av, 15, 1).unwrap()[0], b);
     // Bad handle, buffer outside DMA memory.
     assert_eq!(d.av_write(99, &[(1, c)]), Err(Status::InvalidHandle));
     let cmd = Command::AvWrite {
