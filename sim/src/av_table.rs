@@ -664,7 +664,7 @@ mod tests {
     use super::*;
     use uet_fwif::address::{AddressingMode, UetAddress};
 
-    fn peer(ip: &str, initiator: u32) -> NicAvEntry {
+    pub(super) fn peer(ip: &str, initiator: u32) -> NicAvEntry {
         NicAvEntry::for_peer(
             &UetAddress {
                 caps: 0,
@@ -937,22 +937,10 @@ mod tests {
 mod source_model_tests {
     use super::*;
     use std::collections::{BTreeMap as Map, BTreeSet};
-    use uet_fwif::address::{AddressingMode, UetAddress};
 
+    /// Peer `10.0.0.<n>` with `initiator`.
     fn peer(n: u32, initiator: u32) -> NicAvEntry {
-        NicAvEntry::for_peer(
-            &UetAddress {
-                caps: 0,
-                mode: AddressingMode::Relative,
-                max_msg_mtu: false,
-                pid_on_fep: 3,
-                fabric_addr: IpAddr::from([10, 0, 0, n as u8]),
-                ri_start: 1,
-                ri_count: 4,
-                initiator,
-            },
-            9,
-        )
+        super::tests::peer(&format!("10.0.0.{n}"), initiator)
     }
 
     #[derive(Clone, Debug)]
