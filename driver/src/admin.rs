@@ -163,14 +163,23 @@ const COMMAND_TABLE: usize = 2 << ADMIN_RING_LOG2;
 
 /// Commands submitted and not yet taken, by command id: a fixed table indexed by the id's low
 /// bits, so filing a command or a completion costs an array access, not a hash.
+///
+/// A command answered but not yet taken by its owner (the asynchronous AV_WRITE of an
+/// `FI_EVENT` AV whose event queue nobody has read) holds no ring entry, only its table entry.
+/// When the table has no free entry for a new command, such answered commands are parked
+/// beside it ([`CommandTable::park_answered`]) until their owners take them, so that however
+/// many such AVs leave their completions uncollected, the table never fills with them.
 struct CommandTable {
     entries: Vec<Option<(u16, Slot)>>,
+    /// Answered commands moved out of `entries`, by command id.
+    parked: std::collections::BTreeMap<u16, Slot>,
 }
 
 impl CommandTable {
     fn new() -> Self {
         CommandTable {
             entries: (0..COMMAND_TABLE).map(|_| None).collect(),
+            parked: std::collections::BTreeMap::new(),
         }
     }
 
@@ -180,6 +189,21 @@ impl CommandTable {
 
     fn is_free(&self, id: u16) -> bool {
         self.entries.get(Self::at(id)).is_some_and(Option::is_none)
+            && !self.parked.contains_key(&id)
+    }
+
+    /// Move every answered command out of the table; how many moved.
+    fn park_answered(&mut self) -> usize {
+        let mut moved = 0;
+        for e in &mut self.entries {
+            if matches!(e, Some((_, Slot::Done { .. }))) {
+                if let Some((id, slot)) = e.take() {
+                    self.parked.insert(id, slot);
+                    moved += 1;
+                }
+            }
+        }
+        moved
     }
 
     fn insert(&mut self, id: u16, slot: Slot) {
@@ -194,13 +218,14 @@ impl CommandTable {
             Some((held, slot)) if held == id => Some(slot),
             other => {
                 *e = other;
-                None
+                self.parked.remove(&id)
             }
         }
     }
 
     fn clear(&mut self) {
         self.entries.iter_mut().for_each(|e| *e = None);
+        self.parked.clear();
     }
 }
 
@@ -464,12 +489,20 @@ impl AdminQueue {
         self.make_room(bar, opcode)?;
         let mut command_id = self.next_command_id;
         let mut tries = 0;
+        let mut parked = false;
         while !self.commands.is_free(command_id) {
             command_id = command_id.wrapping_add(1);
             tries += 1;
             if tries > COMMAND_TABLE {
+                // Answered commands their owners have not taken yet make room by moving
+                // aside, once.
+                if !parked && self.commands.park_answered() > 0 {
+                    parked = true;
+                    tries = 0;
+                    continue;
+                }
                 // Only commands abandoned after a timeout, whose completions never came, can
-                // fill the table: the device is not answering.
+                // fill the table then: the device is not answering.
                 return Err(DriverError::AdminProtocol(format!(
                     "{COMMAND_TABLE} admin commands are unanswered; reset the function"
                 )));

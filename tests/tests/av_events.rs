@@ -533,3 +533,33 @@ fn an_insert_into_the_indices_of_a_late_range_succeeds() {
     assert_eq!(av.len(), 1);
     assert!(av.verify_nic().unwrap().is_empty());
 }
+
+/// FI_EVENT AVs whose event queues are not read keep their answered writes in the NIC's
+/// admin command table until their progress takes them: four AVs with 32 each fill its 128
+/// entries. Other admin commands of the process (a synchronous insert, an AV_READ) still go
+/// through, and every asynchronous insert completes when its queue is read.
+#[test]
+fn unread_asynchronous_writes_never_crowd_out_other_admin_commands() {
+    let (_f, fns) = fabric(1);
+    let mut node = Node::new(fns[0].clone(), JOB, 8);
+    let mut avs: Vec<(Av, EventQueue)> = (0..4).map(|_| bound_av(&node.nic, 64)).collect();
+    for (k, (av, _)) in avs.iter_mut().enumerate() {
+        for i in 0..32u8 {
+            let mut a = nowhere(i + 1);
+            a[16] = k as u8; // another fabric address per AV
+            assert_eq!(av.insert(&a, 1, None, 0).unwrap(), 0, "initiated");
+        }
+    }
+    let two = [nowhere(200), nowhere(201)].concat();
+    assert_eq!(node.av.insert(&two, 2, None, 0).unwrap(), 2);
+    assert_eq!(node.av.verify_nic().unwrap(), vec![]);
+    for (av, eq) in &mut avs {
+        for _ in 0..32 {
+            let ev = uet_tests::wait_event(eq);
+            assert_eq!((ev.kind, ev.data), (EqEventKind::AvComplete, 1));
+        }
+        assert!(eq.readerr().is_err(), "no error entry");
+        assert_eq!(av.len(), 32);
+        assert_eq!(av.verify_nic().unwrap(), vec![]);
+    }
+}
