@@ -230,10 +230,25 @@ impl NicAv {
     /// One record through the AV write window: the entry in one burst of eight posted writes,
     /// the doorbell, and a read of `AV_WRITE_DROPS`, which returns once the writes have landed and
     /// says whether the NIC stored the entry (it refuses what AV_WRITE would, and then
-    /// changes nothing). No admin round trip, no DMA.
+    /// changes nothing). No admin round trip, no DMA. The count before is the one the last
+    /// window write read (the window is the NIC's, under its lock); a read of all ones or a
+    /// count that went down (a function reset) leaves the entry in doubt, and the next write
+    /// reads the count afresh.
     fn write_through_window(&self, record: &AvWriteRecord) -> Result<(), NicError> {
         const OP: &str = "AV_WRITE_DOORBELL";
         let index = record.index.get();
+        // The window takes the entry alone; the record's reserved word, which AV_WRITE checks,
+        // is checked here.
+        if record.reserved.get() != 0 {
+            return Err(NicError::new(
+                OP,
+                format!(
+                    "the record for index {index} has its reserved word set ({:#x}): AV_WRITE \
+                     refuses it",
+                    record.reserved.get()
+                ),
+            ));
+        }
         let av = self.doorbell_target(OP, core::iter::once(index))?;
         let nic = &self.table.nic;
         let bar = nic.bar();
@@ -252,6 +267,20 @@ impl NicAv {
             AvWriteDoorbell::new().with_av(av).with_index(index),
         );
         let after = bar.read(AV_WRITE_DROPS);
+        // A read of all ones failed (no function answered it), and a count lower than before
+        // was reset with the function: either way, whether the NIC stored the entry is not
+        // known, and the next write reads its own count before it rings.
+        if before == u64::MAX || after == u64::MAX || after < before {
+            *window = None;
+            return Err(NicError::in_doubt(
+                OP,
+                format!(
+                    "AV_WRITE_DROPS read {before} before and {after} after the entry for index \
+                     {index}: whether the NIC stored it is not known"
+                )
+                .into(),
+            ));
+        }
         *window = Some(after);
         if after != before {
             return Err(NicError::new(

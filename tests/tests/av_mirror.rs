@@ -1,6 +1,7 @@
 //! After every AV operation the NIC table read back with AV_READ equals the host mirror.
 
 use uet_av::{NicAvTable, FI_MORE};
+use uet_driver::Device;
 use uet_fwif::NicAvEntry;
 use uet_regs::{ADMIN_COMMANDS, AV_WRITE_DROPS};
 use uet_tests::{fabric, Node};
@@ -168,4 +169,119 @@ fn a_large_removal_is_one_av_invalidate() {
     assert_eq!(n0.counter(ADMIN_COMMANDS), before + 1, "one AV_INVALIDATE");
     assert_eq!(n0.av.len(), 800);
     assert_nic_equals_mirror(n0, "after removing 700");
+}
+
+/// A simulated NIC whose next read of `AV_WRITE_DROPS`, once armed, completes with all ones,
+/// as a PCIe read nothing answers does.
+struct OnceAllOnes {
+    inner: uet_driver::backend::sim::SimDevice,
+    armed: std::sync::atomic::AtomicBool,
+}
+
+impl uet_regs::Mmio for OnceAllOnes {
+    fn read32(&self, offset: u32) -> u32 {
+        self.inner.bar0().read32(offset)
+    }
+    fn write32(&self, offset: u32, value: u32) {
+        self.inner.bar0().write32(offset, value)
+    }
+    fn read64(&self, offset: u32) -> u64 {
+        use std::sync::atomic::Ordering;
+        if offset == AV_WRITE_DROPS.offset() && self.armed.swap(false, Ordering::AcqRel) {
+            return u64::MAX;
+        }
+        self.inner.bar0().read64(offset)
+    }
+    fn write64(&self, offset: u32, value: u64) {
+        self.inner.bar0().write64(offset, value)
+    }
+}
+
+impl Device for OnceAllOnes {
+    fn bar0(&self) -> &dyn uet_regs::Mmio {
+        self
+    }
+    fn dma_map(&self, r: &uet_driver::dma::DmaRegion) -> Result<(), uet_driver::DeviceError> {
+        self.inner.dma_map(r)
+    }
+    fn dma_unmap(&self, r: &uet_driver::dma::DmaRegion) -> Result<(), uet_driver::DeviceError> {
+        self.inner.dma_unmap(r)
+    }
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+}
+
+/// The write window learns whether the NIC stored an entry from `AV_WRITE_DROPS`. A read of
+/// it that fails (all ones) leaves the entry in doubt, not refused: the AV keeps it and
+/// rewrites it at its next call, and NIC and mirror agree again. A count that went down (the
+/// function was reset) is in doubt too, never taken as "stored".
+#[test]
+fn a_window_write_whose_drop_count_cannot_be_trusted_is_in_doubt() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let (_f, fns) = fabric(1);
+    let function = fns[0].clone();
+    let device = Arc::new(OnceAllOnes {
+        inner: uet_driver::backend::sim::SimDevice::new(function.clone()),
+        armed: AtomicBool::new(false),
+    });
+    let mut node = Node::on_device(device.clone(), function.clone(), 1, 1, 8);
+    let own = *node.ep.address();
+    let peer = |i: u32| uet_tests::forged(&own, |a| a.initiator = i);
+    let (a, b, c) = (peer(0x71), peer(0x72), peer(0x73));
+    assert_eq!(node.insert(&a), 0);
+    device.armed.store(true, Ordering::Release);
+    let e = node.av.insert(&b, 1, None, 0).unwrap_err();
+    assert_eq!(e.errno, uet_av::FiErrno::FI_EIO, "{e}");
+    assert!(e.message.contains("is not known"), "{e}");
+    assert_eq!(node.av.entries_in_doubt(), 1, "kept, to be rewritten");
+    assert_eq!(node.av.len(), 2);
+    assert_eq!(node.insert(&c), 2);
+    assert_eq!(node.av.entries_in_doubt(), 0);
+    assert_nic_equals_mirror(&mut node, "after a failed read of the drop count");
+
+    // Two refusals through the window (entries without VALID that are not all zero), then
+    // a function reset: the count falls from 2 to 0, and the next write, dropped by a NIC
+    // that lost its tables, counts 1 — below what the driver last read.
+    let mut bad = NicAvEntry::for_peer(&uet_fwif::UetAddress::from_bytes(&a).unwrap(), 1);
+    bad.flags = zerocopy::little_endian::U16::new(0);
+    let rec = uet_fwif::AvWriteRecord {
+        index: 5.into(),
+        reserved: Default::default(),
+        entry: bad,
+    };
+    for _ in 0..2 {
+        assert!(node.av.nic_mut().write_entries(&[rec]).is_err());
+    }
+    assert_eq!(function.counter(AV_WRITE_DROPS), 2);
+    // The reset NIC answers no admin command: tearing the node down waits this long for each.
+    node.nic
+        .set_admin_timeout(std::time::Duration::from_millis(20));
+    function.function_level_reset();
+    let e = node.av.insert(&peer(0x74), 1, None, 0).unwrap_err();
+    assert!(e.message.contains("is not known"), "{e}");
+    assert_eq!(function.counter(AV_WRITE_DROPS), 1, "the NIC dropped it");
+}
+
+/// One record with its reserved word set is refused as a batch holding it is: through the
+/// write window as through AV_WRITE, nothing stored.
+#[test]
+fn a_record_with_its_reserved_word_set_is_refused_alone_as_in_a_batch() {
+    let (_f, fns) = fabric(1);
+    let mut node = Node::new(fns[0].clone(), 1, 8);
+    let a = uet_fwif::UetAddress::from_bytes(&node.addr()).unwrap();
+    let rec = uet_fwif::AvWriteRecord {
+        index: 3.into(),
+        reserved: 1.into(),
+        entry: NicAvEntry::for_peer(&a, 1),
+    };
+    let mut other = rec;
+    other.index = 4.into();
+    assert!(node.av.nic_mut().write_entries(&[rec, other]).is_err());
+    let e = node.av.nic_mut().write_entries(&[rec]).unwrap_err();
+    assert!(e.to_string().contains("reserved word"), "{e}");
+    let mut got = [NicAvEntry::INVALID; 2];
+    node.av.nic_mut().read_entries(3, &mut got).unwrap();
+    assert_eq!(got, [NicAvEntry::INVALID; 2], "nothing stored");
 }
