@@ -38,13 +38,48 @@ use vfio_bindings::bindings::vfio::{
     VFIO_BASE, VFIO_IOMMU_INFO_CAPS, VFIO_IOMMU_INFO_PGSIZES, VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE,
     VFIO_IOMMU_TYPE1_INFO_DMA_AVAIL, VFIO_TYPE,
 };
+use zerocopy::byteorder::native_endian::{U16, U32, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
+
+/// `struct vfio_iommu_type1_info`, host byte order.
+#[derive(Clone, Copy, Default, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+struct InfoHeader {
+    argsz: U32,
+    flags: U32,
+    iova_pgsizes: U64,
+    cap_offset: U32,
+    pad: U32,
+}
+
+/// `struct vfio_info_cap_header`.
+#[derive(Clone, Copy, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+struct CapHeader {
+    id: U16,
+    version: U16,
+    /// The next capability's offset from byte 0 of the answer; 0 ends the chain.
+    next: U32,
+}
+
+/// The fixed part of `struct vfio_iommu_type1_info_cap_iova_range`, before its ranges.
+#[derive(Clone, Copy, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+struct IovaRangeCap {
+    nr_iovas: U32,
+    reserved: U32,
+}
+
+/// `struct vfio_iova_range`: both ends inclusive.
+#[derive(Clone, Copy, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+struct RawIovaRange {
+    start: U64,
+    end: U64,
+}
 
 /// Bytes of `struct vfio_iommu_type1_info` (without capabilities).
-const INFO_BYTES: usize = 24;
-/// Bytes of `struct vfio_info_cap_header`.
-const CAP_HEADER_BYTES: usize = 8;
-/// Bytes of `struct vfio_iova_range`.
-const IOVA_RANGE_BYTES: usize = 16;
+const INFO_BYTES: usize = core::mem::size_of::<InfoHeader>();
 /// The most the driver lets the kernel's answer be (4,000 IOVA ranges): a bound on what a
 /// corrupted `argsz` can make it allocate.
 const MAX_INFO_BYTES: usize = 64 * 1024;
@@ -79,7 +114,10 @@ impl IommuInfo {
     /// Parse an answer of `VFIO_IOMMU_GET_INFO` (the bytes the kernel filled, `argsz` of
     /// them at most). Errors name the malformed field.
     pub fn parse(answer: &[u8]) -> Result<IommuInfo, String> {
-        let argsz = u32_at(answer, 0).ok_or("the answer is shorter than its argsz field")?;
+        let argsz = U32::read_from_prefix(answer)
+            .map_err(|_| "the answer is shorter than its argsz field")?
+            .0
+            .get();
         let len = usize::try_from(argsz).unwrap_or(usize::MAX);
         if len < INFO_BYTES {
             return Err(format!(
@@ -92,17 +130,18 @@ impl IommuInfo {
                 answer.len()
             )
         })?;
-        let flags = u32_at(answer, 4).ok_or("no flags")?;
+        // At least INFO_BYTES, checked above.
+        let (head, _) = InfoHeader::ref_from_prefix(answer)
+            .map_err(|_| "the answer is shorter than vfio_iommu_type1_info")?;
+        let flags = head.flags.get();
         let mut info = IommuInfo {
-            page_sizes: (flags & VFIO_IOMMU_INFO_PGSIZES != 0)
-                .then(|| u64_at(answer, 8))
-                .flatten(),
+            page_sizes: (flags & VFIO_IOMMU_INFO_PGSIZES != 0).then(|| head.iova_pgsizes.get()),
             ..IommuInfo::default()
         };
         if flags & VFIO_IOMMU_INFO_CAPS == 0 {
             return Ok(info);
         }
-        let mut at = u32_at(answer, 16).ok_or("no cap_offset")? as usize;
+        let mut at = head.cap_offset.get() as usize;
         let mut previous = INFO_BYTES - 1;
         while at != 0 {
             // Forward only, past the fixed part: the chain ends however the offsets are set.
@@ -111,27 +150,24 @@ impl IommuInfo {
                     "capability at offset {at} does not follow the one at {previous}"
                 ));
             }
-            let header = answer
+            let (cap, body) = answer
                 .get(at..)
-                .filter(|c| c.len() >= CAP_HEADER_BYTES)
+                .and_then(|c| CapHeader::ref_from_prefix(c).ok())
                 .ok_or_else(|| format!("capability header at offset {at} past argsz {argsz}"))?;
-            let id = u16_at(header, 0).unwrap_or_default();
-            let version = u16_at(header, 2).unwrap_or_default();
-            let next = u32_at(header, 4).unwrap_or_default() as usize;
-            let body = header.get(CAP_HEADER_BYTES..).unwrap_or_default();
-            match u32::from(id) {
+            match u32::from(cap.id.get()) {
                 VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE if info.iova_ranges.is_none() => {
-                    info.iova_ranges = Some(iova_ranges(body, at, version)?);
+                    info.iova_ranges = Some(iova_ranges(body, at, cap.version.get())?);
                 }
                 VFIO_IOMMU_TYPE1_INFO_DMA_AVAIL if info.dma_avail.is_none() => {
-                    info.dma_avail = Some(u32_at(body, 0).ok_or_else(|| {
+                    let avail = U32::read_from_prefix(body).map_err(|_| {
                         format!("DMA_AVAIL capability at offset {at} past argsz {argsz}")
-                    })?);
+                    })?;
+                    info.dma_avail = Some(avail.0.get());
                 }
                 _ => {}
             }
             previous = at;
-            at = next;
+            at = cap.next.get() as usize;
         }
         Ok(info)
     }
@@ -143,19 +179,25 @@ impl IommuInfo {
     /// 8-byte aligned as the kernel places them. [`IommuInfo::parse`] reads it back
     /// unchanged: for tests and fuzzing seeds.
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = vec![0u8; INFO_BYTES];
-        let mut flags = 0;
-        if let Some(p) = self.page_sizes {
-            flags |= VFIO_IOMMU_INFO_PGSIZES;
-            b[8..16].copy_from_slice(&p.to_ne_bytes());
-        }
+        let mut head = InfoHeader::default();
         let mut caps: Vec<(u32, Vec<u8>)> = Vec::new();
+        if let Some(p) = self.page_sizes {
+            head.flags = U32::new(head.flags.get() | VFIO_IOMMU_INFO_PGSIZES);
+            head.iova_pgsizes = U64::new(p);
+        }
         if let Some(ranges) = &self.iova_ranges {
-            let mut body = (ranges.len() as u32).to_ne_bytes().to_vec();
-            body.extend_from_slice(&[0; 4]);
+            let mut body = IovaRangeCap {
+                nr_iovas: U32::new(ranges.len() as u32),
+                reserved: U32::new(0),
+            }
+            .as_bytes()
+            .to_vec();
             for r in ranges {
-                body.extend_from_slice(&r.start.to_ne_bytes());
-                body.extend_from_slice(&r.last.to_ne_bytes());
+                let raw = RawIovaRange {
+                    start: U64::new(r.start),
+                    end: U64::new(r.last),
+                };
+                body.extend_from_slice(raw.as_bytes());
             }
             caps.push((VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE, body));
         }
@@ -165,20 +207,25 @@ impl IommuInfo {
                 avail.to_ne_bytes().to_vec(),
             ));
         }
-        // Where the previous link (cap_offset, then each header's next) is written.
-        let mut link = 16;
-        for (id, body) in caps {
-            flags |= VFIO_IOMMU_INFO_CAPS;
-            let at = b.len();
-            b[link..link + 4].copy_from_slice(&(at as u32).to_ne_bytes());
-            b.extend_from_slice(&(id as u16).to_ne_bytes());
-            b.extend_from_slice(&1u16.to_ne_bytes());
-            b.extend_from_slice(&[0; 4]);
-            link = at + 4;
-            b.extend_from_slice(&body);
-            b.resize(b.len().next_multiple_of(8), 0);
+        if !caps.is_empty() {
+            head.flags = U32::new(head.flags.get() | VFIO_IOMMU_INFO_CAPS);
+            head.cap_offset = U32::new(INFO_BYTES as u32);
         }
-        b[4..8].copy_from_slice(&flags.to_ne_bytes());
+        let mut b = head.as_bytes().to_vec();
+        let last = caps.len().saturating_sub(1);
+        for (k, (id, body)) in caps.into_iter().enumerate() {
+            // Each capability 8-byte aligned; `next` is where the following one will start.
+            let end =
+                (b.len() + core::mem::size_of::<CapHeader>() + body.len()).next_multiple_of(8);
+            let cap = CapHeader {
+                id: U16::new(id as u16),
+                version: U16::new(1),
+                next: U32::new(if k == last { 0 } else { end as u32 }),
+            };
+            b.extend_from_slice(cap.as_bytes());
+            b.extend_from_slice(&body);
+            b.resize(end, 0);
+        }
         let len = b.len() as u32;
         b[..4].copy_from_slice(&len.to_ne_bytes());
         b
@@ -192,28 +239,24 @@ fn iova_ranges(body: &[u8], at: usize, version: u16) -> Result<Vec<IovaRange>, S
             "IOVA_RANGE capability at offset {at} has version 0"
         ));
     }
-    let count = u32_at(body, 0)
-        .ok_or_else(|| format!("IOVA_RANGE capability at offset {at} ends in its header"))?;
-    let need = (count as usize)
-        .checked_mul(IOVA_RANGE_BYTES)
-        .and_then(|b| b.checked_add(8))
-        .filter(|&b| b <= body.len())
-        .ok_or_else(|| {
+    let (cap, rest) = IovaRangeCap::ref_from_prefix(body)
+        .map_err(|_| format!("IOVA_RANGE capability at offset {at} ends in its header"))?;
+    let count = cap.nr_iovas.get();
+    let (raw, _) =
+        <[RawIovaRange]>::ref_from_prefix_with_elems(rest, count as usize).map_err(|_| {
             format!(
                 "IOVA_RANGE capability at offset {at} lists {count} ranges, more than its {} \
                  bytes hold",
                 body.len()
             )
         })?;
-    let ranges = body
-        .get(8..need)
-        .unwrap_or_default()
-        .chunks_exact(IOVA_RANGE_BYTES)
+    let ranges: Vec<IovaRange> = raw
+        .iter()
         .map(|r| IovaRange {
-            start: u64_at(r, 0).unwrap_or_default(),
-            last: u64_at(r, 8).unwrap_or_default(),
+            start: r.start.get(),
+            last: r.end.get(),
         })
-        .collect::<Vec<_>>();
+        .collect();
     if let Some(bad) = ranges.iter().find(|r| r.start > r.last) {
         return Err(format!(
             "IOVA_RANGE capability at offset {at} has a range ending before it starts ({:#x} \
@@ -222,18 +265,6 @@ fn iova_ranges(body: &[u8], at: usize, version: u16) -> Result<Vec<IovaRange>, S
         ));
     }
     Ok(ranges)
-}
-
-fn u16_at(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_ne_bytes(*b.get(at..)?.first_chunk()?))
-}
-
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_ne_bytes(*b.get(at..)?.first_chunk()?))
-}
-
-fn u64_at(b: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_ne_bytes(*b.get(at..)?.first_chunk()?))
 }
 
 /// Ask the IOMMU of the container `container` (which has a group, so an IOMMU type):
@@ -251,11 +282,8 @@ pub(crate) fn query(container: BorrowedFd<'_>) -> std::io::Result<IommuInfo> {
         // u64 words: the struct's alignment.
         let mut words = vec![0u64; len.div_ceil(8)];
         let argsz = u32::try_from(len).map_err(std::io::Error::other)?;
-        if let Some(w) = words.first_mut() {
-            // argsz is the struct's first u32, in host byte order.
-            let mut bytes = w.to_ne_bytes();
-            bytes[..4].copy_from_slice(&argsz.to_ne_bytes());
-            *w = u64::from_ne_bytes(bytes);
+        if let Some(field) = words.as_mut_bytes().get_mut(..4) {
+            field.copy_from_slice(&argsz.to_ne_bytes());
         }
         // SAFETY: VFIO_IOMMU_GET_INFO writes at most `argsz` bytes (the value just stored in
         // the buffer's first u32) into the buffer, which holds `len` = `argsz` bytes or more
@@ -271,11 +299,11 @@ pub(crate) fn query(container: BorrowedFd<'_>) -> std::io::Result<IommuInfo> {
         if r < 0 {
             return Err(std::io::Error::last_os_error());
         }
-        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
-        let asked = u32_at(&bytes, 0).map_or(0, |a| a as usize);
+        let bytes = words.as_bytes();
+        let asked = U32::read_from_prefix(bytes).map_or(0, |(a, _)| a.get() as usize);
         if asked <= len {
             // The kernel may have filled less than it had room for: parse what argsz says.
-            return IommuInfo::parse(bytes.get(..asked.max(INFO_BYTES)).unwrap_or(&bytes))
+            return IommuInfo::parse(bytes.get(..asked.max(INFO_BYTES)).unwrap_or(bytes))
                 .map_err(std::io::Error::other);
         }
         if asked > MAX_INFO_BYTES {
