@@ -132,12 +132,10 @@ impl IovaAllocator {
 
     /// A fresh allocator over the whole IOVA space from [`IovaAllocator::BASE`].
     pub fn new() -> Self {
-        // `within` accepts the whole space; the fallback, which gives out nothing, is never
-        // taken.
-        Self::within(&[IovaRange::ALL]).unwrap_or(IovaAllocator {
-            next: AtomicU64::new(Self::BASE),
-            ranges: Box::new([]),
-        })
+        Self::over(Box::new([IovaRange {
+            start: Self::BASE,
+            last: u64::MAX,
+        }]))
     }
 
     /// A fresh allocator over the parts of `ranges` at or above [`IovaAllocator::BASE`] that
@@ -161,11 +159,16 @@ impl IovaAllocator {
             .collect();
         usable.sort_by_key(|r| (r.start, r.last));
         usable.dedup();
-        let first = usable.first()?.start;
-        Some(IovaAllocator {
-            next: AtomicU64::new(first),
-            ranges: usable.into_boxed_slice(),
-        })
+        (!usable.is_empty()).then(|| Self::over(usable.into_boxed_slice()))
+    }
+
+    /// An allocator over `ranges`: usable (hugepage-aligned starts at or above BASE), sorted,
+    /// not empty; the cursor at the first.
+    fn over(ranges: Box<[IovaRange]>) -> Self {
+        IovaAllocator {
+            next: AtomicU64::new(ranges.first().map_or(Self::BASE, |r| r.start)),
+            ranges,
+        }
     }
 
     /// An allocator whose next IOVA is `next` (tests of the end of the IOVA space).

@@ -580,33 +580,39 @@ impl AvTable {
         });
         // ...or a range member, if one sits lower: among the ranges whose members' addresses
         // span the sender's (see `range_sources`).
-        let address = if ipv6 {
-            u128::from_be_bytes(fa)
-        } else {
-            u128::from(u32::from_be_bytes([fa[0], fa[1], fa[2], fa[3]]))
-        };
-        let ranges = &self.ranges;
-        self.range_sources.candidates(ipv6, address, |first| {
-            let Some(r) = ranges.get(&first) else {
-                return;
+        // A table without ranges (the common case) reads no index.
+        if !self.ranges.is_empty() {
+            let address = if ipv6 {
+                u128::from_be_bytes(fa)
+            } else {
+                u128::from(u32::from_be_bytes([fa[0], fa[1], fa[2], fa[3]]))
             };
-            if best_in_job.is_some_and(|b| b <= r.first) {
-                return;
-            }
-            if let Some(index) = Self::range_source(r, &fa, ipv6, initiator) {
-                lower(&mut best, index);
-                if in_job(&r.entry) {
-                    lower(&mut best_in_job, index);
+            let ranges = &self.ranges;
+            self.range_sources.candidates(ipv6, address, |first| {
+                let Some(r) = ranges.get(&first) else {
+                    return;
+                };
+                if best_in_job.is_some_and(|b| b <= r.first) {
+                    return;
                 }
-            }
-        });
+                if let Some(index) = Self::range_source(r, &fa, ipv6, initiator) {
+                    lower(&mut best, index);
+                    if in_job(&r.entry) {
+                        lower(&mut best_in_job, index);
+                    }
+                }
+            });
+        }
         let index = best_in_job.or(best)?;
-        Some(
-            match Some(self.effective(index)).and_then(|e| e.user_id()) {
-                Some(uid) => uid,
-                None => u64::from(index),
-            },
-        )
+        Some(self.source_value(index))
+    }
+
+    /// What a receive reports as the source held at `index`: its user id, else the index.
+    fn source_value(&self, index: u32) -> u64 {
+        match self.effective(index).user_id() {
+            Some(uid) => uid,
+            None => u64::from(index),
+        }
     }
 }
 

@@ -74,7 +74,7 @@ pub mod pcap;
 mod pci_config;
 pub mod pds;
 mod peer_groups;
-pub(crate) mod range_sources;
+mod range_sources;
 mod regfile;
 mod rma_engine;
 mod rx_engine;
