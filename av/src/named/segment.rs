@@ -514,11 +514,11 @@ static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 const PROC_SELF_FD: &str = "/proc/self/fd";
 
 /// A file of [`SHM_DIR`] for a new segment, mode 0600, and its temporary name if it has one.
-/// An unnamed file (`O_TMPFILE`) first: a creator that dies before publishing it leaves
-/// nothing behind. Where the kernel or file system has no `O_TMPFILE`, or no procfs to
-/// publish it through, a named temporary file ([`named_temp`]).
-fn new_segment_file() -> io::Result<(File, Option<PathBuf>)> {
-    if Path::new(PROC_SELF_FD).is_dir() {
+/// When `unnamed`, an unnamed file (`O_TMPFILE`): a creator that dies before publishing it
+/// leaves nothing behind. Otherwise, or where the kernel or file system has no `O_TMPFILE`,
+/// or no procfs to publish it through, a named temporary file ([`named_temp`]).
+fn new_segment_file(unnamed: bool) -> io::Result<(File, Option<PathBuf>)> {
+    if unnamed && Path::new(PROC_SELF_FD).is_dir() {
         match OpenOptions::new()
             .read(true)
             .write(true)
@@ -677,21 +677,34 @@ impl Segment {
         let geo = Geometry::new(params.capacity).ok_or_else(|| {
             FiError::inval(ctx(&format!("count {} is too large", params.capacity)))
         })?;
-        let (file, tmp) = new_segment_file().map_err(|e| os_error(&ctx("a new file"), &e))?;
-        // From here on, a temporary name, if the file has one, goes whatever happens.
-        let built = Self::build(file, geo, path, name, params, &ctx);
-        let published = built.and_then(|seg| match publish(&seg.file, tmp.as_deref(), path) {
-            Ok(()) => Ok(Some(seg)),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(None),
-            Err(e) => Err(os_error(
-                &ctx(&format!("publishing {}", path.display())),
-                &e,
-            )),
-        });
-        if let Some(tmp) = &tmp {
-            if let Err(e) = std::fs::remove_file(tmp) {
-                warn!(path = %tmp.display(), error = %e, "removing a temporary segment file failed");
+        // An unnamed file first; a named temporary where the system cannot publish one
+        // (procfs without `linkat` through it, as in some sandboxes).
+        let mut published = Ok(None);
+        for unnamed in [true, false] {
+            let (file, tmp) =
+                new_segment_file(unnamed).map_err(|e| os_error(&ctx("a new file"), &e))?;
+            // From here on, a temporary name, if the file has one, goes whatever happens.
+            let built = Self::build(file, geo, path, name, params, &ctx);
+            let outcome = built.map(|seg| (publish(&seg.file, tmp.as_deref(), path), seg));
+            if let Some(tmp) = &tmp {
+                if let Err(e) = std::fs::remove_file(tmp) {
+                    warn!(path = %tmp.display(), error = %e, "removing a temporary segment file failed");
+                }
             }
+            published = match outcome {
+                Err(e) => Err(e),
+                Ok((Ok(()), seg)) => Ok(Some(seg)),
+                Ok((Err(e), _)) if e.kind() == io::ErrorKind::AlreadyExists => Ok(None),
+                Ok((Err(e), _)) if tmp.is_none() => {
+                    debug!(error = %e, "publishing an unnamed segment file failed; a named one instead");
+                    continue;
+                }
+                Ok((Err(e), _)) => Err(os_error(
+                    &ctx(&format!("publishing {}", path.display())),
+                    &e,
+                )),
+            };
+            break;
         }
         let mut seg = published?;
         if let Some(s) = seg.as_mut() {
@@ -1710,9 +1723,9 @@ mod tests {
     /// file has no name until it is published, so a creator that dies leaves nothing; a
     /// second publish of the same name is `AlreadyExists`.
     #[test]
-    fn a_new_segment_file_is_unnamed_until_published() {
+    fn a_new_segment_file_is_unnamed_until_published_or_named_where_it_must_be() {
         use std::os::unix::fs::MetadataExt;
-        let (file, tmp) = new_segment_file().unwrap();
+        let (file, tmp) = new_segment_file(true).unwrap();
         assert_eq!(tmp, None, "O_TMPFILE in {SHM_DIR}");
         assert_eq!(file.metadata().unwrap().nlink(), 0);
         let path =
@@ -1723,9 +1736,17 @@ mod tests {
             std::fs::metadata(&path).unwrap().ino(),
             file.metadata().unwrap().ino()
         );
-        let (other, _) = new_segment_file().unwrap();
+        let (other, _) = new_segment_file(true).unwrap();
         let e = publish(&other, None, &path).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
+        std::fs::remove_file(&path).unwrap();
+        // The fallback where an unnamed file cannot be published: a named temporary, linked.
+        let (named, tmp) = new_segment_file(false).unwrap();
+        let tmp = tmp.expect("a temporary name");
+        assert!(tmp.starts_with(SHM_DIR));
+        publish(&named, Some(&tmp), &path).unwrap();
+        assert_eq!(named.metadata().unwrap().nlink(), 2);
+        std::fs::remove_file(&tmp).unwrap();
         std::fs::remove_file(&path).unwrap();
     }
 
