@@ -958,17 +958,18 @@ pub(crate) mod tests {
         fs::write(p.join("comm"), "fi_pingpong\n").unwrap();
         symlink("/dev/null", p.join("fd/0")).unwrap();
         symlink("/dev/vfio/42", p.join("fd/7")).unwrap();
-        let e = t.sysfs().unbind_vfio(addr(NIC)).unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("in use: process 4242 (fi_pingpong) holds /dev/vfio/42 open"),
-            "{e}"
-        );
-        assert_eq!(
-            t.read("bus/pci/drivers/vfio-pci/unbind"),
-            "",
-            "nothing written"
-        );
+        // Unbind is refused naming the process and `file`, and writes nothing.
+        let refused_for_holding = |file: &str| {
+            let e = t.sysfs().unbind_vfio(addr(NIC)).unwrap_err();
+            let says = format!("in use: process 4242 (fi_pingpong) holds {file} open");
+            assert!(e.to_string().contains(&says), "{e}");
+            assert_eq!(
+                t.read("bus/pci/drivers/vfio-pci/unbind"),
+                "",
+                "nothing written"
+            );
+        };
+        refused_for_holding("/dev/vfio/42");
 
         fs::remove_file(p.join("fd/7")).unwrap();
         // The same process holding only the function's VFIO device file (iommufd, no group).
@@ -978,17 +979,7 @@ pub(crate) mod tests {
             Some(PathBuf::from("/dev/vfio/devices/vfio3"))
         );
         symlink("/dev/vfio/devices/vfio3", p.join("fd/9")).unwrap();
-        let e = t.sysfs().unbind_vfio(addr(NIC)).unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("in use: process 4242 (fi_pingpong) holds /dev/vfio/devices/vfio3 open"),
-            "{e}"
-        );
-        assert_eq!(
-            t.read("bus/pci/drivers/vfio-pci/unbind"),
-            "",
-            "nothing written"
-        );
+        refused_for_holding("/dev/vfio/devices/vfio3");
         fs::remove_file(p.join("fd/9")).unwrap();
         let r = t.sysfs().unbind_vfio(addr(NIC)).unwrap();
         // The tree does not react: the link still names vfio-pci.
