@@ -236,8 +236,9 @@ pub fn poll_one(ep: &mut Endpoint) -> Option<CqEvent> {
     (0..16).find_map(|_| ep.poll().expect("poll"))
 }
 
-/// What a [`HookedDevice`] does to the driver's 32-bit BAR0 accesses: a device that
-/// misbehaves in one precise way (a capability it reports, a doorbell it loses).
+/// What a [`HookedDevice`] does to the driver's BAR0 accesses (32-bit ones, and 64-bit
+/// reads): a device that misbehaves in one precise way (a capability it reports, a doorbell
+/// it loses, a read that fails).
 pub trait BarHook: Send + Sync {
     /// The value the driver reads at `offset`, given what the device returned.
     fn read32(&self, _offset: u32, value: u32) -> u32 {
@@ -247,10 +248,15 @@ pub trait BarHook: Send + Sync {
     fn write32(&self, _offset: u32, _value: u32) -> bool {
         true
     }
+    /// The value the driver reads from the 64-bit register at `offset`, given what the
+    /// device returned.
+    fn read64(&self, _offset: u32, value: u64) -> u64 {
+        value
+    }
 }
 
-/// A simulated device whose 32-bit BAR0 accesses pass through `hook`; 64-bit accesses and
-/// DMA mappings go straight to `inner`.
+/// A simulated device whose 32-bit BAR0 accesses and 64-bit reads pass through `hook`; 64-bit
+/// writes and DMA mappings go straight to `inner`.
 pub struct HookedDevice<H> {
     /// The simulated device.
     pub inner: SimDevice,
@@ -268,7 +274,7 @@ impl<H: BarHook> uet_regs::Mmio for HookedDevice<H> {
         }
     }
     fn read64(&self, offset: u32) -> u64 {
-        self.inner.bar0().read64(offset)
+        self.hook.read64(offset, self.inner.bar0().read64(offset))
     }
     fn write64(&self, offset: u32, value: u64) {
         self.inner.bar0().write64(offset, value)

@@ -1,7 +1,6 @@
 //! After every AV operation the NIC table read back with AV_READ equals the host mirror.
 
 use uet_av::{NicAvTable, FI_MORE};
-use uet_driver::Device;
 use uet_fwif::NicAvEntry;
 use uet_regs::{ADMIN_COMMANDS, AV_WRITE_DROPS};
 use uet_tests::{fabric, Node};
@@ -171,44 +170,19 @@ fn a_large_removal_is_one_av_invalidate() {
     assert_nic_equals_mirror(n0, "after removing 700");
 }
 
-/// A simulated NIC whose next read of `AV_WRITE_DROPS`, once armed, completes with all ones,
-/// as a PCIe read nothing answers does.
+/// A hook making the next read of `AV_WRITE_DROPS`, once armed, complete with all ones, as a
+/// PCIe read nothing answers does.
 struct OnceAllOnes {
-    inner: uet_driver::backend::sim::SimDevice,
     armed: std::sync::atomic::AtomicBool,
 }
 
-impl uet_regs::Mmio for OnceAllOnes {
-    fn read32(&self, offset: u32) -> u32 {
-        self.inner.bar0().read32(offset)
-    }
-    fn write32(&self, offset: u32, value: u32) {
-        self.inner.bar0().write32(offset, value)
-    }
-    fn read64(&self, offset: u32) -> u64 {
+impl uet_tests::BarHook for OnceAllOnes {
+    fn read64(&self, offset: u32, value: u64) -> u64 {
         use std::sync::atomic::Ordering;
         if offset == AV_WRITE_DROPS.offset() && self.armed.swap(false, Ordering::AcqRel) {
             return u64::MAX;
         }
-        self.inner.bar0().read64(offset)
-    }
-    fn write64(&self, offset: u32, value: u64) {
-        self.inner.bar0().write64(offset, value)
-    }
-}
-
-impl Device for OnceAllOnes {
-    fn bar0(&self) -> &dyn uet_regs::Mmio {
-        self
-    }
-    fn dma_map(&self, r: &uet_driver::dma::DmaRegion) -> Result<(), uet_driver::DeviceError> {
-        self.inner.dma_map(r)
-    }
-    fn dma_unmap(&self, r: &uet_driver::dma::DmaRegion) -> Result<(), uet_driver::DeviceError> {
-        self.inner.dma_unmap(r)
-    }
-    fn name(&self) -> String {
-        self.inner.name()
+        value
     }
 }
 
@@ -222,16 +196,18 @@ fn a_window_write_whose_drop_count_cannot_be_trusted_is_in_doubt() {
     use std::sync::Arc;
     let (_f, fns) = fabric(1);
     let function = fns[0].clone();
-    let device = Arc::new(OnceAllOnes {
+    let device = Arc::new(uet_tests::HookedDevice {
         inner: uet_driver::backend::sim::SimDevice::new(function.clone()),
-        armed: AtomicBool::new(false),
+        hook: OnceAllOnes {
+            armed: AtomicBool::new(false),
+        },
     });
     let mut node = Node::on_device(device.clone(), function.clone(), 1, 1, 8);
     let own = *node.ep.address();
     let peer = |i: u32| uet_tests::forged(&own, |a| a.initiator = i);
     let (a, b, c) = (peer(0x71), peer(0x72), peer(0x73));
     assert_eq!(node.insert(&a), 0);
-    device.armed.store(true, Ordering::Release);
+    device.hook.armed.store(true, Ordering::Release);
     let e = node.av.insert(&b, 1, None, 0).unwrap_err();
     assert_eq!(e.errno, uet_av::FiErrno::FI_EIO, "{e}");
     assert!(e.message.contains("is not known"), "{e}");
