@@ -267,6 +267,10 @@ pub struct AdminQueue {
     /// Whether the device checks the owner of an AUTH_KEY_REMOVE (interface 1.9): only then
     /// is a late AUTH_KEY_ADD undone ([`undo_of`]).
     undo_auth_key_adds: bool,
+    /// The function was found reset under the driver ([`AdminQueue::stalled`]): what
+    /// `ADMIN_SQ_BASE` read then. Every command fails at once until the queue is programmed
+    /// again.
+    reset_seen: Option<u64>,
 }
 
 impl AdminQueue {
@@ -297,6 +301,7 @@ impl AdminQueue {
             undo: VecDeque::new(),
             scratch_taken: false,
             undo_auth_key_adds: false,
+            reset_seen: None,
         }
     }
 
@@ -345,6 +350,7 @@ impl AdminQueue {
         self.abandoned.store(0, Ordering::Release);
         self.undo.clear();
         self.scratch_taken = false;
+        self.reset_seen = None;
         bar.write(ADMIN_SQ_BASE, self.sq.region().iova());
         bar.write(ADMIN_CQ_BASE, self.cq.region().iova());
         bar.write(
@@ -368,7 +374,8 @@ impl AdminQueue {
     /// read the next command's data as its own, or write over it. Completions that came since
     /// are collected first, so a late completion releases the buffer at once.
     pub fn scratch(&mut self, bar: &dyn Mmio) -> Result<&DmaRegion, DriverError> {
-        if !self.scratch_holders.is_empty() {
+        // After a reset nothing holds the buffer: the command it is lent to fails on its own.
+        if self.reset_seen.is_none() && !self.scratch_holders.is_empty() {
             if let Err(e) = self.reap(bar) {
                 tracing::warn!("{e}");
             }
@@ -424,6 +431,10 @@ impl AdminQueue {
     /// Submit a submission entry as given (its command id is replaced by the queue's own).
     /// The undoes of late creations go first.
     pub fn submit_raw(&mut self, bar: &dyn Mmio, entry: AdminCommand) -> Result<u16, DriverError> {
+        if let Some(e) = self.reset_error(entry.opcode, false) {
+            self.scratch_taken = false;
+            return Err(e);
+        }
         if self.abandoned.load(Ordering::Acquire) > 0 {
             // Late completions first: what they created is destroyed before this command,
             // which may need the room.
@@ -694,6 +705,11 @@ impl AdminQueue {
             }) => {
                 let since = waiting_since.unwrap_or_else(Instant::now);
                 if let Some(e) = self.stalled(bar, opcode, since.elapsed(), true) {
+                    if let DriverError::FunctionReset { .. } = e {
+                        // The reset forgot the command: nothing of it can come late.
+                        self.in_flight = self.in_flight.saturating_sub(1);
+                        return Some(Err(e));
+                    }
                     self.commands
                         .insert(id, Slot::Abandoned { opcode, undo_key });
                     self.abandoned.fetch_add(1, Ordering::AcqRel);
@@ -742,6 +758,11 @@ impl AdminQueue {
     /// ([`DriverError::AdminDeviceFatal`], learned from one `DEV_STATUS` read, made at most
     /// once per [`FATAL_CHECK_AFTER`] and only once a command has waited that long), or the
     /// timeout passed ([`DriverError::AdminTimeout`] or [`DriverError::AdminRingFull`]).
+    /// A device that is not enabled is also asked for `ADMIN_SQ_BASE` (a second read): when
+    /// that no longer holds the ring, the function was reset under the driver
+    /// ([`DriverError::FunctionReset`]), and the command is given up on at once too, as is
+    /// every later one. A device merely disabled (`DEV_CTRL.enable` cleared, its state kept)
+    /// is waited on until the timeout: it may be enabled again and run what it holds.
     fn stalled(
         &mut self,
         bar: &dyn Mmio,
@@ -749,6 +770,9 @@ impl AdminQueue {
         waited: Duration,
         submitted: bool,
     ) -> Option<DriverError> {
+        if let Some(e) = self.reset_error(opcode, submitted) {
+            return Some(e);
+        }
         let timed_out = waited >= self.timeout;
         let due = waited >= FATAL_CHECK_AFTER
             && self
@@ -767,6 +791,21 @@ impl AdminQueue {
                 submitted,
             });
         }
+        if !status.enabled() {
+            let sq_base = bar.read(ADMIN_SQ_BASE);
+            if sq_base != self.sq.region().iova() {
+                tracing::error!(
+                    sq_base,
+                    "the function was reset under the driver; no admin command runs until the NIC is opened again"
+                );
+                // Nothing given to the device before the reset can be run late.
+                self.reset_seen = Some(sq_base);
+                self.scratch_holders.clear();
+                self.abandoned.store(0, Ordering::Release);
+                self.undo.clear();
+                return self.reset_error(opcode, submitted);
+            }
+        }
         let (waited, device_enabled) = (self.timeout, status.enabled());
         timed_out.then_some(if submitted {
             DriverError::AdminTimeout {
@@ -781,6 +820,24 @@ impl AdminQueue {
                 device_enabled,
             }
         })
+    }
+}
+
+impl AdminQueue {
+    /// [`DriverError::FunctionReset`] for command `opcode` once a reset was seen.
+    fn reset_error(&self, opcode: u8, submitted: bool) -> Option<DriverError> {
+        self.reset_seen.map(|sq_base| DriverError::FunctionReset {
+            opcode,
+            sq_base,
+            ring: self.sq.region().iova(),
+            submitted,
+        })
+    }
+
+    /// Whether the function was found reset under the driver: every admin command then
+    /// fails with [`DriverError::FunctionReset`] until the NIC is opened again.
+    pub fn function_was_reset(&self) -> bool {
+        self.reset_seen.is_some()
     }
 }
 

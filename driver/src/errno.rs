@@ -66,6 +66,7 @@ impl DriverError {
             },
             DriverError::AdminTimeout { .. } => FiErrno::FI_ETIMEDOUT,
             DriverError::AdminDeviceFatal { .. } => FiErrno::FI_EIO,
+            DriverError::FunctionReset { .. } => FiErrno::FI_EIO,
             DriverError::AdminRingFull { .. } => FiErrno::FI_EAGAIN,
             DriverError::InvalidArgument(_) => FiErrno::FI_EINVAL,
             DriverError::MessageTooLong { .. } => FiErrno::FI_EMSGSIZE,

@@ -84,6 +84,27 @@ pub enum DriverError {
         /// Whether the command was in the ring when the device stopped.
         submitted: bool,
     },
+    /// An admin command was given up on because the function was reset under the driver:
+    /// the device is not enabled and `ADMIN_SQ_BASE` no longer holds the admin ring
+    /// (`sq_base`, not `ring`). A reset forgets everything the function held (queues,
+    /// endpoints, AV tables, memory regions, auth keys) and stops its DMA, so the command
+    /// cannot run late; no command runs until the NIC is opened again, and every later one
+    /// fails at once with this error (`submitted` false).
+    #[error(
+        "admin command {} {}: the function was reset (ADMIN_SQ_BASE reads {sq_base:#x}, not the admin ring at {ring:#x}); it lost its queues, endpoints and tables and runs no command until the NIC is opened again",
+        crate::admin::opcode_name(*opcode),
+        if *submitted { "failed" } else { "not submitted" }
+    )]
+    FunctionReset {
+        /// The command's opcode byte.
+        opcode: u8,
+        /// `ADMIN_SQ_BASE` as read.
+        sq_base: u64,
+        /// The IOVA of the admin submission ring the driver programmed.
+        ring: u64,
+        /// Whether the command was in the ring when the reset was seen.
+        submitted: bool,
+    },
     /// An admin command was not submitted: the admin ring stayed full of commands the device
     /// had not completed for the whole admin timeout. The device never saw the command, so
     /// nothing of it can happen late (unlike [`DriverError::AdminTimeout`]); it may be

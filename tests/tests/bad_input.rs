@@ -778,3 +778,54 @@ fn an_open_whose_identify_goes_unanswered_leaves_the_device_stopped() {
     let nic = uet_driver::Nic::open(device).expect("the next open");
     assert_eq!(nic.identity().fabric_addr, uet_tests::nic_addr(0));
 }
+
+/// A function reset under the driver is seen at the next admin command within a few
+/// milliseconds, not after the admin timeout: the device is not enabled and `ADMIN_SQ_BASE`
+/// no longer holds the admin ring. The command fails with `FI_EIO` naming the reset, the
+/// AV's refused batch is rolled back, and every later command fails at once the same way
+/// (none is left holding the scratch buffer, none waits for the timeout).
+#[test]
+fn a_function_reset_under_the_driver_is_reported_as_one() {
+    let (_f, fns) = fabric(1);
+    let function = fns[0].clone();
+    let mut node = Node::new(function.clone(), 1, 8);
+    let peer = |initiator| uet_tests::forged(node.ep.address(), |a| a.initiator = initiator);
+    let (first, more) = (
+        [peer(0x81), peer(0x82)].concat(),
+        [peer(0x83), peer(0x84)].concat(),
+    );
+    assert_eq!(
+        node.av.insert(&first, 2, None, 0).map_err(|e| e.errno),
+        Ok(2)
+    );
+    // Far longer than the test takes: a command that waited for it would fail as timed out.
+    node.nic.set_admin_timeout(Duration::from_secs(60));
+    function.function_level_reset();
+
+    let e = node.av.insert(&more, 2, None, 0).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EIO, "{e}");
+    assert!(e.message.contains("the function was reset"), "{e}");
+    assert!(!e.message.contains("timed out"), "{e}");
+    assert_eq!(
+        node.av.len(),
+        2,
+        "the batch the NIC never took is rolled back"
+    );
+    assert_eq!(node.av.entries_in_doubt(), 0);
+
+    // Later commands, with data (AV_READ through the scratch buffer) or without, fail at
+    // once, not submitted.
+    let e = node.av.verify_nic().unwrap_err();
+    assert!(e.message.contains("the function was reset"), "{e}");
+    match node
+        .nic
+        .admin_command(Command::EndpointDestroy { endpoint: 99 })
+    {
+        Err(e @ DriverError::FunctionReset { submitted, .. }) => {
+            assert!(!submitted, "{e}");
+            assert_eq!(e.errno(), FiErrno::FI_EIO);
+            assert!(e.to_string().contains("opened again"), "{e}");
+        }
+        other => panic!("expected FunctionReset, got {other:?}"),
+    }
+}
