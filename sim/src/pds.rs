@@ -27,8 +27,8 @@
 //! ## PDCs
 //!
 //! The model's fabric is lossless and in order, so the PDS keeps only what the headers need:
-//! the initiator opens one PDC per destination fabric address (SPDCIDs from 1, PSNs from
-//! [`START_PSN`]); its first request carries SYN; the target creates its PDC when it first sees
+//! the initiator opens one PDC per destination fabric address (SPDCIDs from 1, not reused
+//! after a function reset, PSNs from [`START_PSN`]); its first request carries SYN; the target creates its PDC when it first sees
 //! a request from `(source address, SPDCID)` and its ACK carries the target's PDCID, which the
 //! initiator then puts in DPDCID. Every request is acknowledged by exactly one ACK (AR is not
 //! needed) carrying the cumulative PSN of that request.
@@ -346,9 +346,16 @@ impl PdcTable {
         id
     }
 
-    /// Forget every PDC (function reset).
+    /// Forget every PDC (function reset). PDC ids go on from where they were: a peer that
+    /// still holds a PDC of this function from before the reset (and the outcomes of the
+    /// messages it carried) never takes a new PDC, whose PSNs and message ids start again,
+    /// for that old one. Hardware gets the same from a PDC id space it does not restart at a
+    /// fixed value.
     pub(crate) fn clear(&mut self) {
-        *self = PdcTable::default();
+        *self = PdcTable {
+            next_pdcid: self.next_pdcid,
+            ..PdcTable::default()
+        };
     }
 }
 
@@ -401,6 +408,18 @@ mod tests {
         // type 7 << 11 | next_hdr 4 << 7 = 0x3A00
         assert_eq!(&b[0..2], &[0x3A, 0x00]);
         assert_eq!(Ack::parse(&b).unwrap().0, a);
+    }
+
+    #[test]
+    fn a_reset_does_not_reuse_pdc_ids() {
+        let mut t = PdcTable::default();
+        let peer: IpAddr = "10.0.0.9".parse().unwrap();
+        let before = t.next_request(peer);
+        t.clear();
+        let after = t.next_request(peer);
+        assert_eq!(after.flags & FLAG_SYN, FLAG_SYN, "a new PDC");
+        assert_eq!(after.psn, before.psn, "its PSNs start again");
+        assert_ne!(after.spdcid, before.spdcid);
     }
 
     #[test]

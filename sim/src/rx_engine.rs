@@ -21,8 +21,7 @@
 //! |---|---|
 //! | function running | RC_DISABLED |
 //! | relative addressing (REL): an endpoint accepts the JobID | RC_BAD_JOB_ID, `RX_BAD_JOB_ID` |
-//! | relative: an endpoint with the PIDonFEP exists | RC_BAD_PID, `RX_BAD_PID` |
-//! | relative: that endpoint accepts the JobID | RC_BAD_JOB_ID, `RX_BAD_JOB_ID` |
+//! | relative: within the JobID's scope, an endpoint with the PIDonFEP: the job's own endpoint there, or the one there that accepts the JobID (a granted auth key) | RC_BAD_PID, `RX_BAD_PID` |
 //! | absolute (REL clear): an absolute-addressing endpoint with the PIDonFEP exists / it accepts the JobID | RC_BAD_PID / RC_BAD_JOB_ID |
 //!
 //! An endpoint *accepts* a JobID that is its own (ENDPOINT_CREATE) or the JobID of an auth-key
@@ -68,7 +67,8 @@
 //!
 //! ## Multi-packet messages
 //!
-//! Packets of one message share (source fabric address, initiator, message id). They may
+//! Packets of one message share (source fabric address, the initiator's PDC, JobID,
+//! initiator, message id). They may
 //! arrive in any order: the first to arrive — SOM or not — consumes the next RX descriptor
 //! (with the checks above) and opens a reassembly; each packet's payload is written by DMA at
 //! its message offset in that buffer, and only the part inside the buffer (a longer message is
@@ -174,6 +174,8 @@ impl ParsedRequest<'_> {
     pub(crate) fn key(&self) -> MsgKey {
         MsgKey {
             src: self.dg.src_ip,
+            spdcid: self.pds.spdcid,
+            job_id: self.ses.job_id,
             initiator: self.ses.initiator,
             message_id: self.ses.message_id,
         }
@@ -266,10 +268,19 @@ fn parse_request(f: &[u8]) -> Option<ParsedRequest<'_>> {
     })
 }
 
-/// Identifies a message at its target.
+/// Identifies a message at its target: the PDC it travels in (the source address and the
+/// initiator's PDC), and the sending endpoint within it, which its JobID and initiator name
+/// (ENDPOINT_CREATE gives no two live endpoints of a job on one function the same initiator),
+/// then the endpoint's message id. Message ids restart at 0 with every endpoint, and
+/// initiators are reused by later endpoints (a NIC opened again numbers them afresh, and jobs
+/// number their ranks from 0), so without the PDC and the JobID a new sender's message would
+/// be taken for an old one's and answered from its outcome, undelivered. A function's PDC ids
+/// are not reused after its reset (`pds::PdcTable::clear`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct MsgKey {
     src: IpAddr,
+    spdcid: u16,
+    job_id: u32,
     initiator: u32,
     message_id: u16,
 }

@@ -520,3 +520,145 @@ fn a_peer_that_takes_one_mtu_gets_no_longer_message_and_the_sender_gets_emsgsize
     b.av.nic_mut().read_entries(0, &mut on_b).unwrap();
     assert!(on_b[0].is_valid() && !on_b[0].max_msg_mtu());
 }
+
+/// A NIC configuration whose 1 KiB MTU makes a 3,000-byte message three packets.
+fn small_mtu(i: usize) -> NicConfig {
+    let mut c = NicConfig::new(uet_tests::nic_addr(i));
+    c.mtu = 1024;
+    c
+}
+
+/// Bytes of a three-packet message at [`small_mtu`].
+const THREE_PACKETS: usize = 3000;
+
+/// Send `len` bytes of pattern `seed` from `ep` to `dest` and wait for the send's completion.
+fn send_pattern(
+    ep: &mut uet_driver::Endpoint,
+    pool: &DmaPool,
+    dest: u64,
+    len: usize,
+    seed: u8,
+) -> Option<uet_driver::CqError> {
+    let mut buf = pool.alloc().expect("send buffer");
+    buf.fill(&pattern(len, seed)).expect("fill");
+    ep.post_send(dest, buf, 9, 0)
+        .map_err(|(e, _)| e)
+        .expect("post send");
+    uet_tests::poll_one(ep).expect("send completion").error
+}
+
+/// An endpoint of a NIC opened again derives the initiator id its predecessor had, and its
+/// message ids start at 0 again. Its first multi-packet message is a new message at the
+/// target, delivered, not taken for a late packet of the old endpoint's message 0 and
+/// answered from that one's outcome with nothing delivered.
+#[test]
+fn a_multi_packet_message_from_a_nic_opened_again_is_delivered() {
+    let fabric = Fabric::new();
+    let fa = fabric.add_nic(small_mtu(0)).unwrap();
+    let mut b = Node::new(fabric.add_nic(small_mtu(1)).unwrap(), JOB, 8);
+    b.post_recvs(2);
+    let attr = uet_av::AvAttr {
+        count: 8,
+        job_id: JOB,
+        ..uet_av::AvAttr::default()
+    };
+    let mut initiators = Vec::new();
+    for seed in [1u8, 2] {
+        let nic = uet_driver::Nic::open(std::sync::Arc::new(
+            uet_driver::backend::sim::SimDevice::new(fa.clone()),
+        ))
+        .unwrap();
+        assert!(usize::from(nic.capabilities().mtu) < THREE_PACKETS);
+        let mut av = nic.open_av(attr).unwrap();
+        let pool = DmaPool::new(&nic, 4096, 8).unwrap();
+        let mut ep = nic
+            .endpoint(
+                uet_driver::EndpointAttr {
+                    job_id: JOB,
+                    ..uet_driver::EndpointAttr::default()
+                },
+                Some(&av),
+            )
+            .unwrap();
+        initiators.push(ep.address().initiator);
+        let mut dest = [0u64];
+        av.insert(&b.addr(), 1, Some(&mut dest), 0).unwrap();
+        let sent = send_pattern(&mut ep, &pool, dest[0], THREE_PACKETS, seed);
+        assert!(sent.is_none(), "{sent:?}");
+        let got = b.next_completion().expect("delivered");
+        assert!(got.error.is_none(), "{:?}", got.error);
+        assert_eq!(
+            got.buffer.unwrap().to_vec().unwrap(),
+            pattern(THREE_PACKETS, seed)
+        );
+    }
+    assert_eq!(
+        initiators[0], initiators[1],
+        "the same initiator id, derived again"
+    );
+    assert_eq!(b.function.debug_counters().rx_duplicate_packets, 0);
+}
+
+/// Two live endpoints of one NIC, in two jobs and both rank 0 (the same initiator id), each
+/// send a multi-packet message, with message id 0, to an endpoint of their own job on one
+/// target NIC: two messages, each delivered to its own endpoint.
+#[test]
+fn rank_zero_of_two_jobs_on_one_nic_send_multi_packet_messages_that_both_arrive() {
+    let fabric = Fabric::new();
+    let open = |cfg| {
+        uet_driver::Nic::open(std::sync::Arc::new(
+            uet_driver::backend::sim::SimDevice::new(fabric.add_nic(cfg).unwrap()),
+        ))
+        .unwrap()
+    };
+    let (nic_a, nic_b) = (open(small_mtu(0)), open(small_mtu(1)));
+    let (pool_a, pool_b) = (
+        DmaPool::new(&nic_a, 4096, 8).unwrap(),
+        DmaPool::new(&nic_b, 4096, 8).unwrap(),
+    );
+    let attr = |job_id| uet_av::AvAttr {
+        count: 4,
+        job_id,
+        ..uet_av::AvAttr::default()
+    };
+    let endpoint = |nic: &uet_driver::Nic, av: &uet_driver::Av, job_id, initiator| {
+        nic.endpoint(
+            uet_driver::EndpointAttr {
+                job_id,
+                initiator,
+                ..uet_driver::EndpointAttr::default()
+            },
+            Some(av),
+        )
+        .unwrap()
+    };
+    let mut kept = Vec::new();
+    let mut targets = Vec::new();
+    for job in [1u32, 2] {
+        let av = nic_b.open_av(attr(job)).unwrap();
+        let mut ep = endpoint(&nic_b, &av, job, None);
+        ep.post_recv(pool_b.alloc().unwrap(), 1).unwrap();
+        targets.push(ep);
+        kept.push(av);
+    }
+    let mut senders = Vec::new();
+    for (i, job) in [1u32, 2].into_iter().enumerate() {
+        let mut av = nic_a.open_av(attr(job)).unwrap();
+        let mut ep = endpoint(&nic_a, &av, job, Some(0));
+        let mut dest = [0u64];
+        let target = targets[i].address().to_bytes().unwrap();
+        av.insert(&target, 1, Some(&mut dest), 0).unwrap();
+        let sent = send_pattern(&mut ep, &pool_a, dest[0], THREE_PACKETS, 10 + i as u8);
+        assert!(sent.is_none(), "job {job}: {sent:?}");
+        kept.push(av);
+        senders.push(ep);
+    }
+    for (i, ep) in targets.iter_mut().enumerate() {
+        let got = uet_tests::poll_one(ep).unwrap_or_else(|| panic!("job {} got nothing", i + 1));
+        assert!(got.error.is_none(), "{:?}", got.error);
+        assert_eq!(
+            got.buffer.unwrap().to_vec().unwrap(),
+            pattern(THREE_PACKETS, 10 + i as u8)
+        );
+    }
+}
