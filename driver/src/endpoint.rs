@@ -160,7 +160,9 @@ pub struct EndpointAttr {
     pub ri_count: u16,
     /// Initiator ID; `None` derives one: the low 16 bits of the NIC's fabric address, then the
     /// endpoint's sequence number on that NIC in this process. Jobs that number their ranks
-    /// pass the rank instead.
+    /// pass the rank instead. No two live endpoints of a JobID on one NIC share an id
+    /// (interface 1.11): one in use is refused with `FI_EADDRINUSE`
+    /// ([`DriverError::InitiatorInUse`]), and a derived one passes over ids in use.
     pub initiator: Option<u32>,
     /// log2 of the TX ring entries.
     pub tx_log2: u8,
@@ -637,19 +639,19 @@ impl Nic {
         }
         let set = self.ring_set(RingSizes::of(attr))?;
         let fabric_addr = self.fabric_addr();
-        let initiator = attr.initiator.unwrap_or_else(|| {
+        let derive = || {
             let low = match fabric_addr {
                 IpAddr::V4(a) => u32::from(a) & 0xFFFF,
                 IpAddr::V6(a) => (u128::from(a) & 0xFFFF) as u32,
             };
             low << 16 | u32::from(self.inner.endpoint_seq.fetch_add(1, Ordering::Relaxed))
-        });
+        };
+        let mut initiator = attr.initiator.unwrap_or_else(derive);
         let mut body = EndpointCreateBody::new_zeroed();
         body.tx_ring = set.iova(set.tx.offset);
         body.rx_ring = set.iova(set.rx.offset);
         body.cq_ring = set.iova(set.cq_offset);
         body.job_id = U32::new(attr.job_id);
-        body.initiator = U32::new(initiator);
         body.ri_count = U16::new(attr.ri_count);
         body.tx_log2 = attr.tx_log2;
         body.rx_log2 = attr.rx_log2;
@@ -667,14 +669,27 @@ impl Nic {
         if attr.ep_type == EpType::Dgram {
             body.flags |= EP_FLAG_DGRAM;
         }
-        let result = match self.inner.execute(Command::EndpointCreate {
-            av: av_table.as_ref().map_or(0, |t| t.handle()),
-            body,
-        }) {
-            Ok(result) => result,
-            Err(e) => {
-                drop_rings_unless_timed_out(&e, set);
-                return Err(endpoint_create_error(e, &caps, attr.ri_count));
+        // A derived initiator id that an endpoint the caller numbered holds (interface 1.11
+        // refuses it) is passed over for the next one.
+        let mut tries = 0;
+        let result = loop {
+            body.initiator = U32::new(initiator);
+            match self.inner.execute(Command::EndpointCreate {
+                av: av_table.as_ref().map_or(0, |t| t.handle()),
+                body,
+            }) {
+                Ok(result) => break result,
+                Err(DriverError::AdminStatus {
+                    status: Status::InitiatorInUse,
+                    ..
+                }) if attr.initiator.is_none() && tries < DERIVED_INITIATOR_TRIES => {
+                    tries += 1;
+                    initiator = derive();
+                }
+                Err(e) => {
+                    drop_rings_unless_timed_out(&e, set);
+                    return Err(endpoint_create_error(e, &caps, attr, initiator));
+                }
             }
         };
         let handle = (result.result0 & 0xFFFF) as u16;
@@ -823,8 +838,24 @@ impl Nic {
 }
 
 /// ENDPOINT_CREATE's allocation failures, named after the capability that ran out.
-fn endpoint_create_error(e: DriverError, caps: &Capabilities, ri_count: u16) -> DriverError {
+/// Derived initiator ids one ENDPOINT_CREATE tries before it reports the last one in use.
+const DERIVED_INITIATOR_TRIES: u32 = 64;
+
+fn endpoint_create_error(
+    e: DriverError,
+    caps: &Capabilities,
+    attr: &EndpointAttr,
+    initiator: u32,
+) -> DriverError {
+    let ri_count = attr.ri_count;
     match e {
+        DriverError::AdminStatus {
+            status: Status::InitiatorInUse,
+            ..
+        } => DriverError::InitiatorInUse {
+            initiator,
+            job_id: attr.job_id,
+        },
         DriverError::AdminStatus {
             status: Status::PidExhausted,
             ..

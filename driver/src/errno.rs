@@ -59,6 +59,7 @@ impl DriverError {
                 Status::Busy => FiErrno::FI_EBUSY,
                 Status::InvalidOpcode => FiErrno::FI_ENOSYS,
                 Status::KeyExists => FiErrno::FI_ENOKEY,
+                Status::InitiatorInUse => FiErrno::FI_EADDRINUSE,
                 Status::InvalidField | Status::InvalidHandle | Status::IndexOutOfRange => {
                     FiErrno::FI_EINVAL
                 }
@@ -69,6 +70,7 @@ impl DriverError {
             DriverError::FunctionReset { .. } => FiErrno::FI_EIO,
             DriverError::AdminRingFull { .. } => FiErrno::FI_EAGAIN,
             DriverError::InvalidArgument(_) => FiErrno::FI_EINVAL,
+            DriverError::InitiatorInUse { .. } => FiErrno::FI_EADDRINUSE,
             DriverError::MessageTooLong { .. } => FiErrno::FI_EMSGSIZE,
             DriverError::Full(_) => FiErrno::FI_EAGAIN,
             DriverError::Exhausted(_) => FiErrno::FI_ENOSPC,

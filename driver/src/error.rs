@@ -129,6 +129,19 @@ pub enum DriverError {
     /// The device broke the admin-queue protocol.
     #[error("admin queue protocol error: {0}")]
     AdminProtocol(String),
+    /// ENDPOINT_CREATE was refused: a live endpoint of the same JobID on this NIC has the
+    /// initiator id (interface 1.11). A target tells senders apart by fabric address, JobID
+    /// and initiator, so two such endpoints would be taken for one (FI_SOURCE, message
+    /// identity).
+    #[error(
+        "initiator id {initiator:#x} is in use by another endpoint of JobID {job_id:#x} on this NIC"
+    )]
+    InitiatorInUse {
+        /// The initiator id asked for.
+        initiator: u32,
+        /// The endpoint's JobID.
+        job_id: u32,
+    },
     /// A request the caller made is invalid.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -81,6 +81,10 @@
 //! [`Status::PidExhausted`] when every PIDonFEP of `CAP_PID_ON_FEP` is assigned, and
 //! [`Status::RiExhausted`] when no contiguous run of `ri_count` indices is free in
 //! `CAP_RESOURCE_INDEX.space` (index 0, the provider control channel, is never assigned).
+//! Since interface 1.11 it completes [`Status::InitiatorInUse`] when a live endpoint of the
+//! same JobID on the function has the initiator id asked for: the target of a message tells
+//! its sender by (fabric address, JobID, initiator), for FI_SOURCE and for the message's
+//! identity, so two such endpoints would be taken for one.
 //! ENDPOINT_DESTROY returns the PIDonFEP and the indices at once.
 //!
 //! ## Memory regions
@@ -256,6 +260,10 @@ pub enum Status {
     /// `CAP_RESOURCE_INDEX.space` (since interface 1.3).
     #[error("no free resource-index range of the requested size in CAP_RESOURCE_INDEX")]
     RiExhausted = 0x0B,
+    /// A live endpoint of the same JobID on the function already has the initiator id
+    /// ENDPOINT_CREATE asks for (since interface 1.11).
+    #[error("initiator id in use by another endpoint of the same JobID")]
+    InitiatorInUse = 0x0C,
 }
 
 impl Status {
@@ -274,6 +282,7 @@ impl Status {
             0x09 => Status::KeyExists,
             0x0A => Status::PidExhausted,
             0x0B => Status::RiExhausted,
+            0x0C => Status::InitiatorInUse,
             _ => Status::Internal,
         }
     }
@@ -1204,7 +1213,7 @@ mod tests {
         assert_eq!(AuthKeyRemoveBody::unchecked().required_owner(), None);
         for v in 0..=u16::MAX {
             let s = Status::from_u16(v);
-            if v <= 0x0B {
+            if v <= 0x0C {
                 assert_eq!(s as u16, v);
             } else {
                 assert_eq!(s, Status::Internal);

@@ -61,15 +61,17 @@ pub const INTERFACE_MAJOR: u8 = 1;
 /// | 8 | the AV write window: `AV_WRITE_ENTRY_0..7`, `AV_WRITE_DOORBELL`; the `AV_INVALIDATE_DROPS` and `AV_WRITE_DROPS` counters |
 /// | 9 | AUTH_KEY_REMOVE's body: `AUTH_KEY_REMOVE_CHECK_OWNER` removes a slot only while the named AV table owns it with the named JobID |
 /// | 10 | the AV entry's `MAX_MSG_MTU` flag (the peer takes messages of one MTU) the `MsgTooLong` local status of a longer send to such a peer, `TX_MSG_TOO_LONG` |
+/// | 11 | ENDPOINT_CREATE refuses an initiator id that a live endpoint of the same JobID on the function holds (status `InitiatorInUse`): a target tells senders apart by (fabric address, JobID, initiator) |
 ///
 /// The interface is pre-release: minor 2 changed the completion layout, minor 3 gave
 /// reserved bytes of ENDPOINT_CREATE a meaning, minor 4 added `AV_INVALIDATE_DOORBELL`, minor
 /// 5 auth keys, minor 6 gave reserved bytes of the RX descriptor and the completion a meaning,
 /// minor 7 gave reserved bytes of AV_CREATE, both RX descriptors and the completion a meaning,
 /// minor 8 added the AV write window, minor 9 gave AUTH_KEY_REMOVE a body (all zero: as
-/// before), minor 10 defined a bit of the AV entry's flags and a local status;
+/// before), minor 10 defined a bit of the AV entry's flags and a local status, minor 11 a
+/// refusal of ENDPOINT_CREATE;
 /// a driver refuses a device older than the layouts it speaks.
-pub const INTERFACE_MINOR: u8 = 10;
+pub const INTERFACE_MINOR: u8 = 11;
 
 /// The interface minor version each feature a driver may gate on appeared in (the table of
 /// [`INTERFACE_MINOR`]). A register's own version is [`RegInfo::since_minor`]; these name the
@@ -96,9 +98,13 @@ pub mod since {
     /// The AV entry's `MAX_MSG_MTU` flag, the `MsgTooLong` status and `TX_MSG_TOO_LONG`; before,
     /// the flag is an undefined bit that fails the entry's checks.
     pub const AV_ENTRY_MAX_MSG_MTU: u8 = 10;
+    /// ENDPOINT_CREATE's `InitiatorInUse`: no two live endpoints of a JobID on one function
+    /// share an initiator id; before, a duplicate is accepted and the FI_SOURCE of either
+    /// endpoint's messages may name the other.
+    pub const UNIQUE_INITIATORS: u8 = 11;
 
     // Every feature named here is of the current interface or older.
-    const _: () = assert!(AV_ENTRY_MAX_MSG_MTU <= crate::INTERFACE_MINOR);
+    const _: () = assert!(UNIQUE_INITIATORS <= crate::INTERFACE_MINOR);
 }
 
 /// Width of a register access.

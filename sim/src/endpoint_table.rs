@@ -23,7 +23,7 @@
 
 use crate::multi_recv::MultiRecvBuf;
 use crate::tag_match::{PostedTagged, Unexpected};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use uet_fwif::admin::{CTX_ROLE_CONTROL, CTX_ROLE_RX, CTX_ROLE_TX};
 use uet_fwif::ring::RingGeometry;
 use uet_fwif::{Completion, RxDescriptor};
@@ -234,6 +234,8 @@ pub(crate) struct EndpointTable {
     by_job_pid: HashMap<(u32, u16), u16>,
     by_pid: HashMap<u16, u16>,
     jobs: HashMap<u32, u32>,
+    /// (JobID, initiator) of every endpoint (contexts carry their owner's).
+    initiators: HashSet<(u32, u32)>,
     next_serial: u64,
 }
 
@@ -249,8 +251,14 @@ impl EndpointTable {
             by_job_pid: HashMap::new(),
             by_pid: HashMap::new(),
             jobs: HashMap::new(),
+            initiators: HashSet::new(),
             next_serial: 1,
         }
+    }
+
+    /// Whether an endpoint of JobID `job_id` has initiator id `initiator`.
+    pub(crate) fn initiator_in_use(&self, job_id: u32, initiator: u32) -> bool {
+        self.initiators.contains(&(job_id, initiator))
     }
 
     fn free_handle(&self) -> Option<u16> {
@@ -292,6 +300,7 @@ impl EndpointTable {
         self.ri_ranges.insert(ri_start, p.ri_count);
         self.by_job_pid.insert((p.job_id, pid), handle);
         self.by_pid.insert(pid, handle);
+        self.initiators.insert((p.job_id, p.initiator));
         *self.jobs.entry(p.job_id).or_insert(0) += 1;
         let mut rx_ctx = vec![0; usize::from(p.rx_ctx_cnt.max(1))];
         rx_ctx[0] = handle;
@@ -423,6 +432,7 @@ impl EndpointTable {
         self.ri_ranges.remove(&ep.ri_start);
         self.by_job_pid.remove(&(ep.job_id, ep.pid_on_fep));
         self.by_pid.remove(&ep.pid_on_fep);
+        self.initiators.remove(&(ep.job_id, ep.initiator));
         self.job_leaves(ep.job_id);
         for &job in &ep.auth_jobs {
             self.job_leaves(job);

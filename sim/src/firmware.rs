@@ -13,7 +13,7 @@
 //! | AV_WRITE | AV exists else InvalidHandle; the `count` records read by DMA else DmaFault; every record: `index < capacity` else IndexOutOfRange, reserved word 0 and `NicAvEntry::check_within(entry_flags::defined_at(interface_minor))` else InvalidField, an `AUTH_KEY` entry's slot in use and owned by this AV else InvalidField; a range entry written at its own first index, not overlapping another range or a single entry of the table or the batch, else InvalidField, and not running past the table else IndexOutOfRange — then all are written | records written |
 //! | AV_INVALIDATE | AV exists else InvalidHandle; a listed index buffer read by DMA else DmaFault; range `[first, first+count)` inside the table, or every listed u32 index inside it, else IndexOutOfRange — then all are invalidated | entries invalidated |
 //! | AV_READ | AV exists else InvalidHandle; `[first, first+count)` inside the table else IndexOutOfRange; entries written by DMA else DmaFault | entries read |
-//! | ENDPOINT_CREATE | handle = AV to bind (0: none) exists else InvalidHandle; ring log2 sizes in 1..=15 and at most `CAP_QUEUES.max_queue_entries` entries (the tagged RX ring's may also be 0: none), ring bases aligned to their entry size, `ri_count` in 1..=`CAP_RESOURCE_INDEX.max_per_endpoint`, JobID within 24 bits, `rx_ctx_cnt` at most `CAP_EP.max_rx_ctx` and `ri_count`, `tx_ctx_cnt` at most `CAP_EP.max_tx_ctx`, a datagram or passive endpoint not scalable, else InvalidField; every ring entirely DMA-mapped else DmaFault; a free endpoint else NoResources, a free PIDonFEP else PidExhausted, a contiguous resource-index range else RiExhausted | endpoint handle \| PIDonFEP << 16 / ri_start \| ri_count << 16 |
+//! | ENDPOINT_CREATE | handle = AV to bind (0: none) exists else InvalidHandle; ring log2 sizes in 1..=15 and at most `CAP_QUEUES.max_queue_entries` entries (the tagged RX ring's may also be 0: none), ring bases aligned to their entry size, `ri_count` in 1..=`CAP_RESOURCE_INDEX.max_per_endpoint`, JobID within 24 bits, `rx_ctx_cnt` at most `CAP_EP.max_rx_ctx` and `ri_count`, `tx_ctx_cnt` at most `CAP_EP.max_tx_ctx`, a datagram or passive endpoint not scalable, else InvalidField; every ring entirely DMA-mapped else DmaFault; since interface 1.11, no live endpoint of the JobID with the initiator id, else InitiatorInUse; a free endpoint else NoResources, a free PIDonFEP else PidExhausted, a contiguous resource-index range else RiExhausted | endpoint handle \| PIDonFEP << 16 / ri_start \| ri_count << 16 |
 //! | ENDPOINT_DESTROY | endpoint or context exists else InvalidHandle; an endpoint with live contexts else Busy; releases its PIDonFEP and indices, unbinds its AV, revokes its auth-key grants, removes its memory regions, drops its posted tagged receives and unexpected list | — |
 //! | CONTEXT_CREATE | endpoint exists and is not a context else InvalidHandle; the role's index constraint (`uet_fwif::admin`, *Contexts*) and rings as for ENDPOINT_CREATE else InvalidField; no live context with the same role and index (CONTROL: no control channel, not passive) else Busy; rings DMA-mapped else DmaFault; a free table entry else NoResources | context handle |
 //! | MR_REGISTER | endpoint exists else InvalidHandle; `resource_index` 0 (assign `ri_start`) or inside the endpoint's range else IndexOutOfRange; the whole region DMA-mapped else DmaFault; key not registered on the NIC else KeyExists; a free region else NoResources | MR handle / resource index |
@@ -400,10 +400,16 @@ impl Nic {
             (b.cq_ring.get(), b.cq_log2),
             (b.trx_ring.get(), b.trx_log2),
         )?;
+        let initiator = b.initiator.get();
+        if self.cfg.interface_minor >= since::UNIQUE_INITIATORS
+            && self.eps.initiator_in_use(job_id, initiator)
+        {
+            return Err(Status::InitiatorInUse);
+        }
         let params = NewEndpoint {
             ri_count,
             job_id,
-            initiator: b.initiator.get(),
+            initiator,
             absolute: b.flags & EP_FLAG_ABSOLUTE != 0,
             dgram,
             passive,

@@ -421,14 +421,19 @@ fn endpoint_create_and_destroy() {
     let a = d.ep_create(av, 1, 0, 40).unwrap();
     assert_eq!((a.handle, a.pid, a.ri_start, a.ri_count), (1, 100, 1, 40));
     assert_eq!(
-        d.ep_create(av, 1, 0, 30).err(),
+        d.ep_create(av, 1, 0, 1).err(),
+        Some(Status::InitiatorInUse),
+        "job 1's initiator 0 is endpoint 1's"
+    );
+    assert_eq!(
+        d.ep_create(av, 1, 1, 30).err(),
         Some(Status::RiExhausted),
         "RI space"
     );
-    let b = d.ep_create(0, 2, 0, 20).unwrap();
+    let b = d.ep_create(0, 2, 0, 20).unwrap(); // initiator 0 again, of another job
     assert_eq!((b.handle, b.pid, b.ri_start), (2, 101, 41));
     assert_eq!(
-        d.ep_create(0, 1, 0, 1).err(),
+        d.ep_create(0, 1, 2, 1).err(),
         Some(Status::PidExhausted),
         "PIDs"
     );

@@ -196,3 +196,48 @@ fn resource_index_zero_is_the_control_channel_only() {
     assert_eq!(err.return_code, None, "refused before anything was sent");
     assert!(poll_one(&mut t).is_none());
 }
+
+/// A target tells senders apart by (fabric address, JobID, initiator): for FI_SOURCE and for
+/// the identity of their messages. So no two live endpoints of one JobID on a NIC share an
+/// initiator id (interface 1.11): the second is refused with `FI_EADDRINUSE`, nothing of it
+/// is left, and the id is free again once the first endpoint is gone. Another job's rank may
+/// have the same id. A derived id passes over one an endpoint numbered by its caller holds.
+#[test]
+fn no_two_endpoints_of_a_job_on_a_nic_share_an_initiator_id() {
+    let (_f, fns) = fabric(1);
+    let nic = open_nic(&fns[0]);
+    let av = open_av(&nic, 0x42, 8, 0);
+    let ranked = |job_id, rank| EndpointAttr {
+        job_id,
+        initiator: Some(rank),
+        ..EndpointAttr::default()
+    };
+    let first = nic.endpoint(ranked(0x42, 7), Some(&av)).unwrap();
+    let Err(e) = nic.endpoint(ranked(0x42, 7), Some(&av)) else {
+        panic!("a second endpoint of JobID 0x42 with initiator id 7");
+    };
+    assert_eq!(e.errno(), FiErrno::FI_EADDRINUSE, "{e}");
+    assert!(e.to_string().contains("initiator id 0x7"), "{e}");
+    let other_job = open_av(&nic, 0x43, 8, 0);
+    let rank_7_of_another_job = nic.endpoint(ranked(0x43, 7), Some(&other_job)).unwrap();
+    assert_eq!(
+        rank_7_of_another_job.address().pid_on_fep,
+        first.address().pid_on_fep + 1,
+        "the refused endpoint took no PIDonFEP"
+    );
+    drop(first);
+    let again = nic.endpoint(ranked(0x42, 7), Some(&av)).unwrap();
+    assert_eq!(again.address().initiator, 7);
+
+    // Derived ids count up; one taken by a numbered endpoint is passed over.
+    let derived = |nic: &Nic| {
+        nic.endpoint(attr(0x42, AddressingMode::Relative), Some(&av))
+            .unwrap()
+    };
+    let d1 = derived(&nic);
+    let taken = d1.address().initiator + 1;
+    let numbered = nic.endpoint(ranked(0x42, taken), Some(&av)).unwrap();
+    let d2 = derived(&nic);
+    assert_eq!(d2.address().initiator, taken + 1);
+    drop((rank_7_of_another_job, numbered, d2, d1, again));
+}

@@ -273,3 +273,30 @@ fn a_nic_older_than_the_driver_or_of_another_major_version_is_refused() {
     let nic = Nic::open(Arc::new(SimDevice::new(function.clone()))).unwrap();
     assert_eq!(nic.identity().interface_minor, INTERFACE_MINOR);
 }
+
+/// ENDPOINT_CREATE refuses an initiator id in use by an endpoint of the same JobID from
+/// interface 1.11 on; a NIC of an older interface accepts it, as it always did.
+#[test]
+fn a_duplicate_initiator_is_refused_from_interface_1_11() {
+    for minor in [since::UNIQUE_INITIATORS - 1, since::UNIQUE_INITIATORS] {
+        let fabric = Fabric::new();
+        let mut cfg = NicConfig::new(nic_addr(0));
+        cfg.interface_minor = minor;
+        let node = Node::new(fabric.add_nic(cfg).expect("add NIC"), JOB, 4);
+        let second = node.nic.endpoint(
+            uet_driver::EndpointAttr {
+                job_id: JOB,
+                initiator: Some(node.ep.address().initiator),
+                ..uet_driver::EndpointAttr::default()
+            },
+            Some(&node.av),
+        );
+        match second {
+            Ok(_) => assert!(minor < since::UNIQUE_INITIATORS, "1.{minor}"),
+            Err(e) => {
+                assert!(minor >= since::UNIQUE_INITIATORS, "1.{minor}: {e}");
+                assert_eq!(e.errno(), uet_av::FiErrno::FI_EADDRINUSE);
+            }
+        }
+    }
+}
