@@ -191,16 +191,24 @@ impl AvDump {
 
     /// The JobID the NIC sends an entry with: its auth-key slot's, or its own.
     fn job_id_of(&self, e: &NicAvEntry) -> String {
-        match e.auth_key_slot() {
-            None => format!("{:#x}", e.job_id.get()),
-            // What the NIC sends with: the slot's JobID while the slot is the AV's, whatever
-            // else about it differs; nothing when it is free or another AV's.
-            Some(slot) => match self.keys.iter().find(|k| k.key.slot == slot) {
-                Some(k) if k.nic.is_valid() && k.nic.av.get() == k.av => {
-                    format!("{:#x} (key)", k.nic.job_id.get())
-                }
-                _ => "(no key)".to_string(),
-            },
+        let Some(slot) = e.auth_key_slot() else {
+            return format!("{:#x}", e.job_id.get());
+        };
+        // What the NIC sends with: the slot's JobID while the slot is the AV's, whatever else
+        // about it differs; nothing when it is free or another AV's. A dump with the mirror
+        // knows the AV's keys; a live dump has only the slots the NIC says the table owns
+        // (`nic_keys`, which the driver lists by owner), so those stand in for the keys.
+        let held = match self.keys.iter().find(|k| k.key.slot == slot) {
+            Some(k) => Some(k.nic).filter(|n| n.av.get() == k.av),
+            None => self
+                .nic_keys
+                .iter()
+                .find(|(s, _)| *s == slot)
+                .map(|(_, n)| *n),
+        };
+        match held.filter(AuthKeyEntry::is_valid) {
+            Some(n) => format!("{:#x} (key)", n.job_id.get()),
+            None => "(no key)".to_string(),
         }
     }
 }

@@ -986,3 +986,53 @@ fn start_removes_only_sockets_of_processes_that_died() {
     drop(t);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The row of `index` in a text dump.
+fn row_line<'a>(text: &'a str, index: &str) -> &'a str {
+    text.lines()
+        .skip(2)
+        .find(|l| l.split_whitespace().next() == Some(index))
+        .unwrap_or_else(|| panic!("no row {index}:\n{text}"))
+}
+
+/// A live dump of an AV whose entry is bound to an auth key the NIC holds for the AV's table
+/// shows the key's JobID in the JOBID cell ("0x51 (key)"), as the process's own dump does,
+/// although a live dump has no mirror keys, only the slots the table owns on the NIC.
+#[test]
+fn a_live_dump_shows_the_jobid_of_a_key_the_nic_holds_for_the_table() {
+    let fabric = Fabric::new();
+    let nic0 = nic(&fabric, "10.70.0.1");
+    let mut av = nic0
+        .open_av(AvAttr {
+            count: 8,
+            job_id: 5,
+            auth_key_size: FI_AV_AUTH_KEY,
+            ..AvAttr::default()
+        })
+        .unwrap();
+    let mut keyed = av.insert_auth_key(&job_id_to_auth_key(0x51), 0).unwrap();
+    av.insertsvc("10.2.0.9", Some("3"), Some(&mut keyed), FI_AUTH_KEY, None)
+        .unwrap();
+    // The process's own dump: the key's JobID.
+    let own = dump::collect(&mut av).unwrap();
+    assert_eq!(own.differences(), 0);
+    let own_text = dump::render_text("own", &own);
+    assert!(
+        row_line(&own_text, &keyed.to_string()).contains("0x51 (key)"),
+        "{own_text}"
+    );
+
+    let path = socket("keyed-jobid");
+    let t = Telemetry::bind(&path).unwrap();
+    t.add_nic(&nic0);
+    let mut client = Client::connect(&Target::Socket(path.clone())).unwrap();
+    let handle = av.nic().table().handle();
+    let live = live::av_dump(&mut client, 0, handle).unwrap();
+    assert_eq!(live.nic_keys.len(), 1, "the NIC's slot is read");
+    let text = dump::render_text("live", &live);
+    let line = row_line(&text, &keyed.to_string());
+    assert!(
+        line.contains("0x51 (key)") && !line.contains("(no key)"),
+        "live dump says the key is missing although the NIC holds it:\n{text}"
+    );
+}
