@@ -218,6 +218,10 @@ pub(crate) struct AvTableRecord {
     pub(crate) max_group_id: u32,
     /// The named AV the table holds this process's entries of; `None` for an unnamed AV.
     pub(crate) named: Option<Arc<crate::av::NamedTable>>,
+    /// Set by [`NicInner::register_av_table`], unique in the process: the NIC gives a
+    /// destroyed table's handle to the next table made, so the handle alone does not say
+    /// which table a dump continued page by page is reading.
+    pub(crate) serial: u64,
     /// Whether the table still exists, never upgraded: a strong reference would count as an
     /// endpoint using the AV and make its `fi_close` `FI_EBUSY`.
     table: std::sync::Weak<crate::av::AvTableHandle>,
@@ -291,8 +295,11 @@ impl NicInner {
             .collect()
     }
 
-    /// Record a table AV_CREATE made, for [`NicInner::av_tables`]; forget destroyed ones.
+    /// Record a table AV_CREATE made, for [`NicInner::av_tables`], under a serial no other
+    /// table of the process is ever given; forget destroyed ones.
     pub(crate) fn register_av_table(&self, table: &Arc<crate::av::AvTableHandle>) {
+        static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut tables = self.av_tables.lock().unwrap_or_else(|p| p.into_inner());
         tables.retain(AvTableRecord::exists);
         tables.push(AvTableRecord {
@@ -300,6 +307,7 @@ impl NicInner {
             capacity: table.capacity(),
             max_group_id: table.max_group_id(),
             named: table.named().cloned(),
+            serial,
             table: Arc::downgrade(table),
         });
     }

@@ -27,19 +27,26 @@
 //!      `[offset, value]` pairs (`uet_regs::REGISTERS` names them; reading has no side
 //!      effects);
 //!    - `counters {nic}`: the NIC's counters (BAR0), as `[name, value]` pairs;
-//!    - `av_list {nic}`: the AV tables this process holds on the NIC: handle, capacity,
-//!      `max_group_id`, and for a named AV's table `named: {name, generation}`, the AV's
-//!      name and the generation of the AV the table reflects (`null` before the process
-//!      first caught up with it);
+//!    - `av_list {nic}`: the AV tables this process holds on the NIC: handle (`table`),
+//!      `serial`, capacity, `max_group_id`, and for a named AV's table `named: {name,
+//!      generation}`, the AV's name and the generation of the AV the table reflects (`null`
+//!      before the process first caught up with it). The NIC gives a destroyed table's
+//!      handle to the next table made; `serial` is given to one table only while the
+//!      process lives, so it tells a table from one that took its handle since;
 //!    - `ep_list {nic}`: the endpoints and contexts this process holds on the NIC: handle,
 //!      type, roles, UET address, JobID, the AV table it translates through, and its
 //!      counters read with COUNTERS_READ (hex of the `EndpointCounters` block; when the read
 //!      fails, or the endpoint closed during it and its handle may already be another's,
 //!      `counters` is `null` and `counters_error` says why);
-//!    - `av_dump {nic, table, first?, max?}`: the valid entries of a NIC AV table from index
-//!      `first` (0), read back with AV_READ, as `[index, "hex of the 64-byte NicAvEntry"]`;
-//!      at most `max` ([`AV_DUMP_MAX`]) entries and [`AV_DUMP_SCAN`] indices per answer, and
-//!      `next` names the index to continue from (`null` at the end). The answer for `first`
+//!    - `av_dump {nic, table, serial?, first?, max?}`: the valid entries of a NIC AV table
+//!      from index `first` (0), read back with AV_READ, as `[index, "hex of the 64-byte
+//!      NicAvEntry"]`; at most `max` ([`AV_DUMP_MAX`]) entries and [`AV_DUMP_SCAN`] indices
+//!      per answer, and `next` names the index to continue from (`null` at the end). Every
+//!      answer carries the table's `serial` (as `av_list`); a request continuing a dump
+//!      sends it back, and when the table with handle `table` is no longer the one of that
+//!      serial (closed since, its handle perhaps another AV's table's now) the answer is
+//!      `FI_ENOENT` rather than a page of another table. Without `serial` the table is the
+//!      one that has the handle now (enough for a first page). The answer for `first`
 //!      0 also carries the auth-key slots the table owns, as `[slot, "hex of the 24-byte
 //!      AuthKeyEntry"]`. A named AV's table's answer carries `named: {name, generation,
 //!      entry_flags}`: the generation it reflected all the while the page was read (`null`
@@ -184,7 +191,10 @@ pub const COMMANDS: &[(&str, &str)] = &[
     ("counters", "nic"),
     ("av_list", "nic"),
     ("ep_list", "nic"),
-    ("av_dump", "nic, table, first (0), max (16384)"),
+    (
+        "av_dump",
+        "nic, table, serial (none), first (0), max (16384)",
+    ),
 ];
 
 /// The directory of telemetry sockets: `$UET_NIC_TELEMETRY_DIR` when set, else
@@ -609,6 +619,7 @@ fn tables_json(nic: &NicInner) -> Vec<Value> {
         .map(|t| {
             let mut table = json!({
                 "table": t.handle,
+                "serial": t.serial,
                 "capacity": t.capacity,
                 "max_group_id": t.max_group_id,
             });
@@ -706,16 +717,38 @@ fn av_dump(request: &Value, nics: &Mutex<Vec<Weak<NicInner>>>) -> Result<Value, 
             "max {max}: an answer carries from 1 to {AV_DUMP_MAX} entries"
         )));
     }
-    let table = nic
-        .av_tables()
-        .into_iter()
-        .find(|t| t.handle == handle)
-        .ok_or_else(|| {
-            FiError::inval(format!(
+    // The table a dump began with, when the request continues one: the handle alone may be
+    // another table's by now.
+    let serial = match request.get("serial") {
+        None | Some(Value::Null) => None,
+        Some(_) => Some(arg(request, "serial", None)?),
+    };
+    let now = nic.av_tables().into_iter().find(|t| t.handle == handle);
+    let table = match (now, serial) {
+        (Some(t), Some(s)) if t.serial != s => {
+            return Err(FiError::new(
+                FiErrno::FI_ENOENT,
+                format!(
+                    "AV table {handle} of serial {s} was closed since the dump began; the \
+                     handle is now another table's (serial {}): dump it again",
+                    t.serial
+                ),
+            ))
+        }
+        (Some(t), _) => t,
+        (None, Some(s)) => {
+            return Err(FiError::new(
+                FiErrno::FI_ENOENT,
+                format!("AV table {handle} of serial {s} was closed since the dump began"),
+            ))
+        }
+        (None, None) => {
+            return Err(FiError::inval(format!(
                 "no AV table {handle} of this process on NIC {} (av_list names them)",
                 arg(request, "nic", None).unwrap_or_default()
-            ))
-        })?;
+            )))
+        }
+    };
     if first > table.capacity {
         return Err(FiError::inval(format!(
             "first {first} is past the table's {} entries",
@@ -774,6 +807,7 @@ fn dump_page(
     }
     let mut reply = Map::new();
     reply.insert("table".into(), json!(handle));
+    reply.insert("serial".into(), json!(table.serial));
     reply.insert("capacity".into(), json!(table.capacity));
     reply.insert("first".into(), json!(first));
     reply.insert("entries".into(), Value::Array(entries));

@@ -227,7 +227,9 @@ struct NicSide {
     named: Option<(String, Option<u64>, u16)>,
 }
 
-/// Read NIC table `table` of NIC `nic`, every page.
+/// Read NIC table `table` of NIC `nic`, every page. Each page after the first names the
+/// table by the serial the first answer gave, so a table closed between two pages, whose
+/// handle another AV's table may have taken, is an error and not one table spliced from two.
 fn nic_side(client: &mut Client, nic: u64, table: u32) -> Result<NicSide, String> {
     let mut side = NicSide {
         capacity: 0,
@@ -235,11 +237,37 @@ fn nic_side(client: &mut Client, nic: u64, table: u32) -> Result<NicSide, String
         keys: Vec::new(),
         named: None,
     };
+    let mut serial: Option<u64> = None;
     let mut first = Some(0u64);
     while let Some(at) = first {
-        let page = client.call(&json!({
+        let mut request = json!({
             "cmd": "av_dump", "nic": nic, "table": table, "first": at,
-        }))?;
+        });
+        if let Some(s) = serial {
+            request["serial"] = json!(s);
+        }
+        let page = client.call(&request).map_err(|e| {
+            if at == 0 {
+                e
+            } else {
+                format!(
+                    "AV table {table} of NIC {nic}: the dump stopped at index {at} and is \
+                     incomplete: {e}"
+                )
+            }
+        })?;
+        // A driver before serials answers without one; its pages cannot be checked.
+        let answered = page.get("serial").and_then(Value::as_u64);
+        match (serial, answered) {
+            (None, _) => serial = answered,
+            (Some(s), Some(a)) if s != a => {
+                return Err(format!(
+                    "AV table {table} of NIC {nic} was closed and replaced by another table \
+                     (serial {a}, was {s}) during the dump"
+                ))
+            }
+            _ => {}
+        }
         side.capacity = u64_of(&page, "capacity")? as u32;
         for e in array(&page, "entries", "av_dump")? {
             let index = e

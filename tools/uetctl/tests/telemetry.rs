@@ -1036,3 +1036,128 @@ fn a_live_dump_shows_the_jobid_of_a_key_the_nic_holds_for_the_table() {
         "live dump says the key is missing although the NIC holds it:\n{text}"
     );
 }
+
+/// An address that routes nowhere, distinct for each `n`.
+fn nowhere(n: u32) -> [u8; 32] {
+    UetAddress {
+        caps: caps::AI_BASE,
+        mode: AddressingMode::Relative,
+        max_msg_mtu: false,
+        pid_on_fep: 1 + (n % 7) as u16,
+        fabric_addr: std::net::Ipv4Addr::from(0xc000_0200 + n).into(),
+        ri_start: 1,
+        ri_count: 1,
+        initiator: n,
+    }
+    .to_bytes()
+    .unwrap()
+}
+
+/// A dump is read page by page. When the AV is closed between two pages and a new AV's table
+/// takes the same NIC handle (the NIC reuses the lowest free handle), the request continuing
+/// the dump with the first page's serial is answered FI_ENOENT, not with the new table's
+/// entries; the new table has another serial in `av_list` and its own dump.
+#[test]
+fn a_dump_continued_after_its_table_was_replaced_is_enoent() {
+    let fabric = Fabric::new();
+    let nic0 = nic(&fabric, "10.74.0.1");
+    let attr = AvAttr {
+        count: 8,
+        job_id: 5,
+        ..AvAttr::default()
+    };
+    let mut old = nic0.open_av(attr).unwrap();
+    let old_addrs: Vec<u8> = (1..=3).flat_map(nowhere).collect();
+    old.insert(&old_addrs, 3, None, 0).unwrap();
+    let handle = old.nic().table().handle();
+    let path = socket("replaced");
+    let t = Telemetry::bind(&path).unwrap();
+    t.add_nic(&nic0);
+    let mut raw = Raw::connect(&path);
+    let listed = raw
+        .ask(json!({"cmd": "av_list", "nic": 0}).to_string().as_bytes())
+        .unwrap();
+    let old_serial = listed["ok"]["tables"][0]["serial"]
+        .as_u64()
+        .expect("av_list gives the serial");
+    // A first page is asked for without a serial.
+    let page1 = raw
+        .ask(
+            json!({"cmd": "av_dump", "nic": 0, "table": handle, "first": 0, "max": 1})
+                .to_string()
+                .as_bytes(),
+        )
+        .unwrap();
+    assert_eq!(page1["ok"]["serial"], old_serial, "{page1}");
+    let next = page1["ok"]["next"].as_u64().expect("more to read");
+    // The application closes the AV and opens another: same handle.
+    drop(old);
+    let mut new = nic0.open_av(attr).unwrap();
+    assert_eq!(new.nic().table().handle(), handle, "the handle is reused");
+    let new_addrs: Vec<u8> = (7..=9).flat_map(nowhere).collect();
+    new.insert(&new_addrs, 3, None, 0).unwrap();
+    let (name, message) = raw.errno(
+        json!({"cmd": "av_dump", "nic": 0, "table": handle, "serial": old_serial, "first": next}),
+    );
+    assert_eq!(name, "FI_ENOENT", "{message}");
+    assert!(message.contains("closed since the dump began"), "{message}");
+
+    let listed = raw
+        .ask(json!({"cmd": "av_list", "nic": 0}).to_string().as_bytes())
+        .unwrap();
+    let new_serial = listed["ok"]["tables"][0]["serial"].as_u64().unwrap();
+    assert_ne!(new_serial, old_serial, "a serial is never reused");
+    let page = raw
+        .ask(
+            json!({"cmd": "av_dump", "nic": 0, "table": handle, "serial": new_serial, "first": 0})
+                .to_string()
+                .as_bytes(),
+        )
+        .unwrap();
+    assert_eq!(page["ok"]["entries"].as_array().unwrap().len(), 3, "{page}");
+    // A serial for a table that is gone altogether is FI_ENOENT too.
+    drop(new);
+    let (name, message) =
+        raw.errno(json!({"cmd": "av_dump", "nic": 0, "table": handle, "serial": new_serial}));
+    assert_eq!(name, "FI_ENOENT", "{message}");
+}
+
+/// `uetctl`'s dump sends the serial of the first page with every later page, and a refused
+/// continuation is an error saying the dump is incomplete (a scripted telemetry server plays
+/// the process whose table was replaced).
+#[test]
+fn uetctl_continues_a_dump_by_the_tables_serial_and_reports_a_replaced_table() {
+    let path = socket("scripted");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let server = std::thread::spawn(move || {
+        let (s, _) = listener.accept().unwrap();
+        let mut input = BufReader::new(s.try_clone().unwrap());
+        let mut output = s;
+        let mut say = |v: Value| writeln!(output, "{v}").unwrap();
+        let mut hear = || {
+            let mut line = String::new();
+            input.read_line(&mut line).unwrap();
+            serde_json::from_str::<Value>(&line).unwrap()
+        };
+        say(json!({"uet_nic_telemetry": telemetry::PROTOCOL, "pid": 1, "program": "p", "nics": 1}));
+        let first = hear();
+        say(
+            json!({"ok": {"table": 3, "serial": 7, "capacity": 8, "first": 0,
+                          "entries": [], "next": 4, "auth_key_slots": []}}),
+        );
+        let second = hear();
+        say(json!({"error": {"errno": 2, "name": "FI_ENOENT",
+                             "message": "AV table 3 of serial 7 was closed since the dump began"}}));
+        (first, second)
+    });
+    let mut client = Client::connect(&Target::Socket(path.clone())).unwrap();
+    let e = live::av_dump(&mut client, 0, 3).unwrap_err();
+    let (first, second) = server.join().unwrap();
+    assert!(first.get("serial").is_none(), "{first}");
+    assert_eq!(second["serial"], 7, "{second}");
+    assert_eq!(second["first"], 4, "{second}");
+    assert!(
+        e.contains("incomplete") && e.contains("FI_ENOENT") && e.contains("closed since"),
+        "{e}"
+    );
+}
