@@ -72,11 +72,16 @@
 //!
 //! ## Robustness
 //!
-//! One connection is served at a time, on the telemetry thread, with [`IO_TIMEOUT`] on every
-//! read and write, so a client that stalls holds the socket for at most that long. A request
-//! line longer than [`MAX_REQUEST`] bytes, or one that is not JSON, is answered with an error
-//! and the connection closed. Holding the telemetry keeps no NIC or AV table alive: a NIC or
-//! table released by the application reads as closed.
+//! Each connection is served on a thread of its own, so a client that keeps its connection
+//! does not keep another from being served; at most [`ServeLimits::max_clients`]
+//! ([`MAX_CLIENTS`]) at once, one more is answered `FI_EBUSY` and closed. Every read and
+//! write waits at most [`IO_TIMEOUT`], so a client that stalls is closed after that long,
+//! and a connection is closed, with an `FI_ETIMEDOUT` answer, once it has been open for
+//! [`ServeLimits::client_lifetime`] ([`CLIENT_LIFETIME`]) however busy it is. A request line
+//! longer than [`MAX_REQUEST`] bytes, or one that is not JSON, is answered with an error and
+//! the connection closed. Dropping a [`Telemetry`] shuts its connections down and waits for
+//! their threads. Holding the telemetry keeps no NIC or AV table alive: a NIC or table
+//! released by the application reads as closed.
 
 use crate::nic::{Nic, NicInner};
 use serde_json::{json, Map, Value};
@@ -183,6 +188,34 @@ const KEY_CHUNK: usize = 256;
 /// How long a read or write on a client connection may wait.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Connections served at once by default ([`ServeLimits::max_clients`]): enough for a few
+/// `uetctl` runs side by side, few enough that clients cannot take many threads.
+pub const MAX_CLIENTS: usize = 4;
+
+/// How long a connection may stay open by default ([`ServeLimits::client_lifetime`]): far
+/// longer than any `uetctl` command needs, so that only a client that keeps talking (a
+/// monitoring loop) is closed, and it can connect again.
+pub const CLIENT_LIFETIME: Duration = Duration::from_secs(60);
+
+/// How many clients a telemetry socket serves at once, and for how long each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServeLimits {
+    /// Connections served at once; one more is answered `FI_EBUSY` and closed.
+    pub max_clients: usize,
+    /// How long a connection may stay open, however busy; it is then answered
+    /// `FI_ETIMEDOUT` and closed.
+    pub client_lifetime: Duration,
+}
+
+impl Default for ServeLimits {
+    fn default() -> ServeLimits {
+        ServeLimits {
+            max_clients: MAX_CLIENTS,
+            client_lifetime: CLIENT_LIFETIME,
+        }
+    }
+}
+
 /// The requests, with their arguments, as `help` lists them.
 pub const COMMANDS: &[(&str, &str)] = &[
     ("help", ""),
@@ -284,14 +317,27 @@ pub enum TelemetryError {
     },
 }
 
-/// A running telemetry socket. Dropping it stops the thread and removes the socket file.
+/// A running telemetry socket. Dropping it stops its threads and removes the socket file.
 pub struct Telemetry {
     path: PathBuf,
     nics: Arc<Mutex<Vec<Weak<NicInner>>>>,
     stop: Arc<AtomicBool>,
-    /// The connection being served, shut down by drop so that no client can hold it.
-    active: Arc<Mutex<Option<UnixStream>>>,
+    /// The connections being served, shut down by drop so that no client can hold it.
+    clients: Arc<Mutex<Clients>>,
+    /// The thread that accepts connections.
     thread: Option<JoinHandle<()>>,
+}
+
+/// The connections a telemetry socket serves, each on a thread of its own.
+#[derive(Default)]
+struct Clients {
+    /// Given to the next connection, to find its entry in `open` when it ends.
+    next_id: u64,
+    /// A handle on each connection being served (a clone of its socket), to shut down.
+    open: Vec<(u64, UnixStream)>,
+    /// The threads of connections, joined by drop; those that ended are joined as new
+    /// connections come.
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Telemetry {
@@ -346,9 +392,18 @@ impl Telemetry {
         Telemetry::bind(socket_path(&dir, std::process::id()))
     }
 
-    /// Serve at `path`. A socket file there that no process answers (left by one that died)
-    /// is replaced; a live one, or any other file, is refused and left alone.
+    /// Serve at `path`, with the default [`ServeLimits`]. A socket file there that no process
+    /// answers (left by one that died) is replaced; a live one, or any other file, is refused
+    /// and left alone.
     pub fn bind(path: impl Into<PathBuf>) -> Result<Telemetry, TelemetryError> {
+        Telemetry::bind_with_limits(path, ServeLimits::default())
+    }
+
+    /// [`Telemetry::bind`], serving clients within `limits`.
+    pub fn bind_with_limits(
+        path: impl Into<PathBuf>,
+        limits: ServeLimits,
+    ) -> Result<Telemetry, TelemetryError> {
         let path = path.into();
         let fail = |reason: String| TelemetryError::Socket {
             path: path.clone(),
@@ -367,20 +422,23 @@ impl Telemetry {
         let listener = UnixListener::bind(&path).map_err(|e| fail(e.to_string()))?;
         let nics: Arc<Mutex<Vec<Weak<NicInner>>>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
-        let active: Arc<Mutex<Option<UnixStream>>> = Arc::default();
+        let clients: Arc<Mutex<Clients>> = Arc::default();
         let thread = {
-            let (nics, stop, active) = (nics.clone(), stop.clone(), active.clone());
+            let (nics, stop, clients) = (nics.clone(), stop.clone(), clients.clone());
             std::thread::Builder::new()
                 .name("uet-telemetry".into())
-                .spawn(move || serve(&listener, &nics, &stop, &active))
-                .map_err(|e| fail(format!("cannot start the thread: {e}")))?
+                .spawn(move || serve(&listener, &nics, &stop, &clients, limits))
+                .map_err(|e| {
+                    let _ = std::fs::remove_file(&path);
+                    fail(format!("cannot start the thread: {e}"))
+                })?
         };
         tracing::info!(path = %path.display(), "telemetry socket serving");
         Ok(Telemetry {
             path,
             nics,
             stop,
-            active,
+            clients,
             thread: Some(thread),
         })
     }
@@ -402,12 +460,18 @@ impl Telemetry {
 impl Drop for Telemetry {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
-        // End the conversation in progress (its reads return at once), then wake the accept.
-        if let Some(s) = lock(&self.active).as_ref() {
+        // End the conversations in progress (their reads and writes return at once), then
+        // wake the accept.
+        for (_, s) in &lock(&self.clients).open {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
         let _ = UnixStream::connect(&self.path);
         if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        // The accept thread is gone: no conversation starts any more.
+        let threads = std::mem::take(&mut lock(&self.clients).threads);
+        for t in threads {
             let _ = t.join();
         }
         let _ = std::fs::remove_file(&self.path);
@@ -416,9 +480,10 @@ impl Drop for Telemetry {
 
 fn serve(
     listener: &UnixListener,
-    nics: &Mutex<Vec<Weak<NicInner>>>,
+    nics: &Arc<Mutex<Vec<Weak<NicInner>>>>,
     stop: &AtomicBool,
-    active: &Mutex<Option<UnixStream>>,
+    clients: &Arc<Mutex<Clients>>,
+    limits: ServeLimits,
 ) {
     for conn in listener.incoming() {
         if stop.load(Ordering::Acquire) {
@@ -426,19 +491,40 @@ fn serve(
         }
         match conn {
             Ok(stream) => {
-                {
-                    let mut a = lock(active);
+                let refusal = {
+                    let mut c = lock(clients);
                     // Checked under the lock drop takes: a conversation either starts before
                     // drop looks (and is shut down) or sees the stop.
                     if stop.load(Ordering::Acquire) {
                         return;
                     }
-                    *a = stream.try_clone().ok();
+                    let (ended, running) = std::mem::take(&mut c.threads)
+                        .into_iter()
+                        .partition(JoinHandle::is_finished);
+                    c.threads = running;
+                    for t in ended {
+                        let _ = t.join();
+                    }
+                    if c.open.len() >= limits.max_clients {
+                        Some(FiError::new(
+                            FiErrno::FI_EBUSY,
+                            format!(
+                                "too many telemetry clients ({} served at once); try again \
+                                 when one has finished",
+                                limits.max_clients
+                            ),
+                        ))
+                    } else {
+                        start_conversation(&mut c, &stream, nics, clients, limits).err()
+                    }
+                };
+                if let Some(e) = refusal {
+                    tracing::debug!("telemetry client refused: {e}");
+                    // A fresh connection's buffer takes the line; the timeout only keeps a
+                    // broken one from stalling the accept.
+                    let _ = stream.set_write_timeout(Some(REFUSAL_TIMEOUT));
+                    let _ = send(&mut &stream, &error_json(&e));
                 }
-                if let Err(e) = converse(stream, nics) {
-                    tracing::debug!("telemetry client: {e}");
-                }
-                *lock(active) = None;
             }
             Err(e) => {
                 tracing::warn!("telemetry accept: {e}");
@@ -449,15 +535,146 @@ fn serve(
     }
 }
 
-/// One client's conversation: the greeting, then a reply per request line.
-fn converse(stream: UnixStream, nics: &Mutex<Vec<Weak<NicInner>>>) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(IO_TIMEOUT))?;
-    stream.set_write_timeout(Some(IO_TIMEOUT))?;
-    let mut out = std::io::BufWriter::new(stream.try_clone()?);
-    let mut input = BufReader::new(stream);
+/// How long the answer refusing a connection may take to write.
+const REFUSAL_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Serve `stream` on a thread of its own, registered in `c` (the lock of `clients`) until it
+/// ends; an error when it cannot be.
+fn start_conversation(
+    c: &mut Clients,
+    stream: &UnixStream,
+    nics: &Arc<Mutex<Vec<Weak<NicInner>>>>,
+    clients: &Arc<Mutex<Clients>>,
+    limits: ServeLimits,
+) -> Result<(), FiError> {
+    let clone = || {
+        stream
+            .try_clone()
+            .map_err(|e| FiError::io(format!("cannot take the connection's socket: {e}")))
+    };
+    let (stream, handle) = (clone()?, clone()?);
+    let id = c.next_id;
+    c.next_id += 1;
+    let deadline = std::time::Instant::now() + limits.client_lifetime;
+    let (nics, registry) = (nics.clone(), clients.clone());
+    let thread = std::thread::Builder::new()
+        .name("uet-telemetry-client".into())
+        .spawn(move || {
+            // Whatever happens below, the connection stops counting when the thread ends.
+            let _registered = Registered {
+                id,
+                clients: &registry,
+            };
+            let ended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                converse(stream, &nics, deadline)
+            }));
+            match ended {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::debug!("telemetry client: {e}"),
+                Err(_) => tracing::error!("telemetry client: its thread panicked; it is closed"),
+            }
+        })
+        .map_err(|e| {
+            FiError::new(
+                FiErrno::FI_EAGAIN,
+                format!("cannot start a thread for the connection: {e}"),
+            )
+        })?;
+    c.open.push((id, handle));
+    c.threads.push(thread);
+    Ok(())
+}
+
+/// A connection's place in [`Clients::open`], given up when its thread ends (also by a
+/// panic).
+struct Registered<'a> {
+    id: u64,
+    clients: &'a Mutex<Clients>,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        lock(self.clients).open.retain(|(id, _)| *id != self.id);
+    }
+}
+
+/// A client's socket whose every read and write waits at most [`IO_TIMEOUT`], and none past
+/// `deadline`: a client that trickles bytes, each in time, still cannot keep the connection
+/// longer than its lifetime.
+struct Timed<'a> {
+    stream: &'a UnixStream,
+    deadline: std::time::Instant,
+}
+
+impl Timed<'_> {
+    /// The wait allowed now; an error once the deadline has passed.
+    fn wait(&self) -> std::io::Result<Duration> {
+        let left = self
+            .deadline
+            .saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the connection's lifetime is over",
+            ));
+        }
+        Ok(left.min(IO_TIMEOUT))
+    }
+}
+
+impl Read for Timed<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.stream.set_read_timeout(Some(self.wait()?))?;
+        (&mut &*self.stream).read(buf)
+    }
+}
+
+impl Write for Timed<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.stream.set_write_timeout(Some(self.wait()?))?;
+        (&mut &*self.stream).write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// One client's conversation: the greeting, then a reply per request line, until the client
+/// closes, stalls longer than [`IO_TIMEOUT`], or `deadline` passes (then it is told so).
+fn converse(
+    stream: UnixStream,
+    nics: &Mutex<Vec<Weak<NicInner>>>,
+    deadline: std::time::Instant,
+) -> std::io::Result<()> {
+    let timed = || Timed {
+        stream: &stream,
+        deadline,
+    };
+    let mut out = std::io::BufWriter::new(timed());
+    let mut input = BufReader::new(timed());
+    let result = requests(&mut input, &mut out, nics);
+    if result.is_err() && std::time::Instant::now() >= deadline {
+        let e = FiError::new(
+            FiErrno::FI_ETIMEDOUT,
+            "the connection was open longer than a telemetry client may keep it; connect again",
+        );
+        // Past the deadline: one line more, with one wait of its own.
+        stream.set_write_timeout(Some(REFUSAL_TIMEOUT))?;
+        return send(&mut &stream, &error_json(&e));
+    }
+    result
+}
+
+/// The greeting, then a reply per request line read from `input`.
+fn requests(
+    input: &mut impl BufRead,
+    out: &mut impl Write,
+    nics: &Mutex<Vec<Weak<NicInner>>>,
+) -> std::io::Result<()> {
     let count = lock(nics).len();
     send(
-        &mut out,
+        out,
         &json!({
             "uet_nic_telemetry": PROTOCOL,
             "pid": std::process::id(),
@@ -477,7 +694,7 @@ fn converse(stream: UnixStream, nics: &Mutex<Vec<Weak<NicInner>>>) -> std::io::R
         }
         if line.last() != Some(&b'\n') && line.len() > MAX_REQUEST {
             let e = FiError::inval(format!("request longer than {MAX_REQUEST} bytes"));
-            return send(&mut out, &error_json(&e));
+            return send(out, &error_json(&e));
         }
         let text = line.trim_ascii();
         if text.is_empty() {
@@ -490,10 +707,10 @@ fn converse(stream: UnixStream, nics: &Mutex<Vec<Weak<NicInner>>>) -> std::io::R
             },
             Err(e) => {
                 let e = FiError::inval(format!("request is not JSON: {e}"));
-                return send(&mut out, &error_json(&e));
+                return send(out, &error_json(&e));
             }
         };
-        send(&mut out, &reply)?;
+        send(out, &reply)?;
     }
 }
 

@@ -5,7 +5,7 @@
 use crate::dump::{self, AvDump, NamedSide};
 use crate::regs::RegValue;
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -52,14 +52,16 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connect and read the greeting.
+    /// Connect and read the greeting. A process that serves as many clients as it may
+    /// answers with an error instead (`FI_EBUSY`), and one that is stopped or stuck does not
+    /// answer: each is an error saying so.
     pub fn connect(target: &Target) -> Result<Client, String> {
         let path = target.path();
+        let who = match target {
+            Target::Pid(pid) => format!("process {pid}"),
+            Target::Socket(_) => "a uet-nic process".to_string(),
+        };
         let stream = UnixStream::connect(&path).map_err(|e| {
-            let who = match target {
-                Target::Pid(pid) => format!("process {pid}"),
-                Target::Socket(_) => "a uet-nic process".to_string(),
-            };
             format!(
                 "cannot reach {who} at {}: {e} (does it run the driver with its telemetry \
                  socket, and is {} the directory it uses?)",
@@ -77,7 +79,24 @@ impl Client {
             output,
             hello: Value::Null,
         };
-        let hello = client.read_line()?;
+        let hello = match client.read_raw() {
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return Err(format!(
+                    "{who} at {} did not greet uetctl within {} s: its telemetry socket is \
+                     unresponsive (the process is stopped or stuck) or busy with other clients",
+                    client.path.display(),
+                    TIMEOUT.as_secs()
+                ))
+            }
+            raw => client.parse_line(raw)?,
+        };
+        if let Some(e) = hello.get("error") {
+            return Err(format!(
+                "{who} at {} refused the connection: {}",
+                client.path.display(),
+                error_text(e)
+            ));
+        }
         match hello.get("uet_nic_telemetry").and_then(Value::as_u64) {
             Some(v) if v == u64::from(PROTOCOL) => {}
             Some(v) => {
@@ -97,13 +116,24 @@ impl Client {
         Ok(client)
     }
 
-    fn read_line(&mut self) -> Result<Value, String> {
+    /// The next line the process sends, as it came.
+    fn read_raw(&mut self) -> std::io::Result<Vec<u8>> {
         let mut line = Vec::new();
         self.input
             .by_ref()
             .take(MAX_ANSWER)
-            .read_until(b'\n', &mut line)
-            .map_err(|e| format!("{}: {e}", self.path.display()))?;
+            .read_until(b'\n', &mut line)?;
+        Ok(line)
+    }
+
+    fn read_line(&mut self) -> Result<Value, String> {
+        let raw = self.read_raw();
+        self.parse_line(raw)
+    }
+
+    /// A line read ([`Client::read_raw`]) as JSON; an error naming the socket otherwise.
+    fn parse_line(&self, raw: std::io::Result<Vec<u8>>) -> Result<Value, String> {
+        let line = raw.map_err(|e| format!("{}: {e}", self.path.display()))?;
         if line.is_empty() {
             return Err(format!(
                 "{}: the process closed the connection",
@@ -126,12 +156,7 @@ impl Client {
         if let Some(ok) = answer.get("ok") {
             return Ok(ok.clone());
         }
-        let err = answer.get("error").cloned().unwrap_or(Value::Null);
-        Err(format!(
-            "{}: {}",
-            err.get("name").and_then(Value::as_str).unwrap_or("error"),
-            err.get("message").and_then(Value::as_str).unwrap_or("")
-        ))
+        Err(error_text(answer.get("error").unwrap_or(&Value::Null)))
     }
 
     /// NIC numbers of the process that are open.
@@ -148,6 +173,15 @@ impl Client {
             })
             .unwrap_or_default())
     }
+}
+
+/// An `error` answer as "FI_ENAME: message".
+fn error_text(err: &Value) -> String {
+    format!(
+        "{}: {}",
+        err.get("name").and_then(Value::as_str).unwrap_or("error"),
+        err.get("message").and_then(Value::as_str).unwrap_or("")
+    )
 }
 
 /// The array `key` of an answer to `cmd`.

@@ -1161,3 +1161,166 @@ fn uetctl_continues_a_dump_by_the_tables_serial_and_reports_a_replaced_table() {
         "{e}"
     );
 }
+
+/// A client that keeps its connection and asks something several times a second does not
+/// keep a second client (`uetctl av dump --socket`) from being greeted and served meanwhile.
+#[test]
+fn a_second_client_is_served_while_a_first_keeps_its_connection() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+    let fabric = Fabric::new();
+    let nic0 = nic(&fabric, "10.73.0.1");
+    let path = socket("two");
+    let t = Telemetry::bind(&path).unwrap();
+    t.add_nic(&nic0);
+    let served = Arc::new(AtomicBool::new(false));
+    let first_done = Arc::new(AtomicBool::new(false));
+    let first = {
+        let (path, served, first_done) = (path.clone(), served.clone(), first_done.clone());
+        std::thread::spawn(move || {
+            let mut raw = Raw::connect(&path);
+            // Talk until the second client has been served, and for at most 8 s: served one
+            // at a time, the second would be greeted only when this one stops.
+            let start = Instant::now();
+            while !served.load(Ordering::Acquire) && start.elapsed() < Duration::from_secs(8) {
+                assert!(raw.ask(br#"{"cmd":"help"}"#).unwrap()["ok"].is_object());
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            first_done.store(true, Ordering::Release);
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let second = Client::connect(&Target::Socket(path.clone())).and_then(|mut c| c.open_nics());
+    let first_still_talking = !first_done.load(Ordering::Acquire);
+    served.store(true, Ordering::Release);
+    first.join().unwrap();
+    assert_eq!(second, Ok(vec![0]));
+    assert!(
+        first_still_talking,
+        "the second client was served only once the first stopped"
+    );
+}
+
+/// At most `max_clients` connections are served at once: one more is answered FI_EBUSY and
+/// closed, and `uetctl` says the process has too many clients; once a client goes, another
+/// is served.
+#[test]
+fn a_client_over_the_limit_is_told_the_socket_is_busy() {
+    let path = socket("busy");
+    let limits = telemetry::ServeLimits {
+        max_clients: 2,
+        ..telemetry::ServeLimits::default()
+    };
+    let t = Telemetry::bind_with_limits(&path, limits).unwrap();
+    let a = Raw::connect(&path);
+    let _b = Raw::connect(&path);
+    let s = UnixStream::connect(&path).unwrap();
+    let mut refused = Raw {
+        input: BufReader::new(s.try_clone().unwrap()),
+        output: s,
+        hello: Value::Null,
+    };
+    let e = refused.read().expect("an answer");
+    assert_eq!(e["error"]["name"], "FI_EBUSY", "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("too many telemetry clients"),
+        "{e}"
+    );
+    assert!(refused.read().is_none(), "closed after the answer");
+    let e = Client::connect(&Target::Socket(path.clone()))
+        .err()
+        .unwrap();
+    assert!(
+        e.contains("refused the connection") && e.contains("FI_EBUSY"),
+        "{e}"
+    );
+    drop(a);
+    // The first connection's thread notices its client went at its next read.
+    let start = std::time::Instant::now();
+    loop {
+        match Client::connect(&Target::Socket(path.clone())) {
+            Ok(_) => break,
+            Err(e) if start.elapsed() < std::time::Duration::from_secs(5) => {
+                assert!(e.contains("FI_EBUSY"), "{e}");
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => panic!("a place freed is not taken: {e}"),
+        }
+    }
+    drop(t);
+}
+
+/// A connection is closed once it has been open for `client_lifetime`, however busy, with an
+/// FI_ETIMEDOUT answer; the socket goes on serving.
+#[test]
+fn a_connection_is_closed_at_the_end_of_its_lifetime() {
+    use std::time::{Duration, Instant};
+    let path = socket("lifetime");
+    let limits = telemetry::ServeLimits {
+        client_lifetime: Duration::from_millis(600),
+        ..telemetry::ServeLimits::default()
+    };
+    let _t = Telemetry::bind_with_limits(&path, limits).unwrap();
+    let start = Instant::now();
+    let mut raw = Raw::connect(&path);
+    let last = loop {
+        // The connection may be closed before the request is written: its answer is there
+        // to read all the same.
+        let _ = raw.output.write_all(b"{\"cmd\":\"help\"}\n");
+        let a = raw.read().expect("an answer");
+        if a.get("ok").is_none() {
+            break a;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "never closed");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(last["error"]["name"], "FI_ETIMEDOUT", "{last}");
+    assert!(start.elapsed() >= Duration::from_millis(600));
+    assert!(raw.read().is_none(), "closed after the answer");
+
+    // A client trickling a request a byte at a time is closed all the same.
+    let mut raw = Raw::connect(&path);
+    let start = Instant::now();
+    let request = br#"{"cmd":"help"}"#;
+    for b in request.iter().cycle() {
+        if raw.output.write_all(&[*b]).is_err() || start.elapsed() > Duration::from_secs(2) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let a = raw.read().expect("an answer");
+    assert_eq!(a["error"]["name"], "FI_ETIMEDOUT", "{a}");
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(Raw::connect(&path).hello["nics"], 0, "still serving");
+}
+
+/// Dropping the telemetry while several clients hold connections, silent or in the middle
+/// of a request, returns at once and removes the socket.
+#[test]
+fn drop_ends_every_connection_at_once() {
+    let path = socket("drop-many");
+    let t = Telemetry::bind(&path).unwrap();
+    let silent = Raw::connect(&path);
+    let mut halfway = Raw::connect(&path);
+    halfway.output.write_all(br#"{"cmd":"#).unwrap();
+    let mut talking = Raw::connect(&path);
+    assert!(talking.ask(br#"{"cmd":"info"}"#).unwrap()["ok"].is_object());
+    let start = std::time::Instant::now();
+    drop(t);
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(2),
+        "drop waited {:?}",
+        start.elapsed()
+    );
+    assert!(!path.exists());
+    for mut raw in [silent, halfway, talking] {
+        assert!(raw.read().is_none(), "connection closed");
+    }
+}
