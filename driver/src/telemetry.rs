@@ -82,11 +82,13 @@
 //! the connection closed. Dropping a [`Telemetry`] shuts its connections down and waits for
 //! their threads. Holding the telemetry keeps no NIC or AV table alive: a NIC or table
 //! released by the application reads as closed.
+//!
+//! The socket file is mode 0600 whatever the process's umask: only its user may connect.
 
 use crate::nic::{Nic, NicInner};
 use serde_json::{json, Map, Value};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -394,7 +396,9 @@ impl Telemetry {
 
     /// Serve at `path`, with the default [`ServeLimits`]. A socket file there that no process
     /// answers (left by one that died) is replaced; a live one, or any other file, is refused
-    /// and left alone.
+    /// and left alone. The socket file is made mode 0600 whatever the umask: connecting needs
+    /// write permission on it, and no other user may read the process's tables (a libfabric
+    /// application may well run with umask 0).
     pub fn bind(path: impl Into<PathBuf>) -> Result<Telemetry, TelemetryError> {
         Telemetry::bind_with_limits(path, ServeLimits::default())
     }
@@ -420,6 +424,15 @@ impl Telemetry {
                 .map_err(|e| fail(format!("cannot replace the stale socket: {e}")))?;
         }
         let listener = UnixListener::bind(&path).map_err(|e| fail(e.to_string()))?;
+        // Connecting needs write permission on the socket file. From `bind` (which also
+        // listens) to here the umask's mode holds, an instant in which the directory's
+        // permissions are the only guard.
+        if let Err(e) = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)) {
+            let _ = std::fs::remove_file(&path);
+            return Err(fail(format!(
+                "cannot make the socket private (mode 0600): {e}"
+            )));
+        }
         let nics: Arc<Mutex<Vec<Weak<NicInner>>>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
         let clients: Arc<Mutex<Clients>> = Arc::default();

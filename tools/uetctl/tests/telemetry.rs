@@ -1324,3 +1324,54 @@ fn drop_ends_every_connection_at_once() {
         assert!(raw.read().is_none(), "connection closed");
     }
 }
+
+/// Set in the child of [`the_socket_is_private_whatever_the_umask`]: the telemetry directory.
+const UMASK_CHILD: &str = "UETCTL_TELEMETRY_UMASK_CHILD";
+/// Prefix of the child's line giving the socket's mode (libtest writes lines of its own).
+const UMASK_MODE: &str = "telemetry-socket-mode:";
+
+/// The socket file is mode 0600 even for a process with umask 0 (a libfabric application may
+/// run so) in a directory others may read: connecting needs write permission on the socket,
+/// so no other user can dump the process's tables. The test binary runs itself again with
+/// umask 0.
+#[test]
+fn the_socket_is_private_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(dir) = std::env::var_os(UMASK_CHILD) {
+        // SAFETY: umask only sets the process's file creation mask; it touches no memory.
+        unsafe {
+            libc::umask(0);
+        }
+        std::env::set_var(telemetry::DIR_ENV, &dir);
+        let t = Telemetry::start().unwrap();
+        let mode = std::fs::metadata(t.path()).unwrap().permissions().mode() & 0o777;
+        println!("{UMASK_MODE}{mode:o}");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("uetctl-umask-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "the_socket_is_private_whatever_the_umask",
+            "--nocapture",
+        ])
+        .env(UMASK_CHILD, &dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mode = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(UMASK_MODE))
+        .map(|m| u32::from_str_radix(m.trim(), 8).unwrap())
+        .unwrap_or_else(|| panic!("child: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(
+        mode & 0o077,
+        0,
+        "telemetry socket mode {mode:o} in a 0755 directory: other users can connect and dump \
+         the process's AV tables and JobIDs"
+    );
+}
