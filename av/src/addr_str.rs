@@ -686,8 +686,20 @@ impl<'a> SymRange<'a> {
 
     /// Every address of the range, in insertion order, each resolved and checked: the path
     /// for host-name ranges and AVs with user ids; IP-literal ranges are stored as symmetric
-    /// range entries instead ([`SymRange::literal_set`]).
+    /// range entries instead ([`SymRange::literal_set`]). The first member that fails fails
+    /// the whole range; [`SymRange::expand_each`] keeps the members of nodes that resolve.
     pub fn expand(&self, resolver: Resolver) -> Result<Vec<UetAddress>, FiError> {
+        self.expand_each(resolver)?.into_iter().collect()
+    }
+
+    /// [`SymRange::expand`], with a node whose name does not resolve failing only its own
+    /// `svccnt` members (`FI_EADDRNOTAVAIL` each), as fi_av(3) reports a failed address
+    /// among others that succeed. What makes the range itself wrong (a suffix, PIDonFEP or
+    /// fabric address that runs out) is still the error of the whole.
+    pub fn expand_each(
+        &self,
+        resolver: Resolver,
+    ) -> Result<Vec<Result<UetAddress, FiError>>, FiError> {
         let total = self
             .len()
             .ok_or_else(|| FiError::inval("nodecnt × svccnt overflows"))?;
@@ -699,12 +711,15 @@ impl<'a> SymRange<'a> {
         out.try_reserve_exact(total)
             .map_err(|_| FiError::new(FiErrno::FI_ENOMEM, "no memory to expand the range"))?;
         for n in 0..self.nodecnt as u64 {
-            let ip = nth_node(self.node_text, self.node, n)?.resolve(resolver)?;
+            let ip = nth_node(self.node_text, self.node, n)?.resolve(resolver);
             for k in 0..self.svccnt as u64 {
                 let svc = self.service.nth(k).ok_or_else(|| {
                     FiError::inval(format!("service {} + {k} is out of range", self.service))
                 })?;
-                out.push(svc.at(ip)?);
+                out.push(match &ip {
+                    Ok(ip) => Ok(svc.at(*ip)?),
+                    Err(e) => Err(e.clone()),
+                });
             }
         }
         Ok(out)

@@ -443,12 +443,12 @@ impl AvAttr {
     /// |---|---|---|
     /// | `flags` | a bit other than `FI_EVENT`, `FI_AV_USER_ID`, `FI_SYMMETRIC`, `FI_READ` | `FI_EBADFLAGS` |
     /// | `flags` | `FI_READ` without a name (a read-only AV must be named) | `FI_EINVAL` |
-    /// | `count` | the NIC has no AV entries, or `count` exceeds `max_entries` | `FI_EINVAL` |
-    /// | `rx_ctx_bits` | above `max_rx_ctx_bits`, above the bits of `max_rx_ctx`, or leaving too few index bits for `count` | `FI_EINVAL` |
-    /// | `ep_per_node` | above `max_endpoints` | `FI_EINVAL` |
+    /// | `count` | the NIC has no AV entries, or `count` exceeds `max_entries` | `FI_ENOSPC` |
+    /// | `rx_ctx_bits` | above `max_rx_ctx_bits`, above the bits of `max_rx_ctx`, or leaving too few index bits for `count` | `FI_EOVERFLOW` |
+    /// | `ep_per_node` | above `max_endpoints` | `FI_E2BIG` |
     /// | JobID | wider than 24 bits | `FI_EINVAL` |
     /// | `auth_key_size` | not 0, 4 or `FI_AV_AUTH_KEY` | `FI_EINVAL` |
-    /// | `rx_ctx_bits` | above [`AUTH_KEY_MAX_RX_CTX_BITS`] with `FI_AV_AUTH_KEY` | `FI_EINVAL` |
+    /// | `rx_ctx_bits` | above [`AUTH_KEY_MAX_RX_CTX_BITS`] with `FI_AV_AUTH_KEY` | `FI_EOVERFLOW` |
     /// | `max_group_id` | above the NIC's [`AvLimits::max_group_id`] | `FI_EINVAL` |
     /// | `max_group_id`, `rx_ctx_bits` | the bits that number `max_group_id` plus `rx_ctx_bits` above 32 | `FI_EINVAL` |
     /// | `max_group_id` | above [`AUTH_KEY_MAX_GROUP_ID`] with `FI_AV_AUTH_KEY` | `FI_EINVAL` |
@@ -471,29 +471,39 @@ impl AvAttr {
             ));
         }
         if limits.max_entries == 0 {
-            return Err(FiError::inval(
+            return Err(FiError::new(
+                FiErrno::FI_ENOSPC,
                 "fi_av_open: count: the NIC has no AV entries",
             ));
         }
         if self.rx_ctx_bits > limits.max_rx_ctx_bits {
-            return Err(FiError::inval(format!(
-                "fi_av_open: rx_ctx_bits {} exceeds the NIC's maximum of {}",
-                self.rx_ctx_bits, limits.max_rx_ctx_bits
-            )));
+            return Err(FiError::new(
+                FiErrno::FI_EOVERFLOW,
+                format!(
+                    "fi_av_open: rx_ctx_bits {} exceeds the NIC's maximum of {}",
+                    self.rx_ctx_bits, limits.max_rx_ctx_bits
+                ),
+            ));
         }
         let usable = limits.rx_ctx_bits_usable();
         if self.rx_ctx_bits > usable {
-            return Err(FiError::inval(format!(
-                "fi_av_open: rx_ctx_bits {} exceeds the {usable} bits that number the {} \
+            return Err(FiError::new(
+                FiErrno::FI_EOVERFLOW,
+                format!(
+                    "fi_av_open: rx_ctx_bits {} exceeds the {usable} bits that number the {} \
                  receive contexts an endpoint can have",
-                self.rx_ctx_bits, limits.max_rx_ctx
-            )));
+                    self.rx_ctx_bits, limits.max_rx_ctx
+                ),
+            ));
         }
         if self.ep_per_node > limits.max_endpoints as usize {
-            return Err(FiError::inval(format!(
-                "fi_av_open: ep_per_node {} exceeds the NIC's {} endpoints",
-                self.ep_per_node, limits.max_endpoints
-            )));
+            return Err(FiError::new(
+                FiErrno::FI_E2BIG,
+                format!(
+                    "fi_av_open: ep_per_node {} exceeds the NIC's {} endpoints",
+                    self.ep_per_node, limits.max_endpoints
+                ),
+            ));
         }
         if self.job_id > MAX_JOB_ID {
             return Err(FiError::inval(format!(
@@ -503,20 +513,24 @@ impl AvAttr {
         }
         auth_keys::check_auth_key_size(self.auth_key_size)?;
         if self.auth_key_size == FI_AV_AUTH_KEY && self.rx_ctx_bits > AUTH_KEY_MAX_RX_CTX_BITS {
-            return Err(FiError::inval(format!(
-                "fi_av_open: rx_ctx_bits {} exceeds {AUTH_KEY_MAX_RX_CTX_BITS} in an \
+            return Err(FiError::new(
+                FiErrno::FI_EOVERFLOW,
+                format!(
+                    "fi_av_open: rx_ctx_bits {} exceeds {AUTH_KEY_MAX_RX_CTX_BITS} in an \
                  FI_AV_AUTH_KEY domain (auth-key handles must stay apart from addresses)",
-                self.rx_ctx_bits
-            )));
+                    self.rx_ctx_bits
+                ),
+            ));
         }
         self.check_groups(limits)?;
         let max = limits.max_entries as usize;
         let count = match self.count {
             0 => default_count(self.ep_per_node, max),
             c if c > max => {
-                return Err(FiError::inval(format!(
-                    "fi_av_open: count {c} exceeds the NIC's {max} entries per AV"
-                )))
+                return Err(FiError::new(
+                    FiErrno::FI_ENOSPC,
+                    format!("fi_av_open: count {c} exceeds the NIC's {max} entries per AV"),
+                ))
             }
             c => c,
         };
@@ -528,12 +542,15 @@ impl AvAttr {
             u64::MAX >> self.rx_ctx_bits
         };
         if count as u64 > index_field {
-            return Err(FiError::inval(format!(
-                "fi_av_open: rx_ctx_bits {}: {count} entries do not fit in the {} index bits \
+            return Err(FiError::new(
+                FiErrno::FI_EOVERFLOW,
+                format!(
+                    "fi_av_open: rx_ctx_bits {}: {count} entries do not fit in the {} index bits \
                  left",
-                self.rx_ctx_bits,
-                64u32.saturating_sub(u32::from(self.rx_ctx_bits))
-            )));
+                    self.rx_ctx_bits,
+                    64u32.saturating_sub(u32::from(self.rx_ctx_bits))
+                ),
+            ));
         }
         Ok(AvAttr {
             av_type: AvType::Table,
@@ -1160,10 +1177,12 @@ impl<N: NicAvTable> AddressVector<N> {
     /// `fi_av_insertsvc`: insert the address `node` and `service` name (see
     /// [`crate::addr_str`]): node an IP literal or a host name (resolved), service the PIDonFEP
     /// with optional parameters; or `node` an `FI_ADDR_STR` address and `service` `None`.
-    /// Returns 1 or 0 (table full: `FI_ENOSPC` in `status`). Errors, nothing inserted:
+    /// Returns 1, or 0 when the address fails: `FI_ENOSPC` (table full) or `FI_EADDRNOTAVAIL`
+    /// (a host name that does not resolve) in `status`, `FI_ADDR_NOTAVAIL` in `fi_addr`, as
+    /// for one address of [`AddressVector::insert_with_status`]. Errors, nothing inserted:
     /// `FI_EINVAL` for a bad node or service, a missing service, or a service beside an
-    /// `FI_ADDR_STR` node; `FI_EADDRNOTAVAIL` for a host name that does not resolve; flag and
-    /// argument errors as [`AddressVector::insert_with_status`]. Accepted on both formats.
+    /// `FI_ADDR_STR` node; flag and argument errors as
+    /// [`AddressVector::insert_with_status`]. Accepted on both formats.
     pub fn insertsvc(
         &mut self,
         node: &str,
@@ -1192,12 +1211,18 @@ impl<N: NicAvTable> AddressVector<N> {
             flags,
             status.map(core::slice::from_mut),
         )?;
-        let addr =
-            svc_address(node, service, self.resolver).map_err(|e| e.within("fi_av_insertsvc"))?;
-        let bytes = addr
-            .to_bytes()
-            .map_err(|e| FiError::inval(format!("fi_av_insertsvc: {e}")))?;
-        self.insert_items(call, core::iter::once(Ok(bytes)))
+        let item = match svc_address(node, service, self.resolver) {
+            Ok(addr) => Ok(addr
+                .to_bytes()
+                .map_err(|e| FiError::inval(format!("fi_av_insertsvc: {e}")))?),
+            // A host name that does not resolve fails the address, as an FI_ADDR_STR string
+            // naming it fails in fi_av_insert: FI_EADDRNOTAVAIL in its status and
+            // FI_ADDR_NOTAVAIL in its fi_addr, and 0 inserted. A node or service that is not
+            // well formed is the call's error.
+            Err(e) if e.errno == FiErrno::FI_EADDRNOTAVAIL => Err(e.within("fi_av_insertsvc")),
+            Err(e) => return Err(e.within("fi_av_insertsvc")),
+        };
+        self.insert_items(call, core::iter::once(item))
     }
 
     /// `fi_av_insertsym`: insert `nodecnt` × `svccnt` addresses: for each node from `node`,
@@ -1206,8 +1231,10 @@ impl<N: NicAvTable> AddressVector<N> {
     /// lowest unused index, reported in `fi_addr` (and `status`) in that order. Errors, nothing
     /// inserted: `FI_EINVAL` for a bad node or service, a host name without numeric suffix when
     /// `nodecnt > 1`, a range that runs out of PIDonFEPs, IP addresses or suffix values, or one
-    /// larger than the AV; `FI_EADDRNOTAVAIL` for a name that does not resolve; flag and
-    /// argument errors as [`AddressVector::insert_with_status`] with `count` = nodecnt × svccnt.
+    /// larger than the AV; flag and argument errors as [`AddressVector::insert_with_status`]
+    /// with `count` = nodecnt × svccnt. A node whose name does not resolve fails only its own
+    /// `svccnt` addresses (`FI_EADDRNOTAVAIL` in their status, `FI_ADDR_NOTAVAIL` in their
+    /// `fi_addr`), and the others are inserted, as fi_av(3) reports failed addresses.
     #[allow(clippy::too_many_arguments)]
     pub fn insertsym(
         &mut self,
@@ -1242,6 +1269,9 @@ impl<N: NicAvTable> AddressVector<N> {
             ))
         })?;
         let call = self.check_insert("fi_av_insertsym", total, fi_addr, flags, status)?;
+        // A range larger than the whole AV can never be inserted whole, and refusing it here
+        // bounds the work of a call whose fi_addr and status may be absent (nodecnt × svccnt
+        // is not bounded by any buffer, as an insert's count is by its addresses).
         if total > self.capacity as usize {
             return Err(FiError::inval(format!(
                 "fi_av_insertsym: {nodecnt} nodes × {svccnt} services = {total} addresses, \
@@ -1256,10 +1286,12 @@ impl<N: NicAvTable> AddressVector<N> {
                 return self.insert_symmetric(call, base, svc, total);
             }
         }
-        let addrs = range.expand(self.resolver).map_err(prefix)?;
-        let items = addrs.iter().map(|a| {
-            a.to_bytes()
-                .map_err(|e| FiError::inval(format!("address {a}: {e}")))
+        let addrs = range.expand_each(self.resolver).map_err(prefix)?;
+        let items = addrs.into_iter().map(|a| {
+            a.map_err(prefix).and_then(|a| {
+                a.to_bytes()
+                    .map_err(|e| FiError::inval(format!("address {a}: {e}")))
+            })
         });
         self.insert_items(call, items)
     }

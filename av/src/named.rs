@@ -673,12 +673,14 @@ impl<N: NicAvTable + Send + 'static> NamedAv<N> {
             return self.insert_symmetric(CALL, base, svc, total, fi_addr, status);
         }
         let resolver = self.shared.local().av.resolver();
-        let addrs = range.expand(resolver).map_err(prefix)?;
+        let addrs = range.expand_each(resolver).map_err(prefix)?;
         let items = addrs
-            .iter()
+            .into_iter()
             .map(|a| {
-                a.to_bytes()
-                    .map_err(|e| FiError::inval(format!("address {a}: {e}")))
+                a.map_err(prefix).and_then(|a| {
+                    a.to_bytes()
+                        .map_err(|e| FiError::inval(format!("address {a}: {e}")))
+                })
             })
             .collect();
         self.insert_items(CALL, items, fi_addr, status)

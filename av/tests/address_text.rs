@@ -397,8 +397,8 @@ proptest! {
     }
 
     /// `fi_av_insertsym` of any node, service and counts: nodecnt × svccnt addresses taken in
-    /// the man page's order (members refused one by one only once the AV is full), or the
-    /// call refused with nothing changed.
+    /// the man page's order (members refused one by one only once the AV is full, or because
+    /// their node's name does not resolve), or the call refused with nothing changed.
     #[test]
     fn insertsym_takes_the_range_or_nothing(
         (node, nodecnt, service, svccnt) in prop_oneof![
@@ -420,11 +420,24 @@ proptest! {
         };
         let total = nodecnt * svccnt;
         prop_assert!(k <= total);
+        let unresolved = |n: u64| nth_node(&node, n).is_none();
         if k < total {
-            // Members are refused one by one only when the AV has no room left for them.
-            prop_assert_eq!(av.len(), av.capacity(), "{} of {} members taken", k, total);
+            // Members are refused one by one only when the AV has no room left for them, or
+            // their node does not resolve.
+            prop_assert!(
+                av.len() == av.capacity() || (0..nodecnt as u64).any(unresolved),
+                "{} of {} members taken", k, total
+            );
         }
-        if k == 0 || out_len(nodecnt, svccnt).is_none() {
+        if out_len(nodecnt, svccnt).is_none() {
+            return Ok(());
+        }
+        for (m, &fa) in fi_addr.iter().enumerate() {
+            if unresolved((m / svccnt) as u64) {
+                prop_assert_eq!(fa, FI_ADDR_NOTAVAIL, "member {} of a node that does not resolve", m);
+            }
+        }
+        if k == 0 {
             return Ok(());
         }
         prop_assert_eq!(fi_addr.iter().filter(|&&fa| fa != FI_ADDR_NOTAVAIL).count(), k);

@@ -897,7 +897,7 @@ fn open_attributes_get_their_own_errors() {
             count: (1 << 20) + 1,
             ..base
         },
-        FiErrno::FI_EINVAL,
+        FiErrno::FI_ENOSPC,
         "count",
     );
     check(
@@ -905,7 +905,7 @@ fn open_attributes_get_their_own_errors() {
             rx_ctx_bits: 9,
             ..base
         },
-        FiErrno::FI_EINVAL,
+        FiErrno::FI_EOVERFLOW,
         "rx_ctx_bits 9 exceeds the NIC's maximum of 8",
     );
     // 16 receive contexts need 4 bits; 5 address contexts no endpoint has.
@@ -914,7 +914,7 @@ fn open_attributes_get_their_own_errors() {
             rx_ctx_bits: 5,
             ..base
         },
-        FiErrno::FI_EINVAL,
+        FiErrno::FI_EOVERFLOW,
         "rx_ctx_bits 5 exceeds the 4 bits",
     );
     assert!(AvAttr {
@@ -928,7 +928,7 @@ fn open_attributes_get_their_own_errors() {
             ep_per_node: 257,
             ..base
         },
-        FiErrno::FI_EINVAL,
+        FiErrno::FI_E2BIG,
         "ep_per_node 257",
     );
     // A name passes resolve (a named AV checks the rest), but a plain AV refuses it.

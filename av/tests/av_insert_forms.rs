@@ -18,6 +18,7 @@ fn errno<T: std::fmt::Debug>(r: Result<T, uet_av::FiError>) -> FiErrno {
 const EINVAL: i32 = 22;
 const ENOSPC: i32 = 28;
 const EIO: i32 = 5;
+const EADDRNOTAVAIL: i32 = 99;
 
 fn open_user_id(count: usize) -> uet_av::AddressVector<MemoryNicTable> {
     open_with(AvAttr {
@@ -514,6 +515,49 @@ fn insertsvc_full_table_fails_the_address() {
     assert_eq!((fa, st), (FI_ADDR_NOTAVAIL, ENOSPC));
 }
 
+/// A host name that does not resolve fails the address, not the call, as the same name in an
+/// FI_ADDR_STR string does in fi_av_insert: 0 inserted, `FI_ADDR_NOTAVAIL` in `fi_addr`,
+/// `FI_EADDRNOTAVAIL` in the status; the AV unchanged.
+#[test]
+fn insertsvc_of_a_name_that_does_not_resolve_fails_the_address() {
+    let mut av = open(4);
+    av.set_resolver(fake_resolver);
+    let (mut fa, mut st) = (5u64, 1i32);
+    assert_eq!(
+        av.insertsvc(
+            "nosuchhost",
+            Some("1"),
+            Some(&mut fa),
+            FI_SYNC_ERR,
+            Some(&mut st)
+        ),
+        Ok(0)
+    );
+    assert_eq!((fa, st), (FI_ADDR_NOTAVAIL, EADDRNOTAVAIL));
+    let mut strings = open_with(AvAttr {
+        count: 4,
+        addr_format: AddrFormat::Str,
+        ..AvAttr::default()
+    });
+    strings.set_resolver(fake_resolver);
+    let text = "uet://nosuchhost/1";
+    let (mut fa, mut st) = ([5u64], [1i32]);
+    assert_eq!(
+        strings.insert_str(&[text], Some(&mut fa), FI_SYNC_ERR, Some(&mut st)),
+        Ok(0)
+    );
+    assert_eq!((fa[0], st[0]), (FI_ADDR_NOTAVAIL, EADDRNOTAVAIL));
+    let (mut fa, mut st) = (5u64, 1i32);
+    assert_eq!(
+        strings.insertsvc(text, None, Some(&mut fa), FI_SYNC_ERR, Some(&mut st)),
+        Ok(0)
+    );
+    assert_eq!((fa, st), (FI_ADDR_NOTAVAIL, EADDRNOTAVAIL));
+    assert!(av.is_empty() && strings.is_empty());
+    assert_in_step(&av);
+    assert_in_step(&strings);
+}
+
 #[test]
 fn insertsvc_takes_a_user_id() {
     let mut av = open(4);
@@ -584,13 +628,24 @@ fn insertsym_host_names_count_up_with_padding() {
         .map(|&fa| av.address(fa).unwrap().fabric_addr.to_string())
         .collect();
     assert_eq!(ips, ["10.7.0.1", "10.7.0.2", "10.7.0.3"]);
-    // One name that does not resolve: nothing inserted.
-    let e = av
-        .insertsym("node254", 3, "1", 1, None, 0, None)
-        .unwrap_err();
-    assert_eq!(e.errno, FiErrno::FI_EADDRNOTAVAIL);
-    assert!(e.message.contains("'node256'"), "{e}");
-    assert_eq!(av.len(), 3);
+    // A node whose name does not resolve fails its own addresses; the others are inserted
+    // (fi_av(3): the return value counts the addresses inserted).
+    let (mut out, mut st) = ([7u64; 6], [1i32; 6]);
+    assert_eq!(
+        av.insertsym(
+            "node254",
+            3,
+            "1",
+            2,
+            Some(&mut out),
+            FI_SYNC_ERR,
+            Some(&mut st)
+        ),
+        Ok(4)
+    );
+    assert_eq!(out, [3, 4, 5, 6, FI_ADDR_NOTAVAIL, FI_ADDR_NOTAVAIL]);
+    assert_eq!(st, [0, 0, 0, 0, EADDRNOTAVAIL, EADDRNOTAVAIL]);
+    assert_eq!(av.len(), 7);
     // localhost with the system resolver; no suffix, so one node only.
     let mut av = open(4);
     assert_eq!(

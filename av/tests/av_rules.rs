@@ -55,28 +55,28 @@ fn open_rejects_bad_attributes() {
     };
     assert_eq!(
         errno(open(count(LIMITS.max_entries as usize + 1), LIMITS)),
-        FiErrno::FI_EINVAL
+        FiErrno::FI_ENOSPC
     );
     assert!(open(count(LIMITS.max_entries as usize), LIMITS).is_ok());
     let rx = AvAttr {
         rx_ctx_bits: LIMITS.max_rx_ctx_bits + 1,
         ..count(4)
     };
-    assert_eq!(errno(open(rx, LIMITS)), FiErrno::FI_EINVAL);
+    assert_eq!(errno(open(rx, LIMITS)), FiErrno::FI_EOVERFLOW);
     let job = AvAttr {
         job_id: 0x0100_0000,
         ..count(4)
     };
     assert_eq!(errno(open(job, LIMITS)), FiErrno::FI_EINVAL);
     let none = AvLimits::new(0, 0);
-    assert_eq!(errno(open(count(0), none)), FiErrno::FI_EINVAL);
+    assert_eq!(errno(open(count(0), none)), FiErrno::FI_ENOSPC);
     // The index must fit below the rx-context bits.
     let wide = AvLimits::new(u32::MAX, 40);
     let crowded = AvAttr {
         rx_ctx_bits: 40,
         ..count(1 << 24)
     };
-    assert_eq!(errno(crowded.resolve(&wide)), FiErrno::FI_EINVAL);
+    assert_eq!(errno(crowded.resolve(&wide)), FiErrno::FI_EOVERFLOW);
     assert!(AvAttr {
         count: (1 << 24) - 1,
         ..crowded
@@ -864,4 +864,51 @@ fn plain_and_general_insert_loops_agree() {
             assert_eq!(plain.nic().entries(), general.nic().entries(), "{at}: NIC");
         }
     }
+}
+
+/// Each attribute `fi_av_open` checks against the NIC fails with an errno of its own, so a
+/// caller learns which one to change without reading the message: `count` against the
+/// table's capacity, `rx_ctx_bits` against the receive contexts, `ep_per_node` against the
+/// endpoints, `flags` against the flags an AV takes.
+#[test]
+fn each_open_attribute_fails_with_an_errno_of_its_own() {
+    let limits = AvLimits {
+        max_rx_ctx: 4,
+        max_endpoints: 16,
+        ..AvLimits::new(64, 8)
+    };
+    let refused = |attr: AvAttr| {
+        AddressVector::open(MemoryNicTable::new(64), attr, limits)
+            .map(|_| ())
+            .unwrap_err()
+            .errno
+    };
+    let base = AvAttr {
+        count: 8,
+        ..AvAttr::default()
+    };
+    let all = [
+        refused(AvAttr { count: 65, ..base }),
+        refused(AvAttr {
+            rx_ctx_bits: 3,
+            ..base
+        }),
+        refused(AvAttr {
+            ep_per_node: 17,
+            ..base
+        }),
+        refused(AvAttr {
+            flags: 1 << 30,
+            ..base
+        }),
+    ];
+    assert_eq!(
+        all,
+        [
+            FiErrno::FI_ENOSPC,
+            FiErrno::FI_EOVERFLOW,
+            FiErrno::FI_E2BIG,
+            FiErrno::FI_EBADFLAGS
+        ]
+    );
 }

@@ -361,13 +361,13 @@ fn open_attributes_are_checked_against_the_capability_registers() {
         count: caps.av_entries as usize + 1,
         ..base
     });
-    assert_eq!(e.errno, FiErrno::FI_EINVAL);
+    assert_eq!(e.errno, FiErrno::FI_ENOSPC);
     assert!(e.message.contains("count"), "{e}");
     let e = bad(AvAttr {
         rx_ctx_bits: caps.max_rx_ctx_bits + 1,
         ..base
     });
-    assert_eq!(e.errno, FiErrno::FI_EINVAL);
+    assert_eq!(e.errno, FiErrno::FI_EOVERFLOW);
     assert!(e.message.contains("rx_ctx_bits"), "{e}");
     // CAP_EP.max_rx_ctx receive contexts need ceil(log2) bits; one more is refused.
     let usable = (u32::from(caps.max_rx_ctx)
@@ -381,7 +381,7 @@ fn open_attributes_are_checked_against_the_capability_registers() {
         rx_ctx_bits: usable + 1,
         ..base
     });
-    assert_eq!(e.errno, FiErrno::FI_EINVAL);
+    assert_eq!(e.errno, FiErrno::FI_EOVERFLOW);
     assert!(e.message.contains("receive contexts"), "{e}");
     let av = nic
         .open_av(AvAttr {
@@ -394,7 +394,7 @@ fn open_attributes_are_checked_against_the_capability_registers() {
         ep_per_node: usize::from(caps.endpoints) + 1,
         ..base
     });
-    assert_eq!(e.errno, FiErrno::FI_EINVAL);
+    assert_eq!(e.errno, FiErrno::FI_E2BIG);
     assert!(e.message.contains("ep_per_node"), "{e}");
     let e = bad(AvAttr {
         name: Some(AvName::new("job-7").unwrap()),
