@@ -150,7 +150,6 @@ pub(crate) struct Endpoint {
     pub auth_slots: Vec<u16>,
     /// JobIDs of `auth_slots` other than `job_id`, each once.
     pub auth_jobs: Vec<u32>,
-    pub next_message_id: u16,
 }
 
 impl Endpoint {
@@ -343,7 +342,6 @@ impl EndpointTable {
             faulted: false,
             auth_slots: Vec::new(),
             auth_jobs: Vec::new(),
-            next_message_id: 0,
         };
         Ok(self.eps.entry(handle).or_insert(ep))
     }
@@ -407,7 +405,6 @@ impl EndpointTable {
             pending_cqes: VecDeque::new(),
             rx_backlog: VecDeque::new(),
             faulted: false,
-            next_message_id: 0,
         };
         self.eps.insert(handle, ep);
         Ok(handle)

@@ -285,6 +285,9 @@ pub(crate) struct InitiatorPdc {
 #[derive(Debug, Default)]
 pub(crate) struct PdcTable {
     initiator: HashMap<IpAddr, InitiatorPdc>,
+    /// The next SES message id for each destination fabric address: message ids count per
+    /// PDC, whichever endpoint sends ([`PdcTable::next_message_id`]).
+    message_ids: HashMap<IpAddr, u16>,
     target: HashMap<(IpAddr, u16), u16>,
     next_pdcid: u16,
 }
@@ -320,6 +323,18 @@ impl PdcTable {
             spdcid: pdc.spdcid,
             dpdcid: if syn { 0 } else { pdc.dpdcid.unwrap_or(0) },
         }
+    }
+
+    /// The SES message id of the next message to `dst`. Ids count per destination (the PDC
+    /// the message travels in), not per endpoint: a target identifies a message by its PDC
+    /// and id, and two endpoints of this NIC never send it the same id while it can still
+    /// remember the first (it remembers far fewer than 65,536 messages), whatever JobID and
+    /// initiator id their packets carry.
+    pub(crate) fn next_message_id(&mut self, dst: IpAddr) -> u16 {
+        let next = self.message_ids.entry(dst).or_insert(0);
+        let id = *next;
+        *next = next.wrapping_add(1);
+        id
     }
 
     /// The initiator PDC with local id `spdcid`, if it leads to `peer`.

@@ -67,8 +67,8 @@
 //!
 //! ## Multi-packet messages
 //!
-//! Packets of one message share (source fabric address, the initiator's PDC, JobID,
-//! initiator, message id). They may
+//! Packets of one message share (source fabric address, the initiator's PDC, initiator,
+//! message id; message ids count per PDC at the sender). They may
 //! arrive in any order: the first to arrive — SOM or not — consumes the next RX descriptor
 //! (with the checks above) and opens a reassembly; each packet's payload is written by DMA at
 //! its message offset in that buffer, and only the part inside the buffer (a longer message is
@@ -175,7 +175,6 @@ impl ParsedRequest<'_> {
         MsgKey {
             src: self.dg.src_ip,
             spdcid: self.pds.spdcid,
-            job_id: self.ses.job_id,
             initiator: self.ses.initiator,
             message_id: self.ses.message_id,
         }
@@ -269,18 +268,17 @@ fn parse_request(f: &[u8]) -> Option<ParsedRequest<'_>> {
 }
 
 /// Identifies a message at its target: the PDC it travels in (the source address and the
-/// initiator's PDC), and the sending endpoint within it, which its JobID and initiator name
-/// (ENDPOINT_CREATE gives no two live endpoints of a job on one function the same initiator),
-/// then the endpoint's message id. Message ids restart at 0 with every endpoint, and
-/// initiators are reused by later endpoints (a NIC opened again numbers them afresh, and jobs
-/// number their ranks from 0), so without the PDC and the JobID a new sender's message would
-/// be taken for an old one's and answered from its outcome, undelivered. A function's PDC ids
-/// are not reused after its reset (`pds::PdcTable::clear`).
+/// initiator's PDC id) and the message id the sending NIC gave it in that PDC. Message ids
+/// count per PDC, not per endpoint (`pds::PdcTable::next_message_id`), and a function's PDC
+/// ids are not reused after its reset (`pds::PdcTable::clear`). Initiator ids and JobIDs do
+/// not tell senders apart here: a NIC opened again derives the initiators it had, jobs number
+/// their ranks from 0, and a packet sent through an auth key carries the key's JobID, so a
+/// key made of them took a new sender's message for an old one's and answered it from that
+/// one's outcome, undelivered. The initiator is kept in the key as the message's own field.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct MsgKey {
     src: IpAddr,
     spdcid: u16,
-    job_id: u32,
     initiator: u32,
     message_id: u16,
 }

@@ -30,7 +30,8 @@
 //!    each whatever `len`, so a READ is not refused.
 //! 4. SEND, TAGGED_SEND, WRITE: segment the message at the MTU (`CAP_PROFILES.mtu`):
 //!    `max(1, ceil(len / mtu))` UET packets, all on the PDC to the destination with consecutive
-//!    PSNs (SYN until the PDC is established) and one message id (the endpoint's next). Each
+//!    PSNs (SYN until the PDC is established) and one message id (the next of that PDC: ids count per destination, whichever endpoint
+//!    sends). Each
 //!    packet: source IP = this NIC, destination IP = the entry's fabric address, UDP 4793; PDS
 //!    RUD_REQ; SES standard request with the opcode (SEND 0x05, TAGGED_SEND 0x09, WRITE 0x01),
 //!    JobID from the entry (from its auth-key slot when the entry has `AUTH_KEY` set; a slot
@@ -61,8 +62,7 @@
 //! (`BadDescriptor`), sends each SEND or TAGGED_SEND as one PDS UUD_REQ packet (no PDC: no
 //! PSN, no SYN, source port 0xC000) and completes it `Ok` once the packet is handed to the
 //! fabric. `TX_FLAG_CONTROL` (SEND only) puts resource index 0 in the request instead of
-//! `entry.ri_start + rx_ctx`. Contexts of an endpoint send with its initiator ID and draw
-//! message ids from the endpoint's one counter.
+//! `entry.ri_start + rx_ctx`. Contexts of an endpoint send with its initiator ID.
 
 use crate::av_table::TranslateError;
 use crate::frame::{self, GATEWAY_MAC};
@@ -257,13 +257,12 @@ impl Nic {
         if dst.is_ipv4() != self.cfg.fabric_addr.is_ipv4() {
             return self.tx_fail(handle, d, LocalStatus::Unreachable);
         }
-        // Message ids are the endpoint's, shared by its contexts: the target keys multi-packet
-        // messages by (source, initiator, message id).
-        let Some(ep) = self.eps.get_mut(owner) else {
+        // Message ids count per PDC (`PdcTable::next_message_id`): the target keys
+        // multi-packet messages by their PDC and id.
+        if self.eps.get(owner).is_none() {
             return;
-        };
-        let message_id = ep.next_message_id;
-        ep.next_message_id = ep.next_message_id.wrapping_add(1);
+        }
+        let message_id = self.pdcs.next_message_id(dst);
         let mut base_flags = 0;
         if entry.flags.get() & entry_flags::ABSOLUTE == 0 {
             base_flags |= ses::FLAG_REL;

@@ -662,3 +662,78 @@ fn rank_zero_of_two_jobs_on_one_nic_send_multi_packet_messages_that_both_arrive(
         );
     }
 }
+
+/// The SES JobID of a request is the JobID its AV entry sends with (an auth key's when the
+/// entry is bound to one), not the sending endpoint's own. Endpoint X (job 0x77, rank 0) and
+/// endpoint Y (job 0x11, rank 0: another job, so interface 1.11 allows it) share a NIC, and Y
+/// sends through an auth key of job 0x77: their packets carry the same JobID and initiator.
+/// Each sends a multi-packet message to one target endpoint: two messages, both delivered
+/// (message ids count per PDC at the sender, not per endpoint).
+#[test]
+fn a_sender_through_an_auth_key_and_the_same_rank_of_the_keys_job_both_deliver() {
+    use uet_av::{job_id_to_auth_key, FI_AUTH_KEY, FI_AV_AUTH_KEY};
+    let fabric = Fabric::new();
+    let open = |cfg| {
+        uet_driver::Nic::open(std::sync::Arc::new(
+            uet_driver::backend::sim::SimDevice::new(fabric.add_nic(cfg).unwrap()),
+        ))
+        .unwrap()
+    };
+    let (nic_a, nic_b) = (open(small_mtu(0)), open(small_mtu(1)));
+    let (pool_a, pool_b) = (
+        DmaPool::new(&nic_a, 4096, 8).unwrap(),
+        DmaPool::new(&nic_b, 4096, 8).unwrap(),
+    );
+    let av_attr = |job_id, auth_key_size| uet_av::AvAttr {
+        count: 4,
+        job_id,
+        auth_key_size,
+        ..uet_av::AvAttr::default()
+    };
+    let endpoint = |nic: &uet_driver::Nic, av: &uet_driver::Av, job_id| {
+        nic.endpoint(
+            uet_driver::EndpointAttr {
+                job_id,
+                initiator: Some(0),
+                ..uet_driver::EndpointAttr::default()
+            },
+            Some(av),
+        )
+        .unwrap()
+    };
+    // The target: an endpoint of job 0x77 with two receives.
+    let av_t = nic_b.open_av(av_attr(0x77, 0)).unwrap();
+    let mut t = endpoint(&nic_b, &av_t, 0x77);
+    t.post_recv(pool_b.alloc().unwrap(), 1).unwrap();
+    t.post_recv(pool_b.alloc().unwrap(), 2).unwrap();
+    let target = t.address().to_bytes().unwrap();
+
+    // X: job 0x77, rank 0, a plain entry (sends with JobID 0x77).
+    let mut av_x = nic_a.open_av(av_attr(0x77, 0)).unwrap();
+    let mut x = endpoint(&nic_a, &av_x, 0x77);
+    let mut to_t = [0u64];
+    av_x.insert(&target, 1, Some(&mut to_t), 0).unwrap();
+    let sent = send_pattern(&mut x, &pool_a, to_t[0], THREE_PACKETS, 21);
+    assert!(sent.is_none(), "X: {sent:?}");
+
+    // Y: job 0x11, rank 0, an entry bound to an auth key of job 0x77 (sends with JobID 0x77).
+    let mut av_y = nic_a.open_av(av_attr(0x11, FI_AV_AUTH_KEY)).unwrap();
+    let k = av_y.insert_auth_key(&job_id_to_auth_key(0x77), 0).unwrap();
+    let mut y = endpoint(&nic_a, &av_y, 0x11);
+    let mut to_t = [k];
+    av_y.insert(&target, 1, Some(&mut to_t), FI_AUTH_KEY)
+        .unwrap();
+    let sent = send_pattern(&mut y, &pool_a, to_t[0], THREE_PACKETS, 22);
+    assert!(sent.is_none(), "Y: {sent:?}");
+
+    for seed in [21u8, 22] {
+        let got = uet_tests::poll_one(&mut t)
+            .unwrap_or_else(|| panic!("the message of seed {seed} was not delivered"));
+        assert!(got.error.is_none(), "{:?}", got.error);
+        assert_eq!(
+            got.buffer.unwrap().to_vec().unwrap(),
+            pattern(THREE_PACKETS, seed)
+        );
+    }
+    drop((x, y, av_x, av_y, av_t));
+}
