@@ -205,7 +205,8 @@ pub struct ServeLimits {
     /// Connections served at once; one more is answered `FI_EBUSY` and closed.
     pub max_clients: usize,
     /// How long a connection may stay open, however busy; it is then answered
-    /// `FI_ETIMEDOUT` and closed.
+    /// `FI_ETIMEDOUT` and closed. A lifetime past what the clock can count (`Duration::MAX`)
+    /// is no limit.
     pub client_lifetime: Duration,
 }
 
@@ -568,7 +569,8 @@ fn start_conversation(
     let (stream, handle) = (clone()?, clone()?);
     let id = c.next_id;
     c.next_id += 1;
-    let deadline = std::time::Instant::now() + limits.client_lifetime;
+    // None: a lifetime past what the clock counts, no limit.
+    let deadline = std::time::Instant::now().checked_add(limits.client_lifetime);
     let (nics, registry) = (nics.clone(), clients.clone());
     let thread = std::thread::Builder::new()
         .name("uet-telemetry-client".into())
@@ -616,15 +618,16 @@ impl Drop for Registered<'_> {
 /// longer than its lifetime.
 struct Timed<'a> {
     stream: &'a UnixStream,
-    deadline: std::time::Instant,
+    deadline: Option<std::time::Instant>,
 }
 
 impl Timed<'_> {
     /// The wait allowed now; an error once the deadline has passed.
     fn wait(&self) -> std::io::Result<Duration> {
-        let left = self
-            .deadline
-            .saturating_duration_since(std::time::Instant::now());
+        let Some(deadline) = self.deadline else {
+            return Ok(IO_TIMEOUT);
+        };
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
         if left.is_zero() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
@@ -658,7 +661,7 @@ impl Write for Timed<'_> {
 fn converse(
     stream: UnixStream,
     nics: &Mutex<Vec<Weak<NicInner>>>,
-    deadline: std::time::Instant,
+    deadline: Option<std::time::Instant>,
 ) -> std::io::Result<()> {
     let timed = || Timed {
         stream: &stream,
@@ -667,7 +670,7 @@ fn converse(
     let mut out = std::io::BufWriter::new(timed());
     let mut input = BufReader::new(timed());
     let result = requests(&mut input, &mut out, nics);
-    if result.is_err() && std::time::Instant::now() >= deadline {
+    if result.is_err() && deadline.is_some_and(|d| std::time::Instant::now() >= d) {
         let e = FiError::new(
             FiErrno::FI_ETIMEDOUT,
             "the connection was open longer than a telemetry client may keep it; connect again",

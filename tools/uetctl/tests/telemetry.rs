@@ -1375,3 +1375,25 @@ fn the_socket_is_private_whatever_the_umask() {
          the process's AV tables and JobIDs"
     );
 }
+
+/// A caller that means "no limit" passes `Duration::MAX` as `ServeLimits::client_lifetime`:
+/// the socket serves (greets) every client, and its accept thread does not die of the
+/// deadline's overflow.
+#[test]
+fn an_unbounded_client_lifetime_still_serves() {
+    use std::time::Duration;
+    let path = socket("unbounded-lifetime");
+    let limits = telemetry::ServeLimits {
+        client_lifetime: Duration::MAX,
+        ..telemetry::ServeLimits::default()
+    };
+    let _t = Telemetry::bind_with_limits(&path, limits).unwrap();
+    for _ in 0..2 {
+        let s = UnixStream::connect(&path).expect("the socket still accepts");
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut line = String::new();
+        BufReader::new(s).read_line(&mut line).unwrap();
+        let hello: Value = serde_json::from_str(&line).expect("a greeting");
+        assert!(hello.get("uet_nic_telemetry").is_some(), "{hello}");
+    }
+}
