@@ -1211,17 +1211,7 @@ impl<N: NicAvTable> AddressVector<N> {
             flags,
             status.map(core::slice::from_mut),
         )?;
-        let item = match svc_address(node, service, self.resolver) {
-            Ok(addr) => Ok(addr
-                .to_bytes()
-                .map_err(|e| FiError::inval(format!("fi_av_insertsvc: {e}")))?),
-            // A host name that does not resolve fails the address, as an FI_ADDR_STR string
-            // naming it fails in fi_av_insert: FI_EADDRNOTAVAIL in its status and
-            // FI_ADDR_NOTAVAIL in its fi_addr, and 0 inserted. A node or service that is not
-            // well formed is the call's error.
-            Err(e) if e.errno == FiErrno::FI_EADDRNOTAVAIL => Err(e.within("fi_av_insertsvc")),
-            Err(e) => return Err(e.within("fi_av_insertsvc")),
-        };
+        let item = svc_item("fi_av_insertsvc", node, service, self.resolver)?;
         self.insert_items(call, core::iter::once(item))
     }
 
@@ -3022,6 +3012,26 @@ pub(crate) fn string_addresses<'a>(
                 .map_err(|e| FiError::inval(format!("address '{s}': {e}")))
         })
     })
+}
+
+/// fi_av_insertsvc's one address, serialized, for the insert: the outer error is the call's
+/// (a node or service that is not well formed, `FI_EINVAL`, nothing inserted), the inner one
+/// the address's. A host name that does not resolve fails the address, as an FI_ADDR_STR
+/// string naming it fails in fi_av_insert: `FI_EADDRNOTAVAIL` in its status,
+/// `FI_ADDR_NOTAVAIL` in its `fi_addr`, and 0 inserted.
+pub(crate) fn svc_item(
+    call: &str,
+    node: &str,
+    service: Option<&str>,
+    resolver: Resolver,
+) -> Result<Result<[u8; ADDR_LEN], FiError>, FiError> {
+    match svc_address(node, service, resolver) {
+        Ok(addr) => Ok(Ok(addr
+            .to_bytes()
+            .map_err(|e| FiError::inval(format!("{call}: {e}")))?)),
+        Err(e) if e.errno == FiErrno::FI_EADDRNOTAVAIL => Ok(Err(e.within(call))),
+        Err(e) => Err(e.within(call)),
+    }
 }
 
 /// The address fi_av_insertsvc's `node` and `service` name: an IP literal or host name

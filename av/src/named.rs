@@ -86,8 +86,8 @@ use uet_fwif::UetAddress;
 
 use crate::addr_str::{Resolver, SymRange};
 use crate::av::{
-    address_buffer, binary_addresses, check_out_arrays, insert_format, string_addresses,
-    svc_address, AddrFormat, AddressVector, AvAttr, AvLimits, ADDR_LEN,
+    address_buffer, binary_addresses, check_out_arrays, insert_format, string_addresses, svc_item,
+    AddrFormat, AddressVector, AvAttr, AvLimits, ADDR_LEN,
 };
 use crate::errno::{FiErrno, FiError};
 use crate::event::{AvEvent, AvEventSink, AvProgress};
@@ -616,12 +616,8 @@ impl<N: NicAvTable + Send + 'static> NamedAv<N> {
         let fi_addr = fi_addr.map(core::slice::from_mut);
         let status = status.map(core::slice::from_mut);
         self.check_insert(CALL, 1, fi_addr.as_deref(), flags, status.as_deref())?;
-        let addr = svc_address(node, service, self.shared.local().av.resolver())
-            .map_err(|e| e.within(CALL))?;
-        let bytes = addr
-            .to_bytes()
-            .map_err(|e| FiError::inval(format!("{CALL}: {e}")))?;
-        self.insert_items(CALL, vec![Ok(bytes)], fi_addr, status)
+        let item = svc_item(CALL, node, service, self.shared.local().av.resolver())?;
+        self.insert_items(CALL, vec![item], fi_addr, status)
     }
 
     /// `fi_av_insertsym`: see [`AddressVector::insertsym`]. As there, a set of IP-literal
@@ -1282,11 +1278,14 @@ fn check_existing(
         )));
     }
     if capacity > limits.max_entries {
-        return Err(FiError::inval(format!(
-            "fi_av_open: count: the named AV '{name}' has {capacity} entries, more than this \
-             NIC's {} per AV",
-            limits.max_entries
-        )));
+        return Err(FiError::new(
+            FiErrno::FI_ENOSPC,
+            format!(
+                "fi_av_open: count: the named AV '{name}' has {capacity} entries, more than \
+                 this NIC's {} per AV",
+                limits.max_entries
+            ),
+        ));
     }
     if u64::from(attr.rx_ctx_bits) != seg.rx_ctx_bits() {
         return Err(FiError::inval(format!(

@@ -400,7 +400,7 @@ proptest! {
     /// the man page's order (members refused one by one only once the AV is full, or because
     /// their node's name does not resolve), or the call refused with nothing changed.
     #[test]
-    fn insertsym_takes_the_range_or_nothing(
+    fn insertsym_takes_each_member_or_nothing(
         (node, nodecnt, service, svccnt) in prop_oneof![
             // Mostly ranges that can be taken, near the ends of what nodes and services reach.
             3 => (node_base(), 1usize..6, service_base(), 1usize..6),

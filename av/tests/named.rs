@@ -957,3 +957,54 @@ fn a_segment_file_others_can_reach_is_refused() {
     std::fs::remove_file(&link).unwrap();
     std::fs::remove_file(&target).unwrap();
 }
+
+/// Resolves `node1` only.
+fn node1_only(name: &str) -> std::io::Result<Vec<std::net::IpAddr>> {
+    if name == "node1" {
+        return Ok(vec![std::net::IpAddr::V4(std::net::Ipv4Addr::new(
+            10, 7, 0, 1,
+        ))]);
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::NotFound,
+        "no such host",
+    ))
+}
+
+/// A named AV's insertsvc fails only the address of a host name that does not resolve, as
+/// AddressVector::insertsvc and the named insertsym do: 0 inserted, FI_ADDR_NOTAVAIL in
+/// fi_addr, FI_EADDRNOTAVAIL in the status.
+#[test]
+fn named_insertsvc_of_a_name_that_does_not_resolve_fails_the_address() {
+    let name = unique("svc-unresolved");
+    let mut a = open(attr(&name, 4)).unwrap();
+    a.set_resolver(node1_only);
+    let (mut fa, mut st) = (5u64, 1i32);
+    assert_eq!(
+        a.insertsvc(
+            "nosuchhost",
+            Some("1"),
+            Some(&mut fa),
+            FI_SYNC_ERR,
+            Some(&mut st)
+        ),
+        Ok(0),
+        "as AddressVector::insertsvc and NamedAv::insertsym"
+    );
+    assert_eq!((fa, st), (FI_ADDR_NOTAVAIL, 99));
+}
+
+/// A count above the NIC's entries per AV is FI_ENOSPC (AvAttr::resolve's table); opening an
+/// existing named AV larger than this NIC's tables is the same condition.
+#[test]
+fn a_named_av_larger_than_the_nic_takes_is_enospc() {
+    let name = unique("larger-than-nic");
+    let _a = open(attr(&name, 64)).unwrap();
+    let small = uet_av::AvLimits::new(32, 8);
+    let e = NamedAv::open(attr(&name, 0), small, |a| {
+        Ok(MemoryNicTable::new(a.count as u32))
+    })
+    .map(|_| ())
+    .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_ENOSPC, "{e}");
+}
