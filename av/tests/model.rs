@@ -1087,9 +1087,31 @@ struct Config {
     unanswered: bool,
 }
 
+impl Op {
+    /// Whether the op is an insert with per-insert user ids.
+    fn has_per_insert_user_ids(&self) -> bool {
+        match self {
+            Op::Insert { mode, .. } | Op::InsertSvc { mode, .. } | Op::InsertSym { mode, .. } => {
+                mode.user_ids.is_some()
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Runs of the ops drawn with [`random_op`] whose inserts never carry a per-insert user id
+/// on an AV opened without one, over binary addresses, make symmetric ranges ([`run`]
+/// asserts that some exist at some step): an AV that keeps user ids stores every symmetric
+/// member singly, so the mixed runs reach ranges only before their first user id.
+fn makes_ranges(cfg: &Config, per_insert_ids: bool) -> bool {
+    !per_insert_ids && !cfg.open_user_id && !cfg.str_av
+}
+
 /// Run `ops`; returns how many steps left entries in doubt that were not before, by the kind
 /// of call: [inserts and flushes, removes, set_user_id].
 fn run(cfg: Config, ops: &[Op]) -> [usize; 3] {
+    let per_insert_ids = ops.iter().any(Op::has_per_insert_user_ids);
+    let mut ranges_seen = 0;
     let av = open_with(AvAttr {
         count: cfg.cap,
         rx_ctx_bits: cfg.rx_bits,
@@ -1119,6 +1141,7 @@ fn run(cfg: Config, ops: &[Op]) -> [usize; 3] {
         let before = r.m.in_doubt;
         r.step(step, op);
         check(&r.av, &r.sets, &r.m, step);
+        ranges_seen = ranges_seen.max(r.av.ranges().count());
         if r.m.in_doubt && !before {
             let kind = match op {
                 Op::Remove { .. } | Op::RemoveNotAvail { .. } => 1,
@@ -1138,6 +1161,9 @@ fn run(cfg: Config, ops: &[Op]) -> [usize; 3] {
     assert!(r.av.verify_nic().unwrap().is_empty());
     let _ = r.m.flush(r.m.pending.len());
     check(&r.av, &r.sets, &r.m, ops.len());
+    if makes_ranges(&cfg, per_insert_ids) {
+        assert!(ranges_seen > 0, "no symmetric insert was stored as a range");
+    }
     doubts
 }
 
@@ -1158,28 +1184,33 @@ impl Draw for XorShift {
     }
 }
 
-fn mode(r: &mut impl Draw) -> InsertMode {
+/// How an insert is made; with `per_insert_ids` false, never with per-insert user ids (the
+/// same draws are made either way, so a seed gives the same sequence otherwise).
+fn mode(r: &mut impl Draw, per_insert_ids: bool) -> InsertMode {
     InsertMode {
         more: r.chance(3),
         null_out: r.chance(6),
         sync_err: r.chance(3),
-        user_ids: r.chance(5).then(|| r.below(1 << 40)),
+        user_ids: r
+            .chance(5)
+            .then(|| r.below(1 << 40))
+            .filter(|_| per_insert_ids),
     }
 }
 
-fn random_op(r: &mut impl Draw, cap: u64) -> Op {
+fn random_op(r: &mut impl Draw, cap: u64, per_insert_ids: bool) -> Op {
     let set = |r: &mut dyn FnMut(u64) -> u64| r(MAX_SETS as u64) as usize;
     match r.below(40) {
         0..=7 => Op::Insert {
             addrs: (0..r.below(5))
                 .map(|_| (r.below(3000) as u32, r.chance(8)))
                 .collect(),
-            mode: mode(r),
+            mode: mode(r, per_insert_ids),
         },
         8..=9 => Op::InsertSvc {
             n: r.below(3000) as u32,
             form: r.below(4) as u8,
-            mode: mode(r),
+            mode: mode(r, per_insert_ids),
         },
         10..=11 => Op::InsertSym {
             n: 4090
@@ -1191,7 +1222,7 @@ fn random_op(r: &mut impl Draw, cap: u64) -> Op {
                 },
             nodecnt: r.below(3) as usize,
             svccnt: r.below(4) as usize,
-            mode: mode(r),
+            mode: mode(r, per_insert_ids),
         },
         12..=16 => Op::Remove {
             targets: (0..1 + r.below(2))
@@ -1257,9 +1288,11 @@ fn random_op(r: &mut impl Draw, cap: u64) -> Op {
     }
 }
 
-fn seeded_ops(seed: u64, cap: u64, steps: usize) -> Vec<Op> {
+fn seeded_ops(seed: u64, cap: u64, steps: usize, per_insert_ids: bool) -> Vec<Op> {
     let mut r = XorShift(seed);
-    (0..steps).map(|_| random_op(&mut r, cap)).collect()
+    (0..steps)
+        .map(|_| random_op(&mut r, cap, per_insert_ids))
+        .collect()
 }
 
 #[test]
@@ -1280,7 +1313,7 @@ fn av_matches_the_model_on_fixed_seeds() {
         (1_140_089_131_689_452_229, 11, 0, 0, false, false),
         (7_645_742_925_404_010_709, 15, 0, 0, false, false),
     ] {
-        let ops = seeded_ops(seed, cap, 10_000);
+        let ops = seeded_ops(seed, cap, 10_000, true);
         run(
             Config {
                 cap: cap as usize,
@@ -1288,6 +1321,32 @@ fn av_matches_the_model_on_fixed_seeds() {
                 max_group_id,
                 open_user_id,
                 str_av,
+                unanswered: false,
+            },
+            &ops,
+        );
+    }
+}
+
+/// Runs whose inserts carry no per-insert user ids, on AVs without user ids: symmetric
+/// inserts of IP literals are stored as ranges (holes where members are removed, singles
+/// inserted into holes), and the model checks them as it checks everything else.
+#[test]
+fn av_matches_the_model_with_symmetric_ranges() {
+    for (seed, cap, rx_bits, max_group_id) in [
+        (0x2545_f491_4f6c_dd1du64, 8u64, 0u8, 0u32),
+        (0x1b87_3593_5851_3e29, 23, 2, 0),
+        (0x6a09_e667_f3bc_c908, 33, 0, 0xFF),
+        (0xbb67_ae85_84ca_a73b, 16, 0, 0),
+    ] {
+        let ops = seeded_ops(seed, cap, 10_000, false);
+        run(
+            Config {
+                cap: cap as usize,
+                rx_bits,
+                max_group_id,
+                open_user_id: false,
+                str_av: false,
                 unanswered: false,
             },
             &ops,
@@ -1306,7 +1365,7 @@ fn av_matches_the_model_with_unanswered_commands() {
         (0x510e_527f_ade6_82d1, 24, 0, 0, false, true),
         (0x9b05_688c_2b3e_6c1f, 6, 2, 0xFF, true, false),
     ] {
-        let ops = seeded_ops(seed, cap, 10_000);
+        let ops = seeded_ops(seed, cap, 10_000, true);
         let doubts = run(
             Config {
                 cap: cap as usize,
@@ -1353,11 +1412,12 @@ proptest! {
         ],
         open_user_id in any::<bool>(),
         str_av in prop::bool::weighted(0.25),
+        per_insert_ids in any::<bool>(),
     ) {
         let steps = 10_000;
         // A proptest-chosen seed drives the same generator, so every op kind stays reachable.
         let mut r = XorShift(seed);
-        let ops: Vec<Op> = (0..steps).map(|_| random_op(&mut r, cap)).collect();
+        let ops: Vec<Op> = (0..steps).map(|_| random_op(&mut r, cap, per_insert_ids)).collect();
         run(
             Config { cap: cap as usize, rx_bits, max_group_id, open_user_id, str_av, unanswered: false },
             &ops,

@@ -1,13 +1,16 @@
 //! The AV against a plain reference model of fi_av(3), on a NIC of the simulator: random
-//! sequences of inserts (single, batched, with `FI_MORE`, with bad addresses), symmetric
-//! inserts, removes (good and bad), lookups and user ids, 10,000 steps per seed, eight seeds
-//! per configuration (`UET_MODEL_SEEDS` sets another number). After every step the model, the
-//! host mirror and the NIC table read back with AV_READ agree. A failure names its seed on
-//! standard error.
+//! sequences of inserts (single, batched, empty, with `FI_MORE`, with `FI_SYNC_ERR`, with bad
+//! addresses), insertsvc (of a peer's straddr string, which must read back as the peer),
+//! symmetric inserts, removes (good and bad, small and past the doorbell's limit, so both
+//! AV_INVALIDATE paths run), explicit flushes, lookups (whole, truncated, and never written
+//! past the length given) and user ids, 10,000 steps per seed, eight seeds per configuration
+//! (`UET_MODEL_SEEDS` sets another number). After every step the model, the host mirror and
+//! the NIC table read back with AV_READ agree; the model computes symmetric members with its
+//! own arithmetic. A failure names its seed on standard error.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
-use uet_av::{AvAttr, FiErrno, NicAvTable, FI_AV_USER_ID, FI_MORE};
+use uet_av::{AvAttr, FiErrno, NicAvTable, FI_AV_USER_ID, FI_MORE, FI_SYNC_ERR};
 use uet_driver::backend::sim::SimDevice;
 use uet_driver::{Av, Nic};
 use uet_fwif::address::{caps, AddressingMode};
@@ -18,6 +21,9 @@ const CAP: usize = 48;
 const STEPS: usize = 10_000;
 /// The AV's JobID, stamped into every NIC entry.
 const JOB: u32 = 0x51;
+/// `FI_SYNC_ERR` status values: a malformed address, a full table.
+const EINVAL: i32 = 22;
+const ENOSPC: i32 = 28;
 
 struct Rng(u64);
 
@@ -40,6 +46,23 @@ fn peer(n: u64) -> UetAddress {
         ri_start: 1,
         ri_count: 4,
         initiator: n as u32,
+    }
+}
+
+/// Member `j` of the symmetric set `nodes × svc` based at `base`, by fi_av(3)'s order (every
+/// service of a node before the next node) and this provider's service rule (the PIDonFEP
+/// and the initiator count up with the service, the fabric address with the node), computed
+/// here without the library's own arithmetic.
+fn sym_member(base: &UetAddress, svc: u64, j: u64) -> UetAddress {
+    let (node, k) = (j / svc, j % svc);
+    let IpAddr::V4(ip) = base.fabric_addr else {
+        panic!("the model's peers are IPv4");
+    };
+    UetAddress {
+        fabric_addr: IpAddr::V4(Ipv4Addr::from(u32::from(ip) + node as u32)),
+        pid_on_fep: base.pid_on_fep + k as u16,
+        initiator: base.initiator + k as u32,
+        ..*base
     }
 }
 
@@ -85,13 +108,35 @@ fn open(fabric: &Fabric, user_ids: bool) -> (Nic, Av) {
 fn check(av: &mut Av, m: &Model, step: usize) {
     assert_eq!(av.len(), m.len(), "step {step}: len");
     for (i, slot) in m.slots.iter().enumerate() {
-        let mut b = [0u8; 32];
-        let mut len = b.len();
+        // A buffer longer than the length given: nothing past the length is written.
+        let mut b = [0xAAu8; 40];
+        let mut len = 32;
         let got = av.lookup(i as u64, &mut b, &mut len);
         match slot {
             Some((bytes, uid)) => {
                 assert!(got.is_ok(), "step {step}: index {i} should be in use");
-                assert_eq!(&b, bytes, "step {step}: index {i} address");
+                assert_eq!(&b[..32], bytes, "step {step}: index {i} address");
+                assert_eq!(len, 32, "step {step}: index {i} addrlen");
+                assert!(
+                    b[32..].iter().all(|&x| x == 0xAA),
+                    "step {step}: past addrlen"
+                );
+                // Truncated: the first bytes only, and the size needed.
+                let short = (i * 7) % 32;
+                let mut t = [0xAAu8; 32];
+                let mut tlen = short;
+                av.lookup(i as u64, &mut t, &mut tlen)
+                    .expect("truncated lookup");
+                assert_eq!(tlen, 32, "step {step}: index {i} size needed");
+                assert_eq!(
+                    &t[..short],
+                    &bytes[..short],
+                    "step {step}: index {i} truncated"
+                );
+                assert!(
+                    t[short..].iter().all(|&x| x == 0xAA),
+                    "step {step}: past {short}"
+                );
                 if let Some(u) = uid {
                     assert_eq!(
                         av.user_id(i as u64).unwrap(),
@@ -145,9 +190,9 @@ fn run(seed: u64, user_ids: bool) {
     let mut pending_more = false;
     for step in 0..STEPS {
         match r.below(10) {
-            // Insert 1..5 addresses, some malformed, sometimes with FI_MORE.
+            // Insert 0..5 addresses, some malformed, sometimes with FI_MORE or FI_SYNC_ERR.
             0..=3 => {
-                let n = 1 + r.below(5) as usize;
+                let n = r.below(6) as usize;
                 let mut buf = Vec::new();
                 let mut good = Vec::new();
                 for _ in 0..n {
@@ -160,9 +205,19 @@ fn run(seed: u64, user_ids: bool) {
                     good.push((ok, b));
                 }
                 let more = r.below(4) == 0;
-                let flags = if more { FI_MORE } else { 0 };
+                let sync_err = r.below(3) == 0;
+                let flags = if more { FI_MORE } else { 0 } | if sync_err { FI_SYNC_ERR } else { 0 };
                 let mut out = vec![0u64; n];
-                let k = av.insert(&buf, n, Some(&mut out), flags).unwrap();
+                let mut status = vec![-1i32; n];
+                let k = av
+                    .insert_with_status(
+                        &buf,
+                        n,
+                        Some(&mut out),
+                        flags,
+                        sync_err.then_some(&mut status[..]),
+                    )
+                    .unwrap();
                 let mut want = 0;
                 for (j, (ok, b)) in good.iter().enumerate() {
                     let expect = if *ok {
@@ -176,8 +231,17 @@ fn run(seed: u64, user_ids: bool) {
                         expect.unwrap_or(u64::MAX),
                         "step {step}: fi_addr of address {j}"
                     );
+                    if sync_err {
+                        let errno = match (ok, expect) {
+                            (false, _) => EINVAL,
+                            (true, None) => ENOSPC,
+                            (true, Some(_)) => 0,
+                        };
+                        assert_eq!(status[j], errno, "step {step}: status of address {j}");
+                    }
                 }
                 assert_eq!(k, want, "step {step}: inserted");
+                // A call without FI_MORE ends the batch, an empty one too.
                 pending_more = more;
             }
             // A symmetric insert: nodecnt × svccnt sequential peers.
@@ -205,7 +269,7 @@ fn run(seed: u64, user_ids: bool) {
                     .unwrap();
                 let mut want = 0;
                 for (j, &got) in out.iter().enumerate() {
-                    let member = base.symmetric_member(svc as u32, j as u32).unwrap();
+                    let member = sym_member(&base, svc, j as u64);
                     let expect = m.insert(member.to_bytes().unwrap(), user_ids.then_some(u64::MAX));
                     want += usize::from(expect.is_some());
                     assert_eq!(got, expect.unwrap_or(u64::MAX), "step {step}: member {j}");
@@ -213,10 +277,25 @@ fn run(seed: u64, user_ids: bool) {
                 assert_eq!(k, want, "step {step}: symmetric inserted");
                 pending_more = false;
             }
-            // Remove 1..3 indices: all in use → removed; any not in use → FI_EINVAL, none removed.
+            // Remove 1..3 indices, or sometimes 9..28 of those in use (past what one AV
+            // doorbell takes, so the admin AV_INVALIDATE runs): all in use → removed; any not
+            // in use → FI_EINVAL, none removed.
             5..=7 => {
-                let n = 1 + r.below(3) as usize;
-                let mut list: Vec<u64> = (0..n).map(|_| r.below(CAP as u64 + 4)).collect();
+                let in_use: Vec<u64> = (0..CAP as u64)
+                    .filter(|&i| m.slots[i as usize].is_some())
+                    .collect();
+                let mut list: Vec<u64> = if r.below(8) == 0 && in_use.len() > 9 {
+                    let n = 9 + r.below(20) as usize;
+                    in_use
+                        .iter()
+                        .copied()
+                        .filter(|_| r.below(4) != 0)
+                        .take(n)
+                        .collect()
+                } else {
+                    let n = 1 + r.below(3) as usize;
+                    (0..n).map(|_| r.below(CAP as u64 + 4)).collect()
+                };
                 list.sort_unstable();
                 list.dedup();
                 let all_used = list
@@ -249,6 +328,26 @@ fn run(seed: u64, user_ids: bool) {
                     }
                     None => assert_eq!(got.map_err(|e| e.errno), Err(FiErrno::FI_EINVAL)),
                 }
+                pending_more = false;
+            }
+            // insertsvc of a peer's straddr string (FI_ADDR_STR form, service NULL): it reads
+            // back as the peer.
+            9 if r.below(2) == 0 => {
+                let peer = peer(r.below(1 << 20)).to_bytes().unwrap();
+                let mut buf = [0u8; 128];
+                let mut len = buf.len();
+                let text = av.straddr(&peer, &mut buf, &mut len);
+                assert_eq!(len, text.len() + 1, "step {step}: straddr length");
+                let mut fa = 0u64;
+                let k = av.insertsvc(&text, None, Some(&mut fa), 0, None).unwrap();
+                let expect = m.insert(peer, user_ids.then_some(u64::MAX));
+                assert_eq!(k, usize::from(expect.is_some()), "step {step}: {text}");
+                assert_eq!(fa, expect.unwrap_or(u64::MAX), "step {step}: {text}");
+                pending_more = false;
+            }
+            // An explicit flush, which sends what FI_MORE left pending.
+            9 => {
+                av.flush().unwrap();
                 pending_more = false;
             }
             // Lookups of indices out of range and FI_ADDR_NOTAVAIL.
