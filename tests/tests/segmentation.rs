@@ -528,6 +528,18 @@ fn small_mtu(i: usize) -> NicConfig {
     c
 }
 
+/// Two opened NICs of [`small_mtu`] on `fabric`, each with a pool of buffers.
+fn small_mtu_nics(fabric: &Fabric) -> [(uet_driver::Nic, DmaPool); 2] {
+    [0, 1].map(|i| {
+        let nic = uet_driver::Nic::open(std::sync::Arc::new(
+            uet_driver::backend::sim::SimDevice::new(fabric.add_nic(small_mtu(i)).unwrap()),
+        ))
+        .unwrap();
+        let pool = DmaPool::new(&nic, 4096, 8).unwrap();
+        (nic, pool)
+    })
+}
+
 /// Bytes of a three-packet message at [`small_mtu`].
 const THREE_PACKETS: usize = 3000;
 
@@ -605,17 +617,7 @@ fn a_multi_packet_message_from_a_nic_opened_again_is_delivered() {
 #[test]
 fn rank_zero_of_two_jobs_on_one_nic_send_multi_packet_messages_that_both_arrive() {
     let fabric = Fabric::new();
-    let open = |cfg| {
-        uet_driver::Nic::open(std::sync::Arc::new(
-            uet_driver::backend::sim::SimDevice::new(fabric.add_nic(cfg).unwrap()),
-        ))
-        .unwrap()
-    };
-    let (nic_a, nic_b) = (open(small_mtu(0)), open(small_mtu(1)));
-    let (pool_a, pool_b) = (
-        DmaPool::new(&nic_a, 4096, 8).unwrap(),
-        DmaPool::new(&nic_b, 4096, 8).unwrap(),
-    );
+    let [(nic_a, pool_a), (nic_b, pool_b)] = small_mtu_nics(&fabric);
     let attr = |job_id| uet_av::AvAttr {
         count: 4,
         job_id,
@@ -673,17 +675,7 @@ fn rank_zero_of_two_jobs_on_one_nic_send_multi_packet_messages_that_both_arrive(
 fn a_sender_through_an_auth_key_and_the_same_rank_of_the_keys_job_both_deliver() {
     use uet_av::{job_id_to_auth_key, FI_AUTH_KEY, FI_AV_AUTH_KEY};
     let fabric = Fabric::new();
-    let open = |cfg| {
-        uet_driver::Nic::open(std::sync::Arc::new(
-            uet_driver::backend::sim::SimDevice::new(fabric.add_nic(cfg).unwrap()),
-        ))
-        .unwrap()
-    };
-    let (nic_a, nic_b) = (open(small_mtu(0)), open(small_mtu(1)));
-    let (pool_a, pool_b) = (
-        DmaPool::new(&nic_a, 4096, 8).unwrap(),
-        DmaPool::new(&nic_b, 4096, 8).unwrap(),
-    );
+    let [(nic_a, pool_a), (nic_b, pool_b)] = small_mtu_nics(&fabric);
     let av_attr = |job_id, auth_key_size| uet_av::AvAttr {
         count: 4,
         job_id,
