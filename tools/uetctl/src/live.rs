@@ -469,8 +469,10 @@ pub fn counters(client: &mut Client, nic: u64) -> Result<Vec<(String, u64)>, Str
         .collect()
 }
 
-/// The processes with a telemetry socket in `dir` that answer, as their `info`; sockets
-/// nobody answers (left by processes that died) are skipped.
+/// The processes with a telemetry socket in `dir`, as their `info`. A socket nobody listens
+/// on (left by a process that died) is skipped. One whose process is there but does not
+/// answer (busy with other clients, stopped, stuck) is listed as `{"socket", "error"}`, the
+/// reason in `error`, so that a caller does not take the process for gone.
 pub fn processes(dir: &Path) -> Result<Vec<Value>, String> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
@@ -483,14 +485,21 @@ pub fn processes(dir: &Path) -> Result<Vec<Value>, String> {
         if path.extension().and_then(|e| e.to_str()) != Some("sock") {
             continue;
         }
-        let Ok(mut client) = Client::connect(&Target::Socket(path.clone())) else {
+        // Nothing listens: a socket file left by a process that died.
+        if UnixStream::connect(&path).is_err() {
             continue;
-        };
-        if let Ok(mut info) = client.call(&json!({"cmd": "info"})) {
-            if let Some(o) = info.as_object_mut() {
-                o.insert("socket".into(), json!(path.display().to_string()));
+        }
+        let socket = path.display().to_string();
+        let info = Client::connect(&Target::Socket(path.clone()))
+            .and_then(|mut client| client.call(&json!({"cmd": "info"})));
+        match info {
+            Ok(mut info) => {
+                if let Some(o) = info.as_object_mut() {
+                    o.insert("socket".into(), json!(socket));
+                }
+                found.push(info);
             }
-            found.push(info);
+            Err(why) => found.push(json!({ "socket": socket, "error": why })),
         }
     }
     found.sort_by_key(|i| i.get("pid").and_then(Value::as_u64));

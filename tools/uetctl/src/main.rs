@@ -757,10 +757,14 @@ fn live_stats(target: &Target, nic: Option<u64>, as_json: bool) -> Result<ExitCo
         outln!("{:#}", json!({ "pid": pid, "nics": docs }));
         return Ok(ExitCode::SUCCESS);
     }
-    let names: Vec<&str> = columns
-        .first()
-        .map(|c| c.iter().map(|(k, _)| k.as_str()).collect())
-        .unwrap_or_default();
+    // Every NIC's counters, in the order first seen: NICs of different interface versions
+    // have different counters, and one a NIC lacks is shown as "-".
+    let mut names: Vec<&str> = Vec::new();
+    for (k, _) in columns.iter().flatten() {
+        if !names.contains(&k.as_str()) {
+            names.push(k.as_str());
+        }
+    }
     let width = names.iter().map(|n| n.len()).max().unwrap_or(7).max(7);
     out!("{:<width$}", "COUNTER");
     for n in &nics {
@@ -876,9 +880,23 @@ fn run_ps(dir: Option<PathBuf>, as_json: bool) -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
+    // Processes that are there but did not answer (busy with other clients, or stuck) are
+    // named, not taken for gone.
+    let (procs, unanswered): (Vec<_>, Vec<_>) =
+        procs.into_iter().partition(|p| p.get("error").is_none());
+    for p in &unanswered {
+        let socket = p.get("socket").and_then(|v| v.as_str()).unwrap_or("");
+        let why = p.get("error").and_then(|v| v.as_str()).unwrap_or("");
+        eprintln!("uetctl ps: {socket}: not listed: {why}");
+    }
+    let exit = if unanswered.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    };
     if procs.is_empty() {
         outln!("no uet-nic process answers in {}", dir.display());
-        return ExitCode::SUCCESS;
+        return exit;
     }
     outln!(
         "{:<8} {:<16} {:<4} {:<16} {:<10} AV TABLES (handle: capacity)",
@@ -940,7 +958,7 @@ fn run_ps(dir: Option<PathBuf>, as_json: bool) -> ExitCode {
             );
         }
     }
-    ExitCode::SUCCESS
+    exit
 }
 
 fn run_demo(cfg: DemoConfig, telemetry: bool, linger: Option<u64>, as_json: bool) -> ExitCode {

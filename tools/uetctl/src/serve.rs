@@ -87,7 +87,14 @@ impl Daemon {
         for i in 0..cfg.nics {
             let addr = rank_fabric_addr(i);
             let path = nic_socket(&cfg.dir, i);
-            if path.exists() {
+            if let Ok(meta) = std::fs::symlink_metadata(&path) {
+                use std::os::unix::fs::FileTypeExt;
+                if !meta.file_type().is_socket() {
+                    return Err(socket_error(
+                        &path,
+                        "not a socket (remove it, or use another --dir)".into(),
+                    ));
+                }
                 if UnixStream::connect(&path).is_ok() {
                     return Err(socket_error(
                         &path,

@@ -168,3 +168,48 @@ fn the_daemon_and_the_job_refuse_what_they_cannot_do() {
     drop(daemon);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A file in the place of a NIC's socket that is not a socket (someone's notes, a file
+/// named by mistake) is refused, exit 2, and left as it is; only a socket nobody listens on
+/// is replaced.
+#[test]
+fn a_file_that_is_not_a_socket_is_refused_and_kept() {
+    let dir = socket_dir("not-a-socket");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("nic0.sock");
+    std::fs::write(&file, b"my notes").unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_uetctl"))
+        .args(["sim", "serve", "--nics", "1", "--dir"])
+        .arg(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the daemon");
+    // It refuses at once; one that serves instead is stopped, and the test fails.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("daemon status") {
+            break Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
+    }
+    let kept = std::fs::read(&file).ok();
+    let _ = std::fs::remove_dir_all(&dir);
+    let status = status.expect("the daemon served in place of a file that is not a socket");
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("not a socket"), "{stderr}");
+    assert_eq!(
+        kept.as_deref(),
+        Some(&b"my notes"[..]),
+        "the file was deleted"
+    );
+}

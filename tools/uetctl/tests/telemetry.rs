@@ -1397,3 +1397,88 @@ fn an_unbounded_client_lifetime_still_serves() {
         assert!(hello.get("uet_nic_telemetry").is_some(), "{hello}");
     }
 }
+
+/// `uetctl stats --socket` of a process whose NICs are of different interface versions shows
+/// every NIC's counters: a counter only the later NIC has is a row, with "-" for the NIC
+/// without it, as the JSON output already lists it.
+#[test]
+fn live_stats_show_the_counters_of_every_nic_not_only_the_first() {
+    let fabric = Fabric::new();
+    let open = |ip: &str, minor: u8| {
+        let mut cfg = NicConfig::new(ip.parse().unwrap());
+        cfg.interface_minor = minor;
+        Nic::open(Arc::new(SimDevice::new(fabric.add_nic(cfg).unwrap()))).unwrap()
+    };
+    let old = open("10.70.0.1", uet_sim::OLDEST_INTERFACE_MINOR);
+    let new = open("10.70.0.2", uet_driver::uet_regs::INTERFACE_MINOR);
+    assert!(!old.counters().iter().any(|(n, _)| *n == "TX_MSG_TOO_LONG"));
+    assert!(new.counters().iter().any(|(n, _)| *n == "TX_MSG_TOO_LONG"));
+    let path = socket("mixed-versions");
+    let t = Telemetry::bind(&path).unwrap();
+    t.add_nic(&old);
+    t.add_nic(&new);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_uetctl"))
+        .args(["stats", "--socket", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("TX_MSG_TOO_LONG"))
+        .unwrap_or_else(|| panic!("NIC 1's TX_MSG_TOO_LONG is missing:\n{text}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells, ["TX_MSG_TOO_LONG", "-", "0"], "{text}");
+}
+
+/// `uetctl ps` names a process whose telemetry socket is busy (every place taken) instead
+/// of saying that no process answers: it says why on standard error and exits 1.
+#[test]
+fn ps_names_a_live_process_whose_socket_is_busy() {
+    let dir = std::env::temp_dir().join(format!("uetctl-ps-busy-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{}.sock", std::process::id()));
+    let t = Telemetry::bind(&path).unwrap();
+    // Every place taken, each client greeted.
+    let held: Vec<UnixStream> = (0..telemetry::MAX_CLIENTS)
+        .map(|_| {
+            let s = UnixStream::connect(&path).unwrap();
+            let mut line = String::new();
+            BufReader::new(s.try_clone().unwrap())
+                .read_line(&mut line)
+                .unwrap();
+            assert!(line.contains("uet_nic_telemetry"), "{line}");
+            s
+        })
+        .collect();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_uetctl"))
+        .args(["ps", "--dir", dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let json = std::process::Command::new(env!("CARGO_BIN_EXE_uetctl"))
+        .args(["ps", "--json", "--dir", dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    drop(held);
+    drop(t);
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("FI_EBUSY"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{}.sock", std::process::id())),
+        "{stderr}"
+    );
+    let v: Value = serde_json::from_slice(&json.stdout).unwrap();
+    let listed = v["processes"].as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{v}");
+    assert!(
+        listed[0]["error"].as_str().unwrap().contains("FI_EBUSY"),
+        "{v}"
+    );
+}
