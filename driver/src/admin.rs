@@ -753,6 +753,16 @@ impl AdminQueue {
         }
     }
 
+    /// [`DriverError::FunctionReset`] for command `opcode` once a reset was seen.
+    fn reset_error(&self, opcode: u8, submitted: bool) -> Option<DriverError> {
+        self.reset_seen.map(|sq_base| DriverError::FunctionReset {
+            opcode,
+            sq_base,
+            ring: self.sq.region().iova(),
+            submitted,
+        })
+    }
+
     /// Whether command `opcode`, waiting for `waited` for its completion (`submitted`) or for
     /// room in the ring, is to be given up on, and why: the device stopped with a fatal error
     /// ([`DriverError::AdminDeviceFatal`], learned from one `DEV_STATUS` read, made at most
@@ -820,24 +830,6 @@ impl AdminQueue {
                 device_enabled,
             }
         })
-    }
-}
-
-impl AdminQueue {
-    /// [`DriverError::FunctionReset`] for command `opcode` once a reset was seen.
-    fn reset_error(&self, opcode: u8, submitted: bool) -> Option<DriverError> {
-        self.reset_seen.map(|sq_base| DriverError::FunctionReset {
-            opcode,
-            sq_base,
-            ring: self.sq.region().iova(),
-            submitted,
-        })
-    }
-
-    /// Whether the function was found reset under the driver: every admin command then
-    /// fails with [`DriverError::FunctionReset`] until the NIC is opened again.
-    pub fn function_was_reset(&self) -> bool {
-        self.reset_seen.is_some()
     }
 }
 

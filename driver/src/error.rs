@@ -130,9 +130,8 @@ pub enum DriverError {
     #[error("admin queue protocol error: {0}")]
     AdminProtocol(String),
     /// ENDPOINT_CREATE was refused: a live endpoint of the same JobID on this NIC has the
-    /// initiator id (interface 1.11). A target tells senders apart by fabric address, JobID
-    /// and initiator, so two such endpoints would be taken for one (FI_SOURCE, message
-    /// identity).
+    /// initiator id (interface 1.11). A target's FI_SOURCE tells senders apart by fabric
+    /// address, JobID and initiator, so two such endpoints would be taken for one.
     #[error(
         "initiator id {initiator:#x} is in use by another endpoint of JobID {job_id:#x} on this NIC"
     )]

@@ -82,9 +82,9 @@
 //! [`Status::RiExhausted`] when no contiguous run of `ri_count` indices is free in
 //! `CAP_RESOURCE_INDEX.space` (index 0, the provider control channel, is never assigned).
 //! Since interface 1.11 it completes [`Status::InitiatorInUse`] when a live endpoint of the
-//! same JobID on the function has the initiator id asked for: the target of a message tells
-//! its sender by (fabric address, JobID, initiator), for FI_SOURCE and for the message's
-//! identity, so two such endpoints would be taken for one.
+//! same JobID on the function has the initiator id asked for: a target's FI_SOURCE tells
+//! senders apart by (fabric address, JobID, initiator), so two such endpoints would be taken
+//! for one.
 //! ENDPOINT_DESTROY returns the PIDonFEP and the indices at once.
 //!
 //! ## Memory regions

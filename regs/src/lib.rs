@@ -61,7 +61,7 @@ pub const INTERFACE_MAJOR: u8 = 1;
 /// | 8 | the AV write window: `AV_WRITE_ENTRY_0..7`, `AV_WRITE_DOORBELL`; the `AV_INVALIDATE_DROPS` and `AV_WRITE_DROPS` counters |
 /// | 9 | AUTH_KEY_REMOVE's body: `AUTH_KEY_REMOVE_CHECK_OWNER` removes a slot only while the named AV table owns it with the named JobID |
 /// | 10 | the AV entry's `MAX_MSG_MTU` flag (the peer takes messages of one MTU) the `MsgTooLong` local status of a longer send to such a peer, `TX_MSG_TOO_LONG` |
-/// | 11 | ENDPOINT_CREATE refuses an initiator id that a live endpoint of the same JobID on the function holds (status `InitiatorInUse`): a target tells senders apart by (fabric address, JobID, initiator) |
+/// | 11 | ENDPOINT_CREATE refuses an initiator id that a live endpoint of the same JobID on the function holds (status `InitiatorInUse`): a target's FI_SOURCE tells senders apart by (fabric address, JobID, initiator) |
 ///
 /// The interface is pre-release: minor 2 changed the completion layout, minor 3 gave
 /// reserved bytes of ENDPOINT_CREATE a meaning, minor 4 added `AV_INVALIDATE_DOORBELL`, minor
