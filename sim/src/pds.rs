@@ -28,8 +28,9 @@
 //!
 //! The model's fabric is lossless and in order, so the PDS keeps only what the headers need:
 //! the initiator opens one PDC per destination fabric address (SPDCIDs from 1, not reused
-//! after a function reset, PSNs from [`START_PSN`]); its first request carries SYN; the target creates its PDC when it first sees
-//! a request from `(source address, SPDCID)` and its ACK carries the target's PDCID, which the
+//! after a function reset; PSNs from [`START_PSN`] and message ids from 0, both counted per
+//! PDC); its first request carries SYN; the target creates its PDC when it first sees a
+//! request from `(source address, SPDCID)` and its ACK carries the target's PDCID, which the
 //! initiator then puts in DPDCID. Every request is acknowledged by exactly one ACK (AR is not
 //! needed) carrying the cumulative PSN of that request.
 
@@ -279,38 +280,40 @@ pub(crate) struct InitiatorPdc {
     pub next_psn: u32,
     /// Whether the SYN request has been sent.
     pub syn_sent: bool,
+    /// The SES message id of the next message in the PDC ([`PdcTable::next_message_id`]).
+    pub next_message_id: u16,
+}
+
+/// The next PDC id after `last` (PDC id 0 is never given).
+fn alloc_pdcid(last: &mut u16) -> u16 {
+    *last = last.wrapping_add(1).max(1);
+    *last
 }
 
 /// PDC state of one NIC.
 #[derive(Debug, Default)]
 pub(crate) struct PdcTable {
     initiator: HashMap<IpAddr, InitiatorPdc>,
-    /// The next SES message id for each destination fabric address: message ids count per
-    /// PDC, whichever endpoint sends ([`PdcTable::next_message_id`]).
-    message_ids: HashMap<IpAddr, u16>,
     target: HashMap<(IpAddr, u16), u16>,
     next_pdcid: u16,
 }
 
 impl PdcTable {
-    fn alloc_pdcid(&mut self) -> u16 {
-        self.next_pdcid = self.next_pdcid.wrapping_add(1).max(1);
-        self.next_pdcid
+    /// The initiator PDC to `dst`, opened on first use.
+    fn initiator_pdc(&mut self, dst: IpAddr) -> &mut InitiatorPdc {
+        let next_pdcid = &mut self.next_pdcid;
+        self.initiator.entry(dst).or_insert_with(|| InitiatorPdc {
+            spdcid: alloc_pdcid(next_pdcid),
+            dpdcid: None,
+            next_psn: START_PSN,
+            syn_sent: false,
+            next_message_id: 0,
+        })
     }
 
     /// Header fields for the next request to `dst`: opens the PDC on first use.
     pub(crate) fn next_request(&mut self, dst: IpAddr) -> RudRequest {
-        let id = if self.initiator.contains_key(&dst) {
-            None
-        } else {
-            Some(self.alloc_pdcid())
-        };
-        let pdc = self.initiator.entry(dst).or_insert_with(|| InitiatorPdc {
-            spdcid: id.unwrap_or(1),
-            dpdcid: None,
-            next_psn: START_PSN,
-            syn_sent: false,
-        });
+        let pdc = self.initiator_pdc(dst);
         let syn = !pdc.syn_sent || pdc.dpdcid.is_none();
         pdc.syn_sent = true;
         let psn = pdc.next_psn;
@@ -331,9 +334,9 @@ impl PdcTable {
     /// remember the first (it remembers far fewer than 65,536 messages), whatever JobID and
     /// initiator id their packets carry.
     pub(crate) fn next_message_id(&mut self, dst: IpAddr) -> u16 {
-        let next = self.message_ids.entry(dst).or_insert(0);
-        let id = *next;
-        *next = next.wrapping_add(1);
+        let pdc = self.initiator_pdc(dst);
+        let id = pdc.next_message_id;
+        pdc.next_message_id = id.wrapping_add(1);
         id
     }
 
@@ -356,7 +359,7 @@ impl PdcTable {
         if let Some(&id) = self.target.get(&(src, spdcid)) {
             return id;
         }
-        let id = self.alloc_pdcid();
+        let id = alloc_pdcid(&mut self.next_pdcid);
         self.target.insert((src, spdcid), id);
         id
     }
