@@ -491,7 +491,7 @@ impl AvAttr {
                 FiErrno::FI_EOVERFLOW,
                 format!(
                     "fi_av_open: rx_ctx_bits {} exceeds the {usable} bits that number the {} \
-                 receive contexts an endpoint can have",
+                     receive contexts an endpoint can have",
                     self.rx_ctx_bits, limits.max_rx_ctx
                 ),
             ));
@@ -517,7 +517,7 @@ impl AvAttr {
                 FiErrno::FI_EOVERFLOW,
                 format!(
                     "fi_av_open: rx_ctx_bits {} exceeds {AUTH_KEY_MAX_RX_CTX_BITS} in an \
-                 FI_AV_AUTH_KEY domain (auth-key handles must stay apart from addresses)",
+                     FI_AV_AUTH_KEY domain (auth-key handles must stay apart from addresses)",
                     self.rx_ctx_bits
                 ),
             ));
@@ -546,7 +546,7 @@ impl AvAttr {
                 FiErrno::FI_EOVERFLOW,
                 format!(
                     "fi_av_open: rx_ctx_bits {}: {count} entries do not fit in the {} index bits \
-                 left",
+                     left",
                     self.rx_ctx_bits,
                     64u32.saturating_sub(u32::from(self.rx_ctx_bits))
                 ),
@@ -1276,13 +1276,7 @@ impl<N: NicAvTable> AddressVector<N> {
                 return self.insert_symmetric(call, base, svc, total);
             }
         }
-        let addrs = range.expand_each(self.resolver).map_err(prefix)?;
-        let items = addrs.into_iter().map(|a| {
-            a.map_err(prefix).and_then(|a| {
-                a.to_bytes()
-                    .map_err(|e| FiError::inval(format!("address {a}: {e}")))
-            })
-        });
+        let items = sym_items("fi_av_insertsym", &range, self.resolver)?;
         self.insert_items(call, items)
     }
 
@@ -3032,6 +3026,28 @@ pub(crate) fn svc_item(
         Err(e) if e.errno == FiErrno::FI_EADDRNOTAVAIL => Ok(Err(e.within(call))),
         Err(e) => Err(e.within(call)),
     }
+}
+
+/// fi_av_insertsym's addresses of a range that is not stored as one, serialized in insertion
+/// order, for the insert: the outer error is the call's (the range itself is wrong), the
+/// inner ones the addresses' (`FI_EADDRNOTAVAIL` for the members of a node whose name does
+/// not resolve, [`SymRange::expand_each`]).
+pub(crate) fn sym_items(
+    call: &str,
+    range: &SymRange<'_>,
+    resolver: Resolver,
+) -> Result<Vec<Result<[u8; ADDR_LEN], FiError>>, FiError> {
+    let prefix = |e: FiError| e.within(call);
+    let addrs = range.expand_each(resolver).map_err(prefix)?;
+    Ok(addrs
+        .into_iter()
+        .map(|a| {
+            a.map_err(prefix).and_then(|a| {
+                a.to_bytes()
+                    .map_err(|e| FiError::inval(format!("address {a}: {e}")))
+            })
+        })
+        .collect())
 }
 
 /// The address fi_av_insertsvc's `node` and `service` name: an IP literal or host name

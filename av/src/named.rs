@@ -87,7 +87,7 @@ use uet_fwif::UetAddress;
 use crate::addr_str::{Resolver, SymRange};
 use crate::av::{
     address_buffer, binary_addresses, check_out_arrays, insert_format, string_addresses, svc_item,
-    AddrFormat, AddressVector, AvAttr, AvLimits, ADDR_LEN,
+    sym_items, AddrFormat, AddressVector, AvAttr, AvLimits, ADDR_LEN,
 };
 use crate::errno::{FiErrno, FiError};
 use crate::event::{AvEvent, AvEventSink, AvProgress};
@@ -669,16 +669,7 @@ impl<N: NicAvTable + Send + 'static> NamedAv<N> {
             return self.insert_symmetric(CALL, base, svc, total, fi_addr, status);
         }
         let resolver = self.shared.local().av.resolver();
-        let addrs = range.expand_each(resolver).map_err(prefix)?;
-        let items = addrs
-            .into_iter()
-            .map(|a| {
-                a.map_err(prefix).and_then(|a| {
-                    a.to_bytes()
-                        .map_err(|e| FiError::inval(format!("address {a}: {e}")))
-                })
-            })
-            .collect();
+        let items = sym_items(CALL, &range, resolver)?;
         self.insert_items(CALL, items, fi_addr, status)
     }
 

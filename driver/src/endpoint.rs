@@ -837,10 +837,11 @@ impl Nic {
     }
 }
 
-/// ENDPOINT_CREATE's allocation failures, named after the capability that ran out.
 /// Derived initiator ids one ENDPOINT_CREATE tries before it reports the last one in use.
 const DERIVED_INITIATOR_TRIES: u32 = 64;
 
+/// ENDPOINT_CREATE's refusals, named: an initiator id in use (with the id and JobID), and
+/// allocation failures after the capability that ran out.
 fn endpoint_create_error(
     e: DriverError,
     caps: &Capabilities,
