@@ -22,6 +22,17 @@ fn nic(fabric: &Fabric, ip: &str) -> Nic {
     Nic::open(Arc::new(SimDevice::new(f))).unwrap()
 }
 
+/// A fabric, a NIC of fabric address `ip` on it, and a telemetry socket named `test` that
+/// serves the NIC (dropped before the NIC and the fabric).
+fn serving_one_nic(ip: &str, test: &str) -> (Fabric, Nic, PathBuf, Telemetry) {
+    let fabric = Fabric::new();
+    let nic0 = nic(&fabric, ip);
+    let path = socket(test);
+    let t = Telemetry::bind(&path).unwrap();
+    t.add_nic(&nic0);
+    (fabric, nic0, path, t)
+}
+
 fn socket(test: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("uetctl-telemetry-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -361,11 +372,7 @@ fn bad_requests_get_errnos_and_the_socket_keeps_serving() {
 /// and AV_DESTROY runs when the AV goes.
 #[test]
 fn telemetry_keeps_no_table_or_nic_alive() {
-    let fabric = Fabric::new();
-    let nic0 = nic(&fabric, "10.63.0.1");
-    let path = socket("alive");
-    let t = Telemetry::bind(&path).unwrap();
-    t.add_nic(&nic0);
+    let (_fabric, nic0, path, _t) = serving_one_nic("10.63.0.1", "alive");
     let mut client = Client::connect(&Target::Socket(path.clone())).unwrap();
     let av = nic0
         .open_av(AvAttr {
@@ -1168,11 +1175,7 @@ fn uetctl_continues_a_dump_by_the_tables_serial_and_reports_a_replaced_table() {
 fn a_second_client_is_served_while_a_first_keeps_its_connection() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::{Duration, Instant};
-    let fabric = Fabric::new();
-    let nic0 = nic(&fabric, "10.73.0.1");
-    let path = socket("two");
-    let t = Telemetry::bind(&path).unwrap();
-    t.add_nic(&nic0);
+    let (_fabric, _nic0, path, _t) = serving_one_nic("10.73.0.1", "two");
     let served = Arc::new(AtomicBool::new(false));
     let first_done = Arc::new(AtomicBool::new(false));
     let first = {
