@@ -15,17 +15,18 @@
 //! - **Size.** `count` is the size of the NIC table, fixed at open (the NIC allocates it with
 //!   AV_CREATE). `count` 0 means [`DEFAULT_AV_COUNT`] entries rounded up to whole nodes of
 //!   `ep_per_node` endpoints, or the NIC's maximum if smaller. A `count` above
-//!   [`AvLimits::max_entries`] is `FI_EINVAL`: fi_av(3) names no error for open, and libfabric
-//!   treats attributes outside what the domain supports as invalid arguments rather than as
-//!   running out of space (`FI_ENOSPC` is kept for a full table).
-//! - **Open attributes** are all checked, each failure naming its attribute
-//!   ([`AvAttr::resolve`]): `rx_ctx_bits` against the NIC's decode limit and the receive
-//!   contexts an endpoint can have, `ep_per_node` (a sizing hint) against the NIC's endpoints,
-//!   `flags` against `FI_EVENT`, `FI_AV_USER_ID`, `FI_SYMMETRIC` (accepted as the hint it is)
-//!   and `FI_READ` (which needs a name). A `name` opens a named AV shared by the processes of
-//!   a node: [`crate::NamedAv`] (see [`crate::named`]); [`AddressVector::open`] itself refuses
-//!   a name (`FI_EINVAL`) rather than ignore it. `map_addr` is ignored without a name, as
-//!   fi_av(3) says.
+//!   [`AvLimits::max_entries`] is `FI_ENOSPC`: the NIC has no table that large.
+//! - **Open attributes** are all checked, each failure with an errno of its own
+//!   ([`AvAttr::resolve`] lists them): `rx_ctx_bits` against the NIC's decode limit and the
+//!   receive contexts an endpoint can have (`FI_EOVERFLOW`), `ep_per_node` (a sizing hint)
+//!   against the endpoints (`FI_E2BIG`), `flags` against `FI_EVENT`, `FI_AV_USER_ID`,
+//!   `FI_SYMMETRIC` (accepted as the hint it is) and `FI_READ` (which needs a name;
+//!   `FI_EBADFLAGS` for any other). The domain the AV is opened in narrows the context limits
+//!   and checks `type` and `flags` against its `av_type` and capabilities
+//!   ([`crate::domain`]). A `name` opens a named AV shared by the processes of a node:
+//!   [`crate::NamedAv`] (see [`crate::named`]); [`AddressVector::open`] itself refuses a name
+//!   (`FI_EINVAL`) rather than ignore it. `map_addr` is ignored without a name, as fi_av(3)
+//!   says.
 //! - **Full table.** An address that finds no free index fails alone, like a malformed one: its
 //!   `fi_addr` slot gets `FI_ADDR_NOTAVAIL` and it is not counted in the return value, which is
 //!   how fi_av(3) reports per-address failures. The call itself never fails for it.
@@ -394,9 +395,11 @@ pub struct AvLimits {
     /// Largest `rx_ctx_bits` a NIC AV table decodes (`CAP_AV.max_rx_ctx_bits`).
     pub max_rx_ctx_bits: u8,
     /// Receive contexts an endpoint can have (`CAP_EP.max_rx_ctx`): `rx_ctx_bits` may not
-    /// exceed the bits that number them, `ceil(log2(max_rx_ctx))`.
+    /// exceed the bits that number them, `ceil(log2(max_rx_ctx))`. A domain's
+    /// `max_ep_rx_ctx` narrows it ([`crate::DomainAttr::limits`]).
     pub max_rx_ctx: u64,
-    /// Endpoints the NIC can hold (`CAP_EP.max_endpoints`): the bound of `ep_per_node`.
+    /// Endpoints the NIC can hold (`CAP_EP.max_endpoints`): the bound of `ep_per_node`. A
+    /// domain's `ep_cnt` narrows it.
     pub max_endpoints: u32,
     /// Auth keys an AV can hold: the slots of the NIC's auth-key table (`CAP_AUTH_KEY.slots`).
     pub max_auth_keys: u16,
@@ -408,6 +411,10 @@ pub struct AvLimits {
     /// with the `MAX_MSG_MTU` bit. Entries are written with their other flags cleared; the
     /// mirror keeps every address byte either way.
     pub entry_flags: u16,
+    /// Whether inserts may carry user ids (the per-insert `FI_AV_USER_ID` flag, and that flag
+    /// on remove): false in a domain opened with the `FI_AV_USER_ID` capability, which sets
+    /// user ids with `fi_av_set_user_id` only ([`crate::domain`]).
+    pub per_insert_user_ids: bool,
 }
 
 impl AvLimits {
@@ -422,6 +429,7 @@ impl AvLimits {
             max_auth_keys: uet_fwif::auth_key::MAX_AUTH_KEY_SLOTS,
             max_group_id: u32::MAX,
             entry_flags: entry_flags::ALL,
+            per_insert_user_ids: true,
         }
     }
 
@@ -500,7 +508,7 @@ impl AvAttr {
             return Err(FiError::new(
                 FiErrno::FI_E2BIG,
                 format!(
-                    "fi_av_open: ep_per_node {} exceeds the NIC's {} endpoints",
+                    "fi_av_open: ep_per_node {} exceeds the {} endpoints of the NIC and domain",
                     self.ep_per_node, limits.max_endpoints
                 ),
             ));
@@ -745,6 +753,8 @@ pub struct AddressVector<N: NicAvTable> {
     sync_hook: Option<Weak<dyn AvSync>>,
     /// [`AvLimits::entry_flags`].
     entry_flags: u16,
+    /// [`AvLimits::per_insert_user_ids`].
+    per_insert_user_ids: bool,
 }
 
 impl<N: NicAvTable> core::fmt::Debug for AddressVector<N> {
@@ -930,6 +940,7 @@ impl<N: NicAvTable> AddressVector<N> {
             call_context: 0,
             sync_hook: None,
             entry_flags: limits.entry_flags,
+            per_insert_user_ids: limits.per_insert_user_ids,
         })
     }
 
@@ -1347,6 +1358,12 @@ impl<N: NicAvTable> AddressVector<N> {
                 return Err(FiError::inval(format!(
                     "{call}: the FI_AV_USER_ID insert flag is invalid in an FI_AV_AUTH_KEY \
                      domain; use set_user_id"
+                )));
+            }
+            if !self.per_insert_user_ids {
+                return Err(FiError::inval(format!(
+                    "{call}: the FI_AV_USER_ID insert flag is invalid in a domain opened with \
+                     the FI_AV_USER_ID capability; use set_user_id"
                 )));
             }
             if fi_addr.is_none() {
@@ -2283,6 +2300,12 @@ impl<N: NicAvTable> AddressVector<N> {
             return Err(FiError::inval(
                 "fi_av_remove: the FI_AV_USER_ID flag is invalid on an AV opened with \
                  FI_AV_USER_ID",
+            ));
+        }
+        if flags & FI_AV_USER_ID != 0 && !self.per_insert_user_ids {
+            return Err(FiError::inval(
+                "fi_av_remove: the FI_AV_USER_ID flag is invalid in a domain opened with the \
+                 FI_AV_USER_ID capability",
             ));
         }
         check_flags("fi_av_remove", flags, FI_AUTH_KEY)?;

@@ -25,6 +25,8 @@ pub const FI_COMPLETION: u64 = 1 << 24;
 pub const FI_EVENT: u64 = FI_COMPLETION;
 /// `FI_AV_USER_ID`: user ids for AV entries (open flag, or per insert).
 pub const FI_AV_USER_ID: u64 = 1 << 41;
+/// `FI_SHARED_AV`: the capability of AVs shared between processes (named AVs).
+pub const FI_SHARED_AV: u64 = 1 << 53;
 /// `FI_SOURCE` (same bit as [`FI_AUTH_KEY`] and [`FI_UNIVERSE`]).
 pub const FI_SOURCE: u64 = 1 << 57;
 /// `FI_UNIVERSE` (`fi_av_set`).
@@ -198,6 +200,7 @@ mod tests {
         assert_eq!(FI_MORE, 0x4_0000);
         assert_eq!(FI_EVENT, 0x100_0000);
         assert_eq!(FI_AV_USER_ID, 1 << 41);
+        assert_eq!(FI_SHARED_AV, 0x20_0000_0000_0000);
         assert_eq!(FI_AUTH_KEY, FI_SOURCE);
         assert_eq!(FI_SYNC_ERR, 0x0400_0000_0000_0000);
         assert_eq!(FI_SYMMETRIC, 0x0800_0000_0000_0000);

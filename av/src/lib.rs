@@ -17,6 +17,7 @@
 //! | [`av`] | [`AddressVector`]: open, insert (binary, `FI_ADDR_STR`, insertsvc, insertsym, `FI_SYNC_ERR`), user ids, auth keys ([`av::auth_keys`]), remove, lookup, straddr, verification |
 //! | [`addr_str`] | the string form of UET addresses: `FI_ADDR_STR`, node and service syntax, symmetric ranges |
 //! | [`av_set`] | [`AvSet`]: fi_av_set(3) |
+//! | [`domain`] | [`DomainAttr`]: what an AV is checked against in the domain it is opened in (type, capabilities, context limits) |
 //! | [`named`] | [`NamedAv`]: a named AV shared by the processes of a node, its table in a shared-memory segment ([`named::segment`]) |
 //!
 //! Semantics are `FI_AV_TABLE` throughout; where fi_av(3) leaves a choice, [`av`] (and for
@@ -64,6 +65,7 @@
 pub mod addr_str;
 pub mod av;
 pub mod av_set;
+pub mod domain;
 pub mod errno;
 pub mod event;
 pub mod flags;
@@ -82,6 +84,7 @@ pub use av::{
     AUTH_KEY_MAX_RX_CTX_BITS, AV_NAME_MAX, DEFAULT_AV_COUNT, MAX_WRITES_IN_FLIGHT,
 };
 pub use av_set::{is_av_set_addr, AvSet, AvSetAttr, AV_SET_ADDR_BASE, AV_SET_FLAGS};
+pub use domain::{DomainAttr, AV_DOMAIN_CAPS};
 pub use errno::{FiErrno, FiError};
 pub use event::{next_fid, AvEvent, AvEventSink, AvProgress};
 pub use flags::{
@@ -89,7 +92,7 @@ pub use flags::{
     FiAddr, FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC, FI_ALLGATHER_SET, FI_ALLREDUCE_SET, FI_ALLTOALL_SET,
     FI_AUTH_KEY, FI_AV_AUTH_KEY, FI_AV_USER_ID, FI_BARRIER_SET, FI_BROADCAST_SET, FI_EVENT,
     FI_GATHER_SET, FI_MORE, FI_READ, FI_REDUCE_SCATTER_SET, FI_REDUCE_SET, FI_SCATTER_SET,
-    FI_SYMMETRIC, FI_SYNC_ERR, FI_UNIVERSE,
+    FI_SHARED_AV, FI_SYMMETRIC, FI_SYNC_ERR, FI_UNIVERSE,
 };
 pub use index_alloc::IndexAllocator;
 pub use named::{AvGuard, AvSync, NamedAv, NamedAvCloseError, NicGuard};

@@ -658,13 +658,30 @@ impl Nic {
             max_group_id: caps.max_group_id,
             // MAX_MSG_MTU only from MAX_MSG_MTU_ENTRY_INTERFACE_MINOR on.
             entry_flags: entry_flags::defined_at(self.identity().interface_minor),
+            per_insert_user_ids: true,
         }
     }
 
-    /// `fi_av_open`: create a NIC AV table and the host mirror over it. The attributes are
-    /// checked against the NIC's capability registers before the NIC is asked for anything.
-    /// A named AV is opened with [`Nic::open_named_av`] (a name here is `FI_EINVAL`).
+    /// `fi_av_open` with the NIC's limits alone: create a NIC AV table and the host mirror
+    /// over it. The attributes are checked against the NIC's capability registers before the
+    /// NIC is asked for anything; [`crate::Domain::open_av`] adds the checks of the domain the
+    /// AV is opened in (type, capabilities, context limits). Here any type, `FI_AV_USER_ID`
+    /// both at open and per insert, and every receive context and endpoint of the NIC are
+    /// allowed. A named AV is opened with [`Nic::open_named_av`] (a name here is `FI_EINVAL`).
     pub fn open_av(&self, attr: AvAttr) -> Result<Av, FiError> {
+        self.open_av_within(attr, self.av_limits())
+    }
+
+    /// `fi_av_open` with a name and the NIC's limits alone (see [`Nic::open_av`]): create or
+    /// open the named AV shared by the processes of this node, with a NIC AV table of this
+    /// process for its entries ([`NamedAv::open`]: `FI_READ` opens an existing one read-only;
+    /// attributes that differ from an existing AV's are `FI_EINVAL`).
+    pub fn open_named_av(&self, attr: AvAttr) -> Result<SharedAv, FiError> {
+        self.open_named_av_within(attr, self.av_limits())
+    }
+
+    /// [`Nic::open_av`] within `limits` (the NIC's, or a domain's narrower ones).
+    pub(crate) fn open_av_within(&self, attr: AvAttr, limits: AvLimits) -> Result<Av, FiError> {
         if let Some(name) = &attr.name {
             return Err(FiError::inval(format!(
                 "fi_av_open: name '{}': a named AV is shared between processes; open it with \
@@ -672,18 +689,18 @@ impl Nic {
                 name.as_str()
             )));
         }
-        let limits = self.av_limits();
         let attr = attr.resolve(&limits)?;
         let nic = self.create_av_table(&attr)?;
         AddressVector::open(nic, attr, limits)
     }
 
-    /// `fi_av_open` with a name: create or open the named AV shared by the processes of this
-    /// node, with a NIC AV table of this process for its entries ([`NamedAv::open`]: `FI_READ`
-    /// opens an existing one read-only; attributes that differ from an existing AV's are
-    /// `FI_EINVAL`).
-    pub fn open_named_av(&self, attr: AvAttr) -> Result<SharedAv, FiError> {
-        NamedAv::open(attr, self.av_limits(), |attr| self.create_av_table(attr))
+    /// [`Nic::open_named_av`] within `limits`.
+    pub(crate) fn open_named_av_within(
+        &self,
+        attr: AvAttr,
+        limits: AvLimits,
+    ) -> Result<SharedAv, FiError> {
+        NamedAv::open(attr, limits, |attr| self.create_av_table(attr))
     }
 
     /// AV_CREATE of a table for `attr` (resolved).

@@ -4,7 +4,7 @@
 //!
 //! | libfabric | driver | NIC |
 //! |---|---|---|
-//! | `fi_domain` | [`Nic`] | a PCI function, brought up by [`Nic::open`] |
+//! | `fi_domain` | [`Nic`], and [`Domain`] for what the application asked of it (AV type, capabilities, context limits) | a PCI function, brought up by [`Nic::open`] |
 //! | `fi_av` | [`Av`] (`uet-av`'s mirror over [`av::NicAv`]) | an AV table (AV_CREATE, AV_WRITE, …) |
 //! | `fi_endpoint` + its CQ | [`Endpoint`] (`FI_EP_RDM`, `FI_EP_DGRAM`, `FI_EP_MSG`: [`EpType`]) | an endpoint with a PIDonFEP and resource indices |
 //! | `fi_scalable_ep`, `fi_tx_context`, `fi_rx_context` | [`ScalableEndpoint`] | an endpoint and its contexts (CONTEXT_CREATE) |
@@ -40,6 +40,7 @@ pub mod cm;
 pub mod cq;
 pub mod device;
 pub mod dma;
+pub mod domain;
 pub mod endpoint;
 pub mod eq;
 pub mod errno;
@@ -55,6 +56,7 @@ pub use av::{Av, SharedAv};
 pub use cm::{ConnReq, PassiveEndpoint};
 pub use cq::{CqEntry, CqErrEntry, CqFormat};
 pub use device::{Device, DeviceError};
+pub use domain::Domain;
 pub use endpoint::{
     CqError, CqEvent, CqOp, Endpoint, EndpointAttr, EndpointStats, EpType, MultiRecv,
 };

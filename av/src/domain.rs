@@ -1,0 +1,263 @@
+//! The domain an AV is opened in: what `fi_av_open` checks an AV's attributes against besides
+//! the NIC's tables.
+//!
+//! libfabric opens an AV on a `struct fid_domain`, which was opened from an `fi_info`: its
+//! `caps` and `domain_attr` bound what the domain's AVs may ask for. A provider checks
+//! (fi_av(3), fi_domain(3), fi_getinfo(3)):
+//!
+//! | AV attribute | against | refused with |
+//! |---|---|---|
+//! | `type` | `domain_attr->av_type`: an AV of another type than the domain's (UNSPEC on either side matches any) | `FI_EINVAL` |
+//! | `flags` `FI_AV_USER_ID` | `caps` `FI_AV_USER_ID` (libfabric 1.20: "requests that the provider support the association of a user specified identifier with each AV address") | `FI_EOPNOTSUPP` |
+//! | `name` (a shared AV) | `caps` `FI_SHARED_AV` ("address vectors which may be shared among multiple processes") | `FI_EOPNOTSUPP` |
+//! | `rx_ctx_bits` | `domain_attr->max_ep_rx_ctx`: no more bits than number an endpoint's receive contexts | `FI_EOVERFLOW` |
+//! | `ep_per_node` | `domain_attr->ep_cnt`: no more than the domain's endpoints | `FI_E2BIG` |
+//! | `count` | the NIC's table (not the domain's) | `FI_ENOSPC` |
+//!
+//! The first three are [`DomainAttr::check_av`]; the context limits narrow the NIC's
+//! [`AvLimits`] ([`DomainAttr::limits`]), which [`AvAttr::resolve`] checks as before, so each
+//! failure keeps one errno of its own.
+//!
+//! A domain opened with the `FI_AV_USER_ID` capability also refuses the per-insert
+//! `FI_AV_USER_ID` flag (and `FI_AV_USER_ID` on remove): fi_av(3) "if ... the user requires
+//! FI_AV_USER_ID support, using the FI_AV_USER_ID flag per fi_av_insert / fi_av_insertsvc /
+//! fi_av_remove is not supported. fi_av_set_user_id must be used". [`AvLimits`] carries that
+//! to the AV ([`AvLimits::per_insert_user_ids`]). A domain without the capability keeps the
+//! per-insert flag libfabric had before 1.20.
+
+use crate::av::{AvAttr, AvLimits};
+use crate::errno::{FiErrno, FiError};
+use crate::flags::{AvType, FI_AV_USER_ID, FI_SHARED_AV};
+
+/// The capabilities (`fi_info.caps`) that concern an AV: [`FI_AV_USER_ID`] and
+/// [`FI_SHARED_AV`]. A domain's other capabilities are its endpoints' concern.
+pub const AV_DOMAIN_CAPS: u64 = FI_AV_USER_ID | FI_SHARED_AV;
+
+/// What a domain bounds its AVs with: `fi_info.caps` and the `struct fi_domain_attr` fields
+/// `fi_av_open` compares an AV's attributes with (see the module docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DomainAttr {
+    /// `domain_attr->av_type`: the type of every AV of the domain; [`AvType::Unspec`]: any.
+    pub av_type: AvType,
+    /// `fi_info.caps` the domain was opened with. [`AV_DOMAIN_CAPS`] are the AV's concern.
+    pub caps: u64,
+    /// `domain_attr->ep_cnt`: endpoints the domain supports; 0: as many as the NIC has.
+    pub ep_cnt: usize,
+    /// `domain_attr->max_ep_rx_ctx`: receive contexts one endpoint may have; 0: as many as the
+    /// NIC's endpoints have.
+    pub max_ep_rx_ctx: usize,
+}
+
+impl DomainAttr {
+    /// A domain with every AV capability, any AV type and the NIC's context limits.
+    pub const fn any() -> DomainAttr {
+        DomainAttr {
+            av_type: AvType::Unspec,
+            caps: AV_DOMAIN_CAPS,
+            ep_cnt: 0,
+            max_ep_rx_ctx: 0,
+        }
+    }
+
+    /// The limits of this domain's AVs on a NIC whose own are `nic`: its endpoints and their
+    /// receive contexts narrowed to `ep_cnt` and `max_ep_rx_ctx`, and the per-insert user-id
+    /// flag refused when the domain has the `FI_AV_USER_ID` capability.
+    ///
+    /// `FI_ENODATA` (the NIC cannot give this domain, as `fi_getinfo` answers hints it cannot
+    /// meet) when `ep_cnt` or `max_ep_rx_ctx` exceeds the NIC's.
+    pub fn limits(&self, nic: &AvLimits) -> Result<AvLimits, FiError> {
+        if self.ep_cnt as u64 > u64::from(nic.max_endpoints) {
+            return Err(FiError::new(
+                FiErrno::FI_ENODATA,
+                format!(
+                    "fi_domain: ep_cnt {} exceeds the NIC's {} endpoints",
+                    self.ep_cnt, nic.max_endpoints
+                ),
+            ));
+        }
+        if self.max_ep_rx_ctx as u64 > nic.max_rx_ctx {
+            return Err(FiError::new(
+                FiErrno::FI_ENODATA,
+                format!(
+                    "fi_domain: max_ep_rx_ctx {} exceeds the {} receive contexts a NIC endpoint \
+                     can have",
+                    self.max_ep_rx_ctx, nic.max_rx_ctx
+                ),
+            ));
+        }
+        let mut limits = *nic;
+        if self.ep_cnt != 0 {
+            // At most the NIC's, checked above.
+            limits.max_endpoints = u32::try_from(self.ep_cnt).unwrap_or(nic.max_endpoints);
+        }
+        if self.max_ep_rx_ctx != 0 {
+            limits.max_rx_ctx = self.max_ep_rx_ctx as u64;
+        }
+        limits.per_insert_user_ids = nic.per_insert_user_ids && self.caps & FI_AV_USER_ID == 0;
+        Ok(limits)
+    }
+
+    /// The checks of an AV's `type`, `flags` and `name` against this domain (see the module
+    /// docs), on the attributes as the application gave them (before [`AvAttr::resolve`]
+    /// reports UNSPEC and MAP as TABLE).
+    pub fn check_av(&self, attr: &AvAttr) -> Result<(), FiError> {
+        if self.av_type != AvType::Unspec
+            && attr.av_type != AvType::Unspec
+            && attr.av_type != self.av_type
+        {
+            return Err(FiError::inval(format!(
+                "fi_av_open: type {} differs from the domain's av_type {}",
+                type_name(attr.av_type),
+                type_name(self.av_type)
+            )));
+        }
+        if attr.flags & FI_AV_USER_ID != 0 && self.caps & FI_AV_USER_ID == 0 {
+            return Err(FiError::new(
+                FiErrno::FI_EOPNOTSUPP,
+                "fi_av_open: flags FI_AV_USER_ID: the domain was opened without the \
+                 FI_AV_USER_ID capability",
+            ));
+        }
+        if let Some(name) = &attr.name {
+            if self.caps & FI_SHARED_AV == 0 {
+                return Err(FiError::new(
+                    FiErrno::FI_EOPNOTSUPP,
+                    format!(
+                        "fi_av_open: name '{}': a named AV is shared between processes, and the \
+                         domain was opened without the FI_SHARED_AV capability",
+                        name.as_str()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The C name of an AV type, for messages.
+fn type_name(t: AvType) -> &'static str {
+    match t {
+        AvType::Unspec => "FI_AV_UNSPEC",
+        AvType::Map => "FI_AV_MAP",
+        AvType::Table => "FI_AV_TABLE",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::av::AvName;
+
+    const NIC: AvLimits = AvLimits::new(1 << 16, 8);
+
+    fn nic() -> AvLimits {
+        AvLimits {
+            max_rx_ctx: 16,
+            max_endpoints: 64,
+            ..NIC
+        }
+    }
+
+    #[test]
+    fn a_type_other_than_the_domains_is_einval_and_unspec_matches_any() {
+        let table = DomainAttr {
+            av_type: AvType::Table,
+            ..DomainAttr::any()
+        };
+        let map = AvAttr {
+            av_type: AvType::Map,
+            ..AvAttr::default()
+        };
+        let e = table.check_av(&map).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EINVAL);
+        assert!(
+            e.message.contains("FI_AV_MAP") && e.message.contains("FI_AV_TABLE"),
+            "{e}"
+        );
+        for t in [AvType::Unspec, AvType::Table] {
+            let attr = AvAttr {
+                av_type: t,
+                ..AvAttr::default()
+            };
+            assert!(table.check_av(&attr).is_ok(), "{t:?}");
+        }
+        for t in [AvType::Unspec, AvType::Map, AvType::Table] {
+            let attr = AvAttr {
+                av_type: t,
+                ..AvAttr::default()
+            };
+            assert!(DomainAttr::any().check_av(&attr).is_ok(), "{t:?}");
+        }
+    }
+
+    #[test]
+    fn av_flags_and_names_need_their_capabilities() {
+        let user_id = AvAttr {
+            flags: FI_AV_USER_ID,
+            ..AvAttr::default()
+        };
+        let named = AvAttr {
+            name: Some(AvName::new("shared").unwrap()),
+            ..AvAttr::default()
+        };
+        let bare = DomainAttr::default();
+        let e = bare.check_av(&user_id).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EOPNOTSUPP);
+        assert!(e.message.contains("FI_AV_USER_ID capability"), "{e}");
+        let e = bare.check_av(&named).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EOPNOTSUPP);
+        assert!(e.message.contains("FI_SHARED_AV"), "{e}");
+        assert!(bare.check_av(&AvAttr::default()).is_ok());
+        let caps = |caps| DomainAttr {
+            caps,
+            ..DomainAttr::default()
+        };
+        assert!(caps(FI_AV_USER_ID).check_av(&user_id).is_ok());
+        assert!(caps(FI_SHARED_AV).check_av(&named).is_ok());
+        assert!(caps(FI_SHARED_AV).check_av(&user_id).is_err());
+    }
+
+    #[test]
+    fn context_limits_narrow_the_nics_and_more_than_the_nic_is_enodata() {
+        let d = DomainAttr {
+            ep_cnt: 4,
+            max_ep_rx_ctx: 2,
+            ..DomainAttr::any()
+        };
+        let l = d.limits(&nic()).unwrap();
+        assert_eq!((l.max_endpoints, l.max_rx_ctx), (4, 2));
+        assert_eq!(l.rx_ctx_bits_usable(), 1);
+        let l = DomainAttr::any().limits(&nic()).unwrap();
+        assert_eq!((l.max_endpoints, l.max_rx_ctx), (64, 16));
+        let e = DomainAttr {
+            ep_cnt: 65,
+            ..DomainAttr::any()
+        }
+        .limits(&nic())
+        .unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_ENODATA);
+        assert!(e.message.contains("ep_cnt 65"), "{e}");
+        let e = DomainAttr {
+            max_ep_rx_ctx: 17,
+            ..DomainAttr::any()
+        }
+        .limits(&nic())
+        .unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_ENODATA);
+        assert!(e.message.contains("max_ep_rx_ctx 17"), "{e}");
+    }
+
+    #[test]
+    fn the_user_id_capability_takes_the_per_insert_flag_away() {
+        assert!(nic().per_insert_user_ids);
+        let with = DomainAttr::any().limits(&nic()).unwrap();
+        assert!(!with.per_insert_user_ids);
+        let without = DomainAttr {
+            caps: FI_SHARED_AV,
+            ..DomainAttr::any()
+        }
+        .limits(&nic())
+        .unwrap();
+        assert!(without.per_insert_user_ids);
+    }
+}

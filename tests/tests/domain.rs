@@ -1,0 +1,272 @@
+//! `fi_av_open` in a domain: an AV's type, flags and context attributes are checked against
+//! what the application opened the domain with, each failure with an errno of its own and
+//! nothing asked of the NIC; the `FI_AV_USER_ID` capability trades the per-insert flag for
+//! `fi_av_set_user_id`, end to end through the NIC.
+
+use std::sync::Arc;
+use uet_av::{
+    AvAttr, AvName, AvType, DomainAttr, FiErrno, FI_AV_USER_ID, FI_SHARED_AV, FI_SYMMETRIC,
+};
+use uet_driver::backend::sim::SimDevice;
+use uet_driver::{Domain, EndpointAttr, Nic};
+use uet_regs::ADMIN_COMMANDS;
+use uet_sim::{Fabric, NicConfig, SimFunction};
+use uet_tests::nic_addr;
+
+const JOB: u32 = 0x21;
+
+fn nic(fabric: &Fabric, i: usize) -> (Nic, SimFunction) {
+    let function = fabric
+        .add_nic(NicConfig::new(nic_addr(i)))
+        .expect("add NIC");
+    let nic = Nic::open(Arc::new(SimDevice::new(function.clone()))).expect("open NIC");
+    (nic, function)
+}
+
+fn attr() -> AvAttr {
+    AvAttr {
+        count: 16,
+        job_id: JOB,
+        ..AvAttr::default()
+    }
+}
+
+#[test]
+fn each_domain_check_fails_with_an_errno_of_its_own_and_asks_nothing_of_the_nic() {
+    let fabric = Fabric::new();
+    let (nic, function) = nic(&fabric, 0);
+    let limits = nic.av_limits();
+    assert!(
+        limits.max_endpoints > 2 && limits.max_rx_ctx >= 4,
+        "the simulated NIC has room beyond the domain's limits: {limits:?}"
+    );
+    let domain = nic
+        .domain(DomainAttr {
+            av_type: AvType::Table,
+            caps: 0,
+            ep_cnt: 2,
+            max_ep_rx_ctx: 2,
+        })
+        .expect("domain");
+    let before = function.counter(ADMIN_COMMANDS);
+    let refused = |a: AvAttr| domain.open_av(a).map(|_| ()).unwrap_err();
+    let cases = [
+        (
+            AvAttr {
+                av_type: AvType::Map,
+                ..attr()
+            },
+            FiErrno::FI_EINVAL,
+            "domain's av_type FI_AV_TABLE",
+        ),
+        (
+            AvAttr {
+                flags: FI_AV_USER_ID,
+                ..attr()
+            },
+            FiErrno::FI_EOPNOTSUPP,
+            "FI_AV_USER_ID capability",
+        ),
+        (
+            // Two bits number four contexts; the domain's endpoints have two.
+            AvAttr {
+                rx_ctx_bits: 2,
+                ..attr()
+            },
+            FiErrno::FI_EOVERFLOW,
+            "rx_ctx_bits 2",
+        ),
+        (
+            AvAttr {
+                ep_per_node: 3,
+                ..attr()
+            },
+            FiErrno::FI_E2BIG,
+            "ep_per_node 3",
+        ),
+        (
+            AvAttr {
+                count: limits.max_entries as usize + 1,
+                ..attr()
+            },
+            FiErrno::FI_ENOSPC,
+            "count",
+        ),
+        (
+            AvAttr {
+                flags: 1 << 30,
+                ..attr()
+            },
+            FiErrno::FI_EBADFLAGS,
+            "unknown flags",
+        ),
+    ];
+    for (a, errno, says) in cases {
+        let e = refused(a);
+        assert_eq!(e.errno, errno, "{e}");
+        assert!(e.message.contains(says), "{e}");
+    }
+    let e = domain
+        .open_named_av(AvAttr {
+            name: Some(AvName::new(&format!("test-domain-{}", std::process::id())).unwrap()),
+            ..attr()
+        })
+        .map(|_| ())
+        .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EOPNOTSUPP, "{e}");
+    assert!(e.message.contains("FI_SHARED_AV"), "{e}");
+    assert_eq!(
+        function.counter(ADMIN_COMMANDS),
+        before,
+        "a refused fi_av_open sends the NIC nothing"
+    );
+
+    // Within every limit: the domain's own type, one context bit, two endpoints per node.
+    for t in [AvType::Unspec, AvType::Table] {
+        let av = domain
+            .open_av(AvAttr {
+                av_type: t,
+                rx_ctx_bits: 1,
+                ep_per_node: 2,
+                flags: FI_SYMMETRIC,
+                ..attr()
+            })
+            .expect("an AV the domain allows");
+        assert_eq!(av.av_type(), AvType::Table);
+    }
+    // The same attributes the domain refuses pass the NIC's limits alone.
+    assert!(nic
+        .open_av(AvAttr {
+            rx_ctx_bits: 2,
+            ep_per_node: 3,
+            ..attr()
+        })
+        .is_ok());
+}
+
+#[test]
+fn a_domain_the_nic_cannot_give_is_enodata() {
+    let fabric = Fabric::new();
+    let (nic, _function) = nic(&fabric, 0);
+    let limits = nic.av_limits();
+    for (d, says) in [
+        (
+            DomainAttr {
+                ep_cnt: limits.max_endpoints as usize + 1,
+                ..DomainAttr::any()
+            },
+            "ep_cnt",
+        ),
+        (
+            DomainAttr {
+                max_ep_rx_ctx: limits.max_rx_ctx as usize + 1,
+                ..DomainAttr::any()
+            },
+            "max_ep_rx_ctx",
+        ),
+    ] {
+        let e = nic.domain(d).map(|_| ()).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_ENODATA, "{e}");
+        assert!(e.message.contains(says), "{e}");
+    }
+    let all = nic
+        .domain(DomainAttr {
+            ep_cnt: limits.max_endpoints as usize,
+            max_ep_rx_ctx: limits.max_rx_ctx as usize,
+            ..DomainAttr::any()
+        })
+        .expect("the NIC's own limits");
+    assert_eq!(
+        all.av_limits(),
+        Domain::av_limits(&nic.domain(DomainAttr::any()).unwrap())
+    );
+}
+
+#[test]
+fn a_shared_av_opens_in_a_domain_with_the_capability() {
+    let fabric = Fabric::new();
+    let (nic, _function) = nic(&fabric, 0);
+    let domain = nic
+        .domain(DomainAttr {
+            caps: FI_SHARED_AV,
+            ..DomainAttr::default()
+        })
+        .expect("domain");
+    let name = format!("test-domain-shared-{}", std::process::id());
+    let av = domain
+        .open_named_av(AvAttr {
+            name: Some(AvName::new(&name).unwrap()),
+            ..attr()
+        })
+        .expect("named AV");
+    assert_eq!(av.name(), name);
+}
+
+/// fi_av(3): with the FI_AV_USER_ID capability, "using the FI_AV_USER_ID flag per fi_av_insert
+/// / fi_av_insertsvc / fi_av_remove is not supported. fi_av_set_user_id must be used"; the
+/// user id it sets is what a receive reports as the source.
+#[test]
+fn the_user_id_capability_refuses_per_insert_ids_and_set_user_id_reaches_the_nic() {
+    let fabric = Fabric::new();
+    let (nic_a, _fa) = nic(&fabric, 0);
+    let (nic_b, _fb) = nic(&fabric, 1);
+    let domain = nic_b
+        .domain(DomainAttr {
+            caps: FI_AV_USER_ID,
+            ..DomainAttr::default()
+        })
+        .expect("domain");
+    let mut av_a = nic_a.open_av(attr()).expect("AV");
+    let ep_attr = EndpointAttr {
+        job_id: JOB,
+        ..EndpointAttr::default()
+    };
+    let mut ea = nic_a.endpoint(ep_attr, Some(&av_a)).expect("endpoint");
+
+    // A plain AV of the domain: the per-insert flag is refused, and nothing is inserted.
+    let mut plain = domain.open_av(attr()).expect("AV");
+    let a_addr = ea.address().to_bytes().unwrap();
+    let mut ids = [0x77u64];
+    let e = plain
+        .insert(&a_addr, 1, Some(&mut ids), FI_AV_USER_ID)
+        .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL, "{e}");
+    assert!(e.message.contains("FI_AV_USER_ID capability"), "{e}");
+    assert_eq!(plain.len(), 0);
+    let mut fi = [0];
+    assert_eq!(plain.insert(&a_addr, 1, Some(&mut fi), 0).unwrap(), 1);
+    let e = plain.remove(&fi, FI_AV_USER_ID).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL, "{e}");
+    assert_eq!(plain.len(), 1, "the refused remove removed nothing");
+    drop(plain);
+
+    // An AV opened with FI_AV_USER_ID: set_user_id, and the receive reports the id.
+    let mut av_b = domain
+        .open_av(AvAttr {
+            flags: FI_AV_USER_ID,
+            ..attr()
+        })
+        .expect("AV with user ids");
+    let mut eb = nic_b.endpoint(ep_attr, Some(&av_b)).expect("endpoint");
+    let mut a_in_b = [0];
+    av_b.insert(&a_addr, 1, Some(&mut a_in_b), 0).unwrap();
+    av_b.set_user_id(a_in_b[0], 0xabc, 0).unwrap();
+    let mut b_in_a = [0];
+    av_a.insert(&eb.address().to_bytes().unwrap(), 1, Some(&mut b_in_a), 0)
+        .unwrap();
+    let pool_a = uet_driver::DmaPool::new(&nic_a, 4096, 4).unwrap();
+    let pool_b = uet_driver::DmaPool::new(&nic_b, 4096, 4).unwrap();
+    eb.post_recv(pool_b.alloc().unwrap(), 1).unwrap();
+    let mut buf = pool_a.alloc().unwrap();
+    buf.fill(b"id").unwrap();
+    ea.post_send(b_in_a[0], buf, 2, 0).unwrap();
+    let next = |ep: &mut uet_driver::Endpoint| (0..64).find_map(|_| ep.poll().unwrap());
+    let sent = next(&mut ea).expect("send completion");
+    assert!(sent.error.is_none(), "{:?}", sent.error);
+    let got = next(&mut eb).expect("receive completion");
+    assert!(got.error.is_none(), "{:?}", got.error);
+    assert_eq!(
+        got.src_addr, 0xabc,
+        "the source is the user id set in the domain's AV"
+    );
+}
