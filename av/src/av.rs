@@ -519,7 +519,7 @@ impl AvAttr {
                 self.job_id
             )));
         }
-        auth_keys::check_auth_key_size(self.auth_key_size)?;
+        auth_keys::check_auth_key_size("fi_av_open", self.auth_key_size)?;
         if self.auth_key_size == FI_AV_AUTH_KEY && self.rx_ctx_bits > AUTH_KEY_MAX_RX_CTX_BITS {
             return Err(FiError::new(
                 FiErrno::FI_EOVERFLOW,

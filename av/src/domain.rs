@@ -13,8 +13,9 @@
 //! | `rx_ctx_bits` | `domain_attr->max_ep_rx_ctx`: no more bits than number an endpoint's receive contexts | `FI_EOVERFLOW` |
 //! | `ep_per_node` | `domain_attr->ep_cnt`: no more than the domain's endpoints | `FI_E2BIG` |
 //! | `count` | the NIC's table (not the domain's) | `FI_ENOSPC` |
+//! | `auth_key_size` (the domain's, in [`AvAttr`]) | `domain_attr->auth_key_size`: 0 takes the domain's; `FI_AV_AUTH_KEY` in one and not the other is refused | `FI_EINVAL` |
 //!
-//! The first three are [`DomainAttr::check_av`]; the context limits narrow the NIC's
+//! The type, capability and auth-key checks are [`DomainAttr::av_attr`]; the context limits narrow the NIC's
 //! [`AvLimits`] ([`DomainAttr::limits`]), which [`AvAttr::resolve`] checks as before, so each
 //! failure keeps one errno of its own.
 //!
@@ -27,7 +28,7 @@
 
 use crate::av::{AvAttr, AvLimits};
 use crate::errno::{FiErrno, FiError};
-use crate::flags::{AvType, FI_AV_USER_ID, FI_SHARED_AV};
+use crate::flags::{AvType, FI_AV_AUTH_KEY, FI_AV_USER_ID, FI_SHARED_AV};
 
 /// The capabilities (`fi_info.caps`) that concern an AV: [`FI_AV_USER_ID`] and
 /// [`FI_SHARED_AV`]. A domain's other capabilities are its endpoints' concern.
@@ -46,6 +47,10 @@ pub struct DomainAttr {
     /// `domain_attr->max_ep_rx_ctx`: receive contexts one endpoint may have; 0: as many as the
     /// NIC's endpoints have.
     pub max_ep_rx_ctx: usize,
+    /// `domain_attr->auth_key_size`: 0 or 4 (the domain's auth key is a JobID), or
+    /// [`FI_AV_AUTH_KEY`] (`usize::MAX`): the domain's AVs hold the auth keys
+    /// (`fi_av_insert_auth_key`), and its endpoints take theirs from the AV.
+    pub auth_key_size: usize,
 }
 
 impl DomainAttr {
@@ -56,6 +61,7 @@ impl DomainAttr {
             caps: AV_DOMAIN_CAPS,
             ep_cnt: 0,
             max_ep_rx_ctx: 0,
+            auth_key_size: 0,
         }
     }
 
@@ -64,8 +70,17 @@ impl DomainAttr {
     /// flag refused when the domain has the `FI_AV_USER_ID` capability.
     ///
     /// `FI_ENODATA` (the NIC cannot give this domain, as `fi_getinfo` answers hints it cannot
-    /// meet) when `ep_cnt` or `max_ep_rx_ctx` exceeds the NIC's.
+    /// meet) when `ep_cnt` or `max_ep_rx_ctx` exceeds the NIC's, or `auth_key_size` is
+    /// `FI_AV_AUTH_KEY` and the NIC has no auth-key table; `FI_EINVAL` for an `auth_key_size`
+    /// that is none of 0, 4 and `FI_AV_AUTH_KEY`.
     pub fn limits(&self, nic: &AvLimits) -> Result<AvLimits, FiError> {
+        crate::av::auth_keys::check_auth_key_size("fi_domain", self.auth_key_size)?;
+        if self.auth_key_size == FI_AV_AUTH_KEY && nic.max_auth_keys == 0 {
+            return Err(FiError::new(
+                FiErrno::FI_ENODATA,
+                "fi_domain: auth_key_size FI_AV_AUTH_KEY: the NIC has no auth-key table",
+            ));
+        }
         if self.ep_cnt as u64 > u64::from(nic.max_endpoints) {
             return Err(FiError::new(
                 FiErrno::FI_ENODATA,
@@ -97,10 +112,11 @@ impl DomainAttr {
         Ok(limits)
     }
 
-    /// The checks of an AV's `type`, `flags` and `name` against this domain (see the module
-    /// docs), on the attributes as the application gave them (before [`AvAttr::resolve`]
-    /// reports UNSPEC and MAP as TABLE).
-    pub fn check_av(&self, attr: &AvAttr) -> Result<(), FiError> {
+    /// `attr` checked against this domain (its `type`, `flags`, `name` and auth-key mode: see
+    /// the module docs, on the attributes as the application gave them, before
+    /// [`AvAttr::resolve`] reports UNSPEC and MAP as TABLE), with the domain's
+    /// `auth_key_size` when `attr` leaves it 0.
+    pub fn av_attr(&self, attr: &AvAttr) -> Result<AvAttr, FiError> {
         if self.av_type != AvType::Unspec
             && attr.av_type != AvType::Unspec
             && attr.av_type != self.av_type
@@ -130,7 +146,31 @@ impl DomainAttr {
                 ));
             }
         }
-        Ok(())
+        let in_av = |size| size == FI_AV_AUTH_KEY;
+        if attr.auth_key_size != 0 && in_av(attr.auth_key_size) != in_av(self.auth_key_size) {
+            return Err(FiError::inval(format!(
+                "fi_av_open: auth_key_size {} differs from the domain's {} (an AV holds auth \
+                 keys exactly when its domain was opened with FI_AV_AUTH_KEY)",
+                key_size_name(attr.auth_key_size),
+                key_size_name(self.auth_key_size)
+            )));
+        }
+        Ok(AvAttr {
+            auth_key_size: match attr.auth_key_size {
+                0 => self.auth_key_size,
+                size => size,
+            },
+            ..*attr
+        })
+    }
+}
+
+/// An `auth_key_size` for messages.
+fn key_size_name(size: usize) -> String {
+    if size == FI_AV_AUTH_KEY {
+        "FI_AV_AUTH_KEY".into()
+    } else {
+        size.to_string()
     }
 }
 
@@ -168,7 +208,7 @@ mod tests {
             av_type: AvType::Map,
             ..AvAttr::default()
         };
-        let e = table.check_av(&map).unwrap_err();
+        let e = table.av_attr(&map).unwrap_err();
         assert_eq!(e.errno, FiErrno::FI_EINVAL);
         assert!(
             e.message.contains("FI_AV_MAP") && e.message.contains("FI_AV_TABLE"),
@@ -179,14 +219,14 @@ mod tests {
                 av_type: t,
                 ..AvAttr::default()
             };
-            assert!(table.check_av(&attr).is_ok(), "{t:?}");
+            assert!(table.av_attr(&attr).is_ok(), "{t:?}");
         }
         for t in [AvType::Unspec, AvType::Map, AvType::Table] {
             let attr = AvAttr {
                 av_type: t,
                 ..AvAttr::default()
             };
-            assert!(DomainAttr::any().check_av(&attr).is_ok(), "{t:?}");
+            assert!(DomainAttr::any().av_attr(&attr).is_ok(), "{t:?}");
         }
     }
 
@@ -201,20 +241,20 @@ mod tests {
             ..AvAttr::default()
         };
         let bare = DomainAttr::default();
-        let e = bare.check_av(&user_id).unwrap_err();
+        let e = bare.av_attr(&user_id).unwrap_err();
         assert_eq!(e.errno, FiErrno::FI_EOPNOTSUPP);
         assert!(e.message.contains("FI_AV_USER_ID capability"), "{e}");
-        let e = bare.check_av(&named).unwrap_err();
+        let e = bare.av_attr(&named).unwrap_err();
         assert_eq!(e.errno, FiErrno::FI_EOPNOTSUPP);
         assert!(e.message.contains("FI_SHARED_AV"), "{e}");
-        assert!(bare.check_av(&AvAttr::default()).is_ok());
+        assert!(bare.av_attr(&AvAttr::default()).is_ok());
         let caps = |caps| DomainAttr {
             caps,
             ..DomainAttr::default()
         };
-        assert!(caps(FI_AV_USER_ID).check_av(&user_id).is_ok());
-        assert!(caps(FI_SHARED_AV).check_av(&named).is_ok());
-        assert!(caps(FI_SHARED_AV).check_av(&user_id).is_err());
+        assert!(caps(FI_AV_USER_ID).av_attr(&user_id).is_ok());
+        assert!(caps(FI_SHARED_AV).av_attr(&named).is_ok());
+        assert!(caps(FI_SHARED_AV).av_attr(&user_id).is_err());
     }
 
     #[test]
@@ -259,5 +299,51 @@ mod tests {
         .limits(&nic())
         .unwrap();
         assert!(without.per_insert_user_ids);
+    }
+
+    #[test]
+    fn an_av_takes_the_domains_auth_key_mode_and_may_not_contradict_it() {
+        let keys = DomainAttr {
+            auth_key_size: FI_AV_AUTH_KEY,
+            ..DomainAttr::any()
+        };
+        let sized = |auth_key_size| AvAttr {
+            auth_key_size,
+            ..AvAttr::default()
+        };
+        assert_eq!(
+            keys.av_attr(&sized(0)).unwrap().auth_key_size,
+            FI_AV_AUTH_KEY
+        );
+        assert!(keys.av_attr(&sized(FI_AV_AUTH_KEY)).is_ok());
+        let e = keys.av_attr(&sized(4)).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EINVAL);
+        assert!(
+            e.message
+                .contains("auth_key_size 4 differs from the domain's FI_AV_AUTH_KEY"),
+            "{e}"
+        );
+        let plain = DomainAttr::any();
+        assert_eq!(plain.av_attr(&sized(0)).unwrap().auth_key_size, 0);
+        assert_eq!(plain.av_attr(&sized(4)).unwrap().auth_key_size, 4);
+        let e = plain.av_attr(&sized(FI_AV_AUTH_KEY)).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EINVAL);
+
+        let e = DomainAttr {
+            auth_key_size: 3,
+            ..DomainAttr::any()
+        }
+        .limits(&nic())
+        .unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EINVAL);
+        assert!(e.message.starts_with("fi_domain: auth_key_size 3"), "{e}");
+        let no_table = AvLimits {
+            max_auth_keys: 0,
+            ..nic()
+        };
+        let e = keys.limits(&no_table).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_ENODATA);
+        assert!(keys.limits(&nic()).is_ok());
+        assert!(plain.limits(&no_table).is_ok());
     }
 }

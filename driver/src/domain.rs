@@ -41,7 +41,9 @@ pub struct Domain {
 
 impl Nic {
     /// `fi_domain`: a domain on this NIC with `attr`. `FI_ENODATA` when the NIC cannot give
-    /// it (`ep_cnt` or `max_ep_rx_ctx` above the NIC's, as `fi_getinfo` answers such hints).
+    /// it (`ep_cnt` or `max_ep_rx_ctx` above the NIC's, or `FI_AV_AUTH_KEY` on a NIC without
+    /// an auth-key table, as `fi_getinfo` answers such hints); `FI_EINVAL` for an
+    /// `auth_key_size` of another size than a JobID's.
     pub fn domain(&self, attr: DomainAttr) -> Result<Domain, FiError> {
         let limits = attr.limits(&self.av_limits())?;
         Ok(Domain {
@@ -68,18 +70,18 @@ impl Domain {
         self.limits
     }
 
-    /// `fi_av_open` in this domain: [`DomainAttr::check_av`] (type, capabilities), then
-    /// [`Nic::open_av`] within the domain's limits. Nothing is asked of the NIC when a check
-    /// fails.
+    /// `fi_av_open` in this domain: [`DomainAttr::av_attr`] (type, capabilities, the
+    /// domain's auth-key mode), then [`Nic::open_av`] within the domain's limits. Nothing is
+    /// asked of the NIC when a check fails.
     pub fn open_av(&self, attr: AvAttr) -> Result<Av, FiError> {
-        self.attr.check_av(&attr)?;
+        let attr = self.attr.av_attr(&attr)?;
         self.nic.open_av_within(attr, self.limits)
     }
 
     /// `fi_av_open` with a name in this domain (which needs the `FI_SHARED_AV` capability):
-    /// [`DomainAttr::check_av`], then [`Nic::open_named_av`] within the domain's limits.
+    /// [`DomainAttr::av_attr`], then [`Nic::open_named_av`] within the domain's limits.
     pub fn open_named_av(&self, attr: AvAttr) -> Result<SharedAv, FiError> {
-        self.attr.check_av(&attr)?;
+        let attr = self.attr.av_attr(&attr)?;
         self.nic.open_named_av_within(attr, self.limits)
     }
 }

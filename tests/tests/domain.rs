@@ -46,6 +46,7 @@ fn each_domain_check_fails_with_an_errno_of_its_own_and_asks_nothing_of_the_nic(
             caps: 0,
             ep_cnt: 2,
             max_ep_rx_ctx: 2,
+            auth_key_size: 0,
         })
         .expect("domain");
     let before = function.counter(ADMIN_COMMANDS);
@@ -269,4 +270,43 @@ fn the_user_id_capability_refuses_per_insert_ids_and_set_user_id_reaches_the_nic
         got.src_addr, 0xabc,
         "the source is the user id set in the domain's AV"
     );
+}
+
+/// A domain in FI_AV_AUTH_KEY mode: its AVs hold auth keys without asking, and an AV that
+/// names another mode is refused before the NIC is asked for a table.
+#[test]
+fn an_auth_key_domain_gives_its_avs_auth_keys() {
+    let fabric = Fabric::new();
+    let (nic, function) = nic(&fabric, 0);
+    let domain = nic
+        .domain(DomainAttr {
+            auth_key_size: uet_av::FI_AV_AUTH_KEY,
+            ..DomainAttr::default()
+        })
+        .expect("domain");
+    let mut av = domain.open_av(attr()).expect("AV");
+    let handle = av
+        .insert_auth_key(&uet_av::job_id_to_auth_key(0x33), 0)
+        .expect("an auth key in the domain's AV");
+    assert!(uet_av::is_auth_key_addr(handle), "{handle:#x}");
+    let before = function.counter(ADMIN_COMMANDS);
+    let e = domain
+        .open_av(AvAttr {
+            auth_key_size: 4,
+            ..attr()
+        })
+        .map(|_| ())
+        .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL, "{e}");
+    assert_eq!(function.counter(ADMIN_COMMANDS), before);
+    // A plain domain's AV holds no keys.
+    let mut plain = nic
+        .domain(DomainAttr::any())
+        .unwrap()
+        .open_av(attr())
+        .unwrap();
+    let e = plain
+        .insert_auth_key(&uet_av::job_id_to_auth_key(0x33), 0)
+        .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL, "{e}");
 }

@@ -59,12 +59,12 @@ pub const AUTH_KEY_MAX_RX_CTX_BITS: u8 = 15;
 
 /// The `auth_key_size` values a domain may have: 0 (the domain's key is the AV's JobID),
 /// [`AUTH_KEY_BYTES`] (likewise, given as a key) or [`FI_AV_AUTH_KEY`].
-pub(super) fn check_auth_key_size(size: usize) -> Result<(), FiError> {
+pub(crate) fn check_auth_key_size(call: &str, size: usize) -> Result<(), FiError> {
     if size == 0 || size == AUTH_KEY_BYTES || size == FI_AV_AUTH_KEY {
         return Ok(());
     }
     Err(FiError::inval(format!(
-        "fi_av_open: auth_key_size {size}: an auth key of this NIC is a {AUTH_KEY_BYTES}-byte \
+        "{call}: auth_key_size {size}: an auth key of this NIC is a {AUTH_KEY_BYTES}-byte \
          JobID (or FI_AV_AUTH_KEY puts the keys in the AV)"
     )))
 }
