@@ -703,8 +703,13 @@ impl Nic {
         NamedAv::open(attr, limits, |attr| self.create_av_table(attr))
     }
 
-    /// AV_CREATE of a table for `attr` (resolved).
-    fn create_av_table(&self, attr: &AvAttr) -> Result<NicAv, FiError> {
+    /// AV_CREATE of a NIC AV table for `attr`, resolved ([`AvAttr::resolve`] against
+    /// [`Nic::av_limits`] or a domain's): the table alone, for an [`AddressVector`] over a
+    /// table type that wraps [`NicAv`] (to trace or test the commands it sends).
+    /// [`Nic::open_av`] is the usual way to an AV. `FI_ENOSYS` for `FI_AV_AUTH_KEY` on a NIC
+    /// without an auth-key table; what AV_CREATE answers (`FI_ENOSPC` when the NIC has no
+    /// room for the table).
+    pub fn create_av_table(&self, attr: &AvAttr) -> Result<NicAv, FiError> {
         if attr.auth_key_size == FI_AV_AUTH_KEY && self.capabilities().auth_key_slots == 0 {
             return Err(FiError::new(
                 FiErrno::FI_ENOSYS,
