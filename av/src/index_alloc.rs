@@ -366,4 +366,147 @@ mod tests {
         assert_eq!(a.alloc(), None);
         assert!(a.free(64) && a.alloc_at(64));
     }
+
+    /// A plain model of the allocator: the high-water mark and the freed indices below it.
+    struct ModelAlloc {
+        capacity: u32,
+        high_water: u32,
+        freed: BTreeSet<u32>,
+    }
+
+    impl ModelAlloc {
+        fn lowest(&self) -> Option<u32> {
+            self.freed
+                .first()
+                .copied()
+                .or((self.high_water < self.capacity).then_some(self.high_water))
+        }
+
+        fn is_free(&self, i: u32) -> bool {
+            i < self.capacity && (i >= self.high_water || self.freed.contains(&i))
+        }
+
+        fn take(&mut self, i: u32) {
+            if i >= self.high_water {
+                self.freed.extend(self.high_water..i);
+                self.high_water = i + 1;
+            } else {
+                self.freed.remove(&i);
+            }
+        }
+    }
+
+    /// Every operation against the model, at a capacity the runs fill and at capacities whose
+    /// trees grow to three and four levels while indices are freed, placed and taken in runs:
+    /// the levels grow with the high-water mark under words already marked.
+    #[test]
+    fn every_operation_matches_a_model_while_the_tree_grows() {
+        for (seed, capacity) in [
+            (0x3c6e_f372_fe94_f82bu64, 700u32),
+            (0x9e37_79b9_7f4a_7c15, 5_000),
+            (0x2545_f491_4f6c_dd1d, 70_000),
+            (0x6a09_e667_f3bc_c908, 300_000),
+            (0xbb67_ae85_84ca_a73b, 300_000),
+        ] {
+            let mut a = IndexAllocator::new(capacity);
+            let mut m = ModelAlloc {
+                capacity,
+                high_water: 0,
+                freed: BTreeSet::new(),
+            };
+            let mut x = seed;
+            let mut rnd = move |n: u64| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x % n.max(1)
+            };
+            for step in 0..20_000 {
+                let span = u64::from(m.high_water) + 64;
+                match rnd(12) {
+                    0..=2 => {
+                        let want = m.lowest();
+                        if let Some(i) = want {
+                            m.take(i);
+                        }
+                        assert_eq!(a.alloc(), want, "seed {seed:#x} step {step}: alloc");
+                    }
+                    3 => {
+                        let max = rnd(3000) as u32;
+                        let want = m.lowest().filter(|_| max > 0).map(|first| {
+                            let mut n = 0;
+                            while n < max && m.is_free(first + n) {
+                                n += 1;
+                            }
+                            (first, n)
+                        });
+                        if let Some((first, n)) = want {
+                            (first..first + n).for_each(|i| m.take(i));
+                        }
+                        assert_eq!(a.alloc_run(max), want, "seed {seed:#x} step {step}: run");
+                    }
+                    4 => {
+                        // Mostly near the mark, sometimes far past it (the tree grows by
+                        // levels at once), sometimes outside the capacity.
+                        let i = match rnd(8) {
+                            0 => (u64::from(m.high_water) + rnd(u64::from(capacity))) as u32,
+                            _ => rnd(span) as u32,
+                        };
+                        let want = m.is_free(i);
+                        if want {
+                            m.take(i);
+                        }
+                        assert_eq!(a.alloc_at(i), want, "seed {seed:#x} step {step}: at {i}");
+                    }
+                    10..=11 => {
+                        // A block freed whole, often the one just below the mark, so that
+                        // runs meet the mark and gaps sit one short of it.
+                        let len = 1 + rnd(300) as u32;
+                        let first = match rnd(2) {
+                            0 => m.high_water.saturating_sub(len),
+                            _ => rnd(span) as u32,
+                        };
+                        for i in first..first.saturating_add(len) {
+                            let want = i < m.high_water && !m.freed.contains(&i);
+                            if want {
+                                m.freed.insert(i);
+                            }
+                            assert_eq!(a.free(i), want, "seed {seed:#x} step {step}: free {i}");
+                        }
+                        if rnd(3) == 0 {
+                            // And one index kept, one below the mark.
+                            if let Some(i) = m.high_water.checked_sub(2) {
+                                if m.freed.remove(&i) {
+                                    assert!(a.alloc_at(i), "seed {seed:#x} step {step}");
+                                }
+                            }
+                        }
+                    }
+                    _ => {
+                        let i = rnd(span) as u32;
+                        let want = i < m.high_water && !m.freed.contains(&i);
+                        if want {
+                            m.freed.insert(i);
+                        }
+                        assert_eq!(a.free(i), want, "seed {seed:#x} step {step}: free {i}");
+                    }
+                }
+                assert_eq!(a.peek(), m.lowest(), "seed {seed:#x} step {step}: peek");
+                assert_eq!(a.high_water(), m.high_water, "seed {seed:#x} step {step}");
+                assert_eq!(
+                    a.len(),
+                    m.high_water - m.freed.len() as u32,
+                    "seed {seed:#x} step {step}: len"
+                );
+            }
+            assert!(
+                a.iter()
+                    .eq((0..m.high_water).filter(|i| !m.freed.contains(i))),
+                "seed {seed:#x}: iter"
+            );
+            if capacity >= 300_000 {
+                assert!(a.levels.len() >= 3, "seed {seed:#x}: the tree grew");
+            }
+        }
+    }
 }
