@@ -1,9 +1,14 @@
-//! The whole reference-model run of the AV crate's `model.rs` on a NIC of the simulator: every
+//! The whole reference-model runs of the AV crate's `model.rs` and `model_auth_keys.rs` on a
+//! NIC of the simulator. The first drives every
 //! insert form (binary, `FI_ADDR_STR`, insertsvc, insertsym), `FI_SYNC_ERR`, `FI_MORE`, user
 //! ids (open flag and per insert), removes, lookups, `fi_av_set_user_id`, flushes, AV sets,
 //! receive-context and peer-group addressing, and refused, busy and unanswered AV_WRITE and
 //! AV_INVALIDATE commands — 10,000 steps per seed. After every step the model, the host
-//! mirror and the NIC table, read back with AV_READ, agree.
+//! mirror and the NIC table, read back with AV_READ, agree. The second drives auth keys
+//! (insert_auth_key, inserts bound to keys, removes of addresses and of keys,
+//! lookup_auth_key, refused auth-key commands), and after every step the NIC's auth-key
+//! table, read back with AUTH_KEY_READ, holds exactly the AV's keys, in the slots the AV
+//! names, owned by its table.
 //!
 //! The engine is the AV crate's (`av/tests/model/engine.rs`, included here); only the NIC
 //! table differs. Faults are armed host-side, between the AV and the driver's table: a
@@ -15,6 +20,8 @@
 mod common;
 #[path = "../../av/tests/model/engine.rs"]
 mod engine;
+#[path = "../../av/tests/model_auth_keys/engine.rs"]
+mod engine_auth_keys;
 
 use engine::{run_on, seeded_ops, Config, ModelNic};
 use std::sync::Arc;
@@ -22,6 +29,7 @@ use uet_av::{AddressVector, AvAttr, Fault, FiError, NicAvTable, NicError, NicOp}
 use uet_driver::av::NicAv;
 use uet_driver::backend::sim::SimDevice;
 use uet_driver::Nic;
+use uet_fwif::auth_key::AuthKeyEntry;
 use uet_fwif::{AvWriteRecord, NicAvEntry};
 use uet_sim::{Fabric, NicConfig};
 
@@ -30,6 +38,8 @@ struct SimTable {
     table: NicAv,
     /// The faults of the next AV_WRITE and AV_INVALIDATE.
     faults: [Option<Fault>; 2],
+    /// The next auth-key command is refused, not sent.
+    refuse_auth: bool,
 }
 
 impl SimTable {
@@ -54,6 +64,17 @@ impl SimTable {
             )),
             Some(Fault::InDoubt { applied: true }) => Ok(true),
         }
+    }
+
+    /// `Err` (not sent) when the next auth-key command is to be refused.
+    fn take_auth(&mut self, op: &str) -> Result<(), FiError> {
+        if std::mem::take(&mut self.refuse_auth) {
+            return Err(FiError::new(
+                uet_av::FiErrno::FI_EIO,
+                format!("{op}: armed fault: refused"),
+            ));
+        }
+        Ok(())
     }
 
     /// The outcome of a command sent with [`SimTable::take`]'s `late`.
@@ -99,6 +120,44 @@ impl NicAvTable for SimTable {
     fn check_close(&self) -> Result<(), FiError> {
         self.table.check_close()
     }
+
+    fn add_auth_key(&mut self, job_id: u32, source: u64) -> Result<u16, FiError> {
+        self.take_auth("AUTH_KEY_ADD")?;
+        self.table.add_auth_key(job_id, source)
+    }
+
+    fn remove_auth_key(&mut self, slot: u16, job_id: u32) -> Result<(), FiError> {
+        self.take_auth("AUTH_KEY_REMOVE")?;
+        self.table.remove_auth_key(slot, job_id)
+    }
+
+    fn set_auth_key_source(&mut self, slot: u16, source: u64) -> Result<(), FiError> {
+        self.take_auth("AUTH_KEY_SOURCE")?;
+        self.table.set_auth_key_source(slot, source)
+    }
+
+    fn read_auth_keys(&mut self, first: u16, out: &mut [AuthKeyEntry]) -> Result<(), FiError> {
+        self.take_auth("AUTH_KEY_READ")?;
+        self.table.read_auth_keys(first, out)
+    }
+
+    fn auth_key_users(&self, slot: u16) -> usize {
+        self.table.auth_key_users(slot)
+    }
+
+    fn table_handle(&self) -> Option<u32> {
+        self.table.table_handle()
+    }
+}
+
+impl engine_auth_keys::AuthModelNic for SimTable {
+    fn refuse_next_auth_key_command(&mut self) {
+        self.refuse_auth = true;
+    }
+
+    fn disarm(&mut self) {
+        self.refuse_auth = false;
+    }
 }
 
 impl ModelNic for SimTable {
@@ -123,27 +182,39 @@ impl ModelNic for SimTable {
     }
 }
 
+/// A fresh NIC of the simulator, with `auth_key_slots` auth-key slots when given.
+fn sim_nic(auth_key_slots: Option<u16>) -> (Fabric, Nic) {
+    let fabric = Fabric::new();
+    let mut config = NicConfig::new("10.66.0.1".parse().expect("address"));
+    if let Some(slots) = auth_key_slots {
+        config.auth_key_slots = slots;
+    }
+    let function = fabric.add_nic(config).expect("add NIC");
+    let nic = Nic::open(Arc::new(SimDevice::new(function))).expect("open NIC");
+    (fabric, nic)
+}
+
+/// The AV `attr` asks for on `nic`, over its table wrapped in a [`SimTable`].
+fn open_on(nic: &Nic, attr: AvAttr) -> AddressVector<SimTable> {
+    let limits = nic.av_limits();
+    let resolved = attr.resolve(&limits).expect("the model's attributes");
+    let table = nic.create_av_table(&resolved).expect("AV_CREATE");
+    AddressVector::open(
+        SimTable {
+            table,
+            faults: [None; 2],
+            refuse_auth: false,
+        },
+        attr,
+        limits,
+    )
+    .expect("open the AV")
+}
+
 /// Run `ops` with `cfg` on a fresh NIC of the simulator.
 fn run_on_sim(cfg: Config, ops: &[engine::Op]) -> [usize; 3] {
-    let fabric = Fabric::new();
-    let function = fabric
-        .add_nic(NicConfig::new("10.66.0.1".parse().expect("address")))
-        .expect("add NIC");
-    let nic = Nic::open(Arc::new(SimDevice::new(function))).expect("open NIC");
-    run_on(cfg, ops, |attr: AvAttr| {
-        let limits = nic.av_limits();
-        let resolved = attr.resolve(&limits).expect("the model's attributes");
-        let table = nic.create_av_table(&resolved).expect("AV_CREATE");
-        AddressVector::open(
-            SimTable {
-                table,
-                faults: [None; 2],
-            },
-            attr,
-            limits,
-        )
-        .expect("open the AV")
-    })
+    let (_fabric, nic) = sim_nic(None);
+    run_on(cfg, ops, |attr: AvAttr| open_on(&nic, attr))
 }
 
 /// Seeds per test: `UET_MODEL_SEEDS` when set.
@@ -228,6 +299,34 @@ fn the_model_with_unanswered_commands_agrees_with_the_simulated_nic() {
         assert!(
             writes >= 10 && removes >= 10,
             "seed {seed:#x}: steps that left entries in doubt: {doubts:?}"
+        );
+    }
+}
+
+/// The auth-key model's runs (tables nearly always full, often full and rarely full) on a
+/// NIC of [`engine_auth_keys::SLOTS`] auth-key slots: every outcome the calls can have comes up.
+#[test]
+fn auth_keys_match_the_model_on_the_simulated_nic() {
+    let mut seen = engine_auth_keys::Tally::new();
+    for (seed, cap) in [
+        (0x9e37_79b9_7f4a_7c15u64, 4usize),
+        (0x0123_4567_89ab_cdef, 16),
+        (0x7e57_9a0f_0123_4567, 32),
+    ] {
+        let (_fabric, nic) = sim_nic(Some(engine_auth_keys::SLOTS));
+        let av = open_on(&nic, engine_auth_keys::attr(cap));
+        engine_auth_keys::run_on(seed, 10_000, &mut seen, av);
+    }
+    for e in [
+        uet_av::FiErrno::FI_EINVAL,
+        uet_av::FiErrno::FI_ENOSPC,
+        uet_av::FiErrno::FI_EBUSY,
+        uet_av::FiErrno::FI_ENOKEY,
+        uet_av::FiErrno::FI_EIO,
+    ] {
+        assert!(
+            seen.get(&e.to_status()).is_some_and(|&n| n > 0),
+            "{e:?}: {seen:?}"
         );
     }
 }

@@ -1,0 +1,436 @@
+//! The engine of `model_auth_keys.rs`: a plain model of auth keys (fi_av(3), and the rules of
+//! `uet_av::av::auth_keys` where the man page leaves them to the provider), random steps, and
+//! the check after each that model, mirror, NIC AV table and NIC auth-key table agree. It runs
+//! over any [`AuthModelNic`]: the in-memory table here, and a NIC of the simulator in the
+//! workspace's end-to-end tests (`tests/tests/av_model_full_sim.rs`, which includes this file).
+#![allow(dead_code)]
+use crate::common::{peer_bytes, XorShift, LIMITS};
+use uet_av::{
+    AddressVector, AvAttr, AvLimits, FiErrno, MemoryNicTable, NicAvTable, NicOp, ADDR_LEN,
+    AUTH_KEY_ADDR_BASE, FI_ADDR_NOTAVAIL, FI_AUTH_KEY, FI_AV_AUTH_KEY,
+};
+use uet_fwif::auth_key::AuthKeyEntry;
+
+/// A NIC table with an auth-key table the model runs over, whose next auth-key command can be
+/// refused.
+pub(crate) trait AuthModelNic: NicAvTable {
+    /// The next auth-key command (AUTH_KEY_ADD, _REMOVE, _SOURCE or _READ) is refused and
+    /// changes nothing.
+    fn refuse_next_auth_key_command(&mut self);
+    /// Cancel a refusal no command used.
+    fn disarm(&mut self);
+}
+
+impl AuthModelNic for MemoryNicTable {
+    fn refuse_next_auth_key_command(&mut self) {
+        self.fail_after(NicOp::AuthKey, 0);
+    }
+
+    fn disarm(&mut self) {
+        self.clear_faults();
+    }
+}
+
+/// Auth-key slots of the NIC, and keys the AV may hold.
+pub(crate) const SLOTS: u16 = 3;
+/// The AV's own JobID.
+const JOB: u32 = 0x51;
+
+/// One key the model holds.
+#[derive(Clone, Copy, Debug)]
+struct Key {
+    number: u16,
+    job: u32,
+    /// `fi_av_insert_auth_key` calls of it not yet removed.
+    inserts: u32,
+}
+
+impl Key {
+    fn handle(&self) -> u64 {
+        AUTH_KEY_ADDR_BASE | u64::from(self.number)
+    }
+}
+
+/// The reference model: slots in index order (address, the number of the key it was inserted
+/// against), lowest-free allocation; keys numbered from 0, lowest unused first.
+struct Model {
+    slots: Vec<Option<([u8; ADDR_LEN], Option<u16>)>>,
+    keys: Vec<Key>,
+    /// The NIC refuses its next auth-key command.
+    fail_auth: bool,
+}
+
+impl Model {
+    fn key(&self, handle: u64) -> Option<&Key> {
+        self.keys.iter().find(|k| k.handle() == handle)
+    }
+
+    fn bound(&self, number: u16) -> usize {
+        self.slots
+            .iter()
+            .flatten()
+            .filter(|(_, k)| *k == Some(number))
+            .count()
+    }
+
+    /// An AUTH_KEY command: `false` when the NIC refuses it (the refusal is used up).
+    fn nic_auth(&mut self) -> bool {
+        !std::mem::take(&mut self.fail_auth)
+    }
+
+    fn insert_key(&mut self, job: u32) -> Result<u64, FiErrno> {
+        if job > 0x00FF_FFFF {
+            return Err(FiErrno::FI_EINVAL);
+        }
+        if let Some(k) = self.keys.iter_mut().find(|k| k.job == job) {
+            // A key already held: its handle again, one more insert, no NIC command.
+            k.inserts += 1;
+            return Ok(k.handle());
+        }
+        if self.keys.len() >= usize::from(SLOTS) {
+            return Err(FiErrno::FI_ENOSPC);
+        }
+        if !self.nic_auth() {
+            return Err(FiErrno::FI_EIO);
+        }
+        let number = (0..)
+            .find(|n| self.keys.iter().all(|k| k.number != *n))
+            .unwrap_or(0);
+        let k = Key {
+            number,
+            job,
+            inserts: 1,
+        };
+        self.keys.push(k);
+        Ok(k.handle())
+    }
+
+    /// An insert call of `addrs` (each valid or not); `keyed`: with `FI_AUTH_KEY`, each
+    /// address's `fi_addr` slot holding the handle it is inserted against.
+    fn insert(
+        &mut self,
+        addrs: &[(bool, [u8; ADDR_LEN])],
+        keyed: Option<&[u64]>,
+    ) -> Result<(usize, Vec<u64>), FiErrno> {
+        let mut numbers = Vec::new();
+        if let Some(handles) = keyed {
+            // Every handle must be a held key's, or the call changes nothing.
+            for &h in handles {
+                numbers.push(Some(self.key(h).ok_or(FiErrno::FI_EINVAL)?.number));
+            }
+        } else {
+            numbers.resize(addrs.len(), None);
+        }
+        let mut out = Vec::new();
+        let mut ok = 0;
+        for (&(valid, bytes), key) in addrs.iter().zip(numbers) {
+            let free = self.slots.iter().position(Option::is_none);
+            match (valid, free) {
+                (true, Some(i)) => {
+                    self.slots[i] = Some((bytes, key));
+                    out.push(i as u64);
+                    ok += 1;
+                }
+                _ => out.push(FI_ADDR_NOTAVAIL),
+            }
+        }
+        Ok((ok, out))
+    }
+
+    fn remove(&mut self, indices: &[u64]) -> Result<(), FiErrno> {
+        let mut seen = Vec::new();
+        for &i in indices {
+            let in_use = usize::try_from(i)
+                .ok()
+                .and_then(|i| self.slots.get(i))
+                .is_some_and(Option::is_some);
+            if !in_use || seen.contains(&i) {
+                return Err(FiErrno::FI_EINVAL);
+            }
+            seen.push(i);
+        }
+        for i in seen {
+            self.slots[i as usize] = None;
+        }
+        Ok(())
+    }
+
+    fn remove_key(&mut self, handle: u64) -> Result<(), FiErrno> {
+        let Some(at) = self.keys.iter().position(|k| k.handle() == handle) else {
+            return Err(FiErrno::FI_EINVAL);
+        };
+        let k = self.keys[at];
+        if k.inserts > 1 {
+            self.keys[at].inserts -= 1;
+            return Ok(());
+        }
+        // The last insert: no endpoint uses it here, so only addresses bound to it keep it.
+        if self.bound(k.number) > 0 {
+            return Err(FiErrno::FI_EBUSY);
+        }
+        if !self.nic_auth() {
+            return Err(FiErrno::FI_EIO);
+        }
+        self.keys.remove(at);
+        Ok(())
+    }
+
+    /// `fi_av_lookup_auth_key` of `fi_addr`: the key's JobID.
+    fn lookup_key(&self, fi_addr: u64) -> Result<u32, FiErrno> {
+        if let Some(k) = self.key(fi_addr) {
+            return Ok(k.job);
+        }
+        let slot = usize::try_from(fi_addr)
+            .ok()
+            .and_then(|i| self.slots.get(i))
+            .and_then(|s| s.as_ref());
+        match slot {
+            None => Err(FiErrno::FI_EINVAL),
+            Some((_, None)) => Err(FiErrno::FI_ENOKEY),
+            Some((_, Some(n))) => self
+                .keys
+                .iter()
+                .find(|k| k.number == *n)
+                .map(|k| k.job)
+                .ok_or(FiErrno::FI_EINVAL),
+        }
+    }
+}
+
+/// A handle to insert against or remove: a held key's mostly, else one no key has (a stale or
+/// never-issued number), or an address.
+fn any_handle(r: &mut XorShift, m: &Model) -> u64 {
+    match r.below(8) {
+        0 => AUTH_KEY_ADDR_BASE | r.below(6),
+        1 => r.below(4),
+        _ if m.keys.is_empty() => AUTH_KEY_ADDR_BASE | r.below(6),
+        _ => m.keys[r.below(m.keys.len() as u64) as usize].handle(),
+    }
+}
+
+/// The attributes of the model's AV: `cap` entries, in an FI_AV_AUTH_KEY domain.
+pub(crate) fn attr(cap: usize) -> AvAttr {
+    AvAttr {
+        count: cap,
+        job_id: JOB,
+        auth_key_size: FI_AV_AUTH_KEY,
+        ..AvAttr::default()
+    }
+}
+
+/// The model's AV over an in-memory table of [`SLOTS`] auth-key slots.
+fn open(cap: usize) -> AddressVector<MemoryNicTable> {
+    let nic = MemoryNicTable::new(cap as u32).with_auth_key_slots(SLOTS);
+    let limits = AvLimits {
+        max_auth_keys: SLOTS,
+        ..LIMITS
+    };
+    AddressVector::open(nic, attr(cap), limits).expect("open")
+}
+
+/// The model, the mirror, the NIC AV table and the NIC auth-key table agree: every slot the AV
+/// holds a key in holds it on the NIC, owned by the AV's table, and every other slot of the
+/// NIC (which serves this AV alone) is free.
+fn check<N: AuthModelNic>(av: &mut AddressVector<N>, m: &Model, step: usize) {
+    assert_eq!(
+        av.len(),
+        m.slots.iter().flatten().count(),
+        "step {step}: addresses"
+    );
+    for (i, slot) in m.slots.iter().enumerate() {
+        let mut b = [0u8; ADDR_LEN];
+        let mut len = b.len();
+        let got = av.lookup(i as u64, &mut b, &mut len);
+        match slot {
+            None => assert!(got.is_err(), "step {step}: index {i} should be free"),
+            Some((bytes, key)) => {
+                assert!(got.is_ok(), "step {step}: index {i} should be in use");
+                assert_eq!(&b, bytes, "step {step}: index {i}");
+                let want = key.map(|n| AUTH_KEY_ADDR_BASE | u64::from(n));
+                assert_eq!(
+                    av.auth_key_of(i as u64).unwrap(),
+                    want,
+                    "step {step}: key of index {i}"
+                );
+            }
+        }
+    }
+    let mut held: Vec<(u64, u32, u32)> = av
+        .auth_keys()
+        .map(|k| (k.handle, k.job_id, k.bound))
+        .collect();
+    held.sort_unstable();
+    let mut want: Vec<(u64, u32, u32)> = m
+        .keys
+        .iter()
+        .map(|k| (k.handle(), k.job, m.bound(k.number) as u32))
+        .collect();
+    want.sort_unstable();
+    assert_eq!(
+        held, want,
+        "step {step}: keys (handle, JobID, addresses bound)"
+    );
+    assert!(
+        av.verify_nic().unwrap().is_empty(),
+        "step {step}: NIC AV table"
+    );
+    assert!(
+        av.verify_auth_keys().unwrap().is_empty(),
+        "step {step}: NIC auth-key table"
+    );
+    let mut slots = vec![AuthKeyEntry::default(); usize::from(SLOTS)];
+    av.nic_mut()
+        .read_auth_keys(0, &mut slots)
+        .unwrap_or_else(|e| panic!("step {step}: AUTH_KEY_READ: {e}"));
+    let owner = av.nic().table_handle();
+    for (slot, on_nic) in slots.iter().enumerate() {
+        let key = av.auth_keys().find(|k| usize::from(k.slot) == slot);
+        match key {
+            Some(k) => assert!(
+                on_nic.is_valid()
+                    && on_nic.job_id.get() == k.job_id
+                    && owner.is_none_or(|h| on_nic.av.get() == h),
+                "step {step}: NIC auth-key slot {slot} should hold JobID {:#x}: {on_nic:?}",
+                k.job_id
+            ),
+            None => assert!(
+                !on_nic.is_valid(),
+                "step {step}: NIC auth-key slot {slot} is held, and the AV holds no key there: \
+                 {on_nic:?}"
+            ),
+        }
+    }
+}
+
+/// Outcomes seen, by errno (0: success): a run that never meets one would not test it.
+pub(crate) type Tally = std::collections::BTreeMap<i32, usize>;
+
+fn tally<T>(t: &mut Tally, r: &Result<T, FiErrno>) {
+    let k = match r {
+        Ok(_) => 0,
+        Err(e) => e.to_status(),
+    };
+    *t.entry(k).or_default() += 1;
+}
+
+/// [`run_on`] over an in-memory table.
+pub(crate) fn run(seed: u64, cap: usize, steps: usize, seen: &mut Tally) {
+    run_on(seed, steps, seen, open(cap));
+}
+
+/// Run `steps` random steps from `seed` on `av` (opened with [`attr`], its NIC with [`SLOTS`]
+/// auth-key slots and no other AV).
+pub(crate) fn run_on<N: AuthModelNic>(
+    seed: u64,
+    steps: usize,
+    seen: &mut Tally,
+    mut av: AddressVector<N>,
+) {
+    let cap = av.capacity();
+    let mut m = Model {
+        slots: vec![None; cap],
+        keys: Vec::new(),
+        fail_auth: false,
+    };
+    let mut r = XorShift(seed);
+    for step in 0..steps {
+        if r.chance(10) {
+            // The NIC refuses its next auth-key command, made in this step if any.
+            av.nic_mut().refuse_next_auth_key_command();
+            m.fail_auth = true;
+        }
+        match r.below(12) {
+            0..=2 => {
+                // Mostly JobIDs seen before; sometimes one too wide.
+                let job = if r.chance(12) {
+                    0x0100_0000 + r.below(4) as u32
+                } else {
+                    0x40 + r.below(5) as u32
+                };
+                // The key as the application passes it: 4 bytes, little-endian (a JobID
+                // too wide keeps its top byte). Now and then 3 bytes: the wrong size.
+                let key = job.to_le_bytes();
+                let (bytes, want) = if r.chance(16) {
+                    (&key[..3], Err(FiErrno::FI_EINVAL))
+                } else {
+                    (&key[..], m.insert_key(job))
+                };
+                let got = av.insert_auth_key(bytes, 0).map_err(|e| e.errno);
+                tally(seen, &got);
+                assert_eq!(got, want, "step {step}: insert_auth_key {bytes:x?}");
+            }
+            3..=6 => {
+                let n = 1 + r.below(3) as usize;
+                let addrs: Vec<(bool, [u8; ADDR_LEN])> = (0..n)
+                    .map(|_| {
+                        let valid = !r.chance(8);
+                        let mut b = peer_bytes(r.below(1000) as u32 + 1);
+                        if !valid {
+                            b[0] = 0x70;
+                        }
+                        (valid, b)
+                    })
+                    .collect();
+                let buf: Vec<u8> = addrs.iter().flat_map(|(_, b)| *b).collect();
+                let keyed = r.chance(2);
+                let mut fa: Vec<u64> = (0..n)
+                    .map(|_| if keyed { any_handle(&mut r, &m) } else { 0 })
+                    .collect();
+                let handles = fa.clone();
+                let flags = if keyed { FI_AUTH_KEY } else { 0 };
+                let got = av
+                    .insert(&buf, n, Some(&mut fa), flags)
+                    .map_err(|e| e.errno);
+                tally(seen, &got);
+                let want = m.insert(&addrs, keyed.then_some(handles.as_slice()));
+                match want {
+                    Ok((k, out)) => {
+                        assert_eq!(got, Ok(k), "step {step}: insert {handles:x?}");
+                        assert_eq!(fa, out, "step {step}: fi_addr out");
+                    }
+                    Err(e) => {
+                        assert_eq!(got, Err(e), "step {step}: insert {handles:x?}");
+                        assert_eq!(fa, handles, "step {step}: fi_addr untouched");
+                    }
+                }
+            }
+            7..=8 => {
+                let targets: Vec<u64> = (0..1 + r.below(2))
+                    .map(|_| r.below(cap as u64 + 1))
+                    .collect();
+                let got = av.remove(&targets, 0).map_err(|e| e.errno);
+                tally(seen, &got);
+                assert_eq!(got, m.remove(&targets), "step {step}: remove {targets:?}");
+            }
+            9..=10 => {
+                let h = any_handle(&mut r, &m);
+                let got = av.remove(&[h], FI_AUTH_KEY).map_err(|e| e.errno);
+                tally(seen, &got);
+                assert_eq!(got, m.remove_key(h), "step {step}: remove key {h:#x}");
+            }
+            _ => {
+                let target = if r.chance(2) {
+                    any_handle(&mut r, &m)
+                } else {
+                    r.below(cap as u64 + 1)
+                };
+                let mut key = [0u8; 4];
+                let mut size = key.len();
+                let got = av
+                    .lookup_auth_key(target, &mut key, &mut size)
+                    .map(|()| u32::from_le_bytes(key))
+                    .map_err(|e| e.errno);
+                tally(seen, &got);
+                assert_eq!(
+                    got,
+                    m.lookup_key(target),
+                    "step {step}: lookup_auth_key {target:#x}"
+                );
+            }
+        }
+        // A refusal no command of this step used goes, as the NIC forgets nothing else.
+        av.nic_mut().disarm();
+        m.fail_auth = false;
+        check(&mut av, &m, step);
+    }
+}
