@@ -91,7 +91,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -254,6 +254,48 @@ pub fn default_dir() -> PathBuf {
 /// The socket of process `pid` in `dir`.
 pub fn socket_path(dir: &Path, pid: u32) -> PathBuf {
     dir.join(format!("{pid}.sock"))
+}
+
+/// A listening socket at `path`, mode 0600 from the moment it is there: it is bound in a
+/// private directory (0700) made beside `path`, made 0600 there, and then linked into place,
+/// so no client can reach it while the umask's mode holds. The link fails, and nothing is left
+/// behind, when another process has bound `path` meanwhile. The error is the reason, for
+/// [`TelemetryError::Socket`].
+fn bind_private(path: &Path) -> Result<UnixListener, String> {
+    static STAGING: AtomicU64 = AtomicU64::new(0);
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .ok_or_else(|| "names no file".to_string())?
+        .to_string_lossy();
+    let staging = dir.join(format!(
+        ".{name}.bind-{}-{}",
+        std::process::id(),
+        STAGING.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&staging)
+        .map_err(|e| format!("cannot make a private directory to bind in: {e}"))?;
+    let bound = staging.join("socket");
+    let result = UnixListener::bind(&bound)
+        .map_err(|e| e.to_string())
+        .and_then(|listener| {
+            std::fs::set_permissions(&bound, std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| format!("cannot make the socket private (mode 0600): {e}"))?;
+            // link(2) fails when `path` exists: a process that bound it meanwhile keeps it.
+            std::fs::hard_link(&bound, path).map_err(|e| match e.kind() {
+                std::io::ErrorKind::AlreadyExists => "another process bound it meanwhile".into(),
+                _ => format!("cannot put the socket in place: {e}"),
+            })?;
+            Ok(listener)
+        });
+    let _ = std::fs::remove_file(&bound);
+    let _ = std::fs::remove_dir(&staging);
+    result
 }
 
 /// Remove the telemetry sockets in `dir` that processes killed by a signal left behind (a
@@ -424,16 +466,7 @@ impl Telemetry {
             std::fs::remove_file(&path)
                 .map_err(|e| fail(format!("cannot replace the stale socket: {e}")))?;
         }
-        let listener = UnixListener::bind(&path).map_err(|e| fail(e.to_string()))?;
-        // Connecting needs write permission on the socket file. From `bind` (which also
-        // listens) to here the umask's mode holds, an instant in which the directory's
-        // permissions are the only guard.
-        if let Err(e) = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)) {
-            let _ = std::fs::remove_file(&path);
-            return Err(fail(format!(
-                "cannot make the socket private (mode 0600): {e}"
-            )));
-        }
+        let listener = bind_private(&path).map_err(fail)?;
         let nics: Arc<Mutex<Vec<Weak<NicInner>>>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
         let clients: Arc<Mutex<Clients>> = Arc::default();
@@ -1166,5 +1199,60 @@ mod tests {
         let now = nic.inner.av_tables();
         let page = dump_page(&nic.inner, &now[0], 0, 16).unwrap();
         assert_eq!(page["entries"].as_array().unwrap().len(), 2);
+    }
+}
+
+#[cfg(test)]
+mod bind_tests {
+    use super::*;
+
+    fn fresh_dir(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("uet-bind-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        dir
+    }
+
+    fn listing(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_socket_is_linked_into_place_private_and_leaves_nothing_else() {
+        let dir = fresh_dir("private");
+        let path = dir.join("t.sock");
+        let listener = bind_private(&path).unwrap();
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert!(meta.file_type().is_socket());
+        assert_eq!(meta.mode() & 0o777, 0o600);
+        assert_eq!(listing(&dir), ["t.sock"], "the private directory is gone");
+        let _client = UnixStream::connect(&path).unwrap();
+        listener.set_nonblocking(false).unwrap();
+        assert!(
+            listener.accept().is_ok(),
+            "the socket at the path is the listener's"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_path_bound_meanwhile_is_left_to_its_owner() {
+        let dir = fresh_dir("taken");
+        let path = dir.join("t.sock");
+        let first = bind_private(&path).unwrap();
+        let e = bind_private(&path).unwrap_err();
+        assert!(e.contains("another process bound it meanwhile"), "{e}");
+        assert_eq!(listing(&dir), ["t.sock"], "nothing left behind");
+        let _client = UnixStream::connect(&path).unwrap();
+        assert!(
+            first.accept().is_ok(),
+            "the first owner still serves the path"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
