@@ -71,14 +71,23 @@ impl DomainAttr {
     ///
     /// `FI_ENODATA` (the NIC cannot give this domain, as `fi_getinfo` answers hints it cannot
     /// meet) when `ep_cnt` or `max_ep_rx_ctx` exceeds the NIC's, or `auth_key_size` is
-    /// `FI_AV_AUTH_KEY` and the NIC has no auth-key table; `FI_EINVAL` for an `auth_key_size`
-    /// that is none of 0, 4 and `FI_AV_AUTH_KEY`.
+    /// `FI_AV_AUTH_KEY` and the NIC has no auth-key table, or the domain asks for both
+    /// `FI_AV_AUTH_KEY` and the `FI_SHARED_AV` capability (every AV of such a domain holds
+    /// auth keys, and a named AV holds none: it could open no shared AV); `FI_EINVAL` for an
+    /// `auth_key_size` that is none of 0, 4 and `FI_AV_AUTH_KEY`.
     pub fn limits(&self, nic: &AvLimits) -> Result<AvLimits, FiError> {
         crate::av::auth_keys::check_auth_key_size("fi_domain", self.auth_key_size)?;
         if self.auth_key_size == FI_AV_AUTH_KEY && nic.max_auth_keys == 0 {
             return Err(FiError::new(
                 FiErrno::FI_ENODATA,
                 "fi_domain: auth_key_size FI_AV_AUTH_KEY: the NIC has no auth-key table",
+            ));
+        }
+        if self.auth_key_size == FI_AV_AUTH_KEY && self.caps & FI_SHARED_AV != 0 {
+            return Err(FiError::new(
+                FiErrno::FI_ENODATA,
+                "fi_domain: caps FI_SHARED_AV with auth_key_size FI_AV_AUTH_KEY: every AV of \
+                 the domain would hold auth keys, and a named AV holds none",
             ));
         }
         if self.ep_cnt as u64 > u64::from(nic.max_endpoints) {
@@ -305,6 +314,7 @@ mod tests {
     fn an_av_takes_the_domains_auth_key_mode_and_may_not_contradict_it() {
         let keys = DomainAttr {
             auth_key_size: FI_AV_AUTH_KEY,
+            caps: FI_AV_USER_ID,
             ..DomainAttr::any()
         };
         let sized = |auth_key_size| AvAttr {
@@ -345,5 +355,21 @@ mod tests {
         assert_eq!(e.errno, FiErrno::FI_ENODATA);
         assert!(keys.limits(&nic()).is_ok());
         assert!(plain.limits(&no_table).is_ok());
+    }
+
+    #[test]
+    fn shared_avs_and_avs_holding_auth_keys_are_no_domain() {
+        let both = DomainAttr {
+            auth_key_size: FI_AV_AUTH_KEY,
+            ..DomainAttr::any()
+        };
+        let e = both.limits(&nic()).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_ENODATA);
+        assert!(e.message.contains("FI_SHARED_AV"), "{e}");
+        let shared = DomainAttr {
+            caps: FI_SHARED_AV,
+            ..DomainAttr::default()
+        };
+        assert!(shared.limits(&nic()).is_ok());
     }
 }

@@ -41,9 +41,10 @@ pub struct Domain {
 
 impl Nic {
     /// `fi_domain`: a domain on this NIC with `attr`. `FI_ENODATA` when the NIC cannot give
-    /// it (`ep_cnt` or `max_ep_rx_ctx` above the NIC's, or `FI_AV_AUTH_KEY` on a NIC without
-    /// an auth-key table, as `fi_getinfo` answers such hints); `FI_EINVAL` for an
-    /// `auth_key_size` of another size than a JobID's.
+    /// it (`ep_cnt` or `max_ep_rx_ctx` above the NIC's, `FI_AV_AUTH_KEY` on a NIC without
+    /// an auth-key table, or `FI_AV_AUTH_KEY` with the `FI_SHARED_AV` capability, as
+    /// `fi_getinfo` answers such hints); `FI_EINVAL` for an `auth_key_size` of another size
+    /// than a JobID's.
     pub fn domain(&self, attr: DomainAttr) -> Result<Domain, FiError> {
         let limits = attr.limits(&self.av_limits())?;
         Ok(Domain {

@@ -310,3 +310,41 @@ fn an_auth_key_domain_gives_its_avs_auth_keys() {
         .unwrap_err();
     assert_eq!(e.errno, FiErrno::FI_EINVAL, "{e}");
 }
+
+/// fi_getinfo(3): a secondary capability an application asks for "must" be supported by the
+/// provider, which otherwise fails "the fi_getinfo request (FI_ENODATA)". Every AV of an
+/// FI_AV_AUTH_KEY domain holds auth keys and a named AV holds none, so such a domain can
+/// open no shared AV: asking for FI_SHARED_AV with it is FI_ENODATA at fi_domain, as other
+/// domains the NIC cannot give are, rather than a capability every named fi_av_open refuses.
+#[test]
+fn shared_avs_in_an_auth_key_domain_are_enodata() {
+    let fabric = Fabric::new();
+    let (nic, _function) = nic(&fabric, 0);
+    let e = nic
+        .domain(DomainAttr {
+            caps: FI_SHARED_AV,
+            auth_key_size: uet_av::FI_AV_AUTH_KEY,
+            ..DomainAttr::default()
+        })
+        .map(|_| ())
+        .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_ENODATA, "{e}");
+    assert!(
+        e.message.contains("FI_SHARED_AV") && e.message.contains("FI_AV_AUTH_KEY"),
+        "{e}"
+    );
+    // Either alone is a domain the NIC gives.
+    assert!(nic
+        .domain(DomainAttr {
+            caps: FI_SHARED_AV,
+            ..DomainAttr::default()
+        })
+        .is_ok());
+    assert!(nic
+        .domain(DomainAttr {
+            caps: FI_AV_USER_ID,
+            auth_key_size: uet_av::FI_AV_AUTH_KEY,
+            ..DomainAttr::default()
+        })
+        .is_ok());
+}
