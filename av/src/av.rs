@@ -2292,14 +2292,21 @@ impl<N: NicAvTable> AddressVector<N> {
     /// its own.
     /// Pending `FI_MORE` inserts are sent first; then one AV_INVALIDATE removes the addresses
     /// from the NIC, and their indices (and user ids) become free (the lowest is reused first).
-    /// `FI_AV_USER_ID` is `FI_EINVAL` on an AV opened with it (fi_av(3)) and `FI_EBADFLAGS`
-    /// elsewhere, like every other flag. With `FI_AUTH_KEY`, `fi_addrs` are auth-key handles
-    /// (see [`auth_keys`]).
+    /// `FI_AV_USER_ID` is `FI_EINVAL` on an AV opened with it, in an `FI_AV_AUTH_KEY` domain
+    /// and in a domain with the `FI_AV_USER_ID` capability (fi_av(3): the flag "per
+    /// fi_av_insert / fi_av_insertsvc / fi_av_remove is not supported" there, as for inserts),
+    /// and `FI_EBADFLAGS` elsewhere, like every other flag. With `FI_AUTH_KEY`, `fi_addrs` are
+    /// auth-key handles (see [`auth_keys`]).
     pub fn remove(&mut self, fi_addrs: &[FiAddr], flags: u64) -> Result<(), FiError> {
         if flags & FI_AV_USER_ID != 0 && self.attr.flags & FI_AV_USER_ID != 0 {
             return Err(FiError::inval(
                 "fi_av_remove: the FI_AV_USER_ID flag is invalid on an AV opened with \
                  FI_AV_USER_ID",
+            ));
+        }
+        if flags & FI_AV_USER_ID != 0 && self.auth.is_some() {
+            return Err(FiError::inval(
+                "fi_av_remove: the FI_AV_USER_ID flag is invalid in an FI_AV_AUTH_KEY domain",
             ));
         }
         if flags & FI_AV_USER_ID != 0 && !self.per_insert_user_ids {

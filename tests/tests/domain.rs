@@ -348,3 +348,46 @@ fn shared_avs_in_an_auth_key_domain_are_enodata() {
         })
         .is_ok());
 }
+
+/// fi_av(3): "If the domain has been configured with FI_AV_AUTH_KEY or the user requires
+/// FI_AV_USER_ID support, using the FI_AV_USER_ID flag per fi_av_insert / fi_av_insertsvc /
+/// fi_av_remove is not supported." The rule refuses the flag alike on every call it names,
+/// in a domain of either kind: the insert forms and remove are all FI_EINVAL.
+#[test]
+fn per_call_user_ids_are_refused_alike_on_inserts_and_removes_in_both_kinds_of_domain() {
+    let fabric = Fabric::new();
+    let (nic, _function) = nic(&fabric, 0);
+    for d in [
+        DomainAttr {
+            caps: FI_AV_USER_ID,
+            ..DomainAttr::default()
+        },
+        DomainAttr {
+            auth_key_size: uet_av::FI_AV_AUTH_KEY,
+            ..DomainAttr::default()
+        },
+    ] {
+        let domain = nic.domain(d).expect("domain");
+        let mut av = domain.open_av(attr()).expect("AV");
+        let mut fa = 7;
+        let e = av
+            .insertsvc("10.0.0.9", Some("1"), Some(&mut fa), FI_AV_USER_ID, None)
+            .unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EINVAL, "{d:?}: {e}");
+        let mut fas = [7; 2];
+        let e = av
+            .insertsym("10.0.0.9", 2, "1", 1, Some(&mut fas), FI_AV_USER_ID, None)
+            .unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EINVAL, "{d:?}: {e}");
+        assert_eq!(av.len(), 0);
+        let mut fa = 0;
+        assert_eq!(
+            av.insertsvc("10.0.0.9", Some("1"), Some(&mut fa), 0, None)
+                .unwrap(),
+            1
+        );
+        let e = av.remove(&[fa], FI_AV_USER_ID).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EINVAL, "{d:?}: {e}");
+        assert_eq!(av.len(), 1, "the refused remove removed nothing");
+    }
+}
