@@ -145,6 +145,10 @@
 //!   entry is rewritten with the old id later).
 //!   The per-insert `FI_AV_USER_ID` flag (and `FI_AV_USER_ID` on remove) is `FI_EINVAL` on such
 //!   an AV, as fi_av(3) 1.20 says and CXI does.
+//! - **AV of an `FI_AV_AUTH_KEY` domain, or of a domain opened with the `FI_AV_USER_ID`
+//!   capability** ([`AvLimits::per_insert_user_ids`], [`crate::domain`]): the per-insert flag
+//!   (and `FI_AV_USER_ID` on remove) is `FI_EINVAL` there too, on every insert form: fi_av(3)
+//!   has `fi_av_set_user_id` used instead, on an AV opened with `FI_AV_USER_ID`.
 //! - **Other AVs**: an insert with `FI_AV_USER_ID` reads `fi_addr[i]` as the user id of address
 //!   `i` (`fi_addr` is then required, `FI_EINVAL` without it) and overwrites it with the
 //!   `fi_addr_t` as usual. [`AddressVector::set_user_id`] is `FI_EINVAL` there (CXI does the same).
