@@ -402,8 +402,9 @@ pub struct AvLimits {
     /// exceed the bits that number them, `ceil(log2(max_rx_ctx))`. A domain's
     /// `max_ep_rx_ctx` narrows it ([`crate::DomainAttr::limits`]).
     pub max_rx_ctx: u64,
-    /// Endpoints the NIC can hold (`CAP_EP.max_endpoints`): the bound of `ep_per_node`. A
-    /// domain's `ep_cnt` narrows it.
+    /// Endpoints the NIC can hold (`CAP_EP.max_endpoints`): the bound of `ep_per_node`, which
+    /// counts the endpoints of every process at one fabric address (not one domain's
+    /// `ep_cnt`).
     pub max_endpoints: u32,
     /// Auth keys an AV can hold: the slots of the NIC's auth-key table (`CAP_AUTH_KEY.slots`).
     pub max_auth_keys: u16,
@@ -512,7 +513,8 @@ impl AvAttr {
             return Err(FiError::new(
                 FiErrno::FI_E2BIG,
                 format!(
-                    "fi_av_open: ep_per_node {} exceeds the {} endpoints of the NIC and domain",
+                    "fi_av_open: ep_per_node {} exceeds the {} endpoints a NIC (one fabric address) \
+                     can have",
                     self.ep_per_node, limits.max_endpoints
                 ),
             ));

@@ -11,9 +11,15 @@
 //! | `flags` `FI_AV_USER_ID` | `caps` `FI_AV_USER_ID` (libfabric 1.20: "requests that the provider support the association of a user specified identifier with each AV address") | `FI_EOPNOTSUPP` |
 //! | `name` (a shared AV) | `caps` `FI_SHARED_AV` ("address vectors which may be shared among multiple processes") | `FI_EOPNOTSUPP` |
 //! | `rx_ctx_bits` | `domain_attr->max_ep_rx_ctx`: no more bits than number an endpoint's receive contexts | `FI_EOVERFLOW` |
-//! | `ep_per_node` | `domain_attr->ep_cnt`: no more than the domain's endpoints | `FI_E2BIG` |
+//! | `ep_per_node` | the endpoints one fabric address can have: the NIC's, not `ep_cnt` (see below) | `FI_E2BIG` |
 //! | `count` | the NIC's table (not the domain's) | `FI_ENOSPC` |
 //! | `auth_key_size` (the domain's, in [`AvAttr`]) | `domain_attr->auth_key_size`: 0 takes the domain's; `FI_AV_AUTH_KEY` in one and not the other is refused | `FI_EINVAL` |
+//!
+//! `ep_per_node` counts the endpoints at one fabric address, of every process there (fi_av(3):
+//! "the number of processes allocated per node, times the number of endpoints each process
+//! will open"), while `ep_cnt` counts those of one domain of one process: four processes of
+//! one endpoint each have `ep_per_node` 4 with `ep_cnt` 1. So its bound is what one NIC can
+//! hold, which every domain on the NIC shares.
 //!
 //! The type, capability and auth-key checks are [`DomainAttr::av_attr`]; the context limits narrow the NIC's
 //! [`AvLimits`] ([`DomainAttr::limits`]), which [`AvAttr::resolve`] checks as before, so each
@@ -65,9 +71,10 @@ impl DomainAttr {
         }
     }
 
-    /// The limits of this domain's AVs on a NIC whose own are `nic`: its endpoints and their
-    /// receive contexts narrowed to `ep_cnt` and `max_ep_rx_ctx`, and the per-insert user-id
-    /// flag refused when the domain has the `FI_AV_USER_ID` capability.
+    /// The limits of this domain's AVs on a NIC whose own are `nic`: an endpoint's receive
+    /// contexts narrowed to `max_ep_rx_ctx`, and the per-insert user-id flag refused when the
+    /// domain has the `FI_AV_USER_ID` capability. The endpoints per node stay the NIC's (see
+    /// the module docs).
     ///
     /// `FI_ENODATA` (the NIC cannot give this domain, as `fi_getinfo` answers hints it cannot
     /// meet) when `ep_cnt` or `max_ep_rx_ctx` exceeds the NIC's, or `auth_key_size` is
@@ -110,10 +117,6 @@ impl DomainAttr {
             ));
         }
         let mut limits = *nic;
-        if self.ep_cnt != 0 {
-            // At most the NIC's, checked above.
-            limits.max_endpoints = u32::try_from(self.ep_cnt).unwrap_or(nic.max_endpoints);
-        }
         if self.max_ep_rx_ctx != 0 {
             limits.max_rx_ctx = self.max_ep_rx_ctx as u64;
         }
@@ -274,7 +277,8 @@ mod tests {
             ..DomainAttr::any()
         };
         let l = d.limits(&nic()).unwrap();
-        assert_eq!((l.max_endpoints, l.max_rx_ctx), (4, 2));
+        // ep_per_node counts every process's endpoints at a node: bounded by the NIC's.
+        assert_eq!((l.max_endpoints, l.max_rx_ctx), (64, 2));
         assert_eq!(l.rx_ctx_bits_usable(), 1);
         let l = DomainAttr::any().limits(&nic()).unwrap();
         assert_eq!((l.max_endpoints, l.max_rx_ctx), (64, 16));

@@ -78,12 +78,14 @@ fn each_domain_check_fails_with_an_errno_of_its_own_and_asks_nothing_of_the_nic(
             "rx_ctx_bits 2",
         ),
         (
+            // ep_per_node counts the endpoints of every process at a node: above the domain's
+            // ep_cnt is fine, above what one NIC can hold is not.
             AvAttr {
-                ep_per_node: 3,
+                ep_per_node: limits.max_endpoints as usize + 1,
                 ..attr()
             },
             FiErrno::FI_E2BIG,
-            "ep_per_node 3",
+            "ep_per_node",
         ),
         (
             AvAttr {
@@ -122,24 +124,24 @@ fn each_domain_check_fails_with_an_errno_of_its_own_and_asks_nothing_of_the_nic(
         "a refused fi_av_open sends the NIC nothing"
     );
 
-    // Within every limit: the domain's own type, one context bit, two endpoints per node.
+    // Within every limit: the domain's own type, one context bit, more endpoints per node than
+    // the domain's ep_cnt (other processes' endpoints at the node).
     for t in [AvType::Unspec, AvType::Table] {
         let av = domain
             .open_av(AvAttr {
                 av_type: t,
                 rx_ctx_bits: 1,
-                ep_per_node: 2,
+                ep_per_node: 3,
                 flags: FI_SYMMETRIC,
                 ..attr()
             })
             .expect("an AV the domain allows");
         assert_eq!(av.av_type(), AvType::Table);
     }
-    // The same attributes the domain refuses pass the NIC's limits alone.
+    // The receive-context bits the domain refuses pass the NIC's limits alone.
     assert!(nic
         .open_av(AvAttr {
             rx_ctx_bits: 2,
-            ep_per_node: 3,
             ..attr()
         })
         .is_ok());
