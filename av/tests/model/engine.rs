@@ -544,6 +544,7 @@ fn check<N: ModelNic>(av: &mut AddressVector<N>, sets: &[Option<AvSet>], m: &Mod
             );
         }
     }
+    check_ranges(av, m, step);
     let iter: Vec<(u32, UetAddress)> = av.iter().collect();
     let model: Vec<(u32, UetAddress)> = m
         .slots
@@ -562,6 +563,46 @@ fn check<N: ModelNic>(av: &mut AddressVector<N>, sets: &[Option<AvSet>], m: &Mod
             }
             (None, None) => {}
             _ => panic!("step {step}: set {k} exists on one side only"),
+        }
+    }
+}
+
+/// The range records (symmetric inserts stored as one record): sorted, disjoint, none without
+/// members; each one's live count is the number of in-use indices of its span that are its
+/// members (whose mirror entry is a member of a range starting there); and every range member
+/// lies in a record. The entries themselves are compared index by index in [`check`].
+fn check_ranges<N: ModelNic>(av: &AddressVector<N>, m: &Model, step: usize) {
+    let member_of = |i: u32| {
+        av.mirror_entry(i)
+            .filter(NicAvEntry::is_range)
+            .map(|e| e.range_first.get())
+    };
+    let records: Vec<(u32, u32, u32)> = av.ranges().collect();
+    let mut end = 0u64;
+    for &(first, count, live) in &records {
+        assert!(
+            u64::from(first) >= end && count > 0 && live > 0,
+            "step {step}: range records {records:?} out of order, overlapping or dead"
+        );
+        end = u64::from(first) + u64::from(count);
+        let members = (first..first + count)
+            .filter(|&i| {
+                m.slots.get(i as usize).is_some_and(Option::is_some) && member_of(i) == Some(first)
+            })
+            .count();
+        assert_eq!(
+            members, live as usize,
+            "step {step}: range record at {first} (of {count}) counts {live} live members"
+        );
+    }
+    for i in 0..m.slots.len() as u32 {
+        if let Some(first) = member_of(i) {
+            assert!(
+                records
+                    .iter()
+                    .any(|&(f, c, _)| f == first && i >= f && i - f < c),
+                "step {step}: index {i} is a member of a range at {first} no record holds"
+            );
         }
     }
 }
