@@ -2,7 +2,8 @@
 //!
 //! Every rank runs in its own thread, as a process of a job would:
 //!
-//! 1. open its NIC (`Nic::open`), an AV table and an endpoint bound to it;
+//! 1. open its NIC (`Nic::open`), a domain on it (`Nic::domain`: `FI_AV_TABLE`, the NIC's
+//!    limits), an AV table in the domain and an endpoint bound to it;
 //! 2. post its receive buffers;
 //! 3. send its UET address to rank 0 over the bootstrap channel (the out-of-band control
 //!    channel a launcher provides); rank 0 collects every address and broadcasts the list in
@@ -34,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
-use uet_av::{AvAttr, FiAddr};
+use uet_av::{AvAttr, AvType, DomainAttr, FiAddr};
 use uet_driver::backend::sim::SimDevice;
 use uet_driver::backend::sysfs::PciAddress;
 use uet_driver::backend::vfio::VfioDevice;
@@ -472,7 +473,13 @@ fn run_rank(
     // A rank that fails still takes part in every barrier, so the others never hang.
     let setup = (|| -> Result<_, String> {
         let nic = Nic::open(device).map_err(|e| e.to_string())?;
-        let av = nic
+        let domain = nic
+            .domain(DomainAttr {
+                av_type: AvType::Table,
+                ..DomainAttr::default()
+            })
+            .map_err(|e| e.to_string())?;
+        let av = domain
             .open_av(AvAttr {
                 count: n,
                 job_id: cfg.job_id,
