@@ -13,6 +13,8 @@
 //! | `rx_ctx_bits` | `domain_attr->max_ep_rx_ctx`: no more bits than number an endpoint's receive contexts | `FI_EOVERFLOW` |
 //! | `ep_per_node` | the endpoints one fabric address can have: the NIC's, not `ep_cnt` (see below) | `FI_E2BIG` |
 //! | `count` | the NIC's table (not the domain's) | `FI_ENOSPC` |
+//! | `addr_format` (the domain's, in [`AvAttr`]) | `fi_info.addr_format`: the default (binary) takes the domain's; `FI_ADDR_STR` in a binary domain is refused | `FI_EINVAL` |
+//! | `max_group_id` (the domain's, in [`AvAttr`]) | `domain_attr->max_group_id`: 0 takes the domain's; another value is refused | `FI_EINVAL` |
 //! | `auth_key_size` (the domain's, in [`AvAttr`]) | `domain_attr->auth_key_size`: 0 takes the domain's; `FI_AV_AUTH_KEY` in one and not the other is refused | `FI_EINVAL` |
 //!
 //! `ep_per_node` counts the endpoints at one fabric address, of every process there (fi_av(3):
@@ -32,7 +34,7 @@
 //! to the AV ([`AvLimits::per_insert_user_ids`]). A domain without the capability keeps the
 //! per-insert flag libfabric had before 1.20.
 
-use crate::av::{AvAttr, AvLimits};
+use crate::av::{AddrFormat, AvAttr, AvLimits};
 use crate::errno::{FiErrno, FiError};
 use crate::flags::{AvType, FI_AV_AUTH_KEY, FI_AV_USER_ID, FI_SHARED_AV};
 
@@ -57,6 +59,12 @@ pub struct DomainAttr {
     /// [`FI_AV_AUTH_KEY`] (`usize::MAX`): the domain's AVs hold the auth keys
     /// (`fi_av_insert_auth_key`), and its endpoints take theirs from the AV.
     pub auth_key_size: usize,
+    /// `fi_info.addr_format`: what the domain's AVs take and return (binary UET addresses, or
+    /// `FI_ADDR_STR` strings).
+    pub addr_format: AddrFormat,
+    /// `domain_attr->max_group_id` (libfabric 2.x peer groups): the largest group id the
+    /// domain's `fi_addr_t` values may carry; 0: no peer groups. At most the NIC's.
+    pub max_group_id: u32,
 }
 
 impl DomainAttr {
@@ -68,6 +76,8 @@ impl DomainAttr {
             ep_cnt: 0,
             max_ep_rx_ctx: 0,
             auth_key_size: 0,
+            addr_format: AddrFormat::Uet,
+            max_group_id: 0,
         }
     }
 
@@ -77,7 +87,7 @@ impl DomainAttr {
     /// the module docs).
     ///
     /// `FI_ENODATA` (the NIC cannot give this domain, as `fi_getinfo` answers hints it cannot
-    /// meet) when `ep_cnt` or `max_ep_rx_ctx` exceeds the NIC's, or `auth_key_size` is
+    /// meet) when `ep_cnt`, `max_ep_rx_ctx` or `max_group_id` exceeds the NIC's, or `auth_key_size` is
     /// `FI_AV_AUTH_KEY` and the NIC has no auth-key table, or the domain asks for both
     /// `FI_AV_AUTH_KEY` and the `FI_SHARED_AV` capability (every AV of such a domain holds
     /// auth keys, and a named AV holds none: it could open no shared AV); `FI_EINVAL` for an
@@ -106,6 +116,15 @@ impl DomainAttr {
                 ),
             ));
         }
+        if self.max_group_id > nic.max_group_id {
+            return Err(FiError::new(
+                FiErrno::FI_ENODATA,
+                format!(
+                    "fi_domain: max_group_id {} exceeds the NIC's {}",
+                    self.max_group_id, nic.max_group_id
+                ),
+            ));
+        }
         if self.max_ep_rx_ctx as u64 > nic.max_rx_ctx {
             return Err(FiError::new(
                 FiErrno::FI_ENODATA,
@@ -124,10 +143,11 @@ impl DomainAttr {
         Ok(limits)
     }
 
-    /// `attr` checked against this domain (its `type`, `flags`, `name` and auth-key mode: see
-    /// the module docs, on the attributes as the application gave them, before
-    /// [`AvAttr::resolve`] reports UNSPEC and MAP as TABLE), with the domain's
-    /// `auth_key_size` when `attr` leaves it 0.
+    /// `attr` checked against this domain (its `type`, `flags`, `name`, address format, peer
+    /// groups and auth-key mode: see the module docs, on the attributes as the application
+    /// gave them, before [`AvAttr::resolve`] reports UNSPEC and MAP as TABLE), with the
+    /// domain's `addr_format`, `max_group_id` and `auth_key_size` where `attr` leaves them at
+    /// their defaults.
     pub fn av_attr(&self, attr: &AvAttr) -> Result<AvAttr, FiError> {
         if self.av_type != AvType::Unspec
             && attr.av_type != AvType::Unspec
@@ -167,11 +187,25 @@ impl DomainAttr {
                 key_size_name(self.auth_key_size)
             )));
         }
+        if attr.addr_format == AddrFormat::Str && self.addr_format != AddrFormat::Str {
+            return Err(FiError::inval(
+                "fi_av_open: addr_format FI_ADDR_STR differs from the domain's (binary UET \
+                 addresses)",
+            ));
+        }
+        if attr.max_group_id != 0 && attr.max_group_id != self.max_group_id {
+            return Err(FiError::inval(format!(
+                "fi_av_open: max_group_id {:#x} differs from the domain's {:#x}",
+                attr.max_group_id, self.max_group_id
+            )));
+        }
         Ok(AvAttr {
             auth_key_size: match attr.auth_key_size {
                 0 => self.auth_key_size,
                 size => size,
             },
+            addr_format: self.addr_format,
+            max_group_id: self.max_group_id,
             ..*attr
         })
     }
@@ -375,5 +409,52 @@ mod tests {
             ..DomainAttr::default()
         };
         assert!(shared.limits(&nic()).is_ok());
+    }
+
+    #[test]
+    fn an_av_takes_the_domains_address_format_and_peer_groups() {
+        let d = DomainAttr {
+            addr_format: AddrFormat::Str,
+            max_group_id: 0xFF,
+            ..DomainAttr::any()
+        };
+        let a = d.av_attr(&AvAttr::default()).unwrap();
+        assert_eq!((a.addr_format, a.max_group_id), (AddrFormat::Str, 0xFF));
+        let same = AvAttr {
+            addr_format: AddrFormat::Str,
+            max_group_id: 0xFF,
+            ..AvAttr::default()
+        };
+        assert_eq!(d.av_attr(&same).unwrap(), a);
+        let e = d
+            .av_attr(&AvAttr {
+                max_group_id: 0x0F,
+                ..AvAttr::default()
+            })
+            .unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EINVAL);
+        assert!(e.message.contains("max_group_id 0xf differs"), "{e}");
+        let binary = DomainAttr::any();
+        let e = binary
+            .av_attr(&AvAttr {
+                addr_format: AddrFormat::Str,
+                ..AvAttr::default()
+            })
+            .unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EINVAL);
+        assert!(e.message.contains("FI_ADDR_STR"), "{e}");
+        let plain = binary.av_attr(&AvAttr::default()).unwrap();
+        assert_eq!(
+            (plain.addr_format, plain.max_group_id),
+            (AddrFormat::Uet, 0)
+        );
+
+        let few = AvLimits {
+            max_group_id: 0x0F,
+            ..nic()
+        };
+        let e = d.limits(&few).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_ENODATA);
+        assert!(e.message.contains("max_group_id 255"), "{e}");
     }
 }

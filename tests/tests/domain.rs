@@ -46,7 +46,7 @@ fn each_domain_check_fails_with_an_errno_of_its_own_and_asks_nothing_of_the_nic(
             caps: 0,
             ep_cnt: 2,
             max_ep_rx_ctx: 2,
-            auth_key_size: 0,
+            ..DomainAttr::default()
         })
         .expect("domain");
     let before = function.counter(ADMIN_COMMANDS);
@@ -392,4 +392,67 @@ fn per_call_user_ids_are_refused_alike_on_inserts_and_removes_in_both_kinds_of_d
         assert_eq!(e.errno, FiErrno::FI_EINVAL, "{d:?}: {e}");
         assert_eq!(av.len(), 1, "the refused remove removed nothing");
     }
+}
+
+/// A domain of FI_ADDR_STR addresses and peer groups: its AVs take strings and decode group
+/// ids without asking; an AV that names another format or group limit is refused.
+#[test]
+fn an_av_takes_the_domains_address_format_and_peer_groups() {
+    let fabric = Fabric::new();
+    let (peer_nic, _f) = nic(&fabric, 1);
+    let (nic, function) = nic(&fabric, 0);
+    let max_group_id = nic.av_limits().max_group_id.min(0xFF);
+    assert!(max_group_id > 0, "the simulated NIC has peer groups");
+    let domain = nic
+        .domain(DomainAttr {
+            addr_format: uet_av::AddrFormat::Str,
+            max_group_id,
+            ..DomainAttr::default()
+        })
+        .expect("domain");
+    let mut av = domain.open_av(attr()).expect("AV");
+    assert_eq!(av.attr().addr_format, uet_av::AddrFormat::Str);
+    assert_eq!(av.attr().max_group_id, max_group_id);
+    let peer = peer_nic
+        .endpoint(
+            EndpointAttr {
+                job_id: JOB,
+                ..EndpointAttr::default()
+            },
+            None,
+        )
+        .expect("endpoint")
+        .address()
+        .to_string();
+    let mut fi = [0];
+    assert_eq!(av.insert_str(&[&peer], Some(&mut fi), 0, None).unwrap(), 1);
+    let mut out = [0u8; 128];
+    let mut len = out.len();
+    av.lookup(
+        uet_av::fi_group_addr(fi[0], max_group_id),
+        &mut out,
+        &mut len,
+    )
+    .expect("a group of the domain's range names the entry");
+    assert_eq!(&out[..len - 1], peer.as_bytes());
+    let before = function.counter(ADMIN_COMMANDS);
+    let e = domain
+        .open_av(AvAttr {
+            max_group_id: max_group_id - 1,
+            ..attr()
+        })
+        .map(|_| ())
+        .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL, "{e}");
+    assert_eq!(function.counter(ADMIN_COMMANDS), before);
+    let e = nic
+        .domain(DomainAttr::any())
+        .unwrap()
+        .open_av(AvAttr {
+            addr_format: uet_av::AddrFormat::Str,
+            ..attr()
+        })
+        .map(|_| ())
+        .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL, "{e}");
 }
