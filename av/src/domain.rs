@@ -15,6 +15,7 @@
 //! | `count` | the NIC's table (not the domain's) | `FI_ENOSPC` |
 //! | `addr_format` (the domain's, in [`AvAttr`]) | `fi_info.addr_format`: the default (binary) takes the domain's; `FI_ADDR_STR` in a binary domain is refused | `FI_EINVAL` |
 //! | `max_group_id` (the domain's, in [`AvAttr`]) | `domain_attr->max_group_id`: 0 takes the domain's; another value is refused | `FI_EINVAL` |
+//! | `job_id` (the domain's auth key, in [`AvAttr`]) | `domain_attr->auth_key`, a JobID: 0 takes the domain's; another JobID than the domain's is refused | `FI_EINVAL` |
 //! | `auth_key_size` (the domain's, in [`AvAttr`]) | `domain_attr->auth_key_size`: 0 takes the domain's; `FI_AV_AUTH_KEY` in one and not the other is refused | `FI_EINVAL` |
 //!
 //! `ep_per_node` counts the endpoints at one fabric address, of every process there (fi_av(3):
@@ -59,6 +60,9 @@ pub struct DomainAttr {
     /// [`FI_AV_AUTH_KEY`] (`usize::MAX`): the domain's AVs hold the auth keys
     /// (`fi_av_insert_auth_key`), and its endpoints take theirs from the AV.
     pub auth_key_size: usize,
+    /// `domain_attr->auth_key`: the domain's JobID (24 bits), stamped into its AVs' entries
+    /// and given to its endpoints; 0: none given (each AV names its own).
+    pub job_id: u32,
     /// `fi_info.addr_format`: what the domain's AVs take and return (binary UET addresses, or
     /// `FI_ADDR_STR` strings).
     pub addr_format: AddrFormat,
@@ -76,6 +80,7 @@ impl DomainAttr {
             ep_cnt: 0,
             max_ep_rx_ctx: 0,
             auth_key_size: 0,
+            job_id: 0,
             addr_format: AddrFormat::Uet,
             max_group_id: 0,
         }
@@ -147,7 +152,7 @@ impl DomainAttr {
     /// groups and auth-key mode: see the module docs, on the attributes as the application
     /// gave them, before [`AvAttr::resolve`] reports UNSPEC and MAP as TABLE), with the
     /// domain's `addr_format`, `max_group_id` and `auth_key_size` where `attr` leaves them at
-    /// their defaults.
+    /// their defaults, and its JobID where `attr` names none.
     pub fn av_attr(&self, attr: &AvAttr) -> Result<AvAttr, FiError> {
         if self.av_type != AvType::Unspec
             && attr.av_type != AvType::Unspec
@@ -193,6 +198,12 @@ impl DomainAttr {
                  addresses)",
             ));
         }
+        if attr.job_id != 0 && self.job_id != 0 && attr.job_id != self.job_id {
+            return Err(FiError::inval(format!(
+                "fi_av_open: JobID {:#x} differs from the domain's auth key {:#x}",
+                attr.job_id, self.job_id
+            )));
+        }
         if attr.max_group_id != 0 && attr.max_group_id != self.max_group_id {
             return Err(FiError::inval(format!(
                 "fi_av_open: max_group_id {:#x} differs from the domain's {:#x}",
@@ -203,6 +214,10 @@ impl DomainAttr {
             auth_key_size: match attr.auth_key_size {
                 0 => self.auth_key_size,
                 size => size,
+            },
+            job_id: match attr.job_id {
+                0 => self.job_id,
+                job => job,
             },
             addr_format: self.addr_format,
             max_group_id: self.max_group_id,
@@ -456,5 +471,23 @@ mod tests {
         let e = d.limits(&few).unwrap_err();
         assert_eq!(e.errno, FiErrno::FI_ENODATA);
         assert!(e.message.contains("max_group_id 255"), "{e}");
+    }
+
+    #[test]
+    fn an_av_takes_the_domains_jobid_unless_it_names_the_same() {
+        let d = DomainAttr {
+            job_id: 0x42,
+            ..DomainAttr::any()
+        };
+        let job = |job_id| AvAttr {
+            job_id,
+            ..AvAttr::default()
+        };
+        assert_eq!(d.av_attr(&job(0)).unwrap().job_id, 0x42);
+        assert_eq!(d.av_attr(&job(0x42)).unwrap().job_id, 0x42);
+        let e = d.av_attr(&job(0x43)).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EINVAL);
+        assert!(e.message.contains("JobID 0x43 differs"), "{e}");
+        assert_eq!(DomainAttr::any().av_attr(&job(0x43)).unwrap().job_id, 0x43);
     }
 }

@@ -456,3 +456,42 @@ fn an_av_takes_the_domains_address_format_and_peer_groups() {
         .unwrap_err();
     assert_eq!(e.errno, FiErrno::FI_EINVAL, "{e}");
 }
+
+/// The domain's auth key (a JobID) is its AVs' when they name none: the NIC entries carry it.
+#[test]
+fn the_domains_jobid_is_stamped_into_its_avs_entries() {
+    let fabric = Fabric::new();
+    let (peer_nic, _f) = nic(&fabric, 1);
+    let (nic, _function) = nic(&fabric, 0);
+    let domain = nic
+        .domain(DomainAttr {
+            job_id: 0x77,
+            ..DomainAttr::default()
+        })
+        .expect("domain");
+    let mut av = domain
+        .open_av(AvAttr {
+            count: 4,
+            ..AvAttr::default()
+        })
+        .expect("AV");
+    assert_eq!(av.attr().job_id, 0x77);
+    let peer = peer_nic
+        .endpoint(EndpointAttr::default(), None)
+        .expect("endpoint")
+        .address()
+        .to_bytes()
+        .unwrap();
+    assert_eq!(av.insert(&peer, 1, None, 0).unwrap(), 1);
+    let mut on_nic = [uet_fwif::NicAvEntry::INVALID];
+    av.nic().table().read_entries(0, &mut on_nic).unwrap();
+    assert_eq!(on_nic[0].job_id.get(), 0x77, "AV_READ: {:?}", on_nic[0]);
+    let e = domain
+        .open_av(AvAttr {
+            job_id: 0x78,
+            ..attr()
+        })
+        .map(|_| ())
+        .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL, "{e}");
+}

@@ -2,8 +2,8 @@
 //!
 //! Every rank runs in its own thread, as a process of a job would:
 //!
-//! 1. open its NIC (`Nic::open`), a domain on it (`Nic::domain`: `FI_AV_TABLE`, the NIC's
-//!    limits), an AV table in the domain and an endpoint bound to it;
+//! 1. open its NIC (`Nic::open`), a domain on it (`Nic::domain`: `FI_AV_TABLE`, the job's
+//!    JobID as its auth key), an AV table in the domain and an endpoint bound to it;
 //! 2. post its receive buffers;
 //! 3. send its UET address to rank 0 over the bootstrap channel (the out-of-band control
 //!    channel a launcher provides); rank 0 collects every address and broadcasts the list in
@@ -476,13 +476,13 @@ fn run_rank(
         let domain = nic
             .domain(DomainAttr {
                 av_type: AvType::Table,
+                job_id: cfg.job_id,
                 ..DomainAttr::default()
             })
             .map_err(|e| e.to_string())?;
         let av = domain
             .open_av(AvAttr {
                 count: n,
-                job_id: cfg.job_id,
                 ..AvAttr::default()
             })
             .map_err(|e| e.to_string())?;
