@@ -24,9 +24,10 @@
 //! one endpoint each have `ep_per_node` 4 with `ep_cnt` 1. So its bound is what one NIC can
 //! hold, which every domain on the NIC shares.
 //!
-//! The type, capability and auth-key checks are [`DomainAttr::av_attr`]; the context limits narrow the NIC's
-//! [`AvLimits`] ([`DomainAttr::limits`]), which [`AvAttr::resolve`] checks as before, so each
-//! failure keeps one errno of its own.
+//! The type, capability, address-format, peer-group, JobID and auth-key rows are
+//! [`DomainAttr::av_attr`], which also fills in what the AV leaves to its domain; the context
+//! limits narrow the NIC's [`AvLimits`] ([`DomainAttr::limits`]), which [`AvAttr::resolve`]
+//! checks as before, so each failure keeps one errno of its own.
 //!
 //! A domain opened with the `FI_AV_USER_ID` capability also refuses the per-insert
 //! `FI_AV_USER_ID` flag (and `FI_AV_USER_ID` on remove): fi_av(3) "if ... the user requires
