@@ -88,6 +88,7 @@
 use crate::nic::{Nic, NicInner};
 use serde_json::{json, Map, Value};
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -256,13 +257,25 @@ pub fn socket_path(dir: &Path, pid: u32) -> PathBuf {
     dir.join(format!("{pid}.sock"))
 }
 
+/// The size of `sun_path` in `struct sockaddr_un` (Linux): a socket path `bind(2)` takes is
+/// at least one byte shorter (the terminating NUL).
+const SUN_PATH_LEN: usize = 108;
+
 /// A listening socket at `path`, mode 0600 from the moment it is there: it is bound in a
 /// private directory (0700) made beside `path`, made 0600 there, and then linked into place,
 /// so no client can reach it while the umask's mode holds. The link fails, and nothing is left
-/// behind, when another process has bound `path` meanwhile. The error is the reason, for
+/// behind, when another process has bound `path` meanwhile. A path too long for `sun_path` is
+/// refused, as `bind(2)` refuses it; any shorter one is bound, however long the private
+/// directory's name makes the path the socket is bound at first. The error is the reason, for
 /// [`TelemetryError::Socket`].
 fn bind_private(path: &Path) -> Result<UnixListener, String> {
     static STAGING: AtomicU64 = AtomicU64::new(0);
+    if path.as_os_str().len() >= SUN_PATH_LEN {
+        return Err(format!(
+            "the path is {} bytes long, and a socket's must be shorter than {SUN_PATH_LEN}",
+            path.as_os_str().len()
+        ));
+    }
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
@@ -281,7 +294,7 @@ fn bind_private(path: &Path) -> Result<UnixListener, String> {
         .create(&staging)
         .map_err(|e| format!("cannot make a private directory to bind in: {e}"))?;
     let bound = staging.join("socket");
-    let result = UnixListener::bind(&bound)
+    let result = bind_in(&staging, &bound)
         .map_err(|e| e.to_string())
         .and_then(|listener| {
             std::fs::set_permissions(&bound, std::fs::Permissions::from_mode(0o600))
@@ -296,6 +309,18 @@ fn bind_private(path: &Path) -> Result<UnixListener, String> {
     let _ = std::fs::remove_file(&bound);
     let _ = std::fs::remove_dir(&staging);
     result
+}
+
+/// A listening socket at `bound`, in directory `staging`: through `/proc/self/fd` when
+/// `bound` is too long for `sun_path` (the staging directory's name adds to the length of the
+/// path the socket is meant for, which fits).
+fn bind_in(staging: &Path, bound: &Path) -> std::io::Result<UnixListener> {
+    if bound.as_os_str().len() < SUN_PATH_LEN {
+        return UnixListener::bind(bound);
+    }
+    let dir = std::fs::File::open(staging)?;
+    let name = bound.file_name().unwrap_or_default().to_string_lossy();
+    UnixListener::bind(format!("/proc/self/fd/{}/{name}", dir.as_raw_fd()))
 }
 
 /// Remove the telemetry sockets in `dir` that processes killed by a signal left behind (a
@@ -1237,6 +1262,37 @@ mod bind_tests {
             listener.accept().is_ok(),
             "the socket at the path is the listener's"
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A path `bind(2)` takes (shorter than `sun_path`) is bound, however much longer the
+    /// staging directory's socket path would be.
+    #[test]
+    fn a_path_that_fits_sun_path_is_bound_whatever_the_staging_name() {
+        let dir = fresh_dir("long");
+        let room = 107 - dir.as_os_str().len() - 1;
+        let path = dir.join(format!("{}.sock", "x".repeat(room - 5)));
+        assert_eq!(path.as_os_str().len(), 107);
+        let listener = bind_private(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert!(meta.file_type().is_socket());
+        assert_eq!(meta.mode() & 0o777, 0o600);
+        assert_eq!(listing(&dir).len(), 1, "the private directory is gone");
+        let _client = UnixStream::connect(&path).unwrap();
+        listener.set_nonblocking(false).unwrap();
+        assert!(listener.accept().is_ok());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A path too long for `sun_path` is refused, as `bind(2)` refuses it, and leaves
+    /// nothing behind.
+    #[test]
+    fn a_path_too_long_for_sun_path_is_refused() {
+        let dir = fresh_dir("too-long");
+        let room = 108 - dir.as_os_str().len() - 1;
+        let path = dir.join(format!("{}.sock", "x".repeat(room - 5)));
+        assert!(bind_private(&path).is_err(), "{}", path.display());
+        assert!(listing(&dir).is_empty(), "nothing left behind");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
