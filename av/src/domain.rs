@@ -36,9 +36,10 @@
 //! to the AV ([`AvLimits::per_insert_user_ids`]). A domain without the capability keeps the
 //! per-insert flag libfabric had before 1.20.
 
-use crate::av::{AddrFormat, AvAttr, AvLimits};
+use crate::av::{AddrFormat, AvAttr, AvLimits, AUTH_KEY_MAX_GROUP_ID};
 use crate::errno::{FiErrno, FiError};
 use crate::flags::{AvType, FI_AV_AUTH_KEY, FI_AV_USER_ID, FI_SHARED_AV};
+use uet_fwif::av_entry::MAX_JOB_ID;
 
 /// The capabilities (`fi_info.caps`) that concern an AV: [`FI_AV_USER_ID`] and
 /// [`FI_SHARED_AV`]. A domain's other capabilities are its endpoints' concern.
@@ -96,8 +97,10 @@ impl DomainAttr {
     /// meet) when `ep_cnt`, `max_ep_rx_ctx` or `max_group_id` exceeds the NIC's, or `auth_key_size` is
     /// `FI_AV_AUTH_KEY` and the NIC has no auth-key table, or the domain asks for both
     /// `FI_AV_AUTH_KEY` and the `FI_SHARED_AV` capability (every AV of such a domain holds
-    /// auth keys, and a named AV holds none: it could open no shared AV); `FI_EINVAL` for an
-    /// `auth_key_size` that is none of 0, 4 and `FI_AV_AUTH_KEY`.
+    /// auth keys, and a named AV holds none: it could open no shared AV), or for
+    /// `FI_AV_AUTH_KEY` with a `max_group_id` above [`AUTH_KEY_MAX_GROUP_ID`] (no AV holding
+    /// auth keys has such groups); `FI_EINVAL` for an `auth_key_size` that is none of 0, 4
+    /// and `FI_AV_AUTH_KEY`, or a JobID wider than 24 bits.
     pub fn limits(&self, nic: &AvLimits) -> Result<AvLimits, FiError> {
         crate::av::auth_keys::check_auth_key_size("fi_domain", self.auth_key_size)?;
         if self.auth_key_size == FI_AV_AUTH_KEY && nic.max_auth_keys == 0 {
@@ -111,6 +114,22 @@ impl DomainAttr {
                 FiErrno::FI_ENODATA,
                 "fi_domain: caps FI_SHARED_AV with auth_key_size FI_AV_AUTH_KEY: every AV of \
                  the domain would hold auth keys, and a named AV holds none",
+            ));
+        }
+        if self.job_id > MAX_JOB_ID {
+            return Err(FiError::inval(format!(
+                "fi_domain: auth key JobID {:#x} is wider than 24 bits",
+                self.job_id
+            )));
+        }
+        if self.auth_key_size == FI_AV_AUTH_KEY && self.max_group_id > AUTH_KEY_MAX_GROUP_ID {
+            return Err(FiError::new(
+                FiErrno::FI_ENODATA,
+                format!(
+                    "fi_domain: max_group_id {} with auth_key_size FI_AV_AUTH_KEY: an AV \
+                     holding auth keys has groups up to {AUTH_KEY_MAX_GROUP_ID}",
+                    self.max_group_id
+                ),
             ));
         }
         if self.ep_cnt as u64 > u64::from(nic.max_endpoints) {
@@ -472,6 +491,47 @@ mod tests {
         let e = d.limits(&few).unwrap_err();
         assert_eq!(e.errno, FiErrno::FI_ENODATA);
         assert!(e.message.contains("max_group_id 255"), "{e}");
+    }
+
+    /// A domain none of whose AVs could open is refused at `fi_domain`, as the
+    /// `FI_SHARED_AV` and `FI_AV_AUTH_KEY` pair is, rather than at every `fi_av_open`.
+    #[test]
+    fn a_domain_no_av_could_open_in_is_refused_at_fi_domain() {
+        let wide = DomainAttr {
+            job_id: 0x0100_0000,
+            ..DomainAttr::any()
+        };
+        let e = wide.limits(&nic()).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EINVAL);
+        assert!(e.message.starts_with("fi_domain: "), "{e}");
+        assert!(wide
+            .av_attr(&AvAttr::default())
+            .unwrap()
+            .resolve(&nic())
+            .is_err());
+        assert!(DomainAttr {
+            job_id: 0x00FF_FFFF,
+            ..DomainAttr::any()
+        }
+        .limits(&nic())
+        .is_ok());
+
+        let keys = |max_group_id| DomainAttr {
+            auth_key_size: FI_AV_AUTH_KEY,
+            caps: FI_AV_USER_ID,
+            max_group_id,
+            ..DomainAttr::any()
+        };
+        let e = keys(crate::AUTH_KEY_MAX_GROUP_ID + 1)
+            .limits(&nic())
+            .unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_ENODATA);
+        assert!(e.message.contains("max_group_id"), "{e}");
+        let l = keys(crate::AUTH_KEY_MAX_GROUP_ID).limits(&nic()).unwrap();
+        let a = keys(crate::AUTH_KEY_MAX_GROUP_ID)
+            .av_attr(&AvAttr::default())
+            .unwrap();
+        assert!(a.resolve(&l).is_ok());
     }
 
     #[test]
