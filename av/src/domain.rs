@@ -62,8 +62,9 @@ pub struct DomainAttr {
     /// [`FI_AV_AUTH_KEY`] (`usize::MAX`): the domain's AVs hold the auth keys
     /// (`fi_av_insert_auth_key`), and its endpoints take theirs from the AV.
     pub auth_key_size: usize,
-    /// `domain_attr->auth_key`: the domain's JobID (24 bits), stamped into its AVs' entries
-    /// and given to its endpoints; 0: none given (each AV names its own).
+    /// `domain_attr->auth_key`: the domain's JobID (24 bits), the JobID of its AVs that name
+    /// none, stamped into their entries; 0: none given (each AV names its own). An endpoint
+    /// names its own JobID when it is created on the NIC: the domain gives it none.
     pub job_id: u32,
     /// `fi_info.addr_format`: what the domain's AVs take and return (binary UET addresses, or
     /// `FI_ADDR_STR` strings).

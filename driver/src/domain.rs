@@ -41,10 +41,11 @@ pub struct Domain {
 
 impl Nic {
     /// `fi_domain`: a domain on this NIC with `attr`. `FI_ENODATA` when the NIC cannot give
-    /// it (`ep_cnt` or `max_ep_rx_ctx` above the NIC's, `FI_AV_AUTH_KEY` on a NIC without
-    /// an auth-key table, or `FI_AV_AUTH_KEY` with the `FI_SHARED_AV` capability, as
-    /// `fi_getinfo` answers such hints); `FI_EINVAL` for an `auth_key_size` of another size
-    /// than a JobID's.
+    /// it (`ep_cnt`, `max_ep_rx_ctx` or `max_group_id` above the NIC's, `FI_AV_AUTH_KEY` on a
+    /// NIC without an auth-key table, or `FI_AV_AUTH_KEY` with the `FI_SHARED_AV` capability
+    /// or with a `max_group_id` above [`uet_av::AUTH_KEY_MAX_GROUP_ID`], as `fi_getinfo`
+    /// answers such hints); `FI_EINVAL` for an `auth_key_size` of another size than a
+    /// JobID's, or a JobID wider than 24 bits ([`DomainAttr::limits`]).
     pub fn domain(&self, attr: DomainAttr) -> Result<Domain, FiError> {
         let limits = attr.limits(&self.av_limits())?;
         Ok(Domain {
