@@ -707,8 +707,8 @@ impl Nic {
     /// [`Nic::av_limits`] or a domain's): the table alone, for an [`AddressVector`] over a
     /// table type that wraps [`NicAv`] (to trace or test the commands it sends).
     /// [`Nic::open_av`] is the usual way to an AV. `FI_ENOSYS` for `FI_AV_AUTH_KEY` on a NIC
-    /// without an auth-key table; what AV_CREATE answers (`FI_ENOSPC` when the NIC has no
-    /// room for the table).
+    /// without an auth-key table; `FI_ENOSPC` for a `count` past 32 bits; what AV_CREATE
+    /// answers (`FI_ENOSPC` when the NIC has no room for the table).
     pub fn create_av_table(&self, attr: &AvAttr) -> Result<NicAv, FiError> {
         if attr.auth_key_size == FI_AV_AUTH_KEY && self.capabilities().auth_key_slots == 0 {
             return Err(FiError::new(
@@ -716,8 +716,18 @@ impl Nic {
                 "fi_av_open: FI_AV_AUTH_KEY: this NIC has no auth-key table (CAP_AUTH_KEY)",
             ));
         }
+        let capacity = u32::try_from(attr.count).map_err(|_| {
+            FiError::new(
+                FiErrno::FI_ENOSPC,
+                format!(
+                    "fi_av_open: count {} exceeds the {} entries an AV table can have",
+                    attr.count,
+                    u32::MAX
+                ),
+            )
+        })?;
         let mut body = AvCreateBody::new_zeroed();
-        body.capacity = U32::new(attr.count as u32);
+        body.capacity = U32::new(capacity);
         body.rx_ctx_bits = attr.rx_ctx_bits;
         body.max_group_id = U32::new(attr.max_group_id);
         let result = self
@@ -727,7 +737,7 @@ impl Nic {
         let table = Arc::new(AvTableHandle {
             nic: self.inner.clone(),
             handle: result.result0,
-            capacity: attr.count as u32,
+            capacity,
             max_group_id: attr.max_group_id,
             named: attr.name.as_ref().map(|name| {
                 Arc::new(NamedTable {

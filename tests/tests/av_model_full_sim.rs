@@ -330,3 +330,23 @@ fn auth_keys_match_the_model_on_the_simulated_nic() {
         );
     }
 }
+
+/// `Nic::create_av_table` (public, for tables that wrap `NicAv`) makes a table of `count`
+/// entries or none: a count past what AV_CREATE's 32-bit capacity holds is refused, not cut
+/// to its low bits (a table of 8 entries for 2^32 + 8).
+#[test]
+fn a_table_count_past_32_bits_is_refused_not_cut() {
+    let (_fabric, nic) = sim_nic(None);
+    let attr = AvAttr {
+        count: (1usize << 32) + 8,
+        ..AvAttr::default()
+    };
+    match nic.create_av_table(&attr) {
+        Ok(table) => panic!(
+            "a table of {} entries for count {}",
+            table.table().capacity(),
+            attr.count
+        ),
+        Err(e) => assert_eq!(e.errno, uet_av::FiErrno::FI_ENOSPC, "{e}"),
+    }
+}
