@@ -257,6 +257,9 @@ pub fn socket_path(dir: &Path, pid: u32) -> PathBuf {
     dir.join(format!("{pid}.sock"))
 }
 
+/// Numbers the private directories [`bind_private`] makes, with the PID.
+static STAGING: AtomicU64 = AtomicU64::new(0);
+
 /// The size of `sun_path` in `struct sockaddr_un` (Linux): a socket path `bind(2)` takes is
 /// at least one byte shorter (the terminating NUL).
 const SUN_PATH_LEN: usize = 108;
@@ -269,7 +272,6 @@ const SUN_PATH_LEN: usize = 108;
 /// directory's name makes the path the socket is bound at first. The error is the reason, for
 /// [`TelemetryError::Socket`].
 fn bind_private(path: &Path) -> Result<UnixListener, String> {
-    static STAGING: AtomicU64 = AtomicU64::new(0);
     if path.as_os_str().len() >= SUN_PATH_LEN {
         return Err(format!(
             "the path is {} bytes long, and a socket's must be shorter than {SUN_PATH_LEN}",
@@ -284,15 +286,23 @@ fn bind_private(path: &Path) -> Result<UnixListener, String> {
         .file_name()
         .ok_or_else(|| "names no file".to_string())?
         .to_string_lossy();
-    let staging = dir.join(format!(
-        ".{name}.bind-{}-{}",
-        std::process::id(),
-        STAGING.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&staging)
-        .map_err(|e| format!("cannot make a private directory to bind in: {e}"))?;
+    let mut attempts = 0;
+    let staging = loop {
+        let staging = dir.join(format!(
+            ".{name}.bind-{}-{}",
+            std::process::id(),
+            STAGING.fetch_add(1, Ordering::Relaxed)
+        ));
+        match std::fs::DirBuilder::new().mode(0o700).create(&staging) {
+            Ok(()) => break staging,
+            // One a process of the same PID (PIDs are reused) left when it was killed while
+            // binding, or another user's: not ours to remove; take the next name.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempts < 64 => {
+                attempts += 1;
+            }
+            Err(e) => return Err(format!("cannot make a private directory to bind in: {e}")),
+        }
+    };
     let bound = staging.join("socket");
     let result = bind_in(&staging, &bound)
         .map_err(|e| e.to_string())
@@ -1293,6 +1303,32 @@ mod bind_tests {
         let path = dir.join(format!("{}.sock", "x".repeat(room - 5)));
         assert!(bind_private(&path).is_err(), "{}", path.display());
         assert!(listing(&dir).is_empty(), "nothing left behind");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A private directory of the name this process would make next (left by a process of
+    /// the same PID killed while binding) is left alone, and the socket bound all the same.
+    #[test]
+    fn a_private_directory_left_behind_is_passed_over() {
+        let dir = fresh_dir("left");
+        let path = dir.join("t.sock");
+        let next = STAGING.load(Ordering::Relaxed);
+        let left: Vec<String> = (next..next + 8)
+            .map(|n| format!(".t.sock.bind-{}-{n}", std::process::id()))
+            .collect();
+        for name in &left {
+            std::fs::create_dir(dir.join(name)).unwrap();
+        }
+        let listener = bind_private(&path).unwrap_or_else(|e| panic!("{e}"));
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert!(meta.file_type().is_socket());
+        let mut want = left.clone();
+        want.push("t.sock".into());
+        want.sort();
+        assert_eq!(listing(&dir), want, "the directories left behind stay");
+        let _client = UnixStream::connect(&path).unwrap();
+        listener.set_nonblocking(false).unwrap();
+        assert!(listener.accept().is_ok());
         let _ = std::fs::remove_dir_all(&dir);
     }
 
