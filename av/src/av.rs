@@ -1354,24 +1354,7 @@ impl<N: NicAvTable> AddressVector<N> {
         }
         self.check_bound(call)?;
         if flags & FI_AV_USER_ID != 0 {
-            if self.attr.flags & FI_AV_USER_ID != 0 {
-                return Err(FiError::inval(format!(
-                    "{call}: the FI_AV_USER_ID insert flag is invalid on an AV opened with \
-                     FI_AV_USER_ID; use set_user_id"
-                )));
-            }
-            if self.auth.is_some() {
-                return Err(FiError::inval(format!(
-                    "{call}: the FI_AV_USER_ID insert flag is invalid in an FI_AV_AUTH_KEY \
-                     domain; use set_user_id"
-                )));
-            }
-            if !self.per_insert_user_ids {
-                return Err(FiError::inval(format!(
-                    "{call}: the FI_AV_USER_ID insert flag is invalid in a domain opened with \
-                     the FI_AV_USER_ID capability; use set_user_id"
-                )));
-            }
+            self.check_per_call_user_ids(call)?;
             if fi_addr.is_none() {
                 return Err(FiError::inval(format!(
                     "{call}: FI_AV_USER_ID needs the fi_addr array (it holds the user ids)"
@@ -1389,6 +1372,24 @@ impl<N: NicAvTable> AddressVector<N> {
             flags,
             status,
         })
+    }
+
+    /// The per-call `FI_AV_USER_ID` flag (of an insert, or of remove): `FI_EINVAL` on an AV
+    /// opened with `FI_AV_USER_ID`, in an `FI_AV_AUTH_KEY` domain and in a domain with the
+    /// `FI_AV_USER_ID` capability (fi_av(3): there "fi_av_set_user_id must be used").
+    fn check_per_call_user_ids(&self, call: &str) -> Result<(), FiError> {
+        let where_ = if self.attr.flags & FI_AV_USER_ID != 0 {
+            "on an AV opened with FI_AV_USER_ID"
+        } else if self.auth.is_some() {
+            "in an FI_AV_AUTH_KEY domain"
+        } else if !self.per_insert_user_ids {
+            "in a domain opened with the FI_AV_USER_ID capability"
+        } else {
+            return Ok(());
+        };
+        Err(FiError::inval(format!(
+            "{call}: the FI_AV_USER_ID flag is invalid {where_}; use set_user_id"
+        )))
     }
 
     /// Insert checked addresses (or the error each one failed with), reporting through
@@ -2304,22 +2305,8 @@ impl<N: NicAvTable> AddressVector<N> {
     /// and `FI_EBADFLAGS` elsewhere, like every other flag. With `FI_AUTH_KEY`, `fi_addrs` are
     /// auth-key handles (see [`auth_keys`]).
     pub fn remove(&mut self, fi_addrs: &[FiAddr], flags: u64) -> Result<(), FiError> {
-        if flags & FI_AV_USER_ID != 0 && self.attr.flags & FI_AV_USER_ID != 0 {
-            return Err(FiError::inval(
-                "fi_av_remove: the FI_AV_USER_ID flag is invalid on an AV opened with \
-                 FI_AV_USER_ID",
-            ));
-        }
-        if flags & FI_AV_USER_ID != 0 && self.auth.is_some() {
-            return Err(FiError::inval(
-                "fi_av_remove: the FI_AV_USER_ID flag is invalid in an FI_AV_AUTH_KEY domain",
-            ));
-        }
-        if flags & FI_AV_USER_ID != 0 && !self.per_insert_user_ids {
-            return Err(FiError::inval(
-                "fi_av_remove: the FI_AV_USER_ID flag is invalid in a domain opened with the \
-                 FI_AV_USER_ID capability",
-            ));
+        if flags & FI_AV_USER_ID != 0 {
+            self.check_per_call_user_ids("fi_av_remove")?;
         }
         check_flags("fi_av_remove", flags, FI_AUTH_KEY)?;
         if flags & FI_AUTH_KEY != 0 {
