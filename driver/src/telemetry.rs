@@ -339,6 +339,10 @@ fn bind_in(staging: &Path, bound: &Path) -> std::io::Result<UnixListener> {
 /// socket, connecting to it is refused (nobody listens on it, in any PID namespace that shares
 /// the directory), and no process `pid` exists here (so a process between binding its socket
 /// and listening on it keeps it). [`Telemetry::start`] sweeps its directory before it binds.
+///
+/// The private directories a process killed while binding left (`.<name>.bind-<pid>-<n>`, see
+/// `bind_private`) go too, with the socket in them, when no process `pid` exists and the
+/// directory is this user's; they are not counted.
 pub fn remove_stale_sockets(dir: &Path) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
@@ -351,7 +355,10 @@ pub fn remove_stale_sockets(dir: &Path) -> usize {
             .and_then(|n| n.to_str())
             .and_then(|n| n.strip_suffix(".sock"))
             .and_then(|p| p.parse::<u32>().ok());
-        let Some(pid) = pid else { continue };
+        let Some(pid) = pid else {
+            remove_stale_staging(&path);
+            continue;
+        };
         // Cheapest first; a live process's telemetry is never connected to.
         let candidate = !process_exists(pid)
             && std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_socket());
@@ -366,6 +373,26 @@ pub fn remove_stale_sockets(dir: &Path) -> usize {
         }
     }
     removed
+}
+
+/// Remove `path` (and the socket in it) if it is a private bind directory (`bind_private`)
+/// of a process that no longer exists, owned by this user.
+fn remove_stale_staging(path: &Path) {
+    let pid = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .filter(|n| n.starts_with('.'))
+        .and_then(|n| n.rsplit_once(".bind-"))
+        .and_then(|(_, rest)| rest.split_once('-'))
+        .and_then(|(pid, n)| n.parse::<u64>().ok().and(pid.parse::<u32>().ok()));
+    let Some(pid) = pid else { return };
+    // SAFETY: geteuid has no preconditions and touches no memory.
+    let euid = unsafe { libc::geteuid() };
+    let ours = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir() && m.uid() == euid);
+    if ours && !process_exists(pid) {
+        let _ = std::fs::remove_file(path.join("socket"));
+        let _ = std::fs::remove_dir(path);
+    }
 }
 
 /// Whether a process `pid` exists (`kill(pid, 0)`: `ESRCH` when none; `EPERM` is another
@@ -1344,6 +1371,31 @@ mod bind_tests {
         assert!(
             first.accept().is_ok(),
             "the first owner still serves the path"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_private_directory_of_a_dead_process_is_swept_and_a_live_ones_kept() {
+        let dir = fresh_dir("sweep");
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let dead_dir = dir.join(format!(".7.sock.bind-{dead}-3"));
+        let live_dir = dir.join(format!(".7.sock.bind-{}-4", std::process::id()));
+        for d in [&dead_dir, &live_dir] {
+            std::fs::create_dir(d).unwrap();
+            std::fs::write(d.join("socket"), b"").unwrap();
+        }
+        std::fs::write(dir.join(".notes"), b"").unwrap();
+        assert_eq!(remove_stale_sockets(&dir), 0, "directories are not counted");
+        assert_eq!(
+            listing(&dir),
+            [
+                ".7.sock.bind-".to_string() + &format!("{}-4", std::process::id()),
+                ".notes".into()
+            ],
+            "the dead process's directory is gone, the rest kept"
         );
         let _ = std::fs::remove_dir_all(&dir);
     }
