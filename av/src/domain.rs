@@ -95,8 +95,8 @@ impl DomainAttr {
     /// the module docs).
     ///
     /// `FI_ENODATA` (the NIC cannot give this domain, as `fi_getinfo` answers hints it cannot
-    /// meet) when `ep_cnt`, `max_ep_rx_ctx` or `max_group_id` exceeds the NIC's, or `auth_key_size` is
-    /// `FI_AV_AUTH_KEY` and the NIC has no auth-key table, or the domain asks for both
+    /// meet) when `ep_cnt`, `max_ep_rx_ctx` or `max_group_id` exceeds the NIC's, or
+    /// `auth_key_size` is `FI_AV_AUTH_KEY` and the NIC has no auth-key table, or the domain asks for both
     /// `FI_AV_AUTH_KEY` and the `FI_SHARED_AV` capability (every AV of such a domain holds
     /// auth keys, and a named AV holds none: it could open no shared AV), or for
     /// `FI_AV_AUTH_KEY` with a `max_group_id` above [`AUTH_KEY_MAX_GROUP_ID`] (no AV holding
@@ -181,8 +181,8 @@ impl DomainAttr {
         {
             return Err(FiError::inval(format!(
                 "fi_av_open: type {} differs from the domain's av_type {}",
-                type_name(attr.av_type),
-                type_name(self.av_type)
+                attr.av_type.name(),
+                self.av_type.name()
             )));
         }
         if attr.flags & FI_AV_USER_ID != 0 && self.caps & FI_AV_USER_ID == 0 {
@@ -253,15 +253,6 @@ fn key_size_name(size: usize) -> String {
         "FI_AV_AUTH_KEY".into()
     } else {
         size.to_string()
-    }
-}
-
-/// The C name of an AV type, for messages.
-fn type_name(t: AvType) -> &'static str {
-    match t {
-        AvType::Unspec => "FI_AV_UNSPEC",
-        AvType::Map => "FI_AV_MAP",
-        AvType::Table => "FI_AV_TABLE",
     }
 }
 

@@ -188,6 +188,15 @@ impl AvType {
     pub const fn to_raw(self) -> i32 {
         self as i32
     }
+
+    /// The C name: `FI_AV_UNSPEC`, `FI_AV_MAP` or `FI_AV_TABLE`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            AvType::Unspec => "FI_AV_UNSPEC",
+            AvType::Map => "FI_AV_MAP",
+            AvType::Table => "FI_AV_TABLE",
+        }
+    }
 }
 
 #[cfg(test)]
@@ -228,6 +237,13 @@ mod tests {
         // Without peer groups the high bits are index bits, as before.
         assert_eq!(fi_addr_index(fi_group_addr(9, 1), 0, false), (1 << 32) | 9);
         assert_eq!(fi_addr_index(fi_group_addr(9, 1), 0, true), 9);
+    }
+
+    #[test]
+    fn av_type_names() {
+        assert_eq!(AvType::Unspec.name(), "FI_AV_UNSPEC");
+        assert_eq!(AvType::Map.name(), "FI_AV_MAP");
+        assert_eq!(AvType::Table.name(), "FI_AV_TABLE");
     }
 
     #[test]
