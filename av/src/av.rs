@@ -1388,7 +1388,8 @@ impl<N: NicAvTable> AddressVector<N> {
             return Ok(());
         };
         Err(FiError::inval(format!(
-            "{call}: the FI_AV_USER_ID flag is invalid {where_}; use set_user_id"
+            "{call}: the FI_AV_USER_ID flag is invalid {where_}; use set_user_id \
+             (fi_av_set_user_id), on an AV opened with FI_AV_USER_ID"
         )))
     }
 

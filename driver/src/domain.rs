@@ -72,9 +72,10 @@ impl Domain {
         self.limits
     }
 
-    /// `fi_av_open` in this domain: [`DomainAttr::av_attr`] (type, capabilities, the
-    /// domain's auth-key mode), then [`Nic::open_av`] within the domain's limits. Nothing is
-    /// asked of the NIC when a check fails.
+    /// `fi_av_open` in this domain: [`DomainAttr::av_attr`] (type, capabilities, and the
+    /// address format, peer groups, JobID and auth-key mode the AV takes from the domain),
+    /// then [`Nic::open_av`] within the domain's limits. Nothing is asked of the NIC when a
+    /// check fails.
     pub fn open_av(&self, attr: AvAttr) -> Result<Av, FiError> {
         let attr = self.attr.av_attr(&attr)?;
         self.nic.open_av_within(attr, self.limits)
