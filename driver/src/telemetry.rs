@@ -260,9 +260,10 @@ pub fn socket_path(dir: &Path, pid: u32) -> PathBuf {
 /// Numbers the private directories [`bind_private`] makes, with the PID.
 static STAGING: AtomicU64 = AtomicU64::new(0);
 
-/// The size of `sun_path` in `struct sockaddr_un` (Linux): a socket path `bind(2)` takes is
-/// at least one byte shorter (the terminating NUL).
-const SUN_PATH_LEN: usize = 108;
+/// The size of `sun_path` in `struct sockaddr_un` (108 on Linux): a socket path `bind(2)`
+/// takes is at least one byte shorter (the terminating NUL).
+const SUN_PATH_LEN: usize =
+    core::mem::size_of::<libc::sockaddr_un>() - core::mem::size_of::<libc::sa_family_t>();
 
 /// A listening socket at `path`, mode 0600 from the moment it is there: it is bound in a
 /// private directory (0700) made beside `path`, made 0600 there, and then linked into place,
@@ -1398,5 +1399,10 @@ mod bind_tests {
             "the dead process's directory is gone, the rest kept"
         );
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn sun_path_is_the_platforms() {
+        assert_eq!(SUN_PATH_LEN, 108);
     }
 }
