@@ -13,6 +13,15 @@ pub fn nic_addr(i: usize) -> IpAddr {
     IpAddr::V4(std::net::Ipv4Addr::from(0x0A01_0001 + i as u32))
 }
 
+/// Seeds per configuration of the model tests on the simulator: `UET_MODEL_SEEDS` when it is
+/// set to a number, else `default`.
+pub fn model_seed_count(default: usize) -> usize {
+    std::env::var("UET_MODEL_SEEDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// A fabric with `n` NICs.
 pub fn fabric(n: usize) -> (Fabric, Vec<SimFunction>) {
     let fabric = Fabric::new();

@@ -217,14 +217,6 @@ fn run_on_sim(cfg: Config, ops: &[engine::Op]) -> [usize; 3] {
     run_on(cfg, ops, |attr: AvAttr| open_on(&nic, attr))
 }
 
-/// Seeds per test: `UET_MODEL_SEEDS` when set.
-fn seeds(default: usize) -> usize {
-    std::env::var("UET_MODEL_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
-}
-
 /// Every configuration the AV crate's fixed seeds cover (user ids, receive-context bits,
 /// peer groups, address format), with refused and busy commands.
 #[test]
@@ -236,7 +228,7 @@ fn the_whole_model_run_agrees_with_the_simulated_nic() {
         (20, 0, 0xFF, true, false),
         (9, 4, 0xFFF, false, true),
     ];
-    for k in 0..seeds(configs.len()) {
+    for k in 0..uet_tests::model_seed_count(configs.len()) {
         let (cap, rx_bits, max_group_id, open_user_id, str_av) = configs[k % configs.len()];
         let seed = 0x51a7_e000_0000_0001u64 ^ ((k as u64) << 20);
         eprintln!("model on the simulator: seed {seed:#x} cap {cap}");

@@ -373,10 +373,7 @@ fn run(seed: u64, user_ids: bool) {
 /// The seeds of a configuration: `base`, then more drawn from it (splitmix64), as many as
 /// `UET_MODEL_SEEDS` says (8 by default).
 fn seeds(base: u64) -> impl Iterator<Item = u64> {
-    let n = std::env::var("UET_MODEL_SEEDS")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(8);
+    let n = uet_tests::model_seed_count(8) as u64;
     (0..n).map(move |k| {
         if k == 0 {
             return base;
