@@ -23,6 +23,19 @@ fn nic(fabric: &Fabric, i: usize) -> (Nic, SimFunction) {
     (nic, function)
 }
 
+/// The error of an `fi_av_open` in `domain` that must fail, checking that it sent the NIC
+/// (`function`) no admin command.
+fn refused_open(domain: &Domain, function: &SimFunction, attr: AvAttr) -> uet_av::FiError {
+    let before = function.counter(ADMIN_COMMANDS);
+    let e = domain.open_av(attr).map(|_| ()).unwrap_err();
+    assert_eq!(
+        function.counter(ADMIN_COMMANDS),
+        before,
+        "a refused fi_av_open sends the NIC nothing: {e}"
+    );
+    e
+}
+
 fn attr() -> AvAttr {
     AvAttr {
         count: 16,
@@ -50,7 +63,7 @@ fn each_domain_check_fails_with_an_errno_of_its_own_and_asks_nothing_of_the_nic(
         })
         .expect("domain");
     let before = function.counter(ADMIN_COMMANDS);
-    let refused = |a: AvAttr| domain.open_av(a).map(|_| ()).unwrap_err();
+    let refused = |a: AvAttr| refused_open(&domain, &function, a);
     let cases = [
         (
             AvAttr {
@@ -291,16 +304,15 @@ fn an_auth_key_domain_gives_its_avs_auth_keys() {
         .insert_auth_key(&uet_av::job_id_to_auth_key(0x33), 0)
         .expect("an auth key in the domain's AV");
     assert!(uet_av::is_auth_key_addr(handle), "{handle:#x}");
-    let before = function.counter(ADMIN_COMMANDS);
-    let e = domain
-        .open_av(AvAttr {
+    let e = refused_open(
+        &domain,
+        &function,
+        AvAttr {
             auth_key_size: 4,
             ..attr()
-        })
-        .map(|_| ())
-        .unwrap_err();
+        },
+    );
     assert_eq!(e.errno, FiErrno::FI_EINVAL, "{e}");
-    assert_eq!(function.counter(ADMIN_COMMANDS), before);
     // A plain domain's AV holds no keys.
     let mut plain = nic
         .domain(DomainAttr::any())
@@ -435,25 +447,23 @@ fn an_av_takes_the_domains_address_format_and_peer_groups() {
     )
     .expect("a group of the domain's range names the entry");
     assert_eq!(&out[..len - 1], peer.as_bytes());
-    let before = function.counter(ADMIN_COMMANDS);
-    let e = domain
-        .open_av(AvAttr {
+    let e = refused_open(
+        &domain,
+        &function,
+        AvAttr {
             max_group_id: max_group_id - 1,
             ..attr()
-        })
-        .map(|_| ())
-        .unwrap_err();
+        },
+    );
     assert_eq!(e.errno, FiErrno::FI_EINVAL, "{e}");
-    assert_eq!(function.counter(ADMIN_COMMANDS), before);
-    let e = nic
-        .domain(DomainAttr::any())
-        .unwrap()
-        .open_av(AvAttr {
+    let e = refused_open(
+        &nic.domain(DomainAttr::any()).unwrap(),
+        &function,
+        AvAttr {
             addr_format: uet_av::AddrFormat::Str,
             ..attr()
-        })
-        .map(|_| ())
-        .unwrap_err();
+        },
+    );
     assert_eq!(e.errno, FiErrno::FI_EINVAL, "{e}");
 }
 
@@ -462,7 +472,7 @@ fn an_av_takes_the_domains_address_format_and_peer_groups() {
 fn the_domains_jobid_is_stamped_into_its_avs_entries() {
     let fabric = Fabric::new();
     let (peer_nic, _f) = nic(&fabric, 1);
-    let (nic, _function) = nic(&fabric, 0);
+    let (nic, function) = nic(&fabric, 0);
     let domain = nic
         .domain(DomainAttr {
             job_id: 0x77,
@@ -486,12 +496,13 @@ fn the_domains_jobid_is_stamped_into_its_avs_entries() {
     let mut on_nic = [uet_fwif::NicAvEntry::INVALID];
     av.nic().table().read_entries(0, &mut on_nic).unwrap();
     assert_eq!(on_nic[0].job_id.get(), 0x77, "AV_READ: {:?}", on_nic[0]);
-    let e = domain
-        .open_av(AvAttr {
+    let e = refused_open(
+        &domain,
+        &function,
+        AvAttr {
             job_id: 0x78,
             ..attr()
-        })
-        .map(|_| ())
-        .unwrap_err();
+        },
+    );
     assert_eq!(e.errno, FiErrno::FI_EINVAL, "{e}");
 }
