@@ -114,6 +114,12 @@ impl AvTableHandle {
     pub(crate) fn named(&self) -> Option<&Arc<NamedTable>> {
         self.named.as_ref()
     }
+
+    /// Whether the table is on the NIC `nic` opened. A table handle names a table of its own
+    /// NIC only: every NIC numbers its tables from 1.
+    pub(crate) fn is_on(&self, nic: &Arc<NicInner>) -> bool {
+        Arc::ptr_eq(&self.nic, nic)
+    }
 }
 
 impl AvTableHandle {

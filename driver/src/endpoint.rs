@@ -590,7 +590,9 @@ impl Nic {
     /// a `Msg` endpoint takes no AV (`None`): it keeps one of its own for its peer and is
     /// connected through an event queue ([`Endpoint::bind_eq`], [`Endpoint::connect`],
     /// [`crate::PassiveEndpoint::accept`]). Scalable endpoints (`tx_ctx_cnt` > 1 or
-    /// `rx_ctx_cnt` > 0) are created by [`Nic::scalable_endpoint`].
+    /// `rx_ctx_cnt` > 0) are created by [`Nic::scalable_endpoint`]. `av` must be on this NIC:
+    /// an AV of another NIC is `FI_EINVAL` ([`DriverError::InvalidArgument`]), and nothing is
+    /// asked of the NIC.
     pub fn endpoint(&self, attr: EndpointAttr, av: Option<&Av>) -> Result<Endpoint, DriverError> {
         if attr.tx_ctx_cnt > 1 || attr.rx_ctx_cnt > 0 {
             return Err(DriverError::InvalidArgument(format!(
@@ -608,12 +610,31 @@ impl Nic {
                 crate::cm::msg_endpoint(self, attr)
             }
             EpType::Rdm | EpType::Dgram => {
-                let table = av.map(|a| a.nic().table().clone());
+                let table = self.av_table_of(av)?;
                 let mut endpoint = self.create_endpoint(&attr, table, 0, 0, 0)?;
                 // On failure the endpoint drops here and ENDPOINT_DESTROY removes it.
                 endpoint.enable_with_av(av)?;
                 Ok(endpoint)
             }
+        }
+    }
+
+    /// The NIC table of `av`, for an endpoint of this NIC to bind (`fi_ep_bind`).
+    /// `FI_EINVAL` ([`DriverError::InvalidArgument`]) for an AV of another NIC: ENDPOINT_CREATE
+    /// names the table by its handle, and this NIC may hold a table of its own, another AV's,
+    /// under the same number.
+    pub(crate) fn av_table_of(
+        &self,
+        av: Option<&Av>,
+    ) -> Result<Option<Arc<AvTableHandle>>, DriverError> {
+        match av.map(|a| a.nic().table()) {
+            Some(table) if !table.is_on(&self.inner) => Err(DriverError::InvalidArgument(format!(
+                "fi_ep_bind: the AV (NIC table {}) is on another NIC than {}: an endpoint \
+                     binds an AV of its own domain",
+                table.handle(),
+                self.fabric_addr()
+            ))),
+            table => Ok(table.cloned()),
         }
     }
 

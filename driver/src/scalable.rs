@@ -39,7 +39,8 @@ pub struct ScalableEndpoint {
 impl Nic {
     /// `fi_scalable_ep`: an `FI_EP_RDM` endpoint with `attr.tx_ctx_cnt` transmit and
     /// `attr.rx_ctx_cnt` receive contexts (0 counts as 1), bound to `av`. Every context gets
-    /// the ring sizes of `attr` (a context's unused direction gets the smallest ring).
+    /// the ring sizes of `attr` (a context's unused direction gets the smallest ring). `av`
+    /// must be on this NIC, as for [`Nic::endpoint`].
     pub fn scalable_endpoint(
         &self,
         attr: EndpointAttr,
@@ -73,7 +74,7 @@ impl Nic {
                 attr.ri_count
             )));
         }
-        let table = av.map(|a| a.nic().table().clone());
+        let table = self.av_table_of(av)?;
         let mut base = self.create_endpoint(&attr, table, 0, tx, rx)?;
         // On failure the endpoint drops here and ENDPOINT_DESTROY removes it.
         base.enable_with_av(av)?;

@@ -1,7 +1,8 @@
 //! `fi_av_open` in a domain: an AV's type, flags and context attributes are checked against
 //! what the application opened the domain with, each failure with an errno of its own and
 //! nothing asked of the NIC; the `FI_AV_USER_ID` capability trades the per-insert flag for
-//! `fi_av_set_user_id`, end to end through the NIC.
+//! `fi_av_set_user_id`, end to end through the NIC. An endpoint binds only an AV of its
+//! own NIC.
 
 use std::sync::Arc;
 use uet_av::{
@@ -505,4 +506,63 @@ fn the_domains_jobid_is_stamped_into_its_avs_entries() {
         },
     );
     assert_eq!(e.errno, FiErrno::FI_EINVAL, "{e}");
+}
+
+/// An endpoint binds an AV of its own NIC. A table handle is a number each NIC gives from 1,
+/// so another NIC's AV would name whatever table this NIC holds under the same number: it
+/// is refused (`FI_EINVAL`) before anything is asked of the NIC, and both AVs close after.
+#[test]
+fn an_endpoint_refuses_an_av_of_another_nic() {
+    let fabric = Fabric::new();
+    let (nic_a, function_a) = nic(&fabric, 0);
+    let (nic_b, _function_b) = nic(&fabric, 1);
+    let av_a = nic_a.open_av(attr()).expect("AV on A");
+    let av_b = nic_b.open_av(attr()).expect("AV on B");
+    assert_eq!(
+        av_a.nic().table().handle(),
+        av_b.nic().table().handle(),
+        "each NIC numbers its tables alike, so a handle alone cannot tell them apart"
+    );
+    let ep_attr = EndpointAttr {
+        job_id: JOB,
+        ..EndpointAttr::default()
+    };
+    let before = function_a.counter(ADMIN_COMMANDS);
+    let e = nic_a
+        .endpoint(ep_attr, Some(&av_b))
+        .map(|_| ())
+        .unwrap_err();
+    assert_eq!(e.errno(), FiErrno::FI_EINVAL, "{e}");
+    assert!(e.to_string().contains("another NIC"), "{e}");
+    let e = nic_a
+        .scalable_endpoint(
+            EndpointAttr {
+                tx_ctx_cnt: 2,
+                rx_ctx_cnt: 2,
+                ..ep_attr
+            },
+            Some(&av_b),
+        )
+        .map(|_| ())
+        .unwrap_err();
+    assert_eq!(e.errno(), FiErrno::FI_EINVAL, "{e}");
+    assert_eq!(
+        function_a.counter(ADMIN_COMMANDS),
+        before,
+        "a refused bind sends the NIC nothing"
+    );
+    av_a.close()
+        .map_err(|e| e.error)
+        .expect("A's AV has no endpoint");
+    av_b.close()
+        .map_err(|e| e.error)
+        .expect("B's AV has no endpoint");
+    // The AV of the endpoint's own NIC still binds.
+    let av = nic_a.open_av(attr()).expect("AV on A");
+    let ep = nic_a
+        .endpoint(ep_attr, Some(&av))
+        .expect("endpoint on A's AV");
+    let e = av.close().map(|_| ()).unwrap_err();
+    assert_eq!(e.error.errno, FiErrno::FI_EBUSY, "{}", e.error);
+    drop(ep);
 }
