@@ -53,7 +53,8 @@ pub struct DomainAttr {
     pub av_type: AvType,
     /// `fi_info.caps` the domain was opened with. [`AV_DOMAIN_CAPS`] are the AV's concern.
     pub caps: u64,
-    /// `domain_attr->ep_cnt`: endpoints the domain supports; 0: as many as the NIC has.
+    /// `domain_attr->ep_cnt`: endpoints of the domain open at a time; 0: as many as the NIC
+    /// has.
     pub ep_cnt: usize,
     /// `domain_attr->max_ep_rx_ctx`: receive contexts one endpoint may have; 0: as many as the
     /// NIC's endpoints have.
@@ -63,8 +64,9 @@ pub struct DomainAttr {
     /// (`fi_av_insert_auth_key`), and its endpoints take theirs from the AV.
     pub auth_key_size: usize,
     /// `domain_attr->auth_key`: the domain's JobID (24 bits), the JobID of its AVs that name
-    /// none, stamped into their entries; 0: none given (each AV names its own). An endpoint
-    /// names its own JobID when it is created on the NIC: the domain gives it none.
+    /// none, stamped into their entries, and the JobID its endpoints are given by default (as
+    /// an endpoint whose `ep_attr->auth_key` is NULL takes the domain's); 0: none given (each
+    /// AV and endpoint names its own).
     pub job_id: u32,
     /// `fi_info.addr_format`: what the domain's AVs take and return (binary UET addresses, or
     /// `FI_ADDR_STR` strings).

@@ -32,6 +32,7 @@
 //! is asked. AV_DESTROY frees the AV's slots.
 
 use crate::dma::DmaRegion;
+use crate::domain::{DomainRecord, DomainSeat};
 use crate::error::DriverError;
 use crate::mapped::MappedRegion;
 use crate::nic::{
@@ -69,6 +70,9 @@ pub struct AvTableHandle {
     max_group_id: u32,
     /// The named AV the table holds this process's entries of; `None` for an unnamed AV.
     named: Option<Arc<NamedTable>>,
+    /// The domain the AV was opened in, which counts it until the table goes; `None` for an
+    /// AV opened on the NIC alone ([`Nic::open_av`]).
+    domain: Option<DomainSeat>,
 }
 
 /// What the NIC records of a named AV's table for inspection from outside
@@ -113,6 +117,11 @@ impl AvTableHandle {
     /// The named AV the table belongs to, if any.
     pub(crate) fn named(&self) -> Option<&Arc<NamedTable>> {
         self.named.as_ref()
+    }
+
+    /// Whether the AV was opened in the domain `domain` ([`crate::Domain::open_av`]).
+    pub(crate) fn is_in(&self, domain: &Arc<DomainRecord>) -> bool {
+        self.domain.as_ref().is_some_and(|d| d.is_of(domain))
     }
 
     /// Whether the table is on the NIC `nic` opened. A table handle names a table of its own
@@ -675,7 +684,7 @@ impl Nic {
     /// both at open and per insert, and every receive context and endpoint of the NIC are
     /// allowed. A named AV is opened with [`Nic::open_named_av`] (a name here is `FI_EINVAL`).
     pub fn open_av(&self, attr: AvAttr) -> Result<Av, FiError> {
-        self.open_av_within(attr, self.av_limits())
+        self.open_av_within(attr, self.av_limits(), None)
     }
 
     /// `fi_av_open` with a name and the NIC's limits alone (see [`Nic::open_av`]): create or
@@ -683,11 +692,17 @@ impl Nic {
     /// process for its entries ([`NamedAv::open`]: `FI_READ` opens an existing one read-only;
     /// attributes that differ from an existing AV's are `FI_EINVAL`).
     pub fn open_named_av(&self, attr: AvAttr) -> Result<SharedAv, FiError> {
-        self.open_named_av_within(attr, self.av_limits())
+        self.open_named_av_within(attr, self.av_limits(), None)
     }
 
-    /// [`Nic::open_av`] within `limits` (the NIC's, or a domain's narrower ones).
-    pub(crate) fn open_av_within(&self, attr: AvAttr, limits: AvLimits) -> Result<Av, FiError> {
+    /// [`Nic::open_av`] within `limits` (the NIC's, or a domain's narrower ones), in `domain`
+    /// if the AV is opened in one.
+    pub(crate) fn open_av_within(
+        &self,
+        attr: AvAttr,
+        limits: AvLimits,
+        domain: Option<&Arc<DomainRecord>>,
+    ) -> Result<Av, FiError> {
         if let Some(name) = &attr.name {
             return Err(FiError::inval(format!(
                 "fi_av_open: name '{}': a named AV is shared between processes; open it with \
@@ -696,17 +711,18 @@ impl Nic {
             )));
         }
         let attr = attr.resolve(&limits)?;
-        let nic = self.create_av_table(&attr)?;
+        let nic = self.create_av_table_in(&attr, domain)?;
         AddressVector::open(nic, attr, limits)
     }
 
-    /// [`Nic::open_named_av`] within `limits`.
+    /// [`Nic::open_named_av`] within `limits`, in `domain` if the AV is opened in one.
     pub(crate) fn open_named_av_within(
         &self,
         attr: AvAttr,
         limits: AvLimits,
+        domain: Option<&Arc<DomainRecord>>,
     ) -> Result<SharedAv, FiError> {
-        NamedAv::open(attr, limits, |attr| self.create_av_table(attr))
+        NamedAv::open(attr, limits, |attr| self.create_av_table_in(attr, domain))
     }
 
     /// AV_CREATE of a NIC AV table for `attr`, resolved ([`AvAttr::resolve`] against
@@ -716,6 +732,15 @@ impl Nic {
     /// without an auth-key table; `FI_ENOSPC` for a `count` past 32 bits; what AV_CREATE
     /// answers (`FI_ENOSPC` when the NIC has no room for the table).
     pub fn create_av_table(&self, attr: &AvAttr) -> Result<NicAv, FiError> {
+        self.create_av_table_in(attr, None)
+    }
+
+    /// [`Nic::create_av_table`] for an AV of `domain`, which counts the table while it lives.
+    fn create_av_table_in(
+        &self,
+        attr: &AvAttr,
+        domain: Option<&Arc<DomainRecord>>,
+    ) -> Result<NicAv, FiError> {
         if attr.auth_key_size == FI_AV_AUTH_KEY && self.capabilities().auth_key_slots == 0 {
             return Err(FiError::new(
                 FiErrno::FI_ENOSYS,
@@ -751,6 +776,7 @@ impl Nic {
                     generation: NamedTable::NOT_CAUGHT_UP.into(),
                 })
             }),
+            domain: domain.map(DomainRecord::av_seat),
         });
         self.inner.register_av_table(&table);
         // On a later failure the table handle drops and AV_DESTROY removes the NIC table.

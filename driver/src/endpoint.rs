@@ -116,6 +116,7 @@
 
 use crate::av::{Av, AvTableHandle};
 use crate::cq::CqFormat;
+use crate::domain::DomainSeat;
 use crate::errno::completion_errno;
 use crate::error::DriverError;
 use crate::mapped::MappedRegion;
@@ -477,6 +478,9 @@ pub struct Endpoint {
     /// The largest peer group its receives may name (the bound AV's `max_group_id`); 0
     /// without peer groups, and always for a passive endpoint or a control channel.
     max_group_id: u32,
+    /// Its place among its domain's endpoints ([`crate::Domain::endpoint`]); `None` for an
+    /// endpoint made on the NIC alone, and for a scalable endpoint's contexts.
+    pub(crate) domain_seat: Option<DomainSeat>,
 }
 
 fn align_page(x: usize) -> usize {
@@ -854,6 +858,7 @@ impl Nic {
             cm: None,
             auth_slots: Vec::new(),
             max_group_id,
+            domain_seat: None,
         }
     }
 }

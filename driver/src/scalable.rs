@@ -128,6 +128,14 @@ impl Nic {
 }
 
 impl ScalableEndpoint {
+    /// Count the endpoint in its domain ([`crate::Domain::scalable_endpoint`]) until it
+    /// goes: the seat is the endpoint's own ring set's, which goes after its contexts.
+    pub(crate) fn set_domain_seat(&mut self, seat: crate::domain::DomainSeat) {
+        if let Some(base) = self.lanes.first_mut() {
+            base.domain_seat = Some(seat);
+        }
+    }
+
     /// The endpoint's address (`fi_getname`), shared by every context.
     pub fn address(&self) -> Option<&UetAddress> {
         self.lanes.first().map(Endpoint::address)

@@ -566,3 +566,146 @@ fn an_endpoint_refuses_an_av_of_another_nic() {
     assert_eq!(e.error.errno, FiErrno::FI_EBUSY, "{}", e.error);
     drop(ep);
 }
+
+/// `fi_endpoint` in a domain: the AV it binds must be one of the domain's, and at most
+/// `ep_cnt` endpoints of the domain are open at a time (a scalable endpoint is one). Each
+/// refusal has its errno and asks nothing of the NIC; a refused or failed endpoint takes no
+/// place among the `ep_cnt`.
+#[test]
+fn a_domains_endpoints_bind_only_its_avs_and_stay_within_ep_cnt() {
+    let fabric = Fabric::new();
+    let (nic, function) = nic(&fabric, 0);
+    let domain = nic
+        .domain(DomainAttr {
+            ep_cnt: 2,
+            max_ep_rx_ctx: 2,
+            job_id: JOB,
+            ..DomainAttr::default()
+        })
+        .expect("domain");
+    let other = nic.domain(DomainAttr::default()).expect("another domain");
+    let av = domain.open_av(AvAttr::default()).expect("AV of the domain");
+    let av_of_other = other.open_av(attr()).expect("AV of the other domain");
+    let av_of_nic = nic.open_av(attr()).expect("AV of no domain");
+    let ep_attr = domain.endpoint_attr();
+    assert_eq!(ep_attr.job_id, JOB, "the domain's JobID is its endpoints'");
+
+    let before = function.counter(ADMIN_COMMANDS);
+    for foreign in [&av_of_other, &av_of_nic] {
+        let e = domain
+            .endpoint(ep_attr, Some(foreign))
+            .map(|_| ())
+            .unwrap_err();
+        assert_eq!(e.errno(), FiErrno::FI_EINVAL, "{e}");
+        assert!(e.to_string().contains("not opened in this domain"), "{e}");
+    }
+    let e = domain
+        .scalable_endpoint(
+            EndpointAttr {
+                rx_ctx_cnt: 3,
+                ..ep_attr
+            },
+            Some(&av),
+        )
+        .map(|_| ())
+        .unwrap_err();
+    assert_eq!(e.errno(), FiErrno::FI_EINVAL, "{e}");
+    assert!(e.to_string().contains("max_ep_rx_ctx 2"), "{e}");
+    assert_eq!(
+        function.counter(ADMIN_COMMANDS),
+        before,
+        "refusals send nothing"
+    );
+
+    let first = domain.endpoint(ep_attr, Some(&av)).expect("first endpoint");
+    assert_eq!(first.job_id(), JOB);
+    // A failure on the way (a ring size the NIC cannot have) gives its place back.
+    let bad = EndpointAttr {
+        tx_log2: 60,
+        ..ep_attr
+    };
+    assert!(domain.endpoint(bad, Some(&av)).is_err());
+    let scalable = domain
+        .scalable_endpoint(
+            EndpointAttr {
+                tx_ctx_cnt: 2,
+                rx_ctx_cnt: 2,
+                ..ep_attr
+            },
+            Some(&av),
+        )
+        .expect("a scalable endpoint is the second endpoint");
+    assert_eq!(domain.open_objects(), (1, 2));
+    let before = function.counter(ADMIN_COMMANDS);
+    let e = domain.endpoint(ep_attr, None).map(|_| ()).unwrap_err();
+    assert_eq!(e.errno(), FiErrno::FI_ENOSPC, "{e}");
+    assert!(e.to_string().contains("ep_cnt 2"), "{e}");
+    assert_eq!(
+        function.counter(ADMIN_COMMANDS),
+        before,
+        "refused: sends nothing"
+    );
+    // The other domain and the NIC have endpoints of their own.
+    let theirs = other
+        .endpoint(EndpointAttr::default(), Some(&av_of_other))
+        .expect("the other domain's endpoint");
+    let nics = nic
+        .endpoint(EndpointAttr::default(), Some(&av_of_nic))
+        .expect("an endpoint of no domain");
+    drop(scalable);
+    assert_eq!(domain.open_objects(), (1, 1));
+    let again = domain
+        .endpoint(ep_attr, Some(&av))
+        .expect("a place is free again");
+    drop((first, again, theirs, nics));
+    assert_eq!(domain.open_objects(), (1, 0));
+    assert_eq!(other.open_objects(), (1, 0));
+}
+
+/// `fi_close` of a domain is `FI_EBUSY` while an AV or endpoint of it is open, the domain
+/// given back; an AV whose table an endpoint still holds counts until the endpoint goes.
+#[test]
+fn a_domain_closes_only_when_its_avs_and_endpoints_are_gone() {
+    let fabric = Fabric::new();
+    let (nic, _function) = nic(&fabric, 0);
+    let domain = nic
+        .domain(DomainAttr {
+            caps: FI_SHARED_AV,
+            ..DomainAttr::default()
+        })
+        .expect("domain");
+    let name = AvName::new(&format!("/uet-domain-close-{}", std::process::id())).unwrap();
+    let shared = domain
+        .open_named_av(AvAttr {
+            name: Some(name),
+            ..attr()
+        })
+        .expect("named AV");
+    let av = domain.open_av(attr()).expect("AV");
+    let ep = domain
+        .endpoint(domain.endpoint_attr(), Some(&av))
+        .expect("endpoint");
+    assert_eq!(domain.open_objects(), (2, 1));
+    let refused = |domain: Domain, avs: usize, endpoints: usize| {
+        let e = domain.close().map(|_| ()).unwrap_err();
+        assert_eq!(e.error.errno, FiErrno::FI_EBUSY, "{e}");
+        assert!(
+            e.to_string()
+                .contains(&format!("{avs} AVs and {endpoints} endpoints")),
+            "{e}"
+        );
+        *e.domain
+    };
+    let domain = refused(domain, 2, 1);
+    // Dropped with its endpoint bound: the table stays, and counts, until the endpoint goes.
+    drop(av);
+    let domain = refused(domain, 2, 1);
+    drop(ep);
+    let domain = refused(domain, 1, 0);
+    shared
+        .close()
+        .map_err(|e| e.error)
+        .expect("close the named AV");
+    assert_eq!(domain.open_objects(), (0, 0));
+    domain.close().expect("nothing of the domain is open");
+}

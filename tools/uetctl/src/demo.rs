@@ -41,7 +41,7 @@ use uet_driver::backend::sysfs::PciAddress;
 use uet_driver::backend::vfio::VfioDevice;
 use uet_driver::backend::vfio_user::VfioUserDevice;
 use uet_driver::Device;
-use uet_driver::{Av, CqEvent, CqOp, DmaPool, Endpoint, EndpointAttr, MemoryRegion, MrAccess, Nic};
+use uet_driver::{Av, CqEvent, CqOp, DmaPool, Endpoint, MemoryRegion, MrAccess, Nic};
 use uet_sim::{CaptureStatus, Fabric, NicConfig};
 
 /// How long a rank waits for its traffic before declaring it lost.
@@ -486,14 +486,9 @@ fn run_rank(
                 ..AvAttr::default()
             })
             .map_err(|e| e.to_string())?;
-        let endpoint = nic
-            .endpoint(
-                EndpointAttr {
-                    job_id: cfg.job_id,
-                    ..EndpointAttr::default()
-                },
-                Some(&av),
-            )
+        // The domain's endpoint attributes carry its JobID, as fi_getinfo's ep_attr does.
+        let endpoint = domain
+            .endpoint(domain.endpoint_attr(), Some(&av))
             .map_err(|e| e.to_string())?;
         // Demo payloads are short: one packet each.
         let count = 2 * (cfg.messages + cfg.tagged) + 8;
