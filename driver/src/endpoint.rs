@@ -1079,6 +1079,9 @@ impl Endpoint {
         context: u64,
         data: u64,
     ) -> Result<(), (DriverError, DmaBuffer)> {
+        if let Err(e) = self.check_buffer(&buffer) {
+            return Err((e, buffer));
+        }
         let req = TxRequest {
             data,
             ..TxRequest::new(TxOpcode::Send, dest, buffer.iova(), buffer.len())
@@ -1114,6 +1117,9 @@ impl Endpoint {
         context: u64,
         data: u64,
     ) -> Result<(), (DriverError, DmaBuffer)> {
+        if let Err(e) = self.check_buffer(&buffer) {
+            return Err((e, buffer));
+        }
         let req = TxRequest {
             data,
             match_bits: tag,
@@ -1181,6 +1187,9 @@ impl Endpoint {
         key: u64,
         context: u64,
     ) -> Result<(), (DriverError, DmaBuffer)> {
+        if let Err(e) = self.check_buffer(&local) {
+            return Err((e, local));
+        }
         let req = TxRequest {
             match_bits: key,
             remote_offset,
@@ -1201,6 +1210,9 @@ impl Endpoint {
         key: u64,
         context: u64,
     ) -> Result<(), (DriverError, DmaBuffer)> {
+        if let Err(e) = self.check_buffer(&local) {
+            return Err((e, local));
+        }
         if len > local.capacity() {
             let e = DriverError::InvalidArgument(format!(
                 "a {len}-byte read does not fit a {}-byte buffer",
@@ -1224,6 +1236,22 @@ impl Endpoint {
     /// Whether this ring set may receive.
     fn can_rx(&self) -> bool {
         self.roles & (CTX_ROLE_RX | CTX_ROLE_CONTROL) != 0
+    }
+
+    /// `FI_EINVAL` for a buffer of a pool made for another NIC: its IOVA names other memory
+    /// (or none) to this NIC, which would read or write that memory instead. One pointer
+    /// comparison.
+    #[inline]
+    fn check_buffer(&self, buffer: &DmaBuffer) -> Result<(), DriverError> {
+        if buffer.is_mapped_for(&self.nic.device) {
+            return Ok(());
+        }
+        Err(DriverError::InvalidArgument(format!(
+            "the buffer at IOVA {:#x} is of a DMA pool made for another NIC than the \
+             endpoint's ({})",
+            buffer.iova(),
+            self.address.fabric_addr
+        )))
     }
 
     /// The endpoint type (`fi_ep_attr.type`).
@@ -1492,6 +1520,9 @@ impl Endpoint {
         min_free: Option<u32>,
         group: u32,
     ) -> Result<(), (DriverError, DmaBuffer)> {
+        if let Err(e) = self.check_buffer(&buffer) {
+            return Err((e, buffer));
+        }
         if !self.can_rx() {
             let e = DriverError::Unsupported(
                 "this is a transmit context: it has no receive ring".into(),
@@ -1582,6 +1613,9 @@ impl Endpoint {
         group: u32,
         context: u64,
     ) -> Result<(), (DriverError, DmaBuffer)> {
+        if let Err(e) = self.check_buffer(&buffer) {
+            return Err((e, buffer));
+        }
         if !self.can_rx() {
             let e = DriverError::Unsupported(
                 "this is a transmit context: it has no receive ring".into(),

@@ -21,6 +21,13 @@ impl MappedRegion {
     pub fn region(&self) -> &DmaRegion {
         &self.region
     }
+
+    /// Whether the region is mapped for `device`: its IOVAs name this memory only to that
+    /// device. Every device (each NIC) has an IOVA space of its own, so another NIC may map
+    /// memory of its own at the same IOVAs.
+    pub fn is_mapped_for(&self, device: &Arc<dyn Device>) -> bool {
+        Arc::ptr_eq(&self.device, device)
+    }
 }
 
 impl Drop for MappedRegion {

@@ -66,6 +66,15 @@ impl From<DmaBuffer> for MrMemory {
 }
 
 impl MrMemory {
+    /// Whether the memory is mapped for `device` ([`MappedRegion::is_mapped_for`]).
+    fn is_mapped_for(&self, device: &Arc<dyn crate::device::Device>) -> bool {
+        match self {
+            MrMemory::Buffer(b) => b.is_mapped_for(device),
+            MrMemory::Pool(p, _) => p.is_mapped_for(device),
+            MrMemory::Region(m, _) => m.is_mapped_for(device),
+        }
+    }
+
     /// (the DMA region, first byte, length).
     fn span(&self) -> (&crate::dma::DmaRegion, usize, usize) {
         match self {
@@ -117,6 +126,13 @@ impl Endpoint {
         resource_index: Option<u16>,
     ) -> Result<MemoryRegion, DriverError> {
         let memory = memory.into();
+        if !memory.is_mapped_for(&self.nic_inner().device) {
+            return Err(DriverError::InvalidArgument(
+                "fi_mr_reg: the memory is mapped for another NIC; its IOVAs name other memory \
+                 to this one"
+                    .into(),
+            ));
+        }
         let (region, start, len) = memory.span();
         if len == 0 || !matches!(start.checked_add(len), Some(end) if end <= region.len()) {
             return Err(DriverError::InvalidArgument(format!(

@@ -82,6 +82,11 @@ impl DmaPool {
         self.inner.region.region().len()
     }
 
+    /// Whether the pool is mapped for `device` ([`MappedRegion::is_mapped_for`]).
+    pub(crate) fn is_mapped_for(&self, device: &Arc<dyn crate::device::Device>) -> bool {
+        self.inner.region.is_mapped_for(device)
+    }
+
     pub(crate) fn region(&self) -> &DmaRegion {
         self.inner.region.region()
     }
@@ -101,6 +106,12 @@ impl DmaBuffer {
 
     pub(crate) fn region(&self) -> &DmaRegion {
         self.pool.region.region()
+    }
+
+    /// Whether the buffer's pool is mapped for `device` ([`MappedRegion::is_mapped_for`]).
+    #[inline]
+    pub(crate) fn is_mapped_for(&self, device: &Arc<dyn crate::device::Device>) -> bool {
+        self.pool.region.is_mapped_for(device)
     }
 
     /// The IOVA of the buffer's first byte.

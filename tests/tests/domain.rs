@@ -2,7 +2,8 @@
 //! what the application opened the domain with, each failure with an errno of its own and
 //! nothing asked of the NIC; the `FI_AV_USER_ID` capability trades the per-insert flag for
 //! `fi_av_set_user_id`, end to end through the NIC. An endpoint binds only an AV of its
-//! own NIC.
+//! own NIC and domain, a domain holds at most `ep_cnt` endpoints and closes only when its
+//! objects are gone, and a buffer or memory region is only for the NIC it was mapped for.
 
 use std::sync::Arc;
 use uet_av::{
@@ -708,4 +709,64 @@ fn a_domain_closes_only_when_its_avs_and_endpoints_are_gone() {
         .expect("close the named AV");
     assert_eq!(domain.open_objects(), (0, 0));
     domain.close().expect("nothing of the domain is open");
+}
+
+/// A DMA buffer or memory region is for the NIC its pool was made for. Each NIC has an IOVA
+/// space of its own and numbers it alike, so another NIC's buffer names memory of this NIC
+/// at the same IOVA: every post and registration refuses it (`FI_EINVAL`, the buffer given
+/// back), and a message then lands in the buffer of the receiver's own pool, not in memory
+/// the receive did not name.
+#[test]
+fn a_buffer_or_memory_of_another_nic_is_refused() {
+    use uet_driver::{DmaBuffer, DriverError, MrAccess, MrMemory};
+    use uet_tests::{fabric, Node};
+    let (_fabric, functions) = fabric(3);
+    let mut a = Node::new(functions[0].clone(), JOB, 8);
+    let b = Node::new(functions[1].clone(), JOB, 8);
+    let mut c = Node::new(functions[2].clone(), JOB, 8);
+    let theirs = || {
+        let mut buf = b.pool.alloc().expect("B's buffer");
+        buf.fill(&[0x5A; 64]).unwrap();
+        buf
+    };
+    let refused = |r: Result<(), (DriverError, DmaBuffer)>, what: &str| {
+        let (e, back) = r.unwrap_err();
+        assert_eq!(e.errno(), FiErrno::FI_EINVAL, "{what}: {e}");
+        assert!(e.to_string().contains("another NIC"), "{what}: {e}");
+        assert_eq!(back.to_vec().unwrap(), vec![0x5A; 64], "{what}: given back");
+    };
+    let dest = a.insert(&c.addr());
+    refused(a.ep.post_recv(theirs(), 1), "fi_recv");
+    refused(a.ep.post_trecv(theirs(), 7, 0, 1), "fi_trecv");
+    refused(
+        a.ep.post_recv_multi(theirs(), None, 1),
+        "fi_recv FI_MULTI_RECV",
+    );
+    refused(a.ep.post_send(dest, theirs(), 1, 0), "fi_send");
+    refused(a.ep.post_tsend(dest, theirs(), 7, 1, 0), "fi_tsend");
+    refused(a.ep.post_write(dest, theirs(), 0, 9, 1), "fi_write");
+    refused(a.ep.post_read(dest, theirs(), 64, 0, 9, 1), "fi_read");
+    for (memory, what) in [
+        (MrMemory::from(theirs()), "a buffer"),
+        (MrMemory::Pool(b.pool.clone(), 0..4096), "a pool range"),
+    ] {
+        let e =
+            a.ep.register_mr(memory, MrAccess::REMOTE_READ_WRITE, 0x99)
+                .map(|_| ())
+                .unwrap_err();
+        assert_eq!(e.errno(), FiErrno::FI_EINVAL, "fi_mr_reg of {what}: {e}");
+    }
+    assert_eq!(a.ep.in_flight(), (0, 0), "nothing was posted");
+    // A's own buffer takes the message.
+    a.post_recvs(1);
+    let to_a = c.insert(&a.addr());
+    c.send(to_a, &[0xC3; 48], 5);
+    let got = (0..1000)
+        .find_map(|_| a.next_completion())
+        .expect("A's receive completes");
+    assert_eq!(
+        got.buffer.expect("buffer").to_vec().unwrap(),
+        vec![0xC3; 48],
+        "the message is in A's own buffer"
+    );
 }
