@@ -32,6 +32,9 @@ use uet_fwif::admin::{CTX_ROLE_RX, CTX_ROLE_TX};
 pub struct ScalableEndpoint {
     /// Ring set `k` serves TX context `k` and/or receive context `k`; 0 is the endpoint.
     lanes: Vec<Endpoint>,
+    /// The fid of the endpoint's own ring set: [`ScalableEndpoint::contexts_mut`] lets the
+    /// application reorder the lanes, so the one destroyed last is found by it, not by place.
+    base_fid: u64,
     tx_ctx_cnt: u8,
     rx_ctx_cnt: u8,
 }
@@ -78,6 +81,7 @@ impl Nic {
         let mut base = self.create_endpoint(&attr, table, 0, tx, rx)?;
         // On failure the endpoint drops here and ENDPOINT_DESTROY removes it.
         base.enable_with_av(av)?;
+        let base_fid = base.fid();
         let mut lanes = vec![base];
         let full = RingSizes::of(&attr);
         for k in 1..tx.max(rx) {
@@ -121,6 +125,7 @@ impl Nic {
         }
         Ok(ScalableEndpoint {
             lanes,
+            base_fid,
             tx_ctx_cnt: tx,
             rx_ctx_cnt: rx,
         })
@@ -180,7 +185,9 @@ impl ScalableEndpoint {
     }
 
     /// Every ring set, by index (set `k` is TX context `k` if `k < tx_ctx_cnt` and receive
-    /// context `k` if `k < rx_ctx_cnt`): split them across threads.
+    /// context `k` if `k < rx_ctx_cnt`): split them across threads. Dropping the scalable
+    /// endpoint destroys the contexts before the endpoint wherever they were moved in the
+    /// slice.
     pub fn contexts_mut(&mut self) -> &mut [Endpoint] {
         &mut self.lanes
     }
@@ -188,9 +195,17 @@ impl ScalableEndpoint {
 
 impl Drop for ScalableEndpoint {
     fn drop(&mut self) {
-        // The NIC refuses to destroy an endpoint whose contexts exist: last lane first.
+        // The NIC refuses to destroy an endpoint whose contexts exist: the contexts first,
+        // wherever the application moved them in the slice, then the endpoint.
+        let base_fid = self.base_fid;
+        let base = self
+            .lanes
+            .iter()
+            .position(|l| l.fid() == base_fid)
+            .map(|i| self.lanes.remove(i));
         while let Some(l) = self.lanes.pop() {
             drop(l);
         }
+        drop(base);
     }
 }

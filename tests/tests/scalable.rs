@@ -206,3 +206,28 @@ fn transmit_contexts_have_their_own_rings_and_completions() {
         .unwrap_err();
     assert_eq!(e.errno(), FiErrno::FI_EOPNOTSUPP, "{e}");
 }
+
+#[test]
+fn contexts_reordered_by_the_application_are_still_destroyed_before_the_endpoint() {
+    // contexts_mut hands out the ring sets as a slice: an application that reorders it
+    // (swap, reverse, sort) to share the contexts among its threads moves the endpoint's own
+    // ring set away from index 0. Dropping the scalable endpoint must still destroy every
+    // context, then the endpoint, leaving nothing on the NIC.
+    let (_f, fns) = fabric(1);
+    let nic = open_nic(&fns[0]);
+    let av = open_av(&nic, JOB, 4, 2);
+    let fixed = EndpointAttr {
+        initiator: Some(0x77),
+        ..attr(3, 3, 4)
+    };
+    let mut sep = nic.scalable_endpoint(fixed, Some(&av)).unwrap();
+    sep.contexts_mut().reverse();
+    drop(sep);
+    // The NIC holds no endpoint with that initiator id any more: it may be taken again.
+    let again = nic.scalable_endpoint(fixed, Some(&av));
+    assert!(
+        again.is_ok(),
+        "the endpoint was left on the NIC: {:?}",
+        again.err().map(|e| e.to_string())
+    );
+}
