@@ -18,7 +18,8 @@
 //! operation of a connected endpoint goes to that peer: the send path reads the connection
 //! state and the peer's `fi_addr` from two atomics, with no lock and no lookup. A request
 //! whose CONNREQ cannot be delivered (no listener at that PIDonFEP, wrong JobID) is refused
-//! the same way as a REJECT, with the UET return code as `prov_errno`.
+//! the same way as a REJECT, with the UET return code as `prov_errno`; one that reaches an
+//! endpoint that does not listen (an active `FI_EP_MSG` endpoint) is answered with a REJECT.
 //!
 //! Messages are checked: a malformed one, one of an unknown connection (its `conn_id`), or a
 //! SHUTDOWN whose source is not the peer is dropped and counted ([`PassiveEndpoint::dropped`],
@@ -382,6 +383,9 @@ impl Connection {
         let Some(msg) = parsed else {
             return self.drop_message("malformed");
         };
+        if msg.kind == CmKind::ConnReq && matches!(inner.role, Role::Active { .. }) {
+            return self.refuse_connreq(inner, &msg);
+        }
         match &mut inner.role {
             Role::Passive { pending, next_id } => {
                 if msg.kind != CmKind::ConnReq {
@@ -454,6 +458,31 @@ impl Connection {
                     _ => self.drop_message("unexpected in this state"),
                 }
             }
+        }
+    }
+}
+
+impl Connection {
+    /// A CONNREQ reached an endpoint that does not listen (an active `FI_EP_MSG` endpoint):
+    /// answer it with a REJECT, so the requester gets `FI_ECONNREFUSED` instead of waiting
+    /// for an answer that never comes. The requester's entry goes when the REJECT's send
+    /// completes ([`Connection::on_sent`]). A request that cannot be answered (no room in the
+    /// endpoint's AV, no control buffer) is dropped and counted.
+    fn refuse_connreq(&self, inner: &mut CmInner, msg: &CmMessage) {
+        let Ok(bytes) = msg.sender.to_bytes() else {
+            return self.drop_message("a connection request with a bad requester address");
+        };
+        let Ok(fi) = insert_peer(&mut inner.av, &bytes, "requester") else {
+            return self.drop_message("a connection request that cannot be answered");
+        };
+        let context = fi << 8;
+        if let Err(e) = self.send(inner, fi, CmKind::Reject, msg.conn_id, &[], context) {
+            forget_peer(&mut inner.av, fi);
+            tracing::debug!(
+                fid = self.fid,
+                "REJECT of a connection request not sent: {e}"
+            );
+            self.drop_message("a connection request that cannot be answered");
         }
     }
 }

@@ -229,3 +229,49 @@ fn misuse_gets_clear_errors() {
     );
     assert!(eq.is_empty());
 }
+
+#[test]
+fn a_connection_request_to_an_endpoint_that_does_not_listen_is_refused() {
+    // fi_connect names an active FI_EP_MSG endpoint instead of a passive one: its control
+    // channel takes the CONNREQ but no listener is there to answer it. The requester must be
+    // refused (FI_ECONNREFUSED), not left connecting forever.
+    let (_f, fns) = fabric(2);
+    let (na, nb) = (open_nic(&fns[0]), open_nic(&fns[1]));
+    let (target, eq_t) = msg_ep(&na);
+    let (mut client, eq_c) = msg_ep(&nb);
+    client
+        .connect(&target.address().to_bytes().unwrap(), b"anyone?")
+        .unwrap();
+    let err = wait_error(&eq_c);
+    assert_eq!((err.err, err.fid), (FiErrno::FI_ECONNREFUSED, client.fid()));
+    assert!(!client.is_connected());
+    // More requests than the target's own AV has entries: each answer's entry goes again.
+    for _ in 0..6 {
+        let (mut other, eq_o) = msg_ep(&nb);
+        other
+            .connect(&target.address().to_bytes().unwrap(), b"")
+            .unwrap();
+        assert_eq!(wait_error(&eq_o).err, FiErrno::FI_ECONNREFUSED);
+    }
+    // The target is untouched: it still connects to a listener itself.
+    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
+    let pep = nb
+        .passive_endpoint(
+            EndpointAttr {
+                job_id: JOB,
+                ..EndpointAttr::default()
+            },
+            &eq_l,
+        )
+        .unwrap();
+    let (mut server, eq_s) = msg_ep(&nb);
+    let mut target = target;
+    target
+        .connect(&pep.address().to_bytes().unwrap(), b"")
+        .unwrap();
+    let req = pep.connreq(&wait_event(&eq_l)).unwrap();
+    pep.accept(&req, &mut server, b"").unwrap();
+    assert_eq!(wait_event(&eq_s).kind, EqEventKind::Connected);
+    assert_eq!(wait_event(&eq_t).kind, EqEventKind::Connected);
+    assert!(target.is_connected());
+}
