@@ -69,6 +69,7 @@ impl DriverError {
             DriverError::AdminDeviceFatal { .. } => FiErrno::FI_EIO,
             DriverError::FunctionReset { .. } => FiErrno::FI_EIO,
             DriverError::AdminRingFull { .. } => FiErrno::FI_EAGAIN,
+            DriverError::DeviceInUse { .. } => FiErrno::FI_EBUSY,
             DriverError::InvalidArgument(_) => FiErrno::FI_EINVAL,
             DriverError::InitiatorInUse { .. } => FiErrno::FI_EADDRINUSE,
             DriverError::MessageTooLong { .. } => FiErrno::FI_EMSGSIZE,

@@ -47,6 +47,14 @@ pub enum DriverError {
         /// How long the driver waited.
         waited: Duration,
     },
+    /// [`crate::Nic::open`] of a device a `Nic` of this process already runs: the open would
+    /// reset the function under it, taking its endpoints and AV tables. Nothing was done to
+    /// the device.
+    #[error("device {name} is already open in this process: use its Nic (clone it, or open another Domain on it)")]
+    DeviceInUse {
+        /// The device's name.
+        name: String,
+    },
     /// Enabling the function failed; the device raised a fatal error.
     #[error("device refused enable: FATAL_ERROR = {fatal_error:#x}")]
     EnableFailed {

@@ -2,6 +2,10 @@
 //!
 //! [`Nic::open`] follows the register reference (`regs/REGISTERS.md`) step by step:
 //!
+//! 0. A device that a `Nic` of this process runs (the same device object) is refused with
+//!    `FI_EBUSY` ([`DriverError::DeviceInUse`]) before anything reaches it: step 3 would
+//!    reset the function under that `Nic`. Another domain on the NIC is a [`crate::Domain`]
+//!    of the `Nic` (or a clone of it).
 //! 1. `ID`: all ones means the function is gone; anything but `0xFFFE:0x0001` is not ours.
 //! 2. `REVISION.interface_major` must equal the driver's [`uet_regs::INTERFACE_MAJOR`], and
 //!    `interface_minor` be at least [`REQUIRED_INTERFACE_MINOR`]: the driver speaks the 1.7
@@ -278,6 +282,51 @@ pub(crate) struct NicInner {
     /// The endpoints and contexts this process holds on the NIC, for the telemetry socket:
     /// added when made, removed when dropped.
     pub(crate) endpoints: Mutex<Vec<EndpointRecord>>,
+    /// The device is this Nic's: released last, once the device is reset and every mapping
+    /// of the fields above is gone.
+    _claim: DeviceClaim,
+}
+
+/// The devices a [`Nic`] of this process runs, by the address of the device object: a second
+/// [`Nic::open`] of one is refused before it resets the function under the first.
+static CLAIMED_DEVICES: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// A device claimed by [`Nic::open`] until dropped. It holds the device, so no other object
+/// takes its address while the claim stands.
+struct DeviceClaim {
+    device: Arc<dyn Device>,
+}
+
+impl DeviceClaim {
+    fn key(device: &Arc<dyn Device>) -> usize {
+        Arc::as_ptr(device).cast::<()>() as usize
+    }
+
+    /// Claim `device`; `None` when a Nic of this process holds it.
+    fn take(device: &Arc<dyn Device>) -> Option<Self> {
+        let key = Self::key(device);
+        // A panic elsewhere never leaves the list half-changed: a poisoned lock is usable.
+        let mut claimed = CLAIMED_DEVICES
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if claimed.contains(&key) {
+            return None;
+        }
+        claimed.push(key);
+        Some(DeviceClaim {
+            device: device.clone(),
+        })
+    }
+}
+
+impl Drop for DeviceClaim {
+    fn drop(&mut self) {
+        let key = Self::key(&self.device);
+        CLAIMED_DEVICES
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|&k| k != key);
+    }
 }
 
 impl NicInner {
@@ -458,6 +507,10 @@ pub struct Nic {
 impl Nic {
     /// Bring the NIC up (see the module docs for the sequence).
     pub fn open(device: Arc<dyn Device>) -> Result<Nic, DriverError> {
+        // 0. A device a Nic of this process runs is refused before anything reaches it.
+        let claim = DeviceClaim::take(&device).ok_or_else(|| DriverError::DeviceInUse {
+            name: device.name(),
+        })?;
         let bar = device.bar0();
         // 1. Identity.
         let id = bar.read(ID);
@@ -569,6 +622,7 @@ impl Nic {
                 av_window: Mutex::new(None),
                 av_tables: Mutex::new(Vec::new()),
                 endpoints: Mutex::new(Vec::new()),
+                _claim: claim,
             }),
         };
         crate::telemetry::nic_opened(&nic);

@@ -770,3 +770,38 @@ fn a_buffer_or_memory_of_another_nic_is_refused() {
         "the message is in A's own buffer"
     );
 }
+
+#[test]
+fn a_device_already_open_is_refused_and_its_nic_goes_on() {
+    // A second Nic::open of the device a Nic of this process runs (an application opening
+    // "another domain" on its device) must be refused before it touches the device: its
+    // function reset would take every endpoint and AV table from the first Nic.
+    let fabric = Fabric::new();
+    let fa = fabric.add_nic(NicConfig::new(nic_addr(0))).unwrap();
+    let fb = fabric.add_nic(NicConfig::new(nic_addr(1))).unwrap();
+    let device: Arc<dyn uet_driver::Device> = Arc::new(SimDevice::new(fa.clone()));
+    let mut a = uet_tests::Node::on_device(device.clone(), fa.clone(), JOB, JOB, 4);
+    let mut b = uet_tests::Node::new(fb, JOB, 4);
+    let to_a = b.insert(&a.addr());
+    a.insert(&b.addr());
+    let before = fa.counter(ADMIN_COMMANDS);
+    let e = Nic::open(device.clone())
+        .err()
+        .expect("a second open is refused");
+    assert_eq!(e.errno(), FiErrno::FI_EBUSY, "{e}");
+    assert_eq!(
+        fa.counter(ADMIN_COMMANDS),
+        before,
+        "nothing reached the NIC"
+    );
+    // The first Nic's endpoint still receives.
+    a.post_recvs(1);
+    b.send(to_a, b"still here", 1);
+    let sent = b.next_completion().expect("send completes");
+    assert!(sent.error.is_none(), "{:?}", sent.error);
+    let got = a.next_completion().expect("message arrives");
+    assert_eq!(got.buffer.unwrap().to_vec().unwrap(), b"still here");
+    // Once the first Nic is gone the device opens again.
+    drop(a);
+    assert!(Nic::open(device).is_ok());
+}
