@@ -11,6 +11,7 @@
 //! | accept | [`PassiveEndpoint::accept`]`(req, &mut ep, param)` | ACCEPT from `ep` to the requester | `ep`'s EQ: `FI_CONNECTED` once the requester's NIC acknowledged the ACCEPT; requester's EQ: `FI_CONNECTED`, `cm_data` = param |
 //! | reject | [`PassiveEndpoint::reject`]`(req, param)` | REJECT from the listener | requester's EQ: error `FI_ECONNREFUSED` (`err_data`: why, and the param) |
 //! | close | [`Endpoint::shutdown`] | SHUTDOWN to the peer | peer's EQ: `FI_SHUTDOWN` |
+//! | close the listener | drop the [`PassiveEndpoint`] | REJECT of every request left unanswered | each requester's EQ: error `FI_ECONNREFUSED` |
 //!
 //! A connected endpoint's peer is in the endpoint's own AV (an `FI_EP_MSG` endpoint is never
 //! bound to an application's AV): the connecting side inserts the accepting endpoint's address
@@ -383,7 +384,9 @@ impl Connection {
         let Some(msg) = parsed else {
             return self.drop_message("malformed");
         };
-        if msg.kind == CmKind::ConnReq && matches!(inner.role, Role::Active { .. }) {
+        // An active endpoint never listens, and a listener being closed no longer does.
+        let listening = matches!(inner.role, Role::Passive { .. }) && self.get() != SHUT_DOWN;
+        if msg.kind == CmKind::ConnReq && !listening {
             return self.refuse_connreq(inner, &msg);
         }
         match &mut inner.role {
@@ -463,7 +466,8 @@ impl Connection {
 }
 
 impl Connection {
-    /// A CONNREQ reached an endpoint that does not listen (an active `FI_EP_MSG` endpoint):
+    /// A CONNREQ reached an endpoint that does not listen (an active `FI_EP_MSG` endpoint,
+    /// or a passive one being closed):
     /// answer it with a REJECT, so the requester gets `FI_ECONNREFUSED` instead of waiting
     /// for an answer that never comes. The requester's entry goes when the REJECT's send
     /// completes ([`Connection::on_sent`]). A request that cannot be answered (no room in the
@@ -484,6 +488,28 @@ impl Connection {
             );
             self.drop_message("a connection request that cannot be answered");
         }
+    }
+}
+
+impl Connection {
+    /// A listener's REJECT of `req`, sending `param`. The requester's AV entry goes when the
+    /// REJECT's send completes ([`Connection::on_sent`]), or now if it is not sent.
+    fn send_reject(
+        &self,
+        inner: &mut CmInner,
+        req: &ConnReq,
+        param: &[u8],
+    ) -> Result<(), DriverError> {
+        let bytes = req
+            .peer
+            .to_bytes()
+            .map_err(|e| DriverError::InvalidArgument(e.to_string()))?;
+        let fi = insert_peer(&mut inner.av, &bytes, "requester")?;
+        if let Err(e) = self.send(inner, fi, CmKind::Reject, req.conn_id, param, fi << 8) {
+            forget_peer(&mut inner.av, fi);
+            return Err(e);
+        }
+        Ok(())
     }
 }
 
@@ -730,18 +756,57 @@ impl PassiveEndpoint {
         let conn = &self.link.shared;
         let mut inner = conn.lock();
         self.check_pending(&inner, req)?;
-        let bytes = req
-            .peer
-            .to_bytes()
-            .map_err(|e| DriverError::InvalidArgument(e.to_string()))?;
-        let fi = insert_peer(&mut inner.av, &bytes, "requester")?;
-        // The entry goes when the REJECT's send completes (on_sent), or now if it is not sent.
-        if let Err(e) = conn.send(&mut inner, fi, CmKind::Reject, req.conn_id, param, fi << 8) {
-            forget_peer(&mut inner.av, fi);
-            return Err(e);
-        }
+        conn.send_reject(&mut inner, req, param)?;
         self.take_pending(&mut inner, req);
         Ok(())
+    }
+}
+
+/// How long closing a listener waits for room to reject the requests it left unanswered.
+const CLOSE_REJECT_WAIT: Duration = Duration::from_secs(1);
+
+impl Drop for PassiveEndpoint {
+    /// `fi_close` of a listener: every request it leaves unanswered is rejected, so that its
+    /// requester gets `FI_ECONNREFUSED` instead of waiting for an answer that never comes.
+    /// The REJECTs are sent while their completions are collected (which free the control
+    /// buffers and TX entries the next ones need), for at most [`CLOSE_REJECT_WAIT`]; a
+    /// request still unanswered then is dropped and counted.
+    fn drop(&mut self) {
+        let conn = &self.link.shared;
+        let mut unanswered: Vec<ConnReq> = {
+            let mut inner = conn.lock();
+            // From now on the progress thread refuses new requests itself.
+            conn.set(SHUT_DOWN);
+            match &mut inner.role {
+                Role::Passive { pending, .. } => pending.drain().map(|(_, p)| p.req).collect(),
+                Role::Active { .. } => Vec::new(),
+            }
+        };
+        unanswered.sort_by_key(|r| r.id);
+        let deadline = std::time::Instant::now() + CLOSE_REJECT_WAIT;
+        let mut left = unanswered.iter().peekable();
+        while let Some(req) = left.peek() {
+            let sent = conn.send_reject(&mut conn.lock(), req, &[]);
+            match sent {
+                Err(DriverError::Full(_)) if std::time::Instant::now() < deadline => {
+                    // Collect the completions that free control buffers and TX entries.
+                    conn.progress();
+                    std::thread::sleep(CM_POLL_INTERVAL);
+                }
+                Err(e) => {
+                    tracing::debug!(
+                        fid = conn.fid,
+                        request = req.id,
+                        "not rejected at close: {e}"
+                    );
+                    conn.drop_message("a request the closed listener could not reject");
+                    left.next();
+                }
+                Ok(()) => {
+                    left.next();
+                }
+            }
+        }
     }
 }
 

@@ -275,3 +275,39 @@ fn a_connection_request_to_an_endpoint_that_does_not_listen_is_refused() {
     assert_eq!(wait_event(&eq_t).kind, EqEventKind::Connected);
     assert!(target.is_connected());
 }
+
+#[test]
+fn closing_a_listener_refuses_the_requests_it_left_unanswered() {
+    // The application closes its passive endpoint with a connection request it neither
+    // accepted nor rejected: the requester must learn it was refused, not wait forever.
+    let (_f, fns) = fabric(2);
+    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
+    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
+    let pep = ns
+        .passive_endpoint(
+            EndpointAttr {
+                job_id: JOB,
+                ..EndpointAttr::default()
+            },
+            &eq_l,
+        )
+        .unwrap();
+    // More requests than the listener's control TX ring holds REJECTs at once.
+    let clients: Vec<(Endpoint, EventQueue)> = (0..12)
+        .map(|_| {
+            let (mut client, eq_c) = msg_ep(&nc);
+            client
+                .connect(&pep.address().to_bytes().unwrap(), b"")
+                .unwrap();
+            assert_eq!(wait_event(&eq_l).kind, EqEventKind::ConnReq);
+            (client, eq_c)
+        })
+        .collect();
+    drop(pep);
+    for (client, eq_c) in &clients {
+        let err = wait_error(eq_c);
+        assert_eq!((err.err, err.fid), (FiErrno::FI_ECONNREFUSED, client.fid()));
+    }
+    // The listener's queue is free again.
+    eq_l.close().unwrap();
+}
