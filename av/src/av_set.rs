@@ -486,15 +486,18 @@ impl AvSet {
         Ok(())
     }
 
-    /// Members whose addresses `av` no longer holds, in order.
+    /// Members whose addresses `av` no longer holds, in order. `FI_EINVAL` for another AV
+    /// than the set's, whose indices name other addresses.
     pub fn stale<'a, N: NicAvTable>(
         &'a self,
         av: &'a AddressVector<N>,
-    ) -> impl Iterator<Item = FiAddr> + 'a {
-        self.members
+    ) -> Result<impl Iterator<Item = FiAddr> + 'a, FiError> {
+        self.same_av("AV set stale", av.id())?;
+        Ok(self
+            .members
             .iter()
             .map(|&i| FiAddr::from(i))
-            .filter(move |&fa| av.index_of(fa).is_err())
+            .filter(move |&fa| av.index_of(fa).is_err()))
     }
 
     /// Drop the members `av` no longer holds, keeping the others' order; how many were
@@ -518,7 +521,7 @@ impl AvSet {
                  needs members",
             ));
         }
-        let mut stale = self.stale(av);
+        let mut stale = self.stale(av)?;
         if let Some(first) = stale.next() {
             let more = stale.count();
             return Err(FiError::inval(format!(
