@@ -200,8 +200,9 @@ impl Drop for CmLink {
     }
 }
 
+/// An AV or event-queue error, its errno kept.
 fn fi_err(e: uet_av::FiError) -> DriverError {
-    DriverError::InvalidArgument(e.to_string())
+    DriverError::Fabric(e)
 }
 
 /// Insert a peer's serialized address (`who` names it in errors) into a connection's AV.
@@ -544,6 +545,8 @@ impl Nic {
         attr: EndpointAttr,
         eq: &EventQueue,
     ) -> Result<PassiveEndpoint, DriverError> {
+        // A closed queue is refused before anything is asked of the NIC.
+        let binding = eq.bind().map_err(fi_err)?;
         let av = self
             .open_av(AvAttr {
                 count: LISTENER_AV_ENTRIES,
@@ -562,7 +565,6 @@ impl Nic {
             rx_ctx_cnt: 0,
             ..attr
         };
-        let binding = eq.bind().map_err(fi_err)?;
         let table = av.nic().table().clone();
         let mut lane = self.create_endpoint(&pattr, Some(table), EP_FLAG_PASSIVE, 0, 0)?;
         let pool = control_pool(self)?;

@@ -79,7 +79,7 @@ impl DriverError {
             DriverError::NotConnected(_) => FiErrno::FI_ENOTCONN,
             DriverError::BadState(_) => FiErrno::FI_EOPBADSTATE,
             DriverError::NoEq(_) => FiErrno::FI_ENOEQ,
-            DriverError::AvSync(e) => e.errno,
+            DriverError::AvSync(e) | DriverError::Fabric(e) => e.errno,
             // A zero length, or an access outside the region, is the caller's argument;
             // anything else is memory the system could not give.
             DriverError::Dma(DmaError::Empty | DmaError::OutOfBounds { .. }) => FiErrno::FI_EINVAL,

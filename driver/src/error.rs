@@ -182,6 +182,10 @@ pub enum DriverError {
     /// changes other processes made (its NIC refused them); the send was not posted.
     #[error("{0}")]
     AvSync(uet_av::FiError),
+    /// An AV or event-queue call the driver made for the operation failed, with its errno
+    /// (a closed event queue is `FI_EBADF`, no AV table left `FI_ENOSPC`).
+    #[error("{0}")]
+    Fabric(uet_av::FiError),
 }
 
 impl DriverError {

@@ -222,6 +222,22 @@ fn misuse_gets_clear_errors() {
         unbound.connect(&[0u8; 7], b"").unwrap_err().errno(),
         FiErrno::FI_EINVAL
     );
+    // A closed event queue is FI_EBADF for a listener and for an endpoint, as for any bind.
+    let closed = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
+    closed.clone().close().unwrap();
+    let mut fresh = nic.endpoint(msg_attr(), None).unwrap();
+    assert_eq!(
+        fresh.bind_eq(&closed).unwrap_err().errno(),
+        FiErrno::FI_EBADF
+    );
+    let attr = EndpointAttr {
+        job_id: JOB,
+        ..EndpointAttr::default()
+    };
+    assert_eq!(
+        nic.passive_endpoint(attr, &closed).err().unwrap().errno(),
+        FiErrno::FI_EBADF
+    );
     // Shutdown of an endpoint that never connected.
     assert_eq!(
         unbound.shutdown().unwrap_err().errno(),
