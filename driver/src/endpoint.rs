@@ -481,6 +481,37 @@ pub struct Endpoint {
     /// Its place among its domain's endpoints ([`crate::Domain::endpoint`]); `None` for an
     /// endpoint made on the NIC alone, and for a scalable endpoint's contexts.
     pub(crate) domain_seat: Option<DomainSeat>,
+    /// An endpoint (ENDPOINT_CREATE): its family, which its contexts share. Dropping the
+    /// endpoint parks its NIC endpoint and memory there, destroyed when the family's last
+    /// member goes. `None` for a context.
+    family: Option<Arc<Family>>,
+    /// A context (CONTEXT_CREATE): its endpoint's family, let go once the context is
+    /// destroyed. `None` for an endpoint.
+    owner: Option<Arc<Family>>,
+}
+
+/// An endpoint and its contexts: the NIC refuses to destroy an endpoint while contexts of
+/// it exist, and the application may drop the endpoint first (a scalable endpoint's ring
+/// sets can be moved out of it with `mem::replace`, or swapped with another's). The endpoint
+/// is then destroyed when its last context goes.
+#[derive(Default)]
+struct Family {
+    /// The endpoint's teardown, parked when the endpoint was dropped: it runs when the
+    /// family goes.
+    endpoint: std::sync::Mutex<Option<Teardown>>,
+}
+
+/// What destroys a NIC endpoint or context: ENDPOINT_DESTROY, then the memory the device
+/// may use until then (rings, posted buffers) and the AV table it translates through.
+struct Teardown {
+    nic: Arc<NicInner>,
+    handle: u16,
+    rings: Option<MappedRegion>,
+    posted: Vec<Option<Posted>>,
+    /// Auth-key slots granted (counted in `NicInner::auth_grants`).
+    auth_slots: Vec<u16>,
+    /// Dropped after ENDPOINT_DESTROY: the NIC keeps a table an endpoint is bound to.
+    _av: Option<Arc<AvTableHandle>>,
 }
 
 fn align_page(x: usize) -> usize {
@@ -739,6 +770,7 @@ impl Nic {
             av_table,
             attr.cq_format,
         );
+        endpoint.family = Some(Arc::default());
         if extra_flags & EP_FLAG_PASSIVE != 0 {
             endpoint.max_group_id = 0; // the NIC gives a listener no peer groups
         }
@@ -796,6 +828,7 @@ impl Nic {
             owner.cq_format,
         );
         context.av_sync = owner.av_sync.clone();
+        context.owner = owner.family.clone();
         Ok(context)
     }
 
@@ -859,6 +892,8 @@ impl Nic {
             auth_slots: Vec::new(),
             max_group_id,
             domain_seat: None,
+            family: None,
+            owner: None,
         }
     }
 }
@@ -1985,27 +2020,20 @@ fn drop_rings_unless_timed_out(e: &DriverError, set: RingSet) {
     }
 }
 
-impl Endpoint {
+impl Teardown {
     /// Never hand the endpoint's DMA memory (rings, posted buffers) back: the device may
     /// still write it. It is released with the NIC's reset.
     fn leak_dma_memory(&mut self) {
         std::mem::forget(self.rings.take());
-        for s in self.tx.slots.drain(..).chain(self.rx.slots.drain(..)) {
-            std::mem::forget(s);
-        }
-        if let Some((_, slab)) = self.trx.as_mut() {
-            for s in slab.slots.drain(..) {
-                std::mem::forget(s);
-            }
+        for p in self.posted.drain(..) {
+            std::mem::forget(p);
         }
     }
 }
 
-impl Drop for Endpoint {
+impl Drop for Teardown {
     fn drop(&mut self) {
         self.nic.forget_endpoint(self.handle);
-        // A connection's control channel is a context of this endpoint: it goes first.
-        drop(self.cm.take());
         match self.nic.destroy(Command::EndpointDestroy {
             endpoint: u32::from(self.handle),
         }) {
@@ -2029,6 +2057,38 @@ impl Drop for Endpoint {
                 );
                 self.leak_dma_memory();
             }
+        }
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        // A connection's control channel is a context of this endpoint: it goes first.
+        drop(self.cm.take());
+        let mut posted = core::mem::take(&mut self.tx.slots);
+        posted.append(&mut self.rx.slots);
+        if let Some((_, slab)) = self.trx.as_mut() {
+            posted.append(&mut slab.slots);
+        }
+        let teardown = Teardown {
+            nic: self.nic.clone(),
+            handle: self.handle,
+            rings: self.rings.take(),
+            posted,
+            auth_slots: core::mem::take(&mut self.auth_slots),
+            _av: self._av.take(),
+        };
+        match self.family.take() {
+            // An endpoint goes with the last of its family: now when no context of it is
+            // left, else when the last one is dropped (the NIC refuses it before).
+            Some(family) => {
+                *family
+                    .endpoint
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(teardown);
+            }
+            // A context goes now; its endpoint's family (`owner`) is let go after it.
+            None => drop(teardown),
         }
     }
 }

@@ -19,7 +19,9 @@
 //! receives only.
 //!
 //! The counts are checked against `CAP_EP.max_tx_ctx` and `CAP_EP.max_rx_ctx` before the NIC
-//! is asked. Dropping the scalable endpoint destroys the contexts, then the endpoint.
+//! is asked. Dropping the scalable endpoint destroys the contexts, then the endpoint. A ring
+//! set moved out of [`ScalableEndpoint::contexts_mut`] lives on its own: the endpoint's, if
+//! dropped while contexts of it live, is destroyed on the NIC when the last of them goes.
 
 use crate::av::Av;
 use crate::endpoint::{Endpoint, EndpointAttr, EpType, RingSizes};

@@ -231,3 +231,50 @@ fn contexts_reordered_by_the_application_are_still_destroyed_before_the_endpoint
         again.err().map(|e| e.to_string())
     );
 }
+
+#[test]
+fn an_endpoint_whose_contexts_outlive_it_is_destroyed_after_them() {
+    // contexts_mut hands out &mut Endpoint: an application can swap a context with one of
+    // another scalable endpoint, or take the endpoint's own ring set out with mem::replace,
+    // and drop the endpoint while contexts of it still live. The NIC refuses to destroy an
+    // endpoint whose contexts exist; the endpoint must go once they have, not stay on the NIC.
+    let (_f, fns) = fabric(1);
+    let nic = open_nic(&fns[0]);
+    let av = open_av(&nic, JOB, 4, 2);
+    let fixed = |initiator| EndpointAttr {
+        initiator: Some(initiator),
+        ..attr(2, 2, 4)
+    };
+    let mut a = nic.scalable_endpoint(fixed(0x71), Some(&av)).unwrap();
+    let mut b = nic.scalable_endpoint(fixed(0x72), Some(&av)).unwrap();
+    std::mem::swap(&mut a.contexts_mut()[1], &mut b.contexts_mut()[1]);
+    drop(a);
+    drop(b);
+    // The endpoint's own ring set taken out and dropped first; its context keeps working.
+    let mut c = nic.scalable_endpoint(fixed(0x73), Some(&av)).unwrap();
+    let stand_in = nic
+        .endpoint(
+            EndpointAttr {
+                job_id: JOB,
+                ..EndpointAttr::default()
+            },
+            Some(&av),
+        )
+        .unwrap();
+    let base = std::mem::replace(&mut c.contexts_mut()[0], stand_in);
+    drop(base);
+    let pool = DmaPool::new(&nic, 256, 4).unwrap();
+    let ctx = c.rx_context(1).unwrap();
+    ctx.post_recv(pool.alloc().unwrap(), 1)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    drop(c);
+    for initiator in [0x71, 0x72, 0x73] {
+        let again = nic.scalable_endpoint(fixed(initiator), Some(&av));
+        assert!(
+            again.is_ok(),
+            "endpoint {initiator:#x} was left on the NIC: {:?}",
+            again.err().map(|e| e.to_string())
+        );
+    }
+}
