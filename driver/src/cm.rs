@@ -70,8 +70,8 @@ const CONTROL_BUFFERS: u32 = 32;
 const LISTENER_AV_ENTRIES: usize = 64;
 /// Entries of an `FI_EP_MSG` endpoint's own AV (the listener, then the peer).
 const MSG_AV_ENTRIES: usize = 4;
-/// Connection requests a listener holds unanswered (a `listen` backlog); more are dropped
-/// and counted, and the requester's connect then times out or is retried.
+/// Connection requests a listener holds unanswered (a `listen` backlog); more are rejected,
+/// and their requesters get `FI_ECONNREFUSED`.
 pub const CM_BACKLOG: usize = 1024;
 
 const IDLE: u8 = 0;
@@ -385,8 +385,12 @@ impl Connection {
         let Some(msg) = parsed else {
             return self.drop_message("malformed");
         };
-        // An active endpoint never listens, and a listener being closed no longer does.
-        let listening = matches!(inner.role, Role::Passive { .. }) && self.get() != SHUT_DOWN;
+        // An active endpoint never listens, a listener being closed no longer does, and one
+        // whose backlog is full takes no more requests.
+        let listening = match &inner.role {
+            Role::Passive { pending, .. } => self.get() != SHUT_DOWN && pending.len() < CM_BACKLOG,
+            Role::Active { .. } => false,
+        };
         if msg.kind == CmKind::ConnReq && !listening {
             return self.refuse_connreq(inner, &msg);
         }
@@ -394,9 +398,6 @@ impl Connection {
             Role::Passive { pending, next_id } => {
                 if msg.kind != CmKind::ConnReq {
                     return self.drop_message("a listener takes only connection requests");
-                }
-                if pending.len() >= CM_BACKLOG {
-                    return self.drop_message("the listener's backlog is full");
                 }
                 let id = *next_id;
                 *next_id += 1;
@@ -408,11 +409,12 @@ impl Connection {
                     listener: self.fid,
                 };
                 pending.insert(id, Pending { req });
-                // A request the application never hears of is not held either.
-                if !self.post(inner, EqEventKind::ConnReq, id, msg.param) {
+                // A request the application never hears of is not held either: it is refused.
+                if !self.post(inner, EqEventKind::ConnReq, id, msg.param.clone()) {
                     if let Role::Passive { pending, .. } = &mut inner.role {
                         pending.remove(&id);
                     }
+                    self.refuse_connreq(inner, &msg);
                 }
             }
             Role::Active { conn_id, listener } => {
@@ -468,7 +470,8 @@ impl Connection {
 
 impl Connection {
     /// A CONNREQ reached an endpoint that does not listen (an active `FI_EP_MSG` endpoint,
-    /// or a passive one being closed):
+    /// or a passive one being closed), or a listener that cannot take it (its backlog is full,
+    /// or its event queue has no room for the `FI_CONNREQ`):
     /// answer it with a REJECT, so the requester gets `FI_ECONNREFUSED` instead of waiting
     /// for an answer that never comes. The requester's entry goes when the REJECT's send
     /// completes ([`Connection::on_sent`]). A request that cannot be answered (no room in the

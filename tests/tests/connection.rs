@@ -327,3 +327,37 @@ fn closing_a_listener_refuses_the_requests_it_left_unanswered() {
     // The listener's queue is free again.
     eq_l.close().unwrap();
 }
+
+#[test]
+fn a_request_the_listener_cannot_report_is_refused() {
+    // The listener's event queue has no room for the FI_CONNREQ (an application that does
+    // not read it): the request is not held, and its requester must be refused rather than
+    // left waiting for an answer the application never hears of.
+    let (_f, fns) = fabric(2);
+    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
+    let eq_l = EventQueue::open(uet_driver::EqAttr {
+        size: 1,
+        ..uet_tests::WAITABLE_EQ
+    })
+    .unwrap();
+    let pep = ns
+        .passive_endpoint(
+            EndpointAttr {
+                job_id: JOB,
+                ..EndpointAttr::default()
+            },
+            &eq_l,
+        )
+        .unwrap();
+    let listener = pep.address().to_bytes().unwrap();
+    let (mut first, _eq_1) = msg_ep(&nc);
+    first.connect(&listener, b"").unwrap();
+    let (mut second, eq_2) = msg_ep(&nc);
+    second.connect(&listener, b"").unwrap();
+    let err = wait_error(&eq_2);
+    assert_eq!((err.err, err.fid), (FiErrno::FI_ECONNREFUSED, second.fid()));
+    // The first request was reported and is still the application's to answer.
+    let ev = wait_event(&eq_l);
+    assert_eq!(ev.kind, EqEventKind::ConnReq);
+    assert!(pep.connreq(&ev).is_ok());
+}
