@@ -24,12 +24,26 @@ pub struct DmaPool {
 }
 
 impl DmaPool {
-    /// `count` buffers of `buf_size` bytes (rounded up to 64) for `nic`.
+    /// The most buffers one pool holds: 16 Mi, far more than every ring of an endpoint can
+    /// have posted. The free list is allocated whole when the pool is made (16 bytes per
+    /// buffer), and an allocation that fails aborts the process rather than returning an
+    /// error, so the count is bounded before it is tried.
+    pub const MAX_BUFFERS: u32 = 1 << 24;
+
+    /// `count` buffers of `buf_size` bytes (rounded up to 64) for `nic`. `FI_EINVAL`
+    /// ([`DriverError::InvalidArgument`]) for a size or count of 0, a count above
+    /// [`DmaPool::MAX_BUFFERS`], or buffers too large for a descriptor's 32-bit length.
     pub fn new(nic: &Nic, buf_size: usize, count: u32) -> Result<Self, DriverError> {
         if buf_size == 0 || count == 0 {
             return Err(DriverError::InvalidArgument(
                 "a DMA pool needs a non-zero buffer size and count".into(),
             ));
+        }
+        if count > Self::MAX_BUFFERS {
+            return Err(DriverError::InvalidArgument(format!(
+                "a DMA pool of {count} buffers: at most {} per pool",
+                Self::MAX_BUFFERS
+            )));
         }
         // Descriptors carry a buffer's length in 32 bits.
         let buf_size = match buf_size.checked_next_multiple_of(64) {

@@ -699,10 +699,20 @@ fn malformed_frames_are_counted_and_dropped() {
 }
 
 #[test]
-fn a_pool_of_buffers_wider_than_a_descriptor_length_is_refused() {
+fn a_pool_of_buffers_wider_than_a_descriptor_length_or_too_many_is_refused() {
     let (_f, fns) = fabric(1);
     let node = Node::new(fns.into_iter().next().unwrap(), 1, 4);
-    for (size, count) in [(1usize << 32, 1u32), (usize::MAX, 1), (0, 1), (64, 0)] {
+    // A count past DmaPool::MAX_BUFFERS is refused before its free list is allocated, which
+    // for u32::MAX buffers (64 GiB) would abort the process where it cannot be had.
+    let too_many = uet_driver::DmaPool::MAX_BUFFERS + 1;
+    for (size, count) in [
+        (1usize << 32, 1u32),
+        (usize::MAX, 1),
+        (0, 1),
+        (64, 0),
+        (64, too_many),
+        (64, u32::MAX),
+    ] {
         match uet_driver::DmaPool::new(&node.nic, size, count) {
             Err(DriverError::InvalidArgument(_)) => {}
             Err(e) => panic!("{size}x{count}: {e}"),
@@ -711,6 +721,7 @@ fn a_pool_of_buffers_wider_than_a_descriptor_length_is_refused() {
     }
     // An ordinary size is fine.
     assert!(uet_driver::DmaPool::new(&node.nic, 4096, 1).is_ok());
+    assert!(uet_driver::DmaPool::new(&node.nic, 64, 1 << 16).is_ok());
 }
 
 /// DMA memory of a size no system can back is refused with the reason, and uses up nothing:
