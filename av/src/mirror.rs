@@ -48,6 +48,10 @@ const PAGES_PER_HUGEPAGE: usize = HUGEPAGE_BYTES / PAGE_BYTES;
 /// page; larger ones are committed a page at a time as they fill.
 pub const COMMIT_AT_OPEN_BYTES: usize = 64 * 1024;
 
+/// The most 4 KiB pages past the one being written that a mirror commits ahead of use in one
+/// call (256 KiB); see [`Slots`].
+pub const POPULATE_AHEAD_PAGES: usize = 64;
+
 /// A serialized address.
 pub type Slot = [u8; 32];
 
@@ -60,6 +64,14 @@ pub type Slot = [u8; 32];
 /// [`HUGEPAGES_FROM_BYTES`] it is advised to use hugepages. Memory committed is tracked in a
 /// bitmap, one bit per [`PAGE_BYTES`] (all the pages of a hugepage at once past
 /// [`HUGEPAGES_FROM_BYTES`]), for memory accounting.
+///
+/// Below [`HUGEPAGES_FROM_BYTES`], the first write to a page not yet committed also commits
+/// the pages after it (`MADV_POPULATE_WRITE`): a quarter as many as are committed already, at
+/// most [`POPULATE_AHEAD_PAGES`]. One call then stands for up to 64 page faults, each of which
+/// costs a trap into the kernel (about 3 µs on a virtual machine, 30 ns per slot of a page
+/// filled in order), and what is held ahead of use stays within a quarter of what is used,
+/// as past [`HUGEPAGES_FROM_BYTES`]. A kernel without the advice (before Linux 5.14) faults
+/// each page in as it is written, as before.
 #[derive(Debug)]
 pub struct Slots {
     map: MmapMut,
@@ -146,10 +158,34 @@ impl Slots {
             return;
         }
         if page < HUGEPAGES_FROM_BYTES / PAGE_BYTES {
-            self.set_pages(page, 1);
+            let ahead = self.populate_ahead(page);
+            self.set_pages(page, 1 + ahead);
         } else {
             // The whole hugepage: 512 pages, eight aligned words of the bitmap.
             self.set_pages(page - page % PAGES_PER_HUGEPAGE, PAGES_PER_HUGEPAGE);
+        }
+    }
+
+    /// Commit pages after `page`, which was just written for the first time (see [`Slots`]):
+    /// returns how many were committed, 0 when the kernel refused the advice.
+    #[cold]
+    fn populate_ahead(&self, page: usize) -> usize {
+        let end = (HUGEPAGES_FROM_BYTES / PAGE_BYTES).min(self.map.len() / PAGE_BYTES);
+        let ahead = (self.written_pages / 4)
+            .min(POPULATE_AHEAD_PAGES)
+            .min(end.saturating_sub(page + 1));
+        if ahead == 0 {
+            return 0;
+        }
+        // Only advice, on memory of this mapping alone: the pages stay zero, as unwritten
+        // ones read; the kernel commits them now instead of at their first write.
+        match self.map.advise_range(
+            Advice::PopulateWrite,
+            (page + 1) * PAGE_BYTES,
+            ahead * PAGE_BYTES,
+        ) {
+            Ok(()) => ahead,
+            Err(_) => 0,
         }
     }
 
@@ -402,6 +438,58 @@ mod tests {
         assert!(!ten.set(10, [1; 32]) && ten.get(10).is_none());
         assert!(ten.set(9, [1; 32]) && ten.clear(9));
         assert_eq!(empty.heap_bytes(), PAGE_BYTES + 8);
+    }
+
+    #[test]
+    fn filling_in_order_commits_ahead_within_a_quarter_and_counts_only_committed_pages() {
+        // 200,000 slots: 6.4 MB, all below the hugepage part, filled from index 0 as
+        // lowest-free allocation does.
+        let n = 200_000u32;
+        let mut s = Slots::new(n).unwrap();
+        let pages = (n as usize * 32).div_ceil(PAGE_BYTES);
+        let bitmap = pages.div_ceil(64) * 8;
+        let mut most_ahead = 0;
+        for i in 0..n {
+            assert!(s.set(i, [1; 32]));
+            if i % 1_000 == 999 || i == n - 1 {
+                let used = (i as usize + 1) * 32;
+                let used_pages = used.div_ceil(PAGE_BYTES);
+                let held = s.heap_bytes() - bitmap;
+                assert!(
+                    held >= used_pages * PAGE_BYTES,
+                    "{i}: every page written counts"
+                );
+                let ahead = held / PAGE_BYTES - used_pages;
+                assert!(
+                    ahead <= used_pages / 4 + 1 && ahead <= POPULATE_AHEAD_PAGES,
+                    "{i}: {ahead} pages ahead of {used_pages} in use"
+                );
+                most_ahead = most_ahead.max(ahead);
+            }
+        }
+        assert_eq!(
+            s.heap_bytes(),
+            pages * PAGE_BYTES + bitmap,
+            "full: every page"
+        );
+        // Where the kernel takes the advice (Linux 5.14 on), pages were committed ahead.
+        if s.map
+            .advise_range(Advice::PopulateWrite, 0, PAGE_BYTES)
+            .is_ok()
+        {
+            assert!(
+                most_ahead > POPULATE_AHEAD_PAGES / 2,
+                "{most_ahead} pages ahead"
+            );
+        }
+        // Pages committed ahead hold no address, and read as empty slots.
+        let mut half = Slots::new(n).unwrap();
+        for i in 0..n / 2 {
+            assert!(half.set(i, [1; 32]));
+        }
+        assert!(half.heap_bytes() - bitmap > (n as usize / 2) * 32);
+        assert_eq!(half.iter().count(), n as usize / 2);
+        assert_eq!(half.get(n / 2), Some(&[0; 32]));
     }
 
     #[test]
