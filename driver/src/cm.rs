@@ -10,7 +10,7 @@
 //! | request | [`Endpoint::connect`]`(listener address, param)` | CONNREQ to the listener | listener's EQ: `FI_CONNREQ`, `data` = the request's id, `cm_data` = param; [`PassiveEndpoint::connreq`] gives the requester's address |
 //! | accept | [`PassiveEndpoint::accept`]`(req, &mut ep, param)` | ACCEPT from `ep` to the requester | `ep`'s EQ: `FI_CONNECTED` once the requester's NIC acknowledged the ACCEPT; requester's EQ: `FI_CONNECTED`, `cm_data` = param |
 //! | reject | [`PassiveEndpoint::reject`]`(req, param)` | REJECT from the listener | requester's EQ: error `FI_ECONNREFUSED` (`err_data`: why, and the param) |
-//! | close | [`Endpoint::shutdown`] | SHUTDOWN to the peer | peer's EQ: `FI_SHUTDOWN` |
+//! | close | [`Endpoint::shutdown`], or dropping the connected endpoint (`fi_close`) | SHUTDOWN to the peer | peer's EQ: `FI_SHUTDOWN` |
 //! | close the listener | drop the [`PassiveEndpoint`] | REJECT of every request left unanswered | each requester's EQ: error `FI_ECONNREFUSED` |
 //!
 //! A connected endpoint's peer is in the endpoint's own AV (an `FI_EP_MSG` endpoint is never
@@ -770,6 +770,9 @@ impl PassiveEndpoint {
 /// How long closing a listener waits for room to reject the requests it left unanswered.
 const CLOSE_REJECT_WAIT: Duration = Duration::from_secs(1);
 
+/// How long closing a connected endpoint waits for its SHUTDOWN to be sent.
+const CLOSE_SHUTDOWN_WAIT: Duration = Duration::from_secs(1);
+
 impl Drop for PassiveEndpoint {
     /// `fi_close` of a listener: every request it leaves unanswered is rejected, so that its
     /// requester gets `FI_ECONNREFUSED` instead of waiting for an answer that never comes.
@@ -897,6 +900,37 @@ impl Endpoint {
         conn.set(SHUT_DOWN);
         let peer = conn.peer.load(Ordering::Relaxed);
         conn.send(&mut inner, peer, CmKind::Shutdown, conn_id, &[], 0)
+    }
+
+    /// At `fi_close` of a connected `FI_EP_MSG` endpoint: [`Endpoint::shutdown`], and wait
+    /// (at most [`CLOSE_SHUTDOWN_WAIT`]) for the SHUTDOWN's send to complete, so that it has
+    /// left before the control channel goes. Nothing to do for an endpoint not connected.
+    pub(crate) fn shut_down_at_close(&mut self) {
+        if !self.is_connected() {
+            return;
+        }
+        let Some(conn) = self.cm.as_ref().map(|l| l.shared.clone()) else {
+            return;
+        };
+        if let Err(e) = self.shutdown() {
+            tracing::debug!(fid = conn.fid, "no SHUTDOWN at close: {e}");
+            return;
+        }
+        let deadline = std::time::Instant::now() + CLOSE_SHUTDOWN_WAIT;
+        loop {
+            conn.progress();
+            if conn.lock().lane.in_flight().0 == 0 {
+                return;
+            }
+            if std::time::Instant::now() >= deadline {
+                tracing::debug!(
+                    fid = conn.fid,
+                    "the SHUTDOWN sent at close did not complete"
+                );
+                return;
+            }
+            std::thread::sleep(CM_POLL_INTERVAL);
+        }
     }
 
     /// Whether the `FI_EP_MSG` endpoint is connected.

@@ -2063,6 +2063,9 @@ impl Drop for Teardown {
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
+        // fi_close of a connected FI_EP_MSG endpoint ends the connection: the peer gets
+        // FI_SHUTDOWN, as after fi_shutdown.
+        self.shut_down_at_close();
         // A connection's control channel is a context of this endpoint: it goes first.
         drop(self.cm.take());
         let mut posted = core::mem::take(&mut self.tx.slots);

@@ -361,3 +361,42 @@ fn a_request_the_listener_cannot_report_is_refused() {
     assert_eq!(ev.kind, EqEventKind::ConnReq);
     assert!(pep.connreq(&ev).is_ok());
 }
+
+/// `fi_close` of a connected endpoint ends the connection as `fi_shutdown` does: the peer
+/// gets `FI_SHUTDOWN` and can no longer send, instead of sending into an endpoint that is
+/// gone.
+#[test]
+fn closing_a_connected_endpoint_shuts_the_connection_down() {
+    let (_f, fns) = fabric(2);
+    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
+    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
+    let pep = ns
+        .passive_endpoint(
+            EndpointAttr {
+                job_id: JOB,
+                ..EndpointAttr::default()
+            },
+            &eq_l,
+        )
+        .unwrap();
+    let (mut client, eq_c) = msg_ep(&nc);
+    client
+        .connect(&pep.address().to_bytes().unwrap(), b"")
+        .unwrap();
+    let req = pep.connreq(&wait_event(&eq_l)).unwrap();
+    let (mut server, eq_s) = msg_ep(&ns);
+    pep.accept(&req, &mut server, b"").unwrap();
+    assert_eq!(wait_event(&eq_c).kind, EqEventKind::Connected);
+    assert_eq!(wait_event(&eq_s).kind, EqEventKind::Connected);
+    let pool_s = DmaPool::new(&ns, 4096, 4).unwrap();
+
+    drop(client);
+    let ev = wait_event(&eq_s);
+    assert_eq!((ev.kind, ev.fid), (EqEventKind::Shutdown, server.fid()));
+    assert!(!server.is_connected());
+    let (e, _) = server.send(pool_s.alloc().unwrap(), 0, 0).unwrap_err();
+    assert_eq!(e.errno(), FiErrno::FI_ENOTCONN, "{e}");
+    // Closing the side already shut down sends nothing more.
+    drop(server);
+    assert_eq!(pep.dropped(), 0);
+}
