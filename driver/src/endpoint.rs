@@ -512,6 +512,9 @@ struct Teardown {
     auth_slots: Vec<u16>,
     /// Dropped after ENDPOINT_DESTROY: the NIC keeps a table an endpoint is bound to.
     _av: Option<Arc<AvTableHandle>>,
+    /// Its place among its domain's endpoints, given up once the NIC endpoint is gone (a
+    /// domain does not close while it is still there).
+    _domain_seat: Option<DomainSeat>,
 }
 
 fn align_page(x: usize) -> usize {
@@ -2080,6 +2083,7 @@ impl Drop for Endpoint {
             posted,
             auth_slots: core::mem::take(&mut self.auth_slots),
             _av: self._av.take(),
+            _domain_seat: self.domain_seat.take(),
         };
         match self.family.take() {
             // An endpoint goes with the last of its family: now when no context of it is

@@ -805,3 +805,38 @@ fn a_device_already_open_is_refused_and_its_nic_goes_on() {
     drop(a);
     assert!(Nic::open(device).is_ok());
 }
+
+/// A scalable endpoint of the domain whose own ring set was dropped while a context of it
+/// lives stays on the NIC until the context goes, and counts in its domain until then: the
+/// domain does not close under it.
+#[test]
+fn an_endpoint_left_on_the_nic_for_its_contexts_keeps_its_domain_open() {
+    let fabric = Fabric::new();
+    let (nic, _function) = nic(&fabric, 0);
+    let domain = nic.domain(DomainAttr::default()).expect("domain");
+    let av = domain.open_av(attr()).expect("AV");
+    let mut scalable = domain
+        .scalable_endpoint(
+            EndpointAttr {
+                tx_ctx_cnt: 2,
+                rx_ctx_cnt: 2,
+                ..domain.endpoint_attr()
+            },
+            Some(&av),
+        )
+        .expect("scalable endpoint");
+    let stand_in = nic
+        .endpoint(EndpointAttr::default(), Some(&av))
+        .expect("an endpoint of no domain");
+    let own = std::mem::replace(&mut scalable.contexts_mut()[0], stand_in);
+    drop(own);
+    assert_eq!(
+        domain.open_objects().1,
+        1,
+        "the endpoint is still on the NIC for its context"
+    );
+    drop(scalable);
+    assert_eq!(domain.open_objects().1, 0);
+    drop(av);
+    domain.close().expect("nothing of the domain is left");
+}
