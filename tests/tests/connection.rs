@@ -4,7 +4,9 @@
 //! to its peer without naming an fi_addr, and shutdown reaches the peer as FI_SHUTDOWN.
 
 use uet_av::FiErrno;
-use uet_driver::{DmaPool, Endpoint, EndpointAttr, EpType, EqEventKind, EventQueue, Nic};
+use uet_driver::{
+    DmaPool, Endpoint, EndpointAttr, EpType, EqEventKind, EventQueue, Nic, PassiveEndpoint,
+};
 use uet_fwif::ReturnCode;
 use uet_tests::{fabric, forged, open_av, open_nic, poll_one, wait_error, wait_event};
 
@@ -23,6 +25,18 @@ fn msg_ep(nic: &Nic) -> (Endpoint, EventQueue) {
     let eq = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
     ep.bind_eq(&eq).unwrap();
     (ep, eq)
+}
+
+/// A passive endpoint of the job on `nic`, reporting to `eq`.
+fn listen(nic: &Nic, eq: &EventQueue) -> PassiveEndpoint {
+    nic.passive_endpoint(
+        EndpointAttr {
+            job_id: JOB,
+            ..EndpointAttr::default()
+        },
+        eq,
+    )
+    .unwrap()
 }
 
 fn send(ep: &mut Endpoint, pool: &DmaPool, data: &[u8]) {
@@ -44,15 +58,7 @@ fn connect_accept_send_and_shutdown() {
     let (_f, fns) = fabric(2);
     let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
     let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
-    let pep = ns
-        .passive_endpoint(
-            EndpointAttr {
-                job_id: JOB,
-                ..EndpointAttr::default()
-            },
-            &eq_l,
-        )
-        .unwrap();
+    let pep = listen(&ns, &eq_l);
     let (mut client, eq_c) = msg_ep(&nc);
     let pool_c = DmaPool::new(&nc, 4096, 8).unwrap();
     let pool_s = DmaPool::new(&ns, 4096, 8).unwrap();
@@ -129,15 +135,7 @@ fn reject_and_unreachable_listeners_refuse_the_connection() {
     let (_f, fns) = fabric(2);
     let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
     let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
-    let pep = ns
-        .passive_endpoint(
-            EndpointAttr {
-                job_id: JOB,
-                ..EndpointAttr::default()
-            },
-            &eq_l,
-        )
-        .unwrap();
+    let pep = listen(&ns, &eq_l);
     let (mut client, eq_c) = msg_ep(&nc);
     client
         .connect(&pep.address().to_bytes().unwrap(), b"please")
@@ -169,15 +167,7 @@ fn misuse_gets_clear_errors() {
     let nic = open_nic(&fns[0]);
     let av = open_av(&nic, JOB, 4, 0);
     let eq = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
-    let pep = nic
-        .passive_endpoint(
-            EndpointAttr {
-                job_id: JOB,
-                ..EndpointAttr::default()
-            },
-            &eq,
-        )
-        .unwrap();
+    let pep = listen(&nic, &eq);
     let listener = pep.address().to_bytes().unwrap();
     // connect, shutdown and bind_eq on an RDM endpoint.
     let mut rdm = nic
@@ -271,15 +261,7 @@ fn a_connection_request_to_an_endpoint_that_does_not_listen_is_refused() {
     }
     // The target is untouched: it still connects to a listener itself.
     let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
-    let pep = nb
-        .passive_endpoint(
-            EndpointAttr {
-                job_id: JOB,
-                ..EndpointAttr::default()
-            },
-            &eq_l,
-        )
-        .unwrap();
+    let pep = listen(&nb, &eq_l);
     let (mut server, eq_s) = msg_ep(&nb);
     let mut target = target;
     target
@@ -299,15 +281,7 @@ fn closing_a_listener_refuses_the_requests_it_left_unanswered() {
     let (_f, fns) = fabric(2);
     let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
     let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
-    let pep = ns
-        .passive_endpoint(
-            EndpointAttr {
-                job_id: JOB,
-                ..EndpointAttr::default()
-            },
-            &eq_l,
-        )
-        .unwrap();
+    let pep = listen(&ns, &eq_l);
     // More requests than the listener's control TX ring holds REJECTs at once.
     let clients: Vec<(Endpoint, EventQueue)> = (0..12)
         .map(|_| {
@@ -340,15 +314,7 @@ fn a_request_the_listener_cannot_report_is_refused() {
         ..uet_tests::WAITABLE_EQ
     })
     .unwrap();
-    let pep = ns
-        .passive_endpoint(
-            EndpointAttr {
-                job_id: JOB,
-                ..EndpointAttr::default()
-            },
-            &eq_l,
-        )
-        .unwrap();
+    let pep = listen(&ns, &eq_l);
     let listener = pep.address().to_bytes().unwrap();
     let (mut first, _eq_1) = msg_ep(&nc);
     first.connect(&listener, b"").unwrap();
@@ -370,15 +336,7 @@ fn closing_a_connected_endpoint_shuts_the_connection_down() {
     let (_f, fns) = fabric(2);
     let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
     let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
-    let pep = ns
-        .passive_endpoint(
-            EndpointAttr {
-                job_id: JOB,
-                ..EndpointAttr::default()
-            },
-            &eq_l,
-        )
-        .unwrap();
+    let pep = listen(&ns, &eq_l);
     let (mut client, eq_c) = msg_ep(&nc);
     client
         .connect(&pep.address().to_bytes().unwrap(), b"")
