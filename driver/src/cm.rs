@@ -777,7 +777,7 @@ impl Drop for PassiveEndpoint {
     /// `fi_close` of a listener: every request it leaves unanswered is rejected, so that its
     /// requester gets `FI_ECONNREFUSED` instead of waiting for an answer that never comes.
     /// The REJECTs are sent while their completions are collected (which free the control
-    /// buffers and TX entries the next ones need), for at most [`CLOSE_REJECT_WAIT`]; a
+    /// buffers and TX entries the next ones need), for at most 1 s (`CLOSE_REJECT_WAIT`); a
     /// request still unanswered then is dropped and counted.
     fn drop(&mut self) {
         let conn = &self.link.shared;
