@@ -65,13 +65,15 @@ pub type Slot = [u8; 32];
 /// bitmap, one bit per [`PAGE_BYTES`] (all the pages of a hugepage at once past
 /// [`HUGEPAGES_FROM_BYTES`]), for memory accounting.
 ///
-/// Below [`HUGEPAGES_FROM_BYTES`], the first write to a page not yet committed also commits
-/// the pages after it (`MADV_POPULATE_WRITE`): a quarter as many as are committed already, at
-/// most [`POPULATE_AHEAD_PAGES`]. One call then stands for up to 64 page faults, each of which
-/// costs a trap into the kernel (about 3 µs on a virtual machine, 30 ns per slot of a page
-/// filled in order), and what is held ahead of use stays within a quarter of what is used,
-/// as past [`HUGEPAGES_FROM_BYTES`]. A kernel without the advice (before Linux 5.14) faults
-/// each page in as it is written, as before.
+/// Below [`HUGEPAGES_FROM_BYTES`], the first write to a page not yet committed whose previous
+/// page is committed (the mirror filled in order, as lowest-free allocation does) also
+/// commits the pages after it (`MADV_POPULATE_WRITE`): a quarter as many as are committed
+/// already, at most [`POPULATE_AHEAD_PAGES`]. One call then stands for up to 64 page faults,
+/// each of which costs a trap into the kernel (about 3 µs on a virtual machine, 30 ns per
+/// slot of a page filled in order), and what an in-order fill holds ahead of use stays within
+/// a quarter of what is used, as past [`HUGEPAGES_FROM_BYTES`]. A first write past a gap
+/// commits its own page alone. A kernel without the advice (before Linux 5.14) faults each
+/// page in as it is written, as before.
 #[derive(Debug)]
 pub struct Slots {
     map: MmapMut,
@@ -167,9 +169,21 @@ impl Slots {
     }
 
     /// Commit pages after `page`, which was just written for the first time (see [`Slots`]):
-    /// returns how many were committed, 0 when the kernel refused the advice.
+    /// returns how many were committed, 0 when the kernel refused the advice. Only a write
+    /// that continues the committed pages before it (`page - 1` committed: an in-order fill)
+    /// commits ahead; a first write elsewhere (past a gap) commits its own page alone.
     #[cold]
     fn populate_ahead(&self, page: usize) -> usize {
+        let Some(before) = page.checked_sub(1) else {
+            return 0;
+        };
+        if self
+            .written
+            .get(before / 64)
+            .is_none_or(|w| w & (1u64 << (before % 64)) == 0)
+        {
+            return 0;
+        }
         let end = (HUGEPAGES_FROM_BYTES / PAGE_BYTES).min(self.map.len() / PAGE_BYTES);
         let ahead = (self.written_pages / 4)
             .min(POPULATE_AHEAD_PAGES)
@@ -490,6 +504,28 @@ mod tests {
         assert!(half.heap_bytes() - bitmap > (n as usize / 2) * 32);
         assert_eq!(half.iter().count(), n as usize / 2);
         assert_eq!(half.get(n / 2), Some(&[0; 32]));
+    }
+
+    #[test]
+    fn scattered_first_writes_commit_nothing_ahead() {
+        // Pages first written out of order (a gap left by a range, indices chosen far
+        // apart) are no in-order fill: committing ahead of each would hold up to 64 unused
+        // pages per page used, far past a quarter of what is used.
+        let n = 200_000u32;
+        let mut s = Slots::new(n).unwrap();
+        let pages = (n as usize * 32).div_ceil(PAGE_BYTES);
+        let bitmap = pages.div_ceil(64) * 8;
+        let mut used = 0;
+        for page in (0..pages - 1).step_by(100) {
+            assert!(s.set((page * PAGE_SLOTS) as u32, [1; 32]));
+            used += 1;
+            let held = (s.heap_bytes() - bitmap) / PAGE_BYTES;
+            assert!(
+                held - used <= used / 4,
+                "page {page}: {} pages ahead of {used} in use",
+                held - used
+            );
+        }
     }
 
     #[test]
