@@ -886,7 +886,8 @@ impl Endpoint {
     }
 
     /// `fi_shutdown`: close the connection; the peer gets `FI_SHUTDOWN`. Later sends fail
-    /// with `FI_ENOTCONN`.
+    /// with `FI_ENOTCONN`. `FI_EAGAIN` ([`DriverError::Full`]) while the control channel has
+    /// no room for the SHUTDOWN: the connection then stands, and the call may be repeated.
     pub fn shutdown(&mut self) -> Result<(), DriverError> {
         let conn = self.link("fi_shutdown")?.clone();
         let mut inner = conn.lock();
@@ -899,12 +900,18 @@ impl Endpoint {
         };
         conn.set(SHUT_DOWN);
         let peer = conn.peer.load(Ordering::Relaxed);
-        conn.send(&mut inner, peer, CmKind::Shutdown, conn_id, &[], 0)
+        if let Err(e) = conn.send(&mut inner, peer, CmKind::Shutdown, conn_id, &[], 0) {
+            // Nothing was sent (FI_EAGAIN when the control channel is full): the connection
+            // stands, and fi_shutdown may be called again.
+            conn.set(CONNECTED);
+            return Err(e);
+        }
+        Ok(())
     }
 
-    /// At `fi_close` of a connected `FI_EP_MSG` endpoint: [`Endpoint::shutdown`], and wait
-    /// (at most [`CLOSE_SHUTDOWN_WAIT`]) for the SHUTDOWN's send to complete, so that it has
-    /// left before the control channel goes. Nothing to do for an endpoint not connected.
+    /// At `fi_close` of a connected `FI_EP_MSG` endpoint: [`Endpoint::shutdown`] (again while
+    /// the control channel is full), and wait for the SHUTDOWN's send to complete, so that it
+    /// has left before the control channel goes; at most [`CLOSE_SHUTDOWN_WAIT`] in all. Nothing to do for an endpoint not connected.
     pub(crate) fn shut_down_at_close(&mut self) {
         if !self.is_connected() {
             return;
@@ -912,11 +919,21 @@ impl Endpoint {
         let Some(conn) = self.cm.as_ref().map(|l| l.shared.clone()) else {
             return;
         };
-        if let Err(e) = self.shutdown() {
-            tracing::debug!(fid = conn.fid, "no SHUTDOWN at close: {e}");
-            return;
-        }
         let deadline = std::time::Instant::now() + CLOSE_SHUTDOWN_WAIT;
+        loop {
+            match self.shutdown() {
+                Ok(()) => break,
+                // Collect the completions that free control buffers and TX entries.
+                Err(DriverError::Full(_)) if std::time::Instant::now() < deadline => {
+                    conn.progress();
+                    std::thread::sleep(CM_POLL_INTERVAL);
+                }
+                Err(e) => {
+                    tracing::debug!(fid = conn.fid, "no SHUTDOWN at close: {e}");
+                    return;
+                }
+            }
+        }
         loop {
             conn.progress();
             if conn.lock().lane.in_flight().0 == 0 {
