@@ -473,19 +473,10 @@ impl Connection {
     /// or a passive one being closed), or a listener that cannot take it (its backlog is full,
     /// or its event queue has no room for the `FI_CONNREQ`):
     /// answer it with a REJECT, so the requester gets `FI_ECONNREFUSED` instead of waiting
-    /// for an answer that never comes. The requester's entry goes when the REJECT's send
-    /// completes ([`Connection::on_sent`]). A request that cannot be answered (no room in the
+    /// for an answer that never comes. A request that cannot be answered (no room in the
     /// endpoint's AV, no control buffer) is dropped and counted.
     fn refuse_connreq(&self, inner: &mut CmInner, msg: &CmMessage) {
-        let Ok(bytes) = msg.sender.to_bytes() else {
-            return self.drop_message("a connection request with a bad requester address");
-        };
-        let Ok(fi) = insert_peer(&mut inner.av, &bytes, "requester") else {
-            return self.drop_message("a connection request that cannot be answered");
-        };
-        let context = fi << 8;
-        if let Err(e) = self.send(inner, fi, CmKind::Reject, msg.conn_id, &[], context) {
-            forget_peer(&mut inner.av, fi);
+        if let Err(e) = self.send_reject(inner, &msg.sender, msg.conn_id, &[]) {
             tracing::debug!(
                 fid = self.fid,
                 "REJECT of a connection request not sent: {e}"
@@ -493,23 +484,22 @@ impl Connection {
             self.drop_message("a connection request that cannot be answered");
         }
     }
-}
 
-impl Connection {
-    /// A listener's REJECT of `req`, sending `param`. The requester's AV entry goes when the
-    /// REJECT's send completes ([`Connection::on_sent`]), or now if it is not sent.
+    /// A REJECT of the request `conn_id` of `peer`, sending `param`. The requester's AV entry
+    /// goes when the REJECT's send completes ([`Connection::on_sent`]), or now if it is not
+    /// sent.
     fn send_reject(
         &self,
         inner: &mut CmInner,
-        req: &ConnReq,
+        peer: &UetAddress,
+        conn_id: u32,
         param: &[u8],
     ) -> Result<(), DriverError> {
-        let bytes = req
-            .peer
+        let bytes = peer
             .to_bytes()
             .map_err(|e| DriverError::InvalidArgument(e.to_string()))?;
         let fi = insert_peer(&mut inner.av, &bytes, "requester")?;
-        if let Err(e) = self.send(inner, fi, CmKind::Reject, req.conn_id, param, fi << 8) {
+        if let Err(e) = self.send(inner, fi, CmKind::Reject, conn_id, param, fi << 8) {
             forget_peer(&mut inner.av, fi);
             return Err(e);
         }
@@ -761,7 +751,7 @@ impl PassiveEndpoint {
         let conn = &self.link.shared;
         let mut inner = conn.lock();
         self.check_pending(&inner, req)?;
-        conn.send_reject(&mut inner, req, param)?;
+        conn.send_reject(&mut inner, &req.peer, req.conn_id, param)?;
         self.take_pending(&mut inner, req);
         Ok(())
     }
@@ -794,7 +784,7 @@ impl Drop for PassiveEndpoint {
         let deadline = std::time::Instant::now() + CLOSE_REJECT_WAIT;
         let mut left = unanswered.iter().peekable();
         while let Some(req) = left.peek() {
-            let sent = conn.send_reject(&mut conn.lock(), req, &[]);
+            let sent = conn.send_reject(&mut conn.lock(), &req.peer, req.conn_id, &[]);
             match sent {
                 Err(DriverError::Full(_)) if std::time::Instant::now() < deadline => {
                     // Collect the completions that free control buffers and TX entries.
