@@ -466,7 +466,7 @@ impl NicAvTable for NicAv {
         let buffer = DmaRegion::new_normal_in(bytes.len(), &nic.iova)
             .map_err(|e| nic_error(OP, e.into()))
             .and_then(|r| {
-                MappedRegion::map(nic.device.clone(), r).map_err(|e| nic_error(OP, e.into()))
+                MappedRegion::map_claimed(&nic.claim, r).map_err(|e| nic_error(OP, e.into()))
             })?;
         buffer
             .region()

@@ -2,19 +2,37 @@
 
 use crate::device::{Device, DeviceError};
 use crate::dma::DmaRegion;
+use crate::nic::DeviceClaim;
 use std::sync::Arc;
 
 /// A [`DmaRegion`] mapped into a device's IOVA space; unmapped on drop.
 pub struct MappedRegion {
     region: DmaRegion,
     device: Arc<dyn Device>,
+    /// The claim of the [`crate::Nic`] the region was mapped for, given up after the unmap:
+    /// the device opens again only once no mapping of that Nic's IOVAs is left.
+    _claim: Option<Arc<DeviceClaim>>,
 }
 
 impl MappedRegion {
     /// Map `region` for `device`.
     pub fn map(device: Arc<dyn Device>, region: DmaRegion) -> Result<Self, DeviceError> {
         device.dma_map(&region)?;
-        Ok(MappedRegion { region, device })
+        Ok(MappedRegion {
+            region,
+            device,
+            _claim: None,
+        })
+    }
+
+    /// Map `region` for the device of a Nic's `claim`, which the mapping holds.
+    pub(crate) fn map_claimed(
+        claim: &Arc<DeviceClaim>,
+        region: DmaRegion,
+    ) -> Result<Self, DeviceError> {
+        let mut mapped = Self::map(claim.device.clone(), region)?;
+        mapped._claim = Some(claim.clone());
+        Ok(mapped)
     }
 
     /// The region.

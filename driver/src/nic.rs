@@ -2,9 +2,10 @@
 //!
 //! [`Nic::open`] follows the register reference (`regs/REGISTERS.md`) step by step:
 //!
-//! 0. A device that a `Nic` of this process runs (the same device object) is refused with
-//!    `FI_EBUSY` ([`DriverError::DeviceInUse`]) before anything reaches it: step 3 would
-//!    reset the function under that `Nic`. Another domain on the NIC is a [`crate::Domain`]
+//! 0. A device that a `Nic` of this process runs (the same device object), or whose memory
+//!    mapped for a `Nic` (a pool, a region) outlives it, is refused with `FI_EBUSY`
+//!    ([`DriverError::DeviceInUse`]) before anything reaches it: step 3 would reset the
+//!    function under that `Nic`, and a new one numbers its IOVAs as the old one did. Another domain on the NIC is a [`crate::Domain`]
 //!    of the `Nic` (or a clone of it).
 //! 1. `ID`: all ones means the function is gone; anything but `0xFFFE:0x0001` is not ours.
 //! 2. `REVISION.interface_major` must equal the driver's [`uet_regs::INTERFACE_MAJOR`], and
@@ -282,9 +283,10 @@ pub(crate) struct NicInner {
     /// The endpoints and contexts this process holds on the NIC, for the telemetry socket:
     /// added when made, removed when dropped.
     pub(crate) endpoints: Mutex<Vec<EndpointRecord>>,
-    /// The device is this Nic's: released last, once the device is reset and every mapping
-    /// of the fields above is gone.
-    _claim: DeviceClaim,
+    /// The device is this Nic's: released once the device is reset and every mapping made
+    /// for this Nic is gone (each [`MappedRegion`] it made holds the claim: a pool or region
+    /// may outlive the Nic, and a Nic opened after it numbers its IOVAs alike).
+    pub(crate) claim: Arc<DeviceClaim>,
 }
 
 /// The devices a [`Nic`] of this process runs, by the address of the device object: a second
@@ -293,8 +295,8 @@ static CLAIMED_DEVICES: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
 /// A device claimed by [`Nic::open`] until dropped. It holds the device, so no other object
 /// takes its address while the claim stands.
-struct DeviceClaim {
-    device: Arc<dyn Device>,
+pub(crate) struct DeviceClaim {
+    pub(crate) device: Arc<dyn Device>,
 }
 
 impl DeviceClaim {
@@ -485,7 +487,7 @@ impl NicInner {
     /// Allocate DMA memory at a fresh IOVA and map it for the device.
     pub(crate) fn map_new(&self, len: usize) -> Result<MappedRegion, DriverError> {
         let region = DmaRegion::new_in(len, &self.iova)?;
-        Ok(MappedRegion::map(self.device.clone(), region)?)
+        Ok(MappedRegion::map_claimed(&self.claim, region)?)
     }
 }
 
@@ -508,9 +510,12 @@ impl Nic {
     /// Bring the NIC up (see the module docs for the sequence).
     pub fn open(device: Arc<dyn Device>) -> Result<Nic, DriverError> {
         // 0. A device a Nic of this process runs is refused before anything reaches it.
-        let claim = DeviceClaim::take(&device).ok_or_else(|| DriverError::DeviceInUse {
-            name: device.name(),
-        })?;
+        let claim =
+            Arc::new(
+                DeviceClaim::take(&device).ok_or_else(|| DriverError::DeviceInUse {
+                    name: device.name(),
+                })?,
+            );
         let bar = device.bar0();
         // 1. Identity.
         let id = bar.read(ID);
@@ -575,7 +580,7 @@ impl Nic {
         let (sq_len, cq_len) = AdminQueue::ring_bytes(geometry);
         let map = |len: usize| -> Result<MappedRegion, DriverError> {
             let region = DmaRegion::new_in(len, &iova)?;
-            Ok(MappedRegion::map(device.clone(), region)?)
+            Ok(MappedRegion::map_claimed(&claim, region)?)
         };
         let mut admin = AdminQueue::new(geometry, map(sq_len)?, map(cq_len)?, map(SCRATCH_BYTES)?);
         admin.undo_auth_key_adds(rev.interface_minor() >= AUTH_KEY_OWNER_CHECK_INTERFACE_MINOR);
@@ -622,7 +627,7 @@ impl Nic {
                 av_window: Mutex::new(None),
                 av_tables: Mutex::new(Vec::new()),
                 endpoints: Mutex::new(Vec::new()),
-                _claim: claim,
+                claim,
             }),
         };
         crate::telemetry::nic_opened(&nic);

@@ -840,3 +840,38 @@ fn an_endpoint_left_on_the_nic_for_its_contexts_keeps_its_domain_open() {
     drop(av);
     domain.close().expect("nothing of the domain is left");
 }
+
+/// A pool of a Nic is mapped for its device until the pool goes, however long it outlives the
+/// Nic. The IOVAs of a Nic opened on the device after it are numbered alike: while such a pool
+/// lives, its mapping stands where the new Nic puts its own memory, and dropping the pool
+/// would unmap the new Nic's. The device is refused (`FI_EBUSY`) until the pool is gone.
+#[test]
+fn a_device_whose_memory_outlives_its_nic_opens_again_only_once_it_is_gone() {
+    use uet_driver::DmaPool;
+    let fabric = Fabric::new();
+    let function = fabric
+        .add_nic(NicConfig::new(nic_addr(0)))
+        .expect("add NIC");
+    let device: Arc<dyn uet_driver::Device> = Arc::new(SimDevice::new(function.clone()));
+    let first = Nic::open(device.clone()).expect("open");
+    let old = DmaPool::new(&first, 4096, 8).expect("pool of the first Nic");
+    drop(first);
+    let e = Nic::open(device.clone())
+        .err()
+        .expect("refused while the first Nic's pool is mapped");
+    assert_eq!(e.errno(), FiErrno::FI_EBUSY, "{e}");
+    drop(old);
+    let second = Nic::open(device).expect("opens once the pool is gone");
+    let pool = DmaPool::new(&second, 4096, 8).expect("pool of the second Nic");
+    let av = second.open_av(attr()).expect("AV");
+    let ep = second
+        .endpoint(
+            EndpointAttr {
+                job_id: JOB,
+                ..EndpointAttr::default()
+            },
+            Some(&av),
+        )
+        .expect("endpoint");
+    drop((ep, av, pool));
+}
