@@ -517,6 +517,25 @@ struct Teardown {
     _domain_seat: Option<DomainSeat>,
 }
 
+/// What a transmit carries: a pool buffer, returned with its completion, or none (the
+/// caller's IOVA, an inject slot).
+trait TxBuffer: Into<Option<DmaBuffer>> {
+    /// The pool buffer, if any, for the checks a post makes of it.
+    fn dma_buffer(&self) -> Option<&DmaBuffer>;
+}
+
+impl TxBuffer for DmaBuffer {
+    fn dma_buffer(&self) -> Option<&DmaBuffer> {
+        Some(self)
+    }
+}
+
+impl TxBuffer for Option<DmaBuffer> {
+    fn dma_buffer(&self) -> Option<&DmaBuffer> {
+        self.as_ref()
+    }
+}
+
 fn align_page(x: usize) -> usize {
     x.div_ceil(4096) * 4096
 }
@@ -1117,9 +1136,6 @@ impl Endpoint {
         context: u64,
         data: u64,
     ) -> Result<(), (DriverError, DmaBuffer)> {
-        if let Err(e) = self.check_buffer(&buffer) {
-            return Err((e, buffer));
-        }
         let req = TxRequest {
             data,
             ..TxRequest::new(TxOpcode::Send, dest, buffer.iova(), buffer.len())
@@ -1155,9 +1171,6 @@ impl Endpoint {
         context: u64,
         data: u64,
     ) -> Result<(), (DriverError, DmaBuffer)> {
-        if let Err(e) = self.check_buffer(&buffer) {
-            return Err((e, buffer));
-        }
         let req = TxRequest {
             data,
             match_bits: tag,
@@ -1225,9 +1238,6 @@ impl Endpoint {
         key: u64,
         context: u64,
     ) -> Result<(), (DriverError, DmaBuffer)> {
-        if let Err(e) = self.check_buffer(&local) {
-            return Err((e, local));
-        }
         let req = TxRequest {
             match_bits: key,
             remote_offset,
@@ -1248,9 +1258,6 @@ impl Endpoint {
         key: u64,
         context: u64,
     ) -> Result<(), (DriverError, DmaBuffer)> {
-        if let Err(e) = self.check_buffer(&local) {
-            return Err((e, local));
-        }
         if len > local.capacity() {
             let e = DriverError::InvalidArgument(format!(
                 "a {len}-byte read does not fit a {}-byte buffer",
@@ -1328,12 +1335,15 @@ impl Endpoint {
         self.post_tx(req, context, buffer)
     }
 
-    fn post_tx<B: Into<Option<DmaBuffer>>>(
+    fn post_tx<B: TxBuffer>(
         &mut self,
         mut req: TxRequest,
         context: u64,
         buffer: B,
     ) -> Result<(), (DriverError, B)> {
+        if let Some(Err(e)) = buffer.dma_buffer().map(|b| self.check_buffer(b)) {
+            return Err((e, buffer));
+        }
         if !self.can_tx() {
             let e = DriverError::Unsupported(
                 "this is a receive context: it has no transmit ring".into(),
