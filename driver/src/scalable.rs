@@ -19,9 +19,10 @@
 //! receives only.
 //!
 //! The counts are checked against `CAP_EP.max_tx_ctx` and `CAP_EP.max_rx_ctx` before the NIC
-//! is asked. Dropping the scalable endpoint destroys the contexts, then the endpoint. A ring
-//! set moved out of [`ScalableEndpoint::contexts_mut`] lives on its own: the endpoint's, if
-//! dropped while contexts of it live, is destroyed on the NIC when the last of them goes.
+//! is asked. Dropping the scalable endpoint destroys the contexts, then the endpoint: the
+//! endpoint's own ring set, dropped while contexts of it live (in whatever order
+//! [`ScalableEndpoint::contexts_mut`] left them, or moved out of it), is destroyed on the NIC
+//! when the last of them goes.
 
 use crate::av::Av;
 use crate::endpoint::{Endpoint, EndpointAttr, EpType, RingSizes};
@@ -34,9 +35,6 @@ use uet_fwif::admin::{CTX_ROLE_RX, CTX_ROLE_TX};
 pub struct ScalableEndpoint {
     /// Ring set `k` serves TX context `k` and/or receive context `k`; 0 is the endpoint.
     lanes: Vec<Endpoint>,
-    /// The fid of the endpoint's own ring set: [`ScalableEndpoint::contexts_mut`] lets the
-    /// application reorder the lanes, so the one destroyed last is found by it, not by place.
-    base_fid: u64,
     tx_ctx_cnt: u8,
     rx_ctx_cnt: u8,
 }
@@ -83,7 +81,6 @@ impl Nic {
         let mut base = self.create_endpoint(&attr, table, 0, tx, rx)?;
         // On failure the endpoint drops here and ENDPOINT_DESTROY removes it.
         base.enable_with_av(av)?;
-        let base_fid = base.fid();
         let mut lanes = vec![base];
         let full = RingSizes::of(&attr);
         for k in 1..tx.max(rx) {
@@ -127,7 +124,6 @@ impl Nic {
         }
         Ok(ScalableEndpoint {
             lanes,
-            base_fid,
             tx_ctx_cnt: tx,
             rx_ctx_cnt: rx,
         })
@@ -187,27 +183,9 @@ impl ScalableEndpoint {
     }
 
     /// Every ring set, by index (set `k` is TX context `k` if `k < tx_ctx_cnt` and receive
-    /// context `k` if `k < rx_ctx_cnt`): split them across threads. Dropping the scalable
-    /// endpoint destroys the contexts before the endpoint wherever they were moved in the
-    /// slice.
+    /// context `k` if `k < rx_ctx_cnt`): split them across threads. The endpoint is destroyed
+    /// after its contexts wherever they were moved in the slice (see the module docs).
     pub fn contexts_mut(&mut self) -> &mut [Endpoint] {
         &mut self.lanes
-    }
-}
-
-impl Drop for ScalableEndpoint {
-    fn drop(&mut self) {
-        // The NIC refuses to destroy an endpoint whose contexts exist: the contexts first,
-        // wherever the application moved them in the slice, then the endpoint.
-        let base_fid = self.base_fid;
-        let base = self
-            .lanes
-            .iter()
-            .position(|l| l.fid() == base_fid)
-            .map(|i| self.lanes.remove(i));
-        while let Some(l) = self.lanes.pop() {
-            drop(l);
-        }
-        drop(base);
     }
 }
