@@ -224,6 +224,25 @@ fn forget_peer(av: &mut Av, fi_addr: u64) {
 }
 
 impl Connection {
+    /// Run `send` again while it finds no room (`DriverError::Full`: no control buffer or
+    /// TX entry free) and `deadline` has not passed, collecting the completions that free
+    /// them between tries. The close paths' sends, which must not give up at the first try.
+    fn when_room<T>(
+        &self,
+        deadline: std::time::Instant,
+        mut send: impl FnMut() -> Result<T, DriverError>,
+    ) -> Result<T, DriverError> {
+        loop {
+            match send() {
+                Err(DriverError::Full(_)) if std::time::Instant::now() < deadline => {
+                    self.progress();
+                    std::thread::sleep(CM_POLL_INTERVAL);
+                }
+                done => return done,
+            }
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, CmInner> {
         // Every critical section leaves the state consistent: a poisoned lock is usable.
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
@@ -782,27 +801,17 @@ impl Drop for PassiveEndpoint {
         };
         unanswered.sort_by_key(|r| r.id);
         let deadline = std::time::Instant::now() + CLOSE_REJECT_WAIT;
-        let mut left = unanswered.iter().peekable();
-        while let Some(req) = left.peek() {
-            let sent = conn.send_reject(&mut conn.lock(), &req.peer, req.conn_id, &[]);
-            match sent {
-                Err(DriverError::Full(_)) if std::time::Instant::now() < deadline => {
-                    // Collect the completions that free control buffers and TX entries.
-                    conn.progress();
-                    std::thread::sleep(CM_POLL_INTERVAL);
-                }
-                Err(e) => {
-                    tracing::debug!(
-                        fid = conn.fid,
-                        request = req.id,
-                        "not rejected at close: {e}"
-                    );
-                    conn.drop_message("a request the closed listener could not reject");
-                    left.next();
-                }
-                Ok(()) => {
-                    left.next();
-                }
+        for req in &unanswered {
+            let sent = conn.when_room(deadline, || {
+                conn.send_reject(&mut conn.lock(), &req.peer, req.conn_id, &[])
+            });
+            if let Err(e) = sent {
+                tracing::debug!(
+                    fid = conn.fid,
+                    request = req.id,
+                    "not rejected at close: {e}"
+                );
+                conn.drop_message("a request the closed listener could not reject");
             }
         }
     }
@@ -901,7 +910,8 @@ impl Endpoint {
 
     /// At `fi_close` of a connected `FI_EP_MSG` endpoint: [`Endpoint::shutdown`] (again while
     /// the control channel is full), and wait for the SHUTDOWN's send to complete, so that it
-    /// has left before the control channel goes; at most [`CLOSE_SHUTDOWN_WAIT`] in all. Nothing to do for an endpoint not connected.
+    /// has left before the control channel goes; at most [`CLOSE_SHUTDOWN_WAIT`] in all.
+    /// Nothing to do for an endpoint not connected.
     pub(crate) fn shut_down_at_close(&mut self) {
         if !self.is_connected() {
             return;
@@ -910,19 +920,9 @@ impl Endpoint {
             return;
         };
         let deadline = std::time::Instant::now() + CLOSE_SHUTDOWN_WAIT;
-        loop {
-            match self.shutdown() {
-                Ok(()) => break,
-                // Collect the completions that free control buffers and TX entries.
-                Err(DriverError::Full(_)) if std::time::Instant::now() < deadline => {
-                    conn.progress();
-                    std::thread::sleep(CM_POLL_INTERVAL);
-                }
-                Err(e) => {
-                    tracing::debug!(fid = conn.fid, "no SHUTDOWN at close: {e}");
-                    return;
-                }
-            }
+        if let Err(e) = conn.when_room(deadline, || self.shutdown()) {
+            tracing::debug!(fid = conn.fid, "no SHUTDOWN at close: {e}");
+            return;
         }
         loop {
             conn.progress();

@@ -5,8 +5,8 @@
 //! 0. A device that a `Nic` of this process runs (the same device object), or whose memory
 //!    mapped for a `Nic` (a pool, a region) outlives it, is refused with `FI_EBUSY`
 //!    ([`DriverError::DeviceInUse`]) before anything reaches it: step 3 would reset the
-//!    function under that `Nic`, and a new one numbers its IOVAs as the old one did. Another domain on the NIC is a [`crate::Domain`]
-//!    of the `Nic` (or a clone of it).
+//!    function under that `Nic`, and a new one numbers its IOVAs as the old one did. Another
+//!    domain on the NIC is a [`crate::Domain`] of the `Nic` (or a clone of it).
 //! 1. `ID`: all ones means the function is gone; anything but `0xFFFE:0x0001` is not ours.
 //! 2. `REVISION.interface_major` must equal the driver's [`uet_regs::INTERFACE_MAJOR`], and
 //!    `interface_minor` be at least [`REQUIRED_INTERFACE_MINOR`]: the driver speaks the 1.7
