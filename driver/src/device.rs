@@ -3,6 +3,7 @@
 //! Driver code above this trait never knows whether it runs on kernel VFIO, on a vfio-user
 //! simulator daemon, or on the simulator in this process.
 
+use crate::backend::sysfs::PciAddress;
 use crate::dma::{DmaRegion, IovaRange};
 use uet_regs::Mmio;
 
@@ -37,6 +38,23 @@ pub enum DeviceError {
     },
 }
 
+/// The function a [`Device`] object drives, as this process can name it. Two objects with
+/// equal ids drive one function, and [`crate::Nic::open`] runs a function once at a time:
+/// opening it would reset it under the `Nic` that runs it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum FunctionId {
+    /// A PCI function, by its address.
+    Pci(PciAddress),
+    /// A function of a simulated fabric in this process: the fabric (the address of its
+    /// shared state, stable while any handle on it lives) and the NIC's place in it.
+    Sim {
+        /// The fabric.
+        fabric: usize,
+        /// The NIC within it.
+        nic: usize,
+    },
+}
+
 /// A NIC PCI function as a backend exposes it.
 pub trait Device: Send + Sync {
     /// BAR0. Every register access of the driver goes through it.
@@ -52,5 +70,12 @@ pub trait Device: Send + Sync {
     /// IOVA, as for a simulator, which takes any.
     fn iova_ranges(&self) -> Vec<IovaRange> {
         vec![IovaRange::ALL]
+    }
+    /// The function this object drives ([`FunctionId`]); `None` when the backend cannot
+    /// name it, and then only this very object is known to drive it. A vfio-user function
+    /// needs none: its server serves one client at a time, so a second object cannot reach
+    /// it while the first is connected.
+    fn function_id(&self) -> Option<FunctionId> {
+        None
     }
 }

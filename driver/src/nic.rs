@@ -2,8 +2,9 @@
 //!
 //! [`Nic::open`] follows the register reference (`regs/REGISTERS.md`) step by step:
 //!
-//! 0. A device that a `Nic` of this process runs (the same device object), or whose memory
-//!    mapped for a `Nic` (a pool, a region) outlives it, is refused with `FI_EBUSY`
+//! 0. A device that a `Nic` of this process runs (the same device object, or another object
+//!    driving the same function, [`crate::device::FunctionId`]), or whose memory mapped for a
+//!    `Nic` (a pool, a region) outlives it, is refused with `FI_EBUSY`
 //!    ([`DriverError::DeviceInUse`]) before anything reaches it: step 3 would reset the
 //!    function under that `Nic`, and a new one numbers its IOVAs as the old one did. Another
 //!    domain on the NIC is a [`crate::Domain`] of the `Nic` (or a clone of it).
@@ -32,7 +33,7 @@
 //! table and stops DMA) before the DMA memory is unmapped.
 
 use crate::admin::{admin_geometry, AdminQueue, AdminResult, SCRATCH_BYTES};
-use crate::device::Device;
+use crate::device::{Device, FunctionId};
 use crate::dma::{DmaRegion, IovaAllocator};
 use crate::error::DriverError;
 use crate::mapped::MappedRegion;
@@ -289,45 +290,69 @@ pub(crate) struct NicInner {
     pub(crate) claim: Arc<DeviceClaim>,
 }
 
-/// The devices a [`Nic`] of this process runs, by the address of the device object: a second
-/// [`Nic::open`] of one is refused before it resets the function under the first.
-static CLAIMED_DEVICES: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+/// The devices a [`Nic`] of this process runs: by the address of the device object, and by
+/// the function it drives where the backend names it ([`Device::function_id`]). A second
+/// [`Nic::open`] of either is refused before it resets the function under the first.
+static CLAIMED_DEVICES: Mutex<Vec<ClaimKey>> = Mutex::new(Vec::new());
+
+/// What a [`DeviceClaim`] holds in [`CLAIMED_DEVICES`].
+#[derive(PartialEq)]
+struct ClaimKey {
+    object: usize,
+    function: Option<FunctionId>,
+}
+
+impl ClaimKey {
+    fn of(device: &Arc<dyn Device>) -> Self {
+        ClaimKey {
+            object: Arc::as_ptr(device).cast::<()>() as usize,
+            function: device.function_id(),
+        }
+    }
+
+    /// Whether `self` and `other` name one device: the same object, or the same function.
+    fn overlaps(&self, other: &ClaimKey) -> bool {
+        self.object == other.object || (self.function.is_some() && self.function == other.function)
+    }
+}
 
 /// A device claimed by [`Nic::open`] until dropped. It holds the device, so no other object
-/// takes its address while the claim stands.
+/// takes its address (nor, for a simulated function, its fabric's) while the claim stands.
 pub(crate) struct DeviceClaim {
     pub(crate) device: Arc<dyn Device>,
+    key: ClaimKey,
 }
 
 impl DeviceClaim {
-    fn key(device: &Arc<dyn Device>) -> usize {
-        Arc::as_ptr(device).cast::<()>() as usize
-    }
-
-    /// Claim `device`; `None` when a Nic of this process holds it.
+    /// Claim `device`; `None` when a Nic of this process holds it, or the function it drives.
     fn take(device: &Arc<dyn Device>) -> Option<Self> {
-        let key = Self::key(device);
+        let key = ClaimKey::of(device);
         // A panic elsewhere never leaves the list half-changed: a poisoned lock is usable.
         let mut claimed = CLAIMED_DEVICES
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if claimed.contains(&key) {
+        if claimed.iter().any(|k| k.overlaps(&key)) {
             return None;
         }
-        claimed.push(key);
+        claimed.push(ClaimKey {
+            object: key.object,
+            function: key.function.clone(),
+        });
         Some(DeviceClaim {
             device: device.clone(),
+            key,
         })
     }
 }
 
 impl Drop for DeviceClaim {
     fn drop(&mut self) {
-        let key = Self::key(&self.device);
-        CLAIMED_DEVICES
+        let mut claimed = CLAIMED_DEVICES
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .retain(|&k| k != key);
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(at) = claimed.iter().position(|k| *k == self.key) {
+            claimed.swap_remove(at);
+        }
     }
 }
 

@@ -316,6 +316,12 @@ impl SimFunction {
         self.with_nic((), |n| n.function_reset());
     }
 
+    /// Which function of which fabric this is: equal for every clone of one function (and
+    /// only for them) while any of them lives. A driver keys on it to run a function once.
+    pub fn function_key(&self) -> (usize, usize) {
+        (Arc::as_ptr(&self.fabric.inner) as usize, self.nic)
+    }
+
     /// The NIC's fabric address.
     pub fn fabric_addr(&self) -> IpAddr {
         self.with_nic(IpAddr::from([0, 0, 0, 0]), |n| n.cfg.fabric_addr)

@@ -789,6 +789,13 @@ fn a_device_already_open_is_refused_and_its_nic_goes_on() {
         .err()
         .expect("a second open is refused");
     assert_eq!(e.errno(), FiErrno::FI_EBUSY, "{e}");
+    // Another device object on the same function (a second handle on the simulated
+    // function, as two opens of one PCI function would be) is the same device.
+    let same_function: Arc<dyn uet_driver::Device> = Arc::new(SimDevice::new(fa.clone()));
+    let e = Nic::open(same_function.clone())
+        .err()
+        .expect("an open of another object driving the same function is refused");
+    assert_eq!(e.errno(), FiErrno::FI_EBUSY, "{e}");
     assert_eq!(
         fa.counter(ADMIN_COMMANDS),
         before,
@@ -801,8 +808,15 @@ fn a_device_already_open_is_refused_and_its_nic_goes_on() {
     assert!(sent.error.is_none(), "{:?}", sent.error);
     let got = a.next_completion().expect("message arrives");
     assert_eq!(got.buffer.unwrap().to_vec().unwrap(), b"still here");
-    // Once the first Nic is gone the device opens again.
+    // Once the first Nic is gone the device opens again, through either object, one at a
+    // time.
     drop(a);
+    let again = Nic::open(same_function).expect("the function is free again");
+    assert_eq!(
+        Nic::open(device.clone()).err().map(|e| e.errno()),
+        Some(FiErrno::FI_EBUSY)
+    );
+    drop(again);
     assert!(Nic::open(device).is_ok());
 }
 

@@ -1,7 +1,7 @@
 //! The in-process simulator backend: the NIC model runs in this process, driven synchronously
 //! by register writes. Deterministic and fast; most tests run on it.
 
-use crate::device::{Device, DeviceError};
+use crate::device::{Device, DeviceError, FunctionId};
 use crate::dma::DmaRegion;
 use uet_regs::Mmio;
 use uet_sim::SimFunction;
@@ -50,5 +50,10 @@ impl Device for SimDevice {
 
     fn name(&self) -> String {
         format!("sim:{}", self.function.fabric_addr())
+    }
+
+    fn function_id(&self) -> Option<FunctionId> {
+        let (fabric, nic) = self.function.function_key();
+        Some(FunctionId::Sim { fabric, nic })
     }
 }

@@ -37,7 +37,7 @@
 
 use crate::backend::iommu_info::{self, IommuInfo};
 use crate::backend::sysfs::{PciAddress, Sysfs};
-use crate::device::{Device, DeviceError};
+use crate::device::{Device, DeviceError, FunctionId};
 use crate::dma::{DmaRegion, IovaRange, PAGE};
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
@@ -428,6 +428,10 @@ impl Device for VfioDevice {
 
     fn name(&self) -> String {
         format!("vfio:{}", self.address)
+    }
+
+    fn function_id(&self) -> Option<FunctionId> {
+        Some(FunctionId::Pci(self.address))
     }
 
     fn iova_ranges(&self) -> Vec<IovaRange> {
