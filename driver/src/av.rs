@@ -12,8 +12,9 @@
 //! belongs to synchronous commands), the command is submitted without waiting, and the
 //! returned [`PendingWrite`] completes when the admin queue has collected its completion —
 //! whoever polls first (the AV's progress, reading its event queue, or any synchronous admin
-//! command, which files the completions it meets). A write that times out is abandoned and
-//! its memory leaked rather than handed back while the NIC might still read it.
+//! command, which files the completions it meets). A write that times out is abandoned, and
+//! its memory is kept, handed back to no one, until the NIC's reset (the `Nic`'s drop): the
+//! NIC might still read it.
 //!
 //! A command that times out is reported in doubt ([`uet_av::NicError::in_doubt`]): the device
 //! may still run it, and the AV then rewrites the entries it concerned from the mirror. Those
@@ -598,9 +599,11 @@ impl AdminWrite {
             // The NIC may still read the records: never hand that memory back.
             tracing::error!(
                 command_id = self.id,
-                "asynchronous AV_WRITE in doubt; leaking its DMA memory"
+                "asynchronous AV_WRITE in doubt; its DMA memory is kept until the NIC's reset"
             );
-            std::mem::forget(self.buffer.take());
+            if let Some(buffer) = self.buffer.take() {
+                self.nic.quarantine(buffer);
+            }
         } else {
             self.buffer = None;
         }

@@ -765,7 +765,7 @@ impl Nic {
                     initiator = derive();
                 }
                 Err(e) => {
-                    drop_rings_unless_timed_out(&e, set);
+                    drop_rings_unless_timed_out(&self.inner, &e, set);
                     return Err(endpoint_create_error(e, &caps, attr, initiator));
                 }
             }
@@ -833,7 +833,7 @@ impl Nic {
         }) {
             Ok(result) => result,
             Err(e) => {
-                drop_rings_unless_timed_out(&e, set);
+                drop_rings_unless_timed_out(&self.inner, &e, set);
                 return Err(e);
             }
         };
@@ -2025,21 +2025,29 @@ pub use uet_fwif::counters::EndpointCounterValues as EndpointStats;
 
 /// The rings of a creation that failed: a creation that timed out may still be run by the
 /// device, on these rings, until the admin queue's undo destroys what it made, so their
-/// memory is never handed back (it goes with the NIC's reset); otherwise they are freed.
-fn drop_rings_unless_timed_out(e: &DriverError, set: RingSet) {
+/// memory is handed back to no one until the NIC's reset (`NicInner::quarantine`);
+/// otherwise they are freed.
+fn drop_rings_unless_timed_out(nic: &NicInner, e: &DriverError, set: RingSet) {
     if e.in_doubt() {
-        tracing::error!("endpoint or context creation in doubt ({e}); leaking its ring memory");
-        std::mem::forget(set);
+        tracing::error!(
+            "endpoint or context creation in doubt ({e}); its ring memory is kept until the \
+             NIC's reset"
+        );
+        nic.quarantine(set);
     }
 }
 
 impl Teardown {
-    /// Never hand the endpoint's DMA memory (rings, posted buffers) back: the device may
-    /// still write it. It is released with the NIC's reset.
-    fn leak_dma_memory(&mut self) {
-        std::mem::forget(self.rings.take());
-        for p in self.posted.drain(..) {
-            std::mem::forget(p);
+    /// Never hand the endpoint's DMA memory (rings, posted buffers) back while the function
+    /// runs: the device may still write it. It is released after the NIC's reset
+    /// (`NicInner::quarantine`).
+    fn quarantine_dma_memory(&mut self) {
+        if let Some(rings) = self.rings.take() {
+            self.nic.quarantine(rings);
+        }
+        let posted: Vec<Posted> = self.posted.drain(..).flatten().collect();
+        if !posted.is_empty() {
+            self.nic.quarantine(posted);
         }
     }
 }
@@ -2054,7 +2062,7 @@ impl Drop for Teardown {
                 if retried {
                     // Destroyed after a late context's undo: until then the device may use
                     // the endpoint's memory.
-                    self.leak_dma_memory();
+                    self.quarantine_dma_memory();
                 }
                 // ENDPOINT_DESTROY revokes the endpoint's auth-key grants.
                 for s in self.auth_slots.drain(..) {
@@ -2066,9 +2074,9 @@ impl Drop for Teardown {
             Err(e) => {
                 tracing::error!(
                     handle = self.handle,
-                    "ENDPOINT_DESTROY failed: {e}; leaking its DMA memory"
+                    "ENDPOINT_DESTROY failed: {e}; its DMA memory is kept until the NIC's reset"
                 );
-                self.leak_dma_memory();
+                self.quarantine_dma_memory();
             }
         }
     }

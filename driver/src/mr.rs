@@ -15,7 +15,8 @@
 //! may touch it. Dropping it issues MR_DEREGISTER; once that completes, the NIC never touches
 //! the memory again — RMA packets still in flight are refused (see `uet_fwif::admin`) — and
 //! the memory is released. When MR_DEREGISTER fails (the NIC is gone or hung), the memory is
-//! leaked rather than handed back while the device might still write it.
+//! handed back to no one while the device might still write it: the `Nic` keeps it until its
+//! drop has reset the function.
 
 use crate::endpoint::Endpoint;
 use crate::error::DriverError;
@@ -174,8 +175,11 @@ impl Endpoint {
                 if e.in_doubt() {
                     // The device may still register the region late, and peers reach the
                     // memory until the admin queue's undo deregisters it: never hand it back.
-                    tracing::error!("MR_REGISTER in doubt ({e}); leaking the region's DMA memory");
-                    std::mem::forget(memory);
+                    tracing::error!(
+                        "MR_REGISTER in doubt ({e}); the region's DMA memory is kept until the \
+                         NIC's reset"
+                    );
+                    nic.quarantine(memory);
                 }
                 return Err(e);
             }
@@ -279,7 +283,11 @@ impl Drop for MemoryRegion {
             Ok(false) => {}
             // Deregistered ahead of the next admin command: until then peers may reach the
             // memory.
-            Ok(true) => std::mem::forget(self.memory.take()),
+            Ok(true) => {
+                if let Some(memory) = self.memory.take() {
+                    self.nic.quarantine(memory);
+                }
+            }
             // The endpoint was destroyed first: the NIC removed the region with it.
             Err(DriverError::AdminStatus {
                 status: uet_fwif::Status::InvalidHandle,
@@ -288,9 +296,12 @@ impl Drop for MemoryRegion {
             Err(e) => {
                 tracing::error!(
                     handle = self.handle,
-                    "MR_DEREGISTER failed: {e}; leaking the region's DMA memory"
+                    "MR_DEREGISTER failed: {e}; the region's DMA memory is kept until the \
+                     NIC's reset"
                 );
-                std::mem::forget(self.memory.take());
+                if let Some(memory) = self.memory.take() {
+                    self.nic.quarantine(memory);
+                }
             }
         }
     }

@@ -288,6 +288,11 @@ pub(crate) struct NicInner {
     /// for this Nic is gone (each [`MappedRegion`] it made holds the claim: a pool or region
     /// may outlive the Nic, and a Nic opened after it numbers its IOVAs alike).
     pub(crate) claim: Arc<DeviceClaim>,
+    /// DMA memory the device may still reach for a command in doubt (timed out, or undone
+    /// late): rings, buffers, regions. It is handed back to no one while the function runs,
+    /// and released after the function reset this Nic's drop makes, when the device can reach
+    /// it no longer: its IOVAs then unmap, and the device claim they hold goes with them.
+    quarantine: Mutex<Vec<Box<dyn Send>>>,
 }
 
 /// The devices a [`Nic`] of this process runs: by the address of the device object, and by
@@ -357,6 +362,15 @@ impl Drop for DeviceClaim {
 }
 
 impl NicInner {
+    /// Keep `memory` (DMA memory, or what holds it) until the function is reset: the device
+    /// may still read or write it for a command in doubt. See `NicInner::quarantine`.
+    pub(crate) fn quarantine(&self, memory: impl Send + 'static) {
+        self.quarantine
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(Box::new(memory));
+    }
+
     pub(crate) fn bar(&self) -> &dyn Mmio {
         self.device.bar0()
     }
@@ -518,7 +532,8 @@ impl NicInner {
 
 impl Drop for NicInner {
     fn drop(&mut self) {
-        // Stop the device before its memory is unmapped (the mappings drop after this).
+        // Stop the device before its memory is unmapped (the mappings drop after this, the
+        // quarantined ones among them).
         let bar = self.device.bar0();
         bar.write(DEV_CTRL, DevCtrl::new());
         bar.write(FUNCTION_RESET, FunctionReset::new().with_reset(true));
@@ -653,6 +668,7 @@ impl Nic {
                 av_tables: Mutex::new(Vec::new()),
                 endpoints: Mutex::new(Vec::new()),
                 claim,
+                quarantine: Mutex::new(Vec::new()),
             }),
         };
         crate::telemetry::nic_opened(&nic);

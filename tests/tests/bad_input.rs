@@ -840,3 +840,49 @@ fn a_function_reset_under_the_driver_is_reported_as_one() {
         other => panic!("expected FunctionReset, got {other:?}"),
     }
 }
+
+/// DMA memory held back for a command in doubt (an endpoint whose ENDPOINT_DESTROY timed out:
+/// its rings and the receive buffer posted to it) is handed back to no one while the function
+/// runs, and released after the reset the Nic's drop makes: the pool gets its buffer back,
+/// and the device, its memory all unmapped, opens again.
+#[test]
+fn memory_kept_for_a_command_in_doubt_is_released_with_the_nic() {
+    let (_f, fns) = fabric(1);
+    let device: Arc<dyn Device> =
+        Arc::new(uet_driver::backend::sim::SimDevice::new(fns[0].clone()));
+    let nic = uet_driver::Nic::open(device.clone()).unwrap();
+    nic.set_admin_timeout(Duration::from_millis(20));
+    let pool = uet_driver::DmaPool::new(&nic, 256, 4).unwrap();
+    let mut ep = nic
+        .endpoint(uet_driver::EndpointAttr::default(), None)
+        .unwrap();
+    ep.post_recv(pool.alloc().unwrap(), 1).unwrap();
+    assert_eq!(pool.available(), 3);
+
+    // The function stops answering: the endpoint's destroy times out.
+    nic.bar0().write(DEV_CTRL, DevCtrl::new());
+    drop(ep);
+    assert_eq!(
+        pool.available(),
+        3,
+        "the buffer posted to the endpoint is not handed back while the function runs"
+    );
+    assert_eq!(
+        uet_driver::Nic::open(device.clone())
+            .err()
+            .map(|e| e.errno()),
+        Some(FiErrno::FI_EBUSY),
+        "the Nic still runs the device"
+    );
+
+    drop(nic);
+    assert_eq!(
+        pool.available(),
+        4,
+        "the buffer is back once the Nic's drop has reset the function"
+    );
+    drop(pool);
+    let nic = uet_driver::Nic::open(device).expect("the device opens again");
+    let ep = nic.endpoint(uet_driver::EndpointAttr::default(), None);
+    assert!(ep.is_ok(), "{:?}", ep.err());
+}
