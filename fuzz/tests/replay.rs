@@ -128,6 +128,11 @@ fn iommu_info_replays() {
 }
 
 #[test]
+fn registers_replays() {
+    replay("registers");
+}
+
+#[test]
 fn every_target_has_a_replay_test() {
     let names: Vec<&str> = uet_fuzz::TARGETS.iter().map(|(t, _)| *t).collect();
     assert_eq!(
@@ -139,7 +144,8 @@ fn every_target_has_a_replay_test() {
             "admin_commands",
             "admin_commands_any_interface",
             "frames",
-            "iommu_info"
+            "iommu_info",
+            "registers"
         ]
     );
 }
