@@ -246,10 +246,12 @@ impl NicAv {
     /// One record through the AV write window: the entry in one burst of eight posted writes,
     /// the doorbell, and a read of `AV_WRITE_DROPS`, which returns once the writes have landed and
     /// says whether the NIC stored the entry (it refuses what AV_WRITE would, and then
-    /// changes nothing). No admin round trip, no DMA. The count before is the one the last
-    /// window write read (the window is the NIC's, under its lock); a read of all ones or a
-    /// count that went down (a function reset) leaves the entry in doubt, and the next write
-    /// reads the count afresh.
+    /// changes nothing). No admin round trip, no DMA. While the count the last window write
+    /// read is 0, that is the count before (the window is the NIC's, under its lock): a
+    /// function reset, which zeroes the count, cannot hide a drop behind it. A count above 0
+    /// is read afresh first, since the count of a reset NIC can climb back to it unseen. A read
+    /// of all ones, or a count below the last one read (a function reset), leaves the entry in
+    /// doubt, and the next write reads the count afresh.
     fn write_through_window(&self, record: &AvWriteRecord) -> Result<(), NicError> {
         const OP: &str = "AV_WRITE_DOORBELL";
         let index = record.index.get();
@@ -269,9 +271,10 @@ impl NicAv {
         let nic = &self.table.nic;
         let bar = nic.bar();
         let mut window = nic.av_window();
-        let before = match *window {
-            Some(drops) => drops,
-            None => bar.read(AV_WRITE_DROPS),
+        let last = *window;
+        let before = match last {
+            Some(0) => 0,
+            _ => bar.read(AV_WRITE_DROPS),
         };
         // The entry as AV_WRITE_ENTRY_0..7 take it: eight little-endian words, one burst.
         let words = <[U64; 8]>::read_from_bytes(record.entry.as_bytes())
@@ -283,10 +286,11 @@ impl NicAv {
             AvWriteDoorbell::new().with_av(av).with_index(index),
         );
         let after = bar.read(AV_WRITE_DROPS);
-        // A read of all ones failed (no function answered it), and a count lower than before
-        // was reset with the function: either way, whether the NIC stored the entry is not
-        // known, and the next write reads its own count before it rings.
-        if before == u64::MAX || after == u64::MAX || after < before {
+        // A read of all ones failed (no function answered it), and a count lower than the one
+        // read before it was reset with the function: either way, whether the NIC stored the
+        // entry is not known, and the next write reads its own count before it rings.
+        let went_down = after < before || last.is_some_and(|last| before < last);
+        if before == u64::MAX || after == u64::MAX || went_down {
             *window = None;
             return Err(NicError::in_doubt(
                 OP,

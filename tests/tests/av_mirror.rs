@@ -261,3 +261,33 @@ fn a_record_with_its_reserved_word_set_is_refused_alone_as_in_a_batch() {
     node.av.nic_mut().read_entries(3, &mut got).unwrap();
     assert_eq!(got, [NicAvEntry::INVALID; 2], "nothing stored");
 }
+
+/// One refusal through the write window (the drop count 1), then a function reset (the count
+/// back to 0): the next write through the window, dropped by a NIC that lost its tables,
+/// counts 1 again — the count the driver last read. It is not taken as stored.
+#[test]
+fn a_window_write_dropped_after_a_reset_is_not_taken_as_stored() {
+    let (_f, fns) = fabric(1);
+    let function = fns[0].clone();
+    let mut node = Node::new(function.clone(), 1, 8);
+    let own = *node.ep.address();
+    let peer = |i: u32| uet_tests::forged(&own, |a| a.initiator = i);
+    let a = peer(0x61);
+    assert_eq!(node.insert(&a), 0);
+    let mut bad = NicAvEntry::for_peer(&uet_fwif::UetAddress::from_bytes(&a).unwrap(), 1);
+    bad.flags = zerocopy::little_endian::U16::new(0);
+    let rec = uet_fwif::AvWriteRecord {
+        index: 5.into(),
+        reserved: Default::default(),
+        entry: bad,
+    };
+    assert!(node.av.nic_mut().write_entries(&[rec]).is_err());
+    assert_eq!(function.counter(AV_WRITE_DROPS), 1);
+    // The reset NIC answers no admin command: tearing the node down waits this long for each.
+    node.nic
+        .set_admin_timeout(std::time::Duration::from_millis(20));
+    function.function_level_reset();
+    let r = node.av.insert(&peer(0x62), 1, None, 0);
+    assert_eq!(function.counter(AV_WRITE_DROPS), 1, "the NIC dropped it");
+    assert!(r.is_err(), "an entry the NIC dropped was reported inserted");
+}
