@@ -121,28 +121,22 @@ pub fn run(data: &[u8]) {
     let to_b = a.insert(&b.addr());
     a.post_recvs(1);
     b.post_recvs(1);
-    b.send(to_a, b"after the reset", 1);
-    let sent = b.next_completion().expect("the send completes");
-    assert!(
-        sent.error.is_none(),
-        "send after the reset: {:?}",
-        sent.error
-    );
-    let got = a.next_completion().expect("the message arrives");
-    assert!(
-        got.error.is_none(),
-        "receive after the reset: {:?}",
-        got.error
-    );
-    a.send(to_b, b"and back", 2);
-    let sent = a.next_completion().expect("the answer's send completes");
-    assert!(
-        sent.error.is_none(),
-        "answer after the reset: {:?}",
-        sent.error
-    );
-    let got = b.next_completion().expect("the answer arrives");
-    assert!(got.error.is_none(), "answer received: {:?}", got.error);
+    exchange(&mut b, to_a, &mut a, "from the other NIC");
+    exchange(&mut a, to_b, &mut b, "back");
+}
+
+/// A message from `from` to `to` (`dest` in `from`'s AV): its send and its receive both
+/// complete without an error.
+fn exchange(from: &mut Node, dest: u64, to: &mut Node, what: &str) {
+    from.send(dest, what.as_bytes(), 1);
+    match from.next_completion() {
+        Some(ev) => assert!(ev.error.is_none(), "send {what}: {:?}", ev.error),
+        None => panic!("the send {what} never completed"),
+    }
+    match to.next_completion() {
+        Some(ev) => assert!(ev.error.is_none(), "receive {what}: {:?}", ev.error),
+        None => panic!("the message {what} never arrived"),
+    }
 }
 
 /// Seeds: an AV entry written through the window and rung; an AV invalidate doorbell; the

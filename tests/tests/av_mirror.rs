@@ -220,13 +220,7 @@ fn a_window_write_whose_drop_count_cannot_be_trusted_is_in_doubt() {
     // Two refusals through the window (entries without VALID that are not all zero), then
     // a function reset: the count falls from 2 to 0, and the next write, dropped by a NIC
     // that lost its tables, counts 1 — below what the driver last read.
-    let mut bad = NicAvEntry::for_peer(&uet_fwif::UetAddress::from_bytes(&a).unwrap(), 1);
-    bad.flags = zerocopy::little_endian::U16::new(0);
-    let rec = uet_fwif::AvWriteRecord {
-        index: 5.into(),
-        reserved: Default::default(),
-        entry: bad,
-    };
+    let rec = refused_record(&a, 5);
     for _ in 0..2 {
         assert!(node.av.nic_mut().write_entries(&[rec]).is_err());
     }
@@ -274,13 +268,7 @@ fn a_window_write_dropped_after_a_reset_is_not_taken_as_stored() {
     let peer = |i: u32| uet_tests::forged(&own, |a| a.initiator = i);
     let a = peer(0x61);
     assert_eq!(node.insert(&a), 0);
-    let mut bad = NicAvEntry::for_peer(&uet_fwif::UetAddress::from_bytes(&a).unwrap(), 1);
-    bad.flags = zerocopy::little_endian::U16::new(0);
-    let rec = uet_fwif::AvWriteRecord {
-        index: 5.into(),
-        reserved: Default::default(),
-        entry: bad,
-    };
+    let rec = refused_record(&a, 5);
     assert!(node.av.nic_mut().write_entries(&[rec]).is_err());
     assert_eq!(function.counter(AV_WRITE_DROPS), 1);
     // The reset NIC answers no admin command: tearing the node down waits this long for each.
@@ -290,4 +278,16 @@ fn a_window_write_dropped_after_a_reset_is_not_taken_as_stored() {
     let r = node.av.insert(&peer(0x62), 1, None, 0);
     assert_eq!(function.counter(AV_WRITE_DROPS), 1, "the NIC dropped it");
     assert!(r.is_err(), "an entry the NIC dropped was reported inserted");
+}
+
+/// A record of `addr` at `index` that the NIC refuses, through the window as in a batch: an
+/// entry without VALID that is not all zero.
+fn refused_record(addr: &[u8; 32], index: u32) -> uet_fwif::AvWriteRecord {
+    let mut entry = NicAvEntry::for_peer(&uet_fwif::UetAddress::from_bytes(addr).unwrap(), 1);
+    entry.flags = zerocopy::little_endian::U16::new(0);
+    uet_fwif::AvWriteRecord {
+        index: index.into(),
+        reserved: Default::default(),
+        entry,
+    }
 }
