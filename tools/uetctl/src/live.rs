@@ -57,18 +57,22 @@ impl Client {
     /// answer: each is an error saying so.
     pub fn connect(target: &Target) -> Result<Client, String> {
         let path = target.path();
-        let who = match target {
-            Target::Pid(pid) => format!("process {pid}"),
-            Target::Socket(_) => "a uet-nic process".to_string(),
-        };
         let stream = UnixStream::connect(&path).map_err(|e| {
             format!(
-                "cannot reach {who} at {}: {e} (does it run the driver with its telemetry \
+                "cannot reach {} at {}: {e} (does it run the driver with its telemetry \
                  socket, and is {} the directory it uses?)",
+                who(target),
                 path.display(),
                 path.parent().unwrap_or(Path::new("")).display()
             )
         })?;
+        Client::greeted(stream, target)
+    }
+
+    /// The conversation on `stream`, connected to `target`: its greeting read.
+    fn greeted(stream: UnixStream, target: &Target) -> Result<Client, String> {
+        let path = target.path();
+        let who = who(target);
         let fail = |e: std::io::Error| format!("{}: {e}", path.display());
         stream.set_read_timeout(Some(TIMEOUT)).map_err(fail)?;
         stream.set_write_timeout(Some(TIMEOUT)).map_err(fail)?;
@@ -172,6 +176,14 @@ impl Client {
                     .collect()
             })
             .unwrap_or_default())
+    }
+}
+
+/// The process `target` names, in messages.
+fn who(target: &Target) -> String {
+    match target {
+        Target::Pid(pid) => format!("process {pid}"),
+        Target::Socket(_) => "a uet-nic process".to_string(),
     }
 }
 
@@ -485,12 +497,13 @@ pub fn processes(dir: &Path) -> Result<Vec<Value>, String> {
         if path.extension().and_then(|e| e.to_str()) != Some("sock") {
             continue;
         }
-        // Nothing listens: a socket file left by a process that died.
-        if UnixStream::connect(&path).is_err() {
+        // Nothing listens: a socket file left by a process that died. The connection made
+        // here is the one asked: a second would take another of the process's places.
+        let Ok(stream) = UnixStream::connect(&path) else {
             continue;
-        }
+        };
         let socket = path.display().to_string();
-        let info = Client::connect(&Target::Socket(path.clone()))
+        let info = Client::greeted(stream, &Target::Socket(path.clone()))
             .and_then(|mut client| client.call(&json!({"cmd": "info"})));
         match info {
             Ok(mut info) => {

@@ -1485,3 +1485,27 @@ fn ps_names_a_live_process_whose_socket_is_busy() {
         "{v}"
     );
 }
+
+/// `uetctl ps` takes one place of a process's telemetry, not two: a process serving every
+/// client it may but one is listed with its NICs, not taken for busy.
+#[test]
+fn ps_lists_a_process_with_one_place_left() {
+    let dir = std::env::temp_dir().join(format!("uetctl-ps-one-left-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{}.sock", std::process::id()));
+    let limits = telemetry::ServeLimits {
+        max_clients: 2,
+        ..telemetry::ServeLimits::default()
+    };
+    let t = Telemetry::bind_with_limits(&path, limits).unwrap();
+    let held = Raw::connect(&path);
+    let listed = live::processes(&dir);
+    drop(held);
+    drop(t);
+    let _ = std::fs::remove_dir_all(&dir);
+    let listed = listed.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert!(listed[0].get("error").is_none(), "{}", listed[0]);
+    assert_eq!(listed[0]["pid"], std::process::id(), "{}", listed[0]);
+}
