@@ -434,6 +434,9 @@ pub struct Telemetry {
     clients: Arc<Mutex<Clients>>,
     /// The thread that accepts connections.
     thread: Option<JoinHandle<()>>,
+    /// The listening socket the thread accepts on (a second descriptor of it), shut down by
+    /// drop to end the accept: the path may no longer lead to it.
+    listener: UnixListener,
 }
 
 /// The connections a telemetry socket serves, each on a thread of its own.
@@ -530,6 +533,10 @@ impl Telemetry {
                 .map_err(|e| fail(format!("cannot replace the stale socket: {e}")))?;
         }
         let listener = bind_private(&path).map_err(fail)?;
+        let wake = listener.try_clone().map_err(|e| {
+            let _ = std::fs::remove_file(&path);
+            fail(format!("cannot take the socket's descriptor: {e}"))
+        })?;
         let nics: Arc<Mutex<Vec<Weak<NicInner>>>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
         let clients: Arc<Mutex<Clients>> = Arc::default();
@@ -550,6 +557,7 @@ impl Telemetry {
             stop,
             clients,
             thread: Some(thread),
+            listener: wake,
         })
     }
 
@@ -571,11 +579,16 @@ impl Drop for Telemetry {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
         // End the conversations in progress (their reads and writes return at once), then
-        // wake the accept.
+        // wake the accept: a listening socket shut down fails it (EINVAL), whatever the path
+        // leads to now (the file removed, or another socket in its place).
         for (_, s) in &lock(&self.clients).open {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
-        let _ = UnixStream::connect(&self.path);
+        // SAFETY: shutdown(2) of the listening socket `self.listener` owns, open until it is
+        // dropped after this; it touches no memory.
+        unsafe {
+            libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR);
+        }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

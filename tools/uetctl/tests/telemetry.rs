@@ -1509,3 +1509,24 @@ fn ps_lists_a_process_with_one_place_left() {
     assert!(listed[0].get("error").is_none(), "{}", listed[0]);
     assert_eq!(listed[0]["pid"], std::process::id(), "{}", listed[0]);
 }
+
+/// Dropping the telemetry returns at once also when its socket file was removed by someone
+/// else meanwhile: nothing can connect to the path to wake its accept any more.
+#[test]
+fn drop_returns_when_the_socket_file_was_removed() {
+    let path = socket("drop-removed");
+    let t = Telemetry::bind(&path).unwrap();
+    assert_eq!(Raw::connect(&path).hello["nics"], 0);
+    std::fs::remove_file(&path).unwrap();
+    let (done, dropped) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(t);
+        let _ = done.send(());
+    });
+    assert!(
+        dropped
+            .recv_timeout(std::time::Duration::from_secs(3))
+            .is_ok(),
+        "drop still waits for the accept after 3 s"
+    );
+}
