@@ -119,12 +119,38 @@ static GLOBAL: Mutex<Option<Telemetry>> = Mutex::new(None);
 /// every open).
 static ENV_LOOKED: AtomicBool = AtomicBool::new(false);
 
-/// The socket file of the process's telemetry, removed at exit.
-static GLOBAL_PATH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+/// The socket file of the process's telemetry, removed at exit (if it is still there).
+static GLOBAL_PATH: std::sync::OnceLock<(PathBuf, Option<FileId>)> = std::sync::OnceLock::new();
 
 extern "C" fn remove_global_socket() {
-    if let Some(p) = GLOBAL_PATH.get() {
-        let _ = std::fs::remove_file(p);
+    if let Some((path, file)) = GLOBAL_PATH.get() {
+        remove_own_socket(path, *file);
+    }
+}
+
+/// A file as the filesystem knows it: a socket file bound at a path tells from one another
+/// process put at the path since (the first removed by someone meanwhile).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+}
+
+impl FileId {
+    /// The file at `path` (not following a symbolic link), if any.
+    fn of(path: &Path) -> Option<FileId> {
+        std::fs::symlink_metadata(path).ok().map(|m| FileId {
+            dev: m.dev(),
+            ino: m.ino(),
+        })
+    }
+}
+
+/// Remove the socket file at `path` if it is still `file`, the one bound there; whatever
+/// took the path since is another's.
+fn remove_own_socket(path: &Path, file: Option<FileId>) {
+    if file.is_some() && FileId::of(path) == file {
+        let _ = std::fs::remove_file(path);
     }
 }
 
@@ -137,7 +163,7 @@ pub fn enable() -> Result<PathBuf, TelemetryError> {
     }
     let t = Telemetry::start()?;
     let path = t.path.clone();
-    if GLOBAL_PATH.set(path.clone()).is_ok() {
+    if GLOBAL_PATH.set((path.clone(), t.file)).is_ok() {
         // SAFETY: `remove_global_socket` is an `extern "C" fn()` that neither unwinds (it
         // only removes a file, ignoring errors) nor needs anything atexit tears down.
         unsafe {
@@ -428,6 +454,8 @@ pub enum TelemetryError {
 /// A running telemetry socket. Dropping it stops its threads and removes the socket file.
 pub struct Telemetry {
     path: PathBuf,
+    /// The socket file bound at `path`, removed by drop if it is still there.
+    file: Option<FileId>,
     nics: Arc<Mutex<Vec<Weak<NicInner>>>>,
     stop: Arc<AtomicBool>,
     /// The connections being served, shut down by drop so that no client can hold it.
@@ -533,8 +561,9 @@ impl Telemetry {
                 .map_err(|e| fail(format!("cannot replace the stale socket: {e}")))?;
         }
         let listener = bind_private(&path).map_err(fail)?;
+        let file = FileId::of(&path);
         let wake = listener.try_clone().map_err(|e| {
-            let _ = std::fs::remove_file(&path);
+            remove_own_socket(&path, file);
             fail(format!("cannot take the socket's descriptor: {e}"))
         })?;
         let nics: Arc<Mutex<Vec<Weak<NicInner>>>> = Arc::default();
@@ -546,13 +575,14 @@ impl Telemetry {
                 .name("uet-telemetry".into())
                 .spawn(move || serve(&listener, &nics, &stop, &clients, limits))
                 .map_err(|e| {
-                    let _ = std::fs::remove_file(&path);
+                    remove_own_socket(&path, file);
                     fail(format!("cannot start the thread: {e}"))
                 })?
         };
         tracing::info!(path = %path.display(), "telemetry socket serving");
         Ok(Telemetry {
             path,
+            file,
             nics,
             stop,
             clients,
@@ -597,7 +627,7 @@ impl Drop for Telemetry {
         for t in threads {
             let _ = t.join();
         }
-        let _ = std::fs::remove_file(&self.path);
+        remove_own_socket(&self.path, self.file);
     }
 }
 

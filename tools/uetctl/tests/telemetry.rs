@@ -1530,3 +1530,22 @@ fn drop_returns_when_the_socket_file_was_removed() {
         "drop still waits for the accept after 3 s"
     );
 }
+
+/// A telemetry whose socket file was removed, and whose path another socket took since (a
+/// second process given the same path), leaves that socket in place when it is dropped.
+#[test]
+fn drop_leaves_a_socket_bound_at_its_path_since() {
+    let path = socket("drop-replaced");
+    let first = Telemetry::bind(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let second = Telemetry::bind(&path).unwrap();
+    drop(first);
+    assert!(path.exists(), "the second socket's file was removed");
+    assert_eq!(
+        Raw::connect(&path).hello["nics"],
+        0,
+        "the second still answers"
+    );
+    drop(second);
+    assert!(!path.exists(), "the second removes its own");
+}
