@@ -119,12 +119,18 @@ static GLOBAL: Mutex<Option<Telemetry>> = Mutex::new(None);
 /// every open).
 static ENV_LOOKED: AtomicBool = AtomicBool::new(false);
 
-/// The socket file of the process's telemetry, removed at exit (if it is still there).
-static GLOBAL_PATH: std::sync::OnceLock<(PathBuf, Option<FileId>)> = std::sync::OnceLock::new();
+/// The socket file of the process's telemetry, removed at exit (if it is still there), and
+/// the PID of the process that serves it.
+static GLOBAL_PATH: std::sync::OnceLock<(PathBuf, Option<FileId>, u32)> =
+    std::sync::OnceLock::new();
 
 extern "C" fn remove_global_socket() {
-    if let Some((path, file)) = GLOBAL_PATH.get() {
-        remove_own_socket(path, *file);
+    // A child forked from the process inherits the handler, not the socket: its exit leaves
+    // the socket to the process that serves it.
+    if let Some((path, file, pid)) = GLOBAL_PATH.get() {
+        if *pid == std::process::id() {
+            remove_own_socket(path, *file);
+        }
     }
 }
 
@@ -163,9 +169,13 @@ pub fn enable() -> Result<PathBuf, TelemetryError> {
     }
     let t = Telemetry::start()?;
     let path = t.path.clone();
-    if GLOBAL_PATH.set((path.clone(), t.file)).is_ok() {
+    if GLOBAL_PATH
+        .set((path.clone(), t.file, std::process::id()))
+        .is_ok()
+    {
         // SAFETY: `remove_global_socket` is an `extern "C" fn()` that neither unwinds (it
-        // only removes a file, ignoring errors) nor needs anything atexit tears down.
+        // only compares the PID and removes a file, ignoring errors) nor needs anything atexit
+        // tears down.
         unsafe {
             libc::atexit(remove_global_socket);
         }

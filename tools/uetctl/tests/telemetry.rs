@@ -1549,3 +1549,57 @@ fn drop_leaves_a_socket_bound_at_its_path_since() {
     drop(second);
     assert!(!path.exists(), "the second removes its own");
 }
+
+/// Set in the child of [`a_forked_child_that_exits_leaves_the_socket`]: the telemetry
+/// directory.
+const FORK_CHILD: &str = "UETCTL_TELEMETRY_FORK_CHILD";
+/// Prefix of the child's line saying whether its socket outlived its own forked child.
+const FORK_KEPT: &str = "telemetry-socket-kept:";
+
+/// A process that forks, and whose forked child exits normally (`exit(3)`, which runs what
+/// `atexit` registered), still has its telemetry socket: the socket is the parent's, not the
+/// child's to remove. The test binary runs itself again, with telemetry on, to fork.
+#[test]
+fn a_forked_child_that_exits_leaves_the_socket() {
+    if let Some(dir) = std::env::var_os(FORK_CHILD) {
+        std::env::set_var(telemetry::DIR_ENV, &dir);
+        let path = telemetry::enable().unwrap();
+        // SAFETY: fork(2) has no memory preconditions; the child only calls exit(3), which
+        // runs the handlers atexit registered (the telemetry's compares the PID, stats and
+        // removes a file, with no lock another thread may hold) and ends it.
+        let child = unsafe { libc::fork() };
+        if child == 0 {
+            // SAFETY: ends the forked child, as a C program's child does.
+            unsafe { libc::exit(0) };
+        }
+        assert!(child > 0, "fork: {}", std::io::Error::last_os_error());
+        let mut status = 0;
+        // SAFETY: waits for the child forked above; `status` is a valid int to write.
+        let waited = unsafe { libc::waitpid(child, &mut status, 0) };
+        assert_eq!(waited, child);
+        println!("{FORK_KEPT}{}", path.exists());
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("uetctl-fork-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_forked_child_that_exits_leaves_the_socket",
+            "--nocapture",
+        ])
+        .env(FORK_CHILD, &dir)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let kept = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(FORK_KEPT))
+        .unwrap_or_else(|| panic!("child: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(
+        kept.trim(),
+        "true",
+        "the forked child's exit removed the parent's telemetry socket"
+    );
+}
