@@ -144,6 +144,21 @@ impl Client {
                 self.path.display()
             ));
         }
+        // Every answer ends its line: one that does not was cut short, or is too long.
+        if line.last() != Some(&b'\n') {
+            return Err(if line.len() as u64 >= MAX_ANSWER {
+                format!(
+                    "{}: an answer longer than {} MiB",
+                    self.path.display(),
+                    MAX_ANSWER >> 20
+                )
+            } else {
+                format!(
+                    "{}: the process closed the connection in the middle of an answer",
+                    self.path.display()
+                )
+            });
+        }
         serde_json::from_slice(&line)
             .map_err(|e| format!("{}: answer is not JSON: {e}", self.path.display()))
     }

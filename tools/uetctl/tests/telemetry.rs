@@ -1603,3 +1603,28 @@ fn a_forked_child_that_exits_leaves_the_socket() {
         "the forked child's exit removed the parent's telemetry socket"
     );
 }
+
+/// A process that goes away in the middle of an answer (it died, or was killed) is said to
+/// have closed the connection, not to have answered something that is not JSON.
+#[test]
+fn an_answer_cut_short_is_a_closed_connection() {
+    let path = socket("cut-short");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let hello = json!({"uet_nic_telemetry": telemetry::PROTOCOL, "pid": 1, "nics": 1});
+        s.write_all(format!("{hello}\n").as_bytes()).unwrap();
+        let mut request = String::new();
+        BufReader::new(s.try_clone().unwrap())
+            .read_line(&mut request)
+            .unwrap();
+        // Half an answer, then gone.
+        s.write_all(br#"{"ok": {"counters": [["TX_PACK"#).unwrap();
+    });
+    let mut client = Client::connect(&Target::Socket(path.clone())).unwrap();
+    let e = live::counters(&mut client, 0).unwrap_err();
+    server.join().unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert!(e.contains("closed the connection"), "{e}");
+    assert!(!e.contains("not JSON"), "{e}");
+}
