@@ -797,11 +797,38 @@ impl Read for Timed<'_> {
 impl Write for Timed<'_> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.stream.set_write_timeout(Some(self.wait()?))?;
-        (&mut &*self.stream).write(buf)
+        send_no_signal(self.stream, buf)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
+    }
+}
+
+/// Write `buf` to the client with send(2) and `MSG_NOSIGNAL`: a client gone mid-reply is
+/// `EPIPE` here, never a `SIGPIPE`, whose default action would end the program that hosts
+/// the driver (a C program keeps it; only a Rust `main` ignores it, and the standard
+/// library of older Rust releases writes a `UnixStream` without it). The socket's write
+/// timeout applies as to write(2).
+fn send_no_signal(stream: &UnixStream, buf: &[u8]) -> std::io::Result<usize> {
+    loop {
+        // SAFETY: send(2) reads at most `buf.len()` bytes from `buf`, a live slice, through
+        // the descriptor `stream` owns, open for the whole call; it keeps no pointer.
+        let n = unsafe {
+            libc::send(
+                stream.as_raw_fd(),
+                buf.as_ptr().cast(),
+                buf.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        if let Ok(n) = usize::try_from(n) {
+            return Ok(n);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
     }
 }
 
@@ -826,7 +853,7 @@ fn converse(
         );
         // Past the deadline: one line more, with one wait of its own.
         stream.set_write_timeout(Some(REFUSAL_TIMEOUT))?;
-        return send(&mut &stream, &error_json(&e));
+        return send(&mut NoSignal(&stream), &error_json(&e));
     }
     result
 }
@@ -876,6 +903,19 @@ fn requests(
             }
         };
         send(out, &reply)?;
+    }
+}
+
+/// A client's stream written with [`send_no_signal`], under the socket's own write timeout.
+struct NoSignal<'a>(&'a UnixStream);
+
+impl Write for NoSignal<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        send_no_signal(self.0, buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -1321,6 +1361,22 @@ mod tests {
 #[cfg(test)]
 mod bind_tests {
     use super::*;
+
+    #[test]
+    fn a_reply_to_a_client_gone_is_an_error_not_a_signal() {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        drop(theirs);
+        // SIGPIPE's default action, as in a C program that hosts the driver (each test runs
+        // in a process of its own under nextest).
+        // SAFETY: sets the disposition of SIGPIPE to a value libc defines; no handler.
+        let before = unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+        let r = send_no_signal(&ours, b"a reply");
+        let r2 = NoSignal(&ours).write(b"one line more");
+        // SAFETY: as above, putting back the disposition read there.
+        unsafe { libc::signal(libc::SIGPIPE, before) };
+        assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EPIPE));
+        assert_eq!(r2.unwrap_err().raw_os_error(), Some(libc::EPIPE));
+    }
 
     fn fresh_dir(tag: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("uet-bind-{tag}-{}", std::process::id()));
