@@ -1803,9 +1803,11 @@ impl Endpoint {
     /// Copy the message a multi-receive completion reports into `out` (at most `out.len()`
     /// bytes of its `len`); returns the bytes copied. Works while the buffer is still the
     /// NIC's — the message's bytes are final once its completion is written — and after the
-    /// release, from the buffer the last completion returned (pass that event). Refused with
+    /// release, from the buffer the last completion returned (pass that event). A release
+    /// that [`Endpoint::cq_read`] or [`Endpoint::cq_readerr`] set aside is not returned yet,
+    /// so the buffer's messages still read with their own completions. Refused with
     /// `FI_EINVAL` for a completion that is not a multi-receive one, or whose buffer was
-    /// released by an earlier completion.
+    /// released by an earlier completion already returned.
     pub fn multi_recv_read(&self, ev: &CqEvent, out: &mut [u8]) -> Result<usize, DriverError> {
         let Some(m) = ev.multi_recv else {
             return Err(DriverError::InvalidArgument(
@@ -1827,11 +1829,22 @@ impl Endpoint {
             .and_then(Option::as_ref)
             .filter(|p| p.multi.is_some_and(|(seq, _)| seq == m.seq))
             .and_then(|p| p.buffer.as_ref());
-        match held {
-            Some(b) => {
-                b.read_in_capacity(m.offset, dst)?;
-                Ok(n)
-            }
+        if let Some(b) = held {
+            b.read_in_capacity(m.offset, dst)?;
+            return Ok(n);
+        }
+        // Released by the completion set aside, not returned yet: the buffer is in it, each
+        // message at its offset.
+        let set_aside = self
+            .held
+            .as_ref()
+            .filter(|h| {
+                h.multi_recv
+                    .is_some_and(|r| (r.endpoint, r.slot, r.seq) == (m.endpoint, m.slot, m.seq))
+            })
+            .and_then(|h| h.buffer.as_ref());
+        match set_aside {
+            Some(b) => Ok(b.read_at(m.offset, dst)?),
             None => Err(DriverError::InvalidArgument(
                 "not a completion of a buffer this endpoint holds: a multi-receive buffer that \
                  was released is read from the buffer its last completion returned"

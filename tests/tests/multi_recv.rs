@@ -266,6 +266,43 @@ fn a_stale_completion_cannot_read_a_released_buffer_and_the_default_min_free_is_
     assert_eq!(e.unwrap_err().errno(), FiErrno::FI_EINVAL);
 }
 
+/// `cq_readerr` that finds the buffer's release next (a success: `FI_EAGAIN`) sets it aside
+/// and changes nothing the application sees: the earlier message still reads with its own
+/// completion, until and after the release is returned.
+#[test]
+fn a_release_set_aside_by_a_read_of_the_other_kind_leaves_earlier_messages_readable() {
+    let (_f, mut a, mut b) = pair_with(JOB, |_| {});
+    let pool = DmaPool::new(&b.nic, 1024, 1).unwrap();
+    b.ep.post_recv_multi(pool.alloc().unwrap(), Some(256), 4)
+        .unwrap();
+    let first = pattern(500, 1);
+    a.send(0, &first, 1);
+    send_ok(&mut a);
+    let m1 = b.ep.cq_read().expect("the first message");
+    assert!(!m1.multi_recv.unwrap().released);
+    // 512 + 320 = 832: 192 left < 256, the second message releases the buffer.
+    a.send(0, &pattern(300, 2), 2);
+    send_ok(&mut a);
+    assert_eq!(
+        b.ep.cq_readerr().unwrap_err(),
+        FiErrno::FI_EAGAIN,
+        "the release is a success"
+    );
+    let mut got = vec![0u8; 500];
+    let n =
+        b.ep.multi_recv_read(&m1, &mut got)
+            .expect("the first message reads while its release waits to be returned");
+    assert_eq!(n, 500);
+    assert_eq!(got, first);
+    let release = b.ep.cq_read().expect("the release, set aside");
+    let m = release.multi_recv.unwrap();
+    assert!(m.released && m.has_message);
+    assert_eq!(release.buffer.as_ref().unwrap().len(), 812);
+    // Returned: the earlier completion no longer reads; the returned buffer holds it.
+    let e = b.ep.multi_recv_read(&m1, &mut got).unwrap_err();
+    assert_eq!(e.errno(), FiErrno::FI_EINVAL);
+}
+
 /// A message into the open multi-receive buffer, then check it is one; returns a completion
 /// of a regular receive posted after.
 fn first_regular(a: &mut Node, b: &mut Node) -> CqEvent {
