@@ -1116,9 +1116,11 @@ impl Endpoint {
             .ok_or_else(|| DriverError::InvalidArgument("endpoint is closed".into()))
     }
 
-    /// Largest [`Endpoint::inject`] payload (`fi_info.tx_attr.inject_size`).
+    /// Largest [`Endpoint::inject`] payload (`fi_info.tx_attr.inject_size`): an inject slot,
+    /// or the largest message when that is smaller (a datagram endpoint of a NIC whose MTU is
+    /// below [`MAX_INJECT_BYTES`]).
     pub fn inject_size(&self) -> usize {
-        MAX_INJECT_BYTES
+        MAX_INJECT_BYTES.min(self.max_msg)
     }
 
     /// Whether the endpoint has a tagged RX ring (`post_trecv` works, tagged messages are
@@ -1205,10 +1207,10 @@ impl Endpoint {
         tag: u64,
         data: u64,
     ) -> Result<(), DriverError> {
-        if payload.len() > MAX_INJECT_BYTES {
+        if payload.len() > self.inject_size() {
             return Err(DriverError::MessageTooLong {
                 len: payload.len(),
-                max: MAX_INJECT_BYTES,
+                max: self.inject_size(),
             });
         }
         if !self.tx.can_post() {

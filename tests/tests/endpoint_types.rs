@@ -158,3 +158,43 @@ fn reliable_and_datagram_endpoints_do_not_mix() {
     assert_eq!(d.counters().unwrap().rejected(ReturnCode::UnsupportedOp), 1);
     assert!(poll_one(&mut d).is_none());
 }
+
+/// On a NIC whose MTU is smaller than an inject slot, a datagram endpoint offers to inject
+/// no more than it sends (`fi_info.tx_attr.inject_size` within `ep_attr.max_msg_size`), and
+/// an inject of that size leaves as one datagram.
+#[test]
+fn inject_size_stays_within_a_datagram_of_a_small_mtu() {
+    let fabric = uet_sim::Fabric::new();
+    let fns: Vec<_> = (0..2)
+        .map(|i| {
+            let mut cfg = uet_sim::NicConfig::new(uet_tests::nic_addr(i));
+            cfg.mtu = 128;
+            fabric.add_nic(cfg).unwrap()
+        })
+        .collect();
+    let (na, nb) = (open_nic(&fns[0]), open_nic(&fns[1]));
+    let (mut av_a, av_b) = (open_av(&na, JOB, 4, 0), open_av(&nb, JOB, 4, 0));
+    let mut a = na.endpoint(dgram(), Some(&av_a)).unwrap();
+    let mut b = nb.endpoint(dgram(), Some(&av_b)).unwrap();
+    assert_eq!(a.max_msg_size(), 128);
+    assert!(
+        a.inject_size() <= a.max_msg_size(),
+        "inject_size {} above max_msg_size {}",
+        a.inject_size(),
+        a.max_msg_size()
+    );
+    let mut fi = [0u64; 1];
+    av_a.insert(&b.address().to_bytes().unwrap(), 1, Some(&mut fi), 0)
+        .unwrap();
+    let pool = DmaPool::new(&nb, 256, 2).unwrap();
+    b.post_recv(pool.alloc().unwrap(), 5).unwrap();
+    let payload = vec![0x3C; a.inject_size()];
+    a.inject(fi[0], &payload, 0)
+        .expect("an inject of inject_size bytes");
+    assert!(
+        poll_one(&mut a).is_none(),
+        "a successful inject is not reported"
+    );
+    let ev = poll_one(&mut b).expect("delivered");
+    assert_eq!(ev.buffer.unwrap().to_vec().unwrap(), payload);
+}
