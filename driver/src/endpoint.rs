@@ -1050,8 +1050,9 @@ impl Endpoint {
         &self.address
     }
 
-    /// `fi_getname`: the serialized address. When `buf` is shorter than the address, nothing
-    /// is written, `*len` is set to the size needed, and the call fails with `FI_ETOOSMALL`.
+    /// `fi_getname`: the serialized address, at most `min(*len, buf.len())` bytes of it. When
+    /// that is shorter than the address, the address is truncated to it (fi_cm(3)), `*len` is
+    /// set to the size needed, and the call fails with `FI_ETOOSMALL`.
     pub fn getname(&self, buf: &mut [u8], len: &mut usize) -> Result<(), uet_av::FiError> {
         let bytes = self.address.to_bytes().map_err(|e| {
             uet_av::FiError::new(FiErrno::FI_EOTHER, format!("endpoint address invalid: {e}"))
@@ -1059,6 +1060,7 @@ impl Endpoint {
         let avail = (*len).min(buf.len());
         *len = bytes.len();
         if avail < bytes.len() {
+            buf[..avail].copy_from_slice(&bytes[..avail]);
             return Err(uet_av::FiError::new(
                 FiErrno::FI_ETOOSMALL,
                 format!("fi_getname needs {} bytes, got {avail}", bytes.len()),

@@ -241,3 +241,26 @@ fn no_two_endpoints_of_a_job_on_a_nic_share_an_initiator_id() {
     assert_eq!(d2.address().initiator, taken + 1);
     drop((rank_7_of_another_job, numbered, d2, d1, again));
 }
+
+/// fi_getname with a buffer shorter than the address (fi_cm(3)): the address truncated to
+/// the buffer, `FI_ETOOSMALL`, and the length the whole address needs; nothing past `*len`.
+#[test]
+fn getname_truncates_into_a_short_buffer_and_gives_the_length_it_needs() {
+    let (_f, fns) = fabric(1);
+    let nic = open_nic(&fns[0]);
+    let av = open_av(&nic, 1, 4, 0);
+    let ep = nic
+        .endpoint(attr(1, AddressingMode::Relative), Some(&av))
+        .unwrap();
+    let whole = ep.address().to_bytes().unwrap();
+    let mut buf = [0xEE; 40];
+    let mut len = 10;
+    let e = ep.getname(&mut buf, &mut len).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_ETOOSMALL);
+    assert_eq!(len, whole.len());
+    assert_eq!(buf[..10], whole[..10], "the address, truncated");
+    assert!(buf[10..].iter().all(|&b| b == 0xEE), "nothing past *len");
+    let mut len = buf.len();
+    ep.getname(&mut buf, &mut len).unwrap();
+    assert_eq!(buf[..len], whole[..]);
+}
