@@ -63,7 +63,7 @@ pub use endpoint::{
 pub use eq::{EqAttr, EqErrEntry, EqEvent, EqEventKind, EventQueue, WaitObj};
 pub use error::DriverError;
 pub use mapped::MappedRegion;
-pub use mr::{MemoryRegion, MrAccess, MrMemory};
+pub use mr::{MemoryRegion, MrAccess, MrMemory, MrRegError};
 pub use nic::{Capabilities, Identity, Nic};
 pub use pool::{DmaBuffer, DmaPool};
 pub use scalable::ScalableEndpoint;

@@ -86,6 +86,52 @@ impl MrMemory {
     }
 }
 
+/// A refused registration ([`Endpoint::register_mr`]): why, and the memory handed back as
+/// it was given, its bytes untouched, as a refused post hands back its buffer. The memory is
+/// `None` only when the registration is in doubt (it timed out): the NIC may still make it
+/// late, and peers reach the memory until the admin queue's undo, so the `Nic` keeps the
+/// memory until its reset.
+pub struct MrRegError {
+    /// Why the registration was refused.
+    pub error: DriverError,
+    /// The memory, unless the registration is in doubt.
+    pub memory: Option<MrMemory>,
+}
+
+impl MrRegError {
+    /// The fabric errno of [`MrRegError::error`].
+    pub fn errno(&self) -> uet_av::FiErrno {
+        self.error.errno()
+    }
+}
+
+impl core::fmt::Display for MrRegError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl core::fmt::Debug for MrRegError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("MrRegError")
+            .field("error", &self.error)
+            .field("memory_returned", &self.memory.is_some())
+            .finish()
+    }
+}
+
+impl std::error::Error for MrRegError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl From<MrRegError> for DriverError {
+    fn from(e: MrRegError) -> Self {
+        e.error
+    }
+}
+
 /// A registered memory region; deregistered on drop.
 pub struct MemoryRegion {
     nic: Arc<NicInner>,
@@ -104,17 +150,18 @@ impl Endpoint {
         memory: impl Into<MrMemory>,
         access: MrAccess,
         key: u64,
-    ) -> Result<MemoryRegion, DriverError> {
+    ) -> Result<MemoryRegion, MrRegError> {
         self.register_mr_at(memory, access, key, None)
     }
 
     /// As [`Endpoint::register_mr`], bound to `resource_index` (inside
     /// [`Endpoint::resource_indices`]) when given.
     ///
-    /// A registration that times out ([`DriverError::AdminTimeout`], `FI_ETIMEDOUT`) may still
-    /// be made by the device, late; the admin queue then deregisters it ahead of the next
-    /// admin command it sends. Until then peers holding `key` may reach the memory, so the
-    /// memory is never handed back: a pool buffer does not return to its pool. A range of a
+    /// A refused registration hands the memory back ([`MrRegError`]). One that times out
+    /// ([`DriverError::AdminTimeout`], `FI_ETIMEDOUT`) may still be made by the device, late;
+    /// the admin queue then deregisters it ahead of the next admin command it sends. Until
+    /// then peers holding `key` may reach the memory, so the memory is not handed back: a
+    /// pool buffer returns to its pool only after the NIC's reset. A range of a
     /// pool or mapped region that the caller still holds must not be reused for other data
     /// before the NIC's next admin command has completed. Registering `key` again at once
     /// succeeds: a `KeyExists` refusal while such a deregistration waits is retried once,
@@ -125,28 +172,37 @@ impl Endpoint {
         access: MrAccess,
         key: u64,
         resource_index: Option<u16>,
-    ) -> Result<MemoryRegion, DriverError> {
+    ) -> Result<MemoryRegion, MrRegError> {
         let memory = memory.into();
+        let refused = |error: DriverError, memory: MrMemory| MrRegError {
+            error,
+            memory: Some(memory),
+        };
         if !memory.is_mapped_for(&self.nic_inner().device) {
-            return Err(DriverError::InvalidArgument(
-                "fi_mr_reg: the memory is mapped for another NIC; its IOVAs name other memory \
-                 to this one"
-                    .into(),
+            return Err(refused(
+                DriverError::InvalidArgument(
+                    "fi_mr_reg: the memory is mapped for another NIC; its IOVAs name other \
+                     memory to this one"
+                        .into(),
+                ),
+                memory,
             ));
         }
         let (region, start, len) = memory.span();
         if len == 0 || !matches!(start.checked_add(len), Some(end) if end <= region.len()) {
-            return Err(DriverError::InvalidArgument(format!(
+            let e = DriverError::InvalidArgument(format!(
                 "memory region {start}+{len} outside its {}-byte DMA memory",
                 region.len()
-            )));
+            ));
+            return Err(refused(e, memory));
         }
         if let Some(ri) = resource_index {
             if ri == 0 || !self.resource_indices().contains(&ri) {
-                return Err(DriverError::InvalidArgument(format!(
+                let e = DriverError::InvalidArgument(format!(
                     "resource index {ri} outside the endpoint's {:?}",
                     self.resource_indices()
-                )));
+                ));
+                return Err(refused(e, memory));
             }
         }
         let mut body = MrRegisterBody::new_zeroed();
@@ -172,16 +228,20 @@ impl Endpoint {
         let r = match r {
             Ok(r) => r,
             Err(e) => {
-                if e.in_doubt() {
-                    // The device may still register the region late, and peers reach the
-                    // memory until the admin queue's undo deregisters it: never hand it back.
-                    tracing::error!(
-                        "MR_REGISTER in doubt ({e}); the region's DMA memory is kept until the \
-                         NIC's reset"
-                    );
-                    nic.quarantine(memory);
+                if !e.in_doubt() {
+                    return Err(refused(e, memory));
                 }
-                return Err(e);
+                // The device may still register the region late, and peers reach the memory
+                // until the admin queue's undo deregisters it: never hand it back.
+                tracing::error!(
+                    "MR_REGISTER in doubt ({e}); the region's DMA memory is kept until the \
+                     NIC's reset"
+                );
+                nic.quarantine(memory);
+                return Err(MrRegError {
+                    error: e,
+                    memory: None,
+                });
             }
         };
         Ok(MemoryRegion {

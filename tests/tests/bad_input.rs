@@ -478,9 +478,13 @@ fn a_memory_region_registered_late_is_deregistered() {
         .register_mr(pool.alloc().unwrap(), access, 0x5EED)
         .unwrap_err();
     assert!(
-        matches!(e, DriverError::AdminTimeout { opcode, .. }
+        matches!(e.error, DriverError::AdminTimeout { opcode, .. }
             if opcode == uet_fwif::admin::Opcode::MrRegister as u8),
         "{e}"
+    );
+    assert!(
+        e.memory.is_none(),
+        "a registration in doubt keeps the memory: peers may reach it until its undo"
     );
     nic.set_admin_timeout(Duration::from_secs(5));
     // Registering the key again at once: its doorbell runs the held MR_REGISTER late, then

@@ -755,6 +755,10 @@ fn a_buffer_or_memory_of_another_nic_is_refused() {
                 .map(|_| ())
                 .unwrap_err();
         assert_eq!(e.errno(), FiErrno::FI_EINVAL, "fi_mr_reg of {what}: {e}");
+        assert!(
+            e.memory.is_some(),
+            "fi_mr_reg of {what} hands the memory back"
+        );
     }
     assert_eq!(a.ep.in_flight(), (0, 0), "nothing was posted");
     // A's own buffer takes the message.

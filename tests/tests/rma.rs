@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 use uet_av::FiErrno;
-use uet_driver::{CqOp, DmaPool, DriverError, MrAccess, MrMemory};
+use uet_driver::{CqOp, DmaPool, DriverError, MrAccess, MrMemory, MrRegError};
 use uet_fwif::admin::Status;
 use uet_fwif::datapath::{CompletionKind, LocalStatus};
 use uet_fwif::ReturnCode;
@@ -188,11 +188,14 @@ fn keys_are_unique_and_deregistration_ends_remote_access() {
     let mr =
         b.ep.register_mr(b.pool.alloc().unwrap(), MrAccess::REMOTE_READ_WRITE, KEY)
             .unwrap();
-    match b
-        .ep
-        .register_mr(b.pool.alloc().unwrap(), MrAccess::REMOTE_READ, KEY)
-    {
-        Err(e @ DriverError::AdminStatus { .. }) => {
+    let mut taken = b.pool.alloc().unwrap();
+    taken.fill(b"the caller's").unwrap();
+    let available = b.pool.available();
+    match b.ep.register_mr(taken, MrAccess::REMOTE_READ, KEY) {
+        Err(MrRegError {
+            error: e @ DriverError::AdminStatus { .. },
+            memory,
+        }) => {
             assert!(matches!(
                 e,
                 DriverError::AdminStatus {
@@ -201,6 +204,14 @@ fn keys_are_unique_and_deregistration_ends_remote_access() {
                 }
             ));
             assert_eq!(e.errno(), FiErrno::FI_ENOKEY);
+            // The buffer is handed back as it was given, as a refused post hands back its own.
+            match memory {
+                Some(MrMemory::Buffer(buf)) => {
+                    assert_eq!(buf.to_vec().unwrap(), b"the caller's");
+                    assert_eq!(b.pool.available(), available, "the caller holds it");
+                }
+                _ => panic!("the refused registration's buffer is handed back"),
+            }
         }
         other => panic!("expected KeyExists, got {other:?}"),
     }
