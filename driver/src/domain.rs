@@ -224,16 +224,30 @@ impl Domain {
             .open_named_av_within(attr, self.limits, Some(&self.record))
     }
 
-    /// The endpoint attributes `fi_getinfo` gives for this domain: the defaults, with the
-    /// domain's JobID as the endpoint's (`ep_attr->auth_key` left NULL takes the domain's).
-    /// A domain that names no JobID leaves the default.
+    /// The endpoint attributes `fi_getinfo` gives for this domain: the defaults within the
+    /// NIC's limits, with the domain's JobID as the endpoint's (`ep_attr->auth_key` left NULL
+    /// takes the domain's). A domain that names no JobID leaves the default.
+    ///
+    /// On a NIC whose rings are smaller than the defaults (`CAP_QUEUES.max_queue_entries`
+    /// below 256), the completion ring is the largest the NIC has and each of the three
+    /// descriptor rings a quarter of it, so that it holds them all; resource indices are at
+    /// most the NIC's per endpoint (`CAP_RESOURCE_INDEX`).
     pub fn endpoint_attr(&self) -> EndpointAttr {
         let default = EndpointAttr::default();
+        let caps = self.nic.capabilities();
+        let max_log2 = caps.max_queue_entries.checked_ilog2().unwrap_or(0) as u8;
+        let cq_log2 = default.cq_log2.min(max_log2);
+        let ring_log2 = default.tx_log2.min(cq_log2.saturating_sub(2)).max(1);
         EndpointAttr {
             job_id: match self.attr.job_id {
                 0 => default.job_id,
                 job_id => job_id,
             },
+            ri_count: default.ri_count.min(caps.ri_per_endpoint),
+            tx_log2: ring_log2,
+            rx_log2: ring_log2,
+            trx_log2: ring_log2,
+            cq_log2,
             ..default
         }
     }

@@ -893,3 +893,60 @@ fn a_device_whose_memory_outlives_its_nic_opens_again_only_once_it_is_gone() {
         .expect("endpoint");
     drop((ep, av, pool));
 }
+
+/// The endpoint attributes a domain gives (`fi_getinfo`'s) open an endpoint on any NIC: on one
+/// with smaller rings and fewer resource indices than the defaults they stay within its
+/// limits, and a message goes through the endpoint they opened.
+#[test]
+fn a_domains_endpoint_attributes_stay_within_a_small_nics_limits() {
+    let fabric = Fabric::new();
+    let small = fabric
+        .add_nic(NicConfig {
+            max_queue_entries: 32,
+            ri_per_endpoint: 2,
+            ..NicConfig::new(nic_addr(0))
+        })
+        .expect("add NIC");
+    let small_nic = Nic::open(Arc::new(SimDevice::new(small))).expect("open NIC");
+    let domain = small_nic
+        .domain(DomainAttr {
+            job_id: JOB,
+            ..DomainAttr::default()
+        })
+        .expect("domain");
+    let ep_attr = domain.endpoint_attr();
+    assert!(ep_attr.cq_log2 <= 5 && ep_attr.tx_log2 <= 5 && ep_attr.ri_count <= 2);
+    let av = domain.open_av(attr()).expect("AV");
+    let mut ep = domain
+        .endpoint(ep_attr, Some(&av))
+        .expect("the domain's own attributes open an endpoint");
+
+    let (peer, _) = nic(&fabric, 1);
+    let mut peer_av = peer.open_av(attr()).expect("peer AV");
+    let mut peer_ep = peer
+        .endpoint(
+            EndpointAttr {
+                job_id: JOB,
+                ..EndpointAttr::default()
+            },
+            Some(&peer_av),
+        )
+        .expect("peer endpoint");
+    let to_ep = {
+        let mut out = [0u64; 1];
+        let bytes = ep.address().to_bytes().unwrap();
+        peer_av.insert(&bytes, 1, Some(&mut out), 0).unwrap();
+        out[0]
+    };
+    let pool = uet_driver::DmaPool::new(&small_nic, 256, 2).unwrap();
+    ep.post_recv(pool.alloc().unwrap(), 1).unwrap();
+    let peer_pool = uet_driver::DmaPool::new(&peer, 256, 2).unwrap();
+    let mut b = peer_pool.alloc().unwrap();
+    b.fill(b"small").unwrap();
+    peer_ep.post_send(to_ep, b, 2, 0).unwrap();
+    let got = (0..100)
+        .find_map(|_| ep.poll().unwrap())
+        .expect("the message arrives");
+    assert_eq!(got.buffer.unwrap().to_vec().unwrap(), b"small");
+    drop(peer_ep);
+}
