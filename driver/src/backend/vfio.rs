@@ -16,9 +16,10 @@
 //!    4 KiB pages); [`Device::iova_ranges`] gives the ranges, and the driver places its DMA
 //!    memory inside them.
 //! 5. BAR0 (region 0) must be readable, writable, mappable and at least
-//!    [`uet_regs::BAR0_SIZE`] bytes; it is mapped from the device file, and every register
-//!    access is one `read_volatile`/`write_volatile` of the register's width on that mapping,
-//!    as one PCIe memory read or write ([`BarMapping`]).
+//!    [`uet_regs::BAR0_SIZE`] bytes, and where it has a sparse-mmap capability, one of the
+//!    areas it lists must hold the registers; it is mapped from the device file, and every
+//!    register access is one `read_volatile`/`write_volatile` of the register's width on that
+//!    mapping, as one PCIe memory read or write ([`BarMapping`]).
 //! 6. Configuration space (region 7) is read through the device file: the identity dword must
 //!    be this NIC's (a second check, by the device itself rather than by sysfs).
 //! 7. Memory-space and bus-master are set in the command register (PCI Local Bus
@@ -48,7 +49,7 @@ use vfio_bindings::bindings::vfio::{
     VFIO_BASE, VFIO_PCI_BAR0_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX,
     VFIO_REGION_INFO_FLAG_MMAP, VFIO_REGION_INFO_FLAG_READ, VFIO_REGION_INFO_FLAG_WRITE, VFIO_TYPE,
 };
-use vfio_ioctls::{VfioContainer, VfioOps};
+use vfio_ioctls::{VfioContainer, VfioOps, VfioRegionInfoCap};
 
 /// A BAR mapped into this process: register reads and writes as single volatile accesses.
 ///
@@ -268,16 +269,12 @@ impl VfioDevice {
             "IOMMU"
         );
         // 5. BAR0.
-        let need =
-            VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE | VFIO_REGION_INFO_FLAG_MMAP;
-        let flags = device.get_region_flags(VFIO_PCI_BAR0_REGION_INDEX);
-        let size = device.get_region_size(VFIO_PCI_BAR0_REGION_INDEX);
-        if flags & need != need || size < u64::from(BAR0_SIZE) {
-            return Err(refuse(format!(
-                "BAR0 is {size} bytes with flags {flags:#x}; the NIC needs {BAR0_SIZE} bytes, \
-                 readable, writable and mappable"
-            )));
-        }
+        bar0_mappable(
+            device.get_region_flags(VFIO_PCI_BAR0_REGION_INDEX),
+            device.get_region_size(VFIO_PCI_BAR0_REGION_INDEX),
+            &device.get_region_caps(VFIO_PCI_BAR0_REGION_INDEX),
+        )
+        .map_err(refuse)?;
         let bar0 = BarMapping::map(
             // SAFETY: the device file stays open while `device` lives, past this call; the
             // mapping takes a reference of its own to the file.
@@ -377,6 +374,48 @@ impl VfioDevice {
         }
         Ok(())
     }
+}
+
+/// Whether BAR0, as `VFIO_DEVICE_GET_REGION_INFO` describes it (`flags`, `size` and the
+/// region's capabilities), can be mapped whole for the driver: readable, writable, mappable
+/// (`VFIO_REGION_INFO_FLAG_MMAP`), at least [`BAR0_SIZE`] bytes, and, when the region has the
+/// sparse-mmap capability (`VFIO_REGION_INFO_CAP_SPARSE_MMAP`: only the areas it lists may be
+/// mapped), with one listed area that holds the registers, bytes 0 to [`BAR0_SIZE`].
+fn bar0_mappable(flags: u32, size: u64, caps: &[VfioRegionInfoCap]) -> Result<(), String> {
+    let need =
+        VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE | VFIO_REGION_INFO_FLAG_MMAP;
+    if flags & need != need || size < u64::from(BAR0_SIZE) {
+        return Err(format!(
+            "BAR0 is {size} bytes with flags {flags:#x}; the NIC needs {BAR0_SIZE} bytes, \
+             readable, writable and mappable"
+        ));
+    }
+    for cap in caps {
+        let VfioRegionInfoCap::SparseMmap(sparse) = cap else {
+            continue;
+        };
+        let holds_registers = sparse
+            .areas
+            .iter()
+            .any(|a| a.offset == 0 && a.size >= u64::from(BAR0_SIZE));
+        if !holds_registers {
+            let areas: Vec<String> = sparse
+                .areas
+                .iter()
+                .map(|a| format!("{:#x}+{:#x}", a.offset, a.size))
+                .collect();
+            return Err(format!(
+                "BAR0 may be mapped only in the areas its sparse-mmap capability lists ({}), \
+                 and none holds the NIC's {BAR0_SIZE} bytes of registers from offset 0",
+                if areas.is_empty() {
+                    "none".to_string()
+                } else {
+                    areas.join(", ")
+                }
+            ));
+        }
+    }
+    Ok(())
 }
 
 impl Device for VfioDevice {
@@ -511,6 +550,45 @@ mod tests {
             "unaligned offset"
         );
         assert!(BarMapping::map(file.as_fd(), u64::MAX, 4096).is_err());
+    }
+
+    /// BAR0 is mapped whole only where the region says it can be: the flags and size, and a
+    /// sparse-mmap capability, whose areas are the only parts that may be mapped.
+    #[test]
+    fn bar0_is_mapped_only_where_its_region_allows() {
+        use vfio_ioctls::{VfioRegionInfoCapSparseMmap, VfioRegionSparseMmapArea};
+        let rwm =
+            VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE | VFIO_REGION_INFO_FLAG_MMAP;
+        let bar = u64::from(BAR0_SIZE);
+        let sparse = |areas: &[(u64, u64)]| {
+            VfioRegionInfoCap::SparseMmap(VfioRegionInfoCapSparseMmap {
+                areas: areas
+                    .iter()
+                    .map(|&(offset, size)| VfioRegionSparseMmapArea { offset, size })
+                    .collect(),
+            })
+        };
+        assert_eq!(bar0_mappable(rwm, bar, &[]), Ok(()));
+        assert_eq!(
+            bar0_mappable(rwm, 4 * bar, &[VfioRegionInfoCap::MsixMappable]),
+            Ok(())
+        );
+        assert_eq!(
+            bar0_mappable(rwm, 4 * bar, &[sparse(&[(0, bar), (2 * bar, bar)])]),
+            Ok(())
+        );
+        let e = bar0_mappable(rwm & !VFIO_REGION_INFO_FLAG_MMAP, bar, &[]).unwrap_err();
+        assert!(e.contains("readable, writable and mappable"), "{e}");
+        assert!(bar0_mappable(rwm, bar - 1, &[]).is_err());
+        // The registers lie outside every area that may be mapped, or only partly inside one.
+        for areas in [
+            &[][..],
+            &[(bar, 3 * bar)],
+            &[(0, bar / 2), (bar / 2, bar / 2)],
+        ] {
+            let e = bar0_mappable(rwm, 4 * bar, &[sparse(areas)]).unwrap_err();
+            assert!(e.contains("sparse-mmap"), "{areas:?}: {e}");
+        }
     }
 
     #[test]
