@@ -138,6 +138,17 @@ pub enum SysfsError {
         /// Its driver, if any.
         driver: Option<String>,
     },
+    /// The function has another driver than `vfio-pci`, so `vfio-pci` has nothing to release.
+    #[error(
+        "{address} is bound to {driver}, not vfio-pci: there is nothing to release from \
+         vfio-pci, and it was left with {driver}"
+    )]
+    NothingToRelease {
+        /// The function.
+        address: PciAddress,
+        /// Its driver.
+        driver: String,
+    },
     /// No IOMMU group: the IOMMU is off.
     #[error(
         "{address} is in no IOMMU group: the IOMMU is off (boot with intel_iommu=on or \
@@ -486,7 +497,12 @@ impl Sysfs {
         match driver.as_deref() {
             None => return Ok(Unbound::NotBound),
             Some(VFIO_PCI) => {}
-            Some(_) => return Err(SysfsError::NotBoundToVfio { address, driver }),
+            Some(other) => {
+                return Err(SysfsError::NothingToRelease {
+                    address,
+                    driver: other.to_string(),
+                })
+            }
         }
         if let Ok(group) = self.iommu_group(address) {
             self.check_idle(address, group)?;
@@ -1006,7 +1022,26 @@ pub(crate) mod tests {
         assert_eq!(t.sysfs().unbind_vfio(addr(NIC)).unwrap(), Unbound::NotBound);
         let t = Tree::this_nic(Some("ixgbe"));
         let e = t.sysfs().unbind_vfio(addr(NIC)).unwrap_err();
-        assert!(matches!(e, SysfsError::NotBoundToVfio { .. }), "{e}");
+        assert!(matches!(e, SysfsError::NothingToRelease { .. }), "{e}");
         assert_eq!(t.read("bus/pci/drivers/ixgbe/unbind"), "");
+    }
+
+    /// Unbinding a function another driver has is refused saying so, not with the advice to
+    /// bind it to vfio-pci first, which would take it from that driver.
+    #[test]
+    fn unbind_of_a_function_another_driver_has_does_not_advise_binding_it() {
+        let t = Tree::this_nic(Some("ixgbe"));
+        let e = t.sysfs().unbind_vfio(addr(NIC)).unwrap_err().to_string();
+        assert!(
+            e.contains("0000:3b:00.0 is bound to ixgbe, not vfio-pci"),
+            "{e}"
+        );
+        assert!(!e.contains("uetctl bind"), "{e}");
+        assert!(e.contains("left with ixgbe"), "{e}");
+        assert_eq!(t.read("bus/pci/drivers/ixgbe/unbind"), "");
+        assert_eq!(
+            t.read("bus/pci/devices/0000:3b:00.0/driver_override"),
+            "(null)\n"
+        );
     }
 }
