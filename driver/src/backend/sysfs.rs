@@ -433,9 +433,9 @@ impl Sysfs {
     }
 
     /// Give the function to `vfio-pci`: set its `driver_override`, release it from its driver,
-    /// and probe it. Only this NIC is taken. If `vfio-pci` does not end up with it, the
-    /// override is cleared and the function probed again, so its driver takes it back, and
-    /// the error says where it is.
+    /// and probe it. Only this NIC is taken, and only in an IOMMU group. If `vfio-pci` does
+    /// not end up with it, the override is cleared and the function probed again, so its
+    /// driver takes it back, and the error says where it is.
     pub fn bind_vfio(&self, address: PciAddress) -> Result<Bound, SysfsError> {
         self.check_this_nic(address)?;
         let from = self.driver(address)?;
@@ -449,6 +449,9 @@ impl Sysfs {
                 path: vfio_pci,
             });
         }
+        // vfio-pci's probe refuses a function in no IOMMU group (the IOMMU is off), and the
+        // driver needs the group's IOMMU: refused before the function leaves its driver.
+        self.iommu_group(address)?;
         let name = address.to_string();
         let dir = self.function_dir(address);
         let override_path = dir.join("driver_override");
@@ -963,6 +966,24 @@ pub(crate) mod tests {
             "{e}"
         );
         assert_eq!(t.read("bus/pci/devices/0000:3b:00.0/driver_override"), "\n");
+    }
+
+    /// Without an IOMMU group vfio-pci cannot take the function: bind says the IOMMU is off
+    /// and writes nothing, rather than release the function from its driver, probe it, give
+    /// it back and report only that vfio-pci did not take it.
+    #[test]
+    fn bind_of_a_function_in_no_iommu_group_says_so_and_writes_nothing() {
+        let t = Tree::this_nic(Some("ixgbe"));
+        fs::remove_file(t.function().join("iommu_group")).unwrap();
+        let e = t.sysfs().bind_vfio(addr(NIC)).unwrap_err();
+        assert!(matches!(e, SysfsError::NoIommuGroup { .. }), "{e}");
+        assert!(e.to_string().contains("the IOMMU is off"), "{e}");
+        assert_eq!(t.read("bus/pci/drivers/ixgbe/unbind"), "");
+        assert_eq!(t.read("bus/pci/drivers_probe"), "");
+        assert_eq!(
+            t.read("bus/pci/devices/0000:3b:00.0/driver_override"),
+            "(null)\n"
+        );
     }
 
     #[test]

@@ -168,8 +168,8 @@ enum Command {
         roots: SysRoots,
     },
     /// Give a NIC's PCI function to vfio-pci, so the driver can open it: set its
-    /// driver_override, release it from its driver, probe it. Only a uet-nic function is
-    /// taken; needs root.
+    /// driver_override, release it from its driver, probe it. Only a uet-nic function in an
+    /// IOMMU group is taken; needs root.
     Bind {
         /// The function, domain:bus:device.function (as `lspci -D` prints it) or
         /// bus:device.function.
