@@ -5,7 +5,9 @@
 //!
 //! 1. sysfs: the function is there, is this NIC ([`uet_regs::PCI_VENDOR_ID`]:
 //!    [`uet_regs::PCI_DEVICE_ID`]), is bound to `vfio-pci`, and has an IOMMU group
-//!    ([`Sysfs::vfio_function`]). Each failure is named before any device file is opened.
+//!    ([`Sysfs::vfio_function`]). Each failure is named before any device file is opened, as
+//!    is a group this process has open already, for another function of it or for this one
+//!    (the kernel opens a group file once at a time, and each device has its own container).
 //! 2. A container (`/dev/vfio/vfio`): the VFIO API version is checked and the Type 1 v2
 //!    IOMMU must be supported.
 //! 3. The group (`/dev/vfio/<group>`) joins the container, which then takes the Type 1 v2
@@ -200,6 +202,43 @@ pub struct VfioDevice {
     container: Arc<VfioContainer>,
     address: PciAddress,
     iommu: IommuInfo,
+    /// The function's IOMMU group, held for this process until the group file is closed.
+    _group: GroupHold,
+}
+
+/// The IOMMU groups this process has open through a [`VfioDevice`], each with the function
+/// it was opened for. The kernel opens a group file once at a time (`EBUSY` for a second
+/// open), and each device has a container of its own, so a second function of a group, or
+/// the same function again, cannot be opened while the first is.
+static OPEN_GROUPS: std::sync::Mutex<Vec<(u32, PciAddress)>> = std::sync::Mutex::new(Vec::new());
+
+/// A group of [`OPEN_GROUPS`], given up when dropped.
+#[derive(Debug)]
+struct GroupHold {
+    group: u32,
+}
+
+impl GroupHold {
+    /// Hold `group` for `address`; the function it is held for already, if it is.
+    fn take(group: u32, address: PciAddress) -> Result<GroupHold, PciAddress> {
+        let mut open = OPEN_GROUPS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(&(_, other)) = open.iter().find(|(g, _)| *g == group) {
+            return Err(other);
+        }
+        open.push((group, address));
+        Ok(GroupHold { group })
+    }
+}
+
+impl Drop for GroupHold {
+    fn drop(&mut self) {
+        let mut open = OPEN_GROUPS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        open.retain(|(g, _)| *g != self.group);
+    }
 }
 
 impl std::fmt::Debug for VfioDevice {
@@ -231,6 +270,20 @@ impl VfioDevice {
         // dropped, and panics if it cannot: give it the absolute path of the real directory.
         let sysfs_path = std::fs::canonicalize(&function.sysfs_path)
             .map_err(|e| refuse(format!("resolving {}: {e}", function.sysfs_path.display())))?;
+        // Declared before the container and device, so dropped after them on every error.
+        let group = GroupHold::take(function.iommu_group, address).map_err(|other| {
+            let group = function.iommu_group;
+            refuse(if other == address {
+                format!("{address} is open in this process already (IOMMU group {group})")
+            } else {
+                format!(
+                    "{address} is in IOMMU group {group} with {other}, which this process has \
+                     open: the kernel opens a group once at a time, so functions sharing a \
+                     group cannot be opened as two devices (put the NICs in separate IOMMU \
+                     groups, behind ACS-capable ports)"
+                )
+            })
+        })?;
         // 2. The container.
         let container = VfioContainer::new(None).map_err(|e| {
             refuse(format!(
@@ -289,6 +342,7 @@ impl VfioDevice {
             container,
             address,
             iommu,
+            _group: group,
         };
         // 6. Identity, from the device.
         let id = u32::from_le_bytes(nic.config_read(pci::VENDOR_ID));
@@ -616,6 +670,49 @@ mod tests {
         assert!(
             e.contains("/dev/vfio/vfio") || e.contains("/dev/vfio/4097"),
             "{e}"
+        );
+    }
+
+    /// A function whose IOMMU group this process has open already, for another function or
+    /// for this one, is refused naming that, before any VFIO file is opened: the kernel would
+    /// refuse the second open of the group file with EBUSY, which the open reported as the
+    /// group held by another process.
+    #[test]
+    fn a_group_this_process_has_open_is_named_as_such() {
+        use crate::backend::sysfs::tests::Tree;
+        let t = Tree::this_nic(Some(crate::backend::sysfs::VFIO_PCI));
+        t.set_group(4098);
+        let address: PciAddress = "0000:3b:00.0".parse().unwrap();
+        let other: PciAddress = "0000:3c:00.0".parse().unwrap();
+        let held = GroupHold::take(4098, other).expect("group 4098 free");
+        let e = VfioDevice::open_in(&t.sysfs(), address)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("in IOMMU group 4098 with 0000:3c:00.0, which this process has open"),
+            "{e}"
+        );
+        drop(held);
+        let held = GroupHold::take(4098, address).expect("group 4098 free again");
+        let e = VfioDevice::open_in(&t.sysfs(), address)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("0000:3b:00.0 is open in this process already"),
+            "{e}"
+        );
+        drop(held);
+        // Given up again: what refuses now is the machine's VFIO, as for any function.
+        let e = VfioDevice::open_in(&t.sysfs(), address)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("/dev/vfio/vfio") || e.contains("/dev/vfio/4098"),
+            "{e}"
+        );
+        assert!(
+            GroupHold::take(4098, address).is_ok(),
+            "a failed open holds nothing"
         );
     }
 }
