@@ -20,7 +20,8 @@
 //!   an untagged message that finds the RX ring of an endpoint without peer groups empty:
 //!   untagged messages have no unexpected list, so the sender learns at once (its send
 //!   completes `Remote` with RC_UNDELIVERABLE, libfabric `FI_ENORX`) and nothing is delivered
-//!   into a buffer of another group.
+//!   into a buffer of another group. A descriptor the doorbell announced and the unit has not
+//!   read for want of completion-ring room counts as posted: the message waits with it.
 //! * **Delivery** is the untagged one of `rx_engine` (single-packet copy, or reassembly of a
 //!   multi-packet message into the descriptor's buffer, truncation, DMA faults); the `Recv`
 //!   completion carries the descriptor's context and the message's group.
@@ -95,18 +96,21 @@ impl Nic {
         let Some(ep) = self.eps.get_mut(handle) else {
             return RxOutcome::Done;
         };
-        let Some(i) = ep.posted_rx.iter().position(|d| d.group.get() == group) else {
-            self.counters.inc(RX_NO_BUFFER);
-            self.refuse(handle, p, ReturnCode::Undeliverable);
-            return RxOutcome::Done;
-        };
-        if !ep.cq_has_room() {
+        let found = ep.posted_rx.iter().position(|d| d.group.get() == group);
+        // Without completion-ring room the unit leaves the ring unread: a descriptor still
+        // there may be the message's, so the message waits with it.
+        if !ep.cq_has_room() && (found.is_some() || ep.rx.pending()) {
             self.counters.debug.cq_stalls += 1;
             if !from_backlog {
                 ep.rx_backlog.push_back(f.to_vec());
             }
             return RxOutcome::Stalled;
         }
+        let Some(i) = found else {
+            self.counters.inc(RX_NO_BUFFER);
+            self.refuse(handle, p, ReturnCode::Undeliverable);
+            return RxOutcome::Done;
+        };
         if !single && !self.reasm.has_room(self.cfg.reassembly_slots, &self.eps) {
             self.counters.debug.reassembly_overflows += 1;
             self.refuse(handle, p, ReturnCode::Undeliverable);

@@ -435,6 +435,53 @@ fn full_completion_ring_stalls_and_never_overwrites() {
     assert_eq!(b.poll_cq(&mut eb).map(|c| c.context.get()), Some(7));
 }
 
+/// With peer groups the RX ring is read onto the posted list only while the completion ring
+/// has room, so a buffer posted while it is full is still in the ring: a message for it waits
+/// with it, as at an endpoint without peer groups, and is not refused for want of a buffer.
+#[test]
+fn with_peer_groups_a_full_completion_ring_stalls_a_message_whose_buffer_is_in_the_ring() {
+    let fabric = Fabric::new();
+    let mut a = Driver::new(&fabric, "10.0.0.1");
+    let mut b = Driver::new(&fabric, "10.0.0.2");
+    let av_a = a.av_create(64, 0).unwrap();
+    let c = b.submit(Command::AvCreate(uet_fwif::admin::AvCreateBody {
+        capacity: U32::new(64),
+        max_group_id: U32::new(3),
+        ..FromZeros::new_zeroed()
+    }));
+    assert_eq!(c.status(), Status::Success);
+    let av_b = c.result0.get();
+    let mut ea = a.ep_create(av_a, JOB, 0x1111, 4).unwrap();
+    let mut eb = b.ep_create(av_b, JOB, 0x2222, 4).unwrap();
+    let to_b = NicAvEntry::for_peer(&b.address_of(&eb, 0x2222), JOB);
+    a.av_write(av_a, &[(3, to_b)]).unwrap();
+    // B's CQ has 8 slots, 7 usable: 7 messages fill it.
+    for i in 0..7u64 {
+        b.post_recv(&mut eb, i as usize, 64, i);
+    }
+    for i in 0..7u64 {
+        a.send(&mut ea, 3, 1, &[i as u8], i, 0);
+        assert_eq!(
+            a.poll_cq(&mut ea).map(|c| status(&c)),
+            Some(LocalStatus::Ok)
+        );
+    }
+    // The 8th buffer is posted while the CQ is full; its message waits for CQ space.
+    b.post_recv(&mut eb, 7, 64, 7);
+    a.send(&mut ea, 3, 1, b"late", 7, 0);
+    assert!(a.peek_cq(&ea).is_none(), "no response while B stalls");
+    assert_eq!(b.f.counter(RX_NO_BUFFER), 0);
+    let mut seen = Vec::new();
+    while let Some(c) = b.poll_cq(&mut eb) {
+        assert_eq!(status(&c), LocalStatus::Ok);
+        seen.push(c.context.get());
+    }
+    assert_eq!(seen, (0..8).collect::<Vec<_>>());
+    assert_eq!(b.buf(7, 4), b"late");
+    let sc = a.poll_cq(&mut ea).expect("the late send completes");
+    assert_eq!((sc.context.get(), status(&sc)), (7, LocalStatus::Ok));
+}
+
 #[test]
 fn doorbells_for_unknown_endpoints_and_bad_indices_are_ignored() {
     let Pair { a, ea, .. } = pair(0);
