@@ -86,7 +86,8 @@
 //! NIC; the first packet of another message is answered RC_UNDELIVERABLE and counted
 //! (`reassembly_overflows`). The outcome of the last [`RECENT_MESSAGES`] finished or refused
 //! multi-packet messages is remembered, so a late packet of one is answered with the same
-//! return code rather than opening a new reassembly. Reassemblies of a destroyed endpoint are
+//! return code rather than opening a new reassembly (a refusal counts in the endpoint's
+//! `rejected` again: one per refused packet). Reassemblies of a destroyed endpoint are
 //! dropped.
 //!
 //! An RX descriptor with `RX_FLAG_MULTI_RECV` becomes the endpoint's current multi-receive
@@ -672,8 +673,10 @@ impl Nic {
                 Lookup::Finished(rc) => {
                     if rc == ReturnCode::Ok {
                         self.counters.debug.rx_duplicate_packets += 1;
+                        self.respond(&p, rc, 0);
+                    } else {
+                        self.reject(handle, &p, rc);
                     }
-                    self.respond(&p, rc, 0);
                     return RxOutcome::Done;
                 }
                 Lookup::Conflict => {

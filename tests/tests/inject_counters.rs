@@ -133,6 +133,28 @@ fn endpoint_counters_match_the_traffic() {
     assert_eq!(named[0], ("tx_messages".to_string(), 0));
 }
 
+/// `rejected` counts one per refused packet: every packet of a multi-packet message that
+/// finds no buffer is answered RC_UNDELIVERABLE, the first by the check and the others from
+/// the message's outcome, and each counts.
+#[test]
+fn every_refused_packet_of_a_multi_packet_message_counts_in_rejected() {
+    let (_f, mut a, b) = pair_with(JOB, |_| {});
+    let mtu = a.ep.mtu();
+    let big = DmaPool::new(&a.nic, 3 * mtu, 1).unwrap();
+    let mut buf = big.alloc().unwrap();
+    buf.fill(&pattern(2 * mtu + 1, 7)).unwrap();
+    a.ep.post_send(0, buf, 1, 0).unwrap();
+    let err = a
+        .next_completion()
+        .unwrap()
+        .error
+        .expect("no receive posted");
+    assert_eq!(err.return_code, Some(ReturnCode::Undeliverable));
+    let cb = b.ep.counters().unwrap();
+    assert_eq!(cb.rejected(ReturnCode::Undeliverable), 3, "{cb:?}");
+    assert_eq!(cb.rejected.iter().sum::<u64>(), 3);
+}
+
 #[test]
 fn tagged_write_and_read_on_the_wire() {
     let (fabric, mut a, b) = pair_with(JOB, |_| {});
