@@ -206,9 +206,15 @@ impl CommandTable {
         moved
     }
 
+    /// File `slot` under `id`: in its table entry, or beside the table when another command
+    /// holds that entry (an answered command taken out of `parked` and put back, its entry
+    /// given to a later command meanwhile). Never over another command.
     fn insert(&mut self, id: u16, slot: Slot) {
-        if let Some(e) = self.entries.get_mut(Self::at(id)) {
-            *e = Some((id, slot));
+        match self.entries.get_mut(Self::at(id)) {
+            Some(e) if e.as_ref().is_none_or(|(held, _)| *held == id) => *e = Some((id, slot)),
+            _ => {
+                self.parked.insert(id, slot);
+            }
         }
     }
 
@@ -873,5 +879,136 @@ mod tests {
         assert_eq!(log2(48), Some(5));
         assert_eq!(log2(64), Some(ADMIN_RING_LOG2));
         assert_eq!(log2(u16::MAX), Some(ADMIN_RING_LOG2));
+    }
+
+    /// A device for [`AdminQueue`] alone: enabled, its registers otherwise read 0, DMA mapped
+    /// by nothing. The test plays its part by writing completions into the CQ itself.
+    struct ScriptedDevice;
+
+    impl uet_regs::Mmio for ScriptedDevice {
+        fn read32(&self, offset: u32) -> u32 {
+            if offset == DEV_STATUS.offset() {
+                uet_regs::DevStatus::new()
+                    .with_ready(true)
+                    .with_enabled(true)
+                    .into_bits()
+            } else {
+                0
+            }
+        }
+        fn write32(&self, _offset: u32, _value: u32) {}
+        fn read64(&self, _offset: u32) -> u64 {
+            0
+        }
+        fn write64(&self, _offset: u32, _value: u64) {}
+    }
+
+    impl crate::device::Device for ScriptedDevice {
+        fn bar0(&self) -> &dyn Mmio {
+            self
+        }
+        fn dma_map(&self, _region: &DmaRegion) -> Result<(), crate::device::DeviceError> {
+            Ok(())
+        }
+        fn dma_unmap(&self, _region: &DmaRegion) -> Result<(), crate::device::DeviceError> {
+            Ok(())
+        }
+        fn name(&self) -> String {
+            "scripted".into()
+        }
+    }
+
+    /// An admin queue of `2^log2` entries on a [`ScriptedDevice`], programmed, and the CQ
+    /// tail and pass of the device the test plays.
+    struct Scripted {
+        bar: Arc<ScriptedDevice>,
+        queue: AdminQueue,
+        cq_tail: u16,
+        cq_pass: u64,
+    }
+
+    impl Scripted {
+        fn new(log2: u8) -> Self {
+            let bar = Arc::new(ScriptedDevice);
+            let device: Arc<dyn crate::device::Device> = bar.clone();
+            let geometry = RingGeometry::new(log2).expect("a ring size");
+            let (sq, cq) = AdminQueue::ring_bytes(geometry);
+            let map = |len, iova| {
+                let region = DmaRegion::new_normal(len, iova).expect("DMA memory");
+                MappedRegion::map(device.clone(), region).expect("mapped")
+            };
+            let mut queue = AdminQueue::new(
+                geometry,
+                map(sq, 1 << 32),
+                map(cq, 2 << 32),
+                map(4096, 3 << 32),
+            );
+            queue.program(&*bar).expect("programmed");
+            Scripted {
+                bar,
+                queue,
+                cq_tail: 0,
+                cq_pass: 0,
+            }
+        }
+
+        /// Write a successful completion of command `id` at the device's CQ tail.
+        fn complete(&mut self, id: u16, result0: u32) {
+            let cqe = AdminCompletion {
+                result0: zerocopy::little_endian::U32::new(result0),
+                command_id: U16::new(id),
+                phase: U16::new(u16::from(uet_fwif::ring::phase_for_pass(self.cq_pass))),
+                ..AdminCompletion::default()
+            };
+            let at = usize::from(self.cq_tail) * COMPLETION_BYTES;
+            self.queue
+                .cq
+                .region()
+                .write_obj(at, &cqe)
+                .expect("CQ entry");
+            self.cq_tail = self.queue.geometry.next(self.cq_tail);
+            if self.cq_tail == 0 {
+                self.cq_pass += 1;
+            }
+        }
+    }
+
+    /// A device that answers a command twice, the second time after the command was parked
+    /// beside a full table (its owner had not taken it) and its table entry given to a new
+    /// command: the repeat is an error, and the new command stays filed and gets its own
+    /// completion.
+    #[test]
+    fn a_repeated_completion_of_a_parked_command_leaves_the_one_in_its_entry_filed() {
+        let mut s = Scripted::new(2);
+        let bar = s.bar.clone();
+        let cmd = Command::EndpointDestroy { endpoint: 1 };
+        // A table's worth of answered commands nobody takes.
+        let mut answered = Vec::new();
+        for _ in 0..COMMAND_TABLE {
+            let id = s.queue.submit(&*bar, cmd).expect("submitted");
+            s.complete(id, 0);
+            answered.push(id);
+        }
+        // The next command parks them and takes the entry of one of them.
+        let new = s.queue.submit(&*bar, cmd).expect("submitted");
+        let parked = answered
+            .iter()
+            .copied()
+            .find(|&id| CommandTable::at(id) == CommandTable::at(new))
+            .expect("an answered command shared the new one's entry");
+        assert!(s.queue.commands.parked.contains_key(&parked));
+        // The device answers the parked one again, then the new one.
+        s.complete(parked, 0);
+        s.complete(new, 7);
+        assert!(
+            matches!(s.queue.reap(&*bar), Err(DriverError::AdminProtocol(_))),
+            "the repeat is a protocol error"
+        );
+        match s.queue.poll_command(&*bar, new) {
+            Some(Ok(r)) => assert_eq!(r.result0, 7),
+            other => panic!("the new command's completion: {other:?}"),
+        }
+        assert!(matches!(s.queue.poll_command(&*bar, parked), Some(Ok(_))));
+        assert_eq!(s.queue.in_flight(), 0);
     }
 }
