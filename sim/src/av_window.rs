@@ -12,6 +12,13 @@
 //!
 //! The staged entry belongs to the function, not to a table: the eight words stay until they
 //! are written again or the function is reset, so the driver serializes stage-ring-read.
+//!
+//! A doorbell is one 64-bit write. A host that splits it into two 32-bit writes, low half
+//! first (some PCIe paths do), rings it once: the low half is held and the doorbell acts
+//! when the high half comes, with both. A high half with no low half held is a bad access
+//! (`BAD_REGISTER_ACCESSES`) and does nothing. Acting on each half alone would ring twice,
+//! the second time at index 0 of the table (the index is the low half): another entry than
+//! the one named.
 
 use crate::nic::Nic;
 use crate::regfile::Part;
@@ -40,10 +47,24 @@ pub(crate) fn burst_words(offset: u32, len: usize) -> Option<usize> {
     (offset.is_multiple_of(8) && len >= 1 && first + len <= 8).then_some(first)
 }
 
-/// `AV_WRITE_ENTRY_0..7`: the 64-byte entry being staged, as eight little-endian words.
+/// `AV_WRITE_ENTRY_0..7`: the 64-byte entry being staged, as eight little-endian words; and
+/// the low half of each AV doorbell written alone, held for its high half.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct AvWriteWindow {
     words: [u64; 8],
+    /// `AV_INVALIDATE_DOORBELL`'s and `AV_WRITE_DOORBELL`'s low halves, in that order.
+    held_low: [Option<u32>; 2],
+}
+
+/// What a 32-bit half written to an AV doorbell does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HalfDoorbell {
+    /// The low half, held for the high one.
+    Held,
+    /// The high half after a low one: ring with this whole value.
+    Ring(u64),
+    /// A high half with no low half held.
+    Bad,
 }
 
 impl AvWriteWindow {
@@ -56,6 +77,24 @@ impl AvWriteWindow {
                 Part::Low => (*w & !LOW) | (value & LOW),
                 Part::High => (*w & LOW) | (value << 32),
             };
+        }
+    }
+
+    /// A 32-bit half written to doorbell `which` (0: `AV_INVALIDATE_DOORBELL`, 1:
+    /// `AV_WRITE_DOORBELL`); see the module documentation.
+    pub(crate) fn doorbell_half(&mut self, which: usize, part: Part, value: u64) -> HalfDoorbell {
+        let Some(held) = self.held_low.get_mut(which) else {
+            return HalfDoorbell::Bad;
+        };
+        match part {
+            Part::Low | Part::Full => {
+                *held = Some(value as u32);
+                HalfDoorbell::Held
+            }
+            Part::High => match held.take() {
+                Some(low) => HalfDoorbell::Ring(u64::from(low) | (value << 32)),
+                None => HalfDoorbell::Bad,
+            },
         }
     }
 

@@ -212,6 +212,28 @@ impl Nic {
         if d.info.access == Access::Ro {
             return false; // identity, capabilities, status and counters: writes do nothing
         }
+        // An AV doorbell written in two 32-bit halves rings once, with both (see `av_window`).
+        let which = match d.info.offset {
+            at::AV_INVALIDATE_DOORBELL => Some(0),
+            at::AV_WRITE_DOORBELL => Some(1),
+            _ => None,
+        };
+        if let Some(which) = which.filter(|_| d.part != Part::Full) {
+            let whole = match self.av_window.doorbell_half(which, d.part, value) {
+                av_window::HalfDoorbell::Held => return false,
+                av_window::HalfDoorbell::Bad => {
+                    self.counters.inc(BAD_REGISTER_ACCESSES);
+                    return false;
+                }
+                av_window::HalfDoorbell::Ring(whole) => whole & d.mask,
+            };
+            if which == 0 {
+                self.av_invalidate_doorbell(AvInvalidateDoorbell::from_bits(whole));
+            } else {
+                self.av_write_doorbell(AvWriteDoorbell::from_bits(whole));
+            }
+            return false;
+        }
         let w = self.regs.driver_write(&d, value);
         // The AV write window first: eight words per entry written, ahead of every doorbell.
         if let Some(word) = av_window::entry_word(w.info.offset) {

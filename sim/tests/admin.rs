@@ -250,6 +250,41 @@ fn av_doorbells_act_while_the_function_is_stopped() {
     assert_eq!(got[1], b, "written while stopped");
 }
 
+/// An AV doorbell written as two 32-bit halves, low half first, rings once with both: the
+/// entry it names changes, and entry 0 (the index a high half alone carries) does not. A
+/// high half with no low half before it is a bad access and changes nothing.
+#[test]
+fn an_av_doorbell_written_in_halves_rings_once_for_the_entry_it_names() {
+    let fabric = Fabric::new();
+    let mut d = Driver::new(&fabric, "10.0.0.1");
+    let av = d.av_create(16, 0).unwrap();
+    let a = NicAvEntry::for_peer(&peer("10.0.0.2", 5, 1), 7);
+    let b = NicAvEntry::for_peer(&peer("10.0.0.3", 6, 2), 7);
+    assert_eq!(d.av_write(av, &[(0, a), (5, a)]), Ok(2));
+    let halves = |reg: u32, v: u64| {
+        d.f.write32(reg, v as u32);
+        d.f.write32(reg + 4, (v >> 32) as u32);
+    };
+    let invalidate = AvInvalidateDoorbell::new().with_av(av as u16).with_index(5);
+    halves(AV_INVALIDATE_DOORBELL.offset(), invalidate.into_bits());
+    window_write(&d.f, av, 9, &b, Staging::Words);
+    // The window's own doorbell again, in halves, for index 7.
+    let write = AvWriteDoorbell::new().with_av(av as u16).with_index(7);
+    halves(AV_WRITE_DOORBELL.offset(), write.into_bits());
+    let got = d.av_read(av, 0, 16).unwrap();
+    assert_eq!(got[0], a, "entry 0 untouched");
+    assert!(!got[5].is_valid(), "entry 5 invalidated");
+    assert_eq!((got[7], got[9]), (b, b), "written at 7 as at 9");
+    assert_eq!(rd(&d.f, AV_INVALIDATE_DROPS), 0);
+    assert_eq!(rd(&d.f, AV_WRITE_DROPS), 0);
+
+    let bad = rd(&d.f, BAD_REGISTER_ACCESSES);
+    d.f.write32(AV_INVALIDATE_DOORBELL.offset() + 4, av);
+    d.f.write32(AV_WRITE_DOORBELL.offset() + 4, av);
+    assert_eq!(rd(&d.f, BAD_REGISTER_ACCESSES), bad + 2);
+    assert_eq!(d.av_read(av, 0, 16).unwrap(), got, "nothing changed");
+}
+
 #[test]
 fn av_write_read_is_all_or_nothing() {
     let fabric = Fabric::new();
