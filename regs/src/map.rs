@@ -490,7 +490,8 @@ register_map! {
     /// index outside it is dropped and counted; the driver checks both before writing. Acts at
     /// once even while the function is stopped (`DEV_CTRL.enable` 0): it needs no queue.
     /// Written as two 32-bit halves, low half first, it acts once, when the high half comes;
-    /// a high half with no low half before it is a bad access and does nothing.
+    /// a full-width write drops a low half written before it, and a high half with no low half
+    /// held is a bad access and does nothing.
     AV_INVALIDATE_DOORBELL: AvInvalidateDoorbell = (0x118, W64, Wo, reset 0, "doorbells", since_minor 4) [
         f("index", AvInvalidateDoorbell::INDEX_OFFSET, AvInvalidateDoorbell::INDEX_BITS, "Table index."),
         f("av", AvInvalidateDoorbell::AV_OFFSET, AvInvalidateDoorbell::AV_BITS, "AV handle."),
@@ -545,7 +546,8 @@ register_map! {
     /// and is counted in `AV_WRITE_DROPS`, which the driver reads back for the outcome. Acts
     /// at once even while the function is stopped (`DEV_CTRL.enable` 0): it needs no queue.
     /// Written as two 32-bit halves, low half first, it acts once, when the high half comes;
-    /// a high half with no low half before it is a bad access and does nothing.
+    /// a full-width write drops a low half written before it, and a high half with no low half
+    /// held is a bad access and does nothing.
     AV_WRITE_DOORBELL: AvWriteDoorbell = (0x180, W64, Wo, reset 0, "av write window", since_minor 8) [
         f("index", AvWriteDoorbell::INDEX_OFFSET, AvWriteDoorbell::INDEX_BITS, "Table index."),
         f("av", AvWriteDoorbell::AV_OFFSET, AvWriteDoorbell::AV_BITS, "AV handle."),

@@ -15,7 +15,8 @@
 //!
 //! A doorbell is one 64-bit write. A host that splits it into two 32-bit writes, low half
 //! first (some PCIe paths do), rings it once: the low half is held and the doorbell acts
-//! when the high half comes, with both. A high half with no low half held is a bad access
+//! when the high half comes, with both. A full-width write rings alone and drops a low half
+//! held before it. A high half with no low half held is a bad access
 //! (`BAD_REGISTER_ACCESSES`) and does nothing. Acting on each half alone would ring twice,
 //! the second time at index 0 of the table (the index is the low half): another entry than
 //! the one named.
@@ -95,6 +96,14 @@ impl AvWriteWindow {
                 Some(low) => HalfDoorbell::Ring(u64::from(low) | (value << 32)),
                 None => HalfDoorbell::Bad,
             },
+        }
+    }
+
+    /// A full-width write to doorbell `which`: it rings on its own, and a low half held from
+    /// before it belongs to no write any more.
+    pub(crate) fn doorbell_full(&mut self, which: usize) {
+        if let Some(held) = self.held_low.get_mut(which) {
+            *held = None;
         }
     }
 

@@ -196,10 +196,12 @@ impl Nic {
     pub(crate) fn bar_write(&mut self, offset: u32, width: Width, value: u64) -> bool {
         match hot_doorbell(offset, width, value) {
             Some(HotDoorbell::AvInvalidate(v)) if self.has(&AV_INVALIDATE_DOORBELL.info) => {
+                self.av_window.doorbell_full(0);
                 self.av_invalidate_doorbell(v);
                 return false;
             }
             Some(HotDoorbell::AvWrite(v)) if self.has(&AV_WRITE_DOORBELL.info) => {
+                self.av_window.doorbell_full(1);
                 self.av_write_doorbell(v);
                 return false;
             }

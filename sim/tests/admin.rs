@@ -285,6 +285,35 @@ fn an_av_doorbell_written_in_halves_rings_once_for_the_entry_it_names() {
     assert_eq!(d.av_read(av, 0, 16).unwrap(), got, "nothing changed");
 }
 
+/// A full-width write of an AV doorbell rings on its own and ends any write in halves begun
+/// before it: a high half after it, with no low half of its own, is a bad access and does
+/// nothing; it does not ring with the low half held from before the full-width write.
+#[test]
+fn a_full_width_av_doorbell_write_drops_a_low_half_held_before_it() {
+    let fabric = Fabric::new();
+    let mut d = Driver::new(&fabric, "10.0.0.1");
+    let av = d.av_create(16, 0).unwrap();
+    let a = NicAvEntry::for_peer(&peer("10.0.0.2", 5, 1), 7);
+    assert_eq!(d.av_write(av, &[(3, a), (5, a)]), Ok(2));
+    let at5 = AvInvalidateDoorbell::new().with_av(av as u16).with_index(5);
+    let at3 = AvInvalidateDoorbell::new().with_av(av as u16).with_index(3);
+    d.f.write32(AV_INVALIDATE_DOORBELL.offset(), at5.into_bits() as u32);
+    d.f.write(AV_INVALIDATE_DOORBELL, at3);
+    let bad = rd(&d.f, BAD_REGISTER_ACCESSES);
+    d.f.write32(
+        AV_INVALIDATE_DOORBELL.offset() + 4,
+        (at5.into_bits() >> 32) as u32,
+    );
+    assert_eq!(
+        rd(&d.f, BAD_REGISTER_ACCESSES),
+        bad + 1,
+        "a high half alone"
+    );
+    let got = d.av_read(av, 0, 16).unwrap();
+    assert!(!got[3].is_valid(), "the full-width write rang");
+    assert_eq!(got[5], a, "entry 5 untouched");
+}
+
 #[test]
 fn av_write_read_is_all_or_nothing() {
     let fabric = Fabric::new();
