@@ -686,7 +686,7 @@ fn serve(
                     // A fresh connection's buffer takes the line; the timeout only keeps a
                     // broken one from stalling the accept.
                     let _ = stream.set_write_timeout(Some(REFUSAL_TIMEOUT));
-                    let _ = send(&mut &stream, &error_json(&e));
+                    let _ = send(&mut NoSignal(&stream), &error_json(&e));
                 }
             }
             Err(e) => {
@@ -1376,6 +1376,39 @@ mod bind_tests {
         unsafe { libc::signal(libc::SIGPIPE, before) };
         assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EPIPE));
         assert_eq!(r2.unwrap_err().raw_os_error(), Some(libc::EPIPE));
+    }
+
+    /// A client refused at the limit that has already closed its end is `EPIPE` to the
+    /// refusal's write, not a `SIGPIPE` on the accepting thread: the program hosting the
+    /// driver goes on, and the socket serves the next client.
+    #[test]
+    fn a_refusal_to_a_client_gone_is_not_a_signal() {
+        let dir = fresh_dir("refused-gone");
+        let path = dir.join("t.sock");
+        let limits = ServeLimits {
+            max_clients: 0,
+            ..ServeLimits::default()
+        };
+        let t = Telemetry::bind_with_limits(&path, limits).unwrap();
+        // SIGPIPE's default action, as in a C program that hosts the driver (each test runs
+        // in a process of its own under nextest).
+        // SAFETY: sets the disposition of SIGPIPE to a value libc defines; no handler.
+        let before = unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+        {
+            // The refusal is written under this lock: the client is gone by then.
+            let _held = lock(&t.clients);
+            drop(UnixStream::connect(&path).unwrap());
+        }
+        // Connections are refused in turn: this one's refusal comes after the first one's.
+        let next = UnixStream::connect(&path).unwrap();
+        next.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut line = String::new();
+        BufReader::new(&next).read_line(&mut line).unwrap();
+        // SAFETY: as above, putting back the disposition read there.
+        unsafe { libc::signal(libc::SIGPIPE, before) };
+        assert!(line.contains("FI_EBUSY"), "{line}");
+        drop(t);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     fn fresh_dir(tag: &str) -> PathBuf {
