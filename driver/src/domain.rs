@@ -230,8 +230,9 @@ impl Domain {
     ///
     /// On a NIC whose rings are smaller than the defaults (`CAP_QUEUES.max_queue_entries`
     /// below 256), the completion ring is the largest the NIC has and each of the three
-    /// descriptor rings a quarter of it, so that it holds them all; resource indices are at
-    /// most the NIC's per endpoint (`CAP_RESOURCE_INDEX`).
+    /// descriptor rings a quarter of it, so that it holds them all (down to 8-entry rings;
+    /// below that each descriptor ring keeps its smallest size, 2, and the attributes open no
+    /// endpoint); resource indices are at most the NIC's per endpoint (`CAP_RESOURCE_INDEX`).
     pub fn endpoint_attr(&self) -> EndpointAttr {
         let default = EndpointAttr::default();
         let caps = self.nic.capabilities();
