@@ -25,8 +25,8 @@ use crate::nic::Nic;
 use crate::regfile::Part;
 use uet_fwif::NicAvEntry;
 use uet_regs::{
-    AvInvalidateDoorbell, AvWriteDoorbell, AV_INVALIDATE_DROPS, AV_WRITE_DROPS, AV_WRITE_ENTRY_0,
-    AV_WRITE_ENTRY_7,
+    AvInvalidateDoorbell, AvWriteDoorbell, RegInfo, AV_INVALIDATE_DOORBELL, AV_INVALIDATE_DROPS,
+    AV_WRITE_DOORBELL, AV_WRITE_DROPS, AV_WRITE_ENTRY_0, AV_WRITE_ENTRY_7, BAD_REGISTER_ACCESSES,
 };
 use zerocopy::little_endian::U64;
 use zerocopy::{FromBytes, IntoBytes};
@@ -48,21 +48,63 @@ pub(crate) fn burst_words(offset: u32, len: usize) -> Option<usize> {
     (offset.is_multiple_of(8) && len >= 1 && first + len <= 8).then_some(first)
 }
 
+/// The two AV doorbells.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AvDoorbell {
+    /// `AV_INVALIDATE_DOORBELL`.
+    Invalidate,
+    /// `AV_WRITE_DOORBELL`.
+    Write,
+}
+
+impl AvDoorbell {
+    /// The AV doorbell at BAR offset `offset`, if it is one.
+    #[inline]
+    pub(crate) fn at(offset: u32) -> Option<Self> {
+        if offset == AV_INVALIDATE_DOORBELL.offset() {
+            Some(AvDoorbell::Invalidate)
+        } else if offset == AV_WRITE_DOORBELL.offset() {
+            Some(AvDoorbell::Write)
+        } else {
+            None
+        }
+    }
+
+    /// The register.
+    pub(crate) fn info(self) -> &'static RegInfo {
+        match self {
+            AvDoorbell::Invalidate => &AV_INVALIDATE_DOORBELL.info,
+            AvDoorbell::Write => &AV_WRITE_DOORBELL.info,
+        }
+    }
+
+    /// The register's defined bits: what a write acts with (both registers are write-only,
+    /// so a write stores nothing).
+    pub(crate) fn mask(self) -> u64 {
+        const INVALIDATE: u64 = AV_INVALIDATE_DOORBELL.info.defined_mask();
+        const WRITE: u64 = AV_WRITE_DOORBELL.info.defined_mask();
+        match self {
+            AvDoorbell::Invalidate => INVALIDATE,
+            AvDoorbell::Write => WRITE,
+        }
+    }
+}
+
 /// `AV_WRITE_ENTRY_0..7`: the 64-byte entry being staged, as eight little-endian words; and
 /// the low half of each AV doorbell written alone, held for its high half.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct AvWriteWindow {
     words: [u64; 8],
-    /// `AV_INVALIDATE_DOORBELL`'s and `AV_WRITE_DOORBELL`'s low halves, in that order.
+    /// The low half of each [`AvDoorbell`], by its discriminant.
     held_low: [Option<u32>; 2],
 }
 
-/// What a 32-bit half written to an AV doorbell does.
+/// What a write to an AV doorbell does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum HalfDoorbell {
     /// The low half, held for the high one.
     Held,
-    /// The high half after a low one: ring with this whole value.
+    /// A full-width write, or the high half after a low one: ring with this whole value.
     Ring(u64),
     /// A high half with no low half held.
     Bad,
@@ -81,14 +123,24 @@ impl AvWriteWindow {
         }
     }
 
-    /// A 32-bit half written to doorbell `which` (0: `AV_INVALIDATE_DOORBELL`, 1:
-    /// `AV_WRITE_DOORBELL`); see the module documentation.
-    pub(crate) fn doorbell_half(&mut self, which: usize, part: Part, value: u64) -> HalfDoorbell {
-        let Some(held) = self.held_low.get_mut(which) else {
+    /// A write of `part` of `doorbell` (see the module documentation): a full-width write
+    /// rings on its own and drops a low half held before it; a low half is held; a high half
+    /// rings with the low half held, if any.
+    pub(crate) fn doorbell_write(
+        &mut self,
+        doorbell: AvDoorbell,
+        part: Part,
+        value: u64,
+    ) -> HalfDoorbell {
+        let Some(held) = self.held_low.get_mut(doorbell as usize) else {
             return HalfDoorbell::Bad;
         };
         match part {
-            Part::Low | Part::Full => {
+            Part::Full => {
+                *held = None;
+                HalfDoorbell::Ring(value)
+            }
+            Part::Low => {
                 *held = Some(value as u32);
                 HalfDoorbell::Held
             }
@@ -96,14 +148,6 @@ impl AvWriteWindow {
                 Some(low) => HalfDoorbell::Ring(u64::from(low) | (value << 32)),
                 None => HalfDoorbell::Bad,
             },
-        }
-    }
-
-    /// A full-width write to doorbell `which`: it rings on its own, and a low half held from
-    /// before it belongs to no write any more.
-    pub(crate) fn doorbell_full(&mut self, which: usize) {
-        if let Some(held) = self.held_low.get_mut(which) {
-            *held = None;
         }
     }
 
@@ -123,8 +167,27 @@ impl AvWriteWindow {
 }
 
 impl Nic {
+    /// A write of `part` of `doorbell` ([`AvWriteWindow::doorbell_write`]); a high half
+    /// with no low half before it is a bad access.
+    #[inline]
+    pub(crate) fn av_doorbell_written(&mut self, doorbell: AvDoorbell, part: Part, value: u64) {
+        match self.av_window.doorbell_write(doorbell, part, value) {
+            HalfDoorbell::Held => {}
+            HalfDoorbell::Bad => self.counters.inc(BAD_REGISTER_ACCESSES),
+            HalfDoorbell::Ring(whole) => {
+                let whole = whole & doorbell.mask();
+                match doorbell {
+                    AvDoorbell::Invalidate => {
+                        self.av_invalidate_doorbell(AvInvalidateDoorbell::from_bits(whole));
+                    }
+                    AvDoorbell::Write => self.av_write_doorbell(AvWriteDoorbell::from_bits(whole)),
+                }
+            }
+        }
+    }
+
     /// `AV_INVALIDATE_DOORBELL`: invalidate one entry, as AV_INVALIDATE does for a list.
-    pub(crate) fn av_invalidate_doorbell(&mut self, d: AvInvalidateDoorbell) {
+    fn av_invalidate_doorbell(&mut self, d: AvInvalidateDoorbell) {
         match self.avs.get_mut(u32::from(d.av())) {
             Some(t) if d.index() < t.capacity => t.invalidate(d.index()),
             _ => self.counters.inc(AV_INVALIDATE_DROPS),
@@ -133,7 +196,7 @@ impl Nic {
 
     /// `AV_WRITE_DOORBELL`: store the staged entry at one index, as an AV_WRITE of that one
     /// record would.
-    pub(crate) fn av_write_doorbell(&mut self, d: AvWriteDoorbell) {
+    fn av_write_doorbell(&mut self, d: AvWriteDoorbell) {
         let av = u32::from(d.av());
         let (index, entry) = (d.index(), self.av_window.entry());
         let stored = match self.avs.get(av).map(|t| t.capacity) {

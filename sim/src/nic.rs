@@ -42,7 +42,7 @@
 use crate::admin_queue::AdminQueue;
 use crate::auth_table::AuthTable;
 use crate::av_table::AvTables;
-use crate::av_window;
+use crate::av_window::{self, AvDoorbell};
 use crate::config::NicConfig;
 use crate::counters::Counters;
 use crate::endpoint_table::EndpointTable;
@@ -58,9 +58,8 @@ use uet_fwif::datapath::{COMPLETION_BYTES, COMPLETION_FLAG_NO_MESSAGE, COMPLETIO
 use uet_fwif::ring::phase_for_pass;
 use uet_fwif::{Completion, CompletionKind, LocalStatus, ReturnCode};
 use uet_regs::{
-    Access, AvInvalidateDoorbell, AvWriteDoorbell, DevStatus, FatalError, RegInfo, Width,
-    AV_INVALIDATE_DOORBELL, AV_WRITE_DOORBELL, AV_WRITE_ENTRY_0, BAD_REGISTER_ACCESSES, DEV_STATUS,
-    DMA_FAULTS, FATAL_ERROR, INTR_CAUSE,
+    Access, DevStatus, FatalError, RegInfo, Width, AV_WRITE_ENTRY_0, BAD_REGISTER_ACCESSES,
+    DEV_STATUS, DMA_FAULTS, FATAL_ERROR, INTR_CAUSE,
 };
 use zerocopy::little_endian::U64;
 use zerocopy::IntoBytes;
@@ -194,18 +193,11 @@ impl Nic {
 
     /// A driver write of BAR0; returns whether the fabric must run.
     pub(crate) fn bar_write(&mut self, offset: u32, width: Width, value: u64) -> bool {
-        match hot_doorbell(offset, width, value) {
-            Some(HotDoorbell::AvInvalidate(v)) if self.has(&AV_INVALIDATE_DOORBELL.info) => {
-                self.av_window.doorbell_full(0);
-                self.av_invalidate_doorbell(v);
-                return false;
-            }
-            Some(HotDoorbell::AvWrite(v)) if self.has(&AV_WRITE_DOORBELL.info) => {
-                self.av_window.doorbell_full(1);
-                self.av_write_doorbell(v);
-                return false;
-            }
-            _ => {} // not a hot doorbell, or one the NIC's interface lacks: decoded below
+        // The AV doorbells, written once per AV entry, without the decode table; a 32-bit
+        // half of one, or one the NIC's interface lacks, is decoded below.
+        if let Some(doorbell) = full_width_doorbell(offset, width).filter(|d| self.has(d.info())) {
+            self.av_doorbell_written(doorbell, Part::Full, value);
+            return false;
         }
         let Some(d) = self.decode(offset, width) else {
             self.counters.inc(BAD_REGISTER_ACCESSES);
@@ -214,26 +206,9 @@ impl Nic {
         if d.info.access == Access::Ro {
             return false; // identity, capabilities, status and counters: writes do nothing
         }
-        // An AV doorbell written in two 32-bit halves rings once, with both (see `av_window`).
-        let which = match d.info.offset {
-            at::AV_INVALIDATE_DOORBELL => Some(0),
-            at::AV_WRITE_DOORBELL => Some(1),
-            _ => None,
-        };
-        if let Some(which) = which.filter(|_| d.part != Part::Full) {
-            let whole = match self.av_window.doorbell_half(which, d.part, value) {
-                av_window::HalfDoorbell::Held => return false,
-                av_window::HalfDoorbell::Bad => {
-                    self.counters.inc(BAD_REGISTER_ACCESSES);
-                    return false;
-                }
-                av_window::HalfDoorbell::Ring(whole) => whole & d.mask,
-            };
-            if which == 0 {
-                self.av_invalidate_doorbell(AvInvalidateDoorbell::from_bits(whole));
-            } else {
-                self.av_write_doorbell(AvWriteDoorbell::from_bits(whole));
-            }
+        // A 32-bit half of an AV doorbell: the two halves ring once (see `av_window`).
+        if let Some(doorbell) = AvDoorbell::at(d.info.offset) {
+            self.av_doorbell_written(doorbell, d.part, value);
             return false;
         }
         let w = self.regs.driver_write(&d, value);
@@ -278,14 +253,6 @@ impl Nic {
             at::TRXQ_DOORBELL => {
                 self.queue_doorbell(QueueKind::TaggedRx, v32);
                 true
-            }
-            at::AV_INVALIDATE_DOORBELL => {
-                self.av_invalidate_doorbell(AvInvalidateDoorbell::from_bits(w.value));
-                false
-            }
-            at::AV_WRITE_DOORBELL => {
-                self.av_write_doorbell(AvWriteDoorbell::from_bits(w.value));
-                false
             }
             _ => false,
         }
@@ -494,36 +461,15 @@ impl Nic {
     }
 }
 
-/// A write to one of the AV doorbells, the registers written once per AV entry (one remove
-/// or one entry through the write window), decoded straight from its offset.
-#[derive(Clone, Copy, Debug)]
-enum HotDoorbell {
-    AvInvalidate(AvInvalidateDoorbell),
-    AvWrite(AvWriteDoorbell),
-}
-
-/// The doorbell a full-width write of `value` at `offset` rings, if it is an AV doorbell:
-/// exactly what [`RegFile::decode`] and `driver_write` make of it (both are 64-bit
-/// write-only registers, so the write changes no stored value and acts with its defined
-/// bits), without the decode table. Any other access takes the decoder.
+/// The AV doorbell a full-width write at `offset` rings, if it is one: the registers
+/// written once per AV entry (one remove, or one entry through the write window), decoded
+/// straight from the offset. Any other access takes the decoder.
 #[inline]
-fn hot_doorbell(offset: u32, width: Width, value: u64) -> Option<HotDoorbell> {
-    const INVALIDATE_MASK: u64 = AV_INVALIDATE_DOORBELL.info.defined_mask();
-    const WRITE_MASK: u64 = AV_WRITE_DOORBELL.info.defined_mask();
+fn full_width_doorbell(offset: u32, width: Width) -> Option<AvDoorbell> {
     if width != Width::W64 {
         return None;
     }
-    if offset == AV_INVALIDATE_DOORBELL.offset() {
-        return Some(HotDoorbell::AvInvalidate(AvInvalidateDoorbell::from_bits(
-            value & INVALIDATE_MASK,
-        )));
-    }
-    if offset == AV_WRITE_DOORBELL.offset() {
-        return Some(HotDoorbell::AvWrite(AvWriteDoorbell::from_bits(
-            value & WRITE_MASK,
-        )));
-    }
-    None
+    AvDoorbell::at(offset)
 }
 
 /// The offsets of the registers whose writes act, as constants to match on.
@@ -536,15 +482,13 @@ mod at {
     pub(super) const RXQ_DOORBELL: u32 = uet_regs::RXQ_DOORBELL.offset();
     pub(super) const CQ_DOORBELL: u32 = uet_regs::CQ_DOORBELL.offset();
     pub(super) const TRXQ_DOORBELL: u32 = uet_regs::TRXQ_DOORBELL.offset();
-    pub(super) const AV_INVALIDATE_DOORBELL: u32 = uet_regs::AV_INVALIDATE_DOORBELL.offset();
-    pub(super) const AV_WRITE_DOORBELL: u32 = uet_regs::AV_WRITE_DOORBELL.offset();
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::net::Ipv4Addr;
-    use uet_regs::{DEV_CTRL, TXQ_DOORBELL};
+    use uet_regs::{AV_INVALIDATE_DOORBELL, AV_WRITE_DOORBELL, DEV_CTRL, TXQ_DOORBELL};
 
     /// The AV doorbells' direct decode acts exactly as the register decoder would: the same
     /// defined bits reach the handler, the register file keeps nothing, and every other
@@ -566,17 +510,19 @@ mod tests {
                 let d = RegFile::decode(reg.offset, Width::W64).expect("a register");
                 let w = regs.driver_write(&d, v);
                 assert_eq!(regs.raw(d.index), 0, "{} keeps nothing", reg.name);
-                let hot = match hot_doorbell(reg.offset, Width::W64, v) {
-                    Some(HotDoorbell::AvInvalidate(b)) => b.into_bits(),
-                    Some(HotDoorbell::AvWrite(b)) => b.into_bits(),
+                let hot = match full_width_doorbell(reg.offset, Width::W64) {
+                    Some(doorbell) => {
+                        assert_eq!(doorbell.info().offset, reg.offset);
+                        v & doorbell.mask()
+                    }
                     None => panic!("{} not decoded", reg.name),
                 };
                 assert_eq!(hot, w.value, "{} {v:#x}", reg.name);
             }
-            assert!(hot_doorbell(reg.offset, Width::W32, 1).is_none());
-            assert!(hot_doorbell(reg.offset + 4, Width::W32, 1).is_none());
+            assert!(full_width_doorbell(reg.offset, Width::W32).is_none());
+            assert!(full_width_doorbell(reg.offset + 4, Width::W32).is_none());
         }
-        assert!(hot_doorbell(DEV_CTRL.offset(), Width::W64, 1).is_none());
-        assert!(hot_doorbell(TXQ_DOORBELL.offset(), Width::W64, 1).is_none());
+        assert!(full_width_doorbell(DEV_CTRL.offset(), Width::W64).is_none());
+        assert!(full_width_doorbell(TXQ_DOORBELL.offset(), Width::W64).is_none());
     }
 }
