@@ -301,7 +301,7 @@ pub(crate) struct NicInner {
 static CLAIMED_DEVICES: Mutex<Vec<ClaimKey>> = Mutex::new(Vec::new());
 
 /// What a [`DeviceClaim`] holds in [`CLAIMED_DEVICES`].
-#[derive(PartialEq)]
+#[derive(Clone, PartialEq)]
 struct ClaimKey {
     object: usize,
     function: Option<FunctionId>,
@@ -339,10 +339,7 @@ impl DeviceClaim {
         if claimed.iter().any(|k| k.overlaps(&key)) {
             return None;
         }
-        claimed.push(ClaimKey {
-            object: key.object,
-            function: key.function.clone(),
-        });
+        claimed.push(key.clone());
         Some(DeviceClaim {
             device: device.clone(),
             key,
