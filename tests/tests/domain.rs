@@ -921,32 +921,17 @@ fn a_domains_endpoint_attributes_stay_within_a_small_nics_limits() {
         .endpoint(ep_attr, Some(&av))
         .expect("the domain's own attributes open an endpoint");
 
-    let (peer, _) = nic(&fabric, 1);
-    let mut peer_av = peer.open_av(attr()).expect("peer AV");
-    let mut peer_ep = peer
-        .endpoint(
-            EndpointAttr {
-                job_id: JOB,
-                ..EndpointAttr::default()
-            },
-            Some(&peer_av),
-        )
-        .expect("peer endpoint");
-    let to_ep = {
-        let mut out = [0u64; 1];
-        let bytes = ep.address().to_bytes().unwrap();
-        peer_av.insert(&bytes, 1, Some(&mut out), 0).unwrap();
-        out[0]
-    };
+    let mut peer = uet_tests::Node::new(
+        fabric.add_nic(NicConfig::new(nic_addr(1))).unwrap(),
+        JOB,
+        16,
+    );
+    let to_ep = peer.insert(&ep.address().to_bytes().unwrap());
     let pool = uet_driver::DmaPool::new(&small_nic, 256, 2).unwrap();
     ep.post_recv(pool.alloc().unwrap(), 1).unwrap();
-    let peer_pool = uet_driver::DmaPool::new(&peer, 256, 2).unwrap();
-    let mut b = peer_pool.alloc().unwrap();
-    b.fill(b"small").unwrap();
-    peer_ep.post_send(to_ep, b, 2, 0).unwrap();
+    peer.send(to_ep, b"small", 2);
     let got = (0..100)
         .find_map(|_| ep.poll().unwrap())
         .expect("the message arrives");
     assert_eq!(got.buffer.unwrap().to_vec().unwrap(), b"small");
-    drop(peer_ep);
 }
