@@ -71,6 +71,7 @@ impl AvDoorbell {
     }
 
     /// The register.
+    #[inline]
     pub(crate) fn info(self) -> &'static RegInfo {
         match self {
             AvDoorbell::Invalidate => &AV_INVALIDATE_DOORBELL.info,
@@ -80,6 +81,7 @@ impl AvDoorbell {
 
     /// The register's defined bits: what a write acts with (both registers are write-only,
     /// so a write stores nothing).
+    #[inline]
     pub(crate) fn mask(self) -> u64 {
         const INVALIDATE: u64 = AV_INVALIDATE_DOORBELL.info.defined_mask();
         const WRITE: u64 = AV_WRITE_DOORBELL.info.defined_mask();
@@ -95,8 +97,10 @@ impl AvDoorbell {
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct AvWriteWindow {
     words: [u64; 8],
-    /// The low half of each [`AvDoorbell`], by its discriminant.
-    held_low: [Option<u32>; 2],
+    /// `AV_INVALIDATE_DOORBELL`'s low half, written alone, held for its high half.
+    held_invalidate: Option<u32>,
+    /// `AV_WRITE_DOORBELL`'s, likewise.
+    held_write: Option<u32>,
 }
 
 /// What a write to an AV doorbell does.
@@ -126,14 +130,16 @@ impl AvWriteWindow {
     /// A write of `part` of `doorbell` (see the module documentation): a full-width write
     /// rings on its own and drops a low half held before it; a low half is held; a high half
     /// rings with the low half held, if any.
+    #[inline]
     pub(crate) fn doorbell_write(
         &mut self,
         doorbell: AvDoorbell,
         part: Part,
         value: u64,
     ) -> HalfDoorbell {
-        let Some(held) = self.held_low.get_mut(doorbell as usize) else {
-            return HalfDoorbell::Bad;
+        let held = match doorbell {
+            AvDoorbell::Invalidate => &mut self.held_invalidate,
+            AvDoorbell::Write => &mut self.held_write,
         };
         match part {
             Part::Full => {
@@ -187,6 +193,9 @@ impl Nic {
     }
 
     /// `AV_INVALIDATE_DOORBELL`: invalidate one entry, as AV_INVALIDATE does for a list.
+    /// Out of line, as [`Nic::av_write_doorbell`], so that ringing either stays a few
+    /// instructions where the register write is decoded.
+    #[inline(never)]
     fn av_invalidate_doorbell(&mut self, d: AvInvalidateDoorbell) {
         match self.avs.get_mut(u32::from(d.av())) {
             Some(t) if d.index() < t.capacity => t.invalidate(d.index()),
@@ -196,6 +205,7 @@ impl Nic {
 
     /// `AV_WRITE_DOORBELL`: store the staged entry at one index, as an AV_WRITE of that one
     /// record would.
+    #[inline(never)]
     fn av_write_doorbell(&mut self, d: AvWriteDoorbell) {
         let av = u32::from(d.av());
         let (index, entry) = (d.index(), self.av_window.entry());

@@ -195,9 +195,11 @@ impl Nic {
     pub(crate) fn bar_write(&mut self, offset: u32, width: Width, value: u64) -> bool {
         // The AV doorbells, written once per AV entry, without the decode table; a 32-bit
         // half of one, or one the NIC's interface lacks, is decoded below.
-        if let Some(doorbell) = full_width_doorbell(offset, width).filter(|d| self.has(d.info())) {
-            self.av_doorbell_written(doorbell, Part::Full, value);
-            return false;
+        if let Some(doorbell) = full_width_doorbell(offset, width) {
+            if self.has(doorbell.info()) {
+                self.av_doorbell_written(doorbell, Part::Full, value);
+                return false;
+            }
         }
         let Some(d) = self.decode(offset, width) else {
             self.counters.inc(BAD_REGISTER_ACCESSES);
