@@ -163,7 +163,11 @@ struct State {
     overrun: bool,
     /// [`EventQueue::close`] succeeded: nothing is queued, and every call fails.
     closed: bool,
+    /// A signal no reader has taken yet: the next [`EventQueue::sread`] returns at once.
     signaled: bool,
+    /// Signals so far: a reader that was waiting when one came returns, whichever reader
+    /// took `signaled`.
+    signals: u64,
     bound: usize,
     /// AVs attached so far ([`AvEventSink::attach_av`]): a reader that last progressed AVs
     /// at an older count progresses again before it waits, so no bind goes unnoticed.
@@ -449,7 +453,11 @@ impl EventQueue {
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         // The attachments counted before progress runs: one made after this read shows as a
         // change below, whenever it lands.
-        let mut progressed = self.lock().av_attachments;
+        // The signals counted on entry: every reader waiting when a signal comes returns.
+        let (mut progressed, signals) = {
+            let s = self.lock();
+            (s.av_attachments, s.signals)
+        };
         let mut polling = self.run_progress();
         let mut s = self.lock();
         loop {
@@ -457,7 +465,8 @@ impl EventQueue {
                 Err(e) if e.errno == FiErrno::FI_EAGAIN => {}
                 other => return other,
             }
-            if std::mem::take(&mut s.signaled) {
+            let flagged = std::mem::take(&mut s.signaled);
+            if flagged || s.signals != signals {
                 return Err(FiError::new(
                     FiErrno::FI_EAGAIN,
                     "fi_eq_sread: interrupted by fi_eq_signal",
@@ -516,9 +525,13 @@ impl EventQueue {
         }
     }
 
-    /// Wake threads blocked in [`EventQueue::sread`] (`fi_eq_signal`).
+    /// Wake every thread blocked in [`EventQueue::sread`] (`fi_eq_signal`): each returns
+    /// `FI_EAGAIN`. With none blocked, the next `sread` returns at once instead.
     pub fn signal(&self) {
-        self.lock().signaled = true;
+        let mut s = self.lock();
+        s.signaled = true;
+        s.signals = s.signals.wrapping_add(1);
+        drop(s);
         self.shared.ready.notify_all();
     }
 

@@ -260,3 +260,24 @@ fn readerr_of_an_overrun_queue_reports_the_overrun() {
     assert_eq!(eq.read(0).unwrap_err().errno, FiErrno::FI_EOVERRUN);
     assert_eq!(eq.readerr().unwrap_err().errno, FiErrno::FI_EOVERRUN);
 }
+
+/// fi_eq_signal wakes the threads blocked in sread: every one of them returns FI_EAGAIN, not
+/// only the first to notice.
+#[test]
+fn a_signal_wakes_every_blocked_reader() {
+    let eq = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    for _ in 0..3 {
+        let (eq, tx) = (eq.clone(), tx.clone());
+        std::thread::spawn(move || tx.send(eq.sread(None, 0).err().map(|e| e.errno)));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    eq.signal();
+    for reader in 0..3 {
+        let r = rx.recv_timeout(Duration::from_secs(5));
+        assert_eq!(r, Ok(Some(FiErrno::FI_EAGAIN)), "reader {reader}");
+    }
+    // The readers took the signal: a later read waits again.
+    eq.post(ev(1)).unwrap();
+    assert_eq!(eq.sread(Some(Duration::ZERO), 0).unwrap().data, 1);
+}
