@@ -11,7 +11,9 @@
 //!   for a zeroed `fi_eq_attr`).
 //! * A queue that fills up is overrun: the event that did not fit is lost, later writes fail
 //!   with `FI_EOVERRUN`, reads return what was queued and then `FI_EOVERRUN`. An overrun EQ is
-//!   fatal, as libfabric defines it.
+//!   fatal, as libfabric defines it. An event the application writes ([`EventQueue::write`])
+//!   that does not fit is refused with `FI_EAGAIN` instead: the caller keeps it, nothing is
+//!   lost, and the queue stays usable.
 //! * Closing a queue that objects are still bound to fails with `FI_EBUSY`. Closing it
 //!   otherwise closes it for every clone of the handle: the events it held are lost, readers
 //!   blocked in [`EventQueue::sread`] return, and every later call (read, post, bind) fails
@@ -365,7 +367,9 @@ impl EventQueue {
         self.push(&mut s, |s| s.errors.push_back(err))
     }
 
-    /// `fi_eq_write`: insert a user event; needs [`FI_WRITE`] at open.
+    /// `fi_eq_write`: insert a user event; needs [`FI_WRITE`] at open. A queue with no room
+    /// refuses the event with `FI_EAGAIN` (read events, then write again); unlike an event the
+    /// provider could not post, it is not lost, so the queue is not overrun.
     pub fn write(&self, event: EqEvent) -> Result<(), FiError> {
         if self.shared.attr.flags & FI_WRITE == 0 {
             return Err(FiError::new(
@@ -373,7 +377,17 @@ impl EventQueue {
                 "fi_eq_write: the event queue was not opened with FI_WRITE",
             ));
         }
-        self.post(event)
+        let mut s = self.lock();
+        if !s.closed && !s.overrun && s.events.len() + s.errors.len() >= self.shared.size {
+            return Err(FiError::new(
+                FiErrno::FI_EAGAIN,
+                format!(
+                    "fi_eq_write: the event queue of {} entries is full",
+                    self.shared.size
+                ),
+            ));
+        }
+        self.push(&mut s, |s| s.events.push_back(event))
     }
 
     fn take(&self, s: &mut State, flags: u64) -> Result<EqEvent, FiError> {

@@ -281,3 +281,24 @@ fn a_signal_wakes_every_blocked_reader() {
     eq.post(ev(1)).unwrap();
     assert_eq!(eq.sread(Some(Duration::ZERO), 0).unwrap().data, 1);
 }
+
+/// An fi_eq_write that does not fit is refused (FI_EAGAIN) and the application keeps its
+/// event: nothing was lost, so the queue is not overrun, and it goes on reporting events.
+#[test]
+fn a_user_write_to_a_full_queue_is_refused_and_leaves_the_queue_usable() {
+    let eq = EventQueue::open(EqAttr {
+        size: 1,
+        flags: uet_driver::eq::FI_WRITE,
+        ..uet_tests::WAITABLE_EQ
+    })
+    .unwrap();
+    eq.write(ev(1)).unwrap();
+    assert_eq!(eq.write(ev(2)).unwrap_err().errno, FiErrno::FI_EAGAIN);
+    assert_eq!(eq.read(0).unwrap().data, 1);
+    assert_eq!(eq.read(0).unwrap_err().errno, FiErrno::FI_EAGAIN);
+    eq.write(ev(2)).unwrap();
+    assert_eq!(eq.read(0).unwrap().data, 2);
+    // The provider's events still arrive.
+    eq.post(ev(3)).unwrap();
+    assert_eq!(eq.read(0).unwrap().data, 3);
+}
