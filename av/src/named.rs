@@ -1150,17 +1150,30 @@ impl<N: NicAvTable> Local<N> {
         } else {
             None
         };
+        // A range inserted since is logged once, its members not one by one: they are the
+        // indices of its record. A record may outlive its members (a process that held them
+        // one by one removed them without counting them down), so every live record starting
+        // at the range's first index is taken; when none is left while members may remain
+        // (counted down by a process that held a refilled hole as a member), the indices are
+        // rescanned.
+        let changed = changed.and_then(|changes| {
+            let live = seg.ranges();
+            let mut ranges: Vec<SharedRange> = Vec::new();
+            for &first in &changes.ranges {
+                let before = ranges.len();
+                ranges.extend(live.iter().filter(|r| r.first == first));
+                if ranges.len() == before {
+                    return None;
+                }
+            }
+            Some((changes.indices, ranges))
+        });
         match changed {
-            Some(changes) => {
+            Some((indices, ranges)) => {
                 // A range inserted since: held as a range here too, then its indices are
                 // reconciled one by one like any other change.
-                let ranges: Vec<SharedRange> = changes
-                    .ranges
-                    .iter()
-                    .filter_map(|&first| seg.range_at(first))
-                    .collect();
                 self.apply_ranges(&ranges);
-                let mut indices = changes.indices;
+                let mut indices = indices;
                 for r in &ranges {
                     indices.extend(r.first..r.first + r.count);
                 }

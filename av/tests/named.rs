@@ -1008,3 +1008,78 @@ fn a_named_av_larger_than_the_nic_takes_is_enospc() {
     .unwrap_err();
     assert_eq!(e.errno, FiErrno::FI_ENOSPC, "{e}");
 }
+
+/// A symmetric set whose members one process holds one by one (it caught up with the set's
+/// insert and the removal of an earlier address at its first index in one go) is removed by
+/// that process; a later set at the same first index reaches every other process whole.
+#[test]
+fn a_range_removed_by_a_process_holding_it_as_singles_does_not_hide_a_later_one() {
+    let name = unique("rangestale");
+    let mut a = open(attr(&name, 16)).unwrap();
+    let mut p = open(attr(&name, 16)).unwrap();
+    let mut q = open(attr(&name, 16)).unwrap();
+    assert_eq!(insert(&mut a, &[1, 2]), [0, 1]);
+    p.sync().unwrap();
+    q.sync().unwrap();
+    // In one catch-up window of p: index 1 is removed and a set of 4 takes 1..5.
+    a.remove(&[1], 0).unwrap();
+    let mut out = [0u64; 4];
+    a.insertsym("10.0.1.1", 1, "5", 4, Some(&mut out), 0, None)
+        .unwrap();
+    assert_eq!(out, [1, 2, 3, 4]);
+    p.sync().unwrap();
+    q.sync().unwrap();
+    assert_same(&mut a, &mut p);
+    // p removes the whole set.
+    p.remove(&[1, 2, 3, 4], 0).unwrap();
+    q.sync().unwrap();
+    assert_same(&mut a, &mut q);
+    // A new set of 6, elsewhere on the fabric, takes 1..7.
+    let mut out = [0u64; 6];
+    a.insertsym("10.0.9.1", 1, "5", 6, Some(&mut out), 0, None)
+        .unwrap();
+    assert_eq!(out, [1, 2, 3, 4, 5, 6]);
+    for fa in 1..7 {
+        assert_eq!(
+            lookup(&mut q, fa).map_err(|e| e.to_string()),
+            Ok(lookup(&mut a, fa).unwrap()),
+            "fi_addr {fa}"
+        );
+    }
+    assert_same(&mut a, &mut q);
+    assert_same(&mut a, &mut p);
+}
+
+/// A member removed, its hole refilled with the same address and emptied again by a process
+/// that holds the refill as the member, leaves the set's other member in every process,
+/// including one that has not caught up since before the set was inserted.
+#[test]
+fn a_set_member_refilled_with_its_own_address_and_removed_leaves_the_rest_in_a_lagging_process() {
+    let name = unique("rangeover");
+    let mut a = open(attr(&name, 8)).unwrap();
+    let mut l = open(attr(&name, 8)).unwrap();
+    let mut m = open(attr(&name, 8)).unwrap();
+    l.sync().unwrap();
+    m.sync().unwrap();
+    let mut out = [0u64; 2];
+    a.insertsym("10.0.1.1", 1, "5", 2, Some(&mut out), 0, None)
+        .unwrap();
+    assert_eq!(out, [0, 1]);
+    l.sync().unwrap();
+    let member0 = lookup(&mut a, 0).unwrap();
+    a.remove(&[0], 0).unwrap();
+    let mut fa = [0u64; 1];
+    a.insert(&member0, 1, Some(&mut fa), 0).unwrap();
+    assert_eq!(
+        fa,
+        [0],
+        "the hole is refilled with the member's own address"
+    );
+    l.sync().unwrap();
+    l.remove(&[0], 0).unwrap();
+    let want = lookup(&mut a, 1).unwrap();
+    assert_eq!(lookup(&mut m, 1).map_err(|e| e.to_string()), Ok(want));
+    assert_eq!(m.len().unwrap(), 1);
+    assert_same(&mut a, &mut m);
+    assert_same(&mut a, &mut l);
+}

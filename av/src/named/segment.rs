@@ -57,7 +57,10 @@
 //! (high), 3–6 member 0's address, 7 members still in use. A range record is a description
 //! only: the members' slots and bits are written as for single inserts, and they alone say
 //! what the AV holds. A process applies a live record as a range where its mirror holds none
-//! of the indices, then reconciles each index with its slot; a repair frees every record.
+//! of the indices, then reconciles each index with its slot; a repair frees every record. The
+//! count of members in use is each remover's view, so a record may outlive its members or go
+//! before them: a process catching up with a logged range reconciles the indices of every live
+//! record starting at its first index, and rescans every index when none is left.
 //!
 //! An index is in use exactly when its bitmap bit is set and its slot holds an address: a
 //! change writes the slot's last three words before its first (whose first byte is never zero
@@ -1244,13 +1247,6 @@ impl Segment {
         (0..RANGE_RECORDS)
             .filter_map(|record| self.range(record))
             .collect()
-    }
-
-    /// The live range record starting at index `first`.
-    pub fn range_at(&self, first: u32) -> Option<SharedRange> {
-        (0..RANGE_RECORDS)
-            .filter_map(|record| self.range(record))
-            .find(|r| r.first == first)
     }
 
     fn range(&self, record: usize) -> Option<SharedRange> {
