@@ -3,6 +3,8 @@
 
 mod common;
 
+use std::os::unix::fs::OpenOptionsExt;
+
 use common::{assert_in_step, open_named, pack, peer_bytes, unique, LIMITS};
 use uet_av::named::segment::{self, LOG_RECORDS};
 use uet_av::{
@@ -1082,4 +1084,34 @@ fn a_set_member_refilled_with_its_own_address_and_removed_leaves_the_rest_in_a_l
     assert_eq!(m.len().unwrap(), 1);
     assert_same(&mut a, &mut m);
     assert_same(&mut a, &mut l);
+}
+
+/// A FIFO (or a link to one) at a segment's path is refused at once: a snapshot does not wait
+/// for a writer that never comes.
+#[test]
+fn a_snapshot_of_a_fifo_at_the_segment_path_is_refused_without_waiting() {
+    let name = unique("snapfifo");
+    let path = segment::path_of(&name);
+    let c_path = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path that lives across the call.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let n = name.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(segment::Snapshot::read(&n).map(|s| s.name));
+    });
+    let got = rx.recv_timeout(std::time::Duration::from_secs(5));
+    if got.is_err() {
+        // Let the reader's open return, so that the thread ends.
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path);
+    }
+    std::fs::remove_file(&path).unwrap();
+    let e = got
+        .expect("the snapshot answers at once")
+        .expect_err("a FIFO is no segment");
+    assert_eq!(e.errno, FiErrno::FI_EINVAL, "{e}");
+    assert!(e.message.contains("not a named-AV segment"), "{e}");
 }

@@ -475,10 +475,17 @@ fn check_name(name: &str) -> Result<(), FiError> {
 }
 
 /// The whole of `file` as words of private memory ([`Snapshot::read`]). `InvalidData` when it
-/// is smaller than a header or not whole words, `OutOfMemory` when no memory can hold it.
+/// is not a regular file, is smaller than a header or not whole words, `OutOfMemory` when no memory can hold it.
 fn copy_words(file: &File) -> io::Result<Box<[AtomicU64]>> {
     use std::os::unix::fs::FileExt;
-    let size = usize::try_from(file.metadata()?.len()).unwrap_or(usize::MAX);
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "not a regular file",
+        ));
+    }
+    let size = usize::try_from(meta.len()).unwrap_or(usize::MAX);
     if size < HEADER_BYTES || !size.is_multiple_of(8) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
@@ -1599,8 +1606,9 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// Read the named AV `name`. `FI_ENOENT` when no AV of that name exists (or its last
-    /// handle has closed it); `FI_EACCES` when the segment's permissions refuse this user;
-    /// `FI_EINVAL` when the file is not a segment of this layout holding that name;
+    /// handle has closed it); `FI_EACCES` when the segment's permissions refuse this user or
+    /// its path is a symbolic link; `FI_EINVAL` when the file is not a segment of this layout
+    /// holding that name (a FIFO or device in its place included);
     /// `FI_EAGAIN` when a change holds the lock for longer than [`SNAPSHOT_WAIT`].
     pub fn read(name: &str) -> Result<Snapshot, FiError> {
         let ctx = |what: &str| format!("named AV '{name}': {what}");
@@ -1612,9 +1620,24 @@ impl Snapshot {
                 format!("no named AV '{name}' exists (no {})", path.display()),
             )
         };
-        let file = match File::open(&path) {
+        // Not through a symbolic link, and without waiting: a FIFO in the segment's place
+        // (`/dev/shm` is writable by all) would block an open until someone writes to it.
+        let file = match OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&path)
+        {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(gone()),
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return Err(FiError::new(
+                    FiErrno::FI_EACCES,
+                    ctx(&format!(
+                        "{} is a symbolic link, not a segment file",
+                        path.display()
+                    )),
+                ))
+            }
             Err(e) => return Err(os_error(&ctx(&format!("opening {}", path.display())), &e)),
         };
         let deadline = std::time::Instant::now() + SNAPSHOT_WAIT;
