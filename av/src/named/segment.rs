@@ -87,7 +87,9 @@
 //!
 //! Creation is atomic: the creator builds the segment in an unnamed file (`O_TMPFILE`; a
 //! temporary name where the system has none) and publishes it with `linkat(2)`, so no process
-//! ever sees a segment without its header, and a creator that dies first leaves nothing.
+//! ever sees a segment without its header. With `O_TMPFILE` a creator that dies first leaves
+//! nothing; with a temporary name (`.uet-av.tmp.<pid>.<n>.<ns>` in [`SHM_DIR`]) it leaves that
+//! file, which nothing removes (no process opens it).
 //!
 //! Opening refuses a segment file that is a symbolic link, that another user owns, or that
 //! another user may write (`FI_EACCES`): `/dev/shm` is writable by all, and AV names are
