@@ -31,7 +31,8 @@
 //! The protocol cannot carry a failed BAR access back to the `vfio_user` client (it expects a
 //! reply of the access's shape), which is why a bad access is answered in band, never as an
 //! error reply. A failed DMA map is answered with an error reply and logged; see the driver's
-//! backend for what a client learns of it.
+//! backend for what a client learns of it. A refused DMA unmap is logged and answered as done,
+//! for the same reason as a bad access: the client reads an unmap's reply in full.
 
 use crate::pci_config::PciConfig;
 use crate::{SimError, SimFunction};
@@ -266,11 +267,14 @@ impl ServerBackend for FunctionBackend {
             .map_err(io_error)
     }
 
+    /// A refused unmap is logged and answered as done: the `vfio_user` client reads an
+    /// unmap's reply as a whole unmap message, and an error reply (a bare header) would leave
+    /// it waiting for the rest, and the conversation stuck.
     fn dma_unmap(&mut self, _flags: DmaUnmapFlags, address: u64, size: u64) -> std::io::Result<()> {
-        self.function
-            .dma_unmap(address, size)
-            .inspect_err(|e| tracing::warn!(address, size, error = %e, "DMA unmap refused"))
-            .map_err(io_error)
+        if let Err(e) = self.function.dma_unmap(address, size) {
+            tracing::warn!(address, size, error = %e, "DMA unmap refused");
+        }
+        Ok(())
     }
 
     fn reset(&mut self) -> std::io::Result<()> {

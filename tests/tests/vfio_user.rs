@@ -490,3 +490,46 @@ fn no_server_no_socket_clear_errors() {
     assert!(path.exists(), "a socket path that was there stays");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A mapping the server refused (its IOVAs overlap memory the function already reaches) is
+/// unmapped when the driver lets it go; the server refuses that too. The `vfio_user` client
+/// reads an unmap's reply as a whole unmap message, so a refusal must not come back as a bare
+/// error header: the client would wait for the rest of a reply that never comes, holding the
+/// device's conversation, and every register access after it would hang.
+#[test]
+fn a_refused_unmap_leaves_the_conversation_intact() {
+    let (_fabric, fns) = uet_tests::fabric(1);
+    let dir = socket_dir("refused-unmap");
+    let (server, t) = serve(&fns[0], &dir.join("nic.sock"));
+    let device: Arc<dyn Device> =
+        Arc::new(VfioUserDevice::open(server.path()).expect("open over vfio-user"));
+    // The function already reaches [iova + 4 KiB, iova + 12 KiB): the driver's map of
+    // [iova, iova + 8 KiB) overlaps it, and unmapping that range would cut it in two.
+    let iova = 0x1_0000_0000;
+    let other = dma_file(&dir, 8192);
+    fns[0].dma_map(iova + 4096, 8192, other.as_fd(), 0).unwrap();
+    let region = uet_driver::dma::DmaRegion::new_normal(8192, iova).unwrap();
+    let mapped = uet_driver::MappedRegion::map(device.clone(), region)
+        .expect("the client does not report a refused map");
+
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let d = device.clone();
+    std::thread::spawn(move || {
+        drop(mapped);
+        let _ = done_tx.send(d.bar0().read32(ID.offset()));
+    });
+    let id = done_rx
+        .recv_timeout(std::time::Duration::from_secs(5))
+        .expect("the unmap and the register read after it answer");
+    assert_eq!(id, fns[0].read32(ID.offset()));
+    assert!(
+        matches!(
+            fns[0].dma_map(iova + 4096, 4096, other.as_fd(), 0),
+            Err(SimError::Overlap { .. })
+        ),
+        "the refused unmap left the function's own mapping in place"
+    );
+    drop(device);
+    t.join().unwrap().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
