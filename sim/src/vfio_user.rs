@@ -91,18 +91,31 @@ impl VfioUserServer {
 
     /// Wait for a client, serve it until it disconnects, then release the function (DMA
     /// unmapped, function-level reset). An error is a broken conversation (a malformed or
-    /// unsupported message, a socket error); the function is released either way.
+    /// unsupported message, a socket error); the function is released either way. The
+    /// protocol crate panics on some malformed messages (a version message too short, or
+    /// whose capabilities are not a NUL-terminated string); such a panic ends the
+    /// conversation as an error, not the server.
     pub fn serve_one(&self) -> Result<(), SimError> {
         let mut backend = self
             .backend
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let served = self.server.run(&mut *backend);
+        // Unwind safety: whatever state the panic left in the backend, `release` below resets
+        // the function and withdraws its mappings before anything else uses it.
+        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.server.run(&mut *backend)
+        }));
         backend.release();
-        served.map_err(|e| SimError::VfioUser {
+        let fail = |reason: String| SimError::VfioUser {
             path: self.path.display().to_string(),
-            reason: e.to_string(),
-        })
+            reason,
+        };
+        match served {
+            Ok(served) => served.map_err(|e| fail(e.to_string())),
+            Err(_) => Err(fail(
+                "malformed message (the protocol crate panicked)".into(),
+            )),
+        }
     }
 
     /// Serve clients one after another, forever; a broken conversation is logged and the

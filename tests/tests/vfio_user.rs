@@ -533,3 +533,80 @@ fn a_refused_unmap_leaves_the_conversation_intact() {
     t.join().unwrap().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// One vfio-user message as the protocol lays it out: the 16-byte header, then `body`.
+fn raw_message(id: u16, command: u16, body: &[u8]) -> Vec<u8> {
+    let mut m = Vec::new();
+    m.extend_from_slice(&id.to_ne_bytes());
+    m.extend_from_slice(&command.to_ne_bytes());
+    m.extend_from_slice(&(16 + body.len() as u32).to_ne_bytes());
+    m.extend_from_slice(&[0; 8]); // flags: a command; error: none
+    m.extend_from_slice(body);
+    m
+}
+
+/// A region write as raw bytes, and its 32-byte reply read back.
+fn raw_region_write(
+    stream: &mut std::os::unix::net::UnixStream,
+    region: u32,
+    at: u64,
+    data: &[u8],
+) {
+    use std::io::{Read, Write};
+    let mut body = Vec::new();
+    body.extend_from_slice(&at.to_ne_bytes());
+    body.extend_from_slice(&region.to_ne_bytes());
+    body.extend_from_slice(&(data.len() as u32).to_ne_bytes());
+    body.extend_from_slice(data);
+    stream.write_all(&raw_message(0, 10, &body)).unwrap();
+    let mut reply = [0u8; 32];
+    stream.read_exact(&mut reply).unwrap();
+}
+
+/// A peer that is no proper vfio-user client (here: a version message whose capabilities are
+/// not a NUL-terminated string, which the protocol crate's server does not survive) breaks
+/// its own conversation only: the server reports it, releases the function as for any client
+/// that goes, and serves the next client.
+#[test]
+fn a_malformed_message_ends_that_client_and_the_server_serves_the_next() {
+    use std::io::Write;
+    let (_fabric, fns) = uet_tests::fabric(1);
+    let dir = socket_dir("malformed");
+    let (server, t) = serve(&fns[0], &dir.join("nic.sock"));
+    let mut stream = std::os::unix::net::UnixStream::connect(server.path()).unwrap();
+    raw_region_write(
+        &mut stream,
+        VFIO_PCI_CONFIG_REGION_INDEX,
+        pci::COMMAND as u64,
+        &pci::COMMAND_MEMORY_SPACE.to_le_bytes(),
+    );
+    raw_region_write(
+        &mut stream,
+        VFIO_PCI_BAR0_REGION_INDEX,
+        u64::from(ADMIN_SQ_BASE.offset()),
+        &0x10_0000u64.to_le_bytes(),
+    );
+    assert_eq!(fns[0].read64(ADMIN_SQ_BASE.offset()), 0x10_0000);
+    // Version 0.1, then capabilities with no terminating NUL.
+    let mut version = vec![0, 0, 1, 0];
+    version.extend_from_slice(b"{}{}");
+    stream.write_all(&raw_message(1, 1, &version)).unwrap();
+
+    let served = t.join().expect("the server survives a malformed message");
+    assert!(
+        matches!(served, Err(SimError::VfioUser { .. })),
+        "{served:?}"
+    );
+    assert_eq!(fns[0].read64(ADMIN_SQ_BASE.offset()), 0, "function reset");
+    drop(stream);
+
+    let t = serve_next(&server);
+    let device = VfioUserDevice::open(server.path()).expect("the next client is served");
+    assert_eq!(
+        device.bar0().read32(ID.offset()),
+        fns[0].read32(ID.offset())
+    );
+    drop(device);
+    t.join().unwrap().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
