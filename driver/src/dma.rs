@@ -388,9 +388,19 @@ impl DmaRegion {
         self.iova
     }
 
-    /// The IOVA of byte `offset`.
-    pub fn iova_at(&self, offset: usize) -> u64 {
-        self.iova + offset as u64
+    /// The IOVA of byte `offset`, which may be the region's end. `OutOfBounds` for an offset
+    /// past the end, or an IOVA past 2^64 - 1 (a region placed by hand at the top of the
+    /// space; the [`IovaAllocator`] never places one there).
+    pub fn iova_at(&self, offset: usize) -> Result<u64, DmaError> {
+        self.check(offset, 0)?;
+        u64::try_from(offset)
+            .ok()
+            .and_then(|o| self.iova.checked_add(o))
+            .ok_or(DmaError::OutOfBounds {
+                offset,
+                len: 0,
+                size: self.len,
+            })
     }
 
     /// Which pages back the region.
@@ -755,6 +765,25 @@ mod tests {
         // 10 + 180 hugepages in all, requests of 1 to 3: most of it is given out.
         let pages: u64 = got.iter().map(|(s, e)| (e - s) / hp).sum();
         assert!(pages > 150, "{pages} hugepages given out");
+    }
+
+    /// An IOVA is named only for an offset inside the region (or its end), and only when it
+    /// fits the IOVA space: an offset past the region, or a region placed at the top of the
+    /// space, is an error rather than an overflow or an address outside the region.
+    #[test]
+    fn an_iova_outside_the_region_or_the_iova_space_is_refused() {
+        let r = DmaRegion::new_normal(4096, IovaAllocator::BASE).unwrap();
+        assert_eq!(r.iova_at(0).unwrap(), IovaAllocator::BASE);
+        assert_eq!(r.iova_at(4095).unwrap(), IovaAllocator::BASE + 4095);
+        assert_eq!(r.iova_at(4096).unwrap(), IovaAllocator::BASE + 4096);
+        assert!(matches!(
+            r.iova_at(4097),
+            Err(DmaError::OutOfBounds { offset: 4097, .. })
+        ));
+        assert!(r.iova_at(usize::MAX).is_err());
+        let top = DmaRegion::new_normal(4096, u64::MAX - 4095).unwrap();
+        assert_eq!(top.iova_at(4095).unwrap(), u64::MAX);
+        assert!(top.iova_at(4096).is_err(), "2^64 is no IOVA");
     }
 
     /// Lengths that no mapping can have are refused before any system call, and a region

@@ -573,8 +573,10 @@ pub(crate) struct RingSet {
 }
 
 impl RingSet {
+    /// The IOVA of the ring at `off`: inside the ring set's region, whose IOVAs the allocator
+    /// placed inside the IOVA space, so never the fallback 0, which no device maps.
     fn iova(&self, off: usize) -> U64 {
-        U64::new(self.rings.region().iova_at(off))
+        U64::new(self.rings.region().iova_at(off).unwrap_or(0))
     }
 }
 
@@ -1226,7 +1228,7 @@ impl Endpoint {
             flags: TX_FLAG_INJECT,
             data,
             match_bits: tag,
-            ..TxRequest::new(op, dest, region.iova_at(slot), payload.len())
+            ..TxRequest::new(op, dest, region.iova_at(slot)?, payload.len())
         };
         self.post_tx(req, 0, None::<DmaBuffer>).map_err(|(e, _)| e)
     }

@@ -206,7 +206,11 @@ impl Endpoint {
             }
         }
         let mut body = MrRegisterBody::new_zeroed();
-        body.iova = U64::new(region.iova_at(start));
+        let iova = match region.iova_at(start) {
+            Ok(iova) => iova,
+            Err(e) => return Err(refused(e.into(), memory)),
+        };
+        body.iova = U64::new(iova);
         body.len = U64::new(len as u64);
         body.key = U64::new(key);
         body.access = access.bits();
@@ -295,7 +299,10 @@ impl MemoryRegion {
 
     /// IOVA of the region's first byte.
     pub fn iova(&self) -> u64 {
-        self.span().map_or(0, |(r, s, _)| r.iova_at(s))
+        self.span()
+            .ok()
+            .and_then(|(r, s, _)| r.iova_at(s).ok())
+            .unwrap_or(0)
     }
 
     fn check(
