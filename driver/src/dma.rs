@@ -320,7 +320,9 @@ impl DmaRegion {
             });
         }
         // Seal the size: a process that maps this memfd (the simulator, a vfio-user server) can
-        // then rely on every page staying backed. Failure only loses that guarantee.
+        // then rely on every page staying backed. Failure is logged: the in-process simulator
+        // and kernel VFIO do without the seal, but a vfio-user simulator refuses to map memory
+        // that lacks it.
         // SAFETY: fcntl on a descriptor we own with defined seal flags.
         let sealed = unsafe {
             libc::fcntl(

@@ -18,7 +18,9 @@
 //!   (a DMA fault otherwise). Both are clear when the server starts and after a reset;
 //! * **DMA**: each region the client maps arrives as a file descriptor (the driver's DMA
 //!   memory is a memfd) and is mapped into the function's IOMMU view (`SimFunction::dma_map`),
-//!   so the NIC reads and writes the driver's memory directly;
+//!   so the NIC reads and writes the driver's memory directly. The memory must be sealed
+//!   against shrinking (`F_SEAL_SHRINK`, as the driver seals its memfds): memory the client
+//!   could shrink under a mapping would fault the server on the NIC's next access;
 //! * **device reset**: a function-level reset (the model's `FUNCTION_RESET`, and the
 //!   configuration header's reset values);
 //! * no interrupts: the driver polls its completion rings.
@@ -193,6 +195,18 @@ impl FunctionBackend {
     }
 }
 
+/// Whether `file` carries the `F_SEAL_SHRINK` seal: its size can never go below what it is
+/// now, so a mapping checked against that size stays backed (a memfd the driver sealed).
+#[allow(unsafe_code)]
+fn sealed_against_shrinking(file: &File) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: F_GET_SEALS only reads the seals of a descriptor this process owns (`file` is
+    // borrowed for the call); it touches no memory and fails with EINVAL for files that
+    // cannot be sealed.
+    let seals = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) };
+    seals >= 0 && seals & libc::F_SEAL_SHRINK != 0
+}
+
 fn io_error(e: SimError) -> std::io::Error {
     std::io::Error::other(e.to_string())
 }
@@ -274,6 +288,18 @@ impl ServerBackend for FunctionBackend {
             tracing::warn!(address, size, "DMA map without a file descriptor refused");
             return Err(std::io::Error::other("DMA map needs a file descriptor"));
         };
+        // Memory the client could still shrink would fault this process (SIGBUS) on the
+        // NIC's next access past the new end: only memory sealed against shrinking is mapped.
+        if !sealed_against_shrinking(&fd) {
+            tracing::warn!(
+                address,
+                size,
+                "DMA map of memory not sealed against shrinking refused"
+            );
+            return Err(std::io::Error::other(
+                "DMA memory must be a memfd sealed against shrinking (F_SEAL_SHRINK)",
+            ));
+        }
         self.function
             .dma_map(address, size, fd.as_fd(), offset)
             .inspect_err(|e| tracing::warn!(address, size, error = %e, "DMA map refused"))

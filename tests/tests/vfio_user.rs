@@ -254,15 +254,16 @@ fn a_client_that_goes_leaves_no_dma_mapping_and_a_reset_function() {
     let (_fabric, fns) = uet_tests::fabric(1);
     let dir = socket_dir("release");
     let (server, t) = serve(&fns[0], &dir.join("nic.sock"));
-    let memory = dma_file(&dir, 8192);
+    // DMA memory as the driver's: a memfd sealed against shrinking.
+    let memory = uet_driver::dma::DmaRegion::new_normal(8192, 0).unwrap();
     let mut client = Client::new(server.path()).unwrap();
     set_command(&mut client, pci::COMMAND_MEMORY_SPACE);
     client
-        .dma_map(0, 0x10_0000, 8192, memory.as_raw_fd())
+        .dma_map(0, 0x10_0000, 8192, memory.fd().as_raw_fd())
         .unwrap();
     assert!(
         matches!(
-            fns[0].dma_map(0x10_0000, 4096, memory.as_fd(), 0),
+            fns[0].dma_map(0x10_0000, 4096, memory.fd(), 0),
             Err(SimError::Overlap { .. })
         ),
         "the server mapped the client's memory"
@@ -281,7 +282,7 @@ fn a_client_that_goes_leaves_no_dma_mapping_and_a_reset_function() {
     t.join().unwrap().unwrap();
     assert_eq!(fns[0].read64(ADMIN_SQ_BASE.offset()), 0, "function reset");
     fns[0]
-        .dma_map(0x10_0000, 8192, memory.as_fd(), 0)
+        .dma_map(0x10_0000, 8192, memory.fd(), 0)
         .expect("the departed client's mapping was withdrawn");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -607,6 +608,72 @@ fn a_malformed_message_ends_that_client_and_the_server_serves_the_next() {
         fns[0].read32(ID.offset())
     );
     drop(device);
+    t.join().unwrap().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// DMA memory a client could shrink after mapping it would fault the server (SIGBUS) on the
+/// NIC's next access to it; the server maps only memory sealed against shrinking (the
+/// driver's memfds are). A client that offers other memory gets no mapping: the NIC's access
+/// is a DMA fault, and the server goes on.
+#[test]
+fn memory_a_client_could_shrink_is_not_mapped() {
+    use uet_regs::{
+        AdminQueueSize, DevCtrl, RingIndex, ADMIN_QUEUE_SIZE, ADMIN_SQ_DOORBELL, DEV_CTRL,
+    };
+    let (_fabric, fns) = uet_tests::fabric(1);
+    let dir = socket_dir("shrink");
+    let (server, t) = serve(&fns[0], &dir.join("nic.sock"));
+    let memory = dma_file(&dir, 8192);
+    let mut client = Client::new(server.path()).unwrap();
+    set_command(
+        &mut client,
+        pci::COMMAND_MEMORY_SPACE | pci::COMMAND_BUS_MASTER,
+    );
+    client
+        .dma_map(0, 0x10_0000, 8192, memory.as_raw_fd())
+        .unwrap();
+    let bar = VFIO_PCI_BAR0_REGION_INDEX;
+    let write = |client: &mut Client, at: u32, bytes: &[u8]| {
+        client.region_write(bar, u64::from(at), bytes).unwrap();
+    };
+    write(
+        &mut client,
+        ADMIN_SQ_BASE.offset(),
+        &0x10_0000u64.to_le_bytes(),
+    );
+    write(
+        &mut client,
+        ADMIN_CQ_BASE.offset(),
+        &0x10_1000u64.to_le_bytes(),
+    );
+    let size = AdminQueueSize::new().with_sq_log2(2).with_cq_log2(2);
+    write(
+        &mut client,
+        ADMIN_QUEUE_SIZE.offset(),
+        &u32::from(size).to_le_bytes(),
+    );
+    let enable = DevCtrl::new().with_enable(true);
+    write(
+        &mut client,
+        DEV_CTRL.offset(),
+        &u32::from(enable).to_le_bytes(),
+    );
+    // The memory goes, then the NIC is asked to read its first admin command from it.
+    memory.set_len(0).unwrap();
+    let doorbell = RingIndex::new().with_index(1);
+    write(
+        &mut client,
+        ADMIN_SQ_DOORBELL.offset(),
+        &u32::from(doorbell).to_le_bytes(),
+    );
+    assert!(fns[0].read64(DMA_FAULTS.offset()) > 0);
+    let mut id = [0u8; 4];
+    client
+        .region_read(bar, u64::from(ID.offset()), &mut id)
+        .unwrap();
+    assert_eq!(u32::from_le_bytes(id), fns[0].read32(ID.offset()));
+    drop(client);
     t.join().unwrap().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
