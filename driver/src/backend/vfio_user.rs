@@ -19,7 +19,8 @@
 //!
 //! When the server goes away, register reads return all ones, as a PCIe read of a
 //! surprise-removed function does, and writes are dropped; the driver notices through
-//! `ID` and `DEV_STATUS`, as on hardware. The first failure is logged. A server that is
+//! `ID` and `DEV_STATUS`, as on hardware. The first failure is logged. No access raises
+//! `SIGPIPE` on the way (the program hosting the driver may not ignore it). A server that is
 //! there but stops answering holds the access until it answers or goes, as a hung PCIe
 //! function stalls the CPU's load: the client has no timeout once open.
 //!
@@ -87,7 +88,7 @@ impl VfioUserDevice {
         std::thread::Builder::new()
             .name("vfio-user-connect".into())
             .spawn(move || {
-                let _ = tx.send(Client::new(&at));
+                let _ = tx.send(without_sigpipe(|| Client::new(&at)));
             })
             .map_err(|e| refuse(format!("cannot start the connection: {e}")))?;
         let mut client = match rx.recv_timeout(timeout) {
@@ -120,9 +121,10 @@ impl VfioUserDevice {
             ));
         }
         let mut id = [0u8; 4];
-        client
-            .region_read(VFIO_PCI_CONFIG_REGION_INDEX, pci::VENDOR_ID as u64, &mut id)
-            .map_err(|e| refuse(e.to_string()))?;
+        without_sigpipe(|| {
+            client.region_read(VFIO_PCI_CONFIG_REGION_INDEX, pci::VENDOR_ID as u64, &mut id)
+        })
+        .map_err(|e| refuse(e.to_string()))?;
         let id = u32::from_le_bytes(id);
         if id != pci::ID_DWORD {
             return Err(refuse(format!(
@@ -135,22 +137,24 @@ impl VfioUserDevice {
         }
         // 3. Memory space and bus master on.
         let mut command = [0u8; 2];
-        client
-            .region_read(
+        without_sigpipe(|| {
+            client.region_read(
                 VFIO_PCI_CONFIG_REGION_INDEX,
                 pci::COMMAND as u64,
                 &mut command,
             )
-            .map_err(|e| refuse(e.to_string()))?;
+        })
+        .map_err(|e| refuse(e.to_string()))?;
         let command =
             u16::from_le_bytes(command) | pci::COMMAND_MEMORY_SPACE | pci::COMMAND_BUS_MASTER;
-        client
-            .region_write(
+        without_sigpipe(|| {
+            client.region_write(
                 VFIO_PCI_CONFIG_REGION_INDEX,
                 pci::COMMAND as u64,
                 &command.to_le_bytes(),
             )
-            .map_err(|e| refuse(e.to_string()))?;
+        })
+        .map_err(|e| refuse(e.to_string()))?;
         Ok(VfioUserDevice {
             client: Mutex::new(client),
             path,
@@ -188,7 +192,8 @@ impl VfioUserDevice {
     /// `N` bytes of `region` at `offset`; all ones when the server is gone.
     fn region_read<const N: usize>(&self, region: u32, offset: u64) -> [u8; N] {
         let mut data = [0xFF; N];
-        if let Err(e) = self.client().region_read(region, offset, &mut data) {
+        let mut client = self.client();
+        if let Err(e) = without_sigpipe(|| client.region_read(region, offset, &mut data)) {
             self.failed("region read", &e);
             data = [0xFF; N];
         }
@@ -209,9 +214,89 @@ impl VfioUserDevice {
     }
 
     fn region_write(&self, region: u32, offset: u64, data: &[u8], what: &str) {
-        if let Err(e) = self.client().region_write(region, offset, data) {
+        let mut client = self.client();
+        if let Err(e) = without_sigpipe(|| client.region_write(region, offset, data)) {
             self.failed(what, &e);
         }
+    }
+}
+
+/// Run `f`, a conversation on the socket, with `SIGPIPE` blocked on this thread: the
+/// `vfio_user` client writes some messages with writev(2), which raises `SIGPIPE` when the
+/// server has gone, and the signal's default action would end a program that hosts the
+/// driver and does not ignore it (a C program). The write fails with `EPIPE` instead, and a
+/// `SIGPIPE` it left pending is taken off before the thread's mask is put back.
+fn without_sigpipe<T, E>(f: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
+    let mut quiet = SigpipeBlocked::new();
+    let r = f();
+    quiet.failed = r.is_err();
+    r
+}
+
+/// `SIGPIPE` blocked on this thread while the value lives (see [`without_sigpipe`]).
+struct SigpipeBlocked {
+    /// Just `SIGPIPE`.
+    pipe: libc::sigset_t,
+    /// The thread's mask before, when this value blocked `SIGPIPE` (it was not blocked).
+    old: Option<libc::sigset_t>,
+    /// Whether the conversation failed (a write may have raised `SIGPIPE`); true while it
+    /// runs, so that a panic in it also takes a raised signal off.
+    failed: bool,
+}
+
+impl SigpipeBlocked {
+    fn new() -> Self {
+        // SAFETY: sigset_t is plain data; sigemptyset and sigaddset write the set they are
+        // given, a live local, and read nothing else.
+        let pipe = unsafe {
+            let mut set: libc::sigset_t = core::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGPIPE);
+            set
+        };
+        // SAFETY: as above, for the mask pthread_sigmask fills in.
+        let mut old: libc::sigset_t = unsafe { core::mem::zeroed() };
+        // SAFETY: pthread_sigmask reads `pipe` and writes `old`, both live locals; it changes
+        // only this thread's mask, which Drop puts back.
+        let blocked = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &pipe, &mut old) } == 0;
+        // SAFETY: sigismember reads the set it is given, a live local.
+        let was_blocked = unsafe { libc::sigismember(&old, libc::SIGPIPE) } == 1;
+        SigpipeBlocked {
+            pipe,
+            // Already blocked: the program's own choice, left as it is.
+            old: (blocked && !was_blocked).then_some(old),
+            failed: true,
+        }
+    }
+}
+
+impl Drop for SigpipeBlocked {
+    fn drop(&mut self) {
+        let Some(old) = self.old else {
+            return;
+        };
+        if self.failed {
+            // SAFETY: sigset_t is plain data; sigpending writes the set it is given, a live
+            // local.
+            let mut pending: libc::sigset_t = unsafe { core::mem::zeroed() };
+            // SAFETY: as above; sigismember reads a live local.
+            let raised = unsafe {
+                libc::sigpending(&mut pending) == 0
+                    && libc::sigismember(&pending, libc::SIGPIPE) == 1
+            };
+            if raised {
+                let now = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                };
+                // SAFETY: sigtimedwait reads the set and the timeout, live values, and takes
+                // the pending SIGPIPE (blocked on this thread) without waiting; no siginfo.
+                unsafe { libc::sigtimedwait(&self.pipe, core::ptr::null_mut(), &now) };
+            }
+        }
+        // SAFETY: pthread_sigmask reads `old`, the mask this thread had, and writes nothing
+        // back (null).
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut()) };
     }
 }
 
@@ -254,30 +339,155 @@ impl Device for VfioUserDevice {
     }
 
     fn dma_map(&self, region: &DmaRegion) -> Result<(), DeviceError> {
-        self.client()
-            .dma_map(
+        let mut client = self.client();
+        without_sigpipe(|| {
+            client.dma_map(
                 0,
                 region.iova(),
                 region.len() as u64,
                 region.fd().as_raw_fd(),
             )
-            .map_err(|e| DeviceError::DmaMap {
-                iova: region.iova(),
-                len: region.len(),
-                reason: e.to_string(),
-            })
+        })
+        .map_err(|e| DeviceError::DmaMap {
+            iova: region.iova(),
+            len: region.len(),
+            reason: e.to_string(),
+        })
     }
 
     fn dma_unmap(&self, region: &DmaRegion) -> Result<(), DeviceError> {
-        self.client()
-            .dma_unmap(region.iova(), region.len() as u64)
-            .map_err(|e| DeviceError::DmaUnmap {
+        let mut client = self.client();
+        without_sigpipe(|| client.dma_unmap(region.iova(), region.len() as u64)).map_err(|e| {
+            DeviceError::DmaUnmap {
                 iova: region.iova(),
                 reason: e.to_string(),
-            })
+            }
+        })
     }
 
     fn name(&self) -> String {
         format!("vfio-user:{}", self.path.display())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs::File;
+    use vfio_bindings::bindings::vfio::{vfio_region_info, VFIO_PCI_NUM_REGIONS};
+    use vfio_user::{DmaMapFlags, DmaUnmapFlags, Server, ServerBackend, ServerRegion};
+
+    /// A function that passes the driver's checks at open, then goes away (its server
+    /// thread ends, closing the socket) at the first BAR0 write.
+    struct GoesAway;
+
+    impl ServerBackend for GoesAway {
+        fn region_read(
+            &mut self,
+            region: u32,
+            offset: u64,
+            data: &mut [u8],
+        ) -> std::io::Result<()> {
+            data.fill(0);
+            if region == VFIO_PCI_CONFIG_REGION_INDEX && offset == pci::VENDOR_ID as u64 {
+                for (d, s) in data.iter_mut().zip(pci::ID_DWORD.to_le_bytes()) {
+                    *d = s;
+                }
+            }
+            Ok(())
+        }
+
+        fn region_write(&mut self, region: u32, _: u64, _: &[u8]) -> std::io::Result<()> {
+            assert_ne!(region, VFIO_PCI_BAR0_REGION_INDEX, "the function goes away");
+            Ok(())
+        }
+
+        fn dma_map(
+            &mut self,
+            _: DmaMapFlags,
+            _: u64,
+            _: u64,
+            _: u64,
+            _: Option<File>,
+        ) -> std::io::Result<()> {
+            Ok(())
+        }
+
+        fn dma_unmap(&mut self, _: DmaUnmapFlags, _: u64, _: u64) -> std::io::Result<()> {
+            Ok(())
+        }
+
+        fn reset(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+
+        fn set_irqs(
+            &mut self,
+            _: u32,
+            _: u32,
+            _: u32,
+            _: u32,
+            _: Vec<File>,
+        ) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn regions() -> Vec<ServerRegion> {
+        (0..VFIO_PCI_NUM_REGIONS)
+            .map(|index| {
+                let size = match index {
+                    VFIO_PCI_BAR0_REGION_INDEX => u64::from(BAR0_SIZE),
+                    VFIO_PCI_CONFIG_REGION_INDEX => pci::CONFIG_SPACE_SIZE as u64,
+                    _ => 0,
+                };
+                ServerRegion {
+                    region_info: vfio_region_info {
+                        argsz: core::mem::size_of::<vfio_region_info>() as u32,
+                        flags: VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE,
+                        index,
+                        cap_offset: 0,
+                        size,
+                        offset: 0,
+                    },
+                    sparse_areas: Vec::new(),
+                    mmap_fd: None,
+                }
+            })
+            .collect()
+    }
+
+    /// Register accesses after the server went away fail as on a surprise-removed function
+    /// (reads all ones, writes dropped), never with a `SIGPIPE`, whose default action would
+    /// end a C program that hosts the driver. The `vfio_user` client writes a register write
+    /// with writev(2), which raises the signal on a socket whose peer has closed.
+    #[test]
+    fn accesses_after_the_server_went_away_raise_no_sigpipe() {
+        let dir = std::env::temp_dir().join(format!("uet-vfio-user-gone-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("gone.sock");
+        let server = Server::new(&path, true, Vec::new(), regions()).unwrap();
+        let t = std::thread::spawn(move || {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                server.run(&mut GoesAway)
+            }));
+            // The server, its listener and the connection go with this thread.
+        });
+        let device = VfioUserDevice::open(&path).unwrap();
+        // SIGPIPE's default action, as in a C program that hosts the driver (each test runs
+        // in a process of its own under nextest).
+        // SAFETY: sets the disposition of SIGPIPE to a value libc defines; no handler.
+        let before = unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+        device.write32(0, 1);
+        t.join().unwrap();
+        device.write32(0, 2);
+        device.write64_burst(0, &[1, 2, 3]);
+        let id = device.read32(0);
+        // SAFETY: as above, putting back the disposition read there.
+        unsafe { libc::signal(libc::SIGPIPE, before) };
+        assert_eq!(id, u32::MAX);
+        assert!(device.lost.load(Ordering::Relaxed));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
