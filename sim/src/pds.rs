@@ -330,9 +330,9 @@ impl PdcTable {
 
     /// The SES message id of the next message to `dst`. Ids count per destination (the PDC
     /// the message travels in), not per endpoint: a target identifies a message by its PDC
-    /// and id, and two endpoints of this NIC never send it the same id while it can still
-    /// remember the first (it remembers far fewer than 65,536 messages), whatever JobID and
-    /// initiator id their packets carry.
+    /// and id, whatever JobID and initiator id its packets carry. Ids wrap after 65,536
+    /// messages; every message takes at least one PSN of the PDC, so a target that still
+    /// remembers a message tells a later one with the same id by its PSNs.
     pub(crate) fn next_message_id(&mut self, dst: IpAddr) -> u16 {
         let pdc = self.initiator_pdc(dst);
         let id = pdc.next_message_id;

@@ -87,8 +87,10 @@
 //! (`reassembly_overflows`). The outcome of the last [`RECENT_MESSAGES`] finished or refused
 //! multi-packet messages is remembered, so a late packet of one is answered with the same
 //! return code rather than opening a new reassembly (a refusal counts in the endpoint's
-//! `rejected` again: one per refused packet). Reassemblies of a destroyed endpoint are
-//! dropped.
+//! `rejected` again: one per refused packet). A packet is a late one only when its PSN is
+//! within 65,536 of the last packet seen of the remembered message: further away, the
+//! sender's 16-bit message ids have wrapped and the packet starts a new message with the same
+//! id. Reassemblies of a destroyed endpoint are dropped.
 //!
 //! An RX descriptor with `RX_FLAG_MULTI_RECV` becomes the endpoint's current multi-receive
 //! buffer instead of being consumed by one message: untagged messages are placed in it one
@@ -132,6 +134,11 @@ use zerocopy::FromBytes;
 
 /// Finished or refused multi-packet messages whose outcome is remembered for late packets.
 pub const RECENT_MESSAGES: usize = 1024;
+/// PSNs within which a packet can belong to a remembered message. Message ids count per PDC
+/// in 16 bits and every message takes at least one PSN of its PDC, so by the time a sender
+/// gives a message the id of a remembered one again, its PSNs have moved on by at least this
+/// many.
+const MESSAGE_ID_SPAN: u32 = 1 << 16;
 /// Most disjoint byte ranges one message in reassembly may have (adjacent ranges merge, so
 /// in-order arrival keeps one); a packet that would need more is malformed.
 pub const MAX_REASSEMBLY_RANGES: usize = 1024;
@@ -420,7 +427,8 @@ enum Lookup {
 #[derive(Debug, Default)]
 pub(crate) struct Reassembler {
     pub(crate) active: HashMap<MsgKey, Reassembly>,
-    recent: HashMap<MsgKey, ReturnCode>,
+    /// Outcome of a finished or refused message, and the PSN of the last of its packets seen.
+    recent: HashMap<MsgKey, (ReturnCode, u32)>,
     recent_order: VecDeque<MsgKey>,
 }
 
@@ -429,7 +437,14 @@ fn alive(eps: &EndpointTable, handle: u16, serial: u64) -> bool {
 }
 
 impl Reassembler {
-    fn lookup(&mut self, key: MsgKey, handle: u16, serial: u64, eps: &EndpointTable) -> Lookup {
+    fn lookup(
+        &mut self,
+        key: MsgKey,
+        psn: u32,
+        handle: u16,
+        serial: u64,
+        eps: &EndpointTable,
+    ) -> Lookup {
         if let Some(r) = self.active.get(&key) {
             if r.handle == handle && r.serial == serial {
                 return Lookup::Active;
@@ -439,9 +454,15 @@ impl Reassembler {
             }
             self.active.remove(&key); // its endpoint is gone
         }
-        match self.recent.get(&key) {
-            Some(&rc) => Lookup::Finished(rc),
-            None => Lookup::New,
+        // A remembered message whose PSNs are far from this packet's had its id before the
+        // sender's message ids wrapped: this packet starts a new message. A late packet
+        // moves the remembered PSN along, so the packets of a message of any length match.
+        match self.recent.get_mut(&key) {
+            Some((rc, at)) if psn.wrapping_sub(*at).min(at.wrapping_sub(psn)) < MESSAGE_ID_SPAN => {
+                *at = psn;
+                Lookup::Finished(*rc)
+            }
+            _ => Lookup::New,
         }
     }
 
@@ -454,14 +475,18 @@ impl Reassembler {
         self.active.len() < usize::from(slots)
     }
 
-    /// Remember how a message ended.
-    fn finish(&mut self, key: MsgKey, rc: ReturnCode) {
-        if self.recent.insert(key, rc).is_none() {
-            self.recent_order.push_back(key);
-            while self.recent_order.len() > RECENT_MESSAGES {
-                if let Some(old) = self.recent_order.pop_front() {
-                    self.recent.remove(&old);
-                }
+    /// Remember how a message ended; `psn` is one of its packets'. A message that reused the
+    /// id of a remembered one takes its place, as the newest.
+    fn finish(&mut self, key: MsgKey, rc: ReturnCode, psn: u32) {
+        if self.recent.insert(key, (rc, psn)).is_some() {
+            if let Some(i) = self.recent_order.iter().position(|k| *k == key) {
+                self.recent_order.remove(i);
+            }
+        }
+        self.recent_order.push_back(key);
+        while self.recent_order.len() > RECENT_MESSAGES {
+            if let Some(old) = self.recent_order.pop_front() {
+                self.recent.remove(&old);
             }
         }
     }
@@ -668,7 +693,7 @@ impl Nic {
         }
         let (serial, max_group, av) = (ep.serial, ep.max_group, ep.av);
         if !single {
-            match self.reasm.lookup(key, handle, serial, &self.eps) {
+            match self.reasm.lookup(key, p.pds.psn, handle, serial, &self.eps) {
                 Lookup::Active => return self.rx_segment(key, &p),
                 Lookup::Finished(rc) => {
                     if rc == ReturnCode::Ok {
@@ -849,7 +874,7 @@ impl Nic {
     /// message gets the same answer.
     pub(crate) fn refuse(&mut self, handle: u16, p: &ParsedRequest<'_>, rc: ReturnCode) {
         if !p.single() {
-            self.reasm.finish(p.key(), rc);
+            self.reasm.finish(p.key(), rc, p.pds.psn);
         }
         self.reject(handle, p, rc);
     }
@@ -927,7 +952,7 @@ impl Nic {
         let handle = r.handle;
         if r.received >= u64::from(r.total) {
             if let Some(r) = self.reasm.active.remove(&key) {
-                self.finish_reassembly(key, r);
+                self.finish_reassembly(key, r, p.pds.psn);
             }
         }
         let delivered = if rc == ReturnCode::Ok { inside } else { 0 };
@@ -940,11 +965,11 @@ impl Nic {
 
     /// Every byte of a message arrived: complete its receive descriptor, or mark its
     /// unexpected-list entry complete.
-    fn finish_reassembly(&mut self, key: MsgKey, r: Reassembly) {
+    fn finish_reassembly(&mut self, key: MsgKey, r: Reassembly, psn: u32) {
         let buf_len = match r.sink {
             Sink::Host { buf_len, .. } => buf_len,
             Sink::Staged(data) => {
-                self.reasm.finish(key, ReturnCode::Ok);
+                self.reasm.finish(key, ReturnCode::Ok, psn);
                 return self.unexpected_complete(r.handle, r.serial, key, data, r.header_data);
             }
         };
@@ -959,7 +984,7 @@ impl Nic {
         } else {
             (LocalStatus::Ok, ReturnCode::Ok)
         };
-        self.reasm.finish(key, rc);
+        self.reasm.finish(key, rc, psn);
         let Some(ep) = self.eps.get_mut(r.handle).filter(|e| e.serial == r.serial) else {
             return;
         };

@@ -60,7 +60,7 @@
 //!
 //! A datagram endpoint (`EP_FLAG_DGRAM`) refuses WRITE, READ and messages longer than the MTU
 //! (`BadDescriptor`), sends each SEND or TAGGED_SEND as one PDS UUD_REQ packet (no PDC: no
-//! PSN, no SYN, source port 0xC000) and completes it `Ok` once the packet is handed to the
+//! PSN, no SYN, message id 0, source port 0xC000) and completes it `Ok` once the packet is handed to the
 //! fabric. `TX_FLAG_CONTROL` (SEND only) puts resource index 0 in the request instead of
 //! `entry.ri_start + rx_ctx`. Contexts of an endpoint send with its initiator ID.
 
@@ -258,11 +258,17 @@ impl Nic {
             return self.tx_fail(handle, d, LocalStatus::Unreachable);
         }
         // Message ids count per PDC (`PdcTable::next_message_id`): the target keys
-        // multi-packet messages by their PDC and id.
+        // multi-packet messages by their PDC and id, and tells an id used again after the
+        // ids wrapped by the PSNs every message of the PDC takes. A datagram travels in no
+        // PDC and takes no id of one (it carries 0).
         if self.eps.get(owner).is_none() {
             return;
         }
-        let message_id = self.pdcs.next_message_id(dst);
+        let message_id = if dgram {
+            0
+        } else {
+            self.pdcs.next_message_id(dst)
+        };
         let mut base_flags = 0;
         if entry.flags.get() & entry_flags::ABSOLUTE == 0 {
             base_flags |= ses::FLAG_REL;

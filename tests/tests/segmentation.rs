@@ -729,3 +729,43 @@ fn a_sender_through_an_auth_key_and_the_same_rank_of_the_keys_job_both_deliver()
     }
     drop((x, y, av_x, av_y, av_t));
 }
+
+/// Message ids count per PDC in 16 bits, so they wrap. A sender whose multi-packet message 0
+/// was delivered, followed by 65,535 single-packet messages (ids 1 to 65,535, which the target
+/// keeps no outcome for), sends its next multi-packet message with id 0 again: a new message,
+/// delivered into the posted buffer, not taken for a late packet of the first one and
+/// answered RC_OK with nothing delivered.
+#[test]
+fn a_multi_packet_message_whose_id_wrapped_around_is_delivered() {
+    let fabric = Fabric::new();
+    let mut a = Node::new(fabric.add_nic(small_mtu(0)).unwrap(), JOB, 8);
+    let mut b = Node::new(fabric.add_nic(small_mtu(1)).unwrap(), JOB, 8);
+    let to_b = a.insert(&b.addr());
+    b.insert(&a.addr());
+    b.post_recvs(1);
+    a.send(to_b, &pattern(THREE_PACKETS, 1), 1);
+    assert!(a.next_completion().expect("sent").error.is_none());
+    let got = b.next_completion().expect("delivered");
+    assert!(got.error.is_none(), "{:?}", got.error);
+    // Ids 1 to 65,535: one packet each, refused (no buffer posted).
+    for _ in 1..=u16::MAX {
+        a.send(to_b, b"x", 2);
+        let c = a.next_completion().expect("send completion");
+        assert!(c.error.is_some(), "no buffer was posted");
+    }
+    // Id 0 again.
+    b.post_recvs(1);
+    a.send(to_b, &pattern(THREE_PACKETS, 3), 3);
+    let sent = a.next_completion().expect("sent");
+    assert!(sent.error.is_none(), "{:?}", sent.error);
+    let got = b
+        .next_completion()
+        .expect("the message whose id wrapped is delivered");
+    assert!(got.error.is_none(), "{:?}", got.error);
+    assert_eq!(got.len, THREE_PACKETS);
+    assert_eq!(
+        got.buffer.unwrap().to_vec().unwrap(),
+        pattern(THREE_PACKETS, 3)
+    );
+    assert_eq!(b.function.debug_counters().rx_duplicate_packets, 0);
+}
