@@ -173,7 +173,13 @@ impl Nic {
         let Some(ep) = self.eps.get_mut(handle).filter(|e| e.serial == serial) else {
             return;
         };
-        let Some(i) = ep.unexpected.iter().position(|u| u.key == key) else {
+        // The entry still waiting for its bytes: a complete one with the same key is an older
+        // message whose id the sender has since given again.
+        let Some(i) = ep
+            .unexpected
+            .iter()
+            .position(|u| u.key == key && u.data.is_none())
+        else {
             return;
         };
         let bound = ep.unexpected.get(i).and_then(|u| u.bound);

@@ -236,3 +236,42 @@ fn tagged_space_of_an_endpoint_without_tagged_ring_is_empty() {
     let err = s.next_completion().unwrap().error.expect("refused");
     assert_eq!(err.return_code, Some(ReturnCode::BadIndex));
 }
+
+/// Message ids count per PDC in 16 bits and wrap after 65,536 messages. A multi-packet tagged
+/// message held on the unexpected list with the id of a single-packet one still waiting there
+/// completes its own entry: each tagged receive gets its own message, whole.
+#[test]
+fn an_unexpected_multi_packet_message_with_the_id_of_a_waiting_one_completes_its_own_entry() {
+    let fabric = uet_sim::Fabric::new();
+    let cfg = |i| {
+        let mut c = uet_sim::NicConfig::new(uet_tests::nic_addr(i));
+        c.mtu = 1024;
+        c
+    };
+    let mut a = Node::new(fabric.add_nic(cfg(0)).unwrap(), JOB, 8);
+    let mut b = Node::new(fabric.add_nic(cfg(1)).unwrap(), JOB, 8);
+    let to_b = a.insert(&b.addr());
+    b.insert(&a.addr());
+    // Message id 0: one packet, held unexpected.
+    a.tsend(to_b, b"early", 0x1, 1);
+    send_ok(&mut a);
+    // Ids 1 to 65,535: untagged, refused for want of a buffer.
+    for _ in 1..=u16::MAX {
+        a.send(to_b, b"x", 2);
+        let ev = a.next_completion().expect("send completion");
+        assert!(ev.error.is_some(), "no buffer was posted");
+    }
+    // Id 0 again: three packets, held unexpected.
+    let long = pattern(3000, 7);
+    a.tsend(to_b, &long, 0x2, 3);
+    send_ok(&mut a);
+    assert_eq!(b.counter(RX_UNEXPECTED), 2);
+    b.trecv(0x2, 0, 20);
+    let ev = recv_tagged(&mut b);
+    assert_eq!((ev.context, ev.tag, ev.len), (20, 0x2, long.len()));
+    assert_eq!(ev.buffer.unwrap().to_vec().unwrap(), long);
+    b.trecv(0x1, 0, 10);
+    let ev = recv_tagged(&mut b);
+    assert_eq!((ev.context, ev.tag), (10, 0x1));
+    assert_eq!(ev.buffer.unwrap().to_vec().unwrap(), b"early");
+}
