@@ -253,6 +253,8 @@ enum EpCommand {
 enum AvCommand {
     /// Print NIC AV tables (read back with AV_READ): of the demo job with the host mirror
     /// beside them (--demo), or of a live process through its telemetry socket (--pid).
+    /// Exits as diff(1) does: 0 when NIC and mirror (or named AV) agree, 1 when they differ
+    /// (or a --pcap capture was not written completely), 2 when a table could not be dumped.
     Dump {
         /// Dump the tables of the demo job's simulated fabric (run first).
         #[arg(long)]
@@ -683,6 +685,7 @@ fn live_dump(
     let pid = live.pid;
     let mut docs = Vec::new();
     let mut found = false;
+    let mut differences = 0;
     for n in live.nics.clone() {
         let tables = live.on(n, live::tables)?;
         for handle in tables.into_iter().map(|t| t.handle) {
@@ -690,9 +693,8 @@ fn live_dump(
                 continue;
             }
             found = true;
-            let dump = live
-                .on(n, |c, n| live::av_dump(c, n, handle))
-                .map_err(|_| ExitCode::FAILURE)?;
+            let dump = live.on(n, |c, n| live::av_dump(c, n, handle))?;
+            differences += dump.differences();
             if as_json {
                 docs.push(json!({
                     "nic": n,
@@ -714,7 +716,12 @@ fn live_dump(
     } else if !found {
         outln!("process {pid}: no AV tables");
     }
-    Ok(ExitCode::SUCCESS)
+    // As `av dump --demo` and diff(1): 1 when NIC and the other side differ.
+    Ok(if differences == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 fn live_regs(target: &Target, nic: Option<u64>, as_json: bool) -> Result<ExitCode, ExitCode> {
@@ -1200,7 +1207,7 @@ fn run_dump(cfg: DemoConfig, rank: Option<usize>, as_json: bool) -> ExitCode {
             }
             Err(e) => {
                 eprintln!("uetctl: rank {}: {e}", r.report.rank);
-                return ExitCode::FAILURE;
+                return ExitCode::from(2);
             }
         }
     }

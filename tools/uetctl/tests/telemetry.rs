@@ -1628,3 +1628,120 @@ fn an_answer_cut_short_is_a_closed_connection() {
     assert!(e.contains("closed the connection"), "{e}");
     assert!(!e.contains("not JSON"), "{e}");
 }
+
+/// `uetctl av dump` exits as diff(1) does, whatever it dumps: 0 when NIC and the other side
+/// agree, 1 when it found differences (`--demo` has always exited 1 then), 2 when it could not
+/// dump. A live named AV's table changed behind the AV is a difference, in text and JSON.
+#[test]
+fn a_live_dump_that_finds_differences_exits_1_as_a_demo_dump_does() {
+    use std::process::Command;
+    use uet_av::{AvName, NicAvTable};
+    use uet_fwif::av_entry::AvWriteRecord;
+    use uet_fwif::NicAvEntry;
+
+    let fabric = Fabric::new();
+    let nic0 = nic(&fabric, "10.76.0.1");
+    let name = format!("uetctl-named-exit-{}", std::process::id());
+    let mut a = nic0
+        .open_named_av(AvAttr {
+            name: Some(AvName::new(&name).unwrap()),
+            count: 16,
+            job_id: 0x78,
+            ..AvAttr::default()
+        })
+        .unwrap();
+    a.insertsvc("10.9.0.1", Some("3"), None, 0, None).unwrap();
+    let path = socket("named-exit");
+    let t = Telemetry::bind(&path).unwrap();
+    t.add_nic(&nic0);
+    let dump = |json: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_uetctl"));
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd
+            .args(["av", "dump", "--socket"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for json in [false, true] {
+        let (code, stdout, stderr) = dump(json);
+        assert_eq!(code, Some(0), "in step: {stdout}{stderr}");
+    }
+
+    // Another peer at index 7 of the NIC table, where the AV holds none.
+    let stranger = UetAddress {
+        caps: caps::AI_BASE,
+        mode: AddressingMode::Relative,
+        max_msg_mtu: false,
+        pid_on_fep: 3,
+        fabric_addr: "10.9.9.9".parse().unwrap(),
+        ri_start: 1,
+        ri_count: 4,
+        initiator: 0,
+    };
+    let mut extra = AvWriteRecord::default();
+    extra.index.set(7);
+    extra.entry = NicAvEntry::for_peer(&stranger, 0x78);
+    a.nic_mut().write_entries(&[extra]).unwrap();
+    let (code, stdout, stderr) = dump(false);
+    assert!(
+        stdout.contains("1 differences between NIC and the AV"),
+        "{stdout}"
+    );
+    assert_eq!(code, Some(1), "differences found: {stdout}{stderr}");
+    let (code, stdout, _) = dump(true);
+    let doc: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(doc["tables"][0]["av"]["differences"], 1, "{doc:#}");
+    assert_eq!(code, Some(1), "differences found, in JSON: {doc:#}");
+    drop(t);
+    drop(a);
+}
+
+/// A live dump that stops part way (its table closed between two pages) cannot say whether
+/// NIC and AV differ: it exits 2 with the reason, as every other live command that could not
+/// do its work, and not 1, which says the dump found differences.
+#[test]
+fn a_live_dump_that_stops_part_way_exits_2() {
+    use std::process::Command;
+    let path = socket("stops-part-way");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let server = std::thread::spawn(move || {
+        let (s, _) = listener.accept().unwrap();
+        let mut input = BufReader::new(s.try_clone().unwrap());
+        let mut output = s;
+        let mut say = |v: Value| writeln!(output, "{v}").unwrap();
+        let mut hear = || {
+            let mut line = String::new();
+            input.read_line(&mut line).unwrap();
+            serde_json::from_str::<Value>(&line).unwrap()
+        };
+        say(json!({"uet_nic_telemetry": telemetry::PROTOCOL, "pid": 1, "program": "p", "nics": 1}));
+        hear();
+        say(json!({"ok": {"tables": [{"table": 3, "serial": 7, "capacity": 8}]}}));
+        hear();
+        say(
+            json!({"ok": {"table": 3, "serial": 7, "capacity": 8, "first": 0,
+                          "entries": [], "next": 4, "auth_key_slots": []}}),
+        );
+        hear();
+        say(json!({"error": {"errno": 2, "name": "FI_ENOENT",
+                             "message": "AV table 3 of serial 7 was closed since the dump began"}}));
+    });
+    let out = Command::new(env!("CARGO_BIN_EXE_uetctl"))
+        .args(["av", "dump", "--nic", "0", "--socket"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    server.join().unwrap();
+    let _ = std::fs::remove_file(&path);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("incomplete"), "{stderr}");
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+}
