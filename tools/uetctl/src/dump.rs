@@ -5,6 +5,8 @@
 //! Ranges of values are written as in Rust: `a..b` excludes `b` (indices, resource indices),
 //! `a..=b` includes it (addresses, PIDonFEPs, initiators of range members).
 
+use serde::ser::{SerializeMap, SerializeSeq, Serializer};
+use serde::Serialize;
 use serde_json::{json, Value};
 use std::fmt::Write;
 use uet_av::{AuthKeyInfo, FiError, NicAvTable};
@@ -637,37 +639,108 @@ fn write_table<const N: usize>(out: &mut String, header: &[&str; N], rows: &[[St
     }
 }
 
-fn entry_json(e: &NicAvEntry) -> Value {
-    if !e.is_valid() {
-        return json!({ "valid": false });
+/// An entry as JSON. Keys in alphabetical order, as a `serde_json` map prints them: the
+/// same document whether the dump is written entry by entry ([`Json`]) or built first
+/// ([`render_json`]).
+struct EntryJson<'a>(&'a NicAvEntry);
+
+impl Serialize for EntryJson<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let e = self.0;
+        if !e.is_valid() {
+            let mut m = s.serialize_map(Some(1))?;
+            m.serialize_entry("valid", &false)?;
+            return m.end();
+        }
+        let mut m = s.serialize_map(Some(15))?;
+        m.serialize_entry("absolute", &(e.flags.get() & entry_flags::ABSOLUTE != 0))?;
+        m.serialize_entry("auth_key", &e.auth_key_slot())?;
+        m.serialize_entry("caps", &e.caps)?;
+        m.serialize_entry("fabric_addr", &e.fabric_ip().to_string())?;
+        m.serialize_entry("flags", &e.flags.get())?;
+        m.serialize_entry("initiator", &e.initiator.get())?;
+        m.serialize_entry("job_id", &e.job_id.get())?;
+        m.serialize_entry("max_msg_mtu", &e.max_msg_mtu())?;
+        m.serialize_entry("pid_on_fep", &e.pid_on_fep.get())?;
+        m.serialize_entry(
+            "range",
+            &e.is_range().then(|| {
+                json!({
+                    "first": e.range_first.get(),
+                    "count": e.range_count.get(),
+                    "services_per_node": e.range_svc.get(),
+                    "offset": e.range_offset.get(),
+                })
+            }),
+        )?;
+        m.serialize_entry("ri_count", &e.ri_count.get())?;
+        m.serialize_entry("ri_start", &e.ri_start.get())?;
+        m.serialize_entry("user_id", &e.user_id())?;
+        m.serialize_entry("valid", &true)?;
+        m.serialize_entry("version", &e.version)?;
+        m.end()
     }
-    json!({
-        "valid": true,
-        "version": e.version,
-        "caps": e.caps,
-        "fabric_addr": e.fabric_ip().to_string(),
-        "pid_on_fep": e.pid_on_fep.get(),
-        "job_id": e.job_id.get(),
-        "ri_start": e.ri_start.get(),
-        "ri_count": e.ri_count.get(),
-        "initiator": e.initiator.get(),
-        "user_id": e.user_id(),
-        "auth_key": e.auth_key_slot(),
-        "range": e.is_range().then(|| json!({
-            "first": e.range_first.get(),
-            "count": e.range_count.get(),
-            "services_per_node": e.range_svc.get(),
-            "offset": e.range_offset.get(),
-        })),
-        "flags": e.flags.get(),
-        "absolute": e.flags.get() & entry_flags::ABSOLUTE != 0,
-        "max_msg_mtu": e.max_msg_mtu(),
-    })
 }
 
-/// The table as JSON.
+/// A row of the table as JSON (keys in alphabetical order, as [`EntryJson`]).
+struct RowJson<'a>(&'a DumpRow);
+
+impl Serialize for RowJson<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let r = self.0;
+        let mut m = s.serialize_map(Some(5))?;
+        m.serialize_entry("index", &r.index)?;
+        m.serialize_entry("match", &r.mirror.is_some().then(|| !r.differs()))?;
+        m.serialize_entry("mirror", &r.mirror.as_ref().map(EntryJson))?;
+        m.serialize_entry("nic", &EntryJson(&r.nic))?;
+        m.serialize_entry("span", &r.span)?;
+        m.end()
+    }
+}
+
+/// The rows of a table as a JSON array, written one by one.
+struct RowsJson<'a>(&'a [DumpRow]);
+
+impl Serialize for RowsJson<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        for r in self.0 {
+            seq.serialize_element(&RowJson(r))?;
+        }
+        seq.end()
+    }
+}
+
+/// The table as JSON, written entry by entry when serialized (`serde_json::to_writer`): the
+/// document [`render_json`] builds, without all of it in memory at once. Built as one
+/// `serde_json::Value`, each entry takes a few KiB, gigabytes for a table of a million.
+pub struct Json<'a>(pub &'a AvDump);
+
+impl Serialize for Json<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // Everything but the entries, whose place the map's order keeps.
+        let head = head_json(self.0);
+        let mut m = s.serialize_map(Some(head.len()))?;
+        for (k, v) in &head {
+            if k == "entries" {
+                m.serialize_entry(k, &RowsJson(&self.0.rows))?;
+            } else {
+                m.serialize_entry(k, v)?;
+            }
+        }
+        m.end()
+    }
+}
+
+/// The table as JSON, built ([`Json`] writes it without building it).
 pub fn render_json(dump: &AvDump) -> Value {
-    json!({
+    // Serializing plain values into a `Value` does not fail.
+    serde_json::to_value(Json(dump)).unwrap_or_default()
+}
+
+/// The table's document as [`render_json`] has it, with `entries` null.
+fn head_json(dump: &AvDump) -> serde_json::Map<String, Value> {
+    let head = json!({
         "capacity": dump.capacity,
         "mirror_read": dump.mirror,
         "compared_with": match (&dump.named, dump.mirror) {
@@ -684,13 +757,7 @@ pub fn render_json(dump: &AvDump) -> Value {
             "not_compared": n.not_compared,
         })),
         "differences": dump.mirror.then(|| dump.differences()),
-        "entries": dump.rows.iter().map(|r| json!({
-            "index": r.index,
-            "span": r.span,
-            "nic": entry_json(&r.nic),
-            "mirror": r.mirror.as_ref().map(entry_json),
-            "match": r.mirror.is_some().then(|| !r.differs()),
-        })).collect::<Vec<_>>(),
+        "entries": null,
         "auth_keys": dump.keys.iter().map(|k| json!({
             "handle": k.key.handle,
             "slot": k.key.slot,
@@ -719,5 +786,9 @@ pub fn render_json(dump: &AvDump) -> Value {
             "source": e.source.get(),
             "grants": e.grants.get(),
         })).collect::<Vec<_>>(),
-    })
+    });
+    match head {
+        Value::Object(m) => m,
+        _ => serde_json::Map::new(),
+    }
 }

@@ -696,11 +696,7 @@ fn live_dump(
             let dump = live.on(n, |c, n| live::av_dump(c, n, handle))?;
             differences += dump.differences();
             if as_json {
-                docs.push(json!({
-                    "nic": n,
-                    "table": handle,
-                    "av": dump::render_json(&dump),
-                }));
+                docs.push((n, handle, dump));
             } else {
                 let title = format!("process {pid} NIC {n} AV table {handle}");
                 outln!("{}", dump::render_text(&title, &dump));
@@ -712,7 +708,28 @@ fn live_dump(
         return Err(ExitCode::from(2));
     }
     if as_json {
-        outln!("{:#}", json!({ "pid": pid, "tables": docs }));
+        // Written as it is serialized: a table of a million entries, built as one JSON
+        // value, would take gigabytes. Keys in alphabetical order, as `json!` prints them.
+        #[derive(serde::Serialize)]
+        struct Table<'a> {
+            av: dump::Json<'a>,
+            nic: u64,
+            table: u32,
+        }
+        #[derive(serde::Serialize)]
+        struct Doc<'a> {
+            pid: u64,
+            tables: Vec<Table<'a>>,
+        }
+        let tables = docs
+            .iter()
+            .map(|(nic, table, d)| Table {
+                av: dump::Json(d),
+                nic: *nic,
+                table: *table,
+            })
+            .collect();
+        out::json_pretty(&Doc { pid, tables });
     } else if !found {
         outln!("process {pid}: no AV tables");
     }

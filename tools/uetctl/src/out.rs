@@ -23,6 +23,20 @@ pub fn write(args: fmt::Arguments<'_>) {
     }
 }
 
+/// Write `value` to standard output as pretty-printed JSON (as `{:#}` prints a
+/// `serde_json::Value`) and a newline, as it serializes: a large document is never held
+/// whole. A failure is handled as [`write`]'s.
+pub fn json_pretty(value: &impl serde::Serialize) {
+    let mut stdout = io::BufWriter::new(io::stdout().lock());
+    let written = serde_json::to_writer_pretty(&mut stdout, value)
+        .map_err(io::Error::from)
+        .and_then(|()| stdout.write_all(b"\n"))
+        .and_then(|()| stdout.flush());
+    if let Err(e) = written {
+        ended(&e)
+    }
+}
+
 /// What [`write`] does when standard output fails: exit, quietly for a closed reader.
 fn ended(e: &io::Error) -> ! {
     if e.kind() == io::ErrorKind::BrokenPipe {

@@ -330,3 +330,46 @@ fn a_stray_key_slot_of_the_table_is_a_difference() {
     a.nic_mut().remove_auth_key(stray, 0x53).unwrap();
     assert_eq!(dump::collect(&mut a).unwrap().differences(), 0);
 }
+
+/// The JSON `av dump --pid` writes entry by entry, as it serializes, is the document
+/// `render_json` builds, key for key and in the same order: ranges, user ids, auth keys, a
+/// difference and an empty NIC slot included.
+#[test]
+fn the_json_written_entry_by_entry_is_the_json_built() {
+    let (_f, nic) = nic();
+    let mut av = av_of(
+        &nic,
+        64,
+        AvAttr {
+            auth_key_size: FI_AV_AUTH_KEY,
+            ..AvAttr::default()
+        },
+    );
+    let k = av.insert_auth_key(&job_id_to_auth_key(0x51), 0).unwrap();
+    let mut keyed = k;
+    av.insertsvc("10.2.0.9", Some("3"), Some(&mut keyed), FI_AUTH_KEY, None)
+        .unwrap();
+    av.insertsym("10.1.0.1", 3, "7?ri=1+4&init=9", 4, None, 0, None)
+        .unwrap();
+    let mut fa = 0u64;
+    av.insertsvc("10.3.0.1", Some("2"), Some(&mut fa), 0, None)
+        .unwrap();
+    let mut wrong = av.mirror_entry(fa as u32).unwrap();
+    wrong.caps ^= 1;
+    overwrite(&mut av, fa, wrong);
+    let elsewhere = av.mirror_entry(fa as u32).unwrap();
+    overwrite(&mut av, 40, elsewhere);
+    let (mut with_user_id, _) = one_peer_with_user_id(&nic);
+    let tables = [
+        dump::collect(&mut av).unwrap(),
+        dump::collect(&mut with_user_id).unwrap(),
+    ];
+    assert_eq!(tables[0].differences(), 2);
+    for table in &tables {
+        let built = format!("{:#}", dump::render_json(table));
+        let written = serde_json::to_string_pretty(&dump::Json(table)).unwrap();
+        assert_eq!(written, built);
+    }
+    assert!(format!("{:#}", dump::render_json(&tables[0])).contains("\"services_per_node\": 4"));
+    assert!(format!("{:#}", dump::render_json(&tables[1])).contains("\"user_id\": 65261"));
+}

@@ -1745,3 +1745,97 @@ fn a_live_dump_that_stops_part_way_exits_2() {
     assert!(stderr.contains("incomplete"), "{stderr}");
     assert_eq!(out.status.code(), Some(2), "{stderr}");
 }
+
+/// `uetctl --json av dump` of a large live table writes its document entry by entry: 100,000
+/// entries (a tenth of the largest AVs) fit in 256 MiB of data with room to spare. Built as
+/// one JSON value, the document took several KiB per entry, gigabytes at a million. (A
+/// scripted telemetry server plays the process, answering pages as the driver does.)
+#[test]
+fn a_large_live_table_is_dumped_as_json_in_bounded_memory() {
+    use std::process::Command;
+    use uet_fwif::NicAvEntry;
+    use zerocopy::IntoBytes;
+    const N: u64 = 100_000;
+    const PAGE: u64 = AV_DUMP_MAX as u64;
+    let peer = UetAddress {
+        caps: caps::AI_BASE,
+        mode: AddressingMode::Relative,
+        max_msg_mtu: false,
+        pid_on_fep: 3,
+        fabric_addr: "10.9.9.9".parse().unwrap(),
+        ri_start: 1,
+        ri_count: 4,
+        initiator: 0,
+    };
+    let entry = hex::encode(NicAvEntry::for_peer(&peer, 5).as_bytes());
+    let path = socket("large");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let server = std::thread::spawn(move || {
+        let (s, _) = listener.accept().unwrap();
+        let mut input = BufReader::new(s.try_clone().unwrap());
+        let mut output = std::io::BufWriter::new(s);
+        writeln!(
+            output,
+            "{}",
+            json!({"uet_nic_telemetry": telemetry::PROTOCOL, "pid": 1, "program": "p", "nics": 1})
+        )
+        .unwrap();
+        output.flush().unwrap();
+        let mut line = String::new();
+        while {
+            line.clear();
+            input.read_line(&mut line).unwrap_or(0) > 0
+        } {
+            let request: Value = serde_json::from_str(&line).unwrap();
+            if request["cmd"] == "av_list" {
+                let tables = json!({"ok": {"tables": [{"table": 3, "serial": 7, "capacity": N}]}});
+                writeln!(output, "{tables}").unwrap();
+            } else {
+                let first = request["first"].as_u64().unwrap_or(0);
+                let end = (first + PAGE).min(N);
+                let entries: Vec<String> =
+                    (first..end).map(|i| format!("[{i},\"{entry}\"]")).collect();
+                let next = if end < N {
+                    end.to_string()
+                } else {
+                    "null".into()
+                };
+                writeln!(
+                    output,
+                    "{{\"ok\":{{\"table\":3,\"serial\":7,\"capacity\":{N},\"first\":{first},\
+                     \"entries\":[{}],\"next\":{next},\"auth_key_slots\":[]}}}}",
+                    entries.join(",")
+                )
+                .unwrap();
+            }
+            output.flush().unwrap();
+        }
+    });
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -d 262144 && exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_uetctl"))
+        .args(["--json", "av", "dump", "--nic", "0", "--socket"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    server.join().unwrap();
+    let _ = std::fs::remove_file(&path);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout.matches("\"index\": ").count() as u64,
+        N,
+        "every entry, pretty-printed"
+    );
+    assert!(
+        stdout.starts_with("{\n  \"pid\": 1,\n  \"tables\": [\n    {\n      \"av\": {"),
+        "{}",
+        &stdout[..200.min(stdout.len())]
+    );
+    assert!(
+        stdout.ends_with("\n    }\n  ]\n}\n"),
+        "the document is whole"
+    );
+}
