@@ -189,8 +189,9 @@ enum Command {
         /// Run the demo job on the simulated fabric first and read its NICs.
         #[arg(long)]
         demo: bool,
-        /// Only this rank's NIC (default: every rank).
-        #[arg(long)]
+        /// Only this rank's NIC (default: every rank); of the demo job (a live process's NIC
+        /// is --nic).
+        #[arg(long, conflicts_with_all = ["pid", "socket"])]
         rank: Option<usize>,
         #[command(flatten)]
         job: JobArgs,
@@ -259,8 +260,9 @@ enum AvCommand {
         /// Dump the tables of the demo job's simulated fabric (run first).
         #[arg(long)]
         demo: bool,
-        /// Only this rank's NIC (default: every rank).
-        #[arg(long)]
+        /// Only this rank's NIC (default: every rank); of the demo job (a live process's NIC
+        /// is --nic).
+        #[arg(long, conflicts_with_all = ["pid", "socket"])]
         rank: Option<usize>,
         #[command(flatten)]
         job: JobArgs,

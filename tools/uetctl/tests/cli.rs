@@ -97,6 +97,15 @@ fn bad_arguments_get_a_clear_error_and_exit_2() {
         (&["av", "dump"][..], "--demo"),
         (&["av", "dump", "--demo", "--rank", "9"][..], "out of range"),
         (&["regs", "--demo", "--rank", "4"][..], "out of range"),
+        // A rank is the demo job's: a live process's NIC is --nic.
+        (
+            &["av", "dump", "--pid", "1", "--rank", "0"][..],
+            "cannot be used with '--rank <RANK>'",
+        ),
+        (
+            &["regs", "--socket", "/nonexistent.sock", "--rank", "1"][..],
+            "cannot be used with '--rank <RANK>'",
+        ),
     ] {
         let out = uetctl(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
