@@ -22,8 +22,9 @@
 //!
 //! where `bytes_per_entry` is the host memory the AV holds per entry (its mirror, allocator
 //! and buffers; the NIC's table lives on the NIC). `op=insertsym` inserts the `n` peers (8
-//! per node) with one `fi_av_insertsym`, stored as a symmetric range on host and NIC; its
-//! `bytes_per_entry` is the growth of the AV's host memory divided by `n`.
+//! per node; whole nodes, so a count that is not a multiple of 8 is rounded up, and the line's
+//! `n` says how many) with one `fi_av_insertsym`, stored as a symmetric range on host and NIC;
+//! its `bytes_per_entry` is the growth of the AV's host memory divided by that `n`.
 //!
 //! `op=source_catch_up` (`impl=uet-nic` only) is the NIC's cost that AV_WRITE leaves for
 //! later: the simulated NIC takes the indices an AV_WRITE wrote into its source CAM (the
@@ -152,19 +153,20 @@ fn run<N: NicAvTable>(
     batch: usize,
     ops: &[String],
     addrs: &[u8],
-    mut open: impl FnMut() -> Result<AddressVector<N>, String>,
+    mut open: impl FnMut(usize) -> Result<AddressVector<N>, String>,
 ) -> Result<Vec<Figure>, String> {
     let wanted = |op: &str| ops.iter().any(|o| o == op);
     let mut fi_addrs = vec![0u64; n];
     let mut out = Vec::new();
     if wanted("insert") {
-        unbatched(n, addrs, &mut fi_addrs, open()?, &mut out)?;
+        unbatched(n, addrs, &mut fi_addrs, open(n)?, &mut out)?;
     }
     if wanted("insert_batch") {
-        batched(n, batch, addrs, &mut fi_addrs, open()?, &mut out)?;
+        batched(n, batch, addrs, &mut fi_addrs, open(n)?, &mut out)?;
     }
     if wanted("insertsym") {
-        symmetric(n, open()?, &mut out)?;
+        // Whole nodes of 8: the AV holds the last one, however few of it the count needs.
+        symmetric(n, open(n.next_multiple_of(SYM_SERVICES))?, &mut out)?;
     }
     Ok(out)
 }
@@ -268,14 +270,18 @@ fn batched<N: NicAvTable>(
     Ok(())
 }
 
-/// Symmetric insert: n peers, 8 per node, in one fi_av_insertsym (stored as a range).
+/// Services per node of `op=insertsym`.
+const SYM_SERVICES: usize = 8;
+
+/// Symmetric insert: n peers, 8 per node, in one fi_av_insertsym (stored as a range); the
+/// nodes that cover n when it is not a multiple of 8, into an AV opened for them.
 fn symmetric<N: NicAvTable>(
     n: usize,
     mut av: AddressVector<N>,
     out: &mut Vec<Figure>,
 ) -> Result<(), String> {
     let empty = av.host_bytes();
-    let svc = 8usize;
+    let svc = SYM_SERVICES;
     let nodes = n.div_ceil(svc);
     let t = Instant::now();
     let k = av
@@ -336,15 +342,15 @@ fn main() -> std::process::ExitCode {
 /// Every requested operation of `imp` at `n` entries (`addrs`: the `n` peers' addresses).
 fn measure(imp: &str, n: usize, args: &Args, addrs: &[u8]) -> Result<Vec<Figure>, String> {
     match imp {
-        "uet-host" => run(n, args.batch, &args.ops, addrs, || {
+        "uet-host" => run(n, args.batch, &args.ops, addrs, |count| {
             let attr = AvAttr {
-                count: n,
+                count,
                 ..AvAttr::default()
             };
             AddressVector::open(
-                MemoryNicTable::new(n as u32),
+                MemoryNicTable::new(count as u32),
                 attr,
-                uet_av::AvLimits::new(n as u32, 0),
+                uet_av::AvLimits::new(count as u32, 0),
             )
             .map_err(|e| e.to_string())
         }),
@@ -355,9 +361,9 @@ fn measure(imp: &str, n: usize, args: &Args, addrs: &[u8]) -> Result<Vec<Figure>
                 .map_err(|e| e.to_string())
                 .and_then(|f| Nic::open(Arc::new(SimDevice::new(f))).map_err(|e| e.to_string()));
             let mut figures = match nic {
-                Ok(nic) => run(n, args.batch, &args.ops, addrs, || {
+                Ok(nic) => run(n, args.batch, &args.ops, addrs, |count| {
                     nic.open_av(AvAttr {
-                        count: n,
+                        count,
                         ..AvAttr::default()
                     })
                     .map_err(|e| e.to_string())
@@ -552,4 +558,33 @@ fn flat_slots(n: usize, batch: usize, ops: &[String], addrs: &[u8]) -> Result<Ve
         out.push(figure("insert_batch", t, &slots));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(ops: &[&str]) -> Args {
+        Args {
+            counts: vec![],
+            impls: vec![],
+            batch: 256,
+            ops: ops.iter().map(|o| o.to_string()).collect(),
+            rounds: 1,
+        }
+    }
+
+    /// `op=insertsym` inserts whole nodes of 8: at a count that is not a multiple of 8 it
+    /// inserts the nodes that cover the count, into an AV that holds them, and says how many.
+    #[test]
+    fn insertsym_measures_a_count_that_is_not_a_multiple_of_8() {
+        let n = 1001;
+        let addrs: Vec<u8> = (0..n).flat_map(peer).collect();
+        for imp in ["uet-host", "uet-nic"] {
+            let figures = measure(imp, n, &args(&["insertsym"]), &addrs)
+                .unwrap_or_else(|e| panic!("{imp}: {e}"));
+            let sym = figures.iter().find(|f| f.op == "insertsym").unwrap();
+            assert_eq!(sym.n, 1008, "{imp}: 126 nodes of 8");
+        }
+    }
 }
