@@ -900,11 +900,17 @@ fn run_ps(dir: Option<PathBuf>, as_json: bool) -> ExitCode {
         }
     };
     if as_json {
+        // A process that is there but did not answer carries its `error`: exit 1, as below.
+        let unanswered = procs.iter().any(|p| p.get("error").is_some());
         outln!(
             "{:#}",
             json!({ "dir": dir.display().to_string(), "processes": procs })
         );
-        return ExitCode::SUCCESS;
+        return if unanswered {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        };
     }
     // Processes that are there but did not answer (busy with other clients, or stuck) are
     // named, not taken for gone.

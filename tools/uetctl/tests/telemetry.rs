@@ -1439,7 +1439,8 @@ fn live_stats_show_the_counters_of_every_nic_not_only_the_first() {
 }
 
 /// `uetctl ps` names a process whose telemetry socket is busy (every place taken) instead
-/// of saying that no process answers: it says why on standard error and exits 1.
+/// of saying that no process answers: it says why on standard error and exits 1; `ps
+/// --json` gives the reason in the process's `error` and exits 1 too.
 #[test]
 fn ps_names_a_live_process_whose_socket_is_busy() {
     let dir = std::env::temp_dir().join(format!("uetctl-ps-busy-{}", std::process::id()));
@@ -1483,6 +1484,11 @@ fn ps_names_a_live_process_whose_socket_is_busy() {
     assert!(
         listed[0]["error"].as_str().unwrap().contains("FI_EBUSY"),
         "{v}"
+    );
+    assert_eq!(
+        json.status.code(),
+        Some(1),
+        "--json exits as the table does: {v}"
     );
 }
 
