@@ -35,13 +35,15 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
-use uet_av::{AvAttr, AvType, DomainAttr, FiAddr};
+use uet_av::{AvAttr, AvType, DomainAttr, FiAddr, FiErrno};
 use uet_driver::backend::sim::SimDevice;
 use uet_driver::backend::sysfs::PciAddress;
 use uet_driver::backend::vfio::VfioDevice;
 use uet_driver::backend::vfio_user::VfioUserDevice;
 use uet_driver::Device;
-use uet_driver::{Av, CqEvent, CqOp, DmaPool, Endpoint, MemoryRegion, MrAccess, Nic};
+use uet_driver::{
+    Av, CqEvent, CqOp, DmaBuffer, DmaPool, DriverError, Endpoint, MemoryRegion, MrAccess, Nic,
+};
 use uet_sim::{CaptureStatus, Fabric, NicConfig};
 
 /// How long a rank waits for its traffic before declaring it lost.
@@ -610,8 +612,10 @@ fn run_rank(
                 break;
             }
             let data = (rank as u64) << 32 | u64::from(seq);
-            if let Err((e, _)) = endpoint.post_send(right as FiAddr, buf, u64::from(seq), data) {
-                errors.push(format!("fi_send: {e}"));
+            if let Err(e) = t.post_with_room(&mut endpoint, buf, "fi_send", |ep, b| {
+                ep.post_send(right as FiAddr, b, u64::from(seq), data)
+            }) {
+                errors.push(e);
                 break;
             }
         }
@@ -626,10 +630,10 @@ fn run_rank(
             }
             let data = (rank as u64) << 32 | u64::from(seq);
             let tag = demo_tag(rank, seq);
-            if let Err((e, _)) =
-                endpoint.post_tsend(right as FiAddr, buf, tag, u64::from(seq), data)
-            {
-                errors.push(format!("fi_tsend: {e}"));
+            if let Err(e) = t.post_with_room(&mut endpoint, buf, "fi_tsend", |ep, b| {
+                ep.post_tsend(right as FiAddr, b, tag, u64::from(seq), data)
+            }) {
+                errors.push(e);
                 break;
             }
         }
@@ -770,6 +774,40 @@ impl Traffic {
             rma_write_verified: false,
             rma_read_verified: false,
             errors: Vec::new(),
+        }
+    }
+
+    /// Post `buf` with `post` (`what` names the call in errors). While the TX ring is full
+    /// (`FI_EAGAIN`), completions are read to make room and the post tried again, as
+    /// fi_send(3) asks: the job's sends outnumber the ring's entries. A ring that stays full
+    /// for [`PROGRESS_TIMEOUT`] without a completion is an error.
+    fn post_with_room(
+        &mut self,
+        ep: &mut Endpoint,
+        mut buf: DmaBuffer,
+        what: &str,
+        post: impl Fn(&mut Endpoint, DmaBuffer) -> Result<(), (DriverError, DmaBuffer)>,
+    ) -> Result<(), String> {
+        let mut last_progress = Instant::now();
+        loop {
+            match post(ep, buf) {
+                Ok(()) => return Ok(()),
+                Err((e, back))
+                    if e.errno() == FiErrno::FI_EAGAIN
+                        && last_progress.elapsed() <= PROGRESS_TIMEOUT =>
+                {
+                    buf = back;
+                    match ep.poll() {
+                        Ok(Some(ev)) => {
+                            last_progress = Instant::now();
+                            self.event(ev);
+                        }
+                        Ok(None) => std::thread::yield_now(),
+                        Err(e) => return Err(format!("fi_cq_read: {e}")),
+                    }
+                }
+                Err((e, _)) => return Err(format!("{what}: {e}")),
+            }
         }
     }
 

@@ -58,6 +58,35 @@ fn demo_json_reports_every_rank() {
     }
 }
 
+/// The largest job the options allow, 32 messages and 32 tagged messages per rank, is more
+/// sends than an endpoint's TX ring holds at once: a full ring is drained of completions and
+/// the send posted again, as fi_send(3) asks of an application, and every message arrives.
+#[test]
+fn demo_at_its_largest_message_counts_waits_for_room_in_the_tx_ring() {
+    let out = uetctl(&[
+        "--json",
+        "demo",
+        "--ranks",
+        "2",
+        "--messages",
+        "32",
+        "--tagged",
+        "32",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    for r in v["ranks"].as_array().unwrap() {
+        assert_eq!(r["received"], 32, "{r}");
+        assert_eq!(r["tagged"]["received"], 32, "{r}");
+        assert_eq!(r["tagged"]["unexpected"], 16, "{r}");
+    }
+}
+
 #[test]
 fn av_dump_prints_every_rank_table_and_json() {
     let out = uetctl(&["av", "dump", "--demo", "--ranks", "3", "--messages", "1"]);
