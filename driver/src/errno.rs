@@ -86,6 +86,7 @@ impl DriverError {
             DriverError::Dma(_) => FiErrno::FI_ENOMEM,
             DriverError::DeviceGone
             | DriverError::NotOurDevice { .. }
+            | DriverError::InterfaceVersion { .. }
             | DriverError::InterfaceTooOld { .. } => FiErrno::FI_ENODEV,
             _ => FiErrno::FI_EIO,
         }

@@ -274,6 +274,31 @@ fn a_nic_older_than_the_driver_or_of_another_major_version_is_refused() {
     assert_eq!(nic.identity().interface_minor, INTERFACE_MINOR);
 }
 
+/// A NIC of another major version is no device this driver can drive, as one older than it
+/// is not: both are refused with `FI_ENODEV`, a newer major as an older one.
+#[test]
+fn a_nic_of_another_major_version_is_refused_with_fi_enodev() {
+    let fabric = Fabric::new();
+    let function = fabric.add_nic(NicConfig::new(nic_addr(0))).unwrap();
+    for major in [uet_regs::INTERFACE_MAJOR - 1, uet_regs::INTERFACE_MAJOR + 1] {
+        let rev = uet_regs::Revision::new()
+            .with_revision(1)
+            .with_interface_major(major)
+            .with_interface_minor(INTERFACE_MINOR);
+        let device = Arc::new(HookedDevice {
+            inner: SimDevice::new(function.clone()),
+            hook: Revision(rev.into_bits()),
+        });
+        match Nic::open(device) {
+            Err(e @ DriverError::InterfaceVersion { .. }) => {
+                assert_eq!(e.errno(), FiErrno::FI_ENODEV, "v{major}: {e}");
+                assert!(e.to_string().contains(&format!("v{major}.")), "{e}");
+            }
+            other => panic!("a v{major} NIC was not refused: {:?}", other.err()),
+        }
+    }
+}
+
 /// ENDPOINT_CREATE refuses an initiator id in use by an endpoint of the same JobID from
 /// interface 1.11 on; a NIC of an older interface accepts it, as it always did.
 #[test]
