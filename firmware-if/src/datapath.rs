@@ -247,19 +247,21 @@ pub const TX_FLAG_CONTROL: u8 = 1 << 1;
 pub const COMPLETION_FLAG_INJECT: u8 = 1 << 0;
 
 /// [`Completion::flags`]: the completion concerns a multi-receive buffer (an RX descriptor
-/// posted with [`RX_FLAG_MULTI_RECV`]); [`Completion::buf_offset`] is valid. Since 1.5.
+/// posted with [`RX_FLAG_MULTI_RECV`]); [`Completion::buf_offset`] is valid. Since interface
+/// 1.6.
 pub const COMPLETION_FLAG_MULTI_RECV: u8 = 1 << 1;
 
 /// [`Completion::flags`]: the multi-receive buffer's last completion: the NIC has released the
-/// buffer and never writes it again (libfabric's `FI_MULTI_RECV` completion flag). Since 1.5.
+/// buffer and never writes it again (libfabric's `FI_MULTI_RECV` completion flag). Since
+/// interface 1.6.
 pub const COMPLETION_FLAG_BUFFER_RELEASED: u8 = 1 << 2;
 
 /// [`Completion::flags`]: the completion reports only the release of a multi-receive buffer,
-/// no message (`len` 0). Since 1.5.
+/// no message (`len` 0). Since interface 1.6.
 pub const COMPLETION_FLAG_NO_MESSAGE: u8 = 1 << 3;
 
 /// [`RxDescriptor::flags`]: a multi-receive buffer (`FI_MULTI_RECV`): it takes messages until
-/// less than [`RxDescriptor::min_free`] bytes are left. Since 1.5.
+/// less than [`RxDescriptor::min_free`] bytes are left. Since interface 1.6.
 pub const RX_FLAG_MULTI_RECV: u32 = 1 << 0;
 
 /// Alignment, in bytes from the buffer's start, of every message placed in a multi-receive
