@@ -4,7 +4,8 @@
 //!   key, owning endpoint (by handle and serial, so a region never outlives its endpoint) and
 //!   the resource index in the endpoint's RMA space it is bound to. Keys are unique over the
 //!   NIC (the libfabric domain). At most `NicConfig::memory_regions` regions exist at once.
-//! * MR handles count up from 1 and are not reused before 2^32 registrations.
+//! * MR handles count up from 1 and are not reused before 2^32 registrations; after the
+//!   counter wraps, a handle still naming a region is skipped.
 //! * A request is checked by [`MrTable::check`]: a region with the key, owned by the target
 //!   endpoint, bound to the request's resource index, granting the access, containing the
 //!   whole request range. Anything else is a permission violation; the request never learns
@@ -66,8 +67,13 @@ impl MrTable {
         if self.by_key.len() >= self.max as usize {
             return Err(MrError::Full);
         }
-        let handle = self.next_handle;
-        self.next_handle = self.next_handle.wrapping_add(1).max(1);
+        // After the counter wraps, a handle still naming a region is skipped: there are fewer
+        // regions than handles, so a free one is found.
+        let mut handle = self.next_handle;
+        while self.key_of.contains_key(&handle) {
+            handle = handle.wrapping_add(1).max(1);
+        }
+        self.next_handle = handle.wrapping_add(1).max(1);
         mr.handle = handle;
         self.by_key.insert(key, mr);
         self.key_of.insert(handle, key);
@@ -175,5 +181,28 @@ mod tests {
         assert_eq!(t.check(0xAB, 7, 3, w, 0, 1), None, "gone");
         t.remove_endpoint(7);
         assert_eq!(t.len(), 0);
+    }
+
+    #[test]
+    fn handles_wrapping_around_skip_a_region_still_registered() {
+        let mut t = MrTable::new(4);
+        let old = t.register(0x01, mr(MR_ACCESS_REMOTE_WRITE)).unwrap();
+        assert_eq!(old, 1);
+        // 2^32 - 1 registrations later the counter is back at the top of its range.
+        t.next_handle = u32::MAX;
+        let last = t.register(0x02, mr(MR_ACCESS_REMOTE_WRITE)).unwrap();
+        assert_eq!(last, u32::MAX);
+        let wrapped = t.register(0x03, mr(MR_ACCESS_REMOTE_WRITE)).unwrap();
+        assert_ne!(
+            wrapped, old,
+            "handle {old} still names the region of key 0x01"
+        );
+        assert_ne!(wrapped, 0);
+        // Each region is deregistered by its own handle and key.
+        assert!(t.deregister(wrapped, 0x03));
+        assert!(t.deregister(old, 0x01), "the first region keeps its handle");
+        assert!(t.deregister(last, 0x02));
+        assert_eq!(t.len(), 0);
+        assert_eq!(t.check(0x01, 7, 3, RmaAccess::Write, 0, 1), None, "gone");
     }
 }
