@@ -1009,6 +1009,8 @@ impl Endpoint {
     }
 
     /// The NIC auth-key slots the endpoint is granted (it accepts their JobIDs), ascending.
+    /// Empty for a context of a scalable endpoint other than context 0: the endpoint's grants
+    /// serve every context.
     pub fn auth_key_slots(&self) -> &[u16] {
         &self.auth_slots
     }
@@ -1016,9 +1018,16 @@ impl Endpoint {
     /// Enable the endpoint with one more auth key of its AV: `handle` from
     /// [`uet_av::AddressVector::insert_auth_key`] on `av`, the AV the endpoint was created
     /// with. A key already granted changes nothing. `FI_EINVAL` when `av` is not the
-    /// endpoint's AV or `handle` is no key of it; the NIC's refusal as its errno. On error the
-    /// endpoint keeps the keys it had.
+    /// endpoint's AV or `handle` is no key of it, and on a context of a scalable endpoint other
+    /// than context 0 (the keys are the endpoint's, shared by its contexts: grant through
+    /// context 0); the NIC's refusal as its errno. On error the endpoint keeps the keys it had.
     pub fn grant_auth_key(&mut self, av: &Av, handle: FiAddr) -> Result<(), FiError> {
+        if self.owner.is_some() {
+            return Err(FiError::inval(
+                "grant_auth_key: this is a context of a scalable endpoint, whose auth keys are \
+                 the endpoint's and serve every context: grant through context 0",
+            ));
+        }
         let same_av = self
             ._av
             .as_ref()

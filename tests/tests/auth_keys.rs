@@ -303,6 +303,81 @@ fn a_scalable_endpoint_is_enabled_with_the_avs_keys() {
     b.av.remove(&[kb], FI_AUTH_KEY).unwrap();
 }
 
+/// The keys of a scalable endpoint are the endpoint's, shared by all its contexts: a grant
+/// asked of another context is refused with an error that says where to ask, and changes
+/// nothing; the grant through context 0 lets the key's JobID reach receive context 1.
+#[test]
+fn a_grant_asked_of_a_scalable_endpoints_context_is_refused_and_names_context_0() {
+    let fabric = Fabric::new();
+    let mut a = host(&fabric, 0, |_| {}, 0);
+    let mut b = host(&fabric, 1, |_| {}, 0);
+    // A reaches B's receive contexts: an AV with a receive-context bit.
+    a.av = a
+        .nic
+        .open_av(AvAttr {
+            count: 4,
+            job_id: OWN_JOB,
+            auth_key_size: FI_AV_AUTH_KEY,
+            rx_ctx_bits: 1,
+            ..AvAttr::default()
+        })
+        .expect("open AV");
+    let mut ea = endpoint(&a, AddressingMode::Relative);
+    let mut sep = b
+        .nic
+        .scalable_endpoint(
+            EndpointAttr {
+                job_id: OWN_JOB,
+                tx_ctx_cnt: 2,
+                rx_ctx_cnt: 2,
+                ..EndpointAttr::default()
+            },
+            Some(&b.av),
+        )
+        .expect("scalable endpoint");
+    // Inserted after the endpoint was enabled: it needs a grant.
+    let kb = b.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
+    let e = sep
+        .rx_context(1)
+        .unwrap()
+        .grant_auth_key(&b.av, kb)
+        .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL);
+    assert!(
+        e.message.contains("context 0"),
+        "the error says where a grant goes: {e}"
+    );
+    assert!(sep.rx_context(0).unwrap().auth_key_slots().is_empty());
+    sep.rx_context(0)
+        .unwrap()
+        .grant_auth_key(&b.av, kb)
+        .unwrap();
+
+    let ka = a.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
+    let bytes = sep.address().unwrap().to_bytes().unwrap();
+    let mut fi = [ka];
+    assert_eq!(
+        a.av.insert(&bytes, 1, Some(&mut fi), FI_AUTH_KEY).unwrap(),
+        1
+    );
+    let rx = sep.rx_context(1).unwrap();
+    rx.post_recv(b.pool.alloc().unwrap(), 9).unwrap();
+    send(
+        &mut a,
+        &mut ea,
+        uet_av::fi_rx_addr(fi[0], 1, 1),
+        b"ctx 1",
+        1,
+    );
+    let sent = next(&mut ea).expect("send completion");
+    assert!(sent.error.is_none(), "{:?}", sent.error);
+    let got = (0..16)
+        .find_map(|_| sep.rx_context(1).unwrap().poll().unwrap())
+        .expect("receive completion on context 1");
+    assert_eq!(got.context, 9);
+    assert_eq!(got.buffer.unwrap().to_vec().unwrap(), b"ctx 1");
+}
+
 #[test]
 fn nic_auth_table_reads_back_as_the_host_holds_it() {
     let fabric = Fabric::new();
