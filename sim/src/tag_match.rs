@@ -26,8 +26,13 @@
 //!
 //! An arriving TAGGED_SEND (after the checks of `rx_engine`) takes the first posted receive
 //! of its peer group (0 without peer groups) whose tag matches, in posting order — a receive
-//! of another group never matches, and never holds up one of the message's group — provided the completion ring has room (else it waits in the
-//! endpoint's receive backlog like any request). A receive that matched a multi-packet
+//! of another group never matches, and never holds up one of the message's group — provided
+//! the completion ring has room (else it waits in the endpoint's receive backlog like any
+//! request). A message no posted receive matches also waits there while the tagged RX ring
+//! holds receives the unit has not read (none is read while the completion ring is full), as
+//! long as the posted list has room for them: one of them may be the message's, and the
+//! message would otherwise take a place on the unexpected list, or be refused for want of one,
+//! although its receive was posted. A receive that matched a multi-packet
 //! message still arriving on the unexpected list is bound to it and completes when its last
 //! byte arrives. Delivery copies the message into the receive's buffer, truncated to it
 //! (status `Truncated`), and writes one `TaggedRecv` completion carrying the message's match
@@ -227,6 +232,20 @@ impl Nic {
             .iter()
             .position(|r| r.desc.matches_in_group(group, tag))
         else {
+            // Receives the doorbell announced and the unit has not read yet (it reads none
+            // while the completion ring is full) may hold the message's: it waits for them
+            // to be read rather than take a place on the unexpected list, or be refused for
+            // want of one.
+            let unread = ep
+                .trx
+                .is_some_and(|t| t.pending() && ep.posted_tagged.len() < t.geom.entries() as usize);
+            if unread {
+                self.counters.debug.cq_stalls += 1;
+                if !from_backlog {
+                    ep.rx_backlog.push_back(f.to_vec());
+                }
+                return RxOutcome::Stalled;
+            }
             return self.rx_unexpected(handle, serial, p, src_addr);
         };
         if !ep.cq_has_room() {

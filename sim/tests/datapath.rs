@@ -11,7 +11,7 @@ use uet_fwif::{
 use uet_regs::*;
 use uet_sim::pds::{RudRequest, FLAG_SYN};
 use uet_sim::ses::StandardRequest;
-use uet_sim::{frame, Fabric};
+use uet_sim::{frame, Fabric, NicConfig};
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::FromZeros;
 
@@ -480,6 +480,90 @@ fn with_peer_groups_a_full_completion_ring_stalls_a_message_whose_buffer_is_in_t
     assert_eq!(b.buf(7, 4), b"late");
     let sc = a.poll_cq(&mut ea).expect("the late send completes");
     assert_eq!((sc.context.get(), status(&sc)), (7, LocalStatus::Ok));
+}
+
+/// Tagged receives are read from the tagged RX ring only while the completion ring has room,
+/// so a receive posted while it is full is still in the ring: a message for it waits with it.
+/// It neither takes a place on the unexpected list nor, that list being full, is refused
+/// RC_UNDELIVERABLE although its receive was posted.
+#[test]
+fn a_full_completion_ring_stalls_a_tagged_message_whose_receive_is_in_the_ring() {
+    const TRX_OFF: usize = 0x3000;
+    let fabric = Fabric::new();
+    let mut a = Driver::new(&fabric, "10.0.0.1");
+    let mut cfg = NicConfig::new("10.0.0.2".parse().unwrap());
+    cfg.unexpected_entries = 1;
+    let mut b = Driver::with_config(&fabric, cfg);
+    let av_a = a.av_create(64, 0).unwrap();
+    let av_b = b.av_create(64, 0).unwrap();
+    let mut ea = a.ep_create(av_a, JOB, 0x1111, 4).unwrap();
+    let (mut body, base) = b.ep_body(JOB, 0x2222, 4);
+    body.trx_log2 = EP_LOG2;
+    body.trx_ring = U64::new(b.iova(base + TRX_OFF));
+    let mut eb = b.ep_create_with(av_b, body, base).unwrap();
+    let to_b = NicAvEntry::for_peer(&b.address_of(&eb, 0x2222), JOB);
+    a.av_write(av_a, &[(3, to_b)]).unwrap();
+    let tsend = |a: &mut Driver, ea: &mut Ep, payload: &[u8], tag: u64, context: u64| {
+        let off = 0x2000 * 2;
+        a.mem.write(common::BUFS_OFF + off, payload);
+        let d = TxDescriptor {
+            opcode: TxOpcode::TaggedSend as u8,
+            len: U32::new(payload.len() as u32),
+            buf: U64::new(a.iova(common::BUFS_OFF + off)),
+            dest: U64::new(3),
+            context: U64::new(context),
+            match_bits: U64::new(tag),
+            ..Default::default()
+        };
+        a.post_send_desc(ea, d);
+    };
+    // B's CQ has 8 slots, 7 usable: 7 messages fill it.
+    for i in 0..7u64 {
+        b.post_recv(&mut eb, i as usize, 64, i);
+    }
+    for i in 0..7u64 {
+        a.send(&mut ea, 3, 1, &[i as u8], i, 0);
+        assert_eq!(
+            a.poll_cq(&mut ea).map(|c| status(&c)),
+            Some(LocalStatus::Ok)
+        );
+    }
+    // The unexpected list's one place goes to a message no receive will match.
+    tsend(&mut a, &mut ea, b"other", 0x99, 100);
+    assert_eq!(
+        a.poll_cq(&mut ea).map(|c| status(&c)),
+        Some(LocalStatus::Ok)
+    );
+    assert_eq!(b.f.counter(RX_UNEXPECTED), 1);
+    // A tagged receive for 0x5 is posted while the CQ is full: it stays in the ring.
+    let rd = uet_fwif::TaggedRxDescriptor {
+        buf: U64::new(b.iova(common::BUFS_OFF + 8 * 0x2000)),
+        len: U32::new(64),
+        context: U64::new(8),
+        tag: U64::new(0x5),
+        ..FromZeros::new_zeroed()
+    };
+    b.mem
+        .write(base + TRX_OFF, zerocopy::IntoBytes::as_bytes(&rd));
+    b.f.write(
+        TRXQ_DOORBELL,
+        QueueDoorbell::new().with_endpoint(eb.handle).with_index(1),
+    );
+    tsend(&mut a, &mut ea, b"late", 0x5, 101);
+    assert!(a.peek_cq(&ea).is_none(), "no response while B stalls");
+    assert_eq!(b.f.counter(RX_UNEXPECTED_OVERFLOW), 0, "not refused");
+    assert_eq!(b.f.counter(RX_UNEXPECTED), 1, "not held unexpected");
+    let mut seen = Vec::new();
+    while let Some(c) = b.poll_cq(&mut eb) {
+        assert_eq!(status(&c), LocalStatus::Ok);
+        seen.push((c.context.get(), c.tag.get()));
+    }
+    let mut want: Vec<(u64, u64)> = (0..7).map(|i| (i, 0)).collect();
+    want.push((8, 0x5));
+    assert_eq!(seen, want);
+    assert_eq!(b.buf(8, 4), b"late");
+    let sc = a.poll_cq(&mut ea).expect("the late send completes");
+    assert_eq!((sc.context.get(), status(&sc)), (101, LocalStatus::Ok));
 }
 
 #[test]
