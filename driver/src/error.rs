@@ -55,6 +55,13 @@ pub enum DriverError {
         /// The device's name.
         name: String,
     },
+    /// The device neither reported `DEV_STATUS.enabled` nor a fatal error in time after the
+    /// driver set `DEV_CTRL.enable`.
+    #[error("device not enabled {waited:?} after DEV_CTRL.enable was set (DEV_STATUS.enabled stayed 0, no fatal error)")]
+    NotEnabled {
+        /// How long the driver waited.
+        waited: Duration,
+    },
     /// Enabling the function failed; the device raised a fatal error.
     #[error("device refused enable: FATAL_ERROR = {fatal_error:#x}")]
     EnableFailed {

@@ -23,7 +23,9 @@
 //!    them for DMA at IOVAs inside the ranges the device's IOMMU translates
 //!    ([`Device::iova_ranges`]; none the driver can use is refused), program `ADMIN_SQ_BASE`, `ADMIN_CQ_BASE`, `ADMIN_QUEUE_SIZE` and
 //!    `ADMIN_CQ_HEAD`.
-//! 6. `DEV_CTRL.enable = 1`; `DEV_STATUS.enabled` must follow, else `FATAL_ERROR` says why.
+//! 6. `DEV_CTRL.enable = 1`, then wait for `DEV_STATUS.enabled`: a `DEV_STATUS.fatal`
+//!    instead fails the open with the `FATAL_ERROR` causes, and neither within
+//!    [`READY_TIMEOUT`] fails it as a timeout.
 //! 7. IDENTIFY: the NIC's fabric address, MAC, serial number and model.
 //!
 //! If step 6 or 7 fails, the device is disabled and function-reset before the memory of
@@ -73,7 +75,8 @@ pub const MAX_MSG_MTU_ENTRY_INTERFACE_MINOR: u8 = uet_regs::since::AV_ENTRY_MAX_
 /// The oldest interface minor version the driver drives (see [`uet_regs::INTERFACE_MINOR`]).
 pub const REQUIRED_INTERFACE_MINOR: u8 = uet_regs::since::PEER_GROUPS;
 
-/// How long the driver waits for `DEV_STATUS.ready` after a reset.
+/// How long the driver waits for `DEV_STATUS.ready` after a reset, and for
+/// `DEV_STATUS.enabled` after setting `DEV_CTRL.enable`.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The limits a NIC advertises in its capability registers.
@@ -678,13 +681,25 @@ impl Nic {
         bar: &dyn Mmio,
         admin: &mut AdminQueue,
     ) -> Result<IdentifyData, DriverError> {
-        // 6. Enable.
+        // 6. Enable, and wait for the device to say it runs its queues (or why not).
         bar.write(DEV_CTRL, DevCtrl::new().with_enable(true));
-        let status = bar.read(DEV_STATUS);
-        if !status.enabled() || status.fatal() {
-            return Err(DriverError::EnableFailed {
-                fatal_error: bar.read(FATAL_ERROR).into_bits(),
-            });
+        let start = Instant::now();
+        loop {
+            let status = bar.read(DEV_STATUS);
+            if status.fatal() {
+                return Err(DriverError::EnableFailed {
+                    fatal_error: bar.read(FATAL_ERROR).into_bits(),
+                });
+            }
+            if status.enabled() {
+                break;
+            }
+            if start.elapsed() > READY_TIMEOUT {
+                return Err(DriverError::NotEnabled {
+                    waited: READY_TIMEOUT,
+                });
+            }
+            std::thread::yield_now();
         }
         // 7. IDENTIFY.
         let len = core::mem::size_of::<IdentifyData>();

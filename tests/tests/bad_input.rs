@@ -794,6 +794,79 @@ fn an_open_whose_identify_goes_unanswered_leaves_the_device_stopped() {
     assert_eq!(nic.identity().fabric_addr, uet_tests::nic_addr(0));
 }
 
+/// A device hook that hides `DEV_STATUS.enabled` from the first `hide` reads that would show
+/// it (every read when `hide` is `u32::MAX`): a device that takes a moment, or forever, to
+/// start its queues after `DEV_CTRL.enable` is set.
+struct LateEnable {
+    hide: std::sync::atomic::AtomicU32,
+}
+
+impl uet_tests::BarHook for LateEnable {
+    fn read32(&self, offset: u32, value: u32) -> u32 {
+        use std::sync::atomic::Ordering;
+        let status = uet_regs::DevStatus::from_bits(value);
+        if offset != uet_regs::DEV_STATUS.offset() || !status.enabled() {
+            return value;
+        }
+        let left = self.hide.load(Ordering::SeqCst);
+        if left == 0 {
+            return value;
+        }
+        if left != u32::MAX {
+            self.hide.store(left - 1, Ordering::SeqCst);
+        }
+        status.with_enabled(false).into_bits()
+    }
+}
+
+fn late_enable(
+    function: &uet_sim::SimFunction,
+    hide: u32,
+) -> Arc<uet_tests::HookedDevice<LateEnable>> {
+    Arc::new(uet_tests::HookedDevice {
+        inner: uet_driver::backend::sim::SimDevice::new(function.clone()),
+        hook: LateEnable { hide: hide.into() },
+    })
+}
+
+/// `DEV_STATUS.enabled` follows `DEV_CTRL.enable` when the device has started its queues,
+/// which may be a little after the write: the open waits for it, as it waits for `ready`,
+/// and a device that shows it a few reads late opens and works.
+#[test]
+fn a_device_that_reports_enabled_a_moment_late_is_opened() {
+    let function = uet_sim::Fabric::new()
+        .add_nic(uet_sim::NicConfig::new(uet_tests::nic_addr(0)))
+        .expect("add NIC");
+    let nic = uet_driver::Nic::open(late_enable(&function, 3)).expect("open");
+    assert_eq!(nic.identity().fabric_addr, uet_tests::nic_addr(0));
+    let av = uet_tests::open_av(&nic, 7, 4, 0);
+    drop(av);
+}
+
+/// A device that never reports `DEV_STATUS.enabled` (and no fatal error) fails the open
+/// with a timeout that says so, not with a refusal naming a `FATAL_ERROR` of 0; the device
+/// is left stopped, and the next open works.
+#[test]
+fn a_device_that_never_reports_enabled_fails_the_open_with_a_timeout() {
+    let function = uet_sim::Fabric::new()
+        .add_nic(uet_sim::NicConfig::new(uet_tests::nic_addr(0)))
+        .expect("add NIC");
+    let device = late_enable(&function, u32::MAX);
+    match uet_driver::Nic::open(device.clone()) {
+        Err(e @ DriverError::NotEnabled { .. }) => {
+            assert_eq!(e.errno(), FiErrno::FI_EIO);
+            assert!(e.to_string().contains("DEV_STATUS.enabled"), "{e}");
+        }
+        Err(e) => panic!("expected the enable timeout, got {e:?}"),
+        Ok(_) => panic!("the device never reported enabled"),
+    }
+    let status = device.inner.bar0().read(uet_regs::DEV_STATUS);
+    assert!(!status.enabled(), "the device is stopped: {status:?}");
+    let nic = uet_driver::Nic::open(Arc::new(uet_driver::backend::sim::SimDevice::new(function)))
+        .expect("the next open");
+    assert_eq!(nic.identity().fabric_addr, uet_tests::nic_addr(0));
+}
+
 /// A function reset under the driver is seen at the next admin command within a few
 /// milliseconds, not after the admin timeout: the device is not enabled and `ADMIN_SQ_BASE`
 /// no longer holds the admin ring. The command fails with `FI_EIO` naming the reset, the
