@@ -337,6 +337,13 @@ impl SimFunction {
         uet_regs::Mmio::read64(self, reg.offset())
     }
 
+    /// Count a BAR0 access the function cannot take that never reached the register
+    /// decoder (a width other than 32 or 64 bits, or bytes past BAR0, from a vfio-user
+    /// client): `BAD_REGISTER_ACCESSES`, as for any access with no register.
+    pub(crate) fn bad_register_access(&self) {
+        self.with_nic((), |n| n.counters.inc(uet_regs::BAD_REGISTER_ACCESSES));
+    }
+
     /// The model-internal counters that have no register.
     pub fn debug_counters(&self) -> DebugCounters {
         self.with_nic(DebugCounters::default(), |n| n.counters.debug)

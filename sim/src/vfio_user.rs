@@ -9,7 +9,8 @@
 //!   [`crate::SimFunction`] makes in process. A 4- or 8-byte access is one `read32`/`read64`
 //!   or `write32`/`write64`; a longer write of whole 8-byte words is a burst
 //!   (`Mmio::write64_burst`, the AV write window's write-combined line), one per 64 bytes. Any other access
-//!   reads all ones and writes nothing, as a PCIe function that rejects the access. A doorbell
+//!   reads all ones, writes nothing and counts in `BAD_REGISTER_ACCESSES`, as a PCIe function
+//!   that rejects the access (and as the same access made in process). A doorbell
 //!   write runs the fabric until idle before the reply leaves, so, as in process, everything a
 //!   doorbell caused has happened by the time the driver reads its completion ring;
 //! * **region 7, configuration space** (`crate::pci_config`, 256 bytes), whose command
@@ -224,6 +225,7 @@ impl ServerBackend for FunctionBackend {
                     (Some(at), 8) => self.function.read64(at),
                     _ => {
                         tracing::warn!(offset, len = data.len(), "unsupported BAR0 read");
+                        self.function.bad_register_access();
                         u64::MAX
                     }
                 };
@@ -266,7 +268,10 @@ impl ServerBackend for FunctionBackend {
                         line_at = line_at.wrapping_add(chunk.len() as u32);
                     }
                 }
-                _ => tracing::warn!(offset, len = data.len(), "unsupported BAR0 write dropped"),
+                _ => {
+                    tracing::warn!(offset, len = data.len(), "unsupported BAR0 write dropped");
+                    self.function.bad_register_access();
+                }
             },
             VFIO_PCI_CONFIG_REGION_INDEX => self.config_write(offset, data),
             _ => {}

@@ -346,6 +346,57 @@ fn accesses_the_function_cannot_take_are_answered_in_band() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A BAR0 access the function cannot take over vfio-user counts in `BAD_REGISTER_ACCESSES`,
+/// as the same access made in process does (the register file's rule for any offset or
+/// width with no register): a width other than 4 or 8 bytes, an access across the end of
+/// BAR0 or past it. Accesses with memory space disabled reach no function and count nothing.
+#[test]
+fn bad_bar0_accesses_over_vfio_user_count_as_bad_register_accesses() {
+    let (_fabric, fns) = uet_tests::fabric(1);
+    let dir = socket_dir("bad-access-count");
+    let (server, t) = serve(&fns[0], &dir.join("nic.sock"));
+    let mut client = Client::new(server.path()).unwrap();
+    let bar = VFIO_PCI_BAR0_REGION_INDEX;
+    let id_at = u64::from(ID.offset());
+    let mut two = [0u8; 2];
+    client.region_read(bar, id_at, &mut two).unwrap();
+    assert_eq!(fns[0].counter(BAD_REGISTER_ACCESSES), 0, "memory space off");
+
+    set_command(&mut client, pci::COMMAND_MEMORY_SPACE);
+    client.region_read(bar, id_at, &mut two).unwrap();
+    assert_eq!(two, [0xFF; 2]);
+    assert_eq!(fns[0].counter(BAD_REGISTER_ACCESSES), 1, "a 2-byte read");
+    let mut eight = [0u8; 8];
+    client
+        .region_read(bar, u64::from(BAR0_SIZE) - 4, &mut eight)
+        .unwrap();
+    assert_eq!(
+        fns[0].counter(BAD_REGISTER_ACCESSES),
+        2,
+        "a read across the end"
+    );
+    client
+        .region_write(bar, u64::from(ADMIN_SQ_BASE.offset()), &[1, 2, 3])
+        .unwrap();
+    assert_eq!(fns[0].counter(BAD_REGISTER_ACCESSES), 3, "a 3-byte write");
+    client
+        .region_write(bar, u64::from(BAR0_SIZE), &[0xFF; 4])
+        .unwrap();
+    assert_eq!(
+        fns[0].counter(BAD_REGISTER_ACCESSES),
+        4,
+        "a write past BAR0"
+    );
+    // As in process: a 4-byte read of an offset with no register.
+    let mut word = [0u8; 4];
+    client.region_read(bar, 0x0ffc, &mut word).unwrap();
+    assert_eq!(fns[0].counter(BAD_REGISTER_ACCESSES), 5);
+    assert_eq!(fns[0].read64(ADMIN_SQ_BASE.offset()), 0, "nothing written");
+    drop(client);
+    t.join().unwrap().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A vfio-user PCI function that is some other device: configuration space names another
 /// vendor and device; every BAR access is recorded.
 struct OtherDevice {
