@@ -11,6 +11,12 @@
 //! end, an access not granted — is refused by the NIC with RC_PERM_VIOLATION: the peer's
 //! operation completes with `FI_EACCES` and the memory is untouched.
 //!
+//! A region belongs to its endpoint's own job (fi_mr(3): only peers programmed with the
+//! region's authorization key may access it, the domain's key when none is given): an
+//! endpoint enabled with another job's auth key ([`Endpoint::grant_auth_key`]) takes that
+//! job's messages, but that job's WRITE and READ are refused like a wrong key. A region for
+//! another key (`fi_mr_attr.auth_key`) is not offered.
+//!
 //! A [`MemoryRegion`] owns (or shares) its memory, so the memory stays mapped while the NIC
 //! may touch it. Dropping it issues MR_DEREGISTER; once that completes, the NIC never touches
 //! the memory again — RMA packets still in flight are refused (see `uet_fwif::admin`) — and

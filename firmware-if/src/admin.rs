@@ -491,7 +491,8 @@ pub const MR_ACCESS_REMOTE_READ: u8 = 1 << 0;
 /// [`MrRegisterBody::access`]: remote WRITE requests may write the region (`FI_REMOTE_WRITE`).
 pub const MR_ACCESS_REMOTE_WRITE: u8 = 1 << 1;
 
-/// Body of MR_REGISTER.
+/// Body of MR_REGISTER. The region belongs to the endpoint's job: only requests carrying the
+/// endpoint's own JobID reach it, not those of a JobID it accepts through an auth-key grant.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
 )]

@@ -512,8 +512,9 @@ impl Nic {
         };
         // RMA requests reach the endpoint, not one of its contexts: a region registered
         // through a context belongs to the context's endpoint.
-        let serial = match self.eps.get(ep.owner) {
-            Some(owner) => owner.serial,
+        // It belongs to that endpoint's job (`mr_table`).
+        let (serial, job_id) = match self.eps.get(ep.owner) {
+            Some(owner) => (owner.serial, owner.job_id),
             None => return Err(Status::InvalidHandle),
         };
         let mr = MemoryRegion {
@@ -522,6 +523,7 @@ impl Nic {
             len: b.len.get(),
             access: b.access,
             serial,
+            job_id,
             resource_index: ri,
         };
         if self.iommu.check(mr.iova, mr.len).is_err() {

@@ -8,8 +8,13 @@
 //!   counter wraps, a handle still naming a region is skipped.
 //! * A request is checked by [`MrTable::check`]: a region with the key, owned by the target
 //!   endpoint, bound to the request's resource index, granting the access, containing the
-//!   whole request range. Anything else is a permission violation; the request never learns
-//!   which check failed.
+//!   whole request range, and reached through the owning endpoint's own JobID. Anything else
+//!   is a permission violation; the request never learns which check failed.
+//! * A region belongs to its endpoint's job: a JobID the endpoint also accepts through an
+//!   auth-key grant reaches its receive buffers, never its memory regions. This is fi_mr(3)'s
+//!   rule that only peers programmed with the region's authorization key may access it, the
+//!   domain's key (the endpoint's own JobID) for a region registered without one;
+//!   MR_REGISTER has no field naming another key.
 //! * ENDPOINT_DESTROY removes the endpoint's regions; FUNCTION_RESET removes all.
 
 use std::collections::HashMap;
@@ -30,6 +35,8 @@ pub(crate) struct MemoryRegion {
     pub access: u8,
     /// Serial number of the owning endpoint.
     pub serial: u64,
+    /// The owning endpoint's own JobID: the only one whose requests reach the region.
+    pub job_id: u32,
     pub resource_index: u16,
 }
 
@@ -98,11 +105,12 @@ impl MrTable {
     }
 
     /// The IOVA a request of `len` bytes at `offset` may use, or `None`: a permission
-    /// violation.
+    /// violation. `(serial, job_id)`: the endpoint the request reached and the JobID it
+    /// carries.
     pub(crate) fn check(
         &self,
         key: u64,
-        serial: u64,
+        (serial, job_id): (u64, u32),
         resource_index: u16,
         access: RmaAccess,
         offset: u64,
@@ -115,6 +123,7 @@ impl MrTable {
         };
         let end = offset.checked_add(len)?;
         let ok = mr.serial == serial
+            && mr.job_id == job_id
             && mr.resource_index == resource_index
             && mr.access & want != 0
             && end <= mr.len;
@@ -140,6 +149,8 @@ mod tests {
     use super::*;
     use uet_fwif::admin::{MR_ACCESS_REMOTE_READ, MR_ACCESS_REMOTE_WRITE};
 
+    const JOB: u32 = 0x11;
+
     fn mr(access: u8) -> MemoryRegion {
         MemoryRegion {
             handle: 0,
@@ -147,6 +158,7 @@ mod tests {
             len: 100,
             access,
             serial: 7,
+            job_id: JOB,
             resource_index: 3,
         }
     }
@@ -160,14 +172,27 @@ mod tests {
             Err(MrError::KeyExists)
         );
         let w = RmaAccess::Write;
-        assert_eq!(t.check(0xAB, 7, 3, w, 10, 90), Some(0x1000 + 10));
-        assert_eq!(t.check(0xAC, 7, 3, w, 10, 90), None, "wrong key");
-        assert_eq!(t.check(0xAB, 8, 3, w, 10, 90), None, "other endpoint");
-        assert_eq!(t.check(0xAB, 7, 4, w, 10, 90), None, "other resource index");
-        assert_eq!(t.check(0xAB, 7, 3, w, 10, 91), None, "past the end");
-        assert_eq!(t.check(0xAB, 7, 3, w, u64::MAX, 2), None, "overflow");
+        assert_eq!(t.check(0xAB, (7, JOB), 3, w, 10, 90), Some(0x1000 + 10));
+        assert_eq!(t.check(0xAC, (7, JOB), 3, w, 10, 90), None, "wrong key");
         assert_eq!(
-            t.check(0xAB, 7, 3, RmaAccess::Read, 0, 1),
+            t.check(0xAB, (8, JOB), 3, w, 10, 90),
+            None,
+            "other endpoint"
+        );
+        assert_eq!(
+            t.check(0xAB, (7, JOB + 1), 3, w, 10, 90),
+            None,
+            "a JobID the endpoint accepts through a grant"
+        );
+        assert_eq!(
+            t.check(0xAB, (7, JOB), 4, w, 10, 90),
+            None,
+            "other resource index"
+        );
+        assert_eq!(t.check(0xAB, (7, JOB), 3, w, 10, 91), None, "past the end");
+        assert_eq!(t.check(0xAB, (7, JOB), 3, w, u64::MAX, 2), None, "overflow");
+        assert_eq!(
+            t.check(0xAB, (7, JOB), 3, RmaAccess::Read, 0, 1),
             None,
             "write-only"
         );
@@ -178,7 +203,7 @@ mod tests {
             Err(MrError::Full)
         );
         assert!(t.deregister(h, 0xAB));
-        assert_eq!(t.check(0xAB, 7, 3, w, 0, 1), None, "gone");
+        assert_eq!(t.check(0xAB, (7, JOB), 3, w, 0, 1), None, "gone");
         t.remove_endpoint(7);
         assert_eq!(t.len(), 0);
     }
@@ -203,6 +228,10 @@ mod tests {
         assert!(t.deregister(old, 0x01), "the first region keeps its handle");
         assert!(t.deregister(last, 0x02));
         assert_eq!(t.len(), 0);
-        assert_eq!(t.check(0x01, 7, 3, RmaAccess::Write, 0, 1), None, "gone");
+        assert_eq!(
+            t.check(0x01, (7, JOB), 3, RmaAccess::Write, 0, 1),
+            None,
+            "gone"
+        );
     }
 }

@@ -2,7 +2,9 @@
 //!
 //! A WRITE or READ request that passed demultiplexing, the RMA-space index check and the
 //! length checks (`rx_engine`) is checked against the memory-region table (`mr_table`) with
-//! its memory key (SES bytes 24–31), resource index, access and the whole range
+//! its memory key (SES bytes 24–31), JobID (the region's endpoint's own: a JobID granted to
+//! the endpoint through an auth key reaches its receive buffers, not its memory regions),
+//! resource index, access and the whole range
 //! `[buffer_offset, buffer_offset + request_length)`. Any failure answers RC_PERM_VIOLATION,
 //! counts `RX_PERM_VIOLATION` and the endpoint's `rejected[RC_PERM_VIOLATION]`, and touches no
 //! memory. Because every packet checks the whole range, a multi-packet WRITE with a bad range
@@ -44,7 +46,7 @@ impl Nic {
         };
         let checked = self.mrs.check(
             p.ses.match_bits,
-            ep.serial,
+            (ep.serial, p.ses.job_id),
             p.ses.resource_index,
             access,
             p.ses.buffer_offset,

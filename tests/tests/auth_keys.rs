@@ -15,10 +15,10 @@ use uet_driver::uet_fwif::auth_key::{
     AuthKeyAddBody, AuthKeyEntry, AuthKeyRemoveBody, AuthKeySourceBody, EndpointAuthKeysBody,
 };
 use uet_driver::uet_fwif::{AvWriteRecord, Command, NicAvEntry, Status};
-use uet_driver::{Av, DmaPool, DriverError, Endpoint, EndpointAttr, Nic};
+use uet_driver::{Av, DmaPool, DriverError, Endpoint, EndpointAttr, MrAccess, Nic};
 use uet_fwif::datapath::LocalStatus;
 use uet_fwif::ReturnCode;
-use uet_regs::{RegisterAccess, AV_WRITE_DROPS, RX_BAD_JOB_ID, RX_PACKETS};
+use uet_regs::{RegisterAccess, AV_WRITE_DROPS, RX_BAD_JOB_ID, RX_PACKETS, RX_PERM_VIOLATION};
 use uet_sim::{Fabric, NicConfig, SimFunction};
 use uet_tests::nic_addr;
 use zerocopy::little_endian::{U32, U64};
@@ -166,6 +166,68 @@ fn relative_addressing_accepts_granted_job_ids_only() {
 #[test]
 fn absolute_addressing_accepts_granted_job_ids_only() {
     granted_and_refused(AddressingMode::Absolute);
+}
+
+/// fi_mr(3): only peers programmed with a region's authorization key may access it, and a
+/// region registered without one takes the domain's (the endpoint's own JobID). An endpoint
+/// enabled with another job's key takes that job's messages, but that job's WRITE and READ are
+/// refused (RC_PERM_VIOLATION, `FI_EACCES` at the initiator) and touch nothing; its own job's
+/// go through.
+#[test]
+fn a_memory_region_is_reached_only_through_its_endpoints_own_job() {
+    const MR_KEY: u64 = 0xC0DE_0077;
+    let fabric = Fabric::new();
+    let mut a = host(&fabric, 0, |_| {}, 0);
+    let mut b = host(&fabric, 1, |_| {}, 0);
+    let mut ea = endpoint(&a, AddressingMode::Relative);
+    b.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
+    let mut eb = endpoint(&b, AddressingMode::Relative);
+    assert_eq!(eb.auth_key_slots(), &[0]);
+    let mut region = b.pool.alloc().unwrap();
+    region.fill(&[0xAA; 64]).unwrap();
+    let mr = eb
+        .register_mr(region, MrAccess::REMOTE_READ_WRITE, MR_KEY)
+        .unwrap();
+    let ka = a.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
+    let keyed = insert(&mut a.av, &eb, Some(ka));
+    let plain = insert(&mut a.av, &eb, None);
+
+    // A message through the key is delivered.
+    recv(&mut b, &mut eb, 100);
+    send(&mut a, &mut ea, keyed, b"granted", 1);
+    assert!(next(&mut ea).unwrap().error.is_none());
+    assert!(next(&mut eb).unwrap().error.is_none());
+
+    // WRITE and READ through the key are refused, and nothing is written or read.
+    let refused = |ea: &mut Endpoint, ctx: u64| {
+        let ev = next(ea).expect("a completion");
+        assert_eq!(ev.context, ctx);
+        let err = ev.error.expect("refused");
+        assert_eq!(err.return_code, Some(ReturnCode::PermViolation));
+        assert_eq!(err.errno, FiErrno::FI_EACCES);
+    };
+    let mut w = a.pool.alloc().unwrap();
+    w.fill(&[0x55; 16]).unwrap();
+    ea.post_write(keyed, w, 0, MR_KEY, 2).unwrap();
+    refused(&mut ea, 2);
+    let mut r = a.pool.alloc().unwrap();
+    r.fill(&[0xEE; 16]).unwrap();
+    ea.post_read(keyed, r, 16, 0, MR_KEY, 3).unwrap();
+    refused(&mut ea, 3);
+    assert_eq!(mr.to_vec().unwrap()[..64], [0xAA; 64]);
+    assert_eq!(b.function.counter(RX_PERM_VIOLATION), 2);
+
+    // The endpoint's own job reaches the region.
+    let mut w = a.pool.alloc().unwrap();
+    w.fill(&[0x55; 16]).unwrap();
+    ea.post_write(plain, w, 0, MR_KEY, 4).unwrap();
+    assert!(next(&mut ea).unwrap().error.is_none());
+    assert_eq!(mr.to_vec().unwrap()[..16], [0x55; 16]);
+    let r = a.pool.alloc().unwrap();
+    ea.post_read(plain, r, 16, 16, MR_KEY, 5).unwrap();
+    let ev = next(&mut ea).unwrap();
+    assert!(ev.error.is_none(), "{:?}", ev.error);
+    assert_eq!(ev.buffer.unwrap().to_vec().unwrap(), [0xAA; 16]);
 }
 
 #[test]
