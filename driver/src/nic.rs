@@ -17,7 +17,9 @@
 //!    AUTH_KEY_REMOVE and the 1.10 one-MTU flag of AV entries where the device has them.
 //! 3. `FUNCTION_RESET.reset = 1`, then wait for `DEV_STATUS.ready`: start from a known state
 //!    whatever a previous owner left behind.
-//! 4. Read the capability registers `CAP_*`.
+//! 4. Read the capability registers `CAP_*`. `CAP_AV.entry_bytes` must be the size of the
+//!    entries the driver writes ([`uet_fwif::NicAvEntry`], 64 bytes): a NIC whose table
+//!    holds entries of another layout is refused before anything is written to it.
 //! 5. Allocate the admin rings (64 entries, or the largest power of two within
 //!    `CAP_QUEUES.max_admin_entries`; fewer than 2 allowed is refused) and scratch memory, map
 //!    them for DMA at IOVAs inside the ranges the device's IOMMU translates
@@ -596,6 +598,13 @@ impl Nic {
         // 4. Capabilities.
         let caps = Capabilities::read(bar);
         tracing::debug!(?caps, "capabilities");
+        let entry_bytes = core::mem::size_of::<uet_fwif::NicAvEntry>();
+        if usize::from(caps.av_entry_bytes) != entry_bytes {
+            return Err(DriverError::Unsupported(format!(
+                "CAP_AV.entry_bytes is {}: this driver writes AV entries of {entry_bytes} bytes",
+                caps.av_entry_bytes
+            )));
+        }
         // 5. Admin queue: rings no larger than CAP_QUEUES allows.
         let geometry = admin_geometry(caps.max_admin_entries).ok_or_else(|| {
             DriverError::Unsupported(format!(

@@ -867,6 +867,53 @@ fn a_device_that_never_reports_enabled_fails_the_open_with_a_timeout() {
     assert_eq!(nic.identity().fabric_addr, uet_tests::nic_addr(0));
 }
 
+/// A device hook that reports AV entries of `bytes` bytes in `CAP_AV.entry_bytes`.
+struct EntryBytes(u8);
+
+impl uet_tests::BarHook for EntryBytes {
+    fn read32(&self, offset: u32, value: u32) -> u32 {
+        if offset != uet_regs::CAP_AV.offset() {
+            return value;
+        }
+        uet_regs::CapAv::from_bits(value)
+            .with_entry_bytes(self.0)
+            .into_bits()
+    }
+}
+
+/// A NIC whose AV table holds entries of another size than the 64-byte entries the driver
+/// writes is refused at open (`FI_EOPNOTSUPP`, naming both sizes), before any entry could be
+/// written in a layout it does not read; the same NIC reporting 64 opens.
+#[test]
+fn a_nic_whose_av_entries_are_not_the_drivers_size_is_refused() {
+    let function = uet_sim::Fabric::new()
+        .add_nic(uet_sim::NicConfig::new(uet_tests::nic_addr(0)))
+        .expect("add NIC");
+    for bytes in [0u8, 32, 128, 255] {
+        let device = Arc::new(uet_tests::HookedDevice {
+            inner: uet_driver::backend::sim::SimDevice::new(function.clone()),
+            hook: EntryBytes(bytes),
+        });
+        match uet_driver::Nic::open(device) {
+            Err(e) => {
+                assert_eq!(e.errno(), FiErrno::FI_EOPNOTSUPP, "{e}");
+                let text = e.to_string();
+                assert!(
+                    text.contains(&format!("CAP_AV.entry_bytes is {bytes}")) && text.contains("64"),
+                    "{text}"
+                );
+            }
+            Ok(_) => panic!("a NIC with {bytes}-byte AV entries was opened"),
+        }
+    }
+    let device = Arc::new(uet_tests::HookedDevice {
+        inner: uet_driver::backend::sim::SimDevice::new(function),
+        hook: EntryBytes(64),
+    });
+    let nic = uet_driver::Nic::open(device).expect("64-byte entries");
+    drop(uet_tests::open_av(&nic, 7, 4, 0));
+}
+
 /// A function reset under the driver is seen at the next admin command within a few
 /// milliseconds, not after the admin timeout: the device is not enabled and `ADMIN_SQ_BASE`
 /// no longer holds the admin ring. The command fails with `FI_EIO` naming the reset, the
