@@ -3,9 +3,13 @@
 //! A type-0 header (PCI Local Bus Specification 3.0, §6.1, Figure 6-1): the identity the
 //! driver checks before it touches BAR0, the command bits it sets to let the function decode
 //! BAR0 and master DMA (§6.2.2), and BAR0 itself, a 64-bit non-prefetchable memory BAR of
-//! [`crate::BAR0_SIZE`] bytes (§6.2.5.1). The function has no capability list (status bit 4
-//! clear) and no legacy interrupt pin: completions are polled. Offsets are bytes into the
-//! 256-byte configuration space.
+//! [`crate::BAR0_SIZE`] bytes (§6.2.5.1). Its capability list (status bit 4 set, §6.7) holds
+//! one capability, the PCI Express capability of an endpoint (PCI Express Base Specification
+//! 4.0, §7.5.3), whose Device Capabilities advertise Function Level Reset (§6.6.2): a host
+//! (vfio-pci's device reset) resets the function by setting Device Control's "Initiate
+//! Function Level Reset". The function has no legacy interrupt pin and no MSI or MSI-X
+//! capability: completions are polled. Offsets are bytes into the 256-byte configuration
+//! space.
 
 /// Bytes of configuration space (conventional PCI; no extended space).
 pub const CONFIG_SPACE_SIZE: usize = 256;
@@ -16,7 +20,7 @@ pub const VENDOR_ID: usize = 0x00;
 pub const DEVICE_ID: usize = 0x02;
 /// Command register, 16 bits.
 pub const COMMAND: usize = 0x04;
-/// Status register, 16 bits, read-only here.
+/// Status register, 16 bits, read-only here: [`STATUS_CAPABILITIES_LIST`].
 pub const STATUS: usize = 0x06;
 /// Revision ID, 8 bits: 0 (the host interface version is BAR0's `REVISION`).
 pub const REVISION_ID: usize = 0x08;
@@ -32,7 +36,7 @@ pub const BAR0_HIGH: usize = 0x14;
 pub const SUBSYSTEM_VENDOR_ID: usize = 0x2C;
 /// Subsystem ID, 16 bits: the device ID.
 pub const SUBSYSTEM_ID: usize = 0x2E;
-/// Capabilities pointer, 8 bits: 0 (none).
+/// Capabilities pointer, 8 bits, read-only: [`PCIE_CAP`], the first (and only) capability.
 pub const CAPABILITIES_POINTER: usize = 0x34;
 /// Interrupt line, 8 bits, read-write scratch for the operating system.
 pub const INTERRUPT_LINE: usize = 0x3C;
@@ -45,6 +49,40 @@ pub const COMMAND_BUS_MASTER: u16 = 1 << 2;
 pub const COMMAND_INTX_DISABLE: u16 = 1 << 10;
 /// The command bits the function implements; the others read 0.
 pub const COMMAND_WRITABLE: u16 = COMMAND_MEMORY_SPACE | COMMAND_BUS_MASTER | COMMAND_INTX_DISABLE;
+
+/// Status bit 4: the function has a capability list at [`CAPABILITIES_POINTER`].
+pub const STATUS_CAPABILITIES_LIST: u16 = 1 << 4;
+
+/// The PCI Express capability structure (PCI Express Base Specification 4.0, §7.5.3): a
+/// version-2 structure of 0x3C bytes, read-only but for [`PCIE_DEVICE_CONTROL`]. Its first
+/// byte is the capability ID [`CAP_ID_PCIE`], its second the next capability's offset (0:
+/// the last).
+pub const PCIE_CAP: usize = 0x40;
+/// Bytes of the PCI Express capability structure (version 2, an endpoint).
+pub const PCIE_CAP_BYTES: usize = 0x3C;
+/// Capability ID of the PCI Express capability.
+pub const CAP_ID_PCIE: u8 = 0x10;
+/// PCI Express Capabilities register, 16 bits: [`PCIE_CAPABILITIES_VALUE`].
+pub const PCIE_CAPABILITIES: usize = PCIE_CAP + 0x02;
+/// Capability version 2 (bits 3:0), device/port type 0: a PCI Express endpoint (bits 7:4).
+pub const PCIE_CAPABILITIES_VALUE: u16 = 0x0002;
+/// Device Capabilities register, 32 bits: [`PCIE_DEVCAP_FLR`]; max payload 128 bytes.
+pub const PCIE_DEVICE_CAPABILITIES: usize = PCIE_CAP + 0x04;
+/// Device Capabilities bit 28: Function Level Reset capability.
+pub const PCIE_DEVCAP_FLR: u32 = 1 << 28;
+/// Device Control register, 16 bits: [`PCIE_DEVCTL_INITIATE_FLR`], and below it the
+/// fields a host tunes (payload sizes, relaxed ordering, no snoop...), which read back as
+/// written and do not change what the function does; reset value [`PCIE_DEVCTL_RESET`].
+pub const PCIE_DEVICE_CONTROL: usize = PCIE_CAP + 0x08;
+/// Device Control at reset (§7.5.3.4): Enable Relaxed Ordering (bit 4) and Enable No Snoop
+/// (bit 11) set, Max_Read_Request_Size 512 bytes (bits 14:12 = 010b), the rest 0.
+pub const PCIE_DEVCTL_RESET: u16 = 0x2810;
+/// The Device Control bits that hold what is written (all but bit 15).
+pub const PCIE_DEVCTL_WRITABLE: u16 = 0x7FFF;
+/// Device Control bit 15: writing 1 starts a Function Level Reset: the function returns to
+/// its reset state, configuration header included (command register cleared: BAR0 stops
+/// decoding, DMA stops). The bit always reads 0.
+pub const PCIE_DEVCTL_INITIATE_FLR: u16 = 1 << 15;
 
 /// Class code of an Ethernet controller: base class 0x02 (network), subclass 0x00, interface 0.
 pub const CLASS_ETHERNET: u32 = 0x02_00_00;

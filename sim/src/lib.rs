@@ -30,7 +30,7 @@
 //! | `fabric` | the in-memory switch and its packet capture |
 //! | [`pcap`] | libpcap file writer and strict reader |
 //! | [`counters`] | statistics |
-//! | `pci_config` | PCI configuration space: identity, command register, BAR0 sizing |
+//! | `pci_config` | PCI configuration space: identity, command register, BAR0 sizing, the PCI Express capability (Function Level Reset) |
 //! | [`vfio_user`] | the function served to another process on a vfio-user socket |
 //!
 //! Each block's module documentation is its datasheet section.

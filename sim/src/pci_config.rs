@@ -6,8 +6,11 @@
 //! a write changes only the bits its mask allows, so read-only fields, reserved bytes and the
 //! BAR's low bits (its type, and the address bits inside its size) keep their values, and an
 //! access of any width at any offset inside the 256 bytes behaves as the same bytes accessed
-//! one at a time. Past the header, reads return 0 and writes do nothing, as for a function
-//! without capabilities. A function-level reset returns the header to its reset values.
+//! one at a time. The capability list holds the PCI Express capability (`uet_regs::pci`,
+//! [`PCIE_CAP`]), read-only but for Device Control; writing Device Control's "Initiate
+//! Function Level Reset" bit asks for a function-level reset ([`PciConfig::write`] says so;
+//! the bit itself reads 0). Elsewhere, reads return 0 and writes do nothing. A function-level
+//! reset returns the header to its reset values.
 //!
 //! The command register gates the function as on hardware (PCI Local Bus Specification 3.0
 //! §6.2.2): BAR0 decodes accesses only with memory space enabled (bit 1; otherwise reads
@@ -38,6 +41,13 @@ impl Default for PciConfig {
         c.put(BAR0, &BAR0_TYPE_64BIT_MEMORY.to_le_bytes());
         c.put(SUBSYSTEM_VENDOR_ID, &PCI_VENDOR_ID.to_le_bytes());
         c.put(SUBSYSTEM_ID, &PCI_DEVICE_ID.to_le_bytes());
+        c.put(STATUS, &STATUS_CAPABILITIES_LIST.to_le_bytes());
+        c.put(CAPABILITIES_POINTER, &[PCIE_CAP as u8]);
+        c.put(PCIE_CAP, &[CAP_ID_PCIE, 0]);
+        c.put(PCIE_CAPABILITIES, &PCIE_CAPABILITIES_VALUE.to_le_bytes());
+        c.put(PCIE_DEVICE_CAPABILITIES, &PCIE_DEVCAP_FLR.to_le_bytes());
+        c.put(PCIE_DEVICE_CONTROL, &PCIE_DEVCTL_RESET.to_le_bytes());
+        c.allow(PCIE_DEVICE_CONTROL, &PCIE_DEVCTL_WRITABLE.to_le_bytes());
         c.allow(COMMAND, &COMMAND_WRITABLE.to_le_bytes());
         // BAR0 decodes BAR0_SIZE bytes: the address bits from log2(size) up are writable.
         let size_mask = !(BAR0_SIZE - 1) & !0xF;
@@ -74,19 +84,28 @@ impl PciConfig {
     }
 
     /// Write `data` at `offset`, each byte through its write mask; bytes past the header are
-    /// dropped.
-    pub(crate) fn write(&mut self, offset: u64, data: &[u8]) {
+    /// dropped. Returns whether the write set Device Control's "Initiate Function Level
+    /// Reset": the caller resets the function (and this header, [`PciConfig::reset`]).
+    #[must_use = "a write may ask for a function-level reset"]
+    pub(crate) fn write(&mut self, offset: u64, data: &[u8]) -> bool {
+        const FLR_BYTE: usize = PCIE_DEVICE_CONTROL + 1;
+        let flr_bit = (PCIE_DEVCTL_INITIATE_FLR >> 8) as u8;
+        let mut flr = false;
         for (i, &v) in data.iter().enumerate() {
             let Some(at) = offset
                 .checked_add(i as u64)
                 .and_then(|at| usize::try_from(at).ok())
             else {
-                return;
+                break;
             };
+            if at == FLR_BYTE && v & flr_bit != 0 {
+                flr = true;
+            }
             if let (Some(b), Some(&m)) = (self.bytes.get_mut(at), self.writable.get(at)) {
                 *b = (*b & !m) | (v & m);
             }
         }
+        flr
     }
 
     /// The command register.
@@ -127,23 +146,88 @@ mod tests {
         let mut c = PciConfig::default();
         assert_eq!(dword(&c, VENDOR_ID), ID_DWORD);
         assert_eq!(dword(&c, REVISION_ID) >> 8, CLASS_ETHERNET);
-        c.write(0, &[0xFF; 4]);
-        c.write(REVISION_ID as u64, &[0xFF; 4]);
+        assert!(!c.write(0, &[0xFF; 4]));
+        assert!(!c.write(REVISION_ID as u64, &[0xFF; 4]));
         assert_eq!(dword(&c, VENDOR_ID), ID_DWORD);
         assert_eq!(dword(&c, REVISION_ID) >> 8, CLASS_ETHERNET);
         assert_eq!(dword(&c, SUBSYSTEM_VENDOR_ID), ID_DWORD);
-        assert_eq!(dword(&c, CAPABILITIES_POINTER), 0);
-        assert_eq!(dword(&c, STATUS - 2) >> 16, 0, "no capability list");
+        assert_eq!(dword(&c, CAPABILITIES_POINTER), PCIE_CAP as u32);
+        assert_eq!(
+            dword(&c, STATUS - 2) >> 16,
+            u32::from(STATUS_CAPABILITIES_LIST),
+            "a capability list"
+        );
+    }
+
+    /// The capability list, walked as a host does (PCI Local Bus Specification 3.0 §6.7):
+    /// one PCI Express endpoint capability advertising Function Level Reset, read-only but
+    /// for Device Control, which holds its tunable fields and never shows the FLR bit.
+    #[test]
+    fn the_capability_list_is_one_pcie_capability_with_flr() {
+        let mut c = PciConfig::default();
+        let mut at = dword(&c, CAPABILITIES_POINTER) as usize & 0xFF;
+        let mut seen = Vec::new();
+        while at != 0 {
+            assert!(at >= 0x40 && at.is_multiple_of(4), "capability at {at:#x}");
+            let head = dword(&c, at);
+            seen.push((at, head as u8));
+            at = (head >> 8) as usize & 0xFF;
+            assert!(seen.len() < 48, "the list ends");
+        }
+        assert_eq!(seen, [(PCIE_CAP, CAP_ID_PCIE)]);
+        assert_eq!(
+            dword(&c, PCIE_CAP) >> 16,
+            u32::from(PCIE_CAPABILITIES_VALUE)
+        );
+        assert_ne!(dword(&c, PCIE_DEVICE_CAPABILITIES) & PCIE_DEVCAP_FLR, 0);
+        assert_eq!(
+            dword(&c, PCIE_DEVICE_CONTROL) & 0xFFFF,
+            u32::from(PCIE_DEVCTL_RESET)
+        );
+        // Read-only: the capability's header, capabilities and device capabilities.
+        let before: Vec<u32> = (PCIE_CAP..PCIE_CAP + PCIE_CAP_BYTES)
+            .step_by(4)
+            .map(|a| dword(&c, a))
+            .collect();
+        for a in (PCIE_CAP..PCIE_CAP + PCIE_CAP_BYTES).step_by(4) {
+            if a != PCIE_DEVICE_CONTROL {
+                assert!(!c.write(a as u64, &[0xFF; 4]));
+            }
+        }
+        assert!(!c.write(CAPABILITIES_POINTER as u64, &[0x80]));
+        assert!(!c.write(STATUS as u64, &[0; 2]));
+        let after: Vec<u32> = (PCIE_CAP..PCIE_CAP + PCIE_CAP_BYTES)
+            .step_by(4)
+            .map(|a| dword(&c, a))
+            .collect();
+        assert_eq!(before, after);
+        assert_eq!(dword(&c, CAPABILITIES_POINTER), PCIE_CAP as u32);
+        // Device Control keeps what is written below bit 15; bit 15 asks for an FLR and
+        // reads 0, whatever the width of the write that carries it.
+        assert!(!c.write(PCIE_DEVICE_CONTROL as u64, &0x1234u16.to_le_bytes()));
+        assert_eq!(dword(&c, PCIE_DEVICE_CONTROL) & 0xFFFF, 0x1234);
+        assert!(c.write(
+            PCIE_DEVICE_CONTROL as u64,
+            &(PCIE_DEVCTL_INITIATE_FLR | 0x1234).to_le_bytes()
+        ));
+        assert!(c.write(PCIE_DEVICE_CONTROL as u64 + 1, &[0x80]));
+        assert!(c.write(PCIE_DEVICE_CONTROL as u64 - 4, &[0, 0, 0, 0, 0x34, 0x92]));
+        assert_eq!(dword(&c, PCIE_DEVICE_CONTROL) & 0xFFFF, 0x1234);
+        c.reset();
+        assert_eq!(
+            dword(&c, PCIE_DEVICE_CONTROL) & 0xFFFF,
+            u32::from(PCIE_DEVCTL_RESET)
+        );
     }
 
     #[test]
     fn the_command_register_keeps_only_its_implemented_bits() {
         let mut c = PciConfig::default();
         assert_eq!(c.command(), 0);
-        c.write(COMMAND as u64, &0xFFFFu16.to_le_bytes());
+        assert!(!c.write(COMMAND as u64, &0xFFFFu16.to_le_bytes()));
         assert_eq!(c.command(), COMMAND_WRITABLE);
         // A byte write reaches only its byte.
-        c.write(COMMAND as u64, &[0]);
+        assert!(!c.write(COMMAND as u64, &[0]));
         assert_eq!(c.command(), COMMAND_INTX_DISABLE);
         c.reset();
         assert_eq!(c.command(), 0);
@@ -153,17 +237,17 @@ mod tests {
     fn bar0_sizes_as_a_64_bit_memory_bar_of_bar0_size() {
         let mut c = PciConfig::default();
         assert_eq!(dword(&c, BAR0), BAR0_TYPE_64BIT_MEMORY);
-        c.write(BAR0 as u64, &u32::MAX.to_le_bytes());
-        c.write(BAR0_HIGH as u64, &u32::MAX.to_le_bytes());
+        assert!(!c.write(BAR0 as u64, &u32::MAX.to_le_bytes()));
+        assert!(!c.write(BAR0_HIGH as u64, &u32::MAX.to_le_bytes()));
         let low = dword(&c, BAR0);
         assert_eq!(low & 0xF, BAR0_TYPE_64BIT_MEMORY);
         assert_eq!(!(low & !0xF) + 1, BAR0_SIZE, "size from the mask");
         assert_eq!(dword(&c, BAR0_HIGH), u32::MAX);
         // An address is kept to the BAR's alignment.
-        c.write(BAR0 as u64, &0xFEDC_B123u32.to_le_bytes());
+        assert!(!c.write(BAR0 as u64, &0xFEDC_B123u32.to_le_bytes()));
         assert_eq!(dword(&c, BAR0), 0xFEDC_B000 | BAR0_TYPE_64BIT_MEMORY);
         // BAR2..5 are not implemented.
-        c.write(0x18, &[0xFF; 16]);
+        assert!(!c.write(0x18, &[0xFF; 16]));
         assert!((0x18..0x28).step_by(4).all(|at| dword(&c, at) == 0));
     }
 
@@ -171,8 +255,8 @@ mod tests {
     fn accesses_past_the_header_read_zero_and_change_nothing() {
         let mut c = PciConfig::default();
         let before = c.bytes;
-        c.write(250, &[0xFF; 16]);
-        c.write(u64::MAX - 1, &[0xFF; 4]);
+        assert!(!c.write(250, &[0xFF; 16]));
+        assert!(!c.write(u64::MAX - 1, &[0xFF; 4]));
         assert_eq!(c.bytes, before);
         let mut b = [0xAA; 8];
         c.read(252, &mut b);

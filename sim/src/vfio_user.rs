@@ -16,7 +16,9 @@
 //! * **region 7, configuration space** (`crate::pci_config`, 256 bytes), whose command
 //!   register gates the function: BAR0 answers only with memory space enabled (all ones and
 //!   dropped writes otherwise), and the function's DMA works only with bus mastering enabled
-//!   (a DMA fault otherwise). Both are clear when the server starts and after a reset;
+//!   (a DMA fault otherwise). Both are clear when the server starts and after a reset.
+//!   Its PCI Express capability advertises Function Level Reset, and setting Device
+//!   Control's "Initiate Function Level Reset" resets the function as a reset message does;
 //! * **DMA**: each region the client maps arrives as a file descriptor (the driver's DMA
 //!   memory is a memfd) and is mapped into the function's IOMMU view (`SimFunction::dma_map`),
 //!   so the NIC reads and writes the driver's memory directly. The memory must be sealed
@@ -183,9 +185,13 @@ impl FunctionBackend {
     }
 
     /// Write configuration space; the command register's bus-master bit reaches the
-    /// function's DMA at once.
+    /// function's DMA at once, and Device Control's "Initiate Function Level Reset" resets
+    /// the function and the header.
     fn config_write(&mut self, offset: u64, data: &[u8]) {
-        self.config.write(offset, data);
+        if self.config.write(offset, data) {
+            tracing::debug!("function-level reset from configuration space");
+            return self.reset_function();
+        }
         self.function.set_bus_master(self.config.bus_master());
     }
 

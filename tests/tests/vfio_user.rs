@@ -174,6 +174,84 @@ fn set_command(client: &mut Client, command: u16) {
         .unwrap();
 }
 
+/// The configuration space has a capability list with one PCI Express endpoint capability
+/// advertising Function Level Reset, as a host (vfio-pci's device reset) looks for it; setting
+/// Device Control's "Initiate Function Level Reset" resets the function: its registers, and
+/// the configuration header, whose command register is cleared (BAR0 stops decoding).
+#[test]
+fn a_function_level_reset_from_configuration_space_resets_the_function() {
+    let (_fabric, fns) = uet_tests::fabric(1);
+    let dir = socket_dir("flr");
+    let (server, t) = serve(&fns[0], &dir.join("nic.sock"));
+    let mut client = Client::new(server.path()).unwrap();
+    let config = VFIO_PCI_CONFIG_REGION_INDEX;
+    let read = |client: &mut Client, at: usize| {
+        let mut b = [0u8; 4];
+        client.region_read(config, at as u64, &mut b).unwrap();
+        u32::from_le_bytes(b)
+    };
+    assert_ne!(
+        read(&mut client, pci::STATUS - 2) >> 16 & u32::from(pci::STATUS_CAPABILITIES_LIST),
+        0
+    );
+    let cap = read(&mut client, pci::CAPABILITIES_POINTER) as usize & 0xFF;
+    assert_eq!(cap, pci::PCIE_CAP);
+    assert_eq!(read(&mut client, cap) & 0xFF, u32::from(pci::CAP_ID_PCIE));
+    assert_ne!(
+        read(&mut client, pci::PCIE_DEVICE_CAPABILITIES) & pci::PCIE_DEVCAP_FLR,
+        0
+    );
+
+    set_command(&mut client, pci::COMMAND_MEMORY_SPACE);
+    let sq = u64::from(ADMIN_SQ_BASE.offset());
+    client
+        .region_write(VFIO_PCI_BAR0_REGION_INDEX, sq, &0x10_0000u64.to_le_bytes())
+        .unwrap();
+    assert_eq!(fns[0].read64(ADMIN_SQ_BASE.offset()), 0x10_0000);
+    // A Device Control write without the bit changes nothing else.
+    client
+        .region_write(
+            config,
+            pci::PCIE_DEVICE_CONTROL as u64,
+            &0x2000u16.to_le_bytes(),
+        )
+        .unwrap();
+    assert_eq!(fns[0].read64(ADMIN_SQ_BASE.offset()), 0x10_0000);
+    client
+        .region_write(
+            config,
+            pci::PCIE_DEVICE_CONTROL as u64,
+            &(pci::PCIE_DEVCTL_INITIATE_FLR | 0x2000).to_le_bytes(),
+        )
+        .unwrap();
+    assert_eq!(fns[0].read64(ADMIN_SQ_BASE.offset()), 0, "registers reset");
+    assert_eq!(
+        read(&mut client, pci::COMMAND) & 0xFFFF,
+        0,
+        "command cleared"
+    );
+    assert_eq!(
+        read(&mut client, pci::PCIE_DEVICE_CONTROL) & 0xFFFF,
+        u32::from(pci::PCIE_DEVCTL_RESET)
+    );
+    let mut id = [0u8; 4];
+    client
+        .region_read(VFIO_PCI_BAR0_REGION_INDEX, u64::from(ID.offset()), &mut id)
+        .unwrap();
+    assert_eq!(id, [0xFF; 4], "BAR0 no longer decodes");
+    drop(client);
+    t.join().unwrap().unwrap();
+
+    // The driver opens the function afterwards as any other.
+    let t = serve_next(&server);
+    let device = Arc::new(VfioUserDevice::open(server.path()).unwrap());
+    let nic = uet_driver::Nic::open(device).unwrap();
+    assert_eq!(nic.identity().fabric_addr, uet_tests::nic_addr(0));
+    drop(nic);
+    t.join().unwrap().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The command register gates the function as on hardware: BAR0 answers only with memory
 /// space enabled, and DMA works only with bus mastering enabled; both are clear at reset.
 #[test]
