@@ -85,11 +85,13 @@ impl Nic {
         let full = RingSizes::of(&attr);
         for k in 1..tx.max(rx) {
             let mut role = 0;
+            // The completion ring of `attr`, which holds every ring of the endpoint's own set
+            // and so every ring of a context's.
             let mut z = RingSizes {
                 tx_log2: 1,
                 rx_log2: 1,
                 trx_log2: 0,
-                cq_log2: 0,
+                cq_log2: full.cq_log2,
             };
             if k < tx {
                 role |= CTX_ROLE_TX;
@@ -100,13 +102,6 @@ impl Nic {
                 z.rx_log2 = full.rx_log2;
                 z.trx_log2 = full.trx_log2;
             }
-            let trx = if z.trx_log2 == 0 {
-                0
-            } else {
-                1u32 << z.trx_log2
-            };
-            let need = (1u32 << z.tx_log2) + (1u32 << z.rx_log2) + trx;
-            z.cq_log2 = (32 - (need - 1).leading_zeros()) as u8;
             let lane = match lanes.first() {
                 Some(owner) => self.create_context(owner, z, role, k),
                 None => Err(DriverError::InvalidArgument("no endpoint".into())),

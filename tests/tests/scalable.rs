@@ -278,3 +278,63 @@ fn an_endpoint_whose_contexts_outlive_it_is_destroyed_after_them() {
         );
     }
 }
+
+#[test]
+fn every_context_gets_the_completion_ring_size_the_attributes_ask_for() {
+    // cq_log2 8: each context's completion ring holds 256 completions, as the endpoint's own
+    // does. A multi-receive buffer takes many messages per descriptor, each with a completion:
+    // a receive context must hold as many unread as context 0 before the NIC holds messages
+    // back.
+    const MESSAGES: u64 = 100;
+    let (_f, fns) = fabric(2);
+    let target_nic = open_nic(&fns[0]);
+    let target_av = open_av(&target_nic, JOB, 4, 0);
+    let mut sep = target_nic
+        .scalable_endpoint(
+            EndpointAttr {
+                cq_log2: 8,
+                ..attr(3, 3, 4)
+            },
+            Some(&target_av),
+        )
+        .unwrap();
+    let addr = sep.address().unwrap().to_bytes().unwrap();
+    let target_pool = DmaPool::new(&target_nic, 65536, 4).unwrap();
+    let nic = open_nic(&fns[1]);
+    let mut av = open_av(&nic, JOB, 4, 4);
+    let mut ep = nic
+        .endpoint(
+            EndpointAttr {
+                job_id: JOB,
+                ..EndpointAttr::default()
+            },
+            Some(&av),
+        )
+        .unwrap();
+    let mut fi = [0u64; 1];
+    av.insert(&addr, 1, Some(&mut fi), 0).unwrap();
+    let pool = DmaPool::new(&nic, 64, 4).unwrap();
+    for i in 0..3u8 {
+        sep.rx_context(i)
+            .unwrap()
+            .post_recv_multi(target_pool.alloc().unwrap(), Some(0), 0)
+            .unwrap();
+        for m in 0..MESSAGES {
+            let mut b = pool.alloc().unwrap();
+            b.fill(&[m as u8; 16]).unwrap();
+            ep.post_send(fi_rx_addr(fi[0], u32::from(i), 4), b, m, 0)
+                .unwrap();
+            let ev = poll_one(&mut ep);
+            assert!(
+                ev.is_some_and(|ev| ev.error.is_none()),
+                "receive context {i}: message {m} held back with {m} completions unread"
+            );
+        }
+        let ctx = sep.rx_context(i).unwrap();
+        let mut got = 0;
+        while ctx.poll().unwrap().is_some() {
+            got += 1;
+        }
+        assert_eq!(got, MESSAGES, "receive context {i}");
+    }
+}
