@@ -33,8 +33,11 @@ use uet_fwif::admin::{CTX_ROLE_RX, CTX_ROLE_TX};
 
 /// A scalable endpoint and its contexts.
 pub struct ScalableEndpoint {
-    /// Ring set `k` serves TX context `k` and/or receive context `k`; 0 is the endpoint.
+    /// Ring set `k` serves TX context `k` and/or receive context `k`; 0 is the endpoint. The
+    /// application may reorder them ([`ScalableEndpoint::contexts_mut`]).
     lanes: Vec<Endpoint>,
+    /// The fid of ring set `k`, by `k`: how context `k` is found wherever it was moved.
+    fids: Vec<u64>,
     tx_ctx_cnt: u8,
     rx_ctx_cnt: u8,
 }
@@ -117,8 +120,10 @@ impl Nic {
                 }
             }
         }
+        let fids = lanes.iter().map(Endpoint::fid).collect();
         Ok(ScalableEndpoint {
             lanes,
+            fids,
             tx_ctx_cnt: tx,
             rx_ctx_cnt: rx,
         })
@@ -134,9 +139,13 @@ impl ScalableEndpoint {
         }
     }
 
-    /// The endpoint's address (`fi_getname`), shared by every context.
+    /// The endpoint's address (`fi_getname`), shared by every context: `None` once no
+    /// context of it is left in [`ScalableEndpoint::contexts_mut`].
     pub fn address(&self) -> Option<&UetAddress> {
-        self.lanes.first().map(Endpoint::address)
+        self.lanes
+            .iter()
+            .find(|l| self.fids.contains(&l.fid()))
+            .map(Endpoint::address)
     }
 
     /// Transmit contexts.
@@ -171,15 +180,25 @@ impl ScalableEndpoint {
         self.lane(index)
     }
 
+    /// Ring set `index`, wherever [`ScalableEndpoint::contexts_mut`] left it; `FI_EINVAL` when
+    /// it was moved out of this endpoint.
     fn lane(&mut self, index: u8) -> Result<&mut Endpoint, DriverError> {
+        let fid = self.fids.get(usize::from(index)).copied();
         self.lanes
-            .get_mut(usize::from(index))
-            .ok_or_else(|| DriverError::InvalidArgument(format!("no context {index}")))
+            .iter_mut()
+            .find(|l| Some(l.fid()) == fid)
+            .ok_or_else(|| {
+                DriverError::InvalidArgument(format!(
+                    "context {index} is no longer in this scalable endpoint"
+                ))
+            })
     }
 
     /// Every ring set, by index (set `k` is TX context `k` if `k < tx_ctx_cnt` and receive
     /// context `k` if `k < rx_ctx_cnt`): split them across threads. The endpoint is destroyed
-    /// after its contexts wherever they were moved in the slice (see the module docs).
+    /// after its contexts wherever they were moved in the slice (see the module docs), and
+    /// [`ScalableEndpoint::tx_context`] and [`ScalableEndpoint::rx_context`] find a context
+    /// wherever it was moved in the slice.
     pub fn contexts_mut(&mut self) -> &mut [Endpoint] {
         &mut self.lanes
     }

@@ -338,3 +338,75 @@ fn every_context_gets_the_completion_ring_size_the_attributes_ask_for() {
         assert_eq!(got, MESSAGES, "receive context {i}");
     }
 }
+
+#[test]
+fn contexts_are_found_by_index_after_the_application_reorders_them() {
+    // contexts_mut lets the application reorder the ring sets (the endpoint still goes after
+    // its contexts); tx_context(i) and rx_context(i) must still give context i, not whatever
+    // ring set now sits at position i.
+    let (_f, fns) = fabric(2);
+    let target_nic = open_nic(&fns[0]);
+    let target_av = open_av(&target_nic, JOB, 4, 0);
+    let mut sep = target_nic
+        .scalable_endpoint(attr(2, 3, 4), Some(&target_av))
+        .unwrap();
+    let handles: Vec<u16> = sep.contexts_mut().iter().map(|c| c.handle()).collect();
+    sep.contexts_mut().reverse();
+    for i in 0..3u8 {
+        assert_eq!(
+            sep.rx_context(i).unwrap().handle(),
+            handles[usize::from(i)],
+            "receive context {i}"
+        );
+    }
+    for i in 0..2u8 {
+        assert_eq!(
+            sep.tx_context(i).unwrap().handle(),
+            handles[usize::from(i)],
+            "transmit context {i}"
+        );
+    }
+    // A message to receive context 0 lands in the buffer posted through rx_context(0).
+    let addr = sep.address().unwrap().to_bytes().unwrap();
+    let pool = DmaPool::new(&target_nic, 4096, 4).unwrap();
+    sep.rx_context(0)
+        .unwrap()
+        .post_recv(pool.alloc().unwrap(), 7)
+        .unwrap();
+    let nic = open_nic(&fns[1]);
+    let mut av = open_av(&nic, JOB, 4, 4);
+    let mut ep = nic
+        .endpoint(
+            EndpointAttr {
+                job_id: JOB,
+                ..EndpointAttr::default()
+            },
+            Some(&av),
+        )
+        .unwrap();
+    let mut fi = [0u64; 1];
+    av.insert(&addr, 1, Some(&mut fi), 0).unwrap();
+    let send_pool = DmaPool::new(&nic, 4096, 4).unwrap();
+    let mut b = send_pool.alloc().unwrap();
+    b.fill(b"to context 0").unwrap();
+    ep.post_send(fi_rx_addr(fi[0], 0, 4), b, 1, 0).unwrap();
+    let sent = poll_one(&mut ep).expect("a send completion");
+    assert!(sent.error.is_none(), "{:?}", sent.error);
+    let ev = poll_one(sep.rx_context(0).unwrap()).expect("received in context 0");
+    assert_eq!(ev.context, 7);
+    // A ring set swapped in from another scalable endpoint is not one of this one's contexts.
+    let mut other = target_nic
+        .scalable_endpoint(attr(2, 3, 4), Some(&target_av))
+        .unwrap();
+    std::mem::swap(&mut sep.contexts_mut()[0], &mut other.contexts_mut()[0]);
+    assert!(
+        sep.rx_context(2).is_err(),
+        "context 2 moved to the other one"
+    );
+    assert_eq!(sep.rx_context(1).unwrap().handle(), handles[1]);
+    assert_eq!(
+        sep.address().unwrap().to_bytes().unwrap(),
+        addr,
+        "the endpoint's address"
+    );
+}
