@@ -1131,3 +1131,278 @@ mod source_model_tests {
         );
     }
 }
+
+/// The model of `source_model_tests`, driven harder: multi-record batches, both address
+/// families with the same bytes, entries of two jobs, and lookups now often, now rarely.
+#[cfg(test)]
+mod deep_model_tests {
+    use super::*;
+    use std::collections::{BTreeMap as Map, BTreeSet};
+    use uet_fwif::address::{AddressingMode, UetAddress};
+
+    fn peer(v6: bool, n: u8, initiator: u32, job: u32) -> NicAvEntry {
+        let mut b = [0u8; 16];
+        b[..4].copy_from_slice(&[10, 0, 0, n]);
+        let ip = if v6 {
+            IpAddr::from(b)
+        } else {
+            IpAddr::from([10, 0, 0, n])
+        };
+        NicAvEntry::for_peer(
+            &UetAddress {
+                caps: 0,
+                mode: AddressingMode::Relative,
+                max_msg_mtu: false,
+                pid_on_fep: 3,
+                fabric_addr: ip,
+                ri_start: 1,
+                ri_count: 4,
+                initiator,
+            },
+            job,
+        )
+    }
+
+    #[derive(Clone, Debug)]
+    struct RefRange {
+        count: u32,
+        entry: NicAvEntry,
+        holes: BTreeSet<u32>,
+    }
+
+    #[derive(Default, Debug)]
+    struct Ref {
+        singles: Map<u32, NicAvEntry>,
+        ranges: Map<u32, RefRange>,
+    }
+
+    impl Ref {
+        fn covering(&self, i: u32) -> Option<(u32, &RefRange)> {
+            self.ranges
+                .range(..=i)
+                .next_back()
+                .filter(|(f, r)| i < **f + r.count)
+                .map(|(f, r)| (*f, r))
+        }
+        fn live_member(&self, i: u32) -> bool {
+            self.covering(i)
+                .is_some_and(|(f, r)| !r.holes.contains(&(i - f)))
+        }
+        fn effective(&self, i: u32) -> NicAvEntry {
+            if let Some(e) = self.singles.get(&i) {
+                return *e;
+            }
+            match self.covering(i) {
+                Some((f, r)) if !r.holes.contains(&(i - f)) => r.entry.range_member(i).unwrap(),
+                _ => NicAvEntry::INVALID,
+            }
+        }
+        fn can_write_batch(&self, cap: u32, batch: &[(u32, NicAvEntry)]) -> bool {
+            let mut new_ranges = Vec::new();
+            for &(i, e) in batch {
+                if i >= cap {
+                    return false;
+                }
+                if !e.is_valid() {
+                    continue;
+                }
+                if e.is_range() {
+                    let (f, c) = (e.range_first.get(), e.range_count.get());
+                    if f != i || f + c > cap {
+                        return false;
+                    }
+                    if self
+                        .ranges
+                        .iter()
+                        .any(|(rf, r)| *rf < f + c && f < rf + r.count)
+                        || self.singles.keys().any(|&s| s >= f && s < f + c)
+                    {
+                        return false;
+                    }
+                    new_ranges.push((f, c));
+                } else if self.live_member(i) {
+                    return false;
+                }
+            }
+            for (a, &(fa, ca)) in new_ranges.iter().enumerate() {
+                for &(fb, cb) in new_ranges.iter().skip(a + 1) {
+                    if fa < fb + cb && fb < fa + ca {
+                        return false;
+                    }
+                }
+            }
+            batch.iter().all(|&(i, e)| {
+                !e.is_valid()
+                    || e.is_range()
+                    || !new_ranges.iter().any(|&(f, c)| i >= f && i < f + c)
+            })
+        }
+        fn invalidate(&mut self, i: u32) {
+            if self.singles.remove(&i).is_some() {
+                return;
+            }
+            let Some((f, _)) = self.covering(i) else {
+                return;
+            };
+            let r = self.ranges.get_mut(&f).unwrap();
+            r.holes.insert(i - f);
+            if r.holes.len() as u32 == r.count {
+                self.ranges.remove(&f);
+            }
+        }
+        fn set(&mut self, i: u32, e: NicAvEntry) {
+            if !e.is_valid() {
+                self.invalidate(i);
+            } else if e.is_range() {
+                self.ranges.insert(
+                    i,
+                    RefRange {
+                        count: e.range_count.get(),
+                        entry: e,
+                        holes: BTreeSet::new(),
+                    },
+                );
+            } else {
+                self.singles.insert(i, e);
+            }
+        }
+        fn source(&self, cap: u32, ip: IpAddr, init: u32, job: u32) -> Option<u64> {
+            let mut best = None;
+            for i in 0..cap {
+                let e = self.effective(i);
+                if e.is_valid() && e.fabric_ip() == ip && e.initiator.get() == init {
+                    if e.job_id.get() == job {
+                        return Some(e.user_id().unwrap_or(u64::from(i)));
+                    }
+                    if best.is_none() {
+                        best = Some(e.user_id().unwrap_or(u64::from(i)));
+                    }
+                }
+            }
+            best
+        }
+    }
+
+    /// Batches of up to six records (singles, ranges of up to 40 members, invalidations) and
+    /// invalidations, IPv4 and IPv6 peers whose address bytes are equal, entries of the
+    /// request's job and of another: acceptance is all or nothing as the model says, every
+    /// index reads as the model's, and FI_SOURCE is the lowest index of the sender in the job,
+    /// else the lowest, or its user id. Lookups come every few steps on some tables and after
+    /// hundreds of writes on others, so the CAM takes its backlog one by one, in bulk, at a
+    /// write that finds the backlog full, and by rebuilds.
+    #[test]
+    fn batches_families_jobs_tiny_cams_and_many_ranges_match_a_plain_model() {
+        let mut x = 0x9876_5432_1234_5678u64;
+        let mut rnd = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let mut stats = [0u32; 4];
+        for (cap, lookup_every) in [
+            (1u32, 7u64),
+            (2, 7),
+            (3, 7),
+            (7, 7),
+            (33, 7),
+            (64, 40),
+            (130, 7),
+            (130, 150),
+            (700, 400),
+        ] {
+            let mut t = AvTable::new(cap, 0, 0).unwrap();
+            let mut m = Ref::default();
+            let steps = 2000;
+            for step in 0..steps {
+                let op = rnd(20);
+                if op < 3 {
+                    // Invalidate a run or a list.
+                    let n = 1 + rnd(4) as u32;
+                    let idx: Vec<u32> = (0..n).map(|_| rnd(u64::from(cap)) as u32).collect();
+                    for &i in &idx {
+                        t.invalidate(i);
+                        m.invalidate(i);
+                    }
+                } else {
+                    let wide = rnd(3) == 0;
+                    let n = 1 + rnd(if wide { 6 } else { 1 }) as usize;
+                    let mut batch = Vec::new();
+                    for _ in 0..n {
+                        let i = rnd(u64::from(cap) + 1) as u32;
+                        let v6 = rnd(2) == 0;
+                        let job = 9 + rnd(2) as u32;
+                        let e = match rnd(10) {
+                            0..=4 => {
+                                let mut e = peer(v6, 1 + rnd(4) as u8, rnd(4) as u32, job);
+                                if rnd(4) == 0 {
+                                    e = e.with_user_id(1000 + rnd(5));
+                                }
+                                e
+                            }
+                            5..=7 => {
+                                let svc = 1 + rnd(3) as u32;
+                                let long = rnd(3) == 0;
+                                let count = 1 + rnd(if long { 40 } else { 6 }) as u32;
+                                let offset = rnd(5) as u32;
+                                let base = peer(v6, 1 + rnd(3) as u8, rnd(2) as u32, job);
+                                NicAvEntry::range(&base, svc, i, offset, count)
+                            }
+                            _ => NicAvEntry::INVALID,
+                        };
+                        assert!(e.check().is_ok());
+                        batch.push((i, e));
+                    }
+                    let want = m.can_write_batch(cap, &batch);
+                    let got = t.check_batch(&batch).is_ok();
+                    assert_eq!(
+                        got, want,
+                        "cap {cap} step {step}: batch {batch:?}\nmodel {m:?}"
+                    );
+                    stats[usize::from(batch.len() > 1)] += u32::from(got);
+                    if got {
+                        t.set_batch(&batch);
+                        for &(i, e) in &batch {
+                            if e.is_valid() && !e.is_range() && m.covering(i).is_some() {
+                                stats[2] += 1;
+                            }
+                            if e.is_range() {
+                                stats[3] += 1;
+                            }
+                            m.set(i, e);
+                        }
+                    }
+                }
+                for j in 0..cap.min(140) {
+                    let j = if cap > 140 {
+                        rnd(u64::from(cap)) as u32
+                    } else {
+                        j
+                    };
+                    assert_eq!(
+                        t.effective(j),
+                        m.effective(j),
+                        "cap {cap} step {step} index {j}"
+                    );
+                }
+                if rnd(lookup_every) == 0 {
+                    for v6 in [false, true] {
+                        for n in 0..=6u8 {
+                            for init in 0..6u32 {
+                                let ip = peer(v6, n, 0, 0).fabric_ip();
+                                let got = t.source_for_job(ip, init, |e| e.job_id.get() == 10);
+                                assert_eq!(
+                                    got,
+                                    m.source(cap, ip, init, 10),
+                                    "cap {cap} step {step} source {ip} {init}\nmodel {m:?}"
+                                );
+                            }
+                        }
+                    }
+                    assert!(!t.cam.full_after(0));
+                }
+            }
+        }
+        assert!(stats.iter().all(|&s| s > 100), "{stats:?}");
+    }
+}
