@@ -368,7 +368,9 @@ impl Connection {
                 self.post(inner, EqEventKind::Connected, 0, Vec::new());
             }
             (Some(CmKind::Accept), Some(err)) if self.get() == ACCEPTING => {
+                // Idle again, and free to accept another request: the requester's entry goes.
                 self.set(IDLE);
+                forget_peer(&mut inner.av, self.peer.swap(u64::MAX, Ordering::Relaxed));
                 self.post_error(
                     inner,
                     FiErrno::FI_ECONNABORTED,
