@@ -477,7 +477,7 @@ impl Connection {
                         self.post_error(inner, FiErrno::FI_ECONNREFUSED, 0, text);
                     }
                     (CmKind::Shutdown, CONNECTED)
-                        if ev.src_addr == self.peer.load(Ordering::Relaxed) =>
+                        if self.is_from_peer(inner, ev.src_addr, &msg) =>
                     {
                         self.set(SHUT_DOWN);
                         self.post(inner, EqEventKind::Shutdown, 0, Vec::new());
@@ -490,6 +490,27 @@ impl Connection {
 }
 
 impl Connection {
+    /// Whether a message came from the connection's peer: the NIC found its source at the
+    /// peer's entry. A message that arrived before the requester took in the ACCEPT (the
+    /// acceptor sent it as soon as it was connected) was resolved while the peer was in no
+    /// entry yet: it is the peer's when it names the peer as its sender.
+    fn is_from_peer(&self, inner: &CmInner, src_addr: u64, msg: &CmMessage) -> bool {
+        let peer = self.peer.load(Ordering::Relaxed);
+        if src_addr == peer {
+            return true;
+        }
+        if src_addr != uet_fwif::FI_ADDR_NOTAVAIL {
+            return false;
+        }
+        let mut bytes = [0u8; uet_fwif::address::ADDRESS_BYTES];
+        let mut len = bytes.len();
+        inner.av.lookup(peer, &mut bytes, &mut len).is_ok()
+            && bytes
+                .get(..len)
+                .and_then(|b| UetAddress::from_bytes(b).ok())
+                .is_some_and(|a| a == msg.sender)
+    }
+
     /// A CONNREQ reached an endpoint that does not listen (an active `FI_EP_MSG` endpoint,
     /// or a passive one being closed), or a listener that cannot take it (its backlog is full,
     /// or its event queue has no room for the `FI_CONNREQ`):

@@ -380,6 +380,29 @@ fn accept_one(
 }
 
 #[test]
+fn a_shutdown_right_after_fi_connected_reaches_a_requester_that_has_not_read_its_accept() {
+    // The acceptor shuts the connection down as soon as it is connected, which may be before
+    // the requester took in the ACCEPT and learned who its peer is: the SHUTDOWN is then the
+    // next message of its control channel, and must still end the connection.
+    let (_f, fns) = fabric(2);
+    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
+    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
+    let pep = listen(&ns, &eq_l);
+    for _ in 0..8 {
+        let (mut client, eq_c) = msg_ep(&nc);
+        let (mut server, eq_s) = msg_ep(&ns);
+        accept_one(&pep, &eq_l, &mut client, &mut server);
+        assert_eq!(wait_event(&eq_s).kind, EqEventKind::Connected);
+        server.shutdown().unwrap();
+        assert_eq!(wait_event(&eq_c).kind, EqEventKind::Connected);
+        let ev = wait_event(&eq_c);
+        assert_eq!((ev.kind, ev.fid), (EqEventKind::Shutdown, client.fid()));
+        assert!(!client.is_connected());
+        assert_eq!(client.cm_dropped(), 0);
+    }
+}
+
+#[test]
 fn an_endpoint_whose_accepts_were_aborted_still_accepts() {
     // Each requester closes before its request is accepted: the ACCEPT is not delivered
     // (FI_ECONNABORTED) and the endpoint is idle again, free to accept another request,
