@@ -934,15 +934,22 @@ impl Endpoint {
     /// At `fi_close` of a connected `FI_EP_MSG` endpoint: [`Endpoint::shutdown`] (again while
     /// the control channel is full), and wait for the SHUTDOWN's send to complete, so that it
     /// has left before the control channel goes; at most [`CLOSE_SHUTDOWN_WAIT`] in all.
-    /// Nothing to do for an endpoint not connected.
+    /// An endpoint closed as its connection comes up counts as connected: an ACCEPT already
+    /// received is taken in first, and an accept in flight is waited for (its peer is
+    /// connected once the ACCEPT is delivered). Nothing to do for an endpoint not connected.
     pub(crate) fn shut_down_at_close(&mut self) {
-        if !self.is_connected() {
-            return;
-        }
         let Some(conn) = self.cm.as_ref().map(|l| l.shared.clone()) else {
             return;
         };
         let deadline = std::time::Instant::now() + CLOSE_SHUTDOWN_WAIT;
+        conn.progress();
+        while conn.get() == ACCEPTING && std::time::Instant::now() < deadline {
+            std::thread::sleep(CM_POLL_INTERVAL);
+            conn.progress();
+        }
+        if !self.is_connected() {
+            return;
+        }
         if let Err(e) = conn.when_room(deadline, || self.shutdown()) {
             tracing::debug!(fid = conn.fid, "no SHUTDOWN at close: {e}");
             return;
