@@ -21,6 +21,9 @@
 //! whose CONNREQ cannot be delivered (no listener at that PIDonFEP, wrong JobID) is refused
 //! the same way as a REJECT, with the UET return code as `prov_errno`; one that reaches an
 //! endpoint that does not listen (an active `FI_EP_MSG` endpoint) is answered with a REJECT.
+//! So is an ACCEPT that reaches an endpoint that made no such request (the requester closed
+//! and the NIC gave its PIDonFEP to a new endpoint): the accepting endpoint, connected by the
+//! ACCEPT's delivery, then gets `FI_SHUTDOWN`.
 //!
 //! Messages are checked: a malformed one, one of an unknown connection (its `conn_id`), or a
 //! SHUTDOWN whose source is not the peer is dropped and counted ([`PassiveEndpoint::dropped`],
@@ -415,6 +418,17 @@ impl Connection {
         if msg.kind == CmKind::ConnReq && !listening {
             return self.refuse_connreq(inner, &msg);
         }
+        // An ACCEPT of a request this endpoint did not make: its requester closed, and the
+        // NIC gave the requester's PIDonFEP to this endpoint. The acceptor is connected by the
+        // ACCEPT's delivery; a REJECT of the connection tells it that nobody is there.
+        let stray_accept = msg.kind == CmKind::Accept
+            && match &inner.role {
+                Role::Active { conn_id, .. } => msg.conn_id != *conn_id || self.get() == IDLE,
+                Role::Passive { .. } => false,
+            };
+        if stray_accept {
+            return self.refuse_connreq(inner, &msg);
+        }
         match &mut inner.role {
             Role::Passive { pending, next_id } => {
                 if msg.kind != CmKind::ConnReq {
@@ -482,6 +496,18 @@ impl Connection {
                         self.set(SHUT_DOWN);
                         self.post(inner, EqEventKind::Shutdown, 0, Vec::new());
                     }
+                    // The ACCEPT this side sent reached an endpoint that made no request (the
+                    // requester closed, and its PIDonFEP went to that endpoint): the
+                    // connection it made ends as a peer's close does.
+                    (CmKind::Reject, CONNECTED)
+                        if self.peer_address(inner).is_some_and(|p| {
+                            (p.fabric_addr, p.pid_on_fep)
+                                == (msg.sender.fabric_addr, msg.sender.pid_on_fep)
+                        }) =>
+                    {
+                        self.set(SHUT_DOWN);
+                        self.post(inner, EqEventKind::Shutdown, 0, Vec::new());
+                    }
                     _ => self.drop_message("unexpected in this state"),
                 }
             }
@@ -502,18 +528,24 @@ impl Connection {
         if src_addr != uet_fwif::FI_ADDR_NOTAVAIL {
             return false;
         }
+        self.peer_address(inner).is_some_and(|a| a == msg.sender)
+    }
+
+    /// The connection peer's address, as its AV entry holds it.
+    fn peer_address(&self, inner: &CmInner) -> Option<UetAddress> {
         let mut bytes = [0u8; uet_fwif::address::ADDRESS_BYTES];
         let mut len = bytes.len();
-        inner.av.lookup(peer, &mut bytes, &mut len).is_ok()
-            && bytes
-                .get(..len)
-                .and_then(|b| UetAddress::from_bytes(b).ok())
-                .is_some_and(|a| a == msg.sender)
+        inner
+            .av
+            .lookup(self.peer.load(Ordering::Relaxed), &mut bytes, &mut len)
+            .ok()?;
+        UetAddress::from_bytes(bytes.get(..len)?).ok()
     }
 
     /// A CONNREQ reached an endpoint that does not listen (an active `FI_EP_MSG` endpoint,
     /// or a passive one being closed), or a listener that cannot take it (its backlog is full,
-    /// or its event queue has no room for the `FI_CONNREQ`):
+    /// or its event queue has no room for the `FI_CONNREQ`), or an ACCEPT reached an endpoint
+    /// that made no such request (the acceptor then gets `FI_SHUTDOWN`):
     /// answer it with a REJECT, so the requester gets `FI_ECONNREFUSED` instead of waiting
     /// for an answer that never comes. A request that cannot be answered (no room in the
     /// endpoint's AV, no control buffer) is dropped and counted.

@@ -21,6 +21,7 @@
 //! | CONNREQ 1 | the connecting endpoint (`fi_connect`) | a passive endpoint | the connecting endpoint: where the answer goes |
 //! | ACCEPT 2 | the accepting endpoint (`fi_accept`) | the connecting endpoint | the accepting endpoint: the connection's peer |
 //! | REJECT 3 | the passive endpoint (`fi_reject`) | the connecting endpoint | the passive endpoint |
+//! | REJECT 3 | an endpoint an ACCEPT reached that made no such request (its requester closed) | the accepting endpoint, which ends the connection | that endpoint |
 //! | SHUTDOWN 4 | either side (`fi_shutdown`) | its peer | the sender |
 //!
 //! A message with another version, an unknown kind, reserved bytes set, a length that does

@@ -439,6 +439,40 @@ fn closing_the_connecting_endpoint_as_its_accept_arrives_shuts_the_connection_do
 }
 
 #[test]
+fn an_accept_that_reaches_a_new_endpoint_at_the_requesters_address_ends_the_connection() {
+    // The requester closes before its request is answered and a new endpoint of its NIC
+    // takes its address. The ACCEPT reaches the new endpoint, which made no request: the
+    // acceptor must not stay connected to it (its sends would land in that endpoint).
+    let (_f, fns) = fabric(2);
+    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
+    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
+    let pep = listen(&ns, &eq_l);
+    let (mut client, _eq_c) = msg_ep(&nc);
+    client
+        .connect(&pep.address().to_bytes().unwrap(), b"")
+        .unwrap();
+    let req = pep.connreq(&wait_event(&eq_l)).unwrap();
+    let gone = *client.address();
+    drop(client);
+    let (newcomer, eq_n) = msg_ep(&nc);
+    assert_eq!(
+        (newcomer.pid_on_fep(), newcomer.address().fabric_addr),
+        (gone.pid_on_fep, gone.fabric_addr),
+        "the NIC gave the PIDonFEP out again"
+    );
+    let (mut server, eq_s) = msg_ep(&ns);
+    pep.accept(&req, &mut server, b"").unwrap();
+    assert_eq!(wait_event(&eq_s).kind, EqEventKind::Connected);
+    let ev = wait_event(&eq_s);
+    assert_eq!((ev.kind, ev.fid), (EqEventKind::Shutdown, server.fid()));
+    assert!(!server.is_connected() && !newcomer.is_connected());
+    assert!(
+        eq_n.is_empty(),
+        "the newcomer made no request and hears of none"
+    );
+}
+
+#[test]
 fn an_endpoint_whose_accepts_were_aborted_still_accepts() {
     // Each requester closes before its request is accepted: the ACCEPT is not delivered
     // (FI_ECONNABORTED) and the endpoint is idle again, free to accept another request,
