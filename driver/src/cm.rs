@@ -9,7 +9,7 @@
 //! | listen | [`Nic::passive_endpoint`] (its own rings are its control channel) | — | — |
 //! | request | [`Endpoint::connect`]`(listener address, param)` | CONNREQ to the listener | listener's EQ: `FI_CONNREQ`, `data` = the request's id, `cm_data` = param; [`PassiveEndpoint::connreq`] gives the requester's address |
 //! | accept | [`PassiveEndpoint::accept`]`(req, &mut ep, param)` | ACCEPT from `ep` to the requester | `ep`'s EQ: `FI_CONNECTED` once the requester's NIC acknowledged the ACCEPT; requester's EQ: `FI_CONNECTED`, `cm_data` = param |
-//! | reject | [`PassiveEndpoint::reject`]`(req, param)` | REJECT from the listener | requester's EQ: error `FI_ECONNREFUSED` (`err_data`: why, and the param) |
+//! | reject | [`PassiveEndpoint::reject`]`(req, param)` | REJECT from the listener | requester's EQ: error `FI_ECONNREFUSED` (`cm_data`: the param, byte for byte; `err_data`: why) |
 //! | close | [`Endpoint::shutdown`], or dropping the connected endpoint (`fi_close`) | SHUTDOWN to the peer | peer's EQ: `FI_SHUTDOWN` |
 //! | close the listener | drop the [`PassiveEndpoint`] | REJECT of every request left unanswered | each requester's EQ: error `FI_ECONNREFUSED` |
 //!
@@ -317,6 +317,18 @@ impl Connection {
     }
 
     fn post_error(&self, inner: &CmInner, err: FiErrno, prov_errno: i32, text: String) {
+        self.post_error_with(inner, err, prov_errno, text, Vec::new());
+    }
+
+    /// [`Connection::post_error`] carrying the peer's param (a REJECT's).
+    fn post_error_with(
+        &self,
+        inner: &CmInner,
+        err: FiErrno,
+        prov_errno: i32,
+        text: String,
+        cm_data: Vec<u8>,
+    ) {
         if let Some((eq, _)) = inner.eq.as_ref() {
             let e = EqErrEntry {
                 fid: self.fid,
@@ -325,6 +337,7 @@ impl Connection {
                 err,
                 prov_errno,
                 err_data: text,
+                cm_data,
             };
             if let Err(e) = eq.post_error(e) {
                 tracing::error!(fid = self.fid, "error event lost: {e}");
@@ -488,7 +501,7 @@ impl Connection {
                             "connection rejected by the listener; param {:?}",
                             String::from_utf8_lossy(&msg.param)
                         );
-                        self.post_error(inner, FiErrno::FI_ECONNREFUSED, 0, text);
+                        self.post_error_with(inner, FiErrno::FI_ECONNREFUSED, 0, text, msg.param);
                     }
                     (CmKind::Shutdown, CONNECTED)
                         if self.is_from_peer(inner, ev.src_addr, &msg) =>

@@ -115,6 +115,10 @@ pub struct EqErrEntry {
     pub prov_errno: i32,
     /// Provider-specific error text.
     pub err_data: String,
+    /// The rejecting side's param of a connection refused with `fi_reject` (`FI_ECONNREFUSED`),
+    /// byte for byte: what fi_cm(3) returns as the error's additional `err_data`. Empty for
+    /// every other error.
+    pub cm_data: Vec<u8>,
 }
 
 /// `fi_eq_attr.wait_obj`.
@@ -589,6 +593,7 @@ impl AvEventSink for EventQueue {
                 err: errno,
                 prov_errno,
                 err_data: message,
+                cm_data: Vec::new(),
             }),
         }
     }
@@ -659,6 +664,7 @@ mod tests {
             err: FiErrno::FI_EINVAL,
             prov_errno: 2,
             err_data: "bad address".into(),
+            cm_data: Vec::new(),
         }
     }
 

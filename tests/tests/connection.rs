@@ -162,6 +162,31 @@ fn reject_and_unreachable_listeners_refuse_the_connection() {
 }
 
 #[test]
+fn a_rejected_requester_gets_the_reject_param_byte_for_byte() {
+    // fi_cm(3): the data fi_reject sends reaches the requester as err_data of its
+    // FI_ECONNREFUSED. An application's reject data need not be text.
+    let (_f, fns) = fabric(2);
+    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
+    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
+    let pep = listen(&ns, &eq_l);
+    let (mut client, eq_c) = msg_ep(&nc);
+    client
+        .connect(&pep.address().to_bytes().unwrap(), b"")
+        .unwrap();
+    let req = pep.connreq(&wait_event(&eq_l)).unwrap();
+    let why = [0xFF, 0x00, 0x80, 0xC3, b'"', b'x'];
+    pep.reject(&req, &why).unwrap();
+    let err = wait_error(&eq_c);
+    assert_eq!((err.err, err.fid), (FiErrno::FI_ECONNREFUSED, client.fid()));
+    assert_eq!(err.cm_data, why);
+    // Other refusals carry none.
+    let (mut lost, eq_x) = msg_ep(&nc);
+    lost.connect(&forged(pep.address(), |a| a.pid_on_fep += 7), b"")
+        .unwrap();
+    assert!(wait_error(&eq_x).cm_data.is_empty());
+}
+
+#[test]
 fn misuse_gets_clear_errors() {
     let (_f, fns) = fabric(1);
     let nic = open_nic(&fns[0]);
