@@ -950,31 +950,32 @@ mod source_model_tests {
     }
 
     #[derive(Clone, Debug)]
-    struct RefRange {
-        count: u32,
-        entry: NicAvEntry,
-        holes: BTreeSet<u32>,
+    pub(super) struct RefRange {
+        pub(super) count: u32,
+        pub(super) entry: NicAvEntry,
+        pub(super) holes: BTreeSet<u32>,
     }
 
+    /// A plain model of a table: single entries and ranges with holes, by index.
     #[derive(Default, Debug)]
-    struct Ref {
-        singles: Map<u32, NicAvEntry>,
-        ranges: Map<u32, RefRange>,
+    pub(super) struct Ref {
+        pub(super) singles: Map<u32, NicAvEntry>,
+        pub(super) ranges: Map<u32, RefRange>,
     }
 
     impl Ref {
-        fn covering(&self, i: u32) -> Option<(u32, &RefRange)> {
+        pub(super) fn covering(&self, i: u32) -> Option<(u32, &RefRange)> {
             self.ranges
                 .range(..=i)
                 .next_back()
                 .filter(|(f, r)| i < **f + r.count)
                 .map(|(f, r)| (*f, r))
         }
-        fn live_member(&self, i: u32) -> bool {
+        pub(super) fn live_member(&self, i: u32) -> bool {
             self.covering(i)
                 .is_some_and(|(f, r)| !r.holes.contains(&(i - f)))
         }
-        fn effective(&self, i: u32) -> NicAvEntry {
+        pub(super) fn effective(&self, i: u32) -> NicAvEntry {
             if let Some(e) = self.singles.get(&i) {
                 return *e;
             }
@@ -1004,7 +1005,7 @@ mod source_model_tests {
             }
             !self.live_member(i)
         }
-        fn invalidate(&mut self, i: u32) {
+        pub(super) fn invalidate(&mut self, i: u32) {
             if self.singles.remove(&i).is_some() {
                 return;
             }
@@ -1017,7 +1018,7 @@ mod source_model_tests {
                 self.ranges.remove(&f);
             }
         }
-        fn set(&mut self, i: u32, e: NicAvEntry) {
+        pub(super) fn set(&mut self, i: u32, e: NicAvEntry) {
             if !e.is_valid() {
                 self.invalidate(i);
             } else if e.is_range() {
@@ -1136,8 +1137,8 @@ mod source_model_tests {
 /// families with the same bytes, entries of two jobs, and lookups now often, now rarely.
 #[cfg(test)]
 mod deep_model_tests {
+    use super::source_model_tests::Ref;
     use super::*;
-    use std::collections::{BTreeMap as Map, BTreeSet};
     use uet_fwif::address::{AddressingMode, UetAddress};
 
     fn peer(v6: bool, n: u8, initiator: u32, job: u32) -> NicAvEntry {
@@ -1163,40 +1164,7 @@ mod deep_model_tests {
         )
     }
 
-    #[derive(Clone, Debug)]
-    struct RefRange {
-        count: u32,
-        entry: NicAvEntry,
-        holes: BTreeSet<u32>,
-    }
-
-    #[derive(Default, Debug)]
-    struct Ref {
-        singles: Map<u32, NicAvEntry>,
-        ranges: Map<u32, RefRange>,
-    }
-
     impl Ref {
-        fn covering(&self, i: u32) -> Option<(u32, &RefRange)> {
-            self.ranges
-                .range(..=i)
-                .next_back()
-                .filter(|(f, r)| i < **f + r.count)
-                .map(|(f, r)| (*f, r))
-        }
-        fn live_member(&self, i: u32) -> bool {
-            self.covering(i)
-                .is_some_and(|(f, r)| !r.holes.contains(&(i - f)))
-        }
-        fn effective(&self, i: u32) -> NicAvEntry {
-            if let Some(e) = self.singles.get(&i) {
-                return *e;
-            }
-            match self.covering(i) {
-                Some((f, r)) if !r.holes.contains(&(i - f)) => r.entry.range_member(i).unwrap(),
-                _ => NicAvEntry::INVALID,
-            }
-        }
         fn can_write_batch(&self, cap: u32, batch: &[(u32, NicAvEntry)]) -> bool {
             let mut new_ranges = Vec::new();
             for &(i, e) in batch {
@@ -1237,36 +1205,9 @@ mod deep_model_tests {
                     || !new_ranges.iter().any(|&(f, c)| i >= f && i < f + c)
             })
         }
-        fn invalidate(&mut self, i: u32) {
-            if self.singles.remove(&i).is_some() {
-                return;
-            }
-            let Some((f, _)) = self.covering(i) else {
-                return;
-            };
-            let r = self.ranges.get_mut(&f).unwrap();
-            r.holes.insert(i - f);
-            if r.holes.len() as u32 == r.count {
-                self.ranges.remove(&f);
-            }
-        }
-        fn set(&mut self, i: u32, e: NicAvEntry) {
-            if !e.is_valid() {
-                self.invalidate(i);
-            } else if e.is_range() {
-                self.ranges.insert(
-                    i,
-                    RefRange {
-                        count: e.range_count.get(),
-                        entry: e,
-                        holes: BTreeSet::new(),
-                    },
-                );
-            } else {
-                self.singles.insert(i, e);
-            }
-        }
-        fn source(&self, cap: u32, ip: IpAddr, init: u32, job: u32) -> Option<u64> {
+        /// FI_SOURCE preferring entries of `job`: the lowest index of the sender in the job,
+        /// else the lowest.
+        fn source_in_job(&self, cap: u32, ip: IpAddr, init: u32, job: u32) -> Option<u64> {
             let mut best = None;
             for i in 0..cap {
                 let e = self.effective(i);
@@ -1393,7 +1334,7 @@ mod deep_model_tests {
                                 let got = t.source_for_job(ip, init, |e| e.job_id.get() == 10);
                                 assert_eq!(
                                     got,
-                                    m.source(cap, ip, init, 10),
+                                    m.source_in_job(cap, ip, init, 10),
                                     "cap {cap} step {step} source {ip} {init}\nmodel {m:?}"
                                 );
                             }
