@@ -143,7 +143,7 @@ impl Nic {
         if single {
             let c = Completion {
                 context,
-                data: U64::new(p.ses.header_data),
+                data: U64::new(p.cq_data()),
                 status: LocalStatus::Ok as u8,
                 return_code: ReturnCode::Ok as u8,
                 kind: CompletionKind::Recv as u8,

@@ -58,7 +58,8 @@
 //! completes with `BadDescriptor` and the request is answered RC_UNDELIVERABLE), copies the
 //! payload into its buffer by DMA — truncated to the buffer, which completes with `Truncated`
 //! but still answers RC_OK — and writes a `Recv` completion: `context`, `len` = bytes
-//! delivered, `data` = header_data, `src_addr` = the reverse translation of (source address,
+//! delivered, `data` = the header data when the SES flag HD says it is present (0 without
+//! it), `src_addr` = the reverse translation of (source address,
 //! initiator id) through the endpoint's bound AV: among the sender's entries the lowest index
 //! that sends with the request's JobID (an `AUTH_KEY` entry with its slot's), else the lowest;
 //! the entry's user id when it has one. When the sender is in no entry: the `source` of the
@@ -73,7 +74,8 @@
 //! (with the checks above) and opens a reassembly; each packet's payload is written by DMA at
 //! its message offset in that buffer, and only the part inside the buffer (a longer message is
 //! truncated, never written past the buffer; its packets still answer RC_OK with the bytes
-//! delivered as `modified_length`). The SOM packet supplies header_data. The engine tracks
+//! delivered as `modified_length`). The SOM packet supplies the header data (with HD). The
+//! engine tracks
 //! which byte ranges arrived: a packet whose bytes all arrived already is a duplicate (counted,
 //! answered RC_OK, not written again); one that partly overlaps received bytes, whose
 //! `request_length` differs from its message's, or that demultiplexes to another endpoint than
@@ -177,6 +179,17 @@ impl ParsedRequest<'_> {
     pub(crate) fn single(&self) -> bool {
         let both = ses::FLAG_SOM | ses::FLAG_EOM;
         self.ses.flags & both == both
+    }
+
+    /// The remote CQ data the message carries: the SOM packet's header data when its HD flag
+    /// says it is present, 0 otherwise (bytes 32–39 of a packet without HD are not data).
+    pub(crate) fn cq_data(&self) -> u64 {
+        let both = ses::FLAG_SOM | ses::FLAG_HD;
+        if self.ses.flags & both == both {
+            self.ses.header_data
+        } else {
+            0
+        }
     }
 
     pub(crate) fn key(&self) -> MsgKey {
@@ -777,7 +790,7 @@ impl Nic {
         };
         let mut c = Completion {
             context: d.context,
-            data: U64::new(p.ses.header_data),
+            data: U64::new(p.cq_data()),
             src_addr: U64::new(uet_fwif::FI_ADDR_NOTAVAIL),
             status: LocalStatus::Ok as u8,
             return_code: ReturnCode::Ok as u8,
@@ -917,7 +930,7 @@ impl Nic {
             }
         }
         if p.ses.flags & ses::FLAG_SOM != 0 {
-            r.header_data = p.ses.header_data;
+            r.header_data = p.cq_data();
         }
         // Only the part of the packet inside the buffer is written.
         let list = r.list();

@@ -270,7 +270,7 @@ impl Nic {
         if single {
             let c = Completion {
                 context: d.context,
-                data: U64::new(p.ses.header_data),
+                data: U64::new(p.cq_data()),
                 tag: U64::new(tag),
                 status: LocalStatus::Ok as u8,
                 return_code: ReturnCode::Ok as u8,
@@ -324,7 +324,7 @@ impl Nic {
             key,
             tag: p.ses.match_bits,
             group: p.group,
-            header_data: p.ses.header_data,
+            header_data: p.cq_data(),
             src_addr,
             total,
             data: single.then(|| p.payload.to_vec()),

@@ -566,6 +566,57 @@ fn a_full_completion_ring_stalls_a_tagged_message_whose_receive_is_in_the_ring()
     assert_eq!((sc.context.get(), status(&sc)), (101, LocalStatus::Ok));
 }
 
+/// Bytes 32–39 of a SOM packet are remote CQ data only when the SES flag HD says so: a
+/// request without HD completes with `data` 0 whatever those bytes hold, one with HD carries
+/// them.
+#[test]
+fn header_data_is_remote_cq_data_only_with_the_hd_flag() {
+    let Pair {
+        fabric,
+        mut b,
+        mut eb,
+        ..
+    } = pair(0);
+    for (i, (flags, want)) in [(0x0Bu8, 0u64), (0x0B | 0x04, 0x0102_0304_0506_0708)]
+        .into_iter()
+        .enumerate()
+    {
+        b.post_recv(&mut eb, i, 64, i as u64);
+        let mut pkt = Vec::new();
+        RudRequest {
+            next_hdr: 3,
+            flags: FLAG_SYN,
+            clear_psn_offset: 0,
+            psn: 9 + i as u32,
+            spdcid: 40,
+            dpdcid: 0,
+        }
+        .encode(&mut pkt);
+        StandardRequest {
+            opcode: 5,
+            flags,
+            job_id: JOB,
+            pid_on_fep: eb.pid,
+            resource_index: eb.ri_start,
+            initiator: 0x1111,
+            message_id: i as u16,
+            header_data: 0x0102_0304_0506_0708,
+            request_length: 3,
+            ..Default::default()
+        }
+        .encode(&mut pkt);
+        pkt.extend_from_slice(b"hdr");
+        fabric.inject_frame(&a_to_b(5, &pkt));
+        let c = b.poll_cq(&mut eb).expect("delivered");
+        assert_eq!(status(&c), LocalStatus::Ok);
+        assert_eq!(
+            (c.context.get(), c.data.get()),
+            (i as u64, want),
+            "flags {flags:#x}"
+        );
+    }
+}
+
 #[test]
 fn doorbells_for_unknown_endpoints_and_bad_indices_are_ignored() {
     let Pair { a, ea, .. } = pair(0);
