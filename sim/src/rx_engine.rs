@@ -92,7 +92,9 @@
 //! `rejected` again: one per refused packet). A packet is a late one only when its PSN is
 //! within 65,536 of the last packet seen of the remembered message: further away, the
 //! sender's 16-bit message ids have wrapped and the packet starts a new message with the same
-//! id. Reassemblies of a destroyed endpoint are dropped.
+//! id. A single-packet message with the key of a remembered one also ends the remembering:
+//! the sender has given the id again (which also covers PSNs that wrapped at 2^32 while only
+//! single-packet messages went by). Reassemblies of a destroyed endpoint are dropped.
 //!
 //! An RX descriptor with `RX_FLAG_MULTI_RECV` becomes the endpoint's current multi-receive
 //! buffer instead of being consumed by one message: untagged messages are placed in it one
@@ -488,6 +490,17 @@ impl Reassembler {
         self.active.len() < usize::from(slots)
     }
 
+    /// Forget the outcome remembered for `key`: a single-packet message with that key came,
+    /// so the sender has given the id again and the remembered message is over for good.
+    fn forget(&mut self, key: MsgKey) {
+        if self.recent.is_empty() || self.recent.remove(&key).is_none() {
+            return;
+        }
+        if let Some(i) = self.recent_order.iter().position(|k| *k == key) {
+            self.recent_order.remove(i);
+        }
+    }
+
     /// Remember how a message ended; `psn` is one of its packets'. A message that reused the
     /// id of a remembered one takes its place, as the newest.
     fn finish(&mut self, key: MsgKey, rc: ReturnCode, psn: u32) {
@@ -723,6 +736,10 @@ impl Nic {
                 }
                 Lookup::New => {}
             }
+        } else {
+            // The sender gave this message the id of a remembered one: that one is over, and
+            // a later message with the id is new whatever its PSNs (they wrap too, at 2^32).
+            self.reasm.forget(key);
         }
         // A new message: its peer group must be one the endpoint receives.
         if p.group > max_group.unwrap_or(0) {

@@ -388,6 +388,39 @@ fn reassembly_takes_packets_in_any_order_and_ignores_duplicates() {
     assert_eq!(response_codes(&cap).len(), 7);
 }
 
+/// A single-packet message with the id of a remembered multi-packet one ends the
+/// remembering: the sender has given the id again. A later multi-packet message with that id
+/// is delivered, even when its PSNs are close to the remembered message's, as they are once
+/// the 32-bit PSNs of a connection carrying only single-packet messages have wrapped (here
+/// the PSNs are simply consecutive).
+#[test]
+fn a_single_packet_message_with_a_remembered_id_ends_the_remembering() {
+    let (fabric, _a, mut b) = pair();
+    let rx_pool = DmaPool::new(&b.nic, 1000, 3).unwrap();
+    for ctx in [1, 2, 3] {
+        b.ep.post_recv(rx_pool.alloc().unwrap(), ctx)
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    let mut f = Forger::new(&b);
+    let (m1, m3) = (pattern(600, 1), pattern(600, 3));
+    fabric.inject_frame(&f.packet(7, &m1, 0, 300));
+    fabric.inject_frame(&f.packet(7, &m1, 300, 600));
+    let got = b.next_completion().expect("the first message 7");
+    assert!(got.buffer.unwrap().to_vec().unwrap() == m1);
+    fabric.inject_frame(&f.packet(7, b"one", 0, 3));
+    let got = b.next_completion().expect("the single-packet message 7");
+    assert_eq!(got.buffer.unwrap().to_vec().unwrap(), b"one");
+    fabric.inject_frame(&f.packet(7, &m3, 0, 300));
+    fabric.inject_frame(&f.packet(7, &m3, 300, 600));
+    let got = b
+        .next_completion()
+        .expect("the third message 7 is delivered");
+    assert!(got.error.is_none(), "{:?}", got.error);
+    assert!(got.buffer.unwrap().to_vec().unwrap() == m3);
+    assert_eq!(b.function.debug_counters().rx_duplicate_packets, 0);
+}
+
 #[test]
 fn reassembly_slots_are_bounded_and_overflow_is_counted() {
     let (fabric, _a, mut b) = pair_with(|c| c.reassembly_slots = 1);
