@@ -432,12 +432,13 @@ impl Connection {
             return self.refuse_connreq(inner, &msg);
         }
         // An ACCEPT of a request this endpoint did not make: its requester closed, and the
-        // NIC gave the requester's PIDonFEP to this endpoint. The acceptor is connected by the
-        // ACCEPT's delivery; a REJECT of the connection tells it that nobody is there.
+        // NIC gave the requester's PIDonFEP to this endpoint (a listener, which makes no
+        // requests, included). The acceptor is connected by the ACCEPT's delivery; a REJECT
+        // of the connection tells it that nobody is there.
         let stray_accept = msg.kind == CmKind::Accept
             && match &inner.role {
                 Role::Active { conn_id, .. } => msg.conn_id != *conn_id || self.get() == IDLE,
-                Role::Passive { .. } => false,
+                Role::Passive { .. } => true,
             };
         if stray_accept {
             return self.refuse_connreq(inner, &msg);

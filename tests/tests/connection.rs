@@ -527,3 +527,40 @@ fn an_endpoint_whose_accepts_were_aborted_still_accepts() {
     assert_eq!(wait_event(&eq_s).kind, EqEventKind::Connected);
     assert_eq!(wait_event(&eq_c).kind, EqEventKind::Connected);
 }
+
+#[test]
+fn an_accept_that_reaches_a_new_listener_at_the_requesters_address_ends_the_connection() {
+    // As above, but the endpoint that takes the requester's address is a passive one: its
+    // control channel takes the ACCEPT, which it never asked for either.
+    let (_f, fns) = fabric(2);
+    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
+    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
+    let pep = listen(&ns, &eq_l);
+    let (mut client, _eq_c) = msg_ep(&nc);
+    client
+        .connect(&pep.address().to_bytes().unwrap(), b"")
+        .unwrap();
+    let req = pep.connreq(&wait_event(&eq_l)).unwrap();
+    let gone = *client.address();
+    drop(client);
+    let eq_n = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
+    let newcomer = listen(&nc, &eq_n);
+    assert_eq!(
+        (
+            newcomer.address().pid_on_fep,
+            newcomer.address().fabric_addr
+        ),
+        (gone.pid_on_fep, gone.fabric_addr),
+        "the NIC gave the PIDonFEP out again"
+    );
+    let (mut server, eq_s) = msg_ep(&ns);
+    pep.accept(&req, &mut server, b"").unwrap();
+    assert_eq!(wait_event(&eq_s).kind, EqEventKind::Connected);
+    let ev = wait_event(&eq_s);
+    assert_eq!((ev.kind, ev.fid), (EqEventKind::Shutdown, server.fid()));
+    assert!(!server.is_connected());
+    assert!(
+        eq_n.is_empty(),
+        "the newcomer made no request and hears of none"
+    );
+}
