@@ -96,7 +96,7 @@ use crate::flags::{
     FI_MORE, FI_READ, FI_SYNC_ERR,
 };
 use crate::nic::NicAvTable;
-use segment::{Locked, Segment, SegmentParams, SharedRange, LOG_INSERT, LOG_RANGE, LOG_REMOVE};
+use segment::{Locked, Segment, SegmentParams, SharedRange, LOG_INSERT, LOG_REMOVE};
 
 /// What an endpoint bound to a named AV's mirror calls before each send and each completion
 /// read ([`AddressVector::sync_hook`]): bring this process's mirror and NIC table up to date
@@ -749,7 +749,7 @@ impl<N: NicAvTable + Send + 'static> NamedAv<N> {
             if av.address_bytes(first).is_some()
                 && locked.add_range(first, count, svc, m, &base_bytes)
             {
-                locked.log(LOG_RANGE, first);
+                locked.log_range(first, count);
             } else {
                 for i in first..first + count {
                     if av.address_bytes(i).is_some() {
@@ -1151,22 +1151,28 @@ impl<N: NicAvTable> Local<N> {
             None
         };
         // A range inserted since is logged once, its members not one by one: they are the
-        // indices of its record. A record may outlive its members (a process that held them
-        // one by one removed them without counting them down), so every live record starting
-        // at the range's first index is taken; when none is left while members may remain
-        // (counted down by a process that held a refilled hole as a member), the indices are
-        // rescanned.
+        // indices its log record names. Its own record may be gone although members remain
+        // (counted down by a process that held a refilled hole as a member), and another
+        // record may start at the same index (it outlived its members: a process that held
+        // them one by one removed them without counting them down), so the logged indices are
+        // reconciled whatever the records say; every live record starting at the range's
+        // first index is taken too. A range logged without its count is covered by those
+        // records alone, and the indices are rescanned when none is left.
+        let high_water = seg.high_water();
         let changed = changed.and_then(|changes| {
             let live = seg.ranges();
             let mut ranges: Vec<SharedRange> = Vec::new();
-            for &first in &changes.ranges {
+            let mut indices = changes.indices;
+            for &(first, count) in &changes.ranges {
                 let before = ranges.len();
                 ranges.extend(live.iter().filter(|r| r.first == first));
-                if ranges.len() == before {
+                if count > 0 {
+                    indices.extend(first..first.saturating_add(count).min(high_water));
+                } else if ranges.len() == before {
                     return None;
                 }
             }
-            Some((changes.indices, ranges))
+            Some((indices, ranges))
         });
         match changed {
             Some((indices, ranges)) => {

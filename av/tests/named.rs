@@ -1115,3 +1115,68 @@ fn a_snapshot_of_a_fifo_at_the_segment_path_is_refused_without_waiting() {
     assert_eq!(e.errno, FiErrno::FI_EINVAL, "{e}");
     assert!(e.message.contains("not a named-AV segment"), "{e}");
 }
+
+/// A set inserted at the first index of a record its members outlived (removed as singles),
+/// whose own record is then counted down to nothing while members past the stale record's
+/// span remain, reaches whole a process that has not caught up since before it was inserted:
+/// the stale record names fewer members than the set has.
+#[test]
+fn a_set_whose_record_went_early_behind_a_stale_record_at_its_index_reaches_a_lagging_process() {
+    let name = unique("rangestalegone");
+    let mut a = open(attr(&name, 32)).unwrap();
+    let mut p = open(attr(&name, 32)).unwrap();
+    let mut l = open(attr(&name, 32)).unwrap();
+    let mut m = open(attr(&name, 32)).unwrap();
+    // A set of 2 at 0..2 takes the first range record, and a single index 2.
+    let mut out = [0u64; 2];
+    a.insertsym("10.0.7.1", 1, "5", 2, Some(&mut out), 0, None)
+        .unwrap();
+    assert_eq!(out, [0, 1]);
+    assert_eq!(insert(&mut a, &[1]), [2]);
+    p.sync().unwrap();
+    // In one catch-up window of p: index 2 is removed and a set of 4 takes 2..6, which p
+    // then holds as singles and removes: that set's record outlives its members.
+    a.remove(&[2], 0).unwrap();
+    let mut out = [0u64; 4];
+    a.insertsym("10.0.1.1", 1, "5", 4, Some(&mut out), 0, None)
+        .unwrap();
+    assert_eq!(out, [2, 3, 4, 5]);
+    p.sync().unwrap();
+    p.remove(&[2, 3, 4, 5], 0).unwrap();
+    // The first set goes with its record, and singles take its indices.
+    a.remove(&[0, 1], 0).unwrap();
+    assert_eq!(insert(&mut a, &[3, 4]), [0, 1]);
+    l.sync().unwrap();
+    m.sync().unwrap();
+    // A set of 12 takes 2..14 and the first record; m lags from here on.
+    let mut out = [0u64; 12];
+    a.insertsym("10.0.9.1", 1, "5", 12, Some(&mut out), 0, None)
+        .unwrap();
+    assert_eq!(out, core::array::from_fn::<u64, 12, _>(|i| i as u64 + 2));
+    l.sync().unwrap();
+    // Members 6..12, past the stale record's span, are removed and refilled with their own
+    // addresses by a, then removed by l, which holds the refills as the members: the set's
+    // record is counted down twice for each, to nothing, while members 2..6 and 12..14 stay.
+    let gone: Vec<u64> = (6..12).collect();
+    let members: Vec<[u8; ADDR_LEN]> = gone.iter().map(|&i| lookup(&mut a, i).unwrap()).collect();
+    a.remove(&gone, 0).unwrap();
+    let mut fa = vec![0u64; gone.len()];
+    assert_eq!(
+        a.insert(&pack(&members), gone.len(), Some(&mut fa), 0)
+            .unwrap(),
+        gone.len()
+    );
+    assert_eq!(fa, gone, "the holes are refilled with the members");
+    l.sync().unwrap();
+    l.remove(&gone, 0).unwrap();
+    for fa in (2..6).chain(12..14) {
+        assert_eq!(
+            lookup(&mut m, fa).map_err(|e| e.to_string()),
+            Ok(lookup(&mut a, fa).unwrap()),
+            "fi_addr {fa}"
+        );
+    }
+    assert_same(&mut a, &mut m);
+    assert_same(&mut a, &mut l);
+    assert_same(&mut a, &mut p);
+}

@@ -48,7 +48,7 @@
 //!
 //! A log record is two words: the generation of the change, then the index in the low 32 bits
 //! and the operation in the next 8 (1 insert, 2 remove, 3 repair, 4 range inserted: the index
-//! is its first).
+//! is its first, and the top 24 bits its count, 0 for a count that does not fit).
 //!
 //! A range record describes symmetric-set members inserted at consecutive indices
 //! (`fi_av_insertsym`), so that every process holds them as one range in its mirror and its
@@ -59,8 +59,9 @@
 //! what the AV holds. A process applies a live record as a range where its mirror holds none
 //! of the indices, then reconciles each index with its slot; a repair frees every record. The
 //! count of members in use is each remover's view, so a record may outlive its members or go
-//! before them: a process catching up with a logged range reconciles the indices of every live
-//! record starting at its first index, and rescans every index when none is left.
+//! before them: a process catching up with a logged range reconciles the range's indices,
+//! which its log record names, and those of every live record starting at its first index;
+//! for a range logged without its count, it rescans every index when no such record is left.
 //!
 //! An index is in use exactly when its bitmap bit is set and its slot holds an address: a
 //! change writes the slot's last three words before its first (whose first byte is never zero
@@ -176,8 +177,10 @@ pub const LOG_INSERT: u64 = 1;
 pub const LOG_REMOVE: u64 = 2;
 /// A repair after a writer died.
 pub const LOG_REPAIR: u64 = 3;
-/// A range inserted (the index is its first).
+/// A range inserted (the index is its first, and bits 40..64 of the record its count).
 pub const LOG_RANGE: u64 = 4;
+/// The largest range count a log record holds; a larger one is logged as 0 (unknown).
+pub const LOG_RANGE_MAX_COUNT: u32 = (1 << 24) - 1;
 
 /// A live range record of the segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -201,8 +204,8 @@ pub struct SharedRange {
 pub struct Changes {
     /// Indices inserted or removed, ascending.
     pub indices: Vec<u32>,
-    /// First indices of ranges inserted.
-    pub ranges: Vec<u32>,
+    /// Ranges inserted: first index and count (0 when the log did not hold it), ascending.
+    pub ranges: Vec<(u32, u32)>,
 }
 
 /// What a new segment is created with, and what an existing one is checked against.
@@ -1236,7 +1239,7 @@ impl Segment {
             let op = (rec >> 32) & 0xff;
             match op {
                 LOG_INSERT | LOG_REMOVE => out.indices.push(rec as u32),
-                LOG_RANGE => out.ranges.push(rec as u32),
+                LOG_RANGE => out.ranges.push((rec as u32, (rec >> 40) as u32)),
                 _ => return None,
             }
         }
@@ -1293,12 +1296,15 @@ impl Segment {
     }
 
     fn append_log(&self, op: u64, index: u32) {
+        self.append_log_record(u64::from(index) | op << 32);
+    }
+
+    fn append_log_record(&self, record: u64) {
         let head = self.log_head();
         // Counters wrap rather than trust that no process wrote garbage into them.
         let generation = self.hdr(hw::GENERATION).wrapping_add(1);
         self.log_word(head, 0).store(generation, Ordering::Relaxed);
-        self.log_word(head, 1)
-            .store(u64::from(index) | op << 32, Ordering::Relaxed);
+        self.log_word(head, 1).store(record, Ordering::Relaxed);
         self.set_word(hw::LOG_HEAD, head.wrapping_add(1));
     }
 }
@@ -1509,6 +1515,19 @@ impl Locked<'_> {
     pub fn log(&self, op: u64, index: u32) {
         if self.check_exclusive() {
             self.seg.append_log(op, index);
+        }
+    }
+
+    /// Append a [`LOG_RANGE`] record of the range of `count` members at `first`.
+    pub fn log_range(&self, first: u32, count: u32) {
+        let count = if count <= LOG_RANGE_MAX_COUNT {
+            count
+        } else {
+            0
+        };
+        if self.check_exclusive() {
+            self.seg
+                .append_log_record(u64::from(first) | LOG_RANGE << 32 | u64::from(count) << 40);
         }
     }
 }
