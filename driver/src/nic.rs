@@ -600,6 +600,10 @@ impl Nic {
         tracing::debug!(?caps, "capabilities");
         let entry_bytes = core::mem::size_of::<uet_fwif::NicAvEntry>();
         if usize::from(caps.av_entry_bytes) != entry_bytes {
+            // A function removed since step 1 reads all ones here too: say that, not a size.
+            if bar.read(ID).into_bits() == u32::MAX {
+                return Err(DriverError::DeviceGone);
+            }
             return Err(DriverError::Unsupported(format!(
                 "CAP_AV.entry_bytes is {}: this driver writes AV entries of {entry_bytes} bytes",
                 caps.av_entry_bytes

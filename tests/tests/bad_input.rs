@@ -914,6 +914,52 @@ fn a_nic_whose_av_entries_are_not_the_drivers_size_is_refused() {
     drop(uet_tests::open_av(&nic, 7, 4, 0));
 }
 
+/// A device hook for a function removed while the driver reads its capabilities: from the
+/// read of `CAP_AV` on, every read returns all ones.
+#[derive(Default)]
+struct RemovedAtCapabilities(std::sync::atomic::AtomicBool);
+
+impl uet_tests::BarHook for RemovedAtCapabilities {
+    fn read32(&self, offset: u32, value: u32) -> u32 {
+        use std::sync::atomic::Ordering;
+        if offset == uet_regs::CAP_AV.offset() {
+            self.0.store(true, Ordering::SeqCst);
+        }
+        if self.0.load(Ordering::SeqCst) {
+            u32::MAX
+        } else {
+            value
+        }
+    }
+
+    fn read64(&self, _offset: u32, value: u64) -> u64 {
+        if self.0.load(std::sync::atomic::Ordering::SeqCst) {
+            u64::MAX
+        } else {
+            value
+        }
+    }
+}
+
+/// A function removed while the open reads its capabilities reads all ones there, so its AV
+/// entries look like 255 bytes: the open reports the removal (`FI_ENODEV`), not an entry size
+/// the driver does not support.
+#[test]
+fn a_function_removed_during_the_capability_reads_is_reported_gone() {
+    let function = uet_sim::Fabric::new()
+        .add_nic(uet_sim::NicConfig::new(uet_tests::nic_addr(0)))
+        .expect("add NIC");
+    let device = Arc::new(uet_tests::HookedDevice {
+        inner: uet_driver::backend::sim::SimDevice::new(function),
+        hook: RemovedAtCapabilities::default(),
+    });
+    match uet_driver::Nic::open(device) {
+        Err(e @ DriverError::DeviceGone) => assert_eq!(e.errno(), FiErrno::FI_ENODEV),
+        Err(e) => panic!("expected the removal, got {e:?}"),
+        Ok(_) => panic!("a removed function was opened"),
+    }
+}
+
 /// A function reset under the driver is seen at the next admin command within a few
 /// milliseconds, not after the admin timeout: the device is not enabled and `ADMIN_SQ_BASE`
 /// no longer holds the admin ring. The command fails with `FI_EIO` naming the reset, the
