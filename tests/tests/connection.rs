@@ -463,11 +463,14 @@ fn closing_the_connecting_endpoint_as_its_accept_arrives_shuts_the_connection_do
     assert!(!server.is_connected());
 }
 
-#[test]
-fn an_accept_that_reaches_a_new_endpoint_at_the_requesters_address_ends_the_connection() {
-    // The requester closes before its request is answered and a new endpoint of its NIC
-    // takes its address. The ACCEPT reaches the new endpoint, which made no request: the
-    // acceptor must not stay connected to it (its sends would land in that endpoint).
+/// The requester closes before its request is answered, and `newcomer` (made on the
+/// requester's NIC; it returns the endpoint, its address and its event queue) takes the
+/// requester's address. The ACCEPT reaches the newcomer, which made no request: the acceptor
+/// must not stay connected to it (its sends would land there), and gets `FI_SHUTDOWN`; the
+/// newcomer hears of nothing. Returns the newcomer.
+fn an_accept_to_a_newcomer_ends_the_connection<T>(
+    newcomer: impl FnOnce(&Nic) -> (T, uet_fwif::address::UetAddress, EventQueue),
+) -> T {
     let (_f, fns) = fabric(2);
     let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
     let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
@@ -479,77 +482,9 @@ fn an_accept_that_reaches_a_new_endpoint_at_the_requesters_address_ends_the_conn
     let req = pep.connreq(&wait_event(&eq_l)).unwrap();
     let gone = *client.address();
     drop(client);
-    let (newcomer, eq_n) = msg_ep(&nc);
+    let (newcomer, at, eq_n) = newcomer(&nc);
     assert_eq!(
-        (newcomer.pid_on_fep(), newcomer.address().fabric_addr),
-        (gone.pid_on_fep, gone.fabric_addr),
-        "the NIC gave the PIDonFEP out again"
-    );
-    let (mut server, eq_s) = msg_ep(&ns);
-    pep.accept(&req, &mut server, b"").unwrap();
-    assert_eq!(wait_event(&eq_s).kind, EqEventKind::Connected);
-    let ev = wait_event(&eq_s);
-    assert_eq!((ev.kind, ev.fid), (EqEventKind::Shutdown, server.fid()));
-    assert!(!server.is_connected() && !newcomer.is_connected());
-    assert!(
-        eq_n.is_empty(),
-        "the newcomer made no request and hears of none"
-    );
-}
-
-#[test]
-fn an_endpoint_whose_accepts_were_aborted_still_accepts() {
-    // Each requester closes before its request is accepted: the ACCEPT is not delivered
-    // (FI_ECONNABORTED) and the endpoint is idle again, free to accept another request,
-    // as many times as that happens.
-    let (_f, fns) = fabric(2);
-    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
-    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
-    let pep = listen(&ns, &eq_l);
-    let (mut server, eq_s) = msg_ep(&ns);
-    // An endpoint opened before each requester closes keeps its PIDonFEP from being given
-    // out again before the ACCEPT to it fails.
-    let mut keep = Vec::new();
-    for _ in 0..6 {
-        let (mut client, _eq_c) = msg_ep(&nc);
-        client
-            .connect(&pep.address().to_bytes().unwrap(), b"")
-            .unwrap();
-        let req = pep.connreq(&wait_event(&eq_l)).unwrap();
-        keep.push(msg_ep(&nc));
-        drop(client);
-        pep.accept(&req, &mut server, b"").unwrap();
-        let err = wait_error(&eq_s);
-        assert_eq!((err.err, err.fid), (FiErrno::FI_ECONNABORTED, server.fid()));
-    }
-    let (mut client, eq_c) = msg_ep(&nc);
-    accept_one(&pep, &eq_l, &mut client, &mut server);
-    assert_eq!(wait_event(&eq_s).kind, EqEventKind::Connected);
-    assert_eq!(wait_event(&eq_c).kind, EqEventKind::Connected);
-}
-
-#[test]
-fn an_accept_that_reaches_a_new_listener_at_the_requesters_address_ends_the_connection() {
-    // As above, but the endpoint that takes the requester's address is a passive one: its
-    // control channel takes the ACCEPT, which it never asked for either.
-    let (_f, fns) = fabric(2);
-    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
-    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
-    let pep = listen(&ns, &eq_l);
-    let (mut client, _eq_c) = msg_ep(&nc);
-    client
-        .connect(&pep.address().to_bytes().unwrap(), b"")
-        .unwrap();
-    let req = pep.connreq(&wait_event(&eq_l)).unwrap();
-    let gone = *client.address();
-    drop(client);
-    let eq_n = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
-    let newcomer = listen(&nc, &eq_n);
-    assert_eq!(
-        (
-            newcomer.address().pid_on_fep,
-            newcomer.address().fabric_addr
-        ),
+        (at.pid_on_fep, at.fabric_addr),
         (gone.pid_on_fep, gone.fabric_addr),
         "the NIC gave the PIDonFEP out again"
     );
@@ -563,4 +498,26 @@ fn an_accept_that_reaches_a_new_listener_at_the_requesters_address_ends_the_conn
         eq_n.is_empty(),
         "the newcomer made no request and hears of none"
     );
+    newcomer
+}
+
+#[test]
+fn an_accept_that_reaches_a_new_endpoint_at_the_requesters_address_ends_the_connection() {
+    let newcomer = an_accept_to_a_newcomer_ends_the_connection(|nic| {
+        let (ep, eq) = msg_ep(nic);
+        let at = *ep.address();
+        (ep, at, eq)
+    });
+    assert!(!newcomer.is_connected());
+}
+
+#[test]
+fn an_accept_that_reaches_a_new_listener_at_the_requesters_address_ends_the_connection() {
+    // A passive endpoint's control channel takes the ACCEPT, which it never asked for either.
+    an_accept_to_a_newcomer_ends_the_connection(|nic| {
+        let eq = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
+        let pep = listen(nic, &eq);
+        let at = *pep.address();
+        (pep, at, eq)
+    });
 }
