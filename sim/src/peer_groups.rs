@@ -100,11 +100,7 @@ impl Nic {
         // Without completion-ring room the unit leaves the ring unread: a descriptor still
         // there may be the message's, so the message waits with it.
         if !ep.cq_has_room() && (found.is_some() || ep.rx.pending()) {
-            self.counters.debug.cq_stalls += 1;
-            if !from_backlog {
-                ep.rx_backlog.push_back(f.to_vec());
-            }
-            return RxOutcome::Stalled;
+            return self.hold_for_cq_room(handle, f, from_backlog);
         }
         let Some(i) = found else {
             self.counters.inc(RX_NO_BUFFER);

@@ -668,6 +668,24 @@ impl Nic {
     }
 
     /// Refuse a request addressed to endpoint `handle`: counted, answered.
+    /// Hold request `f` in endpoint `handle`'s receive backlog until its completion ring has
+    /// room (or the ring's unread receives are read), counted as a stall; a request retried
+    /// from the backlog (`from_backlog`) keeps its place there.
+    pub(crate) fn hold_for_cq_room(
+        &mut self,
+        handle: u16,
+        f: &[u8],
+        from_backlog: bool,
+    ) -> RxOutcome {
+        self.counters.debug.cq_stalls += 1;
+        if !from_backlog {
+            if let Some(ep) = self.eps.get_mut(handle) {
+                ep.rx_backlog.push_back(f.to_vec());
+            }
+        }
+        RxOutcome::Stalled
+    }
+
     pub(crate) fn reject(&mut self, handle: u16, p: &ParsedRequest<'_>, rc: ReturnCode) {
         self.count_reject(handle, rc);
         self.respond(p, rc, 0);
@@ -769,11 +787,7 @@ impl Nic {
             return RxOutcome::Done;
         }
         if !ep.cq_has_room_for(1 + u64::from(fits == Some(false))) {
-            self.counters.debug.cq_stalls += 1;
-            if !from_backlog {
-                ep.rx_backlog.push_back(f.to_vec());
-            }
-            return RxOutcome::Stalled;
+            return self.hold_for_cq_room(handle, f, from_backlog);
         }
         if !single && !self.reasm.has_room(self.cfg.reassembly_slots, &self.eps) {
             self.counters.debug.reassembly_overflows += 1;

@@ -216,6 +216,9 @@ impl Nic {
         f: &[u8],
         from_backlog: bool,
     ) -> RxOutcome {
+        // Receives the doorbell announced and the unit has not read yet join the posted list
+        // first (as far as the completion ring has room), as with peer groups.
+        self.trx_poll(handle);
         let tag = p.ses.match_bits;
         let single = p.single();
         let Some(ep) = self.eps.get(handle) else {
@@ -232,28 +235,20 @@ impl Nic {
             .iter()
             .position(|r| r.desc.matches_in_group(group, tag))
         else {
-            // Receives the doorbell announced and the unit has not read yet (it reads none
-            // while the completion ring is full) may hold the message's: it waits for them
-            // to be read rather than take a place on the unexpected list, or be refused for
-            // want of one.
+            // Receives the doorbell announced that the unit could not read (it reads none
+            // while the completion ring is full, see the poll above) may hold the message's:
+            // it waits for them to be read rather than take a place on the unexpected list,
+            // or be refused for want of one.
             let unread = ep
                 .trx
                 .is_some_and(|t| t.pending() && ep.posted_tagged.len() < t.geom.entries() as usize);
             if unread {
-                self.counters.debug.cq_stalls += 1;
-                if !from_backlog {
-                    ep.rx_backlog.push_back(f.to_vec());
-                }
-                return RxOutcome::Stalled;
+                return self.hold_for_cq_room(handle, f, from_backlog);
             }
             return self.rx_unexpected(handle, serial, p, src_addr);
         };
         if !ep.cq_has_room() {
-            self.counters.debug.cq_stalls += 1;
-            if !from_backlog {
-                ep.rx_backlog.push_back(f.to_vec());
-            }
-            return RxOutcome::Stalled;
+            return self.hold_for_cq_room(handle, f, from_backlog);
         }
         if !single && !self.reasm.has_room(self.cfg.reassembly_slots, &self.eps) {
             self.counters.debug.reassembly_overflows += 1;
