@@ -405,6 +405,19 @@ impl DmaRegion {
             })
     }
 
+    /// The IOVA of byte `offset` of a region the [`IovaAllocator`] placed, for an offset the
+    /// caller already knows lies inside it (a pool buffer, a ring of a ring set): no check
+    /// beyond a debug assertion. The allocator places regions below 2^64 - 1 with room for
+    /// their length, so the sum cannot wrap; [`DmaRegion::iova_at`] checks any offset.
+    pub(crate) fn iova_inside(&self, offset: usize) -> u64 {
+        debug_assert!(
+            offset < self.len,
+            "offset {offset} outside {} bytes",
+            self.len
+        );
+        self.iova.wrapping_add(offset as u64)
+    }
+
     /// Which pages back the region.
     pub fn page_kind(&self) -> PageKind {
         self.kind

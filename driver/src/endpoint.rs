@@ -573,10 +573,9 @@ pub(crate) struct RingSet {
 }
 
 impl RingSet {
-    /// The IOVA of the ring at `off`: inside the ring set's region, whose IOVAs the allocator
-    /// placed inside the IOVA space, so never the fallback 0, which no device maps.
+    /// The IOVA of the ring at `off`, inside the ring set's region.
     fn iova(&self, off: usize) -> U64 {
-        U64::new(self.rings.region().iova_at(off).unwrap_or(0))
+        U64::new(self.rings.region().iova_inside(off))
     }
 }
 

@@ -305,10 +305,8 @@ impl MemoryRegion {
 
     /// IOVA of the region's first byte.
     pub fn iova(&self) -> u64 {
-        self.span()
-            .ok()
-            .and_then(|(r, s, _)| r.iova_at(s).ok())
-            .unwrap_or(0)
+        // The span was checked against its region at registration (and is never empty).
+        self.span().map_or(0, |(r, s, _)| r.iova_inside(s))
     }
 
     fn check(

@@ -130,13 +130,7 @@ impl DmaBuffer {
 
     /// The IOVA of the buffer's first byte.
     pub fn iova(&self) -> u64 {
-        // The buffer lies inside the pool's region, whose IOVAs the allocator placed inside
-        // the IOVA space: never the fallback 0, which no device maps (IOVAs start at 4 GiB).
-        self.pool
-            .region
-            .region()
-            .iova_at(self.offset())
-            .unwrap_or(0)
+        self.pool.region.region().iova_inside(self.offset())
     }
 
     /// Capacity in bytes.
