@@ -333,7 +333,15 @@ impl EventQueue {
         Ok(())
     }
 
-    fn push(&self, s: &mut State, push: impl FnOnce(&mut State)) -> Result<(), FiError> {
+    /// Queue an entry with `push`. On a full queue, an entry the provider posts is lost and
+    /// overruns the queue; one the application writes (`refuse_when_full`) is refused with
+    /// `FI_EAGAIN`, the queue untouched, as the caller still holds it.
+    fn push(
+        &self,
+        s: &mut State,
+        refuse_when_full: bool,
+        push: impl FnOnce(&mut State),
+    ) -> Result<(), FiError> {
         if s.closed {
             return Err(closed());
         }
@@ -344,6 +352,15 @@ impl EventQueue {
             ));
         }
         if s.events.len() + s.errors.len() >= self.shared.size {
+            if refuse_when_full {
+                return Err(FiError::new(
+                    FiErrno::FI_EAGAIN,
+                    format!(
+                        "fi_eq_write: the event queue of {} entries is full",
+                        self.shared.size
+                    ),
+                ));
+            }
             s.overrun = true;
             tracing::error!(size = self.shared.size, "event queue overrun");
             self.shared.ready.notify_all();
@@ -362,13 +379,13 @@ impl EventQueue {
     /// Post an event (provider side).
     pub fn post(&self, event: EqEvent) -> Result<(), FiError> {
         let mut s = self.lock();
-        self.push(&mut s, |s| s.events.push_back(event))
+        self.push(&mut s, false, |s| s.events.push_back(event))
     }
 
     /// Post an error (provider side).
     pub fn post_error(&self, err: EqErrEntry) -> Result<(), FiError> {
         let mut s = self.lock();
-        self.push(&mut s, |s| s.errors.push_back(err))
+        self.push(&mut s, false, |s| s.errors.push_back(err))
     }
 
     /// `fi_eq_write`: insert a user event; needs [`FI_WRITE`] at open. A queue with no room
@@ -382,16 +399,7 @@ impl EventQueue {
             ));
         }
         let mut s = self.lock();
-        if !s.closed && !s.overrun && s.events.len() + s.errors.len() >= self.shared.size {
-            return Err(FiError::new(
-                FiErrno::FI_EAGAIN,
-                format!(
-                    "fi_eq_write: the event queue of {} entries is full",
-                    self.shared.size
-                ),
-            ));
-        }
-        self.push(&mut s, |s| s.events.push_back(event))
+        self.push(&mut s, true, |s| s.events.push_back(event))
     }
 
     fn take(&self, s: &mut State, flags: u64) -> Result<EqEvent, FiError> {
