@@ -427,40 +427,39 @@ fn a_shutdown_right_after_fi_connected_reaches_a_requester_that_has_not_read_its
     }
 }
 
-#[test]
-fn closing_the_accepting_endpoint_right_after_fi_accept_shuts_the_connection_down() {
-    // The application accepts and closes the endpoint at once, before its FI_CONNECTED:
-    // the requester is connected by the ACCEPT, so it must hear of the close.
+/// One side of a connection is closed right after `fi_accept`, before it has seen
+/// `FI_CONNECTED` (the acceptor), or with the ACCEPT in its control channel still unread (the
+/// requester). The other side is connected by the ACCEPT, so it must hear of the close: its
+/// `FI_CONNECTED`, then `FI_SHUTDOWN`.
+fn closing_one_side_as_it_connects_shuts_the_other_down(close_acceptor: bool) {
     let (_f, fns) = fabric(2);
     let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
     let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
     let pep = listen(&ns, &eq_l);
     let (mut client, eq_c) = msg_ep(&nc);
-    let (mut server, _eq_s) = msg_ep(&ns);
+    let (mut server, eq_s) = msg_ep(&ns);
     accept_one(&pep, &eq_l, &mut client, &mut server);
-    drop(server);
-    assert_eq!(wait_event(&eq_c).kind, EqEventKind::Connected);
-    let ev = wait_event(&eq_c);
-    assert_eq!((ev.kind, ev.fid), (EqEventKind::Shutdown, client.fid()));
-    assert!(!client.is_connected());
+    let (other, eq) = if close_acceptor {
+        drop(server);
+        (client, eq_c)
+    } else {
+        drop(client);
+        (server, eq_s)
+    };
+    assert_eq!(wait_event(&eq).kind, EqEventKind::Connected);
+    let ev = wait_event(&eq);
+    assert_eq!((ev.kind, ev.fid), (EqEventKind::Shutdown, other.fid()));
+    assert!(!other.is_connected());
+}
+
+#[test]
+fn closing_the_accepting_endpoint_right_after_fi_accept_shuts_the_connection_down() {
+    closing_one_side_as_it_connects_shuts_the_other_down(true);
 }
 
 #[test]
 fn closing_the_connecting_endpoint_as_its_accept_arrives_shuts_the_connection_down() {
-    // The ACCEPT has reached the requester's control channel but was not yet read when the
-    // requester closes: the acceptor is connected, so it must hear of the close.
-    let (_f, fns) = fabric(2);
-    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
-    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
-    let pep = listen(&ns, &eq_l);
-    let (mut client, _eq_c) = msg_ep(&nc);
-    let (mut server, eq_s) = msg_ep(&ns);
-    accept_one(&pep, &eq_l, &mut client, &mut server);
-    drop(client);
-    assert_eq!(wait_event(&eq_s).kind, EqEventKind::Connected);
-    let ev = wait_event(&eq_s);
-    assert_eq!((ev.kind, ev.fid), (EqEventKind::Shutdown, server.fid()));
-    assert!(!server.is_connected());
+    closing_one_side_as_it_connects_shuts_the_other_down(false);
 }
 
 /// The requester closes before its request is answered, and `newcomer` (made on the
