@@ -3,7 +3,7 @@
 //! beyond the target's count or range is refused RC_BAD_INDEX at the target.
 
 use uet_av::{fi_rx_addr, FiErrno};
-use uet_driver::{DmaPool, EndpointAttr};
+use uet_driver::{Av, DmaPool, Endpoint, EndpointAttr, Nic};
 use uet_fwif::datapath::CompletionKind;
 use uet_fwif::ReturnCode;
 use uet_regs::RX_BAD_INDEX;
@@ -23,6 +23,25 @@ fn attr(tx: u8, rx: u8, ri_count: u16) -> EndpointAttr {
         cq_log2: 6,
         ..EndpointAttr::default()
     }
+}
+
+/// A sender on NIC `f`: its NIC, an AV with rx_ctx_bits 4 holding the scalable endpoint's
+/// address `addr`, an endpoint of `JOB` and the fi_addr of `addr` (receive context 0).
+fn sender(f: &uet_sim::SimFunction, addr: &[u8]) -> (Nic, Av, Endpoint, u64) {
+    let nic = open_nic(f);
+    let mut av = open_av(&nic, JOB, 4, 4);
+    let ep = nic
+        .endpoint(
+            EndpointAttr {
+                job_id: JOB,
+                ..EndpointAttr::default()
+            },
+            Some(&av),
+        )
+        .unwrap();
+    let mut fi = [0u64; 1];
+    av.insert(addr, 1, Some(&mut fi), 0).unwrap();
+    (nic, av, ep, fi[0])
 }
 
 #[test]
@@ -84,21 +103,9 @@ fn each_receive_context_gets_exactly_its_own_traffic() {
     // rx_ctx_bits 4.
     let mut senders = Vec::new();
     for f in &fns[1..] {
-        let nic = open_nic(f);
-        let mut av = open_av(&nic, JOB, 4, 4);
-        let ep = nic
-            .endpoint(
-                EndpointAttr {
-                    job_id: JOB,
-                    ..EndpointAttr::default()
-                },
-                Some(&av),
-            )
-            .unwrap();
-        let mut fi = [0u64; 1];
-        av.insert(&addr, 1, Some(&mut fi), 0).unwrap();
+        let (nic, av, ep, base) = sender(f, &addr);
         let pool = DmaPool::new(&nic, 4096, 64).unwrap();
-        senders.push((nic, av, ep, pool, fi[0]));
+        senders.push((nic, av, ep, pool, base));
     }
     for (s, (_, _, ep, pool, base)) in senders.iter_mut().enumerate() {
         for i in 0..u32::from(RX) {
@@ -300,19 +307,7 @@ fn every_context_gets_the_completion_ring_size_the_attributes_ask_for() {
         .unwrap();
     let addr = sep.address().unwrap().to_bytes().unwrap();
     let target_pool = DmaPool::new(&target_nic, 65536, 4).unwrap();
-    let nic = open_nic(&fns[1]);
-    let mut av = open_av(&nic, JOB, 4, 4);
-    let mut ep = nic
-        .endpoint(
-            EndpointAttr {
-                job_id: JOB,
-                ..EndpointAttr::default()
-            },
-            Some(&av),
-        )
-        .unwrap();
-    let mut fi = [0u64; 1];
-    av.insert(&addr, 1, Some(&mut fi), 0).unwrap();
+    let (nic, _av, mut ep, base) = sender(&fns[1], &addr);
     let pool = DmaPool::new(&nic, 64, 4).unwrap();
     for i in 0..3u8 {
         sep.rx_context(i)
@@ -322,7 +317,7 @@ fn every_context_gets_the_completion_ring_size_the_attributes_ask_for() {
         for m in 0..MESSAGES {
             let mut b = pool.alloc().unwrap();
             b.fill(&[m as u8; 16]).unwrap();
-            ep.post_send(fi_rx_addr(fi[0], u32::from(i), 4), b, m, 0)
+            ep.post_send(fi_rx_addr(base, u32::from(i), 4), b, m, 0)
                 .unwrap();
             let ev = poll_one(&mut ep);
             assert!(
@@ -373,23 +368,11 @@ fn contexts_are_found_by_index_after_the_application_reorders_them() {
         .unwrap()
         .post_recv(pool.alloc().unwrap(), 7)
         .unwrap();
-    let nic = open_nic(&fns[1]);
-    let mut av = open_av(&nic, JOB, 4, 4);
-    let mut ep = nic
-        .endpoint(
-            EndpointAttr {
-                job_id: JOB,
-                ..EndpointAttr::default()
-            },
-            Some(&av),
-        )
-        .unwrap();
-    let mut fi = [0u64; 1];
-    av.insert(&addr, 1, Some(&mut fi), 0).unwrap();
+    let (nic, _av, mut ep, base) = sender(&fns[1], &addr);
     let send_pool = DmaPool::new(&nic, 4096, 4).unwrap();
     let mut b = send_pool.alloc().unwrap();
     b.fill(b"to context 0").unwrap();
-    ep.post_send(fi_rx_addr(fi[0], 0, 4), b, 1, 0).unwrap();
+    ep.post_send(fi_rx_addr(base, 0, 4), b, 1, 0).unwrap();
     let sent = poll_one(&mut ep).expect("a send completion");
     assert!(sent.error.is_none(), "{:?}", sent.error);
     let ev = poll_one(sep.rx_context(0).unwrap()).expect("received in context 0");
