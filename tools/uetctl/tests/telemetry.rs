@@ -42,6 +42,49 @@ fn socket(test: &str) -> PathBuf {
 }
 
 /// A child process, killed when dropped (also when a test fails).
+/// The conversation of a scripted telemetry server with its one client.
+struct Script {
+    input: BufReader<std::os::unix::net::UnixStream>,
+    output: std::os::unix::net::UnixStream,
+}
+
+impl Script {
+    /// Answer with `v`, one line.
+    fn say(&mut self, v: Value) {
+        writeln!(self.output, "{v}").unwrap();
+    }
+
+    /// The client's next request.
+    fn hear(&mut self) -> Value {
+        let mut line = String::new();
+        self.input.read_line(&mut line).unwrap();
+        serde_json::from_str::<Value>(&line).unwrap()
+    }
+}
+
+/// A scripted telemetry server at a socket named after `test`, playing a process with one
+/// NIC: it takes one client, greets it, and runs `script` on the conversation. Returns the
+/// socket's path and the server's thread, which ends with what `script` returns.
+fn scripted<T: Send + 'static>(
+    test: &str,
+    script: impl FnOnce(&mut Script) -> T + Send + 'static,
+) -> (PathBuf, std::thread::JoinHandle<T>) {
+    let path = socket(test);
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let server = std::thread::spawn(move || {
+        let (s, _) = listener.accept().unwrap();
+        let mut c = Script {
+            input: BufReader::new(s.try_clone().unwrap()),
+            output: s,
+        };
+        c.say(
+            json!({"uet_nic_telemetry": telemetry::PROTOCOL, "pid": 1, "program": "p", "nics": 1}),
+        );
+        script(&mut c)
+    });
+    (path, server)
+}
+
 struct Kill(std::process::Child);
 
 impl Drop for Kill {
@@ -1134,27 +1177,15 @@ fn a_dump_continued_after_its_table_was_replaced_is_enoent() {
 /// the process whose table was replaced).
 #[test]
 fn uetctl_continues_a_dump_by_the_tables_serial_and_reports_a_replaced_table() {
-    let path = socket("scripted");
-    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
-    let server = std::thread::spawn(move || {
-        let (s, _) = listener.accept().unwrap();
-        let mut input = BufReader::new(s.try_clone().unwrap());
-        let mut output = s;
-        let mut say = |v: Value| writeln!(output, "{v}").unwrap();
-        let mut hear = || {
-            let mut line = String::new();
-            input.read_line(&mut line).unwrap();
-            serde_json::from_str::<Value>(&line).unwrap()
-        };
-        say(json!({"uet_nic_telemetry": telemetry::PROTOCOL, "pid": 1, "program": "p", "nics": 1}));
-        let first = hear();
-        say(
+    let (path, server) = scripted("scripted", |c| {
+        let first = c.hear();
+        c.say(
             json!({"ok": {"table": 3, "serial": 7, "capacity": 8, "first": 0,
                           "entries": [], "next": 4, "auth_key_slots": []}}),
         );
-        let second = hear();
-        say(json!({"error": {"errno": 2, "name": "FI_ENOENT",
-                             "message": "AV table 3 of serial 7 was closed since the dump began"}}));
+        let second = c.hear();
+        c.say(json!({"error": {"errno": 2, "name": "FI_ENOENT",
+                               "message": "AV table 3 of serial 7 was closed since the dump began"}}));
         (first, second)
     });
     let mut client = Client::connect(&Target::Socket(path.clone())).unwrap();
@@ -1716,29 +1747,17 @@ fn a_live_dump_that_finds_differences_exits_1_as_a_demo_dump_does() {
 #[test]
 fn a_live_dump_that_stops_part_way_exits_2() {
     use std::process::Command;
-    let path = socket("stops-part-way");
-    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
-    let server = std::thread::spawn(move || {
-        let (s, _) = listener.accept().unwrap();
-        let mut input = BufReader::new(s.try_clone().unwrap());
-        let mut output = s;
-        let mut say = |v: Value| writeln!(output, "{v}").unwrap();
-        let mut hear = || {
-            let mut line = String::new();
-            input.read_line(&mut line).unwrap();
-            serde_json::from_str::<Value>(&line).unwrap()
-        };
-        say(json!({"uet_nic_telemetry": telemetry::PROTOCOL, "pid": 1, "program": "p", "nics": 1}));
-        hear();
-        say(json!({"ok": {"tables": [{"table": 3, "serial": 7, "capacity": 8}]}}));
-        hear();
-        say(
+    let (path, server) = scripted("stops-part-way", |c| {
+        c.hear();
+        c.say(json!({"ok": {"tables": [{"table": 3, "serial": 7, "capacity": 8}]}}));
+        c.hear();
+        c.say(
             json!({"ok": {"table": 3, "serial": 7, "capacity": 8, "first": 0,
                           "entries": [], "next": 4, "auth_key_slots": []}}),
         );
-        hear();
-        say(json!({"error": {"errno": 2, "name": "FI_ENOENT",
-                             "message": "AV table 3 of serial 7 was closed since the dump began"}}));
+        c.hear();
+        c.say(json!({"error": {"errno": 2, "name": "FI_ENOENT",
+                               "message": "AV table 3 of serial 7 was closed since the dump began"}}));
     });
     let out = Command::new(env!("CARGO_BIN_EXE_uetctl"))
         .args(["av", "dump", "--nic", "0", "--socket"])
