@@ -435,6 +435,18 @@ fn full_completion_ring_stalls_and_never_overwrites() {
     assert_eq!(b.poll_cq(&mut eb).map(|c| c.context.get()), Some(7));
 }
 
+/// Fill B's completion ring (8 slots, 7 usable) with 7 messages from A, which A's AV sends
+/// to at index 3, into B's buffers 0 to 6 (contexts 0 to 6), each send completing `Ok`.
+fn fill_completion_ring(a: &mut Driver, ea: &mut Ep, b: &mut Driver, eb: &mut Ep) {
+    for i in 0..7u64 {
+        b.post_recv(eb, i as usize, 64, i);
+    }
+    for i in 0..7u64 {
+        a.send(ea, 3, 1, &[i as u8], i, 0);
+        assert_eq!(a.poll_cq(ea).map(|c| status(&c)), Some(LocalStatus::Ok));
+    }
+}
+
 /// With peer groups the RX ring is read onto the posted list only while the completion ring
 /// has room, so a buffer posted while it is full is still in the ring: a message for it waits
 /// with it, as at an endpoint without peer groups, and is not refused for want of a buffer.
@@ -455,17 +467,7 @@ fn with_peer_groups_a_full_completion_ring_stalls_a_message_whose_buffer_is_in_t
     let mut eb = b.ep_create(av_b, JOB, 0x2222, 4).unwrap();
     let to_b = NicAvEntry::for_peer(&b.address_of(&eb, 0x2222), JOB);
     a.av_write(av_a, &[(3, to_b)]).unwrap();
-    // B's CQ has 8 slots, 7 usable: 7 messages fill it.
-    for i in 0..7u64 {
-        b.post_recv(&mut eb, i as usize, 64, i);
-    }
-    for i in 0..7u64 {
-        a.send(&mut ea, 3, 1, &[i as u8], i, 0);
-        assert_eq!(
-            a.poll_cq(&mut ea).map(|c| status(&c)),
-            Some(LocalStatus::Ok)
-        );
-    }
+    fill_completion_ring(&mut a, &mut ea, &mut b, &mut eb);
     // The 8th buffer is posted while the CQ is full; its message waits for CQ space.
     b.post_recv(&mut eb, 7, 64, 7);
     a.send(&mut ea, 3, 1, b"late", 7, 0);
@@ -517,17 +519,7 @@ fn a_full_completion_ring_stalls_a_tagged_message_whose_receive_is_in_the_ring()
         };
         a.post_send_desc(ea, d);
     };
-    // B's CQ has 8 slots, 7 usable: 7 messages fill it.
-    for i in 0..7u64 {
-        b.post_recv(&mut eb, i as usize, 64, i);
-    }
-    for i in 0..7u64 {
-        a.send(&mut ea, 3, 1, &[i as u8], i, 0);
-        assert_eq!(
-            a.poll_cq(&mut ea).map(|c| status(&c)),
-            Some(LocalStatus::Ok)
-        );
-    }
+    fill_completion_ring(&mut a, &mut ea, &mut b, &mut eb);
     // The unexpected list's one place goes to a message no receive will match.
     tsend(&mut a, &mut ea, b"other", 0x99, 100);
     assert_eq!(
