@@ -15,7 +15,9 @@ use uet_driver::uet_fwif::auth_key::{
     AuthKeyAddBody, AuthKeyEntry, AuthKeyRemoveBody, AuthKeySourceBody, EndpointAuthKeysBody,
 };
 use uet_driver::uet_fwif::{AvWriteRecord, Command, NicAvEntry, Status};
-use uet_driver::{Av, DmaPool, DriverError, Endpoint, EndpointAttr, MrAccess, Nic};
+use uet_driver::{
+    Av, DmaPool, DriverError, Endpoint, EndpointAttr, MrAccess, Nic, ScalableEndpoint,
+};
 use uet_fwif::datapath::LocalStatus;
 use uet_fwif::ReturnCode;
 use uet_regs::{RegisterAccess, AV_WRITE_DROPS, RX_BAD_JOB_ID, RX_PACKETS, RX_PERM_VIOLATION};
@@ -70,6 +72,21 @@ fn endpoint(h: &Host, mode: AddressingMode) -> Endpoint {
             Some(&h.av),
         )
         .expect("endpoint")
+}
+
+/// A scalable endpoint of `OWN_JOB` on `h`, with 2 transmit and 2 receive contexts.
+fn scalable(h: &Host) -> ScalableEndpoint {
+    h.nic
+        .scalable_endpoint(
+            EndpointAttr {
+                job_id: OWN_JOB,
+                tx_ctx_cnt: 2,
+                rx_ctx_cnt: 2,
+                ..EndpointAttr::default()
+            },
+            Some(&h.av),
+        )
+        .expect("scalable endpoint")
 }
 
 fn key(job: u32) -> [u8; 4] {
@@ -324,18 +341,7 @@ fn a_scalable_endpoint_is_enabled_with_the_avs_keys() {
     let mut b = host(&fabric, 1, |_| {}, 0);
     let mut ea = endpoint(&a, AddressingMode::Relative);
     let kb = b.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
-    let mut sep = b
-        .nic
-        .scalable_endpoint(
-            EndpointAttr {
-                job_id: OWN_JOB,
-                tx_ctx_cnt: 2,
-                rx_ctx_cnt: 2,
-                ..EndpointAttr::default()
-            },
-            Some(&b.av),
-        )
-        .expect("scalable endpoint");
+    let mut sep = scalable(&b);
     let slot = b.av.auth_keys().next().unwrap().slot;
     assert_eq!(sep.tx_context(0).unwrap().auth_key_slots(), [slot]);
     let ka = a.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
@@ -385,18 +391,7 @@ fn a_grant_asked_of_a_scalable_endpoints_context_is_refused_and_names_context_0(
         })
         .expect("open AV");
     let mut ea = endpoint(&a, AddressingMode::Relative);
-    let mut sep = b
-        .nic
-        .scalable_endpoint(
-            EndpointAttr {
-                job_id: OWN_JOB,
-                tx_ctx_cnt: 2,
-                rx_ctx_cnt: 2,
-                ..EndpointAttr::default()
-            },
-            Some(&b.av),
-        )
-        .expect("scalable endpoint");
+    let mut sep = scalable(&b);
     // Inserted after the endpoint was enabled: it needs a grant.
     let kb = b.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
     let e = sep
