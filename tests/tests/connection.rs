@@ -427,6 +427,37 @@ fn a_shutdown_right_after_fi_connected_reaches_a_requester_that_has_not_read_its
     }
 }
 
+#[test]
+fn an_endpoint_whose_accepts_were_aborted_still_accepts() {
+    // Each requester closes before its request is accepted: the ACCEPT is not delivered
+    // (FI_ECONNABORTED) and the endpoint is idle again, free to accept another request,
+    // as many times as that happens.
+    let (_f, fns) = fabric(2);
+    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
+    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
+    let pep = listen(&ns, &eq_l);
+    let (mut server, eq_s) = msg_ep(&ns);
+    // An endpoint opened before each requester closes keeps its PIDonFEP from being given
+    // out again before the ACCEPT to it fails.
+    let mut keep = Vec::new();
+    for _ in 0..6 {
+        let (mut client, _eq_c) = msg_ep(&nc);
+        client
+            .connect(&pep.address().to_bytes().unwrap(), b"")
+            .unwrap();
+        let req = pep.connreq(&wait_event(&eq_l)).unwrap();
+        keep.push(msg_ep(&nc));
+        drop(client);
+        pep.accept(&req, &mut server, b"").unwrap();
+        let err = wait_error(&eq_s);
+        assert_eq!((err.err, err.fid), (FiErrno::FI_ECONNABORTED, server.fid()));
+    }
+    let (mut client, eq_c) = msg_ep(&nc);
+    accept_one(&pep, &eq_l, &mut client, &mut server);
+    assert_eq!(wait_event(&eq_s).kind, EqEventKind::Connected);
+    assert_eq!(wait_event(&eq_c).kind, EqEventKind::Connected);
+}
+
 /// One side of a connection is closed right after `fi_accept`, before it has seen
 /// `FI_CONNECTED` (the acceptor), or with the ACCEPT in its control channel still unread (the
 /// requester). The other side is connected by the ACCEPT, so it must hear of the close: its
