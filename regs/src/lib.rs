@@ -42,8 +42,14 @@ use core::marker::PhantomData;
 pub const PCI_VENDOR_ID: u16 = 0xFFFE;
 /// PCI device ID of the uet-nic reference model.
 pub const PCI_DEVICE_ID: u16 = 0x0001;
-/// Size of BAR0 in bytes.
-pub const BAR0_SIZE: u32 = 0x1000;
+/// Size of BAR0 in bytes: the registers in the first [`REGISTERS_SIZE`] bytes, then the
+/// MSI-X table at [`pci::MSIX_TABLE_OFFSET`] and its pending-bit array at
+/// [`pci::MSIX_PBA_OFFSET`], each in a 4 KiB page of its own, so that a host can map the
+/// registers without them (vfio-pci keeps the MSI-X table for itself, PCI Local Bus
+/// Specification 3.0 §6.8.2 advises the separation).
+pub const BAR0_SIZE: u32 = 0x4000;
+/// Bytes of BAR0 that hold the registers ([`REGISTERS`]), from offset 0.
+pub const REGISTERS_SIZE: u32 = 0x1000;
 /// Major version of the host interface (register map + `uet-fwif` layouts). A driver refuses a
 /// device whose major version differs from its own.
 pub const INTERFACE_MAJOR: u8 = 1;
@@ -62,6 +68,7 @@ pub const INTERFACE_MAJOR: u8 = 1;
 /// | 9 | AUTH_KEY_REMOVE's body: `AUTH_KEY_REMOVE_CHECK_OWNER` removes a slot only while the named AV table owns it with the named JobID |
 /// | 10 | the AV entry's `MAX_MSG_MTU` flag (the peer takes messages of one MTU) the `MsgTooLong` local status of a longer send to such a peer, `TX_MSG_TOO_LONG` |
 /// | 11 | ENDPOINT_CREATE refuses an initiator id that a live endpoint of the same JobID on the function holds (status `InitiatorInUse`): a target's FI_SOURCE tells senders apart by (fabric address, JobID, initiator) |
+/// | 12 | completion interrupts: `CQ_ARM` asks for an MSI-X vector when an endpoint's completion ring holds a completion (the MSI-X capability and table, [`pci::MSIX_CAP`], are the PCI function's at every version) |
 ///
 /// The interface is pre-release: minor 2 changed the completion layout, minor 3 gave
 /// reserved bytes of ENDPOINT_CREATE a meaning, minor 4 added `AV_INVALIDATE_DOORBELL`, minor
@@ -69,9 +76,9 @@ pub const INTERFACE_MAJOR: u8 = 1;
 /// minor 7 gave reserved bytes of AV_CREATE, both RX descriptors and the completion a meaning,
 /// minor 8 added the AV write window, minor 9 gave AUTH_KEY_REMOVE a body (all zero: as
 /// before), minor 10 defined a bit of the AV entry's flags and a local status, minor 11 a
-/// refusal of ENDPOINT_CREATE;
+/// refusal of ENDPOINT_CREATE, minor 12 added `CQ_ARM`;
 /// a driver refuses a device older than the layouts it speaks.
-pub const INTERFACE_MINOR: u8 = 11;
+pub const INTERFACE_MINOR: u8 = 12;
 
 /// The interface minor version each feature a driver may gate on appeared in (the table of
 /// [`INTERFACE_MINOR`]). A register's own version is [`RegInfo::since_minor`]; these name the
@@ -284,7 +291,10 @@ impl<T: RegValue> Reg<T> {
             info.offset.is_multiple_of(info.width.bytes()),
             "register not naturally aligned"
         );
-        assert!(info.offset < BAR0_SIZE, "register outside BAR0");
+        assert!(
+            info.offset < REGISTERS_SIZE,
+            "register outside the register pages of BAR0"
+        );
         Reg {
             info,
             _ty: PhantomData,
@@ -332,7 +342,7 @@ mod tests {
         for w in spans.windows(2) {
             assert!(w[0].1 <= w[1].0, "{} overlaps {}", w[0].2, w[1].2);
         }
-        assert!(spans.last().unwrap().1 <= BAR0_SIZE);
+        assert!(spans.last().unwrap().1 <= REGISTERS_SIZE);
     }
 
     #[test]

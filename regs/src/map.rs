@@ -252,6 +252,15 @@ pub struct QueueDoorbell {
     pub endpoint: u16,
 }
 
+/// [`CQ_ARM`]: arm an endpoint's completion ring for an interrupt.
+#[bitfield(u32)]
+pub struct CqArm {
+    /// The MSI-X vector to raise (below the table size, `pci::MSIX_VECTORS`).
+    pub vector: u16,
+    /// The endpoint (or context) handle whose completion ring this is.
+    pub endpoint: u16,
+}
+
 /// [`AV_INVALIDATE_DOORBELL`]: one AV entry to invalidate.
 #[bitfield(u64)]
 pub struct AvInvalidateDoorbell {
@@ -283,7 +292,7 @@ reg_value!(
     CapResourceIndex => W32, CapProfiles => W32, CapQueues => W32, DevCtrl => W32,
     DevStatus => W32, FunctionReset => W32, FatalError => W32, AdminQueueSize => W32,
     RingIndex => W32, Interrupts => W32, QueueDoorbell => W32, CapTagged => W32,
-    CapAuthKey => W32,
+    CapAuthKey => W32, CqArm => W32,
 );
 
 // Reset values of the reference model's capability registers.
@@ -480,8 +489,22 @@ register_map! {
     RXQ_DOORBELL: QueueDoorbell = (0x104, W32, Wo, reset 0, "doorbells") DOORBELL;
     /// CQ doorbell: an endpoint's new completion ring consumer index (frees entries).
     CQ_DOORBELL: QueueDoorbell = (0x108, W32, Wo, reset 0, "doorbells") DOORBELL;
+    /// Completion interrupt (since interface 1.12): arm an endpoint's completion ring to raise
+    /// MSI-X `vector` once, as soon as the ring holds a completion the driver has not freed
+    /// with `CQ_DOORBELL` — at once if it holds one already, so a driver that found the ring
+    /// empty, wrote `CQ_DOORBELL` with its head and then armed cannot miss a completion
+    /// written in between. Raising the vector disarms the ring; arming an armed ring
+    /// replaces its vector. A write naming no endpoint, or a vector outside the MSI-X table,
+    /// is dropped and counted. The vector is delivered as the MSI-X capability says
+    /// (`uet_regs::pci`, [`crate::pci::MSIX_CAP`]): not at all while MSI-X is disabled, and
+    /// held as a pending bit while it or the function is masked. Function control, reset and
+    /// destroying the endpoint disarm.
+    CQ_ARM: CqArm = (0x10c, W32, Wo, reset 0, "doorbells", since_minor 12) [
+        f("vector", CqArm::VECTOR_OFFSET, CqArm::VECTOR_BITS, "MSI-X vector to raise."),
+        f("endpoint", CqArm::ENDPOINT_OFFSET, CqArm::ENDPOINT_BITS, "Endpoint handle."),
+    ];
     /// Tagged RX doorbell (since interface 1.2): an endpoint's new tagged receive ring
-    /// producer index. (0x10c is left for another doorbell.)
+    /// producer index.
     TRXQ_DOORBELL: QueueDoorbell = (0x110, W32, Wo, reset 0, "doorbells", since_minor 2) DOORBELL;
     /// AV invalidate doorbell (since interface 1.4): invalidate one entry of an AV table
     /// without an admin command, as AV_INVALIDATE would: a single entry is cleared, a member of

@@ -42,6 +42,12 @@ pub struct DebugCounters {
     /// TX doorbells of a context without the TX or CONTROL role, RX and tagged RX doorbells
     /// of one without the RX or CONTROL role (ignored).
     pub doorbells_without_role: u64,
+    /// `CQ_ARM` writes naming no endpoint or a vector outside the MSI-X table (ignored).
+    pub bad_cq_arms: u64,
+    /// MSI-X messages sent to the trigger a host set for their vector.
+    pub msix_messages: u64,
+    /// MSI-X messages sent for a vector with no trigger (reached no one).
+    pub msix_unclaimed: u64,
 }
 
 /// The counter block of one NIC.

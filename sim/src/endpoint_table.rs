@@ -65,6 +65,9 @@ pub(crate) struct CqRing {
     pub tail: u16,
     /// Completed passes over the ring (selects the phase).
     pub pass: u64,
+    /// The MSI-X vector `CQ_ARM` asked for, raised (once) when the ring holds a completion
+    /// the driver has not freed.
+    pub armed: Option<u16>,
 }
 
 impl CqRing {
@@ -549,6 +552,7 @@ mod tests {
                 head: 0,
                 tail: 0,
                 pass: 0,
+                armed: None,
             },
         }
     }

@@ -369,6 +369,7 @@ impl Nic {
                 head: 0,
                 tail: 0,
                 pass: 0,
+                armed: None,
             },
         })
     }

@@ -30,7 +30,8 @@
 //! | `fabric` | the in-memory switch and its packet capture |
 //! | [`pcap`] | libpcap file writer and strict reader |
 //! | [`counters`] | statistics |
-//! | `pci_config` | PCI configuration space: identity, command register, BAR0 sizing, the PCI Express capability (Function Level Reset) |
+//! | `pci_config` | PCI configuration space: identity, command register, BAR0 sizing, the PCI Express capability (Function Level Reset), the MSI-X capability |
+//! | `msix` | the MSI-X table, pending bits and message delivery to the host's triggers |
 //! | [`vfio_user`] | the function served to another process on a vfio-user socket |
 //!
 //! Each block's module documentation is its datasheet section.
@@ -68,6 +69,7 @@ mod firmware;
 pub mod frame;
 mod iommu;
 mod mr_table;
+mod msix;
 mod multi_recv;
 mod nic;
 pub mod pcap;
@@ -147,7 +149,8 @@ pub enum SimError {
         /// Why.
         reason: String,
     },
-    /// An operating-system call failed.
+    /// An operating-system call failed (duplicating an eventfd, for one), or an MSI-X
+    /// request named a vector outside the table.
     #[error(transparent)]
     Io(#[from] std::io::Error),
 }
@@ -342,6 +345,64 @@ impl SimFunction {
     /// client): `BAD_REGISTER_ACCESSES`, as for any access with no register.
     pub(crate) fn bad_register_access(&self) {
         self.with_nic((), |n| n.counters.inc(uet_regs::BAD_REGISTER_ACCESSES));
+    }
+
+    /// Deliver MSI-X `vector` to `eventfd`, or stop delivering it (`None`), as
+    /// `VFIO_DEVICE_SET_IRQS` does for one vector of a PCI function's MSI-X index: with an
+    /// eventfd the vector is unmasked and MSI-X enabled; without, the vector is masked, and
+    /// MSI-X is disabled once no vector has an eventfd. Each message adds 1 to the eventfd
+    /// (the descriptor is duplicated; the function keeps its copy until the vector is
+    /// cleared, [`SimFunction::clear_msix`], or the function goes). Refused for a vector
+    /// outside the table (`uet_regs::pci::MSIX_VECTORS`), changing nothing.
+    pub fn set_msix_eventfd(
+        &self,
+        vector: u16,
+        eventfd: Option<BorrowedFd<'_>>,
+    ) -> Result<(), SimError> {
+        let installed = eventfd.is_some();
+        self.with_nic(Err(SimError::InvalidConfig("no such function")), |n| {
+            n.msix.set_trigger(vector, eventfd)?;
+            n.msix.set_masked(vector, !installed);
+            let control = match n.msix.has_triggers() {
+                true => n.msix.control() | uet_regs::pci::MSIX_CONTROL_ENABLE,
+                false => 0,
+            };
+            n.msix.set_control(control);
+            n.msix_sent();
+            Ok(())
+        })
+    }
+
+    /// Stop delivering every MSI-X vector and disable MSI-X (VFIO's `SET_IRQS` with
+    /// `DATA_NONE`, count 0), and reset the table: every vector masked, nothing pending.
+    pub fn clear_msix(&self) {
+        self.with_nic((), |n| {
+            n.msix.clear_triggers();
+            n.msix.reset();
+        });
+    }
+
+    /// MSI-X Message Control's Enable and Function Mask bits, as a host writes them in
+    /// configuration space (the other bits are ignored). Clearing a mask sends what it held.
+    pub fn set_msix_control(&self, control: u16) {
+        self.with_nic((), |n| {
+            n.msix.set_control(control);
+            n.msix_sent();
+        });
+    }
+
+    /// Raise MSI-X `vector` as the function would (VFIO's `SET_IRQS` with `DATA_NONE` and a
+    /// count: a test of the wiring): sent, held pending, or dropped as the capability says.
+    pub fn raise_msix(&self, vector: u16) {
+        self.with_nic((), |n| {
+            n.msix.raise(vector);
+            n.msix_sent();
+        });
+    }
+
+    /// MSI-X Message Control's Enable and Function Mask bits as the function holds them.
+    pub fn msix_control(&self) -> u16 {
+        self.with_nic(0, |n| n.msix.control())
     }
 
     /// The model-internal counters that have no register.

@@ -48,6 +48,7 @@ use crate::counters::Counters;
 use crate::endpoint_table::EndpointTable;
 use crate::iommu::Iommu;
 use crate::mr_table::MrTable;
+use crate::msix::{self, Msix};
 use crate::pds::PdcTable;
 use crate::regfile::{Decoded, Part, RegFile};
 use crate::rx_engine::Reassembler;
@@ -104,6 +105,8 @@ pub(crate) struct Nic {
     pub fw_buf: Vec<u8>,
     /// The AV write window's staged entry (`AV_WRITE_ENTRY_0..7`).
     pub av_window: av_window::AvWriteWindow,
+    /// The MSI-X table, pending bits and triggers.
+    pub msix: Msix,
 }
 
 fn all_ones(width: Width) -> u64 {
@@ -133,6 +136,7 @@ impl Nic {
             outbox: Vec::new(),
             fw_buf: Vec::new(),
             av_window: av_window::AvWriteWindow::default(),
+            msix: Msix::default(),
             cfg,
         }
     }
@@ -158,6 +162,15 @@ impl Nic {
 
     /// A driver read of BAR0.
     pub(crate) fn bar_read(&mut self, offset: u32, width: Width) -> u64 {
+        if offset >= uet_regs::REGISTERS_SIZE {
+            return match self.msix.read(offset, width) {
+                msix::Access::Done(v) => v,
+                msix::Access::Bad | msix::Access::NotMsix => {
+                    self.counters.inc(BAD_REGISTER_ACCESSES);
+                    all_ones(width)
+                }
+            };
+        }
         let Some(d) = self.decode(offset, width) else {
             self.counters.inc(BAD_REGISTER_ACCESSES);
             return all_ones(width);
@@ -200,6 +213,15 @@ impl Nic {
                 self.av_doorbell_written(doorbell, Part::Full, value);
                 return false;
             }
+        }
+        if offset >= uet_regs::REGISTERS_SIZE {
+            match self.msix.write(offset, width, value) {
+                msix::Access::Done(_) => self.msix_sent(),
+                msix::Access::Bad | msix::Access::NotMsix => {
+                    self.counters.inc(BAD_REGISTER_ACCESSES)
+                }
+            }
+            return false;
         }
         let Some(d) = self.decode(offset, width) else {
             self.counters.inc(BAD_REGISTER_ACCESSES);
@@ -255,6 +277,10 @@ impl Nic {
             at::TRXQ_DOORBELL => {
                 self.queue_doorbell(QueueKind::TaggedRx, v32);
                 true
+            }
+            at::CQ_ARM => {
+                self.cq_arm(uet_regs::CqArm::from_bits(v32));
+                false
             }
             _ => false,
         }
@@ -397,10 +423,42 @@ impl Nic {
             if ep.cq.tail == 0 {
                 ep.cq.pass += 1;
             }
+            if let Some(vector) = ep.cq.armed.take() {
+                self.msix.raise(vector);
+                self.msix_sent();
+            }
             self.regs.update(INTR_CAUSE, |i| i.with_completion(true));
             progress = true;
         }
         progress
+    }
+
+    /// `CQ_ARM`: raise `vector` once the endpoint's completion ring holds a completion the
+    /// driver has not freed; at once when it holds one already.
+    fn cq_arm(&mut self, arm: uet_regs::CqArm) {
+        let vector = arm.vector();
+        let Some(ep) = self
+            .eps
+            .get_mut(arm.endpoint())
+            .filter(|_| vector < uet_regs::pci::MSIX_VECTORS)
+        else {
+            self.counters.debug.bad_cq_arms += 1;
+            return;
+        };
+        if ep.cq.geom.used(ep.cq.head, ep.cq.tail) > 0 {
+            ep.cq.armed = None;
+            self.msix.raise(vector);
+            self.msix_sent();
+        } else {
+            ep.cq.armed = Some(vector);
+        }
+    }
+
+    /// Move the MSI-X block's message counts into the debug counters.
+    pub(crate) fn msix_sent(&mut self) {
+        let sent = std::mem::take(&mut self.msix.sent);
+        self.counters.debug.msix_messages += sent.delivered;
+        self.counters.debug.msix_unclaimed += sent.unclaimed;
     }
 
     /// Stop an endpoint whose own ring could not be accessed.
@@ -484,6 +542,7 @@ mod at {
     pub(super) const RXQ_DOORBELL: u32 = uet_regs::RXQ_DOORBELL.offset();
     pub(super) const CQ_DOORBELL: u32 = uet_regs::CQ_DOORBELL.offset();
     pub(super) const TRXQ_DOORBELL: u32 = uet_regs::TRXQ_DOORBELL.offset();
+    pub(super) const CQ_ARM: u32 = uet_regs::CQ_ARM.offset();
 }
 
 #[cfg(test)]

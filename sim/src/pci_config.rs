@@ -9,8 +9,11 @@
 //! one at a time. The capability list holds the PCI Express capability (`uet_regs::pci`,
 //! [`PCIE_CAP`]), read-only but for Device Control; writing Device Control's "Initiate
 //! Function Level Reset" bit asks for a function-level reset ([`PciConfig::write`] says so;
-//! the bit itself reads 0). Elsewhere, reads return 0 and writes do nothing. A function-level
-//! reset returns the header to its reset values.
+//! the bit itself reads 0). Then the MSI-X capability ([`MSIX_CAP`]): the table size and
+//! the table's and pending bits' places in BAR0 are read-only, Message Control's Enable and
+//! Function Mask are written by the host, and the function acts on them (the caller hands
+//! them on, [`PciConfig::msix_control`]). Elsewhere, reads return 0 and writes do nothing. A
+//! function-level reset returns the header to its reset values.
 //!
 //! The command register gates the function as on hardware (PCI Local Bus Specification 3.0
 //! §6.2.2): BAR0 decodes accesses only with memory space enabled (bit 1; otherwise reads
@@ -43,11 +46,16 @@ impl Default for PciConfig {
         c.put(SUBSYSTEM_ID, &PCI_DEVICE_ID.to_le_bytes());
         c.put(STATUS, &STATUS_CAPABILITIES_LIST.to_le_bytes());
         c.put(CAPABILITIES_POINTER, &[PCIE_CAP as u8]);
-        c.put(PCIE_CAP, &[CAP_ID_PCIE, 0]);
+        c.put(PCIE_CAP, &[CAP_ID_PCIE, MSIX_CAP as u8]);
         c.put(PCIE_CAPABILITIES, &PCIE_CAPABILITIES_VALUE.to_le_bytes());
         c.put(PCIE_DEVICE_CAPABILITIES, &PCIE_DEVCAP_FLR.to_le_bytes());
         c.put(PCIE_DEVICE_CONTROL, &PCIE_DEVCTL_RESET.to_le_bytes());
         c.allow(PCIE_DEVICE_CONTROL, &PCIE_DEVCTL_WRITABLE.to_le_bytes());
+        c.put(MSIX_CAP, &[CAP_ID_MSIX, 0]);
+        c.put(MSIX_MESSAGE_CONTROL, &(MSIX_VECTORS - 1).to_le_bytes());
+        c.allow(MSIX_MESSAGE_CONTROL, &MSIX_CONTROL_WRITABLE.to_le_bytes());
+        c.put(MSIX_TABLE, &MSIX_TABLE_OFFSET.to_le_bytes());
+        c.put(MSIX_PBA, &MSIX_PBA_OFFSET.to_le_bytes());
         c.allow(COMMAND, &COMMAND_WRITABLE.to_le_bytes());
         // BAR0 decodes BAR0_SIZE bytes: the address bits from log2(size) up are writable.
         let size_mask = !(BAR0_SIZE - 1) & !0xF;
@@ -125,6 +133,21 @@ impl PciConfig {
         self.command() & COMMAND_BUS_MASTER != 0
     }
 
+    /// MSI-X Message Control's Enable and Function Mask bits as written.
+    pub(crate) fn msix_control(&self) -> u16 {
+        let mut b = [0; 2];
+        self.read(MSIX_MESSAGE_CONTROL as u64, &mut b);
+        u16::from_le_bytes(b) & MSIX_CONTROL_WRITABLE
+    }
+
+    /// Set Message Control's Enable and Function Mask bits, as the host side of the function
+    /// changed them (VFIO's `SET_IRQS` enables MSI-X).
+    pub(crate) fn set_msix_control(&mut self, control: u16) {
+        let keep = (MSIX_VECTORS - 1) & !MSIX_CONTROL_WRITABLE;
+        let value = keep | (control & MSIX_CONTROL_WRITABLE);
+        self.put(MSIX_MESSAGE_CONTROL, &value.to_le_bytes());
+    }
+
     /// Function-level reset: the header's reset values.
     pub(crate) fn reset(&mut self) {
         *self = PciConfig::default();
@@ -160,10 +183,10 @@ mod tests {
     }
 
     /// The capability list, walked as a host does (PCI Local Bus Specification 3.0 §6.7):
-    /// one PCI Express endpoint capability advertising Function Level Reset, read-only but
-    /// for Device Control, which holds its tunable fields and never shows the FLR bit.
+    /// a PCI Express endpoint capability advertising Function Level Reset, read-only but for
+    /// Device Control, which holds its tunable fields and never shows the FLR bit; then MSI-X.
     #[test]
-    fn the_capability_list_is_one_pcie_capability_with_flr() {
+    fn the_capability_list_is_pcie_with_flr_then_msix() {
         let mut c = PciConfig::default();
         let mut at = dword(&c, CAPABILITIES_POINTER) as usize & 0xFF;
         let mut seen = Vec::new();
@@ -174,7 +197,7 @@ mod tests {
             at = (head >> 8) as usize & 0xFF;
             assert!(seen.len() < 48, "the list ends");
         }
-        assert_eq!(seen, [(PCIE_CAP, CAP_ID_PCIE)]);
+        assert_eq!(seen, [(PCIE_CAP, CAP_ID_PCIE), (MSIX_CAP, CAP_ID_MSIX)]);
         assert_eq!(
             dword(&c, PCIE_CAP) >> 16,
             u32::from(PCIE_CAPABILITIES_VALUE)
@@ -220,6 +243,41 @@ mod tests {
         );
     }
 
+    /// MSI-X (PCI Local Bus Specification 3.0 §6.8.2): the table size and the places of the
+    /// table and pending bits in BAR0 are read-only; Message Control keeps Enable and
+    /// Function Mask, the function's side can set them, and a reset clears them.
+    #[test]
+    fn the_msix_capability_names_its_table_and_keeps_two_control_bits() {
+        let mut c = PciConfig::default();
+        let head = dword(&c, MSIX_CAP);
+        assert_eq!(head & 0xFF, u32::from(CAP_ID_MSIX));
+        assert_eq!((head >> 8) & 0xFF, 0, "the last capability");
+        assert_eq!(
+            head >> 16,
+            u32::from(MSIX_VECTORS - 1),
+            "table size less one"
+        );
+        assert_eq!(dword(&c, MSIX_TABLE), MSIX_TABLE_OFFSET, "BIR 0");
+        assert_eq!(dword(&c, MSIX_PBA), MSIX_PBA_OFFSET, "BIR 0");
+        assert!(!c.write(MSIX_CAP as u64, &[0xFF; MSIX_CAP_BYTES]));
+        assert_eq!(dword(&c, MSIX_TABLE), MSIX_TABLE_OFFSET);
+        assert_eq!(dword(&c, MSIX_PBA), MSIX_PBA_OFFSET);
+        assert_eq!(
+            dword(&c, MSIX_CAP),
+            head | u32::from(MSIX_CONTROL_WRITABLE) << 16
+        );
+        assert_eq!(c.msix_control(), MSIX_CONTROL_WRITABLE);
+        c.set_msix_control(MSIX_CONTROL_ENABLE);
+        assert_eq!(c.msix_control(), MSIX_CONTROL_ENABLE);
+        assert_eq!(
+            dword(&c, MSIX_CAP) >> 16,
+            u32::from(MSIX_CONTROL_ENABLE | (MSIX_VECTORS - 1))
+        );
+        c.reset();
+        assert_eq!(c.msix_control(), 0);
+        assert_eq!(dword(&c, MSIX_CAP), head);
+    }
+
     #[test]
     fn the_command_register_keeps_only_its_implemented_bits() {
         let mut c = PciConfig::default();
@@ -245,7 +303,10 @@ mod tests {
         assert_eq!(dword(&c, BAR0_HIGH), u32::MAX);
         // An address is kept to the BAR's alignment.
         assert!(!c.write(BAR0 as u64, &0xFEDC_B123u32.to_le_bytes()));
-        assert_eq!(dword(&c, BAR0), 0xFEDC_B000 | BAR0_TYPE_64BIT_MEMORY);
+        assert_eq!(
+            dword(&c, BAR0),
+            (0xFEDC_B123 & !(BAR0_SIZE - 1)) | BAR0_TYPE_64BIT_MEMORY
+        );
         // BAR2..5 are not implemented.
         assert!(!c.write(0x18, &[0xFF; 16]));
         assert!((0x18..0x28).step_by(4).all(|at| dword(&c, at) == 0));

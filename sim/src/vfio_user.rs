@@ -26,7 +26,15 @@
 //!   could shrink under a mapping would fault the server on the NIC's next access;
 //! * **device reset**: a function-level reset (the model's `FUNCTION_RESET`, and the
 //!   configuration header's reset values);
-//! * no interrupts: the driver polls its completion rings.
+//! * **interrupts**: the MSI-X index (`VFIO_PCI_MSIX_IRQ_INDEX`) has
+//!   [`uet_regs::pci::MSIX_VECTORS`] vectors, each deliverable to an eventfd the client
+//!   passes with `SET_IRQS` (`DATA_EVENTFD | ACTION_TRIGGER`), as vfio-pci's do: a vector
+//!   with an eventfd is unmasked and MSI-X enabled, `DATA_NONE` with count 0 disables them
+//!   all, and `DATA_NONE` with a count raises those vectors (a test of the wiring). The
+//!   legacy and MSI indices have no vectors. Other requests (masking, `DATA_BOOL`, vectors
+//!   outside the table, fewer descriptors than vectors) are refused and change nothing; the
+//!   `vfio_user` client does not pass the refusal on, so a client asks `GET_IRQ_INFO` first.
+//!   A reset, and the client's going, take every eventfd back and disable MSI-X.
 //!
 //! A server serves one client at a time ([`VfioUserServer::serve_one`]). When the client goes
 //! away, cleanly or not, the function is released as the kernel releases a VFIO device: its
@@ -44,13 +52,16 @@ use crate::{SimError, SimFunction};
 use std::fs::File;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-use uet_regs::pci::CONFIG_SPACE_SIZE;
+use uet_regs::pci::{CONFIG_SPACE_SIZE, MSIX_VECTORS};
 use uet_regs::{Mmio, BAR0_SIZE};
 use vfio_bindings::bindings::vfio::{
-    vfio_region_info, VFIO_PCI_BAR0_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX,
-    VFIO_PCI_NUM_REGIONS, VFIO_REGION_INFO_FLAG_READ, VFIO_REGION_INFO_FLAG_WRITE,
+    vfio_region_info, VFIO_IRQ_INFO_EVENTFD, VFIO_IRQ_INFO_NORESIZE, VFIO_IRQ_SET_ACTION_TRIGGER,
+    VFIO_IRQ_SET_ACTION_TYPE_MASK, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_IRQ_SET_DATA_NONE,
+    VFIO_IRQ_SET_DATA_TYPE_MASK, VFIO_PCI_BAR0_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX,
+    VFIO_PCI_MSIX_IRQ_INDEX, VFIO_PCI_NUM_REGIONS, VFIO_REGION_INFO_FLAG_READ,
+    VFIO_REGION_INFO_FLAG_WRITE,
 };
-use vfio_user::{DmaMapFlags, DmaUnmapFlags, Server, ServerBackend, ServerRegion};
+use vfio_user::{DmaMapFlags, DmaUnmapFlags, IrqInfo, Server, ServerBackend, ServerRegion};
 
 /// A simulated function listening on a vfio-user socket.
 pub struct VfioUserServer {
@@ -76,7 +87,7 @@ impl VfioUserServer {
             path: path.display().to_string(),
             reason: e.to_string(),
         };
-        let server = Server::new(&path, true, Vec::new(), regions()).map_err(fail)?;
+        let server = Server::new(&path, true, irqs(), regions()).map_err(fail)?;
         // The command register starts clear: no DMA until the client enables bus mastering.
         function.set_bus_master(false);
         Ok(VfioUserServer {
@@ -165,6 +176,25 @@ fn regions() -> Vec<ServerRegion> {
 
 const READ_WRITE: u32 = VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE;
 
+/// The interrupt indices of a PCI function: MSI-X with the table's vectors, each to an
+/// eventfd; no legacy interrupt, no MSI.
+fn irqs() -> Vec<IrqInfo> {
+    (0..=VFIO_PCI_MSIX_IRQ_INDEX)
+        .map(|index| match index {
+            VFIO_PCI_MSIX_IRQ_INDEX => IrqInfo {
+                index,
+                flags: VFIO_IRQ_INFO_EVENTFD | VFIO_IRQ_INFO_NORESIZE,
+                count: u32::from(MSIX_VECTORS),
+            },
+            _ => IrqInfo {
+                index,
+                flags: 0,
+                count: 0,
+            },
+        })
+        .collect()
+}
+
 /// What the server does with each message: the function and its configuration header.
 struct FunctionBackend {
     function: SimFunction,
@@ -180,6 +210,7 @@ impl FunctionBackend {
 
     fn reset_function(&mut self) {
         self.function.function_level_reset();
+        self.function.clear_msix();
         self.config.reset();
         self.function.set_bus_master(self.config.bus_master());
     }
@@ -193,6 +224,44 @@ impl FunctionBackend {
             return self.reset_function();
         }
         self.function.set_bus_master(self.config.bus_master());
+        self.function.set_msix_control(self.config.msix_control());
+    }
+
+    /// `SET_IRQS` of the MSI-X index (see the module documentation).
+    fn set_msix(&mut self, flags: u32, start: u32, count: u32, fds: &[File]) -> Result<(), String> {
+        let data = flags & VFIO_IRQ_SET_DATA_TYPE_MASK;
+        let action = flags & VFIO_IRQ_SET_ACTION_TYPE_MASK;
+        if action != VFIO_IRQ_SET_ACTION_TRIGGER {
+            return Err(format!(
+                "MSI-X action {action:#x} (only triggers are offered)"
+            ));
+        }
+        let in_table = start
+            .checked_add(count)
+            .is_some_and(|end| end <= u32::from(MSIX_VECTORS));
+        if !in_table {
+            return Err(format!(
+                "vectors {start}+{count} outside the table of {MSIX_VECTORS}"
+            ));
+        }
+        let vectors = (start..start + count).map(|v| v as u16);
+        match data {
+            VFIO_IRQ_SET_DATA_NONE if count == 0 => self.function.clear_msix(),
+            VFIO_IRQ_SET_DATA_NONE => vectors.for_each(|v| self.function.raise_msix(v)),
+            VFIO_IRQ_SET_DATA_EVENTFD if fds.len() == count as usize => {
+                for (v, fd) in vectors.zip(fds) {
+                    self.function
+                        .set_msix_eventfd(v, Some(fd.as_fd()))
+                        .map_err(|e| e.to_string())?;
+                }
+            }
+            VFIO_IRQ_SET_DATA_EVENTFD => {
+                return Err(format!("{} descriptors for {count} vectors", fds.len()))
+            }
+            _ => return Err(format!("MSI-X data type {data:#x}")),
+        }
+        self.config.set_msix_control(self.function.msix_control());
+        Ok(())
     }
 
     /// `offset` as a BAR0 register offset, when `len` bytes from it lie inside BAR0.
@@ -335,13 +404,18 @@ impl ServerBackend for FunctionBackend {
     fn set_irqs(
         &mut self,
         index: u32,
-        _flags: u32,
-        _start: u32,
-        _count: u32,
-        _fds: Vec<File>,
+        flags: u32,
+        start: u32,
+        count: u32,
+        fds: Vec<File>,
     ) -> std::io::Result<()> {
-        Err(std::io::Error::other(format!(
-            "the function has no interrupts (index {index})"
-        )))
+        let done = match index {
+            VFIO_PCI_MSIX_IRQ_INDEX => self.set_msix(flags, start, count, &fds),
+            _ => Err(format!("interrupt index {index} has no vectors")),
+        };
+        done.map_err(|reason| {
+            tracing::warn!(index, flags, start, count, %reason, "SET_IRQS refused");
+            std::io::Error::other(reason)
+        })
     }
 }

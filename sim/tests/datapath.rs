@@ -997,3 +997,120 @@ fn an_entry_limited_to_one_mtu_refuses_longer_sends_and_writes_but_not_reads() {
     let got = b.poll_cq(&mut eb).expect("the one-MTU send arrives");
     assert_eq!((got.context.get(), status(&got)), (50, LocalStatus::Ok));
 }
+
+/// Messages that reached a trigger: each is 8 bytes (an eventfd's increment) on the other end
+/// of a socket pair standing in for the eventfd.
+fn interrupts(rx: &mut std::os::unix::net::UnixStream) -> usize {
+    use std::io::Read;
+    let mut buf = [0u8; 512];
+    rx.read(&mut buf).map_or(0, |n| n / 8)
+}
+
+/// CQ_ARM (interface 1.12): the armed ring raises its vector once, when a completion lands
+/// or at once when one is waiting; the vector is delivered only as the MSI-X capability
+/// says (enabled, unmasked); a bad arm changes nothing and is counted.
+#[test]
+fn an_armed_completion_ring_raises_its_vector_once() {
+    use std::os::fd::AsFd;
+    let Pair {
+        mut a,
+        mut b,
+        mut ea,
+        mut eb,
+        ..
+    } = pair(0);
+    let (tx, mut rx) = std::os::unix::net::UnixStream::pair().unwrap();
+    rx.set_nonblocking(true).unwrap();
+    b.f.set_msix_eventfd(7, Some(tx.as_fd())).unwrap();
+    assert_ne!(b.f.msix_control() & pci::MSIX_CONTROL_ENABLE, 0);
+    let arm = |b: &Driver, ep: &Ep, vector: u16| {
+        b.f.write(
+            CQ_ARM,
+            CqArm::new().with_endpoint(ep.handle).with_vector(vector),
+        );
+    };
+
+    // Armed on an empty ring: nothing until a completion lands, then one message.
+    arm(&b, &eb, 7);
+    assert_eq!(interrupts(&mut rx), 0);
+    b.post_recv(&mut eb, 0, 64, 1);
+    a.send(&mut ea, 3, 1, b"one", 1, 0);
+    assert_eq!(
+        interrupts(&mut rx),
+        1,
+        "the receive completion raised the vector"
+    );
+    // Disarmed by raising: the next completion raises nothing.
+    b.post_recv(&mut eb, 0, 64, 2);
+    a.send(&mut ea, 3, 1, b"two", 2, 0);
+    assert_eq!(interrupts(&mut rx), 0);
+    // Armed while two completions wait unfreed: at once.
+    arm(&b, &eb, 7);
+    assert_eq!(interrupts(&mut rx), 1);
+    assert_eq!(b.poll_cq(&mut eb).map(|c| c.context.get()), Some(1));
+    assert_eq!(b.poll_cq(&mut eb).map(|c| c.context.get()), Some(2));
+    // Freed: arming waits again.
+    arm(&b, &eb, 7);
+    assert_eq!(interrupts(&mut rx), 0);
+
+    // Masked by the function: held pending, sent when the mask clears.
+    b.f.set_msix_control(pci::MSIX_CONTROL_ENABLE | pci::MSIX_CONTROL_FUNCTION_MASK);
+    b.post_recv(&mut eb, 0, 64, 3);
+    a.send(&mut ea, 3, 1, b"three", 3, 0);
+    assert_eq!(interrupts(&mut rx), 0);
+    assert_eq!(b.f.read64(pci::MSIX_PBA_OFFSET), 1 << 7);
+    b.f.set_msix_control(pci::MSIX_CONTROL_ENABLE);
+    assert_eq!(interrupts(&mut rx), 1);
+    assert_eq!(b.f.read64(pci::MSIX_PBA_OFFSET), 0);
+
+    // Bad arms: no such endpoint, a vector outside the table.
+    let bad = b.f.debug_counters().bad_cq_arms;
+    b.f.write(CQ_ARM, CqArm::new().with_endpoint(999).with_vector(7));
+    arm(&b, &eb, pci::MSIX_VECTORS);
+    assert_eq!(b.f.debug_counters().bad_cq_arms, bad + 2);
+    assert_eq!(
+        interrupts(&mut rx),
+        0,
+        "the ring holds a completion, but no arm took"
+    );
+
+    // A vector with no eventfd: the message reaches no one, and is counted.
+    b.f.set_msix_eventfd(9, None).unwrap();
+    let lost = b.f.debug_counters().msix_unclaimed;
+    arm(&b, &eb, 9);
+    assert_eq!(
+        b.f.debug_counters().msix_unclaimed,
+        lost,
+        "vector 9 is masked"
+    );
+    b.f.write32(pci::MSIX_TABLE_OFFSET + 9 * pci::MSIX_ENTRY_BYTES + 12, 0);
+    assert_eq!(b.f.debug_counters().msix_unclaimed, lost + 1);
+    assert_eq!(b.f.debug_counters().msix_messages, 3);
+
+    // Removing the last eventfd disables MSI-X: an armed ring then raises nothing.
+    b.f.set_msix_eventfd(7, None).unwrap();
+    assert_eq!(b.f.msix_control() & pci::MSIX_CONTROL_ENABLE, 0);
+    assert!(b
+        .f
+        .set_msix_eventfd(pci::MSIX_VECTORS, Some(tx.as_fd()))
+        .is_err());
+    let _ = b.poll_cq(&mut eb);
+    arm(&b, &eb, 7);
+    b.post_recv(&mut eb, 0, 64, 4);
+    a.send(&mut ea, 3, 1, b"four", 4, 0);
+    assert_eq!(interrupts(&mut rx), 0);
+    assert_eq!(b.f.debug_counters().msix_messages, 3);
+}
+
+/// A NIC of interface 1.11 has no CQ_ARM: the write is a bad access and arms nothing.
+#[test]
+fn cq_arm_is_no_register_before_interface_1_12() {
+    let fabric = Fabric::new();
+    let mut cfg = NicConfig::new(addr("10.0.0.9"));
+    cfg.interface_minor = 11;
+    let f = fabric.add_nic(cfg).unwrap();
+    let before = f.counter(BAD_REGISTER_ACCESSES);
+    f.write(CQ_ARM, CqArm::new().with_endpoint(1).with_vector(1));
+    assert_eq!(f.counter(BAD_REGISTER_ACCESSES), before + 1);
+    assert_eq!(f.debug_counters().bad_cq_arms, 0);
+}

@@ -19,7 +19,8 @@
 //!    memory inside them.
 //! 5. BAR0 (region 0) must be readable, writable, mappable and at least
 //!    [`uet_regs::BAR0_SIZE`] bytes, and where it has a sparse-mmap capability, one of the
-//!    areas it lists must hold the registers; it is mapped from the device file, and every
+//!    areas it lists must hold the registers; its registers ([`uet_regs::REGISTERS_SIZE`]
+//!    bytes, not the MSI-X pages, which are the kernel's) are mapped from the device file, and every
 //!    register access is one `read_volatile`/`write_volatile` of the register's width on that
 //!    mapping, as one PCIe memory read or write ([`BarMapping`]).
 //! 6. Configuration space (region 7) is read through the device file: the identity dword must
@@ -46,7 +47,7 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use uet_regs::{pci, Mmio, BAR0_SIZE};
+use uet_regs::{pci, Mmio, BAR0_SIZE, REGISTERS_SIZE};
 use vfio_bindings::bindings::vfio::{
     VFIO_BASE, VFIO_PCI_BAR0_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX,
     VFIO_REGION_INFO_FLAG_MMAP, VFIO_REGION_INFO_FLAG_READ, VFIO_REGION_INFO_FLAG_WRITE, VFIO_TYPE,
@@ -333,7 +334,7 @@ impl VfioDevice {
             // mapping takes a reference of its own to the file.
             unsafe { BorrowedFd::borrow_raw(device.as_raw_fd()) },
             device.get_region_offset(VFIO_PCI_BAR0_REGION_INDEX),
-            BAR0_SIZE as usize,
+            REGISTERS_SIZE as usize,
         )
         .map_err(|e| refuse(format!("mapping BAR0: {e}")))?;
         let nic = VfioDevice {
@@ -434,7 +435,9 @@ impl VfioDevice {
 /// region's capabilities), can be mapped whole for the driver: readable, writable, mappable
 /// (`VFIO_REGION_INFO_FLAG_MMAP`), at least [`BAR0_SIZE`] bytes, and, when the region has the
 /// sparse-mmap capability (`VFIO_REGION_INFO_CAP_SPARSE_MMAP`: only the areas it lists may be
-/// mapped), with one listed area that holds the registers, bytes 0 to [`BAR0_SIZE`].
+/// mapped; vfio-pci leaves out the MSI-X table's page), with one listed area that holds the
+/// registers, bytes 0 to [`REGISTERS_SIZE`]. Only the registers are mapped: the MSI-X table
+/// is the kernel's to program.
 fn bar0_mappable(flags: u32, size: u64, caps: &[VfioRegionInfoCap]) -> Result<(), String> {
     let need =
         VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE | VFIO_REGION_INFO_FLAG_MMAP;
@@ -451,7 +454,7 @@ fn bar0_mappable(flags: u32, size: u64, caps: &[VfioRegionInfoCap]) -> Result<()
         let holds_registers = sparse
             .areas
             .iter()
-            .any(|a| a.offset == 0 && a.size >= u64::from(BAR0_SIZE));
+            .any(|a| a.offset == 0 && a.size >= u64::from(REGISTERS_SIZE));
         if !holds_registers {
             let areas: Vec<String> = sparse
                 .areas
@@ -460,7 +463,7 @@ fn bar0_mappable(flags: u32, size: u64, caps: &[VfioRegionInfoCap]) -> Result<()
                 .collect();
             return Err(format!(
                 "BAR0 may be mapped only in the areas its sparse-mmap capability lists ({}), \
-                 and none holds the NIC's {BAR0_SIZE} bytes of registers from offset 0",
+                 and none holds the NIC's {REGISTERS_SIZE} bytes of registers from offset 0",
                 if areas.is_empty() {
                     "none".to_string()
                 } else {
@@ -614,6 +617,7 @@ mod tests {
         let rwm =
             VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE | VFIO_REGION_INFO_FLAG_MMAP;
         let bar = u64::from(BAR0_SIZE);
+        let regs = u64::from(REGISTERS_SIZE);
         let sparse = |areas: &[(u64, u64)]| {
             VfioRegionInfoCap::SparseMmap(VfioRegionInfoCapSparseMmap {
                 areas: areas
@@ -631,14 +635,27 @@ mod tests {
             bar0_mappable(rwm, 4 * bar, &[sparse(&[(0, bar), (2 * bar, bar)])]),
             Ok(())
         );
+        // vfio-pci's areas around the MSI-X table's page: the registers are in the first.
+        let msix_page = u64::from(pci::MSIX_TABLE_OFFSET);
+        assert_eq!(
+            bar0_mappable(
+                rwm,
+                bar,
+                &[sparse(&[
+                    (0, msix_page),
+                    (msix_page + 4096, bar - msix_page - 4096)
+                ])]
+            ),
+            Ok(())
+        );
         let e = bar0_mappable(rwm & !VFIO_REGION_INFO_FLAG_MMAP, bar, &[]).unwrap_err();
         assert!(e.contains("readable, writable and mappable"), "{e}");
         assert!(bar0_mappable(rwm, bar - 1, &[]).is_err());
         // The registers lie outside every area that may be mapped, or only partly inside one.
         for areas in [
             &[][..],
-            &[(bar, 3 * bar)],
-            &[(0, bar / 2), (bar / 2, bar / 2)],
+            &[(regs, 3 * bar)],
+            &[(0, regs / 2), (regs / 2, regs / 2)],
         ] {
             let e = bar0_mappable(rwm, 4 * bar, &[sparse(areas)]).unwrap_err();
             assert!(e.contains("sparse-mmap"), "{areas:?}: {e}");
