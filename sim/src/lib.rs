@@ -316,7 +316,11 @@ impl SimFunction {
     /// `FUNCTION_RESET` (every endpoint, table and queue forgotten, registers at their reset
     /// values). DMA mappings belong to the IOMMU and stay.
     pub fn function_level_reset(&self) {
-        self.with_nic((), |n| n.function_reset());
+        let mut g = self.fabric.lock();
+        if let Some(n) = g.nics.get_mut(self.nic) {
+            n.function_reset();
+            g.run_until_idle();
+        }
     }
 
     /// Which function of which fabric this is: equal for every clone of one function (and

@@ -19,7 +19,9 @@
 //!   queue and no DMA, and act at once whether or not the function runs.
 //! * FUNCTION_RESET (write 1): every endpoint, AV table, PDC and queue is destroyed, every
 //!   register (counters included) returns to its reset value. DMA mappings are kept: they
-//!   belong to the IOMMU.
+//!   belong to the IOMMU. A request that was waiting in an endpoint's receive backlog is
+//!   answered RC_DISABLED, as one arriving at a function that is not running, and the fabric
+//!   runs until idle before the write returns.
 //! * A DMA fault on the admin rings themselves is fatal (`FATAL_ERROR.dma_fault`); a DMA fault
 //!   on an endpoint's own rings stops that endpoint only.
 //!
@@ -249,8 +251,10 @@ impl Nic {
                 true
             }
             at::FUNCTION_RESET => {
+                // The fabric runs so that the answers of the requests the reset let go leave.
                 if w.value & 1 != 0 {
                     self.function_reset();
+                    return true;
                 }
                 false
             }
@@ -314,6 +318,15 @@ impl Nic {
 
     /// FUNCTION_RESET.
     pub(crate) fn function_reset(&mut self) {
+        // Requests taken off the wire and waiting for completion-ring room (or for the receive
+        // path again) go with their endpoints, but their senders wait for an answer: each is
+        // answered as a request reaching a function that is not running.
+        let mut waiting: Vec<Vec<u8>> = self.rx_replay.drain(..).collect();
+        for h in self.eps.handles() {
+            if let Some(ep) = self.eps.get_mut(h) {
+                waiting.extend(ep.rx_backlog.drain(..));
+            }
+        }
         self.regs.reset();
         self.regs.set(DEV_STATUS, DevStatus::new().with_ready(true));
         self.counters.reset();
@@ -329,6 +342,9 @@ impl Nic {
         self.rx_replay.clear();
         self.outbox.clear();
         self.av_window = av_window::AvWriteWindow::default();
+        for f in waiting {
+            self.receive(&f);
+        }
     }
 
     /// Count a DMA fault.

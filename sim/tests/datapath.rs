@@ -750,6 +750,33 @@ fn endpoint_destroy_with_backlog_answers_requests() {
     expect_remote(&mut a, &mut ea, ReturnCode::BadJobId);
 }
 
+/// A function reset forgets every endpoint, but a request waiting in an endpoint's receive
+/// backlog was taken off the wire: it is answered as a request to a function that is not
+/// running, so its send completes instead of waiting for an answer that never comes.
+#[test]
+fn a_function_reset_answers_the_requests_waiting_for_completion_ring_room() {
+    for reset in ["register", "flr"] {
+        let Pair {
+            mut a,
+            mut b,
+            mut ea,
+            mut eb,
+            ..
+        } = pair(0);
+        fill_completion_ring(&mut a, &mut ea, &mut b, &mut eb);
+        b.post_recv(&mut eb, 7, 64, 7);
+        a.send(&mut ea, 3, 1, b"waits", 7, 0);
+        assert!(a.peek_cq(&ea).is_none(), "{reset}: the request waits at B");
+        match reset {
+            "register" => {
+                b.f.write(FUNCTION_RESET, FunctionReset::new().with_reset(true))
+            }
+            _ => b.f.function_level_reset(),
+        }
+        expect_remote(&mut a, &mut ea, ReturnCode::Disabled);
+    }
+}
+
 #[test]
 fn ipv6_fabric_addresses_work_end_to_end() {
     let fabric = Fabric::new();
