@@ -6,6 +6,7 @@
 use crate::backend::sysfs::PciAddress;
 use crate::dma::{DmaRegion, IovaRange};
 use uet_regs::Mmio;
+use vmm_sys_util::eventfd::EventFd;
 
 /// Errors a backend reports.
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +26,14 @@ pub enum DeviceError {
     DmaUnmap {
         /// IOVA of the region.
         iova: u64,
+        /// Why.
+        reason: String,
+    },
+    /// MSI-X vectors could not be given eventfds, or taken back.
+    #[error("MSI-X interrupts of {name}: {reason}")]
+    Interrupts {
+        /// Device name.
+        name: String,
         /// Why.
         reason: String,
     },
@@ -77,5 +86,25 @@ pub trait Device: Send + Sync {
     /// it while the first is connected.
     fn function_id(&self) -> Option<FunctionId> {
         None
+    }
+    /// MSI-X vectors the backend can deliver to eventfds ([`Device::set_msix_eventfds`]); 0
+    /// when it delivers none, and the driver polls.
+    fn msix_vectors(&self) -> u16 {
+        0
+    }
+    /// Deliver MSI-X vector `i` to `eventfds[i]`, for every `i`, and enable MSI-X: one
+    /// `VFIO_DEVICE_SET_IRQS` (`DATA_EVENTFD | ACTION_TRIGGER`) of the MSI-X index from
+    /// vector 0. Each message adds 1 to its eventfd. At most [`Device::msix_vectors`].
+    fn set_msix_eventfds(&self, eventfds: &[EventFd]) -> Result<(), DeviceError> {
+        let _ = eventfds;
+        Err(DeviceError::Interrupts {
+            name: self.name(),
+            reason: "the backend delivers no interrupts".into(),
+        })
+    }
+    /// Stop delivering every vector and disable MSI-X (`SET_IRQS` with `DATA_NONE`, count
+    /// 0); the backend drops its references to the eventfds.
+    fn clear_msix(&self) -> Result<(), DeviceError> {
+        Ok(())
     }
 }

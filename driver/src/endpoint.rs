@@ -126,6 +126,7 @@ use std::net::IpAddr;
 use std::ops::Range;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use uet_av::{AvSync, FiAddr, FiErrno, FiError};
 use uet_fwif::address::{AddressingMode, UetAddress};
 use uet_fwif::admin::{
@@ -142,7 +143,8 @@ use uet_fwif::datapath::{
 use uet_fwif::ring::RingGeometry;
 use uet_fwif::ReturnCode;
 use uet_regs::{
-    QueueDoorbell, RegisterAccess, CQ_DOORBELL, RXQ_DOORBELL, TRXQ_DOORBELL, TXQ_DOORBELL,
+    CqArm, QueueDoorbell, RegisterAccess, CQ_ARM, CQ_DOORBELL, RXQ_DOORBELL, TRXQ_DOORBELL,
+    TXQ_DOORBELL,
 };
 use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::FromZeros;
@@ -488,6 +490,9 @@ pub struct Endpoint {
     /// A context (CONTEXT_CREATE): its endpoint's family, let go once the context is
     /// destroyed. `None` for an endpoint.
     owner: Option<Arc<Family>>,
+    /// The MSI-X vector its completion ring raises when armed (see [`crate::interrupt`]),
+    /// taken when it first waits; `None` before, or while the NIC has none to give.
+    wakeup: Option<crate::interrupt::Vector>,
 }
 
 /// An endpoint and its contexts: the NIC refuses to destroy an endpoint while contexts of
@@ -917,6 +922,7 @@ impl Nic {
             domain_seat: None,
             family: None,
             owner: None,
+            wakeup: None,
         }
     }
 }
@@ -1781,6 +1787,118 @@ impl Endpoint {
             return Err(FiErrno::FI_EAVAIL);
         }
         Ok(ev)
+    }
+
+    /// `fi_cq_sread` of one entry: [`Endpoint::cq_read`], waiting up to `timeout` (`None`:
+    /// without end) for a completion when there is none yet. Fails with `FI_EAGAIN` when the
+    /// time passes with nothing completed, with `FI_EAVAIL` for an error completion (read it
+    /// with [`Endpoint::cq_readerr`]), and as `cq_read` does otherwise.
+    ///
+    /// The wait sleeps on the endpoint's MSI-X vector ([`crate::interrupt`]): the ring is read,
+    /// found empty, armed with `CQ_ARM`, and the thread sleeps until the NIC raises the vector
+    /// (at once if a completion landed after the read). Without a vector (a NIC older than
+    /// interface 1.12, a backend without interrupts, every vector held) it reads the ring with
+    /// a growing sleep between reads, up to [`crate::interrupt::POLL_SLEEP_MAX`].
+    ///
+    /// With the in-process simulator, a completion comes only from a register write another
+    /// thread makes (the model runs on doorbells), as on hardware only the NIC makes one.
+    pub fn cq_sread(&mut self, timeout: Option<Duration>) -> Result<CqEvent, FiErrno> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut sleep = Duration::from_micros(2);
+        loop {
+            match self.cq_read() {
+                Err(FiErrno::FI_EAGAIN) => {}
+                done => return done,
+            }
+            let left = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => Some(left),
+                    _ => return Err(FiErrno::FI_EAGAIN),
+                },
+                None => None,
+            };
+            if self.arm_wakeup() {
+                if let Some(v) = self.wakeup.as_ref() {
+                    v.wait(left).map_err(|e| {
+                        tracing::warn!(endpoint = self.handle, error = %e, "completion wait failed");
+                        FiErrno::FI_EIO
+                    })?;
+                }
+            } else {
+                std::thread::sleep(left.map_or(sleep, |l| l.min(sleep)));
+                sleep = (sleep * 2).min(crate::interrupt::POLL_SLEEP_MAX);
+            }
+        }
+    }
+
+    /// `fi_trywait` for the endpoint's completion queue: `Ok` when it is safe to sleep on
+    /// [`Endpoint::cq_wait_fd`] — nothing waits to be read, and the ring is armed, so the
+    /// descriptor becomes readable when a completion lands. `FI_EAGAIN` when a completion
+    /// may be read now (read it first; `cq_read` may still find none, for a successful inject
+    /// completion is never reported). `FI_ENOSYS` when the endpoint has no vector (see
+    /// [`Endpoint::cq_wait_fd`]).
+    pub fn cq_trywait(&mut self) -> Result<(), FiErrno> {
+        if self.held.is_some() || self.cq_ready()? {
+            return Err(FiErrno::FI_EAGAIN);
+        }
+        // The NIC must know every entry taken before the arm, or the arm raises at once.
+        if self.cq_unreported > 0 {
+            self.report_cq_head();
+        }
+        if !self.arm_wakeup() {
+            return Err(FiErrno::FI_ENOSYS);
+        }
+        Ok(())
+    }
+
+    /// `fi_control(FI_GETWAIT)` of the completion queue (`FI_WAIT_FD`): a descriptor that
+    /// polls readable once the ring, armed by [`Endpoint::cq_trywait`] or a
+    /// [`Endpoint::cq_sread`], holds a completion; it stays readable until the next
+    /// `cq_trywait`. Usable with `poll(2)` and `epoll(7)`; the endpoint keeps it open while it
+    /// lives. `FI_ENOSYS` when the NIC has no completion interrupts (older than interface
+    /// 1.12, or a backend without MSI-X), `FI_EBUSY` when every vector is held by another
+    /// endpoint.
+    pub fn cq_wait_fd(&mut self) -> Result<std::os::fd::BorrowedFd<'_>, FiErrno> {
+        if self.wakeup.is_none() {
+            let irq = self.nic.interrupts().ok_or(FiErrno::FI_ENOSYS)?;
+            self.wakeup = Some(irq.take().ok_or(FiErrno::FI_EBUSY)?);
+        }
+        match self.wakeup.as_ref() {
+            Some(v) => Ok(v.fd()),
+            None => Err(FiErrno::FI_ENOSYS),
+        }
+    }
+
+    /// Whether the ring holds a completion at the head (a successful inject's included).
+    fn cq_ready(&self) -> Result<bool, FiErrno> {
+        let region = self.region().map_err(|e| e.errno())?;
+        let slot = self.cq_offset + usize::from(self.cq_head) * CQE;
+        let phase = region
+            .read_u8(slot + COMPLETION_PHASE_OFFSET)
+            .map_err(|e| DriverError::from(e).errno())?
+            & 1
+            != 0;
+        Ok(phase == self.cq_phase)
+    }
+
+    /// Take a vector if the endpoint has none, clear its eventfd and arm the ring with it;
+    /// `false` when there is no vector. The caller found the ring empty (which reported the
+    /// head) or reported the head itself.
+    fn arm_wakeup(&mut self) -> bool {
+        if self.wakeup.is_none() {
+            self.wakeup = self.nic.interrupts().and_then(|irq| irq.take());
+        }
+        let Some(v) = self.wakeup.as_ref() else {
+            return false;
+        };
+        v.clear();
+        self.nic.bar().write(
+            CQ_ARM,
+            CqArm::new()
+                .with_endpoint(self.handle)
+                .with_vector(v.number()),
+        );
+        true
     }
 
     /// The completion held aside by a read of the other kind, or the next one from the ring.

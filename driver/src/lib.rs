@@ -45,6 +45,7 @@ pub mod endpoint;
 pub mod eq;
 pub mod errno;
 pub mod error;
+pub mod interrupt;
 pub mod mapped;
 pub mod mr;
 pub mod nic;

@@ -50,7 +50,8 @@ use uet_fwif::identify::IdentifyData;
 use uet_regs::{
     DevCtrl, FunctionReset, Mmio, RegisterAccess, CAP_AUTH_KEY, CAP_AV, CAP_AV_ENTRIES, CAP_EP,
     CAP_MAX_MSG, CAP_PEER_GROUPS, CAP_PID_ON_FEP, CAP_PROFILES, CAP_QUEUES, CAP_RESOURCE_INDEX,
-    CAP_TAGGED, DEV_CTRL, DEV_STATUS, FATAL_ERROR, FUNCTION_RESET, FW_VERSION, ID, REVISION,
+    CAP_TAGGED, CQ_ARM, DEV_CTRL, DEV_STATUS, FATAL_ERROR, FUNCTION_RESET, FW_VERSION, ID,
+    REVISION,
 };
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::FromZeros;
@@ -298,6 +299,9 @@ pub(crate) struct NicInner {
     /// and released after the function reset this Nic's drop makes, when the device can reach
     /// it no longer: its IOVAs then unmap, and the device claim they hold goes with them.
     quarantine: Mutex<Vec<Box<dyn Send>>>,
+    /// The MSI-X vectors and their eventfds, set up when an endpoint first waits for a
+    /// completion (`None` inside: the NIC or the backend has no interrupts).
+    interrupts: std::sync::OnceLock<Option<Arc<crate::interrupt::Interrupts>>>,
 }
 
 /// The devices a [`Nic`] of this process runs: by the address of the device object, and by
@@ -364,6 +368,25 @@ impl Drop for DeviceClaim {
 }
 
 impl NicInner {
+    /// The NIC's completion interrupts, set up on first use (see [`crate::interrupt`]):
+    /// `None` for a NIC older than `CQ_ARM` or a backend without MSI-X vectors, and when
+    /// setting them up failed (logged once).
+    pub(crate) fn interrupts(&self) -> Option<&Arc<crate::interrupt::Interrupts>> {
+        self.interrupts
+            .get_or_init(|| {
+                if !CQ_ARM.info.present_at(self.identity.interface_minor) {
+                    return None;
+                }
+                crate::interrupt::Interrupts::open(&*self.device)
+                    .inspect_err(
+                        |e| tracing::warn!(error = %e, "no completion interrupts: endpoints poll"),
+                    )
+                    .ok()
+                    .map(Arc::new)
+            })
+            .as_ref()
+    }
+
     /// Keep `memory` (DMA memory, or what holds it) until the function is reset: the device
     /// may still read or write it for a command in doubt. See `NicInner::quarantine`.
     pub(crate) fn quarantine(&self, memory: impl Send + 'static) {
@@ -534,6 +557,12 @@ impl NicInner {
 
 impl Drop for NicInner {
     fn drop(&mut self) {
+        // Take the eventfds back from the device: it raises nothing once this Nic is gone.
+        if let Some(Some(_)) = self.interrupts.get() {
+            if let Err(e) = self.device.clear_msix() {
+                tracing::warn!(error = %e, "MSI-X not disabled");
+            }
+        }
         // Stop the device before its memory is unmapped (the mappings drop after this, the
         // quarantined ones among them).
         let bar = self.device.bar0();
@@ -682,6 +711,7 @@ impl Nic {
                 endpoints: Mutex::new(Vec::new()),
                 claim,
                 quarantine: Mutex::new(Vec::new()),
+                interrupts: std::sync::OnceLock::new(),
             }),
         };
         crate::telemetry::nic_opened(&nic);

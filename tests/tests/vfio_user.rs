@@ -806,3 +806,44 @@ fn memory_a_client_could_shrink_is_not_mapped() {
     t.join().unwrap().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Completion interrupts over vfio-user: the driver gives the server an eventfd per MSI-X
+/// vector (`SET_IRQS`), and a thread asleep in `cq_sread` wakes when the server's NIC raises
+/// the vector for a message sent through another client; the server's configuration space
+/// shows MSI-X enabled, and when the client goes its eventfds are taken back.
+#[test]
+fn a_completion_wakes_a_driver_asleep_over_vfio_user() {
+    let (_fabric, fns) = uet_tests::fabric(2);
+    let dir = socket_dir("interrupts");
+    let (sa, ta) = serve(&fns[0], &dir.join("a.sock"));
+    let (sb, tb) = serve(&fns[1], &dir.join("b.sock"));
+    let mut a = node(&sa, &fns[0]);
+    let mut b = node(&sb, &fns[1]);
+    assert_eq!(a.insert(&b.addr()), 0);
+    assert_eq!(b.insert(&a.addr()), 0);
+    b.post_recvs(1);
+    let raised = fns[1].debug_counters().msix_messages;
+    std::thread::scope(|s| {
+        let ep = &mut b.ep;
+        let waiter = s.spawn(move || {
+            ep.cq_sread(Some(std::time::Duration::from_secs(30)))
+                .map(|ev| ev.buffer.and_then(|buf| buf.to_vec().ok()))
+        });
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!waiter.is_finished(), "nothing has arrived");
+        a.send(0, b"over the socket", 1);
+        assert_eq!(
+            waiter.join().expect("waiter"),
+            Ok(Some(b"over the socket".to_vec()))
+        );
+    });
+    assert!(fns[1].debug_counters().msix_messages > raised);
+    assert_ne!(fns[1].msix_control() & pci::MSIX_CONTROL_ENABLE, 0);
+    assert_eq!(fns[1].debug_counters().msix_unclaimed, 0);
+    drop((a, b));
+    ta.join().unwrap().unwrap();
+    tb.join().unwrap().unwrap();
+    assert_eq!(fns[1].msix_control(), 0, "released with the client");
+    drop((sa, sb));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,10 +1,13 @@
 //! The in-process simulator backend: the NIC model runs in this process, driven synchronously
-//! by register writes. Deterministic and fast; most tests run on it.
+//! by register writes. Deterministic and fast; most tests run on it. Its MSI-X vectors reach
+//! the driver's eventfds as a kernel's would: the model writes them when it raises a vector.
 
 use crate::device::{Device, DeviceError, FunctionId};
 use crate::dma::DmaRegion;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use uet_regs::Mmio;
 use uet_sim::SimFunction;
+use vmm_sys_util::eventfd::EventFd;
 
 /// A simulated NIC function in this process.
 #[derive(Clone)]
@@ -46,6 +49,31 @@ impl Device for SimDevice {
                 iova: region.iova(),
                 reason: e.to_string(),
             })
+    }
+
+    fn msix_vectors(&self) -> u16 {
+        uet_regs::pci::MSIX_VECTORS
+    }
+
+    fn set_msix_eventfds(&self, eventfds: &[EventFd]) -> Result<(), DeviceError> {
+        for (vector, eventfd) in (0u16..).zip(eventfds) {
+            // SAFETY: the descriptor is the eventfd's own, open while `eventfds` is borrowed,
+            // for the whole call; the function duplicates it and keeps only its duplicate.
+            let fd = unsafe { BorrowedFd::borrow_raw(eventfd.as_raw_fd()) };
+            if let Err(e) = self.function.set_msix_eventfd(vector, Some(fd)) {
+                self.function.clear_msix();
+                return Err(DeviceError::Interrupts {
+                    name: self.name(),
+                    reason: e.to_string(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn clear_msix(&self) -> Result<(), DeviceError> {
+        self.function.clear_msix();
+        Ok(())
     }
 
     fn name(&self) -> String {

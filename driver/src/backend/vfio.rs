@@ -29,9 +29,9 @@
 //!    Specification 3.0, §6.2.2), as `vfio-pci` leaves them clear.
 //!
 //! DMA memory ([`DmaRegion`]) is mapped into the IOMMU at its IOVA with `VFIO_IOMMU_MAP_DMA`
-//! (read and write) and unmapped with `VFIO_IOMMU_UNMAP_DMA`. The NIC polls its rings and
-//! raises no interrupt (its configuration space has no MSI-X capability), so no eventfd is
-//! set up. [`VfioDevice::function_reset`] is `VFIO_DEVICE_RESET`. Dropping the device unmaps
+//! (read and write) and unmapped with `VFIO_IOMMU_UNMAP_DMA`. MSI-X vectors are given
+//! eventfds with `VFIO_DEVICE_SET_IRQS` when the driver first waits for a completion
+//! (vfio-pci programs the table, which the driver never maps). [`VfioDevice::function_reset`] is `VFIO_DEVICE_RESET`. Dropping the device unmaps
 //! BAR0, closes the device file (its group leaves the container) and closes the container;
 //! the driver unmaps its DMA memory before that.
 //!
@@ -49,10 +49,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use uet_regs::{pci, Mmio, BAR0_SIZE, REGISTERS_SIZE};
 use vfio_bindings::bindings::vfio::{
-    VFIO_BASE, VFIO_PCI_BAR0_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX,
-    VFIO_REGION_INFO_FLAG_MMAP, VFIO_REGION_INFO_FLAG_READ, VFIO_REGION_INFO_FLAG_WRITE, VFIO_TYPE,
+    VFIO_BASE, VFIO_IRQ_INFO_EVENTFD, VFIO_PCI_BAR0_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX,
+    VFIO_PCI_MSIX_IRQ_INDEX, VFIO_REGION_INFO_FLAG_MMAP, VFIO_REGION_INFO_FLAG_READ,
+    VFIO_REGION_INFO_FLAG_WRITE, VFIO_TYPE,
 };
 use vfio_ioctls::{VfioContainer, VfioOps, VfioRegionInfoCap};
+use vmm_sys_util::eventfd::EventFd;
 
 /// A BAR mapped into this process: register reads and writes as single volatile accesses.
 ///
@@ -524,6 +526,37 @@ impl Device for VfioDevice {
 
     fn name(&self) -> String {
         format!("vfio:{}", self.address)
+    }
+
+    /// The MSI-X index's vectors as vfio-pci reports them (the capability's table size), at
+    /// most the table of this NIC's register map.
+    fn msix_vectors(&self) -> u16 {
+        self.device
+            .get_irq_info(VFIO_PCI_MSIX_IRQ_INDEX)
+            .filter(|irq| irq.flags & VFIO_IRQ_INFO_EVENTFD != 0)
+            .map_or(0, |irq| {
+                u16::try_from(irq.count).map_or(pci::MSIX_VECTORS, |n| n.min(pci::MSIX_VECTORS))
+            })
+    }
+
+    /// `VFIO_DEVICE_SET_IRQS` of the MSI-X index: vfio-pci programs the table and enables
+    /// MSI-X, and the kernel's interrupt handler signals each vector's eventfd.
+    fn set_msix_eventfds(&self, eventfds: &[EventFd]) -> Result<(), DeviceError> {
+        self.device
+            .enable_irq(VFIO_PCI_MSIX_IRQ_INDEX, eventfds.iter().collect())
+            .map_err(|e| DeviceError::Interrupts {
+                name: self.name(),
+                reason: e.to_string(),
+            })
+    }
+
+    fn clear_msix(&self) -> Result<(), DeviceError> {
+        self.device
+            .disable_irq(VFIO_PCI_MSIX_IRQ_INDEX)
+            .map_err(|e| DeviceError::Interrupts {
+                name: self.name(),
+                reason: e.to_string(),
+            })
     }
 
     fn function_id(&self) -> Option<FunctionId> {

@@ -39,10 +39,12 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use uet_regs::{pci, Mmio, BAR0_SIZE};
 use vfio_bindings::bindings::vfio::{
-    VFIO_PCI_BAR0_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX, VFIO_REGION_INFO_FLAG_READ,
-    VFIO_REGION_INFO_FLAG_WRITE,
+    VFIO_IRQ_INFO_EVENTFD, VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD,
+    VFIO_IRQ_SET_DATA_NONE, VFIO_PCI_BAR0_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX,
+    VFIO_PCI_MSIX_IRQ_INDEX, VFIO_REGION_INFO_FLAG_READ, VFIO_REGION_INFO_FLAG_WRITE,
 };
 use vfio_user::Client;
+use vmm_sys_util::eventfd::EventFd;
 
 /// How long [`VfioUserDevice::open`] waits for the server to answer the connection.
 pub const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -368,7 +370,72 @@ impl Device for VfioUserDevice {
     fn name(&self) -> String {
         format!("vfio-user:{}", self.path.display())
     }
+
+    /// The MSI-X index's vectors, as `GET_IRQ_INFO` gives them, when they take eventfds; at
+    /// most the table of this NIC's register map.
+    fn msix_vectors(&self) -> u16 {
+        let mut client = self.client();
+        match without_sigpipe(|| client.get_irq_info(VFIO_PCI_MSIX_IRQ_INDEX)) {
+            Ok(info) if info.flags & VFIO_IRQ_INFO_EVENTFD != 0 => {
+                u16::try_from(info.count).map_or(pci::MSIX_VECTORS, |n| n.min(pci::MSIX_VECTORS))
+            }
+            Ok(_) => 0,
+            Err(e) => {
+                tracing::warn!(device = %self.path.display(), error = %e, "GET_IRQ_INFO failed");
+                0
+            }
+        }
+    }
+
+    /// One `SET_IRQS` per [`SET_IRQS_FDS`] vectors: the most descriptors one message carries.
+    /// The `vfio_user` client does not pass a refusal on; [`Device::msix_vectors`] bounds
+    /// what is asked.
+    fn set_msix_eventfds(&self, eventfds: &[EventFd]) -> Result<(), DeviceError> {
+        let fail = |reason: String| DeviceError::Interrupts {
+            name: self.name(),
+            reason,
+        };
+        if eventfds.len() > usize::from(pci::MSIX_VECTORS) {
+            return Err(fail(format!("{} vectors asked for", eventfds.len())));
+        }
+        let mut client = self.client();
+        for (i, chunk) in eventfds.chunks(SET_IRQS_FDS).enumerate() {
+            let fds: Vec<i32> = chunk.iter().map(AsRawFd::as_raw_fd).collect();
+            let start = (i * SET_IRQS_FDS) as u32;
+            without_sigpipe(|| {
+                client.set_irqs(
+                    VFIO_PCI_MSIX_IRQ_INDEX,
+                    VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
+                    start,
+                    fds.len() as u32,
+                    &fds,
+                )
+            })
+            .map_err(|e| fail(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    fn clear_msix(&self) -> Result<(), DeviceError> {
+        let mut client = self.client();
+        without_sigpipe(|| {
+            client.set_irqs(
+                VFIO_PCI_MSIX_IRQ_INDEX,
+                VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER,
+                0,
+                0,
+                &[],
+            )
+        })
+        .map_err(|e| DeviceError::Interrupts {
+            name: self.name(),
+            reason: e.to_string(),
+        })
+    }
 }
+
+/// The most file descriptors the `vfio_user` crate receives with one message.
+const SET_IRQS_FDS: usize = 16;
 
 #[cfg(test)]
 mod tests {

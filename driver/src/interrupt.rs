@@ -1,0 +1,225 @@
+//! Completion interrupts: the NIC's MSI-X vectors, each delivered to an eventfd, and the wait
+//! on one.
+//!
+//! A NIC of interface 1.12 or later raises an MSI-X vector for a completion ring armed with
+//! `CQ_ARM` once the ring holds a completion the driver has not freed — at once if it holds
+//! one already (`uet_regs::CQ_ARM`). The wait of [`crate::Endpoint::cq_sread`] is therefore:
+//! read the ring; found empty (which reports the head with `CQ_DOORBELL`), clear the eventfd,
+//! arm, and sleep in `poll(2)` until the eventfd is readable. A completion written between
+//! the read and the arm raises the vector at the arm, so no completion is slept through.
+//!
+//! The vectors are set up the first time an endpoint of the NIC waits: one eventfd per vector
+//! the backend delivers ([`Device::msix_vectors`]), given to the device in one
+//! [`Device::set_msix_eventfds`] (kernel VFIO's `VFIO_DEVICE_SET_IRQS`; the vfio-user server
+//! and the in-process model take the same eventfds). Each endpoint (and each context of a
+//! scalable endpoint) that waits takes a vector of its own ([`Vector`]) and gives it back when
+//! it goes. A vector is never shared: an eventfd read by one waiter would take the wakeup of
+//! another. When every vector is taken, or the NIC or backend has no interrupts, an endpoint
+//! waits by reading its ring with a growing sleep between reads (at most
+//! [`POLL_SLEEP_MAX`]), and has no wait descriptor to give.
+
+use crate::device::{Device, DeviceError};
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+use vmm_sys_util::eventfd::{EventFd, EFD_CLOEXEC, EFD_NONBLOCK};
+
+/// The longest sleep between two reads of a ring an endpoint waits on without a vector.
+pub const POLL_SLEEP_MAX: Duration = Duration::from_millis(1);
+
+/// The NIC's vectors and their eventfds.
+pub(crate) struct Interrupts {
+    eventfds: Vec<EventFd>,
+    /// Vectors no endpoint holds, lowest last (taken first).
+    free: Mutex<Vec<u16>>,
+}
+
+impl Interrupts {
+    /// One non-blocking eventfd per vector of `device`, given to it.
+    pub(crate) fn open(device: &dyn Device) -> Result<Interrupts, DeviceError> {
+        let fail = |reason: String| DeviceError::Interrupts {
+            name: device.name(),
+            reason,
+        };
+        let vectors = device.msix_vectors();
+        if vectors == 0 {
+            return Err(fail("the backend delivers no MSI-X vectors".into()));
+        }
+        let eventfds = (0..vectors)
+            .map(|_| EventFd::new(EFD_NONBLOCK | EFD_CLOEXEC))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| fail(format!("eventfd: {e}")))?;
+        device.set_msix_eventfds(&eventfds)?;
+        Ok(Interrupts {
+            eventfds,
+            free: Mutex::new((0..vectors).rev().collect()),
+        })
+    }
+
+    /// A vector of its own for one waiter; `None` when every vector is held.
+    pub(crate) fn take(self: &Arc<Self>) -> Option<Vector> {
+        let number = self
+            .free
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop()?;
+        Some(Vector {
+            interrupts: self.clone(),
+            number,
+        })
+    }
+
+    /// Vectors no waiter holds.
+    #[cfg(test)]
+    pub(crate) fn free_vectors(&self) -> usize {
+        self.free
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+}
+
+/// One MSI-X vector, held by one waiter until dropped.
+pub(crate) struct Vector {
+    interrupts: Arc<Interrupts>,
+    number: u16,
+}
+
+impl Vector {
+    /// The vector's number, for `CQ_ARM`.
+    pub(crate) fn number(&self) -> u16 {
+        self.number
+    }
+
+    fn eventfd(&self) -> &EventFd {
+        // In range by construction: numbers come from `0..eventfds.len()`.
+        &self.interrupts.eventfds[usize::from(self.number)]
+    }
+
+    /// The eventfd, readable once the vector was raised after the last [`Vector::clear`].
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: the descriptor is the eventfd's, which lives in `self.interrupts` as long
+        // as `self` does, and the borrow cannot outlive `self`.
+        unsafe { BorrowedFd::borrow_raw(self.eventfd().as_raw_fd()) }
+    }
+
+    /// Take the messages the eventfd holds, so that it is readable again only for a later one.
+    pub(crate) fn clear(&self) {
+        // Non-blocking: EAGAIN when it holds none, which is what clearing wants.
+        let _ = self.eventfd().read();
+    }
+
+    /// Sleep until the eventfd is readable (`true`) or `timeout` passes (`false`); `None`
+    /// waits without end. A signal that interrupts the sleep resumes it for the time left.
+    pub(crate) fn wait(&self, timeout: Option<Duration>) -> std::io::Result<bool> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            let ms: libc::c_int = match deadline {
+                None => -1,
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    // Rounded up, so a wait of less than a millisecond still sleeps.
+                    left.as_micros()
+                        .div_ceil(1000)
+                        .try_into()
+                        .unwrap_or(libc::c_int::MAX)
+                }
+            };
+            let mut pfd = libc::pollfd {
+                fd: self.eventfd().as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: `pfd` is one valid pollfd on the stack for the whole call, and the count
+            // passed is 1; poll(2) writes only its `revents`.
+            let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+            match n {
+                1.. => return Ok(true),
+                0 => return Ok(false),
+                _ => {
+                    let e = std::io::Error::last_os_error();
+                    if e.kind() != std::io::ErrorKind::Interrupted {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Vector {
+    fn drop(&mut self) {
+        self.interrupts
+            .free
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(self.number);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::sim::SimDevice;
+    use uet_sim::{Fabric, NicConfig};
+
+    fn device() -> SimDevice {
+        let fabric = Fabric::new();
+        let f = fabric
+            .add_nic(NicConfig::new("10.0.0.1".parse().expect("address")))
+            .expect("nic");
+        SimDevice::new(f)
+    }
+
+    /// Every vector is one waiter's at a time, and comes back when dropped; a raised vector
+    /// makes its eventfd readable until cleared; the wait times out otherwise.
+    #[test]
+    fn vectors_are_held_one_waiter_each_and_wake_their_waiter() {
+        let d = device();
+        let irq = Arc::new(Interrupts::open(&d).expect("interrupts"));
+        let n = usize::from(uet_regs::pci::MSIX_VECTORS);
+        let held: Vec<Vector> = (0..n).map_while(|_| irq.take()).collect();
+        assert_eq!(held.len(), n);
+        assert!(irq.take().is_none(), "every vector is held");
+        let mut numbers: Vec<u16> = held.iter().map(Vector::number).collect();
+        numbers.sort_unstable();
+        numbers.dedup();
+        assert_eq!(numbers.len(), n, "no vector twice");
+        drop(held);
+        assert_eq!(irq.free_vectors(), n);
+
+        let v = irq.take().expect("a vector");
+        assert_eq!(v.wait(Some(Duration::from_millis(5))).ok(), Some(false));
+        d.function().raise_msix(v.number());
+        assert_eq!(v.wait(Some(Duration::from_secs(5))).ok(), Some(true));
+        assert_eq!(
+            v.wait(Some(Duration::ZERO)).ok(),
+            Some(true),
+            "until cleared"
+        );
+        v.clear();
+        assert_eq!(v.wait(Some(Duration::ZERO)).ok(), Some(false));
+    }
+
+    /// A backend without interrupts gives none, and says so.
+    #[test]
+    fn a_backend_without_vectors_gives_no_interrupts() {
+        struct NoIrq(SimDevice);
+        impl Device for NoIrq {
+            fn bar0(&self) -> &dyn uet_regs::Mmio {
+                self.0.bar0()
+            }
+            fn dma_map(&self, r: &crate::dma::DmaRegion) -> Result<(), DeviceError> {
+                self.0.dma_map(r)
+            }
+            fn dma_unmap(&self, r: &crate::dma::DmaRegion) -> Result<(), DeviceError> {
+                self.0.dma_unmap(r)
+            }
+            fn name(&self) -> String {
+                "no-irq".into()
+            }
+        }
+        let e = Interrupts::open(&NoIrq(device())).err().expect("refused");
+        assert!(e.to_string().contains("no MSI-X vectors"), "{e}");
+    }
+}

@@ -1,0 +1,150 @@
+//! Completion interrupts (interface 1.12): `fi_cq_sread`, `fi_trywait` and the `FI_WAIT_FD`
+//! descriptor, on MSI-X vectors the NIC raises for an armed completion ring.
+
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::sync::mpsc;
+use std::time::Duration;
+use uet_av::FiErrno;
+use uet_tests::*;
+
+const JOB: u32 = 0x0012_3456;
+
+/// Whether `fd` polls readable now.
+fn readable(fd: BorrowedFd<'_>) -> bool {
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd on the stack for the call; timeout 0, so poll(2) only looks.
+    unsafe { libc::poll(&mut pfd, 1, 0) == 1 }
+}
+
+/// A thread asleep in `cq_sread` is woken by the MSI-X vector its ring raises when another
+/// thread's send lands, and returns that receive; nothing returns it before the send.
+#[test]
+fn cq_sread_sleeps_until_another_threads_send_lands() {
+    let (_fabric, mut a, mut b) = pair_with(JOB, |_| {});
+    b.post_recvs(1);
+    let sent_before = b.function.debug_counters().msix_messages;
+    std::thread::scope(|s| {
+        let (tx, rx) = mpsc::channel();
+        let ep = &mut b.ep;
+        s.spawn(move || {
+            let got = ep.cq_sread(Some(Duration::from_secs(30)));
+            let _ = tx.send(got.map(|ev| (ev.context, ev.len)));
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(rx.try_recv().is_err(), "nothing to return before the send");
+        a.send(0, b"wake up", 7);
+        let got = rx.recv_timeout(Duration::from_secs(30)).expect("woken");
+        assert_eq!(got, Ok((1000, 7)));
+    });
+    assert!(
+        b.function.debug_counters().msix_messages > sent_before,
+        "woken by the vector, not by polling"
+    );
+}
+
+/// With nothing coming, `cq_sread` returns `FI_EAGAIN` when its time is up, and the ring
+/// reads on as before; an error completion is `FI_EAVAIL`, as for `cq_read`.
+#[test]
+fn cq_sread_times_out_with_eagain_and_reports_errors_as_cq_read_does() {
+    let (_fabric, mut a, mut b) = pair_with(JOB, |_| {});
+    assert_eq!(
+        b.ep.cq_sread(Some(Duration::from_millis(20))).err(),
+        Some(FiErrno::FI_EAGAIN)
+    );
+    assert_eq!(
+        b.ep.cq_sread(Some(Duration::ZERO)).err(),
+        Some(FiErrno::FI_EAGAIN)
+    );
+    b.post_recvs(1);
+    a.send(0, b"after the wait", 3);
+    let ev =
+        b.ep.cq_sread(Some(Duration::ZERO))
+            .expect("waiting already");
+    assert_eq!((ev.context, ev.len), (1000, 14));
+    assert_eq!(a.ep.cq_sread(None).map(|ev| ev.context), Ok(3));
+    // B has no receive posted: A's send fails, and its completion is an error.
+    a.send(0, b"no buffer", 4);
+    assert_eq!(a.ep.cq_sread(None).err(), Some(FiErrno::FI_EAVAIL));
+    assert_eq!(a.ep.cq_readerr().map(|ev| ev.context), Ok(4));
+}
+
+/// `fi_trywait` and the wait descriptor: armed on an empty ring, the descriptor turns
+/// readable when a completion lands, `cq_trywait` then says to read first, and after the
+/// read it arms again with the descriptor quiet.
+#[test]
+fn the_wait_fd_turns_readable_when_an_armed_ring_gets_a_completion() {
+    let (_fabric, mut a, mut b) = pair_with(JOB, |_| {});
+    b.post_recvs(2);
+    let fd = b.ep.cq_wait_fd().expect("a wait descriptor").as_raw_fd();
+    // SAFETY: the endpoint keeps the descriptor open while it lives, past every use here.
+    let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+    assert_eq!(b.ep.cq_trywait(), Ok(()));
+    assert!(!readable(fd));
+    a.send(0, b"one", 1);
+    assert!(readable(fd), "the armed ring raised its vector");
+    assert_eq!(b.ep.cq_trywait(), Err(FiErrno::FI_EAGAIN));
+    assert_eq!(b.ep.cq_read().map(|ev| ev.context), Ok(1000));
+    assert_eq!(b.ep.cq_trywait(), Ok(()));
+    assert!(!readable(fd), "cleared by the trywait");
+    // Completions that wait already: the trywait refuses, and the arm is not needed.
+    a.send(0, b"two", 2);
+    assert_eq!(b.ep.cq_trywait(), Err(FiErrno::FI_EAGAIN));
+    assert_eq!(b.ep.cq_read().map(|ev| ev.context), Ok(1001));
+}
+
+/// Each waiting endpoint has a vector of its own: two endpoints' descriptors differ, and a
+/// completion for one leaves the other's quiet.
+#[test]
+fn two_endpoints_wait_on_vectors_of_their_own() {
+    let (_fabric, mut a, mut b) = pair_with(JOB, |_| {});
+    let fa = a.ep.cq_wait_fd().expect("A's descriptor").as_raw_fd();
+    let fb = b.ep.cq_wait_fd().expect("B's descriptor").as_raw_fd();
+    assert_ne!(fa, fb);
+    // SAFETY: both endpoints keep their descriptors open past every use here.
+    let (fa, fb) = unsafe { (BorrowedFd::borrow_raw(fa), BorrowedFd::borrow_raw(fb)) };
+    b.post_recvs(1);
+    assert_eq!(a.ep.cq_trywait(), Ok(()));
+    assert_eq!(b.ep.cq_trywait(), Ok(()));
+    a.send(0, b"to b", 1);
+    // A's send completes too: both rings were armed and both hold a completion.
+    assert!(readable(fa) && readable(fb));
+    assert_eq!(a.ep.cq_read().map(|ev| ev.context), Ok(1));
+    assert_eq!(a.ep.cq_trywait(), Ok(()));
+    assert_eq!(b.ep.cq_read().map(|ev| ev.context), Ok(1000));
+    assert_eq!(b.ep.cq_trywait(), Ok(()));
+    b.post_recvs(1);
+    a.send(0, b"again", 2);
+    assert!(readable(fa) && readable(fb));
+    assert_eq!(b.ep.cq_read().map(|ev| ev.context), Ok(1000));
+    assert_eq!(b.ep.cq_trywait(), Ok(()));
+    assert!(
+        !readable(fb) && readable(fa),
+        "only A's ring holds a completion"
+    );
+}
+
+/// A NIC of interface 1.11 has no CQ_ARM: no wait descriptor (`FI_ENOSYS`), and
+/// `cq_sread` waits by reading the ring, still woken by another thread's send.
+#[test]
+fn a_nic_without_completion_interrupts_still_waits_in_cq_sread() {
+    let (_fabric, mut a, mut b) = pair_with(JOB, |cfg| cfg.interface_minor = 11);
+    assert_eq!(b.ep.cq_wait_fd().err(), Some(FiErrno::FI_ENOSYS));
+    assert_eq!(b.ep.cq_trywait(), Err(FiErrno::FI_ENOSYS));
+    assert_eq!(
+        b.ep.cq_sread(Some(Duration::from_millis(5))).err(),
+        Some(FiErrno::FI_EAGAIN)
+    );
+    b.post_recvs(1);
+    std::thread::scope(|s| {
+        let ep = &mut b.ep;
+        let waiter = s.spawn(move || ep.cq_sread(Some(Duration::from_secs(30))).map(|e| e.len));
+        std::thread::sleep(Duration::from_millis(20));
+        a.send(0, b"polled", 1);
+        assert_eq!(waiter.join().expect("waiter"), Ok(6));
+    });
+    assert_eq!(b.function.debug_counters().msix_messages, 0);
+}
