@@ -12,7 +12,7 @@
 //! the backend delivers ([`Device::msix_vectors`]), given to the device in one
 //! [`Device::set_msix_eventfds`] (kernel VFIO's `VFIO_DEVICE_SET_IRQS`; the vfio-user server
 //! and the in-process model take the same eventfds). Each endpoint (and each context of a
-//! scalable endpoint) that waits takes a vector of its own ([`Vector`]) and gives it back when
+//! scalable endpoint) that waits takes a vector of its own (`Vector`) and gives it back when
 //! it goes. A vector is never shared: an eventfd read by one waiter would take the wakeup of
 //! another. When every vector is taken, or the NIC or backend has no interrupts, an endpoint
 //! waits by reading its ring with a growing sleep between reads (at most

@@ -387,7 +387,7 @@ impl Device for VfioUserDevice {
         }
     }
 
-    /// One `SET_IRQS` per [`SET_IRQS_FDS`] vectors: the most descriptors one message carries.
+    /// One `SET_IRQS` per `SET_IRQS_FDS` (16) vectors: the most descriptors one message carries.
     /// The `vfio_user` client does not pass a refusal on; [`Device::msix_vectors`] bounds
     /// what is asked.
     fn set_msix_eventfds(&self, eventfds: &[EventFd]) -> Result<(), DeviceError> {
