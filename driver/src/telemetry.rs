@@ -564,11 +564,23 @@ impl Telemetry {
             if !meta.file_type().is_socket() {
                 return Err(fail("exists and is not a socket".into()));
             }
-            if UnixStream::connect(&path).is_ok() {
-                return Err(fail("another process serves it".into()));
+            match UnixStream::connect(&path) {
+                Ok(_) => return Err(fail("another process serves it".into())),
+                // Nobody listens on it: left by a process that died.
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                    std::fs::remove_file(&path)
+                        .map_err(|e| fail(format!("cannot replace the stale socket: {e}")))?;
+                }
+                // Removed meanwhile: nothing to replace.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                // A socket of another kind, or one this user may not connect to: someone may
+                // serve it.
+                Err(e) => {
+                    return Err(fail(format!(
+                        "cannot tell whether a process serves it ({e}); it is left alone"
+                    )))
+                }
             }
-            std::fs::remove_file(&path)
-                .map_err(|e| fail(format!("cannot replace the stale socket: {e}")))?;
         }
         let listener = bind_private(&path).map_err(fail)?;
         let file = FileId::of(&path);
@@ -1540,6 +1552,30 @@ mod bind_tests {
             ],
             "the dead process's directory is gone, the rest kept"
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A socket another program serves at the path that a stream connection cannot reach (a
+    /// datagram socket: EPROTOTYPE) is live, not stale: the bind is refused and the socket
+    /// stays where its owner bound it.
+    #[test]
+    fn a_live_socket_of_another_kind_at_the_path_is_refused_and_left_alone() {
+        let dir = fresh_dir("dgram");
+        let path = dir.join("t.sock");
+        let other = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+        let before = FileId::of(&path);
+        let e = Telemetry::bind(&path).map(|t| t.path().to_path_buf());
+        assert!(e.is_err(), "bound over a live socket: {e:?}");
+        assert_eq!(
+            FileId::of(&path),
+            before,
+            "the other program's socket is left alone"
+        );
+        let client = std::os::unix::net::UnixDatagram::unbound().unwrap();
+        client.send_to(b"still there", &path).unwrap();
+        let mut buf = [0u8; 32];
+        let n = other.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"still there");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
