@@ -57,7 +57,10 @@ impl Client {
     /// answer: each is an error saying so.
     pub fn connect(target: &Target) -> Result<Client, String> {
         let path = target.path();
-        let stream = UnixStream::connect(&path).map_err(|e| {
+        let stream = telemetry::connect(&path, TIMEOUT).map_err(|e| {
+            if e.kind() == ErrorKind::TimedOut {
+                return format!("{} at {} is unresponsive: {e}", who(target), path.display());
+            }
             format!(
                 "cannot reach {} at {}: {e} (does it run the driver with its telemetry \
                  socket, and is {} the directory it uses?)",
@@ -513,11 +516,17 @@ pub fn processes(dir: &Path) -> Result<Vec<Value>, String> {
             continue;
         }
         // Nothing listens: a socket file left by a process that died. The connection made
-        // here is the one asked: a second would take another of the process's places.
-        let Ok(stream) = UnixStream::connect(&path) else {
-            continue;
-        };
+        // here is the one asked: a second would take another of the process's places. A
+        // process whose full backlog keeps the connection waiting is there but not answering.
         let socket = path.display().to_string();
+        let stream = match telemetry::connect(&path, TIMEOUT) {
+            Ok(stream) => stream,
+            Err(e) if e.kind() == ErrorKind::TimedOut => {
+                found.push(json!({ "socket": socket, "error": e.to_string() }));
+                continue;
+            }
+            Err(_) => continue,
+        };
         let info = Client::greeted(stream, &Target::Socket(path.clone()))
             .and_then(|mut client| client.call(&json!({"cmd": "info"})));
         match info {

@@ -1523,6 +1523,51 @@ fn ps_names_a_live_process_whose_socket_is_busy() {
     );
 }
 
+/// A process whose telemetry accepts no connection (stopped, or stuck) and whose listen
+/// backlog is full is listed by `ps` with an error, and `Client::connect` fails, each within
+/// its wait: neither blocks for good in connect(2).
+#[test]
+fn ps_and_connect_give_up_on_a_process_whose_backlog_is_full() {
+    let dir = std::env::temp_dir().join(format!("uetctl-ps-full-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{}.sock", std::process::id()));
+    // A listener that never accepts: connections wait in its backlog until it is full.
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let (progress, filled) = std::sync::mpsc::channel();
+    let filling = path.clone();
+    std::thread::spawn(move || loop {
+        // The last connect blocks: the backlog is full.
+        let s = UnixStream::connect(&filling);
+        if progress.send(s.is_ok()).is_err() {
+            return;
+        }
+    });
+    while filled.recv_timeout(std::time::Duration::from_secs(2)) == Ok(true) {}
+    let (done, answered) = std::sync::mpsc::channel();
+    let asked = dir.clone();
+    std::thread::spawn(move || {
+        let listed = live::processes(&asked);
+        let _ = done.send(listed);
+    });
+    let target = Target::Socket(path.clone());
+    let (done2, connected) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done2.send(Client::connect(&target).err());
+    });
+    let wait = std::time::Duration::from_secs(30);
+    let listed = answered.recv_timeout(wait);
+    let refused = connected.recv_timeout(wait);
+    drop(listener);
+    let _ = std::fs::remove_dir_all(&dir);
+    let listed = listed.expect("ps gave up within its wait").unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert!(listed[0]["error"].is_string(), "{}", listed[0]);
+    let e = refused.expect("the connect gave up within its wait");
+    let e = e.expect("connected to a listener that accepts nothing");
+    assert!(e.contains("unresponsive"), "{e}");
+}
+
 /// `uetctl ps` takes one place of a process's telemetry, not two: a process serving every
 /// client it may but one is listed with its NICs, not taken for busy.
 #[test]
