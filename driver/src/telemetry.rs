@@ -627,7 +627,7 @@ impl Telemetry {
             if !meta.file_type().is_socket() {
                 return Err(fail("exists and is not a socket".into()));
             }
-            match UnixStream::connect(&path) {
+            match connect(&path, IO_TIMEOUT) {
                 Ok(_) => return Err(fail("another process serves it".into())),
                 // Nobody listens on it: left by a process that died.
                 Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
@@ -636,8 +636,8 @@ impl Telemetry {
                 }
                 // Removed meanwhile: nothing to replace.
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                // A socket of another kind, or one this user may not connect to: someone may
-                // serve it.
+                // A socket of another kind, one this user may not connect to, or one whose
+                // backlog stays full: someone may serve it.
                 Err(e) => {
                     return Err(fail(format!(
                         "cannot tell whether a process serves it ({e}); it is left alone"
@@ -1639,6 +1639,39 @@ mod bind_tests {
         let mut buf = [0u8; 32];
         let n = other.recv(&mut buf).unwrap();
         assert_eq!(&buf[..n], b"still there");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A socket whose owner accepts nothing (stopped, or stuck) and whose backlog is full is
+    /// refused and left alone, within a wait: the bind does not block for good asking it.
+    #[test]
+    fn a_socket_whose_backlog_is_full_is_refused_without_blocking() {
+        let dir = fresh_dir("full");
+        let path = dir.join("t.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let (progress, filled) = std::sync::mpsc::channel();
+        let filling = path.clone();
+        std::thread::spawn(move || loop {
+            // The last connect blocks: the backlog is full.
+            if progress
+                .send(UnixStream::connect(&filling).is_ok())
+                .is_err()
+            {
+                return;
+            }
+        });
+        while filled.recv_timeout(Duration::from_secs(2)) == Ok(true) {}
+        let before = FileId::of(&path);
+        let (done, bound) = std::sync::mpsc::channel();
+        let asked = path.clone();
+        std::thread::spawn(move || {
+            let _ = done.send(Telemetry::bind(&asked).map(|t| t.path().to_path_buf()));
+        });
+        let r = bound.recv_timeout(Duration::from_secs(30));
+        drop(listener);
+        let r = r.expect("the bind gave up within its wait");
+        assert!(r.is_err(), "bound over a live socket: {r:?}");
+        assert_eq!(FileId::of(&path), before, "the socket is left alone");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
