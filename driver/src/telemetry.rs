@@ -464,7 +464,7 @@ pub fn remove_stale_sockets(dir: &Path) -> usize {
             && std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_socket());
         let refused = || {
             matches!(
-                UnixStream::connect(&path),
+                connect(&path, IO_TIMEOUT),
                 Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
             )
         };
@@ -1672,6 +1672,44 @@ mod bind_tests {
         let r = r.expect("the bind gave up within its wait");
         assert!(r.is_err(), "bound over a live socket: {r:?}");
         assert_eq!(FileId::of(&path), before, "the socket is left alone");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The sweep asks a `<pid>.sock` of a PID that does not exist here whether anyone listens;
+    /// a process of another PID namespace that accepts nothing, its backlog full, keeps its
+    /// socket, and the sweep does not block for good asking it.
+    #[test]
+    fn the_sweep_keeps_a_socket_whose_backlog_is_full_without_blocking() {
+        let dir = fresh_dir("sweep-full");
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let path = dir.join(format!("{dead}.sock"));
+        let listener = UnixListener::bind(&path).unwrap();
+        let (progress, filled) = std::sync::mpsc::channel();
+        let filling = path.clone();
+        std::thread::spawn(move || loop {
+            if progress
+                .send(UnixStream::connect(&filling).is_ok())
+                .is_err()
+            {
+                return;
+            }
+        });
+        while filled.recv_timeout(Duration::from_secs(2)) == Ok(true) {}
+        let (done, swept) = std::sync::mpsc::channel();
+        let asked = dir.clone();
+        std::thread::spawn(move || {
+            let _ = done.send(remove_stale_sockets(&asked));
+        });
+        let removed = swept.recv_timeout(Duration::from_secs(30));
+        drop(listener);
+        assert_eq!(
+            removed,
+            Ok(0),
+            "the sweep gave up within its wait and removed nothing"
+        );
+        assert!(path.exists());
         let _ = std::fs::remove_dir_all(&dir);
     }
 
