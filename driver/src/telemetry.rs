@@ -1642,17 +1642,14 @@ mod bind_tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// A socket whose owner accepts nothing (stopped, or stuck) and whose backlog is full is
-    /// refused and left alone, within a wait: the bind does not block for good asking it.
-    #[test]
-    fn a_socket_whose_backlog_is_full_is_refused_without_blocking() {
-        let dir = fresh_dir("full");
-        let path = dir.join("t.sock");
-        let listener = UnixListener::bind(&path).unwrap();
+    /// A socket at `path` whose owner accepts nothing, its listen backlog filled: a thread
+    /// connects until a connect blocks (the last one, which stays blocked while the listener
+    /// lives).
+    fn listening_with_a_full_backlog(path: &Path) -> UnixListener {
+        let listener = UnixListener::bind(path).unwrap();
         let (progress, filled) = std::sync::mpsc::channel();
-        let filling = path.clone();
+        let filling = path.to_path_buf();
         std::thread::spawn(move || loop {
-            // The last connect blocks: the backlog is full.
             if progress
                 .send(UnixStream::connect(&filling).is_ok())
                 .is_err()
@@ -1661,6 +1658,16 @@ mod bind_tests {
             }
         });
         while filled.recv_timeout(Duration::from_secs(2)) == Ok(true) {}
+        listener
+    }
+
+    /// A socket whose owner accepts nothing (stopped, or stuck) and whose backlog is full is
+    /// refused and left alone, within a wait: the bind does not block for good asking it.
+    #[test]
+    fn a_socket_whose_backlog_is_full_is_refused_without_blocking() {
+        let dir = fresh_dir("full");
+        let path = dir.join("t.sock");
+        let listener = listening_with_a_full_backlog(&path);
         let before = FileId::of(&path);
         let (done, bound) = std::sync::mpsc::channel();
         let asked = path.clone();
@@ -1685,18 +1692,7 @@ mod bind_tests {
         let dead = child.id();
         child.wait().unwrap();
         let path = dir.join(format!("{dead}.sock"));
-        let listener = UnixListener::bind(&path).unwrap();
-        let (progress, filled) = std::sync::mpsc::channel();
-        let filling = path.clone();
-        std::thread::spawn(move || loop {
-            if progress
-                .send(UnixStream::connect(&filling).is_ok())
-                .is_err()
-            {
-                return;
-            }
-        });
-        while filled.recv_timeout(Duration::from_secs(2)) == Ok(true) {}
+        let listener = listening_with_a_full_backlog(&path);
         let (done, swept) = std::sync::mpsc::channel();
         let asked = dir.clone();
         std::thread::spawn(move || {
