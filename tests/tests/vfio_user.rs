@@ -43,7 +43,10 @@ fn serve(
     (server.clone(), serve_next(&server))
 }
 
-fn serve_next(server: &Arc<VfioUserServer>) -> JoinHandle<Result<(), SimError>> {
+/// A server thread serving one client.
+type Serving = JoinHandle<Result<(), SimError>>;
+
+fn serve_next(server: &Arc<VfioUserServer>) -> Serving {
     let s = server.clone();
     std::thread::spawn(move || s.serve_one())
 }
@@ -53,18 +56,52 @@ fn node(server: &VfioUserServer, function: &SimFunction) -> Node {
     Node::on_device(device, function.clone(), JOB, JOB, 64)
 }
 
-#[test]
-fn the_driver_runs_the_av_and_the_datapath_over_vfio_user() {
-    let (_fabric, fns) = uet_tests::fabric(2);
-    let dir = socket_dir("datapath");
+/// Two NICs on one fabric, each served on a socket of its own in a fresh directory, with a
+/// node on each over vfio-user, each in the other's AV at fi_addr 0.
+struct Served {
+    fabric: uet_sim::Fabric,
+    fns: Vec<SimFunction>,
+    dir: PathBuf,
+    servers: (Arc<VfioUserServer>, Arc<VfioUserServer>),
+    threads: (Serving, Serving),
+    a: Node,
+    b: Node,
+}
+
+fn served_pair(test: &str) -> Served {
+    let (fabric, fns) = uet_tests::fabric(2);
+    let dir = socket_dir(test);
     let (sa, ta) = serve(&fns[0], &dir.join("a.sock"));
     let (sb, tb) = serve(&fns[1], &dir.join("b.sock"));
     let mut a = node(&sa, &fns[0]);
     let mut b = node(&sb, &fns[1]);
-
-    // The AV: single inserts, a batch (one AV_WRITE), remove, reinsert, all on the NIC.
     assert_eq!(a.insert(&b.addr()), 0);
     assert_eq!(b.insert(&a.addr()), 0);
+    Served {
+        fabric,
+        fns,
+        dir,
+        servers: (sa, sb),
+        threads: (ta, tb),
+        a,
+        b,
+    }
+}
+
+#[test]
+fn the_driver_runs_the_av_and_the_datapath_over_vfio_user() {
+    let Served {
+        fabric: _fabric,
+        fns,
+        dir,
+        servers: (sa, sb),
+        threads: (ta, tb),
+        mut a,
+        mut b,
+    } = served_pair("datapath");
+
+    // The AV: single inserts (each in the other's AV at 0), a batch (one AV_WRITE), remove,
+    // reinsert, all on the NIC.
     let peer = b.addr();
     let batch: Vec<u8> = std::iter::repeat_n(peer, 20).flatten().collect();
     let mut many = [0u64; 20];
@@ -813,14 +850,15 @@ fn memory_a_client_could_shrink_is_not_mapped() {
 /// shows MSI-X enabled, and when the client goes its eventfds are taken back.
 #[test]
 fn a_completion_wakes_a_driver_asleep_over_vfio_user() {
-    let (_fabric, fns) = uet_tests::fabric(2);
-    let dir = socket_dir("interrupts");
-    let (sa, ta) = serve(&fns[0], &dir.join("a.sock"));
-    let (sb, tb) = serve(&fns[1], &dir.join("b.sock"));
-    let mut a = node(&sa, &fns[0]);
-    let mut b = node(&sb, &fns[1]);
-    assert_eq!(a.insert(&b.addr()), 0);
-    assert_eq!(b.insert(&a.addr()), 0);
+    let Served {
+        fabric: _fabric,
+        fns,
+        dir,
+        servers: (sa, sb),
+        threads: (ta, tb),
+        mut a,
+        mut b,
+    } = served_pair("interrupts");
     b.post_recvs(1);
     let raised = fns[1].debug_counters().msix_messages;
     std::thread::scope(|s| {
