@@ -298,49 +298,18 @@ pub fn socket_path(dir: &Path, pid: u32) -> PathBuf {
 /// or stuck) leaves connections there, and once it is full, `UnixStream::connect` would wait
 /// until the process accepts again, perhaps for good. `TimedOut` when the wait runs out.
 pub fn connect(path: &Path, timeout: Duration) -> std::io::Result<UnixStream> {
-    use std::os::fd::{FromRawFd, OwnedFd};
-    use std::os::unix::ffi::OsStrExt;
-    // SAFETY: sockaddr_un is plain data, for which all zeros is a valid value.
-    let mut addr: libc::sockaddr_un = unsafe { core::mem::zeroed() };
-    let bytes = path.as_os_str().as_bytes();
-    if bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "a socket path is shorter than sun_path and holds no NUL byte",
-        ));
-    }
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    for (d, &s) in addr.sun_path.iter_mut().zip(bytes) {
-        *d = s as libc::c_char;
-    }
-    let len = core::mem::offset_of!(libc::sockaddr_un, sun_path) + bytes.len() + 1;
-    // SAFETY: socket(2) takes no pointers.
-    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is the descriptor socket(2) just returned; nothing else owns it.
-    let stream = UnixStream::from(unsafe { OwnedFd::from_raw_fd(fd) });
-    // SO_SNDTIMEO bounds a connect(2) that waits for room in the backlog.
-    stream.set_write_timeout(Some(timeout.max(Duration::from_micros(1))))?;
+    use socket2::{Domain, SockAddr, Socket, Type};
+    let addr = SockAddr::unix(path)?;
+    // Close-on-exec, as socket2 makes every socket.
+    let socket = Socket::new(Domain::UNIX, Type::STREAM, None)?;
+    // SO_SNDTIMEO bounds a connect(2) that waits for room in the backlog: it then fails with
+    // EAGAIN.
+    socket.set_write_timeout(Some(timeout.max(Duration::from_micros(1))))?;
     loop {
-        // SAFETY: connect(2) reads `len` bytes of `addr`, a live sockaddr_un at least that
-        // long (the path and its NUL fit in sun_path), through the descriptor `stream` owns;
-        // it keeps no pointer.
-        let r = unsafe {
-            libc::connect(
-                stream.as_raw_fd(),
-                (&raw const addr).cast(),
-                len as libc::socklen_t,
-            )
-        };
-        if r == 0 {
-            break;
-        }
-        let e = std::io::Error::last_os_error();
-        match e.kind() {
-            std::io::ErrorKind::Interrupted => continue,
-            std::io::ErrorKind::WouldBlock => {
+        match socket.connect(&addr) {
+            Ok(()) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
                     format!(
@@ -349,11 +318,11 @@ pub fn connect(path: &Path, timeout: Duration) -> std::io::Result<UnixStream> {
                     ),
                 ))
             }
-            _ => return Err(e),
+            Err(e) => return Err(e),
         }
     }
-    stream.set_write_timeout(None)?;
-    Ok(stream)
+    socket.set_write_timeout(None)?;
+    Ok(UnixStream::from(std::os::fd::OwnedFd::from(socket)))
 }
 
 /// Numbers the private directories [`bind_private`] makes, with the PID.
