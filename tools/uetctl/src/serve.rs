@@ -10,11 +10,13 @@
 
 use crate::demo::rank_fabric_addr;
 use std::net::IpAddr;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use uet_sim::vfio_user::VfioUserServer;
 use uet_sim::{Fabric, NicConfig};
+
+/// How long `sim serve` waits to learn whether a socket at a NIC's path is served.
+const STALE_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Most NICs one daemon serves.
 pub const MAX_NICS: usize = 1024;
@@ -95,14 +97,28 @@ impl Daemon {
                         "not a socket (remove it, or use another --dir)".into(),
                     ));
                 }
-                if UnixStream::connect(&path).is_ok() {
-                    return Err(socket_error(
-                        &path,
-                        "served by another process (stop it, or use another --dir)".into(),
-                    ));
+                // Only a socket nobody listens on is left over from a daemon that is gone. A
+                // daemon that is stuck (its backlog full) is asked with a bounded wait, and
+                // any other answer leaves the socket to its owner.
+                match uet_driver::telemetry::connect(&path, STALE_CHECK_TIMEOUT) {
+                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                        std::fs::remove_file(&path)
+                            .map_err(|e| socket_error(&path, e.to_string()))?;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Ok(_) => {
+                        return Err(socket_error(
+                            &path,
+                            "served by another process (stop it, or use another --dir)".into(),
+                        ))
+                    }
+                    Err(e) => {
+                        return Err(socket_error(
+                            &path,
+                            format!("a socket this daemon cannot take over ({e}; remove it, or use another --dir)"),
+                        ))
+                    }
                 }
-                // Left by a daemon that is gone: nothing listens.
-                std::fs::remove_file(&path).map_err(|e| socket_error(&path, e.to_string()))?;
             }
             let mut nic = NicConfig::new(addr);
             nic.interface_minor = cfg.interface_minor;

@@ -169,18 +169,12 @@ fn the_daemon_and_the_job_refuse_what_they_cannot_do() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A file in the place of a NIC's socket that is not a socket (someone's notes, a file
-/// named by mistake) is refused, exit 2, and left as it is; only a socket nobody listens on
-/// is replaced.
-#[test]
-fn a_file_that_is_not_a_socket_is_refused_and_kept() {
-    let dir = socket_dir("not-a-socket");
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("nic0.sock");
-    std::fs::write(&file, b"my notes").unwrap();
+/// Start `uetctl sim serve --nics 1 --dir DIR` where it should refuse at once: its exit
+/// status (`None`: it served instead, and was stopped after 30 s) and its standard error.
+fn serve_one_nic_expecting_refusal(dir: &Path) -> (Option<std::process::ExitStatus>, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_uetctl"))
         .args(["sim", "serve", "--nics", "1", "--dir"])
-        .arg(&dir)
+        .arg(dir)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -202,6 +196,19 @@ fn a_file_that_is_not_a_socket_is_refused_and_kept() {
     if let Some(mut e) = child.stderr.take() {
         let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
     }
+    (status, stderr)
+}
+
+/// A file in the place of a NIC's socket that is not a socket (someone's notes, a file
+/// named by mistake) is refused, exit 2, and left as it is; only a socket nobody listens on
+/// is replaced.
+#[test]
+fn a_file_that_is_not_a_socket_is_refused_and_kept() {
+    let dir = socket_dir("not-a-socket");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("nic0.sock");
+    std::fs::write(&file, b"my notes").unwrap();
+    let (status, stderr) = serve_one_nic_expecting_refusal(&dir);
     let kept = std::fs::read(&file).ok();
     let _ = std::fs::remove_dir_all(&dir);
     let status = status.expect("the daemon served in place of a file that is not a socket");
@@ -212,4 +219,29 @@ fn a_file_that_is_not_a_socket_is_refused_and_kept() {
         Some(&b"my notes"[..]),
         "the file was deleted"
     );
+}
+
+/// A live socket of another kind at a NIC's path (a datagram socket of some other program)
+/// is not taken for a daemon's leftover: refused, exit 2, and left to its owner, which still
+/// receives on it.
+#[test]
+fn a_live_socket_of_another_kind_is_refused_and_kept() {
+    use std::os::unix::net::UnixDatagram;
+    let dir = socket_dir("datagram");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("nic0.sock");
+    let owner = UnixDatagram::bind(&path).unwrap();
+    let (status, stderr) = serve_one_nic_expecting_refusal(&dir);
+    let still_there = UnixDatagram::unbound()
+        .and_then(|s| s.send_to(b"still mine", &path))
+        .is_ok();
+    let mut got = [0u8; 16];
+    owner.set_nonblocking(true).unwrap();
+    let received = owner.recv(&mut got).ok();
+    let _ = std::fs::remove_dir_all(&dir);
+    let status = status.expect("the daemon served in place of a live socket");
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("cannot take over"), "{stderr}");
+    assert!(still_there, "the socket was taken from its owner");
+    assert_eq!(received, Some(10));
 }
