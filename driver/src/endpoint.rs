@@ -95,6 +95,9 @@
 //! The send path (`post_*`, `inject`) takes no lock, allocates nothing and never looks at the
 //! AV: it writes one descriptor, fences and rings one doorbell. On an `FI_EP_MSG` endpoint it
 //! also reads the connection state and the peer's `fi_addr` (two atomics, see [`crate::cm`]).
+//! One exception: an endpoint bound to a named AV first catches its NIC table up with what
+//! other processes changed (`uet_av::named`), which try-locks the AV and, when there is
+//! something to catch up, programs the NIC.
 //!
 //! Endpoint types ([`EpType`]): `Rdm` is the reliable default; `Dgram` endpoints
 //! (`EP_FLAG_DGRAM`) send single-packet UUD datagrams of at most one MTU — `post_*` refuses a
@@ -1115,7 +1118,8 @@ impl Endpoint {
         self.job_id
     }
 
-    /// Largest message (`fi_info.ep_attr.max_msg_size`): the NIC's `CAP_MAX_MSG`. A message
+    /// Largest message (`fi_info.ep_attr.max_msg_size`): the NIC's `CAP_MAX_MSG`, and the MTU
+    /// for a datagram endpoint (`EpType::Dgram`), whose messages are single packets. A message
     /// longer than [`Endpoint::mtu`] travels as several packets and still completes once on
     /// each side.
     pub fn max_msg_size(&self) -> usize {
