@@ -476,9 +476,13 @@ register_map! {
 
     // ---- Interrupts: 0x0c0-0x0ff -----------------------------------------------------------
 
-    /// Pending interrupt causes (W1C).
+    /// Causes seen since last cleared (W1C): an admin completion, a datapath completion, a
+    /// fatal error. They raise no interrupt: a completion ring raises its own MSI-X vector
+    /// when armed (`CQ_ARM`, from interface 1.12 on), and admin completions and fatal errors
+    /// are polled.
     INTR_CAUSE: Interrupts = (0x0c0, W32, W1c, reset 0, "interrupts") INTR;
-    /// Interrupt mask: a set bit keeps its cause from raising the interrupt.
+    /// Mask of the causes in `INTR_CAUSE`, held for a function-wide interrupt the NIC does not
+    /// have: it changes nothing that the NIC does.
     INTR_MASK: Interrupts = (0x0c4, W32, Rw, reset 0b111, "interrupts") INTR;
 
     // ---- Datapath doorbells: 0x100-0x13f ---------------------------------------------------
