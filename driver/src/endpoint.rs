@@ -888,6 +888,7 @@ impl Nic {
             roles,
             av_table: av.as_ref().map(|t| t.handle()),
             serial: 0,
+            msix_vector: None,
         });
         Endpoint {
             nic: self.inner.clone(),
@@ -1863,14 +1864,19 @@ impl Endpoint {
     /// 1.12, or a backend without MSI-X), `FI_EBUSY` when every vector is held by another
     /// endpoint.
     pub fn cq_wait_fd(&mut self) -> Result<std::os::fd::BorrowedFd<'_>, FiErrno> {
+        Ok(self.vector()?.fd())
+    }
+
+    /// The endpoint's vector, taken on first need (and noted for the telemetry socket):
+    /// `FI_ENOSYS` without completion interrupts, `FI_EBUSY` while every vector is held.
+    fn vector(&mut self) -> Result<&crate::interrupt::Vector, FiErrno> {
         if self.wakeup.is_none() {
             let irq = self.nic.interrupts().ok_or(FiErrno::FI_ENOSYS)?;
-            self.wakeup = Some(irq.take().ok_or(FiErrno::FI_EBUSY)?);
+            let v = irq.take().ok_or(FiErrno::FI_EBUSY)?;
+            self.nic.note_endpoint_vector(self.handle, v.number());
+            self.wakeup = Some(v);
         }
-        match self.wakeup.as_ref() {
-            Some(v) => Ok(v.fd()),
-            None => Err(FiErrno::FI_ENOSYS),
-        }
+        self.wakeup.as_ref().ok_or(FiErrno::FI_ENOSYS)
     }
 
     /// Whether the ring holds a completion at the head (a successful inject's included).
@@ -1889,18 +1895,16 @@ impl Endpoint {
     /// `false` when there is no vector. The caller found the ring empty (which reported the
     /// head) or reported the head itself.
     fn arm_wakeup(&mut self) -> bool {
-        if self.wakeup.is_none() {
-            self.wakeup = self.nic.interrupts().and_then(|irq| irq.take());
-        }
-        let Some(v) = self.wakeup.as_ref() else {
-            return false;
+        let vector = match self.vector() {
+            Ok(v) => {
+                v.clear();
+                v.number()
+            }
+            Err(_) => return false,
         };
-        v.clear();
         self.nic.bar().write(
             CQ_ARM,
-            CqArm::new()
-                .with_endpoint(self.handle)
-                .with_vector(v.number()),
+            CqArm::new().with_endpoint(self.handle).with_vector(vector),
         );
         true
     }

@@ -258,6 +258,9 @@ pub(crate) struct EndpointRecord {
     /// its endpoint is destroyed, so the handle alone does not say which endpoint a record
     /// names.
     pub(crate) serial: u64,
+    /// The MSI-X vector its completion ring raises, once it has waited for a completion
+    /// ([`crate::interrupt`]).
+    pub(crate) msix_vector: Option<u16>,
 }
 
 impl AvTableRecord {
@@ -433,6 +436,14 @@ impl NicInner {
         record.serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut eps = self.endpoints.lock().unwrap_or_else(|p| p.into_inner());
         eps.push(record);
+    }
+
+    /// Note the MSI-X vector the live endpoint `handle` took.
+    pub(crate) fn note_endpoint_vector(&self, handle: u16, vector: u16) {
+        let mut eps = self.endpoints.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = eps.iter_mut().find(|e| e.handle == handle) {
+            e.msix_vector = Some(vector);
+        }
     }
 
     /// Whether the endpoint `record` names is still open (its record is still listed).

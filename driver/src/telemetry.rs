@@ -34,8 +34,9 @@
 //!      handle to the next table made; `serial` is given to one table only while the
 //!      process lives, so it tells a table from one that took its handle since;
 //!    - `ep_list {nic}`: the endpoints and contexts this process holds on the NIC: handle,
-//!      type, roles, UET address, JobID, the AV table it translates through, and its
-//!      counters read with COUNTERS_READ (hex of the `EndpointCounters` block; when the read
+//!      type, roles, UET address, JobID, the AV table it translates through, the MSI-X
+//!      vector its completion ring raises (`msix_vector`, `null` until it first waits for a
+//!      completion), and its counters read with COUNTERS_READ (hex of the `EndpointCounters` block; when the read
 //!      fails, or the endpoint closed during it and its handle may already be another's,
 //!      `counters` is `null` and `counters_error` says why);
 //!    - `av_dump {nic, table, serial?, first?, max?}`: the valid entries of a NIC AV table
@@ -1133,6 +1134,7 @@ fn endpoint_json(nic: &NicInner, e: &crate::nic::EndpointRecord) -> Value {
         "initiator": a.initiator,
         "job_id": e.job_id,
         "av_table": e.av_table,
+        "msix_vector": e.msix_vector,
         "counters": counters,
         "counters_error": error,
     })

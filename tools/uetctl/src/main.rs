@@ -847,7 +847,7 @@ fn live_endpoints(target: &Target, nic: Option<u64>, as_json: bool) -> Result<Ex
         Some(v) => v.to_string(),
     };
     outln!(
-        "{:<4} {:<5} {:<6} {:<16} {:>8} {:<10} {:>10} {:>8} {:>8} {:>10} {:>10}",
+        "{:<4} {:<5} {:<6} {:<16} {:>8} {:<10} {:>10} {:>8} {:>8} {:>5} {:>10} {:>10}",
         "NIC",
         "EP",
         "TYPE",
@@ -857,6 +857,7 @@ fn live_endpoints(target: &Target, nic: Option<u64>, as_json: bool) -> Result<Ex
         "INITIATOR",
         "JOBID",
         "AV TABLE",
+        "MSI-X",
         "TX MSGS",
         "RX MSGS"
     );
@@ -870,7 +871,7 @@ fn live_endpoints(target: &Target, nic: Option<u64>, as_json: bool) -> Result<Ex
         };
         let num = |k: &str| e.info.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
         outln!(
-            "{:<4} {:<5} {:<6} {:<16} {:>8} {:<10} {:>10} {:>8} {:>8} {:>10} {:>10}",
+            "{:<4} {:<5} {:<6} {:<16} {:>8} {:<10} {:>10} {:>8} {:>8} {:>5} {:>10} {:>10}",
             n,
             s(e, "endpoint"),
             s(e, "type"),
@@ -880,6 +881,7 @@ fn live_endpoints(target: &Target, nic: Option<u64>, as_json: bool) -> Result<Ex
             format!("{:#x}", num("initiator")),
             format!("{:#x}", num("job_id")),
             s(e, "av_table"),
+            s(e, "msix_vector"),
             count("tx_messages"),
             count("rx_messages"),
         );

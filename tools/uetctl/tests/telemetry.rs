@@ -599,7 +599,8 @@ fn uetctl_inspects_a_live_process() {
 }
 
 /// `ep_list` names each endpoint the process holds on the NIC, with the NIC's counters for
-/// it (what `Endpoint::counters` reads); a dropped endpoint is gone from the list.
+/// it (what `Endpoint::counters` reads) and the MSI-X vector it waits on once it has one; a
+/// dropped endpoint is gone from the list.
 #[test]
 fn endpoints_are_listed_with_their_counters_until_dropped() {
     use uet_driver::EndpointAttr;
@@ -617,7 +618,7 @@ fn endpoints_are_listed_with_their_counters_until_dropped() {
         ..EndpointAttr::default()
     };
     let a = nic0.endpoint(attr, Some(&av)).unwrap();
-    let b = nic0.endpoint(attr, None).unwrap();
+    let mut b = nic0.endpoint(attr, None).unwrap();
     let path = socket("eps");
     let t = Telemetry::bind(&path).unwrap();
     t.add_nic(&nic0);
@@ -632,6 +633,14 @@ fn endpoints_are_listed_with_their_counters_until_dropped() {
     assert_eq!(eps[0].info["av_table"], av.nic().table().handle());
     assert!(eps[1].info["av_table"].is_null());
     assert_eq!(eps[1].info["pid_on_fep"], b.address().pid_on_fep);
+    assert!(eps[1].info["msix_vector"].is_null(), "no wait yet");
+    assert_eq!(b.cq_trywait(), Ok(()));
+    let eps = live::endpoints(&mut client, 0).unwrap();
+    assert!(eps[0].info["msix_vector"].is_null());
+    assert_eq!(
+        eps[1].info["msix_vector"], 0,
+        "the first vector, taken by the wait"
+    );
     drop(a);
     let eps = live::endpoints(&mut client, 0).unwrap();
     assert_eq!(eps.len(), 1);
