@@ -7,6 +7,13 @@
 //!
 //! `bench=datapath op=<send|tsend|write|read> size=<bytes> msgs_per_s=<x> lat_ns=<y> gbps=<z>`
 //!
+//! `--ops wake` measures what a completion interrupt costs instead: a ping-pong of
+//! `size`-byte messages between two threads, each asleep in `Endpoint::cq_sread` until its
+//! message lands (the NIC raises the endpoint's MSI-X vector, an eventfd wakes the thread),
+//! then sending the next. `lat_ns` is half a round trip: one message, its completion, the
+//! interrupt and the wakeup; `op=wake_poll` is the same ping-pong with each thread reading
+//! its ring without sleeping, so the difference is the price of sleeping.
+//!
 //! `--callgrind-sends N` instead posts N 8-byte sends and nothing else after setup, for
 //! `tools/callgrind-send`, which counts the instructions the driver spends per send.
 
@@ -26,7 +33,8 @@ use uet_sim::{Fabric, NicConfig};
     about = "Benchmark the uet-nic datapath on the simulator"
 )]
 struct Args {
-    /// Operations, comma-separated: send, tsend, write, read.
+    /// Operations, comma-separated: send, tsend, write, read, wake (a ping-pong between two
+    /// threads asleep in cq_sread, and the same reading their rings: wake and wake_poll).
     #[arg(long, value_delimiter = ',', default_values_t = ["send".to_string(), "tsend".to_string(), "write".to_string(), "read".to_string()])]
     ops: Vec<String>,
     /// Message sizes in bytes, comma-separated.
@@ -167,7 +175,115 @@ fn one(p: &mut Pair, op: &str, size: usize, src: DmaBuffer) -> Result<DmaBuffer,
     }
 }
 
+/// One side of the ping-pong: `rounds` times, wait for the peer's message (asleep in
+/// `cq_sread`, or reading the ring), then send one; the side that `starts` sends first. A
+/// receive is always posted before the message it takes can be sent: one before the
+/// threads start, the next before each send.
+fn ping_pong(
+    side: &mut Side,
+    peer: u64,
+    size: usize,
+    rounds: u32,
+    starts: bool,
+    sleep: bool,
+) -> Result<(), String> {
+    const SEND: u64 = 1;
+    const RECV: u64 = 2;
+    let back = |(e, _): (uet_driver::DriverError, DmaBuffer)| e.to_string();
+    let mut tx = Some(filled(&side.pool, size)?);
+    // Completions of sends and receives come in any order: wait for the one wanted, keep
+    // the others' effect (the send buffer back, a message early) for later.
+    let mut received = 0u32;
+    let mut next = |ep: &mut Endpoint,
+                    tx: &mut Option<DmaBuffer>,
+                    want: u64|
+     -> Result<(), String> {
+        loop {
+            let ev = if sleep {
+                ep.cq_sread(Some(std::time::Duration::from_secs(10)))
+                    .map_err(|e| format!("cq_sread: {e}"))?
+            } else {
+                wait(ep)?
+            };
+            if let Some(err) = ev.error {
+                return Err(format!("completion failed: {err}"));
+            }
+            match ev.context {
+                SEND => *tx = ev.buffer,
+                _ if ev.len != size => return Err(format!("received {} of {size} bytes", ev.len)),
+                _ => received += 1,
+            }
+            let done = match want {
+                SEND => tx.is_some(),
+                _ => received > 0,
+            };
+            if done {
+                if want == RECV {
+                    received -= 1;
+                }
+                return Ok(());
+            }
+        }
+    };
+    for round in 0..rounds {
+        if !(starts && round == 0) {
+            next(&mut side.ep, &mut tx, RECV)?;
+        }
+        let rx = side.pool.alloc().ok_or("pool empty")?;
+        side.ep.post_recv(rx, RECV).map_err(back)?;
+        if tx.is_none() {
+            next(&mut side.ep, &mut tx, SEND)?;
+        }
+        let buf = tx.take().ok_or("send buffer not returned")?;
+        side.ep.post_send(peer, buf, SEND, 0).map_err(back)?;
+    }
+    if starts {
+        next(&mut side.ep, &mut tx, RECV)?;
+    }
+    Ok(())
+}
+
+/// Half the round trip of a ping-pong between two threads (see the module docs).
+fn wake(size: usize, rounds: u32, sleep: bool) -> Result<f64, String> {
+    let Pair { mut a, mut b, peer } = pair()?;
+    let addr = a.ep.address().to_bytes().map_err(|e| e.to_string())?;
+    let mut out = [0u64; 1];
+    b.av.insert(&addr, 1, Some(&mut out), 0)
+        .map_err(|e| e.to_string())?;
+    for side in [&mut a, &mut b] {
+        let rx = side.pool.alloc().ok_or("pool empty")?;
+        side.ep.post_recv(rx, 2).map_err(|(e, _)| e.to_string())?;
+    }
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        let other = s.spawn(|| ping_pong(&mut b, out[0], size, rounds, false, sleep));
+        let mine = ping_pong(&mut a, peer, size, rounds, true, sleep);
+        let theirs = other
+            .join()
+            .unwrap_or_else(|_| Err("the other side panicked".into()));
+        mine.and(theirs)
+    })?;
+    Ok(t.elapsed().as_secs_f64() * 1e9 / f64::from(2 * rounds))
+}
+
 fn run(args: &Args) -> Result<(), String> {
+    for (op, sleep) in [("wake", true), ("wake_poll", false)] {
+        if !args.ops.iter().any(|o| o == "wake") {
+            break;
+        }
+        for &size in &args.sizes {
+            if size == 0 || size > MAX_SIZE {
+                return Err(format!("size {size} outside 1..={MAX_SIZE}"));
+            }
+            let rounds = (args.volume / size).clamp(200, 5_000) as u32;
+            let lat = wake(size, rounds, sleep)?;
+            println!(
+                "bench=datapath op={op} size={size} msgs_per_s={:.0} lat_ns={lat:.0} gbps={:.3}",
+                1e9 / lat,
+                1e9 / lat * size as f64 * 8.0 / 1e9
+            );
+        }
+    }
     let mut p = pair()?;
     if let Some(n) = args.callgrind_sends {
         let mut buf = filled(&p.a.pool, 8)?;
@@ -176,7 +292,7 @@ fn run(args: &Args) -> Result<(), String> {
         }
         return Ok(());
     }
-    for op in &args.ops {
+    for op in args.ops.iter().filter(|o| *o != "wake") {
         for &size in &args.sizes {
             if size == 0 || size > MAX_SIZE {
                 return Err(format!("size {size} outside 1..={MAX_SIZE}"));
