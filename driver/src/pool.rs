@@ -91,7 +91,9 @@ impl DmaPool {
         self.inner.free.len()
     }
 
-    /// Bytes of DMA memory behind the pool (`buf_size` × buffers).
+    /// Bytes of DMA memory behind the pool: `buf_size` × buffers, rounded up to the pages
+    /// that back it (4 KiB, or 2 MiB where hugepages are reserved), so possibly more than the
+    /// buffers hold. A [`crate::MrMemory::Pool`] range may span all of them.
     pub fn bytes(&self) -> usize {
         self.inner.region.region().len()
     }
