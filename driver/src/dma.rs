@@ -319,6 +319,21 @@ impl DmaRegion {
                 source: std::io::Error::last_os_error(),
             });
         }
+        if kind == PageKind::Huge {
+            // Take the hugepages now. A mapping reserves them from the pool, but a hugetlb
+            // cgroup's limit, or a memory policy binding a node that has none free, is only
+            // met when a page is faulted in: MAP_POPULATE ignores a page it could not get,
+            // and the first access to it raises SIGBUS. fallocate(2) fails instead (ENOSPC,
+            // ENOMEM), and the caller falls back to normal pages.
+            // SAFETY: fallocate on a descriptor we own, within the size just set; `len` fits
+            // off_t (see above).
+            if unsafe { libc::fallocate(fd.as_raw_fd(), 0, 0, len as libc::off_t) } != 0 {
+                return Err(DmaError::Size {
+                    len,
+                    source: std::io::Error::last_os_error(),
+                });
+            }
+        }
         // Seal the size: a process that maps this memfd (the simulator, a vfio-user server) can
         // then rely on every page staying backed. Failure is logged: the in-process simulator
         // and kernel VFIO do without the seal, but a vfio-user simulator refuses to map memory
