@@ -20,6 +20,10 @@ pub enum DeviceError {
         len: usize,
         /// Why.
         reason: String,
+        /// The operating system's errno, when it gave one: `ENOMEM` (pinned memory over the
+        /// locked-memory limit) is `FI_ENOMEM`, `ENOSPC` (the IOMMU takes no more mappings)
+        /// `FI_ENOSPC`; anything else `FI_EIO`.
+        errno: Option<i32>,
     },
     /// A DMA unmap failed.
     #[error("DMA unmap at IOVA {iova:#x} failed: {reason}")]

@@ -1,5 +1,6 @@
 //! How driver outcomes become fabric errno values, as a libfabric provider reports them.
 
+use crate::device::DeviceError;
 use crate::dma::DmaError;
 use crate::error::DriverError;
 use uet_av::{FiErrno, FiError};
@@ -84,11 +85,43 @@ impl DriverError {
             // anything else is memory the system could not give.
             DriverError::Dma(DmaError::Empty | DmaError::OutOfBounds { .. }) => FiErrno::FI_EINVAL,
             DriverError::Dma(_) => FiErrno::FI_ENOMEM,
+            DriverError::Device(DeviceError::DmaMap {
+                errno: Some(libc::ENOMEM),
+                ..
+            }) => FiErrno::FI_ENOMEM,
+            DriverError::Device(DeviceError::DmaMap {
+                errno: Some(libc::ENOSPC),
+                ..
+            }) => FiErrno::FI_ENOSPC,
             DriverError::DeviceGone
             | DriverError::NotOurDevice { .. }
             | DriverError::InterfaceVersion { .. }
             | DriverError::InterfaceTooOld { .. } => FiErrno::FI_ENODEV,
             _ => FiErrno::FI_EIO,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A refused DMA mapping reports what the system ran out of when it says so: pinned
+    /// memory (`ENOMEM`) or IOMMU mappings (`ENOSPC`); any other refusal is `FI_EIO`.
+    #[test]
+    fn a_refused_dma_mapping_reports_what_ran_out() {
+        let refused = |errno| {
+            DriverError::Device(DeviceError::DmaMap {
+                iova: 1 << 32,
+                len: 4096,
+                reason: "refused".into(),
+                errno,
+            })
+            .errno()
+        };
+        assert_eq!(refused(Some(libc::ENOMEM)), FiErrno::FI_ENOMEM);
+        assert_eq!(refused(Some(libc::ENOSPC)), FiErrno::FI_ENOSPC);
+        assert_eq!(refused(Some(libc::EINVAL)), FiErrno::FI_EIO);
+        assert_eq!(refused(None), FiErrno::FI_EIO);
     }
 }

@@ -59,6 +59,7 @@ impl Device for BehindIommu {
                 iova: region.iova(),
                 len: region.len(),
                 reason: "outside the IOMMU's ranges (EINVAL)".into(),
+                errno: Some(libc::EINVAL),
             });
         }
         self.inner.dma_map(region)?;

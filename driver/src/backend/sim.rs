@@ -39,6 +39,7 @@ impl Device for SimDevice {
                 iova: region.iova(),
                 len: region.len(),
                 reason: e.to_string(),
+                errno: None,
             })
     }
 

@@ -512,6 +512,10 @@ impl Device for VfioDevice {
                 }
                 _ => format!("{e}: {}", std::error::Error::source(&e).map_or(String::new(), |s| s.to_string())),
             },
+            errno: match &e {
+                vfio_ioctls::VfioError::IommuDmaMap(errno) => Some(errno.errno()),
+                _ => None,
+            },
         })
     }
 

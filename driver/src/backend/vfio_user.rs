@@ -354,6 +354,7 @@ impl Device for VfioUserDevice {
             iova: region.iova(),
             len: region.len(),
             reason: e.to_string(),
+            errno: None,
         })
     }
 
