@@ -1794,8 +1794,9 @@ impl Endpoint {
         Ok(ev)
     }
 
-    /// `fi_cq_sread` of one entry: [`Endpoint::cq_read`], waiting up to `timeout` (`None`:
-    /// without end) for a completion when there is none yet. Fails with `FI_EAGAIN` when the
+    /// `fi_cq_sread` of one entry: [`Endpoint::cq_read`], waiting up to `timeout` (`None`, or
+    /// one too long for the clock to add, such as `Duration::MAX`: without end) for a
+    /// completion when there is none yet. Fails with `FI_EAGAIN` when the
     /// time passes with nothing completed, with `FI_EAVAIL` for an error completion (read it
     /// with [`Endpoint::cq_readerr`]), and as `cq_read` does otherwise.
     ///
@@ -1808,7 +1809,8 @@ impl Endpoint {
     /// With the in-process simulator, a completion comes only from a register write another
     /// thread makes (the model runs on doorbells), as on hardware only the NIC makes one.
     pub fn cq_sread(&mut self, timeout: Option<Duration>) -> Result<CqEvent, FiErrno> {
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // A timeout past the clock's range (`Duration::MAX`) has no deadline: it never passes.
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let mut sleep = Duration::from_micros(2);
         loop {
             match self.cq_read() {

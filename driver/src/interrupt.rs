@@ -109,10 +109,11 @@ impl Vector {
         let _ = self.eventfd().read();
     }
 
-    /// Sleep until the eventfd is readable (`true`) or `timeout` passes (`false`); `None`
-    /// waits without end. A signal that interrupts the sleep resumes it for the time left.
+    /// Sleep until the eventfd is readable (`true`) or `timeout` passes (`false`); `None`, or
+    /// a timeout too long for the clock to add, waits without end. A signal that interrupts
+    /// the sleep resumes it for the time left.
     pub(crate) fn wait(&self, timeout: Option<Duration>) -> std::io::Result<bool> {
-        let deadline = timeout.map(|t| Instant::now() + t);
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         loop {
             let ms: libc::c_int = match deadline {
                 None => -1,
@@ -199,6 +200,9 @@ mod tests {
         );
         v.clear();
         assert_eq!(v.wait(Some(Duration::ZERO)).ok(), Some(false));
+        // A timeout past the clock's range waits without end instead of overflowing.
+        d.function().raise_msix(v.number());
+        assert_eq!(v.wait(Some(Duration::MAX)).ok(), Some(true));
     }
 
     /// A backend without interrupts gives none, and says so.

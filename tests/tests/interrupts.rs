@@ -72,6 +72,25 @@ fn cq_sread_times_out_with_eagain_and_reports_errors_as_cq_read_does() {
     assert_eq!(a.ep.cq_readerr().map(|ev| ev.context), Ok(4));
 }
 
+/// A timeout too long for the clock to add (`Duration::MAX`, as a caller maps "forever") is
+/// a wait without end, not a panic: the sleeper is woken by the send as with `None`.
+#[test]
+fn cq_sread_with_a_timeout_past_the_clocks_range_waits_without_end() {
+    let (_fabric, mut a, mut b) = pair_with(JOB, |_| {});
+    b.post_recvs(1);
+    std::thread::scope(|s| {
+        let ep = &mut b.ep;
+        let waiter = s.spawn(move || ep.cq_sread(Some(Duration::MAX)).map(|ev| ev.len));
+        std::thread::sleep(Duration::from_millis(20));
+        a.send(0, b"no deadline", 1);
+        assert_eq!(waiter.join().expect("the waiter returns"), Ok(11));
+    });
+    assert_eq!(
+        a.ep.cq_sread(Some(Duration::MAX)).map(|ev| ev.context),
+        Ok(1)
+    );
+}
+
 /// `fi_trywait` and the wait descriptor: armed on an empty ring, the descriptor turns
 /// readable when a completion lands, `cq_trywait` then says to read first, and after the
 /// read it arms again with the descriptor quiet.
