@@ -885,3 +885,123 @@ fn a_completion_wakes_a_driver_asleep_over_vfio_user() {
     drop((sa, sb));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A NIC of interface 1.11 behind a server of its time: BAR0 is its registers alone
+/// (`REGISTERS_SIZE`, no MSI-X pages), configuration space names the NIC, and the server
+/// offers no interrupt index. Register accesses and DMA mappings reach the simulated function.
+struct RegistersOnlyNic {
+    function: SimFunction,
+    command: [u8; 2],
+}
+
+impl ServerBackend for RegistersOnlyNic {
+    fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> std::io::Result<()> {
+        data.fill(0);
+        let at = offset as u32;
+        let bytes = match (region, data.len()) {
+            (VFIO_PCI_BAR0_REGION_INDEX, 4) => u64::from(self.function.read32(at)).to_le_bytes(),
+            (VFIO_PCI_BAR0_REGION_INDEX, 8) => self.function.read64(at).to_le_bytes(),
+            (VFIO_PCI_CONFIG_REGION_INDEX, _) if offset == pci::VENDOR_ID as u64 => {
+                u64::from(pci::ID_DWORD).to_le_bytes()
+            }
+            (VFIO_PCI_CONFIG_REGION_INDEX, _) if offset == pci::COMMAND as u64 => {
+                u64::from(u16::from_le_bytes(self.command)).to_le_bytes()
+            }
+            _ => [0xFF; 8],
+        };
+        for (d, s) in data.iter_mut().zip(bytes) {
+            *d = s;
+        }
+        Ok(())
+    }
+    fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        let at = offset as u32;
+        match (region, data) {
+            (VFIO_PCI_BAR0_REGION_INDEX, &[a, b, c, d]) => {
+                self.function.write32(at, u32::from_le_bytes([a, b, c, d]))
+            }
+            (VFIO_PCI_BAR0_REGION_INDEX, words) if words.len() % 8 == 0 => {
+                let words: Vec<u64> = words
+                    .chunks_exact(8)
+                    .map(|w| u64::from_le_bytes(w.try_into().unwrap()))
+                    .collect();
+                match words.as_slice() {
+                    [one] => self.function.write64(at, *one),
+                    many => self.function.write64_burst(at, many),
+                }
+            }
+            (VFIO_PCI_CONFIG_REGION_INDEX, &[a, b]) if offset == pci::COMMAND as u64 => {
+                self.command = [a, b];
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+    fn dma_map(
+        &mut self,
+        _: DmaMapFlags,
+        offset: u64,
+        address: u64,
+        size: u64,
+        fd: Option<File>,
+    ) -> std::io::Result<()> {
+        let fd = fd.ok_or_else(|| std::io::Error::other("no descriptor"))?;
+        self.function
+            .dma_map(address, size, fd.as_fd(), offset)
+            .map_err(|e| std::io::Error::other(e.to_string()))
+    }
+    fn dma_unmap(&mut self, _: DmaUnmapFlags, address: u64, size: u64) -> std::io::Result<()> {
+        let _ = self.function.dma_unmap(address, size);
+        Ok(())
+    }
+    fn reset(&mut self) -> std::io::Result<()> {
+        self.function.function_level_reset();
+        Ok(())
+    }
+    fn set_irqs(&mut self, _: u32, _: u32, _: u32, _: u32, _: Vec<File>) -> std::io::Result<()> {
+        Err(std::io::Error::other("no interrupts"))
+    }
+}
+
+/// A NIC older than interface 1.12 has no MSI-X pages: its BAR0 is the registers alone. The
+/// driver opens it over vfio-user as before, runs its datapath, and waits in `cq_sread` by
+/// reading the ring (it asks the server nothing about interrupts, which it has none of).
+#[test]
+fn a_nic_of_interface_1_11_whose_bar0_is_its_registers_alone_opens_and_runs() {
+    let fabric = uet_sim::Fabric::new();
+    let fa = fabric
+        .add_nic(uet_sim::NicConfig::new(uet_tests::nic_addr(0)))
+        .unwrap();
+    let mut cfg = uet_sim::NicConfig::new(uet_tests::nic_addr(1));
+    cfg.interface_minor = 11;
+    let fb = fabric.add_nic(cfg).unwrap();
+    let dir = socket_dir("registers-only-bar");
+    let path = dir.join("old.sock");
+    let server = Server::new(
+        &path,
+        true,
+        Vec::new(),
+        regions(u64::from(uet_regs::REGISTERS_SIZE)),
+    )
+    .unwrap();
+    let mut backend = RegistersOnlyNic {
+        function: fb.clone(),
+        command: [0; 2],
+    };
+    let t = std::thread::spawn(move || server.run(&mut backend).map_err(|e| e.to_string()));
+    let device = VfioUserDevice::open(&path).expect("a BAR0 of the registers alone opens");
+    let mut b = Node::on_device(Arc::new(device), fb, JOB, JOB, 4);
+    let mut a = Node::new(fa, JOB, 4);
+    assert_eq!(a.insert(&b.addr()), 0);
+
+    assert_eq!(b.insert(&a.addr()), 0);
+    b.post_recvs(1);
+    a.send(0, b"to an older NIC", 5);
+    let ev =
+        b.ep.cq_sread(Some(std::time::Duration::from_secs(10)))
+            .expect("received");
+    assert_eq!((ev.context, ev.len), (1000, 15));
+    drop((ev, b));
+    t.join().unwrap().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -17,8 +17,9 @@
 //!    takes. Its smallest page must be at most [`PAGE`] (the driver's DMA memory comes in
 //!    4 KiB pages); [`Device::iova_ranges`] gives the ranges, and the driver places its DMA
 //!    memory inside them.
-//! 5. BAR0 (region 0) must be readable, writable, mappable and at least
-//!    [`uet_regs::BAR0_SIZE`] bytes, and where it has a sparse-mmap capability, one of the
+//! 5. BAR0 (region 0) must be readable, writable, mappable and hold at least the registers,
+//!    [`uet_regs::REGISTERS_SIZE`] bytes (a NIC older than interface 1.12 has no MSI-X pages
+//!    after them, [`uet_regs::BAR0_SIZE`]), and where it has a sparse-mmap capability, one of the
 //!    areas it lists must hold the registers; its registers ([`uet_regs::REGISTERS_SIZE`]
 //!    bytes, not the MSI-X pages, which are the kernel's) are mapped from the device file, and every
 //!    register access is one `read_volatile`/`write_volatile` of the register's width on that
@@ -47,7 +48,7 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use uet_regs::{pci, Mmio, BAR0_SIZE, REGISTERS_SIZE};
+use uet_regs::{pci, Mmio, REGISTERS_SIZE};
 use vfio_bindings::bindings::vfio::{
     VFIO_BASE, VFIO_IRQ_INFO_EVENTFD, VFIO_PCI_BAR0_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX,
     VFIO_PCI_MSIX_IRQ_INDEX, VFIO_REGION_INFO_FLAG_MMAP, VFIO_REGION_INFO_FLAG_READ,
@@ -435,7 +436,9 @@ impl VfioDevice {
 
 /// Whether BAR0, as `VFIO_DEVICE_GET_REGION_INFO` describes it (`flags`, `size` and the
 /// region's capabilities), can be mapped whole for the driver: readable, writable, mappable
-/// (`VFIO_REGION_INFO_FLAG_MMAP`), at least [`BAR0_SIZE`] bytes, and, when the region has the
+/// (`VFIO_REGION_INFO_FLAG_MMAP`), at least the [`REGISTERS_SIZE`] bytes of the registers (the
+/// MSI-X pages of a NIC of interface 1.12, up to [`uet_regs::BAR0_SIZE`], are not the driver's, and an
+/// older NIC has none), and, when the region has the
 /// sparse-mmap capability (`VFIO_REGION_INFO_CAP_SPARSE_MMAP`: only the areas it lists may be
 /// mapped; vfio-pci leaves out the MSI-X table's page), with one listed area that holds the
 /// registers, bytes 0 to [`REGISTERS_SIZE`]. Only the registers are mapped: the MSI-X table
@@ -443,9 +446,9 @@ impl VfioDevice {
 fn bar0_mappable(flags: u32, size: u64, caps: &[VfioRegionInfoCap]) -> Result<(), String> {
     let need =
         VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE | VFIO_REGION_INFO_FLAG_MMAP;
-    if flags & need != need || size < u64::from(BAR0_SIZE) {
+    if flags & need != need || size < u64::from(REGISTERS_SIZE) {
         return Err(format!(
-            "BAR0 is {size} bytes with flags {flags:#x}; the NIC needs {BAR0_SIZE} bytes, \
+            "BAR0 is {size} bytes with flags {flags:#x}; the NIC needs {REGISTERS_SIZE} bytes, \
              readable, writable and mappable"
         ));
     }
@@ -577,6 +580,7 @@ mod tests {
     use super::*;
     use std::os::fd::{AsFd, FromRawFd, OwnedFd};
     use std::os::unix::fs::FileExt;
+    use uet_regs::BAR0_SIZE;
 
     /// A memfd of `len` bytes standing in for a device file's BAR region.
     fn memfd(len: u64) -> std::fs::File {
@@ -687,7 +691,10 @@ mod tests {
         );
         let e = bar0_mappable(rwm & !VFIO_REGION_INFO_FLAG_MMAP, bar, &[]).unwrap_err();
         assert!(e.contains("readable, writable and mappable"), "{e}");
-        assert!(bar0_mappable(rwm, bar - 1, &[]).is_err());
+        assert!(bar0_mappable(rwm, regs - 1, &[]).is_err());
+        // A NIC older than interface 1.12: BAR0 is its registers alone, no MSI-X pages.
+        assert_eq!(bar0_mappable(rwm, regs, &[]), Ok(()));
+        assert_eq!(bar0_mappable(rwm, regs, &[sparse(&[(0, regs)])]), Ok(()));
         // The registers lie outside every area that may be mapped, or only partly inside one.
         for areas in [
             &[][..],

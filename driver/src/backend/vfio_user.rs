@@ -4,8 +4,9 @@
 //! Opening follows what a driver does with a function bound to `vfio-pci`:
 //!
 //! 1. Connect and negotiate the protocol; the server lists the function's regions.
-//! 2. Check that region 0 (BAR0) is readable, writable and at least
-//!    [`uet_regs::BAR0_SIZE`] bytes, and that configuration space (region 7) names this
+//! 2. Check that region 0 (BAR0) is readable, writable and holds at least the registers,
+//!    [`uet_regs::REGISTERS_SIZE`] bytes (a NIC older than interface 1.12 has no MSI-X pages
+//!    after them, [`uet_regs::BAR0_SIZE`]), and that configuration space (region 7) names this
 //!    NIC: vendor [`uet_regs::PCI_VENDOR_ID`], device [`uet_regs::PCI_DEVICE_ID`]
 //!    (`uet_regs::pci`). Anything else is refused before a register is touched.
 //! 3. Set memory-space and bus-master in the command register (PCI Local Bus Specification
@@ -37,7 +38,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
-use uet_regs::{pci, Mmio, BAR0_SIZE};
+use uet_regs::{pci, Mmio, REGISTERS_SIZE};
 use vfio_bindings::bindings::vfio::{
     VFIO_IRQ_INFO_EVENTFD, VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD,
     VFIO_IRQ_SET_DATA_NONE, VFIO_PCI_BAR0_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX,
@@ -105,10 +106,10 @@ impl VfioUserDevice {
         // 2. BAR0 and identity.
         let rw = VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE;
         match client.region(VFIO_PCI_BAR0_REGION_INDEX) {
-            Some(r) if r.flags & rw == rw && r.size >= u64::from(BAR0_SIZE) => {}
+            Some(r) if r.flags & rw == rw && r.size >= u64::from(REGISTERS_SIZE) => {}
             Some(r) => {
                 return Err(refuse(format!(
-                    "BAR0 is {} bytes with flags {:#x}; the NIC needs {BAR0_SIZE} bytes, readable and writable",
+                    "BAR0 is {} bytes with flags {:#x}; the NIC needs {REGISTERS_SIZE} bytes, readable and writable",
                     r.size, r.flags
                 )))
             }
@@ -442,6 +443,7 @@ const SET_IRQS_FDS: usize = 16;
 mod tests {
     use super::*;
     use std::fs::File;
+    use uet_regs::BAR0_SIZE;
     use vfio_bindings::bindings::vfio::{vfio_region_info, VFIO_PCI_NUM_REGIONS};
     use vfio_user::{DmaMapFlags, DmaUnmapFlags, Server, ServerBackend, ServerRegion};
 
