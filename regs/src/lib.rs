@@ -9,9 +9,10 @@
 //!
 //! ## Conventions
 //!
-//! * BAR0 is 16 KiB: the registers in the first 4 KiB, the MSI-X table and pending bits in
-//!   pages of their own above them ([`pci`]). Little-endian, accessed with naturally aligned
-//!   32- or 64-bit transactions.
+//! * BAR0 is [`BAR0_SIZE`] (16 KiB): the registers in its first [`REGISTERS_SIZE`] bytes (all
+//!   of BAR0 on a device older than interface 1.12), then the MSI-X table and pending bits
+//!   ([`pci::MSIX_TABLE_OFFSET`], [`pci::MSIX_PBA_OFFSET`]). Little-endian, accessed with
+//!   naturally aligned 32- or 64-bit transactions.
 //! * No register has a read side effect: status that must be acknowledged is write-1-to-clear
 //!   (W1C), so a spurious read (a debugger, `uetctl regs`) never changes device state.
 //! * Writes to reserved bits are ignored; reserved bits read as zero.

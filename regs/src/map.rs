@@ -501,8 +501,9 @@ register_map! {
     /// replaces its vector. A write naming no endpoint, or a vector outside the MSI-X table,
     /// is dropped and counted. The vector is delivered as the MSI-X capability says
     /// (`uet_regs::pci`, [`crate::pci::MSIX_CAP`]): not at all while MSI-X is disabled, and
-    /// held as a pending bit while it or the function is masked. Function control, reset and
-    /// destroying the endpoint disarm.
+    /// held as a pending bit while it or the function is masked. A function reset
+    /// (`FUNCTION_RESET`, a function-level reset) and destroying the endpoint disarm; stopping
+    /// the function (`DEV_CTRL.enable` 0) does not.
     CQ_ARM: CqArm = (0x10c, W32, Wo, reset 0, "doorbells", since_minor 12) [
         f("vector", CqArm::VECTOR_OFFSET, CqArm::VECTOR_BITS, "MSI-X vector to raise."),
         f("endpoint", CqArm::ENDPOINT_OFFSET, CqArm::ENDPOINT_BITS, "Endpoint handle."),

@@ -10,8 +10,10 @@ pub fn registers_markdown() -> String {
     out.push_str(
         "Generated from `regs/src/map.rs` by `uet_regs::registers_markdown()`; do not edit by hand.\n\
          Regenerate with `UET_BLESS=1 cargo test -p uet-regs`.\n\n\
-         BAR0 is 16 KiB: these registers in the first 4 KiB, the MSI-X table at 0x2000 and its pending bits at 0x3000 \
-         (`uet_regs::pci`). Little-endian, naturally aligned 32/64-bit accesses. Reserved bits read 0 and \
+         BAR0 is 16 KiB: the registers in the first 4 KiB (`REGISTERS_SIZE`; a device older than \
+         interface 1.12 has only those), then the MSI-X table at `0x2000` and its pending bits at `0x3000` \
+         (`uet_regs::pci`), each in a page of its own. Little-endian, naturally aligned 32/64-bit accesses. \
+         Reserved bits read 0 and \
          ignore writes. An offset with no register reads all ones, and so does a register newer than the device's \
          interface (`REVISION.interface_minor` below the register's *since*). Capability reset values are those \
          of the reference model; a device reports its own.\n\n",
