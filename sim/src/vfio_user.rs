@@ -32,7 +32,8 @@
 //!   with an eventfd is unmasked and MSI-X enabled, `DATA_NONE` with count 0 disables them
 //!   all, and `DATA_NONE` with a count raises those vectors (a test of the wiring). The
 //!   legacy and MSI indices have no vectors. Other requests (masking, `DATA_BOOL`, vectors
-//!   outside the table, fewer descriptors than vectors) are refused and change nothing; the
+//!   outside the table, fewer descriptors than vectors, a descriptor that is no eventfd: a
+//!   pipe or socket, which a message could block on) are refused and change nothing; the
 //!   `vfio_user` client does not pass the refusal on, so a client asks `GET_IRQ_INFO` first.
 //!   A reset, and the client's going, take every eventfd back and disable MSI-X.
 //!
@@ -248,6 +249,9 @@ impl FunctionBackend {
         match data {
             VFIO_IRQ_SET_DATA_NONE if count == 0 => self.function.clear_msix(),
             VFIO_IRQ_SET_DATA_NONE => vectors.for_each(|v| self.function.raise_msix(v)),
+            VFIO_IRQ_SET_DATA_EVENTFD if !fds.iter().all(is_eventfd_like) => {
+                return Err("a descriptor that is no eventfd (a pipe, socket or file)".into())
+            }
             VFIO_IRQ_SET_DATA_EVENTFD if fds.len() == count as usize => {
                 for (v, fd) in vectors.zip(fds) {
                     self.function
@@ -269,6 +273,24 @@ impl FunctionBackend {
         let end = offset.checked_add(len as u64)?;
         (end <= u64::from(BAR0_SIZE)).then_some(offset as u32)
     }
+}
+
+/// Whether `file` may be a vector's trigger: an anonymous inode, as an eventfd is (no file
+/// type in its mode). A pipe, socket or device the client passes instead could fill and block
+/// the message written to it, and with it the server and every NIC of its fabric; a file
+/// would grow by every message. The other anonymous inodes refuse the write at once.
+fn is_eventfd_like(file: &File) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    file.metadata().is_ok_and(|m| {
+        let t = m.file_type();
+        !(t.is_file()
+            || t.is_dir()
+            || t.is_symlink()
+            || t.is_fifo()
+            || t.is_socket()
+            || t.is_char_device()
+            || t.is_block_device())
+    })
 }
 
 /// Whether `file` carries the `F_SEAL_SHRINK` seal: its size can never go below what it is

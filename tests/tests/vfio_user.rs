@@ -1005,3 +1005,51 @@ fn a_nic_of_interface_1_11_whose_bar0_is_its_registers_alone_opens_and_runs() {
     t.join().unwrap().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A client that gives, for an MSI-X vector, a descriptor that is no eventfd (here the write
+/// end of a pipe nobody reads, whose buffer fills) is refused: had the server taken it, the
+/// message that finds the pipe full would block the server, and with it every NIC of its
+/// fabric, for good. The vector stays without a trigger and MSI-X stays disabled.
+#[test]
+fn a_descriptor_that_is_no_eventfd_is_refused_as_an_msix_trigger() {
+    use vfio_bindings::bindings::vfio::{
+        VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_IRQ_SET_DATA_NONE,
+        VFIO_PCI_MSIX_IRQ_INDEX,
+    };
+    let (_fabric, fns) = uet_tests::fabric(1);
+    let dir = socket_dir("pipe-trigger");
+    let (server, t) = serve(&fns[0], &dir.join("a.sock"));
+    let mut client = Client::new(server.path()).expect("connect");
+    let (_reader, writer) = std::io::pipe().expect("pipe");
+    client
+        .set_irqs(
+            VFIO_PCI_MSIX_IRQ_INDEX,
+            VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
+            0,
+            1,
+            &[writer.as_raw_fd()],
+        )
+        .expect("answered");
+    assert_eq!(fns[0].msix_control() & pci::MSIX_CONTROL_ENABLE, 0);
+    // Raise the vector more often than a pipe holds messages (64 KiB, 8 bytes each).
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for _ in 0..10_000 {
+            let _ = client.set_irqs(
+                VFIO_PCI_MSIX_IRQ_INDEX,
+                VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER,
+                0,
+                1,
+                &[],
+            );
+        }
+        let _ = done_tx.send(client);
+    });
+    let client = done_rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the server answers every request");
+    assert_eq!(fns[0].debug_counters().msix_messages, 0);
+    drop(client);
+    t.join().unwrap().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
