@@ -415,6 +415,17 @@ impl Device for VfioUserDevice {
             })
             .map_err(|e| fail(e.to_string()))?;
         }
+        drop(client);
+        // The client does not pass a refusal on; the server enables MSI-X in configuration
+        // space once it took the eventfds, as vfio-pci does. Without it, nothing is delivered:
+        // say so rather than let a waiter sleep for good.
+        let control = u16::from_le_bytes(self.config_read::<2>(pci::MSIX_MESSAGE_CONTROL));
+        if control & pci::MSIX_CONTROL_ENABLE == 0 {
+            let _ = self.clear_msix();
+            return Err(fail(
+                "the server did not enable MSI-X: it refused the eventfds".into(),
+            ));
+        }
         Ok(())
     }
 
@@ -525,6 +536,98 @@ mod tests {
                 }
             })
             .collect()
+    }
+
+    /// A function that lists MSI-X vectors but refuses their eventfds (`SET_IRQS`), and so
+    /// never enables MSI-X: the refusal, which the `vfio_user` client does not pass on, is
+    /// seen in configuration space, reported, and the vectors are cleared again.
+    struct RefusesEventfds(std::sync::Arc<std::sync::Mutex<Vec<u32>>>);
+
+    impl ServerBackend for RefusesEventfds {
+        fn region_read(
+            &mut self,
+            region: u32,
+            offset: u64,
+            data: &mut [u8],
+        ) -> std::io::Result<()> {
+            GoesAway.region_read(region, offset, data)
+        }
+        fn region_write(&mut self, _: u32, _: u64, _: &[u8]) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn dma_map(
+            &mut self,
+            _: DmaMapFlags,
+            _: u64,
+            _: u64,
+            _: u64,
+            _: Option<File>,
+        ) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn dma_unmap(&mut self, _: DmaUnmapFlags, _: u64, _: u64) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn reset(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn set_irqs(
+            &mut self,
+            _: u32,
+            flags: u32,
+            _: u32,
+            _: u32,
+            _: Vec<File>,
+        ) -> std::io::Result<()> {
+            self.0.lock().unwrap().push(flags);
+            Err(std::io::Error::other("no eventfds taken"))
+        }
+    }
+
+    #[test]
+    fn eventfds_the_server_refuses_are_reported_and_cleared() {
+        use vfio_bindings::bindings::vfio::VFIO_IRQ_INFO_NORESIZE;
+        let dir = std::env::temp_dir().join(format!("uet-vfio-user-irqs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("irqs.sock");
+        let irqs = (0..=VFIO_PCI_MSIX_IRQ_INDEX)
+            .map(|index| vfio_user::IrqInfo {
+                index,
+                flags: if index == VFIO_PCI_MSIX_IRQ_INDEX {
+                    VFIO_IRQ_INFO_EVENTFD | VFIO_IRQ_INFO_NORESIZE
+                } else {
+                    0
+                },
+                count: if index == VFIO_PCI_MSIX_IRQ_INDEX {
+                    64
+                } else {
+                    0
+                },
+            })
+            .collect();
+        let server = Server::new(&path, true, irqs, regions()).unwrap();
+        let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut backend = RefusesEventfds(asked.clone());
+        let t = std::thread::spawn(move || {
+            let _ = server.run(&mut backend);
+        });
+        let device = VfioUserDevice::open(&path).unwrap();
+        assert_eq!(device.msix_vectors(), 64);
+        let fds: Vec<EventFd> = (0..20).map(|_| EventFd::new(0).unwrap()).collect();
+        let e = device.set_msix_eventfds(&fds).unwrap_err().to_string();
+        assert!(e.contains("did not enable MSI-X"), "{e}");
+        drop(device);
+        t.join().unwrap();
+        let asked = asked.lock().unwrap().clone();
+        let eventfds = VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER;
+        let none = VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER;
+        assert_eq!(
+            asked,
+            [eventfds, eventfds, none],
+            "two blocks of 16 and 4, then the clear"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Register accesses after the server went away fail as on a surprise-removed function
