@@ -1824,7 +1824,7 @@ impl Endpoint {
                 },
                 None => None,
             };
-            if self.arm_wakeup() {
+            if self.arm_wakeup().is_ok() {
                 if let Some(v) = self.wakeup.as_ref() {
                     v.wait(left).map_err(|e| {
                         tracing::warn!(endpoint = self.handle, error = %e, "completion wait failed");
@@ -1842,8 +1842,8 @@ impl Endpoint {
     /// [`Endpoint::cq_wait_fd`] — nothing waits to be read, and the ring is armed, so the
     /// descriptor becomes readable when a completion lands. `FI_EAGAIN` when a completion
     /// may be read now (read it first; `cq_read` may still find none, for a successful inject
-    /// completion is never reported). `FI_ENOSYS` when the endpoint has no vector (see
-    /// [`Endpoint::cq_wait_fd`]).
+    /// completion is never reported). `FI_ENOSYS` or `FI_EBUSY` when the endpoint has no
+    /// vector, as for [`Endpoint::cq_wait_fd`].
     pub fn cq_trywait(&mut self) -> Result<(), FiErrno> {
         if self.held.is_some() || self.cq_ready()? {
             return Err(FiErrno::FI_EAGAIN);
@@ -1852,10 +1852,7 @@ impl Endpoint {
         if self.cq_unreported > 0 {
             self.report_cq_head();
         }
-        if !self.arm_wakeup() {
-            return Err(FiErrno::FI_ENOSYS);
-        }
-        Ok(())
+        self.arm_wakeup()
     }
 
     /// `fi_control(FI_GETWAIT)` of the completion queue (`FI_WAIT_FD`): a descriptor that
@@ -1894,21 +1891,19 @@ impl Endpoint {
     }
 
     /// Take a vector if the endpoint has none, clear its eventfd and arm the ring with it;
-    /// `false` when there is no vector. The caller found the ring empty (which reported the
-    /// head) or reported the head itself.
-    fn arm_wakeup(&mut self) -> bool {
-        let vector = match self.vector() {
-            Ok(v) => {
-                v.clear();
-                v.number()
-            }
-            Err(_) => return false,
+    /// `FI_ENOSYS` or `FI_EBUSY` when there is no vector ([`Endpoint::cq_wait_fd`]). The
+    /// caller found the ring empty (which reported the head) or reported the head itself.
+    fn arm_wakeup(&mut self) -> Result<(), FiErrno> {
+        let vector = {
+            let v = self.vector()?;
+            v.clear();
+            v.number()
         };
         self.nic.bar().write(
             CQ_ARM,
             CqArm::new().with_endpoint(self.handle).with_vector(vector),
         );
-        true
+        Ok(())
     }
 
     /// The completion held aside by a read of the other kind, or the next one from the ring.

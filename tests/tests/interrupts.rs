@@ -167,3 +167,33 @@ fn a_nic_without_completion_interrupts_still_waits_in_cq_sread() {
     });
     assert_eq!(b.function.debug_counters().msix_messages, 0);
 }
+
+/// With every vector held by other endpoints, an endpoint has no wait descriptor and cannot
+/// arm: `cq_wait_fd` and `cq_trywait` both say `FI_EBUSY`, and `cq_sread` still waits (by
+/// reading its ring). A vector given back is taken by the next endpoint that waits.
+#[test]
+fn an_endpoint_finds_every_vector_held_and_still_waits() {
+    use uet_driver::EndpointAttr;
+    let (_fabric, mut a, mut b) = pair_with(JOB, |_| {});
+    let attr = EndpointAttr {
+        job_id: JOB,
+        ..EndpointAttr::default()
+    };
+    let mut holders = Vec::new();
+    while holders.len() < usize::from(uet_regs::pci::MSIX_VECTORS) - 1 {
+        let mut ep = b.nic.endpoint(attr, None).expect("an endpoint");
+        assert_eq!(ep.cq_trywait(), Ok(()));
+        holders.push(ep);
+    }
+    // A holds a vector on A's NIC, not B's: B's own endpoint takes the last one.
+    let mut last = b.nic.endpoint(attr, None).expect("an endpoint");
+    assert_eq!(last.cq_trywait(), Ok(()));
+    assert_eq!(b.ep.cq_wait_fd().err(), Some(FiErrno::FI_EBUSY));
+    assert_eq!(b.ep.cq_trywait(), Err(FiErrno::FI_EBUSY));
+    b.post_recvs(1);
+    a.send(0, b"polled", 1);
+    assert_eq!(b.ep.cq_sread(Some(Duration::from_secs(5))).map(|e| e.len), Ok(6));
+    drop(last);
+    assert_eq!(b.ep.cq_trywait(), Ok(()), "the vector given back");
+    drop(holders);
+}
