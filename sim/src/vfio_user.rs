@@ -237,9 +237,12 @@ impl FunctionBackend {
                 "MSI-X action {action:#x} (only triggers are offered)"
             ));
         }
-        let in_table = start
-            .checked_add(count)
-            .is_some_and(|end| end <= u32::from(MSIX_VECTORS));
+        // As vfio-pci checks every SET_IRQS: the first vector inside the table, even for
+        // count 0, and the last.
+        let in_table = start < u32::from(MSIX_VECTORS)
+            && start
+                .checked_add(count)
+                .is_some_and(|end| end <= u32::from(MSIX_VECTORS));
         if !in_table {
             return Err(format!(
                 "vectors {start}+{count} outside the table of {MSIX_VECTORS}"

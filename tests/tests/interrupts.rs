@@ -192,7 +192,10 @@ fn an_endpoint_finds_every_vector_held_and_still_waits() {
     assert_eq!(b.ep.cq_trywait(), Err(FiErrno::FI_EBUSY));
     b.post_recvs(1);
     a.send(0, b"polled", 1);
-    assert_eq!(b.ep.cq_sread(Some(Duration::from_secs(5))).map(|e| e.len), Ok(6));
+    assert_eq!(
+        b.ep.cq_sread(Some(Duration::from_secs(5))).map(|e| e.len),
+        Ok(6)
+    );
     drop(last);
     assert_eq!(b.ep.cq_trywait(), Ok(()), "the vector given back");
     drop(holders);

@@ -1053,3 +1053,54 @@ fn a_descriptor_that_is_no_eventfd_is_refused_as_an_msix_trigger() {
     t.join().unwrap().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `SET_IRQS` of the MSI-X index is checked as vfio-pci checks it: vectors outside the table
+/// (the first one even for a count of 0, or the last) are refused and change nothing; count
+/// 0 with `DATA_NONE` from vector 0 disables MSI-X.
+#[test]
+fn set_irqs_outside_the_table_is_refused_and_count_0_disables() {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use vfio_bindings::bindings::vfio::{
+        VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_IRQ_SET_DATA_NONE,
+        VFIO_PCI_MSIX_IRQ_INDEX,
+    };
+    let (_fabric, fns) = uet_tests::fabric(1);
+    let dir = socket_dir("set-irqs");
+    let (server, t) = serve(&fns[0], &dir.join("a.sock"));
+    let mut client = Client::new(server.path()).expect("connect");
+    // SAFETY: eventfd(2) takes no pointers; the descriptor it returns is owned here.
+    let eventfd = unsafe { OwnedFd::from_raw_fd(libc::eventfd(0, libc::EFD_CLOEXEC)) };
+    let set = |client: &mut Client, flags: u32, start: u32, count: u32, fds: &[i32]| {
+        client
+            .set_irqs(VFIO_PCI_MSIX_IRQ_INDEX, flags, start, count, fds)
+            .expect("answered");
+    };
+    let trigger = VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER;
+    let none = VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER;
+    let vectors = u32::from(pci::MSIX_VECTORS);
+    set(
+        &mut client,
+        trigger,
+        vectors - 1,
+        2,
+        &[eventfd.as_raw_fd(), eventfd.as_raw_fd()],
+    );
+    assert_eq!(
+        fns[0].msix_control(),
+        0,
+        "the last vector past the table: refused"
+    );
+    set(&mut client, trigger, 0, 1, &[eventfd.as_raw_fd()]);
+    assert_ne!(fns[0].msix_control() & pci::MSIX_CONTROL_ENABLE, 0);
+    set(&mut client, none, vectors, 0, &[]);
+    assert_ne!(
+        fns[0].msix_control() & pci::MSIX_CONTROL_ENABLE,
+        0,
+        "a first vector past the table is refused even for count 0"
+    );
+    set(&mut client, none, 0, 0, &[]);
+    assert_eq!(fns[0].msix_control(), 0, "count 0 disables");
+    drop(client);
+    t.join().unwrap().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
