@@ -68,6 +68,9 @@ pub(crate) struct CqRing {
     /// The MSI-X vector `CQ_ARM` asked for, raised (once) when the ring holds a completion
     /// the driver has not freed.
     pub armed: Option<u16>,
+    /// The vector the ring raised while it was masked, withdrawn when the driver frees
+    /// every completion the ring holds.
+    pub pending_vector: Option<u16>,
 }
 
 impl CqRing {
@@ -553,6 +556,7 @@ mod tests {
                 tail: 0,
                 pass: 0,
                 armed: None,
+                pending_vector: None,
             },
         }
     }

@@ -370,6 +370,7 @@ impl Nic {
                 tail: 0,
                 pass: 0,
                 armed: None,
+                pending_vector: None,
             },
         })
     }

@@ -11,7 +11,9 @@
 //! * **Raising a vector** (a completion ring armed with `CQ_ARM`, see `crate::nic`): while
 //!   MSI-X is disabled nothing happens (the function has no other interrupt); while the
 //!   vector or the function is masked, its pending bit is set, and clearing the mask that held
-//!   it sends the message and clears the bit (§6.8.2.9). Otherwise the message is sent at once.
+//!   it sends the message and clears the bit (§6.8.2.9); a pending bit whose event is over
+//!   (the ring that raised it was emptied by the driver) is cleared without a message.
+//!   Otherwise the message is sent at once.
 //! * **Sending a message**: a model has no bus to write the message address on. What stands
 //!   in for the interrupt controller is the vector's *trigger*, the eventfd a host gave for it
 //!   (VFIO's `VFIO_DEVICE_SET_IRQS`, which the vfio-user server and the in-process backend
@@ -170,20 +172,32 @@ impl Msix {
         }
     }
 
-    /// Raise `vector` (see the module documentation). A vector outside the table does
-    /// nothing; the callers check.
-    pub(crate) fn raise(&mut self, vector: u16) {
+    /// Raise `vector` (see the module documentation); returns whether it was held as pending.
+    /// A vector outside the table does nothing; the callers check.
+    pub(crate) fn raise(&mut self, vector: u16) -> bool {
         let v = usize::from(vector);
         let Some(entry) = self.table.get(v) else {
-            return;
+            return false;
         };
         if !self.enabled {
-            return;
+            return false;
         }
         if self.function_mask || entry.control & MSIX_VECTOR_MASKED != 0 {
             self.pending[v / 64] |= 1 << (v % 64);
+            true
         } else {
             self.send(v);
+            false
+        }
+    }
+
+    /// The event that raised `vector` while it was masked is over (the driver consumed what
+    /// its ring held): clear the pending bit, so that unmasking sends no message for it
+    /// (§6.8.2: the function must clear a pending bit whose events are satisfied).
+    pub(crate) fn withdraw(&mut self, vector: u16) {
+        let v = usize::from(vector);
+        if let Some(word) = self.pending.get_mut(v / 64) {
+            *word &= !(1 << (v % 64));
         }
     }
 

@@ -440,7 +440,9 @@ impl Nic {
                 ep.cq.pass += 1;
             }
             if let Some(vector) = ep.cq.armed.take() {
-                self.msix.raise(vector);
+                if self.msix.raise(vector) {
+                    ep.cq.pending_vector = Some(vector);
+                }
                 self.msix_sent();
             }
             self.regs.update(INTR_CAUSE, |i| i.with_completion(true));
@@ -463,7 +465,9 @@ impl Nic {
         };
         if ep.cq.geom.used(ep.cq.head, ep.cq.tail) > 0 {
             ep.cq.armed = None;
-            self.msix.raise(vector);
+            if self.msix.raise(vector) {
+                ep.cq.pending_vector = Some(vector);
+            }
             self.msix_sent();
         } else {
             ep.cq.armed = Some(vector);
@@ -524,6 +528,13 @@ impl Nic {
                 let g = ep.cq.geom;
                 if g.used(ep.cq.head, index) <= g.used(ep.cq.head, ep.cq.tail) {
                     ep.cq.head = index;
+                    // Every completion consumed: a vector the ring left pending has nothing
+                    // left to report.
+                    if g.used(index, ep.cq.tail) == 0 {
+                        if let Some(v) = ep.cq.pending_vector.take() {
+                            self.msix.withdraw(v);
+                        }
+                    }
                     true
                 } else {
                     false

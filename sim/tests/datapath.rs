@@ -1141,3 +1141,40 @@ fn cq_arm_is_no_register_before_interface_1_12() {
     assert_eq!(f.counter(BAD_REGISTER_ACCESSES), before + 1);
     assert_eq!(f.debug_counters().bad_cq_arms, 0);
 }
+
+/// PCI Local Bus 3.0 §6.8.2: a pending bit whose event is over is cleared. A ring that raised
+/// its vector while the function was masked, then was emptied by the driver, leaves nothing
+/// to send when the mask clears; one still holding its completion does.
+#[test]
+fn a_pending_vector_whose_ring_was_emptied_sends_nothing_on_unmask() {
+    use std::os::fd::AsFd;
+    let Pair {
+        mut a,
+        mut b,
+        mut ea,
+        mut eb,
+        ..
+    } = pair(0);
+    let (tx, mut rx) = std::os::unix::net::UnixStream::pair().unwrap();
+    rx.set_nonblocking(true).unwrap();
+    b.f.set_msix_eventfd(4, Some(tx.as_fd())).unwrap();
+    let masked = pci::MSIX_CONTROL_ENABLE | pci::MSIX_CONTROL_FUNCTION_MASK;
+    for consume in [true, false] {
+        b.f.set_msix_control(masked);
+        b.f.write(CQ_ARM, CqArm::new().with_endpoint(eb.handle).with_vector(4));
+        b.post_recv(&mut eb, 0, 64, 1);
+        a.send(&mut ea, 3, 1, b"masked", 1, 0);
+        assert_eq!(b.f.read64(pci::MSIX_PBA_OFFSET), 1 << 4);
+        assert_eq!(interrupts(&mut rx), 0);
+        if consume {
+            assert_eq!(b.poll_cq(&mut eb).map(|c| c.context.get()), Some(1));
+            assert_eq!(b.f.read64(pci::MSIX_PBA_OFFSET), 0, "withdrawn");
+        }
+        b.f.set_msix_control(pci::MSIX_CONTROL_ENABLE);
+        assert_eq!(interrupts(&mut rx), usize::from(!consume));
+        if !consume {
+            assert_eq!(b.poll_cq(&mut eb).map(|c| c.context.get()), Some(1));
+        }
+        let _ = a.poll_cq(&mut ea);
+    }
+}
