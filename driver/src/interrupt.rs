@@ -13,8 +13,11 @@
 //! [`Device::set_msix_eventfds`] (kernel VFIO's `VFIO_DEVICE_SET_IRQS`; the vfio-user server
 //! and the in-process model take the same eventfds). Each endpoint (and each context of a
 //! scalable endpoint) that waits takes a vector of its own (`Vector`) and gives it back when
-//! it goes. A vector is never shared: an eventfd read by one waiter would take the wakeup of
-//! another. When every vector is taken, or the NIC or backend has no interrupts, an endpoint
+//! it goes. A vector is never held by two endpoints at once: an eventfd read by one waiter
+//! would take the wakeup of another. (An endpoint dropped while contexts of it live leaves
+//! its ring on the NIC, armed if it was; a late completion there raises the vector the
+//! endpoint gave back, and its next holder wakes for nothing, reads its own ring and sleeps
+//! again: a spurious wakeup, which `fi_cq_sread` allows.) When every vector is taken, or the NIC or backend has no interrupts, an endpoint
 //! waits by reading its ring with a growing sleep between reads (at most
 //! [`POLL_SLEEP_MAX`]), and has no wait descriptor to give.
 
