@@ -496,6 +496,8 @@ pub struct Endpoint {
     /// The MSI-X vector its completion ring raises when armed (see [`crate::interrupt`]),
     /// taken when it first waits; `None` before, or while the NIC has none to give.
     wakeup: Option<crate::interrupt::Vector>,
+    /// `fi_cq_signal`'s eventfd, made by the first [`Endpoint::cq_signal`].
+    signal: Option<crate::interrupt::CqSignal>,
 }
 
 /// An endpoint and its contexts: the NIC refuses to destroy an endpoint while contexts of
@@ -927,6 +929,7 @@ impl Nic {
             family: None,
             owner: None,
             wakeup: None,
+            signal: None,
         }
     }
 }
@@ -1796,9 +1799,10 @@ impl Endpoint {
 
     /// `fi_cq_sread` of one entry: [`Endpoint::cq_read`], waiting up to `timeout` (`None`, or
     /// one too long for the clock to add, such as `Duration::MAX`: without end) for a
-    /// completion when there is none yet. Fails with `FI_EAGAIN` when the
-    /// time passes with nothing completed, with `FI_EAVAIL` for an error completion (read it
-    /// with [`Endpoint::cq_readerr`]), and as `cq_read` does otherwise.
+    /// completion when there is none yet. Fails with `FI_EAGAIN` when the time passes with
+    /// nothing completed, or when [`Endpoint::cq_signal`]'s handle woke it (or had signalled
+    /// before it was called) and nothing completed; with `FI_EAVAIL` for an error completion
+    /// (read it with [`Endpoint::cq_readerr`]), and as `cq_read` does otherwise.
     ///
     /// The wait sleeps on the endpoint's MSI-X vector ([`crate::interrupt`]): the ring is read,
     /// found empty, armed with `CQ_ARM`, and the thread sleeps until the NIC raises the vector
@@ -1817,6 +1821,10 @@ impl Endpoint {
                 Err(FiErrno::FI_EAGAIN) => {}
                 done => return done,
             }
+            // Woken by fi_cq_signal, or signalled before: nothing to read, the caller's turn.
+            if self.signal.as_ref().is_some_and(|s| s.take()) {
+                return Err(FiErrno::FI_EAGAIN);
+            }
             let left = match deadline {
                 Some(d) => match d.checked_duration_since(Instant::now()) {
                     Some(left) if !left.is_zero() => Some(left),
@@ -1826,7 +1834,7 @@ impl Endpoint {
             };
             if self.arm_wakeup().is_ok() {
                 if let Some(v) = self.wakeup.as_ref() {
-                    v.wait(left).map_err(|e| {
+                    v.wait(left, self.signal.as_ref()).map_err(|e| {
                         tracing::warn!(endpoint = self.handle, error = %e, "completion wait failed");
                         FiErrno::FI_EIO
                     })?;
@@ -1836,6 +1844,19 @@ impl Endpoint {
                 sleep = (sleep * 2).min(crate::interrupt::POLL_SLEEP_MAX);
             }
         }
+    }
+
+    /// `fi_cq_signal`: a handle that wakes a thread asleep in this endpoint's
+    /// [`Endpoint::cq_sread`] from any thread ([`crate::interrupt::CqSignal`]); made on first
+    /// call, the same one after. `FI_ENOMEM` when no eventfd can be made.
+    pub fn cq_signal(&mut self) -> Result<crate::interrupt::CqSignal, FiErrno> {
+        if self.signal.is_none() {
+            self.signal = Some(crate::interrupt::CqSignal::new().map_err(|e| {
+                tracing::warn!(endpoint = self.handle, error = %e, "no eventfd for fi_cq_signal");
+                FiErrno::FI_ENOMEM
+            })?);
+        }
+        self.signal.clone().ok_or(FiErrno::FI_ENOMEM)
     }
 
     /// `fi_trywait` for the endpoint's completion queue: `Ok` when it is safe to sleep on

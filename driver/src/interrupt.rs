@@ -112,10 +112,14 @@ impl Vector {
         let _ = self.eventfd().read();
     }
 
-    /// Sleep until the eventfd is readable (`true`) or `timeout` passes (`false`); `None`, or
-    /// a timeout too long for the clock to add, waits without end. A signal that interrupts
-    /// the sleep resumes it for the time left.
-    pub(crate) fn wait(&self, timeout: Option<Duration>) -> std::io::Result<bool> {
+    /// Sleep until the eventfd, or `also` when given, is readable (`true`) or `timeout` passes
+    /// (`false`); `None`, or a timeout too long for the clock to add, waits without end. A
+    /// signal that interrupts the sleep resumes it for the time left.
+    pub(crate) fn wait(
+        &self,
+        timeout: Option<Duration>,
+        also: Option<&CqSignal>,
+    ) -> std::io::Result<bool> {
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         loop {
             let ms: libc::c_int = match deadline {
@@ -129,14 +133,19 @@ impl Vector {
                         .unwrap_or(libc::c_int::MAX)
                 }
             };
-            let mut pfd = libc::pollfd {
-                fd: self.eventfd().as_raw_fd(),
+            let watch = |fd: i32| libc::pollfd {
+                fd,
                 events: libc::POLLIN,
                 revents: 0,
             };
-            // SAFETY: `pfd` is one valid pollfd on the stack for the whole call, and the count
-            // passed is 1; poll(2) writes only its `revents`.
-            let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+            // A negative descriptor is skipped by poll(2).
+            let mut pfds = [
+                watch(self.eventfd().as_raw_fd()),
+                watch(also.map_or(-1, |s| s.0.as_raw_fd())),
+            ];
+            // SAFETY: `pfds` is an array of two valid pollfds on the stack for the whole call,
+            // and its length is the count passed; poll(2) writes only their `revents`.
+            let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
             match n {
                 1.. => return Ok(true),
                 0 => return Ok(false),
@@ -148,6 +157,41 @@ impl Vector {
                 }
             }
         }
+    }
+}
+
+/// `fi_cq_signal` of one endpoint's completion queue ([`crate::Endpoint::cq_signal`]): wakes
+/// the thread asleep in its [`crate::Endpoint::cq_sread`], which then returns `FI_EAGAIN`
+/// unless a completion came too. With no thread asleep, the next `cq_sread` that finds
+/// nothing to read returns `FI_EAGAIN` at once; signals not yet seen count as one. A clone
+/// signals the same endpoint, from any thread; an eventfd of its own, so it works whether or
+/// not the endpoint has a vector.
+#[derive(Clone)]
+pub struct CqSignal(Arc<EventFd>);
+
+impl std::fmt::Debug for CqSignal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("CqSignal").finish_non_exhaustive()
+    }
+}
+
+impl CqSignal {
+    pub(crate) fn new() -> std::io::Result<CqSignal> {
+        EventFd::new(EFD_NONBLOCK | EFD_CLOEXEC).map(|e| CqSignal(Arc::new(e)))
+    }
+
+    /// Wake the endpoint's waiter (see the type's documentation). Fails only when the
+    /// eventfd refuses the write (`FI_EIO`), which a counter of 2^64 - 2 unseen signals would.
+    pub fn signal(&self) -> Result<(), uet_av::FiErrno> {
+        self.0.write(1).map_err(|e| {
+            tracing::warn!(error = %e, "fi_cq_signal failed");
+            uet_av::FiErrno::FI_EIO
+        })
+    }
+
+    /// Take the signals sent since the last take: whether there was one.
+    pub(crate) fn take(&self) -> bool {
+        self.0.read().is_ok()
     }
 }
 
@@ -193,19 +237,22 @@ mod tests {
         assert_eq!(irq.free_vectors(), n);
 
         let v = irq.take().expect("a vector");
-        assert_eq!(v.wait(Some(Duration::from_millis(5))).ok(), Some(false));
-        d.function().raise_msix(v.number());
-        assert_eq!(v.wait(Some(Duration::from_secs(5))).ok(), Some(true));
         assert_eq!(
-            v.wait(Some(Duration::ZERO)).ok(),
+            v.wait(Some(Duration::from_millis(5)), None).ok(),
+            Some(false)
+        );
+        d.function().raise_msix(v.number());
+        assert_eq!(v.wait(Some(Duration::from_secs(5)), None).ok(), Some(true));
+        assert_eq!(
+            v.wait(Some(Duration::ZERO), None).ok(),
             Some(true),
             "until cleared"
         );
         v.clear();
-        assert_eq!(v.wait(Some(Duration::ZERO)).ok(), Some(false));
+        assert_eq!(v.wait(Some(Duration::ZERO), None).ok(), Some(false));
         // A timeout past the clock's range waits without end instead of overflowing.
         d.function().raise_msix(v.number());
-        assert_eq!(v.wait(Some(Duration::MAX)).ok(), Some(true));
+        assert_eq!(v.wait(Some(Duration::MAX), None).ok(), Some(true));
     }
 
     /// A backend without interrupts gives none, and says so.

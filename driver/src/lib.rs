@@ -10,7 +10,7 @@
 //! | `fi_scalable_ep`, `fi_tx_context`, `fi_rx_context` | [`ScalableEndpoint`] | an endpoint and its contexts (CONTEXT_CREATE) |
 //! | `fi_passive_ep`, `fi_connect`, `fi_accept`, `fi_reject`, `fi_shutdown` | [`PassiveEndpoint`], [`Endpoint::connect`], … ([`cm`]) | the control channel, resource index 0 |
 //! | `fi_cq` (one per endpoint; formats, `fi_cq_readerr`) | [`Endpoint::poll`], [`Endpoint::cq_read`], [`Endpoint::cq_readerr`], [`cq`] | the endpoint's completion ring |
-//! | `fi_cq_sread`, `fi_trywait`, `FI_WAIT_FD` (`fi_control(FI_GETWAIT)`) | [`Endpoint::cq_sread`], [`Endpoint::cq_trywait`], [`Endpoint::cq_wait_fd`] ([`interrupt`]) | an MSI-X vector per waiting endpoint, raised for its ring armed with `CQ_ARM` |
+//! | `fi_cq_sread`, `fi_cq_signal`, `fi_trywait`, `FI_WAIT_FD` (`fi_control(FI_GETWAIT)`) | [`Endpoint::cq_sread`], [`Endpoint::cq_signal`], [`Endpoint::cq_trywait`], [`Endpoint::cq_wait_fd`] ([`interrupt`]) | an MSI-X vector per waiting endpoint, raised for its ring armed with `CQ_ARM` |
 //! | `fi_eq` | [`EventQueue`] | — |
 //! | registered buffers | [`DmaPool`], [`DmaBuffer`] | memory mapped for DMA |
 //! | `fi_mr` | [`MemoryRegion`] | a memory region bound to an RMA resource index (MR_REGISTER) |

@@ -200,3 +200,45 @@ fn an_endpoint_finds_every_vector_held_and_still_waits() {
     assert_eq!(b.ep.cq_trywait(), Ok(()), "the vector given back");
     drop(holders);
 }
+
+/// `fi_cq_signal`: another thread wakes a thread asleep in `cq_sread`, which returns
+/// `FI_EAGAIN`; a signal sent with nobody asleep makes the next `cq_sread` return at once,
+/// and a completion that waits is returned before the signal is seen. Polled NICs (1.11)
+/// are woken too.
+#[test]
+fn cq_signal_wakes_a_thread_asleep_in_cq_sread() {
+    for minor in [uet_regs::INTERFACE_MINOR, 11] {
+        let (_fabric, mut a, mut b) = pair_with(JOB, |cfg| cfg.interface_minor = minor);
+        let signal = b.ep.cq_signal().expect("a signal");
+        std::thread::scope(|s| {
+            let (tx, rx) = mpsc::channel();
+            let ep = &mut b.ep;
+            s.spawn(move || {
+                let _ = tx.send(
+                    ep.cq_sread(Some(Duration::from_secs(60)))
+                        .map(|ev| ev.context),
+                );
+            });
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(rx.try_recv().is_err(), "asleep until signalled");
+            signal.clone().signal().expect("signal");
+            let got = rx.recv_timeout(Duration::from_secs(30)).expect("woken");
+            assert_eq!(got, Err(FiErrno::FI_EAGAIN), "interface 1.{minor}");
+        });
+        // Signalled before: at once, once.
+        signal.signal().expect("signal");
+        signal.signal().expect("signal");
+        assert_eq!(b.ep.cq_sread(None).err(), Some(FiErrno::FI_EAGAIN));
+        assert_eq!(
+            b.ep.cq_sread(Some(Duration::from_millis(10))).err(),
+            Some(FiErrno::FI_EAGAIN),
+            "seen once, the wait goes on as before"
+        );
+        // A completion first, then the signal.
+        b.post_recvs(1);
+        a.send(0, b"first", 1);
+        signal.signal().expect("signal");
+        assert_eq!(b.ep.cq_sread(None).map(|ev| ev.len), Ok(5));
+        assert_eq!(b.ep.cq_sread(None).err(), Some(FiErrno::FI_EAGAIN));
+    }
+}
