@@ -1,7 +1,7 @@
 //! Fuzz targets for every parser of uet-nic that takes input from outside the process, as
 //! DESIGN.md asks: the 32-byte UET address and its text forms, the AV calls that take them, the
-//! simulated NIC's admin commands and BAR0 registers, frames off the wire, and the IOMMU's
-//! answer to `VFIO_IOMMU_GET_INFO`.
+//! simulated NIC's admin commands and BAR0 registers, frames off the wire, the IOMMU's
+//! answer to `VFIO_IOMMU_GET_INFO`, and the requests of a telemetry client.
 //!
 //! Each target is a function `run(data)` here, so that it is built, linted and replayed on
 //! stable Rust with the rest of the workspace (`tests/replay.rs` runs every input under
@@ -23,6 +23,7 @@ pub mod av_calls;
 pub mod frames;
 pub mod iommu_info;
 pub mod registers;
+pub mod telemetry_requests;
 
 /// Check a refusal: every error a call returns says what was wrong.
 pub fn refused(e: &uet_av::FiError) {
@@ -118,7 +119,7 @@ pub fn resolver(name: &str) -> std::io::Result<Vec<std::net::IpAddr>> {
 pub type Run = fn(&[u8]);
 
 /// Every target: its name (as in `fuzz_targets/`) and its `run`.
-pub const TARGETS: [(&str, Run); 8] = [
+pub const TARGETS: [(&str, Run); 9] = [
     ("address", address::run),
     ("address_text", address_text::run),
     ("av_calls", av_calls::run),
@@ -130,6 +131,7 @@ pub const TARGETS: [(&str, Run); 8] = [
     ("frames", frames::run),
     ("iommu_info", iommu_info::run),
     ("registers", registers::run),
+    ("telemetry_requests", telemetry_requests::run),
 ];
 
 /// Each target's seed inputs, made from real values (addresses, texts, call sequences,
@@ -147,5 +149,6 @@ pub fn seeds() -> Vec<(&'static str, Vec<Vec<u8>>)> {
         ("frames", frames::seeds()),
         ("iommu_info", iommu_info::seeds()),
         ("registers", registers::seeds()),
+        ("telemetry_requests", telemetry_requests::seeds()),
     ]
 }

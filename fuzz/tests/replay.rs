@@ -133,6 +133,11 @@ fn registers_replays() {
 }
 
 #[test]
+fn telemetry_requests_replays() {
+    replay("telemetry_requests");
+}
+
+#[test]
 fn every_target_has_a_replay_test() {
     let names: Vec<&str> = uet_fuzz::TARGETS.iter().map(|(t, _)| *t).collect();
     assert_eq!(
@@ -145,7 +150,8 @@ fn every_target_has_a_replay_test() {
             "admin_commands_any_interface",
             "frames",
             "iommu_info",
-            "registers"
+            "registers",
+            "telemetry_requests"
         ]
     );
 }
