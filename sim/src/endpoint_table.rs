@@ -69,7 +69,7 @@ pub(crate) struct CqRing {
     /// the driver has not freed.
     pub armed: Option<u16>,
     /// The vector the ring raised while it was masked, withdrawn when the driver frees
-    /// every completion the ring holds.
+    /// every completion the ring holds (if no other ring or the host raised it too).
     pub pending_vector: Option<u16>,
 }
 

@@ -12,7 +12,8 @@
 //!   MSI-X is disabled nothing happens (the function has no other interrupt); while the
 //!   vector or the function is masked, its pending bit is set, and clearing the mask that held
 //!   it sends the message and clears the bit (§6.8.2.9); a pending bit whose event is over
-//!   (the ring that raised it was emptied by the driver) is cleared without a message.
+//!   (the one ring that raised it was emptied by the driver; not when another ring or the
+//!   host raised it too) is cleared without a message.
 //!   Otherwise the message is sent at once.
 //! * **Sending a message**: a model has no bus to write the message address on. What stands
 //!   in for the interrupt controller is the vector's *trigger*, the eventfd a host gave for it
@@ -59,6 +60,17 @@ impl Default for Entry {
     }
 }
 
+/// What set a vector's pending bit, so that it is withdrawn only when that event is over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Holder {
+    /// Not pending.
+    Nobody,
+    /// The completion ring of this endpoint alone.
+    Ring(u16),
+    /// Several rings, or the host: the bit stays until the message is sent.
+    Several,
+}
+
 /// What a BAR0 access to the MSI-X pages did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Access {
@@ -85,6 +97,8 @@ pub(crate) struct Sent {
 pub(crate) struct Msix {
     table: [Entry; VECTORS],
     pending: [u64; VECTORS.div_ceil(64)],
+    /// What holds each pending bit.
+    holders: [Holder; VECTORS],
     enabled: bool,
     function_mask: bool,
     triggers: Vec<Option<File>>,
@@ -96,6 +110,7 @@ impl Default for Msix {
         Msix {
             table: [Entry::default(); VECTORS],
             pending: [0; VECTORS.div_ceil(64)],
+            holders: [Holder::Nobody; VECTORS],
             enabled: false,
             function_mask: false,
             triggers: (0..VECTORS).map(|_| None).collect(),
@@ -110,6 +125,7 @@ impl Msix {
     pub(crate) fn reset(&mut self) {
         self.table = [Entry::default(); VECTORS];
         self.pending = [0; VECTORS.div_ceil(64)];
+        self.holders = [Holder::Nobody; VECTORS];
         self.enabled = false;
         self.function_mask = false;
     }
@@ -172,9 +188,19 @@ impl Msix {
         }
     }
 
-    /// Raise `vector` (see the module documentation); returns whether it was held as pending.
-    /// A vector outside the table does nothing; the callers check.
+    /// Raise `vector` (see the module documentation) for the host; returns whether it was
+    /// held as pending. A vector outside the table does nothing; the callers check.
     pub(crate) fn raise(&mut self, vector: u16) -> bool {
+        self.raise_from(vector, None)
+    }
+
+    /// Raise `vector` for the completion ring of endpoint `ring`; returns whether it was held
+    /// as pending, to be withdrawn with [`Msix::withdraw`] when the ring is emptied.
+    pub(crate) fn raise_for_ring(&mut self, vector: u16, ring: u16) -> bool {
+        self.raise_from(vector, Some(ring))
+    }
+
+    fn raise_from(&mut self, vector: u16, ring: Option<u16>) -> bool {
         let v = usize::from(vector);
         let Some(entry) = self.table.get(v) else {
             return false;
@@ -184,6 +210,11 @@ impl Msix {
         }
         if self.function_mask || entry.control & MSIX_VECTOR_MASKED != 0 {
             self.pending[v / 64] |= 1 << (v % 64);
+            self.holders[v] = match (self.holders[v], ring) {
+                (Holder::Nobody, Some(r)) => Holder::Ring(r),
+                (Holder::Ring(held), Some(r)) if held == r => Holder::Ring(r),
+                _ => Holder::Several,
+            };
             true
         } else {
             self.send(v);
@@ -191,13 +222,16 @@ impl Msix {
         }
     }
 
-    /// The event that raised `vector` while it was masked is over (the driver consumed what
-    /// its ring held): clear the pending bit, so that unmasking sends no message for it
-    /// (§6.8.2: the function must clear a pending bit whose events are satisfied).
-    pub(crate) fn withdraw(&mut self, vector: u16) {
+    /// The event for which the ring of endpoint `ring` raised `vector` while it was masked is
+    /// over (the driver consumed what the ring held): clear the pending bit when that ring
+    /// alone holds it, so that unmasking sends no message for it (§6.8.2: the function must
+    /// clear a pending bit whose events are satisfied). A bit another ring or the host set
+    /// too, or set again since the ring's message was sent, stays.
+    pub(crate) fn withdraw(&mut self, vector: u16, ring: u16) {
         let v = usize::from(vector);
-        if let Some(word) = self.pending.get_mut(v / 64) {
-            *word &= !(1 << (v % 64));
+        if self.holders.get(v) == Some(&Holder::Ring(ring)) {
+            self.pending[v / 64] &= !(1 << (v % 64));
+            self.holders[v] = Holder::Nobody;
         }
     }
 
@@ -230,6 +264,7 @@ impl Msix {
             let bit = 1u64 << (v % 64);
             if self.pending[v / 64] & bit != 0 && self.table[v].control & MSIX_VECTOR_MASKED == 0 {
                 self.pending[v / 64] &= !bit;
+                self.holders[v] = Holder::Nobody;
                 self.send(v);
             }
         }

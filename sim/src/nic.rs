@@ -440,7 +440,7 @@ impl Nic {
                 ep.cq.pass += 1;
             }
             if let Some(vector) = ep.cq.armed.take() {
-                if self.msix.raise(vector) {
+                if self.msix.raise_for_ring(vector, handle) {
                     ep.cq.pending_vector = Some(vector);
                 }
                 self.msix_sent();
@@ -465,7 +465,7 @@ impl Nic {
         };
         if ep.cq.geom.used(ep.cq.head, ep.cq.tail) > 0 {
             ep.cq.armed = None;
-            if self.msix.raise(vector) {
+            if self.msix.raise_for_ring(vector, arm.endpoint()) {
                 ep.cq.pending_vector = Some(vector);
             }
             self.msix_sent();
@@ -532,7 +532,7 @@ impl Nic {
                     // left to report.
                     if g.used(index, ep.cq.tail) == 0 {
                         if let Some(v) = ep.cq.pending_vector.take() {
-                            self.msix.withdraw(v);
+                            self.msix.withdraw(v, db.endpoint());
                         }
                     }
                     true

@@ -1178,3 +1178,71 @@ fn a_pending_vector_whose_ring_was_emptied_sends_nothing_on_unmask() {
         let _ = a.poll_cq(&mut ea);
     }
 }
+
+/// A pending bit is withdrawn only when every event that set it is over: with two rings
+/// armed with one vector, emptying one leaves the bit for the other, whose completion is
+/// still unread; and a ring whose raise was already sent (the mask cleared since) withdraws
+/// nothing when emptied, not the bit that something else set after.
+#[test]
+fn emptying_one_ring_keeps_a_pending_vector_another_event_holds() {
+    use std::os::fd::AsFd;
+    let Pair {
+        mut a,
+        mut b,
+        mut ea,
+        mut eb,
+        av_a,
+        ..
+    } = pair(0);
+    let mut eb2 = b.ep_create(1, JOB, 0x3333, 1).unwrap();
+    let to_b2 = NicAvEntry::for_peer(&b.address_of(&eb2, 0x3333), JOB);
+    a.av_write(av_a, &[(4, to_b2)]).unwrap();
+    let (tx, mut rx) = std::os::unix::net::UnixStream::pair().unwrap();
+    rx.set_nonblocking(true).unwrap();
+    b.f.set_msix_eventfd(4, Some(tx.as_fd())).unwrap();
+    let masked = pci::MSIX_CONTROL_ENABLE | pci::MSIX_CONTROL_FUNCTION_MASK;
+    let arm = |b: &Driver, ep: &Ep| {
+        b.f.write(CQ_ARM, CqArm::new().with_endpoint(ep.handle).with_vector(4));
+    };
+
+    // Two rings share vector 4; both raise it while the function is masked.
+    b.f.set_msix_control(masked);
+    arm(&b, &eb);
+    arm(&b, &eb2);
+    b.post_recv(&mut eb, 0, 64, 1);
+    b.post_recv(&mut eb2, 1, 64, 2);
+    a.send(&mut ea, 3, 1, b"to eb", 1, 0);
+    a.send(&mut ea, 4, 2, b"to eb2", 2, 0);
+    assert_eq!(b.f.read64(pci::MSIX_PBA_OFFSET), 1 << 4);
+    assert_eq!(b.poll_cq(&mut eb).map(|c| c.context.get()), Some(1));
+    assert_eq!(
+        b.f.read64(pci::MSIX_PBA_OFFSET),
+        1 << 4,
+        "eb2's completion is unread: its event is not over"
+    );
+    b.f.set_msix_control(pci::MSIX_CONTROL_ENABLE);
+    assert_eq!(interrupts(&mut rx), 1, "eb2's waiter is woken");
+    assert_eq!(b.poll_cq(&mut eb2).map(|c| c.context.get()), Some(2));
+
+    // eb raises vector 4 while masked, and the message goes when the mask clears; masked
+    // again, the host raises vector 4; emptying eb then must not take that bit.
+    b.f.set_msix_control(masked);
+    arm(&b, &eb);
+    b.post_recv(&mut eb, 0, 64, 3);
+    a.send(&mut ea, 3, 1, b"again", 3, 0);
+    assert_eq!(b.f.read64(pci::MSIX_PBA_OFFSET), 1 << 4);
+    b.f.set_msix_control(pci::MSIX_CONTROL_ENABLE);
+    assert_eq!(interrupts(&mut rx), 1);
+    b.f.set_msix_control(masked);
+    b.f.raise_msix(4);
+    assert_eq!(b.poll_cq(&mut eb).map(|c| c.context.get()), Some(3));
+    assert_eq!(
+        b.f.read64(pci::MSIX_PBA_OFFSET),
+        1 << 4,
+        "eb's own raise was sent already"
+    );
+    b.f.set_msix_control(pci::MSIX_CONTROL_ENABLE);
+    assert_eq!(interrupts(&mut rx), 1);
+    let _ = a.poll_cq(&mut ea);
+    let _ = a.poll_cq(&mut ea);
+}
