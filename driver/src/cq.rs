@@ -225,9 +225,10 @@ pub struct CqErrEntry {
     pub op_context: u64,
     /// `flags`: the operation's completion flags.
     pub flags: u64,
-    /// `len`: a truncated receive: the bytes delivered; any other failed operation (send,
-    /// write, read): the length it was posted with, whatever part of it moved (fi_cq(3)
-    /// defines `len` of an error entry only for receives).
+    /// `len`: a truncated receive: the bytes delivered; a receive refused before any byte
+    /// landed (a bad descriptor): 0; a failed send, write or read: the length it was posted
+    /// with, whatever part of it moved (fi_cq(3) defines `len` of an error entry only for
+    /// receives).
     pub len: usize,
     /// `buf`: as in [`FiCqDataEntry::buf`].
     pub buf: u64,

@@ -258,8 +258,8 @@ pub(crate) struct EndpointRecord {
     /// its endpoint is destroyed, so the handle alone does not say which endpoint a record
     /// names.
     pub(crate) serial: u64,
-    /// The MSI-X vector its completion ring raises, once it has waited for a completion
-    /// ([`crate::interrupt`]).
+    /// The MSI-X vector its completion ring raises, once its first `cq_sread`, `cq_trywait`
+    /// or `cq_wait_fd` took one ([`crate::interrupt`]).
     pub(crate) msix_vector: Option<u16>,
 }
 

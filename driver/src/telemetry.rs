@@ -35,8 +35,9 @@
 //!      process lives, so it tells a table from one that took its handle since;
 //!    - `ep_list {nic}`: the endpoints and contexts this process holds on the NIC: handle,
 //!      type, roles, UET address, JobID, the AV table it translates through, the MSI-X
-//!      vector its completion ring raises (`msix_vector`, `null` until it first waits for a
-//!      completion), and its counters read with COUNTERS_READ (hex of the `EndpointCounters` block; when the read
+//!      vector its completion ring raises (`msix_vector`, `null` until its first
+//!      `cq_sread`, `cq_trywait` or `cq_wait_fd` takes one), and its counters read with
+//!      COUNTERS_READ (hex of the `EndpointCounters` block; when the read
 //!      fails, or the endpoint closed during it and its handle may already be another's,
 //!      `counters` is `null` and `counters_error` says why);
 //!    - `av_dump {nic, table, serial?, first?, max?}`: the valid entries of a NIC AV table

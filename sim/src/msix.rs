@@ -244,10 +244,11 @@ impl Msix {
     fn send(&mut self, v: usize) {
         match self.triggers.get(v).and_then(Option::as_ref) {
             Some(mut f) => {
-                // An eventfd counter: adding 1 wakes its readers. A write fails only when
-                // the counter would pass 2^64 - 2 (a non-blocking eventfd nobody reads for
-                // 2^64 messages) or the descriptor is not an eventfd; the reader is then
-                // woken already, or never could be.
+                // An eventfd counter: adding 1 wakes its readers. When the counter would pass
+                // 2^64 - 2, a non-blocking eventfd refuses the write (its reader is woken
+                // already) and a blocking one blocks until it is read: a client that passes a
+                // blocking eventfd and fills it itself stalls this write (the vfio-user
+                // server takes only eventfds, and cannot make a client's non-blocking).
                 let _ = f.write(&1u64.to_ne_bytes());
                 self.sent.delivered += 1;
             }
