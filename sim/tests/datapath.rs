@@ -1025,6 +1025,22 @@ fn an_entry_limited_to_one_mtu_refuses_longer_sends_and_writes_but_not_reads() {
     assert_eq!((got.context.get(), status(&got)), (50, LocalStatus::Ok));
 }
 
+/// A socket pair standing in for an eventfd, its sending end given to `f` as MSI-X
+/// `vector`'s trigger; the other end, non-blocking, reads the messages ([`interrupts`]).
+fn trigger_for(
+    f: &uet_sim::SimFunction,
+    vector: u16,
+) -> (
+    std::os::unix::net::UnixStream,
+    std::os::unix::net::UnixStream,
+) {
+    use std::os::fd::AsFd;
+    let (tx, rx) = std::os::unix::net::UnixStream::pair().unwrap();
+    rx.set_nonblocking(true).unwrap();
+    f.set_msix_eventfd(vector, Some(tx.as_fd())).unwrap();
+    (tx, rx)
+}
+
 /// Messages that reached a trigger: each is 8 bytes (an eventfd's increment) on the other end
 /// of a socket pair standing in for the eventfd.
 fn interrupts(rx: &mut std::os::unix::net::UnixStream) -> usize {
@@ -1046,9 +1062,7 @@ fn an_armed_completion_ring_raises_its_vector_once() {
         mut eb,
         ..
     } = pair(0);
-    let (tx, mut rx) = std::os::unix::net::UnixStream::pair().unwrap();
-    rx.set_nonblocking(true).unwrap();
-    b.f.set_msix_eventfd(7, Some(tx.as_fd())).unwrap();
+    let (tx, mut rx) = trigger_for(&b.f, 7);
     assert_ne!(b.f.msix_control() & pci::MSIX_CONTROL_ENABLE, 0);
     let arm = |b: &Driver, ep: &Ep, vector: u16| {
         b.f.write(
@@ -1147,7 +1161,6 @@ fn cq_arm_is_no_register_before_interface_1_12() {
 /// to send when the mask clears; one still holding its completion does.
 #[test]
 fn a_pending_vector_whose_ring_was_emptied_sends_nothing_on_unmask() {
-    use std::os::fd::AsFd;
     let Pair {
         mut a,
         mut b,
@@ -1155,9 +1168,7 @@ fn a_pending_vector_whose_ring_was_emptied_sends_nothing_on_unmask() {
         mut eb,
         ..
     } = pair(0);
-    let (tx, mut rx) = std::os::unix::net::UnixStream::pair().unwrap();
-    rx.set_nonblocking(true).unwrap();
-    b.f.set_msix_eventfd(4, Some(tx.as_fd())).unwrap();
+    let (_tx, mut rx) = trigger_for(&b.f, 4);
     let masked = pci::MSIX_CONTROL_ENABLE | pci::MSIX_CONTROL_FUNCTION_MASK;
     for consume in [true, false] {
         b.f.set_msix_control(masked);
@@ -1185,7 +1196,6 @@ fn a_pending_vector_whose_ring_was_emptied_sends_nothing_on_unmask() {
 /// nothing when emptied, not the bit that something else set after.
 #[test]
 fn emptying_one_ring_keeps_a_pending_vector_another_event_holds() {
-    use std::os::fd::AsFd;
     let Pair {
         mut a,
         mut b,
@@ -1197,9 +1207,7 @@ fn emptying_one_ring_keeps_a_pending_vector_another_event_holds() {
     let mut eb2 = b.ep_create(1, JOB, 0x3333, 1).unwrap();
     let to_b2 = NicAvEntry::for_peer(&b.address_of(&eb2, 0x3333), JOB);
     a.av_write(av_a, &[(4, to_b2)]).unwrap();
-    let (tx, mut rx) = std::os::unix::net::UnixStream::pair().unwrap();
-    rx.set_nonblocking(true).unwrap();
-    b.f.set_msix_eventfd(4, Some(tx.as_fd())).unwrap();
+    let (_tx, mut rx) = trigger_for(&b.f, 4);
     let masked = pci::MSIX_CONTROL_ENABLE | pci::MSIX_CONTROL_FUNCTION_MASK;
     let arm = |b: &Driver, ep: &Ep| {
         b.f.write(CQ_ARM, CqArm::new().with_endpoint(ep.handle).with_vector(4));

@@ -19,8 +19,10 @@ use uet_sim::vfio_user::VfioUserServer;
 use uet_sim::{SimError, SimFunction};
 use uet_tests::{pattern, Node};
 use vfio_bindings::bindings::vfio::{
-    vfio_region_info, VFIO_PCI_BAR0_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX,
-    VFIO_PCI_NUM_REGIONS, VFIO_REGION_INFO_FLAG_READ, VFIO_REGION_INFO_FLAG_WRITE,
+    vfio_region_info, VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD,
+    VFIO_IRQ_SET_DATA_NONE, VFIO_PCI_BAR0_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX,
+    VFIO_PCI_MSIX_IRQ_INDEX, VFIO_PCI_NUM_REGIONS, VFIO_REGION_INFO_FLAG_READ,
+    VFIO_REGION_INFO_FLAG_WRITE,
 };
 use vfio_user::{Client, DmaMapFlags, DmaUnmapFlags, Server, ServerBackend, ServerRegion};
 
@@ -1012,10 +1014,6 @@ fn a_nic_of_interface_1_11_whose_bar0_is_its_registers_alone_opens_and_runs() {
 /// fabric, for good. The vector stays without a trigger and MSI-X stays disabled.
 #[test]
 fn a_descriptor_that_is_no_eventfd_is_refused_as_an_msix_trigger() {
-    use vfio_bindings::bindings::vfio::{
-        VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_IRQ_SET_DATA_NONE,
-        VFIO_PCI_MSIX_IRQ_INDEX,
-    };
     let (_fabric, fns) = uet_tests::fabric(1);
     let dir = socket_dir("pipe-trigger");
     let (server, t) = serve(&fns[0], &dir.join("a.sock"));
@@ -1060,10 +1058,6 @@ fn a_descriptor_that_is_no_eventfd_is_refused_as_an_msix_trigger() {
 #[test]
 fn set_irqs_outside_the_table_is_refused_and_count_0_disables() {
     use std::os::fd::{FromRawFd, OwnedFd};
-    use vfio_bindings::bindings::vfio::{
-        VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_IRQ_SET_DATA_NONE,
-        VFIO_PCI_MSIX_IRQ_INDEX,
-    };
     let (_fabric, fns) = uet_tests::fabric(1);
     let dir = socket_dir("set-irqs");
     let (server, t) = serve(&fns[0], &dir.join("a.sock"));
