@@ -618,7 +618,15 @@ impl AdminWrite {
 impl PendingWrite for AdminWrite {
     fn poll(&mut self) -> bool {
         if self.outcome.is_none() {
-            let r = self.nic.admin().poll_command(self.nic.bar(), self.id);
+            // Never wait for the admin queue: a synchronous command holds it until its
+            // completion or its timeout, and polling (reading the event queue) must not block.
+            // Not done yet, then; the command that holds the queue files this completion for
+            // the next poll.
+            let Some(mut admin) = self.nic.try_admin() else {
+                return false;
+            };
+            let r = admin.poll_command(self.nic.bar(), self.id);
+            drop(admin);
             if let Some(r) = r {
                 self.settle(r);
             }

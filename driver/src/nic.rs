@@ -503,6 +503,16 @@ impl NicInner {
         self.admin.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// [`NicInner::admin`] without waiting: `None` while another thread holds the queue (a
+    /// command of its own may hold it until the admin timeout).
+    pub(crate) fn try_admin(&self) -> Option<MutexGuard<'_, AdminQueue>> {
+        match self.admin.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
     /// Whether an admin command abandoned after a timeout may still run on the device: then
     /// no posted register write may stand in for an admin command (the AV doorbells), since
     /// it could land before the late command and be undone by it. One load.

@@ -14,6 +14,7 @@ use uet_driver::backend::sim::SimDevice;
 use uet_driver::eq::FI_PEEK;
 use uet_driver::{EndpointAttr, EqAttr, EqEvent, EqEventKind, EventQueue, Nic};
 use uet_fwif::{AvWriteRecord, NicAvEntry};
+use uet_regs::RegisterAccess;
 use uet_tests::{fabric, nic_addr};
 
 fn ev(data: u64) -> EqEvent {
@@ -301,4 +302,74 @@ fn a_user_write_to_a_full_queue_is_refused_and_leaves_the_queue_usable() {
     // The provider's events still arrive.
     eq.post(ev(3)).unwrap();
     assert_eq!(eq.read(0).unwrap().data, 3);
+}
+
+/// fi_eq_read "performs a non-blocking read", and fi_eq_sread keeps its timeout, while
+/// another thread's admin command waits for a NIC that has stopped answering: reading the
+/// queue collects the completion of an FI_EVENT AV's AV_WRITE from the admin queue, which that
+/// command holds until its timeout. The event comes once the NIC answers again.
+#[test]
+fn readers_never_wait_for_another_threads_admin_command() {
+    let (_fabric, fns) = fabric(1);
+    let nic = Nic::open(Arc::new(SimDevice::new(fns.into_iter().next().unwrap()))).unwrap();
+    let mut av = nic
+        .open_av(AvAttr {
+            count: 8,
+            job_id: 0x42,
+            flags: FI_EVENT,
+            ..AvAttr::default()
+        })
+        .unwrap();
+    let eq = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
+    av.bind(eq.av_sink(), 0).unwrap();
+    let peer = uet_fwif::UetAddress {
+        caps: 0,
+        mode: uet_fwif::address::AddressingMode::Relative,
+        max_msg_mtu: false,
+        pid_on_fep: 5,
+        fabric_addr: nic_addr(1),
+        ri_start: 1,
+        ri_count: 4,
+        initiator: 0x100,
+    }
+    .to_bytes()
+    .unwrap();
+    av.with_context(3).insert(&peer, 1, None, 0).unwrap();
+    // The NIC stops answering; another thread's command waits for it, 2 s at most.
+    nic.set_admin_timeout(Duration::from_secs(2));
+    nic.bar0()
+        .write(uet_regs::DEV_CTRL, uet_regs::DevCtrl::new());
+    let other = nic.clone();
+    let command = std::thread::spawn(move || {
+        let _ = other.admin_command(uet_fwif::admin::Command::AvDestroy { av: 0xFFFF });
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let started = std::time::Instant::now();
+    let read = eq.read(0).map(|e| e.data).map_err(|e| e.errno);
+    let read_took = started.elapsed();
+    let started = std::time::Instant::now();
+    let sread = eq
+        .sread(Some(Duration::from_millis(20)), 0)
+        .map(|e| e.data)
+        .map_err(|e| e.errno);
+    let sread_took = started.elapsed();
+    command.join().unwrap();
+    nic.bar0().write(
+        uet_regs::DEV_CTRL,
+        uet_regs::DevCtrl::new().with_enable(true),
+    );
+    assert!(
+        read_took < Duration::from_millis(500),
+        "fi_eq_read waited {read_took:?} for another thread's admin command ({read:?})"
+    );
+    assert!(
+        sread_took < Duration::from_millis(500),
+        "fi_eq_sread of 20 ms waited {sread_took:?} ({sread:?})"
+    );
+    // Nothing was lost: the insert's FI_AV_COMPLETE comes.
+    let done = uet_tests::wait_event(&eq);
+    assert_eq!(
+        (done.kind, done.context, done.data),
+        (EqEventKind::AvComplete, 3, 1)
+    );
 }
