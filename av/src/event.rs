@@ -11,11 +11,13 @@
 //!
 //! 1. one [`AvEvent::InsertError`] per address that was not inserted, in the order of the
 //!    addresses in the call (`position` = the address's index in the caller's array):
-//!    malformed (`FI_EINVAL`), table full (`FI_ENOSPC`), host name that does not resolve
-//!    (`FI_EADDRNOTAVAIL`), refused by the NIC (`FI_EIO`, every address of the refused
-//!    AV_WRITE, with the NIC's status as `prov_errno`), not answered by it (`FI_EIO`, every
-//!    address, `prov_errno` 0), or cancelled because the AV was
-//!    closed before its `FI_MORE` batch was sent (`FI_ECANCELED`);
+//!    malformed (`FI_EINVAL`), table full (`FI_ENOSPC`), the mirror could not grow
+//!    (`FI_ENOMEM`), host name that does not resolve (`FI_EADDRNOTAVAIL`), refused by the NIC
+//!    (`FI_EIO`, every address of the refused AV_WRITE, with the NIC's status as
+//!    `prov_errno`), not answered by it (`FI_EIO`, every address, `prov_errno` 0), not sent
+//!    because the NIC's admin ring had no room for the AV_WRITE (`FI_EAGAIN`, every address
+//!    of it), or cancelled because the AV was closed before its `FI_MORE` batch was sent
+//!    (`FI_ECANCELED`);
 //! 2. one [`AvEvent::InsertComplete`] whose `inserted` is the number that went in (also when
 //!    every address failed, or the call had none).
 //!
