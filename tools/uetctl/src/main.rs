@@ -83,10 +83,10 @@ impl SysRoots {
 struct LiveArgs {
     /// Inspect the live process PID through its driver's telemetry socket
     /// (`$UET_NIC_TELEMETRY_DIR/<PID>.sock`; `uetctl ps` lists them).
-    #[arg(long, conflicts_with = "demo")]
+    #[arg(long, conflicts_with_all = ["demo", "ranks", "messages", "job_id", "tagged", "no_rma", "pcap", "interface_minor", "vfio_user"])]
     pid: Option<u32>,
     /// Inspect the live process serving this telemetry socket.
-    #[arg(long, value_name = "PATH", conflicts_with_all = ["demo", "pid"])]
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["demo", "pid", "ranks", "messages", "job_id", "tagged", "no_rma", "pcap", "interface_minor", "vfio_user"])]
     socket: Option<PathBuf>,
     /// Only this NIC of the live process (its number in `uetctl ps`; default: every open
     /// NIC).
@@ -292,6 +292,9 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     if let Some(code) = live_options_without_target(&cli.command) {
+        return code;
+    }
+    if let Some(code) = vfio_with_live_target(&cli.command) {
         return code;
     }
     match cli.command {
@@ -621,6 +624,27 @@ fn live_options_without_target(command: &Command) -> Option<ExitCode> {
         return None;
     };
     eprintln!("uetctl: {option} names a part of a live process: give --pid or --socket too");
+    Some(ExitCode::from(2))
+}
+
+/// `--vfio` names the demo job's NICs: refused (exit 2) beside `--pid` or `--socket`, which
+/// inspect a live process instead (the job's other options are refused by the parser; `regs
+/// --vfio` without `--demo` says so itself).
+fn vfio_with_live_target(command: &Command) -> Option<ExitCode> {
+    let (what, job, live) = match command {
+        Command::Stats { job, live, .. } => ("stats", job, live),
+        Command::Av {
+            command: AvCommand::Dump { job, live, .. },
+        } => ("av dump", job, live),
+        _ => return None,
+    };
+    if job.vfio.is_empty() || live.target().is_none() {
+        return None;
+    }
+    eprintln!(
+        "uetctl {what}: --vfio runs the demo job on those NICs; --pid and --socket inspect a \
+         live process instead"
+    );
     Some(ExitCode::from(2))
 }
 

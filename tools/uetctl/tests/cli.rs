@@ -710,3 +710,38 @@ fn the_demo_on_pci_functions_checks_them_before_any_rank_starts() {
     let (code, _, _) = run(&["demo", "--vfio", "3b:00.0,3b:00.1", "--vfio-user", "/tmp"]);
     assert_eq!(code, Some(2));
 }
+
+/// The demo job's options say how to run a job, which inspecting a live process does not do:
+/// given with --pid or --socket they are refused (exit 2), not ignored while the command
+/// succeeds (a `--pcap` file never written, `--ranks` never used).
+#[test]
+fn the_job_options_are_refused_with_a_live_process() {
+    let pcap = std::env::temp_dir().join(format!("uetctl-live-pcap-{}.pcap", std::process::id()));
+    let pcap_s = pcap.to_str().unwrap();
+    for cmd in [&["av", "dump"][..], &["stats"], &["regs"]] {
+        for target in [["--pid", "1"], ["--socket", "/nonexistent.sock"]] {
+            for (job, needle) in [
+                (&["--pcap", pcap_s][..], "cannot be used with"),
+                (&["--ranks", "3"], "cannot be used with"),
+                (&["--messages", "2"], "cannot be used with"),
+                (&["--tagged", "0"], "cannot be used with"),
+                (&["--job-id", "0x55"], "cannot be used with"),
+                (&["--no-rma"], "cannot be used with"),
+                (&["--interface-minor", "8"], "cannot be used with"),
+                (&["--vfio-user", "/tmp"], "cannot be used with"),
+                (&["--vfio", "3b:00.0"], "--vfio"),
+            ] {
+                let mut args = cmd.to_vec();
+                args.extend_from_slice(&target);
+                args.extend_from_slice(job);
+                let out = uetctl(&args);
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+                assert!(stderr.contains(needle), "{args:?}: {stderr}");
+                assert!(!stderr.contains("cannot reach"), "{args:?}: {stderr}");
+                assert!(out.stdout.is_empty(), "{args:?}");
+            }
+        }
+    }
+    assert!(!pcap.exists());
+}
