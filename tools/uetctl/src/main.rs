@@ -816,16 +816,27 @@ fn live_stats(target: &Target, nic: Option<u64>, as_json: bool) -> Result<ExitCo
         }
     }
     let width = names.iter().map(|n| n.len()).max().unwrap_or(7).max(7);
+    // Each NIC's column as wide as its widest figure (a byte counter may have 20 digits).
+    let widths: Vec<usize> = columns
+        .iter()
+        .map(|c| {
+            c.iter()
+                .map(|(_, v)| v.to_string().len())
+                .max()
+                .unwrap_or(0)
+                .max(14)
+        })
+        .collect();
     out!("{:<width$}", "COUNTER");
-    for n in &nics {
-        out!(" {:>14}", format!("NIC {n}"));
+    for (n, w) in nics.iter().zip(&widths) {
+        out!(" {:>w$}", format!("NIC {n}"));
     }
     outln!();
     for name in names {
         out!("{name:<width$}");
-        for c in &columns {
+        for (c, w) in columns.iter().zip(&widths) {
             let v = c.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
-            out!(" {:>14}", v.map_or("-".to_string(), |v| v.to_string()));
+            out!(" {:>w$}", v.map_or("-".to_string(), |v| v.to_string()));
         }
         outln!();
     }

@@ -1918,3 +1918,57 @@ fn a_large_live_table_is_dumped_as_json_in_bounded_memory() {
         "the document is whole"
     );
 }
+
+/// `uetctl stats --pid` prints one column per NIC, each as wide as its widest figure: a
+/// counter of more digits than the column's usual width (a byte counter of a NIC that has run
+/// for a while) widens its column, and every row keeps its figures under their NIC.
+#[test]
+fn the_live_counters_table_stays_aligned_whatever_the_figures() {
+    use std::process::Command;
+    let (path, server) = scripted("wide-counters", |c| {
+        let info = c.hear();
+        assert_eq!(info["cmd"], "info", "{info}");
+        c.say(json!({"ok": {"pid": 1, "program": "p",
+                            "nics": [{"nic": 0, "open": true}, {"nic": 1, "open": true}]}}));
+        for (nic, bytes) in [(0, 123_456_789_012_345_678u64), (1, 7)] {
+            let ask = c.hear();
+            assert_eq!(ask["cmd"], "counters", "{ask}");
+            assert_eq!(ask["nic"], nic, "{ask}");
+            c.say(json!({"ok": {"counters": [["TX_PACKETS", 3], ["TX_BYTES", bytes]]}}));
+        }
+    });
+    let out = Command::new(env!("CARGO_BIN_EXE_uetctl"))
+        .args(["stats", "--socket"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    server.join().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{stdout}");
+    // Right-aligned figures under right-aligned headers: each column ends where its header does.
+    let ends = |line: &str| -> Vec<usize> {
+        let mut ends = Vec::new();
+        let bytes = line.as_bytes();
+        for i in 0..bytes.len() {
+            if bytes[i] != b' ' && bytes.get(i + 1).is_none_or(|b| *b == b' ') {
+                ends.push(i);
+            }
+        }
+        ends
+    };
+    let header: Vec<usize> = ["NIC 0", "NIC 1"]
+        .iter()
+        .map(|h| lines[0].find(h).unwrap() + h.len() - 1)
+        .collect();
+    for line in &lines[1..] {
+        let row = ends(line);
+        assert_eq!(row[row.len() - 2..], header[..], "misaligned:\n{stdout}");
+    }
+}
