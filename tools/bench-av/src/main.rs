@@ -250,7 +250,7 @@ fn batched<N: NicAvTable>(
 ) -> Result<(), String> {
     let t = Instant::now();
     let mut done = 0;
-    for (c, chunk) in addrs.chunks(32 * batch).enumerate() {
+    for (c, chunk) in addrs.chunks(batch.saturating_mul(32)).enumerate() {
         let count = chunk.len() / 32;
         let at = c * batch;
         done += av
@@ -453,7 +453,7 @@ fn source_catch_up(n: usize, batch: usize, addrs: &[u8]) -> Result<Figure, Strin
     let mut peers = addrs.get(..32 * (n - 1)).unwrap_or_default().to_vec();
     peers.extend_from_slice(&a);
     let fill = |av: &mut Av| -> Result<(), String> {
-        for chunk in peers.chunks(32 * batch) {
+        for chunk in peers.chunks(batch.saturating_mul(32)) {
             let count = chunk.len() / 32;
             let done = av
                 .insert(chunk, count, None, 0)
@@ -585,6 +585,26 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{imp}: {e}"));
             let sym = figures.iter().find(|f| f.op == "insertsym").unwrap();
             assert_eq!(sym.n, 1008, "{imp}: 126 nodes of 8");
+        }
+    }
+
+    /// A `--batch` larger than the count (however large: its bytes overflow a `usize`)
+    /// inserts every address in one call, in each implementation, instead of panicking.
+    #[test]
+    fn a_batch_of_any_size_inserts_the_count_in_one_call() {
+        let n = 1000;
+        let addrs: Vec<u8> = (0..n).flat_map(peer).collect();
+        for batch in [n + 1, usize::MAX / 16, usize::MAX] {
+            let mut a = args(&["insert_batch", "source_catch_up"]);
+            a.batch = batch;
+            for imp in ["uet-host", "uet-nic", "flat-slots"] {
+                let figures = measure(imp, n, &a, &addrs)
+                    .unwrap_or_else(|e| panic!("{imp} batch {batch}: {e}"));
+                assert!(
+                    figures.iter().any(|f| f.op == "insert_batch"),
+                    "{imp}: {figures:?}"
+                );
+            }
         }
     }
 }
