@@ -106,6 +106,9 @@ struct Figure {
 /// Every `--ops` value.
 const OPS: [&str; 4] = ["insert", "insert_batch", "insertsym", "source_catch_up"];
 
+/// Every `--impl` value.
+const IMPLS: [&str; 3] = ["uet-nic", "uet-host", "flat-slots"];
+
 /// Entries of the warm-up round.
 const WARMUP_ENTRIES: usize = 1_000;
 
@@ -305,6 +308,10 @@ fn main() -> std::process::ExitCode {
     }
     if let Some(bad) = args.ops.iter().find(|o| !OPS.contains(&o.as_str())) {
         eprintln!("bench-av: unknown --ops {bad} ({})", OPS.join(", "));
+        return std::process::ExitCode::from(2);
+    }
+    if let Some(bad) = args.impls.iter().find(|i| !IMPLS.contains(&i.as_str())) {
+        eprintln!("bench-av: unknown --impl {bad} ({})", IMPLS.join(", "));
         return std::process::ExitCode::from(2);
     }
     if args.rounds == 0 {
