@@ -319,8 +319,21 @@ fn run(args: &Args) -> Result<(), String> {
     Ok(())
 }
 
+/// Every `--ops` value.
+const OPS: [&str; 5] = ["send", "tsend", "write", "read", "wake"];
+
 fn main() -> std::process::ExitCode {
-    match run(&Args::parse()) {
+    let args = Args::parse();
+    // Refused before anything is measured, not when their turn comes.
+    if let Some(bad) = args.ops.iter().find(|o| !OPS.contains(&o.as_str())) {
+        eprintln!("bench-datapath: unknown --ops {bad} ({})", OPS.join(", "));
+        return std::process::ExitCode::from(2);
+    }
+    if let Some(bad) = args.sizes.iter().find(|&&s| s == 0 || s > MAX_SIZE) {
+        eprintln!("bench-datapath: size {bad} outside 1..={MAX_SIZE}");
+        return std::process::ExitCode::from(2);
+    }
+    match run(&args) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("bench-datapath: {e}");

@@ -1,0 +1,31 @@
+//! `bench-datapath` as a user runs it: what it refuses.
+
+use std::process::Command;
+
+/// An operation the bench does not have, or a size outside 1 byte to 1 MiB, is refused
+/// before anything is measured, with exit status 2 (as the argument parser refuses the
+/// rest), and no figure is printed: not found when its turn comes, after the operations
+/// named before it ran.
+#[test]
+fn an_unknown_operation_or_size_is_refused_before_anything_runs() {
+    for args in [
+        &["--ops", "send,bogus", "--sizes", "8"][..],
+        &["--ops", "wake_poll", "--sizes", "8"],
+        &["--ops", "send", "--sizes", "8,0"],
+        &["--ops", "wake", "--sizes", "8,2097152"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_bench-datapath"))
+            .args(["--volume", "1"])
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            out.stdout.is_empty(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(stderr.starts_with("bench-datapath: "), "{args:?}: {stderr}");
+    }
+}
