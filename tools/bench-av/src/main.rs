@@ -72,7 +72,7 @@ struct Args {
     /// source_catch_up (uet-nic only).
     #[arg(long, value_delimiter = ',', default_values_t = ["insert".to_string(), "insert_batch".to_string(), "insertsym".to_string(), "source_catch_up".to_string()])]
     ops: Vec<String>,
-    /// Rounds per entry count and implementation; the median is printed.
+    /// Rounds per entry count and implementation (1 to 1000); the median is printed.
     #[arg(long, default_value_t = 1)]
     rounds: usize,
 }
@@ -104,6 +104,9 @@ struct Figure {
 }
 
 /// Every `--ops` value.
+/// The most rounds a run measures: each keeps its figures until the medians are taken.
+const MAX_ROUNDS: usize = 1000;
+
 const OPS: [&str; 4] = ["insert", "insert_batch", "insertsym", "source_catch_up"];
 
 /// Every `--impl` value.
@@ -314,8 +317,8 @@ fn main() -> std::process::ExitCode {
         eprintln!("bench-av: unknown --impl {bad} ({})", IMPLS.join(", "));
         return std::process::ExitCode::from(2);
     }
-    if args.rounds == 0 {
-        eprintln!("bench-av: --rounds must be positive");
+    if !(1..=MAX_ROUNDS).contains(&args.rounds) {
+        eprintln!("bench-av: --rounds must be 1 to {MAX_ROUNDS}");
         return std::process::ExitCode::from(2);
     }
     // Warm-up: one unreported round at 1,000 entries of each implementation, so the first

@@ -14,6 +14,7 @@ fn an_unknown_implementation_or_operation_is_refused_before_anything_runs() {
         &["--counts", "0"],
         &["--batch", "0"],
         &["--rounds", "0"],
+        &["--rounds", "18446744073709551615"],
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_bench-av"))
             .args(["--counts", "10"])
