@@ -104,18 +104,7 @@ fn readers_never_wait_for_the_av_owner_waiting_for_the_nic() {
     let mut av = AddressVector::open(nic, attr, AvLimits::new(1 << 20, 8)).unwrap();
     let eq = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
     av.bind(eq.av_sink(), 0).unwrap();
-    let peer = uet_fwif::UetAddress {
-        caps: 0,
-        mode: uet_fwif::address::AddressingMode::Relative,
-        max_msg_mtu: false,
-        pid_on_fep: 5,
-        fabric_addr: nic_addr(1),
-        ri_start: 1,
-        ri_count: 4,
-        initiator: 0x100,
-    }
-    .to_bytes()
-    .unwrap();
+    let peer = a_peer();
     av.insert(&peer, 1, None, 0).unwrap();
     // fi_av_remove settles the AV_WRITE in flight first: the owner waits for the NIC.
     let owner = std::thread::spawn(move || {
@@ -322,18 +311,7 @@ fn readers_never_wait_for_another_threads_admin_command() {
         .unwrap();
     let eq = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
     av.bind(eq.av_sink(), 0).unwrap();
-    let peer = uet_fwif::UetAddress {
-        caps: 0,
-        mode: uet_fwif::address::AddressingMode::Relative,
-        max_msg_mtu: false,
-        pid_on_fep: 5,
-        fabric_addr: nic_addr(1),
-        ri_start: 1,
-        ri_count: 4,
-        initiator: 0x100,
-    }
-    .to_bytes()
-    .unwrap();
+    let peer = a_peer();
     av.with_context(3).insert(&peer, 1, None, 0).unwrap();
     // The NIC stops answering; another thread's command waits for it, 2 s at most.
     nic.set_admin_timeout(Duration::from_secs(2));
@@ -372,4 +350,20 @@ fn readers_never_wait_for_another_threads_admin_command() {
         (done.kind, done.context, done.data),
         (EqEventKind::AvComplete, 3, 1)
     );
+}
+
+/// The address of a peer endpoint on the second NIC of `nic_addr`, for inserts.
+fn a_peer() -> [u8; 32] {
+    uet_fwif::UetAddress {
+        caps: 0,
+        mode: uet_fwif::address::AddressingMode::Relative,
+        max_msg_mtu: false,
+        pid_on_fep: 5,
+        fabric_addr: nic_addr(1),
+        ri_start: 1,
+        ri_count: 4,
+        initiator: 0x100,
+    }
+    .to_bytes()
+    .unwrap()
 }
