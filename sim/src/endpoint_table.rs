@@ -68,9 +68,6 @@ pub(crate) struct CqRing {
     /// The MSI-X vector `CQ_ARM` asked for, raised (once) when the ring holds a completion
     /// the driver has not freed.
     pub armed: Option<u16>,
-    /// The vector the ring raised while it was masked, withdrawn when the driver frees
-    /// every completion the ring holds (if no other ring or the host raised it too).
-    pub pending_vector: Option<u16>,
 }
 
 impl CqRing {
@@ -556,7 +553,6 @@ mod tests {
                 tail: 0,
                 pass: 0,
                 armed: None,
-                pending_vector: None,
             },
         }
     }

@@ -370,7 +370,6 @@ impl Nic {
                 tail: 0,
                 pass: 0,
                 armed: None,
-                pending_vector: None,
             },
         })
     }

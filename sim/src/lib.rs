@@ -372,7 +372,6 @@ impl SimFunction {
                 false => 0,
             };
             n.msix.set_control(control);
-            n.msix_sent();
             Ok(())
         })
     }
@@ -389,19 +388,13 @@ impl SimFunction {
     /// MSI-X Message Control's Enable and Function Mask bits, as a host writes them in
     /// configuration space (the other bits are ignored). Clearing a mask sends what it held.
     pub fn set_msix_control(&self, control: u16) {
-        self.with_nic((), |n| {
-            n.msix.set_control(control);
-            n.msix_sent();
-        });
+        self.with_nic((), |n| n.msix.set_control(control));
     }
 
     /// Raise MSI-X `vector` as the function would (VFIO's `SET_IRQS` with `DATA_NONE` and a
     /// count: a test of the wiring): sent, held pending, or dropped as the capability says.
     pub fn raise_msix(&self, vector: u16) {
-        self.with_nic((), |n| {
-            n.msix.raise(vector);
-            n.msix_sent();
-        });
+        self.with_nic((), |n| n.msix.raise(vector));
     }
 
     /// MSI-X Message Control's Enable and Function Mask bits as the function holds them.
@@ -411,7 +404,7 @@ impl SimFunction {
 
     /// The model-internal counters that have no register.
     pub fn debug_counters(&self) -> DebugCounters {
-        self.with_nic(DebugCounters::default(), |n| n.counters.debug)
+        self.with_nic(DebugCounters::default(), |n| n.debug_counters())
     }
 
     /// The fabric this function is attached to.

@@ -60,14 +60,15 @@ impl Default for Entry {
     }
 }
 
-/// What set a vector's pending bit, so that it is withdrawn only when that event is over.
+/// A vector's pending bit, and what set it, so that it is withdrawn only when that event is
+/// over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Holder {
-    /// Not pending.
-    Nobody,
-    /// The completion ring of this endpoint alone.
+enum Pending {
+    /// Clear.
+    No,
+    /// Set by the completion ring of this endpoint alone.
     Ring(u16),
-    /// Several rings, or the host: the bit stays until the message is sent.
+    /// Set by several rings, or by the host: it stays until the message is sent.
     Several,
 }
 
@@ -96,9 +97,7 @@ pub(crate) struct Sent {
 #[derive(Debug)]
 pub(crate) struct Msix {
     table: [Entry; VECTORS],
-    pending: [u64; VECTORS.div_ceil(64)],
-    /// What holds each pending bit.
-    holders: [Holder; VECTORS],
+    pending: [Pending; VECTORS],
     enabled: bool,
     function_mask: bool,
     triggers: Vec<Option<File>>,
@@ -109,8 +108,7 @@ impl Default for Msix {
     fn default() -> Self {
         Msix {
             table: [Entry::default(); VECTORS],
-            pending: [0; VECTORS.div_ceil(64)],
-            holders: [Holder::Nobody; VECTORS],
+            pending: [Pending::No; VECTORS],
             enabled: false,
             function_mask: false,
             triggers: (0..VECTORS).map(|_| None).collect(),
@@ -124,8 +122,7 @@ impl Msix {
     /// triggers stay (see the module documentation).
     pub(crate) fn reset(&mut self) {
         self.table = [Entry::default(); VECTORS];
-        self.pending = [0; VECTORS.div_ceil(64)];
-        self.holders = [Holder::Nobody; VECTORS];
+        self.pending = [Pending::No; VECTORS];
         self.enabled = false;
         self.function_mask = false;
     }
@@ -188,57 +185,67 @@ impl Msix {
         }
     }
 
-    /// Raise `vector` (see the module documentation) for the host; returns whether it was
-    /// held as pending. A vector outside the table does nothing; the callers check.
-    pub(crate) fn raise(&mut self, vector: u16) -> bool {
-        self.raise_from(vector, None)
+    /// Raise `vector` (see the module documentation) for the host. A vector outside the
+    /// table does nothing; the callers check.
+    pub(crate) fn raise(&mut self, vector: u16) {
+        self.raise_from(vector, None);
     }
 
-    /// Raise `vector` for the completion ring of endpoint `ring`; returns whether it was held
-    /// as pending, to be withdrawn with [`Msix::withdraw`] when the ring is emptied.
-    pub(crate) fn raise_for_ring(&mut self, vector: u16, ring: u16) -> bool {
-        self.raise_from(vector, Some(ring))
+    /// Raise `vector` for the completion ring of endpoint `ring`; a pending bit it sets is
+    /// withdrawn by [`Msix::withdraw_ring`] when the ring is emptied.
+    pub(crate) fn raise_for_ring(&mut self, vector: u16, ring: u16) {
+        self.raise_from(vector, Some(ring));
     }
 
-    fn raise_from(&mut self, vector: u16, ring: Option<u16>) -> bool {
+    fn raise_from(&mut self, vector: u16, ring: Option<u16>) {
         let v = usize::from(vector);
         let Some(entry) = self.table.get(v) else {
-            return false;
+            return;
         };
         if !self.enabled {
-            return false;
+            return;
         }
         if self.function_mask || entry.control & MSIX_VECTOR_MASKED != 0 {
-            self.pending[v / 64] |= 1 << (v % 64);
-            self.holders[v] = match (self.holders[v], ring) {
-                (Holder::Nobody, Some(r)) => Holder::Ring(r),
-                (Holder::Ring(held), Some(r)) if held == r => Holder::Ring(r),
-                _ => Holder::Several,
+            self.pending[v] = match (self.pending[v], ring) {
+                (Pending::No, Some(r)) => Pending::Ring(r),
+                (Pending::Ring(held), Some(r)) if held == r => Pending::Ring(r),
+                _ => Pending::Several,
             };
-            true
         } else {
             self.send(v);
-            false
         }
     }
 
-    /// The event for which the ring of endpoint `ring` raised `vector` while it was masked is
-    /// over (the driver consumed what the ring held): clear the pending bit when that ring
-    /// alone holds it, so that unmasking sends no message for it (§6.8.2: the function must
+    /// The events for which the ring of endpoint `ring` raised vectors while they were masked
+    /// are over (the driver consumed what the ring held): clear each pending bit that ring
+    /// alone holds, so that unmasking sends no message for it (§6.8.2: the function must
     /// clear a pending bit whose events are satisfied). A bit another ring or the host set
     /// too, or set again since the ring's message was sent, stays.
-    pub(crate) fn withdraw(&mut self, vector: u16, ring: u16) {
-        let v = usize::from(vector);
-        if self.holders.get(v) == Some(&Holder::Ring(ring)) {
-            self.pending[v / 64] &= !(1 << (v % 64));
-            self.holders[v] = Holder::Nobody;
+    pub(crate) fn withdraw_ring(&mut self, ring: u16) {
+        for p in self
+            .pending
+            .iter_mut()
+            .filter(|p| **p == Pending::Ring(ring))
+        {
+            *p = Pending::No;
         }
     }
 
     /// Whether `vector`'s pending bit is set.
     #[cfg(test)]
     fn is_pending(&self, vector: usize) -> bool {
-        self.pending[vector / 64] & (1 << (vector % 64)) != 0
+        self.pending[vector] != Pending::No
+    }
+
+    /// Word `word` of the pending-bit array, as BAR0 shows it.
+    fn pending_word(&self, word: usize) -> u64 {
+        self.pending
+            .iter()
+            .skip(word * 64)
+            .take(64)
+            .enumerate()
+            .filter(|(_, p)| **p != Pending::No)
+            .fold(0, |bits, (i, _)| bits | 1 << i)
     }
 
     fn send(&mut self, v: usize) {
@@ -262,10 +269,8 @@ impl Msix {
             return;
         }
         for v in 0..VECTORS {
-            let bit = 1u64 << (v % 64);
-            if self.pending[v / 64] & bit != 0 && self.table[v].control & MSIX_VECTOR_MASKED == 0 {
-                self.pending[v / 64] &= !bit;
-                self.holders[v] = Holder::Nobody;
+            if self.pending[v] != Pending::No && self.table[v].control & MSIX_VECTOR_MASKED == 0 {
+                self.pending[v] = Pending::No;
                 self.send(v);
             }
         }
@@ -288,9 +293,9 @@ impl Msix {
                 })
             }
             Located::Pba { word } => Access::Done(match width {
-                Width::W64 => self.pending[word],
-                Width::W32 if offset.is_multiple_of(8) => self.pending[word] & 0xFFFF_FFFF,
-                Width::W32 => self.pending[word] >> 32,
+                Width::W64 => self.pending_word(word),
+                Width::W32 if offset.is_multiple_of(8) => self.pending_word(word) & 0xFFFF_FFFF,
+                Width::W32 => self.pending_word(word) >> 32,
             }),
             Located::Bad => Access::Bad,
             Located::Elsewhere => Access::NotMsix,

@@ -218,7 +218,7 @@ impl Nic {
         }
         if offset >= uet_regs::REGISTERS_SIZE {
             match self.msix.write(offset, width, value) {
-                msix::Access::Done(_) => self.msix_sent(),
+                msix::Access::Done(_) => {}
                 msix::Access::Bad | msix::Access::NotMsix => {
                     self.counters.inc(BAD_REGISTER_ACCESSES)
                 }
@@ -330,6 +330,7 @@ impl Nic {
         self.regs.reset();
         self.regs.set(DEV_STATUS, DevStatus::new().with_ready(true));
         self.counters.reset();
+        self.msix.sent = msix::Sent::default();
         self.admin = AdminQueue::default();
         self.avs.clear();
         self.auths.clear();
@@ -440,10 +441,7 @@ impl Nic {
                 ep.cq.pass += 1;
             }
             if let Some(vector) = ep.cq.armed.take() {
-                if self.msix.raise_for_ring(vector, handle) {
-                    ep.cq.pending_vector = Some(vector);
-                }
-                self.msix_sent();
+                self.msix.raise_for_ring(vector, handle);
             }
             self.regs.update(INTR_CAUSE, |i| i.with_completion(true));
             progress = true;
@@ -465,20 +463,19 @@ impl Nic {
         };
         if ep.cq.geom.used(ep.cq.head, ep.cq.tail) > 0 {
             ep.cq.armed = None;
-            if self.msix.raise_for_ring(vector, arm.endpoint()) {
-                ep.cq.pending_vector = Some(vector);
-            }
-            self.msix_sent();
+            self.msix.raise_for_ring(vector, arm.endpoint());
         } else {
             ep.cq.armed = Some(vector);
         }
     }
 
-    /// Move the MSI-X block's message counts into the debug counters.
-    pub(crate) fn msix_sent(&mut self) {
-        let sent = std::mem::take(&mut self.msix.sent);
-        self.counters.debug.msix_messages += sent.delivered;
-        self.counters.debug.msix_unclaimed += sent.unclaimed;
+    /// The model-internal counters, the MSI-X block's message counts among them.
+    pub(crate) fn debug_counters(&self) -> crate::DebugCounters {
+        crate::DebugCounters {
+            msix_messages: self.msix.sent.delivered,
+            msix_unclaimed: self.msix.sent.unclaimed,
+            ..self.counters.debug
+        }
     }
 
     /// Stop an endpoint whose own ring could not be accessed.
@@ -531,9 +528,7 @@ impl Nic {
                     // Every completion consumed: a vector the ring left pending has nothing
                     // left to report.
                     if g.used(index, ep.cq.tail) == 0 {
-                        if let Some(v) = ep.cq.pending_vector.take() {
-                            self.msix.withdraw(v, db.endpoint());
-                        }
+                        self.msix.withdraw_ring(db.endpoint());
                     }
                     true
                 } else {
