@@ -1866,7 +1866,7 @@ impl Endpoint {
     /// completion is never reported). `FI_ENOSYS` or `FI_EBUSY` when the endpoint has no
     /// vector, as for [`Endpoint::cq_wait_fd`].
     pub fn cq_trywait(&mut self) -> Result<(), FiErrno> {
-        if self.held.is_some() || self.cq_ready()? {
+        if self.held.is_some() || self.cq_written_at_head().map_err(|e| e.errno())? {
             return Err(FiErrno::FI_EAGAIN);
         }
         // The NIC must know every entry taken before the arm, or the arm raises at once.
@@ -1899,16 +1899,18 @@ impl Endpoint {
         self.wakeup.as_ref().ok_or(FiErrno::FI_ENOSYS)
     }
 
-    /// Whether the ring holds a completion at the head (a successful inject's included).
-    fn cq_ready(&self) -> Result<bool, FiErrno> {
-        let region = self.region().map_err(|e| e.errno())?;
-        let slot = self.cq_offset + usize::from(self.cq_head) * CQE;
-        let phase = region
-            .read_u8(slot + COMPLETION_PHASE_OFFSET)
-            .map_err(|e| DriverError::from(e).errno())?
-            & 1
-            != 0;
-        Ok(phase == self.cq_phase)
+    /// Byte offset of the completion ring's head entry in the ring region.
+    fn cq_head_slot(&self) -> usize {
+        self.cq_offset + usize::from(self.cq_head) * CQE
+    }
+
+    /// Whether the NIC wrote the entry at the head (its phase is this pass's): a completion
+    /// to read, a successful inject's included.
+    fn cq_written_at_head(&self) -> Result<bool, DriverError> {
+        let phase = self
+            .region()?
+            .read_u8(self.cq_head_slot() + COMPLETION_PHASE_OFFSET)?;
+        Ok((phase & 1 != 0) == self.cq_phase)
     }
 
     /// Take a vector if the endpoint has none, clear its eventfd and arm the ring with it;
@@ -2012,10 +2014,8 @@ impl Endpoint {
     }
 
     fn next_completion(&mut self) -> Result<Option<Completion>, DriverError> {
-        let region = self.region()?;
-        let slot = self.cq_offset + usize::from(self.cq_head) * CQE;
-        let phase = region.read_u8(slot + COMPLETION_PHASE_OFFSET)? & 1 != 0;
-        if phase != self.cq_phase {
+        let (region, slot) = (self.region()?, self.cq_head_slot());
+        if !self.cq_written_at_head()? {
             // Caught up: tell the NIC everything taken, so it never waits for room the
             // ring already has.
             if self.cq_unreported > 0 {
