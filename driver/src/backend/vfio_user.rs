@@ -459,10 +459,13 @@ mod tests {
     use vfio_user::{DmaMapFlags, DmaUnmapFlags, Server, ServerBackend, ServerRegion};
 
     /// A function that passes the driver's checks at open, then goes away (its server
-    /// thread ends, closing the socket) at the first BAR0 write.
-    struct GoesAway;
+    /// thread ends, closing the socket) at the first BAR0 write. It lists MSI-X vectors but
+    /// refuses their eventfds, recording the flags of each `SET_IRQS`, and so never enables
+    /// MSI-X.
+    #[derive(Default)]
+    struct StubFunction(std::sync::Arc<std::sync::Mutex<Vec<u32>>>);
 
-    impl ServerBackend for GoesAway {
+    impl ServerBackend for StubFunction {
         fn region_read(
             &mut self,
             region: u32,
@@ -505,12 +508,13 @@ mod tests {
         fn set_irqs(
             &mut self,
             _: u32,
-            _: u32,
+            flags: u32,
             _: u32,
             _: u32,
             _: Vec<File>,
         ) -> std::io::Result<()> {
-            Ok(())
+            self.0.lock().unwrap().push(flags);
+            Err(std::io::Error::other("no eventfds taken"))
         }
     }
 
@@ -538,52 +542,9 @@ mod tests {
             .collect()
     }
 
-    /// A function that lists MSI-X vectors but refuses their eventfds (`SET_IRQS`), and so
-    /// never enables MSI-X: the refusal, which the `vfio_user` client does not pass on, is
-    /// seen in configuration space, reported, and the vectors are cleared again.
-    struct RefusesEventfds(std::sync::Arc<std::sync::Mutex<Vec<u32>>>);
-
-    impl ServerBackend for RefusesEventfds {
-        fn region_read(
-            &mut self,
-            region: u32,
-            offset: u64,
-            data: &mut [u8],
-        ) -> std::io::Result<()> {
-            GoesAway.region_read(region, offset, data)
-        }
-        fn region_write(&mut self, _: u32, _: u64, _: &[u8]) -> std::io::Result<()> {
-            Ok(())
-        }
-        fn dma_map(
-            &mut self,
-            _: DmaMapFlags,
-            _: u64,
-            _: u64,
-            _: u64,
-            _: Option<File>,
-        ) -> std::io::Result<()> {
-            Ok(())
-        }
-        fn dma_unmap(&mut self, _: DmaUnmapFlags, _: u64, _: u64) -> std::io::Result<()> {
-            Ok(())
-        }
-        fn reset(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-        fn set_irqs(
-            &mut self,
-            _: u32,
-            flags: u32,
-            _: u32,
-            _: u32,
-            _: Vec<File>,
-        ) -> std::io::Result<()> {
-            self.0.lock().unwrap().push(flags);
-            Err(std::io::Error::other("no eventfds taken"))
-        }
-    }
-
+    /// A server that refuses the eventfds never enables MSI-X: the refusal, which the
+    /// `vfio_user` client does not pass on, is seen in configuration space, reported, and the
+    /// vectors are cleared again.
     #[test]
     fn eventfds_the_server_refuses_are_reported_and_cleared() {
         use vfio_bindings::bindings::vfio::VFIO_IRQ_INFO_NORESIZE;
@@ -608,7 +569,7 @@ mod tests {
             .collect();
         let server = Server::new(&path, true, irqs, regions()).unwrap();
         let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let mut backend = RefusesEventfds(asked.clone());
+        let mut backend = StubFunction(asked.clone());
         let t = std::thread::spawn(move || {
             let _ = server.run(&mut backend);
         });
@@ -643,7 +604,7 @@ mod tests {
         let server = Server::new(&path, true, Vec::new(), regions()).unwrap();
         let t = std::thread::spawn(move || {
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                server.run(&mut GoesAway)
+                server.run(&mut StubFunction::default())
             }));
             // The server, its listener and the connection go with this thread.
         });
