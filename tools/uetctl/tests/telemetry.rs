@@ -826,16 +826,7 @@ fn a_named_av_table_is_compared_with_the_av() {
 
     // A's NIC table changed behind its AV: another peer at 1, a range member missing, an
     // entry where the AV holds none.
-    let stranger = UetAddress {
-        caps: caps::AI_BASE,
-        mode: AddressingMode::Relative,
-        max_msg_mtu: false,
-        pid_on_fep: 3,
-        fabric_addr: "10.9.9.9".parse().unwrap(),
-        ri_start: 1,
-        ri_count: 4,
-        initiator: 0,
-    };
+    let stranger = stranger();
     let mut wrong = AvWriteRecord::default();
     wrong.index.set(1);
     wrong.entry = NicAvEntry::for_peer(&stranger, 0x77);
@@ -1767,16 +1758,7 @@ fn a_live_dump_that_finds_differences_exits_1_as_a_demo_dump_does() {
     }
 
     // Another peer at index 7 of the NIC table, where the AV holds none.
-    let stranger = UetAddress {
-        caps: caps::AI_BASE,
-        mode: AddressingMode::Relative,
-        max_msg_mtu: false,
-        pid_on_fep: 3,
-        fabric_addr: "10.9.9.9".parse().unwrap(),
-        ri_start: 1,
-        ri_count: 4,
-        initiator: 0,
-    };
+    let stranger = stranger();
     let mut extra = AvWriteRecord::default();
     extra.index.set(7);
     extra.entry = NicAvEntry::for_peer(&stranger, 0x78);
@@ -1970,5 +1952,19 @@ fn the_live_counters_table_stays_aligned_whatever_the_figures() {
     for line in &lines[1..] {
         let row = ends(line);
         assert_eq!(row[row.len() - 2..], header[..], "misaligned:\n{stdout}");
+    }
+}
+
+/// A peer no AV of these tests holds, to plant in a NIC table behind its AV's back.
+fn stranger() -> UetAddress {
+    UetAddress {
+        caps: caps::AI_BASE,
+        mode: AddressingMode::Relative,
+        max_msg_mtu: false,
+        pid_on_fep: 3,
+        fabric_addr: "10.9.9.9".parse().unwrap(),
+        ri_start: 1,
+        ri_count: 4,
+        initiator: 0,
     }
 }
