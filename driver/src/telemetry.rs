@@ -327,6 +327,45 @@ pub fn connect(path: &Path, timeout: Duration) -> std::io::Result<UnixStream> {
     Ok(UnixStream::from(std::os::fd::OwnedFd::from(socket)))
 }
 
+/// What stands at the path where a process is about to bind a Unix socket, and stays.
+#[derive(Debug)]
+pub enum InTheWay {
+    /// A file that is not a socket.
+    NotASocket,
+    /// A socket a process serves.
+    Served,
+    /// A socket of which it cannot be told whether anyone serves it: of another kind
+    /// (a datagram socket), one this user may not connect to, or one whose backlog stayed
+    /// full for the whole wait (a process that accepts nothing).
+    Undecided(std::io::Error),
+    /// A stale socket that could not be removed.
+    CannotRemove(std::io::Error),
+}
+
+/// Make way at `path` for a socket this process binds: nothing there, or a stale socket
+/// (nobody listens on it: left by a process that died), which is removed. Anything else is
+/// left alone and named ([`InTheWay`]); whether a socket is served is asked with a
+/// [`connect`] that waits at most `timeout`.
+pub fn make_way_for_socket(path: &Path, timeout: Duration) -> Result<(), InTheWay> {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    if !meta.file_type().is_socket() {
+        return Err(InTheWay::NotASocket);
+    }
+    match connect(path, timeout) {
+        Ok(_) => Err(InTheWay::Served),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => std::fs::remove_file(path)
+            .or_else(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => Ok(()),
+                _ => Err(InTheWay::CannotRemove(e)),
+            }),
+        // Removed meanwhile: nothing to replace.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(InTheWay::Undecided(e)),
+    }
+}
+
 /// Numbers the private directories [`bind_private`] makes, with the PID.
 static STAGING: AtomicU64 = AtomicU64::new(0);
 
@@ -594,28 +633,16 @@ impl Telemetry {
             path: path.clone(),
             reason,
         };
-        if let Ok(meta) = std::fs::symlink_metadata(&path) {
-            if !meta.file_type().is_socket() {
-                return Err(fail("exists and is not a socket".into()));
-            }
-            match connect(&path, IO_TIMEOUT) {
-                Ok(_) => return Err(fail("another process serves it".into())),
-                // Nobody listens on it: left by a process that died.
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-                    std::fs::remove_file(&path)
-                        .map_err(|e| fail(format!("cannot replace the stale socket: {e}")))?;
+        make_way_for_socket(&path, IO_TIMEOUT).map_err(|e| {
+            fail(match e {
+                InTheWay::NotASocket => "exists and is not a socket".into(),
+                InTheWay::Served => "another process serves it".into(),
+                InTheWay::Undecided(e) => {
+                    format!("cannot tell whether a process serves it ({e}); it is left alone")
                 }
-                // Removed meanwhile: nothing to replace.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                // A socket of another kind, one this user may not connect to, or one whose
-                // backlog stays full: someone may serve it.
-                Err(e) => {
-                    return Err(fail(format!(
-                        "cannot tell whether a process serves it ({e}); it is left alone"
-                    )))
-                }
-            }
-        }
+                InTheWay::CannotRemove(e) => format!("cannot replace the stale socket: {e}"),
+            })
+        })?;
         let listener = bind_private(&path).map_err(fail)?;
         let file = FileId::of(&path);
         let wake = listener.try_clone().map_err(|e| {

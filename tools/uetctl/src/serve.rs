@@ -89,37 +89,30 @@ impl Daemon {
         for i in 0..cfg.nics {
             let addr = rank_fabric_addr(i);
             let path = nic_socket(&cfg.dir, i);
-            if let Ok(meta) = std::fs::symlink_metadata(&path) {
-                use std::os::unix::fs::FileTypeExt;
-                if !meta.file_type().is_socket() {
-                    return Err(socket_error(
+            // Only a socket nobody listens on is left over from a daemon that is gone. A
+            // daemon that is stuck (its backlog full) is asked with a bounded wait, and any
+            // other answer leaves the file to its owner.
+            use uet_driver::telemetry::InTheWay;
+            uet_driver::telemetry::make_way_for_socket(&path, STALE_CHECK_TIMEOUT).map_err(
+                |e| {
+                    socket_error(
                         &path,
-                        "not a socket (remove it, or use another --dir)".into(),
-                    ));
-                }
-                // Only a socket nobody listens on is left over from a daemon that is gone. A
-                // daemon that is stuck (its backlog full) is asked with a bounded wait, and
-                // any other answer leaves the socket to its owner.
-                match uet_driver::telemetry::connect(&path, STALE_CHECK_TIMEOUT) {
-                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-                        std::fs::remove_file(&path)
-                            .map_err(|e| socket_error(&path, e.to_string()))?;
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Ok(_) => {
-                        return Err(socket_error(
-                            &path,
-                            "served by another process (stop it, or use another --dir)".into(),
-                        ))
-                    }
-                    Err(e) => {
-                        return Err(socket_error(
-                            &path,
-                            format!("a socket this daemon cannot take over ({e}; remove it, or use another --dir)"),
-                        ))
-                    }
-                }
-            }
+                        match e {
+                            InTheWay::NotASocket => {
+                                "not a socket (remove it, or use another --dir)".into()
+                            }
+                            InTheWay::Served => {
+                                "served by another process (stop it, or use another --dir)".into()
+                            }
+                            InTheWay::Undecided(e) => format!(
+                                "a socket this daemon cannot take over ({e}; remove it, or use \
+                                 another --dir)"
+                            ),
+                            InTheWay::CannotRemove(e) => e.to_string(),
+                        },
+                    )
+                },
+            )?;
             let mut nic = NicConfig::new(addr);
             nic.interface_minor = cfg.interface_minor;
             let function = fabric
