@@ -919,9 +919,10 @@ fn a_closed_segment_left_at_its_path_does_not_block_the_name() {
     }
 }
 
-/// A segment file that another user may write, that another user owns, or that is a
-/// symbolic link is refused with FI_EACCES: /dev/shm is writable by all and AV names are
-/// known, so such a file could redirect this process's traffic.
+/// A segment file that another user may open (to write, or only to read: a reader can hold
+/// its locks), that another user owns, or that is a symbolic link is refused with FI_EACCES:
+/// /dev/shm is writable by all and AV names are known, so such a file could redirect or stall
+/// this process's traffic.
 #[test]
 fn a_segment_file_others_can_reach_is_refused() {
     use std::os::unix::fs::PermissionsExt;

@@ -92,9 +92,9 @@
 //! nothing; with a temporary name (`.uet-av.tmp.<pid>.<n>.<ns>` in [`SHM_DIR`]) it leaves that
 //! file, which nothing removes (no process opens it).
 //!
-//! Opening refuses a segment file that is a symbolic link, that another user owns, or that
-//! another user may write (`FI_EACCES`): `/dev/shm` is writable by all, and AV names are
-//! known.
+//! Opening refuses a segment file that is a symbolic link, that another user owns, or whose
+//! mode gives its group or other users any access, reading included (`FI_EACCES`): `/dev/shm`
+//! is writable by all, and AV names are known.
 #![allow(unsafe_code)]
 
 use std::fs::{File, OpenOptions};
@@ -297,10 +297,12 @@ fn os_error(what: &str, e: &io::Error) -> FiError {
     FiError::new(errno, format!("{what}: {e}"))
 }
 
-/// Refuse a segment file another user owns, or that another user may write: the processes
-/// sharing an AV run as one user, and a file of `/dev/shm` (world-writable, with predictable
-/// names) that someone else made would let them rewrite the addresses this process sends
-/// to. `FI_EACCES`.
+/// Refuse a segment file another user owns, or whose mode lets its group or other users open
+/// it at all: the processes sharing an AV run as one user. A file of `/dev/shm`
+/// (world-writable, with predictable names) that someone else made would let them rewrite the
+/// addresses this process sends to, and one they may merely read would let them hold its
+/// record locks (a shared lock on the lock byte stops every change, one on the presence byte
+/// keeps the last close from removing it). `FI_EACCES`.
 fn check_owner(meta: &std::fs::Metadata, path: &Path, name: &str) -> Result<(), FiError> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let me = unsafe { libc::geteuid() };
