@@ -616,7 +616,10 @@ impl<N: NicAvTable + Send + 'static> NamedAv<N> {
         let fi_addr = fi_addr.map(core::slice::from_mut);
         let status = status.map(core::slice::from_mut);
         self.check_insert(CALL, 1, fi_addr.as_deref(), flags, status.as_deref())?;
-        let item = svc_item(CALL, node, service, self.shared.local().av.resolver())?;
+        // The mirror is not held while the name resolves: a send or completion read may
+        // catch it up meanwhile.
+        let resolver = self.shared.local().av.resolver();
+        let item = svc_item(CALL, node, service, resolver)?;
         self.insert_items(CALL, vec![item], fi_addr, status)
     }
 

@@ -1181,3 +1181,97 @@ fn a_set_whose_record_went_early_behind_a_stale_record_at_its_index_reaches_a_la
     assert_same(&mut a, &mut l);
     assert_same(&mut a, &mut p);
 }
+
+/// Set once a [`held_resolver`] call has started; it returns once [`RESOLVER_RELEASE`] is set.
+static RESOLVER_ENTERED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static RESOLVER_RELEASE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// A resolver as slow as the test wants: it resolves every name to 10.7.0.9 once released.
+fn held_resolver(_name: &str) -> std::io::Result<Vec<std::net::IpAddr>> {
+    use std::sync::atomic::Ordering;
+    RESOLVER_ENTERED.store(true, Ordering::SeqCst);
+    while !RESOLVER_RELEASE.load(Ordering::SeqCst) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    Ok(vec![std::net::IpAddr::V4(std::net::Ipv4Addr::new(
+        10, 7, 0, 9,
+    ))])
+}
+
+/// An in-memory NIC table that keeps the AV generation it reflects where the test sees it.
+struct WatchedNic {
+    inner: MemoryNicTable,
+    generation: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl uet_av::NicAvTable for WatchedNic {
+    fn write_entries(
+        &mut self,
+        records: &[uet_fwif::AvWriteRecord],
+    ) -> Result<(), uet_av::NicError> {
+        self.inner.write_entries(records)
+    }
+    fn invalidate(&mut self, indices: &[u32]) -> Result<(), uet_av::NicError> {
+        self.inner.invalidate(indices)
+    }
+    fn read_entries(
+        &mut self,
+        first: u32,
+        out: &mut [uet_fwif::NicAvEntry],
+    ) -> Result<(), uet_av::NicError> {
+        self.inner.read_entries(first, out)
+    }
+    fn reflects_generation(&self, generation: u64) {
+        self.generation
+            .store(generation, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Resolving insertsvc's host name does not hold this process's mirror: an endpoint's
+/// catch-up meanwhile (before a send or a completion read) brings the NIC table up to the
+/// changes other processes made instead of finding the mirror busy for as long as the name
+/// takes to resolve.
+#[test]
+fn an_insertsvc_resolving_a_host_name_leaves_the_datapath_catch_up_to_run() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let name = unique("svc-resolving");
+    let generation = std::sync::Arc::new(AtomicU64::new(u64::MAX));
+    let seen = generation.clone();
+    let mut a = NamedAv::open(attr(&name, 8), LIMITS, move |a| {
+        Ok(WatchedNic {
+            inner: MemoryNicTable::new(a.count as u32),
+            generation: seen,
+        })
+    })
+    .unwrap();
+    a.set_resolver(held_resolver);
+    let hook = a
+        .av()
+        .sync_hook()
+        .expect("a named AV's mirror has a catch-up");
+    let mut b = open(attr(&name, 8)).unwrap();
+    insert(&mut b, &[1]);
+    let committed = b.generation();
+    assert_ne!(generation.load(Ordering::SeqCst), committed);
+    let resolving = std::thread::spawn(move || {
+        let r = a.insertsvc("slowhost", Some("7"), None, 0, None);
+        (a, r)
+    });
+    while !RESOLVER_ENTERED.load(Ordering::SeqCst) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let caught_up = hook.catch_up();
+    let reflected = generation.load(Ordering::SeqCst);
+    RESOLVER_RELEASE.store(true, Ordering::SeqCst);
+    let (mut a, inserted) = resolving.join().unwrap();
+    assert_eq!(inserted, Ok(1));
+    caught_up.unwrap();
+    assert_eq!(
+        reflected, committed,
+        "the NIC table caught up while the host name resolved"
+    );
+    drop(hook);
+    let (mut out, mut len) = ([0u8; ADDR_LEN], ADDR_LEN);
+    a.lookup(0, &mut out, &mut len).unwrap();
+    assert_eq!(out, peer_bytes(1), "b's insert, in a's mirror");
+}
