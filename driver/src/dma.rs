@@ -554,7 +554,7 @@ impl Drop for DmaRegion {
 /// `dst..dst+src.len()` must lie inside a live mapping.
 unsafe fn volatile_copy_to(dst: *mut u8, src: &[u8]) {
     let mut i = 0;
-    // SAFETY (whole function): the caller guarantees the destination range is mapped; unaligned
+    // SAFETY: (the whole loop) the caller guarantees the destination range is mapped; unaligned
     // u64 stores are avoided by only taking the word path when `dst + i` is 8-byte aligned.
     unsafe {
         while i < src.len() && !(dst.add(i) as usize).is_multiple_of(8) {
@@ -582,7 +582,7 @@ unsafe fn volatile_copy_to(dst: *mut u8, src: &[u8]) {
 /// `src..src+dst.len()` must lie inside a live mapping.
 unsafe fn volatile_copy_from(src: *const u8, dst: &mut [u8]) {
     let mut i = 0;
-    // SAFETY (whole function): as in `volatile_copy_to`, with the source range mapped.
+    // SAFETY: (the whole loop) as in `volatile_copy_to`, with the source range mapped.
     unsafe {
         while i < dst.len() && !(src.add(i) as usize).is_multiple_of(8) {
             dst[i] = src.add(i).read_volatile();
