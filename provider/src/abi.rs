@@ -1,0 +1,460 @@
+//! libfabric's C ABI, as the provider sees it: the structures of `rdma/fabric.h`,
+//! `rdma/fi_domain.h` and `rdma/providers/fi_prov.h` of libfabric 1.17 that this provider
+//! fills in or reads, field for field, and the constants it uses.
+//!
+//! Only what the provider touches is declared; a structure it only passes on (an `fi_cq_attr`,
+//! an `fi_mr_attr`) is a `c_void` pointer. `tests/layout.rs` checks every size and offset here
+//! against the system's headers with the C compiler.
+//!
+//! Each object libfabric hands back to the provider starts with its `struct fid` (`fid_fabric`,
+//! `fid_domain`, `fid_av` all do), and the provider's object starts with that structure, so a
+//! `struct fid *` and the provider's object have one address.
+
+// The fields are libfabric's, named as in its headers, where they are documented.
+#![allow(missing_docs)]
+
+use core::ffi::{c_char, c_int, c_void};
+
+/// `fi_addr_t`.
+pub type FiAddr = u64;
+
+/// `FI_VERSION(major, minor)`.
+pub const fn fi_version(major: u32, minor: u32) -> u32 {
+    (major << 16) | minor
+}
+
+/// `FI_MAJOR(version)`.
+pub const fn fi_major(version: u32) -> u32 {
+    version >> 16
+}
+
+/// `FI_MINOR(version)`.
+pub const fn fi_minor(version: u32) -> u32 {
+    version & 0xffff
+}
+
+/// The libfabric API this provider is built for: 1.17, the oldest libfabric with every call
+/// it serves. libfabric loads a provider whose API is its own or older within one major
+/// version, and offers it to an application that asks for this API or an older one.
+pub const FI_PROVIDER_API: u32 = fi_version(1, 17);
+
+// `enum fi_fclass` (fabric.h).
+/// `FI_CLASS_FABRIC`.
+pub const FI_CLASS_FABRIC: usize = 1;
+/// `FI_CLASS_DOMAIN`.
+pub const FI_CLASS_DOMAIN: usize = 2;
+/// `FI_CLASS_AV`.
+pub const FI_CLASS_AV: usize = 11;
+
+// `enum fi_ep_type`.
+/// `FI_EP_UNSPEC`.
+pub const FI_EP_UNSPEC: c_int = 0;
+/// `FI_EP_RDM`.
+pub const FI_EP_RDM: c_int = 3;
+
+// `enum fi_threading`, `enum fi_progress`, `enum fi_resource_mgmt`.
+/// `FI_THREAD_SAFE`: every object may be used by any thread at any time.
+pub const FI_THREAD_SAFE: c_int = 1;
+/// `FI_PROGRESS_AUTO`.
+pub const FI_PROGRESS_AUTO: c_int = 1;
+/// `FI_RM_ENABLED`.
+pub const FI_RM_ENABLED: c_int = 2;
+
+// Address formats (`FI_FORMAT_UNSPEC`: the provider's own, here the 32-byte UET address).
+/// `FI_FORMAT_UNSPEC`.
+pub const FI_FORMAT_UNSPEC: u32 = 0;
+/// `FI_ADDR_STR`.
+pub const FI_ADDR_STR: u32 = 9;
+
+/// `FI_MR_PROV_KEY` of `mr_mode`.
+pub const FI_MR_PROV_KEY: c_int = 1 << 6;
+
+/// `struct fi_context`.
+#[repr(C)]
+pub struct FiContext {
+    pub internal: [*mut c_void; 4],
+}
+
+/// `struct fid`.
+#[repr(C)]
+pub struct Fid {
+    pub fclass: usize,
+    pub context: *mut c_void,
+    pub ops: *mut FiOps,
+}
+
+/// `struct fi_ops`: what every object answers.
+#[repr(C)]
+pub struct FiOps {
+    pub size: usize,
+    pub close: unsafe extern "C" fn(fid: *mut Fid) -> c_int,
+    pub bind: unsafe extern "C" fn(fid: *mut Fid, bfid: *mut Fid, flags: u64) -> c_int,
+    pub control: unsafe extern "C" fn(fid: *mut Fid, command: c_int, arg: *mut c_void) -> c_int,
+    pub ops_open: unsafe extern "C" fn(
+        fid: *mut Fid,
+        name: *const c_char,
+        flags: u64,
+        ops: *mut *mut c_void,
+        context: *mut c_void,
+    ) -> c_int,
+    pub tostr: unsafe extern "C" fn(fid: *const Fid, buf: *mut c_char, len: usize) -> c_int,
+    pub ops_set: unsafe extern "C" fn(
+        fid: *mut Fid,
+        name: *const c_char,
+        flags: u64,
+        ops: *mut c_void,
+        context: *mut c_void,
+    ) -> c_int,
+}
+
+/// `struct fi_tx_attr`.
+#[repr(C)]
+pub struct FiTxAttr {
+    pub caps: u64,
+    pub mode: u64,
+    pub op_flags: u64,
+    pub msg_order: u64,
+    pub comp_order: u64,
+    pub inject_size: usize,
+    pub size: usize,
+    pub iov_limit: usize,
+    pub rma_iov_limit: usize,
+    pub tclass: u32,
+}
+
+/// `struct fi_rx_attr`.
+#[repr(C)]
+pub struct FiRxAttr {
+    pub caps: u64,
+    pub mode: u64,
+    pub op_flags: u64,
+    pub msg_order: u64,
+    pub comp_order: u64,
+    pub total_buffered_recv: usize,
+    pub size: usize,
+    pub iov_limit: usize,
+}
+
+/// `struct fi_ep_attr`.
+#[repr(C)]
+pub struct FiEpAttr {
+    pub ep_type: c_int,
+    pub protocol: u32,
+    pub protocol_version: u32,
+    pub max_msg_size: usize,
+    pub msg_prefix_size: usize,
+    pub max_order_raw_size: usize,
+    pub max_order_war_size: usize,
+    pub max_order_waw_size: usize,
+    pub mem_tag_format: u64,
+    pub tx_ctx_cnt: usize,
+    pub rx_ctx_cnt: usize,
+    pub auth_key_size: usize,
+    pub auth_key: *mut u8,
+}
+
+/// `struct fi_domain_attr`.
+#[repr(C)]
+pub struct FiDomainAttr {
+    pub domain: *mut FidDomain,
+    pub name: *mut c_char,
+    pub threading: c_int,
+    pub control_progress: c_int,
+    pub data_progress: c_int,
+    pub resource_mgmt: c_int,
+    pub av_type: c_int,
+    pub mr_mode: c_int,
+    pub mr_key_size: usize,
+    pub cq_data_size: usize,
+    pub cq_cnt: usize,
+    pub ep_cnt: usize,
+    pub tx_ctx_cnt: usize,
+    pub rx_ctx_cnt: usize,
+    pub max_ep_tx_ctx: usize,
+    pub max_ep_rx_ctx: usize,
+    pub max_ep_stx_ctx: usize,
+    pub max_ep_srx_ctx: usize,
+    pub cntr_cnt: usize,
+    pub mr_iov_limit: usize,
+    pub caps: u64,
+    pub mode: u64,
+    pub auth_key: *mut u8,
+    pub auth_key_size: usize,
+    pub max_err_data: usize,
+    pub mr_cnt: usize,
+    pub tclass: u32,
+}
+
+/// `struct fi_fabric_attr`.
+#[repr(C)]
+pub struct FiFabricAttr {
+    pub fabric: *mut FidFabric,
+    pub name: *mut c_char,
+    pub prov_name: *mut c_char,
+    pub prov_version: u32,
+    pub api_version: u32,
+}
+
+/// `struct fi_info`.
+#[repr(C)]
+pub struct FiInfo {
+    pub next: *mut FiInfo,
+    pub caps: u64,
+    pub mode: u64,
+    pub addr_format: u32,
+    pub src_addrlen: usize,
+    pub dest_addrlen: usize,
+    pub src_addr: *mut c_void,
+    pub dest_addr: *mut c_void,
+    pub handle: *mut Fid,
+    pub tx_attr: *mut FiTxAttr,
+    pub rx_attr: *mut FiRxAttr,
+    pub ep_attr: *mut FiEpAttr,
+    pub domain_attr: *mut FiDomainAttr,
+    pub fabric_attr: *mut FiFabricAttr,
+    pub nic: *mut c_void,
+}
+
+/// `fi_provider.getinfo`.
+pub type GetinfoFn = unsafe extern "C" fn(
+    version: u32,
+    node: *const c_char,
+    service: *const c_char,
+    flags: u64,
+    hints: *const FiInfo,
+    info: *mut *mut FiInfo,
+) -> c_int;
+
+/// `fi_provider.fabric`.
+pub type FabricFn = unsafe extern "C" fn(
+    attr: *mut FiFabricAttr,
+    fabric: *mut *mut FidFabric,
+    context: *mut c_void,
+) -> c_int;
+
+/// `struct fi_provider` (`rdma/providers/fi_prov.h`): what `fi_prov_ini` returns.
+#[repr(C)]
+pub struct FiProvider {
+    pub version: u32,
+    pub fi_version: u32,
+    pub context: FiContext,
+    pub name: *const c_char,
+    pub getinfo: GetinfoFn,
+    pub fabric: FabricFn,
+    pub cleanup: unsafe extern "C" fn(),
+}
+
+/// `struct fi_ops_fabric`.
+#[repr(C)]
+pub struct FiOpsFabric {
+    pub size: usize,
+    pub domain: unsafe extern "C" fn(
+        fabric: *mut FidFabric,
+        info: *mut FiInfo,
+        domain: *mut *mut FidDomain,
+        context: *mut c_void,
+    ) -> c_int,
+    pub passive_ep: unsafe extern "C" fn(
+        fabric: *mut FidFabric,
+        info: *mut FiInfo,
+        pep: *mut *mut c_void,
+        context: *mut c_void,
+    ) -> c_int,
+    pub eq_open: unsafe extern "C" fn(
+        fabric: *mut FidFabric,
+        attr: *mut c_void,
+        eq: *mut *mut c_void,
+        context: *mut c_void,
+    ) -> c_int,
+    pub wait_open: unsafe extern "C" fn(
+        fabric: *mut FidFabric,
+        attr: *mut c_void,
+        waitset: *mut *mut c_void,
+    ) -> c_int,
+    pub trywait:
+        unsafe extern "C" fn(fabric: *mut FidFabric, fids: *mut *mut Fid, count: c_int) -> c_int,
+    pub domain2: unsafe extern "C" fn(
+        fabric: *mut FidFabric,
+        info: *mut FiInfo,
+        domain: *mut *mut FidDomain,
+        flags: u64,
+        context: *mut c_void,
+    ) -> c_int,
+}
+
+/// `struct fid_fabric`.
+#[repr(C)]
+pub struct FidFabric {
+    pub fid: Fid,
+    pub ops: *mut FiOpsFabric,
+    pub api_version: u32,
+}
+
+/// The signature of the `fi_ops_domain` entries this provider does not serve: every one takes
+/// the domain, an attribute or info pointer, an out pointer and a context (or flags).
+pub type DomainOpenFn = unsafe extern "C" fn(
+    domain: *mut FidDomain,
+    attr: *mut c_void,
+    out: *mut *mut c_void,
+    context: *mut c_void,
+) -> c_int;
+
+/// `struct fi_ops_domain`.
+#[repr(C)]
+pub struct FiOpsDomain {
+    pub size: usize,
+    pub av_open: unsafe extern "C" fn(
+        domain: *mut FidDomain,
+        attr: *mut FiAvAttr,
+        av: *mut *mut FidAv,
+        context: *mut c_void,
+    ) -> c_int,
+    pub cq_open: DomainOpenFn,
+    pub endpoint: DomainOpenFn,
+    pub scalable_ep: DomainOpenFn,
+    pub cntr_open: DomainOpenFn,
+    pub poll_open: unsafe extern "C" fn(
+        domain: *mut FidDomain,
+        attr: *mut c_void,
+        pollset: *mut *mut c_void,
+    ) -> c_int,
+    pub stx_ctx: DomainOpenFn,
+    pub srx_ctx: DomainOpenFn,
+    pub query_atomic: unsafe extern "C" fn(
+        domain: *mut FidDomain,
+        datatype: c_int,
+        op: c_int,
+        attr: *mut c_void,
+        flags: u64,
+    ) -> c_int,
+    pub query_collective: unsafe extern "C" fn(
+        domain: *mut FidDomain,
+        coll: c_int,
+        attr: *mut c_void,
+        flags: u64,
+    ) -> c_int,
+    pub endpoint2: unsafe extern "C" fn(
+        domain: *mut FidDomain,
+        info: *mut FiInfo,
+        ep: *mut *mut c_void,
+        flags: u64,
+        context: *mut c_void,
+    ) -> c_int,
+}
+
+/// `struct fi_ops_mr`.
+#[repr(C)]
+pub struct FiOpsMr {
+    pub size: usize,
+    pub reg: unsafe extern "C" fn(
+        fid: *mut Fid,
+        buf: *const c_void,
+        len: usize,
+        access: u64,
+        offset: u64,
+        requested_key: u64,
+        flags: u64,
+        mr: *mut *mut c_void,
+        context: *mut c_void,
+    ) -> c_int,
+    pub regv: unsafe extern "C" fn(
+        fid: *mut Fid,
+        iov: *const c_void,
+        count: usize,
+        access: u64,
+        offset: u64,
+        requested_key: u64,
+        flags: u64,
+        mr: *mut *mut c_void,
+        context: *mut c_void,
+    ) -> c_int,
+    pub regattr: unsafe extern "C" fn(
+        fid: *mut Fid,
+        attr: *const c_void,
+        flags: u64,
+        mr: *mut *mut c_void,
+    ) -> c_int,
+}
+
+/// `struct fid_domain`.
+#[repr(C)]
+pub struct FidDomain {
+    pub fid: Fid,
+    pub ops: *mut FiOpsDomain,
+    pub mr: *mut FiOpsMr,
+}
+
+/// `struct fi_av_attr`.
+#[repr(C)]
+pub struct FiAvAttr {
+    pub av_type: c_int,
+    pub rx_ctx_bits: c_int,
+    pub count: usize,
+    pub ep_per_node: usize,
+    pub name: *const c_char,
+    pub map_addr: *mut c_void,
+    pub flags: u64,
+}
+
+/// `struct fi_ops_av`.
+#[repr(C)]
+pub struct FiOpsAv {
+    pub size: usize,
+    pub insert: unsafe extern "C" fn(
+        av: *mut FidAv,
+        addr: *const c_void,
+        count: usize,
+        fi_addr: *mut FiAddr,
+        flags: u64,
+        context: *mut c_void,
+    ) -> c_int,
+    pub insertsvc: unsafe extern "C" fn(
+        av: *mut FidAv,
+        node: *const c_char,
+        service: *const c_char,
+        fi_addr: *mut FiAddr,
+        flags: u64,
+        context: *mut c_void,
+    ) -> c_int,
+    pub insertsym: unsafe extern "C" fn(
+        av: *mut FidAv,
+        node: *const c_char,
+        nodecnt: usize,
+        service: *const c_char,
+        svccnt: usize,
+        fi_addr: *mut FiAddr,
+        flags: u64,
+        context: *mut c_void,
+    ) -> c_int,
+    pub remove: unsafe extern "C" fn(
+        av: *mut FidAv,
+        fi_addr: *mut FiAddr,
+        count: usize,
+        flags: u64,
+    ) -> c_int,
+    pub lookup: unsafe extern "C" fn(
+        av: *mut FidAv,
+        fi_addr: FiAddr,
+        addr: *mut c_void,
+        addrlen: *mut usize,
+    ) -> c_int,
+    pub straddr: unsafe extern "C" fn(
+        av: *mut FidAv,
+        addr: *const c_void,
+        buf: *mut c_char,
+        len: *mut usize,
+    ) -> *const c_char,
+    pub av_set: unsafe extern "C" fn(
+        av: *mut FidAv,
+        attr: *mut c_void,
+        av_set: *mut *mut c_void,
+        context: *mut c_void,
+    ) -> c_int,
+}
+
+/// `struct fid_av`.
+#[repr(C)]
+pub struct FidAv {
+    pub fid: Fid,
+    pub ops: *mut FiOpsAv,
+}

@@ -1,0 +1,494 @@
+//! `fi_av_open` and `struct fi_ops_av`: the C calls on a [`uet_driver::Av`] (or, opened with a
+//! name, a [`uet_driver::SharedAv`]), whose entries live in the NIC's AV table.
+//!
+//! The C arguments become the Rust API's, and nothing more: the man-page semantics (lowest
+//! free index, `FI_ADDR_NOTAVAIL` in a failed address's slot, `FI_SYNC_ERR` statuses, `FI_MORE`
+//! batching, user ids, symmetric ranges, errnos) are [`uet_av::AddressVector`]'s. What is
+//! checked here is what C adds: NULL pointers where an array is needed (`-FI_EINVAL`), counts
+//! whose arrays could not exist in memory (`-FI_EINVAL`), strings that are not UTF-8 (an
+//! address that fails alone, as a malformed one does).
+//!
+//! * Binary AVs take and return 32-byte UET addresses; `FI_ADDR_STR` AVs take `count` C
+//!   strings (`addr` is a `char **`), and `fi_av_lookup` returns the NUL-terminated string.
+//! * `FI_SYNC_ERR`: `context` is the `int` status array, one per address.
+//! * `FI_EVENT` needs `fi_av_bind` to an event queue, which the provider does not open yet:
+//!   `fi_av_open` with it is `-FI_ENOSYS`.
+//! * Every AV call takes the AV's lock: the domain is `FI_THREAD_SAFE`.
+
+use crate::abi::*;
+use crate::domain::domain_ref;
+use crate::info::c_str;
+use crate::{entry, null, unsupported};
+use core::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use uet_av::{
+    av_type_from_c, rx_ctx_bits_from_c, AddrFormat, AvAttr, AvName, FiErrno, FiError, ADDR_LEN,
+    FI_EVENT, FI_SYNC_ERR,
+};
+use uet_driver::{Av, SharedAv};
+
+/// The AV of an `fid_av`: the process's own, or one shared by name.
+enum AvKind {
+    Own(Box<Av>),
+    Shared(Box<SharedAv>),
+}
+
+/// Run `$e` with `$a` bound to the AV, whichever kind it is.
+macro_rules! with_av {
+    ($kind:expr, $a:ident => $e:expr) => {
+        match $kind {
+            AvKind::Own($a) => $e,
+            AvKind::Shared($a) => $e,
+        }
+    };
+}
+
+/// An AV: libfabric's `fid_av` first, then the AV (`None` once closed) and its address format.
+#[repr(C)]
+pub struct UetAv {
+    fid: FidAv,
+    av: Mutex<Option<AvKind>>,
+    addr_format: AddrFormat,
+}
+
+static AV_FID_OPS: FiOps = FiOps {
+    size: core::mem::size_of::<FiOps>(),
+    close: av_close,
+    bind: unsupported::bind,
+    control: unsupported::control,
+    ops_open: unsupported::ops_open,
+    tostr: unsupported::tostr,
+    ops_set: unsupported::ops_set,
+};
+
+static AV_OPS: FiOpsAv = FiOpsAv {
+    size: core::mem::size_of::<FiOpsAv>(),
+    insert: av_insert,
+    insertsvc: av_insertsvc,
+    insertsym: av_insertsym,
+    remove: av_remove,
+    lookup: av_lookup,
+    straddr: av_straddr,
+    av_set: unsupported::av_set,
+};
+
+/// The provider's AV behind a `fid_av` pointer, locked.
+///
+/// # Safety
+/// `av` is NULL or a pointer [`domain_av_open`] returned and `fi_close` has not freed.
+unsafe fn av_ref<'a>(av: *mut FidAv, call: &str) -> Result<&'a UetAv, FiError> {
+    // SAFETY: a `UetAv` starts with its `fid_av` (repr(C)); live, as the caller promises.
+    let a = unsafe { av.cast::<UetAv>().as_ref() }.ok_or_else(|| null(call, "av"))?;
+    if a.fid.fid.fclass != FI_CLASS_AV {
+        return Err(FiError::inval(format!("{call}: the fid is not a uet AV")));
+    }
+    Ok(a)
+}
+
+impl UetAv {
+    fn lock(&self, call: &str) -> Result<MutexGuard<'_, Option<AvKind>>, FiError> {
+        let guard = self.av.lock().unwrap_or_else(PoisonError::into_inner);
+        if guard.is_none() {
+            return Err(FiError::inval(format!("{call}: the AV is closed")));
+        }
+        Ok(guard)
+    }
+}
+
+/// `count` elements of `T` at `p` as a slice, `None` when `p` is NULL. `FI_EINVAL` when `p`
+/// is NULL and `count` is not 0, or when `count` elements could not exist in memory.
+///
+/// # Safety
+/// `p` is NULL or points to `count` initialized, writable elements, not otherwise referenced
+/// for `'a`.
+unsafe fn c_array<'a, T>(
+    p: *mut T,
+    count: usize,
+    call: &str,
+    what: &str,
+) -> Result<Option<&'a mut [T]>, FiError> {
+    if count
+        .checked_mul(core::mem::size_of::<T>())
+        .is_none_or(|b| b > isize::MAX as usize)
+    {
+        return Err(FiError::inval(format!(
+            "{call}: {count} elements of {what} do not fit in memory"
+        )));
+    }
+    if p.is_null() {
+        if count == 0 {
+            return Ok(Some(&mut []));
+        }
+        return Ok(None);
+    }
+    // SAFETY: non-NULL, `count` valid elements (the caller's promise), size checked above.
+    Ok(Some(unsafe { core::slice::from_raw_parts_mut(p, count) }))
+}
+
+/// As [`c_array`], with NULL an error.
+///
+/// # Safety
+/// As [`c_array`].
+unsafe fn c_array_needed<'a, T>(
+    p: *mut T,
+    count: usize,
+    call: &str,
+    what: &str,
+) -> Result<&'a mut [T], FiError> {
+    // SAFETY: the caller's promise.
+    unsafe { c_array(p, count, call, what) }?.ok_or_else(|| null(call, what))
+}
+
+/// The `FI_SYNC_ERR` status array in `context`, when `flags` asks for it.
+///
+/// # Safety
+/// With `FI_SYNC_ERR`, `context` is NULL or an array of `count` `int`s.
+unsafe fn status_array<'a>(
+    flags: u64,
+    context: *mut c_void,
+    count: usize,
+    call: &str,
+) -> Result<Option<&'a mut [i32]>, FiError> {
+    if flags & FI_SYNC_ERR == 0 {
+        return Ok(None);
+    }
+    // SAFETY: the caller's promise.
+    unsafe {
+        c_array_needed(
+            context.cast::<i32>(),
+            count,
+            call,
+            "the FI_SYNC_ERR status array (context)",
+        )
+    }
+    .map(Some)
+}
+
+/// A count of inserted addresses as the C return value.
+fn inserted(n: usize) -> Result<c_int, FiError> {
+    c_int::try_from(n).map_err(|_| FiError::inval(format!("{n} insertions overflow an int")))
+}
+
+/// `fi_av_open`.
+pub(crate) unsafe extern "C" fn domain_av_open(
+    domain: *mut FidDomain,
+    attr: *mut FiAvAttr,
+    av: *mut *mut FidAv,
+    context: *mut c_void,
+) -> c_int {
+    const CALL: &str = "fi_av_open";
+    entry(CALL, || {
+        // SAFETY: libfabric passes the application's domain pointer, ours.
+        let d = unsafe { domain_ref(domain, CALL) }?;
+        if av.is_null() {
+            return Err(null(CALL, "av"));
+        }
+        // SAFETY: NULL or valid (libfabric's contract).
+        let c = unsafe { attr.as_mut() }.ok_or_else(|| null(CALL, "attr"))?;
+        if c.flags & FI_EVENT != 0 {
+            return Err(FiError::new(
+                FiErrno::FI_ENOSYS,
+                "fi_av_open: flags FI_EVENT: asynchronous inserts report to an event queue, \
+                 which the uet provider does not open yet",
+            ));
+        }
+        // SAFETY: NULL or a NUL-terminated string (libfabric's contract).
+        let name = unsafe { c_str(c.name, "fi_av_attr.name") }?
+            .map(AvName::new)
+            .transpose()?;
+        let rust = AvAttr {
+            av_type: av_type_from_c(c.av_type)?,
+            count: c.count,
+            rx_ctx_bits: rx_ctx_bits_from_c(c.rx_ctx_bits)?,
+            ep_per_node: c.ep_per_node,
+            name,
+            map_addr: c.map_addr as u64,
+            flags: c.flags,
+            ..AvAttr::default()
+        };
+        let guard = d.lock()?;
+        let dom = guard
+            .as_ref()
+            .ok_or_else(|| FiError::inval("fi_av_open: the domain is closed"))?;
+        let kind = if rust.name.is_some() {
+            let shared = dom.open_named_av(rust)?;
+            // The base of the AV's fi_addr_t values, the same in every process.
+            c.map_addr = core::ptr::null_mut();
+            AvKind::Shared(Box::new(shared))
+        } else {
+            AvKind::Own(Box::new(dom.open_av(rust)?))
+        };
+        let boxed = Box::new(UetAv {
+            fid: FidAv {
+                fid: Fid {
+                    fclass: FI_CLASS_AV,
+                    context,
+                    ops: core::ptr::addr_of!(AV_FID_OPS).cast_mut(),
+                },
+                ops: core::ptr::addr_of!(AV_OPS).cast_mut(),
+            },
+            av: Mutex::new(Some(kind)),
+            addr_format: dom.attr().addr_format,
+        });
+        // SAFETY: `av` is non-NULL and writable (libfabric's contract).
+        unsafe { *av = Box::into_raw(boxed).cast() };
+        Ok(0)
+    })
+}
+
+/// `fi_close` of an AV: `-FI_EBUSY` while endpoints use it (the AV stays open).
+unsafe extern "C" fn av_close(fid: *mut Fid) -> c_int {
+    const CALL: &str = "fi_close(av)";
+    entry(CALL, || {
+        // SAFETY: libfabric calls this through the fid's own ops, so `fid` is one of ours.
+        let a = unsafe { av_ref(fid.cast(), CALL) }?;
+        {
+            let mut guard = a.lock(CALL)?;
+            match guard.take() {
+                Some(AvKind::Own(av)) => {
+                    if let Err(e) = av.close() {
+                        *guard = Some(AvKind::Own(e.av));
+                        return Err(e.error);
+                    }
+                }
+                Some(AvKind::Shared(av)) => {
+                    if let Err(e) = av.close() {
+                        *guard = Some(AvKind::Shared(e.av));
+                        return Err(e.error);
+                    }
+                }
+                None => {}
+            }
+        }
+        // SAFETY: made by `Box::into_raw` in `domain_av_open`; the application gives it up
+        // with this call, and the AV inside is closed.
+        drop(unsafe { Box::from_raw(fid.cast::<UetAv>()) });
+        Ok(0)
+    })
+}
+
+/// The strings of an `FI_ADDR_STR` insert: a NULL entry or one that is not UTF-8 becomes the
+/// empty string, which fails alone as a malformed address does.
+///
+/// # Safety
+/// `addr` is an array of `count` pointers, each NULL or a NUL-terminated string.
+unsafe fn c_strings<'a>(addr: *const c_void, count: usize) -> Result<Vec<&'a str>, FiError> {
+    const CALL: &str = "fi_av_insert";
+    // SAFETY: the caller's promise; only read.
+    let ptrs =
+        unsafe { c_array_needed(addr.cast::<*const c_char>().cast_mut(), count, CALL, "addr") }?;
+    Ok(ptrs
+        .iter()
+        .map(|&p| {
+            // SAFETY: NULL or a NUL-terminated string (the caller's promise).
+            unsafe { c_str(p, "an FI_ADDR_STR address") }
+                .ok()
+                .flatten()
+                .unwrap_or("")
+        })
+        .collect())
+}
+
+/// `fi_av_insert`.
+unsafe extern "C" fn av_insert(
+    av: *mut FidAv,
+    addr: *const c_void,
+    count: usize,
+    fi_addr: *mut FiAddr,
+    flags: u64,
+    context: *mut c_void,
+) -> c_int {
+    const CALL: &str = "fi_av_insert";
+    entry(CALL, || {
+        // SAFETY: the application's AV pointer, ours.
+        let a = unsafe { av_ref(av, CALL) }?;
+        inserted(count)?;
+        // SAFETY: libfabric's contract: `fi_addr` NULL or `count` entries; the status array
+        // `count` ints.
+        let (fi_addr, status) = unsafe {
+            (
+                c_array(fi_addr, count, CALL, "fi_addr")?,
+                status_array(flags, context, count, CALL)?,
+            )
+        };
+        let mut guard = a.lock(CALL)?;
+        let kind = guard
+            .as_mut()
+            .ok_or_else(|| FiError::inval("the AV is closed"))?;
+        let n = match a.addr_format {
+            AddrFormat::Uet => {
+                let bytes = count.saturating_mul(ADDR_LEN);
+                // SAFETY: `addr` holds `count` addresses of ADDR_LEN bytes (libfabric's
+                // contract); only read.
+                let addr =
+                    unsafe { c_array_needed(addr.cast::<u8>().cast_mut(), bytes, CALL, "addr") }?;
+                with_av!(kind, av => av.insert_with_status(addr, count, fi_addr, flags, status))?
+            }
+            AddrFormat::Str => {
+                // SAFETY: `addr` is a `char *` array of `count` (libfabric's contract).
+                let strings = unsafe { c_strings(addr, count) }?;
+                with_av!(kind, av => av.insert_str(&strings, fi_addr, flags, status))?
+            }
+        };
+        inserted(n)
+    })
+}
+
+/// `fi_av_insertsvc`.
+unsafe extern "C" fn av_insertsvc(
+    av: *mut FidAv,
+    node: *const c_char,
+    service: *const c_char,
+    fi_addr: *mut FiAddr,
+    flags: u64,
+    context: *mut c_void,
+) -> c_int {
+    const CALL: &str = "fi_av_insertsvc";
+    entry(CALL, || {
+        // SAFETY: the application's AV pointer, ours.
+        let a = unsafe { av_ref(av, CALL) }?;
+        // SAFETY: NULL or NUL-terminated strings (libfabric's contract).
+        let (node, service) = unsafe { (c_str(node, "node")?, c_str(service, "service")?) };
+        let node = node.ok_or_else(|| null(CALL, "node"))?;
+        // SAFETY: NULL or one fi_addr_t; the status array one int.
+        let (fi_addr, status) = unsafe {
+            (
+                fi_addr.as_mut(),
+                status_array(flags, context, 1, CALL)?.and_then(|s| s.first_mut()),
+            )
+        };
+        let mut guard = a.lock(CALL)?;
+        let kind = guard
+            .as_mut()
+            .ok_or_else(|| FiError::inval("the AV is closed"))?;
+        let n = with_av!(kind, av => av.insertsvc(node, service, fi_addr, flags, status))?;
+        inserted(n)
+    })
+}
+
+/// `fi_av_insertsym`.
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn av_insertsym(
+    av: *mut FidAv,
+    node: *const c_char,
+    nodecnt: usize,
+    service: *const c_char,
+    svccnt: usize,
+    fi_addr: *mut FiAddr,
+    flags: u64,
+    context: *mut c_void,
+) -> c_int {
+    const CALL: &str = "fi_av_insertsym";
+    entry(CALL, || {
+        // SAFETY: the application's AV pointer, ours.
+        let a = unsafe { av_ref(av, CALL) }?;
+        let count = nodecnt.checked_mul(svccnt).ok_or_else(|| {
+            FiError::inval(format!(
+                "{CALL}: nodecnt {nodecnt} × svccnt {svccnt} overflows"
+            ))
+        })?;
+        inserted(count)?;
+        // SAFETY: NULL or NUL-terminated strings (libfabric's contract).
+        let (node, service) = unsafe { (c_str(node, "node")?, c_str(service, "service")?) };
+        let node = node.ok_or_else(|| null(CALL, "node"))?;
+        let service = service.ok_or_else(|| null(CALL, "service"))?;
+        // SAFETY: `fi_addr` NULL or `count` entries; the status array `count` ints.
+        let (fi_addr, status) = unsafe {
+            (
+                c_array(fi_addr, count, CALL, "fi_addr")?,
+                status_array(flags, context, count, CALL)?,
+            )
+        };
+        let mut guard = a.lock(CALL)?;
+        let kind = guard
+            .as_mut()
+            .ok_or_else(|| FiError::inval("the AV is closed"))?;
+        let n = with_av!(kind, av => av.insertsym(node, nodecnt, service, svccnt, fi_addr, flags, status))?;
+        inserted(n)
+    })
+}
+
+/// `fi_av_remove`.
+unsafe extern "C" fn av_remove(
+    av: *mut FidAv,
+    fi_addr: *mut FiAddr,
+    count: usize,
+    flags: u64,
+) -> c_int {
+    const CALL: &str = "fi_av_remove";
+    entry(CALL, || {
+        // SAFETY: the application's AV pointer, ours.
+        let a = unsafe { av_ref(av, CALL) }?;
+        // SAFETY: `count` entries (libfabric's contract); only read.
+        let fi_addrs = unsafe { c_array_needed(fi_addr, count, CALL, "fi_addr") }?;
+        let mut guard = a.lock(CALL)?;
+        let kind = guard
+            .as_mut()
+            .ok_or_else(|| FiError::inval("the AV is closed"))?;
+        with_av!(kind, av => av.remove(fi_addrs, flags))?;
+        Ok(0)
+    })
+}
+
+/// `fi_av_lookup`: `*addrlen` in, the address's full size out; a NULL `addr` with it asks for
+/// the size alone.
+unsafe extern "C" fn av_lookup(
+    av: *mut FidAv,
+    fi_addr: FiAddr,
+    addr: *mut c_void,
+    addrlen: *mut usize,
+) -> c_int {
+    const CALL: &str = "fi_av_lookup";
+    entry(CALL, || {
+        // SAFETY: the application's AV pointer, ours.
+        let a = unsafe { av_ref(av, CALL) }?;
+        // SAFETY: NULL or valid (libfabric's contract).
+        let addrlen = unsafe { addrlen.as_mut() }.ok_or_else(|| null(CALL, "addrlen"))?;
+        // SAFETY: `addr` NULL or `*addrlen` writable bytes (libfabric's contract).
+        let buf = unsafe { c_array(addr.cast::<u8>(), *addrlen, CALL, "addr") }?.unwrap_or(&mut []);
+        let mut guard = a.lock(CALL)?;
+        let kind = guard
+            .as_mut()
+            .ok_or_else(|| FiError::inval("the AV is closed"))?;
+        with_av!(kind, av => av.lookup(fi_addr, buf, addrlen))?;
+        Ok(0)
+    })
+}
+
+/// `fi_av_straddr`: `buf`, or NULL when an argument is (with `len` NULL nothing is written).
+unsafe extern "C" fn av_straddr(
+    av: *mut FidAv,
+    addr: *const c_void,
+    buf: *mut c_char,
+    len: *mut usize,
+) -> *const c_char {
+    const CALL: &str = "fi_av_straddr";
+    let ok = entry(CALL, || {
+        // SAFETY: the application's AV pointer, ours.
+        let a = unsafe { av_ref(av, CALL) }?;
+        // SAFETY: NULL or valid (libfabric's contract).
+        let len = unsafe { len.as_mut() }.ok_or_else(|| null(CALL, "len"))?;
+        if addr.is_null() {
+            return Err(null(CALL, "addr"));
+        }
+        let addr: &[u8] = match a.addr_format {
+            // SAFETY: a binary AV's address is ADDR_LEN bytes (libfabric's contract).
+            AddrFormat::Uet => unsafe { core::slice::from_raw_parts(addr.cast::<u8>(), ADDR_LEN) },
+            // SAFETY: an FI_ADDR_STR address is a NUL-terminated string.
+            AddrFormat::Str => unsafe { CStr::from_ptr(addr.cast()) }.to_bytes(),
+        };
+        // SAFETY: `buf` NULL or `*len` writable bytes (libfabric's contract).
+        let out = unsafe { c_array(buf.cast::<u8>(), *len, CALL, "buf") }?.unwrap_or(&mut []);
+        let guard = a.lock(CALL)?;
+        let kind = guard
+            .as_ref()
+            .ok_or_else(|| FiError::inval("the AV is closed"))?;
+        with_av!(kind, av => av.straddr(addr, out, len));
+        Ok(0)
+    });
+    if ok == 0 {
+        buf
+    } else {
+        core::ptr::null()
+    }
+}

@@ -1,0 +1,166 @@
+//! The NIC the provider runs on: named by `FI_UET_DEVICE`, opened once per process.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use uet_av::{FiErrno, FiError};
+use uet_driver::backend::sim::SimDevice;
+use uet_driver::backend::sysfs::PciAddress;
+use uet_driver::backend::vfio::VfioDevice;
+use uet_driver::backend::vfio_user::VfioUserDevice;
+use uet_driver::{Device, Nic};
+use uet_sim::{Fabric, NicConfig};
+
+/// The environment variable naming the NIC.
+pub const DEVICE_VAR: &str = "FI_UET_DEVICE";
+
+/// The environment variable giving the simulated NIC's fabric address.
+pub const SIM_ADDR_VAR: &str = "FI_UET_SIM_ADDR";
+
+/// The simulated NIC's fabric address when [`SIM_ADDR_VAR`] is unset.
+pub const DEFAULT_SIM_ADDR: &str = "10.0.0.1";
+
+/// Which NIC: the value of [`DEVICE_VAR`], parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeviceSpec {
+    /// `sim` (or unset): a simulated NIC in this process, at this fabric address.
+    Sim(IpAddr),
+    /// `vfio-user:<socket>`: a NIC served by a simulator process.
+    VfioUser(PathBuf),
+    /// `vfio:<PCI address>`: a NIC bound to `vfio-pci`.
+    Vfio(PciAddress),
+}
+
+impl DeviceSpec {
+    /// Parse `device` (the value of [`DEVICE_VAR`], `None` when unset) with `sim_addr` (the
+    /// value of [`SIM_ADDR_VAR`]). `FI_EINVAL`, naming the variable, for anything else.
+    pub fn parse(device: Option<&str>, sim_addr: Option<&str>) -> Result<DeviceSpec, FiError> {
+        match device {
+            None | Some("sim") => {
+                let addr = sim_addr.unwrap_or(DEFAULT_SIM_ADDR);
+                addr.parse().map(DeviceSpec::Sim).map_err(|_| {
+                    FiError::inval(format!(
+                        "{SIM_ADDR_VAR}={addr:?} is not an IPv4 or IPv6 address"
+                    ))
+                })
+            }
+            Some(d) => {
+                if let Some(path) = d.strip_prefix("vfio-user:").filter(|p| !p.is_empty()) {
+                    Ok(DeviceSpec::VfioUser(PathBuf::from(path)))
+                } else if let Some(bdf) = d.strip_prefix("vfio:") {
+                    bdf.parse().map(DeviceSpec::Vfio).map_err(|e| {
+                        FiError::inval(format!("{DEVICE_VAR}={d:?}: bad PCI address: {e}"))
+                    })
+                } else {
+                    Err(FiError::inval(format!(
+                        "{DEVICE_VAR}={d:?}: expected sim, vfio-user:<socket> or \
+                         vfio:<PCI address>"
+                    )))
+                }
+            }
+        }
+    }
+
+    /// From the environment.
+    pub fn from_env() -> Result<DeviceSpec, FiError> {
+        let var = |name| match std::env::var(name) {
+            Ok(v) => Ok(Some(v)),
+            Err(std::env::VarError::NotPresent) => Ok(None),
+            Err(std::env::VarError::NotUnicode(_)) => {
+                Err(FiError::inval(format!("{name} is not UTF-8")))
+            }
+        };
+        DeviceSpec::parse(var(DEVICE_VAR)?.as_deref(), var(SIM_ADDR_VAR)?.as_deref())
+    }
+}
+
+/// The open NIC, and the simulated fabric it is on when it is simulated.
+struct Opened {
+    nic: Nic,
+    /// Kept so the simulated NIC stays attached to a fabric; `None` for a real NIC.
+    _fabric: Option<Fabric>,
+}
+
+static OPENED: Mutex<Option<Opened>> = Mutex::new(None);
+
+fn opened() -> MutexGuard<'static, Option<Opened>> {
+    OPENED.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The process's NIC, opened as [`DeviceSpec::from_env`] says the first time. `FI_ENODEV`
+/// when it cannot be opened, `FI_EINVAL` for a bad [`DEVICE_VAR`].
+pub fn nic() -> Result<Nic, FiError> {
+    let mut opened = opened();
+    if let Some(o) = opened.as_ref() {
+        return Ok(o.nic.clone());
+    }
+    let spec = DeviceSpec::from_env()?;
+    let fail = |e: &dyn std::fmt::Display| {
+        FiError::new(
+            FiErrno::FI_ENODEV,
+            format!("cannot open the NIC {spec:?}: {e}"),
+        )
+    };
+    let (device, fabric): (Arc<dyn Device>, Option<Fabric>) = match &spec {
+        DeviceSpec::Sim(addr) => {
+            let fabric = Fabric::new();
+            let function = fabric
+                .add_nic(NicConfig::new(*addr))
+                .map_err(|e| fail(&e))?;
+            (Arc::new(SimDevice::new(function)), Some(fabric))
+        }
+        DeviceSpec::VfioUser(path) => (
+            Arc::new(VfioUserDevice::open(path).map_err(|e| fail(&e))?),
+            None,
+        ),
+        DeviceSpec::Vfio(bdf) => (
+            Arc::new(VfioDevice::open(*bdf).map_err(|e| fail(&e))?),
+            None,
+        ),
+    };
+    let nic = Nic::open(device).map_err(|e| fail(&e))?;
+    tracing::info!(?spec, "uet provider: NIC open");
+    *opened = Some(Opened {
+        nic: nic.clone(),
+        _fabric: fabric,
+    });
+    Ok(nic)
+}
+
+/// Close the process's NIC (the provider's cleanup). Objects still open keep theirs.
+pub fn close() {
+    opened().take();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_device_variable_names_a_simulated_vfio_user_or_vfio_nic() {
+        let sim = |a: &str| DeviceSpec::Sim(a.parse().unwrap());
+        assert_eq!(DeviceSpec::parse(None, None).unwrap(), sim("10.0.0.1"));
+        assert_eq!(
+            DeviceSpec::parse(Some("sim"), Some("fd00::9")).unwrap(),
+            sim("fd00::9")
+        );
+        assert_eq!(
+            DeviceSpec::parse(Some("vfio-user:/run/nic0.sock"), None).unwrap(),
+            DeviceSpec::VfioUser("/run/nic0.sock".into())
+        );
+        assert_eq!(
+            DeviceSpec::parse(Some("vfio:0000:3b:00.0"), None).unwrap(),
+            DeviceSpec::Vfio("0000:3b:00.0".parse().unwrap())
+        );
+        for (device, addr) in [
+            (Some("sim"), Some("10.0.0")),
+            (Some("vfio-user:"), None),
+            (Some("vfio:3b"), None),
+            (Some("nic0"), None),
+            (Some(""), None),
+        ] {
+            let e = DeviceSpec::parse(device, addr).unwrap_err();
+            assert_eq!(e.errno, FiErrno::FI_EINVAL, "{device:?} {addr:?}");
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! `fi_domain`: a [`uet_driver::Domain`] on the fabric's NIC, with the attributes of the
+//! `fi_info` it is opened with.
+
+use crate::abi::*;
+use crate::fabric::fabric_ref;
+use crate::info::{c_str, domain_attr, domain_name};
+use crate::{entry, null, unsupported};
+use core::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use uet_av::{FiErrno, FiError};
+use uet_driver::Domain;
+
+/// A domain: libfabric's `fid_domain` first, then the driver's domain (`None` once closed) and
+/// the count of its fabric's open domains.
+#[repr(C)]
+pub struct UetDomain {
+    fid: FidDomain,
+    domain: Mutex<Option<Domain>>,
+    fabric_domains: Arc<AtomicUsize>,
+}
+
+impl UetDomain {
+    /// The driver's domain, locked. `FI_EINVAL` once closed (which a valid pointer never is).
+    pub(crate) fn lock(&self) -> Result<MutexGuard<'_, Option<Domain>>, FiError> {
+        let guard = self.domain.lock().unwrap_or_else(PoisonError::into_inner);
+        if guard.is_none() {
+            return Err(FiError::inval("the domain is closed"));
+        }
+        Ok(guard)
+    }
+}
+
+static DOMAIN_FID_OPS: FiOps = FiOps {
+    size: core::mem::size_of::<FiOps>(),
+    close: domain_close,
+    bind: unsupported::bind,
+    control: unsupported::control,
+    ops_open: unsupported::ops_open,
+    tostr: unsupported::tostr,
+    ops_set: unsupported::ops_set,
+};
+
+static DOMAIN_OPS: FiOpsDomain = FiOpsDomain {
+    size: core::mem::size_of::<FiOpsDomain>(),
+    av_open: crate::av::domain_av_open,
+    cq_open: unsupported::domain_open,
+    endpoint: unsupported::domain_open,
+    scalable_ep: unsupported::domain_open,
+    cntr_open: unsupported::domain_open,
+    poll_open: unsupported::poll_open,
+    stx_ctx: unsupported::domain_open,
+    srx_ctx: unsupported::domain_open,
+    query_atomic: unsupported::query_atomic,
+    query_collective: unsupported::query_collective,
+    endpoint2: unsupported::endpoint2,
+};
+
+static DOMAIN_MR_OPS: FiOpsMr = FiOpsMr {
+    size: core::mem::size_of::<FiOpsMr>(),
+    reg: unsupported::mr_reg,
+    regv: unsupported::mr_regv,
+    regattr: unsupported::mr_regattr,
+};
+
+/// The provider's domain behind a `fid_domain` pointer.
+///
+/// # Safety
+/// `domain` is NULL or a pointer [`fabric_domain`] returned and `fi_close` has not freed.
+pub(crate) unsafe fn domain_ref<'a>(
+    domain: *mut FidDomain,
+    call: &str,
+) -> Result<&'a UetDomain, FiError> {
+    // SAFETY: a `UetDomain` starts with its `fid_domain` (repr(C)); it is live, as the caller
+    // promises.
+    let d = unsafe { domain.cast::<UetDomain>().as_ref() }.ok_or_else(|| null(call, "domain"))?;
+    if d.fid.fid.fclass != FI_CLASS_DOMAIN {
+        return Err(FiError::inval(format!(
+            "{call}: the fid is not a uet domain"
+        )));
+    }
+    Ok(d)
+}
+
+/// `fi_domain`: the domain `info` describes, on the fabric's NIC. `FI_EINVAL` for an `info`
+/// that names another domain or attributes the provider does not serve; `FI_ENODATA` for
+/// limits above the NIC's ([`uet_driver::Nic::domain`]).
+pub(crate) unsafe extern "C" fn fabric_domain(
+    fabric: *mut FidFabric,
+    info: *mut FiInfo,
+    domain: *mut *mut FidDomain,
+    context: *mut c_void,
+) -> c_int {
+    entry("fi_domain", || {
+        // SAFETY: libfabric passes the application's fabric pointer, ours.
+        let f = unsafe { fabric_ref(fabric) }?;
+        if domain.is_null() {
+            return Err(null("fi_domain", "domain"));
+        }
+        // SAFETY: NULL or a valid fi_info (libfabric's contract).
+        let info = unsafe { info.as_ref() }.ok_or_else(|| null("fi_domain", "info"))?;
+        // SAFETY: NULL or valid attributes of a valid fi_info.
+        if let Some(d) = unsafe { info.domain_attr.as_ref() } {
+            // SAFETY: NULL or a NUL-terminated string.
+            let name = unsafe { c_str(d.name, "domain_attr->name") }?;
+            let ours = domain_name(&f.nic);
+            if name.is_some_and(|n| n != ours) {
+                return Err(FiError::inval(format!(
+                    "fi_domain: domain {name:?} is not this fabric's {ours}"
+                )));
+            }
+        }
+        // SAFETY: as above.
+        let attr = unsafe { domain_attr(info) }?;
+        let d = f.nic.domain(attr)?;
+        f.domains.fetch_add(1, Ordering::AcqRel);
+        let boxed = Box::new(UetDomain {
+            fid: FidDomain {
+                fid: Fid {
+                    fclass: FI_CLASS_DOMAIN,
+                    context,
+                    ops: core::ptr::addr_of!(DOMAIN_FID_OPS).cast_mut(),
+                },
+                ops: core::ptr::addr_of!(DOMAIN_OPS).cast_mut(),
+                mr: core::ptr::addr_of!(DOMAIN_MR_OPS).cast_mut(),
+            },
+            domain: Mutex::new(Some(d)),
+            fabric_domains: f.domains.clone(),
+        });
+        // SAFETY: `domain` is non-NULL and writable (libfabric's contract).
+        unsafe { *domain = Box::into_raw(boxed).cast() };
+        Ok(0)
+    })
+}
+
+/// `fi_domain2`: as `fi_domain`; no flags are defined for it.
+pub(crate) unsafe extern "C" fn fabric_domain2(
+    fabric: *mut FidFabric,
+    info: *mut FiInfo,
+    domain: *mut *mut FidDomain,
+    flags: u64,
+    context: *mut c_void,
+) -> c_int {
+    if flags != 0 {
+        return crate::neg(FiErrno::FI_EBADFLAGS);
+    }
+    // SAFETY: the same contract as `fi_domain`.
+    unsafe { fabric_domain(fabric, info, domain, context) }
+}
+
+/// `fi_close` of a domain: `-FI_EBUSY` while AVs of it are open.
+unsafe extern "C" fn domain_close(fid: *mut Fid) -> c_int {
+    entry("fi_close(domain)", || {
+        // SAFETY: libfabric calls this through the fid's own ops, so `fid` is one of ours.
+        let d = unsafe { domain_ref(fid.cast(), "fi_close(domain)") }?;
+        {
+            let mut guard = d.lock()?;
+            if let Some(domain) = guard.take() {
+                if let Err(e) = domain.close() {
+                    *guard = Some(*e.domain);
+                    return Err(e.error);
+                }
+            }
+        }
+        d.fabric_domains.fetch_sub(1, Ordering::AcqRel);
+        // SAFETY: made by `Box::into_raw` in `fabric_domain`; the application gives it up
+        // with this call, and the domain inside is closed.
+        drop(unsafe { Box::from_raw(fid.cast::<UetDomain>()) });
+        Ok(0)
+    })
+}

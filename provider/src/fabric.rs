@@ -1,0 +1,118 @@
+//! `fi_fabric`: the fabric object, on the process's NIC ([`crate::device`]).
+
+use crate::abi::*;
+use crate::info::FABRIC_NAME;
+use crate::{entry, info::c_str, null, unsupported};
+use core::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use uet_av::{FiErrno, FiError};
+use uet_driver::Nic;
+
+/// A fabric: libfabric's `fid_fabric` first (the pointer the application holds), then the NIC
+/// and how many of its domains are open.
+#[repr(C)]
+pub struct Fabric {
+    fid: FidFabric,
+    pub(crate) nic: Nic,
+    pub(crate) domains: Arc<AtomicUsize>,
+}
+
+static FABRIC_FID_OPS: FiOps = FiOps {
+    size: core::mem::size_of::<FiOps>(),
+    close: fabric_close,
+    bind: unsupported::bind,
+    control: unsupported::control,
+    ops_open: unsupported::ops_open,
+    tostr: unsupported::tostr,
+    ops_set: unsupported::ops_set,
+};
+
+static FABRIC_OPS: FiOpsFabric = FiOpsFabric {
+    size: core::mem::size_of::<FiOpsFabric>(),
+    domain: crate::domain::fabric_domain,
+    passive_ep: unsupported::passive_ep,
+    eq_open: unsupported::eq_open,
+    wait_open: unsupported::wait_open,
+    trywait: unsupported::trywait,
+    domain2: crate::domain::fabric_domain2,
+};
+
+/// The provider's fabric behind a `fid_fabric` pointer.
+///
+/// # Safety
+/// `fabric` is NULL or a pointer [`uet_fabric`] returned and `fi_close` has not freed.
+pub(crate) unsafe fn fabric_ref<'a>(fabric: *mut FidFabric) -> Result<&'a Fabric, FiError> {
+    // SAFETY: a `Fabric` starts with its `fid_fabric` (repr(C)), so the pointers are one; it
+    // is live, as the caller promises.
+    let f =
+        unsafe { fabric.cast::<Fabric>().as_ref() }.ok_or_else(|| null("fi_domain", "fabric"))?;
+    if f.fid.fid.fclass != FI_CLASS_FABRIC {
+        return Err(FiError::inval("fi_domain: the fid is not a uet fabric"));
+    }
+    Ok(f)
+}
+
+/// `fi_provider.fabric`: open a fabric on the process's NIC.
+///
+/// # Safety
+/// libfabric's contract: `attr` NULL or valid, `fabric` a valid place for the answer.
+pub(crate) unsafe extern "C" fn uet_fabric(
+    attr: *mut FiFabricAttr,
+    fabric: *mut *mut FidFabric,
+    context: *mut c_void,
+) -> c_int {
+    entry("fi_fabric", || {
+        if fabric.is_null() {
+            return Err(null("fi_fabric", "fabric"));
+        }
+        // SAFETY: NULL or valid (libfabric's contract).
+        let attr = unsafe { attr.as_ref() };
+        if let Some(a) = attr {
+            // SAFETY: NULL or a NUL-terminated string of the attributes.
+            let name = unsafe { c_str(a.name, "fabric_attr->name") }?;
+            if name.is_some_and(|n| n != FABRIC_NAME) {
+                return Err(FiError::new(
+                    FiErrno::FI_ENODATA,
+                    format!("fi_fabric: fabric {name:?} is not {FABRIC_NAME}"),
+                ));
+            }
+        }
+        let nic = crate::device::nic()?;
+        let f = Box::new(Fabric {
+            fid: FidFabric {
+                fid: Fid {
+                    fclass: FI_CLASS_FABRIC,
+                    context,
+                    ops: core::ptr::addr_of!(FABRIC_FID_OPS).cast_mut(),
+                },
+                ops: core::ptr::addr_of!(FABRIC_OPS).cast_mut(),
+                api_version: attr.map_or(FI_PROVIDER_API, |a| a.api_version),
+            },
+            nic,
+            domains: Arc::new(AtomicUsize::new(0)),
+        });
+        // SAFETY: `fabric` is non-NULL and writable (libfabric's contract).
+        unsafe { *fabric = Box::into_raw(f).cast() };
+        Ok(0)
+    })
+}
+
+/// `fi_close` of a fabric: `-FI_EBUSY` while any of its domains is open.
+unsafe extern "C" fn fabric_close(fid: *mut Fid) -> c_int {
+    entry("fi_close(fabric)", || {
+        // SAFETY: libfabric calls this through the fid's own ops, so `fid` is one of ours.
+        let f = unsafe { fabric_ref(fid.cast()) }?;
+        let open = f.domains.load(Ordering::Acquire);
+        if open > 0 {
+            return Err(FiError::new(
+                FiErrno::FI_EBUSY,
+                format!("fi_close(fabric): {open} domain(s) of the fabric are open"),
+            ));
+        }
+        // SAFETY: made by `Box::into_raw` in `uet_fabric`; the application gives it up with
+        // this call.
+        drop(unsafe { Box::from_raw(fid.cast::<Fabric>()) });
+        Ok(0)
+    })
+}

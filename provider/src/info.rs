@@ -1,0 +1,452 @@
+//! `fi_getinfo`: what the provider offers on its NIC, matched against the application's hints.
+//!
+//! The provider answers with one `fi_info`, or `-FI_ENODATA` when the hints ask for what it
+//! does not offer:
+//!
+//! | hint | offered |
+//! |---|---|
+//! | `caps` | `FI_SHARED_AV`, `FI_AV_USER_ID` (the AV's; endpoints are not served yet) |
+//! | `addr_format` | `FI_FORMAT_UNSPEC` (the 32-byte UET address) or `FI_ADDR_STR` |
+//! | `ep_attr->type` | `FI_EP_RDM` |
+//! | `domain_attr->av_type` | `FI_AV_TABLE` (`FI_AV_MAP` behaves as a table, as in libfabric 2.x, and is answered so) |
+//! | `domain_attr->name`, `fabric_attr->name`, `fabric_attr->prov_name` | the NIC's, `uet`, `uet` |
+//! | `domain_attr->ep_cnt`, `max_ep_rx_ctx` | up to the NIC's endpoints and receive contexts |
+//! | `domain_attr->auth_key` | a 4-byte JobID (24 bits), or none |
+//!
+//! `node` and `service` are a UET address in the form `fi_av_insertsvc` takes (an IP address
+//! or host name, and the PIDonFEP with its parameters): the destination (`dest_addr`), or with
+//! `FI_SOURCE` the source (`src_addr`), whose node must be this NIC's fabric address. A node
+//! or service that does not parse is `-FI_EINVAL`; a host name that does not resolve,
+//! `-FI_EADDRNOTAVAIL`.
+//!
+//! Everything the answer points to is allocated with `malloc`, as `fi_freeinfo` frees it.
+
+use crate::abi::*;
+use crate::{entry, null, PROVIDER_NAME, PROVIDER_VERSION};
+use core::ffi::{c_char, c_int, c_void, CStr};
+use std::net::IpAddr;
+use uet_av::addr_str::{Node, Service};
+use uet_av::{
+    job_id_from_auth_key, system_resolver, AddrFormat, AvType, DomainAttr, FiErrno, FiError,
+    AUTH_KEY_BYTES, FI_AV_USER_ID, FI_SHARED_AV,
+};
+use uet_driver::Nic;
+use uet_fwif::UetAddress;
+
+/// `fi_info.caps` the provider offers.
+pub const PROVIDER_CAPS: u64 = FI_SHARED_AV | FI_AV_USER_ID;
+
+/// `FI_SOURCE` of `fi_getinfo`'s flags.
+pub const FI_SOURCE: u64 = 1 << 57;
+
+/// The fabric's name (`fabric_attr->name`).
+pub const FABRIC_NAME: &str = "uet";
+
+/// The domain's name on `nic` (`domain_attr->name`): `uet_` and its fabric address.
+pub fn domain_name(nic: &Nic) -> String {
+    format!("uet_{}", nic.fabric_addr())
+}
+
+/// What an application asked for, read from its hints (all optional).
+#[derive(Debug, Default)]
+struct Wanted {
+    caps: u64,
+    addr_format: AddrFormat,
+    av_type: AvType,
+    ep_cnt: usize,
+    max_ep_rx_ctx: usize,
+    job_id: Option<u32>,
+}
+
+/// A C string argument, `None` when NULL. `FI_EINVAL` when it is not UTF-8.
+///
+/// # Safety
+/// `s` is NULL or a NUL-terminated string that stays valid for the returned lifetime.
+pub(crate) unsafe fn c_str<'a>(s: *const c_char, what: &str) -> Result<Option<&'a str>, FiError> {
+    if s.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: `s` is non-NULL and NUL-terminated, as the caller promises.
+    let s = unsafe { CStr::from_ptr(s) };
+    s.to_str()
+        .map(Some)
+        .map_err(|_| FiError::inval(format!("{what} is not UTF-8")))
+}
+
+fn nodata(why: String) -> FiError {
+    FiError::new(FiErrno::FI_ENODATA, format!("fi_getinfo: {why}"))
+}
+
+/// Read the hints. `FI_ENODATA` for what the provider does not offer.
+///
+/// # Safety
+/// `hints` is NULL or a valid `fi_info` whose attribute pointers are NULL or valid.
+unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
+    let mut w = Wanted::default();
+    // SAFETY: NULL or valid, as the caller promises.
+    let Some(h) = (unsafe { hints.as_ref() }) else {
+        return Ok(w);
+    };
+    if h.caps & !PROVIDER_CAPS != 0 {
+        return Err(nodata(format!(
+            "caps {:#x} ask for more than {PROVIDER_CAPS:#x} (FI_SHARED_AV | FI_AV_USER_ID)",
+            h.caps
+        )));
+    }
+    w.caps = h.caps;
+    w.addr_format = match h.addr_format {
+        FI_FORMAT_UNSPEC => AddrFormat::Uet,
+        FI_ADDR_STR => AddrFormat::Str,
+        other => return Err(nodata(format!("addr_format {other} is not served"))),
+    };
+    // SAFETY: NULL or valid, as the caller promises.
+    if let Some(ep) = unsafe { h.ep_attr.as_ref() } {
+        if ep.ep_type != FI_EP_UNSPEC && ep.ep_type != FI_EP_RDM {
+            return Err(nodata(format!(
+                "ep_attr->type {} is not FI_EP_RDM",
+                ep.ep_type
+            )));
+        }
+    }
+    // SAFETY: NULL or valid, as the caller promises.
+    if let Some(f) = unsafe { h.fabric_attr.as_ref() } {
+        // SAFETY: NULL or NUL-terminated strings of the hints.
+        let name = unsafe { c_str(f.name, "fabric_attr->name") }?;
+        if name.is_some_and(|n| n != FABRIC_NAME) {
+            return Err(nodata(format!("fabric {name:?} is not {FABRIC_NAME}")));
+        }
+        // SAFETY: as above.
+        let prov = unsafe { c_str(f.prov_name, "fabric_attr->prov_name") }?;
+        if prov.is_some_and(|p| p != PROVIDER_NAME) {
+            return Err(nodata(format!("provider {prov:?} is not {PROVIDER_NAME}")));
+        }
+    }
+    // SAFETY: NULL or valid, as the caller promises.
+    if let Some(d) = unsafe { h.domain_attr.as_ref() } {
+        // SAFETY: NULL or a NUL-terminated string of the hints.
+        let name = unsafe { c_str(d.name, "domain_attr->name") }?;
+        let ours = domain_name(nic);
+        if name.is_some_and(|n| n != ours) {
+            return Err(nodata(format!("domain {name:?} is not {ours}")));
+        }
+        w.av_type = AvType::from_raw(d.av_type)
+            .ok_or_else(|| nodata(format!("av_type {} is no fi_av_type", d.av_type)))?;
+        let limits = nic.av_limits();
+        w.ep_cnt = d.ep_cnt;
+        w.max_ep_rx_ctx = d.max_ep_rx_ctx;
+        if w.ep_cnt as u64 > u64::from(limits.max_endpoints) {
+            return Err(nodata(format!(
+                "ep_cnt {} is more than the NIC's {} endpoints",
+                w.ep_cnt, limits.max_endpoints
+            )));
+        }
+        if w.max_ep_rx_ctx as u64 > limits.max_rx_ctx {
+            return Err(nodata(format!(
+                "max_ep_rx_ctx {} is more than the NIC's {}",
+                w.max_ep_rx_ctx, limits.max_rx_ctx
+            )));
+        }
+        match (d.auth_key_size, d.auth_key.is_null()) {
+            (0, _) => {}
+            (AUTH_KEY_BYTES, false) => {
+                let mut key = [0u8; AUTH_KEY_BYTES];
+                // SAFETY: `auth_key` is non-NULL and holds `auth_key_size` bytes (4).
+                unsafe { core::ptr::copy_nonoverlapping(d.auth_key, key.as_mut_ptr(), key.len()) };
+                let job_id = job_id_from_auth_key(&key)
+                    .map_err(|e| nodata(format!("domain_attr->auth_key is no JobID: {e}")))?;
+                w.job_id = Some(job_id);
+            }
+            (size, _) => {
+                return Err(nodata(format!(
+                    "domain_attr->auth_key_size {size} with auth_key {:p}: the auth key is a \
+                     {AUTH_KEY_BYTES}-byte JobID",
+                    d.auth_key
+                )))
+            }
+        }
+    }
+    Ok(w)
+}
+
+/// The domain an `fi_info` the provider gave describes (`fi_domain` opens it).
+///
+/// # Safety
+/// `info` is a valid `fi_info` whose attribute pointers are NULL or valid.
+pub(crate) unsafe fn domain_attr(info: &FiInfo) -> Result<DomainAttr, FiError> {
+    let addr_format = match info.addr_format {
+        FI_FORMAT_UNSPEC => AddrFormat::Uet,
+        FI_ADDR_STR => AddrFormat::Str,
+        other => {
+            return Err(FiError::inval(format!(
+                "fi_domain: addr_format {other} is not served"
+            )))
+        }
+    };
+    let mut attr = DomainAttr {
+        caps: info.caps & PROVIDER_CAPS,
+        addr_format,
+        ..DomainAttr::default()
+    };
+    // SAFETY: NULL or valid, as the caller promises.
+    if let Some(d) = unsafe { info.domain_attr.as_ref() } {
+        attr.av_type = AvType::from_raw(d.av_type).ok_or_else(|| {
+            FiError::inval(format!("fi_domain: av_type {} is no fi_av_type", d.av_type))
+        })?;
+        attr.ep_cnt = d.ep_cnt;
+        attr.max_ep_rx_ctx = d.max_ep_rx_ctx;
+        match (d.auth_key_size, d.auth_key.is_null()) {
+            (0, _) => {}
+            (AUTH_KEY_BYTES, false) => {
+                let mut key = [0u8; AUTH_KEY_BYTES];
+                // SAFETY: `auth_key` is non-NULL and holds `auth_key_size` bytes (4).
+                unsafe { core::ptr::copy_nonoverlapping(d.auth_key, key.as_mut_ptr(), key.len()) };
+                attr.job_id = job_id_from_auth_key(&key).map_err(|e| {
+                    FiError::inval(format!("fi_domain: domain_attr->auth_key: {e}"))
+                })?;
+                attr.auth_key_size = AUTH_KEY_BYTES;
+            }
+            (size, _) => {
+                return Err(FiError::inval(format!(
+                    "fi_domain: auth_key_size {size}: the auth key is a {AUTH_KEY_BYTES}-byte \
+                     JobID"
+                )))
+            }
+        }
+    }
+    Ok(attr)
+}
+
+/// The address `node` and `service` name. `FI_EINVAL` when either is missing or malformed.
+fn address(node: Option<&str>, service: Option<&str>) -> Result<UetAddress, FiError> {
+    let (Some(node), Some(service)) = (node, service) else {
+        return Err(FiError::inval(format!(
+            "fi_getinfo: node {node:?} and service {service:?}: a UET address needs both \
+             (an IP address or host name, and the PIDonFEP)"
+        )));
+    };
+    let ip = Node::parse(node)?.resolve(system_resolver)?;
+    Service::parse(service)?.at(ip)
+}
+
+/// `a` in `format`, in `malloc`'d memory: its 32 bytes, or its NUL-terminated string.
+fn c_address(a: &UetAddress, format: AddrFormat) -> Result<(*mut c_void, usize), FiError> {
+    let bytes: Vec<u8> = match format {
+        AddrFormat::Uet => a
+            .to_bytes()
+            .map_err(|e| FiError::inval(format!("address {a}: {e}")))?
+            .to_vec(),
+        AddrFormat::Str => {
+            let mut s = a.to_string().into_bytes();
+            s.push(0);
+            s
+        }
+    };
+    let p = c_alloc_bytes(&bytes)?;
+    Ok((p, bytes.len()))
+}
+
+/// `bytes` copied into `malloc`'d memory. `FI_ENOMEM` when there is none.
+pub(crate) fn c_alloc_bytes(bytes: &[u8]) -> Result<*mut c_void, FiError> {
+    // SAFETY: malloc of at least one byte; NULL is checked.
+    let p = unsafe { libc::malloc(bytes.len().max(1)) };
+    if p.is_null() {
+        return Err(FiError::new(
+            FiErrno::FI_ENOMEM,
+            "fi_getinfo: out of memory",
+        ));
+    }
+    // SAFETY: `p` holds `bytes.len()` bytes and does not overlap `bytes`.
+    unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), p.cast::<u8>(), bytes.len()) };
+    Ok(p)
+}
+
+/// `s` as a `malloc`'d C string.
+fn c_strdup(s: &str) -> Result<*mut c_char, FiError> {
+    let mut bytes = s.as_bytes().to_vec();
+    bytes.push(0);
+    c_alloc_bytes(&bytes).map(|p| p.cast())
+}
+
+/// A zeroed `T` from `calloc`. `FI_ENOMEM` when there is none.
+fn c_zeroed<T>() -> Result<*mut T, FiError> {
+    // SAFETY: calloc of one T; NULL is checked. Every structure of `abi` is valid all zero
+    // (integers and NULL pointers).
+    let p = unsafe { libc::calloc(1, core::mem::size_of::<T>()) };
+    if p.is_null() {
+        return Err(FiError::new(
+            FiErrno::FI_ENOMEM,
+            "fi_getinfo: out of memory",
+        ));
+    }
+    Ok(p.cast())
+}
+
+/// Free an `fi_info` chain as `fi_freeinfo` does, for the provider's own error paths and
+/// tests (an application calls `fi_freeinfo`).
+///
+/// # Safety
+/// `info` is NULL or a chain this module allocated, not freed yet.
+pub unsafe fn free_info(mut info: *mut FiInfo) {
+    while !info.is_null() {
+        // SAFETY: a valid fi_info of ours; every pointer in it is NULL or malloc'd by us.
+        unsafe {
+            let i = &mut *info;
+            let next = i.next;
+            libc::free(i.src_addr);
+            libc::free(i.dest_addr);
+            libc::free(i.tx_attr.cast());
+            libc::free(i.rx_attr.cast());
+            if let Some(ep) = i.ep_attr.as_mut() {
+                libc::free(ep.auth_key.cast());
+            }
+            libc::free(i.ep_attr.cast());
+            if let Some(d) = i.domain_attr.as_mut() {
+                libc::free(d.name.cast());
+                libc::free(d.auth_key.cast());
+            }
+            libc::free(i.domain_attr.cast());
+            if let Some(f) = i.fabric_attr.as_mut() {
+                libc::free(f.name.cast());
+                libc::free(f.prov_name.cast());
+            }
+            libc::free(i.fabric_attr.cast());
+            libc::free(info.cast());
+            info = next;
+        }
+    }
+}
+
+/// Fill `info` (zeroed, ours) with what the provider offers on `nic` for `w`.
+///
+/// # Safety
+/// `info` is a zeroed `fi_info` this module allocated.
+unsafe fn fill(
+    info: *mut FiInfo,
+    nic: &Nic,
+    w: &Wanted,
+    src: Option<&UetAddress>,
+    dest: Option<&UetAddress>,
+) -> Result<(), FiError> {
+    // SAFETY: valid and ours, as the caller promises.
+    let i = unsafe { &mut *info };
+    i.caps = PROVIDER_CAPS;
+    i.mode = 0;
+    i.addr_format = match w.addr_format {
+        AddrFormat::Uet => FI_FORMAT_UNSPEC,
+        AddrFormat::Str => FI_ADDR_STR,
+    };
+    if let Some(a) = src {
+        (i.src_addr, i.src_addrlen) = c_address(a, w.addr_format)?;
+    }
+    if let Some(a) = dest {
+        (i.dest_addr, i.dest_addrlen) = c_address(a, w.addr_format)?;
+    }
+    i.tx_attr = c_zeroed()?;
+    i.rx_attr = c_zeroed()?;
+    i.ep_attr = c_zeroed()?;
+    i.domain_attr = c_zeroed()?;
+    i.fabric_attr = c_zeroed()?;
+    let limits = nic.av_limits();
+    // SAFETY: all five were just allocated, zeroed, and are ours.
+    unsafe {
+        let ep = &mut *i.ep_attr;
+        ep.ep_type = FI_EP_RDM;
+        ep.tx_ctx_cnt = 1;
+        ep.rx_ctx_cnt = 1;
+        let d = &mut *i.domain_attr;
+        d.name = c_strdup(&domain_name(nic))?;
+        d.threading = FI_THREAD_SAFE;
+        d.control_progress = FI_PROGRESS_AUTO;
+        d.data_progress = FI_PROGRESS_AUTO;
+        d.resource_mgmt = FI_RM_ENABLED;
+        d.av_type = AvType::Table.to_raw();
+        d.mr_mode = FI_MR_PROV_KEY;
+        d.ep_cnt = if w.ep_cnt == 0 {
+            limits.max_endpoints as usize
+        } else {
+            w.ep_cnt
+        };
+        d.max_ep_tx_ctx = 1;
+        d.max_ep_rx_ctx = if w.max_ep_rx_ctx == 0 {
+            usize::try_from(limits.max_rx_ctx).unwrap_or(usize::MAX)
+        } else {
+            w.max_ep_rx_ctx
+        };
+        d.caps = PROVIDER_CAPS;
+        if let Some(job_id) = w.job_id {
+            let key = uet_av::job_id_to_auth_key(job_id);
+            d.auth_key = c_alloc_bytes(&key)?.cast();
+            d.auth_key_size = key.len();
+        }
+        let f = &mut *i.fabric_attr;
+        f.name = c_strdup(FABRIC_NAME)?;
+        // Left NULL: libfabric names the provider that answered. A provider that names
+        // itself here is taken for a layered one, and its name prefixed again ("uet;uet").
+        f.prov_version = PROVIDER_VERSION;
+        f.api_version = FI_PROVIDER_API;
+    }
+    Ok(())
+}
+
+/// `fi_provider.getinfo`.
+///
+/// # Safety
+/// libfabric's contract: `node`, `service` NULL or strings, `hints` NULL or a valid `fi_info`,
+/// `info` a valid place for the answer.
+pub(crate) unsafe extern "C" fn uet_getinfo(
+    version: u32,
+    node: *const c_char,
+    service: *const c_char,
+    flags: u64,
+    hints: *const FiInfo,
+    info: *mut *mut FiInfo,
+) -> c_int {
+    entry("fi_getinfo", || {
+        if info.is_null() {
+            return Err(null("fi_getinfo", "info"));
+        }
+        if fi_major(version) != fi_major(FI_PROVIDER_API) {
+            return Err(nodata(format!(
+                "API {}.{} is not this provider's major version",
+                fi_major(version),
+                fi_minor(version)
+            )));
+        }
+        let nic = crate::device::nic()?;
+        // SAFETY: libfabric's contract on `hints`.
+        let w = unsafe { wanted(hints, &nic) }?;
+        // SAFETY: libfabric's contract on `node` and `service`.
+        let (node, service) = unsafe { (c_str(node, "node")?, c_str(service, "service")?) };
+        let (mut src, mut dest) = (None, None);
+        if node.is_some() || service.is_some() {
+            if flags & FI_SOURCE != 0 {
+                let ours = nic.fabric_addr();
+                let node = node.map(str::to_owned).unwrap_or_else(|| ours.to_string());
+                let a = address(Some(&node), service.or(Some("0")))?;
+                if a.fabric_addr != ours && !same_ip(a.fabric_addr, ours) {
+                    return Err(nodata(format!(
+                        "FI_SOURCE node {node} is not this NIC's fabric address {ours}"
+                    )));
+                }
+                src = service.is_some().then_some(a);
+            } else {
+                dest = Some(address(node, service)?);
+            }
+        }
+        let out = c_zeroed::<FiInfo>()?;
+        // SAFETY: `out` was just allocated, zeroed.
+        if let Err(e) = unsafe { fill(out, &nic, &w, src.as_ref(), dest.as_ref()) } {
+            // SAFETY: ours, partly filled, not handed out.
+            unsafe { free_info(out) };
+            return Err(e);
+        }
+        // SAFETY: `info` is non-NULL and writable (libfabric's contract).
+        unsafe { *info = out };
+        Ok(0)
+    })
+}
+
+/// Whether `a` and `b` are one address (an IPv4 address and its IPv6-mapped form are).
+fn same_ip(a: IpAddr, b: IpAddr) -> bool {
+    a.to_canonical() == b.to_canonical()
+}

@@ -1,0 +1,137 @@
+//! `libuet-fi.so`: the `uet` libfabric provider, libfabric's C ABI on the uet-nic driver.
+//!
+//! libfabric loads the library from `FI_PROVIDER_PATH` (or its own provider directory), calls
+//! [`fi_prov_ini`] for the provider's entry points, and from then on an application's
+//! `fi_getinfo`, `fi_fabric`, `fi_domain` and `fi_av_*` calls land here, on the same Rust
+//! objects a Rust program of the driver uses: [`uet_driver::Nic`], [`uet_driver::Domain`] and
+//! [`uet_driver::Av`], whose AV entries live in the NIC's translation table.
+//!
+//! ```sh
+//! cargo build --release -p uet-provider
+//! mkdir -p prov && ln -sf "$PWD/target/release/libuet_fi.so" prov/libuet-fi.so
+//! FI_PROVIDER_PATH=$PWD/prov FI_PROVIDER=uet fi_info -p uet
+//! ```
+//!
+//! # What it serves
+//!
+//! The provider is built for the libfabric 1.17 ABI ([`abi`]), the oldest with every call it
+//! serves; libfabric 1.x from 1.17 on loads it. It offers one `fi_info`: an `FI_EP_RDM`
+//! endpoint type, `FI_THREAD_SAFE`, `FI_PROGRESS_AUTO`, `FI_AV_TABLE`, the NIC's limits as the
+//! domain's, and the capabilities that concern the AV (`FI_SHARED_AV`, `FI_AV_USER_ID`);
+//! addresses are the 32-byte UET address (`FI_FORMAT_UNSPEC`, the provider's own format) or
+//! its string form (`FI_ADDR_STR`), as the hints ask.
+//!
+//! | call | here |
+//! |---|---|
+//! | `fi_getinfo` | [`info`]: hints matched, node and service as a UET address |
+//! | `fi_fabric`, `fi_close` | [`fabric`]: the NIC; `-FI_EBUSY` while a domain is open |
+//! | `fi_domain`, `fi_close` | [`domain`]: a [`uet_driver::Domain`]; `-FI_EBUSY` while an AV is open |
+//! | `fi_av_open`, `fi_av_insert`, `fi_av_insertsvc`, `fi_av_insertsym`, `fi_av_remove`, `fi_av_lookup`, `fi_av_straddr`, `fi_close` | [`av`]: a [`uet_driver::Av`] or, with a name, a shared one |
+//!
+//! Endpoints, completion queues, event queues (so `FI_EVENT` AVs), memory registration and AV
+//! sets are the driver's today and not yet the provider's: their calls return `-FI_ENOSYS`,
+//! and `fi_getinfo` offers none of their capabilities, so an application that asks for them
+//! is told `-FI_ENODATA` rather than given a provider that fails later.
+//!
+//! # The NIC
+//!
+//! `FI_UET_DEVICE` names it:
+//! * unset or `sim`: a simulated NIC in this process (its fabric address `FI_UET_SIM_ADDR`,
+//!   by default `10.0.0.1`), for applications and tests without hardware;
+//! * `vfio-user:<socket>`: a NIC a simulator process serves (`uetctl sim serve`);
+//! * `vfio:<PCI address>`: a NIC bound to `vfio-pci`.
+//!
+//! It is opened at the first `fi_getinfo` or `fi_fabric` and shared by every fabric of the
+//! process until libfabric unloads the provider.
+//!
+//! # Errors
+//!
+//! Every call returns 0 or a negative fabric errno, as libfabric's; the reason is logged
+//! through `tracing` (`RUST_LOG=uet_fi=debug`). A panic never crosses into C: it is caught at
+//! the entry point and returned as `-FI_EOTHER`.
+
+#![warn(missing_docs)]
+
+pub mod abi;
+pub mod av;
+pub mod device;
+pub mod domain;
+pub mod fabric;
+pub mod info;
+mod unsupported;
+
+use abi::{FiContext, FiProvider, FI_PROVIDER_API};
+use core::ffi::c_int;
+use std::sync::OnceLock;
+use uet_av::{FiErrno, FiError};
+
+/// The provider's name, as `fi_info.fabric_attr->prov_name` and `FI_PROVIDER` spell it.
+pub const PROVIDER_NAME: &str = "uet";
+
+/// The provider's own version, `FI_VERSION(0, 1)`.
+pub const PROVIDER_VERSION: u32 = abi::fi_version(0, 1);
+
+/// Where the provider structure lives: made once, never freed (libfabric keeps the pointer
+/// until it unloads the library, and may write to its `context`).
+struct ProviderBox(*mut FiProvider);
+
+// SAFETY: the pointer is written once, by `OnceLock`, and the structure it points to is only
+// read by this crate; libfabric, which may write its `context`, serializes its own use.
+unsafe impl Send for ProviderBox {}
+// SAFETY: as for `Send`: this crate never writes through the pointer after making it.
+unsafe impl Sync for ProviderBox {}
+
+static PROVIDER: OnceLock<ProviderBox> = OnceLock::new();
+
+/// libfabric's entry point into a provider library (`FI_EXT_INI`): the provider's version,
+/// API, name and its `getinfo`, `fabric` and `cleanup` calls.
+#[no_mangle]
+pub extern "C" fn fi_prov_ini() -> *mut FiProvider {
+    PROVIDER
+        .get_or_init(|| {
+            let provider = Box::new(FiProvider {
+                version: PROVIDER_VERSION,
+                fi_version: FI_PROVIDER_API,
+                context: FiContext {
+                    internal: [core::ptr::null_mut(); 4],
+                },
+                name: c"uet".as_ptr(),
+                getinfo: info::uet_getinfo,
+                fabric: fabric::uet_fabric,
+                cleanup: uet_cleanup,
+            });
+            ProviderBox(Box::into_raw(provider))
+        })
+        .0
+}
+
+/// `fi_provider.cleanup`: libfabric is unloading the provider; the NIC is closed.
+unsafe extern "C" fn uet_cleanup() {
+    let _ = std::panic::catch_unwind(device::close);
+}
+
+/// Run `f` for a C entry point: its error, logged, becomes the negative fabric errno; a panic
+/// is caught and becomes `-FI_EOTHER`.
+pub(crate) fn entry(call: &str, f: impl FnOnce() -> Result<c_int, FiError>) -> c_int {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(Ok(ret)) => ret,
+        Ok(Err(e)) => {
+            tracing::debug!(call, errno = e.errno.name().unwrap_or("?"), "{}", e.message);
+            neg(e.errno)
+        }
+        Err(_) => {
+            tracing::error!(call, "panicked; returning -FI_EOTHER");
+            neg(FiErrno::FI_EOTHER)
+        }
+    }
+}
+
+/// `-errno` as a C `int`.
+pub(crate) fn neg(errno: FiErrno) -> c_int {
+    c_int::try_from(errno.get()).map_or(c_int::MIN, |e| -e)
+}
+
+/// An `FI_EINVAL` error for a NULL pointer the call needs.
+pub(crate) fn null(call: &str, what: &str) -> FiError {
+    FiError::inval(format!("{call}: {what} is NULL"))
+}

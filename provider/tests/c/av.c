@@ -1,0 +1,302 @@
+/* A libfabric application of the AV, run by tests/libfabric.rs through the system libfabric
+ * with the uet provider loaded from FI_PROVIDER_PATH: every call goes through libfabric's
+ * own inline wrappers and operation tables, as any application's would.
+ *
+ * Prints one line per step and "ok" at the end; exits 1 at the first check that fails. */
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_errno.h>
+
+#define CHECK(cond)                                                                 \
+	do {                                                                            \
+		if (!(cond)) {                                                              \
+			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+			exit(1);                                                                \
+		}                                                                           \
+	} while (0)
+
+#define CHECK_RET(call, want)                                                       \
+	do {                                                                            \
+		long got_ = (long)(call);                                                   \
+		if (got_ != (long)(want)) {                                                 \
+			fprintf(stderr, "%s:%d: %s returned %ld (%s), expected %ld\n", __FILE__,  \
+				__LINE__, #call, got_, fi_strerror((int)-got_), (long)(want));     \
+			exit(1);                                                                \
+		}                                                                           \
+	} while (0)
+
+#define ADDR_LEN 32
+
+static struct fi_info *getinfo(uint32_t addr_format, uint64_t caps)
+{
+	struct fi_info *hints = fi_allocinfo(), *info = NULL;
+	CHECK(hints);
+	hints->fabric_attr->prov_name = strdup("uet");
+	hints->addr_format = addr_format;
+	hints->caps = caps;
+	hints->ep_attr->type = FI_EP_RDM;
+	hints->domain_attr->av_type = FI_AV_TABLE;
+	int ret = fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info);
+	fi_freeinfo(hints);
+	if (ret) {
+		CHECK(!info);
+		return NULL;
+	}
+	return info;
+}
+
+static void binary_av(void)
+{
+	struct fi_info *info = getinfo(FI_FORMAT_UNSPEC, FI_AV_USER_ID);
+	CHECK(info);
+	CHECK(!info->next);
+	CHECK(strcmp(info->fabric_attr->prov_name, "uet") == 0);
+	CHECK(strcmp(info->fabric_attr->name, "uet") == 0);
+	CHECK(strcmp(info->domain_attr->name, "uet_10.0.0.1") == 0);
+	CHECK(info->domain_attr->av_type == FI_AV_TABLE);
+	CHECK(info->domain_attr->threading == FI_THREAD_SAFE);
+	CHECK(info->ep_attr->type == FI_EP_RDM);
+	CHECK(info->domain_attr->ep_cnt > 0);
+	printf("getinfo: %s %s ep_cnt %zu\n", info->fabric_attr->prov_name,
+	       info->domain_attr->name, info->domain_attr->ep_cnt);
+
+	struct fid_fabric *fabric;
+	struct fid_domain *domain;
+	struct fid_av *av;
+	CHECK_RET(fi_fabric(info->fabric_attr, &fabric, NULL), 0);
+	CHECK_RET(fi_domain(fabric, info, &domain, NULL), 0);
+
+	struct fi_av_attr attr = { .type = FI_AV_TABLE, .count = 64 };
+	int context = 42;
+	CHECK_RET(fi_av_open(domain, &attr, &av, &context), 0);
+	CHECK(av->fid.context == &context);
+	CHECK(av->fid.fclass == FI_CLASS_AV);
+
+	/* insertsvc: an IP address and a PIDonFEP; the lowest free index. */
+	fi_addr_t a0 = 99, a1 = 99;
+	CHECK_RET(fi_av_insertsvc(av, "10.0.0.2", "7", &a0, 0, NULL), 1);
+	CHECK_RET(fi_av_insertsvc(av, "10.0.0.3", "9", &a1, 0, NULL), 1);
+	CHECK(a0 == 0 && a1 == 1);
+
+	/* lookup: the 32-byte address, addrlen in/out, truncation. */
+	uint8_t addrs[3][ADDR_LEN];
+	size_t len = ADDR_LEN;
+	CHECK_RET(fi_av_lookup(av, a0, addrs[0], &len), 0);
+	CHECK(len == ADDR_LEN);
+	len = ADDR_LEN;
+	CHECK_RET(fi_av_lookup(av, a1, addrs[1], &len), 0);
+	uint8_t small[4] = { 0 };
+	len = sizeof(small);
+	CHECK_RET(fi_av_lookup(av, a1, small, &len), 0);
+	CHECK(len == ADDR_LEN);
+	CHECK(memcmp(small, addrs[1], sizeof(small)) == 0);
+	len = 0;
+	CHECK_RET(fi_av_lookup(av, a1, NULL, &len), 0);
+	CHECK(len == ADDR_LEN);
+
+	/* straddr: the string insertsvc would take back; len in/out, truncation. */
+	char buf[128];
+	len = sizeof(buf);
+	CHECK(fi_av_straddr(av, addrs[0], buf, &len) == buf);
+	CHECK(strstr(buf, "10.0.0.2") != NULL);
+	CHECK(len == strlen(buf) + 1);
+	printf("straddr: %s\n", buf);
+	char tiny[8];
+	size_t full = len;
+	len = sizeof(tiny);
+	CHECK(fi_av_straddr(av, addrs[0], tiny, &len) == tiny);
+	CHECK(len == full);
+	CHECK(tiny[sizeof(tiny) - 1] == '\0');
+
+	/* insert: two good addresses and a malformed one, with FI_SYNC_ERR. */
+	memset(addrs[2], 0, ADDR_LEN);
+	fi_addr_t out[3];
+	int status[3] = { -1, -1, -1 };
+	CHECK_RET(fi_av_insert(av, addrs, 3, out, FI_SYNC_ERR, status), 2);
+	CHECK(out[0] == 2 && out[1] == 3 && out[2] == FI_ADDR_NOTAVAIL);
+	CHECK(status[0] == 0 && status[1] == 0 && status[2] != 0);
+	printf("insert: %" PRIu64 " %" PRIu64 " notavail, status %d\n", out[0], out[1], status[2]);
+	/* A NULL fi_addr array is allowed. */
+	CHECK_RET(fi_av_insert(av, addrs, 1, NULL, 0, NULL), 1);
+	/* FI_SYNC_ERR needs its status array. */
+	CHECK_RET(fi_av_insert(av, addrs, 1, NULL, FI_SYNC_ERR, NULL), -FI_EINVAL);
+	/* Unknown flags. */
+	CHECK_RET(fi_av_insert(av, addrs, 1, NULL, 1ULL << 30, NULL), -FI_EBADFLAGS);
+
+	/* insertsym: 4 nodes x 2 services, in the documented order, from index 5. */
+	fi_addr_t sym[8];
+	CHECK_RET(fi_av_insertsym(av, "10.0.1.1", 4, "1", 2, sym, 0, NULL), 8);
+	for (int i = 0; i < 8; i++)
+		CHECK(sym[i] == (fi_addr_t)(5 + i));
+	len = ADDR_LEN;
+	uint8_t member[ADDR_LEN];
+	CHECK_RET(fi_av_lookup(av, sym[7], member, &len), 0);
+	len = sizeof(buf);
+	fi_av_straddr(av, member, buf, &len);
+	CHECK(strstr(buf, "10.0.1.4") != NULL);
+	printf("insertsym: last %s\n", buf);
+
+	/* remove, double remove, lookup of a removed or never-inserted address. */
+	CHECK_RET(fi_av_remove(av, &a1, 1, 0), 0);
+	CHECK_RET(fi_av_remove(av, &a1, 1, 0), -FI_EINVAL);
+	len = ADDR_LEN;
+	CHECK_RET(fi_av_lookup(av, a1, member, &len), -FI_EINVAL);
+	CHECK_RET(fi_av_lookup(av, 63, member, &len), -FI_EINVAL);
+	CHECK_RET(fi_av_lookup(av, FI_ADDR_NOTAVAIL, member, &len), -FI_EINVAL);
+	/* The freed index is the lowest unused one again. */
+	fi_addr_t again;
+	CHECK_RET(fi_av_insert(av, addrs[1], 1, &again, 0, NULL), 1);
+	CHECK(again == a1);
+
+	/* Attribute errors at open. */
+	struct fid_av *bad;
+	struct fi_av_attr event = { .type = FI_AV_TABLE, .count = 8, .flags = FI_EVENT };
+	CHECK_RET(fi_av_open(domain, &event, &bad, NULL), -FI_ENOSYS);
+	struct fi_av_attr type = { .type = 7, .count = 8 };
+	CHECK_RET(fi_av_open(domain, &type, &bad, NULL), -FI_EINVAL);
+	struct fi_av_attr bits = { .type = FI_AV_TABLE, .count = 8, .rx_ctx_bits = -1 };
+	CHECK_RET(fi_av_open(domain, &bits, &bad, NULL), -FI_EINVAL);
+
+	/* Closing in the wrong order is refused and loses nothing. */
+	CHECK_RET(fi_close(&domain->fid), -FI_EBUSY);
+	CHECK_RET(fi_close(&fabric->fid), -FI_EBUSY);
+	len = ADDR_LEN;
+	CHECK_RET(fi_av_lookup(av, a0, member, &len), 0);
+	CHECK(memcmp(member, addrs[0], ADDR_LEN) == 0);
+
+	CHECK_RET(fi_close(&av->fid), 0);
+	CHECK_RET(fi_close(&domain->fid), 0);
+	CHECK_RET(fi_close(&fabric->fid), 0);
+	fi_freeinfo(info);
+	printf("binary AV: ok\n");
+}
+
+static void string_av(void)
+{
+	struct fi_info *info = getinfo(FI_ADDR_STR, 0);
+	CHECK(info);
+	CHECK(info->addr_format == FI_ADDR_STR);
+	struct fid_fabric *fabric;
+	struct fid_domain *domain;
+	struct fid_av *av;
+	CHECK_RET(fi_fabric(info->fabric_attr, &fabric, NULL), 0);
+	CHECK_RET(fi_domain(fabric, info, &domain, NULL), 0);
+	struct fi_av_attr attr = { .type = FI_AV_TABLE, .count = 16 };
+	CHECK_RET(fi_av_open(domain, &attr, &av, NULL), 0);
+
+	/* Take the string form of one address from insertsvc and straddr... */
+	fi_addr_t a;
+	CHECK_RET(fi_av_insertsvc(av, "10.0.0.5", "3", &a, 0, NULL), 1);
+	char first[128];
+	size_t len = sizeof(first);
+	CHECK_RET(fi_av_lookup(av, a, first, &len), 0);
+	CHECK(len == strlen(first) + 1);
+	printf("string lookup: %s\n", first);
+
+	/* ...and insert it back as an FI_ADDR_STR address, beside a malformed one. */
+	const char *strs[2] = { first, "not an address" };
+	fi_addr_t out[2];
+	CHECK_RET(fi_av_insert(av, strs, 2, out, 0, NULL), 1);
+	CHECK(out[0] == 1 && out[1] == FI_ADDR_NOTAVAIL);
+	char back[128];
+	len = sizeof(back);
+	CHECK_RET(fi_av_lookup(av, out[0], back, &len), 0);
+	CHECK(strcmp(first, back) == 0);
+
+	CHECK_RET(fi_close(&av->fid), 0);
+	CHECK_RET(fi_close(&domain->fid), 0);
+	CHECK_RET(fi_close(&fabric->fid), 0);
+	fi_freeinfo(info);
+	printf("string AV: ok\n");
+}
+
+static void node_and_service(void)
+{
+	struct fi_info *hints = fi_allocinfo(), *info = NULL;
+	CHECK(hints);
+	hints->fabric_attr->prov_name = strdup("uet");
+
+	/* A destination: its UET address in dest_addr. */
+	CHECK_RET(fi_getinfo(FI_VERSION(1, 17), "10.0.0.2", "7", 0, hints, &info), 0);
+	CHECK(info->dest_addrlen == ADDR_LEN && info->dest_addr && !info->src_addr);
+	fi_freeinfo(info);
+	info = NULL;
+	/* A source must be this NIC. */
+	CHECK_RET(fi_getinfo(FI_VERSION(1, 17), "10.0.0.1", "7", FI_SOURCE, hints, &info), 0);
+	CHECK(info->src_addrlen == ADDR_LEN && info->src_addr && !info->dest_addr);
+	fi_freeinfo(info);
+	info = NULL;
+	CHECK_RET(fi_getinfo(FI_VERSION(1, 17), "10.0.0.9", "7", FI_SOURCE, hints, &info),
+		  -FI_ENODATA);
+	/* A service is a PIDonFEP (the provider's -FI_EINVAL; libfabric reports that no provider
+	 * answered). */
+	CHECK_RET(fi_getinfo(FI_VERSION(1, 17), "10.0.0.2", "http", 0, hints, &info), -FI_ENODATA);
+	/* Hints the provider cannot meet. */
+	hints->ep_attr->type = FI_EP_MSG;
+	CHECK_RET(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info), -FI_ENODATA);
+	hints->ep_attr->type = FI_EP_RDM;
+	hints->domain_attr->ep_cnt = 1000000;
+	CHECK_RET(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info), -FI_ENODATA);
+	hints->domain_attr->ep_cnt = 0;
+	hints->domain_attr->name = strdup("mlx5_0");
+	CHECK_RET(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info), -FI_ENODATA);
+	fi_freeinfo(hints);
+	printf("node and service: ok\n");
+}
+
+/* A named AV, opened twice: what one handle inserts, the other finds at the same fi_addr_t;
+ * FI_READ opens it read-only. */
+static void named_av(void)
+{
+	struct fi_info *info = getinfo(FI_FORMAT_UNSPEC, FI_SHARED_AV);
+	CHECK(info);
+	struct fid_fabric *fabric;
+	struct fid_domain *domain;
+	struct fid_av *writer, *reader;
+	CHECK_RET(fi_fabric(info->fabric_attr, &fabric, NULL), 0);
+	CHECK_RET(fi_domain(fabric, info, &domain, NULL), 0);
+	char name[64];
+	snprintf(name, sizeof(name), "uet-provider-test-%d", (int)getpid());
+	struct fi_av_attr attr = { .type = FI_AV_TABLE, .count = 32, .name = name };
+	CHECK_RET(fi_av_open(domain, &attr, &writer, NULL), 0);
+	CHECK(attr.map_addr == NULL);
+	struct fi_av_attr ro = { .type = FI_AV_TABLE, .count = 32, .name = name, .flags = FI_READ };
+	CHECK_RET(fi_av_open(domain, &ro, &reader, NULL), 0);
+
+	fi_addr_t a;
+	CHECK_RET(fi_av_insertsvc(writer, "10.0.2.1", "5", &a, 0, NULL), 1);
+	uint8_t w[ADDR_LEN], r[ADDR_LEN];
+	size_t len = ADDR_LEN;
+	CHECK_RET(fi_av_lookup(writer, a, w, &len), 0);
+	len = ADDR_LEN;
+	CHECK_RET(fi_av_lookup(reader, a, r, &len), 0);
+	CHECK(memcmp(w, r, ADDR_LEN) == 0);
+	CHECK(fi_av_insertsvc(reader, "10.0.2.2", "5", &a, 0, NULL) < 0);
+	CHECK(fi_av_remove(reader, &a, 1, 0) < 0);
+
+	CHECK_RET(fi_close(&reader->fid), 0);
+	CHECK_RET(fi_close(&writer->fid), 0);
+	CHECK_RET(fi_close(&domain->fid), 0);
+	CHECK_RET(fi_close(&fabric->fid), 0);
+	fi_freeinfo(info);
+	printf("named AV: ok\n");
+}
+
+int main(void)
+{
+	/* Capabilities the provider does not serve are not offered. */
+	CHECK(getinfo(FI_FORMAT_UNSPEC, FI_MSG | FI_TAGGED) == NULL);
+	binary_av();
+	string_av();
+	node_and_service();
+	named_av();
+	printf("ok\n");
+	return 0;
+}

@@ -1,0 +1,386 @@
+//! The provider under the system libfabric: C programs built against `rdma/fabric.h` and
+//! linked with `-lfabric` load `libuet-fi.so` from `FI_PROVIDER_PATH` and run on the
+//! simulated NIC, and the structures of [`uet_fi::abi`] are checked against the headers.
+//!
+//! These need a C compiler and libfabric's development files (`apt-get install -y
+//! libfabric-dev`, which `.ci/run` installs). Where they are missing the tests say so and
+//! pass, except under `CI=true`, where they fail.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Whether the C side can be built here; `false` (and a note) when it cannot and this is not
+/// CI.
+fn have_toolchain() -> bool {
+    let header = Path::new("/usr/include/rdma/fabric.h").exists();
+    let cc = Command::new("cc")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if header && cc {
+        return true;
+    }
+    let why = format!(
+        "needs a C compiler ({}) and libfabric-dev's headers ({})",
+        if cc { "found" } else { "missing" },
+        if header { "found" } else { "missing" }
+    );
+    assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
+    eprintln!("skipped: {why}; apt-get install -y gcc libfabric-dev");
+    false
+}
+
+/// A fresh directory for one test's files.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("uet-provider-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The provider library cargo built beside this test (`target/<profile>/libuet_fi.so`),
+/// linked into `dir` as `libuet-fi.so`, the name libfabric looks for.
+fn provider_dir(dir: &Path) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    let lib = [
+        deps.join("libuet_fi.so"),
+        deps.parent().unwrap().join("libuet_fi.so"),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
+    .unwrap_or_else(|| panic!("libuet_fi.so not built beside {}", exe.display()));
+    let prov = dir.join("prov");
+    std::fs::create_dir_all(&prov).unwrap();
+    std::os::unix::fs::symlink(&lib, prov.join("libuet-fi.so")).unwrap();
+    prov
+}
+
+/// Compile `source` (in `tests/c`) into `dir`, with `extra` arguments.
+fn compile(source: &str, dir: &Path, extra: &[&str]) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/c")
+        .join(source);
+    let out = dir.join(source.trim_end_matches(".c"));
+    let o = Command::new("cc")
+        .args(["-std=gnu11", "-Wall", "-Werror", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "cc {source}:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}
+
+/// Run a compiled program with the provider on the simulated NIC.
+fn run(program: &Path, prov: &Path) -> String {
+    let o = Command::new(program)
+        .env("FI_PROVIDER_PATH", prov)
+        .env("FI_PROVIDER", "uet")
+        .env_remove("FI_UET_DEVICE")
+        .env_remove("FI_UET_SIM_ADDR")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{} failed ({}):\n{stdout}\n{}",
+        program.display(),
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    stdout
+}
+
+#[test]
+fn a_libfabric_application_runs_every_av_call_on_the_nic_through_the_provider() {
+    if !have_toolchain() {
+        return;
+    }
+    let dir = scratch("av");
+    let prov = provider_dir(&dir);
+    let program = compile("av.c", &dir, &["-lfabric"]);
+    let out = run(&program, &prov);
+    for line in [
+        "getinfo: uet uet_10.0.0.1",
+        "insert: 2 3 notavail",
+        "insertsym: last",
+        "binary AV: ok",
+        "string AV: ok",
+        "node and service: ok",
+        "named AV: ok",
+    ] {
+        assert!(out.contains(line), "no {line:?} in:\n{out}");
+    }
+    assert!(out.ends_with("ok\n"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every structure of `uet_fi::abi`: its size, and each field's offset, as C has them.
+#[test]
+fn the_abi_structures_match_the_system_libfabric_headers() {
+    if !have_toolchain() {
+        return;
+    }
+    use core::mem::{offset_of, size_of};
+    use uet_fi::abi::*;
+    let mut c = String::from(
+        "#include <stddef.h>\n#include <rdma/fabric.h>\n#include <rdma/fi_domain.h>\n\
+         #include <rdma/providers/fi_prov.h>\n",
+    );
+    macro_rules! layout {
+        ($c:literal, $rust:ty { $($cf:ident: $rf:ident),* $(,)? }) => {{
+            c += &format!(
+                "_Static_assert(sizeof(struct {}) == {}, \"size of {}\");\n",
+                $c, size_of::<$rust>(), $c
+            );
+            $(c += &format!(
+                "_Static_assert(offsetof(struct {}, {}) == {}, \"{}.{}\");\n",
+                $c, stringify!($cf), offset_of!($rust, $rf), $c, stringify!($cf)
+            );)*
+        }};
+    }
+    layout!("fi_context", FiContext { internal: internal });
+    layout!(
+        "fid",
+        Fid {
+            fclass: fclass,
+            context: context,
+            ops: ops
+        }
+    );
+    layout!(
+        "fi_ops",
+        FiOps {
+            size: size,
+            close: close,
+            bind: bind,
+            control: control,
+            ops_open: ops_open,
+            tostr: tostr,
+            ops_set: ops_set,
+        }
+    );
+    layout!(
+        "fi_tx_attr",
+        FiTxAttr {
+            caps: caps,
+            mode: mode,
+            op_flags: op_flags,
+            msg_order: msg_order,
+            comp_order: comp_order,
+            inject_size: inject_size,
+            size: size,
+            iov_limit: iov_limit,
+            rma_iov_limit: rma_iov_limit,
+            tclass: tclass,
+        }
+    );
+    layout!(
+        "fi_rx_attr",
+        FiRxAttr {
+            caps: caps,
+            mode: mode,
+            op_flags: op_flags,
+            msg_order: msg_order,
+            comp_order: comp_order,
+            total_buffered_recv: total_buffered_recv,
+            size: size,
+            iov_limit: iov_limit,
+        }
+    );
+    layout!("fi_ep_attr", FiEpAttr {
+        type: ep_type, protocol: protocol, protocol_version: protocol_version,
+        max_msg_size: max_msg_size, msg_prefix_size: msg_prefix_size,
+        max_order_raw_size: max_order_raw_size, max_order_war_size: max_order_war_size,
+        max_order_waw_size: max_order_waw_size, mem_tag_format: mem_tag_format,
+        tx_ctx_cnt: tx_ctx_cnt, rx_ctx_cnt: rx_ctx_cnt, auth_key_size: auth_key_size,
+        auth_key: auth_key,
+    });
+    layout!(
+        "fi_domain_attr",
+        FiDomainAttr {
+            domain: domain,
+            name: name,
+            threading: threading,
+            control_progress: control_progress,
+            data_progress: data_progress,
+            resource_mgmt: resource_mgmt,
+            av_type: av_type,
+            mr_mode: mr_mode,
+            mr_key_size: mr_key_size,
+            cq_data_size: cq_data_size,
+            cq_cnt: cq_cnt,
+            ep_cnt: ep_cnt,
+            tx_ctx_cnt: tx_ctx_cnt,
+            rx_ctx_cnt: rx_ctx_cnt,
+            max_ep_tx_ctx: max_ep_tx_ctx,
+            max_ep_rx_ctx: max_ep_rx_ctx,
+            max_ep_stx_ctx: max_ep_stx_ctx,
+            max_ep_srx_ctx: max_ep_srx_ctx,
+            cntr_cnt: cntr_cnt,
+            mr_iov_limit: mr_iov_limit,
+            caps: caps,
+            mode: mode,
+            auth_key: auth_key,
+            auth_key_size: auth_key_size,
+            max_err_data: max_err_data,
+            mr_cnt: mr_cnt,
+            tclass: tclass,
+        }
+    );
+    layout!(
+        "fi_fabric_attr",
+        FiFabricAttr {
+            fabric: fabric,
+            name: name,
+            prov_name: prov_name,
+            prov_version: prov_version,
+            api_version: api_version,
+        }
+    );
+    layout!(
+        "fi_info",
+        FiInfo {
+            next: next,
+            caps: caps,
+            mode: mode,
+            addr_format: addr_format,
+            src_addrlen: src_addrlen,
+            dest_addrlen: dest_addrlen,
+            src_addr: src_addr,
+            dest_addr: dest_addr,
+            handle: handle,
+            tx_attr: tx_attr,
+            rx_attr: rx_attr,
+            ep_attr: ep_attr,
+            domain_attr: domain_attr,
+            fabric_attr: fabric_attr,
+            nic: nic,
+        }
+    );
+    layout!(
+        "fi_provider",
+        FiProvider {
+            version: version,
+            fi_version: fi_version,
+            context: context,
+            name: name,
+            getinfo: getinfo,
+            fabric: fabric,
+            cleanup: cleanup,
+        }
+    );
+    layout!(
+        "fi_ops_fabric",
+        FiOpsFabric {
+            size: size,
+            domain: domain,
+            passive_ep: passive_ep,
+            eq_open: eq_open,
+            wait_open: wait_open,
+            trywait: trywait,
+            domain2: domain2,
+        }
+    );
+    layout!(
+        "fid_fabric",
+        FidFabric {
+            fid: fid,
+            ops: ops,
+            api_version: api_version
+        }
+    );
+    layout!(
+        "fi_ops_domain",
+        FiOpsDomain {
+            size: size,
+            av_open: av_open,
+            cq_open: cq_open,
+            endpoint: endpoint,
+            scalable_ep: scalable_ep,
+            cntr_open: cntr_open,
+            poll_open: poll_open,
+            stx_ctx: stx_ctx,
+            srx_ctx: srx_ctx,
+            query_atomic: query_atomic,
+            query_collective: query_collective,
+            endpoint2: endpoint2,
+        }
+    );
+    layout!(
+        "fi_ops_mr",
+        FiOpsMr {
+            size: size,
+            reg: reg,
+            regv: regv,
+            regattr: regattr
+        }
+    );
+    layout!(
+        "fid_domain",
+        FidDomain {
+            fid: fid,
+            ops: ops,
+            mr: mr
+        }
+    );
+    layout!("fi_av_attr", FiAvAttr {
+        type: av_type, rx_ctx_bits: rx_ctx_bits, count: count, ep_per_node: ep_per_node,
+        name: name, map_addr: map_addr, flags: flags,
+    });
+    layout!(
+        "fi_ops_av",
+        FiOpsAv {
+            size: size,
+            insert: insert,
+            insertsvc: insertsvc,
+            insertsym: insertsym,
+            remove: remove,
+            lookup: lookup,
+            straddr: straddr,
+            av_set: av_set,
+        }
+    );
+    layout!("fid_av", FidAv { fid: fid, ops: ops });
+    // The constants, too.
+    for (name, value) in [
+        (
+            "FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION)",
+            u64::from(FI_PROVIDER_API),
+        ),
+        ("FI_CLASS_FABRIC", FI_CLASS_FABRIC as u64),
+        ("FI_CLASS_DOMAIN", FI_CLASS_DOMAIN as u64),
+        ("FI_CLASS_AV", FI_CLASS_AV as u64),
+        ("FI_EP_RDM", FI_EP_RDM as u64),
+        ("FI_THREAD_SAFE", FI_THREAD_SAFE as u64),
+        ("FI_PROGRESS_AUTO", FI_PROGRESS_AUTO as u64),
+        ("FI_RM_ENABLED", FI_RM_ENABLED as u64),
+        ("FI_ADDR_STR", u64::from(FI_ADDR_STR)),
+        ("FI_MR_PROV_KEY", FI_MR_PROV_KEY as u64),
+        ("FI_SOURCE", uet_fi::info::FI_SOURCE),
+        ("FI_SHARED_AV", uet_av::FI_SHARED_AV),
+        ("FI_AV_USER_ID", uet_av::FI_AV_USER_ID),
+    ] {
+        c += &format!("_Static_assert((unsigned long long)({name}) == {value}ULL, \"{name}\");\n");
+    }
+    let dir = scratch("layout");
+    let src = dir.join("layout.c");
+    std::fs::write(&src, &c).unwrap();
+    let o = Command::new("cc")
+        .args(["-std=c11", "-fsyntax-only"])
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "the ABI differs from the headers:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
