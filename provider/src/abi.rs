@@ -262,8 +262,8 @@ pub struct FiOpsFabric {
     ) -> c_int,
     pub eq_open: unsafe extern "C" fn(
         fabric: *mut FidFabric,
-        attr: *mut c_void,
-        eq: *mut *mut c_void,
+        attr: *mut FiEqAttr,
+        eq: *mut *mut FidEq,
         context: *mut c_void,
     ) -> c_int,
     pub wait_open: unsafe extern "C" fn(
@@ -457,4 +457,90 @@ pub struct FiOpsAv {
 pub struct FidAv {
     pub fid: Fid,
     pub ops: *mut FiOpsAv,
+}
+
+/// `FI_CLASS_EQ`.
+pub const FI_CLASS_EQ: usize = 13;
+
+// `enum fi_wait_obj`.
+/// `FI_WAIT_NONE`.
+pub const FI_WAIT_NONE: c_int = 0;
+/// `FI_WAIT_UNSPEC`.
+pub const FI_WAIT_UNSPEC: c_int = 1;
+/// `FI_WAIT_MUTEX_COND`.
+pub const FI_WAIT_MUTEX_COND: c_int = 4;
+/// `FI_WAIT_YIELD`.
+pub const FI_WAIT_YIELD: c_int = 5;
+
+/// `struct fi_eq_attr`.
+#[repr(C)]
+pub struct FiEqAttr {
+    pub size: usize,
+    pub flags: u64,
+    pub wait_obj: c_int,
+    pub signaling_vector: c_int,
+    pub wait_set: *mut c_void,
+}
+
+/// `struct fi_eq_entry`.
+#[repr(C)]
+pub struct FiEqEntry {
+    pub fid: *mut Fid,
+    pub context: *mut c_void,
+    pub data: u64,
+}
+
+/// `struct fi_eq_err_entry`.
+#[repr(C)]
+pub struct FiEqErrEntry {
+    pub fid: *mut Fid,
+    pub context: *mut c_void,
+    pub data: u64,
+    pub err: c_int,
+    pub prov_errno: c_int,
+    pub err_data: *mut c_void,
+    pub err_data_size: usize,
+}
+
+/// `struct fi_ops_eq`.
+#[repr(C)]
+pub struct FiOpsEq {
+    pub size: usize,
+    pub read: unsafe extern "C" fn(
+        eq: *mut FidEq,
+        event: *mut u32,
+        buf: *mut c_void,
+        len: usize,
+        flags: u64,
+    ) -> isize,
+    pub readerr: unsafe extern "C" fn(eq: *mut FidEq, buf: *mut FiEqErrEntry, flags: u64) -> isize,
+    pub write: unsafe extern "C" fn(
+        eq: *mut FidEq,
+        event: u32,
+        buf: *const c_void,
+        len: usize,
+        flags: u64,
+    ) -> isize,
+    pub sread: unsafe extern "C" fn(
+        eq: *mut FidEq,
+        event: *mut u32,
+        buf: *mut c_void,
+        len: usize,
+        timeout: c_int,
+        flags: u64,
+    ) -> isize,
+    pub strerror: unsafe extern "C" fn(
+        eq: *mut FidEq,
+        prov_errno: c_int,
+        err_data: *const c_void,
+        buf: *mut c_char,
+        len: usize,
+    ) -> *const c_char,
+}
+
+/// `struct fid_eq`.
+#[repr(C)]
+pub struct FidEq {
+    pub fid: Fid,
+    pub ops: *mut FiOpsEq,
 }

@@ -11,8 +11,8 @@
 //! * Binary AVs take and return 32-byte UET addresses; `FI_ADDR_STR` AVs take `count` C
 //!   strings (`addr` is a `char **`), and `fi_av_lookup` returns the NUL-terminated string.
 //! * `FI_SYNC_ERR`: `context` is the `int` status array, one per address.
-//! * `FI_EVENT` needs `fi_av_bind` to an event queue, which the provider does not open yet:
-//!   `fi_av_open` with it is `-FI_ENOSYS`.
+//! * `FI_EVENT`: `fi_av_bind` to a queue of [`crate::eq`]; an insert's `context` is its
+//!   events' context, and their `fid` the application's `fid_av`.
 //! * Every AV call takes the AV's lock: the domain is `FI_THREAD_SAFE`.
 
 use crate::abi::*;
@@ -22,8 +22,7 @@ use crate::{entry, null, unsupported};
 use core::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use uet_av::{
-    av_type_from_c, rx_ctx_bits_from_c, AddrFormat, AvAttr, AvName, FiErrno, FiError, ADDR_LEN,
-    FI_EVENT, FI_SYNC_ERR,
+    av_type_from_c, rx_ctx_bits_from_c, AddrFormat, AvAttr, AvName, FiError, ADDR_LEN, FI_SYNC_ERR,
 };
 use uet_driver::{Av, SharedAv};
 
@@ -54,7 +53,7 @@ pub struct UetAv {
 static AV_FID_OPS: FiOps = FiOps {
     size: core::mem::size_of::<FiOps>(),
     close: av_close,
-    bind: unsupported::bind,
+    bind: av_bind,
     control: unsupported::control,
     ops_open: unsupported::ops_open,
     tostr: unsupported::tostr,
@@ -185,13 +184,6 @@ pub(crate) unsafe extern "C" fn domain_av_open(
         }
         // SAFETY: NULL or valid (libfabric's contract).
         let c = unsafe { attr.as_mut() }.ok_or_else(|| null(CALL, "attr"))?;
-        if c.flags & FI_EVENT != 0 {
-            return Err(FiError::new(
-                FiErrno::FI_ENOSYS,
-                "fi_av_open: flags FI_EVENT: asynchronous inserts report to an event queue, \
-                 which the uet provider does not open yet",
-            ));
-        }
         // SAFETY: NULL or a NUL-terminated string (libfabric's contract).
         let name = unsafe { c_str(c.name, "fi_av_attr.name") }?
             .map(AvName::new)
@@ -232,6 +224,35 @@ pub(crate) unsafe extern "C" fn domain_av_open(
         });
         // SAFETY: `av` is non-NULL and writable (libfabric's contract).
         unsafe { *av = Box::into_raw(boxed).cast() };
+        Ok(0)
+    })
+}
+
+/// `fi_av_bind`: bind the AV to an event queue of this provider (an `FI_EVENT` AV reports its
+/// inserts there). `FI_EINVAL` for anything but a uet EQ; the AV's own errors otherwise
+/// ([`uet_av::AddressVector::bind`]).
+unsafe extern "C" fn av_bind(fid: *mut Fid, bfid: *mut Fid, flags: u64) -> c_int {
+    const CALL: &str = "fi_av_bind";
+    entry(CALL, || {
+        // SAFETY: called through the fid's own ops.
+        let a = unsafe { av_ref(fid.cast(), CALL) }?;
+        // SAFETY: NULL or a live object (libfabric's contract).
+        let q = unsafe { crate::eq::eq_ref(bfid, CALL) }?;
+        let mut guard = a.lock(CALL)?;
+        let kind = guard
+            .as_mut()
+            .ok_or_else(|| FiError::inval("the AV is closed"))?;
+        match kind {
+            AvKind::Own(av) => {
+                let sink = q.bind_av(av.id(), fid);
+                av.bind(sink, flags)
+            }
+            AvKind::Shared(av) => {
+                let id = av.av().id();
+                let sink = q.bind_av(id, fid);
+                av.bind(sink, flags)
+            }
+        }?;
         Ok(0)
     })
 }
@@ -315,6 +336,7 @@ unsafe extern "C" fn av_insert(
         let kind = guard
             .as_mut()
             .ok_or_else(|| FiError::inval("the AV is closed"))?;
+        let context = context as u64;
         let n = match a.addr_format {
             AddrFormat::Uet => {
                 let bytes = count.saturating_mul(ADDR_LEN);
@@ -322,12 +344,32 @@ unsafe extern "C" fn av_insert(
                 // contract); only read.
                 let addr =
                     unsafe { c_array_needed(addr.cast::<u8>().cast_mut(), bytes, CALL, "addr") }?;
-                with_av!(kind, av => av.insert_with_status(addr, count, fi_addr, flags, status))?
+                match (kind, status) {
+                    (kind, Some(status)) => {
+                        with_av!(kind, av => av.insert_with_status(addr, count, fi_addr, flags, Some(status)))
+                    }
+                    (AvKind::Own(av), None) => {
+                        av.with_context(context).insert(addr, count, fi_addr, flags)
+                    }
+                    (AvKind::Shared(av), None) => {
+                        av.with_context(context).insert(addr, count, fi_addr, flags)
+                    }
+                }?
             }
             AddrFormat::Str => {
                 // SAFETY: `addr` is a `char *` array of `count` (libfabric's contract).
                 let strings = unsafe { c_strings(addr, count) }?;
-                with_av!(kind, av => av.insert_str(&strings, fi_addr, flags, status))?
+                match (kind, status) {
+                    (kind, Some(status)) => {
+                        with_av!(kind, av => av.insert_str(&strings, fi_addr, flags, Some(status)))
+                    }
+                    (AvKind::Own(av), None) => av
+                        .with_context(context)
+                        .insert_str(&strings, fi_addr, flags),
+                    (AvKind::Shared(av), None) => av
+                        .with_context(context)
+                        .insert_str(&strings, fi_addr, flags, None),
+                }?
             }
         };
         inserted(n)
@@ -361,7 +403,18 @@ unsafe extern "C" fn av_insertsvc(
         let kind = guard
             .as_mut()
             .ok_or_else(|| FiError::inval("the AV is closed"))?;
-        let n = with_av!(kind, av => av.insertsvc(node, service, fi_addr, flags, status))?;
+        let context = context as u64;
+        let n = match (kind, status) {
+            (kind, Some(status)) => {
+                with_av!(kind, av => av.insertsvc(node, service, fi_addr, flags, Some(status)))
+            }
+            (AvKind::Own(av), None) => av
+                .with_context(context)
+                .insertsvc(node, service, fi_addr, flags),
+            (AvKind::Shared(av), None) => av
+                .with_context(context)
+                .insertsvc(node, service, fi_addr, flags, None),
+        }?;
         inserted(n)
     })
 }
@@ -403,7 +456,18 @@ unsafe extern "C" fn av_insertsym(
         let kind = guard
             .as_mut()
             .ok_or_else(|| FiError::inval("the AV is closed"))?;
-        let n = with_av!(kind, av => av.insertsym(node, nodecnt, service, svccnt, fi_addr, flags, status))?;
+        let context = context as u64;
+        let n = match (kind, status) {
+            (kind, Some(status)) => {
+                with_av!(kind, av => av.insertsym(node, nodecnt, service, svccnt, fi_addr, flags, Some(status)))
+            }
+            (AvKind::Own(av), None) => av
+                .with_context(context)
+                .insertsym(node, nodecnt, service, svccnt, fi_addr, flags),
+            (AvKind::Shared(av), None) => av
+                .with_context(context)
+                .insertsym(node, nodecnt, service, svccnt, fi_addr, flags, None),
+        }?;
         inserted(n)
     })
 }

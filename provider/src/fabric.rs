@@ -32,7 +32,7 @@ static FABRIC_OPS: FiOpsFabric = FiOpsFabric {
     size: core::mem::size_of::<FiOpsFabric>(),
     domain: crate::domain::fabric_domain,
     passive_ep: unsupported::passive_ep,
-    eq_open: unsupported::eq_open,
+    eq_open: crate::eq::fabric_eq_open,
     wait_open: unsupported::wait_open,
     trywait: unsupported::trywait,
     domain2: crate::domain::fabric_domain2,

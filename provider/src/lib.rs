@@ -26,10 +26,11 @@
 //! | `fi_getinfo` | [`info`]: hints matched, node and service as a UET address |
 //! | `fi_fabric`, `fi_close` | [`fabric`]: the NIC; `-FI_EBUSY` while a domain is open |
 //! | `fi_domain`, `fi_close` | [`domain`]: a [`uet_driver::Domain`]; `-FI_EBUSY` while an AV is open |
-//! | `fi_av_open`, `fi_av_insert`, `fi_av_insertsvc`, `fi_av_insertsym`, `fi_av_remove`, `fi_av_lookup`, `fi_av_straddr`, `fi_close` | [`av`]: a [`uet_driver::Av`] or, with a name, a shared one |
+//! | `fi_av_open`, `fi_av_bind`, `fi_av_insert`, `fi_av_insertsvc`, `fi_av_insertsym`, `fi_av_remove`, `fi_av_lookup`, `fi_av_straddr`, `fi_close` | [`av`]: a [`uet_driver::Av`] or, with a name, a shared one |
+//! | `fi_eq_open`, `fi_eq_read`, `fi_eq_readerr`, `fi_eq_sread`, `fi_eq_write`, `fi_eq_strerror`, `fi_close` | [`eq`]: a [`uet_driver::EventQueue`], where `FI_EVENT` AVs report |
 //!
-//! Endpoints, completion queues, event queues (so `FI_EVENT` AVs), memory registration and AV
-//! sets are the driver's today and not yet the provider's: their calls return `-FI_ENOSYS`,
+//! Endpoints, completion queues, memory registration and AV sets are the driver's today and
+//! not yet the provider's: their calls return `-FI_ENOSYS`,
 //! and `fi_getinfo` offers none of their capabilities, so an application that asks for them
 //! is told `-FI_ENODATA` rather than given a provider that fails later.
 //!
@@ -56,6 +57,7 @@ pub mod abi;
 pub mod av;
 pub mod device;
 pub mod domain;
+pub mod eq;
 pub mod fabric;
 pub mod info;
 mod unsupported;

@@ -53,15 +53,6 @@ pub(crate) unsafe extern "C" fn passive_ep(
     enosys("fi_passive_ep")
 }
 
-pub(crate) unsafe extern "C" fn eq_open(
-    _: *mut FidFabric,
-    _: *mut c_void,
-    _: *mut *mut c_void,
-    _: *mut c_void,
-) -> c_int {
-    enosys("fi_eq_open")
-}
-
 pub(crate) unsafe extern "C" fn wait_open(
     _: *mut FidFabric,
     _: *mut c_void,

@@ -114,6 +114,7 @@ fn a_libfabric_application_runs_every_av_call_on_the_nic_through_the_provider() 
         "string AV: ok",
         "node and service: ok",
         "named AV: ok",
+        "event AV: ok",
     ] {
         assert!(out.contains(line), "no {line:?} in:\n{out}");
     }
@@ -130,7 +131,7 @@ fn the_abi_structures_match_the_system_libfabric_headers() {
     use core::mem::{offset_of, size_of};
     use uet_fi::abi::*;
     let mut c = String::from(
-        "#include <stddef.h>\n#include <rdma/fabric.h>\n#include <rdma/fi_domain.h>\n\
+        "#include <stddef.h>\n#include <rdma/fabric.h>\n#include <rdma/fi_domain.h>\n#include <rdma/fi_eq.h>\n\
          #include <rdma/providers/fi_prov.h>\n",
     );
     macro_rules! layout {
@@ -348,6 +349,48 @@ fn the_abi_structures_match_the_system_libfabric_headers() {
         }
     );
     layout!("fid_av", FidAv { fid: fid, ops: ops });
+    layout!(
+        "fi_eq_attr",
+        FiEqAttr {
+            size: size,
+            flags: flags,
+            wait_obj: wait_obj,
+            signaling_vector: signaling_vector,
+            wait_set: wait_set,
+        }
+    );
+    layout!(
+        "fi_eq_entry",
+        FiEqEntry {
+            fid: fid,
+            context: context,
+            data: data
+        }
+    );
+    layout!(
+        "fi_eq_err_entry",
+        FiEqErrEntry {
+            fid: fid,
+            context: context,
+            data: data,
+            err: err,
+            prov_errno: prov_errno,
+            err_data: err_data,
+            err_data_size: err_data_size,
+        }
+    );
+    layout!(
+        "fi_ops_eq",
+        FiOpsEq {
+            size: size,
+            read: read,
+            readerr: readerr,
+            write: write,
+            sread: sread,
+            strerror: strerror,
+        }
+    );
+    layout!("fid_eq", FidEq { fid: fid, ops: ops });
     // The constants, too.
     for (name, value) in [
         (
@@ -357,6 +400,11 @@ fn the_abi_structures_match_the_system_libfabric_headers() {
         ("FI_CLASS_FABRIC", FI_CLASS_FABRIC as u64),
         ("FI_CLASS_DOMAIN", FI_CLASS_DOMAIN as u64),
         ("FI_CLASS_AV", FI_CLASS_AV as u64),
+        ("FI_CLASS_EQ", FI_CLASS_EQ as u64),
+        ("FI_WAIT_NONE", FI_WAIT_NONE as u64),
+        ("FI_WAIT_UNSPEC", FI_WAIT_UNSPEC as u64),
+        ("FI_WAIT_MUTEX_COND", FI_WAIT_MUTEX_COND as u64),
+        ("FI_WAIT_YIELD", FI_WAIT_YIELD as u64),
         ("FI_EP_RDM", FI_EP_RDM as u64),
         ("FI_THREAD_SAFE", FI_THREAD_SAFE as u64),
         ("FI_PROGRESS_AUTO", FI_PROGRESS_AUTO as u64),

@@ -12,6 +12,7 @@
 
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
+#include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 
 #define CHECK(cond)                                                                 \
@@ -157,8 +158,6 @@ static void binary_av(void)
 
 	/* Attribute errors at open. */
 	struct fid_av *bad;
-	struct fi_av_attr event = { .type = FI_AV_TABLE, .count = 8, .flags = FI_EVENT };
-	CHECK_RET(fi_av_open(domain, &event, &bad, NULL), -FI_ENOSYS);
 	struct fi_av_attr type = { .type = 7, .count = 8 };
 	CHECK_RET(fi_av_open(domain, &type, &bad, NULL), -FI_EINVAL);
 	struct fi_av_attr bits = { .type = FI_AV_TABLE, .count = 8, .rx_ctx_bits = -1 };
@@ -289,6 +288,99 @@ static void named_av(void)
 	printf("named AV: ok\n");
 }
 
+/* FI_EVENT: inserts complete on an event queue bound with fi_av_bind; one error entry per
+ * failed address (its position in data), then FI_AV_COMPLETE with the success count. */
+static void event_av(void)
+{
+	struct fi_info *info = getinfo(FI_FORMAT_UNSPEC, 0);
+	CHECK(info);
+	struct fid_fabric *fabric;
+	struct fid_domain *domain;
+	struct fid_av *av, *plain;
+	struct fid_eq *eq;
+	CHECK_RET(fi_fabric(info->fabric_attr, &fabric, NULL), 0);
+	CHECK_RET(fi_domain(fabric, info, &domain, NULL), 0);
+	struct fi_eq_attr eq_attr = { .size = 16, .wait_obj = FI_WAIT_UNSPEC, .flags = FI_WRITE };
+	CHECK_RET(fi_eq_open(fabric, &eq_attr, &eq, NULL), 0);
+	struct fi_eq_attr fd_attr = { .wait_obj = FI_WAIT_FD };
+	struct fid_eq *bad_eq;
+	CHECK_RET(fi_eq_open(fabric, &fd_attr, &bad_eq, NULL), -FI_ENOSYS);
+
+	struct fi_av_attr attr = { .type = FI_AV_TABLE, .count = 16, .flags = FI_EVENT };
+	CHECK_RET(fi_av_open(domain, &attr, &av, NULL), 0);
+	/* Inserting before the bind, and FI_SYNC_ERR with FI_EVENT, are refused. */
+	fi_addr_t a;
+	CHECK_RET(fi_av_insertsvc(av, "10.0.3.1", "1", &a, 0, NULL), -FI_ENOEQ);
+	CHECK_RET(fi_av_bind(av, &eq->fid, 0), 0);
+	/* A bind to something that is not an EQ is refused. */
+	struct fi_av_attr plain_attr = { .type = FI_AV_TABLE, .count = 4 };
+	CHECK_RET(fi_av_open(domain, &plain_attr, &plain, NULL), 0);
+	CHECK_RET(fi_av_bind(plain, &domain->fid, 0), -FI_EINVAL);
+	CHECK_RET(fi_close(&plain->fid), 0);
+
+	uint8_t addrs[3][ADDR_LEN];
+	size_t len;
+	fi_addr_t one;
+	struct fid_av *helper;
+	struct fi_av_attr helper_attr = { .type = FI_AV_TABLE, .count = 4 };
+	CHECK_RET(fi_av_open(domain, &helper_attr, &helper, NULL), 0);
+	CHECK_RET(fi_av_insertsvc(helper, "10.0.3.1", "1", &one, 0, NULL), 1);
+	len = ADDR_LEN;
+	CHECK_RET(fi_av_lookup(helper, one, addrs[0], &len), 0);
+	CHECK_RET(fi_av_insertsvc(helper, "10.0.3.2", "1", &one, 0, NULL), 1);
+	len = ADDR_LEN;
+	CHECK_RET(fi_av_lookup(helper, one, addrs[2], &len), 0);
+	CHECK_RET(fi_close(&helper->fid), 0);
+	memset(addrs[1], 0, ADDR_LEN);
+
+	int status[3];
+	fi_addr_t out[3];
+	CHECK_RET(fi_av_insert(av, addrs, 3, out, FI_SYNC_ERR | FI_EVENT, status), -FI_EBADFLAGS);
+	int context = 7;
+	CHECK_RET(fi_av_insert(av, addrs, 3, out, 0, &context), 0);
+
+	uint32_t event;
+	struct fi_eq_entry entry;
+	/* The error comes first: read says so, readerr gives it. */
+	ssize_t ret = fi_eq_sread(eq, &event, &entry, sizeof(entry), 2000, 0);
+	CHECK_RET(ret, -FI_EAVAIL);
+	char message[256] = { 0 };
+	struct fi_eq_err_entry err = { .err_data = message, .err_data_size = sizeof(message) - 1 };
+	CHECK_RET(fi_eq_readerr(eq, &err, 0), sizeof(err));
+	CHECK(err.fid == &av->fid);
+	CHECK(err.context == &context);
+	CHECK(err.data == 1);
+	CHECK(err.err > 0);
+	CHECK(err.err_data == message && err.err_data_size > 0);
+	printf("event error: %s (%s)\n", fi_strerror(err.err), message);
+	CHECK(fi_eq_strerror(eq, err.prov_errno, err.err_data, NULL, 0) != NULL);
+	/* A buffer too small for an entry leaves the event queued. */
+	CHECK_RET(fi_eq_read(eq, &event, &entry, 4, 0), -FI_ETOOSMALL);
+	CHECK_RET(fi_eq_read(eq, &event, &entry, sizeof(entry), 0), sizeof(entry));
+	CHECK(event == FI_AV_COMPLETE);
+	CHECK(entry.fid == &av->fid);
+	CHECK(entry.context == &context);
+	CHECK(entry.data == 2);
+	CHECK(out[0] == 0 && out[1] == FI_ADDR_NOTAVAIL && out[2] == 1);
+	CHECK_RET(fi_eq_read(eq, &event, &entry, sizeof(entry), 0), -FI_EAGAIN);
+	CHECK_RET(fi_eq_sread(eq, &event, &entry, sizeof(entry), 10, 0), -FI_EAGAIN);
+
+	/* An application's own event. */
+	struct fi_eq_entry mine = { .fid = &eq->fid, .context = &context, .data = 99 };
+	CHECK_RET(fi_eq_write(eq, FI_NOTIFY, &mine, sizeof(mine), 0), sizeof(mine));
+	CHECK_RET(fi_eq_read(eq, &event, &entry, sizeof(entry), 0), sizeof(entry));
+	CHECK(event == FI_NOTIFY && entry.fid == &eq->fid && entry.data == 99);
+
+	/* The queue stays while the AV is bound to it. */
+	CHECK_RET(fi_close(&eq->fid), -FI_EBUSY);
+	CHECK_RET(fi_close(&av->fid), 0);
+	CHECK_RET(fi_close(&eq->fid), 0);
+	CHECK_RET(fi_close(&domain->fid), 0);
+	CHECK_RET(fi_close(&fabric->fid), 0);
+	fi_freeinfo(info);
+	printf("event AV: ok\n");
+}
+
 int main(void)
 {
 	/* Capabilities the provider does not serve are not offered. */
@@ -297,6 +389,7 @@ int main(void)
 	string_av();
 	node_and_service();
 	named_av();
+	event_av();
 	printf("ok\n");
 	return 0;
 }
