@@ -446,8 +446,8 @@ pub struct FiOpsAv {
     ) -> *const c_char,
     pub av_set: unsafe extern "C" fn(
         av: *mut FidAv,
-        attr: *mut c_void,
-        av_set: *mut *mut c_void,
+        attr: *mut FiAvSetAttr,
+        av_set: *mut *mut FidAvSet,
         context: *mut c_void,
     ) -> c_int,
 }
@@ -543,4 +543,38 @@ pub struct FiOpsEq {
 pub struct FidEq {
     pub fid: Fid,
     pub ops: *mut FiOpsEq,
+}
+
+/// `FI_CLASS_AV_SET`.
+pub const FI_CLASS_AV_SET: usize = 21;
+
+/// `struct fi_av_set_attr`.
+#[repr(C)]
+pub struct FiAvSetAttr {
+    pub count: usize,
+    pub start_addr: FiAddr,
+    pub end_addr: FiAddr,
+    pub stride: u64,
+    pub comm_key_size: usize,
+    pub comm_key: *mut u8,
+    pub flags: u64,
+}
+
+/// `struct fi_ops_av_set` (`rdma/fi_collective.h`).
+#[repr(C)]
+pub struct FiOpsAvSet {
+    pub size: usize,
+    pub set_union: unsafe extern "C" fn(dst: *mut FidAvSet, src: *const FidAvSet) -> c_int,
+    pub intersect: unsafe extern "C" fn(dst: *mut FidAvSet, src: *const FidAvSet) -> c_int,
+    pub diff: unsafe extern "C" fn(dst: *mut FidAvSet, src: *const FidAvSet) -> c_int,
+    pub insert: unsafe extern "C" fn(set: *mut FidAvSet, addr: FiAddr) -> c_int,
+    pub remove: unsafe extern "C" fn(set: *mut FidAvSet, addr: FiAddr) -> c_int,
+    pub addr: unsafe extern "C" fn(set: *mut FidAvSet, coll_addr: *mut FiAddr) -> c_int,
+}
+
+/// `struct fid_av_set`.
+#[repr(C)]
+pub struct FidAvSet {
+    pub fid: Fid,
+    pub ops: *mut FiOpsAvSet,
 }

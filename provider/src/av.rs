@@ -20,10 +20,13 @@ use crate::domain::domain_ref;
 use crate::info::c_str;
 use crate::{entry, null, unsupported};
 use core::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use uet_av::AddressVector;
 use uet_av::{
     av_type_from_c, rx_ctx_bits_from_c, AddrFormat, AvAttr, AvName, FiError, ADDR_LEN, FI_SYNC_ERR,
 };
+use uet_driver::av::NicAv;
 use uet_driver::{Av, SharedAv};
 
 /// The AV of an `fid_av`: the process's own, or one shared by name.
@@ -42,12 +45,14 @@ macro_rules! with_av {
     };
 }
 
-/// An AV: libfabric's `fid_av` first, then the AV (`None` once closed) and its address format.
+/// An AV: libfabric's `fid_av` first, then the AV (`None` once closed), its address format
+/// and how many AV sets of it are open.
 #[repr(C)]
 pub struct UetAv {
     fid: FidAv,
     av: Mutex<Option<AvKind>>,
     addr_format: AddrFormat,
+    pub(crate) sets: AtomicUsize,
 }
 
 static AV_FID_OPS: FiOps = FiOps {
@@ -68,14 +73,14 @@ static AV_OPS: FiOpsAv = FiOpsAv {
     remove: av_remove,
     lookup: av_lookup,
     straddr: av_straddr,
-    av_set: unsupported::av_set,
+    av_set: crate::av_set::av_set_open,
 };
 
 /// The provider's AV behind a `fid_av` pointer, locked.
 ///
 /// # Safety
 /// `av` is NULL or a pointer [`domain_av_open`] returned and `fi_close` has not freed.
-unsafe fn av_ref<'a>(av: *mut FidAv, call: &str) -> Result<&'a UetAv, FiError> {
+pub(crate) unsafe fn av_ref<'a>(av: *mut FidAv, call: &str) -> Result<&'a UetAv, FiError> {
     // SAFETY: a `UetAv` starts with its `fid_av` (repr(C)); live, as the caller promises.
     let a = unsafe { av.cast::<UetAv>().as_ref() }.ok_or_else(|| null(call, "av"))?;
     if a.fid.fid.fclass != FI_CLASS_AV {
@@ -85,6 +90,20 @@ unsafe fn av_ref<'a>(av: *mut FidAv, call: &str) -> Result<&'a UetAv, FiError> {
 }
 
 impl UetAv {
+    /// Run `f` on the AV's table and mirror, locked (an AV set's calls that read the AV).
+    pub(crate) fn with_table<R>(
+        &self,
+        call: &str,
+        f: impl FnOnce(&AddressVector<NicAv>) -> Result<R, FiError>,
+    ) -> Result<R, FiError> {
+        let guard = self.lock(call)?;
+        match guard.as_ref() {
+            Some(AvKind::Own(av)) => f(av),
+            Some(AvKind::Shared(av)) => f(&av.av()),
+            None => Err(FiError::inval(format!("{call}: the AV is closed"))),
+        }
+    }
+
     fn lock(&self, call: &str) -> Result<MutexGuard<'_, Option<AvKind>>, FiError> {
         let guard = self.av.lock().unwrap_or_else(PoisonError::into_inner);
         if guard.is_none() {
@@ -221,6 +240,7 @@ pub(crate) unsafe extern "C" fn domain_av_open(
             },
             av: Mutex::new(Some(kind)),
             addr_format: dom.attr().addr_format,
+            sets: AtomicUsize::new(0),
         });
         // SAFETY: `av` is non-NULL and writable (libfabric's contract).
         unsafe { *av = Box::into_raw(boxed).cast() };
@@ -257,7 +277,8 @@ unsafe extern "C" fn av_bind(fid: *mut Fid, bfid: *mut Fid, flags: u64) -> c_int
     })
 }
 
-/// `fi_close` of an AV: `-FI_EBUSY` while endpoints use it (the AV stays open).
+/// `fi_close` of an AV: `-FI_EBUSY` while endpoints use it or AV sets of it are open (the AV
+/// stays open).
 unsafe extern "C" fn av_close(fid: *mut Fid) -> c_int {
     const CALL: &str = "fi_close(av)";
     entry(CALL, || {
@@ -265,6 +286,14 @@ unsafe extern "C" fn av_close(fid: *mut Fid) -> c_int {
         let a = unsafe { av_ref(fid.cast(), CALL) }?;
         {
             let mut guard = a.lock(CALL)?;
+            // Under the AV's lock, which a new set takes to count itself.
+            let sets = a.sets.load(Ordering::Acquire);
+            if sets > 0 {
+                return Err(FiError::new(
+                    uet_av::FiErrno::FI_EBUSY,
+                    format!("{CALL}: {sets} AV set(s) of the AV are open"),
+                ));
+            }
             match guard.take() {
                 Some(AvKind::Own(av)) => {
                     if let Err(e) = av.close() {

@@ -29,8 +29,10 @@
 //! | `fi_av_open`, `fi_av_bind`, `fi_av_insert`, `fi_av_insertsvc`, `fi_av_insertsym`, `fi_av_remove`, `fi_av_lookup`, `fi_av_straddr`, `fi_close` | [`av`]: a [`uet_driver::Av`] or, with a name, a shared one |
 //! | `fi_eq_open`, `fi_eq_read`, `fi_eq_readerr`, `fi_eq_sread`, `fi_eq_write`, `fi_eq_strerror`, `fi_close` | [`eq`]: a [`uet_driver::EventQueue`], where `FI_EVENT` AVs report |
 //!
-//! Endpoints, completion queues, memory registration and AV sets are the driver's today and
-//! not yet the provider's: their calls return `-FI_ENOSYS`,
+//! | `fi_av_set`, `fi_av_set_union`, `fi_av_set_intersect`, `fi_av_set_diff`, `fi_av_set_insert`, `fi_av_set_remove`, `fi_av_set_addr`, `fi_close` | [`av_set`]: a [`uet_av::AvSet`] |
+//!
+//! Endpoints, completion queues and memory registration are the driver's today and not yet
+//! the provider's: their calls return `-FI_ENOSYS`,
 //! and `fi_getinfo` offers none of their capabilities, so an application that asks for them
 //! is told `-FI_ENODATA` rather than given a provider that fails later.
 //!
@@ -55,6 +57,7 @@
 
 pub mod abi;
 pub mod av;
+pub mod av_set;
 pub mod device;
 pub mod domain;
 pub mod eq;

@@ -151,12 +151,3 @@ pub(crate) unsafe extern "C" fn mr_regattr(
 ) -> c_int {
     enosys("fi_mr_regattr")
 }
-
-pub(crate) unsafe extern "C" fn av_set(
-    _: *mut crate::abi::FidAv,
-    _: *mut c_void,
-    _: *mut *mut c_void,
-    _: *mut c_void,
-) -> c_int {
-    enosys("fi_av_set")
-}

@@ -115,6 +115,7 @@ fn a_libfabric_application_runs_every_av_call_on_the_nic_through_the_provider() 
         "node and service: ok",
         "named AV: ok",
         "event AV: ok",
+        "AV sets: ok",
     ] {
         assert!(out.contains(line), "no {line:?} in:\n{out}");
     }
@@ -131,7 +132,7 @@ fn the_abi_structures_match_the_system_libfabric_headers() {
     use core::mem::{offset_of, size_of};
     use uet_fi::abi::*;
     let mut c = String::from(
-        "#include <stddef.h>\n#include <rdma/fabric.h>\n#include <rdma/fi_domain.h>\n#include <rdma/fi_eq.h>\n\
+        "#include <stddef.h>\n#include <rdma/fabric.h>\n#include <rdma/fi_domain.h>\n#include <rdma/fi_eq.h>\n#include <rdma/fi_collective.h>\n\
          #include <rdma/providers/fi_prov.h>\n",
     );
     macro_rules! layout {
@@ -391,6 +392,31 @@ fn the_abi_structures_match_the_system_libfabric_headers() {
         }
     );
     layout!("fid_eq", FidEq { fid: fid, ops: ops });
+    layout!(
+        "fi_av_set_attr",
+        FiAvSetAttr {
+            count: count,
+            start_addr: start_addr,
+            end_addr: end_addr,
+            stride: stride,
+            comm_key_size: comm_key_size,
+            comm_key: comm_key,
+            flags: flags,
+        }
+    );
+    layout!(
+        "fi_ops_av_set",
+        FiOpsAvSet {
+            size: size,
+            set_union: set_union,
+            intersect: intersect,
+            diff: diff,
+            insert: insert,
+            remove: remove,
+            addr: addr,
+        }
+    );
+    layout!("fid_av_set", FidAvSet { fid: fid, ops: ops });
     // The constants, too.
     for (name, value) in [
         (
@@ -401,6 +427,7 @@ fn the_abi_structures_match_the_system_libfabric_headers() {
         ("FI_CLASS_DOMAIN", FI_CLASS_DOMAIN as u64),
         ("FI_CLASS_AV", FI_CLASS_AV as u64),
         ("FI_CLASS_EQ", FI_CLASS_EQ as u64),
+        ("FI_CLASS_AV_SET", FI_CLASS_AV_SET as u64),
         ("FI_WAIT_NONE", FI_WAIT_NONE as u64),
         ("FI_WAIT_UNSPEC", FI_WAIT_UNSPEC as u64),
         ("FI_WAIT_MUTEX_COND", FI_WAIT_MUTEX_COND as u64),

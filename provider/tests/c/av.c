@@ -13,6 +13,7 @@
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_eq.h>
+#include <rdma/fi_collective.h>
 #include <rdma/fi_errno.h>
 
 #define CHECK(cond)                                                                 \
@@ -381,6 +382,81 @@ static void event_av(void)
 	printf("event AV: ok\n");
 }
 
+/* AV sets: a strided range, inserts, union/intersect/diff with fi_av_set(3)'s rules, the
+ * collective address, and the AV kept open while a set of it is. */
+static void av_sets(void)
+{
+	struct fi_info *info = getinfo(FI_FORMAT_UNSPEC, 0);
+	CHECK(info);
+	struct fid_fabric *fabric;
+	struct fid_domain *domain;
+	struct fid_av *av;
+	struct fid_av_set *a, *b, *bad;
+	CHECK_RET(fi_fabric(info->fabric_attr, &fabric, NULL), 0);
+	CHECK_RET(fi_domain(fabric, info, &domain, NULL), 0);
+	struct fi_av_attr attr = { .type = FI_AV_TABLE, .count = 16 };
+	CHECK_RET(fi_av_open(domain, &attr, &av, NULL), 0);
+	fi_addr_t peers[6];
+	CHECK_RET(fi_av_insertsym(av, "10.0.4.1", 6, "1", 1, peers, 0, NULL), 6);
+
+	/* {0, 2, 4} */
+	struct fi_av_set_attr range = {
+		.count = 16, .start_addr = 0, .end_addr = 4, .stride = 2,
+	};
+	CHECK_RET(fi_av_set(av, &range, &a, NULL), 0);
+	CHECK(a->fid.fclass == FI_CLASS_AV_SET);
+	/* [4, 1, 2] */
+	struct fi_av_set_attr empty = {
+		.count = 16, .start_addr = FI_ADDR_NOTAVAIL, .end_addr = FI_ADDR_NOTAVAIL,
+	};
+	CHECK_RET(fi_av_set(av, &empty, &b, NULL), 0);
+	CHECK_RET(fi_av_set_insert(b, 4), 0);
+	CHECK_RET(fi_av_set_insert(b, 1), 0);
+	CHECK_RET(fi_av_set_insert(b, 2), 0);
+	CHECK_RET(fi_av_set_insert(b, 2), -FI_EINVAL);
+	CHECK_RET(fi_av_set_insert(b, 9), -FI_EINVAL);
+
+	/* a = {0, 2, 4, 1} */
+	CHECK_RET(fi_av_set_union(a, b), 0);
+	CHECK_RET(fi_av_set_insert(a, 1), -FI_EINVAL);
+	/* a = {0} */
+	CHECK_RET(fi_av_set_diff(a, b), 0);
+	CHECK_RET(fi_av_set_remove(a, 2), -FI_EINVAL);
+	CHECK_RET(fi_av_set_insert(a, 2), 0);
+	/* b = {2} */
+	CHECK_RET(fi_av_set_intersect(b, a), 0);
+	CHECK_RET(fi_av_set_remove(b, 4), -FI_EINVAL);
+	CHECK_RET(fi_av_set_remove(b, 2), 0);
+	CHECK_RET(fi_av_set_insert(b, 3), 0);
+	/* A set combined with itself. */
+	CHECK_RET(fi_av_set_union(a, a), 0);
+	CHECK_RET(fi_av_set_insert(a, 0), -FI_EINVAL);
+	fi_addr_t coll;
+	CHECK_RET(fi_av_set_addr(a, &coll), 0);
+	CHECK(coll != FI_ADDR_NOTAVAIL);
+	CHECK_RET(fi_av_set_diff(b, b), 0);
+	CHECK_RET(fi_av_set_insert(b, 3), 0);
+
+	/* Attribute errors. */
+	struct fi_av_set_attr flags = { .count = 4, .start_addr = FI_ADDR_NOTAVAIL,
+					.end_addr = FI_ADDR_NOTAVAIL, .flags = 1ULL << 30 };
+	CHECK_RET(fi_av_set(av, &flags, &bad, NULL), -FI_EBADFLAGS);
+	struct fi_av_set_attr backwards = { .count = 4, .start_addr = 3, .end_addr = 1,
+					    .stride = 1 };
+	CHECK_RET(fi_av_set(av, &backwards, &bad, NULL), -FI_EINVAL);
+	CHECK_RET(fi_av_set_union(a, (struct fid_av_set *)av), -FI_EINVAL);
+
+	/* The AV stays while its sets are open. */
+	CHECK_RET(fi_close(&av->fid), -FI_EBUSY);
+	CHECK_RET(fi_close(&a->fid), 0);
+	CHECK_RET(fi_close(&b->fid), 0);
+	CHECK_RET(fi_close(&av->fid), 0);
+	CHECK_RET(fi_close(&domain->fid), 0);
+	CHECK_RET(fi_close(&fabric->fid), 0);
+	fi_freeinfo(info);
+	printf("AV sets: ok\n");
+}
+
 int main(void)
 {
 	/* Capabilities the provider does not serve are not offered. */
@@ -390,6 +466,7 @@ int main(void)
 	node_and_service();
 	named_av();
 	event_av();
+	av_sets();
 	printf("ok\n");
 	return 0;
 }
