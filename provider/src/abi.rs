@@ -309,7 +309,12 @@ pub struct FiOpsDomain {
         av: *mut *mut FidAv,
         context: *mut c_void,
     ) -> c_int,
-    pub cq_open: DomainOpenFn,
+    pub cq_open: unsafe extern "C" fn(
+        domain: *mut FidDomain,
+        attr: *mut FiCqAttr,
+        cq: *mut *mut FidCq,
+        context: *mut c_void,
+    ) -> c_int,
     pub endpoint: DomainOpenFn,
     pub scalable_ep: DomainOpenFn,
     pub cntr_open: DomainOpenFn,
@@ -577,4 +582,304 @@ pub struct FiOpsAvSet {
 pub struct FidAvSet {
     pub fid: Fid,
     pub ops: *mut FiOpsAvSet,
+}
+
+/// `FI_CLASS_EP`.
+pub const FI_CLASS_EP: usize = 3;
+/// `FI_CLASS_CQ`.
+pub const FI_CLASS_CQ: usize = 14;
+
+/// `FI_ENABLE`, the `fi_control` command `fi_enable` sends.
+pub const FI_ENABLE: c_int = 6;
+
+/// `FI_TRANSMIT` of `fi_ep_bind` (the same bit as `FI_SEND`).
+pub const FI_TRANSMIT: u64 = 1 << 11;
+/// `FI_RECV` of `fi_ep_bind`.
+pub const FI_RECV: u64 = 1 << 10;
+/// `FI_SELECTIVE_COMPLETION` of `fi_ep_bind`.
+pub const FI_SELECTIVE_COMPLETION: u64 = 1 << 59;
+/// `FI_COMPLETION` of an operation's flags.
+pub const FI_COMPLETION: u64 = 1 << 24;
+/// `FI_INJECT` of an operation's flags.
+pub const FI_INJECT: u64 = 1 << 25;
+/// `FI_REMOTE_CQ_DATA`: an operation carries, and a completion reports, remote CQ data.
+pub const FI_REMOTE_CQ_DATA: u64 = 1 << 17;
+/// `FI_MSG`.
+pub const FI_MSG: u64 = 1 << 1;
+/// `FI_SEND`.
+pub const FI_SEND: u64 = 1 << 11;
+/// `FI_SOURCE` capability: receive completions name their source (`fi_cq_readfrom`).
+pub const FI_SOURCE_CAP: u64 = 1 << 57;
+/// `FI_ORDER_SAS`: sends are delivered in the order they were posted.
+pub const FI_ORDER_SAS: u64 = 1 << 8;
+
+// `enum fi_cq_format`.
+/// `FI_CQ_FORMAT_UNSPEC`.
+pub const FI_CQ_FORMAT_UNSPEC: c_int = 0;
+/// `FI_CQ_FORMAT_CONTEXT`.
+pub const FI_CQ_FORMAT_CONTEXT: c_int = 1;
+/// `FI_CQ_FORMAT_MSG`.
+pub const FI_CQ_FORMAT_MSG: c_int = 2;
+/// `FI_CQ_FORMAT_DATA`.
+pub const FI_CQ_FORMAT_DATA: c_int = 3;
+/// `FI_CQ_FORMAT_TAGGED`.
+pub const FI_CQ_FORMAT_TAGGED: c_int = 4;
+
+/// `struct iovec`.
+#[repr(C)]
+pub struct IoVec {
+    pub iov_base: *mut c_void,
+    pub iov_len: usize,
+}
+
+/// `struct fi_msg`.
+#[repr(C)]
+pub struct FiMsg {
+    pub msg_iov: *const IoVec,
+    pub desc: *mut *mut c_void,
+    pub iov_count: usize,
+    pub addr: FiAddr,
+    pub context: *mut c_void,
+    pub data: u64,
+}
+
+/// `struct fi_ops_ep`.
+#[repr(C)]
+pub struct FiOpsEp {
+    pub size: usize,
+    pub cancel: unsafe extern "C" fn(fid: *mut Fid, context: *mut c_void) -> isize,
+    pub getopt: unsafe extern "C" fn(
+        fid: *mut Fid,
+        level: c_int,
+        optname: c_int,
+        optval: *mut c_void,
+        optlen: *mut usize,
+    ) -> c_int,
+    pub setopt: unsafe extern "C" fn(
+        fid: *mut Fid,
+        level: c_int,
+        optname: c_int,
+        optval: *const c_void,
+        optlen: usize,
+    ) -> c_int,
+    pub tx_ctx: unsafe extern "C" fn(
+        sep: *mut FidEp,
+        index: c_int,
+        attr: *mut FiTxAttr,
+        tx_ep: *mut *mut FidEp,
+        context: *mut c_void,
+    ) -> c_int,
+    pub rx_ctx: unsafe extern "C" fn(
+        sep: *mut FidEp,
+        index: c_int,
+        attr: *mut FiRxAttr,
+        rx_ep: *mut *mut FidEp,
+        context: *mut c_void,
+    ) -> c_int,
+    pub rx_size_left: unsafe extern "C" fn(ep: *mut FidEp) -> isize,
+    pub tx_size_left: unsafe extern "C" fn(ep: *mut FidEp) -> isize,
+}
+
+/// `struct fi_ops_cm` (`rdma/fi_cm.h`).
+#[repr(C)]
+pub struct FiOpsCm {
+    pub size: usize,
+    pub setname: unsafe extern "C" fn(fid: *mut Fid, addr: *mut c_void, addrlen: usize) -> c_int,
+    pub getname:
+        unsafe extern "C" fn(fid: *mut Fid, addr: *mut c_void, addrlen: *mut usize) -> c_int,
+    pub getpeer:
+        unsafe extern "C" fn(ep: *mut FidEp, addr: *mut c_void, addrlen: *mut usize) -> c_int,
+    pub connect: unsafe extern "C" fn(
+        ep: *mut FidEp,
+        addr: *const c_void,
+        param: *const c_void,
+        paramlen: usize,
+    ) -> c_int,
+    pub listen: unsafe extern "C" fn(pep: *mut c_void) -> c_int,
+    pub accept:
+        unsafe extern "C" fn(ep: *mut FidEp, param: *const c_void, paramlen: usize) -> c_int,
+    pub reject: unsafe extern "C" fn(
+        pep: *mut c_void,
+        handle: *mut Fid,
+        param: *const c_void,
+        paramlen: usize,
+    ) -> c_int,
+    pub shutdown: unsafe extern "C" fn(ep: *mut FidEp, flags: u64) -> c_int,
+    pub join: unsafe extern "C" fn(
+        ep: *mut FidEp,
+        addr: *const c_void,
+        flags: u64,
+        mc: *mut *mut c_void,
+        context: *mut c_void,
+    ) -> c_int,
+}
+
+/// `struct fi_ops_msg`.
+#[repr(C)]
+pub struct FiOpsMsg {
+    pub size: usize,
+    pub recv: unsafe extern "C" fn(
+        ep: *mut FidEp,
+        buf: *mut c_void,
+        len: usize,
+        desc: *mut c_void,
+        src_addr: FiAddr,
+        context: *mut c_void,
+    ) -> isize,
+    pub recvv: unsafe extern "C" fn(
+        ep: *mut FidEp,
+        iov: *const IoVec,
+        desc: *mut *mut c_void,
+        count: usize,
+        src_addr: FiAddr,
+        context: *mut c_void,
+    ) -> isize,
+    pub recvmsg: unsafe extern "C" fn(ep: *mut FidEp, msg: *const FiMsg, flags: u64) -> isize,
+    pub send: unsafe extern "C" fn(
+        ep: *mut FidEp,
+        buf: *const c_void,
+        len: usize,
+        desc: *mut c_void,
+        dest_addr: FiAddr,
+        context: *mut c_void,
+    ) -> isize,
+    pub sendv: unsafe extern "C" fn(
+        ep: *mut FidEp,
+        iov: *const IoVec,
+        desc: *mut *mut c_void,
+        count: usize,
+        dest_addr: FiAddr,
+        context: *mut c_void,
+    ) -> isize,
+    pub sendmsg: unsafe extern "C" fn(ep: *mut FidEp, msg: *const FiMsg, flags: u64) -> isize,
+    pub inject: unsafe extern "C" fn(
+        ep: *mut FidEp,
+        buf: *const c_void,
+        len: usize,
+        dest_addr: FiAddr,
+    ) -> isize,
+    pub senddata: unsafe extern "C" fn(
+        ep: *mut FidEp,
+        buf: *const c_void,
+        len: usize,
+        desc: *mut c_void,
+        data: u64,
+        dest_addr: FiAddr,
+        context: *mut c_void,
+    ) -> isize,
+    pub injectdata: unsafe extern "C" fn(
+        ep: *mut FidEp,
+        buf: *const c_void,
+        len: usize,
+        data: u64,
+        dest_addr: FiAddr,
+    ) -> isize,
+}
+
+/// An operation table the provider does not serve (`fi_ops_rma`, `fi_ops_tagged`,
+/// `fi_ops_atomic`, `fi_ops_collective`): its size, then `N` entries that each return
+/// `-FI_ENOSYS` (the provider's `unsupported::any_op`, whose comment says why one function
+/// serves every entry).
+#[repr(C)]
+pub struct FiOpsUnsupported<const N: usize> {
+    pub size: usize,
+    pub ops: [unsafe extern "C" fn() -> isize; N],
+}
+
+/// `struct fid_ep`.
+#[repr(C)]
+pub struct FidEp {
+    pub fid: Fid,
+    pub ops: *mut FiOpsEp,
+    pub cm: *mut FiOpsCm,
+    pub msg: *mut FiOpsMsg,
+    pub rma: *mut FiOpsUnsupported<9>,
+    pub tagged: *mut FiOpsUnsupported<9>,
+    pub atomic: *mut FiOpsUnsupported<13>,
+    pub collective: *mut FiOpsUnsupported<11>,
+}
+
+/// `struct fi_cq_attr`.
+#[repr(C)]
+pub struct FiCqAttr {
+    pub size: usize,
+    pub flags: u64,
+    pub format: c_int,
+    pub wait_obj: c_int,
+    pub signaling_vector: c_int,
+    pub wait_cond: c_int,
+    pub wait_set: *mut c_void,
+}
+
+/// `struct fi_cq_tagged_entry`: the largest entry; the other formats are its first fields
+/// (`fi_cq_entry` 8 bytes, `fi_cq_msg_entry` 24, `fi_cq_data_entry` 40).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct FiCqTaggedEntry {
+    pub op_context: *mut c_void,
+    pub flags: u64,
+    pub len: usize,
+    pub buf: *mut c_void,
+    pub data: u64,
+    pub tag: u64,
+}
+
+/// `struct fi_cq_err_entry`.
+#[repr(C)]
+pub struct FiCqErrEntry {
+    pub op_context: *mut c_void,
+    pub flags: u64,
+    pub len: usize,
+    pub buf: *mut c_void,
+    pub data: u64,
+    pub tag: u64,
+    pub olen: usize,
+    pub err: c_int,
+    pub prov_errno: c_int,
+    pub err_data: *mut c_void,
+    pub err_data_size: usize,
+}
+
+/// `struct fi_ops_cq`.
+#[repr(C)]
+pub struct FiOpsCq {
+    pub size: usize,
+    pub read: unsafe extern "C" fn(cq: *mut FidCq, buf: *mut c_void, count: usize) -> isize,
+    pub readfrom: unsafe extern "C" fn(
+        cq: *mut FidCq,
+        buf: *mut c_void,
+        count: usize,
+        src_addr: *mut FiAddr,
+    ) -> isize,
+    pub readerr: unsafe extern "C" fn(cq: *mut FidCq, buf: *mut FiCqErrEntry, flags: u64) -> isize,
+    pub sread: unsafe extern "C" fn(
+        cq: *mut FidCq,
+        buf: *mut c_void,
+        count: usize,
+        cond: *const c_void,
+        timeout: c_int,
+    ) -> isize,
+    pub sreadfrom: unsafe extern "C" fn(
+        cq: *mut FidCq,
+        buf: *mut c_void,
+        count: usize,
+        src_addr: *mut FiAddr,
+        cond: *const c_void,
+        timeout: c_int,
+    ) -> isize,
+    pub signal: unsafe extern "C" fn(cq: *mut FidCq) -> c_int,
+    pub strerror: unsafe extern "C" fn(
+        cq: *mut FidCq,
+        prov_errno: c_int,
+        err_data: *const c_void,
+        buf: *mut c_char,
+        len: usize,
+    ) -> *const c_char,
+}
+
+/// `struct fid_cq`.
+#[repr(C)]
+pub struct FidCq {
+    pub fid: Fid,
+    pub ops: *mut FiOpsCq,
 }

@@ -53,6 +53,8 @@ pub struct UetAv {
     av: Mutex<Option<AvKind>>,
     addr_format: AddrFormat,
     pub(crate) sets: AtomicUsize,
+    /// Endpoints bound to the AV (`fi_close` is `FI_EBUSY` while any are).
+    pub(crate) eps: AtomicUsize,
 }
 
 static AV_FID_OPS: FiOps = FiOps {
@@ -100,6 +102,24 @@ impl UetAv {
         match guard.as_ref() {
             Some(AvKind::Own(av)) => f(av),
             Some(AvKind::Shared(av)) => f(&av.av()),
+            None => Err(FiError::inval(format!("{call}: the AV is closed"))),
+        }
+    }
+
+    /// Run `f` on the AV for an endpoint to bind: the process's own AV. `FI_ENOSYS` for a
+    /// named one (the provider binds endpoints to named AVs not yet).
+    pub(crate) fn with_own<R>(
+        &self,
+        call: &str,
+        f: impl FnOnce(&Av) -> Result<R, FiError>,
+    ) -> Result<R, FiError> {
+        let guard = self.lock(call)?;
+        match guard.as_ref() {
+            Some(AvKind::Own(av)) => f(av),
+            Some(AvKind::Shared(_)) => Err(FiError::new(
+                uet_av::FiErrno::FI_ENOSYS,
+                format!("{call}: the uet provider binds endpoints to named AVs not yet"),
+            )),
             None => Err(FiError::inval(format!("{call}: the AV is closed"))),
         }
     }
@@ -241,6 +261,7 @@ pub(crate) unsafe extern "C" fn domain_av_open(
             av: Mutex::new(Some(kind)),
             addr_format: dom.attr().addr_format,
             sets: AtomicUsize::new(0),
+            eps: AtomicUsize::new(0),
         });
         // SAFETY: `av` is non-NULL and writable (libfabric's contract).
         unsafe { *av = Box::into_raw(boxed).cast() };
@@ -292,6 +313,13 @@ unsafe extern "C" fn av_close(fid: *mut Fid) -> c_int {
                 return Err(FiError::new(
                     uet_av::FiErrno::FI_EBUSY,
                     format!("{CALL}: {sets} AV set(s) of the AV are open"),
+                ));
+            }
+            let eps = a.eps.load(Ordering::Acquire);
+            if eps > 0 {
+                return Err(FiError::new(
+                    uet_av::FiErrno::FI_EBUSY,
+                    format!("{CALL}: {eps} endpoint(s) are bound to the AV"),
                 ));
             }
             match guard.take() {

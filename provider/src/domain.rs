@@ -18,6 +18,8 @@ pub struct UetDomain {
     fid: FidDomain,
     domain: Mutex<Option<Domain>>,
     fabric_domains: Arc<AtomicUsize>,
+    /// Endpoints of the domain, enabled or not (`fi_close` is `FI_EBUSY` while any are).
+    pub(crate) endpoints: AtomicUsize,
 }
 
 impl UetDomain {
@@ -44,8 +46,8 @@ static DOMAIN_FID_OPS: FiOps = FiOps {
 static DOMAIN_OPS: FiOpsDomain = FiOpsDomain {
     size: core::mem::size_of::<FiOpsDomain>(),
     av_open: crate::av::domain_av_open,
-    cq_open: unsupported::domain_open,
-    endpoint: unsupported::domain_open,
+    cq_open: crate::cq::domain_cq_open,
+    endpoint: crate::ep::domain_endpoint,
     scalable_ep: unsupported::domain_open,
     cntr_open: unsupported::domain_open,
     poll_open: unsupported::poll_open,
@@ -126,6 +128,7 @@ pub(crate) unsafe extern "C" fn fabric_domain(
             },
             domain: Mutex::new(Some(d)),
             fabric_domains: f.domains.clone(),
+            endpoints: AtomicUsize::new(0),
         });
         // SAFETY: `domain` is non-NULL and writable (libfabric's contract).
         unsafe { *domain = Box::into_raw(boxed).cast() };
@@ -148,13 +151,20 @@ pub(crate) unsafe extern "C" fn fabric_domain2(
     unsafe { fabric_domain(fabric, info, domain, context) }
 }
 
-/// `fi_close` of a domain: `-FI_EBUSY` while AVs of it are open.
+/// `fi_close` of a domain: `-FI_EBUSY` while AVs or endpoints of it are open.
 unsafe extern "C" fn domain_close(fid: *mut Fid) -> c_int {
     entry("fi_close(domain)", || {
         // SAFETY: libfabric calls this through the fid's own ops, so `fid` is one of ours.
         let d = unsafe { domain_ref(fid.cast(), "fi_close(domain)") }?;
         {
             let mut guard = d.lock()?;
+            let eps = d.endpoints.load(Ordering::Acquire);
+            if eps > 0 {
+                return Err(FiError::new(
+                    FiErrno::FI_EBUSY,
+                    format!("fi_close(domain): {eps} endpoint(s) of the domain are open"),
+                ));
+            }
             if let Some(domain) = guard.take() {
                 if let Err(e) = domain.close() {
                     *guard = Some(*e.domain);

@@ -16,7 +16,7 @@
 //!   `FI_WAIT_POLLFD` are `-FI_ENOSYS`.
 //!
 //! An AV's events name it by the `fid_av` pointer the application holds: the queue learns
-//! it when the AV is bound ([`UetEq::bind_av`]).
+//! it when the AV is bound (`fi_av_bind`).
 
 use crate::abi::*;
 use crate::fabric::fabric_ref;
@@ -38,6 +38,11 @@ pub struct UetEq {
 }
 
 impl UetEq {
+    /// The driver's queue.
+    pub(crate) fn queue(&self) -> &EventQueue {
+        &self.eq
+    }
+
     /// Bind an AV to the queue: its events will name `fid`. Returns the sink to pass to the
     /// AV's `bind`.
     pub(crate) fn bind_av(&self, av_id: u64, fid: *mut Fid) -> std::sync::Arc<dyn AvEventSink> {

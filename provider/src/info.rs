@@ -5,7 +5,7 @@
 //!
 //! | hint | offered |
 //! |---|---|
-//! | `caps` | `FI_SHARED_AV`, `FI_AV_USER_ID` (the AV's; endpoints are not served yet) |
+//! | `caps` | `FI_MSG`, `FI_SEND`, `FI_RECV`, `FI_SOURCE`, `FI_LOCAL_COMM`, `FI_REMOTE_COMM`, `FI_SHARED_AV`, `FI_AV_USER_ID` |
 //! | `addr_format` | `FI_FORMAT_UNSPEC` (the 32-byte UET address) or `FI_ADDR_STR` |
 //! | `ep_attr->type` | `FI_EP_RDM` |
 //! | `domain_attr->av_type` | `FI_AV_TABLE` (`FI_AV_MAP` behaves as a table, as in libfabric 2.x, and is answered so) |
@@ -22,6 +22,7 @@
 //! Everything the answer points to is allocated with `malloc`, as `fi_freeinfo` frees it.
 
 use crate::abi::*;
+use crate::ep::{IOV_LIMIT, MSG_BUF_BYTES};
 use crate::{entry, null, PROVIDER_NAME, PROVIDER_VERSION};
 use core::ffi::{c_char, c_int, c_void, CStr};
 use std::net::IpAddr;
@@ -31,10 +32,26 @@ use uet_av::{
     AUTH_KEY_BYTES, FI_AV_USER_ID, FI_SHARED_AV,
 };
 use uet_driver::Nic;
+use uet_fwif::datapath::MAX_INJECT_BYTES;
 use uet_fwif::UetAddress;
 
-/// `fi_info.caps` the provider offers.
-pub const PROVIDER_CAPS: u64 = FI_SHARED_AV | FI_AV_USER_ID;
+/// `FI_RECV`.
+const FI_RECV_CAP: u64 = 1 << 10;
+/// `FI_LOCAL_COMM`: peers on the same NIC.
+const FI_LOCAL_COMM: u64 = 1 << 51;
+/// `FI_REMOTE_COMM`: peers on other NICs.
+const FI_REMOTE_COMM: u64 = 1 << 52;
+
+/// `fi_info.caps` the provider offers: messages (`FI_MSG`, `FI_SEND`, `FI_RECV`), their
+/// sources (`FI_SOURCE`), peers on this NIC and others, and the AV's capabilities.
+pub const PROVIDER_CAPS: u64 = FI_MSG
+    | FI_SEND
+    | FI_RECV_CAP
+    | FI_SOURCE_CAP
+    | FI_LOCAL_COMM
+    | FI_REMOTE_COMM
+    | FI_SHARED_AV
+    | FI_AV_USER_ID;
 
 /// `FI_SOURCE` of `fi_getinfo`'s flags.
 pub const FI_SOURCE: u64 = 1 << 57;
@@ -89,7 +106,8 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
     };
     if h.caps & !PROVIDER_CAPS != 0 {
         return Err(nodata(format!(
-            "caps {:#x} ask for more than {PROVIDER_CAPS:#x} (FI_SHARED_AV | FI_AV_USER_ID)",
+            "caps {:#x} ask for more than {PROVIDER_CAPS:#x} (FI_MSG, FI_SEND, FI_RECV, \
+             FI_SOURCE, FI_LOCAL_COMM, FI_REMOTE_COMM, FI_SHARED_AV, FI_AV_USER_ID)",
             h.caps
         )));
     }
@@ -182,9 +200,12 @@ pub(crate) unsafe fn domain_attr(info: &FiInfo) -> Result<DomainAttr, FiError> {
             )))
         }
     };
+    // Without an auth key the domain's endpoints and AVs share the driver's default JobID,
+    // so that its AV entries name the job its endpoints accept.
     let mut attr = DomainAttr {
         caps: info.caps & PROVIDER_CAPS,
         addr_format,
+        job_id: uet_driver::EndpointAttr::default().job_id,
         ..DomainAttr::default()
     };
     // SAFETY: NULL or valid, as the caller promises.
@@ -349,8 +370,19 @@ unsafe fn fill(
     let limits = nic.av_limits();
     // SAFETY: all five were just allocated, zeroed, and are ours.
     unsafe {
+        let defaults = uet_driver::EndpointAttr::default();
+        let tx = &mut *i.tx_attr;
+        tx.caps = FI_MSG | FI_SEND;
+        tx.inject_size = MAX_INJECT_BYTES.min(MSG_BUF_BYTES);
+        tx.size = 1 << defaults.tx_log2;
+        tx.iov_limit = IOV_LIMIT;
+        let rx = &mut *i.rx_attr;
+        rx.caps = FI_MSG | FI_RECV_CAP | FI_SOURCE_CAP;
+        rx.size = 1 << defaults.rx_log2;
+        rx.iov_limit = IOV_LIMIT;
         let ep = &mut *i.ep_attr;
         ep.ep_type = FI_EP_RDM;
+        ep.max_msg_size = MSG_BUF_BYTES;
         ep.tx_ctx_cnt = 1;
         ep.rx_ctx_cnt = 1;
         let d = &mut *i.domain_attr;

@@ -123,6 +123,22 @@ fn a_libfabric_application_runs_every_av_call_on_the_nic_through_the_provider() 
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn two_endpoints_exchange_messages_by_fi_addr_through_the_provider() {
+    if !have_toolchain() {
+        return;
+    }
+    let dir = scratch("msg");
+    let prov = provider_dir(&dir);
+    let program = compile("msg.c", &dir, &["-lfabric"]);
+    let out = run(&program, &prov);
+    for line in ["message: hello from 0", "500 messages: ok"] {
+        assert!(out.contains(line), "no {line:?} in:\n{out}");
+    }
+    assert!(out.ends_with("ok\n"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Every structure of `uet_fi::abi`: its size, and each field's offset, as C has them.
 #[test]
 fn the_abi_structures_match_the_system_libfabric_headers() {
@@ -132,7 +148,9 @@ fn the_abi_structures_match_the_system_libfabric_headers() {
     use core::mem::{offset_of, size_of};
     use uet_fi::abi::*;
     let mut c = String::from(
-        "#include <stddef.h>\n#include <rdma/fabric.h>\n#include <rdma/fi_domain.h>\n#include <rdma/fi_eq.h>\n#include <rdma/fi_collective.h>\n\
+        "#include <stddef.h>\n#include <rdma/fabric.h>\n#include <rdma/fi_domain.h>\n#include <rdma/fi_eq.h>\n#include <rdma/fi_collective.h>\n#include <rdma/fi_endpoint.h>\n\
+         #include <rdma/fi_cm.h>\n#include <rdma/fi_rma.h>\n#include <rdma/fi_tagged.h>\n\
+         #include <rdma/fi_atomic.h>\n#include <sys/uio.h>\n\
          #include <rdma/providers/fi_prov.h>\n",
     );
     macro_rules! layout {
@@ -417,6 +435,141 @@ fn the_abi_structures_match_the_system_libfabric_headers() {
         }
     );
     layout!("fid_av_set", FidAvSet { fid: fid, ops: ops });
+    layout!(
+        "iovec",
+        IoVec {
+            iov_base: iov_base,
+            iov_len: iov_len
+        }
+    );
+    layout!(
+        "fi_msg",
+        FiMsg {
+            msg_iov: msg_iov,
+            desc: desc,
+            iov_count: iov_count,
+            addr: addr,
+            context: context,
+            data: data,
+        }
+    );
+    layout!(
+        "fi_ops_ep",
+        FiOpsEp {
+            size: size,
+            cancel: cancel,
+            getopt: getopt,
+            setopt: setopt,
+            tx_ctx: tx_ctx,
+            rx_ctx: rx_ctx,
+            rx_size_left: rx_size_left,
+            tx_size_left: tx_size_left,
+        }
+    );
+    layout!(
+        "fi_ops_cm",
+        FiOpsCm {
+            size: size,
+            setname: setname,
+            getname: getname,
+            getpeer: getpeer,
+            connect: connect,
+            listen: listen,
+            accept: accept,
+            reject: reject,
+            shutdown: shutdown,
+            join: join,
+        }
+    );
+    layout!(
+        "fi_ops_msg",
+        FiOpsMsg {
+            size: size,
+            recv: recv,
+            recvv: recvv,
+            recvmsg: recvmsg,
+            send: send,
+            sendv: sendv,
+            sendmsg: sendmsg,
+            inject: inject,
+            senddata: senddata,
+            injectdata: injectdata,
+        }
+    );
+    layout!("fi_ops_rma", FiOpsUnsupported<9> {});
+    layout!("fi_ops_tagged", FiOpsUnsupported<9> {});
+    layout!("fi_ops_atomic", FiOpsUnsupported<13> {});
+    layout!("fi_ops_collective", FiOpsUnsupported<11> {});
+    layout!(
+        "fid_ep",
+        FidEp {
+            fid: fid,
+            ops: ops,
+            cm: cm,
+            msg: msg,
+            rma: rma,
+            tagged: tagged,
+            atomic: atomic,
+            collective: collective,
+        }
+    );
+    layout!(
+        "fi_cq_attr",
+        FiCqAttr {
+            size: size,
+            flags: flags,
+            format: format,
+            wait_obj: wait_obj,
+            signaling_vector: signaling_vector,
+            wait_cond: wait_cond,
+            wait_set: wait_set,
+        }
+    );
+    layout!(
+        "fi_cq_tagged_entry",
+        FiCqTaggedEntry {
+            op_context: op_context,
+            flags: flags,
+            len: len,
+            buf: buf,
+            data: data,
+            tag: tag,
+        }
+    );
+    layout!(
+        "fi_cq_err_entry",
+        FiCqErrEntry {
+            op_context: op_context,
+            flags: flags,
+            len: len,
+            buf: buf,
+            data: data,
+            tag: tag,
+            olen: olen,
+            err: err,
+            prov_errno: prov_errno,
+            err_data: err_data,
+            err_data_size: err_data_size,
+        }
+    );
+    layout!(
+        "fi_ops_cq",
+        FiOpsCq {
+            size: size,
+            read: read,
+            readfrom: readfrom,
+            readerr: readerr,
+            sread: sread,
+            sreadfrom: sreadfrom,
+            signal: signal,
+            strerror: strerror,
+        }
+    );
+    layout!("fid_cq", FidCq { fid: fid, ops: ops });
+    // The other CQ formats are the tagged entry's first fields.
+    c += "_Static_assert(sizeof(struct fi_cq_entry) == 8, \"fi_cq_entry\");\n\
+          _Static_assert(sizeof(struct fi_cq_msg_entry) == 24, \"fi_cq_msg_entry\");\n\
+          _Static_assert(sizeof(struct fi_cq_data_entry) == 40, \"fi_cq_data_entry\");\n";
     // The constants, too.
     for (name, value) in [
         (
@@ -428,6 +581,24 @@ fn the_abi_structures_match_the_system_libfabric_headers() {
         ("FI_CLASS_AV", FI_CLASS_AV as u64),
         ("FI_CLASS_EQ", FI_CLASS_EQ as u64),
         ("FI_CLASS_AV_SET", FI_CLASS_AV_SET as u64),
+        ("FI_CLASS_EP", FI_CLASS_EP as u64),
+        ("FI_CLASS_CQ", FI_CLASS_CQ as u64),
+        ("FI_ENABLE", FI_ENABLE as u64),
+        ("FI_TRANSMIT", FI_TRANSMIT),
+        ("FI_RECV", FI_RECV),
+        ("FI_SELECTIVE_COMPLETION", FI_SELECTIVE_COMPLETION),
+        ("FI_COMPLETION", FI_COMPLETION),
+        ("FI_INJECT", FI_INJECT),
+        ("FI_REMOTE_CQ_DATA", FI_REMOTE_CQ_DATA),
+        ("FI_MSG", FI_MSG),
+        ("FI_SEND", FI_SEND),
+        ("FI_SOURCE", FI_SOURCE_CAP),
+        ("FI_ORDER_SAS", FI_ORDER_SAS),
+        ("FI_CQ_FORMAT_UNSPEC", FI_CQ_FORMAT_UNSPEC as u64),
+        ("FI_CQ_FORMAT_CONTEXT", FI_CQ_FORMAT_CONTEXT as u64),
+        ("FI_CQ_FORMAT_MSG", FI_CQ_FORMAT_MSG as u64),
+        ("FI_CQ_FORMAT_DATA", FI_CQ_FORMAT_DATA as u64),
+        ("FI_CQ_FORMAT_TAGGED", FI_CQ_FORMAT_TAGGED as u64),
         ("FI_WAIT_NONE", FI_WAIT_NONE as u64),
         ("FI_WAIT_UNSPEC", FI_WAIT_UNSPEC as u64),
         ("FI_WAIT_MUTEX_COND", FI_WAIT_MUTEX_COND as u64),

@@ -1,0 +1,478 @@
+//! `fi_cq_open` and `struct fi_ops_cq`: a completion queue that endpoints bind to with
+//! `fi_ep_bind(FI_TRANSMIT | FI_RECV)`.
+//!
+//! The NIC writes each endpoint's completions into that endpoint's own ring; a libfabric CQ
+//! may serve several endpoints, and an endpoint's sends and receives may go to two CQs. A read
+//! of a CQ therefore first drains the rings of the endpoints bound to it ([`crate::ep`]),
+//! routing each completion to the CQ bound for its direction, then reads its own queue:
+//!
+//! * `fi_cq_read`, `fi_cq_readfrom`: up to `count` entries in the CQ's format (`FI_CQ_FORMAT_
+//!   CONTEXT`, `MSG`, `DATA` or `TAGGED`; `UNSPEC` is `CONTEXT`), and with `readfrom` each
+//!   entry's source `fi_addr_t` (`FI_ADDR_NOTAVAIL` for a send, or a peer the AV does not
+//!   hold). `-FI_EAGAIN` when none; `-FI_EAVAIL` when the next is an error.
+//! * `fi_cq_readerr`: the next error; its message is copied into the application's
+//!   `err_data` buffer when it gives one, as for the EQ ([`crate::eq`]).
+//! * `fi_cq_sread`, `fi_cq_sreadfrom`: as `read`, waiting up to `timeout` ms (negative: no
+//!   end) by reading the rings with a sleep growing from 1 µs to 1 ms between reads;
+//!   `fi_cq_signal` ends a wait with `-FI_EAGAIN`. The CQ must have a wait object
+//!   (`FI_WAIT_UNSPEC`, `FI_WAIT_MUTEX_COND` or `FI_WAIT_YIELD`); `FI_WAIT_NONE` makes
+//!   `sread` `-FI_EINVAL`, and `FI_WAIT_FD`, wait sets and `FI_WAIT_POLLFD` are `-FI_ENOSYS`
+//!   at open. Only `FI_CQ_COND_NONE` is served: a `cond` is `-FI_EINVAL`.
+//! * `fi_close`: `-FI_EBUSY` while endpoints are bound.
+
+use crate::abi::*;
+use crate::ep::EpShared;
+use crate::{entry, null, unsupported};
+use core::ffi::{c_char, c_int, c_void};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+use uet_av::{FiErrno, FiError, FI_ADDR_NOTAVAIL};
+
+/// A completion waiting in a CQ.
+pub(crate) struct Completion {
+    /// The entry, in its largest format.
+    pub entry: FiCqTaggedEntry,
+    /// The source of a receive (`FI_ADDR_NOTAVAIL` otherwise).
+    pub src: FiAddr,
+    /// An error completion: what `fi_cq_readerr` returns.
+    pub error: Option<CompletionError>,
+}
+
+/// The error of an error completion.
+pub(crate) struct CompletionError {
+    pub errno: FiErrno,
+    pub prov_errno: c_int,
+    pub olen: usize,
+    pub message: String,
+}
+
+/// The queue and the endpoints bound to the CQ.
+#[derive(Default)]
+struct Inner {
+    queue: VecDeque<Completion>,
+    endpoints: Vec<Arc<EpShared>>,
+}
+
+/// A completion queue: libfabric's `fid_cq` first.
+#[repr(C)]
+pub struct UetCq {
+    fid: FidCq,
+    /// Bytes of one entry of the CQ's format.
+    entry_size: usize,
+    /// Whether the CQ may be waited on.
+    waitable: bool,
+    inner: Mutex<Inner>,
+    /// A `fi_cq_signal` no wait has taken yet.
+    signaled: AtomicBool,
+    /// Endpoints bound to the CQ (`fi_close` is `FI_EBUSY` while any are).
+    pub(crate) bound: AtomicUsize,
+}
+
+impl UetCq {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Bind an endpoint: its completions are drained when this CQ is read.
+    pub(crate) fn attach(&self, ep: &Arc<EpShared>) {
+        let mut inner = self.lock();
+        if !inner.endpoints.iter().any(|e| Arc::ptr_eq(e, ep)) {
+            inner.endpoints.push(ep.clone());
+        }
+        self.bound.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Unbind an endpoint (its close), once per [`UetCq::attach`].
+    pub(crate) fn detach(&self, ep: &Arc<EpShared>) {
+        let mut inner = self.lock();
+        inner.endpoints.retain(|e| !Arc::ptr_eq(e, ep));
+        self.bound.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Queue a completion (an endpoint's drain routes it here).
+    pub(crate) fn push(&self, c: Completion) {
+        self.lock().queue.push_back(c);
+    }
+
+    /// Drain the rings of the endpoints bound to this CQ.
+    fn progress(&self) {
+        let endpoints = self.lock().endpoints.clone();
+        for ep in endpoints {
+            ep.drain();
+        }
+    }
+}
+
+static CQ_FID_OPS: FiOps = FiOps {
+    size: core::mem::size_of::<FiOps>(),
+    close: cq_close,
+    bind: unsupported::bind,
+    control: unsupported::control,
+    ops_open: unsupported::ops_open,
+    tostr: unsupported::tostr,
+    ops_set: unsupported::ops_set,
+};
+
+static CQ_OPS: FiOpsCq = FiOpsCq {
+    size: core::mem::size_of::<FiOpsCq>(),
+    read: cq_read,
+    readfrom: cq_readfrom,
+    readerr: cq_readerr,
+    sread: cq_sread,
+    sreadfrom: cq_sreadfrom,
+    signal: cq_signal,
+    strerror: cq_strerror,
+};
+
+/// The provider's CQ behind a `fid` pointer. `FI_EINVAL` for NULL or another object.
+///
+/// # Safety
+/// `fid` is NULL or a live libfabric object.
+pub(crate) unsafe fn cq_ref<'a>(fid: *const Fid, call: &str) -> Result<&'a UetCq, FiError> {
+    // SAFETY: NULL or live (the caller's promise); only its `struct fid` is read first.
+    let f = unsafe { fid.as_ref() }.ok_or_else(|| null(call, "cq"))?;
+    if f.fclass != FI_CLASS_CQ || !core::ptr::eq(f.ops, &CQ_FID_OPS) {
+        return Err(FiError::inval(format!("{call}: the fid is not a uet CQ")));
+    }
+    // SAFETY: our ops, so the object is a `UetCq`, which starts with its `struct fid`.
+    Ok(unsafe { &*fid.cast::<UetCq>() })
+}
+
+/// `fi_cq_open`.
+pub(crate) unsafe extern "C" fn domain_cq_open(
+    domain: *mut FidDomain,
+    attr: *mut FiCqAttr,
+    cq: *mut *mut FidCq,
+    context: *mut c_void,
+) -> c_int {
+    const CALL: &str = "fi_cq_open";
+    entry(CALL, || {
+        // SAFETY: the application's domain pointer.
+        unsafe { crate::domain::domain_ref(domain, CALL) }?;
+        if cq.is_null() {
+            return Err(null(CALL, "cq"));
+        }
+        // SAFETY: NULL or valid (libfabric's contract).
+        let a = unsafe { attr.as_ref() }.ok_or_else(|| null(CALL, "attr"))?;
+        let entry_size = match a.format {
+            FI_CQ_FORMAT_UNSPEC | FI_CQ_FORMAT_CONTEXT => core::mem::size_of::<*mut c_void>(),
+            FI_CQ_FORMAT_MSG => 24,
+            FI_CQ_FORMAT_DATA => 40,
+            FI_CQ_FORMAT_TAGGED => core::mem::size_of::<FiCqTaggedEntry>(),
+            other => {
+                return Err(FiError::inval(format!(
+                    "{CALL}: format {other} is no fi_cq_format"
+                )))
+            }
+        };
+        let waitable = match a.wait_obj {
+            FI_WAIT_NONE => false,
+            FI_WAIT_UNSPEC | FI_WAIT_MUTEX_COND | FI_WAIT_YIELD => true,
+            other => {
+                return Err(FiError::new(
+                    FiErrno::FI_ENOSYS,
+                    format!("{CALL}: wait_obj {other}: the uet provider's CQs wait by reading"),
+                ))
+            }
+        };
+        if a.flags != 0 {
+            return Err(FiError::badflags(format!("{CALL}: flags {:#x}", a.flags)));
+        }
+        let boxed = Box::new(UetCq {
+            fid: FidCq {
+                fid: Fid {
+                    fclass: FI_CLASS_CQ,
+                    context,
+                    ops: core::ptr::addr_of!(CQ_FID_OPS).cast_mut(),
+                },
+                ops: core::ptr::addr_of!(CQ_OPS).cast_mut(),
+            },
+            entry_size,
+            waitable,
+            inner: Mutex::new(Inner::default()),
+            signaled: AtomicBool::new(false),
+            bound: AtomicUsize::new(0),
+        });
+        // SAFETY: `cq` is non-NULL and writable (libfabric's contract).
+        unsafe { *cq = Box::into_raw(boxed).cast() };
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn cq_close(fid: *mut Fid) -> c_int {
+    const CALL: &str = "fi_close(cq)";
+    entry(CALL, || {
+        // SAFETY: called through the fid's own ops.
+        let q = unsafe { cq_ref(fid, CALL) }?;
+        {
+            // Under the lock endpoints take to bind.
+            let _inner = q.lock();
+            let bound = q.bound.load(Ordering::Acquire);
+            if bound > 0 {
+                return Err(FiError::new(
+                    FiErrno::FI_EBUSY,
+                    format!("{CALL}: {bound} endpoint binding(s) use the CQ"),
+                ));
+            }
+        }
+        // SAFETY: made by `Box::into_raw` in `domain_cq_open`; the application gives it up.
+        drop(unsafe { Box::from_raw(fid.cast::<UetCq>()) });
+        Ok(0)
+    })
+}
+
+/// A `ssize_t` return: the count, or the negative errno.
+fn ssize(call: &str, f: impl FnOnce() -> Result<usize, FiError>) -> isize {
+    let mut n = 0usize;
+    let ret = entry(call, || {
+        n = f()?;
+        Ok(0)
+    });
+    if ret == 0 {
+        isize::try_from(n).unwrap_or(isize::MAX)
+    } else {
+        ret as isize
+    }
+}
+
+/// Read up to `count` successful entries into `buf` (and sources into `src`).
+///
+/// # Safety
+/// `buf` holds `count` entries of the CQ's format; `src` is NULL or holds `count` addresses.
+unsafe fn read_into(
+    q: &UetCq,
+    buf: *mut c_void,
+    count: usize,
+    src: *mut FiAddr,
+    call: &str,
+) -> Result<usize, FiError> {
+    if buf.is_null() {
+        return Err(null(call, "buf"));
+    }
+    if count == 0 {
+        return Ok(0);
+    }
+    q.progress();
+    let mut inner = q.lock();
+    let mut n = 0;
+    while n < count {
+        match inner.queue.front() {
+            None if n == 0 => {
+                return Err(FiError::new(
+                    FiErrno::FI_EAGAIN,
+                    format!("{call}: no completion"),
+                ))
+            }
+            Some(c) if c.error.is_some() => {
+                if n == 0 {
+                    return Err(FiError::new(
+                        FiErrno::FI_EAVAIL,
+                        format!("{call}: an error completion waits: read it with fi_cq_readerr"),
+                    ));
+                }
+                break;
+            }
+            None => break,
+            Some(_) => {}
+        }
+        let Some(c) = inner.queue.pop_front() else {
+            break;
+        };
+        // SAFETY: entry `n` of `count` lies in `buf`, `entry_size` bytes long; the source
+        // bytes are the first `entry_size` of the tagged entry (the formats are its
+        // prefixes); `src` entry `n` likewise.
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                (&c.entry as *const FiCqTaggedEntry).cast::<u8>(),
+                buf.cast::<u8>().add(n * q.entry_size),
+                q.entry_size,
+            );
+            if !src.is_null() {
+                src.add(n).write_unaligned(c.src);
+            }
+        }
+        n += 1;
+    }
+    Ok(n)
+}
+
+unsafe extern "C" fn cq_read(cq: *mut FidCq, buf: *mut c_void, count: usize) -> isize {
+    // SAFETY: libfabric's contract on `buf`; no source array.
+    unsafe { cq_readfrom(cq, buf, count, core::ptr::null_mut()) }
+}
+
+unsafe extern "C" fn cq_readfrom(
+    cq: *mut FidCq,
+    buf: *mut c_void,
+    count: usize,
+    src_addr: *mut FiAddr,
+) -> isize {
+    const CALL: &str = "fi_cq_read";
+    ssize(CALL, || {
+        // SAFETY: the application's CQ pointer.
+        let q = unsafe { cq_ref(cq.cast(), CALL) }?;
+        // SAFETY: libfabric's contract on `buf` and `src_addr`.
+        unsafe { read_into(q, buf, count, src_addr, CALL) }
+    })
+}
+
+unsafe extern "C" fn cq_sread(
+    cq: *mut FidCq,
+    buf: *mut c_void,
+    count: usize,
+    cond: *const c_void,
+    timeout: c_int,
+) -> isize {
+    // SAFETY: libfabric's contract; no source array.
+    unsafe { cq_sreadfrom(cq, buf, count, core::ptr::null_mut(), cond, timeout) }
+}
+
+/// The longest sleep between two reads of a waiting `fi_cq_sread`.
+const SREAD_SLEEP_MAX: Duration = Duration::from_millis(1);
+
+unsafe extern "C" fn cq_sreadfrom(
+    cq: *mut FidCq,
+    buf: *mut c_void,
+    count: usize,
+    src_addr: *mut FiAddr,
+    cond: *const c_void,
+    timeout: c_int,
+) -> isize {
+    const CALL: &str = "fi_cq_sread";
+    ssize(CALL, || {
+        // SAFETY: the application's CQ pointer.
+        let q = unsafe { cq_ref(cq.cast(), CALL) }?;
+        if !q.waitable {
+            return Err(FiError::inval(format!(
+                "{CALL}: the CQ was opened with FI_WAIT_NONE"
+            )));
+        }
+        if !cond.is_null() {
+            return Err(FiError::inval(format!(
+                "{CALL}: wait conditions are not served (FI_CQ_COND_NONE only)"
+            )));
+        }
+        let deadline = u64::try_from(timeout)
+            .ok()
+            .and_then(|ms| Instant::now().checked_add(Duration::from_millis(ms)));
+        let mut sleep = Duration::from_micros(1);
+        loop {
+            // SAFETY: libfabric's contract on `buf` and `src_addr`.
+            match unsafe { read_into(q, buf, count, src_addr, CALL) } {
+                Err(e) if e.errno == FiErrno::FI_EAGAIN => {}
+                other => return other,
+            }
+            if q.signaled.swap(false, Ordering::AcqRel) {
+                return Err(FiError::new(
+                    FiErrno::FI_EAGAIN,
+                    format!("{CALL}: signaled"),
+                ));
+            }
+            let now = Instant::now();
+            if timeout >= 0 && deadline.is_none_or(|d| now >= d) {
+                return Err(FiError::new(
+                    FiErrno::FI_EAGAIN,
+                    format!("{CALL}: timed out"),
+                ));
+            }
+            let nap = deadline.map_or(sleep, |d| sleep.min(d.saturating_duration_since(now)));
+            std::thread::sleep(nap);
+            sleep = (sleep * 2).min(SREAD_SLEEP_MAX);
+        }
+    })
+}
+
+unsafe extern "C" fn cq_readerr(cq: *mut FidCq, buf: *mut FiCqErrEntry, flags: u64) -> isize {
+    const CALL: &str = "fi_cq_readerr";
+    ssize(CALL, || {
+        // SAFETY: the application's CQ pointer.
+        let q = unsafe { cq_ref(cq.cast(), CALL) }?;
+        // SAFETY: NULL or a valid entry (libfabric's contract).
+        let out = unsafe { buf.as_mut() }.ok_or_else(|| null(CALL, "buf"))?;
+        if flags != 0 {
+            return Err(FiError::badflags(format!("{CALL}: flags {flags:#x}")));
+        }
+        q.progress();
+        let c = {
+            let mut inner = q.lock();
+            if inner.queue.front().is_none_or(|c| c.error.is_none()) {
+                return Err(FiError::new(
+                    FiErrno::FI_EAGAIN,
+                    format!("{CALL}: no error completion"),
+                ));
+            }
+            inner.queue.pop_front()
+        };
+        let Some(Completion {
+            entry: e,
+            error: Some(err),
+            ..
+        }) = c
+        else {
+            return Err(FiError::new(
+                FiErrno::FI_EAGAIN,
+                format!("{CALL}: no error completion"),
+            ));
+        };
+        let message = err.message.as_bytes();
+        let (err_data, err_data_size) = if out.err_data.is_null() || out.err_data_size == 0 {
+            (core::ptr::null_mut(), 0)
+        } else {
+            let n = out.err_data_size.min(message.len());
+            // SAFETY: the application's buffer of `err_data_size` bytes; `n` is at most that.
+            unsafe { core::ptr::copy_nonoverlapping(message.as_ptr(), out.err_data.cast(), n) };
+            (out.err_data, n)
+        };
+        *out = FiCqErrEntry {
+            op_context: e.op_context,
+            flags: e.flags,
+            len: e.len,
+            buf: e.buf,
+            data: e.data,
+            tag: e.tag,
+            olen: err.olen,
+            err: c_int::try_from(err.errno.get()).unwrap_or(c_int::MAX),
+            prov_errno: err.prov_errno,
+            err_data,
+            err_data_size,
+        };
+        Ok(1)
+    })
+}
+
+unsafe extern "C" fn cq_signal(cq: *mut FidCq) -> c_int {
+    const CALL: &str = "fi_cq_signal";
+    entry(CALL, || {
+        // SAFETY: the application's CQ pointer.
+        let q = unsafe { cq_ref(cq.cast(), CALL) }?;
+        q.signaled.store(true, Ordering::Release);
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn cq_strerror(
+    _cq: *mut FidCq,
+    prov_errno: c_int,
+    _err_data: *const c_void,
+    buf: *mut c_char,
+    len: usize,
+) -> *const c_char {
+    const GENERIC: &core::ffi::CStr =
+        c"uet provider error: the NIC's completion status; err_data holds the message";
+    if buf.is_null() || len == 0 {
+        return GENERIC.as_ptr();
+    }
+    let text = format!("uet provider error: NIC completion status {prov_errno}");
+    let n = text.len().min(len - 1);
+    // SAFETY: the application's buffer of `len` bytes; n + 1 <= len.
+    unsafe {
+        core::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
+        buf.add(n).write(0);
+    }
+    buf
+}
+
+/// `FI_ADDR_NOTAVAIL`, the source of a completion that has none.
+pub(crate) const NO_SOURCE: FiAddr = FI_ADDR_NOTAVAIL;

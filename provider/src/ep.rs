@@ -1,0 +1,888 @@
+//! `fi_endpoint` and `struct fi_ops_msg`: an `FI_EP_RDM` endpoint on the NIC, its messages
+//! addressed by `fi_addr_t` through the bound AV, which the NIC translates.
+//!
+//! * `fi_endpoint` makes the object; `fi_ep_bind` takes its AV (one, opened without a name),
+//!   its CQs (`FI_TRANSMIT`, `FI_RECV`, optionally `FI_SELECTIVE_COMPLETION`) and an EQ;
+//!   `fi_enable` creates the endpoint on the NIC ([`uet_driver::Domain::endpoint`]), which gives
+//!   it its address (`fi_getname`). Binding after `fi_enable` is `-FI_EOPBADSTATE`, and so is a
+//!   data call before it.
+//! * Messages go through DMA buffers of the endpoint's own ([`MSG_BUF_BYTES`] each, one per
+//!   ring entry): a send copies the application's buffer (so it may be reused at once, as
+//!   for `FI_INJECT`), a receive copies the message into the application's buffer when its
+//!   completion is read. A message longer than the receive buffer is truncated: the
+//!   completion is an `FI_ETRUNC` error with `olen` the bytes dropped. Sends longer than
+//!   `MSG_BUF_BYTES` are `-FI_EMSGSIZE`; iovecs (up to [`IOV_LIMIT`]) are gathered and
+//!   scattered.
+//! * With no buffer or ring entry free a call is `-FI_EAGAIN`: read the CQ and retry.
+//! * Remote CQ data travels with `fi_senddata`/`fi_injectdata`; a receive completion carries
+//!   `FI_REMOTE_CQ_DATA` when the data is not 0 (the NIC's completion has no flag for it).
+//! * `fi_close`: the endpoint leaves the NIC; receives still posted are dropped unreported.
+//!
+//! Not served yet: tagged messages, RMA, atomics, `fi_cancel`, endpoint options, named AVs.
+
+use crate::abi::*;
+use crate::av::UetAv;
+use crate::cq::{Completion, CompletionError, UetCq, NO_SOURCE};
+use crate::domain::{domain_ref, UetDomain};
+use crate::{entry, null, unsupported};
+use core::ffi::{c_int, c_void};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use uet_av::{FiErrno, FiError};
+use uet_driver::eq::EqBinding;
+use uet_driver::pool::{DmaBuffer, DmaPool};
+use uet_driver::{CqEvent, DriverError, Endpoint};
+
+/// Bytes of each of an endpoint's message buffers: the largest message it sends or receives
+/// (`ep_attr->max_msg_size`).
+pub const MSG_BUF_BYTES: usize = 16 * 1024;
+
+/// Most iovecs of a vectored call (`tx_attr->iov_limit`, `rx_attr->iov_limit`).
+pub const IOV_LIMIT: usize = 4;
+
+/// Flags `fi_sendmsg` takes.
+const SENDMSG_FLAGS: u64 = FI_COMPLETION | FI_REMOTE_CQ_DATA | FI_INJECT | FI_MORE;
+/// Flags `fi_recvmsg` takes.
+const RECVMSG_FLAGS: u64 = FI_COMPLETION | FI_MORE;
+/// `FI_MORE`: more calls follow (a hint).
+const FI_MORE: u64 = uet_av::FI_MORE;
+
+/// An operation in flight, by the token the NIC carries as its context.
+enum Posted {
+    Send {
+        context: u64,
+        report: bool,
+    },
+    Recv {
+        context: u64,
+        report: bool,
+        /// The application's buffers: (address, length).
+        iov: Vec<(usize, usize)>,
+    },
+}
+
+/// A CQ binding: the CQ and whether only operations with `FI_COMPLETION` are reported.
+#[derive(Clone, Copy)]
+struct CqBinding {
+    cq: *const UetCq,
+    selective: bool,
+}
+
+/// What an endpoint holds, under its lock.
+struct EpState {
+    /// The NIC's endpoint, once enabled.
+    driver: Option<Endpoint>,
+    /// Its message buffers.
+    pool: Option<DmaPool>,
+    posted: HashMap<u64, Posted>,
+    next_token: u64,
+    av: Option<*const UetAv>,
+    tx_cq: Option<CqBinding>,
+    rx_cq: Option<CqBinding>,
+    eq: Option<EqBinding>,
+}
+
+/// The part of an endpoint its CQs reach: they drain it when read.
+pub struct EpShared {
+    state: Mutex<EpState>,
+}
+
+// SAFETY: the raw pointers in the state name the AV and CQs the endpoint is bound to, which
+// cannot close while it is (they count the binding); they are only dereferenced to read
+// those objects, whose own state is behind their locks.
+unsafe impl Send for EpShared {}
+// SAFETY: as for `Send`; every access to the state takes the mutex.
+unsafe impl Sync for EpShared {}
+
+impl EpShared {
+    fn lock(&self) -> MutexGuard<'_, EpState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Read every completion of the endpoint's ring and queue each in its direction's CQ.
+    /// The CQs are reached under the endpoint's lock, which its close takes to unbind them,
+    /// so none can close under this call (lock order: endpoint, then CQ).
+    pub(crate) fn drain(&self) {
+        let mut st = self.lock();
+        while let Some(driver) = st.driver.as_mut() {
+            let ev = match driver.poll() {
+                Ok(Some(ev)) => ev,
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "uet provider: reading an endpoint's completions");
+                    break;
+                }
+            };
+            if let Some((cq, c)) = st.complete(ev) {
+                // SAFETY: a bound CQ cannot close while the endpoint is bound to it, and the
+                // binding is only dropped under this lock.
+                unsafe { &*cq }.push(c);
+            }
+        }
+    }
+}
+
+impl EpState {
+    /// The completion of `ev` and the CQ it goes to, or `None` when it is not reported.
+    fn complete(&mut self, mut ev: CqEvent) -> Option<(*const UetCq, Completion)> {
+        let posted = self.posted.remove(&ev.context)?;
+        let (binding, context, report, flags, iov) = match posted {
+            Posted::Send { context, report } => {
+                (self.tx_cq, context, report, FI_SEND | FI_MSG, None)
+            }
+            Posted::Recv {
+                context,
+                report,
+                iov,
+            } => (self.rx_cq, context, report, FI_RECV | FI_MSG, Some(iov)),
+        };
+        let mut entry = FiCqTaggedEntry {
+            op_context: context as usize as *mut c_void,
+            flags,
+            len: 0,
+            buf: core::ptr::null_mut(),
+            data: 0,
+            tag: 0,
+        };
+        let mut error = ev.error.take().map(|e| CompletionError {
+            errno: e.errno,
+            prov_errno: e.local as c_int,
+            olen: e.olen,
+            message: e.to_string(),
+        });
+        let mut src = NO_SOURCE;
+        if let Some(iov) = iov {
+            src = ev.src_addr;
+            entry.buf = iov
+                .first()
+                .map_or(core::ptr::null_mut(), |&(p, _)| p as *mut c_void);
+            if error.is_none() {
+                entry.data = ev.data;
+                if ev.data != 0 {
+                    entry.flags |= FI_REMOTE_CQ_DATA;
+                }
+                let (copied, dropped) = ev.buffer.as_ref().map_or((0, 0), |b| scatter(b, &iov));
+                entry.len = copied;
+                if dropped > 0 {
+                    error = Some(CompletionError {
+                        errno: FiErrno::FI_ETRUNC,
+                        prov_errno: 0,
+                        olen: dropped,
+                        message: format!(
+                            "a {}-byte message into a {copied}-byte buffer: {dropped} bytes dropped",
+                            copied + dropped
+                        ),
+                    });
+                }
+            }
+        } else {
+            entry.len = ev.len;
+        }
+        // A buffer the completion returned goes back to the pool here.
+        drop(ev.buffer.take());
+        let binding = binding?;
+        if !report && error.is_none() && binding.selective {
+            return None;
+        }
+        Some((binding.cq, Completion { entry, src, error }))
+    }
+
+    fn token(&mut self) -> u64 {
+        self.next_token = self.next_token.wrapping_add(1);
+        self.next_token
+    }
+
+    /// The enabled endpoint and a free buffer. `FI_EOPBADSTATE` before `fi_enable`,
+    /// `FI_EAGAIN` with no buffer free.
+    fn ready(&mut self, call: &str) -> Result<DmaBuffer, FiError> {
+        let (Some(_), Some(pool)) = (self.driver.as_ref(), self.pool.as_ref()) else {
+            return Err(FiError::new(
+                FiErrno::FI_EOPBADSTATE,
+                format!("{call}: the endpoint is not enabled (fi_enable)"),
+            ));
+        };
+        pool.alloc().ok_or_else(|| {
+            FiError::new(
+                FiErrno::FI_EAGAIN,
+                format!("{call}: every message buffer is in flight: read the CQ and retry"),
+            )
+        })
+    }
+}
+
+/// Copy a received buffer into the application's iovecs: (bytes copied, bytes that did not
+/// fit).
+fn scatter(buffer: &DmaBuffer, iov: &[(usize, usize)]) -> (usize, usize) {
+    let total = buffer.len();
+    let mut offset = 0;
+    for &(base, len) in iov {
+        let n = len.min(total - offset);
+        if n == 0 {
+            break;
+        }
+        // SAFETY: the application gave `len` writable bytes at `base` with the receive and
+        // keeps them until its completion is read (fi_msg(3)); this is that read.
+        let out = unsafe { core::slice::from_raw_parts_mut(base as *mut u8, n) };
+        match buffer.read_at(offset, out) {
+            Ok(read) => offset += read,
+            Err(e) => {
+                tracing::warn!(error = %e, "uet provider: reading a receive buffer");
+                break;
+            }
+        }
+    }
+    (offset, total - offset)
+}
+
+/// An endpoint: libfabric's `fid_ep` first.
+#[repr(C)]
+pub struct UetEp {
+    fid: FidEp,
+    shared: Arc<EpShared>,
+    domain: *const UetDomain,
+}
+
+static EP_FID_OPS: FiOps = FiOps {
+    size: core::mem::size_of::<FiOps>(),
+    close: ep_close,
+    bind: ep_bind,
+    control: ep_control,
+    ops_open: unsupported::ops_open,
+    tostr: unsupported::tostr,
+    ops_set: unsupported::ops_set,
+};
+
+static EP_OPS: FiOpsEp = FiOpsEp {
+    size: core::mem::size_of::<FiOpsEp>(),
+    cancel: unsupported::ep_cancel,
+    getopt: unsupported::ep_getopt,
+    setopt: unsupported::ep_setopt,
+    tx_ctx: unsupported::ep_tx_ctx,
+    rx_ctx: unsupported::ep_rx_ctx,
+    rx_size_left: unsupported::ep_size_left,
+    tx_size_left: unsupported::ep_size_left,
+};
+
+static EP_CM_OPS: FiOpsCm = FiOpsCm {
+    size: core::mem::size_of::<FiOpsCm>(),
+    setname: unsupported::cm_setname,
+    getname: ep_getname,
+    getpeer: unsupported::cm_getpeer,
+    connect: unsupported::cm_connect,
+    listen: unsupported::cm_listen,
+    accept: unsupported::cm_accept,
+    reject: unsupported::cm_reject,
+    shutdown: unsupported::cm_shutdown,
+    join: unsupported::cm_join,
+};
+
+static EP_MSG_OPS: FiOpsMsg = FiOpsMsg {
+    size: core::mem::size_of::<FiOpsMsg>(),
+    recv: ep_recv,
+    recvv: ep_recvv,
+    recvmsg: ep_recvmsg,
+    send: ep_send,
+    sendv: ep_sendv,
+    sendmsg: ep_sendmsg,
+    inject: ep_inject,
+    senddata: ep_senddata,
+    injectdata: ep_injectdata,
+};
+
+/// The provider's endpoint behind a `fid` pointer.
+///
+/// # Safety
+/// `fid` is NULL or a live libfabric object.
+unsafe fn ep_ref<'a>(fid: *const Fid, call: &str) -> Result<&'a UetEp, FiError> {
+    // SAFETY: NULL or live (the caller's promise); only its `struct fid` is read first.
+    let f = unsafe { fid.as_ref() }.ok_or_else(|| null(call, "ep"))?;
+    if f.fclass != FI_CLASS_EP || !core::ptr::eq(f.ops, &EP_FID_OPS) {
+        return Err(FiError::inval(format!(
+            "{call}: the fid is not a uet endpoint"
+        )));
+    }
+    // SAFETY: our ops, so the object is a `UetEp`, which starts with its `struct fid`.
+    Ok(unsafe { &*fid.cast::<UetEp>() })
+}
+
+/// `fi_endpoint`.
+pub(crate) unsafe extern "C" fn domain_endpoint(
+    domain: *mut FidDomain,
+    info: *mut c_void,
+    ep: *mut *mut c_void,
+    context: *mut c_void,
+) -> c_int {
+    const CALL: &str = "fi_endpoint";
+    entry(CALL, || {
+        // SAFETY: the application's domain pointer.
+        let d = unsafe { domain_ref(domain, CALL) }?;
+        if ep.is_null() {
+            return Err(null(CALL, "ep"));
+        }
+        // SAFETY: NULL or a valid fi_info (libfabric's contract).
+        let info = unsafe { info.cast::<FiInfo>().as_ref() }.ok_or_else(|| null(CALL, "info"))?;
+        // SAFETY: NULL or valid attributes of a valid fi_info.
+        if let Some(a) = unsafe { info.ep_attr.as_ref() } {
+            if a.ep_type != FI_EP_RDM && a.ep_type != FI_EP_UNSPEC {
+                return Err(FiError::inval(format!(
+                    "{CALL}: ep_attr->type {}: the uet provider serves FI_EP_RDM",
+                    a.ep_type
+                )));
+            }
+        }
+        d.endpoints.fetch_add(1, Ordering::AcqRel);
+        let boxed = Box::new(UetEp {
+            fid: FidEp {
+                fid: Fid {
+                    fclass: FI_CLASS_EP,
+                    context,
+                    ops: core::ptr::addr_of!(EP_FID_OPS).cast_mut(),
+                },
+                ops: core::ptr::addr_of!(EP_OPS).cast_mut(),
+                cm: core::ptr::addr_of!(EP_CM_OPS).cast_mut(),
+                msg: core::ptr::addr_of!(EP_MSG_OPS).cast_mut(),
+                rma: core::ptr::addr_of!(unsupported::RMA_OPS).cast_mut(),
+                tagged: core::ptr::addr_of!(unsupported::TAGGED_OPS).cast_mut(),
+                atomic: core::ptr::addr_of!(unsupported::ATOMIC_OPS).cast_mut(),
+                collective: core::ptr::addr_of!(unsupported::COLLECTIVE_OPS).cast_mut(),
+            },
+            shared: Arc::new(EpShared {
+                state: Mutex::new(EpState {
+                    driver: None,
+                    pool: None,
+                    posted: HashMap::new(),
+                    next_token: 0,
+                    av: None,
+                    tx_cq: None,
+                    rx_cq: None,
+                    eq: None,
+                }),
+            }),
+            domain: d,
+        });
+        // SAFETY: `ep` is non-NULL and writable (libfabric's contract).
+        unsafe { *ep = Box::into_raw(boxed).cast() };
+        Ok(0)
+    })
+}
+
+/// `fi_ep_bind`.
+unsafe extern "C" fn ep_bind(fid: *mut Fid, bfid: *mut Fid, flags: u64) -> c_int {
+    const CALL: &str = "fi_ep_bind";
+    entry(CALL, || {
+        // SAFETY: called through the fid's own ops.
+        let e = unsafe { ep_ref(fid, CALL) }?;
+        // SAFETY: NULL or a live object (libfabric's contract).
+        let b = unsafe { bfid.as_ref() }.ok_or_else(|| null(CALL, "bfid"))?;
+        let mut st = e.shared.lock();
+        if st.driver.is_some() {
+            return Err(FiError::new(
+                FiErrno::FI_EOPBADSTATE,
+                format!("{CALL}: the endpoint is enabled"),
+            ));
+        }
+        match b.fclass {
+            FI_CLASS_AV => {
+                // SAFETY: a live object of class AV.
+                let av = unsafe { crate::av::av_ref(bfid.cast(), CALL) }?;
+                if st.av.is_some() {
+                    return Err(FiError::inval(format!("{CALL}: an AV is bound already")));
+                }
+                if flags != 0 {
+                    return Err(FiError::badflags(format!(
+                        "{CALL}: flags {flags:#x} with an AV"
+                    )));
+                }
+                av.eps.fetch_add(1, Ordering::AcqRel);
+                st.av = Some(av);
+            }
+            FI_CLASS_CQ => {
+                // SAFETY: a live object of class CQ.
+                let cq = unsafe { crate::cq::cq_ref(bfid, CALL) }?;
+                if flags & !(FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION) != 0
+                    || flags & (FI_TRANSMIT | FI_RECV) == 0
+                {
+                    return Err(FiError::badflags(format!(
+                        "{CALL}: flags {flags:#x}: a CQ binds with FI_TRANSMIT and/or FI_RECV \
+                         (and FI_SELECTIVE_COMPLETION)"
+                    )));
+                }
+                let tx = flags & FI_TRANSMIT != 0;
+                let rx = flags & FI_RECV != 0;
+                if (tx && st.tx_cq.is_some()) || (rx && st.rx_cq.is_some()) {
+                    return Err(FiError::inval(format!(
+                        "{CALL}: a CQ is bound for that direction already"
+                    )));
+                }
+                let binding = CqBinding {
+                    cq,
+                    selective: flags & FI_SELECTIVE_COMPLETION != 0,
+                };
+                if tx {
+                    st.tx_cq = Some(binding);
+                    cq.attach(&e.shared);
+                }
+                if rx {
+                    st.rx_cq = Some(binding);
+                    cq.attach(&e.shared);
+                }
+            }
+            FI_CLASS_EQ => {
+                // SAFETY: a live object of class EQ.
+                let eq = unsafe { crate::eq::eq_ref(bfid, CALL) }?;
+                if st.eq.is_some() {
+                    return Err(FiError::inval(format!("{CALL}: an EQ is bound already")));
+                }
+                st.eq = Some(eq.queue().bind()?);
+            }
+            other => {
+                return Err(FiError::inval(format!(
+                    "{CALL}: fid class {other}: an endpoint binds an AV, CQs and an EQ"
+                )))
+            }
+        }
+        Ok(0)
+    })
+}
+
+/// `fi_control`: `FI_ENABLE` creates the endpoint on the NIC.
+unsafe extern "C" fn ep_control(fid: *mut Fid, command: c_int, _arg: *mut c_void) -> c_int {
+    const CALL: &str = "fi_enable";
+    entry(CALL, || {
+        // SAFETY: called through the fid's own ops.
+        let e = unsafe { ep_ref(fid, CALL) }?;
+        if command != FI_ENABLE {
+            return Err(FiError::new(
+                FiErrno::FI_ENOSYS,
+                format!("fi_control: command {command} is not served on an endpoint"),
+            ));
+        }
+        let mut st = e.shared.lock();
+        if st.driver.is_some() {
+            return Ok(0);
+        }
+        let av = st.av.ok_or_else(|| {
+            FiError::new(
+                FiErrno::FI_ENOAV,
+                format!("{CALL}: no AV is bound (fi_ep_bind)"),
+            )
+        })?;
+        // SAFETY: the domain outlives its endpoints (it counts them), and a bound AV cannot
+        // close while the endpoint is bound to it.
+        let (domain, av) = unsafe { (&*e.domain, &*av) };
+        let guard = domain.lock()?;
+        let dom = guard
+            .as_ref()
+            .ok_or_else(|| FiError::inval(format!("{CALL}: the domain is closed")))?;
+        let attr = dom.endpoint_attr();
+        let slots = (1usize << attr.tx_log2) + (1usize << attr.rx_log2);
+        let driver = av.with_own(CALL, |table| {
+            dom.endpoint(attr, Some(table))
+                .map_err(|e| FiError::new(e.errno(), format!("{CALL}: {e}")))
+        })?;
+        let pool = DmaPool::new(
+            dom.nic(),
+            MSG_BUF_BYTES,
+            u32::try_from(slots).unwrap_or(u32::MAX),
+        )
+        .map_err(|e| FiError::new(e.errno(), format!("{CALL}: message buffers: {e}")))?;
+        st.driver = Some(driver);
+        st.pool = Some(pool);
+        Ok(0)
+    })
+}
+
+/// `fi_getname`: the endpoint's UET address (32 bytes); `-FI_ETOOSMALL` with `*addrlen` set
+/// when the buffer is shorter.
+unsafe extern "C" fn ep_getname(fid: *mut Fid, addr: *mut c_void, addrlen: *mut usize) -> c_int {
+    const CALL: &str = "fi_getname";
+    entry(CALL, || {
+        // SAFETY: called through the endpoint's own ops.
+        let e = unsafe { ep_ref(fid, CALL) }?;
+        // SAFETY: NULL or valid (libfabric's contract).
+        let addrlen = unsafe { addrlen.as_mut() }.ok_or_else(|| null(CALL, "addrlen"))?;
+        let st = e.shared.lock();
+        let driver = st.driver.as_ref().ok_or_else(|| {
+            FiError::new(
+                FiErrno::FI_EOPBADSTATE,
+                format!("{CALL}: the endpoint has its address once enabled (fi_enable)"),
+            )
+        })?;
+        let buf: &mut [u8] = if addr.is_null() {
+            &mut []
+        } else {
+            // SAFETY: `addr` holds `*addrlen` writable bytes (libfabric's contract).
+            unsafe { core::slice::from_raw_parts_mut(addr.cast::<u8>(), *addrlen) }
+        };
+        driver.getname(buf, addrlen)?;
+        Ok(0)
+    })
+}
+
+/// Post a send of `iov`'s bytes to `dest`.
+fn send(
+    e: &UetEp,
+    call: &str,
+    iov: &[(usize, usize)],
+    dest: FiAddr,
+    context: u64,
+    data: u64,
+    report: bool,
+) -> Result<(), FiError> {
+    let total = iov.iter().try_fold(0usize, |t, &(_, l)| t.checked_add(l));
+    let total = total.filter(|&t| t <= MSG_BUF_BYTES).ok_or_else(|| {
+        FiError::new(
+            FiErrno::FI_EMSGSIZE,
+            format!("{call}: a message is at most {MSG_BUF_BYTES} bytes (ep_attr->max_msg_size)"),
+        )
+    })?;
+    let mut st = e.shared.lock();
+    let mut buffer = st.ready(call)?;
+    let mut bytes = Vec::with_capacity(total);
+    for &(base, len) in iov {
+        if len > 0 {
+            // SAFETY: the application gave `len` readable bytes at `base` (libfabric's
+            // contract; NULL with a length was refused by the caller).
+            bytes.extend_from_slice(unsafe { core::slice::from_raw_parts(base as *const u8, len) });
+        }
+    }
+    buffer
+        .fill(&bytes)
+        .map_err(|e| FiError::new(e.errno(), format!("{call}: {e}")))?;
+    let token = st.token();
+    st.posted.insert(token, Posted::Send { context, report });
+    let driver = st
+        .driver
+        .as_mut()
+        .ok_or_else(|| FiError::inval("not enabled"))?;
+    if let Err((err, _buffer)) = driver.post_send(dest, buffer, token, data) {
+        st.posted.remove(&token);
+        return Err(driver_error(call, &err));
+    }
+    Ok(())
+}
+
+/// Post a receive into `iov`.
+fn recv(
+    e: &UetEp,
+    call: &str,
+    iov: &[(usize, usize)],
+    context: u64,
+    report: bool,
+) -> Result<(), FiError> {
+    let mut st = e.shared.lock();
+    let buffer = st.ready(call)?;
+    let token = st.token();
+    st.posted.insert(
+        token,
+        Posted::Recv {
+            context,
+            report,
+            iov: iov.to_vec(),
+        },
+    );
+    let driver = st
+        .driver
+        .as_mut()
+        .ok_or_else(|| FiError::inval("not enabled"))?;
+    if let Err((err, _buffer)) = driver.post_recv(buffer, token) {
+        st.posted.remove(&token);
+        return Err(driver_error(call, &err));
+    }
+    Ok(())
+}
+
+fn driver_error(call: &str, e: &DriverError) -> FiError {
+    FiError::new(e.errno(), format!("{call}: {e}"))
+}
+
+/// `(base, len)` of the application's iovecs. `FI_EINVAL` for more than [`IOV_LIMIT`] or a
+/// NULL base with a length.
+///
+/// # Safety
+/// `iov` is NULL or holds `count` iovecs.
+unsafe fn iovecs(
+    iov: *const IoVec,
+    count: usize,
+    call: &str,
+) -> Result<Vec<(usize, usize)>, FiError> {
+    if count > IOV_LIMIT {
+        return Err(FiError::inval(format!(
+            "{call}: {count} iovecs (iov_limit {IOV_LIMIT})"
+        )));
+    }
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    if iov.is_null() {
+        return Err(null(call, "iov"));
+    }
+    // SAFETY: `count` iovecs (the caller's promise).
+    let v = unsafe { core::slice::from_raw_parts(iov, count) };
+    v.iter()
+        .map(|i| {
+            if i.iov_base.is_null() && i.iov_len > 0 {
+                Err(null(call, "an iovec's base"))
+            } else {
+                Ok((i.iov_base as usize, i.iov_len))
+            }
+        })
+        .collect()
+}
+
+/// One buffer as an iovec list. `FI_EINVAL` for a NULL buffer with a length.
+fn one(buf: *const c_void, len: usize, call: &str) -> Result<Vec<(usize, usize)>, FiError> {
+    if buf.is_null() && len > 0 {
+        return Err(null(call, "buf"));
+    }
+    Ok(vec![(buf as usize, len)])
+}
+
+/// A `ssize_t` return of a data call: 0 or the negative errno.
+fn data_call(call: &str, f: impl FnOnce() -> Result<(), FiError>) -> isize {
+    entry(call, || f().map(|()| 0)) as isize
+}
+
+unsafe extern "C" fn ep_send(
+    ep: *mut FidEp,
+    buf: *const c_void,
+    len: usize,
+    _desc: *mut c_void,
+    dest_addr: FiAddr,
+    context: *mut c_void,
+) -> isize {
+    const CALL: &str = "fi_send";
+    data_call(CALL, || {
+        // SAFETY: the application's endpoint pointer.
+        let e = unsafe { ep_ref(ep.cast(), CALL) }?;
+        send(
+            e,
+            CALL,
+            &one(buf, len, CALL)?,
+            dest_addr,
+            context as u64,
+            0,
+            true,
+        )
+    })
+}
+
+unsafe extern "C" fn ep_senddata(
+    ep: *mut FidEp,
+    buf: *const c_void,
+    len: usize,
+    _desc: *mut c_void,
+    data: u64,
+    dest_addr: FiAddr,
+    context: *mut c_void,
+) -> isize {
+    const CALL: &str = "fi_senddata";
+    data_call(CALL, || {
+        // SAFETY: the application's endpoint pointer.
+        let e = unsafe { ep_ref(ep.cast(), CALL) }?;
+        send(
+            e,
+            CALL,
+            &one(buf, len, CALL)?,
+            dest_addr,
+            context as u64,
+            data,
+            true,
+        )
+    })
+}
+
+unsafe extern "C" fn ep_sendv(
+    ep: *mut FidEp,
+    iov: *const IoVec,
+    _desc: *mut *mut c_void,
+    count: usize,
+    dest_addr: FiAddr,
+    context: *mut c_void,
+) -> isize {
+    const CALL: &str = "fi_sendv";
+    data_call(CALL, || {
+        // SAFETY: the application's endpoint pointer; `iov` holds `count` iovecs.
+        let (e, v) = unsafe { (ep_ref(ep.cast(), CALL)?, iovecs(iov, count, CALL)?) };
+        send(e, CALL, &v, dest_addr, context as u64, 0, true)
+    })
+}
+
+unsafe extern "C" fn ep_sendmsg(ep: *mut FidEp, msg: *const FiMsg, flags: u64) -> isize {
+    const CALL: &str = "fi_sendmsg";
+    data_call(CALL, || {
+        // SAFETY: the application's endpoint pointer.
+        let e = unsafe { ep_ref(ep.cast(), CALL) }?;
+        // SAFETY: NULL or a valid message (libfabric's contract).
+        let m = unsafe { msg.as_ref() }.ok_or_else(|| null(CALL, "msg"))?;
+        if flags & !SENDMSG_FLAGS != 0 {
+            return Err(FiError::badflags(format!("{CALL}: flags {flags:#x}")));
+        }
+        // SAFETY: `msg_iov` holds `iov_count` iovecs (libfabric's contract).
+        let v = unsafe { iovecs(m.msg_iov, m.iov_count, CALL) }?;
+        let data = if flags & FI_REMOTE_CQ_DATA != 0 {
+            m.data
+        } else {
+            0
+        };
+        send(
+            e,
+            CALL,
+            &v,
+            m.addr,
+            m.context as u64,
+            data,
+            flags & FI_COMPLETION != 0,
+        )
+    })
+}
+
+unsafe extern "C" fn ep_inject(
+    ep: *mut FidEp,
+    buf: *const c_void,
+    len: usize,
+    dest_addr: FiAddr,
+) -> isize {
+    // SAFETY: the same contract, without data.
+    unsafe { inject(ep, buf, len, 0, dest_addr, "fi_inject") }
+}
+
+unsafe extern "C" fn ep_injectdata(
+    ep: *mut FidEp,
+    buf: *const c_void,
+    len: usize,
+    data: u64,
+    dest_addr: FiAddr,
+) -> isize {
+    // SAFETY: libfabric's contract on the arguments.
+    unsafe { inject(ep, buf, len, data, dest_addr, "fi_injectdata") }
+}
+
+/// `fi_inject`, `fi_injectdata`: the payload is copied into the NIC's ring before the call
+/// returns, and no completion is reported.
+///
+/// # Safety
+/// `ep` is NULL or live; `buf` holds `len` bytes.
+unsafe fn inject(
+    ep: *mut FidEp,
+    buf: *const c_void,
+    len: usize,
+    data: u64,
+    dest: FiAddr,
+    call: &str,
+) -> isize {
+    data_call(call, || {
+        // SAFETY: the caller's promise.
+        let e = unsafe { ep_ref(ep.cast(), call) }?;
+        if buf.is_null() && len > 0 {
+            return Err(null(call, "buf"));
+        }
+        let payload: &[u8] = if len == 0 {
+            &[]
+        } else {
+            // SAFETY: `buf` holds `len` readable bytes (the caller's promise).
+            unsafe { core::slice::from_raw_parts(buf.cast::<u8>(), len) }
+        };
+        let mut st = e.shared.lock();
+        let driver = st.driver.as_mut().ok_or_else(|| {
+            FiError::new(
+                FiErrno::FI_EOPBADSTATE,
+                format!("{call}: the endpoint is not enabled"),
+            )
+        })?;
+        if len > driver.inject_size() {
+            return Err(FiError::new(
+                FiErrno::FI_EMSGSIZE,
+                format!(
+                    "{call}: {len} bytes: inject_size is {}",
+                    driver.inject_size()
+                ),
+            ));
+        }
+        driver
+            .inject(dest, payload, data)
+            .map_err(|e| driver_error(call, &e))
+    })
+}
+
+unsafe extern "C" fn ep_recv(
+    ep: *mut FidEp,
+    buf: *mut c_void,
+    len: usize,
+    _desc: *mut c_void,
+    _src_addr: FiAddr,
+    context: *mut c_void,
+) -> isize {
+    const CALL: &str = "fi_recv";
+    data_call(CALL, || {
+        // SAFETY: the application's endpoint pointer.
+        let e = unsafe { ep_ref(ep.cast(), CALL) }?;
+        recv(e, CALL, &one(buf, len, CALL)?, context as u64, true)
+    })
+}
+
+unsafe extern "C" fn ep_recvv(
+    ep: *mut FidEp,
+    iov: *const IoVec,
+    _desc: *mut *mut c_void,
+    count: usize,
+    _src_addr: FiAddr,
+    context: *mut c_void,
+) -> isize {
+    const CALL: &str = "fi_recvv";
+    data_call(CALL, || {
+        // SAFETY: the application's endpoint pointer; `iov` holds `count` iovecs.
+        let (e, v) = unsafe { (ep_ref(ep.cast(), CALL)?, iovecs(iov, count, CALL)?) };
+        recv(e, CALL, &v, context as u64, true)
+    })
+}
+
+unsafe extern "C" fn ep_recvmsg(ep: *mut FidEp, msg: *const FiMsg, flags: u64) -> isize {
+    const CALL: &str = "fi_recvmsg";
+    data_call(CALL, || {
+        // SAFETY: the application's endpoint pointer.
+        let e = unsafe { ep_ref(ep.cast(), CALL) }?;
+        // SAFETY: NULL or a valid message (libfabric's contract).
+        let m = unsafe { msg.as_ref() }.ok_or_else(|| null(CALL, "msg"))?;
+        if flags & !RECVMSG_FLAGS != 0 {
+            return Err(FiError::badflags(format!("{CALL}: flags {flags:#x}")));
+        }
+        // SAFETY: `msg_iov` holds `iov_count` iovecs (libfabric's contract).
+        let v = unsafe { iovecs(m.msg_iov, m.iov_count, CALL) }?;
+        recv(e, CALL, &v, m.context as u64, flags & FI_COMPLETION != 0)
+    })
+}
+
+/// `fi_close` of an endpoint: it leaves the NIC and its bindings.
+unsafe extern "C" fn ep_close(fid: *mut Fid) -> c_int {
+    const CALL: &str = "fi_close(ep)";
+    entry(CALL, || {
+        // SAFETY: called through the fid's own ops.
+        let e = unsafe { ep_ref(fid, CALL) }?;
+        let av = {
+            let mut st = e.shared.lock();
+            // The NIC's endpoint first (ENDPOINT_DESTROY), then its buffers.
+            drop(st.driver.take());
+            drop(st.pool.take());
+            st.posted.clear();
+            drop(st.eq.take());
+            for b in [st.tx_cq.take(), st.rx_cq.take()].into_iter().flatten() {
+                // SAFETY: a bound CQ stays open while the endpoint is bound to it.
+                unsafe { &*b.cq }.detach(&e.shared);
+            }
+            st.av.take()
+        };
+        if let Some(av) = av {
+            // SAFETY: a bound AV stays open while the endpoint is bound to it.
+            unsafe { &*av }.eps.fetch_sub(1, Ordering::AcqRel);
+        }
+        // SAFETY: the domain outlives its endpoints.
+        unsafe { &*e.domain }
+            .endpoints
+            .fetch_sub(1, Ordering::AcqRel);
+        // SAFETY: made by `Box::into_raw` in `domain_endpoint`; the application gives it up.
+        drop(unsafe { Box::from_raw(fid.cast::<UetEp>()) });
+        Ok(0)
+    })
+}
