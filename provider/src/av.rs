@@ -11,6 +11,10 @@
 //! * Binary AVs take and return 32-byte UET addresses; `FI_ADDR_STR` AVs take `count` C
 //!   strings (`addr` is a `char **`), and `fi_av_lookup` returns the NUL-terminated string.
 //! * `FI_SYNC_ERR`: `context` is the `int` status array, one per address.
+//! * `FI_AV_USER_ID` is libfabric 1.17's: the insert flag gives each address the user id in
+//!   its `fi_addr` slot. The 1.17 ABI has no `fi_av_set_user_id`, so `fi_av_open` refuses
+//!   the flag later versions pair with it (`-FI_EBADFLAGS`): such an AV could not be given a
+//!   user id.
 //! * `FI_EVENT`: `fi_av_bind` to a queue of [`crate::eq`]; an insert's `context` is its
 //!   events' context, and their `fid` the application's `fid_av`.
 //! * Every AV call takes the AV's lock: the domain is `FI_THREAD_SAFE`.
@@ -24,7 +28,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use uet_av::AddressVector;
 use uet_av::{
-    av_type_from_c, rx_ctx_bits_from_c, AddrFormat, AvAttr, AvName, FiError, ADDR_LEN, FI_SYNC_ERR,
+    av_type_from_c, rx_ctx_bits_from_c, AddrFormat, AvAttr, AvName, FiError, ADDR_LEN,
+    FI_AV_USER_ID, FI_SYNC_ERR,
 };
 use uet_driver::av::NicAv;
 use uet_driver::{Av, SharedAv};
@@ -223,6 +228,13 @@ pub(crate) unsafe extern "C" fn domain_av_open(
         }
         // SAFETY: NULL or valid (libfabric's contract).
         let c = unsafe { attr.as_mut() }.ok_or_else(|| null(CALL, "attr"))?;
+        if c.flags & FI_AV_USER_ID != 0 {
+            return Err(FiError::badflags(
+                "fi_av_open: flags FI_AV_USER_ID: such an AV takes its user ids from \
+                 fi_av_set_user_id, which libfabric 1.17's ABI does not have; fi_av_insert's \
+                 FI_AV_USER_ID flag gives them",
+            ));
+        }
         // SAFETY: NULL or a NUL-terminated string (libfabric's contract).
         let name = unsafe { c_str(c.name, "fi_av_attr.name") }?
             .map(AvName::new)

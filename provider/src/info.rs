@@ -203,7 +203,11 @@ pub(crate) unsafe fn domain_attr(info: &FiInfo) -> Result<DomainAttr, FiError> {
     // Without an auth key the domain's endpoints and AVs share the driver's default JobID,
     // so that its AV entries name the job its endpoints accept.
     let mut attr = DomainAttr {
-        caps: info.caps & PROVIDER_CAPS,
+        // Not FI_AV_USER_ID: the driver's domain takes that capability as libfabric 1.20
+        // does (user ids set with fi_av_set_user_id only, the per-insert flag refused), and
+        // the 1.17 ABI this provider serves has no fi_av_set_user_id: there the capability
+        // means the per-insert flag, which a domain without it keeps.
+        caps: info.caps & PROVIDER_CAPS & !FI_AV_USER_ID,
         addr_format,
         job_id: uet_driver::EndpointAttr::default().job_id,
         ..DomainAttr::default()
