@@ -21,7 +21,7 @@
 
 use crate::abi::*;
 use crate::domain::domain_ref;
-use crate::info::c_str;
+use crate::info::{c_str, served_av_type};
 use crate::{entry, null, unsupported};
 use core::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -240,7 +240,7 @@ pub(crate) unsafe extern "C" fn domain_av_open(
             .map(AvName::new)
             .transpose()?;
         let rust = AvAttr {
-            av_type: av_type_from_c(c.av_type)?,
+            av_type: served_av_type(av_type_from_c(c.av_type)?),
             count: c.count,
             rx_ctx_bits: rx_ctx_bits_from_c(c.rx_ctx_bits)?,
             ep_per_node: c.ep_per_node,

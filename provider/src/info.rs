@@ -186,6 +186,17 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
     Ok(w)
 }
 
+/// The AV type the provider serves for `t`: `FI_AV_MAP` is a table, in a domain and in
+/// `fi_av_open` alike, so that an application that asked for a map and was answered
+/// `FI_AV_TABLE` opens the `FI_AV_MAP` AV it asked for, and one that names either type in one
+/// place and the other in the other is not refused for a difference that does not exist.
+pub(crate) fn served_av_type(t: AvType) -> AvType {
+    match t {
+        AvType::Map => AvType::Table,
+        t => t,
+    }
+}
+
 /// The domain an `fi_info` the provider gave describes (`fi_domain` opens it).
 ///
 /// # Safety
@@ -214,9 +225,11 @@ pub(crate) unsafe fn domain_attr(info: &FiInfo) -> Result<DomainAttr, FiError> {
     };
     // SAFETY: NULL or valid, as the caller promises.
     if let Some(d) = unsafe { info.domain_attr.as_ref() } {
-        attr.av_type = AvType::from_raw(d.av_type).ok_or_else(|| {
-            FiError::inval(format!("fi_domain: av_type {} is no fi_av_type", d.av_type))
-        })?;
+        attr.av_type = AvType::from_raw(d.av_type)
+            .map(served_av_type)
+            .ok_or_else(|| {
+                FiError::inval(format!("fi_domain: av_type {} is no fi_av_type", d.av_type))
+            })?;
         attr.ep_cnt = d.ep_cnt;
         attr.max_ep_rx_ctx = d.max_ep_rx_ctx;
         match (d.auth_key_size, d.auth_key.is_null()) {

@@ -90,8 +90,11 @@ struct Open {
 
 impl Open {
     fn new(caps: u64, addr_format: u32) -> Open {
-        let hints = Hints::new(caps, addr_format);
-        let info = getinfo(None, None, 0, Some(&hints)).expect("getinfo");
+        Open::with_hints(&Hints::new(caps, addr_format))
+    }
+
+    fn with_hints(hints: &Hints) -> Open {
+        let info = getinfo(None, None, 0, Some(hints)).expect("getinfo");
         let mut fabric = null_mut();
         let mut domain = null_mut();
         // SAFETY: an info the provider gave; out pointers valid.
@@ -225,4 +228,21 @@ fn an_insert_with_user_ids_succeeds_in_a_domain_that_asked_for_fi_av_user_id() {
         open.av_open(&mut attr).err(),
         Some(-(FiErrno::FI_EBADFLAGS.get() as c_int))
     );
+}
+
+#[test]
+fn an_application_that_asked_for_fi_av_map_opens_an_fi_av_map_av() {
+    let hints = Hints::new(0, FI_FORMAT_UNSPEC);
+    // SAFETY: the hints' own attributes.
+    unsafe { (*hints.info.domain_attr).av_type = AvType::Map.to_raw() };
+    let open = Open::with_hints(&hints);
+    let mut attr = av_attr(16);
+    attr.av_type = AvType::Map.to_raw();
+    let av = open
+        .av_open(&mut attr)
+        .expect("fi_av_open(FI_AV_MAP) after fi_getinfo accepted FI_AV_MAP");
+    let addr = address_of(av, c"10.0.0.2", c"7");
+    assert_ne!(addr, [0; 32]);
+    // SAFETY: ours, closed once.
+    assert_eq!(unsafe { close(&mut (*av).fid) }, 0);
 }
