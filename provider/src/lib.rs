@@ -101,6 +101,7 @@ static PROVIDER: OnceLock<ProviderBox> = OnceLock::new();
 pub extern "C" fn fi_prov_ini() -> *mut FiProvider {
     PROVIDER
         .get_or_init(|| {
+            init_logging();
             let provider = Box::new(FiProvider {
                 version: PROVIDER_VERSION,
                 fi_version: FI_PROVIDER_API,
@@ -115,6 +116,19 @@ pub extern "C" fn fi_prov_ini() -> *mut FiProvider {
             ProviderBox(Box::into_raw(provider))
         })
         .0
+}
+
+/// With `RUST_LOG` set, the provider's `tracing` events go to standard error, filtered by
+/// it: a C application installs no subscriber of its own. One already installed (a Rust
+/// program linking the provider) is left as it is.
+fn init_logging() {
+    if std::env::var_os("RUST_LOG").is_none() {
+        return;
+    }
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 /// `fi_provider.cleanup`: libfabric is unloading the provider; the NIC is closed.

@@ -79,7 +79,13 @@ fn compile(source: &str, dir: &Path, extra: &[&str]) -> PathBuf {
 
 /// Run a compiled program with the provider on the simulated NIC.
 fn run(program: &Path, prov: &Path) -> String {
+    run_with(program, prov, &[]).0
+}
+
+/// [`run`] with more environment variables: its standard output and error.
+fn run_with(program: &Path, prov: &Path, env: &[(&str, &str)]) -> (String, String) {
     let o = Command::new(program)
+        .envs(env.iter().copied())
         .env("FI_PROVIDER_PATH", prov)
         .env("FI_PROVIDER", "uet")
         .env_remove("FI_UET_DEVICE")
@@ -87,14 +93,14 @@ fn run(program: &Path, prov: &Path) -> String {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
     assert!(
         o.status.success(),
-        "{} failed ({}):\n{stdout}\n{}",
+        "{} failed ({}):\n{stdout}\n{stderr}",
         program.display(),
         o.status,
-        String::from_utf8_lossy(&o.stderr)
     );
-    stdout
+    (stdout, stderr)
 }
 
 #[test]
@@ -136,6 +142,27 @@ fn two_endpoints_exchange_messages_by_fi_addr_through_the_provider() {
         assert!(out.contains(line), "no {line:?} in:\n{out}");
     }
     assert!(out.ends_with("ok\n"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn with_rust_log_set_the_provider_logs_why_a_call_failed() {
+    if !have_toolchain() {
+        return;
+    }
+    let dir = scratch("log");
+    let prov = provider_dir(&dir);
+    let program = compile("av.c", &dir, &["-lfabric"]);
+    let (out, err) = run_with(&program, &prov, &[("RUST_LOG", "uet_fi=debug")]);
+    assert!(out.ends_with("ok\n"), "{out}");
+    // av.c's fi_av_insert with FI_SYNC_ERR and no status array is -FI_EINVAL; the reason is
+    // the provider's to tell.
+    assert!(
+        err.lines().any(|l| l.contains("fi_av_insert")
+            && l.contains("FI_EINVAL")
+            && l.contains("FI_SYNC_ERR")),
+        "no reason for fi_av_insert's -FI_EINVAL on stderr:\n{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
