@@ -135,7 +135,9 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
         }
         // SAFETY: as above.
         let prov = unsafe { c_str(f.prov_name, "fabric_attr->prov_name") }?;
-        if prov.is_some_and(|p| p != PROVIDER_NAME) {
+        // libfabric matches provider names without regard to case, and calls this provider
+        // for "UET" as for "uet".
+        if prov.is_some_and(|p| !p.eq_ignore_ascii_case(PROVIDER_NAME)) {
             return Err(nodata(format!("provider {prov:?} is not {PROVIDER_NAME}")));
         }
     }

@@ -246,3 +246,13 @@ fn an_application_that_asked_for_fi_av_map_opens_an_fi_av_map_av() {
     // SAFETY: ours, closed once.
     assert_eq!(unsafe { close(&mut (*av).fid) }, 0);
 }
+
+#[test]
+fn hints_name_the_provider_in_any_case_as_libfabric_matches_provider_names() {
+    let hints = Hints::new(0, FI_FORMAT_UNSPEC);
+    // SAFETY: the hints' own attributes; the string outlives the call.
+    unsafe { (*hints.info.fabric_attr).prov_name = c"UET".as_ptr().cast_mut() };
+    let info = getinfo(None, None, 0, Some(&hints)).expect("fi_getinfo with prov_name UET");
+    // SAFETY: the provider's answer, freed once.
+    unsafe { uet_fi::info::free_info(info) };
+}
