@@ -3,7 +3,7 @@
 //! fills in or reads, field for field, and the constants it uses.
 //!
 //! Only what the provider touches is declared; a structure it only passes on (an `fi_cq_attr`,
-//! an `fi_mr_attr`) is a `c_void` pointer. `tests/layout.rs` checks every size and offset here
+//! an `fi_mr_attr`) is a `c_void` pointer. `tests/libfabric.rs` checks every size and offset here
 //! against the system's headers with the C compiler.
 //!
 //! Each object libfabric hands back to the provider starts with its `struct fid` (`fid_fabric`,

@@ -182,6 +182,36 @@ unsafe fn c_array_needed<'a, T>(
     unsafe { c_array(p, count, call, what) }?.ok_or_else(|| null(call, what))
 }
 
+/// `count` elements of `T` at `p`, read only: an input array of the application's, which may
+/// lie in read-only memory. `FI_EINVAL` for NULL with a count, or a count that could not
+/// exist in memory.
+///
+/// # Safety
+/// `p` is NULL or points to `count` initialized elements that stay unchanged for `'a`.
+unsafe fn c_slice_needed<'a, T>(
+    p: *const T,
+    count: usize,
+    call: &str,
+    what: &str,
+) -> Result<&'a [T], FiError> {
+    if count
+        .checked_mul(core::mem::size_of::<T>())
+        .is_none_or(|b| b > isize::MAX as usize)
+    {
+        return Err(FiError::inval(format!(
+            "{call}: {count} elements of {what} do not fit in memory"
+        )));
+    }
+    if count == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(null(call, what));
+    }
+    // SAFETY: non-NULL, `count` valid elements (the caller's promise), size checked above.
+    Ok(unsafe { core::slice::from_raw_parts(p, count) })
+}
+
 /// The `FI_SYNC_ERR` status array in `context`, when `flags` asks for it.
 ///
 /// # Safety
@@ -365,8 +395,7 @@ unsafe extern "C" fn av_close(fid: *mut Fid) -> c_int {
 unsafe fn c_strings<'a>(addr: *const c_void, count: usize) -> Result<Vec<&'a str>, FiError> {
     const CALL: &str = "fi_av_insert";
     // SAFETY: the caller's promise; only read.
-    let ptrs =
-        unsafe { c_array_needed(addr.cast::<*const c_char>().cast_mut(), count, CALL, "addr") }?;
+    let ptrs = unsafe { c_slice_needed(addr.cast::<*const c_char>(), count, CALL, "addr") }?;
     Ok(ptrs
         .iter()
         .map(|&p| {
@@ -411,8 +440,7 @@ unsafe extern "C" fn av_insert(
                 let bytes = count.saturating_mul(ADDR_LEN);
                 // SAFETY: `addr` holds `count` addresses of ADDR_LEN bytes (libfabric's
                 // contract); only read.
-                let addr =
-                    unsafe { c_array_needed(addr.cast::<u8>().cast_mut(), bytes, CALL, "addr") }?;
+                let addr = unsafe { c_slice_needed(addr.cast::<u8>(), bytes, CALL, "addr") }?;
                 match (kind, status) {
                     (kind, Some(status)) => {
                         with_av!(kind, av => av.insert_with_status(addr, count, fi_addr, flags, Some(status)))
@@ -553,7 +581,7 @@ unsafe extern "C" fn av_remove(
         // SAFETY: the application's AV pointer, ours.
         let a = unsafe { av_ref(av, CALL) }?;
         // SAFETY: `count` entries (libfabric's contract); only read.
-        let fi_addrs = unsafe { c_array_needed(fi_addr, count, CALL, "fi_addr") }?;
+        let fi_addrs = unsafe { c_slice_needed(fi_addr.cast_const(), count, CALL, "fi_addr") }?;
         let mut guard = a.lock(CALL)?;
         let kind = guard
             .as_mut()

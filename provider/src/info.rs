@@ -12,6 +12,9 @@
 //! | `domain_attr->name`, `fabric_attr->name`, `fabric_attr->prov_name` | the NIC's, `uet`, `uet` |
 //! | `domain_attr->ep_cnt`, `max_ep_rx_ctx` | up to the NIC's endpoints and receive contexts |
 //! | `domain_attr->auth_key` | a 4-byte JobID (24 bits), or none |
+//! | `tx_attr`, `rx_attr` | caps `FI_MSG` with `FI_SEND`, or with `FI_RECV` and `FI_SOURCE`; sizes, `iov_limit`, `inject_size` up to the provider's |
+//! | `ep_attr->max_msg_size` | up to 16 KiB |
+//! | `src_addr`, `dest_addr` | returned; a source must be on this NIC |
 //!
 //! `node` and `service` are a UET address in the form `fi_av_insertsvc` takes (an IP address
 //! or host name, and the PIDonFEP with its parameters): the destination (`dest_addr`), or with
@@ -117,8 +120,49 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
         FI_ADDR_STR => AddrFormat::Str,
         other => return Err(nodata(format!("addr_format {other} is not served"))),
     };
+    let defaults = uet_driver::EndpointAttr::default();
+    // SAFETY: NULL or valid, as the caller promises.
+    if let Some(tx) = unsafe { h.tx_attr.as_ref() } {
+        let served = FI_MSG | FI_SEND;
+        if tx.caps & !served != 0
+            || tx.size > 1 << defaults.tx_log2
+            || tx.iov_limit > IOV_LIMIT
+            || tx.inject_size > MAX_INJECT_BYTES.min(MSG_BUF_BYTES)
+        {
+            return Err(nodata(format!(
+                "tx_attr (caps {:#x}, size {}, iov_limit {}, inject_size {}) asks for more \
+                 than the provider's (caps {served:#x}, size {}, iov_limit {IOV_LIMIT}, \
+                 inject_size {MAX_INJECT_BYTES})",
+                tx.caps,
+                tx.size,
+                tx.iov_limit,
+                tx.inject_size,
+                1 << defaults.tx_log2
+            )));
+        }
+    }
+    // SAFETY: NULL or valid, as the caller promises.
+    if let Some(rx) = unsafe { h.rx_attr.as_ref() } {
+        let served = FI_MSG | FI_RECV_CAP | FI_SOURCE_CAP;
+        if rx.caps & !served != 0 || rx.size > 1 << defaults.rx_log2 || rx.iov_limit > IOV_LIMIT {
+            return Err(nodata(format!(
+                "rx_attr (caps {:#x}, size {}, iov_limit {}) asks for more than the \
+                 provider's (caps {served:#x}, size {}, iov_limit {IOV_LIMIT})",
+                rx.caps,
+                rx.size,
+                rx.iov_limit,
+                1 << defaults.rx_log2
+            )));
+        }
+    }
     // SAFETY: NULL or valid, as the caller promises.
     if let Some(ep) = unsafe { h.ep_attr.as_ref() } {
+        if ep.max_msg_size > MSG_BUF_BYTES {
+            return Err(nodata(format!(
+                "ep_attr->max_msg_size {} is more than the provider's {MSG_BUF_BYTES}",
+                ep.max_msg_size
+            )));
+        }
         if ep.ep_type != FI_EP_UNSPEC && ep.ep_type != FI_EP_RDM {
             return Err(nodata(format!(
                 "ep_attr->type {} is not FI_EP_RDM",
@@ -411,7 +455,9 @@ unsafe fn fill(
         d.data_progress = FI_PROGRESS_AUTO;
         d.resource_mgmt = FI_RM_ENABLED;
         d.av_type = AvType::Table.to_raw();
-        d.mr_mode = FI_MR_PROV_KEY;
+        // No mode bit: messages go through the provider's own buffers, so nothing needs to be
+        // registered, and the provider serves no memory regions yet.
+        d.mr_mode = 0;
         d.ep_cnt = if w.ep_cnt == 0 {
             limits.max_endpoints as usize
         } else {
@@ -468,7 +514,8 @@ pub(crate) unsafe extern "C" fn uet_getinfo(
         let w = unsafe { wanted(hints, &nic) }?;
         // SAFETY: libfabric's contract on `node` and `service`.
         let (node, service) = unsafe { (c_str(node, "node")?, c_str(service, "service")?) };
-        let (mut src, mut dest) = (None, None);
+        // SAFETY: libfabric's contract on `hints`.
+        let (mut src, mut dest) = unsafe { hint_addresses(hints, &w, &nic) }?;
         if node.is_some() || service.is_some() {
             if flags & FI_SOURCE != 0 {
                 let ours = nic.fabric_addr();
@@ -495,6 +542,53 @@ pub(crate) unsafe extern "C" fn uet_getinfo(
         unsafe { *info = out };
         Ok(0)
     })
+}
+
+/// The source and destination addresses the hints give (`src_addr`, `dest_addr`), in the
+/// hints' address format: `FI_ENODATA` for a source that is not on this NIC, `FI_EINVAL` for
+/// an address that does not parse or a length that is not its format's.
+///
+/// # Safety
+/// `hints` is NULL or a valid `fi_info` whose addresses hold their lengths in bytes.
+unsafe fn hint_addresses(
+    hints: *const FiInfo,
+    w: &Wanted,
+    nic: &Nic,
+) -> Result<(Option<UetAddress>, Option<UetAddress>), FiError> {
+    // SAFETY: NULL or valid (the caller's promise).
+    let Some(h) = (unsafe { hints.as_ref() }) else {
+        return Ok((None, None));
+    };
+    let parse = |p: *mut c_void, len: usize, what: &str| -> Result<Option<UetAddress>, FiError> {
+        if p.is_null() || len == 0 {
+            return Ok(None);
+        }
+        // SAFETY: `len` readable bytes at `p` (the caller's promise).
+        let bytes = unsafe { core::slice::from_raw_parts(p.cast::<u8>(), len) };
+        let a = match w.addr_format {
+            AddrFormat::Uet => UetAddress::from_bytes(bytes)
+                .map_err(|e| FiError::inval(format!("fi_getinfo: hints {what}: {e}")))?,
+            AddrFormat::Str => {
+                let text = bytes.split(|&b| b == 0).next().unwrap_or_default();
+                let text = core::str::from_utf8(text).map_err(|_| {
+                    FiError::inval(format!("fi_getinfo: hints {what} is not UTF-8"))
+                })?;
+                uet_av::addr_str::parse_addr_str_with(text, system_resolver)?
+            }
+        };
+        Ok(Some(a))
+    };
+    let src = parse(h.src_addr, h.src_addrlen, "src_addr")?;
+    if let Some(a) = &src {
+        let ours = nic.fabric_addr();
+        if !same_ip(a.fabric_addr, ours) {
+            return Err(nodata(format!(
+                "hints src_addr {a} is not on this NIC ({ours})"
+            )));
+        }
+    }
+    let dest = parse(h.dest_addr, h.dest_addrlen, "dest_addr")?;
+    Ok((src, dest))
 }
 
 /// Whether `a` and `b` are one address (an IPv4 address and its IPv6-mapped form are).

@@ -226,8 +226,34 @@ static void node_and_service(void)
 	/* A destination: its UET address in dest_addr. */
 	CHECK_RET(fi_getinfo(FI_VERSION(1, 17), "10.0.0.2", "7", 0, hints, &info), 0);
 	CHECK(info->dest_addrlen == ADDR_LEN && info->dest_addr && !info->src_addr);
+	CHECK(info->domain_attr->mr_mode == 0);
+	/* The same address given in the hints comes back; as a source it is not this NIC's. */
+	uint8_t dest[ADDR_LEN];
+	memcpy(dest, info->dest_addr, ADDR_LEN);
 	fi_freeinfo(info);
 	info = NULL;
+	hints->dest_addr = malloc(ADDR_LEN);
+	CHECK(hints->dest_addr);
+	memcpy(hints->dest_addr, dest, ADDR_LEN);
+	hints->dest_addrlen = ADDR_LEN;
+	CHECK_RET(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info), 0);
+	CHECK(info->dest_addrlen == ADDR_LEN && memcmp(info->dest_addr, dest, ADDR_LEN) == 0);
+	fi_freeinfo(info);
+	info = NULL;
+	hints->src_addr = hints->dest_addr;
+	hints->src_addrlen = ADDR_LEN;
+	hints->dest_addr = NULL;
+	hints->dest_addrlen = 0;
+	CHECK_RET(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info), -FI_ENODATA);
+	free(hints->src_addr);
+	hints->src_addr = NULL;
+	hints->src_addrlen = 0;
+	hints->tx_attr->iov_limit = 1000;
+	CHECK_RET(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info), -FI_ENODATA);
+	hints->tx_attr->iov_limit = 0;
+	hints->rx_attr->caps = FI_TAGGED;
+	CHECK_RET(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info), -FI_ENODATA);
+	hints->rx_attr->caps = 0;
 	/* A source must be this NIC. */
 	CHECK_RET(fi_getinfo(FI_VERSION(1, 17), "10.0.0.1", "7", FI_SOURCE, hints, &info), 0);
 	CHECK(info->src_addrlen == ADDR_LEN && info->src_addr && !info->dest_addr);
