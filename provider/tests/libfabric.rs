@@ -166,6 +166,71 @@ fn with_rust_log_set_the_provider_logs_why_a_call_failed() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Two processes, each on its own NIC of one simulated fabric served over vfio-user (as
+/// `uetctl sim serve` serves it), ping-pong messages addressed by `fi_addr_t`.
+#[test]
+fn two_processes_on_two_nics_over_vfio_user_ping_pong_through_the_provider() {
+    if !have_toolchain() {
+        return;
+    }
+    let dir = scratch("pingpong");
+    let prov = provider_dir(&dir);
+    let program = compile("pingpong.c", &dir, &["-lfabric"]);
+    let fabric = uet_sim::Fabric::new();
+    let mut servers = Vec::new();
+    for i in 0..2u8 {
+        let f = fabric
+            .add_nic(uet_sim::NicConfig::new(std::net::IpAddr::from([
+                10,
+                0,
+                0,
+                1 + i,
+            ])))
+            .unwrap();
+        let server = std::sync::Arc::new(
+            uet_sim::vfio_user::VfioUserServer::bind(f, dir.join(format!("nic{i}.sock"))).unwrap(),
+        );
+        let s = server.clone();
+        servers.push((server, std::thread::spawn(move || s.serve_one())));
+    }
+    let rounds = "200";
+    let children: Vec<_> = ["server", "client"]
+        .iter()
+        .enumerate()
+        .map(|(i, role)| {
+            Command::new(&program)
+                .args([role, dir.to_str().unwrap(), rounds])
+                .env("FI_PROVIDER_PATH", &prov)
+                .env("FI_PROVIDER", "uet")
+                .env(
+                    "FI_UET_DEVICE",
+                    format!("vfio-user:{}", dir.join(format!("nic{i}.sock")).display()),
+                )
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (child, nic) in children.into_iter().zip(["uet_10.0.0.1", "uet_10.0.0.2"]) {
+        let o = child.wait_with_output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "{}:\n{out}\n{}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(out.contains(&format!("on {nic}")), "{out}");
+        assert!(out.contains("200 rounds") && out.ends_with("ok\n"), "{out}");
+    }
+    // Each NIC served its process until it closed, and was released.
+    for (_, thread) in servers {
+        thread.join().unwrap().unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Every structure of `uet_fi::abi`: its size, and each field's offset, as C has them.
 #[test]
 fn the_abi_structures_match_the_system_libfabric_headers() {
