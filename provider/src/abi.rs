@@ -794,7 +794,7 @@ pub struct FidEp {
     pub cm: *mut FiOpsCm,
     pub msg: *mut FiOpsMsg,
     pub rma: *mut FiOpsUnsupported<9>,
-    pub tagged: *mut FiOpsUnsupported<9>,
+    pub tagged: *mut FiOpsTagged,
     pub atomic: *mut FiOpsUnsupported<13>,
     pub collective: *mut FiOpsUnsupported<11>,
 }
@@ -882,4 +882,91 @@ pub struct FiOpsCq {
 pub struct FidCq {
     pub fid: Fid,
     pub ops: *mut FiOpsCq,
+}
+
+/// `FI_TAGGED`.
+pub const FI_TAGGED: u64 = 1 << 3;
+
+/// `struct fi_msg_tagged` (`rdma/fi_tagged.h`).
+#[repr(C)]
+pub struct FiMsgTagged {
+    pub msg_iov: *const IoVec,
+    pub desc: *mut *mut c_void,
+    pub iov_count: usize,
+    pub addr: FiAddr,
+    pub tag: u64,
+    pub ignore: u64,
+    pub context: *mut c_void,
+    pub data: u64,
+}
+
+/// `struct fi_ops_tagged`.
+#[repr(C)]
+pub struct FiOpsTagged {
+    pub size: usize,
+    pub recv: unsafe extern "C" fn(
+        ep: *mut FidEp,
+        buf: *mut c_void,
+        len: usize,
+        desc: *mut c_void,
+        src_addr: FiAddr,
+        tag: u64,
+        ignore: u64,
+        context: *mut c_void,
+    ) -> isize,
+    pub recvv: unsafe extern "C" fn(
+        ep: *mut FidEp,
+        iov: *const IoVec,
+        desc: *mut *mut c_void,
+        count: usize,
+        src_addr: FiAddr,
+        tag: u64,
+        ignore: u64,
+        context: *mut c_void,
+    ) -> isize,
+    pub recvmsg: unsafe extern "C" fn(ep: *mut FidEp, msg: *const FiMsgTagged, flags: u64) -> isize,
+    pub send: unsafe extern "C" fn(
+        ep: *mut FidEp,
+        buf: *const c_void,
+        len: usize,
+        desc: *mut c_void,
+        dest_addr: FiAddr,
+        tag: u64,
+        context: *mut c_void,
+    ) -> isize,
+    pub sendv: unsafe extern "C" fn(
+        ep: *mut FidEp,
+        iov: *const IoVec,
+        desc: *mut *mut c_void,
+        count: usize,
+        dest_addr: FiAddr,
+        tag: u64,
+        context: *mut c_void,
+    ) -> isize,
+    pub sendmsg: unsafe extern "C" fn(ep: *mut FidEp, msg: *const FiMsgTagged, flags: u64) -> isize,
+    pub inject: unsafe extern "C" fn(
+        ep: *mut FidEp,
+        buf: *const c_void,
+        len: usize,
+        dest_addr: FiAddr,
+        tag: u64,
+    ) -> isize,
+    pub senddata: unsafe extern "C" fn(
+        ep: *mut FidEp,
+        buf: *const c_void,
+        len: usize,
+        desc: *mut c_void,
+        data: u64,
+        dest_addr: FiAddr,
+        tag: u64,
+        context: *mut c_void,
+    ) -> isize,
+    pub injectdata: unsafe extern "C" fn(
+        ep: *mut FidEp,
+        buf: *const c_void,
+        len: usize,
+        data: u64,
+        dest_addr: FiAddr,
+        tag: u64,
+    ) -> isize,
 }

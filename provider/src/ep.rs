@@ -18,7 +18,11 @@
 //!   `FI_REMOTE_CQ_DATA` when the data is not 0 (the NIC's completion has no flag for it).
 //! * `fi_close`: the endpoint leaves the NIC; receives still posted are dropped unreported.
 //!
-//! Not served yet: tagged messages, RMA, atomics, `fi_cancel`, endpoint options, named AVs.
+//! * Tagged messages (`fi_tsend*`, `fi_tinject*`, `fi_trecv*`): the NIC matches them, 64 bits
+//!   of tag with an ignore mask; a tagged message that arrives before its receive waits on
+//!   the NIC's unexpected list. Their completions carry `FI_TAGGED` and the message's tag.
+//!
+//! Not served yet: RMA, atomics, `fi_cancel`, endpoint options, named AVs.
 
 use crate::abi::*;
 use crate::av::UetAv;
@@ -48,15 +52,36 @@ const RECVMSG_FLAGS: u64 = FI_COMPLETION | FI_MORE;
 /// `FI_MORE`: more calls follow (a hint).
 const FI_MORE: u64 = uet_av::FI_MORE;
 
+/// How a message matches its receive: in order (`fi_send`, `fi_recv`) or by match bits
+/// (`fi_tsend`, `fi_trecv`: a tagged receive takes a message whose tag `t` satisfies
+/// `(tag ^ t) & !ignore == 0`).
+#[derive(Clone, Copy)]
+enum Matching {
+    Untagged,
+    Tagged { tag: u64, ignore: u64 },
+}
+
+impl Matching {
+    /// `FI_MSG` or `FI_TAGGED`, for a completion's flags.
+    fn flag(self) -> u64 {
+        match self {
+            Matching::Untagged => FI_MSG,
+            Matching::Tagged { .. } => FI_TAGGED,
+        }
+    }
+}
+
 /// An operation in flight, by the token the NIC carries as its context.
 enum Posted {
     Send {
         context: u64,
         report: bool,
+        matching: Matching,
     },
     Recv {
         context: u64,
         report: bool,
+        matching: Matching,
         /// The application's buffers: (address, length).
         iov: Vec<(usize, usize)>,
     },
@@ -128,14 +153,23 @@ impl EpState {
     fn complete(&mut self, mut ev: CqEvent) -> Option<(*const UetCq, Completion)> {
         let posted = self.posted.remove(&ev.context)?;
         let (binding, context, report, flags, iov) = match posted {
-            Posted::Send { context, report } => {
-                (self.tx_cq, context, report, FI_SEND | FI_MSG, None)
-            }
+            Posted::Send {
+                context,
+                report,
+                matching,
+            } => (self.tx_cq, context, report, FI_SEND | matching.flag(), None),
             Posted::Recv {
                 context,
                 report,
+                matching,
                 iov,
-            } => (self.rx_cq, context, report, FI_RECV | FI_MSG, Some(iov)),
+            } => (
+                self.rx_cq,
+                context,
+                report,
+                FI_RECV | matching.flag(),
+                Some(iov),
+            ),
         };
         let mut entry = FiCqTaggedEntry {
             op_context: context as usize as *mut c_void,
@@ -157,6 +191,9 @@ impl EpState {
             entry.buf = iov
                 .first()
                 .map_or(core::ptr::null_mut(), |&(p, _)| p as *mut c_void);
+            if flags & FI_TAGGED != 0 {
+                entry.tag = ev.tag;
+            }
             if error.is_none() {
                 entry.data = ev.data;
                 if ev.data != 0 {
@@ -290,6 +327,19 @@ static EP_MSG_OPS: FiOpsMsg = FiOpsMsg {
     injectdata: ep_injectdata,
 };
 
+static EP_TAGGED_OPS: FiOpsTagged = FiOpsTagged {
+    size: core::mem::size_of::<FiOpsTagged>(),
+    recv: ep_trecv,
+    recvv: ep_trecvv,
+    recvmsg: ep_trecvmsg,
+    send: ep_tsend,
+    sendv: ep_tsendv,
+    sendmsg: ep_tsendmsg,
+    inject: ep_tinject,
+    senddata: ep_tsenddata,
+    injectdata: ep_tinjectdata,
+};
+
 /// The provider's endpoint behind a `fid` pointer.
 ///
 /// # Safety
@@ -343,7 +393,7 @@ pub(crate) unsafe extern "C" fn domain_endpoint(
                 cm: core::ptr::addr_of!(EP_CM_OPS).cast_mut(),
                 msg: core::ptr::addr_of!(EP_MSG_OPS).cast_mut(),
                 rma: core::ptr::addr_of!(unsupported::RMA_OPS).cast_mut(),
-                tagged: core::ptr::addr_of!(unsupported::TAGGED_OPS).cast_mut(),
+                tagged: core::ptr::addr_of!(EP_TAGGED_OPS).cast_mut(),
                 atomic: core::ptr::addr_of!(unsupported::ATOMIC_OPS).cast_mut(),
                 collective: core::ptr::addr_of!(unsupported::COLLECTIVE_OPS).cast_mut(),
             },
@@ -476,7 +526,7 @@ unsafe extern "C" fn ep_control(fid: *mut Fid, command: c_int, _arg: *mut c_void
             .as_ref()
             .ok_or_else(|| FiError::inval(format!("{CALL}: the domain is closed")))?;
         let attr = dom.endpoint_attr();
-        let slots = (1usize << attr.tx_log2) + (1usize << attr.rx_log2);
+        let slots = (1usize << attr.tx_log2) + (1usize << attr.rx_log2) + (1usize << attr.trx_log2);
         let driver = av.with_own(CALL, |table| {
             dom.endpoint(attr, Some(table))
                 .map_err(|e| FiError::new(e.errno(), format!("{CALL}: {e}")))
@@ -521,6 +571,7 @@ unsafe extern "C" fn ep_getname(fid: *mut Fid, addr: *mut c_void, addrlen: *mut 
 }
 
 /// Post a send of `iov`'s bytes to `dest`.
+#[allow(clippy::too_many_arguments)]
 fn send(
     e: &UetEp,
     call: &str,
@@ -529,6 +580,7 @@ fn send(
     context: u64,
     data: u64,
     report: bool,
+    matching: Matching,
 ) -> Result<(), FiError> {
     let total = iov.iter().try_fold(0usize, |t, &(_, l)| t.checked_add(l));
     let total = total.filter(|&t| t <= MSG_BUF_BYTES).ok_or_else(|| {
@@ -551,12 +603,23 @@ fn send(
         .fill(&bytes)
         .map_err(|e| FiError::new(e.errno(), format!("{call}: {e}")))?;
     let token = st.token();
-    st.posted.insert(token, Posted::Send { context, report });
+    st.posted.insert(
+        token,
+        Posted::Send {
+            context,
+            report,
+            matching,
+        },
+    );
     let driver = st
         .driver
         .as_mut()
         .ok_or_else(|| FiError::inval("not enabled"))?;
-    if let Err((err, _buffer)) = driver.post_send(dest, buffer, token, data) {
+    let posted = match matching {
+        Matching::Untagged => driver.post_send(dest, buffer, token, data),
+        Matching::Tagged { tag, .. } => driver.post_tsend(dest, buffer, tag, token, data),
+    };
+    if let Err((err, _buffer)) = posted {
         st.posted.remove(&token);
         return Err(driver_error(call, &err));
     }
@@ -570,6 +633,7 @@ fn recv(
     iov: &[(usize, usize)],
     context: u64,
     report: bool,
+    matching: Matching,
 ) -> Result<(), FiError> {
     let mut st = e.shared.lock();
     let buffer = st.ready(call)?;
@@ -579,6 +643,7 @@ fn recv(
         Posted::Recv {
             context,
             report,
+            matching,
             iov: iov.to_vec(),
         },
     );
@@ -586,7 +651,11 @@ fn recv(
         .driver
         .as_mut()
         .ok_or_else(|| FiError::inval("not enabled"))?;
-    if let Err((err, _buffer)) = driver.post_recv(buffer, token) {
+    let posted = match matching {
+        Matching::Untagged => driver.post_recv(buffer, token),
+        Matching::Tagged { tag, ignore } => driver.post_trecv(buffer, tag, ignore, token),
+    };
+    if let Err((err, _buffer)) = posted {
         st.posted.remove(&token);
         return Err(driver_error(call, &err));
     }
@@ -664,6 +733,7 @@ unsafe extern "C" fn ep_send(
             context as u64,
             0,
             true,
+            Matching::Untagged,
         )
     })
 }
@@ -689,6 +759,7 @@ unsafe extern "C" fn ep_senddata(
             context as u64,
             data,
             true,
+            Matching::Untagged,
         )
     })
 }
@@ -705,7 +776,16 @@ unsafe extern "C" fn ep_sendv(
     data_call(CALL, || {
         // SAFETY: the application's endpoint pointer; `iov` holds `count` iovecs.
         let (e, v) = unsafe { (ep_ref(ep.cast(), CALL)?, iovecs(iov, count, CALL)?) };
-        send(e, CALL, &v, dest_addr, context as u64, 0, true)
+        send(
+            e,
+            CALL,
+            &v,
+            dest_addr,
+            context as u64,
+            0,
+            true,
+            Matching::Untagged,
+        )
     })
 }
 
@@ -734,6 +814,7 @@ unsafe extern "C" fn ep_sendmsg(ep: *mut FidEp, msg: *const FiMsg, flags: u64) -
             m.context as u64,
             data,
             flags & FI_COMPLETION != 0,
+            Matching::Untagged,
         )
     })
 }
@@ -745,7 +826,7 @@ unsafe extern "C" fn ep_inject(
     dest_addr: FiAddr,
 ) -> isize {
     // SAFETY: the same contract, without data.
-    unsafe { inject(ep, buf, len, 0, dest_addr, "fi_inject") }
+    unsafe { inject(ep, buf, len, 0, dest_addr, None, "fi_inject") }
 }
 
 unsafe extern "C" fn ep_injectdata(
@@ -756,20 +837,22 @@ unsafe extern "C" fn ep_injectdata(
     dest_addr: FiAddr,
 ) -> isize {
     // SAFETY: libfabric's contract on the arguments.
-    unsafe { inject(ep, buf, len, data, dest_addr, "fi_injectdata") }
+    unsafe { inject(ep, buf, len, data, dest_addr, None, "fi_injectdata") }
 }
 
-/// `fi_inject`, `fi_injectdata`: the payload is copied into the NIC's ring before the call
+/// `fi_inject`, `fi_injectdata` (and with a tag `fi_tinject`, `fi_tinjectdata`): the payload is copied into the NIC's ring before the call
 /// returns, and no completion is reported.
 ///
 /// # Safety
 /// `ep` is NULL or live; `buf` holds `len` bytes.
+#[allow(clippy::too_many_arguments)]
 unsafe fn inject(
     ep: *mut FidEp,
     buf: *const c_void,
     len: usize,
     data: u64,
     dest: FiAddr,
+    tag: Option<u64>,
     call: &str,
 ) -> isize {
     data_call(call, || {
@@ -800,9 +883,11 @@ unsafe fn inject(
                 ),
             ));
         }
-        driver
-            .inject(dest, payload, data)
-            .map_err(|e| driver_error(call, &e))
+        match tag {
+            None => driver.inject(dest, payload, data),
+            Some(tag) => driver.tinject(dest, payload, tag, data),
+        }
+        .map_err(|e| driver_error(call, &e))
     })
 }
 
@@ -818,7 +903,14 @@ unsafe extern "C" fn ep_recv(
     data_call(CALL, || {
         // SAFETY: the application's endpoint pointer.
         let e = unsafe { ep_ref(ep.cast(), CALL) }?;
-        recv(e, CALL, &one(buf, len, CALL)?, context as u64, true)
+        recv(
+            e,
+            CALL,
+            &one(buf, len, CALL)?,
+            context as u64,
+            true,
+            Matching::Untagged,
+        )
     })
 }
 
@@ -834,7 +926,7 @@ unsafe extern "C" fn ep_recvv(
     data_call(CALL, || {
         // SAFETY: the application's endpoint pointer; `iov` holds `count` iovecs.
         let (e, v) = unsafe { (ep_ref(ep.cast(), CALL)?, iovecs(iov, count, CALL)?) };
-        recv(e, CALL, &v, context as u64, true)
+        recv(e, CALL, &v, context as u64, true, Matching::Untagged)
     })
 }
 
@@ -850,7 +942,217 @@ unsafe extern "C" fn ep_recvmsg(ep: *mut FidEp, msg: *const FiMsg, flags: u64) -
         }
         // SAFETY: `msg_iov` holds `iov_count` iovecs (libfabric's contract).
         let v = unsafe { iovecs(m.msg_iov, m.iov_count, CALL) }?;
-        recv(e, CALL, &v, m.context as u64, flags & FI_COMPLETION != 0)
+        recv(
+            e,
+            CALL,
+            &v,
+            m.context as u64,
+            flags & FI_COMPLETION != 0,
+            Matching::Untagged,
+        )
+    })
+}
+
+/// Untagged sends match nothing but untagged receives; a tagged send carries `tag`.
+fn tagged(tag: u64) -> Matching {
+    Matching::Tagged { tag, ignore: 0 }
+}
+
+unsafe extern "C" fn ep_tsend(
+    ep: *mut FidEp,
+    buf: *const c_void,
+    len: usize,
+    _desc: *mut c_void,
+    dest_addr: FiAddr,
+    tag: u64,
+    context: *mut c_void,
+) -> isize {
+    const CALL: &str = "fi_tsend";
+    data_call(CALL, || {
+        // SAFETY: the application's endpoint pointer.
+        let e = unsafe { ep_ref(ep.cast(), CALL) }?;
+        let v = one(buf, len, CALL)?;
+        send(e, CALL, &v, dest_addr, context as u64, 0, true, tagged(tag))
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn ep_tsenddata(
+    ep: *mut FidEp,
+    buf: *const c_void,
+    len: usize,
+    _desc: *mut c_void,
+    data: u64,
+    dest_addr: FiAddr,
+    tag: u64,
+    context: *mut c_void,
+) -> isize {
+    const CALL: &str = "fi_tsenddata";
+    data_call(CALL, || {
+        // SAFETY: the application's endpoint pointer.
+        let e = unsafe { ep_ref(ep.cast(), CALL) }?;
+        let v = one(buf, len, CALL)?;
+        send(
+            e,
+            CALL,
+            &v,
+            dest_addr,
+            context as u64,
+            data,
+            true,
+            tagged(tag),
+        )
+    })
+}
+
+unsafe extern "C" fn ep_tsendv(
+    ep: *mut FidEp,
+    iov: *const IoVec,
+    _desc: *mut *mut c_void,
+    count: usize,
+    dest_addr: FiAddr,
+    tag: u64,
+    context: *mut c_void,
+) -> isize {
+    const CALL: &str = "fi_tsendv";
+    data_call(CALL, || {
+        // SAFETY: the application's endpoint pointer; `iov` holds `count` iovecs.
+        let (e, v) = unsafe { (ep_ref(ep.cast(), CALL)?, iovecs(iov, count, CALL)?) };
+        send(e, CALL, &v, dest_addr, context as u64, 0, true, tagged(tag))
+    })
+}
+
+unsafe extern "C" fn ep_tsendmsg(ep: *mut FidEp, msg: *const FiMsgTagged, flags: u64) -> isize {
+    const CALL: &str = "fi_tsendmsg";
+    data_call(CALL, || {
+        // SAFETY: the application's endpoint pointer.
+        let e = unsafe { ep_ref(ep.cast(), CALL) }?;
+        // SAFETY: NULL or a valid message (libfabric's contract).
+        let m = unsafe { msg.as_ref() }.ok_or_else(|| null(CALL, "msg"))?;
+        if flags & !SENDMSG_FLAGS != 0 {
+            return Err(FiError::badflags(format!("{CALL}: flags {flags:#x}")));
+        }
+        // SAFETY: `msg_iov` holds `iov_count` iovecs (libfabric's contract).
+        let v = unsafe { iovecs(m.msg_iov, m.iov_count, CALL) }?;
+        let data = if flags & FI_REMOTE_CQ_DATA != 0 {
+            m.data
+        } else {
+            0
+        };
+        let report = flags & FI_COMPLETION != 0;
+        send(
+            e,
+            CALL,
+            &v,
+            m.addr,
+            m.context as u64,
+            data,
+            report,
+            tagged(m.tag),
+        )
+    })
+}
+
+unsafe extern "C" fn ep_tinject(
+    ep: *mut FidEp,
+    buf: *const c_void,
+    len: usize,
+    dest_addr: FiAddr,
+    tag: u64,
+) -> isize {
+    // SAFETY: libfabric's contract on the arguments.
+    unsafe { inject(ep, buf, len, 0, dest_addr, Some(tag), "fi_tinject") }
+}
+
+unsafe extern "C" fn ep_tinjectdata(
+    ep: *mut FidEp,
+    buf: *const c_void,
+    len: usize,
+    data: u64,
+    dest_addr: FiAddr,
+    tag: u64,
+) -> isize {
+    // SAFETY: libfabric's contract on the arguments.
+    unsafe { inject(ep, buf, len, data, dest_addr, Some(tag), "fi_tinjectdata") }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn ep_trecv(
+    ep: *mut FidEp,
+    buf: *mut c_void,
+    len: usize,
+    _desc: *mut c_void,
+    _src_addr: FiAddr,
+    tag: u64,
+    ignore: u64,
+    context: *mut c_void,
+) -> isize {
+    const CALL: &str = "fi_trecv";
+    data_call(CALL, || {
+        // SAFETY: the application's endpoint pointer.
+        let e = unsafe { ep_ref(ep.cast(), CALL) }?;
+        let v = one(buf, len, CALL)?;
+        recv(
+            e,
+            CALL,
+            &v,
+            context as u64,
+            true,
+            Matching::Tagged { tag, ignore },
+        )
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn ep_trecvv(
+    ep: *mut FidEp,
+    iov: *const IoVec,
+    _desc: *mut *mut c_void,
+    count: usize,
+    _src_addr: FiAddr,
+    tag: u64,
+    ignore: u64,
+    context: *mut c_void,
+) -> isize {
+    const CALL: &str = "fi_trecvv";
+    data_call(CALL, || {
+        // SAFETY: the application's endpoint pointer; `iov` holds `count` iovecs.
+        let (e, v) = unsafe { (ep_ref(ep.cast(), CALL)?, iovecs(iov, count, CALL)?) };
+        recv(
+            e,
+            CALL,
+            &v,
+            context as u64,
+            true,
+            Matching::Tagged { tag, ignore },
+        )
+    })
+}
+
+unsafe extern "C" fn ep_trecvmsg(ep: *mut FidEp, msg: *const FiMsgTagged, flags: u64) -> isize {
+    const CALL: &str = "fi_trecvmsg";
+    data_call(CALL, || {
+        // SAFETY: the application's endpoint pointer.
+        let e = unsafe { ep_ref(ep.cast(), CALL) }?;
+        // SAFETY: NULL or a valid message (libfabric's contract).
+        let m = unsafe { msg.as_ref() }.ok_or_else(|| null(CALL, "msg"))?;
+        if flags & !RECVMSG_FLAGS != 0 {
+            return Err(FiError::badflags(format!("{CALL}: flags {flags:#x}")));
+        }
+        // SAFETY: `msg_iov` holds `iov_count` iovecs (libfabric's contract).
+        let v = unsafe { iovecs(m.msg_iov, m.iov_count, CALL) }?;
+        let matching = Matching::Tagged {
+            tag: m.tag,
+            ignore: m.ignore,
+        };
+        recv(
+            e,
+            CALL,
+            &v,
+            m.context as u64,
+            flags & FI_COMPLETION != 0,
+            matching,
+        )
     })
 }
 

@@ -5,14 +5,14 @@
 //!
 //! | hint | offered |
 //! |---|---|
-//! | `caps` | `FI_MSG`, `FI_SEND`, `FI_RECV`, `FI_SOURCE`, `FI_LOCAL_COMM`, `FI_REMOTE_COMM`, `FI_SHARED_AV`, `FI_AV_USER_ID` |
+//! | `caps` | `FI_MSG`, `FI_TAGGED`, `FI_SEND`, `FI_RECV`, `FI_SOURCE`, `FI_LOCAL_COMM`, `FI_REMOTE_COMM`, `FI_SHARED_AV`, `FI_AV_USER_ID` |
 //! | `addr_format` | `FI_FORMAT_UNSPEC` (the 32-byte UET address) or `FI_ADDR_STR` |
 //! | `ep_attr->type` | `FI_EP_RDM` |
 //! | `domain_attr->av_type` | `FI_AV_TABLE` (`FI_AV_MAP` behaves as a table, as in libfabric 2.x, and is answered so) |
 //! | `domain_attr->name`, `fabric_attr->name`, `fabric_attr->prov_name` | the NIC's, `uet`, `uet` |
 //! | `domain_attr->ep_cnt`, `max_ep_rx_ctx` | up to the NIC's endpoints and receive contexts |
 //! | `domain_attr->auth_key` | a 4-byte JobID (24 bits), or none |
-//! | `tx_attr`, `rx_attr` | caps `FI_MSG` with `FI_SEND`, or with `FI_RECV` and `FI_SOURCE`; sizes, `iov_limit`, `inject_size` up to the provider's |
+//! | `tx_attr`, `rx_attr` | caps `FI_MSG`, `FI_TAGGED` with `FI_SEND`, or with `FI_RECV` and `FI_SOURCE`; sizes, `iov_limit`, `inject_size` up to the provider's |
 //! | `ep_attr->max_msg_size` | up to 16 KiB |
 //! | `src_addr`, `dest_addr` | returned; a source must be on this NIC |
 //!
@@ -45,9 +45,10 @@ const FI_LOCAL_COMM: u64 = 1 << 51;
 /// `FI_REMOTE_COMM`: peers on other NICs.
 const FI_REMOTE_COMM: u64 = 1 << 52;
 
-/// `fi_info.caps` the provider offers: messages (`FI_MSG`, `FI_SEND`, `FI_RECV`), their
+/// `fi_info.caps` the provider offers: messages (`FI_MSG`, `FI_TAGGED`, `FI_SEND`, `FI_RECV`), their
 /// sources (`FI_SOURCE`), peers on this NIC and others, and the AV's capabilities.
 pub const PROVIDER_CAPS: u64 = FI_MSG
+    | FI_TAGGED
     | FI_SEND
     | FI_RECV_CAP
     | FI_SOURCE_CAP
@@ -110,7 +111,7 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
     if h.caps & !PROVIDER_CAPS != 0 {
         return Err(nodata(format!(
             "caps {:#x} ask for more than {PROVIDER_CAPS:#x} (FI_MSG, FI_SEND, FI_RECV, \
-             FI_SOURCE, FI_LOCAL_COMM, FI_REMOTE_COMM, FI_SHARED_AV, FI_AV_USER_ID)",
+             FI_SOURCE, FI_TAGGED, FI_LOCAL_COMM, FI_REMOTE_COMM, FI_SHARED_AV, FI_AV_USER_ID)",
             h.caps
         )));
     }
@@ -123,7 +124,7 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
     let defaults = uet_driver::EndpointAttr::default();
     // SAFETY: NULL or valid, as the caller promises.
     if let Some(tx) = unsafe { h.tx_attr.as_ref() } {
-        let served = FI_MSG | FI_SEND;
+        let served = FI_MSG | FI_TAGGED | FI_SEND;
         if tx.caps & !served != 0
             || tx.size > 1 << defaults.tx_log2
             || tx.iov_limit > IOV_LIMIT
@@ -143,7 +144,7 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
     }
     // SAFETY: NULL or valid, as the caller promises.
     if let Some(rx) = unsafe { h.rx_attr.as_ref() } {
-        let served = FI_MSG | FI_RECV_CAP | FI_SOURCE_CAP;
+        let served = FI_MSG | FI_TAGGED | FI_RECV_CAP | FI_SOURCE_CAP;
         if rx.caps & !served != 0 || rx.size > 1 << defaults.rx_log2 || rx.iov_limit > IOV_LIMIT {
             return Err(nodata(format!(
                 "rx_attr (caps {:#x}, size {}, iov_limit {}) asks for more than the \
@@ -435,17 +436,19 @@ unsafe fn fill(
     unsafe {
         let defaults = uet_driver::EndpointAttr::default();
         let tx = &mut *i.tx_attr;
-        tx.caps = FI_MSG | FI_SEND;
+        tx.caps = FI_MSG | FI_TAGGED | FI_SEND;
         tx.inject_size = MAX_INJECT_BYTES.min(MSG_BUF_BYTES);
         tx.size = 1 << defaults.tx_log2;
         tx.iov_limit = IOV_LIMIT;
         let rx = &mut *i.rx_attr;
-        rx.caps = FI_MSG | FI_RECV_CAP | FI_SOURCE_CAP;
+        rx.caps = FI_MSG | FI_TAGGED | FI_RECV_CAP | FI_SOURCE_CAP;
         rx.size = 1 << defaults.rx_log2;
         rx.iov_limit = IOV_LIMIT;
         let ep = &mut *i.ep_attr;
         ep.ep_type = FI_EP_RDM;
         ep.max_msg_size = MSG_BUF_BYTES;
+        // Every bit of the 64-bit tag is matched.
+        ep.mem_tag_format = u64::MAX;
         ep.tx_ctx_cnt = 1;
         ep.rx_ctx_cnt = 1;
         let d = &mut *i.domain_attr;

@@ -257,17 +257,11 @@ pub(crate) unsafe extern "C" fn cm_join(
 /// none is unaffected by them; its `ssize_t` result is also what an `int` entry returns (the
 /// low half of the same register).
 pub(crate) unsafe extern "C" fn any_op() -> isize {
-    enosys("tagged messages, RMA, atomics or collectives") as isize
+    enosys("RMA, atomics or collectives") as isize
 }
 
 /// `fi_ops_rma`: 9 entries.
 pub(crate) static RMA_OPS: FiOpsUnsupported<9> = FiOpsUnsupported {
-    size: core::mem::size_of::<FiOpsUnsupported<9>>(),
-    ops: [any_op; 9],
-};
-
-/// `fi_ops_tagged`: 9 entries.
-pub(crate) static TAGGED_OPS: FiOpsUnsupported<9> = FiOpsUnsupported {
     size: core::mem::size_of::<FiOpsUnsupported<9>>(),
     ops: [any_op; 9],
 };

@@ -138,7 +138,7 @@ fn two_endpoints_exchange_messages_by_fi_addr_through_the_provider() {
     let prov = provider_dir(&dir);
     let program = compile("msg.c", &dir, &["-lfabric"]);
     let out = run(&program, &prov);
-    for line in ["message: hello from 0", "500 messages: ok"] {
+    for line in ["message: hello from 0", "tagged: ok", "500 messages: ok"] {
         assert!(out.contains(line), "no {line:?} in:\n{out}");
     }
     assert!(out.ends_with("ok\n"), "{out}");
@@ -589,7 +589,34 @@ fn the_abi_structures_match_the_system_libfabric_headers() {
         }
     );
     layout!("fi_ops_rma", FiOpsUnsupported<9> {});
-    layout!("fi_ops_tagged", FiOpsUnsupported<9> {});
+    layout!(
+        "fi_ops_tagged",
+        FiOpsTagged {
+            size: size,
+            recv: recv,
+            recvv: recvv,
+            recvmsg: recvmsg,
+            send: send,
+            sendv: sendv,
+            sendmsg: sendmsg,
+            inject: inject,
+            senddata: senddata,
+            injectdata: injectdata,
+        }
+    );
+    layout!(
+        "fi_msg_tagged",
+        FiMsgTagged {
+            msg_iov: msg_iov,
+            desc: desc,
+            iov_count: iov_count,
+            addr: addr,
+            tag: tag,
+            ignore: ignore,
+            context: context,
+            data: data,
+        }
+    );
     layout!("fi_ops_atomic", FiOpsUnsupported<13> {});
     layout!("fi_ops_collective", FiOpsUnsupported<11> {});
     layout!(
@@ -683,6 +710,7 @@ fn the_abi_structures_match_the_system_libfabric_headers() {
         ("FI_INJECT", FI_INJECT),
         ("FI_REMOTE_CQ_DATA", FI_REMOTE_CQ_DATA),
         ("FI_MSG", FI_MSG),
+        ("FI_TAGGED", FI_TAGGED),
         ("FI_SEND", FI_SEND),
         ("FI_SOURCE", FI_SOURCE_CAP),
         ("FI_ORDER_SAS", FI_ORDER_SAS),

@@ -251,7 +251,7 @@ static void node_and_service(void)
 	hints->tx_attr->iov_limit = 1000;
 	CHECK_RET(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info), -FI_ENODATA);
 	hints->tx_attr->iov_limit = 0;
-	hints->rx_attr->caps = FI_TAGGED;
+	hints->rx_attr->caps = FI_RMA;
 	CHECK_RET(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info), -FI_ENODATA);
 	hints->rx_attr->caps = 0;
 	/* A source must be this NIC. */
@@ -486,7 +486,7 @@ static void av_sets(void)
 int main(void)
 {
 	/* Capabilities the provider does not serve are not offered. */
-	CHECK(getinfo(FI_FORMAT_UNSPEC, FI_MSG | FI_TAGGED) == NULL);
+	CHECK(getinfo(FI_FORMAT_UNSPEC, FI_MSG | FI_RMA) == NULL);
 	binary_av();
 	string_av();
 	node_and_service();

@@ -14,6 +14,7 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
 
 #define CHECK(cond)                                                                 \
 	do {                                                                            \
@@ -51,7 +52,7 @@ int main(void)
 	struct fi_info *hints = fi_allocinfo(), *info = NULL;
 	CHECK(hints);
 	hints->fabric_attr->prov_name = strdup("uet");
-	hints->caps = FI_MSG | FI_SOURCE;
+	hints->caps = FI_MSG | FI_TAGGED | FI_SOURCE;
 	hints->ep_attr->type = FI_EP_RDM;
 	CHECK_RET(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info), 0);
 	fi_freeinfo(hints);
@@ -169,6 +170,60 @@ int main(void)
 	CHECK_RET(fi_send(p[0].ep, huge, big, NULL, p[1].addr, NULL), -FI_EMSGSIZE);
 	CHECK_RET(fi_inject(p[0].ep, huge, info->tx_attr->inject_size + 1, p[1].addr), -FI_EMSGSIZE);
 	free(huge);
+
+	/* Tagged messages: matched by tag and ignore mask, in posting order; one that arrives
+	 * before its receive waits on the NIC's unexpected list. */
+	struct fi_cq_tagged_entry te;
+	char t1[16] = { 0 }, t2[16] = { 0 }, t3[16] = { 0 };
+	int c1 = 11, c2 = 12, c3 = 13;
+	CHECK_RET(fi_trecv(p[1].ep, t1, sizeof(t1), NULL, FI_ADDR_UNSPEC, 0x100, 0, &c1), 0);
+	CHECK_RET(fi_trecv(p[1].ep, t2, sizeof(t2), NULL, FI_ADDR_UNSPEC, 0x200, 0xff, &c2), 0);
+	/* 0x2ab matches the second receive (its low byte ignored), 0x100 the first. */
+	CHECK_RET(fi_tsend(p[0].ep, "second", 6, NULL, p[1].addr, 0x2ab, &sctx), 0);
+	CHECK_RET(fi_tsenddata(p[0].ep, "first", 5, NULL, 7, p[1].addr, 0x100, &sctx), 0);
+	/* Unexpected: sent before its receive is posted. */
+	CHECK_RET(fi_tinject(p[0].ep, "early", 5, p[1].addr, 0x300), 0);
+	CHECK_RET(fi_trecv(p[1].ep, t3, sizeof(t3), NULL, FI_ADDR_UNSPEC, 0x300, 0, &c3), 0);
+	int seen = 0;
+	while (seen < 3) {
+		ssize_t r = fi_cq_sreadfrom(p[1].cq, &e, 1, &src, NULL, 1000);
+		CHECK_RET(r, 1);
+		CHECK(e.flags & FI_TAGGED && e.flags & FI_RECV && src == p[0].addr);
+		if (e.op_context == &c1) {
+			CHECK(e.len == 5 && memcmp(t1, "first", 5) == 0 && e.data == 7);
+		} else if (e.op_context == &c2) {
+			CHECK(e.len == 6 && memcmp(t2, "second", 6) == 0);
+		} else {
+			CHECK(e.op_context == &c3 && e.len == 5 && memcmp(t3, "early", 5) == 0);
+		}
+		seen++;
+	}
+	for (int i = 0; i < 2; i++) {
+		wait_one(p[0].cq, &e, NULL);
+		CHECK(e.flags & FI_TAGGED && e.flags & FI_SEND);
+	}
+	/* A tagged CQ entry reports the message's tag. */
+	struct fi_cq_attr tcq_attr = { .format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_UNSPEC };
+	struct fid_cq *tcq;
+	struct fid_ep *tep;
+	CHECK_RET(fi_cq_open(domain, &tcq_attr, &tcq, NULL), 0);
+	CHECK_RET(fi_endpoint(domain, info, &tep, NULL), 0);
+	CHECK_RET(fi_ep_bind(tep, &av->fid, 0), 0);
+	CHECK_RET(fi_ep_bind(tep, &tcq->fid, FI_TRANSMIT | FI_RECV), 0);
+	CHECK_RET(fi_enable(tep), 0);
+	uint8_t tname[64];
+	size_t tnlen = sizeof(tname);
+	fi_addr_t taddr;
+	CHECK_RET(fi_getname(&tep->fid, tname, &tnlen), 0);
+	CHECK_RET(fi_av_insert(av, tname, 1, &taddr, 0, NULL), 1);
+	CHECK_RET(fi_trecv(tep, t1, sizeof(t1), NULL, FI_ADDR_UNSPEC, 0, ~0ULL, &c1), 0);
+	CHECK_RET(fi_tsend(p[0].ep, "any", 3, NULL, taddr, 0xabcdef, &sctx), 0);
+	CHECK_RET(fi_cq_sread(tcq, &te, 1, NULL, 1000), 1);
+	CHECK(te.tag == 0xabcdef && te.len == 3 && te.op_context == &c1);
+	wait_one(p[0].cq, &e, NULL);
+	CHECK_RET(fi_close(&tep->fid), 0);
+	CHECK_RET(fi_close(&tcq->fid), 0);
+	printf("tagged: ok\n");
 
 	/* Many messages, in order, each checked. */
 	for (int i = 0; i < 500; i++) {
