@@ -130,6 +130,13 @@ int main(int argc, char **argv)
 	size_t tlen = sizeof(text);
 	fi_av_straddr(av, peer, text, &tlen);
 	printf("peer %s at fi_addr %" PRIu64 "\n", text, peer_addr);
+	/* The first ping waits until the server holds the client in its AV: a message from a
+	 * peer the AV does not hold has no source to report (FI_ADDR_NOTAVAIL). */
+	uint8_t ready[ADDR_LEN];
+	if (server)
+		write_address(dir, "ready", mine);
+	else
+		read_address(dir, "ready", ready);
 
 	for (int i = 0; i < rounds; i++) {
 		char out[64];
