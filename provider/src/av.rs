@@ -97,7 +97,8 @@ pub(crate) unsafe fn av_ref<'a>(av: *mut FidAv, call: &str) -> Result<&'a UetAv,
 }
 
 impl UetAv {
-    /// Run `f` on the AV's table and mirror, locked (an AV set's calls that read the AV).
+    /// Run `f` on the AV's table and mirror, locked (an AV set's calls that read the AV, an
+    /// endpoint's creation on it; a named AV's is this process's mirror of it).
     pub(crate) fn with_table<R>(
         &self,
         call: &str,
@@ -107,24 +108,6 @@ impl UetAv {
         match guard.as_ref() {
             Some(AvKind::Own(av)) => f(av),
             Some(AvKind::Shared(av)) => f(&av.av()),
-            None => Err(FiError::inval(format!("{call}: the AV is closed"))),
-        }
-    }
-
-    /// Run `f` on the AV for an endpoint to bind: the process's own AV. `FI_ENOSYS` for a
-    /// named one (the provider binds endpoints to named AVs not yet).
-    pub(crate) fn with_own<R>(
-        &self,
-        call: &str,
-        f: impl FnOnce(&Av) -> Result<R, FiError>,
-    ) -> Result<R, FiError> {
-        let guard = self.lock(call)?;
-        match guard.as_ref() {
-            Some(AvKind::Own(av)) => f(av),
-            Some(AvKind::Shared(_)) => Err(FiError::new(
-                uet_av::FiErrno::FI_ENOSYS,
-                format!("{call}: the uet provider binds endpoints to named AVs not yet"),
-            )),
             None => Err(FiError::inval(format!("{call}: the AV is closed"))),
         }
     }

@@ -1,7 +1,7 @@
 //! `fi_endpoint` and `struct fi_ops_msg`: an `FI_EP_RDM` endpoint on the NIC, its messages
 //! addressed by `fi_addr_t` through the bound AV, which the NIC translates.
 //!
-//! * `fi_endpoint` makes the object; `fi_ep_bind` takes its AV (one, opened without a name),
+//! * `fi_endpoint` makes the object; `fi_ep_bind` takes its AV (one, named or not),
 //!   its CQs (`FI_TRANSMIT`, `FI_RECV`, optionally `FI_SELECTIVE_COMPLETION`) and an EQ;
 //!   `fi_enable` creates the endpoint on the NIC ([`uet_driver::Domain::endpoint`]), which gives
 //!   it its address (`fi_getname`). Binding after `fi_enable` is `-FI_EOPBADSTATE`, and so is a
@@ -22,7 +22,10 @@
 //!   of tag with an ignore mask; a tagged message that arrives before its receive waits on
 //!   the NIC's unexpected list. Their completions carry `FI_TAGGED` and the message's tag.
 //!
-//! Not served yet: RMA, atomics, `fi_cancel`, endpoint options, named AVs.
+//! * On a named AV the endpoint follows what other processes change in it: the NIC table
+//!   catches up before each send and completion read ([`uet_av::named`]).
+//!
+//! Not served yet: RMA, atomics, `fi_cancel`, endpoint options.
 
 use crate::abi::*;
 use crate::av::UetAv;
@@ -527,7 +530,7 @@ unsafe extern "C" fn ep_control(fid: *mut Fid, command: c_int, _arg: *mut c_void
             .ok_or_else(|| FiError::inval(format!("{CALL}: the domain is closed")))?;
         let attr = dom.endpoint_attr();
         let slots = (1usize << attr.tx_log2) + (1usize << attr.rx_log2) + (1usize << attr.trx_log2);
-        let driver = av.with_own(CALL, |table| {
+        let driver = av.with_table(CALL, |table| {
             dom.endpoint(attr, Some(table))
                 .map_err(|e| FiError::new(e.errno(), format!("{CALL}: {e}")))
         })?;

@@ -138,7 +138,12 @@ fn two_endpoints_exchange_messages_by_fi_addr_through_the_provider() {
     let prov = provider_dir(&dir);
     let program = compile("msg.c", &dir, &["-lfabric"]);
     let out = run(&program, &prov);
-    for line in ["message: hello from 0", "tagged: ok", "500 messages: ok"] {
+    for line in [
+        "message: hello from 0",
+        "tagged: ok",
+        "named AV: ok",
+        "500 messages: ok",
+    ] {
         assert!(out.contains(line), "no {line:?} in:\n{out}");
     }
     assert!(out.ends_with("ok\n"), "{out}");

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -52,7 +53,7 @@ int main(void)
 	struct fi_info *hints = fi_allocinfo(), *info = NULL;
 	CHECK(hints);
 	hints->fabric_attr->prov_name = strdup("uet");
-	hints->caps = FI_MSG | FI_TAGGED | FI_SOURCE;
+	hints->caps = FI_MSG | FI_TAGGED | FI_SOURCE | FI_SHARED_AV;
 	hints->ep_attr->type = FI_EP_RDM;
 	CHECK_RET(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info), 0);
 	fi_freeinfo(hints);
@@ -224,6 +225,36 @@ int main(void)
 	CHECK_RET(fi_close(&tep->fid), 0);
 	CHECK_RET(fi_close(&tcq->fid), 0);
 	printf("tagged: ok\n");
+
+	/* An endpoint on a named AV: what another handle of the AV inserts, it sends to. */
+	char name[64];
+	snprintf(name, sizeof(name), "uet-provider-msg-%d", (int)getpid());
+	struct fi_av_attr named_attr = { .type = FI_AV_TABLE, .count = 8, .name = name };
+	struct fid_av *named, *named2;
+	CHECK_RET(fi_av_open(domain, &named_attr, &named, NULL), 0);
+	CHECK_RET(fi_av_open(domain, &named_attr, &named2, NULL), 0);
+	struct fid_ep *nep;
+	CHECK_RET(fi_endpoint(domain, info, &nep, NULL), 0);
+	CHECK_RET(fi_ep_bind(nep, &named->fid, 0), 0);
+	struct fi_cq_attr ncq_attr = { .format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_UNSPEC };
+	struct fid_cq *ncq;
+	CHECK_RET(fi_cq_open(domain, &ncq_attr, &ncq, NULL), 0);
+	CHECK_RET(fi_ep_bind(nep, &ncq->fid, FI_TRANSMIT), 0);
+	CHECK_RET(fi_enable(nep), 0);
+	fi_addr_t via_named;
+	CHECK_RET(fi_av_insert(named2, names[1], 1, &via_named, 0, NULL), 1);
+	CHECK_RET(fi_recv(p[1].ep, rbuf, sizeof(rbuf), NULL, FI_ADDR_UNSPEC, &rctx), 0);
+	CHECK_RET(fi_send(nep, "named", 5, NULL, via_named, &sctx), 0);
+	wait_one(p[1].cq, &e, NULL);
+	CHECK(e.len == 5 && memcmp(rbuf, "named", 5) == 0);
+	wait_one(ncq, &e, NULL);
+	CHECK(e.op_context == &sctx);
+	CHECK_RET(fi_close(&named->fid), -FI_EBUSY);
+	CHECK_RET(fi_close(&nep->fid), 0);
+	CHECK_RET(fi_close(&ncq->fid), 0);
+	CHECK_RET(fi_close(&named2->fid), 0);
+	CHECK_RET(fi_close(&named->fid), 0);
+	printf("named AV: ok\n");
 
 	/* Many messages, in order, each checked. */
 	for (int i = 0; i < 500; i++) {
