@@ -257,9 +257,13 @@ fn scatter(buffer: &DmaBuffer, iov: &[(usize, usize)]) -> (usize, usize) {
     let total = buffer.len();
     let mut offset = 0;
     for &(base, len) in iov {
+        if offset == total {
+            break;
+        }
+        // An empty iovec takes nothing; the message goes on into the next.
         let n = len.min(total - offset);
         if n == 0 {
-            break;
+            continue;
         }
         // SAFETY: the application gave `len` writable bytes at `base` with the receive and
         // keeps them until its completion is read (fi_msg(3)); this is that read.

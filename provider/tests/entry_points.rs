@@ -256,3 +256,219 @@ fn hints_name_the_provider_in_any_case_as_libfabric_matches_provider_names() {
     // SAFETY: the provider's answer, freed once.
     unsafe { uet_fi::info::free_info(info) };
 }
+
+/// An enabled endpoint, its CQ and its address in the shared AV.
+struct Peer {
+    ep: *mut FidEp,
+    cq: *mut FidCq,
+    addr: FiAddr,
+}
+
+/// Two endpoints of one domain, each with its own CQ (`FI_CQ_FORMAT_DATA`, waitable) bound
+/// for both directions with `cq_flags`, and each the other's peer in one AV.
+struct Pair {
+    p: [Peer; 2],
+    av: *mut FidAv,
+    /// The domain and fabric, closed after the endpoints, CQs and AV.
+    _open: Open,
+}
+
+impl Pair {
+    fn new(cq_flags: u64) -> Pair {
+        Pair::with_info(cq_flags, |_| {})
+    }
+
+    /// [`Pair::new`], the endpoints opened with the provider's `fi_info` as `edit` leaves it.
+    fn with_info(cq_flags: u64, edit: impl Fn(&mut FiInfo)) -> Pair {
+        let open = Open::new(FI_MSG | FI_SOURCE_CAP, FI_FORMAT_UNSPEC);
+        let mut attr = av_attr(16);
+        let av = open.av_open(&mut attr).unwrap();
+        // SAFETY: the provider's own info, restored after the endpoints are opened.
+        let (tx_flags, rx_flags) = unsafe {
+            (
+                (*(*open.info).tx_attr).op_flags,
+                (*(*open.info).rx_attr).op_flags,
+            )
+        };
+        // SAFETY: the provider's own info.
+        edit(unsafe { &mut *open.info });
+        let p = [0, 1].map(|_| {
+            let mut cq = null_mut();
+            let mut ep: *mut FidEp = null_mut();
+            let mut cq_attr = FiCqAttr {
+                size: 0,
+                flags: 0,
+                format: FI_CQ_FORMAT_DATA,
+                wait_obj: FI_WAIT_UNSPEC,
+                signaling_vector: 0,
+                wait_cond: 0,
+                wait_set: null_mut(),
+            };
+            // SAFETY: an open domain and AV; valid attributes and out pointers.
+            unsafe {
+                let ops = &*(*open.domain).ops;
+                assert_eq!(
+                    (ops.cq_open)(open.domain, &mut cq_attr, &mut cq, null_mut()),
+                    0
+                );
+                assert_eq!(
+                    (ops.endpoint)(
+                        open.domain,
+                        open.info.cast(),
+                        (&raw mut ep).cast(),
+                        null_mut()
+                    ),
+                    0
+                );
+                let fops = &*(*ep).fid.ops;
+                assert_eq!((fops.bind)(&mut (*ep).fid, &mut (*av).fid, 0), 0);
+                assert_eq!(
+                    (fops.bind)(
+                        &mut (*ep).fid,
+                        &mut (*cq).fid,
+                        FI_TRANSMIT | FI_RECV | cq_flags
+                    ),
+                    0
+                );
+                assert_eq!((fops.control)(&mut (*ep).fid, FI_ENABLE, null_mut()), 0);
+                let mut name = [0u8; 32];
+                let mut len = name.len();
+                assert_eq!(
+                    ((*(*ep).cm).getname)(&mut (*ep).fid, name.as_mut_ptr().cast(), &mut len),
+                    0
+                );
+                let mut addr = 0;
+                assert_eq!(
+                    ((*(*av).ops).insert)(av, name.as_ptr().cast(), 1, &mut addr, 0, null_mut()),
+                    1
+                );
+                Peer { ep, cq, addr }
+            }
+        });
+        // SAFETY: as above.
+        unsafe {
+            (*(*open.info).tx_attr).op_flags = tx_flags;
+            (*(*open.info).rx_attr).op_flags = rx_flags;
+        }
+        Pair { p, av, _open: open }
+    }
+
+    fn msg(&self, i: usize) -> &FiOpsMsg {
+        // SAFETY: an open endpoint's operations.
+        unsafe { &*(*self.p[i].ep).msg }
+    }
+
+    fn cq(&self, i: usize) -> &FiOpsCq {
+        // SAFETY: an open CQ's operations.
+        unsafe { &*(*self.p[i].cq).ops }
+    }
+
+    /// `fi_cq_read` of one entry from peer `i`'s CQ: the entry, or the negative errno.
+    fn read(&self, i: usize) -> Result<FiCqTaggedEntry, isize> {
+        let mut e = FiCqTaggedEntry {
+            op_context: null_mut(),
+            flags: 0,
+            len: 0,
+            buf: null_mut(),
+            data: 0,
+            tag: 0,
+        };
+        // SAFETY: an open CQ; room for one entry of any format.
+        let ret = unsafe { (self.cq(i).read)(self.p[i].cq, (&raw mut e).cast(), 1) };
+        if ret == 1 {
+            Ok(e)
+        } else {
+            Err(ret)
+        }
+    }
+
+    /// The next entry of peer `i`'s CQ, waiting up to a second.
+    fn wait(&self, i: usize) -> Result<FiCqTaggedEntry, isize> {
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        loop {
+            match self.read(i) {
+                Err(e)
+                    if e == -(FiErrno::FI_EAGAIN.get() as isize)
+                        && std::time::Instant::now() < end =>
+                {
+                    std::thread::yield_now()
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// `fi_cq_readerr` of peer `i`'s CQ.
+    fn readerr(&self, i: usize) -> Result<FiCqErrEntry, isize> {
+        // SAFETY: a plain-data structure.
+        let mut e: FiCqErrEntry = unsafe { core::mem::zeroed() };
+        // SAFETY: an open CQ; a valid entry.
+        let ret = unsafe { (self.cq(i).readerr)(self.p[i].cq, &mut e, 0) };
+        if ret == 1 {
+            Ok(e)
+        } else {
+            Err(ret)
+        }
+    }
+}
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        // SAFETY: ours, open, closed once.
+        let closed = unsafe {
+            let mut closed = Vec::new();
+            for p in &self.p {
+                closed.push(close(&mut (*p.ep).fid));
+                closed.push(close(&mut (*p.cq).fid));
+            }
+            closed.push(close(&mut (*self.av).fid));
+            closed
+        };
+        if !std::thread::panicking() {
+            assert!(closed.iter().all(|&c| c == 0), "fi_close: {closed:?}");
+        }
+    }
+}
+
+#[test]
+fn a_receive_scatters_past_a_zero_length_iovec() {
+    let pair = Pair::new(0);
+    let mut rbuf = [0u8; 16];
+    let iov = [
+        IoVec {
+            iov_base: null_mut(),
+            iov_len: 0,
+        },
+        IoVec {
+            iov_base: rbuf.as_mut_ptr().cast(),
+            iov_len: rbuf.len(),
+        },
+    ];
+    // SAFETY: open endpoints; the buffers outlive their completions.
+    unsafe {
+        assert_eq!(
+            (pair.msg(1).recvv)(pair.p[1].ep, iov.as_ptr(), null_mut(), 2, 0, 7 as _),
+            0
+        );
+        assert_eq!(
+            (pair.msg(0).send)(
+                pair.p[0].ep,
+                b"hello".as_ptr().cast(),
+                5,
+                null_mut(),
+                pair.p[1].addr,
+                9 as _
+            ),
+            0
+        );
+    }
+    let e = pair.wait(1).unwrap_or_else(|ret| {
+        panic!(
+            "fi_cq_read: {ret}, error entry {:?}",
+            pair.readerr(1).map(|e| (e.err, e.olen))
+        )
+    });
+    assert_eq!((e.op_context as usize, e.len), (7, 5));
+    assert_eq!(&rbuf[..5], b"hello");
+    assert_eq!(pair.wait(0).unwrap().op_context as usize, 9);
+}
