@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use uet_av::{FiErrno, FiError};
 use uet_driver::eq::EqBinding;
 use uet_driver::pool::{DmaBuffer, DmaPool};
-use uet_driver::{CqEvent, DriverError, Endpoint};
+use uet_driver::{CqEvent, CqOp, DriverError, Endpoint};
 
 /// Bytes of each of an endpoint's message buffers: the largest message it sends or receives
 /// (`ep_attr->max_msg_size`).
@@ -154,7 +154,27 @@ impl EpShared {
 impl EpState {
     /// The completion of `ev` and the CQ it goes to, or `None` when it is not reported.
     fn complete(&mut self, mut ev: CqEvent) -> Option<(*const UetCq, Completion)> {
-        let posted = self.posted.remove(&ev.context)?;
+        let posted = match self.posted.remove(&ev.context) {
+            Some(posted) => posted,
+            // A failed inject: the NIC reports it with context 0, which no posted operation
+            // has (tokens start at 1), and it is reported as every failed operation is,
+            // with no context (fi_cq(3)).
+            None if ev.context == 0
+                && matches!(ev.op, CqOp::Send | CqOp::TaggedSend)
+                && ev.error.is_some() =>
+            {
+                Posted::Send {
+                    context: 0,
+                    report: false,
+                    matching: if ev.op == CqOp::TaggedSend {
+                        tagged(ev.tag)
+                    } else {
+                        Matching::Untagged
+                    },
+                }
+            }
+            None => return None,
+        };
         let (binding, context, report, flags, iov) = match posted {
             Posted::Send {
                 context,
@@ -228,8 +248,9 @@ impl EpState {
         Some((binding.cq, Completion { entry, src, error }))
     }
 
+    /// A token for a new operation: never 0, the context of the NIC's inject completions.
     fn token(&mut self) -> u64 {
-        self.next_token = self.next_token.wrapping_add(1);
+        self.next_token = self.next_token.checked_add(1).unwrap_or(1);
         self.next_token
     }
 
@@ -847,8 +868,9 @@ unsafe extern "C" fn ep_injectdata(
     unsafe { inject(ep, buf, len, data, dest_addr, None, "fi_injectdata") }
 }
 
-/// `fi_inject`, `fi_injectdata` (and with a tag `fi_tinject`, `fi_tinjectdata`): the payload is copied into the NIC's ring before the call
-/// returns, and no completion is reported.
+/// `fi_inject`, `fi_injectdata` (and with a tag `fi_tinject`, `fi_tinjectdata`): the payload
+/// is copied into the NIC's ring before the call returns, and no completion is reported
+/// unless the send fails (an error completion with no context).
 ///
 /// # Safety
 /// `ep` is NULL or live; `buf` holds `len` bytes.

@@ -430,6 +430,16 @@ impl Drop for Pair {
     }
 }
 
+/// `-errno` as a data call returns it.
+fn neg(e: FiErrno) -> isize {
+    -(e.get() as isize)
+}
+
+/// The 32-byte address of an endpoint no one opened on this NIC.
+fn nobody(av: *mut FidAv) -> [u8; 32] {
+    address_of(av, c"10.0.0.1", c"4000")
+}
+
 #[test]
 fn a_receive_scatters_past_a_zero_length_iovec() {
     let pair = Pair::new(0);
@@ -471,4 +481,30 @@ fn a_receive_scatters_past_a_zero_length_iovec() {
     assert_eq!((e.op_context as usize, e.len), (7, 5));
     assert_eq!(&rbuf[..5], b"hello");
     assert_eq!(pair.wait(0).unwrap().op_context as usize, 9);
+}
+
+#[test]
+fn a_failed_inject_is_reported_as_an_error_completion() {
+    let pair = Pair::new(0);
+    let addr = nobody(pair.av);
+    let mut fake = 0;
+    // SAFETY: an open AV and endpoint; one address, one fi_addr_t.
+    unsafe {
+        assert_eq!(
+            ((*(*pair.av).ops).insert)(pair.av, addr.as_ptr().cast(), 1, &mut fake, 0, null_mut()),
+            1
+        );
+        assert_eq!(
+            (pair.msg(0).inject)(pair.p[0].ep, b"lost".as_ptr().cast(), 4, fake),
+            0
+        );
+    }
+    // fi_msg(3): no entry for an inject that completes successfully; fi_cq(3): error
+    // completions are generated for all operations.
+    assert_eq!(pair.wait(0).err(), Some(neg(FiErrno::FI_EAVAIL)));
+    let e = pair.readerr(0).unwrap();
+    assert_eq!(e.err as u32, FiErrno::FI_EADDRNOTAVAIL.get());
+    assert!(e.op_context.is_null());
+    assert_eq!(e.flags, FI_SEND | FI_MSG);
+    assert_eq!(pair.read(0).err(), Some(neg(FiErrno::FI_EAGAIN)));
 }
