@@ -3,6 +3,9 @@
 //!
 //! * `fi_endpoint` makes the object; `fi_ep_bind` takes its AV (one, named or not),
 //!   its CQs (`FI_TRANSMIT`, `FI_RECV`, optionally `FI_SELECTIVE_COMPLETION`) and an EQ;
+//!   under `FI_SELECTIVE_COMPLETION` a call that takes no flags (`fi_send`, `fi_recv`, ...)
+//!   reports its success when the `op_flags` of the `fi_info`'s `tx_attr` or `rx_attr` the
+//!   endpoint was opened with hold `FI_COMPLETION`, as `fi_endpoint(3)` has it;
 //!   `fi_enable` creates the endpoint on the NIC ([`uet_driver::Domain::endpoint`]), which gives
 //!   it its address (`fi_getname`). Binding after `fi_enable` is `-FI_EOPBADSTATE`, and so is a
 //!   data call before it.
@@ -306,6 +309,22 @@ pub struct UetEp {
     fid: FidEp,
     shared: Arc<EpShared>,
     domain: *const UetDomain,
+    /// `tx_attr->op_flags` and `rx_attr->op_flags` of the `fi_info` it was opened with: the
+    /// flags of the calls that take none (`fi_send`, `fi_recv`, ...).
+    tx_op_flags: u64,
+    rx_op_flags: u64,
+}
+
+impl UetEp {
+    /// Whether a flagless send reports its success under `FI_SELECTIVE_COMPLETION`.
+    fn tx_report(&self) -> bool {
+        self.tx_op_flags & FI_COMPLETION != 0
+    }
+
+    /// Whether a flagless receive reports its success under `FI_SELECTIVE_COMPLETION`.
+    fn rx_report(&self) -> bool {
+        self.rx_op_flags & FI_COMPLETION != 0
+    }
 }
 
 static EP_FID_OPS: FiOps = FiOps {
@@ -409,6 +428,10 @@ pub(crate) unsafe extern "C" fn domain_endpoint(
                 )));
             }
         }
+        // SAFETY: NULL or valid attributes of a valid fi_info.
+        let tx_op_flags = unsafe { info.tx_attr.as_ref() }.map_or(0, |a| a.op_flags);
+        // SAFETY: as above.
+        let rx_op_flags = unsafe { info.rx_attr.as_ref() }.map_or(0, |a| a.op_flags);
         d.endpoints.fetch_add(1, Ordering::AcqRel);
         let boxed = Box::new(UetEp {
             fid: FidEp {
@@ -438,6 +461,8 @@ pub(crate) unsafe extern "C" fn domain_endpoint(
                 }),
             }),
             domain: d,
+            tx_op_flags,
+            rx_op_flags,
         });
         // SAFETY: `ep` is non-NULL and writable (libfabric's contract).
         unsafe { *ep = Box::into_raw(boxed).cast() };
@@ -760,7 +785,7 @@ unsafe extern "C" fn ep_send(
             dest_addr,
             context as u64,
             0,
-            true,
+            e.tx_report(),
             Matching::Untagged,
         )
     })
@@ -786,7 +811,7 @@ unsafe extern "C" fn ep_senddata(
             dest_addr,
             context as u64,
             data,
-            true,
+            e.tx_report(),
             Matching::Untagged,
         )
     })
@@ -811,7 +836,7 @@ unsafe extern "C" fn ep_sendv(
             dest_addr,
             context as u64,
             0,
-            true,
+            e.tx_report(),
             Matching::Untagged,
         )
     })
@@ -937,7 +962,7 @@ unsafe extern "C" fn ep_recv(
             CALL,
             &one(buf, len, CALL)?,
             context as u64,
-            true,
+            e.rx_report(),
             Matching::Untagged,
         )
     })
@@ -955,7 +980,14 @@ unsafe extern "C" fn ep_recvv(
     data_call(CALL, || {
         // SAFETY: the application's endpoint pointer; `iov` holds `count` iovecs.
         let (e, v) = unsafe { (ep_ref(ep.cast(), CALL)?, iovecs(iov, count, CALL)?) };
-        recv(e, CALL, &v, context as u64, true, Matching::Untagged)
+        recv(
+            e,
+            CALL,
+            &v,
+            context as u64,
+            e.rx_report(),
+            Matching::Untagged,
+        )
     })
 }
 
@@ -1001,7 +1033,16 @@ unsafe extern "C" fn ep_tsend(
         // SAFETY: the application's endpoint pointer.
         let e = unsafe { ep_ref(ep.cast(), CALL) }?;
         let v = one(buf, len, CALL)?;
-        send(e, CALL, &v, dest_addr, context as u64, 0, true, tagged(tag))
+        send(
+            e,
+            CALL,
+            &v,
+            dest_addr,
+            context as u64,
+            0,
+            e.tx_report(),
+            tagged(tag),
+        )
     })
 }
 
@@ -1047,7 +1088,16 @@ unsafe extern "C" fn ep_tsendv(
     data_call(CALL, || {
         // SAFETY: the application's endpoint pointer; `iov` holds `count` iovecs.
         let (e, v) = unsafe { (ep_ref(ep.cast(), CALL)?, iovecs(iov, count, CALL)?) };
-        send(e, CALL, &v, dest_addr, context as u64, 0, true, tagged(tag))
+        send(
+            e,
+            CALL,
+            &v,
+            dest_addr,
+            context as u64,
+            0,
+            e.tx_report(),
+            tagged(tag),
+        )
     })
 }
 

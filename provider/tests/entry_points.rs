@@ -508,3 +508,91 @@ fn a_failed_inject_is_reported_as_an_error_completion() {
     assert_eq!(e.flags, FI_SEND | FI_MSG);
     assert_eq!(pair.read(0).err(), Some(neg(FiErrno::FI_EAGAIN)));
 }
+
+/// Post a receive on peer 1 and a send from peer 0 to it through the flagless calls, and
+/// say whether each produced a successful completion.
+fn flagless_completions(pair: &Pair) -> (bool, bool) {
+    let mut rbuf = [0u8; 8];
+    // SAFETY: open endpoints; the buffer outlives its completion, read below.
+    unsafe {
+        assert_eq!(
+            (pair.msg(1).recv)(
+                pair.p[1].ep,
+                rbuf.as_mut_ptr().cast(),
+                8,
+                null_mut(),
+                0,
+                1 as _
+            ),
+            0
+        );
+        assert_eq!(
+            (pair.msg(0).send)(
+                pair.p[0].ep,
+                b"x".as_ptr().cast(),
+                1,
+                null_mut(),
+                pair.p[1].addr,
+                2 as _
+            ),
+            0
+        );
+    }
+    // A marker with FI_COMPLETION behind each: once it is read, the first has completed.
+    let iov = IoVec {
+        iov_base: rbuf.as_mut_ptr().cast(),
+        iov_len: 8,
+    };
+    let msg = |context: usize, addr| FiMsg {
+        msg_iov: &iov,
+        desc: null_mut(),
+        iov_count: 1,
+        addr,
+        context: context as _,
+        data: 0,
+    };
+    // SAFETY: as above.
+    unsafe {
+        assert_eq!(
+            (pair.msg(1).recvmsg)(pair.p[1].ep, &msg(3, 0), FI_COMPLETION),
+            0
+        );
+        assert_eq!(
+            (pair.msg(0).sendmsg)(pair.p[0].ep, &msg(4, pair.p[1].addr), FI_COMPLETION),
+            0
+        );
+    }
+    let seen = |i: usize, marker: usize| {
+        let first = pair.wait(i).unwrap().op_context as usize;
+        if first == marker {
+            return false;
+        }
+        assert_eq!(pair.wait(i).unwrap().op_context as usize, marker);
+        true
+    };
+    let recv = seen(1, 3);
+    let send = seen(0, 4);
+    (send, recv)
+}
+
+#[test]
+fn with_selective_completion_the_flagless_calls_report_as_the_endpoints_op_flags_say() {
+    // op_flags without FI_COMPLETION (the provider's default): fi_send and fi_recv report
+    // no success, as fi_endpoint(3) has it.
+    let pair = Pair::new(FI_SELECTIVE_COMPLETION);
+    assert_eq!(flagless_completions(&pair), (false, false));
+    drop(pair);
+    // op_flags with FI_COMPLETION: they do.
+    let pair = Pair::with_info(FI_SELECTIVE_COMPLETION, |info| {
+        // SAFETY: the provider's info has both attributes.
+        unsafe {
+            (*info.tx_attr).op_flags = FI_COMPLETION;
+            (*info.rx_attr).op_flags = FI_COMPLETION;
+        }
+    });
+    assert_eq!(flagless_completions(&pair), (true, true));
+    drop(pair);
+    // Without selective completion every operation reports.
+    let pair = Pair::new(0);
+    assert_eq!(flagless_completions(&pair), (true, true));
+}
