@@ -237,10 +237,12 @@ fn ssize(call: &str, f: impl FnOnce() -> Result<usize, FiError>) -> isize {
     }
 }
 
-/// Read up to `count` successful entries into `buf` (and sources into `src`).
+/// Read up to `count` successful entries into `buf` (and sources into `src`), after draining
+/// the bound endpoints' rings.
 ///
 /// # Safety
-/// `buf` holds `count` entries of the CQ's format; `src` is NULL or holds `count` addresses.
+/// `buf` holds `count` entries of the CQ's format (or is NULL for a count of 0); `src` is
+/// NULL or holds `count` addresses.
 unsafe fn read_into(
     q: &UetCq,
     buf: *mut c_void,
@@ -248,13 +250,14 @@ unsafe fn read_into(
     src: *mut FiAddr,
     call: &str,
 ) -> Result<usize, FiError> {
-    if buf.is_null() {
-        return Err(null(call, "buf"));
-    }
+    q.progress();
+    // A count of 0 drives progress and reads nothing (fi_cq(3)); `buf` may then be NULL.
     if count == 0 {
         return Ok(0);
     }
-    q.progress();
+    if buf.is_null() {
+        return Err(null(call, "buf"));
+    }
     let mut inner = q.lock();
     let mut n = 0;
     while n < count {
