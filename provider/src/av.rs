@@ -83,17 +83,20 @@ static AV_OPS: FiOpsAv = FiOpsAv {
     av_set: crate::av_set::av_set_open,
 };
 
-/// The provider's AV behind a `fid_av` pointer, locked.
+/// The provider's AV behind a `fid_av` pointer. `FI_EINVAL` for NULL or another object
+/// (another provider's AV among them).
 ///
 /// # Safety
-/// `av` is NULL or a pointer [`domain_av_open`] returned and `fi_close` has not freed.
+/// `av` is NULL or a live libfabric object.
 pub(crate) unsafe fn av_ref<'a>(av: *mut FidAv, call: &str) -> Result<&'a UetAv, FiError> {
-    // SAFETY: a `UetAv` starts with its `fid_av` (repr(C)); live, as the caller promises.
-    let a = unsafe { av.cast::<UetAv>().as_ref() }.ok_or_else(|| null(call, "av"))?;
-    if a.fid.fid.fclass != FI_CLASS_AV {
+    // SAFETY: NULL or live (the caller's promise); only its `struct fid` is read first: the
+    // object may be another provider's (an AV an application passes to `fi_ep_bind`).
+    let f = unsafe { av.cast::<Fid>().as_ref() }.ok_or_else(|| null(call, "av"))?;
+    if f.fclass != FI_CLASS_AV || !core::ptr::eq(f.ops, &AV_FID_OPS) {
         return Err(FiError::inval(format!("{call}: the fid is not a uet AV")));
     }
-    Ok(a)
+    // SAFETY: our ops, so the object is a `UetAv`, which starts with its `fid_av` (repr(C)).
+    Ok(unsafe { &*av.cast::<UetAv>() })
 }
 
 impl UetAv {

@@ -605,3 +605,42 @@ fn a_cq_read_of_no_entries_and_no_buffer_returns_0() {
     let ret = unsafe { (pair.cq(0).read)(pair.p[0].cq, null_mut(), 0) };
     assert_eq!(ret, 0);
 }
+
+#[test]
+fn an_endpoint_refuses_to_bind_an_av_of_another_provider() {
+    let pair = Pair::new(0);
+    let domain = pair._open.domain;
+    let mut ep: *mut FidEp = null_mut();
+    // Another provider's AV: class FI_CLASS_AV, its own operations (here a CQ's, which are
+    // not the uet AV's), and nothing of a uet AV behind its fid.
+    let mut foreign = vec![0u64; 512];
+    // SAFETY: an open domain; the foreign object is big enough for a `struct fid` and is
+    // only read through it.
+    unsafe {
+        foreign.as_mut_ptr().cast::<Fid>().write(Fid {
+            fclass: FI_CLASS_AV,
+            context: null_mut(),
+            ops: (*pair.p[0].cq).fid.ops,
+        });
+        let ops = &*(*domain).ops;
+        assert_eq!(
+            (ops.endpoint)(
+                domain,
+                pair._open.info.cast(),
+                (&raw mut ep).cast(),
+                null_mut()
+            ),
+            0
+        );
+        let bind = (*(*ep).fid.ops).bind;
+        assert_eq!(
+            bind(&mut (*ep).fid, foreign.as_mut_ptr().cast(), 0),
+            -(FiErrno::FI_EINVAL.get() as c_int)
+        );
+        assert!(
+            foreign[3..].iter().all(|&w| w == 0),
+            "the foreign object was written"
+        );
+        assert_eq!(close(&mut (*ep).fid), 0);
+    }
+}
