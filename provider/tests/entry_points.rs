@@ -644,3 +644,53 @@ fn an_endpoint_refuses_to_bind_an_av_of_another_provider() {
         assert_eq!(close(&mut (*ep).fid), 0);
     }
 }
+
+#[test]
+fn fi_cq_sread_takes_a_wait_condition_as_the_hint_fi_cq_makes_it() {
+    let pair = Pair::new(0);
+    let mut rbuf = [0u8; 8];
+    // SAFETY: open endpoints; the receive buffer outlives its completion, read below.
+    unsafe {
+        assert_eq!(
+            (pair.msg(1).recv)(
+                pair.p[1].ep,
+                rbuf.as_mut_ptr().cast(),
+                8,
+                null_mut(),
+                0,
+                6 as _
+            ),
+            0
+        );
+    }
+    // SAFETY: open endpoints; the message is copied at the call.
+    unsafe {
+        assert_eq!(
+            (pair.msg(0).send)(
+                pair.p[0].ep,
+                b"x".as_ptr().cast(),
+                1,
+                null_mut(),
+                pair.p[1].addr,
+                5 as _
+            ),
+            0
+        );
+    }
+    // A threshold of one entry: met by the send's completion, and a provider may wake before
+    // a condition is met anyway (fi_cq(3)), so it never makes the read fail.
+    let threshold: usize = 1;
+    let mut e = [0u8; 64];
+    // SAFETY: an open CQ; room for one entry; the condition is a size_t.
+    let ret = unsafe {
+        (pair.cq(0).sread)(
+            pair.p[0].cq,
+            e.as_mut_ptr().cast(),
+            1,
+            (&raw const threshold).cast(),
+            1000,
+        )
+    };
+    assert_eq!(ret, 1);
+    assert_eq!(pair.wait(1).unwrap().op_context as usize, 6);
+}
