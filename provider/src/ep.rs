@@ -6,9 +6,10 @@
 //!   under `FI_SELECTIVE_COMPLETION` a call that takes no flags (`fi_send`, `fi_recv`, ...)
 //!   reports its success when the `op_flags` of the `fi_info`'s `tx_attr` or `rx_attr` the
 //!   endpoint was opened with hold `FI_COMPLETION`, as `fi_endpoint(3)` has it;
-//!   `fi_enable` creates the endpoint on the NIC ([`uet_driver::Domain::endpoint`]), which gives
-//!   it its address (`fi_getname`). Binding after `fi_enable` is `-FI_EOPBADSTATE`, and so is a
-//!   data call before it.
+//!   `fi_enable` (`-FI_ENOAV` without an AV, `-FI_ENOCQ` without a CQ for a direction the
+//!   `fi_info`'s caps serve) creates the endpoint on the NIC
+//!   ([`uet_driver::Domain::endpoint`]), which gives it its address (`fi_getname`). Binding
+//!   after `fi_enable` is `-FI_EOPBADSTATE`, and so is a data call before it.
 //! * Messages go through DMA buffers of the endpoint's own ([`MSG_BUF_BYTES`] each, one per
 //!   ring entry): a send copies the application's buffer (so it may be reused at once, as
 //!   for `FI_INJECT`), a receive copies the message into the application's buffer when its
@@ -313,6 +314,9 @@ pub struct UetEp {
     /// flags of the calls that take none (`fi_send`, `fi_recv`, ...).
     tx_op_flags: u64,
     rx_op_flags: u64,
+    /// `caps` of that `fi_info`: `FI_SEND` and `FI_RECV` say which directions the endpoint
+    /// serves (neither: both).
+    caps: u64,
 }
 
 impl UetEp {
@@ -463,6 +467,7 @@ pub(crate) unsafe extern "C" fn domain_endpoint(
             domain: d,
             tx_op_flags,
             rx_op_flags,
+            caps: info.caps,
         });
         // SAFETY: `ep` is non-NULL and writable (libfabric's contract).
         unsafe { *ep = Box::into_raw(boxed).cast() };
@@ -571,6 +576,19 @@ unsafe extern "C" fn ep_control(fid: *mut Fid, command: c_int, _arg: *mut c_void
                 format!("{CALL}: no AV is bound (fi_ep_bind)"),
             )
         })?;
+        // A direction without a CQ would never have its completions read, nor its buffers
+        // and ring entries freed.
+        let dirs = e.caps & (FI_SEND | FI_RECV);
+        let serves = |dir: u64| dirs == 0 || dirs & dir != 0;
+        if (serves(FI_SEND) && st.tx_cq.is_none()) || (serves(FI_RECV) && st.rx_cq.is_none()) {
+            return Err(FiError::new(
+                FiErrno::FI_ENOCQ,
+                format!(
+                    "{CALL}: the endpoint needs a CQ bound for each direction it serves \
+                     (fi_ep_bind with FI_TRANSMIT, FI_RECV)"
+                ),
+            ));
+        }
         // SAFETY: the domain outlives its endpoints (it counts them), and a bound AV cannot
         // close while the endpoint is bound to it.
         let (domain, av) = unsafe { (&*e.domain, &*av) };

@@ -694,3 +694,50 @@ fn fi_cq_sread_takes_a_wait_condition_as_the_hint_fi_cq_makes_it() {
     assert_eq!(ret, 1);
     assert_eq!(pair.wait(1).unwrap().op_context as usize, 6);
 }
+
+#[test]
+fn an_endpoint_without_a_cq_for_a_direction_it_serves_is_not_enabled() {
+    let pair = Pair::new(0);
+    let domain = pair._open.domain;
+    let info = pair._open.info;
+    let no_cq = -(FiErrno::FI_ENOCQ.get() as c_int);
+    // (caps, CQ bindings, fi_enable's answer); FI_RECV and FI_SEND as bind flags and caps
+    // have the same bits.
+    let cases = [
+        (FI_MSG, 0, no_cq),
+        (FI_MSG, FI_TRANSMIT, no_cq),
+        (FI_MSG, FI_RECV, no_cq),
+        (FI_MSG | FI_SEND, FI_TRANSMIT, 0),
+        (FI_MSG | FI_RECV, FI_RECV, 0),
+        (FI_MSG | FI_RECV, FI_TRANSMIT, no_cq),
+        (FI_MSG, FI_TRANSMIT | FI_RECV, 0),
+    ];
+    for (caps, bind, want) in cases {
+        let mut ep: *mut FidEp = null_mut();
+        // SAFETY: an open domain, AV and CQ; the provider's info, its caps restored.
+        unsafe {
+            let saved = (*info).caps;
+            (*info).caps = caps;
+            let ops = &*(*domain).ops;
+            assert_eq!(
+                (ops.endpoint)(domain, info.cast(), (&raw mut ep).cast(), null_mut()),
+                0
+            );
+            (*info).caps = saved;
+            let fops = &*(*ep).fid.ops;
+            assert_eq!((fops.bind)(&mut (*ep).fid, &mut (*pair.av).fid, 0), 0);
+            if bind != 0 {
+                assert_eq!(
+                    (fops.bind)(&mut (*ep).fid, &mut (*pair.p[0].cq).fid, bind),
+                    0
+                );
+            }
+            assert_eq!(
+                (fops.control)(&mut (*ep).fid, FI_ENABLE, null_mut()),
+                want,
+                "caps {caps:#x}, CQ bound with {bind:#x}"
+            );
+            assert_eq!(close(&mut (*ep).fid), 0);
+        }
+    }
+}

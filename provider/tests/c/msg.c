@@ -239,7 +239,7 @@ int main(void)
 	struct fi_cq_attr ncq_attr = { .format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_UNSPEC };
 	struct fid_cq *ncq;
 	CHECK_RET(fi_cq_open(domain, &ncq_attr, &ncq, NULL), 0);
-	CHECK_RET(fi_ep_bind(nep, &ncq->fid, FI_TRANSMIT), 0);
+	CHECK_RET(fi_ep_bind(nep, &ncq->fid, FI_TRANSMIT | FI_RECV), 0);
 	CHECK_RET(fi_enable(nep), 0);
 	fi_addr_t via_named;
 	CHECK_RET(fi_av_insert(named2, names[1], 1, &via_named, 0, NULL), 1);
