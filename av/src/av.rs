@@ -725,7 +725,8 @@ pub struct AddressVector<N: NicAvTable> {
     decoder: FiAddrDecoder,
     /// Every `fi_addr_t` below this is a plain index, the whole of it (no receive-context,
     /// group or auth-key bits), within the capacity; 0 on an `FI_ADDR_STR` AV, whose lookups
-    /// format a string. [`AddressVector::lookup`] takes its short path below it.
+    /// format a string, and on an `FI_EVENT` AV, whose lookups also ask whether the NIC refused
+    /// the index's insert. [`AddressVector::lookup`] takes its short path below it.
     plain_index_end: u64,
     /// Serialized address of every single entry, one flat mapping; all zero = empty.
     slots: Slots,
@@ -904,6 +905,7 @@ impl<N: NicAvTable> AddressVector<N> {
         // The index mask is a run of low ones, so fi_addr <= it leaves fi_addr unmasked; a
         // handle and FI_ADDR_NOTAVAIL lie above any 32-bit capacity.
         let plain_index_end = match attr.addr_format {
+            _ if attr.flags & FI_EVENT != 0 => 0,
             AddrFormat::Str => 0,
             _ => u64::from(capacity).min(decoder.index_mask().saturating_add(1)),
         };
@@ -2612,7 +2614,7 @@ impl<N: NicAvTable> AddressVector<N> {
             if let (Some(slot), Some(dst)) =
                 (self.slots.get(index), addr.first_chunk_mut::<ADDR_LEN>())
             {
-                if slot[0] != 0 && !self.is_revoked(index) {
+                if slot[0] != 0 {
                     *dst = *slot;
                     *addrlen = ADDR_LEN;
                     return Ok(());
