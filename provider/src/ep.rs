@@ -53,7 +53,27 @@ pub const MSG_BUF_BYTES: usize = 16 * 1024;
 pub const IOV_LIMIT: usize = 4;
 
 /// Flags `fi_sendmsg` takes.
-const SENDMSG_FLAGS: u64 = FI_COMPLETION | FI_REMOTE_CQ_DATA | FI_INJECT | FI_MORE;
+///
+/// The completion levels (`FI_INJECT_COMPLETE`, `FI_TRANSMIT_COMPLETE`,
+/// `FI_DELIVERY_COMPLETE`, `FI_MATCH_COMPLETE`) are all met: a send completes when the
+/// target's response comes back, after the message has been placed in a receive buffer (or
+/// refused: an untagged message with no receive posted completes `FI_ENORX`).
+const SENDMSG_FLAGS: u64 = FI_COMPLETION
+    | FI_REMOTE_CQ_DATA
+    | FI_INJECT
+    | FI_MORE
+    | FI_INJECT_COMPLETE
+    | FI_TRANSMIT_COMPLETE
+    | FI_DELIVERY_COMPLETE
+    | FI_MATCH_COMPLETE;
+/// `FI_INJECT_COMPLETE`.
+const FI_INJECT_COMPLETE: u64 = 1 << 26;
+/// `FI_TRANSMIT_COMPLETE`.
+const FI_TRANSMIT_COMPLETE: u64 = 1 << 27;
+/// `FI_DELIVERY_COMPLETE`.
+const FI_DELIVERY_COMPLETE: u64 = 1 << 28;
+/// `FI_MATCH_COMPLETE`.
+const FI_MATCH_COMPLETE: u64 = 1 << 31;
 /// Flags `fi_recvmsg` takes.
 const RECVMSG_FLAGS: u64 = FI_COMPLETION | FI_MORE;
 /// `FI_MORE`: more calls follow (a hint).

@@ -236,6 +236,107 @@ fn two_processes_on_two_nics_over_vfio_user_ping_pong_through_the_provider() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Whether the TCP `port` is listening on this host (read from `/proc/net/tcp`, without
+/// connecting to it).
+fn listening(port: u16) -> bool {
+    let hex = format!(":{port:04X} ");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            t.lines().any(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .is_some_and(|a| a.ends_with(hex.trim_end()))
+                    && l.split_whitespace().nth(3) == Some("0A")
+            })
+        })
+    })
+}
+
+/// libfabric's own `fi_pingpong` (package libfabric-bin), unchanged, between two processes on
+/// two NICs of one simulated fabric served over vfio-user: its untagged and tagged modes,
+/// with its data checks, through this provider.
+#[test]
+fn the_stock_fi_pingpong_runs_over_the_provider_between_two_nics() {
+    if !have_toolchain() {
+        return;
+    }
+    let have = Command::new("fi_pingpong").arg("-h").output().is_ok();
+    if !have {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "needs fi_pingpong (libfabric-bin)"
+        );
+        eprintln!("skipped: needs fi_pingpong; apt-get install -y libfabric-bin");
+        return;
+    }
+    let dir = scratch("fi-pingpong");
+    let prov = provider_dir(&dir);
+    for (round, mode) in ["msg", "tagged"].iter().enumerate() {
+        let fabric = uet_sim::Fabric::new();
+        let mut servers = Vec::new();
+        for i in 0..2u8 {
+            let f = fabric
+                .add_nic(uet_sim::NicConfig::new(std::net::IpAddr::from([
+                    10,
+                    0,
+                    0,
+                    1 + i,
+                ])))
+                .unwrap();
+            let path = dir.join(format!("{mode}-nic{i}.sock"));
+            let server =
+                std::sync::Arc::new(uet_sim::vfio_user::VfioUserServer::bind(f, &path).unwrap());
+            let s = server.clone();
+            servers.push((path, std::thread::spawn(move || s.serve_one())));
+        }
+        // A control port of this test's own.
+        let port = 20000 + (std::process::id() % 20000) as u16 + round as u16;
+        let run = |nic: &Path, args: &[&str]| {
+            Command::new("fi_pingpong")
+                .args(["-p", "uet", "-e", "rdm", "-I", "50", "-c", "-m", mode])
+                .args(args)
+                .env("FI_PROVIDER_PATH", &prov)
+                .env("FI_UET_DEVICE", format!("vfio-user:{}", nic.display()))
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let port_s = port.to_string();
+        let server = run(&servers[0].0, &["-B", &port_s]);
+        let start = std::time::Instant::now();
+        while !listening(port) {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(20),
+                "the server never listened"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let client = run(&servers[1].0, &["-P", &port_s, "127.0.0.1"]);
+        for (who, child) in [("client", client), ("server", server)] {
+            let o = child.wait_with_output().unwrap();
+            let out = String::from_utf8_lossy(&o.stdout);
+            assert!(
+                o.status.success(),
+                "fi_pingpong {mode} {who} {}:\n{out}\n{}",
+                o.status,
+                String::from_utf8_lossy(&o.stderr)
+            );
+            // Its table: one line per size, 50 sent and 50 acknowledged.
+            assert!(
+                out.lines()
+                    .any(|l| l.starts_with("64 ") && l.contains("=50")),
+                "{out}"
+            );
+            assert!(out.lines().any(|l| l.starts_with("4k ")), "{out}");
+        }
+        for (_, thread) in servers {
+            thread.join().unwrap().unwrap();
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Every structure of `uet_fi::abi`: its size, and each field's offset, as C has them.
 #[test]
 fn the_abi_structures_match_the_system_libfabric_headers() {
