@@ -23,7 +23,7 @@
 
 use crate::abi::*;
 use crate::ep::EpShared;
-use crate::{entry, null, unsupported};
+use crate::{copy_err_data, entry, null, ssize, strerror, unsupported};
 use core::ffi::{c_char, c_int, c_void};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -224,20 +224,6 @@ unsafe extern "C" fn cq_close(fid: *mut Fid) -> c_int {
     })
 }
 
-/// A `ssize_t` return: the count, or the negative errno.
-fn ssize(call: &str, f: impl FnOnce() -> Result<usize, FiError>) -> isize {
-    let mut n = 0usize;
-    let ret = entry(call, || {
-        n = f()?;
-        Ok(0)
-    });
-    if ret == 0 {
-        isize::try_from(n).unwrap_or(isize::MAX)
-    } else {
-        ret as isize
-    }
-}
-
 /// Read up to `count` successful entries into `buf` (and sources into `src`), after draining
 /// the bound endpoints' rings.
 ///
@@ -418,15 +404,10 @@ unsafe extern "C" fn cq_readerr(cq: *mut FidCq, buf: *mut FiCqErrEntry, flags: u
                 format!("{CALL}: no error completion"),
             ));
         };
-        let message = err.message.as_bytes();
-        let (err_data, err_data_size) = if out.err_data.is_null() || out.err_data_size == 0 {
-            (core::ptr::null_mut(), 0)
-        } else {
-            let n = out.err_data_size.min(message.len());
-            // SAFETY: the application's buffer of `err_data_size` bytes; `n` is at most that.
-            unsafe { core::ptr::copy_nonoverlapping(message.as_ptr(), out.err_data.cast(), n) };
-            (out.err_data, n)
-        };
+        // SAFETY: `err_data` is NULL or the application's buffer of `err_data_size` bytes
+        // (libfabric's contract).
+        let (err_data, err_data_size) =
+            unsafe { copy_err_data(&err.message, out.err_data, out.err_data_size) };
         *out = FiCqErrEntry {
             op_context: e.op_context,
             flags: e.flags,
@@ -461,19 +442,16 @@ unsafe extern "C" fn cq_strerror(
     buf: *mut c_char,
     len: usize,
 ) -> *const c_char {
-    const GENERIC: &core::ffi::CStr =
-        c"uet provider error: the NIC's completion status; err_data holds the message";
-    if buf.is_null() || len == 0 {
-        return GENERIC.as_ptr();
-    }
-    let text = format!("uet provider error: NIC completion status {prov_errno}");
-    let n = text.len().min(len - 1);
-    // SAFETY: the application's buffer of `len` bytes; n + 1 <= len.
+    // SAFETY: `buf` is NULL or holds `len` bytes (libfabric's contract).
     unsafe {
-        core::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
-        buf.add(n).write(0);
+        strerror(
+            c"uet provider error: the NIC's completion status; err_data holds the message",
+            "NIC completion status",
+            prov_errno,
+            buf,
+            len,
+        )
     }
-    buf
 }
 
 /// `FI_ADDR_NOTAVAIL`, the source of a completion that has none.

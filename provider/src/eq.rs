@@ -20,7 +20,7 @@
 
 use crate::abi::*;
 use crate::fabric::fabric_ref;
-use crate::{entry, null, unsupported};
+use crate::{copy_err_data, entry, null, ssize, strerror, unsupported};
 use core::ffi::{c_char, c_int, c_void};
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -166,20 +166,6 @@ unsafe extern "C" fn eq_close(fid: *mut Fid) -> c_int {
     })
 }
 
-/// A `ssize_t` return: the size written, or the negative errno.
-fn ssize(call: &str, f: impl FnOnce() -> Result<usize, FiError>) -> isize {
-    let mut n = 0usize;
-    let ret = entry(call, || {
-        n = f()?;
-        Ok(0)
-    });
-    if ret == 0 {
-        isize::try_from(n).unwrap_or(isize::MAX)
-    } else {
-        ret as isize
-    }
-}
-
 /// Write `ev` as the event code and a `struct fi_eq_entry`.
 ///
 /// # Safety
@@ -277,16 +263,10 @@ unsafe extern "C" fn eq_readerr(eq: *mut FidEq, buf: *mut FiEqErrEntry, flags: u
             )));
         }
         let e = q.eq.readerr()?;
-        let message = e.err_data.as_bytes();
-        let (err_data, err_data_size) = if out.err_data.is_null() || out.err_data_size == 0 {
-            (core::ptr::null_mut(), 0)
-        } else {
-            let n = out.err_data_size.min(message.len());
-            // SAFETY: the application's buffer of `err_data_size` bytes (libfabric's
-            // contract); `n` is at most that.
-            unsafe { core::ptr::copy_nonoverlapping(message.as_ptr(), out.err_data.cast(), n) };
-            (out.err_data, n)
-        };
+        // SAFETY: `err_data` is NULL or the application's buffer of `err_data_size` bytes
+        // (libfabric's contract).
+        let (err_data, err_data_size) =
+            unsafe { copy_err_data(&e.err_data, out.err_data, out.err_data_size) };
         *out = FiEqErrEntry {
             fid: q.fid_of(e.fid),
             context: e.context as usize as *mut c_void,
@@ -349,17 +329,14 @@ unsafe extern "C" fn eq_strerror(
     buf: *mut c_char,
     len: usize,
 ) -> *const c_char {
-    const GENERIC: &core::ffi::CStr =
-        c"uet provider error: the NIC's status code; err_data holds the message";
-    if buf.is_null() || len == 0 {
-        return GENERIC.as_ptr();
-    }
-    let text = format!("uet provider error: NIC status {prov_errno}");
-    let n = text.len().min(len - 1);
-    // SAFETY: the application's buffer of `len` bytes (libfabric's contract); n + 1 <= len.
+    // SAFETY: `buf` is NULL or holds `len` bytes (libfabric's contract).
     unsafe {
-        core::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
-        buf.add(n).write(0);
+        strerror(
+            c"uet provider error: the NIC's status code; err_data holds the message",
+            "NIC status",
+            prov_errno,
+            buf,
+            len,
+        )
     }
-    buf
 }

@@ -157,6 +157,66 @@ pub(crate) fn neg(errno: FiErrno) -> c_int {
     c_int::try_from(errno.get()).map_or(c_int::MIN, |e| -e)
 }
 
+/// A `ssize_t` return of a queue read: the count `f` gives, or the negative errno.
+pub(crate) fn ssize(call: &str, f: impl FnOnce() -> Result<usize, FiError>) -> isize {
+    let mut n = 0usize;
+    let ret = entry(call, || {
+        n = f()?;
+        Ok(0)
+    });
+    if ret == 0 {
+        isize::try_from(n).unwrap_or(isize::MAX)
+    } else {
+        ret as isize
+    }
+}
+
+/// An error entry's message for its `err_data` (libfabric 1.5 and later): copied into the
+/// application's buffer when it gives one (`err_data`, `err_data_size` bytes), truncated to
+/// fit; `(err_data, bytes written)`, or NULL and 0 without a buffer.
+///
+/// # Safety
+/// `err_data` is NULL or holds `err_data_size` writable bytes.
+pub(crate) unsafe fn copy_err_data(
+    message: &str,
+    err_data: *mut core::ffi::c_void,
+    err_data_size: usize,
+) -> (*mut core::ffi::c_void, usize) {
+    if err_data.is_null() || err_data_size == 0 {
+        return (core::ptr::null_mut(), 0);
+    }
+    let n = err_data_size.min(message.len());
+    // SAFETY: the application's buffer of `err_data_size` bytes (the caller's promise); `n`
+    // is at most that.
+    unsafe { core::ptr::copy_nonoverlapping(message.as_ptr(), err_data.cast::<u8>(), n) };
+    (err_data, n)
+}
+
+/// `fi_eq_strerror`, `fi_cq_strerror`: `generic` when `buf` is NULL or empty; otherwise `what`
+/// and `prov_errno` written into `buf` (truncated, NUL-terminated), and `buf`.
+///
+/// # Safety
+/// `buf` is NULL or holds `len` writable bytes.
+pub(crate) unsafe fn strerror(
+    generic: &'static core::ffi::CStr,
+    what: &str,
+    prov_errno: c_int,
+    buf: *mut core::ffi::c_char,
+    len: usize,
+) -> *const core::ffi::c_char {
+    if buf.is_null() || len == 0 {
+        return generic.as_ptr();
+    }
+    let text = format!("uet provider error: {what} {prov_errno}");
+    let n = text.len().min(len - 1);
+    // SAFETY: the application's buffer of `len` bytes (the caller's promise); n + 1 <= len.
+    unsafe {
+        core::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
+        buf.add(n).write(0);
+    }
+    buf
+}
+
 /// An `FI_EINVAL` error for a NULL pointer the call needs.
 pub(crate) fn null(call: &str, what: &str) -> FiError {
     FiError::inval(format!("{call}: {what} is NULL"))

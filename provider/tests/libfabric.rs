@@ -171,6 +171,35 @@ fn with_rust_log_set_the_provider_logs_why_a_call_failed() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Two NICs (10.0.0.1 and 10.0.0.2) of one simulated fabric, each served over vfio-user at
+/// `dir/<prefix>nic<i>.sock` to one client, as `uetctl sim serve` serves them: the fabric,
+/// and each NIC's socket path and serving thread (which ends when its client goes).
+type Served = Vec<(
+    PathBuf,
+    std::thread::JoinHandle<Result<(), uet_sim::SimError>>,
+)>;
+
+fn serve_two_nics(dir: &Path, prefix: &str) -> (uet_sim::Fabric, Served) {
+    let fabric = uet_sim::Fabric::new();
+    let served = (0..2u8)
+        .map(|i| {
+            let f = fabric
+                .add_nic(uet_sim::NicConfig::new(std::net::IpAddr::from([
+                    10,
+                    0,
+                    0,
+                    1 + i,
+                ])))
+                .unwrap();
+            let path = dir.join(format!("{prefix}nic{i}.sock"));
+            let server =
+                std::sync::Arc::new(uet_sim::vfio_user::VfioUserServer::bind(f, &path).unwrap());
+            (path, std::thread::spawn(move || server.serve_one()))
+        })
+        .collect();
+    (fabric, served)
+}
+
 /// Two processes, each on its own NIC of one simulated fabric served over vfio-user (as
 /// `uetctl sim serve` serves it), ping-pong messages addressed by `fi_addr_t`.
 #[test]
@@ -181,23 +210,7 @@ fn two_processes_on_two_nics_over_vfio_user_ping_pong_through_the_provider() {
     let dir = scratch("pingpong");
     let prov = provider_dir(&dir);
     let program = compile("pingpong.c", &dir, &["-lfabric"]);
-    let fabric = uet_sim::Fabric::new();
-    let mut servers = Vec::new();
-    for i in 0..2u8 {
-        let f = fabric
-            .add_nic(uet_sim::NicConfig::new(std::net::IpAddr::from([
-                10,
-                0,
-                0,
-                1 + i,
-            ])))
-            .unwrap();
-        let server = std::sync::Arc::new(
-            uet_sim::vfio_user::VfioUserServer::bind(f, dir.join(format!("nic{i}.sock"))).unwrap(),
-        );
-        let s = server.clone();
-        servers.push((server, std::thread::spawn(move || s.serve_one())));
-    }
+    let (_fabric, servers) = serve_two_nics(&dir, "");
     let rounds = "200";
     let children: Vec<_> = ["server", "client"]
         .iter()
@@ -209,7 +222,7 @@ fn two_processes_on_two_nics_over_vfio_user_ping_pong_through_the_provider() {
                 .env("FI_PROVIDER", "uet")
                 .env(
                     "FI_UET_DEVICE",
-                    format!("vfio-user:{}", dir.join(format!("nic{i}.sock")).display()),
+                    format!("vfio-user:{}", servers[i].0.display()),
                 )
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
@@ -272,23 +285,7 @@ fn the_stock_fi_pingpong_runs_over_the_provider_between_two_nics() {
     let dir = scratch("fi-pingpong");
     let prov = provider_dir(&dir);
     for (round, mode) in ["msg", "tagged"].iter().enumerate() {
-        let fabric = uet_sim::Fabric::new();
-        let mut servers = Vec::new();
-        for i in 0..2u8 {
-            let f = fabric
-                .add_nic(uet_sim::NicConfig::new(std::net::IpAddr::from([
-                    10,
-                    0,
-                    0,
-                    1 + i,
-                ])))
-                .unwrap();
-            let path = dir.join(format!("{mode}-nic{i}.sock"));
-            let server =
-                std::sync::Arc::new(uet_sim::vfio_user::VfioUserServer::bind(f, &path).unwrap());
-            let s = server.clone();
-            servers.push((path, std::thread::spawn(move || s.serve_one())));
-        }
+        let (_fabric, servers) = serve_two_nics(&dir, &format!("{mode}-"));
         // A control port of this test's own.
         let port = 20000 + (std::process::id() % 20000) as u16 + round as u16;
         let run = |nic: &Path, args: &[&str]| {

@@ -17,23 +17,7 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 
-#define CHECK(cond)                                                                 \
-	do {                                                                            \
-		if (!(cond)) {                                                              \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-			exit(1);                                                                \
-		}                                                                           \
-	} while (0)
-
-#define CHECK_RET(call, want)                                                       \
-	do {                                                                            \
-		long got_ = (long)(call);                                                   \
-		if (got_ != (long)(want)) {                                                 \
-			fprintf(stderr, "%s:%d: %s returned %ld (%s), expected %ld\n", __FILE__,  \
-				__LINE__, #call, got_, fi_strerror((int)-got_), (long)(want));     \
-			exit(1);                                                                \
-		}                                                                           \
-	} while (0)
+#include "check.h"
 
 struct peer {
 	struct fid_ep *ep;
