@@ -22,7 +22,7 @@
 use crate::abi::*;
 use crate::domain::domain_ref;
 use crate::info::{c_str, served_av_type};
-use crate::{entry, null, unsupported};
+use crate::{entry, null, object_ref, unsupported};
 use core::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -62,15 +62,7 @@ pub struct UetAv {
     pub(crate) eps: AtomicUsize,
 }
 
-static AV_FID_OPS: FiOps = FiOps {
-    size: core::mem::size_of::<FiOps>(),
-    close: av_close,
-    bind: av_bind,
-    control: unsupported::control,
-    ops_open: unsupported::ops_open,
-    tostr: unsupported::tostr,
-    ops_set: unsupported::ops_set,
-};
+static AV_FID_OPS: FiOps = unsupported::fid_ops(av_close, av_bind, unsupported::control);
 
 static AV_OPS: FiOpsAv = FiOpsAv {
     size: core::mem::size_of::<FiOpsAv>(),
@@ -89,14 +81,9 @@ static AV_OPS: FiOpsAv = FiOpsAv {
 /// # Safety
 /// `av` is NULL or a live libfabric object.
 pub(crate) unsafe fn av_ref<'a>(av: *mut FidAv, call: &str) -> Result<&'a UetAv, FiError> {
-    // SAFETY: NULL or live (the caller's promise); only its `struct fid` is read first: the
-    // object may be another provider's (an AV an application passes to `fi_ep_bind`).
-    let f = unsafe { av.cast::<Fid>().as_ref() }.ok_or_else(|| null(call, "av"))?;
-    if f.fclass != FI_CLASS_AV || !core::ptr::eq(f.ops, &AV_FID_OPS) {
-        return Err(FiError::inval(format!("{call}: the fid is not a uet AV")));
-    }
-    // SAFETY: our ops, so the object is a `UetAv`, which starts with its `fid_av` (repr(C)).
-    Ok(unsafe { &*av.cast::<UetAv>() })
+    // SAFETY: the caller's promise (an AV an application passes to `fi_ep_bind` may be
+    // another provider's: `object_ref` reads only its `struct fid` then).
+    unsafe { object_ref(av.cast(), FI_CLASS_AV, &AV_FID_OPS, call, "AV") }
 }
 
 impl UetAv {

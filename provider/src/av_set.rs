@@ -9,7 +9,7 @@
 
 use crate::abi::*;
 use crate::av::{av_ref, UetAv};
-use crate::{entry, null, unsupported};
+use crate::{entry, null, object_ref, unsupported};
 use core::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -36,15 +36,8 @@ impl UetAvSet {
     }
 }
 
-static AV_SET_FID_OPS: FiOps = FiOps {
-    size: core::mem::size_of::<FiOps>(),
-    close: av_set_close,
-    bind: unsupported::bind,
-    control: unsupported::control,
-    ops_open: unsupported::ops_open,
-    tostr: unsupported::tostr,
-    ops_set: unsupported::ops_set,
-};
+static AV_SET_FID_OPS: FiOps =
+    unsupported::fid_ops(av_set_close, unsupported::bind, unsupported::control);
 
 static AV_SET_OPS: FiOpsAvSet = FiOpsAvSet {
     size: core::mem::size_of::<FiOpsAvSet>(),
@@ -61,15 +54,8 @@ static AV_SET_OPS: FiOpsAvSet = FiOpsAvSet {
 /// # Safety
 /// `set` is NULL or a live libfabric object.
 unsafe fn set_ref<'a>(set: *const FidAvSet, call: &str) -> Result<&'a UetAvSet, FiError> {
-    // SAFETY: NULL or live (the caller's promise); only its `struct fid` is read first.
-    let f = unsafe { set.cast::<Fid>().as_ref() }.ok_or_else(|| null(call, "set"))?;
-    if f.fclass != FI_CLASS_AV_SET || !core::ptr::eq(f.ops, &AV_SET_FID_OPS) {
-        return Err(FiError::inval(format!(
-            "{call}: the fid is not a uet AV set"
-        )));
-    }
-    // SAFETY: our ops, so the object is a `UetAvSet`, which starts with its `fid_av_set`.
-    Ok(unsafe { &*set.cast::<UetAvSet>() })
+    // SAFETY: the caller's promise.
+    unsafe { object_ref(set.cast(), FI_CLASS_AV_SET, &AV_SET_FID_OPS, call, "AV set") }
 }
 
 /// `fi_av_set`.

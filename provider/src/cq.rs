@@ -23,7 +23,7 @@
 
 use crate::abi::*;
 use crate::ep::EpShared;
-use crate::{copy_err_data, entry, null, ssize, strerror, unsupported};
+use crate::{copy_err_data, entry, null, object_ref, ssize, strerror, unsupported};
 use core::ffi::{c_char, c_int, c_void};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -106,15 +106,7 @@ impl UetCq {
     }
 }
 
-static CQ_FID_OPS: FiOps = FiOps {
-    size: core::mem::size_of::<FiOps>(),
-    close: cq_close,
-    bind: unsupported::bind,
-    control: unsupported::control,
-    ops_open: unsupported::ops_open,
-    tostr: unsupported::tostr,
-    ops_set: unsupported::ops_set,
-};
+static CQ_FID_OPS: FiOps = unsupported::fid_ops(cq_close, unsupported::bind, unsupported::control);
 
 static CQ_OPS: FiOpsCq = FiOpsCq {
     size: core::mem::size_of::<FiOpsCq>(),
@@ -132,13 +124,8 @@ static CQ_OPS: FiOpsCq = FiOpsCq {
 /// # Safety
 /// `fid` is NULL or a live libfabric object.
 pub(crate) unsafe fn cq_ref<'a>(fid: *const Fid, call: &str) -> Result<&'a UetCq, FiError> {
-    // SAFETY: NULL or live (the caller's promise); only its `struct fid` is read first.
-    let f = unsafe { fid.as_ref() }.ok_or_else(|| null(call, "cq"))?;
-    if f.fclass != FI_CLASS_CQ || !core::ptr::eq(f.ops, &CQ_FID_OPS) {
-        return Err(FiError::inval(format!("{call}: the fid is not a uet CQ")));
-    }
-    // SAFETY: our ops, so the object is a `UetCq`, which starts with its `struct fid`.
-    Ok(unsafe { &*fid.cast::<UetCq>() })
+    // SAFETY: the caller's promise.
+    unsafe { object_ref(fid, FI_CLASS_CQ, &CQ_FID_OPS, call, "CQ") }
 }
 
 /// `fi_cq_open`.

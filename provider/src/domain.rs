@@ -4,7 +4,7 @@
 use crate::abi::*;
 use crate::fabric::fabric_ref;
 use crate::info::{c_str, domain_attr, domain_name};
-use crate::{entry, null, unsupported};
+use crate::{entry, null, object_ref, unsupported};
 use core::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -33,15 +33,8 @@ impl UetDomain {
     }
 }
 
-static DOMAIN_FID_OPS: FiOps = FiOps {
-    size: core::mem::size_of::<FiOps>(),
-    close: domain_close,
-    bind: unsupported::bind,
-    control: unsupported::control,
-    ops_open: unsupported::ops_open,
-    tostr: unsupported::tostr,
-    ops_set: unsupported::ops_set,
-};
+static DOMAIN_FID_OPS: FiOps =
+    unsupported::fid_ops(domain_close, unsupported::bind, unsupported::control);
 
 static DOMAIN_OPS: FiOpsDomain = FiOpsDomain {
     size: core::mem::size_of::<FiOpsDomain>(),
@@ -73,15 +66,16 @@ pub(crate) unsafe fn domain_ref<'a>(
     domain: *mut FidDomain,
     call: &str,
 ) -> Result<&'a UetDomain, FiError> {
-    // SAFETY: a `UetDomain` starts with its `fid_domain` (repr(C)); it is live, as the caller
-    // promises.
-    let d = unsafe { domain.cast::<UetDomain>().as_ref() }.ok_or_else(|| null(call, "domain"))?;
-    if d.fid.fid.fclass != FI_CLASS_DOMAIN {
-        return Err(FiError::inval(format!(
-            "{call}: the fid is not a uet domain"
-        )));
+    // SAFETY: the caller's promise.
+    unsafe {
+        object_ref(
+            domain.cast(),
+            FI_CLASS_DOMAIN,
+            &DOMAIN_FID_OPS,
+            call,
+            "domain",
+        )
     }
-    Ok(d)
 }
 
 /// `fi_domain`: the domain `info` describes, on the fabric's NIC. `FI_EINVAL` for an `info`

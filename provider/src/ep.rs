@@ -35,7 +35,7 @@ use crate::abi::*;
 use crate::av::UetAv;
 use crate::cq::{Completion, CompletionError, UetCq, NO_SOURCE};
 use crate::domain::{domain_ref, UetDomain};
-use crate::{entry, null, unsupported};
+use crate::{entry, null, object_ref, unsupported};
 use core::ffi::{c_int, c_void};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -351,15 +351,7 @@ impl UetEp {
     }
 }
 
-static EP_FID_OPS: FiOps = FiOps {
-    size: core::mem::size_of::<FiOps>(),
-    close: ep_close,
-    bind: ep_bind,
-    control: ep_control,
-    ops_open: unsupported::ops_open,
-    tostr: unsupported::tostr,
-    ops_set: unsupported::ops_set,
-};
+static EP_FID_OPS: FiOps = unsupported::fid_ops(ep_close, ep_bind, ep_control);
 
 static EP_OPS: FiOpsEp = FiOpsEp {
     size: core::mem::size_of::<FiOpsEp>(),
@@ -416,15 +408,8 @@ static EP_TAGGED_OPS: FiOpsTagged = FiOpsTagged {
 /// # Safety
 /// `fid` is NULL or a live libfabric object.
 unsafe fn ep_ref<'a>(fid: *const Fid, call: &str) -> Result<&'a UetEp, FiError> {
-    // SAFETY: NULL or live (the caller's promise); only its `struct fid` is read first.
-    let f = unsafe { fid.as_ref() }.ok_or_else(|| null(call, "ep"))?;
-    if f.fclass != FI_CLASS_EP || !core::ptr::eq(f.ops, &EP_FID_OPS) {
-        return Err(FiError::inval(format!(
-            "{call}: the fid is not a uet endpoint"
-        )));
-    }
-    // SAFETY: our ops, so the object is a `UetEp`, which starts with its `struct fid`.
-    Ok(unsafe { &*fid.cast::<UetEp>() })
+    // SAFETY: the caller's promise.
+    unsafe { object_ref(fid, FI_CLASS_EP, &EP_FID_OPS, call, "endpoint") }
 }
 
 /// `fi_endpoint`.

@@ -20,7 +20,7 @@
 
 use crate::abi::*;
 use crate::fabric::fabric_ref;
-use crate::{copy_err_data, entry, null, ssize, strerror, unsupported};
+use crate::{copy_err_data, entry, null, object_ref, ssize, strerror, unsupported};
 use core::ffi::{c_char, c_int, c_void};
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -61,15 +61,7 @@ impl UetEq {
     }
 }
 
-static EQ_FID_OPS: FiOps = FiOps {
-    size: core::mem::size_of::<FiOps>(),
-    close: eq_close,
-    bind: unsupported::bind,
-    control: unsupported::control,
-    ops_open: unsupported::ops_open,
-    tostr: unsupported::tostr,
-    ops_set: unsupported::ops_set,
-};
+static EQ_FID_OPS: FiOps = unsupported::fid_ops(eq_close, unsupported::bind, unsupported::control);
 
 static EQ_OPS: FiOpsEq = FiOpsEq {
     size: core::mem::size_of::<FiOpsEq>(),
@@ -86,15 +78,8 @@ static EQ_OPS: FiOpsEq = FiOpsEq {
 /// # Safety
 /// `fid` is NULL or a live libfabric object.
 pub(crate) unsafe fn eq_ref<'a>(fid: *mut Fid, call: &str) -> Result<&'a UetEq, FiError> {
-    // SAFETY: NULL or a live object (the caller's promise); only its `struct fid` is read.
-    let f = unsafe { fid.as_ref() }.ok_or_else(|| null(call, "eq"))?;
-    if f.fclass != FI_CLASS_EQ || !core::ptr::eq(f.ops, &EQ_FID_OPS) {
-        return Err(FiError::inval(format!(
-            "{call}: the fid is not a uet event queue"
-        )));
-    }
-    // SAFETY: our ops, so the object is a `UetEq`, which starts with its `struct fid`.
-    Ok(unsafe { &*fid.cast::<UetEq>() })
+    // SAFETY: the caller's promise.
+    unsafe { object_ref(fid, FI_CLASS_EQ, &EQ_FID_OPS, call, "event queue") }
 }
 
 /// `fi_eq_open`.

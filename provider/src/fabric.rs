@@ -2,7 +2,7 @@
 
 use crate::abi::*;
 use crate::info::FABRIC_NAME;
-use crate::{entry, info::c_str, null, unsupported};
+use crate::{entry, info::c_str, null, object_ref, unsupported};
 use core::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -18,15 +18,8 @@ pub struct Fabric {
     pub(crate) domains: Arc<AtomicUsize>,
 }
 
-static FABRIC_FID_OPS: FiOps = FiOps {
-    size: core::mem::size_of::<FiOps>(),
-    close: fabric_close,
-    bind: unsupported::bind,
-    control: unsupported::control,
-    ops_open: unsupported::ops_open,
-    tostr: unsupported::tostr,
-    ops_set: unsupported::ops_set,
-};
+static FABRIC_FID_OPS: FiOps =
+    unsupported::fid_ops(fabric_close, unsupported::bind, unsupported::control);
 
 static FABRIC_OPS: FiOpsFabric = FiOpsFabric {
     size: core::mem::size_of::<FiOpsFabric>(),
@@ -43,14 +36,16 @@ static FABRIC_OPS: FiOpsFabric = FiOpsFabric {
 /// # Safety
 /// `fabric` is NULL or a pointer [`uet_fabric`] returned and `fi_close` has not freed.
 pub(crate) unsafe fn fabric_ref<'a>(fabric: *mut FidFabric) -> Result<&'a Fabric, FiError> {
-    // SAFETY: a `Fabric` starts with its `fid_fabric` (repr(C)), so the pointers are one; it
-    // is live, as the caller promises.
-    let f =
-        unsafe { fabric.cast::<Fabric>().as_ref() }.ok_or_else(|| null("fi_domain", "fabric"))?;
-    if f.fid.fid.fclass != FI_CLASS_FABRIC {
-        return Err(FiError::inval("fi_domain: the fid is not a uet fabric"));
+    // SAFETY: the caller's promise.
+    unsafe {
+        object_ref(
+            fabric.cast(),
+            FI_CLASS_FABRIC,
+            &FABRIC_FID_OPS,
+            "fi_domain",
+            "fabric",
+        )
     }
-    Ok(f)
 }
 
 /// `fi_provider.fabric`: open a fabric on the process's NIC.

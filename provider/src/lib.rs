@@ -217,6 +217,34 @@ pub(crate) unsafe fn strerror(
     buf
 }
 
+/// The provider's object of type `T` behind a libfabric `fid` pointer. `FI_EINVAL` for NULL,
+/// and for an object of another class or another provider: its `struct fid` is read first,
+/// and the object is taken for a `T` only when its class is `class` and its operations are
+/// `ops`, a table of this crate that only `T`s carry.
+///
+/// # Safety
+/// `fid` is NULL or points to a live libfabric object, which starts with its `struct fid`;
+/// an object carrying `ops` is a `T` this crate made (`repr(C)`, its `fid` first) and stays
+/// live for `'a`.
+pub(crate) unsafe fn object_ref<'a, T>(
+    fid: *const abi::Fid,
+    class: usize,
+    ops: &'static abi::FiOps,
+    call: &str,
+    what: &str,
+) -> Result<&'a T, FiError> {
+    // SAFETY: NULL or a live object (the caller's promise); only its `struct fid` is read.
+    let f = unsafe { fid.as_ref() }.ok_or_else(|| null(call, what))?;
+    if f.fclass != class || !core::ptr::eq(f.ops, ops) {
+        return Err(FiError::inval(format!(
+            "{call}: the fid is not a uet {what}"
+        )));
+    }
+    // SAFETY: it carries `ops`, so it is a `T` of this crate, live for `'a` (the caller's
+    // promise), which starts with the `struct fid`.
+    Ok(unsafe { &*fid.cast::<T>() })
+}
+
 /// An `FI_EINVAL` error for a NULL pointer the call needs.
 pub(crate) fn null(call: &str, what: &str) -> FiError {
     FiError::inval(format!("{call}: {what} is NULL"))

@@ -2,7 +2,9 @@
 //! returns `-FI_ENOSYS`, as libfabric's own `fi_no_*` functions do, so that a call through
 //! any table entry is answered and never jumps through NULL.
 
-use crate::abi::{FiInfo, FiOpsUnsupported, FiRxAttr, FiTxAttr, Fid, FidDomain, FidEp, FidFabric};
+use crate::abi::{
+    FiInfo, FiOps, FiOpsUnsupported, FiRxAttr, FiTxAttr, Fid, FidDomain, FidEp, FidFabric,
+};
 use crate::neg;
 use core::ffi::{c_char, c_int, c_void};
 use uet_av::FiErrno;
@@ -277,3 +279,22 @@ pub(crate) static COLLECTIVE_OPS: FiOpsUnsupported<11> = FiOpsUnsupported {
     size: core::mem::size_of::<FiOpsUnsupported<11>>(),
     ops: [any_op; 11],
 };
+
+/// A `struct fi_ops` with the object's own `close`, `bind` and `control`, and the calls no
+/// object of this provider serves (`fi_open_ops`, `fi_tostr`, `fi_set_ops`) answered
+/// `-FI_ENOSYS`.
+pub(crate) const fn fid_ops(
+    close: unsafe extern "C" fn(*mut Fid) -> c_int,
+    bind: unsafe extern "C" fn(*mut Fid, *mut Fid, u64) -> c_int,
+    control: unsafe extern "C" fn(*mut Fid, c_int, *mut c_void) -> c_int,
+) -> FiOps {
+    FiOps {
+        size: core::mem::size_of::<FiOps>(),
+        close,
+        bind,
+        control,
+        ops_open,
+        tostr,
+        ops_set,
+    }
+}
