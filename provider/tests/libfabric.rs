@@ -250,6 +250,83 @@ fn two_processes_on_two_nics_over_vfio_user_ping_pong_through_the_provider() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A libfabric application started with `UET_NIC_TELEMETRY=1` answers on the driver's
+/// telemetry socket, as `uetctl ps`, `av dump --pid` and `ep list --pid` ask it: its AV's NIC
+/// table, read back from the NIC while it runs, holds what it inserted, and its endpoint
+/// translates through that table.
+#[test]
+fn a_libfabric_application_is_inspected_live_through_its_telemetry_socket() {
+    use std::io::{BufRead, BufReader, Write};
+    if !have_toolchain() {
+        return;
+    }
+    let dir = scratch("live");
+    let prov = provider_dir(&dir);
+    let program = compile("live.c", &dir, &["-lfabric"]);
+    let sockets = dir.join("telemetry");
+    std::fs::create_dir_all(&sockets).unwrap();
+    let mut child = Command::new(&program)
+        .env("FI_PROVIDER_PATH", &prov)
+        .env("FI_PROVIDER", "uet")
+        .env_remove("FI_UET_DEVICE")
+        .env(uet_driver::telemetry::ENABLE_ENV, "1")
+        .env(uet_driver::telemetry::DIR_ENV, &sockets)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+
+    let path = uet_driver::telemetry::socket_path(&sockets, child.id());
+    let stream = uet_driver::telemetry::connect(&path, std::time::Duration::from_secs(10)).unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut writer = stream;
+    let mut greeting = String::new();
+    reader.read_line(&mut greeting).unwrap();
+    let greeting: serde_json::Value = serde_json::from_str(&greeting).unwrap();
+    assert_eq!(greeting["pid"], child.id());
+    assert_eq!(greeting["nics"], 1);
+    let mut ask = |request: serde_json::Value| -> serde_json::Value {
+        writeln!(writer, "{request}").unwrap();
+        let mut reply = String::new();
+        reader.read_line(&mut reply).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&reply).unwrap();
+        v.get("ok")
+            .cloned()
+            .unwrap_or_else(|| panic!("{request}: {v}"))
+    };
+
+    let tables = ask(serde_json::json!({"cmd": "av_list", "nic": 0}));
+    let tables = tables["tables"].as_array().unwrap();
+    assert_eq!(tables.len(), 1, "{tables:?}");
+    assert_eq!(tables[0]["capacity"], 16);
+    let table = tables[0]["table"].clone();
+    let dump = ask(serde_json::json!({"cmd": "av_dump", "nic": 0, "table": table}));
+    let indices: Vec<u64> = dump["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e[0].as_u64().unwrap())
+        .collect();
+    // The three single peers at 0, 1 and 2; the range from 3.
+    assert!(indices.starts_with(&[0, 1, 2, 3]), "{indices:?}");
+    let endpoints = ask(serde_json::json!({"cmd": "ep_list", "nic": 0}));
+    let endpoints = endpoints["endpoints"].as_array().unwrap();
+    assert_eq!(endpoints.len(), 1, "{endpoints:?}");
+    assert_eq!(endpoints[0]["av_table"], table);
+    assert_eq!(endpoints[0]["fabric_addr"], "10.0.0.1");
+
+    writeln!(child.stdin.take().unwrap()).unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(rest, "ok\n");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Whether the TCP `port` is listening on this host (read from `/proc/net/tcp`, without
 /// connecting to it).
 fn listening(port: u16) -> bool {
