@@ -1092,7 +1092,7 @@ unsafe extern "C" fn ep_tsenddata(
             dest_addr,
             context as u64,
             data,
-            true,
+            e.tx_report(),
             tagged(tag),
         )
     })
@@ -1199,7 +1199,7 @@ unsafe extern "C" fn ep_trecv(
             CALL,
             &v,
             context as u64,
-            true,
+            e.rx_report(),
             Matching::Tagged { tag, ignore },
         )
     })
@@ -1225,7 +1225,7 @@ unsafe extern "C" fn ep_trecvv(
             CALL,
             &v,
             context as u64,
-            true,
+            e.rx_report(),
             Matching::Tagged { tag, ignore },
         )
     })

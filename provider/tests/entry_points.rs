@@ -741,3 +741,108 @@ fn an_endpoint_without_a_cq_for_a_direction_it_serves_is_not_enabled() {
         }
     }
 }
+
+/// Every successful completion context in peer `i`'s CQ up to and including `marker`, and
+/// whatever follows it shortly after.
+fn contexts_through(pair: &Pair, i: usize, marker: usize) -> Vec<usize> {
+    let mut seen = Vec::new();
+    loop {
+        let c = pair.wait(i).unwrap().op_context as usize;
+        seen.push(c);
+        if c == marker {
+            break;
+        }
+    }
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    while let Ok(e) = pair.read(i) {
+        seen.push(e.op_context as usize);
+    }
+    seen.sort_unstable();
+    seen
+}
+
+/// Post tagged receives on peer 1 and tagged sends from peer 0 to them through the calls
+/// that take no flags (`fi_trecv`, `fi_trecvv`; `fi_tsend`, `fi_tsendv`, `fi_tsenddata`),
+/// then a marker with `FI_COMPLETION` each way: the contexts each side reported (receives,
+/// sends), markers 10 and 20 included.
+fn flagless_tagged_completions(pair: &Pair) -> (Vec<usize>, Vec<usize>) {
+    let mut rbuf = [[0u8; 8]; 4];
+    let tagged = |i: usize| {
+        // SAFETY: an open endpoint's operations.
+        unsafe { &*(*pair.p[i].ep).tagged }
+    };
+    let (rx, tx) = (tagged(1), tagged(0));
+    let dest = pair.p[1].addr;
+    // SAFETY: open endpoints; the buffers outlive their completions, read below.
+    unsafe {
+        let iov = IoVec {
+            iov_base: rbuf[1].as_mut_ptr().cast(),
+            iov_len: 8,
+        };
+        let iov2 = IoVec {
+            iov_base: rbuf[2].as_mut_ptr().cast(),
+            iov_len: 8,
+        };
+        let ep = pair.p[1].ep;
+        let buf = rbuf[0].as_mut_ptr().cast();
+        assert_eq!((rx.recv)(ep, buf, 8, null_mut(), 0, 1, 0, 1 as _), 0);
+        assert_eq!((rx.recvv)(ep, &iov, null_mut(), 1, 0, 2, 0, 2 as _), 0);
+        assert_eq!((rx.recvv)(ep, &iov2, null_mut(), 1, 0, 3, 0, 3 as _), 0);
+        let ep = pair.p[0].ep;
+        let x = b"x".as_ptr();
+        assert_eq!((tx.send)(ep, x.cast(), 1, null_mut(), dest, 1, 11 as _), 0);
+        let siov = IoVec {
+            iov_base: x.cast_mut().cast(),
+            iov_len: 1,
+        };
+        assert_eq!((tx.sendv)(ep, &siov, null_mut(), 1, dest, 2, 12 as _), 0);
+        assert_eq!(
+            (tx.senddata)(ep, x.cast(), 1, null_mut(), 5, dest, 3, 13 as _),
+            0
+        );
+        let riov = IoVec {
+            iov_base: rbuf[3].as_mut_ptr().cast(),
+            iov_len: 8,
+        };
+        let msg = |iov: &IoVec, addr, context: usize| FiMsgTagged {
+            msg_iov: iov,
+            desc: null_mut(),
+            iov_count: 1,
+            addr,
+            tag: 4,
+            ignore: 0,
+            context: context as _,
+            data: 0,
+        };
+        assert_eq!(
+            (rx.recvmsg)(pair.p[1].ep, &msg(&riov, 0, 10), FI_COMPLETION),
+            0
+        );
+        assert_eq!(
+            (tx.sendmsg)(pair.p[0].ep, &msg(&siov, dest, 20), FI_COMPLETION),
+            0
+        );
+    }
+    (contexts_through(pair, 1, 10), contexts_through(pair, 0, 20))
+}
+
+#[test]
+fn with_selective_completion_the_flagless_tagged_calls_report_as_the_endpoints_op_flags_say() {
+    // op_flags without FI_COMPLETION: fi_trecv, fi_trecvv, fi_tsend, fi_tsendv and
+    // fi_tsenddata report no success, as their untagged counterparts.
+    let pair = Pair::new(FI_SELECTIVE_COMPLETION);
+    assert_eq!(flagless_tagged_completions(&pair), (vec![10], vec![20]));
+    drop(pair);
+    // op_flags with FI_COMPLETION: they do.
+    let pair = Pair::with_info(FI_SELECTIVE_COMPLETION, |info| {
+        // SAFETY: the provider's info has both attributes.
+        unsafe {
+            (*info.tx_attr).op_flags = FI_COMPLETION;
+            (*info.rx_attr).op_flags = FI_COMPLETION;
+        }
+    });
+    assert_eq!(
+        flagless_tagged_completions(&pair),
+        (vec![1, 2, 3, 10], vec![11, 12, 13, 20])
+    );
+}
