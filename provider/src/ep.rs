@@ -58,6 +58,7 @@ pub const IOV_LIMIT: usize = 4;
 /// `FI_DELIVERY_COMPLETE`, `FI_MATCH_COMPLETE`) are all met: a send completes when the
 /// target's response comes back, after the message has been placed in a receive buffer (or
 /// refused: an untagged message with no receive posted completes `FI_ENORX`).
+/// `fi_tsendmsg` takes them but `FI_MATCH_COMPLETE` ([`TSENDMSG_FLAGS`]).
 const SENDMSG_FLAGS: u64 = FI_COMPLETION
     | FI_REMOTE_CQ_DATA
     | FI_INJECT
@@ -66,6 +67,10 @@ const SENDMSG_FLAGS: u64 = FI_COMPLETION
     | FI_TRANSMIT_COMPLETE
     | FI_DELIVERY_COMPLETE
     | FI_MATCH_COMPLETE;
+/// Flags `fi_tsendmsg` takes: those of `fi_sendmsg` but `FI_MATCH_COMPLETE`, which a tagged
+/// send cannot meet. A tagged message that arrives before its receive is held on the NIC's
+/// unexpected list and answered at once, so its send completes before any receive matches it.
+const TSENDMSG_FLAGS: u64 = SENDMSG_FLAGS & !FI_MATCH_COMPLETE;
 /// `FI_INJECT_COMPLETE`.
 const FI_INJECT_COMPLETE: u64 = 1 << 26;
 /// `FI_TRANSMIT_COMPLETE`.
@@ -1131,8 +1136,11 @@ unsafe extern "C" fn ep_tsendmsg(ep: *mut FidEp, msg: *const FiMsgTagged, flags:
         let e = unsafe { ep_ref(ep.cast(), CALL) }?;
         // SAFETY: NULL or a valid message (libfabric's contract).
         let m = unsafe { msg.as_ref() }.ok_or_else(|| null(CALL, "msg"))?;
-        if flags & !SENDMSG_FLAGS != 0 {
-            return Err(FiError::badflags(format!("{CALL}: flags {flags:#x}")));
+        if flags & !TSENDMSG_FLAGS != 0 {
+            return Err(FiError::badflags(format!(
+                "{CALL}: flags {flags:#x} (FI_MATCH_COMPLETE cannot be met: a tagged message \
+                 that arrives before its receive completes at once)"
+            )));
         }
         // SAFETY: `msg_iov` holds `iov_count` iovecs (libfabric's contract).
         let v = unsafe { iovecs(m.msg_iov, m.iov_count, CALL) }?;

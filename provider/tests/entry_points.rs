@@ -846,3 +846,49 @@ fn with_selective_completion_the_flagless_tagged_calls_report_as_the_endpoints_o
         (vec![1, 2, 3, 10], vec![11, 12, 13, 20])
     );
 }
+
+#[test]
+fn a_tagged_send_asking_for_match_complete_is_refused_as_it_completes_before_its_match() {
+    let pair = Pair::new(0);
+    // SAFETY: an open endpoint's operations.
+    let tagged = unsafe { &*(*pair.p[0].ep).tagged };
+    let iov = IoVec {
+        iov_base: b"early".as_ptr().cast_mut().cast(),
+        iov_len: 5,
+    };
+    let msg = FiMsgTagged {
+        msg_iov: &iov,
+        desc: null_mut(),
+        iov_count: 1,
+        addr: pair.p[1].addr,
+        tag: 9,
+        ignore: 0,
+        context: 30 as _,
+        data: 0,
+    };
+    // No receive is posted at peer 1: the NIC holds the message on its unexpected list and
+    // answers at once, so a completion could only come before the match fi_cq(3)'s
+    // FI_MATCH_COMPLETE waits for.
+    // SAFETY: an open endpoint; the message is copied at the call.
+    let ret = unsafe { (tagged.sendmsg)(pair.p[0].ep, &msg, FI_COMPLETION | (1 << 31)) };
+    if ret == 0 {
+        panic!(
+            "accepted, and completed with no receive posted: {:?}",
+            pair.wait(0).map(|e| e.op_context as usize)
+        );
+    }
+    assert_eq!(ret, neg(FiErrno::FI_EBADFLAGS));
+    // Nothing was sent.
+    let mut rbuf = [0u8; 8];
+    // SAFETY: an open endpoint; the buffer outlives the receive, cancelled by the close.
+    unsafe {
+        let rx = &*(*pair.p[1].ep).tagged;
+        let buf = rbuf.as_mut_ptr().cast();
+        assert_eq!(
+            (rx.recv)(pair.p[1].ep, buf, 8, null_mut(), 0, 9, 0, 31 as _),
+            0
+        );
+    }
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert_eq!(pair.read(1).err(), Some(neg(FiErrno::FI_EAGAIN)));
+}
