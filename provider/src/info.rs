@@ -5,7 +5,7 @@
 //!
 //! | hint | offered |
 //! |---|---|
-//! | `caps` | `FI_MSG`, `FI_TAGGED`, `FI_SEND`, `FI_RECV`, `FI_SOURCE`, `FI_LOCAL_COMM`, `FI_REMOTE_COMM`, `FI_SHARED_AV`, `FI_AV_USER_ID` |
+//! | `caps` | `FI_MSG`, `FI_TAGGED`, `FI_SEND`, `FI_RECV`, `FI_SOURCE`, `FI_LOCAL_COMM`, `FI_REMOTE_COMM`, `FI_SHARED_AV`, `FI_AV_USER_ID`; of `FI_MSG` and `FI_TAGGED` only those the hints name, in the directions (`FI_SEND`, `FI_RECV`) they name |
 //! | `addr_format` | `FI_FORMAT_UNSPEC` (the 32-byte UET address) or `FI_ADDR_STR` |
 //! | `ep_attr->type` | `FI_EP_RDM` |
 //! | `domain_attr->av_type` | `FI_AV_TABLE` (`FI_AV_MAP` behaves as a table, as in libfabric 2.x, and is answered so) |
@@ -56,6 +56,30 @@ pub const PROVIDER_CAPS: u64 = FI_MSG
     | FI_REMOTE_COMM
     | FI_SHARED_AV
     | FI_AV_USER_ID;
+
+/// The primary capabilities the provider offers (`FI_MSG`, `FI_TAGGED`).
+const PRIMARY_CAPS: u64 = FI_MSG | FI_TAGGED;
+/// Their modifiers: the directions (`FI_SEND`, `FI_RECV`).
+const DIRECTION_CAPS: u64 = FI_SEND | FI_RECV_CAP;
+
+/// The answer's `caps` for hints asking `wanted`: every capability when they ask none;
+/// otherwise only the primary capabilities they name, as `fi_getinfo(3)` has it (all of them
+/// when they name none), in the directions they name (both when they name neither), and the
+/// secondary capabilities, which a provider may report unasked.
+fn answer_caps(wanted: u64) -> u64 {
+    if wanted == 0 {
+        return PROVIDER_CAPS;
+    }
+    let primary = match wanted & PRIMARY_CAPS {
+        0 => PRIMARY_CAPS,
+        named => named,
+    };
+    let directions = match wanted & DIRECTION_CAPS {
+        0 => DIRECTION_CAPS,
+        named => named,
+    };
+    primary | directions | (PROVIDER_CAPS & !(PRIMARY_CAPS | DIRECTION_CAPS))
+}
 
 /// `FI_SOURCE` of `fi_getinfo`'s flags.
 pub const FI_SOURCE: u64 = 1 << 57;
@@ -414,7 +438,7 @@ unsafe fn fill(
 ) -> Result<(), FiError> {
     // SAFETY: valid and ours, as the caller promises.
     let i = unsafe { &mut *info };
-    i.caps = PROVIDER_CAPS;
+    i.caps = answer_caps(w.caps);
     i.mode = 0;
     i.addr_format = match w.addr_format {
         AddrFormat::Uet => FI_FORMAT_UNSPEC,
@@ -436,12 +460,12 @@ unsafe fn fill(
     unsafe {
         let defaults = uet_driver::EndpointAttr::default();
         let tx = &mut *i.tx_attr;
-        tx.caps = FI_MSG | FI_TAGGED | FI_SEND;
+        tx.caps = (FI_MSG | FI_TAGGED | FI_SEND) & i.caps;
         tx.inject_size = MAX_INJECT_BYTES.min(MSG_BUF_BYTES);
         tx.size = 1 << defaults.tx_log2;
         tx.iov_limit = IOV_LIMIT;
         let rx = &mut *i.rx_attr;
-        rx.caps = FI_MSG | FI_TAGGED | FI_RECV_CAP | FI_SOURCE_CAP;
+        rx.caps = (FI_MSG | FI_TAGGED | FI_RECV_CAP | FI_SOURCE_CAP) & i.caps;
         rx.size = 1 << defaults.rx_log2;
         rx.iov_limit = IOV_LIMIT;
         let ep = &mut *i.ep_attr;

@@ -280,7 +280,7 @@ impl Pair {
 
     /// [`Pair::new`], the endpoints opened with the provider's `fi_info` as `edit` leaves it.
     fn with_info(cq_flags: u64, edit: impl Fn(&mut FiInfo)) -> Pair {
-        let open = Open::new(FI_MSG | FI_SOURCE_CAP, FI_FORMAT_UNSPEC);
+        let open = Open::new(FI_MSG | FI_TAGGED | FI_SOURCE_CAP, FI_FORMAT_UNSPEC);
         let mut attr = av_attr(16);
         let av = open.av_open(&mut attr).unwrap();
         // SAFETY: the provider's own info, restored after the endpoints are opened.
@@ -891,4 +891,74 @@ fn a_tagged_send_asking_for_match_complete_is_refused_as_it_completes_before_its
     }
     std::thread::sleep(std::time::Duration::from_millis(20));
     assert_eq!(pair.read(1).err(), Some(neg(FiErrno::FI_EAGAIN)));
+}
+
+#[test]
+fn the_answer_enables_only_the_primary_capabilities_and_directions_the_hints_name() {
+    // SAFETY: the provider's answers, read, then freed once.
+    let caps = |hint: u64| unsafe {
+        let info = getinfo(None, None, 0, Some(&Hints::new(hint, FI_FORMAT_UNSPEC))).unwrap();
+        let caps = (
+            (*info).caps,
+            (*(*info).tx_attr).caps,
+            (*(*info).rx_attr).caps,
+        );
+        uet_fi::info::free_info(info);
+        caps
+    };
+    let primary = FI_MSG | FI_TAGGED | FI_SEND | FI_RECV;
+    // fi_getinfo(3): primary capabilities must be requested, and only those are enabled;
+    // with no modifier every direction is assumed.
+    for (hint, want) in [
+        (0, primary),
+        (FI_MSG, FI_MSG | FI_SEND | FI_RECV),
+        (FI_TAGGED | FI_SOURCE_CAP, FI_TAGGED | FI_SEND | FI_RECV),
+        (FI_MSG | FI_SEND, FI_MSG | FI_SEND),
+        (FI_MSG | FI_TAGGED | FI_RECV, FI_MSG | FI_TAGGED | FI_RECV),
+    ] {
+        let (info, tx, rx) = caps(hint);
+        assert_eq!(info & primary, want, "caps of the answer to {hint:#x}");
+        assert_eq!(tx & !info, 0, "tx_attr caps of the answer to {hint:#x}");
+        assert_eq!(rx & !info, 0, "rx_attr caps of the answer to {hint:#x}");
+        assert_eq!(info & hint, hint, "secondary caps asked for are kept");
+    }
+    // A send-only endpoint, opened with the answer to send-only hints, needs no receive CQ.
+    let open = Open::new(FI_MSG | FI_SEND, FI_FORMAT_UNSPEC);
+    let mut attr = av_attr(16);
+    let av = open.av_open(&mut attr).unwrap();
+    let mut cq = null_mut();
+    let mut ep: *mut FidEp = null_mut();
+    let mut cq_attr = FiCqAttr {
+        size: 0,
+        flags: 0,
+        format: FI_CQ_FORMAT_CONTEXT,
+        wait_obj: FI_WAIT_NONE,
+        signaling_vector: 0,
+        wait_cond: 0,
+        wait_set: null_mut(),
+    };
+    // SAFETY: an open domain and AV; valid attributes and out pointers; closed once.
+    unsafe {
+        let ops = &*(*open.domain).ops;
+        assert_eq!(
+            (ops.cq_open)(open.domain, &mut cq_attr, &mut cq, null_mut()),
+            0
+        );
+        assert_eq!(
+            (ops.endpoint)(
+                open.domain,
+                open.info.cast(),
+                (&raw mut ep).cast(),
+                null_mut()
+            ),
+            0
+        );
+        let fops = &*(*ep).fid.ops;
+        assert_eq!((fops.bind)(&mut (*ep).fid, &mut (*av).fid, 0), 0);
+        assert_eq!((fops.bind)(&mut (*ep).fid, &mut (*cq).fid, FI_TRANSMIT), 0);
+        assert_eq!((fops.control)(&mut (*ep).fid, FI_ENABLE, null_mut()), 0);
+        assert_eq!(close(&mut (*ep).fid), 0);
+        assert_eq!(close(&mut (*cq).fid), 0);
+        assert_eq!(close(&mut (*av).fid), 0);
+    }
 }
