@@ -72,11 +72,11 @@ const SENDMSG_FLAGS: u64 = FI_COMPLETION
 /// unexpected list and answered at once, so its send completes before any receive matches it.
 const TSENDMSG_FLAGS: u64 = SENDMSG_FLAGS & !FI_MATCH_COMPLETE;
 /// `FI_INJECT_COMPLETE`.
-const FI_INJECT_COMPLETE: u64 = 1 << 26;
+pub(crate) const FI_INJECT_COMPLETE: u64 = 1 << 26;
 /// `FI_TRANSMIT_COMPLETE`.
-const FI_TRANSMIT_COMPLETE: u64 = 1 << 27;
+pub(crate) const FI_TRANSMIT_COMPLETE: u64 = 1 << 27;
 /// `FI_DELIVERY_COMPLETE`.
-const FI_DELIVERY_COMPLETE: u64 = 1 << 28;
+pub(crate) const FI_DELIVERY_COMPLETE: u64 = 1 << 28;
 /// `FI_MATCH_COMPLETE`.
 const FI_MATCH_COMPLETE: u64 = 1 << 31;
 /// Flags `fi_recvmsg` takes.

@@ -12,7 +12,7 @@
 //! | `domain_attr->name`, `fabric_attr->name`, `fabric_attr->prov_name` | the NIC's, `uet`, `uet` |
 //! | `domain_attr->ep_cnt`, `max_ep_rx_ctx` | up to the NIC's endpoints and receive contexts |
 //! | `domain_attr->auth_key` | a 4-byte JobID (24 bits), or none |
-//! | `tx_attr`, `rx_attr` | caps `FI_MSG`, `FI_TAGGED` with `FI_SEND`, or with `FI_RECV` and `FI_SOURCE`; sizes, `iov_limit`, `inject_size` up to the provider's |
+//! | `tx_attr`, `rx_attr` | caps `FI_MSG`, `FI_TAGGED` with `FI_SEND`, or with `FI_RECV` and `FI_SOURCE`; sizes, `iov_limit`, `inject_size` up to the provider's; `op_flags` returned, those the provider honours (`FI_COMPLETION`; for sends `FI_INJECT`, `FI_INJECT_COMPLETE`, `FI_TRANSMIT_COMPLETE`, `FI_DELIVERY_COMPLETE`) |
 //! | `ep_attr->max_msg_size` | up to 16 KiB |
 //! | `src_addr`, `dest_addr` | returned; a source must be on this NIC |
 //!
@@ -25,7 +25,9 @@
 //! Everything the answer points to is allocated with `malloc`, as `fi_freeinfo` frees it.
 
 use crate::abi::*;
-use crate::ep::{IOV_LIMIT, MSG_BUF_BYTES};
+use crate::ep::{
+    FI_DELIVERY_COMPLETE, FI_INJECT_COMPLETE, FI_TRANSMIT_COMPLETE, IOV_LIMIT, MSG_BUF_BYTES,
+};
 use crate::{entry, null, PROVIDER_NAME, PROVIDER_VERSION};
 use core::ffi::{c_char, c_int, c_void, CStr};
 use std::net::IpAddr;
@@ -56,6 +58,14 @@ pub const PROVIDER_CAPS: u64 = FI_MSG
     | FI_REMOTE_COMM
     | FI_SHARED_AV
     | FI_AV_USER_ID;
+
+/// Default transmit flags (`tx_attr->op_flags`) the provider honours: `FI_COMPLETION`
+/// (the flag an endpoint's flagless sends take), `FI_INJECT` (every send copies its buffer)
+/// and the completion levels a send always meets.
+const TX_OP_FLAGS: u64 =
+    FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE | FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE;
+/// Default receive flags (`rx_attr->op_flags`) the provider honours: `FI_COMPLETION`.
+const RX_OP_FLAGS: u64 = FI_COMPLETION;
 
 /// The primary capabilities the provider offers (`FI_MSG`, `FI_TAGGED`).
 const PRIMARY_CAPS: u64 = FI_MSG | FI_TAGGED;
@@ -101,6 +111,10 @@ struct Wanted {
     ep_cnt: usize,
     max_ep_rx_ctx: usize,
     job_id: Option<u32>,
+    /// `tx_attr->op_flags` and `rx_attr->op_flags`: the answer carries them, and an
+    /// endpoint opened with it takes them as its flagless calls' flags.
+    tx_op_flags: u64,
+    rx_op_flags: u64,
 }
 
 /// A C string argument, `None` when NULL. `FI_EINVAL` when it is not UTF-8.
@@ -165,6 +179,13 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
                 1 << defaults.tx_log2
             )));
         }
+        if tx.op_flags & !TX_OP_FLAGS != 0 {
+            return Err(nodata(format!(
+                "tx_attr->op_flags {:#x}: the provider honours {TX_OP_FLAGS:#x}",
+                tx.op_flags
+            )));
+        }
+        w.tx_op_flags = tx.op_flags;
     }
     // SAFETY: NULL or valid, as the caller promises.
     if let Some(rx) = unsafe { h.rx_attr.as_ref() } {
@@ -179,6 +200,13 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
                 1 << defaults.rx_log2
             )));
         }
+        if rx.op_flags & !RX_OP_FLAGS != 0 {
+            return Err(nodata(format!(
+                "rx_attr->op_flags {:#x}: the provider honours {RX_OP_FLAGS:#x}",
+                rx.op_flags
+            )));
+        }
+        w.rx_op_flags = rx.op_flags;
     }
     // SAFETY: NULL or valid, as the caller promises.
     if let Some(ep) = unsafe { h.ep_attr.as_ref() } {
@@ -464,10 +492,12 @@ unsafe fn fill(
         tx.inject_size = MAX_INJECT_BYTES.min(MSG_BUF_BYTES);
         tx.size = 1 << defaults.tx_log2;
         tx.iov_limit = IOV_LIMIT;
+        tx.op_flags = w.tx_op_flags;
         let rx = &mut *i.rx_attr;
         rx.caps = (FI_MSG | FI_TAGGED | FI_RECV_CAP | FI_SOURCE_CAP) & i.caps;
         rx.size = 1 << defaults.rx_log2;
         rx.iov_limit = IOV_LIMIT;
+        rx.op_flags = w.rx_op_flags;
         let ep = &mut *i.ep_attr;
         ep.ep_type = FI_EP_RDM;
         ep.max_msg_size = MSG_BUF_BYTES;

@@ -962,3 +962,30 @@ fn the_answer_enables_only_the_primary_capabilities_and_directions_the_hints_nam
         assert_eq!(close(&mut (*av).fid), 0);
     }
 }
+
+#[test]
+fn the_answer_keeps_the_op_flags_the_hints_ask_for_and_refuses_those_it_cannot_honour() {
+    let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+    // SAFETY: the hints' own attributes.
+    unsafe {
+        (*hints.info.tx_attr).op_flags = FI_COMPLETION | FI_INJECT;
+        (*hints.info.rx_attr).op_flags = FI_COMPLETION;
+    }
+    let info = getinfo(None, None, 0, Some(&hints)).expect("fi_getinfo with op_flags");
+    // SAFETY: the provider's answer, read, then freed once.
+    let (tx, rx) = unsafe {
+        let flags = ((*(*info).tx_attr).op_flags, (*(*info).rx_attr).op_flags);
+        uet_fi::info::free_info(info);
+        flags
+    };
+    // An endpoint opened with the answer takes its flagless calls' flags from these
+    // (fi_endpoint(3)): without FI_COMPLETION, FI_SELECTIVE_COMPLETION would hide them.
+    assert_eq!((tx, rx), (FI_COMPLETION | FI_INJECT, FI_COMPLETION));
+    // FI_MULTI_RECV as a receive default: the provider has no multi-receive buffers.
+    // SAFETY: the hints' own attributes.
+    unsafe { (*hints.info.rx_attr).op_flags = FI_COMPLETION | (1 << 16) };
+    assert_eq!(
+        getinfo(None, None, 0, Some(&hints)).err(),
+        Some(-(FiErrno::FI_ENODATA.get() as c_int))
+    );
+}
