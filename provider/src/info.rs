@@ -12,6 +12,7 @@
 //! | `domain_attr->name`, `fabric_attr->name`, `fabric_attr->prov_name` | the NIC's, `uet`, `uet` |
 //! | `domain_attr->ep_cnt`, `max_ep_rx_ctx` | up to the NIC's endpoints and receive contexts |
 //! | `domain_attr->auth_key` | a 4-byte JobID (24 bits), or none |
+//! | `domain_attr->cq_data_size` | up to 8 bytes |
 //! | `tx_attr`, `rx_attr` | caps `FI_MSG`, `FI_TAGGED` with `FI_SEND`, or with `FI_RECV` and `FI_SOURCE`; sizes, `iov_limit`, `inject_size` up to the provider's; `op_flags` returned, those the provider honours (`FI_COMPLETION`; for sends `FI_INJECT`, `FI_INJECT_COMPLETE`, `FI_TRANSMIT_COMPLETE`, `FI_DELIVERY_COMPLETE`) |
 //! | `ep_attr->max_msg_size` | up to 16 KiB |
 //! | `src_addr`, `dest_addr` | returned; a source must be on this NIC |
@@ -66,6 +67,10 @@ const TX_OP_FLAGS: u64 =
     FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE | FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE;
 /// Default receive flags (`rx_attr->op_flags`) the provider honours: `FI_COMPLETION`.
 const RX_OP_FLAGS: u64 = FI_COMPLETION;
+
+/// Bytes of remote CQ data a message carries (`domain_attr->cq_data_size`): the 64 bits of
+/// `fi_senddata` and `fi_injectdata`.
+const CQ_DATA_SIZE: usize = 8;
 
 /// The primary capabilities the provider offers (`FI_MSG`, `FI_TAGGED`).
 const PRIMARY_CAPS: u64 = FI_MSG | FI_TAGGED;
@@ -255,6 +260,12 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
             return Err(nodata(format!(
                 "ep_cnt {} is more than the NIC's {} endpoints",
                 w.ep_cnt, limits.max_endpoints
+            )));
+        }
+        if d.cq_data_size > CQ_DATA_SIZE {
+            return Err(nodata(format!(
+                "cq_data_size {} is more than the provider's {CQ_DATA_SIZE}",
+                d.cq_data_size
             )));
         }
         if w.max_ep_rx_ctx as u64 > limits.max_rx_ctx {
@@ -515,6 +526,7 @@ unsafe fn fill(
         // No mode bit: messages go through the provider's own buffers, so nothing needs to be
         // registered, and the provider serves no memory regions yet.
         d.mr_mode = 0;
+        d.cq_data_size = CQ_DATA_SIZE;
         d.ep_cnt = if w.ep_cnt == 0 {
             limits.max_endpoints as usize
         } else {

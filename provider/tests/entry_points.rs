@@ -989,3 +989,24 @@ fn the_answer_keeps_the_op_flags_the_hints_ask_for_and_refuses_those_it_cannot_h
         Some(-(FiErrno::FI_ENODATA.get() as c_int))
     );
 }
+
+#[test]
+fn the_answer_gives_the_eight_bytes_of_remote_cq_data_a_message_carries() {
+    // SAFETY: the provider's answer, read, then freed once.
+    let size = |hints: &Hints| unsafe {
+        getinfo(None, None, 0, Some(hints)).map(|info| {
+            let size = (*(*info).domain_attr).cq_data_size;
+            uet_fi::info::free_info(info);
+            size
+        })
+    };
+    let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+    // fi_senddata and fi_injectdata carry 64 bits; fi_domain(3): 0 would say none.
+    assert_eq!(size(&hints), Ok(8));
+    // SAFETY: the hints' own attributes.
+    unsafe { (*hints.info.domain_attr).cq_data_size = 4 };
+    assert_eq!(size(&hints), Ok(8));
+    // SAFETY: as above.
+    unsafe { (*hints.info.domain_attr).cq_data_size = 16 };
+    assert_eq!(size(&hints), Err(-(FiErrno::FI_ENODATA.get() as c_int)));
+}
