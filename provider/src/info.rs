@@ -13,7 +13,7 @@
 //! | `domain_attr->ep_cnt`, `max_ep_rx_ctx` | up to the NIC's endpoints and receive contexts |
 //! | `domain_attr->auth_key` | a 4-byte JobID (24 bits), or none |
 //! | `domain_attr->cq_data_size` | up to 8 bytes |
-//! | `tx_attr`, `rx_attr` | caps `FI_MSG`, `FI_TAGGED` with `FI_SEND`, or with `FI_RECV` and `FI_SOURCE`; sizes, `iov_limit`, `inject_size` up to the provider's; `op_flags` returned, those the provider honours (`FI_COMPLETION`; for sends `FI_INJECT`, `FI_INJECT_COMPLETE`, `FI_TRANSMIT_COMPLETE`, `FI_DELIVERY_COMPLETE`) |
+//! | `tx_attr`, `rx_attr` | caps `FI_MSG`, `FI_TAGGED` with `FI_SEND`, or with `FI_RECV` and `FI_SOURCE`; sizes, `iov_limit`, `inject_size` up to the provider's; `op_flags` returned, those the provider honours (`FI_COMPLETION`; for sends `FI_INJECT`, `FI_INJECT_COMPLETE`, `FI_TRANSMIT_COMPLETE`, `FI_DELIVERY_COMPLETE`); no `msg_order` or `comp_order` (messages travel unordered) |
 //! | `ep_attr->max_msg_size` | up to 16 KiB |
 //! | `src_addr`, `dest_addr` | returned; a source must be on this NIC |
 //!
@@ -191,6 +191,13 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
             )));
         }
         w.tx_op_flags = tx.op_flags;
+        if tx.msg_order != 0 || tx.comp_order != 0 {
+            return Err(nodata(format!(
+                "tx_attr msg_order {:#x}, comp_order {:#x}: messages travel unordered (RUD) \
+                 and complete as their responses come back",
+                tx.msg_order, tx.comp_order
+            )));
+        }
     }
     // SAFETY: NULL or valid, as the caller promises.
     if let Some(rx) = unsafe { h.rx_attr.as_ref() } {
@@ -212,6 +219,12 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
             )));
         }
         w.rx_op_flags = rx.op_flags;
+        if rx.msg_order != 0 || rx.comp_order != 0 {
+            return Err(nodata(format!(
+                "rx_attr msg_order {:#x}, comp_order {:#x}: messages travel unordered (RUD)",
+                rx.msg_order, rx.comp_order
+            )));
+        }
     }
     // SAFETY: NULL or valid, as the caller promises.
     if let Some(ep) = unsafe { h.ep_attr.as_ref() } {

@@ -1010,3 +1010,31 @@ fn the_answer_gives_the_eight_bytes_of_remote_cq_data_a_message_carries() {
     unsafe { (*hints.info.domain_attr).cq_data_size = 16 };
     assert_eq!(size(&hints), Err(-(FiErrno::FI_ENODATA.get() as c_int)));
 }
+
+#[test]
+fn hints_asking_for_an_ordering_are_refused_as_messages_travel_unordered() {
+    // Messages go as reliable unordered deliveries (RUD) and complete as their responses
+    // come back: the provider guarantees no order (FI_ORDER_SAS, FI_ORDER_STRICT 0x1ff),
+    // and fi_getinfo(3) has a hint it cannot meet fail with -FI_ENODATA.
+    let no_data = Err(-(FiErrno::FI_ENODATA.get() as c_int));
+    for field in 0..4 {
+        let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+        // SAFETY: the hints' own attributes.
+        unsafe {
+            let tx = &mut *hints.info.tx_attr;
+            let rx = &mut *hints.info.rx_attr;
+            match field {
+                0 => tx.msg_order = FI_ORDER_SAS,
+                1 => rx.msg_order = FI_ORDER_SAS,
+                2 => tx.comp_order = 0x1ff,
+                _ => rx.comp_order = 0x1ff,
+            }
+        }
+        let got = getinfo(None, None, 0, Some(&hints));
+        if let Ok(info) = got {
+            // SAFETY: the provider's answer, freed once.
+            unsafe { uet_fi::info::free_info(info) };
+        }
+        assert_eq!(got, no_data, "hint {field}");
+    }
+}
