@@ -168,6 +168,29 @@ impl DmaBuffer {
         Ok(())
     }
 
+    /// Copy `parts` one after another into the buffer (a gather: an iovec list) and set its
+    /// length to their total. Nothing is written when they do not fit.
+    pub fn fill_parts(&mut self, parts: &[&[u8]]) -> Result<(), DriverError> {
+        let total = parts
+            .iter()
+            .try_fold(0usize, |t, p| t.checked_add(p.len()))
+            .filter(|&t| t <= self.capacity())
+            .ok_or_else(|| {
+                DriverError::InvalidArgument(format!(
+                    "{} parts do not fit a {}-byte buffer",
+                    parts.len(),
+                    self.capacity()
+                ))
+            })?;
+        let mut at = self.offset();
+        for part in parts {
+            self.pool.region.region().write_bytes(at, part)?;
+            at += part.len();
+        }
+        self.len = total;
+        Ok(())
+    }
+
     /// Copy the buffer's valid data into `out` (at most `out.len()` bytes); returns the count.
     pub fn read(&self, out: &mut [u8]) -> Result<usize, DmaError> {
         let n = self.len.min(out.len());

@@ -37,7 +37,6 @@ use crate::cq::{Completion, CompletionError, UetCq, NO_SOURCE};
 use crate::domain::{domain_ref, UetDomain};
 use crate::{entry, null, object_ref, unsupported};
 use core::ffi::{c_int, c_void};
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use uet_av::{FiErrno, FiError};
@@ -103,6 +102,20 @@ impl Matching {
     }
 }
 
+/// An application's iovec list, `(base, len)` each, held inline: posting a message allocates
+/// nothing.
+#[derive(Clone, Copy, Default)]
+struct IoList {
+    parts: [(usize, usize); IOV_LIMIT],
+    len: usize,
+}
+
+impl IoList {
+    fn as_slice(&self) -> &[(usize, usize)] {
+        &self.parts[..self.len]
+    }
+}
+
 /// An operation in flight, by the token the NIC carries as its context.
 enum Posted {
     Send {
@@ -114,8 +127,8 @@ enum Posted {
         context: u64,
         report: bool,
         matching: Matching,
-        /// The application's buffers: (address, length).
-        iov: Vec<(usize, usize)>,
+        /// The application's buffers.
+        iov: IoList,
     },
 }
 
@@ -132,8 +145,11 @@ struct EpState {
     driver: Option<Endpoint>,
     /// Its message buffers.
     pool: Option<DmaPool>,
-    posted: HashMap<u64, Posted>,
-    next_token: u64,
+    /// Operations in flight: the NIC carries `index + 1` as an operation's context (0 is its
+    /// inject completions'), so a completion finds its operation without a search.
+    posted: Vec<Option<Posted>>,
+    /// Free slots of `posted`.
+    free: Vec<usize>,
     av: Option<*const UetAv>,
     tx_cq: Option<CqBinding>,
     rx_cq: Option<CqBinding>,
@@ -183,7 +199,7 @@ impl EpShared {
 impl EpState {
     /// The completion of `ev` and the CQ it goes to, or `None` when it is not reported.
     fn complete(&mut self, mut ev: CqEvent) -> Option<(*const UetCq, Completion)> {
-        let posted = match self.posted.remove(&ev.context) {
+        let posted = match self.take(ev.context) {
             Some(posted) => posted,
             // A failed inject: the NIC reports it with context 0, which no posted operation
             // has (tokens start at 1), and it is reported as every failed operation is,
@@ -241,6 +257,7 @@ impl EpState {
         if let Some(iov) = iov {
             src = ev.src_addr;
             entry.buf = iov
+                .as_slice()
                 .first()
                 .map_or(core::ptr::null_mut(), |&(p, _)| p as *mut c_void);
             if flags & FI_TAGGED != 0 {
@@ -251,7 +268,10 @@ impl EpState {
                 if ev.data != 0 {
                     entry.flags |= FI_REMOTE_CQ_DATA;
                 }
-                let (copied, dropped) = ev.buffer.as_ref().map_or((0, 0), |b| scatter(b, &iov));
+                let (copied, dropped) = ev
+                    .buffer
+                    .as_ref()
+                    .map_or((0, 0), |b| scatter(b, iov.as_slice()));
                 entry.len = copied;
                 if dropped > 0 {
                     error = Some(CompletionError {
@@ -277,10 +297,28 @@ impl EpState {
         Some((binding.cq, Completion { entry, src, error }))
     }
 
-    /// A token for a new operation: never 0, the context of the NIC's inject completions.
-    fn token(&mut self) -> u64 {
-        self.next_token = self.next_token.checked_add(1).unwrap_or(1);
-        self.next_token
+    /// Hold `op` until its completion: its token, the context the NIC carries (never 0, the
+    /// context of the NIC's inject completions).
+    fn hold(&mut self, op: Posted) -> u64 {
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.posted[slot] = Some(op);
+                slot
+            }
+            None => {
+                self.posted.push(Some(op));
+                self.posted.len() - 1
+            }
+        };
+        slot as u64 + 1
+    }
+
+    /// The operation of `token`, no longer held; `None` for a token that holds none.
+    fn take(&mut self, token: u64) -> Option<Posted> {
+        let slot = usize::try_from(token.checked_sub(1)?).ok()?;
+        let op = self.posted.get_mut(slot)?.take()?;
+        self.free.push(slot);
+        Some(op)
     }
 
     /// The enabled endpoint and a free buffer. `FI_EOPBADSTATE` before `fi_enable`,
@@ -466,8 +504,8 @@ pub(crate) unsafe extern "C" fn domain_endpoint(
                 state: Mutex::new(EpState {
                     driver: None,
                     pool: None,
-                    posted: HashMap::new(),
-                    next_token: 0,
+                    posted: Vec::new(),
+                    free: Vec::new(),
                     av: None,
                     tx_cq: None,
                     rx_cq: None,
@@ -651,47 +689,46 @@ unsafe extern "C" fn ep_getname(fid: *mut Fid, addr: *mut c_void, addrlen: *mut 
     })
 }
 
-/// Post a send of `iov`'s bytes to `dest`.
+/// Post a send of `iov`'s bytes to `dest`, gathered into one of the endpoint's buffers.
 #[allow(clippy::too_many_arguments)]
 fn send(
     e: &UetEp,
     call: &str,
-    iov: &[(usize, usize)],
+    iov: &IoList,
     dest: FiAddr,
     context: u64,
     data: u64,
     report: bool,
     matching: Matching,
 ) -> Result<(), FiError> {
-    let total = iov.iter().try_fold(0usize, |t, &(_, l)| t.checked_add(l));
-    let total = total.filter(|&t| t <= MSG_BUF_BYTES).ok_or_else(|| {
-        FiError::new(
+    let total = iov
+        .as_slice()
+        .iter()
+        .try_fold(0usize, |t, &(_, l)| t.checked_add(l));
+    if total.is_none_or(|t| t > MSG_BUF_BYTES) {
+        return Err(FiError::new(
             FiErrno::FI_EMSGSIZE,
             format!("{call}: a message is at most {MSG_BUF_BYTES} bytes (ep_attr->max_msg_size)"),
-        )
-    })?;
-    let mut st = e.shared.lock();
-    let mut buffer = st.ready(call)?;
-    let mut bytes = Vec::with_capacity(total);
-    for &(base, len) in iov {
+        ));
+    }
+    let mut parts: [&[u8]; IOV_LIMIT] = [&[]; IOV_LIMIT];
+    for (part, &(base, len)) in parts.iter_mut().zip(iov.as_slice()) {
         if len > 0 {
-            // SAFETY: the application gave `len` readable bytes at `base` (libfabric's
-            // contract; NULL with a length was refused by the caller).
-            bytes.extend_from_slice(unsafe { core::slice::from_raw_parts(base as *const u8, len) });
+            // SAFETY: the application gave `len` readable bytes at `base` for the call
+            // (libfabric's contract; NULL with a length was refused when the list was made).
+            *part = unsafe { core::slice::from_raw_parts(base as *const u8, len) };
         }
     }
+    let mut st = e.shared.lock();
+    let mut buffer = st.ready(call)?;
     buffer
-        .fill(&bytes)
+        .fill_parts(&parts[..iov.len])
         .map_err(|e| FiError::new(e.errno(), format!("{call}: {e}")))?;
-    let token = st.token();
-    st.posted.insert(
-        token,
-        Posted::Send {
-            context,
-            report,
-            matching,
-        },
-    );
+    let token = st.hold(Posted::Send {
+        context,
+        report,
+        matching,
+    });
     let driver = st
         .driver
         .as_mut()
@@ -701,7 +738,7 @@ fn send(
         Matching::Tagged { tag, .. } => driver.post_tsend(dest, buffer, tag, token, data),
     };
     if let Err((err, _buffer)) = posted {
-        st.posted.remove(&token);
+        st.take(token);
         return Err(driver_error(call, &err));
     }
     Ok(())
@@ -711,23 +748,19 @@ fn send(
 fn recv(
     e: &UetEp,
     call: &str,
-    iov: &[(usize, usize)],
+    iov: &IoList,
     context: u64,
     report: bool,
     matching: Matching,
 ) -> Result<(), FiError> {
     let mut st = e.shared.lock();
     let buffer = st.ready(call)?;
-    let token = st.token();
-    st.posted.insert(
-        token,
-        Posted::Recv {
-            context,
-            report,
-            matching,
-            iov: iov.to_vec(),
-        },
-    );
+    let token = st.hold(Posted::Recv {
+        context,
+        report,
+        matching,
+        iov: *iov,
+    });
     let driver = st
         .driver
         .as_mut()
@@ -737,7 +770,7 @@ fn recv(
         Matching::Tagged { tag, ignore } => driver.post_trecv(buffer, tag, ignore, token),
     };
     if let Err((err, _buffer)) = posted {
-        st.posted.remove(&token);
+        st.take(token);
         return Err(driver_error(call, &err));
     }
     Ok(())
@@ -747,46 +780,45 @@ fn driver_error(call: &str, e: &DriverError) -> FiError {
     FiError::new(e.errno(), format!("{call}: {e}"))
 }
 
-/// `(base, len)` of the application's iovecs. `FI_EINVAL` for more than [`IOV_LIMIT`] or a
-/// NULL base with a length.
+/// The application's iovecs. `FI_EINVAL` for more than [`IOV_LIMIT`] or a NULL base with a
+/// length.
 ///
 /// # Safety
 /// `iov` is NULL or holds `count` iovecs.
-unsafe fn iovecs(
-    iov: *const IoVec,
-    count: usize,
-    call: &str,
-) -> Result<Vec<(usize, usize)>, FiError> {
+unsafe fn iovecs(iov: *const IoVec, count: usize, call: &str) -> Result<IoList, FiError> {
     if count > IOV_LIMIT {
         return Err(FiError::inval(format!(
             "{call}: {count} iovecs (iov_limit {IOV_LIMIT})"
         )));
     }
+    let mut list = IoList::default();
     if count == 0 {
-        return Ok(Vec::new());
+        return Ok(list);
     }
     if iov.is_null() {
         return Err(null(call, "iov"));
     }
     // SAFETY: `count` iovecs (the caller's promise).
     let v = unsafe { core::slice::from_raw_parts(iov, count) };
-    v.iter()
-        .map(|i| {
-            if i.iov_base.is_null() && i.iov_len > 0 {
-                Err(null(call, "an iovec's base"))
-            } else {
-                Ok((i.iov_base as usize, i.iov_len))
-            }
-        })
-        .collect()
+    for (part, i) in list.parts.iter_mut().zip(v) {
+        if i.iov_base.is_null() && i.iov_len > 0 {
+            return Err(null(call, "an iovec's base"));
+        }
+        *part = (i.iov_base as usize, i.iov_len);
+    }
+    list.len = count;
+    Ok(list)
 }
 
 /// One buffer as an iovec list. `FI_EINVAL` for a NULL buffer with a length.
-fn one(buf: *const c_void, len: usize, call: &str) -> Result<Vec<(usize, usize)>, FiError> {
+fn one(buf: *const c_void, len: usize, call: &str) -> Result<IoList, FiError> {
     if buf.is_null() && len > 0 {
         return Err(null(call, "buf"));
     }
-    Ok(vec![(buf as usize, len)])
+    let mut list = IoList::default();
+    list.parts[0] = (buf as usize, len);
+    list.len = 1;
+    Ok(list)
 }
 
 /// A `ssize_t` return of a data call: 0 or the negative errno.
@@ -1278,6 +1310,7 @@ unsafe extern "C" fn ep_close(fid: *mut Fid) -> c_int {
             drop(st.driver.take());
             drop(st.pool.take());
             st.posted.clear();
+            st.free.clear();
             drop(st.eq.take());
             for b in [st.tx_cq.take(), st.rx_cq.take()].into_iter().flatten() {
                 // SAFETY: a bound CQ stays open while the endpoint is bound to it.

@@ -1056,3 +1056,21 @@ fn memory_kept_for_a_command_in_doubt_is_released_with_the_nic() {
     let ep = nic.endpoint(uet_driver::EndpointAttr::default(), None);
     assert!(ep.is_ok(), "{:?}", ep.err());
 }
+
+/// A buffer filled from parts (an iovec list) holds them one after another; parts that do
+/// not fit together are refused and the buffer keeps what it held.
+#[test]
+fn a_buffer_gathers_parts_in_order_and_refuses_parts_that_do_not_fit() {
+    let (_fabric, fns) = fabric(1);
+    let nic = uet_tests::open_nic(&fns[0]);
+    let pool = uet_driver::DmaPool::new(&nic, 64, 1).unwrap();
+    let mut buf = pool.alloc().unwrap();
+    buf.fill_parts(&[b"abc", b"", b"defg"]).unwrap();
+    assert_eq!(buf.to_vec().unwrap(), b"abcdefg");
+    let big = [7u8; 40];
+    let err = buf.fill_parts(&[&big, &big]).unwrap_err();
+    assert!(matches!(err, DriverError::InvalidArgument(_)), "{err}");
+    assert_eq!(buf.to_vec().unwrap(), b"abcdefg");
+    buf.fill_parts(&[]).unwrap();
+    assert!(buf.is_empty());
+}
