@@ -156,16 +156,7 @@ impl DmaBuffer {
 
     /// Copy `data` into the buffer and set its length.
     pub fn fill(&mut self, data: &[u8]) -> Result<(), DriverError> {
-        if data.len() > self.capacity() {
-            return Err(DriverError::InvalidArgument(format!(
-                "{} bytes do not fit a {}-byte buffer",
-                data.len(),
-                self.capacity()
-            )));
-        }
-        self.pool.region.region().write_bytes(self.offset(), data)?;
-        self.len = data.len();
-        Ok(())
+        self.fill_parts(&[data])
     }
 
     /// Copy `parts` one after another into the buffer (a gather: an iovec list) and set its
@@ -177,8 +168,8 @@ impl DmaBuffer {
             .filter(|&t| t <= self.capacity())
             .ok_or_else(|| {
                 DriverError::InvalidArgument(format!(
-                    "{} parts do not fit a {}-byte buffer",
-                    parts.len(),
+                    "{} bytes do not fit a {}-byte buffer",
+                    parts.iter().fold(0usize, |t, p| t.saturating_add(p.len())),
                     self.capacity()
                 ))
             })?;
