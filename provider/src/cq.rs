@@ -53,7 +53,9 @@ pub(crate) struct CompletionError {
 #[derive(Default)]
 struct Inner {
     queue: VecDeque<Completion>,
-    endpoints: Vec<Arc<EpShared>>,
+    /// Shared with the reads that drain them, which take it without copying the list; a
+    /// bind or a close copies it when a read holds it (copy on write).
+    endpoints: Arc<Vec<Arc<EpShared>>>,
 }
 
 /// A completion queue: libfabric's `fid_cq` first.
@@ -80,7 +82,7 @@ impl UetCq {
     pub(crate) fn attach(&self, ep: &Arc<EpShared>) {
         let mut inner = self.lock();
         if !inner.endpoints.iter().any(|e| Arc::ptr_eq(e, ep)) {
-            inner.endpoints.push(ep.clone());
+            Arc::make_mut(&mut inner.endpoints).push(ep.clone());
         }
         self.bound.fetch_add(1, Ordering::AcqRel);
     }
@@ -88,7 +90,7 @@ impl UetCq {
     /// Unbind an endpoint (its close), once per [`UetCq::attach`].
     pub(crate) fn detach(&self, ep: &Arc<EpShared>) {
         let mut inner = self.lock();
-        inner.endpoints.retain(|e| !Arc::ptr_eq(e, ep));
+        Arc::make_mut(&mut inner.endpoints).retain(|e| !Arc::ptr_eq(e, ep));
         self.bound.fetch_sub(1, Ordering::AcqRel);
     }
 
@@ -97,10 +99,11 @@ impl UetCq {
         self.lock().queue.push_back(c);
     }
 
-    /// Drain the rings of the endpoints bound to this CQ.
+    /// Drain the rings of the endpoints bound to this CQ (outside the CQ's lock: a drain
+    /// takes each endpoint's lock, then the lock of the CQ its completion goes to).
     fn progress(&self) {
-        let endpoints = self.lock().endpoints.clone();
-        for ep in endpoints {
+        let endpoints = Arc::clone(&self.lock().endpoints);
+        for ep in endpoints.iter() {
             ep.drain();
         }
     }
@@ -236,12 +239,9 @@ unsafe fn read_into(
     let mut n = 0;
     while n < count {
         match inner.queue.front() {
-            None if n == 0 => {
-                return Err(FiError::new(
-                    FiErrno::FI_EAGAIN,
-                    format!("{call}: no completion"),
-                ))
-            }
+            // The answer of every read of an idle CQ, which an application polls in a loop:
+            // made without formatting a message (the errno says it all).
+            None if n == 0 => return Err(FiError::new(FiErrno::FI_EAGAIN, String::new())),
             Some(c) if c.error.is_some() => {
                 if n == 0 {
                     return Err(FiError::new(

@@ -330,12 +330,10 @@ impl EpState {
                 format!("{call}: the endpoint is not enabled (fi_enable)"),
             ));
         };
-        pool.alloc().ok_or_else(|| {
-            FiError::new(
-                FiErrno::FI_EAGAIN,
-                format!("{call}: every message buffer is in flight: read the CQ and retry"),
-            )
-        })
+        // Every message buffer is in flight: the application reads its CQ and retries, often
+        // in a loop, so the answer is made without formatting a message.
+        pool.alloc()
+            .ok_or_else(|| FiError::new(FiErrno::FI_EAGAIN, String::new()))
     }
 }
 
