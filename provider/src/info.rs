@@ -141,6 +141,41 @@ fn nodata(why: String) -> FiError {
     FiError::new(FiErrno::FI_ENODATA, format!("fi_getinfo: {why}"))
 }
 
+/// The address format an `fi_info.addr_format` names, `None` for one the provider does not
+/// serve.
+fn addr_format_of(raw: u32) -> Option<AddrFormat> {
+    match raw {
+        FI_FORMAT_UNSPEC => Some(AddrFormat::Uet),
+        FI_ADDR_STR => Some(AddrFormat::Str),
+        _ => None,
+    }
+}
+
+/// The JobID a `domain_attr`'s auth key gives: `None` without a key; the reason, for the
+/// caller's errno, when the key is not a 4-byte JobID of 24 bits.
+///
+/// # Safety
+/// `d.auth_key` is NULL or holds `d.auth_key_size` bytes.
+unsafe fn domain_job_id(d: &FiDomainAttr) -> Result<Option<u32>, String> {
+    match (d.auth_key_size, d.auth_key.is_null()) {
+        (0, _) => Ok(None),
+        (AUTH_KEY_BYTES, false) => {
+            let mut key = [0u8; AUTH_KEY_BYTES];
+            // SAFETY: `auth_key` is non-NULL and holds `auth_key_size` bytes (4), as the
+            // caller promises.
+            unsafe { core::ptr::copy_nonoverlapping(d.auth_key, key.as_mut_ptr(), key.len()) };
+            job_id_from_auth_key(&key)
+                .map(Some)
+                .map_err(|e| format!("domain_attr->auth_key is no JobID: {e}"))
+        }
+        (size, _) => Err(format!(
+            "domain_attr->auth_key_size {size} with auth_key {:p}: the auth key is a \
+             {AUTH_KEY_BYTES}-byte JobID",
+            d.auth_key
+        )),
+    }
+}
+
 /// Read the hints. `FI_ENODATA` for what the provider does not offer.
 ///
 /// # Safety
@@ -159,11 +194,8 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
         )));
     }
     w.caps = h.caps;
-    w.addr_format = match h.addr_format {
-        FI_FORMAT_UNSPEC => AddrFormat::Uet,
-        FI_ADDR_STR => AddrFormat::Str,
-        other => return Err(nodata(format!("addr_format {other} is not served"))),
-    };
+    w.addr_format = addr_format_of(h.addr_format)
+        .ok_or_else(|| nodata(format!("addr_format {} is not served", h.addr_format)))?;
     let defaults = uet_driver::EndpointAttr::default();
     // SAFETY: NULL or valid, as the caller promises.
     if let Some(tx) = unsafe { h.tx_attr.as_ref() } {
@@ -287,24 +319,8 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
                 w.max_ep_rx_ctx, limits.max_rx_ctx
             )));
         }
-        match (d.auth_key_size, d.auth_key.is_null()) {
-            (0, _) => {}
-            (AUTH_KEY_BYTES, false) => {
-                let mut key = [0u8; AUTH_KEY_BYTES];
-                // SAFETY: `auth_key` is non-NULL and holds `auth_key_size` bytes (4).
-                unsafe { core::ptr::copy_nonoverlapping(d.auth_key, key.as_mut_ptr(), key.len()) };
-                let job_id = job_id_from_auth_key(&key)
-                    .map_err(|e| nodata(format!("domain_attr->auth_key is no JobID: {e}")))?;
-                w.job_id = Some(job_id);
-            }
-            (size, _) => {
-                return Err(nodata(format!(
-                    "domain_attr->auth_key_size {size} with auth_key {:p}: the auth key is a \
-                     {AUTH_KEY_BYTES}-byte JobID",
-                    d.auth_key
-                )))
-            }
-        }
+        // SAFETY: the hints' key holds its size in bytes (libfabric's contract).
+        w.job_id = unsafe { domain_job_id(d) }.map_err(nodata)?;
     }
     Ok(w)
 }
@@ -325,15 +341,12 @@ pub(crate) fn served_av_type(t: AvType) -> AvType {
 /// # Safety
 /// `info` is a valid `fi_info` whose attribute pointers are NULL or valid.
 pub(crate) unsafe fn domain_attr(info: &FiInfo) -> Result<DomainAttr, FiError> {
-    let addr_format = match info.addr_format {
-        FI_FORMAT_UNSPEC => AddrFormat::Uet,
-        FI_ADDR_STR => AddrFormat::Str,
-        other => {
-            return Err(FiError::inval(format!(
-                "fi_domain: addr_format {other} is not served"
-            )))
-        }
-    };
+    let addr_format = addr_format_of(info.addr_format).ok_or_else(|| {
+        FiError::inval(format!(
+            "fi_domain: addr_format {} is not served",
+            info.addr_format
+        ))
+    })?;
     // Without an auth key the domain's endpoints and AVs share the driver's default JobID,
     // so that its AV entries name the job its endpoints accept.
     let mut attr = DomainAttr {
@@ -355,23 +368,12 @@ pub(crate) unsafe fn domain_attr(info: &FiInfo) -> Result<DomainAttr, FiError> {
             })?;
         attr.ep_cnt = d.ep_cnt;
         attr.max_ep_rx_ctx = d.max_ep_rx_ctx;
-        match (d.auth_key_size, d.auth_key.is_null()) {
-            (0, _) => {}
-            (AUTH_KEY_BYTES, false) => {
-                let mut key = [0u8; AUTH_KEY_BYTES];
-                // SAFETY: `auth_key` is non-NULL and holds `auth_key_size` bytes (4).
-                unsafe { core::ptr::copy_nonoverlapping(d.auth_key, key.as_mut_ptr(), key.len()) };
-                attr.job_id = job_id_from_auth_key(&key).map_err(|e| {
-                    FiError::inval(format!("fi_domain: domain_attr->auth_key: {e}"))
-                })?;
-                attr.auth_key_size = AUTH_KEY_BYTES;
-            }
-            (size, _) => {
-                return Err(FiError::inval(format!(
-                    "fi_domain: auth_key_size {size}: the auth key is a {AUTH_KEY_BYTES}-byte \
-                     JobID"
-                )))
-            }
+        // SAFETY: the info's key holds its size in bytes (libfabric's contract).
+        let job_id = unsafe { domain_job_id(d) }
+            .map_err(|why| FiError::inval(format!("fi_domain: {why}")))?;
+        if let Some(job_id) = job_id {
+            attr.job_id = job_id;
+            attr.auth_key_size = AUTH_KEY_BYTES;
         }
     }
     Ok(attr)

@@ -238,6 +238,38 @@ static void node_and_service(void)
 	hints->rx_attr->caps = FI_RMA;
 	CHECK_RET(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info), -FI_ENODATA);
 	hints->rx_attr->caps = 0;
+	/* The domain's auth key is a JobID: 4 bytes, 24 bits. The answer carries it, and a
+	 * domain and an AV open with it. */
+	uint32_t job = 7;
+	hints->domain_attr->auth_key = malloc(4);
+	CHECK(hints->domain_attr->auth_key);
+	memcpy(hints->domain_attr->auth_key, &job, 4);
+	hints->domain_attr->auth_key_size = 4;
+	CHECK_RET(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info), 0);
+	CHECK(info->domain_attr->auth_key_size == 4);
+	CHECK(memcmp(info->domain_attr->auth_key, &job, 4) == 0);
+	{
+		struct fid_fabric *fabric;
+		struct fid_domain *domain;
+		struct fid_av *av;
+		struct fi_av_attr attr = { .type = FI_AV_TABLE, .count = 4 };
+		CHECK_RET(fi_fabric(info->fabric_attr, &fabric, NULL), 0);
+		CHECK_RET(fi_domain(fabric, info, &domain, NULL), 0);
+		CHECK_RET(fi_av_open(domain, &attr, &av, NULL), 0);
+		CHECK_RET(fi_close(&av->fid), 0);
+		CHECK_RET(fi_close(&domain->fid), 0);
+		CHECK_RET(fi_close(&fabric->fid), 0);
+	}
+	fi_freeinfo(info);
+	info = NULL;
+	job = 1u << 24;
+	memcpy(hints->domain_attr->auth_key, &job, 4);
+	CHECK_RET(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info), -FI_ENODATA);
+	hints->domain_attr->auth_key_size = 3;
+	CHECK_RET(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info), -FI_ENODATA);
+	free(hints->domain_attr->auth_key);
+	hints->domain_attr->auth_key = NULL;
+	hints->domain_attr->auth_key_size = 0;
 	/* A source must be this NIC. */
 	CHECK_RET(fi_getinfo(FI_VERSION(1, 17), "10.0.0.1", "7", FI_SOURCE, hints, &info), 0);
 	CHECK(info->src_addrlen == ADDR_LEN && info->src_addr && !info->dest_addr);
