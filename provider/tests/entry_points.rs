@@ -128,6 +128,43 @@ impl Open {
     }
 }
 
+impl Open {
+    /// A CQ of the domain in `format`, waited on as `wait_obj` says.
+    fn cq_open(&self, format: c_int, wait_obj: c_int) -> *mut FidCq {
+        let mut cq = null_mut();
+        let mut attr = FiCqAttr {
+            size: 0,
+            flags: 0,
+            format,
+            wait_obj,
+            signaling_vector: 0,
+            wait_cond: 0,
+            wait_set: null_mut(),
+        };
+        // SAFETY: an open domain; valid attributes and out pointer.
+        let ret =
+            unsafe { ((*(*self.domain).ops).cq_open)(self.domain, &mut attr, &mut cq, null_mut()) };
+        assert_eq!(ret, 0, "fi_cq_open");
+        cq
+    }
+
+    /// An endpoint of the domain opened with `self.info`, not yet bound.
+    fn endpoint(&self) -> *mut FidEp {
+        let mut ep: *mut FidEp = null_mut();
+        // SAFETY: an open domain and its provider's info; valid out pointer.
+        let ret = unsafe {
+            ((*(*self.domain).ops).endpoint)(
+                self.domain,
+                self.info.cast(),
+                (&raw mut ep).cast(),
+                null_mut(),
+            )
+        };
+        assert_eq!(ret, 0, "fi_endpoint");
+        ep
+    }
+}
+
 impl Drop for Open {
     fn drop(&mut self) {
         // SAFETY: ours, open, closed once.
@@ -293,33 +330,10 @@ impl Pair {
         // SAFETY: the provider's own info.
         edit(unsafe { &mut *open.info });
         let p = [0, 1].map(|_| {
-            let mut cq = null_mut();
-            let mut ep: *mut FidEp = null_mut();
-            let mut cq_attr = FiCqAttr {
-                size: 0,
-                flags: 0,
-                format: FI_CQ_FORMAT_DATA,
-                wait_obj: FI_WAIT_UNSPEC,
-                signaling_vector: 0,
-                wait_cond: 0,
-                wait_set: null_mut(),
-            };
-            // SAFETY: an open domain and AV; valid attributes and out pointers.
+            let cq = open.cq_open(FI_CQ_FORMAT_DATA, FI_WAIT_UNSPEC);
+            let ep = open.endpoint();
+            // SAFETY: an open AV, CQ and endpoint.
             unsafe {
-                let ops = &*(*open.domain).ops;
-                assert_eq!(
-                    (ops.cq_open)(open.domain, &mut cq_attr, &mut cq, null_mut()),
-                    0
-                );
-                assert_eq!(
-                    (ops.endpoint)(
-                        open.domain,
-                        open.info.cast(),
-                        (&raw mut ep).cast(),
-                        null_mut()
-                    ),
-                    0
-                );
                 let fops = &*(*ep).fid.ops;
                 assert_eq!((fops.bind)(&mut (*ep).fid, &mut (*av).fid, 0), 0);
                 assert_eq!(
@@ -609,8 +623,6 @@ fn a_cq_read_of_no_entries_and_no_buffer_returns_0() {
 #[test]
 fn an_endpoint_refuses_to_bind_an_av_of_another_provider() {
     let pair = Pair::new(0);
-    let domain = pair._open.domain;
-    let mut ep: *mut FidEp = null_mut();
     // Another provider's AV: class FI_CLASS_AV, its own operations (here a CQ's, which are
     // not the uet AV's), and nothing of a uet AV behind its fid.
     let mut foreign = vec![0u64; 512];
@@ -622,16 +634,7 @@ fn an_endpoint_refuses_to_bind_an_av_of_another_provider() {
             context: null_mut(),
             ops: (*pair.p[0].cq).fid.ops,
         });
-        let ops = &*(*domain).ops;
-        assert_eq!(
-            (ops.endpoint)(
-                domain,
-                pair._open.info.cast(),
-                (&raw mut ep).cast(),
-                null_mut()
-            ),
-            0
-        );
+        let ep = pair._open.endpoint();
         let bind = (*(*ep).fid.ops).bind;
         assert_eq!(
             bind(&mut (*ep).fid, foreign.as_mut_ptr().cast(), 0),
@@ -698,7 +701,6 @@ fn fi_cq_sread_takes_a_wait_condition_as_the_hint_fi_cq_makes_it() {
 #[test]
 fn an_endpoint_without_a_cq_for_a_direction_it_serves_is_not_enabled() {
     let pair = Pair::new(0);
-    let domain = pair._open.domain;
     let info = pair._open.info;
     let no_cq = -(FiErrno::FI_ENOCQ.get() as c_int);
     // (caps, CQ bindings, fi_enable's answer); FI_RECV and FI_SEND as bind flags and caps
@@ -713,16 +715,11 @@ fn an_endpoint_without_a_cq_for_a_direction_it_serves_is_not_enabled() {
         (FI_MSG, FI_TRANSMIT | FI_RECV, 0),
     ];
     for (caps, bind, want) in cases {
-        let mut ep: *mut FidEp = null_mut();
         // SAFETY: an open domain, AV and CQ; the provider's info, its caps restored.
         unsafe {
             let saved = (*info).caps;
             (*info).caps = caps;
-            let ops = &*(*domain).ops;
-            assert_eq!(
-                (ops.endpoint)(domain, info.cast(), (&raw mut ep).cast(), null_mut()),
-                0
-            );
+            let ep = pair._open.endpoint();
             (*info).caps = saved;
             let fops = &*(*ep).fid.ops;
             assert_eq!((fops.bind)(&mut (*ep).fid, &mut (*pair.av).fid, 0), 0);
@@ -926,33 +923,10 @@ fn the_answer_enables_only_the_primary_capabilities_and_directions_the_hints_nam
     let open = Open::new(FI_MSG | FI_SEND, FI_FORMAT_UNSPEC);
     let mut attr = av_attr(16);
     let av = open.av_open(&mut attr).unwrap();
-    let mut cq = null_mut();
-    let mut ep: *mut FidEp = null_mut();
-    let mut cq_attr = FiCqAttr {
-        size: 0,
-        flags: 0,
-        format: FI_CQ_FORMAT_CONTEXT,
-        wait_obj: FI_WAIT_NONE,
-        signaling_vector: 0,
-        wait_cond: 0,
-        wait_set: null_mut(),
-    };
-    // SAFETY: an open domain and AV; valid attributes and out pointers; closed once.
+    let cq = open.cq_open(FI_CQ_FORMAT_CONTEXT, FI_WAIT_NONE);
+    let ep = open.endpoint();
+    // SAFETY: an open AV, CQ and endpoint; each closed once.
     unsafe {
-        let ops = &*(*open.domain).ops;
-        assert_eq!(
-            (ops.cq_open)(open.domain, &mut cq_attr, &mut cq, null_mut()),
-            0
-        );
-        assert_eq!(
-            (ops.endpoint)(
-                open.domain,
-                open.info.cast(),
-                (&raw mut ep).cast(),
-                null_mut()
-            ),
-            0
-        );
         let fops = &*(*ep).fid.ops;
         assert_eq!((fops.bind)(&mut (*ep).fid, &mut (*av).fid, 0), 0);
         assert_eq!((fops.bind)(&mut (*ep).fid, &mut (*cq).fid, FI_TRANSMIT), 0);
