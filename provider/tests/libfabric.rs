@@ -172,6 +172,20 @@ fn with_rust_log_set_the_provider_logs_why_a_call_failed() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The standard output of `child`, a spawned process with piped output, once it has exited;
+/// it must have succeeded (else its output and errors name `what` went wrong).
+fn succeeded(child: std::process::Child, what: &str) -> String {
+    let o = child.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{what}: {}:\n{out}\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}
+
 /// Two NICs (10.0.0.1 and 10.0.0.2) of one simulated fabric, each served over vfio-user at
 /// `dir/<prefix>nic<i>.sock` to one client, as `uetctl sim serve` serves them: the fabric,
 /// and each NIC's socket path and serving thread (which ends when its client goes).
@@ -232,14 +246,7 @@ fn two_processes_on_two_nics_over_vfio_user_ping_pong_through_the_provider() {
         })
         .collect();
     for (child, nic) in children.into_iter().zip(["uet_10.0.0.1", "uet_10.0.0.2"]) {
-        let o = child.wait_with_output().unwrap();
-        let out = String::from_utf8_lossy(&o.stdout);
-        assert!(
-            o.status.success(),
-            "{}:\n{out}\n{}",
-            o.status,
-            String::from_utf8_lossy(&o.stderr)
-        );
+        let out = succeeded(child, nic);
         assert!(out.contains(&format!("on {nic}")), "{out}");
         assert!(out.contains("200 rounds") && out.ends_with("ok\n"), "{out}");
     }
@@ -389,14 +396,7 @@ fn the_stock_fi_pingpong_runs_over_the_provider_between_two_nics() {
         }
         let client = run(&servers[1].0, &["-P", &port_s, "127.0.0.1"]);
         for (who, child) in [("client", client), ("server", server)] {
-            let o = child.wait_with_output().unwrap();
-            let out = String::from_utf8_lossy(&o.stdout);
-            assert!(
-                o.status.success(),
-                "fi_pingpong {mode} {who} {}:\n{out}\n{}",
-                o.status,
-                String::from_utf8_lossy(&o.stderr)
-            );
+            let out = succeeded(child, &format!("fi_pingpong {mode} {who}"));
             // Its table: one line per size, 50 sent and 50 acknowledged.
             assert!(
                 out.lines()
