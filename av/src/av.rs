@@ -232,7 +232,7 @@ use crate::flags::{
     FI_EVENT, FI_MORE, FI_READ, FI_SYMMETRIC, FI_SYNC_ERR,
 };
 use crate::index_alloc::IndexAllocator;
-use crate::mirror::{Range, Ranges, Slots};
+use crate::mirror::{Range, Ranges, Slot, Slots};
 use crate::nic::NicAvTable;
 
 pub mod auth_keys;
@@ -808,11 +808,33 @@ struct EntrySource<'a> {
     entry_flags: u16,
 }
 
-impl EntrySource<'_> {
+impl<'a> EntrySource<'a> {
     /// Whether `index` is in use: allocated and not lost (see [`lost`]).
     #[inline]
     fn in_use(&self, index: u32) -> bool {
         self.alloc.is_allocated(index) && !self.lost.contains(index)
+    }
+
+    /// The pending inserts `chunk` as one run [`NicAvTable::write_peers`] can carry: consecutive
+    /// indices of single entries without auth key or user id. Their first index and their
+    /// addresses, the mirror's slots as they lie.
+    fn peer_run(&self, chunk: &[u32]) -> Option<(u32, &'a [Slot])> {
+        let first = *chunk.first()?;
+        if !chunk
+            .iter()
+            .copied()
+            .eq(first..first.checked_add(chunk.len() as u32)?)
+        {
+            return None;
+        }
+        let run = self.slots.run(first, chunk.len())?;
+        let plain = |index| {
+            self.user_ids.is_none_or(|u| u.get(index).is_none())
+                && self.auth.is_none_or(|k| k.slot_of_index(index).is_none())
+        };
+        let extras = self.user_ids.is_some() || self.auth.is_some();
+        let single = run.iter().all(|s| s[0] != 0);
+        (single && (!extras || chunk.iter().all(|&i| plain(i)))).then_some((first, run))
     }
 
     /// The NIC record of a pending insert at `index`: the single entry, or the range record.
@@ -1920,6 +1942,20 @@ impl<N: NicAvTable> AddressVector<N> {
         let mut failed_len = 0;
         let entries = entry_source!(self);
         for chunk in pending.chunks(MAX_BATCH as usize) {
+            // A fresh AV fills from index 0, so a batch is usually one run of new peers: the
+            // NIC is handed their addresses from the mirror as they are.
+            if let Some((first, addrs)) = entries.peer_run(chunk) {
+                let sent = self
+                    .nic
+                    .write_peers(first, addrs, entries.job_id, entries.entry_flags);
+                if let Err(e) = sent {
+                    failed_len = chunk.len();
+                    failure = Some(e);
+                    break;
+                }
+                written += chunk.len();
+                continue;
+            }
             // Each record is built where the NIC table takes it (for the driver, in the DMA
             // memory AV_WRITE reads).
             let mut record = |i: usize| {

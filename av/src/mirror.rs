@@ -17,6 +17,7 @@
 use memmap2::{Advice, MmapMut, MmapOptions};
 use std::collections::TryReserveError;
 use uet_fwif::{NicAvEntry, UetAddress};
+use zerocopy::FromBytes;
 
 /// Bytes of a page as [`Slots::heap_bytes`] counts them: the unit in which the kernel
 /// commits memory to the mapping on first write (4 KiB on x86-64 and most arm64 kernels).
@@ -125,6 +126,18 @@ impl Slots {
     pub fn get(&self, index: u32) -> Option<&Slot> {
         let at = (index as usize).checked_mul(32)?;
         self.map.get(at..self.slot_bytes)?.first_chunk::<32>()
+    }
+
+    /// The `count` slots from `first`, as they lie in memory (empty ones all zero); `None`
+    /// when they run past the capacity.
+    #[inline]
+    pub fn run(&self, first: u32, count: usize) -> Option<&[Slot]> {
+        let at = (first as usize).checked_mul(32)?;
+        let end = count.checked_mul(32)?.checked_add(at)?;
+        if end > self.slot_bytes {
+            return None;
+        }
+        <[Slot]>::ref_from_bytes(self.map.get(at..end)?).ok()
     }
 
     /// Store `bytes` at `index`; returns false (and stores nothing) past the capacity.

@@ -15,6 +15,7 @@
 //! answer, which it may still run (the AV then treats a remove as done and sends a source
 //! again). Any errno but `FI_ETIMEDOUT` is a refusal: the NIC's table is unchanged. The defaults are `FI_ENOSYS`: a table without auth keys.
 
+use uet_fwif::address::ADDRESS_BYTES;
 use uet_fwif::admin::MAX_BATCH;
 use uet_fwif::auth_key::{AuthKeyEntry, AUTH_KEY_VALID, MAX_AUTH_KEY_SLOTS};
 use uet_fwif::{AvWriteRecord, NicAvEntry};
@@ -56,6 +57,24 @@ pub trait NicAvTable {
     ) -> Result<(), NicError> {
         let records: Vec<AvWriteRecord> = (0..count).map(record).collect();
         self.write_entries(&records)
+    }
+    /// One write of the single entries of the peers whose UET addresses are `addrs` (each one
+    /// [`uet_fwif::UetAddress::bytes_are_valid`] accepts) to the indices `first ..`, at most
+    /// [`MAX_BATCH`] of them, with `job_id`, no auth key and no user id: the same as
+    /// [`NicAvTable::write_entries`] of [`peer_record`]s, and applied whole or not at all
+    /// like it. A NIC that converts addresses itself (AV_WRITE_PEERS, since interface 1.13)
+    /// is given them as they are, 32 bytes per entry and nothing composed on the host; the
+    /// default writes the records with [`NicAvTable::write_entries_with`].
+    fn write_peers(
+        &mut self,
+        first: u32,
+        addrs: &[[u8; ADDRESS_BYTES]],
+        job_id: u32,
+        entry_flags: u16,
+    ) -> Result<(), NicError> {
+        self.write_entries_with(addrs.len(), &mut |i| {
+            peer_record(first, addrs, job_id, entry_flags, i)
+        })
     }
     /// One AV_INVALIDATE of these indices.
     fn invalidate(&mut self, indices: &[u32]) -> Result<(), NicError>;
@@ -198,6 +217,32 @@ impl PendingWrite for CompletedWrite {
     }
 }
 
+/// The `i`th record of [`NicAvTable::write_peers`]`(first, addrs, job_id, entry_flags)`:
+/// index `first + i` and the single entry of `addrs[i]`, its flags within `entry_flags`. Past
+/// the addresses (or the index space), a record at index `u32::MAX`, outside every table, so
+/// that a miscount fails the whole write.
+pub fn peer_record(
+    first: u32,
+    addrs: &[[u8; ADDRESS_BYTES]],
+    job_id: u32,
+    entry_flags: u16,
+    i: usize,
+) -> AvWriteRecord {
+    let at = u32::try_from(i).ok().and_then(|i| first.checked_add(i));
+    match (addrs.get(i), at) {
+        (Some(a), Some(index)) => AvWriteRecord {
+            index: U32::new(index),
+            reserved: U32::ZERO,
+            entry: NicAvEntry::for_valid_peer_bytes(a, job_id).with_flags_within(entry_flags),
+        },
+        _ => AvWriteRecord {
+            index: U32::new(u32::MAX),
+            reserved: U32::ZERO,
+            entry: NicAvEntry::INVALID,
+        },
+    }
+}
+
 /// Records of [`MemoryNicTable`]'s staging buffer kept between writes (a larger one, grown by
 /// an unusually large write, is released).
 const STAGING_KEEP: usize = 4096;
@@ -215,6 +260,15 @@ macro_rules! forward_nic_av_table {
                 record: &mut dyn FnMut(usize) -> AvWriteRecord,
             ) -> Result<(), NicError> {
                 (**self).write_entries_with(count, record)
+            }
+            fn write_peers(
+                &mut self,
+                first: u32,
+                addrs: &[[u8; ADDRESS_BYTES]],
+                job_id: u32,
+                entry_flags: u16,
+            ) -> Result<(), NicError> {
+                (**self).write_peers(first, addrs, job_id, entry_flags)
             }
             fn invalidate(&mut self, indices: &[u32]) -> Result<(), NicError> {
                 (**self).invalidate(indices)

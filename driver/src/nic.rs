@@ -64,6 +64,10 @@ pub const AV_DOORBELL_INTERFACE_MINOR: u8 = uet_regs::since::AV_INVALIDATE_DOORB
 /// `AV_WRITE_DOORBELL`, 1.8); on older devices every AV entry is written with AV_WRITE.
 pub const AV_WRITE_WINDOW_INTERFACE_MINOR: u8 = uet_regs::since::AV_WRITE_WINDOW;
 
+/// The interface minor version that added AV_WRITE_PEERS (1.13): entries written from the
+/// peers' addresses, which the NIC converts; on older devices they are written with AV_WRITE.
+pub const AV_WRITE_PEERS_INTERFACE_MINOR: u8 = uet_regs::since::AV_WRITE_PEERS;
+
 /// The interface minor version whose AUTH_KEY_REMOVE can check the slot's owner and JobID
 /// (`AUTH_KEY_REMOVE_CHECK_OWNER`, 1.9); on older devices a key is removed by slot number
 /// alone, and an AUTH_KEY_ADD that completes after the driver gave up on it is not undone

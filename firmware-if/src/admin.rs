@@ -29,6 +29,7 @@
 //! | `AV_WRITE` 0x22 | AV | [`BufferBody`]: `count` × [`crate::AvWriteRecord`] | entries written |
 //! | `AV_INVALIDATE` 0x23 | AV | [`RangeBody`]: `count` entries from `first`, or a list of `count` u32 indices at `buf` | entries invalidated |
 //! | `AV_READ` 0x24 | AV | [`RangeBody`]: `count` × [`crate::NicAvEntry`] from `first` into `buf` | entries read |
+//! | `AV_WRITE_PEERS` 0x25 (since 1.13) | AV | [`AvWritePeersBody`]: `count` × 32-byte [`crate::UetAddress`] at `buf`, written to entries `first ..` | entries written |
 //! | `MR_REGISTER` 0x30 | endpoint the region is bound to (a context's: its endpoint) | [`MrRegisterBody`] | MR handle / resource index (RMA space) |
 //! | `MR_DEREGISTER` 0x31 | MR | [`MrDeregisterBody`]: the region's memory key | — |
 //! | `COUNTERS_READ` 0x40 | endpoint | [`BufferBody`]: one [`crate::counters::EndpointCounters`] into `buf` (`len` at least its size, `count` 0) | bytes written |
@@ -39,6 +40,21 @@
 //! | `ENDPOINT_AUTH_KEYS` 0x54 | endpoint (not a context: InvalidHandle) | [`crate::auth_key::EndpointAuthKeysBody`] | slots granted |
 //!
 //! The auth-key commands (since interface 1.5) are described in [`crate::auth_key`].
+//!
+//! ## AV_WRITE_PEERS
+//!
+//! AV_WRITE carries each entry whole, as the NIC stores it (72 bytes with its index), which
+//! the host must compose field by field from the peer's address. AV_WRITE_PEERS carries what
+//! an insert is given, the peers' UET addresses in their 32-byte form
+//! ([`crate::address`]), for a run of consecutive indices: entry `first + i` becomes
+//! [`crate::NicAvEntry::for_valid_peer_bytes`] of address `i` with the body's JobID, a single
+//! entry with no auth key and no user id. The NIC converts them as it stores them; the host
+//! copies its mirror's slots as they are, and the command moves 32 bytes per entry instead of
+//! 72. Entries with an auth key, a user id, or symmetric ranges still take AV_WRITE. Every
+//! address must be one [`crate::UetAddress::bytes_are_valid`] accepts, and no index of the
+//! run may hold a live member of a symmetric range (a single entry may be overwritten), else
+//! InvalidField; the run must lie in the table, else IndexOutOfRange. Like AV_WRITE, it is
+//! applied entirely or not at all.
 //!
 //! ## Endpoint kinds
 //!
@@ -152,6 +168,8 @@ pub enum Opcode {
     AvInvalidate = 0x23,
     /// Read AV entries back.
     AvRead = 0x24,
+    /// Write a run of AV entries from the peers' UET addresses (since 1.13).
+    AvWritePeers = 0x25,
     /// Register a memory region for remote access.
     MrRegister = 0x30,
     /// Deregister a memory region.
@@ -183,6 +201,7 @@ impl Opcode {
             0x22 => Opcode::AvWrite,
             0x23 => Opcode::AvInvalidate,
             0x24 => Opcode::AvRead,
+            0x25 => Opcode::AvWritePeers,
             0x30 => Opcode::MrRegister,
             0x31 => Opcode::MrDeregister,
             0x40 => Opcode::CountersRead,
@@ -207,6 +226,7 @@ impl Opcode {
             Opcode::AvWrite => "AV_WRITE",
             Opcode::AvInvalidate => "AV_INVALIDATE",
             Opcode::AvRead => "AV_READ",
+            Opcode::AvWritePeers => "AV_WRITE_PEERS",
             Opcode::MrRegister => "MR_REGISTER",
             Opcode::MrDeregister => "MR_DEREGISTER",
             Opcode::CountersRead => "COUNTERS_READ",
@@ -360,6 +380,27 @@ pub struct RangeBody {
     /// Reserved, zero.
     pub reserved: [u8; 36],
 }
+
+/// Body of AV_WRITE_PEERS (see the module documentation, *AV_WRITE_PEERS*).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+pub struct AvWritePeersBody {
+    /// IOVA of the addresses, `count` × [`AV_WRITE_PEERS_ADDRESS_BYTES`].
+    pub buf: U64,
+    /// Buffer length in bytes, at least `count` × [`AV_WRITE_PEERS_ADDRESS_BYTES`].
+    pub len: U32,
+    /// Table index of the first address.
+    pub first: U32,
+    /// Number of addresses, 1 to [`MAX_BATCH`].
+    pub count: U32,
+    /// JobID of requests to these peers, within 24 bits.
+    pub job_id: U32,
+    /// Reserved, zero.
+    pub reserved: [u8; 32],
+}
+
+/// Bytes of one address of AV_WRITE_PEERS: a UET address ([`crate::address::ADDRESS_BYTES`]).
+pub const AV_WRITE_PEERS_ADDRESS_BYTES: usize = crate::address::ADDRESS_BYTES;
 
 /// Body of AV_CREATE.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
@@ -530,6 +571,7 @@ macro_rules! body_size {
 body_size!(
     BufferBody,
     RangeBody,
+    AvWritePeersBody,
     AvCreateBody,
     EndpointCreateBody,
     ContextCreateBody,
@@ -592,6 +634,13 @@ pub enum Command {
         av: u32,
         /// Range and destination.
         body: RangeBody,
+    },
+    /// AV_WRITE_PEERS.
+    AvWritePeers {
+        /// AV handle.
+        av: u32,
+        /// The run and its addresses.
+        body: AvWritePeersBody,
     },
     /// MR_REGISTER bound to endpoint `endpoint`.
     MrRegister {
@@ -673,6 +722,7 @@ impl Command {
             Command::AvWrite { .. } => Opcode::AvWrite,
             Command::AvInvalidate { .. } => Opcode::AvInvalidate,
             Command::AvRead { .. } => Opcode::AvRead,
+            Command::AvWritePeers { .. } => Opcode::AvWritePeers,
             Command::MrRegister { .. } => Opcode::MrRegister,
             Command::MrDeregister { .. } => Opcode::MrDeregister,
             Command::CountersRead { .. } => Opcode::CountersRead,
@@ -697,6 +747,7 @@ impl Command {
             Command::AvInvalidate { av, body } | Command::AvRead { av, body } => {
                 (*av, body_of(body))
             }
+            Command::AvWritePeers { av, body } => (*av, body_of(body)),
             Command::MrRegister { endpoint, body } => (*endpoint, body_of(body)),
             Command::MrDeregister { mr, body } => (*mr, body_of(body)),
             Command::CountersRead { endpoint, body } => (*endpoint, body_of(body)),
@@ -807,6 +858,24 @@ impl AdminCommand {
                     return Err(Status::InvalidField);
                 }
                 Command::AvWrite {
+                    av: handle,
+                    body: b,
+                }
+            }
+            Opcode::AvWritePeers => {
+                let b =
+                    AvWritePeersBody::read_from_bytes(&self.body).map_err(|_| Status::Internal)?;
+                reserved_clear(&b.reserved)?;
+                let count = b.count.get();
+                let need = u64::from(count) * AV_WRITE_PEERS_ADDRESS_BYTES as u64;
+                if count == 0
+                    || count > MAX_BATCH
+                    || u64::from(b.len.get()) < need
+                    || b.job_id.get() > crate::av_entry::MAX_JOB_ID
+                {
+                    return Err(Status::InvalidField);
+                }
+                Command::AvWritePeers {
                     av: handle,
                     body: b,
                 }
@@ -1002,6 +1071,17 @@ mod tests {
                     ..FromZeros::new_zeroed()
                 },
             },
+            Command::AvWritePeers {
+                av: 3,
+                body: AvWritePeersBody {
+                    buf: U64::new(0x3000),
+                    len: U32::new(32 * 256),
+                    first: U32::new(1024),
+                    count: U32::new(256),
+                    job_id: U32::new(0x00FF_FFFF),
+                    ..FromZeros::new_zeroed()
+                },
+            },
             Command::EndpointDestroy { endpoint: 7 },
             Command::ContextCreate {
                 endpoint: 7,
@@ -1131,6 +1211,48 @@ mod tests {
         }
         .encode(0);
         assert_eq!(e.decode(), Err(Status::InvalidField));
+        // AV_WRITE_PEERS with no address, more than a batch, a buffer one byte short, a JobID
+        // wider than 24 bits, or a reserved byte set.
+        let peers = AvWritePeersBody {
+            buf: U64::new(0x2000),
+            len: U32::new(32 * 4),
+            count: U32::new(4),
+            ..FromZeros::new_zeroed()
+        };
+        let bad = [
+            AvWritePeersBody {
+                count: U32::new(0),
+                ..peers
+            },
+            AvWritePeersBody {
+                count: U32::new(MAX_BATCH + 1),
+                len: U32::new(u32::MAX),
+                ..peers
+            },
+            AvWritePeersBody {
+                len: U32::new(32 * 4 - 1),
+                ..peers
+            },
+            AvWritePeersBody {
+                job_id: U32::new(1 << 24),
+                ..peers
+            },
+            AvWritePeersBody {
+                reserved: [
+                    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                    0, 0, 0, 0, 0, 1,
+                ],
+                ..peers
+            },
+        ];
+        for body in bad {
+            let e = Command::AvWritePeers { av: 1, body }.encode(0);
+            assert_eq!(e.decode(), Err(Status::InvalidField), "{body:?}");
+        }
+        assert!(Command::AvWritePeers { av: 1, body: peers }
+            .encode(0)
+            .decode()
+            .is_ok());
         // A region with no access, with undefined access bits, or empty.
         for (access, len) in [(0, 16), (4, 16), (MR_ACCESS_REMOTE_READ, 0)] {
             let e = Command::MrRegister {

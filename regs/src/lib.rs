@@ -72,6 +72,7 @@ pub const INTERFACE_MAJOR: u8 = 1;
 /// | 10 | the AV entry's `MAX_MSG_MTU` flag (the peer takes messages of one MTU) the `MsgTooLong` local status of a longer send to such a peer, `TX_MSG_TOO_LONG` |
 /// | 11 | ENDPOINT_CREATE refuses an initiator id that a live endpoint of the same JobID on the function holds (status `InitiatorInUse`): a target's FI_SOURCE tells senders apart by (fabric address, JobID, initiator) |
 /// | 12 | completion interrupts: `CQ_ARM` asks for an MSI-X vector when an endpoint's completion ring holds a completion (the MSI-X capability and table, [`pci::MSIX_CAP`], are the PCI function's at every version) |
+/// | 13 | AV_WRITE_PEERS: a run of AV entries written from the peers' UET addresses, which the NIC converts itself |
 ///
 /// The interface is pre-release: minor 2 changed the completion layout, minor 3 gave
 /// reserved bytes of ENDPOINT_CREATE a meaning, minor 4 added `AV_INVALIDATE_DOORBELL`, minor
@@ -79,9 +80,9 @@ pub const INTERFACE_MAJOR: u8 = 1;
 /// minor 7 gave reserved bytes of AV_CREATE, both RX descriptors and the completion a meaning,
 /// minor 8 added the AV write window, minor 9 gave AUTH_KEY_REMOVE a body (all zero: as
 /// before), minor 10 defined a bit of the AV entry's flags and a local status, minor 11 a
-/// refusal of ENDPOINT_CREATE, minor 12 added `CQ_ARM`;
+/// refusal of ENDPOINT_CREATE, minor 12 added `CQ_ARM`, minor 13 the AV_WRITE_PEERS command;
 /// a driver refuses a device older than the layouts it speaks.
-pub const INTERFACE_MINOR: u8 = 12;
+pub const INTERFACE_MINOR: u8 = 13;
 
 /// The interface minor version each feature a driver may gate on appeared in (the table of
 /// [`INTERFACE_MINOR`]). A register's own version is [`RegInfo::since_minor`]; these name the
@@ -112,9 +113,12 @@ pub mod since {
     /// share an initiator id; before, a duplicate is accepted and the FI_SOURCE of either
     /// endpoint's messages may name the other.
     pub const UNIQUE_INITIATORS: u8 = 11;
+    /// AV_WRITE_PEERS (opcode 0x25): entries written from UET addresses; before, the opcode
+    /// is unknown (InvalidOpcode).
+    pub const AV_WRITE_PEERS: u8 = 13;
 
     // Every feature named here is of the current interface or older.
-    const _: () = assert!(UNIQUE_INITIATORS <= crate::INTERFACE_MINOR);
+    const _: () = assert!(AV_WRITE_PEERS <= crate::INTERFACE_MINOR);
 }
 
 /// Width of a register access.

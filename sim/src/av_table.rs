@@ -357,6 +357,20 @@ impl AvTable {
         Ok(())
     }
 
+    /// Whether single entries may be written to `first..first + count`
+    /// (AV_WRITE_PEERS): the run lies in the table and holds no live member of a range. A
+    /// table without ranges checks only the bounds.
+    pub(crate) fn check_run(&self, first: u32, count: u32) -> Result<(), WriteConflict> {
+        if u64::from(first) + u64::from(count) > u64::from(self.capacity) {
+            return Err(WriteConflict::OutOfRange);
+        }
+        if !self.ranges.is_empty() && (first..first + count).any(|i| self.range_member(i).is_some())
+        {
+            return Err(WriteConflict::Overlap);
+        }
+        Ok(())
+    }
+
     /// Store a batch of records that passed [`AvTable::check_batch`], in order: the same as
     /// [`AvTable::set`] on each.
     pub(crate) fn set_batch<R: TableRecord>(&mut self, records: &[R]) {

@@ -48,6 +48,8 @@ pub struct DebugCounters {
     pub msix_messages: u64,
     /// MSI-X messages sent for a vector with no trigger (reached no one).
     pub msix_unclaimed: u64,
+    /// AV entries AV_WRITE_PEERS wrote (each composed by the NIC from a peer's address).
+    pub av_write_peers_entries: u64,
 }
 
 /// The counter block of one NIC.

@@ -11,6 +11,7 @@
 //! | AV_CREATE | `capacity` in 1..=`CAP_AV_ENTRIES`, `rx_ctx_bits <= CAP_AV.max_rx_ctx_bits`, `max_group_id <= CAP_PEER_GROUPS.max_group_id` and the group and receive-context bits within 32 else InvalidField; a free table else NoResources | AV handle (from 1) |
 //! | AV_DESTROY | AV exists else InvalidHandle; no endpoint bound else Busy; frees the AV's auth-key slots | — |
 //! | AV_WRITE | AV exists else InvalidHandle; the `count` records read by DMA else DmaFault; every record: `index < capacity` else IndexOutOfRange, reserved word 0 and `NicAvEntry::check_within(entry_flags::defined_at(interface_minor))` else InvalidField, an `AUTH_KEY` entry's slot in use and owned by this AV else InvalidField; a range entry written at its own first index, not overlapping another range or a single entry of the table or the batch, else InvalidField, and not running past the table else IndexOutOfRange — then all are written | records written |
+//! | AV_WRITE_PEERS | before interface 1.13 InvalidOpcode; AV exists else InvalidHandle; `[first, first+count)` inside the table else IndexOutOfRange, and no index of it a live member of a range else InvalidField; the `count` addresses read by DMA else DmaFault; every address valid (`UetAddress::bytes_are_valid`) else InvalidField — then entry `first + i` is `NicAvEntry::for_valid_peer_bytes(address i, job_id)` for every `i` | entries written |
 //! | AV_INVALIDATE | AV exists else InvalidHandle; a listed index buffer read by DMA else DmaFault; range `[first, first+count)` inside the table, or every listed u32 index inside it, else IndexOutOfRange — then all are invalidated | entries invalidated |
 //! | AV_READ | AV exists else InvalidHandle; `[first, first+count)` inside the table else IndexOutOfRange; entries written by DMA else DmaFault | entries read |
 //! | ENDPOINT_CREATE | handle = AV to bind (0: none) exists else InvalidHandle; ring log2 sizes in 1..=15 and at most `CAP_QUEUES.max_queue_entries` entries (the tagged RX ring's may also be 0: none), ring bases aligned to their entry size, `ri_count` in 1..=`CAP_RESOURCE_INDEX.max_per_endpoint`, JobID within 24 bits, `rx_ctx_cnt` at most `CAP_EP.max_rx_ctx` and `ri_count`, `tx_ctx_cnt` at most `CAP_EP.max_tx_ctx`, a datagram or passive endpoint not scalable, else InvalidField; every ring entirely DMA-mapped else DmaFault; since interface 1.11, no live endpoint of the JobID with the initiator id, else InitiatorInUse; a free endpoint else NoResources, a free PIDonFEP else PidExhausted, a contiguous resource-index range else RiExhausted | endpoint handle \| PIDonFEP << 16 / ri_start \| ri_count << 16 |
@@ -32,10 +33,11 @@ use crate::av_table::{AvTable, TableRecord, WriteConflict};
 use crate::endpoint_table::{AllocError, CqRing, EndpointTable, InRing, NewContext, NewEndpoint};
 use crate::mr_table::{MemoryRegion, MrError};
 use crate::nic::Nic;
+use uet_fwif::address::ADDRESS_BYTES;
 use uet_fwif::admin::{
-    AvCreateBody, BufferBody, ContextCreateBody, EndpointCreateBody, MrDeregisterBody,
-    MrRegisterBody, RangeBody, CTX_ROLE_CONTROL, CTX_ROLE_RX, CTX_ROLE_TX, EP_FLAG_ABSOLUTE,
-    EP_FLAG_DGRAM, EP_FLAG_PASSIVE, MIN_CQ_LOG2,
+    AvCreateBody, AvWritePeersBody, BufferBody, ContextCreateBody, EndpointCreateBody,
+    MrDeregisterBody, MrRegisterBody, RangeBody, CTX_ROLE_CONTROL, CTX_ROLE_RX, CTX_ROLE_TX,
+    EP_FLAG_ABSOLUTE, EP_FLAG_DGRAM, EP_FLAG_PASSIVE, MIN_CQ_LOG2,
 };
 use uet_fwif::auth_key::{
     AuthKeyAddBody, AuthKeyRemoveBody, AuthKeySourceBody, EndpointAuthKeysBody,
@@ -46,7 +48,7 @@ use uet_fwif::datapath::{
 };
 use uet_fwif::identify::{set_ascii_field, IdentifyData};
 use uet_fwif::ring::RingGeometry;
-use uet_fwif::{AdminCommand, AvWriteRecord, Command, NicAvEntry, Status};
+use uet_fwif::{AdminCommand, AvWriteRecord, Command, NicAvEntry, Status, UetAddress};
 use uet_regs::since;
 use zerocopy::little_endian::U32;
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
@@ -77,6 +79,12 @@ impl Nic {
                 Command::AvCreate(b) => self.fw_av_create(&b),
                 Command::AvDestroy { av } => self.fw_av_destroy(av),
                 Command::AvWrite { av, body } => self.fw_av_write(av, &body),
+                Command::AvWritePeers { .. }
+                    if self.cfg.interface_minor < since::AV_WRITE_PEERS =>
+                {
+                    Err(Status::InvalidOpcode)
+                }
+                Command::AvWritePeers { av, body } => self.fw_av_write_peers(av, &body),
                 Command::AvInvalidate { av, body } => self.fw_av_invalidate(av, &body),
                 Command::AvRead { av, body } => self.fw_av_read(av, &body),
                 Command::EndpointCreate { av, body } => self.fw_endpoint_create(av, &body),
@@ -178,6 +186,35 @@ impl Nic {
         let count = b.count.get();
         let bytes = usize::try_from(count).map_err(|_| Status::InvalidField)? * RECORD_BYTES;
         self.with_fw_buf(|nic, buf| nic.fw_av_write_staged(av, capacity, b.buf.get(), bytes, buf))?;
+        Ok((count, 0))
+    }
+
+    fn fw_av_write_peers(&mut self, av: u32, b: &AvWritePeersBody) -> FwResult {
+        let (first, count) = (b.first.get(), b.count.get());
+        self.avs
+            .get(av)
+            .ok_or(Status::InvalidHandle)?
+            .check_run(first, count)
+            .map_err(|c| match c {
+                WriteConflict::OutOfRange => Status::IndexOutOfRange,
+                WriteConflict::Overlap => Status::InvalidField,
+            })?;
+        let bytes = usize::try_from(count).map_err(|_| Status::InvalidField)? * ADDRESS_BYTES;
+        self.with_fw_buf(|nic, buf| {
+            let staged = nic.dma_stage(b.buf.get(), bytes, buf)?;
+            let addrs =
+                <[[u8; ADDRESS_BYTES]]>::ref_from_bytes(staged).map_err(|_| Status::Internal)?;
+            if !addrs.iter().all(UetAddress::bytes_are_valid) {
+                return Err(Status::InvalidField);
+            }
+            let t = nic.avs.get_mut(av).ok_or(Status::InvalidHandle)?;
+            let job_id = b.job_id.get();
+            for (index, a) in (first..).zip(addrs) {
+                t.set(index, NicAvEntry::for_valid_peer_bytes(a, job_id));
+            }
+            Ok(())
+        })?;
+        self.counters.debug.av_write_peers_entries += u64::from(count);
         Ok((count, 0))
     }
 

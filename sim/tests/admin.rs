@@ -383,6 +383,100 @@ fn av_write_read_is_all_or_nothing() {
 }
 
 #[test]
+fn av_write_peers_stores_what_av_write_of_their_entries_would_and_is_all_or_nothing() {
+    let fabric = Fabric::new();
+    let mut d = Driver::new(&fabric, "10.0.0.1");
+    let av = d.av_create(16, 0).unwrap();
+    let mut v6 = peer("10.0.0.2", 9, 3);
+    v6.fabric_addr = "fd00::7".parse().unwrap();
+    v6.mode = uet_fwif::address::AddressingMode::Absolute;
+    let mut one_mtu = peer("10.0.0.4", 6, 2);
+    one_mtu.max_msg_mtu = true;
+    let peers = [peer("10.0.0.3", 5, 1), v6, one_mtu];
+    let bytes: Vec<[u8; 32]> = peers.iter().map(|p| p.to_bytes().unwrap()).collect();
+    assert_eq!(d.av_write_peers(av, 2, &bytes, 0x00AB_CDEF), Ok(3));
+    let got = d.av_read(av, 0, 16).unwrap();
+    for (i, p) in peers.iter().enumerate() {
+        assert_eq!(
+            got[2 + i],
+            NicAvEntry::for_peer(p, 0x00AB_CDEF),
+            "entry {}",
+            2 + i
+        );
+    }
+    assert!(got[..2].iter().chain(&got[5..]).all(|e| !e.is_valid()));
+
+    // Refused whole, nothing written: past the table, one malformed address among good ones,
+    // a bad handle, addresses outside DMA memory.
+    let fresh = [peer("10.0.0.9", 1, 9).to_bytes().unwrap(); 4];
+    let unchanged = |d: &mut Driver| assert_eq!(d.av_read(av, 0, 16).unwrap(), got);
+    assert_eq!(
+        d.av_write_peers(av, 13, &fresh, 7),
+        Err(Status::IndexOutOfRange)
+    );
+    assert_eq!(
+        d.av_write_peers(av, u32::MAX, &fresh[..1], 7),
+        Err(Status::IndexOutOfRange)
+    );
+    let mut malformed = fresh;
+    malformed[2][3] = 1; // a reserved byte of the address
+    assert_eq!(
+        d.av_write_peers(av, 6, &malformed, 7),
+        Err(Status::InvalidField)
+    );
+    unchanged(&mut d);
+    assert_eq!(
+        d.av_write_peers(99, 0, &fresh, 7),
+        Err(Status::InvalidHandle)
+    );
+    let c = d.submit(Command::AvWritePeers {
+        av,
+        body: uet_fwif::admin::AvWritePeersBody {
+            buf: U64::new(UNMAPPED),
+            len: U32::new(32),
+            first: U32::new(0),
+            count: U32::new(1),
+            ..FromZeros::new_zeroed()
+        },
+    });
+    assert_eq!(c.status(), Status::DmaFault);
+    unchanged(&mut d);
+
+    // Single entries are overwritten; a live member of a symmetric range is not, a removed
+    // one (a hole) is.
+    assert_eq!(d.av_write_peers(av, 4, &fresh[..2], 7), Ok(2));
+    let range = NicAvEntry::range(
+        &NicAvEntry::for_peer(&peer("10.0.1.1", 1, 1), 7),
+        1,
+        8,
+        0,
+        4,
+    );
+    assert_eq!(d.av_write(av, &[(8, range)]), Ok(1));
+    assert_eq!(
+        d.av_write_peers(av, 6, &fresh[..3], 7),
+        Err(Status::InvalidField)
+    );
+    let hole = d.submit(Command::AvInvalidate {
+        av,
+        body: RangeBody {
+            first: U32::new(9),
+            count: U32::new(1),
+            ..FromZeros::new_zeroed()
+        },
+    });
+    assert_eq!(hole.status(), Status::Success);
+    assert_eq!(d.av_write_peers(av, 9, &fresh[..1], 7), Ok(1));
+    let after = d.av_read(av, 0, 16).unwrap();
+    let entry = NicAvEntry::for_peer(&peer("10.0.0.9", 1, 9), 7);
+    assert_eq!((after[4], after[5], after[9]), (entry, entry, entry));
+    assert!(
+        !after[6].is_valid() && !after[7].is_valid(),
+        "the refused run left nothing"
+    );
+}
+
+#[test]
 fn av_invalidate_range_and_list() {
     let fabric = Fabric::new();
     let mut d = Driver::new(&fabric, "10.0.0.1");
@@ -940,6 +1034,19 @@ fn an_older_interface_lacks_what_later_versions_added() {
                 window_write(&d.f, av, 3, &e, Staging::Burst);
                 assert_eq!(rd(&d.f, AV_WRITE_DROPS), drops + 1, "1.{minor}");
             }
+        }
+
+        // AV_WRITE_PEERS: an unknown opcode before 1.13.
+        let addrs = [peer("10.0.0.5", 7, 4).to_bytes().unwrap(); 2];
+        if minor >= since::AV_WRITE_PEERS {
+            assert_eq!(d.av_write_peers(av, 4, &addrs, 7), Ok(2), "1.{minor}");
+        } else {
+            assert_eq!(
+                d.av_write_peers(av, 4, &addrs, 7),
+                Err(Status::InvalidOpcode),
+                "1.{minor}"
+            );
+            assert!(!d.av_read(av, 4, 1).unwrap()[0].is_valid(), "1.{minor}");
         }
 
         // AUTH_KEY_REMOVE: before 1.9 its body is reserved, so the owner check is refused and

@@ -144,6 +144,49 @@ fn a_refused_batch_of_records_changes_nothing_on_the_nic() {
 }
 
 #[test]
+fn a_refused_run_of_peers_changes_nothing_on_the_nic() {
+    let (_fabric, fns) = fabric(3);
+    let mut nodes: Vec<Node> = fns.into_iter().map(|f| Node::new(f, 7, 32)).collect();
+    let addrs: Vec<[u8; 32]> = nodes.iter().map(Node::addr).collect();
+    let n0 = &mut nodes[0];
+    let cap = n0.av.capacity() as u32;
+    let flags = uet_fwif::av_entry::entry_flags::ALL;
+    let peers = [addrs[1], addrs[2]];
+    // The run's last index lies past the table: refused whole, its first entry not written.
+    let e = n0
+        .av
+        .nic_mut()
+        .write_peers(cap - 1, &peers, 7, flags)
+        .unwrap_err();
+    assert!(e.to_string().contains("AV_WRITE_PEERS"), "{e}");
+    let mut back = [NicAvEntry::INVALID; 1];
+    n0.av.nic_mut().read_entries(cap - 1, &mut back).unwrap();
+    assert!(!back[0].is_valid(), "nothing written");
+    // Empty and oversized runs never reach the NIC.
+    let before = n0.counter(ADMIN_COMMANDS);
+    assert!(n0.av.nic_mut().write_peers(0, &[], 7, flags).is_err());
+    let too_many = vec![addrs[1]; uet_fwif::admin::MAX_BATCH as usize + 1];
+    let e = n0
+        .av
+        .nic_mut()
+        .write_peers(0, &too_many, 7, flags)
+        .unwrap_err();
+    assert!(e.to_string().contains("must be 1..="), "{e}");
+    assert_eq!(n0.counter(ADMIN_COMMANDS), before, "no command sent");
+    // A good run is written as AV_WRITE of the same peers would write it.
+    let (converted, written) = (n0.function.debug_counters().av_write_peers_entries, 2);
+    n0.av.nic_mut().write_peers(3, &peers, 7, flags).unwrap();
+    let mut back = [NicAvEntry::INVALID; 2];
+    n0.av.nic_mut().read_entries(3, &mut back).unwrap();
+    let entry = |a: &[u8; 32]| NicAvEntry::for_valid_peer_bytes(a, 7);
+    assert_eq!(back, [entry(&addrs[1]), entry(&addrs[2])]);
+    assert_eq!(
+        n0.function.debug_counters().av_write_peers_entries,
+        converted + written
+    );
+}
+
+#[test]
 fn a_large_removal_is_one_av_invalidate() {
     let (_fabric, fns) = fabric(2);
     let mut nodes: Vec<Node> = fns.into_iter().map(|f| Node::new(f, 7, 2048)).collect();

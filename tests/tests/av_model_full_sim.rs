@@ -107,6 +107,18 @@ impl NicAvTable for SimTable {
         Self::answer(NicOp::Write, late, sent)
     }
 
+    fn write_peers(
+        &mut self,
+        first: u32,
+        addrs: &[[u8; 32]],
+        job_id: u32,
+        entry_flags: u16,
+    ) -> Result<(), NicError> {
+        let late = self.take(NicOp::Write)?;
+        let sent = self.table.write_peers(first, addrs, job_id, entry_flags);
+        Self::answer(NicOp::Write, late, sent)
+    }
+
     fn invalidate(&mut self, indices: &[u32]) -> Result<(), NicError> {
         let late = self.take(NicOp::Invalidate)?;
         let sent = self.table.invalidate(indices);

@@ -3,8 +3,8 @@
 //! version.
 //!
 //! On each version the whole AV path runs (single inserts through the AV write window where
-//! the NIC has one and AV_WRITE where it does not, batched inserts, removal, reinsert, auth
-//! keys), messages cross in both directions, and a peer that takes one MTU is handled as that
+//! the NIC has one and AV_WRITE where it does not, batched inserts through AV_WRITE_PEERS
+//! where the NIC has it, removal, reinsert, auth keys), messages cross in both directions, and a peer that takes one MTU is handled as that
 //! version can: refused at the sender's NIC from 1.10, refused by the peer before. Throughout,
 //! the driver touches no register its NIC lacks: `BAD_REGISTER_ACCESSES` stays 0.
 
@@ -70,6 +70,16 @@ fn every_interface_the_driver_drives_runs_the_av_and_the_datapath() {
         let mut many = [0u64; 20];
         assert_eq!(a.av.insert(&batch, 20, Some(&mut many), 0).unwrap(), 20);
         assert_eq!(many.to_vec(), (2..22).collect::<Vec<_>>(), "1.{minor}");
+        // New peers at consecutive indices: one AV_WRITE_PEERS from 1.13, AV_WRITE before.
+        assert_eq!(
+            a.function.debug_counters().av_write_peers_entries,
+            if minor >= since::AV_WRITE_PEERS {
+                20
+            } else {
+                0
+            },
+            "1.{minor}"
+        );
         a.av.remove(&[1, 5, 21], 0).unwrap();
         assert!(
             !nic_entry(&mut a, 5).is_valid(),

@@ -5,7 +5,8 @@
 
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use uet_fwif::admin::{
-    AdminCompletion, AvCreateBody, BufferBody, EndpointCreateBody, RangeBody, COMMAND_BYTES,
+    AdminCompletion, AvCreateBody, AvWritePeersBody, BufferBody, EndpointCreateBody, RangeBody,
+    COMMAND_BYTES,
 };
 use uet_fwif::{
     AdminCommand, AvWriteRecord, Command, Completion, NicAvEntry, RxDescriptor, Status,
@@ -228,6 +229,33 @@ impl Driver {
                 buf: U64::new(self.iova(SCRATCH_OFF)),
                 len: U32::new(bytes.len() as u32),
                 count: U32::new(records.len() as u32),
+                ..FromZeros::new_zeroed()
+            },
+        });
+        match c.status() {
+            Status::Success => Ok(c.result0.get()),
+            s => Err(s),
+        }
+    }
+
+    /// AV_WRITE_PEERS of `addrs` (raw, so that a test can pass a malformed one) to `first ..`.
+    pub fn av_write_peers(
+        &mut self,
+        av: u32,
+        first: u32,
+        addrs: &[[u8; 32]],
+        job_id: u32,
+    ) -> Result<u32, Status> {
+        let bytes = addrs.as_flattened();
+        self.mem.write(SCRATCH_OFF, bytes);
+        let c = self.submit(Command::AvWritePeers {
+            av,
+            body: AvWritePeersBody {
+                buf: U64::new(self.iova(SCRATCH_OFF)),
+                len: U32::new(bytes.len() as u32),
+                first: U32::new(first),
+                count: U32::new(addrs.len() as u32),
+                job_id: U32::new(job_id),
                 ..FromZeros::new_zeroed()
             },
         });
