@@ -371,6 +371,69 @@ impl AvTable {
         Ok(())
     }
 
+    /// Store valid single entries at `first ..` (AV_WRITE_PEERS, a run that passed
+    /// [`AvTable::check_run`]): the same as [`AvTable::set`] on each. Where the run holds no
+    /// single entry yet — a fresh table filling up — the questions `set` asks of each entry
+    /// are asked once: no entry is overwritten (so no CAM key is compared), the backlog's room
+    /// is made once, and the valid bits are set a word at a time.
+    pub(crate) fn set_singles(&mut self, first: u32, entries: &[NicAvEntry]) {
+        let count = entries.len();
+        let at = first as usize;
+        let fresh = u32::try_from(count).is_ok_and(|n| !self.singles_in(first, n))
+            && entries.iter().all(|e| e.is_valid() && !e.is_range());
+        if !fresh
+            || at
+                .checked_add(count)
+                .is_none_or(|end| end > self.entries.as_slice().len())
+        {
+            for (&e, index) in entries.iter().zip(first..) {
+                self.set(index, e);
+            }
+            return;
+        }
+        if self.cam.backlog_room() < count {
+            self.catch_up_cam();
+        }
+        if let Some(slots) = self.entries.as_mut_slice().get_mut(at..at + count) {
+            slots.copy_from_slice(entries);
+        }
+        self.set_single_bits(first, count);
+        for (e, index) in entries.iter().zip(first..) {
+            if let Some(key) = Self::key(e) {
+                // Room was made above, and a backlog holds as many placements as the table
+                // has entries.
+                let recorded = self.cam.record(key, index);
+                debug_assert!(recorded, "room was made for the run");
+            }
+        }
+    }
+
+    /// Set the valid bits of `first..first + count`, a word at a time.
+    fn set_single_bits(&mut self, first: u32, count: usize) {
+        let (lo, hi) = (first as usize, first as usize + count);
+        if hi == lo {
+            return;
+        }
+        let words = (hi - 1) / 64 + 1;
+        if self.singles.len() < words {
+            self.singles.resize(words, 0);
+        }
+        let mut i = lo;
+        while i < hi {
+            let bit = i % 64;
+            let take = (64 - bit).min(hi - i);
+            let mask = if take == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << take) - 1) << bit
+            };
+            if let Some(w) = self.singles.get_mut(i / 64) {
+                *w |= mask;
+            }
+            i += take;
+        }
+    }
+
     /// Store a batch of records that passed [`AvTable::check_batch`], in order: the same as
     /// [`AvTable::set`] on each.
     pub(crate) fn set_batch<R: TableRecord>(&mut self, records: &[R]) {
@@ -781,6 +844,90 @@ mod tests {
 
     /// An entry rewritten with the same peer (a new user id) keeps its one CAM slot: the
     /// CAM does not fill with copies of it, and the lookup reports the newest user id.
+    #[test]
+    fn a_run_of_singles_stores_what_one_set_per_entry_would() {
+        // Two tables with one random history of single entries, invalidations and a range;
+        // then a run of new peers through set_singles on one and set per entry on the other.
+        // Fresh runs, runs over single entries, over a range's hole, and runs that fill the
+        // backlog: every index and every sender's source agree.
+        let mut x = 0x9E37_79B9u32;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x
+        };
+        for round in 0..300u32 {
+            let (mut a, mut b) = (
+                AvTable::new(64, 0, 0).unwrap(),
+                AvTable::new(64, 0, 0).unwrap(),
+            );
+            let both = |a: &mut AvTable, b: &mut AvTable, f: &dyn Fn(&mut AvTable)| {
+                f(a);
+                f(b);
+            };
+            let peer_n = |n: u32| peer(&format!("10.0.{}.{}", n / 200, 1 + n % 200), n % 3);
+            if round % 2 == 0 {
+                let range = NicAvEntry::range(&peer_n(900), 1, 40, 0, 8);
+                both(&mut a, &mut b, &|t| t.set(40, range));
+                both(&mut a, &mut b, &|t| t.invalidate(42));
+            }
+            for _ in 0..20 + next() % 60 {
+                let (i, n) = (next() % 40, next() % 30);
+                if next() % 4 == 0 {
+                    both(&mut a, &mut b, &|t| t.invalidate(i));
+                } else {
+                    both(&mut a, &mut b, &|t| t.set(i, peer_n(n)));
+                }
+            }
+            let first = match round % 3 {
+                0 => 42,
+                1 => next() % 8,
+                _ => next() % 40,
+            };
+            let len = if first == 42 {
+                1
+            } else {
+                1 + next() % (40 - first)
+            };
+            let run: Vec<NicAvEntry> = (0..len).map(|_| peer_n(next() % 30)).collect();
+            a.set_singles(first, &run);
+            for (&e, i) in run.iter().zip(first..) {
+                b.set(i, e);
+            }
+            for i in 0..64 {
+                assert_eq!(a.get(i), b.get(i), "round {round}: index {i}");
+                assert_eq!(a.effective(i), b.effective(i), "round {round}: index {i}");
+            }
+            for n in (0..30).chain([900]) {
+                let p = peer_n(n);
+                let (ip, init) = (p.fabric_ip(), p.initiator.get());
+                assert_eq!(
+                    a.source(ip, init),
+                    b.source(ip, init),
+                    "round {round}: peer {n}"
+                );
+            }
+        }
+        // A run longer than the backlog's room: the CAM takes the backlog in first.
+        let mut t = AvTable::new(64, 0, 0).unwrap();
+        let peer_n = |n: u32| peer(&format!("10.3.0.{}", n + 1), n % 3);
+        (0..60).for_each(|i| t.set(i, peer_n(i)));
+        (50..60).for_each(|i| t.invalidate(i));
+        assert!(t.cam.backlog_room() < 14);
+        let run: Vec<NicAvEntry> = (100..114).map(peer_n).collect();
+        t.set_singles(50, &run);
+        for n in (0..50).chain(100..114) {
+            let p = peer_n(n);
+            let want = if n < 50 { n } else { n - 50 };
+            assert_eq!(
+                t.source(p.fabric_ip(), p.initiator.get()),
+                u64::from(want),
+                "peer {n}"
+            );
+        }
+    }
+
     #[test]
     fn rewriting_the_same_peer_takes_no_new_slot() {
         let mut t = AvTable::new(64, 0, 0).unwrap();

@@ -66,6 +66,8 @@ struct Rings {
 const IDENTIFY_BYTES: u32 = core::mem::size_of::<IdentifyData>() as u32;
 const RECORD_BYTES: usize = core::mem::size_of::<AvWriteRecord>();
 const ENTRY_BYTES: usize = core::mem::size_of::<NicAvEntry>();
+/// Entries AV_WRITE_PEERS composes before it stores them (4 KiB of stack).
+const PEERS_BLOCK: usize = 64;
 /// Bytes of staging buffer kept between AV commands (a batch of 256 records is 18 KiB).
 const FW_BUF_KEEP: usize = 64 << 10;
 
@@ -209,8 +211,16 @@ impl Nic {
             }
             let t = nic.avs.get_mut(av).ok_or(Status::InvalidHandle)?;
             let job_id = b.job_id.get();
-            for (index, a) in (first..).zip(addrs) {
-                t.set(index, NicAvEntry::for_valid_peer_bytes(a, job_id));
+            // Composed a block at a time on the stack, and stored a block at a time.
+            let mut block = [NicAvEntry::INVALID; PEERS_BLOCK];
+            for (chunk, at) in addrs
+                .chunks(PEERS_BLOCK)
+                .zip((first..).step_by(PEERS_BLOCK))
+            {
+                for (e, a) in block.iter_mut().zip(chunk) {
+                    *e = NicAvEntry::for_valid_peer_bytes(a, job_id);
+                }
+                t.set_singles(at, block.get(..chunk.len()).unwrap_or_default());
             }
             Ok(())
         })?;

@@ -142,6 +142,11 @@ impl SourceCam {
         ((key.hash() as usize & self.mask()) as u64) << 32 | u64::from(index)
     }
 
+    /// Placements the backlog can still take before a [`SourceCam::catch_up`].
+    pub(crate) fn backlog_room(&self) -> usize {
+        self.backlog.as_slice().len().saturating_sub(self.pending)
+    }
+
     /// Note that `index` now holds `key`, for the next [`SourceCam::catch_up`]: its placement
     /// goes on the backlog. `false`, noting nothing, when the backlog is full: catch up first.
     #[must_use]
