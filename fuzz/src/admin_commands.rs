@@ -24,7 +24,7 @@ pub const MAX_COMMANDS: usize = 32;
 const DMA_BYTES: usize = 8192;
 
 /// Every opcode the NIC knows.
-const OPCODES: [Opcode; 17] = [
+const OPCODES: [Opcode; 18] = [
     Opcode::Identify,
     Opcode::EndpointCreate,
     Opcode::EndpointDestroy,
@@ -42,6 +42,7 @@ const OPCODES: [Opcode; 17] = [
     Opcode::AuthKeySource,
     Opcode::AuthKeyRead,
     Opcode::EndpointAuthKeys,
+    Opcode::AvWritePeers,
 ];
 
 fn answered(opcode: u8, r: Result<AdminResult, DriverError>) {
@@ -160,8 +161,8 @@ fn seed_command(out: &mut Vec<u8>, opcode: Opcode, body: &[u8; 56], offset: u16)
     out.extend_from_slice(&offset.to_le_bytes());
 }
 
-/// An AV_WRITE of two records, an AV_READ of the table, an AV_INVALIDATE of one index, an
-/// AUTH_KEY_ADD and a COUNTERS_READ, each with its buffer in the fuzzed bytes.
+/// An AV_WRITE of two records, an AV_READ of the table, an AV_WRITE_PEERS of two addresses,
+/// an AV_INVALIDATE of one index, an AUTH_KEY_ADD and a COUNTERS_READ, each with its buffer in the fuzzed bytes.
 pub fn seeds() -> Vec<Vec<u8>> {
     use std::net::{IpAddr, Ipv4Addr};
     use uet_fwif::address::{caps, AddressingMode};
@@ -184,6 +185,20 @@ pub fn seeds() -> Vec<Vec<u8>> {
         record.entry = NicAvEntry::for_peer(&peer, 1);
         buffer.extend_from_slice(record.as_bytes());
     }
+    let records_len = buffer.len();
+    for index in [8u16, 9] {
+        let peer = UetAddress {
+            caps: caps::HPC,
+            mode: AddressingMode::Relative,
+            max_msg_mtu: false,
+            pid_on_fep: index,
+            fabric_addr: IpAddr::V4(Ipv4Addr::new(10, 9, 0, 2)),
+            ri_start: 1,
+            ri_count: 2,
+            initiator: u32::from(index),
+        };
+        buffer.extend_from_slice(&peer.to_bytes().unwrap_or([0; 32]));
+    }
     let mut out = Vec::new();
     out.extend_from_slice(&(buffer.len() as u16).to_le_bytes());
     out.extend_from_slice(&buffer);
@@ -194,9 +209,15 @@ pub fn seeds() -> Vec<Vec<u8>> {
         body[16..20].copy_from_slice(&b.to_le_bytes());
         body
     };
-    let record_bytes = buffer.len() as u32 / 2;
+    let record_bytes = records_len as u32 / 2;
     seed_command(&mut out, Opcode::AvWrite, &body(2 * record_bytes, 2, 0), 0);
     seed_command(&mut out, Opcode::AvRead, &body(16 * 64, 0, 16), 1024);
+    seed_command(
+        &mut out,
+        Opcode::AvWritePeers,
+        &body(64, 8, 2),
+        records_len as u16,
+    );
     seed_command(&mut out, Opcode::AvInvalidate, &body(0, 5, 1), 0);
     seed_command(&mut out, Opcode::AuthKeyAdd, &body(4, 1, 0), 0);
     seed_command(&mut out, Opcode::CountersRead, &body(4096, 0, 0), 2048);
