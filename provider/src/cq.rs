@@ -11,7 +11,8 @@
 //!   entry's source `fi_addr_t` (`FI_ADDR_NOTAVAIL` for a send, or a peer the AV does not
 //!   hold). `-FI_EAGAIN` when none; `-FI_EAVAIL` when the next is an error.
 //! * `fi_cq_readerr`: the next error; its message is copied into the application's
-//!   `err_data` buffer when it gives one, as for the EQ ([`crate::eq`]).
+//!   `err_data` buffer when it gives one, or kept by the CQ until its next `readerr`, as for
+//!   the EQ ([`crate::eq`]).
 //! * `fi_cq_sread`, `fi_cq_sreadfrom`: as `read`, waiting up to `timeout` ms (negative: no
 //!   end) by reading the rings with a sleep growing from 1 µs to 1 ms between reads;
 //!   `fi_cq_signal` ends a wait with `-FI_EAGAIN`. The CQ must have a wait object
@@ -23,7 +24,7 @@
 
 use crate::abi::*;
 use crate::ep::EpShared;
-use crate::{copy_err_data, entry, null, object_ref, ssize, strerror, unsupported};
+use crate::{entry, null, object_ref, ssize, strerror, unsupported, OwnedErrData};
 use core::ffi::{c_char, c_int, c_void};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -71,6 +72,10 @@ pub struct UetCq {
     signaled: AtomicBool,
     /// Endpoints bound to the CQ (`fi_close` is `FI_EBUSY` while any are).
     pub(crate) bound: AtomicUsize,
+    /// The fabric's API version: before 1.5, `err_data` is always the CQ's own.
+    api_version: u32,
+    /// The `err_data` `fi_cq_readerr` hands out when the application gives no buffer.
+    err_data: OwnedErrData,
 }
 
 impl UetCq {
@@ -141,7 +146,7 @@ pub(crate) unsafe extern "C" fn domain_cq_open(
     const CALL: &str = "fi_cq_open";
     entry(CALL, || {
         // SAFETY: the application's domain pointer.
-        unsafe { crate::domain::domain_ref(domain, CALL) }?;
+        let api_version = unsafe { crate::domain::domain_ref(domain, CALL) }?.api_version;
         if cq.is_null() {
             return Err(null(CALL, "cq"));
         }
@@ -185,6 +190,8 @@ pub(crate) unsafe extern "C" fn domain_cq_open(
             inner: Mutex::new(Inner::default()),
             signaled: AtomicBool::new(false),
             bound: AtomicUsize::new(0),
+            api_version,
+            err_data: OwnedErrData::default(),
         });
         // SAFETY: `cq` is non-NULL and writable (libfabric's contract).
         unsafe { *cq = Box::into_raw(boxed).cast() };
@@ -393,8 +400,10 @@ unsafe extern "C" fn cq_readerr(cq: *mut FidCq, buf: *mut FiCqErrEntry, flags: u
         };
         // SAFETY: `err_data` is NULL or the application's buffer of `err_data_size` bytes
         // (libfabric's contract).
-        let (err_data, err_data_size) =
-            unsafe { copy_err_data(&err.message, out.err_data, out.err_data_size) };
+        let (err_data, err_data_size) = unsafe {
+            q.err_data
+                .give(q.api_version, &err.message, out.err_data, out.err_data_size)
+        };
         *out = FiCqErrEntry {
             op_context: e.op_context,
             flags: e.flags,

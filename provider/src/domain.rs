@@ -18,6 +18,8 @@ pub struct UetDomain {
     fid: FidDomain,
     domain: Mutex<Option<Domain>>,
     fabric_domains: Arc<AtomicUsize>,
+    /// The fabric's API version ([`crate::fabric::Fabric::api_version`]).
+    pub(crate) api_version: u32,
     /// Endpoints of the domain, enabled or not (`fi_close` is `FI_EBUSY` while any are).
     pub(crate) endpoints: AtomicUsize,
 }
@@ -122,6 +124,7 @@ pub(crate) unsafe extern "C" fn fabric_domain(
             },
             domain: Mutex::new(Some(d)),
             fabric_domains: f.domains.clone(),
+            api_version: f.api_version(),
             endpoints: AtomicUsize::new(0),
         });
         // SAFETY: `domain` is non-NULL and writable (libfabric's contract).

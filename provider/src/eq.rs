@@ -7,7 +7,10 @@
 //! * `fi_eq_readerr`: a `struct fi_eq_err_entry`; `err` is the fabric errno (positive). The
 //!   error's message is copied into the application's `err_data` buffer when it gives one
 //!   (`err_data_size` in: the buffer's size; out: the bytes written, the message truncated to
-//!   fit), as libfabric 1.5 and later define; otherwise `err_data` is NULL and its size 0.
+//!   fit), as libfabric 1.5 and later define. Without a buffer (`err_data_size` 0), or on a
+//!   fabric opened with an API before 1.5, `err_data` points to the queue's own copy of the
+//!   message, NUL-terminated, valid until the next `fi_eq_readerr` (`err_data_size`: its
+//!   length).
 //! * `fi_eq_write`: an application's own `struct fi_eq_entry`, on a queue opened with
 //!   `FI_WRITE`.
 //! * `fi_eq_strerror`: the provider's description of a `prov_errno` (the NIC's status codes).
@@ -20,7 +23,7 @@
 
 use crate::abi::*;
 use crate::fabric::fabric_ref;
-use crate::{copy_err_data, entry, null, object_ref, ssize, strerror, unsupported};
+use crate::{entry, null, object_ref, ssize, strerror, unsupported, OwnedErrData};
 use core::ffi::{c_char, c_int, c_void};
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -35,6 +38,10 @@ pub struct UetEq {
     fid: FidEq,
     eq: EventQueue,
     fids: Mutex<HashMap<u64, usize>>,
+    /// The fabric's API version: before 1.5, `err_data` is always the queue's own.
+    api_version: u32,
+    /// The `err_data` `fi_eq_readerr` hands out when the application gives no buffer.
+    err_data: OwnedErrData,
 }
 
 impl UetEq {
@@ -92,7 +99,7 @@ pub(crate) unsafe extern "C" fn fabric_eq_open(
     const CALL: &str = "fi_eq_open";
     entry(CALL, || {
         // SAFETY: the application's fabric pointer, ours.
-        unsafe { fabric_ref(fabric) }?;
+        let api_version = unsafe { fabric_ref(fabric) }?.api_version();
         if eq.is_null() {
             return Err(null(CALL, "eq"));
         }
@@ -130,6 +137,8 @@ pub(crate) unsafe extern "C" fn fabric_eq_open(
             },
             eq: queue,
             fids: Mutex::new(HashMap::new()),
+            api_version,
+            err_data: OwnedErrData::default(),
         });
         // SAFETY: `eq` is non-NULL and writable (libfabric's contract).
         unsafe { *eq = Box::into_raw(boxed).cast() };
@@ -250,8 +259,10 @@ unsafe extern "C" fn eq_readerr(eq: *mut FidEq, buf: *mut FiEqErrEntry, flags: u
         let e = q.eq.readerr()?;
         // SAFETY: `err_data` is NULL or the application's buffer of `err_data_size` bytes
         // (libfabric's contract).
-        let (err_data, err_data_size) =
-            unsafe { copy_err_data(&e.err_data, out.err_data, out.err_data_size) };
+        let (err_data, err_data_size) = unsafe {
+            q.err_data
+                .give(q.api_version, &e.err_data, out.err_data, out.err_data_size)
+        };
         *out = FiEqErrEntry {
             fid: q.fid_of(e.fid),
             context: e.context as usize as *mut c_void,

@@ -18,6 +18,13 @@ pub struct Fabric {
     pub(crate) domains: Arc<AtomicUsize>,
 }
 
+impl Fabric {
+    /// The API version the application opened the fabric with (`fi_fabric_attr.api_version`).
+    pub(crate) fn api_version(&self) -> u32 {
+        self.fid.api_version
+    }
+}
+
 static FABRIC_FID_OPS: FiOps =
     unsupported::fid_ops(fabric_close, unsupported::bind, unsupported::control);
 

@@ -74,7 +74,7 @@ mod unsupported;
 
 use abi::{FiContext, FiProvider, FI_PROVIDER_API};
 use core::ffi::c_int;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock, PoisonError};
 use uet_av::{FiErrno, FiError};
 
 /// The provider's name, as `fi_info.fabric_attr->prov_name` and `FI_PROVIDER` spell it.
@@ -171,25 +171,47 @@ pub(crate) fn ssize(call: &str, f: impl FnOnce() -> Result<usize, FiError>) -> i
     }
 }
 
-/// An error entry's message for its `err_data` (libfabric 1.5 and later): copied into the
-/// application's buffer when it gives one (`err_data`, `err_data_size` bytes), truncated to
-/// fit; `(err_data, bytes written)`, or NULL and 0 without a buffer.
-///
-/// # Safety
-/// `err_data` is NULL or holds `err_data_size` writable bytes.
-pub(crate) unsafe fn copy_err_data(
-    message: &str,
-    err_data: *mut core::ffi::c_void,
-    err_data_size: usize,
-) -> (*mut core::ffi::c_void, usize) {
-    if err_data.is_null() || err_data_size == 0 {
-        return (core::ptr::null_mut(), 0);
+/// The first API version whose applications may pass their own `err_data` buffer (1.5).
+const FI_ERR_DATA_BUFFER_API: u32 = abi::fi_version(1, 5);
+
+/// The `err_data` an EQ or CQ hands out when the application gives no buffer of its own: the
+/// last error's message, NUL-terminated, owned by the queue until its next `readerr`
+/// (fi_cq(3), fi_eq(3): "valid until a subsequent read call", which the application must
+/// serialize with its use of the buffer).
+#[derive(Default)]
+pub(crate) struct OwnedErrData(Mutex<Box<[u8]>>);
+
+impl OwnedErrData {
+    /// An error entry's message for its `err_data`. Copied into the application's buffer
+    /// (`err_data`, `err_data_size` bytes), truncated to fit, when it gives one and speaks
+    /// API 1.5 or later (`api_version`): `(err_data, bytes written)`. Otherwise the buffer is
+    /// ignored, as the man pages say, and the message is kept here: `(the queue's copy, its
+    /// length without the NUL)`, or NULL and 0 for an empty message.
+    ///
+    /// # Safety
+    /// `err_data` is NULL or holds `err_data_size` writable bytes.
+    pub(crate) unsafe fn give(
+        &self,
+        api_version: u32,
+        message: &str,
+        err_data: *mut core::ffi::c_void,
+        err_data_size: usize,
+    ) -> (*mut core::ffi::c_void, usize) {
+        let own_buffer = api_version >= FI_ERR_DATA_BUFFER_API;
+        if own_buffer && !err_data.is_null() && err_data_size > 0 {
+            let n = err_data_size.min(message.len());
+            // SAFETY: the application's buffer of `err_data_size` bytes (the caller's
+            // promise); `n` is at most that.
+            unsafe { core::ptr::copy_nonoverlapping(message.as_ptr(), err_data.cast::<u8>(), n) };
+            return (err_data, n);
+        }
+        if message.is_empty() {
+            return (core::ptr::null_mut(), 0);
+        }
+        let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        *kept = message.bytes().chain([0]).collect();
+        (kept.as_mut_ptr().cast(), message.len())
     }
-    let n = err_data_size.min(message.len());
-    // SAFETY: the application's buffer of `err_data_size` bytes (the caller's promise); `n`
-    // is at most that.
-    unsafe { core::ptr::copy_nonoverlapping(message.as_ptr(), err_data.cast::<u8>(), n) };
-    (err_data, n)
 }
 
 /// `fi_eq_strerror`, `fi_cq_strerror`: `generic` when `buf` is NULL or empty; otherwise `what`

@@ -1012,3 +1012,135 @@ fn hints_asking_for_an_ordering_are_refused_as_messages_travel_unordered() {
         assert_eq!(got, no_data, "hint {field}");
     }
 }
+
+/// `fi_cq_readerr` of an error completion with `err_data_size` 0: fi_cq(3) says the buffer is
+/// ignored and `err_data` set to one the provider owns, valid until the next read.
+#[test]
+fn an_error_read_without_a_buffer_points_err_data_at_the_cqs_copy_of_the_message() {
+    let pair = Pair::new(0);
+    let addr = nobody(pair.av);
+    let mut fake = 0;
+    // SAFETY: an open AV and endpoint; one address, one fi_addr_t.
+    unsafe {
+        assert_eq!(
+            ((*(*pair.av).ops).insert)(pair.av, addr.as_ptr().cast(), 1, &mut fake, 0, null_mut()),
+            1
+        );
+        for _ in 0..2 {
+            assert_eq!(
+                (pair.msg(0).inject)(pair.p[0].ep, b"lost".as_ptr().cast(), 4, fake),
+                0
+            );
+        }
+    }
+    assert_eq!(pair.wait(0).err(), Some(neg(FiErrno::FI_EAVAIL)));
+    let e = pair.readerr(0).unwrap();
+    assert!(
+        !e.err_data.is_null() && e.err_data_size > 0,
+        "{:?}",
+        e.err_data
+    );
+    // SAFETY: the CQ's NUL-terminated copy, valid until the next read of the CQ.
+    let message = unsafe { CStr::from_ptr(e.err_data.cast()) };
+    assert_eq!(message.to_bytes().len(), e.err_data_size);
+    assert!(!message.to_string_lossy().trim().is_empty());
+    let owned = message.to_owned();
+
+    // With a buffer of its own (API 1.5 and later), the application gets the message there,
+    // truncated to fit.
+    assert_eq!(pair.wait(0).err(), Some(neg(FiErrno::FI_EAVAIL)));
+    let mut buf = [0u8; 8];
+    // SAFETY: a plain-data structure.
+    let mut e: FiCqErrEntry = unsafe { core::mem::zeroed() };
+    e.err_data = buf.as_mut_ptr().cast();
+    e.err_data_size = buf.len();
+    // SAFETY: an open CQ; a valid entry whose err_data holds err_data_size bytes.
+    assert_eq!(unsafe { (pair.cq(0).readerr)(pair.p[0].cq, &mut e, 0) }, 1);
+    assert_eq!(e.err_data, buf.as_mut_ptr().cast());
+    assert_eq!(e.err_data_size, buf.len());
+    assert_eq!(&buf[..], &owned.to_bytes()[..buf.len()]);
+}
+
+/// On a fabric opened with an API before 1.5, `fi_eq_readerr` ignores the application's
+/// `err_data` buffer and points it at the queue's own copy (fi_eq(3), compatibility note).
+#[test]
+fn before_api_1_5_an_eq_error_read_ignores_the_applications_buffer() {
+    let info = getinfo(None, None, 0, Some(&Hints::new(0, FI_FORMAT_UNSPEC))).expect("getinfo");
+    let mut fabric = null_mut();
+    let mut domain = null_mut();
+    let mut eq = null_mut();
+    let mut eq_attr = FiEqAttr {
+        size: 0,
+        flags: 0,
+        wait_obj: FI_WAIT_UNSPEC,
+        signaling_vector: 0,
+        wait_set: null_mut(),
+    };
+    // SAFETY: the provider's info, its fabric attributes set to API 1.4; out pointers valid.
+    unsafe {
+        (*(*info).fabric_attr).api_version = fi_version(1, 4);
+        assert_eq!(
+            (provider().fabric)((*info).fabric_attr, &mut fabric, null_mut()),
+            0
+        );
+        assert_eq!(
+            ((*(*fabric).ops).domain)(fabric, info, &mut domain, null_mut()),
+            0
+        );
+        assert_eq!(
+            ((*(*fabric).ops).eq_open)(fabric, &mut eq_attr, &mut eq, null_mut()),
+            0
+        );
+    }
+    let mut attr = av_attr(4);
+    attr.flags = uet_av::FI_EVENT;
+    let mut av = null_mut();
+    let zeros = [0u8; 32];
+    let mut out = 0;
+    let mut buf = [0x55u8; 64];
+    // SAFETY: open objects; valid attributes, addresses and out pointers.
+    unsafe {
+        assert_eq!(
+            ((*(*domain).ops).av_open)(domain, &mut attr, &mut av, null_mut()),
+            0
+        );
+        assert_eq!(
+            ((*(*av).fid.ops).bind)(&mut (*av).fid, &mut (*eq).fid, 0),
+            0
+        );
+        assert_eq!(
+            ((*(*av).ops).insert)(av, zeros.as_ptr().cast(), 1, &mut out, 0, null_mut()),
+            0
+        );
+        let mut event = 0u32;
+        let mut entry: FiEqEntry = core::mem::zeroed();
+        let len = core::mem::size_of::<FiEqEntry>();
+        let ret = ((*(*eq).ops).sread)(eq, &mut event, (&raw mut entry).cast(), len, 2000, 0);
+        assert_eq!(ret, neg(FiErrno::FI_EAVAIL));
+        let mut e: FiEqErrEntry = core::mem::zeroed();
+        e.err_data = buf.as_mut_ptr().cast();
+        e.err_data_size = buf.len();
+        assert_eq!(
+            ((*(*eq).ops).readerr)(eq, &mut e, 0),
+            core::mem::size_of::<FiEqErrEntry>() as isize
+        );
+        assert!(e.err > 0);
+        assert!(!e.err_data.is_null() && e.err_data != buf.as_mut_ptr().cast());
+        let message = CStr::from_ptr(e.err_data.cast());
+        assert_eq!(message.to_bytes().len(), e.err_data_size);
+        assert!(e.err_data_size > 0);
+        assert!(
+            buf.iter().all(|&b| b == 0x55),
+            "the application's buffer is untouched"
+        );
+        for fid in [
+            &raw mut (*av).fid,
+            &raw mut (*eq).fid,
+            &raw mut (*domain).fid,
+            &raw mut (*fabric).fid,
+        ] {
+            assert_eq!(close(fid), 0);
+        }
+        uet_fi::info::free_info(info);
+    }
+}
