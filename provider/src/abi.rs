@@ -52,6 +52,9 @@ pub const FI_EP_UNSPEC: c_int = 0;
 /// `FI_EP_RDM`.
 pub const FI_EP_RDM: c_int = 3;
 
+/// `FI_SHARED_CONTEXT`: a context count asking for a shared context.
+pub const FI_SHARED_CONTEXT: usize = usize::MAX;
+
 // `enum fi_threading`, `enum fi_progress`, `enum fi_resource_mgmt`.
 /// `FI_THREAD_SAFE`: every object may be used by any thread at any time.
 pub const FI_THREAD_SAFE: c_int = 1;

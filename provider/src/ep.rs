@@ -477,6 +477,9 @@ pub(crate) unsafe extern "C" fn domain_endpoint(
                     a.ep_type
                 )));
             }
+            if let Some(why) = crate::info::context_counts_refused(a) {
+                return Err(FiError::inval(format!("{CALL}: {why}")));
+            }
         }
         // SAFETY: NULL or valid attributes of a valid fi_info.
         let tx_op_flags = unsafe { info.tx_attr.as_ref() }.map_or(0, |a| a.op_flags);

@@ -15,6 +15,7 @@
 //! | `domain_attr->cq_data_size` | up to 8 bytes |
 //! | `tx_attr`, `rx_attr` | caps `FI_MSG`, `FI_TAGGED` with `FI_SEND`, or with `FI_RECV` and `FI_SOURCE`; sizes, `iov_limit`, `inject_size` up to the provider's; `op_flags` returned, those the provider honours (`FI_COMPLETION`; for sends `FI_INJECT`, `FI_INJECT_COMPLETE`, `FI_TRANSMIT_COMPLETE`, `FI_DELIVERY_COMPLETE`); no `msg_order` or `comp_order` (messages travel unordered) |
 //! | `ep_attr->max_msg_size` | up to 16 KiB |
+//! | `ep_attr->tx_ctx_cnt`, `rx_ctx_cnt` | 0 or 1: no scalable endpoints, no shared contexts (`FI_SHARED_CONTEXT`) |
 //! | `src_addr`, `dest_addr` | returned; a source must be on this NIC |
 //!
 //! `node` and `service` are a UET address in the form `fi_av_insertsvc` takes (an IP address
@@ -135,6 +136,22 @@ pub(crate) unsafe fn c_str<'a>(s: *const c_char, what: &str) -> Result<Option<&'
     s.to_str()
         .map(Some)
         .map_err(|_| FiError::inval(format!("{what} is not UTF-8")))
+}
+
+/// Why the context counts of `ep` ask for what the provider does not serve: more than one
+/// transmit or receive context (a scalable endpoint) or a shared one (`FI_SHARED_CONTEXT`,
+/// `SIZE_MAX`). 0 is the default, one context.
+pub(crate) fn context_counts_refused(ep: &FiEpAttr) -> Option<String> {
+    let counts = [("tx_ctx_cnt", ep.tx_ctx_cnt), ("rx_ctx_cnt", ep.rx_ctx_cnt)];
+    let (name, n) = counts.into_iter().find(|&(_, n)| n > 1)?;
+    Some(if n == FI_SHARED_CONTEXT {
+        format!("ep_attr->{name} is FI_SHARED_CONTEXT: the uet provider shares no contexts")
+    } else {
+        format!(
+            "ep_attr->{name} {n}: the uet provider serves endpoints of one context (no \
+             scalable endpoints)"
+        )
+    })
 }
 
 fn nodata(why: String) -> FiError {
@@ -271,6 +288,9 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
                 "ep_attr->type {} is not FI_EP_RDM",
                 ep.ep_type
             )));
+        }
+        if let Some(why) = context_counts_refused(ep) {
+            return Err(nodata(why));
         }
     }
     // SAFETY: NULL or valid, as the caller promises.

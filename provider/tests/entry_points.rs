@@ -1144,3 +1144,46 @@ fn before_api_1_5_an_eq_error_read_ignores_the_applications_buffer() {
         uet_fi::info::free_info(info);
     }
 }
+
+/// A scalable endpoint (more than one transmit or receive context) or a shared context is not
+/// served: `fi_getinfo` answers `-FI_ENODATA` for hints asking for one, and `fi_endpoint`
+/// refuses an info that asks for one; one context (or 0, the default) is served.
+#[test]
+fn hints_and_endpoints_asking_for_several_or_shared_contexts_are_refused() {
+    for (tx, rx) in [
+        (2, 0),
+        (0, 4),
+        (FI_SHARED_CONTEXT, 1),
+        (1, FI_SHARED_CONTEXT),
+    ] {
+        let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+        // SAFETY: the hints' own ep_attr.
+        unsafe {
+            (*hints.info.ep_attr).tx_ctx_cnt = tx;
+            (*hints.info.ep_attr).rx_ctx_cnt = rx;
+        }
+        assert_eq!(
+            getinfo(None, None, 0, Some(&hints)).err(),
+            Some(-(FiErrno::FI_ENODATA.get() as c_int)),
+            "tx_ctx_cnt {tx}, rx_ctx_cnt {rx}"
+        );
+    }
+    let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+    // SAFETY: the hints' own ep_attr.
+    unsafe {
+        (*hints.info.ep_attr).tx_ctx_cnt = 1;
+        (*hints.info.ep_attr).rx_ctx_cnt = 0;
+    }
+    let open = Open::with_hints(&hints);
+    // SAFETY: the provider's own info, restored before it is freed.
+    unsafe {
+        assert_eq!((*(*open.info).ep_attr).tx_ctx_cnt, 1);
+        (*(*open.info).ep_attr).rx_ctx_cnt = 8;
+        let mut ep = null_mut();
+        let ret =
+            ((*(*open.domain).ops).endpoint)(open.domain, open.info.cast(), &mut ep, null_mut());
+        assert_eq!(ret, -(FiErrno::FI_EINVAL.get() as c_int));
+        assert!(ep.is_null());
+        (*(*open.info).ep_attr).rx_ctx_cnt = 1;
+    }
+}

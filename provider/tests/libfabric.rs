@@ -905,6 +905,7 @@ fn the_abi_structures_match_the_system_libfabric_headers() {
         ("FI_WAIT_MUTEX_COND", FI_WAIT_MUTEX_COND as u64),
         ("FI_WAIT_YIELD", FI_WAIT_YIELD as u64),
         ("FI_EP_RDM", FI_EP_RDM as u64),
+        ("FI_SHARED_CONTEXT", FI_SHARED_CONTEXT as u64),
         ("FI_THREAD_SAFE", FI_THREAD_SAFE as u64),
         ("FI_PROGRESS_AUTO", FI_PROGRESS_AUTO as u64),
         ("FI_RM_ENABLED", FI_RM_ENABLED as u64),
