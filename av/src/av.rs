@@ -244,7 +244,7 @@ pub use auth_keys::{
     is_auth_key_addr, AuthKeyInfo, AuthKeyMismatch, AUTH_KEY_ADDR_BASE, AUTH_KEY_MAX_RX_CTX_BITS,
 };
 use decode::{FiAddrDecoder, FiAddrKind};
-pub use events::{AvCloseError, CloseError, WithContext, MAX_WRITES_IN_FLIGHT};
+pub use events::{AvCloseError, CloseError, MAX_WRITES_IN_FLIGHT};
 use lost::LostIndices;
 
 /// Size of one address in `fi_av_insert`'s buffer and `fi_av_lookup`'s output.
@@ -1335,6 +1335,8 @@ impl<N: NicAvTable> AddressVector<N> {
         flags: u64,
         result: Result<usize, FiError>,
     ) -> Result<usize, FiError> {
+        // Every insert call ends here: its context (`with_context`), taken or not, ends too.
+        self.call_context = 0;
         if flags & FI_MORE != 0 {
             // The call returns with its records pending: the next flush sends them after it.
             self.returned_pending = self.pending.len();

@@ -80,7 +80,7 @@ pub use addr_str::{
 pub use av::{
     address_string, av_type_from_c, is_auth_key_addr, rx_ctx_bits_from_c, straddr, AddrFormat,
     AddressVector, AuthKeyInfo, AuthKeyMismatch, AvAttr, AvCloseError, AvLimits, AvMismatch,
-    AvName, CloseError, WithContext, ADDR_LEN, AUTH_KEY_ADDR_BASE, AUTH_KEY_MAX_GROUP_ID,
+    AvName, CloseError, ADDR_LEN, AUTH_KEY_ADDR_BASE, AUTH_KEY_MAX_GROUP_ID,
     AUTH_KEY_MAX_RX_CTX_BITS, AV_NAME_MAX, DEFAULT_AV_COUNT, MAX_WRITES_IN_FLIGHT,
 };
 pub use av_set::{is_av_set_addr, AvSet, AvSetAttr, AV_SET_ADDR_BASE, AV_SET_FLAGS};

@@ -611,7 +611,7 @@ fn an_insert_rewrites_the_indices_of_an_unanswered_range_first() {
     av.nic_mut()
         .inject(NicOp::Write, 0, uet_av::Fault::InDoubt { applied: true });
     av.with_context(1)
-        .insertsym("10.0.3.1", 1, "1", 4, None, 0)
+        .insertsym("10.0.3.1", 1, "1", 4, None, 0, None)
         .unwrap();
     let events = short(sink.read());
     assert_eq!(events.last(), Some(&Ev::Done(1, 0)), "{events:?}");
@@ -1060,7 +1060,7 @@ fn insertsym_completes_once_with_every_member_and_a_refusal_fails_the_whole_rang
     av.bind(sink.clone(), 0).unwrap();
     let mut out = [0u64; 6];
     av.with_context(1)
-        .insertsym("10.0.0.1", 3, "100", 2, Some(&mut out), 0)
+        .insertsym("10.0.0.1", 3, "100", 2, Some(&mut out), 0, None)
         .unwrap();
     assert_eq!(out, [0, 1, 2, 3, 4, 5]);
     assert_eq!(av.ranges().count(), 1, "stored as one range");
@@ -1083,7 +1083,7 @@ fn insertsym_completes_once_with_every_member_and_a_refusal_fails_the_whole_rang
     // A refused range: every member fails at its position, and the range leaves the mirror.
     nic.table.lock().unwrap().fail_after(NicOp::Write, 0);
     av.with_context(2)
-        .insertsym("10.0.1.1", 2, "7", 2, Some(&mut out[..4]), 0)
+        .insertsym("10.0.1.1", 2, "7", 2, Some(&mut out[..4]), 0, None)
         .unwrap();
     assert_eq!(&out[..4], &[6, 7, 8, 9]);
     assert_eq!(
@@ -1106,10 +1106,10 @@ fn insertsym_completes_once_with_every_member_and_a_refusal_fails_the_whole_rang
     let mut av = open_event(4);
     av.bind(sink.clone(), 0).unwrap();
     av.with_context(3)
-        .insertsym("10.0.2.1", 1, "1", 4, None, FI_MORE)
+        .insertsym("10.0.2.1", 1, "1", 4, None, FI_MORE, None)
         .unwrap();
     av.with_context(4)
-        .insertsym("10.0.3.1", 1, "1", 2, None, 0)
+        .insertsym("10.0.3.1", 1, "1", 2, None, 0, None)
         .unwrap();
     assert_eq!(
         short(sink.read()),
@@ -1660,4 +1660,32 @@ fn fi_event_inserts_match_the_model() {
             "no {errno:?} event"
         );
     }
+}
+
+/// `with_context` names the context of the next insert call only: a call refused before it
+/// looks at the AV takes it too, so it never reaches a later call's events, of any form.
+#[test]
+fn a_context_never_carries_over_to_a_later_insert() {
+    let mut av = open_event(16);
+    let sink = Sink::new();
+    av.bind(sink.clone(), 0).unwrap();
+    let mut out = [0u64; 1];
+    let refused = av
+        .with_context(7)
+        .insert(&peer_bytes(1), 1, Some(&mut out), 1 << 60)
+        .unwrap_err();
+    assert_eq!(refused.errno, FiErrno::FI_EBADFLAGS);
+    assert!(sink.read().is_empty());
+    av.insert(&peer_bytes(1), 1, Some(&mut out), 0).unwrap();
+    assert_eq!(short(sink.read()), vec![Ev::Done(0, 1)]);
+    av.with_context(8)
+        .insertsvc("10.0.0.1", Some("bad service"), None, 0, None)
+        .unwrap_err();
+    av.insertsym("10.0.4.1", 1, "1", 2, None, 0, None).unwrap();
+    assert_eq!(short(sink.read()), vec![Ev::Done(0, 2)]);
+    av.with_context(9)
+        .insert_str(&["uet://10.0.0.1/5"], None, 0, None)
+        .unwrap_err();
+    av.insertsvc("10.0.0.2", Some("3"), None, 0, None).unwrap();
+    assert_eq!(short(sink.read()), vec![Ev::Done(0, 1)]);
 }

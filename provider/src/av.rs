@@ -414,32 +414,16 @@ unsafe extern "C" fn av_insert(
                 // SAFETY: `addr` holds `count` addresses of ADDR_LEN bytes (libfabric's
                 // contract); only read.
                 let addr = unsafe { c_slice_needed(addr.cast::<u8>(), bytes, CALL, "addr") }?;
-                match (kind, status) {
-                    (kind, Some(status)) => {
-                        with_av!(kind, av => av.insert_with_status(addr, count, fi_addr, flags, Some(status)))
-                    }
-                    (AvKind::Own(av), None) => {
-                        av.with_context(context).insert(addr, count, fi_addr, flags)
-                    }
-                    (AvKind::Shared(av), None) => {
-                        av.with_context(context).insert(addr, count, fi_addr, flags)
-                    }
-                }?
+                with_av!(kind, av => av
+                    .with_context(context)
+                    .insert_with_status(addr, count, fi_addr, flags, status))?
             }
             AddrFormat::Str => {
                 // SAFETY: `addr` is a `char *` array of `count` (libfabric's contract).
                 let strings = unsafe { c_strings(addr, count) }?;
-                match (kind, status) {
-                    (kind, Some(status)) => {
-                        with_av!(kind, av => av.insert_str(&strings, fi_addr, flags, Some(status)))
-                    }
-                    (AvKind::Own(av), None) => av
-                        .with_context(context)
-                        .insert_str(&strings, fi_addr, flags),
-                    (AvKind::Shared(av), None) => av
-                        .with_context(context)
-                        .insert_str(&strings, fi_addr, flags, None),
-                }?
+                with_av!(kind, av => av
+                    .with_context(context)
+                    .insert_str(&strings, fi_addr, flags, status))?
             }
         };
         inserted(n)
@@ -474,17 +458,9 @@ unsafe extern "C" fn av_insertsvc(
             .as_mut()
             .ok_or_else(|| FiError::inval("the AV is closed"))?;
         let context = context as u64;
-        let n = match (kind, status) {
-            (kind, Some(status)) => {
-                with_av!(kind, av => av.insertsvc(node, service, fi_addr, flags, Some(status)))
-            }
-            (AvKind::Own(av), None) => av
-                .with_context(context)
-                .insertsvc(node, service, fi_addr, flags),
-            (AvKind::Shared(av), None) => av
-                .with_context(context)
-                .insertsvc(node, service, fi_addr, flags, None),
-        }?;
+        let n = with_av!(kind, av => av
+            .with_context(context)
+            .insertsvc(node, service, fi_addr, flags, status))?;
         inserted(n)
     })
 }
@@ -527,17 +503,9 @@ unsafe extern "C" fn av_insertsym(
             .as_mut()
             .ok_or_else(|| FiError::inval("the AV is closed"))?;
         let context = context as u64;
-        let n = match (kind, status) {
-            (kind, Some(status)) => {
-                with_av!(kind, av => av.insertsym(node, nodecnt, service, svccnt, fi_addr, flags, Some(status)))
-            }
-            (AvKind::Own(av), None) => av
-                .with_context(context)
-                .insertsym(node, nodecnt, service, svccnt, fi_addr, flags),
-            (AvKind::Shared(av), None) => av
-                .with_context(context)
-                .insertsym(node, nodecnt, service, svccnt, fi_addr, flags, None),
-        }?;
+        let n = with_av!(kind, av => av
+            .with_context(context)
+            .insertsym(node, nodecnt, service, svccnt, fi_addr, flags, status))?;
         inserted(n)
     })
 }

@@ -220,7 +220,7 @@ fn inserts_before_bind_are_enoeq_and_sync_err_is_ebadflags() {
     );
     // insertsym after binding: 4 addresses, one completion.
     av.with_context(3)
-        .insertsym("10.9.0.1", 2, "3", 2, None, 0)
+        .insertsym("10.9.0.1", 2, "3", 2, None, 0, None)
         .unwrap();
     let done = eq.sread(Some(Duration::from_secs(5)), 0).unwrap();
     assert_eq!((done.context, done.data), (3, 4));
@@ -499,7 +499,7 @@ fn an_insert_into_the_indices_of_a_late_range_succeeds() {
     nic.bar0()
         .write(uet_regs::DEV_CTRL, uet_regs::DevCtrl::new());
     av.with_context(1)
-        .insertsym("192.0.2.1", 1, "1", 4, None, 0)
+        .insertsym("192.0.2.1", 1, "1", 4, None, 0, None)
         .unwrap();
     // Four error entries (one per member), then the completion with none inserted.
     let e = uet_tests::wait_error(&eq);

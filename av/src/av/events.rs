@@ -346,66 +346,6 @@ impl<T> core::fmt::Display for CloseError<T> {
 
 impl<T> std::error::Error for CloseError<T> {}
 
-/// `fi_av_insert*` with a `context`: see [`AddressVector::with_context`].
-pub struct WithContext<'a, N: NicAvTable> {
-    av: &'a mut AddressVector<N>,
-    context: u64,
-}
-
-impl<N: NicAvTable> WithContext<'_, N> {
-    fn call<R>(&mut self, f: impl FnOnce(&mut AddressVector<N>) -> R) -> R {
-        self.av.call_context = self.context;
-        let r = f(self.av);
-        self.av.call_context = 0;
-        r
-    }
-
-    /// [`AddressVector::insert`] with this context.
-    pub fn insert(
-        &mut self,
-        addr: &[u8],
-        count: usize,
-        fi_addr: Option<&mut [FiAddr]>,
-        flags: u64,
-    ) -> Result<usize, FiError> {
-        self.call(|av| av.insert(addr, count, fi_addr, flags))
-    }
-
-    /// [`AddressVector::insert_str`] with this context.
-    pub fn insert_str(
-        &mut self,
-        addrs: &[&str],
-        fi_addr: Option<&mut [FiAddr]>,
-        flags: u64,
-    ) -> Result<usize, FiError> {
-        self.call(|av| av.insert_str(addrs, fi_addr, flags, None))
-    }
-
-    /// [`AddressVector::insertsvc`] with this context.
-    pub fn insertsvc(
-        &mut self,
-        node: &str,
-        service: Option<&str>,
-        fi_addr: Option<&mut FiAddr>,
-        flags: u64,
-    ) -> Result<usize, FiError> {
-        self.call(|av| av.insertsvc(node, service, fi_addr, flags, None))
-    }
-
-    /// [`AddressVector::insertsym`] with this context.
-    pub fn insertsym(
-        &mut self,
-        node: &str,
-        nodecnt: usize,
-        service: &str,
-        svccnt: usize,
-        fi_addr: Option<&mut [FiAddr]>,
-        flags: u64,
-    ) -> Result<usize, FiError> {
-        self.call(|av| av.insertsym(node, nodecnt, service, svccnt, fi_addr, flags, None))
-    }
-}
-
 impl<N: NicAvTable> AddressVector<N> {
     /// Whether the AV was opened with `FI_EVENT`.
     #[inline]
@@ -461,12 +401,15 @@ impl<N: NicAvTable> AddressVector<N> {
         self.events.as_ref().is_some_and(|e| e.binding.is_some())
     }
 
-    /// `fi_av_insert*` with the C `context` argument: the insert methods of the result pass
-    /// `context` to the insert's events on an AV opened with `FI_EVENT` (the plain methods
-    /// pass 0). `FI_SYNC_ERR`, whose C context is the status array, has the `status`
-    /// arguments of the plain methods instead.
-    pub fn with_context(&mut self, context: u64) -> WithContext<'_, N> {
-        WithContext { av: self, context }
+    /// The C `context` argument of the next insert call (`insert`, `insert_with_status`,
+    /// `insert_str`, `insertsvc`, `insertsym`): on an AV opened with `FI_EVENT` its events
+    /// carry it (calls without it pass 0). The call takes it, whatever it does, so it never
+    /// carries over to a later one. Under `FI_SYNC_ERR` the C context is the status array,
+    /// which the `status` argument carries instead; there are no events then. The same as
+    /// [`crate::NamedAv::with_context`], so code serving both kinds of AV calls them alike.
+    pub fn with_context(&mut self, context: u64) -> &mut Self {
+        self.call_context = context;
+        self
     }
 
     /// `FI_ENOEQ` for an insert on an `FI_EVENT` AV with no event queue bound.
