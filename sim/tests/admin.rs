@@ -477,6 +477,54 @@ fn av_write_peers_stores_what_av_write_of_their_entries_would_and_is_all_or_noth
 }
 
 #[test]
+fn before_1_13_av_write_peers_is_an_unknown_opcode_whatever_its_body_or_flags() {
+    for minor in uet_sim::OLDEST_INTERFACE_MINOR..since::AV_WRITE_PEERS {
+        let fabric = Fabric::new();
+        let mut cfg = NicConfig::new(addr("10.0.0.1"));
+        cfg.interface_minor = minor;
+        let mut d = Driver::with_config(&fabric, cfg);
+        let av = d.av_create(16, 0).unwrap();
+        let one = uet_fwif::admin::AvWritePeersBody {
+            buf: U64::new(d.iova(SCRATCH_OFF)),
+            len: U32::new(32),
+            count: U32::new(1),
+            ..FromZeros::new_zeroed()
+        };
+        let mut reserved = one;
+        reserved.reserved[0] = 1;
+        // What a NIC that knows the command refuses as malformed is, to one that does not,
+        // an opcode it does not know: no address, a short buffer, a JobID wider than 24 bits,
+        // a reserved byte, a command flag.
+        let bodies = [
+            uet_fwif::admin::AvWritePeersBody {
+                count: U32::new(0),
+                ..one
+            },
+            uet_fwif::admin::AvWritePeersBody {
+                len: U32::new(31),
+                ..one
+            },
+            uet_fwif::admin::AvWritePeersBody {
+                job_id: U32::new(1 << 24),
+                ..one
+            },
+            reserved,
+        ];
+        for body in bodies {
+            let c = d.submit(Command::AvWritePeers { av, body });
+            assert_eq!(c.status(), Status::InvalidOpcode, "1.{minor}: {body:?}");
+        }
+        let mut flagged = Command::AvWritePeers { av, body: one }.encode(0);
+        flagged.flags = 1;
+        assert_eq!(
+            d.submit_raw(flagged).status(),
+            Status::InvalidOpcode,
+            "1.{minor}: a command flag"
+        );
+    }
+}
+
+#[test]
 fn av_invalidate_range_and_list() {
     let fabric = Fabric::new();
     let mut d = Driver::new(&fabric, "10.0.0.1");
