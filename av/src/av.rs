@@ -32,7 +32,10 @@
 //!   how fi_av(3) reports per-address failures. The call itself never fails for it.
 //! - **`FI_MORE`.** Honoured: the mirror changes at once (lookup works immediately), the NIC
 //!   records wait, and the next insert without `FI_MORE` sends every waiting record in one
-//!   AV_WRITE (in [`MAX_BATCH`] chunks only when larger). A remove, [`AddressVector::flush`] or
+//!   write command (in [`MAX_BATCH`] chunks only when larger): AV_WRITE_PEERS, the peers'
+//!   addresses as the mirror holds them, when they are new single entries at consecutive
+//!   indices with no user id or auth key (what a fresh AV's inserts are), AV_WRITE otherwise.
+//!   Below, "AV_WRITE" stands for either. A remove, [`AddressVector::flush`] or
 //!   [`AddressVector::verify_nic`] also sends them first.
 //! - **A refused AV_WRITE** rolls back every insert of the batch, including those of earlier
 //!   `FI_MORE` calls that already returned their indices, and the call returns `FI_EIO` with the
@@ -1901,9 +1904,10 @@ impl<N: NicAvTable> AddressVector<N> {
             && self.ranges.covering(index).is_some()
     }
 
-    /// Send the NIC records of every pending `FI_MORE` insert: one AV_WRITE (or one per
-    /// [`MAX_BATCH`] records). A refused AV_WRITE rolls the whole batch back; an unanswered
-    /// one keeps the whole batch inserted, the records the NIC may lack in doubt. Entries in
+    /// Send the NIC records of every pending `FI_MORE` insert: one write command (or one per
+    /// [`MAX_BATCH`] records): AV_WRITE_PEERS ([`NicAvTable::write_peers`]) for a run of new
+    /// peers at consecutive indices with nothing beside their addresses, AV_WRITE otherwise.
+    /// A refused write rolls the whole batch back; an unanswered one keeps the whole batch inserted, the records the NIC may lack in doubt. Entries in
     /// doubt are rewritten first; if that fails, nothing is sent and the batch is rolled back.
     ///
     /// The error is `FI_EAGAIN` only when the NIC had no room for a command and the flush
@@ -1989,9 +1993,9 @@ impl<N: NicAvTable> AddressVector<N> {
                 for &index in doubtful {
                     self.doubt_record(index);
                 }
-                warn!(entries = total, error = %e, "AV_WRITE unanswered, batch kept");
+                warn!(entries = total, error = %e, "NIC write unanswered, batch kept");
                 Err(FiError::io(format!(
-                    "the NIC did not answer the AV_WRITE of {failed_len} of {total} pending \
+                    "the NIC did not answer the write of {failed_len} of {total} pending \
                      inserts; all {total} stay inserted ({} are rewritten at the next call that \
                      sends the NIC anything): {e}",
                     doubtful.len()
@@ -2001,7 +2005,7 @@ impl<N: NicAvTable> AddressVector<N> {
                 let lost_before = self.lost.len();
                 let kept = self.roll_back(&pending, written, returned);
                 let lost = lost_note(self.lost.len() - lost_before);
-                warn!(entries = total, kept, error = %e, "AV_WRITE refused, batch rolled back");
+                warn!(entries = total, kept, error = %e, "NIC write refused, batch rolled back");
                 // Retrying is safe only when the call changed nothing.
                 let errno = if kept == 0 && own {
                     e.errno()
@@ -2011,7 +2015,7 @@ impl<N: NicAvTable> AddressVector<N> {
                 Err(FiError::new(
                     errno,
                     format!(
-                        "the NIC refused the AV_WRITE of {total} pending inserts; {} rolled back, \
+                        "the NIC refused the write of {total} pending inserts; {} rolled back, \
                      {kept} stay inserted (the NIC did not take back what it had accepted of \
                      them){lost}: {e}",
                         total - kept

@@ -1,8 +1,9 @@
 //! The admin-queue client (firmware interface, `uet-fwif::admin`).
 //!
 //! One submission ring and one completion ring in DMA memory plus a scratch buffer for the
-//! data of synchronous commands (IDENTIFY, AV_WRITE, AV_INVALIDATE lists, AV_READ). The queue
-//! lives under the NIC's admin lock: the admin path programs tables, it is not the datapath.
+//! data of synchronous commands (IDENTIFY, AV_WRITE, AV_WRITE_PEERS, AV_INVALIDATE lists,
+//! AV_READ). The queue lives under the NIC's admin lock: the admin path programs tables, it
+//! is not the datapath.
 //!
 //! Several commands may be outstanding. Submitting: write the 64-byte command at the SQ tail
 //! with a fresh command id, advance the tail, fence, write `ADMIN_SQ_DOORBELL`; at most
