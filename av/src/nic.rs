@@ -282,6 +282,9 @@ macro_rules! forward_nic_av_table {
             ) -> Result<Box<dyn PendingWrite>, NicError> {
                 (**self).submit_write(records)
             }
+            fn reflects_generation(&self, generation: u64) {
+                (**self).reflects_generation(generation)
+            }
             fn check_close(&self) -> Result<(), FiError> {
                 (**self).check_close()
             }
@@ -946,6 +949,37 @@ mod tests {
     use std::error::Error as _;
     use uet_fwif::address::{caps, AddressingMode};
     use uet_fwif::UetAddress;
+
+    /// A table that only notes the generation it is told it reflects.
+    struct Noting(std::rc::Rc<std::cell::Cell<u64>>);
+
+    impl NicAvTable for Noting {
+        fn write_entries(&mut self, _: &[AvWriteRecord]) -> Result<(), NicError> {
+            Ok(())
+        }
+        fn invalidate(&mut self, _: &[u32]) -> Result<(), NicError> {
+            Ok(())
+        }
+        fn read_entries(&mut self, _: u32, _: &mut [NicAvEntry]) -> Result<(), NicError> {
+            Ok(())
+        }
+        fn reflects_generation(&self, generation: u64) {
+            self.0.set(generation);
+        }
+    }
+
+    /// A named AV's table behind `&mut` or a `Box` still learns the generation it reflects
+    /// (the pointer's own default would drop it).
+    #[test]
+    fn a_table_behind_a_pointer_learns_the_generation_it_reflects() {
+        let seen = std::rc::Rc::new(std::cell::Cell::new(0));
+        let mut table = Noting(seen.clone());
+        NicAvTable::reflects_generation(&&mut table, 3);
+        assert_eq!(seen.get(), 3);
+        let boxed: Box<dyn NicAvTable> = Box::new(Noting(seen.clone()));
+        NicAvTable::reflects_generation(&boxed, 9);
+        assert_eq!(seen.get(), 9);
+    }
 
     fn entry(n: u8) -> NicAvEntry {
         let a = UetAddress {
