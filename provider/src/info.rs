@@ -11,6 +11,7 @@
 //! | `domain_attr->av_type` | `FI_AV_TABLE` (`FI_AV_MAP` behaves as a table, as in libfabric 2.x, and is answered so) |
 //! | `domain_attr->name`, `fabric_attr->name`, `fabric_attr->prov_name` | the NIC's, `uet`, `uet` |
 //! | `domain_attr->ep_cnt`, `max_ep_rx_ctx` | up to the NIC's endpoints and receive contexts |
+//! | `domain_attr->max_ep_tx_ctx`, `max_ep_stx_ctx`, `max_ep_srx_ctx` | 1, 0, 0: one transmit context, no shared contexts |
 //! | `domain_attr->auth_key` | a 4-byte JobID (24 bits), or none |
 //! | `domain_attr->cq_data_size` | up to 8 bytes |
 //! | `tx_attr`, `rx_attr` | caps `FI_MSG`, `FI_TAGGED` with `FI_SEND`, or with `FI_RECV` and `FI_SOURCE`; sizes, `iov_limit`, `inject_size` up to the provider's; `op_flags` returned, those the provider honours (`FI_COMPLETION`; for sends `FI_INJECT`, `FI_INJECT_COMPLETE`, `FI_TRANSMIT_COMPLETE`, `FI_DELIVERY_COMPLETE`); no `msg_order` or `comp_order` (messages travel unordered) |
@@ -331,6 +332,13 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
             return Err(nodata(format!(
                 "cq_data_size {} is more than the provider's {CQ_DATA_SIZE}",
                 d.cq_data_size
+            )));
+        }
+        if d.max_ep_tx_ctx > 1 || d.max_ep_stx_ctx > 0 || d.max_ep_srx_ctx > 0 {
+            return Err(nodata(format!(
+                "max_ep_tx_ctx {}, max_ep_stx_ctx {}, max_ep_srx_ctx {}: the uet provider \
+                 serves endpoints of one transmit context and shares no contexts",
+                d.max_ep_tx_ctx, d.max_ep_stx_ctx, d.max_ep_srx_ctx
             )));
         }
         if w.max_ep_rx_ctx as u64 > limits.max_rx_ctx {

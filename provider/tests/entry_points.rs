@@ -1187,3 +1187,38 @@ fn hints_and_endpoints_asking_for_several_or_shared_contexts_are_refused() {
         (*(*open.info).ep_attr).rx_ctx_cnt = 1;
     }
 }
+
+/// The domain's side of the same request: hints asking for a domain whose endpoints take
+/// several transmit contexts (`max_ep_tx_ctx` > 1) or that shares contexts among endpoints
+/// (`max_ep_stx_ctx`, `max_ep_srx_ctx` > 0) are `-FI_ENODATA`, as the answer could only give
+/// less than they ask (1 transmit context, no shared ones); 1 transmit context is served.
+#[test]
+fn hints_asking_the_domain_for_several_or_shared_contexts_per_endpoint_are_refused() {
+    for (tx, stx, srx) in [(2, 0, 0), (0, 1, 0), (0, 0, 4)] {
+        let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+        // SAFETY: the hints' own domain_attr.
+        unsafe {
+            (*hints.info.domain_attr).max_ep_tx_ctx = tx;
+            (*hints.info.domain_attr).max_ep_stx_ctx = stx;
+            (*hints.info.domain_attr).max_ep_srx_ctx = srx;
+        }
+        assert_eq!(
+            getinfo(None, None, 0, Some(&hints)).err(),
+            Some(-(FiErrno::FI_ENODATA.get() as c_int)),
+            "max_ep_tx_ctx {tx}, max_ep_stx_ctx {stx}, max_ep_srx_ctx {srx}"
+        );
+    }
+    let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+    // SAFETY: the hints' own domain_attr.
+    unsafe { (*hints.info.domain_attr).max_ep_tx_ctx = 1 };
+    let info = getinfo(None, None, 0, Some(&hints)).expect("one transmit context is served");
+    // SAFETY: the provider's answer, freed once read.
+    unsafe {
+        let d = &*(*info).domain_attr;
+        assert_eq!(
+            (d.max_ep_tx_ctx, d.max_ep_stx_ctx, d.max_ep_srx_ctx),
+            (1, 0, 0)
+        );
+        uet_fi::info::free_info(info);
+    }
+}
