@@ -12,6 +12,7 @@
 //! | `domain_attr->name`, `fabric_attr->name`, `fabric_attr->prov_name` | the NIC's, `uet`, `uet` |
 //! | `domain_attr->ep_cnt`, `max_ep_rx_ctx` | up to the NIC's endpoints and receive contexts |
 //! | `domain_attr->max_ep_tx_ctx`, `max_ep_stx_ctx`, `max_ep_srx_ctx` | 1, 0, 0: one transmit context, no shared contexts |
+//! | `domain_attr->max_err_data` | up to 1024 bytes: an error's message in `err_data` is at most that |
 //! | `domain_attr->auth_key` | a 4-byte JobID (24 bits), or none |
 //! | `domain_attr->cq_data_size` | up to 8 bytes |
 //! | `tx_attr`, `rx_attr` | caps `FI_MSG`, `FI_TAGGED` with `FI_SEND`, or with `FI_RECV` and `FI_SOURCE`; sizes, `iov_limit`, `inject_size` up to the provider's; `op_flags` returned, those the provider honours (`FI_COMPLETION`; for sends `FI_INJECT`, `FI_INJECT_COMPLETE`, `FI_TRANSMIT_COMPLETE`, `FI_DELIVERY_COMPLETE`); no `msg_order` or `comp_order` (messages travel unordered) |
@@ -334,6 +335,13 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
                 d.cq_data_size
             )));
         }
+        if d.max_err_data > crate::MAX_ERR_DATA {
+            return Err(nodata(format!(
+                "max_err_data {} is more than the provider's {}",
+                d.max_err_data,
+                crate::MAX_ERR_DATA
+            )));
+        }
         if d.max_ep_tx_ctx > 1 || d.max_ep_stx_ctx > 0 || d.max_ep_srx_ctx > 0 {
             return Err(nodata(format!(
                 "max_ep_tx_ctx {}, max_ep_stx_ctx {}, max_ep_srx_ctx {}: the uet provider \
@@ -576,6 +584,7 @@ unsafe fn fill(
             w.ep_cnt
         };
         d.max_ep_tx_ctx = 1;
+        d.max_err_data = crate::MAX_ERR_DATA;
         d.max_ep_rx_ctx = if w.max_ep_rx_ctx == 0 {
             usize::try_from(limits.max_rx_ctx).unwrap_or(usize::MAX)
         } else {

@@ -171,6 +171,10 @@ pub(crate) fn ssize(call: &str, f: impl FnOnce() -> Result<usize, FiError>) -> i
     }
 }
 
+/// The most bytes of error data (`domain_attr->max_err_data`) an error entry carries: its
+/// message, cut to this length.
+pub(crate) const MAX_ERR_DATA: usize = 1024;
+
 /// The first API version whose applications may pass their own `err_data` buffer (1.5).
 const FI_ERR_DATA_BUFFER_API: u32 = abi::fi_version(1, 5);
 
@@ -182,8 +186,9 @@ const FI_ERR_DATA_BUFFER_API: u32 = abi::fi_version(1, 5);
 pub(crate) struct OwnedErrData(Mutex<Box<[u8]>>);
 
 impl OwnedErrData {
-    /// An error entry's message for its `err_data`. Copied into the application's buffer
-    /// (`err_data`, `err_data_size` bytes), truncated to fit, when it gives one and speaks
+    /// An error entry's message for its `err_data`, at most [`MAX_ERR_DATA`] bytes of it.
+    /// Copied into the application's buffer (`err_data`, `err_data_size` bytes), truncated to
+    /// fit, when it gives one and speaks
     /// API 1.5 or later (`api_version`): `(err_data, bytes written)`. Otherwise the buffer is
     /// ignored, as the man pages say, and the message is kept here: `(the queue's copy, its
     /// length without the NUL)`, or NULL and 0 for an empty message.
@@ -197,6 +202,8 @@ impl OwnedErrData {
         err_data: *mut core::ffi::c_void,
         err_data_size: usize,
     ) -> (*mut core::ffi::c_void, usize) {
+        let message = message.as_bytes();
+        let message = message.get(..MAX_ERR_DATA).unwrap_or(message);
         let own_buffer = api_version >= FI_ERR_DATA_BUFFER_API;
         if own_buffer && !err_data.is_null() && err_data_size > 0 {
             let n = err_data_size.min(message.len());
@@ -209,7 +216,7 @@ impl OwnedErrData {
             return (core::ptr::null_mut(), 0);
         }
         let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        *kept = message.bytes().chain([0]).collect();
+        *kept = message.iter().copied().chain([0]).collect();
         (kept.as_mut_ptr().cast(), message.len())
     }
 }
@@ -270,4 +277,36 @@ pub(crate) unsafe fn object_ref<'a, T>(
 /// An `FI_EINVAL` error for a NULL pointer the call needs.
 pub(crate) fn null(call: &str, what: &str) -> FiError {
     FiError::inval(format!("{call}: {what} is NULL"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_data_is_at_most_max_err_data_bytes_in_either_buffer() {
+        let owned = OwnedErrData::default();
+        let long = "x".repeat(3 * MAX_ERR_DATA);
+        // The application's buffer, larger than the bound: the bound's worth is written.
+        let mut app = vec![0u8; 4 * MAX_ERR_DATA];
+        let v = abi::fi_version(1, 17);
+        // SAFETY: `app` holds `app.len()` writable bytes.
+        let (at, n) = unsafe { owned.give(v, &long, app.as_mut_ptr().cast(), app.len()) };
+        assert_eq!((at, n), (app.as_mut_ptr().cast(), MAX_ERR_DATA));
+        assert!(app[MAX_ERR_DATA..].iter().all(|&b| b == 0));
+        // No buffer: the queue's copy, cut to the bound and NUL-terminated.
+        // SAFETY: no buffer.
+        let (at, n) = unsafe { owned.give(v, &long, core::ptr::null_mut(), 0) };
+        assert_eq!(n, MAX_ERR_DATA);
+        // SAFETY: the queue's copy, n bytes and a NUL, alive until the next give.
+        let copy = unsafe { core::ffi::CStr::from_ptr(at.cast()) };
+        assert_eq!(copy.to_bytes(), &long.as_bytes()[..MAX_ERR_DATA]);
+        // A short message is whole.
+        // SAFETY: no buffer.
+        let (at, n) = unsafe { owned.give(v, "short", core::ptr::null_mut(), 0) };
+        // SAFETY: the queue's copy, n bytes and a NUL, alive until the next give.
+        let copy = unsafe { core::ffi::CStr::from_ptr(at.cast()) };
+        assert_eq!(copy.to_bytes(), b"short");
+        assert_eq!(n, 5);
+    }
 }

@@ -1222,3 +1222,33 @@ fn hints_asking_the_domain_for_several_or_shared_contexts_per_endpoint_are_refus
         uet_fi::info::free_info(info);
     }
 }
+
+/// `domain_attr->max_err_data` is the provider's bound on error data: answered, and a hint
+/// asking for more is `-FI_ENODATA`.
+#[test]
+fn the_answer_bounds_error_data_and_hints_asking_for_more_are_refused() {
+    let info = getinfo(None, None, 0, Some(&Hints::new(FI_MSG, FI_FORMAT_UNSPEC))).unwrap();
+    // SAFETY: the provider's own answer, freed once.
+    let bound = unsafe {
+        let bound = (*(*info).domain_attr).max_err_data;
+        uet_fi::info::free_info(info);
+        bound
+    };
+    assert!(bound > 0);
+    for (asked, ok) in [(bound, true), (bound + 1, false), (usize::MAX, false)] {
+        let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+        // SAFETY: the hints' own domain_attr.
+        unsafe { (*hints.info.domain_attr).max_err_data = asked };
+        match getinfo(None, None, 0, Some(&hints)) {
+            Ok(i) => {
+                assert!(ok, "max_err_data {asked} was answered");
+                // SAFETY: the provider's own answer, freed once.
+                unsafe { uet_fi::info::free_info(i) };
+            }
+            Err(e) => {
+                assert!(!ok, "max_err_data {asked}: {e}");
+                assert_eq!(e, -(FiErrno::FI_ENODATA.get() as c_int));
+            }
+        }
+    }
+}
