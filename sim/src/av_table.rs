@@ -242,14 +242,13 @@ impl AvTable {
         }
     }
 
-    /// Whether any single entry lies in `first..first + count`.
-    fn singles_in(&self, first: u32, count: u32) -> bool {
-        let (lo, hi) = (first as usize, first as usize + count as usize);
+    /// The words of a bitmap that bits `lo..hi` fall in, each with the mask of those bits.
+    fn word_masks(lo: usize, hi: usize) -> impl Iterator<Item = (usize, u64)> {
         let mut i = lo;
-        while i < hi {
-            let Some(&w) = self.singles.get(i / 64) else {
-                return false;
-            };
+        core::iter::from_fn(move || {
+            if i >= hi {
+                return None;
+            }
             let bit = i % 64;
             let take = (64 - bit).min(hi - i);
             let mask = if take == 64 {
@@ -257,12 +256,17 @@ impl AvTable {
             } else {
                 ((1u64 << take) - 1) << bit
             };
-            if w & mask != 0 {
-                return true;
-            }
+            let word = i / 64;
             i += take;
-        }
-        false
+            Some((word, mask))
+        })
+    }
+
+    /// Whether any single entry lies in `first..first + count`.
+    fn singles_in(&self, first: u32, count: u32) -> bool {
+        let (lo, hi) = (first as usize, first as usize + count as usize);
+        Self::word_masks(lo, hi)
+            .any(|(word, mask)| self.singles.get(word).is_some_and(|&w| w & mask != 0))
     }
 
     /// The range covering `index`.
@@ -418,19 +422,10 @@ impl AvTable {
         if self.singles.len() < words {
             self.singles.resize(words, 0);
         }
-        let mut i = lo;
-        while i < hi {
-            let bit = i % 64;
-            let take = (64 - bit).min(hi - i);
-            let mask = if take == 64 {
-                u64::MAX
-            } else {
-                ((1u64 << take) - 1) << bit
-            };
-            if let Some(w) = self.singles.get_mut(i / 64) {
+        for (word, mask) in Self::word_masks(lo, hi) {
+            if let Some(w) = self.singles.get_mut(word) {
                 *w |= mask;
             }
-            i += take;
         }
     }
 
