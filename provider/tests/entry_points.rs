@@ -1145,6 +1145,26 @@ fn before_api_1_5_an_eq_error_read_ignores_the_applications_buffer() {
     }
 }
 
+/// `fi_getinfo` with `FI_MSG` hints as `edit` leaves their endpoint and domain attributes:
+/// the answer's domain attributes as `read` finds them, or the negative errno.
+fn answer_to<R>(
+    edit: impl FnOnce(&mut FiEpAttr, &mut FiDomainAttr),
+    read: impl FnOnce(&FiDomainAttr) -> R,
+) -> Result<R, c_int> {
+    let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+    // SAFETY: the hints' own attributes, boxed beside them.
+    unsafe { edit(&mut *hints.info.ep_attr, &mut *hints.info.domain_attr) };
+    let info = getinfo(None, None, 0, Some(&hints))?;
+    // SAFETY: the provider's own answer, read, then freed once.
+    unsafe {
+        let r = read(&*(*info).domain_attr);
+        uet_fi::info::free_info(info);
+        Ok(r)
+    }
+}
+
+const ENODATA: c_int = -(FiErrno::FI_ENODATA.get() as c_int);
+
 /// A scalable endpoint (more than one transmit or receive context) or a shared context is not
 /// served: `fi_getinfo` answers `-FI_ENODATA` for hints asking for one, and `fi_endpoint`
 /// refuses an info that asks for one; one context (or 0, the default) is served.
@@ -1156,17 +1176,14 @@ fn hints_and_endpoints_asking_for_several_or_shared_contexts_are_refused() {
         (FI_SHARED_CONTEXT, 1),
         (1, FI_SHARED_CONTEXT),
     ] {
-        let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
-        // SAFETY: the hints' own ep_attr.
-        unsafe {
-            (*hints.info.ep_attr).tx_ctx_cnt = tx;
-            (*hints.info.ep_attr).rx_ctx_cnt = rx;
-        }
-        assert_eq!(
-            getinfo(None, None, 0, Some(&hints)).err(),
-            Some(-(FiErrno::FI_ENODATA.get() as c_int)),
-            "tx_ctx_cnt {tx}, rx_ctx_cnt {rx}"
+        let answer = answer_to(
+            |ep, _| {
+                ep.tx_ctx_cnt = tx;
+                ep.rx_ctx_cnt = rx;
+            },
+            |_| (),
         );
+        assert_eq!(answer, Err(ENODATA), "tx_ctx_cnt {tx}, rx_ctx_cnt {rx}");
     }
     let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
     // SAFETY: the hints' own ep_attr.
@@ -1195,60 +1212,38 @@ fn hints_and_endpoints_asking_for_several_or_shared_contexts_are_refused() {
 #[test]
 fn hints_asking_the_domain_for_several_or_shared_contexts_per_endpoint_are_refused() {
     for (tx, stx, srx) in [(2, 0, 0), (0, 1, 0), (0, 0, 4)] {
-        let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
-        // SAFETY: the hints' own domain_attr.
-        unsafe {
-            (*hints.info.domain_attr).max_ep_tx_ctx = tx;
-            (*hints.info.domain_attr).max_ep_stx_ctx = stx;
-            (*hints.info.domain_attr).max_ep_srx_ctx = srx;
-        }
+        let answer = answer_to(
+            |_, d| {
+                d.max_ep_tx_ctx = tx;
+                d.max_ep_stx_ctx = stx;
+                d.max_ep_srx_ctx = srx;
+            },
+            |_| (),
+        );
         assert_eq!(
-            getinfo(None, None, 0, Some(&hints)).err(),
-            Some(-(FiErrno::FI_ENODATA.get() as c_int)),
+            answer,
+            Err(ENODATA),
             "max_ep_tx_ctx {tx}, max_ep_stx_ctx {stx}, max_ep_srx_ctx {srx}"
         );
     }
-    let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
-    // SAFETY: the hints' own domain_attr.
-    unsafe { (*hints.info.domain_attr).max_ep_tx_ctx = 1 };
-    let info = getinfo(None, None, 0, Some(&hints)).expect("one transmit context is served");
-    // SAFETY: the provider's answer, freed once read.
-    unsafe {
-        let d = &*(*info).domain_attr;
-        assert_eq!(
-            (d.max_ep_tx_ctx, d.max_ep_stx_ctx, d.max_ep_srx_ctx),
-            (1, 0, 0)
-        );
-        uet_fi::info::free_info(info);
-    }
+    let served = answer_to(
+        |_, d| d.max_ep_tx_ctx = 1,
+        |d| (d.max_ep_tx_ctx, d.max_ep_stx_ctx, d.max_ep_srx_ctx),
+    );
+    assert_eq!(served, Ok((1, 0, 0)), "one transmit context is served");
 }
 
 /// `domain_attr->max_err_data` is the provider's bound on error data: answered, and a hint
 /// asking for more is `-FI_ENODATA`.
 #[test]
 fn the_answer_bounds_error_data_and_hints_asking_for_more_are_refused() {
-    let info = getinfo(None, None, 0, Some(&Hints::new(FI_MSG, FI_FORMAT_UNSPEC))).unwrap();
-    // SAFETY: the provider's own answer, freed once.
-    let bound = unsafe {
-        let bound = (*(*info).domain_attr).max_err_data;
-        uet_fi::info::free_info(info);
-        bound
-    };
+    let bound = answer_to(|_, _| (), |d| d.max_err_data).unwrap();
     assert!(bound > 0);
     for (asked, ok) in [(bound, true), (bound + 1, false), (usize::MAX, false)] {
-        let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
-        // SAFETY: the hints' own domain_attr.
-        unsafe { (*hints.info.domain_attr).max_err_data = asked };
-        match getinfo(None, None, 0, Some(&hints)) {
-            Ok(i) => {
-                assert!(ok, "max_err_data {asked} was answered");
-                // SAFETY: the provider's own answer, freed once.
-                unsafe { uet_fi::info::free_info(i) };
-            }
-            Err(e) => {
-                assert!(!ok, "max_err_data {asked}: {e}");
-                assert_eq!(e, -(FiErrno::FI_ENODATA.get() as c_int));
-            }
+        let answer = answer_to(|_, d| d.max_err_data = asked, |_| ());
+        assert_eq!(answer.is_ok(), ok, "max_err_data {asked}: {answer:?}");
+        if !ok {
+            assert_eq!(answer, Err(ENODATA));
         }
     }
 }
