@@ -15,7 +15,8 @@
 //!   the EQ ([`crate::eq`]).
 //! * `fi_cq_sread`, `fi_cq_sreadfrom`: as `read`, waiting up to `timeout` ms (negative: no
 //!   end) by reading the rings with a sleep growing from 1 µs to 1 ms between reads;
-//!   `fi_cq_signal` ends a wait with `-FI_EAGAIN`. The CQ must have a wait object
+//!   `fi_cq_signal` ends with `-FI_EAGAIN` the wait of every thread waiting then (with none
+//!   waiting, the next `sread` returns at once). The CQ must have a wait object
 //!   (`FI_WAIT_UNSPEC`, `FI_WAIT_MUTEX_COND` or `FI_WAIT_YIELD`); `FI_WAIT_NONE` makes
 //!   `sread` `-FI_EINVAL`, and `FI_WAIT_FD`, wait sets and `FI_WAIT_POLLFD` are `-FI_ENOSYS`
 //!   at open. A wait condition (`cond`, `FI_CQ_COND_THRESHOLD`) is taken as the hint
@@ -27,7 +28,7 @@ use crate::ep::EpShared;
 use crate::{entry, null, object_ref, ssize, strerror, unsupported, OwnedErrData};
 use core::ffi::{c_char, c_int, c_void};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use uet_av::{FiErrno, FiError, FI_ADDR_NOTAVAIL};
@@ -70,6 +71,9 @@ pub struct UetCq {
     inner: Mutex<Inner>,
     /// A `fi_cq_signal` no wait has taken yet.
     signaled: AtomicBool,
+    /// `fi_cq_signal`s so far: a wait that was under way when one came ends, whichever wait
+    /// took `signaled`.
+    signals: AtomicU64,
     /// Endpoints bound to the CQ (`fi_close` is `FI_EBUSY` while any are).
     pub(crate) bound: AtomicUsize,
     /// The fabric's API version: before 1.5, `err_data` is always the CQ's own.
@@ -189,6 +193,7 @@ pub(crate) unsafe extern "C" fn domain_cq_open(
             waitable,
             inner: Mutex::new(Inner::default()),
             signaled: AtomicBool::new(false),
+            signals: AtomicU64::new(0),
             bound: AtomicUsize::new(0),
             api_version,
             err_data: OwnedErrData::default(),
@@ -339,6 +344,8 @@ unsafe extern "C" fn cq_sreadfrom(
         let deadline = u64::try_from(timeout)
             .ok()
             .and_then(|ms| Instant::now().checked_add(Duration::from_millis(ms)));
+        // The signals counted on entry: every thread waiting when a signal comes returns.
+        let signals = q.signals.load(Ordering::Acquire);
         let mut sleep = Duration::from_micros(1);
         loop {
             // SAFETY: libfabric's contract on `buf` and `src_addr`.
@@ -346,7 +353,9 @@ unsafe extern "C" fn cq_sreadfrom(
                 Err(e) if e.errno == FiErrno::FI_EAGAIN => {}
                 other => return other,
             }
-            if q.signaled.swap(false, Ordering::AcqRel) {
+            if q.signaled.swap(false, Ordering::AcqRel)
+                || q.signals.load(Ordering::Acquire) != signals
+            {
                 return Err(FiError::new(
                     FiErrno::FI_EAGAIN,
                     format!("{CALL}: signaled"),
@@ -427,6 +436,7 @@ unsafe extern "C" fn cq_signal(cq: *mut FidCq) -> c_int {
         // SAFETY: the application's CQ pointer.
         let q = unsafe { cq_ref(cq.cast(), CALL) }?;
         q.signaled.store(true, Ordering::Release);
+        q.signals.fetch_add(1, Ordering::AcqRel);
         Ok(0)
     })
 }

@@ -1247,3 +1247,58 @@ fn the_answer_bounds_error_data_and_hints_asking_for_more_are_refused() {
         }
     }
 }
+
+/// A raw pointer handed to other threads: the provider's objects are `FI_THREAD_SAFE`.
+struct Shared<T>(*mut T);
+
+impl<T> Clone for Shared<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Shared<T> {}
+
+// SAFETY: the domain is FI_THREAD_SAFE: its objects may be used from any thread at once.
+unsafe impl<T> Send for Shared<T> {}
+// SAFETY: as for `Send`.
+unsafe impl<T> Sync for Shared<T> {}
+
+impl<T> Shared<T> {
+    /// The pointer (a method, so that a closure captures the whole wrapper).
+    fn get(self) -> *mut T {
+        self.0
+    }
+}
+
+#[test]
+fn fi_cq_signal_wakes_every_thread_waiting_in_fi_cq_sread() {
+    let pair = Pair::new(0);
+    let cq = Shared(pair.p[0].cq);
+    let sread = pair.cq(0).sread;
+    for _ in 0..3 {
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    let mut e = [0u8; 64];
+                    let start = std::time::Instant::now();
+                    // SAFETY: an open, waitable CQ; room for one entry.
+                    let ret = unsafe { sread(cq.get(), e.as_mut_ptr().cast(), 1, null(), 5000) };
+                    (ret, start.elapsed())
+                })
+            })
+            .collect();
+        // Every waiter is blocked before the signal.
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        // SAFETY: an open CQ with a wait object.
+        assert_eq!(unsafe { (pair.cq(0).signal)(pair.p[0].cq) }, 0);
+        for w in waiters {
+            let (ret, waited) = w.join().unwrap();
+            assert_eq!(ret, neg(FiErrno::FI_EAGAIN));
+            assert!(
+                waited < std::time::Duration::from_millis(2500),
+                "a waiter slept {waited:?} through fi_cq_signal"
+            );
+        }
+    }
+}
