@@ -21,7 +21,8 @@
 //!   `sread` `-FI_EINVAL`, and `FI_WAIT_FD`, wait sets and `FI_WAIT_POLLFD` are `-FI_ENOSYS`
 //!   at open. A wait condition (`cond`, `FI_CQ_COND_THRESHOLD`) is taken as the hint
 //!   `fi_cq(3)` makes it: the wait ends at the first completion.
-//! * `fi_close`: `-FI_EBUSY` while endpoints are bound.
+//! * `fi_close`: `-FI_EBUSY` while endpoints are bound, or while a thread waits in
+//!   `fi_cq_sread` (which would wake in a freed CQ): `fi_cq_signal` ends its wait.
 
 use crate::abi::*;
 use crate::ep::EpShared;
@@ -76,6 +77,8 @@ pub struct UetCq {
     signals: AtomicU64,
     /// Endpoints bound to the CQ (`fi_close` is `FI_EBUSY` while any are).
     pub(crate) bound: AtomicUsize,
+    /// Threads in `fi_cq_sread` (`fi_close` is `FI_EBUSY` while any are).
+    waiting: AtomicUsize,
     /// The fabric's API version: before 1.5, `err_data` is always the CQ's own.
     api_version: u32,
     /// The `err_data` `fi_cq_readerr` hands out when the application gives no buffer.
@@ -195,6 +198,7 @@ pub(crate) unsafe extern "C" fn domain_cq_open(
             signaled: AtomicBool::new(false),
             signals: AtomicU64::new(0),
             bound: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
             api_version,
             err_data: OwnedErrData::default(),
         });
@@ -217,6 +221,13 @@ unsafe extern "C" fn cq_close(fid: *mut Fid) -> c_int {
                 return Err(FiError::new(
                     FiErrno::FI_EBUSY,
                     format!("{CALL}: {bound} endpoint binding(s) use the CQ"),
+                ));
+            }
+            let waiting = q.waiting.load(Ordering::Acquire);
+            if waiting > 0 {
+                return Err(FiError::new(
+                    FiErrno::FI_EBUSY,
+                    format!("{CALL}: {waiting} thread(s) wait in fi_cq_sread (fi_cq_signal)"),
                 ));
             }
         }
@@ -318,6 +329,22 @@ unsafe extern "C" fn cq_sread(
     unsafe { cq_sreadfrom(cq, buf, count, core::ptr::null_mut(), cond, timeout) }
 }
 
+/// A thread in `fi_cq_sread`, counted in [`UetCq::waiting`] until it returns.
+struct Waiting<'a>(&'a UetCq);
+
+impl<'a> Waiting<'a> {
+    fn enter(q: &'a UetCq) -> Self {
+        q.waiting.fetch_add(1, Ordering::AcqRel);
+        Waiting(q)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// The longest sleep between two reads of a waiting `fi_cq_sread`.
 const SREAD_SLEEP_MAX: Duration = Duration::from_millis(1);
 
@@ -338,6 +365,7 @@ unsafe extern "C" fn cq_sreadfrom(
                 "{CALL}: the CQ was opened with FI_WAIT_NONE"
             )));
         }
+        let _waiting = Waiting::enter(q);
         // A wait condition is a hint a provider need not meet before waking (fi_cq(3)):
         // the wait ends at the first completion, whatever `cond` asks.
         let _ = cond;

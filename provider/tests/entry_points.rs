@@ -1302,3 +1302,30 @@ fn fi_cq_signal_wakes_every_thread_waiting_in_fi_cq_sread() {
         }
     }
 }
+
+#[test]
+fn a_cq_is_not_closed_under_a_thread_waiting_in_fi_cq_sread() {
+    let open = Open::new(FI_MSG, FI_FORMAT_UNSPEC);
+    let cq = Shared(open.cq_open(FI_CQ_FORMAT_DATA, FI_WAIT_UNSPEC));
+    // SAFETY: an open CQ's operations, static.
+    let ops = unsafe { &*(*cq.get()).ops };
+    let sread = ops.sread;
+    let waiter = std::thread::spawn(move || {
+        let mut e = [0u8; 64];
+        // SAFETY: an open, waitable CQ; room for one entry.
+        unsafe { sread(cq.get(), e.as_mut_ptr().cast(), 1, null(), 2000) }
+    });
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    // SAFETY: an open CQ, which the waiting thread still reads.
+    let ret = unsafe { close(&mut (*cq.get()).fid) };
+    assert_eq!(
+        ret as isize,
+        neg(FiErrno::FI_EBUSY),
+        "fi_close of a CQ a thread waits on"
+    );
+    // SAFETY: the CQ is still open.
+    assert_eq!(unsafe { (ops.signal)(cq.get()) }, 0);
+    assert_eq!(waiter.join().unwrap(), neg(FiErrno::FI_EAGAIN));
+    // SAFETY: open, and no thread uses it any more.
+    assert_eq!(unsafe { close(&mut (*cq.get()).fid) }, 0);
+}
