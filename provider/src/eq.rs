@@ -3,7 +3,8 @@
 //!
 //! * `fi_eq_read`, `fi_eq_sread`: the event code and a `struct fi_eq_entry`; the return value
 //!   is the entry's size. A buffer smaller than the entry is `-FI_ETOOSMALL` and the event
-//!   stays queued. `fi_eq_sread`'s timeout is in milliseconds, negative for none.
+//!   stays queued. `fi_eq_sread`'s timeout is in milliseconds, negative for none; a thread
+//!   waiting in it when another closes the queue (`fi_close`) returns `-FI_EBADF`.
 //! * `fi_eq_readerr`: a `struct fi_eq_err_entry`; `err` is the fabric errno (positive). The
 //!   error's message is copied into the application's `err_data` buffer when it gives one
 //!   (`err_data_size` in: the buffer's size; out: the bytes written, the message truncated to
@@ -26,7 +27,7 @@ use crate::fabric::fabric_ref;
 use crate::{entry, null, object_ref, ssize, strerror, unsupported, OwnedErrData};
 use core::ffi::{c_char, c_int, c_void};
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use uet_av::{AvEventSink, FiErrno, FiError};
 use uet_driver::{EqAttr, EqEvent, EqEventKind, EventQueue, WaitObj};
@@ -37,7 +38,8 @@ use uet_driver::{EqAttr, EqEvent, EqEventKind, EventQueue, WaitObj};
 pub struct UetEq {
     fid: FidEq,
     eq: EventQueue,
-    fids: Mutex<HashMap<u64, usize>>,
+    /// Shared with the `fi_eq_sread`s under way, which a close must not free.
+    fids: Arc<Mutex<HashMap<u64, usize>>>,
     /// The fabric's API version: before 1.5, `err_data` is always the queue's own.
     api_version: u32,
     /// The `err_data` `fi_eq_readerr` hands out when the application gives no buffer.
@@ -60,12 +62,17 @@ impl UetEq {
         self.eq.av_sink()
     }
 
-    /// The `fid` pointer of an event's object: the bound object's, or (an event the
-    /// application wrote) the pointer it gave.
+    /// The `fid` pointer of an event's object: see [`fid_of`].
     fn fid_of(&self, id: u64) -> *mut Fid {
-        let fids = self.fids.lock().unwrap_or_else(PoisonError::into_inner);
-        fids.get(&id).copied().unwrap_or(id as usize) as *mut Fid
+        fid_of(&self.fids, id)
     }
+}
+
+/// The `fid` pointer of an event's object in `fids`: the bound object's, or (an event the
+/// application wrote) the pointer it gave.
+fn fid_of(fids: &Mutex<HashMap<u64, usize>>, id: u64) -> *mut Fid {
+    let fids = fids.lock().unwrap_or_else(PoisonError::into_inner);
+    fids.get(&id).copied().unwrap_or(id as usize) as *mut Fid
 }
 
 static EQ_FID_OPS: FiOps = unsupported::fid_ops(eq_close, unsupported::bind, unsupported::control);
@@ -136,7 +143,7 @@ pub(crate) unsafe extern "C" fn fabric_eq_open(
                 ops: core::ptr::addr_of!(EQ_OPS).cast_mut(),
             },
             eq: queue,
-            fids: Mutex::new(HashMap::new()),
+            fids: Arc::new(Mutex::new(HashMap::new())),
             api_version,
             err_data: OwnedErrData::default(),
         });
@@ -146,7 +153,8 @@ pub(crate) unsafe extern "C" fn fabric_eq_open(
     })
 }
 
-/// `fi_close` of a queue: `-FI_EBUSY` while objects are bound to it.
+/// `fi_close` of a queue: `-FI_EBUSY` while objects are bound to it. A thread waiting in
+/// `fi_eq_sread` wakes with `-FI_EBADF`, on the queue it holds of its own.
 unsafe extern "C" fn eq_close(fid: *mut Fid) -> c_int {
     const CALL: &str = "fi_close(eq)";
     entry(CALL, || {
@@ -160,13 +168,19 @@ unsafe extern "C" fn eq_close(fid: *mut Fid) -> c_int {
     })
 }
 
-/// Write `ev` as the event code and a `struct fi_eq_entry`.
+/// Write `ev` as the event code and a `struct fi_eq_entry`, its object's `fid` found in
+/// `fids`.
 ///
 /// # Safety
 /// `event` and `buf` are valid for writes of a `u32` and an `FiEqEntry`.
-unsafe fn put_event(q: &UetEq, ev: &EqEvent, event: *mut u32, buf: *mut c_void) -> usize {
+unsafe fn put_event(
+    fids: &Mutex<HashMap<u64, usize>>,
+    ev: &EqEvent,
+    event: *mut u32,
+    buf: *mut c_void,
+) -> usize {
     let entry = FiEqEntry {
-        fid: q.fid_of(ev.fid),
+        fid: fid_of(fids, ev.fid),
         context: ev.context as usize as *mut c_void,
         data: ev.data,
     };
@@ -218,7 +232,7 @@ unsafe extern "C" fn eq_read(
         check_read_args(CALL, event, buf, len)?;
         let ev = q.eq.read(flags)?;
         // SAFETY: checked non-NULL and at least an entry long (libfabric's contract: valid).
-        Ok(unsafe { put_event(q, &ev, event, buf) })
+        Ok(unsafe { put_event(&q.fids, &ev, event, buf) })
     })
 }
 
@@ -236,10 +250,13 @@ unsafe extern "C" fn eq_sread(
         // SAFETY: the application's queue pointer.
         let q = unsafe { eq_ref(eq.cast(), CALL) }?;
         check_read_args(CALL, event, buf, len)?;
+        // The wait holds the queue and the fid map of its own: a close in another thread
+        // frees `q`, and wakes the wait, which returns FI_EBADF without touching it.
+        let (queue, fids) = (q.eq.clone(), Arc::clone(&q.fids));
         let timeout = u64::try_from(timeout).ok().map(Duration::from_millis);
-        let ev = q.eq.sread(timeout, flags)?;
+        let ev = queue.sread(timeout, flags)?;
         // SAFETY: as in `eq_read`.
-        Ok(unsafe { put_event(q, &ev, event, buf) })
+        Ok(unsafe { put_event(&fids, &ev, event, buf) })
     })
 }
 

@@ -1329,3 +1329,50 @@ fn a_cq_is_not_closed_under_a_thread_waiting_in_fi_cq_sread() {
     // SAFETY: open, and no thread uses it any more.
     assert_eq!(unsafe { close(&mut (*cq.get()).fid) }, 0);
 }
+
+#[test]
+fn a_thread_waiting_in_fi_eq_sread_wakes_cleanly_when_the_eq_is_closed() {
+    let open = Open::new(0, FI_FORMAT_UNSPEC);
+    for _ in 0..20 {
+        let mut eq = null_mut();
+        let mut attr = FiEqAttr {
+            size: 0,
+            flags: 0,
+            wait_obj: FI_WAIT_UNSPEC,
+            signaling_vector: 0,
+            wait_set: null_mut(),
+        };
+        // SAFETY: an open fabric; valid attributes and out pointer.
+        unsafe {
+            assert_eq!(
+                ((*(*open.fabric).ops).eq_open)(open.fabric, &mut attr, &mut eq, null_mut()),
+                0
+            );
+        }
+        let eq = Shared(eq);
+        // SAFETY: an open EQ's operations, static.
+        let sread = unsafe { (*(*eq.get()).ops).sread };
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut event = 0u32;
+            // SAFETY: a plain-data structure.
+            let mut entry: FiEqEntry = unsafe { core::mem::zeroed() };
+            let len = core::mem::size_of::<FiEqEntry>();
+            // SAFETY: an open, waitable EQ; valid out pointers.
+            let ret = unsafe { sread(eq.get(), &mut event, (&raw mut entry).cast(), len, -1, 0) };
+            let _ = tx.send(ret);
+        });
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        // SAFETY: an open EQ nothing is bound to; the waiting thread is woken by the close.
+        assert_eq!(unsafe { close(&mut (*eq.get()).fid) }, 0);
+        // Memory the process allocates next may take the freed queue's place.
+        let scribble: Vec<Vec<u8>> = (1..=64).map(|k| vec![0xff; k * 16]).collect();
+        let woke = rx.recv_timeout(std::time::Duration::from_secs(2));
+        drop(scribble);
+        assert_eq!(
+            woke,
+            Ok(neg(FiErrno::FI_EBADF)),
+            "fi_eq_sread across fi_close of its EQ"
+        );
+    }
+}
