@@ -14,7 +14,12 @@
 //!   `err_data` buffer when it gives one, or kept by the CQ until its next `readerr`, as for
 //!   the EQ ([`crate::eq`]).
 //! * `fi_cq_sread`, `fi_cq_sreadfrom`: as `read`, waiting up to `timeout` ms (negative: no
-//!   end) by reading the rings with a sleep growing from 1 µs to 1 ms between reads;
+//!   end). The wait sleeps in poll(2) on the MSI-X vectors of the CQ's endpoints (each
+//!   endpoint's ring armed with `CQ_ARM`, [`uet_driver::Endpoint::cq_trywait`]) and on the
+//!   CQ's own eventfd, which `fi_cq_signal` writes; it reads the rings again when one is
+//!   readable, and at least every 100 ms. Where an endpoint has no vector (a NIC older than
+//!   interface 1.12, a backend without interrupts, every vector held), it reads the rings
+//!   with a sleep growing from 1 µs to 1 ms between reads instead;
 //!   `fi_cq_signal` ends with `-FI_EAGAIN` the wait of every thread waiting then (with none
 //!   waiting, the next `sread` returns at once). The CQ must have a wait object
 //!   (`FI_WAIT_UNSPEC`, `FI_WAIT_MUTEX_COND` or `FI_WAIT_YIELD`); `FI_WAIT_NONE` makes
@@ -25,14 +30,16 @@
 //!   `fi_cq_sread` (which would wake in a freed CQ): `fi_cq_signal` ends its wait.
 
 use crate::abi::*;
-use crate::ep::EpShared;
+use crate::ep::{Arm, EpShared};
 use crate::{entry, null, object_ref, ssize, strerror, unsupported, OwnedErrData};
 use core::ffi::{c_char, c_int, c_void};
 use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use uet_av::{FiErrno, FiError, FI_ADDR_NOTAVAIL};
+use vmm_sys_util::eventfd::{EventFd, EFD_CLOEXEC, EFD_NONBLOCK};
 
 /// A completion waiting in a CQ.
 pub(crate) struct Completion {
@@ -79,6 +86,10 @@ pub struct UetCq {
     pub(crate) bound: AtomicUsize,
     /// Threads in `fi_cq_sread` (`fi_close` is `FI_EBUSY` while any are).
     waiting: AtomicUsize,
+    /// Readable after a `fi_cq_signal`: a waiter sleeps on it beside its endpoints'
+    /// vectors. `None` on a CQ without a wait object, or when no eventfd could be made (its
+    /// waits then read the rings with a growing sleep between reads).
+    wake: Option<EventFd>,
     /// The fabric's API version: before 1.5, `err_data` is always the CQ's own.
     api_version: u32,
     /// The `err_data` `fi_cq_readerr` hands out when the application gives no buffer.
@@ -88,6 +99,23 @@ pub struct UetCq {
 impl UetCq {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Arm every bound endpoint's ring for a wait ([`EpShared::arm`]). The endpoint list is
+    /// taken from under the CQ's lock and each endpoint armed under its own, as a read drains
+    /// them.
+    fn arm_endpoints(&self) -> Armed {
+        let endpoints = Arc::clone(&self.lock().endpoints);
+        let mut fds = Vec::with_capacity(endpoints.len() + 1);
+        for ep in endpoints.iter() {
+            match ep.arm() {
+                Arm::Ready => return Armed::Ready,
+                Arm::Fd(fd) => fds.push(fd),
+                Arm::Idle => {}
+                Arm::NoWait => return Armed::NoWait,
+            }
+        }
+        Armed::Fds(fds)
     }
 
     /// Bind an endpoint: its completions are drained when this CQ is read.
@@ -199,6 +227,9 @@ pub(crate) unsafe extern "C" fn domain_cq_open(
             signals: AtomicU64::new(0),
             bound: AtomicUsize::new(0),
             waiting: AtomicUsize::new(0),
+            wake: waitable
+                .then(|| EventFd::new(EFD_NONBLOCK | EFD_CLOEXEC).ok())
+                .flatten(),
             api_version,
             err_data: OwnedErrData::default(),
         });
@@ -345,8 +376,49 @@ impl Drop for Waiting<'_> {
     }
 }
 
-/// The longest sleep between two reads of a waiting `fi_cq_sread`.
+/// The longest sleep between two reads of a waiting `fi_cq_sread` whose endpoints have no
+/// vector.
 const SREAD_SLEEP_MAX: Duration = Duration::from_millis(1);
+
+/// The longest a `fi_cq_sread` sleeps on its endpoints' vectors before it reads the rings
+/// again anyway: it covers what no vector announces — an endpoint bound or enabled during the
+/// wait, or a wakeup another waiter of the same ring took first (each waiter clears the
+/// vector when it arms it).
+const WAIT_RECHECK: Duration = Duration::from_millis(100);
+
+/// What arming the CQ's endpoints for a wait gave.
+enum Armed {
+    /// A completion came since the last read: read again.
+    Ready,
+    /// Every enabled endpoint is armed; these descriptors poll readable when one completes.
+    Fds(Vec<RawFd>),
+    /// An endpoint has no vector: read the rings again after a while.
+    NoWait,
+}
+
+/// Sleep in poll(2) until one of `fds` is readable or `timeout` passes (a signal that
+/// interrupts it ends it early, which the caller's loop absorbs). Whether the last of `fds`
+/// was readable.
+fn poll_readable(fds: &[RawFd], timeout: Duration) -> bool {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    // Rounded up, so a wait of less than a millisecond still sleeps.
+    let ms = libc::c_int::try_from(timeout.as_micros().div_ceil(1000)).unwrap_or(libc::c_int::MAX);
+    let Ok(n) = libc::nfds_t::try_from(pfds.len()) else {
+        return false;
+    };
+    // SAFETY: `pfds` is a vector of `n` valid pollfds, alive for the whole call; poll(2)
+    // writes only their `revents`. The descriptors are eventfds open as long as the NIC and
+    // the CQ (an fd closed meanwhile would only report POLLNVAL).
+    let ready = unsafe { libc::poll(pfds.as_mut_ptr(), n, ms) };
+    ready > 0 && pfds.last().is_some_and(|p| p.revents & libc::POLLIN != 0)
+}
 
 unsafe extern "C" fn cq_sreadfrom(
     cq: *mut FidCq,
@@ -396,7 +468,25 @@ unsafe extern "C" fn cq_sreadfrom(
                     format!("{CALL}: timed out"),
                 ));
             }
-            let nap = deadline.map_or(sleep, |d| sleep.min(d.saturating_duration_since(now)));
+            let left = deadline.map(|d| d.saturating_duration_since(now));
+            if let Some(wake) = &q.wake {
+                match q.arm_endpoints() {
+                    Armed::Ready => continue,
+                    Armed::Fds(mut fds) => {
+                        fds.push(wake.as_raw_fd());
+                        let cap = left.map_or(WAIT_RECHECK, |l| l.min(WAIT_RECHECK));
+                        let signal_seen = poll_readable(&fds, cap);
+                        if signal_seen && q.signals.load(Ordering::Acquire) == signals {
+                            // A signal this wait has already seen (it ended an earlier wait,
+                            // or came before this one): taken, so it wakes no one again.
+                            let _ = wake.read();
+                        }
+                        continue;
+                    }
+                    Armed::NoWait => {}
+                }
+            }
+            let nap = left.map_or(sleep, |l| sleep.min(l));
             std::thread::sleep(nap);
             sleep = (sleep * 2).min(SREAD_SLEEP_MAX);
         }
@@ -465,6 +555,10 @@ unsafe extern "C" fn cq_signal(cq: *mut FidCq) -> c_int {
         let q = unsafe { cq_ref(cq.cast(), CALL) }?;
         q.signaled.store(true, Ordering::Release);
         q.signals.fetch_add(1, Ordering::AcqRel);
+        if let Some(wake) = &q.wake {
+            // Cannot fail short of the counter's overflow, 2^64 - 2 signals unread.
+            let _ = wake.write(1);
+        }
         Ok(0)
     })
 }

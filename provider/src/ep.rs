@@ -156,6 +156,18 @@ struct EpState {
     eq: Option<EqBinding>,
 }
 
+/// What [`EpShared::arm`] made of an endpoint's ring for a waiting `fi_cq_sread`.
+pub(crate) enum Arm {
+    /// A completion is there: read again.
+    Ready,
+    /// Armed: this descriptor polls readable when a completion lands.
+    Fd(std::os::fd::RawFd),
+    /// Not enabled: nothing completes on it.
+    Idle,
+    /// No vector: read the ring again after a while.
+    NoWait,
+}
+
 /// The part of an endpoint its CQs reach: they drain it when read.
 pub struct EpShared {
     state: Mutex<EpState>,
@@ -171,6 +183,32 @@ unsafe impl Sync for EpShared {}
 impl EpShared {
     fn lock(&self) -> MutexGuard<'_, EpState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Make the endpoint's completion ring wake a waiter: [`Arm::Ready`] when a completion is
+    /// there to read (it came after the last read), [`Arm::Fd`] with the descriptor of its
+    /// MSI-X vector, armed, which polls readable when one lands ([`Endpoint::cq_trywait`]),
+    /// [`Arm::Idle`] for an endpoint not enabled (nothing can complete on it), and
+    /// [`Arm::NoWait`] when the endpoint has no vector (a NIC or backend without
+    /// interrupts, every vector held): the waiter must read the ring again itself.
+    ///
+    /// The descriptor is the eventfd of one of the NIC's vectors, open as long as the NIC
+    /// (which the CQ's domain holds); the vector may go to another endpoint once this one
+    /// closes, which at worst wakes the waiter for nothing.
+    pub(crate) fn arm(&self) -> Arm {
+        use std::os::fd::AsRawFd;
+        let mut st = self.lock();
+        let Some(driver) = st.driver.as_mut() else {
+            return Arm::Idle;
+        };
+        match driver.cq_trywait() {
+            Ok(()) => match driver.cq_wait_fd() {
+                Ok(fd) => Arm::Fd(fd.as_raw_fd()),
+                Err(_) => Arm::NoWait,
+            },
+            Err(FiErrno::FI_EAGAIN) => Arm::Ready,
+            Err(_) => Arm::NoWait,
+        }
     }
 
     /// Read every completion of the endpoint's ring and queue each in its direction's CQ.

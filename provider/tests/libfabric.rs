@@ -259,8 +259,9 @@ fn two_processes_on_two_nics_over_vfio_user_ping_pong_through_the_provider() {
 
 /// A libfabric application started with `UET_NIC_TELEMETRY=1` answers on the driver's
 /// telemetry socket, as `uetctl ps`, `av dump --pid` and `ep list --pid` ask it: its AV's NIC
-/// table, read back from the NIC while it runs, holds what it inserted, and its endpoint
-/// translates through that table.
+/// table, read back from the NIC while it runs, holds what it inserted, its endpoint
+/// translates through that table, and the `fi_cq_sread` it made holds the endpoint's MSI-X
+/// vector.
 #[test]
 fn a_libfabric_application_is_inspected_live_through_its_telemetry_socket() {
     use std::io::{BufRead, BufReader, Write};
@@ -325,6 +326,8 @@ fn a_libfabric_application_is_inspected_live_through_its_telemetry_socket() {
     assert_eq!(endpoints.len(), 1, "{endpoints:?}");
     assert_eq!(endpoints[0]["av_table"], table);
     assert_eq!(endpoints[0]["fabric_addr"], "10.0.0.1");
+    // Its fi_cq_sread slept on the endpoint's MSI-X vector, not by reading the ring in a loop.
+    assert!(endpoints[0]["msix_vector"].is_u64(), "{:?}", endpoints[0]);
 
     writeln!(child.stdin.take().unwrap()).unwrap();
     let mut rest = String::new();

@@ -1,7 +1,8 @@
 /* A libfabric application that holds an AV and an endpoint open until told to finish (a line
  * on standard input), so that tests/libfabric.rs can inspect it live through the driver's
  * telemetry socket (UET_NIC_TELEMETRY=1), as uetctl does.
- * Prints "ready" once its AV holds its addresses; "ok" at the end. */
+ * Prints "ready" once its AV holds its addresses and it has waited on its CQ once; "ok" at
+ * the end. */
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -35,7 +36,7 @@ int main(void)
 	CHECK_RET(fi_domain(fabric, info, &domain, NULL), 0);
 	struct fi_av_attr av_attr = { .type = FI_AV_TABLE, .count = 16 };
 	CHECK_RET(fi_av_open(domain, &av_attr, &av, NULL), 0);
-	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_MSG };
+	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_MSG, .wait_obj = FI_WAIT_UNSPEC };
 	CHECK_RET(fi_cq_open(domain, &cq_attr, &cq, NULL), 0);
 	CHECK_RET(fi_endpoint(domain, info, &ep, NULL), 0);
 	CHECK_RET(fi_ep_bind(ep, &av->fid, 0), 0);
@@ -49,6 +50,9 @@ int main(void)
 	CHECK_RET(fi_av_insertsvc(av, "10.0.5.3", "1", &a, 0, NULL), 1);
 	fi_addr_t sym[4];
 	CHECK_RET(fi_av_insertsym(av, "10.0.6.1", 4, "2", 1, sym, 0, NULL), 4);
+	/* A wait with nothing to complete: the endpoint's ring is armed on an MSI-X vector. */
+	struct fi_cq_msg_entry entry;
+	CHECK_RET(fi_cq_sread(cq, &entry, 1, NULL, 10), -FI_EAGAIN);
 	printf("ready\n");
 	fflush(stdout);
 
