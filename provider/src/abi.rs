@@ -470,11 +470,18 @@ pub struct FidAv {
 /// `FI_CLASS_EQ`.
 pub const FI_CLASS_EQ: usize = 13;
 
+/// `fi_control` command `FI_GETWAIT`: the wait object (for `FI_WAIT_FD`, an `int` descriptor).
+pub const FI_GETWAIT: c_int = 5;
+/// `fi_control` command `FI_GETWAITOBJ`: the `enum fi_wait_obj` of the object.
+pub const FI_GETWAITOBJ: c_int = 16;
+
 // `enum fi_wait_obj`.
 /// `FI_WAIT_NONE`.
 pub const FI_WAIT_NONE: c_int = 0;
 /// `FI_WAIT_UNSPEC`.
 pub const FI_WAIT_UNSPEC: c_int = 1;
+/// `FI_WAIT_FD`.
+pub const FI_WAIT_FD: c_int = 3;
 /// `FI_WAIT_MUTEX_COND`.
 pub const FI_WAIT_MUTEX_COND: c_int = 4;
 /// `FI_WAIT_YIELD`.

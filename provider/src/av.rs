@@ -161,7 +161,7 @@ unsafe fn c_array_needed<'a, T>(
 ///
 /// # Safety
 /// `p` is NULL or points to `count` initialized elements that stay unchanged for `'a`.
-unsafe fn c_slice_needed<'a, T>(
+pub(crate) unsafe fn c_slice_needed<'a, T>(
     p: *const T,
     count: usize,
     call: &str,

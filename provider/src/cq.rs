@@ -22,10 +22,18 @@
 //!   with a sleep growing from 1 µs to 1 ms between reads instead;
 //!   `fi_cq_signal` ends with `-FI_EAGAIN` the wait of every thread waiting then (with none
 //!   waiting, the next `sread` returns at once). The CQ must have a wait object
-//!   (`FI_WAIT_UNSPEC`, `FI_WAIT_MUTEX_COND` or `FI_WAIT_YIELD`); `FI_WAIT_NONE` makes
-//!   `sread` `-FI_EINVAL`, and `FI_WAIT_FD`, wait sets and `FI_WAIT_POLLFD` are `-FI_ENOSYS`
-//!   at open. A wait condition (`cond`, `FI_CQ_COND_THRESHOLD`) is taken as the hint
-//!   `fi_cq(3)` makes it: the wait ends at the first completion.
+//!   (`FI_WAIT_UNSPEC`, `FI_WAIT_MUTEX_COND`, `FI_WAIT_YIELD` or `FI_WAIT_FD`); `FI_WAIT_NONE`
+//!   makes `sread` `-FI_EINVAL`, and wait sets and `FI_WAIT_POLLFD` are `-FI_ENOSYS` at open.
+//!   A wait condition (`cond`, `FI_CQ_COND_THRESHOLD`) is taken as the hint `fi_cq(3)` makes
+//!   it: the wait ends at the first completion.
+//! * `FI_WAIT_FD`: `fi_control(FI_GETWAIT)` gives the CQ's descriptor, an epoll set of the
+//!   CQ's signal eventfd and its endpoints' vectors, usable in select, poll and epoll. After
+//!   `fi_trywait(fabric, fids, count)` returns 0 it polls readable when a completion lands or
+//!   `fi_cq_signal` comes; `fi_trywait` is `-FI_EAGAIN` while there is something to read
+//!   (fi_poll(3)), and also while an endpoint of the CQ has no vector, since sleeping could
+//!   then miss its completions. `FI_GETWAITOBJ` gives the CQ's wait object. `fi_trywait`
+//!   takes only `FI_WAIT_FD` CQs (`-FI_EINVAL` otherwise, for EQs too, whose waits are their
+//!   own).
 //! * `fi_close`: `-FI_EBUSY` while endpoints are bound, or while a thread waits in
 //!   `fi_cq_sread` (which would wake in a freed CQ): `fi_cq_signal` ends its wait.
 
@@ -34,7 +42,7 @@ use crate::ep::{Arm, EpShared};
 use crate::{entry, null, object_ref, ssize, strerror, unsupported, OwnedErrData};
 use core::ffi::{c_char, c_int, c_void};
 use std::collections::VecDeque;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -90,6 +98,11 @@ pub struct UetCq {
     /// vectors. `None` on a CQ without a wait object, or when no eventfd could be made (its
     /// waits then read the rings with a growing sleep between reads).
     wake: Option<EventFd>,
+    /// The CQ's wait object, as opened (`FI_WAIT_UNSPEC` for a CQ opened with it).
+    wait_obj: c_int,
+    /// `FI_WAIT_FD`: the descriptor `fi_control(FI_GETWAIT)` gives, an epoll set of `wake`
+    /// and the vectors of the endpoints `fi_trywait` armed, with those vectors.
+    fd_wait: Option<FdWait>,
     /// The fabric's API version: before 1.5, `err_data` is always the CQ's own.
     api_version: u32,
     /// The `err_data` `fi_cq_readerr` hands out when the application gives no buffer.
@@ -116,6 +129,42 @@ impl UetCq {
             }
         }
         Armed::Fds(fds)
+    }
+
+    /// `fi_trywait` of this CQ: `Ok` when the application may sleep on its `FI_WAIT_FD`
+    /// descriptor, which then polls readable when a completion lands or `fi_cq_signal` comes.
+    /// `FI_EAGAIN` when there is something to read first (a completion, queued or in a ring,
+    /// or a signal no one has seen), or when an endpoint has no vector, so that sleeping could
+    /// miss its completions ("blocking could hang the application", fi_poll(3)).
+    fn trywait(&self, call: &str) -> Result<(), FiError> {
+        let (Some(fd_wait), Some(wake)) = (&self.fd_wait, &self.wake) else {
+            return Err(FiError::inval(format!(
+                "{call}: the CQ was not opened with FI_WAIT_FD"
+            )));
+        };
+        let again = |why: &str| FiError::new(FiErrno::FI_EAGAIN, format!("{call}: {why}"));
+        self.progress();
+        if !self.lock().queue.is_empty() {
+            return Err(again("completions are queued"));
+        }
+        // Cleared before the signal is looked at: a signal after this point makes the
+        // descriptor readable again.
+        let _ = wake.read();
+        if self.signaled.swap(false, Ordering::AcqRel) {
+            return Err(again("signaled"));
+        }
+        match self.arm_endpoints() {
+            Armed::Ready => Err(again("a completion came")),
+            Armed::NoWait => Err(again(
+                "an endpoint of the CQ has no interrupt vector; read the CQ instead of sleeping",
+            )),
+            Armed::Fds(fds) => fd_wait.hold(&fds).map_err(|e| {
+                FiError::new(
+                    FiErrno::FI_EIO,
+                    format!("{call}: the descriptor's epoll set: {e}"),
+                )
+            }),
+        }
     }
 
     /// Bind an endpoint: its completions are drained when this CQ is read.
@@ -149,7 +198,7 @@ impl UetCq {
     }
 }
 
-static CQ_FID_OPS: FiOps = unsupported::fid_ops(cq_close, unsupported::bind, unsupported::control);
+static CQ_FID_OPS: FiOps = unsupported::fid_ops(cq_close, unsupported::bind, cq_control);
 
 static CQ_OPS: FiOpsCq = FiOpsCq {
     size: core::mem::size_of::<FiOpsCq>(),
@@ -200,13 +249,39 @@ pub(crate) unsafe extern "C" fn domain_cq_open(
         };
         let waitable = match a.wait_obj {
             FI_WAIT_NONE => false,
-            FI_WAIT_UNSPEC | FI_WAIT_MUTEX_COND | FI_WAIT_YIELD => true,
+            FI_WAIT_UNSPEC | FI_WAIT_MUTEX_COND | FI_WAIT_YIELD | FI_WAIT_FD => true,
             other => {
                 return Err(FiError::new(
                     FiErrno::FI_ENOSYS,
-                    format!("{CALL}: wait_obj {other}: the uet provider's CQs wait by reading"),
+                    format!(
+                        "{CALL}: wait_obj {other}: the uet provider's CQs wait on a descriptor \
+                         (FI_WAIT_FD) or on their own (FI_WAIT_UNSPEC, FI_WAIT_MUTEX_COND, \
+                         FI_WAIT_YIELD); no wait sets"
+                    ),
                 ))
             }
+        };
+        let wake = if waitable {
+            let fd = EventFd::new(EFD_NONBLOCK | EFD_CLOEXEC);
+            match (a.wait_obj, fd) {
+                (_, Ok(fd)) => Some(fd),
+                (FI_WAIT_FD, Err(e)) => {
+                    return Err(FiError::new(
+                        FiErrno::FI_ENOMEM,
+                        format!("{CALL}: no eventfd for FI_WAIT_FD: {e}"),
+                    ))
+                }
+                // Its waits read the rings with a growing sleep instead.
+                (_, Err(_)) => None,
+            }
+        } else {
+            None
+        };
+        let fd_wait = match (a.wait_obj, &wake) {
+            (FI_WAIT_FD, Some(wake)) => Some(FdWait::new(wake).map_err(|e| {
+                FiError::new(FiErrno::FI_ENOMEM, format!("{CALL}: no epoll set: {e}"))
+            })?),
+            _ => None,
         };
         if a.flags != 0 {
             return Err(FiError::badflags(format!("{CALL}: flags {:#x}", a.flags)));
@@ -227,9 +302,9 @@ pub(crate) unsafe extern "C" fn domain_cq_open(
             signals: AtomicU64::new(0),
             bound: AtomicUsize::new(0),
             waiting: AtomicUsize::new(0),
-            wake: waitable
-                .then(|| EventFd::new(EFD_NONBLOCK | EFD_CLOEXEC).ok())
-                .flatten(),
+            wake,
+            wait_obj: a.wait_obj,
+            fd_wait,
             api_version,
             err_data: OwnedErrData::default(),
         });
@@ -385,6 +460,142 @@ const SREAD_SLEEP_MAX: Duration = Duration::from_millis(1);
 /// wait, or a wakeup another waiter of the same ring took first (each waiter clears the
 /// vector when it arms it).
 const WAIT_RECHECK: Duration = Duration::from_millis(100);
+
+/// The descriptor of an `FI_WAIT_FD` CQ: an epoll set, readable while any descriptor in it
+/// is — the CQ's signal eventfd and the vectors of its endpoints, as the last `fi_trywait`
+/// armed them.
+struct FdWait {
+    epoll: OwnedFd,
+    /// The vectors in the set besides the signal eventfd.
+    members: Mutex<Vec<RawFd>>,
+}
+
+impl FdWait {
+    /// A set holding `wake`.
+    fn new(wake: &EventFd) -> std::io::Result<FdWait> {
+        // SAFETY: epoll_create1 takes no pointer; a non-negative result is a new descriptor.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let w = FdWait {
+            // SAFETY: `fd` was just created, and nothing else owns it.
+            epoll: unsafe { OwnedFd::from_raw_fd(fd) },
+            members: Mutex::new(Vec::new()),
+        };
+        w.ctl(libc::EPOLL_CTL_ADD, wake.as_raw_fd())?;
+        Ok(w)
+    }
+
+    fn ctl(&self, op: c_int, fd: RawFd) -> std::io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: fd as u64,
+        };
+        // SAFETY: `ev` is valid for the call; the kernel checks both descriptors.
+        let r = unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), op, fd, &mut ev) };
+        if r < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Make the set hold the signal eventfd and exactly `fds`: a vector no endpoint of the
+    /// CQ holds any more leaves it, so its wakeups (for another endpoint) do not reach the
+    /// CQ's waiter.
+    fn hold(&self, fds: &[RawFd]) -> std::io::Result<()> {
+        let mut members = self.members.lock().unwrap_or_else(PoisonError::into_inner);
+        for &gone in members.iter().filter(|f| !fds.contains(f)) {
+            // The vector's eventfd lives as long as the NIC: EPOLL_CTL_DEL cannot miss it.
+            let _ = self.ctl(libc::EPOLL_CTL_DEL, gone);
+        }
+        for &new in fds.iter().filter(|f| !members.contains(f)) {
+            match self.ctl(libc::EPOLL_CTL_ADD, new) {
+                Err(e) if e.raw_os_error() != Some(libc::EEXIST) => return Err(e),
+                _ => {}
+            }
+        }
+        members.clear();
+        members.extend_from_slice(fds);
+        Ok(())
+    }
+}
+
+/// `fi_control` of a CQ: `FI_GETWAIT` (an `FI_WAIT_FD` CQ's descriptor, into the `int` at
+/// `arg`) and `FI_GETWAITOBJ` (the CQ's `enum fi_wait_obj`). `-FI_ENODATA` for a wait object
+/// the CQ does not have (`FI_GETWAIT` of a CQ not opened with `FI_WAIT_FD`, either of a CQ
+/// opened with `FI_WAIT_NONE`), `-FI_ENOSYS` for other commands.
+unsafe extern "C" fn cq_control(fid: *mut Fid, command: c_int, arg: *mut c_void) -> c_int {
+    const CALL: &str = "fi_control(cq)";
+    entry(CALL, || {
+        // SAFETY: called through the fid's own ops.
+        let q = unsafe { cq_ref(fid, CALL) }?;
+        let no_wait = |what: &str| {
+            FiError::new(
+                FiErrno::FI_ENODATA,
+                format!(
+                    "{CALL}: {what}: the CQ was opened with wait object {}",
+                    q.wait_obj
+                ),
+            )
+        };
+        let value = match command {
+            FI_GETWAIT => q
+                .fd_wait
+                .as_ref()
+                .map(|w| w.epoll.as_raw_fd())
+                .ok_or_else(|| no_wait("FI_GETWAIT gives a descriptor (FI_WAIT_FD)"))?,
+            FI_GETWAITOBJ if q.waitable => q.wait_obj,
+            FI_GETWAITOBJ => return Err(no_wait("FI_GETWAITOBJ")),
+            other => {
+                return Err(FiError::new(
+                    FiErrno::FI_ENOSYS,
+                    format!("{CALL}: command {other}"),
+                ))
+            }
+        };
+        // SAFETY: NULL or the application's `int` (FI_GETWAIT's descriptor, FI_GETWAITOBJ's
+        // enum), writable (libfabric's contract).
+        let out = unsafe { arg.cast::<c_int>().as_mut() }.ok_or_else(|| null(CALL, "arg"))?;
+        *out = value;
+        Ok(0)
+    })
+}
+
+/// `fi_trywait(fabric, fids, count)`: every fid must be one of the provider's CQs opened with
+/// `FI_WAIT_FD` (else `-FI_EINVAL`, nothing armed); `0` when the application may sleep on
+/// all their descriptors, `-FI_EAGAIN` when it must read one of them first
+/// ([`UetCq::trywait`]).
+pub(crate) unsafe extern "C" fn fabric_trywait(
+    fabric: *mut FidFabric,
+    fids: *mut *mut Fid,
+    count: c_int,
+) -> c_int {
+    const CALL: &str = "fi_trywait";
+    entry(CALL, || {
+        // SAFETY: the application's fabric pointer.
+        unsafe { crate::fabric::fabric_ref(fabric) }?;
+        let count =
+            usize::try_from(count).map_err(|_| FiError::inval(format!("{CALL}: count {count}")))?;
+        // SAFETY: `count` fid pointers at `fids` (libfabric's contract), only read.
+        let fids = unsafe { crate::av::c_slice_needed(fids.cast_const(), count, CALL, "fids") }?;
+        let cqs = fids
+            .iter()
+            // SAFETY: each an application's object pointer (checked by class and table).
+            .map(|&fid| unsafe { cq_ref(fid, CALL) })
+            .collect::<Result<Vec<_>, _>>()?;
+        if let Some(q) = cqs.iter().find(|q| q.fd_wait.is_none()) {
+            return Err(FiError::inval(format!(
+                "{CALL}: a CQ of wait object {} (fi_trywait takes FI_WAIT_FD CQs)",
+                q.wait_obj
+            )));
+        }
+        for q in cqs {
+            q.trywait(CALL)?;
+        }
+        Ok(0)
+    })
+}
 
 /// What arming the CQ's endpoints for a wait gave.
 enum Armed {

@@ -34,7 +34,7 @@ static FABRIC_OPS: FiOpsFabric = FiOpsFabric {
     passive_ep: unsupported::passive_ep,
     eq_open: crate::eq::fabric_eq_open,
     wait_open: unsupported::wait_open,
-    trywait: unsupported::trywait,
+    trywait: crate::cq::fabric_trywait,
     domain2: crate::domain::fabric_domain2,
 };
 

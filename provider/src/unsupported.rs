@@ -63,10 +63,6 @@ pub(crate) unsafe extern "C" fn wait_open(
     enosys("fi_wait_open")
 }
 
-pub(crate) unsafe extern "C" fn trywait(_: *mut FidFabric, _: *mut *mut Fid, _: c_int) -> c_int {
-    enosys("fi_trywait")
-}
-
 pub(crate) unsafe extern "C" fn domain_open(
     _: *mut FidDomain,
     _: *mut c_void,

@@ -317,6 +317,15 @@ impl Pair {
 
     /// [`Pair::new`], the endpoints opened with the provider's `fi_info` as `edit` leaves it.
     fn with_info(cq_flags: u64, edit: impl Fn(&mut FiInfo)) -> Pair {
+        Pair::with(cq_flags, FI_WAIT_UNSPEC, edit)
+    }
+
+    /// [`Pair::new`] with CQs of wait object `wait_obj`.
+    fn with_wait_obj(wait_obj: c_int) -> Pair {
+        Pair::with(0, wait_obj, |_| {})
+    }
+
+    fn with(cq_flags: u64, wait_obj: c_int, edit: impl Fn(&mut FiInfo)) -> Pair {
         let open = Open::new(FI_MSG | FI_TAGGED | FI_SOURCE_CAP, FI_FORMAT_UNSPEC);
         let mut attr = av_attr(16);
         let av = open.av_open(&mut attr).unwrap();
@@ -330,7 +339,7 @@ impl Pair {
         // SAFETY: the provider's own info.
         edit(unsafe { &mut *open.info });
         let p = [0, 1].map(|_| {
-            let cq = open.cq_open(FI_CQ_FORMAT_DATA, FI_WAIT_UNSPEC);
+            let cq = open.cq_open(FI_CQ_FORMAT_DATA, wait_obj);
             let ep = open.endpoint();
             // SAFETY: an open AV, CQ and endpoint.
             unsafe {
@@ -1374,5 +1383,103 @@ fn a_thread_waiting_in_fi_eq_sread_wakes_cleanly_when_the_eq_is_closed() {
             Ok(neg(FiErrno::FI_EBADF)),
             "fi_eq_sread across fi_close of its EQ"
         );
+    }
+}
+
+/// `FI_WAIT_FD`: `fi_control(FI_GETWAIT)` gives a descriptor that, once `fi_trywait` says the
+/// CQ may be slept on, polls readable when a completion lands or `fi_cq_signal` comes, and
+/// not before; `fi_trywait` is `-FI_EAGAIN` while there is something to read.
+#[test]
+fn an_fi_wait_fd_cq_gives_a_descriptor_that_polls_readable_when_a_completion_lands() {
+    let pair = Pair::with_wait_obj(FI_WAIT_FD);
+    let fabric = pair._open.fabric;
+    let control = |cq: *mut FidCq, command: c_int| -> (c_int, c_int) {
+        let mut value: c_int = -1;
+        // SAFETY: an open CQ; an int for the answer.
+        let ret =
+            unsafe { ((*(*cq).fid.ops).control)(&mut (*cq).fid, command, (&raw mut value).cast()) };
+        (ret, value)
+    };
+    let trywait = |cq: *mut FidCq| -> c_int {
+        // SAFETY: an open CQ and the fabric it was opened under.
+        unsafe {
+            let mut fids = [&raw mut (*cq).fid];
+            ((*(*fabric).ops).trywait)(fabric, fids.as_mut_ptr(), 1)
+        }
+    };
+    let cq = pair.p[1].cq;
+    let (ret, fd) = control(cq, FI_GETWAIT);
+    assert_eq!(ret, 0);
+    assert!(fd >= 0);
+    assert_eq!(control(cq, FI_GETWAITOBJ), (0, FI_WAIT_FD));
+    let readable = |ms: c_int| {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut p, 1, ms) > 0 }
+    };
+    let again = -(FiErrno::FI_EAGAIN.get() as c_int);
+
+    assert_eq!(trywait(cq), 0);
+    assert!(!readable(0), "readable with nothing to read");
+    let mut rbuf = [0u8; 8];
+    // SAFETY: open endpoints; the buffer outlives its completion, read below.
+    unsafe {
+        let ret = (pair.msg(1).recv)(
+            pair.p[1].ep,
+            rbuf.as_mut_ptr().cast(),
+            rbuf.len(),
+            null_mut(),
+            u64::MAX,
+            null_mut(),
+        );
+        assert_eq!(ret, 0);
+        let ret = (pair.msg(0).send)(
+            pair.p[0].ep,
+            b"wake".as_ptr().cast(),
+            4,
+            null_mut(),
+            pair.p[1].addr,
+            null_mut(),
+        );
+        assert_eq!(ret, 0);
+    }
+    assert!(
+        readable(5000),
+        "a completion landed and the descriptor stayed unreadable"
+    );
+    assert_eq!(trywait(cq), again, "a completion waits to be read");
+    assert!(pair.read(1).is_ok());
+    assert_eq!(&rbuf[..4], b"wake");
+    assert_eq!(trywait(cq), 0);
+    assert!(!readable(0), "readable again after the completion was read");
+
+    // SAFETY: an open CQ with a wait object.
+    assert_eq!(unsafe { (pair.cq(1).signal)(cq) }, 0);
+    assert!(
+        readable(5000),
+        "fi_cq_signal left the descriptor unreadable"
+    );
+    assert_eq!(trywait(cq), again, "the signal is there to see");
+    assert_eq!(trywait(cq), 0);
+    assert!(!readable(0));
+
+    // A CQ without a descriptor, and the fid array's bad input.
+    let other = pair._open.cq_open(FI_CQ_FORMAT_DATA, FI_WAIT_UNSPEC);
+    let inval = -(FiErrno::FI_EINVAL.get() as c_int);
+    assert_eq!(trywait(other), inval);
+    assert_eq!(
+        control(other, FI_GETWAIT).0,
+        -(FiErrno::FI_ENODATA.get() as c_int)
+    );
+    assert_eq!(control(other, FI_GETWAITOBJ), (0, FI_WAIT_UNSPEC));
+    // SAFETY: the fabric; NULL fids with a count, then none.
+    unsafe {
+        assert_eq!(((*(*fabric).ops).trywait)(fabric, null_mut(), 1), inval);
+        assert_eq!(((*(*fabric).ops).trywait)(fabric, null_mut(), 0), 0);
+        assert_eq!(close(&mut (*other).fid), 0);
     }
 }
