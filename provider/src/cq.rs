@@ -94,8 +94,8 @@ pub struct UetCq {
     pub(crate) bound: AtomicUsize,
     /// Threads in `fi_cq_sread` (`fi_close` is `FI_EBUSY` while any are).
     waiting: AtomicUsize,
-    /// Readable after a `fi_cq_signal`: a waiter sleeps on it beside its endpoints'
-    /// vectors. `None` on a CQ without a wait object, or when no eventfd could be made (its
+    /// Readable after a `fi_cq_signal`, or after a read of another CQ queued a completion
+    /// here ([`UetCq::wake_waiters`]): a waiter sleeps on it beside its endpoints' vectors. `None` on a CQ without a wait object, or when no eventfd could be made (its
     /// waits then read the rings with a growing sleep between reads).
     wake: Option<EventFd>,
     /// The CQ's wait object, as opened (`FI_WAIT_UNSPEC` for a CQ opened with it).
@@ -143,13 +143,13 @@ impl UetCq {
             )));
         };
         let again = |why: &str| FiError::new(FiErrno::FI_EAGAIN, format!("{call}: {why}"));
+        // Cleared before the queue and the signal are looked at: a completion another CQ's
+        // read queues here, or a signal, after this point makes the descriptor readable again.
+        let _ = wake.read();
         self.progress();
         if !self.lock().queue.is_empty() {
             return Err(again("completions are queued"));
         }
-        // Cleared before the signal is looked at: a signal after this point makes the
-        // descriptor readable again.
-        let _ = wake.read();
         if self.signaled.swap(false, Ordering::AcqRel) {
             return Err(again("signaled"));
         }
@@ -188,12 +188,21 @@ impl UetCq {
         self.lock().queue.push_back(c);
     }
 
+    /// Make `wake` readable for a completion queued by a read of another CQ: the threads in
+    /// `fi_cq_sread` read the queue again, and an `FI_WAIT_FD` descriptor polls readable.
+    pub(crate) fn wake_waiters(&self) {
+        if let Some(wake) = &self.wake {
+            // Cannot fail short of the counter's overflow, 2^64 - 2 wakes unread.
+            let _ = wake.write(1);
+        }
+    }
+
     /// Drain the rings of the endpoints bound to this CQ (outside the CQ's lock: a drain
     /// takes each endpoint's lock, then the lock of the CQ its completion goes to).
     fn progress(&self) {
         let endpoints = Arc::clone(&self.lock().endpoints);
         for ep in endpoints.iter() {
-            ep.drain();
+            ep.drain(self);
         }
     }
 }
@@ -689,7 +698,8 @@ unsafe extern "C" fn cq_sreadfrom(
                         let signal_seen = poll_readable(&fds, cap);
                         if signal_seen && q.signals.load(Ordering::Acquire) == signals {
                             // A signal this wait has already seen (it ended an earlier wait,
-                            // or came before this one): taken, so it wakes no one again.
+                            // or came before this one), or a completion another CQ's read
+                            // queued here (read next): taken, so it wakes no one again.
                             let _ = wake.read();
                         }
                         continue;

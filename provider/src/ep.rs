@@ -214,7 +214,11 @@ impl EpShared {
     /// Read every completion of the endpoint's ring and queue each in its direction's CQ.
     /// The CQs are reached under the endpoint's lock, which its close takes to unbind them,
     /// so none can close under this call (lock order: endpoint, then CQ).
-    pub(crate) fn drain(&self) {
+    ///
+    /// `reader` is the CQ being read. A completion queued in the endpoint's other CQ wakes
+    /// that CQ's waiters ([`UetCq::wake_waiters`]): it is out of the ring, and the reader's
+    /// next arm of the ring clears the vector that announced it.
+    pub(crate) fn drain(&self, reader: &UetCq) {
         let mut st = self.lock();
         while let Some(driver) = st.driver.as_mut() {
             let ev = match driver.poll() {
@@ -228,7 +232,11 @@ impl EpShared {
             if let Some((cq, c)) = st.complete(ev) {
                 // SAFETY: a bound CQ cannot close while the endpoint is bound to it, and the
                 // binding is only dropped under this lock.
-                unsafe { &*cq }.push(c);
+                let cq = unsafe { &*cq };
+                cq.push(c);
+                if !core::ptr::eq(cq, reader) {
+                    cq.wake_waiters();
+                }
             }
         }
     }

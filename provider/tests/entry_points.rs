@@ -1483,3 +1483,174 @@ fn an_fi_wait_fd_cq_gives_a_descriptor_that_polls_readable_when_a_completion_lan
         assert_eq!(close(&mut (*other).fid), 0);
     }
 }
+
+/// An endpoint whose sends complete in one `FI_WAIT_FD` CQ and whose receives in another,
+/// and a peer (one waitable CQ for both directions) it sends to.
+struct Split {
+    /// The endpoint of the two CQs, and the peer.
+    ep: [*mut FidEp; 2],
+    /// The endpoint's send CQ, its receive CQ, and the peer's CQ.
+    cq: [*mut FidCq; 3],
+    /// The peer's address.
+    peer: FiAddr,
+    av: *mut FidAv,
+    open: Open,
+}
+
+impl Split {
+    fn new() -> Split {
+        let open = Open::new(FI_MSG, FI_FORMAT_UNSPEC);
+        let mut attr = av_attr(16);
+        let av = open.av_open(&mut attr).unwrap();
+        let cq = [
+            open.cq_open(FI_CQ_FORMAT_DATA, FI_WAIT_FD),
+            open.cq_open(FI_CQ_FORMAT_DATA, FI_WAIT_FD),
+            open.cq_open(FI_CQ_FORMAT_DATA, FI_WAIT_UNSPEC),
+        ];
+        let ep = [open.endpoint(), open.endpoint()];
+        let binds: [&[(usize, u64)]; 2] = [
+            &[(0, FI_TRANSMIT), (1, FI_RECV)],
+            &[(2, FI_TRANSMIT | FI_RECV)],
+        ];
+        let mut peer = 0;
+        for (i, &e) in ep.iter().enumerate() {
+            // SAFETY: an open AV, CQs and endpoint.
+            unsafe {
+                let fops = &*(*e).fid.ops;
+                assert_eq!((fops.bind)(&mut (*e).fid, &mut (*av).fid, 0), 0);
+                for &(c, flags) in binds[i] {
+                    assert_eq!((fops.bind)(&mut (*e).fid, &mut (*cq[c]).fid, flags), 0);
+                }
+                assert_eq!((fops.control)(&mut (*e).fid, FI_ENABLE, null_mut()), 0);
+                let mut name = [0u8; 32];
+                let mut len = name.len();
+                assert_eq!(
+                    ((*(*e).cm).getname)(&mut (*e).fid, name.as_mut_ptr().cast(), &mut len),
+                    0
+                );
+                let mut addr = 0;
+                assert_eq!(
+                    ((*(*av).ops).insert)(av, name.as_ptr().cast(), 1, &mut addr, 0, null_mut()),
+                    1
+                );
+                peer = addr;
+            }
+        }
+        Split {
+            ep,
+            cq,
+            peer,
+            av,
+            open,
+        }
+    }
+
+    /// `fi_trywait` of CQ `i`.
+    fn trywait(&self, i: usize) -> c_int {
+        let fabric = self.open.fabric;
+        // SAFETY: an open CQ and the fabric it was opened under.
+        unsafe {
+            let mut fids = [&raw mut (*self.cq[i]).fid];
+            ((*(*fabric).ops).trywait)(fabric, fids.as_mut_ptr(), 1)
+        }
+    }
+
+    /// `fi_control(FI_GETWAIT)` of CQ `i`.
+    fn wait_fd(&self, i: usize) -> c_int {
+        let cq = self.cq[i];
+        let mut fd: c_int = -1;
+        // SAFETY: an open CQ; an int for the answer.
+        let ret =
+            unsafe { ((*(*cq).fid.ops).control)(&mut (*cq).fid, FI_GETWAIT, (&raw mut fd).cast()) };
+        assert_eq!(ret, 0, "fi_control(FI_GETWAIT)");
+        fd
+    }
+
+    /// A message from the endpoint to the peer, which receives it into `rbuf`.
+    fn send(&self, rbuf: &mut [u8; 8]) {
+        // SAFETY: open endpoints; the buffer outlives its completion, read by the caller.
+        unsafe {
+            let ret = ((*self.ep[1]).msg.as_ref().unwrap().recv)(
+                self.ep[1],
+                rbuf.as_mut_ptr().cast(),
+                rbuf.len(),
+                null_mut(),
+                u64::MAX,
+                null_mut(),
+            );
+            assert_eq!(ret, 0);
+            let ret = ((*self.ep[0]).msg.as_ref().unwrap().send)(
+                self.ep[0],
+                b"wake".as_ptr().cast(),
+                4,
+                null_mut(),
+                self.peer,
+                null_mut(),
+            );
+            assert_eq!(ret, 0);
+        }
+    }
+
+    /// `fi_cq_read` of one entry of CQ `i`: its count, or the negative errno.
+    fn read(&self, i: usize) -> isize {
+        let mut e = [0u8; 64];
+        // SAFETY: an open CQ; room for one entry.
+        unsafe { ((*(*self.cq[i]).ops).read)(self.cq[i], e.as_mut_ptr().cast(), 1) }
+    }
+}
+
+impl Drop for Split {
+    fn drop(&mut self) {
+        // SAFETY: ours, open, closed once.
+        let closed = unsafe {
+            let mut closed = Vec::new();
+            for &e in &self.ep {
+                closed.push(close(&mut (*e).fid));
+            }
+            for &c in &self.cq {
+                closed.push(close(&mut (*c).fid));
+            }
+            closed.push(close(&mut (*self.av).fid));
+            closed
+        };
+        if !std::thread::panicking() {
+            assert!(closed.iter().all(|&c| c == 0), "fi_close: {closed:?}");
+        }
+    }
+}
+
+/// Whether `fd` polls readable within `ms`.
+fn fd_readable(fd: c_int, ms: c_int) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut p, 1, ms) > 0 }
+}
+
+/// An endpoint's send and receive CQs share its ring and its vector: a wait on the receive
+/// CQ, which reads the ring (moving a send completion to the send CQ) and re-arms the vector,
+/// leaves the send CQ's descriptor readable, as its completion is still to be read.
+#[test]
+fn a_wait_on_an_endpoints_receive_cq_leaves_its_send_cqs_descriptor_readable() {
+    let s = Split::new();
+    let tx_fd = s.wait_fd(0);
+    assert_eq!(s.trywait(0), 0);
+    let mut rbuf = [0u8; 8];
+    s.send(&mut rbuf);
+    assert!(
+        fd_readable(tx_fd, 5000),
+        "the send completed and the send CQ's descriptor stayed unreadable"
+    );
+    // The receive CQ has nothing to read: it arms the endpoint's ring for its own sleep.
+    assert_eq!(s.trywait(1), 0);
+    assert!(
+        fd_readable(tx_fd, 2000),
+        "the send CQ holds a completion and its descriptor is unreadable"
+    );
+    assert_eq!(s.read(0), 1);
+    assert_eq!(s.read(2), 1, "the peer's receive");
+    assert_eq!(&rbuf[..4], b"wake");
+}
