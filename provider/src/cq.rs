@@ -94,8 +94,9 @@ pub struct UetCq {
     pub(crate) bound: AtomicUsize,
     /// Threads in `fi_cq_sread` (`fi_close` is `FI_EBUSY` while any are).
     waiting: AtomicUsize,
-    /// Readable after a `fi_cq_signal`, or after a read of another CQ queued a completion
-    /// here ([`UetCq::wake_waiters`]): a waiter sleeps on it beside its endpoints' vectors. `None` on a CQ without a wait object, or when no eventfd could be made (its
+    /// Readable after a `fi_cq_signal`, after a read of another CQ queued a completion here,
+    /// or after an endpoint of the CQ was enabled ([`UetCq::wake_waiters`]): a waiter sleeps
+    /// on it beside its endpoints' vectors. `None` on a CQ without a wait object, or when no eventfd could be made (its
     /// waits then read the rings with a growing sleep between reads).
     wake: Option<EventFd>,
     /// The CQ's wait object, as opened (`FI_WAIT_UNSPEC` for a CQ opened with it).
@@ -188,8 +189,9 @@ impl UetCq {
         self.lock().queue.push_back(c);
     }
 
-    /// Make `wake` readable for a completion queued by a read of another CQ: the threads in
-    /// `fi_cq_sread` read the queue again, and an `FI_WAIT_FD` descriptor polls readable.
+    /// Make `wake` readable for a completion queued by a read of another CQ, or for an
+    /// endpoint of the CQ enabled: the threads in `fi_cq_sread` read the queue again and
+    /// arm the endpoints, and an `FI_WAIT_FD` descriptor polls readable (`fi_trywait` arms).
     pub(crate) fn wake_waiters(&self) {
         if let Some(wake) = &self.wake {
             // Cannot fail short of the counter's overflow, 2^64 - 2 wakes unread.
@@ -465,9 +467,9 @@ impl Drop for Waiting<'_> {
 const SREAD_SLEEP_MAX: Duration = Duration::from_millis(1);
 
 /// The longest a `fi_cq_sread` sleeps on its endpoints' vectors before it reads the rings
-/// again anyway: it covers what no vector announces — an endpoint bound or enabled during the
-/// wait, or a wakeup another waiter of the same ring took first (each waiter clears the
-/// vector when it arms it).
+/// again anyway: it covers what no vector announces — a wakeup another waiter of the same
+/// ring took first (each waiter clears the vector when it arms it). An endpoint enabled
+/// during the wait wakes it through `wake`.
 const WAIT_RECHECK: Duration = Duration::from_millis(100);
 
 /// The descriptor of an `FI_WAIT_FD` CQ: an epoll set, readable while any descriptor in it

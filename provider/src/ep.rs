@@ -705,6 +705,14 @@ unsafe extern "C" fn ep_control(fid: *mut Fid, command: c_int, _arg: *mut c_void
         .map_err(|e| FiError::new(e.errno(), format!("{CALL}: message buffers: {e}")))?;
         st.driver = Some(driver);
         st.pool = Some(pool);
+        // A thread asleep on a CQ of the endpoint (`fi_cq_sread`, or an `FI_WAIT_FD`
+        // descriptor after `fi_trywait`) armed only the endpoints enabled then: it wakes to
+        // arm this one too, or its completions would not wake it.
+        for b in [st.tx_cq, st.rx_cq].into_iter().flatten() {
+            // SAFETY: a bound CQ stays open while the endpoint is bound to it, and the
+            // binding is only dropped under the endpoint's lock, held here.
+            unsafe { &*b.cq }.wake_waiters();
+        }
         Ok(0)
     })
 }

@@ -1654,3 +1654,87 @@ fn a_wait_on_an_endpoints_receive_cq_leaves_its_send_cqs_descriptor_readable() {
     assert_eq!(s.read(2), 1, "the peer's receive");
     assert_eq!(&rbuf[..4], b"wake");
 }
+
+/// An endpoint enabled after `fi_trywait` said its CQ may be slept on: the CQ's descriptor
+/// still polls readable when a completion lands there.
+#[test]
+fn an_fi_wait_fd_descriptor_wakes_for_an_endpoint_enabled_after_fi_trywait() {
+    let open = Open::new(FI_MSG, FI_FORMAT_UNSPEC);
+    let mut attr = av_attr(16);
+    let av = open.av_open(&mut attr).unwrap();
+    let cq = [
+        open.cq_open(FI_CQ_FORMAT_DATA, FI_WAIT_FD),
+        open.cq_open(FI_CQ_FORMAT_DATA, FI_WAIT_UNSPEC),
+    ];
+    let ep = [open.endpoint(), open.endpoint()];
+    let fabric = open.fabric;
+    let mut fd: c_int = -1;
+    // SAFETY: open objects of the domain; valid out pointers, and a receive buffer that
+    // outlives its completion, read below.
+    unsafe {
+        for (e, c) in ep.iter().zip(cq) {
+            let fops = &*(**e).fid.ops;
+            assert_eq!((fops.bind)(&mut (**e).fid, &mut (*av).fid, 0), 0);
+            assert_eq!(
+                (fops.bind)(&mut (**e).fid, &mut (*c).fid, FI_TRANSMIT | FI_RECV),
+                0
+            );
+        }
+        let ret =
+            ((*(*cq[0]).fid.ops).control)(&mut (*cq[0]).fid, FI_GETWAIT, (&raw mut fd).cast());
+        assert_eq!(ret, 0);
+        let mut fids = [&raw mut (*cq[0]).fid];
+        assert_eq!(((*(*fabric).ops).trywait)(fabric, fids.as_mut_ptr(), 1), 0);
+        let mut addr = [0; 2];
+        for (i, &e) in ep.iter().enumerate() {
+            let fops = &*(*e).fid.ops;
+            assert_eq!((fops.control)(&mut (*e).fid, FI_ENABLE, null_mut()), 0);
+            let mut name = [0u8; 32];
+            let mut len = name.len();
+            assert_eq!(
+                ((*(*e).cm).getname)(&mut (*e).fid, name.as_mut_ptr().cast(), &mut len),
+                0
+            );
+            assert_eq!(
+                ((*(*av).ops).insert)(av, name.as_ptr().cast(), 1, &mut addr[i], 0, null_mut()),
+                1
+            );
+        }
+        let mut rbuf = [0u8; 8];
+        let msg = |e: *mut FidEp| &*(*e).msg;
+        let ret = (msg(ep[0]).recv)(
+            ep[0],
+            rbuf.as_mut_ptr().cast(),
+            rbuf.len(),
+            null_mut(),
+            u64::MAX,
+            null_mut(),
+        );
+        assert_eq!(ret, 0);
+        let ret = (msg(ep[1]).send)(
+            ep[1],
+            b"wake".as_ptr().cast(),
+            4,
+            null_mut(),
+            addr[0],
+            null_mut(),
+        );
+        assert_eq!(ret, 0);
+        assert!(
+            fd_readable(fd, 5000),
+            "a completion landed on an endpoint enabled after fi_trywait, and the CQ's \
+             descriptor stayed unreadable"
+        );
+        let mut e = [0u8; 64];
+        assert_eq!(((*(*cq[0]).ops).read)(cq[0], e.as_mut_ptr().cast(), 1), 1);
+        assert_eq!(&rbuf[..4], b"wake");
+        assert_eq!(((*(*cq[1]).ops).read)(cq[1], e.as_mut_ptr().cast(), 1), 1);
+        for e in ep {
+            assert_eq!(close(&mut (*e).fid), 0);
+        }
+        for c in cq {
+            assert_eq!(close(&mut (*c).fid), 0);
+        }
+        assert_eq!(close(&mut (*av).fid), 0);
+    }
+}
