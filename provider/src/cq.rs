@@ -129,6 +129,12 @@ impl UetCq {
                 Arm::NoWait => return Armed::NoWait,
             }
         }
+        // Another reader of this CQ may have drained a completion that landed after this
+        // waiter's read into the queue, before the arm above found the ring empty and
+        // cleared the vector: then there is something to read, and nothing would wake.
+        if !self.lock().queue.is_empty() {
+            return Armed::Ready;
+        }
         Armed::Fds(fds)
     }
 
@@ -520,14 +526,17 @@ impl FdWait {
             // The vector's eventfd lives as long as the NIC: EPOLL_CTL_DEL cannot miss it.
             let _ = self.ctl(libc::EPOLL_CTL_DEL, gone);
         }
-        for &new in fds.iter().filter(|f| !members.contains(f)) {
+        members.retain(|f| fds.contains(f));
+        for &new in fds {
+            if members.contains(&new) {
+                continue;
+            }
             match self.ctl(libc::EPOLL_CTL_ADD, new) {
+                // `members` stays what the set holds, so the next call adds the rest.
                 Err(e) if e.raw_os_error() != Some(libc::EEXIST) => return Err(e),
-                _ => {}
+                _ => members.push(new),
             }
         }
-        members.clear();
-        members.extend_from_slice(fds);
         Ok(())
     }
 }
