@@ -108,6 +108,8 @@ pub struct UetCq {
     api_version: u32,
     /// The `err_data` `fi_cq_readerr` hands out when the application gives no buffer.
     err_data: OwnedErrData,
+    /// The count of its domain's open CQs, which it is on until it closes.
+    domain_cqs: Arc<AtomicUsize>,
 }
 
 impl UetCq {
@@ -247,7 +249,8 @@ pub(crate) unsafe extern "C" fn domain_cq_open(
     const CALL: &str = "fi_cq_open";
     entry(CALL, || {
         // SAFETY: the application's domain pointer.
-        let api_version = unsafe { crate::domain::domain_ref(domain, CALL) }?.api_version;
+        let d = unsafe { crate::domain::domain_ref(domain, CALL) }?;
+        let (api_version, domain_cqs) = (d.api_version, Arc::clone(&d.cqs));
         if cq.is_null() {
             return Err(null(CALL, "cq"));
         }
@@ -324,7 +327,9 @@ pub(crate) unsafe extern "C" fn domain_cq_open(
             fd_wait,
             api_version,
             err_data: OwnedErrData::default(),
+            domain_cqs,
         });
+        boxed.domain_cqs.fetch_add(1, Ordering::AcqRel);
         // SAFETY: `cq` is non-NULL and writable (libfabric's contract).
         unsafe { *cq = Box::into_raw(boxed).cast() };
         Ok(0)
@@ -355,7 +360,9 @@ unsafe extern "C" fn cq_close(fid: *mut Fid) -> c_int {
             }
         }
         // SAFETY: made by `Box::into_raw` in `domain_cq_open`; the application gives it up.
-        drop(unsafe { Box::from_raw(fid.cast::<UetCq>()) });
+        let q = unsafe { Box::from_raw(fid.cast::<UetCq>()) };
+        q.domain_cqs.fetch_sub(1, Ordering::AcqRel);
+        drop(q);
         Ok(0)
     })
 }

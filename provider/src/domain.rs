@@ -22,6 +22,9 @@ pub struct UetDomain {
     pub(crate) api_version: u32,
     /// Endpoints of the domain, enabled or not (`fi_close` is `FI_EBUSY` while any are).
     pub(crate) endpoints: AtomicUsize,
+    /// CQs of the domain (`fi_close` is `FI_EBUSY` while any are open): each holds the count
+    /// and takes itself off it when it closes.
+    pub(crate) cqs: Arc<AtomicUsize>,
 }
 
 impl UetDomain {
@@ -126,6 +129,7 @@ pub(crate) unsafe extern "C" fn fabric_domain(
             fabric_domains: f.domains.clone(),
             api_version: f.api_version(),
             endpoints: AtomicUsize::new(0),
+            cqs: Arc::new(AtomicUsize::new(0)),
         });
         // SAFETY: `domain` is non-NULL and writable (libfabric's contract).
         unsafe { *domain = Box::into_raw(boxed).cast() };
@@ -148,7 +152,8 @@ pub(crate) unsafe extern "C" fn fabric_domain2(
     unsafe { fabric_domain(fabric, info, domain, context) }
 }
 
-/// `fi_close` of a domain: `-FI_EBUSY` while AVs or endpoints of it are open.
+/// `fi_close` of a domain: `-FI_EBUSY` while AVs, endpoints or CQs of it are open (a CQ
+/// waits on the vectors of the domain's NIC).
 unsafe extern "C" fn domain_close(fid: *mut Fid) -> c_int {
     entry("fi_close(domain)", || {
         // SAFETY: libfabric calls this through the fid's own ops, so `fid` is one of ours.
@@ -160,6 +165,13 @@ unsafe extern "C" fn domain_close(fid: *mut Fid) -> c_int {
                 return Err(FiError::new(
                     FiErrno::FI_EBUSY,
                     format!("fi_close(domain): {eps} endpoint(s) of the domain are open"),
+                ));
+            }
+            let cqs = d.cqs.load(Ordering::Acquire);
+            if cqs > 0 {
+                return Err(FiError::new(
+                    FiErrno::FI_EBUSY,
+                    format!("fi_close(domain): {cqs} CQ(s) of the domain are open"),
                 ));
             }
             if let Some(domain) = guard.take() {

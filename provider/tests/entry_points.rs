@@ -1738,3 +1738,23 @@ fn an_fi_wait_fd_descriptor_wakes_for_an_endpoint_enabled_after_fi_trywait() {
         assert_eq!(close(&mut (*av).fid), 0);
     }
 }
+
+/// A domain is not closed under its CQs (which wait on its NIC's vectors): `fi_close` of the
+/// domain is `-FI_EBUSY` while a CQ of it is open, and the domain is intact; once the CQ is
+/// closed, the domain closes.
+#[test]
+fn a_domain_is_not_closed_under_an_open_cq() {
+    let open = Open::new(FI_MSG, FI_FORMAT_UNSPEC);
+    let cq = open.cq_open(FI_CQ_FORMAT_CONTEXT, FI_WAIT_FD);
+    // SAFETY: the open domain and CQ, each closed once (the domain by `open`'s drop).
+    unsafe {
+        assert_eq!(
+            close(&mut (*open.domain).fid),
+            -(FiErrno::FI_EBUSY.get() as c_int)
+        );
+        let (mut fd, cq_fid) = (-1, &raw mut (*cq).fid);
+        let ret = ((*(*cq_fid).ops).control)(cq_fid, FI_GETWAIT, (&raw mut fd).cast());
+        assert_eq!((ret, fd >= 0), (0, true), "the CQ still works");
+        assert_eq!(close(cq_fid), 0);
+    }
+}
