@@ -94,6 +94,9 @@ pub struct UetCq {
     pub(crate) bound: AtomicUsize,
     /// Threads in `fi_cq_sread` (`fi_close` is `FI_EBUSY` while any are).
     waiting: AtomicUsize,
+    /// A waiter armed the rings and may be asleep: the next completion queued writes `wake`
+    /// ([`UetCq::push`]).
+    sleepers: AtomicBool,
     /// Readable after a `fi_cq_signal`, after a read of another CQ queued a completion here,
     /// or after an endpoint of the CQ was enabled ([`UetCq::wake_waiters`]): a waiter sleeps
     /// on it beside its endpoints' vectors. `None` on a CQ without a wait object, or when no eventfd could be made (its
@@ -131,9 +134,11 @@ impl UetCq {
                 Arm::NoWait => return Armed::NoWait,
             }
         }
-        // Another reader of this CQ may have drained a completion that landed after this
-        // waiter's read into the queue, before the arm above found the ring empty and
-        // cleared the vector: then there is something to read, and nothing would wake.
+        // From here a completion queued in this CQ wakes the waiter (`push`). One queued
+        // before — by another reader of this CQ, or a read of an endpoint's other CQ, after
+        // this waiter's read and before the arm above found the ring empty and cleared the
+        // vector — is seen now: there is something to read, and nothing would wake.
+        self.sleepers.store(true, Ordering::SeqCst);
         if !self.lock().queue.is_empty() {
             return Armed::Ready;
         }
@@ -192,9 +197,18 @@ impl UetCq {
         self.bound.fetch_sub(1, Ordering::AcqRel);
     }
 
-    /// Queue a completion (an endpoint's drain routes it here).
+    /// Queue a completion (an endpoint's drain routes it here). When a waiter has armed the
+    /// rings since the last completion queued ([`UetCq::sleepers`]), `wake` is made readable:
+    /// the ring the completion came from no longer holds it, and the vector that announced it
+    /// may have been cleared by another arm (a read or wait of the endpoint's other CQ, or of
+    /// another reader of this one). One write per sleep, not one per completion.
     pub(crate) fn push(&self, c: Completion) {
         self.lock().queue.push_back(c);
+        // SeqCst, paired with the store in `arm_endpoints`: either the waiter's look at the
+        // queue sees this completion, or this swap sees the waiter's flag.
+        if self.sleepers.swap(false, Ordering::SeqCst) {
+            self.wake_waiters();
+        }
     }
 
     /// Make `wake` readable for a completion queued by a read of another CQ, or for an
@@ -212,7 +226,7 @@ impl UetCq {
     fn progress(&self) {
         let endpoints = Arc::clone(&self.lock().endpoints);
         for ep in endpoints.iter() {
-            ep.drain(self);
+            ep.drain();
         }
     }
 }
@@ -322,6 +336,7 @@ pub(crate) unsafe extern "C" fn domain_cq_open(
             signals: AtomicU64::new(0),
             bound: AtomicUsize::new(0),
             waiting: AtomicUsize::new(0),
+            sleepers: AtomicBool::new(false),
             wake,
             wait_obj: a.wait_obj,
             fd_wait,

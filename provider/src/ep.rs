@@ -215,10 +215,10 @@ impl EpShared {
     /// The CQs are reached under the endpoint's lock, which its close takes to unbind them,
     /// so none can close under this call (lock order: endpoint, then CQ).
     ///
-    /// `reader` is the CQ being read. A completion queued in the endpoint's other CQ wakes
-    /// that CQ's waiters ([`UetCq::wake_waiters`]): it is out of the ring, and the reader's
-    /// next arm of the ring clears the vector that announced it.
-    pub(crate) fn drain(&self, reader: &UetCq) {
+    /// A completion queued in a CQ whose waiter has armed the ring wakes that waiter
+    /// ([`UetCq::push`]): it is out of the ring, and the next arm of the ring clears the
+    /// vector that announced it.
+    pub(crate) fn drain(&self) {
         let mut st = self.lock();
         while let Some(driver) = st.driver.as_mut() {
             let ev = match driver.poll() {
@@ -232,11 +232,7 @@ impl EpShared {
             if let Some((cq, c)) = st.complete(ev) {
                 // SAFETY: a bound CQ cannot close while the endpoint is bound to it, and the
                 // binding is only dropped under this lock.
-                let cq = unsafe { &*cq };
-                cq.push(c);
-                if !core::ptr::eq(cq, reader) {
-                    cq.wake_waiters();
-                }
+                unsafe { &*cq }.push(c);
             }
         }
     }
