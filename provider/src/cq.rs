@@ -82,8 +82,6 @@ pub struct UetCq {
     fid: FidCq,
     /// Bytes of one entry of the CQ's format.
     entry_size: usize,
-    /// Whether the CQ may be waited on.
-    waitable: bool,
     inner: Mutex<Inner>,
     /// A `fi_cq_signal` no wait has taken yet.
     signaled: AtomicBool,
@@ -97,10 +95,11 @@ pub struct UetCq {
     /// A waiter armed the rings and may be asleep: the next completion queued writes `wake`
     /// ([`UetCq::push`]).
     sleepers: AtomicBool,
-    /// Readable after a `fi_cq_signal`, after a read of another CQ queued a completion here,
-    /// or after an endpoint of the CQ was enabled ([`UetCq::wake_waiters`]): a waiter sleeps
-    /// on it beside its endpoints' vectors. `None` on a CQ without a wait object, or when no eventfd could be made (its
-    /// waits then read the rings with a growing sleep between reads).
+    /// Readable after a `fi_cq_signal`, after a completion was queued while a waiter slept
+    /// ([`UetCq::push`]), or after an endpoint of the CQ was enabled
+    /// ([`UetCq::wake_waiters`]): a waiter sleeps on it beside its endpoints' vectors. `None`
+    /// on a CQ without a wait object, or when no eventfd could be made (its waits then read
+    /// the rings with a growing sleep between reads).
     wake: Option<EventFd>,
     /// The CQ's wait object, as opened (`FI_WAIT_UNSPEC` for a CQ opened with it).
     wait_obj: c_int,
@@ -118,6 +117,11 @@ pub struct UetCq {
 impl UetCq {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether the CQ may be waited on: it was opened with a wait object.
+    fn waitable(&self) -> bool {
+        self.wait_obj != FI_WAIT_NONE
     }
 
     /// Arm every bound endpoint's ring for a wait ([`EpShared::arm`]). The endpoint list is
@@ -281,9 +285,21 @@ pub(crate) unsafe extern "C" fn domain_cq_open(
                 )))
             }
         };
-        let waitable = match a.wait_obj {
-            FI_WAIT_NONE => false,
-            FI_WAIT_UNSPEC | FI_WAIT_MUTEX_COND | FI_WAIT_YIELD | FI_WAIT_FD => true,
+        let eventfd = || EventFd::new(EFD_NONBLOCK | EFD_CLOEXEC);
+        let (wake, fd_wait) = match a.wait_obj {
+            FI_WAIT_NONE => (None, None),
+            // The descriptor is the point of the wait object: no eventfd, no CQ.
+            FI_WAIT_FD => {
+                let wake = eventfd().map_err(|e| {
+                    FiError::new(FiErrno::FI_ENOMEM, format!("{CALL}: no eventfd: {e}"))
+                })?;
+                let fd_wait = FdWait::new(&wake).map_err(|e| {
+                    FiError::new(FiErrno::FI_ENOMEM, format!("{CALL}: no epoll set: {e}"))
+                })?;
+                (Some(wake), Some(fd_wait))
+            }
+            // Without an eventfd its waits read the rings with a growing sleep instead.
+            FI_WAIT_UNSPEC | FI_WAIT_MUTEX_COND | FI_WAIT_YIELD => (eventfd().ok(), None),
             other => {
                 return Err(FiError::new(
                     FiErrno::FI_ENOSYS,
@@ -294,28 +310,6 @@ pub(crate) unsafe extern "C" fn domain_cq_open(
                     ),
                 ))
             }
-        };
-        let wake = if waitable {
-            let fd = EventFd::new(EFD_NONBLOCK | EFD_CLOEXEC);
-            match (a.wait_obj, fd) {
-                (_, Ok(fd)) => Some(fd),
-                (FI_WAIT_FD, Err(e)) => {
-                    return Err(FiError::new(
-                        FiErrno::FI_ENOMEM,
-                        format!("{CALL}: no eventfd for FI_WAIT_FD: {e}"),
-                    ))
-                }
-                // Its waits read the rings with a growing sleep instead.
-                (_, Err(_)) => None,
-            }
-        } else {
-            None
-        };
-        let fd_wait = match (a.wait_obj, &wake) {
-            (FI_WAIT_FD, Some(wake)) => Some(FdWait::new(wake).map_err(|e| {
-                FiError::new(FiErrno::FI_ENOMEM, format!("{CALL}: no epoll set: {e}"))
-            })?),
-            _ => None,
         };
         if a.flags != 0 {
             return Err(FiError::badflags(format!("{CALL}: flags {:#x}", a.flags)));
@@ -330,7 +324,6 @@ pub(crate) unsafe extern "C" fn domain_cq_open(
                 ops: core::ptr::addr_of!(CQ_OPS).cast_mut(),
             },
             entry_size,
-            waitable,
             inner: Mutex::new(Inner::default()),
             signaled: AtomicBool::new(false),
             signals: AtomicU64::new(0),
@@ -587,7 +580,7 @@ unsafe extern "C" fn cq_control(fid: *mut Fid, command: c_int, arg: *mut c_void)
                 .as_ref()
                 .map(|w| w.epoll.as_raw_fd())
                 .ok_or_else(|| no_wait("FI_GETWAIT gives a descriptor (FI_WAIT_FD)"))?,
-            FI_GETWAITOBJ if q.waitable => q.wait_obj,
+            FI_GETWAITOBJ if q.waitable() => q.wait_obj,
             FI_GETWAITOBJ => return Err(no_wait("FI_GETWAITOBJ")),
             other => {
                 return Err(FiError::new(
@@ -685,7 +678,7 @@ unsafe extern "C" fn cq_sreadfrom(
     ssize(CALL, || {
         // SAFETY: the application's CQ pointer.
         let q = unsafe { cq_ref(cq.cast(), CALL) }?;
-        if !q.waitable {
+        if !q.waitable() {
             return Err(FiError::inval(format!(
                 "{CALL}: the CQ was opened with FI_WAIT_NONE"
             )));
