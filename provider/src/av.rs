@@ -94,10 +94,22 @@ impl UetAv {
         call: &str,
         f: impl FnOnce(&AddressVector<NicAv>) -> Result<R, FiError>,
     ) -> Result<R, FiError> {
-        let guard = self.lock(call)?;
-        match guard.as_ref() {
-            Some(AvKind::Own(av)) => f(av),
-            Some(AvKind::Shared(av)) => f(&av.av()),
+        self.with_kind(call, |kind| match kind {
+            AvKind::Own(av) => f(av),
+            AvKind::Shared(av) => f(&av.av()),
+        })
+    }
+
+    /// Run `f` on the AV (the process's own, or its handle on a named one), locked.
+    /// `FI_EINVAL` once closed.
+    fn with_kind<R>(
+        &self,
+        call: &str,
+        f: impl FnOnce(&mut AvKind) -> Result<R, FiError>,
+    ) -> Result<R, FiError> {
+        let mut guard = self.av.lock().unwrap_or_else(PoisonError::into_inner);
+        match guard.as_mut() {
+            Some(kind) => f(kind),
             None => Err(FiError::inval(format!("{call}: the AV is closed"))),
         }
     }
@@ -294,11 +306,7 @@ unsafe extern "C" fn av_bind(fid: *mut Fid, bfid: *mut Fid, flags: u64) -> c_int
         let a = unsafe { av_ref(fid.cast(), CALL) }?;
         // SAFETY: NULL or a live object (libfabric's contract).
         let q = unsafe { crate::eq::eq_ref(bfid, CALL) }?;
-        let mut guard = a.lock(CALL)?;
-        let kind = guard
-            .as_mut()
-            .ok_or_else(|| FiError::inval("the AV is closed"))?;
-        match kind {
+        a.with_kind(CALL, |kind| match kind {
             AvKind::Own(av) => {
                 let sink = q.bind_av(av.id(), fid);
                 av.bind(sink, flags)
@@ -308,7 +316,7 @@ unsafe extern "C" fn av_bind(fid: *mut Fid, bfid: *mut Fid, flags: u64) -> c_int
                 let sink = q.bind_av(id, fid);
                 av.bind(sink, flags)
             }
-        }?;
+        })?;
         Ok(0)
     })
 }
@@ -403,10 +411,6 @@ unsafe extern "C" fn av_insert(
                 status_array(flags, context, count, CALL)?,
             )
         };
-        let mut guard = a.lock(CALL)?;
-        let kind = guard
-            .as_mut()
-            .ok_or_else(|| FiError::inval("the AV is closed"))?;
         let context = context as u64;
         let n = match a.addr_format {
             AddrFormat::Uet => {
@@ -414,16 +418,20 @@ unsafe extern "C" fn av_insert(
                 // SAFETY: `addr` holds `count` addresses of ADDR_LEN bytes (libfabric's
                 // contract); only read.
                 let addr = unsafe { c_slice_needed(addr.cast::<u8>(), bytes, CALL, "addr") }?;
-                with_av!(kind, av => av
-                    .with_context(context)
-                    .insert_with_status(addr, count, fi_addr, flags, status))?
+                a.with_kind(CALL, |kind| {
+                    with_av!(kind, av => av
+                        .with_context(context)
+                        .insert_with_status(addr, count, fi_addr, flags, status))
+                })?
             }
             AddrFormat::Str => {
                 // SAFETY: `addr` is a `char *` array of `count` (libfabric's contract).
                 let strings = unsafe { c_strings(addr, count) }?;
-                with_av!(kind, av => av
-                    .with_context(context)
-                    .insert_str(&strings, fi_addr, flags, status))?
+                a.with_kind(CALL, |kind| {
+                    with_av!(kind, av => av
+                        .with_context(context)
+                        .insert_str(&strings, fi_addr, flags, status))
+                })?
             }
         };
         inserted(n)
@@ -453,14 +461,12 @@ unsafe extern "C" fn av_insertsvc(
                 status_array(flags, context, 1, CALL)?.and_then(|s| s.first_mut()),
             )
         };
-        let mut guard = a.lock(CALL)?;
-        let kind = guard
-            .as_mut()
-            .ok_or_else(|| FiError::inval("the AV is closed"))?;
         let context = context as u64;
-        let n = with_av!(kind, av => av
-            .with_context(context)
-            .insertsvc(node, service, fi_addr, flags, status))?;
+        let n = a.with_kind(CALL, |kind| {
+            with_av!(kind, av => av
+                .with_context(context)
+                .insertsvc(node, service, fi_addr, flags, status))
+        })?;
         inserted(n)
     })
 }
@@ -498,14 +504,12 @@ unsafe extern "C" fn av_insertsym(
                 status_array(flags, context, count, CALL)?,
             )
         };
-        let mut guard = a.lock(CALL)?;
-        let kind = guard
-            .as_mut()
-            .ok_or_else(|| FiError::inval("the AV is closed"))?;
         let context = context as u64;
-        let n = with_av!(kind, av => av
-            .with_context(context)
-            .insertsym(node, nodecnt, service, svccnt, fi_addr, flags, status))?;
+        let n = a.with_kind(CALL, |kind| {
+            with_av!(kind, av => av
+                .with_context(context)
+                .insertsym(node, nodecnt, service, svccnt, fi_addr, flags, status))
+        })?;
         inserted(n)
     })
 }
@@ -523,11 +527,10 @@ unsafe extern "C" fn av_remove(
         let a = unsafe { av_ref(av, CALL) }?;
         // SAFETY: `count` entries (libfabric's contract); only read.
         let fi_addrs = unsafe { c_slice_needed(fi_addr.cast_const(), count, CALL, "fi_addr") }?;
-        let mut guard = a.lock(CALL)?;
-        let kind = guard
-            .as_mut()
-            .ok_or_else(|| FiError::inval("the AV is closed"))?;
-        with_av!(kind, av => av.remove(fi_addrs, flags))?;
+        a.with_kind(
+            CALL,
+            |kind| with_av!(kind, av => av.remove(fi_addrs, flags)),
+        )?;
         Ok(0)
     })
 }
@@ -548,11 +551,10 @@ unsafe extern "C" fn av_lookup(
         let addrlen = unsafe { addrlen.as_mut() }.ok_or_else(|| null(CALL, "addrlen"))?;
         // SAFETY: `addr` NULL or `*addrlen` writable bytes (libfabric's contract).
         let buf = unsafe { c_array(addr.cast::<u8>(), *addrlen, CALL, "addr") }?.unwrap_or(&mut []);
-        let mut guard = a.lock(CALL)?;
-        let kind = guard
-            .as_mut()
-            .ok_or_else(|| FiError::inval("the AV is closed"))?;
-        with_av!(kind, av => av.lookup(fi_addr, buf, addrlen))?;
+        a.with_kind(
+            CALL,
+            |kind| with_av!(kind, av => av.lookup(fi_addr, buf, addrlen)),
+        )?;
         Ok(0)
     })
 }
@@ -581,11 +583,10 @@ unsafe extern "C" fn av_straddr(
         };
         // SAFETY: `buf` NULL or `*len` writable bytes (libfabric's contract).
         let out = unsafe { c_array(buf.cast::<u8>(), *len, CALL, "buf") }?.unwrap_or(&mut []);
-        let guard = a.lock(CALL)?;
-        let kind = guard
-            .as_ref()
-            .ok_or_else(|| FiError::inval("the AV is closed"))?;
-        with_av!(kind, av => av.straddr(addr, out, len));
+        a.with_kind(CALL, |kind| {
+            with_av!(kind, av => av.straddr(addr, out, len));
+            Ok(())
+        })?;
         Ok(0)
     });
     if ok == 0 {
