@@ -214,6 +214,33 @@ impl Opcode {
         })
     }
 
+    /// The host interface minor version that added the opcode (`uet_regs::INTERFACE_MINOR`'s
+    /// table): a NIC of an older interface does not know it and answers InvalidOpcode,
+    /// whatever its flags and body.
+    pub const fn since_minor(self) -> u8 {
+        use uet_regs::since;
+        match self {
+            Opcode::MrRegister | Opcode::MrDeregister | Opcode::CountersRead => {
+                since::TAGGED_AND_RMA
+            }
+            Opcode::ContextCreate => since::ENDPOINT_KINDS,
+            Opcode::AuthKeyAdd
+            | Opcode::AuthKeyRemove
+            | Opcode::AuthKeySource
+            | Opcode::AuthKeyRead
+            | Opcode::EndpointAuthKeys => since::AUTH_KEYS,
+            Opcode::AvWritePeers => since::AV_WRITE_PEERS,
+            Opcode::Identify
+            | Opcode::EndpointCreate
+            | Opcode::EndpointDestroy
+            | Opcode::AvCreate
+            | Opcode::AvDestroy
+            | Opcode::AvWrite
+            | Opcode::AvInvalidate
+            | Opcode::AvRead => 0,
+        }
+    }
+
     /// The datasheet name.
     pub const fn name(self) -> &'static str {
         match self {
@@ -1163,6 +1190,24 @@ mod tests {
             assert_eq!(e.command_id.get(), i as u16);
             assert_eq!(e.decode().unwrap(), *c);
         }
+    }
+
+    #[test]
+    fn every_opcode_is_of_an_interface_no_newer_than_the_current_one() {
+        let known: Vec<Opcode> = (0..=u8::MAX).filter_map(Opcode::from_u8).collect();
+        assert_eq!(known.len(), 18);
+        for op in known {
+            assert!(
+                op.since_minor() <= uet_regs::INTERFACE_MINOR,
+                "{}",
+                op.name()
+            );
+        }
+        assert_eq!(
+            Opcode::AvWritePeers.since_minor(),
+            uet_regs::since::AV_WRITE_PEERS
+        );
+        assert_eq!(Opcode::AuthKeyAdd.since_minor(), uet_regs::since::AUTH_KEYS);
     }
 
     #[test]

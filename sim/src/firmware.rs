@@ -1,5 +1,8 @@
 //! Firmware: the admin command handlers.
 //!
+//! An opcode newer than the NIC's interface (`Opcode::since_minor` above
+//! `NicConfig::interface_minor`) completes InvalidOpcode, whatever its flags and body.
+//!
 //! Every handler validates completely before it changes anything, so a command that fails
 //! completes with its status and leaves the NIC as it was. Layout errors (unknown opcode,
 //! reserved fields, handle where none is taken, batch sizes) come from
@@ -76,8 +79,8 @@ impl Nic {
     pub(crate) fn execute(&mut self, raw: &AdminCommand) -> (Status, u32, u32) {
         // An opcode a later interface added is unknown here, whatever its flags and body: the
         // layout checks of a command the NIC does not have are not made.
-        let unknown = raw.opcode == Opcode::AvWritePeers as u8
-            && self.cfg.interface_minor < since::AV_WRITE_PEERS;
+        let unknown = Opcode::from_u8(raw.opcode)
+            .is_some_and(|op| op.since_minor() > self.cfg.interface_minor);
         let r = match raw.decode() {
             _ if unknown => Err(Status::InvalidOpcode),
             Err(s) => Err(s),
