@@ -376,6 +376,40 @@ impl Pair {
         Pair { p, av, _open: open }
     }
 
+    /// `fi_recv` on peer `i` into `buf`, from any source, with `context`: its return.
+    ///
+    /// # Safety
+    /// `buf` outlives the receive's completion.
+    unsafe fn post_recv(&self, i: usize, buf: &mut [u8], context: usize) -> isize {
+        // SAFETY: an open endpoint; the caller keeps `buf` for the NIC.
+        unsafe {
+            (self.msg(i).recv)(
+                self.p[i].ep,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                null_mut(),
+                u64::MAX, // FI_ADDR_UNSPEC
+                context as _,
+            )
+        }
+    }
+
+    /// `fi_send` of `msg` from peer `i` to the other peer, with `context`: its return (the
+    /// message is copied at the call).
+    fn send(&self, i: usize, msg: &[u8], context: usize) -> isize {
+        // SAFETY: an open endpoint; `msg` is read during the call.
+        unsafe {
+            (self.msg(i).send)(
+                self.p[i].ep,
+                msg.as_ptr().cast(),
+                msg.len(),
+                null_mut(),
+                self.p[1 - i].addr,
+                context as _,
+            )
+        }
+    }
+
     fn msg(&self, i: usize) -> &FiOpsMsg {
         // SAFETY: an open endpoint's operations.
         unsafe { &*(*self.p[i].ep).msg }
@@ -483,18 +517,8 @@ fn a_receive_scatters_past_a_zero_length_iovec() {
             (pair.msg(1).recvv)(pair.p[1].ep, iov.as_ptr(), null_mut(), 2, 0, 7 as _),
             0
         );
-        assert_eq!(
-            (pair.msg(0).send)(
-                pair.p[0].ep,
-                b"hello".as_ptr().cast(),
-                5,
-                null_mut(),
-                pair.p[1].addr,
-                9 as _
-            ),
-            0
-        );
     }
+    assert_eq!(pair.send(0, b"hello", 9), 0);
     let e = pair.wait(1).unwrap_or_else(|ret| {
         panic!(
             "fi_cq_read: {ret}, error entry {:?}",
@@ -537,30 +561,8 @@ fn a_failed_inject_is_reported_as_an_error_completion() {
 fn flagless_completions(pair: &Pair) -> (bool, bool) {
     let mut rbuf = [0u8; 8];
     // SAFETY: open endpoints; the buffer outlives its completion, read below.
-    unsafe {
-        assert_eq!(
-            (pair.msg(1).recv)(
-                pair.p[1].ep,
-                rbuf.as_mut_ptr().cast(),
-                8,
-                null_mut(),
-                0,
-                1 as _
-            ),
-            0
-        );
-        assert_eq!(
-            (pair.msg(0).send)(
-                pair.p[0].ep,
-                b"x".as_ptr().cast(),
-                1,
-                null_mut(),
-                pair.p[1].addr,
-                2 as _
-            ),
-            0
-        );
-    }
+    assert_eq!(unsafe { pair.post_recv(1, &mut rbuf, 1) }, 0);
+    assert_eq!(pair.send(0, b"x", 2), 0);
     // A marker with FI_COMPLETION behind each: once it is read, the first has completed.
     let iov = IoVec {
         iov_base: rbuf.as_mut_ptr().cast(),
@@ -662,33 +664,9 @@ fn fi_cq_sread_takes_a_wait_condition_as_the_hint_fi_cq_makes_it() {
     let pair = Pair::new(0);
     let mut rbuf = [0u8; 8];
     // SAFETY: open endpoints; the receive buffer outlives its completion, read below.
-    unsafe {
-        assert_eq!(
-            (pair.msg(1).recv)(
-                pair.p[1].ep,
-                rbuf.as_mut_ptr().cast(),
-                8,
-                null_mut(),
-                0,
-                6 as _
-            ),
-            0
-        );
-    }
+    assert_eq!(unsafe { pair.post_recv(1, &mut rbuf, 6) }, 0);
     // SAFETY: open endpoints; the message is copied at the call.
-    unsafe {
-        assert_eq!(
-            (pair.msg(0).send)(
-                pair.p[0].ep,
-                b"x".as_ptr().cast(),
-                1,
-                null_mut(),
-                pair.p[1].addr,
-                5 as _
-            ),
-            0
-        );
-    }
+    assert_eq!(pair.send(0, b"x", 5), 0);
     // A threshold of one entry: met by the send's completion, and a provider may wake before
     // a condition is met anyway (fi_cq(3)), so it never makes the read fail.
     let threshold: usize = 1;
@@ -1427,26 +1405,8 @@ fn an_fi_wait_fd_cq_gives_a_descriptor_that_polls_readable_when_a_completion_lan
     assert!(!readable(0), "readable with nothing to read");
     let mut rbuf = [0u8; 8];
     // SAFETY: open endpoints; the buffer outlives its completion, read below.
-    unsafe {
-        let ret = (pair.msg(1).recv)(
-            pair.p[1].ep,
-            rbuf.as_mut_ptr().cast(),
-            rbuf.len(),
-            null_mut(),
-            u64::MAX,
-            null_mut(),
-        );
-        assert_eq!(ret, 0);
-        let ret = (pair.msg(0).send)(
-            pair.p[0].ep,
-            b"wake".as_ptr().cast(),
-            4,
-            null_mut(),
-            pair.p[1].addr,
-            null_mut(),
-        );
-        assert_eq!(ret, 0);
-    }
+    assert_eq!(unsafe { pair.post_recv(1, &mut rbuf, 0) }, 0);
+    assert_eq!(pair.send(0, b"wake", 0), 0);
     assert!(
         readable(5000),
         "a completion landed and the descriptor stayed unreadable"
