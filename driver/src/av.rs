@@ -52,8 +52,7 @@ use uet_av::{
 use uet_fwif::address::ADDRESS_BYTES;
 use uet_fwif::admin::{AvCreateBody, AvWritePeersBody, BufferBody, Command, RangeBody, MAX_BATCH};
 use uet_fwif::auth_key::{AuthKeyAddBody, AuthKeyEntry, AuthKeyRemoveBody, AuthKeySourceBody};
-use uet_fwif::av_entry::entry_flags;
-use uet_fwif::av_entry::MAX_JOB_ID;
+use uet_fwif::av_entry::{entry_flags, MAX_JOB_ID};
 use uet_fwif::{AvWriteRecord, NicAvEntry, Status};
 use uet_regs::{
     AvInvalidateDoorbell, AvWriteDoorbell, RegisterAccess, AV_INVALIDATE_DOORBELL,
@@ -61,11 +60,6 @@ use uet_regs::{
 };
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
-
-/// The entry flags [`uet_fwif::NicAvEntry::for_valid_peer_bytes`] may derive from an address,
-/// which AV_WRITE_PEERS sets as the address implies.
-const PEER_ENTRY_FLAGS: u16 =
-    entry_flags::VALID | entry_flags::IPV6 | entry_flags::ABSOLUTE | entry_flags::MAX_MSG_MTU;
 
 /// Removals of at most this many entries use `AV_INVALIDATE_DOORBELL` instead of an
 /// AV_INVALIDATE command.
@@ -426,11 +420,12 @@ impl NicAvTable for NicAv {
         const OP: &str = "AV_WRITE_PEERS";
         check_batch(OP, addrs.len())?;
         let nic = &self.table.nic;
+        let from_address = uet_fwif::av_entry::entry_flags::FROM_ADDRESS;
         // The NIC gives each entry every flag its address implies: the AV must allow them all
         // (it allows what the NIC defines, so from 1.13 on it does). One entry takes the window.
         if addrs.len() == 1
             || nic.identity.interface_minor < AV_WRITE_PEERS_INTERFACE_MINOR
-            || entry_flags & PEER_ENTRY_FLAGS != PEER_ENTRY_FLAGS
+            || entry_flags & from_address != from_address
         {
             return self.write_entries_with(addrs.len(), &mut |i| {
                 peer_record(first, addrs, job_id, entry_flags, i)

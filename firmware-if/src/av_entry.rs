@@ -71,6 +71,10 @@ pub mod entry_flags {
     pub const ALL_BEFORE_MAX_MSG_MTU: u16 = VALID | IPV6 | ABSOLUTE | RANGE | AUTH_KEY | USER_ID;
     /// Every defined bit.
     pub const ALL: u16 = ALL_BEFORE_MAX_MSG_MTU | MAX_MSG_MTU;
+    /// The bits a peer's address implies, which
+    /// [`NicAvEntry::for_valid_peer_bytes`](super::NicAvEntry::for_valid_peer_bytes) (and the
+    /// NIC's AV_WRITE_PEERS) may set.
+    pub const FROM_ADDRESS: u16 = VALID | IPV6 | ABSOLUTE | MAX_MSG_MTU;
 
     /// The bits a NIC of interface 1.`interface_minor` defines, for the interfaces a driver
     /// drives (1.7 and later, [`uet_regs::since::PEER_GROUPS`]): every bit from 1.10
@@ -623,6 +627,33 @@ mod tests {
             },
             7,
         )
+    }
+
+    #[test]
+    fn an_entry_made_from_an_address_carries_only_the_bits_an_address_implies() {
+        let mut all = 0;
+        for (ip, mode, max_msg_mtu) in [
+            ("10.0.0.1", AddressingMode::Relative, false),
+            ("fd00::1", AddressingMode::Absolute, true),
+            ("10.0.0.2", AddressingMode::Absolute, true),
+        ] {
+            let a = UetAddress {
+                caps: caps::AI_BASE,
+                mode,
+                max_msg_mtu,
+                pid_on_fep: 3,
+                fabric_addr: ip.parse().unwrap(),
+                ri_start: 1,
+                ri_count: 4,
+                initiator: 5,
+            };
+            let bytes = a.to_bytes().unwrap();
+            let flags = NicAvEntry::for_valid_peer_bytes(&bytes, 7).flags.get();
+            assert_eq!(flags & !entry_flags::FROM_ADDRESS, 0, "{ip}");
+            assert_ne!(flags & entry_flags::VALID, 0);
+            all |= flags;
+        }
+        assert_eq!(all, entry_flags::FROM_ADDRESS, "every bit is reachable");
     }
 
     #[test]
