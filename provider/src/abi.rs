@@ -49,6 +49,10 @@ pub const FI_CLASS_AV: usize = 11;
 // `enum fi_ep_type`.
 /// `FI_EP_UNSPEC`.
 pub const FI_EP_UNSPEC: c_int = 0;
+/// `FI_EP_MSG`.
+pub const FI_EP_MSG: c_int = 1;
+/// `FI_EP_DGRAM`.
+pub const FI_EP_DGRAM: c_int = 2;
 /// `FI_EP_RDM`.
 pub const FI_EP_RDM: c_int = 3;
 

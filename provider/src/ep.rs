@@ -1,5 +1,12 @@
-//! `fi_endpoint` and `struct fi_ops_msg`: an `FI_EP_RDM` endpoint on the NIC, its messages
-//! addressed by `fi_addr_t` through the bound AV, which the NIC translates.
+//! `fi_endpoint` and `struct fi_ops_msg`: an `FI_EP_RDM` or `FI_EP_DGRAM` endpoint on the
+//! NIC ([`EpKind`], from the `fi_info`'s `ep_attr->type`), its messages addressed by
+//! `fi_addr_t` through the bound AV, which the NIC translates.
+//!
+//! * An `FI_EP_DGRAM` endpoint sends single-packet datagrams (UET's UUD): a send longer than
+//!   the MTU is `-FI_EMSGSIZE`, a send completes once its packet is on the wire, and a
+//!   datagram that finds no receive (or no endpoint) is dropped at the target, never
+//!   reported to the sender. `FI_DELIVERY_COMPLETE` and `FI_MATCH_COMPLETE` cannot be met
+//!   without an acknowledgement: `-FI_EBADFLAGS`.
 //!
 //! * `fi_endpoint` makes the object; `fi_ep_bind` takes its AV (one, named or not),
 //!   its CQs (`FI_TRANSMIT`, `FI_RECV`, optionally `FI_SELECTIVE_COMPLETION`) and an EQ;
@@ -35,6 +42,7 @@ use crate::abi::*;
 use crate::av::UetAv;
 use crate::cq::{Completion, CompletionError, UetCq, NO_SOURCE};
 use crate::domain::{domain_ref, UetDomain};
+use crate::info::{EpKind, FI_MATCH_COMPLETE, RELIABLE_ONLY_FLAGS};
 use crate::{entry, null, object_ref, unsupported};
 use core::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering;
@@ -76,8 +84,6 @@ pub(crate) const FI_INJECT_COMPLETE: u64 = 1 << 26;
 pub(crate) const FI_TRANSMIT_COMPLETE: u64 = 1 << 27;
 /// `FI_DELIVERY_COMPLETE`.
 pub(crate) const FI_DELIVERY_COMPLETE: u64 = 1 << 28;
-/// `FI_MATCH_COMPLETE`.
-const FI_MATCH_COMPLETE: u64 = 1 << 31;
 /// Flags `fi_recvmsg` takes.
 const RECVMSG_FLAGS: u64 = FI_COMPLETION | FI_MORE;
 /// `FI_MORE`: more calls follow (a hint).
@@ -420,6 +426,8 @@ pub struct UetEp {
     /// `caps` of that `fi_info`: `FI_SEND` and `FI_RECV` say which directions the endpoint
     /// serves (neither: both).
     caps: u64,
+    /// `ep_attr->type` of that `fi_info` (`FI_EP_UNSPEC`: `FI_EP_RDM`).
+    kind: EpKind,
 }
 
 impl UetEp {
@@ -431,6 +439,20 @@ impl UetEp {
     /// Whether a flagless receive reports its success under `FI_SELECTIVE_COMPLETION`.
     fn rx_report(&self) -> bool {
         self.rx_op_flags & FI_COMPLETION != 0
+    }
+
+    /// `FI_EBADFLAGS` for send flags asking a datagram endpoint for a completion level only a
+    /// reliable one meets: a datagram is never acknowledged, so its send completes once its
+    /// packet is on the wire (`FI_TRANSMIT_COMPLETE` for unreliable endpoints, `fi_cq(3)`).
+    fn check_completion_level(&self, call: &str, flags: u64) -> Result<(), FiError> {
+        if self.kind == EpKind::Dgram && flags & RELIABLE_ONLY_FLAGS != 0 {
+            return Err(FiError::badflags(format!(
+                "{call}: flags {flags:#x}: FI_DELIVERY_COMPLETE and FI_MATCH_COMPLETE apply to \
+                 reliable endpoints; an FI_EP_DGRAM send completes once its packet is on the \
+                 wire"
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -511,14 +533,12 @@ pub(crate) unsafe extern "C" fn domain_endpoint(
         }
         // SAFETY: NULL or a valid fi_info (libfabric's contract).
         let info = unsafe { info.cast::<FiInfo>().as_ref() }.ok_or_else(|| null(CALL, "info"))?;
+        let mut kind = EpKind::default();
         // SAFETY: NULL or valid attributes of a valid fi_info.
         if let Some(a) = unsafe { info.ep_attr.as_ref() } {
-            if a.ep_type != FI_EP_RDM && a.ep_type != FI_EP_UNSPEC {
-                return Err(FiError::inval(format!(
-                    "{CALL}: ep_attr->type {}: the uet provider serves FI_EP_RDM",
-                    a.ep_type
-                )));
-            }
+            kind = EpKind::from_raw(a.ep_type)
+                .map_err(|why| FiError::inval(format!("{CALL}: {why}")))?
+                .unwrap_or_default();
             if let Some(why) = crate::info::context_counts_refused(a) {
                 return Err(FiError::inval(format!("{CALL}: {why}")));
             }
@@ -559,6 +579,7 @@ pub(crate) unsafe extern "C" fn domain_endpoint(
             tx_op_flags,
             rx_op_flags,
             caps: info.caps,
+            kind,
         });
         // SAFETY: `ep` is non-NULL and writable (libfabric's contract).
         unsafe { *ep = Box::into_raw(boxed).cast() };
@@ -687,7 +708,10 @@ unsafe extern "C" fn ep_control(fid: *mut Fid, command: c_int, _arg: *mut c_void
         let dom = guard
             .as_ref()
             .ok_or_else(|| FiError::inval(format!("{CALL}: the domain is closed")))?;
-        let attr = dom.endpoint_attr();
+        let attr = uet_driver::EndpointAttr {
+            ep_type: e.kind.driver(),
+            ..dom.endpoint_attr()
+        };
         let slots = (1usize << attr.tx_log2) + (1usize << attr.rx_log2) + (1usize << attr.trx_log2);
         let driver = av.with_table(CALL, |table| {
             dom.endpoint(attr, Some(table))
@@ -963,6 +987,7 @@ unsafe extern "C" fn ep_sendmsg(ep: *mut FidEp, msg: *const FiMsg, flags: u64) -
         if flags & !SENDMSG_FLAGS != 0 {
             return Err(FiError::badflags(format!("{CALL}: flags {flags:#x}")));
         }
+        e.check_completion_level(CALL, flags)?;
         // SAFETY: `msg_iov` holds `iov_count` iovecs (libfabric's contract).
         let v = unsafe { iovecs(m.msg_iov, m.iov_count, CALL) }?;
         let data = if flags & FI_REMOTE_CQ_DATA != 0 {
@@ -1225,6 +1250,7 @@ unsafe extern "C" fn ep_tsendmsg(ep: *mut FidEp, msg: *const FiMsgTagged, flags:
                  that arrives before its receive completes at once)"
             )));
         }
+        e.check_completion_level(CALL, flags)?;
         // SAFETY: `msg_iov` holds `iov_count` iovecs (libfabric's contract).
         let v = unsafe { iovecs(m.msg_iov, m.iov_count, CALL) }?;
         let data = if flags & FI_REMOTE_CQ_DATA != 0 {

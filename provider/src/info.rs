@@ -1,13 +1,13 @@
 //! `fi_getinfo`: what the provider offers on its NIC, matched against the application's hints.
 //!
-//! The provider answers with one `fi_info`, or `-FI_ENODATA` when the hints ask for what it
-//! does not offer:
+//! The provider answers with one `fi_info` per endpoint type the hints allow ([`EpKind`],
+//! `FI_EP_RDM` first), or `-FI_ENODATA` when the hints ask for what it does not offer:
 //!
 //! | hint | offered |
 //! |---|---|
 //! | `caps` | `FI_MSG`, `FI_TAGGED`, `FI_SEND`, `FI_RECV`, `FI_SOURCE`, `FI_LOCAL_COMM`, `FI_REMOTE_COMM`, `FI_SHARED_AV`, `FI_AV_USER_ID`; of `FI_MSG` and `FI_TAGGED` only those the hints name, in the directions (`FI_SEND`, `FI_RECV`) they name |
 //! | `addr_format` | `FI_FORMAT_UNSPEC` (the 32-byte UET address) or `FI_ADDR_STR` |
-//! | `ep_attr->type` | `FI_EP_RDM` |
+//! | `ep_attr->type` | `FI_EP_RDM`, `FI_EP_DGRAM` (not `FI_EP_MSG`) |
 //! | `domain_attr->av_type` | `FI_AV_TABLE` (`FI_AV_MAP` behaves as a table, as in libfabric 2.x, and is answered so) |
 //! | `domain_attr->name`, `fabric_attr->name`, `fabric_attr->prov_name` | the NIC's, `uet`, `uet` |
 //! | `domain_attr->ep_cnt`, `max_ep_rx_ctx` | up to the NIC's endpoints and receive contexts |
@@ -15,8 +15,8 @@
 //! | `domain_attr->max_err_data` | up to 1024 bytes: an error's message in `err_data` is at most that |
 //! | `domain_attr->auth_key` | a 4-byte JobID (24 bits), or none |
 //! | `domain_attr->cq_data_size` | up to 8 bytes |
-//! | `tx_attr`, `rx_attr` | caps `FI_MSG`, `FI_TAGGED` with `FI_SEND`, or with `FI_RECV` and `FI_SOURCE`; sizes, `iov_limit`, `inject_size` up to the provider's; `op_flags` returned, those the provider honours (`FI_COMPLETION`; for sends `FI_INJECT`, `FI_INJECT_COMPLETE`, `FI_TRANSMIT_COMPLETE`, `FI_DELIVERY_COMPLETE`); no `msg_order` or `comp_order` (messages travel unordered) |
-//! | `ep_attr->max_msg_size` | up to 16 KiB |
+//! | `tx_attr`, `rx_attr` | caps `FI_MSG`, `FI_TAGGED` with `FI_SEND`, or with `FI_RECV` and `FI_SOURCE`; sizes, `iov_limit`, `inject_size` up to the provider's; `op_flags` returned, those the provider honours (`FI_COMPLETION`; for sends `FI_INJECT`, `FI_INJECT_COMPLETE`, `FI_TRANSMIT_COMPLETE`, and on `FI_EP_RDM` `FI_DELIVERY_COMPLETE`); no `msg_order` or `comp_order` (messages travel unordered) |
+//! | `ep_attr->max_msg_size` | up to 16 KiB (`FI_EP_RDM`), up to the NIC's MTU (`FI_EP_DGRAM`) |
 //! | `ep_attr->tx_ctx_cnt`, `rx_ctx_cnt` | 0 or 1: no scalable endpoints, no shared contexts (`FI_SHARED_CONTEXT`) |
 //! | `src_addr`, `dest_addr` | returned; a source must be on this NIC |
 //!
@@ -68,6 +68,12 @@ pub const PROVIDER_CAPS: u64 = FI_MSG
 /// and the completion levels a send always meets.
 const TX_OP_FLAGS: u64 =
     FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE | FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE;
+/// The completion levels only a reliable endpoint meets (`fi_cq(3)`): a datagram's send
+/// completes once the packet is on the wire, `FI_TRANSMIT_COMPLETE` as it is for unreliable
+/// endpoints.
+pub(crate) const RELIABLE_ONLY_FLAGS: u64 = FI_DELIVERY_COMPLETE | FI_MATCH_COMPLETE;
+/// `FI_MATCH_COMPLETE`.
+pub(crate) const FI_MATCH_COMPLETE: u64 = 1 << 31;
 /// Default receive flags (`rx_attr->op_flags`) the provider honours: `FI_COMPLETION`.
 const RX_OP_FLAGS: u64 = FI_COMPLETION;
 
@@ -110,9 +116,94 @@ pub fn domain_name(nic: &Nic) -> String {
     format!("uet_{}", nic.fabric_addr())
 }
 
+/// The endpoint types the provider serves, in the order `fi_getinfo` answers them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum EpKind {
+    /// `FI_EP_RDM`: reliable unordered messages (UET's RUD) of up to [`MSG_BUF_BYTES`],
+    /// several packets each.
+    #[default]
+    Rdm,
+    /// `FI_EP_DGRAM`: unreliable datagrams (UET's UUD) of one packet: at most the NIC's MTU.
+    /// A send completes when its packet is on the wire; a datagram that finds no receive
+    /// buffer, or no endpoint, is dropped at the target and never reported to the sender.
+    Dgram,
+}
+
+impl EpKind {
+    /// Every type, in answer order.
+    pub const ALL: [EpKind; 2] = [EpKind::Rdm, EpKind::Dgram];
+
+    /// The type an `ep_attr->type` names: `Ok(None)` for `FI_EP_UNSPEC` (any), `Err` for
+    /// one the provider does not serve (`FI_EP_MSG`, or no type at all).
+    pub fn from_raw(raw: c_int) -> Result<Option<EpKind>, String> {
+        match raw {
+            FI_EP_UNSPEC => Ok(None),
+            FI_EP_RDM => Ok(Some(EpKind::Rdm)),
+            FI_EP_DGRAM => Ok(Some(EpKind::Dgram)),
+            FI_EP_MSG => Err(
+                "ep_attr->type FI_EP_MSG: the uet provider serves FI_EP_RDM and FI_EP_DGRAM \
+                 (connected endpoints are not served yet)"
+                    .into(),
+            ),
+            t => Err(format!("ep_attr->type {t} is no fi_ep_type")),
+        }
+    }
+
+    /// Its `enum fi_ep_type`.
+    pub fn to_raw(self) -> c_int {
+        match self {
+            EpKind::Rdm => FI_EP_RDM,
+            EpKind::Dgram => FI_EP_DGRAM,
+        }
+    }
+
+    /// The driver's endpoint type.
+    pub fn driver(self) -> uet_driver::EpType {
+        match self {
+            EpKind::Rdm => uet_driver::EpType::Rdm,
+            EpKind::Dgram => uet_driver::EpType::Dgram,
+        }
+    }
+
+    /// Its name in `fi_info` and in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            EpKind::Rdm => "FI_EP_RDM",
+            EpKind::Dgram => "FI_EP_DGRAM",
+        }
+    }
+
+    /// The largest message (`ep_attr->max_msg_size`) on `nic`: one endpoint buffer, and for
+    /// a datagram one packet too.
+    pub fn max_msg_size(self, nic: &Nic) -> usize {
+        match self {
+            EpKind::Rdm => MSG_BUF_BYTES,
+            EpKind::Dgram => MSG_BUF_BYTES.min(usize::from(nic.capabilities().mtu)),
+        }
+    }
+
+    /// `tx_attr->inject_size` on `nic`: an inject slot's payload, within one message.
+    pub fn inject_size(self, nic: &Nic) -> usize {
+        MAX_INJECT_BYTES.min(self.max_msg_size(nic))
+    }
+
+    /// The transmit flags (`tx_attr->op_flags`) it honours.
+    fn tx_op_flags(self) -> u64 {
+        match self {
+            EpKind::Rdm => TX_OP_FLAGS,
+            EpKind::Dgram => TX_OP_FLAGS & !RELIABLE_ONLY_FLAGS,
+        }
+    }
+}
+
 /// What an application asked for, read from its hints (all optional).
 #[derive(Debug, Default)]
 struct Wanted {
+    /// `ep_attr->type`: `None` for any.
+    ep_type: Option<EpKind>,
+    /// `ep_attr->max_msg_size` and `tx_attr->inject_size`: 0 for any.
+    max_msg_size: usize,
+    inject_size: usize,
     caps: u64,
     addr_format: AddrFormat,
     av_type: AvType,
@@ -242,6 +333,7 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
             )));
         }
         w.tx_op_flags = tx.op_flags;
+        w.inject_size = tx.inject_size;
         if tx.msg_order != 0 || tx.comp_order != 0 {
             return Err(nodata(format!(
                 "tx_attr msg_order {:#x}, comp_order {:#x}: messages travel unordered (RUD) \
@@ -285,12 +377,8 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
                 ep.max_msg_size
             )));
         }
-        if ep.ep_type != FI_EP_UNSPEC && ep.ep_type != FI_EP_RDM {
-            return Err(nodata(format!(
-                "ep_attr->type {} is not FI_EP_RDM",
-                ep.ep_type
-            )));
-        }
+        w.ep_type = EpKind::from_raw(ep.ep_type).map_err(nodata)?;
+        w.max_msg_size = ep.max_msg_size;
         if let Some(why) = context_counts_refused(ep) {
             return Err(nodata(why));
         }
@@ -359,6 +447,36 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
         w.job_id = unsafe { domain_job_id(d) }.map_err(nodata)?;
     }
     Ok(w)
+}
+
+/// Why `kind` cannot answer `w` on `nic`: what the hints ask of the endpoint type itself.
+fn kind_refused(kind: EpKind, w: &Wanted, nic: &Nic) -> Option<String> {
+    let name = kind.name();
+    if w.ep_type.is_some_and(|t| t != kind) {
+        return Some(format!("{name} is not the ep_attr->type asked for"));
+    }
+    if w.max_msg_size > kind.max_msg_size(nic) {
+        return Some(format!(
+            "ep_attr->max_msg_size {} is more than {name}'s {}",
+            w.max_msg_size,
+            kind.max_msg_size(nic)
+        ));
+    }
+    if w.inject_size > kind.inject_size(nic) {
+        return Some(format!(
+            "tx_attr->inject_size {} is more than {name}'s {}",
+            w.inject_size,
+            kind.inject_size(nic)
+        ));
+    }
+    let flags = w.tx_op_flags & !kind.tx_op_flags();
+    if flags != 0 {
+        return Some(format!(
+            "tx_attr->op_flags {flags:#x}: {name} sends do not meet them (FI_DELIVERY_COMPLETE \
+             applies to reliable endpoints only)"
+        ));
+    }
+    None
 }
 
 /// The AV type the provider serves for `t`: `FI_AV_MAP` is a table, in a domain and in
@@ -522,6 +640,7 @@ pub unsafe fn free_info(mut info: *mut FiInfo) {
 unsafe fn fill(
     info: *mut FiInfo,
     nic: &Nic,
+    kind: EpKind,
     w: &Wanted,
     src: Option<&UetAddress>,
     dest: Option<&UetAddress>,
@@ -551,7 +670,7 @@ unsafe fn fill(
         let defaults = uet_driver::EndpointAttr::default();
         let tx = &mut *i.tx_attr;
         tx.caps = (FI_MSG | FI_TAGGED | FI_SEND) & i.caps;
-        tx.inject_size = MAX_INJECT_BYTES.min(MSG_BUF_BYTES);
+        tx.inject_size = kind.inject_size(nic);
         tx.size = 1 << defaults.tx_log2;
         tx.iov_limit = IOV_LIMIT;
         tx.op_flags = w.tx_op_flags;
@@ -561,8 +680,8 @@ unsafe fn fill(
         rx.iov_limit = IOV_LIMIT;
         rx.op_flags = w.rx_op_flags;
         let ep = &mut *i.ep_attr;
-        ep.ep_type = FI_EP_RDM;
-        ep.max_msg_size = MSG_BUF_BYTES;
+        ep.ep_type = kind.to_raw();
+        ep.max_msg_size = kind.max_msg_size(nic);
         // Every bit of the 64-bit tag is matched.
         ep.mem_tag_format = u64::MAX;
         ep.tx_ctx_cnt = 1;
@@ -652,12 +771,29 @@ pub(crate) unsafe extern "C" fn uet_getinfo(
                 dest = Some(address(node, service)?);
             }
         }
-        let out = c_zeroed::<FiInfo>()?;
-        // SAFETY: `out` was just allocated, zeroed.
-        if let Err(e) = unsafe { fill(out, &nic, &w, src.as_ref(), dest.as_ref()) } {
-            // SAFETY: ours, partly filled, not handed out.
-            unsafe { free_info(out) };
-            return Err(e);
+        let (kinds, refused): (Vec<_>, Vec<_>) = EpKind::ALL
+            .iter()
+            .map(|&k| (k, kind_refused(k, &w, &nic)))
+            .partition(|(_, why)| why.is_none());
+        if kinds.is_empty() {
+            let why: Vec<String> = refused.into_iter().filter_map(|(_, why)| why).collect();
+            return Err(nodata(why.join("; ")));
+        }
+        // One answer per endpoint type, linked in the order of `EpKind::ALL`.
+        let mut out: *mut FiInfo = core::ptr::null_mut();
+        for &(kind, _) in kinds.iter().rev() {
+            let filled = c_zeroed::<FiInfo>().and_then(|i| {
+                // SAFETY: `i` was just allocated, zeroed; `out` is NULL or our chain.
+                unsafe { (*i).next = out };
+                out = i;
+                // SAFETY: as above.
+                unsafe { fill(i, &nic, kind, &w, src.as_ref(), dest.as_ref()) }
+            });
+            if let Err(e) = filled {
+                // SAFETY: ours, partly filled, not handed out.
+                unsafe { free_info(out) };
+                return Err(e);
+            }
         }
         // SAFETY: `info` is non-NULL and writable (libfabric's contract).
         unsafe { *info = out };

@@ -15,10 +15,10 @@
 //! # What it serves
 //!
 //! The provider is built for the libfabric 1.17 ABI ([`abi`]), the oldest with every call it
-//! serves; libfabric 1.x from 1.17 on loads it. It offers one `fi_info`: an `FI_EP_RDM`
-//! endpoint type, `FI_THREAD_SAFE`, `FI_PROGRESS_AUTO`, `FI_AV_TABLE`, the NIC's limits as the
-//! domain's, messages (`FI_MSG`, `FI_TAGGED`, `FI_SOURCE`) and the AV's capabilities (`FI_SHARED_AV`,
-//! `FI_AV_USER_ID`);
+//! serves; libfabric 1.x from 1.17 on loads it. It offers one `fi_info` per endpoint type,
+//! `FI_EP_RDM` and then `FI_EP_DGRAM` ([`info::EpKind`]), each with `FI_THREAD_SAFE`,
+//! `FI_PROGRESS_AUTO`, `FI_AV_TABLE`, the NIC's limits as the domain's, messages (`FI_MSG`,
+//! `FI_TAGGED`, `FI_SOURCE`) and the AV's capabilities (`FI_SHARED_AV`, `FI_AV_USER_ID`);
 //! addresses are the 32-byte UET address (`FI_FORMAT_UNSPEC`, the provider's own format) or
 //! its string form (`FI_ADDR_STR`), as the hints ask.
 //!
@@ -33,7 +33,7 @@
 //! | `fi_av_set`, `fi_av_set_union`, `fi_av_set_intersect`, `fi_av_set_diff`, `fi_av_set_insert`, `fi_av_set_remove`, `fi_av_set_addr`, `fi_close` | [`av_set`]: a [`uet_av::AvSet`] |
 //!
 //! | `fi_cq_open`, `fi_cq_read`, `fi_cq_readfrom`, `fi_cq_readerr`, `fi_cq_sread`, `fi_cq_sreadfrom`, `fi_cq_signal`, `fi_cq_strerror`, `fi_close` | [`cq`]: completions of the endpoints bound to it |
-//! | `fi_endpoint`, `fi_ep_bind`, `fi_enable`, `fi_getname`, `fi_send*`, `fi_inject*`, `fi_recv*`, `fi_tsend*`, `fi_tinject*`, `fi_trecv*`, `fi_close` | [`ep`]: an `FI_EP_RDM` [`uet_driver::Endpoint`] |
+//! | `fi_endpoint`, `fi_ep_bind`, `fi_enable`, `fi_getname`, `fi_send*`, `fi_inject*`, `fi_recv*`, `fi_tsend*`, `fi_tinject*`, `fi_trecv*`, `fi_close` | [`ep`]: an `FI_EP_RDM` or `FI_EP_DGRAM` [`uet_driver::Endpoint`] |
 //!
 //! RMA, atomics, memory registration, scalable endpoints and connection
 //! management are the driver's today and not yet the provider's: their calls return

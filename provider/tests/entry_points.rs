@@ -1718,3 +1718,180 @@ fn a_domain_is_not_closed_under_an_open_cq() {
         assert_eq!(close(cq_fid), 0);
     }
 }
+
+/// The endpoint types of a chain of answers, with each one's `max_msg_size`, or the
+/// negative errno; the chain is freed.
+fn answered_types(hints: &Hints) -> Result<Vec<(c_int, usize)>, c_int> {
+    let info = getinfo(None, None, 0, Some(hints))?;
+    let mut types = Vec::new();
+    // SAFETY: the provider's answer: a chain of valid infos, read, then freed once.
+    unsafe {
+        let mut i = info;
+        while !i.is_null() {
+            let ep = &*(*i).ep_attr;
+            assert!(
+                (*(*i).tx_attr).inject_size <= ep.max_msg_size,
+                "inject_size within max_msg_size"
+            );
+            types.push((ep.ep_type, ep.max_msg_size));
+            i = (*i).next;
+        }
+        uet_fi::info::free_info(info);
+    }
+    Ok(types)
+}
+
+/// `fi_getinfo` answers one `fi_info` per endpoint type it serves, reliable first: an
+/// `FI_EP_RDM` of up to 16 KiB messages and an `FI_EP_DGRAM` of one packet (the NIC's MTU).
+/// The hints choose between them by type, message size and completion level, and a type it
+/// does not serve is `-FI_ENODATA`.
+#[test]
+fn fi_getinfo_answers_a_reliable_and_a_datagram_endpoint_and_the_hints_choose() {
+    let mtu = usize::from(uet_sim::NicConfig::new([10, 0, 0, 1].into()).mtu);
+    let rdm = (FI_EP_RDM, 16384);
+    let dgram = (FI_EP_DGRAM, mtu);
+    assert!(mtu < 16384);
+    let with = |edit: &dyn Fn(&mut FiInfo)| {
+        let mut hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+        edit(&mut hints.info);
+        answered_types(&hints)
+    };
+    // SAFETY (every closure below): the hints' own attributes, boxed beside them.
+    let set_type = |t: c_int| move |i: &mut FiInfo| unsafe { (*i.ep_attr).ep_type = t };
+    assert_eq!(with(&|_| {}), Ok(vec![rdm, dgram]));
+    assert_eq!(with(&set_type(FI_EP_RDM)), Ok(vec![rdm]));
+    assert_eq!(with(&set_type(FI_EP_DGRAM)), Ok(vec![dgram]));
+    // Connected endpoints are not served; nor is a type libfabric does not define.
+    assert_eq!(with(&set_type(FI_EP_MSG)), Err(ENODATA));
+    assert_eq!(with(&set_type(99)), Err(ENODATA));
+    // A message larger than a packet leaves only the reliable endpoint.
+    let size = |n: usize| move |i: &mut FiInfo| unsafe { (*i.ep_attr).max_msg_size = n };
+    assert_eq!(with(&size(mtu)), Ok(vec![rdm, dgram]));
+    assert_eq!(with(&size(mtu + 1)), Ok(vec![rdm]));
+    assert_eq!(with(&size(16385)), Err(ENODATA));
+    assert_eq!(
+        with(&|i| {
+            size(mtu + 1)(i);
+            set_type(FI_EP_DGRAM)(i)
+        }),
+        Err(ENODATA)
+    );
+    // Delivery complete applies to reliable endpoints only (fi_cq(3)); transmit complete is
+    // what a datagram's send gives.
+    let flags = |f: u64| move |i: &mut FiInfo| unsafe { (*i.tx_attr).op_flags = f };
+    assert_eq!(with(&flags(1 << 28)), Ok(vec![rdm]));
+    assert_eq!(with(&flags(1 << 27)), Ok(vec![rdm, dgram]));
+    assert_eq!(
+        with(&|i| {
+            flags(1 << 28)(i);
+            set_type(FI_EP_DGRAM)(i)
+        }),
+        Err(ENODATA)
+    );
+}
+
+/// Two `FI_EP_DGRAM` endpoints (UET's unreliable datagrams): a datagram of up to one MTU is
+/// delivered with its tag or not, a send completes once its packet is on the wire even when
+/// no receive waits for it (the datagram is dropped at the target and never reported), a
+/// longer one is `-FI_EMSGSIZE`, and a completion level only a reliable endpoint meets is
+/// `-FI_EBADFLAGS`. `fi_endpoint` refuses an info of a type the provider does not serve.
+#[test]
+fn datagram_endpoints_deliver_one_packet_and_never_report_a_lost_datagram() {
+    let mtu = usize::from(uet_sim::NicConfig::new([10, 0, 0, 1].into()).mtu);
+    // SAFETY: the provider's own info, edited before the endpoints are opened.
+    let pair = Pair::with_info(0, |i| unsafe { (*i.ep_attr).ep_type = FI_EP_DGRAM });
+
+    // No receive posted: the sender's completion is a success, and the target sees nothing.
+    assert_eq!(pair.send(0, b"into the void", 1), 0);
+    assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(1));
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert_eq!(pair.read(1).err(), Some(neg(FiErrno::FI_EAGAIN)));
+
+    // One MTU, delivered whole.
+    let full: Vec<u8> = (0..mtu).map(|i| (i * 7) as u8).collect();
+    let mut rbuf = vec![0u8; mtu];
+    // SAFETY: `rbuf` outlives the receive's completion, read below.
+    assert_eq!(unsafe { pair.post_recv(1, &mut rbuf, 2) }, 0);
+    assert_eq!(pair.send(0, &full, 3), 0);
+    assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(3));
+    let got = pair.wait(1).expect("delivered");
+    assert_eq!((got.op_context as usize, got.len), (2, mtu));
+    assert_eq!(rbuf, full);
+
+    // One byte more than a packet: refused at the call, nothing sent.
+    let long = vec![1u8; mtu + 1];
+    assert_eq!(pair.send(0, &long, 4), neg(FiErrno::FI_EMSGSIZE));
+    assert_eq!(pair.read(0).err(), Some(neg(FiErrno::FI_EAGAIN)));
+
+    // Completion levels: delivery and match complete cannot be met; transmit complete is.
+    let iov = IoVec {
+        iov_base: b"levels".as_ptr().cast_mut().cast(),
+        iov_len: 6,
+    };
+    let msg = FiMsg {
+        msg_iov: &iov,
+        desc: null_mut(),
+        iov_count: 1,
+        addr: pair.p[1].addr,
+        context: 5 as _,
+        data: 0,
+    };
+    for level in [1u64 << 28, 1 << 31] {
+        // SAFETY: an open endpoint; the message is read during the call.
+        let ret = unsafe { (pair.msg(0).sendmsg)(pair.p[0].ep, &msg, FI_COMPLETION | level) };
+        assert_eq!(ret, neg(FiErrno::FI_EBADFLAGS), "level {level:#x}");
+    }
+    // SAFETY: as above.
+    let tagged = unsafe { &*(*pair.p[0].ep).tagged };
+    let tmsg = FiMsgTagged {
+        msg_iov: &iov,
+        desc: null_mut(),
+        iov_count: 1,
+        addr: pair.p[1].addr,
+        tag: 0x77,
+        ignore: 0,
+        context: 6 as _,
+        data: 0,
+    };
+    // SAFETY: as above.
+    let ret = unsafe { (tagged.sendmsg)(pair.p[0].ep, &tmsg, FI_COMPLETION | (1 << 28)) };
+    assert_eq!(ret, neg(FiErrno::FI_EBADFLAGS));
+    assert_eq!(pair.read(0).err(), Some(neg(FiErrno::FI_EAGAIN)));
+
+    // A tagged datagram, sent with transmit complete, matches its tagged receive.
+    let mut tbuf = [0u8; 16];
+    // SAFETY: an open endpoint; `tbuf` outlives the receive's completion, read below.
+    unsafe {
+        let rx = &*(*pair.p[1].ep).tagged;
+        let buf = tbuf.as_mut_ptr().cast();
+        assert_eq!(
+            (rx.recv)(pair.p[1].ep, buf, 16, null_mut(), 0, 0x77, 0, 7 as _),
+            0
+        );
+    }
+    // SAFETY: an open endpoint; the message is read during the call.
+    let ret = unsafe { (tagged.sendmsg)(pair.p[0].ep, &tmsg, FI_COMPLETION | (1 << 27)) };
+    assert_eq!(ret, 0);
+    assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(6));
+    // (The pair's CQs are of FI_CQ_FORMAT_DATA, which carries no tag.)
+    let got = pair.wait(1).expect("tagged datagram delivered");
+    assert_eq!((got.op_context as usize, got.len), (7, 6));
+    assert_eq!(&tbuf[..6], b"levels");
+
+    // fi_endpoint with an info of a type the provider does not serve.
+    let open = Open::new(FI_MSG, FI_FORMAT_UNSPEC);
+    for t in [FI_EP_MSG, 99] {
+        // SAFETY: the provider's own info; a valid out pointer.
+        let ret = unsafe {
+            (*(*open.info).ep_attr).ep_type = t;
+            let mut ep: *mut FidEp = null_mut();
+            ((*(*open.domain).ops).endpoint)(
+                open.domain,
+                open.info.cast(),
+                (&raw mut ep).cast(),
+                null_mut(),
+            )
+        };
+        assert_eq!(ret, -(FiErrno::FI_EINVAL.get() as c_int), "type {t}");
+    }
+}

@@ -354,8 +354,9 @@ fn listening(port: u16) -> bool {
 }
 
 /// libfabric's own `fi_pingpong` (package libfabric-bin), unchanged, between two processes on
-/// two NICs of one simulated fabric served over vfio-user: its untagged and tagged modes,
-/// with its data checks, through this provider.
+/// two NICs of one simulated fabric served over vfio-user: its untagged and tagged modes, on
+/// reliable (`-e rdm`) and datagram (`-e dgram`, its default) endpoints, with its data
+/// checks, through this provider.
 #[test]
 fn the_stock_fi_pingpong_runs_over_the_provider_between_two_nics() {
     if !have_toolchain() {
@@ -372,13 +373,19 @@ fn the_stock_fi_pingpong_runs_over_the_provider_between_two_nics() {
     }
     let dir = scratch("fi-pingpong");
     let prov = provider_dir(&dir);
-    for (round, mode) in ["msg", "tagged"].iter().enumerate() {
-        let (_fabric, servers) = serve_two_nics(&dir, &format!("{mode}-"));
+    let runs = [
+        ("rdm", "msg"),
+        ("rdm", "tagged"),
+        ("dgram", "msg"),
+        ("dgram", "tagged"),
+    ];
+    for (round, (ep_type, mode)) in runs.into_iter().enumerate() {
+        let (_fabric, servers) = serve_two_nics(&dir, &format!("{ep_type}-{mode}-"));
         // A control port of this test's own.
         let port = 20000 + (std::process::id() % 20000) as u16 + round as u16;
         let run = |nic: &Path, args: &[&str]| {
             Command::new("fi_pingpong")
-                .args(["-p", "uet", "-e", "rdm", "-I", "50", "-c", "-m", mode])
+                .args(["-p", "uet", "-e", ep_type, "-I", "50", "-c", "-m", mode])
                 .args(args)
                 .env("FI_PROVIDER_PATH", &prov)
                 .env("FI_UET_DEVICE", format!("vfio-user:{}", nic.display()))
@@ -399,8 +406,9 @@ fn the_stock_fi_pingpong_runs_over_the_provider_between_two_nics() {
         }
         let client = run(&servers[1].0, &["-P", &port_s, "127.0.0.1"]);
         for (who, child) in [("client", client), ("server", server)] {
-            let out = succeeded(child, &format!("fi_pingpong {mode} {who}"));
-            // Its table: one line per size, 50 sent and 50 acknowledged.
+            let out = succeeded(child, &format!("fi_pingpong {ep_type} {mode} {who}"));
+            // Its table: one line per size up to max_msg_size (a datagram's is the MTU,
+            // 4 KiB), 50 sent and 50 acknowledged.
             assert!(
                 out.lines()
                     .any(|l| l.starts_with("64 ") && l.contains("=50")),
