@@ -11,6 +11,7 @@
 //! | `domain_attr->av_type` | `FI_AV_TABLE` (`FI_AV_MAP` behaves as a table, as in libfabric 2.x, and is answered so) |
 //! | `domain_attr->name`, `fabric_attr->name`, `fabric_attr->prov_name` | the NIC's, `uet`, `uet` |
 //! | `domain_attr->ep_cnt`, `max_ep_rx_ctx` | up to the NIC's endpoints and receive contexts |
+//! | `domain_attr->cq_cnt`, `tx_ctx_cnt`, `rx_ctx_cnt` | up to the NIC's endpoints: a completion, transmit and receive ring each |
 //! | `domain_attr->max_ep_tx_ctx`, `max_ep_stx_ctx`, `max_ep_srx_ctx` | 1, 0, 0: one transmit context, no shared contexts |
 //! | `domain_attr->max_err_data` | up to 1024 bytes: an error's message in `err_data` is at most that |
 //! | `domain_attr->auth_key` | a 4-byte JobID (24 bits), or none |
@@ -417,6 +418,18 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
                 w.ep_cnt, limits.max_endpoints
             )));
         }
+        let queues = hardware_queues(nic);
+        let counts = [
+            ("cq_cnt", d.cq_cnt),
+            ("tx_ctx_cnt", d.tx_ctx_cnt),
+            ("rx_ctx_cnt", d.rx_ctx_cnt),
+        ];
+        if let Some((name, n)) = counts.into_iter().find(|&(_, n)| n > queues) {
+            return Err(nodata(format!(
+                "domain_attr->{name} {n} is more than the NIC's {queues} (one completion, \
+                 transmit and receive ring per endpoint)"
+            )));
+        }
         if d.cq_data_size > CQ_DATA_SIZE {
             return Err(nodata(format!(
                 "cq_data_size {} is more than the provider's {CQ_DATA_SIZE}",
@@ -447,6 +460,14 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
         w.job_id = unsafe { domain_job_id(d) }.map_err(nodata)?;
     }
     Ok(w)
+}
+
+/// The NIC's completion, transmit and receive queues (`domain_attr->cq_cnt`, `tx_ctx_cnt`,
+/// `rx_ctx_cnt`): one of each per endpoint the NIC holds (`CAP_EP`). A CQ of the provider
+/// gathers the completion rings of the endpoints bound to it, so more CQs than this may be
+/// opened; fi_domain(3) has these counts say what the hardware serves without sharing.
+fn hardware_queues(nic: &Nic) -> usize {
+    usize::from(nic.capabilities().endpoints)
 }
 
 /// Why `kind` cannot answer `w` on `nic`: what the hints ask of the endpoint type itself.
@@ -703,6 +724,8 @@ unsafe fn fill(
             w.ep_cnt
         };
         d.max_ep_tx_ctx = 1;
+        let queues = hardware_queues(nic);
+        (d.cq_cnt, d.tx_ctx_cnt, d.rx_ctx_cnt) = (queues, queues, queues);
         d.max_err_data = crate::MAX_ERR_DATA;
         d.max_ep_rx_ctx = if w.max_ep_rx_ctx == 0 {
             usize::try_from(limits.max_rx_ctx).unwrap_or(usize::MAX)

@@ -1895,3 +1895,30 @@ fn datagram_endpoints_deliver_one_packet_and_never_report_a_lost_datagram() {
         assert_eq!(ret, -(FiErrno::FI_EINVAL.get() as c_int), "type {t}");
     }
 }
+
+/// The domain's queue counts are the NIC's: one completion, transmit and receive ring per
+/// endpoint, so `cq_cnt`, `tx_ctx_cnt` and `rx_ctx_cnt` equal `ep_cnt` (never 0, which would
+/// say there are none), and hints asking for more are `-FI_ENODATA`.
+#[test]
+fn the_domain_counts_the_nics_completion_transmit_and_receive_queues() {
+    let counts = |d: &FiDomainAttr| (d.ep_cnt, d.cq_cnt, d.tx_ctx_cnt, d.rx_ctx_cnt);
+    let (ep_cnt, cq_cnt, tx, rx) = answer_to(|_, _| {}, counts).unwrap();
+    assert!(ep_cnt > 0);
+    assert_eq!((cq_cnt, tx, rx), (ep_cnt, ep_cnt, ep_cnt));
+    for field in 0..3 {
+        for (n, ok) in [(1, true), (ep_cnt, true), (ep_cnt + 1, false)] {
+            let got = answer_to(
+                |_, d| match field {
+                    0 => d.cq_cnt = n,
+                    1 => d.tx_ctx_cnt = n,
+                    _ => d.rx_ctx_cnt = n,
+                },
+                counts,
+            );
+            assert_eq!(got.is_ok(), ok, "field {field} at {n}: {got:?}");
+            if !ok {
+                assert_eq!(got, Err(ENODATA));
+            }
+        }
+    }
+}
