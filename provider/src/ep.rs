@@ -6,7 +6,8 @@
 //!   the MTU is `-FI_EMSGSIZE`, a send completes once its packet is on the wire, and a
 //!   datagram that finds no receive (or no endpoint) is dropped at the target, never
 //!   reported to the sender. `FI_DELIVERY_COMPLETE` and `FI_MATCH_COMPLETE` cannot be met
-//!   without an acknowledgement: `-FI_EBADFLAGS`.
+//!   without an acknowledgement: `-FI_EBADFLAGS` in a call's flags, `-FI_EINVAL` from
+//!   `fi_endpoint` in the `fi_info`'s `tx_attr->op_flags`.
 //!
 //! * `fi_endpoint` makes the object; `fi_ep_bind` takes its AV (one, named or not),
 //!   its CQs (`FI_TRANSMIT`, `FI_RECV`, optionally `FI_SELECTIVE_COMPLETION`) and an EQ;
@@ -547,6 +548,14 @@ pub(crate) unsafe extern "C" fn domain_endpoint(
         let tx_op_flags = unsafe { info.tx_attr.as_ref() }.map_or(0, |a| a.op_flags);
         // SAFETY: as above.
         let rx_op_flags = unsafe { info.rx_attr.as_ref() }.map_or(0, |a| a.op_flags);
+        // The flagless sends take these flags: a datagram's cannot meet a reliable level.
+        if kind == EpKind::Dgram && tx_op_flags & RELIABLE_ONLY_FLAGS != 0 {
+            return Err(FiError::inval(format!(
+                "{CALL}: tx_attr->op_flags {tx_op_flags:#x}: FI_DELIVERY_COMPLETE and \
+                 FI_MATCH_COMPLETE apply to reliable endpoints; an FI_EP_DGRAM send completes \
+                 once its packet is on the wire"
+            )));
+        }
         d.endpoints.fetch_add(1, Ordering::AcqRel);
         let boxed = Box::new(UetEp {
             fid: FidEp {

@@ -1922,3 +1922,48 @@ fn the_domain_counts_the_nics_completion_transmit_and_receive_queues() {
         }
     }
 }
+
+/// An `FI_EP_DGRAM` endpoint's flagless sends take the completion level of its `fi_info`'s
+/// `tx_attr->op_flags`; a datagram send cannot meet `FI_DELIVERY_COMPLETE` or
+/// `FI_MATCH_COMPLETE` (`fi_cq(3)`), so `fi_endpoint` refuses an info asking either for a
+/// datagram endpoint, as `fi_getinfo` never answers one so, and takes transmit complete.
+#[test]
+fn a_datagram_endpoint_is_not_opened_with_a_reliable_completion_level_as_its_default() {
+    let open = Open::new(FI_MSG, FI_FORMAT_UNSPEC);
+    let endpoint = |op_flags: u64| {
+        let mut ep: *mut FidEp = null_mut();
+        // SAFETY: the provider's own info, edited; a valid out pointer.
+        let ret = unsafe {
+            (*(*open.info).ep_attr).ep_type = FI_EP_DGRAM;
+            (*(*open.info).tx_attr).op_flags = op_flags;
+            ((*(*open.domain).ops).endpoint)(
+                open.domain,
+                open.info.cast(),
+                (&raw mut ep).cast(),
+                null_mut(),
+            )
+        };
+        if ret == 0 {
+            // SAFETY: the endpoint just opened, closed once.
+            assert_eq!(unsafe { close(&mut (*ep).fid) }, 0);
+        }
+        ret
+    };
+    let einval = -(FiErrno::FI_EINVAL.get() as c_int);
+    assert_eq!(
+        endpoint(FI_COMPLETION | (1 << 28)),
+        einval,
+        "FI_DELIVERY_COMPLETE"
+    );
+    assert_eq!(
+        endpoint(FI_COMPLETION | (1 << 31)),
+        einval,
+        "FI_MATCH_COMPLETE"
+    );
+    assert_eq!(
+        endpoint(FI_COMPLETION | (1 << 27)),
+        0,
+        "FI_TRANSMIT_COMPLETE"
+    );
+    assert_eq!(endpoint(FI_COMPLETION | (1 << 26)), 0, "FI_INJECT_COMPLETE");
+}
