@@ -3,9 +3,11 @@
 //! `fi_addr_t` through the bound AV, which the NIC translates.
 //!
 //! * An `FI_EP_DGRAM` endpoint sends single-packet datagrams (UET's UUD): a send longer than
-//!   the MTU is `-FI_EMSGSIZE`, a send completes once its packet is on the wire, and a
-//!   datagram that finds no receive (or no endpoint) is dropped at the target, never
-//!   reported to the sender. `FI_DELIVERY_COMPLETE` and `FI_MATCH_COMPLETE` cannot be met
+//!   the MTU is `-FI_EMSGSIZE`, a send completes once its packet is on the wire, and an
+//!   untagged datagram that finds no receive (or any that finds no endpoint, or a full
+//!   unexpected list) is dropped at the target, never reported to the sender; a tagged one
+//!   that arrives before its receive waits on the NIC's unexpected list, as on `FI_EP_RDM`.
+//!   `FI_DELIVERY_COMPLETE` and `FI_MATCH_COMPLETE` cannot be met
 //!   without an acknowledgement: `-FI_EBADFLAGS` in a call's flags, `-FI_EINVAL` from
 //!   `fi_endpoint` in the `fi_info`'s `tx_attr->op_flags`.
 //!

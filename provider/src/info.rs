@@ -125,8 +125,10 @@ pub enum EpKind {
     #[default]
     Rdm,
     /// `FI_EP_DGRAM`: unreliable datagrams (UET's UUD) of one packet: at most the NIC's MTU.
-    /// A send completes when its packet is on the wire; a datagram that finds no receive
-    /// buffer, or no endpoint, is dropped at the target and never reported to the sender.
+    /// A send completes when its packet is on the wire; an untagged datagram that finds no
+    /// receive buffer (or any that finds no endpoint, or a full unexpected list) is dropped
+    /// at the target and never reported to the sender; a tagged one waits on the NIC's
+    /// unexpected list for its receive.
     Dgram,
 }
 

@@ -1967,3 +1967,56 @@ fn a_datagram_endpoint_is_not_opened_with_a_reliable_completion_level_as_its_def
     );
     assert_eq!(endpoint(FI_COMPLETION | (1 << 26)), 0, "FI_INJECT_COMPLETE");
 }
+
+/// A datagram that arrives before its receive: an untagged one is dropped (a receive posted
+/// later never sees it), a tagged one waits on the NIC's unexpected list for its tagged
+/// receive, as on a reliable endpoint.
+#[test]
+fn an_early_tagged_datagram_waits_for_its_receive_and_an_untagged_one_is_dropped() {
+    // SAFETY: the provider's own info, edited before the endpoints are opened.
+    let pair = Pair::with_info(0, |i| unsafe { (*i.ep_attr).ep_type = FI_EP_DGRAM });
+    // SAFETY: open endpoints' operations.
+    let (tx, rx) = unsafe { (&*(*pair.p[0].ep).tagged, &*(*pair.p[1].ep).tagged) };
+    assert_eq!(pair.send(0, b"untagged", 1), 0);
+    // SAFETY: an open endpoint; the message is copied at the call.
+    let ret = unsafe {
+        (tx.send)(
+            pair.p[0].ep,
+            b"tagged".as_ptr().cast(),
+            6,
+            null_mut(),
+            pair.p[1].addr,
+            0x42,
+            2 as _,
+        )
+    };
+    assert_eq!(ret, 0);
+    let mut sent: Vec<usize> = (0..2)
+        .map(|_| pair.wait(0).expect("sent").op_context as usize)
+        .collect();
+    sent.sort_unstable();
+    assert_eq!(sent, [1, 2]);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert_eq!(pair.read(1).err(), Some(neg(FiErrno::FI_EAGAIN)));
+
+    let mut ubuf = [0u8; 16];
+    let mut tbuf = [0u8; 16];
+    // SAFETY: open endpoints; the buffers outlive the receives (the untagged one is dropped
+    // unreported at the close).
+    unsafe {
+        assert_eq!(pair.post_recv(1, &mut ubuf, 3), 0);
+        let buf = tbuf.as_mut_ptr().cast();
+        assert_eq!(
+            (rx.recv)(pair.p[1].ep, buf, 16, null_mut(), 0, 0x42, 0, 4 as _),
+            0
+        );
+    }
+    let got = pair
+        .wait(1)
+        .expect("the tagged datagram, held for its receive");
+    assert_eq!((got.op_context as usize, got.len), (4, 6));
+    assert_eq!(&tbuf[..6], b"tagged");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert_eq!(pair.read(1).err(), Some(neg(FiErrno::FI_EAGAIN)));
+    assert_eq!(ubuf, [0; 16]);
+}
