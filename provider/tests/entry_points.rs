@@ -1756,7 +1756,7 @@ fn fi_getinfo_answers_a_reliable_and_a_datagram_endpoint_and_the_hints_choose() 
         edit(&mut hints.info);
         answered_types(&hints)
     };
-    // SAFETY (every closure below): the hints' own attributes, boxed beside them.
+    // SAFETY: called on the hints' own attributes only, boxed beside them.
     let set_type = |t: c_int| move |i: &mut FiInfo| unsafe { (*i.ep_attr).ep_type = t };
     assert_eq!(with(&|_| {}), Ok(vec![rdm, dgram]));
     assert_eq!(with(&set_type(FI_EP_RDM)), Ok(vec![rdm]));
@@ -1765,6 +1765,7 @@ fn fi_getinfo_answers_a_reliable_and_a_datagram_endpoint_and_the_hints_choose() 
     assert_eq!(with(&set_type(FI_EP_MSG)), Err(ENODATA));
     assert_eq!(with(&set_type(99)), Err(ENODATA));
     // A message larger than a packet leaves only the reliable endpoint.
+    // SAFETY: as for `set_type`.
     let size = |n: usize| move |i: &mut FiInfo| unsafe { (*i.ep_attr).max_msg_size = n };
     assert_eq!(with(&size(mtu)), Ok(vec![rdm, dgram]));
     assert_eq!(with(&size(mtu + 1)), Ok(vec![rdm]));
@@ -1778,6 +1779,7 @@ fn fi_getinfo_answers_a_reliable_and_a_datagram_endpoint_and_the_hints_choose() 
     );
     // Delivery complete applies to reliable endpoints only (fi_cq(3)); transmit complete is
     // what a datagram's send gives.
+    // SAFETY: as for `set_type`.
     let flags = |f: u64| move |i: &mut FiInfo| unsafe { (*i.tx_attr).op_flags = f };
     assert_eq!(with(&flags(1 << 28)), Ok(vec![rdm]));
     assert_eq!(with(&flags(1 << 27)), Ok(vec![rdm, dgram]));
