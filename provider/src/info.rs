@@ -27,6 +27,10 @@
 //! or service that does not parse is `-FI_EINVAL`; a host name that does not resolve,
 //! `-FI_EADDRNOTAVAIL`.
 //!
+//! libfabric's utility providers that build `FI_EP_RDM` over a core's datagram or connected
+//! endpoints (ofi_rxd, ofi_rxm) get `-FI_ENODATA` ([`OFI_CORE_PROV_ONLY`]): the provider's
+//! `FI_EP_RDM` is the NIC's own, and no software RDM is layered in front of it.
+//!
 //! Everything the answer points to is allocated with `malloc`, as `fi_freeinfo` frees it.
 
 use crate::abi::*;
@@ -108,6 +112,11 @@ fn answer_caps(wanted: u64) -> u64 {
 
 /// `FI_SOURCE` of `fi_getinfo`'s flags.
 pub const FI_SOURCE: u64 = 1 << 57;
+
+/// libfabric's own `OFI_CORE_PROV_ONLY` flag of `fi_getinfo` (`include/ofi.h`, the same bit
+/// since 1.x began): a utility provider asking for a core provider to build on, as ofi_rxd
+/// builds `FI_EP_RDM` over a core's `FI_EP_DGRAM` and ofi_rxm over its `FI_EP_MSG`.
+pub const OFI_CORE_PROV_ONLY: u64 = 1 << 59;
 
 /// The fabric's name (`fabric_attr->name`).
 pub const FABRIC_NAME: &str = "uet";
@@ -773,6 +782,18 @@ pub(crate) unsafe extern "C" fn uet_getinfo(
                 fi_major(version),
                 fi_minor(version)
             )));
+        }
+        // The provider's FI_EP_RDM is the NIC's: reliability, tag matching and the AV's
+        // translation on the NIC. A utility provider's RDM over its datagram or connected
+        // endpoints would put software reliability and a host-side peer table in front of
+        // that, and would offer what the NIC's RDM does not (RMA emulated over datagrams) to
+        // applications that should be told -FI_ENODATA.
+        if flags & OFI_CORE_PROV_ONLY != 0 {
+            return Err(nodata(
+                "a utility provider asks for a core to layer FI_EP_RDM on; the uet provider's \
+                 FI_EP_RDM is the NIC's own, and it is no core for ofi_rxd or ofi_rxm"
+                    .into(),
+            ));
         }
         let nic = crate::device::nic()?;
         // SAFETY: libfabric's contract on `hints`.

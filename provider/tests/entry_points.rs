@@ -2022,3 +2022,27 @@ fn an_early_tagged_datagram_waits_for_its_receive_and_an_untagged_one_is_dropped
     assert_eq!(pair.read(1).err(), Some(neg(FiErrno::FI_EAGAIN)));
     assert_eq!(ubuf, [0; 16]);
 }
+
+/// A utility provider asking for a core to build on (libfabric's `OFI_CORE_PROV_ONLY`, as
+/// ofi_rxd asks for datagram endpoints and ofi_rxm for connected ones) is answered
+/// `-FI_ENODATA`: the provider's own `FI_EP_RDM` is the NIC's, and no software RDM goes in
+/// front of it. The same hints without the flag are answered.
+#[test]
+fn utility_providers_get_no_core_to_layer_an_rdm_on() {
+    for t in [FI_EP_DGRAM, FI_EP_MSG, FI_EP_UNSPEC] {
+        let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+        // SAFETY: the hints' own attributes.
+        unsafe { (*hints.info.ep_attr).ep_type = t };
+        assert_eq!(
+            getinfo(None, None, uet_fi::info::OFI_CORE_PROV_ONLY, Some(&hints)).err(),
+            Some(ENODATA),
+            "type {t}"
+        );
+    }
+    let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+    // SAFETY: the hints' own attributes.
+    unsafe { (*hints.info.ep_attr).ep_type = FI_EP_DGRAM };
+    let info = getinfo(None, None, 0, Some(&hints)).expect("the datagram endpoint");
+    // SAFETY: the provider's answer, freed once.
+    unsafe { uet_fi::info::free_info(info) };
+}

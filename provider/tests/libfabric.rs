@@ -126,6 +126,7 @@ fn a_libfabric_application_runs_every_av_call_on_the_nic_through_the_provider() 
         "av.c",
         &[
             "getinfo: uet uet_10.0.0.1",
+            "no layered providers: ok",
             "insert: 2 3 notavail",
             "insertsym: last",
             "binary AV: ok",

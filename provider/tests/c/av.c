@@ -499,10 +499,36 @@ static void av_sets(void)
 	printf("AV sets: ok\n");
 }
 
+/* libfabric's utility providers do not layer an RDM of their own on the provider's datagram
+ * or connected endpoints: every answer naming the uet fabric is the provider's own. */
+static void no_layered_providers(void)
+{
+	struct fi_info *info = NULL;
+	CHECK_RET(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, NULL, &info), 0);
+	int ours = 0;
+	for (struct fi_info *i = info; i; i = i->next) {
+		if (strcmp(i->fabric_attr->name, "uet") != 0)
+			continue;
+		CHECK(strcmp(i->fabric_attr->prov_name, "uet") == 0);
+		ours++;
+	}
+	CHECK(ours >= 2);
+	fi_freeinfo(info);
+	struct fi_info *hints = fi_allocinfo();
+	CHECK(hints);
+	hints->fabric_attr->prov_name = strdup("uet;ofi_rxd");
+	info = NULL;
+	CHECK_RET(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info), -FI_ENODATA);
+	CHECK(!info);
+	fi_freeinfo(hints);
+	printf("no layered providers: ok\n");
+}
+
 int main(void)
 {
 	/* Capabilities the provider does not serve are not offered. */
 	CHECK(getinfo(FI_FORMAT_UNSPEC, FI_MSG | FI_RMA) == NULL);
+	no_layered_providers();
 	binary_av();
 	string_av();
 	node_and_service();
