@@ -1016,6 +1016,20 @@ impl Endpoint {
         }
     }
 
+    /// The connected peer's address (`fi_getpeer`): the accepting endpoint's on the side
+    /// that connected, the requester's on the side that accepted. `FI_ENOTCONN` while the
+    /// endpoint is not connected, `FI_EOPNOTSUPP` for an endpoint that is not `FI_EP_MSG`.
+    pub fn peer_address(&self) -> Result<UetAddress, DriverError> {
+        let conn = self.link("fi_getpeer")?;
+        let inner = conn.lock();
+        if conn.get() != CONNECTED {
+            return Err(DriverError::NotConnected(state_name(conn.get())));
+        }
+        conn.peer_address(&inner).ok_or(DriverError::NotConnected(
+            "the connection's peer has no address any more",
+        ))
+    }
+
     /// Whether the `FI_EP_MSG` endpoint is connected.
     pub fn is_connected(&self) -> bool {
         self.cm

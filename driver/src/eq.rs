@@ -561,6 +561,17 @@ impl EventQueue {
         self.shared.ready.notify_all();
     }
 
+    /// Drop every event and error of the object `fid` still queued: what `fi_close` of an
+    /// object reporting here does, so that no entry names an object that is gone. Returns how
+    /// many were dropped.
+    pub fn discard(&self, fid: u64) -> usize {
+        let mut s = self.lock();
+        let before = s.events.len() + s.errors.len();
+        s.events.retain(|e| e.fid != fid);
+        s.errors.retain(|e| e.fid != fid);
+        before - s.events.len() - s.errors.len()
+    }
+
     /// Events and errors queued.
     pub fn len(&self) -> (usize, usize) {
         let s = self.lock();
@@ -674,6 +685,19 @@ mod tests {
             err_data: "bad address".into(),
             cm_data: Vec::new(),
         }
+    }
+
+    #[test]
+    fn discard_drops_only_the_objects_entries() {
+        let eq = EventQueue::open(WAITABLE).unwrap();
+        eq.post(ev(1)).unwrap();
+        eq.post(EqEvent { fid: 8, ..ev(2) }).unwrap();
+        eq.post_error(err(3)).unwrap();
+        eq.post(ev(4)).unwrap();
+        assert_eq!(eq.discard(7), 3);
+        assert_eq!(eq.len(), (1, 0));
+        assert_eq!(eq.read(0).unwrap().data, 2);
+        assert_eq!(eq.discard(7), 0);
     }
 
     #[test]

@@ -101,6 +101,9 @@ fn connect_accept_send_and_shutdown() {
     let ev = wait_event(&eq_s);
     assert_eq!((ev.kind, ev.fid), (EqEventKind::Connected, server.fid()));
     assert!(client.is_connected() && server.is_connected());
+    // Each side's peer is the other endpoint (the client's is the acceptor, not the listener).
+    assert_eq!(client.peer_address().unwrap(), *server.address());
+    assert_eq!(server.peer_address().unwrap(), *client.address());
 
     // Connected: sends name no destination and reach the peer, both ways.
     send(&mut client, &pool_c, b"ping");
@@ -127,6 +130,10 @@ fn connect_accept_send_and_shutdown() {
     assert_eq!(e.errno(), FiErrno::FI_ENOTCONN);
     let (e, _) = server.send(pool_s.alloc().unwrap(), 0, 0).unwrap_err();
     assert_eq!(e.errno(), FiErrno::FI_ENOTCONN);
+    assert_eq!(
+        client.peer_address().unwrap_err().errno(),
+        FiErrno::FI_ENOTCONN
+    );
     assert_eq!(pep.dropped() + client.cm_dropped() + server.cm_dropped(), 0);
 }
 
