@@ -509,6 +509,27 @@ pub struct FiEqEntry {
     pub data: u64,
 }
 
+/// `struct fi_eq_cm_entry`: the connection events' entry (`FI_CONNREQ`, `FI_CONNECTED`,
+/// `FI_SHUTDOWN`); the connection's data follows it in the application's buffer.
+#[repr(C)]
+pub struct FiEqCmEntry {
+    pub fid: *mut Fid,
+    pub info: *mut FiInfo,
+}
+
+/// `FI_CLASS_PEP`.
+pub const FI_CLASS_PEP: usize = 9;
+/// `FI_CLASS_CONNREQ`.
+pub const FI_CLASS_CONNREQ: usize = 18;
+
+/// `struct fid_pep`.
+#[repr(C)]
+pub struct FidPep {
+    pub fid: Fid,
+    pub ops: *mut FiOpsEp,
+    pub cm: *mut FiOpsCm,
+}
+
 /// `struct fi_eq_err_entry`.
 #[repr(C)]
 pub struct FiEqErrEntry {

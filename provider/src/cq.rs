@@ -775,8 +775,12 @@ unsafe extern "C" fn cq_readerr(cq: *mut FidCq, buf: *mut FiCqErrEntry, flags: u
         // SAFETY: `err_data` is NULL or the application's buffer of `err_data_size` bytes
         // (libfabric's contract).
         let (err_data, err_data_size) = unsafe {
-            q.err_data
-                .give(q.api_version, &err.message, out.err_data, out.err_data_size)
+            q.err_data.give(
+                q.api_version,
+                err.message.as_bytes(),
+                out.err_data,
+                out.err_data_size,
+            )
         };
         *out = FiCqErrEntry {
             op_context: e.op_context,

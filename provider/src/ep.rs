@@ -1,6 +1,21 @@
-//! `fi_endpoint` and `struct fi_ops_msg`: an `FI_EP_RDM` or `FI_EP_DGRAM` endpoint on the
-//! NIC ([`EpKind`], from the `fi_info`'s `ep_attr->type`), its messages addressed by
-//! `fi_addr_t` through the bound AV, which the NIC translates.
+//! `fi_endpoint` and `struct fi_ops_msg`: an `FI_EP_RDM`, `FI_EP_DGRAM` or `FI_EP_MSG`
+//! endpoint on the NIC ([`EpKind`], from the `fi_info`'s `ep_attr->type`), its messages
+//! addressed by `fi_addr_t` through the bound AV, which the NIC translates, or on `FI_EP_MSG`
+//! to the connected peer.
+//!
+//! * An `FI_EP_MSG` endpoint binds an EQ and CQs, never an AV (`-FI_EINVAL`); its sends go to
+//!   its peer whatever `fi_addr_t` they name, and are `-FI_ENOTCONN` before it is connected
+//!   and after `fi_shutdown` (its own or its peer's), as is `fi_shutdown` then.
+//!   `fi_connect(ep, addr, param, len)` asks the listener at `addr` (its `fi_getname`: the
+//!   32-byte address, or its string for `FI_ADDR_STR`) for a connection; `fi_accept(ep,
+//!   param, len)` takes the request whose `FI_CONNREQ` `fi_info` opened the endpoint
+//!   (`-FI_EINVAL` for one opened otherwise, or whose request is answered). Both need an EQ
+//!   (`-FI_ENOEQ`), enable the endpoint if it is not, and are followed by `FI_CONNECTED`
+//!   (or `FI_ECONNREFUSED`) on the EQ; a connection's data longer than the protocol carries
+//!   is cut (fi_cm(3)). `fi_getpeer` gives the peer's address once connected. `fi_close` of
+//!   a connected endpoint shuts its connection down (the peer gets `FI_SHUTDOWN`). The
+//!   connection calls of an `FI_EP_RDM` or `FI_EP_DGRAM` endpoint are `-FI_EOPNOTSUPP`;
+//!   `fi_setname` is `-FI_ENOSYS` (the NIC assigns every address).
 //!
 //! * An `FI_EP_DGRAM` endpoint sends single-packet datagrams (UET's UUD): a send longer than
 //!   the MTU is `-FI_EMSGSIZE`, a send completes once its packet is on the wire, and an
@@ -11,13 +26,14 @@
 //!   without an acknowledgement: `-FI_EBADFLAGS` in a call's flags, `-FI_EINVAL` from
 //!   `fi_endpoint` in the `fi_info`'s `tx_attr->op_flags`.
 //!
-//! * `fi_endpoint` makes the object; `fi_ep_bind` takes its AV (one, named or not),
+//! * `fi_endpoint` makes the object; `fi_ep_bind` takes its AV (one, named or not; none on
+//!   `FI_EP_MSG`),
 //!   its CQs (`FI_TRANSMIT`, `FI_RECV`, optionally `FI_SELECTIVE_COMPLETION`) and an EQ;
 //!   under `FI_SELECTIVE_COMPLETION` a call that takes no flags (`fi_send`, `fi_recv`, ...)
 //!   reports its success when the `op_flags` of the `fi_info`'s `tx_attr` or `rx_attr` the
 //!   endpoint was opened with hold `FI_COMPLETION`, as `fi_endpoint(3)` has it;
-//!   `fi_enable` (`-FI_ENOAV` without an AV, `-FI_ENOCQ` without a CQ for a direction the
-//!   `fi_info`'s caps serve) creates the endpoint on the NIC
+//!   `fi_enable` (`-FI_ENOAV` without an AV but on `FI_EP_MSG`, `-FI_ENOCQ` without a CQ
+//!   for a direction the `fi_info`'s caps serve) creates the endpoint on the NIC
 //!   ([`uet_driver::Domain::endpoint`]), which gives it its address (`fi_getname`). Binding
 //!   after `fi_enable` is `-FI_EOPBADSTATE`, and so is a data call before it.
 //! * Messages go through DMA buffers of the endpoint's own ([`MSG_BUF_BYTES`] each, one per
@@ -45,13 +61,16 @@ use crate::abi::*;
 use crate::av::UetAv;
 use crate::cq::{Completion, CompletionError, UetCq, NO_SOURCE};
 use crate::domain::{domain_ref, UetDomain};
+use crate::eq::EqLink;
 use crate::info::{EpKind, FI_MATCH_COMPLETE, RELIABLE_ONLY_FLAGS};
+use crate::pep::{cm_param, put_address};
 use crate::{entry, null, object_ref, unsupported};
 use core::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use uet_av::addr_str::parse_addr_str_with;
+use uet_av::{system_resolver, AddrFormat};
 use uet_av::{FiErrno, FiError};
-use uet_driver::eq::EqBinding;
 use uet_driver::pool::{DmaBuffer, DmaPool};
 use uet_driver::{CqEvent, CqOp, DriverError, Endpoint};
 
@@ -162,7 +181,11 @@ struct EpState {
     av: Option<*const UetAv>,
     tx_cq: Option<CqBinding>,
     rx_cq: Option<CqBinding>,
-    eq: Option<EqBinding>,
+    /// Its EQ: where an `FI_EP_MSG` endpoint reports its connection.
+    eq: Option<EqLink>,
+    /// An `FI_EP_MSG` endpoint: its receives have no source address to report (the peer is
+    /// in the connection's own AV, not the application's).
+    connected_kind: bool,
 }
 
 /// What [`EpShared::arm`] made of an endpoint's ring for a waiting `fi_cq_sread`.
@@ -306,7 +329,9 @@ impl EpState {
         });
         let mut src = NO_SOURCE;
         if let Some(iov) = iov {
-            src = ev.src_addr;
+            if !self.connected_kind {
+                src = ev.src_addr;
+            }
             entry.buf = iov
                 .as_slice()
                 .first()
@@ -431,6 +456,11 @@ pub struct UetEp {
     caps: u64,
     /// `ep_attr->type` of that `fi_info` (`FI_EP_UNSPEC`: `FI_EP_RDM`).
     kind: EpKind,
+    /// `addr_format` of that `fi_info`: how `fi_connect` reads its address.
+    addr_format: AddrFormat,
+    /// `handle` of that `fi_info` for an `FI_EP_MSG` endpoint: the connection request
+    /// (`FI_CONNREQ`) `fi_accept` takes, or NULL.
+    connreq: *mut Fid,
 }
 
 impl UetEp {
@@ -442,6 +472,25 @@ impl UetEp {
     /// Whether a flagless receive reports its success under `FI_SELECTIVE_COMPLETION`.
     fn rx_report(&self) -> bool {
         self.rx_op_flags & FI_COMPLETION != 0
+    }
+
+    /// `FI_EOPNOTSUPP` unless the endpoint is `FI_EP_MSG`: `call` is a connection's.
+    fn check_connected_kind(&self, call: &str) -> Result<(), FiError> {
+        if self.kind != EpKind::Msg {
+            return Err(FiError::new(
+                FiErrno::FI_EOPNOTSUPP,
+                format!(
+                    "{call}: an {} endpoint has no connection (FI_EP_MSG endpoints do)",
+                    self.kind.name()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The `fid` pointer the application holds.
+    fn fid_ptr(&self) -> *mut Fid {
+        core::ptr::addr_of!(self.fid.fid).cast_mut()
     }
 
     /// `FI_EBADFLAGS` for send flags asking a datagram endpoint for a completion level only a
@@ -476,12 +525,12 @@ static EP_CM_OPS: FiOpsCm = FiOpsCm {
     size: core::mem::size_of::<FiOpsCm>(),
     setname: unsupported::cm_setname,
     getname: ep_getname,
-    getpeer: unsupported::cm_getpeer,
-    connect: unsupported::cm_connect,
+    getpeer: ep_getpeer,
+    connect: ep_connect,
     listen: unsupported::cm_listen,
-    accept: unsupported::cm_accept,
+    accept: ep_accept,
     reject: unsupported::cm_reject,
-    shutdown: unsupported::cm_shutdown,
+    shutdown: ep_shutdown,
     join: unsupported::cm_join,
 };
 
@@ -546,6 +595,22 @@ pub(crate) unsafe extern "C" fn domain_endpoint(
                 return Err(FiError::inval(format!("{CALL}: {why}")));
             }
         }
+        // An endpoint that takes a connection request names one the application may still
+        // answer.
+        let connreq = if kind == EpKind::Msg {
+            info.handle
+        } else {
+            core::ptr::null_mut()
+        };
+        if !connreq.is_null() && !crate::pep::is_request(connreq) {
+            return Err(FiError::inval(format!(
+                "{CALL}: info->handle is no connection request waiting for an answer"
+            )));
+        }
+        let addr_format = match info.addr_format {
+            FI_ADDR_STR => AddrFormat::Str,
+            _ => AddrFormat::Uet,
+        };
         // SAFETY: NULL or valid attributes of a valid fi_info.
         let tx_op_flags = unsafe { info.tx_attr.as_ref() }.map_or(0, |a| a.op_flags);
         // SAFETY: as above.
@@ -584,6 +649,7 @@ pub(crate) unsafe extern "C" fn domain_endpoint(
                     tx_cq: None,
                     rx_cq: None,
                     eq: None,
+                    connected_kind: kind == EpKind::Msg,
                 }),
             }),
             domain: d,
@@ -591,6 +657,8 @@ pub(crate) unsafe extern "C" fn domain_endpoint(
             rx_op_flags,
             caps: info.caps,
             kind,
+            addr_format,
+            connreq,
         });
         // SAFETY: `ep` is non-NULL and writable (libfabric's contract).
         unsafe { *ep = Box::into_raw(boxed).cast() };
@@ -617,6 +685,12 @@ unsafe extern "C" fn ep_bind(fid: *mut Fid, bfid: *mut Fid, flags: u64) -> c_int
             FI_CLASS_AV => {
                 // SAFETY: a live object of class AV.
                 let av = unsafe { crate::av::av_ref(bfid.cast(), CALL) }?;
+                if e.kind == EpKind::Msg {
+                    return Err(FiError::inval(format!(
+                        "{CALL}: an FI_EP_MSG endpoint binds no AV: its peer is the one it \
+                         connects to"
+                    )));
+                }
                 if st.av.is_some() {
                     return Err(FiError::inval(format!("{CALL}: an AV is bound already")));
                 }
@@ -665,7 +739,7 @@ unsafe extern "C" fn ep_bind(fid: *mut Fid, bfid: *mut Fid, flags: u64) -> c_int
                 if st.eq.is_some() {
                     return Err(FiError::inval(format!("{CALL}: an EQ is bound already")));
                 }
-                st.eq = Some(eq.queue().bind()?);
+                st.eq = Some(eq.link()?);
             }
             other => {
                 return Err(FiError::inval(format!(
@@ -690,62 +764,85 @@ unsafe extern "C" fn ep_control(fid: *mut Fid, command: c_int, _arg: *mut c_void
             ));
         }
         let mut st = e.shared.lock();
-        if st.driver.is_some() {
-            return Ok(0);
-        }
-        let av = st.av.ok_or_else(|| {
-            FiError::new(
-                FiErrno::FI_ENOAV,
-                format!("{CALL}: no AV is bound (fi_ep_bind)"),
-            )
-        })?;
-        // A direction without a CQ would never have its completions read, nor its buffers
-        // and ring entries freed.
-        let dirs = e.caps & (FI_SEND | FI_RECV);
-        let serves = |dir: u64| dirs == 0 || dirs & dir != 0;
-        if (serves(FI_SEND) && st.tx_cq.is_none()) || (serves(FI_RECV) && st.rx_cq.is_none()) {
-            return Err(FiError::new(
-                FiErrno::FI_ENOCQ,
-                format!(
-                    "{CALL}: the endpoint needs a CQ bound for each direction it serves \
-                     (fi_ep_bind with FI_TRANSMIT, FI_RECV)"
-                ),
-            ));
-        }
-        // SAFETY: the domain outlives its endpoints (it counts them), and a bound AV cannot
-        // close while the endpoint is bound to it.
-        let (domain, av) = unsafe { (&*e.domain, &*av) };
-        let guard = domain.lock()?;
-        let dom = guard
-            .as_ref()
-            .ok_or_else(|| FiError::inval(format!("{CALL}: the domain is closed")))?;
-        let attr = uet_driver::EndpointAttr {
-            ep_type: e.kind.driver(),
-            ..dom.endpoint_attr()
-        };
-        let slots = (1usize << attr.tx_log2) + (1usize << attr.rx_log2) + (1usize << attr.trx_log2);
-        let driver = av.with_table(CALL, |table| {
-            dom.endpoint(attr, Some(table))
-                .map_err(|e| FiError::new(e.errno(), format!("{CALL}: {e}")))
-        })?;
-        let pool = DmaPool::new(
-            dom.nic(),
-            MSG_BUF_BYTES,
-            u32::try_from(slots).unwrap_or(u32::MAX),
-        )
-        .map_err(|e| FiError::new(e.errno(), format!("{CALL}: message buffers: {e}")))?;
-        st.driver = Some(driver);
-        st.pool = Some(pool);
-        // A thread asleep on a CQ of the endpoint (`fi_cq_sread`, or an `FI_WAIT_FD`
-        // descriptor after `fi_trywait`) armed only the endpoints enabled then: it wakes to
-        // arm this one too, or its completions would not wake it.
-        for b in [st.tx_cq, st.rx_cq].into_iter().flatten() {
-            // SAFETY: a bound CQ stays open while the endpoint is bound to it, and the
-            // binding is only dropped under the endpoint's lock, held here.
-            unsafe { &*b.cq }.wake_waiters();
-        }
+        enable(e, &mut st, CALL)?;
         Ok(0)
     })
+}
+
+/// Create the endpoint on the NIC (`fi_enable`, or implicitly `fi_connect` and `fi_accept`)
+/// unless it is: `FI_ENOAV` without an AV (`FI_EP_MSG` binds none), `FI_ENOCQ` without a CQ
+/// for a direction the `fi_info`'s caps serve. An `FI_EP_MSG` endpoint reports to its EQ
+/// from then on. Nothing changes on an error.
+fn enable(e: &UetEp, st: &mut EpState, call: &str) -> Result<(), FiError> {
+    if st.driver.is_some() {
+        return Ok(());
+    }
+    let av = match e.kind {
+        EpKind::Msg => None,
+        _ => Some(st.av.ok_or_else(|| {
+            FiError::new(
+                FiErrno::FI_ENOAV,
+                format!("{call}: no AV is bound (fi_ep_bind)"),
+            )
+        })?),
+    };
+    // A direction without a CQ would never have its completions read, nor its buffers
+    // and ring entries freed.
+    let dirs = e.caps & (FI_SEND | FI_RECV);
+    let serves = |dir: u64| dirs == 0 || dirs & dir != 0;
+    if (serves(FI_SEND) && st.tx_cq.is_none()) || (serves(FI_RECV) && st.rx_cq.is_none()) {
+        return Err(FiError::new(
+            FiErrno::FI_ENOCQ,
+            format!(
+                "{call}: the endpoint needs a CQ bound for each direction it serves \
+                 (fi_ep_bind with FI_TRANSMIT, FI_RECV)"
+            ),
+        ));
+    }
+    // SAFETY: the domain outlives its endpoints (it counts them).
+    let domain = unsafe { &*e.domain };
+    let guard = domain.lock()?;
+    let dom = guard
+        .as_ref()
+        .ok_or_else(|| FiError::inval(format!("{call}: the domain is closed")))?;
+    let attr = uet_driver::EndpointAttr {
+        ep_type: e.kind.driver(),
+        ..dom.endpoint_attr()
+    };
+    let slots = (1usize << attr.tx_log2) + (1usize << attr.rx_log2) + (1usize << attr.trx_log2);
+    let mut driver = match av {
+        // SAFETY: a bound AV cannot close while the endpoint is bound to it.
+        Some(av) => unsafe { &*av }.with_table(call, |table| {
+            dom.endpoint(attr, Some(table))
+                .map_err(|e| FiError::new(e.errno(), format!("{call}: {e}")))
+        })?,
+        None => dom
+            .endpoint(attr, None)
+            .map_err(|e| FiError::new(e.errno(), format!("{call}: {e}")))?,
+    };
+    let pool = DmaPool::new(
+        dom.nic(),
+        MSG_BUF_BYTES,
+        u32::try_from(slots).unwrap_or(u32::MAX),
+    )
+    .map_err(|e| FiError::new(e.errno(), format!("{call}: message buffers: {e}")))?;
+    if let (EpKind::Msg, Some(link)) = (e.kind, st.eq.as_ref()) {
+        driver
+            .bind_eq(link.queue())
+            .map_err(|e| FiError::new(e.errno(), format!("{call}: {e}")))?;
+        link.name(driver.fid(), e.fid_ptr(), None);
+    }
+    st.driver = Some(driver);
+    st.pool = Some(pool);
+    // A thread asleep on a CQ of the endpoint (`fi_cq_sread`, or an `FI_WAIT_FD`
+    // descriptor after `fi_trywait`) armed only the endpoints enabled then: it wakes to
+    // arm this one too, or its completions would not wake it.
+    for b in [st.tx_cq, st.rx_cq].into_iter().flatten() {
+        // SAFETY: a bound CQ stays open while the endpoint is bound to it, and the
+        // binding is only dropped under the endpoint's lock, held by the caller.
+        unsafe { &*b.cq }.wake_waiters();
+    }
+    Ok(())
 }
 
 /// `fi_getname`: the endpoint's UET address (32 bytes); `-FI_ETOOSMALL` with `*addrlen` set
@@ -771,6 +868,165 @@ unsafe extern "C" fn ep_getname(fid: *mut Fid, addr: *mut c_void, addrlen: *mut 
             unsafe { core::slice::from_raw_parts_mut(addr.cast::<u8>(), *addrlen) }
         };
         driver.getname(buf, addrlen)?;
+        Ok(0)
+    })
+}
+
+/// `fi_getpeer`: the connected peer's UET address (32 bytes); `-FI_ETOOSMALL` with
+/// `*addrlen` set when the buffer is shorter, `-FI_ENOTCONN` while not connected.
+unsafe extern "C" fn ep_getpeer(ep: *mut FidEp, addr: *mut c_void, addrlen: *mut usize) -> c_int {
+    const CALL: &str = "fi_getpeer";
+    entry(CALL, || {
+        // SAFETY: the application's endpoint pointer.
+        let e = unsafe { ep_ref(ep.cast(), CALL) }?;
+        e.check_connected_kind(CALL)?;
+        let st = e.shared.lock();
+        let peer = st
+            .driver
+            .as_ref()
+            .ok_or_else(|| {
+                FiError::new(
+                    FiErrno::FI_ENOTCONN,
+                    format!("{CALL}: the endpoint is not connected"),
+                )
+            })?
+            .peer_address()
+            .map_err(|e| driver_error(CALL, &e))?;
+        let bytes = peer
+            .to_bytes()
+            .map_err(|e| FiError::inval(format!("{CALL}: {e}")))?;
+        // SAFETY: libfabric's contract on `addr` and `addrlen`.
+        unsafe { put_address(CALL, &bytes, addr, addrlen) }
+    })
+}
+
+/// The listener's address `fi_connect` names, in the endpoint's address format: the 32-byte
+/// UET address, or its string (`FI_ADDR_STR`), as serialized bytes.
+///
+/// # Safety
+/// `addr` is NULL or holds an address of that format.
+unsafe fn listener_address(e: &UetEp, addr: *const c_void, call: &str) -> Result<Vec<u8>, FiError> {
+    if addr.is_null() {
+        return Err(null(call, "addr"));
+    }
+    let bad = |why: String| FiError::inval(format!("{call}: addr: {why}"));
+    let a = match e.addr_format {
+        AddrFormat::Uet => {
+            // SAFETY: a UET address is ADDRESS_BYTES long (the caller's promise).
+            let bytes = unsafe {
+                core::slice::from_raw_parts(addr.cast::<u8>(), uet_fwif::address::ADDRESS_BYTES)
+            };
+            uet_fwif::UetAddress::from_bytes(bytes).map_err(|e| bad(e.to_string()))?
+        }
+        AddrFormat::Str => {
+            // SAFETY: a NUL-terminated string (the caller's promise).
+            let text = unsafe { crate::info::c_str(addr.cast(), "addr") }?.unwrap_or_default();
+            parse_addr_str_with(text, system_resolver)?
+        }
+    };
+    Ok(a.to_bytes().map_err(|e| bad(e.to_string()))?.to_vec())
+}
+
+/// `fi_connect`: ask the listener at `addr` for a connection, sending `param` (cut to what
+/// the protocol carries). `FI_CONNECTED`, or an `FI_ECONNREFUSED` error, follows on the EQ.
+/// Enables the endpoint first if it is not. `-FI_ENOEQ` without an EQ.
+unsafe extern "C" fn ep_connect(
+    ep: *mut FidEp,
+    addr: *const c_void,
+    param: *const c_void,
+    paramlen: usize,
+) -> c_int {
+    const CALL: &str = "fi_connect";
+    entry(CALL, || {
+        // SAFETY: the application's endpoint pointer.
+        let e = unsafe { ep_ref(ep.cast(), CALL) }?;
+        e.check_connected_kind(CALL)?;
+        // SAFETY: libfabric's contract: `param` holds `paramlen` bytes, `addr` an address.
+        let (param, listener) = unsafe {
+            (
+                cm_param(CALL, param, paramlen)?,
+                listener_address(e, addr, CALL)?,
+            )
+        };
+        let mut st = e.shared.lock();
+        no_eq(&st, CALL)?;
+        enable(e, &mut st, CALL)?;
+        let driver = st
+            .driver
+            .as_mut()
+            .ok_or_else(|| FiError::inval(format!("{CALL}: not enabled")))?;
+        driver
+            .connect(&listener, param)
+            .map_err(|e| driver_error(CALL, &e))?;
+        Ok(0)
+    })
+}
+
+/// `FI_ENOEQ` for an endpoint without an EQ: it could not report its connection.
+fn no_eq(st: &EpState, call: &str) -> Result<(), FiError> {
+    if st.eq.is_none() {
+        return Err(FiError::new(
+            FiErrno::FI_ENOEQ,
+            format!("{call}: bind an EQ to the endpoint first (fi_ep_bind)"),
+        ));
+    }
+    Ok(())
+}
+
+/// `fi_accept`: the endpoint, opened with an `FI_CONNREQ`'s `fi_info`, takes that request,
+/// sending `param`. `FI_CONNECTED` follows on its EQ (and the requester's). Enables the
+/// endpoint first if it is not. `-FI_ENOEQ` without an EQ, `-FI_EINVAL` for an endpoint
+/// opened without a request or whose request is answered.
+unsafe extern "C" fn ep_accept(ep: *mut FidEp, param: *const c_void, paramlen: usize) -> c_int {
+    const CALL: &str = "fi_accept";
+    entry(CALL, || {
+        // SAFETY: the application's endpoint pointer.
+        let e = unsafe { ep_ref(ep.cast(), CALL) }?;
+        e.check_connected_kind(CALL)?;
+        // SAFETY: libfabric's contract: `param` holds `paramlen` bytes.
+        let param = unsafe { cm_param(CALL, param, paramlen) }?;
+        if e.connreq.is_null() {
+            return Err(FiError::inval(format!(
+                "{CALL}: the endpoint was not opened with the fi_info of an FI_CONNREQ event"
+            )));
+        }
+        let mut st = e.shared.lock();
+        no_eq(&st, CALL)?;
+        if !crate::pep::is_request(e.connreq) {
+            return Err(FiError::inval(format!(
+                "{CALL}: the endpoint's connection request is answered already, or its \
+                 listener was closed"
+            )));
+        }
+        enable(e, &mut st, CALL)?;
+        let driver = st
+            .driver
+            .as_mut()
+            .ok_or_else(|| FiError::inval(format!("{CALL}: not enabled")))?;
+        crate::pep::accept(CALL, e.connreq, driver, param)?;
+        Ok(0)
+    })
+}
+
+/// `fi_shutdown`: end the connection; the peer gets `FI_SHUTDOWN`. `-FI_ENOTCONN` when not
+/// connected; sends fail with `-FI_ENOTCONN` from then on.
+unsafe extern "C" fn ep_shutdown(ep: *mut FidEp, flags: u64) -> c_int {
+    const CALL: &str = "fi_shutdown";
+    entry(CALL, || {
+        // SAFETY: the application's endpoint pointer.
+        let e = unsafe { ep_ref(ep.cast(), CALL) }?;
+        e.check_connected_kind(CALL)?;
+        if flags != 0 {
+            return Err(FiError::badflags(format!("{CALL}: flags {flags:#x}")));
+        }
+        let mut st = e.shared.lock();
+        let driver = st.driver.as_mut().ok_or_else(|| {
+            FiError::new(
+                FiErrno::FI_ENOTCONN,
+                format!("{CALL}: the endpoint is not connected"),
+            )
+        })?;
+        driver.shutdown().map_err(|e| driver_error(CALL, &e))?;
         Ok(0)
     })
 }
@@ -1394,8 +1650,13 @@ unsafe extern "C" fn ep_close(fid: *mut Fid) -> c_int {
         let e = unsafe { ep_ref(fid, CALL) }?;
         let av = {
             let mut st = e.shared.lock();
-            // The NIC's endpoint first (ENDPOINT_DESTROY), then its buffers.
+            // The NIC's endpoint first (ENDPOINT_DESTROY; a connected one shuts its
+            // connection down), then its buffers; then its events the EQ still holds.
+            let id = st.driver.as_ref().map(Endpoint::fid);
             drop(st.driver.take());
+            if let (Some(id), Some(link), EpKind::Msg) = (id, st.eq.as_ref(), e.kind) {
+                link.forget(id);
+            }
             drop(st.pool.take());
             st.posted.clear();
             st.free.clear();

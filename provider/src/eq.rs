@@ -1,12 +1,21 @@
 //! `fi_eq_open` and `struct fi_ops_eq`: a [`uet_driver::EventQueue`] behind libfabric's
 //! `fid_eq`, where `FI_EVENT` AVs bound with `fi_av_bind` report their inserts.
 //!
-//! * `fi_eq_read`, `fi_eq_sread`: the event code and a `struct fi_eq_entry`; the return value
-//!   is the entry's size. A buffer smaller than the entry is `-FI_ETOOSMALL` and the event
-//!   stays queued. `fi_eq_sread`'s timeout is in milliseconds, negative for none; a thread
-//!   waiting in it when another closes the queue (`fi_close`) returns `-FI_EBADF`.
-//! * `fi_eq_readerr`: a `struct fi_eq_err_entry`; `err` is the fabric errno (positive). The
-//!   error's message is copied into the application's `err_data` buffer when it gives one
+//! * `fi_eq_read`, `fi_eq_sread`: the event code and a `struct fi_eq_entry`, or for the
+//!   connection events (`FI_CONNREQ`, `FI_CONNECTED`, `FI_SHUTDOWN`) a `struct
+//!   fi_eq_cm_entry` followed by the connection's data, as much of it as the buffer holds
+//!   (fi_eq(3)); the return value is the bytes written. A buffer smaller than the entry is
+//!   `-FI_ETOOSMALL` and the event stays queued. `fi_eq_sread`'s timeout is in milliseconds,
+//!   negative for none; a thread waiting in it when another closes the queue (`fi_close`)
+//!   returns `-FI_EBADF`.
+//! * `FI_CONNREQ`: `fid` is the passive endpoint, `info` an `fi_info` the provider allocates
+//!   (the application frees it with `fi_freeinfo`) whose `handle` is the request
+//!   ([`crate::pep`]); a request already answered, or whose listener was closed, is not
+//!   reported. `FI_CONNECTED` and `FI_SHUTDOWN` name the endpoint, `info` NULL.
+//! * `fi_eq_readerr`: a `struct fi_eq_err_entry`; `err` is the fabric errno (positive). A
+//!   connection refused (`FI_ECONNREFUSED`) carries the listener's `fi_reject` param as its
+//!   error data (fi_cm(3)), empty when there was none; any other error its message. The
+//!   error data is copied into the application's `err_data` buffer when it gives one
 //!   (`err_data_size` in: the buffer's size; out: the bytes written, the message truncated to
 //!   fit), as libfabric 1.5 and later define. Without a buffer (`err_data_size` 0), or on a
 //!   fabric opened with an API before 1.5, `err_data` points to the queue's own copy of the
@@ -20,17 +29,67 @@
 //!   `FI_WAIT_POLLFD` are `-FI_ENOSYS`.
 //!
 //! An AV's events name it by the `fid_av` pointer the application holds: the queue learns
-//! it when the AV is bound (`fi_av_bind`).
+//! it when the AV is bound (`fi_av_bind`); a passive endpoint's when it listens, an
+//! `FI_EP_MSG` endpoint's when it is enabled ([`EqLink`]). When either closes, the events of
+//! it the queue still holds are dropped.
 
 use crate::abi::*;
 use crate::fabric::fabric_ref;
+use crate::pep::PepCore;
 use crate::{entry, null, object_ref, ssize, strerror, unsupported, OwnedErrData};
 use core::ffi::{c_char, c_int, c_void};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 use uet_av::{AvEventSink, FiErrno, FiError};
+use uet_driver::eq::{EqBinding, FI_PEEK};
 use uet_driver::{EqAttr, EqEvent, EqEventKind, EventQueue, WaitObj};
+
+/// What a queue knows of the objects bound to it, by their fabric ids: the `fid` pointers
+/// its events name, and the passive endpoints whose `FI_CONNREQ` events it turns into
+/// `fi_info`s.
+#[derive(Default)]
+pub(crate) struct Names {
+    fids: HashMap<u64, usize>,
+    listeners: HashMap<u64, Weak<PepCore>>,
+}
+
+/// A passive or `FI_EP_MSG` endpoint's binding to a queue (`fi_pep_bind`, `fi_ep_bind`): the
+/// queue cannot close while it stands, and through it the endpoint names itself to the
+/// queue once the NIC has made it.
+pub(crate) struct EqLink {
+    queue: EventQueue,
+    names: Arc<Mutex<Names>>,
+    _binding: EqBinding,
+}
+
+impl EqLink {
+    /// The driver's queue.
+    pub(crate) fn queue(&self) -> &EventQueue {
+        &self.queue
+    }
+
+    /// Events of `id` name `fid`; an `FI_CONNREQ` of `id` is a request to `listener`.
+    pub(crate) fn name(&self, id: u64, fid: *mut Fid, listener: Option<Weak<PepCore>>) {
+        let mut n = self.names.lock().unwrap_or_else(PoisonError::into_inner);
+        n.fids.insert(id, fid as usize);
+        if let Some(l) = listener {
+            n.listeners.insert(id, l);
+        }
+    }
+
+    /// The object `id` is closed (nothing posts for it any more): its events still queued
+    /// are dropped, and its name forgotten.
+    pub(crate) fn forget(&self, id: u64) {
+        let dropped = self.queue.discard(id);
+        if dropped > 0 {
+            tracing::debug!(id, dropped, "events of a closed endpoint dropped");
+        }
+        let mut n = self.names.lock().unwrap_or_else(PoisonError::into_inner);
+        n.fids.remove(&id);
+        n.listeners.remove(&id);
+    }
+}
 
 /// An event queue: libfabric's `fid_eq` first, then the driver's queue and the `fid`
 /// pointers of the objects bound to it, by their fabric ids.
@@ -39,7 +98,10 @@ pub struct UetEq {
     fid: FidEq,
     eq: EventQueue,
     /// Shared with the `fi_eq_sread`s under way, which a close must not free.
-    fids: Arc<Mutex<HashMap<u64, usize>>>,
+    fids: Arc<Mutex<Names>>,
+    /// Held by a read from the look at its event to the take: a read that finds the buffer
+    /// too small leaves the event queued, and the event it took is the one it looked at.
+    reading: Arc<Mutex<()>>,
     /// The fabric's API version: before 1.5, `err_data` is always the queue's own.
     api_version: u32,
     /// The `err_data` `fi_eq_readerr` hands out when the application gives no buffer.
@@ -47,19 +109,24 @@ pub struct UetEq {
 }
 
 impl UetEq {
-    /// The driver's queue.
-    pub(crate) fn queue(&self) -> &EventQueue {
-        &self.eq
-    }
-
     /// Bind an AV to the queue: its events will name `fid`. Returns the sink to pass to the
     /// AV's `bind`.
     pub(crate) fn bind_av(&self, av_id: u64, fid: *mut Fid) -> std::sync::Arc<dyn AvEventSink> {
         self.fids
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .fids
             .insert(av_id, fid as usize);
         self.eq.av_sink()
+    }
+
+    /// Bind a passive or `FI_EP_MSG` endpoint to the queue.
+    pub(crate) fn link(&self) -> Result<EqLink, FiError> {
+        Ok(EqLink {
+            _binding: self.eq.bind()?,
+            queue: self.eq.clone(),
+            names: Arc::clone(&self.fids),
+        })
     }
 
     /// The `fid` pointer of an event's object: see [`fid_of`].
@@ -70,9 +137,9 @@ impl UetEq {
 
 /// The `fid` pointer of an event's object in `fids`: the bound object's, or (an event the
 /// application wrote) the pointer it gave.
-fn fid_of(fids: &Mutex<HashMap<u64, usize>>, id: u64) -> *mut Fid {
-    let fids = fids.lock().unwrap_or_else(PoisonError::into_inner);
-    fids.get(&id).copied().unwrap_or(id as usize) as *mut Fid
+fn fid_of(names: &Mutex<Names>, id: u64) -> *mut Fid {
+    let n = names.lock().unwrap_or_else(PoisonError::into_inner);
+    n.fids.get(&id).copied().unwrap_or(id as usize) as *mut Fid
 }
 
 static EQ_FID_OPS: FiOps = unsupported::fid_ops(eq_close, unsupported::bind, unsupported::control);
@@ -143,7 +210,8 @@ pub(crate) unsafe extern "C" fn fabric_eq_open(
                 ops: core::ptr::addr_of!(EQ_OPS).cast_mut(),
             },
             eq: queue,
-            fids: Arc::new(Mutex::new(HashMap::new())),
+            fids: Arc::new(Mutex::new(Names::default())),
+            reading: Arc::new(Mutex::new(())),
             api_version,
             err_data: OwnedErrData::default(),
         });
@@ -168,31 +236,64 @@ unsafe extern "C" fn eq_close(fid: *mut Fid) -> c_int {
     })
 }
 
-/// Write `ev` as the event code and a `struct fi_eq_entry`, its object's `fid` found in
-/// `fids`.
-///
-/// # Safety
-/// `event` and `buf` are valid for writes of a `u32` and an `FiEqEntry`.
-unsafe fn put_event(
-    fids: &Mutex<HashMap<u64, usize>>,
-    ev: &EqEvent,
-    event: *mut u32,
-    buf: *mut c_void,
-) -> usize {
-    let entry = FiEqEntry {
-        fid: fid_of(fids, ev.fid),
-        context: ev.context as usize as *mut c_void,
-        data: ev.data,
-    };
-    // SAFETY: the caller's promise; the buffer may be unaligned.
-    unsafe {
-        event.write_unaligned(ev.kind as u32);
-        buf.cast::<FiEqEntry>().write_unaligned(entry);
-    }
-    core::mem::size_of::<FiEqEntry>()
+/// Whether `kind` is a connection event, written as a `struct fi_eq_cm_entry`.
+fn is_cm(kind: EqEventKind) -> bool {
+    matches!(
+        kind,
+        EqEventKind::ConnReq | EqEventKind::Connected | EqEventKind::Shutdown
+    )
 }
 
-/// Check the arguments of a read: `FI_EINVAL` for NULL, `FI_ETOOSMALL` for a short buffer.
+/// The bytes of the entry an event of `kind` is written as (before any connection data).
+fn entry_size(kind: EqEventKind) -> usize {
+    if is_cm(kind) {
+        core::mem::size_of::<FiEqCmEntry>()
+    } else {
+        core::mem::size_of::<FiEqEntry>()
+    }
+}
+
+/// Write `ev` as the event code and its entry, its object's `fid` found in `names`; a
+/// connection event's `info` is `info`, and its data follows the entry, cut to the buffer.
+/// Returns the bytes written.
+///
+/// # Safety
+/// `event` is valid for a write of a `u32`, `buf` for `len` bytes, and `len` is at least
+/// [`entry_size`] of the event.
+unsafe fn put_event(
+    names: &Mutex<Names>,
+    ev: &EqEvent,
+    info: *mut FiInfo,
+    event: *mut u32,
+    buf: *mut c_void,
+    len: usize,
+) -> usize {
+    let fid = fid_of(names, ev.fid);
+    // SAFETY: the caller's promise; the buffer may be unaligned.
+    unsafe { event.write_unaligned(ev.kind as u32) };
+    if !is_cm(ev.kind) {
+        let entry = FiEqEntry {
+            fid,
+            context: ev.context as usize as *mut c_void,
+            data: ev.data,
+        };
+        // SAFETY: the caller's promise: `len` holds the entry.
+        unsafe { buf.cast::<FiEqEntry>().write_unaligned(entry) };
+        return core::mem::size_of::<FiEqEntry>();
+    }
+    let head = core::mem::size_of::<FiEqCmEntry>();
+    let n = ev.cm_data.len().min(len - head);
+    // SAFETY: the caller's promise: `len` bytes, the entry and then `n` of them.
+    unsafe {
+        buf.cast::<FiEqCmEntry>()
+            .write_unaligned(FiEqCmEntry { fid, info });
+        core::ptr::copy_nonoverlapping(ev.cm_data.as_ptr(), buf.cast::<u8>().add(head), n);
+    }
+    head + n
+}
+
+/// Check the arguments of a read: `FI_EINVAL` for NULL, `FI_ETOOSMALL` for a buffer that
+/// holds no entry of any event.
 fn check_read_args(
     call: &str,
     event: *mut u32,
@@ -205,16 +306,99 @@ fn check_read_args(
     if buf.is_null() {
         return Err(null(call, "buf"));
     }
-    if len < core::mem::size_of::<FiEqEntry>() {
-        return Err(FiError::new(
-            FiErrno::FI_ETOOSMALL,
-            format!(
-                "{call}: len {len} is less than a struct fi_eq_entry ({} bytes)",
-                core::mem::size_of::<FiEqEntry>()
-            ),
+    if len < core::mem::size_of::<FiEqCmEntry>() {
+        return Err(too_small(
+            call,
+            len,
+            "struct fi_eq_cm_entry",
+            core::mem::size_of::<FiEqCmEntry>(),
         ));
     }
     Ok(())
+}
+
+fn too_small(call: &str, len: usize, what: &str, size: usize) -> FiError {
+    FiError::new(
+        FiErrno::FI_ETOOSMALL,
+        format!("{call}: len {len} is less than a {what} ({size} bytes)"),
+    )
+}
+
+/// What a read works on: the queue, its names, and the lock readers take.
+struct Reader {
+    queue: EventQueue,
+    names: Arc<Mutex<Names>>,
+    reading: Arc<Mutex<()>>,
+}
+
+impl Reader {
+    fn of(q: &UetEq) -> Reader {
+        Reader {
+            queue: q.eq.clone(),
+            names: Arc::clone(&q.fids),
+            reading: Arc::clone(&q.reading),
+        }
+    }
+
+    /// Read the next event into the application's buffer without blocking: the event is
+    /// looked at, then taken only once it is written (and kept, `FI_PEEK`). A buffer too
+    /// small for its entry is `FI_ETOOSMALL`, the event left queued. An `FI_CONNREQ` gets its
+    /// `fi_info` ([`crate::pep::connreq_info`]); one whose request is gone (answered, or its
+    /// listener closed) is taken and not reported.
+    ///
+    /// # Safety
+    /// `event` is valid for a write of a `u32`, `buf` for `len` bytes.
+    unsafe fn read(
+        &self,
+        call: &str,
+        event: *mut u32,
+        buf: *mut c_void,
+        len: usize,
+        flags: u64,
+    ) -> Result<usize, FiError> {
+        let _reading = self.reading.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            let ev = self.queue.read(flags | FI_PEEK)?;
+            let need = entry_size(ev.kind);
+            if len < need {
+                let what = if is_cm(ev.kind) {
+                    "struct fi_eq_cm_entry"
+                } else {
+                    "struct fi_eq_entry"
+                };
+                return Err(too_small(call, len, what, need));
+            }
+            let mut info = core::ptr::null_mut();
+            if ev.kind == EqEventKind::ConnReq {
+                let listener = self
+                    .names
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .listeners
+                    .get(&ev.fid)
+                    .cloned();
+                // An FI_CONNREQ the application wrote has no listener of ours: as written.
+                if let Some(listener) = listener {
+                    match crate::pep::connreq_info(&listener, &ev)? {
+                        Some(i) => info = i,
+                        None => {
+                            self.queue.read(0)?;
+                            continue;
+                        }
+                    }
+                }
+            }
+            if flags & FI_PEEK == 0 {
+                if let Err(e) = self.queue.read(0) {
+                    // SAFETY: ours, not handed out.
+                    unsafe { crate::info::free_info(info) };
+                    return Err(e);
+                }
+            }
+            // SAFETY: the caller's promise; `len` holds the entry (checked above).
+            return Ok(unsafe { put_event(&self.names, &ev, info, event, buf, len) });
+        }
+    }
 }
 
 /// `fi_eq_read`.
@@ -230,9 +414,8 @@ unsafe extern "C" fn eq_read(
         // SAFETY: the application's queue pointer.
         let q = unsafe { eq_ref(eq.cast(), CALL) }?;
         check_read_args(CALL, event, buf, len)?;
-        let ev = q.eq.read(flags)?;
-        // SAFETY: checked non-NULL and at least an entry long (libfabric's contract: valid).
-        Ok(unsafe { put_event(&q.fids, &ev, event, buf) })
+        // SAFETY: checked non-NULL (libfabric's contract: valid for `len` bytes).
+        unsafe { Reader::of(q).read(CALL, event, buf, len, flags) }
     })
 }
 
@@ -252,11 +435,25 @@ unsafe extern "C" fn eq_sread(
         check_read_args(CALL, event, buf, len)?;
         // The wait holds the queue and the fid map of its own: a close in another thread
         // frees `q`, and wakes the wait, which returns FI_EBADF without touching it.
-        let (queue, fids) = (q.eq.clone(), Arc::clone(&q.fids));
-        let timeout = u64::try_from(timeout).ok().map(Duration::from_millis);
-        let ev = queue.sread(timeout, flags)?;
-        // SAFETY: as in `eq_read`.
-        Ok(unsafe { put_event(&fids, &ev, event, buf) })
+        let reader = Reader::of(q);
+        let deadline = u64::try_from(timeout)
+            .ok()
+            .map(|ms| std::time::Instant::now() + Duration::from_millis(ms));
+        loop {
+            let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+            // Wait for an event, then read it as fi_eq_read does; another reader may have
+            // taken it meanwhile (FI_EAGAIN), and the wait starts again.
+            reader.queue.sread(left, flags | FI_PEEK)?;
+            // SAFETY: as in `eq_read`.
+            match unsafe { reader.read(CALL, event, buf, len, flags) } {
+                Err(e) if e.errno == FiErrno::FI_EAGAIN => {
+                    if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                        return Err(e);
+                    }
+                }
+                done => return done,
+            }
+        }
     })
 }
 
@@ -274,11 +471,18 @@ unsafe extern "C" fn eq_readerr(eq: *mut FidEq, buf: *mut FiEqErrEntry, flags: u
             )));
         }
         let e = q.eq.readerr()?;
+        // A refused connection's error data is the listener's reject param (fi_cm(3)).
+        let data = if e.err == FiErrno::FI_ECONNREFUSED {
+            tracing::debug!(call = CALL, "{}", e.err_data);
+            e.cm_data.as_slice()
+        } else {
+            e.err_data.as_bytes()
+        };
         // SAFETY: `err_data` is NULL or the application's buffer of `err_data_size` bytes
         // (libfabric's contract).
         let (err_data, err_data_size) = unsafe {
             q.err_data
-                .give(q.api_version, &e.err_data, out.err_data, out.err_data_size)
+                .give(q.api_version, data, out.err_data, out.err_data_size)
         };
         *out = FiEqErrEntry {
             fid: q.fid_of(e.fid),

@@ -31,7 +31,7 @@ static FABRIC_FID_OPS: FiOps =
 static FABRIC_OPS: FiOpsFabric = FiOpsFabric {
     size: core::mem::size_of::<FiOpsFabric>(),
     domain: crate::domain::fabric_domain,
-    passive_ep: unsupported::passive_ep,
+    passive_ep: crate::pep::fabric_passive_ep,
     eq_open: crate::eq::fabric_eq_open,
     wait_open: unsupported::wait_open,
     trywait: crate::cq::fabric_trywait,

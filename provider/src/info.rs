@@ -1,13 +1,13 @@
 //! `fi_getinfo`: what the provider offers on its NIC, matched against the application's hints.
 //!
-//! The provider answers with one `fi_info` per endpoint type the hints allow ([`EpKind`],
-//! `FI_EP_RDM` first), or `-FI_ENODATA` when the hints ask for what it does not offer:
+//! The provider answers with one `fi_info` per endpoint type the hints allow ([`EpKind`]:
+//! `FI_EP_RDM`, `FI_EP_DGRAM`, `FI_EP_MSG`, in that order), or `-FI_ENODATA` when the hints ask for what it does not offer:
 //!
 //! | hint | offered |
 //! |---|---|
-//! | `caps` | `FI_MSG`, `FI_TAGGED`, `FI_SEND`, `FI_RECV`, `FI_SOURCE`, `FI_LOCAL_COMM`, `FI_REMOTE_COMM`, `FI_SHARED_AV`, `FI_AV_USER_ID`; of `FI_MSG` and `FI_TAGGED` only those the hints name, in the directions (`FI_SEND`, `FI_RECV`) they name |
+//! | `caps` | `FI_MSG`, `FI_TAGGED`, `FI_SEND`, `FI_RECV`, `FI_SOURCE`, `FI_LOCAL_COMM`, `FI_REMOTE_COMM`, `FI_SHARED_AV`, `FI_AV_USER_ID` (not on `FI_EP_MSG`, which binds no AV); of `FI_MSG` and `FI_TAGGED` only those the hints name, in the directions (`FI_SEND`, `FI_RECV`) they name |
 //! | `addr_format` | `FI_FORMAT_UNSPEC` (the 32-byte UET address) or `FI_ADDR_STR` |
-//! | `ep_attr->type` | `FI_EP_RDM`, `FI_EP_DGRAM` (not `FI_EP_MSG`) |
+//! | `ep_attr->type` | `FI_EP_RDM`, `FI_EP_DGRAM`, `FI_EP_MSG` (connected: [`crate::pep`], [`crate::ep`]) |
 //! | `domain_attr->av_type` | `FI_AV_TABLE` (`FI_AV_MAP` behaves as a table, as in libfabric 2.x, and is answered so) |
 //! | `domain_attr->name`, `fabric_attr->name`, `fabric_attr->prov_name` | the NIC's, `uet`, `uet` |
 //! | `domain_attr->ep_cnt`, `max_ep_rx_ctx` | up to the NIC's endpoints and receive contexts |
@@ -17,13 +17,15 @@
 //! | `domain_attr->auth_key` | a 4-byte JobID (24 bits), or none |
 //! | `domain_attr->cq_data_size` | up to 8 bytes |
 //! | `tx_attr`, `rx_attr` | caps `FI_MSG`, `FI_TAGGED` with `FI_SEND`, or with `FI_RECV` and `FI_SOURCE`; sizes, `iov_limit`, `inject_size` up to the provider's; `op_flags` returned, those the provider honours (`FI_COMPLETION`; for sends `FI_INJECT`, `FI_INJECT_COMPLETE`, `FI_TRANSMIT_COMPLETE`, and on `FI_EP_RDM` `FI_DELIVERY_COMPLETE`); no `msg_order` or `comp_order` (messages travel unordered) |
-//! | `ep_attr->max_msg_size` | up to 16 KiB (`FI_EP_RDM`), up to the NIC's MTU (`FI_EP_DGRAM`) |
+//! | `ep_attr->max_msg_size` | up to 16 KiB (`FI_EP_RDM`, `FI_EP_MSG`), up to the NIC's MTU (`FI_EP_DGRAM`) |
 //! | `ep_attr->tx_ctx_cnt`, `rx_ctx_cnt` | 0 or 1: no scalable endpoints, no shared contexts (`FI_SHARED_CONTEXT`) |
 //! | `src_addr`, `dest_addr` | returned; a source must be on this NIC |
 //!
 //! `node` and `service` are a UET address in the form `fi_av_insertsvc` takes (an IP address
 //! or host name, and the PIDonFEP with its parameters): the destination (`dest_addr`), or with
-//! `FI_SOURCE` the source (`src_addr`), whose node must be this NIC's fabric address. A node
+//! `FI_SOURCE` the source (`src_addr`), whose node must be this NIC's fabric address. For
+//! `FI_EP_MSG` the destination is the listener `fi_connect` names, the source a listener's
+//! own (the NIC assigns its PIDonFEP at `fi_listen`: `fi_getname` gives it). A node
 //! or service that does not parse is `-FI_EINVAL`; a host name that does not resolve,
 //! `-FI_EADDRNOTAVAIL`.
 //!
@@ -110,6 +112,9 @@ fn answer_caps(wanted: u64) -> u64 {
     primary | directions | (PROVIDER_CAPS & !(PRIMARY_CAPS | DIRECTION_CAPS))
 }
 
+/// The capabilities of an AV, which `FI_EP_MSG` endpoints do not bind.
+const AV_CAPS: u64 = FI_SHARED_AV | FI_AV_USER_ID;
+
 /// `FI_SOURCE` of `fi_getinfo`'s flags.
 pub const FI_SOURCE: u64 = 1 << 57;
 
@@ -139,24 +144,23 @@ pub enum EpKind {
     /// at the target and never reported to the sender; a tagged one waits on the NIC's
     /// unexpected list for its receive.
     Dgram,
+    /// `FI_EP_MSG`: a connected endpoint ([`crate::pep`], `fi_connect`, `fi_accept`), reliable
+    /// messages of up to [`MSG_BUF_BYTES`] to its one peer; it binds an EQ and no AV.
+    Msg,
 }
 
 impl EpKind {
     /// Every type, in answer order.
-    pub const ALL: [EpKind; 2] = [EpKind::Rdm, EpKind::Dgram];
+    pub const ALL: [EpKind; 3] = [EpKind::Rdm, EpKind::Dgram, EpKind::Msg];
 
     /// The type an `ep_attr->type` names: `Ok(None)` for `FI_EP_UNSPEC` (any), `Err` for
-    /// one the provider does not serve (`FI_EP_MSG`, or no type at all).
+    /// one that is no endpoint type.
     pub fn from_raw(raw: c_int) -> Result<Option<EpKind>, String> {
         match raw {
             FI_EP_UNSPEC => Ok(None),
             FI_EP_RDM => Ok(Some(EpKind::Rdm)),
             FI_EP_DGRAM => Ok(Some(EpKind::Dgram)),
-            FI_EP_MSG => Err(
-                "ep_attr->type FI_EP_MSG: the uet provider serves FI_EP_RDM and FI_EP_DGRAM \
-                 (connected endpoints are not served yet)"
-                    .into(),
-            ),
+            FI_EP_MSG => Ok(Some(EpKind::Msg)),
             t => Err(format!("ep_attr->type {t} is no fi_ep_type")),
         }
     }
@@ -166,6 +170,7 @@ impl EpKind {
         match self {
             EpKind::Rdm => FI_EP_RDM,
             EpKind::Dgram => FI_EP_DGRAM,
+            EpKind::Msg => FI_EP_MSG,
         }
     }
 
@@ -174,6 +179,7 @@ impl EpKind {
         match self {
             EpKind::Rdm => uet_driver::EpType::Rdm,
             EpKind::Dgram => uet_driver::EpType::Dgram,
+            EpKind::Msg => uet_driver::EpType::Msg,
         }
     }
 
@@ -182,6 +188,7 @@ impl EpKind {
         match self {
             EpKind::Rdm => "FI_EP_RDM",
             EpKind::Dgram => "FI_EP_DGRAM",
+            EpKind::Msg => "FI_EP_MSG",
         }
     }
 
@@ -189,7 +196,7 @@ impl EpKind {
     /// a datagram one packet too.
     pub fn max_msg_size(self, nic: &Nic) -> usize {
         match self {
-            EpKind::Rdm => MSG_BUF_BYTES,
+            EpKind::Rdm | EpKind::Msg => MSG_BUF_BYTES,
             EpKind::Dgram => MSG_BUF_BYTES.min(usize::from(nic.capabilities().mtu)),
         }
     }
@@ -202,7 +209,7 @@ impl EpKind {
     /// The transmit flags (`tx_attr->op_flags`) it honours.
     fn tx_op_flags(self) -> u64 {
         match self {
-            EpKind::Rdm => TX_OP_FLAGS,
+            EpKind::Rdm | EpKind::Msg => TX_OP_FLAGS,
             EpKind::Dgram => TX_OP_FLAGS & !RELIABLE_ONLY_FLAGS,
         }
     }
@@ -501,6 +508,12 @@ fn kind_refused(kind: EpKind, w: &Wanted, nic: &Nic) -> Option<String> {
             kind.inject_size(nic)
         ));
     }
+    if kind == EpKind::Msg && w.caps & AV_CAPS != 0 {
+        return Some(format!(
+            "caps {:#x}: {name} endpoints bind no AV (FI_SHARED_AV, FI_AV_USER_ID)",
+            w.caps & AV_CAPS
+        ));
+    }
     let flags = w.tx_op_flags & !kind.tx_op_flags();
     if flags != 0 {
         return Some(format!(
@@ -680,6 +693,9 @@ unsafe fn fill(
     // SAFETY: valid and ours, as the caller promises.
     let i = unsafe { &mut *info };
     i.caps = answer_caps(w.caps);
+    if kind == EpKind::Msg {
+        i.caps &= !AV_CAPS;
+    }
     i.mode = 0;
     i.addr_format = match w.addr_format {
         AddrFormat::Uet => FI_FORMAT_UNSPEC,
@@ -757,6 +773,135 @@ unsafe fn fill(
         f.api_version = FI_PROVIDER_API;
     }
     Ok(())
+}
+
+/// What a passive endpoint's `fi_info` asked for, which the `fi_info` of each of its
+/// `FI_CONNREQ` events repeats, so that the accepting endpoint is opened as the listener was.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ListenInfo {
+    caps: u64,
+    addr_format: AddrFormat,
+    job_id: Option<u32>,
+    tx_op_flags: u64,
+    rx_op_flags: u64,
+    /// `src_addr`: the address the application asked the listener to have.
+    src: Option<UetAddress>,
+}
+
+impl ListenInfo {
+    /// The address the listener's `fi_info` asked for (`src_addr`), if any.
+    pub(crate) fn src(&self) -> Option<&UetAddress> {
+        self.src.as_ref()
+    }
+
+    /// The JobID the listener takes connection requests in: the `fi_info`'s auth key, or the
+    /// driver's default (the one a domain without an auth key gives its endpoints).
+    pub(crate) fn job_id(&self) -> u32 {
+        self.job_id
+            .unwrap_or(uet_driver::EndpointAttr::default().job_id)
+    }
+
+    /// The address format of the listener's `fi_info`.
+    pub(crate) fn addr_format(&self) -> AddrFormat {
+        self.addr_format
+    }
+}
+
+/// `fi_passive_ep`: what `info` asks of a listener. `FI_EINVAL` for an `fi_info` that is not
+/// of `FI_EP_MSG`, or whose address format or auth key the provider does not serve.
+///
+/// # Safety
+/// `info` is a valid `fi_info` whose attribute pointers are NULL or valid.
+pub(crate) unsafe fn listen_info(info: &FiInfo, call: &str) -> Result<ListenInfo, FiError> {
+    // SAFETY: NULL or valid (the caller's promise).
+    let ep_type = unsafe { info.ep_attr.as_ref() }.map_or(FI_EP_UNSPEC, |a| a.ep_type);
+    if EpKind::from_raw(ep_type).map_err(|why| FiError::inval(format!("{call}: {why}")))?
+        != Some(EpKind::Msg)
+    {
+        return Err(FiError::inval(format!(
+            "{call}: ep_attr->type {ep_type}: a passive endpoint is of FI_EP_MSG"
+        )));
+    }
+    let addr_format = addr_format_of(info.addr_format).ok_or_else(|| {
+        FiError::inval(format!(
+            "{call}: addr_format {} is not served",
+            info.addr_format
+        ))
+    })?;
+    // SAFETY: NULL or valid (the caller's promise).
+    let job_id = match unsafe { info.domain_attr.as_ref() } {
+        Some(d) => {
+            // SAFETY: the info's key holds its size in bytes (libfabric's contract).
+            unsafe { domain_job_id(d) }.map_err(|why| FiError::inval(format!("{call}: {why}")))?
+        }
+        None => None,
+    };
+    let src = if info.src_addr.is_null() || info.src_addrlen == 0 {
+        None
+    } else {
+        // SAFETY: `src_addrlen` readable bytes at `src_addr` (the caller's promise).
+        let bytes =
+            unsafe { core::slice::from_raw_parts(info.src_addr.cast::<u8>(), info.src_addrlen) };
+        let a = match addr_format {
+            AddrFormat::Uet => UetAddress::from_bytes(bytes)
+                .map_err(|e| FiError::inval(format!("{call}: src_addr: {e}")))?,
+            AddrFormat::Str => {
+                let text = bytes.split(|&b| b == 0).next().unwrap_or_default();
+                let text = core::str::from_utf8(text)
+                    .map_err(|_| FiError::inval(format!("{call}: src_addr is not UTF-8")))?;
+                uet_av::addr_str::parse_addr_str_with(text, system_resolver)?
+            }
+        };
+        Some(a)
+    };
+    Ok(ListenInfo {
+        src,
+        caps: info.caps & PROVIDER_CAPS & !AV_CAPS,
+        addr_format,
+        job_id,
+        // SAFETY: NULL or valid (the caller's promise).
+        tx_op_flags: unsafe { info.tx_attr.as_ref() }.map_or(0, |a| a.op_flags) & TX_OP_FLAGS,
+        // SAFETY: as above.
+        rx_op_flags: unsafe { info.rx_attr.as_ref() }.map_or(0, |a| a.op_flags) & RX_OP_FLAGS,
+    })
+}
+
+/// The `fi_info` of an `FI_CONNREQ` event: an `FI_EP_MSG` answer as the listener's `fi_info`
+/// asked (`listen`), `dest_addr` the requester's address, `handle` the request. Allocated as
+/// `fi_getinfo`'s answers are (the application frees it with `fi_freeinfo`); unlike theirs,
+/// it names the provider (`fabric_attr->prov_name`), which libfabric fills only in the
+/// answers of `fi_getinfo`.
+pub(crate) fn connreq_info(
+    nic: &Nic,
+    listen: &ListenInfo,
+    requester: &UetAddress,
+    handle: *mut Fid,
+) -> Result<*mut FiInfo, FiError> {
+    let w = Wanted {
+        caps: listen.caps,
+        addr_format: listen.addr_format,
+        job_id: listen.job_id,
+        tx_op_flags: listen.tx_op_flags,
+        rx_op_flags: listen.rx_op_flags,
+        ..Wanted::default()
+    };
+    let info = c_zeroed::<FiInfo>()?;
+    // SAFETY: `info` was just allocated, zeroed, and is ours.
+    let filled =
+        unsafe { fill(info, nic, EpKind::Msg, &w, None, Some(requester)) }.and_then(|()| {
+            // SAFETY: filled: its fabric_attr is ours, allocated.
+            unsafe {
+                (*info).handle = handle;
+                (*(*info).fabric_attr).prov_name = c_strdup(PROVIDER_NAME)?;
+            }
+            Ok(())
+        });
+    if let Err(e) = filled {
+        // SAFETY: ours, partly filled, not handed out.
+        unsafe { free_info(info) };
+        return Err(e);
+    }
+    Ok(info)
 }
 
 /// `fi_provider.getinfo`.

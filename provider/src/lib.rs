@@ -16,9 +16,10 @@
 //!
 //! The provider is built for the libfabric 1.17 ABI ([`abi`]), the oldest with every call it
 //! serves; libfabric 1.x from 1.17 on loads it. It offers one `fi_info` per endpoint type,
-//! `FI_EP_RDM` and then `FI_EP_DGRAM` ([`info::EpKind`]), each with `FI_THREAD_SAFE`,
-//! `FI_PROGRESS_AUTO`, `FI_AV_TABLE`, the NIC's limits as the domain's, messages (`FI_MSG`,
-//! `FI_TAGGED`, `FI_SOURCE`) and the AV's capabilities (`FI_SHARED_AV`, `FI_AV_USER_ID`);
+//! `FI_EP_RDM`, `FI_EP_DGRAM` and then `FI_EP_MSG` ([`info::EpKind`]), each with
+//! `FI_THREAD_SAFE`, `FI_PROGRESS_AUTO`, `FI_AV_TABLE`, the NIC's limits as the domain's,
+//! messages (`FI_MSG`, `FI_TAGGED`, `FI_SOURCE`) and, but for `FI_EP_MSG` (which binds no
+//! AV), the AV's capabilities (`FI_SHARED_AV`, `FI_AV_USER_ID`);
 //! addresses are the 32-byte UET address (`FI_FORMAT_UNSPEC`, the provider's own format) or
 //! its string form (`FI_ADDR_STR`), as the hints ask.
 //!
@@ -28,16 +29,16 @@
 //! | `fi_fabric`, `fi_close` | [`fabric`]: the NIC; `-FI_EBUSY` while a domain is open |
 //! | `fi_domain`, `fi_close` | [`domain`]: a [`uet_driver::Domain`]; `-FI_EBUSY` while an AV is open |
 //! | `fi_av_open`, `fi_av_bind`, `fi_av_insert`, `fi_av_insertsvc`, `fi_av_insertsym`, `fi_av_remove`, `fi_av_lookup`, `fi_av_straddr`, `fi_close` | [`av`]: a [`uet_driver::Av`] or, with a name, a shared one |
-//! | `fi_eq_open`, `fi_eq_read`, `fi_eq_readerr`, `fi_eq_sread`, `fi_eq_write`, `fi_eq_strerror`, `fi_close` | [`eq`]: a [`uet_driver::EventQueue`], where `FI_EVENT` AVs report |
+//! | `fi_eq_open`, `fi_eq_read`, `fi_eq_readerr`, `fi_eq_sread`, `fi_eq_write`, `fi_eq_strerror`, `fi_close` | [`eq`]: a [`uet_driver::EventQueue`], where `FI_EVENT` AVs and connections report |
 //!
 //! | `fi_av_set`, `fi_av_set_union`, `fi_av_set_intersect`, `fi_av_set_diff`, `fi_av_set_insert`, `fi_av_set_remove`, `fi_av_set_addr`, `fi_close` | [`av_set`]: a [`uet_av::AvSet`] |
 //!
 //! | `fi_cq_open`, `fi_cq_read`, `fi_cq_readfrom`, `fi_cq_readerr`, `fi_cq_sread`, `fi_cq_sreadfrom`, `fi_cq_signal`, `fi_cq_strerror`, `fi_close` | [`cq`]: completions of the endpoints bound to it |
-//! | `fi_endpoint`, `fi_ep_bind`, `fi_enable`, `fi_getname`, `fi_send*`, `fi_inject*`, `fi_recv*`, `fi_tsend*`, `fi_tinject*`, `fi_trecv*`, `fi_close` | [`ep`]: an `FI_EP_RDM` or `FI_EP_DGRAM` [`uet_driver::Endpoint`] |
+//! | `fi_endpoint`, `fi_ep_bind`, `fi_enable`, `fi_getname`, `fi_getpeer`, `fi_connect`, `fi_accept`, `fi_shutdown`, `fi_send*`, `fi_inject*`, `fi_recv*`, `fi_tsend*`, `fi_tinject*`, `fi_trecv*`, `fi_close` | [`ep`]: an `FI_EP_RDM`, `FI_EP_DGRAM` or `FI_EP_MSG` [`uet_driver::Endpoint`] |
+//! | `fi_passive_ep`, `fi_pep_bind`, `fi_listen`, `fi_getname`, `fi_reject`, `fi_close` | [`pep`]: a [`uet_driver::PassiveEndpoint`] and its connection requests |
 //!
-//! RMA, atomics, memory registration, scalable endpoints and connection
-//! management are the driver's today and not yet the provider's: their calls return
-//! `-FI_ENOSYS`,
+//! RMA, atomics, memory registration and scalable endpoints are the driver's today and not
+//! yet the provider's: their calls return `-FI_ENOSYS`,
 //! and `fi_getinfo` offers none of their capabilities, so an application that asks for them
 //! is told `-FI_ENODATA` rather than given a provider that fails later.
 //!
@@ -70,6 +71,7 @@ pub mod ep;
 pub mod eq;
 pub mod fabric;
 pub mod info;
+pub mod pep;
 mod unsupported;
 
 use abi::{FiContext, FiProvider, FI_PROVIDER_API};
@@ -186,7 +188,7 @@ const FI_ERR_DATA_BUFFER_API: u32 = abi::fi_version(1, 5);
 pub(crate) struct OwnedErrData(Mutex<Box<[u8]>>);
 
 impl OwnedErrData {
-    /// An error entry's message for its `err_data`, at most [`MAX_ERR_DATA`] bytes of it.
+    /// An error entry's message (or the bytes that stand for it) for its `err_data`, at most [`MAX_ERR_DATA`] bytes of it.
     /// Copied into the application's buffer (`err_data`, `err_data_size` bytes), truncated to
     /// fit, when it gives one and speaks
     /// API 1.5 or later (`api_version`): `(err_data, bytes written)`. Otherwise the buffer is
@@ -198,11 +200,10 @@ impl OwnedErrData {
     pub(crate) unsafe fn give(
         &self,
         api_version: u32,
-        message: &str,
+        message: &[u8],
         err_data: *mut core::ffi::c_void,
         err_data_size: usize,
     ) -> (*mut core::ffi::c_void, usize) {
-        let message = message.as_bytes();
         let message = message.get(..MAX_ERR_DATA).unwrap_or(message);
         let own_buffer = api_version >= FI_ERR_DATA_BUFFER_API;
         if own_buffer && !err_data.is_null() && err_data_size > 0 {
@@ -291,19 +292,19 @@ mod tests {
         let mut app = vec![0u8; 4 * MAX_ERR_DATA];
         let v = abi::fi_version(1, 17);
         // SAFETY: `app` holds `app.len()` writable bytes.
-        let (at, n) = unsafe { owned.give(v, &long, app.as_mut_ptr().cast(), app.len()) };
+        let (at, n) = unsafe { owned.give(v, long.as_bytes(), app.as_mut_ptr().cast(), app.len()) };
         assert_eq!((at, n), (app.as_mut_ptr().cast(), MAX_ERR_DATA));
         assert!(app[MAX_ERR_DATA..].iter().all(|&b| b == 0));
         // No buffer: the queue's copy, cut to the bound and NUL-terminated.
         // SAFETY: no buffer.
-        let (at, n) = unsafe { owned.give(v, &long, core::ptr::null_mut(), 0) };
+        let (at, n) = unsafe { owned.give(v, long.as_bytes(), core::ptr::null_mut(), 0) };
         assert_eq!(n, MAX_ERR_DATA);
         // SAFETY: the queue's copy, n bytes and a NUL, alive until the next give.
         let copy = unsafe { core::ffi::CStr::from_ptr(at.cast()) };
         assert_eq!(copy.to_bytes(), &long.as_bytes()[..MAX_ERR_DATA]);
         // A short message is whole.
         // SAFETY: no buffer.
-        let (at, n) = unsafe { owned.give(v, "short", core::ptr::null_mut(), 0) };
+        let (at, n) = unsafe { owned.give(v, b"short", core::ptr::null_mut(), 0) };
         // SAFETY: the queue's copy, n bytes and a NUL, alive until the next give.
         let copy = unsafe { core::ffi::CStr::from_ptr(at.cast()) };
         assert_eq!(copy.to_bytes(), b"short");

@@ -46,15 +46,6 @@ pub(crate) unsafe extern "C" fn ops_set(
     enosys("fi_set_ops")
 }
 
-pub(crate) unsafe extern "C" fn passive_ep(
-    _: *mut FidFabric,
-    _: *mut FiInfo,
-    _: *mut *mut c_void,
-    _: *mut c_void,
-) -> c_int {
-    enosys("fi_passive_ep")
-}
-
 pub(crate) unsafe extern "C" fn wait_open(
     _: *mut FidFabric,
     _: *mut c_void,

@@ -1742,14 +1742,16 @@ fn answered_types(hints: &Hints) -> Result<Vec<(c_int, usize)>, c_int> {
 }
 
 /// `fi_getinfo` answers one `fi_info` per endpoint type it serves, reliable first: an
-/// `FI_EP_RDM` of up to 16 KiB messages and an `FI_EP_DGRAM` of one packet (the NIC's MTU).
-/// The hints choose between them by type, message size and completion level, and a type it
-/// does not serve is `-FI_ENODATA`.
+/// `FI_EP_RDM` of up to 16 KiB messages, an `FI_EP_DGRAM` of one packet (the NIC's MTU) and
+/// an `FI_EP_MSG` (connected) of up to 16 KiB. The hints choose between them by type, message
+/// size, completion level and AV capabilities (which a connected endpoint, binding no AV,
+/// lacks), and a type libfabric does not define is `-FI_ENODATA`.
 #[test]
-fn fi_getinfo_answers_a_reliable_and_a_datagram_endpoint_and_the_hints_choose() {
+fn fi_getinfo_answers_reliable_datagram_and_connected_endpoints_and_the_hints_choose() {
     let mtu = usize::from(uet_sim::NicConfig::new([10, 0, 0, 1].into()).mtu);
     let rdm = (FI_EP_RDM, 16384);
     let dgram = (FI_EP_DGRAM, mtu);
+    let msg = (FI_EP_MSG, 16384);
     assert!(mtu < 16384);
     let with = |edit: &dyn Fn(&mut FiInfo)| {
         let mut hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
@@ -1758,17 +1760,29 @@ fn fi_getinfo_answers_a_reliable_and_a_datagram_endpoint_and_the_hints_choose() 
     };
     // SAFETY: called on the hints' own attributes only, boxed beside them.
     let set_type = |t: c_int| move |i: &mut FiInfo| unsafe { (*i.ep_attr).ep_type = t };
-    assert_eq!(with(&|_| {}), Ok(vec![rdm, dgram]));
+    assert_eq!(with(&|_| {}), Ok(vec![rdm, dgram, msg]));
     assert_eq!(with(&set_type(FI_EP_RDM)), Ok(vec![rdm]));
     assert_eq!(with(&set_type(FI_EP_DGRAM)), Ok(vec![dgram]));
-    // Connected endpoints are not served; nor is a type libfabric does not define.
-    assert_eq!(with(&set_type(FI_EP_MSG)), Err(ENODATA));
+    assert_eq!(with(&set_type(FI_EP_MSG)), Ok(vec![msg]));
+    // A type libfabric does not define is not served.
     assert_eq!(with(&set_type(99)), Err(ENODATA));
-    // A message larger than a packet leaves only the reliable endpoint.
+    // A connected endpoint binds no AV: hints asking for an AV capability leave it out.
+    assert_eq!(
+        with(&|i| i.caps |= uet_av::FI_SHARED_AV),
+        Ok(vec![rdm, dgram])
+    );
+    assert_eq!(
+        with(&|i| {
+            i.caps |= uet_av::FI_SHARED_AV;
+            set_type(FI_EP_MSG)(i)
+        }),
+        Err(ENODATA)
+    );
+    // A message larger than a packet leaves only the reliable endpoints.
     // SAFETY: as for `set_type`.
     let size = |n: usize| move |i: &mut FiInfo| unsafe { (*i.ep_attr).max_msg_size = n };
-    assert_eq!(with(&size(mtu)), Ok(vec![rdm, dgram]));
-    assert_eq!(with(&size(mtu + 1)), Ok(vec![rdm]));
+    assert_eq!(with(&size(mtu)), Ok(vec![rdm, dgram, msg]));
+    assert_eq!(with(&size(mtu + 1)), Ok(vec![rdm, msg]));
     assert_eq!(with(&size(16385)), Err(ENODATA));
     assert_eq!(
         with(&|i| {
@@ -1781,8 +1795,8 @@ fn fi_getinfo_answers_a_reliable_and_a_datagram_endpoint_and_the_hints_choose() 
     // what a datagram's send gives.
     // SAFETY: as for `set_type`.
     let flags = |f: u64| move |i: &mut FiInfo| unsafe { (*i.tx_attr).op_flags = f };
-    assert_eq!(with(&flags(1 << 28)), Ok(vec![rdm]));
-    assert_eq!(with(&flags(1 << 27)), Ok(vec![rdm, dgram]));
+    assert_eq!(with(&flags(1 << 28)), Ok(vec![rdm, msg]));
+    assert_eq!(with(&flags(1 << 27)), Ok(vec![rdm, dgram, msg]));
     assert_eq!(
         with(&|i| {
             flags(1 << 28)(i);
@@ -1796,7 +1810,7 @@ fn fi_getinfo_answers_a_reliable_and_a_datagram_endpoint_and_the_hints_choose() 
 /// delivered with its tag or not, a send completes once its packet is on the wire even when
 /// no receive waits for it (the datagram is dropped at the target and never reported), a
 /// longer one is `-FI_EMSGSIZE`, and a completion level only a reliable endpoint meets is
-/// `-FI_EBADFLAGS`. `fi_endpoint` refuses an info of a type the provider does not serve.
+/// `-FI_EBADFLAGS`. `fi_endpoint` refuses an info of a type that is no endpoint type.
 #[test]
 fn datagram_endpoints_deliver_one_packet_and_never_report_a_lost_datagram() {
     let mtu = usize::from(uet_sim::NicConfig::new([10, 0, 0, 1].into()).mtu);
@@ -1880,9 +1894,10 @@ fn datagram_endpoints_deliver_one_packet_and_never_report_a_lost_datagram() {
     assert_eq!((got.op_context as usize, got.len), (7, 6));
     assert_eq!(&tbuf[..6], b"levels");
 
-    // fi_endpoint with an info of a type the provider does not serve.
+    // fi_endpoint with an info of a type that is no endpoint type.
     let open = Open::new(FI_MSG, FI_FORMAT_UNSPEC);
-    for t in [FI_EP_MSG, 99] {
+    {
+        let t = 99;
         // SAFETY: the provider's own info; a valid out pointer.
         let ret = unsafe {
             (*(*open.info).ep_attr).ep_type = t;
@@ -1922,6 +1937,632 @@ fn the_domain_counts_the_nics_completion_transmit_and_receive_queues() {
                 assert_eq!(got, Err(ENODATA));
             }
         }
+    }
+}
+
+/// `-errno` as an `int` call returns it.
+fn ineg(e: FiErrno) -> c_int {
+    -(e.get() as c_int)
+}
+
+const FI_CONNREQ: u32 = 1;
+const FI_CONNECTED: u32 = 2;
+const FI_SHUTDOWN: u32 = 3;
+
+/// A connection event read from an EQ: its code, the entry's `fid` and `info`, and the
+/// connection data after it.
+#[derive(Debug)]
+struct CmEvent {
+    event: u32,
+    fid: *mut Fid,
+    info: *mut FiInfo,
+    data: Vec<u8>,
+}
+
+/// A domain of an `FI_EP_MSG` answer, where connected endpoints and listeners are opened.
+struct Msg {
+    open: Open,
+}
+
+impl Msg {
+    fn new() -> Msg {
+        let hints = Hints::new(FI_MSG | FI_TAGGED, FI_FORMAT_UNSPEC);
+        // SAFETY: the hints' own attributes.
+        unsafe { (*hints.info.ep_attr).ep_type = FI_EP_MSG };
+        let open = Open::with_hints(&hints);
+        // SAFETY: the provider's answer.
+        assert_eq!(unsafe { (*(*open.info).ep_attr).ep_type }, FI_EP_MSG);
+        Msg { open }
+    }
+
+    /// A waitable EQ of the fabric.
+    fn eq(&self) -> *mut FidEq {
+        let mut eq = null_mut();
+        let mut attr = FiEqAttr {
+            size: 0,
+            flags: 0,
+            wait_obj: FI_WAIT_UNSPEC,
+            signaling_vector: 0,
+            wait_set: null_mut(),
+        };
+        // SAFETY: an open fabric; valid attributes and out pointer.
+        let ret = unsafe {
+            ((*(*self.open.fabric).ops).eq_open)(self.open.fabric, &mut attr, &mut eq, null_mut())
+        };
+        assert_eq!(ret, 0, "fi_eq_open");
+        eq
+    }
+
+    /// `fi_passive_ep` with `info`: the pep, or the negative errno.
+    fn passive_ep(&self, info: *mut FiInfo) -> Result<*mut FidPep, c_int> {
+        let mut pep: *mut FidPep = null_mut();
+        // SAFETY: an open fabric; `info` the provider's; a valid out pointer.
+        let ret = unsafe {
+            ((*(*self.open.fabric).ops).passive_ep)(
+                self.open.fabric,
+                info,
+                (&raw mut pep).cast(),
+                null_mut(),
+            )
+        };
+        if ret == 0 {
+            Ok(pep)
+        } else {
+            Err(ret)
+        }
+    }
+
+    /// A listener reporting to `eq`.
+    fn listen(&self, eq: *mut FidEq) -> *mut FidPep {
+        let pep = self.passive_ep(self.open.info).expect("fi_passive_ep");
+        // SAFETY: an open pep and EQ.
+        unsafe {
+            assert_eq!(bind(&mut (*pep).fid, &mut (*eq).fid, 0), 0, "fi_pep_bind");
+            assert_eq!(((*(*pep).cm).listen)(pep.cast()), 0, "fi_listen");
+        }
+        pep
+    }
+
+    /// `fi_endpoint` with `info`: the endpoint, or the negative errno.
+    fn endpoint(&self, info: *mut FiInfo) -> Result<*mut FidEp, c_int> {
+        let mut ep: *mut FidEp = null_mut();
+        // SAFETY: an open domain; `info` the provider's; a valid out pointer.
+        let ret = unsafe {
+            ((*(*self.open.domain).ops).endpoint)(
+                self.open.domain,
+                info.cast(),
+                (&raw mut ep).cast(),
+                null_mut(),
+            )
+        };
+        if ret == 0 {
+            Ok(ep)
+        } else {
+            Err(ret)
+        }
+    }
+
+    /// An endpoint opened with `info`, bound to `eq` and a CQ of its own, enabled.
+    fn ep(&self, info: *mut FiInfo, eq: *mut FidEq) -> (*mut FidEp, *mut FidCq) {
+        let ep = self.endpoint(info).expect("fi_endpoint");
+        let cq = self.open.cq_open(FI_CQ_FORMAT_DATA, FI_WAIT_UNSPEC);
+        // SAFETY: an open endpoint, EQ and CQ.
+        unsafe {
+            assert_eq!(bind(&mut (*ep).fid, &mut (*eq).fid, 0), 0);
+            assert_eq!(
+                bind(&mut (*ep).fid, &mut (*cq).fid, FI_TRANSMIT | FI_RECV),
+                0
+            );
+            assert_eq!(
+                ((*(*ep).fid.ops).control)(&mut (*ep).fid, FI_ENABLE, null_mut()),
+                0
+            );
+        }
+        (ep, cq)
+    }
+}
+
+/// `fi_ep_bind`, `fi_pep_bind`.
+///
+/// # Safety
+/// Both are open objects.
+unsafe fn bind(fid: *mut Fid, bfid: *mut Fid, flags: u64) -> c_int {
+    // SAFETY: the caller's promise.
+    unsafe { ((*(*fid).ops).bind)(fid, bfid, flags) }
+}
+
+/// `fi_getname` of an endpoint or pep.
+fn name_of(fid: *mut Fid) -> [u8; 32] {
+    let mut name = [0u8; 32];
+    let mut len = name.len();
+    // SAFETY: an open endpoint or pep (their `cm` is at the same place); valid buffers.
+    let ret = unsafe {
+        let cm = (*fid.cast::<FidEp>()).cm;
+        ((*cm).getname)(fid, name.as_mut_ptr().cast(), &mut len)
+    };
+    assert_eq!((ret, len), (0, 32), "fi_getname");
+    name
+}
+
+/// `fi_eq_read` (waiting up to 5 s for an event) into a buffer of `len` bytes, with `flags`.
+fn eq_event(eq: *mut FidEq, len: usize, flags: u64) -> Result<CmEvent, isize> {
+    let mut buf = vec![0u8; len.max(64)];
+    let mut event = 0u32;
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        // SAFETY: an open EQ; `buf` holds at least `len` bytes.
+        let ret =
+            unsafe { ((*(*eq).ops).read)(eq, &mut event, buf.as_mut_ptr().cast(), len, flags) };
+        if ret == neg(FiErrno::FI_EAGAIN) && std::time::Instant::now() < end {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            continue;
+        }
+        let n = usize::try_from(ret).map_err(|_| ret)?;
+        assert!(n >= 16, "a cm entry is 16 bytes, read {n}");
+        // SAFETY: the provider wrote a struct fi_eq_cm_entry at the buffer's start.
+        let entry = unsafe { buf.as_ptr().cast::<FiEqCmEntry>().read_unaligned() };
+        return Ok(CmEvent {
+            event,
+            fid: entry.fid,
+            info: entry.info,
+            data: buf[16..n].to_vec(),
+        });
+    }
+}
+
+/// `fi_eq_sread` of a connection event (5 s at most) into a buffer of 256 bytes.
+fn cm_event(eq: *mut FidEq) -> Result<CmEvent, isize> {
+    let mut buf = [0u8; 256];
+    let mut event = 0u32;
+    // SAFETY: an open EQ; a valid buffer.
+    let ret = unsafe {
+        ((*(*eq).ops).sread)(eq, &mut event, buf.as_mut_ptr().cast(), buf.len(), 5000, 0)
+    };
+    let n = usize::try_from(ret).map_err(|_| ret)?;
+    // SAFETY: the provider wrote a struct fi_eq_cm_entry at the buffer's start.
+    let entry = unsafe { buf.as_ptr().cast::<FiEqCmEntry>().read_unaligned() };
+    Ok(CmEvent {
+        event,
+        fid: entry.fid,
+        info: entry.info,
+        data: buf[16..n].to_vec(),
+    })
+}
+
+/// `fi_eq_readerr` with an error-data buffer of the application's: the entry and its data.
+fn eq_error(eq: *mut FidEq) -> (FiEqErrEntry, Vec<u8>) {
+    let mut data = [0u8; 128];
+    // SAFETY: a plain-data structure.
+    let mut e: FiEqErrEntry = unsafe { core::mem::zeroed() };
+    e.err_data = data.as_mut_ptr().cast();
+    e.err_data_size = data.len();
+    // SAFETY: an open EQ; a valid entry and buffer.
+    let ret = unsafe { ((*(*eq).ops).readerr)(eq, &mut e, 0) };
+    assert_eq!(
+        ret as usize,
+        core::mem::size_of::<FiEqErrEntry>(),
+        "fi_eq_readerr"
+    );
+    let n = e.err_data_size;
+    (e, data[..n].to_vec())
+}
+
+/// Wait for an error on `eq` (5 s at most), then read it.
+fn wait_eq_error(eq: *mut FidEq) -> (FiEqErrEntry, Vec<u8>) {
+    let got = cm_event(eq).err();
+    assert_eq!(got, Some(neg(FiErrno::FI_EAVAIL)), "an error waits");
+    eq_error(eq)
+}
+
+/// The next entry of `cq`, waiting up to 5 s.
+fn cq_wait(cq: *mut FidCq) -> Result<FiCqTaggedEntry, isize> {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        // SAFETY: a plain-data structure.
+        let mut e: FiCqTaggedEntry = unsafe { core::mem::zeroed() };
+        // SAFETY: an open CQ; room for one entry of any format.
+        let ret = unsafe { ((*(*cq).ops).read)(cq, (&raw mut e).cast(), 1) };
+        match ret {
+            1 => return Ok(e),
+            r if r == neg(FiErrno::FI_EAGAIN) && std::time::Instant::now() < end => {
+                std::thread::yield_now()
+            }
+            r => return Err(r),
+        }
+    }
+}
+
+/// `fi_send` of `msg` on `ep`, to an `fi_addr_t` that names no one (a connected endpoint
+/// ignores it).
+fn send_on(ep: *mut FidEp, msg: &[u8]) -> isize {
+    // SAFETY: an open endpoint; `msg` is read during the call.
+    unsafe {
+        ((*(*ep).msg).send)(
+            ep,
+            msg.as_ptr().cast(),
+            msg.len(),
+            null_mut(),
+            12345,
+            null_mut(),
+        )
+    }
+}
+
+/// `fi_recv` on `ep` into `buf`.
+///
+/// # Safety
+/// `buf` outlives the receive's completion.
+unsafe fn recv_on(ep: *mut FidEp, buf: &mut [u8]) -> isize {
+    // SAFETY: an open endpoint; the caller keeps `buf`.
+    unsafe {
+        ((*(*ep).msg).recv)(
+            ep,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            null_mut(),
+            0,
+            null_mut(),
+        )
+    }
+}
+
+/// `fi_connect` of `ep` to `addr`, sending `param`.
+fn connect(ep: *mut FidEp, addr: &[u8; 32], param: &[u8]) -> c_int {
+    // SAFETY: an open endpoint; valid address and param.
+    unsafe { ((*(*ep).cm).connect)(ep, addr.as_ptr().cast(), param.as_ptr().cast(), param.len()) }
+}
+
+/// Close every object, first to last; all must succeed.
+///
+/// # Safety
+/// Each is an open object of the provider, closed once.
+unsafe fn close_all(fids: &[*mut Fid]) {
+    for &f in fids {
+        // SAFETY: the caller's promise.
+        assert_eq!(unsafe { close(f) }, 0, "fi_close of class {}", unsafe {
+            (*f).fclass
+        });
+    }
+}
+
+/// Two `FI_EP_MSG` endpoints of the provider connect as fi_cm(3) has it: the listener's EQ
+/// gets `FI_CONNREQ` (its fid the pep's, an `fi_info` whose `handle` is the request and whose
+/// `dest_addr` is the requester, and the requester's data after the entry, cut to the
+/// buffer); an endpoint opened with that `fi_info` accepts; both sides get `FI_CONNECTED`
+/// (the requester with the acceptor's data); messages go both ways whatever `fi_addr_t` the
+/// sends name; `fi_getpeer` gives each the other; `fi_shutdown` reaches the peer as
+/// `FI_SHUTDOWN`, after which neither side sends (`-FI_ENOTCONN`).
+#[test]
+fn connected_endpoints_connect_accept_exchange_messages_and_shut_down() {
+    let m = Msg::new();
+    let (eq_l, eq_c) = (m.eq(), m.eq());
+    let pep = m.listen(eq_l);
+    // SAFETY: `pep` is open; only the field's address is taken.
+    let pep_fid: *mut Fid = unsafe { &mut (*pep).fid };
+    // fi_getname with a short buffer: -FI_ETOOSMALL and the size.
+    let mut short = [0u8; 8];
+    let mut len = short.len();
+    // SAFETY: an open pep; valid buffers.
+    let ret = unsafe { ((*(*pep).cm).getname)(pep_fid, short.as_mut_ptr().cast(), &mut len) };
+    assert_eq!((ret, len), (ineg(FiErrno::FI_ETOOSMALL), 32));
+    let listener = name_of(pep_fid);
+    assert_eq!(&short, &listener[..8], "the address truncated");
+
+    let (client, cq_c) = m.ep(m.open.info, eq_c);
+    // SAFETY: `client` is open; only the field's address is taken.
+    let client_fid: *mut Fid = unsafe { &mut (*client).fid };
+    // Not connected yet: nothing is sent.
+    assert_eq!(send_on(client, b"early"), neg(FiErrno::FI_ENOTCONN));
+    assert_eq!(connect(client, &listener, b"hello listener"), 0);
+
+    // A buffer smaller than the entry: -FI_ETOOSMALL, the event stays; a peek with room for
+    // two bytes of data gets the entry and those two bytes.
+    let small = eq_event(eq_l, 8, 0).err();
+    assert_eq!(small, Some(neg(FiErrno::FI_ETOOSMALL)));
+    let peeked = eq_event(eq_l, 18, 1 << 19).expect("FI_PEEK");
+    assert_eq!(
+        (peeked.event, peeked.data.as_slice()),
+        (FI_CONNREQ, &b"he"[..])
+    );
+    let req = cm_event(eq_l).expect("FI_CONNREQ");
+    assert_eq!((req.event, req.fid), (FI_CONNREQ, pep_fid));
+    assert_eq!(req.data, b"hello listener");
+    // SAFETY: the provider's infos, read then freed once (the peeked one now).
+    unsafe {
+        let i = &*req.info;
+        assert!(!i.handle.is_null());
+        assert_eq!((*i.handle).fclass, FI_CLASS_CONNREQ);
+        assert_eq!((*peeked.info).handle, i.handle, "one request, one handle");
+        assert_eq!((*i.ep_attr).ep_type, FI_EP_MSG);
+        assert_eq!(i.dest_addrlen, 32);
+        let requester = core::slice::from_raw_parts(i.dest_addr.cast::<u8>(), 32);
+        assert_eq!(requester, name_of(client_fid), "dest_addr is the requester");
+        uet_fi::info::free_info(peeked.info);
+    }
+
+    let (server, cq_s) = m.ep(req.info, eq_l);
+    // SAFETY: `server` is open; only the field's address is taken.
+    let server_fid: *mut Fid = unsafe { &mut (*server).fid };
+    let (mut at_server, mut at_client) = ([0u8; 64], [0u8; 64]);
+    // SAFETY: open endpoints; the buffers outlive their completions, read below.
+    unsafe {
+        assert_eq!(recv_on(server, &mut at_server), 0);
+        assert_eq!(recv_on(client, &mut at_client), 0);
+        let accept = (*(*server).cm).accept;
+        assert_eq!(accept(server, b"welcome".as_ptr().cast(), 7), 0);
+        // The request is answered: its handle is gone.
+        assert_eq!(accept(server, null(), 0), ineg(FiErrno::FI_EINVAL));
+    }
+    let ev = cm_event(eq_c).expect("FI_CONNECTED at the requester");
+    assert_eq!(
+        (ev.event, ev.fid, ev.info),
+        (FI_CONNECTED, client_fid, null_mut())
+    );
+    assert_eq!(ev.data, b"welcome");
+    let ev = cm_event(eq_l).expect("FI_CONNECTED at the acceptor");
+    assert_eq!(
+        (ev.event, ev.fid, ev.data.len()),
+        (FI_CONNECTED, server_fid, 0)
+    );
+
+    // fi_getpeer: each side's peer is the other endpoint.
+    for (ep, peer) in [(client, server_fid), (server, client_fid)] {
+        let mut got = [0u8; 32];
+        let mut len = got.len();
+        // SAFETY: an open endpoint; valid buffers.
+        let ret = unsafe { ((*(*ep).cm).getpeer)(ep, got.as_mut_ptr().cast(), &mut len) };
+        assert_eq!((ret, got), (0, name_of(peer)));
+    }
+
+    // Messages both ways.
+    assert_eq!(send_on(client, b"ping"), 0);
+    assert!(cq_wait(cq_c).is_ok(), "the send completes");
+    let got = cq_wait(cq_s).expect("the server receives");
+    assert_eq!(&at_server[..got.len], b"ping");
+    assert_eq!(send_on(server, b"pong"), 0);
+    assert!(cq_wait(cq_s).is_ok());
+    let got = cq_wait(cq_c).expect("the client receives");
+    assert_eq!(&at_client[..got.len], b"pong");
+
+    // Shutdown reaches the peer; neither side sends any more.
+    // SAFETY: open endpoints.
+    unsafe {
+        assert_eq!(((*(*client).cm).shutdown)(client, 0), 0);
+        let ev = cm_event(eq_l).expect("FI_SHUTDOWN");
+        assert_eq!((ev.event, ev.fid), (FI_SHUTDOWN, server_fid));
+        assert_eq!(
+            ((*(*client).cm).shutdown)(client, 0),
+            ineg(FiErrno::FI_ENOTCONN)
+        );
+        assert_eq!(
+            ((*(*server).cm).shutdown)(server, 0),
+            ineg(FiErrno::FI_ENOTCONN)
+        );
+    }
+    assert_eq!(send_on(client, b"late"), neg(FiErrno::FI_ENOTCONN));
+    assert_eq!(send_on(server, b"late"), neg(FiErrno::FI_ENOTCONN));
+
+    // SAFETY: ours, open, closed once; the event's info freed once.
+    unsafe {
+        uet_fi::info::free_info(req.info);
+        close_all(&[
+            server_fid,
+            client_fid,
+            &mut (*cq_s).fid,
+            &mut (*cq_c).fid,
+            pep_fid,
+            &mut (*eq_l).fid,
+            &mut (*eq_c).fid,
+        ]);
+    }
+}
+
+/// `fi_reject` refuses a request: the requester's EQ gets an `FI_ECONNREFUSED` error whose
+/// error data is the reject's param; the handle is answered (a second reject, an endpoint
+/// opened with its `fi_info`, are `-FI_EINVAL`). Closing a listener refuses the requests it
+/// leaves unanswered.
+#[test]
+fn a_rejected_connection_is_refused_with_the_rejects_param() {
+    let m = Msg::new();
+    let (eq_l, eq_c) = (m.eq(), m.eq());
+    let pep = m.listen(eq_l);
+    // SAFETY: `pep` is open; only the field's address is taken.
+    let pep_fid: *mut Fid = unsafe { &mut (*pep).fid };
+    let listener = name_of(pep_fid);
+    let (client, cq_c) = m.ep(m.open.info, eq_c);
+    assert_eq!(connect(client, &listener, b"please"), 0);
+    let req = cm_event(eq_l).expect("FI_CONNREQ");
+    // SAFETY: an open pep; the event's handle; a valid param.
+    unsafe {
+        let reject = (*(*pep).cm).reject;
+        let handle = (*req.info).handle;
+        assert_eq!(reject(pep.cast(), handle, b"go away".as_ptr().cast(), 7), 0);
+        assert_eq!(
+            reject(pep.cast(), handle, null(), 0),
+            ineg(FiErrno::FI_EINVAL)
+        );
+    }
+    let (e, data) = wait_eq_error(eq_c);
+    // SAFETY: `client` is open; only the field's address is taken.
+    let client_fid = unsafe { &raw mut (*client).fid };
+    assert_eq!(
+        (e.err, e.fid),
+        (FiErrno::FI_ECONNREFUSED.get() as c_int, client_fid)
+    );
+    assert_eq!(data, b"go away", "the reject's param is the error data");
+    assert_eq!(m.endpoint(req.info).err(), Some(ineg(FiErrno::FI_EINVAL)));
+
+    // A request the listener never answers is refused when it closes.
+    let (other, cq_o) = m.ep(m.open.info, eq_c);
+    assert_eq!(connect(other, &listener, b""), 0);
+    let req2 = cm_event(eq_l).expect("FI_CONNREQ");
+    // SAFETY: ours, open, closed once.
+    unsafe { assert_eq!(close(pep_fid), 0) };
+    let (e, data) = wait_eq_error(eq_c);
+    assert_eq!(e.err, FiErrno::FI_ECONNREFUSED.get() as c_int);
+    assert!(data.is_empty(), "{data:?}");
+    assert_eq!(m.endpoint(req2.info).err(), Some(ineg(FiErrno::FI_EINVAL)));
+
+    // SAFETY: ours, open, closed once; the events' infos freed once.
+    unsafe {
+        uet_fi::info::free_info(req.info);
+        uet_fi::info::free_info(req2.info);
+        close_all(&[
+            &mut (*client).fid,
+            &mut (*other).fid,
+            &mut (*cq_c).fid,
+            &mut (*cq_o).fid,
+            &mut (*eq_l).fid,
+            &mut (*eq_c).fid,
+        ]);
+    }
+}
+
+/// Misuse of the connection calls is a fabric errno, and leaves nothing half done: an
+/// `FI_EP_MSG` endpoint binds no AV; `fi_connect` and `fi_accept` need an EQ (and leave the
+/// endpoint unenabled without one); `fi_accept` needs an endpoint opened with a request;
+/// a listener needs an EQ, binds nothing else, has its address once listening; a passive
+/// endpoint is of `FI_EP_MSG`; the connection calls of another type's endpoint are
+/// `-FI_EOPNOTSUPP`.
+#[test]
+fn connection_calls_misused_return_fabric_errnos_and_change_nothing() {
+    let m = Msg::new();
+    let eq = m.eq();
+    let mut attr = av_attr(4);
+    let av = m.open.av_open(&mut attr).unwrap();
+    let ep = m.endpoint(m.open.info).unwrap();
+    // SAFETY: `ep` is open; only the field's address is taken.
+    let ep_fid: *mut Fid = unsafe { &mut (*ep).fid };
+    let cq = m.open.cq_open(FI_CQ_FORMAT_DATA, FI_WAIT_UNSPEC);
+    let listener = [0u8; 32];
+    // SAFETY: open objects; valid arguments.
+    unsafe {
+        assert_eq!(bind(ep_fid, &mut (*av).fid, 0), ineg(FiErrno::FI_EINVAL));
+        assert_eq!(bind(ep_fid, &mut (*cq).fid, FI_TRANSMIT | FI_RECV), 0);
+        assert_eq!(
+            connect(ep, &name_of_nobody(av), b""),
+            ineg(FiErrno::FI_ENOEQ)
+        );
+        assert_eq!(
+            ((*(*ep).cm).accept)(ep, null(), 0),
+            ineg(FiErrno::FI_EINVAL)
+        );
+        // Still not enabled: it has no address.
+        let mut len = 32;
+        let mut name = [0u8; 32];
+        let ret = ((*(*ep).cm).getname)(ep_fid, name.as_mut_ptr().cast(), &mut len);
+        assert_eq!(ret, ineg(FiErrno::FI_EOPBADSTATE));
+        assert_eq!(((*(*ep).cm).shutdown)(ep, 0), ineg(FiErrno::FI_ENOTCONN));
+    }
+    // A listener: no EQ, no listen; an EQ only; an address once listening.
+    let pep = m.passive_ep(m.open.info).unwrap();
+    // SAFETY: `pep` is open; only the field's address is taken.
+    let pep_fid: *mut Fid = unsafe { &mut (*pep).fid };
+    // SAFETY: open objects; valid arguments.
+    unsafe {
+        assert_eq!(((*(*pep).cm).listen)(pep.cast()), ineg(FiErrno::FI_ENOEQ));
+        let mut len = 32;
+        let mut name = [0u8; 32];
+        let ret = ((*(*pep).cm).getname)(pep_fid, name.as_mut_ptr().cast(), &mut len);
+        assert_eq!(ret, ineg(FiErrno::FI_EOPBADSTATE));
+        assert_eq!(bind(pep_fid, &mut (*cq).fid, 0), ineg(FiErrno::FI_EINVAL));
+        assert_eq!(bind(pep_fid, &mut (*eq).fid, 0), 0);
+        assert_eq!(bind(pep_fid, &mut (*eq).fid, 0), ineg(FiErrno::FI_EINVAL));
+        assert_eq!(((*(*pep).cm).listen)(pep.cast()), 0);
+        assert_eq!(
+            bind(pep_fid, &mut (*eq).fid, 0),
+            ineg(FiErrno::FI_EOPBADSTATE)
+        );
+        // The EQ is bound: it does not close.
+        assert_eq!(close(&mut (*eq).fid), ineg(FiErrno::FI_EBUSY));
+    }
+    let _ = name_of(pep_fid);
+    // A passive endpoint of another type's fi_info.
+    // SAFETY: the provider's own info, restored after.
+    unsafe {
+        (*(*m.open.info).ep_attr).ep_type = FI_EP_RDM;
+        assert_eq!(
+            m.passive_ep(m.open.info).err(),
+            Some(ineg(FiErrno::FI_EINVAL))
+        );
+        (*(*m.open.info).ep_attr).ep_type = FI_EP_MSG;
+    }
+    // SAFETY: ours, open, closed once.
+    unsafe {
+        close_all(&[
+            ep_fid,
+            &mut (*cq).fid,
+            pep_fid,
+            &mut (*eq).fid,
+            &mut (*av).fid,
+        ]);
+    }
+
+    // An FI_EP_RDM endpoint has no connection.
+    let pair = Pair::new(0);
+    // SAFETY: open endpoints; valid arguments.
+    unsafe {
+        let ep = pair.p[0].ep;
+        assert_eq!(connect(ep, &listener, b""), ineg(FiErrno::FI_EOPNOTSUPP));
+        assert_eq!(
+            ((*(*ep).cm).accept)(ep, null(), 0),
+            ineg(FiErrno::FI_EOPNOTSUPP)
+        );
+        assert_eq!(((*(*ep).cm).shutdown)(ep, 0), ineg(FiErrno::FI_EOPNOTSUPP));
+    }
+}
+
+/// A well-formed address no listener has.
+fn name_of_nobody(av: *mut FidAv) -> [u8; 32] {
+    nobody(av)
+}
+
+/// With `FI_SOURCE` and a node and service, the `FI_EP_MSG` answer is a listener's, with
+/// `src_addr`; without, `dest_addr` is the listener's address. The NIC assigns PIDonFEPs: a
+/// listener asked to be at one the NIC does not give it is refused at `fi_listen`
+/// (`-FI_EADDRNOTAVAIL`), and listens once asked for none.
+#[test]
+fn a_listeners_fi_getinfo_gives_src_addr_and_a_connectors_dest_addr() {
+    let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+    // SAFETY: the hints' own attributes.
+    unsafe { (*hints.info.ep_attr).ep_type = FI_EP_MSG };
+    let m = Msg::new();
+    let eq = m.eq();
+    let at = |flags| getinfo(Some(c"10.0.0.1"), Some(c"4000"), flags, Some(&hints)).unwrap();
+    let (src, dest) = (at(1 << 57), at(0));
+    // SAFETY: the provider's answers, read then freed once; open objects.
+    unsafe {
+        for (info, source) in [(src, true), (dest, false)] {
+            let i = &*info;
+            assert!(i.next.is_null(), "only FI_EP_MSG");
+            assert_eq!((*i.ep_attr).ep_type, FI_EP_MSG);
+            let (given, absent) = if source {
+                ((i.src_addr, i.src_addrlen), i.dest_addr)
+            } else {
+                ((i.dest_addr, i.dest_addrlen), i.src_addr)
+            };
+            assert!(!given.0.is_null() && given.1 == 32 && absent.is_null());
+        }
+        let pep = m.passive_ep(src).expect("fi_passive_ep");
+        let pep_fid: *mut Fid = &mut (*pep).fid;
+        assert_eq!(bind(pep_fid, &mut (*eq).fid, 0), 0);
+        let listen = (*(*pep).cm).listen;
+        assert_eq!(listen(pep.cast()), ineg(FiErrno::FI_EADDRNOTAVAIL));
+        let mut len = 32;
+        let mut name = [0u8; 32];
+        let ret = ((*(*pep).cm).getname)(pep_fid, name.as_mut_ptr().cast(), &mut len);
+        assert_eq!(ret, ineg(FiErrno::FI_EOPBADSTATE), "not listening");
+        assert_eq!(close(pep_fid), 0);
+        // Asked for no address: it listens.
+        (*src).src_addrlen = 0;
+        let pep = m.passive_ep(src).expect("fi_passive_ep");
+        let pep_fid: *mut Fid = &mut (*pep).fid;
+        assert_eq!(bind(pep_fid, &mut (*eq).fid, 0), 0);
+        assert_eq!(listen(pep.cast()), 0);
+        (*src).src_addrlen = 32;
+        uet_fi::info::free_info(src);
+        uet_fi::info::free_info(dest);
+        close_all(&[pep_fid, &mut (*eq).fid]);
     }
 }
 

@@ -356,8 +356,9 @@ fn listening(port: u16) -> bool {
 
 /// libfabric's own `fi_pingpong` (package libfabric-bin), unchanged, between two processes on
 /// two NICs of one simulated fabric served over vfio-user: its untagged and tagged modes, on
-/// reliable (`-e rdm`) and datagram (`-e dgram`, its default) endpoints, with its data
-/// checks, through this provider.
+/// reliable (`-e rdm`), datagram (`-e dgram`, its default) and connected (`-e msg`: a
+/// passive endpoint, `FI_CONNREQ`, `fi_accept`, `fi_connect`, `FI_CONNECTED` on both sides)
+/// endpoints, with its data checks, through this provider.
 #[test]
 fn the_stock_fi_pingpong_runs_over_the_provider_between_two_nics() {
     if !have_toolchain() {
@@ -379,6 +380,8 @@ fn the_stock_fi_pingpong_runs_over_the_provider_between_two_nics() {
         ("rdm", "tagged"),
         ("dgram", "msg"),
         ("dgram", "tagged"),
+        ("msg", "msg"),
+        ("msg", "tagged"),
     ];
     for (round, (ep_type, mode)) in runs.into_iter().enumerate() {
         let (_fabric, servers) = serve_two_nics(&dir, &format!("{ep_type}-{mode}-"));
@@ -672,6 +675,21 @@ fn the_abi_structures_match_the_system_libfabric_headers() {
         }
     );
     layout!(
+        "fi_eq_cm_entry",
+        FiEqCmEntry {
+            fid: fid,
+            info: info
+        }
+    );
+    layout!(
+        "fid_pep",
+        FidPep {
+            fid: fid,
+            ops: ops,
+            cm: cm
+        }
+    );
+    layout!(
         "fi_eq_err_entry",
         FiEqErrEntry {
             fid: fid,
@@ -895,6 +913,8 @@ fn the_abi_structures_match_the_system_libfabric_headers() {
         ("FI_CLASS_AV_SET", FI_CLASS_AV_SET as u64),
         ("FI_CLASS_EP", FI_CLASS_EP as u64),
         ("FI_CLASS_CQ", FI_CLASS_CQ as u64),
+        ("FI_CLASS_PEP", FI_CLASS_PEP as u64),
+        ("FI_CLASS_CONNREQ", FI_CLASS_CONNREQ as u64),
         ("FI_ENABLE", FI_ENABLE as u64),
         ("FI_TRANSMIT", FI_TRANSMIT),
         ("FI_RECV", FI_RECV),

@@ -281,7 +281,7 @@ static void node_and_service(void)
 	 * answered). */
 	CHECK_RET(fi_getinfo(FI_VERSION(1, 17), "10.0.0.2", "http", 0, hints, &info), -FI_ENODATA);
 	/* Hints the provider cannot meet. */
-	hints->ep_attr->type = FI_EP_MSG;
+	hints->ep_attr->type = FI_EP_SOCK_STREAM;
 	CHECK_RET(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info), -FI_ENODATA);
 	hints->ep_attr->type = FI_EP_RDM;
 	hints->domain_attr->ep_cnt = 1000000;
