@@ -63,7 +63,7 @@ use crate::cq::{Completion, CompletionError, UetCq, NO_SOURCE};
 use crate::domain::{domain_ref, UetDomain};
 use crate::eq::EqLink;
 use crate::info::{EpKind, FI_MATCH_COMPLETE, RELIABLE_ONLY_FLAGS};
-use crate::pep::{cm_param, put_address};
+use crate::pep::{address_in, cm_param, put_address};
 use crate::{entry, null, object_ref, unsupported};
 use core::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering;
@@ -845,7 +845,9 @@ fn enable(e: &UetEp, st: &mut EpState, call: &str) -> Result<(), FiError> {
     Ok(())
 }
 
-/// `fi_getname`: the endpoint's UET address (32 bytes); `-FI_ETOOSMALL` with `*addrlen` set
+/// `fi_getname`: the endpoint's UET address in the `fi_info`'s format (32 bytes, or with
+/// `FI_ADDR_STR` its NUL-terminated string, which an AV of that format inserts as it is);
+/// `-FI_ETOOSMALL` with `*addrlen` set
 /// when the buffer is shorter.
 unsafe extern "C" fn ep_getname(fid: *mut Fid, addr: *mut c_void, addrlen: *mut usize) -> c_int {
     const CALL: &str = "fi_getname";
@@ -861,18 +863,13 @@ unsafe extern "C" fn ep_getname(fid: *mut Fid, addr: *mut c_void, addrlen: *mut 
                 format!("{CALL}: the endpoint has its address once enabled (fi_enable)"),
             )
         })?;
-        let buf: &mut [u8] = if addr.is_null() {
-            &mut []
-        } else {
-            // SAFETY: `addr` holds `*addrlen` writable bytes (libfabric's contract).
-            unsafe { core::slice::from_raw_parts_mut(addr.cast::<u8>(), *addrlen) }
-        };
-        driver.getname(buf, addrlen)?;
-        Ok(0)
+        let bytes = address_in(e.addr_format, driver.address(), CALL)?;
+        // SAFETY: libfabric's contract on `addr` and `addrlen`.
+        unsafe { put_address(CALL, &bytes, addr, addrlen) }
     })
 }
 
-/// `fi_getpeer`: the connected peer's UET address (32 bytes); `-FI_ETOOSMALL` with
+/// `fi_getpeer`: the connected peer's UET address, in the format `fi_getname` uses; `-FI_ETOOSMALL` with
 /// `*addrlen` set when the buffer is shorter, `-FI_ENOTCONN` while not connected.
 unsafe extern "C" fn ep_getpeer(ep: *mut FidEp, addr: *mut c_void, addrlen: *mut usize) -> c_int {
     const CALL: &str = "fi_getpeer";
@@ -892,9 +889,7 @@ unsafe extern "C" fn ep_getpeer(ep: *mut FidEp, addr: *mut c_void, addrlen: *mut
             })?
             .peer_address()
             .map_err(|e| driver_error(CALL, &e))?;
-        let bytes = peer
-            .to_bytes()
-            .map_err(|e| FiError::inval(format!("{CALL}: {e}")))?;
+        let bytes = address_in(e.addr_format, &peer, CALL)?;
         // SAFETY: libfabric's contract on `addr` and `addrlen`.
         unsafe { put_address(CALL, &bytes, addr, addrlen) }
     })

@@ -394,20 +394,29 @@ unsafe extern "C" fn pep_getname(fid: *mut Fid, addr: *mut c_void, addrlen: *mut
                 format!("{CALL}: the passive endpoint has its address once listening (fi_listen)"),
             )
         })?;
-        let a = listener.address();
-        let bytes = match p.core.listen.addr_format() {
-            AddrFormat::Uet => a
-                .to_bytes()
-                .map_err(|e| FiError::inval(format!("{CALL}: {e}")))?
-                .to_vec(),
-            AddrFormat::Str => {
-                let mut s = a.to_string().into_bytes();
-                s.push(0);
-                s
-            }
-        };
+        let bytes = address_in(p.core.listen.addr_format(), listener.address(), CALL)?;
         // SAFETY: libfabric's contract on `addr` and `addrlen`.
         unsafe { put_address(CALL, &bytes, addr, addrlen) }
+    })
+}
+
+/// `a` as an address of `format` hands it out: its 32 bytes, or its NUL-terminated string
+/// (`FI_ADDR_STR`), the form `fi_av_insert` and `fi_connect` take back in that format.
+pub(crate) fn address_in(
+    format: AddrFormat,
+    a: &uet_fwif::UetAddress,
+    call: &str,
+) -> Result<Vec<u8>, FiError> {
+    Ok(match format {
+        AddrFormat::Uet => a
+            .to_bytes()
+            .map_err(|e| FiError::inval(format!("{call}: {e}")))?
+            .to_vec(),
+        AddrFormat::Str => {
+            let mut s = a.to_string().into_bytes();
+            s.push(0);
+            s
+        }
     })
 }
 

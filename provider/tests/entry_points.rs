@@ -2687,3 +2687,97 @@ fn utility_providers_get_no_core_to_layer_an_rdm_on() {
     // SAFETY: the provider's answer, freed once.
     unsafe { uet_fi::info::free_info(info) };
 }
+
+/// In an `FI_ADDR_STR` domain an endpoint's `fi_getname` is its address as a string (with its
+/// NUL), which an AV of the same format inserts as it is, so two endpoints that swap names
+/// reach each other; a buffer too short gets `-FI_ETOOSMALL` and the size.
+#[test]
+fn in_a_string_domain_fi_getname_gives_the_string_an_av_inserts() {
+    let open = Open::new(FI_MSG, FI_ADDR_STR);
+    let mut attr = av_attr(4);
+    let av = open.av_open(&mut attr).unwrap();
+    let eps = [0, 1].map(|_| {
+        let cq = open.cq_open(FI_CQ_FORMAT_DATA, FI_WAIT_NONE);
+        let ep = open.endpoint();
+        // SAFETY: an open AV, CQ and endpoint.
+        unsafe {
+            let fops = &*(*ep).fid.ops;
+            assert_eq!((fops.bind)(&mut (*ep).fid, &mut (*av).fid, 0), 0);
+            assert_eq!(
+                (fops.bind)(&mut (*ep).fid, &mut (*cq).fid, FI_TRANSMIT | FI_RECV),
+                0
+            );
+            assert_eq!((fops.control)(&mut (*ep).fid, FI_ENABLE, null_mut()), 0);
+        }
+        (ep, cq)
+    });
+    let name = |ep: *mut FidEp| {
+        let mut buf = [0u8; 128];
+        let mut len = 4;
+        // SAFETY: an open endpoint; `buf` holds `len` bytes.
+        let short =
+            unsafe { ((*(*ep).cm).getname)(&mut (*ep).fid, buf.as_mut_ptr().cast(), &mut len) };
+        assert_eq!(short, -(FiErrno::FI_ETOOSMALL.get() as c_int));
+        assert!(len > 4 && len < buf.len(), "the size: {len}");
+        let want = len;
+        // SAFETY: as above.
+        let ret =
+            unsafe { ((*(*ep).cm).getname)(&mut (*ep).fid, buf.as_mut_ptr().cast(), &mut len) };
+        assert_eq!((ret, len), (0, want));
+        assert_eq!(buf[len - 1], 0, "NUL-terminated");
+        CStr::from_bytes_with_nul(&buf[..len]).unwrap().to_owned()
+    };
+    let (a, b) = (name(eps[0].0), name(eps[1].0));
+    assert!(a.to_str().unwrap().contains("10.0.0.1"), "{a:?}");
+    assert_ne!(a, b);
+    let mut fi = [0u64; 2];
+    // An FI_ADDR_STR AV takes an array of string pointers (fi_av(3)).
+    let names = [a.as_ptr(), b.as_ptr()];
+    // SAFETY: an open AV; two pointers to NUL-terminated strings, two fi_addr slots.
+    let inserted = unsafe {
+        ((*(*av).ops).insert)(av, names.as_ptr().cast(), 2, fi.as_mut_ptr(), 0, null_mut())
+    };
+    assert_eq!((inserted, fi), (2, [0, 1]));
+    // A message from the first endpoint to the second, by the fi_addr of its name.
+    let mut rbuf = [0u8; 8];
+    // SAFETY: open endpoints; `rbuf` outlives the receive's completion, read below; the
+    // message is copied at the call.
+    unsafe {
+        let rx = &*(*eps[1].0).msg;
+        let buf = rbuf.as_mut_ptr().cast();
+        assert_eq!((rx.recv)(eps[1].0, buf, 8, null_mut(), u64::MAX, 7 as _), 0);
+        let tx = &*(*eps[0].0).msg;
+        let msg = b"by name";
+        let ret = (tx.send)(eps[0].0, msg.as_ptr().cast(), 7, null_mut(), fi[1], 8 as _);
+        assert_eq!(ret, 0);
+    }
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    // Room for an entry of any format; the CQ writes its FI_CQ_FORMAT_DATA prefix.
+    let mut e = FiCqTaggedEntry {
+        op_context: null_mut(),
+        flags: 0,
+        len: 0,
+        buf: null_mut(),
+        data: 0,
+        tag: 0,
+    };
+    loop {
+        // SAFETY: an open CQ; room for one entry of its format.
+        let ret = unsafe { ((*(*eps[1].1).ops).read)(eps[1].1, (&raw mut e).cast(), 1) };
+        if ret == 1 || std::time::Instant::now() > end {
+            assert_eq!(ret, 1, "delivered");
+            break;
+        }
+        std::thread::yield_now();
+    }
+    assert_eq!((e.op_context as usize, e.len), (7, 7));
+    assert_eq!(&rbuf[..7], b"by name");
+    // SAFETY: ours, open, closed once.
+    unsafe {
+        for (ep, cq) in eps {
+            assert_eq!(close(&mut (*ep).fid), 0);
+            assert_eq!(close(&mut (*cq).fid), 0);
+        }
+        assert_eq!(close(&mut (*av).fid), 0);
+    }
+}
