@@ -60,6 +60,8 @@ pub(crate) struct Names {
 pub(crate) struct EqLink {
     queue: EventQueue,
     names: Arc<Mutex<Names>>,
+    /// The queue's readers' lock ([`UetEq::reading`]).
+    reading: Arc<Mutex<()>>,
     _binding: EqBinding,
 }
 
@@ -79,8 +81,12 @@ impl EqLink {
     }
 
     /// The object `id` is closed (nothing posts for it any more): its events still queued
-    /// are dropped, and its name forgotten.
+    /// are dropped, and its name forgotten. Not during a read, which looks at an event and
+    /// then takes the queue's first: had the event gone in between, it would take another
+    /// object's in its place, and report one whose object has no name any more. The caller
+    /// holds no lock a read takes (a passive endpoint's).
     pub(crate) fn forget(&self, id: u64) {
+        let _reading = self.reading.lock().unwrap_or_else(PoisonError::into_inner);
         let dropped = self.queue.discard(id);
         if dropped > 0 {
             tracing::debug!(id, dropped, "events of a closed endpoint dropped");
@@ -126,6 +132,7 @@ impl UetEq {
             _binding: self.eq.bind()?,
             queue: self.eq.clone(),
             names: Arc::clone(&self.fids),
+            reading: Arc::clone(&self.reading),
         })
     }
 

@@ -490,16 +490,19 @@ unsafe extern "C" fn pep_close(fid: *mut Fid) -> c_int {
     entry(CALL, || {
         // SAFETY: called through the fid's own ops.
         let p = unsafe { pep_ref(fid, CALL) }?;
-        {
+        // Out of the lock first: a read of the EQ takes it for an FI_CONNREQ of the listener
+        // (which, the listener gone, it no longer reports), and the events are dropped only
+        // between reads.
+        let (listener, eq) = {
             let mut st = p.core.lock();
-            let listener = st.listener.take();
-            let id = listener.as_ref().map(PassiveEndpoint::fid);
-            drop(listener);
-            if let (Some(id), Some(link)) = (id, st.eq.as_ref()) {
-                link.forget(id);
-            }
-            drop(st.eq.take());
+            (st.listener.take(), st.eq.take())
+        };
+        let id = listener.as_ref().map(PassiveEndpoint::fid);
+        drop(listener);
+        if let (Some(id), Some(link)) = (id, eq.as_ref()) {
+            link.forget(id);
         }
+        drop(eq);
         let gone: Vec<Request> = {
             let mut all = requests();
             let (gone, kept) = std::mem::take(&mut *all)

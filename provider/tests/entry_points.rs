@@ -2781,3 +2781,117 @@ fn in_a_string_domain_fi_getname_gives_the_string_an_av_inserts() {
         assert_eq!(close(&mut (*av).fid), 0);
     }
 }
+
+/// A listener closed while another thread reads the EQ it shares with other objects: the
+/// listener's events go, and no one else's is lost with them, nor reported with a `fid`
+/// that is no object's.
+#[test]
+fn closing_a_listener_during_an_eq_read_loses_no_other_objects_event() {
+    let m = Msg::new();
+    let eq_c = m.eq();
+    let mut lost = 0;
+    for round in 0..10 {
+        let mut eq = null_mut();
+        let mut attr = FiEqAttr {
+            size: 0,
+            flags: uet_av::flags::FI_WRITE,
+            wait_obj: FI_WAIT_UNSPEC,
+            signaling_vector: 0,
+            wait_set: null_mut(),
+        };
+        // SAFETY: an open fabric; valid attributes and out pointer.
+        unsafe {
+            assert_eq!(
+                ((*(*m.open.fabric).ops).eq_open)(m.open.fabric, &mut attr, &mut eq, null_mut()),
+                0
+            );
+        }
+        let pep = m.listen(eq);
+        // SAFETY: `pep` is open; only the field's address is taken.
+        let pep_fid: *mut Fid = unsafe { &mut (*pep).fid };
+        let listener = name_of(pep_fid);
+        let clients: Vec<_> = (0..8).map(|_| m.ep(m.open.info, eq_c)).collect();
+        for &(c, _) in &clients {
+            assert_eq!(connect(c, &listener, b"x"), 0);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        // The application's own event, behind the requests.
+        let marker = 0x5eed_0000usize + round;
+        let entry = FiEqEntry {
+            fid: marker as *mut Fid,
+            context: null_mut(),
+            data: 77,
+        };
+        let len = core::mem::size_of::<FiEqEntry>();
+        // SAFETY: an open EQ opened with FI_WRITE; a valid entry.
+        let wrote = unsafe { ((*(*eq).ops).write)(eq, 0, (&raw const entry).cast(), len, 0) };
+        assert_eq!(wrote, len as isize);
+        let closing = Shared(pep_fid);
+        let closer = std::thread::spawn(move || {
+            // SAFETY: an open pep, closed once, by this thread.
+            unsafe { close(closing.get()) }
+        });
+        let mut seen = false;
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let mut buf = [0u8; 64];
+            let mut event = 0u32;
+            // SAFETY: an open EQ; a valid buffer.
+            let ret = unsafe {
+                ((*(*eq).ops).read)(eq, &mut event, buf.as_mut_ptr().cast(), buf.len(), 0)
+            };
+            if ret == neg(FiErrno::FI_EAGAIN) {
+                if closer.is_finished() || std::time::Instant::now() > end {
+                    break;
+                }
+                continue;
+            }
+            assert!(ret > 0, "fi_eq_read: {ret}");
+            // SAFETY: the provider wrote an entry at the buffer's start.
+            let fid = unsafe { buf.as_ptr().cast::<*mut Fid>().read_unaligned() };
+            if event == FI_CONNREQ {
+                assert_eq!(fid, pep_fid, "a request names its listener");
+                // SAFETY: the provider wrote a struct fi_eq_cm_entry; its info is ours.
+                unsafe {
+                    let e = buf.as_ptr().cast::<FiEqCmEntry>().read_unaligned();
+                    uet_fi::info::free_info(e.info);
+                }
+            } else {
+                assert_eq!((event, fid as usize), (0, marker), "the written event");
+                seen = true;
+            }
+        }
+        assert_eq!(closer.join().unwrap(), 0, "fi_close(pep)");
+        // Anything left is the written event.
+        if !seen {
+            let mut buf = [0u8; 64];
+            let mut event = 0u32;
+            // SAFETY: an open EQ; a valid buffer.
+            let ret = unsafe {
+                ((*(*eq).ops).read)(eq, &mut event, buf.as_mut_ptr().cast(), buf.len(), 0)
+            };
+            if ret > 0 {
+                seen = true;
+            }
+        }
+        if !seen {
+            lost += 1;
+        }
+        for &(c, cq) in &clients {
+            // SAFETY: ours, open, closed once.
+            unsafe { close_all(&[&mut (*c).fid, &mut (*cq).fid]) };
+        }
+        // Drain the clients' refusals.
+        // SAFETY: an open EQ; a plain-data error entry.
+        while unsafe {
+            let mut e: FiEqErrEntry = core::mem::zeroed();
+            ((*(*eq_c).ops).readerr)(eq_c, &mut e, 0)
+        } > 0
+        {}
+        // SAFETY: ours, open, closed once.
+        unsafe { close_all(&[&mut (*eq).fid]) };
+    }
+    assert_eq!(lost, 0, "rounds whose written event was lost");
+    // SAFETY: ours, open, closed once.
+    unsafe { close_all(&[&mut (*eq_c).fid]) };
+}
