@@ -32,7 +32,8 @@
 //!   under `FI_SELECTIVE_COMPLETION` a call that takes no flags (`fi_send`, `fi_recv`, ...)
 //!   reports its success when the `op_flags` of the `fi_info`'s `tx_attr` or `rx_attr` the
 //!   endpoint was opened with hold `FI_COMPLETION`, as `fi_endpoint(3)` has it;
-//!   `fi_enable` (`-FI_ENOAV` without an AV but on `FI_EP_MSG`, `-FI_ENOCQ` without a CQ
+//!   `fi_enable` (`-FI_ENOAV` without an AV but on `FI_EP_MSG`, `-FI_ENOEQ` without an EQ
+//!   on `FI_EP_MSG`, which reports its connection there, `-FI_ENOCQ` without a CQ
 //!   for a direction the `fi_info`'s caps serve) creates the endpoint on the NIC
 //!   ([`uet_driver::Domain::endpoint`]), which gives it its address (`fi_getname`). Binding
 //!   after `fi_enable` is `-FI_EOPBADSTATE`, and so is a data call before it.
@@ -770,15 +771,19 @@ unsafe extern "C" fn ep_control(fid: *mut Fid, command: c_int, _arg: *mut c_void
 }
 
 /// Create the endpoint on the NIC (`fi_enable`, or implicitly `fi_connect` and `fi_accept`)
-/// unless it is: `FI_ENOAV` without an AV (`FI_EP_MSG` binds none), `FI_ENOCQ` without a CQ
-/// for a direction the `fi_info`'s caps serve. An `FI_EP_MSG` endpoint reports to its EQ
-/// from then on. Nothing changes on an error.
+/// unless it is: `FI_ENOAV` without an AV (`FI_EP_MSG` binds none), `FI_ENOEQ` without an
+/// EQ on `FI_EP_MSG` (fi_endpoint(3): bound before it is enabled, which no EQ is after),
+/// `FI_ENOCQ` without a CQ for a direction the `fi_info`'s caps serve. An `FI_EP_MSG`
+/// endpoint reports to its EQ from then on. Nothing changes on an error.
 fn enable(e: &UetEp, st: &mut EpState, call: &str) -> Result<(), FiError> {
     if st.driver.is_some() {
         return Ok(());
     }
     let av = match e.kind {
-        EpKind::Msg => None,
+        EpKind::Msg => {
+            no_eq(st, call)?;
+            None
+        }
         _ => Some(st.av.ok_or_else(|| {
             FiError::new(
                 FiErrno::FI_ENOAV,

@@ -2895,3 +2895,29 @@ fn closing_a_listener_during_an_eq_read_loses_no_other_objects_event() {
     // SAFETY: ours, open, closed once.
     unsafe { close_all(&[&mut (*eq_c).fid]) };
 }
+
+/// An `FI_EP_MSG` endpoint reports its connection on its EQ, which cannot be bound once it
+/// is enabled: `fi_enable` without one is `-FI_ENOEQ` and leaves it unenabled, so that the EQ
+/// may still be bound (before, the endpoint was enabled, could bind no EQ, and could never
+/// connect).
+#[test]
+fn a_connected_endpoint_is_not_enabled_without_an_eq() {
+    let m = Msg::new();
+    let eq = m.eq();
+    let ep = m.endpoint(m.open.info).unwrap();
+    // SAFETY: `ep` is open; only the field's address is taken.
+    let ep_fid: *mut Fid = unsafe { &mut (*ep).fid };
+    let cq = m.open.cq_open(FI_CQ_FORMAT_DATA, FI_WAIT_UNSPEC);
+    // SAFETY: open objects; valid arguments.
+    unsafe {
+        assert_eq!(bind(ep_fid, &mut (*cq).fid, FI_TRANSMIT | FI_RECV), 0);
+        let enable = (*(*ep_fid).ops).control;
+        assert_eq!(
+            enable(ep_fid, FI_ENABLE, null_mut()),
+            ineg(FiErrno::FI_ENOEQ)
+        );
+        assert_eq!(bind(ep_fid, &mut (*eq).fid, 0), 0, "the EQ is still bound");
+        assert_eq!(enable(ep_fid, FI_ENABLE, null_mut()), 0);
+        close_all(&[ep_fid, &mut (*cq).fid, &mut (*eq).fid]);
+    }
+}
