@@ -2921,3 +2921,86 @@ fn a_connected_endpoint_is_not_enabled_without_an_eq() {
         close_all(&[ep_fid, &mut (*cq).fid, &mut (*eq).fid]);
     }
 }
+
+/// With `FI_ADDR_STR`, the addresses of a connection are strings, as the listener's
+/// `fi_getname` and `fi_connect` have them: an endpoint's `fi_getname` and `fi_getpeer`
+/// give each side's string (before, the 32 binary bytes of `FI_FORMAT_UNSPEC`).
+#[test]
+fn with_fi_addr_str_a_connected_endpoints_name_and_peer_are_strings() {
+    let hints = Hints::new(FI_MSG, FI_ADDR_STR);
+    // SAFETY: the hints' own attributes.
+    unsafe { (*hints.info.ep_attr).ep_type = FI_EP_MSG };
+    let m = Msg {
+        open: Open::with_hints(&hints),
+    };
+    let (eq_l, eq_c) = (m.eq(), m.eq());
+    let pep = m.listen(eq_l);
+    // SAFETY: `pep` is open; only the field's address is taken.
+    let pep_fid: *mut Fid = unsafe { &mut (*pep).fid };
+    let mut listener = [0u8; 128];
+    let mut len = listener.len();
+    // SAFETY: an open pep; valid buffers.
+    let ret = unsafe { ((*(*pep).cm).getname)(pep_fid, listener.as_mut_ptr().cast(), &mut len) };
+    assert_eq!(ret, 0);
+    let (client, cq_c) = m.ep(m.open.info, eq_c);
+    // SAFETY: an open endpoint; the listener's NUL-terminated string.
+    let ret = unsafe { ((*(*client).cm).connect)(client, listener.as_ptr().cast(), null(), 0) };
+    assert_eq!(ret, 0);
+    let req = cm_event(eq_l).expect("FI_CONNREQ");
+    assert_eq!(req.event, FI_CONNREQ);
+    let (server, cq_s) = m.ep(req.info, eq_l);
+    // SAFETY: an open endpoint.
+    assert_eq!(unsafe { ((*(*server).cm).accept)(server, null(), 0) }, 0);
+    assert_eq!(cm_event(eq_c).expect("FI_CONNECTED").event, FI_CONNECTED);
+    assert_eq!(cm_event(eq_l).expect("FI_CONNECTED").event, FI_CONNECTED);
+
+    let (client_name, server_name) = (str_address(client, false), str_address(server, false));
+    assert!(client_name.starts_with("uet://"), "{client_name:?}");
+    assert_eq!(str_address(client, true), server_name);
+    assert_eq!(str_address(server, true), client_name);
+    // A short buffer: -FI_ETOOSMALL and the string's size.
+    let mut short = [0u8; 8];
+    let mut len = short.len();
+    // SAFETY: an open endpoint; valid buffers.
+    let ret = unsafe { ((*(*client).cm).getpeer)(client, short.as_mut_ptr().cast(), &mut len) };
+    assert_eq!(
+        (ret, len),
+        (ineg(FiErrno::FI_ETOOSMALL), server_name.len() + 1)
+    );
+
+    // SAFETY: ours, open, closed once; the event's info freed once.
+    unsafe {
+        uet_fi::info::free_info(req.info);
+        close_all(&[
+            &mut (*server).fid,
+            &mut (*client).fid,
+            &mut (*cq_s).fid,
+            &mut (*cq_c).fid,
+            pep_fid,
+            &mut (*eq_l).fid,
+            &mut (*eq_c).fid,
+        ]);
+    }
+}
+
+/// `fi_getname` of a connected endpoint opened with `FI_ADDR_STR`, or `fi_getpeer` of it.
+fn str_address(ep: *mut FidEp, peer: bool) -> String {
+    let mut got = [0u8; 128];
+    let mut len = got.len();
+    // SAFETY: an open endpoint; valid buffers.
+    let ret = unsafe {
+        if peer {
+            ((*(*ep).cm).getpeer)(ep, got.as_mut_ptr().cast(), &mut len)
+        } else {
+            ((*(*ep).cm).getname)(&mut (*ep).fid, got.as_mut_ptr().cast(), &mut len)
+        }
+    };
+    assert_eq!(ret, 0);
+    let text = CStr::from_bytes_until_nul(&got[..len]).expect("a NUL-terminated string");
+    assert_eq!(
+        text.to_bytes_with_nul().len(),
+        len,
+        "the string and its NUL"
+    );
+    text.to_str().expect("UTF-8").to_owned()
+}
