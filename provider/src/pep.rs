@@ -15,7 +15,9 @@
 //!   object of the provider. An endpoint opened with that `fi_info` takes the request
 //!   (`fi_accept`); `fi_reject(pep, handle, param, len)` refuses it, and the requester's
 //!   EQ gets `FI_ECONNREFUSED` with `param` as its error data. A request is answered once:
-//!   the handle is freed then, and any later use of it is `-FI_EINVAL`.
+//!   the handle is freed then, and a later use of it is `-FI_EINVAL` (handles are looked up,
+//!   never read through) — unless a newer request's handle has taken its address, which the
+//!   application cannot tell apart: as fi_cm(3) has it, a handle is not used once answered.
 //! * Connection data (`param`) longer than the protocol carries ([`MAX_CM_DATA`]) is cut to
 //!   it, as fi_cm(3) has it.
 //! * `fi_close` rejects every request left unanswered (their requesters get
