@@ -30,7 +30,7 @@
 //!
 //! An AV's events name it by the `fid_av` pointer the application holds: the queue learns
 //! it when the AV is bound (`fi_av_bind`); a passive endpoint's when it listens, an
-//! `FI_EP_MSG` endpoint's when it is enabled ([`EqLink`]). When either closes, the events of
+//! `FI_EP_MSG` endpoint's when it is enabled (an `EqLink`). When either closes, the events of
 //! it the queue still holds are dropped.
 
 use crate::abi::*;
