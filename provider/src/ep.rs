@@ -514,7 +514,7 @@ static EP_FID_OPS: FiOps = unsupported::fid_ops(ep_close, ep_bind, ep_control);
 static EP_OPS: FiOpsEp = FiOpsEp {
     size: core::mem::size_of::<FiOpsEp>(),
     cancel: unsupported::ep_cancel,
-    getopt: unsupported::ep_getopt,
+    getopt: ep_getopt,
     setopt: unsupported::ep_setopt,
     tx_ctx: unsupported::ep_tx_ctx,
     rx_ctx: unsupported::ep_rx_ctx,
@@ -848,6 +848,34 @@ fn enable(e: &UetEp, st: &mut EpState, call: &str) -> Result<(), FiError> {
         unsafe { &*b.cq }.wake_waiters();
     }
     Ok(())
+}
+
+/// `fi_getopt`: `FI_OPT_CM_DATA_SIZE` of an `FI_EP_MSG` endpoint ([`crate::pep::cm_getopt`]);
+/// `-FI_ENOPROTOOPT` for any other option, and on other endpoint types, which have no
+/// connection data.
+unsafe extern "C" fn ep_getopt(
+    fid: *mut Fid,
+    level: c_int,
+    optname: c_int,
+    optval: *mut c_void,
+    optlen: *mut usize,
+) -> c_int {
+    const CALL: &str = "fi_getopt";
+    entry(CALL, || {
+        // SAFETY: called through the endpoint's own ops.
+        let e = unsafe { ep_ref(fid, CALL) }?;
+        if e.kind != EpKind::Msg {
+            return Err(FiError::new(
+                FiErrno::FI_ENOPROTOOPT,
+                format!(
+                    "{CALL}: level {level}, option {optname}: an {} endpoint serves no option",
+                    e.kind.name()
+                ),
+            ));
+        }
+        // SAFETY: libfabric's contract on `optval` and `optlen`.
+        unsafe { crate::pep::cm_getopt(CALL, level, optname, optval, optlen) }
+    })
 }
 
 /// `fi_getname`: the endpoint's UET address in the `fi_info`'s format (32 bytes, or with

@@ -227,7 +227,7 @@ static PEP_FID_OPS: FiOps = unsupported::fid_ops(pep_close, pep_bind, unsupporte
 static PEP_OPS: FiOpsEp = FiOpsEp {
     size: core::mem::size_of::<FiOpsEp>(),
     cancel: unsupported::ep_cancel,
-    getopt: unsupported::ep_getopt,
+    getopt: pep_getopt,
     setopt: unsupported::ep_setopt,
     tx_ctx: unsupported::ep_tx_ctx,
     rx_ctx: unsupported::ep_rx_ctx,
@@ -419,6 +419,68 @@ pub(crate) fn address_in(
             s.push(0);
             s
         }
+    })
+}
+
+/// `fi_getopt`'s level for endpoint options (`FI_OPT_ENDPOINT`).
+const FI_OPT_ENDPOINT: c_int = 0;
+/// `FI_OPT_CM_DATA_SIZE`: the connection data a connection message carries (read only).
+const FI_OPT_CM_DATA_SIZE: c_int = 1;
+
+/// `fi_getopt` of a connection's endpoint or listener: `FI_OPT_CM_DATA_SIZE` is
+/// [`MAX_CM_DATA`], the `param` bytes `fi_connect`, `fi_accept` and `fi_reject` carry and an
+/// `FI_CONNREQ` can hold, as a `size_t`; `FI_ETOOSMALL` with `*optlen` set when the buffer
+/// is shorter. Any other option is `FI_ENOPROTOOPT`.
+///
+/// # Safety
+/// `optlen` is NULL or valid; `optval` is NULL or holds `*optlen` writable bytes.
+pub(crate) unsafe fn cm_getopt(
+    call: &str,
+    level: c_int,
+    optname: c_int,
+    optval: *mut c_void,
+    optlen: *mut usize,
+) -> Result<c_int, FiError> {
+    if level != FI_OPT_ENDPOINT || optname != FI_OPT_CM_DATA_SIZE {
+        return Err(FiError::new(
+            FiErrno::FI_ENOPROTOOPT,
+            format!(
+                "{call}: level {level}, option {optname}: FI_OPT_CM_DATA_SIZE is the one option \
+                 served"
+            ),
+        ));
+    }
+    // SAFETY: NULL or valid (the caller's promise).
+    let len = unsafe { optlen.as_mut() }.ok_or_else(|| null(call, "optlen"))?;
+    let size = core::mem::size_of::<usize>();
+    if optval.is_null() || *len < size {
+        let room = *len;
+        *len = size;
+        return Err(FiError::new(
+            FiErrno::FI_ETOOSMALL,
+            format!("{call}: FI_OPT_CM_DATA_SIZE is a size_t of {size} bytes, the buffer {room}"),
+        ));
+    }
+    // SAFETY: `optval` holds at least a `size_t` (checked above); it need not be aligned.
+    unsafe { optval.cast::<usize>().write_unaligned(MAX_CM_DATA) };
+    *len = size;
+    Ok(0)
+}
+
+/// `fi_getopt` of a passive endpoint: [`cm_getopt`].
+unsafe extern "C" fn pep_getopt(
+    fid: *mut Fid,
+    level: c_int,
+    optname: c_int,
+    optval: *mut c_void,
+    optlen: *mut usize,
+) -> c_int {
+    const CALL: &str = "fi_getopt";
+    entry(CALL, || {
+        // SAFETY: called through the passive endpoint's own ops.
+        unsafe { pep_ref(fid, CALL) }?;
+        // SAFETY: libfabric's contract on `optval` and `optlen`.
+        unsafe { cm_getopt(CALL, level, optname, optval, optlen) }
     })
 }
 

@@ -145,17 +145,6 @@ pub(crate) unsafe extern "C" fn ep_cancel(_: *mut Fid, _: *mut c_void) -> isize 
     enosys("fi_cancel") as isize
 }
 
-pub(crate) unsafe extern "C" fn ep_getopt(
-    _: *mut Fid,
-    _: c_int,
-    _: c_int,
-    _: *mut c_void,
-    _: *mut usize,
-) -> c_int {
-    tracing::debug!("fi_getopt: no endpoint option is served: -FI_ENOPROTOOPT");
-    neg(FiErrno::FI_ENOPROTOOPT)
-}
-
 pub(crate) unsafe extern "C" fn ep_setopt(
     _: *mut Fid,
     _: c_int,

@@ -3004,3 +3004,43 @@ fn str_address(ep: *mut FidEp, peer: bool) -> String {
     );
     text.to_str().expect("UTF-8").to_owned()
 }
+
+/// `fi_getopt(FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE)` of a listener and of a connected
+/// endpoint is the connection data a connection message carries (256 bytes, a `size_t`); a
+/// buffer shorter than a `size_t` gets `-FI_ETOOSMALL` and the size. Other options, and the
+/// option on an endpoint of another type, are `-FI_ENOPROTOOPT`.
+#[test]
+fn fi_getopt_gives_the_connection_data_size_of_listeners_and_connected_endpoints() {
+    let m = Msg::new();
+    let eq = m.eq();
+    let pep = m.listen(eq);
+    let ep = m.endpoint(m.open.info).expect("fi_endpoint");
+    // SAFETY: open objects of the provider; only their fields' addresses are taken.
+    let (pep_fid, ep_fid): (*mut Fid, *mut Fid) =
+        unsafe { (&raw mut (*pep).fid, &raw mut (*ep).fid) };
+    // SAFETY: open objects; their own getopt; valid buffers of the lengths given.
+    let getopt = |fid: *mut Fid, ops: *mut FiOpsEp, optname: c_int, room: usize| unsafe {
+        let mut val = [0u8; 16];
+        let mut len = room;
+        let ret = ((*ops).getopt)(fid, 0, optname, val.as_mut_ptr().cast(), &mut len);
+        (ret, len, usize::from_ne_bytes(val[..8].try_into().unwrap()))
+    };
+    let enoprotoopt = ineg(FiErrno::FI_ENOPROTOOPT);
+    // SAFETY: open objects' operations.
+    let (pep_ops, ep_ops) = unsafe { ((*pep).ops, (*ep).ops) };
+    for (fid, ops) in [(pep_fid, pep_ops), (ep_fid, ep_ops)] {
+        assert_eq!(getopt(fid, ops, 1, 8), (0, 8, 256));
+        let (ret, len, _) = getopt(fid, ops, 1, 4);
+        assert_eq!((ret, len), (ineg(FiErrno::FI_ETOOSMALL), 8));
+        // FI_OPT_MIN_MULTI_RECV, and an option no libfabric defines.
+        assert_eq!(getopt(fid, ops, 0, 8).0, enoprotoopt);
+        assert_eq!(getopt(fid, ops, 999, 8).0, enoprotoopt);
+    }
+    // A reliable endpoint has no connection data.
+    let pair = Pair::new(0);
+    // SAFETY: an open endpoint of the pair; only its field's address is taken.
+    let (rdm_fid, rdm_ops) = unsafe { (&raw mut (*pair.p[0].ep).fid, (*pair.p[0].ep).ops) };
+    assert_eq!(getopt(rdm_fid, rdm_ops, 1, 8).0, enoprotoopt);
+    // SAFETY: ours, open, closed once.
+    unsafe { close_all(&[ep_fid, pep_fid, &mut (*eq).fid]) };
+}
