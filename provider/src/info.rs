@@ -112,8 +112,9 @@ fn answer_caps(wanted: u64) -> u64 {
     primary | directions | (PROVIDER_CAPS & !(PRIMARY_CAPS | DIRECTION_CAPS))
 }
 
-/// The capabilities of an AV, which `FI_EP_MSG` endpoints do not bind.
-const AV_CAPS: u64 = FI_SHARED_AV | FI_AV_USER_ID;
+/// What `FI_EP_MSG` endpoints lack: an AV's capabilities (they bind none) and a receive's
+/// source (`FI_SOURCE`: the peer is the connection's, in no AV of the application's).
+const AV_CAPS: u64 = FI_SHARED_AV | FI_AV_USER_ID | FI_SOURCE_CAP;
 
 /// `FI_SOURCE` of `fi_getinfo`'s flags.
 pub const FI_SOURCE: u64 = 1 << 57;
@@ -510,7 +511,8 @@ fn kind_refused(kind: EpKind, w: &Wanted, nic: &Nic) -> Option<String> {
     }
     if kind == EpKind::Msg && w.caps & AV_CAPS != 0 {
         return Some(format!(
-            "caps {:#x}: {name} endpoints bind no AV (FI_SHARED_AV, FI_AV_USER_ID)",
+            "caps {:#x}: {name} endpoints bind no AV (FI_SHARED_AV, FI_AV_USER_ID) and \
+             report no source (FI_SOURCE)",
             w.caps & AV_CAPS
         ));
     }

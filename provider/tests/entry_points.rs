@@ -1778,6 +1778,17 @@ fn fi_getinfo_answers_reliable_datagram_and_connected_endpoints_and_the_hints_ch
         }),
         Err(ENODATA)
     );
+    // Nor does it report a receive's source: the peer is the connection's.
+    assert_eq!(with(&|i| i.caps |= FI_SOURCE_CAP), Ok(vec![rdm, dgram]));
+    // SAFETY: the provider's answer to hints of type FI_EP_MSG, read, then freed once.
+    unsafe {
+        let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+        (*hints.info.ep_attr).ep_type = FI_EP_MSG;
+        let info = getinfo(None, None, 0, Some(&hints)).expect("FI_EP_MSG");
+        let caps = [(*info).caps, (*(*info).rx_attr).caps];
+        uet_fi::info::free_info(info);
+        assert_eq!(caps.map(|c| c & FI_SOURCE_CAP), [0, 0], "{caps:x?}");
+    }
     // A message larger than a packet leaves only the reliable endpoints.
     // SAFETY: as for `set_type`.
     let size = |n: usize| move |i: &mut FiInfo| unsafe { (*i.ep_attr).max_msg_size = n };
