@@ -1869,10 +1869,6 @@ impl Endpoint {
         if self.held.is_some() || self.cq_written_at_head().map_err(|e| e.errno())? {
             return Err(FiErrno::FI_EAGAIN);
         }
-        // The NIC must know every entry taken before the arm, or the arm raises at once.
-        if self.cq_unreported > 0 {
-            self.report_cq_head();
-        }
         self.arm_wakeup()
     }
 
@@ -1915,8 +1911,13 @@ impl Endpoint {
 
     /// Take a vector if the endpoint has none, clear its eventfd and arm the ring with it;
     /// `FI_ENOSYS` or `FI_EBUSY` when there is no vector ([`Endpoint::cq_wait_fd`]). The
-    /// caller found the ring empty (which reported the head) or reported the head itself.
+    /// caller found the ring empty; the head it has taken goes to the NIC first.
     fn arm_wakeup(&mut self) -> Result<(), FiErrno> {
+        // The NIC must know every entry taken before the arm, or the arm raises at once (it
+        // raises when the ring holds an entry the driver has not freed).
+        if self.cq_unreported > 0 {
+            self.report_cq_head();
+        }
         let vector = {
             let v = self.vector()?;
             v.clear();
@@ -2016,11 +2017,11 @@ impl Endpoint {
     fn next_completion(&mut self) -> Result<Option<Completion>, DriverError> {
         let (region, slot) = (self.region()?, self.cq_head_slot());
         if !self.cq_written_at_head()? {
-            // Caught up: tell the NIC everything taken, so it never waits for room the
-            // ring already has.
-            if self.cq_unreported > 0 {
-                self.report_cq_head();
-            }
+            // Caught up. The head is not reported here: a busy-polling reader finds the ring
+            // empty after nearly every completion, and a register write each time would cost
+            // it a write per completion (on vfio-user, a socket round trip). The NIC still
+            // sees room: the head goes to it every quarter ring, so it never holds back for
+            // more than a quarter, and before every arm (`arm_wakeup`).
             return Ok(None);
         }
         fence(Ordering::Acquire);
@@ -2029,8 +2030,8 @@ impl Endpoint {
         if self.cq_head == 0 {
             self.cq_phase = !self.cq_phase;
         }
-        // The head goes to the NIC every quarter ring (and when the ring is found empty),
-        // not per completion: one register write frees many entries.
+        // The head goes to the NIC every quarter ring (and before an arm), not per
+        // completion: one register write frees many entries.
         self.cq_unreported += 1;
         if self.cq_unreported >= (self.cq_geometry.entries() / 4).max(1) {
             self.report_cq_head();

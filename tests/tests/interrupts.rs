@@ -242,3 +242,78 @@ fn cq_signal_wakes_a_thread_asleep_in_cq_sread() {
         assert_eq!(b.ep.cq_sread(None).err(), Some(FiErrno::FI_EAGAIN));
     }
 }
+
+/// Counts the driver's writes to `CQ_DOORBELL` (the completion ring's head).
+#[derive(Default)]
+struct CqHeadWrites(std::sync::atomic::AtomicU32);
+
+impl BarHook for CqHeadWrites {
+    fn write32(&self, offset: u32, _value: u32) -> bool {
+        if offset == uet_regs::CQ_DOORBELL.offset() {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        true
+    }
+}
+
+/// A reader that polls the ring empty after every completion (a busy-polling `fi_cq_read`)
+/// writes the head to the NIC once per quarter ring, not once per completion: on vfio-user
+/// each register write is a round trip to the simulator's process. The NIC still has room
+/// for every message.
+#[test]
+fn a_busy_polling_reader_writes_the_completion_head_once_a_quarter_ring() {
+    let fabric = uet_sim::Fabric::new();
+    let fa = fabric
+        .add_nic(uet_sim::NicConfig::new(nic_addr(0)))
+        .unwrap();
+    let fb = fabric
+        .add_nic(uet_sim::NicConfig::new(nic_addr(1)))
+        .unwrap();
+    let hooked = std::sync::Arc::new(HookedDevice {
+        inner: uet_driver::backend::sim::SimDevice::new(fb.clone()),
+        hook: CqHeadWrites::default(),
+    });
+    let mut a = Node::new(fa, JOB, 4);
+    let mut b = Node::on_device(hooked.clone(), fb, JOB, JOB, 4);
+    let to_b = a.insert(&b.addr());
+    let quarter = (1u32 << uet_driver::EndpointAttr::default().cq_log2) / 4;
+    let writes = || hooked.hook.0.load(std::sync::atomic::Ordering::Relaxed);
+    let before = writes();
+    for i in 0..quarter + quarter / 2 {
+        b.post_recvs(1);
+        a.send(to_b, b"one at a time", u64::from(i) + 1);
+        assert!(a.next_completion().is_some_and(|e| e.error.is_none()));
+        let got = b.next_completion().expect("delivered");
+        assert!(got.error.is_none(), "{:?}", got.error);
+        assert!(b.ep.poll().unwrap().is_none(), "the ring is read empty");
+        if i + 1 < quarter {
+            assert_eq!(writes(), before, "after {} completions", i + 1);
+        }
+    }
+    assert_eq!(writes() - before, 1, "one write for the quarter ring");
+}
+
+/// An arm of a ring whose reader has taken completions it has not reported (fewer than a
+/// quarter ring) reports them first: the NIC, which raises an armed vector while the ring
+/// holds an entry the driver has not freed, does not raise it for entries already read.
+#[test]
+fn an_arm_after_unreported_reads_does_not_raise_the_vector() {
+    // pair_with put b at index 0 of a's AV.
+    let (_fabric, mut a, mut b) = pair_with(JOB, |_| {});
+    for i in 0..3 {
+        b.post_recvs(1);
+        a.send(0, b"taken", i + 1);
+        assert!(a.next_completion().is_some());
+        assert!(b.next_completion().is_some_and(|e| e.error.is_none()));
+    }
+    let sent_before = b.function.debug_counters().msix_messages;
+    assert_eq!(b.ep.cq_trywait(), Ok(()), "nothing to read: safe to sleep");
+    let fd = b.ep.cq_wait_fd().expect("a vector");
+    assert!(!readable(fd), "raised for entries already read");
+    assert_eq!(b.function.debug_counters().msix_messages, sent_before);
+    // A new completion still raises it.
+    b.post_recvs(1);
+    a.send(0, b"wakes", 9);
+    let fd = b.ep.cq_wait_fd().expect("a vector");
+    assert!(readable(fd), "a new completion raises the vector");
+}
