@@ -476,6 +476,9 @@ pub struct Endpoint {
     multi_seq: u32,
     /// A completion read by `cq_read`/`cq_readerr` and not returned yet.
     held: Option<CqEvent>,
+    /// Successful inject completions read from the ring and not reported (an inject's success
+    /// makes no event) since [`Endpoint::take_silent_completions`] last took them.
+    silent_done: u64,
     /// `FI_EP_MSG`: the connection (state, peer, control channel); dropped before the rings.
     pub(crate) cm: Option<crate::cm::CmLink>,
     /// Auth-key slots granted to the endpoint (counted in `NicInner::auth_grants`).
@@ -906,6 +909,7 @@ impl Nic {
             min_multi_recv: usize::from(caps.mtu),
             multi_seq: 0,
             held: None,
+            silent_done: 0,
             rings: Some(set.rings),
             tx: set.tx,
             rx: set.rx,
@@ -1783,6 +1787,13 @@ impl Endpoint {
         }
     }
 
+    /// The injects that completed successfully since the last call: their completions were
+    /// read from the ring (by [`Endpoint::poll`] or the `cq_*` reads) and make no event, but a
+    /// completion counter counts them (fi_cntr(3)).
+    pub fn take_silent_completions(&mut self) -> u64 {
+        core::mem::take(&mut self.silent_done)
+    }
+
     /// `fi_cq_read` of one entry: the next successful completion. Fails with `FI_EAGAIN` when
     /// nothing has completed, and with `FI_EAVAIL` while the next completion is an error
     /// (read it with [`Endpoint::cq_readerr`]); any other error is the endpoint's (a closed
@@ -2075,6 +2086,7 @@ impl Endpoint {
         };
         let local = LocalStatus::from_u8(c.status);
         if posted.silent && local == LocalStatus::Ok {
+            self.silent_done += 1;
             return Ok(None);
         }
         let mut buffer = posted.buffer;
