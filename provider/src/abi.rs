@@ -624,6 +624,9 @@ pub const FI_CLASS_EP: usize = 3;
 /// `FI_CLASS_CQ`.
 pub const FI_CLASS_CQ: usize = 14;
 
+/// `FI_CLASS_CNTR`.
+pub const FI_CLASS_CNTR: usize = 15;
+
 /// `FI_ENABLE`, the `fi_control` command `fi_enable` sends.
 pub const FI_ENABLE: c_int = 6;
 
@@ -631,6 +634,14 @@ pub const FI_ENABLE: c_int = 6;
 pub const FI_TRANSMIT: u64 = 1 << 11;
 /// `FI_RECV` of `fi_ep_bind`.
 pub const FI_RECV: u64 = 1 << 10;
+/// `FI_READ` of `fi_ep_bind` with a counter (RMA reads and atomic fetches initiated).
+pub const FI_READ: u64 = 1 << 8;
+/// `FI_WRITE` of `fi_ep_bind` with a counter (RMA writes and atomics initiated).
+pub const FI_WRITE: u64 = 1 << 9;
+/// `FI_REMOTE_READ` of `fi_ep_bind` with a counter (RMA reads targeting the endpoint).
+pub const FI_REMOTE_READ: u64 = 1 << 12;
+/// `FI_REMOTE_WRITE` of `fi_ep_bind` with a counter (RMA writes targeting the endpoint).
+pub const FI_REMOTE_WRITE: u64 = 1 << 13;
 /// `FI_SELECTIVE_COMPLETION` of `fi_ep_bind`.
 pub const FI_SELECTIVE_COMPLETION: u64 = 1 << 59;
 /// `FI_COMPLETION` of an operation's flags.
@@ -917,6 +928,38 @@ pub struct FiOpsCq {
 pub struct FidCq {
     pub fid: Fid,
     pub ops: *mut FiOpsCq,
+}
+
+/// `FI_CNTR_EVENTS_COMP` (`enum fi_cntr_events`): a counter counts completions.
+pub const FI_CNTR_EVENTS_COMP: c_int = 0;
+
+/// `struct fi_cntr_attr`.
+#[repr(C)]
+pub struct FiCntrAttr {
+    pub events: c_int,
+    pub wait_obj: c_int,
+    pub wait_set: *mut c_void,
+    pub flags: u64,
+}
+
+/// `struct fi_ops_cntr`.
+#[repr(C)]
+pub struct FiOpsCntr {
+    pub size: usize,
+    pub read: unsafe extern "C" fn(cntr: *mut FidCntr) -> u64,
+    pub readerr: unsafe extern "C" fn(cntr: *mut FidCntr) -> u64,
+    pub add: unsafe extern "C" fn(cntr: *mut FidCntr, value: u64) -> c_int,
+    pub set: unsafe extern "C" fn(cntr: *mut FidCntr, value: u64) -> c_int,
+    pub wait: unsafe extern "C" fn(cntr: *mut FidCntr, threshold: u64, timeout: c_int) -> c_int,
+    pub adderr: unsafe extern "C" fn(cntr: *mut FidCntr, value: u64) -> c_int,
+    pub seterr: unsafe extern "C" fn(cntr: *mut FidCntr, value: u64) -> c_int,
+}
+
+/// `struct fid_cntr`.
+#[repr(C)]
+pub struct FidCntr {
+    pub fid: Fid,
+    pub ops: *mut FiOpsCntr,
 }
 
 /// `FI_TAGGED`.

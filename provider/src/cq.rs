@@ -485,13 +485,13 @@ impl Drop for Waiting<'_> {
 
 /// The longest sleep between two reads of a waiting `fi_cq_sread` whose endpoints have no
 /// vector.
-const SREAD_SLEEP_MAX: Duration = Duration::from_millis(1);
+pub(crate) const SREAD_SLEEP_MAX: Duration = Duration::from_millis(1);
 
 /// The longest a `fi_cq_sread` sleeps on its endpoints' vectors before it reads the rings
 /// again anyway: it covers what no vector announces — a wakeup another waiter of the same
 /// ring took first (each waiter clears the vector when it arms it). An endpoint enabled
 /// during the wait wakes it through `wake`.
-const WAIT_RECHECK: Duration = Duration::from_millis(100);
+pub(crate) const WAIT_RECHECK: Duration = Duration::from_millis(100);
 
 /// The descriptor of an `FI_WAIT_FD` CQ: an epoll set, readable while any descriptor in it
 /// is — the CQ's signal eventfd and the vectors of its endpoints, as the last `fi_trywait`
@@ -645,7 +645,7 @@ enum Armed {
 /// Sleep in poll(2) until one of `fds` is readable or `timeout` passes (a signal that
 /// interrupts it ends it early, which the caller's loop absorbs). Whether the last of `fds`
 /// was readable.
-fn poll_readable(fds: &[RawFd], timeout: Duration) -> bool {
+pub(crate) fn poll_readable(fds: &[RawFd], timeout: Duration) -> bool {
     let mut pfds: Vec<libc::pollfd> = fds
         .iter()
         .map(|&fd| libc::pollfd {

@@ -25,6 +25,10 @@ pub struct UetDomain {
     /// CQs of the domain (`fi_close` is `FI_EBUSY` while any are open): each holds the count
     /// and takes itself off it when it closes.
     pub(crate) cqs: Arc<AtomicUsize>,
+    /// Counters of the domain (`fi_close` is `FI_EBUSY` while any are open, and
+    /// `fi_cntr_open` `FI_ENOSPC` at [`crate::cntr::CNTR_CNT`]): each holds the count and takes
+    /// itself off it when it closes.
+    pub(crate) cntrs: Arc<AtomicUsize>,
 }
 
 impl UetDomain {
@@ -47,7 +51,7 @@ static DOMAIN_OPS: FiOpsDomain = FiOpsDomain {
     cq_open: crate::cq::domain_cq_open,
     endpoint: crate::ep::domain_endpoint,
     scalable_ep: unsupported::domain_open,
-    cntr_open: unsupported::domain_open,
+    cntr_open: crate::cntr::domain_cntr_open,
     poll_open: unsupported::poll_open,
     stx_ctx: unsupported::domain_open,
     srx_ctx: unsupported::domain_open,
@@ -130,6 +134,7 @@ pub(crate) unsafe extern "C" fn fabric_domain(
             api_version: f.api_version(),
             endpoints: AtomicUsize::new(0),
             cqs: Arc::new(AtomicUsize::new(0)),
+            cntrs: Arc::new(AtomicUsize::new(0)),
         });
         // SAFETY: `domain` is non-NULL and writable (libfabric's contract).
         unsafe { *domain = Box::into_raw(boxed).cast() };
@@ -152,8 +157,8 @@ pub(crate) unsafe extern "C" fn fabric_domain2(
     unsafe { fabric_domain(fabric, info, domain, context) }
 }
 
-/// `fi_close` of a domain: `-FI_EBUSY` while AVs, endpoints or CQs of it are open (a CQ
-/// waits on the vectors of the domain's NIC).
+/// `fi_close` of a domain: `-FI_EBUSY` while AVs, endpoints, CQs or counters of it are open
+/// (a CQ or counter waits on the vectors of the domain's NIC).
 unsafe extern "C" fn domain_close(fid: *mut Fid) -> c_int {
     entry("fi_close(domain)", || {
         // SAFETY: libfabric calls this through the fid's own ops, so `fid` is one of ours.
@@ -172,6 +177,13 @@ unsafe extern "C" fn domain_close(fid: *mut Fid) -> c_int {
                 return Err(FiError::new(
                     FiErrno::FI_EBUSY,
                     format!("fi_close(domain): {cqs} CQ(s) of the domain are open"),
+                ));
+            }
+            let cntrs = d.cntrs.load(Ordering::Acquire);
+            if cntrs > 0 {
+                return Err(FiError::new(
+                    FiErrno::FI_EBUSY,
+                    format!("fi_close(domain): {cntrs} counter(s) of the domain are open"),
                 ));
             }
             if let Some(domain) = guard.take() {

@@ -28,7 +28,9 @@
 //!
 //! * `fi_endpoint` makes the object; `fi_ep_bind` takes its AV (one, named or not; none on
 //!   `FI_EP_MSG`),
-//!   its CQs (`FI_TRANSMIT`, `FI_RECV`, optionally `FI_SELECTIVE_COMPLETION`) and an EQ;
+//!   its CQs (`FI_TRANSMIT`, `FI_RECV`, optionally `FI_SELECTIVE_COMPLETION`), counters
+//!   (`FI_SEND` or its alias `FI_TRANSMIT`, `FI_RECV`: [`crate::cntr`]; the RMA flags are
+//!   `-FI_EBADFLAGS`) and an EQ;
 //!   under `FI_SELECTIVE_COMPLETION` a call that takes no flags (`fi_send`, `fi_recv`, ...)
 //!   reports its success when the `op_flags` of the `fi_info`'s `tx_attr` or `rx_attr` the
 //!   endpoint was opened with hold `FI_COMPLETION`, as `fi_endpoint(3)` has it;
@@ -60,6 +62,7 @@
 
 use crate::abi::*;
 use crate::av::UetAv;
+use crate::cntr::UetCntr;
 use crate::cq::{Completion, CompletionError, UetCq, NO_SOURCE};
 use crate::domain::{domain_ref, UetDomain};
 use crate::eq::EqLink;
@@ -182,6 +185,9 @@ struct EpState {
     av: Option<*const UetAv>,
     tx_cq: Option<CqBinding>,
     rx_cq: Option<CqBinding>,
+    /// The counters of its sends (`FI_SEND`) and receives (`FI_RECV`), which may be one.
+    tx_cntr: Option<*const UetCntr>,
+    rx_cntr: Option<*const UetCntr>,
     /// Its EQ: where an `FI_EP_MSG` endpoint reports its connection.
     eq: Option<EqLink>,
     /// An `FI_EP_MSG` endpoint: its receives have no source address to report (the peer is
@@ -206,7 +212,8 @@ pub struct EpShared {
     state: Mutex<EpState>,
 }
 
-// SAFETY: the raw pointers in the state name the AV and CQs the endpoint is bound to, which
+// SAFETY: the raw pointers in the state name the AV, CQs and counters the endpoint is bound
+// to, which
 // cannot close while it is (they count the binding); they are only dereferenced to read
 // those objects, whose own state is behind their locks.
 unsafe impl Send for EpShared {}
@@ -244,9 +251,10 @@ impl EpShared {
         }
     }
 
-    /// Read every completion of the endpoint's ring and queue each in its direction's CQ.
-    /// The CQs are reached under the endpoint's lock, which its close takes to unbind them,
-    /// so none can close under this call (lock order: endpoint, then CQ).
+    /// Read every completion of the endpoint's ring, count it in its direction's counter and
+    /// queue it in its direction's CQ. The CQs and counters are reached under the endpoint's
+    /// lock, which its close takes to unbind them, so none can close under this call (lock
+    /// order: endpoint, then CQ; a count takes no lock).
     ///
     /// A completion queued in a CQ whose waiter has armed the ring wakes that waiter
     /// ([`UetCq::push`]): it is out of the ring, and the next arm of the ring clears the
@@ -266,6 +274,14 @@ impl EpShared {
                 // SAFETY: a bound CQ cannot close while the endpoint is bound to it, and the
                 // binding is only dropped under this lock.
                 unsafe { &*cq }.push(c);
+            }
+        }
+        // Successful injects make no event; their counter counts them all the same.
+        if let (Some(cntr), Some(driver)) = (st.tx_cntr, st.driver.as_mut()) {
+            let n = driver.take_silent_completions();
+            if n > 0 {
+                // SAFETY: as for the CQ above: bound, so open, while this lock is held.
+                unsafe { &*cntr }.count(true, n);
             }
         }
     }
@@ -295,12 +311,19 @@ impl EpState {
             }
             None => return None,
         };
-        let (binding, context, report, flags, iov) = match posted {
+        let (binding, cntr, context, report, flags, iov) = match posted {
             Posted::Send {
                 context,
                 report,
                 matching,
-            } => (self.tx_cq, context, report, FI_SEND | matching.flag(), None),
+            } => (
+                self.tx_cq,
+                self.tx_cntr,
+                context,
+                report,
+                FI_SEND | matching.flag(),
+                None,
+            ),
             Posted::Recv {
                 context,
                 report,
@@ -308,6 +331,7 @@ impl EpState {
                 iov,
             } => (
                 self.rx_cq,
+                self.rx_cntr,
                 context,
                 report,
                 FI_RECV | matching.flag(),
@@ -367,6 +391,12 @@ impl EpState {
         }
         // A buffer the completion returned goes back to the pool here.
         drop(ev.buffer.take());
+        // Counted whether or not it is reported (fi_cntr(3)).
+        if let Some(cntr) = cntr {
+            // SAFETY: a bound counter stays open while the endpoint is bound to it, and the
+            // binding is only dropped under the endpoint's lock, which the drain holds.
+            unsafe { &*cntr }.count(error.is_none(), 1);
+        }
         let binding = binding?;
         if !report && error.is_none() && binding.selective {
             return None;
@@ -649,6 +679,8 @@ pub(crate) unsafe extern "C" fn domain_endpoint(
                     av: None,
                     tx_cq: None,
                     rx_cq: None,
+                    tx_cntr: None,
+                    rx_cntr: None,
                     eq: None,
                     connected_kind: kind == EpKind::Msg,
                 }),
@@ -734,6 +766,38 @@ unsafe extern "C" fn ep_bind(fid: *mut Fid, bfid: *mut Fid, flags: u64) -> c_int
                     cq.attach(&e.shared);
                 }
             }
+            FI_CLASS_CNTR => {
+                // SAFETY: a live object of class CNTR.
+                let cntr = unsafe { crate::cntr::cntr_ref(bfid, CALL) }?;
+                const RMA: u64 = FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+                if flags & RMA != 0 {
+                    return Err(FiError::badflags(format!(
+                        "{CALL}: flags {flags:#x}: counters of RMA (FI_READ, FI_WRITE, \
+                         FI_REMOTE_READ, FI_REMOTE_WRITE) are not served, as RMA is not"
+                    )));
+                }
+                if flags & !(FI_SEND | FI_RECV) != 0 || flags == 0 {
+                    return Err(FiError::badflags(format!(
+                        "{CALL}: flags {flags:#x}: a counter binds with FI_SEND (FI_TRANSMIT) \
+                         and/or FI_RECV"
+                    )));
+                }
+                let tx = flags & FI_SEND != 0;
+                let rx = flags & FI_RECV != 0;
+                if (tx && st.tx_cntr.is_some()) || (rx && st.rx_cntr.is_some()) {
+                    return Err(FiError::inval(format!(
+                        "{CALL}: a counter is bound for that direction already"
+                    )));
+                }
+                if tx {
+                    st.tx_cntr = Some(cntr);
+                    cntr.attach(&e.shared);
+                }
+                if rx {
+                    st.rx_cntr = Some(cntr);
+                    cntr.attach(&e.shared);
+                }
+            }
             FI_CLASS_EQ => {
                 // SAFETY: a live object of class EQ.
                 let eq = unsafe { crate::eq::eq_ref(bfid, CALL) }?;
@@ -744,7 +808,7 @@ unsafe extern "C" fn ep_bind(fid: *mut Fid, bfid: *mut Fid, flags: u64) -> c_int
             }
             other => {
                 return Err(FiError::inval(format!(
-                    "{CALL}: fid class {other}: an endpoint binds an AV, CQs and an EQ"
+                    "{CALL}: fid class {other}: an endpoint binds an AV, CQs, counters and an EQ"
                 )))
             }
         }
@@ -846,6 +910,11 @@ fn enable(e: &UetEp, st: &mut EpState, call: &str) -> Result<(), FiError> {
         // SAFETY: a bound CQ stays open while the endpoint is bound to it, and the
         // binding is only dropped under the endpoint's lock, held by the caller.
         unsafe { &*b.cq }.wake_waiters();
+    }
+    // Likewise a thread in `fi_cntr_wait` of its counters.
+    for c in [st.tx_cntr, st.rx_cntr].into_iter().flatten() {
+        // SAFETY: as for the CQs: bound, so open, under the endpoint's lock.
+        unsafe { &*c }.wake_waiters();
     }
     Ok(())
 }
@@ -1692,6 +1761,10 @@ unsafe extern "C" fn ep_close(fid: *mut Fid) -> c_int {
             for b in [st.tx_cq.take(), st.rx_cq.take()].into_iter().flatten() {
                 // SAFETY: a bound CQ stays open while the endpoint is bound to it.
                 unsafe { &*b.cq }.detach(&e.shared);
+            }
+            for c in [st.tx_cntr.take(), st.rx_cntr.take()].into_iter().flatten() {
+                // SAFETY: a bound counter stays open while the endpoint is bound to it.
+                unsafe { &*c }.detach(&e.shared);
             }
             st.av.take()
         };

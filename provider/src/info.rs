@@ -12,6 +12,7 @@
 //! | `domain_attr->name`, `fabric_attr->name`, `fabric_attr->prov_name` | the NIC's, `uet`, `uet` |
 //! | `domain_attr->ep_cnt`, `max_ep_rx_ctx` | up to the NIC's endpoints and receive contexts |
 //! | `domain_attr->cq_cnt`, `tx_ctx_cnt`, `rx_ctx_cnt` | up to the NIC's endpoints: a completion, transmit and receive ring each |
+//! | `domain_attr->cntr_cnt` | up to 1024 ([`crate::cntr::CNTR_CNT`]): counters are host objects, counting the completions the provider drains from the NIC's rings |
 //! | `domain_attr->max_ep_tx_ctx`, `max_ep_stx_ctx`, `max_ep_srx_ctx` | 1, 0, 0: one transmit context, no shared contexts |
 //! | `domain_attr->max_err_data` | up to 1024 bytes: an error's message in `err_data` is at most that |
 //! | `domain_attr->auth_key` | a 4-byte JobID (24 bits), or none |
@@ -449,6 +450,13 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
                  transmit and receive ring per endpoint)"
             )));
         }
+        if d.cntr_cnt > crate::cntr::CNTR_CNT {
+            return Err(nodata(format!(
+                "domain_attr->cntr_cnt {} is more than the provider's {} counters per domain",
+                d.cntr_cnt,
+                crate::cntr::CNTR_CNT
+            )));
+        }
         if d.cq_data_size > CQ_DATA_SIZE {
             return Err(nodata(format!(
                 "cq_data_size {} is more than the provider's {CQ_DATA_SIZE}",
@@ -755,6 +763,7 @@ unsafe fn fill(
         d.max_ep_tx_ctx = 1;
         let queues = hardware_queues(nic);
         (d.cq_cnt, d.tx_ctx_cnt, d.rx_ctx_cnt) = (queues, queues, queues);
+        d.cntr_cnt = crate::cntr::CNTR_CNT;
         d.max_err_data = crate::MAX_ERR_DATA;
         d.max_ep_rx_ctx = if w.max_ep_rx_ctx == 0 {
             usize::try_from(limits.max_rx_ctx).unwrap_or(usize::MAX)

@@ -148,6 +148,38 @@ impl Open {
         cq
     }
 
+    /// A counter of the domain counting completions, waited on as `wait_obj` says: the
+    /// counter or `fi_cntr_open`'s return.
+    fn cntr_open(&self, wait_obj: c_int) -> Result<*mut FidCntr, c_int> {
+        let mut attr = FiCntrAttr {
+            events: FI_CNTR_EVENTS_COMP,
+            wait_obj,
+            wait_set: null_mut(),
+            flags: 0,
+        };
+        self.cntr_open_with(&mut attr)
+    }
+
+    /// `fi_cntr_open` with `attr`.
+    fn cntr_open_with(&self, attr: *mut FiCntrAttr) -> Result<*mut FidCntr, c_int> {
+        let mut cntr: *mut FidCntr = null_mut();
+        // SAFETY: an open domain; NULL or valid attributes, a valid out pointer.
+        let ret = unsafe {
+            ((*(*self.domain).ops).cntr_open)(
+                self.domain,
+                attr.cast(),
+                (&raw mut cntr).cast(),
+                null_mut(),
+            )
+        };
+        if ret == 0 {
+            Ok(cntr)
+        } else {
+            assert!(cntr.is_null());
+            Err(ret)
+        }
+    }
+
     /// An endpoint of the domain opened with `self.info`, not yet bound.
     fn endpoint(&self) -> *mut FidEp {
         let mut ep: *mut FidEp = null_mut();
@@ -306,6 +338,8 @@ struct Peer {
 struct Pair {
     p: [Peer; 2],
     av: *mut FidAv,
+    /// Counters of the domain ([`Pair::with_counters`]), closed after the endpoints.
+    cntrs: Vec<*mut FidCntr>,
     /// The domain and fabric, closed after the endpoints, CQs and AV.
     _open: Open,
 }
@@ -326,7 +360,22 @@ impl Pair {
     }
 
     fn with(cq_flags: u64, wait_obj: c_int, edit: impl Fn(&mut FiInfo)) -> Pair {
+        Pair::with_counters(cq_flags, wait_obj, edit, 0, [&[], &[]])
+    }
+
+    /// [`Pair::with`], and `count` counters of the domain (`FI_WAIT_UNSPEC`), bound before
+    /// each peer `i` is enabled as `binds[i]` lists them: (counter, `fi_ep_bind` flags).
+    fn with_counters(
+        cq_flags: u64,
+        wait_obj: c_int,
+        edit: impl Fn(&mut FiInfo),
+        count: usize,
+        binds: [&[(usize, u64)]; 2],
+    ) -> Pair {
         let open = Open::new(FI_MSG | FI_TAGGED | FI_SOURCE_CAP, FI_FORMAT_UNSPEC);
+        let cntrs: Vec<_> = (0..count)
+            .map(|_| open.cntr_open(FI_WAIT_UNSPEC).expect("fi_cntr_open"))
+            .collect();
         let mut attr = av_attr(16);
         let av = open.av_open(&mut attr).unwrap();
         // SAFETY: the provider's own info, restored after the endpoints are opened.
@@ -338,7 +387,7 @@ impl Pair {
         };
         // SAFETY: the provider's own info.
         edit(unsafe { &mut *open.info });
-        let p = [0, 1].map(|_| {
+        let p = [0, 1].map(|i| {
             let cq = open.cq_open(FI_CQ_FORMAT_DATA, wait_obj);
             let ep = open.endpoint();
             // SAFETY: an open AV, CQ and endpoint.
@@ -353,6 +402,10 @@ impl Pair {
                     ),
                     0
                 );
+                for &(c, flags) in binds[i] {
+                    let cntr = cntrs[c];
+                    assert_eq!((fops.bind)(&mut (*ep).fid, &mut (*cntr).fid, flags), 0);
+                }
                 assert_eq!((fops.control)(&mut (*ep).fid, FI_ENABLE, null_mut()), 0);
                 let mut name = [0u8; 32];
                 let mut len = name.len();
@@ -373,7 +426,12 @@ impl Pair {
             (*(*open.info).tx_attr).op_flags = tx_flags;
             (*(*open.info).rx_attr).op_flags = rx_flags;
         }
-        Pair { p, av, _open: open }
+        Pair {
+            p,
+            av,
+            cntrs,
+            _open: open,
+        }
     }
 
     /// `fi_recv` on peer `i` into `buf`, from any source, with `context`: its return.
@@ -479,6 +537,9 @@ impl Drop for Pair {
                 closed.push(close(&mut (*p.cq).fid));
             }
             closed.push(close(&mut (*self.av).fid));
+            for &c in &self.cntrs {
+                closed.push(close(&mut (*c).fid));
+            }
             closed
         };
         if !std::thread::panicking() {
@@ -3054,4 +3115,353 @@ fn fi_getopt_gives_the_connection_data_size_of_listeners_and_connected_endpoints
     assert_eq!(getopt(rdm_fid, rdm_ops, 1, 8).0, enoprotoopt);
     // SAFETY: ours, open, closed once.
     unsafe { close_all(&[ep_fid, pep_fid, &mut (*eq).fid]) };
+}
+
+/// The operations of an open counter.
+fn cntr_ops(c: *mut FidCntr) -> &'static FiOpsCntr {
+    // SAFETY: an open counter's operations, a static table of the provider.
+    unsafe { &*(*c).ops }
+}
+
+/// `fi_cntr_read`.
+fn cntr_read(c: *mut FidCntr) -> u64 {
+    // SAFETY: an open counter.
+    unsafe { (cntr_ops(c).read)(c) }
+}
+
+/// `fi_cntr_readerr`.
+fn cntr_readerr(c: *mut FidCntr) -> u64 {
+    // SAFETY: an open counter.
+    unsafe { (cntr_ops(c).readerr)(c) }
+}
+
+/// `fi_cntr_wait`.
+fn cntr_wait(c: *mut FidCntr, threshold: u64, timeout: c_int) -> c_int {
+    // SAFETY: an open counter.
+    unsafe { (cntr_ops(c).wait)(c, threshold, timeout) }
+}
+
+/// `-errno` as a call returning `int` gives it.
+fn neg_int(e: FiErrno) -> c_int {
+    -(e.get() as c_int)
+}
+
+/// `fi_ep_bind` of a counter.
+fn bind_cntr(ep: *mut FidEp, c: *mut FidCntr, flags: u64) -> c_int {
+    // SAFETY: an open endpoint and counter.
+    unsafe { ((*(*ep).fid.ops).bind)(&mut (*ep).fid, &mut (*c).fid, flags) }
+}
+
+#[test]
+fn counters_count_the_sends_and_receives_of_their_endpoints_whether_or_not_a_cq_entry_is_written() {
+    // Counter `tx` counts peer 0's sends; `both` peer 0's receives and peer 1's sends and
+    // receives (two endpoints, and both directions of one). Under FI_SELECTIVE_COMPLETION
+    // with the default op_flags, fi_send and fi_recv write no CQ entry, and an fi_inject
+    // never reports its success.
+    let pair = Pair::with_counters(
+        FI_SELECTIVE_COMPLETION,
+        FI_WAIT_UNSPEC,
+        |_| {},
+        2,
+        [&[(0, FI_TRANSMIT), (1, FI_RECV)], &[(1, FI_SEND | FI_RECV)]],
+    );
+    let [tx, both] = [pair.cntrs[0], pair.cntrs[1]];
+    let mut rbufs = [[0u8; 8]; 3];
+    for (n, rbuf) in rbufs.iter_mut().enumerate() {
+        // SAFETY: the buffers outlive their completions, waited for below.
+        assert_eq!(unsafe { pair.post_recv(1, rbuf, 10 + n) }, 0);
+    }
+    assert_eq!(pair.send(0, b"one", 1), 0);
+    // SAFETY: an open endpoint; the payload is copied at the call.
+    let injected =
+        unsafe { (pair.msg(0).inject)(pair.p[0].ep, b"two".as_ptr().cast(), 3, pair.p[1].addr) };
+    assert_eq!(injected, 0);
+    // Only the counter is read: the read drives the rings (FI_PROGRESS_AUTO).
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while cntr_read(tx) < 2 && std::time::Instant::now() < end {
+        std::thread::yield_now();
+    }
+    assert_eq!(
+        cntr_read(tx),
+        2,
+        "fi_send and fi_inject, counted by fi_cntr_read alone"
+    );
+    // One more, with FI_COMPLETION: the only send that writes a CQ entry.
+    let iov = IoVec {
+        iov_base: b"three".as_ptr().cast_mut().cast(),
+        iov_len: 5,
+    };
+    let msg = FiMsg {
+        msg_iov: &iov,
+        desc: null_mut(),
+        iov_count: 1,
+        addr: pair.p[1].addr,
+        context: 3 as _,
+        data: 0,
+    };
+    // SAFETY: an open endpoint; the message is copied at the call.
+    let sent = unsafe { (pair.msg(0).sendmsg)(pair.p[0].ep, &msg, FI_COMPLETION) };
+    assert_eq!(sent, 0);
+    assert_eq!(cntr_wait(tx, 3, 2000), 0);
+    assert_eq!(cntr_wait(both, 3, 2000), 0);
+    assert_eq!(&rbufs.map(|b| b[0]), b"ott");
+    // And one back, from peer 1 to peer 0: its send and its receive count in `both`.
+    let mut back = [0u8; 8];
+    // SAFETY: the buffer outlives its completion, waited for below.
+    assert_eq!(unsafe { pair.post_recv(0, &mut back, 20) }, 0);
+    assert_eq!(pair.send(1, b"four", 21), 0);
+    assert_eq!(cntr_wait(both, 5, 2000), 0);
+    assert_eq!(
+        [tx, both].map(|c| (cntr_read(c), cntr_readerr(c))),
+        [(3, 0), (5, 0)]
+    );
+    assert_eq!(&back[..4], b"four");
+    // The CQs hold the one entry asked for, and no other.
+    assert_eq!(pair.read(0).map(|e| e.op_context as usize), Ok(3));
+    assert_eq!(pair.read(0).err(), Some(neg(FiErrno::FI_EAGAIN)));
+    assert_eq!(pair.read(1).err(), Some(neg(FiErrno::FI_EAGAIN)));
+}
+
+#[test]
+fn counters_count_failed_sends_and_truncated_receives_as_errors_which_end_a_wait() {
+    let pair = Pair::with_counters(
+        0,
+        FI_WAIT_UNSPEC,
+        |_| {},
+        2,
+        [&[(0, FI_SEND)], &[(1, FI_RECV)]],
+    );
+    let [tx, rx] = [pair.cntrs[0], pair.cntrs[1]];
+    let addr = nobody(pair.av);
+    let mut fake = 0;
+    // SAFETY: an open AV; one address, one fi_addr_t.
+    unsafe {
+        assert_eq!(
+            ((*(*pair.av).ops).insert)(pair.av, addr.as_ptr().cast(), 1, &mut fake, 0, null_mut()),
+            1
+        );
+    }
+    // A send to an address no endpoint holds fails; a thread waiting for a success wakes
+    // when the error count changes.
+    let msg = b"lost";
+    // SAFETY: an open endpoint; the message is copied at the call.
+    let sent = unsafe {
+        (pair.msg(0).send)(
+            pair.p[0].ep,
+            msg.as_ptr().cast(),
+            msg.len(),
+            null_mut(),
+            fake,
+            1 as _,
+        )
+    };
+    assert_eq!(sent, 0);
+    assert_eq!(cntr_wait(tx, 1, 2000), neg_int(FiErrno::FI_EAVAIL));
+    assert_eq!((cntr_read(tx), cntr_readerr(tx)), (0, 1));
+    // So does an inject, whose failure is reported with no context.
+    // SAFETY: as above.
+    let injected = unsafe { (pair.msg(0).inject)(pair.p[0].ep, msg.as_ptr().cast(), 4, fake) };
+    assert_eq!(injected, 0);
+    assert_eq!(cntr_wait(tx, 1, 2000), neg_int(FiErrno::FI_EAVAIL));
+    assert_eq!((cntr_read(tx), cntr_readerr(tx)), (0, 2));
+    // A message longer than its receive's buffer: the receive fails (FI_ETRUNC), the send
+    // succeeds.
+    let mut rbuf = [0u8; 2];
+    // SAFETY: the buffer outlives its completion, waited for below.
+    assert_eq!(unsafe { pair.post_recv(1, &mut rbuf, 5) }, 0);
+    assert_eq!(pair.send(0, b"hello", 6), 0);
+    assert_eq!(cntr_wait(tx, 1, 2000), 0);
+    assert_eq!(cntr_wait(rx, 1, 200), neg_int(FiErrno::FI_EAVAIL));
+    assert_eq!((cntr_read(tx), cntr_readerr(tx)), (1, 2));
+    assert_eq!((cntr_read(rx), cntr_readerr(rx)), (0, 1));
+    // The CQs report the errors as before.
+    assert_eq!(
+        pair.readerr(1).map(|e| e.err as u32),
+        Ok(FiErrno::FI_ETRUNC.get())
+    );
+    for _ in 0..2 {
+        assert_eq!(
+            pair.readerr(0).map(|e| e.err as u32),
+            Ok(FiErrno::FI_EADDRNOTAVAIL.get())
+        );
+    }
+    assert_eq!(pair.read(0).map(|e| e.op_context as usize), Ok(6));
+}
+
+/// CPU time this thread has used.
+fn thread_cpu_time() -> std::time::Duration {
+    // SAFETY: a plain-data structure.
+    let mut ts: libc::timespec = unsafe { core::mem::zeroed() };
+    // SAFETY: a valid timespec to write.
+    let ret = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(ret, 0);
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+#[test]
+fn a_counters_values_change_as_asked_and_a_wait_ends_at_its_threshold_or_times_out_asleep() {
+    let pair = Pair::with_counters(0, FI_WAIT_UNSPEC, |_| {}, 1, [&[(0, FI_SEND)], &[]]);
+    let c = pair.cntrs[0];
+    let ops = cntr_ops(c);
+    // SAFETY: an open counter.
+    unsafe {
+        assert_eq!((ops.add)(c, 5), 0);
+        assert_eq!(cntr_read(c), 5);
+        assert_eq!((ops.set)(c, 2), 0);
+        assert_eq!(cntr_read(c), 2);
+        assert_eq!((ops.adderr)(c, 3), 0);
+        assert_eq!(cntr_readerr(c), 3);
+        assert_eq!((ops.seterr)(c, 1), 0);
+        assert_eq!((cntr_read(c), cntr_readerr(c)), (2, 1));
+    }
+    // Reached already: at once, even with no time to wait.
+    assert_eq!(cntr_wait(c, 2, 0), 0);
+    assert_eq!(cntr_wait(c, 3, 0), neg_int(FiErrno::FI_ETIMEDOUT));
+    // A wait that times out sleeps meanwhile (its endpoint is idle) and leaves the error
+    // count as it was.
+    let (start, cpu) = (std::time::Instant::now(), thread_cpu_time());
+    assert_eq!(cntr_wait(c, 3, 300), neg_int(FiErrno::FI_ETIMEDOUT));
+    let (took, used) = (start.elapsed(), thread_cpu_time() - cpu);
+    assert!(took >= std::time::Duration::from_millis(300), "{took:?}");
+    assert!(
+        used < std::time::Duration::from_millis(100),
+        "a 300 ms wait used {used:?} of CPU"
+    );
+    assert_eq!(cntr_readerr(c), 1);
+    // Another thread's fi_cntr_add ends a wait without end, and so does a completion.
+    let shared = Shared(c);
+    let adder = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let c = shared.get();
+        // SAFETY: an open counter, FI_THREAD_SAFE.
+        unsafe { (cntr_ops(c).add)(c, 1) }
+    });
+    assert_eq!(cntr_wait(c, 3, -1), 0);
+    assert_eq!(adder.join().unwrap(), 0);
+    let mut rbuf = [0u8; 8];
+    // SAFETY: the buffer outlives its completion, waited for below.
+    assert_eq!(unsafe { pair.post_recv(1, &mut rbuf, 1) }, 0);
+    let sender = Shared(pair.p[0].ep);
+    let (to, send) = (pair.p[1].addr, pair.msg(0).send);
+    let sending = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        // SAFETY: an open endpoint, FI_THREAD_SAFE; the message is copied at the call.
+        unsafe {
+            send(
+                sender.get(),
+                b"x".as_ptr().cast(),
+                1,
+                null_mut(),
+                to,
+                null_mut(),
+            )
+        }
+    });
+    assert_eq!(cntr_wait(c, 4, 5000), 0);
+    assert_eq!(sending.join().unwrap(), 0);
+    assert_eq!(cntr_read(c), 4);
+    assert_eq!(pair.wait(1).map(|e| e.len), Ok(1));
+    // A counter without a wait object is not waited on.
+    let none = pair._open.cntr_open(FI_WAIT_NONE).unwrap();
+    assert_eq!(cntr_wait(none, 0, 0), neg_int(FiErrno::FI_EINVAL));
+    // SAFETY: ours, closed once.
+    assert_eq!(unsafe { close(&mut (*none).fid) }, 0);
+}
+
+#[test]
+fn a_counter_binds_for_sends_and_receives_only_and_does_not_close_while_bound() {
+    let open = Open::new(FI_MSG, FI_FORMAT_UNSPEC);
+    let c = open.cntr_open(FI_WAIT_UNSPEC).unwrap();
+    let ep = open.endpoint();
+    for flags in [
+        0,
+        FI_READ,
+        FI_WRITE,
+        FI_REMOTE_READ,
+        FI_REMOTE_WRITE,
+        FI_SEND | FI_WRITE,
+        FI_SELECTIVE_COMPLETION | FI_RECV,
+    ] {
+        assert_eq!(
+            bind_cntr(ep, c, flags),
+            neg_int(FiErrno::FI_EBADFLAGS),
+            "flags {flags:#x}"
+        );
+    }
+    assert_eq!(bind_cntr(ep, c, FI_TRANSMIT), 0);
+    // FI_TRANSMIT is FI_SEND: that direction has its counter.
+    assert_eq!(bind_cntr(ep, c, FI_SEND), neg_int(FiErrno::FI_EINVAL));
+    assert_eq!(bind_cntr(ep, c, FI_RECV), 0);
+    // SAFETY: ours, open.
+    unsafe {
+        assert_eq!(close(&mut (*c).fid), neg_int(FiErrno::FI_EBUSY));
+        assert_eq!(
+            close(&mut (*open.domain).fid),
+            neg_int(FiErrno::FI_EBUSY),
+            "the domain's endpoint and counter are open"
+        );
+        assert_eq!(close(&mut (*ep).fid), 0);
+        assert_eq!(close(&mut (*c).fid), 0);
+    }
+    // Bound after fi_enable: refused, as a CQ is.
+    let pair = Pair::new(0);
+    let late = pair._open.cntr_open(FI_WAIT_NONE).unwrap();
+    assert_eq!(
+        bind_cntr(pair.p[0].ep, late, FI_SEND),
+        neg_int(FiErrno::FI_EOPBADSTATE)
+    );
+    // SAFETY: ours, never bound, closed once.
+    assert_eq!(unsafe { close(&mut (*late).fid) }, 0);
+}
+
+#[test]
+fn fi_cntr_open_takes_completion_counters_of_the_wait_objects_it_serves_up_to_cntr_cnt() {
+    let open = Open::new(FI_MSG, FI_FORMAT_UNSPEC);
+    let attr = |events, wait_obj, flags| FiCntrAttr {
+        events,
+        wait_obj,
+        wait_set: null_mut(),
+        flags,
+    };
+    for (mut a, errno) in [
+        (attr(1, FI_WAIT_NONE, 0), FiErrno::FI_ENOSYS), // FI_CNTR_EVENTS_BYTES
+        (attr(7, FI_WAIT_NONE, 0), FiErrno::FI_EINVAL),
+        (attr(FI_CNTR_EVENTS_COMP, FI_WAIT_FD, 0), FiErrno::FI_ENOSYS),
+        (attr(FI_CNTR_EVENTS_COMP, 2, 0), FiErrno::FI_ENOSYS), // FI_WAIT_SET
+        (
+            attr(FI_CNTR_EVENTS_COMP, FI_WAIT_NONE, 1),
+            FiErrno::FI_EBADFLAGS,
+        ),
+    ] {
+        assert_eq!(open.cntr_open_with(&mut a), Err(neg_int(errno)));
+    }
+    let mut cntrs = Vec::new();
+    cntrs.push(
+        open.cntr_open_with(null_mut())
+            .expect("NULL attr: the defaults"),
+    );
+    for wait_obj in [FI_WAIT_UNSPEC, FI_WAIT_MUTEX_COND, FI_WAIT_YIELD] {
+        cntrs.push(open.cntr_open(wait_obj).unwrap());
+    }
+    // SAFETY: an info the provider gave.
+    let cntr_cnt = unsafe { (*(*open.info).domain_attr).cntr_cnt };
+    assert_eq!(cntr_cnt, 1024);
+    while cntrs.len() < cntr_cnt {
+        cntrs.push(open.cntr_open(FI_WAIT_NONE).unwrap());
+    }
+    assert_eq!(
+        open.cntr_open(FI_WAIT_NONE),
+        Err(neg_int(FiErrno::FI_ENOSPC))
+    );
+    for c in cntrs {
+        // SAFETY: ours, closed once.
+        assert_eq!(unsafe { close(&mut (*c).fid) }, 0);
+    }
+}
+
+#[test]
+fn the_answer_offers_cntr_cnt_counters_and_hints_asking_for_more_are_refused() {
+    assert_eq!(answer_to(|_, _| (), |d| d.cntr_cnt), Ok(1024));
+    assert_eq!(answer_to(|_, d| d.cntr_cnt = 16, |d| d.cntr_cnt), Ok(1024));
+    assert_eq!(answer_to(|_, d| d.cntr_cnt = 1025, |_| ()), Err(ENODATA));
 }

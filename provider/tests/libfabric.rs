@@ -896,6 +896,29 @@ fn the_abi_structures_match_the_system_libfabric_headers() {
         }
     );
     layout!("fid_cq", FidCq { fid: fid, ops: ops });
+    layout!(
+        "fi_cntr_attr",
+        FiCntrAttr {
+            events: events,
+            wait_obj: wait_obj,
+            wait_set: wait_set,
+            flags: flags,
+        }
+    );
+    layout!(
+        "fi_ops_cntr",
+        FiOpsCntr {
+            size: size,
+            read: read,
+            readerr: readerr,
+            add: add,
+            set: set,
+            wait: wait,
+            adderr: adderr,
+            seterr: seterr,
+        }
+    );
+    layout!("fid_cntr", FidCntr { fid: fid, ops: ops });
     // The other CQ formats are the tagged entry's first fields.
     c += "_Static_assert(sizeof(struct fi_cq_entry) == 8, \"fi_cq_entry\");\n\
           _Static_assert(sizeof(struct fi_cq_msg_entry) == 24, \"fi_cq_msg_entry\");\n\
@@ -913,6 +936,12 @@ fn the_abi_structures_match_the_system_libfabric_headers() {
         ("FI_CLASS_AV_SET", FI_CLASS_AV_SET as u64),
         ("FI_CLASS_EP", FI_CLASS_EP as u64),
         ("FI_CLASS_CQ", FI_CLASS_CQ as u64),
+        ("FI_CLASS_CNTR", FI_CLASS_CNTR as u64),
+        ("FI_CNTR_EVENTS_COMP", FI_CNTR_EVENTS_COMP as u64),
+        ("FI_READ", FI_READ),
+        ("FI_WRITE", FI_WRITE),
+        ("FI_REMOTE_READ", FI_REMOTE_READ),
+        ("FI_REMOTE_WRITE", FI_REMOTE_WRITE),
         ("FI_CLASS_PEP", FI_CLASS_PEP as u64),
         ("FI_CLASS_CONNREQ", FI_CLASS_CONNREQ as u64),
         ("FI_ENABLE", FI_ENABLE as u64),

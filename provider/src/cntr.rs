@@ -1,0 +1,468 @@
+//! `fi_cntr_open` and `struct fi_ops_cntr`: completion counters that endpoints bind to with
+//! `fi_ep_bind(FI_SEND | FI_RECV)`.
+//!
+//! A counter holds two numbers: the operations of its endpoints that completed successfully
+//! (`fi_cntr_read`) and those that completed in error (`fi_cntr_readerr`). Each send or
+//! receive of an endpoint bound to the counter for its direction adds one to either when it
+//! completes, whether or not it writes a CQ entry: a call under `FI_SELECTIVE_COMPLETION`
+//! without `FI_COMPLETION`, and an `fi_inject` (which never reports its success to the CQ),
+//! count all the same (fi_cntr(3)). A receive whose message was truncated counts as an error,
+//! as its CQ entry is one. The count is an atomic add where the endpoint's completions are
+//! drained ([`crate::ep`]); no lock is taken for it.
+//!
+//! The NIC writes completions into each endpoint's ring, which a read of a CQ or counter of
+//! the endpoint drains (`FI_PROGRESS_AUTO`): an application may read only the counter.
+//!
+//! * `fi_cntr_open(domain, attr, &cntr, context)`: `attr->events` is `FI_CNTR_EVENTS_COMP`
+//!   (libfabric 2's `FI_CNTR_EVENTS_BYTES` is `-FI_ENOSYS`, any other value `-FI_EINVAL`);
+//!   `wait_obj` `FI_WAIT_NONE`, or `FI_WAIT_UNSPEC`, `FI_WAIT_MUTEX_COND`, `FI_WAIT_YIELD`,
+//!   which all wait as `fi_cq_sread` does ([`crate::cq`]); `FI_WAIT_FD`, wait sets and
+//!   `FI_WAIT_POLLFD` are `-FI_ENOSYS` (a counter gives no descriptor). `flags` must be 0
+//!   (`-FI_EBADFLAGS`). A NULL `attr` is `FI_CNTR_EVENTS_COMP` with `FI_WAIT_NONE`. A domain
+//!   holds at most [`CNTR_CNT`] counters (`domain_attr->cntr_cnt`; `-FI_ENOSPC` beyond).
+//! * `fi_cntr_read`, `fi_cntr_readerr`: drain the bound endpoints' rings, then give the
+//!   value. The calls return no error: a pointer that is no counter of the provider reads 0.
+//! * `fi_cntr_add`, `fi_cntr_adderr`, `fi_cntr_set`, `fi_cntr_seterr`: change a value (an
+//!   addition wraps at 2^64); a thread in `fi_cntr_wait` looks at the new value.
+//! * `fi_cntr_wait(cntr, threshold, timeout)`: 0 once the value is at least `threshold`;
+//!   `-FI_EAVAIL` when the error count changes during the wait (fi_cntr(3): any change of it
+//!   unblocks the waiter; read it with `fi_cntr_readerr`); `-FI_ETIMEDOUT` after `timeout`
+//!   ms (negative: no end). It drains the rings and sleeps in poll(2) on the endpoints'
+//!   MSI-X vectors and the counter's own eventfd (which a count made by another thread's
+//!   read, an `fi_cntr_add` or `fi_cntr_set`, or an endpoint of the counter enabled makes
+//!   readable), at most 100 ms between reads; where an endpoint has no vector, it reads the
+//!   rings with a sleep growing from 1 µs to 1 ms between reads instead, as `fi_cq_sread`
+//!   does. `-FI_EINVAL` on a counter opened with `FI_WAIT_NONE`.
+//! * `fi_close`: `-FI_EBUSY` while endpoints are bound to it (they unbind when they close), or
+//!   while a thread waits in `fi_cntr_wait`.
+//!
+//! Counters of RMA (`FI_READ`, `FI_WRITE`, `FI_REMOTE_READ`, `FI_REMOTE_WRITE`) are not
+//! served, as RMA is not: binding with those flags is `-FI_EBADFLAGS`.
+
+use crate::abi::*;
+use crate::cq::{poll_readable, SREAD_SLEEP_MAX, WAIT_RECHECK};
+use crate::ep::{Arm, EpShared};
+use crate::{entry, null, object_ref, unsupported};
+use core::ffi::{c_int, c_void};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+use uet_av::{FiErrno, FiError};
+use vmm_sys_util::eventfd::{EventFd, EFD_CLOEXEC, EFD_NONBLOCK};
+
+/// Most counters a domain holds open (`domain_attr->cntr_cnt`). A counter is a host object
+/// (two atomics and an eventfd), not a NIC resource: the bound keeps a runaway application
+/// from exhausting the process's descriptors.
+pub const CNTR_CNT: usize = 1024;
+
+/// `FI_CNTR_EVENTS_BYTES`, libfabric 2's counter of bytes transferred: not served.
+const FI_CNTR_EVENTS_BYTES: c_int = 1;
+
+/// A counter: libfabric's `fid_cntr` first.
+#[repr(C)]
+pub struct UetCntr {
+    fid: FidCntr,
+    /// Successful completions (and what `fi_cntr_add`/`fi_cntr_set` made of them).
+    value: AtomicU64,
+    /// Completions in error.
+    errors: AtomicU64,
+    /// The endpoints bound to the counter, drained when it is read; shared with the reads,
+    /// which take it without copying the list (copy on write for a bind or close).
+    endpoints: Mutex<Arc<Vec<Arc<EpShared>>>>,
+    /// Endpoint bindings (`fi_close` is `FI_EBUSY` while any are).
+    bound: AtomicUsize,
+    /// Threads in `fi_cntr_wait` (`fi_close` is `FI_EBUSY` while any are).
+    waiting: AtomicUsize,
+    /// A waiter armed the rings and may be asleep: the next change writes `wake`.
+    sleepers: AtomicBool,
+    /// Readable after a change of the counter while a waiter slept, or after an endpoint of
+    /// the counter was enabled. `None` on a counter without a wait object, or when no
+    /// eventfd could be made (its waits then read the rings with a growing sleep).
+    wake: Option<EventFd>,
+    /// The wait object it was opened with.
+    wait_obj: c_int,
+    /// The count of its domain's open counters, which it is on until it closes.
+    domain_cntrs: Arc<AtomicUsize>,
+}
+
+impl UetCntr {
+    fn lock(&self) -> MutexGuard<'_, Arc<Vec<Arc<EpShared>>>> {
+        self.endpoints
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Bind an endpoint: its rings are drained when the counter is read or waited on.
+    pub(crate) fn attach(&self, ep: &Arc<EpShared>) {
+        let mut eps = self.lock();
+        if !eps.iter().any(|e| Arc::ptr_eq(e, ep)) {
+            Arc::make_mut(&mut eps).push(ep.clone());
+        }
+        self.bound.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Unbind an endpoint (its close), once per [`UetCntr::attach`].
+    pub(crate) fn detach(&self, ep: &Arc<EpShared>) {
+        let mut eps = self.lock();
+        Arc::make_mut(&mut eps).retain(|e| !Arc::ptr_eq(e, ep));
+        self.bound.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Count `n` completions: successful ones when `ok`, else errors. An endpoint's drain
+    /// calls it under the endpoint's lock.
+    pub(crate) fn count(&self, ok: bool, n: u64) {
+        let v = if ok { &self.value } else { &self.errors };
+        // SeqCst, paired with the waiter's store of `sleepers` and its look at the values:
+        // either the waiter sees this count, or this call sees its flag.
+        v.fetch_add(n, Ordering::SeqCst);
+        self.wake_sleepers();
+    }
+
+    /// Wake a waiter that armed the rings since the last change ([`UetCntr::sleepers`]).
+    fn wake_sleepers(&self) {
+        if self.sleepers.load(Ordering::SeqCst) && self.sleepers.swap(false, Ordering::SeqCst) {
+            self.wake_waiters();
+        }
+    }
+
+    /// Make `wake` readable: the threads in `fi_cntr_wait` look at the values again and arm
+    /// the endpoints (one enabled since they armed them, too).
+    pub(crate) fn wake_waiters(&self) {
+        if let Some(wake) = &self.wake {
+            // Cannot fail short of the eventfd's overflow, 2^64 - 2 wakes unread.
+            let _ = wake.write(1);
+        }
+    }
+
+    /// Drain the rings of the bound endpoints (outside the counter's lock: a drain takes each
+    /// endpoint's lock, then counts here without a lock).
+    fn progress(&self) {
+        let endpoints = Arc::clone(&self.lock());
+        for ep in endpoints.iter() {
+            ep.drain();
+        }
+    }
+
+    /// Arm the bound endpoints' rings for a wait: the descriptors to sleep on, `None` when
+    /// one is not to be slept on (a completion came: look again; or no vector: nap).
+    fn arm(&self) -> Result<Vec<RawFd>, Arm> {
+        let endpoints = Arc::clone(&self.lock());
+        let mut fds = Vec::with_capacity(endpoints.len() + 1);
+        for ep in endpoints.iter() {
+            match ep.arm() {
+                Arm::Fd(fd) => fds.push(fd),
+                Arm::Idle => {}
+                other => return Err(other),
+            }
+        }
+        Ok(fds)
+    }
+
+    /// `fi_cntr_wait`.
+    fn wait(&self, threshold: u64, timeout: c_int, call: &str) -> Result<(), FiError> {
+        if self.wait_obj == FI_WAIT_NONE {
+            return Err(FiError::inval(format!(
+                "{call}: the counter was opened with FI_WAIT_NONE"
+            )));
+        }
+        let _waiting = Waiting::enter(self);
+        let deadline = u64::try_from(timeout)
+            .ok()
+            .and_then(|ms| Instant::now().checked_add(Duration::from_millis(ms)));
+        let errors = self.errors.load(Ordering::SeqCst);
+        // Whether the wait is over: reached, or an error counted.
+        let done = || -> Option<Result<(), FiError>> {
+            if self.value.load(Ordering::SeqCst) >= threshold {
+                return Some(Ok(()));
+            }
+            let now = self.errors.load(Ordering::SeqCst);
+            if now != errors {
+                return Some(Err(FiError::new(
+                    FiErrno::FI_EAVAIL,
+                    format!("{call}: the error count changed ({errors} to {now})"),
+                )));
+            }
+            None
+        };
+        let mut sleep = Duration::from_micros(1);
+        loop {
+            self.progress();
+            if let Some(r) = done() {
+                return r;
+            }
+            let now = Instant::now();
+            if timeout >= 0 && deadline.is_none_or(|d| now >= d) {
+                return Err(FiError::new(
+                    FiErrno::FI_ETIMEDOUT,
+                    format!("{call}: the counter stayed below {threshold}"),
+                ));
+            }
+            let left = deadline.map(|d| d.saturating_duration_since(now));
+            let armed = match (&self.wake, self.arm()) {
+                (_, Err(Arm::Ready)) => continue,
+                (Some(wake), Ok(mut fds)) => {
+                    fds.push(wake.as_raw_fd());
+                    Some((wake, fds))
+                }
+                _ => None,
+            };
+            // From here a count made by another thread wakes this one (`count`); one made
+            // before, after this wait's look, is seen now.
+            self.sleepers.store(true, Ordering::SeqCst);
+            if done().is_some() {
+                continue;
+            }
+            if let Some((wake, fds)) = armed {
+                let cap = left.map_or(WAIT_RECHECK, |l| l.min(WAIT_RECHECK));
+                if poll_readable(&fds, cap) {
+                    // Taken, so it wakes no one again; another waiter of the counter finds
+                    // the change at its next look (at most WAIT_RECHECK later).
+                    let _ = wake.read();
+                }
+                continue;
+            }
+            std::thread::sleep(left.map_or(sleep, |l| sleep.min(l)));
+            sleep = (sleep * 2).min(SREAD_SLEEP_MAX);
+        }
+    }
+}
+
+/// A thread in `fi_cntr_wait`, counted in [`UetCntr::waiting`] until it returns.
+struct Waiting<'a>(&'a UetCntr);
+
+impl<'a> Waiting<'a> {
+    fn enter(c: &'a UetCntr) -> Self {
+        c.waiting.fetch_add(1, Ordering::AcqRel);
+        Waiting(c)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+static CNTR_FID_OPS: FiOps =
+    unsupported::fid_ops(cntr_close, unsupported::bind, unsupported::control);
+
+static CNTR_OPS: FiOpsCntr = FiOpsCntr {
+    size: core::mem::size_of::<FiOpsCntr>(),
+    read: cntr_read,
+    readerr: cntr_readerr,
+    add: cntr_add,
+    set: cntr_set,
+    wait: cntr_wait,
+    adderr: cntr_adderr,
+    seterr: cntr_seterr,
+};
+
+/// The provider's counter behind a `fid` pointer. `FI_EINVAL` for NULL or another object.
+///
+/// # Safety
+/// `fid` is NULL or a live libfabric object.
+pub(crate) unsafe fn cntr_ref<'a>(fid: *const Fid, call: &str) -> Result<&'a UetCntr, FiError> {
+    // SAFETY: the caller's promise.
+    unsafe { object_ref(fid, FI_CLASS_CNTR, &CNTR_FID_OPS, call, "counter") }
+}
+
+/// `fi_cntr_open`.
+pub(crate) unsafe extern "C" fn domain_cntr_open(
+    domain: *mut FidDomain,
+    attr: *mut c_void,
+    cntr: *mut *mut c_void,
+    context: *mut c_void,
+) -> c_int {
+    const CALL: &str = "fi_cntr_open";
+    entry(CALL, || {
+        // SAFETY: the application's domain pointer.
+        let d = unsafe { crate::domain::domain_ref(domain, CALL) }?;
+        if cntr.is_null() {
+            return Err(null(CALL, "cntr"));
+        }
+        // SAFETY: NULL or valid attributes (libfabric's contract).
+        let (events, wait_obj, flags) = match unsafe { attr.cast::<FiCntrAttr>().as_ref() } {
+            Some(a) => (a.events, a.wait_obj, a.flags),
+            None => (FI_CNTR_EVENTS_COMP, FI_WAIT_NONE, 0),
+        };
+        match events {
+            FI_CNTR_EVENTS_COMP => {}
+            FI_CNTR_EVENTS_BYTES => {
+                return Err(FiError::new(
+                    FiErrno::FI_ENOSYS,
+                    format!(
+                        "{CALL}: events FI_CNTR_EVENTS_BYTES: the uet provider's counters count \
+                         completions (FI_CNTR_EVENTS_COMP)"
+                    ),
+                ))
+            }
+            other => {
+                return Err(FiError::inval(format!(
+                    "{CALL}: events {other} is no fi_cntr_events (FI_CNTR_EVENTS_COMP is 0)"
+                )))
+            }
+        }
+        let wake = match wait_obj {
+            FI_WAIT_NONE => None,
+            // Without an eventfd its waits read the rings with a growing sleep instead.
+            FI_WAIT_UNSPEC | FI_WAIT_MUTEX_COND | FI_WAIT_YIELD => {
+                EventFd::new(EFD_NONBLOCK | EFD_CLOEXEC).ok()
+            }
+            other => {
+                return Err(FiError::new(
+                    FiErrno::FI_ENOSYS,
+                    format!(
+                        "{CALL}: wait_obj {other}: the uet provider's counters are waited on \
+                         with fi_cntr_wait (FI_WAIT_UNSPEC, FI_WAIT_MUTEX_COND, FI_WAIT_YIELD) \
+                         and give no descriptor (FI_WAIT_FD) nor join wait sets"
+                    ),
+                ))
+            }
+        };
+        if flags != 0 {
+            return Err(FiError::badflags(format!("{CALL}: flags {flags:#x}")));
+        }
+        let domain_cntrs = Arc::clone(&d.cntrs);
+        // The last check: from here nothing fails, so a refusal leaves no count behind.
+        domain_cntrs
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < CNTR_CNT).then_some(n + 1)
+            })
+            .map_err(|n| {
+                FiError::new(
+                    FiErrno::FI_ENOSPC,
+                    format!("{CALL}: the domain holds {n} counters (domain_attr->cntr_cnt)"),
+                )
+            })?;
+        let boxed = Box::new(UetCntr {
+            fid: FidCntr {
+                fid: Fid {
+                    fclass: FI_CLASS_CNTR,
+                    context,
+                    ops: core::ptr::addr_of!(CNTR_FID_OPS).cast_mut(),
+                },
+                ops: core::ptr::addr_of!(CNTR_OPS).cast_mut(),
+            },
+            value: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            endpoints: Mutex::new(Arc::new(Vec::new())),
+            bound: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
+            sleepers: AtomicBool::new(false),
+            wake,
+            wait_obj,
+            domain_cntrs,
+        });
+        // SAFETY: `cntr` is non-NULL and writable (libfabric's contract).
+        unsafe { *cntr = Box::into_raw(boxed).cast() };
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn cntr_close(fid: *mut Fid) -> c_int {
+    const CALL: &str = "fi_close(cntr)";
+    entry(CALL, || {
+        // SAFETY: called through the fid's own ops.
+        let c = unsafe { cntr_ref(fid, CALL) }?;
+        {
+            // Under the lock endpoints take to bind.
+            let _eps = c.lock();
+            let bound = c.bound.load(Ordering::Acquire);
+            if bound > 0 {
+                return Err(FiError::new(
+                    FiErrno::FI_EBUSY,
+                    format!("{CALL}: {bound} endpoint binding(s) use the counter"),
+                ));
+            }
+            let waiting = c.waiting.load(Ordering::Acquire);
+            if waiting > 0 {
+                return Err(FiError::new(
+                    FiErrno::FI_EBUSY,
+                    format!("{CALL}: {waiting} thread(s) wait in fi_cntr_wait"),
+                ));
+            }
+        }
+        // SAFETY: made by `Box::into_raw` in `domain_cntr_open`; the application gives it up.
+        let c = unsafe { Box::from_raw(fid.cast::<UetCntr>()) };
+        c.domain_cntrs.fetch_sub(1, Ordering::AcqRel);
+        drop(c);
+        Ok(0)
+    })
+}
+
+/// A value read for `fi_cntr_read` or `fi_cntr_readerr`, which return no error: 0 for a
+/// pointer that is no counter of the provider (logged, as every refused call).
+fn value_of(call: &str, f: impl FnOnce() -> Result<u64, FiError>) -> u64 {
+    let mut value = 0;
+    entry(call, || {
+        value = f()?;
+        Ok(0)
+    });
+    value
+}
+
+unsafe extern "C" fn cntr_read(cntr: *mut FidCntr) -> u64 {
+    const CALL: &str = "fi_cntr_read";
+    value_of(CALL, || {
+        // SAFETY: the application's counter pointer.
+        let c = unsafe { cntr_ref(cntr.cast(), CALL) }?;
+        c.progress();
+        Ok(c.value.load(Ordering::SeqCst))
+    })
+}
+
+unsafe extern "C" fn cntr_readerr(cntr: *mut FidCntr) -> u64 {
+    const CALL: &str = "fi_cntr_readerr";
+    value_of(CALL, || {
+        // SAFETY: the application's counter pointer.
+        let c = unsafe { cntr_ref(cntr.cast(), CALL) }?;
+        c.progress();
+        Ok(c.errors.load(Ordering::SeqCst))
+    })
+}
+
+/// `fi_cntr_add` and the others that change a value: `f` gets the counter.
+fn change(call: &str, cntr: *mut FidCntr, f: impl FnOnce(&UetCntr)) -> c_int {
+    entry(call, || {
+        // SAFETY: the application's counter pointer.
+        let c = unsafe { cntr_ref(cntr.cast(), call) }?;
+        f(c);
+        c.wake_sleepers();
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn cntr_add(cntr: *mut FidCntr, value: u64) -> c_int {
+    change("fi_cntr_add", cntr, |c| {
+        c.value.fetch_add(value, Ordering::SeqCst);
+    })
+}
+
+unsafe extern "C" fn cntr_adderr(cntr: *mut FidCntr, value: u64) -> c_int {
+    change("fi_cntr_adderr", cntr, |c| {
+        c.errors.fetch_add(value, Ordering::SeqCst);
+    })
+}
+
+unsafe extern "C" fn cntr_set(cntr: *mut FidCntr, value: u64) -> c_int {
+    change("fi_cntr_set", cntr, |c| {
+        c.value.store(value, Ordering::SeqCst)
+    })
+}
+
+unsafe extern "C" fn cntr_seterr(cntr: *mut FidCntr, value: u64) -> c_int {
+    change("fi_cntr_seterr", cntr, |c| {
+        c.errors.store(value, Ordering::SeqCst)
+    })
+}
+
+unsafe extern "C" fn cntr_wait(cntr: *mut FidCntr, threshold: u64, timeout: c_int) -> c_int {
+    const CALL: &str = "fi_cntr_wait";
+    entry(CALL, || {
+        // SAFETY: the application's counter pointer.
+        let c = unsafe { cntr_ref(cntr.cast(), CALL) }?;
+        c.wait(threshold, timeout, CALL)?;
+        Ok(0)
+    })
+}
