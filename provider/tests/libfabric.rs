@@ -153,6 +153,17 @@ fn two_endpoints_exchange_messages_by_fi_addr_through_the_provider() {
 }
 
 #[test]
+fn a_libfabric_application_counts_completions_with_fi_cntr_through_the_provider() {
+    run_program(
+        "cntr.c",
+        &[
+            "counted: 9 sent, 9 received",
+            "set, add, adderr, seterr, wait: ok",
+        ],
+    );
+}
+
+#[test]
 fn with_rust_log_set_the_provider_logs_why_a_call_failed() {
     if !have_toolchain() {
         return;
