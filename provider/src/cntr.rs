@@ -199,9 +199,10 @@ impl UetCntr {
                 ));
             }
             let left = deadline.map(|d| d.saturating_duration_since(now));
-            let armed = match (&self.wake, self.arm()) {
-                (_, Err(Arm::Ready)) => continue,
-                (Some(wake), Ok(mut fds)) => {
+            // Without an eventfd nothing would wake it: the rings are read again after a nap.
+            let armed = match self.wake.as_ref().map(|wake| (wake, self.arm())) {
+                Some((_, Err(Arm::Ready))) => continue,
+                Some((wake, Ok(mut fds))) => {
                     fds.push(wake.as_raw_fd());
                     Some((wake, fds))
                 }
