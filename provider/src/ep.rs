@@ -213,9 +213,8 @@ pub struct EpShared {
 }
 
 // SAFETY: the raw pointers in the state name the AV, CQs and counters the endpoint is bound
-// to, which
-// cannot close while it is (they count the binding); they are only dereferenced to read
-// those objects, whose own state is behind their locks.
+// to, which cannot close while it is (they count the binding); they are only dereferenced to
+// read those objects, whose own state is behind their locks or in atomics.
 unsafe impl Send for EpShared {}
 // SAFETY: as for `Send`; every access to the state takes the mutex.
 unsafe impl Sync for EpShared {}
