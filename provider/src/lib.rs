@@ -39,8 +39,9 @@
 //! | `fi_passive_ep`, `fi_pep_bind`, `fi_listen`, `fi_getname`, `fi_reject`, `fi_close` | [`pep`]: a [`uet_driver::PassiveEndpoint`] and its connection requests |
 //!
 //! RMA, atomics, memory registration and scalable endpoints are the driver's today and not
-//! yet the provider's: their calls return `-FI_ENOSYS` (and so do counters of RMA, and
-//! counters waited on through a descriptor or a wait set),
+//! yet the provider's: their calls return `-FI_ENOSYS` (and so does `fi_cntr_open` of a
+//! counter waited on through a descriptor or a wait set; `fi_ep_bind` of a counter for RMA,
+//! with `FI_READ`, `FI_WRITE`, `FI_REMOTE_READ` or `FI_REMOTE_WRITE`, is `-FI_EBADFLAGS`),
 //! and `fi_getinfo` offers none of their capabilities, so an application that asks for them
 //! is told `-FI_ENODATA` rather than given a provider that fails later.
 //!
