@@ -194,6 +194,24 @@ impl ScalableEndpoint {
             })
     }
 
+    /// Every ring set, owned, by index: element `k` is TX context `k` if `k < tx_ctx_cnt` and
+    /// receive context `k` if `k < rx_ctx_cnt`, wherever [`ScalableEndpoint::contexts_mut`]
+    /// had moved it. Each may then go to an owner of its own (a provider's context object);
+    /// the endpoint is destroyed on the NIC after the last of them is dropped (see the module
+    /// docs), and counts in its domain until then.
+    pub fn into_contexts(mut self) -> Vec<Endpoint> {
+        let mut out = Vec::with_capacity(self.lanes.len());
+        for fid in &self.fids {
+            if let Some(at) = self.lanes.iter().position(|l| l.fid() == *fid) {
+                out.push(self.lanes.swap_remove(at));
+            }
+        }
+        // Ring sets of another endpoint swapped in through `contexts_mut` keep their place
+        // after this one's.
+        out.append(&mut self.lanes);
+        out
+    }
+
     /// Every ring set, by index (set `k` is TX context `k` if `k < tx_ctx_cnt` and receive
     /// context `k` if `k < rx_ctx_cnt`): split them across threads. The endpoint is destroyed
     /// after its contexts wherever they were moved in the slice (see the module docs), and
