@@ -621,6 +621,14 @@ pub struct FidAvSet {
 
 /// `FI_CLASS_EP`.
 pub const FI_CLASS_EP: usize = 3;
+/// `FI_CLASS_SEP`: a scalable endpoint.
+pub const FI_CLASS_SEP: usize = 4;
+/// `FI_CLASS_RX_CTX`: a receive context of a scalable endpoint.
+pub const FI_CLASS_RX_CTX: usize = 5;
+/// `FI_CLASS_TX_CTX`: a transmit context of a scalable endpoint.
+pub const FI_CLASS_TX_CTX: usize = 7;
+/// `FI_NAMED_RX_CTX`: a sender names the receive context of a peer (`fi_rx_addr`).
+pub const FI_NAMED_RX_CTX: u64 = 1 << 58;
 /// `FI_CLASS_CQ`.
 pub const FI_CLASS_CQ: usize = 14;
 

@@ -102,10 +102,14 @@ impl UetCntr {
         self.bound.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// Unbind an endpoint (its close), once per [`UetCntr::attach`].
-    pub(crate) fn detach(&self, ep: &Arc<EpShared>) {
+    /// Unbind an endpoint (its close), once per [`UetCntr::attach`]; `still_bound` when it
+    /// stays bound in its other direction (a scalable endpoint's ring set, whose transmit
+    /// and receive contexts close one by one), which keeps it drained here.
+    pub(crate) fn detach(&self, ep: &Arc<EpShared>, still_bound: bool) {
         let mut eps = self.lock();
-        Arc::make_mut(&mut eps).retain(|e| !Arc::ptr_eq(e, ep));
+        if !still_bound {
+            Arc::make_mut(&mut eps).retain(|e| !Arc::ptr_eq(e, ep));
+        }
         self.bound.fetch_sub(1, Ordering::AcqRel);
     }
 

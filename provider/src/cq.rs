@@ -194,10 +194,14 @@ impl UetCq {
         self.bound.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// Unbind an endpoint (its close), once per [`UetCq::attach`].
-    pub(crate) fn detach(&self, ep: &Arc<EpShared>) {
+    /// Unbind an endpoint (its close), once per [`UetCq::attach`]; `still_bound` when it
+    /// stays bound in its other direction (a scalable endpoint's ring set, whose transmit
+    /// and receive contexts close one by one), which keeps it drained here.
+    pub(crate) fn detach(&self, ep: &Arc<EpShared>, still_bound: bool) {
         let mut inner = self.lock();
-        Arc::make_mut(&mut inner.endpoints).retain(|e| !Arc::ptr_eq(e, ep));
+        if !still_bound {
+            Arc::make_mut(&mut inner.endpoints).retain(|e| !Arc::ptr_eq(e, ep));
+        }
         self.bound.fetch_sub(1, Ordering::AcqRel);
     }
 

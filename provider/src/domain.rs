@@ -50,7 +50,7 @@ static DOMAIN_OPS: FiOpsDomain = FiOpsDomain {
     av_open: crate::av::domain_av_open,
     cq_open: crate::cq::domain_cq_open,
     endpoint: crate::ep::domain_endpoint,
-    scalable_ep: unsupported::domain_open,
+    scalable_ep: crate::sep::domain_scalable_ep,
     cntr_open: crate::cntr::domain_cntr_open,
     poll_open: unsupported::poll_open,
     stx_ctx: unsupported::domain_open,

@@ -58,6 +58,12 @@
 //! * On a named AV the endpoint follows what other processes change in it: the NIC table
 //!   catches up before each send and completion read ([`uet_av::named`]).
 //!
+//! * A context of a scalable endpoint ([`crate::sep`]) is an endpoint of this module whose
+//!   state is the scalable endpoint's ring set of its index (shared with the other
+//!   direction's context of that index): it binds its own direction's CQ and counter, no AV
+//!   or EQ, serves its own direction's calls (the others are `-FI_EOPNOTSUPP`), and is
+//!   created on the NIC by the scalable endpoint's `fi_enable`, not its own.
+//!
 //! Not served yet: RMA, atomics, `fi_cancel`, endpoint options.
 
 use crate::abi::*;
@@ -224,6 +230,68 @@ impl EpShared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// A state not enabled and bound to nothing; `connected_kind` for an `FI_EP_MSG`
+    /// endpoint.
+    fn new(connected_kind: bool) -> EpShared {
+        EpShared {
+            state: Mutex::new(EpState {
+                driver: None,
+                pool: None,
+                posted: Vec::new(),
+                free: Vec::new(),
+                av: None,
+                tx_cq: None,
+                rx_cq: None,
+                tx_cntr: None,
+                rx_cntr: None,
+                eq: None,
+                connected_kind,
+            }),
+        }
+    }
+
+    /// A ring set of a scalable endpoint ([`crate::sep`]): the state its transmit and
+    /// receive context of one index share.
+    pub(crate) fn lane() -> Arc<EpShared> {
+        Arc::new(EpShared::new(false))
+    }
+
+    /// The NIC address of its ring set, once enabled.
+    pub(crate) fn address(&self) -> Option<uet_fwif::UetAddress> {
+        self.lock().driver.as_ref().map(|d| *d.address())
+    }
+
+    /// Whether a CQ is bound for the direction (`tx`: sends, else receives).
+    pub(crate) fn has_cq(&self, tx: bool) -> bool {
+        let st = self.lock();
+        if tx {
+            st.tx_cq.is_some()
+        } else {
+            st.rx_cq.is_some()
+        }
+    }
+
+    /// Give the state its NIC ring set and message buffers (a scalable endpoint's
+    /// `fi_enable`), and wake the threads waiting on its CQs and counters, which armed only
+    /// the rings enabled then.
+    pub(crate) fn install(&self, driver: Endpoint, pool: DmaPool) {
+        let mut st = self.lock();
+        st.driver = Some(driver);
+        st.pool = Some(pool);
+        st.wake_bound();
+    }
+
+    /// Take the NIC ring set and buffers back (a scalable endpoint's `fi_close`): receives
+    /// still posted are dropped unreported.
+    pub(crate) fn uninstall(&self) -> Option<Endpoint> {
+        let mut st = self.lock();
+        let driver = st.driver.take();
+        drop(st.pool.take());
+        st.posted.clear();
+        st.free.clear();
+        driver
+    }
+
     /// Make the endpoint's completion ring wake a waiter: [`Arm::Ready`] when a completion is
     /// there to read (it came after the last read), [`Arm::Fd`] with the descriptor of its
     /// MSI-X vector, armed, which polls readable when one lands ([`Endpoint::cq_trywait`]),
@@ -287,6 +355,22 @@ impl EpShared {
 }
 
 impl EpState {
+    /// Wake a thread asleep on a CQ (`fi_cq_sread`, or an `FI_WAIT_FD` descriptor after
+    /// `fi_trywait`) or counter (`fi_cntr_wait`) of the state: it armed only the rings
+    /// enabled then, and arms this one too when it wakes, or its completions would not wake
+    /// it.
+    fn wake_bound(&self) {
+        for b in [self.tx_cq, self.rx_cq].into_iter().flatten() {
+            // SAFETY: a bound CQ stays open while the endpoint is bound to it, and the
+            // binding is only dropped under the endpoint's lock, held by the caller.
+            unsafe { &*b.cq }.wake_waiters();
+        }
+        for c in [self.tx_cntr, self.rx_cntr].into_iter().flatten() {
+            // SAFETY: as for the CQs: bound, so open, under the endpoint's lock.
+            unsafe { &*c }.wake_waiters();
+        }
+    }
+
     /// The completion of `ev` and the CQ it goes to, or `None` when it is not reported.
     fn complete(&mut self, mut ev: CqEvent) -> Option<(*const UetCq, Completion)> {
         let posted = match self.take(ev.context) {
@@ -491,6 +575,47 @@ pub struct UetEp {
     /// `handle` of that `fi_info` for an `FI_EP_MSG` endpoint: the connection request
     /// (`FI_CONNREQ`) `fi_accept` takes, or NULL.
     connreq: *mut Fid,
+    /// An endpoint of its own, or a context of a scalable endpoint.
+    role: Role,
+}
+
+/// What an endpoint object is: an endpoint of its own (`fi_endpoint`), or the transmit or
+/// receive context `index` of a scalable endpoint (`fi_tx_context`, `fi_rx_context`), whose
+/// state is the scalable endpoint's ring set `index`, shared by its transmit and receive
+/// context of that index, each binding its own direction's CQ and counter.
+#[derive(Clone, Copy)]
+pub(crate) enum Role {
+    /// `FI_CLASS_EP`.
+    Endpoint,
+    /// `FI_CLASS_TX_CTX` (`tx`) or `FI_CLASS_RX_CTX` of the scalable endpoint `sep`, which
+    /// cannot close while the context is open.
+    Context {
+        sep: *const crate::sep::UetSep,
+        tx: bool,
+        index: usize,
+    },
+}
+
+impl Role {
+    /// `FI_EOPNOTSUPP` for a transfer of the direction a context does not serve (`tx`:
+    /// sends).
+    fn check_serves(self, tx: bool, call: &str) -> Result<(), FiError> {
+        match self {
+            Role::Context { tx: own, .. } if own != tx => Err(FiError::new(
+                FiErrno::FI_EOPNOTSUPP,
+                format!(
+                    "{call}: a {} context {}",
+                    if own { "transmit" } else { "receive" },
+                    if own {
+                        "does not receive"
+                    } else {
+                        "does not send"
+                    }
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
 }
 
 impl UetEp {
@@ -538,9 +663,9 @@ impl UetEp {
     }
 }
 
-static EP_FID_OPS: FiOps = unsupported::fid_ops(ep_close, ep_bind, ep_control);
+pub(crate) static EP_FID_OPS: FiOps = unsupported::fid_ops(ep_close, ep_bind, ep_control);
 
-static EP_OPS: FiOpsEp = FiOpsEp {
+pub(crate) static EP_OPS: FiOpsEp = FiOpsEp {
     size: core::mem::size_of::<FiOpsEp>(),
     cancel: unsupported::ep_cancel,
     getopt: ep_getopt,
@@ -551,7 +676,7 @@ static EP_OPS: FiOpsEp = FiOpsEp {
     tx_size_left: unsupported::ep_size_left,
 };
 
-static EP_CM_OPS: FiOpsCm = FiOpsCm {
+pub(crate) static EP_CM_OPS: FiOpsCm = FiOpsCm {
     size: core::mem::size_of::<FiOpsCm>(),
     setname: unsupported::cm_setname,
     getname: ep_getname,
@@ -564,7 +689,7 @@ static EP_CM_OPS: FiOpsCm = FiOpsCm {
     join: unsupported::cm_join,
 };
 
-static EP_MSG_OPS: FiOpsMsg = FiOpsMsg {
+pub(crate) static EP_MSG_OPS: FiOpsMsg = FiOpsMsg {
     size: core::mem::size_of::<FiOpsMsg>(),
     recv: ep_recv,
     recvv: ep_recvv,
@@ -577,7 +702,7 @@ static EP_MSG_OPS: FiOpsMsg = FiOpsMsg {
     injectdata: ep_injectdata,
 };
 
-static EP_TAGGED_OPS: FiOpsTagged = FiOpsTagged {
+pub(crate) static EP_TAGGED_OPS: FiOpsTagged = FiOpsTagged {
     size: core::mem::size_of::<FiOpsTagged>(),
     recv: ep_trecv,
     recvv: ep_trecvv,
@@ -595,8 +720,67 @@ static EP_TAGGED_OPS: FiOpsTagged = FiOpsTagged {
 /// # Safety
 /// `fid` is NULL or a live libfabric object.
 unsafe fn ep_ref<'a>(fid: *const Fid, call: &str) -> Result<&'a UetEp, FiError> {
+    // SAFETY: NULL or a live object (the caller's promise); only its `struct fid` is read.
+    let class = unsafe { fid.as_ref() }.map_or(FI_CLASS_EP, |f| f.fclass);
+    let class = match class {
+        FI_CLASS_TX_CTX | FI_CLASS_RX_CTX => class,
+        // SAFETY: the caller's promise.
+        FI_CLASS_SEP if unsafe { crate::sep::is_sep(fid) } => {
+            return Err(FiError::new(
+                FiErrno::FI_EOPNOTSUPP,
+                format!(
+                    "{call}: a scalable endpoint carries no transfers itself: use its \
+                     contexts (fi_tx_context, fi_rx_context)"
+                ),
+            ))
+        }
+        _ => FI_CLASS_EP,
+    };
     // SAFETY: the caller's promise.
-    unsafe { object_ref(fid, FI_CLASS_EP, &EP_FID_OPS, call, "endpoint") }
+    unsafe { object_ref(fid, class, &EP_FID_OPS, call, "endpoint") }
+}
+
+/// Transmit (`tx`) or receive context `index` of the scalable endpoint `sep`, on its ring
+/// set `lane`, taking the `op_flags` given as its flagless calls' flags: a `fid_ep` of
+/// class `FI_CLASS_TX_CTX` or `FI_CLASS_RX_CTX`, not counted among the domain's endpoints
+/// (the scalable endpoint is, and outlives its contexts).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn open_context(
+    sep: &crate::sep::UetSep,
+    domain: *const UetDomain,
+    lane: Arc<EpShared>,
+    tx: bool,
+    index: usize,
+    op_flags: u64,
+    addr_format: AddrFormat,
+    context: *mut c_void,
+) -> *mut FidEp {
+    let boxed = Box::new(UetEp {
+        fid: FidEp {
+            fid: Fid {
+                fclass: if tx { FI_CLASS_TX_CTX } else { FI_CLASS_RX_CTX },
+                context,
+                ops: core::ptr::addr_of!(EP_FID_OPS).cast_mut(),
+            },
+            ops: core::ptr::addr_of!(EP_OPS).cast_mut(),
+            cm: core::ptr::addr_of!(EP_CM_OPS).cast_mut(),
+            msg: core::ptr::addr_of!(EP_MSG_OPS).cast_mut(),
+            rma: core::ptr::addr_of!(unsupported::RMA_OPS).cast_mut(),
+            tagged: core::ptr::addr_of!(EP_TAGGED_OPS).cast_mut(),
+            atomic: core::ptr::addr_of!(unsupported::ATOMIC_OPS).cast_mut(),
+            collective: core::ptr::addr_of!(unsupported::COLLECTIVE_OPS).cast_mut(),
+        },
+        shared: lane,
+        domain,
+        tx_op_flags: if tx { op_flags } else { 0 },
+        rx_op_flags: if tx { 0 } else { op_flags },
+        caps: if tx { FI_SEND } else { FI_RECV },
+        kind: EpKind::Rdm,
+        addr_format,
+        connreq: core::ptr::null_mut(),
+        role: Role::Context { sep, tx, index },
+    });
+    Box::into_raw(boxed).cast()
 }
 
 /// `fi_endpoint`.
@@ -669,21 +853,8 @@ pub(crate) unsafe extern "C" fn domain_endpoint(
                 atomic: core::ptr::addr_of!(unsupported::ATOMIC_OPS).cast_mut(),
                 collective: core::ptr::addr_of!(unsupported::COLLECTIVE_OPS).cast_mut(),
             },
-            shared: Arc::new(EpShared {
-                state: Mutex::new(EpState {
-                    driver: None,
-                    pool: None,
-                    posted: Vec::new(),
-                    free: Vec::new(),
-                    av: None,
-                    tx_cq: None,
-                    rx_cq: None,
-                    tx_cntr: None,
-                    rx_cntr: None,
-                    eq: None,
-                    connected_kind: kind == EpKind::Msg,
-                }),
-            }),
+            shared: Arc::new(EpShared::new(kind == EpKind::Msg)),
+            role: Role::Endpoint,
             domain: d,
             tx_op_flags,
             rx_op_flags,
@@ -717,6 +888,12 @@ unsafe extern "C" fn ep_bind(fid: *mut Fid, bfid: *mut Fid, flags: u64) -> c_int
             FI_CLASS_AV => {
                 // SAFETY: a live object of class AV.
                 let av = unsafe { crate::av::av_ref(bfid.cast(), CALL) }?;
+                if let Role::Context { .. } = e.role {
+                    return Err(FiError::inval(format!(
+                        "{CALL}: a context uses its scalable endpoint's AV \
+                         (fi_scalable_ep_bind)"
+                    )));
+                }
                 if e.kind == EpKind::Msg {
                     return Err(FiError::inval(format!(
                         "{CALL}: an FI_EP_MSG endpoint binds no AV: its peer is the one it \
@@ -747,6 +924,7 @@ unsafe extern "C" fn ep_bind(fid: *mut Fid, bfid: *mut Fid, flags: u64) -> c_int
                 }
                 let tx = flags & FI_TRANSMIT != 0;
                 let rx = flags & FI_RECV != 0;
+                context_direction(e, tx, rx, CALL, "a CQ", "FI_TRANSMIT")?;
                 if (tx && st.tx_cq.is_some()) || (rx && st.rx_cq.is_some()) {
                     return Err(FiError::inval(format!(
                         "{CALL}: a CQ is bound for that direction already"
@@ -783,6 +961,7 @@ unsafe extern "C" fn ep_bind(fid: *mut Fid, bfid: *mut Fid, flags: u64) -> c_int
                 }
                 let tx = flags & FI_SEND != 0;
                 let rx = flags & FI_RECV != 0;
+                context_direction(e, tx, rx, CALL, "a counter", "FI_SEND")?;
                 if (tx && st.tx_cntr.is_some()) || (rx && st.rx_cntr.is_some()) {
                     return Err(FiError::inval(format!(
                         "{CALL}: a counter is bound for that direction already"
@@ -798,6 +977,12 @@ unsafe extern "C" fn ep_bind(fid: *mut Fid, bfid: *mut Fid, flags: u64) -> c_int
                 }
             }
             FI_CLASS_EQ => {
+                if let Role::Context { .. } = e.role {
+                    return Err(FiError::inval(format!(
+                        "{CALL}: a context of a scalable endpoint (FI_EP_RDM) reports no \
+                         connection: it binds no EQ"
+                    )));
+                }
                 // SAFETY: a live object of class EQ.
                 let eq = unsafe { crate::eq::eq_ref(bfid, CALL) }?;
                 if st.eq.is_some() {
@@ -815,6 +1000,27 @@ unsafe extern "C" fn ep_bind(fid: *mut Fid, bfid: *mut Fid, flags: u64) -> c_int
     })
 }
 
+/// `FI_EBADFLAGS` for a binding of a context in the direction it does not serve: a
+/// transmit context binds `what` with `tx_flag` only, a receive context with `FI_RECV` only.
+fn context_direction(
+    e: &UetEp,
+    tx: bool,
+    rx: bool,
+    call: &str,
+    what: &str,
+    tx_flag: &str,
+) -> Result<(), FiError> {
+    match e.role {
+        Role::Context { tx: true, .. } if rx => Err(FiError::badflags(format!(
+            "{call}: a transmit context binds {what} with {tx_flag} only"
+        ))),
+        Role::Context { tx: false, .. } if tx => Err(FiError::badflags(format!(
+            "{call}: a receive context binds {what} with FI_RECV only"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// `fi_control`: `FI_ENABLE` creates the endpoint on the NIC.
 unsafe extern "C" fn ep_control(fid: *mut Fid, command: c_int, _arg: *mut c_void) -> c_int {
     const CALL: &str = "fi_enable";
@@ -826,6 +1032,20 @@ unsafe extern "C" fn ep_control(fid: *mut Fid, command: c_int, _arg: *mut c_void
                 FiErrno::FI_ENOSYS,
                 format!("fi_control: command {command} is not served on an endpoint"),
             ));
+        }
+        if let Role::Context { tx, .. } = e.role {
+            // The scalable endpoint's fi_enable creates its contexts on the NIC; a
+            // context's only checks that it can report its completions.
+            if !e.shared.has_cq(tx) {
+                return Err(FiError::new(
+                    FiErrno::FI_ENOCQ,
+                    format!(
+                        "{CALL}: bind a CQ to the context first (fi_ep_bind with {})",
+                        if tx { "FI_TRANSMIT" } else { "FI_RECV" }
+                    ),
+                ));
+            }
+            return Ok(0);
         }
         let mut st = e.shared.lock();
         enable(e, &mut st, CALL)?;
@@ -902,19 +1122,7 @@ fn enable(e: &UetEp, st: &mut EpState, call: &str) -> Result<(), FiError> {
     }
     st.driver = Some(driver);
     st.pool = Some(pool);
-    // A thread asleep on a CQ of the endpoint (`fi_cq_sread`, or an `FI_WAIT_FD`
-    // descriptor after `fi_trywait`) armed only the endpoints enabled then: it wakes to
-    // arm this one too, or its completions would not wake it.
-    for b in [st.tx_cq, st.rx_cq].into_iter().flatten() {
-        // SAFETY: a bound CQ stays open while the endpoint is bound to it, and the
-        // binding is only dropped under the endpoint's lock, held by the caller.
-        unsafe { &*b.cq }.wake_waiters();
-    }
-    // Likewise a thread in `fi_cntr_wait` of its counters.
-    for c in [st.tx_cntr, st.rx_cntr].into_iter().flatten() {
-        // SAFETY: as for the CQs: bound, so open, under the endpoint's lock.
-        unsafe { &*c }.wake_waiters();
-    }
+    st.wake_bound();
     Ok(())
 }
 
@@ -1139,6 +1347,7 @@ fn send(
     report: bool,
     matching: Matching,
 ) -> Result<(), FiError> {
+    e.role.check_serves(true, call)?;
     let total = iov
         .as_slice()
         .iter()
@@ -1191,6 +1400,7 @@ fn recv(
     report: bool,
     matching: Matching,
 ) -> Result<(), FiError> {
+    e.role.check_serves(false, call)?;
     let mut st = e.shared.lock();
     let buffer = st.ready(call)?;
     let token = st.hold(Posted::Recv {
@@ -1411,6 +1621,7 @@ unsafe fn inject(
     data_call(call, || {
         // SAFETY: the caller's promise.
         let e = unsafe { ep_ref(ep.cast(), call) }?;
+        e.role.check_serves(true, call)?;
         if buf.is_null() && len > 0 {
             return Err(null(call, "buf"));
         }
@@ -1744,6 +1955,38 @@ unsafe extern "C" fn ep_close(fid: *mut Fid) -> c_int {
     entry(CALL, || {
         // SAFETY: called through the fid's own ops.
         let e = unsafe { ep_ref(fid, CALL) }?;
+        if let Role::Context { sep, tx, index } = e.role {
+            {
+                // Its direction's bindings only: the ring set stays with the scalable
+                // endpoint, and the other direction's context of its index keeps its own.
+                let mut st = e.shared.lock();
+                let (cq, other_cq) = if tx {
+                    (st.tx_cq.take(), st.rx_cq)
+                } else {
+                    (st.rx_cq.take(), st.tx_cq)
+                };
+                if let Some(b) = cq {
+                    let still = other_cq.is_some_and(|o| core::ptr::eq(o.cq, b.cq));
+                    // SAFETY: a bound CQ stays open while the endpoint is bound to it.
+                    unsafe { &*b.cq }.detach(&e.shared, still);
+                }
+                let (cntr, other_cntr) = if tx {
+                    (st.tx_cntr.take(), st.rx_cntr)
+                } else {
+                    (st.rx_cntr.take(), st.tx_cntr)
+                };
+                if let Some(c) = cntr {
+                    let still = other_cntr.is_some_and(|o| core::ptr::eq(o, c));
+                    // SAFETY: a bound counter stays open while the endpoint is bound to it.
+                    unsafe { &*c }.detach(&e.shared, still);
+                }
+            }
+            // SAFETY: the scalable endpoint cannot close while its contexts are open.
+            unsafe { &*sep }.context_closed(tx, index);
+            // SAFETY: made by `Box::into_raw` in `open_context`; the application gives it up.
+            drop(unsafe { Box::from_raw(fid.cast::<UetEp>()) });
+            return Ok(0);
+        }
         let av = {
             let mut st = e.shared.lock();
             // The NIC's endpoint first (ENDPOINT_DESTROY; a connected one shuts its
@@ -1759,11 +2002,11 @@ unsafe extern "C" fn ep_close(fid: *mut Fid) -> c_int {
             drop(st.eq.take());
             for b in [st.tx_cq.take(), st.rx_cq.take()].into_iter().flatten() {
                 // SAFETY: a bound CQ stays open while the endpoint is bound to it.
-                unsafe { &*b.cq }.detach(&e.shared);
+                unsafe { &*b.cq }.detach(&e.shared, false);
             }
             for c in [st.tx_cntr.take(), st.rx_cntr.take()].into_iter().flatten() {
                 // SAFETY: a bound counter stays open while the endpoint is bound to it.
-                unsafe { &*c }.detach(&e.shared);
+                unsafe { &*c }.detach(&e.shared, false);
             }
             st.av.take()
         };

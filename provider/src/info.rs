@@ -5,7 +5,7 @@
 //!
 //! | hint | offered |
 //! |---|---|
-//! | `caps` | `FI_MSG`, `FI_TAGGED`, `FI_SEND`, `FI_RECV`, `FI_SOURCE`, `FI_LOCAL_COMM`, `FI_REMOTE_COMM`, `FI_SHARED_AV`, `FI_AV_USER_ID` (not on `FI_EP_MSG`, which binds no AV); of `FI_MSG` and `FI_TAGGED` only those the hints name, in the directions (`FI_SEND`, `FI_RECV`) they name |
+//! | `caps` | `FI_MSG`, `FI_TAGGED`, `FI_SEND`, `FI_RECV`, `FI_SOURCE`, `FI_LOCAL_COMM`, `FI_REMOTE_COMM`, `FI_SHARED_AV`, `FI_AV_USER_ID` (not on `FI_EP_MSG`, which binds no AV), `FI_NAMED_RX_CTX` (`FI_EP_RDM` only); of `FI_MSG`, `FI_TAGGED` and `FI_NAMED_RX_CTX` only those the hints name, in the directions (`FI_SEND`, `FI_RECV`) they name |
 //! | `addr_format` | `FI_FORMAT_UNSPEC` (the 32-byte UET address) or `FI_ADDR_STR` |
 //! | `ep_attr->type` | `FI_EP_RDM`, `FI_EP_DGRAM`, `FI_EP_MSG` (connected: [`crate::pep`], [`crate::ep`]) |
 //! | `domain_attr->av_type` | `FI_AV_TABLE` (`FI_AV_MAP` behaves as a table, as in libfabric 2.x, and is answered so) |
@@ -13,13 +13,14 @@
 //! | `domain_attr->ep_cnt`, `max_ep_rx_ctx` | up to the NIC's endpoints and receive contexts |
 //! | `domain_attr->cq_cnt`, `tx_ctx_cnt`, `rx_ctx_cnt` | up to the NIC's endpoints: a completion, transmit and receive ring each |
 //! | `domain_attr->cntr_cnt` | up to 1024 ([`crate::cntr::CNTR_CNT`]): counters are host objects, counting the completions the provider drains from the NIC's rings |
-//! | `domain_attr->max_ep_tx_ctx`, `max_ep_stx_ctx`, `max_ep_srx_ctx` | 1, 0, 0: one transmit context, no shared contexts |
+//! | `domain_attr->max_ep_tx_ctx` | up to the NIC's transmit contexts per endpoint (`CAP_EP.max_tx_ctx`) on `FI_EP_RDM`; 1 on `FI_EP_DGRAM` and `FI_EP_MSG`, whose hints asking more exclude them |
+//! | `domain_attr->max_ep_stx_ctx`, `max_ep_srx_ctx` | 0: no shared contexts |
 //! | `domain_attr->max_err_data` | up to 1024 bytes: an error's message in `err_data` is at most that |
 //! | `domain_attr->auth_key` | a 4-byte JobID (24 bits), or none |
 //! | `domain_attr->cq_data_size` | up to 8 bytes |
 //! | `tx_attr`, `rx_attr` | caps `FI_MSG`, `FI_TAGGED` with `FI_SEND`, or with `FI_RECV` and `FI_SOURCE`; sizes, `iov_limit`, `inject_size` up to the provider's; `op_flags` returned, those the provider honours (`FI_COMPLETION`; for sends `FI_INJECT`, `FI_INJECT_COMPLETE`, `FI_TRANSMIT_COMPLETE`, and on `FI_EP_RDM` `FI_DELIVERY_COMPLETE`); no `msg_order` or `comp_order` (messages travel unordered) |
 //! | `ep_attr->max_msg_size` | up to 16 KiB (`FI_EP_RDM`, `FI_EP_MSG`), up to the NIC's MTU (`FI_EP_DGRAM`) |
-//! | `ep_attr->tx_ctx_cnt`, `rx_ctx_cnt` | 0 or 1: no scalable endpoints, no shared contexts (`FI_SHARED_CONTEXT`) |
+//! | `ep_attr->tx_ctx_cnt`, `rx_ctx_cnt` | up to the NIC's (`CAP_EP.max_tx_ctx`, `max_rx_ctx`, and no more receive contexts than an endpoint's resource indices), answered as asked (0: 1); more than 1 only on `FI_EP_RDM`, as a scalable endpoint ([`crate::sep`]); no shared contexts (`FI_SHARED_CONTEXT`) |
 //! | `src_addr`, `dest_addr` | returned; a source must be on this NIC |
 //!
 //! `node` and `service` are a UET address in the form `fi_av_insertsvc` takes (an IP address
@@ -60,7 +61,8 @@ const FI_LOCAL_COMM: u64 = 1 << 51;
 const FI_REMOTE_COMM: u64 = 1 << 52;
 
 /// `fi_info.caps` the provider offers: messages (`FI_MSG`, `FI_TAGGED`, `FI_SEND`, `FI_RECV`), their
-/// sources (`FI_SOURCE`), peers on this NIC and others, and the AV's capabilities.
+/// sources (`FI_SOURCE`), peers on this NIC and others, the AV's capabilities, and on
+/// `FI_EP_RDM` receive contexts a sender names (`FI_NAMED_RX_CTX`: [`crate::sep`]).
 pub const PROVIDER_CAPS: u64 = FI_MSG
     | FI_TAGGED
     | FI_SEND
@@ -69,12 +71,13 @@ pub const PROVIDER_CAPS: u64 = FI_MSG
     | FI_LOCAL_COMM
     | FI_REMOTE_COMM
     | FI_SHARED_AV
-    | FI_AV_USER_ID;
+    | FI_AV_USER_ID
+    | FI_NAMED_RX_CTX;
 
 /// Default transmit flags (`tx_attr->op_flags`) the provider honours: `FI_COMPLETION`
 /// (the flag an endpoint's flagless sends take), `FI_INJECT` (every send copies its buffer)
 /// and the completion levels a send always meets.
-const TX_OP_FLAGS: u64 =
+pub(crate) const TX_OP_FLAGS: u64 =
     FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE | FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE;
 /// The completion levels only a reliable endpoint meets (`fi_cq(3)`): a datagram's send
 /// completes once the packet is on the wire, `FI_TRANSMIT_COMPLETE` as it is for unreliable
@@ -83,14 +86,14 @@ pub(crate) const RELIABLE_ONLY_FLAGS: u64 = FI_DELIVERY_COMPLETE | FI_MATCH_COMP
 /// `FI_MATCH_COMPLETE`.
 pub(crate) const FI_MATCH_COMPLETE: u64 = 1 << 31;
 /// Default receive flags (`rx_attr->op_flags`) the provider honours: `FI_COMPLETION`.
-const RX_OP_FLAGS: u64 = FI_COMPLETION;
+pub(crate) const RX_OP_FLAGS: u64 = FI_COMPLETION;
 
 /// Bytes of remote CQ data a message carries (`domain_attr->cq_data_size`): the 64 bits of
 /// `fi_senddata` and `fi_injectdata`.
 const CQ_DATA_SIZE: usize = 8;
 
-/// The primary capabilities the provider offers (`FI_MSG`, `FI_TAGGED`).
-const PRIMARY_CAPS: u64 = FI_MSG | FI_TAGGED;
+/// The primary capabilities the provider offers (`FI_MSG`, `FI_TAGGED`, `FI_NAMED_RX_CTX`).
+const PRIMARY_CAPS: u64 = FI_MSG | FI_TAGGED | FI_NAMED_RX_CTX;
 /// Their modifiers: the directions (`FI_SEND`, `FI_RECV`).
 const DIRECTION_CAPS: u64 = FI_SEND | FI_RECV_CAP;
 
@@ -102,8 +105,10 @@ fn answer_caps(wanted: u64) -> u64 {
     if wanted == 0 {
         return PROVIDER_CAPS;
     }
+    // Named receive contexts modify messages: asked alone, they are of every kind.
     let primary = match wanted & PRIMARY_CAPS {
         0 => PRIMARY_CAPS,
+        FI_NAMED_RX_CTX => PRIMARY_CAPS,
         named => named,
     };
     let directions = match wanted & DIRECTION_CAPS {
@@ -230,6 +235,11 @@ struct Wanted {
     av_type: AvType,
     ep_cnt: usize,
     max_ep_rx_ctx: usize,
+    /// `domain_attr->max_ep_tx_ctx`: 0 for any.
+    max_ep_tx_ctx: usize,
+    /// `ep_attr->tx_ctx_cnt`, `rx_ctx_cnt`: 0 for one.
+    tx_ctx_cnt: usize,
+    rx_ctx_cnt: usize,
     job_id: Option<u32>,
     /// `tx_attr->op_flags` and `rx_attr->op_flags`: the answer carries them, and an
     /// endpoint opened with it takes them as its flagless calls' flags.
@@ -252,20 +262,40 @@ pub(crate) unsafe fn c_str<'a>(s: *const c_char, what: &str) -> Result<Option<&'
         .map_err(|_| FiError::inval(format!("{what} is not UTF-8")))
 }
 
-/// Why the context counts of `ep` ask for what the provider does not serve: more than one
-/// transmit or receive context (a scalable endpoint) or a shared one (`FI_SHARED_CONTEXT`,
-/// `SIZE_MAX`). 0 is the default, one context.
+/// Why the context counts of `ep` ask for what `fi_endpoint` does not open: more than one
+/// transmit or receive context (a scalable endpoint: `fi_scalable_ep`) or a shared one
+/// (`FI_SHARED_CONTEXT`, `SIZE_MAX`). 0 is the default, one context.
 pub(crate) fn context_counts_refused(ep: &FiEpAttr) -> Option<String> {
+    if let Some(why) = shared_context_refused(ep) {
+        return Some(why);
+    }
     let counts = [("tx_ctx_cnt", ep.tx_ctx_cnt), ("rx_ctx_cnt", ep.rx_ctx_cnt)];
     let (name, n) = counts.into_iter().find(|&(_, n)| n > 1)?;
-    Some(if n == FI_SHARED_CONTEXT {
-        format!("ep_attr->{name} is FI_SHARED_CONTEXT: the uet provider shares no contexts")
-    } else {
-        format!(
-            "ep_attr->{name} {n}: the uet provider serves endpoints of one context (no \
-             scalable endpoints)"
-        )
-    })
+    Some(format!(
+        "ep_attr->{name} {n}: an endpoint of several contexts is a scalable endpoint \
+         (fi_scalable_ep)"
+    ))
+}
+
+/// Why `ep` asks for a shared context (`FI_SHARED_CONTEXT`), which the provider does not
+/// serve.
+fn shared_context_refused(ep: &FiEpAttr) -> Option<String> {
+    let counts = [("tx_ctx_cnt", ep.tx_ctx_cnt), ("rx_ctx_cnt", ep.rx_ctx_cnt)];
+    let (name, _) = counts.into_iter().find(|&(_, n)| n == FI_SHARED_CONTEXT)?;
+    Some(format!(
+        "ep_attr->{name} is FI_SHARED_CONTEXT: the uet provider shares no contexts"
+    ))
+}
+
+/// The most transmit and receive contexts a scalable endpoint on `nic` has: `CAP_EP`'s
+/// (receive context `i` is resource index `ri_start + i`, so no more than an endpoint's
+/// resource indices).
+pub(crate) fn context_limits(nic: &Nic) -> (usize, usize) {
+    let caps = nic.capabilities();
+    (
+        usize::from(caps.max_tx_ctx.max(1)),
+        usize::from(caps.max_rx_ctx.max(1)).min(usize::from(caps.ri_per_endpoint.max(1))),
+    )
 }
 
 fn nodata(why: String) -> FiError {
@@ -320,7 +350,8 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
     if h.caps & !PROVIDER_CAPS != 0 {
         return Err(nodata(format!(
             "caps {:#x} ask for more than {PROVIDER_CAPS:#x} (FI_MSG, FI_SEND, FI_RECV, \
-             FI_SOURCE, FI_TAGGED, FI_LOCAL_COMM, FI_REMOTE_COMM, FI_SHARED_AV, FI_AV_USER_ID)",
+             FI_SOURCE, FI_TAGGED, FI_LOCAL_COMM, FI_REMOTE_COMM, FI_SHARED_AV, FI_AV_USER_ID, \
+             FI_NAMED_RX_CTX)",
             h.caps
         )));
     }
@@ -400,9 +431,19 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
         }
         w.ep_type = EpKind::from_raw(ep.ep_type).map_err(nodata)?;
         w.max_msg_size = ep.max_msg_size;
-        if let Some(why) = context_counts_refused(ep) {
+        if let Some(why) = shared_context_refused(ep) {
             return Err(nodata(why));
         }
+        let (max_tx, max_rx) = context_limits(nic);
+        if ep.tx_ctx_cnt > max_tx || ep.rx_ctx_cnt > max_rx {
+            return Err(nodata(format!(
+                "ep_attr->tx_ctx_cnt {}, rx_ctx_cnt {}: the NIC's endpoints have at most {max_tx} \
+                 transmit and {max_rx} receive contexts",
+                ep.tx_ctx_cnt, ep.rx_ctx_cnt
+            )));
+        }
+        w.tx_ctx_cnt = ep.tx_ctx_cnt;
+        w.rx_ctx_cnt = ep.rx_ctx_cnt;
     }
     // SAFETY: NULL or valid, as the caller promises.
     if let Some(f) = unsafe { h.fabric_attr.as_ref() } {
@@ -470,13 +511,20 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
                 crate::MAX_ERR_DATA
             )));
         }
-        if d.max_ep_tx_ctx > 1 || d.max_ep_stx_ctx > 0 || d.max_ep_srx_ctx > 0 {
+        if d.max_ep_stx_ctx > 0 || d.max_ep_srx_ctx > 0 {
             return Err(nodata(format!(
-                "max_ep_tx_ctx {}, max_ep_stx_ctx {}, max_ep_srx_ctx {}: the uet provider \
-                 serves endpoints of one transmit context and shares no contexts",
-                d.max_ep_tx_ctx, d.max_ep_stx_ctx, d.max_ep_srx_ctx
+                "max_ep_stx_ctx {}, max_ep_srx_ctx {}: the uet provider shares no contexts",
+                d.max_ep_stx_ctx, d.max_ep_srx_ctx
             )));
         }
+        let (max_tx, _) = context_limits(nic);
+        if d.max_ep_tx_ctx > max_tx {
+            return Err(nodata(format!(
+                "max_ep_tx_ctx {} is more than the NIC's {max_tx}",
+                d.max_ep_tx_ctx
+            )));
+        }
+        w.max_ep_tx_ctx = d.max_ep_tx_ctx;
         if w.max_ep_rx_ctx as u64 > limits.max_rx_ctx {
             return Err(nodata(format!(
                 "max_ep_rx_ctx {} is more than the NIC's {}",
@@ -515,6 +563,15 @@ fn kind_refused(kind: EpKind, w: &Wanted, nic: &Nic) -> Option<String> {
             "tx_attr->inject_size {} is more than {name}'s {}",
             w.inject_size,
             kind.inject_size(nic)
+        ));
+    }
+    let several = [w.tx_ctx_cnt, w.rx_ctx_cnt, w.max_ep_tx_ctx]
+        .into_iter()
+        .any(|n| n > 1);
+    if kind != EpKind::Rdm && (several || w.caps & FI_NAMED_RX_CTX != 0) {
+        return Some(format!(
+            "{name} endpoints have one transmit and one receive context (scalable endpoints \
+             and FI_NAMED_RX_CTX are FI_EP_RDM's)"
         ));
     }
     if kind == EpKind::Msg && w.caps & AV_CAPS != 0 {
@@ -706,6 +763,9 @@ unsafe fn fill(
     if kind == EpKind::Msg {
         i.caps &= !AV_CAPS;
     }
+    if kind != EpKind::Rdm {
+        i.caps &= !FI_NAMED_RX_CTX;
+    }
     i.mode = 0;
     i.addr_format = match w.addr_format {
         AddrFormat::Uet => FI_FORMAT_UNSPEC,
@@ -742,8 +802,8 @@ unsafe fn fill(
         ep.max_msg_size = kind.max_msg_size(nic);
         // Every bit of the 64-bit tag is matched.
         ep.mem_tag_format = u64::MAX;
-        ep.tx_ctx_cnt = 1;
-        ep.rx_ctx_cnt = 1;
+        ep.tx_ctx_cnt = w.tx_ctx_cnt.max(1);
+        ep.rx_ctx_cnt = w.rx_ctx_cnt.max(1);
         let d = &mut *i.domain_attr;
         d.name = c_strdup(&domain_name(nic))?;
         d.threading = FI_THREAD_SAFE;
@@ -760,7 +820,11 @@ unsafe fn fill(
         } else {
             w.ep_cnt
         };
-        d.max_ep_tx_ctx = 1;
+        d.max_ep_tx_ctx = match (kind, w.max_ep_tx_ctx) {
+            (EpKind::Rdm, 0) => context_limits(nic).0,
+            (EpKind::Rdm, n) => n,
+            _ => 1,
+        };
         let queues = hardware_queues(nic);
         (d.cq_cnt, d.tx_ctx_cnt, d.rx_ctx_cnt) = (queues, queues, queues);
         d.cntr_cnt = crate::cntr::CNTR_CNT;

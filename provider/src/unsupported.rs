@@ -60,7 +60,7 @@ pub(crate) unsafe extern "C" fn domain_open(
     _: *mut *mut c_void,
     _: *mut c_void,
 ) -> c_int {
-    enosys("fi_scalable_ep, fi_stx_context or fi_srx_context")
+    enosys("fi_stx_context or fi_srx_context")
 }
 
 pub(crate) unsafe extern "C" fn poll_open(

@@ -1213,17 +1213,12 @@ fn answer_to<R>(
 
 const ENODATA: c_int = -(FiErrno::FI_ENODATA.get() as c_int);
 
-/// A scalable endpoint (more than one transmit or receive context) or a shared context is not
-/// served: `fi_getinfo` answers `-FI_ENODATA` for hints asking for one, and `fi_endpoint`
-/// refuses an info that asks for one; one context (or 0, the default) is served.
+/// A shared context is not served: `fi_getinfo` answers `-FI_ENODATA` for hints asking for
+/// one, and `fi_endpoint` refuses an info that asks for several contexts (a scalable
+/// endpoint, `fi_scalable_ep`'s); several contexts are answered on `FI_EP_RDM`.
 #[test]
 fn hints_and_endpoints_asking_for_several_or_shared_contexts_are_refused() {
-    for (tx, rx) in [
-        (2, 0),
-        (0, 4),
-        (FI_SHARED_CONTEXT, 1),
-        (1, FI_SHARED_CONTEXT),
-    ] {
+    for (tx, rx) in [(FI_SHARED_CONTEXT, 1), (1, FI_SHARED_CONTEXT)] {
         let answer = answer_to(
             |ep, _| {
                 ep.tx_ctx_cnt = tx;
@@ -1232,6 +1227,25 @@ fn hints_and_endpoints_asking_for_several_or_shared_contexts_are_refused() {
             |_| (),
         );
         assert_eq!(answer, Err(ENODATA), "tx_ctx_cnt {tx}, rx_ctx_cnt {rx}");
+    }
+    for (tx, rx) in [(2, 0), (0, 4)] {
+        let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+        // SAFETY: the hints' own ep_attr.
+        unsafe {
+            (*hints.info.ep_attr).tx_ctx_cnt = tx;
+            (*hints.info.ep_attr).rx_ctx_cnt = rx;
+        }
+        let info = getinfo(None, None, 0, Some(&hints)).expect("several contexts are served");
+        // SAFETY: the provider's own answer, read, then freed once.
+        unsafe {
+            assert!((*info).next.is_null(), "on FI_EP_RDM only");
+            let ep = &*(*info).ep_attr;
+            assert_eq!(
+                (ep.ep_type, ep.tx_ctx_cnt, ep.rx_ctx_cnt),
+                (FI_EP_RDM, tx.max(1), rx.max(1))
+            );
+            uet_fi::info::free_info(info);
+        }
     }
     let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
     // SAFETY: the hints' own ep_attr.
@@ -1243,7 +1257,7 @@ fn hints_and_endpoints_asking_for_several_or_shared_contexts_are_refused() {
     // SAFETY: the provider's own info, restored before it is freed.
     unsafe {
         assert_eq!((*(*open.info).ep_attr).tx_ctx_cnt, 1);
-        (*(*open.info).ep_attr).rx_ctx_cnt = 8;
+        (*(*open.info).ep_attr).rx_ctx_cnt = 4;
         let mut ep = null_mut();
         let ret =
             ((*(*open.domain).ops).endpoint)(open.domain, open.info.cast(), &mut ep, null_mut());
@@ -1253,16 +1267,14 @@ fn hints_and_endpoints_asking_for_several_or_shared_contexts_are_refused() {
     }
 }
 
-/// The domain's side of the same request: hints asking for a domain whose endpoints take
-/// several transmit contexts (`max_ep_tx_ctx` > 1) or that shares contexts among endpoints
-/// (`max_ep_stx_ctx`, `max_ep_srx_ctx` > 0) are `-FI_ENODATA`, as the answer could only give
-/// less than they ask (1 transmit context, no shared ones); 1 transmit context is served.
+/// The domain's side of the same request: hints asking for a domain that shares contexts
+/// among endpoints (`max_ep_stx_ctx`, `max_ep_srx_ctx` > 0) are `-FI_ENODATA`; several
+/// transmit contexts per endpoint (`max_ep_tx_ctx`) are served up to the NIC's.
 #[test]
 fn hints_asking_the_domain_for_several_or_shared_contexts_per_endpoint_are_refused() {
-    for (tx, stx, srx) in [(2, 0, 0), (0, 1, 0), (0, 0, 4)] {
+    for (stx, srx) in [(1, 0), (0, 4)] {
         let answer = answer_to(
             |_, d| {
-                d.max_ep_tx_ctx = tx;
                 d.max_ep_stx_ctx = stx;
                 d.max_ep_srx_ctx = srx;
             },
@@ -1271,14 +1283,14 @@ fn hints_asking_the_domain_for_several_or_shared_contexts_per_endpoint_are_refus
         assert_eq!(
             answer,
             Err(ENODATA),
-            "max_ep_tx_ctx {tx}, max_ep_stx_ctx {stx}, max_ep_srx_ctx {srx}"
+            "max_ep_stx_ctx {stx}, max_ep_srx_ctx {srx}"
         );
     }
     let served = answer_to(
-        |_, d| d.max_ep_tx_ctx = 1,
+        |_, d| d.max_ep_tx_ctx = 2,
         |d| (d.max_ep_tx_ctx, d.max_ep_stx_ctx, d.max_ep_srx_ctx),
     );
-    assert_eq!(served, Ok((1, 0, 0)), "one transmit context is served");
+    assert_eq!(served, Ok((2, 0, 0)), "two transmit contexts are served");
 }
 
 /// `domain_attr->max_err_data` is the provider's bound on error data: answered, and a hint
@@ -3464,4 +3476,685 @@ fn the_answer_offers_cntr_cnt_counters_and_hints_asking_for_more_are_refused() {
     assert_eq!(answer_to(|_, _| (), |d| d.cntr_cnt), Ok(1024));
     assert_eq!(answer_to(|_, d| d.cntr_cnt = 16, |d| d.cntr_cnt), Ok(1024));
     assert_eq!(answer_to(|_, d| d.cntr_cnt = 1025, |_| ()), Err(ENODATA));
+}
+
+/// `FI_CLASS_SEP`, `FI_CLASS_TX_CTX`, `FI_CLASS_RX_CTX`.
+const CLASSES: (usize, usize, usize) = (4, 7, 5);
+
+/// Hints for a scalable `FI_EP_RDM` endpoint of `tx` transmit and `rx` receive contexts.
+fn sep_hints(tx: usize, rx: usize) -> Hints {
+    let hints = Hints::new(FI_MSG | FI_TAGGED | FI_NAMED_RX_CTX, FI_FORMAT_UNSPEC);
+    // SAFETY: the hints' own ep_attr.
+    unsafe {
+        (*hints.info.ep_attr).ep_type = FI_EP_RDM;
+        (*hints.info.ep_attr).tx_ctx_cnt = tx;
+        (*hints.info.ep_attr).rx_ctx_cnt = rx;
+    }
+    hints
+}
+
+/// `fi_scalable_ep` on `open`'s domain with its info: the endpoint or the negative errno.
+fn scalable_ep(open: &Open) -> Result<*mut FidEp, c_int> {
+    let mut sep: *mut FidEp = null_mut();
+    // SAFETY: an open domain and its provider's info; a valid out pointer.
+    let ret = unsafe {
+        ((*(*open.domain).ops).scalable_ep)(
+            open.domain,
+            open.info.cast(),
+            (&raw mut sep).cast(),
+            null_mut(),
+        )
+    };
+    if ret == 0 {
+        Ok(sep)
+    } else {
+        assert!(sep.is_null());
+        Err(ret)
+    }
+}
+
+/// `fi_tx_context` (`tx`) or `fi_rx_context` of `sep` at `index`: the context or the
+/// negative errno.
+fn context(sep: *mut FidEp, tx: bool, index: c_int) -> Result<*mut FidEp, c_int> {
+    let mut ctx: *mut FidEp = null_mut();
+    // SAFETY: an open scalable endpoint; no attributes; a valid out pointer.
+    let ret = unsafe {
+        let ops = &*(*sep).ops;
+        if tx {
+            (ops.tx_ctx)(sep, index, null_mut(), &mut ctx, null_mut())
+        } else {
+            (ops.rx_ctx)(sep, index, null_mut(), &mut ctx, null_mut())
+        }
+    };
+    if ret == 0 {
+        Ok(ctx)
+    } else {
+        assert!(ctx.is_null());
+        Err(ret)
+    }
+}
+
+/// `fi_enable`.
+fn enable(fid: *mut FidEp) -> c_int {
+    // SAFETY: an open endpoint, context or scalable endpoint.
+    unsafe { ((*(*fid).fid.ops).control)(&mut (*fid).fid, FI_ENABLE, null_mut()) }
+}
+
+/// `fi_insert` of one address into `av`: its `fi_addr_t`.
+fn insert(av: *mut FidAv, addr: &[u8; 32]) -> FiAddr {
+    let mut fi_addr = 0;
+    // SAFETY: an open AV; one address and one fi_addr_t.
+    let ret =
+        unsafe { ((*(*av).ops).insert)(av, addr.as_ptr().cast(), 1, &mut fi_addr, 0, null_mut()) };
+    assert_eq!(ret, 1, "fi_av_insert");
+    fi_addr
+}
+
+/// `fi_tsend` of `msg` with `tag` on `ep` to `dest`, with `context`.
+fn tsend(ep: *mut FidEp, msg: &[u8], dest: FiAddr, tag: u64, context: usize) -> isize {
+    // SAFETY: an open endpoint; `msg` is read during the call.
+    unsafe {
+        ((*(*ep).tagged).send)(
+            ep,
+            msg.as_ptr().cast(),
+            msg.len(),
+            null_mut(),
+            dest,
+            tag,
+            context as _,
+        )
+    }
+}
+
+/// `fi_send` of `msg` on `ep` to `dest`, with `context`.
+fn send_to(ep: *mut FidEp, msg: &[u8], dest: FiAddr, context: usize) -> isize {
+    // SAFETY: an open endpoint; `msg` is read during the call.
+    unsafe {
+        ((*(*ep).msg).send)(
+            ep,
+            msg.as_ptr().cast(),
+            msg.len(),
+            null_mut(),
+            dest,
+            context as _,
+        )
+    }
+}
+
+/// `fi_recv` (or with `tag`, `fi_trecv` matching it exactly) on `ep` into `buf`.
+///
+/// # Safety
+/// `buf` outlives the receive's completion.
+unsafe fn post(ep: *mut FidEp, buf: &mut [u8], tag: Option<u64>, context: usize) -> isize {
+    // SAFETY: an open endpoint; the caller keeps `buf`.
+    unsafe {
+        match tag {
+            None => ((*(*ep).msg).recv)(
+                ep,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                null_mut(),
+                u64::MAX,
+                context as _,
+            ),
+            Some(tag) => ((*(*ep).tagged).recv)(
+                ep,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                null_mut(),
+                u64::MAX,
+                tag,
+                0,
+                context as _,
+            ),
+        }
+    }
+}
+
+/// `fi_cq_read` of one entry, or the negative errno (no wait).
+fn cq_read(cq: *mut FidCq) -> Result<FiCqTaggedEntry, isize> {
+    // SAFETY: a plain-data structure.
+    let mut e: FiCqTaggedEntry = unsafe { core::mem::zeroed() };
+    // SAFETY: an open CQ; room for one entry of any format.
+    let ret = unsafe { ((*(*cq).ops).read)(cq, (&raw mut e).cast(), 1) };
+    if ret == 1 {
+        Ok(e)
+    } else {
+        Err(ret)
+    }
+}
+
+/// `fi_cq_readerr` of `cq`, waiting up to 5 s for the error.
+fn cq_error(cq: *mut FidCq) -> FiCqErrEntry {
+    let got = cq_wait(cq).err();
+    assert_eq!(got, Some(neg(FiErrno::FI_EAVAIL)), "an error waits");
+    // SAFETY: a plain-data structure.
+    let mut e: FiCqErrEntry = unsafe { core::mem::zeroed() };
+    // SAFETY: an open CQ; a valid entry.
+    assert_eq!(unsafe { ((*(*cq).ops).readerr)(cq, &mut e, 0) }, 1);
+    e
+}
+
+/// A scalable endpoint of 2 transmit and 4 receive contexts, each context with a CQ of its
+/// own, and an endpoint of one context, its peer, in an AV whose `rx_ctx_bits` (3) name
+/// more receive contexts than the scalable endpoint has.
+struct Scalable {
+    sep: *mut FidEp,
+    tx: Vec<(*mut FidEp, *mut FidCq)>,
+    rx: Vec<(*mut FidEp, *mut FidCq)>,
+    peer: (*mut FidEp, *mut FidCq),
+    /// The scalable endpoint's and the peer's `fi_addr_t` in the AV.
+    sep_addr: FiAddr,
+    peer_addr: FiAddr,
+    av: *mut FidAv,
+    open: Open,
+}
+
+const RX_CTX_BITS: u8 = 3;
+
+impl Scalable {
+    fn new() -> Scalable {
+        let open = Open::with_hints(&sep_hints(2, 4));
+        let mut attr = av_attr(16);
+        attr.rx_ctx_bits = c_int::from(RX_CTX_BITS);
+        let av = open
+            .av_open(&mut attr)
+            .expect("fi_av_open with rx_ctx_bits 3");
+        let sep = scalable_ep(&open).expect("fi_scalable_ep");
+        // SAFETY: an open scalable endpoint and AV.
+        let bound = unsafe { ((*(*sep).fid.ops).bind)(&mut (*sep).fid, &mut (*av).fid, 0) };
+        assert_eq!(bound, 0, "fi_scalable_ep_bind");
+        let open_ctx = |tx: bool, i: c_int| {
+            let ctx = context(sep, tx, i).expect("fi_tx_context / fi_rx_context");
+            let cq = open.cq_open(FI_CQ_FORMAT_TAGGED, FI_WAIT_UNSPEC);
+            let flags = if tx { FI_TRANSMIT } else { FI_RECV };
+            // SAFETY: an open context and CQ.
+            assert_eq!(unsafe { bind(&mut (*ctx).fid, &mut (*cq).fid, flags) }, 0);
+            assert_eq!(enable(ctx), 0, "fi_enable of a context");
+            (ctx, cq)
+        };
+        let tx: Vec<_> = (0..2).map(|i| open_ctx(true, i)).collect();
+        let rx: Vec<_> = (0..4).map(|i| open_ctx(false, i)).collect();
+        assert_eq!(enable(sep), 0, "fi_enable of the scalable endpoint");
+        // The peer: an endpoint of one context, opened with the info's counts at 1.
+        // SAFETY: the provider's own info, restored after.
+        let peer_ep = unsafe {
+            let ep_attr = &mut *(*open.info).ep_attr;
+            assert_eq!((ep_attr.tx_ctx_cnt, ep_attr.rx_ctx_cnt), (2, 4));
+            (ep_attr.tx_ctx_cnt, ep_attr.rx_ctx_cnt) = (1, 1);
+            let ep = open.endpoint();
+            (ep_attr.tx_ctx_cnt, ep_attr.rx_ctx_cnt) = (2, 4);
+            ep
+        };
+        let peer_cq = open.cq_open(FI_CQ_FORMAT_TAGGED, FI_WAIT_UNSPEC);
+        // SAFETY: an open endpoint, AV and CQ.
+        unsafe {
+            assert_eq!(bind(&mut (*peer_ep).fid, &mut (*av).fid, 0), 0);
+            assert_eq!(
+                bind(
+                    &mut (*peer_ep).fid,
+                    &mut (*peer_cq).fid,
+                    FI_TRANSMIT | FI_RECV
+                ),
+                0
+            );
+        }
+        assert_eq!(enable(peer_ep), 0);
+        let sep_name = name_of(sep.cast());
+        // Every context has the scalable endpoint's one address.
+        for &(ctx, _) in tx.iter().chain(&rx) {
+            assert_eq!(name_of(ctx.cast()), sep_name, "fi_getname of a context");
+        }
+        let sep_addr = insert(av, &sep_name);
+        let peer_addr = insert(av, &name_of(peer_ep.cast()));
+        Scalable {
+            sep,
+            tx,
+            rx,
+            peer: (peer_ep, peer_cq),
+            sep_addr,
+            peer_addr,
+            av,
+            open,
+        }
+    }
+
+    /// Receive context `i` of the scalable endpoint, as a sender names it.
+    fn rx_addr(&self, i: u32) -> FiAddr {
+        uet_av::flags::fi_rx_addr(self.sep_addr, i, RX_CTX_BITS)
+    }
+}
+
+impl Drop for Scalable {
+    fn drop(&mut self) {
+        // SAFETY: ours, open, closed once: contexts before the scalable endpoint, endpoints
+        // before their CQs and AV.
+        let closed = unsafe {
+            let mut closed = Vec::new();
+            for &(ctx, _) in self.tx.iter().chain(&self.rx) {
+                closed.push(close(&mut (*ctx).fid));
+            }
+            closed.push(close(&mut (*self.sep).fid));
+            closed.push(close(&mut (*self.peer.0).fid));
+            for &(_, cq) in self.tx.iter().chain(&self.rx) {
+                closed.push(close(&mut (*cq).fid));
+            }
+            closed.push(close(&mut (*self.peer.1).fid));
+            closed.push(close(&mut (*self.av).fid));
+            closed
+        };
+        let _ = &self.open;
+        if !std::thread::panicking() {
+            assert!(closed.iter().all(|&c| c == 0), "fi_close: {closed:?}");
+        }
+    }
+}
+
+/// A peer sending to each receive context of a scalable endpoint with `fi_rx_addr`: each
+/// message (untagged and tagged) completes on that context's CQ, and on no other; the
+/// scalable endpoint's transmit contexts each complete their own sends on their own CQ.
+#[test]
+fn a_message_to_a_named_receive_context_completes_on_that_contexts_cq_only() {
+    let s = Scalable::new();
+    let mut bufs = vec![[0u8; 64]; 8];
+    let (plain, tagged) = bufs.split_at_mut(4);
+    for (i, (&(ctx, _), (p, t))) in
+        s.rx.iter()
+            .zip(plain.iter_mut().zip(tagged.iter_mut()))
+            .enumerate()
+    {
+        // SAFETY: the buffers outlive their completions, read below.
+        unsafe {
+            assert_eq!(post(ctx, p, None, 10 + i), 0, "fi_recv on context {i}");
+            assert_eq!(
+                post(ctx, t, Some(0x700 + i as u64), 20 + i),
+                0,
+                "fi_trecv on {i}"
+            );
+        }
+    }
+    // Backwards, so that arrival order is no help.
+    for i in (0..4u32).rev() {
+        let msg = format!("to context {i}");
+        assert_eq!(send_to(s.peer.0, msg.as_bytes(), s.rx_addr(i), 0), 0);
+        let tmsg = format!("tagged to context {i}");
+        let tag = 0x700 + u64::from(i);
+        assert_eq!(tsend(s.peer.0, tmsg.as_bytes(), s.rx_addr(i), tag, 0), 0);
+    }
+    for _ in 0..8 {
+        let e = cq_wait(s.peer.1).expect("the peer's send completes");
+        assert_eq!(e.flags & FI_SEND, FI_SEND);
+    }
+    for (i, &(_, cq)) in s.rx.iter().enumerate() {
+        let mut got = Vec::new();
+        for _ in 0..2 {
+            let e = cq_wait(cq).unwrap_or_else(|e| panic!("context {i}: {e}"));
+            got.push((e.op_context as usize, e.flags & (FI_MSG | FI_TAGGED), e.len));
+        }
+        got.sort();
+        let plain_len = format!("to context {i}").len();
+        let tagged_len = format!("tagged to context {i}").len();
+        assert_eq!(
+            got,
+            vec![(10 + i, FI_MSG, plain_len), (20 + i, FI_TAGGED, tagged_len)],
+            "receive context {i}"
+        );
+        assert_eq!(
+            cq_read(cq).err(),
+            Some(neg(FiErrno::FI_EAGAIN)),
+            "context {i}"
+        );
+    }
+    for (i, (p, t)) in plain.iter().zip(tagged.iter()).enumerate() {
+        assert!(p.starts_with(format!("to context {i}").as_bytes()));
+        assert!(t.starts_with(format!("tagged to context {i}").as_bytes()));
+    }
+    // Nothing landed on a transmit context's CQ, nor came back to the peer.
+    for &(_, cq) in &s.tx {
+        assert_eq!(cq_read(cq).err(), Some(neg(FiErrno::FI_EAGAIN)));
+    }
+    // Each transmit context sends to the peer and completes on its own CQ.
+    let mut back = [[0u8; 32]; 2];
+    for b in back.iter_mut() {
+        // SAFETY: the buffers outlive their completions, read below.
+        assert_eq!(unsafe { post(s.peer.0, b, None, 0) }, 0);
+    }
+    for (t, &(ctx, _)) in s.tx.iter().enumerate() {
+        assert_eq!(send_to(ctx, b"from a context", s.peer_addr, 30 + t), 0);
+    }
+    for (t, &(_, cq)) in s.tx.iter().enumerate() {
+        let e = cq_wait(cq).expect("a transmit context's send completes");
+        assert_eq!(e.op_context as usize, 30 + t, "transmit context {t}");
+        assert_eq!(e.flags & FI_SEND, FI_SEND);
+        assert_eq!(cq_read(cq).err(), Some(neg(FiErrno::FI_EAGAIN)));
+    }
+    for _ in 0..2 {
+        let e = cq_wait(s.peer.1).expect("the peer receives");
+        assert_eq!(e.len, b"from a context".len());
+    }
+    for &(_, cq) in &s.rx {
+        assert_eq!(cq_read(cq).err(), Some(neg(FiErrno::FI_EAGAIN)));
+    }
+}
+
+/// A context index the AV's `rx_ctx_bits` name but beyond the target's receive contexts is
+/// refused at the target: the sender's completion is an error with the NIC's reason, and no
+/// receive context sees anything.
+#[test]
+fn a_send_to_a_receive_context_the_target_does_not_have_fails_at_the_sender() {
+    let s = Scalable::new();
+    let mut buf = [0u8; 16];
+    // SAFETY: the buffer outlives the test's reads.
+    unsafe { assert_eq!(post(s.rx[0].0, &mut buf, None, 1), 0) };
+    for (k, i) in [5u32, 7].into_iter().enumerate() {
+        assert_eq!(send_to(s.peer.0, b"nowhere", s.rx_addr(i), 40 + k), 0);
+        let e = cq_error(s.peer.1);
+        assert_eq!(e.op_context as usize, 40 + k, "context {i}");
+        assert_eq!(
+            e.err,
+            FiErrno::FI_EADDRNOTAVAIL.get() as c_int,
+            "context {i}"
+        );
+        assert_ne!(e.prov_errno, 0, "the NIC's reason");
+    }
+    for &(_, cq) in &s.rx {
+        assert_eq!(cq_read(cq).err(), Some(neg(FiErrno::FI_EAGAIN)));
+    }
+}
+
+const EINVAL: c_int = -(FiErrno::FI_EINVAL.get() as c_int);
+
+/// The scalable endpoint's calls misused: each a fabric errno, none leaving a partial state
+/// (the endpoint still enables and works after them).
+#[test]
+fn scalable_endpoint_calls_misused_return_fabric_errnos_and_change_nothing() {
+    let open = Open::with_hints(&sep_hints(2, 4));
+    let ieq = |e: FiErrno| -(e.get() as c_int);
+    // fi_scalable_ep of what it cannot open.
+    // SAFETY: the provider's own info, restored after each change.
+    unsafe {
+        let ep_attr = &mut *(*open.info).ep_attr;
+        for (tx, rx) in [
+            (FI_SHARED_CONTEXT, 1),
+            (1, FI_SHARED_CONTEXT),
+            (1, 4096),
+            (256, 1),
+        ] {
+            (ep_attr.tx_ctx_cnt, ep_attr.rx_ctx_cnt) = (tx, rx);
+            assert_eq!(scalable_ep(&open).err(), Some(EINVAL), "tx {tx}, rx {rx}");
+        }
+        (ep_attr.tx_ctx_cnt, ep_attr.rx_ctx_cnt) = (2, 4);
+        ep_attr.ep_type = FI_EP_DGRAM;
+        assert_eq!(scalable_ep(&open).err(), Some(EINVAL), "FI_EP_DGRAM");
+        ep_attr.ep_type = FI_EP_RDM;
+        // And fi_endpoint of an info of several contexts.
+        let mut ep = null_mut();
+        let ret =
+            ((*(*open.domain).ops).endpoint)(open.domain, open.info.cast(), &mut ep, null_mut());
+        assert_eq!(ret, EINVAL, "fi_endpoint of several contexts");
+    }
+    let sep = scalable_ep(&open).unwrap();
+    // SAFETY: an open scalable endpoint.
+    assert_eq!(unsafe { (*sep).fid.fclass }, CLASSES.0);
+    // Indices out of range.
+    for (tx, i) in [(true, 2), (true, -1), (false, 4), (false, c_int::MAX)] {
+        assert_eq!(
+            context(sep, tx, i).err(),
+            Some(EINVAL),
+            "tx {tx}, index {i}"
+        );
+    }
+    let t0 = context(sep, true, 0).unwrap();
+    let r0 = context(sep, false, 0).unwrap();
+    // SAFETY: open contexts.
+    unsafe {
+        assert_eq!((*t0).fid.fclass, CLASSES.1);
+        assert_eq!((*r0).fid.fclass, CLASSES.2);
+    }
+    assert_eq!(
+        context(sep, true, 0).err(),
+        Some(ieq(FiErrno::FI_EBUSY)),
+        "opened twice"
+    );
+    // Its address comes with fi_enable.
+    let mut name = [0u8; 32];
+    let mut len = name.len();
+    // SAFETY: an open scalable endpoint; valid buffers.
+    let ret =
+        unsafe { ((*(*sep).cm).getname)(&mut (*sep).fid, name.as_mut_ptr().cast(), &mut len) };
+    assert_eq!(ret, ieq(FiErrno::FI_EOPBADSTATE));
+    // Transfers before fi_enable, in the wrong direction, or on the scalable endpoint.
+    let mut buf = [0u8; 8];
+    assert_eq!(send_to(t0, b"x", 0, 0), neg(FiErrno::FI_EOPBADSTATE));
+    // SAFETY: refused calls; `buf` outlives them.
+    unsafe {
+        assert_eq!(post(t0, &mut buf, None, 0), neg(FiErrno::FI_EOPNOTSUPP));
+        assert_eq!(post(t0, &mut buf, Some(1), 0), neg(FiErrno::FI_EOPNOTSUPP));
+        assert_eq!(post(sep, &mut buf, None, 0), neg(FiErrno::FI_EOPNOTSUPP));
+    }
+    assert_eq!(send_to(r0, b"x", 0, 0), neg(FiErrno::FI_EOPNOTSUPP));
+    assert_eq!(tsend(r0, b"x", 0, 1, 0), neg(FiErrno::FI_EOPNOTSUPP));
+    assert_eq!(send_to(sep, b"x", 0, 0), neg(FiErrno::FI_EOPNOTSUPP));
+    // SAFETY: an open context; refused.
+    let inj = unsafe { ((*(*r0).msg).inject)(r0, b"x".as_ptr().cast(), 1, 0) };
+    assert_eq!(inj, neg(FiErrno::FI_EOPNOTSUPP));
+    // Bindings: a context binds its own direction's CQ, no AV; the sep an AV only.
+    let mut small = av_attr(16);
+    small.rx_ctx_bits = 1;
+    let av_small = open.av_open(&mut small).unwrap();
+    let cq_t = open.cq_open(FI_CQ_FORMAT_TAGGED, FI_WAIT_UNSPEC);
+    let cq_r = open.cq_open(FI_CQ_FORMAT_TAGGED, FI_WAIT_UNSPEC);
+    // SAFETY: open objects.
+    unsafe {
+        assert_eq!(
+            bind(&mut (*t0).fid, &mut (*cq_t).fid, FI_RECV),
+            ieq(FiErrno::FI_EBADFLAGS)
+        );
+        assert_eq!(
+            bind(&mut (*r0).fid, &mut (*cq_r).fid, FI_TRANSMIT),
+            ieq(FiErrno::FI_EBADFLAGS)
+        );
+        assert_eq!(bind(&mut (*t0).fid, &mut (*av_small).fid, 0), EINVAL);
+        assert_eq!(bind(&mut (*sep).fid, &mut (*cq_t).fid, FI_TRANSMIT), EINVAL);
+        assert_eq!(
+            bind(&mut (*sep).fid, &mut (*av_small).fid, 1),
+            ieq(FiErrno::FI_EBADFLAGS)
+        );
+    }
+    // fi_enable: without an AV, without a context's CQ, with an AV too narrow.
+    assert_eq!(enable(sep), ieq(FiErrno::FI_ENOAV));
+    assert_eq!(enable(t0), ieq(FiErrno::FI_ENOCQ));
+    // SAFETY: open objects.
+    unsafe {
+        assert_eq!(bind(&mut (*sep).fid, &mut (*av_small).fid, 0), 0);
+        assert_eq!(
+            bind(&mut (*sep).fid, &mut (*av_small).fid, 0),
+            EINVAL,
+            "bound twice"
+        );
+        assert_eq!(bind(&mut (*t0).fid, &mut (*cq_t).fid, FI_TRANSMIT), 0);
+    }
+    assert_eq!(
+        enable(sep),
+        ieq(FiErrno::FI_ENOCQ),
+        "receive context 0 has no CQ"
+    );
+    // SAFETY: open objects.
+    unsafe { assert_eq!(bind(&mut (*r0).fid, &mut (*cq_r).fid, FI_RECV), 0) };
+    assert_eq!(
+        enable(sep),
+        EINVAL,
+        "rx_ctx_bits 1 cannot name 4 receive contexts"
+    );
+    assert_eq!(
+        send_to(t0, b"x", 0, 0),
+        neg(FiErrno::FI_EOPBADSTATE),
+        "still not enabled"
+    );
+    // fi_close of the scalable endpoint while contexts are open.
+    // SAFETY: open objects, each closed once.
+    unsafe {
+        assert_eq!(close(&mut (*sep).fid), ieq(FiErrno::FI_EBUSY));
+        assert_eq!(close(&mut (*t0).fid), 0);
+        assert_eq!(close(&mut (*sep).fid), ieq(FiErrno::FI_EBUSY));
+        assert_eq!(close(&mut (*r0).fid), 0);
+        assert_eq!(close(&mut (*sep).fid), 0);
+    }
+    // A scalable endpoint bound to an AV that names its contexts enables; no context opens
+    // after that.
+    let mut wide = av_attr(16);
+    wide.rx_ctx_bits = 2;
+    let av = open.av_open(&mut wide).unwrap();
+    let sep = scalable_ep(&open).unwrap();
+    let r3 = context(sep, false, 3).unwrap();
+    // SAFETY: open objects.
+    unsafe {
+        assert_eq!(bind(&mut (*sep).fid, &mut (*av).fid, 0), 0);
+        assert_eq!(bind(&mut (*r3).fid, &mut (*cq_r).fid, FI_RECV), 0);
+    }
+    assert_eq!(enable(sep), 0);
+    assert_eq!(enable(sep), 0, "enabled again: nothing to do");
+    assert_eq!(
+        context(sep, true, 1).err(),
+        Some(ieq(FiErrno::FI_EOPBADSTATE))
+    );
+    // SAFETY: open objects; refused after fi_enable.
+    unsafe {
+        assert_eq!(
+            bind(&mut (*r3).fid, &mut (*cq_t).fid, FI_RECV),
+            ieq(FiErrno::FI_EOPBADSTATE)
+        );
+    }
+    // SAFETY: a receive on an enabled receive context; `buf` outlives the endpoint.
+    unsafe { assert_eq!(post(r3, &mut buf, None, 0), 0) };
+    // SAFETY: open objects, each closed once, contexts first.
+    unsafe {
+        close_all(&[
+            &mut (*r3).fid,
+            &mut (*sep).fid,
+            &mut (*cq_t).fid,
+            &mut (*cq_r).fid,
+            &mut (*av).fid,
+            &mut (*av_small).fid,
+        ]);
+    }
+}
+
+/// fi_getinfo answers a scalable `FI_EP_RDM` endpoint of up to the NIC's contexts, with
+/// the counts asked for, and the NIC's transmit contexts per endpoint in the domain; an
+/// `FI_EP_DGRAM` or `FI_EP_MSG` endpoint keeps one context.
+#[test]
+fn fi_getinfo_offers_scalable_reliable_endpoints_up_to_the_nics_contexts() {
+    let (max_tx, max_rx) = answer_to(|_, _| (), |d| (d.max_ep_tx_ctx, d.max_ep_rx_ctx)).unwrap();
+    assert!(max_tx >= 2 && max_rx >= 4, "the NIC's: {max_tx}, {max_rx}");
+    let hints = sep_hints(2, 4);
+    let info = getinfo(None, None, 0, Some(&hints)).unwrap();
+    // SAFETY: the provider's own answer, read, then freed once.
+    unsafe {
+        assert!(
+            (*info).next.is_null(),
+            "only FI_EP_RDM has several contexts"
+        );
+        let ep = &*(*info).ep_attr;
+        assert_eq!(
+            (ep.ep_type, ep.tx_ctx_cnt, ep.rx_ctx_cnt),
+            (FI_EP_RDM, 2, 4)
+        );
+        assert_eq!((*info).caps & FI_NAMED_RX_CTX, FI_NAMED_RX_CTX);
+        assert_eq!((*(*info).domain_attr).max_ep_tx_ctx, max_tx);
+        uet_fi::info::free_info(info);
+    }
+    for ep_type in [FI_EP_DGRAM, FI_EP_MSG] {
+        let hints = sep_hints(1, 2);
+        // SAFETY: the hints' own ep_attr.
+        unsafe { (*hints.info.ep_attr).ep_type = ep_type };
+        assert_eq!(
+            getinfo(None, None, 0, Some(&hints)).err(),
+            Some(ENODATA),
+            "type {ep_type}"
+        );
+        let answer = answer_to(|ep, _| ep.ep_type = ep_type, |d| d.max_ep_tx_ctx);
+        assert_eq!(answer, Ok(1), "type {ep_type} has one transmit context");
+    }
+    for (tx, rx) in [(max_tx + 1, 1), (1, max_rx + 1)] {
+        assert_eq!(
+            getinfo(None, None, 0, Some(&sep_hints(tx, rx))).err(),
+            Some(ENODATA),
+            "tx {tx}, rx {rx}"
+        );
+    }
+    let answer = answer_to(|_, d| d.max_ep_tx_ctx = max_tx, |d| d.max_ep_tx_ctx);
+    assert_eq!(answer, Ok(max_tx));
+    let answer = answer_to(|_, d| d.max_ep_tx_ctx = max_tx + 1, |_| ());
+    assert_eq!(answer, Err(ENODATA));
+}
+
+/// The transmit and receive context of one index share the NIC's ring set: closing one of
+/// them leaves the other reading its completions through the CQ they both bound.
+#[test]
+fn a_receive_context_keeps_its_cq_when_the_transmit_context_of_its_index_closes() {
+    let open = Open::with_hints(&sep_hints(2, 4));
+    let mut attr = av_attr(16);
+    attr.rx_ctx_bits = 2;
+    let av = open.av_open(&mut attr).unwrap();
+    let cq = open.cq_open(FI_CQ_FORMAT_TAGGED, FI_WAIT_UNSPEC);
+    let sep = scalable_ep(&open).unwrap();
+    let (t0, r0) = (
+        context(sep, true, 0).unwrap(),
+        context(sep, false, 0).unwrap(),
+    );
+    // SAFETY: open objects.
+    unsafe {
+        assert_eq!(bind(&mut (*sep).fid, &mut (*av).fid, 0), 0);
+        assert_eq!(bind(&mut (*t0).fid, &mut (*cq).fid, FI_TRANSMIT), 0);
+        assert_eq!(bind(&mut (*r0).fid, &mut (*cq).fid, FI_RECV), 0);
+    }
+    assert_eq!(enable(sep), 0);
+    let me = insert(av, &name_of(sep.cast()));
+    let mut buf = [0u8; 16];
+    // SAFETY: `buf` outlives the receive's completion, read below; `t0` is closed once.
+    unsafe {
+        assert_eq!(post(r0, &mut buf, None, 7), 0);
+        assert_eq!(close(&mut (*t0).fid), 0);
+    }
+    // A closed context is not opened again once enabled.
+    let t1 = context(sep, true, 0).err();
+    assert_eq!(t1, Some(-(FiErrno::FI_EOPBADSTATE.get() as c_int)));
+    let peer = {
+        // SAFETY: the provider's own info, restored after.
+        unsafe {
+            let ep_attr = &mut *(*open.info).ep_attr;
+            (ep_attr.tx_ctx_cnt, ep_attr.rx_ctx_cnt) = (1, 1);
+            let ep = open.endpoint();
+            (ep_attr.tx_ctx_cnt, ep_attr.rx_ctx_cnt) = (2, 4);
+            ep
+        }
+    };
+    let peer_cq = open.cq_open(FI_CQ_FORMAT_TAGGED, FI_WAIT_UNSPEC);
+    // SAFETY: open objects.
+    unsafe {
+        assert_eq!(bind(&mut (*peer).fid, &mut (*av).fid, 0), 0);
+        assert_eq!(
+            bind(&mut (*peer).fid, &mut (*peer_cq).fid, FI_TRANSMIT | FI_RECV),
+            0
+        );
+    }
+    assert_eq!(enable(peer), 0);
+    let to = uet_av::flags::fi_rx_addr(me, 0, 2);
+    assert_eq!(send_to(peer, b"still here", to, 0), 0);
+    assert!(cq_wait(peer_cq).is_ok());
+    let e = cq_wait(cq).expect("receive context 0 still reads its CQ");
+    assert_eq!((e.op_context as usize, e.len), (7, 10));
+    assert_eq!(&buf[..10], b"still here");
+    // SAFETY: open objects, each closed once, contexts first.
+    unsafe {
+        close_all(&[
+            &mut (*r0).fid,
+            &mut (*sep).fid,
+            &mut (*peer).fid,
+            &mut (*cq).fid,
+            &mut (*peer_cq).fid,
+            &mut (*av).fid,
+        ]);
+    }
 }

@@ -1,0 +1,622 @@
+//! `fi_scalable_ep`: an `FI_EP_RDM` endpoint of several transmit and receive contexts, one
+//! address for all of them ([`uet_driver::ScalableEndpoint`]).
+//!
+//! | call | here |
+//! |---|---|
+//! | `fi_scalable_ep(domain, info, &sep, ctx)` | a `fid_ep` of class `FI_CLASS_SEP` with `ep_attr->tx_ctx_cnt` transmit and `rx_ctx_cnt` receive contexts (0 counts as 1; more than the NIC's `CAP_EP.max_tx_ctx`, `max_rx_ctx`, the domain's `max_ep_rx_ctx`, or `FI_SHARED_CONTEXT`: `-FI_EINVAL`; an `FI_EP_DGRAM` or `FI_EP_MSG` info: `-FI_EINVAL`) |
+//! | `fi_scalable_ep_bind(sep, av, 0)` | its AV, which its contexts address through (an AV only, once: `-FI_EINVAL`; flags: `-FI_EBADFLAGS`) |
+//! | `fi_tx_context(sep, i, attr, &ep, ctx)`, `fi_rx_context` | context `i`, a `fid_ep` of class `FI_CLASS_TX_CTX` / `FI_CLASS_RX_CTX` (index out of range `-FI_EINVAL`, opened already `-FI_EBUSY`, after `fi_enable(sep)` `-FI_EOPBADSTATE`); `attr` gives its `op_flags` and gets the attributes it has |
+//! | `fi_ep_bind(ctx, cq or counter, flags)` | its own CQ (`FI_TRANSMIT` on a transmit context, `FI_RECV` on a receive one, `FI_SELECTIVE_COMPLETION` on either) and counter (`FI_SEND`, `FI_RECV`); the other direction is `-FI_EBADFLAGS`, an AV or EQ `-FI_EINVAL` |
+//! | `fi_enable(ctx)` | 0 once the context's CQ is bound (`-FI_ENOCQ` before): contexts are not enabled one by one, the scalable endpoint enables them all |
+//! | `fi_enable(sep)` | creates the endpoint and every context on the NIC (`-FI_ENOAV` without an AV; `-FI_ENOCQ` for an open context without its CQ; `-FI_EINVAL` when the AV's `rx_ctx_bits` cannot name the receive contexts); from then on the contexts carry transfers and bind nothing more |
+//! | `fi_getname(sep)`, `fi_getname(ctx)` | the one address, once enabled |
+//! | `fi_send*`, `fi_tsend*`, `fi_inject*`, `fi_tinject*` on a transmit context; `fi_recv*`, `fi_trecv*` on a receive context | as on an endpoint ([`crate::ep`]); the other direction's calls are `-FI_EOPNOTSUPP`, and so is every transfer on the scalable endpoint itself |
+//! | `fi_close(ctx)` | unbinds its CQ and counter; posted receives are dropped unreported (the NIC keeps the context until the scalable endpoint closes) |
+//! | `fi_close(sep)` | `-FI_EBUSY` while a context is open; the endpoint leaves the NIC |
+//!
+//! Receive context `i` is the NIC's resource index `ri_start + i`: a peer reaches it with
+//! `fi_rx_addr(fi_addr, i, rx_ctx_bits)` in an AV opened with `rx_ctx_bits` that number it,
+//! and its message completes on that context's CQ only. A send to a context beyond the
+//! target's receive contexts is refused at the target: the sender's completion is an error,
+//! `FI_EADDRNOTAVAIL` with the NIC's reason.
+//!
+//! # What is shared
+//!
+//! The NIC's scalable endpoint is ring sets `0..max(tx_ctx_cnt, rx_ctx_cnt)`, each with its
+//! own completion ring; ring set `k` serves transmit context `k` and receive context `k`.
+//! Each ring set is one endpoint state of [`crate::ep`] (an [`EpShared`]: its driver
+//! endpoint, message buffers and operations in flight, under one lock), which the transmit
+//! context `k` and receive context `k` objects share, each binding its own direction's CQ
+//! and counter in it. Threads driving contexts of different indices take different locks;
+//! the two contexts of one index share one.
+//!
+//! A context closed after `fi_enable(sep)` is not opened again: its ring set stays on the
+//! NIC, bound to nothing, until the scalable endpoint closes.
+
+use crate::abi::*;
+use crate::av::UetAv;
+use crate::domain::{domain_ref, UetDomain};
+use crate::ep::{EpShared, IOV_LIMIT, MSG_BUF_BYTES};
+use crate::info::{EpKind, RX_OP_FLAGS, TX_OP_FLAGS};
+use crate::pep::{address_in, put_address};
+use crate::{entry, null, object_ref, unsupported};
+use core::ffi::{c_int, c_void};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use uet_av::{AddrFormat, FiErrno, FiError};
+use uet_driver::pool::DmaPool;
+
+/// A scalable endpoint: libfabric's `fid_ep` first.
+#[repr(C)]
+pub struct UetSep {
+    fid: FidEp,
+    domain: *const UetDomain,
+    /// Transmit and receive contexts, at least 1 each.
+    tx_ctx_cnt: usize,
+    rx_ctx_cnt: usize,
+    /// Ring set `k`, by index: the state transmit context `k` and receive context `k` share.
+    lanes: Vec<Arc<EpShared>>,
+    /// `tx_attr->op_flags`, `rx_attr->op_flags` of the `fi_info`: a context's defaults.
+    tx_op_flags: u64,
+    rx_op_flags: u64,
+    /// `caps` of the `fi_info`: what a context's attributes may ask for.
+    caps: u64,
+    addr_format: AddrFormat,
+    state: Mutex<SepState>,
+}
+
+/// What changes, under the scalable endpoint's lock (taken before a ring set's).
+struct SepState {
+    av: Option<*const UetAv>,
+    enabled: bool,
+    /// Which contexts are open, by index.
+    tx_open: Vec<bool>,
+    rx_open: Vec<bool>,
+}
+
+impl UetSep {
+    fn lock(&self) -> MutexGuard<'_, SepState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Its transmit (`tx`) or receive context `index` closed ([`crate::ep`]'s `fi_close`).
+    pub(crate) fn context_closed(&self, tx: bool, index: usize) {
+        let mut st = self.lock();
+        let open = if tx { &mut st.tx_open } else { &mut st.rx_open };
+        if let Some(o) = open.get_mut(index) {
+            *o = false;
+        }
+    }
+}
+
+pub(crate) static SEP_FID_OPS: FiOps = unsupported::fid_ops(sep_close, sep_bind, sep_control);
+
+static SEP_OPS: FiOpsEp = FiOpsEp {
+    size: core::mem::size_of::<FiOpsEp>(),
+    cancel: unsupported::ep_cancel,
+    getopt: sep_getopt,
+    setopt: unsupported::ep_setopt,
+    tx_ctx: sep_tx_ctx,
+    rx_ctx: sep_rx_ctx,
+    rx_size_left: unsupported::ep_size_left,
+    tx_size_left: unsupported::ep_size_left,
+};
+
+static SEP_CM_OPS: FiOpsCm = FiOpsCm {
+    size: core::mem::size_of::<FiOpsCm>(),
+    setname: unsupported::cm_setname,
+    getname: sep_getname,
+    getpeer: unsupported::cm_getpeer,
+    connect: unsupported::cm_connect,
+    listen: unsupported::cm_listen,
+    accept: unsupported::cm_accept,
+    reject: unsupported::cm_reject,
+    shutdown: unsupported::cm_shutdown,
+    join: unsupported::cm_join,
+};
+
+/// Whether `fid` is a scalable endpoint of this provider.
+///
+/// # Safety
+/// `fid` is NULL or a live libfabric object.
+pub(crate) unsafe fn is_sep(fid: *const Fid) -> bool {
+    // SAFETY: the caller's promise; only the `struct fid` is read.
+    unsafe { fid.as_ref() }
+        .is_some_and(|f| f.fclass == FI_CLASS_SEP && core::ptr::eq(f.ops, &SEP_FID_OPS))
+}
+
+/// The provider's scalable endpoint behind a `fid` pointer.
+///
+/// # Safety
+/// `fid` is NULL or a live libfabric object.
+unsafe fn sep_ref<'a>(fid: *const Fid, call: &str) -> Result<&'a UetSep, FiError> {
+    // SAFETY: the caller's promise.
+    unsafe { object_ref(fid, FI_CLASS_SEP, &SEP_FID_OPS, call, "scalable endpoint") }
+}
+
+/// A context count of an `fi_info` (0: 1), against the NIC's `max`. `FI_EINVAL` for
+/// `FI_SHARED_CONTEXT` and above `max`.
+fn count(call: &str, name: &str, n: usize, max: usize) -> Result<usize, FiError> {
+    if n == FI_SHARED_CONTEXT {
+        return Err(FiError::inval(format!(
+            "{call}: ep_attr->{name} is FI_SHARED_CONTEXT: the uet provider shares no contexts"
+        )));
+    }
+    if n > max {
+        return Err(FiError::inval(format!(
+            "{call}: ep_attr->{name} {n} is more than the NIC's {max}"
+        )));
+    }
+    Ok(n.max(1))
+}
+
+/// `fi_scalable_ep`.
+pub(crate) unsafe extern "C" fn domain_scalable_ep(
+    domain: *mut FidDomain,
+    info: *mut c_void,
+    sep: *mut *mut c_void,
+    context: *mut c_void,
+) -> c_int {
+    const CALL: &str = "fi_scalable_ep";
+    entry(CALL, || {
+        // SAFETY: the application's domain pointer.
+        let d = unsafe { domain_ref(domain, CALL) }?;
+        if sep.is_null() {
+            return Err(null(CALL, "sep"));
+        }
+        // SAFETY: NULL or a valid fi_info (libfabric's contract).
+        let info = unsafe { info.cast::<FiInfo>().as_ref() }.ok_or_else(|| null(CALL, "info"))?;
+        let (max_tx, max_rx) = {
+            let guard = d.lock()?;
+            let dom = guard
+                .as_ref()
+                .ok_or_else(|| FiError::inval(format!("{CALL}: the domain is closed")))?;
+            let (tx, rx) = crate::info::context_limits(dom.nic());
+            let domain_rx = dom.attr().max_ep_rx_ctx;
+            (
+                tx,
+                if domain_rx == 0 {
+                    rx
+                } else {
+                    rx.min(domain_rx)
+                },
+            )
+        };
+        let (mut tx, mut rx) = (1, 1);
+        // SAFETY: NULL or valid attributes of a valid fi_info.
+        if let Some(a) = unsafe { info.ep_attr.as_ref() } {
+            let kind = EpKind::from_raw(a.ep_type)
+                .map_err(|why| FiError::inval(format!("{CALL}: {why}")))?
+                .unwrap_or_default();
+            if kind != EpKind::Rdm {
+                return Err(FiError::inval(format!(
+                    "{CALL}: scalable endpoints are FI_EP_RDM, not {}",
+                    kind.name()
+                )));
+            }
+            tx = count(CALL, "tx_ctx_cnt", a.tx_ctx_cnt, max_tx)?;
+            rx = count(CALL, "rx_ctx_cnt", a.rx_ctx_cnt, max_rx)?;
+        }
+        // SAFETY: NULL or valid attributes of a valid fi_info.
+        let tx_op_flags = unsafe { info.tx_attr.as_ref() }.map_or(0, |a| a.op_flags);
+        // SAFETY: as above.
+        let rx_op_flags = unsafe { info.rx_attr.as_ref() }.map_or(0, |a| a.op_flags);
+        let addr_format = match info.addr_format {
+            FI_ADDR_STR => AddrFormat::Str,
+            _ => AddrFormat::Uet,
+        };
+        d.endpoints.fetch_add(1, Ordering::AcqRel);
+        let boxed = Box::new(UetSep {
+            fid: FidEp {
+                fid: Fid {
+                    fclass: FI_CLASS_SEP,
+                    context,
+                    ops: core::ptr::addr_of!(SEP_FID_OPS).cast_mut(),
+                },
+                ops: core::ptr::addr_of!(SEP_OPS).cast_mut(),
+                cm: core::ptr::addr_of!(SEP_CM_OPS).cast_mut(),
+                // Transfers on the scalable endpoint itself are refused (-FI_EOPNOTSUPP) by
+                // the endpoint's calls, which tell it from its contexts.
+                msg: core::ptr::addr_of!(crate::ep::EP_MSG_OPS).cast_mut(),
+                rma: core::ptr::addr_of!(unsupported::RMA_OPS).cast_mut(),
+                tagged: core::ptr::addr_of!(crate::ep::EP_TAGGED_OPS).cast_mut(),
+                atomic: core::ptr::addr_of!(unsupported::ATOMIC_OPS).cast_mut(),
+                collective: core::ptr::addr_of!(unsupported::COLLECTIVE_OPS).cast_mut(),
+            },
+            domain: d,
+            tx_ctx_cnt: tx,
+            rx_ctx_cnt: rx,
+            lanes: (0..tx.max(rx)).map(|_| EpShared::lane()).collect(),
+            tx_op_flags,
+            rx_op_flags,
+            caps: info.caps,
+            addr_format,
+            state: Mutex::new(SepState {
+                av: None,
+                enabled: false,
+                tx_open: vec![false; tx],
+                rx_open: vec![false; rx],
+            }),
+        });
+        // SAFETY: `sep` is non-NULL and writable (libfabric's contract).
+        unsafe { *sep = Box::into_raw(boxed).cast() };
+        Ok(0)
+    })
+}
+
+/// `fi_scalable_ep_bind`: the AV, once.
+unsafe extern "C" fn sep_bind(fid: *mut Fid, bfid: *mut Fid, flags: u64) -> c_int {
+    const CALL: &str = "fi_scalable_ep_bind";
+    entry(CALL, || {
+        // SAFETY: called through the fid's own ops.
+        let s = unsafe { sep_ref(fid, CALL) }?;
+        // SAFETY: NULL or a live object (libfabric's contract).
+        let b = unsafe { bfid.as_ref() }.ok_or_else(|| null(CALL, "bfid"))?;
+        if b.fclass != FI_CLASS_AV {
+            return Err(FiError::inval(format!(
+                "{CALL}: fid class {}: a scalable endpoint binds an AV; its contexts bind \
+                 their CQs and counters (fi_ep_bind)",
+                b.fclass
+            )));
+        }
+        // SAFETY: a live object of class AV.
+        let av = unsafe { crate::av::av_ref(bfid.cast(), CALL) }?;
+        if flags != 0 {
+            return Err(FiError::badflags(format!(
+                "{CALL}: flags {flags:#x} with an AV"
+            )));
+        }
+        let mut st = s.lock();
+        if st.enabled {
+            return Err(FiError::new(
+                FiErrno::FI_EOPBADSTATE,
+                format!("{CALL}: the scalable endpoint is enabled"),
+            ));
+        }
+        if st.av.is_some() {
+            return Err(FiError::inval(format!("{CALL}: an AV is bound already")));
+        }
+        av.eps.fetch_add(1, Ordering::AcqRel);
+        st.av = Some(av);
+        Ok(0)
+    })
+}
+
+/// `fi_enable` of the scalable endpoint: the endpoint and every context on the NIC.
+unsafe extern "C" fn sep_control(fid: *mut Fid, command: c_int, _arg: *mut c_void) -> c_int {
+    const CALL: &str = "fi_enable";
+    entry(CALL, || {
+        // SAFETY: called through the fid's own ops.
+        let s = unsafe { sep_ref(fid, CALL) }?;
+        if command != FI_ENABLE {
+            return Err(FiError::new(
+                FiErrno::FI_ENOSYS,
+                format!("fi_control: command {command} is not served on a scalable endpoint"),
+            ));
+        }
+        let mut st = s.lock();
+        if st.enabled {
+            return Ok(0);
+        }
+        enable(s, &st)?;
+        st.enabled = true;
+        Ok(0)
+    })
+}
+
+/// Create the scalable endpoint on the NIC and give each ring set to its state. Nothing
+/// changes on an error.
+fn enable(s: &UetSep, st: &SepState) -> Result<(), FiError> {
+    const CALL: &str = "fi_enable";
+    let av = st.av.ok_or_else(|| {
+        FiError::new(
+            FiErrno::FI_ENOAV,
+            format!("{CALL}: no AV is bound (fi_scalable_ep_bind)"),
+        )
+    })?;
+    for (tx, open) in [(true, &st.tx_open), (false, &st.rx_open)] {
+        for (k, _) in open.iter().enumerate().filter(|(_, &o)| o) {
+            if !s.lanes.get(k).is_some_and(|l| l.has_cq(tx)) {
+                return Err(FiError::new(
+                    FiErrno::FI_ENOCQ,
+                    format!(
+                        "{CALL}: {} context {k} has no CQ bound (fi_ep_bind with {})",
+                        if tx { "transmit" } else { "receive" },
+                        if tx { "FI_TRANSMIT" } else { "FI_RECV" }
+                    ),
+                ));
+            }
+        }
+    }
+    // SAFETY: the domain outlives its endpoints (it counts them).
+    let domain = unsafe { &*s.domain };
+    let guard = domain.lock()?;
+    let dom = guard
+        .as_ref()
+        .ok_or_else(|| FiError::inval(format!("{CALL}: the domain is closed")))?;
+    let tx = u8::try_from(s.tx_ctx_cnt).map_err(|_| FiError::inval("tx_ctx_cnt"))?;
+    let rx = u8::try_from(s.rx_ctx_cnt).map_err(|_| FiError::inval("rx_ctx_cnt"))?;
+    let base = dom.endpoint_attr();
+    let attr = uet_driver::EndpointAttr {
+        ep_type: uet_driver::EpType::Rdm,
+        tx_ctx_cnt: tx,
+        rx_ctx_cnt: rx,
+        // Receive context i is resource index ri_start + i.
+        ri_count: base.ri_count.max(u16::from(rx)),
+        ..base
+    };
+    // SAFETY: a bound AV cannot close while the scalable endpoint is bound to it.
+    let sep = unsafe { &*av }.with_table(CALL, |table| {
+        let bits = table.rx_ctx_bits();
+        if s.rx_ctx_cnt > 1 && (bits >= 64 || (1u64 << bits) < s.rx_ctx_cnt as u64) {
+            return Err(FiError::inval(format!(
+                "{CALL}: the AV's rx_ctx_bits {bits} cannot name {} receive contexts \
+                 (fi_av_open with rx_ctx_bits of at least {})",
+                s.rx_ctx_cnt,
+                (s.rx_ctx_cnt - 1).ilog2() + 1
+            )));
+        }
+        dom.scalable_endpoint(attr, Some(table))
+            .map_err(|e| FiError::new(e.errno(), format!("{CALL}: {e}")))
+    })?;
+    let mut ready = Vec::with_capacity(s.lanes.len());
+    for (k, ring_set) in sep.into_contexts().into_iter().enumerate() {
+        // A buffer per ring entry of the directions the ring set serves.
+        let mut slots = 0usize;
+        if k < s.tx_ctx_cnt {
+            slots += 1 << attr.tx_log2;
+        }
+        if k < s.rx_ctx_cnt {
+            slots += (1 << attr.rx_log2) + (1 << attr.trx_log2);
+        }
+        let pool = DmaPool::new(
+            dom.nic(),
+            MSG_BUF_BYTES,
+            u32::try_from(slots.max(1)).unwrap_or(u32::MAX),
+        )
+        .map_err(|e| FiError::new(e.errno(), format!("{CALL}: message buffers: {e}")))?;
+        ready.push((ring_set, pool));
+    }
+    if ready.len() != s.lanes.len() {
+        return Err(FiError::new(
+            FiErrno::FI_EOTHER,
+            format!(
+                "{CALL}: the NIC gave {} ring sets for {} contexts",
+                ready.len(),
+                s.lanes.len()
+            ),
+        ));
+    }
+    for ((ring_set, pool), lane) in ready.into_iter().zip(&s.lanes) {
+        lane.install(ring_set, pool);
+    }
+    Ok(())
+}
+
+/// `fi_tx_context`.
+unsafe extern "C" fn sep_tx_ctx(
+    sep: *mut FidEp,
+    index: c_int,
+    attr: *mut FiTxAttr,
+    tx_ep: *mut *mut FidEp,
+    context: *mut c_void,
+) -> c_int {
+    const CALL: &str = "fi_tx_context";
+    entry(CALL, || {
+        // SAFETY: the application's scalable endpoint.
+        let s = unsafe { sep_ref(sep.cast(), CALL) }?;
+        let mut op_flags = s.tx_op_flags;
+        // SAFETY: NULL or valid attributes (libfabric's contract).
+        if let Some(a) = unsafe { attr.as_mut() } {
+            let served = (FI_MSG | FI_TAGGED | FI_SEND) & s.caps_or_all();
+            if a.caps & !served != 0 || a.op_flags & !TX_OP_FLAGS != 0 {
+                return Err(FiError::inval(format!(
+                    "{CALL}: attr caps {:#x}, op_flags {:#x}: a transmit context serves caps \
+                     {served:#x} and op_flags {TX_OP_FLAGS:#x}",
+                    a.caps, a.op_flags
+                )));
+            }
+            if a.msg_order != 0 || a.comp_order != 0 {
+                return Err(FiError::inval(format!(
+                    "{CALL}: attr msg_order {:#x}, comp_order {:#x}: messages travel unordered",
+                    a.msg_order, a.comp_order
+                )));
+            }
+            op_flags = a.op_flags;
+            if a.caps == 0 {
+                a.caps = served;
+            }
+            a.mode = 0;
+            a.iov_limit = IOV_LIMIT;
+            a.rma_iov_limit = 0;
+        }
+        // SAFETY: libfabric's contract on `tx_ep`.
+        unsafe { open_context(s, true, index, op_flags, tx_ep.cast(), context, CALL) }
+    })
+}
+
+/// `fi_rx_context`.
+unsafe extern "C" fn sep_rx_ctx(
+    sep: *mut FidEp,
+    index: c_int,
+    attr: *mut FiRxAttr,
+    rx_ep: *mut *mut FidEp,
+    context: *mut c_void,
+) -> c_int {
+    const CALL: &str = "fi_rx_context";
+    entry(CALL, || {
+        // SAFETY: the application's scalable endpoint.
+        let s = unsafe { sep_ref(sep.cast(), CALL) }?;
+        let mut op_flags = s.rx_op_flags;
+        // SAFETY: NULL or valid attributes (libfabric's contract).
+        if let Some(a) = unsafe { attr.as_mut() } {
+            let served = (FI_MSG | FI_TAGGED | FI_RECV | FI_SOURCE_CAP) & s.caps_or_all();
+            if a.caps & !served != 0 || a.op_flags & !RX_OP_FLAGS != 0 {
+                return Err(FiError::inval(format!(
+                    "{CALL}: attr caps {:#x}, op_flags {:#x}: a receive context serves caps \
+                     {served:#x} and op_flags {RX_OP_FLAGS:#x}",
+                    a.caps, a.op_flags
+                )));
+            }
+            if a.msg_order != 0 || a.comp_order != 0 {
+                return Err(FiError::inval(format!(
+                    "{CALL}: attr msg_order {:#x}, comp_order {:#x}: messages travel unordered",
+                    a.msg_order, a.comp_order
+                )));
+            }
+            op_flags = a.op_flags;
+            if a.caps == 0 {
+                a.caps = served;
+            }
+            a.mode = 0;
+            a.iov_limit = IOV_LIMIT;
+        }
+        // SAFETY: libfabric's contract on `rx_ep`.
+        unsafe { open_context(s, false, index, op_flags, rx_ep.cast(), context, CALL) }
+    })
+}
+
+impl UetSep {
+    /// The `fi_info`'s caps, or every cap the provider offers when it named none.
+    fn caps_or_all(&self) -> u64 {
+        if self.caps == 0 {
+            u64::MAX
+        } else {
+            self.caps
+        }
+    }
+}
+
+/// Open transmit (`tx`) or receive context `index` into `*out`.
+///
+/// # Safety
+/// `out` is NULL or writable.
+unsafe fn open_context(
+    s: &UetSep,
+    tx: bool,
+    index: c_int,
+    op_flags: u64,
+    out: *mut *mut FidEp,
+    context: *mut c_void,
+    call: &str,
+) -> Result<c_int, FiError> {
+    if out.is_null() {
+        return Err(null(call, if tx { "tx_ep" } else { "rx_ep" }));
+    }
+    let cnt = if tx { s.tx_ctx_cnt } else { s.rx_ctx_cnt };
+    let what = if tx { "transmit" } else { "receive" };
+    let k = usize::try_from(index)
+        .ok()
+        .filter(|&k| k < cnt)
+        .ok_or_else(|| {
+            FiError::inval(format!(
+                "{call}: index {index}: the scalable endpoint has {cnt} {what} contexts"
+            ))
+        })?;
+    let lane = s
+        .lanes
+        .get(k)
+        .cloned()
+        .ok_or_else(|| FiError::inval(format!("{call}: index {index}")))?;
+    let mut st = s.lock();
+    if st.enabled {
+        return Err(FiError::new(
+            FiErrno::FI_EOPBADSTATE,
+            format!(
+                "{call}: the scalable endpoint is enabled: its contexts are opened before \
+                 fi_enable"
+            ),
+        ));
+    }
+    let open = if tx { &mut st.tx_open } else { &mut st.rx_open };
+    let slot = open
+        .get_mut(k)
+        .ok_or_else(|| FiError::inval(format!("{call}: index {index}")))?;
+    if *slot {
+        return Err(FiError::new(
+            FiErrno::FI_EBUSY,
+            format!("{call}: {what} context {k} is open already"),
+        ));
+    }
+    *slot = true;
+    let ep = crate::ep::open_context(s, s.domain, lane, tx, k, op_flags, s.addr_format, context);
+    // SAFETY: `out` is non-NULL and writable (the caller's promise).
+    unsafe { *out = ep };
+    Ok(0)
+}
+
+/// `fi_getopt`: no option is served.
+unsafe extern "C" fn sep_getopt(
+    _fid: *mut Fid,
+    level: c_int,
+    optname: c_int,
+    _optval: *mut c_void,
+    _optlen: *mut usize,
+) -> c_int {
+    entry("fi_getopt", || {
+        Err(FiError::new(
+            FiErrno::FI_ENOPROTOOPT,
+            format!(
+                "fi_getopt: level {level}, option {optname}: a scalable endpoint serves no option"
+            ),
+        ))
+    })
+}
+
+/// `fi_getname`: the one address of the endpoint and its contexts, once enabled.
+unsafe extern "C" fn sep_getname(fid: *mut Fid, addr: *mut c_void, addrlen: *mut usize) -> c_int {
+    const CALL: &str = "fi_getname";
+    entry(CALL, || {
+        // SAFETY: called through the scalable endpoint's own ops.
+        let s = unsafe { sep_ref(fid, CALL) }?;
+        if addrlen.is_null() {
+            return Err(null(CALL, "addrlen"));
+        }
+        let a = s.lanes.first().and_then(|l| l.address()).ok_or_else(|| {
+            FiError::new(
+                FiErrno::FI_EOPBADSTATE,
+                format!("{CALL}: the scalable endpoint has its address once enabled (fi_enable)"),
+            )
+        })?;
+        let bytes = address_in(s.addr_format, &a, CALL)?;
+        // SAFETY: libfabric's contract on `addr` and `addrlen`.
+        unsafe { put_address(CALL, &bytes, addr, addrlen) }
+    })
+}
+
+/// `fi_close`: `-FI_EBUSY` while a context is open; the endpoint leaves the NIC.
+unsafe extern "C" fn sep_close(fid: *mut Fid) -> c_int {
+    const CALL: &str = "fi_close(sep)";
+    entry(CALL, || {
+        // SAFETY: called through the fid's own ops.
+        let s = unsafe { sep_ref(fid, CALL) }?;
+        let av = {
+            let mut st = s.lock();
+            let open = st.tx_open.iter().chain(&st.rx_open).filter(|&&o| o).count();
+            if open > 0 {
+                return Err(FiError::new(
+                    FiErrno::FI_EBUSY,
+                    format!("{CALL}: {open} context(s) of the scalable endpoint are open"),
+                ));
+            }
+            // Contexts before the endpoint's own ring set (the driver destroys the endpoint
+            // after its last ring set goes in any case).
+            for lane in s.lanes.iter().rev() {
+                drop(lane.uninstall());
+            }
+            st.av.take()
+        };
+        if let Some(av) = av {
+            // SAFETY: a bound AV stays open while the endpoint is bound to it.
+            unsafe { &*av }.eps.fetch_sub(1, Ordering::AcqRel);
+        }
+        // SAFETY: the domain outlives its endpoints.
+        unsafe { &*s.domain }
+            .endpoints
+            .fetch_sub(1, Ordering::AcqRel);
+        // SAFETY: made by `Box::into_raw` in `domain_scalable_ep`; the application gives it
+        // up.
+        drop(unsafe { Box::from_raw(fid.cast::<UetSep>()) });
+        Ok(0)
+    })
+}
