@@ -164,6 +164,19 @@ fn a_libfabric_application_counts_completions_with_fi_cntr_through_the_provider(
 }
 
 #[test]
+fn a_libfabric_application_names_each_receive_context_of_a_scalable_endpoint_with_fi_rx_addr() {
+    run_program(
+        "sep.c",
+        &[
+            "contexts: 2 tx, 4 rx",
+            "scalable endpoint: ok",
+            "delivered per context: ok",
+            "transmit contexts: ok",
+        ],
+    );
+}
+
+#[test]
 fn with_rust_log_set_the_provider_logs_why_a_call_failed() {
     if !have_toolchain() {
         return;
