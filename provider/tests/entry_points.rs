@@ -4158,3 +4158,57 @@ fn a_receive_context_keeps_its_cq_when_the_transmit_context_of_its_index_closes(
         ]);
     }
 }
+
+/// A context binds a counter of its own direction: a transmit context's counts its sends, a
+/// receive context's its receives (the other direction is `-FI_EBADFLAGS`). Here transmit
+/// context 1 sends to the scalable endpoint's own receive context 2.
+#[test]
+fn each_context_counts_its_own_directions_completions() {
+    let open = Open::with_hints(&sep_hints(2, 4));
+    let mut attr = av_attr(16);
+    attr.rx_ctx_bits = 2;
+    let av = open.av_open(&mut attr).unwrap();
+    let cqs = [0, 1].map(|_| open.cq_open(FI_CQ_FORMAT_TAGGED, FI_WAIT_UNSPEC));
+    let cntrs = [0, 1].map(|_| open.cntr_open(FI_WAIT_UNSPEC).unwrap());
+    let sep = scalable_ep(&open).unwrap();
+    let (t1, r2) = (
+        context(sep, true, 1).unwrap(),
+        context(sep, false, 2).unwrap(),
+    );
+    // SAFETY: open objects.
+    unsafe {
+        assert_eq!(bind(&mut (*sep).fid, &mut (*av).fid, 0), 0);
+        assert_eq!(bind(&mut (*t1).fid, &mut (*cqs[0]).fid, FI_TRANSMIT), 0);
+        assert_eq!(bind(&mut (*r2).fid, &mut (*cqs[1]).fid, FI_RECV), 0);
+        let bad = -(FiErrno::FI_EBADFLAGS.get() as c_int);
+        assert_eq!(bind(&mut (*t1).fid, &mut (*cntrs[0]).fid, FI_RECV), bad);
+        assert_eq!(bind(&mut (*r2).fid, &mut (*cntrs[1]).fid, FI_SEND), bad);
+        assert_eq!(bind(&mut (*t1).fid, &mut (*cntrs[0]).fid, FI_SEND), 0);
+        assert_eq!(bind(&mut (*r2).fid, &mut (*cntrs[1]).fid, FI_RECV), 0);
+    }
+    assert_eq!(enable(sep), 0);
+    let me = insert(av, &name_of(sep.cast()));
+    let mut buf = [0u8; 16];
+    // SAFETY: `buf` outlives the receive's completion, waited for below.
+    unsafe { assert_eq!(post(r2, &mut buf, None, 0), 0) };
+    let to = uet_av::flags::fi_rx_addr(me, 2, 2);
+    assert_eq!(send_to(t1, b"to myself", to, 0), 0);
+    assert_eq!(cntr_wait(cntrs[0], 1, 5000), 0, "the send is counted");
+    assert_eq!(cntr_wait(cntrs[1], 1, 5000), 0, "the receive is counted");
+    assert_eq!((cntr_read(cntrs[0]), cntr_read(cntrs[1])), (1, 1));
+    assert!(cq_wait(cqs[0]).is_ok() && cq_wait(cqs[1]).is_ok());
+    assert_eq!(&buf[..9], b"to myself");
+    // SAFETY: open objects, each closed once, contexts first.
+    unsafe {
+        close_all(&[
+            &mut (*t1).fid,
+            &mut (*r2).fid,
+            &mut (*sep).fid,
+            &mut (*cqs[0]).fid,
+            &mut (*cqs[1]).fid,
+            &mut (*cntrs[0]).fid,
+            &mut (*cntrs[1]).fid,
+            &mut (*av).fid,
+        ]);
+    }
+}
