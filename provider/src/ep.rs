@@ -487,6 +487,18 @@ impl EpState {
         Some((binding.cq, Completion { entry, src, error }))
     }
 
+    /// Give the application back the buffers of the receives posted (a receive context's
+    /// close, whose ring set stays on the NIC): a message that still lands in one of them is
+    /// read off the ring but copied nowhere and reported nowhere.
+    fn forget_receives(&mut self) {
+        for op in self.posted.iter_mut().flatten() {
+            if let Posted::Recv { report, iov, .. } = op {
+                *report = false;
+                *iov = IoList::default();
+            }
+        }
+    }
+
     /// Hold `op` until its completion: its token, the context the NIC carries (never 0, the
     /// context of the NIC's inject completions).
     fn hold(&mut self, op: Posted) -> u64 {
@@ -1960,6 +1972,9 @@ unsafe extern "C" fn ep_close(fid: *mut Fid) -> c_int {
                 // Its direction's bindings only: the ring set stays with the scalable
                 // endpoint, and the other direction's context of its index keeps its own.
                 let mut st = e.shared.lock();
+                if !tx {
+                    st.forget_receives();
+                }
                 let (cq, other_cq) = if tx {
                     (st.tx_cq.take(), st.rx_cq)
                 } else {

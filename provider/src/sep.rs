@@ -11,7 +11,7 @@
 //! | `fi_enable(sep)` | creates the endpoint and every context on the NIC (`-FI_ENOAV` without an AV; `-FI_ENOCQ` for an open context without its CQ; `-FI_EINVAL` when the AV's `rx_ctx_bits` cannot name the receive contexts); from then on the contexts carry transfers and bind nothing more |
 //! | `fi_getname(sep)`, `fi_getname(ctx)` | the one address, once enabled |
 //! | `fi_send*`, `fi_tsend*`, `fi_inject*`, `fi_tinject*` on a transmit context; `fi_recv*`, `fi_trecv*` on a receive context | as on an endpoint ([`crate::ep`]); the other direction's calls are `-FI_EOPNOTSUPP`, and so is every transfer on the scalable endpoint itself |
-//! | `fi_close(ctx)` | unbinds its CQ and counter; posted receives are dropped unreported (the NIC keeps the context until the scalable endpoint closes) |
+//! | `fi_close(ctx)` | unbinds its CQ and counter; posted receives are dropped unreported, their buffers never written (the NIC keeps the context until the scalable endpoint closes, and a message that still lands there is read off its ring and discarded) |
 //! | `fi_close(sep)` | `-FI_EBUSY` while a context is open; the endpoint leaves the NIC |
 //!
 //! Receive context `i` is the NIC's resource index `ri_start + i`: a peer reaches it with

@@ -4212,3 +4212,58 @@ fn each_context_counts_its_own_directions_completions() {
         ]);
     }
 }
+
+/// A receive posted on a receive context that then closes is dropped: a message that
+/// reaches its ring set afterwards, read through the transmit context of the same index,
+/// writes nothing into the buffer the application had given it and got back.
+#[test]
+fn a_closed_receive_contexts_posted_receive_writes_nothing_into_its_buffer() {
+    let open = Open::with_hints(&sep_hints(1, 1));
+    let mut attr = av_attr(16);
+    let av = open.av_open(&mut attr).unwrap();
+    let (cq_t, cq_r) = (
+        open.cq_open(FI_CQ_FORMAT_TAGGED, FI_WAIT_UNSPEC),
+        open.cq_open(FI_CQ_FORMAT_TAGGED, FI_WAIT_UNSPEC),
+    );
+    let sep = scalable_ep(&open).unwrap();
+    let (t0, r0) = (
+        context(sep, true, 0).unwrap(),
+        context(sep, false, 0).unwrap(),
+    );
+    // SAFETY: open objects.
+    unsafe {
+        assert_eq!(bind(&mut (*sep).fid, &mut (*av).fid, 0), 0);
+        assert_eq!(bind(&mut (*t0).fid, &mut (*cq_t).fid, FI_TRANSMIT), 0);
+        assert_eq!(bind(&mut (*r0).fid, &mut (*cq_r).fid, FI_RECV), 0);
+    }
+    assert_eq!(enable(sep), 0);
+    let me = insert(av, &name_of(sep.cast()));
+    let mut buf = vec![0xaau8; 32];
+    // SAFETY: `buf` outlives the scalable endpoint; `r0` is closed once.
+    unsafe {
+        assert_eq!(post(r0, &mut buf, None, 9), 0);
+        assert_eq!(close(&mut (*r0).fid), 0);
+    }
+    assert_eq!(send_to(t0, b"after the close", me, 5), 0);
+    let e = cq_wait(cq_t).expect("the send completes");
+    assert_eq!(e.op_context as usize, 5);
+    // Whatever else the ring set holds is read too.
+    for _ in 0..50 {
+        assert_eq!(cq_read(cq_t).err(), Some(neg(FiErrno::FI_EAGAIN)));
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    assert!(
+        buf.iter().all(|&b| b == 0xaa),
+        "the closed context's buffer was written: {buf:?}"
+    );
+    // SAFETY: open objects, each closed once, contexts first.
+    unsafe {
+        close_all(&[
+            &mut (*t0).fid,
+            &mut (*sep).fid,
+            &mut (*cq_t).fid,
+            &mut (*cq_r).fid,
+            &mut (*av).fid,
+        ]);
+    }
+}
