@@ -29,6 +29,9 @@ pub struct UetDomain {
     /// `fi_cntr_open` `FI_ENOSPC` at [`crate::cntr::CNTR_CNT`]): each holds the count and takes
     /// itself off it when it closes.
     pub(crate) cntrs: Arc<AtomicUsize>,
+    /// `domain_attr->max_ep_tx_ctx` of the `fi_info` it is opened with (0: the NIC's): the
+    /// most transmit contexts of a scalable endpoint in it.
+    pub(crate) max_ep_tx_ctx: usize,
 }
 
 impl UetDomain {
@@ -117,6 +120,8 @@ pub(crate) unsafe extern "C" fn fabric_domain(
         }
         // SAFETY: as above.
         let attr = unsafe { domain_attr(info) }?;
+        // SAFETY: as above.
+        let max_ep_tx_ctx = unsafe { info.domain_attr.as_ref() }.map_or(0, |d| d.max_ep_tx_ctx);
         let d = f.nic.domain(attr)?;
         f.domains.fetch_add(1, Ordering::AcqRel);
         let boxed = Box::new(UetDomain {
@@ -135,6 +140,7 @@ pub(crate) unsafe extern "C" fn fabric_domain(
             endpoints: AtomicUsize::new(0),
             cqs: Arc::new(AtomicUsize::new(0)),
             cntrs: Arc::new(AtomicUsize::new(0)),
+            max_ep_tx_ctx,
         });
         // SAFETY: `domain` is non-NULL and writable (libfabric's contract).
         unsafe { *domain = Box::into_raw(boxed).cast() };

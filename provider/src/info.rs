@@ -20,7 +20,7 @@
 //! | `domain_attr->cq_data_size` | up to 8 bytes |
 //! | `tx_attr`, `rx_attr` | caps `FI_MSG`, `FI_TAGGED` with `FI_SEND`, or with `FI_RECV` and `FI_SOURCE`; sizes, `iov_limit`, `inject_size` up to the provider's; `op_flags` returned, those the provider honours (`FI_COMPLETION`; for sends `FI_INJECT`, `FI_INJECT_COMPLETE`, `FI_TRANSMIT_COMPLETE`, and on `FI_EP_RDM` `FI_DELIVERY_COMPLETE`); no `msg_order` or `comp_order` (messages travel unordered) |
 //! | `ep_attr->max_msg_size` | up to 16 KiB (`FI_EP_RDM`, `FI_EP_MSG`), up to the NIC's MTU (`FI_EP_DGRAM`) |
-//! | `ep_attr->tx_ctx_cnt`, `rx_ctx_cnt` | up to the NIC's (`CAP_EP.max_tx_ctx`, `max_rx_ctx`, and no more receive contexts than an endpoint's resource indices), answered as asked (0: 1); more than 1 only on `FI_EP_RDM`, as a scalable endpoint ([`crate::sep`]); no shared contexts (`FI_SHARED_CONTEXT`) |
+//! | `ep_attr->tx_ctx_cnt`, `rx_ctx_cnt` | up to the NIC's (`CAP_EP.max_tx_ctx`, `max_rx_ctx`, and no more receive contexts than an endpoint's resource indices; no more than the hints' `domain_attr->max_ep_tx_ctx`, `max_ep_rx_ctx` when they name them), answered as asked (0: 1); more than 1 only on `FI_EP_RDM`, as a scalable endpoint ([`crate::sep`]); no shared contexts (`FI_SHARED_CONTEXT`) |
 //! | `src_addr`, `dest_addr` | returned; a source must be on this NIC |
 //!
 //! `node` and `service` are a UET address in the form `fi_av_insertsvc` takes (an IP address
@@ -533,6 +533,17 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
         }
         // SAFETY: the hints' key holds its size in bytes (libfabric's contract).
         w.job_id = unsafe { domain_job_id(d) }.map_err(nodata)?;
+    }
+    // An endpoint of more contexts than the domain lets an endpoint have: no answer is both.
+    for (name, n, max_name, max) in [
+        ("tx_ctx_cnt", w.tx_ctx_cnt, "max_ep_tx_ctx", w.max_ep_tx_ctx),
+        ("rx_ctx_cnt", w.rx_ctx_cnt, "max_ep_rx_ctx", w.max_ep_rx_ctx),
+    ] {
+        if max != 0 && n > max {
+            return Err(nodata(format!(
+                "ep_attr->{name} {n} is more than domain_attr->{max_name} {max}"
+            )));
+        }
     }
     Ok(w)
 }

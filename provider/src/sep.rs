@@ -3,7 +3,7 @@
 //!
 //! | call | here |
 //! |---|---|
-//! | `fi_scalable_ep(domain, info, &sep, ctx)` | a `fid_ep` of class `FI_CLASS_SEP` with `ep_attr->tx_ctx_cnt` transmit and `rx_ctx_cnt` receive contexts (0 counts as 1; more than the NIC's `CAP_EP.max_tx_ctx`, `max_rx_ctx`, the domain's `max_ep_rx_ctx`, or `FI_SHARED_CONTEXT`: `-FI_EINVAL`; an `FI_EP_DGRAM` or `FI_EP_MSG` info: `-FI_EINVAL`) |
+//! | `fi_scalable_ep(domain, info, &sep, ctx)` | a `fid_ep` of class `FI_CLASS_SEP` with `ep_attr->tx_ctx_cnt` transmit and `rx_ctx_cnt` receive contexts (0 counts as 1; more than the NIC's `CAP_EP.max_tx_ctx`, `max_rx_ctx`, the domain's `max_ep_tx_ctx`, `max_ep_rx_ctx`, or `FI_SHARED_CONTEXT`: `-FI_EINVAL`; an `FI_EP_DGRAM` or `FI_EP_MSG` info: `-FI_EINVAL`) |
 //! | `fi_scalable_ep_bind(sep, av, 0)` | its AV, which its contexts address through (an AV only, once: `-FI_EINVAL`; flags: `-FI_EBADFLAGS`) |
 //! | `fi_tx_context(sep, i, attr, &ep, ctx)`, `fi_rx_context` | context `i`, a `fid_ep` of class `FI_CLASS_TX_CTX` / `FI_CLASS_RX_CTX` (index out of range `-FI_EINVAL`, opened already `-FI_EBUSY`, after `fi_enable(sep)` `-FI_EOPBADSTATE`); `attr` gives its `op_flags` and gets the attributes it has |
 //! | `fi_ep_bind(ctx, cq or counter, flags)` | its own CQ (`FI_TRANSMIT` on a transmit context, `FI_RECV` on a receive one, `FI_SELECTIVE_COMPLETION` on either) and counter (`FI_SEND`, `FI_RECV`); the other direction is `-FI_EBADFLAGS`, an AV or EQ `-FI_EINVAL` |
@@ -144,7 +144,7 @@ fn count(call: &str, name: &str, n: usize, max: usize) -> Result<usize, FiError>
     }
     if n > max {
         return Err(FiError::inval(format!(
-            "{call}: ep_attr->{name} {n} is more than the NIC's {max}"
+            "{call}: ep_attr->{name} {n} is more than the NIC's or the domain's {max}"
         )));
     }
     Ok(n.max(1))
@@ -172,14 +172,17 @@ pub(crate) unsafe extern "C" fn domain_scalable_ep(
                 .as_ref()
                 .ok_or_else(|| FiError::inval(format!("{CALL}: the domain is closed")))?;
             let (tx, rx) = crate::info::context_limits(dom.nic());
-            let domain_rx = dom.attr().max_ep_rx_ctx;
-            (
-                tx,
-                if domain_rx == 0 {
-                    rx
+            // The domain's own bounds, 0 for the NIC's.
+            let within = |nic: usize, domain: usize| {
+                if domain == 0 {
+                    nic
                 } else {
-                    rx.min(domain_rx)
-                },
+                    nic.min(domain)
+                }
+            };
+            (
+                within(tx, d.max_ep_tx_ctx),
+                within(rx, dom.attr().max_ep_rx_ctx),
             )
         };
         let (mut tx, mut rx) = (1, 1);

@@ -4267,3 +4267,52 @@ fn a_closed_receive_contexts_posted_receive_writes_nothing_into_its_buffer() {
         ]);
     }
 }
+
+/// Hints asking an endpoint more contexts than they ask the domain to allow an endpoint
+/// (`ep_attr->tx_ctx_cnt` above `domain_attr->max_ep_tx_ctx`, or `rx_ctx_cnt` above
+/// `max_ep_rx_ctx`) are `-FI_ENODATA`: no answer holds both. And `fi_scalable_ep` keeps to
+/// the transmit contexts per endpoint of the domain it is opened on, as to its receive ones.
+#[test]
+fn an_endpoint_gets_no_more_contexts_than_its_domain_allows_an_endpoint() {
+    for (tx, max_tx, rx, max_rx) in [(4, 2, 1, 0), (1, 0, 4, 2), (2, 1, 2, 2)] {
+        let answer = answer_to(
+            |ep, d| {
+                (ep.tx_ctx_cnt, ep.rx_ctx_cnt) = (tx, rx);
+                (d.max_ep_tx_ctx, d.max_ep_rx_ctx) = (max_tx, max_rx);
+            },
+            |d| (d.max_ep_tx_ctx, d.max_ep_rx_ctx),
+        );
+        assert_eq!(
+            answer,
+            Err(ENODATA),
+            "tx_ctx_cnt {tx} of max_ep_tx_ctx {max_tx}, rx_ctx_cnt {rx} of {max_rx}"
+        );
+    }
+    let answer = answer_to(
+        |ep, d| {
+            (ep.tx_ctx_cnt, ep.rx_ctx_cnt) = (2, 2);
+            (d.max_ep_tx_ctx, d.max_ep_rx_ctx) = (2, 2);
+        },
+        |d| (d.max_ep_tx_ctx, d.max_ep_rx_ctx),
+    );
+    assert_eq!(answer, Ok((2, 2)));
+    // A domain of one transmit context per endpoint.
+    let hints = sep_hints(1, 2);
+    // SAFETY: the hints' own domain_attr.
+    unsafe { (*hints.info.domain_attr).max_ep_tx_ctx = 1 };
+    let open = Open::with_hints(&hints);
+    // SAFETY: the provider's own info, restored after.
+    unsafe {
+        let ep_attr = &mut *(*open.info).ep_attr;
+        ep_attr.tx_ctx_cnt = 2;
+        assert_eq!(
+            scalable_ep(&open).err(),
+            Some(EINVAL),
+            "two transmit contexts"
+        );
+        ep_attr.tx_ctx_cnt = 1;
+    }
+    let sep = scalable_ep(&open).expect("one transmit context");
+    // SAFETY: open, closed once.
+    assert_eq!(unsafe { close(&mut (*sep).fid) }, 0);
+}
