@@ -94,21 +94,24 @@ const CQ_DATA_SIZE: usize = 8;
 
 /// The primary capabilities the provider offers (`FI_MSG`, `FI_TAGGED`, `FI_NAMED_RX_CTX`).
 const PRIMARY_CAPS: u64 = FI_MSG | FI_TAGGED | FI_NAMED_RX_CTX;
+/// The primary capabilities of messages of either kind.
+const MESSAGE_CAPS: u64 = FI_MSG | FI_TAGGED;
 /// Their modifiers: the directions (`FI_SEND`, `FI_RECV`).
 const DIRECTION_CAPS: u64 = FI_SEND | FI_RECV_CAP;
 
 /// The answer's `caps` for hints asking `wanted`: every capability when they ask none;
-/// otherwise only the primary capabilities they name, as `fi_getinfo(3)` has it (all of them
-/// when they name none), in the directions they name (both when they name neither), and the
-/// secondary capabilities, which a provider may report unasked.
+/// otherwise only the primary capabilities they name, as `fi_getinfo(3)` has it (messages
+/// of both kinds, `FI_MSG` and `FI_TAGGED`, when they name none of those), in the directions
+/// they name (both when they name neither), and the secondary capabilities, which a
+/// provider may report unasked. `FI_NAMED_RX_CTX` is there only when named.
 fn answer_caps(wanted: u64) -> u64 {
     if wanted == 0 {
         return PROVIDER_CAPS;
     }
     // Named receive contexts modify messages: asked alone, they are of every kind.
     let primary = match wanted & PRIMARY_CAPS {
-        0 => PRIMARY_CAPS,
-        FI_NAMED_RX_CTX => PRIMARY_CAPS,
+        0 => MESSAGE_CAPS,
+        FI_NAMED_RX_CTX => MESSAGE_CAPS | FI_NAMED_RX_CTX,
         named => named,
     };
     let directions = match wanted & DIRECTION_CAPS {

@@ -4316,3 +4316,44 @@ fn an_endpoint_gets_no_more_contexts_than_its_domain_allows_an_endpoint() {
     // SAFETY: open, closed once.
     assert_eq!(unsafe { close(&mut (*sep).fid) }, 0);
 }
+
+/// `FI_NAMED_RX_CTX` is a primary capability (fi_getinfo(3)): hints that name capabilities
+/// get it only when they name it, as they get `FI_MSG` and `FI_TAGGED` with no primary
+/// capability named.
+#[test]
+fn the_answer_names_receive_contexts_only_for_hints_that_ask_it() {
+    // SAFETY: the provider's answers, read, then freed once.
+    let caps = |hint: u64| unsafe {
+        let info = getinfo(None, None, 0, Some(&Hints::new(hint, FI_FORMAT_UNSPEC))).unwrap();
+        let caps = (*info).caps;
+        uet_fi::info::free_info(info);
+        caps
+    };
+    for hint in [
+        FI_SOURCE_CAP,
+        FI_SEND,
+        FI_RECV | FI_SOURCE_CAP,
+        FI_MSG,
+        FI_TAGGED,
+    ] {
+        let got = caps(hint);
+        assert_eq!(
+            got & FI_NAMED_RX_CTX,
+            0,
+            "caps {got:#x} answering {hint:#x}"
+        );
+        assert_ne!(
+            got & (FI_MSG | FI_TAGGED),
+            0,
+            "caps {got:#x} answering {hint:#x}"
+        );
+    }
+    for hint in [FI_NAMED_RX_CTX, FI_MSG | FI_NAMED_RX_CTX] {
+        let got = caps(hint);
+        assert_ne!(
+            got & FI_NAMED_RX_CTX,
+            0,
+            "caps {got:#x} answering {hint:#x}"
+        );
+    }
+}
