@@ -18,7 +18,7 @@
 //! | `domain_attr->max_err_data` | up to 1024 bytes: an error's message in `err_data` is at most that |
 //! | `domain_attr->auth_key` | a 4-byte JobID (24 bits), or none |
 //! | `domain_attr->cq_data_size` | up to 8 bytes |
-//! | `tx_attr`, `rx_attr` | caps `FI_MSG`, `FI_TAGGED` with `FI_SEND`, or with `FI_RECV` and `FI_SOURCE`; sizes, `iov_limit`, `inject_size` up to the provider's; `op_flags` returned, those the provider honours (`FI_COMPLETION`; for sends `FI_INJECT`, `FI_INJECT_COMPLETE`, `FI_TRANSMIT_COMPLETE`, and on `FI_EP_RDM` `FI_DELIVERY_COMPLETE`); no `msg_order` or `comp_order` (messages travel unordered) |
+//! | `tx_attr`, `rx_attr` | caps `FI_MSG`, `FI_TAGGED` with `FI_SEND` (and `FI_NAMED_RX_CTX` on `FI_EP_RDM`), or with `FI_RECV` and `FI_SOURCE`; sizes, `iov_limit`, `inject_size` up to the provider's; `op_flags` returned, those the provider honours (`FI_COMPLETION`; for sends `FI_INJECT`, `FI_INJECT_COMPLETE`, `FI_TRANSMIT_COMPLETE`, and on `FI_EP_RDM` `FI_DELIVERY_COMPLETE`); no `msg_order` or `comp_order` (messages travel unordered) |
 //! | `ep_attr->max_msg_size` | up to 16 KiB (`FI_EP_RDM`, `FI_EP_MSG`), up to the NIC's MTU (`FI_EP_DGRAM`) |
 //! | `ep_attr->tx_ctx_cnt`, `rx_ctx_cnt` | up to the NIC's (`CAP_EP.max_tx_ctx`, `max_rx_ctx`, and no more receive contexts than an endpoint's resource indices; no more than the hints' `domain_attr->max_ep_tx_ctx`, `max_ep_rx_ctx` when they name them), answered as asked (0: 1); more than 1 only on `FI_EP_RDM`, as a scalable endpoint ([`crate::sep`]); no shared contexts (`FI_SHARED_CONTEXT`) |
 //! | `src_addr`, `dest_addr` | returned; a source must be on this NIC |
@@ -94,6 +94,9 @@ const CQ_DATA_SIZE: usize = 8;
 
 /// The primary capabilities the provider offers (`FI_MSG`, `FI_TAGGED`, `FI_NAMED_RX_CTX`).
 const PRIMARY_CAPS: u64 = FI_MSG | FI_TAGGED | FI_NAMED_RX_CTX;
+/// The capabilities of a transmit context (`tx_attr->caps`, fi_endpoint(3)) the provider
+/// offers: sending messages, and naming a peer's receive context (`FI_EP_RDM`).
+pub(crate) const TX_CAPS: u64 = FI_MSG | FI_TAGGED | FI_SEND | FI_NAMED_RX_CTX;
 /// The primary capabilities of messages of either kind.
 const MESSAGE_CAPS: u64 = FI_MSG | FI_TAGGED;
 /// Their modifiers: the directions (`FI_SEND`, `FI_RECV`).
@@ -234,6 +237,8 @@ struct Wanted {
     max_msg_size: usize,
     inject_size: usize,
     caps: u64,
+    /// `tx_attr->caps`.
+    tx_caps: u64,
     addr_format: AddrFormat,
     av_type: AvType,
     ep_cnt: usize,
@@ -364,7 +369,7 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
     let defaults = uet_driver::EndpointAttr::default();
     // SAFETY: NULL or valid, as the caller promises.
     if let Some(tx) = unsafe { h.tx_attr.as_ref() } {
-        let served = FI_MSG | FI_TAGGED | FI_SEND;
+        let served = TX_CAPS;
         if tx.caps & !served != 0
             || tx.size > 1 << defaults.tx_log2
             || tx.iov_limit > IOV_LIMIT
@@ -388,6 +393,7 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
             )));
         }
         w.tx_op_flags = tx.op_flags;
+        w.tx_caps = tx.caps;
         w.inject_size = tx.inject_size;
         if tx.msg_order != 0 || tx.comp_order != 0 {
             return Err(nodata(format!(
@@ -582,7 +588,7 @@ fn kind_refused(kind: EpKind, w: &Wanted, nic: &Nic) -> Option<String> {
     let several = [w.tx_ctx_cnt, w.rx_ctx_cnt, w.max_ep_tx_ctx]
         .into_iter()
         .any(|n| n > 1);
-    if kind != EpKind::Rdm && (several || w.caps & FI_NAMED_RX_CTX != 0) {
+    if kind != EpKind::Rdm && (several || (w.caps | w.tx_caps) & FI_NAMED_RX_CTX != 0) {
         return Some(format!(
             "{name} endpoints have one transmit and one receive context (scalable endpoints \
              and FI_NAMED_RX_CTX are FI_EP_RDM's)"
@@ -801,7 +807,7 @@ unsafe fn fill(
     unsafe {
         let defaults = uet_driver::EndpointAttr::default();
         let tx = &mut *i.tx_attr;
-        tx.caps = (FI_MSG | FI_TAGGED | FI_SEND) & i.caps;
+        tx.caps = TX_CAPS & i.caps;
         tx.inject_size = kind.inject_size(nic);
         tx.size = 1 << defaults.tx_log2;
         tx.iov_limit = IOV_LIMIT;

@@ -411,7 +411,7 @@ unsafe extern "C" fn sep_tx_ctx(
         let mut op_flags = s.tx_op_flags;
         // SAFETY: NULL or valid attributes (libfabric's contract).
         if let Some(a) = unsafe { attr.as_mut() } {
-            let served = (FI_MSG | FI_TAGGED | FI_SEND) & s.caps_or_all();
+            let served = crate::info::TX_CAPS & s.caps_or_all();
             if a.caps & !served != 0 || a.op_flags & !TX_OP_FLAGS != 0 {
                 return Err(FiError::inval(format!(
                     "{CALL}: attr caps {:#x}, op_flags {:#x}: a transmit context serves caps \

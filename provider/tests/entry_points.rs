@@ -4357,3 +4357,41 @@ fn the_answer_names_receive_contexts_only_for_hints_that_ask_it() {
         );
     }
 }
+
+/// `FI_NAMED_RX_CTX` is a transmit capability (fi_endpoint(3)): hints' `tx_attr` may ask
+/// it of `FI_EP_RDM` (the others have one receive context), the answer's `tx_attr` carries
+/// it, and `fi_tx_context` takes those attributes.
+#[test]
+fn a_transmit_context_asks_for_and_gets_named_receive_contexts() {
+    let hints = sep_hints(2, 4);
+    // SAFETY: the hints' own tx_attr.
+    unsafe { (*hints.info.tx_attr).caps = FI_MSG | FI_SEND | FI_NAMED_RX_CTX };
+    let open = Open::with_hints(&hints);
+    // SAFETY: the provider's own answer.
+    let tx_caps = unsafe { (*(*open.info).tx_attr).caps };
+    assert_eq!(tx_caps & FI_NAMED_RX_CTX, FI_NAMED_RX_CTX, "{tx_caps:#x}");
+    let sep = scalable_ep(&open).unwrap();
+    // SAFETY: a plain-data structure.
+    let mut attr: FiTxAttr = unsafe { core::mem::zeroed() };
+    attr.caps = FI_MSG | FI_SEND | FI_NAMED_RX_CTX;
+    let mut ctx: *mut FidEp = null_mut();
+    // SAFETY: an open scalable endpoint; valid attributes and out pointer.
+    let ret = unsafe { ((*(*sep).ops).tx_ctx)(sep, 1, &mut attr, &mut ctx, null_mut()) };
+    assert_eq!(ret, 0, "fi_tx_context with FI_NAMED_RX_CTX");
+    assert_eq!(attr.caps & FI_NAMED_RX_CTX, FI_NAMED_RX_CTX);
+    // SAFETY: open objects, each closed once, the context first.
+    unsafe { close_all(&[&mut (*ctx).fid, &mut (*sep).fid]) };
+    for ep_type in [FI_EP_DGRAM, FI_EP_MSG] {
+        let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+        // SAFETY: the hints' own attributes.
+        unsafe {
+            (*hints.info.ep_attr).ep_type = ep_type;
+            (*hints.info.tx_attr).caps = FI_MSG | FI_NAMED_RX_CTX;
+        }
+        assert_eq!(
+            getinfo(None, None, 0, Some(&hints)).err(),
+            Some(ENODATA),
+            "type {ep_type}"
+        );
+    }
+}
