@@ -361,6 +361,7 @@ pub fn err_text(local: LocalStatus, rc: Option<ReturnCode>) -> &'static str {
         LocalStatus::MsgTooLong => {
             "the destination peer takes messages of at most one MTU (its address's MAX_MSG_MTU flag); nothing was sent"
         }
+        LocalStatus::Cancelled => "the receive was cancelled before a message took it (fi_cancel)",
         LocalStatus::Remote => match rc {
             Some(ReturnCode::BadJobId) => "target: RC_BAD_JOB_ID, no endpoint of this JobID there",
             Some(ReturnCode::BadPid) => {

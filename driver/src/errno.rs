@@ -23,6 +23,7 @@ use uet_fwif::ReturnCode;
 /// | buffer outside DMA memory | `FI_EFAULT` |
 /// | malformed descriptor | `FI_EINVAL` |
 /// | no NIC at the destination fabric address | `FI_EHOSTUNREACH` |
+/// | a receive withdrawn by [`crate::Endpoint::cancel_recv`] (`fi_cancel`) | `FI_ECANCELED` |
 pub fn completion_errno(local: LocalStatus, rc: Option<ReturnCode>) -> FiErrno {
     match local {
         LocalStatus::Ok => FiErrno::new(0),
@@ -32,6 +33,7 @@ pub fn completion_errno(local: LocalStatus, rc: Option<ReturnCode>) -> FiErrno {
         LocalStatus::BadDescriptor | LocalStatus::BadGroup => FiErrno::FI_EINVAL,
         LocalStatus::Unreachable => FiErrno::FI_EHOSTUNREACH,
         LocalStatus::MsgTooLong => FiErrno::FI_EMSGSIZE,
+        LocalStatus::Cancelled => FiErrno::FI_ECANCELED,
         LocalStatus::Remote => match rc {
             Some(ReturnCode::BadJobId | ReturnCode::PermViolation | ReturnCode::BadMkey) => {
                 FiErrno::FI_EACCES
@@ -61,6 +63,8 @@ impl DriverError {
                 Status::InvalidOpcode => FiErrno::FI_ENOSYS,
                 Status::KeyExists => FiErrno::FI_ENOKEY,
                 Status::InitiatorInUse => FiErrno::FI_EADDRINUSE,
+                Status::NotPosted => FiErrno::FI_ENOENT,
+                Status::InProgress => FiErrno::FI_EBUSY,
                 Status::InvalidField | Status::InvalidHandle | Status::IndexOutOfRange => {
                     FiErrno::FI_EINVAL
                 }

@@ -24,6 +24,7 @@
 //! | `ENDPOINT_CREATE` 0x10 | AV handle bound for TX translation and RX source lookup | [`EndpointCreateBody`] | endpoint handle \| PIDonFEP<<16 / ri_start \| ri_count<<16 |
 //! | `ENDPOINT_DESTROY` 0x11 | endpoint or context | — | — |
 //! | `CONTEXT_CREATE` 0x12 | endpoint the context belongs to | [`ContextCreateBody`] | context handle / — |
+//! | `RECV_CANCEL` 0x13 (since 1.14) | endpoint or context whose rings hold the receive | [`RecvCancelBody`]: the ring and the descriptor's `context` | — |
 //! | `AV_CREATE` 0x20 | 0 | [`AvCreateBody`] | AV handle |
 //! | `AV_DESTROY` 0x21 | AV | — | — |
 //! | `AV_WRITE` 0x22 | AV | [`BufferBody`]: `count` × [`crate::AvWriteRecord`] | entries written |
@@ -55,6 +56,39 @@
 //! run may hold a live member of a symmetric range (a single entry may be overwritten), else
 //! InvalidField; the run must lie in the table, else IndexOutOfRange. Like AV_WRITE, it is
 //! applied entirely or not at all.
+//!
+//! ## RECV_CANCEL
+//!
+//! Withdraws a receive the host posted and no message has taken (libfabric's `fi_cancel`).
+//! The body names the ring (`ring`: [`RECV_CANCEL_RING_RX`] or [`RECV_CANCEL_RING_TAGGED`])
+//! and the `context` the descriptor was posted with; the NIC withdraws the oldest still-posted
+//! descriptor of that ring with that context:
+//!
+//! * **RX ring, endpoint without peer groups.** The NIC reads the ring from its head to the
+//!   tail (descriptors not yet taken by a message). It does not reorder the ring: the
+//!   descriptor is marked withdrawn and every later delivery skips it; one at the head is
+//!   passed at once. A withdrawn ring entry is free again only once the NIC's head has passed
+//!   it, which the host knows when its tail comes round to it.
+//! * **RX ring, endpoint with peer groups; tagged RX ring.** The descriptor is removed from
+//!   the posted list (the NIC reads these rings eagerly; its ring entry was free already).
+//!
+//! The receive then completes like any other: a `Recv` or `TaggedRecv` completion with the
+//! descriptor's `context`, status [`crate::LocalStatus::Cancelled`], `len` 0, written into the
+//! completion ring of the endpoint or context named by `handle`, and counted in its
+//! `rx_errors`; the buffer is the host's again. The command completes Success once the
+//! completion is queued (it is written before any later completion of that ring).
+//!
+//! Refusals change nothing:
+//!
+//! | condition | status |
+//! |---|---|
+//! | `handle` names no endpoint or context, or one that does not receive (a transmit context) | InvalidHandle |
+//! | `ring` undefined, reserved bytes set, or the tagged ring of an endpoint without one | InvalidField |
+//! | no descriptor with `context` is posted on the ring (never posted, already completed, or withdrawn) | [`Status::NotPosted`] |
+//! | the descriptor is a multi-receive buffer (`RX_FLAG_MULTI_RECV`), or a message has taken it and is still in reassembly | [`Status::InProgress`] |
+//! | the completion ring has no room for the completion (read completions, then retry) | [`Status::Busy`] |
+//!
+//! Multi-receive buffers are not withdrawn: the current one is the NIC's until it retires.
 //!
 //! ## Endpoint kinds
 //!
@@ -158,6 +192,8 @@ pub enum Opcode {
     EndpointDestroy = 0x11,
     /// Add a context (its own rings and handle) to an endpoint.
     ContextCreate = 0x12,
+    /// Withdraw a posted receive (since 1.14).
+    RecvCancel = 0x13,
     /// Create an AV table.
     AvCreate = 0x20,
     /// Destroy an AV table (fails while an endpoint is bound to it).
@@ -196,6 +232,7 @@ impl Opcode {
             0x10 => Opcode::EndpointCreate,
             0x11 => Opcode::EndpointDestroy,
             0x12 => Opcode::ContextCreate,
+            0x13 => Opcode::RecvCancel,
             0x20 => Opcode::AvCreate,
             0x21 => Opcode::AvDestroy,
             0x22 => Opcode::AvWrite,
@@ -230,6 +267,7 @@ impl Opcode {
             | Opcode::AuthKeyRead
             | Opcode::EndpointAuthKeys => since::AUTH_KEYS,
             Opcode::AvWritePeers => since::AV_WRITE_PEERS,
+            Opcode::RecvCancel => since::RECV_CANCEL,
             Opcode::Identify
             | Opcode::EndpointCreate
             | Opcode::EndpointDestroy
@@ -248,6 +286,7 @@ impl Opcode {
             Opcode::EndpointCreate => "ENDPOINT_CREATE",
             Opcode::EndpointDestroy => "ENDPOINT_DESTROY",
             Opcode::ContextCreate => "CONTEXT_CREATE",
+            Opcode::RecvCancel => "RECV_CANCEL",
             Opcode::AvCreate => "AV_CREATE",
             Opcode::AvDestroy => "AV_DESTROY",
             Opcode::AvWrite => "AV_WRITE",
@@ -311,6 +350,14 @@ pub enum Status {
     /// ENDPOINT_CREATE asks for (since interface 1.11).
     #[error("initiator id in use by another endpoint of the same JobID")]
     InitiatorInUse = 0x0C,
+    /// RECV_CANCEL: no receive with the context is posted on the ring: never posted, already
+    /// completed, or withdrawn (since interface 1.14).
+    #[error("no receive with that context is posted")]
+    NotPosted = 0x0D,
+    /// RECV_CANCEL: the receive is a multi-receive buffer, or a message has taken it and is
+    /// still arriving (since interface 1.14).
+    #[error("the receive is in use by a message")]
+    InProgress = 0x0E,
 }
 
 impl Status {
@@ -330,6 +377,8 @@ impl Status {
             0x0A => Status::PidExhausted,
             0x0B => Status::RiExhausted,
             0x0C => Status::InitiatorInUse,
+            0x0D => Status::NotPosted,
+            0x0E => Status::InProgress,
             _ => Status::Internal,
         }
     }
@@ -428,6 +477,23 @@ pub struct AvWritePeersBody {
 
 /// Bytes of one address of AV_WRITE_PEERS: a UET address ([`crate::address::ADDRESS_BYTES`]).
 pub const AV_WRITE_PEERS_ADDRESS_BYTES: usize = crate::address::ADDRESS_BYTES;
+
+/// [`RecvCancelBody::ring`]: the RX ring (untagged receives).
+pub const RECV_CANCEL_RING_RX: u8 = 1;
+/// [`RecvCancelBody::ring`]: the tagged RX ring.
+pub const RECV_CANCEL_RING_TAGGED: u8 = 2;
+
+/// Body of RECV_CANCEL (see the module documentation, *RECV_CANCEL*).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+pub struct RecvCancelBody {
+    /// The `context` the descriptor was posted with.
+    pub context: U64,
+    /// [`RECV_CANCEL_RING_RX`] or [`RECV_CANCEL_RING_TAGGED`].
+    pub ring: u8,
+    /// Reserved, zero.
+    pub reserved: [u8; 47],
+}
 
 /// Body of AV_CREATE.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
@@ -599,6 +665,7 @@ body_size!(
     BufferBody,
     RangeBody,
     AvWritePeersBody,
+    RecvCancelBody,
     AvCreateBody,
     EndpointCreateBody,
     ContextCreateBody,
@@ -633,6 +700,13 @@ pub enum Command {
         endpoint: u32,
         /// The context's rings, index and role.
         body: ContextCreateBody,
+    },
+    /// RECV_CANCEL on endpoint or context `endpoint`.
+    RecvCancel {
+        /// Endpoint or context handle.
+        endpoint: u32,
+        /// The ring and the descriptor's context.
+        body: RecvCancelBody,
     },
     /// AV_CREATE.
     AvCreate(AvCreateBody),
@@ -744,6 +818,7 @@ impl Command {
             Command::EndpointCreate { .. } => Opcode::EndpointCreate,
             Command::EndpointDestroy { .. } => Opcode::EndpointDestroy,
             Command::ContextCreate { .. } => Opcode::ContextCreate,
+            Command::RecvCancel { .. } => Opcode::RecvCancel,
             Command::AvCreate(_) => Opcode::AvCreate,
             Command::AvDestroy { .. } => Opcode::AvDestroy,
             Command::AvWrite { .. } => Opcode::AvWrite,
@@ -768,6 +843,7 @@ impl Command {
             Command::EndpointCreate { av, body } => (*av, body_of(body)),
             Command::EndpointDestroy { endpoint } => (*endpoint, [0; 56]),
             Command::ContextCreate { endpoint, body } => (*endpoint, body_of(body)),
+            Command::RecvCancel { endpoint, body } => (*endpoint, body_of(body)),
             Command::AvCreate(b) => (0, body_of(b)),
             Command::AvDestroy { av } => (*av, [0; 56]),
             Command::AvWrite { av, body } => (*av, body_of(body)),
@@ -857,6 +933,18 @@ impl AdminCommand {
                     return Err(Status::InvalidField);
                 }
                 Command::ContextCreate {
+                    endpoint: handle,
+                    body: b,
+                }
+            }
+            Opcode::RecvCancel => {
+                let b =
+                    RecvCancelBody::read_from_bytes(&self.body).map_err(|_| Status::Internal)?;
+                reserved_clear(&b.reserved)?;
+                if !matches!(b.ring, RECV_CANCEL_RING_RX | RECV_CANCEL_RING_TAGGED) {
+                    return Err(Status::InvalidField);
+                }
+                Command::RecvCancel {
                     endpoint: handle,
                     body: b,
                 }
@@ -1184,6 +1272,14 @@ mod tests {
                 endpoint: 2,
                 body: EndpointAuthKeysBody::granting([0, 5]),
             },
+            Command::RecvCancel {
+                endpoint: 3,
+                body: RecvCancelBody {
+                    context: U64::new(u64::MAX),
+                    ring: RECV_CANCEL_RING_TAGGED,
+                    ..FromZeros::new_zeroed()
+                },
+            },
         ];
         for (i, c) in cmds.iter().enumerate() {
             let e = c.encode(i as u16);
@@ -1195,7 +1291,7 @@ mod tests {
     #[test]
     fn every_opcode_is_of_an_interface_no_newer_than_the_current_one() {
         let known: Vec<Opcode> = (0..=u8::MAX).filter_map(Opcode::from_u8).collect();
-        assert_eq!(known.len(), 18);
+        assert_eq!(known.len(), 19);
         for op in known {
             assert!(
                 op.since_minor() <= uet_regs::INTERFACE_MINOR,
@@ -1208,6 +1304,35 @@ mod tests {
             uet_regs::since::AV_WRITE_PEERS
         );
         assert_eq!(Opcode::AuthKeyAdd.since_minor(), uet_regs::since::AUTH_KEYS);
+        assert_eq!(
+            Opcode::RecvCancel.since_minor(),
+            uet_regs::since::RECV_CANCEL
+        );
+        assert_eq!(uet_regs::since::RECV_CANCEL, uet_regs::INTERFACE_MINOR);
+    }
+
+    #[test]
+    fn recv_cancel_names_a_known_ring_and_keeps_its_reserved_bytes_clear() {
+        let good = RecvCancelBody {
+            context: U64::new(7),
+            ring: RECV_CANCEL_RING_RX,
+            ..FromZeros::new_zeroed()
+        };
+        let ok = Command::RecvCancel {
+            endpoint: 1,
+            body: good,
+        };
+        assert_eq!(ok.encode(0).decode(), Ok(ok));
+        for ring in [0, 3, 0xff] {
+            let body = RecvCancelBody { ring, ..good };
+            let e = Command::RecvCancel { endpoint: 1, body }.encode(0);
+            assert_eq!(e.decode(), Err(Status::InvalidField), "ring {ring}");
+        }
+        let mut e = ok.encode(0);
+        e.body[55] = 1;
+        assert_eq!(e.decode(), Err(Status::InvalidField));
+        assert_eq!(Status::from_u16(0x0D), Status::NotPosted);
+        assert_eq!(Status::from_u16(0x0E), Status::InProgress);
     }
 
     #[test]
@@ -1381,7 +1506,7 @@ mod tests {
         assert_eq!(AuthKeyRemoveBody::unchecked().required_owner(), None);
         for v in 0..=u16::MAX {
             let s = Status::from_u16(v);
-            if v <= 0x0C {
+            if v <= 0x0E {
                 assert_eq!(s as u16, v);
             } else {
                 assert_eq!(s, Status::Internal);

@@ -471,6 +471,10 @@ pub enum LocalStatus {
     /// `entry_flags::MAX_MSG_MTU`) and the SEND, TAGGED_SEND or WRITE was longer (since
     /// interface 1.10; libfabric `FI_EMSGSIZE`). Nothing was sent.
     MsgTooLong = 8,
+    /// A receive withdrawn by RECV_CANCEL before any message took it (since interface 1.14;
+    /// libfabric `FI_ECANCELED`): `len` 0, the buffer untouched. See [`crate::admin`],
+    /// *RECV_CANCEL*.
+    Cancelled = 9,
 }
 
 impl LocalStatus {
@@ -485,6 +489,7 @@ impl LocalStatus {
             6 => LocalStatus::Unreachable,
             7 => LocalStatus::BadGroup,
             8 => LocalStatus::MsgTooLong,
+            9 => LocalStatus::Cancelled,
             _ => LocalStatus::BadDescriptor,
         }
     }
@@ -635,7 +640,8 @@ mod tests {
         assert_eq!(CompletionKind::from_u8(4), None);
         assert_eq!(LocalStatus::from_u8(7), LocalStatus::BadGroup);
         assert_eq!(LocalStatus::from_u8(8), LocalStatus::MsgTooLong);
-        assert_eq!(LocalStatus::from_u8(9), LocalStatus::BadDescriptor);
+        assert_eq!(LocalStatus::from_u8(9), LocalStatus::Cancelled);
+        assert_eq!(LocalStatus::from_u8(10), LocalStatus::BadDescriptor);
     }
 
     #[test]

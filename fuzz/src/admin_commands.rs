@@ -24,7 +24,7 @@ pub const MAX_COMMANDS: usize = 32;
 const DMA_BYTES: usize = 8192;
 
 /// Every opcode the NIC knows.
-const OPCODES: [Opcode; 18] = [
+const OPCODES: [Opcode; 19] = [
     Opcode::Identify,
     Opcode::EndpointCreate,
     Opcode::EndpointDestroy,
@@ -43,6 +43,7 @@ const OPCODES: [Opcode; 18] = [
     Opcode::AuthKeyRead,
     Opcode::EndpointAuthKeys,
     Opcode::AvWritePeers,
+    Opcode::RecvCancel,
 ];
 
 fn answered(opcode: u8, r: Result<AdminResult, DriverError>) {
@@ -162,7 +163,8 @@ fn seed_command(out: &mut Vec<u8>, opcode: Opcode, body: &[u8; 56], offset: u16)
 }
 
 /// An AV_WRITE of two records, an AV_READ of the table, an AV_WRITE_PEERS of two addresses,
-/// an AV_INVALIDATE of one index, an AUTH_KEY_ADD and a COUNTERS_READ, each with its buffer in the fuzzed bytes.
+/// an AV_INVALIDATE of one index, an AUTH_KEY_ADD and a COUNTERS_READ, each with its buffer in the fuzzed bytes,
+/// then a RECV_CANCEL of the node's endpoint.
 pub fn seeds() -> Vec<Vec<u8>> {
     use std::net::{IpAddr, Ipv4Addr};
     use uet_fwif::address::{caps, AddressingMode};
@@ -221,5 +223,13 @@ pub fn seeds() -> Vec<Vec<u8>> {
     seed_command(&mut out, Opcode::AvInvalidate, &body(0, 5, 1), 0);
     seed_command(&mut out, Opcode::AuthKeyAdd, &body(4, 1, 0), 0);
     seed_command(&mut out, Opcode::CountersRead, &body(4096, 0, 0), 2048);
+    // RECV_CANCEL of the node's endpoint (handle pick 2), RX ring, context 0, no DMA address.
+    if let Some(i) = OPCODES.iter().position(|&o| o == Opcode::RecvCancel) {
+        let mut cancel = [0u8; 56];
+        cancel[8] = uet_fwif::admin::RECV_CANCEL_RING_RX;
+        out.extend_from_slice(&[1, i as u8, 1, 2]);
+        out.extend_from_slice(&cancel);
+        out.push(1);
+    }
     vec![out]
 }

@@ -80,9 +80,10 @@ pub const INTERFACE_MAJOR: u8 = 1;
 /// minor 7 gave reserved bytes of AV_CREATE, both RX descriptors and the completion a meaning,
 /// minor 8 added the AV write window, minor 9 gave AUTH_KEY_REMOVE a body (all zero: as
 /// before), minor 10 defined a bit of the AV entry's flags and a local status, minor 11 a
-/// refusal of ENDPOINT_CREATE, minor 12 added `CQ_ARM`, minor 13 the AV_WRITE_PEERS command;
-/// a driver refuses a device older than the layouts it speaks.
-pub const INTERFACE_MINOR: u8 = 13;
+/// refusal of ENDPOINT_CREATE, minor 12 added `CQ_ARM`, minor 13 the AV_WRITE_PEERS command,
+/// minor 14 the RECV_CANCEL command and the `Cancelled` local status; a driver refuses a
+/// device older than the layouts it speaks.
+pub const INTERFACE_MINOR: u8 = 14;
 
 /// The interface minor version each feature a driver may gate on appeared in (the table of
 /// [`INTERFACE_MINOR`]). A register's own version is [`RegInfo::since_minor`]; these name the
@@ -116,9 +117,13 @@ pub mod since {
     /// AV_WRITE_PEERS (opcode 0x25): entries written from UET addresses; before, the opcode
     /// is unknown (InvalidOpcode).
     pub const AV_WRITE_PEERS: u8 = 13;
+    /// RECV_CANCEL (opcode 0x13): a posted receive withdrawn, completing with the `Cancelled`
+    /// local status; before, the opcode is unknown (InvalidOpcode) and a posted receive stays
+    /// until a message takes it or its endpoint is destroyed.
+    pub const RECV_CANCEL: u8 = 14;
 
     // Every feature named here is of the current interface or older.
-    const _: () = assert!(AV_WRITE_PEERS <= crate::INTERFACE_MINOR);
+    const _: () = assert!(RECV_CANCEL <= crate::INTERFACE_MINOR);
 }
 
 /// Width of a register access.

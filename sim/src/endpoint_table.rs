@@ -23,7 +23,7 @@
 
 use crate::multi_recv::MultiRecvBuf;
 use crate::tag_match::{PostedTagged, Unexpected};
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use uet_fwif::admin::{CTX_ROLE_CONTROL, CTX_ROLE_RX, CTX_ROLE_TX};
 use uet_fwif::ring::RingGeometry;
 use uet_fwif::{Completion, RxDescriptor};
@@ -127,6 +127,9 @@ pub(crate) struct Endpoint {
     /// With peer groups: RX descriptors read from the RX ring and waiting for a message of
     /// their group, in posting order (see `peer_groups`).
     pub posted_rx: VecDeque<RxDescriptor>,
+    /// Without peer groups: RX ring positions between the head and the tail whose
+    /// descriptors RECV_CANCEL withdrew; the head passes them (see `recv_cancel`).
+    pub rx_withdrawn: BTreeSet<u16>,
     /// Tagged messages that arrived before a matching receive, in arrival order.
     pub unexpected: VecDeque<Unexpected>,
     /// Payload bytes held on the unexpected list (whole `request_length` of each message).
@@ -332,6 +335,7 @@ impl EndpointTable {
             posted_tagged: VecDeque::new(),
             max_group: p.max_group.filter(|_| !p.passive),
             posted_rx: VecDeque::new(),
+            rx_withdrawn: BTreeSet::new(),
             unexpected: VecDeque::new(),
             unexpected_bytes: 0,
             mrecv: None,
@@ -397,6 +401,7 @@ impl EndpointTable {
             posted_tagged: VecDeque::new(),
             max_group: o.max_group.filter(|_| c.role != CTX_ROLE_CONTROL),
             posted_rx: VecDeque::new(),
+            rx_withdrawn: BTreeSet::new(),
             unexpected: VecDeque::new(),
             unexpected_bytes: 0,
             mrecv: None,

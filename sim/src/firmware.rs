@@ -94,6 +94,7 @@ impl Nic {
                 Command::AvRead { av, body } => self.fw_av_read(av, &body),
                 Command::EndpointCreate { av, body } => self.fw_endpoint_create(av, &body),
                 Command::EndpointDestroy { endpoint } => self.fw_endpoint_destroy(endpoint),
+                Command::RecvCancel { endpoint, body } => self.fw_recv_cancel(endpoint, &body),
                 Command::ContextCreate { endpoint, body } => {
                     self.fw_context_create(endpoint, &body)
                 }
@@ -115,7 +116,7 @@ impl Nic {
         }
     }
 
-    fn dma_status(&mut self) -> Status {
+    pub(crate) fn dma_status(&mut self) -> Status {
         self.dma_fault();
         Status::DmaFault
     }

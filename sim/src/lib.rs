@@ -77,6 +77,7 @@ mod pci_config;
 pub mod pds;
 mod peer_groups;
 mod range_sources;
+mod recv_cancel;
 mod regfile;
 mod rma_engine;
 mod rx_engine;

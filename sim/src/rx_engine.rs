@@ -816,6 +816,7 @@ impl Nic {
             return RxOutcome::Done;
         }
         ep.rx.head = ep.rx.geom.next(ep.rx.head);
+        ep.skip_withdrawn_rx();
         let Ok(d) = RxDescriptor::read_from_bytes(&raw) else {
             return RxOutcome::Done;
         };

@@ -1097,6 +1097,22 @@ fn an_older_interface_lacks_what_later_versions_added() {
             assert!(!d.av_read(av, 4, 1).unwrap()[0].is_valid(), "1.{minor}");
         }
 
+        // RECV_CANCEL: an unknown opcode before 1.14; from 1.14 an endpoint with nothing
+        // posted has nothing to withdraw.
+        let ep = d.ep_create(av, 7, 1, 1).unwrap();
+        let body = uet_fwif::admin::RecvCancelBody {
+            context: U64::new(0),
+            ring: uet_fwif::admin::RECV_CANCEL_RING_RX,
+            ..FromZeros::new_zeroed()
+        };
+        let endpoint = u32::from(ep.handle);
+        let cancel = d.submit(Command::RecvCancel { endpoint, body }).status();
+        if minor >= since::RECV_CANCEL {
+            assert_eq!(cancel, Status::NotPosted, "1.{minor}");
+        } else {
+            assert_eq!(cancel, Status::InvalidOpcode, "1.{minor}");
+        }
+
         // AUTH_KEY_REMOVE: before 1.9 its body is reserved, so the owner check is refused and
         // the slot stays; an all-zero body removes it.
         let mut add = uet_fwif::auth_key::AuthKeyAddBody::new_zeroed();
