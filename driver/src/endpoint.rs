@@ -123,7 +123,7 @@ use crate::domain::DomainSeat;
 use crate::errno::completion_errno;
 use crate::error::DriverError;
 use crate::mapped::MappedRegion;
-use crate::nic::{Capabilities, Nic, NicInner};
+use crate::nic::{Capabilities, Nic, NicInner, RECV_CANCEL_INTERFACE_MINOR};
 use crate::pool::DmaBuffer;
 use std::net::IpAddr;
 use std::ops::Range;
@@ -134,7 +134,8 @@ use uet_av::{AvSync, FiAddr, FiErrno, FiError};
 use uet_fwif::address::{AddressingMode, UetAddress};
 use uet_fwif::admin::{
     Command, ContextCreateBody, EndpointCreateBody, Status, CTX_ROLE_CONTROL, CTX_ROLE_RX,
-    CTX_ROLE_TX, EP_FLAG_ABSOLUTE, EP_FLAG_DGRAM, EP_FLAG_PASSIVE,
+    CTX_ROLE_TX, EP_FLAG_ABSOLUTE, EP_FLAG_DGRAM, EP_FLAG_PASSIVE, RECV_CANCEL_RING_RX,
+    RECV_CANCEL_RING_TAGGED,
 };
 use uet_fwif::auth_key::EndpointAuthKeysBody;
 use uet_fwif::datapath::{
@@ -410,6 +411,13 @@ struct Ring {
     tail: u16,
     slots: Vec<Option<Posted>>,
     in_flight: u32,
+    /// RX ring: entries whose receive was cancelled (RECV_CANCEL). The NIC may not have
+    /// passed such an entry yet (it skips it when its head comes to it), so it stays taken
+    /// until the tail comes round to it: an entry at the tail is outside the NIC's part of
+    /// the ring, whatever the NIC's head.
+    withdrawn: Vec<bool>,
+    /// Entries marked in `withdrawn`.
+    withdrawn_count: u32,
 }
 
 impl Ring {
@@ -421,11 +429,33 @@ impl Ring {
             tail: 0,
             slots: (0..geometry.entries()).map(|_| None).collect(),
             in_flight: 0,
+            withdrawn: vec![false; geometry.entries() as usize],
+            withdrawn_count: 0,
         })
     }
 
-    fn can_post(&self) -> bool {
-        self.in_flight < self.geometry.entries() - 1 && self.slots[usize::from(self.tail)].is_none()
+    fn can_post(&mut self) -> bool {
+        let tail = usize::from(self.tail);
+        if self.withdrawn.get(tail).copied().unwrap_or(false) {
+            // The NIC's head has passed the entry at the tail: it is free again.
+            self.withdrawn[tail] = false;
+            self.withdrawn_count -= 1;
+        }
+        self.in_flight + self.withdrawn_count < self.geometry.entries() - 1
+            && self.slots[tail].is_none()
+    }
+
+    /// The entry of a cancelled receive stays taken until the tail comes round to it.
+    fn withdraw(&mut self, slot: u64) {
+        if let Some(w) = usize::try_from(slot)
+            .ok()
+            .and_then(|i| self.withdrawn.get_mut(i))
+        {
+            if !*w {
+                *w = true;
+                self.withdrawn_count += 1;
+            }
+        }
     }
 
     fn take(&mut self, slot: u64) -> Option<Posted> {
@@ -547,6 +577,14 @@ impl TxBuffer for Option<DmaBuffer> {
     fn dma_buffer(&self) -> Option<&DmaBuffer> {
         self.as_ref()
     }
+}
+
+/// `FI_ENOENT`: no receive with `context` is posted.
+fn not_posted(context: u64) -> DriverError {
+    DriverError::Fabric(FiError::new(
+        FiErrno::FI_ENOENT,
+        format!("no receive with context {context:#x} is posted"),
+    ))
 }
 
 fn align_page(x: usize) -> usize {
@@ -1751,6 +1789,82 @@ impl Endpoint {
         Ok(())
     }
 
+    /// `fi_cancel` of an untagged receive: withdraw the oldest receive posted with `context`
+    /// that no message has taken. It completes through [`Endpoint::poll`] with the error
+    /// `FI_ECANCELED` (status `Cancelled`), its buffer returned untouched. `FI_ENOENT` when no
+    /// receive with `context` is posted (never posted, or already completed: its completion
+    /// may still wait to be read); `FI_EBUSY` for a receive a message is arriving into, or a
+    /// multi-receive buffer; `FI_EAGAIN` while the completion ring is full; `FI_ENOSYS` on a
+    /// NIC older than interface 1.14.
+    pub fn cancel_recv(&mut self, context: u64) -> Result<(), DriverError> {
+        self.cancel_supported()?;
+        let entries = self.rx.geometry.entries();
+        // Oldest first: the entries after the tail, round the ring.
+        let slot = (1..=entries)
+            .map(|k| ((u32::from(self.rx.tail) + k) % entries) as u16)
+            .find(|&s| {
+                self.rx.slots[usize::from(s)]
+                    .as_ref()
+                    .is_some_and(|p| p.context == context)
+            })
+            .ok_or_else(|| not_posted(context))?;
+        self.send_cancel(RECV_CANCEL_RING_RX, u64::from(slot))
+    }
+
+    /// `fi_cancel` of a tagged receive (see [`Endpoint::cancel_recv`]).
+    pub fn cancel_trecv(&mut self, context: u64) -> Result<(), DriverError> {
+        self.cancel_supported()?;
+        let slot = self
+            .trx
+            .as_ref()
+            .and_then(|(_, slab)| {
+                slab.slots
+                    .iter()
+                    .position(|p| p.as_ref().is_some_and(|p| p.context == context))
+            })
+            .ok_or_else(|| not_posted(context))?;
+        self.send_cancel(RECV_CANCEL_RING_TAGGED, slot as u64)
+    }
+
+    /// `fi_cancel`: the untagged receive posted with `context`, else the tagged one (see
+    /// [`Endpoint::cancel_recv`]). Sends are not cancelled: they complete on their own, and a
+    /// send's context is `FI_ENOENT`.
+    pub fn cancel(&mut self, context: u64) -> Result<(), DriverError> {
+        match self.cancel_recv(context) {
+            Err(e) if e.errno() == FiErrno::FI_ENOENT && self.trx.is_some() => {
+                self.cancel_trecv(context)
+            }
+            r => r,
+        }
+    }
+
+    fn cancel_supported(&self) -> Result<(), DriverError> {
+        if self.nic.identity.interface_minor < RECV_CANCEL_INTERFACE_MINOR {
+            return Err(DriverError::Fabric(FiError::new(
+                FiErrno::FI_ENOSYS,
+                format!(
+                    "the NIC (interface 1.{}) cannot cancel a posted receive: RECV_CANCEL \
+                     needs interface 1.{RECV_CANCEL_INTERFACE_MINOR}",
+                    self.nic.identity.interface_minor
+                ),
+            )));
+        }
+        if !self.can_rx() {
+            return Err(not_posted(0));
+        }
+        Ok(())
+    }
+
+    fn send_cancel(&mut self, ring: u8, slot: u64) -> Result<(), DriverError> {
+        match self.nic.recv_cancel(self.handle, ring, slot) {
+            Err(DriverError::AdminStatus {
+                status: Status::Busy,
+                ..
+            }) => Err(DriverError::Full("completion ring")),
+            r => r,
+        }
+    }
+
     /// Descriptors posted and not yet completed: (TX, RX). Tagged receives are in
     /// [`Endpoint::tagged_in_flight`].
     pub fn in_flight(&self) -> (u32, u32) {
@@ -2085,6 +2199,9 @@ impl Endpoint {
             )));
         };
         let local = LocalStatus::from_u8(c.status);
+        if kind == CompletionKind::Recv && local == LocalStatus::Cancelled {
+            self.rx.withdraw(c.context.get());
+        }
         if posted.silent && local == LocalStatus::Ok {
             self.silent_done += 1;
             return Ok(None);

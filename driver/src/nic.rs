@@ -64,6 +64,10 @@ pub const AV_DOORBELL_INTERFACE_MINOR: u8 = uet_regs::since::AV_INVALIDATE_DOORB
 /// `AV_WRITE_DOORBELL`, 1.8); on older devices every AV entry is written with AV_WRITE.
 pub const AV_WRITE_WINDOW_INTERFACE_MINOR: u8 = uet_regs::since::AV_WRITE_WINDOW;
 
+/// The interface minor version that added RECV_CANCEL (1.14): a posted receive withdrawn
+/// (`fi_cancel`); on older devices a posted receive cannot be cancelled (`FI_ENOSYS`).
+pub const RECV_CANCEL_INTERFACE_MINOR: u8 = uet_regs::since::RECV_CANCEL;
+
 /// The interface minor version that added AV_WRITE_PEERS (1.13): entries written from the
 /// peers' addresses, which the NIC converts; on older devices they are written with AV_WRITE.
 pub const AV_WRITE_PEERS_INTERFACE_MINOR: u8 = uet_regs::since::AV_WRITE_PEERS;
@@ -493,6 +497,23 @@ impl NicInner {
         let mut block = uet_fwif::counters::EndpointCounters::new_zeroed();
         admin.scratch_result().read_bytes(0, block.as_mut_bytes())?;
         Ok(block)
+    }
+
+    /// RECV_CANCEL: withdraw the receive posted with descriptor context `context` on ring
+    /// `ring` (`RECV_CANCEL_RING_*`) of endpoint or context `handle`.
+    pub(crate) fn recv_cancel(
+        &self,
+        handle: u16,
+        ring: u8,
+        context: u64,
+    ) -> Result<(), DriverError> {
+        let mut body = uet_fwif::admin::RecvCancelBody::new_zeroed();
+        body.context = U64::new(context);
+        body.ring = ring;
+        let endpoint = u32::from(handle);
+        self.admin()
+            .execute(self.bar(), Command::RecvCancel { endpoint, body })?;
+        Ok(())
     }
 
     /// The AV tables of this process that exist on the NIC now, in creation order.

@@ -116,6 +116,28 @@ fn every_interface_the_driver_drives_runs_the_av_and_the_datapath() {
             b"back"
         );
 
+        // fi_cancel of a posted receive: RECV_CANCEL from 1.14, FI_ENOSYS before (the
+        // receive stays posted and takes the next message).
+        a.post_recvs(1);
+        let cancelled = a.ep.cancel_recv(1000).map_err(|e| e.errno());
+        if minor >= since::RECV_CANCEL {
+            assert_eq!(cancelled, Ok(()), "1.{minor}");
+            let ev = a
+                .next_completion()
+                .expect("the cancelled receive completes");
+            assert_eq!(
+                ev.error.map(|e| e.errno),
+                Some(FiErrno::FI_ECANCELED),
+                "1.{minor}"
+            );
+        } else {
+            assert_eq!(cancelled, Err(FiErrno::FI_ENOSYS), "1.{minor}");
+            b.send(0, b"kept", 10);
+            assert!(b.next_completion().unwrap().error.is_none(), "1.{minor}");
+            let got = a.next_completion().expect("the receive is still posted");
+            assert_eq!(got.context, 1000, "1.{minor}");
+        }
+
         // The counters the driver lists are the ones the NIC has.
         let names: Vec<&str> = a.nic.counters().iter().map(|(n, _)| *n).collect();
         assert_eq!(
@@ -330,7 +352,7 @@ fn a_duplicate_initiator_is_refused_from_interface_1_11() {
             Ok(_) => assert!(minor < since::UNIQUE_INITIATORS, "1.{minor}"),
             Err(e) => {
                 assert!(minor >= since::UNIQUE_INITIATORS, "1.{minor}: {e}");
-                assert_eq!(e.errno(), uet_av::FiErrno::FI_EADDRINUSE);
+                assert_eq!(e.errno(), FiErrno::FI_EADDRINUSE);
             }
         }
     }

@@ -1,0 +1,141 @@
+//! Cancelling posted receives (`fi_cancel`) through the driver: RECV_CANCEL on the NIC, the
+//! cancelled completion through `poll` with `FI_ECANCELED` and the buffer, the ring entry
+//! kept until the NIC has passed it, and the refusals.
+
+use uet_av::FiErrno;
+use uet_driver::{CqEvent, CqOp, DriverError};
+use uet_fwif::datapath::{CompletionKind, LocalStatus};
+use uet_regs::{since, RX_NO_BUFFER};
+use uet_sim::{Fabric, NicConfig};
+use uet_tests::{nic_addr, Node};
+
+const JOB: u32 = 0x0007_0C0C;
+
+fn pair() -> (Fabric, Node, Node) {
+    uet_tests::pair_with(JOB, |_| {})
+}
+
+fn post(node: &mut Node, context: u64) {
+    let b = node.pool.alloc().expect("buffer");
+    node.ep
+        .post_recv(b, context)
+        .map_err(|(e, _)| e)
+        .expect("post recv");
+}
+
+fn errno(r: Result<(), DriverError>) -> Option<FiErrno> {
+    r.err().map(|e| e.errno())
+}
+
+/// The cancelled completion of the receive posted with `context`.
+fn expect_cancelled(ev: Option<CqEvent>, kind: CompletionKind, context: u64) {
+    let ev = ev.expect("the cancelled receive completes");
+    assert_eq!((ev.kind, ev.context, ev.len), (kind, context, 0));
+    let err = ev.error.expect("an error completion");
+    assert_eq!(err.errno, FiErrno::FI_ECANCELED);
+    assert_eq!(err.local, LocalStatus::Cancelled);
+    let buf = ev.buffer.expect("the buffer comes back");
+    assert_eq!(buf.len(), 0);
+}
+
+fn expect_message(ev: Option<CqEvent>, context: u64, data: &[u8]) {
+    let ev = ev.expect("a receive completion");
+    assert!(ev.error.is_none(), "{:?}", ev.error);
+    assert_eq!((ev.op, ev.context), (CqOp::Recv, context));
+    let buf = ev.buffer.expect("buffer");
+    let mut got = vec![0u8; buf.len()];
+    buf.read(&mut got).expect("read");
+    assert_eq!(got, data);
+}
+
+#[test]
+fn a_cancelled_receive_completes_with_ecanceled_and_the_next_message_takes_the_next_receive() {
+    let (_fabric, mut a, mut b) = pair();
+    for ctx in [1, 2, 3] {
+        post(&mut b, ctx);
+    }
+    b.ep.cancel_recv(2).expect("cancel");
+    expect_cancelled(b.next_completion(), CompletionKind::Recv, 2);
+    assert!(b.next_completion().is_none());
+    assert_eq!(b.ep.in_flight().1, 2);
+    assert_eq!(errno(b.ep.cancel_recv(2)), Some(FiErrno::FI_ENOENT));
+    a.send(0, b"one", 50);
+    a.send(0, b"two", 51);
+    expect_message(b.next_completion(), 1, b"one");
+    expect_message(b.next_completion(), 3, b"two");
+    // Unknown contexts, a completed receive, and a send are not cancellable.
+    assert_eq!(errno(b.ep.cancel(99)), Some(FiErrno::FI_ENOENT));
+    assert_eq!(errno(b.ep.cancel(1)), Some(FiErrno::FI_ENOENT));
+    a.send(0, b"three", 52);
+    assert_eq!(errno(a.ep.cancel(52)), Some(FiErrno::FI_ENOENT));
+}
+
+#[test]
+fn a_cancelled_tagged_receive_leaves_the_message_to_the_next_matching_one() {
+    let (_fabric, mut a, mut b) = pair();
+    b.trecv(0x42, 0, 10);
+    b.trecv(0x42, 0, 11);
+    // fi_cancel finds the tagged receive by its context.
+    b.ep.cancel(10).expect("cancel");
+    expect_cancelled(b.next_completion(), CompletionKind::TaggedRecv, 10);
+    assert_eq!(b.ep.tagged_in_flight(), 1);
+    assert_eq!(errno(b.ep.cancel_trecv(10)), Some(FiErrno::FI_ENOENT));
+    a.tsend(0, b"tagged", 0x42, 60);
+    let ev = b.next_completion().expect("delivered");
+    assert_eq!((ev.op, ev.context, ev.tag), (CqOp::TaggedRecv, 11, 0x42));
+    assert!(ev.error.is_none());
+}
+
+/// A cancelled entry in the middle of a full RX ring is not free before the NIC's head has
+/// passed it: posting over it would make the ring look empty to the NIC.
+#[test]
+fn a_cancelled_entry_stays_taken_until_the_nic_has_passed_it() {
+    let (_fabric, mut a, mut b) = pair();
+    let entries = 64u64;
+    for ctx in 0..entries - 1 {
+        post(&mut b, ctx);
+    }
+    b.ep.cancel_recv(1).expect("cancel");
+    expect_cancelled(b.next_completion(), CompletionKind::Recv, 1);
+    let full =
+        b.ep.post_recv(b.pool.alloc().unwrap(), 100)
+            .map_err(|(e, _)| e);
+    assert_eq!(
+        errno(full),
+        Some(FiErrno::FI_EAGAIN),
+        "the ring is still full"
+    );
+    a.send(0, b"m0", 200);
+    expect_message(b.next_completion(), 0, b"m0");
+    // Entry 0 is free again (entry 1 is counted taken until the tail comes round to it):
+    // one more fits, then one per message, the third over the cancelled entry, and messages
+    // find every receive in order.
+    post(&mut b, 100);
+    let full =
+        b.ep.post_recv(b.pool.alloc().unwrap(), 101)
+            .map_err(|(e, _)| e);
+    assert_eq!(errno(full), Some(FiErrno::FI_EAGAIN));
+    for ctx in (2..entries - 1).chain([100, 101, 102]) {
+        a.send(0, &ctx.to_le_bytes(), 300 + ctx);
+        expect_message(b.next_completion(), ctx, &ctx.to_le_bytes());
+        while a.next_completion().is_some() {}
+        if ctx == 2 || ctx == 3 {
+            post(&mut b, ctx + 99);
+        }
+    }
+    assert_eq!(b.counter(RX_NO_BUFFER), 0);
+}
+
+#[test]
+fn a_nic_older_than_interface_1_14_cannot_cancel() {
+    let fabric = Fabric::new();
+    let mut cfg = NicConfig::new(nic_addr(0));
+    cfg.interface_minor = since::RECV_CANCEL - 1;
+    let mut b = Node::new(fabric.add_nic(cfg).unwrap(), JOB, 4);
+    post(&mut b, 1);
+    b.trecv(1, 0, 2);
+    assert_eq!(errno(b.ep.cancel_recv(1)), Some(FiErrno::FI_ENOSYS));
+    assert_eq!(errno(b.ep.cancel(2)), Some(FiErrno::FI_ENOSYS));
+    assert!(b.next_completion().is_none());
+    assert_eq!(b.ep.in_flight().1, 1);
+}
