@@ -1838,7 +1838,9 @@ impl Endpoint {
         }
     }
 
-    fn cancel_supported(&self) -> Result<(), DriverError> {
+    /// `Ok` when the endpoint can cancel its receives: `FI_ENOSYS` on a NIC older than
+    /// interface 1.14, `FI_ENOENT` for a transmit context (it posts no receive).
+    pub fn cancel_supported(&self) -> Result<(), DriverError> {
         if self.nic.identity.interface_minor < RECV_CANCEL_INTERFACE_MINOR {
             return Err(DriverError::Fabric(FiError::new(
                 FiErrno::FI_ENOSYS,

@@ -64,7 +64,11 @@
 //!   or EQ, serves its own direction's calls (the others are `-FI_EOPNOTSUPP`), and is
 //!   created on the NIC by the scalable endpoint's `fi_enable`, not its own.
 //!
-//! Not served yet: RMA, atomics, `fi_cancel`, endpoint options.
+//! * `fi_cancel` withdraws a posted receive, untagged or tagged, by its `op_context` (host
+//!   interface 1.14's RECV_CANCEL): it completes in the receive CQ as an `FI_ECANCELED`
+//!   error entry. Sends are not cancelled (`-FI_ENOENT`): they complete on their own.
+//!
+//! Not served yet: RMA, atomics, endpoint options.
 
 use crate::abi::*;
 use crate::av::UetAv;
@@ -487,6 +491,48 @@ impl EpState {
         Some((binding.cq, Completion { entry, src, error }))
     }
 
+    /// `fi_cancel` of the receive posted with `context` (see `ep_cancel`).
+    fn cancel(&mut self, context: u64, call: &str) -> Result<(), FiError> {
+        let driver = self.driver.as_mut().ok_or_else(|| {
+            FiError::new(
+                FiErrno::FI_EOPBADSTATE,
+                format!("{call}: the endpoint is not enabled (fi_enable)"),
+            )
+        })?;
+        driver
+            .cancel_supported()
+            .map_err(|e| driver_error(call, &e))?;
+        let receives = self
+            .posted
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, op)| match op {
+                Some(Posted::Recv {
+                    context: c,
+                    matching,
+                    ..
+                }) if *c == context => Some((slot as u64 + 1, *matching)),
+                _ => None,
+            });
+        for (token, matching) in receives {
+            let r = match matching {
+                Matching::Untagged => driver.cancel_recv(token),
+                Matching::Tagged { .. } => driver.cancel_trecv(token),
+            };
+            match r.map_err(|e| (e.errno(), e)) {
+                Ok(()) => return Ok(()),
+                // Taken by a message already, or one that completes on its own: try another
+                // receive with the context, if any.
+                Err((FiErrno::FI_ENOENT | FiErrno::FI_EBUSY, _)) => {}
+                Err((_, e)) => return Err(driver_error(call, &e)),
+            }
+        }
+        Err(FiError::new(
+            FiErrno::FI_ENOENT,
+            format!("{call}: no receive with context {context:#x} is posted"),
+        ))
+    }
+
     /// Give the application back the buffers of the receives posted (a receive context's
     /// close, whose ring set stays on the NIC): a message that still lands in one of them is
     /// read off the ring but copied nowhere and reported nowhere.
@@ -679,7 +725,7 @@ pub(crate) static EP_FID_OPS: FiOps = unsupported::fid_ops(ep_close, ep_bind, ep
 
 pub(crate) static EP_OPS: FiOpsEp = FiOpsEp {
     size: core::mem::size_of::<FiOpsEp>(),
-    cancel: unsupported::ep_cancel,
+    cancel: ep_cancel,
     getopt: ep_getopt,
     setopt: unsupported::ep_setopt,
     tx_ctx: unsupported::ep_tx_ctx,
@@ -1141,6 +1187,31 @@ fn enable(e: &UetEp, st: &mut EpState, call: &str) -> Result<(), FiError> {
 /// `fi_getopt`: `FI_OPT_CM_DATA_SIZE` of an `FI_EP_MSG` endpoint ([`crate::pep::cm_getopt`]);
 /// `-FI_ENOPROTOOPT` for any other option, and on other endpoint types, which have no
 /// connection data.
+/// `fi_cancel`: the receive posted with `op_context` `context` (untagged or tagged) and not
+/// yet taken by a message is withdrawn on the NIC; its completion then reaches the receive
+/// CQ as an error entry (`FI_ECANCELED`, the context, the buffer untouched) and a bound
+/// receive counter counts an error. `-FI_ENOENT` when no such receive is posted: never
+/// posted, already completed (its completion is or will be in the CQ), one a message is
+/// arriving into or a multi-receive buffer (each completes on its own), or a send's context
+/// (sends are not cancelled). `-FI_EAGAIN` while the endpoint's completion ring is full (read
+/// the CQ and retry); `-FI_ENOSYS` on a NIC older than host interface 1.14.
+unsafe extern "C" fn ep_cancel(fid: *mut Fid, context: *mut c_void) -> isize {
+    const CALL: &str = "fi_cancel";
+    entry(CALL, || {
+        // SAFETY: called through the endpoint's own ops.
+        let e = unsafe { ep_ref(fid, CALL) }?;
+        if e.role.check_serves(false, CALL).is_err() {
+            // A transmit context posts sends only, which are not cancelled.
+            return Err(FiError::new(
+                FiErrno::FI_ENOENT,
+                format!("{CALL}: a transmit context posts no receive"),
+            ));
+        }
+        e.shared.lock().cancel(context as u64, CALL)?;
+        Ok(0)
+    }) as isize
+}
+
 unsafe extern "C" fn ep_getopt(
     fid: *mut Fid,
     level: c_int,

@@ -35,7 +35,7 @@
 //!
 //! | `fi_cq_open`, `fi_cq_read`, `fi_cq_readfrom`, `fi_cq_readerr`, `fi_cq_sread`, `fi_cq_sreadfrom`, `fi_cq_signal`, `fi_cq_strerror`, `fi_close` | [`cq`]: completions of the endpoints bound to it |
 //! | `fi_cntr_open`, `fi_cntr_read`, `fi_cntr_readerr`, `fi_cntr_add`, `fi_cntr_adderr`, `fi_cntr_set`, `fi_cntr_seterr`, `fi_cntr_wait`, `fi_close` | [`cntr`]: completion counters of the sends and receives of the endpoints bound to it |
-//! | `fi_endpoint`, `fi_ep_bind`, `fi_enable`, `fi_getname`, `fi_getpeer`, `fi_connect`, `fi_accept`, `fi_shutdown`, `fi_send*`, `fi_inject*`, `fi_recv*`, `fi_tsend*`, `fi_tinject*`, `fi_trecv*`, `fi_close` | [`ep`]: an `FI_EP_RDM`, `FI_EP_DGRAM` or `FI_EP_MSG` [`uet_driver::Endpoint`] |
+//! | `fi_endpoint`, `fi_ep_bind`, `fi_enable`, `fi_getname`, `fi_getpeer`, `fi_connect`, `fi_accept`, `fi_shutdown`, `fi_send*`, `fi_inject*`, `fi_recv*`, `fi_tsend*`, `fi_tinject*`, `fi_trecv*`, `fi_cancel` (of a posted receive), `fi_close` | [`ep`]: an `FI_EP_RDM`, `FI_EP_DGRAM` or `FI_EP_MSG` [`uet_driver::Endpoint`] |
 //! | `fi_scalable_ep`, `fi_scalable_ep_bind`, `fi_tx_context`, `fi_rx_context`, `fi_enable`, `fi_getname`, `fi_close` | [`sep`]: an `FI_EP_RDM` [`uet_driver::ScalableEndpoint`], each context an endpoint of [`ep`] on one of its ring sets, receive contexts named by `fi_rx_addr` |
 //! | `fi_passive_ep`, `fi_pep_bind`, `fi_listen`, `fi_getname`, `fi_reject`, `fi_close` | [`pep`]: a [`uet_driver::PassiveEndpoint`] and its connection requests |
 //!

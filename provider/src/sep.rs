@@ -93,7 +93,7 @@ pub(crate) static SEP_FID_OPS: FiOps = unsupported::fid_ops(sep_close, sep_bind,
 
 static SEP_OPS: FiOpsEp = FiOpsEp {
     size: core::mem::size_of::<FiOpsEp>(),
-    cancel: unsupported::ep_cancel,
+    cancel: sep_cancel,
     getopt: sep_getopt,
     setopt: unsupported::ep_setopt,
     tx_ctx: sep_tx_ctx,
@@ -549,6 +549,20 @@ unsafe fn open_context(
 }
 
 /// `fi_getopt`: no option is served.
+/// `fi_cancel` on the scalable endpoint itself: it posts nothing (its receive contexts do,
+/// and `fi_cancel` on a receive context cancels its receives), so nothing is found.
+unsafe extern "C" fn sep_cancel(_fid: *mut Fid, context: *mut c_void) -> isize {
+    entry("fi_cancel", || {
+        Err(FiError::new(
+            FiErrno::FI_ENOENT,
+            format!(
+                "fi_cancel: context {context:p}: a scalable endpoint posts no operation itself; \
+                 cancel a receive on its receive context"
+            ),
+        ))
+    }) as isize
+}
+
 unsafe extern "C" fn sep_getopt(
     _fid: *mut Fid,
     level: c_int,

@@ -4395,3 +4395,102 @@ fn a_transmit_context_asks_for_and_gets_named_receive_contexts() {
         );
     }
 }
+
+/// `fi_cancel` on `ep` of the operation posted with `context`.
+fn cancel(ep: *mut FidEp, context: usize) -> isize {
+    // SAFETY: an open endpoint (or context, or scalable endpoint) and its operations.
+    unsafe { ((*(*ep).ops).cancel)(&mut (*ep).fid, context as _) }
+}
+
+#[test]
+fn fi_cancel_of_a_posted_receive_reports_ecanceled_and_the_next_message_takes_the_next_receive() {
+    // Peer 1's receives are counted by a counter.
+    let pair = Pair::with_counters(0, FI_WAIT_UNSPEC, |_| {}, 1, [&[], &[(0, FI_RECV)]]);
+    let rx_cntr = pair.cntrs[0];
+    let mut rbufs = [[0xEEu8; 8]; 2];
+    let first = rbufs[0].as_ptr();
+    for (n, rbuf) in rbufs.iter_mut().enumerate() {
+        // SAFETY: the buffers outlive their completions, read below.
+        assert_eq!(unsafe { pair.post_recv(1, rbuf, 10 + n) }, 0);
+    }
+    assert_eq!(cancel(pair.p[1].ep, 10), 0, "fi_cancel of a posted receive");
+    assert_eq!(pair.wait(1).err(), Some(neg(FiErrno::FI_EAVAIL)));
+    let e = pair
+        .readerr(1)
+        .expect("the cancelled receive's error entry");
+    assert_eq!(e.err, FiErrno::FI_ECANCELED.get() as c_int);
+    assert_eq!(e.op_context as usize, 10);
+    assert_eq!((e.len, e.olen), (0, 0));
+    assert_eq!(e.flags, FI_RECV | FI_MSG);
+    assert_eq!(e.buf.cast_const().cast::<u8>(), first);
+    assert_eq!(cntr_readerr(rx_cntr), 1, "counted as an error");
+    assert_eq!(cntr_read(rx_cntr), 0);
+    // Once cancelled it is no longer posted; unknown contexts and sends are not found.
+    assert_eq!(cancel(pair.p[1].ep, 10), neg(FiErrno::FI_ENOENT));
+    assert_eq!(cancel(pair.p[1].ep, 99), neg(FiErrno::FI_ENOENT));
+    assert_eq!(pair.send(0, b"hello", 1), 0);
+    assert_eq!(cancel(pair.p[0].ep, 1), neg(FiErrno::FI_ENOENT), "a send");
+    let got = pair.wait(1).expect("the message");
+    assert_eq!((got.op_context as usize, got.len), (11, 5));
+    assert_eq!(&rbufs[1][..5], b"hello");
+    assert_eq!(rbufs[0], [0xEE; 8], "the cancelled buffer is untouched");
+    assert_eq!(cntr_read(rx_cntr), 1);
+    assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(1));
+    // A completed receive is not found either.
+    assert_eq!(cancel(pair.p[1].ep, 11), neg(FiErrno::FI_ENOENT));
+}
+
+#[test]
+fn fi_cancel_of_a_tagged_receive_leaves_the_message_to_the_next_matching_one() {
+    let pair = Pair::new(0);
+    let mut rbufs = [[0xEEu8; 8]; 2];
+    // SAFETY: open endpoints; the buffers outlive their completions, read below.
+    unsafe {
+        for (n, rbuf) in rbufs.iter_mut().enumerate() {
+            assert_eq!(post(pair.p[1].ep, rbuf, Some(0x77), 20 + n), 0);
+        }
+    }
+    assert_eq!(cancel(pair.p[1].ep, 20), 0);
+    assert_eq!(pair.wait(1).err(), Some(neg(FiErrno::FI_EAVAIL)));
+    let e = pair
+        .readerr(1)
+        .expect("the cancelled receive's error entry");
+    assert_eq!(e.err, FiErrno::FI_ECANCELED.get() as c_int);
+    assert_eq!((e.op_context as usize, e.flags), (20, FI_RECV | FI_TAGGED));
+    assert_eq!(tsend(pair.p[0].ep, b"tag", pair.p[1].addr, 0x77, 2), 0);
+    let got = pair.wait(1).expect("the tagged message");
+    // A CQ of FI_CQ_FORMAT_DATA: no tag in the entry.
+    assert_eq!((got.op_context as usize, got.len), (21, 3));
+    assert_eq!(got.flags & FI_TAGGED, FI_TAGGED);
+    assert_eq!(&rbufs[1][..3], b"tag");
+    assert_eq!(rbufs[0], [0xEE; 8]);
+}
+
+#[test]
+fn fi_cancel_on_a_receive_context_cancels_its_receive_and_finds_nothing_elsewhere() {
+    let s = Scalable::new();
+    let (rx, rx_cq) = s.rx[1];
+    let mut rbuf = [0u8; 8];
+    // SAFETY: an open context; the buffer outlives its completion, read below.
+    assert_eq!(unsafe { post(rx, &mut rbuf, None, 30) }, 0);
+    assert_eq!(
+        cancel(s.sep, 30),
+        neg(FiErrno::FI_ENOENT),
+        "the scalable endpoint"
+    );
+    assert_eq!(
+        cancel(s.tx[1].0, 30),
+        neg(FiErrno::FI_ENOENT),
+        "a transmit context"
+    );
+    assert_eq!(
+        cancel(s.rx[2].0, 30),
+        neg(FiErrno::FI_ENOENT),
+        "another one"
+    );
+    assert_eq!(cancel(rx, 30), 0);
+    let e = cq_error(rx_cq);
+    assert_eq!(e.err, FiErrno::FI_ECANCELED.get() as c_int);
+    assert_eq!(e.op_context as usize, 30);
+    assert_eq!(cancel(rx, 30), neg(FiErrno::FI_ENOENT));
+}
