@@ -413,8 +413,9 @@ struct Ring {
     in_flight: u32,
     /// RX ring: entries whose receive was cancelled (RECV_CANCEL). The NIC may not have
     /// passed such an entry yet (it skips it when its head comes to it), so it stays taken
-    /// until the tail comes round to it: an entry at the tail is outside the NIC's part of
-    /// the ring, whatever the NIC's head.
+    /// until no receive posted before it is left (the NIC's head never rests on a withdrawn
+    /// entry, so it is past it) or the tail comes round to it (an entry at the tail is
+    /// outside the NIC's part of the ring, whatever the NIC's head).
     withdrawn: Vec<bool>,
     /// Entries marked in `withdrawn`.
     withdrawn_count: u32,
@@ -435,17 +436,40 @@ impl Ring {
     }
 
     fn can_post(&mut self) -> bool {
-        let tail = usize::from(self.tail);
-        if self.withdrawn.get(tail).copied().unwrap_or(false) {
-            // The NIC's head has passed the entry at the tail: it is free again.
-            self.withdrawn[tail] = false;
-            self.withdrawn_count -= 1;
+        if self.withdrawn_count > 0 {
+            self.release_withdrawn();
         }
+        let tail = usize::from(self.tail);
         self.in_flight + self.withdrawn_count < self.geometry.entries() - 1
             && self.slots[tail].is_none()
     }
 
-    /// The entry of a cancelled receive stays taken until the tail comes round to it.
+    /// Free the withdrawn entries the NIC's head has passed: those with no receive still
+    /// posted before them. The entries after the tail, round the ring to it, are in posting
+    /// order; the NIC takes them in that order and passes a withdrawn one as soon as its head
+    /// reaches it, so its head is at the oldest receive still posted (or at the tail), past
+    /// every withdrawn entry older than that one.
+    fn release_withdrawn(&mut self) {
+        let entries = self.geometry.entries();
+        for k in 1..=entries {
+            if self.withdrawn_count == 0 {
+                break;
+            }
+            let i = ((u32::from(self.tail) + k) % entries) as usize;
+            if self.slots.get(i).is_none_or(|s| s.is_some()) {
+                break;
+            }
+            if let Some(w) = self.withdrawn.get_mut(i) {
+                if *w {
+                    *w = false;
+                    self.withdrawn_count -= 1;
+                }
+            }
+        }
+    }
+
+    /// The entry of a cancelled receive stays taken until the NIC's head has passed it
+    /// (see `withdrawn`).
     fn withdraw(&mut self, slot: u64) {
         if let Some(w) = usize::try_from(slot)
             .ok()

@@ -67,8 +67,10 @@
 //! * **RX ring, endpoint without peer groups.** The NIC reads the ring from its head to the
 //!   tail (descriptors not yet taken by a message). It does not reorder the ring: the
 //!   descriptor is marked withdrawn and every later delivery skips it; one at the head is
-//!   passed at once. A withdrawn ring entry is free again only once the NIC's head has passed
-//!   it, which the host knows when its tail comes round to it.
+//!   passed at once, so the head never rests on a withdrawn descriptor. A withdrawn ring
+//!   entry is free again only once the NIC's head has passed it, which the host knows when
+//!   every receive it posted before that entry has completed (or been withdrawn), or when its
+//!   tail comes round to it.
 //! * **RX ring, endpoint with peer groups; tagged RX ring.** The descriptor is removed from
 //!   the posted list (the NIC reads these rings eagerly; its ring entry was free already).
 //!

@@ -107,20 +107,21 @@ fn a_cancelled_entry_stays_taken_until_the_nic_has_passed_it() {
     );
     a.send(0, b"m0", 200);
     expect_message(b.next_completion(), 0, b"m0");
-    // Entry 0 is free again (entry 1 is counted taken until the tail comes round to it):
-    // one more fits, then one per message, the third over the cancelled entry, and messages
-    // find every receive in order.
+    // Entry 0 is free again, and so is entry 1: the NIC's head passed it when it left entry
+    // 0. Two more fit, then one per message, the first over the cancelled entry, and
+    // messages find every receive in order.
     post(&mut b, 100);
+    post(&mut b, 101);
     let full =
-        b.ep.post_recv(b.pool.alloc().unwrap(), 101)
+        b.ep.post_recv(b.pool.alloc().unwrap(), 102)
             .map_err(|(e, _)| e);
     assert_eq!(errno(full), Some(FiErrno::FI_EAGAIN));
     for ctx in (2..entries - 1).chain([100, 101, 102]) {
         a.send(0, &ctx.to_le_bytes(), 300 + ctx);
         expect_message(b.next_completion(), ctx, &ctx.to_le_bytes());
         while a.next_completion().is_some() {}
-        if ctx == 2 || ctx == 3 {
-            post(&mut b, ctx + 99);
+        if ctx == 2 {
+            post(&mut b, 102);
         }
     }
     assert_eq!(b.counter(RX_NO_BUFFER), 0);
@@ -138,4 +139,63 @@ fn a_nic_older_than_interface_1_14_cannot_cancel() {
     assert_eq!(errno(b.ep.cancel(2)), Some(FiErrno::FI_ENOSYS));
     assert!(b.next_completion().is_none());
     assert_eq!(b.ep.in_flight().1, 1);
+}
+
+/// Every receive of a full RX ring cancelled: the NIC's head has passed every cancelled
+/// entry (no receive is left before it), so the ring is empty again without any message,
+/// which could only arrive into a receive posted now.
+#[test]
+fn a_ring_whose_receives_were_all_cancelled_takes_new_receives() {
+    let (_fabric, mut a, mut b) = pair();
+    let entries = 64u64;
+    for ctx in 0..entries - 1 {
+        post(&mut b, ctx);
+    }
+    // Newest first: none is at the NIC's head until the last one.
+    for ctx in (0..entries - 1).rev() {
+        b.ep.cancel_recv(ctx).expect("cancel");
+        expect_cancelled(b.next_completion(), CompletionKind::Recv, ctx);
+    }
+    assert_eq!(b.ep.in_flight().1, 0);
+    for ctx in 100..100 + entries - 1 {
+        post(&mut b, ctx);
+    }
+    for ctx in 100..100 + entries - 1 {
+        a.send(0, &ctx.to_le_bytes(), ctx);
+        expect_message(b.next_completion(), ctx, &ctx.to_le_bytes());
+        while a.next_completion().is_some() {}
+    }
+    assert_eq!(b.counter(RX_NO_BUFFER), 0);
+}
+
+/// A cancelled entry behind receives still posted stays taken; once the receives before it
+/// have completed, the NIC's head has passed it and it is free again.
+#[test]
+fn a_cancelled_entry_is_free_once_the_receives_before_it_completed() {
+    let (_fabric, mut a, mut b) = pair();
+    let entries = 64u64;
+    for ctx in 0..entries - 1 {
+        post(&mut b, ctx);
+    }
+    b.ep.cancel_recv(5).expect("cancel");
+    expect_cancelled(b.next_completion(), CompletionKind::Recv, 5);
+    for ctx in 0..5u64 {
+        a.send(0, &ctx.to_le_bytes(), 200 + ctx);
+        expect_message(b.next_completion(), ctx, &ctx.to_le_bytes());
+        while a.next_completion().is_some() {}
+    }
+    // Entries 0 to 5 are free: six receives fit, a seventh does not.
+    for ctx in 100..106 {
+        post(&mut b, ctx);
+    }
+    let full =
+        b.ep.post_recv(b.pool.alloc().unwrap(), 106)
+            .map_err(|(e, _)| e);
+    assert_eq!(errno(full), Some(FiErrno::FI_EAGAIN));
+    for ctx in (6..entries - 1).chain(100..106) {
+        a.send(0, &ctx.to_le_bytes(), 300 + ctx);
+        expect_message(b.next_completion(), ctx, &ctx.to_le_bytes());
+        while a.next_completion().is_some() {}
+    }
+    assert_eq!(b.counter(RX_NO_BUFFER), 0);
 }
