@@ -88,7 +88,7 @@
 //! | `ring` undefined, reserved bytes set, or the tagged ring of an endpoint without one | InvalidField |
 //! | no descriptor with `context` is posted on the ring (never posted, already completed, or withdrawn) | [`Status::NotPosted`] |
 //! | the descriptor is a multi-receive buffer (`RX_FLAG_MULTI_RECV`), or a message has taken it and is still in reassembly | [`Status::InProgress`] |
-//! | the completion ring has no room for the completion (read completions, then retry) | [`Status::Busy`] |
+//! | the completion ring has no room for the completion, or no descriptor with `context` is on the posted list but the ring (tagged, or RX with peer groups) holds descriptors the NIC left unread for want of that room (read completions, then retry) | [`Status::Busy`] |
 //!
 //! Multi-receive buffers are not withdrawn: the current one is the NIC's until it retires.
 //!

@@ -13,7 +13,8 @@
 //! entry named, and the command answers Success. A receive found nowhere is NotPosted; one
 //! a message in reassembly holds (in a host buffer, or bound to a message still arriving on
 //! the unexpected list), and any multi-receive buffer, are InProgress; no room in the
-//! completion ring is Busy. A refusal changes nothing.
+//! completion ring is Busy, also when the receive is not found but an eagerly read ring still
+//! holds descriptors left unread for want of that room. A refusal changes nothing.
 
 use crate::endpoint_table::Endpoint;
 use crate::nic::Nic;
@@ -80,6 +81,19 @@ impl Nic {
             self.find_in_rx_ring(h, context)?
         };
         let Some(found) = found else {
+            // The eager readers leave a ring unread while the completion ring is full: a
+            // receive still there is posted, and withdrawn once there is room.
+            let held_back = self.eps.get(h).is_some_and(|ep| {
+                let unread = if tagged {
+                    ep.trx.is_some_and(|r| r.pending())
+                } else {
+                    ep.max_group.is_some() && ep.rx.pending()
+                };
+                unread && !ep.cq_has_room()
+            });
+            if held_back {
+                return Err(Status::Busy);
+            }
             return Err(if self.holds_receive(h, kind, context) {
                 Status::InProgress
             } else {

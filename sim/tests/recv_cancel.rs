@@ -310,3 +310,72 @@ fn before_interface_1_14_recv_cancel_is_an_unknown_opcode() {
     let c = p.completion().unwrap();
     assert_eq!(summary(&c), (1, LocalStatus::Ok, 4, RECV));
 }
+
+/// RECV_CANCEL on endpoint `ep` of `b`.
+fn cancel_on(b: &mut Driver, ep: &Ep, ring: u8, context: u64) -> Status {
+    let body = RecvCancelBody {
+        context: U64::new(context),
+        ring,
+        ..FromZeros::new_zeroed()
+    };
+    let endpoint = u32::from(ep.handle);
+    b.submit(Command::RecvCancel { endpoint, body }).status()
+}
+
+/// A tagged receive posted while the completion ring is full is still in the tagged RX ring,
+/// unread: it is posted, so its cancel waits for room (Busy), and is not NotPosted.
+#[test]
+fn a_tagged_receive_still_in_the_ring_of_a_full_completion_ring_is_busy_not_unposted() {
+    let mut p = pair(INTERFACE_MINOR);
+    // Seven withdrawn receives fill the completion ring of eight entries.
+    for slot in 1..=7 {
+        p.post_recv(slot);
+        assert_eq!(p.cancel(RECV_CANCEL_RING_RX, slot as u64), Status::Success);
+    }
+    p.post_trecv(10, 0x99);
+    assert_eq!(p.cancel(RECV_CANCEL_RING_TAGGED, 10), Status::Busy);
+    assert_eq!(p.cancel(RECV_CANCEL_RING_TAGGED, 11), Status::Busy);
+    for slot in 1..=7 {
+        let c = p.completion().expect("a withdrawn receive");
+        assert_eq!(summary(&c), (slot, LocalStatus::Cancelled, 0, RECV));
+    }
+    assert_eq!(p.cancel(RECV_CANCEL_RING_TAGGED, 10), Status::Success);
+    let c = p.completion().expect("the withdrawn tagged receive");
+    assert_eq!(summary(&c), (10, LocalStatus::Cancelled, 0, TAGGED));
+    assert_eq!(p.cancel(RECV_CANCEL_RING_TAGGED, 11), Status::NotPosted);
+}
+
+/// With peer groups the RX ring is read onto the posted list only while the completion ring
+/// has room: a receive posted while it is full is still posted, its cancel Busy.
+#[test]
+fn with_peer_groups_a_receive_still_in_the_ring_of_a_full_completion_ring_is_busy() {
+    let fabric = Fabric::new();
+    let mut b = Driver::new(&fabric, "10.0.0.2");
+    let c = b.submit(Command::AvCreate(uet_fwif::admin::AvCreateBody {
+        capacity: U32::new(64),
+        max_group_id: U32::new(3),
+        ..FromZeros::new_zeroed()
+    }));
+    assert_eq!(c.status(), Status::Success);
+    let mut eb = b.ep_create(c.result0.get(), JOB, 0x2222, 4).unwrap();
+    for slot in 1..=7 {
+        b.post_recv(&mut eb, slot, 64, slot as u64);
+        assert_eq!(
+            cancel_on(&mut b, &eb, RECV_CANCEL_RING_RX, slot as u64),
+            Status::Success
+        );
+    }
+    b.post_recv(&mut eb, 8, 64, 8);
+    assert_eq!(cancel_on(&mut b, &eb, RECV_CANCEL_RING_RX, 8), Status::Busy);
+    for slot in 1..=7 {
+        let c = b.poll_cq(&mut eb).expect("a withdrawn receive");
+        assert_eq!(summary(&c), (slot, LocalStatus::Cancelled, 0, RECV));
+    }
+    assert_eq!(
+        cancel_on(&mut b, &eb, RECV_CANCEL_RING_RX, 8),
+        Status::Success
+    );
+    let c = b.poll_cq(&mut eb).expect("the withdrawn receive");
+    assert_eq!(summary(&c), (8, LocalStatus::Cancelled, 0, RECV));
+    assert!(b.poll_cq(&mut eb).is_none());
+}
