@@ -1184,9 +1184,6 @@ fn enable(e: &UetEp, st: &mut EpState, call: &str) -> Result<(), FiError> {
     Ok(())
 }
 
-/// `fi_getopt`: `FI_OPT_CM_DATA_SIZE` of an `FI_EP_MSG` endpoint ([`crate::pep::cm_getopt`]);
-/// `-FI_ENOPROTOOPT` for any other option, and on other endpoint types, which have no
-/// connection data.
 /// `fi_cancel`: the receive posted with `op_context` `context` (untagged or tagged) and not
 /// yet taken by a message is withdrawn on the NIC; its completion then reaches the receive
 /// CQ as an error entry (`FI_ECANCELED`, the context, the buffer untouched) and a bound
@@ -1212,6 +1209,9 @@ unsafe extern "C" fn ep_cancel(fid: *mut Fid, context: *mut c_void) -> isize {
     }) as isize
 }
 
+/// `fi_getopt`: `FI_OPT_CM_DATA_SIZE` of an `FI_EP_MSG` endpoint ([`crate::pep::cm_getopt`]);
+/// `-FI_ENOPROTOOPT` for any other option, and on other endpoint types, which have no
+/// connection data.
 unsafe extern "C" fn ep_getopt(
     fid: *mut Fid,
     level: c_int,

@@ -548,7 +548,6 @@ unsafe fn open_context(
     Ok(0)
 }
 
-/// `fi_getopt`: no option is served.
 /// `fi_cancel` on the scalable endpoint itself: it posts nothing (its receive contexts do,
 /// and `fi_cancel` on a receive context cancels its receives), so nothing is found.
 unsafe extern "C" fn sep_cancel(_fid: *mut Fid, context: *mut c_void) -> isize {
@@ -563,6 +562,7 @@ unsafe extern "C" fn sep_cancel(_fid: *mut Fid, context: *mut c_void) -> isize {
     }) as isize
 }
 
+/// `fi_getopt`: no option is served.
 unsafe extern "C" fn sep_getopt(
     _fid: *mut Fid,
     level: c_int,
