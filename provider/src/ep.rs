@@ -502,6 +502,13 @@ impl EpState {
         driver
             .cancel_supported()
             .map_err(|e| driver_error(call, &e))?;
+        if context == 0 {
+            // fi_endpoint(3): an operation posted without a context cannot be cancelled.
+            return Err(FiError::new(
+                FiErrno::FI_ENOENT,
+                format!("{call}: no context: an operation posted without one is not cancelled"),
+            ));
+        }
         let receives = self
             .posted
             .iter()
@@ -1189,8 +1196,9 @@ fn enable(e: &UetEp, st: &mut EpState, call: &str) -> Result<(), FiError> {
 /// CQ as an error entry (`FI_ECANCELED`, the context, the buffer untouched) and a bound
 /// receive counter counts an error. `-FI_ENOENT` when no such receive is posted: never
 /// posted, already completed (its completion is or will be in the CQ), one a message is
-/// arriving into or a multi-receive buffer (each completes on its own), or a send's context
-/// (sends are not cancelled). `-FI_EAGAIN` while the endpoint's completion ring is full (read
+/// arriving into or a multi-receive buffer (each completes on its own), a send's context
+/// (sends are not cancelled), or a NULL context (an operation posted without a context is
+/// not cancelled, as fi_endpoint(3) has it). `-FI_EAGAIN` while the endpoint's completion ring is full (read
 /// the CQ and retry); `-FI_ENOSYS` on a NIC older than host interface 1.14.
 unsafe extern "C" fn ep_cancel(fid: *mut Fid, context: *mut c_void) -> isize {
     const CALL: &str = "fi_cancel";

@@ -4494,3 +4494,18 @@ fn fi_cancel_on_a_receive_context_cancels_its_receive_and_finds_nothing_elsewher
     assert_eq!(e.op_context as usize, 30);
     assert_eq!(cancel(rx, 30), neg(FiErrno::FI_ENOENT));
 }
+
+/// fi_endpoint(3): an operation posted without a context cannot be cancelled, so
+/// `fi_cancel(ep, NULL)` finds nothing and the receive posted with no context stays posted.
+#[test]
+fn fi_cancel_with_no_context_cancels_no_receive_posted_without_one() {
+    let pair = Pair::new(0);
+    let mut rbuf = [0xEEu8; 8];
+    // SAFETY: the buffer outlives its completion, read below.
+    assert_eq!(unsafe { pair.post_recv(1, &mut rbuf, 0) }, 0);
+    assert_eq!(cancel(pair.p[1].ep, 0), neg(FiErrno::FI_ENOENT));
+    assert_eq!(pair.send(0, b"kept", 1), 0);
+    let got = pair.wait(1).expect("the message reaches the receive");
+    assert_eq!((got.op_context as usize, got.len), (0, 4));
+    assert_eq!(&rbuf[..4], b"kept");
+}
