@@ -412,19 +412,13 @@ unsafe extern "C" fn sep_tx_ctx(
         // SAFETY: NULL or valid attributes (libfabric's contract).
         if let Some(a) = unsafe { attr.as_mut() } {
             let served = crate::info::TX_CAPS & s.caps_or_all();
-            if a.caps & !served != 0 || a.op_flags & !TX_OP_FLAGS != 0 {
-                return Err(FiError::inval(format!(
-                    "{CALL}: attr caps {:#x}, op_flags {:#x}: a transmit context serves caps \
-                     {served:#x} and op_flags {TX_OP_FLAGS:#x}",
-                    a.caps, a.op_flags
-                )));
-            }
-            if a.msg_order != 0 || a.comp_order != 0 {
-                return Err(FiError::inval(format!(
-                    "{CALL}: attr msg_order {:#x}, comp_order {:#x}: messages travel unordered",
-                    a.msg_order, a.comp_order
-                )));
-            }
+            let asked = ContextAttr {
+                caps: a.caps,
+                op_flags: a.op_flags,
+                msg_order: a.msg_order,
+                comp_order: a.comp_order,
+            };
+            asked.check(CALL, "transmit", served, TX_OP_FLAGS)?;
             op_flags = a.op_flags;
             if a.caps == 0 {
                 a.caps = served;
@@ -436,6 +430,35 @@ unsafe extern "C" fn sep_tx_ctx(
         // SAFETY: libfabric's contract on `tx_ep`.
         unsafe { open_context(s, true, index, op_flags, tx_ep.cast(), context, CALL) }
     })
+}
+
+/// What `fi_tx_context` and `fi_rx_context` ask of a context in their attributes.
+struct ContextAttr {
+    caps: u64,
+    op_flags: u64,
+    msg_order: u64,
+    comp_order: u64,
+}
+
+impl ContextAttr {
+    /// `FI_EINVAL` for capabilities or default flags a `kind` context does not serve, or an
+    /// order (messages travel unordered).
+    fn check(&self, call: &str, kind: &str, caps: u64, op_flags: u64) -> Result<(), FiError> {
+        if self.caps & !caps != 0 || self.op_flags & !op_flags != 0 {
+            return Err(FiError::inval(format!(
+                "{call}: attr caps {:#x}, op_flags {:#x}: a {kind} context serves caps \
+                 {caps:#x} and op_flags {op_flags:#x}",
+                self.caps, self.op_flags
+            )));
+        }
+        if self.msg_order != 0 || self.comp_order != 0 {
+            return Err(FiError::inval(format!(
+                "{call}: attr msg_order {:#x}, comp_order {:#x}: messages travel unordered",
+                self.msg_order, self.comp_order
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// `fi_rx_context`.
@@ -454,19 +477,13 @@ unsafe extern "C" fn sep_rx_ctx(
         // SAFETY: NULL or valid attributes (libfabric's contract).
         if let Some(a) = unsafe { attr.as_mut() } {
             let served = (FI_MSG | FI_TAGGED | FI_RECV | FI_SOURCE_CAP) & s.caps_or_all();
-            if a.caps & !served != 0 || a.op_flags & !RX_OP_FLAGS != 0 {
-                return Err(FiError::inval(format!(
-                    "{CALL}: attr caps {:#x}, op_flags {:#x}: a receive context serves caps \
-                     {served:#x} and op_flags {RX_OP_FLAGS:#x}",
-                    a.caps, a.op_flags
-                )));
-            }
-            if a.msg_order != 0 || a.comp_order != 0 {
-                return Err(FiError::inval(format!(
-                    "{CALL}: attr msg_order {:#x}, comp_order {:#x}: messages travel unordered",
-                    a.msg_order, a.comp_order
-                )));
-            }
+            let asked = ContextAttr {
+                caps: a.caps,
+                op_flags: a.op_flags,
+                msg_order: a.msg_order,
+                comp_order: a.comp_order,
+            };
+            asked.check(CALL, "receive", served, RX_OP_FLAGS)?;
             op_flags = a.op_flags;
             if a.caps == 0 {
                 a.caps = served;
