@@ -4509,3 +4509,70 @@ fn fi_cancel_with_no_context_cancels_no_receive_posted_without_one() {
     assert_eq!((got.op_context as usize, got.len), (0, 4));
     assert_eq!(&rbuf[..4], b"kept");
 }
+
+/// `fi_tx_context` and `fi_rx_context` refuse attributes asking a context for what its
+/// direction does not serve (a receive capability of a transmit context, a send one of a
+/// receive context, default flags it does not honour, an order), with `-FI_EINVAL` and no
+/// context; the same index then opens with attributes it serves, which it gets back.
+#[test]
+fn a_context_is_not_opened_with_attributes_its_direction_does_not_serve() {
+    let open = Open::with_hints(&sep_hints(2, 4));
+    let sep = scalable_ep(&open).unwrap();
+    // SAFETY: a plain-data structure, valid all zero.
+    let mut tx: FiTxAttr = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    let mut rx: FiRxAttr = unsafe { core::mem::zeroed() };
+    let open_tx = |a: &mut FiTxAttr| {
+        let mut ctx: *mut FidEp = null_mut();
+        // SAFETY: an open scalable endpoint; valid attributes and out pointer.
+        let ret = unsafe { ((*(*sep).ops).tx_ctx)(sep, 0, a, &mut ctx, null_mut()) };
+        (ret, ctx)
+    };
+    let open_rx = |a: &mut FiRxAttr| {
+        let mut ctx: *mut FidEp = null_mut();
+        // SAFETY: as above.
+        let ret = unsafe { ((*(*sep).ops).rx_ctx)(sep, 0, a, &mut ctx, null_mut()) };
+        (ret, ctx)
+    };
+    for (caps, op_flags, order) in [
+        (FI_MSG | FI_RECV, 0, 0),
+        (FI_MSG, 1 << 16, 0), // FI_MULTI_RECV
+        (FI_MSG, 0, FI_ORDER_SAS),
+    ] {
+        (tx.caps, tx.op_flags, tx.msg_order) = (caps, op_flags, order);
+        let (ret, ctx) = open_tx(&mut tx);
+        assert_eq!(
+            (ret, ctx.is_null()),
+            (EINVAL, true),
+            "tx {caps:#x} {op_flags:#x}"
+        );
+    }
+    for (caps, op_flags, order) in [
+        (FI_MSG | FI_SEND, 0, 0),
+        (FI_MSG, FI_INJECT, 0),
+        (FI_MSG, 0, FI_ORDER_SAS),
+    ] {
+        (rx.caps, rx.op_flags, rx.msg_order) = (caps, op_flags, order);
+        let (ret, ctx) = open_rx(&mut rx);
+        assert_eq!(
+            (ret, ctx.is_null()),
+            (EINVAL, true),
+            "rx {caps:#x} {op_flags:#x}"
+        );
+    }
+    (tx.caps, tx.op_flags, tx.msg_order) = (FI_MSG | FI_SEND, FI_COMPLETION, 0);
+    (rx.caps, rx.op_flags, rx.msg_order) = (0, FI_COMPLETION, 0);
+    let (t, tctx) = open_tx(&mut tx);
+    let (r, rctx) = open_rx(&mut rx);
+    assert_eq!((t, r), (0, 0));
+    assert_eq!(tx.iov_limit, 4, "the attributes come back filled");
+    assert_ne!(rx.caps & FI_RECV, 0, "caps 0: every receive capability");
+    // SAFETY: ours, open, closed once (contexts first).
+    unsafe {
+        close_all(&[
+            &raw mut (*tctx).fid,
+            &raw mut (*rctx).fid,
+            &raw mut (*sep).fid,
+        ])
+    };
+}
