@@ -805,6 +805,25 @@ unsafe fn ep_ref<'a>(fid: *const Fid, call: &str) -> Result<&'a UetEp, FiError> 
     unsafe { object_ref(fid, class, &EP_FID_OPS, call, "endpoint") }
 }
 
+/// The `fid_ep` of an endpoint or of a scalable endpoint's context (`fclass`): the same
+/// operations for all of them, which tell one from another by the object's role.
+fn endpoint_fid(fclass: usize, context: *mut c_void) -> FidEp {
+    FidEp {
+        fid: Fid {
+            fclass,
+            context,
+            ops: core::ptr::addr_of!(EP_FID_OPS).cast_mut(),
+        },
+        ops: core::ptr::addr_of!(EP_OPS).cast_mut(),
+        cm: core::ptr::addr_of!(EP_CM_OPS).cast_mut(),
+        msg: core::ptr::addr_of!(EP_MSG_OPS).cast_mut(),
+        rma: core::ptr::addr_of!(unsupported::RMA_OPS).cast_mut(),
+        tagged: core::ptr::addr_of!(EP_TAGGED_OPS).cast_mut(),
+        atomic: core::ptr::addr_of!(unsupported::ATOMIC_OPS).cast_mut(),
+        collective: core::ptr::addr_of!(unsupported::COLLECTIVE_OPS).cast_mut(),
+    }
+}
+
 /// Transmit (`tx`) or receive context `index` of the scalable endpoint `sep`, on its ring
 /// set `lane`, taking the `op_flags` given as its flagless calls' flags: a `fid_ep` of
 /// class `FI_CLASS_TX_CTX` or `FI_CLASS_RX_CTX`, not counted among the domain's endpoints
@@ -821,20 +840,7 @@ pub(crate) fn open_context(
     context: *mut c_void,
 ) -> *mut FidEp {
     let boxed = Box::new(UetEp {
-        fid: FidEp {
-            fid: Fid {
-                fclass: if tx { FI_CLASS_TX_CTX } else { FI_CLASS_RX_CTX },
-                context,
-                ops: core::ptr::addr_of!(EP_FID_OPS).cast_mut(),
-            },
-            ops: core::ptr::addr_of!(EP_OPS).cast_mut(),
-            cm: core::ptr::addr_of!(EP_CM_OPS).cast_mut(),
-            msg: core::ptr::addr_of!(EP_MSG_OPS).cast_mut(),
-            rma: core::ptr::addr_of!(unsupported::RMA_OPS).cast_mut(),
-            tagged: core::ptr::addr_of!(EP_TAGGED_OPS).cast_mut(),
-            atomic: core::ptr::addr_of!(unsupported::ATOMIC_OPS).cast_mut(),
-            collective: core::ptr::addr_of!(unsupported::COLLECTIVE_OPS).cast_mut(),
-        },
+        fid: endpoint_fid(if tx { FI_CLASS_TX_CTX } else { FI_CLASS_RX_CTX }, context),
         shared: lane,
         domain,
         tx_op_flags: if tx { op_flags } else { 0 },
@@ -904,20 +910,7 @@ pub(crate) unsafe extern "C" fn domain_endpoint(
         }
         d.endpoints.fetch_add(1, Ordering::AcqRel);
         let boxed = Box::new(UetEp {
-            fid: FidEp {
-                fid: Fid {
-                    fclass: FI_CLASS_EP,
-                    context,
-                    ops: core::ptr::addr_of!(EP_FID_OPS).cast_mut(),
-                },
-                ops: core::ptr::addr_of!(EP_OPS).cast_mut(),
-                cm: core::ptr::addr_of!(EP_CM_OPS).cast_mut(),
-                msg: core::ptr::addr_of!(EP_MSG_OPS).cast_mut(),
-                rma: core::ptr::addr_of!(unsupported::RMA_OPS).cast_mut(),
-                tagged: core::ptr::addr_of!(EP_TAGGED_OPS).cast_mut(),
-                atomic: core::ptr::addr_of!(unsupported::ATOMIC_OPS).cast_mut(),
-                collective: core::ptr::addr_of!(unsupported::COLLECTIVE_OPS).cast_mut(),
-            },
+            fid: endpoint_fid(FI_CLASS_EP, context),
             shared: Arc::new(EpShared::new(kind == EpKind::Msg)),
             role: Role::Endpoint,
             domain: d,
