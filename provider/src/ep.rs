@@ -44,8 +44,9 @@
 //!   for `FI_INJECT`), a receive copies the message into the application's buffer when its
 //!   completion is read. A message longer than the receive buffer is truncated: the
 //!   completion is an `FI_ETRUNC` error with `olen` the bytes dropped. Sends longer than
-//!   `MSG_BUF_BYTES` are `-FI_EMSGSIZE`; iovecs (up to [`IOV_LIMIT`]) are gathered and
-//!   scattered.
+//!   `MSG_BUF_BYTES` are `-FI_EMSGSIZE`, and so are an `fi_inject` and an `fi_sendmsg` or
+//!   `fi_tsendmsg` with `FI_INJECT` longer than `tx_attr->inject_size` (fi_msg(3)), nothing
+//!   posted; iovecs (up to [`IOV_LIMIT`]) are gathered and scattered.
 //! * With no buffer or ring entry free a call is `-FI_EAGAIN`: read the CQ and retry.
 //! * Remote CQ data travels with `fi_senddata`/`fi_injectdata`; a receive completion carries
 //!   `FI_REMOTE_CQ_DATA` when the data is not 0 (the NIC's completion has no flag for it).
@@ -1420,6 +1421,10 @@ unsafe extern "C" fn ep_shutdown(ep: *mut FidEp, flags: u64) -> c_int {
 }
 
 /// Post a send of `iov`'s bytes to `dest`, gathered into one of the endpoint's buffers.
+/// `inject`: the call's flags hold `FI_INJECT` (`fi_sendmsg`, `fi_tsendmsg`), which
+/// fi_msg(3) limits to messages of at most `inject_size` bytes: a longer one is
+/// `FI_EMSGSIZE`, as it is from `fi_inject`, whatever the state of the endpoint's buffers
+/// and rings, and nothing is posted.
 #[allow(clippy::too_many_arguments)]
 fn send(
     e: &UetEp,
@@ -1430,18 +1435,19 @@ fn send(
     data: u64,
     report: bool,
     matching: Matching,
+    inject: bool,
 ) -> Result<(), FiError> {
     e.role.check_serves(true, call)?;
     let total = iov
         .as_slice()
         .iter()
         .try_fold(0usize, |t, &(_, l)| t.checked_add(l));
-    if total.is_none_or(|t| t > MSG_BUF_BYTES) {
+    let Some(total) = total.filter(|&t| t <= MSG_BUF_BYTES) else {
         return Err(FiError::new(
             FiErrno::FI_EMSGSIZE,
             format!("{call}: a message is at most {MSG_BUF_BYTES} bytes (ep_attr->max_msg_size)"),
         ));
-    }
+    };
     let mut parts: [&[u8]; IOV_LIMIT] = [&[]; IOV_LIMIT];
     for (part, &(base, len)) in parts.iter_mut().zip(iov.as_slice()) {
         if len > 0 {
@@ -1451,6 +1457,17 @@ fn send(
         }
     }
     let mut st = e.shared.lock();
+    if inject {
+        // Not enabled: `ready` refuses the call.
+        if let Some(max) = st.driver.as_ref().map(Endpoint::inject_size) {
+            if total > max {
+                return Err(FiError::new(
+                    FiErrno::FI_EMSGSIZE,
+                    format!("{call}: {total} bytes with FI_INJECT: inject_size is {max}"),
+                ));
+            }
+        }
+    }
     let mut buffer = st.ready(call)?;
     buffer
         .fill_parts(&parts[..iov.len])
@@ -1579,6 +1596,7 @@ unsafe extern "C" fn ep_send(
             0,
             e.tx_report(),
             Matching::Untagged,
+            false,
         )
     })
 }
@@ -1605,6 +1623,7 @@ unsafe extern "C" fn ep_senddata(
             data,
             e.tx_report(),
             Matching::Untagged,
+            false,
         )
     })
 }
@@ -1630,6 +1649,7 @@ unsafe extern "C" fn ep_sendv(
             0,
             e.tx_report(),
             Matching::Untagged,
+            false,
         )
     })
 }
@@ -1661,6 +1681,7 @@ unsafe extern "C" fn ep_sendmsg(ep: *mut FidEp, msg: *const FiMsg, flags: u64) -
             data,
             flags & FI_COMPLETION != 0,
             Matching::Untagged,
+            flags & FI_INJECT != 0,
         )
     })
 }
@@ -1836,6 +1857,7 @@ unsafe extern "C" fn ep_tsend(
             0,
             e.tx_report(),
             tagged(tag),
+            false,
         )
     })
 }
@@ -1865,6 +1887,7 @@ unsafe extern "C" fn ep_tsenddata(
             data,
             e.tx_report(),
             tagged(tag),
+            false,
         )
     })
 }
@@ -1891,6 +1914,7 @@ unsafe extern "C" fn ep_tsendv(
             0,
             e.tx_report(),
             tagged(tag),
+            false,
         )
     })
 }
@@ -1926,6 +1950,7 @@ unsafe extern "C" fn ep_tsendmsg(ep: *mut FidEp, msg: *const FiMsgTagged, flags:
             data,
             report,
             tagged(m.tag),
+            flags & FI_INJECT != 0,
         )
     })
 }

@@ -4576,3 +4576,99 @@ fn a_context_is_not_opened_with_attributes_its_direction_does_not_serve() {
         ])
     };
 }
+
+/// fi_msg(3) limits `FI_INJECT` to messages of at most `inject_size` bytes: an `fi_sendmsg`
+/// or `fi_tsendmsg` with it and a longer message is `-FI_EMSGSIZE`, as `fi_inject` is, on
+/// reliable and datagram endpoints alike, even with the transmit ring full; nothing is sent.
+/// `inject_size` bytes are sent.
+#[test]
+fn a_sendmsg_with_fi_inject_longer_than_inject_size_is_refused_and_sends_nothing() {
+    for ep_type in [FI_EP_RDM, FI_EP_DGRAM] {
+        // SAFETY: the provider's own info, edited before the endpoints are opened.
+        let pair = Pair::with_info(0, |i| unsafe { (*i.ep_attr).ep_type = ep_type });
+        // SAFETY: the info the endpoints were opened with.
+        let inject_size = unsafe { (*(*pair._open.info).tx_attr).inject_size };
+        assert!(inject_size > 0);
+        let long = vec![7u8; inject_size + 1];
+        let fits = vec![9u8; inject_size];
+        let iov = |b: &[u8]| IoVec {
+            iov_base: b.as_ptr().cast_mut().cast(),
+            iov_len: b.len(),
+        };
+        let sendmsg = |iov: &IoVec, context: usize| {
+            let msg = FiMsg {
+                msg_iov: iov,
+                desc: null_mut(),
+                iov_count: 1,
+                addr: pair.p[1].addr,
+                context: context as _,
+                data: 0,
+            };
+            // SAFETY: an open endpoint; the message is read during the call.
+            unsafe { (pair.msg(0).sendmsg)(pair.p[0].ep, &msg, FI_INJECT | FI_COMPLETION) }
+        };
+        let tsendmsg = |iov: &IoVec, context: usize| {
+            let msg = FiMsgTagged {
+                msg_iov: iov,
+                desc: null_mut(),
+                iov_count: 1,
+                addr: pair.p[1].addr,
+                tag: 0x5,
+                ignore: 0,
+                context: context as _,
+                data: 0,
+            };
+            // SAFETY: an open endpoint; the message is read during the call.
+            unsafe {
+                ((*(*pair.p[0].ep).tagged).sendmsg)(pair.p[0].ep, &msg, FI_INJECT | FI_COMPLETION)
+            }
+        };
+        let (long_iov, fits_iov) = (iov(&long), iov(&fits));
+        let emsgsize = neg(FiErrno::FI_EMSGSIZE);
+        assert_eq!(sendmsg(&long_iov, 1), emsgsize, "type {ep_type}");
+        assert_eq!(tsendmsg(&long_iov, 2), emsgsize, "type {ep_type}");
+        // Nothing was sent: the receives posted now take the messages that fit.
+        let mut rbuf = vec![0u8; inject_size + 1];
+        let mut tbuf = vec![0u8; inject_size + 1];
+        // SAFETY: the buffers outlive their completions, waited for below.
+        unsafe {
+            assert_eq!(pair.post_recv(1, &mut rbuf, 10), 0);
+            assert_eq!(post(pair.p[1].ep, &mut tbuf, Some(0x5), 11), 0);
+        }
+        assert_eq!(sendmsg(&fits_iov, 3), 0, "type {ep_type}");
+        assert_eq!(tsendmsg(&fits_iov, 4), 0, "type {ep_type}");
+        let mut sent: Vec<usize> = (0..2)
+            .map(|_| pair.wait(0).expect("a send completes").op_context as usize)
+            .collect();
+        sent.sort();
+        assert_eq!(sent, [3, 4], "type {ep_type}: only the sends that fit");
+        let mut got: Vec<(usize, usize)> = (0..2)
+            .map(|_| {
+                pair.wait(1)
+                    .map(|e| (e.op_context as usize, e.len))
+                    .expect("delivered")
+            })
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [(10, inject_size), (11, inject_size)],
+            "type {ep_type}"
+        );
+        assert_eq!(&rbuf[..inject_size], &fits[..]);
+        assert_eq!(&tbuf[..inject_size], &fits[..]);
+        // With the transmit ring full, the answer is the same.
+        let mut n = 0;
+        while pair.send(0, b"x", 100 + n) == 0 {
+            n += 1;
+            assert!(n < 100_000, "the transmit ring never fills");
+        }
+        assert_eq!(pair.send(0, b"x", 1), neg(FiErrno::FI_EAGAIN));
+        assert_eq!(sendmsg(&long_iov, 5), emsgsize, "type {ep_type}, ring full");
+        assert_eq!(
+            tsendmsg(&long_iov, 6),
+            emsgsize,
+            "type {ep_type}, ring full"
+        );
+    }
+}
