@@ -302,7 +302,9 @@ pub struct CqEvent {
     pub data: u64,
     /// Receive: the sender's `fi_addr_t` in the bound AV, its user id, or `FI_ADDR_NOTAVAIL`.
     pub src_addr: u64,
-    /// Tagged receive: the match bits the message carried (`fi_cq_tagged_entry.tag`).
+    /// Tagged receive: the match bits the message carried (`fi_cq_tagged_entry.tag`); for
+    /// one cancelled before a message took it ([`Endpoint::cancel_trecv`]), the tag it was
+    /// posted with.
     pub tag: u64,
     /// Receive: the peer group of the message (0 on an endpoint without peer groups).
     pub group: u32,
@@ -350,6 +352,9 @@ struct Posted {
     /// A multi-receive buffer: its posting sequence number and the end of the last message
     /// placed in it.
     multi: Option<(u32, usize)>,
+    /// A tagged receive: the tag it was posted with, which its completion reports when no
+    /// message gives one (a cancelled receive). 0 for any other operation.
+    tag: u64,
 }
 
 /// Completion contexts of the tagged RX ring: a fixed table with a free list, allocated when
@@ -1505,6 +1510,7 @@ impl Endpoint {
             op: CqOp::of_tx(req.op),
             silent: req.flags & TX_FLAG_INJECT != 0,
             multi: None,
+            tag: 0,
         });
         debug_assert!(empty.is_none());
         core::mem::forget(empty);
@@ -1699,6 +1705,7 @@ impl Endpoint {
             op: CqOp::Recv,
             silent: false,
             multi,
+            tag: 0,
         });
         self.rx.in_flight += 1;
         self.rx.tail = self.rx.geometry.next(slot);
@@ -1799,6 +1806,7 @@ impl Endpoint {
                 op: CqOp::TaggedRecv,
                 silent: false,
                 multi: None,
+                tag,
             });
         }
         ring.in_flight += 1;
@@ -1835,7 +1843,8 @@ impl Endpoint {
         self.send_cancel(RECV_CANCEL_RING_RX, u64::from(slot))
     }
 
-    /// `fi_cancel` of a tagged receive (see [`Endpoint::cancel_recv`]).
+    /// `fi_cancel` of a tagged receive (see [`Endpoint::cancel_recv`]). Its completion
+    /// reports the tag the receive was posted with ([`CqEvent::tag`]).
     pub fn cancel_trecv(&mut self, context: u64) -> Result<(), DriverError> {
         self.cancel_supported()?;
         let slot = self
@@ -2245,6 +2254,12 @@ impl Endpoint {
         }
         let return_code = ReturnCode::from_u8(c.return_code);
         let error = cq_error(c, local, return_code);
+        // A cancelled tagged receive took no message: it reports the tag it was posted with.
+        let tag = if kind == CompletionKind::TaggedRecv && local == LocalStatus::Cancelled {
+            posted.tag
+        } else {
+            c.tag.get()
+        };
         Ok(Some(CqEvent {
             kind,
             op: posted.op,
@@ -2252,7 +2267,7 @@ impl Endpoint {
             len,
             data: c.data.get(),
             src_addr: c.src_addr.get(),
-            tag: c.tag.get(),
+            tag,
             group: c.group.get(),
             error,
             buffer,

@@ -67,7 +67,8 @@
 //!
 //! * `fi_cancel` withdraws a posted receive, untagged or tagged, by its `op_context` (host
 //!   interface 1.14's RECV_CANCEL): it completes in the receive CQ as an `FI_ECANCELED`
-//!   error entry. Sends are not cancelled (`-FI_ENOENT`): they complete on their own.
+//!   error entry (a tagged one with the tag it was posted with, `len` 0). Sends are not
+//!   cancelled (`-FI_ENOENT`): they complete on their own.
 //!
 //! Not served yet: RMA, atomics, endpoint options.
 
@@ -1187,7 +1188,8 @@ fn enable(e: &UetEp, st: &mut EpState, call: &str) -> Result<(), FiError> {
 
 /// `fi_cancel`: the receive posted with `op_context` `context` (untagged or tagged) and not
 /// yet taken by a message is withdrawn on the NIC; its completion then reaches the receive
-/// CQ as an error entry (`FI_ECANCELED`, the context, the buffer untouched) and a bound
+/// CQ as an error entry (`FI_ECANCELED`, the context, `FI_RECV` with `FI_MSG` or `FI_TAGGED`
+/// and a tagged receive's tag, `len` 0, the buffer untouched) and a bound
 /// receive counter counts an error. `-FI_ENOENT` when no such receive is posted: never
 /// posted, already completed (its completion is or will be in the CQ), one a message is
 /// arriving into or a multi-receive buffer (each completes on its own), a send's context

@@ -4466,6 +4466,40 @@ fn fi_cancel_of_a_tagged_receive_leaves_the_message_to_the_next_matching_one() {
     assert_eq!(rbufs[0], [0xEE; 8]);
 }
 
+/// A cancelled tagged receive took no message: its error entry reports the tag it was
+/// posted with (whatever its ignore mask), its context, `FI_RECV | FI_TAGGED`, its buffer,
+/// and no length, data or overrun, as fi_cq(3) defines the fields.
+#[test]
+fn a_cancelled_tagged_receives_error_entry_reports_the_tag_it_was_posted_with() {
+    let pair = Pair::new(0);
+    let mut rbuf = [0xEEu8; 8];
+    let tag = 0x0123_4567_89ab_cdef;
+    // SAFETY: an open endpoint; the buffer outlives its completion, read below.
+    let posted = unsafe {
+        ((*(*pair.p[1].ep).tagged).recv)(
+            pair.p[1].ep,
+            rbuf.as_mut_ptr().cast(),
+            rbuf.len(),
+            null_mut(),
+            u64::MAX,
+            tag,
+            0xffff,
+            40 as _,
+        )
+    };
+    assert_eq!(posted, 0);
+    assert_eq!(cancel(pair.p[1].ep, 40), 0);
+    assert_eq!(pair.wait(1).err(), Some(neg(FiErrno::FI_EAVAIL)));
+    let e = pair
+        .readerr(1)
+        .expect("the cancelled receive's error entry");
+    assert_eq!(e.err, FiErrno::FI_ECANCELED.get() as c_int);
+    assert_eq!((e.op_context as usize, e.flags), (40, FI_RECV | FI_TAGGED));
+    assert_eq!((e.tag, e.len, e.olen, e.data), (tag, 0, 0, 0));
+    assert_eq!(e.buf.cast_const().cast::<u8>(), rbuf.as_ptr());
+    assert_eq!(rbuf, [0xEE; 8], "the buffer is untouched");
+}
+
 #[test]
 fn fi_cancel_on_a_receive_context_cancels_its_receive_and_finds_nothing_elsewhere() {
     let s = Scalable::new();

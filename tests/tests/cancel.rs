@@ -3,6 +3,7 @@
 //! kept until the NIC has passed it, and the refusals.
 
 use uet_av::FiErrno;
+use uet_driver::cq::{FI_RECV, FI_TAGGED};
 use uet_driver::{CqEvent, CqOp, DriverError};
 use uet_fwif::datapath::{CompletionKind, LocalStatus};
 use uet_regs::{since, RX_NO_BUFFER};
@@ -84,6 +85,30 @@ fn a_cancelled_tagged_receive_leaves_the_message_to_the_next_matching_one() {
     let ev = b.next_completion().expect("delivered");
     assert_eq!((ev.op, ev.context, ev.tag), (CqOp::TaggedRecv, 11, 0x42));
     assert!(ev.error.is_none());
+}
+
+/// A cancelled tagged receive took no message: its completion and its error entry report
+/// the tag it was posted with (whatever its ignore mask), `FI_RECV | FI_TAGGED`, its
+/// context, no data and no length.
+#[test]
+fn a_cancelled_tagged_receive_reports_the_tag_it_was_posted_with() {
+    let (_fabric, _a, mut b) = pair();
+    b.trecv(0x1234_5678_9abc_def0, 0xff, 12);
+    b.ep.cancel_trecv(12).expect("cancel");
+    let ev = b
+        .next_completion()
+        .expect("the cancelled receive completes");
+    assert_eq!(
+        (ev.op, ev.context, ev.tag),
+        (CqOp::TaggedRecv, 12, 0x1234_5678_9abc_def0)
+    );
+    let e = ev.err_entry().expect("an error entry");
+    assert_eq!(e.err, FiErrno::FI_ECANCELED);
+    assert_eq!((e.op_context, e.flags), (12, FI_RECV | FI_TAGGED));
+    assert_eq!(
+        (e.tag, e.len, e.olen, e.data),
+        (0x1234_5678_9abc_def0, 0, 0, 0)
+    );
 }
 
 /// A cancelled entry in the middle of a full RX ring is not free before the NIC's head has
