@@ -484,12 +484,16 @@ pub const FI_GETWAITOBJ: c_int = 16;
 pub const FI_WAIT_NONE: c_int = 0;
 /// `FI_WAIT_UNSPEC`.
 pub const FI_WAIT_UNSPEC: c_int = 1;
+/// `FI_WAIT_SET`: a wait set (`wait_set`).
+pub const FI_WAIT_SET: c_int = 2;
 /// `FI_WAIT_FD`.
 pub const FI_WAIT_FD: c_int = 3;
 /// `FI_WAIT_MUTEX_COND`.
 pub const FI_WAIT_MUTEX_COND: c_int = 4;
 /// `FI_WAIT_YIELD`.
 pub const FI_WAIT_YIELD: c_int = 5;
+/// `FI_WAIT_POLLFD`.
+pub const FI_WAIT_POLLFD: c_int = 6;
 
 /// `struct fi_eq_attr`.
 #[repr(C)]

@@ -17,7 +17,8 @@
 //!   (libfabric 2's `FI_CNTR_EVENTS_BYTES` is `-FI_ENOSYS`, any other value `-FI_EINVAL`);
 //!   `wait_obj` `FI_WAIT_NONE`, or `FI_WAIT_UNSPEC`, `FI_WAIT_MUTEX_COND`, `FI_WAIT_YIELD`,
 //!   which all wait as `fi_cq_sread` does ([`crate::cq`]); `FI_WAIT_FD`, wait sets and
-//!   `FI_WAIT_POLLFD` are `-FI_ENOSYS` (a counter gives no descriptor). `flags` must be 0
+//!   `FI_WAIT_POLLFD` are `-FI_ENOSYS` (a counter gives no descriptor), and a value that is
+//!   no `enum fi_wait_obj` is `-FI_EINVAL`, as for a CQ. `flags` must be 0
 //!   (`-FI_EBADFLAGS`). A NULL `attr` is `FI_CNTR_EVENTS_COMP` with `FI_WAIT_NONE`. A domain
 //!   holds at most [`CNTR_CNT`] counters (`domain_attr->cntr_cnt`; `-FI_ENOSPC` beyond).
 //! * `fi_cntr_read`, `fi_cntr_readerr`: drain the bound endpoints' rings, then give the
@@ -314,15 +315,20 @@ pub(crate) unsafe extern "C" fn domain_cntr_open(
             FI_WAIT_UNSPEC | FI_WAIT_MUTEX_COND | FI_WAIT_YIELD => {
                 EventFd::new(EFD_NONBLOCK | EFD_CLOEXEC).ok()
             }
-            other => {
+            FI_WAIT_FD | FI_WAIT_SET | FI_WAIT_POLLFD => {
                 return Err(FiError::new(
                     FiErrno::FI_ENOSYS,
                     format!(
-                        "{CALL}: wait_obj {other}: the uet provider's counters are waited on \
+                        "{CALL}: wait_obj {wait_obj}: the uet provider's counters are waited on \
                          with fi_cntr_wait (FI_WAIT_UNSPEC, FI_WAIT_MUTEX_COND, FI_WAIT_YIELD) \
                          and give no descriptor (FI_WAIT_FD) nor join wait sets"
                     ),
                 ))
+            }
+            other => {
+                return Err(FiError::inval(format!(
+                    "{CALL}: wait_obj {other} is no fi_wait_obj"
+                )))
             }
         };
         if flags != 0 {

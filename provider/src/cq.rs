@@ -23,7 +23,8 @@
 //!   `fi_cq_signal` ends with `-FI_EAGAIN` the wait of every thread waiting then (with none
 //!   waiting, the next `sread` returns at once). The CQ must have a wait object
 //!   (`FI_WAIT_UNSPEC`, `FI_WAIT_MUTEX_COND`, `FI_WAIT_YIELD` or `FI_WAIT_FD`); `FI_WAIT_NONE`
-//!   makes `sread` `-FI_EINVAL`, and wait sets and `FI_WAIT_POLLFD` are `-FI_ENOSYS` at open.
+//!   makes `sread` `-FI_EINVAL`, and wait sets and `FI_WAIT_POLLFD` are `-FI_ENOSYS` at open
+//!   (a value that is no `enum fi_wait_obj`, `-FI_EINVAL`).
 //!   A wait condition (`cond`, `FI_CQ_COND_THRESHOLD`) is taken as the hint `fi_cq(3)` makes
 //!   it: the wait ends at the first completion.
 //! * `FI_WAIT_FD`: `fi_control(FI_GETWAIT)` gives the CQ's descriptor, an epoll set of the
@@ -304,15 +305,21 @@ pub(crate) unsafe extern "C" fn domain_cq_open(
             }
             // Without an eventfd its waits read the rings with a growing sleep instead.
             FI_WAIT_UNSPEC | FI_WAIT_MUTEX_COND | FI_WAIT_YIELD => (eventfd().ok(), None),
-            other => {
+            FI_WAIT_SET | FI_WAIT_POLLFD => {
                 return Err(FiError::new(
                     FiErrno::FI_ENOSYS,
                     format!(
-                        "{CALL}: wait_obj {other}: the uet provider's CQs wait on a descriptor \
+                        "{CALL}: wait_obj {}: the uet provider's CQs wait on a descriptor \
                          (FI_WAIT_FD) or on their own (FI_WAIT_UNSPEC, FI_WAIT_MUTEX_COND, \
-                         FI_WAIT_YIELD); no wait sets"
+                         FI_WAIT_YIELD); no wait sets",
+                        a.wait_obj
                     ),
                 ))
+            }
+            other => {
+                return Err(FiError::inval(format!(
+                    "{CALL}: wait_obj {other} is no fi_wait_obj"
+                )))
             }
         };
         if a.flags != 0 {

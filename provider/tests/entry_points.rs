@@ -3439,7 +3439,17 @@ fn fi_cntr_open_takes_completion_counters_of_the_wait_objects_it_serves_up_to_cn
         (attr(1, FI_WAIT_NONE, 0), FiErrno::FI_ENOSYS), // FI_CNTR_EVENTS_BYTES
         (attr(7, FI_WAIT_NONE, 0), FiErrno::FI_EINVAL),
         (attr(FI_CNTR_EVENTS_COMP, FI_WAIT_FD, 0), FiErrno::FI_ENOSYS),
-        (attr(FI_CNTR_EVENTS_COMP, 2, 0), FiErrno::FI_ENOSYS), // FI_WAIT_SET
+        (
+            attr(FI_CNTR_EVENTS_COMP, FI_WAIT_SET, 0),
+            FiErrno::FI_ENOSYS,
+        ),
+        (
+            attr(FI_CNTR_EVENTS_COMP, FI_WAIT_POLLFD, 0),
+            FiErrno::FI_ENOSYS,
+        ),
+        // No enum fi_wait_obj: invalid, not a wait object the provider lacks.
+        (attr(FI_CNTR_EVENTS_COMP, 7, 0), FiErrno::FI_EINVAL),
+        (attr(FI_CNTR_EVENTS_COMP, -1, 0), FiErrno::FI_EINVAL),
         (
             attr(FI_CNTR_EVENTS_COMP, FI_WAIT_NONE, 1),
             FiErrno::FI_EBADFLAGS,
@@ -3468,6 +3478,36 @@ fn fi_cntr_open_takes_completion_counters_of_the_wait_objects_it_serves_up_to_cn
     for c in cntrs {
         // SAFETY: ours, closed once.
         assert_eq!(unsafe { close(&mut (*c).fid) }, 0);
+    }
+}
+
+/// `fi_cq_open` answers a wait object as `fi_cntr_open` does: one it does not serve (a wait
+/// set, `FI_WAIT_POLLFD`) is `-FI_ENOSYS`, a value that is no `enum fi_wait_obj`
+/// `-FI_EINVAL`, and no CQ is made.
+#[test]
+fn fi_cq_open_refuses_a_wait_obj_it_does_not_serve_and_one_that_is_none() {
+    let open = Open::new(FI_MSG, FI_FORMAT_UNSPEC);
+    for (wait_obj, errno) in [
+        (FI_WAIT_SET, FiErrno::FI_ENOSYS),
+        (FI_WAIT_POLLFD, FiErrno::FI_ENOSYS),
+        (7, FiErrno::FI_EINVAL),
+        (-1, FiErrno::FI_EINVAL),
+    ] {
+        let mut attr = FiCqAttr {
+            size: 0,
+            flags: 0,
+            format: FI_CQ_FORMAT_DATA,
+            wait_obj,
+            signaling_vector: 0,
+            wait_cond: 0,
+            wait_set: null_mut(),
+        };
+        let mut cq: *mut FidCq = null_mut();
+        // SAFETY: an open domain; valid attributes and out pointer.
+        let ret =
+            unsafe { ((*(*open.domain).ops).cq_open)(open.domain, &mut attr, &mut cq, null_mut()) };
+        assert_eq!(ret, neg_int(errno), "wait_obj {wait_obj}");
+        assert!(cq.is_null());
     }
 }
 
