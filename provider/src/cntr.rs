@@ -8,7 +8,9 @@
 //! without `FI_COMPLETION`, and an `fi_inject` (which never reports its success to the CQ),
 //! count all the same (fi_cntr(3)). A receive whose message was truncated counts as an error,
 //! as its CQ entry is one. The count is an atomic add where the endpoint's completions are
-//! drained ([`crate::ep`]); no lock is taken for it.
+//! drained ([`crate::ep`]); no lock is taken for it. An endpoint's `fi_close` drains them
+//! too, so an operation the NIC completed before the close is counted even when no read of
+//! the counter came between.
 //!
 //! The NIC writes completions into each endpoint's ring, which a read of a CQ or counter of
 //! the endpoint drains (`FI_PROGRESS_AUTO`): an application may read only the counter.

@@ -50,7 +50,11 @@
 //! * With no buffer or ring entry free a call is `-FI_EAGAIN`: read the CQ and retry.
 //! * Remote CQ data travels with `fi_senddata`/`fi_injectdata`; a receive completion carries
 //!   `FI_REMOTE_CQ_DATA` when the data is not 0 (the NIC's completion has no flag for it).
-//! * `fi_close`: the endpoint leaves the NIC; receives still posted are dropped unreported.
+//! * `fi_close`: the operations the NIC completed already are taken from the ring first, as a
+//!   read of a CQ or counter would: they reach the bound counters and CQs (a receive's
+//!   message is copied into its buffer), so none is lost to the close. Then the endpoint
+//!   leaves the NIC; operations still outstanding (receives still posted, a send the NIC has
+//!   not completed) are dropped unreported, as fi_endpoint(3) allows.
 //!
 //! * Tagged messages (`fi_tsend*`, `fi_tinject*`, `fi_trecv*`): the NIC matches them, 64 bits
 //!   of tag with an ignore mask; a tagged message that arrives before its receive waits on
@@ -333,8 +337,14 @@ impl EpShared {
     /// ([`UetCq::push`]): it is out of the ring, and the next arm of the ring clears the
     /// vector that announced it.
     pub(crate) fn drain(&self) {
-        let mut st = self.lock();
-        while let Some(driver) = st.driver.as_mut() {
+        self.lock().drain();
+    }
+}
+
+impl EpState {
+    /// [`EpShared::drain`], under the endpoint's lock the caller holds.
+    fn drain(&mut self) {
+        while let Some(driver) = self.driver.as_mut() {
             let ev = match driver.poll() {
                 Ok(Some(ev)) => ev,
                 Ok(None) => break,
@@ -343,24 +353,22 @@ impl EpShared {
                     break;
                 }
             };
-            if let Some((cq, c)) = st.complete(ev) {
+            if let Some((cq, c)) = self.complete(ev) {
                 // SAFETY: a bound CQ cannot close while the endpoint is bound to it, and the
-                // binding is only dropped under this lock.
+                // binding is only dropped under the endpoint's lock, which the caller holds.
                 unsafe { &*cq }.push(c);
             }
         }
         // Successful injects make no event; their counter counts them all the same.
-        if let (Some(cntr), Some(driver)) = (st.tx_cntr, st.driver.as_mut()) {
+        if let (Some(cntr), Some(driver)) = (self.tx_cntr, self.driver.as_mut()) {
             let n = driver.take_silent_completions();
             if n > 0 {
-                // SAFETY: as for the CQ above: bound, so open, while this lock is held.
+                // SAFETY: as for the CQ above: bound, so open, while the lock is held.
                 unsafe { &*cntr }.count(true, n);
             }
         }
     }
-}
 
-impl EpState {
     /// Wake a thread asleep on a CQ (`fi_cq_sread`, or an `FI_WAIT_FD` descriptor after
     /// `fi_trywait`) or counter (`fi_cntr_wait`) of the state: it armed only the rings
     /// enabled then, and arms this one too when it wakes, or its completions would not wake
@@ -2071,6 +2079,9 @@ unsafe extern "C" fn ep_close(fid: *mut Fid) -> c_int {
                 // Its direction's bindings only: the ring set stays with the scalable
                 // endpoint, and the other direction's context of its index keeps its own.
                 let mut st = e.shared.lock();
+                // What the NIC completed already reaches this direction's CQ and counter
+                // before they are unbound, as at an endpoint's close.
+                st.drain();
                 if !tx {
                     st.forget_receives();
                 }
@@ -2103,6 +2114,14 @@ unsafe extern "C" fn ep_close(fid: *mut Fid) -> c_int {
         }
         let av = {
             let mut st = e.shared.lock();
+            // The operations the NIC has completed already (their completions are in the
+            // ring) reach the bound counters and CQs, as a read would take them: a count or
+            // completion is not lost for the endpoint's close. The lock is held from here to
+            // ENDPOINT_DESTROY, so no post or read comes between; an operation the NIC has not
+            // completed when the drain finds the ring empty was outstanding when fi_close was
+            // called, and is discarded unreported with the rings (fi_endpoint(3)), even if the
+            // NIC completes it before ENDPOINT_DESTROY.
+            st.drain();
             // The NIC's endpoint first (ENDPOINT_DESTROY; a connected one shuts its
             // connection down), then its buffers; then its events the EQ still holds.
             let id = st.driver.as_ref().map(Endpoint::fid);

@@ -4746,3 +4746,130 @@ fn a_sendmsg_with_fi_inject_longer_than_inject_size_is_refused_and_sends_nothing
         );
     }
 }
+
+/// Endpoints closed before their counters and CQs were read: the operations the NIC had
+/// completed reach them at the close, counted and reported (a receive's message in its
+/// buffer), so nothing is lost to the close.
+#[test]
+fn closing_an_endpoint_counts_and_reports_what_the_nic_completed_before() {
+    let open = Open::new(FI_MSG | FI_TAGGED | FI_SOURCE_CAP, FI_FORMAT_UNSPEC);
+    let mut attr = av_attr(16);
+    let av = open.av_open(&mut attr).unwrap();
+    let [tx, rx] = [0, 1].map(|_| open.cntr_open(FI_WAIT_UNSPEC).expect("fi_cntr_open"));
+    let cqs = [0, 1].map(|_| open.cq_open(FI_CQ_FORMAT_DATA, FI_WAIT_UNSPEC));
+    let eps = [0, 1].map(|_| open.endpoint());
+    for (ep, cq) in eps.into_iter().zip(cqs) {
+        // SAFETY: open objects of the provider.
+        unsafe {
+            assert_eq!(bind(&mut (*ep).fid, &mut (*av).fid, 0), 0);
+            assert_eq!(
+                bind(&mut (*ep).fid, &mut (*cq).fid, FI_TRANSMIT | FI_RECV),
+                0
+            );
+        }
+    }
+    assert_eq!(bind_cntr(eps[0], tx, FI_SEND), 0);
+    assert_eq!(bind_cntr(eps[1], rx, FI_RECV), 0);
+    for ep in eps {
+        assert_eq!(enable(ep), 0);
+    }
+    let peer = insert(av, &name_of(eps[1].cast()));
+    let mut rbufs = [[0u8; 8]; 2];
+    for (n, rbuf) in rbufs.iter_mut().enumerate() {
+        // SAFETY: an open endpoint; the buffers outlive their completions, read below.
+        assert_eq!(unsafe { post(eps[1], rbuf, None, 10 + n) }, 0);
+    }
+    assert_eq!(send_to(eps[0], b"one", peer, 1), 0);
+    // SAFETY: an open endpoint; the payload is copied at the call.
+    let injected = unsafe { ((*(*eps[0]).msg).inject)(eps[0], b"two".as_ptr().cast(), 3, peer) };
+    assert_eq!(injected, 0);
+    // The simulated NIC completes all four at once; nothing has read them. Close both.
+    for ep in eps {
+        // SAFETY: ours, open, closed once.
+        assert_eq!(unsafe { close(&mut (*ep).fid) }, 0);
+    }
+    assert_eq!(
+        (cntr_read(tx), cntr_readerr(tx)),
+        (2, 0),
+        "fi_send and fi_inject"
+    );
+    assert_eq!((cntr_read(rx), cntr_readerr(rx)), (2, 0), "both receives");
+    assert_eq!(cq_read(cqs[0]).map(|e| e.op_context as usize), Ok(1));
+    assert_eq!(cq_read(cqs[0]).err(), Some(neg(FiErrno::FI_EAGAIN)));
+    let got: Vec<(usize, usize)> = (0..2)
+        .map(|_| cq_read(cqs[1]).map(|e| (e.op_context as usize, e.len)))
+        .collect::<Result<_, _>>()
+        .expect("the receives' completions");
+    assert_eq!(got, [(10, 3), (11, 3)]);
+    assert_eq!(cq_read(cqs[1]).err(), Some(neg(FiErrno::FI_EAGAIN)));
+    assert_eq!((&rbufs[0][..3], &rbufs[1][..3]), (&b"one"[..], &b"two"[..]));
+    // SAFETY: ours, open, no longer bound, closed once.
+    unsafe {
+        for cq in cqs {
+            assert_eq!(close(&mut (*cq).fid), 0);
+        }
+        for c in [tx, rx] {
+            assert_eq!(close(&mut (*c).fid), 0);
+        }
+        assert_eq!(close(&mut (*av).fid), 0);
+    }
+}
+
+/// A scalable endpoint's contexts closed before their counters and CQs were read: each
+/// context's close brings what the NIC completed on its ring set to its own direction's
+/// counter and CQ first.
+#[test]
+fn closing_a_context_counts_and_reports_what_the_nic_completed_before() {
+    let open = Open::with_hints(&sep_hints(2, 4));
+    let mut attr = av_attr(16);
+    attr.rx_ctx_bits = 2;
+    let av = open.av_open(&mut attr).unwrap();
+    let cqs = [0, 1].map(|_| open.cq_open(FI_CQ_FORMAT_TAGGED, FI_WAIT_UNSPEC));
+    let cntrs = [0, 1].map(|_| open.cntr_open(FI_WAIT_UNSPEC).unwrap());
+    let sep = scalable_ep(&open).unwrap();
+    let (t1, r2) = (
+        context(sep, true, 1).unwrap(),
+        context(sep, false, 2).unwrap(),
+    );
+    // SAFETY: open objects.
+    unsafe {
+        assert_eq!(bind(&mut (*sep).fid, &mut (*av).fid, 0), 0);
+        assert_eq!(bind(&mut (*t1).fid, &mut (*cqs[0]).fid, FI_TRANSMIT), 0);
+        assert_eq!(bind(&mut (*r2).fid, &mut (*cqs[1]).fid, FI_RECV), 0);
+        assert_eq!(bind(&mut (*t1).fid, &mut (*cntrs[0]).fid, FI_SEND), 0);
+        assert_eq!(bind(&mut (*r2).fid, &mut (*cntrs[1]).fid, FI_RECV), 0);
+    }
+    assert_eq!(enable(sep), 0);
+    let me = insert(av, &name_of(sep.cast()));
+    let mut buf = [0u8; 16];
+    // SAFETY: `buf` outlives the receive's completion, read below.
+    unsafe { assert_eq!(post(r2, &mut buf, None, 7), 0) };
+    assert_eq!(
+        send_to(t1, b"to myself", uet_av::flags::fi_rx_addr(me, 2, 2), 3),
+        0
+    );
+    // Nothing has read the rings: the contexts close first.
+    // SAFETY: ours, open, closed once.
+    unsafe {
+        assert_eq!(close(&mut (*t1).fid), 0);
+        assert_eq!(close(&mut (*r2).fid), 0);
+    }
+    assert_eq!((cntr_read(cntrs[0]), cntr_read(cntrs[1])), (1, 1));
+    assert_eq!(cq_read(cqs[0]).map(|e| e.op_context as usize), Ok(3));
+    assert_eq!(
+        cq_read(cqs[1]).map(|e| (e.op_context as usize, e.len)),
+        Ok((7, 9))
+    );
+    assert_eq!(&buf[..9], b"to myself");
+    // SAFETY: open objects, each closed once.
+    unsafe {
+        close_all(&[
+            &mut (*sep).fid,
+            &mut (*cqs[0]).fid,
+            &mut (*cqs[1]).fid,
+            &mut (*cntrs[0]).fid,
+            &mut (*cntrs[1]).fid,
+            &mut (*av).fid,
+        ]);
+    }
+}
