@@ -20,6 +20,8 @@
 //! | `domain_attr->cq_data_size` | up to 8 bytes |
 //! | `tx_attr`, `rx_attr` | caps `FI_MSG`, `FI_TAGGED` with `FI_SEND` (and `FI_NAMED_RX_CTX` on `FI_EP_RDM`), or with `FI_RECV` and `FI_SOURCE`; sizes, `iov_limit`, `inject_size` up to the provider's; `op_flags` returned, those the provider honours (`FI_COMPLETION`; for sends `FI_INJECT`, `FI_INJECT_COMPLETE`, `FI_TRANSMIT_COMPLETE`, and on `FI_EP_RDM` `FI_DELIVERY_COMPLETE`); no `msg_order` or `comp_order` (messages travel unordered) |
 //! | `ep_attr->max_msg_size` | up to 16 KiB (`FI_EP_RDM`, `FI_EP_MSG`), up to the NIC's MTU (`FI_EP_DGRAM`) |
+//! | `ep_attr->protocol`, `protocol_version` | `FI_PROTO_UNSPEC` or the provider's own, UET ([`PROTOCOL`], a provider-specific value: libfabric 1.17 names no UET protocol), up to version [`PROTOCOL_VERSION`] (0: any) |
+//! | `ep_attr->max_order_raw_size`, `max_order_war_size`, `max_order_waw_size` | 0: no RMA or atomic data is ordered (neither is served, and no message order is offered) |
 //! | `ep_attr->tx_ctx_cnt`, `rx_ctx_cnt` | up to the NIC's (`CAP_EP.max_tx_ctx`, `max_rx_ctx`, and no more receive contexts than an endpoint's resource indices; no more than the hints' `domain_attr->max_ep_tx_ctx`, `max_ep_rx_ctx` when they name them), answered as asked (0: 1); more than 1 only on `FI_EP_RDM`, as a scalable endpoint ([`crate::sep`]); no shared contexts (`FI_SHARED_CONTEXT`) |
 //! | `src_addr`, `dest_addr` | returned; a source must be on this NIC |
 //!
@@ -87,6 +89,18 @@ pub(crate) const RELIABLE_ONLY_FLAGS: u64 = FI_DELIVERY_COMPLETE | FI_MATCH_COMP
 pub(crate) const FI_MATCH_COMPLETE: u64 = 1 << 31;
 /// Default receive flags (`rx_attr->op_flags`) the provider honours: `FI_COMPLETION`.
 pub(crate) const RX_OP_FLAGS: u64 = FI_COMPLETION;
+
+/// `FI_PROV_SPECIFIC` (`rdma/fabric.h`): the bit that marks a provider's own value of a
+/// libfabric enumeration.
+const FI_PROV_SPECIFIC: u32 = 1 << 31;
+/// `FI_PROTO_UNSPEC`: any protocol.
+const FI_PROTO_UNSPEC: u32 = 0;
+/// `ep_attr->protocol`: UET (PDS and SES over UDP, as the NIC speaks it). libfabric 1.17's
+/// `FI_PROTO_*` values name no UET protocol, so it is a provider-specific one, its top bit
+/// `FI_PROV_SPECIFIC` as fi_endpoint(3) has it, and "UET" in ASCII below.
+pub const PROTOCOL: u32 = FI_PROV_SPECIFIC | 0x0055_4554;
+/// `ep_attr->protocol_version`: the first.
+pub const PROTOCOL_VERSION: u32 = 1;
 
 /// Bytes of remote CQ data a message carries (`domain_attr->cq_data_size`): the 64 bits of
 /// `fi_senddata` and `fi_injectdata`.
@@ -440,6 +454,29 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
         }
         w.ep_type = EpKind::from_raw(ep.ep_type).map_err(nodata)?;
         w.max_msg_size = ep.max_msg_size;
+        if ep.protocol != FI_PROTO_UNSPEC && ep.protocol != PROTOCOL {
+            return Err(nodata(format!(
+                "ep_attr->protocol {:#x}: the provider speaks UET ({PROTOCOL:#x})",
+                ep.protocol
+            )));
+        }
+        if ep.protocol_version > PROTOCOL_VERSION {
+            return Err(nodata(format!(
+                "ep_attr->protocol_version {} is more than the provider's {PROTOCOL_VERSION}",
+                ep.protocol_version
+            )));
+        }
+        let orders = [
+            ("max_order_raw_size", ep.max_order_raw_size),
+            ("max_order_war_size", ep.max_order_war_size),
+            ("max_order_waw_size", ep.max_order_waw_size),
+        ];
+        if let Some((name, n)) = orders.into_iter().find(|&(_, n)| n > 0) {
+            return Err(nodata(format!(
+                "ep_attr->{name} {n}: no RMA or atomic data is ordered (the provider serves \
+                 neither, and its messages travel unordered)"
+            )));
+        }
         if let Some(why) = shared_context_refused(ep) {
             return Err(nodata(why));
         }
@@ -819,6 +856,8 @@ unsafe fn fill(
         rx.op_flags = w.rx_op_flags;
         let ep = &mut *i.ep_attr;
         ep.ep_type = kind.to_raw();
+        ep.protocol = PROTOCOL;
+        ep.protocol_version = PROTOCOL_VERSION;
         ep.max_msg_size = kind.max_msg_size(nic);
         // Every bit of the 64-bit tag is matched.
         ep.mem_tag_format = u64::MAX;

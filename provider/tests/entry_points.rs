@@ -1063,6 +1063,56 @@ fn hints_asking_for_an_ordering_are_refused_as_messages_travel_unordered() {
 
 /// `fi_cq_readerr` of an error completion with `err_data_size` 0: fi_cq(3) says the buffer is
 /// ignored and `err_data` set to one the provider owns, valid until the next read.
+/// The answer names the provider's protocol (UET, a provider-specific value) and its
+/// version; hints asking for another protocol, a later version, or RMA and atomic data
+/// ordering (`max_order_*_size`, which it answers 0) are `-FI_ENODATA`, as for any hint it
+/// cannot meet; `FI_PROTO_UNSPEC` (0) takes any protocol.
+#[test]
+fn hints_asking_for_another_protocol_or_ordered_data_are_refused() {
+    let ask = |edit: &dyn Fn(&mut FiEpAttr)| -> Result<(u32, u32, [usize; 3]), c_int> {
+        let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+        // SAFETY: the hints' own attributes.
+        edit(unsafe { &mut *hints.info.ep_attr });
+        let info = getinfo(None, None, 0, Some(&hints))?;
+        // SAFETY: the provider's answer, read, then freed once.
+        unsafe {
+            let ep = &*(*info).ep_attr;
+            let got = (
+                ep.protocol,
+                ep.protocol_version,
+                [
+                    ep.max_order_raw_size,
+                    ep.max_order_war_size,
+                    ep.max_order_waw_size,
+                ],
+            );
+            uet_fi::info::free_info(info);
+            Ok(got)
+        }
+    };
+    let ours = uet_fi::info::PROTOCOL;
+    assert_eq!(ours & (1 << 31), 1 << 31, "a provider-specific protocol");
+    let answer = Ok((ours, 1, [0, 0, 0]));
+    assert_eq!(ask(&|_| ()), answer);
+    assert_eq!(ask(&|ep| ep.protocol = ours), answer);
+    assert_eq!(ask(&|ep| ep.protocol_version = 1), answer);
+    let no_data = Err(-(FiErrno::FI_ENODATA.get() as c_int));
+    // FI_PROTO_UDP (5), FI_PROTO_RXM (16), and another provider's own.
+    for protocol in [5, 16, (1 << 31) | 1] {
+        assert_eq!(
+            ask(&|ep| ep.protocol = protocol),
+            no_data,
+            "protocol {protocol:#x}"
+        );
+    }
+    assert_eq!(ask(&|ep| ep.protocol_version = 2), no_data);
+    for size in [1, 64, usize::MAX] {
+        assert_eq!(ask(&|ep| ep.max_order_raw_size = size), no_data);
+        assert_eq!(ask(&|ep| ep.max_order_war_size = size), no_data);
+        assert_eq!(ask(&|ep| ep.max_order_waw_size = size), no_data);
+    }
+}
+
 #[test]
 fn an_error_read_without_a_buffer_points_err_data_at_the_cqs_copy_of_the_message() {
     let pair = Pair::new(0);
