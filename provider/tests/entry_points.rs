@@ -4923,3 +4923,43 @@ fn closing_a_context_counts_and_reports_what_the_nic_completed_before() {
         ]);
     }
 }
+
+/// A datagram longer than the MTU (`max_msg_size` of `FI_EP_DGRAM`) is `-FI_EMSGSIZE`
+/// whatever the state of the endpoint's rings and buffers: with its transmit, receive and
+/// tagged receive rings all full, the answer is the same as with them empty, not
+/// `-FI_EAGAIN`.
+#[test]
+fn a_datagram_longer_than_the_mtu_is_refused_as_such_with_every_ring_full() {
+    // SAFETY: the provider's own info, edited before the endpoints are opened.
+    let pair = Pair::with_info(0, |i| unsafe { (*i.ep_attr).ep_type = FI_EP_DGRAM });
+    // SAFETY: the info the endpoints were opened with.
+    let mtu = unsafe { (*(*pair._open.info).ep_attr).max_msg_size };
+    let long = vec![1u8; mtu + 1];
+    let emsgsize = neg(FiErrno::FI_EMSGSIZE);
+    assert_eq!(pair.send(0, &long, 1), emsgsize, "rings empty");
+    let eagain = neg(FiErrno::FI_EAGAIN);
+    let mut n = 0;
+    while pair.send(0, b"x", 100 + n) == 0 {
+        n += 1;
+        assert!(n < 100_000, "the transmit ring never fills");
+    }
+    assert_eq!(pair.send(0, b"x", 2), eagain);
+    assert_eq!(pair.send(0, &long, 3), emsgsize, "transmit ring full");
+    let mut bufs = vec![[0u8; 8]; 100_000];
+    let mut slots = bufs.iter_mut();
+    for tag in [None, Some(1)] {
+        let posted = slots.by_ref().enumerate().find_map(|(k, b)| {
+            // SAFETY: an open endpoint; the buffers outlive the pair, which closes first.
+            let r = unsafe { post(pair.p[0].ep, b, tag, 1000 + k) };
+            (r != 0).then_some(r)
+        });
+        assert_eq!(posted, Some(eagain), "the {tag:?} receive ring fills");
+        assert_eq!(
+            pair.send(0, &long, 4),
+            emsgsize,
+            "{tag:?} receive ring full too"
+        );
+    }
+    drop(pair);
+    drop(bufs);
+}
