@@ -79,6 +79,13 @@ pub trait AvEventSink: Send + Sync {
 
     /// Undo [`AvEventSink::attach_av`] (the AV is closed or dropped).
     fn detach_av(&self, attachment: u64);
+
+    /// An insert call was queued: its events will be posted by a later progress
+    /// ([`AvProgress::progress`]). A queue whose readers sleep on a descriptor rather than
+    /// in a read makes it readable, so that a sleeping reader comes back to read the queue
+    /// (which runs the progress); no interrupt announces the NIC's answer. Nothing by
+    /// default.
+    fn inserts_queued(&self) {}
 }
 
 /// Progress of an AV's asynchronous inserts, driven by the queue it is bound to.
@@ -88,4 +95,11 @@ pub trait AvProgress: Send + Sync {
     /// or a close) it does nothing and returns 0, and the next progress catches up. Returns
     /// how many inserts completed.
     fn progress(&self) -> usize;
+
+    /// Whether an insert call has not been reported yet: its events come with a later
+    /// progress, so a reader that sleeps without running progress could miss them. Never
+    /// blocks: while the AV's owner holds its state, the answer is `true`. `false` by default.
+    fn in_flight(&self) -> bool {
+        false
+    }
 }

@@ -22,6 +22,8 @@ struct Sink {
     events: Mutex<Vec<AvEvent>>,
     hooks: Mutex<Vec<(u64, Weak<dyn AvProgress>)>>,
     next: AtomicU64,
+    /// Insert calls the AVs said they queued.
+    queued: AtomicU64,
 }
 
 impl Sink {
@@ -52,6 +54,18 @@ impl Sink {
     fn bound(&self) -> usize {
         self.hooks.lock().unwrap().len()
     }
+
+    /// Whether a bound AV has an insert whose events are still to be posted.
+    fn in_flight(&self) -> bool {
+        let hooks: Vec<_> = self
+            .hooks
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|(_, w)| w.upgrade())
+            .collect();
+        hooks.iter().any(|h| h.in_flight())
+    }
 }
 
 impl AvEventSink for Sink {
@@ -69,6 +83,9 @@ impl AvEventSink for Sink {
             .lock()
             .unwrap()
             .retain(|(id, _)| *id != attachment);
+    }
+    fn inserts_queued(&self) {
+        self.queued.fetch_add(1, Ordering::AcqRel);
     }
 }
 
@@ -1688,4 +1705,32 @@ fn a_context_never_carries_over_to_a_later_insert() {
         .unwrap_err();
     av.insertsvc("10.0.0.2", Some("3"), None, 0, None).unwrap();
     assert_eq!(short(sink.read()), vec![Ev::Done(0, 1)]);
+}
+
+/// A queue whose reader sleeps on a descriptor learns of each insert call as it is queued,
+/// and that it is in flight until progress posted its events: no interrupt announces the
+/// NIC's answer, so the reader reads rather than sleeps until then.
+#[test]
+fn an_insert_tells_its_queue_it_was_queued_and_is_in_flight_until_its_events_are_posted() {
+    let (mut av, nic, sink) = two_in_flight(0);
+    assert_eq!(sink.queued.load(Ordering::Acquire), 1);
+    assert!(sink.in_flight(), "the AV_WRITE is in flight");
+    assert!(sink.read().is_empty());
+    assert!(sink.in_flight(), "the NIC has not answered");
+    nic.gate.store(true, Ordering::Release);
+    assert_eq!(short(sink.read()), vec![Ev::Done(1, 2)]);
+    assert!(!sink.in_flight(), "every event is posted");
+    // A call with FI_MORE is queued too (its records wait for the next call), and in flight
+    // until the batch it belongs to is sent and answered.
+    av.with_context(2)
+        .insert(&peer_bytes(3), 1, None, FI_MORE)
+        .unwrap();
+    assert_eq!(sink.queued.load(Ordering::Acquire), 2);
+    assert!(sink.in_flight());
+    av.with_context(3)
+        .insert(&peer_bytes(4), 1, None, 0)
+        .unwrap();
+    assert_eq!(sink.queued.load(Ordering::Acquire), 3);
+    assert_eq!(short(sink.read()), vec![Ev::Done(2, 1), Ev::Done(3, 1)]);
+    assert!(!sink.in_flight());
 }

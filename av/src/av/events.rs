@@ -197,6 +197,15 @@ impl AvProgress for AsyncShared {
         inner.reap(self, false);
         inner.post_ready(self.av)
     }
+
+    fn in_flight(&self) -> bool {
+        match self.inner.try_lock() {
+            Ok(inner) => !inner.calls.is_empty(),
+            // Every critical section leaves the state consistent.
+            Err(TryLockError::Poisoned(p)) => !p.into_inner().calls.is_empty(),
+            Err(TryLockError::WouldBlock) => true,
+        }
+    }
 }
 
 impl AsyncInner {
@@ -432,7 +441,7 @@ impl<N: NicAvTable> AddressVector<N> {
         let Some(state) = self.events.as_deref() else {
             return false;
         };
-        {
+        let sink = {
             let mut inner = state.shared.lock();
             let seq = inner.next_seq;
             inner.next_seq += 1;
@@ -451,6 +460,11 @@ impl<N: NicAvTable> AddressVector<N> {
                 waiting: b.records.len(),
                 failed: b.failed,
             });
+            inner.sink.clone()
+        };
+        // After the call is queued, where the queue's look at `in_flight` finds it.
+        if let Some(sink) = sink {
+            sink.inserts_queued();
         }
         !more && self.submit_pending()
     }
