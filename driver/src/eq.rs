@@ -21,6 +21,21 @@
 //!
 //! Posting is a short critical section under a mutex: the EQ is a control-path object.
 //!
+//! ## A descriptor to sleep on ([`WaitObj::Fd`])
+//!
+//! A queue opened with [`WaitObj::Fd`] owns an eventfd ([`EventQueue::wait_fd`]) that an
+//! application polls with select, poll or epoll beside its other descriptors. It is readable
+//! while the queue holds an event or an error (or was overrun), and made unreadable by the
+//! read that empties the queue, all under the queue's lock: every producer — connection
+//! management's progress threads, an AV's progress posting its inserts' events, the
+//! application's [`EventQueue::write`] — makes it readable as it posts. The events of an
+//! asynchronous AV insert are posted only when progress runs, which a sleeping reader does
+//! not do, and no interrupt announces the NIC's answer: so an insert queued
+//! ([`AvEventSink::inserts_queued`]) or a [`EventQueue::signal`] makes the descriptor readable
+//! too, until the next [`EventQueue::trywait`], and `trywait` (`fi_trywait`, which the
+//! application calls before it sleeps) runs progress and answers `FI_EAGAIN` while an event
+//! is queued or an insert is still in flight. [`EventQueue::close`] closes the descriptor.
+//!
 //! ## Progress of asynchronous AV inserts
 //!
 //! An AV bound to the queue ([`uet_av::AddressVector::bind`] with [`EventQueue::av_sink`])
@@ -32,10 +47,12 @@
 //! lock (it posts to the queue).
 
 use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 use uet_av::{AvEvent, AvEventSink, AvProgress, FiErrno, FiError};
+use vmm_sys_util::eventfd::{EventFd, EFD_CLOEXEC, EFD_NONBLOCK};
 
 /// `fi_eq_attr.flags`: the application may call [`EventQueue::write`].
 pub const FI_WRITE: u64 = uet_av::flags::FI_WRITE;
@@ -132,6 +149,9 @@ pub enum WaitObj {
     MutexCond,
     /// `FI_WAIT_YIELD`: blocking reads spin with `sched_yield`.
     Yield,
+    /// `FI_WAIT_FD`: blocking reads wait as for [`WaitObj::Unspec`], and the queue owns a
+    /// descriptor an application polls ([`EventQueue::wait_fd`], [`EventQueue::trywait`]).
+    Fd,
 }
 
 /// `struct fi_eq_attr`.
@@ -178,6 +198,44 @@ struct State {
     /// AVs attached so far ([`AvEventSink::attach_av`]): a reader that last progressed AVs
     /// at an older count progresses again before it waits, so no bind goes unnoticed.
     av_attachments: u64,
+    /// [`WaitObj::Fd`]: the descriptor an application polls, until the queue is closed.
+    wait_fd: Option<EventFd>,
+    /// Whether `wait_fd` is readable (written, and not read since).
+    fd_ready: bool,
+    /// An insert was queued or a signal came since the last [`EventQueue::trywait`]: the
+    /// descriptor stays readable, though nothing is queued, until the application looks.
+    kicked: bool,
+}
+
+impl State {
+    /// Whether the queue holds something a read returns (an event, an error, or the news of
+    /// an overrun).
+    fn has_entries(&self) -> bool {
+        !self.events.is_empty() || !self.errors.is_empty() || self.overrun
+    }
+
+    /// Make the descriptor readable exactly when there is something to read or a kick
+    /// waits to be seen. Called under the queue's lock after every change of the queue.
+    fn settle_fd(&mut self) {
+        let want = self.has_entries() || self.kicked;
+        let Some(fd) = &self.wait_fd else {
+            return;
+        };
+        if want == self.fd_ready {
+            return;
+        }
+        if want {
+            // Fails only when the counter would overflow, which one write per unread state
+            // never comes near.
+            if fd.write(1).is_ok() {
+                self.fd_ready = true;
+            }
+        } else {
+            // Reads the counter back to 0 (EAGAIN when it already is: unreadable either way).
+            let _ = fd.read();
+            self.fd_ready = false;
+        }
+    }
 }
 
 struct Shared {
@@ -244,12 +302,24 @@ impl EventQueue {
                 "fi_eq_open: size {size} exceeds the largest EQ, {MAX_EQ_SIZE}"
             )));
         }
+        let wait_fd = match attr.wait_obj {
+            WaitObj::Fd => Some(EventFd::new(EFD_NONBLOCK | EFD_CLOEXEC).map_err(|e| {
+                FiError::new(
+                    FiErrno::FI_ENOMEM,
+                    format!("fi_eq_open: no eventfd for FI_WAIT_FD: {e}"),
+                )
+            })?),
+            _ => None,
+        };
         Ok(EventQueue {
             shared: Arc::new(Shared {
                 attr,
                 size,
                 fid: next_fid(),
-                state: Mutex::new(State::default()),
+                state: Mutex::new(State {
+                    wait_fd,
+                    ..State::default()
+                }),
                 ready: Condvar::new(),
                 progress: Mutex::new(Vec::new()),
             }),
@@ -264,6 +334,66 @@ impl EventQueue {
     /// The queue's fabric id.
     pub fn fid(&self) -> u64 {
         self.shared.fid
+    }
+
+    /// The descriptor of a queue opened with [`WaitObj::Fd`] (`fi_control(FI_GETWAIT)`):
+    /// readable while an event or error is queued, or after an AV insert was queued or a
+    /// signal came, until [`EventQueue::trywait`]. `None` for another wait object, or once
+    /// the queue is closed (which closes it).
+    pub fn wait_fd(&self) -> Option<RawFd> {
+        self.lock().wait_fd.as_ref().map(AsRawFd::as_raw_fd)
+    }
+
+    /// `fi_trywait` of a queue opened with [`WaitObj::Fd`]: `Ok` when the application may
+    /// sleep on [`EventQueue::wait_fd`], which then becomes readable when an event is posted
+    /// or an insert is queued. Runs the progress of the bound AVs first. `FI_EAGAIN` while
+    /// something is queued to read, or while an AV insert is in flight (its events are posted
+    /// by a read, which the application then makes; no interrupt would wake it). `FI_EINVAL`
+    /// for another wait object, `FI_EBADF` once closed.
+    pub fn trywait(&self) -> Result<(), FiError> {
+        {
+            let mut s = self.lock();
+            if s.closed {
+                return Err(closed());
+            }
+            if s.wait_fd.is_none() {
+                return Err(FiError::inval(
+                    "fi_trywait: the event queue was not opened with FI_WAIT_FD",
+                ));
+            }
+            // Taken before the look below: an insert queued after it makes the descriptor
+            // readable again.
+            s.kicked = false;
+            s.settle_fd();
+        }
+        self.run_progress();
+        {
+            let s = self.lock();
+            if s.closed {
+                return Err(closed());
+            }
+            if s.has_entries() {
+                return Err(FiError::new(
+                    FiErrno::FI_EAGAIN,
+                    "fi_trywait: an event waits to be read",
+                ));
+            }
+        }
+        // Taken out of the hooks' lock first, as `run_progress` does: an AV dropped meanwhile
+        // detaches under that lock.
+        let hooks: Vec<Arc<dyn AvProgress>> = self
+            .progress_hooks()
+            .iter()
+            .filter_map(|(_, w)| w.upgrade())
+            .collect();
+        if hooks.iter().any(|h| h.in_flight()) {
+            return Err(FiError::new(
+                FiErrno::FI_EAGAIN,
+                "fi_trywait: an asynchronous AV insert is in flight; its event comes with a \
+                 read of the queue",
+            ));
+        }
+        Ok(())
     }
 
     /// Entries the queue holds.
@@ -328,6 +458,8 @@ impl EventQueue {
         s.closed = true;
         s.events.clear();
         s.errors.clear();
+        // The descriptor closes with the queue, whatever clones of the handle live on.
+        s.wait_fd = None;
         drop(s);
         self.shared.ready.notify_all();
         Ok(())
@@ -362,6 +494,7 @@ impl EventQueue {
                 ));
             }
             s.overrun = true;
+            s.settle_fd();
             tracing::error!(size = self.shared.size, "event queue overrun");
             self.shared.ready.notify_all();
             return Err(FiError::new(
@@ -370,6 +503,7 @@ impl EventQueue {
             ));
         }
         push(s);
+        s.settle_fd();
         // Every waiter: one that takes nothing (it peeks, or an error is at the head for it)
         // must not leave the others asleep with an entry queued.
         self.shared.ready.notify_all();
@@ -415,7 +549,9 @@ impl EventQueue {
         let ev = if flags & FI_PEEK != 0 {
             s.events.front().cloned()
         } else {
-            s.events.pop_front()
+            let ev = s.events.pop_front();
+            s.settle_fd();
+            ev
         };
         match ev {
             Some(ev) => Ok(ev),
@@ -449,7 +585,9 @@ impl EventQueue {
         if s.closed {
             return Err(closed());
         }
-        match s.errors.pop_front() {
+        let e = s.errors.pop_front();
+        s.settle_fd();
+        match e {
             Some(e) => Ok(e),
             // "After all valid events have been retrieved" (fi_eq(3)).
             None if s.overrun && s.events.is_empty() => Err(FiError::new(
@@ -557,6 +695,8 @@ impl EventQueue {
         let mut s = self.lock();
         s.signaled = true;
         s.signals = s.signals.wrapping_add(1);
+        s.kicked = true;
+        s.settle_fd();
         drop(s);
         self.shared.ready.notify_all();
     }
@@ -569,6 +709,7 @@ impl EventQueue {
         let before = s.events.len() + s.errors.len();
         s.events.retain(|e| e.fid != fid);
         s.errors.retain(|e| e.fid != fid);
+        s.settle_fd();
         before - s.events.len() - s.errors.len()
     }
 
@@ -639,6 +780,14 @@ impl AvEventSink for EventQueue {
         // wait sees the count change instead).
         self.shared.ready.notify_all();
         Ok(id)
+    }
+
+    fn inserts_queued(&self) {
+        let mut s = self.lock();
+        if s.wait_fd.is_some() {
+            s.kicked = true;
+            s.settle_fd();
+        }
     }
 
     fn detach_av(&self, attachment: u64) {
@@ -883,6 +1032,123 @@ mod tests {
         assert_eq!(e.errno, FiErrno::FI_EAGAIN);
         assert!(poster.calls.load(Ordering::Relaxed) > before + 2);
         sink.detach_av(id);
+        sink.detach_av(id);
+        eq.close().unwrap();
+    }
+
+    fn readable(fd: RawFd) -> bool {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, for the call only.
+        unsafe { libc::poll(&mut p, 1, 0) == 1 && p.revents & libc::POLLIN != 0 }
+    }
+
+    #[test]
+    fn an_fd_queues_descriptor_is_readable_exactly_while_something_is_queued() {
+        let eq = EventQueue::open(EqAttr {
+            wait_obj: WaitObj::Fd,
+            flags: FI_WRITE,
+            ..WAITABLE
+        })
+        .unwrap();
+        assert!(EventQueue::open(WAITABLE).unwrap().wait_fd().is_none());
+        let fd = eq.wait_fd().unwrap();
+        assert!(!readable(fd));
+        eq.trywait().unwrap();
+        // Posted from another thread.
+        let poster = eq.clone();
+        std::thread::spawn(move || poster.post(ev(1)).unwrap())
+            .join()
+            .unwrap();
+        assert!(readable(fd), "an event was posted");
+        assert_eq!(eq.trywait().unwrap_err().errno, FiErrno::FI_EAGAIN);
+        eq.write(ev(2)).unwrap();
+        eq.post_error(err(3)).unwrap();
+        assert_eq!(eq.read(0).unwrap_err().errno, FiErrno::FI_EAVAIL);
+        eq.readerr().unwrap();
+        assert!(readable(fd), "two events are still queued");
+        assert_eq!(eq.read(FI_PEEK).unwrap().data, 1);
+        assert_eq!(eq.read(0).unwrap().data, 1);
+        assert!(readable(fd));
+        assert_eq!(eq.read(0).unwrap().data, 2);
+        assert!(!readable(fd), "the queue was emptied");
+        eq.trywait().unwrap();
+        // A signal is there to see until the next trywait; sread still works beside it.
+        eq.signal();
+        assert!(readable(fd));
+        assert_eq!(eq.trywait(), Ok(()));
+        assert!(!readable(fd));
+        assert_eq!(
+            eq.sread(Some(Duration::ZERO), 0).unwrap_err().errno,
+            FiErrno::FI_EAGAIN
+        );
+        eq.post(ev(4)).unwrap();
+        assert_eq!(eq.sread(Some(Duration::from_secs(1)), 0).unwrap().data, 4);
+        assert!(!readable(fd));
+        // Another wait object has no descriptor to try.
+        let plain = EventQueue::open(WAITABLE).unwrap();
+        assert_eq!(plain.trywait().unwrap_err().errno, FiErrno::FI_EINVAL);
+        eq.clone().close().unwrap();
+        assert_eq!(eq.wait_fd(), None, "the descriptor closes with the queue");
+        assert_eq!(eq.trywait().unwrap_err().errno, FiErrno::FI_EBADF);
+    }
+
+    #[test]
+    fn an_fd_queue_is_not_slept_on_while_an_av_insert_is_in_flight() {
+        use std::sync::atomic::AtomicBool;
+        struct Insert {
+            eq: EventQueue,
+            in_flight: AtomicBool,
+            answered: AtomicBool,
+        }
+        impl AvProgress for Insert {
+            fn progress(&self) -> usize {
+                if self.answered.load(Ordering::Acquire)
+                    && self.in_flight.swap(false, Ordering::AcqRel)
+                {
+                    self.eq.post(ev(9)).unwrap();
+                    return 1;
+                }
+                0
+            }
+            fn in_flight(&self) -> bool {
+                self.in_flight.load(Ordering::Acquire)
+            }
+        }
+        let eq = EventQueue::open(EqAttr {
+            wait_obj: WaitObj::Fd,
+            ..WAITABLE
+        })
+        .unwrap();
+        let fd = eq.wait_fd().unwrap();
+        let av = Arc::new(Insert {
+            eq: eq.clone(),
+            in_flight: AtomicBool::new(false),
+            answered: AtomicBool::new(false),
+        });
+        let sink = eq.av_sink();
+        let id = sink
+            .attach_av(Arc::downgrade(&av) as Weak<dyn AvProgress>)
+            .unwrap();
+        eq.trywait().unwrap();
+        // An insert queued by another thread wakes the sleeper, which may not sleep again
+        // until the NIC answered and a read of the queue posted the event.
+        av.in_flight.store(true, Ordering::Release);
+        sink.inserts_queued();
+        assert!(readable(fd), "an insert was queued");
+        assert_eq!(eq.trywait().unwrap_err().errno, FiErrno::FI_EAGAIN);
+        assert!(!readable(fd));
+        assert_eq!(eq.read(0).unwrap_err().errno, FiErrno::FI_EAGAIN);
+        av.answered.store(true, Ordering::Release);
+        let e = eq.trywait().unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EAGAIN, "trywait ran progress: {e}");
+        assert!(readable(fd));
+        assert_eq!(eq.read(0).unwrap().data, 9);
+        eq.trywait().unwrap();
+        assert!(!readable(fd));
         sink.detach_av(id);
         eq.close().unwrap();
     }
