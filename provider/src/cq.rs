@@ -33,8 +33,8 @@
 //!   `fi_cq_signal` comes; `fi_trywait` is `-FI_EAGAIN` while there is something to read
 //!   (fi_poll(3)), and also while an endpoint of the CQ has no vector, since sleeping could
 //!   then miss its completions. `FI_GETWAITOBJ` gives the CQ's wait object. `fi_trywait`
-//!   takes only `FI_WAIT_FD` CQs (`-FI_EINVAL` otherwise, for EQs too, whose waits are their
-//!   own).
+//!   takes `FI_WAIT_FD` CQs, and `FI_WAIT_FD` event queues ([`crate::eq`]) beside them
+//!   (`-FI_EINVAL` for any other object, or another wait object, nothing armed).
 //! * `fi_close`: `-FI_EBUSY` while endpoints are bound, or while a thread waits in
 //!   `fi_cq_sread` (which would wake in a freed CQ): `fi_cq_signal` ends its wait.
 
@@ -608,10 +608,56 @@ unsafe extern "C" fn cq_control(fid: *mut Fid, command: c_int, arg: *mut c_void)
     })
 }
 
-/// `fi_trywait(fabric, fids, count)`: every fid must be one of the provider's CQs opened with
-/// `FI_WAIT_FD` (else `-FI_EINVAL`, nothing armed); `0` when the application may sleep on
-/// all their descriptors, `-FI_EAGAIN` when it must read one of them first
-/// ([`UetCq::trywait`]).
+/// An object `fi_trywait` takes.
+enum Waitable<'a> {
+    Cq(&'a UetCq),
+    Eq(&'a crate::eq::UetEq),
+}
+
+impl Waitable<'_> {
+    /// The provider's object behind `fid`, when it has a descriptor (`FI_WAIT_FD`);
+    /// `FI_EINVAL` otherwise.
+    ///
+    /// # Safety
+    /// `fid` is NULL or a live libfabric object.
+    unsafe fn of<'a>(fid: *mut Fid, call: &str) -> Result<Waitable<'a>, FiError> {
+        // SAFETY: NULL or a live object (the caller's promise); only its `struct fid` read.
+        let class = unsafe { fid.as_ref() }
+            .ok_or_else(|| null(call, "a fid"))?
+            .fclass;
+        let (w, wait_obj) = match class {
+            FI_CLASS_EQ => {
+                // SAFETY: the caller's promise (checked by class and table).
+                let q = unsafe { crate::eq::eq_ref(fid, call) }?;
+                (Waitable::Eq(q), q.has_wait_fd())
+            }
+            _ => {
+                // SAFETY: the caller's promise (checked by class and table).
+                let q = unsafe { cq_ref(fid, call) }?;
+                (Waitable::Cq(q), q.fd_wait.is_some())
+            }
+        };
+        if !wait_obj {
+            return Err(FiError::inval(format!(
+                "{call}: an object without a descriptor (fi_trywait takes CQs, EQs and counters \
+                 opened with FI_WAIT_FD)"
+            )));
+        }
+        Ok(w)
+    }
+
+    fn trywait(&self, call: &str) -> Result<(), FiError> {
+        match self {
+            Waitable::Cq(q) => q.trywait(call),
+            Waitable::Eq(q) => q.trywait(),
+        }
+    }
+}
+
+/// `fi_trywait(fabric, fids, count)`: every fid must be one of the provider's CQs or EQs
+/// opened with `FI_WAIT_FD` (else `-FI_EINVAL`, nothing armed); `0` when the application may
+/// sleep on all their descriptors, `-FI_EAGAIN` when it must read one of them first
+/// ([`UetCq::trywait`], [`crate::eq::UetEq::trywait`]).
 pub(crate) unsafe extern "C" fn fabric_trywait(
     fabric: *mut FidFabric,
     fids: *mut *mut Fid,
@@ -625,19 +671,13 @@ pub(crate) unsafe extern "C" fn fabric_trywait(
             usize::try_from(count).map_err(|_| FiError::inval(format!("{CALL}: count {count}")))?;
         // SAFETY: `count` fid pointers at `fids` (libfabric's contract), only read.
         let fids = unsafe { crate::av::c_slice_needed(fids.cast_const(), count, CALL, "fids") }?;
-        let cqs = fids
+        let objects = fids
             .iter()
             // SAFETY: each an application's object pointer (checked by class and table).
-            .map(|&fid| unsafe { cq_ref(fid, CALL) })
+            .map(|&fid| unsafe { Waitable::of(fid, CALL) })
             .collect::<Result<Vec<_>, _>>()?;
-        if let Some(q) = cqs.iter().find(|q| q.fd_wait.is_none()) {
-            return Err(FiError::inval(format!(
-                "{CALL}: a CQ of wait object {} (fi_trywait takes FI_WAIT_FD CQs)",
-                q.wait_obj
-            )));
-        }
-        for q in cqs {
-            q.trywait(CALL)?;
+        for w in objects {
+            w.trywait(CALL)?;
         }
         Ok(0)
     })

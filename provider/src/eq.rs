@@ -25,8 +25,21 @@
 //!   `FI_WRITE`.
 //! * `fi_eq_strerror`: the provider's description of a `prov_errno` (the NIC's status codes).
 //! * Wait objects: `FI_WAIT_NONE` (the default: `fi_eq_sread` is `-FI_EINVAL`),
-//!   `FI_WAIT_UNSPEC`, `FI_WAIT_MUTEX_COND` and `FI_WAIT_YIELD`; `FI_WAIT_FD`, wait sets and
-//!   `FI_WAIT_POLLFD` are `-FI_ENOSYS`.
+//!   `FI_WAIT_UNSPEC`, `FI_WAIT_MUTEX_COND`, `FI_WAIT_YIELD` and `FI_WAIT_FD`; wait sets and
+//!   `FI_WAIT_POLLFD` are `-FI_ENOSYS`. `fi_control(FI_GETWAITOBJ)` gives the queue's wait
+//!   object (`-FI_ENODATA` for `FI_WAIT_NONE`).
+//! * `FI_WAIT_FD`: `fi_control(FI_GETWAIT)` gives the queue's descriptor (an eventfd it owns;
+//!   `-FI_ENODATA` on a queue of another wait object), usable in select, poll and epoll. It
+//!   polls readable while an event or error waits to be read, whichever thread posted it (a
+//!   connection's progress thread, an AV's inserts, `fi_eq_write`), and stops being readable
+//!   when a read empties the queue. `fi_trywait(fabric, fids, count)` takes the queue beside
+//!   `FI_WAIT_FD` CQs: `-FI_EAGAIN` while an event waits, and while an
+//!   `FI_EVENT` AV's insert is in flight (its event is posted when the queue is read, and
+//!   no interrupt announces the NIC's answer, so the application reads rather than sleeps);
+//!   0 when the application may sleep. An insert queued from another thread makes the
+//!   descriptor readable until the next `fi_trywait`, so a thread asleep on it comes back to
+//!   read. `fi_eq_sread` waits as on the other wait objects, and wakes as the descriptor
+//!   does. `fi_close` closes the descriptor.
 //!
 //! An AV's events name it by the `fid_av` pointer the application holds: the queue learns
 //! it when the AV is bound (`fi_av_bind`); a passive endpoint's when it listens, an
@@ -112,6 +125,8 @@ pub struct UetEq {
     api_version: u32,
     /// The `err_data` `fi_eq_readerr` hands out when the application gives no buffer.
     err_data: OwnedErrData,
+    /// The wait object it was opened with (`fi_control(FI_GETWAITOBJ)`).
+    wait_obj: c_int,
 }
 
 impl UetEq {
@@ -140,6 +155,16 @@ impl UetEq {
     fn fid_of(&self, id: u64) -> *mut Fid {
         fid_of(&self.fids, id)
     }
+
+    /// Whether it was opened with `FI_WAIT_FD` (and is not closed).
+    pub(crate) fn has_wait_fd(&self) -> bool {
+        self.eq.wait_fd().is_some()
+    }
+
+    /// `fi_trywait` of this queue ([`EventQueue::trywait`]).
+    pub(crate) fn trywait(&self) -> Result<(), FiError> {
+        self.eq.trywait()
+    }
 }
 
 /// The `fid` pointer of an event's object in `fids`: the bound object's, or (an event the
@@ -149,7 +174,7 @@ fn fid_of(names: &Mutex<Names>, id: u64) -> *mut Fid {
     n.fids.get(&id).copied().unwrap_or(id as usize) as *mut Fid
 }
 
-static EQ_FID_OPS: FiOps = unsupported::fid_ops(eq_close, unsupported::bind, unsupported::control);
+static EQ_FID_OPS: FiOps = unsupported::fid_ops(eq_close, unsupported::bind, eq_control);
 
 static EQ_OPS: FiOpsEq = FiOpsEq {
     size: core::mem::size_of::<FiOpsEq>(),
@@ -191,13 +216,14 @@ pub(crate) unsafe extern "C" fn fabric_eq_open(
             FI_WAIT_UNSPEC => WaitObj::Unspec,
             FI_WAIT_MUTEX_COND => WaitObj::MutexCond,
             FI_WAIT_YIELD => WaitObj::Yield,
+            FI_WAIT_FD => WaitObj::Fd,
             other => {
                 return Err(FiError::new(
                     FiErrno::FI_ENOSYS,
                     format!(
                         "{CALL}: wait_obj {other}: the uet provider's queues wait on a mutex \
-                         and condition variable (FI_WAIT_UNSPEC, FI_WAIT_MUTEX_COND) or by \
-                         yielding (FI_WAIT_YIELD)"
+                         and condition variable (FI_WAIT_UNSPEC, FI_WAIT_MUTEX_COND), by \
+                         yielding (FI_WAIT_YIELD) or on a descriptor (FI_WAIT_FD)"
                     ),
                 ))
             }
@@ -221,6 +247,7 @@ pub(crate) unsafe extern "C" fn fabric_eq_open(
             reading: Arc::new(Mutex::new(())),
             api_version,
             err_data: OwnedErrData::default(),
+            wait_obj: a.wait_obj,
         });
         // SAFETY: `eq` is non-NULL and writable (libfabric's contract).
         unsafe { *eq = Box::into_raw(boxed).cast() };
@@ -228,8 +255,49 @@ pub(crate) unsafe extern "C" fn fabric_eq_open(
     })
 }
 
+/// `fi_control` of a queue: `FI_GETWAIT` (an `FI_WAIT_FD` queue's descriptor, into the `int`
+/// at `arg`) and `FI_GETWAITOBJ` (the queue's `enum fi_wait_obj`), as a CQ answers them
+/// ([`crate::cq`]): `-FI_ENODATA` for a wait object the queue does not have, `-FI_ENOSYS`
+/// for other commands.
+unsafe extern "C" fn eq_control(fid: *mut Fid, command: c_int, arg: *mut c_void) -> c_int {
+    const CALL: &str = "fi_control(eq)";
+    entry(CALL, || {
+        // SAFETY: called through the fid's own ops.
+        let q = unsafe { eq_ref(fid, CALL) }?;
+        let no_wait = |what: &str| {
+            FiError::new(
+                FiErrno::FI_ENODATA,
+                format!(
+                    "{CALL}: {what}: the queue was opened with wait object {}",
+                    q.wait_obj
+                ),
+            )
+        };
+        let value = match command {
+            FI_GETWAIT => {
+                q.eq.wait_fd()
+                    .ok_or_else(|| no_wait("FI_GETWAIT gives a descriptor (FI_WAIT_FD)"))?
+            }
+            FI_GETWAITOBJ if q.wait_obj != FI_WAIT_NONE => q.wait_obj,
+            FI_GETWAITOBJ => return Err(no_wait("FI_GETWAITOBJ")),
+            other => {
+                return Err(FiError::new(
+                    FiErrno::FI_ENOSYS,
+                    format!("{CALL}: command {other}"),
+                ))
+            }
+        };
+        // SAFETY: NULL or the application's `int` (FI_GETWAIT's descriptor, FI_GETWAITOBJ's
+        // enum), writable (libfabric's contract).
+        let out = unsafe { arg.cast::<c_int>().as_mut() }.ok_or_else(|| null(CALL, "arg"))?;
+        *out = value;
+        Ok(0)
+    })
+}
+
 /// `fi_close` of a queue: `-FI_EBUSY` while objects are bound to it. A thread waiting in
-/// `fi_eq_sread` wakes with `-FI_EBADF`, on the queue it holds of its own.
+/// `fi_eq_sread` wakes with `-FI_EBADF`, on the queue it holds of its own. An `FI_WAIT_FD`
+/// queue's descriptor is closed.
 unsafe extern "C" fn eq_close(fid: *mut Fid) -> c_int {
     const CALL: &str = "fi_close(eq)";
     entry(CALL, || {

@@ -29,11 +29,11 @@
 //! | `fi_fabric`, `fi_close` | [`fabric`]: the NIC; `-FI_EBUSY` while a domain is open |
 //! | `fi_domain`, `fi_close` | [`domain`]: a [`uet_driver::Domain`]; `-FI_EBUSY` while an AV is open |
 //! | `fi_av_open`, `fi_av_bind`, `fi_av_insert`, `fi_av_insertsvc`, `fi_av_insertsym`, `fi_av_remove`, `fi_av_lookup`, `fi_av_straddr`, `fi_close` | [`av`]: a [`uet_driver::Av`] or, with a name, a shared one |
-//! | `fi_eq_open`, `fi_eq_read`, `fi_eq_readerr`, `fi_eq_sread`, `fi_eq_write`, `fi_eq_strerror`, `fi_close` | [`eq`]: a [`uet_driver::EventQueue`], where `FI_EVENT` AVs and connections report |
+//! | `fi_eq_open`, `fi_eq_read`, `fi_eq_readerr`, `fi_eq_sread`, `fi_eq_write`, `fi_eq_strerror`, `fi_control` (`FI_GETWAIT`, `FI_GETWAITOBJ`), `fi_trywait`, `fi_close` | [`eq`]: a [`uet_driver::EventQueue`], where `FI_EVENT` AVs and connections report; waited on in `fi_eq_sread` or, `FI_WAIT_FD`, on a descriptor |
 //!
 //! | `fi_av_set`, `fi_av_set_union`, `fi_av_set_intersect`, `fi_av_set_diff`, `fi_av_set_insert`, `fi_av_set_remove`, `fi_av_set_addr`, `fi_close` | [`av_set`]: a [`uet_av::AvSet`] |
 //!
-//! | `fi_cq_open`, `fi_cq_read`, `fi_cq_readfrom`, `fi_cq_readerr`, `fi_cq_sread`, `fi_cq_sreadfrom`, `fi_cq_signal`, `fi_cq_strerror`, `fi_close` | [`cq`]: completions of the endpoints bound to it |
+//! | `fi_cq_open`, `fi_cq_read`, `fi_cq_readfrom`, `fi_cq_readerr`, `fi_cq_sread`, `fi_cq_sreadfrom`, `fi_cq_signal`, `fi_cq_strerror`, `fi_control` (`FI_GETWAIT`, `FI_GETWAITOBJ`), `fi_trywait`, `fi_close` | [`cq`]: completions of the endpoints bound to it |
 //! | `fi_cntr_open`, `fi_cntr_read`, `fi_cntr_readerr`, `fi_cntr_add`, `fi_cntr_adderr`, `fi_cntr_set`, `fi_cntr_seterr`, `fi_cntr_wait`, `fi_close` | [`cntr`]: completion counters of the sends and receives of the endpoints bound to it |
 //! | `fi_endpoint`, `fi_ep_bind`, `fi_enable`, `fi_getname`, `fi_getpeer`, `fi_connect`, `fi_accept`, `fi_shutdown`, `fi_send*`, `fi_inject*`, `fi_recv*`, `fi_tsend*`, `fi_tinject*`, `fi_trecv*`, `fi_cancel` (of a posted receive), `fi_close` | [`ep`]: an `FI_EP_RDM`, `FI_EP_DGRAM` or `FI_EP_MSG` [`uet_driver::Endpoint`] |
 //! | `fi_scalable_ep`, `fi_scalable_ep_bind`, `fi_tx_context`, `fi_rx_context`, `fi_enable`, `fi_getname`, `fi_close` | [`sep`]: an `FI_EP_RDM` [`uet_driver::ScalableEndpoint`], each context an endpoint of [`ep`] on one of its ring sets, receive contexts named by `fi_rx_addr` |

@@ -4924,6 +4924,263 @@ fn closing_a_context_counts_and_reports_what_the_nic_completed_before() {
     }
 }
 
+/// `fi_eq_open` on `fabric` with `wait_obj` and `flags`: the queue, or the negative errno.
+fn eq_open_on(fabric: *mut FidFabric, wait_obj: c_int, flags: u64) -> Result<*mut FidEq, c_int> {
+    let mut eq = null_mut();
+    let mut attr = FiEqAttr {
+        size: 0,
+        flags,
+        wait_obj,
+        signaling_vector: 0,
+        wait_set: null_mut(),
+    };
+    // SAFETY: an open fabric; valid attributes and out pointer.
+    let ret = unsafe { ((*(*fabric).ops).eq_open)(fabric, &mut attr, &mut eq, null_mut()) };
+    if ret == 0 {
+        Ok(eq)
+    } else {
+        Err(ret)
+    }
+}
+
+/// `fi_control(fid, command, &int)`: its return and the `int` it wrote (-1 if none).
+fn control_int(fid: *mut Fid, command: c_int) -> (c_int, c_int) {
+    let mut value: c_int = -1;
+    // SAFETY: an open object of the provider; an int for the answer.
+    let ret = unsafe { ((*(*fid).ops).control)(fid, command, (&raw mut value).cast()) };
+    (ret, value)
+}
+
+/// `fi_trywait(fabric, fids, count)`.
+fn trywait_on(fabric: *mut FidFabric, fids: &[*mut Fid]) -> c_int {
+    let mut fids = fids.to_vec();
+    let count = c_int::try_from(fids.len()).unwrap();
+    // SAFETY: an open fabric; open objects of it.
+    unsafe { ((*(*fabric).ops).trywait)(fabric, fids.as_mut_ptr(), count) }
+}
+
+/// `fi_eq_write` of an `fi_eq_entry` whose `data` is `data`.
+fn eq_write(eq: *mut FidEq, data: u64) -> isize {
+    let entry = FiEqEntry {
+        fid: null_mut(),
+        context: null_mut(),
+        data,
+    };
+    let len = core::mem::size_of::<FiEqEntry>();
+    // SAFETY: an open EQ; the entry is read during the call.
+    unsafe { ((*(*eq).ops).write)(eq, 0, (&raw const entry).cast(), len, 0) }
+}
+
+/// `fi_eq_read` of an `fi_eq_entry`: the event code and the entry, or the negative errno.
+fn eq_read_entry(eq: *mut FidEq) -> Result<(u32, FiEqEntry), isize> {
+    let mut event = 0u32;
+    // SAFETY: a plain-data structure.
+    let mut entry: FiEqEntry = unsafe { core::mem::zeroed() };
+    let len = core::mem::size_of::<FiEqEntry>();
+    // SAFETY: an open EQ; valid out pointers.
+    let ret = unsafe { ((*(*eq).ops).read)(eq, &mut event, (&raw mut entry).cast(), len, 0) };
+    if ret == len as isize {
+        Ok((event, entry))
+    } else {
+        Err(ret)
+    }
+}
+
+/// `FI_WAIT_FD` event queues: `fi_control(FI_GETWAIT)` gives a descriptor that polls readable
+/// while an event waits — an event another thread writes wakes both a thread polling it and
+/// one blocked in `fi_eq_sread` — and not once the queue is drained and `fi_trywait` returned
+/// 0; `fi_trywait` is `-FI_EAGAIN` while an event waits. Queues of other wait objects answer
+/// `fi_control` as CQs do, and `fi_trywait` refuses them.
+#[test]
+fn an_fi_wait_fd_eq_gives_a_descriptor_readable_while_an_event_waits() {
+    let open = Open::new(0, FI_FORMAT_UNSPEC);
+    let fabric = open.fabric;
+    let eq = eq_open_on(fabric, FI_WAIT_FD, uet_av::flags::FI_WRITE).expect("fi_eq_open");
+    // SAFETY: `eq` is open; only the field's address is taken.
+    let eq_fid = unsafe { &raw mut (*eq).fid };
+    let (ret, fd) = control_int(eq_fid, FI_GETWAIT);
+    assert_eq!(ret, 0, "fi_control(FI_GETWAIT)");
+    assert!(fd >= 0);
+    assert_eq!(control_int(eq_fid, FI_GETWAITOBJ), (0, FI_WAIT_FD));
+    let again = ineg(FiErrno::FI_EAGAIN);
+
+    assert_eq!(trywait_on(fabric, &[eq_fid]), 0);
+    assert!(!fd_readable(fd, 0), "readable with nothing to read");
+    for round in 0..3u64 {
+        // A thread polling the descriptor and one blocked in fi_eq_sread, woken by two
+        // events another thread writes.
+        let poller = std::thread::spawn(move || fd_readable(fd, 5000));
+        let shared = Shared(eq);
+        let sreader = std::thread::spawn(move || {
+            let mut event = 0u32;
+            // SAFETY: a plain-data structure.
+            let mut entry: FiEqEntry = unsafe { core::mem::zeroed() };
+            let len = core::mem::size_of::<FiEqEntry>();
+            let eq = shared.get();
+            // SAFETY: an open, waitable EQ; valid out pointers.
+            let ret = unsafe {
+                ((*(*eq).ops).sread)(eq, &mut event, (&raw mut entry).cast(), len, 5000, 0)
+            };
+            (ret, entry.data)
+        });
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let writer = std::thread::spawn(move || {
+            [
+                eq_write(shared.get(), 2 * round),
+                eq_write(shared.get(), 2 * round + 1),
+            ]
+        });
+        let len = core::mem::size_of::<FiEqEntry>() as isize;
+        assert_eq!(writer.join().unwrap(), [len, len]);
+        assert!(
+            poller.join().unwrap(),
+            "fi_eq_write left the descriptor unreadable"
+        );
+        let (ret, data) = sreader.join().unwrap();
+        assert_eq!(
+            (ret, data),
+            (len, 2 * round),
+            "fi_eq_sread beside the descriptor"
+        );
+        // One event is left: readable, and fi_trywait says to read it.
+        assert!(fd_readable(fd, 0));
+        assert_eq!(trywait_on(fabric, &[eq_fid]), again, "an event waits");
+        assert!(
+            fd_readable(fd, 0),
+            "fi_trywait does not take the event's readiness"
+        );
+        let (_, entry) = eq_read_entry(eq).expect("the second event");
+        assert_eq!(entry.data, 2 * round + 1);
+        assert_eq!(eq_read_entry(eq).err(), Some(neg(FiErrno::FI_EAGAIN)));
+        assert_eq!(trywait_on(fabric, &[eq_fid]), 0);
+        assert!(!fd_readable(fd, 0), "readable after the queue was drained");
+    }
+
+    // Other wait objects: no descriptor; fi_trywait refuses them, and an EQ among CQs.
+    let unspec = eq_open_on(fabric, FI_WAIT_UNSPEC, 0).unwrap();
+    let none = eq_open_on(fabric, FI_WAIT_NONE, 0).unwrap();
+    // SAFETY: open queues; only the fields' addresses are taken.
+    let (unspec_fid, none_fid) = unsafe { (&raw mut (*unspec).fid, &raw mut (*none).fid) };
+    let enodata = ineg(FiErrno::FI_ENODATA);
+    assert_eq!(control_int(unspec_fid, FI_GETWAIT).0, enodata);
+    assert_eq!(control_int(unspec_fid, FI_GETWAITOBJ), (0, FI_WAIT_UNSPEC));
+    assert_eq!(control_int(none_fid, FI_GETWAITOBJ).0, enodata);
+    assert_eq!(control_int(eq_fid, 1234).0, ineg(FiErrno::FI_ENOSYS));
+    let inval = ineg(FiErrno::FI_EINVAL);
+    assert_eq!(trywait_on(fabric, &[unspec_fid]), inval);
+    assert_eq!(trywait_on(fabric, &[eq_fid, none_fid]), inval);
+    let cq = open.cq_open(FI_CQ_FORMAT_CONTEXT, FI_WAIT_FD);
+    // SAFETY: `cq` is open; only the field's address is taken.
+    let cq_fid = unsafe { &raw mut (*cq).fid };
+    assert_eq!(trywait_on(fabric, &[cq_fid, eq_fid]), 0);
+    assert_eq!(eq_write(eq, 7), core::mem::size_of::<FiEqEntry>() as isize);
+    assert_eq!(trywait_on(fabric, &[cq_fid, eq_fid]), again);
+    // SAFETY: ours, open, closed once.
+    unsafe { close_all(&[cq_fid, eq_fid, unspec_fid, none_fid]) };
+}
+
+/// The descriptors open in this process.
+fn open_descriptors() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+/// Closing an `FI_WAIT_FD` queue closes its descriptor, also while a thread waits in
+/// `fi_eq_sread` (which wakes with `-FI_EBADF`): opening and closing many leaks none.
+/// (Counted over the whole process: run alone, as nextest runs each test.)
+#[test]
+fn closing_fi_wait_fd_eqs_leaks_no_descriptor() {
+    let open = Open::new(0, FI_FORMAT_UNSPEC);
+    let before = open_descriptors();
+    let eqs: Vec<_> = (0..32)
+        .map(|_| eq_open_on(open.fabric, FI_WAIT_FD, 0).unwrap())
+        .collect();
+    assert_eq!(open_descriptors(), before + 32, "one descriptor per queue");
+    for (k, eq) in eqs.into_iter().enumerate() {
+        // SAFETY: `eq` is open; only the field's address is taken.
+        let eq_fid = unsafe { &raw mut (*eq).fid };
+        let (_, fd) = control_int(eq_fid, FI_GETWAIT);
+        if k % 4 != 0 {
+            // SAFETY: ours, open, closed once.
+            assert_eq!(unsafe { close(eq_fid) }, 0);
+            continue;
+        }
+        let shared = Shared(eq);
+        let sreader = std::thread::spawn(move || {
+            let mut event = 0u32;
+            // SAFETY: a plain-data structure.
+            let mut entry: FiEqEntry = unsafe { core::mem::zeroed() };
+            let len = core::mem::size_of::<FiEqEntry>();
+            let eq = shared.get();
+            // SAFETY: an open, waitable EQ; valid out pointers.
+            unsafe { ((*(*eq).ops).sread)(eq, &mut event, (&raw mut entry).cast(), len, 5000, 0) }
+        });
+        // Long enough for the thread to be waiting (it must not call in after the close).
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        // SAFETY: ours, open, closed once; the waiting thread holds the queue of its own.
+        assert_eq!(unsafe { close(eq_fid) }, 0);
+        // SAFETY: F_GETFD reads only the descriptor's flags.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+        assert_eq!(
+            flags, -1,
+            "the descriptor outlived fi_close, held by the waiting thread"
+        );
+        assert_eq!(sreader.join().unwrap(), neg(FiErrno::FI_EBADF));
+    }
+    assert_eq!(
+        open_descriptors(),
+        before,
+        "a closed queue's descriptor stayed open"
+    );
+}
+
+/// An `FI_WAIT_FD` listener's queue wakes a thread asleep on its descriptor when a
+/// connection request arrives (posted by the listener's progress thread).
+#[test]
+fn an_fi_wait_fd_eq_wakes_for_a_connection_request() {
+    let m = Msg::new();
+    let fabric = m.open.fabric;
+    let eq_l = eq_open_on(fabric, FI_WAIT_FD, 0).expect("fi_eq_open");
+    let eq_c = m.eq();
+    let pep = m.listen(eq_l);
+    // SAFETY: open objects; only the fields' addresses are taken.
+    let (pep_fid, eq_l_fid) = unsafe { (&raw mut (*pep).fid, &raw mut (*eq_l).fid) };
+    let (_, fd) = control_int(eq_l_fid, FI_GETWAIT);
+    assert_eq!(trywait_on(fabric, &[eq_l_fid]), 0);
+    assert!(!fd_readable(fd, 0));
+    let poller = std::thread::spawn(move || fd_readable(fd, 5000));
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let (client, cq_c) = m.ep(m.open.info, eq_c);
+    assert_eq!(connect(client, &name_of(pep_fid), b"knock"), 0);
+    assert!(
+        poller.join().unwrap(),
+        "a connection request left the descriptor unreadable"
+    );
+    assert_eq!(trywait_on(fabric, &[eq_l_fid]), ineg(FiErrno::FI_EAGAIN));
+    let req = eq_event(eq_l, 256, 0).expect("FI_CONNREQ");
+    assert_eq!(
+        (req.event, req.fid, req.data.as_slice()),
+        (FI_CONNREQ, pep_fid, &b"knock"[..])
+    );
+    assert_eq!(trywait_on(fabric, &[eq_l_fid]), 0);
+    assert!(!fd_readable(fd, 0), "readable after the request was read");
+    // SAFETY: an open pep; the event's handle; ours, open, closed once.
+    unsafe {
+        assert_eq!(
+            ((*(*pep).cm).reject)(pep.cast(), (*req.info).handle, null(), 0),
+            0
+        );
+        let _ = wait_eq_error(eq_c);
+        uet_fi::info::free_info(req.info);
+        close_all(&[
+            pep_fid,
+            &mut (*client).fid,
+            &mut (*cq_c).fid,
+            eq_l_fid,
+            &mut (*eq_c).fid,
+        ]);
+    }
+}
+
 /// A datagram longer than the MTU (`max_msg_size` of `FI_EP_DGRAM`) is `-FI_EMSGSIZE`
 /// whatever the state of the endpoint's rings and buffers: with its transmit, receive and
 /// tagged receive rings all full, the answer is the same as with them empty, not
@@ -4962,4 +5219,89 @@ fn a_datagram_longer_than_the_mtu_is_refused_as_such_with_every_ring_full() {
     }
     drop(pair);
     drop(bufs);
+}
+
+/// An `FI_EVENT` AV's insert made by another thread wakes a thread asleep on its queue's
+/// descriptor; `fi_trywait` is `-FI_EAGAIN` until the insert's events were read, and the
+/// descriptor is unreadable once they were. An insert that fails reports an error entry,
+/// which makes the descriptor readable too.
+#[test]
+fn an_fi_wait_fd_eq_wakes_for_an_fi_event_av_insert_from_another_thread() {
+    const FI_AV_COMPLETE: u32 = 5;
+    let open = Open::new(FI_MSG, FI_FORMAT_UNSPEC);
+    let fabric = open.fabric;
+    let plain = open.av_open(&mut av_attr(4)).unwrap();
+    let addr = nobody(plain);
+    let eq = eq_open_on(fabric, FI_WAIT_FD, 0).expect("fi_eq_open");
+    let mut attr = av_attr(4);
+    attr.flags = uet_av::FI_EVENT;
+    let av = open.av_open(&mut attr).unwrap();
+    // SAFETY: open objects; only the fields' addresses are taken.
+    let (eq_fid, av_fid) = unsafe { (&raw mut (*eq).fid, &raw mut (*av).fid) };
+    // SAFETY: an open AV and EQ.
+    assert_eq!(unsafe { ((*(*av).fid.ops).bind)(av_fid, eq_fid, 0) }, 0);
+    let (_, fd) = control_int(eq_fid, FI_GETWAIT);
+    let again = ineg(FiErrno::FI_EAGAIN);
+    for (round, address) in [addr, [0u8; 32]].into_iter().enumerate() {
+        assert_eq!(trywait_on(fabric, &[eq_fid]), 0);
+        assert!(!fd_readable(fd, 0));
+        let shared = Shared(av);
+        let inserter = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let mut out: FiAddr = 0;
+            let av = shared.get();
+            // SAFETY: an open AV; a valid address and out pointer; the context is a number.
+            unsafe {
+                ((*(*av).ops).insert)(
+                    av,
+                    address.as_ptr().cast(),
+                    1,
+                    &mut out,
+                    0,
+                    (round + 40) as *mut _,
+                )
+            }
+        });
+        assert!(
+            fd_readable(fd, 5000),
+            "an insert left the descriptor unreadable"
+        );
+        assert_eq!(inserter.join().unwrap(), 0);
+        // The application's loop: try to sleep; while told to read, read.
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let (mut errors, mut complete) = (0, None);
+        while trywait_on(fabric, &[eq_fid]) == again {
+            assert!(
+                std::time::Instant::now() < end,
+                "fi_trywait kept saying to read"
+            );
+            match eq_read_entry(eq) {
+                Ok((event, entry)) => {
+                    assert_eq!(
+                        (event, entry.context as usize),
+                        (FI_AV_COMPLETE, round + 40)
+                    );
+                    complete = Some(entry.data);
+                }
+                Err(e) if e == neg(FiErrno::FI_EAVAIL) => {
+                    let (err, _) = eq_error(eq);
+                    assert_eq!(err.context as usize, round + 40);
+                    errors += 1;
+                }
+                Err(e) => assert_eq!(e, neg(FiErrno::FI_EAGAIN)),
+            }
+        }
+        let inserted = if round == 0 { 1 } else { 0 };
+        assert_eq!(
+            (complete, errors),
+            (Some(inserted), 1 - inserted),
+            "round {round}"
+        );
+        assert!(
+            !fd_readable(fd, 0),
+            "readable after the insert's events were read"
+        );
+    }
+    // SAFETY: ours, open, closed once.
+    unsafe { close_all(&[av_fid, eq_fid, &mut (*plain).fid]) };
 }

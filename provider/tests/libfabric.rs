@@ -164,6 +164,17 @@ fn a_libfabric_application_counts_completions_with_fi_cntr_through_the_provider(
 }
 
 #[test]
+fn a_libfabric_application_sleeps_in_epoll_on_fi_wait_fd_descriptors_through_the_provider() {
+    run_program(
+        "waitfd.c",
+        &[
+            "eq: connection request: ok",
+            "eq: fi_eq_write from another thread: ok",
+        ],
+    );
+}
+
+#[test]
 fn a_libfabric_application_names_each_receive_context_of_a_scalable_endpoint_with_fi_rx_addr() {
     run_program(
         "sep.c",

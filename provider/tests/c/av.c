@@ -345,9 +345,9 @@ static void event_av(void)
 	CHECK_RET(fi_domain(fabric, info, &domain, NULL), 0);
 	struct fi_eq_attr eq_attr = { .size = 16, .wait_obj = FI_WAIT_UNSPEC, .flags = FI_WRITE };
 	CHECK_RET(fi_eq_open(fabric, &eq_attr, &eq, NULL), 0);
-	struct fi_eq_attr fd_attr = { .wait_obj = FI_WAIT_FD };
+	struct fi_eq_attr pollfd_attr = { .wait_obj = FI_WAIT_POLLFD };
 	struct fid_eq *bad_eq;
-	CHECK_RET(fi_eq_open(fabric, &fd_attr, &bad_eq, NULL), -FI_ENOSYS);
+	CHECK_RET(fi_eq_open(fabric, &pollfd_attr, &bad_eq, NULL), -FI_ENOSYS);
 
 	struct fi_av_attr attr = { .type = FI_AV_TABLE, .count = 16, .flags = FI_EVENT };
 	CHECK_RET(fi_av_open(domain, &attr, &av, NULL), 0);
