@@ -18,9 +18,9 @@
 //! * `fi_cntr_open(domain, attr, &cntr, context)`: `attr->events` is `FI_CNTR_EVENTS_COMP`
 //!   (libfabric 2's `FI_CNTR_EVENTS_BYTES` is `-FI_ENOSYS`, any other value `-FI_EINVAL`);
 //!   `wait_obj` `FI_WAIT_NONE`, or `FI_WAIT_UNSPEC`, `FI_WAIT_MUTEX_COND`, `FI_WAIT_YIELD`,
-//!   which all wait as `fi_cq_sread` does ([`crate::cq`]); `FI_WAIT_FD`, wait sets and
-//!   `FI_WAIT_POLLFD` are `-FI_ENOSYS` (a counter gives no descriptor), and a value that is
-//!   no `enum fi_wait_obj` is `-FI_EINVAL`, as for a CQ. `flags` must be 0
+//!   `FI_WAIT_FD`, which all wait as `fi_cq_sread` does ([`crate::cq`]); wait sets and
+//!   `FI_WAIT_POLLFD` are `-FI_ENOSYS`, and a value that is no `enum fi_wait_obj` is
+//!   `-FI_EINVAL`, as for a CQ. `flags` must be 0
 //!   (`-FI_EBADFLAGS`). A NULL `attr` is `FI_CNTR_EVENTS_COMP` with `FI_WAIT_NONE`. A domain
 //!   holds at most [`CNTR_CNT`] counters (`domain_attr->cntr_cnt`; `-FI_ENOSPC` beyond).
 //! * `fi_cntr_read`, `fi_cntr_readerr`: drain the bound endpoints' rings, then give the
@@ -36,14 +36,28 @@
 //!   readable), at most 100 ms between reads; where an endpoint has no vector, it reads the
 //!   rings with a sleep growing from 1 µs to 1 ms between reads instead, as `fi_cq_sread`
 //!   does. `-FI_EINVAL` on a counter opened with `FI_WAIT_NONE`.
+//! * `FI_WAIT_FD`: `fi_control(FI_GETWAIT)` gives the counter's descriptor, an epoll set of
+//!   its own eventfd and its endpoints' vectors (as an `FI_WAIT_FD` CQ's), usable in select,
+//!   poll and epoll. After `fi_trywait(fabric, fids, count)` returns 0 it polls readable when
+//!   the counter may have changed: a completion lands on a bound endpoint, another thread's
+//!   read of a CQ or counter of the endpoint counts one here, `fi_cntr_add`, `fi_cntr_set`,
+//!   `fi_cntr_adderr` or `fi_cntr_seterr` comes, or an endpoint of the counter is enabled.
+//!   The count itself is made when the rings are drained, so after a wakeup `fi_cntr_read`
+//!   shows it. `fi_trywait` drains the rings and arms the endpoints' vectors; it is
+//!   `-FI_EAGAIN` when the counter changed since the last `fi_trywait` (read it first), and
+//!   while an endpoint of the counter has no vector (read rather than sleep).
+//! * `fi_control`: `FI_GETWAITOBJ` gives the counter's wait object, `FI_GETWAIT` the
+//!   descriptor of an `FI_WAIT_FD` counter; both are `-FI_ENODATA` for a wait object the
+//!   counter does not have (`FI_GETWAIT` of any other, either of `FI_WAIT_NONE`), as for a CQ.
 //! * `fi_close`: `-FI_EBUSY` while endpoints are bound to it (they unbind when they close), or
-//!   while a thread waits in `fi_cntr_wait`.
+//!   while a thread waits in `fi_cntr_wait`. An `FI_WAIT_FD` counter's descriptors are
+//!   closed.
 //!
 //! Counters of RMA (`FI_READ`, `FI_WRITE`, `FI_REMOTE_READ`, `FI_REMOTE_WRITE`) are not
 //! served, as RMA is not: binding with those flags is `-FI_EBADFLAGS`.
 
 use crate::abi::*;
-use crate::cq::{poll_readable, SREAD_SLEEP_MAX, WAIT_RECHECK};
+use crate::cq::{poll_readable, FdWait, SREAD_SLEEP_MAX, WAIT_RECHECK};
 use crate::ep::{Arm, EpShared};
 use crate::{entry, null, object_ref, unsupported};
 use core::ffi::{c_int, c_void};
@@ -55,8 +69,8 @@ use uet_av::{FiErrno, FiError};
 use vmm_sys_util::eventfd::{EventFd, EFD_CLOEXEC, EFD_NONBLOCK};
 
 /// Most counters a domain holds open (`domain_attr->cntr_cnt`). A counter is a host object
-/// (two atomics and an eventfd), not a NIC resource: the bound keeps a runaway application
-/// from exhausting the process's descriptors.
+/// (two atomics and an eventfd, and an epoll set for `FI_WAIT_FD`), not a NIC resource: the
+/// bound keeps a runaway application from exhausting the process's descriptors.
 pub const CNTR_CNT: usize = 1024;
 
 /// `FI_CNTR_EVENTS_BYTES`, libfabric 2's counter of bytes transferred: not served.
@@ -85,6 +99,12 @@ pub struct UetCntr {
     wake: Option<EventFd>,
     /// The wait object it was opened with.
     wait_obj: c_int,
+    /// `FI_WAIT_FD`: the descriptor `fi_control(FI_GETWAIT)` gives, an epoll set of `wake`
+    /// and the vectors of the endpoints `fi_trywait` armed.
+    fd_wait: Option<FdWait>,
+    /// `FI_WAIT_FD`: the counter changed since the last `fi_trywait`, which then says to
+    /// read it rather than sleep.
+    changed: AtomicBool,
     /// The count of its domain's open counters, which it is on until it closes.
     domain_cntrs: Arc<AtomicUsize>,
 }
@@ -123,7 +143,66 @@ impl UetCntr {
         // SeqCst, paired with the waiter's store of `sleepers` and its look at the values:
         // either the waiter sees this count, or this call sees its flag.
         v.fetch_add(n, Ordering::SeqCst);
+        self.changed();
+    }
+
+    /// A value changed: a waiter asleep since it armed the rings wakes, and the next
+    /// `fi_trywait` of an `FI_WAIT_FD` counter says to read it.
+    fn changed(&self) {
+        if self.fd_wait.is_some() {
+            // SeqCst, paired with `trywait`'s store of `sleepers` and its look at this flag.
+            self.changed.store(true, Ordering::SeqCst);
+        }
         self.wake_sleepers();
+    }
+
+    /// Whether it was opened with `FI_WAIT_FD`.
+    pub(crate) fn has_wait_fd(&self) -> bool {
+        self.fd_wait.is_some()
+    }
+
+    /// `fi_trywait` of this counter: `Ok` when the application may sleep on its `FI_WAIT_FD`
+    /// descriptor, which then polls readable when the counter may have changed (a completion
+    /// lands on a bound endpoint, a count or an `fi_cntr_add`/`set` is made by another
+    /// thread). The rings are drained first. `FI_EAGAIN` when the counter changed since the
+    /// last `fi_trywait` (the application reads it first), or when an endpoint has no vector,
+    /// so that sleeping could miss its completions.
+    pub(crate) fn trywait(&self, call: &str) -> Result<(), FiError> {
+        let (Some(fd_wait), Some(wake)) = (&self.fd_wait, &self.wake) else {
+            return Err(FiError::inval(format!(
+                "{call}: the counter was not opened with FI_WAIT_FD"
+            )));
+        };
+        let again = |why: &str| FiError::new(FiErrno::FI_EAGAIN, format!("{call}: {why}"));
+        // Cleared before the rings and the flag are looked at: a change after this point
+        // makes the descriptor readable again.
+        let _ = wake.read();
+        self.progress();
+        if self.changed.swap(false, Ordering::SeqCst) {
+            return Err(again("the counter changed; read it"));
+        }
+        let fds = match self.arm() {
+            Ok(fds) => fds,
+            Err(Arm::NoWait) => {
+                return Err(again(
+                    "an endpoint of the counter has no interrupt vector; read the counter \
+                     instead of sleeping",
+                ))
+            }
+            Err(_) => return Err(again("a completion came")),
+        };
+        // From here a change made by another thread writes `wake` (`wake_sleepers`); one
+        // made before, after the look above, is seen now.
+        self.sleepers.store(true, Ordering::SeqCst);
+        if self.changed.swap(false, Ordering::SeqCst) {
+            return Err(again("the counter changed; read it"));
+        }
+        fd_wait.hold(&fds).map_err(|e| {
+            FiError::new(
+                FiErrno::FI_EIO,
+                format!("{call}: the descriptor's epoll set: {e}"),
+            )
+        })
     }
 
     /// Wake a waiter that armed the rings since the last change ([`UetCntr::sleepers`]).
@@ -252,8 +331,7 @@ impl Drop for Waiting<'_> {
     }
 }
 
-static CNTR_FID_OPS: FiOps =
-    unsupported::fid_ops(cntr_close, unsupported::bind, unsupported::control);
+static CNTR_FID_OPS: FiOps = unsupported::fid_ops(cntr_close, unsupported::bind, cntr_control);
 
 static CNTR_OPS: FiOpsCntr = FiOpsCntr {
     size: core::mem::size_of::<FiOpsCntr>(),
@@ -311,19 +389,28 @@ pub(crate) unsafe extern "C" fn domain_cntr_open(
                 )))
             }
         }
-        let wake = match wait_obj {
-            FI_WAIT_NONE => None,
-            // Without an eventfd its waits read the rings with a growing sleep instead.
-            FI_WAIT_UNSPEC | FI_WAIT_MUTEX_COND | FI_WAIT_YIELD => {
-                EventFd::new(EFD_NONBLOCK | EFD_CLOEXEC).ok()
+        let eventfd = || EventFd::new(EFD_NONBLOCK | EFD_CLOEXEC);
+        let (wake, fd_wait) = match wait_obj {
+            FI_WAIT_NONE => (None, None),
+            // The descriptor is the point of the wait object: no eventfd, no counter.
+            FI_WAIT_FD => {
+                let wake = eventfd().map_err(|e| {
+                    FiError::new(FiErrno::FI_ENOMEM, format!("{CALL}: no eventfd: {e}"))
+                })?;
+                let fd_wait = FdWait::new(&wake).map_err(|e| {
+                    FiError::new(FiErrno::FI_ENOMEM, format!("{CALL}: no epoll set: {e}"))
+                })?;
+                (Some(wake), Some(fd_wait))
             }
-            FI_WAIT_FD | FI_WAIT_SET | FI_WAIT_POLLFD => {
+            // Without an eventfd its waits read the rings with a growing sleep instead.
+            FI_WAIT_UNSPEC | FI_WAIT_MUTEX_COND | FI_WAIT_YIELD => (eventfd().ok(), None),
+            FI_WAIT_SET | FI_WAIT_POLLFD => {
                 return Err(FiError::new(
                     FiErrno::FI_ENOSYS,
                     format!(
                         "{CALL}: wait_obj {wait_obj}: the uet provider's counters are waited on \
                          with fi_cntr_wait (FI_WAIT_UNSPEC, FI_WAIT_MUTEX_COND, FI_WAIT_YIELD) \
-                         and give no descriptor (FI_WAIT_FD) nor join wait sets"
+                         or on a descriptor (FI_WAIT_FD), and join no wait sets"
                     ),
                 ))
             }
@@ -365,10 +452,53 @@ pub(crate) unsafe extern "C" fn domain_cntr_open(
             sleepers: AtomicBool::new(false),
             wake,
             wait_obj,
+            fd_wait,
+            changed: AtomicBool::new(false),
             domain_cntrs,
         });
         // SAFETY: `cntr` is non-NULL and writable (libfabric's contract).
         unsafe { *cntr = Box::into_raw(boxed).cast() };
+        Ok(0)
+    })
+}
+
+/// `fi_control` of a counter: `FI_GETWAIT` (an `FI_WAIT_FD` counter's descriptor, into the
+/// `int` at `arg`) and `FI_GETWAITOBJ` (the counter's `enum fi_wait_obj`), as a CQ answers
+/// them ([`crate::cq`]): `-FI_ENODATA` for a wait object the counter does not have,
+/// `-FI_ENOSYS` for other commands.
+unsafe extern "C" fn cntr_control(fid: *mut Fid, command: c_int, arg: *mut c_void) -> c_int {
+    const CALL: &str = "fi_control(cntr)";
+    entry(CALL, || {
+        // SAFETY: called through the fid's own ops.
+        let c = unsafe { cntr_ref(fid, CALL) }?;
+        let no_wait = |what: &str| {
+            FiError::new(
+                FiErrno::FI_ENODATA,
+                format!(
+                    "{CALL}: {what}: the counter was opened with wait object {}",
+                    c.wait_obj
+                ),
+            )
+        };
+        let value = match command {
+            FI_GETWAIT => c
+                .fd_wait
+                .as_ref()
+                .map(FdWait::fd)
+                .ok_or_else(|| no_wait("FI_GETWAIT gives a descriptor (FI_WAIT_FD)"))?,
+            FI_GETWAITOBJ if c.wait_obj != FI_WAIT_NONE => c.wait_obj,
+            FI_GETWAITOBJ => return Err(no_wait("FI_GETWAITOBJ")),
+            other => {
+                return Err(FiError::new(
+                    FiErrno::FI_ENOSYS,
+                    format!("{CALL}: command {other}"),
+                ))
+            }
+        };
+        // SAFETY: NULL or the application's `int` (FI_GETWAIT's descriptor, FI_GETWAITOBJ's
+        // enum), writable (libfabric's contract).
+        let out = unsafe { arg.cast::<c_int>().as_mut() }.ok_or_else(|| null(CALL, "arg"))?;
+        *out = value;
         Ok(0)
     })
 }
@@ -441,7 +571,7 @@ fn change(call: &str, cntr: *mut FidCntr, f: impl FnOnce(&UetCntr)) -> c_int {
         // SAFETY: the application's counter pointer.
         let c = unsafe { cntr_ref(cntr.cast(), call) }?;
         f(c);
-        c.wake_sleepers();
+        c.changed();
         Ok(0)
     })
 }

@@ -33,8 +33,9 @@
 //!   `fi_cq_signal` comes; `fi_trywait` is `-FI_EAGAIN` while there is something to read
 //!   (fi_poll(3)), and also while an endpoint of the CQ has no vector, since sleeping could
 //!   then miss its completions. `FI_GETWAITOBJ` gives the CQ's wait object. `fi_trywait`
-//!   takes `FI_WAIT_FD` CQs, and `FI_WAIT_FD` event queues ([`crate::eq`]) beside them
-//!   (`-FI_EINVAL` for any other object, or another wait object, nothing armed).
+//!   takes `FI_WAIT_FD` CQs, and `FI_WAIT_FD` event queues ([`crate::eq`]) and counters
+//!   ([`crate::cntr`]) beside them (`-FI_EINVAL` for any other object, or another wait
+//!   object, nothing armed).
 //! * `fi_close`: `-FI_EBUSY` while endpoints are bound, or while a thread waits in
 //!   `fi_cq_sread` (which would wake in a freed CQ): `fi_cq_signal` ends its wait.
 
@@ -504,10 +505,10 @@ pub(crate) const SREAD_SLEEP_MAX: Duration = Duration::from_millis(1);
 /// during the wait wakes it through `wake`.
 pub(crate) const WAIT_RECHECK: Duration = Duration::from_millis(100);
 
-/// The descriptor of an `FI_WAIT_FD` CQ: an epoll set, readable while any descriptor in it
-/// is — the CQ's signal eventfd and the vectors of its endpoints, as the last `fi_trywait`
-/// armed them.
-struct FdWait {
+/// The descriptor of an `FI_WAIT_FD` CQ or counter ([`crate::cntr`]): an epoll set, readable
+/// while any descriptor in it is — the object's own eventfd and the vectors of its endpoints,
+/// as the last `fi_trywait` armed them.
+pub(crate) struct FdWait {
     epoll: OwnedFd,
     /// The vectors in the set besides the signal eventfd.
     members: Mutex<Vec<RawFd>>,
@@ -515,7 +516,7 @@ struct FdWait {
 
 impl FdWait {
     /// A set holding `wake`.
-    fn new(wake: &EventFd) -> std::io::Result<FdWait> {
+    pub(crate) fn new(wake: &EventFd) -> std::io::Result<FdWait> {
         // SAFETY: epoll_create1 takes no pointer; a non-negative result is a new descriptor.
         let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if fd < 0 {
@@ -528,6 +529,11 @@ impl FdWait {
         };
         w.ctl(libc::EPOLL_CTL_ADD, wake.as_raw_fd())?;
         Ok(w)
+    }
+
+    /// The epoll set's descriptor (`fi_control(FI_GETWAIT)`).
+    pub(crate) fn fd(&self) -> RawFd {
+        self.epoll.as_raw_fd()
     }
 
     fn ctl(&self, op: c_int, fd: RawFd) -> std::io::Result<()> {
@@ -546,7 +552,7 @@ impl FdWait {
     /// Make the set hold the signal eventfd and exactly `fds`: a vector no endpoint of the
     /// CQ holds any more leaves it, so its wakeups (for another endpoint) do not reach the
     /// CQ's waiter.
-    fn hold(&self, fds: &[RawFd]) -> std::io::Result<()> {
+    pub(crate) fn hold(&self, fds: &[RawFd]) -> std::io::Result<()> {
         let mut members = self.members.lock().unwrap_or_else(PoisonError::into_inner);
         for &gone in members.iter().filter(|f| !fds.contains(f)) {
             // The vector's eventfd lives as long as the NIC: EPOLL_CTL_DEL cannot miss it.
@@ -589,7 +595,7 @@ unsafe extern "C" fn cq_control(fid: *mut Fid, command: c_int, arg: *mut c_void)
             FI_GETWAIT => q
                 .fd_wait
                 .as_ref()
-                .map(|w| w.epoll.as_raw_fd())
+                .map(FdWait::fd)
                 .ok_or_else(|| no_wait("FI_GETWAIT gives a descriptor (FI_WAIT_FD)"))?,
             FI_GETWAITOBJ if q.waitable() => q.wait_obj,
             FI_GETWAITOBJ => return Err(no_wait("FI_GETWAITOBJ")),
@@ -612,6 +618,7 @@ unsafe extern "C" fn cq_control(fid: *mut Fid, command: c_int, arg: *mut c_void)
 enum Waitable<'a> {
     Cq(&'a UetCq),
     Eq(&'a crate::eq::UetEq),
+    Cntr(&'a crate::cntr::UetCntr),
 }
 
 impl Waitable<'_> {
@@ -630,6 +637,11 @@ impl Waitable<'_> {
                 // SAFETY: the caller's promise (checked by class and table).
                 let q = unsafe { crate::eq::eq_ref(fid, call) }?;
                 (Waitable::Eq(q), q.has_wait_fd())
+            }
+            FI_CLASS_CNTR => {
+                // SAFETY: the caller's promise (checked by class and table).
+                let c = unsafe { crate::cntr::cntr_ref(fid, call) }?;
+                (Waitable::Cntr(c), c.has_wait_fd())
             }
             _ => {
                 // SAFETY: the caller's promise (checked by class and table).
@@ -650,14 +662,16 @@ impl Waitable<'_> {
         match self {
             Waitable::Cq(q) => q.trywait(call),
             Waitable::Eq(q) => q.trywait(),
+            Waitable::Cntr(c) => c.trywait(call),
         }
     }
 }
 
-/// `fi_trywait(fabric, fids, count)`: every fid must be one of the provider's CQs or EQs
-/// opened with `FI_WAIT_FD` (else `-FI_EINVAL`, nothing armed); `0` when the application may
-/// sleep on all their descriptors, `-FI_EAGAIN` when it must read one of them first
-/// ([`UetCq::trywait`], [`crate::eq::UetEq::trywait`]).
+/// `fi_trywait(fabric, fids, count)`: every fid must be one of the provider's CQs, EQs or
+/// counters opened with `FI_WAIT_FD` (else `-FI_EINVAL`, nothing armed); `0` when the
+/// application may sleep on all their descriptors, `-FI_EAGAIN` when it must read one of
+/// them first ([`UetCq::trywait`], [`crate::eq::UetEq::trywait`],
+/// [`crate::cntr::UetCntr::trywait`]).
 pub(crate) unsafe extern "C" fn fabric_trywait(
     fabric: *mut FidFabric,
     fids: *mut *mut Fid,

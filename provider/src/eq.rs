@@ -33,7 +33,7 @@
 //!   polls readable while an event or error waits to be read, whichever thread posted it (a
 //!   connection's progress thread, an AV's inserts, `fi_eq_write`), and stops being readable
 //!   when a read empties the queue. `fi_trywait(fabric, fids, count)` takes the queue beside
-//!   `FI_WAIT_FD` CQs: `-FI_EAGAIN` while an event waits, and while an
+//!   `FI_WAIT_FD` CQs and counters: `-FI_EAGAIN` while an event waits, and while an
 //!   `FI_EVENT` AV's insert is in flight (its event is posted when the queue is read, and
 //!   no interrupt announces the NIC's answer, so the application reads rather than sleeps);
 //!   0 when the application may sleep. An insert queued from another thread makes the

@@ -34,7 +34,7 @@
 //! | `fi_av_set`, `fi_av_set_union`, `fi_av_set_intersect`, `fi_av_set_diff`, `fi_av_set_insert`, `fi_av_set_remove`, `fi_av_set_addr`, `fi_close` | [`av_set`]: a [`uet_av::AvSet`] |
 //!
 //! | `fi_cq_open`, `fi_cq_read`, `fi_cq_readfrom`, `fi_cq_readerr`, `fi_cq_sread`, `fi_cq_sreadfrom`, `fi_cq_signal`, `fi_cq_strerror`, `fi_control` (`FI_GETWAIT`, `FI_GETWAITOBJ`), `fi_trywait`, `fi_close` | [`cq`]: completions of the endpoints bound to it |
-//! | `fi_cntr_open`, `fi_cntr_read`, `fi_cntr_readerr`, `fi_cntr_add`, `fi_cntr_adderr`, `fi_cntr_set`, `fi_cntr_seterr`, `fi_cntr_wait`, `fi_close` | [`cntr`]: completion counters of the sends and receives of the endpoints bound to it |
+//! | `fi_cntr_open`, `fi_cntr_read`, `fi_cntr_readerr`, `fi_cntr_add`, `fi_cntr_adderr`, `fi_cntr_set`, `fi_cntr_seterr`, `fi_cntr_wait`, `fi_control` (`FI_GETWAIT`, `FI_GETWAITOBJ`), `fi_trywait`, `fi_close` | [`cntr`]: completion counters of the sends and receives of the endpoints bound to it; waited on in `fi_cntr_wait` or, `FI_WAIT_FD`, on a descriptor |
 //! | `fi_endpoint`, `fi_ep_bind`, `fi_enable`, `fi_getname`, `fi_getpeer`, `fi_connect`, `fi_accept`, `fi_shutdown`, `fi_send*`, `fi_inject*`, `fi_recv*`, `fi_tsend*`, `fi_tinject*`, `fi_trecv*`, `fi_cancel` (of a posted receive), `fi_close` | [`ep`]: an `FI_EP_RDM`, `FI_EP_DGRAM` or `FI_EP_MSG` [`uet_driver::Endpoint`] |
 //! | `fi_scalable_ep`, `fi_scalable_ep_bind`, `fi_tx_context`, `fi_rx_context`, `fi_enable`, `fi_getname`, `fi_close` | [`sep`]: an `FI_EP_RDM` [`uet_driver::ScalableEndpoint`], each context an endpoint of [`ep`] on one of its ring sets, receive contexts named by `fi_rx_addr` |
 //! | `fi_passive_ep`, `fi_pep_bind`, `fi_listen`, `fi_getname`, `fi_reject`, `fi_close` | [`pep`]: a [`uet_driver::PassiveEndpoint`] and its connection requests |
@@ -42,7 +42,7 @@
 //! RMA, atomics, memory registration and shared contexts (`fi_stx_context`,
 //! `fi_srx_context`) are the driver's today or not at all, and not yet the provider's: their
 //! calls return `-FI_ENOSYS` (and so does `fi_cntr_open` of a
-//! counter waited on through a descriptor or a wait set; `fi_ep_bind` of a counter for RMA,
+//! counter waited on through a wait set; `fi_ep_bind` of a counter for RMA,
 //! with `FI_READ`, `FI_WRITE`, `FI_REMOTE_READ` or `FI_REMOTE_WRITE`, is `-FI_EBADFLAGS`),
 //! and `fi_getinfo` offers none of their capabilities, so an application that asks for them
 //! is told `-FI_ENODATA` rather than given a provider that fails later.

@@ -363,7 +363,7 @@ impl Pair {
         Pair::with_counters(cq_flags, wait_obj, edit, 0, [&[], &[]])
     }
 
-    /// [`Pair::with`], and `count` counters of the domain (`FI_WAIT_UNSPEC`), bound before
+    /// [`Pair::with`], and `count` counters of the domain (waited on as the CQs), bound before
     /// each peer `i` is enabled as `binds[i]` lists them: (counter, `fi_ep_bind` flags).
     fn with_counters(
         cq_flags: u64,
@@ -374,7 +374,7 @@ impl Pair {
     ) -> Pair {
         let open = Open::new(FI_MSG | FI_TAGGED | FI_SOURCE_CAP, FI_FORMAT_UNSPEC);
         let cntrs: Vec<_> = (0..count)
-            .map(|_| open.cntr_open(FI_WAIT_UNSPEC).expect("fi_cntr_open"))
+            .map(|_| open.cntr_open(wait_obj).expect("fi_cntr_open"))
             .collect();
         let mut attr = av_attr(16);
         let av = open.av_open(&mut attr).unwrap();
@@ -3488,7 +3488,6 @@ fn fi_cntr_open_takes_completion_counters_of_the_wait_objects_it_serves_up_to_cn
     for (mut a, errno) in [
         (attr(1, FI_WAIT_NONE, 0), FiErrno::FI_ENOSYS), // FI_CNTR_EVENTS_BYTES
         (attr(7, FI_WAIT_NONE, 0), FiErrno::FI_EINVAL),
-        (attr(FI_CNTR_EVENTS_COMP, FI_WAIT_FD, 0), FiErrno::FI_ENOSYS),
         (
             attr(FI_CNTR_EVENTS_COMP, FI_WAIT_SET, 0),
             FiErrno::FI_ENOSYS,
@@ -3512,7 +3511,12 @@ fn fi_cntr_open_takes_completion_counters_of_the_wait_objects_it_serves_up_to_cn
         open.cntr_open_with(null_mut())
             .expect("NULL attr: the defaults"),
     );
-    for wait_obj in [FI_WAIT_UNSPEC, FI_WAIT_MUTEX_COND, FI_WAIT_YIELD] {
+    for wait_obj in [
+        FI_WAIT_UNSPEC,
+        FI_WAIT_MUTEX_COND,
+        FI_WAIT_YIELD,
+        FI_WAIT_FD,
+    ] {
         cntrs.push(open.cntr_open(wait_obj).unwrap());
     }
     // SAFETY: an info the provider gave.
@@ -5304,4 +5308,130 @@ fn an_fi_wait_fd_eq_wakes_for_an_fi_event_av_insert_from_another_thread() {
     }
     // SAFETY: ours, open, closed once.
     unsafe { close_all(&[av_fid, eq_fid, &mut (*plain).fid]) };
+}
+
+/// `FI_WAIT_FD` counters: `fi_control(FI_GETWAIT)` gives a descriptor that, once `fi_trywait`
+/// returned 0, polls readable when a receive completes on the bound endpoint (and
+/// `fi_cntr_read` then shows it) or another thread changes the counter; `fi_trywait` is
+/// `-FI_EAGAIN` once after each change. Counters of other wait objects answer `fi_control`
+/// as CQs do, and `fi_trywait` refuses them.
+#[test]
+fn an_fi_wait_fd_counter_gives_a_descriptor_readable_when_the_counter_may_have_changed() {
+    let pair = Pair::with_counters(0, FI_WAIT_FD, |_| {}, 1, [&[], &[(0, FI_RECV)]]);
+    let rx = pair.cntrs[0];
+    let fabric = pair._open.fabric;
+    // SAFETY: `rx` is open; only the field's address is taken.
+    let fid = unsafe { &raw mut (*rx).fid };
+    let (ret, fd) = control_int(fid, FI_GETWAIT);
+    assert_eq!(ret, 0, "fi_control(FI_GETWAIT)");
+    assert!(fd >= 0);
+    assert_eq!(control_int(fid, FI_GETWAITOBJ), (0, FI_WAIT_FD));
+    let again = ineg(FiErrno::FI_EAGAIN);
+    assert_eq!(trywait_on(fabric, &[fid]), 0);
+    assert!(!fd_readable(fd, 0), "readable with nothing counted");
+
+    let mut rbufs = [[0u8; 8]; 3];
+    for (round, rbuf) in (1..).zip(rbufs.iter_mut()) {
+        // SAFETY: the buffer outlives its completion, counted below.
+        assert_eq!(unsafe { pair.post_recv(1, rbuf, round as usize) }, 0);
+        let poller = std::thread::spawn(move || fd_readable(fd, 5000));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(pair.send(0, b"counted", 0), 0);
+        assert!(
+            poller.join().unwrap(),
+            "a receive completed and the descriptor stayed unreadable"
+        );
+        assert_eq!(cntr_read(rx), round, "the count after the wakeup");
+        assert_eq!(trywait_on(fabric, &[fid]), again, "the counter changed");
+        assert_eq!(trywait_on(fabric, &[fid]), 0);
+        assert!(!fd_readable(fd, 0), "readable after the change was seen");
+    }
+    assert_eq!(&rbufs.map(|b| b[0]), b"ccc");
+
+    // Another thread's changes: fi_cntr_add, fi_cntr_seterr.
+    let shared = Shared(rx);
+    for (k, change) in [0usize, 1].into_iter().enumerate() {
+        let changer = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let c = shared.get();
+            // SAFETY: an open counter.
+            unsafe {
+                match change {
+                    0 => (cntr_ops(c).add)(c, 10),
+                    _ => (cntr_ops(c).seterr)(c, 4),
+                }
+            }
+        });
+        assert!(
+            fd_readable(fd, 5000),
+            "change {k} left the descriptor unreadable"
+        );
+        assert_eq!(changer.join().unwrap(), 0);
+        assert_eq!(trywait_on(fabric, &[fid]), again);
+        assert_eq!(trywait_on(fabric, &[fid]), 0);
+        assert!(!fd_readable(fd, 0));
+    }
+    assert_eq!((cntr_read(rx), cntr_readerr(rx)), (13, 4));
+    // fi_trywait takes the counter beside the CQs.
+    // SAFETY: open CQs; only the fields' addresses are taken.
+    let cqs = unsafe { [&raw mut (*pair.p[0].cq).fid, &raw mut (*pair.p[1].cq).fid] };
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while trywait_on(fabric, &[cqs[0], cqs[1], fid]) == again {
+        assert!(
+            std::time::Instant::now() < end,
+            "fi_trywait kept saying to read"
+        );
+        let _ = (pair.read(0), pair.read(1));
+    }
+    assert_eq!(trywait_on(fabric, &[cqs[0], cqs[1], fid]), 0);
+
+    // Other wait objects: no descriptor; fi_trywait refuses them.
+    let open = &pair._open;
+    let enodata = ineg(FiErrno::FI_ENODATA);
+    let mutex = open.cntr_open(FI_WAIT_MUTEX_COND).unwrap();
+    let none = open.cntr_open(FI_WAIT_NONE).unwrap();
+    // SAFETY: open counters; only the fields' addresses are taken.
+    let (mutex_fid, none_fid) = unsafe { (&raw mut (*mutex).fid, &raw mut (*none).fid) };
+    assert_eq!(control_int(mutex_fid, FI_GETWAIT).0, enodata);
+    assert_eq!(
+        control_int(mutex_fid, FI_GETWAITOBJ),
+        (0, FI_WAIT_MUTEX_COND)
+    );
+    assert_eq!(control_int(none_fid, FI_GETWAIT).0, enodata);
+    assert_eq!(control_int(none_fid, FI_GETWAITOBJ).0, enodata);
+    assert_eq!(control_int(fid, 1234).0, ineg(FiErrno::FI_ENOSYS));
+    let inval = ineg(FiErrno::FI_EINVAL);
+    assert_eq!(trywait_on(fabric, &[mutex_fid]), inval);
+    assert_eq!(trywait_on(fabric, &[fid, none_fid]), inval);
+    // SAFETY: ours, open, closed once.
+    unsafe { close_all(&[mutex_fid, none_fid]) };
+}
+
+/// Closing an `FI_WAIT_FD` counter closes its descriptors (its eventfd and epoll set):
+/// opening and closing many leaks none. (Counted over the whole process: run alone, as
+/// nextest runs each test.)
+#[test]
+fn closing_fi_wait_fd_counters_leaks_no_descriptor() {
+    let open = Open::new(FI_MSG, FI_FORMAT_UNSPEC);
+    let before = open_descriptors();
+    let cntrs: Vec<_> = (0..32)
+        .map(|_| open.cntr_open(FI_WAIT_FD).unwrap())
+        .collect();
+    assert_eq!(
+        open_descriptors(),
+        before + 64,
+        "an eventfd and an epoll set per counter"
+    );
+    for c in cntrs {
+        // SAFETY: `c` is open; only the field's address is taken.
+        let fid = unsafe { &raw mut (*c).fid };
+        assert_eq!(trywait_on(open.fabric, &[fid]), 0);
+        // SAFETY: ours, open, closed once.
+        assert_eq!(unsafe { close(fid) }, 0);
+    }
+    assert_eq!(
+        open_descriptors(),
+        before,
+        "a closed counter's descriptors stayed open"
+    );
 }

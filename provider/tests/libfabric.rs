@@ -170,6 +170,8 @@ fn a_libfabric_application_sleeps_in_epoll_on_fi_wait_fd_descriptors_through_the
         &[
             "eq: connection request: ok",
             "eq: fi_eq_write from another thread: ok",
+            "cntr: completed receives: ok",
+            "cntr: fi_cntr_add from another thread: ok",
         ],
     );
 }

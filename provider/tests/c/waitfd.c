@@ -197,10 +197,132 @@ static void eq_waits(void)
 	fi_freeinfo(info);
 }
 
+struct sender {
+	struct fid_ep *ep;
+	fi_addr_t to;
+};
+
+static void *send_later(void *arg)
+{
+	struct sender *s = arg;
+	usleep(LATER_US);
+	CHECK_RET(fi_send(s->ep, "counted", 8, NULL, s->to, NULL), 0);
+	return NULL;
+}
+
+struct adder {
+	struct fid_cntr *cntr;
+	uint64_t value;
+};
+
+static void *add_later(void *arg)
+{
+	struct adder *a = arg;
+	usleep(LATER_US);
+	CHECK_RET(fi_cntr_add(a->cntr, a->value), 0);
+	return NULL;
+}
+
+/* A counter of an endpoint's receives, FI_WAIT_FD: a completed receive, and fi_cntr_add from
+ * another thread, wake the application in epoll, and fi_cntr_read then shows the count. */
+static void cntr_waits(void)
+{
+	struct fi_info *info = answer(FI_EP_RDM);
+	struct fid_fabric *fabric;
+	struct fid_domain *domain;
+	struct fid_av *av;
+	CHECK_RET(fi_fabric(info->fabric_attr, &fabric, NULL), 0);
+	CHECK_RET(fi_domain(fabric, info, &domain, NULL), 0);
+	struct fi_av_attr av_attr = { .type = FI_AV_TABLE, .count = 4 };
+	CHECK_RET(fi_av_open(domain, &av_attr, &av, NULL), 0);
+	struct fi_cntr_attr cntr_attr = { .events = FI_CNTR_EVENTS_COMP, .wait_obj = FI_WAIT_FD };
+	struct fid_cntr *rx;
+	CHECK_RET(fi_cntr_open(domain, &cntr_attr, &rx, NULL), 0);
+	int fd = -1;
+	enum fi_wait_obj obj;
+	CHECK_RET(fi_control(&rx->fid, FI_GETWAIT, &fd), 0);
+	CHECK_RET(fi_control(&rx->fid, FI_GETWAITOBJ, &obj), 0);
+	CHECK(fd >= 0 && obj == FI_WAIT_FD);
+	int epfd = epoll_of(fd);
+
+	struct fid_ep *ep[2];
+	struct fid_cq *cq[2];
+	fi_addr_t addr[2];
+	for (int i = 0; i < 2; i++) {
+		struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_CONTEXT,
+					      .wait_obj = FI_WAIT_UNSPEC };
+		CHECK_RET(fi_cq_open(domain, &cq_attr, &cq[i], NULL), 0);
+		CHECK_RET(fi_endpoint(domain, info, &ep[i], NULL), 0);
+		CHECK_RET(fi_ep_bind(ep[i], &av->fid, 0), 0);
+		CHECK_RET(fi_ep_bind(ep[i], &cq[i]->fid, FI_TRANSMIT | FI_RECV), 0);
+	}
+	CHECK_RET(fi_ep_bind(ep[1], &rx->fid, FI_RECV), 0);
+	for (int i = 0; i < 2; i++) {
+		CHECK_RET(fi_enable(ep[i]), 0);
+		uint8_t name[32];
+		size_t len = sizeof(name);
+		CHECK_RET(fi_getname(&ep[i]->fid, name, &len), 0);
+		CHECK_RET(fi_av_insert(av, name, 1, &addr[i], 0, NULL), 1);
+	}
+
+	struct fid *fid = &rx->fid;
+	CHECK_RET(fi_trywait(fabric, &fid, 1), 0);
+	CHECK(!readable(fd, 0));
+	struct epoll_event ev;
+	CHECK_RET(epoll_wait(epfd, &ev, 1, 10), 0);
+
+	/* Completed receives. */
+	char rbuf[3][8];
+	void *ctx;
+	for (int n = 0; n < 3; n++) {
+		CHECK_RET(fi_recv(ep[1], rbuf[n], sizeof(rbuf[n]), NULL, FI_ADDR_UNSPEC, NULL), 0);
+		/* Sent by another thread while this one sleeps. */
+		struct sender snd = { .ep = ep[0], .to = addr[1] };
+		pthread_t t;
+		CHECK(pthread_create(&t, NULL, send_later, &snd) == 0);
+		int woke = 0;
+		while (fi_cntr_read(rx) < (uint64_t)n + 1)
+			woke += sleep_on(fabric, fid, epfd);
+		CHECK(pthread_join(t, NULL) == 0);
+		CHECK(woke == 1 && fi_cntr_read(rx) == (uint64_t)n + 1);
+		while (fi_cq_read(cq[0], &ctx, 1) == -FI_EAGAIN)
+			;
+		CHECK_RET(fi_cq_read(cq[1], &ctx, 1), 1);
+		/* Once the change is seen, the application may sleep, and nothing wakes it. */
+		CHECK_RET(fi_trywait(fabric, &fid, 1), -FI_EAGAIN);
+		CHECK_RET(fi_trywait(fabric, &fid, 1), 0);
+		CHECK(!readable(fd, 0));
+	}
+	printf("cntr: completed receives: ok\n");
+
+	/* fi_cntr_add from another thread. */
+	struct adder a = { .cntr = rx, .value = 10 };
+	pthread_t t;
+	CHECK(pthread_create(&t, NULL, add_later, &a) == 0);
+	int woke = 0;
+	while (fi_cntr_read(rx) < 13)
+		woke += sleep_on(fabric, fid, epfd);
+	CHECK(pthread_join(t, NULL) == 0);
+	CHECK(woke == 1 && fi_cntr_read(rx) == 13);
+	printf("cntr: fi_cntr_add from another thread: ok\n");
+
+	for (int i = 0; i < 2; i++) {
+		CHECK_RET(fi_close(&ep[i]->fid), 0);
+		CHECK_RET(fi_close(&cq[i]->fid), 0);
+	}
+	CHECK_RET(fi_close(&rx->fid), 0);
+	close(epfd);
+	CHECK_RET(fi_close(&av->fid), 0);
+	CHECK_RET(fi_close(&domain->fid), 0);
+	CHECK_RET(fi_close(&fabric->fid), 0);
+	fi_freeinfo(info);
+}
+
 int main(void)
 {
 	alarm(60);
 	eq_waits();
+	cntr_waits();
 	printf("ok\n");
 	return 0;
 }
