@@ -66,8 +66,9 @@
 //! * A context of a scalable endpoint ([`crate::sep`]) is an endpoint of this module whose
 //!   state is the scalable endpoint's ring set of its index (shared with the other
 //!   direction's context of that index): it binds its own direction's CQ and counter, no AV
-//!   or EQ, serves its own direction's calls (the others are `-FI_EOPNOTSUPP`), and is
-//!   created on the NIC by the scalable endpoint's `fi_enable`, not its own.
+//!   or EQ, serves its own direction's calls (the others are `-FI_EOPNOTSUPP`), binds until
+//!   it is enabled, and carries transfers once it is: by its own `fi_enable` (which puts the
+//!   scalable endpoint on the NIC if it is not yet) or by the scalable endpoint's.
 //!
 //! * `fi_cancel` withdraws a posted receive, untagged or tagged, by its `op_context` (host
 //!   interface 1.14's RECV_CANCEL): it completes in the receive CQ as an `FI_ECANCELED`
@@ -269,6 +270,12 @@ impl EpShared {
     /// The NIC address of its ring set, once enabled.
     pub(crate) fn address(&self) -> Option<uet_fwif::UetAddress> {
         self.lock().driver.as_ref().map(|d| *d.address())
+    }
+
+    /// Wake the threads waiting on its CQs and counters (a context of its ring set enabled
+    /// after they armed it).
+    pub(crate) fn wake(&self) {
+        self.lock().wake_bound();
     }
 
     /// Whether a CQ is bound for the direction (`tx`: sends, else receives).
@@ -691,6 +698,22 @@ impl Role {
             _ => Ok(()),
         }
     }
+
+    /// `FI_EOPBADSTATE` for a transfer on a context not enabled: neither its own `fi_enable`
+    /// nor its scalable endpoint's has enabled it. An endpoint's own state says whether it
+    /// is (its NIC endpoint), which the transfer checks.
+    fn check_enabled(self, tx: bool, call: &str) -> Result<(), FiError> {
+        match self {
+            // SAFETY: the scalable endpoint cannot close while its contexts are open.
+            Role::Context { sep, index, .. } if !unsafe { &*sep }.context_enabled(tx, index) => {
+                Err(FiError::new(
+                    FiErrno::FI_EOPBADSTATE,
+                    format!("{call}: the context is not enabled (fi_enable)"),
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 impl UetEp {
@@ -945,8 +968,15 @@ unsafe extern "C" fn ep_bind(fid: *mut Fid, bfid: *mut Fid, flags: u64) -> c_int
         let e = unsafe { ep_ref(fid, CALL) }?;
         // SAFETY: NULL or a live object (libfabric's contract).
         let b = unsafe { bfid.as_ref() }.ok_or_else(|| null(CALL, "bfid"))?;
+        // A context is bound until its own enable (its ring set may be on the NIC before:
+        // the enable of another context or of the scalable endpoint put it there).
+        let sep_guard = match e.role {
+            // SAFETY: the scalable endpoint cannot close while its contexts are open.
+            Role::Context { sep, tx, index } => Some(unsafe { &*sep }.bind_guard(tx, index, CALL)?),
+            Role::Endpoint => None,
+        };
         let mut st = e.shared.lock();
-        if st.driver.is_some() {
+        if sep_guard.is_none() && st.driver.is_some() {
             return Err(FiError::new(
                 FiErrno::FI_EOPBADSTATE,
                 format!("{CALL}: the endpoint is enabled"),
@@ -1101,18 +1131,9 @@ unsafe extern "C" fn ep_control(fid: *mut Fid, command: c_int, _arg: *mut c_void
                 format!("fi_control: command {command} is not served on an endpoint"),
             ));
         }
-        if let Role::Context { tx, .. } = e.role {
-            // The scalable endpoint's fi_enable creates its contexts on the NIC; a
-            // context's only checks that it can report its completions.
-            if !e.shared.has_cq(tx) {
-                return Err(FiError::new(
-                    FiErrno::FI_ENOCQ,
-                    format!(
-                        "{CALL}: bind a CQ to the context first (fi_ep_bind with {})",
-                        if tx { "FI_TRANSMIT" } else { "FI_RECV" }
-                    ),
-                ));
-            }
+        if let Role::Context { sep, tx, index } = e.role {
+            // SAFETY: the scalable endpoint cannot close while its contexts are open.
+            unsafe { &*sep }.enable_context(tx, index, &e.shared, CALL)?;
             return Ok(0);
         }
         let mut st = e.shared.lock();
@@ -1448,6 +1469,7 @@ fn send(
     inject: bool,
 ) -> Result<(), FiError> {
     e.role.check_serves(true, call)?;
+    e.role.check_enabled(true, call)?;
     let total = iov
         .as_slice()
         .iter()
@@ -1512,6 +1534,7 @@ fn recv(
     matching: Matching,
 ) -> Result<(), FiError> {
     e.role.check_serves(false, call)?;
+    e.role.check_enabled(false, call)?;
     let mut st = e.shared.lock();
     let buffer = st.ready(call)?;
     let token = st.hold(Posted::Recv {
@@ -1737,6 +1760,7 @@ unsafe fn inject(
         // SAFETY: the caller's promise.
         let e = unsafe { ep_ref(ep.cast(), call) }?;
         e.role.check_serves(true, call)?;
+        e.role.check_enabled(true, call)?;
         if buf.is_null() && len > 0 {
             return Err(null(call, "buf"));
         }

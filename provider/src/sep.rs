@@ -4,13 +4,13 @@
 //! | call | here |
 //! |---|---|
 //! | `fi_scalable_ep(domain, info, &sep, ctx)` | a `fid_ep` of class `FI_CLASS_SEP` with `ep_attr->tx_ctx_cnt` transmit and `rx_ctx_cnt` receive contexts (0 counts as 1; more than the NIC's `CAP_EP.max_tx_ctx`, `max_rx_ctx`, the domain's `max_ep_tx_ctx`, `max_ep_rx_ctx`, or `FI_SHARED_CONTEXT`: `-FI_EINVAL`; an `FI_EP_DGRAM` or `FI_EP_MSG` info: `-FI_EINVAL`) |
-//! | `fi_scalable_ep_bind(sep, av, 0)` | its AV, which its contexts address through (an AV only, once: `-FI_EINVAL`; flags: `-FI_EBADFLAGS`) |
-//! | `fi_tx_context(sep, i, attr, &ep, ctx)`, `fi_rx_context` | context `i`, a `fid_ep` of class `FI_CLASS_TX_CTX` / `FI_CLASS_RX_CTX` (index out of range `-FI_EINVAL`, opened already `-FI_EBUSY`, after `fi_enable(sep)` `-FI_EOPBADSTATE`); `attr` gives its `op_flags` and gets the attributes it has |
+//! | `fi_scalable_ep_bind(sep, av, 0)` | its AV, which its contexts address through (an AV only, once: `-FI_EINVAL`; flags: `-FI_EBADFLAGS`; once it or a context is enabled: `-FI_EOPBADSTATE`) |
+//! | `fi_tx_context(sep, i, attr, &ep, ctx)`, `fi_rx_context` | context `i`, a `fid_ep` of class `FI_CLASS_TX_CTX` / `FI_CLASS_RX_CTX` (index out of range `-FI_EINVAL`, opened already `-FI_EBUSY`, closed after the scalable endpoint was enabled `-FI_EOPBADSTATE`), before or after the scalable endpoint is enabled; `attr` gives its `op_flags` and gets the attributes it has |
 //! | `fi_ep_bind(ctx, cq or counter, flags)` | its own CQ (`FI_TRANSMIT` on a transmit context, `FI_RECV` on a receive one, `FI_SELECTIVE_COMPLETION` on either) and counter (`FI_SEND`, `FI_RECV`); the other direction is `-FI_EBADFLAGS`, an AV or EQ `-FI_EINVAL` |
-//! | `fi_enable(ctx)` | 0 once the context's CQ is bound (`-FI_ENOCQ` before): contexts are not enabled one by one, the scalable endpoint enables them all |
-//! | `fi_enable(sep)` | creates the endpoint and every context on the NIC (`-FI_ENOAV` without an AV; `-FI_ENOCQ` for an open context without its CQ; `-FI_EINVAL` when the AV's `rx_ctx_bits` cannot name the receive contexts); from then on the contexts carry transfers and bind nothing more |
+//! | `fi_enable(ctx)` | enables the context (`-FI_ENOCQ` without its CQ): it carries transfers from then on and binds nothing more. The first `fi_enable` of a context or of the scalable endpoint creates the endpoint and all its ring sets on the NIC (`-FI_ENOAV` without an AV bound to the scalable endpoint; `-FI_EINVAL` when the AV's `rx_ctx_bits` cannot name the receive contexts), so a context enabled before `fi_enable(sep)` has the endpoint's address and takes receives and sends at once |
+//! | `fi_enable(sep)` | enables every open context (`-FI_ENOCQ` for one without its CQ, nothing enabled), creating the endpoint on the NIC if no context's `fi_enable` did (`-FI_ENOAV`, `-FI_EINVAL` as above); contexts enabled already keep what they posted |
 //! | `fi_getname(sep)`, `fi_getname(ctx)` | the one address, once enabled |
-//! | `fi_send*`, `fi_tsend*`, `fi_inject*`, `fi_tinject*` on a transmit context; `fi_recv*`, `fi_trecv*` on a receive context | as on an endpoint ([`crate::ep`]); the other direction's calls are `-FI_EOPNOTSUPP`, and so is every transfer on the scalable endpoint itself |
+//! | `fi_send*`, `fi_tsend*`, `fi_inject*`, `fi_tinject*` on a transmit context; `fi_recv*`, `fi_trecv*` on a receive context | as on an endpoint ([`crate::ep`]), once the context is enabled (`-FI_EOPBADSTATE` before); the other direction's calls are `-FI_EOPNOTSUPP`, and so is every transfer on the scalable endpoint itself |
 //! | `fi_close(ctx)` | unbinds its CQ and counter; posted receives are dropped unreported, their buffers never written (the NIC keeps the context until the scalable endpoint closes, and a message that still lands there is read off its ring and discarded) |
 //! | `fi_close(sep)` | `-FI_EBUSY` while a context is open; the endpoint leaves the NIC |
 //!
@@ -30,8 +30,22 @@
 //! and counter in it. Threads driving contexts of different indices take different locks;
 //! the two contexts of one index share one.
 //!
-//! A context closed after `fi_enable(sep)` is not opened again: its ring set stays on the
-//! NIC, bound to nothing, until the scalable endpoint closes.
+//! # The order of the calls
+//!
+//! fi_endpoint(3) asks that an endpoint be bound before it is enabled and enabled before it
+//! takes transfers, receives included; a context is "conceptually a receive-only (or
+//! send-only) endpoint", with its own `fi_enable`, and the scalable endpoint's AV is bound
+//! to it implicitly. It says nothing of the order of `fi_enable(sep)` and the contexts'
+//! enables. So each context is enabled on its own: libfabric's fabtests `scalable_ep`
+//! binds the AV, binds and enables each transmit context, binds and enables each receive
+//! context and posts a receive on it at once (older versions) or after (newer ones), then
+//! enables the scalable endpoint, and both work, as does enabling the scalable endpoint
+//! alone, which enables the contexts open then.
+//!
+//! A context may be opened before or after the endpoint is on the NIC; one opened after
+//! binds its CQ and is enabled by its own `fi_enable`. A context closed after the endpoint
+//! is on the NIC is not opened again: its ring set stays on the NIC, bound to nothing,
+//! until the scalable endpoint closes.
 
 use crate::abi::*;
 use crate::av::UetAv;
@@ -41,7 +55,7 @@ use crate::info::{EpKind, RX_OP_FLAGS, TX_OP_FLAGS};
 use crate::pep::{address_in, put_address};
 use crate::{entry, null, object_ref, unsupported};
 use core::ffi::{c_int, c_void};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use uet_av::{AddrFormat, FiErrno, FiError};
 use uet_driver::pool::DmaPool;
@@ -63,15 +77,34 @@ pub struct UetSep {
     caps: u64,
     addr_format: AddrFormat,
     state: Mutex<SepState>,
+    /// Which open contexts are enabled (their own `fi_enable`, or the scalable endpoint's),
+    /// by index: read without a lock by their transfers, written under `state`'s.
+    tx_enabled: Vec<AtomicBool>,
+    rx_enabled: Vec<AtomicBool>,
 }
 
 /// What changes, under the scalable endpoint's lock (taken before a ring set's).
 struct SepState {
     av: Option<*const UetAv>,
+    /// `fi_enable` of the scalable endpoint itself succeeded.
     enabled: bool,
+    /// The endpoint and its ring sets are on the NIC: since the first `fi_enable` of it or of
+    /// one of its contexts.
+    created: bool,
     /// Which contexts are open, by index.
     tx_open: Vec<bool>,
     rx_open: Vec<bool>,
+    /// Which were closed once the endpoint was on the NIC, by index: their ring set may
+    /// still hold what they posted.
+    tx_spent: Vec<bool>,
+    rx_spent: Vec<bool>,
+}
+
+/// The scalable endpoint's lock, held by `fi_ep_bind` of a context that is not enabled
+/// ([`UetSep::bind_guard`]), so that the context's `fi_enable` does not come between its
+/// check and its binding.
+pub(crate) struct BindGuard<'a> {
+    _held: MutexGuard<'a, SepState>,
 }
 
 impl UetSep {
@@ -82,10 +115,95 @@ impl UetSep {
     /// Its transmit (`tx`) or receive context `index` closed ([`crate::ep`]'s `fi_close`).
     pub(crate) fn context_closed(&self, tx: bool, index: usize) {
         let mut st = self.lock();
+        let created = st.created;
         let open = if tx { &mut st.tx_open } else { &mut st.rx_open };
         if let Some(o) = open.get_mut(index) {
             *o = false;
         }
+        let spent = if tx {
+            &mut st.tx_spent
+        } else {
+            &mut st.rx_spent
+        };
+        if let Some(o) = spent.get_mut(index) {
+            *o = created;
+        }
+        if let Some(e) = self.enabled_flags(tx).get(index) {
+            e.store(false, Ordering::Release);
+        }
+    }
+
+    fn enabled_flags(&self, tx: bool) -> &[AtomicBool] {
+        if tx {
+            &self.tx_enabled
+        } else {
+            &self.rx_enabled
+        }
+    }
+
+    /// Whether its transmit (`tx`) or receive context `index` is enabled: its transfers are
+    /// `-FI_EOPBADSTATE` until it is.
+    pub(crate) fn context_enabled(&self, tx: bool, index: usize) -> bool {
+        self.enabled_flags(tx)
+            .get(index)
+            .is_some_and(|e| e.load(Ordering::Acquire))
+    }
+
+    /// For `fi_ep_bind` of its transmit (`tx`) or receive context `index`: the scalable
+    /// endpoint's lock, held until the binding is made, or `FI_EOPBADSTATE` once the context
+    /// is enabled (fi_endpoint(3): bound before enabled).
+    pub(crate) fn bind_guard(
+        &self,
+        tx: bool,
+        index: usize,
+        call: &str,
+    ) -> Result<BindGuard<'_>, FiError> {
+        let st = self.lock();
+        if self.context_enabled(tx, index) {
+            return Err(FiError::new(
+                FiErrno::FI_EOPBADSTATE,
+                format!("{call}: the context is enabled"),
+            ));
+        }
+        Ok(BindGuard { _held: st })
+    }
+
+    /// `fi_enable` of its transmit (`tx`) or receive context `index` on ring set `lane`: the
+    /// context needs its CQ (`FI_ENOCQ`) and, as its address is the scalable endpoint's, the
+    /// scalable endpoint on the NIC, which this creates if no `fi_enable` has yet
+    /// (`FI_ENOAV` without an AV bound). From then on the context carries transfers, even
+    /// before `fi_enable` of the scalable endpoint. Nothing changes on an error.
+    pub(crate) fn enable_context(
+        &self,
+        tx: bool,
+        index: usize,
+        lane: &EpShared,
+        call: &str,
+    ) -> Result<(), FiError> {
+        let mut st = self.lock();
+        if self.context_enabled(tx, index) {
+            return Ok(());
+        }
+        if !lane.has_cq(tx) {
+            return Err(FiError::new(
+                FiErrno::FI_ENOCQ,
+                format!(
+                    "{call}: bind a CQ to the context first (fi_ep_bind with {})",
+                    if tx { "FI_TRANSMIT" } else { "FI_RECV" }
+                ),
+            ));
+        }
+        if !st.created {
+            create(self, &st, call)?;
+            st.created = true;
+        }
+        if let Some(e) = self.enabled_flags(tx).get(index) {
+            e.store(true, Ordering::Release);
+        }
+        // A thread asleep on its CQ or counter armed the rings it could read then; this one
+        // may have been bound since.
+        lane.wake();
+        Ok(())
     }
 }
 
@@ -237,9 +355,14 @@ pub(crate) unsafe extern "C" fn domain_scalable_ep(
             state: Mutex::new(SepState {
                 av: None,
                 enabled: false,
+                created: false,
                 tx_open: vec![false; tx],
                 rx_open: vec![false; rx],
+                tx_spent: vec![false; tx],
+                rx_spent: vec![false; rx],
             }),
+            tx_enabled: (0..tx).map(|_| AtomicBool::new(false)).collect(),
+            rx_enabled: (0..rx).map(|_| AtomicBool::new(false)).collect(),
         });
         // SAFETY: `sep` is non-NULL and writable (libfabric's contract).
         unsafe { *sep = Box::into_raw(boxed).cast() };
@@ -270,10 +393,13 @@ unsafe extern "C" fn sep_bind(fid: *mut Fid, bfid: *mut Fid, flags: u64) -> c_in
             )));
         }
         let mut st = s.lock();
-        if st.enabled {
+        if st.created {
             return Err(FiError::new(
                 FiErrno::FI_EOPBADSTATE,
-                format!("{CALL}: the scalable endpoint is enabled"),
+                format!(
+                    "{CALL}: the scalable endpoint is enabled (fi_enable of it or of one of \
+                     its contexts)"
+                ),
             ));
         }
         if st.av.is_some() {
@@ -285,7 +411,8 @@ unsafe extern "C" fn sep_bind(fid: *mut Fid, bfid: *mut Fid, flags: u64) -> c_in
     })
 }
 
-/// `fi_enable` of the scalable endpoint: the endpoint and every context on the NIC.
+/// `fi_enable` of the scalable endpoint: the endpoint and its ring sets on the NIC, unless
+/// the `fi_enable` of a context put them there already, and every open context enabled.
 unsafe extern "C" fn sep_control(fid: *mut Fid, command: c_int, _arg: *mut c_void) -> c_int {
     const CALL: &str = "fi_enable";
     entry(CALL, || {
@@ -301,42 +428,59 @@ unsafe extern "C" fn sep_control(fid: *mut Fid, command: c_int, _arg: *mut c_voi
         if st.enabled {
             return Ok(0);
         }
-        enable(s, &st)?;
+        if st.av.is_none() {
+            return Err(no_av(CALL));
+        }
+        // Every open context is enabled with it, and so needs its CQ.
+        for (tx, open) in [(true, &st.tx_open), (false, &st.rx_open)] {
+            for (k, _) in open.iter().enumerate().filter(|(_, &o)| o) {
+                if !s.lanes.get(k).is_some_and(|l| l.has_cq(tx)) {
+                    return Err(FiError::new(
+                        FiErrno::FI_ENOCQ,
+                        format!(
+                            "{CALL}: {} context {k} has no CQ bound (fi_ep_bind with {})",
+                            if tx { "transmit" } else { "receive" },
+                            if tx { "FI_TRANSMIT" } else { "FI_RECV" }
+                        ),
+                    ));
+                }
+            }
+        }
+        if !st.created {
+            create(s, &st, CALL)?;
+            st.created = true;
+        }
+        for (tx, open) in [(true, &st.tx_open), (false, &st.rx_open)] {
+            for (k, _) in open.iter().enumerate().filter(|(_, &o)| o) {
+                if let Some(e) = s.enabled_flags(tx).get(k) {
+                    e.store(true, Ordering::Release);
+                }
+            }
+        }
         st.enabled = true;
         Ok(0)
     })
 }
 
-/// Create the scalable endpoint on the NIC and give each ring set to its state. Nothing
-/// changes on an error.
-fn enable(s: &UetSep, st: &SepState) -> Result<(), FiError> {
-    const CALL: &str = "fi_enable";
-    let av = st.av.ok_or_else(|| {
-        FiError::new(
-            FiErrno::FI_ENOAV,
-            format!("{CALL}: no AV is bound (fi_scalable_ep_bind)"),
-        )
-    })?;
-    for (tx, open) in [(true, &st.tx_open), (false, &st.rx_open)] {
-        for (k, _) in open.iter().enumerate().filter(|(_, &o)| o) {
-            if !s.lanes.get(k).is_some_and(|l| l.has_cq(tx)) {
-                return Err(FiError::new(
-                    FiErrno::FI_ENOCQ,
-                    format!(
-                        "{CALL}: {} context {k} has no CQ bound (fi_ep_bind with {})",
-                        if tx { "transmit" } else { "receive" },
-                        if tx { "FI_TRANSMIT" } else { "FI_RECV" }
-                    ),
-                ));
-            }
-        }
-    }
+/// `FI_ENOAV` for an `fi_enable` (`call`) before `fi_scalable_ep_bind`.
+fn no_av(call: &str) -> FiError {
+    FiError::new(
+        FiErrno::FI_ENOAV,
+        format!("{call}: no AV is bound to the scalable endpoint (fi_scalable_ep_bind)"),
+    )
+}
+
+/// Create the scalable endpoint on the NIC and give each ring set to its state
+/// (`fi_enable` of the scalable endpoint or of one of its contexts, `call`). `FI_ENOAV`
+/// without an AV. Nothing changes on an error.
+fn create(s: &UetSep, st: &SepState, call: &str) -> Result<(), FiError> {
+    let av = st.av.ok_or_else(|| no_av(call))?;
     // SAFETY: the domain outlives its endpoints (it counts them).
     let domain = unsafe { &*s.domain };
     let guard = domain.lock()?;
     let dom = guard
         .as_ref()
-        .ok_or_else(|| FiError::inval(format!("{CALL}: the domain is closed")))?;
+        .ok_or_else(|| FiError::inval(format!("{call}: the domain is closed")))?;
     let tx = u8::try_from(s.tx_ctx_cnt).map_err(|_| FiError::inval("tx_ctx_cnt"))?;
     let rx = u8::try_from(s.rx_ctx_cnt).map_err(|_| FiError::inval("rx_ctx_cnt"))?;
     let base = dom.endpoint_attr();
@@ -349,18 +493,18 @@ fn enable(s: &UetSep, st: &SepState) -> Result<(), FiError> {
         ..base
     };
     // SAFETY: a bound AV cannot close while the scalable endpoint is bound to it.
-    let sep = unsafe { &*av }.with_table(CALL, |table| {
+    let sep = unsafe { &*av }.with_table(call, |table| {
         let bits = table.rx_ctx_bits();
         if s.rx_ctx_cnt > 1 && (bits >= 64 || (1u64 << bits) < s.rx_ctx_cnt as u64) {
             return Err(FiError::inval(format!(
-                "{CALL}: the AV's rx_ctx_bits {bits} cannot name {} receive contexts \
+                "{call}: the AV's rx_ctx_bits {bits} cannot name {} receive contexts \
                  (fi_av_open with rx_ctx_bits of at least {})",
                 s.rx_ctx_cnt,
                 (s.rx_ctx_cnt - 1).ilog2() + 1
             )));
         }
         dom.scalable_endpoint(attr, Some(table))
-            .map_err(|e| FiError::new(e.errno(), format!("{CALL}: {e}")))
+            .map_err(|e| FiError::new(e.errno(), format!("{call}: {e}")))
     })?;
     let mut ready = Vec::with_capacity(s.lanes.len());
     for (k, ring_set) in sep.into_contexts().into_iter().enumerate() {
@@ -377,14 +521,14 @@ fn enable(s: &UetSep, st: &SepState) -> Result<(), FiError> {
             MSG_BUF_BYTES,
             u32::try_from(slots.max(1)).unwrap_or(u32::MAX),
         )
-        .map_err(|e| FiError::new(e.errno(), format!("{CALL}: message buffers: {e}")))?;
+        .map_err(|e| FiError::new(e.errno(), format!("{call}: message buffers: {e}")))?;
         ready.push((ring_set, pool));
     }
     if ready.len() != s.lanes.len() {
         return Err(FiError::new(
             FiErrno::FI_EOTHER,
             format!(
-                "{CALL}: the NIC gave {} ring sets for {} contexts",
+                "{call}: the NIC gave {} ring sets for {} contexts",
                 ready.len(),
                 s.lanes.len()
             ),
@@ -539,12 +683,13 @@ unsafe fn open_context(
         .cloned()
         .ok_or_else(|| FiError::inval(format!("{call}: index {index}")))?;
     let mut st = s.lock();
-    if st.enabled {
+    let spent = if tx { &st.tx_spent } else { &st.rx_spent };
+    if spent.get(k).copied().unwrap_or(false) {
         return Err(FiError::new(
             FiErrno::FI_EOPBADSTATE,
             format!(
-                "{call}: the scalable endpoint is enabled: its contexts are opened before \
-                 fi_enable"
+                "{call}: {what} context {k} was closed after the scalable endpoint was \
+                 enabled: its index is not opened again"
             ),
         ));
     }

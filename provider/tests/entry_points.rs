@@ -4055,9 +4055,17 @@ fn scalable_endpoint_calls_misused_return_fabric_errnos_and_change_nothing() {
             ieq(FiErrno::FI_EBADFLAGS)
         );
     }
-    // fi_enable: without an AV, without a context's CQ, with an AV too narrow.
+    // fi_enable: without an AV, without a context's CQ, with an AV too narrow; a context's
+    // fi_enable, which puts the scalable endpoint on the NIC, needs them as the endpoint's.
     assert_eq!(enable(sep), ieq(FiErrno::FI_ENOAV));
     assert_eq!(enable(t0), ieq(FiErrno::FI_ENOCQ));
+    // SAFETY: open objects.
+    unsafe { assert_eq!(bind(&mut (*t0).fid, &mut (*cq_t).fid, FI_TRANSMIT), 0) };
+    assert_eq!(
+        enable(t0),
+        ieq(FiErrno::FI_ENOAV),
+        "the context's AV is its sep's"
+    );
     // SAFETY: open objects.
     unsafe {
         assert_eq!(bind(&mut (*sep).fid, &mut (*av_small).fid, 0), 0);
@@ -4066,13 +4074,13 @@ fn scalable_endpoint_calls_misused_return_fabric_errnos_and_change_nothing() {
             EINVAL,
             "bound twice"
         );
-        assert_eq!(bind(&mut (*t0).fid, &mut (*cq_t).fid, FI_TRANSMIT), 0);
     }
     assert_eq!(
         enable(sep),
         ieq(FiErrno::FI_ENOCQ),
         "receive context 0 has no CQ"
     );
+    assert_eq!(enable(r0), ieq(FiErrno::FI_ENOCQ));
     // SAFETY: open objects.
     unsafe { assert_eq!(bind(&mut (*r0).fid, &mut (*cq_r).fid, FI_RECV), 0) };
     assert_eq!(
@@ -4080,6 +4088,8 @@ fn scalable_endpoint_calls_misused_return_fabric_errnos_and_change_nothing() {
         EINVAL,
         "rx_ctx_bits 1 cannot name 4 receive contexts"
     );
+    assert_eq!(enable(t0), EINVAL, "nor from a context's fi_enable");
+    assert_eq!(enable(r0), EINVAL);
     assert_eq!(
         send_to(t0, b"x", 0, 0),
         neg(FiErrno::FI_EOPBADSTATE),
@@ -4108,10 +4118,6 @@ fn scalable_endpoint_calls_misused_return_fabric_errnos_and_change_nothing() {
     }
     assert_eq!(enable(sep), 0);
     assert_eq!(enable(sep), 0, "enabled again: nothing to do");
-    assert_eq!(
-        context(sep, true, 1).err(),
-        Some(ieq(FiErrno::FI_EOPBADSTATE))
-    );
     // SAFETY: open objects; refused after fi_enable.
     unsafe {
         assert_eq!(
@@ -4121,15 +4127,109 @@ fn scalable_endpoint_calls_misused_return_fabric_errnos_and_change_nothing() {
     }
     // SAFETY: a receive on an enabled receive context; `buf` outlives the endpoint.
     unsafe { assert_eq!(post(r3, &mut buf, None, 0), 0) };
+    // A context opened after fi_enable(sep) binds and is enabled on its own, and carries
+    // nothing before.
+    let t1 = context(sep, true, 1).expect("a context opened after fi_enable(sep)");
+    assert_eq!(send_to(t1, b"x", 0, 0), neg(FiErrno::FI_EOPBADSTATE));
+    assert_eq!(enable(t1), ieq(FiErrno::FI_ENOCQ));
+    // SAFETY: open objects.
+    unsafe { assert_eq!(bind(&mut (*t1).fid, &mut (*cq_t).fid, FI_TRANSMIT), 0) };
+    assert_eq!(enable(t1), 0);
+    assert_eq!(enable(t1), 0, "enabled again: nothing to do");
+    // SAFETY: open objects; refused after its fi_enable.
+    unsafe {
+        assert_eq!(
+            bind(&mut (*t1).fid, &mut (*cq_r).fid, FI_TRANSMIT),
+            ieq(FiErrno::FI_EOPBADSTATE)
+        );
+    }
     // SAFETY: open objects, each closed once, contexts first.
     unsafe {
         close_all(&[
+            &mut (*t1).fid,
             &mut (*r3).fid,
             &mut (*sep).fid,
             &mut (*cq_t).fid,
             &mut (*cq_r).fid,
             &mut (*av).fid,
             &mut (*av_small).fid,
+        ]);
+    }
+}
+
+/// A context enabled before its scalable endpoint (fi_endpoint(3) asks only that each be
+/// bound before it is enabled, and enabled before it takes transfers) has the endpoint's
+/// address and takes a receive at once, which a message fills after `fi_enable(sep)`; a
+/// context open but not enabled takes nothing until `fi_enable(sep)` enables it.
+#[test]
+fn a_receive_context_enabled_before_its_scalable_endpoint_takes_receives_at_once() {
+    let open = Open::with_hints(&sep_hints(1, 2));
+    let mut attr = av_attr(16);
+    attr.rx_ctx_bits = 1;
+    let av = open.av_open(&mut attr).unwrap();
+    let cqs = [0, 1, 2].map(|_| open.cq_open(FI_CQ_FORMAT_TAGGED, FI_WAIT_UNSPEC));
+    let sep = scalable_ep(&open).unwrap();
+    let (t0, r0, r1) = (
+        context(sep, true, 0).unwrap(),
+        context(sep, false, 0).unwrap(),
+        context(sep, false, 1).unwrap(),
+    );
+    // SAFETY: open objects.
+    unsafe {
+        assert_eq!(bind(&mut (*sep).fid, &mut (*av).fid, 0), 0);
+        assert_eq!(bind(&mut (*r1).fid, &mut (*cqs[1]).fid, FI_RECV), 0);
+    }
+    let (mut early, mut late) = ([0u8; 16], [0u8; 16]);
+    // SAFETY: refused: the context is not enabled.
+    let ret = unsafe { post(r1, &mut early, None, 1) };
+    assert_eq!(ret, neg(FiErrno::FI_EOPBADSTATE), "before any fi_enable");
+    assert_eq!(
+        enable(r1),
+        0,
+        "the context's enable puts the endpoint on the NIC"
+    );
+    assert_eq!(
+        name_of(r1.cast()),
+        name_of(sep.cast()),
+        "its address is the sep's"
+    );
+    // SAFETY: `early` outlives the receive's completion, read below.
+    assert_eq!(unsafe { post(r1, &mut early, None, 1) }, 0);
+    // SAFETY: open objects; the others bind after the endpoint is on the NIC.
+    unsafe {
+        assert_eq!(bind(&mut (*r0).fid, &mut (*cqs[0]).fid, FI_RECV), 0);
+        assert_eq!(bind(&mut (*t0).fid, &mut (*cqs[2]).fid, FI_TRANSMIT), 0);
+    }
+    // SAFETY: refused: bound but not enabled.
+    let ret = unsafe { post(r0, &mut late, None, 2) };
+    assert_eq!(ret, neg(FiErrno::FI_EOPBADSTATE), "r0 is not enabled yet");
+    assert_eq!(send_to(t0, b"x", 0, 0), neg(FiErrno::FI_EOPBADSTATE));
+    assert_eq!(enable(sep), 0, "enables r0 and t0");
+    // SAFETY: `late` outlives the receive's completion, read below.
+    assert_eq!(unsafe { post(r0, &mut late, None, 2) }, 0);
+    let me = insert(av, &name_of(sep.cast()));
+    for (i, msg) in [(1u32, &b"early"[..]), (0, &b"late"[..])] {
+        let to = uet_av::flags::fi_rx_addr(me, i, 1);
+        assert_eq!(send_to(t0, msg, to, 10 + i as usize), 0);
+        assert!(cq_wait(cqs[2]).is_ok(), "the send to context {i} completes");
+    }
+    let e = cq_wait(cqs[1]).expect("the receive posted before fi_enable(sep)");
+    assert_eq!((e.op_context as usize, e.len), (1, 5));
+    assert_eq!(&early[..5], b"early");
+    let e = cq_wait(cqs[0]).expect("the receive posted after");
+    assert_eq!((e.op_context as usize, e.len), (2, 4));
+    assert_eq!(&late[..4], b"late");
+    // SAFETY: open objects, each closed once, contexts first.
+    unsafe {
+        close_all(&[
+            &mut (*t0).fid,
+            &mut (*r0).fid,
+            &mut (*r1).fid,
+            &mut (*sep).fid,
+            &mut (*cqs[0]).fid,
+            &mut (*cqs[1]).fid,
+            &mut (*cqs[2]).fid,
+            &mut (*av).fid,
         ]);
     }
 }

@@ -189,6 +189,23 @@ fn a_libfabric_application_names_each_receive_context_of_a_scalable_endpoint_wit
     );
 }
 
+/// fabtests' `scalable_ep` order: each context bound and enabled before the scalable
+/// endpoint, receives posted on the enabled receive contexts before `fi_enable(sep)` (and,
+/// on the other scalable endpoint, after), a message to each receive context both ways.
+#[test]
+fn scalable_endpoints_set_up_in_fabtests_order_take_receives_before_fi_enable_of_the_sep() {
+    run_program(
+        "sep_order.c",
+        &[
+            "server: set up, receives posted before fi_enable(sep)",
+            "client: set up, receives posted after fi_enable(sep)",
+            "addresses exchanged: ok",
+            "client to every receive context of the server: ok",
+            "server to every receive context of the client: ok",
+        ],
+    );
+}
+
 #[test]
 fn with_rust_log_set_the_provider_logs_why_a_call_failed() {
     if !have_toolchain() {
