@@ -179,6 +179,10 @@ enum Posted {
         /// The application's buffers.
         iov: IoList,
     },
+    /// An operation of a context that has closed: its completion is read off the ring and
+    /// reported nowhere, counted nowhere (a context opened again on its index gets none of
+    /// it). `recv`: a receive, which may still be posted on the NIC, and how it matches.
+    Orphan { recv: Option<Matching> },
 }
 
 /// A CQ binding: the CQ and whether only operations with `FI_COMPLETION` are reported.
@@ -276,6 +280,52 @@ impl EpShared {
     /// after they armed it).
     pub(crate) fn wake(&self) {
         self.lock().wake_bound();
+    }
+
+    /// Make the ring set ready for a new context of a direction (`tx`: transmit) whose
+    /// previous context closed ([`crate::sep`]'s `fi_tx_context`, `fi_rx_context`): what
+    /// the NIC completed is read off the ring (the old context's operations reported
+    /// nowhere), and the old context's receives still posted are withdrawn from the NIC
+    /// (RECV_CANCEL), so that no message for the new context lands in one. `FI_EBUSY`, and
+    /// no context opens, while one is still there: a message is arriving into it (it
+    /// completes shortly: try again), or the NIC cannot cancel receives (host interface
+    /// older than 1.14: the index opens again once messages have taken them).
+    pub(crate) fn reclaim(&self, tx: bool, call: &str) -> Result<(), FiError> {
+        let mut st = self.lock();
+        st.drain();
+        if tx {
+            // The old context's injects that completed since it closed.
+            if let Some(d) = st.driver.as_mut() {
+                d.take_silent_completions();
+            }
+            return Ok(());
+        }
+        let orphans = st.orphan_receives();
+        if orphans.is_empty() {
+            return Ok(());
+        }
+        if let Some(driver) = st.driver.as_mut() {
+            for &(token, matching) in &orphans {
+                // Best effort: what is not cancelled is counted below.
+                let _ = match matching {
+                    Matching::Untagged => driver.cancel_recv(token),
+                    Matching::Tagged { .. } => driver.cancel_trecv(token),
+                };
+            }
+        }
+        st.drain();
+        let left = st.orphan_receives().len();
+        if left > 0 {
+            return Err(FiError::new(
+                FiErrno::FI_EBUSY,
+                format!(
+                    "{call}: {left} receive(s) of the closed receive context are still posted \
+                     on the NIC (a message is arriving into one: try again; or the NIC cannot \
+                     cancel receives, which needs host interface 1.14)"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Whether a CQ is bound for the direction (`tx`: sends, else receives).
@@ -395,6 +445,8 @@ impl EpState {
     /// The completion of `ev` and the CQ it goes to, or `None` when it is not reported.
     fn complete(&mut self, mut ev: CqEvent) -> Option<(*const UetCq, Completion)> {
         let posted = match self.take(ev.context) {
+            // Its buffer, if any, goes back to the pool with the event.
+            Some(Posted::Orphan { .. }) => return None,
             Some(posted) => posted,
             // A failed inject: the NIC reports it with context 0, which no posted operation
             // has (tokens start at 1), and it is reported as every failed operation is,
@@ -441,6 +493,7 @@ impl EpState {
                 FI_RECV | matching.flag(),
                 Some(iov),
             ),
+            Posted::Orphan { .. } => return None,
         };
         let mut entry = FiCqTaggedEntry {
             op_context: context as usize as *mut c_void,
@@ -557,16 +610,31 @@ impl EpState {
         ))
     }
 
-    /// Give the application back the buffers of the receives posted (a receive context's
-    /// close, whose ring set stays on the NIC): a message that still lands in one of them is
-    /// read off the ring but copied nowhere and reported nowhere.
-    fn forget_receives(&mut self) {
+    /// Leave the operations of a closing context's direction (`tx`: its sends, else its
+    /// receives) to the ring set, whose context may be opened again: each becomes an
+    /// [`Posted::Orphan`], whose completion is reported and counted nowhere, so a receive's
+    /// message is copied into no buffer of the application's, which has them back.
+    fn orphan(&mut self, tx: bool) {
         for op in self.posted.iter_mut().flatten() {
-            if let Posted::Recv { report, iov, .. } = op {
-                *report = false;
-                *iov = IoList::default();
-            }
+            let recv = match op {
+                Posted::Send { .. } if tx => None,
+                Posted::Recv { matching, .. } if !tx => Some(*matching),
+                _ => continue,
+            };
+            *op = Posted::Orphan { recv };
         }
+    }
+
+    /// The receives of closed contexts still posted on the NIC: (token, how each matches).
+    fn orphan_receives(&self) -> Vec<(u64, Matching)> {
+        self.posted
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, op)| match op {
+                Some(Posted::Orphan { recv: Some(m) }) => Some((slot as u64 + 1, *m)),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Hold `op` until its completion: its token, the context the NIC carries (never 0, the
@@ -2106,9 +2174,7 @@ unsafe extern "C" fn ep_close(fid: *mut Fid) -> c_int {
                 // What the NIC completed already reaches this direction's CQ and counter
                 // before they are unbound, as at an endpoint's close.
                 st.drain();
-                if !tx {
-                    st.forget_receives();
-                }
+                st.orphan(tx);
                 let (cq, other_cq) = if tx {
                     (st.tx_cq.take(), st.rx_cq)
                 } else {
@@ -2179,4 +2245,89 @@ unsafe extern "C" fn ep_close(fid: *mut Fid) -> c_int {
         drop(unsafe { Box::from_raw(fid.cast::<UetEp>()) });
         Ok(0)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uet_fwif::datapath::{CompletionKind, LocalStatus};
+
+    /// A completion the NIC made for the operation of `token`.
+    fn event(token: u64, op: CqOp, error: Option<FiErrno>) -> CqEvent {
+        CqEvent {
+            kind: match op {
+                CqOp::Recv => CompletionKind::Recv,
+                CqOp::TaggedRecv => CompletionKind::TaggedRecv,
+                _ => CompletionKind::Send,
+            },
+            op,
+            context: token,
+            len: 0,
+            data: 0,
+            src_addr: 0,
+            tag: 0,
+            group: 0,
+            error: error.map(|errno| uet_driver::CqError {
+                errno,
+                local: LocalStatus::Remote,
+                return_code: None,
+                olen: 0,
+            }),
+            buffer: None,
+            multi_recv: None,
+        }
+    }
+
+    /// A CQ binding that `complete` names and never reads.
+    fn binding(at: usize) -> Option<CqBinding> {
+        Some(CqBinding {
+            cq: core::ptr::without_provenance(at),
+            selective: false,
+        })
+    }
+
+    /// The operations of a closed context complete after a context of its index opened
+    /// again and bound a CQ of its own: the new CQ gets none of them, and the new context's
+    /// own completions go to it.
+    #[test]
+    fn a_closed_contexts_operations_complete_nowhere_once_its_index_opens_again() {
+        let lane = EpShared::lane();
+        let mut st = lane.lock();
+        (st.tx_cq, st.rx_cq) = (binding(0x1000), binding(0x2000));
+        let send = st.hold(Posted::Send {
+            context: 5,
+            report: true,
+            matching: Matching::Untagged,
+        });
+        let recv = st.hold(Posted::Recv {
+            context: 6,
+            report: true,
+            matching: Matching::Tagged { tag: 1, ignore: 0 },
+            iov: IoList::default(),
+        });
+        // The transmit context closes: its send is left to the ring set, the receive
+        // context's receive is not.
+        st.orphan(true);
+        assert!(st.orphan_receives().is_empty());
+        st.tx_cq = binding(0x3000);
+        let new_send = st.hold(Posted::Send {
+            context: 7,
+            report: true,
+            matching: Matching::Untagged,
+        });
+        assert!(st.complete(event(send, CqOp::Send, None)).is_none());
+        let (cq, c) = st
+            .complete(event(new_send, CqOp::Send, None))
+            .expect("the new context's send");
+        assert_eq!((cq as usize, c.entry.op_context as usize), (0x3000, 7));
+        // The receive context closes and opens again; the old receive, cancelled, completes
+        // with an error that reaches no CQ.
+        st.orphan(false);
+        assert_eq!(st.orphan_receives().len(), 1);
+        st.rx_cq = binding(0x4000);
+        let ev = event(recv, CqOp::TaggedRecv, Some(FiErrno::FI_ECANCELED));
+        assert!(st.complete(ev).is_none());
+        assert!(st.orphan_receives().is_empty());
+        assert!(st.posted.iter().all(Option::is_none));
+    }
 }

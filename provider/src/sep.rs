@@ -5,13 +5,13 @@
 //! |---|---|
 //! | `fi_scalable_ep(domain, info, &sep, ctx)` | a `fid_ep` of class `FI_CLASS_SEP` with `ep_attr->tx_ctx_cnt` transmit and `rx_ctx_cnt` receive contexts (0 counts as 1; more than the NIC's `CAP_EP.max_tx_ctx`, `max_rx_ctx`, the domain's `max_ep_tx_ctx`, `max_ep_rx_ctx`, or `FI_SHARED_CONTEXT`: `-FI_EINVAL`; an `FI_EP_DGRAM` or `FI_EP_MSG` info: `-FI_EINVAL`) |
 //! | `fi_scalable_ep_bind(sep, av, 0)` | its AV, which its contexts address through (an AV only, once: `-FI_EINVAL`; flags: `-FI_EBADFLAGS`; once it or a context is enabled: `-FI_EOPBADSTATE`) |
-//! | `fi_tx_context(sep, i, attr, &ep, ctx)`, `fi_rx_context` | context `i`, a `fid_ep` of class `FI_CLASS_TX_CTX` / `FI_CLASS_RX_CTX` (index out of range `-FI_EINVAL`, opened already `-FI_EBUSY`, closed after the scalable endpoint was enabled `-FI_EOPBADSTATE`), before or after the scalable endpoint is enabled; `attr` gives its `op_flags` and gets the attributes it has |
+//! | `fi_tx_context(sep, i, attr, &ep, ctx)`, `fi_rx_context` | context `i`, a `fid_ep` of class `FI_CLASS_TX_CTX` / `FI_CLASS_RX_CTX` (index out of range `-FI_EINVAL`, open already `-FI_EBUSY`), before or after the scalable endpoint is enabled, and again after `fi_close` of the index's context (see below); `attr` gives its `op_flags` and gets the attributes it has |
 //! | `fi_ep_bind(ctx, cq or counter, flags)` | its own CQ (`FI_TRANSMIT` on a transmit context, `FI_RECV` on a receive one, `FI_SELECTIVE_COMPLETION` on either) and counter (`FI_SEND`, `FI_RECV`); the other direction is `-FI_EBADFLAGS`, an AV or EQ `-FI_EINVAL` |
 //! | `fi_enable(ctx)` | enables the context (`-FI_ENOCQ` without its CQ): it carries transfers from then on and binds nothing more. The first `fi_enable` of a context or of the scalable endpoint creates the endpoint and all its ring sets on the NIC (`-FI_ENOAV` without an AV bound to the scalable endpoint; `-FI_EINVAL` when the AV's `rx_ctx_bits` cannot name the receive contexts), so a context enabled before `fi_enable(sep)` has the endpoint's address and takes receives and sends at once |
 //! | `fi_enable(sep)` | enables every open context (`-FI_ENOCQ` for one without its CQ, nothing enabled), creating the endpoint on the NIC if no context's `fi_enable` did (`-FI_ENOAV`, `-FI_EINVAL` as above); contexts enabled already keep what they posted |
 //! | `fi_getname(sep)`, `fi_getname(ctx)` | the one address, once enabled |
 //! | `fi_send*`, `fi_tsend*`, `fi_inject*`, `fi_tinject*` on a transmit context; `fi_recv*`, `fi_trecv*` on a receive context | as on an endpoint ([`crate::ep`]), once the context is enabled (`-FI_EOPBADSTATE` before); the other direction's calls are `-FI_EOPNOTSUPP`, and so is every transfer on the scalable endpoint itself |
-//! | `fi_close(ctx)` | unbinds its CQ and counter; posted receives are dropped unreported, their buffers never written (the NIC keeps the context until the scalable endpoint closes, and a message that still lands there is read off its ring and discarded) |
+//! | `fi_close(ctx)` | what the NIC completed reaches its CQ and counter, which it then unbinds; operations still outstanding are reported and counted nowhere, then or later, and posted receives' buffers are never written (the ring set stays on the NIC until the scalable endpoint closes, and a message that lands in a receive of the closed context is read off its ring and discarded) |
 //! | `fi_close(sep)` | `-FI_EBUSY` while a context is open; the endpoint leaves the NIC |
 //!
 //! Receive context `i` is the NIC's resource index `ri_start + i`: a peer reaches it with
@@ -43,9 +43,23 @@
 //! alone, which enables the contexts open then.
 //!
 //! A context may be opened before or after the endpoint is on the NIC; one opened after
-//! binds its CQ and is enabled by its own `fi_enable`. A context closed after the endpoint
-//! is on the NIC is not opened again: its ring set stays on the NIC, bound to nothing,
-//! until the scalable endpoint closes.
+//! binds its CQ and is enabled by its own `fi_enable`.
+//!
+//! # Opening an index again
+//!
+//! fi_endpoint(3) has `fi_tx_context` and `fi_rx_context` retrieve the context of an index,
+//! which providers may allocate then, and `fi_close` release what the context holds; it
+//! forbids no second context on an index whose first has closed. So `fi_tx_context` and
+//! `fi_rx_context` open it again: a new context, not enabled and bound to nothing, on the
+//! same ring set (same address, same resource index). It starts clean: the completions the
+//! NIC made for the old context went to the old context's CQ and counter before its close,
+//! or go nowhere; the old context's receives still posted are withdrawn from the NIC
+//! (RECV_CANCEL) as the index opens again, so no message meant for the new context lands
+//! in one. While one cannot be withdrawn, `fi_rx_context` is `-FI_EBUSY` and opens nothing:
+//! a message is arriving into it (try again), or the NIC predates RECV_CANCEL (host interface
+//! 1.14), and the index opens again once messages have taken the old receives. Tagged
+//! messages the NIC holds unexpected for the index are the index's, not the old context's:
+//! the new context's tagged receives match them.
 
 use crate::abi::*;
 use crate::av::UetAv;
@@ -683,27 +697,29 @@ unsafe fn open_context(
         .cloned()
         .ok_or_else(|| FiError::inval(format!("{call}: index {index}")))?;
     let mut st = s.lock();
-    let spent = if tx { &st.tx_spent } else { &st.rx_spent };
-    if spent.get(k).copied().unwrap_or(false) {
-        return Err(FiError::new(
-            FiErrno::FI_EOPBADSTATE,
-            format!(
-                "{call}: {what} context {k} was closed after the scalable endpoint was \
-                 enabled: its index is not opened again"
-            ),
-        ));
-    }
-    let open = if tx { &mut st.tx_open } else { &mut st.rx_open };
-    let slot = open
-        .get_mut(k)
-        .ok_or_else(|| FiError::inval(format!("{call}: index {index}")))?;
-    if *slot {
+    let open = if tx { &st.tx_open } else { &st.rx_open };
+    if open.get(k).copied().unwrap_or(false) {
         return Err(FiError::new(
             FiErrno::FI_EBUSY,
             format!("{call}: {what} context {k} is open already"),
         ));
     }
-    *slot = true;
+    let spent = if tx { &st.tx_spent } else { &st.rx_spent };
+    if spent.get(k).copied().unwrap_or(false) {
+        // Closed once the ring set was on the NIC: it starts clean of what that context
+        // posted.
+        lane.reclaim(tx, call)?;
+    }
+    let st = &mut *st;
+    let (open, spent) = if tx {
+        (&mut st.tx_open, &mut st.tx_spent)
+    } else {
+        (&mut st.rx_open, &mut st.rx_spent)
+    };
+    if let (Some(o), Some(sp)) = (open.get_mut(k), spent.get_mut(k)) {
+        *o = true;
+        *sp = false;
+    }
     let ep = crate::ep::open_context(s, s.domain, lane, tx, k, op_flags, s.addr_format, context);
     // SAFETY: `out` is non-NULL and writable (the caller's promise).
     unsafe { *out = ep };

@@ -4311,9 +4311,8 @@ fn a_receive_context_keeps_its_cq_when_the_transmit_context_of_its_index_closes(
         assert_eq!(post(r0, &mut buf, None, 7), 0);
         assert_eq!(close(&mut (*t0).fid), 0);
     }
-    // A closed context is not opened again once enabled.
-    let t1 = context(sep, true, 0).err();
-    assert_eq!(t1, Some(-(FiErrno::FI_EOPBADSTATE.get() as c_int)));
+    // A closed context's index opens again, the receive context of the index untouched.
+    let t1 = context(sep, true, 0).expect("transmit context 0 opened again");
     let peer = {
         // SAFETY: the provider's own info, restored after.
         unsafe {
@@ -4343,6 +4342,7 @@ fn a_receive_context_keeps_its_cq_when_the_transmit_context_of_its_index_closes(
     // SAFETY: open objects, each closed once, contexts first.
     unsafe {
         close_all(&[
+            &mut (*t1).fid,
             &mut (*r0).fid,
             &mut (*sep).fid,
             &mut (*peer).fid,
@@ -4457,6 +4457,115 @@ fn a_closed_receive_contexts_posted_receive_writes_nothing_into_its_buffer() {
             &mut (*sep).fid,
             &mut (*cq_t).fid,
             &mut (*cq_r).fid,
+            &mut (*av).fid,
+        ]);
+    }
+}
+
+/// A context closed after its scalable endpoint is enabled opens again on its index
+/// (fi_endpoint(3) forbids it nowhere): a new context on the same ring set, which binds a CQ
+/// of its own and is enabled on its own, and starts clean: the old context's receives are
+/// withdrawn from the NIC, so a message for the index lands in the new context's receive,
+/// and nothing of the old context (receives, sends, completions) reaches the new CQ.
+#[test]
+fn a_context_closed_after_enable_opens_again_on_its_index_clean_of_the_old_ones_operations() {
+    let open = Open::with_hints(&sep_hints(1, 1));
+    let mut attr = av_attr(16);
+    let av = open.av_open(&mut attr).unwrap();
+    let cqs = [0, 1, 2, 3].map(|_| open.cq_open(FI_CQ_FORMAT_TAGGED, FI_WAIT_UNSPEC));
+    let sep = scalable_ep(&open).unwrap();
+    let (t0, r0) = (
+        context(sep, true, 0).unwrap(),
+        context(sep, false, 0).unwrap(),
+    );
+    // SAFETY: open objects.
+    unsafe {
+        assert_eq!(bind(&mut (*sep).fid, &mut (*av).fid, 0), 0);
+        assert_eq!(bind(&mut (*t0).fid, &mut (*cqs[0]).fid, FI_TRANSMIT), 0);
+        assert_eq!(bind(&mut (*r0).fid, &mut (*cqs[1]).fid, FI_RECV), 0);
+    }
+    assert_eq!(enable(sep), 0);
+    let me = insert(av, &name_of(sep.cast()));
+    let (mut old_plain, mut old_tagged) = (vec![0xaau8; 32], vec![0xaau8; 32]);
+    // SAFETY: the buffers outlive the scalable endpoint; each context is closed once.
+    unsafe {
+        assert_eq!(post(r0, &mut old_plain, None, 1), 0);
+        assert_eq!(post(r0, &mut old_tagged, Some(0x77), 2), 0);
+        assert_eq!(
+            context(sep, false, 0).err(),
+            Some(-(FiErrno::FI_EBUSY.get() as c_int))
+        );
+        assert_eq!(close(&mut (*r0).fid), 0);
+    }
+    let r0 = context(sep, false, 0).expect("receive context 0 opened again");
+    assert_eq!(name_of(r0.cast()), name_of(sep.cast()));
+    let mut buf = [0u8; 32];
+    // SAFETY: refused: the new context is not enabled.
+    let ret = unsafe { post(r0, &mut buf, None, 3) };
+    assert_eq!(
+        ret,
+        neg(FiErrno::FI_EOPBADSTATE),
+        "a new context starts disabled"
+    );
+    // SAFETY: open objects.
+    unsafe { assert_eq!(bind(&mut (*r0).fid, &mut (*cqs[2]).fid, FI_RECV), 0) };
+    assert_eq!(enable(r0), 0);
+    // SAFETY: `buf` outlives the receive's completion, read below.
+    unsafe { assert_eq!(post(r0, &mut buf, None, 3), 0) };
+    assert_eq!(send_to(t0, b"for the new one", me, 4), 0);
+    let e = cq_wait(cqs[0]).expect("the send completes");
+    assert_eq!(e.op_context as usize, 4);
+    let e = cq_wait(cqs[2]).expect("the new context's receive");
+    assert_eq!((e.op_context as usize, e.len), (3, 15));
+    assert_eq!(&buf[..15], b"for the new one");
+    // A tagged message finds no old tagged receive either: it waits for the new one's.
+    assert_eq!(tsend(t0, b"tagged", me, 0x77, 5), 0);
+    assert!(cq_wait(cqs[0]).is_ok(), "the tagged send completes");
+    let mut tbuf = [0u8; 32];
+    // SAFETY: `tbuf` outlives the receive's completion, read below.
+    unsafe { assert_eq!(post(r0, &mut tbuf, Some(0x77), 6), 0) };
+    let e = cq_wait(cqs[2]).expect("the new context's tagged receive");
+    assert_eq!((e.op_context as usize, e.len), (6, 6));
+    assert_eq!(&tbuf[..6], b"tagged");
+    assert!(old_plain.iter().chain(&old_tagged).all(|&b| b == 0xaa));
+    for cq in [cqs[1], cqs[2]] {
+        assert_eq!(
+            cq_read(cq).err(),
+            Some(neg(FiErrno::FI_EAGAIN)),
+            "nothing of the old"
+        );
+    }
+    // The transmit context too: a send of the old one, closed at once, completes nowhere
+    // the new one reads.
+    let mut xbuf = [0u8; 8];
+    // SAFETY: `xbuf` outlives the receive's completion, read below; `t0` is closed once.
+    unsafe {
+        assert_eq!(post(r0, &mut xbuf, None, 10), 0);
+        assert_eq!(send_to(t0, b"x", me, 7), 0);
+        assert_eq!(close(&mut (*t0).fid), 0);
+    }
+    let t0 = context(sep, true, 0).expect("transmit context 0 opened again");
+    // SAFETY: open objects.
+    unsafe { assert_eq!(bind(&mut (*t0).fid, &mut (*cqs[3]).fid, FI_TRANSMIT), 0) };
+    assert_eq!(enable(t0), 0);
+    let e = cq_wait(cqs[2]).expect("the old transmit context's message arrives");
+    assert_eq!((e.op_context as usize, e.len), (10, 1));
+    // SAFETY: `buf` outlives the receive's completion, read below.
+    unsafe { assert_eq!(post(r0, &mut buf, None, 8), 0) };
+    assert_eq!(send_to(t0, b"y", me, 9), 0);
+    let e = cq_wait(cqs[3]).expect("the new transmit context's send");
+    assert_eq!(e.op_context as usize, 9);
+    assert_eq!(cq_read(cqs[3]).err(), Some(neg(FiErrno::FI_EAGAIN)));
+    // SAFETY: open objects, each closed once, contexts first.
+    unsafe {
+        close_all(&[
+            &mut (*t0).fid,
+            &mut (*r0).fid,
+            &mut (*sep).fid,
+            &mut (*cqs[0]).fid,
+            &mut (*cqs[1]).fid,
+            &mut (*cqs[2]).fid,
+            &mut (*cqs[3]).fid,
             &mut (*av).fid,
         ]);
     }

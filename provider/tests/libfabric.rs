@@ -191,7 +191,8 @@ fn a_libfabric_application_names_each_receive_context_of_a_scalable_endpoint_wit
 
 /// fabtests' `scalable_ep` order: each context bound and enabled before the scalable
 /// endpoint, receives posted on the enabled receive contexts before `fi_enable(sep)` (and,
-/// on the other scalable endpoint, after), a message to each receive context both ways.
+/// on the other scalable endpoint, after), a message to each receive context both ways;
+/// then a receive context closed and opened again on its index.
 #[test]
 fn scalable_endpoints_set_up_in_fabtests_order_take_receives_before_fi_enable_of_the_sep() {
     run_program(
@@ -202,6 +203,7 @@ fn scalable_endpoints_set_up_in_fabtests_order_take_receives_before_fi_enable_of
             "addresses exchanged: ok",
             "client to every receive context of the server: ok",
             "server to every receive context of the client: ok",
+            "receive context opened again: ok",
         ],
     );
 }

@@ -11,7 +11,8 @@
  * fabtests does since. Then fabtests' address exchange (init_av) and test (run_test): the
  * client sends to each of the server's receive contexts, named with fi_rx_addr, and each
  * message lands in the receive the server posted before fi_enable(sep); and back, the
- * server to each of the client's.
+ * server to each of the client's. Last, a receive context closed and opened again on its
+ * index.
  * Run by tests/libfabric.rs; prints "ok" at the end, exits 1 at the first failed check. */
 
 #include <inttypes.h>
@@ -189,6 +190,29 @@ int main(void)
 		}
 		printf("%s to every receive context of the %s: ok\n", from->name, to->name);
 	}
+
+	/* A receive context closed with a receive posted opens again on its index: the new
+	 * context, with a CQ of its own, gets the next message for the index, and the old
+	 * receive's buffer stays as it was. */
+	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_CONTEXT, .wait_obj = FI_WAIT_NONE };
+	char old_buf[SIZE], new_buf[SIZE];
+	memset(old_buf, 0xaa, sizeof(old_buf));
+	CHECK_RET(fi_recv(server.rx_ep[1], old_buf, SIZE, NULL, 0, NULL), 0);
+	CHECK_RET(fi_close(&server.rx_ep[1]->fid), 0);
+	CHECK_RET(fi_close(&server.rxcq[1]->fid), 0);
+	CHECK_RET(fi_rx_context(server.sep, 1, NULL, &server.rx_ep[1], NULL), 0);
+	CHECK_RET(fi_cq_open(domain, &cq_attr, &server.rxcq[1], NULL), 0);
+	CHECK_RET(fi_ep_bind(server.rx_ep[1], &server.rxcq[1]->fid, FI_RECV), 0);
+	CHECK_RET(fi_enable(server.rx_ep[1]), 0);
+	CHECK_RET(fi_recv(server.rx_ep[1], new_buf, SIZE, NULL, 0, NULL), 0);
+	strcpy(client.tx_buf, "to the reopened context");
+	CHECK_RET(fi_send(client.tx_ep[1], client.tx_buf, SIZE, NULL, client.remote_rx[1], NULL), 0);
+	wait_for_comp(client.txcq[1]);
+	wait_for_comp(server.rxcq[1]);
+	CHECK(strcmp(new_buf, "to the reopened context") == 0);
+	for (size_t b = 0; b < sizeof(old_buf); b++)
+		CHECK((unsigned char)old_buf[b] == 0xaa);
+	printf("receive context opened again: ok\n");
 
 	close_side(&client);
 	close_side(&server);
