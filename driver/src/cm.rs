@@ -1037,6 +1037,14 @@ impl Endpoint {
             .is_some_and(|l| l.shared.get() == CONNECTED)
     }
 
+    /// Whether the `FI_EP_MSG` endpoint's connection was shut down, by [`Endpoint::shutdown`]
+    /// or by the peer (`FI_SHUTDOWN`): no message can arrive any more.
+    pub fn is_shut_down(&self) -> bool {
+        self.cm
+            .as_ref()
+            .is_some_and(|l| l.shared.get() == SHUT_DOWN)
+    }
+
     /// Control messages this `FI_EP_MSG` endpoint dropped (malformed, another connection's,
     /// or a SHUTDOWN from someone else).
     pub fn cm_dropped(&self) -> u64 {

@@ -5,7 +5,13 @@
 //!
 //! * An `FI_EP_MSG` endpoint binds an EQ and CQs, never an AV (`-FI_EINVAL`); its sends go to
 //!   its peer whatever `fi_addr_t` they name, and are `-FI_ENOTCONN` before it is connected
-//!   and after `fi_shutdown` (its own or its peer's), as is `fi_shutdown` then.
+//!   and after `fi_shutdown` (its own or its peer's), as is `fi_shutdown` then. Once the
+//!   connection is shut down no message can arrive: the receives still posted are flushed,
+//!   each an `FI_ECANCELED` error entry in the receive CQ (and an error on a bound receive
+//!   counter), as fi_cm(3) lets `fi_shutdown` cancel them — before `fi_shutdown` returns, and
+//!   after the peer's `FI_SHUTDOWN` at the next read of the CQ or counter (as is a receive
+//!   posted after the shutdown); a thread already waiting on them (`fi_cq_sread`,
+//!   `fi_cntr_wait`) sees it when it next looks at the rings, at most 100 ms later.
 //!   `fi_connect(ep, addr, param, len)` asks the listener at `addr` (its `fi_getname`: the
 //!   32-byte address, or its string for `FI_ADDR_STR`) for a connection; `fi_accept(ep,
 //!   param, len)` takes the request whose `FI_CONNREQ` `fi_info` opened the endpoint
@@ -178,6 +184,8 @@ enum Posted {
         matching: Matching,
         /// The application's buffers.
         iov: IoList,
+        /// Withdrawn at the connection's end already ([`EpState::flush_receives`]).
+        withdrawn: bool,
     },
     /// An operation of a context that has closed: its completion is read off the ring and
     /// reported nowhere, counted nowhere (a context opened again on its index gets none of
@@ -372,6 +380,10 @@ impl EpShared {
     pub(crate) fn arm(&self) -> Arm {
         use std::os::fd::AsRawFd;
         let mut st = self.lock();
+        // Receives to flush: the read that follows does it.
+        if st.flush_due() {
+            return Arm::Ready;
+        }
         let Some(driver) = st.driver.as_mut() else {
             return Arm::Idle;
         };
@@ -393,14 +405,32 @@ impl EpShared {
     /// A completion queued in a CQ whose waiter has armed the ring wakes that waiter
     /// ([`UetCq::push`]): it is out of the ring, and the next arm of the ring clears the
     /// vector that announced it.
+    ///
+    /// An `FI_EP_MSG` endpoint whose peer shut the connection down flushes its posted
+    /// receives first ([`EpState::flush_receives`]).
     pub(crate) fn drain(&self) {
         self.lock().drain();
     }
 }
 
+/// How many times a receive's withdrawal is tried while the completion ring is full (each
+/// try after the first reads the ring, which makes room).
+const FLUSH_TRIES: usize = 4;
+
 impl EpState {
-    /// [`EpShared::drain`], under the endpoint's lock the caller holds.
+    /// [`EpShared::drain`], under the endpoint's lock the caller holds: a connection shut
+    /// down flushes its posted receives first ([`EpState::flush_receives`]), then the ring
+    /// is read ([`EpState::drain_ring`]).
     fn drain(&mut self) {
+        if self.flush_due() {
+            self.flush_receives();
+        }
+        self.drain_ring();
+    }
+
+    /// Read every completion of the ring into the bound CQs and counters, under the
+    /// endpoint's lock the caller holds.
+    fn drain_ring(&mut self) {
         while let Some(driver) = self.driver.as_mut() {
             let ev = match driver.poll() {
                 Ok(Some(ev)) => ev,
@@ -424,6 +454,78 @@ impl EpState {
                 unsafe { &*cntr }.count(true, n);
             }
         }
+    }
+
+    /// Whether the endpoint's connection is shut down (its own `fi_shutdown`, or the peer's
+    /// `FI_SHUTDOWN`) while a receive it posted is not withdrawn yet.
+    fn flush_due(&self) -> bool {
+        self.connected_kind
+            && self.driver.as_ref().is_some_and(Endpoint::is_shut_down)
+            && self.posted.iter().flatten().any(|op| {
+                matches!(
+                    op,
+                    Posted::Recv {
+                        withdrawn: false,
+                        ..
+                    }
+                )
+            })
+    }
+
+    /// The connection is shut down: no message can arrive any more, and every receive still
+    /// posted is withdrawn on the NIC (RECV_CANCEL, as `fi_cancel` does). Each completes in
+    /// the receive CQ as an `FI_ECANCELED` error entry (its context, its buffer untouched)
+    /// and counts as an error on a bound receive counter, as fi_cm(3) has it for
+    /// `fi_shutdown`; the ring is read before this returns, so the entries are in the CQ.
+    /// A receive a message is arriving into completes on its own. On a NIC without
+    /// RECV_CANCEL (older than host interface 1.14) the receives stay posted.
+    fn flush_receives(&mut self) {
+        let pending: Vec<(u64, Matching)> = self
+            .posted
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(slot, op)| match op {
+                Some(Posted::Recv {
+                    matching,
+                    withdrawn,
+                    ..
+                }) if !*withdrawn => {
+                    *withdrawn = true;
+                    Some((slot as u64 + 1, *matching))
+                }
+                _ => None,
+            })
+            .collect();
+        'receives: for (token, matching) in pending {
+            for _ in 0..FLUSH_TRIES {
+                let Some(driver) = self.driver.as_mut() else {
+                    return;
+                };
+                let withdrawn = match matching {
+                    Matching::Untagged => driver.cancel_recv(token),
+                    Matching::Tagged { .. } => driver.cancel_trecv(token),
+                };
+                match withdrawn.map_err(|e| (e.errno(), e)) {
+                    Ok(()) => continue 'receives,
+                    // The completion ring is full: its completions go to the CQs first.
+                    Err((FiErrno::FI_EAGAIN, _)) => self.drain_ring(),
+                    Err((FiErrno::FI_ENOSYS, e)) => {
+                        tracing::debug!(error = %e, "receives left posted at shutdown");
+                        break 'receives;
+                    }
+                    // Taken by a message, or completed: its completion is in the ring.
+                    Err((_, e)) => {
+                        tracing::debug!(token, error = %e, "receive not withdrawn at shutdown");
+                        continue 'receives;
+                    }
+                }
+            }
+            tracing::warn!(
+                token,
+                "receive not withdrawn at shutdown: the completion ring stays full"
+            );
+        }
+        self.drain_ring();
     }
 
     /// Wake a thread asleep on a CQ (`fi_cq_sread`, or an `FI_WAIT_FD` descriptor after
@@ -485,6 +587,7 @@ impl EpState {
                 report,
                 matching,
                 iov,
+                ..
             } => (
                 self.rx_cq,
                 self.rx_cntr,
@@ -1515,6 +1618,9 @@ unsafe extern "C" fn ep_shutdown(ep: *mut FidEp, flags: u64) -> c_int {
             )
         })?;
         driver.shutdown().map_err(|e| driver_error(CALL, &e))?;
+        // fi_cm(3): the canceled receives' completions are written before fi_shutdown
+        // returns.
+        st.flush_receives();
         Ok(0)
     })
 }
@@ -1610,6 +1716,7 @@ fn recv(
         report,
         matching,
         iov: *iov,
+        withdrawn: false,
     });
     let driver = st
         .driver

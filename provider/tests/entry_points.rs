@@ -2178,15 +2178,28 @@ impl Msg {
 
     /// An endpoint opened with `info`, bound to `eq` and a CQ of its own, enabled.
     fn ep(&self, info: *mut FiInfo, eq: *mut FidEq) -> (*mut FidEp, *mut FidCq) {
+        self.ep_counted(info, eq, None)
+    }
+
+    /// [`Msg::ep`], its receives counted by `rx_cntr` if given.
+    fn ep_counted(
+        &self,
+        info: *mut FiInfo,
+        eq: *mut FidEq,
+        rx_cntr: Option<*mut FidCntr>,
+    ) -> (*mut FidEp, *mut FidCq) {
         let ep = self.endpoint(info).expect("fi_endpoint");
         let cq = self.open.cq_open(FI_CQ_FORMAT_DATA, FI_WAIT_UNSPEC);
-        // SAFETY: an open endpoint, EQ and CQ.
+        // SAFETY: an open endpoint, EQ, CQ and counter.
         unsafe {
             assert_eq!(bind(&mut (*ep).fid, &mut (*eq).fid, 0), 0);
             assert_eq!(
                 bind(&mut (*ep).fid, &mut (*cq).fid, FI_TRANSMIT | FI_RECV),
                 0
             );
+            if let Some(c) = rx_cntr {
+                assert_eq!(bind(&mut (*ep).fid, &mut (*c).fid, FI_RECV), 0);
+            }
             assert_eq!(
                 ((*(*ep).fid.ops).control)(&mut (*ep).fid, FI_ENABLE, null_mut()),
                 0
@@ -2484,6 +2497,159 @@ fn connected_endpoints_connect_accept_exchange_messages_and_shut_down() {
             client_fid,
             &mut (*cq_s).fid,
             &mut (*cq_c).fid,
+            pep_fid,
+            &mut (*eq_l).fid,
+            &mut (*eq_c).fid,
+        ]);
+    }
+}
+
+/// `fi_trecv` on `ep` into `buf`, with `tag` and `context`.
+///
+/// # Safety
+/// `buf` outlives the receive's completion.
+unsafe fn trecv_on(ep: *mut FidEp, buf: &mut [u8], tag: u64, context: usize) -> isize {
+    // SAFETY: an open endpoint; the caller keeps `buf`.
+    unsafe {
+        ((*(*ep).tagged).recv)(
+            ep,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            null_mut(),
+            0,
+            tag,
+            0,
+            context as _,
+        )
+    }
+}
+
+/// `fi_recv` on `ep` into `buf`, with `context`.
+///
+/// # Safety
+/// `buf` outlives the receive's completion.
+unsafe fn recv_ctx(ep: *mut FidEp, buf: &mut [u8], context: usize) -> isize {
+    // SAFETY: an open endpoint; the caller keeps `buf`.
+    unsafe {
+        ((*(*ep).msg).recv)(
+            ep,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            null_mut(),
+            0,
+            context as _,
+        )
+    }
+}
+
+/// `fi_cq_readerr` of `cq` now, no waiting: the entry, or the read's return.
+fn cq_error_now(cq: *mut FidCq) -> Result<FiCqErrEntry, isize> {
+    // SAFETY: a plain-data structure.
+    let mut e: FiCqErrEntry = unsafe { core::mem::zeroed() };
+    // SAFETY: an open CQ; a valid entry.
+    let ret = unsafe { ((*(*cq).ops).readerr)(cq, &mut e, 0) };
+    if ret == 1 {
+        Ok(e)
+    } else {
+        Err(ret)
+    }
+}
+
+/// A connection's end flushes the receives still posted (fi_cm(3): `fi_shutdown` cancels
+/// them, their completions written before it returns): on the side that shuts down, as soon
+/// as `fi_shutdown` returns; on the peer, once its `FI_SHUTDOWN` has come, at the next read
+/// of its CQ or counter. Each is an `FI_ECANCELED` error entry with its context and buffer,
+/// counted as an error; a receive posted after the shutdown is flushed the same way.
+#[test]
+fn a_connections_shutdown_flushes_the_posted_receives_as_ecanceled() {
+    let m = Msg::new();
+    let (eq_l, eq_c) = (m.eq(), m.eq());
+    let pep = m.listen(eq_l);
+    // SAFETY: `pep` is open; only the field's address is taken.
+    let pep_fid: *mut Fid = unsafe { &mut (*pep).fid };
+    let (client, cq_c) = m.ep(m.open.info, eq_c);
+    assert_eq!(connect(client, &name_of(pep_fid), b""), 0);
+    let req = cm_event(eq_l).expect("FI_CONNREQ");
+    let rx_cntr = m.open.cntr_open(FI_WAIT_UNSPEC).expect("fi_cntr_open");
+    let (server, cq_s) = m.ep_counted(req.info, eq_l, Some(rx_cntr));
+    // SAFETY: an open endpoint.
+    assert_eq!(unsafe { ((*(*server).cm).accept)(server, null(), 0) }, 0);
+    assert_eq!(cm_event(eq_c).expect("FI_CONNECTED").event, FI_CONNECTED);
+    assert_eq!(cm_event(eq_l).expect("FI_CONNECTED").event, FI_CONNECTED);
+
+    let mut bufs = [[0xEEu8; 16]; 4];
+    let [c_untagged, c_tagged, s_before, s_after] = &mut bufs;
+    // SAFETY: open endpoints; the buffers outlive their completions, read below.
+    unsafe {
+        assert_eq!(recv_ctx(client, c_untagged, 0xA1), 0);
+        assert_eq!(trecv_on(client, c_tagged, 7, 0xA2), 0);
+        assert_eq!(recv_ctx(server, s_before, 0xB1), 0);
+    }
+    let (c_untagged, c_tagged) = (c_untagged.as_ptr(), c_tagged.as_ptr());
+
+    // The peer waits on its receive counter meanwhile.
+    let waiting = Shared(rx_cntr);
+    let waiter = std::thread::spawn(move || cntr_wait(waiting.get(), 1, 5000));
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    // The side that shuts down: its entries are in the CQ when fi_shutdown returns.
+    // SAFETY: an open endpoint.
+    assert_eq!(unsafe { ((*(*client).cm).shutdown)(client, 0) }, 0);
+    let mut flushed = Vec::new();
+    for _ in 0..2 {
+        let e = cq_error_now(cq_c).expect("a flushed receive, without waiting");
+        assert_eq!(e.err, FiErrno::FI_ECANCELED.get() as c_int);
+        assert_eq!((e.len, e.olen), (0, 0));
+        flushed.push((
+            e.op_context as usize,
+            e.flags,
+            e.buf.cast_const().cast::<u8>(),
+        ));
+    }
+    flushed.sort();
+    assert_eq!(
+        flushed,
+        [
+            (0xA1, FI_RECV | FI_MSG, c_untagged),
+            (0xA2, FI_RECV | FI_TAGGED, c_tagged)
+        ]
+    );
+    // SAFETY: a plain-data structure.
+    let mut e: FiCqTaggedEntry = unsafe { core::mem::zeroed() };
+    // SAFETY: an open CQ; room for one entry.
+    let ret = unsafe { ((*(*cq_c).ops).read)(cq_c, (&raw mut e).cast(), 1) };
+    assert_eq!(ret, neg(FiErrno::FI_EAGAIN), "nothing more");
+
+    // The peer: FI_SHUTDOWN, and its receive flushes as the waiter next looks at the
+    // counter (or at the next read of the CQ or counter).
+    assert_eq!(cm_event(eq_l).expect("FI_SHUTDOWN").event, FI_SHUTDOWN);
+    assert_eq!(waiter.join().unwrap(), neg_int(FiErrno::FI_EAVAIL));
+    assert_eq!((cntr_readerr(rx_cntr), cntr_read(rx_cntr)), (1, 0));
+    let e = cq_error(cq_s);
+    assert_eq!(e.err, FiErrno::FI_ECANCELED.get() as c_int);
+    assert_eq!(e.op_context as usize, 0xB1);
+    // A receive posted after the shutdown: nothing can arrive, it is flushed too.
+    // SAFETY: an open endpoint; the buffer outlives its completion, read below.
+    assert_eq!(unsafe { recv_ctx(server, s_after, 0xB2) }, 0);
+    let e = cq_error(cq_s);
+    assert_eq!(
+        (e.err, e.op_context as usize),
+        (FiErrno::FI_ECANCELED.get() as c_int, 0xB2)
+    );
+    assert_eq!(cntr_readerr(rx_cntr), 2);
+    assert!(
+        bufs.iter().flatten().all(|&b| b == 0xEE),
+        "buffers untouched"
+    );
+
+    // SAFETY: ours, open, closed once; the event's info freed once.
+    unsafe {
+        uet_fi::info::free_info(req.info);
+        close_all(&[
+            &mut (*server).fid,
+            &mut (*client).fid,
+            &mut (*cq_s).fid,
+            &mut (*cq_c).fid,
+            &mut (*rx_cntr).fid,
             pep_fid,
             &mut (*eq_l).fid,
             &mut (*eq_c).fid,
