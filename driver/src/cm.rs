@@ -37,9 +37,15 @@
 //! |---|---|
 //! | `connect`, `shutdown`, `bind_eq` on an endpoint that is not `FI_EP_MSG`; `accept` of such an endpoint | `FI_EOPNOTSUPP` |
 //! | `connect` or `accept` without a bound EQ | `FI_ENOEQ` |
-//! | `connect` while connecting or connected, `accept` of an endpoint that is, accepting or rejecting a request twice | `FI_EOPBADSTATE` |
+//! | `connect` while connecting or connected, `accept` of an endpoint that is | `FI_EOPBADSTATE` |
+//! | accepting or rejecting a request already accepted or rejected (also by a racing `accept` or `reject`: the one that comes second) | `FI_EINVAL` |
 //! | sending on an endpoint that is not connected (yet, or any more), `shutdown` of one | `FI_ENOTCONN` |
 //! | a param longer than [`MAX_CM_DATA`], a malformed address, a request of another listener | `FI_EINVAL` |
+//!
+//! A request answered already is no longer a request (fi_cm(3): the `handle` of an
+//! `FI_CONNREQ` is used once, by `fi_accept` or `fi_reject`): answering it again is an
+//! invalid argument, `FI_EINVAL`, as using any handle that names no pending request is, and
+//! not a state of the listener (which stays as it was).
 
 use crate::av::Av;
 use crate::endpoint::{CqEvent, Endpoint, EndpointAttr, EpType, RingSizes};
@@ -760,7 +766,8 @@ impl PassiveEndpoint {
         }
         match &inner.role {
             Role::Passive { pending, .. } if pending.contains_key(&req.id) => Ok(()),
-            _ => Err(DriverError::BadState(format!(
+            // Not a pending request any more: an invalid argument, whatever answered it.
+            _ => Err(DriverError::InvalidArgument(format!(
                 "connection request {} was already accepted or rejected",
                 req.id
             ))),

@@ -18,6 +18,8 @@
 //!   the handle is freed then, and a later use of it is `-FI_EINVAL` (handles are looked up,
 //!   never read through) — unless a newer request's handle has taken its address, which the
 //!   application cannot tell apart: as fi_cm(3) has it, a handle is not used once answered.
+//!   `fi_accept` and `fi_reject` of one request racing in two threads: one answers it, and
+//!   the other is `-FI_EINVAL`, as any use of an answered handle is.
 //! * Connection data (`param`) longer than the protocol carries ([`MAX_CM_DATA`]) is cut to
 //!   it, as fi_cm(3) has it.
 //! * `fi_close` rejects every request left unanswered (their requesters get

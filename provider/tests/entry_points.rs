@@ -2718,6 +2718,72 @@ fn a_rejected_connection_is_refused_with_the_rejects_param() {
     }
 }
 
+/// `fi_accept` and `fi_reject` of one request, racing in two threads: one answers it, the
+/// other is `-FI_EINVAL` (the request is answered: its handle names none), as a use of the
+/// handle after the answer is; the requester sees the answer that won.
+#[test]
+fn an_accept_racing_a_reject_of_one_request_loses_with_einval() {
+    let m = Msg::new();
+    let (eq_l, eq_c) = (m.eq(), m.eq());
+    let pep = m.listen(eq_l);
+    // SAFETY: `pep` is open; only the field's address is taken.
+    let pep_fid: *mut Fid = unsafe { &mut (*pep).fid };
+    let listener = name_of(pep_fid);
+    let einval = ineg(FiErrno::FI_EINVAL);
+    for _ in 0..40 {
+        let (client, cq_c) = m.ep(m.open.info, eq_c);
+        assert_eq!(connect(client, &listener, b""), 0);
+        let req = cm_event(eq_l).expect("FI_CONNREQ");
+        let (server, cq_s) = m.ep(req.info, eq_l);
+        // SAFETY: the provider's info, freed below.
+        let handle = unsafe { (*req.info).handle } as usize;
+        let barrier = std::sync::Barrier::new(2);
+        let (accepted, rejected) = std::thread::scope(|s| {
+            let (b, ep) = (&barrier, server as usize);
+            let a = s.spawn(move || {
+                b.wait();
+                let ep = ep as *mut FidEp;
+                // SAFETY: an open endpoint, not closed before the thread ends.
+                unsafe { ((*(*ep).cm).accept)(ep, null(), 0) }
+            });
+            let (b, p) = (&barrier, pep as usize);
+            let r = s.spawn(move || {
+                b.wait();
+                let pep = p as *mut FidPep;
+                // SAFETY: an open pep, not closed before the thread ends; the handle is
+                // looked up, never read through.
+                unsafe { ((*(*pep).cm).reject)(pep.cast(), handle as *mut Fid, null(), 0) }
+            });
+            (a.join().unwrap(), r.join().unwrap())
+        });
+        match (accepted, rejected) {
+            (0, e) => {
+                assert_eq!(e, einval, "the reject that lost");
+                assert_eq!(cm_event(eq_c).expect("FI_CONNECTED").event, FI_CONNECTED);
+                assert_eq!(cm_event(eq_l).expect("FI_CONNECTED").event, FI_CONNECTED);
+            }
+            (e, 0) => {
+                assert_eq!(e, einval, "the accept that lost");
+                let (e, _) = wait_eq_error(eq_c);
+                assert_eq!(e.err, FiErrno::FI_ECONNREFUSED.get() as c_int);
+            }
+            other => panic!("one answer wins: {other:?}"),
+        }
+        // SAFETY: ours, open, closed once; the event's info freed once.
+        unsafe {
+            uet_fi::info::free_info(req.info);
+            close_all(&[
+                &mut (*server).fid,
+                &mut (*client).fid,
+                &mut (*cq_s).fid,
+                &mut (*cq_c).fid,
+            ]);
+        }
+    }
+    // SAFETY: ours, open, closed once.
+    unsafe { close_all(&[pep_fid, &mut (*eq_l).fid, &mut (*eq_c).fid]) };
+}
+
 /// Misuse of the connection calls is a fabric errno, and leaves nothing half done: an
 /// `FI_EP_MSG` endpoint binds no AV; `fi_connect` and `fi_accept` need an EQ (and leave the
 /// endpoint unenabled without one); `fi_accept` needs an endpoint opened with a request;

@@ -84,14 +84,16 @@ fn connect_accept_send_and_shutdown() {
     server.post_recv(pool_s.alloc().unwrap(), 10).unwrap();
     client.post_recv(pool_c.alloc().unwrap(), 20).unwrap();
     pep.accept(&req, &mut server, b"welcome").unwrap();
-    // The request is answered: a second accept or a reject is refused.
+    // The request is answered: a second accept or a reject is an invalid argument, and
+    // leaves the other endpoint as it was.
     let (mut other, _eq_o) = msg_ep(&ns);
     let e = pep.accept(&req, &mut other, b"").unwrap_err();
-    assert_eq!(e.errno(), FiErrno::FI_EOPBADSTATE, "{e}");
+    assert_eq!(e.errno(), FiErrno::FI_EINVAL, "{e}");
     assert_eq!(
         pep.reject(&req, b"").unwrap_err().errno(),
-        FiErrno::FI_EOPBADSTATE
+        FiErrno::FI_EINVAL
     );
+    assert!(!other.is_connected());
 
     let ev = wait_event(&eq_c);
     assert_eq!(
@@ -152,8 +154,11 @@ fn reject_and_unreachable_listeners_refuse_the_connection() {
     pep.reject(&req, b"go away").unwrap();
     assert_eq!(
         pep.reject(&req, b"").unwrap_err().errno(),
-        FiErrno::FI_EOPBADSTATE
+        FiErrno::FI_EINVAL
     );
+    let (mut other, _eq_o) = msg_ep(&ns);
+    let e = pep.accept(&req, &mut other, b"").unwrap_err();
+    assert_eq!(e.errno(), FiErrno::FI_EINVAL, "{e}");
     let err = wait_error(&eq_c);
     assert_eq!((err.err, err.fid), (FiErrno::FI_ECONNREFUSED, client.fid()));
     assert!(err.err_data.contains("go away"), "{}", err.err_data);
