@@ -21,8 +21,15 @@
 //!   fabric opened with an API before 1.5, `err_data` points to the queue's own copy of the
 //!   message, NUL-terminated, valid until the next `fi_eq_readerr` (`err_data_size`: its
 //!   length).
-//! * `fi_eq_write`: an application's own `struct fi_eq_entry`, on a queue opened with
-//!   `FI_WRITE`.
+//! * `fi_eq_write`: an application's own event, on a queue opened with `FI_WRITE` (else
+//!   `-FI_EOPNOTSUPP`), in the entry fi_eq(3) gives its code: `FI_CONNREQ`, `FI_CONNECTED` and
+//!   `FI_SHUTDOWN` a `struct fi_eq_cm_entry` followed by its connection data (`len` at least
+//!   the entry: its data is the bytes after it), any other event (`FI_NOTIFY`,
+//!   `FI_MR_COMPLETE`, `FI_AV_COMPLETE`, `FI_JOIN_COMPLETE`) a `struct fi_eq_entry` (`len`
+//!   exactly the entry). A read gives it back as written: its `fid`, its `info` pointer
+//!   (neither copied nor freed by the provider: the application's), its data. Another length,
+//!   or a code that is no event, is `-FI_EINVAL`. libfabric 1.17 defines no flag for
+//!   `fi_eq_write` (an application cannot write an error entry): flags are `-FI_EBADFLAGS`.
 //! * `fi_eq_strerror`: the provider's description of a `prov_errno` (the NIC's status codes).
 //! * Wait objects: `FI_WAIT_NONE` (the default: `fi_eq_sread` is `-FI_EINVAL`),
 //!   `FI_WAIT_UNSPEC`, `FI_WAIT_MUTEX_COND`, `FI_WAIT_YIELD` and `FI_WAIT_FD`; wait sets and
@@ -344,6 +351,13 @@ unsafe fn put_event(
     len: usize,
 ) -> usize {
     let fid = fid_of(names, ev.fid);
+    // An event the application wrote carries its own `info` as its context; the provider's
+    // connection events have none (0).
+    let info = if info.is_null() {
+        ev.context as usize as *mut FiInfo
+    } else {
+        info
+    };
     // SAFETY: the caller's promise; the buffer may be unaligned.
     unsafe { event.write_unaligned(ev.kind as u32) };
     if !is_cm(ev.kind) {
@@ -592,23 +606,49 @@ unsafe extern "C" fn eq_write(
         if buf.is_null() {
             return Err(null(CALL, "buf"));
         }
-        if len != core::mem::size_of::<FiEqEntry>() {
-            return Err(FiError::inval(format!(
-                "{CALL}: len {len} is not a struct fi_eq_entry ({} bytes)",
-                core::mem::size_of::<FiEqEntry>()
-            )));
-        }
         let kind = EqEventKind::from_u32(event)
             .ok_or_else(|| FiError::inval(format!("{CALL}: event {event} is no EQ event")))?;
-        // SAFETY: non-NULL and an entry long (libfabric's contract: readable).
-        let entry = unsafe { buf.cast::<FiEqEntry>().read_unaligned() };
-        q.eq.write(EqEvent {
-            kind,
-            fid: entry.fid as usize as u64,
-            context: entry.context as usize as u64,
-            data: entry.data,
-            cm_data: Vec::new(),
-        })?;
+        let ev = if is_cm(kind) {
+            let head = core::mem::size_of::<FiEqCmEntry>();
+            if len < head {
+                return Err(FiError::inval(format!(
+                    "{CALL}: len {len}: a connection event is a struct fi_eq_cm_entry \
+                     ({head} bytes) and its data"
+                )));
+            }
+            // SAFETY: non-NULL and `len` bytes long (libfabric's contract: readable), of
+            // which the entry is the first `head`.
+            let (entry, data) = unsafe {
+                (
+                    buf.cast::<FiEqCmEntry>().read_unaligned(),
+                    core::slice::from_raw_parts(buf.cast::<u8>().add(head), len - head),
+                )
+            };
+            EqEvent {
+                kind,
+                fid: entry.fid as usize as u64,
+                context: entry.info as usize as u64,
+                data: 0,
+                cm_data: data.to_vec(),
+            }
+        } else {
+            if len != core::mem::size_of::<FiEqEntry>() {
+                return Err(FiError::inval(format!(
+                    "{CALL}: len {len}: event {event} is a struct fi_eq_entry ({} bytes)",
+                    core::mem::size_of::<FiEqEntry>()
+                )));
+            }
+            // SAFETY: non-NULL and an entry long (libfabric's contract: readable).
+            let entry = unsafe { buf.cast::<FiEqEntry>().read_unaligned() };
+            EqEvent {
+                kind,
+                fid: entry.fid as usize as u64,
+                context: entry.context as usize as u64,
+                data: entry.data,
+                cm_data: Vec::new(),
+            }
+        };
+        q.eq.write(ev)?;
         Ok(len)
     })
 }

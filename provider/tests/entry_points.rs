@@ -3148,6 +3148,107 @@ fn in_a_string_domain_fi_getname_gives_the_string_an_av_inserts() {
     }
 }
 
+/// `fi_eq_write` of a queue opened with `FI_WRITE` takes any event in the entry fi_eq(3)
+/// gives it: a connection event's `struct fi_eq_cm_entry` and its data after it, another
+/// event's `struct fi_eq_entry`; a read gives each back as written. Another length, a code
+/// that is no event, or a flag (1.17 defines none for the call) is refused and writes
+/// nothing.
+#[test]
+fn fi_eq_write_takes_each_event_in_its_own_entry() {
+    let m = Msg::new();
+    let mut eq = null_mut();
+    let mut attr = FiEqAttr {
+        size: 0,
+        flags: uet_av::flags::FI_WRITE,
+        wait_obj: FI_WAIT_UNSPEC,
+        signaling_vector: 0,
+        wait_set: null_mut(),
+    };
+    // SAFETY: an open fabric; valid attributes and out pointer.
+    unsafe {
+        assert_eq!(
+            ((*(*m.open.fabric).ops).eq_open)(m.open.fabric, &mut attr, &mut eq, null_mut()),
+            0
+        );
+    }
+    let write = |event: u32, bytes: &[u8], flags: u64| -> isize {
+        // SAFETY: an open EQ opened with FI_WRITE; `bytes` is read during the call.
+        unsafe { ((*(*eq).ops).write)(eq, event, bytes.as_ptr().cast(), bytes.len(), flags) }
+    };
+    let cm = |fid: usize, info: usize, data: &[u8]| -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&fid.to_ne_bytes());
+        b.extend_from_slice(&info.to_ne_bytes());
+        b.extend_from_slice(data);
+        b
+    };
+    let plain = |fid: usize, context: usize, data: u64| -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&fid.to_ne_bytes());
+        b.extend_from_slice(&context.to_ne_bytes());
+        b.extend_from_slice(&data.to_ne_bytes());
+        b
+    };
+    let connected = cm(0xF1D0, 0x1FF0, b"app data");
+    assert_eq!(write(FI_CONNECTED, &connected, 0), connected.len() as isize);
+    let shutdown = cm(0xF1D1, 0, b"");
+    assert_eq!(write(FI_SHUTDOWN, &shutdown, 0), 16);
+    let connreq = cm(0xF1D2, 0x2FF0, b"r");
+    assert_eq!(write(FI_CONNREQ, &connreq, 0), 17);
+    const FI_AV_COMPLETE: u32 = 5;
+    let av_complete = plain(0xF1D3, 0xC0, 42);
+    assert_eq!(write(FI_AV_COMPLETE, &av_complete, 0), 24);
+    // Refused: a connection event shorter than its entry, another event not its entry's
+    // length, a code that is no event, a flag.
+    let einval = neg(FiErrno::FI_EINVAL);
+    assert_eq!(write(FI_CONNECTED, &connected[..12], 0), einval);
+    assert_eq!(write(FI_AV_COMPLETE, &connreq, 0), einval);
+    assert_eq!(write(FI_AV_COMPLETE, &av_complete[..16], 0), einval);
+    assert_eq!(write(99, &av_complete, 0), einval);
+    assert_eq!(write(FI_SHUTDOWN, &shutdown, 1), neg(FiErrno::FI_EBADFLAGS));
+
+    let ev = eq_event(eq, 64, 0).expect("FI_CONNECTED");
+    assert_eq!(
+        (
+            ev.event,
+            ev.fid as usize,
+            ev.info as usize,
+            ev.data.as_slice()
+        ),
+        (FI_CONNECTED, 0xF1D0, 0x1FF0, &b"app data"[..])
+    );
+    let ev = eq_event(eq, 64, 0).expect("FI_SHUTDOWN");
+    assert_eq!(
+        (ev.event, ev.fid as usize, ev.info as usize, ev.data.len()),
+        (FI_SHUTDOWN, 0xF1D1, 0, 0)
+    );
+    let ev = eq_event(eq, 64, 0).expect("FI_CONNREQ");
+    assert_eq!(
+        (
+            ev.event,
+            ev.fid as usize,
+            ev.info as usize,
+            ev.data.as_slice()
+        ),
+        (FI_CONNREQ, 0xF1D2, 0x2FF0, &b"r"[..])
+    );
+    let mut buf = [0u8; 64];
+    let mut event = 0u32;
+    // SAFETY: an open EQ; a valid buffer.
+    let n = unsafe { ((*(*eq).ops).read)(eq, &mut event, buf.as_mut_ptr().cast(), 64, 0) };
+    assert_eq!((n, event), (24, FI_AV_COMPLETE));
+    assert_eq!(&buf[..24], av_complete.as_slice());
+    // SAFETY: an open EQ; a valid buffer.
+    let n = unsafe { ((*(*eq).ops).read)(eq, &mut event, buf.as_mut_ptr().cast(), 64, 0) };
+    assert_eq!(
+        n,
+        neg(FiErrno::FI_EAGAIN),
+        "the refused writes wrote nothing"
+    );
+    // SAFETY: ours, open, closed once.
+    unsafe { close_all(&[&mut (*eq).fid]) };
+}
+
 /// A listener closed while another thread reads the EQ it shares with other objects: the
 /// listener's events go, and no one else's is lost with them, nor reported with a `fid`
 /// that is no object's.
