@@ -18,7 +18,11 @@
 //!   (`-FI_EINVAL` for one opened otherwise, or whose request is answered). Both need an EQ
 //!   (`-FI_ENOEQ`), enable the endpoint if it is not, and are followed by `FI_CONNECTED`
 //!   (or `FI_ECONNREFUSED`) on the EQ; a connection's data longer than the protocol carries
-//!   is cut (fi_cm(3)). `fi_getpeer` gives the peer's address once connected. `fi_close` of
+//!   is cut (fi_cm(3)). `fi_connect` is called once in an endpoint's lifetime (fi_cm(3)):
+//!   after one that started, whether accepted, refused or unreachable, another is
+//!   `-FI_EOPBADSTATE` (a refused endpoint is closed and a new one connects); a call that
+//!   returned an error started nothing and may be repeated. `fi_getpeer` gives the peer's
+//!   address once connected. `fi_close` of
 //!   a connected endpoint shuts its connection down (the peer gets `FI_SHUTDOWN`). The
 //!   connection calls of an `FI_EP_RDM` or `FI_EP_DGRAM` endpoint are `-FI_EOPNOTSUPP`;
 //!   `fi_setname` is `-FI_ENOSYS` (the NIC assigns every address).
@@ -1520,7 +1524,8 @@ unsafe fn listener_address(e: &UetEp, addr: *const c_void, call: &str) -> Result
 
 /// `fi_connect`: ask the listener at `addr` for a connection, sending `param` (cut to what
 /// the protocol carries). `FI_CONNECTED`, or an `FI_ECONNREFUSED` error, follows on the EQ.
-/// Enables the endpoint first if it is not. `-FI_ENOEQ` without an EQ.
+/// Enables the endpoint first if it is not. `-FI_ENOEQ` without an EQ; `-FI_EOPBADSTATE`
+/// once a connection was asked for, whatever its outcome (once in a lifetime, fi_cm(3)).
 unsafe extern "C" fn ep_connect(
     ep: *mut FidEp,
     addr: *const c_void,

@@ -2784,6 +2784,79 @@ fn an_accept_racing_a_reject_of_one_request_loses_with_einval() {
     unsafe { close_all(&[pep_fid, &mut (*eq_l).fid, &mut (*eq_c).fid]) };
 }
 
+/// fi_cm(3): `fi_connect` is called once in an endpoint's lifetime. One that failed —
+/// refused by the listener, or unreachable (no listener at the address) — leaves the
+/// endpoint refused: another `fi_connect`, and `fi_accept`, are `-FI_EOPBADSTATE`, sends
+/// and `fi_shutdown` `-FI_ENOTCONN`, and its EQ gets nothing more.
+#[test]
+fn a_failed_fi_connect_is_not_retried_on_the_same_endpoint() {
+    let m = Msg::new();
+    let (eq_l, eq_c) = (m.eq(), m.eq());
+    let pep = m.listen(eq_l);
+    // SAFETY: `pep` is open; only the field's address is taken.
+    let pep_fid: *mut Fid = unsafe { &mut (*pep).fid };
+    let listener = name_of(pep_fid);
+    let mut attr = av_attr(4);
+    let av = m.open.av_open(&mut attr).unwrap();
+    let unreachable = name_of_nobody(av);
+
+    // Refused by the listener.
+    let (refused, cq_r) = m.ep(m.open.info, eq_c);
+    assert_eq!(connect(refused, &listener, b""), 0);
+    let req = cm_event(eq_l).expect("FI_CONNREQ");
+    // SAFETY: an open pep; the event's handle.
+    unsafe {
+        let reject = (*(*pep).cm).reject;
+        assert_eq!(reject(pep.cast(), (*req.info).handle, null(), 0), 0);
+    }
+    let (e, _) = wait_eq_error(eq_c);
+    assert_eq!(e.err, FiErrno::FI_ECONNREFUSED.get() as c_int);
+
+    // Unreachable: no listener at the address.
+    let (lost, cq_x) = m.ep(m.open.info, eq_c);
+    assert_eq!(connect(lost, &unreachable, b""), 0);
+    let (e, _) = wait_eq_error(eq_c);
+    assert_eq!(e.err, FiErrno::FI_ECONNREFUSED.get() as c_int);
+
+    for ep in [refused, lost] {
+        for to in [&listener, &unreachable] {
+            assert_eq!(connect(ep, to, b""), ineg(FiErrno::FI_EOPBADSTATE));
+        }
+        assert_eq!(send_on(ep, b"x"), neg(FiErrno::FI_ENOTCONN));
+        // SAFETY: an open endpoint.
+        unsafe {
+            assert_eq!(
+                ((*(*ep).cm).accept)(ep, null(), 0),
+                ineg(FiErrno::FI_EINVAL)
+            );
+            assert_eq!(((*(*ep).cm).shutdown)(ep, 0), ineg(FiErrno::FI_ENOTCONN));
+        }
+    }
+    // Nothing reached the listener, nor the EQ of the refused endpoints.
+    let mut buf = [0u8; 64];
+    let mut event = 0u32;
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    for q in [eq_l, eq_c] {
+        // SAFETY: an open EQ; a valid buffer.
+        let n = unsafe { ((*(*q).ops).read)(q, &mut event, buf.as_mut_ptr().cast(), 64, 0) };
+        assert_eq!(n, neg(FiErrno::FI_EAGAIN));
+    }
+    // SAFETY: ours, open, closed once; the event's info freed once.
+    unsafe {
+        uet_fi::info::free_info(req.info);
+        close_all(&[
+            &mut (*refused).fid,
+            &mut (*lost).fid,
+            &mut (*cq_r).fid,
+            &mut (*cq_x).fid,
+            pep_fid,
+            &mut (*eq_l).fid,
+            &mut (*eq_c).fid,
+            &mut (*av).fid,
+        ]);
+    }
+}
+
 /// Misuse of the connection calls is a fabric errno, and leaves nothing half done: an
 /// `FI_EP_MSG` endpoint binds no AV; `fi_connect` and `fi_accept` need an EQ (and leave the
 /// endpoint unenabled without one); `fi_accept` needs an endpoint opened with a request;
