@@ -91,6 +91,11 @@ impl EqLink {
         &self.queue
     }
 
+    /// The queue's readers' lock: held, no read looks at an event (see [`UetEq::reading`]).
+    pub(crate) fn reads(&self) -> Arc<Mutex<()>> {
+        Arc::clone(&self.reading)
+    }
+
     /// Events of `id` name `fid`; an `FI_CONNREQ` of `id` is a request to `listener`.
     pub(crate) fn name(&self, id: u64, fid: *mut Fid, listener: Option<Weak<PepCore>>) {
         let mut n = self.names.lock().unwrap_or_else(PoisonError::into_inner);

@@ -10,7 +10,8 @@
 //!   assigns the address: `fi_setname` is `-FI_ENOSYS`, and `fi_listen` of a listener whose
 //!   `fi_info` asked for another PIDonFEP (`src_addr`, as `fi_getinfo` gives it for
 //!   `FI_SOURCE` and a service) is `-FI_EADDRNOTAVAIL`.
-//! * Each request reaches the EQ as `FI_CONNREQ`: its `fi_info` repeats the listener's, with
+//! * Each request reaches the EQ as `FI_CONNREQ` (also one that arrives while `fi_listen`
+//!   is still making the listener): its `fi_info` repeats the listener's, with
 //!   `dest_addr` the requester's address and `handle` the request, an `FI_CLASS_CONNREQ`
 //!   object of the provider. An endpoint opened with that `fi_info` takes the request
 //!   (`fi_accept`); `fi_reject(pep, handle, param, len)` refuses it, and the requester's
@@ -339,11 +340,20 @@ unsafe extern "C" fn pep_bind(fid: *mut Fid, bfid: *mut Fid, flags: u64) -> c_in
 }
 
 /// `fi_listen`: the listener on the NIC, reporting to the bound EQ. Listening again is 0.
+///
+/// A request may arrive as soon as the NIC has made the listener, before the EQ knows it
+/// for this passive endpoint's: the EQ's readers wait (its readers' lock, taken before the
+/// passive endpoint's, as a read takes them) until it does, so every `FI_CONNREQ` is
+/// reported with its `fi_info`.
 unsafe extern "C" fn pep_listen(pep: *mut c_void) -> c_int {
     const CALL: &str = "fi_listen";
     entry(CALL, || {
         // SAFETY: the application's passive endpoint.
         let p = unsafe { pep_ref(pep.cast(), CALL) }?;
+        let reads = p.core.lock().eq.as_ref().map(EqLink::reads);
+        let _reading = reads
+            .as_deref()
+            .map(|r| r.lock().unwrap_or_else(PoisonError::into_inner));
         let mut st = p.core.lock();
         if st.listener.is_some() {
             return Ok(0);
@@ -354,6 +364,13 @@ unsafe extern "C" fn pep_listen(pep: *mut c_void) -> c_int {
                 format!("{CALL}: bind an EQ to the passive endpoint first (fi_pep_bind)"),
             )
         })?;
+        if reads.is_none() {
+            // Bound by another thread since the look above: the readers are not held.
+            return Err(FiError::new(
+                FiErrno::FI_EAGAIN,
+                format!("{CALL}: the EQ was bound during the call: listen again"),
+            ));
+        }
         let attr = EndpointAttr {
             job_id: p.core.listen.job_id(),
             ..EndpointAttr::default()
@@ -364,10 +381,13 @@ unsafe extern "C" fn pep_listen(pep: *mut c_void) -> c_int {
             .passive_endpoint(attr, link.queue())
             .map_err(|e| driver_error(CALL, &e))?;
         // The NIC assigns PIDonFEPs: a listener asked to be at another one would listen where
-        // no requester looks. It goes again (nothing could reach it yet).
+        // no requester looks. It goes again, refusing what reached it, whose events go.
         let got = *listener.address();
         if let Some(want) = p.core.listen.src() {
             if want.pid_on_fep != 0 && want.pid_on_fep != got.pid_on_fep {
+                let id = listener.fid();
+                drop(listener);
+                link.queue().discard(id);
                 return Err(FiError::new(
                     FiErrno::FI_EADDRNOTAVAIL,
                     format!(

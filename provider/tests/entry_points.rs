@@ -3322,6 +3322,115 @@ fn fi_eq_write_takes_each_event_in_its_own_entry() {
     unsafe { close_all(&[&mut (*eq).fid]) };
 }
 
+/// Requests that reach a listener while `fi_listen` is still making it (requesters that
+/// know the address it will have), read by a thread reading the EQ meanwhile, are reported
+/// as any: `FI_CONNREQ` names the passive endpoint and carries an `fi_info` whose `handle`
+/// is the request, never a NULL `info`. The NIC gives a new endpoint the lowest PIDonFEP
+/// free: the requesters name the first listener's, where each next one will be. A race:
+/// each round may or may not land a request in the moment the listener is made and not yet
+/// known to the EQ; the rounds together often do.
+#[test]
+fn a_request_arriving_during_fi_listen_is_reported_with_its_fi_info() {
+    const ROUNDS: usize = 18;
+    const PER_ROUND: usize = 2;
+    let m = Msg::new();
+    let (eq_l, eq_c) = (m.eq(), m.eq());
+    // Every requester first, so that no endpoint but the listeners takes a PIDonFEP.
+    let clients: Vec<_> = (0..ROUNDS * PER_ROUND)
+        .map(|_| m.ep(m.open.info, eq_c))
+        .collect();
+    let first = m.listen(eq_l);
+    // SAFETY: `first` is open; only the field's address is taken.
+    let first_fid: *mut Fid = unsafe { &mut (*first).fid };
+    let listener = name_of(first_fid);
+    // SAFETY: ours, open, closed once.
+    unsafe { close_all(&[first_fid]) };
+    for round in clients.chunks(PER_ROUND) {
+        let pep = m.passive_ep(m.open.info).expect("fi_passive_ep");
+        // SAFETY: `pep` is open; only the field's address is taken.
+        let pep_fid: *mut Fid = unsafe { &mut (*pep).fid };
+        // SAFETY: an open pep and EQ.
+        assert_eq!(unsafe { bind(pep_fid, &mut (*eq_l).fid, 0) }, 0);
+        let eps: Vec<_> = round.iter().map(|&(c, _)| Shared(c)).collect();
+        let (eq, pep_id) = (Shared(eq_l), pep_fid as usize);
+        let listened = std::sync::atomic::AtomicBool::new(false);
+        let barrier = std::sync::Barrier::new(4);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                barrier.wait();
+                for c in &eps {
+                    // Refused while no one listens there, a request otherwise.
+                    assert_eq!(connect(c.get(), &listener, b""), 0);
+                }
+            });
+            let reader = s.spawn(|| {
+                barrier.wait();
+                let eq = eq.get();
+                let mut idle_since = None;
+                loop {
+                    let mut buf = [0u8; 64];
+                    let mut event = 0u32;
+                    // SAFETY: an open EQ; a valid buffer.
+                    let n = unsafe {
+                        ((*(*eq).ops).read)(eq, &mut event, buf.as_mut_ptr().cast(), 64, 0)
+                    };
+                    if n == neg(FiErrno::FI_EAGAIN) {
+                        // Done a while after the listener is made.
+                        if listened.load(std::sync::atomic::Ordering::Acquire) {
+                            let t = *idle_since.get_or_insert_with(std::time::Instant::now);
+                            if t.elapsed() > std::time::Duration::from_millis(20) {
+                                return;
+                            }
+                        }
+                        continue;
+                    }
+                    assert!(n >= 16, "fi_eq_read: {n}");
+                    // SAFETY: the provider wrote a struct fi_eq_cm_entry.
+                    let e = unsafe { buf.as_ptr().cast::<FiEqCmEntry>().read_unaligned() };
+                    assert_eq!(
+                        (event, e.fid as usize),
+                        (FI_CONNREQ, pep_id),
+                        "a request to the listener"
+                    );
+                    assert!(!e.info.is_null(), "the request's fi_info");
+                    // SAFETY: the provider's info, freed once.
+                    unsafe {
+                        assert_eq!((*(*e.info).handle).fclass, FI_CLASS_CONNREQ);
+                        uet_fi::info::free_info(e.info);
+                    }
+                }
+            });
+            // The CPU kept busy: a thread that starts meanwhile may run before this one.
+            s.spawn(|| {
+                barrier.wait();
+                while !listened.load(std::sync::atomic::Ordering::Acquire) {
+                    std::hint::spin_loop();
+                }
+            });
+            barrier.wait();
+            // SAFETY: an open pep.
+            assert_eq!(unsafe { ((*(*pep).cm).listen)(pep.cast()) }, 0);
+            listened.store(true, std::sync::atomic::Ordering::Release);
+            reader.join().unwrap();
+        });
+        let at = |a: &[u8; 32]| uet_fwif::UetAddress::from_bytes(a).unwrap().pid_on_fep;
+        assert_eq!(
+            at(&name_of(pep_fid)),
+            at(&listener),
+            "where the requesters looked"
+        );
+        // SAFETY: ours, open, closed once: its requests are refused.
+        unsafe { close_all(&[pep_fid]) };
+    }
+    // SAFETY: ours, open, closed once.
+    unsafe {
+        for &(c, cq) in &clients {
+            close_all(&[&mut (*c).fid, &mut (*cq).fid]);
+        }
+        close_all(&[&mut (*eq_l).fid, &mut (*eq_c).fid]);
+    }
+}
+
 /// A listener closed while another thread reads the EQ it shares with other objects: the
 /// listener's events go, and no one else's is lost with them, nor reported with a `fid`
 /// that is no object's.
