@@ -16,9 +16,11 @@
 //!   object of the provider. An endpoint opened with that `fi_info` takes the request
 //!   (`fi_accept`); `fi_reject(pep, handle, param, len)` refuses it, and the requester's
 //!   EQ gets `FI_ECONNREFUSED` with `param` as its error data. A request is answered once:
-//!   the handle is freed then, and a later use of it is `-FI_EINVAL` (handles are looked up,
-//!   never read through) — unless a newer request's handle has taken its address, which the
-//!   application cannot tell apart: as fi_cm(3) has it, a handle is not used once answered.
+//!   the handle is freed then, and a later use of it (`fi_reject`, `fi_endpoint` of its
+//!   `fi_info`, `fi_accept`) is `-FI_EINVAL` and acts on no request: handles are looked up,
+//!   never read through, and no two requests of the process ever get the same handle
+//!   address, so a stale handle never names a newer request (handles are carved from
+//!   address space never given twice, their memory given back once answered).
 //!   `fi_accept` and `fi_reject` of one request racing in two threads: one answers it, and
 //!   the other is `-FI_EINVAL`, as any use of an answered handle is.
 //! * Connection data (`param`) longer than the protocol carries ([`MAX_CM_DATA`]) is cut to
@@ -68,20 +70,17 @@ pub struct UetPep {
 
 /// A request handed to the application: `handle` is what `fi_info.handle` points to.
 struct Request {
-    handle: Box<Fid>,
+    handle: handles::Handle,
     /// The listener's fabric id, and the listener.
     listener_id: u64,
     pep: Weak<PepCore>,
     req: ConnReq,
 }
 
-// SAFETY: the handle is a `Fid` of this crate, never written after it is made: its raw
-// pointers are the static ops table and a NULL context.
-unsafe impl Send for Request {}
-
 /// The requests handed to the application and not answered yet, across listeners. A handle
 /// is found here by its address, never read through: a handle already answered (freed) or
-/// of another provider is simply not here.
+/// of another provider is simply not here, and no handle's address is ever given to another
+/// request ([`handles`]), so a stale one never finds a newer request.
 static REQUESTS: Mutex<Vec<Request>> = Mutex::new(Vec::new());
 
 fn requests() -> MutexGuard<'static, Vec<Request>> {
@@ -100,7 +99,7 @@ unsafe extern "C" fn connreq_close(_: *mut Fid) -> c_int {
 /// Whether `handle` is a request the application may still answer (`fi_endpoint` of an
 /// `FI_CONNREQ`'s `fi_info`).
 pub(crate) fn is_request(handle: *mut Fid) -> bool {
-    requests().iter().any(|r| core::ptr::eq(&*r.handle, handle))
+    requests().iter().any(|r| r.handle.is(handle))
 }
 
 /// The request behind `handle` and its listener: `FI_EINVAL` when it is none (answered, its
@@ -108,7 +107,7 @@ pub(crate) fn is_request(handle: *mut Fid) -> bool {
 fn request(call: &str, handle: *mut Fid) -> Result<(ConnReq, Arc<PepCore>), FiError> {
     let found = requests()
         .iter()
-        .find(|r| core::ptr::eq(&*r.handle, handle))
+        .find(|r| r.handle.is(handle))
         .map(|r| (r.req.clone(), r.pep.clone()));
     let gone = || {
         FiError::inval(format!(
@@ -126,7 +125,7 @@ fn answered(handle: *mut Fid) {
         let mut all = requests();
         let (gone, kept) = std::mem::take(&mut *all)
             .into_iter()
-            .partition(|r| core::ptr::eq(&*r.handle, handle));
+            .partition(|r| r.handle.is(handle));
         *all = kept;
         gone
     };
@@ -182,14 +181,14 @@ pub(crate) fn connreq_info(
         .iter()
         .find(|r| r.listener_id == listener_id && r.req.id == req.id)
     {
-        Some(r) => core::ptr::addr_of!(*r.handle).cast_mut(),
+        Some(r) => r.handle.as_ptr(),
         None => {
-            let handle = Box::new(Fid {
+            let handle = handles::Handle::new(Fid {
                 fclass: FI_CLASS_CONNREQ,
                 context: core::ptr::null_mut(),
                 ops: core::ptr::addr_of!(CONNREQ_FID_OPS).cast_mut(),
-            });
-            let at = core::ptr::addr_of!(*handle).cast_mut();
+            })?;
+            let at = handle.as_ptr();
             all.push(Request {
                 handle,
                 listener_id,
@@ -603,4 +602,192 @@ unsafe extern "C" fn pep_close(fid: *mut Fid) -> c_int {
         drop(unsafe { Box::from_raw(fid.cast::<UetPep>()) });
         Ok(0)
     })
+}
+
+/// Request handles whose addresses are never given twice in the process: the address is
+/// what names a request (the application passes nothing else to `fi_reject`), so a handle
+/// kept after its request was answered must not become a newer request's, as a freed heap
+/// block soon would.
+///
+/// Handles are carved in order out of regions of address space mapped for them
+/// ([`REGION_BYTES`], private and anonymous, backed only once written) and never mapped
+/// elsewhere, one [`SLOT_BYTES`] slot each, never reused. A page all of whose handles are
+/// answered gives its memory back (`MADV_DONTNEED`) and keeps its addresses: a stale
+/// handle then reads as zeroes. A handle costs address space only, 32 bytes of it per
+/// request over the process's life.
+mod handles {
+    use crate::abi::Fid;
+    use std::collections::BTreeMap;
+    use std::sync::{Mutex, PoisonError};
+    use uet_av::{FiErrno, FiError};
+
+    /// A handle's slot: a `Fid`, at an 8-byte aligned address; a power of two, so no slot
+    /// straddles a page.
+    const SLOT_BYTES: usize = 32;
+    /// The address space mapped at once for handles: 512Ki of them.
+    const REGION_BYTES: usize = 16 << 20;
+    const _: () = assert!(core::mem::size_of::<Fid>() <= SLOT_BYTES);
+    const _: () = assert!(core::mem::align_of::<Fid>() <= 8 && SLOT_BYTES.is_multiple_of(8));
+
+    /// Where the next handle goes, and the pages holding handles not answered yet.
+    struct Arena {
+        /// Start of the region handles are carved from (0 before the first).
+        region: usize,
+        /// Offset of the next slot in it.
+        next: usize,
+        /// The page the last handle went to: the next may go there too.
+        open_page: usize,
+        /// Handles live, by page.
+        live: BTreeMap<usize, u32>,
+    }
+
+    static ARENA: Mutex<Arena> = Mutex::new(Arena {
+        region: 0,
+        next: 0,
+        open_page: 0,
+        live: BTreeMap::new(),
+    });
+
+    fn page_bytes() -> usize {
+        // SAFETY: sysconf reads a system constant.
+        let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        usize::try_from(n)
+            .ok()
+            .filter(|n| n.is_power_of_two() && *n >= SLOT_BYTES && REGION_BYTES.is_multiple_of(*n))
+            .unwrap_or(4096)
+    }
+
+    /// A request's handle: a `Fid` at an address no other handle ever had. Its slot goes
+    /// back (never to be given again) when it is dropped.
+    pub(super) struct Handle(*mut Fid);
+
+    // SAFETY: the `Fid` is written once, when the handle is made, and never again; its raw
+    // pointers are a static ops table and a NULL context. The slot is only given back
+    // through the arena's lock.
+    unsafe impl Send for Handle {}
+
+    impl Handle {
+        /// `fid` in a new slot. `FI_ENOMEM` when no address space can be mapped for it.
+        pub(super) fn new(fid: Fid) -> Result<Handle, FiError> {
+            let mut a = ARENA.lock().unwrap_or_else(PoisonError::into_inner);
+            if a.region == 0 || a.next + SLOT_BYTES > REGION_BYTES {
+                // SAFETY: a new private anonymous mapping, placed by the kernel: it overlaps
+                // nothing of the process.
+                let at = unsafe {
+                    libc::mmap(
+                        core::ptr::null_mut(),
+                        REGION_BYTES,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                        -1,
+                        0,
+                    )
+                };
+                if at == libc::MAP_FAILED {
+                    return Err(FiError::new(
+                        FiErrno::FI_ENOMEM,
+                        format!(
+                            "no address space for connection request handles: {}",
+                            std::io::Error::last_os_error()
+                        ),
+                    ));
+                }
+                // The old region stays mapped: its addresses are never the kernel's to give
+                // again.
+                a.region = at as usize;
+                a.next = 0;
+            }
+            let at = a.region + a.next;
+            a.next += SLOT_BYTES;
+            let page = at & !(page_bytes() - 1);
+            if page != a.open_page {
+                // The last page is full: once its handles are all answered, it goes.
+                let full = core::mem::replace(&mut a.open_page, page);
+                if full != 0 && !a.live.contains_key(&full) {
+                    release(full);
+                }
+            }
+            *a.live.entry(page).or_insert(0) += 1;
+            let slot = at as *mut Fid;
+            // SAFETY: a slot of a region mapped readable and writable above, never given
+            // before, 8-byte aligned (the region is page aligned, slots are 32 bytes) and
+            // large enough for a `Fid` (checked at compile time).
+            unsafe { slot.write(fid) };
+            Ok(Handle(slot))
+        }
+
+        /// The address the application holds.
+        pub(super) fn as_ptr(&self) -> *mut Fid {
+            self.0
+        }
+
+        /// Whether `fid` is this handle.
+        pub(super) fn is(&self, fid: *const Fid) -> bool {
+            core::ptr::eq(self.0, fid)
+        }
+    }
+
+    impl Drop for Handle {
+        fn drop(&mut self) {
+            let mut a = ARENA.lock().unwrap_or_else(PoisonError::into_inner);
+            let page = (self.0 as usize) & !(page_bytes() - 1);
+            let left = a.live.get_mut(&page).map(|n| {
+                *n -= 1;
+                *n
+            });
+            if left == Some(0) {
+                a.live.remove(&page);
+                if page != a.open_page {
+                    release(page);
+                }
+            }
+        }
+    }
+
+    /// Give back the memory of a page whose handles are all answered; its addresses stay
+    /// mapped (reading as zeroes), never to be given again.
+    fn release(page: usize) {
+        // SAFETY: a page of a handle region, which stays mapped; no handle in it is live,
+        // and handles are never read through by this crate, so nothing refers to its
+        // contents.
+        let r =
+            unsafe { libc::madvise(page as *mut libc::c_void, page_bytes(), libc::MADV_DONTNEED) };
+        if r != 0 {
+            tracing::debug!(
+                page,
+                error = %std::io::Error::last_os_error(),
+                "a page of answered request handles kept"
+            );
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn no_handle_address_is_given_twice_and_answered_pages_read_as_zeroes() {
+            let fid = || Fid {
+                fclass: 11,
+                context: core::ptr::null_mut(),
+                ops: core::ptr::null_mut(),
+            };
+            let mut seen = std::collections::HashSet::new();
+            // Made and dropped one after another, as requests answered at once: a freed
+            // heap block would come back every time.
+            let mut first = None;
+            for _ in 0..4 * page_bytes() / SLOT_BYTES {
+                let h = Handle::new(fid()).unwrap();
+                // SAFETY: a live handle, written when made.
+                assert_eq!(unsafe { (*h.as_ptr()).fclass }, 11);
+                assert!(seen.insert(h.as_ptr() as usize), "an address given twice");
+                first.get_or_insert(h.as_ptr());
+            }
+            // The first page is full and its handles are answered: its memory is given
+            // back, its addresses stay mapped.
+            let first = first.unwrap();
+            // SAFETY: the handle regions stay mapped for the process's life.
+            assert_eq!(unsafe { core::ptr::read_volatile(first).fclass }, 0);
+        }
+    }
 }

@@ -2718,6 +2718,81 @@ fn a_rejected_connection_is_refused_with_the_rejects_param() {
     }
 }
 
+/// A request's handle, once the request is answered (accepted or rejected), names no
+/// request ever again, not even the next one to arrive, whose handle is made right after
+/// (where a freed heap block would be given again): `fi_reject` of it and `fi_endpoint` of
+/// its `fi_info` are `-FI_EINVAL`, and the newer request, under a handle of its own, is
+/// still there to answer.
+#[test]
+fn a_stale_connection_request_handle_never_names_a_newer_request() {
+    let m = Msg::new();
+    let (eq_l, eq_c) = (m.eq(), m.eq());
+    let pep = m.listen(eq_l);
+    // SAFETY: `pep` is open; only the field's address is taken.
+    let pep_fid: *mut Fid = unsafe { &mut (*pep).fid };
+    let listener = name_of(pep_fid);
+    let reject = |handle: *mut Fid| -> c_int {
+        // SAFETY: an open pep; the handle is looked up, never read through.
+        unsafe { ((*(*pep).cm).reject)(pep.cast(), handle, null(), 0) }
+    };
+    let einval = ineg(FiErrno::FI_EINVAL);
+    let mut objects: Vec<*mut Fid> = Vec::new();
+    let mut infos = Vec::new();
+    let request = |objects: &mut Vec<*mut Fid>| {
+        let (client, cq_c) = m.ep(m.open.info, eq_c);
+        assert_eq!(connect(client, &listener, b""), 0);
+        // SAFETY: open objects; only the fields' addresses are taken.
+        unsafe { objects.extend([&raw mut (*client).fid, &raw mut (*cq_c).fid]) };
+        // The request reaches the listener's EQ, where it waits unread.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    request(&mut objects);
+    let mut req = cm_event(eq_l).expect("FI_CONNREQ");
+    for accept in [false, true, false, true] {
+        request(&mut objects);
+        // SAFETY: the provider's info.
+        let handle = unsafe { (*req.info).handle };
+        if accept {
+            let (server, cq_s) = m.ep(req.info, eq_l);
+            // SAFETY: an open endpoint.
+            assert_eq!(unsafe { ((*(*server).cm).accept)(server, null(), 0) }, 0);
+            // SAFETY: open objects; only the fields' addresses are taken.
+            unsafe { objects.extend([&raw mut (*server).fid, &raw mut (*cq_s).fid]) };
+        } else {
+            assert_eq!(reject(handle), 0);
+        }
+        // The next request's handle is made as its event is read, right after.
+        let next = cm_event(eq_l).expect("FI_CONNREQ");
+        // SAFETY: the provider's info.
+        let next_handle = unsafe { (*next.info).handle };
+        assert_ne!(next_handle, handle, "a new request has a handle of its own");
+        assert_eq!(reject(handle), einval, "a stale handle rejects nothing");
+        assert_eq!(m.endpoint(req.info).err(), Some(einval));
+        infos.push(std::mem::replace(&mut req, next).info);
+        if accept {
+            assert_eq!(cm_event(eq_c).expect("FI_CONNECTED").event, FI_CONNECTED);
+            assert_eq!(cm_event(eq_l).expect("FI_CONNECTED").event, FI_CONNECTED);
+        } else {
+            let (e, _) = wait_eq_error(eq_c);
+            assert_eq!(e.err, FiErrno::FI_ECONNREFUSED.get() as c_int);
+        }
+    }
+    // The last request is still there to answer.
+    // SAFETY: the provider's info.
+    assert_eq!(reject(unsafe { (*req.info).handle }), 0);
+    let (e, _) = wait_eq_error(eq_c);
+    assert_eq!(e.err, FiErrno::FI_ECONNREFUSED.get() as c_int);
+    infos.push(req.info);
+    // SAFETY: ours, open, closed once; the events' infos freed once.
+    unsafe {
+        for info in infos {
+            uet_fi::info::free_info(info);
+        }
+        close_all(&objects);
+        close_all(&[pep_fid, &mut (*eq_l).fid, &mut (*eq_c).fid]);
+    }
+}
+
 /// `fi_accept` and `fi_reject` of one request, racing in two threads: one answers it, the
 /// other is `-FI_EINVAL` (the request is answered: its handle names none), as a use of the
 /// handle after the answer is; the requester sees the answer that won.
