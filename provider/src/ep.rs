@@ -2416,6 +2416,7 @@ mod tests {
             report: true,
             matching: Matching::Tagged { tag: 1, ignore: 0 },
             iov: IoList::default(),
+            withdrawn: false,
         });
         // The transmit context closes: its send is left to the ring set, the receive
         // context's receive is not.
