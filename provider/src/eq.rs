@@ -33,7 +33,8 @@
 //! * `fi_eq_strerror`: the provider's description of a `prov_errno` (the NIC's status codes).
 //! * Wait objects: `FI_WAIT_NONE` (the default: `fi_eq_sread` is `-FI_EINVAL`),
 //!   `FI_WAIT_UNSPEC`, `FI_WAIT_MUTEX_COND`, `FI_WAIT_YIELD` and `FI_WAIT_FD`; wait sets and
-//!   `FI_WAIT_POLLFD` are `-FI_ENOSYS`. `fi_control(FI_GETWAITOBJ)` gives the queue's wait
+//!   `FI_WAIT_POLLFD` are `-FI_ENOSYS`, and a value that is no `enum fi_wait_obj` is
+//!   `-FI_EINVAL`, as for a CQ or counter. `fi_control(FI_GETWAITOBJ)` gives the queue's wait
 //!   object (`-FI_ENODATA` for `FI_WAIT_NONE`).
 //! * `FI_WAIT_FD`: `fi_control(FI_GETWAIT)` gives the queue's descriptor (an eventfd it owns;
 //!   `-FI_ENODATA` on a queue of another wait object), usable in select, poll and epoll. It
@@ -229,15 +230,22 @@ pub(crate) unsafe extern "C" fn fabric_eq_open(
             FI_WAIT_MUTEX_COND => WaitObj::MutexCond,
             FI_WAIT_YIELD => WaitObj::Yield,
             FI_WAIT_FD => WaitObj::Fd,
-            other => {
+            FI_WAIT_SET | FI_WAIT_POLLFD => {
                 return Err(FiError::new(
                     FiErrno::FI_ENOSYS,
                     format!(
-                        "{CALL}: wait_obj {other}: the uet provider's queues wait on a mutex \
+                        "{CALL}: wait_obj {}: the uet provider's queues wait on a mutex \
                          and condition variable (FI_WAIT_UNSPEC, FI_WAIT_MUTEX_COND), by \
-                         yielding (FI_WAIT_YIELD) or on a descriptor (FI_WAIT_FD)"
+                         yielding (FI_WAIT_YIELD) or on a descriptor (FI_WAIT_FD), and join \
+                         no wait sets",
+                        a.wait_obj
                     ),
                 ))
+            }
+            other => {
+                return Err(FiError::inval(format!(
+                    "{CALL}: wait_obj {other} is no fi_wait_obj"
+                )))
             }
         };
         let queue = EventQueue::open(EqAttr {

@@ -4155,6 +4155,26 @@ fn fi_cq_open_refuses_a_wait_obj_it_does_not_serve_and_one_that_is_none() {
     }
 }
 
+/// `fi_eq_open` answers a wait object as `fi_cq_open` and `fi_cntr_open` do: one it does
+/// not serve (a wait set, `FI_WAIT_POLLFD`) is `-FI_ENOSYS`, a value that is no
+/// `enum fi_wait_obj` `-FI_EINVAL`, and no queue is made.
+#[test]
+fn fi_eq_open_refuses_a_wait_obj_it_does_not_serve_and_one_that_is_none() {
+    let open = Open::new(FI_MSG, FI_FORMAT_UNSPEC);
+    for (wait_obj, errno) in [
+        (FI_WAIT_SET, FiErrno::FI_ENOSYS),
+        (FI_WAIT_POLLFD, FiErrno::FI_ENOSYS),
+        (7, FiErrno::FI_EINVAL),
+        (-1, FiErrno::FI_EINVAL),
+    ] {
+        assert_eq!(
+            eq_open_on(open.fabric, wait_obj, 0).err(),
+            Some(neg_int(errno)),
+            "wait_obj {wait_obj}"
+        );
+    }
+}
+
 #[test]
 fn the_answer_offers_cntr_cnt_counters_and_hints_asking_for_more_are_refused() {
     assert_eq!(answer_to(|_, _| (), |d| d.cntr_cnt), Ok(1024));
