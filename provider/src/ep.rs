@@ -2279,7 +2279,9 @@ unsafe extern "C" fn ep_close(fid: *mut Fid) -> c_int {
         // SAFETY: called through the fid's own ops.
         let e = unsafe { ep_ref(fid, CALL) }?;
         if let Role::Context { sep, tx, index } = e.role {
-            {
+            // SAFETY: the scalable endpoint cannot close while its contexts are open.
+            let sep = unsafe { &*sep };
+            sep.close_context(tx, index, || {
                 // Its direction's bindings only: the ring set stays with the scalable
                 // endpoint, and the other direction's context of its index keeps its own.
                 let mut st = e.shared.lock();
@@ -2307,9 +2309,7 @@ unsafe extern "C" fn ep_close(fid: *mut Fid) -> c_int {
                     // SAFETY: a bound counter stays open while the endpoint is bound to it.
                     unsafe { &*c }.detach(&e.shared, still);
                 }
-            }
-            // SAFETY: the scalable endpoint cannot close while its contexts are open.
-            unsafe { &*sep }.context_closed(tx, index);
+            });
             // SAFETY: made by `Box::into_raw` in `open_context`; the application gives it up.
             drop(unsafe { Box::from_raw(fid.cast::<UetEp>()) });
             return Ok(0);

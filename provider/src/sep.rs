@@ -126,9 +126,15 @@ impl UetSep {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Its transmit (`tx`) or receive context `index` closed ([`crate::ep`]'s `fi_close`).
-    pub(crate) fn context_closed(&self, tx: bool, index: usize) {
+    /// `fi_close` of its transmit (`tx`) or receive context `index` ([`crate::ep`]):
+    /// `unbind` takes the context's bindings off its ring set, under the scalable endpoint's
+    /// lock (before the ring set's), which marks the context closed in the same hold. So no
+    /// call that takes the lock (`fi_enable` of the scalable endpoint, which needs each open
+    /// context's CQ; `fi_tx_context`, `fi_rx_context`; a context's `fi_ep_bind` and
+    /// `fi_enable`) finds the context half closed: open, and its CQ unbound already.
+    pub(crate) fn close_context(&self, tx: bool, index: usize, unbind: impl FnOnce()) {
         let mut st = self.lock();
+        unbind();
         let created = st.created;
         let open = if tx { &mut st.tx_open } else { &mut st.rx_open };
         if let Some(o) = open.get_mut(index) {

@@ -5181,6 +5181,79 @@ fn a_context_closed_after_enable_opens_again_on_its_index_clean_of_the_old_ones_
     }
 }
 
+/// `fi_close` of a context and `fi_enable` of its scalable endpoint on two threads at once
+/// (`FI_THREAD_SAFE`): whichever comes first, the enable succeeds, for the context is
+/// either open with its CQ bound or closed; it is never found half closed, open without
+/// its CQ (`-FI_ENOCQ`).
+#[test]
+fn a_context_closing_while_its_scalable_endpoint_is_enabled_leaves_the_enable_to_succeed() {
+    let open = Open::with_hints(&sep_hints(2, 2));
+    let mut attr = av_attr(64);
+    attr.rx_ctx_bits = 1;
+    let av = open.av_open(&mut attr).unwrap();
+    let cqs = [0, 1, 2, 3].map(|_| open.cq_open(FI_CQ_FORMAT_TAGGED, FI_WAIT_UNSPEC));
+    let mut failed = Vec::new();
+    for round in 0..40 {
+        let sep = scalable_ep(&open).unwrap();
+        let (t0, t1, r0, r1) = (
+            context(sep, true, 0).unwrap(),
+            context(sep, true, 1).unwrap(),
+            context(sep, false, 0).unwrap(),
+            context(sep, false, 1).unwrap(),
+        );
+        // SAFETY: open objects.
+        unsafe {
+            assert_eq!(bind(&mut (*sep).fid, &mut (*av).fid, 0), 0);
+            assert_eq!(bind(&mut (*t0).fid, &mut (*cqs[0]).fid, FI_TRANSMIT), 0);
+            assert_eq!(bind(&mut (*t1).fid, &mut (*cqs[1]).fid, FI_TRANSMIT), 0);
+            assert_eq!(bind(&mut (*r0).fid, &mut (*cqs[2]).fid, FI_RECV), 0);
+            assert_eq!(bind(&mut (*r1).fid, &mut (*cqs[3]).fid, FI_RECV), 0);
+        }
+        // The endpoint goes on the NIC with t1, which fills the completion ring of index 1
+        // that r1's close then drains: the close takes a while.
+        assert_eq!(enable(t1), 0);
+        let me = insert(av, &name_of(sep.cast()));
+        while send_to(t1, b"to nobody yet", me, 1) == 0 {}
+        let closing = Shared(r1);
+        let start = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let go = start.clone();
+        let closer = std::thread::spawn(move || {
+            go.wait();
+            // SAFETY: an open context, closed once, on this thread only.
+            unsafe { close(&mut (*closing.get()).fid) }
+        });
+        start.wait();
+        let ret = enable(sep);
+        assert_eq!(closer.join().unwrap(), 0);
+        if ret != 0 {
+            failed.push((round, ret));
+        }
+        // SAFETY: open objects, each closed once, contexts first.
+        unsafe {
+            close_all(&[
+                &mut (*t0).fid,
+                &mut (*t1).fid,
+                &mut (*r0).fid,
+                &mut (*sep).fid,
+            ]);
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "fi_enable(sep) failed beside a context's fi_close: {failed:?}"
+    );
+    // SAFETY: open objects, each closed once.
+    unsafe {
+        close_all(&[
+            &mut (*cqs[0]).fid,
+            &mut (*cqs[1]).fid,
+            &mut (*cqs[2]).fid,
+            &mut (*cqs[3]).fid,
+            &mut (*av).fid,
+        ]);
+    }
+}
+
 /// Hints asking an endpoint more contexts than they ask the domain to allow an endpoint
 /// (`ep_attr->tx_ctx_cnt` above `domain_attr->max_ep_tx_ctx`, or `rx_ctx_cnt` above
 /// `max_ep_rx_ctx`) are `-FI_ENODATA`: no answer holds both. And `fi_scalable_ep` keeps to
