@@ -350,9 +350,9 @@ impl EpShared {
         }
     }
 
-    /// Give the state its NIC ring set and message buffers (a scalable endpoint's
-    /// `fi_enable`), and wake the threads waiting on its CQs and counters, which armed only
-    /// the rings enabled then.
+    /// Give the state its NIC ring set and message buffers (the first `fi_enable` of a
+    /// scalable endpoint or of one of its contexts, which makes the NIC endpoint), and wake
+    /// the threads waiting on its CQs and counters, which armed only the rings enabled then.
     pub(crate) fn install(&self, driver: Endpoint, pool: DmaPool) {
         let mut st = self.lock();
         st.driver = Some(driver);

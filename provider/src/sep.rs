@@ -573,9 +573,10 @@ unsafe extern "C" fn sep_tx_ctx(
         // SAFETY: the application's scalable endpoint.
         let s = unsafe { sep_ref(sep.cast(), CALL) }?;
         let mut op_flags = s.tx_op_flags;
+        let served = crate::info::TX_CAPS & s.caps_or_all();
         // SAFETY: NULL or valid attributes (libfabric's contract).
-        if let Some(a) = unsafe { attr.as_mut() } {
-            let served = crate::info::TX_CAPS & s.caps_or_all();
+        let attr = unsafe { attr.as_mut() };
+        if let Some(a) = attr.as_ref() {
             let asked = ContextAttr {
                 caps: a.caps,
                 op_flags: a.op_flags,
@@ -584,6 +585,11 @@ unsafe extern "C" fn sep_tx_ctx(
             };
             asked.check(CALL, "transmit", served, TX_OP_FLAGS)?;
             op_flags = a.op_flags;
+        }
+        // SAFETY: libfabric's contract on `tx_ep`.
+        let ret = unsafe { open_context(s, true, index, op_flags, tx_ep.cast(), context, CALL) }?;
+        // The attributes come back filled once the context is open, untouched otherwise.
+        if let Some(a) = attr {
             if a.caps == 0 {
                 a.caps = served;
             }
@@ -591,8 +597,7 @@ unsafe extern "C" fn sep_tx_ctx(
             a.iov_limit = IOV_LIMIT;
             a.rma_iov_limit = 0;
         }
-        // SAFETY: libfabric's contract on `tx_ep`.
-        unsafe { open_context(s, true, index, op_flags, tx_ep.cast(), context, CALL) }
+        Ok(ret)
     })
 }
 
@@ -638,9 +643,10 @@ unsafe extern "C" fn sep_rx_ctx(
         // SAFETY: the application's scalable endpoint.
         let s = unsafe { sep_ref(sep.cast(), CALL) }?;
         let mut op_flags = s.rx_op_flags;
+        let served = (FI_MSG | FI_TAGGED | FI_RECV | FI_SOURCE_CAP) & s.caps_or_all();
         // SAFETY: NULL or valid attributes (libfabric's contract).
-        if let Some(a) = unsafe { attr.as_mut() } {
-            let served = (FI_MSG | FI_TAGGED | FI_RECV | FI_SOURCE_CAP) & s.caps_or_all();
+        let attr = unsafe { attr.as_mut() };
+        if let Some(a) = attr.as_ref() {
             let asked = ContextAttr {
                 caps: a.caps,
                 op_flags: a.op_flags,
@@ -649,14 +655,18 @@ unsafe extern "C" fn sep_rx_ctx(
             };
             asked.check(CALL, "receive", served, RX_OP_FLAGS)?;
             op_flags = a.op_flags;
+        }
+        // SAFETY: libfabric's contract on `rx_ep`.
+        let ret = unsafe { open_context(s, false, index, op_flags, rx_ep.cast(), context, CALL) }?;
+        // The attributes come back filled once the context is open, untouched otherwise.
+        if let Some(a) = attr {
             if a.caps == 0 {
                 a.caps = served;
             }
             a.mode = 0;
             a.iov_limit = IOV_LIMIT;
         }
-        // SAFETY: libfabric's contract on `rx_ep`.
-        unsafe { open_context(s, false, index, op_flags, rx_ep.cast(), context, CALL) }
+        Ok(ret)
     })
 }
 

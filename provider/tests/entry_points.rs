@@ -5534,6 +5534,41 @@ fn fi_cancel_with_no_context_cancels_no_receive_posted_without_one() {
 /// direction does not serve (a receive capability of a transmit context, a send one of a
 /// receive context, default flags it does not honour, an order), with `-FI_EINVAL` and no
 /// context; the same index then opens with attributes it serves, which it gets back.
+/// A context that does not open leaves the application's attributes as they were: only an
+/// open context's come back filled (caps, mode, iov limits).
+#[test]
+fn a_context_that_does_not_open_leaves_its_attributes_untouched() {
+    let open = Open::with_hints(&sep_hints(2, 4));
+    let sep = scalable_ep(&open).unwrap();
+    // SAFETY: a plain-data structure, valid all zero.
+    let mut tx: FiTxAttr = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    let mut rx: FiRxAttr = unsafe { core::mem::zeroed() };
+    (tx.mode, tx.iov_limit) = (7, 99);
+    (rx.mode, rx.iov_limit) = (7, 99);
+    for index in [4, 64, -1] {
+        let mut ctx: *mut FidEp = null_mut();
+        // SAFETY: an open scalable endpoint; valid attributes and out pointer.
+        let t = unsafe { ((*(*sep).ops).tx_ctx)(sep, index, &mut tx, &mut ctx, null_mut()) };
+        assert_eq!((t, ctx.is_null()), (EINVAL, true), "tx index {index}");
+        // SAFETY: as above.
+        let r = unsafe { ((*(*sep).ops).rx_ctx)(sep, index, &mut rx, &mut ctx, null_mut()) };
+        assert_eq!((r, ctx.is_null()), (EINVAL, true), "rx index {index}");
+    }
+    assert_eq!(
+        (tx.caps, tx.mode, tx.iov_limit),
+        (0, 7, 99),
+        "tx attributes"
+    );
+    assert_eq!(
+        (rx.caps, rx.mode, rx.iov_limit),
+        (0, 7, 99),
+        "rx attributes"
+    );
+    // SAFETY: ours, open, closed once.
+    unsafe { close_all(&[&raw mut (*sep).fid]) };
+}
+
 #[test]
 fn a_context_is_not_opened_with_attributes_its_direction_does_not_serve() {
     let open = Open::with_hints(&sep_hints(2, 4));
