@@ -33,11 +33,15 @@
 //!   ms (negative: no end). It drains the rings and sleeps in poll(2) on the endpoints'
 //!   MSI-X vectors and the counter's own eventfd (which a count made by another thread's
 //!   read, an `fi_cntr_add` or `fi_cntr_set`, or an endpoint of the counter enabled makes
-//!   readable), at most 100 ms between reads; where an endpoint has no vector, it reads the
+//!   readable), at most 100 ms between reads. Several threads may wait at once, beside an
+//!   application asleep on the `FI_WAIT_FD` descriptor: a wakeup one of them takes from the
+//!   counter's eventfd is passed on to every other ([`crate::wait`]), so each looks at the
+//!   new values at once. Where an endpoint has no vector, it reads the
 //!   rings with a sleep growing from 1 µs to 1 ms between reads instead, as `fi_cq_sread`
 //!   does. `-FI_EINVAL` on a counter opened with `FI_WAIT_NONE`.
 //! * `FI_WAIT_FD`: `fi_control(FI_GETWAIT)` gives the counter's descriptor, an epoll set of
-//!   its own eventfd and its endpoints' vectors (as an `FI_WAIT_FD` CQ's), usable in select,
+//!   its own eventfd, the eventfd through which threads in `fi_cntr_wait` pass on a wakeup
+//!   they took, and its endpoints' vectors (as an `FI_WAIT_FD` CQ's), usable in select,
 //!   poll and epoll. After `fi_trywait(fabric, fids, count)` returns 0 it polls readable when
 //!   the counter may have changed: a completion lands on a bound endpoint, another thread's
 //!   read of a CQ or counter of the endpoint counts one here, `fi_cntr_add`, `fi_cntr_set`,
@@ -57,8 +61,9 @@
 //! served, as RMA is not: binding with those flags is `-FI_EBADFLAGS`.
 
 use crate::abi::*;
-use crate::cq::{poll_readable, FdWait, SREAD_SLEEP_MAX, WAIT_RECHECK};
+use crate::cq::{after_sleep, poll_readable, FdWait, SREAD_SLEEP_MAX, WAIT_RECHECK};
 use crate::ep::{Arm, EpShared};
+use crate::wait::{Parked, Sleepers};
 use crate::{entry, null, object_ref, unsupported};
 use core::ffi::{c_int, c_void};
 use std::os::fd::{AsRawFd, RawFd};
@@ -69,8 +74,9 @@ use uet_av::{FiErrno, FiError};
 use vmm_sys_util::eventfd::{EventFd, EFD_CLOEXEC, EFD_NONBLOCK};
 
 /// Most counters a domain holds open (`domain_attr->cntr_cnt`). A counter is a host object
-/// (two atomics and an eventfd, and an epoll set for `FI_WAIT_FD`), not a NIC resource: the
-/// bound keeps a runaway application from exhausting the process's descriptors.
+/// (two atomics and an eventfd, and for `FI_WAIT_FD` another eventfd and an epoll set), not a
+/// NIC resource: the bound keeps a runaway application from exhausting the process's
+/// descriptors.
 pub const CNTR_CNT: usize = 1024;
 
 /// `FI_CNTR_EVENTS_BYTES`, libfabric 2's counter of bytes transferred: not served.
@@ -93,14 +99,17 @@ pub struct UetCntr {
     waiting: AtomicUsize,
     /// A waiter armed the rings and may be asleep: the next change writes `wake`.
     sleepers: AtomicBool,
+    /// The threads in `fi_cntr_wait` and the `FI_WAIT_FD` descriptor's `kick`: the waiter
+    /// that reads a wakeup from `wake` passes it on to them ([`crate::wait`]).
+    parked: Sleepers,
     /// Readable after a change of the counter while a waiter slept, or after an endpoint of
     /// the counter was enabled. `None` on a counter without a wait object, or when no
     /// eventfd could be made (its waits then read the rings with a growing sleep).
     wake: Option<EventFd>,
     /// The wait object it was opened with.
     wait_obj: c_int,
-    /// `FI_WAIT_FD`: the descriptor `fi_control(FI_GETWAIT)` gives, an epoll set of `wake`
-    /// and the vectors of the endpoints `fi_trywait` armed.
+    /// `FI_WAIT_FD`: the descriptor `fi_control(FI_GETWAIT)` gives, an epoll set of `wake`,
+    /// the `kick` of `parked` and the vectors of the endpoints `fi_trywait` armed.
     fd_wait: Option<FdWait>,
     /// `FI_WAIT_FD`: the counter changed since the last `fi_trywait`, which then says to
     /// read it rather than sleep.
@@ -175,8 +184,12 @@ impl UetCntr {
         };
         let again = |why: &str| FiError::new(FiErrno::FI_EAGAIN, format!("{call}: {why}"));
         // Cleared before the rings and the flag are looked at: a change after this point
-        // makes the descriptor readable again.
-        let _ = wake.read();
+        // makes the descriptor readable again. A wakeup taken from `wake` may be a waiting
+        // thread's too: it is passed on.
+        self.parked.take_kick();
+        if wake.read().is_ok() {
+            self.parked.fan_out(None);
+        }
         self.progress();
         if self.changed.swap(false, Ordering::SeqCst) {
             return Err(again("the counter changed; read it"));
@@ -272,6 +285,9 @@ impl UetCntr {
             None
         };
         let mut sleep = Duration::from_micros(1);
+        // Among the counter's waiters from its first sleep on (after `_waiting`: it leaves
+        // first).
+        let mut parked: Option<Parked<'_>> = None;
         loop {
             self.progress();
             if let Some(r) = done() {
@@ -286,11 +302,17 @@ impl UetCntr {
             }
             let left = deadline.map(|d| d.saturating_duration_since(now));
             // Without an eventfd nothing would wake it: the rings are read again after a nap.
-            let armed = match self.wake.as_ref().map(|wake| (wake, self.arm())) {
-                Some((_, Err(Arm::Ready))) => continue,
-                Some((wake, Ok(mut fds))) => {
+            let armed = match self.wake.as_ref().map(|wake| {
+                // Parked before it arms anything: a wakeup another waiter of the counter
+                // takes from `wake` from here on is passed on to this one.
+                let me = &*parked.get_or_insert_with(|| self.parked.park());
+                (wake, me, self.arm())
+            }) {
+                Some((_, _, Err(Arm::Ready))) => continue,
+                Some((wake, me, Ok(mut fds))) => {
                     fds.push(wake.as_raw_fd());
-                    Some((wake, fds))
+                    fds.extend(me.fd());
+                    Some((wake, me, fds))
                 }
                 _ => None,
             };
@@ -300,13 +322,12 @@ impl UetCntr {
             if done().is_some() {
                 continue;
             }
-            if let Some((wake, fds)) = armed {
+            if let Some((wake, me, fds)) = armed {
                 let cap = left.map_or(WAIT_RECHECK, |l| l.min(WAIT_RECHECK));
-                if poll_readable(&fds, cap) {
-                    // Taken, so it wakes no one again; another waiter of the counter finds
-                    // the change at its next look (at most WAIT_RECHECK later).
-                    let _ = wake.read();
-                }
+                let ready = poll_readable(&fds, cap);
+                // Taken, so it wakes no one again, and passed on to the counter's other
+                // waiters, which look at the values again.
+                after_sleep(&self.parked, me, wake, &ready, true);
                 continue;
             }
             std::thread::sleep(left.map_or(sleep, |l| sleep.min(l)));
@@ -389,21 +410,19 @@ pub(crate) unsafe extern "C" fn domain_cntr_open(
                 )))
             }
         }
-        let eventfd = || EventFd::new(EFD_NONBLOCK | EFD_CLOEXEC);
-        let (wake, fd_wait) = match wait_obj {
-            FI_WAIT_NONE => (None, None),
+        let (wake, fd_wait, parked) = match wait_obj {
+            FI_WAIT_NONE => (None, None, Sleepers::new()),
             // The descriptor is the point of the wait object: no eventfd, no counter.
             FI_WAIT_FD => {
-                let wake = eventfd().map_err(|e| {
-                    FiError::new(FiErrno::FI_ENOMEM, format!("{CALL}: no eventfd: {e}"))
-                })?;
-                let fd_wait = FdWait::new(&wake).map_err(|e| {
-                    FiError::new(FiErrno::FI_ENOMEM, format!("{CALL}: no epoll set: {e}"))
-                })?;
-                (Some(wake), Some(fd_wait))
+                let (wake, fd_wait, parked) = FdWait::open(CALL)?;
+                (Some(wake), Some(fd_wait), parked)
             }
             // Without an eventfd its waits read the rings with a growing sleep instead.
-            FI_WAIT_UNSPEC | FI_WAIT_MUTEX_COND | FI_WAIT_YIELD => (eventfd().ok(), None),
+            FI_WAIT_UNSPEC | FI_WAIT_MUTEX_COND | FI_WAIT_YIELD => (
+                EventFd::new(EFD_NONBLOCK | EFD_CLOEXEC).ok(),
+                None,
+                Sleepers::new(),
+            ),
             FI_WAIT_SET | FI_WAIT_POLLFD => {
                 return Err(FiError::new(
                     FiErrno::FI_ENOSYS,
@@ -450,6 +469,7 @@ pub(crate) unsafe extern "C" fn domain_cntr_open(
             bound: AtomicUsize::new(0),
             waiting: AtomicUsize::new(0),
             sleepers: AtomicBool::new(false),
+            parked,
             wake,
             wait_obj,
             fd_wait,

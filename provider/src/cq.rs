@@ -17,9 +17,12 @@
 //!   end). The wait sleeps in poll(2) on the MSI-X vectors of the CQ's endpoints (each
 //!   endpoint's ring armed with `CQ_ARM`, [`uet_driver::Endpoint::cq_trywait`]) and on the
 //!   CQ's own eventfd, which `fi_cq_signal` writes; it reads the rings again when one is
-//!   readable, and at least every 100 ms. Where an endpoint has no vector (a NIC older than
-//!   interface 1.12, a backend without interrupts, every vector held), it reads the rings
-//!   with a sleep growing from 1 µs to 1 ms between reads instead;
+//!   readable, and at least every 100 ms. Several threads may wait at once, beside an
+//!   application asleep on the `FI_WAIT_FD` descriptor: a wakeup one of them takes from the
+//!   CQ's eventfd is passed on to every other ([`crate::wait`]), so each wakes at once for a
+//!   completion, a signal or an endpoint enabled. Where an endpoint has no vector (a NIC
+//!   older than interface 1.12, a backend without interrupts, every vector held), it reads
+//!   the rings with a sleep growing from 1 µs to 1 ms between reads instead;
 //!   `fi_cq_signal` ends with `-FI_EAGAIN` the wait of every thread waiting then (with none
 //!   waiting, the next `sread` returns at once). The CQ must have a wait object
 //!   (`FI_WAIT_UNSPEC`, `FI_WAIT_MUTEX_COND`, `FI_WAIT_YIELD` or `FI_WAIT_FD`); `FI_WAIT_NONE`
@@ -28,7 +31,8 @@
 //!   A wait condition (`cond`, `FI_CQ_COND_THRESHOLD`) is taken as the hint `fi_cq(3)` makes
 //!   it: the wait ends at the first completion.
 //! * `FI_WAIT_FD`: `fi_control(FI_GETWAIT)` gives the CQ's descriptor, an epoll set of the
-//!   CQ's signal eventfd and its endpoints' vectors, usable in select, poll and epoll. After
+//!   CQ's signal eventfd, the eventfd through which threads in `fi_cq_sread` pass on a
+//!   wakeup they took, and its endpoints' vectors, usable in select, poll and epoll. After
 //!   `fi_trywait(fabric, fids, count)` returns 0 it polls readable when a completion lands or
 //!   `fi_cq_signal` comes; `fi_trywait` is `-FI_EAGAIN` while there is something to read
 //!   (fi_poll(3)), and also while an endpoint of the CQ has no vector, since sleeping could
@@ -41,6 +45,7 @@
 
 use crate::abi::*;
 use crate::ep::{Arm, EpShared};
+use crate::wait::{Parked, Sleepers};
 use crate::{entry, null, object_ref, ssize, strerror, unsupported, OwnedErrData};
 use core::ffi::{c_char, c_int, c_void};
 use std::collections::VecDeque;
@@ -97,6 +102,9 @@ pub struct UetCq {
     /// A waiter armed the rings and may be asleep: the next completion queued writes `wake`
     /// ([`UetCq::push`]).
     sleepers: AtomicBool,
+    /// The threads in `fi_cq_sread` and the `FI_WAIT_FD` descriptor's `kick`: the waiter that
+    /// reads a wakeup from `wake` passes it on to them ([`crate::wait`]).
+    parked: Sleepers,
     /// Readable after a `fi_cq_signal`, after a completion was queued while a waiter slept
     /// ([`UetCq::push`]), or after an endpoint of the CQ was enabled
     /// ([`UetCq::wake_waiters`]): a waiter sleeps on it beside its endpoints' vectors. `None`
@@ -105,8 +113,9 @@ pub struct UetCq {
     wake: Option<EventFd>,
     /// The CQ's wait object, as opened (`FI_WAIT_UNSPEC` for a CQ opened with it).
     wait_obj: c_int,
-    /// `FI_WAIT_FD`: the descriptor `fi_control(FI_GETWAIT)` gives, an epoll set of `wake`
-    /// and the vectors of the endpoints `fi_trywait` armed, with those vectors.
+    /// `FI_WAIT_FD`: the descriptor `fi_control(FI_GETWAIT)` gives, an epoll set of `wake`,
+    /// the `kick` of `parked` and the vectors of the endpoints `fi_trywait` armed, with those
+    /// vectors.
     fd_wait: Option<FdWait>,
     /// The fabric's API version: before 1.5, `err_data` is always the CQ's own.
     api_version: u32,
@@ -165,7 +174,11 @@ impl UetCq {
         let again = |why: &str| FiError::new(FiErrno::FI_EAGAIN, format!("{call}: {why}"));
         // Cleared before the queue and the signal are looked at: a completion another CQ's
         // read queues here, or a signal, after this point makes the descriptor readable again.
-        let _ = wake.read();
+        // A wakeup taken from `wake` may be a waiting thread's too: it is passed on.
+        self.parked.take_kick();
+        if wake.read().is_ok() {
+            self.parked.fan_out(None);
+        }
         self.progress();
         if !self.lock().queue.is_empty() {
             return Err(again("completions are queued"));
@@ -291,21 +304,19 @@ pub(crate) unsafe extern "C" fn domain_cq_open(
                 )))
             }
         };
-        let eventfd = || EventFd::new(EFD_NONBLOCK | EFD_CLOEXEC);
-        let (wake, fd_wait) = match a.wait_obj {
-            FI_WAIT_NONE => (None, None),
+        let (wake, fd_wait, parked) = match a.wait_obj {
+            FI_WAIT_NONE => (None, None, Sleepers::new()),
             // The descriptor is the point of the wait object: no eventfd, no CQ.
             FI_WAIT_FD => {
-                let wake = eventfd().map_err(|e| {
-                    FiError::new(FiErrno::FI_ENOMEM, format!("{CALL}: no eventfd: {e}"))
-                })?;
-                let fd_wait = FdWait::new(&wake).map_err(|e| {
-                    FiError::new(FiErrno::FI_ENOMEM, format!("{CALL}: no epoll set: {e}"))
-                })?;
-                (Some(wake), Some(fd_wait))
+                let (wake, fd_wait, parked) = FdWait::open(CALL)?;
+                (Some(wake), Some(fd_wait), parked)
             }
             // Without an eventfd its waits read the rings with a growing sleep instead.
-            FI_WAIT_UNSPEC | FI_WAIT_MUTEX_COND | FI_WAIT_YIELD => (eventfd().ok(), None),
+            FI_WAIT_UNSPEC | FI_WAIT_MUTEX_COND | FI_WAIT_YIELD => (
+                EventFd::new(EFD_NONBLOCK | EFD_CLOEXEC).ok(),
+                None,
+                Sleepers::new(),
+            ),
             FI_WAIT_SET | FI_WAIT_POLLFD => {
                 return Err(FiError::new(
                     FiErrno::FI_ENOSYS,
@@ -342,6 +353,7 @@ pub(crate) unsafe extern "C" fn domain_cq_open(
             bound: AtomicUsize::new(0),
             waiting: AtomicUsize::new(0),
             sleepers: AtomicBool::new(false),
+            parked,
             wake,
             wait_obj: a.wait_obj,
             fd_wait,
@@ -499,24 +511,39 @@ impl Drop for Waiting<'_> {
 /// vector.
 pub(crate) const SREAD_SLEEP_MAX: Duration = Duration::from_millis(1);
 
-/// The longest a `fi_cq_sread` sleeps on its endpoints' vectors before it reads the rings
-/// again anyway: it covers what no vector announces — a wakeup another waiter of the same
-/// ring took first (each waiter clears the vector when it arms it). An endpoint enabled
-/// during the wait wakes it through `wake`.
+/// The longest a `fi_cq_sread` or `fi_cntr_wait` sleeps on its endpoints' vectors before it
+/// reads the rings again anyway. A wakeup another waiter took first (each waiter clears the
+/// vectors when it arms them, and reads the object's `wake`) reaches it without this: the
+/// drain of a completion writes `wake`, and whoever reads `wake` passes it on
+/// ([`crate::wait`]). The bound covers a thread that could get no eventfd to park on.
 pub(crate) const WAIT_RECHECK: Duration = Duration::from_millis(100);
 
 /// The descriptor of an `FI_WAIT_FD` CQ or counter ([`crate::cntr`]): an epoll set, readable
-/// while any descriptor in it is — the object's own eventfd and the vectors of its endpoints,
-/// as the last `fi_trywait` armed them.
+/// while any descriptor in it is — the object's own eventfd, the `kick` through which its
+/// waiting threads pass on a wakeup they took ([`crate::wait`]), and the vectors of its
+/// endpoints, as the last `fi_trywait` armed them.
 pub(crate) struct FdWait {
     epoll: OwnedFd,
-    /// The vectors in the set besides the signal eventfd.
+    /// The vectors in the set besides the object's eventfds.
     members: Mutex<Vec<RawFd>>,
 }
 
 impl FdWait {
-    /// A set holding `wake`.
-    pub(crate) fn new(wake: &EventFd) -> std::io::Result<FdWait> {
+    /// The eventfd (`wake`), the descriptor and the waiters (with their `kick`) of an
+    /// `FI_WAIT_FD` object, for its `call` (`fi_cq_open`, `fi_cntr_open`): `FI_ENOMEM` when
+    /// a descriptor cannot be made (none is left open).
+    pub(crate) fn open(call: &str) -> Result<(EventFd, FdWait, Sleepers), FiError> {
+        let no = |what: &str, e: std::io::Error| {
+            FiError::new(FiErrno::FI_ENOMEM, format!("{call}: no {what}: {e}"))
+        };
+        let eventfd = || EventFd::new(EFD_NONBLOCK | EFD_CLOEXEC).map_err(|e| no("eventfd", e));
+        let (wake, kick) = (eventfd()?, eventfd()?);
+        let fd_wait = FdWait::new(&[&wake, &kick]).map_err(|e| no("epoll set", e))?;
+        Ok((wake, fd_wait, Sleepers::with_kick(kick)))
+    }
+
+    /// A set holding `fds`.
+    fn new(fds: &[&EventFd]) -> std::io::Result<FdWait> {
         // SAFETY: epoll_create1 takes no pointer; a non-negative result is a new descriptor.
         let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if fd < 0 {
@@ -527,7 +554,9 @@ impl FdWait {
             epoll: unsafe { OwnedFd::from_raw_fd(fd) },
             members: Mutex::new(Vec::new()),
         };
-        w.ctl(libc::EPOLL_CTL_ADD, wake.as_raw_fd())?;
+        for fd in fds {
+            w.ctl(libc::EPOLL_CTL_ADD, fd.as_raw_fd())?;
+        }
         Ok(w)
     }
 
@@ -708,9 +737,9 @@ enum Armed {
 }
 
 /// Sleep in poll(2) until one of `fds` is readable or `timeout` passes (a signal that
-/// interrupts it ends it early, which the caller's loop absorbs). Whether the last of `fds`
-/// was readable.
-pub(crate) fn poll_readable(fds: &[RawFd], timeout: Duration) -> bool {
+/// interrupts it ends it early, which the caller's loop absorbs). Which of `fds` were
+/// readable (none after a timeout).
+pub(crate) fn poll_readable(fds: &[RawFd], timeout: Duration) -> Vec<bool> {
     let mut pfds: Vec<libc::pollfd> = fds
         .iter()
         .map(|&fd| libc::pollfd {
@@ -722,13 +751,41 @@ pub(crate) fn poll_readable(fds: &[RawFd], timeout: Duration) -> bool {
     // Rounded up, so a wait of less than a millisecond still sleeps.
     let ms = libc::c_int::try_from(timeout.as_micros().div_ceil(1000)).unwrap_or(libc::c_int::MAX);
     let Ok(n) = libc::nfds_t::try_from(pfds.len()) else {
-        return false;
+        return vec![false; fds.len()];
     };
     // SAFETY: `pfds` is a vector of `n` valid pollfds, alive for the whole call; poll(2)
     // writes only their `revents`. The descriptors are eventfds open as long as the NIC and
     // the CQ (an fd closed meanwhile would only report POLLNVAL).
     let ready = unsafe { libc::poll(pfds.as_mut_ptr(), n, ms) };
-    ready > 0 && pfds.last().is_some_and(|p| p.revents & libc::POLLIN != 0)
+    pfds.iter()
+        .map(|p| ready > 0 && p.revents & libc::POLLIN != 0)
+        .collect()
+}
+
+/// What a waiter of a CQ or counter does after its sleep on its endpoints' vectors, the
+/// object's `wake` and its own eventfd (`me`), in that order in `fds`, of which `ready` were
+/// readable: a wakeup it reads from `wake` (when `take_wake`) is passed on to the object's
+/// other waiters ([`crate::wait`]), and the wakeups passed on to it are taken.
+pub(crate) fn after_sleep(
+    sleepers: &Sleepers,
+    me: &Parked<'_>,
+    wake: &EventFd,
+    ready: &[bool],
+    take_wake: bool,
+) {
+    let own = usize::from(me.fd().is_some());
+    let wake_ready = ready
+        .len()
+        .checked_sub(own + 1)
+        .and_then(|at| ready.get(at))
+        .copied()
+        .unwrap_or(false);
+    if take_wake && wake_ready && wake.read().is_ok() {
+        sleepers.fan_out(Some(me));
+    }
+    if own == 1 && ready.last().copied().unwrap_or(false) {
+        me.clear();
+    }
 }
 
 unsafe extern "C" fn cq_sreadfrom(
@@ -758,6 +815,8 @@ unsafe extern "C" fn cq_sreadfrom(
         // The signals counted on entry: every thread waiting when a signal comes returns.
         let signals = q.signals.load(Ordering::Acquire);
         let mut sleep = Duration::from_micros(1);
+        // Among the CQ's waiters from its first sleep on (after `_waiting`: it leaves first).
+        let mut parked: Option<Parked<'_>> = None;
         loop {
             // SAFETY: libfabric's contract on `buf` and `src_addr`.
             match unsafe { read_into(q, buf, count, src_addr, CALL) } {
@@ -781,18 +840,23 @@ unsafe extern "C" fn cq_sreadfrom(
             }
             let left = deadline.map(|d| d.saturating_duration_since(now));
             if let Some(wake) = &q.wake {
+                // Parked before it arms anything: a wakeup another waiter of the CQ takes
+                // from `wake` from here on is passed on to this one.
+                let me = &*parked.get_or_insert_with(|| q.parked.park());
                 match q.arm_endpoints() {
                     Armed::Ready => continue,
                     Armed::Fds(mut fds) => {
                         fds.push(wake.as_raw_fd());
+                        fds.extend(me.fd());
                         let cap = left.map_or(WAIT_RECHECK, |l| l.min(WAIT_RECHECK));
-                        let signal_seen = poll_readable(&fds, cap);
-                        if signal_seen && q.signals.load(Ordering::Acquire) == signals {
-                            // A signal this wait has already seen (it ended an earlier wait,
-                            // or came before this one), or a completion another CQ's read
-                            // queued here (read next): taken, so it wakes no one again.
-                            let _ = wake.read();
-                        }
+                        let ready = poll_readable(&fds, cap);
+                        // A signal that came during the wait is left for every other thread
+                        // waiting then, which returns too. Anything else is taken, so it
+                        // wakes no one again, and passed on to the CQ's other waiters: a
+                        // completion queued here by another read (read next), an endpoint
+                        // enabled, a signal this wait has seen already.
+                        let take = q.signals.load(Ordering::Acquire) == signals;
+                        after_sleep(&q.parked, me, wake, &ready, take);
                         continue;
                     }
                     Armed::NoWait => {}

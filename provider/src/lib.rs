@@ -80,6 +80,7 @@ pub mod info;
 pub mod pep;
 pub mod sep;
 mod unsupported;
+pub mod wait;
 
 use abi::{FiContext, FiProvider, FI_PROVIDER_API};
 use core::ffi::c_int;

@@ -6334,7 +6334,7 @@ fn an_fi_wait_fd_counter_gives_a_descriptor_readable_when_the_counter_may_have_c
     unsafe { close_all(&[mutex_fid, none_fid]) };
 }
 
-/// Closing an `FI_WAIT_FD` counter closes its descriptors (its eventfd and epoll set):
+/// Closing an `FI_WAIT_FD` counter closes its descriptors (its eventfds and epoll set):
 /// opening and closing many leaks none. (Counted over the whole process: run alone, as
 /// nextest runs each test.)
 #[test]
@@ -6346,8 +6346,8 @@ fn closing_fi_wait_fd_counters_leaks_no_descriptor() {
         .collect();
     assert_eq!(
         open_descriptors(),
-        before + 64,
-        "an eventfd and an epoll set per counter"
+        before + 96,
+        "two eventfds (its own and the descriptor's kick) and an epoll set per counter"
     );
     for c in cntrs {
         // SAFETY: `c` is open; only the field's address is taken.
@@ -6361,4 +6361,135 @@ fn closing_fi_wait_fd_counters_leaks_no_descriptor() {
         before,
         "a closed counter's descriptors stayed open"
     );
+}
+
+/// How long a waiter may take to wake for a change that concerns it: well under the 100 ms
+/// after which a waiter looks again whatever woke it, so that a wakeup another waiter took
+/// from it shows.
+const PROMPT_WAKE: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Several threads in `fi_cntr_wait` on one counter: one change wakes every one of them at
+/// once, not only the one that took the counter's wakeup (each round, after they all sleep).
+#[test]
+fn every_thread_waiting_on_a_counter_wakes_at_its_change() {
+    let pair = Pair::with_counters(0, FI_WAIT_UNSPEC, |_| {}, 1, [&[], &[(0, FI_RECV)]]);
+    let c = Shared(pair.cntrs[0]);
+    for round in 1..=3u64 {
+        let waiters: Vec<_> = (0..4)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    let ret = cntr_wait(c.get(), round, 1000);
+                    (ret, std::time::Instant::now())
+                })
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let changed = std::time::Instant::now();
+        // SAFETY: an open counter.
+        assert_eq!(unsafe { (cntr_ops(c.get()).add)(c.get(), 1) }, 0);
+        for w in waiters {
+            let (ret, woke) = w.join().unwrap();
+            assert_eq!(ret, 0, "round {round}");
+            let took = woke.saturating_duration_since(changed);
+            assert!(
+                took < PROMPT_WAKE,
+                "round {round}: a waiter woke {took:?} late"
+            );
+        }
+    }
+}
+
+/// A thread in `fi_cq_sread` that takes the CQ's wakeup (here for an endpoint enabled during
+/// the wait, which the sleepers have yet to arm) leaves the CQ's `FI_WAIT_FD` descriptor
+/// readable, for the application asleep on it, which must arm the endpoint too.
+#[test]
+fn a_thread_waiting_on_a_cq_leaves_its_descriptor_woken_for_an_endpoint_enabled() {
+    let open = Open::new(FI_MSG, FI_FORMAT_UNSPEC);
+    let mut attr = av_attr(16);
+    let av = open.av_open(&mut attr).unwrap();
+    let cq = Shared(open.cq_open(FI_CQ_FORMAT_DATA, FI_WAIT_FD));
+    let ep = open.endpoint();
+    // SAFETY: open objects of the domain; valid out pointers.
+    unsafe {
+        let fops = &*(*ep).fid.ops;
+        assert_eq!((fops.bind)(&mut (*ep).fid, &mut (*av).fid, 0), 0);
+        assert_eq!(
+            (fops.bind)(&mut (*ep).fid, &mut (*cq.get()).fid, FI_TRANSMIT | FI_RECV),
+            0
+        );
+    }
+    // SAFETY: the CQ is open; only the field's address is taken.
+    let fid = unsafe { &raw mut (*cq.get()).fid };
+    let (ret, fd) = control_int(fid, FI_GETWAIT);
+    assert_eq!(ret, 0);
+    assert_eq!(trywait_on(open.fabric, &[fid]), 0);
+    // SAFETY: an open CQ's operations, static.
+    let sread = unsafe { (*(*cq.get()).ops).sread };
+    let waiter = std::thread::spawn(move || {
+        let mut e = [0u8; 64];
+        // SAFETY: an open, waitable CQ; room for one entry.
+        unsafe { sread(cq.get(), e.as_mut_ptr().cast(), 1, null(), 300) }
+    });
+    // The thread sleeps before the endpoint is enabled, which it reads from the CQ's eventfd.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    // SAFETY: an open endpoint, bound.
+    let enabled = unsafe { ((*(*ep).fid.ops).control)(&mut (*ep).fid, FI_ENABLE, null_mut()) };
+    assert_eq!(enabled, 0);
+    // Looked at once the thread is done with every wakeup it could take.
+    assert_eq!(waiter.join().unwrap(), neg(FiErrno::FI_EAGAIN));
+    assert!(
+        fd_readable(fd, 0),
+        "the waiting thread took the descriptor's wakeup for the endpoint enabled"
+    );
+    assert_eq!(trywait_on(open.fabric, &[fid]), 0, "nothing to read");
+    // SAFETY: ours, open, no thread uses them any more; closed once.
+    unsafe {
+        assert_eq!(close(&mut (*ep).fid), 0);
+        assert_eq!(close(&mut (*cq.get()).fid), 0);
+        assert_eq!(close(&mut (*av).fid), 0);
+    }
+}
+
+/// A thread in `fi_cntr_wait` that takes the counter's wakeup leaves the counter's
+/// `FI_WAIT_FD` descriptor readable, for the application asleep on it; and a `fi_trywait`
+/// that takes the wakeup leaves the waiting thread woken.
+#[test]
+fn a_counters_descriptor_and_a_thread_waiting_on_it_take_no_wakeup_from_each_other() {
+    let pair = Pair::with_counters(0, FI_WAIT_FD, |_| {}, 1, [&[], &[(0, FI_RECV)]]);
+    let c = Shared(pair.cntrs[0]);
+    let fabric = pair._open.fabric;
+    // SAFETY: the counter is open; only the field's address is taken.
+    let fid = unsafe { &raw mut (*c.get()).fid };
+    let (ret, fd) = control_int(fid, FI_GETWAIT);
+    assert_eq!(ret, 0);
+    for round in 1..=3u64 {
+        assert_eq!(trywait_on(fabric, &[fid]), 0);
+        let waiter = std::thread::spawn(move || cntr_wait(c.get(), round, 5000));
+        // The thread sleeps before the change, which it reads from the counter's eventfd.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        // SAFETY: an open counter.
+        assert_eq!(unsafe { (cntr_ops(c.get()).add)(c.get(), 1) }, 0);
+        assert_eq!(waiter.join().unwrap(), 0);
+        assert!(
+            fd_readable(fd, 1000),
+            "round {round}: the waiting thread took the descriptor's wakeup"
+        );
+        assert_eq!(trywait_on(fabric, &[fid]), ineg(FiErrno::FI_EAGAIN));
+    }
+    // The other way: fi_trywait takes the wakeup a thread sleeps on.
+    let round = 4;
+    assert_eq!(trywait_on(fabric, &[fid]), 0);
+    let waiter = std::thread::spawn(move || {
+        let ret = cntr_wait(c.get(), round, 1000);
+        (ret, std::time::Instant::now())
+    });
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let changed = std::time::Instant::now();
+    // SAFETY: an open counter.
+    assert_eq!(unsafe { (cntr_ops(c.get()).add)(c.get(), 1) }, 0);
+    let _ = trywait_on(fabric, &[fid]);
+    let (ret, woke) = waiter.join().unwrap();
+    assert_eq!(ret, 0);
+    let took = woke.saturating_duration_since(changed);
+    assert!(took < PROMPT_WAKE, "the waiter woke {took:?} late");
 }

@@ -1,0 +1,163 @@
+//! The waiters of one CQ or counter, and the wakeups they share.
+//!
+//! A CQ or counter wakes its waiters through one eventfd of its own (`wake`), which the
+//! thread that queues a completion or makes a count writes once per sleep (one atomic on the
+//! datapath when no one sleeps). Several waiters may sleep on it at once: threads in
+//! `fi_cq_sread` or `fi_cntr_wait`, and an application asleep on the object's `FI_WAIT_FD`
+//! descriptor. The first of them to read `wake` takes the wakeup from the others, so it
+//! passes it on (`Sleepers::fan_out`): every other thread waiting on the object parks on an
+//! eventfd of its own beside `wake`, which is written, and an `FI_WAIT_FD` descriptor holds a
+//! `kick` eventfd, written too. A waiter reads only its own eventfd and `wake`, and whoever
+//! reads something from `wake` fans it out, so no waiter whose condition may have become true
+//! sleeps on. The list of parked threads is taken under a lock, on the wait path only.
+
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use vmm_sys_util::eventfd::{EventFd, EFD_CLOEXEC, EFD_NONBLOCK};
+
+/// The threads waiting on one object, and its descriptor's `kick`.
+pub(crate) struct Sleepers {
+    /// The eventfds of the threads waiting on the object, one each.
+    parked: Mutex<Vec<Arc<EventFd>>>,
+    /// `FI_WAIT_FD`: in the descriptor's epoll set, standing for the application asleep on
+    /// it; `fi_trywait` reads it ([`Sleepers::take_kick`]).
+    kick: Option<EventFd>,
+}
+
+impl Sleepers {
+    /// The waiters of an object without a descriptor.
+    pub(crate) fn new() -> Sleepers {
+        Sleepers {
+            parked: Mutex::new(Vec::new()),
+            kick: None,
+        }
+    }
+
+    /// The waiters of an `FI_WAIT_FD` object, whose descriptor holds `kick`.
+    pub(crate) fn with_kick(kick: EventFd) -> Sleepers {
+        Sleepers {
+            parked: Mutex::new(Vec::new()),
+            kick: Some(kick),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Vec<Arc<EventFd>>> {
+        self.parked.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A thread starts to wait on the object: from here until the returned guard drops, a
+    /// wakeup another waiter takes from `wake` is passed on to it. Called before the thread
+    /// arms anything it will sleep on, so that no wakeup meant for it comes before. Without
+    /// an eventfd to park on (none could be made), the thread is not reached, and finds what
+    /// it missed at its next periodic look.
+    pub(crate) fn park(&self) -> Parked<'_> {
+        let fd = EventFd::new(EFD_NONBLOCK | EFD_CLOEXEC).ok().map(Arc::new);
+        if let Some(fd) = &fd {
+            self.lock().push(Arc::clone(fd));
+        }
+        Parked { sleepers: self, fd }
+    }
+
+    /// A waiter read a wakeup from `wake`: every other waiter is woken too — each thread
+    /// parked but `from`, and, when a thread took it (`from` is given), the application
+    /// asleep on the descriptor. Each looks at the object again and sleeps once more if
+    /// nothing is there for it.
+    pub(crate) fn fan_out(&self, from: Option<&Parked<'_>>) {
+        let me = from.and_then(|p| p.fd.as_ref());
+        for fd in self.lock().iter() {
+            if me.is_some_and(|m| Arc::ptr_eq(m, fd)) {
+                continue;
+            }
+            // Cannot fail short of the counter's overflow, 2^64 - 2 wakes unread.
+            let _ = fd.write(1);
+        }
+        if from.is_some() {
+            if let Some(kick) = &self.kick {
+                let _ = kick.write(1);
+            }
+        }
+    }
+
+    /// `fi_trywait`: the wakeups passed on to the descriptor are seen.
+    pub(crate) fn take_kick(&self) {
+        if let Some(kick) = &self.kick {
+            // EAGAIN when it holds none: unreadable either way.
+            let _ = kick.read();
+        }
+    }
+}
+
+/// A thread waiting on an object ([`Sleepers::park`]); it leaves the list when dropped.
+pub(crate) struct Parked<'a> {
+    sleepers: &'a Sleepers,
+    fd: Option<Arc<EventFd>>,
+}
+
+impl Parked<'_> {
+    /// The eventfd the thread sleeps on beside the object's own, when it has one.
+    pub(crate) fn fd(&self) -> Option<RawFd> {
+        self.fd.as_ref().map(|fd| fd.as_raw_fd())
+    }
+
+    /// Take the wakeups passed on to the thread.
+    pub(crate) fn clear(&self) {
+        if let Some(fd) = &self.fd {
+            let _ = fd.read();
+        }
+    }
+}
+
+impl Drop for Parked<'_> {
+    fn drop(&mut self) {
+        if let Some(fd) = &self.fd {
+            self.sleepers.lock().retain(|f| !Arc::ptr_eq(f, fd));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn readable(fd: &EventFd) -> bool {
+        let mut p = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, for the call only.
+        unsafe { libc::poll(&mut p, 1, 0) == 1 }
+    }
+
+    /// A wakeup taken by one waiter reaches every other one and the descriptor, not the
+    /// taker; a thread that left is no longer reached; `fi_trywait`'s wakeups reach the
+    /// threads but not the descriptor it is about to sleep on.
+    #[test]
+    fn a_wakeup_one_waiter_took_reaches_every_other() {
+        let s = Sleepers::with_kick(EventFd::new(EFD_NONBLOCK).unwrap());
+        let (a, b) = (s.park(), s.park());
+        let fd = |p: &Parked<'_>| Arc::clone(p.fd.as_ref().unwrap());
+        let (fa, fb) = (fd(&a), fd(&b));
+        s.fan_out(Some(&a));
+        assert!(!readable(&fa), "the taker is not woken by its own wakeup");
+        assert!(readable(&fb));
+        assert!(readable(s.kick.as_ref().unwrap()));
+        b.clear();
+        s.take_kick();
+        assert!(!readable(&fb) && !readable(s.kick.as_ref().unwrap()));
+        s.fan_out(None);
+        assert!(readable(&fa) && readable(&fb));
+        assert!(
+            !readable(s.kick.as_ref().unwrap()),
+            "the descriptor's own trywait"
+        );
+        a.clear();
+        b.clear();
+        drop(b);
+        s.fan_out(None);
+        assert!(readable(&fa));
+        assert!(!readable(&fb), "a thread that left is not reached");
+        drop(a);
+        assert!(s.lock().is_empty());
+    }
+}
