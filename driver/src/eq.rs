@@ -30,7 +30,10 @@
 //! management's progress threads, an AV's progress posting its inserts' events, the
 //! application's [`EventQueue::write`] — makes it readable as it posts. The events of an
 //! asynchronous AV insert are posted only when progress runs, which a sleeping reader does
-//! not do, and no interrupt announces the NIC's answer: so an insert queued
+//! not do, and no interrupt announces the NIC's answer (the NIC has none for its admin
+//! queue: an admin completion only latches `INTR_CAUSE.admin`, which raises nothing, and its
+//! MSI-X vectors are raised only by completion rings armed with `CQ_ARM`; the driver polls
+//! the admin completion ring): so an insert queued
 //! ([`AvEventSink::inserts_queued`]) or a [`EventQueue::signal`] makes the descriptor readable
 //! too, until the next [`EventQueue::trywait`], and `trywait` (`fi_trywait`, which the
 //! application calls before it sleeps) runs progress and answers `FI_EAGAIN` while an event
