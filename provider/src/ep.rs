@@ -64,7 +64,8 @@
 //!   read of a CQ or counter would: they reach the bound counters and CQs (a receive's
 //!   message is copied into its buffer), so none is lost to the close. Then the endpoint
 //!   leaves the NIC; operations still outstanding (receives still posted, a send the NIC has
-//!   not completed) are dropped unreported, as fi_endpoint(3) allows.
+//!   not completed) are dropped unreported, as fi_endpoint(3) has it: also the receives of a
+//!   connection shut down that no read has flushed yet.
 //!
 //! * Tagged messages (`fi_tsend*`, `fi_tinject*`, `fi_trecv*`): the NIC matches them, 64 bits
 //!   of tag with an ignore mask; a tagged message that arrives before its receive waits on
@@ -2322,8 +2323,9 @@ unsafe extern "C" fn ep_close(fid: *mut Fid) -> c_int {
             // ENDPOINT_DESTROY, so no post or read comes between; an operation the NIC has not
             // completed when the drain finds the ring empty was outstanding when fi_close was
             // called, and is discarded unreported with the rings (fi_endpoint(3)), even if the
-            // NIC completes it before ENDPOINT_DESTROY.
-            st.drain();
+            // NIC completes it before ENDPOINT_DESTROY. So is a receive of a connection shut
+            // down that no read has flushed yet: the ring is read, no receive withdrawn.
+            st.drain_ring();
             // The NIC's endpoint first (ENDPOINT_DESTROY; a connected one shuts its
             // connection down), then its buffers; then its events the EQ still holds.
             let id = st.driver.as_ref().map(Endpoint::fid);

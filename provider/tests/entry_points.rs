@@ -2657,6 +2657,54 @@ fn a_connections_shutdown_flushes_the_posted_receives_as_ecanceled() {
     }
 }
 
+/// `fi_close` of an endpoint whose peer shut the connection down, its receives still posted
+/// and its CQ not read since: the receives are discarded with no completion, as
+/// fi_endpoint(3) has it for every operation outstanding at `fi_close` (the flush a read
+/// would have made is not made by the close).
+#[test]
+fn closing_an_endpoint_its_peer_shut_down_reports_no_completion_of_its_receives() {
+    let m = Msg::new();
+    let (eq_l, eq_c) = (m.eq(), m.eq());
+    let pep = m.listen(eq_l);
+    // SAFETY: `pep` is open; only the field's address is taken.
+    let pep_fid: *mut Fid = unsafe { &mut (*pep).fid };
+    let (client, cq_c) = m.ep(m.open.info, eq_c);
+    assert_eq!(connect(client, &name_of(pep_fid), b""), 0);
+    let req = cm_event(eq_l).expect("FI_CONNREQ");
+    let rx_cntr = m.open.cntr_open(FI_WAIT_UNSPEC).expect("fi_cntr_open");
+    let (server, cq_s) = m.ep_counted(req.info, eq_l, Some(rx_cntr));
+    // SAFETY: an open endpoint.
+    assert_eq!(unsafe { ((*(*server).cm).accept)(server, null(), 0) }, 0);
+    assert_eq!(cm_event(eq_c).expect("FI_CONNECTED").event, FI_CONNECTED);
+    assert_eq!(cm_event(eq_l).expect("FI_CONNECTED").event, FI_CONNECTED);
+
+    let mut buf = [0xEEu8; 16];
+    // SAFETY: an open endpoint; the buffer outlives the endpoint.
+    assert_eq!(unsafe { recv_ctx(server, &mut buf, 0xB1) }, 0);
+    // SAFETY: an open endpoint.
+    assert_eq!(unsafe { ((*(*client).cm).shutdown)(client, 0) }, 0);
+    assert_eq!(cm_event(eq_l).expect("FI_SHUTDOWN").event, FI_SHUTDOWN);
+    // SAFETY: open, closed once.
+    assert_eq!(unsafe { close(&mut (*server).fid) }, 0);
+    assert_eq!(cq_read(cq_s).err(), Some(neg(FiErrno::FI_EAGAIN)));
+    assert_eq!((cntr_readerr(rx_cntr), cntr_read(rx_cntr)), (0, 0));
+    assert!(buf.iter().all(|&b| b == 0xEE), "buffer untouched");
+
+    // SAFETY: ours, open, closed once; the event's info freed once.
+    unsafe {
+        uet_fi::info::free_info(req.info);
+        close_all(&[
+            &mut (*client).fid,
+            &mut (*cq_s).fid,
+            &mut (*cq_c).fid,
+            &mut (*rx_cntr).fid,
+            pep_fid,
+            &mut (*eq_l).fid,
+            &mut (*eq_c).fid,
+        ]);
+    }
+}
+
 /// `fi_reject` refuses a request: the requester's EQ gets an `FI_ECONNREFUSED` error whose
 /// error data is the reject's param; the handle is answered (a second reject, an endpoint
 /// opened with its `fi_info`, are `-FI_EINVAL`). Closing a listener refuses the requests it
