@@ -56,12 +56,19 @@ pub enum AvEvent {
     },
 }
 
+/// The first fabric id [`next_fid`] gives: the top bit of 64 set, which no user-space
+/// address has (x86-64 and AArch64 give user space the lower half of the address space).
+pub const FIRST_FID: u64 = 1 << 63;
+
 /// The counter behind [`next_fid`].
-static NEXT_FID: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(1);
+static NEXT_FID: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(FIRST_FID);
 
 /// A fresh fabric id, from the one counter of the process: no other object that reports to
 /// an event queue (AVs here; event queues, endpoints and connections in the driver) has it,
-/// so an entry's `fid` names one object however many kinds share the queue. Starts at 1.
+/// so an entry's `fid` names one object however many kinds share the queue. Starts at
+/// [`FIRST_FID`], so that no id is the address of an application's object: an event an
+/// application writes into a queue (`fi_eq_write`) names its objects by their addresses,
+/// and is never taken for one of the provider's own.
 pub fn next_fid() -> u64 {
     NEXT_FID.fetch_add(1, core::sync::atomic::Ordering::Relaxed)
 }

@@ -3344,6 +3344,51 @@ fn in_a_string_domain_fi_getname_gives_the_string_an_av_inserts() {
     }
 }
 
+/// An application's own events name its objects by their addresses; the provider's objects
+/// (listeners, endpoints, AVs) have fabric ids no address has. So an `FI_CONNREQ` an
+/// application writes into a queue a listener reports to is read back as written, whatever
+/// its `fid`: it is never taken for the listener's own request, nor dropped with it.
+#[test]
+fn written_events_are_never_taken_for_the_providers_own_whatever_their_fid() {
+    let m = Msg::new();
+    let mut eq = null_mut();
+    let mut attr = FiEqAttr {
+        size: 0,
+        flags: uet_av::flags::FI_WRITE,
+        wait_obj: FI_WAIT_UNSPEC,
+        signaling_vector: 0,
+        wait_set: null_mut(),
+    };
+    // SAFETY: an open fabric; valid attributes and out pointer.
+    unsafe {
+        assert_eq!(
+            ((*(*m.open.fabric).ops).eq_open)(m.open.fabric, &mut attr, &mut eq, null_mut()),
+            0
+        );
+    }
+    let pep = m.listen(eq);
+    // Every small value, where a counter of the process's objects would be.
+    const WRITTEN: usize = 256;
+    for fid in 1..=WRITTEN {
+        let mut b = Vec::new();
+        b.extend_from_slice(&fid.to_ne_bytes());
+        b.extend_from_slice(&0usize.to_ne_bytes());
+        // SAFETY: an open EQ opened with FI_WRITE; `b` is read during the call.
+        let n = unsafe { ((*(*eq).ops).write)(eq, FI_CONNREQ, b.as_ptr().cast(), b.len(), 0) };
+        assert_eq!(n, 16, "fid {fid}");
+    }
+    for fid in 1..=WRITTEN {
+        let ev = eq_event(eq, 64, 0).unwrap_or_else(|e| panic!("written event {fid}: {e}"));
+        assert_eq!(
+            (ev.event, ev.fid as usize, ev.info as usize),
+            (FI_CONNREQ, fid, 0),
+            "written event {fid}"
+        );
+    }
+    // SAFETY: ours, open, closed once.
+    unsafe { close_all(&[&raw mut (*pep).fid, &raw mut (*eq).fid]) };
+}
+
 /// `fi_eq_write` of a queue opened with `FI_WRITE` takes any event in the entry fi_eq(3)
 /// gives it: a connection event's `struct fi_eq_cm_entry` and its data after it, another
 /// event's `struct fi_eq_entry`; a read gives each back as written. Another length, a code
