@@ -298,8 +298,9 @@ impl EpShared {
     /// Make the ring set ready for a new context of a direction (`tx`: transmit) whose
     /// previous context closed ([`crate::sep`]'s `fi_tx_context`, `fi_rx_context`): what
     /// the NIC completed is read off the ring (the old context's operations reported
-    /// nowhere), and the old context's receives still posted are withdrawn from the NIC
-    /// (RECV_CANCEL), so that no message for the new context lands in one. `FI_EBUSY`, and
+    /// nowhere), and the old context's receives still posted (its close withdrew the others)
+    /// are withdrawn from the NIC (RECV_CANCEL), so that no message for the new context lands
+    /// in one. `FI_EBUSY`, and
     /// no context opens, while one is still there: a message is arriving into it (it
     /// completes shortly: try again), or the NIC cannot cancel receives (host interface
     /// older than 1.14: the index opens again once messages have taken them).
@@ -313,20 +314,10 @@ impl EpShared {
             }
             return Ok(());
         }
-        let orphans = st.orphan_receives();
-        if orphans.is_empty() {
-            return Ok(());
-        }
-        if let Some(driver) = st.driver.as_mut() {
-            for &(token, matching) in &orphans {
-                // Best effort: what is not cancelled is counted below.
-                let _ = match matching {
-                    Matching::Untagged => driver.cancel_recv(token),
-                    Matching::Tagged { .. } => driver.cancel_trecv(token),
-                };
-            }
-        }
-        st.drain();
+        // Withdrawn at the close already, but for one a message was arriving into (it may
+        // have completed since), or what a full completion ring held back.
+        // Best effort: what is not withdrawn is counted below.
+        let _ = st.cancel_orphan_receives();
         let left = st.orphan_receives().len();
         if left > 0 {
             return Err(FiError::new(
@@ -731,6 +722,42 @@ impl EpState {
             };
             *op = Posted::Orphan { recv };
         }
+    }
+
+    /// Withdraw the receives of closed contexts still posted on the NIC (RECV_CANCEL), so
+    /// that no message lands in one: each completes cancelled, read off the ring here and
+    /// reported nowhere. A receive a message is arriving into is not withdrawn: it completes
+    /// on its own, reported nowhere too. `Err` (the driver's `FI_ENOSYS`) when the NIC
+    /// cannot cancel receives (older than host interface 1.14): they stay posted, and a
+    /// message that takes one is read off the ring and discarded.
+    fn cancel_orphan_receives(&mut self) -> Result<(), DriverError> {
+        let Some(driver) = self.driver.as_ref() else {
+            return Ok(());
+        };
+        let orphans = self.orphan_receives();
+        if orphans.is_empty() {
+            return Ok(());
+        }
+        driver.cancel_supported()?;
+        'receives: for (token, matching) in orphans {
+            for _ in 0..FLUSH_TRIES {
+                let Some(driver) = self.driver.as_mut() else {
+                    break 'receives;
+                };
+                let withdrawn = match matching {
+                    Matching::Untagged => driver.cancel_recv(token),
+                    Matching::Tagged { .. } => driver.cancel_trecv(token),
+                };
+                match withdrawn.map_err(|e| e.errno()) {
+                    // The completion ring is full: what it holds goes to the CQs first.
+                    Err(FiErrno::FI_EAGAIN) => self.drain_ring(),
+                    // Withdrawn; or taken by a message, or arriving: it completes on its own.
+                    _ => continue 'receives,
+                }
+            }
+        }
+        self.drain_ring();
+        Ok(())
     }
 
     /// The receives of closed contexts still posted on the NIC: (token, how each matches).
@@ -2290,6 +2317,14 @@ unsafe extern "C" fn ep_close(fid: *mut Fid) -> c_int {
                 // before they are unbound, as at an endpoint's close.
                 st.drain();
                 st.orphan(tx);
+                if !tx {
+                    // Its receives leave the NIC now, so a message sent to the index while
+                    // it is closed finds none (the sender's send fails `FI_ENORX`), rather
+                    // than landing in one and being discarded.
+                    if let Err(e) = st.cancel_orphan_receives() {
+                        tracing::debug!(error = %e, "a closed receive context's receives stay posted");
+                    }
+                }
                 let (cq, other_cq) = if tx {
                     (st.tx_cq.take(), st.rx_cq)
                 } else {

@@ -11,7 +11,7 @@
 //! | `fi_enable(sep)` | enables every open context (`-FI_ENOCQ` for one without its CQ, nothing enabled), creating the endpoint on the NIC if no context's `fi_enable` did (`-FI_ENOAV`, `-FI_EINVAL` as above); contexts enabled already keep what they posted |
 //! | `fi_getname(sep)`, `fi_getname(ctx)` | the one address, once enabled |
 //! | `fi_send*`, `fi_tsend*`, `fi_inject*`, `fi_tinject*` on a transmit context; `fi_recv*`, `fi_trecv*` on a receive context | as on an endpoint ([`crate::ep`]), once the context is enabled (`-FI_EOPBADSTATE` before); the other direction's calls are `-FI_EOPNOTSUPP`, and so is every transfer on the scalable endpoint itself |
-//! | `fi_close(ctx)` | what the NIC completed reaches its CQ and counter, which it then unbinds; operations still outstanding are reported and counted nowhere, then or later, and posted receives' buffers are never written (the ring set stays on the NIC until the scalable endpoint closes, and a message that lands in a receive of the closed context is read off its ring and discarded) |
+//! | `fi_close(ctx)` | what the NIC completed reaches its CQ and counter, which it then unbinds; operations still outstanding are reported and counted nowhere, then or later, and posted receives' buffers are never written. A receive context's receives still posted are withdrawn from the NIC (RECV_CANCEL), so a message sent to the index while it is closed finds none (see *A closed index*); a receive a message is arriving into then completes on its own, reported nowhere (the ring set stays on the NIC until the scalable endpoint closes) |
 //! | `fi_close(sep)` | `-FI_EBUSY` while a context is open; the endpoint leaves the NIC |
 //!
 //! Receive context `i` is the NIC's resource index `ri_start + i`: a peer reaches it with
@@ -45,6 +45,18 @@
 //! A context may be opened before or after the endpoint is on the NIC; one opened after
 //! binds its CQ and is enabled by its own `fi_enable`.
 //!
+//! # A closed index
+//!
+//! The closed receive context's receives are gone from the NIC, so a message sent to its
+//! index meanwhile is the NIC's to refuse as for any endpoint without a receive: an untagged
+//! one fails at the sender (`FI_ENORX`, the target's RC_UNDELIVERABLE), whatever completion
+//! level it asked for; a tagged one waits on the NIC's unexpected list (its send completes
+//! successfully, as every tagged send that arrives before its receive) until a context
+//! opened again on the index posts a tagged receive that matches it, or the list is full
+//! (`FI_ENORX` then). On a NIC older than host interface 1.14, which has no RECV_CANCEL,
+//! the receives stay posted: a message that lands in one succeeds at the sender and is read
+//! off the ring and discarded, its buffer untouched.
+//!
 //! # Opening an index again
 //!
 //! fi_endpoint(3) has `fi_tx_context` and `fi_rx_context` retrieve the context of an index,
@@ -53,11 +65,12 @@
 //! `fi_rx_context` open it again: a new context, not enabled and bound to nothing, on the
 //! same ring set (same address, same resource index). It starts clean: the completions the
 //! NIC made for the old context went to the old context's CQ and counter before its close,
-//! or go nowhere; the old context's receives still posted are withdrawn from the NIC
-//! (RECV_CANCEL) as the index opens again, so no message meant for the new context lands
-//! in one. While one cannot be withdrawn, `fi_rx_context` is `-FI_EBUSY` and opens nothing:
-//! a message is arriving into it (try again), or the NIC predates RECV_CANCEL (host interface
-//! 1.14), and the index opens again once messages have taken the old receives. Tagged
+//! or go nowhere; the old context's receives were withdrawn from the NIC at its close, and
+//! one a message was arriving into then has completed or is withdrawn as the index opens
+//! again, so no message meant for the new context lands in one. While one cannot be
+//! withdrawn, `fi_rx_context` is `-FI_EBUSY` and opens nothing: a message is arriving into
+//! it (try again), or the NIC predates RECV_CANCEL (host interface 1.14), and the index
+//! opens again once messages have taken the old receives. Tagged
 //! messages the NIC holds unexpected for the index are the index's, not the old context's:
 //! the new context's tagged receives match them.
 

@@ -5110,9 +5110,12 @@ fn each_context_counts_its_own_directions_completions() {
     }
 }
 
-/// A receive posted on a receive context that then closes is dropped: a message that
-/// reaches its ring set afterwards, read through the transmit context of the same index,
-/// writes nothing into the buffer the application had given it and got back.
+/// A receive context's `fi_close` withdraws its receives still posted on the NIC
+/// (RECV_CANCEL): an untagged message sent to its index while it is closed finds no receive,
+/// and the sender's send fails `FI_ENORX` rather than succeeding into a receive that is
+/// discarded; the buffer the application had given the closed context and got back is never
+/// written. A tagged message waits on the NIC's unexpected list, its send a success, and a
+/// context opened again on the index takes it with its own tagged receive.
 #[test]
 fn a_closed_receive_contexts_posted_receive_writes_nothing_into_its_buffer() {
     let open = Open::with_hints(&sep_hints(1, 1));
@@ -5135,31 +5138,57 @@ fn a_closed_receive_contexts_posted_receive_writes_nothing_into_its_buffer() {
     }
     assert_eq!(enable(sep), 0);
     let me = insert(av, &name_of(sep.cast()));
-    let mut buf = vec![0xaau8; 32];
-    // SAFETY: `buf` outlives the scalable endpoint; `r0` is closed once.
+    let (mut buf, mut tbuf) = (vec![0xaau8; 32], vec![0xaau8; 32]);
+    // SAFETY: the buffers outlive the scalable endpoint; `r0` is closed once.
     unsafe {
         assert_eq!(post(r0, &mut buf, None, 9), 0);
+        assert_eq!(post(r0, &mut tbuf, Some(0x55), 10), 0);
         assert_eq!(close(&mut (*r0).fid), 0);
     }
     assert_eq!(send_to(t0, b"after the close", me, 5), 0);
-    let e = cq_wait(cq_t).expect("the send completes");
+    let e = cq_error(cq_t);
     assert_eq!(e.op_context as usize, 5);
+    assert_eq!(
+        e.err,
+        FiErrno::FI_ENORX.get() as c_int,
+        "no receive took the message"
+    );
+    assert_eq!(tsend(t0, b"tagged, closed", me, 0x55, 6), 0);
+    let e = cq_wait(cq_t).expect("the tagged send completes: its message waits unexpected");
+    assert_eq!(e.op_context as usize, 6);
     // Whatever else the ring set holds is read too.
     for _ in 0..50 {
         assert_eq!(cq_read(cq_t).err(), Some(neg(FiErrno::FI_EAGAIN)));
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
     assert!(
-        buf.iter().all(|&b| b == 0xaa),
-        "the closed context's buffer was written: {buf:?}"
+        buf.iter().chain(&tbuf).all(|&b| b == 0xaa),
+        "the closed context's buffers were written: {buf:?} {tbuf:?}"
     );
+    // The index opens again at once: nothing of the old context is left on the NIC.
+    let r0 = context(sep, false, 0).expect("receive context 0 opened again");
+    let cq_new = open.cq_open(FI_CQ_FORMAT_TAGGED, FI_WAIT_UNSPEC);
+    // SAFETY: open objects.
+    unsafe { assert_eq!(bind(&mut (*r0).fid, &mut (*cq_new).fid, FI_RECV), 0) };
+    assert_eq!(enable(r0), 0);
+    let mut new_buf = [0u8; 32];
+    // SAFETY: `new_buf` outlives the receive's completion, read below.
+    unsafe { assert_eq!(post(r0, &mut new_buf, Some(0x55), 11), 0) };
+    let e = cq_wait(cq_new).expect("the waiting tagged message");
+    assert_eq!((e.op_context as usize, e.len), (11, 14));
+    assert_eq!(&new_buf[..14], b"tagged, closed");
+    assert_eq!(cq_read(cq_new).err(), Some(neg(FiErrno::FI_EAGAIN)));
+    assert_eq!(cq_read(cq_r).err(), Some(neg(FiErrno::FI_EAGAIN)));
+    assert!(buf.iter().chain(&tbuf).all(|&b| b == 0xaa));
     // SAFETY: open objects, each closed once, contexts first.
     unsafe {
         close_all(&[
             &mut (*t0).fid,
+            &mut (*r0).fid,
             &mut (*sep).fid,
             &mut (*cq_t).fid,
             &mut (*cq_r).fid,
+            &mut (*cq_new).fid,
             &mut (*av).fid,
         ]);
     }
