@@ -300,10 +300,10 @@ impl EpShared {
     /// the NIC completed is read off the ring (the old context's operations reported
     /// nowhere), and the old context's receives still posted (its close withdrew the others)
     /// are withdrawn from the NIC (RECV_CANCEL), so that no message for the new context lands
-    /// in one. `FI_EBUSY`, and
-    /// no context opens, while one is still there: a message is arriving into it (it
-    /// completes shortly: try again), or the NIC cannot cancel receives (host interface
-    /// older than 1.14: the index opens again once messages have taken them).
+    /// in one. While one is still there no context opens: `FI_EBUSY` when a message is
+    /// arriving into it (it completes shortly: try again), `FI_EOPBADSTATE` when the NIC
+    /// cannot cancel receives (host interface older than 1.14), which retrying does not
+    /// change: the index opens again once messages have taken them.
     pub(crate) fn reclaim(&self, tx: bool, call: &str) -> Result<(), FiError> {
         let mut st = self.lock();
         st.drain();
@@ -316,20 +316,29 @@ impl EpShared {
         }
         // Withdrawn at the close already, but for one a message was arriving into (it may
         // have completed since), or what a full completion ring held back.
-        // Best effort: what is not withdrawn is counted below.
-        let _ = st.cancel_orphan_receives();
+        let withdrawn = st.cancel_orphan_receives();
         let left = st.orphan_receives().len();
-        if left > 0 {
-            return Err(FiError::new(
+        if left == 0 {
+            return Ok(());
+        }
+        match withdrawn {
+            // Retrying changes nothing: only messages taking the receives do.
+            Err(e) if e.errno() == FiErrno::FI_ENOSYS => Err(FiError::new(
+                FiErrno::FI_EOPBADSTATE,
+                format!(
+                    "{call}: {left} receive(s) of the closed receive context are still posted \
+                     on the NIC, which cannot withdraw them ({e}); the index opens again once \
+                     messages have taken them"
+                ),
+            )),
+            _ => Err(FiError::new(
                 FiErrno::FI_EBUSY,
                 format!(
                     "{call}: {left} receive(s) of the closed receive context are still posted \
-                     on the NIC (a message is arriving into one: try again; or the NIC cannot \
-                     cancel receives, which needs host interface 1.14)"
+                     on the NIC: a message is arriving into one; try again"
                 ),
-            ));
+            )),
         }
-        Ok(())
     }
 
     /// Whether a CQ is bound for the direction (`tx`: sends, else receives).

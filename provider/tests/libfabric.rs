@@ -314,6 +314,42 @@ fn two_processes_on_two_nics_over_vfio_user_ping_pong_through_the_provider() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// On a NIC of host interface 1.13, without RECV_CANCEL, a closed receive context's receive
+/// stays posted: `fi_rx_context` of its index is `-FI_EOPBADSTATE`, which says retrying does
+/// not help (not `-FI_EBUSY`), until a message has taken the receive.
+#[test]
+fn without_recv_cancel_a_closed_receive_index_is_refused_as_no_retry_opens_it() {
+    if !have_toolchain() {
+        return;
+    }
+    let dir = scratch("sep-old");
+    let prov = provider_dir(&dir);
+    let program = compile("sep_reopen_old.c", &dir, &["-lfabric"]);
+    let fabric = uet_sim::Fabric::new();
+    let mut cfg = uet_sim::NicConfig::new(std::net::IpAddr::from([10, 0, 0, 1]));
+    cfg.interface_minor = uet_driver::uet_regs::since::RECV_CANCEL - 1;
+    let nic = fabric.add_nic(cfg).unwrap();
+    let path = dir.join("nic.sock");
+    let server = std::sync::Arc::new(uet_sim::vfio_user::VfioUserServer::bind(nic, &path).unwrap());
+    let serving = std::thread::spawn(move || server.serve_one());
+    let child = Command::new(&program)
+        .env("FI_PROVIDER_PATH", &prov)
+        .env("FI_PROVIDER", "uet")
+        .env("FI_UET_DEVICE", format!("vfio-user:{}", path.display()))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = succeeded(child, "sep_reopen_old");
+    assert!(
+        out.contains("closed index with a receive posted: -FI_EOPBADSTATE"),
+        "{out}"
+    );
+    assert!(out.ends_with("ok\n"), "{out}");
+    serving.join().unwrap().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A libfabric application started with `UET_NIC_TELEMETRY=1` answers on the driver's
 /// telemetry socket, as `uetctl ps`, `av dump --pid` and `ep list --pid` ask it: its AV's NIC
 /// table, read back from the NIC while it runs, holds what it inserted, its endpoint
