@@ -224,6 +224,10 @@ struct EpState {
     rx_cntr: Option<*const UetCntr>,
     /// Its EQ: where an `FI_EP_MSG` endpoint reports its connection.
     eq: Option<EqLink>,
+    /// Injects posted whose completion has not been read off the ring: the NIC's inject
+    /// completions carry no token, so whose they are is told by when they were posted
+    /// ([`EpShared::reclaim`]).
+    injects: u64,
     /// An `FI_EP_MSG` endpoint: its receives have no source address to report (the peer is
     /// in the connection's own AV, not the application's).
     connected_kind: bool,
@@ -273,6 +277,7 @@ impl EpShared {
                 tx_cntr: None,
                 rx_cntr: None,
                 eq: None,
+                injects: 0,
                 connected_kind,
             }),
         }
@@ -308,9 +313,19 @@ impl EpShared {
         let mut st = self.lock();
         st.drain();
         if tx {
-            // The old context's injects that completed since it closed.
-            if let Some(d) = st.driver.as_mut() {
-                d.take_silent_completions();
+            // The old context's injects completed since it closed were read off the ring
+            // with no counter or CQ to reach. One still in flight would complete on the new
+            // context's: a success counted on its counter, a failure reported on its CQ
+            // (with no context), for nothing tells its completion from the new context's.
+            if st.injects > 0 {
+                return Err(FiError::new(
+                    FiErrno::FI_EBUSY,
+                    format!(
+                        "{call}: {} inject(s) of the closed transmit context are still in \
+                         flight on the NIC, which completes them shortly: try again",
+                        st.injects
+                    ),
+                ));
             }
             return Ok(());
         }
@@ -369,6 +384,7 @@ impl EpShared {
         drop(st.pool.take());
         st.posted.clear();
         st.free.clear();
+        st.injects = 0;
         driver
     }
 
@@ -452,9 +468,10 @@ impl EpState {
             }
         }
         // Successful injects make no event; their counter counts them all the same.
-        if let (Some(cntr), Some(driver)) = (self.tx_cntr, self.driver.as_mut()) {
+        if let Some(driver) = self.driver.as_mut() {
             let n = driver.take_silent_completions();
-            if n > 0 {
+            self.injects = self.injects.saturating_sub(n);
+            if let (Some(cntr), true) = (self.tx_cntr, n > 0) {
                 // SAFETY: as for the CQ above: bound, so open, while the lock is held.
                 unsafe { &*cntr }.count(true, n);
             }
@@ -562,6 +579,7 @@ impl EpState {
                 && matches!(ev.op, CqOp::Send | CqOp::TaggedSend)
                 && ev.error.is_some() =>
             {
+                self.injects = self.injects.saturating_sub(1);
                 Posted::Send {
                     context: 0,
                     report: false,
@@ -2007,7 +2025,9 @@ unsafe fn inject(
             None => driver.inject(dest, payload, data),
             Some(tag) => driver.tinject(dest, payload, tag, data),
         }
-        .map_err(|e| driver_error(call, &e))
+        .map_err(|e| driver_error(call, &e))?;
+        st.injects += 1;
+        Ok(())
     })
 }
 
@@ -2488,5 +2508,45 @@ mod tests {
         assert!(st.complete(ev).is_none());
         assert!(st.orphan_receives().is_empty());
         assert!(st.posted.iter().all(Option::is_none));
+    }
+
+    /// An `fi_inject` of a closed transmit context still in flight keeps its index from
+    /// opening again (`FI_EBUSY`: try again), for its completion carries no token and would
+    /// land on the new context's counter or CQ; once it completes (here it fails, its error
+    /// read off the ring with no CQ bound) the index opens, and the new context's own failed
+    /// inject is reported on its CQ.
+    #[test]
+    fn a_transmit_index_does_not_open_again_while_an_inject_of_its_closed_context_is_in_flight() {
+        let lane = EpShared::lane();
+        {
+            let mut st = lane.lock();
+            st.tx_cq = binding(0x1000);
+            // Posted on the NIC (what `inject` counts once the driver has it).
+            st.injects += 1;
+            // The transmit context closes.
+            st.orphan(true);
+            st.tx_cq = None;
+        }
+        let e = lane
+            .reclaim(true, "fi_tx_context")
+            .expect_err("the old inject is in flight");
+        assert_eq!(e.errno, FiErrno::FI_EBUSY);
+        {
+            let mut st = lane.lock();
+            let failed = event(0, CqOp::Send, Some(FiErrno::FI_ENORX));
+            assert!(st.complete(failed).is_none(), "no CQ is bound");
+            assert_eq!(st.injects, 0);
+        }
+        lane.reclaim(true, "fi_tx_context")
+            .expect("the index opens once the inject completed");
+        let mut st = lane.lock();
+        st.tx_cq = binding(0x3000);
+        st.injects += 1;
+        let failed = event(0, CqOp::TaggedSend, Some(FiErrno::FI_ENORX));
+        let (cq, c) = st
+            .complete(failed)
+            .expect("the new context's failed inject");
+        assert_eq!((cq as usize, c.entry.op_context as usize), (0x3000, 0));
+        assert_eq!(st.injects, 0);
     }
 }

@@ -5303,6 +5303,83 @@ fn a_context_closed_after_enable_opens_again_on_its_index_clean_of_the_old_ones_
     }
 }
 
+/// A transmit context closed with `fi_inject`s posted: its index opens again once the NIC
+/// has completed them (`-FI_EBUSY` until then: try again), and the new context's counter
+/// counts only its own injects, which carry no context to tell them apart by.
+#[test]
+fn a_transmit_contexts_injects_count_on_no_context_opened_again_on_its_index() {
+    let open = Open::with_hints(&sep_hints(1, 1));
+    let mut attr = av_attr(16);
+    let av = open.av_open(&mut attr).unwrap();
+    let cqs = [0, 1, 2].map(|_| open.cq_open(FI_CQ_FORMAT_TAGGED, FI_WAIT_UNSPEC));
+    let cntrs = [0, 1].map(|_| open.cntr_open(FI_WAIT_UNSPEC).unwrap());
+    let sep = scalable_ep(&open).unwrap();
+    let (t0, r0) = (
+        context(sep, true, 0).unwrap(),
+        context(sep, false, 0).unwrap(),
+    );
+    // SAFETY: open objects.
+    unsafe {
+        assert_eq!(bind(&mut (*sep).fid, &mut (*av).fid, 0), 0);
+        assert_eq!(bind(&mut (*t0).fid, &mut (*cqs[0]).fid, FI_TRANSMIT), 0);
+        assert_eq!(bind(&mut (*t0).fid, &mut (*cntrs[0]).fid, FI_SEND), 0);
+        assert_eq!(bind(&mut (*r0).fid, &mut (*cqs[1]).fid, FI_RECV), 0);
+    }
+    assert_eq!(enable(sep), 0);
+    let me = insert(av, &name_of(sep.cast()));
+    let mut bufs = [[0u8; 8]; 3];
+    // SAFETY: the buffers outlive the receives' completions, read below; `t0` is closed once.
+    unsafe {
+        for (k, b) in bufs.iter_mut().enumerate() {
+            assert_eq!(post(r0, b, None, 20 + k), 0);
+        }
+        for _ in 0..2 {
+            assert_eq!(((*(*t0).msg).inject)(t0, b"old".as_ptr().cast(), 3, me), 0);
+        }
+        assert_eq!(close(&mut (*t0).fid), 0);
+    }
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let t0 = loop {
+        match context(sep, true, 0) {
+            Ok(t) => break t,
+            Err(e) if e == neg_int(FiErrno::FI_EBUSY) && std::time::Instant::now() < end => {
+                std::thread::yield_now()
+            }
+            Err(e) => panic!("fi_tx_context: {e}"),
+        }
+    };
+    // SAFETY: open objects.
+    unsafe {
+        assert_eq!(bind(&mut (*t0).fid, &mut (*cqs[2]).fid, FI_TRANSMIT), 0);
+        assert_eq!(bind(&mut (*t0).fid, &mut (*cntrs[1]).fid, FI_SEND), 0);
+    }
+    assert_eq!(enable(t0), 0);
+    // SAFETY: an open context.
+    unsafe { assert_eq!(((*(*t0).msg).inject)(t0, b"new".as_ptr().cast(), 3, me), 0) };
+    for k in 0..3 {
+        let e = cq_wait(cqs[1]).expect("each message arrives");
+        assert_eq!((e.op_context as usize, e.len), (20 + k, 3));
+    }
+    assert_eq!(cntr_wait(cntrs[1], 1, 5000), 0);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert_eq!((cntr_read(cntrs[1]), cntr_readerr(cntrs[1])), (1, 0));
+    assert_eq!(cq_read(cqs[2]).err(), Some(neg(FiErrno::FI_EAGAIN)));
+    // SAFETY: open objects, each closed once, contexts first.
+    unsafe {
+        close_all(&[
+            &mut (*t0).fid,
+            &mut (*r0).fid,
+            &mut (*sep).fid,
+            &mut (*cqs[0]).fid,
+            &mut (*cqs[1]).fid,
+            &mut (*cqs[2]).fid,
+            &mut (*cntrs[0]).fid,
+            &mut (*cntrs[1]).fid,
+            &mut (*av).fid,
+        ]);
+    }
+}
+
 /// `fi_close` of a context and `fi_enable` of its scalable endpoint on two threads at once
 /// (`FI_THREAD_SAFE`): whichever comes first, the enable succeeds, for the context is
 /// either open with its CQ bound or closed; it is never found half closed, open without
