@@ -38,7 +38,7 @@
 //! | `connect`, `shutdown`, `bind_eq` on an endpoint that is not `FI_EP_MSG`; `accept` of such an endpoint | `FI_EOPNOTSUPP` |
 //! | `connect` or `accept` without a bound EQ | `FI_ENOEQ` |
 //! | `connect` while connecting or connected, `accept` of an endpoint that is | `FI_EOPBADSTATE` |
-//! | accepting or rejecting a request already accepted or rejected (also by a racing `accept` or `reject`: the one that comes second) | `FI_EINVAL` |
+//! | accepting or rejecting a request already accepted or rejected (also by a racing `accept` or `reject`: the one that comes second), or taking it again from its event ([`PassiveEndpoint::connreq`]) | `FI_EINVAL` |
 //! | sending on an endpoint that is not connected (yet, or any more), `shutdown` of one | `FI_ENOTCONN` |
 //! | a param longer than [`MAX_CM_DATA`], a malformed address, a request of another listener | `FI_EINVAL` |
 //!
@@ -747,8 +747,9 @@ impl PassiveEndpoint {
             Role::Passive { pending, .. } => pending
                 .get(&event.data)
                 .map(|p| p.req.clone())
+                // As accepting or rejecting it again: no request any more, an invalid argument.
                 .ok_or_else(|| {
-                    DriverError::BadState(format!(
+                    DriverError::InvalidArgument(format!(
                         "connection request {} was already answered",
                         event.data
                     ))
@@ -1045,7 +1046,9 @@ impl Endpoint {
     }
 
     /// Whether the `FI_EP_MSG` endpoint's connection was shut down, by [`Endpoint::shutdown`]
-    /// or by the peer (`FI_SHUTDOWN`): no message can arrive any more.
+    /// or by the peer (`FI_SHUTDOWN`): the peer sends nothing more, though a message it sent
+    /// before may still be on the wire (the NIC knows no connections: it is delivered, or
+    /// refused, as any message is).
     pub fn is_shut_down(&self) -> bool {
         self.cm
             .as_ref()

@@ -6,7 +6,9 @@
 //! * An `FI_EP_MSG` endpoint binds an EQ and CQs, never an AV (`-FI_EINVAL`); its sends go to
 //!   its peer whatever `fi_addr_t` they name, and are `-FI_ENOTCONN` before it is connected
 //!   and after `fi_shutdown` (its own or its peer's), as is `fi_shutdown` then. Once the
-//!   connection is shut down no message can arrive: the receives still posted are flushed,
+//!   connection is shut down the peer sends nothing more (a message already on the wire may
+//!   still arrive: it finds its receive withdrawn, and the sender gets `FI_ENORX`, or takes a
+//!   receive posted since, as any message does); the receives still posted are flushed,
 //!   each an `FI_ECANCELED` error entry in the receive CQ (and an error on a bound receive
 //!   counter), as fi_cm(3) lets `fi_shutdown` cancel them — before `fi_shutdown` returns, and
 //!   after the peer's `FI_SHUTDOWN` at the next read of the CQ or counter (as is a receive
@@ -494,7 +496,7 @@ impl EpState {
             })
     }
 
-    /// The connection is shut down: no message can arrive any more, and every receive still
+    /// The connection is shut down: the peer sends nothing more, and every receive still
     /// posted is withdrawn on the NIC (RECV_CANCEL, as `fi_cancel` does). Each completes in
     /// the receive CQ as an `FI_ECANCELED` error entry (its context, its buffer untouched)
     /// and counts as an error on a bound receive counter, as fi_cm(3) has it for

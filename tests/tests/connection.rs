@@ -156,6 +156,8 @@ fn reject_and_unreachable_listeners_refuse_the_connection() {
         pep.reject(&req, b"").unwrap_err().errno(),
         FiErrno::FI_EINVAL
     );
+    // Answered, it is no request any more, whichever call names it again.
+    assert_eq!(pep.connreq(&ev).unwrap_err().errno(), FiErrno::FI_EINVAL);
     let (mut other, _eq_o) = msg_ep(&ns);
     let e = pep.accept(&req, &mut other, b"").unwrap_err();
     assert_eq!(e.errno(), FiErrno::FI_EINVAL, "{e}");
