@@ -843,6 +843,12 @@ unsafe extern "C" fn cq_sreadfrom(
                 // Parked before it arms anything: a wakeup another waiter of the CQ takes
                 // from `wake` from here on is passed on to this one.
                 let me = &*parked.get_or_insert_with(|| q.parked.park());
+                // A signal that came after the look above may have had its wakeup taken
+                // already, by a thread or `fi_trywait` that found this one not yet parked to
+                // pass it on to: it is seen now, as `arm_endpoints` sees a completion.
+                if q.signals.load(Ordering::Acquire) != signals {
+                    continue;
+                }
                 match q.arm_endpoints() {
                     Armed::Ready => continue,
                     Armed::Fds(mut fds) => {
@@ -964,3 +970,90 @@ unsafe extern "C" fn cq_strerror(
 
 /// `FI_ADDR_NOTAVAIL`, the source of a completion that has none.
 pub(crate) const NO_SOURCE: FiAddr = FI_ADDR_NOTAVAIL;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    /// A CQ of `FI_WAIT_UNSPEC` with no endpoint bound, as `fi_cq_open` makes it.
+    fn waitable_cq() -> UetCq {
+        UetCq {
+            fid: FidCq {
+                fid: Fid {
+                    fclass: FI_CLASS_CQ,
+                    context: core::ptr::null_mut(),
+                    ops: core::ptr::addr_of!(CQ_FID_OPS).cast_mut(),
+                },
+                ops: core::ptr::addr_of!(CQ_OPS).cast_mut(),
+            },
+            entry_size: core::mem::size_of::<*mut c_void>(),
+            inner: Mutex::new(Inner::default()),
+            signaled: AtomicBool::new(false),
+            signals: AtomicU64::new(0),
+            bound: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
+            sleepers: AtomicBool::new(false),
+            parked: Sleepers::new(),
+            wake: Some(EventFd::new(EFD_NONBLOCK | EFD_CLOEXEC).unwrap()),
+            wait_obj: FI_WAIT_UNSPEC,
+            fd_wait: None,
+            api_version: 0,
+            err_data: OwnedErrData::default(),
+            domain_cqs: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// A thread in `fi_cq_sread` that looked at the signals just before an `fi_cq_signal`,
+    /// and parks only after another waiter (or `fi_trywait`) took the signal's wakeup from
+    /// `wake` and passed it on to the threads parked then, which it was not among: it sees
+    /// the signal once parked and returns at once, rather than sleeping on until its
+    /// periodic look.
+    #[test]
+    fn a_thread_parking_after_a_signals_wakeup_was_taken_still_returns_at_once() {
+        let q = Box::into_raw(Box::new(waitable_cq()));
+        // SAFETY: freed only below, once the waiter has returned.
+        let cq = unsafe { &*q };
+        let at = q as usize;
+        // Nobody parks until the list is let go.
+        let list = cq.parked.hold();
+        let (done, returned) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut entry: *mut c_void = core::ptr::null_mut();
+            let buf = core::ptr::addr_of_mut!(entry).cast::<c_void>();
+            // SAFETY: `at` is the CQ, alive until this thread reports; one entry at `buf`.
+            let r = unsafe { cq_sread(at as *mut FidCq, buf, 1, core::ptr::null(), 10_000) };
+            let _ = done.send((r, Instant::now()));
+        });
+        let entered = Instant::now();
+        while cq.waiting.load(Ordering::Acquire) == 0 {
+            assert!(
+                entered.elapsed() < Duration::from_secs(10),
+                "the waiter never came"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Time to look at the signals and the queue, and block parking.
+        std::thread::sleep(Duration::from_millis(200));
+        // SAFETY: the CQ is alive.
+        assert_eq!(unsafe { cq_signal(q.cast()) }, 0);
+        // What fi_trywait does (or a thread that entered after the signal and woke): the
+        // wakeup is taken, and passed on to the threads parked then (`fan_out`): none.
+        assert!(cq.signaled.swap(false, Ordering::AcqRel));
+        assert!(cq.wake.as_ref().unwrap().read().is_ok());
+        assert!(list.is_empty());
+        drop(list);
+        let released = Instant::now();
+        let (r, at) = returned
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the waiter returned");
+        assert_eq!(r, -(FiErrno::FI_EAGAIN.get() as isize));
+        let slept = at.saturating_duration_since(released);
+        assert!(
+            slept < WAIT_RECHECK * 3 / 4,
+            "the waiter slept {slept:?} through fi_cq_signal"
+        );
+        // SAFETY: made by `Box::into_raw` above; the waiter has returned.
+        drop(unsafe { Box::from_raw(q) });
+    }
+}

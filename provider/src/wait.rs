@@ -45,6 +45,12 @@ impl Sleepers {
         self.parked.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The list's lock, held: no thread parks, leaves or is passed a wakeup meanwhile.
+    #[cfg(test)]
+    pub(crate) fn hold(&self) -> MutexGuard<'_, Vec<Arc<EventFd>>> {
+        self.lock()
+    }
+
     /// A thread starts to wait on the object: from here until the returned guard drops, a
     /// wakeup another waiter takes from `wake` is passed on to it. Called before the thread
     /// arms anything it will sleep on, so that no wakeup meant for it comes before. Without
