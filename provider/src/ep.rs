@@ -352,7 +352,8 @@ impl EpShared {
                 FiErrno::FI_EBUSY,
                 format!(
                     "{call}: {left} receive(s) of the closed receive context are still posted \
-                     on the NIC: a message is arriving into one; try again"
+                     on the NIC: a message is arriving into one, or its completion ring stays \
+                     full; try again"
                 ),
             )),
         }
