@@ -491,35 +491,10 @@ unsafe extern "C" fn cntr_control(fid: *mut Fid, command: c_int, arg: *mut c_voi
     entry(CALL, || {
         // SAFETY: called through the fid's own ops.
         let c = unsafe { cntr_ref(fid, CALL) }?;
-        let no_wait = |what: &str| {
-            FiError::new(
-                FiErrno::FI_ENODATA,
-                format!(
-                    "{CALL}: {what}: the counter was opened with wait object {}",
-                    c.wait_obj
-                ),
-            )
-        };
-        let value = match command {
-            FI_GETWAIT => c
-                .fd_wait
-                .as_ref()
-                .map(FdWait::fd)
-                .ok_or_else(|| no_wait("FI_GETWAIT gives a descriptor (FI_WAIT_FD)"))?,
-            FI_GETWAITOBJ if c.wait_obj != FI_WAIT_NONE => c.wait_obj,
-            FI_GETWAITOBJ => return Err(no_wait("FI_GETWAITOBJ")),
-            other => {
-                return Err(FiError::new(
-                    FiErrno::FI_ENOSYS,
-                    format!("{CALL}: command {other}"),
-                ))
-            }
-        };
-        // SAFETY: NULL or the application's `int` (FI_GETWAIT's descriptor, FI_GETWAITOBJ's
-        // enum), writable (libfabric's contract).
-        let out = unsafe { arg.cast::<c_int>().as_mut() }.ok_or_else(|| null(CALL, "arg"))?;
-        *out = value;
-        Ok(0)
+        let fd = c.fd_wait.as_ref().map(FdWait::fd);
+        let waitable = c.wait_obj != FI_WAIT_NONE;
+        // SAFETY: `arg` as libfabric passes it.
+        unsafe { crate::wait::control(CALL, "counter", c.wait_obj, waitable, fd, command, arg) }
     })
 }
 

@@ -284,34 +284,10 @@ unsafe extern "C" fn eq_control(fid: *mut Fid, command: c_int, arg: *mut c_void)
     entry(CALL, || {
         // SAFETY: called through the fid's own ops.
         let q = unsafe { eq_ref(fid, CALL) }?;
-        let no_wait = |what: &str| {
-            FiError::new(
-                FiErrno::FI_ENODATA,
-                format!(
-                    "{CALL}: {what}: the queue was opened with wait object {}",
-                    q.wait_obj
-                ),
-            )
-        };
-        let value = match command {
-            FI_GETWAIT => {
-                q.eq.wait_fd()
-                    .ok_or_else(|| no_wait("FI_GETWAIT gives a descriptor (FI_WAIT_FD)"))?
-            }
-            FI_GETWAITOBJ if q.wait_obj != FI_WAIT_NONE => q.wait_obj,
-            FI_GETWAITOBJ => return Err(no_wait("FI_GETWAITOBJ")),
-            other => {
-                return Err(FiError::new(
-                    FiErrno::FI_ENOSYS,
-                    format!("{CALL}: command {other}"),
-                ))
-            }
-        };
-        // SAFETY: NULL or the application's `int` (FI_GETWAIT's descriptor, FI_GETWAITOBJ's
-        // enum), writable (libfabric's contract).
-        let out = unsafe { arg.cast::<c_int>().as_mut() }.ok_or_else(|| null(CALL, "arg"))?;
-        *out = value;
-        Ok(0)
+        let waitable = q.wait_obj != FI_WAIT_NONE;
+        let fd = q.eq.wait_fd();
+        // SAFETY: `arg` as libfabric passes it.
+        unsafe { crate::wait::control(CALL, "queue", q.wait_obj, waitable, fd, command, arg) }
     })
 }
 

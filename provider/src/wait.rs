@@ -1,4 +1,5 @@
-//! The waiters of one CQ or counter, and the wakeups they share.
+//! The waiters of one CQ or counter, and the wakeups they share; and `control`, the
+//! `fi_control` of the wait object of a CQ, counter or event queue.
 //!
 //! A CQ or counter wakes its waiters through one eventfd of its own (`wake`), which the
 //! thread that queues a completion or makes a count writes once per sleep (one atomic on the
@@ -11,8 +12,12 @@
 //! reads something from `wake` fans it out, so no waiter whose condition may have become true
 //! sleeps on. The list of parked threads is taken under a lock, on the wait path only.
 
+use crate::abi::{FI_GETWAIT, FI_GETWAITOBJ};
+use crate::null;
+use core::ffi::{c_int, c_void};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use uet_av::{FiErrno, FiError};
 use vmm_sys_util::eventfd::{EventFd, EFD_CLOEXEC, EFD_NONBLOCK};
 
 /// The threads waiting on one object, and its descriptor's `kick`.
@@ -119,6 +124,48 @@ impl Drop for Parked<'_> {
             self.sleepers.lock().retain(|f| !Arc::ptr_eq(f, fd));
         }
     }
+}
+
+/// `fi_control` of a CQ, counter or event queue (`object` names it in messages), opened with
+/// `wait_obj` (`waitable`: one a thread can wait on, not `FI_WAIT_NONE`) and, for
+/// `FI_WAIT_FD`, the descriptor `fd`: `FI_GETWAIT` writes the descriptor into the `int` at
+/// `arg`, `FI_GETWAITOBJ` the `enum fi_wait_obj`. `-FI_ENODATA` for a wait object the object
+/// does not have (`FI_GETWAIT` without a descriptor, either of an object that cannot be
+/// waited on), `-FI_ENOSYS` for other commands.
+///
+/// # Safety
+/// `arg` is NULL or points to an `int` the call may write (libfabric's contract).
+pub(crate) unsafe fn control(
+    call: &str,
+    object: &str,
+    wait_obj: c_int,
+    waitable: bool,
+    fd: Option<RawFd>,
+    command: c_int,
+    arg: *mut c_void,
+) -> Result<c_int, FiError> {
+    let no_wait = |what: &str| {
+        FiError::new(
+            FiErrno::FI_ENODATA,
+            format!("{call}: {what}: the {object} was opened with wait object {wait_obj}"),
+        )
+    };
+    let value = match command {
+        FI_GETWAIT => fd.ok_or_else(|| no_wait("FI_GETWAIT gives a descriptor (FI_WAIT_FD)"))?,
+        FI_GETWAITOBJ if waitable => wait_obj,
+        FI_GETWAITOBJ => return Err(no_wait("FI_GETWAITOBJ")),
+        other => {
+            return Err(FiError::new(
+                FiErrno::FI_ENOSYS,
+                format!("{call}: command {other}"),
+            ))
+        }
+    };
+    // SAFETY: NULL or the application's `int` (FI_GETWAIT's descriptor, FI_GETWAITOBJ's
+    // enum), writable (the caller's contract).
+    let out = unsafe { arg.cast::<c_int>().as_mut() }.ok_or_else(|| null(call, "arg"))?;
+    *out = value;
+    Ok(0)
 }
 
 #[cfg(test)]
