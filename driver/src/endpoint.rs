@@ -2073,21 +2073,38 @@ impl Endpoint {
     /// `FI_ENOSYS` or `FI_EBUSY` when there is no vector ([`Endpoint::cq_wait_fd`]). The
     /// caller found the ring empty; the head it has taken goes to the NIC first.
     fn arm_wakeup(&mut self) -> Result<(), FiErrno> {
+        self.vector()?;
+        let vector = self.wakeup.take().ok_or(FiErrno::FI_ENOSYS)?;
+        self.arm_with(&vector);
+        self.wakeup = Some(vector);
+        Ok(())
+    }
+
+    /// Clear `vector`'s eventfd and arm the completion ring to raise it; the caller found
+    /// the ring empty, and holds the vector (the endpoint's own, or a vector its owner keeps
+    /// for it, as a connection's control progress does for its control channel). The head
+    /// the reads have taken goes to the NIC first. A completion written since the ring was
+    /// found empty raises the vector at the arm, so a waiter that sleeps on the eventfd next
+    /// misses none.
+    pub(crate) fn arm_with(&mut self, vector: &crate::interrupt::Vector) {
         // The NIC must know every entry taken before the arm, or the arm raises at once (it
         // raises when the ring holds an entry the driver has not freed).
         if self.cq_unreported > 0 {
             self.report_cq_head();
         }
-        let vector = {
-            let v = self.vector()?;
-            v.clear();
-            v.number()
-        };
+        vector.clear();
         self.nic.bar().write(
             CQ_ARM,
-            CqArm::new().with_endpoint(self.handle).with_vector(vector),
+            CqArm::new()
+                .with_endpoint(self.handle)
+                .with_vector(vector.number()),
         );
-        Ok(())
+    }
+
+    /// Note for the telemetry socket that the completion ring raises `vector`, which its
+    /// owner holds for it (see [`Endpoint::arm_with`]).
+    pub(crate) fn note_vector(&self, vector: &crate::interrupt::Vector) {
+        self.nic.note_endpoint_vector(self.handle, vector.number());
     }
 
     /// The completion held aside by a read of the other kind, or the next one from the ring.

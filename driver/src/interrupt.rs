@@ -20,6 +20,12 @@
 //! again: a spurious wakeup, which `fi_cq_sread` allows.) When every vector is taken, or the NIC or backend has no interrupts, an endpoint
 //! waits by reading its ring with a growing sleep between reads (at most
 //! [`POLL_SLEEP_MAX`]), and has no wait descriptor to give.
+//!
+//! A connection's control progress ([`crate::cm`]) holds a vector too, for its control
+//! channel, from the moment its passive or `FI_EP_MSG` endpoint is made; control channels
+//! take one only while more than half of the vectors are free (`Interrupts::take_leaving`),
+//! so that they never leave the application's completion queues without, and poll when
+//! they find none.
 
 use crate::device::{Device, DeviceError};
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -70,6 +76,28 @@ impl Interrupts {
             interrupts: self.clone(),
             number,
         })
+    }
+
+    /// A vector for a waiter the application does not see (a connection's control
+    /// progress), taken only while more than `keep` stay free for the others; `None` when
+    /// fewer do.
+    pub(crate) fn take_leaving(self: &Arc<Self>, keep: usize) -> Option<Vector> {
+        let number = {
+            let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
+            if free.len() <= keep {
+                return None;
+            }
+            free.pop()?
+        };
+        Some(Vector {
+            interrupts: self.clone(),
+            number,
+        })
+    }
+
+    /// How many vectors the NIC delivers.
+    pub(crate) fn vectors(&self) -> usize {
+        self.eventfds.len()
     }
 
     /// Vectors no waiter holds.

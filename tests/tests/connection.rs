@@ -565,3 +565,63 @@ fn an_accept_that_reaches_a_new_listener_at_the_requesters_address_ends_the_conn
         (pep, at, eq)
     });
 }
+
+/// Where a connection's control progress has no MSI-X vector to sleep on — a NIC without
+/// completion interrupts (interface 1.11), or the control channels' share of the NIC's
+/// vectors taken by other connections — it polls its control channel, and connections come
+/// up and go down as they do with one. The control channels leave the other half of the
+/// vectors to the application's completion queues.
+#[test]
+fn connections_whose_control_progress_has_no_vector_poll_and_still_work() {
+    for minor in [uet_regs::INTERFACE_MINOR, 11] {
+        let fabric = uet_sim::Fabric::new();
+        let fns: Vec<_> = (0..2)
+            .map(|i| {
+                let mut cfg = uet_sim::NicConfig::new(uet_tests::nic_addr(i));
+                cfg.interface_minor = minor;
+                fabric.add_nic(cfg).unwrap()
+            })
+            .collect();
+        let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
+        let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
+        let pep = listen(&ns, &eq_l);
+        // More control channels on the client's NIC than half its vectors: the last ones
+        // poll.
+        let half = usize::from(uet_regs::pci::MSIX_VECTORS) / 2;
+        let mut clients: Vec<_> = (0..half + 4).map(|_| msg_ep(&nc)).collect();
+        let mut app = nc
+            .endpoint(
+                EndpointAttr {
+                    job_id: JOB,
+                    ..EndpointAttr::default()
+                },
+                None,
+            )
+            .unwrap();
+        if minor >= 12 {
+            assert_eq!(
+                app.cq_trywait(),
+                Ok(()),
+                "the application's endpoint still gets a vector"
+            );
+        }
+        let mut servers = Vec::new();
+        for i in [0, clients.len() - 1] {
+            let (client, eq_c) = &mut clients[i];
+            let (mut server, eq_s) = msg_ep(&ns);
+            accept_one(&pep, &eq_l, client, &mut server);
+            assert_eq!(wait_event(eq_c).kind, EqEventKind::Connected, "1.{minor}");
+            assert_eq!(wait_event(&eq_s).kind, EqEventKind::Connected, "1.{minor}");
+            servers.push((server, eq_s));
+        }
+        for (i, (server, eq_s)) in [0, clients.len() - 1].into_iter().zip(&servers) {
+            clients[i].0.shutdown().unwrap();
+            let ev = wait_event(eq_s);
+            assert_eq!(
+                (ev.kind, ev.fid),
+                (EqEventKind::Shutdown, server.fid()),
+                "1.{minor}"
+            );
+        }
+    }
+}

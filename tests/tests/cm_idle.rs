@@ -1,0 +1,119 @@
+//! Idle connections cost no CPU: the control progress of a passive endpoint and of each
+//! connected `FI_EP_MSG` endpoint sleeps on its control ring's MSI-X vector until a control
+//! message comes, instead of polling its ring.
+//!
+//! One test per file: the CPU time measured (`getrusage(RUSAGE_SELF)`) is the whole
+//! process's, so no other test may run beside it. The bounds are generous (the machines that
+//! run these tests are shared): they tell sleeping from polling, not one speed from another.
+
+use std::time::{Duration, Instant};
+use uet_driver::{Endpoint, EndpointAttr, EpType, EqEventKind, EventQueue, Nic, PassiveEndpoint};
+use uet_tests::{fabric, open_nic, wait_event};
+
+const JOB: u32 = 0x1D1E;
+/// Connections held open: a listener and 16 endpoints on one NIC, 16 on the other.
+const CONNECTIONS: usize = 16;
+
+fn msg_ep(nic: &Nic) -> (Endpoint, EventQueue) {
+    let attr = EndpointAttr {
+        job_id: JOB,
+        ep_type: EpType::Msg,
+        ..EndpointAttr::default()
+    };
+    let mut ep = nic.endpoint(attr, None).expect("an FI_EP_MSG endpoint");
+    let eq = EventQueue::open(uet_tests::WAITABLE_EQ).expect("an event queue");
+    ep.bind_eq(&eq).expect("bound");
+    (ep, eq)
+}
+
+/// Connect `client` to `pep`, accepting with `server`: a CONNREQ, an ACCEPT, and the
+/// ACCEPT's send completion, each taken in by a different control progress thread.
+fn connect(
+    pep: &PassiveEndpoint,
+    eq_l: &EventQueue,
+    [(c, eq_c), (s, eq_s)]: &mut [(Endpoint, EventQueue); 2],
+) {
+    c.connect(&pep.address().to_bytes().expect("address"), b"")
+        .expect("connect");
+    let req = pep.connreq(&wait_event(eq_l)).expect("a request");
+    pep.accept(&req, s, b"").expect("accept");
+    assert_eq!(wait_event(eq_c).kind, EqEventKind::Connected);
+    assert_eq!(wait_event(eq_s).kind, EqEventKind::Connected);
+}
+
+/// CPU time (user + system) the process has used.
+fn cpu_time() -> Duration {
+    // SAFETY: an all-zero `rusage` is a valid value of the plain C struct.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid, writable rusage for the whole call; getrusage writes only it.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    assert_eq!(rc, 0, "getrusage: {}", std::io::Error::last_os_error());
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+#[test]
+fn idle_connections_use_almost_no_cpu_and_connect_at_once() {
+    let (_f, fns) = fabric(2);
+    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
+    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).expect("an event queue");
+    let pep = nic_listen(&ns, &eq_l);
+
+    let mut held: Vec<[(Endpoint, EventQueue); 2]> = (0..CONNECTIONS)
+        .map(|_| [msg_ep(&nc), msg_ep(&ns)])
+        .collect();
+    // Setting connections up is not slowed by sleeping progress: each handshake is a few
+    // control messages, each waking its receiver at once. A thread that found out about
+    // messages only when its sleep ends (`CM_IDLE_RECHECK`, 1 s) would take seconds per
+    // handshake.
+    let started = Instant::now();
+    for pair in &mut held {
+        connect(&pep, &eq_l, pair);
+    }
+    let setup = started.elapsed();
+    println!(
+        "{CONNECTIONS} handshakes in {setup:?} ({:?} each)",
+        setup / CONNECTIONS as u32
+    );
+    assert!(
+        setup < Duration::from_secs(5),
+        "{CONNECTIONS} handshakes took {setup:?}"
+    );
+
+    // Let the last completions settle, then measure a second of idleness.
+    std::thread::sleep(Duration::from_millis(100));
+    let (cpu0, wall0) = (cpu_time(), Instant::now());
+    std::thread::sleep(Duration::from_secs(1));
+    let (cpu, wall) = (cpu_time() - cpu0, wall0.elapsed());
+    let share = cpu.as_secs_f64() / wall.as_secs_f64();
+    println!(
+        "idle with {CONNECTIONS} connections ({} control threads): {cpu:?} CPU in {wall:?} = {:.2}% of one core",
+        2 * CONNECTIONS + 1,
+        share * 100.0
+    );
+    assert!(
+        share < 0.05,
+        "idle connections used {:.1}% of a core ({cpu:?} in {wall:?})",
+        share * 100.0
+    );
+
+    // Still connected, and still woken for what comes: shutdown reaches every peer.
+    for [(mut c, _), (s, eq_s)] in held {
+        c.shutdown().expect("shutdown");
+        assert_eq!(wait_event(&eq_s).kind, EqEventKind::Shutdown);
+        assert!(s.is_shut_down());
+    }
+}
+
+fn nic_listen(nic: &Nic, eq: &EventQueue) -> PassiveEndpoint {
+    nic.passive_endpoint(
+        EndpointAttr {
+            job_id: JOB,
+            ..EndpointAttr::default()
+        },
+        eq,
+    )
+    .expect("a listener")
+}
