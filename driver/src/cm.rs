@@ -46,6 +46,11 @@
 //! every [`CM_POLL_INTERVAL`] instead, as it always did, at the CPU cost that implies
 //! (roughly 5,000 wakeups a second per connection).
 //!
+//! The close paths that wait for the control channel (room for a REJECT or a SHUTDOWN, an
+//! accept in flight, a SHUTDOWN's send completing) sleep on what the progress thread does:
+//! each pass that takes in completions wakes them, and they wait no longer than their
+//! deadline.
+//!
 //! | misuse | error |
 //! |---|---|
 //! | `connect`, `shutdown`, `bind_eq` on an endpoint that is not `FI_EP_MSG`; `accept` of such an endpoint | `FI_EOPNOTSUPP` |
@@ -69,7 +74,7 @@ use crate::nic::Nic;
 use crate::pool::DmaPool;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use uet_av::{AvAttr, FiErrno};
@@ -163,6 +168,9 @@ struct CmInner {
     /// The address control messages name as their sender.
     local: UetAddress,
     scratch: Vec<u8>,
+    /// Passes of [`Connection::progress`] that took in a completion, for the waits of the
+    /// close paths ([`Connection::wait_until`]).
+    generation: u64,
 }
 
 /// The state a connection shares with its progress thread.
@@ -172,6 +180,8 @@ pub(crate) struct Connection {
     peer: AtomicU64,
     dropped: AtomicU64,
     inner: Mutex<CmInner>,
+    /// Notified after every pass of [`Connection::progress`] that took in a completion.
+    progressed: Condvar,
     /// The vector the control channel's ring raises, held for the progress thread; `None`
     /// when the thread polls. Declared after `inner`, so that it is given back only after the
     /// control channel (which its ring may still have armed) is destroyed.
@@ -272,13 +282,38 @@ impl Connection {
         mut send: impl FnMut() -> Result<T, DriverError>,
     ) -> Result<T, DriverError> {
         loop {
+            let seen = self.lock().generation;
             match send() {
                 Err(DriverError::Full(_)) if Instant::now() < deadline => {
                     self.progress();
-                    std::thread::sleep(CM_POLL_INTERVAL);
+                    // Room comes with a send's completion: wait for a pass that took one in.
+                    self.wait_until(deadline, |inner| inner.generation != seen);
                 }
                 done => return done,
             }
+        }
+    }
+
+    /// Wait until `ready` holds of the control state, or `deadline` passes; whether it holds.
+    /// `ready` is checked again after every pass of [`Connection::progress`] that took in a
+    /// completion (the progress thread's, woken by the control channel's vector or polling,
+    /// or another caller's), which is when control state changes.
+    fn wait_until(&self, deadline: Instant, ready: impl Fn(&CmInner) -> bool) -> bool {
+        let mut inner = self.lock();
+        loop {
+            if ready(&inner) {
+                return true;
+            }
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                return false;
+            };
+            if left.is_zero() {
+                return false;
+            }
+            inner = match self.progressed.wait_timeout(inner, left) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
         }
     }
 
@@ -416,21 +451,29 @@ impl Connection {
     }
 
     /// [`Connection::progress`] with the lock held: `false` when the ring could not be read.
+    /// A pass that took in a completion wakes the close paths' waits.
     fn take_in(&self, inner: &mut CmInner) -> bool {
-        loop {
+        let mut taken = false;
+        let healthy = loop {
             let ev = match inner.lane.poll() {
                 Ok(Some(ev)) => ev,
-                Ok(None) => return true,
+                Ok(None) => break true,
                 Err(e) => {
                     tracing::error!(fid = self.fid, "control channel: {e}");
-                    return false;
+                    break false;
                 }
             };
+            taken = true;
             match ev.kind {
                 CompletionKind::Send => self.on_sent(inner, &ev),
                 _ => self.on_received(inner, ev),
             }
+        };
+        if taken {
+            inner.generation = inner.generation.wrapping_add(1);
+            self.progressed.notify_all();
         }
+        healthy
     }
 
     /// A control message this side sent completed.
@@ -753,7 +796,9 @@ impl Nic {
                 },
                 local: address,
                 scratch: Vec::new(),
+                generation: 0,
             }),
+            progressed: Condvar::new(),
             wakeup,
         });
         Ok(PassiveEndpoint {
@@ -795,7 +840,9 @@ pub(crate) fn msg_endpoint(nic: &Nic, attr: EndpointAttr) -> Result<Endpoint, Dr
             },
             local: *ep.address(),
             scratch: Vec::new(),
+            generation: 0,
         }),
+        progressed: Condvar::new(),
         wakeup,
     });
     ep.cm = Some(CmLink::start(shared)?);
@@ -1080,10 +1127,8 @@ impl Endpoint {
         };
         let deadline = Instant::now() + CLOSE_SHUTDOWN_WAIT;
         conn.progress();
-        while conn.get() == ACCEPTING && Instant::now() < deadline {
-            std::thread::sleep(CM_POLL_INTERVAL);
-            conn.progress();
-        }
+        // The state changes only under the lock, in a pass that took in a completion.
+        conn.wait_until(deadline, |_| conn.get() != ACCEPTING);
         if !self.is_connected() {
             return;
         }
@@ -1091,19 +1136,12 @@ impl Endpoint {
             tracing::debug!(fid = conn.fid, "no SHUTDOWN at close: {e}");
             return;
         }
-        loop {
-            conn.progress();
-            if conn.lock().lane.in_flight().0 == 0 {
-                return;
-            }
-            if Instant::now() >= deadline {
-                tracing::debug!(
-                    fid = conn.fid,
-                    "the SHUTDOWN sent at close did not complete"
-                );
-                return;
-            }
-            std::thread::sleep(CM_POLL_INTERVAL);
+        conn.progress();
+        if !conn.wait_until(deadline, |inner| inner.lane.in_flight().0 == 0) {
+            tracing::debug!(
+                fid = conn.fid,
+                "the SHUTDOWN sent at close did not complete"
+            );
         }
     }
 
@@ -1144,5 +1182,74 @@ impl Endpoint {
         self.cm
             .as_ref()
             .map_or(0, |l| l.shared.dropped.load(Ordering::Relaxed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::sim::SimDevice;
+    use crate::eq::{EqAttr, WaitObj};
+    use uet_sim::{Fabric, NicConfig};
+
+    const WAITABLE: EqAttr = EqAttr {
+        size: 0,
+        flags: 0,
+        wait_obj: WaitObj::Unspec,
+    };
+
+    /// A close path asleep in `wait_until` is woken by the progress thread's pass that took
+    /// a completion in (here a connection request reaching a listener), not by its deadline
+    /// (30 s, which the bound of 15 s tells apart however slow the machine).
+    #[test]
+    fn a_close_path_wait_wakes_when_the_progress_thread_takes_a_completion_in() {
+        let fabric = Fabric::new();
+        let nic = |a: &str| {
+            let f = fabric
+                .add_nic(NicConfig::new(a.parse().expect("address")))
+                .expect("NIC");
+            Nic::open(Arc::new(SimDevice::new(f))).expect("open NIC")
+        };
+        let (ns, nc) = (nic("10.0.0.1"), nic("10.0.0.2"));
+        let eq = EventQueue::open(WAITABLE).expect("event queue");
+        let pep = ns
+            .passive_endpoint(EndpointAttr::default(), &eq)
+            .expect("listener");
+        let conn = pep.link.shared.clone();
+        let seen = conn.lock().generation;
+        let started = Instant::now();
+        let waiter = std::thread::spawn(move || {
+            let woken = conn.wait_until(started + Duration::from_secs(30), |inner| {
+                inner.generation != seen
+            });
+            (woken, started.elapsed())
+        });
+        // Give the waiter time to fall asleep (it is woken either way).
+        std::thread::sleep(Duration::from_millis(20));
+        let mut client = nc
+            .endpoint(
+                EndpointAttr {
+                    ep_type: EpType::Msg,
+                    ..EndpointAttr::default()
+                },
+                None,
+            )
+            .expect("FI_EP_MSG endpoint");
+        let eq_c = EventQueue::open(WAITABLE).expect("event queue");
+        client.bind_eq(&eq_c).expect("bound");
+        client
+            .connect(&pep.address().to_bytes().expect("address"), b"")
+            .expect("connect");
+        let (woken, after) = waiter.join().expect("the waiter");
+        assert!(
+            woken && after < Duration::from_secs(15),
+            "woken by the pass that took the request in, not the deadline: {woken} after {after:?}"
+        );
+        assert_eq!(
+            eq.sread(Some(Duration::from_secs(5)), 0)
+                .expect("FI_CONNREQ")
+                .kind,
+            EqEventKind::ConnReq
+        );
     }
 }
