@@ -36,7 +36,8 @@
 //!    - `ep_list {nic}`: the endpoints and contexts this process holds on the NIC: handle,
 //!      type, roles, UET address, JobID, the AV table it translates through, the MSI-X
 //!      vector its completion ring raises (`msix_vector`, `null` until its first
-//!      `cq_sread`, `cq_trywait` or `cq_wait_fd` takes one), and its counters read with
+//!      `cq_sread`, `cq_trywait` or `cq_wait_fd` takes one; a connection's control channel
+//!      has its vector from the start, or none when its progress polls), and its counters read with
 //!      COUNTERS_READ (hex of the `EndpointCounters` block; when the read
 //!      fails, or the endpoint closed during it and its handle may already be another's,
 //!      `counters` is `null` and `counters_error` says why);
