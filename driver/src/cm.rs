@@ -33,18 +33,26 @@
 //! `FI_EP_MSG` endpoint has a thread that takes in its control channel's completions and
 //! posts the events; it stops when the endpoint is dropped. The thread sleeps until there is
 //! something to do, so an idle connection costs no CPU: it empties the control channel's
-//! completion ring, arms the ring with an MSI-X vector of its own (`CQ_ARM`, see
-//! [`crate::interrupt`]; a completion written since the ring was found empty raises it at
-//! once), and sleeps in `poll(2)` on the vector's eventfd and on an eventfd the endpoint's
-//! drop writes to stop it. Every control message, sent or received, completes on that ring,
-//! so nothing else needs the thread: it keeps no deadline, and only looks at the ring again
-//! after [`CM_IDLE_RECHECK`] of silence, in case an interrupt was lost. The vector is taken
-//! when the thread starts, and only while more than half of the NIC's vectors stay free: the
-//! others are left to the application's completion queues (`fi_cq_sread`, `FI_WAIT_FD`),
-//! whose waits need them more. Without one — a NIC older than interface 1.12, a backend
-//! without interrupts, or the control channels' share taken — the thread reads its ring
-//! every [`CM_POLL_INTERVAL`] instead, as it always did, at the CPU cost that implies
-//! (roughly 5,000 wakeups a second per connection).
+//! completion ring, arms the ring with an MSI-X vector (`CQ_ARM`, see [`crate::interrupt`];
+//! a completion written since the ring was found empty raises it at once), and sleeps in
+//! `poll(2)` until the vector is raised or the endpoint's drop writes an eventfd to stop it.
+//! Every control message, sent or received, completes on that ring, so nothing else needs
+//! the thread: it keeps no deadline, and only looks at the ring again after
+//! [`CM_IDLE_RECHECK`] of silence, in case an interrupt was lost.
+//!
+//! The control channels of a NIC take at most half of its vectors, the others being left to
+//! the application's completion queues (`fi_cq_sread`, `FI_WAIT_FD`, `fi_trywait`), which
+//! need one per endpoint. Within that share, taken when the endpoint is made:
+//!
+//! | control channels | the thread sleeps on |
+//! |---|---|
+//! | the first ones, while more than half of the vectors plus one are free | a vector of its own, whose eventfd it reads itself |
+//! | the others (any number) | one vector they share: a dispatcher thread waits on it, clears it, looks at the members' rings (a read of the head entry's phase) and writes the eventfd of each thread whose ring holds a completion; the thread sleeps on that eventfd. The dispatcher and the vector go with the last member |
+//! | none: a NIC older than interface 1.12, a backend without interrupts, or no vector left for the shared one | nothing: it reads its ring every [`CM_POLL_INTERVAL`], as it always did, at the CPU cost that implies (about 5,000 wakeups a second per connection) |
+//!
+//! A control message to a thread on the shared vector costs one more thread wakeup (the
+//! dispatcher's), and each raise of the shared vector a look at every member's ring, which
+//! only traffic on the control channels (connections made and closed) causes.
 //!
 //! The close paths that wait for the control channel (room for a REJECT or a SHUTDOWN, an
 //! accept in flight, a SHUTDOWN's send completing) sleep on what the progress thread does:
@@ -182,10 +190,133 @@ pub(crate) struct Connection {
     inner: Mutex<CmInner>,
     /// Notified after every pass of [`Connection::progress`] that took in a completion.
     progressed: Condvar,
-    /// The vector the control channel's ring raises, held for the progress thread; `None`
-    /// when the thread polls. Declared after `inner`, so that it is given back only after the
-    /// control channel (which its ring may still have armed) is destroyed.
-    wakeup: Option<Vector>,
+    /// How the progress thread learns of the control ring's completions. Declared after
+    /// `inner`, so that a vector is given back only after the control channel (whose ring
+    /// may still have it armed) is destroyed.
+    wakeup: Wakeup,
+    /// Wakes the progress thread: written by the shared vector's dispatcher for a completion
+    /// on this control ring, and at drop to stop the thread.
+    signal: CqSignal,
+}
+
+/// How a control progress thread learns of its ring's completions (see the module docs).
+enum Wakeup {
+    /// The ring raises a vector of the thread's own.
+    Own(Vector),
+    /// The ring raises the vector the NIC's control channels share; its dispatcher writes
+    /// the connection's `signal`.
+    Shared(Arc<SharedVector>),
+    /// No vector: the thread polls.
+    Poll,
+}
+
+/// The vector the control channels of a NIC share once their own vectors are all taken,
+/// and the thread that waits on it: it clears the vector's eventfd, then writes the signal of
+/// every member whose ring holds a completion (which its thread takes in, then arms the ring
+/// again), then sleeps until the vector is raised again. A completion that lands after the
+/// clear raises the vector again, so none is missed; the rings are looked at only when one
+/// raised it.
+pub(crate) struct SharedVector {
+    vector: Vector,
+    /// The connections whose rings raise it; a connection leaves before it is destroyed.
+    members: Mutex<Vec<std::sync::Weak<Connection>>>,
+    stop: AtomicBool,
+    stop_signal: CqSignal,
+}
+
+impl SharedVector {
+    fn dispatch(&self) {
+        while !self.stop.load(Ordering::Acquire) {
+            self.vector.clear();
+            self.members
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .retain(|m| {
+                    let Some(c) = m.upgrade() else {
+                        return false;
+                    };
+                    if c.may_have_completion() && c.signal.signal().is_err() {
+                        tracing::warn!(fid = c.fid, "control progress not woken");
+                    }
+                    true
+                });
+            if let Err(e) = self
+                .vector
+                .wait(Some(CM_IDLE_RECHECK), Some(&self.stop_signal))
+            {
+                tracing::warn!(error = %e, "shared control vector wait failed");
+                std::thread::sleep(CM_POLL_INTERVAL);
+            }
+        }
+    }
+
+    fn leave(&self, conn: &Arc<Connection>) {
+        // Under the members' lock, which the dispatcher holds while it holds a member: once
+        // out, the connection is nobody's but its owner's.
+        self.members
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|m| !std::ptr::eq(m.as_ptr(), Arc::as_ptr(conn)));
+    }
+}
+
+/// Owns a NIC's [`SharedVector`] and its dispatcher thread; each connection using it holds
+/// one reference, and the last one gone stops the thread and gives the vector back.
+pub(crate) struct SharedWakeup {
+    shared: Arc<SharedVector>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl SharedWakeup {
+    /// The NIC's shared control vector, made when none is in use; `None` when no vector can
+    /// be taken for it (or no thread started).
+    fn of(nic: &Nic) -> Option<Arc<SharedWakeup>> {
+        let mut slot = nic
+            .inner
+            .cm_shared_wakeup
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = slot.upgrade() {
+            return Some(s);
+        }
+        let irq = nic.inner.interrupts()?;
+        let vector = irq.take_leaving(irq.vectors() / 2)?;
+        let stop_signal = CqSignal::new()
+            .inspect_err(|e| tracing::warn!(error = %e, "no eventfd for the shared control vector"))
+            .ok()?;
+        let shared = Arc::new(SharedVector {
+            vector,
+            members: Mutex::new(Vec::new()),
+            stop: AtomicBool::new(false),
+            stop_signal,
+        });
+        let d = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("uet-cm-wake".into())
+            .spawn(move || d.dispatch())
+            .inspect_err(|e| tracing::warn!(error = %e, "no thread for the shared control vector"))
+            .ok()?;
+        let s = Arc::new(SharedWakeup {
+            shared,
+            thread: Some(thread),
+        });
+        *slot = Arc::downgrade(&s);
+        Some(s)
+    }
+}
+
+impl Drop for SharedWakeup {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        if self.shared.stop_signal.signal().is_err() {
+            tracing::warn!("the shared control vector's thread was not woken to stop");
+        }
+        if let Some(t) = self.thread.take() {
+            if t.join().is_err() {
+                tracing::error!("the shared control vector's thread panicked");
+            }
+        }
+    }
 }
 
 /// Owns a connection's progress thread: dropping it stops the thread, then releases the
@@ -193,29 +324,45 @@ pub(crate) struct Connection {
 pub(crate) struct CmLink {
     shared: Arc<Connection>,
     stop: Arc<AtomicBool>,
-    /// Written when `stop` is set: wakes the thread asleep on its vector.
-    stop_signal: CqSignal,
     thread: Option<JoinHandle<()>>,
+    /// The NIC's shared control vector when the connection uses it: released after the
+    /// thread stopped.
+    _shared_wakeup: Option<Arc<SharedWakeup>>,
 }
 
 impl CmLink {
-    fn start(shared: Arc<Connection>) -> Result<Self, DriverError> {
+    fn start(
+        shared: Arc<Connection>,
+        shared_wakeup: Option<Arc<SharedWakeup>>,
+    ) -> Result<Self, DriverError> {
         let stop = Arc::new(AtomicBool::new(false));
-        let stop_signal = CqSignal::new().map_err(|e| {
-            DriverError::Exhausted(format!("no eventfd to stop the control progress: {e}"))
-        })?;
-        let (s, st, sig) = (shared.clone(), stop.clone(), stop_signal.clone());
+        if let Wakeup::Shared(v) = &shared.wakeup {
+            v.members
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(Arc::downgrade(&shared));
+        }
+        let (s, st) = (shared.clone(), stop.clone());
         let thread = std::thread::Builder::new()
             .name("uet-cm".into())
-            .spawn(move || s.run(&st, &sig))
+            .spawn(move || s.run(&st))
             .map_err(|e| {
                 DriverError::Exhausted(format!("cannot start the control progress thread: {e}"))
-            })?;
+            });
+        let thread = match thread {
+            Ok(t) => t,
+            Err(e) => {
+                if let Wakeup::Shared(v) = &shared.wakeup {
+                    v.leave(&shared);
+                }
+                return Err(e);
+            }
+        };
         Ok(CmLink {
             shared,
             stop,
-            stop_signal,
             thread: Some(thread),
+            _shared_wakeup: shared_wakeup,
         })
     }
 
@@ -234,7 +381,7 @@ impl CmLink {
 impl Drop for CmLink {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
-        if self.stop_signal.signal().is_err() {
+        if self.shared.signal.signal().is_err() {
             // The thread then sees `stop` when its sleep ends (at most CM_IDLE_RECHECK).
             tracing::warn!(
                 fid = self.shared.fid,
@@ -245,6 +392,11 @@ impl Drop for CmLink {
             if t.join().is_err() {
                 tracing::error!("the control progress thread panicked");
             }
+        }
+        // Out of the shared vector's members before the control channel goes (with the last
+        // reference to the connection, after this).
+        if let Wakeup::Shared(v) = &self.shared.wakeup {
+            v.leave(&self.shared);
         }
     }
 }
@@ -318,20 +470,24 @@ impl Connection {
     }
 
     /// The progress thread: take in the control channel's completions whenever there are
-    /// some, until `stop` is set (and `stop_signal` written). See the module docs.
-    fn run(&self, stop: &AtomicBool, stop_signal: &CqSignal) {
+    /// some, until `stop` is set (and `signal` written). See the module docs.
+    fn run(&self, stop: &AtomicBool) {
         while !stop.load(Ordering::Acquire) {
-            let Some(vector) = self.wakeup.as_ref() else {
+            if let Wakeup::Poll = self.wakeup {
                 self.progress();
                 std::thread::sleep(CM_POLL_INTERVAL);
                 continue;
-            };
+            }
             // Emptied and armed under one hold of the lock: a completion that lands after
             // the ring was found empty raises the vector at the arm, so none is slept through.
             let healthy = {
                 let mut inner = self.lock();
                 let healthy = self.take_in(&mut inner);
-                inner.lane.arm_with(vector);
+                match &self.wakeup {
+                    Wakeup::Own(v) => inner.lane.arm_with(v),
+                    Wakeup::Shared(s) => inner.lane.arm_shared(s.vector.number()),
+                    Wakeup::Poll => {}
+                }
                 healthy
             };
             if !healthy {
@@ -339,10 +495,28 @@ impl Connection {
                 std::thread::sleep(CM_POLL_INTERVAL);
                 continue;
             }
-            if let Err(e) = vector.wait(Some(CM_IDLE_RECHECK), Some(stop_signal)) {
+            let slept = match &self.wakeup {
+                Wakeup::Own(v) => v.wait(Some(CM_IDLE_RECHECK), Some(&self.signal)),
+                _ => self.signal.wait(Some(CM_IDLE_RECHECK)).inspect(|_| {
+                    // Taken before the ring is read again: a later signal is for a later
+                    // completion.
+                    self.signal.take();
+                }),
+            };
+            if let Err(e) = slept {
                 tracing::warn!(fid = self.fid, error = %e, "control progress wait failed");
                 std::thread::sleep(CM_POLL_INTERVAL);
             }
+        }
+    }
+
+    /// Whether the control ring may hold a completion its thread has not taken in (for the
+    /// shared vector's dispatcher): `true` while another thread holds the lock.
+    fn may_have_completion(&self) -> bool {
+        match self.inner.try_lock() {
+            Ok(inner) => inner.lane.may_have_completion(),
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().lane.may_have_completion(),
+            Err(std::sync::TryLockError::WouldBlock) => true,
         }
     }
 
@@ -719,20 +893,37 @@ fn fill_control_ring(lane: &mut Endpoint, pool: &DmaPool) -> Result<(), DriverEr
     Ok(())
 }
 
-/// The MSI-X vector a control channel's progress thread sleeps on: one of the control
-/// channels' share of the NIC's vectors (see the module docs), or `None` when the thread
-/// must poll.
-fn control_vector(nic: &Nic, lane: &Endpoint) -> Option<Vector> {
-    let irq = nic.inner.interrupts()?;
-    let Some(v) = irq.take_leaving(irq.vectors() / 2) else {
-        tracing::debug!(
-            endpoint = lane.handle(),
-            "no MSI-X vector left for control channels: its progress polls"
-        );
-        return None;
+/// The eventfd that wakes a control progress thread.
+fn wake_signal() -> Result<CqSignal, DriverError> {
+    CqSignal::new()
+        .map_err(|e| DriverError::Exhausted(format!("no eventfd for the control progress: {e}")))
+}
+
+/// How a control channel's progress thread will sleep (see the module docs): on a vector of
+/// its own from the control channels' share of the NIC's vectors, the last of which is kept
+/// for the vector they share beyond it; else on that shared vector; else not at all (it
+/// polls).
+fn control_wakeup(nic: &Nic, lane: &Endpoint) -> (Wakeup, Option<Arc<SharedWakeup>>) {
+    let Some(irq) = nic.inner.interrupts() else {
+        return (Wakeup::Poll, None);
     };
-    lane.note_vector(&v);
-    Some(v)
+    if let Some(v) = irq.take_leaving(irq.vectors() / 2 + 1) {
+        lane.note_vector(&v);
+        return (Wakeup::Own(v), None);
+    }
+    match SharedWakeup::of(nic) {
+        Some(s) => {
+            lane.note_vector(&s.shared.vector);
+            (Wakeup::Shared(s.shared.clone()), Some(s))
+        }
+        None => {
+            tracing::debug!(
+                endpoint = lane.handle(),
+                "no MSI-X vector left for control channels: its progress polls"
+            );
+            (Wakeup::Poll, None)
+        }
+    }
 }
 
 fn control_pool(nic: &Nic) -> Result<DmaPool, DriverError> {
@@ -779,7 +970,8 @@ impl Nic {
         let pool = control_pool(self)?;
         fill_control_ring(&mut lane, &pool)?;
         let address = *lane.address();
-        let wakeup = control_vector(self, &lane);
+        let (wakeup, shared_wakeup) = control_wakeup(self, &lane);
+        let signal = wake_signal()?;
         let shared = Arc::new(Connection {
             fid: crate::eq::next_fid(),
             state: AtomicU8::new(IDLE),
@@ -800,9 +992,10 @@ impl Nic {
             }),
             progressed: Condvar::new(),
             wakeup,
+            signal,
         });
         Ok(PassiveEndpoint {
-            link: CmLink::start(shared)?,
+            link: CmLink::start(shared, shared_wakeup)?,
             address,
         })
     }
@@ -823,7 +1016,8 @@ pub(crate) fn msg_endpoint(nic: &Nic, attr: EndpointAttr) -> Result<Endpoint, Dr
     let mut lane = nic.create_context(&ep, CONTROL_RINGS, CTX_ROLE_CONTROL, 0)?;
     let pool = control_pool(nic)?;
     fill_control_ring(&mut lane, &pool)?;
-    let wakeup = control_vector(nic, &lane);
+    let (wakeup, shared_wakeup) = control_wakeup(nic, &lane);
+    let signal = wake_signal()?;
     let shared = Arc::new(Connection {
         fid: ep.fid(),
         state: AtomicU8::new(IDLE),
@@ -844,8 +1038,9 @@ pub(crate) fn msg_endpoint(nic: &Nic, attr: EndpointAttr) -> Result<Endpoint, Dr
         }),
         progressed: Condvar::new(),
         wakeup,
+        signal,
     });
-    ep.cm = Some(CmLink::start(shared)?);
+    ep.cm = Some(CmLink::start(shared, shared_wakeup)?);
     Ok(ep)
 }
 

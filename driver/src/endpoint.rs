@@ -2087,18 +2087,29 @@ impl Endpoint {
     /// found empty raises the vector at the arm, so a waiter that sleeps on the eventfd next
     /// misses none.
     pub(crate) fn arm_with(&mut self, vector: &crate::interrupt::Vector) {
+        vector.clear();
+        self.arm_shared(vector.number());
+    }
+
+    /// Arm the completion ring to raise `vector`, a vector several rings share, without
+    /// clearing its eventfd: its one reader clears it before it looks at the rings that
+    /// raise it. The caller found the ring empty; the head taken goes to the NIC first.
+    pub(crate) fn arm_shared(&mut self, vector: u16) {
         // The NIC must know every entry taken before the arm, or the arm raises at once (it
         // raises when the ring holds an entry the driver has not freed).
         if self.cq_unreported > 0 {
             self.report_cq_head();
         }
-        vector.clear();
         self.nic.bar().write(
             CQ_ARM,
-            CqArm::new()
-                .with_endpoint(self.handle)
-                .with_vector(vector.number()),
+            CqArm::new().with_endpoint(self.handle).with_vector(vector),
         );
+    }
+
+    /// Whether a completion may wait to be read (one held aside, or an entry the NIC wrote
+    /// at the head; `true` when the ring cannot be read, so that its reader looks).
+    pub(crate) fn may_have_completion(&self) -> bool {
+        self.held.is_some() || self.cq_written_at_head().unwrap_or(true)
     }
 
     /// Note for the telemetry socket that the completion ring raises `vector`, which its

@@ -24,8 +24,9 @@
 //! A connection's control progress ([`crate::cm`]) holds a vector too, for its control
 //! channel, from the moment its passive or `FI_EP_MSG` endpoint is made; control channels
 //! take one only while more than half of the vectors are free (`Interrupts::take_leaving`),
-//! so that they never leave the application's completion queues without, and poll when
-//! they find none.
+//! so that they never leave the application's completion queues without, and beyond their
+//! share they all raise one vector they share, whose one reader tells each which rings to
+//! read.
 
 use crate::device::{Device, DeviceError};
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -148,40 +149,50 @@ impl Vector {
         timeout: Option<Duration>,
         also: Option<&CqSignal>,
     ) -> std::io::Result<bool> {
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        loop {
-            let ms: libc::c_int = match deadline {
-                None => -1,
-                Some(d) => {
-                    let left = d.saturating_duration_since(Instant::now());
-                    // Rounded up, so a wait of less than a millisecond still sleeps.
-                    left.as_micros()
-                        .div_ceil(1000)
-                        .try_into()
-                        .unwrap_or(libc::c_int::MAX)
-                }
-            };
-            let watch = |fd: i32| libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // A negative descriptor is skipped by poll(2).
-            let mut pfds = [
-                watch(self.eventfd().as_raw_fd()),
-                watch(also.map_or(-1, |s| s.0.as_raw_fd())),
-            ];
-            // SAFETY: `pfds` is an array of two valid pollfds on the stack for the whole call,
-            // and its length is the count passed; poll(2) writes only their `revents`.
-            let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
-            match n {
-                1.. => return Ok(true),
-                0 => return Ok(false),
-                _ => {
-                    let e = std::io::Error::last_os_error();
-                    if e.kind() != std::io::ErrorKind::Interrupted {
-                        return Err(e);
-                    }
+        wait_readable(
+            [
+                self.eventfd().as_raw_fd(),
+                also.map_or(-1, |s| s.0.as_raw_fd()),
+            ],
+            timeout,
+        )
+    }
+}
+
+/// Sleep in poll(2) until one of `fds` (a negative one is skipped) is readable (`true`) or
+/// `timeout` passes (`false`); `None`, or a timeout too long for the clock to add, waits
+/// without end. A signal that interrupts the sleep resumes it for the time left.
+fn wait_readable(fds: [i32; 2], timeout: Option<Duration>) -> std::io::Result<bool> {
+    let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+    loop {
+        let ms: libc::c_int = match deadline {
+            None => -1,
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                // Rounded up, so a wait of less than a millisecond still sleeps.
+                left.as_micros()
+                    .div_ceil(1000)
+                    .try_into()
+                    .unwrap_or(libc::c_int::MAX)
+            }
+        };
+        let watch = |fd: i32| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // A negative descriptor is skipped by poll(2).
+        let mut pfds = [watch(fds[0]), watch(fds[1])];
+        // SAFETY: `pfds` is an array of two valid pollfds on the stack for the whole call,
+        // and its length is the count passed; poll(2) writes only their `revents`.
+        let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
+        match n {
+            1.. => return Ok(true),
+            0 => return Ok(false),
+            _ => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e);
                 }
             }
         }
@@ -220,6 +231,12 @@ impl CqSignal {
     /// Take the signals sent since the last take: whether there was one.
     pub(crate) fn take(&self) -> bool {
         self.0.read().is_ok()
+    }
+
+    /// Sleep until a signal is sent (`true`; it is not taken) or `timeout` passes (`false`);
+    /// `None` waits without end.
+    pub(crate) fn wait(&self, timeout: Option<Duration>) -> std::io::Result<bool> {
+        wait_readable([self.0.as_raw_fd(), -1], timeout)
     }
 }
 

@@ -313,6 +313,9 @@ pub(crate) struct NicInner {
     /// The MSI-X vectors and their eventfds, set up when an endpoint first waits for a
     /// completion (`None` inside: the NIC or the backend has no interrupts).
     interrupts: std::sync::OnceLock<Option<Arc<crate::interrupt::Interrupts>>>,
+    /// The vector the control channels share once their own vectors are all taken, while
+    /// any uses it (see [`crate::cm`]).
+    pub(crate) cm_shared_wakeup: Mutex<std::sync::Weak<crate::cm::SharedWakeup>>,
 }
 
 /// The devices a [`Nic`] of this process runs: by the address of the device object, and by
@@ -758,6 +761,7 @@ impl Nic {
                 claim,
                 quarantine: Mutex::new(Vec::new()),
                 interrupts: std::sync::OnceLock::new(),
+                cm_shared_wakeup: Mutex::new(std::sync::Weak::new()),
             }),
         };
         crate::telemetry::nic_opened(&nic);

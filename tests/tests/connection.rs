@@ -566,13 +566,14 @@ fn an_accept_that_reaches_a_new_listener_at_the_requesters_address_ends_the_conn
     });
 }
 
-/// Where a connection's control progress has no MSI-X vector to sleep on — a NIC without
-/// completion interrupts (interface 1.11), or the control channels' share of the NIC's
-/// vectors taken by other connections — it polls its control channel, and connections come
-/// up and go down as they do with one. The control channels leave the other half of the
-/// vectors to the application's completion queues.
+/// Where a connection's control progress has no MSI-X vector of its own — the control
+/// channels' share of the NIC's vectors taken by other connections — it sleeps on the vector
+/// the control channels share beyond it; on a NIC without completion interrupts (interface
+/// 1.11) it polls its control channel. Connections come up and go down the same way in every
+/// case, and the control channels leave half of the vectors to the application's completion
+/// queues.
 #[test]
-fn connections_whose_control_progress_has_no_vector_poll_and_still_work() {
+fn connections_without_a_control_vector_of_their_own_still_work() {
     for minor in [uet_regs::INTERFACE_MINOR, 11] {
         let fabric = uet_sim::Fabric::new();
         let fns: Vec<_> = (0..2)
@@ -586,7 +587,7 @@ fn connections_whose_control_progress_has_no_vector_poll_and_still_work() {
         let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
         let pep = listen(&ns, &eq_l);
         // More control channels on the client's NIC than half its vectors: the last ones
-        // poll.
+        // share one (or, at 1.11, poll).
         let half = usize::from(uet_regs::pci::MSIX_VECTORS) / 2;
         let mut clients: Vec<_> = (0..half + 4).map(|_| msg_ep(&nc)).collect();
         let mut app = nc
