@@ -619,9 +619,22 @@ impl Connection {
         }
     }
 
-    /// Collect the control channel's completions and act on them.
+    /// Collect the control channel's completions and act on them, from a thread other than
+    /// the progress thread (the close paths).
     fn progress(&self) {
-        self.take_in(&mut self.lock());
+        let took = {
+            let mut inner = self.lock();
+            let seen = inner.generation;
+            self.take_in(&mut inner);
+            inner.generation != seen
+        };
+        // A completion taken in here may be the one that raised the shared vector (which
+        // disarmed the ring): its dispatcher then finds the ring empty and wakes nobody, and
+        // the progress thread would sleep with its ring no longer armed, deaf to the next
+        // control message until `CM_IDLE_RECHECK`. It is woken to arm the ring again.
+        if took && matches!(self.wakeup, Wakeup::Shared(_)) && self.signal.signal().is_err() {
+            tracing::warn!(fid = self.fid, "control progress not woken to arm again");
+        }
     }
 
     /// [`Connection::progress`] with the lock held: `false` when the ring could not be read.
@@ -1446,5 +1459,82 @@ mod tests {
                 .kind,
             EqEventKind::ConnReq
         );
+    }
+
+    /// A control channel on the NIC's shared vector whose completion (the one that raised
+    /// the vector, which disarms the ring) is taken in by a close path before the dispatcher
+    /// looks at the ring: the progress thread still arms its ring again, and the next control
+    /// message reaches it at once, not when its sleep ends (`CM_IDLE_RECHECK`, 1 s, which the
+    /// bound of half of it tells apart: the thread's sleep began just before the race).
+    #[test]
+    fn a_completion_taken_by_a_close_path_leaves_a_shared_vector_ring_armed() {
+        let fabric = Fabric::new();
+        let nic = |a: &str| {
+            let f = fabric
+                .add_nic(NicConfig::new(a.parse().expect("address")))
+                .expect("NIC");
+            Nic::open(Arc::new(SimDevice::new(f))).expect("open NIC")
+        };
+        let (ns, nc) = (nic("10.0.0.1"), nic("10.0.0.2"));
+        // The control channels' own vectors all taken: the listener's shares one.
+        let irq = ns.inner.interrupts().expect("interrupts").clone();
+        let mut held = Vec::new();
+        while irq.free_vectors() > irq.vectors() / 2 + 1 {
+            held.push(irq.take().expect("a vector"));
+        }
+        let eq = EventQueue::open(WAITABLE).expect("event queue");
+        let pep = ns
+            .passive_endpoint(EndpointAttr::default(), &eq)
+            .expect("listener");
+        let conn = pep.link.shared.clone();
+        let Wakeup::Shared(shared) = &conn.wakeup else {
+            panic!("the listener's control channel does not share the vector");
+        };
+        let client = || {
+            let mut c = nc
+                .endpoint(
+                    EndpointAttr {
+                        ep_type: EpType::Msg,
+                        ..EndpointAttr::default()
+                    },
+                    None,
+                )
+                .expect("FI_EP_MSG endpoint");
+            let eq_c = EventQueue::open(WAITABLE).expect("event queue");
+            c.bind_eq(&eq_c).expect("bound");
+            (c, eq_c)
+        };
+        let listener = pep.address().to_bytes().expect("address");
+        let (mut first, mut second) = (client(), client());
+        // The progress thread has armed its ring and sleeps (on a machine too slow for that,
+        // it takes the request in itself, and the test proves nothing but fails neither).
+        std::thread::sleep(Duration::from_millis(100));
+        // The dispatcher cannot look at the rings until the close path took the request in.
+        let members = shared.members.lock().expect("members");
+        first.0.connect(&listener, b"").expect("connect");
+        let until = Instant::now() + Duration::from_secs(2);
+        while !conn.lock().lane.may_have_completion() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        conn.progress();
+        drop(members);
+        assert_eq!(
+            eq.sread(Some(Duration::from_secs(5)), 0)
+                .expect("FI_CONNREQ")
+                .kind,
+            EqEventKind::ConnReq
+        );
+        // The dispatcher found the ring empty.
+        std::thread::sleep(Duration::from_millis(20));
+        let started = Instant::now();
+        second.0.connect(&listener, b"").expect("connect");
+        let ev = eq.sread(Some(Duration::from_secs(5)), 0);
+        let after = started.elapsed();
+        assert_eq!(ev.expect("FI_CONNREQ").kind, EqEventKind::ConnReq);
+        assert!(
+            after < CM_IDLE_RECHECK / 2,
+            "the second request was taken in after {after:?}: the ring was left unarmed"
+        );
+        drop(held);
     }
 }
