@@ -40,13 +40,14 @@
 //! the thread: it keeps no deadline, and only looks at the ring again after
 //! [`CM_IDLE_RECHECK`] of silence, in case an interrupt was lost.
 //!
-//! The control channels of a NIC take at most half of its vectors, the others being left to
-//! the application's completion queues (`fi_cq_sread`, `FI_WAIT_FD`, `fi_trywait`), which
-//! need one per endpoint. Within that share, taken when the endpoint is made:
+//! The control channels of a NIC take at most half of its vectors (none of a single one),
+//! the others being left to the application's completion queues (`fi_cq_sread`,
+//! `FI_WAIT_FD`, `fi_trywait`), which need one per endpoint. Within that share, taken when
+//! the endpoint is made:
 //!
 //! | control channels | the thread sleeps on |
 //! |---|---|
-//! | the first ones, while more than half of the vectors plus one are free | a vector of its own, whose eventfd it reads itself |
+//! | the first ones, while more than half of the vectors (rounded up) plus one are free | a vector of its own, whose eventfd it reads itself |
 //! | the others (any number) | one vector they share: a dispatcher thread waits on it, clears it, looks at the members' rings (a read of the head entry's phase) and writes the eventfd of each thread whose ring holds a completion; the thread sleeps on that eventfd. The dispatcher and the vector go with the last member |
 //! | none: a NIC older than interface 1.12, a backend without interrupts, or no vector left for the shared one | nothing: it reads its ring every [`CM_POLL_INTERVAL`], as it always did, at the CPU cost that implies (about 5,000 wakeups a second per connection) |
 //!
@@ -280,7 +281,7 @@ impl SharedWakeup {
             return Some(s);
         }
         let irq = nic.inner.interrupts()?;
-        let vector = irq.take_leaving(irq.vectors() / 2)?;
+        let vector = irq.take_leaving(left_to_applications(irq))?;
         let stop_signal = CqSignal::new()
             .inspect_err(|e| tracing::warn!(error = %e, "no eventfd for the shared control vector"))
             .ok()?;
@@ -912,6 +913,13 @@ fn wake_signal() -> Result<CqSignal, DriverError> {
         .map_err(|e| DriverError::Exhausted(format!("no eventfd for the control progress: {e}")))
 }
 
+/// The vectors the control channels of a NIC leave free for the application's completion
+/// queues: half, rounded up, so that they never take more than half (and none of a NIC that
+/// delivers a single vector).
+fn left_to_applications(irq: &crate::interrupt::Interrupts) -> usize {
+    irq.vectors() - irq.vectors() / 2
+}
+
 /// How a control channel's progress thread will sleep (see the module docs): on a vector of
 /// its own from the control channels' share of the NIC's vectors, the last of which is kept
 /// for the vector they share beyond it; else on that shared vector; else not at all (it
@@ -920,7 +928,7 @@ fn control_wakeup(nic: &Nic, lane: &Endpoint) -> (Wakeup, Option<Arc<SharedWakeu
     let Some(irq) = nic.inner.interrupts() else {
         return (Wakeup::Poll, None);
     };
-    if let Some(v) = irq.take_leaving(irq.vectors() / 2 + 1) {
+    if let Some(v) = irq.take_leaving(left_to_applications(irq) + 1) {
         lane.note_vector(&v);
         return (Wakeup::Own(v), None);
     }
@@ -1479,7 +1487,7 @@ mod tests {
         // The control channels' own vectors all taken: the listener's shares one.
         let irq = ns.inner.interrupts().expect("interrupts").clone();
         let mut held = Vec::new();
-        while irq.free_vectors() > irq.vectors() / 2 + 1 {
+        while irq.free_vectors() > left_to_applications(&irq) + 1 {
             held.push(irq.take().expect("a vector"));
         }
         let eq = EventQueue::open(WAITABLE).expect("event queue");
@@ -1536,5 +1544,75 @@ mod tests {
             "the second request was taken in after {after:?}: the ring was left unarmed"
         );
         drop(held);
+    }
+
+    /// A backend that delivers fewer vectors than the NIC's table has (a kernel or a
+    /// vfio-user server may): control channels still take at most half of them, however
+    /// many connections there are, and none of a single one.
+    #[test]
+    fn control_channels_take_at_most_half_of_few_vectors() {
+        struct FewVectors(SimDevice, u16);
+        impl crate::device::Device for FewVectors {
+            fn bar0(&self) -> &dyn uet_regs::Mmio {
+                self.0.bar0()
+            }
+            fn dma_map(&self, r: &crate::dma::DmaRegion) -> Result<(), crate::device::DeviceError> {
+                self.0.dma_map(r)
+            }
+            fn dma_unmap(
+                &self,
+                r: &crate::dma::DmaRegion,
+            ) -> Result<(), crate::device::DeviceError> {
+                self.0.dma_unmap(r)
+            }
+            fn name(&self) -> String {
+                format!("few-vectors-{}", self.1)
+            }
+            fn msix_vectors(&self) -> u16 {
+                self.1
+            }
+            fn set_msix_eventfds(
+                &self,
+                eventfds: &[vmm_sys_util::eventfd::EventFd],
+            ) -> Result<(), crate::device::DeviceError> {
+                self.0.set_msix_eventfds(eventfds)
+            }
+            fn clear_msix(&self) -> Result<(), crate::device::DeviceError> {
+                self.0.clear_msix()
+            }
+        }
+        for (i, vectors) in [1u16, 2, 3, 5].into_iter().enumerate() {
+            let fabric = Fabric::new();
+            let f = fabric
+                .add_nic(NicConfig::new(
+                    format!("10.0.1.{}", i + 1).parse().expect("address"),
+                ))
+                .expect("NIC");
+            let nic = Nic::open(Arc::new(FewVectors(SimDevice::new(f), vectors))).expect("NIC");
+            let irq = nic.inner.interrupts().expect("interrupts").clone();
+            assert_eq!(irq.vectors(), usize::from(vectors));
+            let eq = EventQueue::open(WAITABLE).expect("event queue");
+            let listeners: Vec<_> = (0..usize::from(vectors) + 2)
+                .map(|_| {
+                    nic.passive_endpoint(EndpointAttr::default(), &eq)
+                        .expect("listener")
+                })
+                .collect();
+            let taken = irq.vectors() - irq.free_vectors();
+            assert!(
+                2 * taken <= irq.vectors(),
+                "{} control channels took {taken} of {vectors} vectors",
+                listeners.len()
+            );
+            let mut app = nic
+                .endpoint(EndpointAttr::default(), None)
+                .expect("endpoint");
+            assert_eq!(
+                app.cq_trywait(),
+                Ok(()),
+                "an application endpoint gets a vector beside {} control channels of {vectors}",
+                listeners.len()
+            );
+        }
     }
 }

@@ -23,10 +23,10 @@
 //!
 //! A connection's control progress ([`crate::cm`]) holds a vector too, for its control
 //! channel, from the moment its passive or `FI_EP_MSG` endpoint is made; control channels
-//! take one only while more than half of the vectors are free (`Interrupts::take_leaving`),
-//! so that they never leave the application's completion queues without, and beyond their
-//! share they all raise one vector they share, whose one reader tells each which rings to
-//! read.
+//! take one only while more than half of the vectors (rounded up) are free
+//! (`Interrupts::take_leaving`), so that they never leave the application's completion
+//! queues without, and beyond their share they all raise one vector they share, whose one
+//! reader tells each which rings to read.
 
 use crate::device::{Device, DeviceError};
 use std::os::fd::{AsRawFd, BorrowedFd};
