@@ -223,6 +223,9 @@ pub(crate) struct SharedVector {
     members: Mutex<Vec<std::sync::Weak<Connection>>>,
     stop: AtomicBool,
     stop_signal: CqSignal,
+    /// Declared after `vector`: the NIC's slot says no shared vector is going only once it
+    /// is back.
+    _empties: EmptiesSlot,
 }
 
 impl SharedVector {
@@ -261,6 +264,23 @@ impl SharedVector {
     }
 }
 
+/// Where a NIC keeps its [`SharedWakeup`] while any connection uses it: not upgradable but
+/// not empty while the last one is going (its vector not yet given back).
+pub(crate) type SharedWakeupSlot = Arc<Mutex<std::sync::Weak<SharedWakeup>>>;
+
+/// Empties the NIC's [`SharedWakeupSlot`] when dropped, unless a newer shared vector is in
+/// use: the last field of a [`SharedVector`], so that it runs once the vector is back.
+struct EmptiesSlot(SharedWakeupSlot);
+
+impl Drop for EmptiesSlot {
+    fn drop(&mut self) {
+        let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.strong_count() == 0 {
+            *slot = std::sync::Weak::new();
+        }
+    }
+}
+
 /// Owns a NIC's [`SharedVector`] and its dispatcher thread; each connection using it holds
 /// one reference, and the last one gone stops the thread and gives the vector back.
 pub(crate) struct SharedWakeup {
@@ -270,16 +290,26 @@ pub(crate) struct SharedWakeup {
 
 impl SharedWakeup {
     /// The NIC's shared control vector, made when none is in use; `None` when no vector can
-    /// be taken for it (or no thread started).
+    /// be taken for it (or no thread started). While the last one is going, waits (up to
+    /// `CM_IDLE_RECHECK`) for its vector to come back, so that a control channel made as the
+    /// last of the others closes does not find the vector taken and poll for its life.
     fn of(nic: &Nic) -> Option<Arc<SharedWakeup>> {
-        let mut slot = nic
-            .inner
-            .cm_shared_wakeup
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if let Some(s) = slot.upgrade() {
-            return Some(s);
-        }
+        let give_up = Instant::now() + CM_IDLE_RECHECK;
+        let mut slot = loop {
+            let slot = nic
+                .inner
+                .cm_shared_wakeup
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if let Some(s) = slot.upgrade() {
+                return Some(s);
+            }
+            if slot.ptr_eq(&std::sync::Weak::new()) || Instant::now() >= give_up {
+                break slot;
+            }
+            drop(slot);
+            std::thread::sleep(CM_POLL_INTERVAL);
+        };
         let irq = nic.inner.interrupts()?;
         let vector = irq.take_leaving(left_to_applications(irq))?;
         let stop_signal = CqSignal::new()
@@ -290,13 +320,22 @@ impl SharedWakeup {
             members: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
             stop_signal,
+            _empties: EmptiesSlot(nic.inner.cm_shared_wakeup.clone()),
         });
         let d = shared.clone();
-        let thread = std::thread::Builder::new()
+        let thread = match std::thread::Builder::new()
             .name("uet-cm-wake".into())
             .spawn(move || d.dispatch())
-            .inspect_err(|e| tracing::warn!(error = %e, "no thread for the shared control vector"))
-            .ok()?;
+        {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(error = %e, "no thread for the shared control vector");
+                // Let go of the slot first: the vector's drop empties it.
+                drop(slot);
+                drop(shared);
+                return None;
+            }
+        };
         let s = Arc::new(SharedWakeup {
             shared,
             thread: Some(thread),
@@ -1614,5 +1653,78 @@ mod tests {
                 listeners.len()
             );
         }
+    }
+
+    /// A control channel made while the NIC's shared control vector goes with the last of
+    /// its members (its dispatcher not yet stopped, the vector not yet given back) still
+    /// sleeps on a shared vector, made anew once the old one is back, instead of finding the
+    /// vector taken and polling for its life. The dispatcher is held in its scan (by the
+    /// members' lock) to keep the old vector going while the new channel is made.
+    #[test]
+    fn a_control_channel_made_as_the_shared_vector_goes_still_shares_one() {
+        use std::io::Write;
+        let fabric = Fabric::new();
+        let f = fabric
+            .add_nic(NicConfig::new("10.0.0.1".parse().expect("address")))
+            .expect("NIC");
+        let nic = Nic::open(Arc::new(SimDevice::new(f))).expect("open NIC");
+        let irq = nic.inner.interrupts().expect("interrupts").clone();
+        let mut held = Vec::new();
+        while irq.free_vectors() > left_to_applications(&irq) + 1 {
+            held.push(irq.take().expect("a vector"));
+        }
+        let eq = EventQueue::open(WAITABLE).expect("event queue");
+        let listen = || {
+            nic.passive_endpoint(EndpointAttr::default(), &eq)
+                .expect("listener")
+        };
+        let first = listen();
+        let going = first
+            .link
+            ._shared_wakeup
+            .clone()
+            .expect("the listener shares the vector");
+        let shared = going.shared.clone();
+        drop(first);
+        std::thread::scope(|scope| {
+            let members = shared.members.lock().expect("members");
+            // Raise the vector: the dispatcher clears it and waits for the members.
+            let mut raise = std::fs::File::from(
+                shared
+                    .vector
+                    .fd()
+                    .try_clone_to_owned()
+                    .expect("the eventfd"),
+            );
+            raise.write_all(&1u64.to_ne_bytes()).expect("raised");
+            std::thread::sleep(Duration::from_millis(50));
+            let dropper = scope.spawn(move || drop(going));
+            let until = Instant::now() + Duration::from_secs(5);
+            // (Counted, not upgraded: an upgrade here could make this thread drop it.)
+            while nic
+                .inner
+                .cm_shared_wakeup
+                .lock()
+                .expect("slot")
+                .strong_count()
+                > 0
+            {
+                assert!(Instant::now() < until, "the shared vector was never let go");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let maker = scope.spawn(listen);
+            // The new channel is being made while the old vector is still out.
+            std::thread::sleep(Duration::from_millis(50));
+            drop(members);
+            dropper.join().expect("dropped");
+            // The vector's last reference: it goes back now.
+            drop(shared);
+            let second = maker.join().expect("made");
+            assert!(
+                matches!(second.link.shared.wakeup, Wakeup::Shared(_)),
+                "the control channel made as the shared vector went polls"
+            );
+        });
+        drop(held);
     }
 }

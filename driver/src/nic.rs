@@ -314,8 +314,9 @@ pub(crate) struct NicInner {
     /// completion (`None` inside: the NIC or the backend has no interrupts).
     interrupts: std::sync::OnceLock<Option<Arc<crate::interrupt::Interrupts>>>,
     /// The vector the control channels share once their own vectors are all taken, while
-    /// any uses it (see [`crate::cm`]).
-    pub(crate) cm_shared_wakeup: Mutex<std::sync::Weak<crate::cm::SharedWakeup>>,
+    /// any uses it (see [`crate::cm`]); shared with it, which empties the slot once it
+    /// has given the vector back.
+    pub(crate) cm_shared_wakeup: crate::cm::SharedWakeupSlot,
 }
 
 /// The devices a [`Nic`] of this process runs: by the address of the device object, and by
@@ -761,7 +762,7 @@ impl Nic {
                 claim,
                 quarantine: Mutex::new(Vec::new()),
                 interrupts: std::sync::OnceLock::new(),
-                cm_shared_wakeup: Mutex::new(std::sync::Weak::new()),
+                cm_shared_wakeup: Arc::new(Mutex::new(std::sync::Weak::new())),
             }),
         };
         crate::telemetry::nic_opened(&nic);
