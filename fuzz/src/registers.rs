@@ -11,7 +11,7 @@
 //! Enable and Function Mask, a vector raised) and `CQ_ARM` of the driver's endpoint.
 //!
 //! What must hold whatever was written: the simulated NIC never panics; the table reads back
-//! what was written to it, and Message Control what the host set ([`MsixModel`]); a vector is
+//! what was written to it, and Message Control what the host set (`MsixModel`); a vector is
 //! held pending only while it cannot be sent; each host action and table access sends
 //! exactly the messages the capability says (PCI Local Bus Specification 3.0, §6.8.2: a
 //! vector raised while it can be sent, a pending one once its masks clear), to its trigger

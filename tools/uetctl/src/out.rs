@@ -25,7 +25,7 @@ pub fn write(args: fmt::Arguments<'_>) {
 
 /// Write `value` to standard output as pretty-printed JSON (as `{:#}` prints a
 /// `serde_json::Value`) and a newline, as it serializes: a large document is never held
-/// whole. A failure is handled as [`write`]'s.
+/// whole. A failure is handled as [`write()`]'s.
 pub fn json_pretty(value: &impl serde::Serialize) {
     let mut stdout = io::BufWriter::new(io::stdout().lock());
     let written = serde_json::to_writer_pretty(&mut stdout, value)
