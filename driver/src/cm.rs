@@ -10,6 +10,7 @@
 //! | request | [`Endpoint::connect`]`(listener address, param)` | CONNREQ to the listener | listener's EQ: `FI_CONNREQ`, `data` = the request's id, `cm_data` = param; [`PassiveEndpoint::connreq`] gives the requester's address |
 //! | accept | [`PassiveEndpoint::accept`]`(req, &mut ep, param)` | ACCEPT from `ep` to the requester | `ep`'s EQ: `FI_CONNECTED` once the requester's NIC acknowledged the ACCEPT; requester's EQ: `FI_CONNECTED`, `cm_data` = param |
 //! | reject | [`PassiveEndpoint::reject`]`(req, param)` | REJECT from the listener | requester's EQ: error `FI_ECONNREFUSED` (`cm_data`: the param, byte for byte; `err_data`: why) |
+//! | no answer | — (the request's deadline, [`CM_CONNECT_TIMEOUT`] by default, passes) | — | requester's EQ: error `FI_ETIMEDOUT` |
 //! | close | [`Endpoint::shutdown`], or dropping the connected endpoint (`fi_close`) | SHUTDOWN to the peer | peer's EQ: `FI_SHUTDOWN` |
 //! | close the listener | drop the [`PassiveEndpoint`] | REJECT of every request left unanswered | each requester's EQ: error `FI_ECONNREFUSED` |
 //!
@@ -25,6 +26,18 @@
 //! and the NIC gave its PIDonFEP to a new endpoint): the accepting endpoint, connected by the
 //! ACCEPT's delivery, then gets `FI_SHUTDOWN`.
 //!
+//! A request neither accepted nor rejected within its deadline (the listener's application
+//! never answers it, or never reads its EQ; the peer hung) times out: the requester gets an
+//! error entry with its fid and `err = FI_ETIMEDOUT`, and is left as a refused one is (another
+//! `connect` is `FI_EOPBADSTATE`, sends `FI_ENOTCONN`). An ACCEPT that arrives after that is
+//! answered with a REJECT, so the accepting endpoint, connected by the ACCEPT's delivery,
+//! gets `FI_SHUTDOWN` instead of staying connected to nobody; a late REJECT is dropped and
+//! counted. The deadline is [`CM_CONNECT_TIMEOUT`] (5 s: a datacenter fabric answers in
+//! microseconds, so an unanswered request is a hung or overloaded peer, and rdma_cm's
+//! address and route resolution, which libfabric's verbs provider bounds at 2 s, are of that
+//! order) unless [`Endpoint::set_connect_timeout`] set another, or none, before `connect`
+//! (the provider reads it from `FI_UET_CONNECT_TIMEOUT`).
+//!
 //! Messages are checked: a malformed one, one of an unknown connection (its `conn_id`), or a
 //! SHUTDOWN whose source is not the peer is dropped and counted ([`PassiveEndpoint::dropped`],
 //! [`Endpoint::cm_dropped`]).
@@ -36,9 +49,11 @@
 //! completion ring, arms the ring with an MSI-X vector (`CQ_ARM`, see [`crate::interrupt`];
 //! a completion written since the ring was found empty raises it at once), and sleeps in
 //! `poll(2)` until the vector is raised or the endpoint's drop writes an eventfd to stop it.
-//! Every control message, sent or received, completes on that ring, so nothing else needs
-//! the thread: it keeps no deadline, and only looks at the ring again after
-//! [`CM_IDLE_RECHECK`] of silence, in case an interrupt was lost.
+//! Every control message, sent or received, completes on that ring, so the only other thing
+//! that needs the thread is a pending request's deadline: its sleep ends no later than that
+//! (`connect` wakes it to sleep again with the deadline in view), and otherwise after
+//! [`CM_IDLE_RECHECK`] of silence, to look at the ring again in case an interrupt was lost.
+//! A thread that polls (below) looks at the deadline at each pass.
 //!
 //! The control channels of a NIC take at most half of its vectors (none of a single one),
 //! the others being left to the application's completion queues (`fi_cq_sread`,
@@ -62,7 +77,7 @@
 //!
 //! | misuse | error |
 //! |---|---|
-//! | `connect`, `shutdown`, `bind_eq` on an endpoint that is not `FI_EP_MSG`; `accept` of such an endpoint | `FI_EOPNOTSUPP` |
+//! | `connect`, `shutdown`, `bind_eq`, `set_connect_timeout` on an endpoint that is not `FI_EP_MSG`; `accept` of such an endpoint | `FI_EOPNOTSUPP` |
 //! | `connect` or `accept` without a bound EQ | `FI_ENOEQ` |
 //! | `connect` while connecting or connected, `accept` of an endpoint that is | `FI_EOPBADSTATE` |
 //! | accepting or rejecting a request already accepted or rejected (also by a racing `accept` or `reject`: the one that comes second), or taking it again from its event ([`PassiveEndpoint::connreq`]) | `FI_EINVAL` |
@@ -98,6 +113,9 @@ pub const CM_POLL_INTERVAL: Duration = Duration::from_micros(200);
 /// anyway: a safety net for an interrupt lost (a masked function), never the way a control
 /// message is noticed.
 pub const CM_IDLE_RECHECK: Duration = Duration::from_secs(1);
+/// How long a connection request waits for an ACCEPT or a REJECT by default before it ends
+/// with `FI_ETIMEDOUT` (see the module docs; [`Endpoint::set_connect_timeout`] changes it).
+pub const CM_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Control-channel ring sizes: 8 sends, 16 receives.
 const CONTROL_RINGS: RingSizes = RingSizes {
     tx_log2: 3,
@@ -180,6 +198,10 @@ struct CmInner {
     /// Passes of [`Connection::progress`] that took in a completion, for the waits of the
     /// close paths ([`Connection::wait_until`]).
     generation: u64,
+    /// How long a connection request waits for its answer; `None`: without end.
+    connect_timeout: Option<Duration>,
+    /// When the pending connection request times out, while it is pending.
+    connect_deadline: Option<Instant>,
 }
 
 /// The state a connection shares with its progress thread.
@@ -515,39 +537,73 @@ impl Connection {
         while !stop.load(Ordering::Acquire) {
             if let Wakeup::Poll = self.wakeup {
                 self.progress();
+                self.expire(&mut self.lock());
                 std::thread::sleep(CM_POLL_INTERVAL);
                 continue;
             }
             // Emptied and armed under one hold of the lock: a completion that lands after
             // the ring was found empty raises the vector at the arm, so none is slept through.
-            let healthy = {
+            // A request answered by a completion taken in here does not time out.
+            let (healthy, deadline) = {
                 let mut inner = self.lock();
                 let healthy = self.take_in(&mut inner);
+                let deadline = self.expire(&mut inner);
                 match &self.wakeup {
                     Wakeup::Own(v) => inner.lane.arm_with(v),
                     Wakeup::Shared(s) => inner.lane.arm_shared(s.vector.number()),
                     Wakeup::Poll => {}
                 }
-                healthy
+                (healthy, deadline)
             };
             if !healthy {
                 // A ring that cannot be read would raise the vector at once, again and again.
                 std::thread::sleep(CM_POLL_INTERVAL);
                 continue;
             }
+            // No later than the pending request's deadline (the wait rounds up to the next
+            // millisecond, so it does not end just before it).
+            let nap = deadline.map_or(CM_IDLE_RECHECK, |d| {
+                d.saturating_duration_since(Instant::now())
+                    .min(CM_IDLE_RECHECK)
+            });
+            // Taken before the ring is read again: a later signal is for a later completion
+            // (or a later `connect`).
             let slept = match &self.wakeup {
-                Wakeup::Own(v) => v.wait(Some(CM_IDLE_RECHECK), Some(&self.signal)),
-                _ => self.signal.wait(Some(CM_IDLE_RECHECK)).inspect(|_| {
-                    // Taken before the ring is read again: a later signal is for a later
-                    // completion.
-                    self.signal.take();
-                }),
-            };
+                Wakeup::Own(v) => v.wait(Some(nap), Some(&self.signal)),
+                _ => self.signal.wait(Some(nap)),
+            }
+            .inspect(|_| {
+                self.signal.take();
+            });
             if let Err(e) = slept {
                 tracing::warn!(fid = self.fid, error = %e, "control progress wait failed");
                 std::thread::sleep(CM_POLL_INTERVAL);
             }
         }
+    }
+
+    /// End the pending connection request with `FI_ETIMEDOUT` if its deadline has passed (it
+    /// is then refused: a late ACCEPT is answered with a REJECT, see
+    /// [`Connection::on_received`]); the deadline while it is still pending.
+    fn expire(&self, inner: &mut CmInner) -> Option<Instant> {
+        let deadline = inner.connect_deadline?;
+        if self.get() != CONNECTING {
+            inner.connect_deadline = None;
+            return None;
+        }
+        if Instant::now() < deadline {
+            return Some(deadline);
+        }
+        inner.connect_deadline = None;
+        self.set(REFUSED);
+        let waited = inner.connect_timeout.unwrap_or_default();
+        self.post_error(
+            inner,
+            FiErrno::FI_ETIMEDOUT,
+            0,
+            format!("the connection request was not answered within {waited:?}"),
+        );
+        None
     }
 
     /// Whether the control ring may hold a completion its thread has not taken in (for the
@@ -772,11 +828,15 @@ impl Connection {
         }
         // An ACCEPT of a request this endpoint did not make: its requester closed, and the
         // NIC gave the requester's PIDonFEP to this endpoint (a listener, which makes no
-        // requests, included). The acceptor is connected by the ACCEPT's delivery; a REJECT
-        // of the connection tells it that nobody is there.
+        // requests, included). Or of a request that timed out (only a timed-out request is
+        // refused and then accepted: a REJECT or an undelivered CONNREQ gets no ACCEPT).
+        // The acceptor is connected by the ACCEPT's delivery; a REJECT of the connection
+        // tells it that nobody is there.
         let stray_accept = msg.kind == CmKind::Accept
             && match &inner.role {
-                Role::Active { conn_id, .. } => msg.conn_id != *conn_id || self.get() == IDLE,
+                Role::Active { conn_id, .. } => {
+                    msg.conn_id != *conn_id || matches!(self.get(), IDLE | REFUSED)
+                }
                 Role::Passive { .. } => true,
             };
         if stray_accept {
@@ -1049,6 +1109,8 @@ impl Nic {
                 local: address,
                 scratch: Vec::new(),
                 generation: 0,
+                connect_timeout: None,
+                connect_deadline: None,
             }),
             progressed: Condvar::new(),
             wakeup,
@@ -1095,6 +1157,8 @@ pub(crate) fn msg_endpoint(nic: &Nic, attr: EndpointAttr) -> Result<Endpoint, Dr
             local: *ep.address(),
             scratch: Vec::new(),
             generation: 0,
+            connect_timeout: Some(CM_CONNECT_TIMEOUT),
+            connect_deadline: None,
         }),
         progressed: Condvar::new(),
         wakeup,
@@ -1304,7 +1368,8 @@ impl Endpoint {
 
     /// `fi_connect`: ask the passive endpoint at `listener` (a serialized UET address) for a
     /// connection, sending `param`. `FI_CONNECTED` or an `FI_ECONNREFUSED` error follows on
-    /// the bound event queue.
+    /// the bound event queue, or an `FI_ETIMEDOUT` one when neither an ACCEPT nor a REJECT
+    /// came within the endpoint's connect timeout ([`Endpoint::set_connect_timeout`]).
     pub fn connect(&mut self, listener: &[u8], param: &[u8]) -> Result<(), DriverError> {
         let conn = self.link("fi_connect")?.clone();
         if param.len() > MAX_CM_DATA {
@@ -1343,7 +1408,43 @@ impl Endpoint {
             forget_peer(&mut inner.av, fi);
             return Err(e);
         }
+        inner.connect_deadline = inner
+            .connect_timeout
+            .and_then(|t| Instant::now().checked_add(t));
+        let deadline = inner.connect_deadline.is_some();
+        drop(inner);
+        // The progress thread sleeps with no deadline in view: it sleeps again with this one.
+        if deadline && conn.signal.signal().is_err() {
+            tracing::warn!(
+                fid = conn.fid,
+                "control progress not woken for the connection request's deadline"
+            );
+        }
         Ok(())
+    }
+
+    /// How long a later [`Endpoint::connect`] waits for an ACCEPT or a REJECT before it ends
+    /// with an `FI_ETIMEDOUT` error event ([`CM_CONNECT_TIMEOUT`] unless set); `None`: without
+    /// end, as before a listener closes or rejects. A request already pending keeps its
+    /// deadline. `FI_EINVAL` for a zero timeout (`None` is "no deadline"), `FI_EOPNOTSUPP`
+    /// for an endpoint that is not `FI_EP_MSG`.
+    pub fn set_connect_timeout(&mut self, timeout: Option<Duration>) -> Result<(), DriverError> {
+        let conn = self.link("connect timeout")?;
+        if timeout == Some(Duration::ZERO) {
+            return Err(DriverError::InvalidArgument(
+                "a connect timeout of zero; no deadline is None".into(),
+            ));
+        }
+        conn.lock().connect_timeout = timeout;
+        Ok(())
+    }
+
+    /// The timeout a later [`Endpoint::connect`] gets ([`Endpoint::set_connect_timeout`]);
+    /// `None` for no deadline, or an endpoint that is not `FI_EP_MSG`.
+    pub fn connect_timeout(&self) -> Option<Duration> {
+        self.cm
+            .as_ref()
+            .and_then(|l| l.shared.lock().connect_timeout)
     }
 
     /// `fi_shutdown`: close the connection; the peer gets `FI_SHUTDOWN`. Later sends fail

@@ -55,7 +55,7 @@ pub mod scalable;
 pub mod telemetry;
 
 pub use av::{Av, SharedAv};
-pub use cm::{ConnReq, PassiveEndpoint};
+pub use cm::{ConnReq, PassiveEndpoint, CM_CONNECT_TIMEOUT};
 pub use cq::{CqEntry, CqErrEntry, CqFormat};
 pub use device::{Device, DeviceError};
 pub use domain::Domain;

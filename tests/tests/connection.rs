@@ -3,6 +3,7 @@
 //! both sides see FI_CONNECTED (or the requester FI_ECONNREFUSED), a connected endpoint sends
 //! to its peer without naming an fi_addr, and shutdown reaches the peer as FI_SHUTDOWN.
 
+use std::time::{Duration, Instant};
 use uet_av::FiErrno;
 use uet_driver::{
     DmaPool, Endpoint, EndpointAttr, EpType, EqEventKind, EventQueue, Nic, PassiveEndpoint,
@@ -625,4 +626,159 @@ fn connections_without_a_control_vector_of_their_own_still_work() {
             );
         }
     }
+}
+
+/// The deadline the connection-timeout tests give a request: short, and well under
+/// `CM_IDLE_RECHECK` (1 s), so that a progress thread that slept through it (woken only by
+/// its idle recheck) is told apart from one that woke for it.
+const SHORT: Duration = Duration::from_millis(250);
+
+/// A request no one answers (the listener's application never reads its EQ) ends with an
+/// `FI_ETIMEDOUT` error entry of the requester's fid once its deadline passes, and not before;
+/// the requester is then left as a refused one is. Checked on a control channel with a
+/// vector of its own, on one sharing the vector beyond the control channels' share, and on a
+/// NIC without completion interrupts (interface 1.11), whose progress polls.
+#[test]
+fn a_connection_request_no_one_answers_times_out() {
+    for minor in [uet_regs::INTERFACE_MINOR, 11] {
+        let fabric = uet_sim::Fabric::new();
+        let fns: Vec<_> = (0..2)
+            .map(|i| {
+                let mut cfg = uet_sim::NicConfig::new(uet_tests::nic_addr(i));
+                cfg.interface_minor = minor;
+                fabric.add_nic(cfg).unwrap()
+            })
+            .collect();
+        let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
+        let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
+        let pep = listen(&ns, &eq_l);
+        let listener = pep.address().to_bytes().unwrap();
+        // The first client has a vector of its own, the last shares one (at 1.11: polls).
+        let half = usize::from(uet_regs::pci::MSIX_VECTORS) / 2;
+        let mut clients: Vec<_> = (0..half + 4).map(|_| msg_ep(&nc)).collect();
+        let last = clients.len() - 1;
+        for i in [0, last] {
+            let (client, eq_c) = &mut clients[i];
+            assert_eq!(
+                client.connect_timeout(),
+                Some(uet_driver::CM_CONNECT_TIMEOUT)
+            );
+            client.set_connect_timeout(Some(SHORT)).unwrap();
+            // The progress thread is asleep (on its vector, for its idle recheck) when the
+            // request is made.
+            std::thread::sleep(Duration::from_millis(50));
+            let started = Instant::now();
+            client.connect(&listener, b"hello?").unwrap();
+            std::thread::sleep(SHORT / 2);
+            assert!(
+                eq_c.is_empty() || started.elapsed() >= SHORT,
+                "1.{minor}, client {i}: an event before the deadline"
+            );
+            let err = wait_error(eq_c);
+            let after = started.elapsed();
+            assert_eq!(
+                (err.err, err.fid),
+                (FiErrno::FI_ETIMEDOUT, client.fid()),
+                "1.{minor}, client {i}: {}",
+                err.err_data
+            );
+            assert!(
+                after >= SHORT && after < SHORT * 3,
+                "1.{minor}, client {i}: timed out after {after:?}, the deadline was {SHORT:?}"
+            );
+            assert!(!client.is_connected());
+            assert_eq!(
+                client.connect(&listener, b"").unwrap_err().errno(),
+                FiErrno::FI_EOPBADSTATE
+            );
+            assert!(eq_c.is_empty(), "1.{minor}, client {i}: one event only");
+        }
+        // The listener heard of both requests (its application just never answered).
+        for _ in 0..2 {
+            assert_eq!(wait_event(&eq_l).kind, EqEventKind::ConnReq);
+        }
+    }
+}
+
+/// The listener's application accepts a request after the requester timed out: the
+/// requester refuses the ACCEPT, so the accepting endpoint (connected by its delivery) gets
+/// `FI_SHUTDOWN` instead of staying connected to nobody; the requester hears of nothing more
+/// and stays refused.
+#[test]
+fn an_accept_after_the_request_timed_out_leaves_neither_side_connected() {
+    let (_f, fns) = fabric(2);
+    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
+    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
+    let pep = listen(&ns, &eq_l);
+    let (mut client, eq_c) = msg_ep(&nc);
+    client.set_connect_timeout(Some(SHORT)).unwrap();
+    client
+        .connect(&pep.address().to_bytes().unwrap(), b"")
+        .unwrap();
+    let req = pep.connreq(&wait_event(&eq_l)).unwrap();
+    assert_eq!(wait_error(&eq_c).err, FiErrno::FI_ETIMEDOUT);
+    let (mut server, eq_s) = msg_ep(&ns);
+    pep.accept(&req, &mut server, b"too late").unwrap();
+    assert_eq!(wait_event(&eq_s).kind, EqEventKind::Connected);
+    let ev = wait_event(&eq_s);
+    assert_eq!((ev.kind, ev.fid), (EqEventKind::Shutdown, server.fid()));
+    assert!(!server.is_connected());
+    assert!(!client.is_connected());
+    assert!(
+        eq_c.is_empty(),
+        "the timed-out requester hears of nothing more"
+    );
+    assert_eq!(
+        client
+            .connect(&pep.address().to_bytes().unwrap(), b"")
+            .unwrap_err()
+            .errno(),
+        FiErrno::FI_EOPBADSTATE
+    );
+}
+
+/// A request answered within its deadline connects as any does, and nothing comes of the
+/// deadline once it has passed; so with no deadline at all. A zero timeout is refused (no
+/// deadline is `None`), and so is a timeout of an endpoint that is not `FI_EP_MSG`.
+#[test]
+fn a_connection_answered_in_time_outlives_its_deadline() {
+    let (_f, fns) = fabric(2);
+    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
+    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
+    let pep = listen(&ns, &eq_l);
+    for timeout in [Some(SHORT), None] {
+        let (mut client, eq_c) = msg_ep(&nc);
+        let (mut server, eq_s) = msg_ep(&ns);
+        client.set_connect_timeout(timeout).unwrap();
+        assert_eq!(client.connect_timeout(), timeout);
+        accept_one(&pep, &eq_l, &mut client, &mut server);
+        assert_eq!(wait_event(&eq_c).kind, EqEventKind::Connected);
+        assert_eq!(wait_event(&eq_s).kind, EqEventKind::Connected);
+        std::thread::sleep(SHORT * 2);
+        assert!(
+            client.is_connected() && server.is_connected(),
+            "{timeout:?}"
+        );
+        assert!(eq_c.is_empty() && eq_s.is_empty(), "{timeout:?}");
+    }
+    let (mut ep, _eq) = msg_ep(&nc);
+    assert_eq!(
+        ep.set_connect_timeout(Some(Duration::ZERO))
+            .unwrap_err()
+            .errno(),
+        FiErrno::FI_EINVAL
+    );
+    let mut rdm = nc
+        .endpoint(
+            EndpointAttr {
+                job_id: JOB,
+                ..EndpointAttr::default()
+            },
+            None,
+        )
+        .unwrap();
+    assert_eq!(
+        rdm.set_connect_timeout(Some(SHORT)).unwrap_err().errno(),
+        FiErrno::FI_EOPNOTSUPP
+    );
 }
