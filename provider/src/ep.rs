@@ -20,7 +20,10 @@
 //!   (`-FI_EINVAL` for one opened otherwise, or whose request is answered). Both need an EQ
 //!   (`-FI_ENOEQ`), enable the endpoint if it is not, and are followed by `FI_CONNECTED`
 //!   (or `FI_ECONNREFUSED`) on the EQ; a connection's data longer than the protocol carries
-//!   is cut (fi_cm(3)). `fi_connect` is called once in an endpoint's lifetime (fi_cm(3)):
+//!   is cut (fi_cm(3)). A request neither accepted nor rejected within
+//!   `FI_UET_CONNECT_TIMEOUT` milliseconds ([`CONNECT_TIMEOUT_VAR`]; 5000 by default, 0 for
+//!   no deadline) ends with an error entry of the endpoint's fid with `err = FI_ETIMEDOUT`,
+//!   and the endpoint is left as a refused one is. `fi_connect` is called once in an endpoint's lifetime (fi_cm(3)):
 //!   after one that started, whether accepted, refused or unreachable, another is
 //!   `-FI_EOPBADSTATE` (a refused endpoint is closed and a new one connects); a call that
 //!   returned an error started nothing and may be repeated. `fi_getpeer` gives the peer's
@@ -1581,7 +1584,8 @@ unsafe fn listener_address(e: &UetEp, addr: *const c_void, call: &str) -> Result
 }
 
 /// `fi_connect`: ask the listener at `addr` for a connection, sending `param` (cut to what
-/// the protocol carries). `FI_CONNECTED`, or an `FI_ECONNREFUSED` error, follows on the EQ.
+/// the protocol carries). `FI_CONNECTED`, or an `FI_ECONNREFUSED` error, follows on the EQ;
+/// an `FI_ETIMEDOUT` error when no answer came within [`CONNECT_TIMEOUT_VAR`].
 /// Enables the endpoint first if it is not. `-FI_ENOEQ` without an EQ; `-FI_EOPBADSTATE`
 /// once a connection was asked for, whatever its outcome (once in a lifetime, fi_cm(3)).
 unsafe extern "C" fn ep_connect(
@@ -1610,10 +1614,50 @@ unsafe extern "C" fn ep_connect(
             .as_mut()
             .ok_or_else(|| FiError::inval(format!("{CALL}: not enabled")))?;
         driver
+            .set_connect_timeout(connect_timeout_from_env())
+            .map_err(|e| driver_error(CALL, &e))?;
+        driver
             .connect(&listener, param)
             .map_err(|e| driver_error(CALL, &e))?;
         Ok(0)
     })
+}
+
+/// The environment variable giving `fi_connect`'s timeout, in milliseconds: how long a
+/// connection request waits for an accept or a reject before it ends with an `FI_ETIMEDOUT`
+/// error entry. `0`: no deadline; unset: [`uet_driver::CM_CONNECT_TIMEOUT`] (5 s). Read at
+/// each `fi_connect`.
+pub const CONNECT_TIMEOUT_VAR: &str = "FI_UET_CONNECT_TIMEOUT";
+
+/// `fi_connect`'s timeout from `value`, the value of [`CONNECT_TIMEOUT_VAR`] (`None` when
+/// unset); `None` for no deadline. A value that is not a number of milliseconds is logged,
+/// and the default taken.
+pub fn connect_timeout(value: Option<&str>) -> Option<std::time::Duration> {
+    let default = Some(uet_driver::CM_CONNECT_TIMEOUT);
+    let Some(v) = value else {
+        return default;
+    };
+    match v.trim().parse::<u64>() {
+        Ok(0) => None,
+        Ok(ms) => Some(std::time::Duration::from_millis(ms)),
+        Err(_) => {
+            tracing::warn!(
+                "{CONNECT_TIMEOUT_VAR}={v:?} is not a number of milliseconds; \
+                 fi_connect times out after {:?}",
+                uet_driver::CM_CONNECT_TIMEOUT
+            );
+            default
+        }
+    }
+}
+
+/// [`connect_timeout`] of the environment.
+fn connect_timeout_from_env() -> Option<std::time::Duration> {
+    match std::env::var(CONNECT_TIMEOUT_VAR) {
+        Ok(v) => connect_timeout(Some(&v)),
+        Err(std::env::VarError::NotPresent) => connect_timeout(None),
+        Err(std::env::VarError::NotUnicode(_)) => connect_timeout(Some("(not UTF-8)")),
+    }
 }
 
 /// `FI_ENOEQ` for an endpoint without an EQ: it could not report its connection.

@@ -58,6 +58,16 @@
 //! It is opened at the first `fi_getinfo` or `fi_fabric` and shared by every fabric of the
 //! process until libfabric unloads the provider.
 //!
+//! # Connections
+//!
+//! `FI_UET_CONNECT_TIMEOUT` ([`ep::CONNECT_TIMEOUT_VAR`]) bounds how long `fi_connect` waits
+//! for the listener's `fi_accept` or `fi_reject`, in milliseconds: 5000 by default, `0` for
+//! no deadline (a value that is not a number is logged and the default taken). When it
+//! passes, the endpoint's EQ gets an error entry (`fi_eq_readerr`) with the endpoint's fid
+//! and `err = FI_ETIMEDOUT`, the endpoint is left as a refused one is (another `fi_connect`
+//! is `-FI_EOPBADSTATE`), and an accept that comes later is refused, its endpoint getting
+//! `FI_SHUTDOWN`. It is read at each `fi_connect`.
+//!
 //! # Errors
 //!
 //! Every call returns 0 or a negative fabric errno, as libfabric's; the reason is logged

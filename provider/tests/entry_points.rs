@@ -2980,6 +2980,29 @@ fn a_failed_fi_connect_is_not_retried_on_the_same_endpoint() {
     }
 }
 
+/// `FI_UET_CONNECT_TIMEOUT`: milliseconds, `0` for no deadline, unset for the driver's
+/// default; a value that is not a number is logged and the default taken, never a panic.
+#[test]
+fn the_connect_timeout_variable_is_milliseconds_and_falls_back_on_bad_values() {
+    use std::time::Duration;
+    use uet_fi::ep::connect_timeout;
+    let default = Some(uet_driver::CM_CONNECT_TIMEOUT);
+    assert_eq!(default, Some(Duration::from_secs(5)));
+    assert_eq!(connect_timeout(None), default);
+    assert_eq!(
+        connect_timeout(Some("250")),
+        Some(Duration::from_millis(250))
+    );
+    assert_eq!(
+        connect_timeout(Some(" 10000 ")),
+        Some(Duration::from_secs(10))
+    );
+    assert_eq!(connect_timeout(Some("0")), None);
+    for bad in ["", "5s", "-1", "1.5", "18446744073709551616", "soon"] {
+        assert_eq!(connect_timeout(Some(bad)), default, "{bad:?}");
+    }
+}
+
 /// Misuse of the connection calls is a fabric errno, and leaves nothing half done: an
 /// `FI_EP_MSG` endpoint binds no AV; `fi_connect` and `fi_accept` need an EQ (and leave the
 /// endpoint unenabled without one); `fi_accept` needs an endpoint opened with a request;

@@ -229,6 +229,38 @@ fn with_rust_log_set_the_provider_logs_why_a_call_failed() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `fi_connect` to a listener that never answers ends, once `FI_UET_CONNECT_TIMEOUT` has
+/// passed and not before, with an `FI_ETIMEDOUT` error entry of the endpoint read with
+/// `fi_eq_readerr`; the endpoint is left refused.
+#[test]
+fn a_libfabric_application_sees_an_unanswered_fi_connect_time_out_through_the_provider() {
+    if !have_toolchain() {
+        return;
+    }
+    let dir = scratch("connect-timeout");
+    let prov = provider_dir(&dir);
+    let program = compile("connect_timeout.c", &dir, &["-lfabric"]);
+    let o = Command::new(&program)
+        .arg("300")
+        .env("FI_UET_CONNECT_TIMEOUT", "300")
+        .env("FI_PROVIDER_PATH", &prov)
+        .env("FI_PROVIDER", "uet")
+        .env_remove("FI_UET_DEVICE")
+        .env_remove("FI_UET_SIM_ADDR")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "connect_timeout failed ({}):\n{out}\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.contains("timed out: "), "{out}");
+    assert!(out.ends_with("ok\n"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The standard output of `child`, a spawned process with piped output, once it has exited;
 /// it must have succeeded (else its output and errors name `what` went wrong).
 fn succeeded(child: std::process::Child, what: &str) -> String {
