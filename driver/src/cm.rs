@@ -536,8 +536,11 @@ impl Connection {
     fn run(&self, stop: &AtomicBool) {
         while !stop.load(Ordering::Acquire) {
             if let Wakeup::Poll = self.wakeup {
-                self.progress();
-                self.expire(&mut self.lock());
+                // Under one hold of the lock, as below: an answer already taken in wins.
+                let mut inner = self.lock();
+                self.take_in(&mut inner);
+                self.expire(&mut inner);
+                drop(inner);
                 std::thread::sleep(CM_POLL_INTERVAL);
                 continue;
             }

@@ -782,3 +782,33 @@ fn a_connection_answered_in_time_outlives_its_deadline() {
         FiErrno::FI_EOPNOTSUPP
     );
 }
+
+/// A REJECT that arrives after the request timed out changes nothing: the requester already
+/// reported the request's end, so the REJECT is dropped and counted, and its EQ gets no
+/// second error.
+#[test]
+fn a_reject_after_the_request_timed_out_is_dropped() {
+    let (_f, fns) = fabric(2);
+    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
+    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
+    let pep = listen(&ns, &eq_l);
+    let (mut client, eq_c) = msg_ep(&nc);
+    client.set_connect_timeout(Some(SHORT)).unwrap();
+    client
+        .connect(&pep.address().to_bytes().unwrap(), b"")
+        .unwrap();
+    let req = pep.connreq(&wait_event(&eq_l)).unwrap();
+    assert_eq!(wait_error(&eq_c).err, FiErrno::FI_ETIMEDOUT);
+    let dropped = client.cm_dropped();
+    pep.reject(&req, b"too late").unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
+    while client.cm_dropped() == dropped {
+        assert!(
+            Instant::now() < until,
+            "the late REJECT never reached the requester"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(eq_c.is_empty(), "no second error for one request");
+    assert!(!client.is_connected());
+}
