@@ -220,6 +220,9 @@ pub(crate) struct Connection {
     /// Wakes the progress thread: written by the shared vector's dispatcher for a completion
     /// on this control ring, and at drop to stop the thread.
     signal: CqSignal,
+    /// The vector of the endpoint's completion ring, once it has one (its first wait): the
+    /// peer's SHUTDOWN raises it ([`Connection::shut_down_by_peer`]).
+    completions: std::sync::OnceLock<crate::interrupt::Raise>,
 }
 
 /// How a control progress thread learns of its ring's completions (see the module docs).
@@ -426,6 +429,16 @@ impl CmLink {
             thread: Some(thread),
             _shared_wakeup: shared_wakeup,
         })
+    }
+
+    /// The endpoint's completion ring raises `vector` from now on: a shutdown by the peer
+    /// raises it too. The fence pairs with the one in [`Connection::shut_down_by_peer`]: a
+    /// waiter that armed the ring after this and then found the connection not shut down
+    /// sleeps on a vector the progress thread raises once it marks it so.
+    pub(crate) fn note_completion_vector(&self, vector: &Vector) {
+        if self.shared.completions.set(vector.raiser()).is_ok() {
+            std::sync::atomic::fence(Ordering::SeqCst);
+        }
     }
 
     /// The peer's `fi_addr` when connected (the send path: two atomic loads).
@@ -909,8 +922,7 @@ impl Connection {
                     (CmKind::Shutdown, CONNECTED)
                         if self.is_from_peer(inner, ev.src_addr, &msg) =>
                     {
-                        self.set(SHUT_DOWN);
-                        self.post(inner, EqEventKind::Shutdown, 0, Vec::new());
+                        self.shut_down_by_peer(inner);
                     }
                     // The ACCEPT this side sent reached an endpoint that made no request (the
                     // requester closed, and its PIDonFEP went to that endpoint): the
@@ -921,8 +933,7 @@ impl Connection {
                                 == (msg.sender.fabric_addr, msg.sender.pid_on_fep)
                         }) =>
                     {
-                        self.set(SHUT_DOWN);
-                        self.post(inner, EqEventKind::Shutdown, 0, Vec::new());
+                        self.shut_down_by_peer(inner);
                     }
                     _ => self.drop_message("unexpected in this state"),
                 }
@@ -932,6 +943,20 @@ impl Connection {
 }
 
 impl Connection {
+    /// The peer closed the connection: `FI_SHUTDOWN` on the EQ, and the endpoint's vector is
+    /// raised, as a completion would, so that whoever sleeps on its completion ring (a CQ or
+    /// counter read or wait) wakes and finds its receives due to be flushed. The state is
+    /// set before the vector is looked at, and a waiter arms (clearing the vector) before it
+    /// looks at the state: it sees the shutdown, or sleeps on the vector raised here.
+    fn shut_down_by_peer(&self, inner: &CmInner) {
+        self.set(SHUT_DOWN);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if let Some(v) = self.completions.get() {
+            v.raise();
+        }
+        self.post(inner, EqEventKind::Shutdown, 0, Vec::new());
+    }
+
     /// Whether a message came from the connection's peer: the NIC found its source at the
     /// peer's entry. A message that arrived before the requester took in the ACCEPT (the
     /// acceptor sent it as soon as it was connected) was resolved while the peer was in no
@@ -1118,6 +1143,7 @@ impl Nic {
             progressed: Condvar::new(),
             wakeup,
             signal,
+            completions: std::sync::OnceLock::new(),
         });
         Ok(PassiveEndpoint {
             link: CmLink::start(shared, shared_wakeup)?,
@@ -1166,6 +1192,7 @@ pub(crate) fn msg_endpoint(nic: &Nic, attr: EndpointAttr) -> Result<Endpoint, Dr
         progressed: Condvar::new(),
         wakeup,
         signal,
+        completions: std::sync::OnceLock::new(),
     });
     ep.cm = Some(CmLink::start(shared, shared_wakeup)?);
     Ok(ep)
@@ -1528,7 +1555,9 @@ impl Endpoint {
     /// Whether the `FI_EP_MSG` endpoint's connection was shut down, by [`Endpoint::shutdown`]
     /// or by the peer (`FI_SHUTDOWN`): the peer sends nothing more, though a message it sent
     /// before may still be on the wire (the NIC knows no connections: it is delivered, or
-    /// refused, as any message is).
+    /// refused, as any message is). The peer's shutdown is marked here first, then raises the
+    /// endpoint's completion vector if it has one: a waiter that armed the ring
+    /// ([`Endpoint::cq_trywait`]) and then found the connection not shut down is woken.
     pub fn is_shut_down(&self) -> bool {
         self.cm
             .as_ref()

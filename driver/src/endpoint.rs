@@ -2050,6 +2050,10 @@ impl Endpoint {
             let irq = self.nic.interrupts().ok_or(FiErrno::FI_ENOSYS)?;
             let v = irq.take().ok_or(FiErrno::FI_EBUSY)?;
             self.nic.note_endpoint_vector(self.handle, v.number());
+            // A connection's peer shutting it down raises the vector too (see `crate::cm`).
+            if let Some(cm) = &self.cm {
+                cm.note_completion_vector(&v);
+            }
             self.wakeup = Some(v);
         }
         self.wakeup.as_ref().ok_or(FiErrno::FI_ENOSYS)

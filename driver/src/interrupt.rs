@@ -21,6 +21,10 @@
 //! waits by reading its ring with a growing sleep between reads (at most
 //! [`POLL_SLEEP_MAX`]), and has no wait descriptor to give.
 //!
+//! The progress thread of an `FI_EP_MSG` endpoint's connection raises the endpoint's vector
+//! when the peer shuts the connection down (`Raise`), as a completion would: what sleeps on
+//! the ring wakes and finds the connection shut down.
+//!
 //! A connection's control progress ([`crate::cm`]) holds a vector too, for its control
 //! channel, from the moment its passive or `FI_EP_MSG` endpoint is made; control channels
 //! take one only while more than half of the vectors (rounded up) are free
@@ -135,6 +139,15 @@ impl Vector {
         unsafe { BorrowedFd::borrow_raw(self.eventfd().as_raw_fd()) }
     }
 
+    /// A handle that raises this vector as the NIC would ([`Raise`]), for a thread other than
+    /// the vector's holder.
+    pub(crate) fn raiser(&self) -> Raise {
+        Raise {
+            interrupts: self.interrupts.clone(),
+            number: self.number,
+        }
+    }
+
     /// Take the messages the eventfd holds, so that it is readable again only for a later one.
     pub(crate) fn clear(&self) {
         // Non-blocking: EAGAIN when it holds none, which is what clearing wants.
@@ -156,6 +169,25 @@ impl Vector {
             ],
             timeout,
         )
+    }
+}
+
+/// Raises one vector, held by someone else, as a NIC interrupt would: whoever sleeps on its
+/// eventfd wakes and reads its ring. A connection's progress thread raises its endpoint's
+/// vector when the peer shuts the connection down (see [`crate::cm`]). A raise after the
+/// holder gave the vector back would wake its next holder for nothing, a spurious wakeup.
+pub(crate) struct Raise {
+    interrupts: Arc<Interrupts>,
+    number: u16,
+}
+
+impl Raise {
+    /// Make the vector's eventfd readable.
+    pub(crate) fn raise(&self) {
+        if let Some(fd) = self.interrupts.eventfds.get(usize::from(self.number)) {
+            // Cannot fail short of the counter's overflow, 2^64 - 2 raises unread.
+            let _ = fd.write(1);
+        }
     }
 }
 

@@ -54,6 +54,18 @@ fn recv(ep: &mut Endpoint) -> Vec<u8> {
     ev.buffer.unwrap().to_vec().unwrap()
 }
 
+/// Whether `ep`'s completion descriptor (its vector, `cq_wait_fd`) polls readable now.
+fn completion_raised(ep: &mut Endpoint) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut pfd = libc::pollfd {
+        fd: ep.cq_wait_fd().expect("a completion vector").as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd on the stack for the call; timeout 0, so poll(2) only looks.
+    unsafe { libc::poll(&mut pfd, 1, 0) == 1 }
+}
+
 #[test]
 fn connect_accept_send_and_shutdown() {
     let (_f, fns) = fabric(2);
@@ -442,6 +454,37 @@ fn a_shutdown_right_after_fi_connected_reaches_a_requester_that_has_not_read_its
     }
 }
 
+/// The peer's shutdown raises the endpoint's completion vector, as a completion would: what
+/// sleeps on its armed ring (`cq_sread`, a descriptor after `cq_trywait`) wakes and finds
+/// the connection shut down, its receives to be flushed, without waiting for a completion.
+/// The vector is raised before `FI_SHUTDOWN` is posted.
+#[test]
+fn a_peers_shutdown_raises_the_endpoints_completion_vector() {
+    let (_f, fns) = fabric(2);
+    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
+    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
+    let pep = listen(&ns, &eq_l);
+    let (mut client, eq_c) = msg_ep(&nc);
+    let (mut server, eq_s) = msg_ep(&ns);
+    accept_one(&pep, &eq_l, &mut client, &mut server);
+    assert_eq!(wait_event(&eq_s).kind, EqEventKind::Connected);
+    assert_eq!(wait_event(&eq_c).kind, EqEventKind::Connected);
+    server.cq_trywait().unwrap();
+    assert!(!completion_raised(&mut server), "nothing completed yet");
+    client.shutdown().unwrap();
+    let ev = wait_event(&eq_s);
+    assert_eq!((ev.kind, ev.fid), (EqEventKind::Shutdown, server.fid()));
+    assert!(server.is_shut_down());
+    assert!(
+        completion_raised(&mut server),
+        "the shutdown raised the vector"
+    );
+    assert!(poll_one(&mut server).is_none(), "and nothing completed");
+    // The side that shut down is not woken: it knows.
+    client.cq_trywait().unwrap();
+    assert!(!completion_raised(&mut client));
+}
+
 #[test]
 fn an_endpoint_whose_accepts_were_aborted_still_accepts() {
     // Each requester closes before its request is accepted: the ACCEPT is not delivered
@@ -534,11 +577,14 @@ fn an_accept_to_a_newcomer_ends_the_connection<T>(
         "the NIC gave the PIDonFEP out again"
     );
     let (mut server, eq_s) = msg_ep(&ns);
+    // Waited on: the end of the connection raises its vector, as a peer's shutdown does.
+    server.cq_trywait().unwrap();
     pep.accept(&req, &mut server, b"").unwrap();
     assert_eq!(wait_event(&eq_s).kind, EqEventKind::Connected);
     let ev = wait_event(&eq_s);
     assert_eq!((ev.kind, ev.fid), (EqEventKind::Shutdown, server.fid()));
     assert!(!server.is_connected());
+    assert!(completion_raised(&mut server), "the end raised the vector");
     assert!(
         eq_n.is_empty(),
         "the newcomer made no request and hears of none"
