@@ -12,8 +12,10 @@
 //!   each an `FI_ECANCELED` error entry in the receive CQ (and an error on a bound receive
 //!   counter), as fi_cm(3) lets `fi_shutdown` cancel them — before `fi_shutdown` returns, and
 //!   after the peer's `FI_SHUTDOWN` at the next read of the CQ or counter (as is a receive
-//!   posted after the shutdown); a thread already waiting on them (`fi_cq_sread`,
-//!   `fi_cntr_wait`) sees it when it next looks at the rings, at most 100 ms later.
+//!   posted after the shutdown). The peer's shutdown wakes whoever waits on them at once
+//!   (`fi_cq_sread`, `fi_cntr_wait`, an `FI_WAIT_FD` descriptor after `fi_trywait`): the
+//!   driver raises the endpoint's vector, as a completion would, and the read that follows
+//!   flushes them.
 //!   `fi_connect(ep, addr, param, len)` asks the listener at `addr` (its `fi_getname`: the
 //!   32-byte address, or its string for `FI_ADDR_STR`) for a connection; `fi_accept(ep,
 //!   param, len)` takes the request whose `FI_CONNREQ` `fi_info` opened the endpoint
@@ -407,14 +409,20 @@ impl EpShared {
     pub(crate) fn arm(&self) -> Arm {
         use std::os::fd::AsRawFd;
         let mut st = self.lock();
-        // Receives to flush: the read that follows does it.
+        let Some(driver) = st.driver.as_mut() else {
+            return Arm::Idle;
+        };
+        let armed = driver.cq_trywait();
+        // Receives to flush: the read that follows does it. Looked at once the ring is armed
+        // (which clears the vector): the driver marks a connection the peer shut down, then
+        // raises the endpoint's vector, so a shutdown this look misses wakes the waiter.
         if st.flush_due() {
             return Arm::Ready;
         }
         let Some(driver) = st.driver.as_mut() else {
             return Arm::Idle;
         };
-        match driver.cq_trywait() {
+        match armed {
             Ok(()) => match driver.cq_wait_fd() {
                 Ok(fd) => Arm::Fd(fd.as_raw_fd()),
                 Err(_) => Arm::NoWait,

@@ -2188,8 +2188,19 @@ impl Msg {
         eq: *mut FidEq,
         rx_cntr: Option<*mut FidCntr>,
     ) -> (*mut FidEp, *mut FidCq) {
+        self.ep_waited(info, eq, FI_WAIT_UNSPEC, rx_cntr)
+    }
+
+    /// [`Msg::ep_counted`], its CQ waited on as `cq_wait` says.
+    fn ep_waited(
+        &self,
+        info: *mut FiInfo,
+        eq: *mut FidEq,
+        cq_wait: c_int,
+        rx_cntr: Option<*mut FidCntr>,
+    ) -> (*mut FidEp, *mut FidCq) {
         let ep = self.endpoint(info).expect("fi_endpoint");
-        let cq = self.open.cq_open(FI_CQ_FORMAT_DATA, FI_WAIT_UNSPEC);
+        let cq = self.open.cq_open(FI_CQ_FORMAT_DATA, cq_wait);
         // SAFETY: an open endpoint, EQ, CQ and counter.
         unsafe {
             assert_eq!(bind(&mut (*ep).fid, &mut (*eq).fid, 0), 0);
@@ -2655,6 +2666,237 @@ fn a_connections_shutdown_flushes_the_posted_receives_as_ecanceled() {
             &mut (*eq_c).fid,
         ]);
     }
+}
+
+/// A connection whose accepting side (`server`) waits for its receives: its CQ is waited on
+/// as `cq_wait` says, and a counter waited on as `cntr_wait` says counts its receives if
+/// given. For the tests of a peer's shutdown waking those waits.
+struct Connected {
+    m: Msg,
+    eq_l: *mut FidEq,
+    eq_c: *mut FidEq,
+    pep: *mut FidPep,
+    req_info: *mut FiInfo,
+    client: *mut FidEp,
+    cq_c: *mut FidCq,
+    server: *mut FidEp,
+    cq_s: *mut FidCq,
+    rx_cntr: Option<*mut FidCntr>,
+}
+
+impl Connected {
+    fn new(cq_wait: c_int, cntr_wait: Option<c_int>) -> Connected {
+        let m = Msg::new();
+        let (eq_l, eq_c) = (m.eq(), m.eq());
+        let pep = m.listen(eq_l);
+        // SAFETY: `pep` is open; only the field's address is taken.
+        let pep_fid: *mut Fid = unsafe { &mut (*pep).fid };
+        let (client, cq_c) = m.ep(m.open.info, eq_c);
+        assert_eq!(connect(client, &name_of(pep_fid), b""), 0);
+        let req = cm_event(eq_l).expect("FI_CONNREQ");
+        let rx_cntr = cntr_wait.map(|w| m.open.cntr_open(w).expect("fi_cntr_open"));
+        let (server, cq_s) = m.ep_waited(req.info, eq_l, cq_wait, rx_cntr);
+        // SAFETY: an open endpoint.
+        assert_eq!(unsafe { ((*(*server).cm).accept)(server, null(), 0) }, 0);
+        assert_eq!(cm_event(eq_c).expect("FI_CONNECTED").event, FI_CONNECTED);
+        assert_eq!(cm_event(eq_l).expect("FI_CONNECTED").event, FI_CONNECTED);
+        Connected {
+            m,
+            eq_l,
+            eq_c,
+            pep,
+            req_info: req.info,
+            client,
+            cq_c,
+            server,
+            cq_s,
+            rx_cntr,
+        }
+    }
+
+    /// The client's `fi_shutdown`: the server gets `FI_SHUTDOWN`.
+    fn shut_down_by_client(&self) {
+        // SAFETY: an open endpoint.
+        let ret = unsafe { ((*(*self.client).cm).shutdown)(self.client, 0) };
+        assert_eq!(ret, 0, "fi_shutdown");
+    }
+
+    /// The server's receive was flushed: `FI_SHUTDOWN` came, and its CQ holds the
+    /// `FI_ECANCELED` entry of the receive posted with `context`.
+    fn assert_flushed(&self, context: usize) {
+        assert_eq!(cm_event(self.eq_l).expect("FI_SHUTDOWN").event, FI_SHUTDOWN);
+        let e = cq_error_now(self.cq_s).expect("the flushed receive");
+        assert_eq!(
+            (e.err, e.op_context as usize),
+            (FiErrno::FI_ECANCELED.get() as c_int, context)
+        );
+    }
+}
+
+impl Drop for Connected {
+    fn drop(&mut self) {
+        // SAFETY: ours, open, closed once; the event's info freed once.
+        unsafe {
+            uet_fi::info::free_info(self.req_info);
+            let mut fids: Vec<*mut Fid> = vec![
+                &mut (*self.server).fid,
+                &mut (*self.client).fid,
+                &mut (*self.cq_s).fid,
+                &mut (*self.cq_c).fid,
+            ];
+            if let Some(c) = self.rx_cntr {
+                fids.push(&mut (*c).fid);
+            }
+            fids.extend([
+                &mut (*self.pep).fid as *mut Fid,
+                &mut (*self.eq_l).fid,
+                &mut (*self.eq_c).fid,
+            ]);
+            if std::thread::panicking() {
+                for f in fids {
+                    let _ = close(f);
+                }
+            } else {
+                close_all(&fids);
+            }
+        }
+    }
+}
+
+/// A thread asleep in `fi_cq_sread` on the receive CQ when the peer shuts the connection
+/// down wakes at once with the flushed receive (`-FI_EAVAIL`, then its `FI_ECANCELED` entry),
+/// not at the wait's periodic look at the rings (`WAIT_RECHECK`, 100 ms): the shutdown comes
+/// 20 ms into the wait, and the waiter returns well before the look 100 ms into it would.
+#[test]
+fn a_thread_in_cq_sread_wakes_at_once_when_the_peer_shuts_the_connection_down() {
+    use std::time::{Duration, Instant};
+    for round in 0..5 {
+        let c = Connected::new(FI_WAIT_UNSPEC, None);
+        let mut buf = [0xEEu8; 16];
+        // SAFETY: an open endpoint; the buffer outlives its completion (flushed below).
+        assert_eq!(unsafe { recv_ctx(c.server, &mut buf, 0xC1) }, 0);
+        let cq = Shared(c.cq_s);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            let _ = tx.send(Instant::now());
+            // SAFETY: a plain-data structure.
+            let mut e: FiCqTaggedEntry = unsafe { core::mem::zeroed() };
+            let cq = cq.get();
+            // SAFETY: an open CQ (closed after this thread is joined); room for one entry.
+            let ret = unsafe { ((*(*cq).ops).sread)(cq, (&raw mut e).cast(), 1, null(), 10_000) };
+            (ret, Instant::now())
+        });
+        let entered = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the waiter started");
+        std::thread::sleep(Duration::from_millis(20).saturating_sub(entered.elapsed()));
+        assert!(
+            !waiter.is_finished(),
+            "the waiter returned before the shutdown"
+        );
+        let shut = Instant::now();
+        c.shut_down_by_client();
+        let (ret, woke) = waiter.join().expect("the waiter");
+        assert_eq!(ret, neg(FiErrno::FI_EAVAIL), "round {round}");
+        let slept = woke.saturating_duration_since(shut);
+        assert!(
+            slept < Duration::from_millis(60),
+            "round {round}: the waiter slept {slept:?} after the peer's shutdown"
+        );
+        c.assert_flushed(0xC1);
+        assert!(buf.iter().all(|&b| b == 0xEE), "buffer untouched");
+    }
+}
+
+/// As for `fi_cq_sread`: a thread asleep in `fi_cntr_wait` on the receive counter when the
+/// peer shuts the connection down returns at once with `-FI_EAVAIL`, the flushed receive
+/// counted as an error, not at the wait's periodic look 100 ms into it.
+#[test]
+fn a_thread_in_cntr_wait_wakes_at_once_when_the_peer_shuts_the_connection_down() {
+    use std::time::{Duration, Instant};
+    for round in 0..5 {
+        let c = Connected::new(FI_WAIT_UNSPEC, Some(FI_WAIT_UNSPEC));
+        let cntr = c.rx_cntr.expect("the receive counter");
+        let mut buf = [0xEEu8; 16];
+        // SAFETY: an open endpoint; the buffer outlives its completion (flushed below).
+        assert_eq!(unsafe { recv_ctx(c.server, &mut buf, 0xC4) }, 0);
+        let waiting = Shared(cntr);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            let _ = tx.send(Instant::now());
+            (cntr_wait(waiting.get(), 1, 10_000), Instant::now())
+        });
+        let entered = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the waiter started");
+        std::thread::sleep(Duration::from_millis(20).saturating_sub(entered.elapsed()));
+        assert!(
+            !waiter.is_finished(),
+            "the waiter returned before the shutdown"
+        );
+        let shut = Instant::now();
+        c.shut_down_by_client();
+        let (ret, woke) = waiter.join().expect("the waiter");
+        assert_eq!(ret, neg_int(FiErrno::FI_EAVAIL), "round {round}");
+        let slept = woke.saturating_duration_since(shut);
+        assert!(
+            slept < Duration::from_millis(60),
+            "round {round}: the waiter slept {slept:?} after the peer's shutdown"
+        );
+        assert_eq!((cntr_readerr(cntr), cntr_read(cntr)), (1, 0));
+        c.assert_flushed(0xC4);
+        assert!(buf.iter().all(|&b| b == 0xEE), "buffer untouched");
+    }
+}
+
+/// An application asleep on the receive CQ's `FI_WAIT_FD` descriptor after `fi_trywait`
+/// said it may sleep is woken by the peer's shutdown: the descriptor polls readable, and the
+/// read that follows finds the flushed receive.
+#[test]
+fn a_cq_descriptor_polls_readable_when_the_peer_shuts_the_connection_down() {
+    let c = Connected::new(FI_WAIT_FD, None);
+    let mut buf = [0xEEu8; 16];
+    // SAFETY: an open endpoint; the buffer outlives its completion (flushed below).
+    assert_eq!(unsafe { recv_ctx(c.server, &mut buf, 0xC2) }, 0);
+    // SAFETY: an open CQ; only the field's address is taken.
+    let cq_fid: *mut Fid = unsafe { &mut (*c.cq_s).fid };
+    let (ret, fd) = control_int(cq_fid, FI_GETWAIT);
+    assert_eq!(ret, 0, "fi_control(FI_GETWAIT)");
+    assert_eq!(trywait_on(c.m.open.fabric, &[cq_fid]), 0, "fi_trywait");
+    assert!(!fd_readable(fd, 0), "nothing to read yet");
+    c.shut_down_by_client();
+    assert!(
+        fd_readable(fd, 2000),
+        "the descriptor stays unreadable after the peer's shutdown"
+    );
+    c.assert_flushed(0xC2);
+    assert!(buf.iter().all(|&b| b == 0xEE), "buffer untouched");
+}
+
+/// As for a CQ: an application asleep on the receive counter's `FI_WAIT_FD` descriptor after
+/// `fi_trywait` is woken by the peer's shutdown, and the counter then counts the flushed
+/// receive as an error.
+#[test]
+fn a_counter_descriptor_polls_readable_when_the_peer_shuts_the_connection_down() {
+    let c = Connected::new(FI_WAIT_UNSPEC, Some(FI_WAIT_FD));
+    let cntr = c.rx_cntr.expect("the receive counter");
+    let mut buf = [0xEEu8; 16];
+    // SAFETY: an open endpoint; the buffer outlives its completion (flushed below).
+    assert_eq!(unsafe { recv_ctx(c.server, &mut buf, 0xC3) }, 0);
+    // SAFETY: an open counter; only the field's address is taken.
+    let cntr_fid: *mut Fid = unsafe { &mut (*cntr).fid };
+    let (ret, fd) = control_int(cntr_fid, FI_GETWAIT);
+    assert_eq!(ret, 0, "fi_control(FI_GETWAIT)");
+    assert_eq!(trywait_on(c.m.open.fabric, &[cntr_fid]), 0, "fi_trywait");
+    assert!(!fd_readable(fd, 0), "nothing to read yet");
+    c.shut_down_by_client();
+    assert!(
+        fd_readable(fd, 2000),
+        "the descriptor stays unreadable after the peer's shutdown"
+    );
+    assert_eq!((cntr_readerr(cntr), cntr_read(cntr)), (1, 0));
+    c.assert_flushed(0xC3);
+    assert!(buf.iter().all(|&b| b == 0xEE), "buffer untouched");
 }
 
 /// `fi_close` of an endpoint whose peer shut the connection down, its receives still posted
