@@ -210,6 +210,8 @@ pub(crate) struct Connection {
     state: AtomicU8,
     peer: AtomicU64,
     dropped: AtomicU64,
+    /// Passes of the progress thread (each wakeup, or poll): what idleness costs.
+    passes: AtomicU64,
     inner: Mutex<CmInner>,
     /// Notified after every pass of [`Connection::progress`] that took in a completion.
     progressed: Condvar,
@@ -548,6 +550,7 @@ impl Connection {
     /// some, until `stop` is set (and `signal` written). See the module docs.
     fn run(&self, stop: &AtomicBool) {
         while !stop.load(Ordering::Acquire) {
+            self.passes.fetch_add(1, Ordering::Relaxed);
             if let Wakeup::Poll = self.wakeup {
                 // Under one hold of the lock, as below: an answer already taken in wins.
                 let mut inner = self.lock();
@@ -1125,6 +1128,7 @@ impl Nic {
             state: AtomicU8::new(IDLE),
             peer: AtomicU64::new(u64::MAX),
             dropped: AtomicU64::new(0),
+            passes: AtomicU64::new(0),
             inner: Mutex::new(CmInner {
                 lane,
                 av,
@@ -1174,6 +1178,7 @@ pub(crate) fn msg_endpoint(nic: &Nic, attr: EndpointAttr) -> Result<Endpoint, Dr
         state: AtomicU8::new(IDLE),
         peer: AtomicU64::new(u64::MAX),
         dropped: AtomicU64::new(0),
+        passes: AtomicU64::new(0),
         inner: Mutex::new(CmInner {
             lane,
             av,
@@ -1212,6 +1217,13 @@ impl PassiveEndpoint {
     /// Control messages dropped (malformed, or not a connection request).
     pub fn dropped(&self) -> u64 {
         self.link.shared.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Passes the listener's control progress thread has made: one per wakeup (a control
+    /// message, a `CM_IDLE_RECHECK`) when it sleeps on a vector, one per
+    /// [`CM_POLL_INTERVAL`] when it polls. What an idle listener costs.
+    pub fn control_passes(&self) -> u64 {
+        self.link.shared.passes.load(Ordering::Relaxed)
     }
 
     /// The pending request an `FI_CONNREQ` event announced (its `data`).
@@ -1570,6 +1582,14 @@ impl Endpoint {
         self.cm
             .as_ref()
             .map_or(0, |l| l.shared.dropped.load(Ordering::Relaxed))
+    }
+
+    /// Passes this `FI_EP_MSG` endpoint's control progress thread has made (see
+    /// [`PassiveEndpoint::control_passes`]); 0 for other endpoints.
+    pub fn cm_passes(&self) -> u64 {
+        self.cm
+            .as_ref()
+            .map_or(0, |l| l.shared.passes.load(Ordering::Relaxed))
     }
 }
 

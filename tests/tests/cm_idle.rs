@@ -3,9 +3,11 @@
 //! one the NIC's control channels share beyond their own) until a control message comes,
 //! instead of polling its ring.
 //!
-//! One test per file: the CPU time measured (`getrusage(RUSAGE_SELF)`) is the whole
-//! process's, so no other test may run beside it. The bounds are generous (the machines that
-//! run these tests are shared): they tell sleeping from polling, not one speed from another.
+//! What idleness costs is counted, not timed: the progress threads' passes over a second of
+//! idleness (each thread wakes for its 1 s recheck; a polling one passes 5,000 times a
+//! second). The process's CPU time over that second (`getrusage(RUSAGE_SELF)`) is printed
+//! beside it, for the record, and asserted nothing of. One test per file, so that nothing
+//! else runs in the process.
 
 use std::time::{Duration, Instant};
 use uet_driver::{Endpoint, EndpointAttr, EpType, EqEventKind, EventQueue, Nic, PassiveEndpoint};
@@ -85,21 +87,31 @@ fn idle_connections_use_almost_no_cpu_and_connect_at_once() {
         "{CONNECTIONS} handshakes took {setup:?}"
     );
 
-    // Let the last completions settle, then measure a second of idleness.
+    // Let the last completions settle, then count what a second of idleness wakes. A
+    // thread asleep on its vector wakes only for its 1 s recheck; a polling one would pass
+    // 5,000 times a second.
     std::thread::sleep(Duration::from_millis(100));
-    let (cpu0, wall0) = (cpu_time(), Instant::now());
+    let passes = |held: &[[(Endpoint, EventQueue); 2]]| {
+        pep.control_passes()
+            + held
+                .iter()
+                .flatten()
+                .map(|(e, _)| e.cm_passes())
+                .sum::<u64>()
+    };
+    let threads = 2 * CONNECTIONS as u64 + 1;
+    let (passes0, cpu0, wall0) = (passes(&held), cpu_time(), Instant::now());
     std::thread::sleep(Duration::from_secs(1));
-    let (cpu, wall) = (cpu_time() - cpu0, wall0.elapsed());
-    let share = cpu.as_secs_f64() / wall.as_secs_f64();
+    let (idle_passes, cpu, wall) = (passes(&held) - passes0, cpu_time() - cpu0, wall0.elapsed());
     println!(
-        "idle with {CONNECTIONS} connections ({} control threads): {cpu:?} CPU in {wall:?} = {:.2}% of one core",
-        2 * CONNECTIONS + 1,
-        share * 100.0
+        "idle with {CONNECTIONS} connections ({threads} control threads): {idle_passes} \
+         progress passes, {cpu:?} CPU in {wall:?} = {:.2}% of one core",
+        cpu.as_secs_f64() / wall.as_secs_f64() * 100.0
     );
+    // A recheck or two each in the second counted (3 allows for a slow start).
     assert!(
-        share < 0.05,
-        "idle connections used {:.1}% of a core ({cpu:?} in {wall:?})",
-        share * 100.0
+        idle_passes <= 3 * threads,
+        "{threads} idle control threads made {idle_passes} passes in {wall:?}"
     );
 
     // Still connected, and still woken for what comes: shutdown reaches every peer.
