@@ -71,7 +71,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use uet_av::{FiErrno, FiError};
-use vmm_sys_util::eventfd::{EventFd, EFD_CLOEXEC, EFD_NONBLOCK};
+use vmm_sys_util::eventfd::EventFd;
 
 /// Most counters a domain holds open (`domain_attr->cntr_cnt`). A counter is a host object
 /// (two atomics and an eventfd, and for `FI_WAIT_FD` another eventfd and an epoll set), not a
@@ -410,35 +410,7 @@ pub(crate) unsafe extern "C" fn domain_cntr_open(
                 )))
             }
         }
-        let (wake, fd_wait, parked) = match wait_obj {
-            FI_WAIT_NONE => (None, None, Sleepers::new()),
-            // The descriptor is the point of the wait object: no eventfd, no counter.
-            FI_WAIT_FD => {
-                let (wake, fd_wait, parked) = FdWait::open(CALL)?;
-                (Some(wake), Some(fd_wait), parked)
-            }
-            // Without an eventfd its waits read the rings with a growing sleep instead.
-            FI_WAIT_UNSPEC | FI_WAIT_MUTEX_COND | FI_WAIT_YIELD => (
-                EventFd::new(EFD_NONBLOCK | EFD_CLOEXEC).ok(),
-                None,
-                Sleepers::new(),
-            ),
-            FI_WAIT_SET | FI_WAIT_POLLFD => {
-                return Err(FiError::new(
-                    FiErrno::FI_ENOSYS,
-                    format!(
-                        "{CALL}: wait_obj {wait_obj}: the uet provider's counters are waited on \
-                         with fi_cntr_wait (FI_WAIT_UNSPEC, FI_WAIT_MUTEX_COND, FI_WAIT_YIELD) \
-                         or on a descriptor (FI_WAIT_FD), and join no wait sets"
-                    ),
-                ))
-            }
-            other => {
-                return Err(FiError::inval(format!(
-                    "{CALL}: wait_obj {other} is no fi_wait_obj"
-                )))
-            }
-        };
+        let (wake, fd_wait, parked) = crate::wait::open_waits(CALL, "counters", wait_obj)?;
         if flags != 0 {
             return Err(FiError::badflags(format!("{CALL}: flags {flags:#x}")));
         }
@@ -506,20 +478,13 @@ unsafe extern "C" fn cntr_close(fid: *mut Fid) -> c_int {
         {
             // Under the lock endpoints take to bind.
             let _eps = c.lock();
-            let bound = c.bound.load(Ordering::Acquire);
-            if bound > 0 {
-                return Err(FiError::new(
-                    FiErrno::FI_EBUSY,
-                    format!("{CALL}: {bound} endpoint binding(s) use the counter"),
-                ));
-            }
-            let waiting = c.waiting.load(Ordering::Acquire);
-            if waiting > 0 {
-                return Err(FiError::new(
-                    FiErrno::FI_EBUSY,
-                    format!("{CALL}: {waiting} thread(s) wait in fi_cntr_wait"),
-                ));
-            }
+            crate::wait::refuse_close_in_use(
+                CALL,
+                "counter",
+                c.bound.load(Ordering::Acquire),
+                c.waiting.load(Ordering::Acquire),
+                "fi_cntr_wait",
+            )?;
         }
         // SAFETY: made by `Box::into_raw` in `domain_cntr_open`; the application gives it up.
         let c = unsafe { Box::from_raw(fid.cast::<UetCntr>()) };

@@ -304,36 +304,7 @@ pub(crate) unsafe extern "C" fn domain_cq_open(
                 )))
             }
         };
-        let (wake, fd_wait, parked) = match a.wait_obj {
-            FI_WAIT_NONE => (None, None, Sleepers::new()),
-            // The descriptor is the point of the wait object: no eventfd, no CQ.
-            FI_WAIT_FD => {
-                let (wake, fd_wait, parked) = FdWait::open(CALL)?;
-                (Some(wake), Some(fd_wait), parked)
-            }
-            // Without an eventfd its waits read the rings with a growing sleep instead.
-            FI_WAIT_UNSPEC | FI_WAIT_MUTEX_COND | FI_WAIT_YIELD => (
-                EventFd::new(EFD_NONBLOCK | EFD_CLOEXEC).ok(),
-                None,
-                Sleepers::new(),
-            ),
-            FI_WAIT_SET | FI_WAIT_POLLFD => {
-                return Err(FiError::new(
-                    FiErrno::FI_ENOSYS,
-                    format!(
-                        "{CALL}: wait_obj {}: the uet provider's CQs wait on a descriptor \
-                         (FI_WAIT_FD) or on their own (FI_WAIT_UNSPEC, FI_WAIT_MUTEX_COND, \
-                         FI_WAIT_YIELD); no wait sets",
-                        a.wait_obj
-                    ),
-                ))
-            }
-            other => {
-                return Err(FiError::inval(format!(
-                    "{CALL}: wait_obj {other} is no fi_wait_obj"
-                )))
-            }
-        };
+        let (wake, fd_wait, parked) = crate::wait::open_waits(CALL, "CQs", a.wait_obj)?;
         if a.flags != 0 {
             return Err(FiError::badflags(format!("{CALL}: flags {:#x}", a.flags)));
         }
@@ -376,20 +347,13 @@ unsafe extern "C" fn cq_close(fid: *mut Fid) -> c_int {
         {
             // Under the lock endpoints take to bind.
             let _inner = q.lock();
-            let bound = q.bound.load(Ordering::Acquire);
-            if bound > 0 {
-                return Err(FiError::new(
-                    FiErrno::FI_EBUSY,
-                    format!("{CALL}: {bound} endpoint binding(s) use the CQ"),
-                ));
-            }
-            let waiting = q.waiting.load(Ordering::Acquire);
-            if waiting > 0 {
-                return Err(FiError::new(
-                    FiErrno::FI_EBUSY,
-                    format!("{CALL}: {waiting} thread(s) wait in fi_cq_sread (fi_cq_signal)"),
-                ));
-            }
+            crate::wait::refuse_close_in_use(
+                CALL,
+                "CQ",
+                q.bound.load(Ordering::Acquire),
+                q.waiting.load(Ordering::Acquire),
+                "fi_cq_sread (fi_cq_signal)",
+            )?;
         }
         // SAFETY: made by `Box::into_raw` in `domain_cq_open`; the application gives it up.
         let q = unsafe { Box::from_raw(fid.cast::<UetCq>()) };

@@ -230,23 +230,7 @@ pub(crate) unsafe extern "C" fn fabric_eq_open(
             FI_WAIT_MUTEX_COND => WaitObj::MutexCond,
             FI_WAIT_YIELD => WaitObj::Yield,
             FI_WAIT_FD => WaitObj::Fd,
-            FI_WAIT_SET | FI_WAIT_POLLFD => {
-                return Err(FiError::new(
-                    FiErrno::FI_ENOSYS,
-                    format!(
-                        "{CALL}: wait_obj {}: the uet provider's queues wait on a mutex \
-                         and condition variable (FI_WAIT_UNSPEC, FI_WAIT_MUTEX_COND), by \
-                         yielding (FI_WAIT_YIELD) or on a descriptor (FI_WAIT_FD), and join \
-                         no wait sets",
-                        a.wait_obj
-                    ),
-                ))
-            }
-            other => {
-                return Err(FiError::inval(format!(
-                    "{CALL}: wait_obj {other} is no fi_wait_obj"
-                )))
-            }
+            other => return Err(crate::wait::unserved(CALL, "queues", other)),
         };
         let queue = EventQueue::open(EqAttr {
             size: a.size,

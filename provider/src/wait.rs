@@ -12,7 +12,11 @@
 //! reads something from `wake` fans it out, so no waiter whose condition may have become true
 //! sleeps on. The list of parked threads is taken under a lock, on the wait path only.
 
-use crate::abi::{FI_GETWAIT, FI_GETWAITOBJ};
+use crate::abi::{
+    FI_GETWAIT, FI_GETWAITOBJ, FI_WAIT_FD, FI_WAIT_MUTEX_COND, FI_WAIT_NONE, FI_WAIT_POLLFD,
+    FI_WAIT_SET, FI_WAIT_UNSPEC, FI_WAIT_YIELD,
+};
+use crate::cq::FdWait;
 use crate::null;
 use core::ffi::{c_int, c_void};
 use std::os::fd::{AsRawFd, RawFd};
@@ -124,6 +128,72 @@ impl Drop for Parked<'_> {
             self.sleepers.lock().retain(|f| !Arc::ptr_eq(f, fd));
         }
     }
+}
+
+/// The waits of a CQ or counter opened (`call`) with `wait_obj`: its `wake` eventfd (none
+/// for `FI_WAIT_NONE`, nor when none could be made: its waits then read the rings with a
+/// growing sleep), its `FI_WAIT_FD` descriptor, and its waiters. A wait object it does not
+/// serve is refused as [`unserved`] says.
+pub(crate) fn open_waits(
+    call: &str,
+    objects: &str,
+    wait_obj: c_int,
+) -> Result<(Option<EventFd>, Option<FdWait>, Sleepers), FiError> {
+    match wait_obj {
+        FI_WAIT_NONE => Ok((None, None, Sleepers::new())),
+        // The descriptor is the point of the wait object: no eventfd, no object.
+        FI_WAIT_FD => {
+            let (wake, fd_wait, parked) = FdWait::open(call)?;
+            Ok((Some(wake), Some(fd_wait), parked))
+        }
+        FI_WAIT_UNSPEC | FI_WAIT_MUTEX_COND | FI_WAIT_YIELD => Ok((
+            EventFd::new(EFD_NONBLOCK | EFD_CLOEXEC).ok(),
+            None,
+            Sleepers::new(),
+        )),
+        other => Err(unserved(call, objects, other)),
+    }
+}
+
+/// The refusal of a `wait_obj` the provider's `objects` (CQs, counters, queues) do not take:
+/// `FI_ENOSYS` for a wait object libfabric defines (a wait set, `FI_WAIT_POLLFD`),
+/// `FI_EINVAL` for a value that is no `enum fi_wait_obj`.
+pub(crate) fn unserved(call: &str, objects: &str, wait_obj: c_int) -> FiError {
+    match wait_obj {
+        FI_WAIT_SET | FI_WAIT_POLLFD => FiError::new(
+            FiErrno::FI_ENOSYS,
+            format!(
+                "{call}: wait_obj {wait_obj}: the uet provider's {objects} wait on their own \
+                 (FI_WAIT_UNSPEC, FI_WAIT_MUTEX_COND, FI_WAIT_YIELD) or on a descriptor \
+                 (FI_WAIT_FD), and join no wait sets"
+            ),
+        ),
+        other => FiError::inval(format!("{call}: wait_obj {other} is no fi_wait_obj")),
+    }
+}
+
+/// `fi_close` of a CQ or counter (`object`) refused while it is in use: `FI_EBUSY` while
+/// `bound` endpoint bindings use it or `waiting` threads wait in `wait_call`.
+pub(crate) fn refuse_close_in_use(
+    call: &str,
+    object: &str,
+    bound: usize,
+    waiting: usize,
+    wait_call: &str,
+) -> Result<(), FiError> {
+    if bound > 0 {
+        return Err(FiError::new(
+            FiErrno::FI_EBUSY,
+            format!("{call}: {bound} endpoint binding(s) use the {object}"),
+        ));
+    }
+    if waiting > 0 {
+        return Err(FiError::new(
+            FiErrno::FI_EBUSY,
+            format!("{call}: {waiting} thread(s) wait in {wait_call}"),
+        ));
+    }
+    Ok(())
 }
 
 /// `fi_control` of a CQ, counter or event queue (`object` names it in messages), opened with
