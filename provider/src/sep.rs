@@ -587,36 +587,114 @@ unsafe extern "C" fn sep_tx_ctx(
     context: *mut c_void,
 ) -> c_int {
     const CALL: &str = "fi_tx_context";
-    entry(CALL, || {
-        // SAFETY: the application's scalable endpoint.
-        let s = unsafe { sep_ref(sep.cast(), CALL) }?;
-        let mut op_flags = s.tx_op_flags;
-        let served = crate::info::TX_CAPS & s.caps_or_all();
-        // SAFETY: NULL or valid attributes (libfabric's contract).
-        let attr = unsafe { attr.as_mut() };
-        if let Some(a) = attr.as_ref() {
-            let asked = ContextAttr {
-                caps: a.caps,
-                op_flags: a.op_flags,
-                msg_order: a.msg_order,
-                comp_order: a.comp_order,
-            };
-            asked.check(CALL, "transmit", served, TX_OP_FLAGS)?;
-            op_flags = a.op_flags;
-        }
-        // SAFETY: libfabric's contract on `tx_ep`.
-        let ret = unsafe { open_context(s, true, index, op_flags, tx_ep.cast(), context, CALL) }?;
-        // The attributes come back filled once the context is open, untouched otherwise.
-        if let Some(a) = attr {
-            if a.caps == 0 {
-                a.caps = served;
-            }
-            a.mode = 0;
-            a.iov_limit = IOV_LIMIT;
-            a.rma_iov_limit = 0;
-        }
-        Ok(ret)
+    // SAFETY: libfabric's contract on every argument.
+    entry(CALL, || unsafe {
+        context_call(sep, true, index, attr, tx_ep, context, CALL)
     })
+}
+
+/// `fi_rx_context`.
+unsafe extern "C" fn sep_rx_ctx(
+    sep: *mut FidEp,
+    index: c_int,
+    attr: *mut FiRxAttr,
+    rx_ep: *mut *mut FidEp,
+    context: *mut c_void,
+) -> c_int {
+    const CALL: &str = "fi_rx_context";
+    // SAFETY: libfabric's contract on every argument.
+    entry(CALL, || unsafe {
+        context_call(sep, false, index, attr, rx_ep, context, CALL)
+    })
+}
+
+/// `fi_tx_context` (`tx`) or `fi_rx_context`: check what the attributes ask of the context
+/// ([`ContextAttr::check`]), open it ([`open_context`]), and only then fill the attributes
+/// with what it serves: a context that does not open leaves them untouched.
+///
+/// # Safety
+/// `sep` is NULL or a scalable endpoint of the provider, `attr` NULL or valid attributes,
+/// `out` NULL or writable (libfabric's contract).
+unsafe fn context_call<A: ContextAttrs>(
+    sep: *mut FidEp,
+    tx: bool,
+    index: c_int,
+    attr: *mut A,
+    out: *mut *mut FidEp,
+    context: *mut c_void,
+    call: &str,
+) -> Result<c_int, FiError> {
+    // SAFETY: the application's scalable endpoint.
+    let s = unsafe { sep_ref(sep.cast(), call) }?;
+    let (kind, served, allowed, mut op_flags) = if tx {
+        let served = crate::info::TX_CAPS & s.caps_or_all();
+        ("transmit", served, TX_OP_FLAGS, s.tx_op_flags)
+    } else {
+        let served = (FI_MSG | FI_TAGGED | FI_RECV | FI_SOURCE_CAP) & s.caps_or_all();
+        ("receive", served, RX_OP_FLAGS, s.rx_op_flags)
+    };
+    // SAFETY: NULL or valid attributes (libfabric's contract).
+    let attr = unsafe { attr.as_mut() };
+    if let Some(a) = attr.as_ref() {
+        let asked = a.asked();
+        asked.check(call, kind, served, allowed)?;
+        op_flags = asked.op_flags;
+    }
+    // SAFETY: libfabric's contract on `out`.
+    let ret = unsafe { open_context(s, tx, index, op_flags, out.cast(), context, call) }?;
+    if let Some(a) = attr {
+        a.fill(served);
+    }
+    Ok(ret)
+}
+
+/// The attributes `fi_tx_context` and `fi_rx_context` take: what they ask, and what an open
+/// context answers in them.
+trait ContextAttrs {
+    /// What the attributes ask of the context.
+    fn asked(&self) -> ContextAttr;
+    /// The answer of a context that opened, serving `served` capabilities (named when the
+    /// application asked for none).
+    fn fill(&mut self, served: u64);
+}
+
+impl ContextAttrs for FiTxAttr {
+    fn asked(&self) -> ContextAttr {
+        ContextAttr {
+            caps: self.caps,
+            op_flags: self.op_flags,
+            msg_order: self.msg_order,
+            comp_order: self.comp_order,
+        }
+    }
+
+    fn fill(&mut self, served: u64) {
+        if self.caps == 0 {
+            self.caps = served;
+        }
+        self.mode = 0;
+        self.iov_limit = IOV_LIMIT;
+        self.rma_iov_limit = 0;
+    }
+}
+
+impl ContextAttrs for FiRxAttr {
+    fn asked(&self) -> ContextAttr {
+        ContextAttr {
+            caps: self.caps,
+            op_flags: self.op_flags,
+            msg_order: self.msg_order,
+            comp_order: self.comp_order,
+        }
+    }
+
+    fn fill(&mut self, served: u64) {
+        if self.caps == 0 {
+            self.caps = served;
+        }
+        self.mode = 0;
+        self.iov_limit = IOV_LIMIT;
+    }
 }
 
 /// What `fi_tx_context` and `fi_rx_context` ask of a context in their attributes.
@@ -646,46 +724,6 @@ impl ContextAttr {
         }
         Ok(())
     }
-}
-
-/// `fi_rx_context`.
-unsafe extern "C" fn sep_rx_ctx(
-    sep: *mut FidEp,
-    index: c_int,
-    attr: *mut FiRxAttr,
-    rx_ep: *mut *mut FidEp,
-    context: *mut c_void,
-) -> c_int {
-    const CALL: &str = "fi_rx_context";
-    entry(CALL, || {
-        // SAFETY: the application's scalable endpoint.
-        let s = unsafe { sep_ref(sep.cast(), CALL) }?;
-        let mut op_flags = s.rx_op_flags;
-        let served = (FI_MSG | FI_TAGGED | FI_RECV | FI_SOURCE_CAP) & s.caps_or_all();
-        // SAFETY: NULL or valid attributes (libfabric's contract).
-        let attr = unsafe { attr.as_mut() };
-        if let Some(a) = attr.as_ref() {
-            let asked = ContextAttr {
-                caps: a.caps,
-                op_flags: a.op_flags,
-                msg_order: a.msg_order,
-                comp_order: a.comp_order,
-            };
-            asked.check(CALL, "receive", served, RX_OP_FLAGS)?;
-            op_flags = a.op_flags;
-        }
-        // SAFETY: libfabric's contract on `rx_ep`.
-        let ret = unsafe { open_context(s, false, index, op_flags, rx_ep.cast(), context, CALL) }?;
-        // The attributes come back filled once the context is open, untouched otherwise.
-        if let Some(a) = attr {
-            if a.caps == 0 {
-                a.caps = served;
-            }
-            a.mode = 0;
-            a.iov_limit = IOV_LIMIT;
-        }
-        Ok(ret)
-    })
 }
 
 impl UetSep {
