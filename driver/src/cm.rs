@@ -1606,19 +1606,37 @@ mod tests {
         wait_obj: WaitObj::Unspec,
     };
 
+    /// A NIC of `fabric` at fabric address `addr`, opened.
+    fn sim_nic(fabric: &Fabric, addr: &str) -> Nic {
+        let f = fabric
+            .add_nic(NicConfig::new(addr.parse().expect("address")))
+            .expect("NIC");
+        Nic::open(Arc::new(SimDevice::new(f))).expect("open NIC")
+    }
+
+    /// An `FI_EP_MSG` endpoint of `nic` bound to an event queue of its own.
+    fn msg_client(nic: &Nic) -> (Endpoint, EventQueue) {
+        let mut c = nic
+            .endpoint(
+                EndpointAttr {
+                    ep_type: EpType::Msg,
+                    ..EndpointAttr::default()
+                },
+                None,
+            )
+            .expect("FI_EP_MSG endpoint");
+        let eq_c = EventQueue::open(WAITABLE).expect("event queue");
+        c.bind_eq(&eq_c).expect("bound");
+        (c, eq_c)
+    }
+
     /// A close path asleep in `wait_until` is woken by the progress thread's pass that took
     /// a completion in (here a connection request reaching a listener), not by its deadline
     /// (30 s, which the bound of 15 s tells apart however slow the machine).
     #[test]
     fn a_close_path_wait_wakes_when_the_progress_thread_takes_a_completion_in() {
         let fabric = Fabric::new();
-        let nic = |a: &str| {
-            let f = fabric
-                .add_nic(NicConfig::new(a.parse().expect("address")))
-                .expect("NIC");
-            Nic::open(Arc::new(SimDevice::new(f))).expect("open NIC")
-        };
-        let (ns, nc) = (nic("10.0.0.1"), nic("10.0.0.2"));
+        let (ns, nc) = (sim_nic(&fabric, "10.0.0.1"), sim_nic(&fabric, "10.0.0.2"));
         let eq = EventQueue::open(WAITABLE).expect("event queue");
         let pep = ns
             .passive_endpoint(EndpointAttr::default(), &eq)
@@ -1634,17 +1652,7 @@ mod tests {
         });
         // Give the waiter time to fall asleep (it is woken either way).
         std::thread::sleep(Duration::from_millis(20));
-        let mut client = nc
-            .endpoint(
-                EndpointAttr {
-                    ep_type: EpType::Msg,
-                    ..EndpointAttr::default()
-                },
-                None,
-            )
-            .expect("FI_EP_MSG endpoint");
-        let eq_c = EventQueue::open(WAITABLE).expect("event queue");
-        client.bind_eq(&eq_c).expect("bound");
+        let (mut client, _eq_c) = msg_client(&nc);
         client
             .connect(&pep.address().to_bytes().expect("address"), b"")
             .expect("connect");
@@ -1669,13 +1677,7 @@ mod tests {
     #[test]
     fn a_completion_taken_by_a_close_path_leaves_a_shared_vector_ring_armed() {
         let fabric = Fabric::new();
-        let nic = |a: &str| {
-            let f = fabric
-                .add_nic(NicConfig::new(a.parse().expect("address")))
-                .expect("NIC");
-            Nic::open(Arc::new(SimDevice::new(f))).expect("open NIC")
-        };
-        let (ns, nc) = (nic("10.0.0.1"), nic("10.0.0.2"));
+        let (ns, nc) = (sim_nic(&fabric, "10.0.0.1"), sim_nic(&fabric, "10.0.0.2"));
         // The control channels' own vectors all taken: the listener's shares one.
         let irq = ns.inner.interrupts().expect("interrupts").clone();
         let mut held = Vec::new();
@@ -1690,20 +1692,7 @@ mod tests {
         let Wakeup::Shared(shared) = &conn.wakeup else {
             panic!("the listener's control channel does not share the vector");
         };
-        let client = || {
-            let mut c = nc
-                .endpoint(
-                    EndpointAttr {
-                        ep_type: EpType::Msg,
-                        ..EndpointAttr::default()
-                    },
-                    None,
-                )
-                .expect("FI_EP_MSG endpoint");
-            let eq_c = EventQueue::open(WAITABLE).expect("event queue");
-            c.bind_eq(&eq_c).expect("bound");
-            (c, eq_c)
-        };
+        let client = || msg_client(&nc);
         let listener = pep.address().to_bytes().expect("address");
         let (mut first, mut second) = (client(), client());
         // The progress thread has armed its ring and sleeps (on a machine too slow for that,
@@ -1817,10 +1806,7 @@ mod tests {
     fn a_control_channel_made_as_the_shared_vector_goes_still_shares_one() {
         use std::io::Write;
         let fabric = Fabric::new();
-        let f = fabric
-            .add_nic(NicConfig::new("10.0.0.1".parse().expect("address")))
-            .expect("NIC");
-        let nic = Nic::open(Arc::new(SimDevice::new(f))).expect("open NIC");
+        let nic = sim_nic(&fabric, "10.0.0.1");
         let irq = nic.inner.interrupts().expect("interrupts").clone();
         let mut held = Vec::new();
         while irq.free_vectors() > left_to_applications(&irq) + 1 {

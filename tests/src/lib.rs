@@ -24,12 +24,18 @@ pub fn model_seed_count(default: usize) -> usize {
 
 /// A fabric with `n` NICs.
 pub fn fabric(n: usize) -> (Fabric, Vec<SimFunction>) {
+    fabric_with(n, |_| {})
+}
+
+/// [`fabric`] of NICs whose configuration `configure` changes first (an older interface
+/// version, for instance).
+pub fn fabric_with(n: usize, configure: impl Fn(&mut NicConfig)) -> (Fabric, Vec<SimFunction>) {
     let fabric = Fabric::new();
     let fns = (0..n)
         .map(|i| {
-            fabric
-                .add_nic(NicConfig::new(nic_addr(i)))
-                .expect("add NIC")
+            let mut cfg = NicConfig::new(nic_addr(i));
+            configure(&mut cfg);
+            fabric.add_nic(cfg).expect("add NIC")
         })
         .collect();
     (fabric, fns)

@@ -622,14 +622,7 @@ fn an_accept_that_reaches_a_new_listener_at_the_requesters_address_ends_the_conn
 #[test]
 fn connections_without_a_control_vector_of_their_own_still_work() {
     for minor in [uet_regs::INTERFACE_MINOR, 11] {
-        let fabric = uet_sim::Fabric::new();
-        let fns: Vec<_> = (0..2)
-            .map(|i| {
-                let mut cfg = uet_sim::NicConfig::new(uet_tests::nic_addr(i));
-                cfg.interface_minor = minor;
-                fabric.add_nic(cfg).unwrap()
-            })
-            .collect();
+        let (_fabric, fns) = uet_tests::fabric_with(2, |cfg| cfg.interface_minor = minor);
         let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
         let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
         let pep = listen(&ns, &eq_l);
@@ -687,14 +680,7 @@ const SHORT: Duration = Duration::from_millis(250);
 #[test]
 fn a_connection_request_no_one_answers_times_out() {
     for minor in [uet_regs::INTERFACE_MINOR, 11] {
-        let fabric = uet_sim::Fabric::new();
-        let fns: Vec<_> = (0..2)
-            .map(|i| {
-                let mut cfg = uet_sim::NicConfig::new(uet_tests::nic_addr(i));
-                cfg.interface_minor = minor;
-                fabric.add_nic(cfg).unwrap()
-            })
-            .collect();
+        let (_fabric, fns) = uet_tests::fabric_with(2, |cfg| cfg.interface_minor = minor);
         let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
         let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
         let pep = listen(&ns, &eq_l);
