@@ -376,14 +376,12 @@ impl Nic {
     /// Refuse a receive descriptor the driver posted malformed: a BadDescriptor completion
     /// with its context, no source (`FI_ADDR_NOTAVAIL`) and no data.
     pub(crate) fn refuse_rx_descriptor(&mut self, handle: u16, kind: CompletionKind, context: U64) {
-        let c = Completion {
+        let c = unfilled_receive(
             context,
-            src_addr: U64::new(uet_fwif::FI_ADDR_NOTAVAIL),
-            status: LocalStatus::BadDescriptor as u8,
-            return_code: ReturnCode::Undeliverable as u8,
-            kind: kind as u8,
-            ..Completion::default()
-        };
+            kind,
+            LocalStatus::BadDescriptor,
+            ReturnCode::Undeliverable,
+        );
         self.post_completion(handle, c);
     }
 
@@ -565,6 +563,24 @@ mod at {
     pub(super) const CQ_DOORBELL: u32 = uet_regs::CQ_DOORBELL.offset();
     pub(super) const TRXQ_DOORBELL: u32 = uet_regs::TRXQ_DOORBELL.offset();
     pub(super) const CQ_ARM: u32 = uet_regs::CQ_ARM.offset();
+}
+
+/// The completion of a receive that ends with no message in it (refused, withdrawn):
+/// `context` and `kind` as posted, no source (`FI_ADDR_NOTAVAIL`), no data.
+pub(crate) fn unfilled_receive(
+    context: U64,
+    kind: CompletionKind,
+    status: LocalStatus,
+    return_code: ReturnCode,
+) -> Completion {
+    Completion {
+        context,
+        src_addr: U64::new(uet_fwif::FI_ADDR_NOTAVAIL),
+        status: status as u8,
+        return_code: return_code as u8,
+        kind: kind as u8,
+        ..Completion::default()
+    }
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ use crate::nic::Nic;
 use crate::rx_engine::Sink;
 use uet_fwif::admin::{RecvCancelBody, CTX_ROLE_CONTROL, CTX_ROLE_RX, RECV_CANCEL_RING_TAGGED};
 use uet_fwif::datapath::{RX_DESCRIPTOR_BYTES, RX_FLAG_MULTI_RECV};
-use uet_fwif::{Completion, CompletionKind, LocalStatus, ReturnCode, RxDescriptor, Status};
+use uet_fwif::{CompletionKind, LocalStatus, ReturnCode, RxDescriptor, Status};
 use zerocopy::little_endian::U64;
 use zerocopy::FromBytes;
 
@@ -118,14 +118,7 @@ impl Nic {
                 ep.skip_withdrawn_rx();
             }
         }
-        let c = Completion {
-            context,
-            src_addr: U64::new(uet_fwif::FI_ADDR_NOTAVAIL),
-            status: LocalStatus::Cancelled as u8,
-            return_code: ReturnCode::Ok as u8,
-            kind: kind as u8,
-            ..Completion::default()
-        };
+        let c = crate::nic::unfilled_receive(context, kind, LocalStatus::Cancelled, ReturnCode::Ok);
         self.post_completion(h, c);
         Ok((0, 0))
     }
