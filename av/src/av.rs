@@ -819,9 +819,8 @@ impl<'a> EntrySource<'a> {
     }
 
     /// The pending inserts `chunk` as one run [`NicAvTable::write_peers`] can carry: consecutive
-    /// indices of single entries without auth key or user id. Their first index and their
-    /// addresses, the mirror's slots as they lie.
-    fn peer_run(&self, chunk: &[u32]) -> Option<(u32, &'a [Slot])> {
+    /// indices of single entries without auth key or user id. Their first index.
+    fn peer_run(&self, chunk: &[u32]) -> Option<u32> {
         let first = *chunk.first()?;
         if !chunk
             .iter()
@@ -830,20 +829,19 @@ impl<'a> EntrySource<'a> {
         {
             return None;
         }
-        let run = self.slots.run(first, chunk.len())?;
         let plain = |index| {
             self.user_ids.is_none_or(|u| u.get(index).is_none())
                 && self.auth.is_none_or(|k| k.slot_of_index(index).is_none())
         };
         let extras = self.user_ids.is_some() || self.auth.is_some();
-        let single = run.iter().all(|s| s[0] != 0);
-        (single && (!extras || chunk.iter().all(|&i| plain(i)))).then_some((first, run))
+        let single = self.slots.all_filled(first, chunk.len());
+        (single && (!extras || chunk.iter().all(|&i| plain(i)))).then_some(first)
     }
 
     /// The NIC record of a pending insert at `index`: the single entry, or the range record.
     fn pending_record(&self, index: u32) -> NicAvEntry {
         match self.single(index) {
-            Some(slot) => self.single_entry(index, slot),
+            Some(slot) => self.single_entry(index, &slot),
             None => match self.ranges.starting_at(index) {
                 Some(r) => self.range_record(r),
                 None => self.nic_entry(index),
@@ -854,7 +852,7 @@ impl<'a> EntrySource<'a> {
     /// The NIC entry for `index` (INVALID when unused).
     fn nic_entry(&self, index: u32) -> NicAvEntry {
         if let Some(slot) = self.single(index) {
-            return self.single_entry(index, slot);
+            return self.single_entry(index, &slot);
         }
         if self.in_use(index) {
             if let Some(e) = self
@@ -876,8 +874,8 @@ impl<'a> EntrySource<'a> {
 
     /// The slot of the single entry at `index`, if there is one.
     #[inline]
-    fn single(&self, index: u32) -> Option<&'_ [u8; ADDR_LEN]> {
-        self.slots.get(index).filter(|s| s[0] != 0)
+    fn single(&self, index: u32) -> Option<[u8; ADDR_LEN]> {
+        self.slots.get(index)
     }
 
     /// The NIC entry of the single entry at `index`, whose address is `slot`.
@@ -1050,7 +1048,7 @@ impl<N: NicAvTable> AddressVector<N> {
         self.pending
             .iter()
             .map(|&i| {
-                let single = self.slots.get(i).is_some_and(|s| s[0] != 0);
+                let single = self.slots.is_filled(i);
                 match self.ranges.starting_at(i) {
                     Some(r) if !single => r.count as usize,
                     _ => 1,
@@ -1182,8 +1180,10 @@ impl<N: NicAvTable> AddressVector<N> {
                 format!("all {} AV entries are in use", self.capacity),
             )
         })?;
-        // Cannot fail: `index` is below the capacity, and the slots span it.
-        let _ = self.slots.set(index, bytes);
+        if !self.slots.set(index, bytes) {
+            self.alloc.free(index);
+            return Err(no_slot_memory());
+        }
         self.pending.push(index);
         Ok(index)
     }
@@ -1701,8 +1701,10 @@ impl<N: NicAvTable> AddressVector<N> {
                 "no memory to grow the AV mirror",
             ));
         }
-        // Cannot fail: `index` is below the capacity, and the slots span it.
-        let _ = self.slots.set(index, bytes);
+        if !self.slots.set(index, bytes) {
+            self.alloc.free(index);
+            return Err(no_slot_memory());
+        }
         if let Some(u) = self.user_ids.as_deref_mut() {
             u.set(index, user_id);
         }
@@ -1860,8 +1862,10 @@ impl<N: NicAvTable> AddressVector<N> {
                 "insert_at: the index allocator refused the index",
             ));
         }
-        // Cannot fail: `index` is below the capacity, and the slots span it.
-        let _ = self.slots.set(index, *bytes);
+        if !self.slots.set(index, *bytes) {
+            self.alloc.free(index);
+            return Err(no_slot_memory());
+        }
         if let Some(u) = self.user_ids.as_deref_mut() {
             let open_user_id = (self.attr.flags & FI_AV_USER_ID != 0).then_some(FI_ADDR_NOTAVAIL);
             u.set(index, open_user_id);
@@ -1899,7 +1903,7 @@ impl<N: NicAvTable> AddressVector<N> {
     /// Whether `index` is in use as a member of a symmetric range (not a single entry, such as
     /// one inserted later into a hole of a range's span).
     pub fn is_range_member(&self, index: u32) -> bool {
-        self.slots.get(index).is_some_and(|s| s[0] == 0)
+        !self.slots.is_filled(index)
             && self.entry_source().in_use(index)
             && self.ranges.covering(index).is_some()
     }
@@ -1947,13 +1951,27 @@ impl<N: NicAvTable> AddressVector<N> {
         let mut failure = None;
         let mut failed_len = 0;
         let entries = entry_source!(self);
+        // The addresses of a run of new peers, unpacked from the mirror for the NIC; made once
+        // per flush (an allocation per batch, a fraction of a nanosecond per entry) and not
+        // kept, so an AV holds no copy of its largest batch.
+        let mut peers: Vec<Slot> = Vec::new();
         for chunk in pending.chunks(MAX_BATCH as usize) {
             // A fresh AV fills from index 0, so a batch is usually one run of new peers: the
-            // NIC is handed their addresses from the mirror as they are.
-            if let Some((first, addrs)) = entries.peer_run(chunk) {
+            // NIC is handed just their addresses. Without memory for them, their records are
+            // built one by one below.
+            peers.clear();
+            let run = entries
+                .peer_run(chunk)
+                .filter(|_| peers.try_reserve_exact(chunk.len()).is_ok());
+            if let Some(first) = run {
+                peers.extend(
+                    (first..)
+                        .take(chunk.len())
+                        .filter_map(|i| entries.slots.get(i)),
+                );
                 let sent = self
                     .nic
-                    .write_peers(first, addrs, entries.job_id, entries.entry_flags);
+                    .write_peers(first, &peers, entries.job_id, entries.entry_flags);
                 if let Err(e) = sent {
                     failed_len = chunk.len();
                     failure = Some(e);
@@ -2142,7 +2160,7 @@ impl<N: NicAvTable> AddressVector<N> {
     /// The indices the NIC record at `index` covers: the single entry's, or the whole span of
     /// the range that starts there.
     fn record_span(&self, index: u32) -> core::ops::Range<u32> {
-        let is_single = self.slots.get(index).is_some_and(|s| s[0] != 0);
+        let is_single = self.slots.is_filled(index);
         match self.ranges.starting_at(index).filter(|_| !is_single) {
             Some(r) => r.first..r.first + r.count,
             None => index..index + 1,
@@ -2233,7 +2251,7 @@ impl<N: NicAvTable> AddressVector<N> {
             .filter_map(|&i| {
                 entries
                     .single(i)
-                    .map(|slot| record(i, entries.single_entry(i, slot)))
+                    .map(|slot| record(i, entries.single_entry(i, &slot)))
             })
             .collect();
         /// One step of the repair: a command over all of its list, in MAX_BATCH pieces.
@@ -2307,7 +2325,7 @@ impl<N: NicAvTable> AddressVector<N> {
     /// range starting there. Its indices are freed, or lost when `lost` (the record was
     /// returned by an insert call).
     fn drop_record(&mut self, index: u32, lost: bool) {
-        let is_single = self.slots.get(index).is_some_and(|s| s[0] != 0);
+        let is_single = self.slots.is_filled(index);
         if !is_single {
             if let Some(r) = self.ranges.remove_at(index) {
                 if lost && self.lost.add_run(r.first, r.count).is_ok() {
@@ -2561,16 +2579,16 @@ impl<N: NicAvTable> AddressVector<N> {
 
     /// The mirror slot at `index` when it holds a single (not symmetric-range) entry in use.
     #[inline]
-    fn single_slot_at(&self, index: u32) -> Option<&[u8; ADDR_LEN]> {
+    fn single_slot_at(&self, index: u32) -> Option<[u8; ADDR_LEN]> {
         let slot = self.slots.get(index)?;
-        (slot[0] != 0 && !self.is_revoked(index)).then_some(slot)
+        (!self.is_revoked(index)).then_some(slot)
     }
 
     fn slot_of(&self, fi_addr: FiAddr) -> Result<(u32, [u8; ADDR_LEN]), FiError> {
         if let Some(index) = self.decoder.index(fi_addr) {
             if !self.is_revoked(index) {
-                if let Some(slot) = self.slots.get(index).filter(|s| s[0] != 0) {
-                    return Ok((index, *slot));
+                if let Some(slot) = self.slots.get(index) {
+                    return Ok((index, slot));
                 }
                 if let Some(bytes) = self.range_bytes(index) {
                     return Ok((index, bytes));
@@ -2656,11 +2674,9 @@ impl<N: NicAvTable> AddressVector<N> {
             if let (Some(slot), Some(dst)) =
                 (self.slots.get(index), addr.first_chunk_mut::<ADDR_LEN>())
             {
-                if slot[0] != 0 {
-                    *dst = *slot;
-                    *addrlen = ADDR_LEN;
-                    return Ok(());
-                }
+                *dst = slot;
+                *addrlen = ADDR_LEN;
+                return Ok(());
             }
         }
         self.lookup_general(fi_addr, addr, addrlen)
@@ -2834,6 +2850,16 @@ impl<N: NicAvTable> AddressVector<N> {
 }
 
 /// The part of a rolled-back batch's message that counts the indices lost (see [`lost`]).
+/// The error of an insert that found no memory for its slot's template (see
+/// [`crate::mirror::templates`]).
+#[cold]
+fn no_slot_memory() -> FiError {
+    FiError::new(
+        FiErrno::FI_ENOMEM,
+        "no memory for the address in the AV mirror",
+    )
+}
+
 fn lost_note(lost: u64) -> String {
     if lost == 0 {
         return String::new();

@@ -1,50 +1,60 @@
 //! Storage of the host mirror: address slots, and symmetric ranges.
 //!
-//! * [`Slots`]: the serialized address (32 bytes) of every single entry, in one flat
-//!   anonymous mapping of `capacity` slots made when the AV is opened. A small one is
+//! * [`Slots`]: the address of every single entry, one 8-byte word per index in one flat
+//!   anonymous mapping of `capacity` words made when the AV is opened. A word holds the bits
+//!   in which the peers of a job differ and the id of a template holding the rest
+//!   ([`templates`] explains the packing and why: a table of a million entries is 8 MB,
+//!   which the caches can hold, where one of 32-byte addresses is 32 MB). A small mapping is
 //!   committed at once; a larger one is given memory as slots are first written (4 KiB at a
 //!   time in its first 8 MiB, 2 MiB past them), so a range or a gap costs no slot memory,
-//!   and a lookup is one bounds check and one load: no page table of our own between
-//!   the `fi_addr_t` and its slot, which at a million entries is the difference between one
-//!   cache miss per scattered lookup and two. An all-zero slot is empty: no valid address
-//!   starts with a zero byte.
+//!   and a lookup is one bounds check, one load and a template from L1: no page table of our
+//!   own between the `fi_addr_t` and its slot, which at a million entries is the difference
+//!   between one cache miss per scattered lookup and two. A zero word is an empty slot.
 //! * [`Ranges`]: symmetric ranges (`fi_av_insertsym`), one record per run of consecutive
 //!   indices however many peers it covers, sorted by first index. Members are computed by the
 //!   rule `UetAddress::symmetric_member` defines and the NIC applies (`uet_fwif::av_entry`).
 //!   Which members are still inserted is the index allocator's business; a range only counts
 //!   its live members, and goes away with the last.
 
+pub mod templates;
+
 use memmap2::{Advice, MmapMut, MmapOptions};
 use std::collections::TryReserveError;
 use uet_fwif::{NicAvEntry, UetAddress};
-use zerocopy::FromBytes;
+
+pub use templates::Slot;
+use templates::Templates;
+
+/// Bytes of a slot word.
+pub const SLOT_BYTES: usize = 8;
 
 /// Bytes of a page as [`Slots::heap_bytes`] counts them: the unit in which the kernel
 /// commits memory to the mapping on first write (4 KiB on x86-64 and most arm64 kernels).
 pub const PAGE_BYTES: usize = 4096;
 
 /// Slots per counted page.
-pub const PAGE_SLOTS: usize = PAGE_BYTES / 32;
+pub const PAGE_SLOTS: usize = PAGE_BYTES / SLOT_BYTES;
 
 /// Bytes of a transparent hugepage.
 pub const HUGEPAGE_BYTES: usize = 2 << 20;
 
 /// Where a mirror starts to ask for transparent hugepages (`MADV_HUGEPAGE`): the slots from
-/// 262,144 on. There a first write commits 2 MiB at once instead of faulting in each 4 KiB (a
-/// fault costs about as much as forty slot writes on a virtual machine), and a scattered
-/// lookup walks no page table per 4 KiB. Below it the mirror asks for none (`MADV_NOHUGEPAGE`,
-/// which also holds where the system grants hugepages unasked), and memory is committed 4 KiB
-/// at a time, so a mirror of up to 8 MiB holds no more than it uses. Past it, each 2 MiB of
-/// the mapping is accounted whole from its first write; the kernel places hugepages on 2 MiB
-/// boundaries of the address, which need not be those of the mapping, so the count is right
-/// to within one hugepage. Lowest-free allocation fills a mirror from index 0, so about one
-/// hugepage is ahead of use, at most a quarter of what is in use.
+/// 1,048,576 on. There a first write commits 2 MiB at once instead of faulting in each 4 KiB
+/// (a fault costs about as much as forty slot writes on a virtual machine), and a scattered
+/// lookup walks no page table per 4 KiB. Below it the mirror asks for none
+/// (`MADV_NOHUGEPAGE`, which also holds where the system grants hugepages unasked), and
+/// memory is committed 4 KiB at a time, so a mirror of up to 8 MiB holds no more than it
+/// uses. Past it, each 2 MiB of the mapping is accounted whole from its first write; the
+/// kernel places hugepages on 2 MiB boundaries of the address, which need not be those of
+/// the mapping, so the count is right to within one hugepage. Lowest-free allocation fills a
+/// mirror from index 0, so about one hugepage is ahead of use, at most a quarter of what is
+/// in use.
 pub const HUGEPAGES_FROM_BYTES: usize = 8 << 20;
 
 /// Pages of [`PAGE_BYTES`] in a hugepage.
 const PAGES_PER_HUGEPAGE: usize = HUGEPAGE_BYTES / PAGE_BYTES;
 
-/// Mirrors up to this size (2,048 slots) are committed when the AV opens, as an allocation of
+/// Mirrors up to this size (8,192 slots) are committed when the AV opens, as an allocation of
 /// that size would be, so that inserts into a small AV never wait for the kernel to supply a
 /// page; larger ones are committed a page at a time as they fill.
 pub const COMMIT_AT_OPEN_BYTES: usize = 64 * 1024;
@@ -53,10 +63,8 @@ pub const COMMIT_AT_OPEN_BYTES: usize = 64 * 1024;
 /// call (256 KiB); see [`Slots`].
 pub const POPULATE_AHEAD_PAGES: usize = 64;
 
-/// A serialized address.
-pub type Slot = [u8; 32];
-
-/// The address slots of an AV: `capacity` slots of 32 bytes, zero until written.
+/// The address slots of an AV: `capacity` slot words, zero (empty) until written, and the
+/// templates they use.
 ///
 /// The mapping is private and anonymous, made without `MAP_NORESERVE`, so the system's
 /// overcommit policy decides at open time whether a table of this size may exist (a strict
@@ -70,7 +78,7 @@ pub type Slot = [u8; 32];
 /// page is committed (the mirror filled in order, as lowest-free allocation does) also
 /// commits the pages after it (`MADV_POPULATE_WRITE`): a quarter as many as are committed
 /// already, at most [`POPULATE_AHEAD_PAGES`]. One call then stands for up to 64 page faults,
-/// each of which costs a trap into the kernel (about 3 µs on a virtual machine, 30 ns per
+/// each of which costs a trap into the kernel (about 3 µs on a virtual machine, 6 ns per
 /// slot of a page filled in order), and what an in-order fill holds ahead of use stays within
 /// a quarter of what is used, as past [`HUGEPAGES_FROM_BYTES`]. A first write past a gap
 /// commits its own page alone. A kernel without the advice (before Linux 5.14) faults each
@@ -78,12 +86,15 @@ pub type Slot = [u8; 32];
 #[derive(Debug)]
 pub struct Slots {
     map: MmapMut,
-    /// `capacity * 32`: the bytes of `map` that are slots (an empty table maps one page).
+    /// `capacity * SLOT_BYTES`: the bytes of `map` that are slots (an empty table maps one
+    /// page).
     slot_bytes: usize,
     /// One bit per page of `map` committed: written at least once, or populated at open.
     written: Vec<u64>,
     /// Bits set in `written`.
     written_pages: usize,
+    /// What the slot words leave out.
+    templates: Templates,
 }
 
 impl Slots {
@@ -91,7 +102,7 @@ impl Slots {
     /// 32-bit host, when `capacity` slots do not fit the address space).
     pub fn new(capacity: u32) -> std::io::Result<Self> {
         let slot_bytes = (capacity as usize)
-            .checked_mul(32)
+            .checked_mul(SLOT_BYTES)
             .ok_or_else(|| std::io::Error::other("the mirror does not fit the address space"))?;
         // A zero-length mapping is an error for mmap(2); one page stands for an empty table.
         let len = slot_bytes.max(PAGE_BYTES);
@@ -114,6 +125,7 @@ impl Slots {
             slot_bytes,
             written: vec![0; pages.div_ceil(64)],
             written_pages: 0,
+            templates: Templates::default(),
         };
         if small {
             (0..pages).for_each(|p| slots.mark_written(p));
@@ -121,47 +133,78 @@ impl Slots {
         Ok(slots)
     }
 
-    /// The slot at `index` (all zero when empty); `None` past the capacity.
-    #[inline]
-    pub fn get(&self, index: u32) -> Option<&Slot> {
-        let at = (index as usize).checked_mul(32)?;
-        self.map.get(at..self.slot_bytes)?.first_chunk::<32>()
+    /// The word of the slot at `index`; `None` past the capacity.
+    #[inline(always)]
+    fn word(&self, index: u32) -> Option<u64> {
+        let at = (index as usize).checked_mul(SLOT_BYTES)?;
+        let w = self
+            .map
+            .get(at..self.slot_bytes)?
+            .first_chunk::<SLOT_BYTES>()?;
+        Some(u64::from_ne_bytes(*w))
     }
 
-    /// The `count` slots from `first`, as they lie in memory (empty ones all zero); `None`
-    /// when they run past the capacity.
-    #[inline]
-    pub fn run(&self, first: u32, count: usize) -> Option<&[Slot]> {
-        let at = (first as usize).checked_mul(32)?;
-        let end = count.checked_mul(32)?.checked_add(at)?;
-        if end > self.slot_bytes {
-            return None;
-        }
-        <[Slot]>::ref_from_bytes(self.map.get(at..end)?).ok()
+    /// The address in the slot at `index`; `None` when it is empty or past the capacity.
+    #[inline(always)]
+    pub fn get(&self, index: u32) -> Option<Slot> {
+        self.templates.unpack(self.word(index)?)
     }
 
-    /// Store `bytes` at `index`; returns false (and stores nothing) past the capacity.
+    /// Whether the slot at `index` holds an address.
     #[inline]
-    pub fn set(&mut self, index: u32, bytes: Slot) -> bool {
-        match self.slot_mut(index) {
-            Some((s, at)) => {
-                *s = bytes;
-                self.mark_written(at / PAGE_BYTES);
-                true
-            }
+    pub fn is_filled(&self, index: u32) -> bool {
+        self.word(index).is_some_and(|w| w != 0)
+    }
+
+    /// Whether the `count` slots from `first` all hold an address.
+    pub fn all_filled(&self, first: u32, count: usize) -> bool {
+        let Some(at) = (first as usize).checked_mul(SLOT_BYTES) else {
+            return false;
+        };
+        let end = count
+            .checked_mul(SLOT_BYTES)
+            .and_then(|n| n.checked_add(at))
+            .filter(|&end| end <= self.slot_bytes);
+        match end.and_then(|end| self.map.get(at..end)) {
+            Some(words) => words
+                .chunks_exact(SLOT_BYTES)
+                .all(|w| w.iter().any(|&b| b != 0)),
             None => false,
         }
     }
 
-    /// The slot at `index`, to write, and its byte offset; `None` past the capacity.
+    /// Store `bytes` at `index` (a first byte of 0, which no address has, empties the slot).
+    /// Returns false, and stores nothing, past the capacity or when no memory can be had for
+    /// a new template.
     #[inline]
-    fn slot_mut(&mut self, index: u32) -> Option<(&mut Slot, usize)> {
-        let at = (index as usize).checked_mul(32)?;
-        let s = self
+    pub fn set(&mut self, index: u32, bytes: Slot) -> bool {
+        let Some(at) = (index as usize)
+            .checked_mul(SLOT_BYTES)
+            .filter(|&at| at < self.slot_bytes)
+        else {
+            return false;
+        };
+        let new = if bytes[0] == 0 {
+            0
+        } else {
+            match self.templates.pack(&bytes) {
+                Some(w) => w,
+                None => return false,
+            }
+        };
+        let Some(w) = self
             .map
-            .get_mut(at..self.slot_bytes)?
-            .first_chunk_mut::<32>()?;
-        Some((s, at))
+            .get_mut(at..self.slot_bytes)
+            .and_then(|m| m.first_chunk_mut::<SLOT_BYTES>())
+        else {
+            self.templates.release(new);
+            return false;
+        };
+        let old = u64::from_ne_bytes(*w);
+        *w = new.to_ne_bytes();
+        self.templates.release(old);
+        self.mark_written(at / PAGE_BYTES);
+        true
     }
 
     #[inline]
@@ -233,17 +276,24 @@ impl Slots {
 
     /// Empty the slot at `index`; returns whether it held an address.
     pub fn clear(&mut self, index: u32) -> bool {
-        match self.slot_mut(index) {
-            Some((s, _)) if s[0] != 0 => {
-                *s = [0; 32];
-                true
-            }
-            _ => false,
+        let Some(w) = (index as usize)
+            .checked_mul(SLOT_BYTES)
+            .and_then(|at| self.map.get_mut(at..self.slot_bytes))
+            .and_then(|m| m.first_chunk_mut::<SLOT_BYTES>())
+        else {
+            return false;
+        };
+        let old = u64::from_ne_bytes(*w);
+        if old == 0 {
+            return false;
         }
+        *w = [0; SLOT_BYTES];
+        self.templates.release(old);
+        true
     }
 
     /// Non-empty slots, ascending (only pages ever written are read).
-    pub fn iter(&self) -> impl Iterator<Item = (u32, &Slot)> + '_ {
+    pub fn iter(&self) -> impl Iterator<Item = (u32, Slot)> + '_ {
         let pages = self.written.iter().enumerate().flat_map(|(w, &bits)| {
             (0..64)
                 .filter(move |b| bits & (1u64 << b) != 0)
@@ -254,20 +304,25 @@ impl Slots {
             self.map
                 .get(p * PAGE_BYTES..self.slot_bytes)
                 .unwrap_or(&[])
-                .chunks_exact(32)
+                .chunks_exact(SLOT_BYTES)
                 .take(PAGE_SLOTS)
                 .enumerate()
-                .filter_map(move |(i, s)| {
-                    let s = s.first_chunk::<32>()?;
-                    (s[0] != 0).then_some(((first + i) as u32, s))
+                .filter_map(move |(i, w)| {
+                    let w = u64::from_ne_bytes(*w.first_chunk::<SLOT_BYTES>()?);
+                    Some(((first + i) as u32, self.templates.unpack(w)?))
                 })
         })
     }
 
-    /// Host bytes held: the pages committed (at open, or by the kernel on first write) and
-    /// the bitmap that counts them.
+    /// Templates in use, and addresses kept whole ([`templates`]).
+    pub fn templates(&self) -> (usize, usize) {
+        (self.templates.len(), self.templates.spilled())
+    }
+
+    /// Host bytes held: the pages committed (at open, or by the kernel on first write), the
+    /// bitmap that counts them, and the templates.
     pub fn heap_bytes(&self) -> usize {
-        self.written_pages * PAGE_BYTES + self.written.capacity() * 8
+        self.written_pages * PAGE_BYTES + self.written.capacity() * 8 + self.templates.heap_bytes()
     }
 }
 
@@ -399,89 +454,106 @@ mod tests {
     use super::*;
     use uet_fwif::address::{caps, AddressingMode};
 
+    /// Bytes of `s` that are pages and bitmap: what [`Slots::heap_bytes`] counts besides the
+    /// templates.
+    fn paged(s: &Slots) -> usize {
+        s.heap_bytes() - s.templates.heap_bytes()
+    }
+
     #[test]
     fn slots_are_flat_and_counted_by_page_written() {
-        // 10,000 slots: 4 KiB units.
+        // 10,000 slots: 20 pages of 4 KiB, a bitmap of one word.
         let mut m = Slots::new(10_000).unwrap();
         assert!(m.set(5_000, [1; 32]) && m.set(5_001, [1; 32]));
-        // 79 pages: a bitmap of two words.
-        assert_eq!(m.heap_bytes(), PAGE_BYTES + 16, "one page and the bitmap");
+        assert_eq!(paged(&m), PAGE_BYTES + 8, "one page and the bitmap");
         assert!(m.set(9_999, [1; 32]));
-        assert_eq!(m.heap_bytes(), 2 * PAGE_BYTES + 16);
+        assert_eq!(paged(&m), 2 * PAGE_BYTES + 8);
         assert_eq!(
             m.iter().map(|(i, _)| i).collect::<Vec<_>>(),
             [5_000, 5_001, 9_999]
         );
+        assert_eq!(m.templates(), (1, 0), "one template for the three");
+        assert!(m.heap_bytes() > paged(&m));
 
-        // 2,000,000 slots (64 MB): 4 KiB pages up to 8 MiB, hugepages past it.
+        // 2,000,000 slots (16 MB): 4 KiB pages up to 8 MiB (slot 1,048,576), hugepages past it.
         let mut s = Slots::new(2_000_000).unwrap();
         let bitmap = 2_000_000usize.div_ceil(PAGE_SLOTS * 64) * 8;
         assert!(s.get(2_000_000).is_none());
         assert!(!s.set(2_000_000, [1; 32]), "past the capacity");
         assert!(s.set(100_000, [1; 32]));
-        assert_eq!(s.heap_bytes(), PAGE_BYTES + bitmap, "one page below 8 MiB");
-        assert!(s.set(1_000_000, [1; 32]));
-        assert_eq!(s.get(1_000_000), Some(&[1; 32]));
-        assert_eq!(s.get(1_000_001), Some(&[0; 32]));
+        assert_eq!(paged(&s), PAGE_BYTES + bitmap, "one page below 8 MiB");
+        assert!(s.set(1_500_000, [1; 32]));
+        assert_eq!(s.get(1_500_000), Some([1; 32]));
+        assert_eq!(s.get(1_500_001), None, "empty");
         let both = PAGE_BYTES + HUGEPAGE_BYTES + bitmap;
-        assert_eq!(s.heap_bytes(), both, "and a hugepage past it");
+        assert_eq!(paged(&s), both, "and a hugepage past it");
         assert!(
-            s.set(1_000_001, [2; 32]),
+            s.set(1_500_001, [2; 32]),
             "same hugepage: not counted again"
         );
-        assert!(s.set(1_000_000 + PAGE_SLOTS as u32 * 3, [2; 32]));
-        assert_eq!(s.heap_bytes(), both);
+        assert!(s.set(1_500_000 + PAGE_SLOTS as u32 * 3, [2; 32]));
+        assert_eq!(paged(&s), both);
         assert!(s.clear(100_000));
-        assert!(s.clear(1_000_000 + PAGE_SLOTS as u32 * 3));
+        assert!(s.clear(1_500_000 + PAGE_SLOTS as u32 * 3));
         assert_eq!(
-            s.iter().map(|(i, _)| i).collect::<Vec<_>>(),
-            [1_000_000, 1_000_001]
+            s.iter().collect::<Vec<_>>(),
+            [(1_500_000, [1; 32]), (1_500_001, [2; 32])]
         );
-        assert!(s.clear(1_000_001));
-        assert!(s.clear(1_000_000));
-        assert!(!s.clear(1_000_000));
+        // Overwriting gives the old template back.
+        assert!(s.set(1_500_000, [2; 32]));
+        assert_eq!((s.get(1_500_000), s.templates()), (Some([2; 32]), (1, 0)));
+        assert!(s.clear(1_500_001));
+        assert!(s.clear(1_500_000));
+        assert!(!s.clear(1_500_000));
         assert_eq!(s.iter().count(), 0);
+        assert_eq!(s.templates(), (0, 0), "no template outlives its last slot");
+        // A first byte of 0 is no address: it empties the slot.
+        assert!(s.set(7, [1; 32]) && s.set(7, [0; 32]));
+        assert!(!s.is_filled(7) && s.get(7).is_none());
 
         // A small mirror is committed whole at open, and counted so.
-        let small = Slots::new(2048).unwrap();
+        let small = Slots::new(8192).unwrap();
         assert_eq!(small.heap_bytes(), COMMIT_AT_OPEN_BYTES + 8);
         assert_eq!(small.iter().count(), 0);
         let mut empty = Slots::new(0).unwrap();
         assert!(empty.get(0).is_none());
         assert!(
-            !empty.set(0, [1; 32]) && !empty.clear(0),
+            !empty.set(0, [1; 32]) && !empty.clear(0) && !empty.is_filled(0),
             "the padding is no slot"
         );
+        assert!(!empty.all_filled(0, 1) && !empty.all_filled(u32::MAX, usize::MAX));
         // A partial last hugepage is counted for the pages the mapping has.
-        let mut tail = Slots::new(300_000).unwrap();
-        assert!(tail.set(299_999, [1; 32]));
-        let pages = (300_000 * 32usize).div_ceil(PAGE_BYTES);
+        let mut tail = Slots::new(1_200_000).unwrap();
+        assert!(tail.set(1_199_999, [1; 32]));
+        let pages = (1_200_000 * SLOT_BYTES).div_ceil(PAGE_BYTES);
         let bitmap = pages.div_ceil(64) * 8;
         assert_eq!(
-            tail.heap_bytes(),
+            paged(&tail),
             (pages - HUGEPAGES_FROM_BYTES / PAGE_BYTES) * PAGE_BYTES + bitmap
         );
         let mut ten = Slots::new(10).unwrap();
         assert!(!ten.set(10, [1; 32]) && ten.get(10).is_none());
-        assert!(ten.set(9, [1; 32]) && ten.clear(9));
+        assert!(ten.set(8, [1; 32]) && ten.set(9, [1; 32]));
+        assert!(ten.all_filled(8, 2) && !ten.all_filled(7, 2) && !ten.all_filled(9, 2));
+        assert!(ten.clear(9));
         assert_eq!(empty.heap_bytes(), PAGE_BYTES + 8);
     }
 
     #[test]
     fn filling_in_order_commits_ahead_within_a_quarter_and_counts_only_committed_pages() {
-        // 200,000 slots: 6.4 MB, all below the hugepage part, filled from index 0 as
+        // 200,000 slots: 1.6 MB, all below the hugepage part, filled from index 0 as
         // lowest-free allocation does.
         let n = 200_000u32;
         let mut s = Slots::new(n).unwrap();
-        let pages = (n as usize * 32).div_ceil(PAGE_BYTES);
+        let pages = (n as usize * SLOT_BYTES).div_ceil(PAGE_BYTES);
         let bitmap = pages.div_ceil(64) * 8;
         let mut most_ahead = 0;
         for i in 0..n {
             assert!(s.set(i, [1; 32]));
             if i % 1_000 == 999 || i == n - 1 {
-                let used = (i as usize + 1) * 32;
+                let used = (i as usize + 1) * SLOT_BYTES;
                 let used_pages = used.div_ceil(PAGE_BYTES);
-                let held = s.heap_bytes() - bitmap;
+                let held = paged(&s) - bitmap;
                 assert!(
                     held >= used_pages * PAGE_BYTES,
                     "{i}: every page written counts"
@@ -494,11 +566,7 @@ mod tests {
                 most_ahead = most_ahead.max(ahead);
             }
         }
-        assert_eq!(
-            s.heap_bytes(),
-            pages * PAGE_BYTES + bitmap,
-            "full: every page"
-        );
+        assert_eq!(paged(&s), pages * PAGE_BYTES + bitmap, "full: every page");
         // Where the kernel takes the advice (Linux 5.14 on), pages were committed ahead.
         if s.map
             .advise_range(Advice::PopulateWrite, 0, PAGE_BYTES)
@@ -514,9 +582,9 @@ mod tests {
         for i in 0..n / 2 {
             assert!(half.set(i, [1; 32]));
         }
-        assert!(half.heap_bytes() - bitmap > (n as usize / 2) * 32);
+        assert!(paged(&half) - bitmap > (n as usize / 2) * SLOT_BYTES);
         assert_eq!(half.iter().count(), n as usize / 2);
-        assert_eq!(half.get(n / 2), Some(&[0; 32]));
+        assert_eq!(half.get(n / 2), None);
     }
 
     #[test]
@@ -526,13 +594,13 @@ mod tests {
         // pages per page used, far past a quarter of what is used.
         let n = 200_000u32;
         let mut s = Slots::new(n).unwrap();
-        let pages = (n as usize * 32).div_ceil(PAGE_BYTES);
+        let pages = (n as usize * SLOT_BYTES).div_ceil(PAGE_BYTES);
         let bitmap = pages.div_ceil(64) * 8;
         let mut used = 0;
         for page in (0..pages - 1).step_by(100) {
             assert!(s.set((page * PAGE_SLOTS) as u32, [1; 32]));
             used += 1;
-            let held = (s.heap_bytes() - bitmap) / PAGE_BYTES;
+            let held = (paged(&s) - bitmap) / PAGE_BYTES;
             assert!(
                 held - used <= used / 4,
                 "page {page}: {} pages ahead of {used} in use",

@@ -50,7 +50,7 @@
 //! ([`crate::address`]), for a run of consecutive indices: entry `first + i` becomes
 //! [`crate::NicAvEntry::for_valid_peer_bytes`] of address `i` with the body's JobID, a single
 //! entry with no auth key and no user id. The NIC converts them as it stores them; the host
-//! copies its mirror's slots as they are, and the command moves 32 bytes per entry instead of
+//! hands over the addresses its mirror holds, and the command moves 32 bytes per entry instead of
 //! 72. Entries with an auth key, a user id, or symmetric ranges still take AV_WRITE. Every
 //! address must be one [`crate::UetAddress::bytes_are_valid`] accepts, and no index of the
 //! run may hold a live member of a symmetric range (a single entry may be overwritten), else

@@ -557,7 +557,7 @@ fn flat_slots(n: usize, batch: usize, ops: &[String], addrs: &[u8]) -> Result<Ve
         for op in LOOKUP_PASSES {
             let ns = scattered_lookups(&fi_addrs, |fa, addr| {
                 if let Some(s) = slots.get(fa as u32) {
-                    *addr = *s;
+                    *addr = s;
                 }
                 Ok(())
             })?;
