@@ -133,13 +133,15 @@ impl Slots {
         Ok(slots)
     }
 
-    /// The word of the slot at `index`; `None` past the capacity.
+    /// The word of the slot at `index`; `None` past the mapping. A table smaller than a page
+    /// is mapped as a page, whose words past the capacity read as empty slots (nothing writes
+    /// them), so the capacity need not be checked apart: one comparison on the lookup path.
     #[inline(always)]
     fn word(&self, index: u32) -> Option<u64> {
         let at = (index as usize).checked_mul(SLOT_BYTES)?;
         let w = self
             .map
-            .get(at..self.slot_bytes)?
+            .get(at..at.checked_add(SLOT_BYTES)?)?
             .first_chunk::<SLOT_BYTES>()?;
         Some(u64::from_ne_bytes(*w))
     }
