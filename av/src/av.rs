@@ -208,11 +208,13 @@
 //!
 //! ## Memory
 //!
-//! The mirror keeps each address as its 32 serialized bytes (an all-zero slot is empty: every
-//! valid address has a non-zero version nibble in byte 0), and the index allocator about one bit
-//! per index: ~32.2 host bytes per entry. The mirror grows with the highest index used, not
-//! with `count`, by a quarter at a time (capped at `count`), so it never exceeds ~40 bytes per
-//! entry while growing.
+//! The mirror keeps each address in one 8-byte word: the bits in which the peers of a job
+//! differ, and the id of a template holding the rest ([`crate::mirror::templates`]; a zero
+//! word is empty). With the index allocator's bit per index, that is ~8.2 host bytes per
+//! entry for one job's peers; an address past the last template costs 32 bytes more. The
+//! mirror's memory grows with the highest index used, not with `count`, at most a quarter
+//! ahead of use ([`crate::mirror::Slots`]), so it stays under ~10.5 bytes per entry while
+//! growing.
 
 use core::fmt::Write as _;
 use std::sync::{Arc, Weak};

@@ -27,9 +27,10 @@
 //! | 15..0  | Fabric Address, low 16 bits (bytes 18–19 for IPv4, 30–31 for IPv6)   |
 //!
 //! Bits 51..48 and 39..36 are 0. PIDonFEP sits where it sits in the address's first word
-//! (see [`Words`]), and each other field one shift from its place, so that a lookup rebuilds
-//! an address in a dozen instructions: at a million scattered lookups, how many are in
-//! flight at once, and so the time per lookup, depends on how few instructions each takes.
+//! (the address read as four little-endian words), and each other field one shift from its
+//! place, so that a lookup rebuilds an address in a dozen instructions: at a million
+//! scattered lookups, how many are in flight at once, and so the time per lookup, depends on
+//! how few instructions each takes.
 //!
 //! A spilled word holds, in bits 51..0, the index of the address in a table of whole
 //! addresses. An address is spilled only when [`MAX_TEMPLATES`] templates are in use, or
