@@ -2571,19 +2571,12 @@ impl<N: NicAvTable> AddressVector<N> {
     /// groups the group, are ignored.
     pub fn index_of(&self, fi_addr: FiAddr) -> Result<u32, FiError> {
         if let Some(index) = self.decoder.index(fi_addr) {
-            if self.single_slot_at(index).is_some() {
-                // A single entry in use: its index, without copying its address.
+            if self.slots.is_filled(index) && !self.is_revoked(index) {
+                // A single entry in use: its index, without reading its address.
                 return Ok(index);
             }
         }
         self.slot_of(fi_addr).map(|(index, _)| index)
-    }
-
-    /// The mirror slot at `index` when it holds a single (not symmetric-range) entry in use.
-    #[inline]
-    fn single_slot_at(&self, index: u32) -> Option<[u8; ADDR_LEN]> {
-        let slot = self.slots.get(index)?;
-        (!self.is_revoked(index)).then_some(slot)
     }
 
     fn slot_of(&self, fi_addr: FiAddr) -> Result<(u32, [u8; ADDR_LEN]), FiError> {
