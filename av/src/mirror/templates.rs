@@ -169,6 +169,10 @@ pub struct Templates {
     users: Vec<u32>,
     /// The id of each template in use, by image.
     by_image: HashMap<Words, u16, foldhash::fast::RandomState>,
+    /// Buckets of `by_image`'s table: the most its capacity has implied. Its capacity is what
+    /// it can take before it grows, which is less than its buckets (7 in 8 of them), and less
+    /// again once removals leave tombstones; the table never shrinks.
+    buckets: usize,
     /// Ids freed, to be given again. Room for every id is reserved as ids are made, so a
     /// release never allocates.
     free_ids: Vec<u16>,
@@ -237,6 +241,11 @@ impl Templates {
     /// so that adding it cannot fail half way.
     fn reserve_one(&mut self) -> Result<(), TryReserveError> {
         self.by_image.try_reserve(1)?;
+        // Just after the table grows, or is rehashed, its capacity is all its buckets allow.
+        let buckets = (self.by_image.capacity() * 8)
+            .div_ceil(7)
+            .next_power_of_two();
+        self.buckets = self.buckets.max(buckets);
         if self.free_ids.is_empty() {
             self.rows.try_reserve(2)?;
             self.users.try_reserve(2)?;
@@ -335,13 +344,29 @@ impl Templates {
         self.spilled.len() - self.spilled_free.len()
     }
 
+    /// Heap bytes of `by_image`'s table: an entry and a control byte per bucket, and a group
+    /// of control bytes more (16 where SSE2 probes them, else a word's).
+    fn table_bytes(&self) -> usize {
+        const GROUP: usize = if cfg!(all(
+            target_feature = "sse2",
+            any(target_arch = "x86", target_arch = "x86_64")
+        )) {
+            16
+        } else {
+            core::mem::size_of::<usize>()
+        };
+        match self.buckets {
+            0 => 0,
+            n => n * (core::mem::size_of::<(Words, u16)>() + 1) + GROUP,
+        }
+    }
+
     /// Heap bytes held.
     pub fn heap_bytes(&self) -> usize {
         use core::mem::size_of;
         self.rows.capacity() * size_of::<Row>()
             + self.users.capacity() * size_of::<u32>()
-            // A hash table's entry and its control byte.
-            + self.by_image.capacity() * (size_of::<(Words, u16)>() + 1)
+            + self.table_bytes()
             + self.free_ids.capacity() * size_of::<u16>()
             + self.spilled.capacity() * size_of::<Slot>()
             + self.spilled_free.capacity() * size_of::<u32>()
