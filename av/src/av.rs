@@ -2844,9 +2844,8 @@ impl<N: NicAvTable> AddressVector<N> {
     }
 }
 
-/// The part of a rolled-back batch's message that counts the indices lost (see [`lost`]).
-/// The error of an insert that found no memory for its slot's template (see
-/// [`crate::mirror::templates`]).
+/// The error of an insert that found no memory for its slot's template, nor for the address
+/// whole (see [`crate::mirror::templates`]).
 #[cold]
 fn no_slot_memory() -> FiError {
     FiError::new(
@@ -2855,6 +2854,7 @@ fn no_slot_memory() -> FiError {
     )
 }
 
+/// The part of a rolled-back batch's message that counts the indices lost (see [`lost`]).
 fn lost_note(lost: u64) -> String {
     if lost == 0 {
         return String::new();
