@@ -733,7 +733,7 @@ pub struct AddressVector<N: NicAvTable> {
     /// format a string, and on an `FI_EVENT` AV, whose lookups also ask whether the NIC refused
     /// the index's insert. [`AddressVector::lookup`] takes its short path below it.
     plain_index_end: u64,
-    /// Serialized address of every single entry, one flat mapping; all zero = empty.
+    /// The address of every single entry, a word per index in one flat mapping; zero = empty.
     slots: Slots,
     /// Symmetric ranges: indices whose addresses follow a rule rather than a slot.
     ranges: Ranges,
