@@ -41,7 +41,8 @@
 //! themselves (the bits a slot does not hold belong to the template). So the packing needs
 //! no knowledge of which addresses are well formed.
 //!
-//! A template lives while slots use it: the last slot that releases it frees its id.
+//! A template lives while slots use it: the last slot that releases it frees its id. An
+//! address kept whole stays so until it is removed, even once a template id is free again.
 
 use std::collections::hash_map::{Entry, HashMap};
 use std::collections::TryReserveError;
@@ -300,23 +301,36 @@ impl Templates {
     }
 
     /// Give back the use a slot word took ([`Templates::pack`]); a template's last use frees
-    /// its id. Nothing for an empty slot.
+    /// its id. Nothing for an empty slot, nor for a word whose use was already given back (a
+    /// free template id, or a whole entry already freed), so that a second release cannot
+    /// put an id or entry on a free list twice and have two addresses share it.
     pub fn release(&mut self, word: u64) {
         let id = template_id(word);
         if id == 0 {
             return;
         }
         if id == SPILLED {
+            let Some((at, entry)) = usize::try_from(word & FIELDS)
+                .ok()
+                .and_then(|at| Some((at, self.spilled.get_mut(at)?)))
+            else {
+                return;
+            };
+            // A freed entry is all zero (no address is: its first byte holds the version).
+            if *entry == [0; ADDRESS_BYTES] {
+                return;
+            }
+            *entry = [0; ADDRESS_BYTES];
             // Room for every entry was reserved when it was added.
-            if let Ok(at) = u32::try_from(word & FIELDS) {
+            if let Ok(at) = u32::try_from(at) {
                 self.spilled_free.push(at);
             }
             return;
         }
-        let Some(users) = self.users.get_mut(usize::from(id)) else {
+        let Some(users) = self.users.get_mut(usize::from(id)).filter(|u| **u > 0) else {
             return;
         };
-        *users = users.saturating_sub(1);
+        *users -= 1;
         if *users == 0 {
             if let Some(row) = self.rows.get(usize::from(id)) {
                 self.by_image.remove(&row.image);
@@ -470,6 +484,42 @@ mod tests {
         let w = t.pack(&a).unwrap();
         assert_ne!(template_id(w), template_id(w1));
         assert_eq!((t.len(), t.unpack(w)), (2, Some(a)));
+    }
+
+    #[test]
+    fn a_second_release_of_a_word_frees_nothing_twice() {
+        let mut t = Templates::default();
+        let a = peer(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), 1, 0);
+        let w = t.pack(&a).unwrap();
+        t.release(w);
+        t.release(w);
+        let b = peer(IpAddr::V4(Ipv4Addr::new(10, 1, 0, 1)), 1, 0);
+        let c = peer(IpAddr::V4(Ipv4Addr::new(10, 2, 0, 1)), 1, 0);
+        let (wb, wc) = (t.pack(&b).unwrap(), t.pack(&c).unwrap());
+        assert_ne!(template_id(wb), template_id(wc), "one freed id, given once");
+        assert_eq!((t.unpack(wb), t.unpack(wc)), (Some(b), Some(c)));
+
+        // The same for an address kept whole.
+        let mut t = Templates::default();
+        let subnet = |k: u32| peer(IpAddr::V4(Ipv4Addr::from(0x0A00_0000 + (k << 16))), 1, 0);
+        for k in 0..MAX_TEMPLATES as u32 {
+            t.pack(&subnet(k)).unwrap();
+        }
+        let whole = t.pack(&subnet(5_000)).unwrap();
+        assert_eq!(template_id(whole), SPILLED);
+        t.release(whole);
+        t.release(whole);
+        assert_eq!(t.spilled(), 0);
+        let (x, y) = (
+            t.pack(&subnet(5_001)).unwrap(),
+            t.pack(&subnet(5_002)).unwrap(),
+        );
+        assert_ne!(x, y, "one freed entry, given once");
+        assert_eq!(
+            (t.unpack(x), t.unpack(y)),
+            (Some(subnet(5_001)), Some(subnet(5_002)))
+        );
+        assert_eq!(t.spilled(), 2);
     }
 
     #[test]
