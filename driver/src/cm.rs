@@ -200,8 +200,9 @@ struct CmInner {
     generation: u64,
     /// How long a connection request waits for its answer; `None`: without end.
     connect_timeout: Option<Duration>,
-    /// When the pending connection request times out, while it is pending.
-    connect_deadline: Option<Instant>,
+    /// When the pending connection request times out, while it is pending, and the timeout
+    /// it was made with (what its `FI_ETIMEDOUT` entry says it waited).
+    connect_deadline: Option<(Instant, Duration)>,
 }
 
 /// The state a connection shares with its progress thread.
@@ -605,7 +606,7 @@ impl Connection {
     /// is then refused: a late ACCEPT is answered with a REJECT, see
     /// [`Connection::on_received`]); the deadline while it is still pending.
     fn expire(&self, inner: &mut CmInner) -> Option<Instant> {
-        let deadline = inner.connect_deadline?;
+        let (deadline, waited) = inner.connect_deadline?;
         if self.get() != CONNECTING {
             inner.connect_deadline = None;
             return None;
@@ -615,7 +616,6 @@ impl Connection {
         }
         inner.connect_deadline = None;
         self.set(REFUSED);
-        let waited = inner.connect_timeout.unwrap_or_default();
         self.post_error(
             inner,
             FiErrno::FI_ETIMEDOUT,
@@ -1452,7 +1452,7 @@ impl Endpoint {
         }
         inner.connect_deadline = inner
             .connect_timeout
-            .and_then(|t| Instant::now().checked_add(t));
+            .and_then(|t| Some((Instant::now().checked_add(t)?, t)));
         let deadline = inner.connect_deadline.is_some();
         drop(inner);
         // The progress thread sleeps with no deadline in view: it sleeps again with this one.

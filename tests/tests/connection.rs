@@ -844,3 +844,30 @@ fn a_reject_after_the_request_timed_out_is_dropped() {
     assert!(eq_c.is_empty(), "no second error for one request");
     assert!(!client.is_connected());
 }
+
+/// The timeout a request times out after is the one it was made with: setting another
+/// while it is pending (for a later `connect`, as the provider does at each `fi_connect`)
+/// changes neither its deadline nor what its `FI_ETIMEDOUT` entry says it waited.
+#[test]
+fn a_timed_out_request_reports_the_timeout_it_was_made_with() {
+    let (_f, fns) = fabric(2);
+    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
+    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
+    let pep = listen(&ns, &eq_l);
+    for later in [None, Some(Duration::from_secs(3600))] {
+        let (mut client, eq_c) = msg_ep(&nc);
+        client.set_connect_timeout(Some(SHORT)).unwrap();
+        client
+            .connect(&pep.address().to_bytes().unwrap(), b"")
+            .unwrap();
+        client.set_connect_timeout(later).unwrap();
+        let err = wait_error(&eq_c);
+        assert_eq!(err.err, FiErrno::FI_ETIMEDOUT, "{later:?}");
+        assert!(
+            err.err_data.contains(&format!("{SHORT:?}")),
+            "{later:?}: {}",
+            err.err_data
+        );
+        assert_eq!(wait_event(&eq_l).kind, EqEventKind::ConnReq);
+    }
+}
