@@ -1633,13 +1633,14 @@ unsafe extern "C" fn ep_connect(
 
 /// The environment variable giving `fi_connect`'s timeout, in milliseconds: how long a
 /// connection request waits for an accept or a reject before it ends with an `FI_ETIMEDOUT`
-/// error entry. `0`: no deadline; unset: [`uet_driver::CM_CONNECT_TIMEOUT`] (5 s). Read at
-/// each `fi_connect`.
+/// error entry. `0`, or more than 64 bits of milliseconds: no deadline; unset:
+/// [`uet_driver::CM_CONNECT_TIMEOUT`] (5 s). Read at each `fi_connect`.
 pub const CONNECT_TIMEOUT_VAR: &str = "FI_UET_CONNECT_TIMEOUT";
 
 /// `fi_connect`'s timeout from `value`, the value of [`CONNECT_TIMEOUT_VAR`] (`None` when
-/// unset); `None` for no deadline. A value that is not a number of milliseconds is logged,
-/// and the default taken.
+/// unset); `None` for no deadline. A number of milliseconds too large for 64 bits (longer
+/// than any deadline the clock holds) is no deadline too. A value that is not a number of
+/// milliseconds is logged, and the default taken.
 pub fn connect_timeout(value: Option<&str>) -> Option<std::time::Duration> {
     let default = Some(uet_driver::CM_CONNECT_TIMEOUT);
     let Some(v) = value else {
@@ -1648,6 +1649,7 @@ pub fn connect_timeout(value: Option<&str>) -> Option<std::time::Duration> {
     match v.trim().parse::<u64>() {
         Ok(0) => None,
         Ok(ms) => Some(std::time::Duration::from_millis(ms)),
+        Err(e) if *e.kind() == std::num::IntErrorKind::PosOverflow => None,
         Err(_) => {
             tracing::warn!(
                 "{CONNECT_TIMEOUT_VAR}={v:?} is not a number of milliseconds; \

@@ -3240,8 +3240,23 @@ fn the_connect_timeout_variable_is_milliseconds_and_falls_back_on_bad_values() {
         Some(Duration::from_secs(10))
     );
     assert_eq!(connect_timeout(Some("0")), None);
-    for bad in ["", "5s", "-1", "1.5", "18446744073709551616", "soon"] {
+    for bad in ["", "5s", "-1", "1.5", "soon"] {
         assert_eq!(connect_timeout(Some(bad)), default, "{bad:?}");
+    }
+}
+
+/// A number of milliseconds too large for 64 bits is a number all the same, and a timeout
+/// longer than any deadline the clock can hold: no deadline, not the 5 s default.
+#[test]
+fn a_connect_timeout_beyond_64_bits_of_milliseconds_is_no_deadline() {
+    use std::time::Duration;
+    use uet_fi::ep::connect_timeout;
+    assert_eq!(
+        connect_timeout(Some("18446744073709551615")),
+        Some(Duration::from_millis(u64::MAX))
+    );
+    for huge in ["18446744073709551616", " 99999999999999999999999999 "] {
+        assert_eq!(connect_timeout(Some(huge)), None, "{huge:?}");
     }
 }
 
