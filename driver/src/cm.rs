@@ -1518,7 +1518,10 @@ impl Endpoint {
     /// has left before the control channel goes; at most [`CLOSE_SHUTDOWN_WAIT`] in all.
     /// An endpoint closed as its connection comes up counts as connected: an ACCEPT already
     /// received is taken in first, and an accept in flight is waited for (its peer is
-    /// connected once the ACCEPT is delivered). Nothing to do for an endpoint not connected.
+    /// connected once the ACCEPT is delivered). An endpoint not connected sends nothing, but
+    /// what it sent still leaves first: the REJECT that answers an ACCEPT arriving after
+    /// its request timed out (which its peer needs, to learn it is not connected), or its
+    /// request, within the same wait.
     pub(crate) fn shut_down_at_close(&mut self) {
         let Some(conn) = self.cm.as_ref().map(|l| l.shared.clone()) else {
             return;
@@ -1528,6 +1531,12 @@ impl Endpoint {
         // The state changes only under the lock, in a pass that took in a completion.
         conn.wait_until(deadline, |_| conn.get() != ACCEPTING);
         if !self.is_connected() {
+            if !conn.wait_until(deadline, |inner| inner.lane.in_flight().0 == 0) {
+                tracing::debug!(
+                    fid = conn.fid,
+                    "a control message sent before close did not complete"
+                );
+            }
             return;
         }
         if let Err(e) = conn.when_room(deadline, || self.shutdown()) {
