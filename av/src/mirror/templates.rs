@@ -44,7 +44,7 @@
 //! A template lives while slots use it: the last slot that releases it frees its id. An
 //! address kept whole stays so until it is removed, even once a template id is free again.
 
-use std::collections::hash_map::{Entry, HashMap};
+use core::hash::BuildHasher;
 use std::collections::TryReserveError;
 use uet_fwif::address::{flags, ADDRESS_BYTES};
 
@@ -60,6 +60,9 @@ pub const SPILLED: u16 = 0xFFF;
 /// Templates a mirror keeps at most: ids 1 to 4,094 (0 is an empty slot, 4,095
 /// [`SPILLED`]).
 pub const MAX_TEMPLATES: usize = SPILLED as usize - 1;
+
+/// Whole addresses the table of them grows by at least.
+const SPILL_GROWTH_MIN: usize = 64;
 
 /// The bits of a word below the template id.
 const FIELDS: u64 = (1 << ID_SHIFT) - 1;
@@ -160,6 +163,19 @@ pub fn template_id(word: u64) -> u16 {
     (word >> ID_SHIFT) as u16
 }
 
+/// Whether template `id` of `rows` is `image`.
+#[inline]
+fn is_row(rows: &[Row], id: u16, image: &Words) -> bool {
+    rows.get(usize::from(id))
+        .is_some_and(|r| same(&r.image, image))
+}
+
+/// The hash of template `id`'s image (what the table rehashes with as it grows).
+fn hash_row(hasher: &foldhash::fast::RandomState, rows: &[Row], id: u16) -> u64 {
+    rows.get(usize::from(id))
+        .map_or(0, |r| hasher.hash_one(r.image))
+}
+
 /// The templates of one mirror, and the addresses it keeps whole.
 #[derive(Debug, Default)]
 pub struct Templates {
@@ -168,12 +184,11 @@ pub struct Templates {
     rows: Vec<Row>,
     /// Slots using each template; 0 for a free id.
     users: Vec<u32>,
-    /// The id of each template in use, by image.
-    by_image: HashMap<Words, u16, foldhash::fast::RandomState>,
-    /// Buckets of `by_image`'s table: the most its capacity has implied. Its capacity is what
-    /// it can take before it grows, which is less than its buckets (7 in 8 of them), and less
-    /// again once removals leave tombstones; the table never shrinks.
-    buckets: usize,
+    /// The ids of the templates in use, hashed by image: the table holds only ids (the image
+    /// is the row's), three bytes a bucket where a map keyed by image would hold forty.
+    by_image: hashbrown::HashTable<u16>,
+    /// How images are hashed.
+    hasher: foldhash::fast::RandomState,
     /// Ids freed, to be given again. Room for every id is reserved as ids are made, so a
     /// release never allocates.
     free_ids: Vec<u16>,
@@ -210,7 +225,9 @@ impl Templates {
     /// The id of template `image`, made if it is new; `None` when none can be made.
     #[cold]
     fn find_or_add(&mut self, image: &Words) -> Option<u16> {
-        if let Some(&id) = self.by_image.get(image) {
+        let hash = self.hasher.hash_one(image);
+        let rows = &self.rows;
+        if let Some(&id) = self.by_image.find(hash, |&id| is_row(rows, id, image)) {
             return Some(id);
         }
         if self.by_image.len() >= MAX_TEMPLATES || self.reserve_one().is_err() {
@@ -232,21 +249,24 @@ impl Templates {
                 u16::try_from(self.rows.len() - 1).ok()?
             }
         };
-        if let Entry::Vacant(v) = self.by_image.entry(*image) {
-            v.insert(id);
-        }
+        let (rows, hasher) = (&self.rows, &self.hasher);
+        self.by_image
+            .insert_unique(hash, id, |&id| hash_row(hasher, rows, id));
         Some(id)
     }
 
     /// Room for one more template everywhere it is kept (and for its id on the free list),
     /// so that adding it cannot fail half way.
-    fn reserve_one(&mut self) -> Result<(), TryReserveError> {
-        self.by_image.try_reserve(1)?;
-        // Just after the table grows, or is rehashed, its capacity is all its buckets allow.
-        let buckets = (self.by_image.capacity() * 8)
-            .div_ceil(7)
-            .next_power_of_two();
-        self.buckets = self.buckets.max(buckets);
+    fn reserve_one(&mut self) -> Result<(), ()> {
+        let (rows, hasher) = (&self.rows, &self.hasher);
+        self.by_image
+            .try_reserve(1, |&id| hash_row(hasher, rows, id))
+            .map_err(|_| ())?;
+        self.reserve_rows().map_err(|_| ())
+    }
+
+    /// Room for one more row, and for every id on the free list.
+    fn reserve_rows(&mut self) -> Result<(), TryReserveError> {
         if self.free_ids.is_empty() {
             self.rows.try_reserve(2)?;
             self.users.try_reserve(2)?;
@@ -266,10 +286,15 @@ impl Templates {
                 at
             }
             None => {
-                self.spilled.try_reserve(1).ok()?;
-                let want = self.spilled.len() + 1;
+                if self.spilled.len() == self.spilled.capacity() {
+                    // A quarter more at a time (as the slots are committed), not double: an
+                    // AV whose addresses are all kept whole holds at most a quarter ahead.
+                    let more = (self.spilled.len() / 4).max(SPILL_GROWTH_MIN);
+                    self.spilled.try_reserve_exact(more).ok()?;
+                }
+                let want = self.spilled.capacity();
                 self.spilled_free
-                    .try_reserve(want.saturating_sub(self.spilled_free.len()))
+                    .try_reserve_exact(want.saturating_sub(self.spilled_free.len()))
                     .ok()?;
                 let at = u32::try_from(self.spilled.len()).ok()?;
                 self.spilled.push(*bytes);
@@ -333,7 +358,10 @@ impl Templates {
         *users -= 1;
         if *users == 0 {
             if let Some(row) = self.rows.get(usize::from(id)) {
-                self.by_image.remove(&row.image);
+                let hash = self.hasher.hash_one(row.image);
+                if let Ok(entry) = self.by_image.find_entry(hash, |&other| other == id) {
+                    entry.remove();
+                }
             }
             // Room for every id was reserved when it was made.
             self.free_ids.push(id);
@@ -358,29 +386,12 @@ impl Templates {
         self.spilled.len() - self.spilled_free.len()
     }
 
-    /// Heap bytes of `by_image`'s table: an entry and a control byte per bucket, and a group
-    /// of control bytes more (16 where SSE2 probes them, else a word's).
-    fn table_bytes(&self) -> usize {
-        const GROUP: usize = if cfg!(all(
-            target_feature = "sse2",
-            any(target_arch = "x86", target_arch = "x86_64")
-        )) {
-            16
-        } else {
-            core::mem::size_of::<usize>()
-        };
-        match self.buckets {
-            0 => 0,
-            n => n * (core::mem::size_of::<(Words, u16)>() + 1) + GROUP,
-        }
-    }
-
     /// Heap bytes held.
     pub fn heap_bytes(&self) -> usize {
         use core::mem::size_of;
         self.rows.capacity() * size_of::<Row>()
             + self.users.capacity() * size_of::<u32>()
-            + self.table_bytes()
+            + self.by_image.allocation_size()
             + self.free_ids.capacity() * size_of::<u16>()
             + self.spilled.capacity() * size_of::<Slot>()
             + self.spilled_free.capacity() * size_of::<u32>()
