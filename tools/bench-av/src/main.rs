@@ -40,13 +40,21 @@
 //!
 //! `op=lookup_cached` is a second pass of the same lookups right after the first (`op=lookup`,
 //! which comes right after the inserts, as in the anchor). The first pass pays for what the
-//! inserts left in the caches: at 100,000 entries the mirror's 3.2 MB fits the last-level
-//! cache beside the flat floor's input, but not beside the NIC table and source CAM the
-//! in-process simulator keeps in host memory (a NIC keeps them in its own); the second finds
-//! the slots the first brought in. Their difference is cache misses, not work of the AV's.
+//! inserts left in the caches: at 100,000 entries the mirror (800 KB) and the `fi_addr` array
+//! the lookups read (800 KB) do not both fit a core's L2, and the inserts' input, and the NIC
+//! table and source CAM the in-process simulator keeps in host memory (a NIC keeps them in its
+//! own), push them further out; the second finds the slots the first brought in. Their
+//! difference is cache misses, not work of the AV's.
+//!
+//! `op=insert_batch_unshared` and `op=lookup_unshared` (`--ops unshared`, not in the
+//! anchor) measure the mirror's worst case: peers whose addresses share nothing but what a
+//! slot holds (each its own IPv6 /112), so that each of the first 4,094 takes a template of
+//! its own and every later one is kept whole beside its slot
+//! (`uet_av::mirror::templates`): a lookup then takes two dependent cache misses, and an
+//! entry 40 bytes.
 //!
 //! `--ops` picks the operations (`insert`, which also measures lookup and remove; `insert_batch`;
-//! `insertsym`; `source_catch_up`), all four by default. An unreported warm-up round at 1,000
+//! `insertsym`; `source_catch_up`; `unshared`), all five by default. An unreported warm-up round at 1,000
 //! entries of each implementation comes first. `--rounds R` measures everything R times (a
 //! fresh AV each time) and prints the median, with `rounds=R min=<x> max=<y>` after it: on a
 //! shared 2-core machine one round can be off by a third either way.
@@ -76,8 +84,8 @@ struct Args {
     #[arg(long, default_value_t = 256)]
     batch: usize,
     /// Operations to measure: insert (with lookup and remove), insert_batch, insertsym,
-    /// source_catch_up (uet-nic only).
-    #[arg(long, value_delimiter = ',', default_values_t = ["insert".to_string(), "insert_batch".to_string(), "insertsym".to_string(), "source_catch_up".to_string()])]
+    /// source_catch_up (uet-nic only), unshared (the mirror's worst case).
+    #[arg(long, value_delimiter = ',', default_values_t = ["insert".to_string(), "insert_batch".to_string(), "insertsym".to_string(), "source_catch_up".to_string(), "unshared".to_string()])]
     ops: Vec<String>,
     /// Rounds per entry count and implementation (1 to 1000); the median is printed.
     #[arg(long, default_value_t = 1)]
@@ -110,11 +118,17 @@ struct Figure {
     bytes: f64,
 }
 
-/// Every `--ops` value.
 /// The most rounds a run measures: each keeps its figures until the medians are taken.
 const MAX_ROUNDS: usize = 1000;
 
-const OPS: [&str; 4] = ["insert", "insert_batch", "insertsym", "source_catch_up"];
+/// Every `--ops` value.
+const OPS: [&str; 5] = [
+    "insert",
+    "insert_batch",
+    "insertsym",
+    "source_catch_up",
+    "unshared",
+];
 
 /// Every `--impl` value.
 const IMPLS: [&str; 3] = ["uet-nic", "uet-host", "flat-slots"];
@@ -176,6 +190,9 @@ fn run<N: NicAvTable>(
     }
     if wanted("insert_batch") {
         batched(n, batch, addrs, &mut fi_addrs, open(n)?, &mut out)?;
+    }
+    if wanted("unshared") {
+        unshared(n, batch, open(n)?, &mut out)?;
     }
     if wanted("insertsym") {
         // Whole nodes of 8: the AV holds the last one, however few of it the count needs.
@@ -295,6 +312,77 @@ fn batched<N: NicAvTable>(
         n,
         ns: batch_ns,
         bytes: av.host_bytes() as f64 / n as f64,
+    });
+    Ok(())
+}
+
+/// Peer `i` of `op=unshared`: an IPv6 address of a /112 of its own, so that nothing but
+/// what a mirror slot holds is shared with another peer.
+fn unshared_peer(i: usize) -> [u8; 32] {
+    let i = i as u32;
+    UetAddress {
+        caps: caps::AI_BASE,
+        mode: AddressingMode::Relative,
+        max_msg_mtu: false,
+        pid_on_fep: 1 + (i % 8) as u16,
+        fabric_addr: IpAddr::V6(std::net::Ipv6Addr::new(
+            0xfd00,
+            0,
+            0,
+            0,
+            0,
+            (i >> 16) as u16,
+            i as u16,
+            1,
+        )),
+        ri_start: 1,
+        ri_count: 4,
+        initiator: i,
+    }
+    .to_bytes()
+    .unwrap_or([0; 32]) // every generated address is valid; an invalid one fails its insert
+}
+
+/// The mirror's worst case: `n` unshared peers inserted `batch` at a time, then looked up
+/// in the anchor's scattered order.
+fn unshared<N: NicAvTable>(
+    n: usize,
+    batch: usize,
+    mut av: AddressVector<N>,
+    out: &mut Vec<Figure>,
+) -> Result<(), String> {
+    let addrs: Vec<u8> = (0..n).flat_map(unshared_peer).collect();
+    let mut fi_addrs = vec![0u64; n];
+    let t = Instant::now();
+    let mut done = 0;
+    for (chunk, fa) in addrs
+        .chunks(batch.max(1).saturating_mul(32))
+        .zip(fi_addrs.chunks_mut(batch.max(1)))
+    {
+        done += av
+            .insert(chunk, chunk.len() / 32, Some(fa), 0)
+            .map_err(|e| e.to_string())?;
+    }
+    if done != n {
+        return Err(format!("unshared insert stored {done} of {n}"));
+    }
+    let ns = t.elapsed().as_nanos() as f64 / n as f64;
+    let bytes = av.host_bytes() as f64 / n as f64;
+    out.push(Figure {
+        op: "insert_batch_unshared",
+        n,
+        ns,
+        bytes,
+    });
+    let ns = scattered_lookups(&fi_addrs, |fa, addr| {
+        let mut len = addr.len();
+        av.lookup(fa, addr, &mut len).map_err(|e| e.to_string())
+    })?;
+    out.push(Figure {
+        op: "lookup_unshared",
+        n,
+        ns,
+        bytes,
     });
     Ok(())
 }
