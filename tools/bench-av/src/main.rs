@@ -51,7 +51,7 @@
 //! slot holds (each its own IPv6 /112), so that each of the first 4,094 takes a template of
 //! its own and every later one is kept whole beside its slot
 //! (`uet_av::mirror::templates`): a lookup then takes two dependent cache misses, and an
-//! entry 40 bytes.
+//! entry about 45 bytes.
 //!
 //! `--ops` picks the operations (`insert`, which also measures lookup and remove; `insert_batch`;
 //! `insertsym`; `source_catch_up`; `unshared`), all five by default. An unreported warm-up round at 1,000
