@@ -88,3 +88,24 @@ fn templates_count_every_byte_they_hold() {
         "released templates still hold their room"
     );
 }
+
+#[test]
+fn addresses_kept_whole_count_every_byte_they_hold() {
+    let before = live();
+    let mut t = Templates::default();
+    let mut words = Vec::with_capacity(MAX_TEMPLATES + 5_000);
+    let test_bytes = words.capacity() * 8;
+    for k in 0..MAX_TEMPLATES as u32 {
+        words.push(t.pack(&subnet(k)).unwrap());
+    }
+    let mut most_off = 0usize;
+    for k in 0..5_000u32 {
+        words.push(t.pack(&subnet(MAX_TEMPLATES as u32 + k)).unwrap());
+        let held = live() - before - test_bytes;
+        let counted = t.heap_bytes();
+        assert!(counted >= held, "{k}: {counted} bytes counted, {held} held");
+        most_off = most_off.max(counted - held);
+    }
+    assert_eq!(t.spilled(), 5_000);
+    assert!(most_off <= 64, "counted up to {most_off} bytes too many");
+}
