@@ -33,7 +33,7 @@
 //! how few instructions each takes.
 //!
 //! A spilled word holds, in bits 51..0, the index of the address in a table of whole
-//! addresses. An address is spilled only when [`MAX_TEMPLATES`] templates are in use, or
+//! addresses (all ones for the all-zero address, which needs no entry). An address is spilled only when [`MAX_TEMPLATES`] templates are in use, or
 //! when memory for a new template cannot be had: two cache misses per lookup instead of
 //! one, and nothing lost.
 //!
@@ -66,6 +66,12 @@ const SPILL_GROWTH_MIN: usize = 64;
 
 /// The bits of a word below the template id.
 const FIELDS: u64 = (1 << ID_SHIFT) - 1;
+
+/// The index a [`SPILLED`] word holds for the all-zero address, which takes no entry of the
+/// table of whole addresses: a freed entry is all zero, so an all-zero address kept there
+/// would look free and never be given back. No entry has this index (there are fewer than
+/// 2^32).
+const ZERO_WHOLE: u64 = FIELDS;
 
 /// An address as four little-endian words: byte `k` of the address is bits `8 * (k % 8)..`
 /// of word `k / 8`. Packing works on words, so that an address is rebuilt in registers and
@@ -280,6 +286,9 @@ impl Templates {
     /// Keep `bytes` whole: the word of a [`SPILLED`] slot.
     #[cold]
     fn spill(&mut self, bytes: &Slot) -> Option<u64> {
+        if *bytes == [0; ADDRESS_BYTES] {
+            return Some((u64::from(SPILLED) << ID_SHIFT) | ZERO_WHOLE);
+        }
         let at = match self.spilled_free.pop() {
             Some(at) => {
                 *self.spilled.get_mut(at as usize)? = *bytes;
@@ -320,6 +329,9 @@ impl Templates {
 
     #[cold]
     fn unpack_spilled(&self, word: u64) -> Option<Slot> {
+        if word & FIELDS == ZERO_WHOLE {
+            return Some([0; ADDRESS_BYTES]);
+        }
         self.spilled
             .get(usize::try_from(word & FIELDS).ok()?)
             .copied()
@@ -341,7 +353,8 @@ impl Templates {
             else {
                 return;
             };
-            // A freed entry is all zero (no address is: its first byte holds the version).
+            // A freed entry is all zero (no address kept in the table is: the all-zero one
+            // takes no entry, and `ZERO_WHOLE` indexes none).
             if *entry == [0; ADDRESS_BYTES] {
                 return;
             }
@@ -381,7 +394,8 @@ impl Templates {
         self.by_image.is_empty()
     }
 
-    /// Addresses kept whole and still in use.
+    /// Entries of the table of whole addresses in use (an all-zero address kept whole takes
+    /// none).
     pub fn spilled(&self) -> usize {
         self.spilled.len() - self.spilled_free.len()
     }
@@ -531,6 +545,33 @@ mod tests {
             (Some(subnet(5_001)), Some(subnet(5_002)))
         );
         assert_eq!(t.spilled(), 2);
+    }
+
+    #[test]
+    fn an_all_zero_address_kept_whole_is_freed_by_its_release() {
+        let mut t = Templates::default();
+        let subnet = |k: u32| peer(IpAddr::V4(Ipv4Addr::from(0x0A00_0000 + (k << 16))), 1, 0);
+        for k in 0..MAX_TEMPLATES as u32 {
+            t.pack(&subnet(k)).unwrap();
+        }
+        let zero = t.pack(&[0; 32]).unwrap();
+        assert_eq!(template_id(zero), SPILLED);
+        assert_eq!(t.unpack(zero), Some([0; 32]));
+        t.release(zero);
+        assert_eq!(t.spilled(), 0, "nothing kept whole once it is released");
+        // An entry freed before it is not taken by it, nor freed twice.
+        let a = t.pack(&subnet(5_000)).unwrap();
+        t.release(a);
+        let (z, b) = (t.pack(&[0; 32]).unwrap(), t.pack(&subnet(5_001)).unwrap());
+        t.release(z);
+        t.release(z);
+        assert_eq!((t.spilled(), t.unpack(b)), (1, Some(subnet(5_001))));
+        let c = t.pack(&subnet(5_002)).unwrap();
+        assert_ne!(b, c);
+        assert_eq!(
+            (t.unpack(b), t.unpack(c)),
+            (Some(subnet(5_001)), Some(subnet(5_002)))
+        );
     }
 
     #[test]
