@@ -871,3 +871,31 @@ fn a_timed_out_request_reports_the_timeout_it_was_made_with() {
         assert_eq!(wait_event(&eq_l).kind, EqEventKind::ConnReq);
     }
 }
+
+#[test]
+fn closing_an_unconnected_endpoint_on_a_nic_stopped_by_a_fatal_error_waits_for_nothing() {
+    let (_fabric, fns) = fabric(2);
+    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
+    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
+    let pep = listen(&ns, &eq_l);
+    let listener = pep.address().to_bytes().unwrap();
+    let (mut client, _eq) = msg_ep(&nc);
+    // The client's NIC can do no DMA: the request never leaves, and the next admin command
+    // stops the NIC with a fatal error.
+    fns[1].set_bus_master(false);
+    client.connect(&listener, b"hello?").unwrap();
+    assert!(!client.is_connected());
+    assert!(nc
+        .open_av(uet_av::AvAttr {
+            count: 4,
+            ..uet_av::AvAttr::default()
+        })
+        .is_err());
+    let started = Instant::now();
+    drop(client);
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_millis(250),
+        "closing took {took:?}: nothing sent on a stopped NIC completes"
+    );
+}
