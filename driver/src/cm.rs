@@ -1521,22 +1521,22 @@ impl Endpoint {
     /// connected once the ACCEPT is delivered). An endpoint not connected sends nothing, but
     /// what it sent still leaves first: the REJECT that answers an ACCEPT arriving after
     /// its request timed out (which its peer needs, to learn it is not connected), or its
-    /// request, within the same wait; on a stopped NIC, which completes nothing, it waits for
-    /// none.
+    /// request, within the same wait. On a NIC stopped by a fatal error or disabled, which
+    /// sends and completes nothing, a close does none of this and waits for nothing.
     pub(crate) fn shut_down_at_close(&mut self) {
         let Some(conn) = self.cm.as_ref().map(|l| l.shared.clone()) else {
             return;
         };
+        // A stopped NIC sends and completes nothing: its close waits for no accept, sends no
+        // SHUTDOWN and waits for no send.
+        if self.device_stopped() {
+            return;
+        }
         let deadline = Instant::now() + CLOSE_SHUTDOWN_WAIT;
         conn.progress();
         // The state changes only under the lock, in a pass that took in a completion.
         conn.wait_until(deadline, |_| conn.get() != ACCEPTING);
         if !self.is_connected() {
-            // A stopped NIC completes nothing: its close waits for no send, as before any was
-            // made.
-            if self.device_stopped() {
-                return;
-            }
             if !conn.wait_until(deadline, |inner| inner.lane.in_flight().0 == 0) {
                 tracing::debug!(
                     fid = conn.fid,

@@ -899,3 +899,33 @@ fn closing_an_unconnected_endpoint_on_a_nic_stopped_by_a_fatal_error_waits_for_n
         "closing took {took:?}: nothing sent on a stopped NIC completes"
     );
 }
+
+#[test]
+fn closing_a_connected_endpoint_on_a_nic_stopped_by_a_fatal_error_waits_for_nothing() {
+    let (_fabric, fns) = fabric(2);
+    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
+    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
+    let pep = listen(&ns, &eq_l);
+    let (mut client, eq_c) = msg_ep(&nc);
+    let (mut server, eq_s) = msg_ep(&ns);
+    accept_one(&pep, &eq_l, &mut client, &mut server);
+    assert_eq!(wait_event(&eq_c).kind, EqEventKind::Connected);
+    assert_eq!(wait_event(&eq_s).kind, EqEventKind::Connected);
+    // The client's NIC can do no DMA: the next admin command stops it with a fatal error,
+    // and the SHUTDOWN a close sends would never complete.
+    fns[1].set_bus_master(false);
+    assert!(nc
+        .open_av(uet_av::AvAttr {
+            count: 4,
+            ..uet_av::AvAttr::default()
+        })
+        .is_err());
+    assert!(client.is_connected());
+    let started = Instant::now();
+    drop(client);
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_millis(250),
+        "closing took {took:?}: nothing sent on a stopped NIC completes"
+    );
+}
