@@ -1147,6 +1147,7 @@ impl<N: NicAvTable> AddressVector<N> {
             ..
         } = c;
         let mut inserted = 0;
+        let fresh = self.pending.is_empty();
         for (i, raw) in addrs.chunks_exact(ADDR_LEN).enumerate() {
             // checked_address's fast check, spelled out: calling it here builds its Result for
             // every address, 22 instructions more per entry (callgrind).
@@ -1168,7 +1169,12 @@ impl<N: NicAvTable> AddressVector<N> {
                 *slot = value;
             }
         }
-        self.end_batch(flags, count, fi_addr, &mut [], None)?;
+        // With nothing pending before the call and every address inserted, the pending
+        // inserts are the call's addresses, in order.
+        let input = (fresh && inserted == count)
+            .then(|| <[Slot] as zerocopy::FromBytes>::ref_from_bytes(addrs).ok())
+            .flatten();
+        self.end_batch(flags, count, fi_addr, &mut [], None, input)?;
         Ok(inserted)
     }
 
@@ -1509,7 +1515,7 @@ impl<N: NicAvTable> AddressVector<N> {
             }
             return Ok(0);
         }
-        self.end_batch(flags, count, fi_addr, &mut own_out, status)?;
+        self.end_batch(flags, count, fi_addr, &mut own_out, status, None)?;
         Ok(inserted)
     }
 
@@ -1523,11 +1529,12 @@ impl<N: NicAvTable> AddressVector<N> {
         fi_addr: Option<&mut [FiAddr]>,
         own_out: &mut [FiAddr],
         mut status: Option<&mut [i32]>,
+        input: Option<&[Slot]>,
     ) -> Result<(), FiError> {
         if flags & FI_MORE != 0 {
             return Ok(());
         }
-        let Err(e) = self.flush() else {
+        let Err(e) = self.flush_with(input) else {
             return Ok(());
         };
         let out = match fi_addr {
@@ -1673,7 +1680,7 @@ impl<N: NicAvTable> AddressVector<N> {
             }
             return Ok(0);
         }
-        self.end_batch(flags, count, fi_addr, &mut own_out, status)?;
+        self.end_batch(flags, count, fi_addr, &mut own_out, status, None)?;
         Ok(m as usize)
     }
 
@@ -1921,6 +1928,14 @@ impl<N: NicAvTable> AddressVector<N> {
     /// and none of them from an insert call that has already returned — the records of the
     /// call that ends the batch, or of no call (a named AV's). Otherwise `FI_EIO`.
     pub fn flush(&mut self) -> Result<(), FiError> {
+        self.flush_with(None)
+    }
+
+    /// [`AddressVector::flush`], given the addresses of the pending inserts when the caller
+    /// has them in order (a synchronous insert of nothing but binary addresses, all inserted,
+    /// with nothing pending before it), so that a run of new peers goes to the NIC without
+    /// being unpacked from the mirror. Ignored unless there are as many as pending inserts.
+    fn flush_with(&mut self, input: Option<&[Slot]>) -> Result<(), FiError> {
         // Records of calls that have returned come first (see `returned_pending`); the rest,
         // if any, are the flushing call's own.
         let returned = core::mem::take(&mut self.returned_pending).min(self.pending.len());
@@ -1957,23 +1972,39 @@ impl<N: NicAvTable> AddressVector<N> {
         // per flush (an allocation per batch, a fraction of a nanosecond per entry) and not
         // kept, so an AV holds no copy of its largest batch.
         let mut peers: Vec<Slot> = Vec::new();
-        for chunk in pending.chunks(MAX_BATCH as usize) {
+        // The caller's addresses, when they are exactly the pending inserts, in order.
+        let input = input.filter(|i| i.len() == pending.len());
+        for (k, chunk) in pending.chunks(MAX_BATCH as usize).enumerate() {
             // A fresh AV fills from index 0, so a batch is usually one run of new peers: the
-            // NIC is handed just their addresses. Without memory for them, their records are
-            // built one by one below.
-            peers.clear();
-            let run = entries
-                .peer_run(chunk)
-                .filter(|_| peers.try_reserve_exact(chunk.len()).is_ok());
-            if let Some(first) = run {
-                peers.extend(
-                    (first..)
-                        .take(chunk.len())
-                        .filter_map(|i| entries.slots.get(i)),
+            // NIC is handed just their addresses, the caller's own when it gave them,
+            // else unpacked from the mirror. Without memory for them, their records are built
+            // one by one below.
+            let at = k * MAX_BATCH as usize;
+            let given = input.and_then(|i| i.get(at..at + chunk.len()));
+            let run = entries.peer_run(chunk).and_then(|first| match given {
+                Some(given) => Some((first, given)),
+                None => {
+                    peers.clear();
+                    peers.try_reserve_exact(chunk.len()).ok()?;
+                    peers.extend(
+                        (first..)
+                            .take(chunk.len())
+                            .filter_map(|i| entries.slots.get(i)),
+                    );
+                    Some((first, &peers[..]))
+                }
+            });
+            if let Some((first, addrs)) = run {
+                debug_assert!(
+                    addrs
+                        .iter()
+                        .zip(first..)
+                        .all(|(a, i)| entries.slots.get(i).as_ref() == Some(a)),
+                    "the addresses handed to the NIC are the mirror's"
                 );
                 let sent = self
                     .nic
-                    .write_peers(first, &peers, entries.job_id, entries.entry_flags);
+                    .write_peers(first, addrs, entries.job_id, entries.entry_flags);
                 if let Err(e) = sent {
                     failed_len = chunk.len();
                     failure = Some(e);
