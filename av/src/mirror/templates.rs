@@ -12,9 +12,9 @@
 //!
 //! Why it matters: a scattered `fi_av_lookup` costs one cache miss, and how often it misses
 //! is a matter of how much of the table the caches hold. At 8 bytes per slot, a table of
-//! 100,000 entries (800 KB) fits in a core's L2 and one of a million (8 MB) in a shared L3,
-//! where 32-byte slots (3.2 MB and 32 MB) did not. The mirror also holds a quarter of the
-//! memory.
+//! 100,000 entries (800 KB) fits in a core's L2 of 1 MB and one of a million (8 MB) in a
+//! shared L3 of 32 MB, beside what else the application reads, where 32-byte slots (3.2 MB
+//! and 32 MB) did not. The mirror also holds a quarter of the memory.
 //!
 //! ## The slot word
 //!
@@ -33,9 +33,9 @@
 //! how few instructions each takes.
 //!
 //! A spilled word holds, in bits 51..0, the index of the address in a table of whole
-//! addresses (all ones for the all-zero address, which needs no entry). An address is spilled only when [`MAX_TEMPLATES`] templates are in use, or
-//! when memory for a new template cannot be had: two cache misses per lookup instead of
-//! one, and nothing lost.
+//! addresses (all ones for the all-zero address, which needs no entry). An address is
+//! spilled only when [`MAX_TEMPLATES`] templates are in use, or when memory for a new
+//! template cannot be had: two cache misses per lookup instead of one, and nothing lost.
 //!
 //! Which bits vary is a choice of layout, not of validity: any 32 bytes pack and unpack to
 //! themselves (the bits a slot does not hold belong to the template). So the packing needs
