@@ -55,11 +55,12 @@
 //! whole and 4 of room on their free list, and up to a quarter more of those 36 ahead, as
 //! the table of whole addresses grows a quarter at a time).
 //!
-//! `--ops` picks the operations (`insert`, which also measures lookup and remove; `insert_batch`;
-//! `insertsym`; `source_catch_up`; `unshared`), all five by default. An unreported warm-up round at 1,000
-//! entries of each implementation comes first. `--rounds R` measures everything R times (a
-//! fresh AV each time) and prints the median, with `rounds=R min=<x> max=<y>` after it: on a
-//! shared 2-core machine one round can be off by a third either way.
+//! `--ops` picks the operations (`insert`, which also measures lookup and remove;
+//! `insert_batch`; `insertsym`; `source_catch_up`; `unshared`), all five by default. An
+//! unreported warm-up round at 1,000 entries of each implementation comes first.
+//! `--rounds R` measures everything R times (a fresh AV each time) and prints the median,
+//! with `rounds=R min=<x> max=<y>` after it: on a shared 2-core machine one round can be off
+//! by a third either way.
 
 use clap::Parser;
 use std::net::{IpAddr, Ipv4Addr};
