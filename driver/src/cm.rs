@@ -1529,7 +1529,7 @@ impl Endpoint {
         };
         // A stopped NIC sends and completes nothing: its close waits for no accept, sends no
         // SHUTDOWN and waits for no send.
-        if self.device_stopped() {
+        if self.nic_inner().stopped() {
             return;
         }
         let deadline = Instant::now() + CLOSE_SHUTDOWN_WAIT;

@@ -147,8 +147,8 @@ use uet_fwif::datapath::{
 use uet_fwif::ring::RingGeometry;
 use uet_fwif::ReturnCode;
 use uet_regs::{
-    CqArm, QueueDoorbell, RegisterAccess, CQ_ARM, CQ_DOORBELL, DEV_STATUS, RXQ_DOORBELL,
-    TRXQ_DOORBELL, TXQ_DOORBELL,
+    CqArm, QueueDoorbell, RegisterAccess, CQ_ARM, CQ_DOORBELL, RXQ_DOORBELL, TRXQ_DOORBELL,
+    TXQ_DOORBELL,
 };
 use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::FromZeros;
@@ -1898,13 +1898,6 @@ impl Endpoint {
             }) => Err(DriverError::Full("completion ring")),
             r => r,
         }
-    }
-
-    /// Whether the NIC has stopped (a fatal error, or no longer enabled): nothing it was
-    /// given completes any more.
-    pub(crate) fn device_stopped(&self) -> bool {
-        let status = self.nic.bar().read(DEV_STATUS);
-        status.fatal() || !status.enabled()
     }
 
     /// Descriptors posted and not yet completed: (TX, RX). Tagged receives are in

@@ -415,6 +415,13 @@ impl NicInner {
         self.device.bar0()
     }
 
+    /// Whether the NIC has stopped (`DEV_STATUS`: a fatal error, or no longer enabled):
+    /// nothing it was given completes any more, until the function is reset.
+    pub(crate) fn stopped(&self) -> bool {
+        let status = self.bar().read(DEV_STATUS);
+        status.fatal() || !status.enabled()
+    }
+
     /// The NIC's counters (BAR0) its interface version has, by name ([`Nic::counters`]).
     pub(crate) fn counters(&self) -> Vec<(&'static str, u64)> {
         let minor = self.identity.interface_minor;
