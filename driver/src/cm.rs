@@ -1612,14 +1612,10 @@ impl Endpoint {
 mod tests {
     use super::*;
     use crate::backend::sim::SimDevice;
-    use crate::eq::{EqAttr, WaitObj};
+    use crate::eq::EqAttr;
     use uet_sim::{Fabric, NicConfig};
 
-    const WAITABLE: EqAttr = EqAttr {
-        size: 0,
-        flags: 0,
-        wait_obj: WaitObj::Unspec,
-    };
+    const WAITABLE: EqAttr = EqAttr::WAITABLE;
 
     /// A NIC of `fabric` at fabric address `addr`, opened.
     fn sim_nic(fabric: &Fabric, addr: &str) -> Nic {

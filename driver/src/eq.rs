@@ -181,6 +181,16 @@ impl Default for EqAttr {
     }
 }
 
+impl EqAttr {
+    /// The default attributes with readers that may block ([`EventQueue::sread`]):
+    /// `FI_WAIT_UNSPEC`, where the zeroed default (`FI_WAIT_NONE`) refuses blocking reads.
+    pub const WAITABLE: EqAttr = EqAttr {
+        size: 0,
+        flags: 0,
+        wait_obj: WaitObj::Unspec,
+    };
+}
+
 /// A fresh fabric id for an object that reports to an EQ: the one counter AVs take theirs
 /// from, so an entry's `fid` names one object of any kind.
 pub use uet_av::next_fid;
@@ -811,11 +821,7 @@ mod tests {
     use super::*;
 
     /// A queue readers may block on.
-    const WAITABLE: EqAttr = EqAttr {
-        size: 0,
-        flags: 0,
-        wait_obj: WaitObj::Unspec,
-    };
+    const WAITABLE: EqAttr = EqAttr::WAITABLE;
 
     fn ev(data: u64) -> EqEvent {
         EqEvent {

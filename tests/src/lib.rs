@@ -202,11 +202,7 @@ pub fn forged(addr: &UetAddress, f: impl FnOnce(&mut UetAddress)) -> [u8; 32] {
 
 /// An event queue's attributes for readers that block (`fi_eq_sread`): `FI_WAIT_UNSPEC`, as
 /// the default (`FI_WAIT_NONE`) refuses blocking reads.
-pub const WAITABLE_EQ: uet_driver::EqAttr = uet_driver::EqAttr {
-    size: 0,
-    flags: 0,
-    wait_obj: uet_driver::WaitObj::Unspec,
-};
+pub const WAITABLE_EQ: uet_driver::EqAttr = uet_driver::EqAttr::WAITABLE;
 
 /// Open the NIC behind `function`.
 pub fn open_nic(function: &SimFunction) -> Nic {
