@@ -40,6 +40,15 @@ fn listen(nic: &Nic, eq: &EventQueue) -> PassiveEndpoint {
     .unwrap()
 }
 
+/// An endpoint of `nic` whose connection request to `pep` (no parameter) times out after
+/// `timeout`, and its event queue.
+fn request_within(nic: &Nic, pep: &PassiveEndpoint, timeout: Duration) -> (Endpoint, EventQueue) {
+    let (mut ep, eq) = msg_ep(nic);
+    ep.set_connect_timeout(Some(timeout)).unwrap();
+    ep.connect(&pep.address().to_bytes().unwrap(), b"").unwrap();
+    (ep, eq)
+}
+
 fn send(ep: &mut Endpoint, pool: &DmaPool, data: &[u8]) {
     let mut b = pool.alloc().unwrap();
     b.fill(data).unwrap();
@@ -742,11 +751,7 @@ fn an_accept_after_the_request_timed_out_leaves_neither_side_connected() {
     let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
     let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
     let pep = listen(&ns, &eq_l);
-    let (mut client, eq_c) = msg_ep(&nc);
-    client.set_connect_timeout(Some(SHORT)).unwrap();
-    client
-        .connect(&pep.address().to_bytes().unwrap(), b"")
-        .unwrap();
+    let (mut client, eq_c) = request_within(&nc, &pep, SHORT);
     let req = pep.connreq(&wait_event(&eq_l)).unwrap();
     assert_eq!(wait_error(&eq_c).err, FiErrno::FI_ETIMEDOUT);
     let (mut server, eq_s) = msg_ep(&ns);
@@ -824,11 +829,7 @@ fn a_reject_after_the_request_timed_out_is_dropped() {
     let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
     let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
     let pep = listen(&ns, &eq_l);
-    let (mut client, eq_c) = msg_ep(&nc);
-    client.set_connect_timeout(Some(SHORT)).unwrap();
-    client
-        .connect(&pep.address().to_bytes().unwrap(), b"")
-        .unwrap();
+    let (client, eq_c) = request_within(&nc, &pep, SHORT);
     let req = pep.connreq(&wait_event(&eq_l)).unwrap();
     assert_eq!(wait_error(&eq_c).err, FiErrno::FI_ETIMEDOUT);
     let dropped = client.cm_dropped();
@@ -855,11 +856,7 @@ fn a_timed_out_request_reports_the_timeout_it_was_made_with() {
     let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
     let pep = listen(&ns, &eq_l);
     for later in [None, Some(Duration::from_secs(3600))] {
-        let (mut client, eq_c) = msg_ep(&nc);
-        client.set_connect_timeout(Some(SHORT)).unwrap();
-        client
-            .connect(&pep.address().to_bytes().unwrap(), b"")
-            .unwrap();
+        let (mut client, eq_c) = request_within(&nc, &pep, SHORT);
         client.set_connect_timeout(later).unwrap();
         let err = wait_error(&eq_c);
         assert_eq!(err.err, FiErrno::FI_ETIMEDOUT, "{later:?}");
