@@ -35,13 +35,7 @@ int main(int argc, char **argv)
 	long timeout = atol(argv[1]);
 	CHECK(timeout > 0);
 
-	struct fi_info *hints = fi_allocinfo(), *info = NULL;
-	CHECK(hints);
-	hints->fabric_attr->prov_name = strdup("uet");
-	hints->caps = FI_MSG;
-	hints->ep_attr->type = FI_EP_MSG;
-	CHECK_RET(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info), 0);
-	fi_freeinfo(hints);
+	struct fi_info *info = uet_getinfo(uet_hints(FI_MSG, FI_EP_MSG));
 
 	struct fid_fabric *fabric;
 	struct fid_domain *domain;

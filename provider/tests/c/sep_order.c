@@ -113,14 +113,8 @@ static void close_side(struct side *s)
 
 int main(void)
 {
-	struct fi_info *hints = fi_allocinfo();
 	struct fid_fabric *fabric;
-	CHECK(hints);
-	hints->fabric_attr->prov_name = strdup("uet");
-	hints->ep_attr->type = FI_EP_RDM;
-	hints->caps = FI_MSG | FI_NAMED_RX_CTX;
-	CHECK_RET(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &fi), 0);
-	fi_freeinfo(hints);
+	fi = uet_getinfo(uet_hints(FI_MSG | FI_NAMED_RX_CTX, FI_EP_RDM));
 
 	/* init_fabric: as many contexts as the domain offers, up to MAX_CTX. */
 	if (ctx_cnt > (int)fi->domain_attr->tx_ctx_cnt)

@@ -31,15 +31,10 @@ static ssize_t wait_one(struct fid_cq *cq, struct fi_cq_tagged_entry *e)
 
 int main(void)
 {
-	struct fi_info *hints = fi_allocinfo(), *info = NULL;
-	CHECK(hints);
-	hints->fabric_attr->prov_name = strdup("uet");
-	hints->caps = FI_MSG;
-	hints->ep_attr->type = FI_EP_RDM;
+	struct fi_info *hints = uet_hints(FI_MSG, FI_EP_RDM);
 	hints->ep_attr->tx_ctx_cnt = 1;
 	hints->ep_attr->rx_ctx_cnt = 1;
-	CHECK_RET(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info), 0);
-	fi_freeinfo(hints);
+	struct fi_info *info = uet_getinfo(hints);
 
 	struct fid_fabric *fabric;
 	struct fid_domain *domain;

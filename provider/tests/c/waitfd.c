@@ -53,14 +53,7 @@ static int sleep_on(struct fid_fabric *fabric, struct fid *fid, int epfd)
 
 static struct fi_info *answer(enum fi_ep_type type)
 {
-	struct fi_info *hints = fi_allocinfo(), *info = NULL;
-	CHECK(hints);
-	hints->fabric_attr->prov_name = strdup("uet");
-	hints->caps = FI_MSG;
-	hints->ep_attr->type = type;
-	CHECK_RET(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info), 0);
-	fi_freeinfo(hints);
-	return info;
+	return uet_getinfo(uet_hints(FI_MSG, type));
 }
 
 /* How long a helper thread waits before it acts, so that the main thread is asleep in epoll
