@@ -17,6 +17,7 @@
 //!   its live members, and goes away with the last.
 
 pub mod templates;
+pub mod whole;
 
 use memmap2::{Advice, MmapMut, MmapOptions};
 use std::collections::TryReserveError;

@@ -32,10 +32,10 @@
 //! scattered lookups, how many are in flight at once, and so the time per lookup, depends on
 //! how few instructions each takes.
 //!
-//! A spilled word holds, in bits 51..0, the index of the address in a table of whole
-//! addresses (all ones for the all-zero address, which needs no entry). An address is
-//! spilled only when [`MAX_TEMPLATES`] templates are in use, or when memory for a new
-//! template cannot be had: two cache misses per lookup instead of one, and nothing lost.
+//! A spilled word holds, in bits 31..0, the index of the address in a table of whole
+//! addresses ([`super::whole`]). An address is spilled only when [`MAX_TEMPLATES`] templates
+//! are in use, or when memory for a new template cannot be had: two cache misses per lookup
+//! instead of one, 40 bytes instead of 8, and nothing lost.
 //!
 //! Which bits vary is a choice of layout, not of validity: any 32 bytes pack and unpack to
 //! themselves (the bits a slot does not hold belong to the template). So the packing needs
@@ -44,6 +44,7 @@
 //! A template lives while slots use it: the last slot that releases it frees its id. An
 //! address kept whole stays so until it is removed, even once a template id is free again.
 
+use super::whole::WholeAddresses;
 use core::hash::BuildHasher;
 use std::collections::TryReserveError;
 use uet_fwif::address::{flags, ADDRESS_BYTES};
@@ -61,17 +62,8 @@ pub const SPILLED: u16 = 0xFFF;
 /// [`SPILLED`]).
 pub const MAX_TEMPLATES: usize = SPILLED as usize - 1;
 
-/// Whole addresses the table of them grows by at least.
-const SPILL_GROWTH_MIN: usize = 64;
-
 /// The bits of a word below the template id.
 const FIELDS: u64 = (1 << ID_SHIFT) - 1;
-
-/// The index a [`SPILLED`] word holds for the all-zero address, which takes no entry of the
-/// table of whole addresses: a freed entry is all zero, so an all-zero address kept there
-/// would look free and never be given back. No entry has this index (there are fewer than
-/// 2^32).
-const ZERO_WHOLE: u64 = FIELDS;
 
 /// An address as four little-endian words: byte `k` of the address is bits `8 * (k % 8)..`
 /// of word `k / 8`. Packing works on words, so that an address is rebuilt in registers and
@@ -202,9 +194,7 @@ pub struct Templates {
     /// use one template, and then find it without hashing.
     last: (Words, u16),
     /// Addresses kept whole, for slots of [`SPILLED`].
-    spilled: Vec<Slot>,
-    /// Entries of `spilled` free to take again; room for all of them is reserved.
-    spilled_free: Vec<u32>,
+    whole: WholeAddresses,
 }
 
 impl Templates {
@@ -286,30 +276,7 @@ impl Templates {
     /// Keep `bytes` whole: the word of a [`SPILLED`] slot.
     #[cold]
     fn spill(&mut self, bytes: &Slot) -> Option<u64> {
-        if *bytes == [0; ADDRESS_BYTES] {
-            return Some((u64::from(SPILLED) << ID_SHIFT) | ZERO_WHOLE);
-        }
-        let at = match self.spilled_free.pop() {
-            Some(at) => {
-                *self.spilled.get_mut(at as usize)? = *bytes;
-                at
-            }
-            None => {
-                if self.spilled.len() == self.spilled.capacity() {
-                    // A quarter more at a time (as the slots are committed), not double: an
-                    // AV whose addresses are all kept whole holds at most a quarter ahead.
-                    let more = (self.spilled.len() / 4).max(SPILL_GROWTH_MIN);
-                    self.spilled.try_reserve_exact(more).ok()?;
-                }
-                let want = self.spilled.capacity();
-                self.spilled_free
-                    .try_reserve_exact(want.saturating_sub(self.spilled_free.len()))
-                    .ok()?;
-                let at = u32::try_from(self.spilled.len()).ok()?;
-                self.spilled.push(*bytes);
-                at
-            }
-        };
+        let at = self.whole.add(bytes)?;
         Some((u64::from(SPILLED) << ID_SHIFT) | u64::from(at))
     }
 
@@ -329,12 +296,7 @@ impl Templates {
 
     #[cold]
     fn unpack_spilled(&self, word: u64) -> Option<Slot> {
-        if word & FIELDS == ZERO_WHOLE {
-            return Some([0; ADDRESS_BYTES]);
-        }
-        self.spilled
-            .get(usize::try_from(word & FIELDS).ok()?)
-            .copied()
+        self.whole.get(u32::try_from(word & FIELDS).ok()?).copied()
     }
 
     /// Give back the use a slot word took ([`Templates::pack`]); a template's last use frees
@@ -347,21 +309,9 @@ impl Templates {
             return;
         }
         if id == SPILLED {
-            let Some((at, entry)) = usize::try_from(word & FIELDS)
-                .ok()
-                .and_then(|at| Some((at, self.spilled.get_mut(at)?)))
-            else {
-                return;
-            };
-            // A freed entry is all zero (no address kept in the table is: the all-zero one
-            // takes no entry, and `ZERO_WHOLE` indexes none).
-            if *entry == [0; ADDRESS_BYTES] {
-                return;
-            }
-            *entry = [0; ADDRESS_BYTES];
-            // Room for every entry was reserved when it was added.
-            if let Ok(at) = u32::try_from(at) {
-                self.spilled_free.push(at);
+            // Nothing for an entry already free.
+            if let Ok(at) = u32::try_from(word & FIELDS) {
+                self.whole.remove(at);
             }
             return;
         }
@@ -394,10 +344,9 @@ impl Templates {
         self.by_image.is_empty()
     }
 
-    /// Entries of the table of whole addresses in use (an all-zero address kept whole takes
-    /// none).
+    /// Addresses kept whole.
     pub fn spilled(&self) -> usize {
-        self.spilled.len() - self.spilled_free.len()
+        self.whole.len()
     }
 
     /// Heap bytes held.
@@ -407,8 +356,7 @@ impl Templates {
             + self.users.capacity() * size_of::<u32>()
             + self.by_image.allocation_size()
             + self.free_ids.capacity() * size_of::<u16>()
-            + self.spilled.capacity() * size_of::<Slot>()
-            + self.spilled_free.capacity() * size_of::<u32>()
+            + self.whole.heap_bytes()
     }
 }
 

@@ -51,9 +51,10 @@
 //! slot holds (each its own IPv6 /112), so that each of the first 4,094 takes a template of
 //! its own and every later one is kept whole beside its slot
 //! (`uet_av::mirror::templates`): a lookup then takes two dependent cache misses, and an
-//! entry 49 bytes at 100,000 entries and 53 at 1,000,000 (its 8-byte slot, 32 bytes kept
-//! whole and 4 of room on their free list, and up to a quarter more of those 36 ahead, as
-//! the table of whole addresses grows a quarter at a time).
+//! entry about 41.5 bytes at 100,000 entries and 40.3 at 1,000,000: its 8-byte slot, the
+//! 32 bytes kept whole (`uet_av::mirror::whole`, grown a 32 KiB chunk at a time, with one bit
+//! an entry of bookkeeping), and the templates' share, which at 1,000 entries (all of them
+//! templates, 60-odd bytes each with their hash table) is most of it.
 //!
 //! `--ops` picks the operations (`insert`, which also measures lookup and remove;
 //! `insert_batch`; `insertsym`; `source_catch_up`; `unshared`), all five by default. An
