@@ -111,3 +111,49 @@ fn peers_of_one_job_cost_about_eight_bytes_each() {
     }
     assert_in_step(&av);
 }
+
+#[test]
+fn peers_with_a_prefix_per_host_cost_about_eight_bytes_each() {
+    // 25,000 hosts of 8 processes, host h at fd00::h:1, a /112 of its own: the hosts differ
+    // in the seventh group and share the low bits, where most fabrics differ.
+    let n = 200_000u32;
+    let mut av = open(n as usize);
+    let addrs: Vec<[u8; ADDR_LEN]> = (0..n)
+        .map(|i| {
+            let host = i / 8;
+            UetAddress {
+                caps: caps::AI_BASE,
+                mode: AddressingMode::Relative,
+                max_msg_mtu: false,
+                pid_on_fep: (i % 8) as u16,
+                fabric_addr: IpAddr::V6(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, host as u16, 1)),
+                ri_start: 1,
+                ri_count: 4,
+                initiator: i % 8,
+            }
+            .to_bytes()
+            .unwrap()
+        })
+        .collect();
+    let mut fi = vec![0u64; addrs.len()];
+    for (chunk, out) in addrs.chunks(256).zip(fi.chunks_mut(256)) {
+        av.insert(&pack(chunk), chunk.len(), Some(out), 0).unwrap();
+    }
+    let per_entry = av.host_bytes() as f64 / f64::from(n);
+    assert!(per_entry < 12.0, "{per_entry} host bytes per entry");
+    for (i, (a, &f)) in addrs.iter().zip(&fi).enumerate() {
+        assert_eq!(&read(&av, f), a, "peer {i}");
+    }
+    assert_in_step(&av);
+
+    // Removed and inserted again in another order, they still read back as themselves.
+    av.remove(&fi[..50_000], 0).unwrap();
+    let again: Vec<[u8; ADDR_LEN]> = addrs[..50_000].iter().rev().copied().collect();
+    let mut fi2 = vec![0u64; again.len()];
+    av.insert(&pack(&again), again.len(), Some(&mut fi2), 0)
+        .unwrap();
+    for (a, &f) in again.iter().zip(&fi2) {
+        assert_eq!(&read(&av, f), a);
+    }
+    assert_in_step(&av);
+}
