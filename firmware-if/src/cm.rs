@@ -23,6 +23,12 @@
 //! | REJECT 3 | the passive endpoint (`fi_reject`) | the connecting endpoint | the passive endpoint |
 //! | REJECT 3 | an endpoint an ACCEPT reached that made no such request (its requester closed) | the accepting endpoint, which ends the connection | that endpoint |
 //! | SHUTDOWN 4 | either side (`fi_shutdown`) | its peer | the sender |
+//! | READY 5 | the connecting endpoint, once it has taken the ACCEPT in | the accepting endpoint, which is connected from then on | the connecting endpoint |
+//!
+//! READY is the third step of the handshake, as InfiniBand's RTU ("ready to use") is of its
+//! connection manager's: the NIC acknowledging the ACCEPT's delivery says only that it
+//! reached a receive ring, not that the requester is still there to read it. Version 2 added
+//! it; a version-1 peer would never send it, so its messages are malformed here.
 //!
 //! A message with another version, an unknown kind, reserved bytes set, a length that does
 //! not match `param_len`, or an invalid address is malformed: the host drops and counts it.
@@ -30,7 +36,7 @@
 use crate::address::{UetAddress, ADDRESS_BYTES};
 
 /// Format version of byte 0.
-pub const CM_VERSION: u8 = 1;
+pub const CM_VERSION: u8 = 2;
 /// Bytes before the private data.
 pub const CM_HEADER_BYTES: usize = 12 + ADDRESS_BYTES;
 /// Largest private data (`fi_info.ep_attr.max_cm_data_size` hint, `FI_CM_DATA`).
@@ -50,6 +56,8 @@ pub enum CmKind {
     Reject = 3,
     /// The peer closed the connection.
     Shutdown = 4,
+    /// The requester took the ACCEPT in: the connection is up at both ends.
+    Ready = 5,
 }
 
 impl CmKind {
@@ -60,6 +68,7 @@ impl CmKind {
             2 => Some(CmKind::Accept),
             3 => Some(CmKind::Reject),
             4 => Some(CmKind::Shutdown),
+            5 => Some(CmKind::Ready),
             _ => None,
         }
     }
@@ -175,8 +184,27 @@ mod tests {
         let mut b = Vec::new();
         msg().encode(&mut b).unwrap();
         assert_eq!(b.len(), CM_HEADER_BYTES + 5);
-        assert_eq!(&b[..8], &[1, 1, 0, 5, 0xA1, 0xB2, 0xC3, 0xD4]);
+        assert_eq!(&b[..8], &[2, 1, 0, 5, 0xA1, 0xB2, 0xC3, 0xD4]);
         assert_eq!(CmMessage::parse(&b).unwrap(), msg());
+    }
+
+    #[test]
+    fn every_kind_round_trips_and_the_next_is_unknown() {
+        let kinds = [
+            CmKind::ConnReq,
+            CmKind::Accept,
+            CmKind::Reject,
+            CmKind::Shutdown,
+            CmKind::Ready,
+        ];
+        for (byte, kind) in (1u8..).zip(kinds) {
+            assert_eq!(CmKind::from_u8(byte), Some(kind));
+            let mut b = Vec::new();
+            CmMessage { kind, ..msg() }.encode(&mut b).unwrap();
+            assert_eq!((b[1], CmMessage::parse(&b).unwrap().kind), (byte, kind));
+        }
+        assert_eq!(CmKind::from_u8(6), None);
+        assert_eq!(CmKind::from_u8(0), None);
     }
 
     #[test]
@@ -191,8 +219,12 @@ mod tests {
         b.push(0);
         assert!(matches!(CmMessage::parse(&b), Err(CmError::Length(_))));
         let mut b = good.clone();
-        b[0] = 2;
-        assert_eq!(CmMessage::parse(&b), Err(CmError::Version(2)));
+        b[0] = 1;
+        assert_eq!(
+            CmMessage::parse(&b),
+            Err(CmError::Version(1)),
+            "before READY"
+        );
         let mut b = good.clone();
         b[1] = 9;
         assert_eq!(CmMessage::parse(&b), Err(CmError::Kind(9)));
