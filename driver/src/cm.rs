@@ -8,7 +8,8 @@
 //! |---|---|---|---|
 //! | listen | [`Nic::passive_endpoint`] (its own rings are its control channel) | — | — |
 //! | request | [`Endpoint::connect`]`(listener address, param)` | CONNREQ to the listener | listener's EQ: `FI_CONNREQ`, `data` = the request's id, `cm_data` = param; [`PassiveEndpoint::connreq`] gives the requester's address |
-//! | accept | [`PassiveEndpoint::accept`]`(req, &mut ep, param)` | ACCEPT from `ep` to the requester | `ep`'s EQ: `FI_CONNECTED` once the requester's NIC acknowledged the ACCEPT; requester's EQ: `FI_CONNECTED`, `cm_data` = param |
+//! | accept | [`PassiveEndpoint::accept`]`(req, &mut ep, param)` | ACCEPT from `ep` to the requester; READY from the requester once it has taken the ACCEPT in | requester's EQ: `FI_CONNECTED`, `cm_data` = param, as it sends the READY; `ep`'s EQ: `FI_CONNECTED` when the READY arrives |
+//! | no READY | — (`ep`'s deadline, its connect timeout, passes) | — | `ep`'s EQ: error `FI_ETIMEDOUT`; `ep` is idle again, free to accept another request |
 //! | reject | [`PassiveEndpoint::reject`]`(req, param)` | REJECT from the listener | requester's EQ: error `FI_ECONNREFUSED` (`cm_data`: the param, byte for byte; `err_data`: why) |
 //! | no answer | — (the request's deadline, [`CM_CONNECT_TIMEOUT`] by default, passes) | — | requester's EQ: error `FI_ETIMEDOUT` |
 //! | close | [`Endpoint::shutdown`], or dropping the connected endpoint (`fi_close`) | SHUTDOWN to the peer | peer's EQ: `FI_SHUTDOWN` |
@@ -23,20 +24,36 @@
 //! the same way as a REJECT, with the UET return code as `prov_errno`; one that reaches an
 //! endpoint that does not listen (an active `FI_EP_MSG` endpoint) is answered with a REJECT.
 //! So is an ACCEPT that reaches an endpoint that made no such request (the requester closed
-//! and the NIC gave its PIDonFEP to a new endpoint): the accepting endpoint, connected by the
-//! ACCEPT's delivery, then gets `FI_SHUTDOWN`.
+//! and the NIC gave its PIDonFEP to a new endpoint): the accepting endpoint then gets
+//! `FI_ECONNABORTED`, as when its ACCEPT cannot be delivered at all, and is idle again.
+//!
+//! The acceptor is connected by the requester's READY, not by the NIC's acknowledgement of
+//! the ACCEPT, as InfiniBand's connection manager waits for its RTU: the acknowledgement
+//! says that the ACCEPT reached a receive ring, not that the requester is still there to
+//! read it. A requester closed as the ACCEPT arrives either takes it in as it closes (it is
+//! then connected, and its close sends a SHUTDOWN after the READY), or refuses it (a request
+//! still pending is given up when its close begins, and a later ACCEPT answered with a
+//! REJECT), or is gone when it arrives (the ACCEPT cannot be delivered: its channel
+//! withdrew its receives before it went, so nothing lands in a ring nobody reads). In each
+//! case the acceptor hears of it: `FI_CONNECTED` and then `FI_SHUTDOWN`, or
+//! `FI_ECONNABORTED`. A READY that finds its acceptor no longer waiting (its deadline passed)
+//! is answered with a REJECT, which ends the requester's connection with `FI_SHUTDOWN`; one
+//! that cannot be delivered (the acceptor closed) ends it too. An acceptor closed before the
+//! READY comes sends a SHUTDOWN once its ACCEPT was delivered, which the requester reads
+//! after the ACCEPT.
 //!
 //! A request neither accepted nor rejected within its deadline (the listener's application
 //! never answers it, or never reads its EQ; the peer hung) times out: the requester gets an
 //! error entry with its fid and `err = FI_ETIMEDOUT`, and is left as a refused one is (another
 //! `connect` is `FI_EOPBADSTATE`, sends `FI_ENOTCONN`). An ACCEPT that arrives after that is
-//! answered with a REJECT, so the accepting endpoint, connected by the ACCEPT's delivery,
-//! gets `FI_SHUTDOWN` instead of staying connected to nobody; a late REJECT is dropped and
-//! counted. The deadline is [`CM_CONNECT_TIMEOUT`] (5 s: a datacenter fabric answers in
-//! microseconds, so an unanswered request is a hung or overloaded peer, and rdma_cm's
-//! address and route resolution, which libfabric's verbs provider bounds at 2 s, are of that
-//! order) unless [`Endpoint::set_connect_timeout`] set another, or none, before `connect`
-//! (the provider reads it from `FI_UET_CONNECT_TIMEOUT`).
+//! answered with a REJECT, so the accepting endpoint gets `FI_ECONNABORTED` instead of
+//! waiting for a READY; a late REJECT is dropped and counted. The deadline is
+//! [`CM_CONNECT_TIMEOUT`] (5 s: a datacenter fabric answers in microseconds, so an
+//! unanswered request is a hung or overloaded peer, and rdma_cm's address and route
+//! resolution, which libfabric's verbs provider bounds at 2 s, are of that order) unless
+//! [`Endpoint::set_connect_timeout`] set another, or none, before `connect` (the provider
+//! reads it from `FI_UET_CONNECT_TIMEOUT`). An accept waits for its READY as long: the
+//! accepting endpoint's connect timeout when it accepts.
 //!
 //! Messages are checked: a malformed one, one of an unknown connection (its `conn_id`), or a
 //! SHUTDOWN whose source is not the peer is dropped and counted ([`PassiveEndpoint::dropped`],
@@ -200,9 +217,15 @@ struct CmInner {
     generation: u64,
     /// How long a connection request waits for its answer; `None`: without end.
     connect_timeout: Option<Duration>,
-    /// When the pending connection request times out, while it is pending, and the timeout
-    /// it was made with (what its `FI_ETIMEDOUT` entry says it waited).
+    /// When the pending connection request, or the accept waiting for the requester's
+    /// READY, times out, while it is pending, and the timeout it was made with (what its
+    /// `FI_ETIMEDOUT` entry says it waited).
     connect_deadline: Option<(Instant, Duration)>,
+    /// While accepting: the NIC acknowledged the ACCEPT's delivery.
+    accept_delivered: bool,
+    /// The last look at the control channel has begun ([`Connection::final_look`]): a
+    /// receive that completes is not posted again.
+    closing: bool,
 }
 
 /// The state a connection shares with its progress thread.
@@ -471,6 +494,7 @@ impl Drop for CmLink {
                 tracing::error!("the control progress thread panicked");
             }
         }
+        self.shared.final_look();
         // Out of the shared vector's members before the control channel goes (with the last
         // reference to the connection, after this).
         if let Wakeup::Shared(v) = &self.shared.wakeup {
@@ -602,12 +626,16 @@ impl Connection {
         }
     }
 
-    /// End the pending connection request with `FI_ETIMEDOUT` if its deadline has passed (it
-    /// is then refused: a late ACCEPT is answered with a REJECT, see
-    /// [`Connection::on_received`]); the deadline while it is still pending.
+    /// End the pending connection request, or the accept still waiting for its READY, with
+    /// `FI_ETIMEDOUT` if its deadline has passed; the deadline while it is still pending.
+    /// A request that timed out is refused: a late ACCEPT is answered with a REJECT. An
+    /// accept that timed out leaves the endpoint idle, free to accept another request: a
+    /// late READY is answered with a REJECT, which shuts its requester's connection down
+    /// (see [`Connection::on_received`]).
     fn expire(&self, inner: &mut CmInner) -> Option<Instant> {
         let (deadline, waited) = inner.connect_deadline?;
-        if self.get() != CONNECTING {
+        let state = self.get();
+        if state != CONNECTING && state != ACCEPTING {
             inner.connect_deadline = None;
             return None;
         }
@@ -615,13 +643,27 @@ impl Connection {
             return Some(deadline);
         }
         inner.connect_deadline = None;
-        self.set(REFUSED);
-        self.post_error(
-            inner,
-            FiErrno::FI_ETIMEDOUT,
-            0,
-            format!("the connection request was not answered within {waited:?}"),
-        );
+        if state == CONNECTING {
+            self.set(REFUSED);
+            self.post_error(
+                inner,
+                FiErrno::FI_ETIMEDOUT,
+                0,
+                format!("the connection request was not answered within {waited:?}"),
+            );
+        } else {
+            self.set(IDLE);
+            forget_peer(&mut inner.av, self.peer.swap(u64::MAX, Ordering::Relaxed));
+            self.post_error(
+                inner,
+                FiErrno::FI_ETIMEDOUT,
+                0,
+                format!(
+                    "the requester did not confirm the accept within {waited:?}: it is gone, \
+                     or did not take the ACCEPT in"
+                ),
+            );
+        }
         None
     }
 
@@ -793,9 +835,10 @@ impl Connection {
                     format!("the connection request was not delivered: {err}"),
                 );
             }
+            // Delivered to the requester's ring; connected once the requester says it took
+            // it in (READY).
             (Some(CmKind::Accept), None) if self.get() == ACCEPTING => {
-                self.set(CONNECTED);
-                self.post(inner, EqEventKind::Connected, 0, Vec::new());
+                inner.accept_delivered = true;
             }
             (Some(CmKind::Accept), Some(err)) if self.get() == ACCEPTING => {
                 // Idle again, and free to accept another request: the requester's entry goes.
@@ -807,6 +850,12 @@ impl Connection {
                     err.return_code.map_or(0, |rc| i32::from(rc as u8)),
                     format!("the accept was not delivered: {err}"),
                 );
+            }
+            // The READY did not reach the acceptor: it closed before it heard that this side
+            // took its ACCEPT in. The connection ends as a peer's close ends it.
+            (Some(CmKind::Ready), Some(err)) if self.get() == CONNECTED => {
+                tracing::debug!(fid = self.fid, "READY not delivered: {err}");
+                self.shut_down_by_peer(inner);
             }
             (Some(CmKind::Reject), _) => {
                 // The requester's entry was only needed for the REJECT.
@@ -824,14 +873,24 @@ impl Connection {
         let Some(mut buf) = ev.buffer else {
             return;
         };
+        // A receive withdrawn by the last look at the channel brought no message.
+        if ev
+            .error
+            .as_ref()
+            .is_some_and(|e| e.local == uet_fwif::LocalStatus::Cancelled)
+        {
+            return;
+        }
         let parsed = if ev.error.is_some() {
             None
         } else {
             buf.to_vec().ok().and_then(|b| CmMessage::parse(&b).ok())
         };
         buf.set_len(0);
-        if let Err((e, _)) = inner.lane.post_recv(buf, 0) {
-            tracing::error!(fid = self.fid, "control receive not reposted: {e}");
+        if !inner.closing {
+            if let Err((e, _)) = inner.lane.post_recv(buf, 0) {
+                tracing::error!(fid = self.fid, "control receive not reposted: {e}");
+            }
         }
         let Some(msg) = parsed else {
             return self.drop_message("malformed");
@@ -859,6 +918,20 @@ impl Connection {
                 Role::Passive { .. } => true,
             };
         if stray_accept {
+            return self.refuse_connreq(inner, &msg);
+        }
+        // A READY of an accept this endpoint is not waiting for: it gave up waiting (its
+        // deadline passed) or accepted another request since. The requester is connected
+        // to nobody: a REJECT shuts its connection down. A READY of the connection this
+        // endpoint has (a duplicate, or one after a SHUTDOWN that overtook it) is dropped.
+        let stray_ready = msg.kind == CmKind::Ready
+            && match &inner.role {
+                Role::Active { conn_id, .. } => {
+                    msg.conn_id != *conn_id || matches!(self.get(), IDLE | REFUSED)
+                }
+                Role::Passive { .. } => true,
+            };
+        if stray_ready {
             return self.refuse_connreq(inner, &msg);
         }
         match &mut inner.role {
@@ -910,9 +983,59 @@ impl Connection {
                         if let Some(l) = listener {
                             forget_peer(&mut inner.av, l);
                         }
+                        let conn_id = msg.conn_id;
+                        // The acceptor is connected when this READY reaches it; one that
+                        // cannot be sent leaves it waiting until its deadline, and this side
+                        // not connected.
+                        if let Err(e) = self.send(inner, fi, CmKind::Ready, conn_id, &[], 0) {
+                            forget_peer(&mut inner.av, fi);
+                            self.set(REFUSED);
+                            return self.post_error(
+                                inner,
+                                FiErrno::FI_ECONNABORTED,
+                                0,
+                                format!("the accept could not be confirmed to the acceptor: {e}"),
+                            );
+                        }
                         self.peer.store(fi, Ordering::Relaxed);
                         self.set(CONNECTED);
                         self.post(inner, EqEventKind::Connected, 0, msg.param);
+                    }
+                    (CmKind::Ready, ACCEPTING) if self.is_from_peer(inner, ev.src_addr, &msg) => {
+                        inner.connect_deadline = None;
+                        self.set(CONNECTED);
+                        self.post(inner, EqEventKind::Connected, 0, Vec::new());
+                    }
+                    // The requester took the ACCEPT in and closed at once: its SHUTDOWN came
+                    // before its READY. It was connected, and is no longer.
+                    (CmKind::Shutdown, ACCEPTING)
+                        if self.is_from_peer(inner, ev.src_addr, &msg) =>
+                    {
+                        inner.connect_deadline = None;
+                        self.post(inner, EqEventKind::Connected, 0, Vec::new());
+                        self.shut_down_by_peer(inner);
+                    }
+                    // The ACCEPT reached an endpoint that made no such request (the requester
+                    // closed, and its PIDonFEP went to that endpoint): nobody is there to
+                    // connect to. The endpoint is idle again, as when the ACCEPT is not
+                    // delivered at all.
+                    (CmKind::Reject, ACCEPTING)
+                        if self.peer_address(inner).is_some_and(|p| {
+                            (p.fabric_addr, p.pid_on_fep)
+                                == (msg.sender.fabric_addr, msg.sender.pid_on_fep)
+                        }) =>
+                    {
+                        inner.connect_deadline = None;
+                        self.set(IDLE);
+                        forget_peer(&mut inner.av, self.peer.swap(u64::MAX, Ordering::Relaxed));
+                        self.post_error(
+                            inner,
+                            FiErrno::FI_ECONNABORTED,
+                            0,
+                            "the accept reached an endpoint that made no such request: the \
+                             requester closed"
+                                .into(),
+                        );
                     }
                     (CmKind::Reject, CONNECTING) => {
                         self.set(REFUSED);
@@ -946,6 +1069,73 @@ impl Connection {
 }
 
 impl Connection {
+    /// The last look at the control channel, once its progress thread has stopped and before
+    /// the channel goes. Its receives are withdrawn first (`fi_cancel`, from interface 1.14),
+    /// so that a message sent to it from now on finds no buffer and is refused by the NIC:
+    /// an ACCEPT then fails at its sender, whose accept ends with `FI_ECONNABORTED`, instead
+    /// of landing in a ring that nobody reads. Then what reached the channel before is
+    /// answered (an ACCEPT of a request given up at close, a CONNREQ to a closed listener:
+    /// each with a REJECT), and what that sends is given up to [`FINAL_LOOK_WAIT`] to leave.
+    /// On an older NIC an ACCEPT that lands after this look goes unanswered, and its
+    /// acceptor, whom no READY reaches, times out.
+    fn final_look(&self) {
+        let deadline = Instant::now() + FINAL_LOOK_WAIT;
+        let mut inner = self.lock();
+        inner.closing = true;
+        let seen = inner.generation;
+        if inner.lane.cancel_supported().is_ok() {
+            // Every control receive is posted with context 0, and the oldest one still posted
+            // is withdrawn each time: its completion is taken in before the next, which then
+            // finds the one after it. A message that arrived first is taken in on the way.
+            while Instant::now() < deadline {
+                match inner.lane.cancel_recv(0) {
+                    Ok(()) => {
+                        self.take_in(&mut inner);
+                    }
+                    // The completion ring is full, or a message is arriving into the oldest
+                    // receive: take in what is there, and try again.
+                    Err(e) if matches!(e.errno(), FiErrno::FI_EAGAIN | FiErrno::FI_EBUSY) => {
+                        self.take_in(&mut inner);
+                        std::thread::yield_now();
+                    }
+                    // None left (`FI_ENOENT`), or a NIC that does not answer.
+                    Err(_) => break,
+                }
+            }
+        }
+        self.take_in(&mut inner);
+        if inner.generation == seen {
+            return;
+        }
+        while inner.lane.in_flight().0 != 0 && Instant::now() < deadline {
+            drop(inner);
+            std::thread::sleep(CM_POLL_INTERVAL);
+            inner = self.lock();
+            self.take_in(&mut inner);
+        }
+    }
+
+    /// At the close of an endpoint whose ACCEPT was delivered and whose READY has not come:
+    /// a SHUTDOWN to the requester, as from a connected endpoint, so that a requester that
+    /// takes the ACCEPT in after this endpoint is gone hears of the close (sent after the
+    /// ACCEPT arrived, it is read after it). `Ok(false)`, nothing sent, when the state
+    /// changed meanwhile (the READY came, or the requester ended the connection).
+    fn shut_down_accepting(&self) -> Result<bool, DriverError> {
+        let mut inner = self.lock();
+        if self.get() != ACCEPTING {
+            return Ok(false);
+        }
+        let conn_id = match inner.role {
+            Role::Active { conn_id, .. } => conn_id,
+            Role::Passive { .. } => 0,
+        };
+        let peer = self.peer.load(Ordering::Relaxed);
+        self.send(&mut inner, peer, CmKind::Shutdown, conn_id, &[], 0)?;
+        inner.connect_deadline = None;
+        self.set(SHUT_DOWN);
+        Ok(true)
+    }
+
     /// The peer closed the connection: `FI_SHUTDOWN` on the EQ, and the endpoint's vector is
     /// raised, as a completion would, so that whoever sleeps on its completion ring (a CQ or
     /// counter read or wait) wakes and finds its receives due to be flushed. The state is
@@ -1143,6 +1333,8 @@ impl Nic {
                 generation: 0,
                 connect_timeout: None,
                 connect_deadline: None,
+                accept_delivered: false,
+                closing: false,
             }),
             progressed: Condvar::new(),
             wakeup,
@@ -1193,6 +1385,8 @@ pub(crate) fn msg_endpoint(nic: &Nic, attr: EndpointAttr) -> Result<Endpoint, Dr
             generation: 0,
             connect_timeout: Some(CM_CONNECT_TIMEOUT),
             connect_deadline: None,
+            accept_delivered: false,
+            closing: false,
         }),
         progressed: Condvar::new(),
         wakeup,
@@ -1318,12 +1512,26 @@ impl PassiveEndpoint {
         };
         conn.peer.store(fi, Ordering::Relaxed);
         conn.set(ACCEPTING);
+        inner.accept_delivered = false;
         if let Err(e) = conn.send(&mut inner, fi, CmKind::Accept, req.conn_id, param, 0) {
             conn.set(IDLE);
             forget_peer(&mut inner.av, fi);
             return Err(e);
         }
         self.take_pending(&mut listener, req);
+        // The requester's READY is waited for as long as a request waits for its answer.
+        inner.connect_deadline = inner
+            .connect_timeout
+            .and_then(|t| Some((Instant::now().checked_add(t)?, t)));
+        let deadline = inner.connect_deadline.is_some();
+        drop(inner);
+        // The progress thread sleeps with no deadline in view: it sleeps again with this one.
+        if deadline && conn.signal.signal().is_err() {
+            tracing::warn!(
+                fid = conn.fid,
+                "control progress not woken for the accept's deadline"
+            );
+        }
         Ok(())
     }
 
@@ -1349,6 +1557,10 @@ const CLOSE_REJECT_WAIT: Duration = Duration::from_secs(1);
 
 /// How long closing a connected endpoint waits for its SHUTDOWN to be sent.
 const CLOSE_SHUTDOWN_WAIT: Duration = Duration::from_secs(1);
+
+/// How long the last look at a closed endpoint's control channel waits for the answers it
+/// sent to leave ([`Connection::final_look`]).
+const FINAL_LOOK_WAIT: Duration = Duration::from_millis(100);
 
 impl Drop for PassiveEndpoint {
     /// `fi_close` of a listener: every request it leaves unanswered is rejected, so that its
@@ -1465,10 +1677,11 @@ impl Endpoint {
         Ok(())
     }
 
-    /// How long a later [`Endpoint::connect`] waits for an ACCEPT or a REJECT before it ends
-    /// with an `FI_ETIMEDOUT` error event ([`CM_CONNECT_TIMEOUT`] unless set); `None`: without
-    /// end, as before a listener closes or rejects. A request already pending keeps its
-    /// deadline. `FI_EINVAL` for a zero timeout (`None` is "no deadline"), `FI_EOPNOTSUPP`
+    /// How long a later [`Endpoint::connect`] waits for an ACCEPT or a REJECT, and a later
+    /// accept of a request by this endpoint for the requester's READY, before it ends with
+    /// an `FI_ETIMEDOUT` error event ([`CM_CONNECT_TIMEOUT`] unless set); `None`: without
+    /// end, as before a listener closes or rejects. A request or accept already pending
+    /// keeps its deadline. `FI_EINVAL` for a zero timeout (`None` is "no deadline"), `FI_EOPNOTSUPP`
     /// for an endpoint that is not `FI_EP_MSG`.
     pub fn set_connect_timeout(&mut self, timeout: Option<Duration>) -> Result<(), DriverError> {
         let conn = self.link("connect timeout")?;
@@ -1534,8 +1747,42 @@ impl Endpoint {
         }
         let deadline = Instant::now() + CLOSE_SHUTDOWN_WAIT;
         conn.progress();
-        // The state changes only under the lock, in a pass that took in a completion.
-        conn.wait_until(deadline, |_| conn.get() != ACCEPTING);
+        // The state changes only under the lock, in a pass that took in a completion. An
+        // accept is waited for until its ACCEPT was delivered (or was not), not for the
+        // requester's READY: a requester that is gone never sends one.
+        conn.wait_until(deadline, |inner| {
+            conn.get() != ACCEPTING || inner.accept_delivered
+        });
+        if conn.get() == ACCEPTING {
+            match conn.when_room(deadline, || conn.shut_down_accepting()) {
+                Ok(true) => {
+                    conn.progress();
+                    if !conn.wait_until(deadline, |inner| inner.lane.in_flight().0 == 0) {
+                        tracing::debug!(
+                            fid = conn.fid,
+                            "the SHUTDOWN sent at close did not complete"
+                        );
+                    }
+                    return;
+                }
+                // The READY came meanwhile: connected, and closed as such below.
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::debug!(fid = conn.fid, "no SHUTDOWN at close: {e}");
+                    return;
+                }
+            }
+        }
+        {
+            // A request still pending is given up, under the lock the progress thread takes
+            // an ACCEPT in with: that thread runs until the endpoint goes, and an ACCEPT it
+            // took in now would connect an endpoint being closed, whose READY would connect
+            // the acceptor to nobody. Refused, it answers a late ACCEPT with a REJECT.
+            let _inner = conn.lock();
+            if conn.get() == CONNECTING {
+                conn.set(REFUSED);
+            }
+        }
         if !self.is_connected() {
             if !conn.wait_until(deadline, |inner| inner.lane.in_flight().0 == 0) {
                 tracing::debug!(
@@ -1639,6 +1886,52 @@ mod tests {
         let eq_c = EventQueue::open(WAITABLE).expect("event queue");
         c.bind_eq(&eq_c).expect("bound");
         (c, eq_c)
+    }
+
+    /// The ACCEPT reaches the requester's ring, but the requester does not take it in (here
+    /// its control progress is held off, as it is for good when the requester closes just
+    /// after its last look at the ring): the acceptor, whom no READY reaches, is not
+    /// connected, and at its deadline gets `FI_ETIMEDOUT` and is idle again. When the
+    /// requester does take the ACCEPT in, its READY finds nobody waiting and is refused, and
+    /// the requester's connection ends: `FI_CONNECTED`, then `FI_SHUTDOWN`.
+    #[test]
+    fn an_accept_the_requester_does_not_take_in_times_out_and_its_late_ready_is_refused() {
+        let fabric = Fabric::new();
+        let (ns, nc) = (sim_nic(&fabric, "10.0.0.1"), sim_nic(&fabric, "10.0.0.2"));
+        let eq_l = EventQueue::open(WAITABLE).expect("event queue");
+        let pep = ns
+            .passive_endpoint(EndpointAttr::default(), &eq_l)
+            .expect("listener");
+        let (mut client, eq_c) = msg_client(&nc);
+        let (mut server, eq_s) = msg_client(&ns);
+        let wait = Duration::from_millis(300);
+        server.set_connect_timeout(Some(wait)).expect("timeout");
+        client
+            .connect(&pep.address().to_bytes().expect("address"), b"")
+            .expect("connect");
+        let ev = eq_l
+            .sread(Some(Duration::from_secs(5)), 0)
+            .expect("FI_CONNREQ");
+        let req = pep.connreq(&ev).expect("request");
+        let requester = client.cm.as_ref().expect("FI_EP_MSG").shared.clone();
+        let held = requester.lock();
+        let accepted = Instant::now();
+        pep.accept(&req, &mut server, b"").expect("accept");
+        let err = eq_s
+            .sread(Some(Duration::from_secs(10)), 0)
+            .expect_err("no FI_CONNECTED");
+        assert_eq!(err.errno, FiErrno::FI_EAVAIL, "{err}");
+        let err = eq_s.readerr().expect("error entry");
+        assert_eq!((err.err, err.fid), (FiErrno::FI_ETIMEDOUT, server.fid()));
+        assert!(accepted.elapsed() >= wait, "{:?}", accepted.elapsed());
+        assert!(!server.is_connected() && requester.get() != CONNECTED);
+        drop(held);
+        let ev = eq_c.sread(Some(Duration::from_secs(10)), 0).expect("event");
+        assert_eq!(ev.kind, EqEventKind::Connected);
+        let ev = eq_c.sread(Some(Duration::from_secs(10)), 0).expect("event");
+        assert_eq!((ev.kind, ev.fid), (EqEventKind::Shutdown, client.fid()));
+        assert!(!client.is_connected());
+        assert!(eq_s.is_empty(), "the acceptor hears of nothing more");
     }
 
     /// A close path asleep in `wait_until` is woken by the progress thread's pass that took
