@@ -1662,7 +1662,7 @@ pub fn connect_timeout(value: Option<&str>) -> Option<std::time::Duration> {
 }
 
 /// [`connect_timeout`] of the environment.
-fn connect_timeout_from_env() -> Option<std::time::Duration> {
+pub(crate) fn connect_timeout_from_env() -> Option<std::time::Duration> {
     match std::env::var(CONNECT_TIMEOUT_VAR) {
         Ok(v) => connect_timeout(Some(&v)),
         Err(std::env::VarError::NotPresent) => connect_timeout(None),

@@ -66,7 +66,11 @@
 //! passes, the endpoint's EQ gets an error entry (`fi_eq_readerr`) with the endpoint's fid
 //! and `err = FI_ETIMEDOUT`, the endpoint is left as a refused one is (another `fi_connect`
 //! is `-FI_EOPBADSTATE`), and an accept that comes later is refused, its endpoint getting
-//! `FI_SHUTDOWN`. It is read at each `fi_connect`.
+//! an error entry with `err = FI_ECONNABORTED`. It bounds as well how long an endpoint that
+//! `fi_accept`ed waits for the requester to confirm that it took the accept in (the
+//! requester's READY, which brings the accepting side's `FI_CONNECTED`): when it passes,
+//! that endpoint's EQ gets an error entry with `err = FI_ETIMEDOUT`. It is read at each
+//! `fi_connect` and `fi_accept`.
 //!
 //! # Errors
 //!

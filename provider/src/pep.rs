@@ -217,6 +217,9 @@ pub(crate) fn accept(
         .listener
         .as_ref()
         .ok_or_else(|| FiError::inval(format!("{call}: the request's listener is closed")))?;
+    // The accept waits for the requester's READY as long as a request waits for its answer.
+    // An endpoint that is not FI_EP_MSG has no such timeout, and the accept refuses it.
+    let _ = ep.set_connect_timeout(crate::ep::connect_timeout_from_env());
     pep.accept(&req, ep, param)
         .map_err(|e| driver_error(call, &e))?;
     drop(st);
