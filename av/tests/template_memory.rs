@@ -48,14 +48,12 @@ fn live() -> usize {
     LIVE.with(|l| l.get()) as usize
 }
 
-/// An address of subnet `k` and initiator block `k` (the Initiator ID's high bits, which
-/// only a template holds): a template of its own, whichever window it takes.
+/// An address of subnet `k` (a /16 of its own, so a template of its own).
 fn subnet(k: u32) -> Slot {
     let mut b = [0u8; 32];
     b[0] = 0x10;
     b[1] = 0x1F;
     b[2] = 1;
-    b[12..16].copy_from_slice(&(k << 16).to_be_bytes());
     b[16..20].copy_from_slice(&(0x0A00_0001u32 + (k << 16)).to_be_bytes());
     b
 }
