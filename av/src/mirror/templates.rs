@@ -437,6 +437,45 @@ mod tests {
     }
 
     #[test]
+    fn peers_on_several_rails_inserted_host_by_host_share_a_template_per_rail() {
+        let mut t = Templates::default();
+        // Rail r is 10.r.0.0/16 and host h is 10.r.0.h on each: the peers of one host differ
+        // in the rail's group alone, and those of one rail in the low bits. Inserted host by
+        // host, as an application inserts its ranks, they take a template per rail.
+        let peer_at = |h: u32, r: u32| {
+            peer(
+                IpAddr::V4(Ipv4Addr::from(0x0A00_0000 + (r << 16) + h)),
+                1,
+                r,
+            )
+        };
+        let mut words = Vec::new();
+        for h in 1..5_000 {
+            for r in 0..8 {
+                words.push(t.pack(&peer_at(h, r)).unwrap());
+            }
+        }
+        assert_eq!((t.len(), t.spilled()), (8, 0));
+        for (i, &w) in words.iter().enumerate() {
+            let (h, r) = (1 + i as u32 / 8, i as u32 % 8);
+            assert_eq!(t.unpack(w), Some(peer_at(h, r)), "{i}");
+        }
+        // IPv6, a /64 per rail.
+        let mut t = Templates::default();
+        let peer_at = |h: u16, r: u16| {
+            let a = Ipv6Addr::new(0xfd00, 0, 0, r, 0, 0, 0, h);
+            peer(IpAddr::V6(a), 1, 0)
+        };
+        for h in 1..5_000 {
+            for r in 0..4 {
+                let w = t.pack(&peer_at(h, r)).unwrap();
+                assert_eq!(t.unpack(w), Some(peer_at(h, r)));
+            }
+        }
+        assert_eq!((t.len(), t.spilled()), (4, 0));
+    }
+
+    #[test]
     fn a_templates_last_release_frees_its_id_for_another() {
         let mut t = Templates::default();
         let a = peer(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), 1, 0);

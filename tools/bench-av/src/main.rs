@@ -686,6 +686,7 @@ fn flat_slots(n: usize, batch: usize, ops: &[String], addrs: &[u8]) -> Result<Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+    use uet_av::mirror::templates::MAX_TEMPLATES;
 
     fn args(ops: &[&str]) -> Args {
         Args {
@@ -708,6 +709,24 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{imp}: {e}"));
             let sym = figures.iter().find(|f| f.op == "insertsym").unwrap();
             assert_eq!(sym.n, 1008, "{imp}: 126 nodes of 8");
+        }
+    }
+
+    /// `op=unshared` is the mirror's worst case: each peer takes a template of its own, and
+    /// past the last template every peer is kept whole. Its peers are valid addresses, and
+    /// read back.
+    #[test]
+    fn unshared_peers_each_take_a_template_then_are_kept_whole() {
+        let n = MAX_TEMPLATES + 1_000;
+        let mut slots = Slots::new(n as u32).unwrap();
+        for i in 0..n {
+            let a = unshared_peer(i);
+            assert!(UetAddress::from_bytes(&a).is_ok(), "peer {i}");
+            assert!(slots.set(i as u32, a));
+        }
+        assert_eq!(slots.templates(), (MAX_TEMPLATES, 1_000));
+        for i in (0..n).step_by(97) {
+            assert_eq!(slots.get(i as u32), Some(unshared_peer(i)));
         }
     }
 
