@@ -652,9 +652,7 @@ impl Connection {
                 format!("the connection request was not answered within {waited:?}"),
             );
         } else {
-            self.set(IDLE);
-            forget_peer(&mut inner.av, self.peer.swap(u64::MAX, Ordering::Relaxed));
-            self.post_error(
+            self.abort_accept(
                 inner,
                 FiErrno::FI_ETIMEDOUT,
                 0,
@@ -841,10 +839,7 @@ impl Connection {
                 inner.accept_delivered = true;
             }
             (Some(CmKind::Accept), Some(err)) if self.get() == ACCEPTING => {
-                // Idle again, and free to accept another request: the requester's entry goes.
-                self.set(IDLE);
-                forget_peer(&mut inner.av, self.peer.swap(u64::MAX, Ordering::Relaxed));
-                self.post_error(
+                self.abort_accept(
                     inner,
                     FiErrno::FI_ECONNABORTED,
                     err.return_code.map_or(0, |rc| i32::from(rc as u8)),
@@ -1019,16 +1014,8 @@ impl Connection {
                     // closed, and its PIDonFEP went to that endpoint): nobody is there to
                     // connect to. The endpoint is idle again, as when the ACCEPT is not
                     // delivered at all.
-                    (CmKind::Reject, ACCEPTING)
-                        if self.peer_address(inner).is_some_and(|p| {
-                            (p.fabric_addr, p.pid_on_fep)
-                                == (msg.sender.fabric_addr, msg.sender.pid_on_fep)
-                        }) =>
-                    {
-                        inner.connect_deadline = None;
-                        self.set(IDLE);
-                        forget_peer(&mut inner.av, self.peer.swap(u64::MAX, Ordering::Relaxed));
-                        self.post_error(
+                    (CmKind::Reject, ACCEPTING) if self.is_at_peers_address(inner, &msg) => {
+                        self.abort_accept(
                             inner,
                             FiErrno::FI_ECONNABORTED,
                             0,
@@ -1053,12 +1040,7 @@ impl Connection {
                     // The ACCEPT this side sent reached an endpoint that made no request (the
                     // requester closed, and its PIDonFEP went to that endpoint): the
                     // connection it made ends as a peer's close does.
-                    (CmKind::Reject, CONNECTED)
-                        if self.peer_address(inner).is_some_and(|p| {
-                            (p.fabric_addr, p.pid_on_fep)
-                                == (msg.sender.fabric_addr, msg.sender.pid_on_fep)
-                        }) =>
-                    {
+                    (CmKind::Reject, CONNECTED) if self.is_at_peers_address(inner, &msg) => {
                         self.shut_down_by_peer(inner);
                     }
                     _ => self.drop_message("unexpected in this state"),
@@ -1163,6 +1145,23 @@ impl Connection {
             return false;
         }
         self.peer_address(inner).is_some_and(|a| a == msg.sender)
+    }
+
+    /// Whether a message's sender is at the peer's address (its Fabric Address and
+    /// PIDonFEP): the endpoint there now, whether or not it is the peer.
+    fn is_at_peers_address(&self, inner: &CmInner, msg: &CmMessage) -> bool {
+        self.peer_address(inner).is_some_and(|p| {
+            (p.fabric_addr, p.pid_on_fep) == (msg.sender.fabric_addr, msg.sender.pid_on_fep)
+        })
+    }
+
+    /// An accept that will not connect: the endpoint is idle again, free to accept another
+    /// request, the requester's entry goes, and the EQ gets the error.
+    fn abort_accept(&self, inner: &mut CmInner, err: FiErrno, prov_errno: i32, text: String) {
+        inner.connect_deadline = None;
+        self.set(IDLE);
+        forget_peer(&mut inner.av, self.peer.swap(u64::MAX, Ordering::Relaxed));
+        self.post_error(inner, err, prov_errno, text);
     }
 
     /// The connection peer's address, as its AV entry holds it.
