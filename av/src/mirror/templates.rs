@@ -208,7 +208,14 @@ impl Templates {
         } else {
             self.find_or_add(&image)
         };
-        match id.and_then(|id| Some((id, self.users.get_mut(usize::from(id))?))) {
+        // A template whose count of users is full (a table of 2^32 - 1 slots, every one of
+        // them its address, and one rewritten: the new use is taken before the old one is
+        // given back) takes no more: the address is kept whole.
+        let users = &mut self.users;
+        match id.and_then(|id| {
+            let u = users.get_mut(usize::from(id)).filter(|u| **u < u32::MAX)?;
+            Some((id, u))
+        }) {
             Some((id, users)) => {
                 *users += 1;
                 self.last = (image, id);
@@ -473,6 +480,29 @@ mod tests {
             }
         }
         assert_eq!((t.len(), t.spilled()), (4, 0));
+    }
+
+    #[test]
+    fn a_template_whose_count_of_users_is_full_takes_no_more() {
+        let mut t = Templates::default();
+        let a = peer(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), 1, 0);
+        let first = t.pack(&a).unwrap();
+        let id = usize::from(template_id(first));
+        t.users[id] = u32::MAX - 1;
+        let last = t.pack(&a).unwrap();
+        assert_eq!(
+            (template_id(last), t.users[id]),
+            (template_id(first), u32::MAX)
+        );
+        let whole = t.pack(&a).unwrap();
+        assert_eq!(
+            template_id(whole),
+            SPILLED,
+            "kept whole, the count not wrapped"
+        );
+        assert_eq!((t.unpack(whole), t.users[id]), (Some(a), u32::MAX));
+        t.release(last);
+        assert_eq!(template_id(t.pack(&a).unwrap()), template_id(first));
     }
 
     #[test]
