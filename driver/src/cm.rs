@@ -1052,8 +1052,10 @@ impl Connection {
 
 impl Connection {
     /// The last look at the control channel, once its progress thread has stopped and before
-    /// the channel goes. Its receives are withdrawn first (`fi_cancel`, from interface 1.14),
-    /// so that a message sent to it from now on finds no buffer and is refused by the NIC:
+    /// the channel goes. Where a message needing an answer may still come, its receives are
+    /// withdrawn first (`fi_cancel`, from interface 1.14: an admin command each, so not
+    /// where nothing can come), so that a message sent to it from now on finds no buffer
+    /// and is refused by the NIC:
     /// an ACCEPT then fails at its sender, whose accept ends with `FI_ECONNABORTED`, instead
     /// of landing in a ring that nobody reads. Then what reached the channel before is
     /// answered (an ACCEPT of a request given up at close, a CONNREQ to a closed listener:
@@ -1065,7 +1067,19 @@ impl Connection {
         let mut inner = self.lock();
         inner.closing = true;
         let seen = inner.generation;
-        if inner.lane.cancel_supported().is_ok() {
+        // Only where a message may still come that needs an answer: to a listener (a
+        // CONNREQ), to a request given up or refused (a late ACCEPT), to an accept that ended
+        // unconfirmed (a late READY). Not after a connection's end, which the peer was told
+        // of or told, nor to an endpoint that never asked or accepted.
+        let answer_due = match inner.role {
+            Role::Passive { .. } => true,
+            Role::Active { conn_id, .. } => match self.get() {
+                CONNECTED | SHUT_DOWN => false,
+                IDLE => conn_id != 0,
+                _ => true,
+            },
+        };
+        if answer_due && inner.lane.cancel_supported().is_ok() {
             // Every control receive is posted with context 0, and the oldest one still posted
             // is withdrawn each time: its completion is taken in before the next, which then
             // finds the one after it. A message that arrived first is taken in on the way.
