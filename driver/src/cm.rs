@@ -36,8 +36,9 @@
 //! REJECT), or is gone when it arrives (the ACCEPT cannot be delivered: its channel
 //! withdrew its receives before it went, so nothing lands in a ring nobody reads). In each
 //! case the acceptor hears of it: `FI_CONNECTED` and then `FI_SHUTDOWN`, or
-//! `FI_ECONNABORTED`. A READY that finds its acceptor no longer waiting (its deadline passed)
-//! is answered with a REJECT, which ends the requester's connection with `FI_SHUTDOWN`; one
+//! `FI_ECONNABORTED`. A READY that finds its acceptor no longer waiting for it (its deadline
+//! passed, or it accepted another requester since, whatever that request's id) is answered
+//! with a REJECT, which ends the requester's connection with `FI_SHUTDOWN`; one
 //! that cannot be delivered (the acceptor closed) ends it too. An acceptor closed before the
 //! READY comes sends a SHUTDOWN once its ACCEPT was delivered, which the requester reads
 //! after the ACCEPT.
@@ -916,13 +917,17 @@ impl Connection {
             return self.refuse_connreq(inner, &msg);
         }
         // A READY of an accept this endpoint is not waiting for: it gave up waiting (its
-        // deadline passed) or accepted another request since. The requester is connected
+        // deadline passed) or accepted another request since, whose id may be the same (ids
+        // are drawn per process) but whose requester is another. The requester is connected
         // to nobody: a REJECT shuts its connection down. A READY of the connection this
-        // endpoint has (a duplicate, or one after a SHUTDOWN that overtook it) is dropped.
+        // endpoint has, from its peer (a duplicate, or one after a SHUTDOWN that overtook
+        // it), is dropped.
         let stray_ready = msg.kind == CmKind::Ready
             && match &inner.role {
                 Role::Active { conn_id, .. } => {
-                    msg.conn_id != *conn_id || matches!(self.get(), IDLE | REFUSED)
+                    msg.conn_id != *conn_id
+                        || matches!(self.get(), IDLE | REFUSED)
+                        || !self.is_from_peer(inner, ev.src_addr, &msg)
                 }
                 Role::Passive { .. } => true,
             };
@@ -1945,6 +1950,77 @@ mod tests {
         assert_eq!((ev.kind, ev.fid), (EqEventKind::Shutdown, client.fid()));
         assert!(!client.is_connected());
         assert!(eq_s.is_empty(), "the acceptor hears of nothing more");
+    }
+
+    /// The acceptor gives up waiting for the READY of one requester and accepts another
+    /// whose request has the same `conn_id` (ids are drawn per process: here the second
+    /// requester's counter is set as another process's would be). The first requester's
+    /// late READY names a connection the acceptor has, but does not come from its peer: it
+    /// is refused, and that requester's connection ends, instead of being left connected to
+    /// an endpoint that has another peer.
+    #[test]
+    fn a_late_ready_of_another_requester_with_the_same_conn_id_is_refused() {
+        let fabric = Fabric::new();
+        let (ns, nc) = (sim_nic(&fabric, "10.0.0.1"), sim_nic(&fabric, "10.0.0.2"));
+        let eq_l = EventQueue::open(WAITABLE).expect("event queue");
+        let pep = ns
+            .passive_endpoint(EndpointAttr::default(), &eq_l)
+            .expect("listener");
+        let listener = pep.address().to_bytes().expect("address");
+        let wait = Duration::from_secs(5);
+        let (mut first, eq_1) = msg_client(&nc);
+        let (mut server, eq_s) = msg_client(&ns);
+        server
+            .set_connect_timeout(Some(Duration::from_millis(200)))
+            .expect("timeout");
+        first.connect(&listener, b"").expect("connect");
+        let req = pep
+            .connreq(&eq_l.sread(Some(wait), 0).expect("FI_CONNREQ"))
+            .expect("request");
+        let requester = first.cm.as_ref().expect("FI_EP_MSG").shared.clone();
+        let held = requester.lock();
+        pep.accept(&req, &mut server, b"").expect("accept");
+        let err = eq_s.sread(Some(wait), 0).expect_err("no FI_CONNECTED");
+        assert_eq!(err.errno, FiErrno::FI_EAVAIL, "{err}");
+        let err = eq_s.readerr().expect("error entry");
+        assert_eq!(err.err, FiErrno::FI_ETIMEDOUT);
+        // The second requester's id is the first one's, as another process's may be.
+        let (mut second, eq_2) = msg_client(&nc);
+        let fid2 = second.cm.as_ref().expect("FI_EP_MSG").shared.fid;
+        NEXT_CONN_ID.store(req.conn_id ^ (fid2 as u32) << 16, Ordering::Relaxed);
+        second.connect(&listener, b"").expect("connect");
+        let req2 = pep
+            .connreq(&eq_l.sread(Some(wait), 0).expect("FI_CONNREQ"))
+            .expect("request");
+        assert_eq!(req2.conn_id, req.conn_id);
+        server
+            .set_connect_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        pep.accept(&req2, &mut server, b"").expect("accept");
+        assert_eq!(
+            eq_2.sread(Some(wait), 0).expect("event").kind,
+            EqEventKind::Connected
+        );
+        assert_eq!(
+            eq_s.sread(Some(wait), 0).expect("event").kind,
+            EqEventKind::Connected
+        );
+        // The first requester takes its ACCEPT in now, and its READY reaches the server.
+        drop(held);
+        assert_eq!(
+            eq_1.sread(Some(wait), 0).expect("event").kind,
+            EqEventKind::Connected
+        );
+        let ev = eq_1
+            .sread(Some(wait), 0)
+            .expect("the connection to nobody ends");
+        assert_eq!((ev.kind, ev.fid), (EqEventKind::Shutdown, first.fid()));
+        assert!(!first.is_connected());
+        assert!(server.is_connected() && second.is_connected());
+        assert!(
+            eq_s.is_empty() && eq_2.is_empty(),
+            "the connection made stays"
+        );
     }
 
     /// A close path asleep in `wait_until` is woken by the progress thread's pass that took
