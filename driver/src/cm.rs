@@ -1099,7 +1099,16 @@ impl Connection {
                         self.take_in(&mut inner);
                         std::thread::yield_now();
                     }
-                    // None left (`FI_ENOENT`), or a NIC that does not answer.
+                    // The oldest receive the host holds was taken by a message whose
+                    // completion is not read yet: read it, and go on with the next one.
+                    Err(e) if e.errno() == FiErrno::FI_ENOENT => {
+                        let before = inner.generation;
+                        self.take_in(&mut inner);
+                        if inner.generation == before {
+                            break;
+                        }
+                    }
+                    // None left, or a NIC that does not answer.
                     Err(_) => break,
                 }
             }
@@ -2021,6 +2030,41 @@ mod tests {
             eq_s.is_empty() && eq_2.is_empty(),
             "the connection made stays"
         );
+    }
+
+    /// A message lands in the control ring after the progress thread's last pass, so its
+    /// receive has completed but its completion is not read when the last look begins: the
+    /// last look still withdraws every other receive, so that nothing sent later lands in a
+    /// ring nobody reads (the message itself is answered: a REJECT of the request).
+    #[test]
+    fn the_last_look_withdraws_every_receive_past_one_a_message_took_unread() {
+        let fabric = Fabric::new();
+        let (na, nb) = (sim_nic(&fabric, "10.0.0.1"), sim_nic(&fabric, "10.0.0.2"));
+        let (mut target, _eq_t) = msg_client(&na);
+        let link = target.cm.as_mut().expect("FI_EP_MSG");
+        link.stop.store(true, Ordering::Release);
+        link.shared.signal.signal().expect("woken");
+        link.thread
+            .take()
+            .expect("progress thread")
+            .join()
+            .expect("stopped");
+        let conn = link.shared.clone();
+        let posted = conn.lock().lane.in_flight().1;
+        assert!(posted > 1, "{posted}");
+        // Delivered at once (the model runs on the sender's doorbell), and nobody reads it.
+        let (mut client, eq_c) = msg_client(&nb);
+        client
+            .connect(&target.address().to_bytes().expect("address"), b"")
+            .expect("connect");
+        assert!(conn.lock().lane.may_have_completion());
+        conn.final_look();
+        assert_eq!(conn.lock().lane.in_flight().1, 0, "a receive left posted");
+        let err = eq_c
+            .sread(Some(Duration::from_secs(5)), 0)
+            .expect_err("refused");
+        assert_eq!(err.errno, FiErrno::FI_EAVAIL, "{err}");
+        assert_eq!(eq_c.readerr().expect("error").err, FiErrno::FI_ECONNREFUSED);
     }
 
     /// A close path asleep in `wait_until` is woken by the progress thread's pass that took
