@@ -1064,7 +1064,8 @@ impl Connection {
     /// an ACCEPT then fails at its sender, whose accept ends with `FI_ECONNABORTED`, instead
     /// of landing in a ring that nobody reads. Then what reached the channel before is
     /// answered (an ACCEPT of a request given up at close, a CONNREQ to a closed listener:
-    /// each with a REJECT), and what that sends is given up to [`FINAL_LOOK_WAIT`] to leave.
+    /// each with a REJECT), and what that sends is given up to [`FINAL_LOOK_WAIT`] to leave
+    /// (nothing, on a NIC stopped by a fatal error, which completes nothing).
     /// On an older NIC an ACCEPT that lands after this look goes unanswered, and its
     /// acceptor, whom no READY reaches, times out.
     fn final_look(&self) {
@@ -1114,7 +1115,8 @@ impl Connection {
             }
         }
         self.take_in(&mut inner);
-        if inner.generation == seen {
+        // A stopped NIC completes nothing: what is in flight never leaves.
+        if inner.generation == seen || inner.lane.nic_inner().stopped() {
             return;
         }
         while inner.lane.in_flight().0 != 0 && Instant::now() < deadline {
@@ -2065,6 +2067,55 @@ mod tests {
             .expect_err("refused");
         assert_eq!(err.errno, FiErrno::FI_EAVAIL, "{err}");
         assert_eq!(eq_c.readerr().expect("error").err, FiErrno::FI_ECONNREFUSED);
+    }
+
+    /// The last look at a control channel on a NIC stopped by a fatal error waits for
+    /// nothing: a message it still finds in its ring (here one that came after the progress
+    /// thread's last pass) is taken in, but what the channel has in flight (here its own
+    /// connection request, which never left) never completes.
+    #[test]
+    fn the_last_look_on_a_stopped_nic_waits_for_nothing() {
+        let fabric = Fabric::new();
+        let na = sim_nic(&fabric, "10.0.0.1");
+        let fb = fabric
+            .add_nic(NicConfig::new("10.0.0.2".parse().expect("address")))
+            .expect("NIC");
+        let nb = Nic::open(Arc::new(SimDevice::new(fb.clone()))).expect("open NIC");
+        let eq_l = EventQueue::open(WAITABLE).expect("event queue");
+        let pep = na
+            .passive_endpoint(EndpointAttr::default(), &eq_l)
+            .expect("listener");
+        let (mut target, _eq_t) = msg_client(&nb);
+        let link = target.cm.as_mut().expect("FI_EP_MSG");
+        link.stop.store(true, Ordering::Release);
+        link.shared.signal.signal().expect("woken");
+        link.thread
+            .take()
+            .expect("progress thread")
+            .join()
+            .expect("stopped");
+        let conn = link.shared.clone();
+        let (mut other, _eq_o) = msg_client(&na);
+        other
+            .connect(&target.address().to_bytes().expect("address"), b"")
+            .expect("connect");
+        assert!(conn.lock().lane.may_have_completion());
+        // The target's NIC can do no DMA: its own request never leaves, and the NIC stops.
+        fb.set_bus_master(false);
+        target
+            .connect(&pep.address().to_bytes().expect("address"), b"")
+            .expect("connect");
+        assert!(nb
+            .open_av(AvAttr {
+                count: 4,
+                ..AvAttr::default()
+            })
+            .is_err());
+        assert!(nb.inner.stopped());
+        let started = Instant::now();
+        conn.final_look();
+        let took = started.elapsed();
+        assert!(took < FINAL_LOOK_WAIT / 2, "the last look took {took:?}");
     }
 
     /// A close path asleep in `wait_until` is woken by the progress thread's pass that took
