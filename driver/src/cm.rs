@@ -904,8 +904,8 @@ impl Connection {
         // NIC gave the requester's PIDonFEP to this endpoint (a listener, which makes no
         // requests, included). Or of a request that timed out (only a timed-out request is
         // refused and then accepted: a REJECT or an undelivered CONNREQ gets no ACCEPT).
-        // The acceptor is connected by the ACCEPT's delivery; a REJECT of the connection
-        // tells it that nobody is there.
+        // The acceptor waits for a READY; a REJECT of the connection tells it that nobody
+        // is there, and it gives the accept up (`FI_ECONNABORTED`).
         let stray_accept = msg.kind == CmKind::Accept
             && match &inner.role {
                 Role::Active { conn_id, .. } => {
@@ -1042,9 +1042,9 @@ impl Connection {
                     {
                         self.shut_down_by_peer(inner);
                     }
-                    // The ACCEPT this side sent reached an endpoint that made no request (the
-                    // requester closed, and its PIDonFEP went to that endpoint): the
-                    // connection it made ends as a peer's close does.
+                    // The READY this side sent reached an acceptor no longer waiting for it
+                    // (its deadline passed, or it accepted another requester since): the
+                    // connection ends as a peer's close ends it.
                     (CmKind::Reject, CONNECTED) if self.is_at_peers_address(inner, &msg) => {
                         self.shut_down_by_peer(inner);
                     }
@@ -1208,7 +1208,8 @@ impl Connection {
     /// A CONNREQ reached an endpoint that does not listen (an active `FI_EP_MSG` endpoint,
     /// or a passive one being closed), or a listener that cannot take it (its backlog is full,
     /// or its event queue has no room for the `FI_CONNREQ`), or an ACCEPT reached an endpoint
-    /// that made no such request (the acceptor then gets `FI_SHUTDOWN`):
+    /// that made no such request (the acceptor then gets `FI_ECONNABORTED`), or a READY an
+    /// endpoint that is not waiting for it (its requester then gets `FI_SHUTDOWN`):
     /// answer it with a REJECT, so the requester gets `FI_ECONNREFUSED` instead of waiting
     /// for an answer that never comes. A request that cannot be answered (no room in the
     /// endpoint's AV, no control buffer) is dropped and counted.

@@ -21,7 +21,8 @@
 //! | CONNREQ 1 | the connecting endpoint (`fi_connect`) | a passive endpoint | the connecting endpoint: where the answer goes |
 //! | ACCEPT 2 | the accepting endpoint (`fi_accept`) | the connecting endpoint | the accepting endpoint: the connection's peer |
 //! | REJECT 3 | the passive endpoint (`fi_reject`) | the connecting endpoint | the passive endpoint |
-//! | REJECT 3 | an endpoint an ACCEPT reached that made no such request (its requester closed) | the accepting endpoint, which ends the connection | that endpoint |
+//! | REJECT 3 | an endpoint an ACCEPT reached that made no such request (its requester closed, or its request timed out) | the accepting endpoint, which gives the accept up | that endpoint |
+//! | REJECT 3 | an endpoint a READY reached that is not waiting for it (its deadline passed, or it accepted another requester) | the connecting endpoint, which ends the connection | that endpoint |
 //! | SHUTDOWN 4 | either side (`fi_shutdown`) | its peer | the sender |
 //! | READY 5 | the connecting endpoint, once it has taken the ACCEPT in | the accepting endpoint, which is connected from then on | the connecting endpoint |
 //!
