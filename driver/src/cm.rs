@@ -36,7 +36,9 @@
 //! REJECT), or is gone when it arrives (the ACCEPT cannot be delivered: its channel
 //! withdrew its receives before it went, so nothing lands in a ring nobody reads). In each
 //! case the acceptor hears of it: `FI_CONNECTED` and then `FI_SHUTDOWN`, or
-//! `FI_ECONNABORTED`. A READY that finds its acceptor no longer waiting for it (its deadline
+//! `FI_ECONNABORTED`. A NIC older than interface 1.14 cannot withdraw receives: an ACCEPT
+//! that lands after the requester's last look at its ring is read by nobody, and its
+//! acceptor hears of it only at its deadline (`FI_ETIMEDOUT`; never, without one). A READY that finds its acceptor no longer waiting for it (its deadline
 //! passed, or it accepted another requester since, whatever that request's id) is answered
 //! with a REJECT, which ends the requester's connection with `FI_SHUTDOWN`; one
 //! that cannot be delivered (the acceptor closed) ends it too. An acceptor closed before the
