@@ -2037,16 +2037,24 @@ mod tests {
         );
     }
 
-    /// A message lands in the control ring after the progress thread's last pass, so its
-    /// receive has completed but its completion is not read when the last look begins: the
-    /// last look still withdraws every other receive, so that nothing sent later lands in a
-    /// ring nobody reads (the message itself is answered: a REJECT of the request).
+    /// A message lands in the control ring of a listener being closed after the progress
+    /// thread's last pass, so its receive has completed but its completion is not read when
+    /// the last look begins: the last look still withdraws every other receive, so that
+    /// nothing sent later lands in a ring nobody reads (the message itself is answered: a
+    /// REJECT of the request). An endpoint that never asked or accepted, or whose
+    /// connection ended, keeps its receives posted to the end: nothing that comes to it
+    /// then needs an answer that a timeout does not give.
     #[test]
     fn the_last_look_withdraws_every_receive_past_one_a_message_took_unread() {
         let fabric = Fabric::new();
         let (na, nb) = (sim_nic(&fabric, "10.0.0.1"), sim_nic(&fabric, "10.0.0.2"));
-        let (mut target, _eq_t) = msg_client(&na);
-        let link = target.cm.as_mut().expect("FI_EP_MSG");
+        let eq_t = EventQueue::open(WAITABLE).expect("event queue");
+        let mut target = na
+            .passive_endpoint(EndpointAttr::default(), &eq_t)
+            .expect("listener");
+        let link = &mut target.link;
+        // Closing, as its drop begins: it takes no more requests.
+        link.shared.set(SHUT_DOWN);
         link.stop.store(true, Ordering::Release);
         link.shared.signal.signal().expect("woken");
         link.thread
@@ -2070,6 +2078,21 @@ mod tests {
             .expect_err("refused");
         assert_eq!(err.errno, FiErrno::FI_EAVAIL, "{err}");
         assert_eq!(eq_c.readerr().expect("error").err, FiErrno::FI_ECONNREFUSED);
+
+        // An endpoint that never asked nor accepted: its receives stay posted.
+        let (mut idle, _eq_i) = msg_client(&na);
+        let link = idle.cm.as_mut().expect("FI_EP_MSG");
+        link.stop.store(true, Ordering::Release);
+        link.shared.signal.signal().expect("woken");
+        link.thread
+            .take()
+            .expect("progress thread")
+            .join()
+            .expect("stopped");
+        let conn = link.shared.clone();
+        let posted = conn.lock().lane.in_flight().1;
+        conn.final_look();
+        assert_eq!(conn.lock().lane.in_flight().1, posted, "nothing withdrawn");
     }
 
     /// The last look at a control channel on a NIC stopped by a fatal error waits for
