@@ -145,6 +145,8 @@ const CONTROL_RINGS: RingSizes = RingSizes {
 };
 /// Control buffers: the receive ring's plus a few sends.
 const CONTROL_BUFFERS: u32 = 32;
+/// The accept numbers an ACCEPT's context carries above its kind's byte ([`CmInner`]).
+const ACCEPT_NUMBERS: u64 = (1 << 56) - 1;
 /// Peers a passive endpoint's AV holds at once (requesters awaiting a REJECT).
 const LISTENER_AV_ENTRIES: usize = 64;
 /// Entries of an `FI_EP_MSG` endpoint's own AV (the listener, then the peer).
@@ -226,6 +228,10 @@ struct CmInner {
     connect_deadline: Option<(Instant, Duration)>,
     /// While accepting: the NIC acknowledged the ACCEPT's delivery.
     accept_delivered: bool,
+    /// Accepts this endpoint made (56 bits, wrapping): an ACCEPT is sent with its accept's
+    /// number in its context, so that the completion of an earlier accept's ACCEPT (one
+    /// that timed out before its send completed) is not taken for the current one's.
+    accepts: u64,
     /// The last look at the control channel has begun ([`Connection::final_look`]): a
     /// receive that completes is not posted again.
     closing: bool,
@@ -824,7 +830,9 @@ impl Connection {
     /// A control message this side sent completed.
     fn on_sent(&self, inner: &mut CmInner, ev: &CqEvent) {
         let kind = CmKind::from_u8((ev.context & 0xFF) as u8);
-        let av_entry = ev.context >> 8;
+        // Above the kind's byte: the AV entry a REJECT went to, or the number of the accept
+        // an ACCEPT was sent for.
+        let sent_for = ev.context >> 8;
         match (kind, &ev.error) {
             (Some(CmKind::ConnReq), Some(err)) if self.get() == CONNECTING => {
                 self.set(REFUSED);
@@ -837,11 +845,15 @@ impl Connection {
                 );
             }
             // Delivered to the requester's ring; connected once the requester says it took
-            // it in (READY).
-            (Some(CmKind::Accept), None) if self.get() == ACCEPTING => {
+            // it in (READY). Only the current accept's ACCEPT (its number in the context).
+            (Some(CmKind::Accept), None)
+                if self.get() == ACCEPTING && sent_for == inner.accepts =>
+            {
                 inner.accept_delivered = true;
             }
-            (Some(CmKind::Accept), Some(err)) if self.get() == ACCEPTING => {
+            (Some(CmKind::Accept), Some(err))
+                if self.get() == ACCEPTING && sent_for == inner.accepts =>
+            {
                 self.abort_accept(
                     inner,
                     FiErrno::FI_ECONNABORTED,
@@ -857,8 +869,8 @@ impl Connection {
             }
             (Some(CmKind::Reject), _) => {
                 // The requester's entry was only needed for the REJECT.
-                if let Err(e) = inner.av.remove(&[av_entry], 0) {
-                    tracing::debug!("listener AV entry {av_entry} not removed: {e}");
+                if let Err(e) = inner.av.remove(&[sent_for], 0) {
+                    tracing::debug!("listener AV entry {sent_for} not removed: {e}");
                 }
             }
             (_, Some(err)) => tracing::debug!(fid = self.fid, "control send failed: {err}"),
@@ -1366,6 +1378,7 @@ impl Nic {
                 connect_timeout: None,
                 connect_deadline: None,
                 accept_delivered: false,
+                accepts: 0,
                 closing: false,
             }),
             progressed: Condvar::new(),
@@ -1418,6 +1431,7 @@ pub(crate) fn msg_endpoint(nic: &Nic, attr: EndpointAttr) -> Result<Endpoint, Dr
             connect_timeout: Some(CM_CONNECT_TIMEOUT),
             connect_deadline: None,
             accept_delivered: false,
+            accepts: 0,
             closing: false,
         }),
         progressed: Condvar::new(),
@@ -1545,7 +1559,9 @@ impl PassiveEndpoint {
         conn.peer.store(fi, Ordering::Relaxed);
         conn.set(ACCEPTING);
         inner.accept_delivered = false;
-        if let Err(e) = conn.send(&mut inner, fi, CmKind::Accept, req.conn_id, param, 0) {
+        inner.accepts = inner.accepts.wrapping_add(1) & ACCEPT_NUMBERS;
+        let number = inner.accepts << 8;
+        if let Err(e) = conn.send(&mut inner, fi, CmKind::Accept, req.conn_id, param, number) {
             conn.set(IDLE);
             forget_peer(&mut inner.av, fi);
             return Err(e);
@@ -2142,6 +2158,72 @@ mod tests {
         conn.final_look();
         let took = started.elapsed();
         assert!(took < FINAL_LOOK_WAIT / 2, "the last look took {took:?}");
+    }
+
+    /// An ACCEPT's completion is the current accept's only when it carries that accept's
+    /// number: the completion of an earlier accept's ACCEPT (one that timed out before its
+    /// send completed, on a NIC slower than the model, which completes a send at its
+    /// doorbell) neither marks the current ACCEPT delivered nor gives the current accept up.
+    #[test]
+    fn the_completion_of_an_earlier_accepts_accept_is_not_taken_for_the_current_ones() {
+        let fabric = Fabric::new();
+        let (ns, nc) = (sim_nic(&fabric, "10.0.0.1"), sim_nic(&fabric, "10.0.0.2"));
+        let eq_l = EventQueue::open(WAITABLE).expect("event queue");
+        let pep = ns
+            .passive_endpoint(EndpointAttr::default(), &eq_l)
+            .expect("listener");
+        let (mut client, _eq_c) = msg_client(&nc);
+        let (mut server, eq_s) = msg_client(&ns);
+        client
+            .connect(&pep.address().to_bytes().expect("address"), b"")
+            .expect("connect");
+        let ev = eq_l
+            .sread(Some(Duration::from_secs(5)), 0)
+            .expect("FI_CONNREQ");
+        let req = pep.connreq(&ev).expect("request");
+        // No READY while this is held.
+        let requester = client.cm.as_ref().expect("FI_EP_MSG").shared.clone();
+        let held = requester.lock();
+        pep.accept(&req, &mut server, b"").expect("accept");
+        let conn = server.cm.as_ref().expect("FI_EP_MSG").shared.clone();
+        let delivered = conn.wait_until(Instant::now() + Duration::from_secs(5), |inner| {
+            inner.accept_delivered
+        });
+        assert!(delivered, "the ACCEPT's own completion");
+        let mut inner = conn.lock();
+        inner.accept_delivered = false;
+        let completion = |number: u64, error: Option<crate::endpoint::CqError>| CqEvent {
+            kind: CompletionKind::Send,
+            op: crate::endpoint::CqOp::Send,
+            context: (number << 8) | u64::from(CmKind::Accept as u8),
+            len: 0,
+            data: 0,
+            src_addr: 0,
+            tag: 0,
+            group: 0,
+            error,
+            buffer: None,
+            multi_recv: None,
+        };
+        let refused = crate::endpoint::CqError {
+            errno: FiErrno::FI_EIO,
+            local: uet_fwif::LocalStatus::Remote,
+            return_code: Some(uet_fwif::ReturnCode::Undeliverable),
+            olen: 0,
+        };
+        let earlier = inner.accepts.wrapping_sub(1) & ACCEPT_NUMBERS;
+        conn.on_sent(&mut inner, &completion(earlier, None));
+        assert!(!inner.accept_delivered, "an earlier accept's delivery");
+        conn.on_sent(&mut inner, &completion(earlier, Some(refused)));
+        assert_eq!(conn.get(), ACCEPTING, "an earlier accept's failure");
+        assert!(eq_s.is_empty());
+        let current = inner.accepts;
+        conn.on_sent(&mut inner, &completion(current, None));
+        assert!(inner.accept_delivered, "the current accept's delivery");
+        conn.on_sent(&mut inner, &completion(current, Some(refused)));
+        assert_eq!(conn.get(), IDLE, "the current accept's failure");
+        drop(inner);
+        drop(held);
     }
 
     /// A close path asleep in `wait_until` is woken by the progress thread's pass that took
