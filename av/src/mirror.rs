@@ -137,14 +137,12 @@ impl Slots {
     /// The word of the slot at `index`; `None` past the mapping. A table smaller than a page
     /// is mapped as a page, whose words past the capacity read as empty slots (nothing writes
     /// them), so the capacity need not be checked apart: one comparison on the lookup path.
+    /// The mapping is read as words (it is page-aligned and whole pages long, so the view
+    /// never fails), which takes fewer instructions than a range of its bytes.
     #[inline(always)]
     fn word(&self, index: u32) -> Option<u64> {
-        let at = (index as usize).checked_mul(SLOT_BYTES)?;
-        let w = self
-            .map
-            .get(at..at.checked_add(SLOT_BYTES)?)?
-            .first_chunk::<SLOT_BYTES>()?;
-        Some(u64::from_ne_bytes(*w))
+        let words = <[u64] as zerocopy::FromBytes>::ref_from_bytes(&self.map).ok()?;
+        words.get(index as usize).copied()
     }
 
     /// The address in the slot at `index`; `None` when it is empty or past the capacity.
