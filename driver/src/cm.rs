@@ -1071,17 +1071,18 @@ impl Connection {
 
 impl Connection {
     /// The last look at the control channel, once its progress thread has stopped and before
-    /// the channel goes. Where a message needing an answer may still come, its receives are
-    /// withdrawn first (`fi_cancel`, from interface 1.14: an admin command each, so not
-    /// where nothing can come), so that a message sent to it from now on finds no buffer
-    /// and is refused by the NIC:
-    /// an ACCEPT then fails at its sender, whose accept ends with `FI_ECONNABORTED`, instead
-    /// of landing in a ring that nobody reads. Then what reached the channel before is
-    /// answered (an ACCEPT of a request given up at close, a CONNREQ to a closed listener:
-    /// each with a REJECT), and what that sends is given up to [`FINAL_LOOK_WAIT`] to leave
-    /// (nothing, on a NIC stopped by a fatal error, which completes nothing).
-    /// On an older NIC an ACCEPT that lands after this look goes unanswered, and its
-    /// acceptor, whom no READY reaches, times out.
+    /// the channel goes.
+    ///
+    /// Where a message needing an answer may still come, its receives are withdrawn first
+    /// (`fi_cancel`, from interface 1.14: an admin command each, so not where nothing can
+    /// come), so that a message sent to it from now on finds no buffer and is refused by the
+    /// NIC: an ACCEPT then fails at its sender, whose accept ends with `FI_ECONNABORTED`,
+    /// instead of landing in a ring that nobody reads. Then what reached the channel before
+    /// is answered (an ACCEPT of a request given up at close, a CONNREQ to a closed
+    /// listener: each with a REJECT), and what that sends is given up to
+    /// [`FINAL_LOOK_WAIT`] to leave (no time on a NIC stopped by a fatal error, which
+    /// completes nothing). On an older NIC an ACCEPT that lands after this look goes
+    /// unanswered, and its acceptor, whom no READY reaches, times out.
     fn final_look(&self) {
         let deadline = Instant::now() + FINAL_LOOK_WAIT;
         let mut inner = self.lock();
