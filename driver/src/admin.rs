@@ -261,7 +261,7 @@ pub struct AdminQueue {
     /// until they complete or the queue is programmed again.
     scratch_holders: Vec<u16>,
     /// Commands abandoned after a timeout whose completions have not come, shared with the
-    /// NIC's fast paths ([`AdminQueue::unanswered`]).
+    /// NIC's fast paths ([`AdminQueue::abandoned_counter`]).
     abandoned: Arc<AtomicUsize>,
     /// Undoes of late creations ([`undo_of`]) and destroys retried behind them, submitted in
     /// this order ahead of the next command.

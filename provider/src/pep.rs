@@ -613,8 +613,8 @@ unsafe extern "C" fn pep_close(fid: *mut Fid) -> c_int {
 /// block soon would.
 ///
 /// Handles are carved in order out of regions of address space mapped for them
-/// ([`REGION_BYTES`], private and anonymous, backed only once written) and never mapped
-/// elsewhere, one [`SLOT_BYTES`] slot each, never reused. A page all of whose handles are
+/// (`REGION_BYTES`, private and anonymous, backed only once written) and never mapped
+/// elsewhere, one `SLOT_BYTES` slot each, never reused. A page all of whose handles are
 /// answered gives its memory back (`MADV_DONTNEED`) and keeps its addresses: a stale
 /// handle then reads as zeroes. A handle costs address space only, 32 bytes of it per
 /// request over the process's life.

@@ -37,7 +37,7 @@ pub fn json_pretty(value: &impl serde::Serialize) {
     }
 }
 
-/// What [`write`] does when standard output fails: exit, quietly for a closed reader.
+/// What [`write()`] does when standard output fails: exit, quietly for a closed reader.
 fn ended(e: &io::Error) -> ! {
     if e.kind() == io::ErrorKind::BrokenPipe {
         std::process::exit(0)
