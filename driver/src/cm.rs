@@ -232,6 +232,10 @@ struct CmInner {
     /// number in its context, so that the completion of an earlier accept's ACCEPT (one
     /// that timed out before its send completed) is not taken for the current one's.
     accepts: u64,
+    /// An accept of this endpoint timed out waiting for its READY: its requester may still
+    /// take the ACCEPT in, and the READY it then sends needs an answer (a REJECT), whatever
+    /// the endpoint has done since.
+    unconfirmed_accept: bool,
     /// The last look at the control channel has begun ([`Connection::final_look`]): a
     /// receive that completes is not posted again.
     closing: bool,
@@ -661,6 +665,7 @@ impl Connection {
                 format!("the connection request was not answered within {waited:?}"),
             );
         } else {
+            inner.unconfirmed_accept = true;
             self.abort_accept(
                 inner,
                 FiErrno::FI_ETIMEDOUT,
@@ -1091,12 +1096,15 @@ impl Connection {
         // Only where a message may still come that needs an answer: to a listener (a
         // CONNREQ), to a request given up or refused (a late ACCEPT), to an accept that ended
         // unconfirmed (a late READY). Not after a connection's end, which the peer was told
-        // of or told, nor to an endpoint that never asked or accepted.
+        // of or told, nor to an endpoint that never asked or accepted. Idle, only after an
+        // accept that timed out: a `conn_id` of 0 is a request's like any other, and an
+        // endpoint idle after a request or accept that was never sent, or whose ACCEPT was
+        // not delivered or reached a newcomer, hears nothing more of it.
         let answer_due = match inner.role {
             Role::Passive { .. } => true,
-            Role::Active { conn_id, .. } => match self.get() {
+            Role::Active { .. } => match self.get() {
                 CONNECTED | SHUT_DOWN => false,
-                IDLE => conn_id != 0,
+                IDLE => inner.unconfirmed_accept,
                 _ => true,
             },
         };
@@ -1380,6 +1388,7 @@ impl Nic {
                 connect_deadline: None,
                 accept_delivered: false,
                 accepts: 0,
+                unconfirmed_accept: false,
                 closing: false,
             }),
             progressed: Condvar::new(),
@@ -1433,6 +1442,7 @@ pub(crate) fn msg_endpoint(nic: &Nic, attr: EndpointAttr) -> Result<Endpoint, Dr
             connect_deadline: None,
             accept_delivered: false,
             accepts: 0,
+            unconfirmed_accept: false,
             closing: false,
         }),
         progressed: Condvar::new(),
@@ -2110,6 +2120,68 @@ mod tests {
         let posted = conn.lock().lane.in_flight().1;
         conn.final_look();
         assert_eq!(conn.lock().lane.in_flight().1, posted, "nothing withdrawn");
+    }
+
+    /// Stop the progress thread of `ep`'s control channel, as its close does before the last
+    /// look; the connection it served.
+    fn stop_progress(ep: &mut Endpoint) -> Arc<Connection> {
+        let link = ep.cm.as_mut().expect("FI_EP_MSG");
+        link.stop.store(true, Ordering::Release);
+        link.shared.signal.signal().expect("woken");
+        link.thread
+            .take()
+            .expect("progress thread")
+            .join()
+            .expect("stopped");
+        link.shared.clone()
+    }
+
+    /// An accept of a request whose `conn_id` is 0 (ids are drawn per process: here the
+    /// requester's counter is set as another process's may be) times out, and the acceptor
+    /// is closed: its last look withdraws its receives, so that the requester, which takes
+    /// the ACCEPT in after that look, finds nobody to take its READY and is not left
+    /// connected to nobody.
+    #[test]
+    fn the_last_look_after_an_accept_of_conn_id_0_timed_out_withdraws_the_receives() {
+        let fabric = Fabric::new();
+        let (ns, nc) = (sim_nic(&fabric, "10.0.0.1"), sim_nic(&fabric, "10.0.0.2"));
+        let eq_l = EventQueue::open(WAITABLE).expect("event queue");
+        let pep = ns
+            .passive_endpoint(EndpointAttr::default(), &eq_l)
+            .expect("listener");
+        let wait = Duration::from_secs(5);
+        let (mut client, eq_c) = msg_client(&nc);
+        let (mut server, eq_s) = msg_client(&ns);
+        server
+            .set_connect_timeout(Some(Duration::from_millis(100)))
+            .expect("timeout");
+        let fid = client.cm.as_ref().expect("FI_EP_MSG").shared.fid;
+        NEXT_CONN_ID.store((fid as u32) << 16, Ordering::Relaxed);
+        client
+            .connect(&pep.address().to_bytes().expect("address"), b"")
+            .expect("connect");
+        let req = pep
+            .connreq(&eq_l.sread(Some(wait), 0).expect("FI_CONNREQ"))
+            .expect("request");
+        assert_eq!(req.conn_id, 0);
+        let requester = client.cm.as_ref().expect("FI_EP_MSG").shared.clone();
+        let held = requester.lock();
+        pep.accept(&req, &mut server, b"").expect("accept");
+        let err = eq_s.sread(Some(wait), 0).expect_err("no FI_CONNECTED");
+        assert_eq!(err.errno, FiErrno::FI_EAVAIL, "{err}");
+        assert_eq!(eq_s.readerr().expect("error").err, FiErrno::FI_ETIMEDOUT);
+        let conn = stop_progress(&mut server);
+        conn.final_look();
+        assert_eq!(conn.lock().lane.in_flight().1, 0, "a receive left posted");
+        drop(held);
+        assert_eq!(
+            eq_c.sread(Some(wait), 0).expect("event").kind,
+            EqEventKind::Connected
+        );
+        let ev = eq_c
+            .sread(Some(wait), 0)
+            .expect("the connection to nobody ends");
+        assert_eq!((ev.kind, ev.fid), (EqEventKind::Shutdown, client.fid()));
     }
 
     /// The last look at a control channel on a NIC stopped by a fatal error waits for
