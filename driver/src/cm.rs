@@ -1095,18 +1095,17 @@ impl Connection {
         let seen = inner.generation;
         // Only where a message may still come that needs an answer: to a listener (a
         // CONNREQ), to a request given up or refused (a late ACCEPT), to an accept that ended
-        // unconfirmed (a late READY). Not after a connection's end, which the peer was told
-        // of or told, nor to an endpoint that never asked or accepted. Idle, only after an
-        // accept that timed out: a `conn_id` of 0 is a request's like any other, and an
-        // endpoint idle after a request or accept that was never sent, or whose ACCEPT was
-        // not delivered or reached a newcomer, hears nothing more of it.
+        // unconfirmed (a late READY), whatever the endpoint did after it: accepted or asked
+        // again, and connected. Not after a connection's end, which the peer was told of or
+        // told, nor to an endpoint that never asked or accepted. A `conn_id` of 0 is a
+        // request's like any other, and an endpoint idle after a request or accept that was
+        // never sent, or whose ACCEPT was not delivered or reached a newcomer, hears nothing
+        // more of it.
         let answer_due = match inner.role {
             Role::Passive { .. } => true,
-            Role::Active { .. } => match self.get() {
-                CONNECTED | SHUT_DOWN => false,
-                IDLE => inner.unconfirmed_accept,
-                _ => true,
-            },
+            Role::Active { .. } => {
+                inner.unconfirmed_accept || matches!(self.get(), CONNECTING | ACCEPTING | REFUSED)
+            }
         };
         if answer_due && inner.lane.cancel_supported().is_ok() {
             // Every control receive is posted with context 0, and the oldest one still posted
@@ -2069,8 +2068,8 @@ mod tests {
     /// the last look begins: the last look still withdraws every other receive, so that
     /// nothing sent later lands in a ring nobody reads (the message itself is answered: a
     /// REJECT of the request). An endpoint that never asked or accepted, or whose
-    /// connection ended, keeps its receives posted to the end: nothing that comes to it
-    /// then needs an answer that a timeout does not give.
+    /// connection ended (and none of whose accepts timed out), keeps its receives posted to
+    /// the end: nothing that comes to it then needs an answer that a timeout does not give.
     #[test]
     fn the_last_look_withdraws_every_receive_past_one_a_message_took_unread() {
         let fabric = Fabric::new();
@@ -2182,6 +2181,64 @@ mod tests {
             .sread(Some(wait), 0)
             .expect("the connection to nobody ends");
         assert_eq!((ev.kind, ev.fid), (EqEventKind::Shutdown, client.fid()));
+    }
+
+    /// An acceptor gives up waiting for the READY of one requester, accepts another and is
+    /// connected, then shuts that connection down and is closed: its last look still
+    /// withdraws its receives, so that the first requester, which takes its ACCEPT in after
+    /// that look, finds nobody to take its READY and is not left connected to nobody.
+    #[test]
+    fn the_last_look_after_a_connection_withdraws_the_receives_if_an_earlier_accept_timed_out() {
+        let fabric = Fabric::new();
+        let (ns, nc) = (sim_nic(&fabric, "10.0.0.1"), sim_nic(&fabric, "10.0.0.2"));
+        let eq_l = EventQueue::open(WAITABLE).expect("event queue");
+        let pep = ns
+            .passive_endpoint(EndpointAttr::default(), &eq_l)
+            .expect("listener");
+        let listener = pep.address().to_bytes().expect("address");
+        let wait = Duration::from_secs(5);
+        let (mut first, eq_1) = msg_client(&nc);
+        let (mut server, eq_s) = msg_client(&ns);
+        server
+            .set_connect_timeout(Some(Duration::from_millis(100)))
+            .expect("timeout");
+        first.connect(&listener, b"").expect("connect");
+        let req = pep
+            .connreq(&eq_l.sread(Some(wait), 0).expect("FI_CONNREQ"))
+            .expect("request");
+        let requester = first.cm.as_ref().expect("FI_EP_MSG").shared.clone();
+        let held = requester.lock();
+        pep.accept(&req, &mut server, b"").expect("accept");
+        let err = eq_s.sread(Some(wait), 0).expect_err("no FI_CONNECTED");
+        assert_eq!(err.errno, FiErrno::FI_EAVAIL, "{err}");
+        assert_eq!(eq_s.readerr().expect("error").err, FiErrno::FI_ETIMEDOUT);
+        let (mut second, eq_2) = msg_client(&nc);
+        second.connect(&listener, b"").expect("connect");
+        let req2 = pep
+            .connreq(&eq_l.sread(Some(wait), 0).expect("FI_CONNREQ"))
+            .expect("request");
+        pep.accept(&req2, &mut server, b"").expect("accept");
+        assert_eq!(
+            eq_s.sread(Some(wait), 0).expect("event").kind,
+            EqEventKind::Connected
+        );
+        assert_eq!(
+            eq_2.sread(Some(wait), 0).expect("event").kind,
+            EqEventKind::Connected
+        );
+        server.shutdown().expect("shut down");
+        let conn = stop_progress(&mut server);
+        conn.final_look();
+        assert_eq!(conn.lock().lane.in_flight().1, 0, "a receive left posted");
+        drop(held);
+        assert_eq!(
+            eq_1.sread(Some(wait), 0).expect("event").kind,
+            EqEventKind::Connected
+        );
+        let ev = eq_1
+            .sread(Some(wait), 0)
+            .expect("the connection to nobody ends");
+        assert_eq!((ev.kind, ev.fid), (EqEventKind::Shutdown, first.fid()));
     }
 
     /// The last look at a control channel on a NIC stopped by a fatal error waits for
