@@ -236,6 +236,10 @@ struct CmInner {
     /// take the ACCEPT in, and the READY it then sends needs an answer (a REJECT), whatever
     /// the endpoint has done since.
     unconfirmed_accept: bool,
+    /// This endpoint's request was given up (at its close) or timed out: its ACCEPT may
+    /// still come, and needs an answer (a REJECT). Not one the listener rejected or that
+    /// was not delivered: no ACCEPT answers it.
+    late_accept: bool,
     /// The last look at the control channel has begun ([`Connection::final_look`]): a
     /// receive that completes is not posted again.
     closing: bool,
@@ -657,6 +661,7 @@ impl Connection {
         }
         inner.connect_deadline = None;
         if state == CONNECTING {
+            inner.late_accept = true;
             self.set(REFUSED);
             self.post_error(
                 inner,
@@ -1094,17 +1099,19 @@ impl Connection {
         inner.closing = true;
         let seen = inner.generation;
         // Only where a message may still come that needs an answer: to a listener (a
-        // CONNREQ), to a request given up or refused (a late ACCEPT), to an accept that ended
-        // unconfirmed (a late READY), whatever the endpoint did after it: accepted or asked
-        // again, and connected. Not after a connection's end, which the peer was told of or
-        // told, nor to an endpoint that never asked or accepted. A `conn_id` of 0 is a
-        // request's like any other, and an endpoint idle after a request or accept that was
-        // never sent, or whose ACCEPT was not delivered or reached a newcomer, hears nothing
-        // more of it.
+        // CONNREQ), to a request given up or timed out (a late ACCEPT; not to one rejected or
+        // not delivered, which no ACCEPT answers), to an accept that ended unconfirmed (a
+        // late READY), whatever the endpoint did after it: accepted or asked again, and
+        // connected. Not after a connection's end, which the peer was told of or told, nor
+        // to an endpoint that never asked or accepted. A `conn_id` of 0 is a request's like
+        // any other, and an endpoint idle after a request or accept that was never sent, or
+        // whose ACCEPT was not delivered or reached a newcomer, hears nothing more of it.
         let answer_due = match inner.role {
             Role::Passive { .. } => true,
             Role::Active { .. } => {
-                inner.unconfirmed_accept || matches!(self.get(), CONNECTING | ACCEPTING | REFUSED)
+                inner.unconfirmed_accept
+                    || inner.late_accept
+                    || matches!(self.get(), CONNECTING | ACCEPTING)
             }
         };
         if answer_due && inner.lane.cancel_supported().is_ok() {
@@ -1388,6 +1395,7 @@ impl Nic {
                 accept_delivered: false,
                 accepts: 0,
                 unconfirmed_accept: false,
+                late_accept: false,
                 closing: false,
             }),
             progressed: Condvar::new(),
@@ -1442,6 +1450,7 @@ pub(crate) fn msg_endpoint(nic: &Nic, attr: EndpointAttr) -> Result<Endpoint, Dr
             accept_delivered: false,
             accepts: 0,
             unconfirmed_accept: false,
+            late_accept: false,
             closing: false,
         }),
         progressed: Condvar::new(),
@@ -1836,8 +1845,9 @@ impl Endpoint {
             // an ACCEPT in with: that thread runs until the endpoint goes, and an ACCEPT it
             // took in now would connect an endpoint being closed, whose READY would connect
             // the acceptor to nobody. Refused, it answers a late ACCEPT with a REJECT.
-            let _inner = conn.lock();
+            let mut inner = conn.lock();
             if conn.get() == CONNECTING {
+                inner.late_accept = true;
                 conn.set(REFUSED);
             }
         }
@@ -2239,6 +2249,35 @@ mod tests {
             .sread(Some(wait), 0)
             .expect("the connection to nobody ends");
         assert_eq!((ev.kind, ev.fid), (EqEventKind::Shutdown, first.fid()));
+    }
+
+    /// A request the listener rejected gets no ACCEPT: the requester's last look withdraws
+    /// none of its receives (an admin command each), as after a connection's end.
+    #[test]
+    fn the_last_look_of_a_rejected_requester_withdraws_nothing() {
+        let fabric = Fabric::new();
+        let (ns, nc) = (sim_nic(&fabric, "10.0.0.1"), sim_nic(&fabric, "10.0.0.2"));
+        let eq_l = EventQueue::open(WAITABLE).expect("event queue");
+        let pep = ns
+            .passive_endpoint(EndpointAttr::default(), &eq_l)
+            .expect("listener");
+        let wait = Duration::from_secs(5);
+        let (mut client, eq_c) = msg_client(&nc);
+        client
+            .connect(&pep.address().to_bytes().expect("address"), b"")
+            .expect("connect");
+        let req = pep
+            .connreq(&eq_l.sread(Some(wait), 0).expect("FI_CONNREQ"))
+            .expect("request");
+        pep.reject(&req, b"").expect("reject");
+        let err = eq_c.sread(Some(wait), 0).expect_err("refused");
+        assert_eq!(err.errno, FiErrno::FI_EAVAIL, "{err}");
+        assert_eq!(eq_c.readerr().expect("error").err, FiErrno::FI_ECONNREFUSED);
+        let conn = stop_progress(&mut client);
+        let posted = conn.lock().lane.in_flight().1;
+        assert!(posted > 1, "{posted}");
+        conn.final_look();
+        assert_eq!(conn.lock().lane.in_flight().1, posted, "nothing withdrawn");
     }
 
     /// The last look at a control channel on a NIC stopped by a fatal error waits for
