@@ -137,8 +137,9 @@ impl Slots {
     /// The word of the slot at `index`; `None` past the mapping. A table smaller than a page
     /// is mapped as a page, whose words past the capacity read as empty slots (nothing writes
     /// them), so the capacity need not be checked apart: one comparison on the lookup path.
-    /// The mapping is read as words (it is page-aligned and whole pages long, so the view
-    /// never fails), which takes fewer instructions than a range of its bytes.
+    /// The mapping is read as words (it is page-aligned, and a whole number of words long:
+    /// `capacity` words, or the one page of a smaller table, so the view never fails), which
+    /// takes fewer instructions than a range of its bytes.
     #[inline(always)]
     fn word(&self, index: u32) -> Option<u64> {
         let words = <[u64] as zerocopy::FromBytes>::ref_from_bytes(&self.map).ok()?;
@@ -469,6 +470,8 @@ mod tests {
         assert_eq!(paged(&m), PAGE_BYTES + 8, "one page and the bitmap");
         assert!(m.set(9_999, [1; 32]));
         assert_eq!(paged(&m), 2 * PAGE_BYTES + 8);
+        // A mapping of 19.53 pages, read as words to its last one.
+        assert_eq!((m.get(9_999), m.get(10_000)), (Some([1; 32]), None));
         assert_eq!(
             m.iter().map(|(i, _)| i).collect::<Vec<_>>(),
             [5_000, 5_001, 9_999]
