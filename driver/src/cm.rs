@@ -228,6 +228,13 @@ struct CmInner {
     connect_deadline: Option<(Instant, Duration)>,
     /// While accepting: the NIC acknowledged the ACCEPT's delivery.
     accept_delivered: bool,
+    /// The current accept's ACCEPT is sent and its completion not yet taken in.
+    accept_in_flight: bool,
+    /// Accepts given up while their ACCEPT was in flight, by number, with the requester's
+    /// AV entry: it goes when that ACCEPT completes. A NIC may read the entry as it
+    /// transmits, and the entry freed at once would be the next requester's (an AV gives
+    /// the lowest free index), which the stale ACCEPT would then reach.
+    stale_accepts: Vec<(u64, u64)>,
     /// Accepts this endpoint made (56 bits, wrapping): an ACCEPT is sent with its accept's
     /// number in its context, so that the completion of an earlier accept's ACCEPT (one
     /// that timed out before its send completed) is not taken for the current one's.
@@ -843,6 +850,19 @@ impl Connection {
         // Above the kind's byte: the AV entry a REJECT went to, or the number of the accept
         // an ACCEPT was sent for.
         let sent_for = ev.context >> 8;
+        if kind == Some(CmKind::Accept) {
+            if let Some(at) = inner.stale_accepts.iter().position(|&(n, _)| n == sent_for) {
+                // The ACCEPT of an accept given up while it was in flight (the current
+                // accept's number too, when no other came since): its requester's entry
+                // goes now.
+                let (_, entry) = inner.stale_accepts.swap_remove(at);
+                forget_peer(&mut inner.av, entry);
+                return;
+            }
+            if sent_for == inner.accepts {
+                inner.accept_in_flight = false;
+            }
+        }
         match (kind, &ev.error) {
             (Some(CmKind::ConnReq), Some(err)) if self.get() == CONNECTING => {
                 self.set(REFUSED);
@@ -1216,10 +1236,19 @@ impl Connection {
 
     /// An accept that will not connect: the endpoint is idle again, free to accept another
     /// request, the requester's entry goes, and the EQ gets the error.
+    /// The entry goes when the ACCEPT has completed: at once, or with its completion
+    /// (`CmInner::stale_accepts`).
     fn abort_accept(&self, inner: &mut CmInner, err: FiErrno, prov_errno: i32, text: String) {
         inner.connect_deadline = None;
         self.set(IDLE);
-        forget_peer(&mut inner.av, self.peer.swap(u64::MAX, Ordering::Relaxed));
+        let entry = self.peer.swap(u64::MAX, Ordering::Relaxed);
+        if inner.accept_in_flight && inner.stale_accepts.try_reserve(1).is_ok() {
+            inner.accept_in_flight = false;
+            let number = inner.accepts;
+            inner.stale_accepts.push((number, entry));
+        } else {
+            forget_peer(&mut inner.av, entry);
+        }
         self.post_error(inner, err, prov_errno, text);
     }
 
@@ -1393,6 +1422,8 @@ impl Nic {
                 connect_timeout: None,
                 connect_deadline: None,
                 accept_delivered: false,
+                accept_in_flight: false,
+                stale_accepts: Vec::new(),
                 accepts: 0,
                 unconfirmed_accept: false,
                 late_accept: false,
@@ -1448,6 +1479,8 @@ pub(crate) fn msg_endpoint(nic: &Nic, attr: EndpointAttr) -> Result<Endpoint, Dr
             connect_timeout: Some(CM_CONNECT_TIMEOUT),
             connect_deadline: None,
             accept_delivered: false,
+            accept_in_flight: false,
+            stale_accepts: Vec::new(),
             accepts: 0,
             unconfirmed_accept: false,
             late_accept: false,
@@ -1585,6 +1618,7 @@ impl PassiveEndpoint {
             forget_peer(&mut inner.av, fi);
             return Err(e);
         }
+        inner.accept_in_flight = true;
         self.take_pending(&mut listener, req);
         // The requester's READY is waited for as long as a request waits for its answer.
         inner.connect_deadline = inner
@@ -2393,6 +2427,81 @@ mod tests {
         assert_eq!(conn.get(), IDLE, "the current accept's failure");
         drop(inner);
         drop(held);
+    }
+
+    /// An accept given up at its deadline while its ACCEPT is still in flight (on a NIC
+    /// slower than the model, which completes a send at its doorbell) keeps the requester's
+    /// AV entry until that ACCEPT completes: freed at once, the entry would be the next
+    /// requester's, and a NIC that reads it as it transmits would carry the stale ACCEPT
+    /// there.
+    #[test]
+    fn an_accept_given_up_in_flight_keeps_the_requesters_entry_until_its_accept_completes() {
+        let fabric = Fabric::new();
+        let (ns, nc) = (sim_nic(&fabric, "10.0.0.1"), sim_nic(&fabric, "10.0.0.2"));
+        let eq_l = EventQueue::open(WAITABLE).expect("event queue");
+        let pep = ns
+            .passive_endpoint(EndpointAttr::default(), &eq_l)
+            .expect("listener");
+        let (mut client, _eq_c) = msg_client(&nc);
+        let (mut server, eq_s) = msg_client(&ns);
+        client
+            .connect(&pep.address().to_bytes().expect("address"), b"")
+            .expect("connect");
+        let ev = eq_l
+            .sread(Some(Duration::from_secs(5)), 0)
+            .expect("FI_CONNREQ");
+        let req = pep.connreq(&ev).expect("request");
+        // No READY while this is held.
+        let requester = client.cm.as_ref().expect("FI_EP_MSG").shared.clone();
+        let held = requester.lock();
+        pep.accept(&req, &mut server, b"").expect("accept");
+        let conn = server.cm.as_ref().expect("FI_EP_MSG").shared.clone();
+        assert!(
+            conn.wait_until(Instant::now() + Duration::from_secs(5), |inner| {
+                inner.accept_delivered
+            })
+        );
+        let mut inner = conn.lock();
+        // As if the ACCEPT's completion had not come yet.
+        inner.accept_delivered = false;
+        inner.accept_in_flight = true;
+        let entry = conn.peer.load(Ordering::Relaxed);
+        let now = Instant::now();
+        inner.connect_deadline = Some((now, Duration::from_millis(1)));
+        while Instant::now() == now {
+            std::hint::spin_loop();
+        }
+        assert_eq!(conn.expire(&mut inner), None);
+        assert_eq!(conn.get(), IDLE, "given up");
+        let (mut bytes, mut len) = ([0u8; 32], 32);
+        assert!(
+            inner.av.lookup(entry, &mut bytes, &mut len).is_ok(),
+            "the requester's entry stays while the ACCEPT is in flight"
+        );
+        let number = inner.accepts;
+        let completion = CqEvent {
+            kind: CompletionKind::Send,
+            op: crate::endpoint::CqOp::Send,
+            context: (number << 8) | u64::from(CmKind::Accept as u8),
+            len: 0,
+            data: 0,
+            src_addr: 0,
+            tag: 0,
+            group: 0,
+            error: None,
+            buffer: None,
+            multi_recv: None,
+        };
+        conn.on_sent(&mut inner, &completion);
+        assert!(
+            inner.av.lookup(entry, &mut bytes, &mut len).is_err(),
+            "the entry goes with the ACCEPT's completion"
+        );
+        assert!(inner.stale_accepts.is_empty());
+        drop(inner);
+        drop(held);
+        let err = eq_s.readerr().expect("the accept's error");
+        assert_eq!(err.err, FiErrno::FI_ETIMEDOUT);
     }
 
     /// A close path asleep in `wait_until` is woken by the progress thread's pass that took
