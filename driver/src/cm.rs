@@ -543,6 +543,14 @@ fn insert_peer(av: &mut Av, bytes: &[u8], who: &str) -> Result<u64, DriverError>
     }
 }
 
+/// The address AV entry `fi_addr` of a connection holds.
+fn entry_address(inner: &CmInner, fi_addr: u64) -> Option<UetAddress> {
+    let mut bytes = [0u8; uet_fwif::address::ADDRESS_BYTES];
+    let mut len = bytes.len();
+    inner.av.lookup(fi_addr, &mut bytes, &mut len).ok()?;
+    UetAddress::from_bytes(bytes.get(..len)?).ok()
+}
+
 /// Take back an entry [`insert_peer`] made for a control message that was not sent.
 fn forget_peer(av: &mut Av, fi_addr: u64) {
     if let Err(e) = av.remove(&[fi_addr], 0) {
@@ -1214,16 +1222,22 @@ impl Connection {
     /// Whether a message came from the connection's peer: the NIC found its source at the
     /// peer's entry. A message that arrived before the requester took in the ACCEPT (the
     /// acceptor sent it as soon as it was connected) was resolved while the peer was in no
-    /// entry yet: it is the peer's when it names the peer as its sender.
+    /// entry yet: it is the peer's when it names the peer as its sender. One found at another
+    /// entry that holds the peer's address (that of an accept given up in flight, kept until
+    /// its ACCEPT completes, whose requester closed and left its PIDonFEP to the peer: the
+    /// NIC names the lowest entry of a sender) is the peer's too.
     fn is_from_peer(&self, inner: &CmInner, src_addr: u64, msg: &CmMessage) -> bool {
         let peer = self.peer.load(Ordering::Relaxed);
         if src_addr == peer {
             return true;
         }
-        if src_addr != uet_fwif::FI_ADDR_NOTAVAIL {
+        let Some(address) = self.peer_address(inner) else {
             return false;
+        };
+        if src_addr == uet_fwif::FI_ADDR_NOTAVAIL {
+            return address == msg.sender;
         }
-        self.peer_address(inner).is_some_and(|a| a == msg.sender)
+        entry_address(inner, src_addr).is_some_and(|a| a == address)
     }
 
     /// Whether a message's sender is at the peer's address (its Fabric Address and
@@ -1254,13 +1268,7 @@ impl Connection {
 
     /// The connection peer's address, as its AV entry holds it.
     fn peer_address(&self, inner: &CmInner) -> Option<UetAddress> {
-        let mut bytes = [0u8; uet_fwif::address::ADDRESS_BYTES];
-        let mut len = bytes.len();
-        inner
-            .av
-            .lookup(self.peer.load(Ordering::Relaxed), &mut bytes, &mut len)
-            .ok()?;
-        UetAddress::from_bytes(bytes.get(..len)?).ok()
+        entry_address(inner, self.peer.load(Ordering::Relaxed))
     }
 
     /// A CONNREQ reached an endpoint that does not listen (an active `FI_EP_MSG` endpoint,
@@ -2502,6 +2510,47 @@ mod tests {
         drop(held);
         let err = eq_s.readerr().expect("the accept's error");
         assert_eq!(err.err, FiErrno::FI_ETIMEDOUT);
+    }
+
+    /// An accept given up while its ACCEPT was in flight keeps its requester's entry, and
+    /// the next requester may be at the same address (the first one closed, and the NIC gave
+    /// its PIDonFEP to the newcomer): the NIC then finds the newcomer's READY at the older,
+    /// lower entry. The READY is still the peer's, and connects.
+    #[test]
+    fn a_ready_found_at_a_stale_accepts_entry_of_the_peers_address_connects() {
+        let fabric = Fabric::new();
+        let (ns, nc) = (sim_nic(&fabric, "10.0.0.1"), sim_nic(&fabric, "10.0.0.2"));
+        let eq_l = EventQueue::open(WAITABLE).expect("event queue");
+        let pep = ns
+            .passive_endpoint(EndpointAttr::default(), &eq_l)
+            .expect("listener");
+        let wait = Duration::from_secs(5);
+        let (mut client, eq_c) = msg_client(&nc);
+        let (mut server, eq_s) = msg_client(&ns);
+        client
+            .connect(&pep.address().to_bytes().expect("address"), b"")
+            .expect("connect");
+        let req = pep
+            .connreq(&eq_l.sread(Some(wait), 0).expect("FI_CONNREQ"))
+            .expect("request");
+        let conn = server.cm.as_ref().expect("FI_EP_MSG").shared.clone();
+        {
+            // An earlier accept, given up in flight, to the endpoint that had this address.
+            let mut inner = conn.lock();
+            let bytes = req.peer.to_bytes().expect("address");
+            let stale = insert_peer(&mut inner.av, &bytes, "requester").expect("entry");
+            let number = inner.accepts;
+            inner.stale_accepts.push((number, stale));
+        }
+        pep.accept(&req, &mut server, b"").expect("accept");
+        let ev = eq_s.sread(Some(wait), 0).expect("FI_CONNECTED");
+        assert_eq!((ev.kind, ev.fid), (EqEventKind::Connected, server.fid()));
+        let ev = eq_c.sread(Some(wait), 0).expect("FI_CONNECTED");
+        assert_eq!((ev.kind, ev.fid), (EqEventKind::Connected, client.fid()));
+        assert!(
+            eq_c.sread(Some(Duration::from_millis(200)), 0).is_err(),
+            "the requester's connection goes on"
+        );
     }
 
     /// A close path asleep in `wait_until` is woken by the progress thread's pass that took
