@@ -38,12 +38,14 @@
 //! case the acceptor hears of it: `FI_CONNECTED` and then `FI_SHUTDOWN`, or
 //! `FI_ECONNABORTED`. A NIC older than interface 1.14 cannot withdraw receives: an ACCEPT
 //! that lands after the requester's last look at its ring is read by nobody, and its
-//! acceptor hears of it only at its deadline (`FI_ETIMEDOUT`; never, without one). A READY that finds its acceptor no longer waiting for it (its deadline
-//! passed, or it accepted another requester since, whatever that request's id) is answered
-//! with a REJECT, which ends the requester's connection with `FI_SHUTDOWN`; one
-//! that cannot be delivered (the acceptor closed) ends it too. An acceptor closed before the
-//! READY comes sends a SHUTDOWN once its ACCEPT was delivered, which the requester reads
-//! after the ACCEPT.
+//! acceptor hears of it only at its deadline (`FI_ETIMEDOUT`; never, without one). A READY
+//! that finds its acceptor no longer waiting for it (its deadline passed, or it accepted
+//! another requester since, whatever that request's id) is answered with a REJECT, which
+//! ends the requester's connection with `FI_SHUTDOWN`; one that cannot be delivered (the
+//! acceptor closed) ends it too. An acceptor closed before the READY comes sends a
+//! SHUTDOWN once its ACCEPT was delivered, which the requester reads after the ACCEPT; if
+//! the ACCEPT is still not delivered when the close stops waiting, it sends nothing that
+//! could overtake it, and withdraws its receives, so that the READY is refused.
 //!
 //! A request neither accepted nor rejected within its deadline (the listener's application
 //! never answers it, or never reads its EQ; the peer hung) times out: the requester gets an
@@ -1187,12 +1189,20 @@ impl Connection {
     /// At the close of an endpoint whose ACCEPT was delivered and whose READY has not come:
     /// a SHUTDOWN to the requester, as from a connected endpoint, so that a requester that
     /// takes the ACCEPT in after this endpoint is gone hears of the close (sent after the
-    /// ACCEPT arrived, it is read after it). `Ok(false)`, nothing sent, when the state
-    /// changed meanwhile (the READY came, or the requester ended the connection).
+    /// ACCEPT arrived, it is read after it). An ACCEPT not delivered yet gets no SHUTDOWN
+    /// after it (see the code). `Ok(false)`, nothing sent, when the state changed meanwhile
+    /// (the READY came, or the requester ended the connection).
     fn shut_down_accepting(&self) -> Result<bool, DriverError> {
         let mut inner = self.lock();
         if self.get() != ACCEPTING {
             return Ok(false);
+        }
+        if !inner.accept_delivered {
+            // Not delivered within the close's wait: a SHUTDOWN sent now might overtake it.
+            // Nothing is sent, and the state stays: the last look withdraws the receives of
+            // an endpoint still accepting, so that the requester's READY, should the ACCEPT
+            // still reach it, is refused by the NIC, which ends its connection.
+            return Ok(true);
         }
         let conn_id = match inner.role {
             Role::Active { conn_id, .. } => conn_id,
@@ -2434,6 +2444,48 @@ mod tests {
         conn.on_sent(&mut inner, &completion(current, Some(refused)));
         assert_eq!(conn.get(), IDLE, "the current accept's failure");
         drop(inner);
+        drop(held);
+    }
+
+    /// An acceptor closed before its ACCEPT was delivered (the close's wait ran out) sends
+    /// no SHUTDOWN that could overtake the ACCEPT: it stays accepting, so that its last look
+    /// withdraws its receives and a READY is refused by the NIC.
+    #[test]
+    fn an_acceptor_closed_before_its_accept_was_delivered_sends_no_shutdown() {
+        let fabric = Fabric::new();
+        let (ns, nc) = (sim_nic(&fabric, "10.0.0.1"), sim_nic(&fabric, "10.0.0.2"));
+        let eq_l = EventQueue::open(WAITABLE).expect("event queue");
+        let pep = ns
+            .passive_endpoint(EndpointAttr::default(), &eq_l)
+            .expect("listener");
+        let (mut client, _eq_c) = msg_client(&nc);
+        let (mut server, _eq_s) = msg_client(&ns);
+        client
+            .connect(&pep.address().to_bytes().expect("address"), b"")
+            .expect("connect");
+        let ev = eq_l
+            .sread(Some(Duration::from_secs(5)), 0)
+            .expect("FI_CONNREQ");
+        let req = pep.connreq(&ev).expect("request");
+        let requester = client.cm.as_ref().expect("FI_EP_MSG").shared.clone();
+        let held = requester.lock();
+        pep.accept(&req, &mut server, b"").expect("accept");
+        let conn = server.cm.as_ref().expect("FI_EP_MSG").shared.clone();
+        assert!(
+            conn.wait_until(Instant::now() + Duration::from_secs(5), |inner| {
+                inner.accept_delivered
+            })
+        );
+        // As if the ACCEPT were still on its way.
+        conn.lock().accept_delivered = false;
+        let sends = conn.lock().lane.in_flight().0;
+        assert_eq!(conn.shut_down_accepting().ok(), Some(true));
+        assert_eq!(conn.get(), ACCEPTING, "still accepting");
+        assert_eq!(conn.lock().lane.in_flight().0, sends, "no SHUTDOWN sent");
+        // Delivered: the SHUTDOWN goes.
+        conn.lock().accept_delivered = true;
+        assert_eq!(conn.shut_down_accepting().ok(), Some(true));
+        assert_eq!(conn.get(), SHUT_DOWN);
         drop(held);
     }
 
