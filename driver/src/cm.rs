@@ -1261,13 +1261,13 @@ impl Connection {
     /// An accept that will not connect: the endpoint is idle again, free to accept another
     /// request, the requester's entry goes, and the EQ gets the error.
     /// The entry goes when the ACCEPT has completed: at once, or with its completion
-    /// (`CmInner::stale_accepts`).
+    /// (`CmInner::stale_accepts`); at once too when no memory can be had to remember it.
     fn abort_accept(&self, inner: &mut CmInner, err: FiErrno, prov_errno: i32, text: String) {
         inner.connect_deadline = None;
         self.set(IDLE);
         let entry = self.peer.swap(u64::MAX, Ordering::Relaxed);
-        if inner.accept_in_flight && inner.stale_accepts.try_reserve(1).is_ok() {
-            inner.accept_in_flight = false;
+        let in_flight = std::mem::take(&mut inner.accept_in_flight);
+        if in_flight && inner.stale_accepts.try_reserve(1).is_ok() {
             let number = inner.accepts;
             inner.stale_accepts.push((number, entry));
         } else {
