@@ -1992,6 +1992,82 @@ mod tests {
         Nic::open(Arc::new(SimDevice::new(f))).expect("open NIC")
     }
 
+    /// Two NICs of one fabric, 10.0.0.1 (`ns`) and 10.0.0.2 (`nc`), and a listener on the
+    /// first reporting to `eq_l`. Fields drop in order: the listener first, the fabric last.
+    struct Listening {
+        pep: PassiveEndpoint,
+        eq_l: EventQueue,
+        ns: Nic,
+        nc: Nic,
+        _fabric: Fabric,
+    }
+
+    impl Listening {
+        fn new() -> Listening {
+            let fabric = Fabric::new();
+            let (ns, nc) = (sim_nic(&fabric, "10.0.0.1"), sim_nic(&fabric, "10.0.0.2"));
+            let eq_l = EventQueue::open(WAITABLE).expect("event queue");
+            let pep = ns
+                .passive_endpoint(EndpointAttr::default(), &eq_l)
+                .expect("listener");
+            Listening {
+                pep,
+                eq_l,
+                ns,
+                nc,
+                _fabric: fabric,
+            }
+        }
+
+        /// `client` requests a connection of the listener: the request, as the listener's
+        /// `FI_CONNREQ` gives it.
+        fn request(&self, client: &mut Endpoint) -> ConnReq {
+            client
+                .connect(&self.pep.address().to_bytes().expect("address"), b"")
+                .expect("connect");
+            let ev = self
+                .eq_l
+                .sread(Some(Duration::from_secs(5)), 0)
+                .expect("FI_CONNREQ");
+            self.pep.connreq(&ev).expect("request")
+        }
+    }
+
+    /// The connection `ep`'s control channel serves.
+    fn connection(ep: &Endpoint) -> Arc<Connection> {
+        ep.cm.as_ref().expect("FI_EP_MSG").shared.clone()
+    }
+
+    /// Stop the progress thread of a control channel, as a close does before the last look;
+    /// the connection it served.
+    fn stop_progress(link: &mut CmLink) -> Arc<Connection> {
+        link.stop.store(true, Ordering::Release);
+        link.shared.signal.signal().expect("woken");
+        link.thread
+            .take()
+            .expect("progress thread")
+            .join()
+            .expect("stopped");
+        link.shared.clone()
+    }
+
+    /// The completion of an ACCEPT sent for accept `number`, failed with `error` or not.
+    fn accept_completion(number: u64, error: Option<crate::endpoint::CqError>) -> CqEvent {
+        CqEvent {
+            kind: CompletionKind::Send,
+            op: crate::endpoint::CqOp::Send,
+            context: (number << 8) | u64::from(CmKind::Accept as u8),
+            len: 0,
+            data: 0,
+            src_addr: 0,
+            tag: 0,
+            group: 0,
+            error,
+            buffer: None,
+            multi_recv: None,
+        }
+    }
+
     /// An `FI_EP_MSG` endpoint of `nic` bound to an event queue of its own.
     fn msg_client(nic: &Nic) -> (Endpoint, EventQueue) {
         let mut c = nic
@@ -2016,24 +2092,14 @@ mod tests {
     /// the requester's connection ends: `FI_CONNECTED`, then `FI_SHUTDOWN`.
     #[test]
     fn an_accept_the_requester_does_not_take_in_times_out_and_its_late_ready_is_refused() {
-        let fabric = Fabric::new();
-        let (ns, nc) = (sim_nic(&fabric, "10.0.0.1"), sim_nic(&fabric, "10.0.0.2"));
-        let eq_l = EventQueue::open(WAITABLE).expect("event queue");
-        let pep = ns
-            .passive_endpoint(EndpointAttr::default(), &eq_l)
-            .expect("listener");
-        let (mut client, eq_c) = msg_client(&nc);
-        let (mut server, eq_s) = msg_client(&ns);
+        let l = Listening::new();
+        let (ns, nc, pep) = (&l.ns, &l.nc, &l.pep);
+        let (mut client, eq_c) = msg_client(nc);
+        let (mut server, eq_s) = msg_client(ns);
         let wait = Duration::from_millis(300);
         server.set_connect_timeout(Some(wait)).expect("timeout");
-        client
-            .connect(&pep.address().to_bytes().expect("address"), b"")
-            .expect("connect");
-        let ev = eq_l
-            .sread(Some(Duration::from_secs(5)), 0)
-            .expect("FI_CONNREQ");
-        let req = pep.connreq(&ev).expect("request");
-        let requester = client.cm.as_ref().expect("FI_EP_MSG").shared.clone();
+        let req = l.request(&mut client);
+        let requester = connection(&client);
         let held = requester.lock();
         let accepted = Instant::now();
         pep.accept(&req, &mut server, b"").expect("accept");
@@ -2062,24 +2128,16 @@ mod tests {
     /// an endpoint that has another peer.
     #[test]
     fn a_late_ready_of_another_requester_with_the_same_conn_id_is_refused() {
-        let fabric = Fabric::new();
-        let (ns, nc) = (sim_nic(&fabric, "10.0.0.1"), sim_nic(&fabric, "10.0.0.2"));
-        let eq_l = EventQueue::open(WAITABLE).expect("event queue");
-        let pep = ns
-            .passive_endpoint(EndpointAttr::default(), &eq_l)
-            .expect("listener");
-        let listener = pep.address().to_bytes().expect("address");
+        let l = Listening::new();
+        let (ns, nc, pep) = (&l.ns, &l.nc, &l.pep);
         let wait = Duration::from_secs(5);
-        let (mut first, eq_1) = msg_client(&nc);
-        let (mut server, eq_s) = msg_client(&ns);
+        let (mut first, eq_1) = msg_client(nc);
+        let (mut server, eq_s) = msg_client(ns);
         server
             .set_connect_timeout(Some(Duration::from_millis(200)))
             .expect("timeout");
-        first.connect(&listener, b"").expect("connect");
-        let req = pep
-            .connreq(&eq_l.sread(Some(wait), 0).expect("FI_CONNREQ"))
-            .expect("request");
-        let requester = first.cm.as_ref().expect("FI_EP_MSG").shared.clone();
+        let req = l.request(&mut first);
+        let requester = connection(&first);
         let held = requester.lock();
         pep.accept(&req, &mut server, b"").expect("accept");
         let err = eq_s.sread(Some(wait), 0).expect_err("no FI_CONNECTED");
@@ -2087,13 +2145,10 @@ mod tests {
         let err = eq_s.readerr().expect("error entry");
         assert_eq!(err.err, FiErrno::FI_ETIMEDOUT);
         // The second requester's id is the first one's, as another process's may be.
-        let (mut second, eq_2) = msg_client(&nc);
+        let (mut second, eq_2) = msg_client(nc);
         let fid2 = second.cm.as_ref().expect("FI_EP_MSG").shared.fid;
         NEXT_CONN_ID.store(req.conn_id ^ (fid2 as u32) << 16, Ordering::Relaxed);
-        second.connect(&listener, b"").expect("connect");
-        let req2 = pep
-            .connreq(&eq_l.sread(Some(wait), 0).expect("FI_CONNREQ"))
-            .expect("request");
+        let req2 = l.request(&mut second);
         assert_eq!(req2.conn_id, req.conn_id);
         server
             .set_connect_timeout(Some(Duration::from_secs(30)))
@@ -2143,14 +2198,7 @@ mod tests {
         let link = &mut target.link;
         // Closing, as its drop begins: it takes no more requests.
         link.shared.set(SHUT_DOWN);
-        link.stop.store(true, Ordering::Release);
-        link.shared.signal.signal().expect("woken");
-        link.thread
-            .take()
-            .expect("progress thread")
-            .join()
-            .expect("stopped");
-        let conn = link.shared.clone();
+        let conn = stop_progress(link);
         let posted = conn.lock().lane.in_flight().1;
         assert!(posted > 1, "{posted}");
         // Delivered at once (the model runs on the sender's doorbell), and nobody reads it.
@@ -2170,31 +2218,10 @@ mod tests {
         // An endpoint that never asked nor accepted: its receives stay posted.
         let (mut idle, _eq_i) = msg_client(&na);
         let link = idle.cm.as_mut().expect("FI_EP_MSG");
-        link.stop.store(true, Ordering::Release);
-        link.shared.signal.signal().expect("woken");
-        link.thread
-            .take()
-            .expect("progress thread")
-            .join()
-            .expect("stopped");
-        let conn = link.shared.clone();
+        let conn = stop_progress(link);
         let posted = conn.lock().lane.in_flight().1;
         conn.final_look();
         assert_eq!(conn.lock().lane.in_flight().1, posted, "nothing withdrawn");
-    }
-
-    /// Stop the progress thread of `ep`'s control channel, as its close does before the last
-    /// look; the connection it served.
-    fn stop_progress(ep: &mut Endpoint) -> Arc<Connection> {
-        let link = ep.cm.as_mut().expect("FI_EP_MSG");
-        link.stop.store(true, Ordering::Release);
-        link.shared.signal.signal().expect("woken");
-        link.thread
-            .take()
-            .expect("progress thread")
-            .join()
-            .expect("stopped");
-        link.shared.clone()
     }
 
     /// An accept of a request whose `conn_id` is 0 (ids are drawn per process: here the
@@ -2204,34 +2231,25 @@ mod tests {
     /// connected to nobody.
     #[test]
     fn the_last_look_after_an_accept_of_conn_id_0_timed_out_withdraws_the_receives() {
-        let fabric = Fabric::new();
-        let (ns, nc) = (sim_nic(&fabric, "10.0.0.1"), sim_nic(&fabric, "10.0.0.2"));
-        let eq_l = EventQueue::open(WAITABLE).expect("event queue");
-        let pep = ns
-            .passive_endpoint(EndpointAttr::default(), &eq_l)
-            .expect("listener");
+        let l = Listening::new();
+        let (ns, nc, pep) = (&l.ns, &l.nc, &l.pep);
         let wait = Duration::from_secs(5);
-        let (mut client, eq_c) = msg_client(&nc);
-        let (mut server, eq_s) = msg_client(&ns);
+        let (mut client, eq_c) = msg_client(nc);
+        let (mut server, eq_s) = msg_client(ns);
         server
             .set_connect_timeout(Some(Duration::from_millis(100)))
             .expect("timeout");
         let fid = client.cm.as_ref().expect("FI_EP_MSG").shared.fid;
         NEXT_CONN_ID.store((fid as u32) << 16, Ordering::Relaxed);
-        client
-            .connect(&pep.address().to_bytes().expect("address"), b"")
-            .expect("connect");
-        let req = pep
-            .connreq(&eq_l.sread(Some(wait), 0).expect("FI_CONNREQ"))
-            .expect("request");
+        let req = l.request(&mut client);
         assert_eq!(req.conn_id, 0);
-        let requester = client.cm.as_ref().expect("FI_EP_MSG").shared.clone();
+        let requester = connection(&client);
         let held = requester.lock();
         pep.accept(&req, &mut server, b"").expect("accept");
         let err = eq_s.sread(Some(wait), 0).expect_err("no FI_CONNECTED");
         assert_eq!(err.errno, FiErrno::FI_EAVAIL, "{err}");
         assert_eq!(eq_s.readerr().expect("error").err, FiErrno::FI_ETIMEDOUT);
-        let conn = stop_progress(&mut server);
+        let conn = stop_progress(server.cm.as_mut().expect("FI_EP_MSG"));
         conn.final_look();
         assert_eq!(conn.lock().lane.in_flight().1, 0, "a receive left posted");
         drop(held);
@@ -2251,34 +2269,23 @@ mod tests {
     /// that look, finds nobody to take its READY and is not left connected to nobody.
     #[test]
     fn the_last_look_after_a_connection_withdraws_the_receives_if_an_earlier_accept_timed_out() {
-        let fabric = Fabric::new();
-        let (ns, nc) = (sim_nic(&fabric, "10.0.0.1"), sim_nic(&fabric, "10.0.0.2"));
-        let eq_l = EventQueue::open(WAITABLE).expect("event queue");
-        let pep = ns
-            .passive_endpoint(EndpointAttr::default(), &eq_l)
-            .expect("listener");
-        let listener = pep.address().to_bytes().expect("address");
+        let l = Listening::new();
+        let (ns, nc, pep) = (&l.ns, &l.nc, &l.pep);
         let wait = Duration::from_secs(5);
-        let (mut first, eq_1) = msg_client(&nc);
-        let (mut server, eq_s) = msg_client(&ns);
+        let (mut first, eq_1) = msg_client(nc);
+        let (mut server, eq_s) = msg_client(ns);
         server
             .set_connect_timeout(Some(Duration::from_millis(100)))
             .expect("timeout");
-        first.connect(&listener, b"").expect("connect");
-        let req = pep
-            .connreq(&eq_l.sread(Some(wait), 0).expect("FI_CONNREQ"))
-            .expect("request");
-        let requester = first.cm.as_ref().expect("FI_EP_MSG").shared.clone();
+        let req = l.request(&mut first);
+        let requester = connection(&first);
         let held = requester.lock();
         pep.accept(&req, &mut server, b"").expect("accept");
         let err = eq_s.sread(Some(wait), 0).expect_err("no FI_CONNECTED");
         assert_eq!(err.errno, FiErrno::FI_EAVAIL, "{err}");
         assert_eq!(eq_s.readerr().expect("error").err, FiErrno::FI_ETIMEDOUT);
-        let (mut second, eq_2) = msg_client(&nc);
-        second.connect(&listener, b"").expect("connect");
-        let req2 = pep
-            .connreq(&eq_l.sread(Some(wait), 0).expect("FI_CONNREQ"))
-            .expect("request");
+        let (mut second, eq_2) = msg_client(nc);
+        let req2 = l.request(&mut second);
         pep.accept(&req2, &mut server, b"").expect("accept");
         assert_eq!(
             eq_s.sread(Some(wait), 0).expect("event").kind,
@@ -2289,7 +2296,7 @@ mod tests {
             EqEventKind::Connected
         );
         server.shutdown().expect("shut down");
-        let conn = stop_progress(&mut server);
+        let conn = stop_progress(server.cm.as_mut().expect("FI_EP_MSG"));
         conn.final_look();
         assert_eq!(conn.lock().lane.in_flight().1, 0, "a receive left posted");
         drop(held);
@@ -2307,25 +2314,16 @@ mod tests {
     /// none of its receives (an admin command each), as after a connection's end.
     #[test]
     fn the_last_look_of_a_rejected_requester_withdraws_nothing() {
-        let fabric = Fabric::new();
-        let (ns, nc) = (sim_nic(&fabric, "10.0.0.1"), sim_nic(&fabric, "10.0.0.2"));
-        let eq_l = EventQueue::open(WAITABLE).expect("event queue");
-        let pep = ns
-            .passive_endpoint(EndpointAttr::default(), &eq_l)
-            .expect("listener");
+        let l = Listening::new();
+        let (nc, pep) = (&l.nc, &l.pep);
         let wait = Duration::from_secs(5);
-        let (mut client, eq_c) = msg_client(&nc);
-        client
-            .connect(&pep.address().to_bytes().expect("address"), b"")
-            .expect("connect");
-        let req = pep
-            .connreq(&eq_l.sread(Some(wait), 0).expect("FI_CONNREQ"))
-            .expect("request");
+        let (mut client, eq_c) = msg_client(nc);
+        let req = l.request(&mut client);
         pep.reject(&req, b"").expect("reject");
         let err = eq_c.sread(Some(wait), 0).expect_err("refused");
         assert_eq!(err.errno, FiErrno::FI_EAVAIL, "{err}");
         assert_eq!(eq_c.readerr().expect("error").err, FiErrno::FI_ECONNREFUSED);
-        let conn = stop_progress(&mut client);
+        let conn = stop_progress(client.cm.as_mut().expect("FI_EP_MSG"));
         let posted = conn.lock().lane.in_flight().1;
         assert!(posted > 1, "{posted}");
         conn.final_look();
@@ -2350,14 +2348,7 @@ mod tests {
             .expect("listener");
         let (mut target, _eq_t) = msg_client(&nb);
         let link = target.cm.as_mut().expect("FI_EP_MSG");
-        link.stop.store(true, Ordering::Release);
-        link.shared.signal.signal().expect("woken");
-        link.thread
-            .take()
-            .expect("progress thread")
-            .join()
-            .expect("stopped");
-        let conn = link.shared.clone();
+        let conn = stop_progress(link);
         let (mut other, _eq_o) = msg_client(&na);
         other
             .connect(&target.address().to_bytes().expect("address"), b"")
@@ -2387,45 +2378,23 @@ mod tests {
     /// doorbell) neither marks the current ACCEPT delivered nor gives the current accept up.
     #[test]
     fn the_completion_of_an_earlier_accepts_accept_is_not_taken_for_the_current_ones() {
-        let fabric = Fabric::new();
-        let (ns, nc) = (sim_nic(&fabric, "10.0.0.1"), sim_nic(&fabric, "10.0.0.2"));
-        let eq_l = EventQueue::open(WAITABLE).expect("event queue");
-        let pep = ns
-            .passive_endpoint(EndpointAttr::default(), &eq_l)
-            .expect("listener");
-        let (mut client, _eq_c) = msg_client(&nc);
-        let (mut server, eq_s) = msg_client(&ns);
-        client
-            .connect(&pep.address().to_bytes().expect("address"), b"")
-            .expect("connect");
-        let ev = eq_l
-            .sread(Some(Duration::from_secs(5)), 0)
-            .expect("FI_CONNREQ");
-        let req = pep.connreq(&ev).expect("request");
+        let l = Listening::new();
+        let (ns, nc, pep) = (&l.ns, &l.nc, &l.pep);
+        let (mut client, _eq_c) = msg_client(nc);
+        let (mut server, eq_s) = msg_client(ns);
+        let req = l.request(&mut client);
         // No READY while this is held.
-        let requester = client.cm.as_ref().expect("FI_EP_MSG").shared.clone();
+        let requester = connection(&client);
         let held = requester.lock();
         pep.accept(&req, &mut server, b"").expect("accept");
-        let conn = server.cm.as_ref().expect("FI_EP_MSG").shared.clone();
+        let conn = connection(&server);
         let delivered = conn.wait_until(Instant::now() + Duration::from_secs(5), |inner| {
             inner.accept_delivered
         });
         assert!(delivered, "the ACCEPT's own completion");
         let mut inner = conn.lock();
         inner.accept_delivered = false;
-        let completion = |number: u64, error: Option<crate::endpoint::CqError>| CqEvent {
-            kind: CompletionKind::Send,
-            op: crate::endpoint::CqOp::Send,
-            context: (number << 8) | u64::from(CmKind::Accept as u8),
-            len: 0,
-            data: 0,
-            src_addr: 0,
-            tag: 0,
-            group: 0,
-            error,
-            buffer: None,
-            multi_recv: None,
-        };
+        let completion = accept_completion;
         let refused = crate::endpoint::CqError {
             errno: FiErrno::FI_EIO,
             local: uet_fwif::LocalStatus::Remote,
@@ -2452,25 +2421,15 @@ mod tests {
     /// withdraws its receives and a READY is refused by the NIC.
     #[test]
     fn an_acceptor_closed_before_its_accept_was_delivered_sends_no_shutdown() {
-        let fabric = Fabric::new();
-        let (ns, nc) = (sim_nic(&fabric, "10.0.0.1"), sim_nic(&fabric, "10.0.0.2"));
-        let eq_l = EventQueue::open(WAITABLE).expect("event queue");
-        let pep = ns
-            .passive_endpoint(EndpointAttr::default(), &eq_l)
-            .expect("listener");
-        let (mut client, _eq_c) = msg_client(&nc);
-        let (mut server, _eq_s) = msg_client(&ns);
-        client
-            .connect(&pep.address().to_bytes().expect("address"), b"")
-            .expect("connect");
-        let ev = eq_l
-            .sread(Some(Duration::from_secs(5)), 0)
-            .expect("FI_CONNREQ");
-        let req = pep.connreq(&ev).expect("request");
-        let requester = client.cm.as_ref().expect("FI_EP_MSG").shared.clone();
+        let l = Listening::new();
+        let (ns, nc, pep) = (&l.ns, &l.nc, &l.pep);
+        let (mut client, _eq_c) = msg_client(nc);
+        let (mut server, _eq_s) = msg_client(ns);
+        let req = l.request(&mut client);
+        let requester = connection(&client);
         let held = requester.lock();
         pep.accept(&req, &mut server, b"").expect("accept");
-        let conn = server.cm.as_ref().expect("FI_EP_MSG").shared.clone();
+        let conn = connection(&server);
         assert!(
             conn.wait_until(Instant::now() + Duration::from_secs(5), |inner| {
                 inner.accept_delivered
@@ -2496,26 +2455,16 @@ mod tests {
     /// there.
     #[test]
     fn an_accept_given_up_in_flight_keeps_the_requesters_entry_until_its_accept_completes() {
-        let fabric = Fabric::new();
-        let (ns, nc) = (sim_nic(&fabric, "10.0.0.1"), sim_nic(&fabric, "10.0.0.2"));
-        let eq_l = EventQueue::open(WAITABLE).expect("event queue");
-        let pep = ns
-            .passive_endpoint(EndpointAttr::default(), &eq_l)
-            .expect("listener");
-        let (mut client, _eq_c) = msg_client(&nc);
-        let (mut server, eq_s) = msg_client(&ns);
-        client
-            .connect(&pep.address().to_bytes().expect("address"), b"")
-            .expect("connect");
-        let ev = eq_l
-            .sread(Some(Duration::from_secs(5)), 0)
-            .expect("FI_CONNREQ");
-        let req = pep.connreq(&ev).expect("request");
+        let l = Listening::new();
+        let (ns, nc, pep) = (&l.ns, &l.nc, &l.pep);
+        let (mut client, _eq_c) = msg_client(nc);
+        let (mut server, eq_s) = msg_client(ns);
+        let req = l.request(&mut client);
         // No READY while this is held.
-        let requester = client.cm.as_ref().expect("FI_EP_MSG").shared.clone();
+        let requester = connection(&client);
         let held = requester.lock();
         pep.accept(&req, &mut server, b"").expect("accept");
-        let conn = server.cm.as_ref().expect("FI_EP_MSG").shared.clone();
+        let conn = connection(&server);
         assert!(
             conn.wait_until(Instant::now() + Duration::from_secs(5), |inner| {
                 inner.accept_delivered
@@ -2539,19 +2488,7 @@ mod tests {
             "the requester's entry stays while the ACCEPT is in flight"
         );
         let number = inner.accepts;
-        let completion = CqEvent {
-            kind: CompletionKind::Send,
-            op: crate::endpoint::CqOp::Send,
-            context: (number << 8) | u64::from(CmKind::Accept as u8),
-            len: 0,
-            data: 0,
-            src_addr: 0,
-            tag: 0,
-            group: 0,
-            error: None,
-            buffer: None,
-            multi_recv: None,
-        };
+        let completion = accept_completion(number, None);
         conn.on_sent(&mut inner, &completion);
         assert!(
             inner.av.lookup(entry, &mut bytes, &mut len).is_err(),
@@ -2570,22 +2507,13 @@ mod tests {
     /// lower entry. The READY is still the peer's, and connects.
     #[test]
     fn a_ready_found_at_a_stale_accepts_entry_of_the_peers_address_connects() {
-        let fabric = Fabric::new();
-        let (ns, nc) = (sim_nic(&fabric, "10.0.0.1"), sim_nic(&fabric, "10.0.0.2"));
-        let eq_l = EventQueue::open(WAITABLE).expect("event queue");
-        let pep = ns
-            .passive_endpoint(EndpointAttr::default(), &eq_l)
-            .expect("listener");
+        let l = Listening::new();
+        let (ns, nc, pep) = (&l.ns, &l.nc, &l.pep);
         let wait = Duration::from_secs(5);
-        let (mut client, eq_c) = msg_client(&nc);
-        let (mut server, eq_s) = msg_client(&ns);
-        client
-            .connect(&pep.address().to_bytes().expect("address"), b"")
-            .expect("connect");
-        let req = pep
-            .connreq(&eq_l.sread(Some(wait), 0).expect("FI_CONNREQ"))
-            .expect("request");
-        let conn = server.cm.as_ref().expect("FI_EP_MSG").shared.clone();
+        let (mut client, eq_c) = msg_client(nc);
+        let (mut server, eq_s) = msg_client(ns);
+        let req = l.request(&mut client);
+        let conn = connection(&server);
         {
             // An earlier accept, given up in flight, to the endpoint that had this address.
             let mut inner = conn.lock();
