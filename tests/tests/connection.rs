@@ -40,6 +40,42 @@ fn listen(nic: &Nic, eq: &EventQueue) -> PassiveEndpoint {
     .unwrap()
 }
 
+/// Two NICs of one fabric and a listener of the job on the first (`ns`), reporting to
+/// `eq_l`. Fields drop in order: the listener first, the fabric last.
+struct Listening {
+    pep: PassiveEndpoint,
+    eq_l: EventQueue,
+    ns: Nic,
+    nc: Nic,
+    fns: Vec<uet_sim::SimFunction>,
+    _fabric: uet_sim::Fabric,
+}
+
+impl Listening {
+    fn new() -> Listening {
+        Listening::of(fabric(2))
+    }
+
+    /// On NICs of interface minor `minor`.
+    fn at_interface(minor: u8) -> Listening {
+        Listening::of(uet_tests::fabric_with(2, |cfg| cfg.interface_minor = minor))
+    }
+
+    fn of((fabric, fns): (uet_sim::Fabric, Vec<uet_sim::SimFunction>)) -> Listening {
+        let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
+        let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
+        let pep = listen(&ns, &eq_l);
+        Listening {
+            pep,
+            eq_l,
+            ns,
+            nc,
+            fns,
+            _fabric: fabric,
+        }
+    }
+}
+
 /// An endpoint of `nic` whose connection request to `pep` (no parameter) times out after
 /// `timeout`, and its event queue.
 fn request_within(nic: &Nic, pep: &PassiveEndpoint, timeout: Duration) -> (Endpoint, EventQueue) {
@@ -77,13 +113,11 @@ fn completion_raised(ep: &mut Endpoint) -> bool {
 
 #[test]
 fn connect_accept_send_and_shutdown() {
-    let (_f, fns) = fabric(2);
-    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
-    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
-    let pep = listen(&ns, &eq_l);
-    let (mut client, eq_c) = msg_ep(&nc);
-    let pool_c = DmaPool::new(&nc, 4096, 8).unwrap();
-    let pool_s = DmaPool::new(&ns, 4096, 8).unwrap();
+    let l = Listening::new();
+    let (ns, nc, eq_l, pep) = (&l.ns, &l.nc, &l.eq_l, &l.pep);
+    let (mut client, eq_c) = msg_ep(nc);
+    let pool_c = DmaPool::new(nc, 4096, 8).unwrap();
+    let pool_s = DmaPool::new(ns, 4096, 8).unwrap();
 
     // Nothing can be sent before the connection exists.
     let (e, _) = client.send(pool_c.alloc().unwrap(), 0, 0).unwrap_err();
@@ -95,20 +129,20 @@ fn connect_accept_send_and_shutdown() {
     let e = client.connect(&pep.address().to_bytes().unwrap(), b"again");
     assert_eq!(e.unwrap_err().errno(), FiErrno::FI_EOPBADSTATE);
 
-    let ev = wait_event(&eq_l);
+    let ev = wait_event(eq_l);
     assert_eq!(ev.kind, EqEventKind::ConnReq);
     assert_eq!(ev.fid, pep.fid());
     assert_eq!(ev.cm_data, b"hello listener");
     let req = pep.connreq(&ev).unwrap();
     assert_eq!(req.peer, *client.address(), "the requester's address");
 
-    let (mut server, eq_s) = msg_ep(&ns);
+    let (mut server, eq_s) = msg_ep(ns);
     server.post_recv(pool_s.alloc().unwrap(), 10).unwrap();
     client.post_recv(pool_c.alloc().unwrap(), 20).unwrap();
     pep.accept(&req, &mut server, b"welcome").unwrap();
     // The request is answered: a second accept or a reject is an invalid argument, and
     // leaves the other endpoint as it was.
-    let (mut other, _eq_o) = msg_ep(&ns);
+    let (mut other, _eq_o) = msg_ep(ns);
     let e = pep.accept(&req, &mut other, b"").unwrap_err();
     assert_eq!(e.errno(), FiErrno::FI_EINVAL, "{e}");
     assert_eq!(
@@ -163,15 +197,13 @@ fn connect_accept_send_and_shutdown() {
 
 #[test]
 fn reject_and_unreachable_listeners_refuse_the_connection() {
-    let (_f, fns) = fabric(2);
-    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
-    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
-    let pep = listen(&ns, &eq_l);
-    let (mut client, eq_c) = msg_ep(&nc);
+    let l = Listening::new();
+    let (ns, nc, eq_l, pep) = (&l.ns, &l.nc, &l.eq_l, &l.pep);
+    let (mut client, eq_c) = msg_ep(nc);
     client
         .connect(&pep.address().to_bytes().unwrap(), b"please")
         .unwrap();
-    let ev = wait_event(&eq_l);
+    let ev = wait_event(eq_l);
     let req = pep.connreq(&ev).unwrap();
     pep.reject(&req, b"go away").unwrap();
     assert_eq!(
@@ -180,7 +212,7 @@ fn reject_and_unreachable_listeners_refuse_the_connection() {
     );
     // Answered, it is no request any more, whichever call names it again.
     assert_eq!(pep.connreq(&ev).unwrap_err().errno(), FiErrno::FI_EINVAL);
-    let (mut other, _eq_o) = msg_ep(&ns);
+    let (mut other, _eq_o) = msg_ep(ns);
     let e = pep.accept(&req, &mut other, b"").unwrap_err();
     assert_eq!(e.errno(), FiErrno::FI_EINVAL, "{e}");
     let err = wait_error(&eq_c);
@@ -189,7 +221,7 @@ fn reject_and_unreachable_listeners_refuse_the_connection() {
     assert!(!client.is_connected());
 
     // No listener at that PIDonFEP: the request is refused by the target NIC.
-    let (mut lost, eq_x) = msg_ep(&nc);
+    let (mut lost, eq_x) = msg_ep(nc);
     let nowhere = forged(pep.address(), |a| a.pid_on_fep += 7);
     lost.connect(&nowhere, b"").unwrap();
     let err = wait_error(&eq_x);
@@ -201,22 +233,20 @@ fn reject_and_unreachable_listeners_refuse_the_connection() {
 fn a_rejected_requester_gets_the_reject_param_byte_for_byte() {
     // fi_cm(3): the data fi_reject sends reaches the requester as err_data of its
     // FI_ECONNREFUSED. An application's reject data need not be text.
-    let (_f, fns) = fabric(2);
-    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
-    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
-    let pep = listen(&ns, &eq_l);
-    let (mut client, eq_c) = msg_ep(&nc);
+    let l = Listening::new();
+    let (nc, eq_l, pep) = (&l.nc, &l.eq_l, &l.pep);
+    let (mut client, eq_c) = msg_ep(nc);
     client
         .connect(&pep.address().to_bytes().unwrap(), b"")
         .unwrap();
-    let req = pep.connreq(&wait_event(&eq_l)).unwrap();
+    let req = pep.connreq(&wait_event(eq_l)).unwrap();
     let why = [0xFF, 0x00, 0x80, 0xC3, b'"', b'x'];
     pep.reject(&req, &why).unwrap();
     let err = wait_error(&eq_c);
     assert_eq!((err.err, err.fid), (FiErrno::FI_ECONNREFUSED, client.fid()));
     assert_eq!(err.cm_data, why);
     // Other refusals carry none.
-    let (mut lost, eq_x) = msg_ep(&nc);
+    let (mut lost, eq_x) = msg_ep(nc);
     lost.connect(&forged(pep.address(), |a| a.pid_on_fep += 7), b"")
         .unwrap();
     assert!(wait_error(&eq_x).cm_data.is_empty());
@@ -339,6 +369,7 @@ fn a_connection_request_to_an_endpoint_that_does_not_listen_is_refused() {
 fn closing_a_listener_refuses_the_requests_it_left_unanswered() {
     // The application closes its passive endpoint with a connection request it neither
     // accepted nor rejected: the requester must learn it was refused, not wait forever.
+    // The listener and its queue are this test's own: it closes them.
     let (_f, fns) = fabric(2);
     let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
     let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
@@ -394,20 +425,18 @@ fn a_request_the_listener_cannot_report_is_refused() {
 /// gone.
 #[test]
 fn closing_a_connected_endpoint_shuts_the_connection_down() {
-    let (_f, fns) = fabric(2);
-    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
-    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
-    let pep = listen(&ns, &eq_l);
-    let (mut client, eq_c) = msg_ep(&nc);
+    let l = Listening::new();
+    let (fns, ns, nc, eq_l, pep) = (&l.fns, &l.ns, &l.nc, &l.eq_l, &l.pep);
+    let (mut client, eq_c) = msg_ep(nc);
     client
         .connect(&pep.address().to_bytes().unwrap(), b"")
         .unwrap();
-    let req = pep.connreq(&wait_event(&eq_l)).unwrap();
-    let (mut server, eq_s) = msg_ep(&ns);
+    let req = pep.connreq(&wait_event(eq_l)).unwrap();
+    let (mut server, eq_s) = msg_ep(ns);
     pep.accept(&req, &mut server, b"").unwrap();
     assert_eq!(wait_event(&eq_c).kind, EqEventKind::Connected);
     assert_eq!(wait_event(&eq_s).kind, EqEventKind::Connected);
-    let pool_s = DmaPool::new(&ns, 4096, 4).unwrap();
+    let pool_s = DmaPool::new(ns, 4096, 4).unwrap();
 
     drop(client);
     let ev = wait_event(&eq_s);
@@ -445,14 +474,12 @@ fn a_shutdown_right_after_fi_connected_reaches_a_requester_that_has_not_read_its
     // The acceptor shuts the connection down as soon as it is connected, which may be before
     // the requester took in the ACCEPT and learned who its peer is: the SHUTDOWN is then the
     // next message of its control channel, and must still end the connection.
-    let (_f, fns) = fabric(2);
-    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
-    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
-    let pep = listen(&ns, &eq_l);
+    let l = Listening::new();
+    let (ns, nc, eq_l, pep) = (&l.ns, &l.nc, &l.eq_l, &l.pep);
     for _ in 0..8 {
-        let (mut client, eq_c) = msg_ep(&nc);
-        let (mut server, eq_s) = msg_ep(&ns);
-        accept_one(&pep, &eq_l, &mut client, &mut server);
+        let (mut client, eq_c) = msg_ep(nc);
+        let (mut server, eq_s) = msg_ep(ns);
+        accept_one(pep, eq_l, &mut client, &mut server);
         assert_eq!(wait_event(&eq_s).kind, EqEventKind::Connected);
         server.shutdown().unwrap();
         assert_eq!(wait_event(&eq_c).kind, EqEventKind::Connected);
@@ -469,13 +496,11 @@ fn a_shutdown_right_after_fi_connected_reaches_a_requester_that_has_not_read_its
 /// The vector is raised before `FI_SHUTDOWN` is posted.
 #[test]
 fn a_peers_shutdown_raises_the_endpoints_completion_vector() {
-    let (_f, fns) = fabric(2);
-    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
-    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
-    let pep = listen(&ns, &eq_l);
-    let (mut client, eq_c) = msg_ep(&nc);
-    let (mut server, eq_s) = msg_ep(&ns);
-    accept_one(&pep, &eq_l, &mut client, &mut server);
+    let l = Listening::new();
+    let (ns, nc, eq_l, pep) = (&l.ns, &l.nc, &l.eq_l, &l.pep);
+    let (mut client, eq_c) = msg_ep(nc);
+    let (mut server, eq_s) = msg_ep(ns);
+    accept_one(pep, eq_l, &mut client, &mut server);
     assert_eq!(wait_event(&eq_s).kind, EqEventKind::Connected);
     assert_eq!(wait_event(&eq_c).kind, EqEventKind::Connected);
     server.cq_trywait().unwrap();
@@ -499,28 +524,26 @@ fn an_endpoint_whose_accepts_were_aborted_still_accepts() {
     // Each requester closes before its request is accepted: the ACCEPT is not delivered
     // (FI_ECONNABORTED) and the endpoint is idle again, free to accept another request,
     // as many times as that happens.
-    let (_f, fns) = fabric(2);
-    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
-    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
-    let pep = listen(&ns, &eq_l);
-    let (mut server, eq_s) = msg_ep(&ns);
+    let l = Listening::new();
+    let (ns, nc, eq_l, pep) = (&l.ns, &l.nc, &l.eq_l, &l.pep);
+    let (mut server, eq_s) = msg_ep(ns);
     // An endpoint opened before each requester closes keeps its PIDonFEP from being given
     // out again before the ACCEPT to it fails.
     let mut keep = Vec::new();
     for _ in 0..6 {
-        let (mut client, _eq_c) = msg_ep(&nc);
+        let (mut client, _eq_c) = msg_ep(nc);
         client
             .connect(&pep.address().to_bytes().unwrap(), b"")
             .unwrap();
-        let req = pep.connreq(&wait_event(&eq_l)).unwrap();
-        keep.push(msg_ep(&nc));
+        let req = pep.connreq(&wait_event(eq_l)).unwrap();
+        keep.push(msg_ep(nc));
         drop(client);
         pep.accept(&req, &mut server, b"").unwrap();
         let err = wait_error(&eq_s);
         assert_eq!((err.err, err.fid), (FiErrno::FI_ECONNABORTED, server.fid()));
     }
-    let (mut client, eq_c) = msg_ep(&nc);
-    accept_one(&pep, &eq_l, &mut client, &mut server);
+    let (mut client, eq_c) = msg_ep(nc);
+    accept_one(pep, eq_l, &mut client, &mut server);
     assert_eq!(wait_event(&eq_s).kind, EqEventKind::Connected);
     assert_eq!(wait_event(&eq_c).kind, EqEventKind::Connected);
 }
@@ -530,13 +553,11 @@ fn an_endpoint_whose_accepts_were_aborted_still_accepts() {
 /// requester). The other side is connected by the ACCEPT, so it must hear of the close: its
 /// `FI_CONNECTED`, then `FI_SHUTDOWN`.
 fn closing_one_side_as_it_connects_shuts_the_other_down(close_acceptor: bool) {
-    let (_f, fns) = fabric(2);
-    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
-    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
-    let pep = listen(&ns, &eq_l);
-    let (mut client, eq_c) = msg_ep(&nc);
-    let (mut server, eq_s) = msg_ep(&ns);
-    accept_one(&pep, &eq_l, &mut client, &mut server);
+    let l = Listening::new();
+    let (ns, nc, eq_l, pep) = (&l.ns, &l.nc, &l.eq_l, &l.pep);
+    let (mut client, eq_c) = msg_ep(nc);
+    let (mut server, eq_s) = msg_ep(ns);
+    accept_one(pep, eq_l, &mut client, &mut server);
     let (other, eq) = if close_acceptor {
         drop(server);
         (client, eq_c)
@@ -567,19 +588,17 @@ fn closing_the_connecting_endpoint_as_its_accept_arrives_shuts_the_connection_do
 /// its last look, and no READY comes (`FI_ETIMEDOUT` at the acceptor's deadline). In no case
 /// is the acceptor left connected to nobody. Returns how many rounds ended each way.
 fn a_close_racing_an_accept(minor: u8) -> [usize; 3] {
-    let (_f, fns) = uet_tests::fabric_with(2, |cfg| cfg.interface_minor = minor);
-    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
-    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
-    let pep = listen(&ns, &eq_l);
+    let l = Listening::at_interface(minor);
+    let (ns, nc, eq_l, pep) = (&l.ns, &l.nc, &l.eq_l, &l.pep);
     let mut seen = [0usize; 3];
     for round in 0..40 {
-        let (mut client, _eq_c) = msg_ep(&nc);
-        let (mut server, eq_s) = msg_ep(&ns);
+        let (mut client, _eq_c) = msg_ep(nc);
+        let (mut server, eq_s) = msg_ep(ns);
         server.set_connect_timeout(Some(SHORT)).unwrap();
         client
             .connect(&pep.address().to_bytes().unwrap(), b"")
             .unwrap();
-        let req = pep.connreq(&wait_event(&eq_l)).unwrap();
+        let req = pep.connreq(&wait_event(eq_l)).unwrap();
         let closer = std::thread::spawn(move || drop(client));
         pep.accept(&req, &mut server, b"").unwrap();
         closer.join().unwrap();
@@ -630,24 +649,22 @@ fn before_receive_cancel_a_requester_closed_as_its_accept_arrives_leaves_no_acce
 fn an_accept_to_a_newcomer_ends_the_connection<T>(
     newcomer: impl FnOnce(&Nic) -> (T, uet_fwif::address::UetAddress, EventQueue),
 ) -> T {
-    let (_f, fns) = fabric(2);
-    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
-    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
-    let pep = listen(&ns, &eq_l);
-    let (mut client, _eq_c) = msg_ep(&nc);
+    let l = Listening::new();
+    let (ns, nc, eq_l, pep) = (&l.ns, &l.nc, &l.eq_l, &l.pep);
+    let (mut client, _eq_c) = msg_ep(nc);
     client
         .connect(&pep.address().to_bytes().unwrap(), b"")
         .unwrap();
-    let req = pep.connreq(&wait_event(&eq_l)).unwrap();
+    let req = pep.connreq(&wait_event(eq_l)).unwrap();
     let gone = *client.address();
     drop(client);
-    let (newcomer, at, eq_n) = newcomer(&nc);
+    let (newcomer, at, eq_n) = newcomer(nc);
     assert_eq!(
         (at.pid_on_fep, at.fabric_addr),
         (gone.pid_on_fep, gone.fabric_addr),
         "the NIC gave the PIDonFEP out again"
     );
-    let (mut server, eq_s) = msg_ep(&ns);
+    let (mut server, eq_s) = msg_ep(ns);
     pep.accept(&req, &mut server, b"").unwrap();
     let err = wait_error(&eq_s);
     assert_eq!((err.err, err.fid), (FiErrno::FI_ECONNABORTED, server.fid()));
@@ -690,14 +707,12 @@ fn an_accept_that_reaches_a_new_listener_at_the_requesters_address_ends_the_conn
 #[test]
 fn connections_without_a_control_vector_of_their_own_still_work() {
     for minor in [uet_regs::INTERFACE_MINOR, 11] {
-        let (_fabric, fns) = uet_tests::fabric_with(2, |cfg| cfg.interface_minor = minor);
-        let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
-        let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
-        let pep = listen(&ns, &eq_l);
+        let l = Listening::at_interface(minor);
+        let (ns, nc, eq_l, pep) = (&l.ns, &l.nc, &l.eq_l, &l.pep);
         // More control channels on the client's NIC than half its vectors: the last ones
         // share one (or, at 1.11, poll).
         let half = usize::from(uet_regs::pci::MSIX_VECTORS) / 2;
-        let mut clients: Vec<_> = (0..half + 4).map(|_| msg_ep(&nc)).collect();
+        let mut clients: Vec<_> = (0..half + 4).map(|_| msg_ep(nc)).collect();
         let mut app = nc
             .endpoint(
                 EndpointAttr {
@@ -717,8 +732,8 @@ fn connections_without_a_control_vector_of_their_own_still_work() {
         let mut servers = Vec::new();
         for i in [0, clients.len() - 1] {
             let (client, eq_c) = &mut clients[i];
-            let (mut server, eq_s) = msg_ep(&ns);
-            accept_one(&pep, &eq_l, client, &mut server);
+            let (mut server, eq_s) = msg_ep(ns);
+            accept_one(pep, eq_l, client, &mut server);
             assert_eq!(wait_event(eq_c).kind, EqEventKind::Connected, "1.{minor}");
             assert_eq!(wait_event(&eq_s).kind, EqEventKind::Connected, "1.{minor}");
             servers.push((server, eq_s));
@@ -748,14 +763,12 @@ const SHORT: Duration = Duration::from_millis(250);
 #[test]
 fn a_connection_request_no_one_answers_times_out() {
     for minor in [uet_regs::INTERFACE_MINOR, 11] {
-        let (_fabric, fns) = uet_tests::fabric_with(2, |cfg| cfg.interface_minor = minor);
-        let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
-        let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
-        let pep = listen(&ns, &eq_l);
+        let l = Listening::at_interface(minor);
+        let (nc, eq_l, pep) = (&l.nc, &l.eq_l, &l.pep);
         let listener = pep.address().to_bytes().unwrap();
         // The first client has a vector of its own, the last shares one (at 1.11: polls).
         let half = usize::from(uet_regs::pci::MSIX_VECTORS) / 2;
-        let mut clients: Vec<_> = (0..half + 4).map(|_| msg_ep(&nc)).collect();
+        let mut clients: Vec<_> = (0..half + 4).map(|_| msg_ep(nc)).collect();
         let last = clients.len() - 1;
         for i in [0, last] {
             let (client, eq_c) = &mut clients[i];
@@ -795,7 +808,7 @@ fn a_connection_request_no_one_answers_times_out() {
         }
         // The listener heard of both requests (its application just never answered).
         for _ in 0..2 {
-            assert_eq!(wait_event(&eq_l).kind, EqEventKind::ConnReq);
+            assert_eq!(wait_event(eq_l).kind, EqEventKind::ConnReq);
         }
     }
 }
@@ -806,14 +819,12 @@ fn a_connection_request_no_one_answers_times_out() {
 /// idle again; the requester hears of nothing more and stays refused.
 #[test]
 fn an_accept_after_the_request_timed_out_leaves_neither_side_connected() {
-    let (_f, fns) = fabric(2);
-    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
-    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
-    let pep = listen(&ns, &eq_l);
-    let (mut client, eq_c) = request_within(&nc, &pep, SHORT);
-    let req = pep.connreq(&wait_event(&eq_l)).unwrap();
+    let l = Listening::new();
+    let (ns, nc, eq_l, pep) = (&l.ns, &l.nc, &l.eq_l, &l.pep);
+    let (mut client, eq_c) = request_within(nc, pep, SHORT);
+    let req = pep.connreq(&wait_event(eq_l)).unwrap();
     assert_eq!(wait_error(&eq_c).err, FiErrno::FI_ETIMEDOUT);
-    let (mut server, eq_s) = msg_ep(&ns);
+    let (mut server, eq_s) = msg_ep(ns);
     pep.accept(&req, &mut server, b"too late").unwrap();
     let err = wait_error(&eq_s);
     assert_eq!((err.err, err.fid), (FiErrno::FI_ECONNABORTED, server.fid()));
@@ -838,16 +849,14 @@ fn an_accept_after_the_request_timed_out_leaves_neither_side_connected() {
 /// deadline is `None`), and so is a timeout of an endpoint that is not `FI_EP_MSG`.
 #[test]
 fn a_connection_answered_in_time_outlives_its_deadline() {
-    let (_f, fns) = fabric(2);
-    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
-    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
-    let pep = listen(&ns, &eq_l);
+    let l = Listening::new();
+    let (ns, nc, eq_l, pep) = (&l.ns, &l.nc, &l.eq_l, &l.pep);
     for timeout in [Some(SHORT), None] {
-        let (mut client, eq_c) = msg_ep(&nc);
-        let (mut server, eq_s) = msg_ep(&ns);
+        let (mut client, eq_c) = msg_ep(nc);
+        let (mut server, eq_s) = msg_ep(ns);
         client.set_connect_timeout(timeout).unwrap();
         assert_eq!(client.connect_timeout(), timeout);
-        accept_one(&pep, &eq_l, &mut client, &mut server);
+        accept_one(pep, eq_l, &mut client, &mut server);
         assert_eq!(wait_event(&eq_c).kind, EqEventKind::Connected);
         assert_eq!(wait_event(&eq_s).kind, EqEventKind::Connected);
         std::thread::sleep(SHORT * 2);
@@ -857,7 +866,7 @@ fn a_connection_answered_in_time_outlives_its_deadline() {
         );
         assert!(eq_c.is_empty() && eq_s.is_empty(), "{timeout:?}");
     }
-    let (mut ep, _eq) = msg_ep(&nc);
+    let (mut ep, _eq) = msg_ep(nc);
     assert_eq!(
         ep.set_connect_timeout(Some(Duration::ZERO))
             .unwrap_err()
@@ -884,12 +893,10 @@ fn a_connection_answered_in_time_outlives_its_deadline() {
 /// second error.
 #[test]
 fn a_reject_after_the_request_timed_out_is_dropped() {
-    let (_f, fns) = fabric(2);
-    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
-    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
-    let pep = listen(&ns, &eq_l);
-    let (client, eq_c) = request_within(&nc, &pep, SHORT);
-    let req = pep.connreq(&wait_event(&eq_l)).unwrap();
+    let l = Listening::new();
+    let (nc, eq_l, pep) = (&l.nc, &l.eq_l, &l.pep);
+    let (client, eq_c) = request_within(nc, pep, SHORT);
+    let req = pep.connreq(&wait_event(eq_l)).unwrap();
     assert_eq!(wait_error(&eq_c).err, FiErrno::FI_ETIMEDOUT);
     let dropped = client.cm_dropped();
     pep.reject(&req, b"too late").unwrap();
@@ -910,12 +917,10 @@ fn a_reject_after_the_request_timed_out_is_dropped() {
 /// changes neither its deadline nor what its `FI_ETIMEDOUT` entry says it waited.
 #[test]
 fn a_timed_out_request_reports_the_timeout_it_was_made_with() {
-    let (_f, fns) = fabric(2);
-    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
-    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
-    let pep = listen(&ns, &eq_l);
+    let l = Listening::new();
+    let (nc, eq_l, pep) = (&l.nc, &l.eq_l, &l.pep);
     for later in [None, Some(Duration::from_secs(3600))] {
-        let (mut client, eq_c) = request_within(&nc, &pep, SHORT);
+        let (mut client, eq_c) = request_within(nc, pep, SHORT);
         client.set_connect_timeout(later).unwrap();
         let err = wait_error(&eq_c);
         assert_eq!(err.err, FiErrno::FI_ETIMEDOUT, "{later:?}");
@@ -924,23 +929,21 @@ fn a_timed_out_request_reports_the_timeout_it_was_made_with() {
             "{later:?}: {}",
             err.err_data
         );
-        assert_eq!(wait_event(&eq_l).kind, EqEventKind::ConnReq);
+        assert_eq!(wait_event(eq_l).kind, EqEventKind::ConnReq);
     }
 }
 
 #[test]
 fn closing_an_unconnected_endpoint_on_a_nic_stopped_by_a_fatal_error_waits_for_nothing() {
-    let (_fabric, fns) = fabric(2);
-    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
-    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
-    let pep = listen(&ns, &eq_l);
+    let l = Listening::new();
+    let (fns, nc, pep) = (&l.fns, &l.nc, &l.pep);
     let listener = pep.address().to_bytes().unwrap();
-    let (mut client, _eq) = msg_ep(&nc);
+    let (mut client, _eq) = msg_ep(nc);
     // The client's NIC can do no DMA: the request never leaves, and the NIC stops.
     fns[1].set_bus_master(false);
     client.connect(&listener, b"hello?").unwrap();
     assert!(!client.is_connected());
-    stop_with_a_fatal_error(&nc);
+    stop_with_a_fatal_error(nc);
     assert_closes_at_once(client);
 }
 
@@ -968,18 +971,16 @@ fn assert_closes_at_once(ep: Endpoint) {
 
 #[test]
 fn closing_a_connected_endpoint_on_a_nic_stopped_by_a_fatal_error_waits_for_nothing() {
-    let (_fabric, fns) = fabric(2);
-    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
-    let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
-    let pep = listen(&ns, &eq_l);
-    let (mut client, eq_c) = msg_ep(&nc);
-    let (mut server, eq_s) = msg_ep(&ns);
-    accept_one(&pep, &eq_l, &mut client, &mut server);
+    let l = Listening::new();
+    let (fns, ns, nc, eq_l, pep) = (&l.fns, &l.ns, &l.nc, &l.eq_l, &l.pep);
+    let (mut client, eq_c) = msg_ep(nc);
+    let (mut server, eq_s) = msg_ep(ns);
+    accept_one(pep, eq_l, &mut client, &mut server);
     assert_eq!(wait_event(&eq_c).kind, EqEventKind::Connected);
     assert_eq!(wait_event(&eq_s).kind, EqEventKind::Connected);
     // The client's NIC stops: the SHUTDOWN a close sends would never complete.
     fns[1].set_bus_master(false);
-    stop_with_a_fatal_error(&nc);
+    stop_with_a_fatal_error(nc);
     assert!(client.is_connected());
     assert_closes_at_once(client);
 }
