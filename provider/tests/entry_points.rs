@@ -2721,6 +2721,40 @@ impl Connected {
         assert_eq!(ret, 0, "fi_shutdown");
     }
 
+    /// Run `wait` on a thread of its own, shut the connection down from the client 20 ms
+    /// into it (the waiter not returned by then), and return what `wait` returned: within
+    /// 60 ms of the shutdown, well before a wait's periodic look at the rings 100 ms into it
+    /// would have noticed (round `round` of the caller, for the messages).
+    fn wait_woken_by_shutdown<T: Send + 'static>(
+        &self,
+        round: usize,
+        wait: impl FnOnce() -> T + Send + 'static,
+    ) -> T {
+        use std::time::{Duration, Instant};
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            let _ = tx.send(Instant::now());
+            (wait(), Instant::now())
+        });
+        let entered = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the waiter started");
+        std::thread::sleep(Duration::from_millis(20).saturating_sub(entered.elapsed()));
+        assert!(
+            !waiter.is_finished(),
+            "the waiter returned before the shutdown"
+        );
+        let shut = Instant::now();
+        self.shut_down_by_client();
+        let (ret, woke) = waiter.join().expect("the waiter");
+        let slept = woke.saturating_duration_since(shut);
+        assert!(
+            slept < Duration::from_millis(60),
+            "round {round}: the waiter slept {slept:?} after the peer's shutdown"
+        );
+        ret
+    }
+
     /// The server's receive was flushed: `FI_SHUTDOWN` came, and its CQ holds the
     /// `FI_ECANCELED` entry of the receive posted with `context`.
     fn assert_flushed(&self, context: usize) {
@@ -2769,40 +2803,20 @@ impl Drop for Connected {
 /// 20 ms into the wait, and the waiter returns well before the look 100 ms into it would.
 #[test]
 fn a_thread_in_cq_sread_wakes_at_once_when_the_peer_shuts_the_connection_down() {
-    use std::time::{Duration, Instant};
     for round in 0..5 {
         let c = Connected::new(FI_WAIT_UNSPEC, None);
         let mut buf = [0xEEu8; 16];
         // SAFETY: an open endpoint; the buffer outlives its completion (flushed below).
         assert_eq!(unsafe { recv_ctx(c.server, &mut buf, 0xC1) }, 0);
         let cq = Shared(c.cq_s);
-        let (tx, rx) = std::sync::mpsc::channel();
-        let waiter = std::thread::spawn(move || {
-            let _ = tx.send(Instant::now());
+        let ret = c.wait_woken_by_shutdown(round, move || {
             // SAFETY: a plain-data structure.
             let mut e: FiCqTaggedEntry = unsafe { core::mem::zeroed() };
             let cq = cq.get();
             // SAFETY: an open CQ (closed after this thread is joined); room for one entry.
-            let ret = unsafe { ((*(*cq).ops).sread)(cq, (&raw mut e).cast(), 1, null(), 10_000) };
-            (ret, Instant::now())
+            unsafe { ((*(*cq).ops).sread)(cq, (&raw mut e).cast(), 1, null(), 10_000) }
         });
-        let entered = rx
-            .recv_timeout(Duration::from_secs(10))
-            .expect("the waiter started");
-        std::thread::sleep(Duration::from_millis(20).saturating_sub(entered.elapsed()));
-        assert!(
-            !waiter.is_finished(),
-            "the waiter returned before the shutdown"
-        );
-        let shut = Instant::now();
-        c.shut_down_by_client();
-        let (ret, woke) = waiter.join().expect("the waiter");
         assert_eq!(ret, neg(FiErrno::FI_EAVAIL), "round {round}");
-        let slept = woke.saturating_duration_since(shut);
-        assert!(
-            slept < Duration::from_millis(60),
-            "round {round}: the waiter slept {slept:?} after the peer's shutdown"
-        );
         c.assert_flushed(0xC1);
         assert!(buf.iter().all(|&b| b == 0xEE), "buffer untouched");
     }
@@ -2813,7 +2827,6 @@ fn a_thread_in_cq_sread_wakes_at_once_when_the_peer_shuts_the_connection_down() 
 /// counted as an error, not at the wait's periodic look 100 ms into it.
 #[test]
 fn a_thread_in_cntr_wait_wakes_at_once_when_the_peer_shuts_the_connection_down() {
-    use std::time::{Duration, Instant};
     for round in 0..5 {
         let c = Connected::new(FI_WAIT_UNSPEC, Some(FI_WAIT_UNSPEC));
         let cntr = c.rx_cntr.expect("the receive counter");
@@ -2821,28 +2834,8 @@ fn a_thread_in_cntr_wait_wakes_at_once_when_the_peer_shuts_the_connection_down()
         // SAFETY: an open endpoint; the buffer outlives its completion (flushed below).
         assert_eq!(unsafe { recv_ctx(c.server, &mut buf, 0xC4) }, 0);
         let waiting = Shared(cntr);
-        let (tx, rx) = std::sync::mpsc::channel();
-        let waiter = std::thread::spawn(move || {
-            let _ = tx.send(Instant::now());
-            (cntr_wait(waiting.get(), 1, 10_000), Instant::now())
-        });
-        let entered = rx
-            .recv_timeout(Duration::from_secs(10))
-            .expect("the waiter started");
-        std::thread::sleep(Duration::from_millis(20).saturating_sub(entered.elapsed()));
-        assert!(
-            !waiter.is_finished(),
-            "the waiter returned before the shutdown"
-        );
-        let shut = Instant::now();
-        c.shut_down_by_client();
-        let (ret, woke) = waiter.join().expect("the waiter");
+        let ret = c.wait_woken_by_shutdown(round, move || cntr_wait(waiting.get(), 1, 10_000));
         assert_eq!(ret, neg_int(FiErrno::FI_EAVAIL), "round {round}");
-        let slept = woke.saturating_duration_since(shut);
-        assert!(
-            slept < Duration::from_millis(60),
-            "round {round}: the waiter slept {slept:?} after the peer's shutdown"
-        );
         assert_eq!((cntr_readerr(cntr), cntr_read(cntr)), (1, 0));
         c.assert_flushed(0xC4);
         assert!(buf.iter().all(|&b| b == 0xEE), "buffer untouched");
