@@ -194,6 +194,17 @@ struct Pending {
     req: ConnReq,
 }
 
+/// Where the current accept's ACCEPT is, as its completion tells.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AcceptSent {
+    /// None sent, or its completion said it failed.
+    No,
+    /// Sent; its completion is not taken in yet.
+    InFlight,
+    /// The NIC acknowledged its delivery.
+    Delivered,
+}
+
 /// What the control channel serves.
 enum Role {
     /// A listener: requests by id.
@@ -228,10 +239,8 @@ struct CmInner {
     /// READY, times out, while it is pending, and the timeout it was made with (what its
     /// `FI_ETIMEDOUT` entry says it waited).
     connect_deadline: Option<(Instant, Duration)>,
-    /// While accepting: the NIC acknowledged the ACCEPT's delivery.
-    accept_delivered: bool,
-    /// The current accept's ACCEPT is sent and its completion not yet taken in.
-    accept_in_flight: bool,
+    /// Where the current accept's ACCEPT is.
+    accept_sent: AcceptSent,
     /// Accepts given up while their ACCEPT was in flight, by number, with the requester's
     /// AV entry: it goes when that ACCEPT completes. A NIC may read the entry as it
     /// transmits, and the entry freed at once would be the next requester's (an AV gives
@@ -870,7 +879,11 @@ impl Connection {
                 return;
             }
             if sent_for == inner.accepts {
-                inner.accept_in_flight = false;
+                inner.accept_sent = if ev.error.is_none() {
+                    AcceptSent::Delivered
+                } else {
+                    AcceptSent::No
+                };
             }
         }
         match (kind, &ev.error) {
@@ -884,13 +897,9 @@ impl Connection {
                     format!("the connection request was not delivered: {err}"),
                 );
             }
-            // Delivered to the requester's ring; connected once the requester says it took
-            // it in (READY). Only the current accept's ACCEPT (its number in the context).
-            (Some(CmKind::Accept), None)
-                if self.get() == ACCEPTING && sent_for == inner.accepts =>
-            {
-                inner.accept_delivered = true;
-            }
+            // Delivered to the requester's ring (`accept_sent`, above): connected once the
+            // requester says it took it in (READY). A failure of the current accept's ACCEPT
+            // (its number in the context) gives the accept up.
             (Some(CmKind::Accept), Some(err))
                 if self.get() == ACCEPTING && sent_for == inner.accepts =>
             {
@@ -1197,7 +1206,7 @@ impl Connection {
         if self.get() != ACCEPTING {
             return Ok(false);
         }
-        if !inner.accept_delivered {
+        if inner.accept_sent != AcceptSent::Delivered {
             // Not delivered within the close's wait: a SHUTDOWN sent now might overtake it.
             // Nothing is sent, and the state stays: the last look withdraws the receives of
             // an endpoint still accepting, so that the requester's READY, should the ACCEPT
@@ -1266,7 +1275,8 @@ impl Connection {
         inner.connect_deadline = None;
         self.set(IDLE);
         let entry = self.peer.swap(u64::MAX, Ordering::Relaxed);
-        let in_flight = std::mem::take(&mut inner.accept_in_flight);
+        let in_flight = inner.accept_sent == AcceptSent::InFlight;
+        inner.accept_sent = AcceptSent::No;
         if in_flight && inner.stale_accepts.try_reserve(1).is_ok() {
             let number = inner.accepts;
             inner.stale_accepts.push((number, entry));
@@ -1439,8 +1449,7 @@ impl Nic {
                 generation: 0,
                 connect_timeout: None,
                 connect_deadline: None,
-                accept_delivered: false,
-                accept_in_flight: false,
+                accept_sent: AcceptSent::No,
                 stale_accepts: Vec::new(),
                 accepts: 0,
                 unconfirmed_accept: false,
@@ -1496,8 +1505,7 @@ pub(crate) fn msg_endpoint(nic: &Nic, attr: EndpointAttr) -> Result<Endpoint, Dr
             generation: 0,
             connect_timeout: Some(CM_CONNECT_TIMEOUT),
             connect_deadline: None,
-            accept_delivered: false,
-            accept_in_flight: false,
+            accept_sent: AcceptSent::No,
             stale_accepts: Vec::new(),
             accepts: 0,
             unconfirmed_accept: false,
@@ -1628,7 +1636,6 @@ impl PassiveEndpoint {
         };
         conn.peer.store(fi, Ordering::Relaxed);
         conn.set(ACCEPTING);
-        inner.accept_delivered = false;
         inner.accepts = inner.accepts.wrapping_add(1) & ACCEPT_NUMBERS;
         let number = inner.accepts << 8;
         if let Err(e) = conn.send(&mut inner, fi, CmKind::Accept, req.conn_id, param, number) {
@@ -1636,7 +1643,7 @@ impl PassiveEndpoint {
             forget_peer(&mut inner.av, fi);
             return Err(e);
         }
-        inner.accept_in_flight = true;
+        inner.accept_sent = AcceptSent::InFlight;
         self.take_pending(&mut listener, req);
         // The requester's READY is waited for as long as a request waits for its answer.
         inner.connect_deadline = inner
@@ -1870,7 +1877,7 @@ impl Endpoint {
         // accept is waited for until its ACCEPT was delivered (or was not), not for the
         // requester's READY: a requester that is gone never sends one.
         conn.wait_until(deadline, |inner| {
-            conn.get() != ACCEPTING || inner.accept_delivered
+            conn.get() != ACCEPTING || inner.accept_sent == AcceptSent::Delivered
         });
         if conn.get() == ACCEPTING {
             match conn.when_room(deadline, || conn.shut_down_accepting()) {
@@ -2389,11 +2396,11 @@ mod tests {
         pep.accept(&req, &mut server, b"").expect("accept");
         let conn = connection(&server);
         let delivered = conn.wait_until(Instant::now() + Duration::from_secs(5), |inner| {
-            inner.accept_delivered
+            inner.accept_sent == AcceptSent::Delivered
         });
         assert!(delivered, "the ACCEPT's own completion");
         let mut inner = conn.lock();
-        inner.accept_delivered = false;
+        inner.accept_sent = AcceptSent::InFlight;
         let completion = accept_completion;
         let refused = crate::endpoint::CqError {
             errno: FiErrno::FI_EIO,
@@ -2403,13 +2410,21 @@ mod tests {
         };
         let earlier = inner.accepts.wrapping_sub(1) & ACCEPT_NUMBERS;
         conn.on_sent(&mut inner, &completion(earlier, None));
-        assert!(!inner.accept_delivered, "an earlier accept's delivery");
+        assert_ne!(
+            inner.accept_sent,
+            AcceptSent::Delivered,
+            "an earlier accept's delivery"
+        );
         conn.on_sent(&mut inner, &completion(earlier, Some(refused)));
         assert_eq!(conn.get(), ACCEPTING, "an earlier accept's failure");
         assert!(eq_s.is_empty());
         let current = inner.accepts;
         conn.on_sent(&mut inner, &completion(current, None));
-        assert!(inner.accept_delivered, "the current accept's delivery");
+        assert_eq!(
+            inner.accept_sent,
+            AcceptSent::Delivered,
+            "the current accept's delivery"
+        );
         conn.on_sent(&mut inner, &completion(current, Some(refused)));
         assert_eq!(conn.get(), IDLE, "the current accept's failure");
         drop(inner);
@@ -2432,17 +2447,17 @@ mod tests {
         let conn = connection(&server);
         assert!(
             conn.wait_until(Instant::now() + Duration::from_secs(5), |inner| {
-                inner.accept_delivered
+                inner.accept_sent == AcceptSent::Delivered
             })
         );
         // As if the ACCEPT were still on its way.
-        conn.lock().accept_delivered = false;
+        conn.lock().accept_sent = AcceptSent::InFlight;
         let sends = conn.lock().lane.in_flight().0;
         assert_eq!(conn.shut_down_accepting().ok(), Some(true));
         assert_eq!(conn.get(), ACCEPTING, "still accepting");
         assert_eq!(conn.lock().lane.in_flight().0, sends, "no SHUTDOWN sent");
         // Delivered: the SHUTDOWN goes.
-        conn.lock().accept_delivered = true;
+        conn.lock().accept_sent = AcceptSent::Delivered;
         assert_eq!(conn.shut_down_accepting().ok(), Some(true));
         assert_eq!(conn.get(), SHUT_DOWN);
         drop(held);
@@ -2467,13 +2482,12 @@ mod tests {
         let conn = connection(&server);
         assert!(
             conn.wait_until(Instant::now() + Duration::from_secs(5), |inner| {
-                inner.accept_delivered
+                inner.accept_sent == AcceptSent::Delivered
             })
         );
         let mut inner = conn.lock();
         // As if the ACCEPT's completion had not come yet.
-        inner.accept_delivered = false;
-        inner.accept_in_flight = true;
+        inner.accept_sent = AcceptSent::InFlight;
         let entry = conn.peer.load(Ordering::Relaxed);
         let now = Instant::now();
         inner.connect_deadline = Some((now, Duration::from_millis(1)));
