@@ -81,9 +81,9 @@ pub const INTERFACE_MAJOR: u8 = 1;
 /// minor 8 added the AV write window, minor 9 gave AUTH_KEY_REMOVE a body (all zero: as
 /// before), minor 10 defined a bit of the AV entry's flags and a local status, minor 11 a
 /// refusal of ENDPOINT_CREATE, minor 12 added `CQ_ARM`, minor 13 the AV_WRITE_PEERS command,
-/// minor 14 the RECV_CANCEL command and the `Cancelled` local status; a driver refuses a
-/// device older than the layouts it speaks.
-pub const INTERFACE_MINOR: u8 = 14;
+/// minor 14 the RECV_CANCEL command and the `Cancelled` local status, minor 15 `ADMIN_ARM`;
+/// a driver refuses a device older than the layouts it speaks.
+pub const INTERFACE_MINOR: u8 = 15;
 
 /// The interface minor version each feature a driver may gate on appeared in (the table of
 /// [`INTERFACE_MINOR`]). A register's own version is [`RegInfo::since_minor`]; these name the
@@ -121,9 +121,12 @@ pub mod since {
     /// local status; before, the opcode is unknown (InvalidOpcode) and a posted receive stays
     /// until a message takes it or its endpoint is destroyed.
     pub const RECV_CANCEL: u8 = 14;
+    /// `ADMIN_ARM`: the admin completion ring raises an MSI-X vector; before, admin
+    /// completions are polled.
+    pub const ADMIN_ARM: u8 = 15;
 
     // Every feature named here is of the current interface or older.
-    const _: () = assert!(RECV_CANCEL <= crate::INTERFACE_MINOR);
+    const _: () = assert!(ADMIN_ARM <= crate::INTERFACE_MINOR);
 }
 
 /// Width of a register access.
@@ -427,6 +430,7 @@ mod tests {
             since::AV_INVALIDATE_DOORBELL
         );
         assert_eq!(CAP_AUTH_KEY.info.since_minor, since::AUTH_KEYS);
+        assert_eq!(ADMIN_ARM.info.since_minor, since::ADMIN_ARM);
         assert_eq!(CAP_PEER_GROUPS.info.since_minor, since::PEER_GROUPS);
         assert!(ID.info.present_at(0) && !TX_MSG_TOO_LONG.info.present_at(9));
     }

@@ -261,6 +261,15 @@ pub struct CqArm {
     pub endpoint: u16,
 }
 
+/// [`ADMIN_ARM`]: arm the admin completion ring for an interrupt.
+#[bitfield(u32)]
+pub struct AdminArm {
+    /// The MSI-X vector to raise (below the table size, `pci::MSIX_VECTORS`).
+    pub vector: u16,
+    #[bits(16)]
+    __: u16,
+}
+
 /// [`AV_INVALIDATE_DOORBELL`]: one AV entry to invalidate.
 #[bitfield(u64)]
 pub struct AvInvalidateDoorbell {
@@ -292,7 +301,7 @@ reg_value!(
     CapResourceIndex => W32, CapProfiles => W32, CapQueues => W32, DevCtrl => W32,
     DevStatus => W32, FunctionReset => W32, FatalError => W32, AdminQueueSize => W32,
     RingIndex => W32, Interrupts => W32, QueueDoorbell => W32, CapTagged => W32,
-    CapAuthKey => W32, CqArm => W32,
+    CapAuthKey => W32, CqArm => W32, AdminArm => W32,
 );
 
 // Reset values of the reference model's capability registers.
@@ -478,8 +487,8 @@ register_map! {
 
     /// Causes seen since last cleared (W1C): an admin completion, a datapath completion, a
     /// fatal error. They raise no interrupt: a completion ring raises its own MSI-X vector
-    /// when armed (`CQ_ARM`, from interface 1.12 on), and admin completions and fatal errors
-    /// are polled.
+    /// when armed (`CQ_ARM`, from interface 1.12 on), and so does the admin completion ring
+    /// (`ADMIN_ARM`, from 1.15 on); fatal errors are polled.
     INTR_CAUSE: Interrupts = (0x0c0, W32, W1c, reset 0, "interrupts") INTR;
     /// Mask of the causes in `INTR_CAUSE`, held for a function-wide interrupt the NIC does not
     /// have: it changes nothing that the NIC does.
@@ -511,6 +520,20 @@ register_map! {
     /// Tagged RX doorbell (since interface 1.2): an endpoint's new tagged receive ring
     /// producer index.
     TRXQ_DOORBELL: QueueDoorbell = (0x110, W32, Wo, reset 0, "doorbells", since_minor 2) DOORBELL;
+    /// Admin completion interrupt (since interface 1.15): arm the admin completion ring to
+    /// raise MSI-X `vector` once, as soon as the ring holds a completion the driver has not
+    /// consumed (the device's CQ tail is not `ADMIN_CQ_HEAD`) — at once if it holds one
+    /// already, so a driver that took in every completion, wrote `ADMIN_CQ_HEAD` and then
+    /// armed cannot miss one written in between. Raising the vector disarms the ring; arming
+    /// an armed ring replaces its vector. A vector outside the MSI-X table is dropped and
+    /// counted. The vector is delivered as for `CQ_ARM`; its pending bit, while masked, stays
+    /// until unmasked (a driver that finds nothing new at that message sleeps again). A
+    /// function reset (`FUNCTION_RESET`, a function-level reset) disarms; stopping the
+    /// function (`DEV_CTRL.enable` 0) does not, and neither does enabling it again, which
+    /// runs the commands submitted while it was stopped.
+    ADMIN_ARM: AdminArm = (0x114, W32, Wo, reset 0, "doorbells", since_minor 15) [
+        f("vector", AdminArm::VECTOR_OFFSET, AdminArm::VECTOR_BITS, "MSI-X vector to raise."),
+    ];
     /// AV invalidate doorbell (since interface 1.4): invalidate one entry of an AV table
     /// without an admin command, as AV_INVALIDATE would: a single entry is cleared, a member of
     /// a symmetric range becomes a hole. Register writes are executed in order, so every TX

@@ -13,6 +13,14 @@
 //!   then a release fence, then the phase word (phase 1 on the first pass, flipping each
 //!   wrap). `ADMIN_COMMANDS` counts every command, `ADMIN_ERRORS` those whose status is not
 //!   success, and `INTR_CAUSE.admin` is set.
+//! * `ADMIN_ARM` (interface 1.15) arms the completion ring: the next completion written
+//!   raises the MSI-X vector it names, once, and disarms the ring; arming while the ring
+//!   holds a completion the driver has not consumed (the CQ tail is not `ADMIN_CQ_HEAD`)
+//!   raises it at once instead. The vector is raised for the host, not for a ring: a pending
+//!   bit it sets while masked is not withdrawn when the driver consumes the completions
+//!   (unmasking then sends a message that finds nothing new, which a driver tolerates).
+//!   A vector outside the MSI-X table is ignored and counted (`bad_admin_arms`). The arm
+//!   survives a stop and a new enable; `FUNCTION_RESET` and a function-level reset drop it.
 //! * The device never overwrites an entry the driver has not consumed: with one slot always
 //!   kept empty, the engine stops when the CQ is full and resumes when `ADMIN_CQ_HEAD` moves.
 //!   A CQ head write outside the ring, or past what the device has written, is ignored (the
@@ -46,6 +54,8 @@ pub(crate) struct AdminQueue {
     rings: Option<AdminRings>,
     cq_tail: u16,
     cq_pass: u64,
+    /// The vector `ADMIN_ARM` asked for, raised (once) by the next completion written.
+    armed: Option<u16>,
 }
 
 impl Nic {
@@ -78,6 +88,8 @@ impl Nic {
                 rings: Some(rings),
                 cq_tail: 0,
                 cq_pass: 0,
+                // New rings hold nothing to raise for; the arm waits for their first.
+                armed: self.admin.armed,
             };
             let tail = self.regs.get(ADMIN_SQ_TAIL).index();
             if !sq.contains(tail) {
@@ -112,6 +124,25 @@ impl Nic {
             self.counters.debug.bad_doorbells += 1;
             self.regs
                 .set(ADMIN_CQ_HEAD, RingIndex::new().with_index(old));
+        }
+    }
+
+    /// `ADMIN_ARM`: raise `vector` once the completion ring holds a completion the driver has
+    /// not consumed; at once when it holds one already.
+    pub(crate) fn admin_arm(&mut self, arm: uet_regs::AdminArm) {
+        let vector = arm.vector();
+        if vector >= uet_regs::pci::MSIX_VECTORS {
+            self.counters.debug.bad_admin_arms += 1;
+            return;
+        }
+        let unconsumed = self.admin.rings.is_some_and(|r| {
+            r.cq.used(self.regs.get(ADMIN_CQ_HEAD).index(), self.admin.cq_tail) > 0
+        });
+        if unconsumed {
+            self.admin.armed = None;
+            self.msix.raise(vector);
+        } else {
+            self.admin.armed = Some(vector);
         }
     }
 
@@ -179,6 +210,9 @@ impl Nic {
                 self.admin.cq_pass += 1;
             }
             self.regs.update(INTR_CAUSE, |i| i.with_admin(true));
+            if let Some(vector) = self.admin.armed.take() {
+                self.msix.raise(vector);
+            }
             progress = true;
         }
         progress

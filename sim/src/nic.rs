@@ -286,6 +286,10 @@ impl Nic {
                 self.cq_arm(uet_regs::CqArm::from_bits(v32));
                 false
             }
+            at::ADMIN_ARM => {
+                self.admin_arm(uet_regs::AdminArm::from_bits(v32));
+                false
+            }
             _ => false,
         }
     }
@@ -563,6 +567,7 @@ mod at {
     pub(super) const CQ_DOORBELL: u32 = uet_regs::CQ_DOORBELL.offset();
     pub(super) const TRXQ_DOORBELL: u32 = uet_regs::TRXQ_DOORBELL.offset();
     pub(super) const CQ_ARM: u32 = uet_regs::CQ_ARM.offset();
+    pub(super) const ADMIN_ARM: u32 = uet_regs::ADMIN_ARM.offset();
 }
 
 /// The completion of a receive that ends with no message in it (refused, withdrawn):

@@ -1157,3 +1157,86 @@ fn the_model_emulates_only_the_interfaces_it_implements() {
         );
     }
 }
+
+/// A command that completes at once and changes nothing (no such AV).
+fn harmless() -> AdminCommand {
+    Command::AvDestroy { av: 9 }.encode(0)
+}
+
+/// ADMIN_ARM (interface 1.15): the armed admin completion ring raises its vector once, when a
+/// completion is written or at once when one is unconsumed; a stopped function's commands
+/// raise it when it is enabled again; a bad vector arms nothing and is counted; a function
+/// reset disarms.
+#[test]
+fn an_armed_admin_completion_ring_raises_its_vector_once() {
+    let fabric = Fabric::new();
+    let mut d = Driver::new(&fabric, "10.0.0.1");
+    let (_tx, mut rx) = trigger_for(&d.f, 5);
+    let arm = |d: &Driver, vector: u16| d.f.write(ADMIN_ARM, AdminArm::new().with_vector(vector));
+
+    // Armed on a consumed ring: nothing until a completion is written, then one message.
+    arm(&d, 5);
+    assert_eq!(interrupts(&mut rx), 0);
+    assert_eq!(d.submit_raw(harmless()).status(), Status::InvalidHandle);
+    assert_eq!(interrupts(&mut rx), 1, "the completion raised the vector");
+    // Disarmed by raising: the next completion raises nothing.
+    d.submit_raw(harmless());
+    assert_eq!(interrupts(&mut rx), 0);
+
+    // Armed while a completion waits unconsumed: at once. Consumed: arming waits again.
+    let id = d.post_raw(harmless());
+    arm(&d, 5);
+    assert_eq!(interrupts(&mut rx), 1);
+    assert_eq!(d.take_completion().map(|c| c.command_id.get()), Some(id));
+    arm(&d, 5);
+    assert_eq!(interrupts(&mut rx), 0);
+
+    // A stopped function runs nothing; the arm holds, and enabling it again runs the command,
+    // whose completion raises the vector.
+    d.f.write(DEV_CTRL, DevCtrl::new().with_enable(false));
+    let id = d.post_raw(harmless());
+    assert!(
+        d.take_completion().is_none(),
+        "a stopped function ran a command"
+    );
+    assert_eq!(interrupts(&mut rx), 0);
+    d.f.write(DEV_CTRL, DevCtrl::new().with_enable(true));
+    assert_eq!(
+        interrupts(&mut rx),
+        1,
+        "the command run at enable raised the vector"
+    );
+    assert_eq!(d.take_completion().map(|c| c.command_id.get()), Some(id));
+
+    // A vector outside the table arms nothing, and is counted; it leaves an earlier arm as
+    // it was.
+    arm(&d, 5);
+    arm(&d, uet_regs::pci::MSIX_VECTORS);
+    assert_eq!(d.f.debug_counters().bad_admin_arms, 1);
+    d.submit_raw(harmless());
+    assert_eq!(interrupts(&mut rx), 1, "the arm before the bad one held");
+    assert_eq!(d.f.debug_counters().msix_messages, 4);
+
+    // A function reset disarms: after it, the queue programmed again, a completion raises
+    // nothing.
+    arm(&d, 5);
+    d.f.write(FUNCTION_RESET, FunctionReset::new().with_reset(true));
+    d.enable();
+    d.submit_raw(harmless());
+    assert_eq!(interrupts(&mut rx), 0, "the reset left the ring armed");
+}
+
+/// A NIC of interface 1.14 has no ADMIN_ARM: the write is a bad access and arms nothing.
+#[test]
+fn admin_arm_is_no_register_before_interface_1_15() {
+    let fabric = Fabric::new();
+    let mut cfg = NicConfig::new(addr("10.0.0.9"));
+    cfg.interface_minor = 14;
+    let mut d = Driver::with_config(&fabric, cfg);
+    let (_tx, mut rx) = trigger_for(&d.f, 5);
+    let before = d.f.counter(BAD_REGISTER_ACCESSES);
+    d.f.write(ADMIN_ARM, AdminArm::new().with_vector(5));
+    assert_eq!(d.f.counter(BAD_REGISTER_ACCESSES), before + 1);
+    d.submit_raw(harmless());
+    assert_eq!(interrupts(&mut rx), 0);
+}

@@ -1025,30 +1025,6 @@ fn an_entry_limited_to_one_mtu_refuses_longer_sends_and_writes_but_not_reads() {
     assert_eq!((got.context.get(), status(&got)), (50, LocalStatus::Ok));
 }
 
-/// A socket pair standing in for an eventfd, its sending end given to `f` as MSI-X
-/// `vector`'s trigger; the other end, non-blocking, reads the messages ([`interrupts`]).
-fn trigger_for(
-    f: &uet_sim::SimFunction,
-    vector: u16,
-) -> (
-    std::os::unix::net::UnixStream,
-    std::os::unix::net::UnixStream,
-) {
-    use std::os::fd::AsFd;
-    let (tx, rx) = std::os::unix::net::UnixStream::pair().unwrap();
-    rx.set_nonblocking(true).unwrap();
-    f.set_msix_eventfd(vector, Some(tx.as_fd())).unwrap();
-    (tx, rx)
-}
-
-/// Messages that reached a trigger: each is 8 bytes (an eventfd's increment) on the other end
-/// of a socket pair standing in for the eventfd.
-fn interrupts(rx: &mut std::os::unix::net::UnixStream) -> usize {
-    use std::io::Read;
-    let mut buf = [0u8; 512];
-    rx.read(&mut buf).map_or(0, |n| n / 8)
-}
-
 /// CQ_ARM (interface 1.12): the armed ring raises its vector once, when a completion lands
 /// or at once when one is waiting; the vector is delivered only as the MSI-X capability
 /// says (enabled, unmasked); a bad arm changes nothing and is counted.

@@ -171,7 +171,16 @@ impl Driver {
     }
 
     /// Submit a raw command and wait for its completion.
-    pub fn submit_raw(&mut self, mut cmd: AdminCommand) -> AdminCompletion {
+    pub fn submit_raw(&mut self, cmd: AdminCommand) -> AdminCompletion {
+        let id = self.post_raw(cmd);
+        let cqe = self.take_completion().expect("no admin completion");
+        assert_eq!(cqe.command_id.get(), id);
+        cqe
+    }
+
+    /// Write a raw command at the SQ tail with a fresh id and ring the doorbell, leaving its
+    /// completion (if the device wrote one) in the ring; returns the id.
+    pub fn post_raw(&mut self, mut cmd: AdminCommand) -> u16 {
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1);
         cmd.command_id = U16::new(id);
@@ -183,17 +192,25 @@ impl Driver {
         self.sq_tail = (self.sq_tail + 1) % n;
         self.f
             .write(ADMIN_SQ_DOORBELL, RingIndex::new().with_index(self.sq_tail));
+        id
+    }
+
+    /// Consume the completion at the CQ head and write `ADMIN_CQ_HEAD` past it; `None` when
+    /// the device has written none there.
+    pub fn take_completion(&mut self) -> Option<AdminCompletion> {
         let raw = self.mem.read(CQ_OFF + usize::from(self.cq_head) * 16, 16);
-        let cqe = AdminCompletion::read_from_bytes(&raw).unwrap();
-        assert_eq!(cqe.phase_bit(), self.cq_phase, "no admin completion");
-        assert_eq!(cqe.command_id.get(), id);
+        let cqe = AdminCompletion::read_from_bytes(&raw).ok()?;
+        if cqe.phase_bit() != self.cq_phase {
+            return None;
+        }
+        let n = 1u16 << ADMIN_LOG2;
         self.cq_head = (self.cq_head + 1) % n;
         if self.cq_head == 0 {
             self.cq_phase = !self.cq_phase;
         }
         self.f
             .write(ADMIN_CQ_HEAD, RingIndex::new().with_index(self.cq_head));
-        cqe
+        Some(cqe)
     }
 
     pub fn submit(&mut self, cmd: Command) -> AdminCompletion {
@@ -463,6 +480,29 @@ impl Driver {
 }
 
 /// Read a register through the typed interface.
+/// A socket pair standing in for an eventfd, its sending end given to `f` as MSI-X
+/// `vector`'s trigger; the other end, non-blocking, reads the messages ([`interrupts`]).
+pub fn trigger_for(
+    f: &SimFunction,
+    vector: u16,
+) -> (
+    std::os::unix::net::UnixStream,
+    std::os::unix::net::UnixStream,
+) {
+    let (tx, rx) = std::os::unix::net::UnixStream::pair().unwrap();
+    rx.set_nonblocking(true).unwrap();
+    f.set_msix_eventfd(vector, Some(tx.as_fd())).unwrap();
+    (tx, rx)
+}
+
+/// Messages that reached a trigger: each is 8 bytes (an eventfd's increment) on the other end
+/// of a socket pair standing in for the eventfd.
+pub fn interrupts(rx: &mut std::os::unix::net::UnixStream) -> usize {
+    use std::io::Read;
+    let mut buf = [0u8; 512];
+    rx.read(&mut buf).map_or(0, |n| n / 8)
+}
+
 pub fn rd<T: uet_regs::RegValue>(f: &SimFunction, reg: uet_regs::Reg<T>) -> T {
     f.read(reg)
 }
