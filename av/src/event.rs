@@ -24,6 +24,7 @@
 //! Calls complete in the order they were made.
 
 use std::sync::Weak;
+use std::task::Waker;
 
 use crate::errno::{FiErrno, FiError};
 
@@ -87,11 +88,11 @@ pub trait AvEventSink: Send + Sync {
     /// Undo [`AvEventSink::attach_av`] (the AV is closed or dropped).
     fn detach_av(&self, attachment: u64);
 
-    /// An insert call was queued: its events will be posted by a later progress
-    /// ([`AvProgress::progress`]). A queue whose readers sleep on a descriptor rather than
-    /// in a read makes it readable, so that a sleeping reader comes back to read the queue
-    /// (which runs the progress); no interrupt announces the NIC's answer. Nothing by
-    /// default.
+    /// An insert call was queued, or its records were sent to the NIC: its events will be
+    /// posted by a later progress ([`AvProgress::progress`]). A reader asleep until the AV's
+    /// earlier writes progress ([`AvProgress::wake_on_progress`]) knows nothing of these: the
+    /// queue wakes it (a queue whose readers sleep on a descriptor makes it readable), and it
+    /// runs progress and asks again. Nothing by default.
     fn inserts_queued(&self) {}
 }
 
@@ -107,6 +108,17 @@ pub trait AvProgress: Send + Sync {
     /// progress, so a reader that sleeps without running progress could miss them. Never
     /// blocks: while the AV's owner holds its state, the answer is `true`. `false` by default.
     fn in_flight(&self) -> bool {
+        false
+    }
+
+    /// Arrange for `waker` to be woken when [`AvProgress::progress`] may have an insert to
+    /// finish (at once when it may have one already; wakeups may be spurious), so that a
+    /// reader can sleep until then instead of running progress at intervals. False when no
+    /// one will wake it (the NIC has no admin interrupt, or the AV's owner holds its state):
+    /// then it runs progress at intervals. Call it after a progress, while
+    /// [`AvProgress::in_flight`]. Never blocks. False by default.
+    fn wake_on_progress(&self, waker: &Waker) -> bool {
+        let _ = waker;
         false
     }
 }

@@ -15,6 +15,7 @@
 //! answer, which it may still run (the AV then treats a remove as done and sends a source
 //! again). Any errno but `FI_ETIMEDOUT` is a refusal: the NIC's table is unchanged. The defaults are `FI_ENOSYS`: a table without auth keys.
 
+use std::task::Waker;
 use uet_fwif::address::ADDRESS_BYTES;
 use uet_fwif::admin::MAX_BATCH;
 use uet_fwif::auth_key::{AuthKeyEntry, AUTH_KEY_VALID, MAX_AUTH_KEY_SLOTS};
@@ -191,6 +192,16 @@ pub trait PendingWrite: Send {
     /// The outcome, once [`PendingWrite::poll`] returned `true` or [`PendingWrite::wait`]
     /// returned.
     fn finish(self: Box<Self>) -> Result<(), NicError>;
+    /// Arrange for `waker` to be woken when [`PendingWrite::poll`] may find the command
+    /// complete (at once when it may be already; wakeups may be spurious), or when it is
+    /// time to poll anyway (a command the NIC never answers is given up on by a poll after
+    /// its timeout), so that a reader waiting for it can sleep instead of polling. False
+    /// when no one will wake it: then it polls. Call it after a [`PendingWrite::poll`] that
+    /// returned `false`. False by default.
+    fn wake_when_done(&mut self, waker: &Waker) -> bool {
+        let _ = waker;
+        false
+    }
 }
 
 /// A [`PendingWrite`] whose outcome is already known (what the default

@@ -1708,8 +1708,8 @@ fn a_context_never_carries_over_to_a_later_insert() {
 }
 
 /// A queue whose reader sleeps on a descriptor learns of each insert call as it is queued,
-/// and that it is in flight until progress posted its events: no interrupt announces the
-/// NIC's answer, so the reader reads rather than sleeps until then.
+/// and that it is in flight until progress posted its events: a table that cannot announce
+/// the NIC's answer (as this one) leaves the reader to read rather than sleep until then.
 #[test]
 fn an_insert_tells_its_queue_it_was_queued_and_is_in_flight_until_its_events_are_posted() {
     let (mut av, nic, sink) = two_in_flight(0);

@@ -33,7 +33,7 @@ use crate::dma::{DmaError, DmaRegion};
 use crate::error::DriverError;
 use crate::mapped::MappedRegion;
 use std::collections::VecDeque;
-use std::sync::atomic::{fence, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use uet_fwif::admin::{
@@ -263,6 +263,9 @@ pub struct AdminQueue {
     /// Commands abandoned after a timeout whose completions have not come, shared with the
     /// NIC's fast paths ([`AdminQueue::abandoned_counter`]).
     abandoned: Arc<AtomicUsize>,
+    /// Reaps that collected a completion, shared with waiters that sleep until one may have
+    /// come ([`AdminQueue::reaped_counter`]).
+    reaped: Arc<AtomicU64>,
     /// Undoes of late creations ([`undo_of`]) and destroys retried behind them, submitted in
     /// this order ahead of the next command.
     undo: VecDeque<Command>,
@@ -305,6 +308,7 @@ impl AdminQueue {
             in_flight: 0,
             scratch_holders: Vec::new(),
             abandoned: Arc::new(AtomicUsize::new(0)),
+            reaped: Arc::new(AtomicU64::new(0)),
             undo: VecDeque::new(),
             scratch_taken: false,
             undo_auth_key_adds: false,
@@ -339,6 +343,14 @@ impl AdminQueue {
     /// which every later command runs), and is 0 again once the queue is programmed anew.
     pub(crate) fn abandoned_counter(&self) -> Arc<AtomicUsize> {
         self.abandoned.clone()
+    }
+
+    /// The count of reaps that collected at least one completion, for a waiter to read
+    /// without the queue's lock: one that polled its command, read the count, and finds it
+    /// changed later knows another thread may have filed its completion since
+    /// ([`crate::admin_interrupt`]).
+    pub(crate) fn reaped_counter(&self) -> Arc<AtomicU64> {
+        self.reaped.clone()
     }
 
     /// Program the admin registers (datasheet: "Admin queue", before `DEV_CTRL.enable`).
@@ -663,6 +675,10 @@ impl AdminQueue {
                 }
                 None => stray = Some(id),
             }
+        }
+        if collected > 0 {
+            // After the completions are filed: a waiter that reads the new count finds them.
+            self.reaped.fetch_add(1, Ordering::Release);
         }
         // Report the CQ head every few completions, and whenever nothing new came: a device
         // that ran out of completion room is then never left waiting.

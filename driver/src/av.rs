@@ -43,7 +43,10 @@ use crate::nic::{
     Nic, NicInner, AUTH_KEY_OWNER_CHECK_INTERFACE_MINOR, AV_DOORBELL_INTERFACE_MINOR,
     AV_WRITE_PEERS_INTERFACE_MINOR, AV_WRITE_WINDOW_INTERFACE_MINOR,
 };
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::task::Waker;
+use std::time::{Duration, Instant};
 use uet_av::nic::{check_batch, peer_record};
 use uet_av::{
     AddressVector, AvAttr, AvLimits, FiErrno, FiError, NamedAv, NicAvTable, NicError, PendingWrite,
@@ -545,6 +548,8 @@ impl NicAvTable for NicAv {
             id,
             buffer: Some(buffer),
             outcome: None,
+            seen: None,
+            timeout: crate::admin::DEFAULT_TIMEOUT,
         }))
     }
 
@@ -644,6 +649,13 @@ struct AdminWrite {
     /// The records, in DMA memory the NIC reads until the command completes.
     buffer: Option<MappedRegion>,
     outcome: Option<Result<(), DriverError>>,
+    /// The admin queue's reap count as the last poll read it under the queue's lock; `None`
+    /// when that poll found the queue held (a synchronous command collects completions
+    /// meanwhile, this one's perhaps) or none was made.
+    seen: Option<u64>,
+    /// The admin timeout as the last poll read it: how long the command may stay in flight
+    /// before a poll gives up on it.
+    timeout: Duration,
 }
 
 impl AdminWrite {
@@ -672,9 +684,12 @@ impl PendingWrite for AdminWrite {
             // Not done yet, then; the command that holds the queue files this completion for
             // the next poll.
             let Some(mut admin) = self.nic.try_admin() else {
+                self.seen = None;
                 return false;
             };
             let r = admin.poll_command(self.nic.bar(), self.id);
+            self.seen = Some(self.nic.admin_reaped.load(Ordering::Acquire));
+            self.timeout = admin.timeout();
             drop(admin);
             if let Some(r) = r {
                 self.settle(r);
@@ -689,6 +704,27 @@ impl PendingWrite for AdminWrite {
             let r = self.nic.admin().wait_command(self.nic.bar(), self.id);
             self.settle(r);
         }
+    }
+
+    fn wake_when_done(&mut self, waker: &Waker) -> bool {
+        if self.outcome.is_some() {
+            waker.wake_by_ref();
+            return true;
+        }
+        let (Some(seen), Some(interrupt)) = (self.seen, self.nic.admin_interrupt()) else {
+            return false;
+        };
+        // The poll after the timeout gives the command up; one that far off is never needed.
+        let deadline = Instant::now()
+            .checked_add(self.timeout)
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400));
+        interrupt.wake_after(
+            self.nic.bar(),
+            &self.nic.admin_reaped,
+            seen,
+            waker,
+            deadline,
+        )
     }
 
     fn prov_errno(&self) -> i32 {

@@ -30,29 +30,36 @@
 //! management's progress threads, an AV's progress posting its inserts' events, the
 //! application's [`EventQueue::write`] — makes it readable as it posts. The events of an
 //! asynchronous AV insert are posted only when progress runs, which a sleeping reader does
-//! not do, and no interrupt announces the NIC's answer (the NIC has none for its admin
-//! queue: an admin completion only latches `INTR_CAUSE.admin`, which raises nothing, and its
-//! MSI-X vectors are raised only by completion rings armed with `CQ_ARM`; the driver polls
-//! the admin completion ring): so an insert queued
-//! ([`AvEventSink::inserts_queued`]) or a [`EventQueue::signal`] makes the descriptor readable
-//! too, until the next [`EventQueue::trywait`], and `trywait` (`fi_trywait`, which the
-//! application calls before it sleeps) runs progress and answers `FI_EAGAIN` while an event
-//! is queued or an insert is still in flight. [`EventQueue::close`] closes the descriptor.
+//! not do: so an insert queued ([`AvEventSink::inserts_queued`]), a [`EventQueue::signal`],
+//! and the NIC's answer to an insert (below) make the descriptor readable too, until the next
+//! [`EventQueue::trywait`]. `trywait` (`fi_trywait`, which the application calls before it
+//! sleeps) runs progress, answers `FI_EAGAIN` while an event is queued, and otherwise lets
+//! the application sleep once every AV with an insert in flight will wake the queue when
+//! the NIC answers it. One that cannot (a NIC older than the admin interrupt, interface
+//! 1.15, or without a vector to spare) gets `FI_EAGAIN` while its insert is in flight: the
+//! application reads the queue again, which runs progress. [`EventQueue::close`] closes the
+//! descriptor.
 //!
 //! ## Progress of asynchronous AV inserts
 //!
 //! An AV bound to the queue ([`uet_av::AddressVector::bind`] with [`EventQueue::av_sink`])
 //! hands it a progress hook ([`uet_av::AvProgress`]). [`EventQueue::read`],
 //! [`EventQueue::readerr`] and [`EventQueue::sread`] run every bound AV's progress first, which
-//! collects the NIC's completions and posts the events of the inserts that finished; while
-//! an AV is bound, `sread` runs it again every [`PROGRESS_INTERVAL`] as it waits, so a blocked
-//! reader sees an insert complete without any other thread. Progress runs outside the queue's
-//! lock (it posts to the queue).
+//! collects the NIC's completions and posts the events of the inserts that finished. Before
+//! `sread` sleeps, each AV with an insert in flight is asked to wake the queue when the NIC
+//! may have answered it ([`uet_av::AvProgress::wake_on_progress`]): the driver's AV arms the
+//! NIC's admin completion interrupt for it ([`crate::admin_interrupt`]), and the queue is woken
+//! (an [`std::task::Waker`] of its own) by the interrupt, or when the admin timeout makes a
+//! poll due. The reader then runs progress, and asks again while inserts are in flight; a
+//! blocked reader thus sees an insert complete without any other thread and without polling.
+//! Where an AV cannot wake the queue, `sread` runs progress every [`PROGRESS_INTERVAL`]
+//! instead, as it waits. Progress runs outside the queue's lock (it posts to the queue).
 
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::task::{Wake, Waker};
 use std::time::{Duration, Instant};
 use uet_av::{AvEvent, AvEventSink, AvProgress, FiErrno, FiError};
 use vmm_sys_util::eventfd::{EventFd, EFD_CLOEXEC, EFD_NONBLOCK};
@@ -65,7 +72,8 @@ pub const FI_PEEK: u64 = 1 << 19;
 pub const DEFAULT_EQ_SIZE: usize = 256;
 /// Largest EQ.
 pub const MAX_EQ_SIZE: usize = 1 << 20;
-/// How often a blocked [`EventQueue::sread`] runs the progress of the AVs bound to the queue.
+/// How often a blocked [`EventQueue::sread`] runs the progress of the AVs bound to the queue
+/// while one of them has an insert in flight and cannot wake the queue when the NIC answers.
 pub const PROGRESS_INTERVAL: Duration = Duration::from_millis(1);
 
 /// Event codes of `fi_eq_read` (`enum` in `rdma/fi_eq.h`).
@@ -218,6 +226,9 @@ struct State {
     /// An insert was queued or a signal came since the last [`EventQueue::trywait`]: the
     /// descriptor stays readable, though nothing is queued, until the application looks.
     kicked: bool,
+    /// A bound AV may have progress to make: it woke the queue ([`EqWake`]) or queued an
+    /// insert. A reader that wakes runs progress.
+    progress_due: bool,
 }
 
 impl State {
@@ -259,6 +270,46 @@ struct Shared {
     ready: Condvar,
     /// Progress hooks of the AVs bound to the queue, by attachment number.
     progress: Mutex<Vec<(u64, Weak<dyn AvProgress>)>>,
+    /// What a bound AV wakes the queue with ([`EqWake`]), made when first needed.
+    waker: std::sync::OnceLock<Waker>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Every critical section leaves the state consistent, so a poisoned lock is usable.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A bound AV may have progress to make (its insert was queued or sent, or the NIC
+    /// answered): wake the readers asleep in [`EventQueue::sread`], which run progress, and
+    /// make the descriptor readable until the next [`EventQueue::trywait`].
+    fn progress_due(&self) {
+        let mut s = self.lock();
+        s.progress_due = true;
+        if s.wait_fd.is_some() {
+            s.kicked = true;
+            s.settle_fd();
+        }
+        drop(s);
+        self.ready.notify_all();
+    }
+}
+
+/// How a bound AV wakes its queue when the NIC may have answered one of its inserts
+/// ([`AvProgress::wake_on_progress`]): [`Shared::progress_due`]. Holds the queue weakly: a
+/// wakeup that comes after the queue is gone wakes no one.
+struct EqWake(Weak<Shared>);
+
+impl Wake for EqWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if let Some(shared) = self.0.upgrade() {
+            shared.progress_due();
+        }
+    }
 }
 
 static NEXT_ATTACHMENT: AtomicU64 = AtomicU64::new(1);
@@ -335,13 +386,13 @@ impl EventQueue {
                 }),
                 ready: Condvar::new(),
                 progress: Mutex::new(Vec::new()),
+                waker: std::sync::OnceLock::new(),
             }),
         })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        // Every critical section leaves the state consistent, so a poisoned lock is usable.
-        self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.shared.lock()
     }
 
     /// The queue's fabric id.
@@ -350,19 +401,20 @@ impl EventQueue {
     }
 
     /// The descriptor of a queue opened with [`WaitObj::Fd`] (`fi_control(FI_GETWAIT)`):
-    /// readable while an event or error is queued, or after an AV insert was queued or a
-    /// signal came, until [`EventQueue::trywait`]. `None` for another wait object, or once
+    /// readable while an event or error is queued, or after an AV insert was queued, the NIC
+    /// answered one, or a signal came, until [`EventQueue::trywait`]. `None` for another wait object, or once
     /// the queue is closed (which closes it).
     pub fn wait_fd(&self) -> Option<RawFd> {
         self.lock().wait_fd.as_ref().map(AsRawFd::as_raw_fd)
     }
 
     /// `fi_trywait` of a queue opened with [`WaitObj::Fd`]: `Ok` when the application may
-    /// sleep on [`EventQueue::wait_fd`], which then becomes readable when an event is posted
-    /// or an insert is queued. Runs the progress of the bound AVs first. `FI_EAGAIN` while
-    /// something is queued to read, or while an AV insert is in flight (its events are posted
-    /// by a read, which the application then makes; no interrupt would wake it). `FI_EINVAL`
-    /// for another wait object, `FI_EBADF` once closed.
+    /// sleep on [`EventQueue::wait_fd`], which then becomes readable when an event is posted,
+    /// an insert is queued, or the NIC answers an insert in flight. Runs the progress of the
+    /// bound AVs first. `FI_EAGAIN` while something is queued to read, or while an AV insert
+    /// is in flight on a NIC that cannot announce its answer (no admin interrupt: its events
+    /// are posted by a read, which the application then makes). `FI_EINVAL` for another wait
+    /// object, `FI_EBADF` once closed.
     pub fn trywait(&self) -> Result<(), FiError> {
         {
             let mut s = self.lock();
@@ -379,7 +431,7 @@ impl EventQueue {
             s.kicked = false;
             s.settle_fd();
         }
-        self.run_progress();
+        let must_poll = self.progress_then_arm();
         {
             let s = self.lock();
             if s.closed {
@@ -392,18 +444,11 @@ impl EventQueue {
                 ));
             }
         }
-        // Taken out of the hooks' lock first, as `run_progress` does: an AV dropped meanwhile
-        // detaches under that lock.
-        let hooks: Vec<Arc<dyn AvProgress>> = self
-            .progress_hooks()
-            .iter()
-            .filter_map(|(_, w)| w.upgrade())
-            .collect();
-        if hooks.iter().any(|h| h.in_flight()) {
+        if must_poll {
             return Err(FiError::new(
                 FiErrno::FI_EAGAIN,
-                "fi_trywait: an asynchronous AV insert is in flight; its event comes with a \
-                 read of the queue",
+                "fi_trywait: an asynchronous AV insert is in flight and the NIC has no admin \
+                 interrupt; its event comes with a read of the queue",
             ));
         }
         Ok(())
@@ -427,17 +472,41 @@ impl EventQueue {
             .unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Run the progress of every AV bound to the queue; whether any is bound.
-    fn run_progress(&self) -> bool {
-        let hooks: Vec<Arc<dyn AvProgress>> = self
-            .progress_hooks()
+    /// The AVs bound to the queue, taken out of the hooks' lock: an AV dropped meanwhile
+    /// detaches under that lock, and progress posts to the queue.
+    fn bound_avs(&self) -> Vec<Arc<dyn AvProgress>> {
+        self.progress_hooks()
             .iter()
             .filter_map(|(_, w)| w.upgrade())
-            .collect();
-        for h in &hooks {
-            h.progress();
+            .collect()
+    }
+
+    /// Run the progress of every AV bound to the queue; whether any is bound.
+    fn run_progress(&self) -> bool {
+        let avs = self.bound_avs();
+        for av in &avs {
+            av.progress();
         }
-        !hooks.is_empty()
+        !avs.is_empty()
+    }
+
+    /// Run the progress of every AV bound to the queue, then have each that still has an
+    /// insert in flight wake the queue when the NIC may have answered it
+    /// ([`AvProgress::wake_on_progress`]): whether a reader must run progress at intervals
+    /// instead ([`PROGRESS_INTERVAL`]), because one cannot (a NIC without an admin interrupt,
+    /// or an AV whose owner holds it).
+    fn progress_then_arm(&self) -> bool {
+        let avs = self.bound_avs();
+        for av in &avs {
+            av.progress();
+        }
+        let waker = self
+            .shared
+            .waker
+            .get_or_init(|| Waker::from(Arc::new(EqWake(Arc::downgrade(&self.shared)))));
+        !avs.iter()
+            .filter(|av| av.in_flight())
+            .all(|av| av.wake_on_progress(waker))
     }
 
     /// Bind an object to the queue (`fi_*_bind`); `FI_EBADF` once the queue is closed.
@@ -635,7 +704,7 @@ impl EventQueue {
             let s = self.lock();
             (s.av_attachments, s.signals)
         };
-        let mut polling = self.run_progress();
+        let mut polling = self.progress_then_arm();
         let mut s = self.lock();
         loop {
             match self.take(&mut s, flags) {
@@ -659,11 +728,12 @@ impl EventQueue {
                 }
                 None => None,
             };
-            if s.av_attachments != progressed {
-                // An AV was bound since progress last ran: progress it before waiting.
+            // An AV was bound since progress last ran, or one woke the queue (its insert was
+            // sent, or the NIC answered, perhaps while progress ran): progress before waiting.
+            if s.av_attachments != progressed || std::mem::take(&mut s.progress_due) {
                 progressed = s.av_attachments;
                 drop(s);
-                polling = self.run_progress();
+                polling = self.progress_then_arm();
                 s = self.lock();
                 continue;
             }
@@ -671,7 +741,7 @@ impl EventQueue {
                 progressed = s.av_attachments;
                 drop(s);
                 std::thread::yield_now();
-                polling = self.run_progress();
+                self.run_progress();
                 s = self.lock();
                 continue;
             }
@@ -691,12 +761,12 @@ impl EventQueue {
                 None => self.shared.ready.wait(s).unwrap_or_else(|p| p.into_inner()),
             };
             // A wake-up from polling's interval runs progress again; one from a bind
-            // (attach_av wakes this wait) is caught by the attachment check above, and one
-            // from an event or a signal needs no progress.
+            // (attach_av wakes this wait) or from an AV (its waker) is caught by the check
+            // above, and one from an event or a signal needs no progress.
             if polling {
                 progressed = s.av_attachments;
                 drop(s);
-                polling = self.run_progress();
+                polling = self.progress_then_arm();
                 s = self.lock();
             }
         }
@@ -796,11 +866,7 @@ impl AvEventSink for EventQueue {
     }
 
     fn inserts_queued(&self) {
-        let mut s = self.lock();
-        if s.wait_fd.is_some() {
-            s.kicked = true;
-            s.settle_fd();
-        }
+        self.shared.progress_due();
     }
 
     fn detach_av(&self, attachment: u64) {
@@ -983,6 +1049,8 @@ mod tests {
     struct Poster {
         eq: EventQueue,
         calls: AtomicU64,
+        /// What `in_flight` answers; it cannot wake the queue.
+        in_flight: std::sync::atomic::AtomicBool,
     }
 
     impl AvProgress for Poster {
@@ -1009,6 +1077,10 @@ mod tests {
             }
             0
         }
+
+        fn in_flight(&self) -> bool {
+            self.in_flight.load(Ordering::Acquire)
+        }
     }
 
     #[test]
@@ -1017,6 +1089,7 @@ mod tests {
         let poster = Arc::new(Poster {
             eq: eq.clone(),
             calls: AtomicU64::new(0),
+            in_flight: std::sync::atomic::AtomicBool::new(false),
         });
         let weak: Weak<dyn AvProgress> = Arc::downgrade(&poster) as Weak<dyn AvProgress>;
         let sink = eq.av_sink();
@@ -1035,7 +1108,14 @@ mod tests {
             (ev.kind, ev.fid, ev.context, ev.data),
             (EqEventKind::AvComplete, 3, 4, 2)
         );
-        // sread keeps polling while an AV is bound, and times out when nothing comes.
+        // sread runs progress once for an AV with nothing in flight, and sleeps.
+        let before = poster.calls.load(Ordering::Relaxed);
+        let e = eq.sread(Some(Duration::from_millis(20)), 0).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EAGAIN);
+        assert_eq!(poster.calls.load(Ordering::Relaxed), before + 1);
+        // It keeps polling while an AV that cannot wake it has an insert in flight, and times
+        // out when nothing comes.
+        poster.in_flight.store(true, Ordering::Release);
         let before = poster.calls.load(Ordering::Relaxed);
         let e = eq.sread(Some(Duration::from_millis(20)), 0).unwrap_err();
         assert_eq!(e.errno, FiErrno::FI_EAGAIN);
@@ -1160,6 +1240,96 @@ mod tests {
         assert!(!readable(fd));
         sink.detach_av(id);
         eq.close().unwrap();
+    }
+
+    /// An AV whose NIC can wake the queue ([`AvProgress::wake_on_progress`]): `sread` sleeps
+    /// until it does instead of running progress every [`PROGRESS_INTERVAL`], and `trywait`
+    /// lets the application sleep on the descriptor, which the wakeup makes readable.
+    #[test]
+    fn readers_sleep_until_an_av_that_can_wake_them_does() {
+        use std::sync::atomic::{AtomicBool, AtomicUsize};
+        struct Insert {
+            eq: EventQueue,
+            in_flight: AtomicBool,
+            answered: AtomicBool,
+            progress_runs: AtomicUsize,
+            waker: Mutex<Option<Waker>>,
+        }
+        impl AvProgress for Insert {
+            fn progress(&self) -> usize {
+                self.progress_runs.fetch_add(1, Ordering::AcqRel);
+                if self.answered.load(Ordering::Acquire)
+                    && self.in_flight.swap(false, Ordering::AcqRel)
+                {
+                    self.eq.post(ev(9)).unwrap();
+                    return 1;
+                }
+                0
+            }
+            fn in_flight(&self) -> bool {
+                self.in_flight.load(Ordering::Acquire)
+            }
+            fn wake_on_progress(&self, waker: &Waker) -> bool {
+                *self.waker.lock().unwrap() = Some(waker.clone());
+                true
+            }
+        }
+        impl Insert {
+            /// The NIC answers: the next progress posts the event, and the waker fires.
+            fn answer(&self) {
+                self.answered.store(true, Ordering::Release);
+                let waker = self.waker.lock().unwrap().take();
+                waker.expect("the queue asked to be woken").wake();
+            }
+        }
+        for wait_obj in [WaitObj::Unspec, WaitObj::Fd] {
+            let eq = EventQueue::open(EqAttr {
+                wait_obj,
+                ..WAITABLE
+            })
+            .unwrap();
+            let av = Arc::new(Insert {
+                eq: eq.clone(),
+                in_flight: AtomicBool::new(true),
+                answered: AtomicBool::new(false),
+                progress_runs: AtomicUsize::new(0),
+                waker: Mutex::new(None),
+            });
+            let sink = eq.av_sink();
+            let id = sink
+                .attach_av(Arc::downgrade(&av) as Weak<dyn AvProgress>)
+                .unwrap();
+            let reader = {
+                let eq = eq.clone();
+                std::thread::spawn(move || eq.sread(Some(Duration::from_secs(20)), 0))
+            };
+            std::thread::sleep(Duration::from_millis(200));
+            let runs = av.progress_runs.load(Ordering::Acquire);
+            assert!(
+                runs <= 4,
+                "{wait_obj:?}: the reader ran progress {runs} times in 200 ms instead of sleeping"
+            );
+            av.answer();
+            let got = reader.join().unwrap().map(|e| e.data);
+            assert_eq!(got.map_err(|e| e.errno), Ok(9), "{wait_obj:?}");
+            if wait_obj == WaitObj::Fd {
+                // The descriptor: trywait lets the application sleep while the insert is in
+                // flight, and the wakeup makes it readable.
+                let fd = eq.wait_fd().unwrap();
+                av.in_flight.store(true, Ordering::Release);
+                av.answered.store(false, Ordering::Release);
+                eq.trywait().unwrap();
+                eq.trywait().unwrap();
+                assert!(!readable(fd), "nothing came yet");
+                av.answer();
+                assert!(readable(fd), "the wakeup made the descriptor readable");
+                assert_eq!(eq.read(0).unwrap().data, 9);
+                eq.trywait().unwrap();
+                assert!(!readable(fd));
+            }
+            sink.detach_av(id);
+            eq.close().unwrap();
+        }
     }
 
     /// A bind that lands between a reader's first progress (no AV yet) and its wait is not

@@ -148,10 +148,16 @@ impl Vector {
         }
     }
 
+    /// Take the messages the eventfd holds: whether it held any (the vector was raised since
+    /// the last take or clear).
+    pub(crate) fn take(&self) -> bool {
+        self.eventfd().read().is_ok()
+    }
+
     /// Take the messages the eventfd holds, so that it is readable again only for a later one.
     pub(crate) fn clear(&self) {
         // Non-blocking: EAGAIN when it holds none, which is what clearing wants.
-        let _ = self.eventfd().read();
+        self.take();
     }
 
     /// Sleep until the eventfd, or `also` when given, is readable (`true`) or `timeout` passes

@@ -35,6 +35,7 @@
 #![warn(missing_docs)]
 
 pub mod admin;
+pub mod admin_interrupt;
 pub mod av;
 pub mod backend;
 pub mod cm;

@@ -48,10 +48,10 @@ use std::time::{Duration, Instant};
 use uet_fwif::admin::{BufferBody, Command};
 use uet_fwif::identify::IdentifyData;
 use uet_regs::{
-    DevCtrl, FunctionReset, Mmio, RegisterAccess, CAP_AUTH_KEY, CAP_AV, CAP_AV_ENTRIES, CAP_EP,
-    CAP_MAX_MSG, CAP_PEER_GROUPS, CAP_PID_ON_FEP, CAP_PROFILES, CAP_QUEUES, CAP_RESOURCE_INDEX,
-    CAP_TAGGED, CQ_ARM, DEV_CTRL, DEV_STATUS, FATAL_ERROR, FUNCTION_RESET, FW_VERSION, ID,
-    REVISION,
+    DevCtrl, FunctionReset, Mmio, RegisterAccess, ADMIN_ARM, CAP_AUTH_KEY, CAP_AV, CAP_AV_ENTRIES,
+    CAP_EP, CAP_MAX_MSG, CAP_PEER_GROUPS, CAP_PID_ON_FEP, CAP_PROFILES, CAP_QUEUES,
+    CAP_RESOURCE_INDEX, CAP_TAGGED, CQ_ARM, DEV_CTRL, DEV_STATUS, FATAL_ERROR, FUNCTION_RESET,
+    FW_VERSION, ID, REVISION,
 };
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::FromZeros;
@@ -292,6 +292,8 @@ pub(crate) struct NicInner {
     /// [`AdminQueue::abandoned_counter`]: admin commands abandoned after a timeout that the
     /// device may still run.
     admin_abandoned: Arc<std::sync::atomic::AtomicUsize>,
+    /// [`AdminQueue::reaped_counter`]: reaps that collected a completion.
+    pub(crate) admin_reaped: Arc<std::sync::atomic::AtomicU64>,
     /// The AV write window: its staged entry belongs to the function, so one writer at a time
     /// stages, rings and reads `AV_WRITE_DROPS`, whose last value it keeps (`None` until the
     /// first window write reads it).
@@ -313,6 +315,10 @@ pub(crate) struct NicInner {
     /// The MSI-X vectors and their eventfds, set up when an endpoint first waits for a
     /// completion (`None` inside: the NIC or the backend has no interrupts).
     interrupts: std::sync::OnceLock<Option<Arc<crate::interrupt::Interrupts>>>,
+    /// The admin ring's vector and the thread that sleeps on it, set up the first time
+    /// someone waits for an admin completion without the queue (`None` inside: the NIC
+    /// is older than `ADMIN_ARM`, or no vector could be had).
+    admin_interrupt: std::sync::OnceLock<Option<crate::admin_interrupt::AdminInterrupt>>,
     /// The vector the control channels share once their own vectors are all taken, while
     /// any uses it (see [`crate::cm`]); shared with it, which empties the slot once it
     /// has given the vector back.
@@ -398,6 +404,26 @@ impl NicInner {
                     )
                     .ok()
                     .map(Arc::new)
+            })
+            .as_ref()
+    }
+
+    /// The admin completion interrupt (see [`crate::admin_interrupt`]), set up on first use:
+    /// `None` for a NIC older than `ADMIN_ARM`, a backend without MSI-X vectors, or when every
+    /// vector was held at that first use (then whoever waits for an admin completion polls).
+    /// It holds its vector until the NIC goes.
+    pub(crate) fn admin_interrupt(&self) -> Option<&crate::admin_interrupt::AdminInterrupt> {
+        self.admin_interrupt
+            .get_or_init(|| {
+                if !ADMIN_ARM.info.present_at(self.identity.interface_minor) {
+                    return None;
+                }
+                let vector = self.interrupts()?.take()?;
+                crate::admin_interrupt::AdminInterrupt::start(vector)
+                    .inspect_err(
+                        |e| tracing::warn!(error = %e, "no admin interrupt: event queues poll"),
+                    )
+                    .ok()
             })
             .as_ref()
     }
@@ -762,6 +788,7 @@ impl Nic {
                     .map(|_| AtomicU32::new(0))
                     .collect(),
                 admin_abandoned: admin.abandoned_counter(),
+                admin_reaped: admin.reaped_counter(),
                 admin: Mutex::new(admin),
                 av_window: Mutex::new(None),
                 av_tables: Mutex::new(Vec::new()),
@@ -769,6 +796,7 @@ impl Nic {
                 claim,
                 quarantine: Mutex::new(Vec::new()),
                 interrupts: std::sync::OnceLock::new(),
+                admin_interrupt: std::sync::OnceLock::new(),
                 cm_shared_wakeup: Arc::new(Mutex::new(std::sync::Weak::new())),
             }),
         };

@@ -42,9 +42,10 @@
 //!   connection's progress thread, an AV's inserts, `fi_eq_write`), and stops being readable
 //!   when a read empties the queue. `fi_trywait(fabric, fids, count)` takes the queue beside
 //!   `FI_WAIT_FD` CQs and counters: `-FI_EAGAIN` while an event waits, and while an
-//!   `FI_EVENT` AV's insert is in flight (its event is posted when the queue is read, and
-//!   no interrupt announces the NIC's answer, so the application reads rather than sleeps);
-//!   0 when the application may sleep. An insert queued from another thread makes the
+//!   `FI_EVENT` AV's insert is in flight on a NIC without the admin completion interrupt
+//!   (interface 1.15; its event is posted when the queue is read, so the application reads
+//!   rather than sleeps); 0 when the application may sleep. An insert queued from another
+//!   thread, and the NIC's answer to one in flight (the admin interrupt), make the
 //!   descriptor readable until the next `fi_trywait`, so a thread asleep on it comes back to
 //!   read. `fi_eq_sread` waits as on the other wait objects, and wakes as the descriptor
 //!   does. `fi_close` closes the descriptor.

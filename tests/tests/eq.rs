@@ -352,6 +352,135 @@ fn readers_never_wait_for_another_threads_admin_command() {
     );
 }
 
+/// Whether `fd` polls readable within `timeout`.
+fn readable_within(fd: std::os::fd::RawFd, timeout: Duration) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: one valid pollfd on the stack for the call; poll(2) writes only its `revents`.
+    unsafe { libc::poll(&mut pfd, 1, ms) == 1 }
+}
+
+/// An FI_EVENT insert whose AV_WRITE waits in the admin queue of a stopped NIC of interface
+/// `minor`, on a queue of `wait_obj` bound to its AV; the NIC's function, to start it again.
+fn insert_held_by_a_stopped_nic(
+    minor: u8,
+    wait_obj: uet_driver::eq::WaitObj,
+) -> (
+    Nic,
+    uet_av::AddressVector<impl uet_av::NicAvTable>,
+    EventQueue,
+    uet_sim::SimFunction,
+) {
+    let (_fabric, fns) = uet_tests::fabric_with(1, |c| c.interface_minor = minor);
+    let f = fns[0].clone();
+    let nic = uet_tests::open_nic(&f);
+    let mut av = nic
+        .open_av(AvAttr {
+            count: 8,
+            job_id: 0x42,
+            flags: FI_EVENT,
+            ..AvAttr::default()
+        })
+        .unwrap();
+    let eq = EventQueue::open(EqAttr {
+        wait_obj,
+        ..uet_tests::WAITABLE_EQ
+    })
+    .unwrap();
+    av.bind(eq.av_sink(), 0).unwrap();
+    // Long enough that no poll gives the command up while the test runs.
+    nic.set_admin_timeout(Duration::from_secs(60));
+    nic.bar0()
+        .write(uet_regs::DEV_CTRL, uet_regs::DevCtrl::new());
+    av.with_context(3).insert(&a_peer(), 1, None, 0).unwrap();
+    (nic, av, eq, f)
+}
+
+/// Start the NIC stopped by [`insert_held_by_a_stopped_nic`]: it runs the AV_WRITE.
+fn start_again(nic: &Nic) {
+    nic.bar0().write(
+        uet_regs::DEV_CTRL,
+        uet_regs::DevCtrl::new().with_enable(true),
+    );
+}
+
+/// With the admin completion interrupt (interface 1.15), a reader of an FI_EVENT AV's queue
+/// sleeps until the NIC answers the insert: `fi_trywait` lets the application sleep on the
+/// queue's descriptor while the AV_WRITE is in flight, and the NIC's answer raises the admin
+/// vector, which makes the descriptor readable and wakes a blocked `fi_eq_sread`.
+#[test]
+fn readers_sleep_until_the_nics_admin_interrupt_announces_the_insert() {
+    use uet_driver::eq::WaitObj;
+    let (nic, _av, eq, f) = insert_held_by_a_stopped_nic(uet_regs::INTERFACE_MINOR, WaitObj::Fd);
+    let fd = eq.wait_fd().unwrap();
+    eq.trywait().unwrap();
+    assert!(
+        !readable_within(fd, Duration::from_millis(100)),
+        "readable before the NIC answered"
+    );
+    let raised = f.debug_counters().msix_messages;
+    start_again(&nic);
+    assert!(
+        readable_within(fd, Duration::from_secs(10)),
+        "the NIC's answer did not make the descriptor readable"
+    );
+    assert!(
+        f.debug_counters().msix_messages > raised,
+        "no vector was raised"
+    );
+    let done = eq.read(0).unwrap();
+    assert_eq!(
+        (done.kind, done.context, done.data),
+        (EqEventKind::AvComplete, 3, 1)
+    );
+
+    // A reader blocked in fi_eq_sread.
+    let (nic, _av, eq, f) =
+        insert_held_by_a_stopped_nic(uet_regs::INTERFACE_MINOR, WaitObj::Unspec);
+    let reader = {
+        let eq = eq.clone();
+        std::thread::spawn(move || eq.sread(Some(Duration::from_secs(20)), 0))
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let raised = f.debug_counters().msix_messages;
+    start_again(&nic);
+    let done = reader.join().unwrap().unwrap();
+    assert_eq!(
+        (done.kind, done.context, done.data),
+        (EqEventKind::AvComplete, 3, 1)
+    );
+    assert!(
+        f.debug_counters().msix_messages > raised,
+        "no vector was raised"
+    );
+}
+
+/// A NIC older than the admin interrupt (interface 1.14): `fi_trywait` refuses to let the
+/// application sleep while an insert is in flight (nothing would wake it), and a blocked
+/// `fi_eq_sread` polls, so both still see the NIC's answer.
+#[test]
+fn before_interface_1_15_readers_poll_for_the_nics_answer() {
+    use uet_driver::eq::WaitObj;
+    let (nic, _av, eq, _f) = insert_held_by_a_stopped_nic(14, WaitObj::Fd);
+    let e = eq.trywait().unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EAGAIN, "{e}");
+    let reader = {
+        let eq = eq.clone();
+        std::thread::spawn(move || eq.sread(Some(Duration::from_secs(20)), 0))
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    start_again(&nic);
+    let done = reader.join().unwrap().unwrap();
+    assert_eq!(
+        (done.kind, done.context, done.data),
+        (EqEventKind::AvComplete, 3, 1)
+    );
+}
+
 /// The address of a peer endpoint on the second NIC of `nic_addr`, for inserts.
 fn a_peer() -> [u8; 32] {
     uet_fwif::UetAddress {

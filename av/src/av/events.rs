@@ -20,6 +20,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
+use std::task::Waker;
 
 use tracing::{debug, warn};
 use uet_fwif::admin::MAX_BATCH;
@@ -205,6 +206,30 @@ impl AvProgress for AsyncShared {
             Err(TryLockError::Poisoned(p)) => !p.into_inner().calls.is_empty(),
             Err(TryLockError::WouldBlock) => true,
         }
+    }
+
+    fn wake_on_progress(&self, waker: &Waker) -> bool {
+        let mut inner = match self.inner.try_lock() {
+            Ok(inner) => inner,
+            // Every critical section leaves the state consistent.
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            // The owner waits for the NIC itself; what it collects is posted by a progress
+            // that only polling runs.
+            Err(TryLockError::WouldBlock) => return false,
+        };
+        if inner.calls.front().is_some_and(|c| c.waiting == 0) {
+            // A call settled (by the owner, since the last progress): the next progress posts
+            // its events.
+            waker.wake_by_ref();
+            return true;
+        }
+        // Every write in flight wakes the reader. With none, what is left of the calls is
+        // staged (`FI_MORE`): it goes to the NIC with the application's next insert, which
+        // tells the queue ([`AvEventSink::inserts_queued`]).
+        inner
+            .writes
+            .iter_mut()
+            .all(|w| w.write.wake_when_done(waker))
     }
 }
 
@@ -462,17 +487,35 @@ impl<N: NicAvTable> AddressVector<N> {
             });
             inner.sink.clone()
         };
-        // After the call is queued, where the queue's look at `in_flight` finds it.
+        let refused = !more && self.send_pending();
+        // After the call is queued, where the queue's look at `in_flight` finds it, and after
+        // its records went to the NIC, so that a reader woken by it asks to be woken by them.
         if let Some(sink) = sink {
             sink.inserts_queued();
         }
-        !more && self.submit_pending()
+        refused
+    }
+
+    /// [`AddressVector::send_pending`], then tell the queue ([`AvEventSink::inserts_queued`]):
+    /// a reader asleep until the writes it knew of progress knows nothing of these (nor of
+    /// calls a refusal settled), and comes back to run progress.
+    pub(super) fn submit_pending(&mut self) -> bool {
+        let submitted = !self.pending.is_empty();
+        let refused = self.send_pending();
+        let sink = self
+            .events
+            .as_deref()
+            .and_then(|e| e.shared.lock().sink.clone());
+        if let (true, Some(sink)) = (submitted, sink) {
+            sink.inserts_queued();
+        }
+        refused
     }
 
     /// Submit the pending records as AV_WRITEs ([`MAX_BATCH`] each) without waiting. A write
     /// the NIC does not take is settled at once: its addresses fail with `FI_EIO` (`FI_EAGAIN`
     /// when the NIC had no room for it) and leave the mirror. Whether that happened.
-    pub(super) fn submit_pending(&mut self) -> bool {
+    fn send_pending(&mut self) -> bool {
         let Some(state) = self.events.as_deref() else {
             return false;
         };

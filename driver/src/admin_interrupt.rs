@@ -1,0 +1,190 @@
+//! The admin completion interrupt (`ADMIN_ARM`, interface 1.15): sleeping until the NIC
+//! answers an admin command instead of polling for the answer.
+//!
+//! Who waits for an admin completion without holding the admin queue — a reader of an event
+//! queue whose AV has an `FI_EVENT` insert in flight (`crate::eq`) — asks to be woken
+//! (`AdminInterrupt::wake_after`) with a [`Waker`] and sleeps. One MSI-X vector of the NIC
+//! is the admin ring's, taken the first time someone asks, and one thread per NIC sleeps on
+//! its eventfd: when the vector is raised it wakes everyone who asked since the last raise.
+//! Each then polls its command as before, and asks again if it is still in flight. The thread
+//! holds the vector, the wakers and nothing of the NIC, and stops when the NIC goes.
+//!
+//! ## No wakeup is lost
+//!
+//! The NIC raises the vector once per arm, for the first completion written after it, or at
+//! once when the ring holds one the driver has not consumed (`uet_regs::ADMIN_ARM`). A waiter
+//! polled its command (which collects every completion written so far) and read the admin
+//! queue's reap count (`AdminQueue::reaped_counter`) under the queue's lock,
+//! then found its command in flight. Its completion is then either
+//!
+//! * not yet written: the arm that `AdminInterrupt::wake_after` makes (or an earlier arm still
+//!   in force, whose raise has not reached the thread yet: the waiter is on the list the
+//!   thread takes after it) raises the vector when it is;
+//! * written and not yet collected: the arm raises the vector at once;
+//! * collected by another thread since the waiter's poll, and filed for it: the reap count has
+//!   changed, which `wake_after` reads after it armed, and the waiter is woken at once.
+//!
+//! Wakeups may be spurious (a raise for another command, an arm that finds completions the
+//! driver collected but has not reported with `ADMIN_CQ_HEAD` yet): a waiter polls and asks
+//! again. A NIC that never answers raises nothing, and a command is given up on only by a
+//! poll after its timeout: so each waiter also names when it must poll anyway, and the
+//! thread wakes it then if the vector has not.
+
+use crate::interrupt::{CqSignal, Vector};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::Waker;
+use std::thread::JoinHandle;
+use std::time::Instant;
+use uet_regs::{AdminArm, Mmio, RegisterAccess, ADMIN_ARM};
+
+/// The admin ring's vector, and the thread that wakes whoever waits for it.
+pub(crate) struct AdminInterrupt {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// What the thread and the waiters share.
+struct Shared {
+    vector: u16,
+    state: Mutex<State>,
+    /// Makes the thread look at the state again: a waiter due sooner than the thread sleeps
+    /// for, or the stop.
+    kick: CqSignal,
+    /// The thread is running: cleared if it stops on an error, after which no one is woken
+    /// and waiters poll (`AdminInterrupt::wake_after` returns false).
+    alive: AtomicBool,
+}
+
+#[derive(Default)]
+struct State {
+    /// The ring was armed and its raise has not reached the thread yet.
+    armed: bool,
+    /// Whom the next raise wakes, each also at its deadline.
+    waiting: Vec<(Waker, Instant)>,
+    /// The NIC is going: the thread stops.
+    stopping: bool,
+}
+
+impl AdminInterrupt {
+    /// Take `vector` for the admin ring and start the thread that sleeps on it.
+    pub(crate) fn start(vector: Vector) -> std::io::Result<AdminInterrupt> {
+        let shared = Arc::new(Shared {
+            vector: vector.number(),
+            state: Mutex::new(State::default()),
+            kick: CqSignal::new()?,
+            alive: AtomicBool::new(true),
+        });
+        let thread = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("uet-admin-irq".into())
+                .spawn(move || run(&vector, &shared))?
+        };
+        Ok(AdminInterrupt {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// Wake `waker` once a completion the caller has not seen may have been written or
+    /// collected — the next raise of the admin vector, or at once when the admin queue's
+    /// reap count `reaped` is no longer `seen` (what the caller read when it last polled,
+    /// under the queue's lock) — or at `deadline` if neither comes first. Arms the ring
+    /// through `bar` unless an arm is in force. False when the thread has stopped: then no
+    /// one wakes the caller, who must poll.
+    pub(crate) fn wake_after(
+        &self,
+        bar: &dyn Mmio,
+        reaped: &AtomicU64,
+        seen: u64,
+        waker: &Waker,
+        deadline: Instant,
+    ) -> bool {
+        {
+            let mut s = self.shared.lock();
+            if !self.shared.alive.load(Ordering::Acquire) || s.stopping {
+                return false;
+            }
+            let soonest = s.waiting.iter().map(|(_, d)| *d).min();
+            match s.waiting.iter_mut().find(|(w, _)| w.will_wake(waker)) {
+                Some((_, d)) => *d = (*d).min(deadline),
+                None => s.waiting.push((waker.clone(), deadline)),
+            }
+            if soonest.is_none_or(|soonest| deadline < soonest) {
+                // The thread sleeps past this deadline, or without one.
+                let _ = self.shared.kick.signal();
+            }
+            if !s.armed {
+                bar.write(ADMIN_ARM, AdminArm::new().with_vector(self.shared.vector));
+                s.armed = true;
+            }
+        }
+        // Read after the arm: a completion collected before it shows here, one written
+        // after it raises the vector.
+        if reaped.load(Ordering::Acquire) != seen {
+            waker.wake_by_ref();
+        }
+        true
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // Every critical section leaves the state consistent.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The thread: sleep on the vector until it is raised (wake everyone who asked) or the
+/// soonest deadline passes (wake whoever it was).
+fn run(vector: &Vector, shared: &Shared) {
+    loop {
+        let soonest = shared.lock().waiting.iter().map(|(_, d)| *d).min();
+        let timeout = soonest.map(|d| d.saturating_duration_since(Instant::now()));
+        if let Err(e) = vector.wait(timeout, Some(&shared.kick)) {
+            tracing::warn!(error = %e, "admin interrupt wait failed: event queues poll");
+            break;
+        }
+        shared.kick.take();
+        // Taken before the list: a raise after this wakes the thread again.
+        let raised = vector.take();
+        let now = Instant::now();
+        let due: Vec<Waker> = {
+            let mut s = shared.lock();
+            if s.stopping {
+                break;
+            }
+            if raised {
+                // The raise disarmed the ring: whoever asks from now on arms it again.
+                s.armed = false;
+                s.waiting.drain(..).map(|(w, _)| w).collect()
+            } else {
+                let (due, later) = std::mem::take(&mut s.waiting)
+                    .into_iter()
+                    .partition(|(_, d)| *d <= now);
+                s.waiting = later;
+                due.into_iter().map(|(w, _)| w).collect()
+            }
+        };
+        for w in due {
+            w.wake();
+        }
+    }
+    shared.alive.store(false, Ordering::Release);
+    // Whoever waits now polls.
+    let waiting = std::mem::take(&mut shared.lock().waiting);
+    for (w, _) in waiting {
+        w.wake();
+    }
+}
+
+impl Drop for AdminInterrupt {
+    fn drop(&mut self) {
+        self.shared.lock().stopping = true;
+        let _ = self.shared.kick.signal();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
