@@ -45,7 +45,9 @@
 //! acceptor closed) ends it too. An acceptor closed before the READY comes sends a
 //! SHUTDOWN once its ACCEPT was delivered, which the requester reads after the ACCEPT; if
 //! the ACCEPT is still not delivered when the close stops waiting, it sends nothing that
-//! could overtake it, and withdraws its receives, so that the READY is refused.
+//! could overtake it, and withdraws its receives, so that the READY is refused; a READY
+//! that comes before that (the ACCEPT was delivered after all) is answered with a SHUTDOWN,
+//! which the requester, having taken the ACCEPT in, reads after it.
 //!
 //! A request neither accepted nor rejected within its deadline (the listener's application
 //! never answers it, or never reads its EQ; the peer hung) times out: the requester gets an
@@ -1128,7 +1130,8 @@ impl Connection {
     /// NIC: an ACCEPT then fails at its sender, whose accept ends with `FI_ECONNABORTED`,
     /// instead of landing in a ring that nobody reads. Then what reached the channel before
     /// is answered (an ACCEPT of a request given up at close, a CONNREQ to a closed
-    /// listener: each with a REJECT), and what that sends is given up to
+    /// listener: each with a REJECT; a READY that connected the endpoint since its close
+    /// looked, with a SHUTDOWN), and what that sends is given up to
     /// [`FINAL_LOOK_WAIT`] to leave (no time on a NIC stopped by a fatal error, which
     /// completes nothing). On an older NIC an ACCEPT that lands after this look goes
     /// unanswered, and its acceptor, whom no READY reaches, times out.
@@ -1184,7 +1187,11 @@ impl Connection {
         }
         self.take_in(&mut inner);
         // A stopped NIC completes nothing: what is in flight never leaves.
-        if inner.generation == seen || inner.lane.nic_inner().stopped() {
+        if inner.lane.nic_inner().stopped() {
+            return;
+        }
+        let shut_down = self.get() == CONNECTED && self.shut_down_at_last_look(&mut inner);
+        if inner.generation == seen && !shut_down {
             return;
         }
         while inner.lane.in_flight().0 != 0 && Instant::now() < deadline {
@@ -1192,6 +1199,31 @@ impl Connection {
             std::thread::sleep(CM_POLL_INTERVAL);
             inner = self.lock();
             self.take_in(&mut inner);
+        }
+    }
+
+    /// At the last look, of an endpoint connected since its close looked: the READY of an
+    /// accept whose ACCEPT was not delivered when the close stopped waiting for it (the close
+    /// then sent nothing that could overtake the ACCEPT) came after, and the progress thread
+    /// or the last look took it in. The requester took the ACCEPT in, so a SHUTDOWN comes
+    /// after it: one is sent, and the requester's connection ends instead of staying
+    /// connected to nobody. Also a connected endpoint whose close found no room for its
+    /// SHUTDOWN. Whether one was sent.
+    fn shut_down_at_last_look(&self, inner: &mut CmInner) -> bool {
+        let conn_id = match inner.role {
+            Role::Active { conn_id, .. } => conn_id,
+            Role::Passive { .. } => 0,
+        };
+        let peer = self.peer.load(Ordering::Relaxed);
+        match self.send(inner, peer, CmKind::Shutdown, conn_id, &[], 0) {
+            Ok(()) => {
+                self.set(SHUT_DOWN);
+                true
+            }
+            Err(e) => {
+                tracing::debug!(fid = self.fid, "no SHUTDOWN at the last look: {e}");
+                false
+            }
         }
     }
 
@@ -2461,6 +2493,59 @@ mod tests {
         assert_eq!(conn.shut_down_accepting().ok(), Some(true));
         assert_eq!(conn.get(), SHUT_DOWN);
         drop(held);
+    }
+
+    /// An acceptor whose close stopped waiting before its ACCEPT was delivered sends nothing
+    /// then, but the ACCEPT may still be delivered, and the requester's READY come, before
+    /// its last look withdraws its receives: taken in by its progress thread after the close
+    /// looked, or by the last look itself. The requester took the ACCEPT in, so a SHUTDOWN
+    /// no longer overtakes it: the last look sends one, and the requester's connection ends
+    /// (`FI_CONNECTED`, then `FI_SHUTDOWN`) instead of staying connected to nobody.
+    #[test]
+    fn a_ready_that_comes_after_the_close_stopped_waiting_for_the_accept_gets_a_shutdown() {
+        for by_last_look in [false, true] {
+            let l = Listening::new();
+            let wait = Duration::from_secs(5);
+            let (mut client, eq_c) = msg_client(&l.nc);
+            let (mut server, _eq_s) = msg_client(&l.ns);
+            let req = l.request(&mut client);
+            // No READY while this is held.
+            let requester = connection(&client);
+            let held = requester.lock();
+            l.pep.accept(&req, &mut server, b"").expect("accept");
+            let conn = connection(&server);
+            assert!(conn.wait_until(Instant::now() + wait, |inner| {
+                inner.accept_sent == AcceptSent::Delivered
+            }));
+            // As if the ACCEPT were still on its way when the close stops waiting for it.
+            conn.lock().accept_sent = AcceptSent::InFlight;
+            if by_last_look {
+                stop_progress(server.cm.as_mut().expect("FI_EP_MSG"));
+            }
+            server.shut_down_at_close();
+            assert_eq!(
+                conn.get(),
+                ACCEPTING,
+                "{by_last_look}: nothing sent at close"
+            );
+            drop(held);
+            let ev = eq_c.sread(Some(wait), 0).expect("FI_CONNECTED");
+            assert_eq!(ev.kind, EqEventKind::Connected);
+            if !by_last_look {
+                assert!(
+                    conn.wait_until(Instant::now() + wait, |_| conn.get() == CONNECTED),
+                    "the READY taken in after the close"
+                );
+            }
+            // The rest of the close: the progress thread stops, and the last look.
+            drop(server.cm.take());
+            let ev = eq_c.sread(Some(wait), 0);
+            assert_eq!(
+                ev.map(|e| e.kind).ok(),
+                Some(EqEventKind::Shutdown),
+                "{by_last_look}: the requester hears of the close"
+            );
+        }
     }
 
     /// An accept given up at its deadline while its ACCEPT is still in flight (on a NIC
