@@ -96,8 +96,8 @@
 //!
 //! The close paths that wait for the control channel (room for a REJECT or a SHUTDOWN, an
 //! accept in flight, a SHUTDOWN's send completing) sleep on what the progress thread does:
-//! each pass that takes in completions wakes them, and they wait no longer than their
-//! deadline.
+//! each pass that takes in completions wakes them, as does a request or accept timing out,
+//! and they wait no longer than their deadline.
 //!
 //! | misuse | error |
 //! |---|---|
@@ -596,7 +596,8 @@ impl Connection {
     /// Wait until `ready` holds of the control state, or `deadline` passes; whether it holds.
     /// `ready` is checked again after every pass of [`Connection::progress`] that took in a
     /// completion (the progress thread's, woken by the control channel's vector or polling,
-    /// or another caller's), which is when control state changes.
+    /// or another caller's), and after a request or accept timed out
+    /// ([`Connection::expire`]), which is when control state changes.
     fn wait_until(&self, deadline: Instant, ready: impl Fn(&CmInner) -> bool) -> bool {
         let mut inner = self.lock();
         loop {
@@ -709,6 +710,8 @@ impl Connection {
                 ),
             );
         }
+        // The state changed with no completion: a close waiting for the accept goes on.
+        self.progressed.notify_all();
         None
     }
 
@@ -1905,8 +1908,8 @@ impl Endpoint {
         }
         let deadline = Instant::now() + CLOSE_SHUTDOWN_WAIT;
         conn.progress();
-        // The state changes only under the lock, in a pass that took in a completion. An
-        // accept is waited for until its ACCEPT was delivered (or was not), not for the
+        // The state changes only under the lock, in a pass that took in a completion or found
+        // a deadline passed (each wakes this wait). An accept is waited for until its ACCEPT was delivered (or was not), not for the
         // requester's READY: a requester that is gone never sends one.
         conn.wait_until(deadline, |inner| {
             conn.get() != ACCEPTING || inner.accept_sent == AcceptSent::Delivered
@@ -2546,6 +2549,41 @@ mod tests {
                 "{by_last_look}: the requester hears of the close"
             );
         }
+    }
+
+    /// An accept that times out while its acceptor's close waits for its ACCEPT's delivery
+    /// ends that wait: the close goes on at the accept's deadline (100 ms here), not at its
+    /// own (1 s).
+    #[test]
+    fn a_close_waiting_for_an_accept_that_times_out_goes_on_at_the_accepts_deadline() {
+        let l = Listening::new();
+        let (mut client, _eq_c) = msg_client(&l.nc);
+        let (mut server, eq_s) = msg_client(&l.ns);
+        server
+            .set_connect_timeout(Some(Duration::from_millis(100)))
+            .expect("timeout");
+        let req = l.request(&mut client);
+        // No READY while this is held.
+        let requester = connection(&client);
+        let held = requester.lock();
+        l.pep.accept(&req, &mut server, b"").expect("accept");
+        let conn = connection(&server);
+        assert!(
+            conn.wait_until(Instant::now() + Duration::from_secs(5), |inner| {
+                inner.accept_sent == AcceptSent::Delivered
+            })
+        );
+        // As if the ACCEPT were still on its way.
+        conn.lock().accept_sent = AcceptSent::InFlight;
+        let began = Instant::now();
+        server.shut_down_at_close();
+        let took = began.elapsed();
+        assert_eq!(eq_s.readerr().expect("error").err, FiErrno::FI_ETIMEDOUT);
+        assert!(
+            took < Duration::from_millis(800),
+            "the close waited {took:?}"
+        );
+        drop(held);
     }
 
     /// An accept given up at its deadline while its ACCEPT is still in flight (on a NIC
