@@ -2445,13 +2445,18 @@ mod tests {
         };
         let earlier = inner.accepts.wrapping_sub(1) & ACCEPT_NUMBERS;
         conn.on_sent(&mut inner, &completion(earlier, None));
-        assert_ne!(
+        assert_eq!(
             inner.accept_sent,
-            AcceptSent::Delivered,
+            AcceptSent::InFlight,
             "an earlier accept's delivery"
         );
         conn.on_sent(&mut inner, &completion(earlier, Some(refused)));
         assert_eq!(conn.get(), ACCEPTING, "an earlier accept's failure");
+        assert_eq!(
+            inner.accept_sent,
+            AcceptSent::InFlight,
+            "an earlier accept's failure"
+        );
         assert!(eq_s.is_empty());
         let current = inner.accepts;
         conn.on_sent(&mut inner, &completion(current, None));
