@@ -8,7 +8,8 @@
 //!
 //! The MSI-X table and pending bits (BAR0 past the registers) are reached too, with the host
 //! side of the function between the accesses (triggers given and taken, Message Control's
-//! Enable and Function Mask, a vector raised) and `CQ_ARM` of the driver's endpoint.
+//! Enable and Function Mask, a vector raised), `CQ_ARM` of the driver's endpoint and
+//! `ADMIN_ARM` of the admin completion ring.
 //!
 //! What must hold whatever was written: the simulated NIC never panics; the table reads back
 //! what was written to it, and Message Control what the host set (`MsixModel`); a vector is
@@ -31,7 +32,7 @@ use uet_regs::pci::{
     MSIX_CONTROL_ENABLE, MSIX_CONTROL_FUNCTION_MASK, MSIX_ENTRY_BYTES, MSIX_PBA_OFFSET,
     MSIX_TABLE_OFFSET, MSIX_VECTORS, MSIX_VECTOR_MASKED,
 };
-use uet_regs::{CqArm, Mmio, Width, BAR0_SIZE, REGISTERS};
+use uet_regs::{AdminArm, CqArm, Mmio, Width, BAR0_SIZE, REGISTERS};
 use uet_sim::{Fabric, NicConfig, SimFunction};
 use uet_tests::{nic_addr, Node};
 
@@ -137,24 +138,39 @@ pub fn run(data: &[u8]) {
             10 => msix_access(&mut input, &fa, &mut msix, &triggers),
             // The host side of the function: triggers, Message Control, a vector raised.
             11 => msix_host(&mut input, &fa, &mut msix, &triggers),
-            // The driver's endpoint armed for an interrupt, with a vector in the table or not.
+            // The driver's endpoint, or the admin completion ring, armed for an interrupt,
+            // with a vector in the table or not.
             _ => {
                 let vector = u16::from(input.below(MSIX_VECTORS as u8 + 4));
-                let endpoint = match input.below(4) {
-                    0 => u16::from(input.u8()),
-                    _ => a.ep.handle(),
+                let bad_arms = |f: &SimFunction| {
+                    let d = f.debug_counters();
+                    d.bad_cq_arms + d.bad_admin_arms
                 };
-                let bad_before = fa.debug_counters().bad_cq_arms;
-                let arm = CqArm::new().with_endpoint(endpoint).with_vector(vector);
-                fa.write32(uet_regs::CQ_ARM.offset(), arm.into_bits());
+                let bad_before = bad_arms(&fa);
+                let register = match input.below(4) {
+                    0 => {
+                        let arm = AdminArm::new().with_vector(vector);
+                        fa.write32(uet_regs::ADMIN_ARM.offset(), arm.into_bits());
+                        "ADMIN_ARM"
+                    }
+                    k => {
+                        let endpoint = match k {
+                            1 => u16::from(input.u8()),
+                            _ => a.ep.handle(),
+                        };
+                        let arm = CqArm::new().with_endpoint(endpoint).with_vector(vector);
+                        fa.write32(uet_regs::CQ_ARM.offset(), arm.into_bits());
+                        "CQ_ARM"
+                    }
+                };
                 if vector >= MSIX_VECTORS {
                     assert_eq!(
-                        fa.debug_counters().bad_cq_arms,
+                        bad_arms(&fa),
                         bad_before + 1,
-                        "CQ_ARM of vector {vector}, outside the table, is not refused"
+                        "{register} of vector {vector}, outside the table, is not refused"
                     );
                 }
-                msix.check(&fa, "CQ_ARM");
+                msix.check(&fa, register);
             }
         }
     }
