@@ -11,7 +11,7 @@
 //! | `fi_passive_ep`, `fi_connect`, `fi_accept`, `fi_reject`, `fi_shutdown` | [`PassiveEndpoint`], [`Endpoint::connect`], … ([`cm`]) | the control channel, resource index 0 |
 //! | `fi_cq` (one per endpoint; formats, `fi_cq_readerr`) | [`Endpoint::poll`], [`Endpoint::cq_read`], [`Endpoint::cq_readerr`], [`cq`] | the endpoint's completion ring |
 //! | `fi_cq_sread`, `fi_cq_signal`, `fi_trywait`, `FI_WAIT_FD` (`fi_control(FI_GETWAIT)`) | [`Endpoint::cq_sread`], [`Endpoint::cq_signal`], [`Endpoint::cq_trywait`], [`Endpoint::cq_wait_fd`] ([`interrupt`]) | an MSI-X vector per waiting endpoint, raised for its ring armed with `CQ_ARM` |
-//! | `fi_eq`; `FI_WAIT_FD` (`fi_control(FI_GETWAIT)`, `fi_trywait`) | [`EventQueue`], [`EventQueue::wait_fd`], [`EventQueue::trywait`] | — (an eventfd of the host, readable while an event waits) |
+//! | `fi_eq`; `FI_WAIT_FD` (`fi_control(FI_GETWAIT)`, `fi_trywait`) | [`EventQueue`], [`EventQueue::wait_fd`], [`EventQueue::trywait`] ([`admin_interrupt`]) | an eventfd of the host, readable while an event waits; the admin ring's MSI-X vector, armed with `ADMIN_ARM` while an `FI_EVENT` insert is in flight |
 //! | registered buffers | [`DmaPool`], [`DmaBuffer`] | memory mapped for DMA |
 //! | `fi_mr` | [`MemoryRegion`] | a memory region bound to an RMA resource index (MR_REGISTER) |
 //! | peer groups (`fi_group_addr`, domain `max_group_id`) | `AvAttr::max_group_id`, [`Endpoint::post_recv_group`], [`Endpoint::post_trecv_group`], [`CqEvent::group`] | AV_CREATE `max_group_id`, the group in SES requests, matching by group (`CAP_PEER_GROUPS`) |
