@@ -53,7 +53,10 @@
 //! poll due. The reader then runs progress, and asks again while inserts are in flight; a
 //! blocked reader thus sees an insert complete without any other thread and without polling.
 //! Where an AV cannot wake the queue, `sread` runs progress every [`PROGRESS_INTERVAL`]
-//! instead, as it waits. Progress runs outside the queue's lock (it posts to the queue).
+//! instead, as it waits; a reader that returns while it does so has the others run progress
+//! (one of them may be asleep counting on a wakeup the returning reader took), so that one
+//! of them asks again or polls in its turn. Progress runs outside the queue's lock (it posts
+//! to the queue).
 
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, RawFd};
@@ -706,14 +709,14 @@ impl EventQueue {
         };
         let mut polling = self.progress_then_arm();
         let mut s = self.lock();
-        loop {
+        let read = loop {
             match self.take(&mut s, flags) {
                 Err(e) if e.errno == FiErrno::FI_EAGAIN => {}
-                other => return other,
+                other => break other,
             }
             let flagged = std::mem::take(&mut s.signaled);
             if flagged || s.signals != signals {
-                return Err(FiError::new(
+                break Err(FiError::new(
                     FiErrno::FI_EAGAIN,
                     "fi_eq_sread: interrupted by fi_eq_signal",
                 ));
@@ -722,7 +725,7 @@ impl EventQueue {
                 Some(d) => {
                     let now = Instant::now();
                     if now >= d {
-                        return Err(FiError::new(FiErrno::FI_EAGAIN, "fi_eq_sread: timed out"));
+                        break Err(FiError::new(FiErrno::FI_EAGAIN, "fi_eq_sread: timed out"));
                     }
                     Some(d - now)
                 }
@@ -769,7 +772,16 @@ impl EventQueue {
                 polling = self.progress_then_arm();
                 s = self.lock();
             }
+        };
+        if polling {
+            // This reader's last progress left an AV unable to wake the queue, perhaps after
+            // taking the wakeup another reader asleep here counts on (`progress_due`): that
+            // one runs progress now, and asks again or polls in its turn.
+            s.progress_due = true;
+            drop(s);
+            self.shared.ready.notify_all();
         }
+        read
     }
 
     /// Wake every thread blocked in [`EventQueue::sread`] (`fi_eq_signal`): each returns
@@ -1328,6 +1340,96 @@ mod tests {
                 assert!(!readable(fd));
             }
             sink.detach_av(id);
+            eq.close().unwrap();
+        }
+    }
+
+    /// A reader that ran progress at intervals because an AV could not wake the queue (its
+    /// NIC's admin queue held by another thread's command, say) may have taken the wakeup that
+    /// another reader, asleep, was counting on. When it returns, the one asleep runs progress
+    /// and asks again (or polls in its turn), and so sees the insert finish.
+    #[test]
+    fn a_polling_reader_that_returns_leaves_the_sleeping_one_to_progress() {
+        use std::sync::atomic::AtomicBool;
+        struct Contended {
+            eq: EventQueue,
+            in_flight: AtomicBool,
+            answered: AtomicBool,
+            /// `wake_on_progress` cannot arrange a wakeup: the NIC woke the one it had (a
+            /// completion of the command that holds the admin queue), and fails.
+            contended: AtomicBool,
+            waker: Mutex<Option<Waker>>,
+        }
+        impl AvProgress for Contended {
+            fn progress(&self) -> usize {
+                if self.answered.load(Ordering::Acquire)
+                    && self.in_flight.swap(false, Ordering::AcqRel)
+                {
+                    self.eq.post(ev(9)).unwrap();
+                    return 1;
+                }
+                0
+            }
+            fn in_flight(&self) -> bool {
+                self.in_flight.load(Ordering::Acquire)
+            }
+            fn wake_on_progress(&self, waker: &Waker) -> bool {
+                let mut held = self.waker.lock().unwrap();
+                if self.contended.load(Ordering::Acquire) {
+                    if let Some(w) = held.take() {
+                        w.wake();
+                    }
+                    return false;
+                }
+                *held = Some(waker.clone());
+                true
+            }
+        }
+        for round in 0..3 {
+            let eq = EventQueue::open(WAITABLE).unwrap();
+            let av = Arc::new(Contended {
+                eq: eq.clone(),
+                in_flight: AtomicBool::new(true),
+                answered: AtomicBool::new(false),
+                contended: AtomicBool::new(false),
+                waker: Mutex::new(None),
+            });
+            let id = eq
+                .attach_av(Arc::downgrade(&av) as Weak<dyn AvProgress>)
+                .unwrap();
+            // One reader asleep until the AV wakes the queue.
+            let sleeper = {
+                let eq = eq.clone();
+                std::thread::spawn(move || eq.sread(Some(Duration::from_secs(10)), 0))
+            };
+            let start = Instant::now();
+            while av.waker.lock().unwrap().is_none() {
+                assert!(start.elapsed() < Duration::from_secs(10), "never asked");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            // Another, here, whose progress finds the AV unable to wake the queue: it polls
+            // until its timeout.
+            av.contended.store(true, Ordering::Release);
+            let e = eq.sread(Some(Duration::from_millis(50)), 0).unwrap_err();
+            assert_eq!(e.errno, FiErrno::FI_EAGAIN);
+            // The NIC answers; nothing was asked to wake the queue since.
+            av.contended.store(false, Ordering::Release);
+            av.answered.store(true, Ordering::Release);
+            if let Some(w) = av.waker.lock().unwrap().take() {
+                w.wake();
+            }
+            let start = Instant::now();
+            while !sleeper.is_finished() && start.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            assert!(
+                sleeper.is_finished(),
+                "round {round}: the sleeping reader was left asleep with the insert answered"
+            );
+            let got = sleeper.join().unwrap().map(|e| e.data);
+            assert_eq!(got.map_err(|e| e.errno), Ok(9), "round {round}");
+            eq.detach_av(id);
             eq.close().unwrap();
         }
     }
