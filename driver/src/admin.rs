@@ -345,6 +345,12 @@ impl AdminQueue {
         self.abandoned.clone()
     }
 
+    /// The IOVA of the submission ring, which `ADMIN_SQ_BASE` holds while the device has not
+    /// been reset under the driver.
+    pub(crate) fn sq_base(&self) -> u64 {
+        self.sq.region().iova()
+    }
+
     /// The count of reaps that collected at least one completion, for a waiter to read
     /// without the queue's lock: one that polled its command, read the count, and finds it
     /// changed later knows another thread may have filed its completion since

@@ -28,7 +28,11 @@
 //! driver collected but has not reported with `ADMIN_CQ_HEAD` yet): a waiter polls and asks
 //! again. A NIC that never answers raises nothing, and a command is given up on only by a
 //! poll after its timeout: so each waiter also names when it must poll anyway, and the
-//! thread wakes it then if the vector has not.
+//! thread wakes it then if the vector has not. A NIC that stopped with a fatal error, or
+//! whose function was reset under the driver (which drops the arm), raises nothing either,
+//! and there a poll gives the command up at once (`AdminQueue::poll_command` reads
+//! `DEV_STATUS`, and `ADMIN_SQ_BASE`): a waiter that finds the NIC so is not taken (it
+//! polls), rather than woken at its timeout (one asleep when the NIC fails is woken then).
 
 use crate::interrupt::{CqSignal, Vector};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -36,7 +40,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Waker;
 use std::thread::JoinHandle;
 use std::time::Instant;
-use uet_regs::{AdminArm, Mmio, RegisterAccess, ADMIN_ARM};
+use uet_regs::{AdminArm, Mmio, RegisterAccess, ADMIN_ARM, ADMIN_SQ_BASE, DEV_STATUS};
 
 /// The admin ring's vector, and the thread that wakes whoever waits for it.
 pub(crate) struct AdminInterrupt {
@@ -47,6 +51,9 @@ pub(crate) struct AdminInterrupt {
 /// What the thread and the waiters share.
 struct Shared {
     vector: u16,
+    /// The admin submission ring's IOVA: `ADMIN_SQ_BASE` holds another once the function
+    /// was reset under the driver.
+    sq_base: u64,
     state: Mutex<State>,
     /// Makes the thread look at the state again: a waiter due sooner than the thread sleeps
     /// for, or the stop.
@@ -67,10 +74,12 @@ struct State {
 }
 
 impl AdminInterrupt {
-    /// Take `vector` for the admin ring and start the thread that sleeps on it.
-    pub(crate) fn start(vector: Vector) -> std::io::Result<AdminInterrupt> {
+    /// Take `vector` for the admin ring, whose submission ring is at `sq_base`, and start the
+    /// thread that sleeps on it.
+    pub(crate) fn start(vector: Vector, sq_base: u64) -> std::io::Result<AdminInterrupt> {
         let shared = Arc::new(Shared {
             vector: vector.number(),
+            sq_base,
             state: Mutex::new(State::default()),
             kick: CqSignal::new()?,
             alive: AtomicBool::new(true),
@@ -91,8 +100,9 @@ impl AdminInterrupt {
     /// collected — the next raise of the admin vector, or at once when the admin queue's
     /// reap count `reaped` is no longer `seen` (what the caller read when it last polled,
     /// under the queue's lock) — or at `deadline` if neither comes first. Arms the ring
-    /// through `bar` unless an arm is in force. False when the thread has stopped: then no
-    /// one wakes the caller, who must poll.
+    /// through `bar` unless an arm is in force. False when the thread has stopped, or when
+    /// the NIC will answer nothing (stopped with a fatal error, or reset under the driver: a
+    /// poll gives the command up at once): then no one wakes the caller, who must poll.
     pub(crate) fn wake_after(
         &self,
         bar: &dyn Mmio,
@@ -101,6 +111,12 @@ impl AdminInterrupt {
         waker: &Waker,
         deadline: Instant,
     ) -> bool {
+        let status = bar.read(DEV_STATUS);
+        // A function merely stopped keeps the arm, and runs its commands when enabled again.
+        let reset = || bar.read(ADMIN_SQ_BASE) != self.shared.sq_base;
+        if status.fatal() || (!status.enabled() && reset()) {
+            return false;
+        }
         {
             let mut s = self.shared.lock();
             if !self.shared.alive.load(Ordering::Acquire) || s.stopping {

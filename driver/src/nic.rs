@@ -294,6 +294,8 @@ pub(crate) struct NicInner {
     admin_abandoned: Arc<std::sync::atomic::AtomicUsize>,
     /// [`AdminQueue::reaped_counter`]: reaps that collected a completion.
     pub(crate) admin_reaped: Arc<std::sync::atomic::AtomicU64>,
+    /// [`AdminQueue::sq_base`]: what `ADMIN_SQ_BASE` holds until the function is reset.
+    admin_sq_base: u64,
     /// The AV write window: its staged entry belongs to the function, so one writer at a time
     /// stages, rings and reads `AV_WRITE_DROPS`, whose last value it keeps (`None` until the
     /// first window write reads it).
@@ -419,7 +421,7 @@ impl NicInner {
                     return None;
                 }
                 let vector = self.interrupts()?.take()?;
-                crate::admin_interrupt::AdminInterrupt::start(vector)
+                crate::admin_interrupt::AdminInterrupt::start(vector, self.admin_sq_base)
                     .inspect_err(
                         |e| tracing::warn!(error = %e, "no admin interrupt: event queues poll"),
                     )
@@ -789,6 +791,7 @@ impl Nic {
                     .collect(),
                 admin_abandoned: admin.abandoned_counter(),
                 admin_reaped: admin.reaped_counter(),
+                admin_sq_base: admin.sq_base(),
                 admin: Mutex::new(admin),
                 av_window: Mutex::new(None),
                 av_tables: Mutex::new(Vec::new()),

@@ -496,3 +496,63 @@ fn a_peer() -> [u8; 32] {
     .to_bytes()
     .unwrap()
 }
+
+/// An FI_EVENT insert on a NIC that has stopped with a fatal error (a DMA fault: bus
+/// mastering is off), or whose function was reset under the driver, fails within a poll or
+/// two of a millisecond, as a synchronous command does, for a reader of its queue too where
+/// the NIC has the admin completion interrupt (which neither raises): not at the admin
+/// timeout.
+#[test]
+fn a_reader_learns_of_an_insert_a_stopped_nic_will_never_answer_at_once() {
+    use uet_driver::eq::WaitObj;
+    for (minor, reset) in [14, uet_regs::INTERFACE_MINOR]
+        .into_iter()
+        .flat_map(|minor| [(minor, false), (minor, true)])
+    {
+        let (_fabric, fns) = uet_tests::fabric_with(1, |c| c.interface_minor = minor);
+        let f = fns[0].clone();
+        let nic = uet_tests::open_nic(&f);
+        let mut av = nic
+            .open_av(AvAttr {
+                count: 8,
+                job_id: 0x42,
+                flags: FI_EVENT,
+                ..AvAttr::default()
+            })
+            .unwrap();
+        let eq = EventQueue::open(EqAttr {
+            wait_obj: WaitObj::Unspec,
+            ..uet_tests::WAITABLE_EQ
+        })
+        .unwrap();
+        av.bind(eq.av_sink(), 0).unwrap();
+        nic.set_admin_timeout(Duration::from_secs(20));
+        if reset {
+            nic.bar0().write(
+                uet_regs::FUNCTION_RESET,
+                uet_regs::FunctionReset::new().with_reset(true),
+            );
+        } else {
+            f.set_bus_master(false);
+        }
+        av.with_context(3).insert(&a_peer(), 1, None, 0).unwrap();
+        let started = std::time::Instant::now();
+        let e = eq.sread(Some(Duration::from_secs(30)), 0).unwrap_err();
+        let took = started.elapsed();
+        assert_eq!(
+            e.errno,
+            FiErrno::FI_EAVAIL,
+            "interface 1.{minor}, reset {reset}: {e}"
+        );
+        assert!(
+            took < Duration::from_secs(2),
+            "interface 1.{minor}, reset {reset}: the insert's failure took {took:?}"
+        );
+        let err = eq.readerr().unwrap();
+        assert_eq!(
+            err.err,
+            FiErrno::FI_EIO,
+            "interface 1.{minor}, reset {reset}"
+        );
+    }
+}
