@@ -19,8 +19,9 @@
 //!   raises it at once instead. The vector is raised for the host, not for a ring: a pending
 //!   bit it sets while masked is not withdrawn when the driver consumes the completions
 //!   (unmasking then sends a message that finds nothing new, which a driver tolerates).
-//!   A vector outside the MSI-X table is ignored and counted (`bad_admin_arms`). The arm
-//!   survives a stop and a new enable; `FUNCTION_RESET` and a function-level reset drop it.
+//!   A vector outside the MSI-X table is ignored and counted (`bad_admin_arms`); the other
+//!   writes are counted in `admin_arms`. The arm survives a stop and a new enable;
+//!   `FUNCTION_RESET` and a function-level reset drop it.
 //! * The device never overwrites an entry the driver has not consumed: with one slot always
 //!   kept empty, the engine stops when the CQ is full and resumes when `ADMIN_CQ_HEAD` moves.
 //!   A CQ head write outside the ring, or past what the device has written, is ignored (the
@@ -135,6 +136,7 @@ impl Nic {
             self.counters.debug.bad_admin_arms += 1;
             return;
         }
+        self.counters.debug.admin_arms += 1;
         let unconsumed = self.admin.rings.is_some_and(|r| {
             r.cq.used(self.regs.get(ADMIN_CQ_HEAD).index(), self.admin.cq_tail) > 0
         });

@@ -46,6 +46,8 @@ pub struct DebugCounters {
     pub bad_cq_arms: u64,
     /// `ADMIN_ARM` writes naming a vector outside the MSI-X table (ignored).
     pub bad_admin_arms: u64,
+    /// `ADMIN_ARM` writes that armed the admin completion ring (or raised its vector at once).
+    pub admin_arms: u64,
     /// MSI-X messages sent to the trigger a host set for their vector.
     pub msix_messages: u64,
     /// MSI-X messages sent for a vector with no trigger (reached no one).

@@ -1213,6 +1213,7 @@ fn an_armed_admin_completion_ring_raises_its_vector_once() {
     arm(&d, 5);
     arm(&d, uet_regs::pci::MSIX_VECTORS);
     assert_eq!(d.f.debug_counters().bad_admin_arms, 1);
+    assert_eq!(d.f.debug_counters().admin_arms, 4);
     d.submit_raw(harmless());
     assert_eq!(interrupts(&mut rx), 1, "the arm before the bad one held");
     assert_eq!(d.f.debug_counters().msix_messages, 4);

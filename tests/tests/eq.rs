@@ -438,14 +438,23 @@ fn readers_sleep_until_the_nics_admin_interrupt_announces_the_insert() {
         (EqEventKind::AvComplete, 3, 1)
     );
 
-    // A reader blocked in fi_eq_sread.
+    // A reader blocked in fi_eq_sread. The NIC is started once the reader armed the admin
+    // ring (however long it took to get there): its answer is then announced by the vector.
     let (nic, _av, eq, f) =
         insert_held_by_a_stopped_nic(uet_regs::INTERFACE_MINOR, WaitObj::Unspec);
+    let arms = f.debug_counters().admin_arms;
     let reader = {
         let eq = eq.clone();
         std::thread::spawn(move || eq.sread(Some(Duration::from_secs(20)), 0))
     };
-    std::thread::sleep(Duration::from_millis(100));
+    let started = std::time::Instant::now();
+    while f.debug_counters().admin_arms == arms {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the reader never armed the admin ring"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
     let raised = f.debug_counters().msix_messages;
     start_again(&nic);
     let done = reader.join().unwrap().unwrap();
