@@ -35,7 +35,7 @@
 //! polls), rather than woken at its timeout (one asleep when the NIC fails is woken then).
 
 use crate::interrupt::{CqSignal, Vector};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Waker;
 use std::thread::JoinHandle;
@@ -137,7 +137,9 @@ impl AdminInterrupt {
             }
         }
         // Read after the arm: a completion collected before it shows here, one written
-        // after it raises the vector.
+        // after it raises the vector. The fence keeps the load after the register write on
+        // a CPU that would let a load of memory pass a store to a device.
+        fence(Ordering::SeqCst);
         if reaped.load(Ordering::Acquire) != seen {
             waker.wake_by_ref();
         }

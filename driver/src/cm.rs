@@ -1384,10 +1384,11 @@ fn wake_signal() -> Result<CqSignal, DriverError> {
         .map_err(|e| DriverError::Exhausted(format!("no eventfd for the control progress: {e}")))
 }
 
-/// The vectors the control channels of a NIC leave free for the application's completion
-/// queues: half, rounded up, so that they never take more than half (and none of a NIC that
-/// delivers a single vector).
-fn left_to_applications(irq: &crate::interrupt::Interrupts) -> usize {
+/// The vectors the control channels of a NIC (and its admin interrupt,
+/// [`crate::admin_interrupt`]) leave free for the application's completion queues: half,
+/// rounded up, so that they never take more than half (and none of a NIC that delivers a
+/// single vector).
+pub(crate) fn left_to_applications(irq: &crate::interrupt::Interrupts) -> usize {
     irq.vectors() - irq.vectors() / 2
 }
 

@@ -411,8 +411,9 @@ impl NicInner {
     }
 
     /// The admin completion interrupt (see [`crate::admin_interrupt`]), set up on first use:
-    /// `None` for a NIC older than `ADMIN_ARM`, a backend without MSI-X vectors, or when every
-    /// vector was held at that first use (then whoever waits for an admin completion polls).
+    /// `None` for a NIC older than `ADMIN_ARM`, a backend without MSI-X vectors, or when the
+    /// driver's share of the vectors (half, as for control channels) was all held at that
+    /// first use (then whoever waits for an admin completion polls).
     /// It holds its vector until the NIC goes.
     pub(crate) fn admin_interrupt(&self) -> Option<&crate::admin_interrupt::AdminInterrupt> {
         self.admin_interrupt
@@ -420,7 +421,10 @@ impl NicInner {
                 if !ADMIN_ARM.info.present_at(self.identity.interface_minor) {
                     return None;
                 }
-                let vector = self.interrupts()?.take()?;
+                // From the driver's own share, as a control channel's (the application's
+                // completion queues keep half).
+                let irq = self.interrupts()?;
+                let vector = irq.take_leaving(crate::cm::left_to_applications(irq))?;
                 crate::admin_interrupt::AdminInterrupt::start(vector, self.admin_sq_base)
                     .inspect_err(
                         |e| tracing::warn!(error = %e, "no admin interrupt: event queues poll"),
