@@ -1385,9 +1385,10 @@ fn wake_signal() -> Result<CqSignal, DriverError> {
 }
 
 /// The vectors the control channels of a NIC (and its admin interrupt,
-/// [`crate::admin_interrupt`]) leave free for the application's completion queues: half,
-/// rounded up, so that they never take more than half (and none of a NIC that delivers a
-/// single vector).
+/// [`crate::admin_interrupt`], which takes one as a control channel takes its own, never
+/// the one kept for the shared vector) leave free for the application's completion queues:
+/// half, rounded up, so that they never take more than half (and none of a NIC that
+/// delivers a single vector).
 pub(crate) fn left_to_applications(irq: &crate::interrupt::Interrupts) -> usize {
     irq.vectors() - irq.vectors() / 2
 }
@@ -2770,6 +2771,32 @@ mod tests {
             after < CM_IDLE_RECHECK / 2,
             "the second request was taken in after {after:?}: the ring was left unarmed"
         );
+        drop(held);
+    }
+
+    /// The admin completion interrupt ([`crate::admin_interrupt`]) set up once the control
+    /// channels' own vectors are all taken leaves them the one kept for the vector they share:
+    /// a control channel made after it still sleeps on a shared vector instead of polling.
+    #[test]
+    fn the_admin_interrupt_leaves_control_channels_the_vector_they_share() {
+        let fabric = Fabric::new();
+        let nic = sim_nic(&fabric, "10.0.0.1");
+        let irq = nic.inner.interrupts().expect("interrupts").clone();
+        let mut held = Vec::new();
+        while irq.free_vectors() > left_to_applications(&irq) + 1 {
+            held.push(irq.take().expect("a vector"));
+        }
+        // Whether or not it gets a vector, it must not take the shared one.
+        let _ = nic.inner.admin_interrupt();
+        let eq = EventQueue::open(WAITABLE).expect("event queue");
+        let pep = nic
+            .passive_endpoint(EndpointAttr::default(), &eq)
+            .expect("listener");
+        assert!(
+            matches!(pep.link.shared.wakeup, Wakeup::Shared(_)),
+            "the listener's control channel polls: the admin interrupt took the shared vector"
+        );
+        drop(pep);
         drop(held);
     }
 

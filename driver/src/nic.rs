@@ -413,18 +413,19 @@ impl NicInner {
     /// The admin completion interrupt (see [`crate::admin_interrupt`]), set up on first use:
     /// `None` for a NIC older than `ADMIN_ARM`, a backend without MSI-X vectors, or when the
     /// driver's share of the vectors (half, as for control channels) was all held at that
-    /// first use (then whoever waits for an admin completion polls).
-    /// It holds its vector until the NIC goes.
+    /// first use but the one kept for the vector control channels share (then whoever waits
+    /// for an admin completion polls). It holds its vector until the NIC goes.
     pub(crate) fn admin_interrupt(&self) -> Option<&crate::admin_interrupt::AdminInterrupt> {
         self.admin_interrupt
             .get_or_init(|| {
                 if !ADMIN_ARM.info.present_at(self.identity.interface_minor) {
                     return None;
                 }
-                // From the driver's own share, as a control channel's (the application's
-                // completion queues keep half).
+                // From the driver's own share, as a control channel's own vector: the
+                // application's completion queues keep half, and the control channels the
+                // last of the share for the vector they share, which would otherwise poll.
                 let irq = self.interrupts()?;
-                let vector = irq.take_leaving(crate::cm::left_to_applications(irq))?;
+                let vector = irq.take_leaving(crate::cm::left_to_applications(irq) + 1)?;
                 crate::admin_interrupt::AdminInterrupt::start(vector, self.admin_sq_base)
                     .inspect_err(
                         |e| tracing::warn!(error = %e, "no admin interrupt: event queues poll"),
