@@ -7,7 +7,8 @@
 //! is the admin ring's, taken the first time someone asks, and one thread per NIC sleeps on
 //! its eventfd: when the vector is raised it wakes everyone who asked since the last raise.
 //! Each then polls its command as before, and asks again if it is still in flight. The thread
-//! holds the vector, the wakers and nothing of the NIC, and stops when the NIC goes.
+//! holds the vector, the wakers and the device (whose status it reads, below) but nothing
+//! else of the NIC, and stops when the NIC goes.
 //!
 //! ## No wakeup is lost
 //!
@@ -32,15 +33,32 @@
 //! whose function was reset under the driver (which drops the arm), raises nothing either,
 //! and there a poll gives the command up at once (`AdminQueue::poll_command` reads
 //! `DEV_STATUS`, and `ADMIN_SQ_BASE`): a waiter that finds the NIC so is not taken (it
-//! polls), rather than woken at its timeout (one asleep when the NIC fails is woken then).
+//! polls), rather than woken at its timeout. While anyone waits, the thread reads those
+//! registers every `STATUS_CHECK_INTERVAL` too, and wakes everyone once the NIC is so: a
+//! waiter asleep when the NIC fails learns of it then, not at its timeout.
 
+use crate::device::Device;
 use crate::interrupt::{CqSignal, Vector};
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Waker;
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use uet_regs::{AdminArm, Mmio, RegisterAccess, ADMIN_ARM, ADMIN_SQ_BASE, DEV_STATUS};
+
+/// How often the thread reads `DEV_STATUS` (and, of a device not enabled, `ADMIN_SQ_BASE`)
+/// while anyone waits: a NIC that stops with a fatal error or is reset under the driver
+/// raises nothing, and its waiters are woken within this.
+pub(crate) const STATUS_CHECK_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Whether the NIC behind `bar`, whose admin submission ring is at `sq_base`, will answer
+/// nothing: stopped with a fatal error, or reset under the driver (not enabled, and
+/// `ADMIN_SQ_BASE` no longer holds the ring). A function merely stopped keeps the arm, and
+/// runs its commands when enabled again.
+fn answers_nothing(bar: &dyn Mmio, sq_base: u64) -> bool {
+    let status = bar.read(DEV_STATUS);
+    status.fatal() || (!status.enabled() && bar.read(ADMIN_SQ_BASE) != sq_base)
+}
 
 /// The admin ring's vector, and the thread that wakes whoever waits for it.
 pub(crate) struct AdminInterrupt {
@@ -74,9 +92,13 @@ struct State {
 }
 
 impl AdminInterrupt {
-    /// Take `vector` for the admin ring, whose submission ring is at `sq_base`, and start the
-    /// thread that sleeps on it.
-    pub(crate) fn start(vector: Vector, sq_base: u64) -> std::io::Result<AdminInterrupt> {
+    /// Take `vector` for the admin ring of `device`, whose submission ring is at `sq_base`,
+    /// and start the thread that sleeps on it.
+    pub(crate) fn start(
+        vector: Vector,
+        device: Arc<dyn Device>,
+        sq_base: u64,
+    ) -> std::io::Result<AdminInterrupt> {
         let shared = Arc::new(Shared {
             vector: vector.number(),
             sq_base,
@@ -88,7 +110,7 @@ impl AdminInterrupt {
             let shared = shared.clone();
             std::thread::Builder::new()
                 .name("uet-admin-irq".into())
-                .spawn(move || run(&vector, &shared))?
+                .spawn(move || run(&vector, &*device, &shared))?
         };
         Ok(AdminInterrupt {
             shared,
@@ -111,10 +133,7 @@ impl AdminInterrupt {
         waker: &Waker,
         deadline: Instant,
     ) -> bool {
-        let status = bar.read(DEV_STATUS);
-        // A function merely stopped keeps the arm, and runs its commands when enabled again.
-        let reset = || bar.read(ADMIN_SQ_BASE) != self.shared.sq_base;
-        if status.fatal() || (!status.enabled() && reset()) {
+        if answers_nothing(bar, self.shared.sq_base) {
             return false;
         }
         {
@@ -155,11 +174,17 @@ impl Shared {
 }
 
 /// The thread: sleep on the vector until it is raised (wake everyone who asked) or the
-/// soonest deadline passes (wake whoever it was).
-fn run(vector: &Vector, shared: &Shared) {
+/// soonest deadline passes (wake whoever it was); while anyone waits, look at the NIC's
+/// status every [`STATUS_CHECK_INTERVAL`] (wake everyone once it will answer nothing).
+fn run(vector: &Vector, device: &dyn Device, shared: &Shared) {
+    let mut status_due = Instant::now();
     loop {
         let soonest = shared.lock().waiting.iter().map(|(_, d)| *d).min();
-        let timeout = soonest.map(|d| d.saturating_duration_since(Instant::now()));
+        let timeout = soonest.map(|d| {
+            d.min(status_due)
+                .saturating_duration_since(Instant::now())
+                .min(STATUS_CHECK_INTERVAL)
+        });
         if let Err(e) = vector.wait(timeout, Some(&shared.kick)) {
             tracing::warn!(error = %e, "admin interrupt wait failed: event queues poll");
             break;
@@ -168,13 +193,20 @@ fn run(vector: &Vector, shared: &Shared) {
         // Taken before the list: a raise after this wakes the thread again.
         let raised = vector.take();
         let now = Instant::now();
+        let failed = soonest.is_some()
+            && now >= status_due
+            && answers_nothing(device.bar0(), shared.sq_base);
+        if now >= status_due {
+            status_due = now + STATUS_CHECK_INTERVAL;
+        }
         let due: Vec<Waker> = {
             let mut s = shared.lock();
             if s.stopping {
                 break;
             }
-            if raised {
-                // The raise disarmed the ring: whoever asks from now on arms it again.
+            if raised || failed {
+                // The raise disarmed the ring (a NIC that answers nothing keeps no arm in
+                // force either): whoever asks from now on arms it again.
                 s.armed = false;
                 s.waiting.drain(..).map(|(w, _)| w).collect()
             } else {

@@ -426,11 +426,15 @@ impl NicInner {
                 // last of the share for the vector they share, which would otherwise poll.
                 let irq = self.interrupts()?;
                 let vector = irq.take_leaving(crate::cm::left_to_applications(irq) + 1)?;
-                crate::admin_interrupt::AdminInterrupt::start(vector, self.admin_sq_base)
-                    .inspect_err(
-                        |e| tracing::warn!(error = %e, "no admin interrupt: event queues poll"),
-                    )
-                    .ok()
+                crate::admin_interrupt::AdminInterrupt::start(
+                    vector,
+                    self.device.clone(),
+                    self.admin_sq_base,
+                )
+                .inspect_err(
+                    |e| tracing::warn!(error = %e, "no admin interrupt: event queues poll"),
+                )
+                .ok()
             })
             .as_ref()
     }

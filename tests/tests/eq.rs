@@ -565,3 +565,57 @@ fn a_reader_learns_of_an_insert_a_stopped_nic_will_never_answer_at_once() {
         );
     }
 }
+
+/// A reader asleep on the admin completion interrupt (interface 1.15) when the NIC stops
+/// with a fatal error (a DMA fault: bus mastering is off as it starts the insert's
+/// AV_WRITE), or when its function is reset under the driver (which drops the arm): neither
+/// raises the vector, yet the reader learns of the insert's failure within a fraction of a
+/// second, not at the admin timeout.
+#[test]
+fn a_reader_asleep_when_the_nic_fails_learns_of_the_insert_promptly() {
+    use uet_driver::eq::WaitObj;
+    for reset in [false, true] {
+        let (nic, _av, eq, f) =
+            insert_held_by_a_stopped_nic(uet_regs::INTERFACE_MINOR, WaitObj::Unspec);
+        let arms = f.debug_counters().admin_arms;
+        let reader = {
+            let eq = eq.clone();
+            std::thread::spawn(move || {
+                let e = eq.sread(Some(Duration::from_secs(10)), 0);
+                (e, std::time::Instant::now())
+            })
+        };
+        let started = std::time::Instant::now();
+        while f.debug_counters().admin_arms == arms {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the reader never armed the admin ring"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Asleep on the arm.
+        std::thread::sleep(Duration::from_millis(50));
+        let raised = f.debug_counters().msix_messages;
+        let failed_at = std::time::Instant::now();
+        if reset {
+            f.function_level_reset();
+        } else {
+            f.set_bus_master(false);
+            start_again(&nic);
+        }
+        let (e, returned) = reader.join().unwrap();
+        let e = e.unwrap_err();
+        let took = returned - failed_at;
+        assert_eq!(e.errno, FiErrno::FI_EAVAIL, "reset {reset}: {e}");
+        assert_eq!(
+            f.debug_counters().msix_messages,
+            raised,
+            "reset {reset}: the vector was raised"
+        );
+        assert!(
+            took < Duration::from_secs(1),
+            "reset {reset}: the reader learnt of the failure after {took:?}"
+        );
+        assert_eq!(eq.readerr().unwrap().err, FiErrno::FI_EIO, "reset {reset}");
+    }
+}
