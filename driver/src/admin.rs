@@ -219,6 +219,13 @@ impl CommandTable {
         }
     }
 
+    fn get(&self, id: u16) -> Option<&Slot> {
+        match self.entries.get(Self::at(id))? {
+            Some((held, slot)) if *held == id => Some(slot),
+            _ => self.parked.get(&id),
+        }
+    }
+
     fn remove(&mut self, id: u16) -> Option<Slot> {
         let e = self.entries.get_mut(Self::at(id))?;
         match e.take() {
@@ -425,6 +432,19 @@ impl AdminQueue {
     /// How long a command may take.
     pub fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// When a poll of command `id` gives it up ([`AdminQueue::poll_command`]): its timeout
+    /// after a poll first found it in flight. `None` when it is not outstanding, or no poll
+    /// found it so yet.
+    pub(crate) fn gives_up_at(&self, id: u16) -> Option<Instant> {
+        match self.commands.get(id)? {
+            Slot::Outstanding {
+                waiting_since: Some(since),
+                ..
+            } => since.checked_add(self.timeout),
+            _ => None,
+        }
     }
 
     /// Commands submitted whose completion the device has not written yet.

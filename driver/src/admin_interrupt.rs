@@ -166,6 +166,14 @@ impl AdminInterrupt {
     }
 }
 
+#[cfg(test)]
+impl AdminInterrupt {
+    /// The admin ring's vector.
+    pub(crate) fn vector(&self) -> u16 {
+        self.shared.vector
+    }
+}
+
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         // Every critical section leaves the state consistent.
@@ -236,5 +244,94 @@ impl Drop for AdminInterrupt {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::sim::SimDevice;
+    use crate::eq::{EqAttr, EventQueue};
+    use crate::Nic;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    use uet_av::{AvAttr, FiErrno, FI_EVENT};
+    use uet_regs::{DevCtrl, RegisterAccess, DEV_CTRL};
+    use uet_sim::{Fabric, NicConfig};
+
+    /// A reader asleep until the NIC answers an insert it never answers, woken meanwhile by
+    /// a raise of the admin vector for another command, polls at the insert's timeout as
+    /// counted from when a poll first found it in flight, not a whole admin timeout after
+    /// that raise.
+    #[test]
+    fn a_waiter_woken_by_another_raise_still_polls_at_its_commands_timeout() {
+        let fabric = Fabric::new();
+        let f = fabric
+            .add_nic(NicConfig::new("10.0.0.1".parse().expect("address")))
+            .expect("NIC");
+        let nic = Nic::open(Arc::new(SimDevice::new(f.clone()))).expect("open NIC");
+        let mut av = nic
+            .open_av(AvAttr {
+                count: 8,
+                job_id: 0x42,
+                flags: FI_EVENT,
+                ..AvAttr::default()
+            })
+            .expect("AV");
+        let eq = EventQueue::open(EqAttr::WAITABLE).expect("event queue");
+        av.bind(eq.av_sink(), 0).expect("bound");
+        let timeout = Duration::from_secs(1);
+        nic.set_admin_timeout(timeout);
+        // Stopped: the AV_WRITE waits in the admin queue, unanswered.
+        nic.bar0().write(DEV_CTRL, DevCtrl::new());
+        let peer = uet_fwif::UetAddress {
+            caps: 0,
+            mode: uet_fwif::address::AddressingMode::Relative,
+            max_msg_mtu: false,
+            pid_on_fep: 5,
+            fabric_addr: "10.0.0.2".parse().expect("address"),
+            ri_start: 1,
+            ri_count: 4,
+            initiator: 0x100,
+        }
+        .to_bytes()
+        .expect("address");
+        let arms = f.debug_counters().admin_arms;
+        let inserted = Instant::now();
+        av.with_context(3)
+            .insert(&peer, 1, None, 0)
+            .expect("insert");
+        let reader = {
+            let eq = eq.clone();
+            std::thread::spawn(move || {
+                let r = eq.sread(Some(Duration::from_secs(10)), 0);
+                (r, Instant::now())
+            })
+        };
+        while f.debug_counters().admin_arms == arms {
+            assert!(
+                inserted.elapsed() < Duration::from_secs(10),
+                "the reader never armed the admin ring"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Most of the timeout later, the vector is raised (for another command): the reader
+        // polls, finds the insert in flight, and sleeps again.
+        std::thread::sleep(timeout * 6 / 10);
+        let irq = nic.inner.interrupts().expect("interrupts");
+        let vector = nic
+            .inner
+            .admin_interrupt()
+            .expect("admin interrupt")
+            .vector();
+        irq.raise(vector);
+        let (r, returned) = reader.join().expect("reader");
+        let e = r.expect_err("the insert was answered");
+        assert_eq!(e.errno, FiErrno::FI_EAVAIL, "{e}");
+        let took = returned - inserted;
+        assert!(
+            took < timeout * 14 / 10,
+            "the insert's timeout of {timeout:?} was reported after {took:?}"
+        );
+        assert_eq!(eq.readerr().expect("the insert's error").context, 3);
     }
 }

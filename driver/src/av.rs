@@ -549,7 +549,7 @@ impl NicAvTable for NicAv {
             buffer: Some(buffer),
             outcome: None,
             seen: None,
-            timeout: crate::admin::DEFAULT_TIMEOUT,
+            gives_up_at: None,
         }))
     }
 
@@ -653,9 +653,10 @@ struct AdminWrite {
     /// when that poll found the queue held (a synchronous command collects completions
     /// meanwhile, this one's perhaps) or none was made.
     seen: Option<u64>,
-    /// The admin timeout as the last poll read it: how long the command may stay in flight
-    /// before a poll gives up on it.
-    timeout: Duration,
+    /// When a poll gives the command up, as the last poll found it
+    /// ([`crate::admin::AdminQueue::gives_up_at`]): the latest a reader asleep until the NIC
+    /// answers must poll, however often it was woken and slept again meanwhile.
+    gives_up_at: Option<Instant>,
 }
 
 impl AdminWrite {
@@ -689,7 +690,7 @@ impl PendingWrite for AdminWrite {
             };
             let r = admin.poll_command(self.nic.bar(), self.id);
             self.seen = Some(self.nic.admin_reaped.load(Ordering::Acquire));
-            self.timeout = admin.timeout();
+            self.gives_up_at = admin.gives_up_at(self.id);
             drop(admin);
             if let Some(r) = r {
                 self.settle(r);
@@ -714,9 +715,10 @@ impl PendingWrite for AdminWrite {
         let (Some(seen), Some(interrupt)) = (self.seen, self.nic.admin_interrupt()) else {
             return false;
         };
-        // The poll after the timeout gives the command up; one that far off is never needed.
-        let deadline = Instant::now()
-            .checked_add(self.timeout)
+        // The poll at the command's timeout gives it up. Without one (a timeout too long for
+        // the clock), a poll a day off is as good as none.
+        let deadline = self
+            .gives_up_at
             .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400));
         interrupt.wake_after(
             self.nic.bar(),

@@ -105,6 +105,14 @@ impl Interrupts {
         self.eventfds.len()
     }
 
+    /// Raise vector `number`, as the NIC does.
+    #[cfg(test)]
+    pub(crate) fn raise(&self, number: u16) {
+        if let Some(fd) = self.eventfds.get(usize::from(number)) {
+            let _ = fd.write(1);
+        }
+    }
+
     /// Vectors no waiter holds.
     #[cfg(test)]
     pub(crate) fn free_vectors(&self) -> usize {
