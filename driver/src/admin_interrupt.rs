@@ -258,6 +258,32 @@ mod tests {
     use uet_regs::{DevCtrl, RegisterAccess, DEV_CTRL};
     use uet_sim::{Fabric, NicConfig};
 
+    /// With the driver's share of the vectors all held at a first wait, the NIC has no admin
+    /// interrupt then (its waiters poll), and gets one at a later wait, once a vector is free.
+    #[test]
+    fn a_wait_with_no_vector_to_spare_polls_and_a_later_one_gets_the_interrupt() {
+        let fabric = Fabric::new();
+        let f = fabric
+            .add_nic(NicConfig::new("10.0.0.1".parse().expect("address")))
+            .expect("NIC");
+        let nic = Nic::open(Arc::new(SimDevice::new(f))).expect("open NIC");
+        let irq = nic.inner.interrupts().expect("interrupts").clone();
+        let mut held = Vec::new();
+        while let Some(v) = irq.take() {
+            held.push(v);
+        }
+        assert!(nic.inner.admin_interrupt().is_none(), "no vector was free");
+        held.clear();
+        let running = nic.inner.admin_interrupt().expect("a vector is free now");
+        let again = nic.inner.admin_interrupt().expect("still set up");
+        assert!(Arc::ptr_eq(&running, &again), "one admin interrupt per NIC");
+        assert_eq!(
+            irq.free_vectors(),
+            irq.vectors() - 1,
+            "the admin interrupt holds one vector"
+        );
+    }
+
     /// A reader asleep until the NIC answers an insert it never answers, woken meanwhile by
     /// a raise of the admin vector for another command, polls at the insert's timeout as
     /// counted from when a poll first found it in flight, not a whole admin timeout after

@@ -318,9 +318,8 @@ pub(crate) struct NicInner {
     /// completion (`None` inside: the NIC or the backend has no interrupts).
     interrupts: std::sync::OnceLock<Option<Arc<crate::interrupt::Interrupts>>>,
     /// The admin ring's vector and the thread that sleeps on it, set up the first time
-    /// someone waits for an admin completion without the queue (`None` inside: the NIC
-    /// is older than `ADMIN_ARM`, or no vector could be had).
-    admin_interrupt: std::sync::OnceLock<Option<crate::admin_interrupt::AdminInterrupt>>,
+    /// someone waits for an admin completion without the queue and a vector can be had.
+    admin_interrupt: Mutex<Option<Arc<crate::admin_interrupt::AdminInterrupt>>>,
     /// The vector the control channels share once their own vectors are all taken, while
     /// any uses it (see [`crate::cm`]); shared with it, which empties the slot once it
     /// has given the vector back.
@@ -411,32 +410,37 @@ impl NicInner {
     }
 
     /// The admin completion interrupt (see [`crate::admin_interrupt`]), set up on first use:
-    /// `None` for a NIC older than `ADMIN_ARM`, a backend without MSI-X vectors, or when the
-    /// driver's share of the vectors (half, as for control channels) was all held at that
-    /// first use but the one kept for the vector control channels share (then whoever waits
-    /// for an admin completion polls). It holds its vector until the NIC goes.
-    pub(crate) fn admin_interrupt(&self) -> Option<&crate::admin_interrupt::AdminInterrupt> {
-        self.admin_interrupt
-            .get_or_init(|| {
-                if !ADMIN_ARM.info.present_at(self.identity.interface_minor) {
-                    return None;
-                }
-                // From the driver's own share, as a control channel's own vector: the
-                // application's completion queues keep half, and the control channels the
-                // last of the share for the vector they share, which would otherwise poll.
-                let irq = self.interrupts()?;
-                let vector = irq.take_leaving(crate::cm::left_to_applications(irq) + 1)?;
-                crate::admin_interrupt::AdminInterrupt::start(
-                    vector,
-                    self.device.clone(),
-                    self.admin_sq_base,
-                )
-                .inspect_err(
-                    |e| tracing::warn!(error = %e, "no admin interrupt: event queues poll"),
-                )
-                .ok()
-            })
-            .as_ref()
+    /// `None` for a NIC older than `ADMIN_ARM` or a backend without MSI-X vectors, and while
+    /// the driver's share of the vectors (half, as for control channels) is all held but the
+    /// one kept for the vector control channels share (then whoever waits for an admin
+    /// completion polls, and the next wait tries again). Once set up it holds its vector
+    /// until the NIC goes.
+    pub(crate) fn admin_interrupt(&self) -> Option<Arc<crate::admin_interrupt::AdminInterrupt>> {
+        if !ADMIN_ARM.info.present_at(self.identity.interface_minor) {
+            return None;
+        }
+        let mut slot = self
+            .admin_interrupt
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(running) = slot.as_ref() {
+            return Some(running.clone());
+        }
+        // From the driver's own share, as a control channel's own vector: the application's
+        // completion queues keep half, and the control channels the last of the share for the
+        // vector they share, which would otherwise poll.
+        let irq = self.interrupts()?;
+        let vector = irq.take_leaving(crate::cm::left_to_applications(irq) + 1)?;
+        let running = crate::admin_interrupt::AdminInterrupt::start(
+            vector,
+            self.device.clone(),
+            self.admin_sq_base,
+        )
+        .inspect_err(|e| tracing::warn!(error = %e, "no admin interrupt: event queues poll"))
+        .ok()
+        .map(Arc::new)?;
+        *slot = Some(running.clone());
+        Some(running)
     }
 
     /// Keep `memory` (DMA memory, or what holds it) until the function is reset: the device
@@ -808,7 +812,7 @@ impl Nic {
                 claim,
                 quarantine: Mutex::new(Vec::new()),
                 interrupts: std::sync::OnceLock::new(),
-                admin_interrupt: std::sync::OnceLock::new(),
+                admin_interrupt: Mutex::new(None),
                 cm_shared_wakeup: Arc::new(Mutex::new(std::sync::Weak::new())),
             }),
         };
