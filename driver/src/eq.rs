@@ -1147,6 +1147,81 @@ mod tests {
         unsafe { libc::poll(&mut p, 1, 0) == 1 && p.revents & libc::POLLIN != 0 }
     }
 
+    /// An AV with one insert, as its queue sees it: in flight while `in_flight`; once
+    /// `answered`, the next progress posts its event (data 9). Its NIC can wake the queue when
+    /// it answers only with `can_wake`: `wake_on_progress` then keeps the waker (which
+    /// [`FakeInsert::answer`] fires), unless `contended`, when it cannot arrange a wakeup
+    /// now and fires the one it held (the NIC woke it for a command that failed).
+    struct FakeInsert {
+        eq: EventQueue,
+        in_flight: std::sync::atomic::AtomicBool,
+        answered: std::sync::atomic::AtomicBool,
+        can_wake: bool,
+        contended: std::sync::atomic::AtomicBool,
+        progress_runs: std::sync::atomic::AtomicUsize,
+        waker: Mutex<Option<Waker>>,
+    }
+
+    impl FakeInsert {
+        fn new(eq: &EventQueue, in_flight: bool, can_wake: bool) -> Arc<FakeInsert> {
+            use std::sync::atomic::{AtomicBool, AtomicUsize};
+            Arc::new(FakeInsert {
+                eq: eq.clone(),
+                in_flight: AtomicBool::new(in_flight),
+                answered: AtomicBool::new(false),
+                can_wake,
+                contended: AtomicBool::new(false),
+                progress_runs: AtomicUsize::new(0),
+                waker: Mutex::new(None),
+            })
+        }
+
+        /// The NIC answers: the next progress posts the event, and the waker the queue left,
+        /// if any, fires.
+        fn answer(&self) {
+            self.answered.store(true, Ordering::Release);
+            if let Some(w) = self.waker.lock().unwrap().take() {
+                w.wake();
+            }
+        }
+
+        /// Whether the queue left a waker.
+        fn asked(&self) -> bool {
+            self.waker.lock().unwrap().is_some()
+        }
+    }
+
+    impl AvProgress for FakeInsert {
+        fn progress(&self) -> usize {
+            self.progress_runs.fetch_add(1, Ordering::AcqRel);
+            if self.answered.load(Ordering::Acquire) && self.in_flight.swap(false, Ordering::AcqRel)
+            {
+                self.eq.post(ev(9)).unwrap();
+                return 1;
+            }
+            0
+        }
+
+        fn in_flight(&self) -> bool {
+            self.in_flight.load(Ordering::Acquire)
+        }
+
+        fn wake_on_progress(&self, waker: &Waker) -> bool {
+            if !self.can_wake {
+                return false;
+            }
+            let mut held = self.waker.lock().unwrap();
+            if self.contended.load(Ordering::Acquire) {
+                if let Some(w) = held.take() {
+                    w.wake();
+                }
+                return false;
+            }
+            *held = Some(waker.clone());
+            true
+        }
+    }
+
     #[test]
     fn an_fd_queues_descriptor_is_readable_exactly_while_something_is_queued() {
         let eq = EventQueue::open(EqAttr {
@@ -1199,37 +1274,13 @@ mod tests {
 
     #[test]
     fn an_fd_queue_is_not_slept_on_while_an_av_insert_is_in_flight() {
-        use std::sync::atomic::AtomicBool;
-        struct Insert {
-            eq: EventQueue,
-            in_flight: AtomicBool,
-            answered: AtomicBool,
-        }
-        impl AvProgress for Insert {
-            fn progress(&self) -> usize {
-                if self.answered.load(Ordering::Acquire)
-                    && self.in_flight.swap(false, Ordering::AcqRel)
-                {
-                    self.eq.post(ev(9)).unwrap();
-                    return 1;
-                }
-                0
-            }
-            fn in_flight(&self) -> bool {
-                self.in_flight.load(Ordering::Acquire)
-            }
-        }
         let eq = EventQueue::open(EqAttr {
             wait_obj: WaitObj::Fd,
             ..WAITABLE
         })
         .unwrap();
         let fd = eq.wait_fd().unwrap();
-        let av = Arc::new(Insert {
-            eq: eq.clone(),
-            in_flight: AtomicBool::new(false),
-            answered: AtomicBool::new(false),
-        });
+        let av = FakeInsert::new(&eq, false, false);
         let sink = eq.av_sink();
         let id = sink
             .attach_av(Arc::downgrade(&av) as Weak<dyn AvProgress>)
@@ -1259,54 +1310,13 @@ mod tests {
     /// lets the application sleep on the descriptor, which the wakeup makes readable.
     #[test]
     fn readers_sleep_until_an_av_that_can_wake_them_does() {
-        use std::sync::atomic::{AtomicBool, AtomicUsize};
-        struct Insert {
-            eq: EventQueue,
-            in_flight: AtomicBool,
-            answered: AtomicBool,
-            progress_runs: AtomicUsize,
-            waker: Mutex<Option<Waker>>,
-        }
-        impl AvProgress for Insert {
-            fn progress(&self) -> usize {
-                self.progress_runs.fetch_add(1, Ordering::AcqRel);
-                if self.answered.load(Ordering::Acquire)
-                    && self.in_flight.swap(false, Ordering::AcqRel)
-                {
-                    self.eq.post(ev(9)).unwrap();
-                    return 1;
-                }
-                0
-            }
-            fn in_flight(&self) -> bool {
-                self.in_flight.load(Ordering::Acquire)
-            }
-            fn wake_on_progress(&self, waker: &Waker) -> bool {
-                *self.waker.lock().unwrap() = Some(waker.clone());
-                true
-            }
-        }
-        impl Insert {
-            /// The NIC answers: the next progress posts the event, and the waker fires.
-            fn answer(&self) {
-                self.answered.store(true, Ordering::Release);
-                let waker = self.waker.lock().unwrap().take();
-                waker.expect("the queue asked to be woken").wake();
-            }
-        }
         for wait_obj in [WaitObj::Unspec, WaitObj::Fd] {
             let eq = EventQueue::open(EqAttr {
                 wait_obj,
                 ..WAITABLE
             })
             .unwrap();
-            let av = Arc::new(Insert {
-                eq: eq.clone(),
-                in_flight: AtomicBool::new(true),
-                answered: AtomicBool::new(false),
-                progress_runs: AtomicUsize::new(0),
-                waker: Mutex::new(None),
-            });
+            let av = FakeInsert::new(&eq, true, true);
             let sink = eq.av_sink();
             let id = sink
                 .attach_av(Arc::downgrade(&av) as Weak<dyn AvProgress>)
@@ -1317,7 +1327,7 @@ mod tests {
             };
             // Once it asked to be woken (however long it took to get there), it sleeps.
             let start = Instant::now();
-            while av.waker.lock().unwrap().is_none() {
+            while !av.asked() {
                 assert!(start.elapsed() < Duration::from_secs(10), "never asked");
                 std::thread::sleep(Duration::from_millis(1));
             }
@@ -1357,50 +1367,9 @@ mod tests {
     /// and asks again (or polls in its turn), and so sees the insert finish.
     #[test]
     fn a_polling_reader_that_returns_leaves_the_sleeping_one_to_progress() {
-        use std::sync::atomic::AtomicBool;
-        struct Contended {
-            eq: EventQueue,
-            in_flight: AtomicBool,
-            answered: AtomicBool,
-            /// `wake_on_progress` cannot arrange a wakeup: the NIC woke the one it had (a
-            /// completion of the command that holds the admin queue), and fails.
-            contended: AtomicBool,
-            waker: Mutex<Option<Waker>>,
-        }
-        impl AvProgress for Contended {
-            fn progress(&self) -> usize {
-                if self.answered.load(Ordering::Acquire)
-                    && self.in_flight.swap(false, Ordering::AcqRel)
-                {
-                    self.eq.post(ev(9)).unwrap();
-                    return 1;
-                }
-                0
-            }
-            fn in_flight(&self) -> bool {
-                self.in_flight.load(Ordering::Acquire)
-            }
-            fn wake_on_progress(&self, waker: &Waker) -> bool {
-                let mut held = self.waker.lock().unwrap();
-                if self.contended.load(Ordering::Acquire) {
-                    if let Some(w) = held.take() {
-                        w.wake();
-                    }
-                    return false;
-                }
-                *held = Some(waker.clone());
-                true
-            }
-        }
         for round in 0..3 {
             let eq = EventQueue::open(WAITABLE).unwrap();
-            let av = Arc::new(Contended {
-                eq: eq.clone(),
-                in_flight: AtomicBool::new(true),
-                answered: AtomicBool::new(false),
-                contended: AtomicBool::new(false),
-                waker: Mutex::new(None),
-            });
+            let av = FakeInsert::new(&eq, true, true);
             let id = eq
                 .attach_av(Arc::downgrade(&av) as Weak<dyn AvProgress>)
                 .unwrap();
@@ -1410,7 +1379,7 @@ mod tests {
                 std::thread::spawn(move || eq.sread(Some(Duration::from_secs(10)), 0))
             };
             let start = Instant::now();
-            while av.waker.lock().unwrap().is_none() {
+            while !av.asked() {
                 assert!(start.elapsed() < Duration::from_secs(10), "never asked");
                 std::thread::sleep(Duration::from_millis(1));
             }
@@ -1422,10 +1391,7 @@ mod tests {
             assert_eq!(e.errno, FiErrno::FI_EAGAIN);
             // The NIC answers; nothing was asked to wake the queue since.
             av.contended.store(false, Ordering::Release);
-            av.answered.store(true, Ordering::Release);
-            if let Some(w) = av.waker.lock().unwrap().take() {
-                w.wake();
-            }
+            av.answer();
             let start = Instant::now();
             while !sleeper.is_finished() && start.elapsed() < Duration::from_secs(5) {
                 std::thread::sleep(Duration::from_millis(5));
