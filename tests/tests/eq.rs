@@ -364,9 +364,9 @@ fn readable_within(fd: std::os::fd::RawFd, timeout: Duration) -> bool {
     unsafe { libc::poll(&mut pfd, 1, ms) == 1 }
 }
 
-/// An FI_EVENT insert whose AV_WRITE waits in the admin queue of a stopped NIC of interface
-/// `minor`, on a queue of `wait_obj` bound to its AV; the NIC's function, to start it again.
-fn insert_held_by_a_stopped_nic(
+/// A NIC of interface `minor`, an FI_EVENT AV on it, and a queue of `wait_obj` bound to the
+/// AV; the NIC's function, to stop or fail it.
+fn fi_event_queue(
     minor: u8,
     wait_obj: uet_driver::eq::WaitObj,
 ) -> (
@@ -392,6 +392,21 @@ fn insert_held_by_a_stopped_nic(
     })
     .unwrap();
     av.bind(eq.av_sink(), 0).unwrap();
+    (nic, av, eq, f)
+}
+
+/// [`fi_event_queue`] with an insert whose AV_WRITE waits in the admin queue of the NIC,
+/// stopped.
+fn insert_held_by_a_stopped_nic(
+    minor: u8,
+    wait_obj: uet_driver::eq::WaitObj,
+) -> (
+    Nic,
+    uet_av::AddressVector<impl uet_av::NicAvTable>,
+    EventQueue,
+    uet_sim::SimFunction,
+) {
+    let (nic, mut av, eq, f) = fi_event_queue(minor, wait_obj);
     // Long enough that no poll gives the command up while the test runs.
     nic.set_admin_timeout(Duration::from_secs(60));
     nic.bar0()
@@ -518,23 +533,7 @@ fn a_reader_learns_of_an_insert_a_stopped_nic_will_never_answer_at_once() {
         .into_iter()
         .flat_map(|minor| [(minor, false), (minor, true)])
     {
-        let (_fabric, fns) = uet_tests::fabric_with(1, |c| c.interface_minor = minor);
-        let f = fns[0].clone();
-        let nic = uet_tests::open_nic(&f);
-        let mut av = nic
-            .open_av(AvAttr {
-                count: 8,
-                job_id: 0x42,
-                flags: FI_EVENT,
-                ..AvAttr::default()
-            })
-            .unwrap();
-        let eq = EventQueue::open(EqAttr {
-            wait_obj: WaitObj::Unspec,
-            ..uet_tests::WAITABLE_EQ
-        })
-        .unwrap();
-        av.bind(eq.av_sink(), 0).unwrap();
+        let (nic, mut av, eq, f) = fi_event_queue(minor, WaitObj::Unspec);
         nic.set_admin_timeout(Duration::from_secs(20));
         if reset {
             nic.bar0().write(
