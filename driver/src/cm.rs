@@ -2716,6 +2716,17 @@ mod tests {
         );
     }
 
+    /// Every vector of `nic`'s control channels' own share taken (held until the result is
+    /// dropped), but the one kept for the vector they share.
+    fn hold_control_channels_own_vectors(nic: &Nic) -> Vec<crate::interrupt::Vector> {
+        let irq = nic.inner.interrupts().expect("interrupts");
+        let mut held = Vec::new();
+        while irq.free_vectors() > left_to_applications(irq) + 1 {
+            held.push(irq.take().expect("a vector"));
+        }
+        held
+    }
+
     /// A control channel on the NIC's shared vector whose completion (the one that raised
     /// the vector, which disarms the ring) is taken in by a close path before the dispatcher
     /// looks at the ring: the progress thread still arms its ring again, and the next control
@@ -2726,11 +2737,7 @@ mod tests {
         let fabric = Fabric::new();
         let (ns, nc) = (sim_nic(&fabric, "10.0.0.1"), sim_nic(&fabric, "10.0.0.2"));
         // The control channels' own vectors all taken: the listener's shares one.
-        let irq = ns.inner.interrupts().expect("interrupts").clone();
-        let mut held = Vec::new();
-        while irq.free_vectors() > left_to_applications(&irq) + 1 {
-            held.push(irq.take().expect("a vector"));
-        }
+        let held = hold_control_channels_own_vectors(&ns);
         let eq = EventQueue::open(WAITABLE).expect("event queue");
         let pep = ns
             .passive_endpoint(EndpointAttr::default(), &eq)
@@ -2781,11 +2788,7 @@ mod tests {
     fn the_admin_interrupt_leaves_control_channels_the_vector_they_share() {
         let fabric = Fabric::new();
         let nic = sim_nic(&fabric, "10.0.0.1");
-        let irq = nic.inner.interrupts().expect("interrupts").clone();
-        let mut held = Vec::new();
-        while irq.free_vectors() > left_to_applications(&irq) + 1 {
-            held.push(irq.take().expect("a vector"));
-        }
+        let held = hold_control_channels_own_vectors(&nic);
         // Whether or not it gets a vector, it must not take the shared one.
         let _ = nic.inner.admin_interrupt();
         let eq = EventQueue::open(WAITABLE).expect("event queue");
@@ -2880,11 +2883,7 @@ mod tests {
         use std::io::Write;
         let fabric = Fabric::new();
         let nic = sim_nic(&fabric, "10.0.0.1");
-        let irq = nic.inner.interrupts().expect("interrupts").clone();
-        let mut held = Vec::new();
-        while irq.free_vectors() > left_to_applications(&irq) + 1 {
-            held.push(irq.take().expect("a vector"));
-        }
+        let held = hold_control_channels_own_vectors(&nic);
         let eq = EventQueue::open(WAITABLE).expect("event queue");
         let listen = || {
             nic.passive_endpoint(EndpointAttr::default(), &eq)
