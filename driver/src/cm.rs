@@ -47,7 +47,10 @@
 //! the ACCEPT is still not delivered when the close stops waiting, it sends nothing that
 //! could overtake it, and withdraws its receives, so that the READY is refused; a READY
 //! that comes before that (the ACCEPT was delivered after all) is answered with a SHUTDOWN,
-//! which the requester, having taken the ACCEPT in, reads after it.
+//! which the requester, having taken the ACCEPT in, reads after it. On a NIC older than
+//! interface 1.14 such an acceptor keeps its receives: a READY that lands after its last
+//! look, before the endpoint is destroyed, is read by nobody, and its requester stays
+//! connected until it sends and finds the endpoint gone.
 //!
 //! A request neither accepted nor rejected within its deadline (the listener's application
 //! never answers it, or never reads its EQ; the peer hung) times out: the requester gets an
@@ -196,10 +199,13 @@ struct Pending {
     req: ConnReq,
 }
 
-/// Where the current accept's ACCEPT is, as its completion tells.
+/// Where the current accept's ACCEPT is, as its completion tells. Read only while the
+/// endpoint is accepting; an endpoint that is not may hold any value, which its next accept
+/// replaces before anything reads it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum AcceptSent {
-    /// None sent, or its completion said it failed.
+    /// None sent, its completion said it failed, or its accept was given up while it was in
+    /// flight (its completion is then awaited under `stale_accepts`).
     No,
     /// Sent; its completion is not taken in yet.
     InFlight,
