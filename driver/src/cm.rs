@@ -50,7 +50,7 @@
 //! which the requester, having taken the ACCEPT in, reads after it. On a NIC older than
 //! interface 1.14 such an acceptor keeps its receives: a READY that lands after its last
 //! look, before the endpoint is destroyed, is read by nobody, and its requester stays
-//! connected until it sends and finds the endpoint gone.
+//! connected to an endpoint that is gone (its sends fail as undeliverable).
 //!
 //! A request neither accepted nor rejected within its deadline (the listener's application
 //! never answers it, or never reads its EQ; the peer hung) times out: the requester gets an
