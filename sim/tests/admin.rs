@@ -1208,15 +1208,32 @@ fn an_armed_admin_completion_ring_raises_its_vector_once() {
     );
     assert_eq!(d.take_completion().map(|c| c.command_id.get()), Some(id));
 
+    // New rings, latched by an enable (smaller ones), keep the arm: their first completion
+    // raises the vector.
+    arm(&d, 5);
+    d.f.write(DEV_CTRL, DevCtrl::new().with_enable(false));
+    // The tail the new rings start from (the register keeps the last one written).
+    d.f.write(ADMIN_SQ_DOORBELL, RingIndex::new());
+    d.enable_with_rings(ADMIN_LOG2 - 1);
+    assert_eq!(d.submit_raw(harmless()).status(), Status::InvalidHandle);
+    assert_eq!(
+        interrupts(&mut rx),
+        1,
+        "the new rings' completion raised the vector"
+    );
+    d.f.write(DEV_CTRL, DevCtrl::new().with_enable(false));
+    d.f.write(ADMIN_SQ_DOORBELL, RingIndex::new());
+    d.enable();
+
     // A vector outside the table arms nothing, and is counted; it leaves an earlier arm as
     // it was.
     arm(&d, 5);
     arm(&d, uet_regs::pci::MSIX_VECTORS);
     assert_eq!(d.f.debug_counters().bad_admin_arms, 1);
-    assert_eq!(d.f.debug_counters().admin_arms, 4);
+    assert_eq!(d.f.debug_counters().admin_arms, 5);
     d.submit_raw(harmless());
     assert_eq!(interrupts(&mut rx), 1, "the arm before the bad one held");
-    assert_eq!(d.f.debug_counters().msix_messages, 4);
+    assert_eq!(d.f.debug_counters().msix_messages, 5);
 
     // A function reset disarms: after it, the queue programmed again, a completion raises
     // nothing.

@@ -151,6 +151,13 @@ impl Driver {
 
     /// Program the admin queue and enable, as a driver does after reset.
     pub fn enable(&mut self) {
+        self.enable_with_rings(ADMIN_LOG2);
+    }
+
+    /// [`Driver::enable`] with rings of `2^log2` entries (at most the usual size, whose
+    /// memory they use; this driver wraps its indices at the usual size, so only the first
+    /// entries of smaller rings are used).
+    pub fn enable_with_rings(&mut self, log2: u8) {
         self.sq_tail = 0;
         self.cq_head = 0;
         self.cq_phase = true;
@@ -159,9 +166,7 @@ impl Driver {
         self.f.write(ADMIN_CQ_BASE, MEM_IOVA + CQ_OFF as u64);
         self.f.write(
             ADMIN_QUEUE_SIZE,
-            AdminQueueSize::new()
-                .with_sq_log2(ADMIN_LOG2)
-                .with_cq_log2(ADMIN_LOG2),
+            AdminQueueSize::new().with_sq_log2(log2).with_cq_log2(log2),
         );
         self.f.write(DEV_CTRL, DevCtrl::new().with_enable(true));
     }
