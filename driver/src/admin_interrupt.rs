@@ -99,6 +99,11 @@ impl AdminInterrupt {
         device: Arc<dyn Device>,
         sq_base: u64,
     ) -> std::io::Result<AdminInterrupt> {
+        #[cfg(test)]
+        if let Some(tried) = tests::START_FAILS.get() {
+            tests::START_FAILS.set(Some(tried + 1));
+            return Err(std::io::Error::from_raw_os_error(libc::EAGAIN));
+        }
         let shared = Arc::new(Shared {
             vector: vector.number(),
             sq_base,
@@ -257,6 +262,34 @@ mod tests {
     use uet_av::{AvAttr, FiErrno, FI_EVENT};
     use uet_regs::{DevCtrl, RegisterAccess, DEV_CTRL};
     use uet_sim::{Fabric, NicConfig};
+
+    std::thread_local! {
+        /// While `Some`, each start made on this thread fails, as one the system refuses a
+        /// thread would, and is counted here.
+        pub(super) static START_FAILS: std::cell::Cell<Option<u32>> =
+            const { std::cell::Cell::new(None) };
+    }
+
+    /// A start that fails (no thread, or no eventfd: the system is short of them) is not
+    /// tried again at each later wait, each warning anew, while waiters poll every
+    /// millisecond: the NIC's waiters poll from then on, as with no interrupts.
+    #[test]
+    fn a_failed_start_is_not_tried_again_at_every_wait() {
+        let fabric = Fabric::new();
+        let f = fabric
+            .add_nic(NicConfig::new("10.0.0.1".parse().expect("address")))
+            .expect("NIC");
+        let nic = Nic::open(Arc::new(SimDevice::new(f))).expect("open NIC");
+        let irq = nic.inner.interrupts().expect("interrupts").clone();
+        let free = irq.free_vectors();
+        START_FAILS.set(Some(0));
+        for _ in 0..100 {
+            assert!(nic.inner.admin_interrupt().is_none(), "the start failed");
+        }
+        let tried = START_FAILS.replace(None);
+        assert_eq!(tried, Some(1), "the failed start was tried {tried:?} times");
+        assert_eq!(irq.free_vectors(), free, "the failed start holds no vector");
+    }
 
     /// With the driver's share of the vectors all held at a first wait, the NIC has no admin
     /// interrupt then (its waiters poll), and gets one at a later wait, once a vector is free.

@@ -319,11 +319,23 @@ pub(crate) struct NicInner {
     interrupts: std::sync::OnceLock<Option<Arc<crate::interrupt::Interrupts>>>,
     /// The admin ring's vector and the thread that sleeps on it, set up the first time
     /// someone waits for an admin completion without the queue and a vector can be had.
-    admin_interrupt: Mutex<Option<Arc<crate::admin_interrupt::AdminInterrupt>>>,
+    admin_interrupt: Mutex<AdminInterruptSlot>,
     /// The vector the control channels share once their own vectors are all taken, while
     /// any uses it (see [`crate::cm`]); shared with it, which empties the slot once it
     /// has given the vector back.
     pub(crate) cm_shared_wakeup: crate::cm::SharedWakeupSlot,
+}
+
+/// Where [`NicInner::admin_interrupt`] is.
+#[derive(Default)]
+enum AdminInterruptSlot {
+    /// Not set up yet: no vector could be had so far, or no one waited.
+    #[default]
+    NotYet,
+    /// Running until the NIC goes.
+    Running(Arc<crate::admin_interrupt::AdminInterrupt>),
+    /// Its start failed (logged then): the NIC's waiters poll, and no later wait tries again.
+    Failed,
 }
 
 /// The devices a [`Nic`] of this process runs: by the address of the device object, and by
@@ -413,8 +425,10 @@ impl NicInner {
     /// `None` for a NIC older than `ADMIN_ARM` or a backend without MSI-X vectors, and while
     /// the driver's share of the vectors (half, as for control channels) is all held but the
     /// one kept for the vector control channels share (then whoever waits for an admin
-    /// completion polls, and the next wait tries again). Once set up it holds its vector
-    /// until the NIC goes.
+    /// completion polls, and the next wait tries again), and for good once its start failed
+    /// (the system had no thread or no eventfd for it: logged once, as for
+    /// [`NicInner::interrupts`], not at every wait of a reader that polls each millisecond).
+    /// Once set up it holds its vector until the NIC goes.
     pub(crate) fn admin_interrupt(&self) -> Option<Arc<crate::admin_interrupt::AdminInterrupt>> {
         if !ADMIN_ARM.info.present_at(self.identity.interface_minor) {
             return None;
@@ -423,24 +437,32 @@ impl NicInner {
             .admin_interrupt
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(running) = slot.as_ref() {
-            return Some(running.clone());
+        match &*slot {
+            AdminInterruptSlot::Running(running) => return Some(running.clone()),
+            AdminInterruptSlot::Failed => return None,
+            AdminInterruptSlot::NotYet => {}
         }
         // From the driver's own share, as a control channel's own vector: the application's
         // completion queues keep half, and the control channels the last of the share for the
         // vector they share, which would otherwise poll.
         let irq = self.interrupts()?;
         let vector = irq.take_leaving(crate::cm::left_to_applications(irq) + 1)?;
-        let running = crate::admin_interrupt::AdminInterrupt::start(
+        match crate::admin_interrupt::AdminInterrupt::start(
             vector,
             self.device.clone(),
             self.admin_sq_base,
-        )
-        .inspect_err(|e| tracing::warn!(error = %e, "no admin interrupt: event queues poll"))
-        .ok()
-        .map(Arc::new)?;
-        *slot = Some(running.clone());
-        Some(running)
+        ) {
+            Ok(running) => {
+                let running = Arc::new(running);
+                *slot = AdminInterruptSlot::Running(running.clone());
+                Some(running)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "no admin interrupt: event queues poll");
+                *slot = AdminInterruptSlot::Failed;
+                None
+            }
+        }
     }
 
     /// Keep `memory` (DMA memory, or what holds it) until the function is reset: the device
@@ -812,7 +834,7 @@ impl Nic {
                 claim,
                 quarantine: Mutex::new(Vec::new()),
                 interrupts: std::sync::OnceLock::new(),
-                admin_interrupt: Mutex::new(None),
+                admin_interrupt: Mutex::new(AdminInterruptSlot::NotYet),
                 cm_shared_wakeup: Arc::new(Mutex::new(std::sync::Weak::new())),
             }),
         };
