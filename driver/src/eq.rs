@@ -1338,6 +1338,10 @@ mod tests {
                 runs <= 2,
                 "{wait_obj:?}: the reader ran progress {runs} times in 200 ms instead of sleeping"
             );
+            assert!(
+                av.asked(),
+                "{wait_obj:?}: the reader no longer waits to be woken"
+            );
             av.answer();
             let got = reader.join().unwrap().map(|e| e.data);
             assert_eq!(got.map_err(|e| e.errno), Ok(9), "{wait_obj:?}");
@@ -1350,6 +1354,7 @@ mod tests {
                 eq.trywait().unwrap();
                 eq.trywait().unwrap();
                 assert!(!readable(fd), "nothing came yet");
+                assert!(av.asked(), "trywait left no waker");
                 av.answer();
                 assert!(readable(fd), "the wakeup made the descriptor readable");
                 assert_eq!(eq.read(0).unwrap().data, 9);
