@@ -2101,6 +2101,35 @@ mod tests {
         link.shared.clone()
     }
 
+    /// The accept `eq` reports on ends at its deadline: an error entry, not `FI_CONNECTED`,
+    /// and it is `FI_ETIMEDOUT` (returned).
+    fn accept_timed_out(eq: &EventQueue, wait: Duration) -> EqErrEntry {
+        let err = eq.sread(Some(wait), 0).expect_err("no FI_CONNECTED");
+        assert_eq!(err.errno, FiErrno::FI_EAVAIL, "{err}");
+        let entry = eq.readerr().expect("error entry");
+        assert_eq!(entry.err, FiErrno::FI_ETIMEDOUT);
+        entry
+    }
+
+    /// `ep`, a requester whose acceptor is gone or no longer waits, is connected and then
+    /// shut down (`eq` reports both): it is not left connected to nobody.
+    fn connected_then_shut_down(eq: &EventQueue, ep: &Endpoint, wait: Duration) {
+        let ev = eq.sread(Some(wait), 0).expect("FI_CONNECTED");
+        assert_eq!(ev.kind, EqEventKind::Connected);
+        let ev = eq
+            .sread(Some(wait), 0)
+            .expect("the connection to nobody ends");
+        assert_eq!((ev.kind, ev.fid), (EqEventKind::Shutdown, ep.fid()));
+    }
+
+    /// The last look of `ep`'s closing connection, its progress thread stopped, withdraws
+    /// every receive of its control channel.
+    fn last_look_withdraws_every_receive(ep: &mut Endpoint) {
+        let conn = stop_progress(ep.cm.as_mut().expect("FI_EP_MSG"));
+        conn.final_look();
+        assert_eq!(conn.lock().lane.in_flight().1, 0, "a receive left posted");
+    }
+
     /// The completion of an ACCEPT sent for accept `number`, failed with `error` or not.
     fn accept_completion(number: u64, error: Option<crate::endpoint::CqError>) -> CqEvent {
         CqEvent {
@@ -2153,19 +2182,12 @@ mod tests {
         let held = requester.lock();
         let accepted = Instant::now();
         pep.accept(&req, &mut server, b"").expect("accept");
-        let err = eq_s
-            .sread(Some(Duration::from_secs(10)), 0)
-            .expect_err("no FI_CONNECTED");
-        assert_eq!(err.errno, FiErrno::FI_EAVAIL, "{err}");
-        let err = eq_s.readerr().expect("error entry");
-        assert_eq!((err.err, err.fid), (FiErrno::FI_ETIMEDOUT, server.fid()));
+        let err = accept_timed_out(&eq_s, Duration::from_secs(10));
+        assert_eq!(err.fid, server.fid());
         assert!(accepted.elapsed() >= wait, "{:?}", accepted.elapsed());
         assert!(!server.is_connected() && requester.get() != CONNECTED);
         drop(held);
-        let ev = eq_c.sread(Some(Duration::from_secs(10)), 0).expect("event");
-        assert_eq!(ev.kind, EqEventKind::Connected);
-        let ev = eq_c.sread(Some(Duration::from_secs(10)), 0).expect("event");
-        assert_eq!((ev.kind, ev.fid), (EqEventKind::Shutdown, client.fid()));
+        connected_then_shut_down(&eq_c, &client, Duration::from_secs(10));
         assert!(!client.is_connected());
         assert!(eq_s.is_empty(), "the acceptor hears of nothing more");
     }
@@ -2190,10 +2212,7 @@ mod tests {
         let requester = connection(&first);
         let held = requester.lock();
         pep.accept(&req, &mut server, b"").expect("accept");
-        let err = eq_s.sread(Some(wait), 0).expect_err("no FI_CONNECTED");
-        assert_eq!(err.errno, FiErrno::FI_EAVAIL, "{err}");
-        let err = eq_s.readerr().expect("error entry");
-        assert_eq!(err.err, FiErrno::FI_ETIMEDOUT);
+        accept_timed_out(&eq_s, wait);
         // The second requester's id is the first one's, as another process's may be.
         let (mut second, eq_2) = msg_client(nc);
         let fid2 = second.cm.as_ref().expect("FI_EP_MSG").shared.fid;
@@ -2214,14 +2233,7 @@ mod tests {
         );
         // The first requester takes its ACCEPT in now, and its READY reaches the server.
         drop(held);
-        assert_eq!(
-            eq_1.sread(Some(wait), 0).expect("event").kind,
-            EqEventKind::Connected
-        );
-        let ev = eq_1
-            .sread(Some(wait), 0)
-            .expect("the connection to nobody ends");
-        assert_eq!((ev.kind, ev.fid), (EqEventKind::Shutdown, first.fid()));
+        connected_then_shut_down(&eq_1, &first, wait);
         assert!(!first.is_connected());
         assert!(server.is_connected() && second.is_connected());
         assert!(
@@ -2296,21 +2308,10 @@ mod tests {
         let requester = connection(&client);
         let held = requester.lock();
         pep.accept(&req, &mut server, b"").expect("accept");
-        let err = eq_s.sread(Some(wait), 0).expect_err("no FI_CONNECTED");
-        assert_eq!(err.errno, FiErrno::FI_EAVAIL, "{err}");
-        assert_eq!(eq_s.readerr().expect("error").err, FiErrno::FI_ETIMEDOUT);
-        let conn = stop_progress(server.cm.as_mut().expect("FI_EP_MSG"));
-        conn.final_look();
-        assert_eq!(conn.lock().lane.in_flight().1, 0, "a receive left posted");
+        accept_timed_out(&eq_s, wait);
+        last_look_withdraws_every_receive(&mut server);
         drop(held);
-        assert_eq!(
-            eq_c.sread(Some(wait), 0).expect("event").kind,
-            EqEventKind::Connected
-        );
-        let ev = eq_c
-            .sread(Some(wait), 0)
-            .expect("the connection to nobody ends");
-        assert_eq!((ev.kind, ev.fid), (EqEventKind::Shutdown, client.fid()));
+        connected_then_shut_down(&eq_c, &client, wait);
     }
 
     /// An acceptor gives up waiting for the READY of one requester, accepts another and is
@@ -2331,9 +2332,7 @@ mod tests {
         let requester = connection(&first);
         let held = requester.lock();
         pep.accept(&req, &mut server, b"").expect("accept");
-        let err = eq_s.sread(Some(wait), 0).expect_err("no FI_CONNECTED");
-        assert_eq!(err.errno, FiErrno::FI_EAVAIL, "{err}");
-        assert_eq!(eq_s.readerr().expect("error").err, FiErrno::FI_ETIMEDOUT);
+        accept_timed_out(&eq_s, wait);
         let (mut second, eq_2) = msg_client(nc);
         let req2 = l.request(&mut second);
         pep.accept(&req2, &mut server, b"").expect("accept");
@@ -2346,18 +2345,9 @@ mod tests {
             EqEventKind::Connected
         );
         server.shutdown().expect("shut down");
-        let conn = stop_progress(server.cm.as_mut().expect("FI_EP_MSG"));
-        conn.final_look();
-        assert_eq!(conn.lock().lane.in_flight().1, 0, "a receive left posted");
+        last_look_withdraws_every_receive(&mut server);
         drop(held);
-        assert_eq!(
-            eq_1.sread(Some(wait), 0).expect("event").kind,
-            EqEventKind::Connected
-        );
-        let ev = eq_1
-            .sread(Some(wait), 0)
-            .expect("the connection to nobody ends");
-        assert_eq!((ev.kind, ev.fid), (EqEventKind::Shutdown, first.fid()));
+        connected_then_shut_down(&eq_1, &first, wait);
     }
 
     /// A request the listener rejected gets no ACCEPT: the requester's last look withdraws
