@@ -299,18 +299,8 @@ fn a_user_write_to_a_full_queue_is_refused_and_leaves_the_queue_usable() {
 /// command holds until its timeout. The event comes once the NIC answers again.
 #[test]
 fn readers_never_wait_for_another_threads_admin_command() {
-    let (_fabric, fns) = fabric(1);
-    let nic = Nic::open(Arc::new(SimDevice::new(fns.into_iter().next().unwrap()))).unwrap();
-    let mut av = nic
-        .open_av(AvAttr {
-            count: 8,
-            job_id: 0x42,
-            flags: FI_EVENT,
-            ..AvAttr::default()
-        })
-        .unwrap();
-    let eq = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
-    av.bind(eq.av_sink(), 0).unwrap();
+    let (nic, mut av, eq, _f) =
+        fi_event_queue(uet_regs::INTERFACE_MINOR, uet_tests::WAITABLE_EQ.wait_obj);
     let peer = a_peer();
     av.with_context(3).insert(&peer, 1, None, 0).unwrap();
     // The NIC stops answering; another thread's command waits for it, 2 s at most.
