@@ -2101,6 +2101,17 @@ mod tests {
         link.shared.clone()
     }
 
+    /// The connection of `server`, once the ACCEPT of its accept was delivered (the NIC's
+    /// acknowledgement, within 5 s).
+    fn delivered_accept(server: &Endpoint) -> Arc<Connection> {
+        let conn = connection(server);
+        let delivered = conn.wait_until(Instant::now() + Duration::from_secs(5), |inner| {
+            inner.accept_sent == AcceptSent::Delivered
+        });
+        assert!(delivered, "the ACCEPT's delivery");
+        conn
+    }
+
     /// The accept `eq` reports on ends at its deadline: an error entry, not `FI_CONNECTED`,
     /// and it is `FI_ETIMEDOUT` (returned).
     fn accept_timed_out(eq: &EventQueue, wait: Duration) -> EqErrEntry {
@@ -2427,11 +2438,7 @@ mod tests {
         let requester = connection(&client);
         let held = requester.lock();
         pep.accept(&req, &mut server, b"").expect("accept");
-        let conn = connection(&server);
-        let delivered = conn.wait_until(Instant::now() + Duration::from_secs(5), |inner| {
-            inner.accept_sent == AcceptSent::Delivered
-        });
-        assert!(delivered, "the ACCEPT's own completion");
+        let conn = delivered_accept(&server);
         let mut inner = conn.lock();
         inner.accept_sent = AcceptSent::InFlight;
         let completion = accept_completion;
@@ -2482,12 +2489,7 @@ mod tests {
         let requester = connection(&client);
         let held = requester.lock();
         pep.accept(&req, &mut server, b"").expect("accept");
-        let conn = connection(&server);
-        assert!(
-            conn.wait_until(Instant::now() + Duration::from_secs(5), |inner| {
-                inner.accept_sent == AcceptSent::Delivered
-            })
-        );
+        let conn = delivered_accept(&server);
         // As if the ACCEPT were still on its way.
         conn.lock().accept_sent = AcceptSent::InFlight;
         let sends = conn.lock().lane.in_flight().0;
@@ -2519,10 +2521,7 @@ mod tests {
             let requester = connection(&client);
             let held = requester.lock();
             l.pep.accept(&req, &mut server, b"").expect("accept");
-            let conn = connection(&server);
-            assert!(conn.wait_until(Instant::now() + wait, |inner| {
-                inner.accept_sent == AcceptSent::Delivered
-            }));
+            let conn = delivered_accept(&server);
             // As if the ACCEPT were still on its way when the close stops waiting for it.
             conn.lock().accept_sent = AcceptSent::InFlight;
             if by_last_look {
@@ -2570,12 +2569,7 @@ mod tests {
         let requester = connection(&client);
         let held = requester.lock();
         l.pep.accept(&req, &mut server, b"").expect("accept");
-        let conn = connection(&server);
-        assert!(
-            conn.wait_until(Instant::now() + Duration::from_secs(5), |inner| {
-                inner.accept_sent == AcceptSent::Delivered
-            })
-        );
+        let conn = delivered_accept(&server);
         // As if the ACCEPT were still on its way.
         conn.lock().accept_sent = AcceptSent::InFlight;
         let began = Instant::now();
@@ -2605,12 +2599,7 @@ mod tests {
         let requester = connection(&client);
         let held = requester.lock();
         pep.accept(&req, &mut server, b"").expect("accept");
-        let conn = connection(&server);
-        assert!(
-            conn.wait_until(Instant::now() + Duration::from_secs(5), |inner| {
-                inner.accept_sent == AcceptSent::Delivered
-            })
-        );
+        let conn = delivered_accept(&server);
         let mut inner = conn.lock();
         // As if the ACCEPT's completion had not come yet.
         inner.accept_sent = AcceptSent::InFlight;
