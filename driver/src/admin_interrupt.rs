@@ -254,7 +254,7 @@ impl Drop for AdminInterrupt {
 
 #[cfg(test)]
 mod tests {
-    use crate::backend::sim::SimDevice;
+    use crate::backend::sim::{sim_nic, SimDevice};
     use crate::eq::{EqAttr, EventQueue};
     use crate::Nic;
     use std::sync::Arc;
@@ -276,10 +276,7 @@ mod tests {
     #[test]
     fn a_failed_start_is_not_tried_again_at_every_wait() {
         let fabric = Fabric::new();
-        let f = fabric
-            .add_nic(NicConfig::new("10.0.0.1".parse().expect("address")))
-            .expect("NIC");
-        let nic = Nic::open(Arc::new(SimDevice::new(f))).expect("open NIC");
+        let nic = sim_nic(&fabric, "10.0.0.1");
         let irq = nic.inner.interrupts().expect("interrupts").clone();
         let free = irq.free_vectors();
         START_FAILS.set(Some(0));
@@ -296,10 +293,7 @@ mod tests {
     #[test]
     fn a_wait_with_no_vector_to_spare_polls_and_a_later_one_gets_the_interrupt() {
         let fabric = Fabric::new();
-        let f = fabric
-            .add_nic(NicConfig::new("10.0.0.1".parse().expect("address")))
-            .expect("NIC");
-        let nic = Nic::open(Arc::new(SimDevice::new(f))).expect("open NIC");
+        let nic = sim_nic(&fabric, "10.0.0.1");
         let irq = nic.inner.interrupts().expect("interrupts").clone();
         let mut held = Vec::new();
         while let Some(v) = irq.take() {

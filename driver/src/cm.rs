@@ -2028,19 +2028,11 @@ impl Endpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::sim::SimDevice;
+    use crate::backend::sim::{sim_nic, SimDevice};
     use crate::eq::EqAttr;
     use uet_sim::{Fabric, NicConfig};
 
     const WAITABLE: EqAttr = EqAttr::WAITABLE;
-
-    /// A NIC of `fabric` at fabric address `addr`, opened.
-    fn sim_nic(fabric: &Fabric, addr: &str) -> Nic {
-        let f = fabric
-            .add_nic(NicConfig::new(addr.parse().expect("address")))
-            .expect("NIC");
-        Nic::open(Arc::new(SimDevice::new(f))).expect("open NIC")
-    }
 
     /// Two NICs of one fabric, 10.0.0.1 (`ns`) and 10.0.0.2 (`nc`), and a listener on the
     /// first reporting to `eq_l`. Fields drop in order: the listener first, the fabric last.

@@ -86,3 +86,12 @@ impl Device for SimDevice {
         Some(FunctionId::Sim { fabric, nic })
     }
 }
+
+/// A NIC of `fabric` at fabric address `addr`, opened, for the driver's unit tests.
+#[cfg(test)]
+pub(crate) fn sim_nic(fabric: &uet_sim::Fabric, addr: &str) -> crate::Nic {
+    let f = fabric
+        .add_nic(uet_sim::NicConfig::new(addr.parse().expect("address")))
+        .expect("NIC");
+    crate::Nic::open(std::sync::Arc::new(SimDevice::new(f))).expect("open NIC")
+}
