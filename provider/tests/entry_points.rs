@@ -3,6 +3,9 @@
 //! easily set up (hints, AV types and flags, user ids).
 
 use core::ffi::{c_int, CStr};
+mod common;
+
+use common::fd_readable;
 use core::ptr::{null, null_mut};
 use uet_av::{AvType, FiErrno, FI_ADDR_NOTAVAIL, FI_AV_USER_ID};
 use uet_fi::abi::*;
@@ -1513,15 +1516,7 @@ fn an_fi_wait_fd_cq_gives_a_descriptor_that_polls_readable_when_a_completion_lan
     assert_eq!(ret, 0);
     assert!(fd >= 0);
     assert_eq!(control(cq, FI_GETWAITOBJ), (0, FI_WAIT_FD));
-    let readable = |ms: c_int| {
-        let mut p = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        unsafe { libc::poll(&mut p, 1, ms) > 0 }
-    };
+    let readable = |ms: c_int| fd_readable(fd, ms);
     let again = -(FiErrno::FI_EAGAIN.get() as c_int);
 
     assert_eq!(trywait(cq), 0);
@@ -1700,17 +1695,6 @@ impl Drop for Split {
             assert!(closed.iter().all(|&c| c == 0), "fi_close: {closed:?}");
         }
     }
-}
-
-/// Whether `fd` polls readable within `ms`.
-fn fd_readable(fd: c_int, ms: c_int) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd.
-    unsafe { libc::poll(&mut p, 1, ms) > 0 }
 }
 
 /// An endpoint's send and receive CQs share its ring and its vector: a wait on the receive

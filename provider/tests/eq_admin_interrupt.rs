@@ -7,6 +7,9 @@
 //! own, and serves each NIC over vfio-user from a simulated function it keeps a hand on.
 
 use core::ffi::c_int;
+mod common;
+
+use common::fd_readable;
 use core::ptr::{null, null_mut};
 use std::time::{Duration, Instant};
 use uet_av::{AvType, FiErrno};
@@ -14,17 +17,6 @@ use uet_fi::abi::*;
 use uet_regs::RegisterAccess;
 
 const FI_AV_COMPLETE: u32 = 5;
-
-/// Whether `fd` polls readable within `ms` milliseconds.
-fn fd_readable(fd: c_int, ms: c_int) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, for the call only.
-    unsafe { libc::poll(&mut p, 1, ms) > 0 }
-}
 
 /// The address of an endpoint on another NIC, for an insert the NIC answers.
 fn a_peer() -> [u8; 32] {

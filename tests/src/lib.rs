@@ -343,3 +343,17 @@ impl CaptureBuffer {
             .unwrap_or_default()
     }
 }
+
+/// Whether `fd` polls readable within `timeout` (`Duration::ZERO`: now, without waiting). A
+/// descriptor that is not open is not readable.
+pub fn readable_within(fd: std::os::fd::RawFd, timeout: std::time::Duration) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: one valid pollfd on the stack for the call, and the count passed is 1; poll(2)
+    // writes only its `revents`, and reports a descriptor that is not open as POLLNVAL.
+    unsafe { libc::poll(&mut pfd, 1, ms) == 1 && pfd.revents & libc::POLLIN != 0 }
+}

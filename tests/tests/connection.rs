@@ -102,13 +102,8 @@ fn recv(ep: &mut Endpoint) -> Vec<u8> {
 /// Whether `ep`'s completion descriptor (its vector, `cq_wait_fd`) polls readable now.
 fn completion_raised(ep: &mut Endpoint) -> bool {
     use std::os::fd::AsRawFd;
-    let mut pfd = libc::pollfd {
-        fd: ep.cq_wait_fd().expect("a completion vector").as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd on the stack for the call; timeout 0, so poll(2) only looks.
-    unsafe { libc::poll(&mut pfd, 1, 0) == 1 }
+    let fd = ep.cq_wait_fd().expect("a completion vector").as_raw_fd();
+    uet_tests::readable_within(fd, Duration::ZERO)
 }
 
 #[test]

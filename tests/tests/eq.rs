@@ -342,18 +342,6 @@ fn readers_never_wait_for_another_threads_admin_command() {
     );
 }
 
-/// Whether `fd` polls readable within `timeout`.
-fn readable_within(fd: std::os::fd::RawFd, timeout: Duration) -> bool {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
-    // SAFETY: one valid pollfd on the stack for the call; poll(2) writes only its `revents`.
-    unsafe { libc::poll(&mut pfd, 1, ms) == 1 }
-}
-
 /// A NIC of interface `minor`, an FI_EVENT AV on it, and a queue of `wait_obj` bound to the
 /// AV; the NIC's function, to stop or fail it.
 fn fi_event_queue(
@@ -424,13 +412,13 @@ fn readers_sleep_until_the_nics_admin_interrupt_announces_the_insert() {
     let fd = eq.wait_fd().unwrap();
     eq.trywait().unwrap();
     assert!(
-        !readable_within(fd, Duration::from_millis(100)),
+        !uet_tests::readable_within(fd, Duration::from_millis(100)),
         "readable before the NIC answered"
     );
     let raised = f.debug_counters().msix_messages;
     start_again(&nic);
     assert!(
-        readable_within(fd, Duration::from_secs(10)),
+        uet_tests::readable_within(fd, Duration::from_secs(10)),
         "the NIC's answer did not make the descriptor readable"
     );
     assert!(

@@ -11,13 +11,7 @@ const JOB: u32 = 0x0012_3456;
 
 /// Whether `fd` polls readable now.
 fn readable(fd: BorrowedFd<'_>) -> bool {
-    let mut pfd = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd on the stack for the call; timeout 0, so poll(2) only looks.
-    unsafe { libc::poll(&mut pfd, 1, 0) == 1 }
+    readable_within(fd.as_raw_fd(), std::time::Duration::ZERO)
 }
 
 /// A thread asleep in `cq_sread` is woken by the MSI-X vector its ring raises when another
