@@ -35,6 +35,7 @@ use crate::mapped::MappedRegion;
 use std::collections::VecDeque;
 use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::Waker;
 use std::time::{Duration, Instant};
 use uet_fwif::admin::{
     AdminCommand, AdminCompletion, Command, MrDeregisterBody, MrRegisterBody, Opcode, Status,
@@ -288,6 +289,9 @@ pub struct AdminQueue {
     /// `ADMIN_SQ_BASE` read then. Every command fails at once until the queue is programmed
     /// again.
     reset_seen: Option<u64>,
+    /// What a synchronous command sleeps on once its spin is over ([`AdminSleep`]); `None`:
+    /// it yields between polls.
+    sleeper: Option<Arc<dyn AdminSleep>>,
 }
 
 impl AdminQueue {
@@ -320,6 +324,7 @@ impl AdminQueue {
             scratch_taken: false,
             undo_auth_key_adds: false,
             reset_seen: None,
+            sleeper: None,
         }
     }
 
@@ -792,14 +797,53 @@ impl AdminQueue {
     }
 
     /// Wait for command `id` (bounded by the timeout) and take its outcome.
+    ///
+    /// Polls, spinning, for [`SPINS_BEFORE_SLEEP`] polls: a command the NIC answers at once
+    /// (the simulator's; a firmware's fast path) costs no system call. Past them, on a NIC
+    /// whose [`AdminSleep`] can wake the caller (the admin completion interrupt, interface
+    /// 1.15), the thread sleeps until a completion may have come or the command's timeout,
+    /// then polls again; elsewhere it yields between polls, as before. Holding the queue, it
+    /// is the only one to collect completions, so the reap count it read after its poll
+    /// changes only by its own next poll: the arm alone decides when it is woken.
     pub fn wait_command(&mut self, bar: &dyn Mmio, id: u16) -> Result<AdminResult, DriverError> {
         let mut spins = 0u32;
+        // Made at the first sleep and kept for the rest of the wait, so that the interrupt's
+        // list holds it once however often it sleeps.
+        let mut waker: Option<Waker> = None;
         loop {
             if let Some(r) = self.poll_command(bar, id) {
                 return r;
             }
+            if spins >= SPINS_BEFORE_SLEEP && self.sleep(bar, id, &mut waker) {
+                continue;
+            }
             backoff(&mut spins);
         }
+    }
+
+    /// Sleep, in [`AdminQueue::wait_command`], until command `id` may have completed or its
+    /// timeout passed. False (nothing slept) when no one would wake the thread: no
+    /// [`AdminSleep`], a NIC without the interrupt or one that will answer nothing (the next
+    /// poll says so), or a command no poll has timed yet.
+    fn sleep(&mut self, bar: &dyn Mmio, id: u16, waker: &mut Option<Waker>) -> bool {
+        let (Some(sleeper), Some(deadline)) = (self.sleeper.clone(), self.gives_up_at(id)) else {
+            return false;
+        };
+        let waker =
+            waker.get_or_insert_with(|| Waker::from(Arc::new(Unpark(std::thread::current()))));
+        let seen = self.reaped.load(Ordering::Acquire);
+        if !sleeper.wake_after(bar, &self.reaped, seen, waker, deadline) {
+            return false;
+        }
+        // An unpark that came before this (the vector already raised) makes it return at once;
+        // one meant for an earlier sleep of this thread only costs a poll.
+        std::thread::park_timeout(deadline.saturating_duration_since(Instant::now()));
+        true
+    }
+
+    /// Let [`AdminQueue::wait_command`] sleep through `sleeper` once its spin is over.
+    pub(crate) fn set_sleeper(&mut self, sleeper: Arc<dyn AdminSleep>) {
+        self.sleeper = Some(sleeper);
     }
 
     /// [`DriverError::FunctionReset`] for command `opcode` once a reset was seen.
@@ -888,10 +932,44 @@ impl AdminQueue {
 /// at once rather than at the timeout, and never reported as worth retrying.
 pub const FATAL_CHECK_AFTER: Duration = Duration::from_millis(1);
 
+/// Polls a synchronous command spins for before it sleeps, where the NIC can wake it
+/// ([`AdminQueue::wait_command`]), or yields between polls: some tens of microseconds, which
+/// a command the NIC answers at once never reaches.
+pub const SPINS_BEFORE_SLEEP: u32 = 1024;
+
+/// What wakes a thread asleep in [`AdminQueue::wait_command`]: the NIC's admin completion
+/// interrupt (`crate::admin_interrupt`), reached through its NIC.
+pub(crate) trait AdminSleep: Send + Sync {
+    /// Wake `waker` at the next completion the NIC writes, at once if the queue's reap count
+    /// `reaped` is no longer `seen` (read after the caller's last poll), or at `deadline`.
+    /// False when nothing will: the caller polls.
+    fn wake_after(
+        &self,
+        bar: &dyn Mmio,
+        reaped: &AtomicU64,
+        seen: u64,
+        waker: &Waker,
+        deadline: Instant,
+    ) -> bool;
+}
+
+/// Wakes a thread parked in [`AdminQueue::wait_command`].
+struct Unpark(std::thread::Thread);
+
+impl std::task::Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
 /// Spin a little, then yield.
 fn backoff(spins: &mut u32) {
     *spins = spins.saturating_add(1);
-    if *spins < 1024 {
+    if *spins < SPINS_BEFORE_SLEEP {
         std::hint::spin_loop();
     } else {
         std::thread::yield_now();

@@ -1,9 +1,10 @@
 //! The admin completion interrupt (`ADMIN_ARM`, interface 1.15): sleeping until the NIC
 //! answers an admin command instead of polling for the answer.
 //!
-//! Who waits for an admin completion without holding the admin queue — a reader of an event
-//! queue whose AV has an `FI_EVENT` insert in flight (`crate::eq`) — asks to be woken
-//! (`AdminInterrupt::wake_after`) with a [`Waker`] and sleeps. One MSI-X vector of the NIC
+//! Who waits for an admin completion — a reader of an event queue whose AV has an `FI_EVENT`
+//! insert in flight (`crate::eq`), without holding the admin queue, or a synchronous command
+//! the NIC did not answer within its spin (`AdminQueue::wait_command`), holding it — asks to
+//! be woken (`AdminInterrupt::wake_after`) with a [`Waker`] and sleeps. One MSI-X vector of the NIC
 //! is the admin ring's, taken the first time someone asks, and one thread per NIC sleeps on
 //! its eventfd: when the vector is raised it wakes everyone who asked since the last raise.
 //! Each then polls its command as before, and asks again if it is still in flight. The thread
@@ -23,7 +24,8 @@
 //!   thread takes after it) raises the vector when it is;
 //! * written and not yet collected: the arm raises the vector at once;
 //! * collected by another thread since the waiter's poll, and filed for it: the reap count has
-//!   changed, which `wake_after` reads after it armed, and the waiter is woken at once.
+//!   changed, which `wake_after` reads after it armed, and the waiter is woken at once. (A
+//!   synchronous command holds the queue while it sleeps: no one else collects.)
 //!
 //! Wakeups may be spurious (a raise for another command, an arm that finds completions the
 //! driver collected but has not reported with `ADMIN_CQ_HEAD` yet): a waiter polls and asks
@@ -386,5 +388,103 @@ mod tests {
             "the insert's timeout of {timeout:?} was reported after {took:?}"
         );
         assert_eq!(eq.readerr().expect("the insert's error").context, 3);
+    }
+
+    /// CPU time the calling thread has used.
+    fn thread_cpu_time() -> Duration {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid, writable timespec for the duration of the call, which
+        // writes nothing else; CLOCK_THREAD_CPUTIME_ID is a clock Linux defines.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        assert_eq!(rc, 0, "clock_gettime");
+        Duration::new(
+            u64::try_from(ts.tv_sec).expect("seconds"),
+            u32::try_from(ts.tv_nsec).expect("nanoseconds"),
+        )
+    }
+
+    /// A synchronous admin command the NIC does not answer at once sleeps on the admin
+    /// interrupt once its spin is over, where it yielded between polls until the NIC
+    /// answered: the waiting thread takes a small part of a CPU, and returns when the NIC
+    /// answers. A NIC without the interrupt (interface 1.14) is polled, as before.
+    #[test]
+    fn a_synchronous_command_sleeps_until_the_nic_answers() {
+        const HELD: Duration = Duration::from_millis(300);
+        for minor in [uet_regs::INTERFACE_MINOR, 14] {
+            let fabric = Fabric::new();
+            let mut config = NicConfig::new("10.0.0.1".parse().expect("address"));
+            config.interface_minor = minor;
+            let f = fabric.add_nic(config).expect("NIC");
+            let nic = Nic::open(Arc::new(SimDevice::new(f.clone()))).expect("open NIC");
+            nic.set_admin_timeout(Duration::from_secs(30));
+            // Stopped: the command waits in the admin queue, unanswered.
+            nic.bar0().write(DEV_CTRL, DevCtrl::new());
+            let arms = f.debug_counters().admin_arms;
+            let started = Instant::now();
+            let command = {
+                let nic = nic.clone();
+                std::thread::spawn(move || {
+                    let cpu = thread_cpu_time();
+                    let r = nic
+                        .admin_command(uet_fwif::admin::Command::EndpointDestroy { endpoint: 99 });
+                    (r, thread_cpu_time() - cpu, Instant::now())
+                })
+            };
+            if minor >= uet_regs::since::ADMIN_ARM {
+                while f.debug_counters().admin_arms == arms {
+                    assert!(
+                        started.elapsed() < Duration::from_secs(10),
+                        "the command never armed the admin ring"
+                    );
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+            std::thread::sleep(HELD);
+            let answered = Instant::now();
+            nic.bar0().write(DEV_CTRL, DevCtrl::new().with_enable(true));
+            let (r, cpu, returned) = command.join().expect("command");
+            // The NIC ran it: no endpoint 99.
+            let e = r.expect_err("endpoint 99 does not exist");
+            assert!(
+                matches!(
+                    e,
+                    crate::DriverError::AdminStatus {
+                        status: uet_fwif::admin::Status::InvalidHandle,
+                        ..
+                    }
+                ),
+                "{e}"
+            );
+            let waited = returned - started;
+            assert!(
+                waited >= HELD,
+                "returned after {waited:?}, before the NIC answered"
+            );
+            let late = returned.saturating_duration_since(answered);
+            assert!(
+                late < Duration::from_secs(5),
+                "returned {late:?} after the answer"
+            );
+            if minor >= uet_regs::since::ADMIN_ARM {
+                assert!(
+                    cpu < waited / 4,
+                    "the command took {cpu:?} of CPU in {waited:?}: it did not sleep"
+                );
+                assert_eq!(
+                    f.debug_counters().admin_arms,
+                    arms + 1,
+                    "one arm: the thread slept through the whole wait"
+                );
+            } else {
+                assert_eq!(
+                    f.debug_counters().admin_arms,
+                    arms,
+                    "nothing to arm at 1.{minor}"
+                );
+            }
+        }
     }
 }

@@ -675,6 +675,28 @@ impl NicInner {
     }
 }
 
+/// The [`AdminSleep`](crate::admin::AdminSleep) of a NIC's admin queue: its admin completion
+/// interrupt, set up at the first sleep as for a reader of an event queue
+/// ([`NicInner::admin_interrupt`]). Weak, since the queue is the NIC's: a command waited on
+/// while the NIC goes polls.
+struct AdminSleeper(std::sync::Weak<NicInner>);
+
+impl crate::admin::AdminSleep for AdminSleeper {
+    fn wake_after(
+        &self,
+        bar: &dyn Mmio,
+        reaped: &std::sync::atomic::AtomicU64,
+        seen: u64,
+        waker: &std::task::Waker,
+        deadline: Instant,
+    ) -> bool {
+        let Some(interrupt) = self.0.upgrade().and_then(|nic| nic.admin_interrupt()) else {
+            return false;
+        };
+        interrupt.wake_after(bar, reaped, seen, waker, deadline)
+    }
+}
+
 impl Drop for NicInner {
     fn drop(&mut self) {
         // Take the eventfds back from the device: it raises nothing once this Nic is gone.
@@ -815,27 +837,31 @@ impl Nic {
             "NIC up"
         );
         let nic = Nic {
-            inner: Arc::new(NicInner {
-                device,
-                iova,
-                caps,
-                identity,
-                endpoint_seq: AtomicU16::new(1),
-                auth_grants: (0..caps.auth_key_slots)
-                    .map(|_| AtomicU32::new(0))
-                    .collect(),
-                admin_abandoned: admin.abandoned_counter(),
-                admin_reaped: admin.reaped_counter(),
-                admin_sq_base: admin.sq_base(),
-                admin: Mutex::new(admin),
-                av_window: Mutex::new(None),
-                av_tables: Mutex::new(Vec::new()),
-                endpoints: Mutex::new(Vec::new()),
-                claim,
-                quarantine: Mutex::new(Vec::new()),
-                interrupts: std::sync::OnceLock::new(),
-                admin_interrupt: Mutex::new(AdminInterruptSlot::NotYet),
-                cm_shared_wakeup: Arc::new(Mutex::new(std::sync::Weak::new())),
+            inner: Arc::new_cyclic(|weak| {
+                // Synchronous commands sleep on the admin interrupt once their spin is over.
+                admin.set_sleeper(Arc::new(AdminSleeper(weak.clone())));
+                NicInner {
+                    device,
+                    iova,
+                    caps,
+                    identity,
+                    endpoint_seq: AtomicU16::new(1),
+                    auth_grants: (0..caps.auth_key_slots)
+                        .map(|_| AtomicU32::new(0))
+                        .collect(),
+                    admin_abandoned: admin.abandoned_counter(),
+                    admin_reaped: admin.reaped_counter(),
+                    admin_sq_base: admin.sq_base(),
+                    admin: Mutex::new(admin),
+                    av_window: Mutex::new(None),
+                    av_tables: Mutex::new(Vec::new()),
+                    endpoints: Mutex::new(Vec::new()),
+                    claim,
+                    quarantine: Mutex::new(Vec::new()),
+                    interrupts: std::sync::OnceLock::new(),
+                    admin_interrupt: Mutex::new(AdminInterruptSlot::NotYet),
+                    cm_shared_wakeup: Arc::new(Mutex::new(std::sync::Weak::new())),
+                }
             }),
         };
         crate::telemetry::nic_opened(&nic);
