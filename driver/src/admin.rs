@@ -630,7 +630,8 @@ impl AdminQueue {
         }
     }
 
-    /// Wait until fewer than ring size − 1 commands are in flight; after the timeout,
+    /// Wait until fewer than ring size − 1 commands are in flight (spinning, then sleeping
+    /// until the next completion, as [`AdminQueue::wait_command`] does); after the timeout,
     /// [`DriverError::AdminRingFull`]: the command was not submitted, so (unlike a command
     /// that timed out) it cannot run late.
     fn make_room(&mut self, bar: &dyn Mmio, opcode: u8) -> Result<(), DriverError> {
@@ -638,15 +639,21 @@ impl AdminQueue {
         // The clock is read only once the ring is found full.
         let mut start: Option<Instant> = None;
         let mut spins = 0u32;
+        let mut waker = None;
         while self.in_flight >= limit {
             self.reap(bar)?;
             if self.in_flight < limit {
                 break;
             }
-            let waited = start.get_or_insert_with(Instant::now).elapsed();
+            let since = *start.get_or_insert_with(Instant::now);
             // A stopped device never drains the ring: that is not "try again".
-            if let Some(e) = self.stalled(bar, opcode, waited, false) {
+            if let Some(e) = self.stalled(bar, opcode, since.elapsed(), false) {
                 return Err(e);
+            }
+            // Any completion makes room: sleep until the next, as a command waits for its own.
+            let deadline = since.checked_add(self.timeout);
+            if spins >= SPINS_BEFORE_SLEEP && self.sleep(bar, deadline, &mut waker) {
+                continue;
             }
             backoff(&mut spins);
         }
@@ -800,7 +807,7 @@ impl AdminQueue {
     ///
     /// Polls, spinning, for [`SPINS_BEFORE_SLEEP`] polls: a command the NIC answers at once
     /// (the simulator's; a firmware's fast path) costs no system call. Past them, on a NIC
-    /// whose [`AdminSleep`] can wake the caller (the admin completion interrupt, interface
+    /// whose `AdminSleep` can wake the caller (the admin completion interrupt, interface
     /// 1.15), the thread sleeps until a completion may have come or the command's timeout,
     /// then polls again; elsewhere it yields between polls, as before. Holding the queue, it
     /// is the only one to collect completions, so the reap count it read after its poll
@@ -814,19 +821,24 @@ impl AdminQueue {
             if let Some(r) = self.poll_command(bar, id) {
                 return r;
             }
-            if spins >= SPINS_BEFORE_SLEEP && self.sleep(bar, id, &mut waker) {
+            if spins >= SPINS_BEFORE_SLEEP && self.sleep(bar, self.gives_up_at(id), &mut waker) {
                 continue;
             }
             backoff(&mut spins);
         }
     }
 
-    /// Sleep, in [`AdminQueue::wait_command`], until command `id` may have completed or its
-    /// timeout passed. False (nothing slept) when no one would wake the thread: no
-    /// [`AdminSleep`], a NIC without the interrupt or one that will answer nothing (the next
-    /// poll says so), or a command no poll has timed yet.
-    fn sleep(&mut self, bar: &dyn Mmio, id: u16, waker: &mut Option<Waker>) -> bool {
-        let (Some(sleeper), Some(deadline)) = (self.sleeper.clone(), self.gives_up_at(id)) else {
+    /// Sleep, in [`AdminQueue::wait_command`] or [`AdminQueue::make_room`], until the NIC may
+    /// have written a completion, or until `deadline` (when a poll gives the wait up). False
+    /// (nothing slept) when no one would wake the thread: no [`AdminSleep`], a NIC without
+    /// the interrupt or one that will answer nothing (the next poll says so), or no deadline.
+    fn sleep(
+        &mut self,
+        bar: &dyn Mmio,
+        deadline: Option<Instant>,
+        waker: &mut Option<Waker>,
+    ) -> bool {
+        let (Some(sleeper), Some(deadline)) = (self.sleeper.clone(), deadline) else {
             return false;
         };
         let waker =

@@ -179,6 +179,11 @@ impl AdminInterrupt {
     pub(crate) fn vector(&self) -> u16 {
         self.shared.vector
     }
+
+    /// Waiters registered, for the next raise or their deadline.
+    pub(crate) fn waiters(&self) -> usize {
+        self.shared.lock().waiting.len()
+    }
 }
 
 impl Shared {
@@ -406,13 +411,99 @@ mod tests {
         )
     }
 
+    /// How long [`command_held_by_a_stopped_nic`] keeps the NIC stopped.
+    const HELD: Duration = Duration::from_millis(300);
+
+    /// What [`command_held_by_a_stopped_nic`] saw of its command.
+    struct Held {
+        result: Result<crate::admin::AdminResult, crate::DriverError>,
+        /// CPU time the command's thread used in the call.
+        cpu: Duration,
+        /// From the call to its return.
+        waited: Duration,
+        /// From the NIC's start to the call's return.
+        late: Duration,
+    }
+
+    /// Run ENDPOINT_DESTROY of an endpoint that does not exist on another thread while the
+    /// NIC is stopped, and start it [`HELD`] after the call went to sleep on the
+    /// admin interrupt (at once on a NIC without `ADMIN_ARM`).
+    fn command_held_by_a_stopped_nic(nic: &Nic) -> Held {
+        nic.bar0().write(DEV_CTRL, DevCtrl::new());
+        let started = Instant::now();
+        let command = {
+            let nic = nic.clone();
+            std::thread::spawn(move || {
+                let cpu = thread_cpu_time();
+                let result =
+                    nic.admin_command(uet_fwif::admin::Command::EndpointDestroy { endpoint: 99 });
+                (result, thread_cpu_time() - cpu, Instant::now())
+            })
+        };
+        if nic.identity().interface_minor >= uet_regs::since::ADMIN_ARM {
+            let interrupt = nic.inner.admin_interrupt().expect("admin interrupt");
+            while interrupt.waiters() == 0 {
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "the command never went to sleep on the admin interrupt"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        std::thread::sleep(HELD);
+        let answered = Instant::now();
+        nic.bar0().write(DEV_CTRL, DevCtrl::new().with_enable(true));
+        let (result, cpu, returned) = command.join().expect("command");
+        Held {
+            result,
+            cpu,
+            waited: returned - started,
+            late: returned.saturating_duration_since(answered),
+        }
+    }
+
+    /// Whether `held` is the NIC's answer to [`command_held_by_a_stopped_nic`]'s command, which
+    /// waited until the NIC started, and only a small part of it on the CPU (`slept`).
+    fn assert_answered(held: &Held, slept: bool) {
+        let e = held
+            .result
+            .as_ref()
+            .expect_err("endpoint 99 does not exist");
+        assert!(
+            matches!(
+                e,
+                crate::DriverError::AdminStatus {
+                    status: uet_fwif::admin::Status::InvalidHandle,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let Held {
+            cpu, waited, late, ..
+        } = *held;
+        assert!(
+            waited >= HELD,
+            "returned after {waited:?}, before the NIC answered"
+        );
+        assert!(
+            late < Duration::from_secs(5),
+            "returned {late:?} after the answer"
+        );
+        if slept {
+            assert!(
+                cpu < waited / 4,
+                "the command took {cpu:?} of CPU in {waited:?}: it did not sleep"
+            );
+        }
+    }
+
     /// A synchronous admin command the NIC does not answer at once sleeps on the admin
     /// interrupt once its spin is over, where it yielded between polls until the NIC
     /// answered: the waiting thread takes a small part of a CPU, and returns when the NIC
     /// answers. A NIC without the interrupt (interface 1.14) is polled, as before.
     #[test]
     fn a_synchronous_command_sleeps_until_the_nic_answers() {
-        const HELD: Duration = Duration::from_millis(300);
         for minor in [uet_regs::INTERFACE_MINOR, 14] {
             let fabric = Fabric::new();
             let mut config = NicConfig::new("10.0.0.1".parse().expect("address"));
@@ -420,71 +511,44 @@ mod tests {
             let f = fabric.add_nic(config).expect("NIC");
             let nic = Nic::open(Arc::new(SimDevice::new(f.clone()))).expect("open NIC");
             nic.set_admin_timeout(Duration::from_secs(30));
-            // Stopped: the command waits in the admin queue, unanswered.
-            nic.bar0().write(DEV_CTRL, DevCtrl::new());
             let arms = f.debug_counters().admin_arms;
-            let started = Instant::now();
-            let command = {
-                let nic = nic.clone();
-                std::thread::spawn(move || {
-                    let cpu = thread_cpu_time();
-                    let r = nic
-                        .admin_command(uet_fwif::admin::Command::EndpointDestroy { endpoint: 99 });
-                    (r, thread_cpu_time() - cpu, Instant::now())
-                })
-            };
-            if minor >= uet_regs::since::ADMIN_ARM {
-                while f.debug_counters().admin_arms == arms {
-                    assert!(
-                        started.elapsed() < Duration::from_secs(10),
-                        "the command never armed the admin ring"
-                    );
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            }
-            std::thread::sleep(HELD);
-            let answered = Instant::now();
-            nic.bar0().write(DEV_CTRL, DevCtrl::new().with_enable(true));
-            let (r, cpu, returned) = command.join().expect("command");
-            // The NIC ran it: no endpoint 99.
-            let e = r.expect_err("endpoint 99 does not exist");
-            assert!(
-                matches!(
-                    e,
-                    crate::DriverError::AdminStatus {
-                        status: uet_fwif::admin::Status::InvalidHandle,
-                        ..
-                    }
-                ),
-                "{e}"
+            let held = command_held_by_a_stopped_nic(&nic);
+            let interrupt = minor >= uet_regs::since::ADMIN_ARM;
+            assert_answered(&held, interrupt);
+            assert_eq!(
+                f.debug_counters().admin_arms,
+                arms + u64::from(interrupt),
+                "one arm at 1.15 (the thread slept through the whole wait), none at 1.14"
             );
-            let waited = returned - started;
-            assert!(
-                waited >= HELD,
-                "returned after {waited:?}, before the NIC answered"
-            );
-            let late = returned.saturating_duration_since(answered);
-            assert!(
-                late < Duration::from_secs(5),
-                "returned {late:?} after the answer"
-            );
-            if minor >= uet_regs::since::ADMIN_ARM {
-                assert!(
-                    cpu < waited / 4,
-                    "the command took {cpu:?} of CPU in {waited:?}: it did not sleep"
-                );
-                assert_eq!(
-                    f.debug_counters().admin_arms,
-                    arms + 1,
-                    "one arm: the thread slept through the whole wait"
-                );
-            } else {
-                assert_eq!(
-                    f.debug_counters().admin_arms,
-                    arms,
-                    "nothing to arm at 1.{minor}"
-                );
-            }
         }
+    }
+
+    /// A command that finds the admin ring full of commands the NIC has not answered sleeps
+    /// until a completion makes room, as a command sleeps until its own.
+    #[test]
+    fn a_command_waiting_for_room_in_the_admin_ring_sleeps() {
+        let fabric = Fabric::new();
+        let f = fabric
+            .add_nic(NicConfig::new("10.0.0.1".parse().expect("address")))
+            .expect("NIC");
+        let nic = Nic::open(Arc::new(SimDevice::new(f.clone()))).expect("open NIC");
+        // Stopped, the ring fills with commands that time out, unanswered.
+        nic.set_admin_timeout(Duration::from_millis(1));
+        nic.bar0().write(DEV_CTRL, DevCtrl::new());
+        let unanswered = uet_fwif::admin::Command::EndpointDestroy { endpoint: 0xFFFF };
+        for _ in 0..(1usize << crate::admin::ADMIN_RING_LOG2) - 1 {
+            let e = nic.admin_command(unanswered).expect_err("stopped");
+            assert!(matches!(e, crate::DriverError::AdminTimeout { .. }), "{e}");
+        }
+        // They slept until their timeouts: the thread lets them go at those deadlines.
+        let interrupt = nic.inner.admin_interrupt().expect("admin interrupt");
+        let since = Instant::now();
+        while interrupt.waiters() > 0 {
+            assert!(since.elapsed() < Duration::from_secs(10), "waiters kept");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        nic.set_admin_timeout(Duration::from_secs(30));
+        let held = command_held_by_a_stopped_nic(&nic);
+        assert_answered(&held, true);
     }
 }
