@@ -44,8 +44,15 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static COUNTING: Counting = Counting;
 
-fn live() -> usize {
-    LIVE.with(|l| l.get()) as usize
+/// This thread's count. Signed: a thread may free what another allocated (a harness that
+/// runs each test on a thread of its own), so a test may find it below zero.
+fn live() -> isize {
+    LIVE.with(|l| l.get())
+}
+
+/// Bytes this thread has come to hold since its count was `before`.
+fn held_since(before: isize) -> usize {
+    usize::try_from(live() - before).expect("no more freed than allocated since")
 }
 
 /// An address of subnet `k` (a /16 of its own, so a template of its own).
@@ -69,7 +76,7 @@ fn templates_count_every_byte_they_hold() {
         words.push(0);
         let w = t.pack(&subnet(k)).unwrap();
         *words.last_mut().unwrap() = w;
-        let held = live() - before - words.capacity() * 8;
+        let held = held_since(before) - words.capacity() * 8;
         let counted = t.heap_bytes();
         assert!(counted >= held, "{k}: {counted} bytes counted, {held} held");
         most_off = most_off.max(counted - held);
@@ -77,11 +84,11 @@ fn templates_count_every_byte_they_hold() {
     assert!(most_off <= 64, "counted up to {most_off} bytes too many");
     // Releasing templates gives no memory back: the count stays.
     let full = t.heap_bytes();
-    let held = live() - before - words.capacity() * 8;
+    let held = held_since(before) - words.capacity() * 8;
     for &w in words.iter().step_by(2) {
         t.release(w);
     }
-    assert_eq!(live() - before - words.capacity() * 8, held);
+    assert_eq!(held_since(before) - words.capacity() * 8, held);
     assert_eq!(
         t.heap_bytes(),
         full,
@@ -101,7 +108,7 @@ fn addresses_kept_whole_count_every_byte_they_hold() {
     let mut most_off = 0usize;
     for k in 0..5_000u32 {
         words.push(t.pack(&subnet(MAX_TEMPLATES as u32 + k)).unwrap());
-        let held = live() - before - test_bytes;
+        let held = held_since(before) - test_bytes;
         let counted = t.heap_bytes();
         assert!(counted >= held, "{k}: {counted} bytes counted, {held} held");
         most_off = most_off.max(counted - held);
