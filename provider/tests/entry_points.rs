@@ -3753,9 +3753,13 @@ fn fi_eq_write_takes_each_event_in_its_own_entry() {
 /// is the request, never a NULL `info`. The NIC gives a new endpoint the lowest PIDonFEP
 /// free: the requesters name the first listener's, where each next one will be. A race:
 /// each round may or may not land a request in the moment the listener is made and not yet
-/// known to the EQ; the rounds together often do.
+/// known to the EQ; the rounds together often do. In a process of its own, where no other
+/// test makes endpoints on the simulated NIC.
 #[test]
 fn a_request_arriving_during_fi_listen_is_reported_with_its_fi_info() {
+    if !common::in_own_process("a_request_arriving_during_fi_listen_is_reported_with_its_fi_info") {
+        return;
+    }
     const ROUNDS: usize = 18;
     const PER_ROUND: usize = 2;
     let m = Msg::new();
@@ -6473,9 +6477,12 @@ fn open_descriptors() -> usize {
 
 /// Closing an `FI_WAIT_FD` queue closes its descriptor, also while a thread waits in
 /// `fi_eq_sread` (which wakes with `-FI_EBADF`): opening and closing many leaks none.
-/// (Counted over the whole process: run alone, as nextest runs each test.)
+/// (Counted over the whole process: the test runs in a process of its own.)
 #[test]
 fn closing_fi_wait_fd_eqs_leaks_no_descriptor() {
+    if !common::in_own_process("closing_fi_wait_fd_eqs_leaks_no_descriptor") {
+        return;
+    }
     let open = Open::new(0, FI_FORMAT_UNSPEC);
     let before = open_descriptors();
     let eqs: Vec<_> = (0..32)
@@ -6791,10 +6798,13 @@ fn an_fi_wait_fd_counter_gives_a_descriptor_readable_when_the_counter_may_have_c
 }
 
 /// Closing an `FI_WAIT_FD` counter closes its descriptors (its eventfds and epoll set):
-/// opening and closing many leaks none. (Counted over the whole process: run alone, as
-/// nextest runs each test.)
+/// opening and closing many leaks none. (Counted over the whole process: the test runs in a
+/// process of its own.)
 #[test]
 fn closing_fi_wait_fd_counters_leaks_no_descriptor() {
+    if !common::in_own_process("closing_fi_wait_fd_counters_leaks_no_descriptor") {
+        return;
+    }
     let open = Open::new(FI_MSG, FI_FORMAT_UNSPEC);
     let before = open_descriptors();
     let cntrs: Vec<_> = (0..32)
