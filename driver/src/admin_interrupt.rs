@@ -277,6 +277,16 @@ mod tests {
             const { std::cell::Cell::new(None) };
     }
 
+    /// A NIC of `fabric` at interface 1.`minor`, opened, and the function behind it (for the
+    /// simulator's counters).
+    fn nic_of_interface(fabric: &Fabric, minor: u8) -> (Nic, uet_sim::SimFunction) {
+        let mut config = NicConfig::new("10.0.0.1".parse().expect("address"));
+        config.interface_minor = minor;
+        let f = fabric.add_nic(config).expect("NIC");
+        let nic = Nic::open(Arc::new(SimDevice::new(f.clone()))).expect("open NIC");
+        (nic, f)
+    }
+
     /// A start that fails (no thread, or no eventfd: the system is short of them) is not
     /// tried again at each later wait, each warning anew, while waiters poll every
     /// millisecond: the NIC's waiters poll from then on, as with no interrupts.
@@ -325,10 +335,7 @@ mod tests {
     #[test]
     fn a_waiter_woken_by_another_raise_still_polls_at_its_commands_timeout() {
         let fabric = Fabric::new();
-        let f = fabric
-            .add_nic(NicConfig::new("10.0.0.1".parse().expect("address")))
-            .expect("NIC");
-        let nic = Nic::open(Arc::new(SimDevice::new(f.clone()))).expect("open NIC");
+        let (nic, f) = nic_of_interface(&fabric, uet_regs::INTERFACE_MINOR);
         let mut av = nic
             .open_av(AvAttr {
                 count: 8,
@@ -506,10 +513,7 @@ mod tests {
     fn a_synchronous_command_sleeps_until_the_nic_answers() {
         for minor in [uet_regs::INTERFACE_MINOR, 14] {
             let fabric = Fabric::new();
-            let mut config = NicConfig::new("10.0.0.1".parse().expect("address"));
-            config.interface_minor = minor;
-            let f = fabric.add_nic(config).expect("NIC");
-            let nic = Nic::open(Arc::new(SimDevice::new(f.clone()))).expect("open NIC");
+            let (nic, f) = nic_of_interface(&fabric, minor);
             nic.set_admin_timeout(Duration::from_secs(30));
             let arms = f.debug_counters().admin_arms;
             let held = command_held_by_a_stopped_nic(&nic);
@@ -528,10 +532,7 @@ mod tests {
     #[test]
     fn a_command_waiting_for_room_in_the_admin_ring_sleeps() {
         let fabric = Fabric::new();
-        let f = fabric
-            .add_nic(NicConfig::new("10.0.0.1".parse().expect("address")))
-            .expect("NIC");
-        let nic = Nic::open(Arc::new(SimDevice::new(f.clone()))).expect("open NIC");
+        let (nic, _) = nic_of_interface(&fabric, uet_regs::INTERFACE_MINOR);
         // Stopped, the ring fills with commands that time out, unanswered.
         nic.set_admin_timeout(Duration::from_millis(1));
         nic.bar0().write(DEV_CTRL, DevCtrl::new());
