@@ -699,6 +699,13 @@ impl crate::admin::AdminSleep for AdminSleeper {
 
 impl Drop for NicInner {
     fn drop(&mut self) {
+        // The admin interrupt's thread reads the device's status: it stops (joined) before the
+        // device is reset and its claim released, not after, when another open may hold it.
+        let slot = self
+            .admin_interrupt
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        drop(std::mem::replace(slot, AdminInterruptSlot::Failed));
         // Take the eventfds back from the device: it raises nothing once this Nic is gone.
         if let Some(Some(_)) = self.interrupts.get() {
             if let Err(e) = self.device.clear_msix() {
