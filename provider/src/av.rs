@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use uet_av::AddressVector;
 use uet_av::{
-    av_type_from_c, rx_ctx_bits_from_c, AddrFormat, AvAttr, AvName, FiError, ADDR_LEN,
+    av_type_from_c, rx_ctx_bits_from_c, AddrFormat, AvAttr, AvName, AvType, FiError, ADDR_LEN,
     FI_AV_USER_ID, FI_SYNC_ERR,
 };
 use uet_driver::av::NicAv;
@@ -276,6 +276,16 @@ pub(crate) unsafe extern "C" fn domain_av_open(
         } else {
             AvKind::Own(Box::new(dom.open_av(rust)?))
         };
+        // fi_av(3), FI_AV_UNSPEC: "The AV type used will be returned through the type field
+        // in fi_av_attr". A type the application named stays as it gave it (FI_AV_MAP is
+        // served as a table, see `served_av_type`).
+        if c.av_type == AvType::Unspec.to_raw() {
+            c.av_type = match &kind {
+                AvKind::Own(av) => av.av_type(),
+                AvKind::Shared(av) => av.av().av_type(),
+            }
+            .to_raw();
+        }
         let boxed = Box::new(UetAv {
             fid: FidAv {
                 fid: Fid {

@@ -320,6 +320,35 @@ fn an_application_that_asked_for_fi_av_map_opens_an_fi_av_map_av() {
 }
 
 #[test]
+fn fi_av_open_of_fi_av_unspec_returns_the_type_it_chose_and_a_refused_open_leaves_it() {
+    let open = Open::new(0, FI_FORMAT_UNSPEC);
+    let mut attr = av_attr(16);
+    attr.av_type = AvType::Unspec.to_raw();
+    attr.flags = 1 << 30;
+    assert_eq!(
+        open.av_open(&mut attr).err(),
+        Some(-(FiErrno::FI_EBADFLAGS.get() as c_int))
+    );
+    assert_eq!(
+        attr.av_type,
+        AvType::Unspec.to_raw(),
+        "a refused open changes nothing"
+    );
+    attr.flags = 0;
+    let av = open.av_open(&mut attr).expect("fi_av_open(FI_AV_UNSPEC)");
+    assert_eq!(attr.av_type, AvType::Table.to_raw());
+    // SAFETY: ours, closed once.
+    assert_eq!(unsafe { close(&mut (*av).fid) }, 0);
+    // A type the application named comes back as it gave it.
+    let mut attr = av_attr(16);
+    attr.av_type = AvType::Map.to_raw();
+    let av = open.av_open(&mut attr).expect("fi_av_open(FI_AV_MAP)");
+    assert_eq!(attr.av_type, AvType::Map.to_raw());
+    // SAFETY: ours, closed once.
+    assert_eq!(unsafe { close(&mut (*av).fid) }, 0);
+}
+
+#[test]
 fn hints_name_the_provider_in_any_case_as_libfabric_matches_provider_names() {
     let hints = Hints::new(0, FI_FORMAT_UNSPEC);
     // SAFETY: the hints' own attributes; the string outlives the call.
