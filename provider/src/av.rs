@@ -16,7 +16,12 @@
 //!   the flag later versions pair with it (`-FI_EBADFLAGS`): such an AV could not be given a
 //!   user id.
 //! * `FI_EVENT`: `fi_av_bind` to a queue of [`crate::eq`]; an insert's `context` is its
-//!   events' context, and their `fid` the application's `fid_av`.
+//!   events' context, and their `fid` the application's `fid_av`. An insert's `fi_addr`
+//!   array is kept until its `FI_AV_COMPLETE` is posted (fi_av(3) has the application keep it
+//!   valid until then): an address that fails after the call returned (the NIC refused or did
+//!   not take its AV_WRITE, or `fi_close` cancelled its `FI_MORE` batch) finds
+//!   `FI_ADDR_NOTAVAIL` in its slot when its error entry is posted, as fi_av(3) says of
+//!   "a failed or aborted insertion" in both modes.
 //! * Every AV call takes the AV's lock: the domain is `FI_THREAD_SAFE`.
 
 use crate::abi::*;
@@ -24,13 +29,14 @@ use crate::domain::domain_ref;
 use crate::info::{c_str, served_av_type};
 use crate::{entry, null, object_ref, unsupported};
 use core::ffi::{c_char, c_int, c_void, CStr};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
-use uet_av::AddressVector;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use uet_av::{
     av_type_from_c, rx_ctx_bits_from_c, AddrFormat, AvAttr, AvName, AvType, FiError, ADDR_LEN,
-    FI_AV_USER_ID, FI_SYNC_ERR,
+    FI_ADDR_NOTAVAIL, FI_AV_USER_ID, FI_EVENT, FI_SYNC_ERR,
 };
+use uet_av::{AddressVector, AvEvent, AvEventSink, AvProgress};
 use uet_driver::av::NicAv;
 use uet_driver::{Av, SharedAv};
 
@@ -50,6 +56,57 @@ macro_rules! with_av {
     };
 }
 
+/// The `fi_addr` arrays of an `FI_EVENT` AV's insert calls whose `FI_AV_COMPLETE` is not
+/// posted yet, oldest first (calls complete in call order): `(address, count)`, address 0
+/// for a call without one.
+type OutArrays = Arc<Mutex<VecDeque<(usize, usize)>>>;
+
+/// The event queue an `FI_EVENT` AV posts to, seen through the AV's [`OutArrays`]: an error
+/// entry sets its address's `fi_addr` slot to `FI_ADDR_NOTAVAIL`, and `FI_AV_COMPLETE` lets
+/// the call's array go.
+struct OutRewriter {
+    queue: Arc<dyn AvEventSink>,
+    calls: OutArrays,
+}
+
+impl AvEventSink for OutRewriter {
+    fn post_av_event(&self, event: AvEvent) -> Result<(), FiError> {
+        {
+            let mut calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
+            match &event {
+                AvEvent::InsertError { position, .. } => {
+                    let at = usize::try_from(*position).ok();
+                    if let (Some(&(out, count)), Some(at)) = (calls.front(), at) {
+                        if out != 0 && at < count {
+                            // SAFETY: `out` is the `fi_addr` array of `count` entries of the
+                            // call at the front, the oldest not completed; fi_av(3) has the
+                            // application keep it valid until the call's completion event,
+                            // which is posted after this one.
+                            unsafe { (out as *mut FiAddr).add(at).write(FI_ADDR_NOTAVAIL) };
+                        }
+                    }
+                }
+                AvEvent::InsertComplete { .. } => {
+                    calls.pop_front();
+                }
+            }
+        }
+        self.queue.post_av_event(event)
+    }
+
+    fn attach_av(&self, progress: Weak<dyn AvProgress>) -> Result<u64, FiError> {
+        self.queue.attach_av(progress)
+    }
+
+    fn detach_av(&self, attachment: u64) {
+        self.queue.detach_av(attachment)
+    }
+
+    fn inserts_queued(&self) {
+        self.queue.inserts_queued()
+    }
+}
+
 /// An AV: libfabric's `fid_av` first, then the AV (`None` once closed), its address format
 /// and how many AV sets of it are open.
 #[repr(C)]
@@ -57,6 +114,8 @@ pub struct UetAv {
     fid: FidAv,
     av: Mutex<Option<AvKind>>,
     addr_format: AddrFormat,
+    /// The `fi_addr` arrays of inserts not completed (`FI_EVENT`).
+    outs: OutArrays,
     pub(crate) sets: AtomicUsize,
     /// Endpoints bound to the AV (`fi_close` is `FI_EBUSY` while any are).
     pub(crate) eps: AtomicUsize,
@@ -112,6 +171,38 @@ impl UetAv {
             Some(kind) => f(kind),
             None => Err(FiError::inval(format!("{call}: the AV is closed"))),
         }
+    }
+
+    /// Run the insert `f` on the AV, locked. On an `FI_EVENT` AV, `out` (the call's `fi_addr`
+    /// array of `count` entries, or NULL) is kept for the call's events until its
+    /// `FI_AV_COMPLETE` ([`OutRewriter`]); a call refused posts no event and keeps nothing.
+    fn insert_call(
+        &self,
+        call: &str,
+        out: *mut FiAddr,
+        count: usize,
+        f: impl FnOnce(&mut AvKind) -> Result<usize, FiError>,
+    ) -> Result<usize, FiError> {
+        self.with_kind(call, |kind| {
+            let flags = match kind {
+                AvKind::Own(av) => av.attr().flags,
+                AvKind::Shared(av) => av.av().attr().flags,
+            };
+            if flags & FI_EVENT == 0 {
+                return f(kind);
+            }
+            let outs = || self.outs.lock().unwrap_or_else(PoisonError::into_inner);
+            // Before the call: its events may be posted before it returns. Calls are made
+            // under the AV's lock, so this one's entry is the last until it returns.
+            outs().push_back((out as usize, count));
+            // A call that panics posts nothing either: its array must not stay the one the
+            // next call's events are written to.
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(kind)));
+            if !matches!(r, Ok(Ok(_))) {
+                outs().pop_back();
+            }
+            r.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })
     }
 
     fn lock(&self, call: &str) -> Result<MutexGuard<'_, Option<AvKind>>, FiError> {
@@ -297,6 +388,7 @@ pub(crate) unsafe extern "C" fn domain_av_open(
             },
             av: Mutex::new(Some(kind)),
             addr_format: dom.attr().addr_format,
+            outs: OutArrays::default(),
             sets: AtomicUsize::new(0),
             eps: AtomicUsize::new(0),
         });
@@ -316,15 +408,21 @@ unsafe extern "C" fn av_bind(fid: *mut Fid, bfid: *mut Fid, flags: u64) -> c_int
         let a = unsafe { av_ref(fid.cast(), CALL) }?;
         // SAFETY: NULL or a live object (libfabric's contract).
         let q = unsafe { crate::eq::eq_ref(bfid, CALL) }?;
+        let through = |queue| -> Arc<dyn AvEventSink> {
+            Arc::new(OutRewriter {
+                queue,
+                calls: Arc::clone(&a.outs),
+            })
+        };
         a.with_kind(CALL, |kind| match kind {
             AvKind::Own(av) => {
                 let sink = q.bind_av(av.id(), fid);
-                av.bind(sink, flags)
+                av.bind(through(sink), flags)
             }
             AvKind::Shared(av) => {
                 let id = av.av().id();
                 let sink = q.bind_av(id, fid);
-                av.bind(sink, flags)
+                av.bind(through(sink), flags)
             }
         })?;
         Ok(0)
@@ -413,6 +511,7 @@ unsafe extern "C" fn av_insert(
         // SAFETY: the application's AV pointer, ours.
         let a = unsafe { av_ref(av, CALL) }?;
         inserted(count)?;
+        let out = fi_addr;
         // SAFETY: libfabric's contract: `fi_addr` NULL or `count` entries; the status array
         // `count` ints.
         let (fi_addr, status) = unsafe {
@@ -428,7 +527,7 @@ unsafe extern "C" fn av_insert(
                 // SAFETY: `addr` holds `count` addresses of ADDR_LEN bytes (libfabric's
                 // contract); only read.
                 let addr = unsafe { c_slice_needed(addr.cast::<u8>(), bytes, CALL, "addr") }?;
-                a.with_kind(CALL, |kind| {
+                a.insert_call(CALL, out, count, |kind| {
                     with_av!(kind, av => av
                         .with_context(context)
                         .insert_with_status(addr, count, fi_addr, flags, status))
@@ -437,7 +536,7 @@ unsafe extern "C" fn av_insert(
             AddrFormat::Str => {
                 // SAFETY: `addr` is a `char *` array of `count` (libfabric's contract).
                 let strings = unsafe { c_strings(addr, count) }?;
-                a.with_kind(CALL, |kind| {
+                a.insert_call(CALL, out, count, |kind| {
                     with_av!(kind, av => av
                         .with_context(context)
                         .insert_str(&strings, fi_addr, flags, status))
@@ -464,6 +563,7 @@ unsafe extern "C" fn av_insertsvc(
         // SAFETY: NULL or NUL-terminated strings (libfabric's contract).
         let (node, service) = unsafe { (c_str(node, "node")?, c_str(service, "service")?) };
         let node = node.ok_or_else(|| null(CALL, "node"))?;
+        let out = fi_addr;
         // SAFETY: NULL or one fi_addr_t; the status array one int.
         let (fi_addr, status) = unsafe {
             (
@@ -472,7 +572,7 @@ unsafe extern "C" fn av_insertsvc(
             )
         };
         let context = context as u64;
-        let n = a.with_kind(CALL, |kind| {
+        let n = a.insert_call(CALL, out, 1, |kind| {
             with_av!(kind, av => av
                 .with_context(context)
                 .insertsvc(node, service, fi_addr, flags, status))
@@ -507,6 +607,7 @@ unsafe extern "C" fn av_insertsym(
         let (node, service) = unsafe { (c_str(node, "node")?, c_str(service, "service")?) };
         let node = node.ok_or_else(|| null(CALL, "node"))?;
         let service = service.ok_or_else(|| null(CALL, "service"))?;
+        let out = fi_addr;
         // SAFETY: `fi_addr` NULL or `count` entries; the status array `count` ints.
         let (fi_addr, status) = unsafe {
             (
@@ -515,7 +616,7 @@ unsafe extern "C" fn av_insertsym(
             )
         };
         let context = context as u64;
-        let n = a.with_kind(CALL, |kind| {
+        let n = a.insert_call(CALL, out, count, |kind| {
             with_av!(kind, av => av
                 .with_context(context)
                 .insertsym(node, nodecnt, service, svccnt, fi_addr, flags, status))

@@ -6988,3 +6988,111 @@ fn a_counters_descriptor_and_a_thread_waiting_on_it_take_no_wakeup_from_each_oth
     let took = woke.saturating_duration_since(changed);
     assert!(took < PROMPT_WAKE, "the waiter woke {took:?} late");
 }
+
+/// The events of an `FI_EVENT` AV's inserts, read until `calls` `FI_AV_COMPLETE`s came:
+/// `(context, position, errno)` per error entry and `(context, inserted)` per completion.
+#[allow(clippy::type_complexity)]
+fn av_events(eq: *mut FidEq, calls: usize) -> (Vec<(usize, u64, c_int)>, Vec<(usize, u64)>) {
+    const FI_AV_COMPLETE: u32 = 5;
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let (mut errors, mut completions) = (Vec::new(), Vec::new());
+    while completions.len() < calls {
+        assert!(
+            std::time::Instant::now() < end,
+            "the inserts did not complete"
+        );
+        match eq_read_entry(eq) {
+            Ok((event, entry)) => {
+                assert_eq!(event, FI_AV_COMPLETE);
+                completions.push((entry.context as usize, entry.data));
+            }
+            Err(e) if e == neg(FiErrno::FI_EAVAIL) => {
+                let (err, _) = eq_error(eq);
+                errors.push((err.context as usize, err.data, err.err));
+            }
+            Err(e) => {
+                assert_eq!(e, neg(FiErrno::FI_EAGAIN));
+                std::thread::yield_now();
+            }
+        }
+    }
+    (errors, completions)
+}
+
+/// fi_av(3): "In both the synchronous and asynchronous modes of operation, the fi_addr buffer
+/// associated with a failed or aborted insertion will be set to FI_ADDR_NOTAVAIL", and the
+/// application keeps that buffer valid until the insert's completion event. An `FI_EVENT`
+/// insert whose addresses fail after the call returned (here its `FI_MORE` batch, cancelled
+/// by `fi_close`) finds `FI_ADDR_NOTAVAIL` in their slots once its events are posted; a call
+/// refused outright (before the bind: `-FI_ENOEQ`) posts nothing and its array is untouched
+/// by the events of the calls after it.
+#[test]
+fn an_fi_event_insert_that_fails_after_it_returned_gets_fi_addr_notavail_in_its_fi_addr_slots() {
+    let ecanceled = FiErrno::FI_ECANCELED.get() as c_int;
+    let open = Open::new(0, FI_FORMAT_UNSPEC);
+    let plain = open.av_open(&mut av_attr(4)).unwrap();
+    let good = [
+        address_of(plain, c"10.0.0.2", c"7"),
+        address_of(plain, c"10.0.0.3", c"7"),
+    ];
+    let eq = eq_open_on(open.fabric, FI_WAIT_UNSPEC, 0).expect("fi_eq_open");
+    let mut attr = av_attr(4);
+    attr.flags = uet_av::FI_EVENT;
+    let av = open.av_open(&mut attr).unwrap();
+    // SAFETY: open objects; only the fields' addresses are taken.
+    let (eq_fid, av_fid) = unsafe { (&raw mut (*eq).fid, &raw mut (*av).fid) };
+    let insert = |addrs: &[[u8; 32]], out: &mut [FiAddr], flags: u64, context: usize| {
+        assert_eq!(addrs.len(), out.len());
+        // SAFETY: an open AV; `addrs.len()` addresses and as many fi_addr slots, kept until
+        // the call's completion is read below.
+        unsafe {
+            ((*(*av).ops).insert)(
+                av,
+                addrs.as_ptr().cast(),
+                addrs.len(),
+                out.as_mut_ptr(),
+                flags,
+                context as *mut _,
+            )
+        }
+    };
+    let mut early = [7 as FiAddr; 1];
+    assert_eq!(
+        insert(&good[..1], &mut early, 0, 1),
+        ineg(FiErrno::FI_ENOEQ)
+    );
+    // SAFETY: an open AV and EQ.
+    assert_eq!(unsafe { ((*(*av).fid.ops).bind)(av_fid, eq_fid, 0) }, 0);
+
+    // A malformed address beside a good one: the host refuses it within the call.
+    let mut first = [7 as FiAddr; 2];
+    assert_eq!(insert(&[[0; 32], good[0]], &mut first, 0, 2), 0);
+    assert_eq!(first, [FI_ADDR_NOTAVAIL, 0]);
+    let (errors, completions) = av_events(eq, 1);
+    assert_eq!(errors.len(), 1);
+    assert_eq!((errors[0].0, errors[0].1), (2, 0));
+    assert_eq!(completions, [(2, 1)]);
+    assert_eq!(first, [FI_ADDR_NOTAVAIL, 0]);
+    assert_eq!(
+        early,
+        [7],
+        "a refused call's array is not one of the calls'"
+    );
+
+    // An FI_MORE insert returns its index; fi_close cancels its batch, never sent.
+    let mut more = [7 as FiAddr; 1];
+    assert_eq!(insert(&good[1..], &mut more, uet_av::FI_MORE, 3), 0);
+    assert_eq!(more, [1]);
+    // SAFETY: ours, open, closed once.
+    assert_eq!(unsafe { close(av_fid) }, 0);
+    let (errors, completions) = av_events(eq, 1);
+    assert_eq!(errors, [(3, 0, ecanceled)]);
+    assert_eq!(completions, [(3, 0)]);
+    assert_eq!(
+        more,
+        [FI_ADDR_NOTAVAIL],
+        "an aborted insertion's fi_addr slot says FI_ADDR_NOTAVAIL"
+    );
+    // SAFETY: ours, open, closed once.
+    unsafe { close_all(&[eq_fid, &mut (*plain).fid]) };
+}
