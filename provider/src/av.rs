@@ -57,13 +57,62 @@ macro_rules! with_av {
 }
 
 /// The `fi_addr` arrays of an `FI_EVENT` AV's insert calls whose `FI_AV_COMPLETE` is not
-/// posted yet, oldest first (calls complete in call order): `(address, count)`, address 0
-/// for a call without one.
-type OutArrays = Arc<Mutex<VecDeque<(usize, usize)>>>;
+/// posted yet, oldest first (calls complete in call order).
+type OutArrays = Arc<Mutex<VecDeque<OutCall>>>;
+
+/// One insert call's `fi_addr` array, kept for its events.
+struct OutCall {
+    /// The array's address, 0 for a call without one.
+    out: usize,
+    /// Its entries.
+    count: usize,
+    /// The call has not returned: the insert holds the array as a Rust slice, so nothing else
+    /// may write it, and the call's events wait in `held` until it returns.
+    running: bool,
+    /// Events of the call posted while it ran, and the queue each was for.
+    held: Vec<(Arc<dyn AvEventSink>, AvEvent)>,
+}
+
+impl OutCall {
+    /// Apply `event` to the call's array: an error entry's address slot says
+    /// `FI_ADDR_NOTAVAIL`. Only for a call that has returned.
+    fn rewrite(&self, event: &AvEvent) {
+        let AvEvent::InsertError { position, .. } = event else {
+            return;
+        };
+        match usize::try_from(*position) {
+            Ok(at) if self.out != 0 && at < self.count && !self.running => {
+                // SAFETY: `out` is the `fi_addr` array of `count` entries of a call that has
+                // returned (nothing of ours holds it) and whose completion is not posted yet:
+                // fi_av(3) has the application keep it valid until then.
+                unsafe { (self.out as *mut FiAddr).add(at).write(FI_ADDR_NOTAVAIL) };
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Post `event` of the call at the front of `calls` to `queue`, after applying it to the
+/// call's array; `FI_AV_COMPLETE` lets the call go.
+fn post_for_front(
+    queue: &dyn AvEventSink,
+    calls: &mut VecDeque<OutCall>,
+    event: AvEvent,
+) -> Result<(), FiError> {
+    if let Some(front) = calls.front() {
+        front.rewrite(&event);
+    }
+    if matches!(event, AvEvent::InsertComplete { .. }) {
+        calls.pop_front();
+    }
+    queue.post_av_event(event)
+}
 
 /// The event queue an `FI_EVENT` AV posts to, seen through the AV's [`OutArrays`]: an error
 /// entry sets its address's `fi_addr` slot to `FI_ADDR_NOTAVAIL`, and `FI_AV_COMPLETE` lets
-/// the call's array go.
+/// the call's array go. The events of a call that has not returned are held until it does
+/// ([`UetAv::insert_call`]), so that its array is written only once the insert no longer
+/// holds it, and before the events that tell of it can be read.
 struct OutRewriter {
     queue: Arc<dyn AvEventSink>,
     calls: OutArrays,
@@ -71,27 +120,14 @@ struct OutRewriter {
 
 impl AvEventSink for OutRewriter {
     fn post_av_event(&self, event: AvEvent) -> Result<(), FiError> {
-        {
-            let mut calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
-            match &event {
-                AvEvent::InsertError { position, .. } => {
-                    let at = usize::try_from(*position).ok();
-                    if let (Some(&(out, count)), Some(at)) = (calls.front(), at) {
-                        if out != 0 && at < count {
-                            // SAFETY: `out` is the `fi_addr` array of `count` entries of the
-                            // call at the front, the oldest not completed; fi_av(3) has the
-                            // application keep it valid until the call's completion event,
-                            // which is posted after this one.
-                            unsafe { (out as *mut FiAddr).add(at).write(FI_ADDR_NOTAVAIL) };
-                        }
-                    }
-                }
-                AvEvent::InsertComplete { .. } => {
-                    calls.pop_front();
-                }
+        let mut calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
+        match calls.front_mut() {
+            Some(front) if front.running => {
+                front.held.push((Arc::clone(&self.queue), event));
+                Ok(())
             }
+            _ => post_for_front(&*self.queue, &mut calls, event),
         }
-        self.queue.post_av_event(event)
     }
 
     fn attach_av(&self, progress: Weak<dyn AvProgress>) -> Result<u64, FiError> {
@@ -194,13 +230,30 @@ impl UetAv {
             let outs = || self.outs.lock().unwrap_or_else(PoisonError::into_inner);
             // Before the call: its events may be posted before it returns. Calls are made
             // under the AV's lock, so this one's entry is the last until it returns.
-            outs().push_back((out as usize, count));
+            outs().push_back(OutCall {
+                out: out as usize,
+                count,
+                running: true,
+                held: Vec::new(),
+            });
             // A call that panics posts nothing either: its array must not stay the one the
             // next call's events are written to.
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(kind)));
+            let mut calls = outs();
             if !matches!(r, Ok(Ok(_))) {
-                outs().pop_back();
+                calls.pop_back();
+            } else if let Some(call) = calls.back_mut() {
+                // Returned: the array is the application's again. Its events held meanwhile
+                // (the call is then at the front: calls complete in order) go out now.
+                call.running = false;
+                let held = std::mem::take(&mut call.held);
+                for (queue, event) in held {
+                    if let Err(e) = post_for_front(&*queue, &mut calls, event) {
+                        tracing::warn!(error = %e, "AV event lost");
+                    }
+                }
             }
+            drop(calls);
             r.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
         })
     }
