@@ -182,8 +182,8 @@ pub(crate) unsafe fn av_ref<'a>(av: *mut FidAv, call: &str) -> Result<&'a UetAv,
 }
 
 impl UetAv {
-    /// Run `f` on the AV's table and mirror, locked (an AV set's calls that read the AV, an
-    /// endpoint's creation on it; a named AV's is this process's mirror of it).
+    /// Run `f` on the AV's table and mirror, locked (an endpoint's creation on it; a named
+    /// AV's is this process's mirror of it as of its last catch-up).
     pub(crate) fn with_table<R>(
         &self,
         call: &str,
@@ -192,6 +192,23 @@ impl UetAv {
         self.with_kind(call, |kind| match kind {
             AvKind::Own(av) => f(av),
             AvKind::Shared(av) => f(&av.av()),
+        })
+    }
+
+    /// Run `f` on the AV's table as the AV holds it now, locked: a named AV's mirror first
+    /// catches up with what the AV's other handles did (as `fi_av_lookup` does), and a
+    /// catch-up that fails is the call's error. AV sets read their AV through this.
+    pub(crate) fn with_current_table<R>(
+        &self,
+        call: &str,
+        f: impl FnOnce(&AddressVector<NicAv>) -> Result<R, FiError>,
+    ) -> Result<R, FiError> {
+        self.with_kind(call, |kind| match kind {
+            AvKind::Own(av) => f(av),
+            AvKind::Shared(av) => {
+                av.sync().map_err(|e| e.within(call))?;
+                f(&av.av())
+            }
         })
     }
 

@@ -3,7 +3,9 @@
 //! order, intersect and diff keep the destination's, remove keeps the others') and errnos.
 //!
 //! A set reads its AV for `fi_av_set`, `fi_av_set_insert` and `fi_av_set_addr`, so the AV
-//! stays open while a set of it is (`fi_close` of the AV is `-FI_EBUSY`). Locks are taken AV
+//! stays open while a set of it is (`fi_close` of the AV is `-FI_EBUSY`). It reads the AV as
+//! the AV is at the call: a named AV's mirror first catches up with what its other handles
+//! did, as for `fi_av_lookup`. Locks are taken AV
 //! first, then sets in address order, so two threads combining the same two sets in opposite
 //! directions cannot deadlock; a set combined with itself is locked once.
 
@@ -91,7 +93,7 @@ pub(crate) unsafe extern "C" fn av_set_open(
             comm_key,
             flags: c.flags,
         };
-        let made = a.with_table(CALL, |table| {
+        let made = a.with_current_table(CALL, |table| {
             let s = AvSet::new(table, &rust)?;
             // Counted under the AV's lock, which its close takes.
             a.sets.fetch_add(1, Ordering::AcqRel);
@@ -198,7 +200,7 @@ unsafe extern "C" fn av_set_insert(set: *mut FidAvSet, addr: FiAddr) -> c_int {
         // SAFETY: the application's set pointer.
         let s = unsafe { set_ref(set, CALL) }?;
         s.av()
-            .with_table(CALL, |table| s.lock().insert(table, addr))?;
+            .with_current_table(CALL, |table| s.lock().insert(table, addr))?;
         Ok(0)
     })
 }
@@ -223,7 +225,9 @@ unsafe extern "C" fn av_set_addr(set: *mut FidAvSet, coll_addr: *mut FiAddr) -> 
         if coll_addr.is_null() {
             return Err(null(CALL, "coll_addr"));
         }
-        let a = s.av().with_table(CALL, |table| s.lock().addr(table))?;
+        let a = s
+            .av()
+            .with_current_table(CALL, |table| s.lock().addr(table))?;
         // SAFETY: non-NULL and writable (libfabric's contract).
         unsafe { coll_addr.write(a) };
         Ok(0)

@@ -7096,3 +7096,106 @@ fn an_fi_event_insert_that_fails_after_it_returned_gets_fi_addr_notavail_in_its_
     // SAFETY: ours, open, closed once.
     unsafe { close_all(&[eq_fid, &mut (*plain).fid]) };
 }
+
+/// `fi_av_set`: the set, or the negative errno.
+fn av_set_open(av: *mut FidAv, attr: &mut FiAvSetAttr) -> Result<*mut FidAvSet, c_int> {
+    let mut set: *mut FidAvSet = null_mut();
+    // SAFETY: an open AV; valid attributes and out pointer.
+    let ret = unsafe { ((*(*av).ops).av_set)(av, attr, &mut set, null_mut()) };
+    if ret == 0 {
+        Ok(set)
+    } else {
+        assert!(set.is_null(), "a failed fi_av_set wrote a set");
+        Err(ret)
+    }
+}
+
+/// `fi_av_set_attr` of an empty set with `flags`.
+fn av_set_attr(flags: u64) -> FiAvSetAttr {
+    FiAvSetAttr {
+        count: 0,
+        start_addr: FI_ADDR_NOTAVAIL,
+        end_addr: FI_ADDR_NOTAVAIL,
+        stride: 0,
+        comm_key_size: 0,
+        comm_key: null_mut(),
+        flags,
+    }
+}
+
+/// The operations of an open AV set.
+fn set_ops(set: *mut FidAvSet) -> &'static FiOpsAvSet {
+    // SAFETY: an open set of the provider, whose operations are static.
+    unsafe { &*(*set).ops }
+}
+
+/// `fi_av_insertsvc` of one address: its `fi_addr_t`.
+fn insert_svc(av: *mut FidAv, node: &CStr, service: &CStr) -> u64 {
+    let mut fi_addr = FI_ADDR_NOTAVAIL;
+    // SAFETY: an open AV; valid strings and out pointer.
+    let ret = unsafe {
+        ((*(*av).ops).insertsvc)(
+            av,
+            node.as_ptr(),
+            service.as_ptr(),
+            &mut fi_addr,
+            0,
+            null_mut(),
+        )
+    };
+    assert_eq!(ret, 1, "fi_av_insertsvc {node:?}");
+    fi_addr
+}
+
+/// fi_av_set(3) on a named AV: a set made through one handle reads the AV, not what that
+/// handle last saw of it, so the addresses another handle inserted are members of an
+/// `FI_UNIVERSE` set and may be inserted, and a member another handle removed is no longer
+/// one the set's collective address may name.
+#[test]
+fn av_sets_of_a_named_av_see_what_its_other_handles_did() {
+    let open = Open::new(uet_av::FI_SHARED_AV, FI_FORMAT_UNSPEC);
+    let name =
+        std::ffi::CString::new(format!("uet-av-set-test-{}", std::process::id())).expect("no NUL");
+    let mut w = av_attr(16);
+    w.name = name.as_ptr();
+    let writer = open.av_open(&mut w).expect("the named AV");
+    let mut r = av_attr(16);
+    r.name = name.as_ptr();
+    r.flags = uet_av::FI_READ;
+    let reader = open.av_open(&mut r).expect("a read-only handle on it");
+
+    let a = insert_svc(writer, c"10.0.6.1", c"1");
+    let b = insert_svc(writer, c"10.0.6.2", c"1");
+    let universe = av_set_open(reader, &mut av_set_attr(uet_av::FI_UNIVERSE)).unwrap();
+    let chosen = av_set_open(reader, &mut av_set_attr(0)).unwrap();
+    // SAFETY: open sets; valid out pointer.
+    unsafe {
+        assert_eq!(
+            (set_ops(universe).remove)(universe, a),
+            0,
+            "FI_UNIVERSE holds the address the writer inserted"
+        );
+        assert_eq!(
+            (set_ops(chosen).insert)(chosen, b),
+            0,
+            "the reader's set takes the writer's address"
+        );
+        let mut coll = FI_ADDR_NOTAVAIL;
+        assert_eq!((set_ops(chosen).addr)(chosen, &mut coll), 0);
+        let mut gone = b;
+        assert_eq!(((*(*writer).ops).remove)(writer, &mut gone, 1, 0), 0);
+        assert_eq!(
+            (set_ops(chosen).addr)(chosen, &mut coll),
+            EINVAL,
+            "the member the writer removed is no address of the AV"
+        );
+        for fid in [
+            &raw mut (*universe).fid,
+            &raw mut (*chosen).fid,
+            &raw mut (*reader).fid,
+            &raw mut (*writer).fid,
+        ] {
+            assert_eq!(close(fid), 0);
+        }
+    }
+}
