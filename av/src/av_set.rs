@@ -421,6 +421,12 @@ impl AvSet {
         Ok(())
     }
 
+    /// Drop every member: `fi_av_set_diff` of a set with itself.
+    pub fn clear(&mut self) {
+        self.members.clear();
+        self.bits.clear();
+    }
+
     fn retain(&mut self, mut keep: impl FnMut(u32) -> bool) {
         let mut dropped = Vec::new();
         self.members.retain(|&i| {

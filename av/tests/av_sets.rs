@@ -205,6 +205,12 @@ fn intersect_and_diff_keep_destination_order() {
     // Membership bits follow: removed members can come back.
     b.insert(&av, 9).unwrap();
     assert_eq!(members(&b), [0, 7, 1, 9]);
+    // A diff with itself empties a set, and cleared members can come back too.
+    b.clear();
+    assert!(b.is_empty() && !b.contains(0));
+    b.insert(&av, 7).unwrap();
+    b.insert(&av, 0).unwrap();
+    assert_eq!(members(&b), [7, 0]);
 }
 
 #[test]

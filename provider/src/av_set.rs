@@ -187,8 +187,8 @@ unsafe extern "C" fn av_set_diff(dst: *mut FidAvSet, src: *const FidAvSet) -> c_
     // SAFETY: the application's set pointers (libfabric's contract).
     unsafe {
         combine("fi_av_set_diff", dst, src, AvSet::diff, |set| {
-            let members: Vec<_> = set.members().collect();
-            members.into_iter().try_for_each(|m| set.remove(m))
+            set.clear();
+            Ok(())
         })
     }
 }

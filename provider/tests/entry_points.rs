@@ -7199,3 +7199,56 @@ fn av_sets_of_a_named_av_see_what_its_other_handles_did() {
         }
     }
 }
+
+/// `fi_av_set_diff` of a set with itself empties it in one pass over its members, however
+/// many: an `FI_UNIVERSE` set of 2^20 addresses is emptied at once, not member by member.
+#[test]
+fn a_set_diffed_with_itself_is_emptied_in_one_pass() {
+    const NODES: usize = 1024;
+    const SERVICES: usize = 1024;
+    let open = Open::new(0, FI_FORMAT_UNSPEC);
+    let av = open
+        .av_open(&mut av_attr(NODES * SERVICES))
+        .expect("fi_av_open");
+    let mut fi_addrs = vec![FI_ADDR_NOTAVAIL; NODES * SERVICES];
+    // SAFETY: an open AV; valid strings and an array of NODES * SERVICES fi_addr_t.
+    let ret = unsafe {
+        ((*(*av).ops).insertsym)(
+            av,
+            c"10.1.0.1".as_ptr(),
+            NODES,
+            c"1".as_ptr(),
+            SERVICES,
+            fi_addrs.as_mut_ptr(),
+            0,
+            null_mut(),
+        )
+    };
+    assert_eq!(ret as usize, NODES * SERVICES, "fi_av_insertsym");
+    let set = av_set_open(av, &mut av_set_attr(uet_av::FI_UNIVERSE)).unwrap();
+    // SAFETY: an open set.
+    unsafe {
+        assert_eq!((set_ops(set).remove)(set, fi_addrs[5]), 0, "5 is a member");
+        assert_eq!((set_ops(set).insert)(set, fi_addrs[5]), 0);
+    }
+    let started = std::time::Instant::now();
+    // SAFETY: an open set, given as both operands.
+    assert_eq!(unsafe { (set_ops(set).diff)(set, set) }, 0);
+    let took = started.elapsed();
+    let mut coll = FI_ADDR_NOTAVAIL;
+    // SAFETY: open objects; valid out pointer.
+    unsafe {
+        assert_eq!(
+            (set_ops(set).addr)(set, &mut coll),
+            EINVAL,
+            "an empty set has no collective address"
+        );
+        assert_eq!((set_ops(set).insert)(set, fi_addrs[7]), 0, "7 is no member");
+        assert_eq!(close(&raw mut (*set).fid), 0);
+        assert_eq!(close(&raw mut (*av).fid), 0);
+    }
+    assert!(
+        took < std::time::Duration::from_secs(3),
+        "fi_av_set_diff(set, set) took {took:?}"
+    );
+}
