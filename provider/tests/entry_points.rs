@@ -7252,3 +7252,100 @@ fn a_set_diffed_with_itself_is_emptied_in_one_pass() {
         "fi_av_set_diff(set, set) took {took:?}"
     );
 }
+
+/// fi_av_set(3) at the C ABI: NULL pointers, another object where a set belongs, bad
+/// attributes and sets of two AVs are `-FI_EINVAL` (unknown flags `-FI_EBADFLAGS`) and change
+/// nothing; a communication key is copied; a receive-context address names its member; the
+/// AV stays open (`-FI_EBUSY`) and whole while a set of it is.
+#[test]
+fn av_set_calls_refuse_bad_input_and_change_nothing() {
+    let open = Open::new(0, FI_FORMAT_UNSPEC);
+    let mut attr = av_attr(8);
+    attr.rx_ctx_bits = 2;
+    let av = open.av_open(&mut attr).expect("fi_av_open");
+    let other = open.av_open(&mut av_attr(8)).expect("fi_av_open");
+    let a = insert_svc(av, c"10.0.7.1", c"1");
+    let b = insert_svc(av, c"10.0.7.2", c"1");
+    let x = insert_svc(other, c"10.0.7.3", c"1");
+    // SAFETY: open AVs, sets and valid attributes, or the NULL pointers under test.
+    unsafe {
+        let open_set = (*(*av).ops).av_set;
+        let mut set: *mut FidAvSet = null_mut();
+        let mut empty = av_set_attr(0);
+        assert_eq!(
+            open_set(null_mut(), &mut empty, &mut set, null_mut()),
+            EINVAL
+        );
+        assert_eq!(open_set(av, null_mut(), &mut set, null_mut()), EINVAL);
+        assert_eq!(open_set(av, &mut empty, null_mut(), null_mut()), EINVAL);
+        assert!(set.is_null());
+        let mut keyless = FiAvSetAttr {
+            comm_key_size: 4,
+            ..av_set_attr(0)
+        };
+        assert_eq!(av_set_open(av, &mut keyless).err(), Some(EINVAL));
+        let mut unknown = av_set_attr(1 << 30);
+        assert_eq!(
+            av_set_open(av, &mut unknown).err(),
+            Some(ineg(FiErrno::FI_EBADFLAGS))
+        );
+        let mut both = FiAvSetAttr {
+            start_addr: a,
+            end_addr: b,
+            stride: 1,
+            ..av_set_attr(uet_av::FI_UNIVERSE)
+        };
+        assert_eq!(av_set_open(av, &mut both).err(), Some(EINVAL));
+
+        let mut key = [7u8, 6, 5];
+        let mut keyed = FiAvSetAttr {
+            comm_key_size: key.len(),
+            comm_key: key.as_mut_ptr(),
+            ..av_set_attr(0)
+        };
+        let k = av_set_open(av, &mut keyed).expect("a set named by its key");
+        key = [0; 3];
+        let mut coll = FI_ADDR_NOTAVAIL;
+        assert_eq!((set_ops(k).addr)(k, &mut coll), 0, "{key:?}");
+        assert!(uet_av::is_av_set_addr(coll), "{coll:#x}");
+
+        let s = av_set_open(av, &mut av_set_attr(0)).unwrap();
+        let t = av_set_open(other, &mut av_set_attr(0)).unwrap();
+        let ops = set_ops(s);
+        assert_eq!((ops.insert)(s, uet_av::fi_rx_addr(a, 3, 2)), 0);
+        assert_eq!((ops.insert)(s, a), EINVAL, "the same member");
+        assert_eq!((set_ops(t).insert)(t, x), 0);
+        assert_eq!((ops.set_union)(s, t), EINVAL, "a set of another AV");
+        assert_eq!((ops.intersect)(s, t), EINVAL);
+        assert_eq!((ops.diff)(s, t), EINVAL);
+        assert_eq!((ops.insert)(s, 5), EINVAL, "no address of the AV");
+        for (call, ret) in [
+            ("union dst", (ops.set_union)(null_mut(), s)),
+            ("union src", (ops.set_union)(s, null())),
+            ("intersect dst", (ops.intersect)(null_mut(), s)),
+            ("intersect src", (ops.intersect)(s, null())),
+            ("diff dst", (ops.diff)(null_mut(), s)),
+            ("diff src", (ops.diff)(s, null())),
+            ("insert", (ops.insert)(null_mut(), b)),
+            ("remove", (ops.remove)(null_mut(), a)),
+            ("addr", (ops.addr)(null_mut(), &mut coll)),
+            ("addr out", (ops.addr)(s, null_mut())),
+            ("an AV as the set", (ops.insert)(av.cast(), b)),
+            ("an AV as the source", (ops.set_union)(s, av.cast())),
+        ] {
+            assert_eq!(ret, EINVAL, "{call}");
+        }
+        assert_eq!(close(&raw mut (*av).fid), ineg(FiErrno::FI_EBUSY));
+        // Nothing changed: a is the one member, and the AV still serves the set.
+        assert_eq!((ops.remove)(s, b), EINVAL, "b is no member");
+        assert_eq!((ops.remove)(s, uet_av::fi_rx_addr(a, 1, 2)), 0);
+        assert_eq!((ops.addr)(s, &mut coll), EINVAL, "now empty");
+        assert_eq!((ops.insert)(s, b), 0);
+        assert_eq!((ops.addr)(s, &mut coll), 0);
+        for fid in [&raw mut (*s).fid, &raw mut (*k).fid, &raw mut (*t).fid] {
+            assert_eq!(close(fid), 0);
+        }
+        assert_eq!(close(&raw mut (*av).fid), 0);
+        assert_eq!(close(&raw mut (*other).fid), 0);
+    }
+}
