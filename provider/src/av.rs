@@ -430,10 +430,10 @@ pub(crate) unsafe extern "C" fn domain_av_open(
             .as_ref()
             .ok_or_else(|| FiError::inval("fi_av_open: the domain is closed"))?;
         let kind = if rust.name.is_some() {
-            let shared = dom.open_named_av(rust)?;
-            // The base of the AV's fi_addr_t values, the same in every process.
-            c.map_addr = core::ptr::null_mut();
-            AvKind::Shared(Box::new(shared))
+            // fi_av(3): "If name is non-NULL and map_addr is 0, then the map_addr used by the
+            // provider will be returned": 0, the base of the AV's fi_addr_t values in every
+            // process, whatever each gave. A map_addr given stays as it is.
+            AvKind::Shared(Box::new(dom.open_named_av(rust)?))
         } else {
             AvKind::Own(Box::new(dom.open_av(rust)?))
         };

@@ -309,8 +309,12 @@ static void named_av(void)
 	struct fi_av_attr attr = { .type = FI_AV_TABLE, .count = 32, .name = name };
 	CHECK_RET(fi_av_open(domain, &attr, &writer, NULL), 0);
 	CHECK(attr.map_addr == NULL);
-	struct fi_av_attr ro = { .type = FI_AV_TABLE, .count = 32, .name = name, .flags = FI_READ };
+	/* A map_addr given is left as it is; the fi_addr_t values are the same. */
+	void *base = (void *)0x10000000;
+	struct fi_av_attr ro = { .type = FI_AV_TABLE, .count = 32, .name = name, .map_addr = base,
+				 .flags = FI_READ };
 	CHECK_RET(fi_av_open(domain, &ro, &reader, NULL), 0);
+	CHECK(ro.map_addr == base);
 
 	fi_addr_t a;
 	CHECK_RET(fi_av_insertsvc(writer, "10.0.2.1", "5", &a, 0, NULL), 1);
