@@ -2933,7 +2933,7 @@ pub fn address_string(addr: &[u8]) -> String {
 /// the size the whole string needs including its NUL, and return the whole string.
 pub fn straddr(addr: &[u8], buf: &mut [u8], len: &mut usize) -> String {
     let s = address_string(addr);
-    write_c_string(&s, buf, len);
+    write_c_string(s.as_bytes(), buf, len);
     s
 }
 
@@ -2948,19 +2948,23 @@ pub(crate) fn straddr_in(
     len: &mut usize,
 ) -> String {
     if format == AddrFormat::Str {
+        // The string's bytes as they are (libfabric's providers copy it), also where they are
+        // not UTF-8; only the returned copy replaces what is not.
         let end = addr.iter().position(|&b| b == 0).unwrap_or(addr.len());
-        let s = String::from_utf8_lossy(addr.get(..end).unwrap_or(addr)).into_owned();
-        write_c_string(&s, buf, len);
-        return s;
+        let bytes = addr.get(..end).unwrap_or(addr);
+        write_c_string(bytes, buf, len);
+        return String::from_utf8_lossy(bytes).into_owned();
     }
     straddr(addr, buf, len)
 }
 
-fn write_c_string(s: &str, buf: &mut [u8], len: &mut usize) {
+/// Write `s` and a NUL into `buf`, at most `*len` bytes (truncating, NUL-terminated), and set
+/// `*len` to the size the whole string needs.
+fn write_c_string(s: &[u8], buf: &mut [u8], len: &mut usize) {
     let room = (*len).min(buf.len());
     if room > 0 {
         let n = s.len().min(room - 1);
-        if let (Some(dst), Some(src)) = (buf.get_mut(..n), s.as_bytes().get(..n)) {
+        if let (Some(dst), Some(src)) = (buf.get_mut(..n), s.get(..n)) {
             dst.copy_from_slice(src);
         }
         if let Some(nul) = buf.get_mut(n) {

@@ -779,3 +779,27 @@ fn a_hexadecimal_ipv4_node_is_refused_not_counted_as_a_name() {
         assert_eq!(e.errno, FiErrno::FI_EINVAL, "{node}: {e}");
     }
 }
+
+/// `fi_av_straddr` on an `FI_ADDR_STR` AV writes the string as it is, byte for byte, also
+/// where it is not UTF-8 (only the copy returned to Rust replaces what is not), up to its
+/// first NUL.
+#[test]
+fn straddr_of_a_string_av_copies_the_bytes_as_they_are() {
+    let av = open_str(4);
+    let given = b"fi_addr_uet://\xff\xfe/1\0ignored";
+    let mut buf = [0x55u8; 64];
+    let mut len = buf.len();
+    let s = av.straddr(given, &mut buf, &mut len);
+    assert_eq!(len, 19, "the string and its NUL");
+    assert_eq!(&buf[..19], b"fi_addr_uet://\xff\xfe/1\0");
+    assert_eq!(buf[19], 0x55, "nothing past the NUL");
+    assert_eq!(s, "fi_addr_uet://\u{fffd}\u{fffd}/1");
+    let mut len = 16;
+    av.straddr(given, &mut buf, &mut len);
+    assert_eq!(len, 19);
+    assert_eq!(
+        &buf[..16],
+        b"fi_addr_uet://\xff\0",
+        "truncated, NUL-terminated"
+    );
+}
