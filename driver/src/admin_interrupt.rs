@@ -57,7 +57,7 @@ pub(crate) const STATUS_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 /// nothing: stopped with a fatal error, or reset under the driver (not enabled, and
 /// `ADMIN_SQ_BASE` no longer holds the ring). A function merely stopped keeps the arm, and
 /// runs its commands when enabled again.
-fn answers_nothing(bar: &dyn Mmio, sq_base: u64) -> bool {
+pub(crate) fn answers_nothing(bar: &dyn Mmio, sq_base: u64) -> bool {
     let status = bar.read(DEV_STATUS);
     status.fatal() || (!status.enabled() && bar.read(ADMIN_SQ_BASE) != sq_base)
 }
@@ -523,6 +523,48 @@ mod tests {
                 f.debug_counters().admin_arms,
                 arms + u64::from(interrupt),
                 "one arm at 1.15 (the thread slept through the whole wait), none at 1.14"
+            );
+        }
+    }
+
+    /// A synchronous command on a NIC that will answer nothing — its function reset under the
+    /// driver, or stopped with a fatal error (a DMA fault: bus mastering is off) — fails as
+    /// before, and sets up no admin interrupt on the way: no MSI-X given to the function
+    /// (which a reset took back), no vector taken, no thread started for a NIC that raises
+    /// nothing.
+    #[test]
+    fn a_command_on_a_nic_that_answers_nothing_sets_up_no_admin_interrupt() {
+        for reset in [true, false] {
+            let fabric = Fabric::new();
+            let f = fabric
+                .add_nic(NicConfig::new("10.0.0.1".parse().expect("address")))
+                .expect("NIC");
+            let nic = Nic::open(Arc::new(SimDevice::new(f.clone()))).expect("open NIC");
+            nic.set_admin_timeout(Duration::from_secs(30));
+            if reset {
+                f.function_level_reset();
+            } else {
+                f.set_bus_master(false);
+            }
+            let e = nic
+                .admin_command(uet_fwif::admin::Command::EndpointDestroy { endpoint: 99 })
+                .expect_err("the NIC answers nothing");
+            assert!(
+                matches!(
+                    e,
+                    crate::DriverError::FunctionReset { .. }
+                        | crate::DriverError::AdminDeviceFatal { .. }
+                ),
+                "reset {reset}: {e}"
+            );
+            assert_eq!(
+                f.msix_control() & uet_regs::pci::MSIX_CONTROL_ENABLE,
+                0,
+                "reset {reset}: MSI-X was enabled on a function that answers nothing"
+            );
+            assert!(
+                nic.inner.admin_interrupt().is_none(),
+                "reset {reset}: an admin interrupt runs for a NIC that raises nothing"
             );
         }
     }

@@ -428,7 +428,10 @@ impl NicInner {
     /// completion polls, and the next wait tries again), and for good once its start failed
     /// (the system had no thread or no eventfd for it: logged once, as for
     /// [`NicInner::interrupts`], not at every wait of a reader that polls each millisecond).
-    /// Once set up it holds its vector until the NIC goes.
+    /// Nor is it set up while the NIC will answer nothing (stopped with a fatal error, or
+    /// reset under the driver): it would raise nothing, and the function would be given MSI-X
+    /// (which a reset took back) and a thread for nothing; whoever waits polls, and learns of
+    /// the failure at its next poll. Once set up it holds its vector until the NIC goes.
     pub(crate) fn admin_interrupt(&self) -> Option<Arc<crate::admin_interrupt::AdminInterrupt>> {
         if !ADMIN_ARM.info.present_at(self.identity.interface_minor) {
             return None;
@@ -441,6 +444,9 @@ impl NicInner {
             AdminInterruptSlot::Running(running) => return Some(running.clone()),
             AdminInterruptSlot::Failed => return None,
             AdminInterruptSlot::NotYet => {}
+        }
+        if crate::admin_interrupt::answers_nothing(self.bar(), self.admin_sq_base) {
+            return None;
         }
         // From the driver's own share, as a control channel's own vector: the application's
         // completion queues keep half, and the control channels the last of the share for the
