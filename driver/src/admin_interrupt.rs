@@ -418,6 +418,18 @@ mod tests {
         )
     }
 
+    /// Times the calling thread gave up the CPU of its own accord (it blocked: a sleep, a park,
+    /// a lock it waited for; not a preemption).
+    fn thread_voluntary_switches() -> u64 {
+        // SAFETY: an all-zero rusage is a valid value of the plain C struct.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `usage` is a valid, writable rusage for the duration of the call, which
+        // writes nothing else; RUSAGE_THREAD is a target Linux defines.
+        let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
+        assert_eq!(rc, 0, "getrusage");
+        u64::try_from(usage.ru_nvcsw).expect("switches")
+    }
+
     /// How long [`command_held_by_a_stopped_nic`] keeps the NIC stopped.
     const HELD: Duration = Duration::from_millis(300);
 
@@ -426,6 +438,8 @@ mod tests {
         result: Result<crate::admin::AdminResult, crate::DriverError>,
         /// CPU time the command's thread used in the call.
         cpu: Duration,
+        /// Times the command's thread blocked in the call.
+        blocked: u64,
         /// From the call to its return.
         waited: Duration,
         /// From the NIC's start to the call's return.
@@ -442,9 +456,11 @@ mod tests {
             let nic = nic.clone();
             std::thread::spawn(move || {
                 let cpu = thread_cpu_time();
+                let blocked = thread_voluntary_switches();
                 let result =
                     nic.admin_command(uet_fwif::admin::Command::EndpointDestroy { endpoint: 99 });
-                (result, thread_cpu_time() - cpu, Instant::now())
+                let blocked = thread_voluntary_switches() - blocked;
+                (result, thread_cpu_time() - cpu, blocked, Instant::now())
             })
         };
         if nic.identity().interface_minor >= uet_regs::since::ADMIN_ARM {
@@ -460,17 +476,19 @@ mod tests {
         std::thread::sleep(HELD);
         let answered = Instant::now();
         nic.bar0().write(DEV_CTRL, DevCtrl::new().with_enable(true));
-        let (result, cpu, returned) = command.join().expect("command");
+        let (result, cpu, blocked, returned) = command.join().expect("command");
         Held {
             result,
             cpu,
+            blocked,
             waited: returned - started,
             late: returned.saturating_duration_since(answered),
         }
     }
 
     /// Whether `held` is the NIC's answer to [`command_held_by_a_stopped_nic`]'s command, which
-    /// waited until the NIC started, and only a small part of it on the CPU (`slept`).
+    /// waited until the NIC started, and only a small part of it on the CPU, blocked once
+    /// rather than woken at intervals (`slept`).
     fn assert_answered(held: &Held, slept: bool) {
         let e = held
             .result
@@ -487,7 +505,11 @@ mod tests {
             "{e}"
         );
         let Held {
-            cpu, waited, late, ..
+            cpu,
+            blocked,
+            waited,
+            late,
+            ..
         } = *held;
         assert!(
             waited >= HELD,
@@ -502,13 +524,21 @@ mod tests {
                 cpu < waited / 4,
                 "the command took {cpu:?} of CPU in {waited:?}: it did not sleep"
             );
+            // Asleep until the answer: it blocks once (and perhaps on a lock or two on the
+            // way), where a thread woken at intervals to poll blocks again at each.
+            assert!(
+                blocked < 8,
+                "the command blocked {blocked} times in {waited:?}: it was woken to poll, not \
+                 by the NIC's answer"
+            );
         }
     }
 
     /// A synchronous admin command the NIC does not answer at once sleeps on the admin
     /// interrupt once its spin is over, where it yielded between polls until the NIC
-    /// answered: the waiting thread takes a small part of a CPU, and returns when the NIC
-    /// answers. A NIC without the interrupt (interface 1.14) is polled, as before.
+    /// answered: the waiting thread takes a small part of a CPU, is not woken to poll in the
+    /// meantime, and returns when the NIC answers. A NIC without the interrupt (interface
+    /// 1.14) is polled, as before.
     #[test]
     fn a_synchronous_command_sleeps_until_the_nic_answers() {
         for minor in [uet_regs::INTERFACE_MINOR, 14] {
