@@ -63,7 +63,10 @@
 //! initiator id) through the endpoint's bound AV: among the sender's entries the lowest index
 //! that sends with the request's JobID (an `AUTH_KEY` entry with its slot's), else the lowest;
 //! the entry's user id when it has one. When the sender is in no entry: the `source` of the
-//! AV's auth-key slot for the request's JobID, if it has one, else `FI_ADDR_NOTAVAIL`. A DMA
+//! auth-key slot the request was accepted through (the endpoint's granted slot with the
+//! request's JobID; a context's grants are its endpoint's), or for a request accepted by the
+//! endpoint's own JobID the AV's slot with that JobID, if it has one; else
+//! `FI_ADDR_NOTAVAIL`. A DMA
 //! fault on the buffer completes with `DmaFault` and answers RC_HOST_UNSUCCESS_CMPL.
 //!
 //! ## Multi-packet messages
@@ -794,7 +797,7 @@ impl Nic {
             self.refuse(handle, &p, ReturnCode::Undeliverable);
             return RxOutcome::Done;
         }
-        let src_addr = self.source_of(av, &p);
+        let src_addr = self.source_of(av, handle, &p);
         match fits {
             Some(true) => return self.mrecv_deliver(handle, serial, &p, src_addr),
             Some(false) => self.mrecv_retire(handle),
@@ -867,10 +870,24 @@ impl Nic {
         RxOutcome::Done
     }
 
-    /// The sender of a request as an `fi_addr_t` of AV `av`.
-    pub(crate) fn source_of(&mut self, av: u32, p: &ParsedRequest<'_>) -> u64 {
+    /// The sender of a request that entry `handle` (an endpoint or a context) serves, as an
+    /// `fi_addr_t` of AV `av`. A sender in no entry is reported by the `source` of the slot
+    /// the request was accepted through: the endpoint's granted slot with the request's
+    /// JobID (a context's grants are its endpoint's); for a request accepted by the
+    /// endpoint's own JobID, the AV's slot with that JobID, if any.
+    pub(crate) fn source_of(&mut self, av: u32, handle: u16, p: &ParsedRequest<'_>) -> u64 {
         let job = p.ses.job_id;
         let auths = &self.auths;
+        let through = self
+            .eps
+            .get(handle)
+            .and_then(|e| self.eps.get(e.owner))
+            .and_then(|ep| {
+                ep.auth_slots
+                    .iter()
+                    .copied()
+                    .find(|&s| auths.job_of_av(s, av) == Some(job))
+            });
         let in_job = |e: &uet_fwif::NicAvEntry| match e.auth_key_slot() {
             Some(slot) => auths.job_of_av(slot, av) == Some(job),
             None => e.job_id.get() == job,
@@ -878,7 +895,10 @@ impl Nic {
         self.avs
             .get_mut(av)
             .and_then(|t| t.source_for_job(p.dg.src_ip, p.ses.initiator, in_job))
-            .or_else(|| (av != 0).then(|| auths.source_for(av, job)).flatten())
+            .or_else(|| match through {
+                Some(slot) => auths.get(slot).map(|s| s.source),
+                None => (av != 0).then(|| auths.source_for(av, job)).flatten(),
+            })
             .unwrap_or(uet_fwif::FI_ADDR_NOTAVAIL)
     }
 

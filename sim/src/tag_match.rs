@@ -225,7 +225,7 @@ impl Nic {
             return RxOutcome::Done;
         };
         let av = ep.av;
-        let src_addr = self.source_of(av, p);
+        let src_addr = self.source_of(av, handle, p);
         let Some(ep) = self.eps.get_mut(handle) else {
             return RxOutcome::Done;
         };

@@ -887,3 +887,35 @@ fn a_command_the_full_admin_ring_kept_back_is_refused_not_in_doubt() {
     assert!(h.av.verify_nic().unwrap().is_empty());
     assert!(h.av.verify_auth_keys().unwrap().is_empty());
 }
+
+/// A request accepted through an auth-key slot granted to the endpoint reports that slot's
+/// source, not that of another slot of the AV's table holding the same JobID: one no key of
+/// the AV names (what an AUTH_KEY_ADD run after the driver gave up on it leaves on a NIC that
+/// cannot undo it), which sits lower in the table and which `fi_av_set_user_id` never
+/// reaches.
+#[test]
+fn the_source_of_a_request_is_that_of_the_slot_it_was_accepted_through() {
+    let fabric = Fabric::new();
+    let mut a = host(&fabric, 0, |_| {}, 0);
+    let mut b = host(&fabric, 1, |_| {}, FI_AV_USER_ID);
+    let mut ea = endpoint(&a, AddressingMode::Relative);
+    let mut body = AuthKeyAddBody::new_zeroed();
+    body.job_id = U32::new(KEY_JOB);
+    body.source = U64::new(0xBAD);
+    let av = b.av.nic().table().handle();
+    let stray = b
+        .nic
+        .admin_command(Command::AuthKeyAdd { av, body })
+        .unwrap();
+    assert_eq!(stray.result0, 0);
+    let kb = b.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
+    b.av.set_user_id(kb, 0x5EED, FI_AUTH_KEY).unwrap();
+    let mut eb = endpoint(&b, AddressingMode::Relative);
+    assert_eq!(eb.auth_key_slots(), [1]);
+    let ka = a.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
+    let to_b = insert(&mut a.av, &eb, Some(ka));
+    recv(&mut b, &mut eb, 1);
+    send(&mut a, &mut ea, to_b, b"1", 1);
+    assert_eq!(next(&mut eb).unwrap().src_addr, 0x5EED);
+    assert!(next(&mut ea).unwrap().error.is_none());
+}
