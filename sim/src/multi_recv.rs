@@ -158,15 +158,7 @@ impl Nic {
             buf,
             buf_len: space,
         };
-        let mut r = Reassembly::new(
-            handle,
-            serial,
-            sink,
-            CompletionKind::Recv,
-            context,
-            src_addr,
-            p,
-        );
+        let mut r = Reassembly::new(handle, serial, sink, CompletionKind::Recv, context, p);
         r.multi = Some((id, offset));
         self.start_reassembly(r, p)
     }

@@ -125,15 +125,7 @@ impl Nic {
                 buf: d.buf.get(),
                 buf_len: d.len.get(),
             };
-            let r = Reassembly::new(
-                handle,
-                serial,
-                sink,
-                CompletionKind::Recv,
-                d.context,
-                src_addr,
-                p,
-            );
+            let r = Reassembly::new(handle, serial, sink, CompletionKind::Recv, d.context, p);
             return self.start_reassembly(r, p);
         }
         let c = Completion {

@@ -66,8 +66,10 @@
 //! auth-key slot the request was accepted through (the endpoint's granted slot with the
 //! request's JobID; a context's grants are its endpoint's), or for a request accepted by the
 //! endpoint's own JobID the AV's slot with that JobID, if it has one; else
-//! `FI_ADDR_NOTAVAIL`. A DMA
-//! fault on the buffer completes with `DmaFault` and answers RC_HOST_UNSUCCESS_CMPL.
+//! `FI_ADDR_NOTAVAIL`. The source is looked up when the completion is written: a multi-packet
+//! message's when its last byte arrives, an unexpected tagged message's when a receive takes
+//! it (`tag_match`), so that a user id set or an entry changed meanwhile is what it reports.
+//! A DMA fault on the buffer completes with `DmaFault` and answers RC_HOST_UNSUCCESS_CMPL.
 //!
 //! ## Multi-packet messages
 //!
@@ -309,6 +311,13 @@ pub(crate) struct MsgKey {
     message_id: u16,
 }
 
+impl MsgKey {
+    /// The sender: its fabric address and initiator id.
+    pub(crate) fn sender(&self) -> (IpAddr, u32) {
+        (self.src, self.initiator)
+    }
+}
+
 /// Where a new byte range falls among those received.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum RangeInsert {
@@ -341,7 +350,9 @@ pub(crate) struct Reassembly {
     /// Received byte ranges, start -> end (exclusive), merged when adjacent.
     pub ranges: BTreeMap<u32, u32>,
     pub header_data: u64,
-    pub src_addr: u64,
+    /// The request's JobID: with its sender, what the completion's source is looked up by
+    /// when the last byte arrives.
+    pub job_id: u32,
     pub dma_fault: bool,
     /// Placed in a multi-receive buffer: (buffer id, offset).
     pub multi: Option<crate::multi_recv::MultiPlace>,
@@ -357,7 +368,6 @@ impl Reassembly {
         sink: Sink,
         kind: CompletionKind,
         context: U64,
-        src_addr: u64,
         p: &ParsedRequest<'_>,
     ) -> Self {
         Reassembly {
@@ -371,7 +381,7 @@ impl Reassembly {
             received: 0,
             ranges: BTreeMap::new(),
             header_data: 0,
-            src_addr,
+            job_id: p.ses.job_id,
             dma_fault: false,
             multi: None,
             group: p.group,
@@ -855,15 +865,7 @@ impl Nic {
                 buf: d.buf.get(),
                 buf_len: d.len.get(),
             };
-            let r = Reassembly::new(
-                handle,
-                serial,
-                sink,
-                CompletionKind::Recv,
-                d.context,
-                src_addr,
-                &p,
-            );
+            let r = Reassembly::new(handle, serial, sink, CompletionKind::Recv, d.context, &p);
             return self.start_reassembly(r, &p);
         }
         self.deliver_single(handle, &p, d.buf.get(), d.len.get(), c, src_addr);
@@ -876,7 +878,21 @@ impl Nic {
     /// JobID (a context's grants are its endpoint's); for a request accepted by the
     /// endpoint's own JobID, the AV's slot with that JobID, if any.
     pub(crate) fn source_of(&mut self, av: u32, handle: u16, p: &ParsedRequest<'_>) -> u64 {
-        let job = p.ses.job_id;
+        self.sender_source(av, handle, p.dg.src_ip, p.ses.initiator, p.ses.job_id)
+    }
+
+    /// [`Nic::source_of`] for a request of JobID `job` from `(ip, initiator)`: what a
+    /// completion written now reports. A message whose completion comes after its first
+    /// packet (the last packet of a reassembly, a receive taking an unexpected message) is
+    /// looked up then, so that it reports the AV as it is when the completion is written.
+    pub(crate) fn sender_source(
+        &mut self,
+        av: u32,
+        handle: u16,
+        ip: IpAddr,
+        initiator: u32,
+        job: u32,
+    ) -> u64 {
         let auths = &self.auths;
         let through = self
             .eps
@@ -894,7 +910,7 @@ impl Nic {
         };
         self.avs
             .get_mut(av)
-            .and_then(|t| t.source_for_job(p.dg.src_ip, p.ses.initiator, in_job))
+            .and_then(|t| t.source_for_job(ip, initiator, in_job))
             .or_else(|| match through {
                 Some(slot) => auths.get(slot).map(|s| s.source),
                 None => (av != 0).then(|| auths.source_for(av, job)).flatten(),
@@ -1050,7 +1066,16 @@ impl Nic {
             (LocalStatus::Ok, ReturnCode::Ok)
         };
         self.reasm.finish(key, rc, psn);
-        let Some(ep) = self.eps.get_mut(r.handle).filter(|e| e.serial == r.serial) else {
+        let Some(av) = self
+            .eps
+            .get(r.handle)
+            .filter(|e| e.serial == r.serial)
+            .map(|e| e.av)
+        else {
+            return;
+        };
+        let src_addr = self.sender_source(av, r.handle, key.src, key.initiator, r.job_id);
+        let Some(ep) = self.eps.get_mut(r.handle) else {
             return;
         };
         ep.reassembling = ep.reassembling.saturating_sub(1);
@@ -1061,7 +1086,7 @@ impl Nic {
         let c = Completion {
             context: r.context,
             data: U64::new(r.header_data),
-            src_addr: U64::new(r.src_addr),
+            src_addr: U64::new(src_addr),
             tag: U64::new(if r.kind == CompletionKind::TaggedRecv {
                 r.tag
             } else {

@@ -36,7 +36,8 @@
 //! message still arriving on the unexpected list is bound to it and completes when its last
 //! byte arrives. Delivery copies the message into the receive's buffer, truncated to it
 //! (status `Truncated`), and writes one `TaggedRecv` completion carrying the message's match
-//! bits in `tag`, the remote CQ data and the source `fi_addr_t`.
+//! bits in `tag`, the remote CQ data and the source `fi_addr_t`, looked up when the receive
+//! takes the message (see `rx_engine`).
 //!
 //! ENDPOINT_DESTROY drops both lists with the endpoint.
 
@@ -63,7 +64,9 @@ pub(crate) struct Unexpected {
     /// The message's peer group: only a receive of the same group takes it.
     pub group: u32,
     pub header_data: u64,
-    pub src_addr: u64,
+    /// The request's JobID: with its sender, what the source a receive that takes the
+    /// message reports is looked up by, then.
+    pub job_id: u32,
     pub total: u32,
     /// The message's bytes, once every one has arrived.
     pub data: Option<Vec<u8>>,
@@ -140,10 +143,13 @@ impl Nic {
             ep.unexpected_bytes = ep.unexpected_bytes.saturating_sub(u64::from(u.total));
         }
         let n = data.len().min(d.len.get() as usize);
+        let av = self.eps.get(handle).map_or(0, |ep| ep.av);
+        let (ip, initiator) = u.key.sender();
+        let src_addr = self.sender_source(av, handle, ip, initiator, u.job_id);
         let mut c = Completion {
             context: d.context,
             data: U64::new(u.header_data),
-            src_addr: U64::new(u.src_addr),
+            src_addr: U64::new(src_addr),
             tag: U64::new(u.tag),
             len: U32::new(n as u32),
             group: U32::new(u.group),
@@ -225,7 +231,6 @@ impl Nic {
             return RxOutcome::Done;
         };
         let av = ep.av;
-        let src_addr = self.source_of(av, handle, p);
         let Some(ep) = self.eps.get_mut(handle) else {
             return RxOutcome::Done;
         };
@@ -245,7 +250,7 @@ impl Nic {
             if unread {
                 return self.hold_for_cq_room(handle, f, from_backlog);
             }
-            return self.rx_unexpected(handle, serial, p, src_addr);
+            return self.rx_unexpected(handle, serial, p);
         };
         if !ep.cq_has_room() {
             return self.hold_for_cq_room(handle, f, from_backlog);
@@ -263,6 +268,7 @@ impl Nic {
         };
         let d = r.desc;
         if single {
+            let src_addr = self.source_of(av, handle, p);
             let c = Completion {
                 context: d.context,
                 data: U64::new(p.cq_data()),
@@ -285,20 +291,13 @@ impl Nic {
             sink,
             CompletionKind::TaggedRecv,
             d.context,
-            src_addr,
             p,
         );
         self.start_reassembly(r, p)
     }
 
     /// No posted receive matches: hold the message on the unexpected list, or refuse it.
-    fn rx_unexpected(
-        &mut self,
-        handle: u16,
-        serial: u64,
-        p: &ParsedRequest<'_>,
-        src_addr: u64,
-    ) -> RxOutcome {
+    fn rx_unexpected(&mut self, handle: u16, serial: u64, p: &ParsedRequest<'_>) -> RxOutcome {
         let single = p.single();
         let total = p.ses.request_length;
         let entries = usize::from(self.cfg.unexpected_entries);
@@ -320,7 +319,7 @@ impl Nic {
             tag: p.ses.match_bits,
             group: p.group,
             header_data: p.cq_data(),
-            src_addr,
+            job_id: p.ses.job_id,
             total,
             data: single.then(|| p.payload.to_vec()),
             bound: None,
@@ -342,7 +341,6 @@ impl Nic {
             sink,
             CompletionKind::TaggedRecv,
             U64::ZERO,
-            src_addr,
             p,
         );
         self.reasm.active.insert(key, r);

@@ -802,3 +802,36 @@ fn a_multi_packet_message_whose_id_wrapped_around_is_delivered() {
     );
     assert_eq!(b.function.debug_counters().rx_duplicate_packets, 0);
 }
+
+/// A message of several packets reports its sender as the AV holds it when the last packet
+/// completes the receive, not as it held it when the first arrived: an address inserted with
+/// a user id meanwhile is the reported source.
+#[test]
+fn a_reassembled_message_reports_its_sender_as_the_av_holds_it_at_completion() {
+    let (fabric, _a, mut b) = pair();
+    let rx_pool = DmaPool::new(&b.nic, 1000, 1).unwrap();
+    b.ep.post_recv(rx_pool.alloc().unwrap(), 1)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let msg = pattern(1000, 7);
+    let mut f = Forger::new(&b);
+    let p0 = f.packet(3, &msg, 0, 500);
+    let p1 = f.packet(3, &msg, 500, 1000);
+    fabric.inject_frame(&p0);
+    assert!(b.next_completion().is_none(), "not complete yet");
+    // The forged sender (10.1.0.200, initiator 0x5555) joins B's AV with a user id.
+    let sender = uet_tests::forged(b.ep.address(), |s| {
+        s.fabric_addr = "10.1.0.200".parse().unwrap();
+        s.initiator = 0x5555;
+    });
+    let mut user_id = [0xF00D];
+    assert_eq!(
+        b.av.insert(&sender, 1, Some(&mut user_id), uet_av::FI_AV_USER_ID)
+            .unwrap(),
+        1
+    );
+    fabric.inject_frame(&p1);
+    let got = b.next_completion().expect("complete");
+    assert!(got.error.is_none(), "{:?}", got.error);
+    assert_eq!(got.src_addr, 0xF00D);
+}

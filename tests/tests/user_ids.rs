@@ -123,3 +123,32 @@ fn a_per_insert_user_id_is_the_reported_source() {
         again[0]
     );
 }
+
+/// A tagged message that waited on the NIC's unexpected list reports its sender's user id as
+/// it is when a receive takes the message, not as it was when the message arrived: fi_av(3)
+/// has the target events that follow `fi_av_set_user_id` carry the new id.
+#[test]
+fn an_unexpected_message_reports_the_user_id_set_before_its_receive_took_it() {
+    let fabric = Fabric::new();
+    let mut a = host(&fabric, 0, 0);
+    let mut b = host(&fabric, 1, FI_AV_USER_ID);
+    let mut ea = endpoint(&a);
+    let mut eb = endpoint(&b);
+    let mut fi = [0];
+    a.av.insert(&eb.address().to_bytes().unwrap(), 1, Some(&mut fi), 0)
+        .unwrap();
+    let mut a_in_b = [0];
+    b.av.insert(&ea.address().to_bytes().unwrap(), 1, Some(&mut a_in_b), 0)
+        .unwrap();
+    let mut buf = a.pool.alloc().unwrap();
+    buf.fill(b"x").unwrap();
+    ea.post_tsend(fi[0], buf, 0x42, 0, 0).unwrap();
+    let sent = next(&mut ea).expect("send completion");
+    assert!(sent.error.is_none(), "{:?}", sent.error);
+    assert!(next(&mut eb).is_none(), "the message waits unexpected");
+    b.av.set_user_id(a_in_b[0], 0xBEEF, 0).unwrap();
+    eb.post_trecv(b.pool.alloc().unwrap(), 0x42, 0, 1).unwrap();
+    let got = next(&mut eb).expect("receive completion");
+    assert!(got.error.is_none(), "{:?}", got.error);
+    assert_eq!(got.src_addr, 0xBEEF);
+}
