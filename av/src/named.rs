@@ -109,8 +109,10 @@ use segment::{Locked, Segment, SegmentParams, SharedRange, LOG_INSERT, LOG_REMOV
 pub trait AvSync: Send + Sync {
     /// Catch up if another handle changed the AV. Never waits: when a call of this process
     /// holds the mirror (catching it up or changing it, in this thread or another), or another
-    /// process holds the segment (a change, or a repair after a crash), the datapath goes on
-    /// with the table as it is. `FI_EIO` when the NIC refuses the changes, `FI_EAGAIN` when it
+    /// process holds the segment (a change, a catch-up while a repair is due, or a repair
+    /// after a crash), the datapath goes on with the table as it is. A segment a writer left
+    /// mid-change, with the lock free, is repaired here first (every index below the
+    /// high-water mark is looked at once). `FI_EIO` when the NIC refuses the changes, `FI_EAGAIN` when it
     /// has no room for them (the next call tries again either way).
     fn catch_up(&self) -> Result<(), FiError>;
 }
@@ -1099,8 +1101,8 @@ impl<N: NicAvTable + Send> AvSync for Shared<N> {
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             Err(TryLockError::WouldBlock) => return Ok(()),
         };
-        // Nor for the segment: a change another process is making, or a repair, is left to
-        // the next call that may wait.
+        // Nor for the segment: a change another process is making is left to the next call
+        // that may wait (a dead writer's, with the lock free, is repaired here).
         if local.synced && self.seg.generation() == local.seen_generation {
             self.publish(&local);
             return Ok(());

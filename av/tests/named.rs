@@ -527,10 +527,11 @@ fn a_writer_that_died_mid_change_is_repaired() {
     assert_same(&mut a, &mut b);
 }
 
-/// The catch-up an endpoint runs before each send never repairs: a dead writer's half-made
-/// change is left to the next AV call, which may wait for the lock.
+/// The catch-up an endpoint runs before each send repairs a dead writer's half-made change
+/// when the segment's lock is free (it never waits for it), so that a process that makes no AV
+/// call still catches up with the changes committed before the writer died.
 #[test]
-fn the_datapath_catch_up_leaves_a_repair_to_an_av_call() {
+fn the_datapath_catch_up_repairs_a_dead_writers_change_and_catches_up() {
     let name = unique("dp-repair");
     let mut a = open(attr(&name, 8)).unwrap();
     let mut b = open(attr(&name, 8)).unwrap();
@@ -541,18 +542,72 @@ fn the_datapath_catch_up_leaves_a_repair_to_an_av_call() {
     insert(&mut a, &[1, 2, 3]);
     hook.catch_up().unwrap();
     assert_eq!(b.av().len(), 3, "the datapath catches up a finished change");
-    // A writer died mid-change (as in a_writer_that_died_mid_change_is_repaired).
+    // A change committed, which b's datapath has not seen yet...
+    assert_eq!(insert(&mut a, &[4]), [3]);
+    // ...then a writer died mid-change (as in a_writer_that_died_mid_change_is_repaired),
+    // after taking index 4 and before writing its slot.
     let path = a.segment_path().to_path_buf();
-    poke(&path, 512, 0b1111);
+    poke(&path, 512, 0b1_1111);
     poke(&path, 17 * 8, 4_000_000);
     let g = a.generation();
-    poke(&path, 10 * 8, g + 1);
     hook.catch_up().unwrap();
-    assert_eq!(b.generation(), g + 1, "no repair from the datapath");
+    assert!(b.generation() > g, "the datapath repairs");
+    assert_eq!(b.av().len(), 4, "and catches up with the committed change");
+    assert_eq!(
+        b.av().address_bytes(3),
+        Some(peer_bytes(4)),
+        "the committed address is in b's mirror"
+    );
+    assert_in_step(&b.av());
+    assert_eq!(
+        insert(&mut b, &[5]),
+        [4],
+        "the half-taken index is free again"
+    );
+    assert_same(&mut a, &mut b);
+}
+
+/// With the lock held elsewhere, the datapath's catch-up does not wait: it goes on with the
+/// table as it is, and the next AV call repairs.
+#[test]
+fn the_datapath_catch_up_does_not_wait_for_a_held_lock() {
+    let name = unique("dp-held");
+    let mut a = open(attr(&name, 8)).unwrap();
+    let b = open(attr(&name, 8)).unwrap();
+    let hook = b
+        .av()
+        .sync_hook()
+        .expect("a named AV's mirror has a catch-up");
+    insert(&mut a, &[1, 2, 3]);
+    let path = a.segment_path().to_path_buf();
+    poke(&path, 17 * 8, 4_000_000);
+    // Another open file description holds the lock byte shared (a reader of another
+    // process): the datapath cannot take it exclusive for the repair.
+    let holder = std::fs::OpenOptions::new().read(true).open(&path).unwrap();
+    // SAFETY: `flock` is a plain C struct of integers; all-zero bytes are a valid value.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = libc::F_RDLCK as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = 0;
+    fl.l_len = 1;
+    use std::os::fd::AsRawFd;
+    // SAFETY: fcntl reads the flock struct, which outlives the call, on an open descriptor.
+    let r = unsafe {
+        libc::fcntl(
+            holder.as_raw_fd(),
+            libc::F_OFD_SETLK,
+            &mut fl as *mut libc::flock,
+        )
+    };
+    assert_eq!(r, 0);
+    let g = a.generation();
+    hook.catch_up().unwrap();
+    assert_eq!(b.generation(), g, "no repair while the lock is held");
+    assert_eq!(b.av().len(), 0, "the table as it was");
+    drop(holder);
+    hook.catch_up().unwrap();
+    assert!(b.generation() > g);
     assert_eq!(b.av().len(), 3);
-    b.sync().unwrap();
-    assert!(b.generation() > g + 1, "the AV call repairs");
-    assert_eq!(insert(&mut b, &[4]), [3]);
 }
 
 #[test]

@@ -1054,22 +1054,34 @@ impl Segment {
         Ok(locked)
     }
 
-    /// The lock, shared, when it can be had at once and the segment needs no repair; `None`
-    /// otherwise. For the datapath's catch-up, which never waits: another process's change in
-    /// progress, or a repair, is left to the next call that may wait.
+    /// The lock, when it can be had at once: shared, or exclusive after repairing the
+    /// segment when a writer died in the middle of a change; `None` when another handle holds
+    /// it (a change in progress, a catch-up while a repair is due). For the datapath's
+    /// catch-up, which never waits, and which must not stay behind for good because a writer
+    /// died after others committed changes.
     pub fn try_lock_shared(&self) -> Result<Option<Locked<'_>>, FiError> {
-        let got = ofd_lock(&self.file, libc::F_RDLCK, LOCK_BYTE, Wait::No)
-            .map_err(|e| os_error("named AV: taking the segment lock", &e))?;
-        if !got {
+        let take = |kind| {
+            ofd_lock(&self.file, kind, LOCK_BYTE, Wait::No)
+                .map_err(|e| os_error("named AV: taking the segment lock", &e))
+        };
+        if !take(libc::F_RDLCK)? {
             return Ok(None);
         }
-        let locked = Locked {
+        let mut locked = Locked {
             seg: self,
             exclusive: false,
         };
         if self.hdr(hw::WRITER) != 0 {
-            // A writer died mid-change: the repair wants the lock exclusive.
-            return Ok(None);
+            // A writer died mid-change: the repair wants the lock exclusive. Converting this
+            // description's shared lock fails at once while another holds the lock (dropping
+            // `locked` then releases it).
+            if !take(libc::F_WRLCK)? {
+                return Ok(None);
+            }
+            locked.exclusive = true;
+            if self.hdr(hw::WRITER) != 0 {
+                self.repair();
+            }
         }
         Ok(Some(locked))
     }
