@@ -1330,3 +1330,34 @@ fn an_insertsvc_resolving_a_host_name_leaves_the_datapath_catch_up_to_run() {
     a.lookup(0, &mut out, &mut len).unwrap();
     assert_eq!(out, peer_bytes(1), "b's insert, in a's mirror");
 }
+
+/// A directory or a socket where the segment file would be is not a named-AV segment:
+/// FI_EINVAL, as for any other file that is not one (whether the open would create the AV or
+/// only open it, and for a snapshot), and it is left where it is.
+#[test]
+fn a_directory_or_socket_at_the_segment_path_is_not_a_segment() {
+    let name = unique("notfile");
+    let path = segment::path_of(&name);
+    let refused = |what: &str| {
+        for flags in [0, FI_READ] {
+            let e = open(AvAttr {
+                flags,
+                ..attr(&name, 8)
+            })
+            .expect_err("refused");
+            assert_eq!(e.errno, FiErrno::FI_EINVAL, "{what}, flags {flags:#x}: {e}");
+            assert!(e.message.contains("not a named-AV segment"), "{e}");
+        }
+        let e = segment::Snapshot::read(&name).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EINVAL, "{what}: {e}");
+    };
+    std::fs::create_dir(&path).unwrap();
+    refused("a directory");
+    assert!(path.is_dir(), "left alone");
+    std::fs::remove_dir(&path).unwrap();
+    let socket = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    refused("a socket");
+    assert!(path.exists(), "left alone");
+    drop(socket);
+    std::fs::remove_file(&path).unwrap();
+}

@@ -297,6 +297,19 @@ fn os_error(what: &str, e: &io::Error) -> FiError {
     FiError::new(errno, format!("{what}: {e}"))
 }
 
+/// The error of opening the segment file at `path`: `FI_EINVAL` for what cannot be a segment
+/// file (a directory, a socket), as for any other file that is not a segment; otherwise
+/// [`os_error`] of `what`.
+fn open_error(what: &str, path: &Path, e: &io::Error) -> FiError {
+    match e.raw_os_error() {
+        Some(libc::EISDIR | libc::ENXIO) => FiError::inval(format!(
+            "{what}: {} is not a named-AV segment: {e}",
+            path.display()
+        )),
+        _ => os_error(&format!("{what}: opening {}", path.display()), e),
+    }
+}
+
 /// Refuse a segment file another user owns, or whose mode lets its group or other users open
 /// it at all: the processes sharing an AV run as one user. A file of `/dev/shm`
 /// (world-writable, with predictable names) that someone else made would let them rewrite the
@@ -622,8 +635,8 @@ impl Segment {
     /// `create` is set. Returns the segment and whether this call created it. An existing
     /// segment is returned as it is: the caller compares its attributes. `FI_ENOENT` when it
     /// does not exist and `create` is not set; `FI_EACCES` when the file's permissions refuse
-    /// this user; `FI_EINVAL` when the file is not a named-AV segment of this layout or holds
-    /// another name.
+    /// this user; `FI_EINVAL` when the file is not a named-AV segment of this layout (a
+    /// directory or socket in its place included) or holds another name.
     pub fn open(
         name: &str,
         create: bool,
@@ -670,8 +683,9 @@ impl Segment {
                     ))
                 }
                 Err(e) => {
-                    return Err(os_error(
-                        &format!("fi_av_open: named AV '{name}': opening {}", path.display()),
+                    return Err(open_error(
+                        &format!("fi_av_open: named AV '{name}'"),
+                        &path,
                         &e,
                     ))
                 }
@@ -1643,7 +1657,7 @@ impl Snapshot {
     /// Read the named AV `name`. `FI_ENOENT` when no AV of that name exists (or its last
     /// handle has closed it); `FI_EACCES` when the segment's permissions refuse this user or
     /// its path is a symbolic link; `FI_EINVAL` when the file is not a segment of this layout
-    /// holding that name (a FIFO or device in its place included);
+    /// holding that name (a FIFO, device, directory or socket in its place included);
     /// `FI_EAGAIN` when a change holds the lock for longer than [`SNAPSHOT_WAIT`].
     pub fn read(name: &str) -> Result<Snapshot, FiError> {
         let ctx = |what: &str| format!("named AV '{name}': {what}");
@@ -1673,7 +1687,7 @@ impl Snapshot {
                     )),
                 ))
             }
-            Err(e) => return Err(os_error(&ctx(&format!("opening {}", path.display())), &e)),
+            Err(e) => return Err(open_error(&ctx("reading"), &path, &e)),
         };
         let deadline = std::time::Instant::now() + SNAPSHOT_WAIT;
         loop {
