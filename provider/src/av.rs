@@ -237,9 +237,10 @@ impl UetAv {
         f: impl FnOnce(&mut AvKind) -> Result<usize, FiError>,
     ) -> Result<usize, FiError> {
         self.with_kind(call, |kind| {
+            // A named AV's own attributes: its process mirror's leave FI_EVENT to it.
             let flags = match kind {
                 AvKind::Own(av) => av.attr().flags,
-                AvKind::Shared(av) => av.av().attr().flags,
+                AvKind::Shared(av) => av.attr().flags,
             };
             if flags & FI_EVENT == 0 {
                 return f(kind);

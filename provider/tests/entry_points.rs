@@ -7028,8 +7028,30 @@ fn av_events(eq: *mut FidEq, calls: usize) -> (Vec<(usize, u64, c_int)>, Vec<(us
 /// by the events of the calls after it.
 #[test]
 fn an_fi_event_insert_that_fails_after_it_returned_gets_fi_addr_notavail_in_its_fi_addr_slots() {
+    fi_event_insert_fails_after_it_returned(None);
+}
+
+/// The same on a named AV, which completes every call on the NIC before it returns
+/// (`FI_MORE` included): a refused address says `FI_ADDR_NOTAVAIL` in its slot, and the
+/// call's events go out as it returns.
+#[test]
+fn an_fi_event_insert_into_a_named_av_reports_failures_in_its_fi_addr_slots() {
+    let name = std::ffi::CString::new(format!("uet-av-event-test-{}", std::process::id()))
+        .expect("no NUL");
+    fi_event_insert_fails_after_it_returned(Some(&name));
+}
+
+/// The FI_EVENT insert test, on an AV of `name` (`None`: unnamed).
+fn fi_event_insert_fails_after_it_returned(name: Option<&CStr>) {
     let ecanceled = FiErrno::FI_ECANCELED.get() as c_int;
-    let open = Open::new(0, FI_FORMAT_UNSPEC);
+    let open = Open::new(
+        if name.is_some() {
+            uet_av::FI_SHARED_AV
+        } else {
+            0
+        },
+        FI_FORMAT_UNSPEC,
+    );
     let plain = open.av_open(&mut av_attr(4)).unwrap();
     let good = [
         address_of(plain, c"10.0.0.2", c"7"),
@@ -7038,6 +7060,9 @@ fn an_fi_event_insert_that_fails_after_it_returned_gets_fi_addr_notavail_in_its_
     let eq = eq_open_on(open.fabric, FI_WAIT_UNSPEC, 0).expect("fi_eq_open");
     let mut attr = av_attr(4);
     attr.flags = uet_av::FI_EVENT;
+    if let Some(name) = name {
+        attr.name = name.as_ptr();
+    }
     let av = open.av_open(&mut attr).unwrap();
     // SAFETY: open objects; only the fields' addresses are taken.
     let (eq_fid, av_fid) = unsafe { (&raw mut (*eq).fid, &raw mut (*av).fid) };
@@ -7083,6 +7108,19 @@ fn an_fi_event_insert_that_fails_after_it_returned_gets_fi_addr_notavail_in_its_
     let mut more = [7 as FiAddr; 1];
     assert_eq!(insert(&good[1..], &mut more, uet_av::FI_MORE, 3), 0);
     assert_eq!(more, [1]);
+    if name.is_some() {
+        // A named AV completes every call on the NIC, FI_MORE or not: the close has nothing
+        // to cancel.
+        let (errors, completions) = av_events(eq, 1);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(completions, [(3, 1)]);
+        // SAFETY: ours, open, closed once.
+        assert_eq!(unsafe { close(av_fid) }, 0);
+        assert_eq!(more, [1], "inserted");
+        // SAFETY: ours, open, closed once.
+        unsafe { close_all(&[eq_fid, &mut (*plain).fid]) };
+        return;
+    }
     // SAFETY: ours, open, closed once.
     assert_eq!(unsafe { close(av_fid) }, 0);
     let (errors, completions) = av_events(eq, 1);
