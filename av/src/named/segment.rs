@@ -1117,7 +1117,11 @@ impl Segment {
                 let bits = self
                     .word(self.geo.bitmap_off / 8 + w as usize)
                     .load(Ordering::Relaxed);
-                (bits != 0).then(|| w * 64 + (63 - bits.leading_zeros()) + 1)
+                // Saturating: a capacity within 64 of 2^32 would overflow u32 here.
+                (bits != 0).then(|| {
+                    w.saturating_mul(64)
+                        .saturating_add(64 - bits.leading_zeros())
+                })
             })
             .unwrap_or(0);
         let high = (self.hdr(hw::HIGH_WATER).min(u64::from(self.geo.capacity)) as u32)
