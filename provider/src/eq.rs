@@ -133,7 +133,8 @@ pub struct UetEq {
     /// Shared with the `fi_eq_sread`s under way, which a close must not free.
     fids: Arc<Mutex<Names>>,
     /// Held by a read from the look at its event to the take: a read that finds the buffer
-    /// too small leaves the event queued, and the event it took is the one it looked at.
+    /// too small leaves the event queued, and the event it took is the one it looked at. Held
+    /// by an error read from the take until the entry names its object.
     reading: Arc<Mutex<()>>,
     /// The fabric's API version: before 1.5, `err_data` is always the queue's own.
     api_version: u32,
@@ -533,6 +534,10 @@ unsafe extern "C" fn eq_readerr(eq: *mut FidEq, buf: *mut FiEqErrEntry, flags: u
                 "{CALL}: unsupported flags {flags:#x}"
             )));
         }
+        // Held until the entry names its object: a close of the object in another thread
+        // forgets its name only between reads (see [`EqLink::forget`]), so the error, once
+        // taken, is reported with its object's `fid` and not the provider's number for it.
+        let _reading = q.reading.lock().unwrap_or_else(PoisonError::into_inner);
         let e = q.eq.readerr()?;
         // A refused connection's error data is the listener's reject param (fi_cm(3)).
         let data = if e.err == FiErrno::FI_ECONNREFUSED {
@@ -644,5 +649,87 @@ unsafe extern "C" fn eq_strerror(
             buf,
             len,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use uet_driver::EqErrEntry;
+
+    /// A queue as `fi_eq_open` makes it, without a fabric.
+    fn open(api_version: u32) -> Box<UetEq> {
+        Box::new(UetEq {
+            fid: FidEq {
+                fid: Fid {
+                    fclass: FI_CLASS_EQ,
+                    context: core::ptr::null_mut(),
+                    ops: core::ptr::addr_of!(EQ_FID_OPS).cast_mut(),
+                },
+                ops: core::ptr::addr_of!(EQ_OPS).cast_mut(),
+            },
+            eq: EventQueue::open(EqAttr::default()).unwrap(),
+            fids: Arc::new(Mutex::new(Names::default())),
+            reading: Arc::new(Mutex::new(())),
+            api_version,
+            err_data: OwnedErrData::default(),
+            wait_obj: FI_WAIT_NONE,
+        })
+    }
+
+    /// An error read while its object is closed in another thread (its events dropped, its
+    /// name forgotten) either finds the error gone or names the object by its `fid`: never
+    /// by the provider's own number for it, which is no pointer of the application's.
+    #[test]
+    fn an_error_read_while_its_object_closes_names_the_object_or_is_gone() {
+        let mut q = open(fi_version(1, 17));
+        let link = q.link().unwrap();
+        let named: usize = 0x5000;
+        let id = uet_av::next_fid();
+        let eq: *mut FidEq = &mut q.fid;
+        let eq = eq as usize;
+        let mut bogus = 0;
+        for round in 0..20_000u32 {
+            link.name(id, named as *mut Fid, None);
+            q.eq.post_error(EqErrEntry {
+                fid: id,
+                context: 0,
+                data: 0,
+                err: FiErrno::FI_EIO,
+                prov_errno: 0,
+                err_data: "refused".into(),
+                cm_data: Vec::new(),
+            })
+            .unwrap();
+            let go = AtomicBool::new(false);
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    while !go.load(Ordering::Acquire) {
+                        std::hint::spin_loop();
+                    }
+                    for _ in 0..(round % 32) * 4 {
+                        std::hint::spin_loop();
+                    }
+                    link.forget(id);
+                });
+                // SAFETY: a plain-data structure.
+                let mut e: FiEqErrEntry = unsafe { core::mem::zeroed() };
+                go.store(true, Ordering::Release);
+                // SAFETY: an open queue; a valid entry, no error-data buffer.
+                let ret = unsafe { eq_readerr(eq as *mut FidEq, &mut e, 0) };
+                if ret > 0 && e.fid as usize != named {
+                    bogus += 1;
+                }
+            });
+            // What the close left behind.
+            while q.eq.readerr().is_ok() {}
+        }
+        assert_eq!(
+            bogus, 0,
+            "errors named an object by no pointer of the application's"
+        );
+        drop(link);
+        q.eq.clone().close().unwrap();
     }
 }
