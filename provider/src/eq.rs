@@ -30,6 +30,9 @@
 //!   (neither copied nor freed by the provider: the application's), its data. Another length,
 //!   or a code that is no event, is `-FI_EINVAL`. libfabric 1.17 defines no flag for
 //!   `fi_eq_write` (an application cannot write an error entry): flags are `-FI_EBADFLAGS`.
+//! * `fi_eq_attr.flags`: `FI_WRITE`, and `FI_AFFINITY`, whose `signaling_vector` is the hint
+//!   fi_eq(3) lets a provider without interrupt affinity ignore; any other flag is
+//!   `-FI_EBADFLAGS`.
 //! * `fi_eq_strerror`: the provider's description of a `prov_errno` (the NIC's status codes).
 //! * Wait objects: `FI_WAIT_NONE` (the default: `fi_eq_sread` is `-FI_EINVAL`),
 //!   `FI_WAIT_UNSPEC`, `FI_WAIT_MUTEX_COND`, `FI_WAIT_YIELD` and `FI_WAIT_FD`; wait sets and
@@ -210,7 +213,10 @@ pub(crate) unsafe fn eq_ref<'a>(fid: *mut Fid, call: &str) -> Result<&'a UetEq, 
     unsafe { object_ref(fid, FI_CLASS_EQ, &EQ_FID_OPS, call, "event queue") }
 }
 
-/// `fi_eq_open`.
+/// `fi_eq_attr.flags` `FI_AFFINITY`: `signaling_vector` is set.
+const FI_AFFINITY: u64 = 1 << 29;
+
+/// `fi_eq_open`. `FI_AFFINITY` is accepted and its vector ignored (fi_eq(3) makes it a hint).
 pub(crate) unsafe extern "C" fn fabric_eq_open(
     fabric: *mut FidFabric,
     attr: *mut FiEqAttr,
@@ -234,9 +240,18 @@ pub(crate) unsafe extern "C" fn fabric_eq_open(
             FI_WAIT_FD => WaitObj::Fd,
             other => return Err(crate::wait::unserved(CALL, "queues", other)),
         };
+        // fi_eq(3): `signaling_vector` is a hint "the provider may ignore if it does not
+        // support interrupt affinity", which FI_AFFINITY only says is set: ignored.
+        if a.flags & FI_AFFINITY != 0 {
+            tracing::debug!(
+                call = CALL,
+                vector = a.signaling_vector,
+                "FI_AFFINITY: the signaling vector is ignored"
+            );
+        }
         let queue = EventQueue::open(EqAttr {
             size: a.size,
-            flags: a.flags,
+            flags: a.flags & !FI_AFFINITY,
             wait_obj,
         })?;
         let boxed = Box::new(UetEq {

@@ -4558,6 +4558,26 @@ fn fi_eq_open_refuses_a_wait_obj_it_does_not_serve_and_one_that_is_none() {
     }
 }
 
+/// fi_eq(3): `FI_AFFINITY` says `signaling_vector` is valid, a hint "the provider ... may
+/// ignore if [it] does not support interrupt affinity". A queue opened with it opens, as one
+/// without it, and works; a flag fi_eq(3) does not define is still refused.
+#[test]
+fn fi_eq_open_takes_fi_affinity_as_the_hint_it_is() {
+    const FI_AFFINITY: u64 = 1 << 29;
+    const FI_WRITE: u64 = 1 << 9;
+    let open = Open::new(FI_MSG, FI_FORMAT_UNSPEC);
+    let eq = eq_open_on(open.fabric, FI_WAIT_UNSPEC, FI_AFFINITY | FI_WRITE)
+        .expect("fi_eq_open with FI_AFFINITY");
+    assert_eq!(eq_write(eq, 5), core::mem::size_of::<FiEqEntry>() as isize);
+    assert_eq!(eq_read_entry(eq).map(|(_, e)| e.data), Ok(5));
+    // SAFETY: ours, open, closed once.
+    assert_eq!(unsafe { close(&raw mut (*eq).fid) }, 0);
+    assert_eq!(
+        eq_open_on(open.fabric, FI_WAIT_UNSPEC, FI_AFFINITY | 1 << 40).err(),
+        Some(neg_int(FiErrno::FI_EBADFLAGS))
+    );
+}
+
 #[test]
 fn the_answer_offers_cntr_cnt_counters_and_hints_asking_for_more_are_refused() {
     assert_eq!(answer_to(|_, _| (), |d| d.cntr_cnt), Ok(1024));
