@@ -10,7 +10,9 @@
 //!
 //! * Binary AVs take and return 32-byte UET addresses; `FI_ADDR_STR` AVs take `count` C
 //!   strings (`addr` is a `char **`), and `fi_av_lookup` returns the NUL-terminated string.
-//! * `FI_SYNC_ERR`: `context` is the `int` status array, one per address.
+//! * `FI_SYNC_ERR`: `context` is the `int` status array, one per address. On an `FI_EVENT` AV
+//!   the context is the events' and never read as an array: the flag is `-FI_EBADFLAGS`
+//!   there, whatever the context.
 //! * `FI_AV_USER_ID` is libfabric 1.17's: the insert flag gives each address the user id in
 //!   its `fi_addr` slot. The 1.17 ABI has no `fi_av_set_user_id`, so `fi_av_open` refuses
 //!   the flag later versions pair with it (`-FI_EBADFLAGS`): such an AV could not be given a
@@ -226,15 +228,17 @@ impl UetAv {
         }
     }
 
-    /// Run the insert `f` on the AV, locked. On an `FI_EVENT` AV, `out` (the call's `fi_addr`
-    /// array of `count` entries, or NULL) is kept for the call's events until its
-    /// `FI_AV_COMPLETE` ([`OutRewriter`]); a call refused posts no event and keeps nothing.
+    /// Run the insert `f` on the AV, locked; `f` learns whether the AV was opened with
+    /// `FI_EVENT` (then the C `context` is the events' context, never a status array). On an
+    /// `FI_EVENT` AV, `out` (the call's `fi_addr` array of `count` entries, or NULL) is kept
+    /// for the call's events until its `FI_AV_COMPLETE` ([`OutRewriter`]); a call refused
+    /// posts no event and keeps nothing.
     fn insert_call(
         &self,
         call: &str,
         out: *mut FiAddr,
         count: usize,
-        f: impl FnOnce(&mut AvKind) -> Result<usize, FiError>,
+        f: impl FnOnce(&mut AvKind, bool) -> Result<usize, FiError>,
     ) -> Result<usize, FiError> {
         self.with_kind(call, |kind| {
             // A named AV's own attributes: its process mirror's leave FI_EVENT to it.
@@ -243,7 +247,7 @@ impl UetAv {
                 AvKind::Shared(av) => av.attr().flags,
             };
             if flags & FI_EVENT == 0 {
-                return f(kind);
+                return f(kind, false);
             }
             let outs = || self.outs.lock().unwrap_or_else(PoisonError::into_inner);
             // Before the call: its events may be posted before it returns. Calls are made
@@ -256,7 +260,7 @@ impl UetAv {
             });
             // A call that panics posts nothing either: its array must not stay the one the
             // next call's events are written to.
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(kind)));
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(kind, true)));
             let mut calls = outs();
             if !matches!(r, Ok(Ok(_))) {
                 calls.pop_back();
@@ -359,17 +363,20 @@ pub(crate) unsafe fn c_slice_needed<'a, T>(
     Ok(unsafe { core::slice::from_raw_parts(p, count) })
 }
 
-/// The `FI_SYNC_ERR` status array in `context`, when `flags` asks for it.
+/// The `FI_SYNC_ERR` status array in `context`, when `flags` asks for it on a synchronous AV.
+/// On an `FI_EVENT` AV (`event`) the context is the events' and never an array: none, and the
+/// AV refuses `FI_SYNC_ERR` (`FI_EBADFLAGS`).
 ///
 /// # Safety
-/// With `FI_SYNC_ERR`, `context` is NULL or an array of `count` `int`s.
+/// With `FI_SYNC_ERR` on a synchronous AV, `context` is NULL or an array of `count` `int`s.
 unsafe fn status_array<'a>(
     flags: u64,
+    event: bool,
     context: *mut c_void,
     count: usize,
     call: &str,
 ) -> Result<Option<&'a mut [i32]>, FiError> {
-    if flags & FI_SYNC_ERR == 0 {
+    if flags & FI_SYNC_ERR == 0 || event {
         return Ok(None);
     }
     // SAFETY: the caller's promise.
@@ -583,33 +590,32 @@ unsafe extern "C" fn av_insert(
         let a = unsafe { av_ref(av, CALL) }?;
         inserted(count)?;
         let out = fi_addr;
-        // SAFETY: libfabric's contract: `fi_addr` NULL or `count` entries; the status array
-        // `count` ints.
-        let (fi_addr, status) = unsafe {
-            (
-                c_array(fi_addr, count, CALL, "fi_addr")?,
-                status_array(flags, context, count, CALL)?,
-            )
-        };
-        let context = context as u64;
+        // SAFETY: libfabric's contract: `fi_addr` NULL or `count` entries.
+        let fi_addr = unsafe { c_array(fi_addr, count, CALL, "fi_addr") }?;
+        // SAFETY: libfabric's contract: with FI_SYNC_ERR on a synchronous AV, `context` is
+        // NULL or `count` ints.
+        let status = |event| unsafe { status_array(flags, event, context, count, CALL) };
+        let context_value = context as u64;
         let n = match a.addr_format {
             AddrFormat::Uet => {
                 let bytes = count.saturating_mul(ADDR_LEN);
                 // SAFETY: `addr` holds `count` addresses of ADDR_LEN bytes (libfabric's
                 // contract); only read.
                 let addr = unsafe { c_slice_needed(addr.cast::<u8>(), bytes, CALL, "addr") }?;
-                a.insert_call(CALL, out, count, |kind| {
+                a.insert_call(CALL, out, count, |kind, event| {
+                    let status = status(event)?;
                     with_av!(kind, av => av
-                        .with_context(context)
+                        .with_context(context_value)
                         .insert_with_status(addr, count, fi_addr, flags, status))
                 })?
             }
             AddrFormat::Str => {
                 // SAFETY: `addr` is a `char *` array of `count` (libfabric's contract).
                 let strings = unsafe { c_strings(addr, count) }?;
-                a.insert_call(CALL, out, count, |kind| {
+                a.insert_call(CALL, out, count, |kind, event| {
+                    let status = status(event)?;
                     with_av!(kind, av => av
-                        .with_context(context)
+                        .with_context(context_value)
                         .insert_str(&strings, fi_addr, flags, status))
                 })?
             }
@@ -635,17 +641,14 @@ unsafe extern "C" fn av_insertsvc(
         let (node, service) = unsafe { (c_str(node, "node")?, c_str(service, "service")?) };
         let node = node.ok_or_else(|| null(CALL, "node"))?;
         let out = fi_addr;
-        // SAFETY: NULL or one fi_addr_t; the status array one int.
-        let (fi_addr, status) = unsafe {
-            (
-                fi_addr.as_mut(),
-                status_array(flags, context, 1, CALL)?.and_then(|s| s.first_mut()),
-            )
-        };
-        let context = context as u64;
-        let n = a.insert_call(CALL, out, 1, |kind| {
+        // SAFETY: NULL or one fi_addr_t.
+        let fi_addr = unsafe { fi_addr.as_mut() };
+        let n = a.insert_call(CALL, out, 1, |kind, event| {
+            // SAFETY: with FI_SYNC_ERR on a synchronous AV, the status array of one int.
+            let status = unsafe { status_array(flags, event, context, 1, CALL) }?
+                .and_then(|s| s.first_mut());
             with_av!(kind, av => av
-                .with_context(context)
+                .with_context(context as u64)
                 .insertsvc(node, service, fi_addr, flags, status))
         })?;
         inserted(n)
@@ -679,17 +682,13 @@ unsafe extern "C" fn av_insertsym(
         let node = node.ok_or_else(|| null(CALL, "node"))?;
         let service = service.ok_or_else(|| null(CALL, "service"))?;
         let out = fi_addr;
-        // SAFETY: `fi_addr` NULL or `count` entries; the status array `count` ints.
-        let (fi_addr, status) = unsafe {
-            (
-                c_array(fi_addr, count, CALL, "fi_addr")?,
-                status_array(flags, context, count, CALL)?,
-            )
-        };
-        let context = context as u64;
-        let n = a.insert_call(CALL, out, count, |kind| {
+        // SAFETY: `fi_addr` NULL or `count` entries.
+        let fi_addr = unsafe { c_array(fi_addr, count, CALL, "fi_addr") }?;
+        let n = a.insert_call(CALL, out, count, |kind, event| {
+            // SAFETY: with FI_SYNC_ERR on a synchronous AV, the status array of `count` ints.
+            let status = unsafe { status_array(flags, event, context, count, CALL) }?;
             with_av!(kind, av => av
-                .with_context(context)
+                .with_context(context as u64)
                 .insertsym(node, nodecnt, service, svccnt, fi_addr, flags, status))
         })?;
         inserted(n)

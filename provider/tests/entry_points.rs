@@ -7061,6 +7061,76 @@ fn an_fi_event_insert_into_a_named_av_reports_failures_in_its_fi_addr_slots() {
     fi_event_insert_fails_after_it_returned(Some(&name));
 }
 
+/// On an `FI_EVENT` AV an insert's `context` is its events' context, whatever the
+/// application makes it (NULL, a number): `FI_SYNC_ERR` there is `-FI_EBADFLAGS` (fi_av(3):
+/// it "applies to synchronous insertions only"), for every insert call, and the context is
+/// never taken for a status array.
+#[test]
+fn fi_sync_err_on_an_fi_event_av_is_ebadflags_whatever_the_context() {
+    let sync_err = uet_av::FI_SYNC_ERR;
+    let open = Open::new(0, FI_FORMAT_UNSPEC);
+    let plain = open.av_open(&mut av_attr(4)).unwrap();
+    let good = address_of(plain, c"10.0.0.2", c"7");
+    let eq = eq_open_on(open.fabric, FI_WAIT_UNSPEC, 0).expect("fi_eq_open");
+    let mut attr = av_attr(4);
+    attr.flags = uet_av::FI_EVENT;
+    let av = open.av_open(&mut attr).unwrap();
+    // SAFETY: open objects; only the fields' addresses are taken.
+    let (eq_fid, av_fid) = unsafe { (&raw mut (*eq).fid, &raw mut (*av).fid) };
+    // SAFETY: an open AV and EQ.
+    assert_eq!(unsafe { ((*(*av).fid.ops).bind)(av_fid, eq_fid, 0) }, 0);
+    let ebadflags = ineg(FiErrno::FI_EBADFLAGS);
+    for context in [
+        null_mut::<core::ffi::c_void>(),
+        43 as *mut core::ffi::c_void,
+    ] {
+        let mut out = [7 as FiAddr; 2];
+        // SAFETY: an open AV; one address and two fi_addr slots (one used); the context is
+        // an opaque value.
+        let ret = unsafe {
+            ((*(*av).ops).insert)(
+                av,
+                good.as_ptr().cast(),
+                1,
+                out.as_mut_ptr(),
+                sync_err,
+                context,
+            )
+        };
+        assert_eq!(ret, ebadflags, "fi_av_insert, context {context:?}");
+        // SAFETY: as above, strings valid.
+        let ret = unsafe {
+            ((*(*av).ops).insertsvc)(
+                av,
+                c"10.0.0.3".as_ptr(),
+                c"7".as_ptr(),
+                out.as_mut_ptr(),
+                sync_err,
+                context,
+            )
+        };
+        assert_eq!(ret, ebadflags, "fi_av_insertsvc, context {context:?}");
+        // SAFETY: as above; two addresses, two slots.
+        let ret = unsafe {
+            ((*(*av).ops).insertsym)(
+                av,
+                c"10.0.0.3".as_ptr(),
+                2,
+                c"7".as_ptr(),
+                1,
+                out.as_mut_ptr(),
+                sync_err,
+                context,
+            )
+        };
+        assert_eq!(ret, ebadflags, "fi_av_insertsym, context {context:?}");
+        assert_eq!(out, [7, 7], "nothing inserted");
+    }
+    assert_eq!(eq_read_entry(eq).err(), Some(neg(FiErrno::FI_EAGAIN)));
+    // SAFETY: ours, open, closed once.
+    unsafe { close_all(&[av_fid, eq_fid, &mut (*plain).fid]) };
+}
+
 /// The FI_EVENT insert test, on an AV of `name` (`None`: unnamed).
 fn fi_event_insert_fails_after_it_returned(name: Option<&CStr>) {
     let ecanceled = FiErrno::FI_ECANCELED.get() as c_int;
