@@ -857,6 +857,10 @@ pub struct FidEp {
     pub collective: *mut FiOpsUnsupported<11>,
 }
 
+/// `fi_eq_attr.flags` and `fi_cq_attr.flags` `FI_AFFINITY`: `signaling_vector` is set, a
+/// hint a provider without interrupt affinity may ignore (fi_eq(3), fi_cq(3)).
+pub const FI_AFFINITY: u64 = 1 << 29;
+
 /// `struct fi_cq_attr`.
 #[repr(C)]
 pub struct FiCqAttr {

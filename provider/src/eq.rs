@@ -213,9 +213,6 @@ pub(crate) unsafe fn eq_ref<'a>(fid: *mut Fid, call: &str) -> Result<&'a UetEq, 
     unsafe { object_ref(fid, FI_CLASS_EQ, &EQ_FID_OPS, call, "event queue") }
 }
 
-/// `fi_eq_attr.flags` `FI_AFFINITY`: `signaling_vector` is set.
-const FI_AFFINITY: u64 = 1 << 29;
-
 /// `fi_eq_open`. `FI_AFFINITY` is accepted and its vector ignored (fi_eq(3) makes it a hint).
 pub(crate) unsafe extern "C" fn fabric_eq_open(
     fabric: *mut FidFabric,

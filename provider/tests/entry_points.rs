@@ -4578,6 +4578,41 @@ fn fi_eq_open_takes_fi_affinity_as_the_hint_it_is() {
     );
 }
 
+/// fi_cq(3): `FI_AFFINITY` says `signaling_vector` is set, a hint a provider without interrupt
+/// affinity may ignore: the CQ opens and works; another flag is still `-FI_EBADFLAGS`.
+#[test]
+fn fi_cq_open_takes_fi_affinity_as_the_hint_it_is() {
+    const FI_AFFINITY: u64 = 1 << 29;
+    let open = Open::new(FI_MSG, FI_FORMAT_UNSPEC);
+    let cq_open = |flags: u64| {
+        let mut cq = null_mut();
+        let mut attr = FiCqAttr {
+            size: 0,
+            flags,
+            format: FI_CQ_FORMAT_CONTEXT,
+            wait_obj: FI_WAIT_NONE,
+            signaling_vector: 3,
+            wait_cond: 0,
+            wait_set: null_mut(),
+        };
+        // SAFETY: an open domain; valid attributes and out pointer.
+        let ret =
+            unsafe { ((*(*open.domain).ops).cq_open)(open.domain, &mut attr, &mut cq, null_mut()) };
+        (ret, cq)
+    };
+    let (ret, cq) = cq_open(FI_AFFINITY);
+    assert_eq!(ret, 0, "fi_cq_open with FI_AFFINITY");
+    let mut entry = [0u8; 8];
+    // SAFETY: an open CQ; a buffer of one context entry.
+    let n = unsafe { ((*(*cq).ops).read)(cq, entry.as_mut_ptr().cast(), 1) };
+    assert_eq!(n, neg(FiErrno::FI_EAGAIN), "an empty CQ");
+    // SAFETY: ours, open, closed once.
+    assert_eq!(unsafe { close(&raw mut (*cq).fid) }, 0);
+    let (ret, cq) = cq_open(FI_AFFINITY | 1 << 40);
+    assert_eq!(ret, neg_int(FiErrno::FI_EBADFLAGS));
+    assert!(cq.is_null(), "a refused open made no CQ");
+}
+
 #[test]
 fn the_answer_offers_cntr_cnt_counters_and_hints_asking_for_more_are_refused() {
     assert_eq!(answer_to(|_, _| (), |d| d.cntr_cnt), Ok(1024));
