@@ -596,3 +596,49 @@ fn a_reader_asleep_when_the_nic_fails_learns_of_the_insert_promptly() {
         assert_eq!(eq.readerr().unwrap().err, FiErrno::FI_EIO, "reset {reset}");
     }
 }
+
+/// `fi_close` of an `FI_EVENT` AV whose AV_WRITEs a stopped NIC never answers gives them up at
+/// about one admin timeout, all of them: each write's timeout runs from the close's first
+/// look at them, not from the end of the wait for the one before (eight writes, eight
+/// timeouts one after the other). Every insert still gets its events.
+#[test]
+fn closing_an_fi_event_av_gives_its_unanswered_writes_up_together() {
+    use uet_driver::eq::WaitObj;
+    const WRITES: u64 = 8;
+    let timeout = Duration::from_millis(300);
+    let (nic, mut av, eq, _f) = fi_event_queue(uet_regs::INTERFACE_MINOR, WaitObj::Unspec);
+    nic.set_admin_timeout(timeout);
+    nic.bar0()
+        .write(uet_regs::DEV_CTRL, uet_regs::DevCtrl::new());
+    for k in 0..WRITES {
+        let peer = uet_tests::forged(&uet_fwif::UetAddress::from_bytes(&a_peer()).unwrap(), |a| {
+            a.initiator = 0x100 + k as u32
+        });
+        // One AV_WRITE per call: no FI_MORE.
+        av.with_context(k).insert(&peer, 1, None, 0).unwrap();
+    }
+    assert_eq!(av.writes_in_flight(), WRITES as usize);
+    let started = std::time::Instant::now();
+    assert!(av.close().is_ok(), "closed");
+    let took = started.elapsed();
+    assert!(
+        took < timeout * 4,
+        "the close gave {WRITES} unanswered writes up after {took:?}, timeout {timeout:?}"
+    );
+    // Error entries first (fi_eq_read is -FI_EAVAIL while one waits), in call order, then
+    // the completions.
+    for k in 0..WRITES {
+        let e = eq.read(0).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EAVAIL, "insert {k}: {e}");
+        let err = eq.readerr().unwrap();
+        assert_eq!((err.context, err.err), (k, FiErrno::FI_EIO), "insert {k}");
+    }
+    for k in 0..WRITES {
+        let done = eq.read(0).unwrap();
+        assert_eq!(
+            (done.context, done.data),
+            (k, 0),
+            "insert {k}'s FI_AV_COMPLETE"
+        );
+    }
+}

@@ -273,6 +273,14 @@ impl AsyncInner {
 
     /// Settle every AV_WRITE that completed; with `block`, wait for all of them.
     fn reap(&mut self, shared: &AsyncShared, block: bool) {
+        if block {
+            // A look at every write first: each one's timeout runs from its first poll, so
+            // the writes a NIC never answers are given up together, at about one timeout,
+            // not each one a timeout after the wait for the one before ended.
+            for w in self.writes.iter_mut() {
+                w.write.poll();
+            }
+        }
         let mut i = 0;
         while let Some(w) = self.writes.get_mut(i) {
             let done = if block {
