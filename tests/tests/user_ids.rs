@@ -62,29 +62,64 @@ fn src_of_next_message(a: &mut Host, ea: &mut Endpoint, dest: FiAddr, eb: &mut E
     got.src_addr
 }
 
-#[test]
-fn an_av_opened_with_user_ids_reports_notavail_until_set_user_id() {
-    let fabric = Fabric::new();
-    let mut a = host(&fabric, 0, 0);
-    let mut b = host(&fabric, 1, FI_AV_USER_ID);
-    let mut ea = endpoint(&a);
-    let mut eb = endpoint(&b);
-    let mut fi = [0];
-    a.av.insert(&eb.address().to_bytes().unwrap(), 1, Some(&mut fi), 0)
+/// Host `a` (an AV without user ids) and host `b` (an AV opened with `FI_AV_USER_ID`), an
+/// endpoint on each, each in the other's AV.
+struct Pair {
+    a: Host,
+    b: Host,
+    ea: Endpoint,
+    eb: Endpoint,
+    /// `eb` in `a`'s AV.
+    b_in_a: FiAddr,
+    /// `ea` in `b`'s AV.
+    a_in_b: FiAddr,
+}
+
+fn pair_with_user_ids(fabric: &Fabric) -> Pair {
+    let mut a = host(fabric, 0, 0);
+    let mut b = host(fabric, 1, FI_AV_USER_ID);
+    let ea = endpoint(&a);
+    let eb = endpoint(&b);
+    let mut b_in_a = [0];
+    a.av.insert(&eb.address().to_bytes().unwrap(), 1, Some(&mut b_in_a), 0)
         .unwrap();
     let mut a_in_b = [0];
     b.av.insert(&ea.address().to_bytes().unwrap(), 1, Some(&mut a_in_b), 0)
         .unwrap();
+    Pair {
+        a,
+        b,
+        ea,
+        eb,
+        b_in_a: b_in_a[0],
+        a_in_b: a_in_b[0],
+    }
+}
+
+#[test]
+fn an_av_opened_with_user_ids_reports_notavail_until_set_user_id() {
+    let fabric = Fabric::new();
+    let Pair {
+        mut a,
+        mut b,
+        mut ea,
+        mut eb,
+        b_in_a,
+        a_in_b,
+    } = pair_with_user_ids(&fabric);
     for i in 0..2 {
         eb.post_recv(b.pool.alloc().unwrap(), i).unwrap();
     }
     // Every entry of such an AV starts with FI_ADDR_NOTAVAIL as its user id.
     assert_eq!(
-        src_of_next_message(&mut a, &mut ea, fi[0], &mut eb),
+        src_of_next_message(&mut a, &mut ea, b_in_a, &mut eb),
         FI_ADDR_NOTAVAIL
     );
-    b.av.set_user_id(a_in_b[0], 0xBEEF, 0).unwrap();
-    assert_eq!(src_of_next_message(&mut a, &mut ea, fi[0], &mut eb), 0xBEEF);
+    b.av.set_user_id(a_in_b, 0xBEEF, 0).unwrap();
+    assert_eq!(
+        src_of_next_message(&mut a, &mut ea, b_in_a, &mut eb),
+        0xBEEF
+    );
 }
 
 #[test]
@@ -130,23 +165,21 @@ fn a_per_insert_user_id_is_the_reported_source() {
 #[test]
 fn an_unexpected_message_reports_the_user_id_set_before_its_receive_took_it() {
     let fabric = Fabric::new();
-    let mut a = host(&fabric, 0, 0);
-    let mut b = host(&fabric, 1, FI_AV_USER_ID);
-    let mut ea = endpoint(&a);
-    let mut eb = endpoint(&b);
-    let mut fi = [0];
-    a.av.insert(&eb.address().to_bytes().unwrap(), 1, Some(&mut fi), 0)
-        .unwrap();
-    let mut a_in_b = [0];
-    b.av.insert(&ea.address().to_bytes().unwrap(), 1, Some(&mut a_in_b), 0)
-        .unwrap();
+    let Pair {
+        a,
+        mut b,
+        mut ea,
+        mut eb,
+        b_in_a,
+        a_in_b,
+    } = pair_with_user_ids(&fabric);
     let mut buf = a.pool.alloc().unwrap();
     buf.fill(b"x").unwrap();
-    ea.post_tsend(fi[0], buf, 0x42, 0, 0).unwrap();
+    ea.post_tsend(b_in_a, buf, 0x42, 0, 0).unwrap();
     let sent = next(&mut ea).expect("send completion");
     assert!(sent.error.is_none(), "{:?}", sent.error);
     assert!(next(&mut eb).is_none(), "the message waits unexpected");
-    b.av.set_user_id(a_in_b[0], 0xBEEF, 0).unwrap();
+    b.av.set_user_id(a_in_b, 0xBEEF, 0).unwrap();
     eb.post_trecv(b.pool.alloc().unwrap(), 0x42, 0, 1).unwrap();
     let got = next(&mut eb).expect("receive completion");
     assert!(got.error.is_none(), "{:?}", got.error);
