@@ -10,6 +10,7 @@ use uet_av::{
     AUTH_KEY_ADDR_BASE, FI_ADDR_NOTAVAIL, FI_AUTH_KEY, FI_AV_AUTH_KEY,
 };
 use uet_fwif::auth_key::AuthKeyEntry;
+use uet_fwif::{NicAvEntry, UetAddress};
 
 /// A NIC table with an auth-key table the model runs over, whose next auth-key command can be
 /// refused.
@@ -278,6 +279,41 @@ fn check<N: AuthModelNic>(av: &mut AddressVector<N>, m: &Model, step: usize) {
         av.verify_auth_keys().unwrap().is_empty(),
         "step {step}: NIC auth-key table"
     );
+    // Each index as the NIC holds it (AV_READ): the model's address, stamped with the AV's
+    // JobID, and for an address inserted against a key the NIC slot of that key (which the
+    // AUTH_KEY_READ below shows holding the key's JobID), so that the NIC sends to it with
+    // the key's JobID, not the AV's.
+    let mut on_nic = vec![NicAvEntry::INVALID; m.slots.len()];
+    av.nic_mut()
+        .read_entries(0, &mut on_nic)
+        .unwrap_or_else(|e| panic!("step {step}: AV_READ: {e}"));
+    for (i, (slot, e)) in m.slots.iter().zip(&on_nic).enumerate() {
+        let want = slot.as_ref().map_or(NicAvEntry::INVALID, |(bytes, key)| {
+            let single = NicAvEntry::for_peer(
+                &UetAddress::from_bytes(bytes).expect("the model holds valid addresses"),
+                JOB,
+            );
+            match key {
+                Some(n) => {
+                    let handle = AUTH_KEY_ADDR_BASE | u64::from(*n);
+                    let k = av
+                        .auth_keys()
+                        .find(|k| k.handle == handle)
+                        .unwrap_or_else(|| panic!("step {step}: key {handle:#x} not held"));
+                    single.with_auth_key(k.slot)
+                }
+                None => single,
+            }
+        });
+        if want.is_valid() {
+            assert_eq!(*e, want, "step {step}: NIC entry {i}");
+        } else {
+            assert!(
+                !e.is_valid(),
+                "step {step}: NIC entry {i} should be invalid: {e:?}"
+            );
+        }
+    }
     let mut slots = vec![AuthKeyEntry::default(); usize::from(SLOTS)];
     av.nic_mut()
         .read_auth_keys(0, &mut slots)
