@@ -73,6 +73,33 @@ fn av_matches_the_model_with_symmetric_ranges() {
     }
 }
 
+/// Runs that now and then remove a whole stretch of the AV in one call and insert symmetric
+/// sets of up to 6 nodes × 4 services: ranges of many members, over nodes whose fabric
+/// addresses carry into the next byte, split where the lowest free run ends, holed by
+/// removes and filled by singles, each member checked against the model's own arithmetic.
+#[test]
+fn av_matches_the_model_with_long_ranges() {
+    for (seed, cap, rx_bits, max_group_id) in [
+        (0x3243_f6a8_885a_308du64, 24u64, 0u8, 0u32),
+        (0x1319_8a2e_0370_7344, 40, 2, 0),
+        (0xa409_3822_299f_31d0, 64, 0, 0xFF),
+        (0x082e_fa98_ec4e_6c89, 13, 0, 0),
+    ] {
+        let ops = seeded_ops_long_ranges(seed, cap, 10_000, false);
+        run(
+            Config {
+                cap: cap as usize,
+                rx_bits,
+                max_group_id,
+                open_user_id: false,
+                str_av: false,
+                unanswered: false,
+            },
+            &ops,
+        );
+    }
+}
+
 /// The same, with commands the NIC leaves unanswered among the faults: after each step the
 /// model and the mirror agree, and so does the NIC wherever nothing is in doubt (everywhere
 /// once the next insert, remove or set_user_id has rewritten the entries in doubt).

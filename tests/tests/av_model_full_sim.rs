@@ -23,7 +23,7 @@ mod engine;
 #[path = "../../av/tests/model_auth_keys/engine.rs"]
 mod engine_auth_keys;
 
-use engine::{run_on, seeded_ops, Config, ModelNic};
+use engine::{run_on, seeded_ops, seeded_ops_long_ranges, Config, ModelNic};
 use std::sync::Arc;
 use uet_av::{AddressVector, AvAttr, Fault, FiError, NicAvTable, NicError, NicOp};
 use uet_driver::av::NicAv;
@@ -276,6 +276,28 @@ fn the_model_with_symmetric_ranges_agrees_with_the_simulated_nic() {
                 unanswered: false,
             },
             &seeded_ops(seed, cap, 10_000, false),
+        );
+    }
+}
+
+/// Runs that drain stretches of the AV and insert symmetric sets of up to 6 nodes × 4
+/// services: long ranges, which the NIC expands member by member when AV_READ reads them.
+#[test]
+fn the_model_with_long_ranges_agrees_with_the_simulated_nic() {
+    for (seed, cap, rx_bits) in [
+        (0x3243_f6a8_885a_308du64, 24u64, 0u8),
+        (0x1319_8a2e_0370_7344, 40, 2),
+    ] {
+        run_on_sim(
+            Config {
+                cap: cap as usize,
+                rx_bits,
+                max_group_id: 0,
+                open_user_id: false,
+                str_av: false,
+                unanswered: false,
+            },
+            &seeded_ops_long_ranges(seed, cap, 10_000, false),
         );
     }
 }

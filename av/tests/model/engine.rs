@@ -80,6 +80,14 @@ pub(crate) enum Op {
     RemoveNotAvail {
         index: u64,
     },
+    /// Remove, in one call, every index of `from..from + len` that the model holds in use or
+    /// lost (each named with a receive context and peer group): frees long runs, so that
+    /// later symmetric inserts are stored as long ranges, and removes range members
+    /// together with singles.
+    Drain {
+        from: u64,
+        len: u64,
+    },
     /// Look up (index, rx context) with an output buffer of `len` bytes.
     Lookup {
         index: u64,
@@ -869,6 +877,19 @@ impl<N: ModelNic> Run<N> {
                 let got = self.av.remove(&fas, 0).map_err(|e| e.errno);
                 assert_eq!(got, want, "step {step}: remove {fas:x?}");
             }
+            Op::Drain { from, len } => {
+                let fas: Vec<u64> = (*from..from.saturating_add(*len))
+                    .filter(|&i| {
+                        let i = i as usize;
+                        self.m.slots.get(i).is_some_and(Option::is_some)
+                            || self.m.lost.get(i).is_some_and(|&l| l)
+                    })
+                    .map(|i| fa(i, (i % 8) as u32))
+                    .collect();
+                let want = self.m.remove(&fas, addressing);
+                let got = self.av.remove(&fas, 0).map_err(|e| e.errno);
+                assert_eq!(got, want, "step {step}: drain {fas:x?}");
+            }
             Op::RemoveNotAvail { index } => {
                 let fas = [*index, FI_ADDR_NOTAVAIL];
                 let want = self.m.remove(&fas, addressing);
@@ -1187,6 +1208,7 @@ pub(crate) fn run_on<N: ModelNic>(
 ) -> [usize; 3] {
     let per_insert_ids = ops.iter().any(Op::has_per_insert_user_ids);
     let mut ranges_seen = 0;
+    let mut longest_range = 0;
     let av = open(AvAttr {
         count: cfg.cap,
         rx_ctx_bits: cfg.rx_bits,
@@ -1217,9 +1239,13 @@ pub(crate) fn run_on<N: ModelNic>(
         r.step(step, op);
         check(&mut r.av, &r.sets, &r.m, step);
         ranges_seen = ranges_seen.max(r.av.ranges().count());
+        longest_range =
+            r.av.ranges()
+                .map(|(_, c, _)| c)
+                .fold(longest_range, u32::max);
         if r.m.in_doubt && !before {
             let kind = match op {
-                Op::Remove { .. } | Op::RemoveNotAvail { .. } => 1,
+                Op::Remove { .. } | Op::RemoveNotAvail { .. } | Op::Drain { .. } => 1,
                 Op::SetUserId { .. } => 2,
                 _ => 0,
             };
@@ -1238,6 +1264,14 @@ pub(crate) fn run_on<N: ModelNic>(
     check(&mut r.av, &r.sets, &r.m, ops.len());
     if makes_ranges(&cfg, per_insert_ids) {
         assert!(ranges_seen > 0, "no symmetric insert was stored as a range");
+        // Drained stretches leave room for long ranges: members of several nodes and
+        // services each, at positions far from the range's first index.
+        if ops.iter().any(|op| matches!(op, Op::Drain { .. })) {
+            assert!(
+                longest_range >= 8,
+                "no range longer than {longest_range} members"
+            );
+        }
     }
     doubts
 }
@@ -1361,6 +1395,42 @@ pub(crate) fn random_op(r: &mut impl Draw, cap: u64, per_insert_ids: bool) -> Op
             set: r.below(MAX_SETS as u64) as usize,
         },
     }
+}
+
+/// [`random_op`], and now and then a [`Op::Drain`] of a stretch of the AV or a symmetric
+/// insert of up to 6 nodes × 4 services from a peer whose range fits (PIDonFEP 1000 and up,
+/// IPv4 and IPv6): a stretch [`random_op`] keeps nearly full, which leaves no run of free
+/// indices longer than a few, so its ranges hold 3 members at most, of 2 nodes at most.
+pub(crate) fn random_op_long_ranges(r: &mut impl Draw, cap: u64, per_insert_ids: bool) -> Op {
+    match r.below(30) {
+        0 => {
+            let from = r.below(cap);
+            Op::Drain {
+                from,
+                len: 1 + r.below(cap - from),
+            }
+        }
+        1..=2 => Op::InsertSym {
+            n: 5000 + r.below(2000) as u32,
+            nodecnt: 1 + r.below(6) as usize,
+            svccnt: 1 + r.below(4) as usize,
+            mode: mode(r, per_insert_ids),
+        },
+        _ => random_op(r, cap, per_insert_ids),
+    }
+}
+
+/// `steps` ops of [`random_op_long_ranges`] from `seed`.
+pub(crate) fn seeded_ops_long_ranges(
+    seed: u64,
+    cap: u64,
+    steps: usize,
+    per_insert_ids: bool,
+) -> Vec<Op> {
+    let mut r = XorShift(seed);
+    (0..steps)
+        .map(|_| random_op_long_ranges(&mut r, cap, per_insert_ids))
+        .collect()
 }
 
 pub(crate) fn seeded_ops(seed: u64, cap: u64, steps: usize, per_insert_ids: bool) -> Vec<Op> {
