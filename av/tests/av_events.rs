@@ -12,7 +12,7 @@ use uet_av::{
     NicOp, PendingWrite, AV_NAME_MAX, DEFAULT_AV_COUNT, FI_ADDR_NOTAVAIL, FI_AV_USER_ID, FI_EVENT,
     FI_MORE, FI_READ, FI_SYMMETRIC, FI_SYNC_ERR, MAX_WRITES_IN_FLIGHT,
 };
-use uet_fwif::{AvWriteRecord, NicAvEntry};
+use uet_fwif::{AvWriteRecord, NicAvEntry, UetAddress};
 
 // ---------------------------------------------------------------------------------------------
 // An event queue in memory
@@ -1552,6 +1552,23 @@ impl EvModel {
         self.release();
     }
 
+    /// Whether the NIC holds index `i`'s address now: inserted, its record sent (a call
+    /// without `FI_MORE` ended its batch) and not refused. Over this NIC a write completes
+    /// when it is sent; the event comes at the next read.
+    fn on_nic(&self, i: usize) -> bool {
+        matches!(self.slots[i], EvSlot::Held(_))
+            && !self.staged.iter().any(|&(_, _, x)| x == i)
+            && !self
+                .sent
+                .iter()
+                .any(|&(_, _, x, written)| x == i && !written)
+    }
+
+    /// A call without `FI_MORE` refused for its flags: it still ends the batch before it.
+    fn refused_call(&mut self) {
+        self.submit();
+    }
+
     /// A remove: its arguments are checked against what the AV knows (a bad one changes
     /// nothing); then the AV settles, and an address whose insert the NIC turns out to have
     /// refused makes it `FI_EINVAL` too, with nothing removed.
@@ -1593,6 +1610,7 @@ fn ev_run(seed: u64, cap: usize, steps: usize) -> Vec<Ev> {
         sent: Vec::new(),
         fail_write: false,
     };
+    let job_id = av.attr().job_id;
     let mut seen = Vec::new();
     let mut r = XorShift(seed);
     let mut below = |n: u64| r.below(n);
@@ -1618,7 +1636,82 @@ fn ev_run(seed: u64, cap: usize, steps: usize) -> Vec<Ev> {
                 assert_eq!(got, Ok(0), "step {step}: an FI_EVENT insert returns 0");
                 assert_eq!(fa, m.insert(&addrs, more, context), "step {step}: fi_addr");
             }
-            5..=7 => {
+            5 if below(2) == 0 => {
+                // insertsym of up to 3 nodes × 3 services, each member's address computed
+                // here: the fabric address counts up with the node, PIDonFEP and initiator
+                // with the service.
+                let n = 1 + below(2000) as u32;
+                let (nodes, svcs) = (1 + below(3) as u32, 1 + below(3) as u32);
+                let base = UetAddress {
+                    fabric_addr: std::net::Ipv4Addr::new(10, 88, (n >> 8) as u8, n as u8).into(),
+                    ..peer(n)
+                };
+                let std::net::IpAddr::V4(ip) = base.fabric_addr else {
+                    unreachable!("an IPv4 base")
+                };
+                let members: Vec<Option<[u8; 32]>> = (0..nodes)
+                    .flat_map(|node| (0..svcs).map(move |k| (node, k)))
+                    .map(|(node, k)| {
+                        let a = UetAddress {
+                            fabric_addr: std::net::Ipv4Addr::from(u32::from(ip) + node).into(),
+                            pid_on_fep: base.pid_on_fep + k as u16,
+                            initiator: base.initiator + k,
+                            ..base
+                        };
+                        Some(a.to_bytes().unwrap())
+                    })
+                    .collect();
+                let more = below(3) == 0;
+                let context = step as u64;
+                let mut fa = vec![7u64; members.len()];
+                let got = av
+                    .with_context(context)
+                    .insertsym(
+                        &base.fabric_addr.to_string(),
+                        nodes as usize,
+                        &uet_av::Service::of(&base).to_string(),
+                        svcs as usize,
+                        Some(&mut fa),
+                        if more { FI_MORE } else { 0 },
+                        None,
+                    )
+                    .map_err(|e| e.errno);
+                if members.len() > cap {
+                    // More members than the AV has entries: refused whole (a call without
+                    // FI_MORE still ends the batch before it).
+                    assert_eq!(got, Err(FiErrno::FI_EINVAL), "step {step}: insertsym");
+                    if !more {
+                        m.refused_call();
+                    }
+                } else {
+                    assert_eq!(got, Ok(0), "step {step}: insertsym returns 0");
+                    assert_eq!(
+                        fa,
+                        m.insert(&members, more, context),
+                        "step {step}: fi_addr"
+                    );
+                }
+            }
+            5 => {
+                // FI_SYNC_ERR is for synchronous inserts: FI_EBADFLAGS, nothing inserted, and
+                // the batch before the call ends.
+                let mut fa = [7u64];
+                let mut st = [0i32];
+                let got = av
+                    .with_context(step as u64)
+                    .insert_with_status(
+                        &peer_bytes(9),
+                        1,
+                        Some(&mut fa),
+                        FI_SYNC_ERR,
+                        Some(&mut st),
+                    )
+                    .map_err(|e| e.errno);
+                assert_eq!(got, Err(FiErrno::FI_EBADFLAGS), "step {step}: FI_SYNC_ERR");
+                assert_eq!(fa, [7], "step {step}: fi_addr untouched");
+                m.refused_call();
+            }
+            6..=7 => {
                 let want = m.read();
                 assert_eq!(short(sink.read()), want, "step {step}: events");
                 seen.extend(want);
@@ -1643,7 +1736,24 @@ fn ev_run(seed: u64, cap: usize, steps: usize) -> Vec<Ev> {
                 }
                 _ => assert!(got.is_err(), "step {step}: index {i} not in use"),
             }
+            // The NIC table, read back: the model's address where its write went through,
+            // nothing elsewhere.
+            let on_nic = av.nic().entries()[i];
+            match s {
+                // A member of a symmetric range carries the range's fields too.
+                EvSlot::Held(bytes) if m.on_nic(i) => assert_eq!(
+                    on_nic.without_range(),
+                    NicAvEntry::for_peer(&UetAddress::from_bytes(bytes).unwrap(), job_id),
+                    "step {step}: NIC entry {i}"
+                ),
+                _ => assert!(!on_nic.is_valid(), "step {step}: NIC entry {i}: {on_nic:?}"),
+            }
         }
+        assert_eq!(
+            av.inserts_in_flight(),
+            m.calls.len(),
+            "step {step}: insert calls in flight"
+        );
     }
     // At the end the NIC holds what the mirror holds, and every call has been reported.
     av.settle().unwrap();
@@ -1655,7 +1765,9 @@ fn ev_run(seed: u64, cap: usize, steps: usize) -> Vec<Ev> {
 }
 
 /// Random FI_EVENT inserts (some malformed, a table often full, FI_MORE batches, NIC
-/// refusals), queue reads and removes, against the model: 5 runs of 10,000 steps.
+/// refusals), symmetric inserts, FI_SYNC_ERR (refused), queue reads and removes, against the
+/// model: 5 runs of 10,000 steps. After every step the mirror (lookup), the NIC table and the
+/// calls in flight are the model's.
 #[test]
 fn fi_event_inserts_match_the_model() {
     let mut seen = Vec::new();
