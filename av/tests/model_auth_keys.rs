@@ -1,7 +1,7 @@
 //! Auth keys against a plain reference model of fi_av(3) (and the rules of `uet_av::av::auth_keys`
 //! where the man page leaves them to the provider): random sequences of `fi_av_insert_auth_key`,
-//! inserts with and without `FI_AUTH_KEY` (held keys, stale handles, values that are no handle,
-//! malformed addresses, a full table), removes of addresses and of keys, `fi_av_lookup_auth_key`
+//! inserts and symmetric inserts with and without `FI_AUTH_KEY` (held keys, stale handles,
+//! values that are no handle, malformed addresses, a full table), removes of addresses and of keys, `fi_av_lookup_auth_key`
 //! of keys and of addresses, and NIC refusals of the auth-key commands. After every step the
 //! model, the host mirror, the NIC AV table and the NIC auth-key table agree.
 

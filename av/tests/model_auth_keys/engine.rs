@@ -306,7 +306,8 @@ fn check<N: AuthModelNic>(av: &mut AddressVector<N>, m: &Model, step: usize) {
             }
         });
         if want.is_valid() {
-            assert_eq!(*e, want, "step {step}: NIC entry {i}");
+            // A member of a symmetric range carries the range's fields too.
+            assert_eq!(e.without_range(), want, "step {step}: NIC entry {i}");
         } else {
             assert!(
                 !e.is_valid(),
@@ -334,6 +335,67 @@ fn check<N: AuthModelNic>(av: &mut AddressVector<N>, m: &Model, step: usize) {
                 "step {step}: NIC auth-key slot {slot} is held, and the AV holds no key there: \
                  {on_nic:?}"
             ),
+        }
+    }
+}
+
+/// An `fi_av_insertsym` of up to 2 nodes × 2 services, with `FI_AUTH_KEY` (each member's
+/// `fi_addr` slot holding the handle it is inserted against; members stored singly) or
+/// without (members stored as a range). Members are computed here: the fabric address counts
+/// up with the node, PIDonFEP and initiator with the service.
+fn sym_step<N: AuthModelNic>(
+    av: &mut AddressVector<N>,
+    m: &mut Model,
+    r: &mut XorShift,
+    step: usize,
+    seen: &mut Tally,
+) {
+    let n = 1 + r.below(900) as u32;
+    let base = UetAddress {
+        fabric_addr: std::net::Ipv4Addr::new(10, 99, (n >> 8) as u8, n as u8).into(),
+        ..crate::common::peer(n)
+    };
+    let std::net::IpAddr::V4(ip) = base.fabric_addr else {
+        unreachable!("an IPv4 base")
+    };
+    let (nodes, svcs) = (1 + r.below(2) as u32, 1 + r.below(2) as u32);
+    let addrs: Vec<(bool, [u8; ADDR_LEN])> = (0..nodes)
+        .flat_map(|node| (0..svcs).map(move |k| (node, k)))
+        .map(|(node, k)| {
+            let a = UetAddress {
+                fabric_addr: std::net::Ipv4Addr::from(u32::from(ip) + node).into(),
+                pid_on_fep: base.pid_on_fep + k as u16,
+                initiator: base.initiator + k,
+                ..base
+            };
+            (true, a.to_bytes().expect("a valid member"))
+        })
+        .collect();
+    let keyed = r.chance(2);
+    let mut fa: Vec<u64> = (0..addrs.len())
+        .map(|_| if keyed { any_handle(r, m) } else { 0 })
+        .collect();
+    let handles = fa.clone();
+    let got = av
+        .insertsym(
+            &base.fabric_addr.to_string(),
+            nodes as usize,
+            &uet_av::Service::of(&base).to_string(),
+            svcs as usize,
+            Some(&mut fa),
+            if keyed { FI_AUTH_KEY } else { 0 },
+            None,
+        )
+        .map_err(|e| e.errno);
+    tally(seen, &got);
+    match m.insert(&addrs, keyed.then_some(handles.as_slice())) {
+        Ok((k, out)) => {
+            assert_eq!(got, Ok(k), "step {step}: insertsym {handles:x?}");
+            assert_eq!(fa, out, "step {step}: insertsym fi_addr out");
+        }
+        Err(e) => {
+            assert_eq!(got, Err(e), "step {step}: insertsym {handles:x?}");
+            assert_eq!(fa, handles, "step {step}: fi_addr untouched");
         }
     }
 }
@@ -395,6 +457,7 @@ pub(crate) fn run_on<N: AuthModelNic>(
                 tally(seen, &got);
                 assert_eq!(got, want, "step {step}: insert_auth_key {bytes:x?}");
             }
+            3..=6 if r.chance(4) => sym_step(&mut av, &mut m, &mut r, step, seen),
             3..=6 => {
                 let n = 1 + r.below(3) as usize;
                 let addrs: Vec<(bool, [u8; ADDR_LEN])> = (0..n)
