@@ -2,8 +2,10 @@
 //! where the man page leaves them to the provider): random sequences of `fi_av_insert_auth_key`,
 //! inserts and symmetric inserts with and without `FI_AUTH_KEY` (held keys, stale handles,
 //! values that are no handle, malformed addresses, a full table), removes of addresses and of keys, `fi_av_lookup_auth_key`
-//! of keys and of addresses, and NIC refusals of the auth-key commands. After every step the
-//! model, the host mirror, the NIC AV table and the NIC auth-key table agree.
+//! of keys and of addresses, `fi_av_set_user_id` of addresses and of keys (`FI_AUTH_KEY`) on
+//! AVs with and without `FI_AV_USER_ID`, and NIC refusals of the auth-key commands. After every
+//! step the model, the host mirror, the NIC AV table and the NIC auth-key table (JobIDs and
+//! sources) agree.
 
 mod common;
 #[path = "model_auth_keys/engine.rs"]
@@ -24,7 +26,16 @@ fn auth_keys_match_the_model() {
         (0x0bad_5eed_0f00_d001, 12),
         (0x7e57_9a0f_0123_4567, 32),
     ] {
-        run(seed, cap, 10_000, &mut seen);
+        run(seed, attr(cap), 10_000, &mut seen);
+    }
+    // 3 more on AVs opened with FI_AV_USER_ID: user ids of addresses and of keys (the
+    // source each key's NIC slot reports).
+    for (seed, cap) in [
+        (0x2545_f491_4f6c_dd1du64, 4usize),
+        (0x1b87_3593_5851_3e29, 8),
+        (0x6a09_e667_f3bc_c908, 16),
+    ] {
+        run(seed, attr_with_user_ids(cap), 10_000, &mut seen);
     }
     // Every outcome the calls can have came up.
     for e in [

@@ -343,6 +343,10 @@ fn auth_keys_match_the_model_on_the_simulated_nic() {
         let av = open_on(&nic, engine_auth_keys::attr(cap));
         engine_auth_keys::run_on(seed, 10_000, &mut seen, av);
     }
+    // And on an AV with user ids: of addresses, and of keys (their slots' sources).
+    let (_fabric, nic) = sim_nic(Some(engine_auth_keys::SLOTS));
+    let av = open_on(&nic, engine_auth_keys::attr_with_user_ids(8));
+    engine_auth_keys::run_on(0x1b87_3593_5851_3e29, 10_000, &mut seen, av);
     for e in [
         uet_av::FiErrno::FI_EINVAL,
         uet_av::FiErrno::FI_ENOSPC,

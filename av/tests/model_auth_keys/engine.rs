@@ -7,7 +7,7 @@
 use crate::common::{peer_bytes, XorShift, LIMITS};
 use uet_av::{
     AddressVector, AvAttr, AvLimits, FiErrno, MemoryNicTable, NicAvTable, NicOp, ADDR_LEN,
-    AUTH_KEY_ADDR_BASE, FI_ADDR_NOTAVAIL, FI_AUTH_KEY, FI_AV_AUTH_KEY,
+    AUTH_KEY_ADDR_BASE, FI_ADDR_NOTAVAIL, FI_AUTH_KEY, FI_AV_AUTH_KEY, FI_AV_USER_ID,
 };
 use uet_fwif::auth_key::AuthKeyEntry;
 use uet_fwif::{NicAvEntry, UetAddress};
@@ -44,6 +44,8 @@ struct Key {
     job: u32,
     /// `fi_av_insert_auth_key` calls of it not yet removed.
     inserts: u32,
+    /// Set with `fi_av_set_user_id(FI_AUTH_KEY)`: the source the NIC reports for it.
+    user_id: Option<u64>,
 }
 
 impl Key {
@@ -57,6 +59,9 @@ impl Key {
 struct Model {
     slots: Vec<Option<([u8; ADDR_LEN], Option<u16>)>>,
     keys: Vec<Key>,
+    /// The user id of each index, on an AV opened with `FI_AV_USER_ID` (`FI_ADDR_NOTAVAIL`
+    /// until set).
+    user_ids: Option<Vec<u64>>,
     /// The NIC refuses its next auth-key command.
     fail_auth: bool,
 }
@@ -101,6 +106,7 @@ impl Model {
             number,
             job,
             inserts: 1,
+            user_id: None,
         };
         self.keys.push(k);
         Ok(k.handle())
@@ -129,6 +135,9 @@ impl Model {
             match (valid, free) {
                 (true, Some(i)) => {
                     self.slots[i] = Some((bytes, key));
+                    if let Some(u) = self.user_ids.as_mut() {
+                        u[i] = FI_ADDR_NOTAVAIL;
+                    }
                     out.push(i as u64);
                     ok += 1;
                 }
@@ -176,6 +185,46 @@ impl Model {
         Ok(())
     }
 
+    /// The source the NIC's slot of key `k` reports: its user id once set; before,
+    /// `FI_ADDR_NOTAVAIL` on an AV with user ids, else the key's handle.
+    fn source(&self, k: &Key) -> u64 {
+        match (k.user_id, &self.user_ids) {
+            (Some(u), _) => u,
+            (None, Some(_)) => FI_ADDR_NOTAVAIL,
+            (None, None) => k.handle(),
+        }
+    }
+
+    /// `fi_av_set_user_id` of an address (`FI_EINVAL` on an AV without user ids).
+    fn set_user_id(&mut self, index: u64, user_id: u64) -> Result<(), FiErrno> {
+        let in_use = usize::try_from(index)
+            .ok()
+            .and_then(|i| self.slots.get(i))
+            .is_some_and(Option::is_some);
+        match self.user_ids.as_mut() {
+            Some(u) if in_use => {
+                u[index as usize] = user_id;
+                Ok(())
+            }
+            _ => Err(FiErrno::FI_EINVAL),
+        }
+    }
+
+    /// `fi_av_set_user_id(FI_AUTH_KEY)` of a key: AUTH_KEY_SOURCE tells the NIC.
+    fn set_key_user_id(&mut self, handle: u64, user_id: u64) -> Result<(), FiErrno> {
+        if self.user_ids.is_none() {
+            return Err(FiErrno::FI_EINVAL);
+        }
+        let Some(at) = self.keys.iter().position(|k| k.handle() == handle) else {
+            return Err(FiErrno::FI_EINVAL);
+        };
+        if !self.nic_auth() {
+            return Err(FiErrno::FI_EIO);
+        }
+        self.keys[at].user_id = Some(user_id);
+        Ok(())
+    }
+
     /// `fi_av_lookup_auth_key` of `fi_addr`: the key's JobID.
     fn lookup_key(&self, fi_addr: u64) -> Result<u32, FiErrno> {
         if let Some(k) = self.key(fi_addr) {
@@ -219,14 +268,22 @@ pub(crate) fn attr(cap: usize) -> AvAttr {
     }
 }
 
-/// The model's AV over an in-memory table of [`SLOTS`] auth-key slots.
-fn open(cap: usize) -> AddressVector<MemoryNicTable> {
-    let nic = MemoryNicTable::new(cap as u32).with_auth_key_slots(SLOTS);
+/// [`attr`], the AV opened with `FI_AV_USER_ID`: user ids of addresses and of keys.
+pub(crate) fn attr_with_user_ids(cap: usize) -> AvAttr {
+    AvAttr {
+        flags: FI_AV_USER_ID,
+        ..attr(cap)
+    }
+}
+
+/// The model's AV of `attr` over an in-memory table of [`SLOTS`] auth-key slots.
+fn open(attr: AvAttr) -> AddressVector<MemoryNicTable> {
+    let nic = MemoryNicTable::new(attr.count as u32).with_auth_key_slots(SLOTS);
     let limits = AvLimits {
         max_auth_keys: SLOTS,
         ..LIMITS
     };
-    AddressVector::open(nic, attr(cap), limits).expect("open")
+    AddressVector::open(nic, attr, limits).expect("open")
 }
 
 /// The model, the mirror, the NIC AV table and the NIC auth-key table agree: every slot the AV
@@ -247,6 +304,11 @@ fn check<N: AuthModelNic>(av: &mut AddressVector<N>, m: &Model, step: usize) {
             Some((bytes, key)) => {
                 assert!(got.is_ok(), "step {step}: index {i} should be in use");
                 assert_eq!(&b, bytes, "step {step}: index {i}");
+                assert_eq!(
+                    av.user_id(i as u64).unwrap(),
+                    m.user_ids.as_ref().map(|u| u[i]),
+                    "step {step}: user id of index {i}"
+                );
                 let want = key.map(|n| AUTH_KEY_ADDR_BASE | u64::from(n));
                 assert_eq!(
                     av.auth_key_of(i as u64).unwrap(),
@@ -305,6 +367,10 @@ fn check<N: AuthModelNic>(av: &mut AddressVector<N>, m: &Model, step: usize) {
                 None => single,
             }
         });
+        let want = match &m.user_ids {
+            Some(u) if want.is_valid() => want.with_user_id(u[i]),
+            _ => want,
+        };
         if want.is_valid() {
             // A member of a symmetric range carries the range's fields too.
             assert_eq!(e.without_range(), want, "step {step}: NIC entry {i}");
@@ -323,13 +389,25 @@ fn check<N: AuthModelNic>(av: &mut AddressVector<N>, m: &Model, step: usize) {
     for (slot, on_nic) in slots.iter().enumerate() {
         let key = av.auth_keys().find(|k| usize::from(k.slot) == slot);
         match key {
-            Some(k) => assert!(
-                on_nic.is_valid()
-                    && on_nic.job_id.get() == k.job_id
-                    && owner.is_none_or(|h| on_nic.av.get() == h),
-                "step {step}: NIC auth-key slot {slot} should hold JobID {:#x}: {on_nic:?}",
-                k.job_id
-            ),
+            Some(k) => {
+                assert!(
+                    on_nic.is_valid()
+                        && on_nic.job_id.get() == k.job_id
+                        && owner.is_none_or(|h| on_nic.av.get() == h),
+                    "step {step}: NIC auth-key slot {slot} should hold JobID {:#x}: {on_nic:?}",
+                    k.job_id
+                );
+                let mk = m
+                    .keys
+                    .iter()
+                    .find(|mk| mk.handle() == k.handle)
+                    .unwrap_or_else(|| panic!("step {step}: key {:#x} not held", k.handle));
+                assert_eq!(
+                    on_nic.source.get(),
+                    m.source(mk),
+                    "step {step}: source of NIC auth-key slot {slot}"
+                );
+            }
             None => assert!(
                 !on_nic.is_valid(),
                 "step {step}: NIC auth-key slot {slot} is held, and the AV holds no key there: \
@@ -411,13 +489,14 @@ fn tally<T>(t: &mut Tally, r: &Result<T, FiErrno>) {
     *t.entry(k).or_default() += 1;
 }
 
-/// [`run_on`] over an in-memory table.
-pub(crate) fn run(seed: u64, cap: usize, steps: usize, seen: &mut Tally) {
-    run_on(seed, steps, seen, open(cap));
+/// [`run_on`] over an in-memory table, on the AV `attr` ([`attr`] or
+/// [`attr_with_user_ids`]) opens.
+pub(crate) fn run(seed: u64, attr: AvAttr, steps: usize, seen: &mut Tally) {
+    run_on(seed, steps, seen, open(attr));
 }
 
-/// Run `steps` random steps from `seed` on `av` (opened with [`attr`], its NIC with [`SLOTS`]
-/// auth-key slots and no other AV).
+/// Run `steps` random steps from `seed` on `av` (opened with [`attr`] or
+/// [`attr_with_user_ids`], its NIC with [`SLOTS`] auth-key slots and no other AV).
 pub(crate) fn run_on<N: AuthModelNic>(
     seed: u64,
     steps: usize,
@@ -428,6 +507,7 @@ pub(crate) fn run_on<N: AuthModelNic>(
     let mut m = Model {
         slots: vec![None; cap],
         keys: Vec::new(),
+        user_ids: (av.attr().flags & FI_AV_USER_ID != 0).then(|| vec![0; cap]),
         fail_auth: false,
     };
     let mut r = XorShift(seed);
@@ -500,6 +580,22 @@ pub(crate) fn run_on<N: AuthModelNic>(
                 let got = av.remove(&targets, 0).map_err(|e| e.errno);
                 tally(seen, &got);
                 assert_eq!(got, m.remove(&targets), "step {step}: remove {targets:?}");
+            }
+            11 if r.chance(2) => {
+                let user_id = r.below(1 << 40);
+                if r.chance(2) {
+                    let index = r.below(cap as u64 + 1);
+                    let got = av.set_user_id(index, user_id, 0).map_err(|e| e.errno);
+                    tally(seen, &got);
+                    let want = m.set_user_id(index, user_id);
+                    assert_eq!(got, want, "step {step}: set_user_id {index}");
+                } else {
+                    let h = any_handle(&mut r, &m);
+                    let got = av.set_user_id(h, user_id, FI_AUTH_KEY).map_err(|e| e.errno);
+                    tally(seen, &got);
+                    let want = m.set_key_user_id(h, user_id);
+                    assert_eq!(got, want, "step {step}: set_user_id of key {h:#x}");
+                }
             }
             9..=10 => {
                 let h = any_handle(&mut r, &m);
