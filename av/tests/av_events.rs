@@ -1598,7 +1598,7 @@ impl EvModel {
 }
 
 /// Run `steps` random steps; the events seen.
-fn ev_run(seed: u64, cap: usize, steps: usize) -> Vec<Ev> {
+fn ev_run(seed: u64, cap: usize, steps: usize, close: bool) -> Vec<Ev> {
     let mut av = open_event(cap);
     let sink = Sink::new();
     av.bind(sink.clone(), 0).unwrap();
@@ -1755,6 +1755,35 @@ fn ev_run(seed: u64, cap: usize, steps: usize) -> Vec<Ev> {
             "step {step}: insert calls in flight"
         );
     }
+    if close {
+        // fi_close with whatever is in flight, and a last FI_MORE call whose records are not
+        // sent: those fail with FI_ECANCELED, the writes sent complete, and every call posts
+        // its events (in call order) before the AV is gone.
+        let addrs = [Some(peer_bytes(4001)), None, Some(peer_bytes(4003))];
+        let buf: Vec<u8> = addrs.iter().flat_map(|a| a.unwrap_or([0u8; 32])).collect();
+        let mut fa = [7u64; 3];
+        let context = steps as u64;
+        let got = av
+            .with_context(context)
+            .insert(&buf, 3, Some(&mut fa), FI_MORE)
+            .map_err(|e| e.errno);
+        assert_eq!(got, Ok(0), "the last FI_MORE insert");
+        assert_eq!(fa.to_vec(), m.insert(&addrs, true, context), "its fi_addr");
+        m.collect();
+        for (seq, pos, index) in std::mem::take(&mut m.staged) {
+            m.slots[index] = EvSlot::Free;
+            if let Some(c) = m.call(seq) {
+                c.waiting -= 1;
+                c.failed.push((pos, FiErrno::FI_ECANCELED));
+            }
+        }
+        assert!(av.close().is_ok(), "fi_close");
+        let want = m.read();
+        assert!(m.calls.is_empty());
+        assert_eq!(short(sink.take()), want, "the events posted at fi_close");
+        seen.extend(want);
+        return seen;
+    }
     // At the end the NIC holds what the mirror holds, and every call has been reported.
     av.settle().unwrap();
     m.settle();
@@ -1765,20 +1794,21 @@ fn ev_run(seed: u64, cap: usize, steps: usize) -> Vec<Ev> {
 }
 
 /// Random FI_EVENT inserts (some malformed, a table often full, FI_MORE batches, NIC
-/// refusals), symmetric inserts, FI_SYNC_ERR (refused), queue reads and removes, against the
-/// model: 5 runs of 10,000 steps. After every step the mirror (lookup), the NIC table and the
+/// refusals), symmetric inserts, FI_SYNC_ERR (refused), queue reads and removes, and at the
+/// end of some runs fi_close, against the model: 5 runs of 10,000 steps. After every step the mirror (lookup), the NIC table and the
 /// calls in flight are the model's.
 #[test]
 fn fi_event_inserts_match_the_model() {
     let mut seen = Vec::new();
-    for (seed, cap) in [
-        (0x9e37_79b9_7f4a_7c15u64, 4usize),
-        (0xdead_beef_cafe_f00d, 8),
-        (0x0123_4567_89ab_cdef, 16),
-        (0x5151_5151_5151_5151, 6),
-        (0x0bad_5eed_0f00_d001, 32),
+    // Some runs end with fi_close, the others with every insert settled.
+    for (seed, cap, close) in [
+        (0x9e37_79b9_7f4a_7c15u64, 4usize, true),
+        (0xdead_beef_cafe_f00d, 8, false),
+        (0x0123_4567_89ab_cdef, 16, true),
+        (0x5151_5151_5151_5151, 6, false),
+        (0x0bad_5eed_0f00_d001, 32, true),
     ] {
-        seen.extend(ev_run(seed, cap, 10_000));
+        seen.extend(ev_run(seed, cap, 10_000, close));
     }
     // Every kind of outcome came up: inserted addresses, and each reason for a failed one.
     assert!(seen.iter().any(|e| matches!(e, Ev::Done(_, n) if *n > 0)));
