@@ -59,17 +59,7 @@ fn av_matches_the_model_with_symmetric_ranges() {
         (0xbb67_ae85_84ca_a73b, 16, 0, 0),
     ] {
         let ops = seeded_ops(seed, cap, 10_000, false);
-        run(
-            Config {
-                cap: cap as usize,
-                rx_bits,
-                max_group_id,
-                open_user_id: false,
-                str_av: false,
-                unanswered: false,
-            },
-            &ops,
-        );
+        run(Config::binary(cap, rx_bits, max_group_id), &ops);
     }
 }
 
@@ -86,17 +76,7 @@ fn av_matches_the_model_with_long_ranges() {
         (0x082e_fa98_ec4e_6c89, 13, 0, 0),
     ] {
         let ops = seeded_ops_long_ranges(seed, cap, 10_000, false);
-        run(
-            Config {
-                cap: cap as usize,
-                rx_bits,
-                max_group_id,
-                open_user_id: false,
-                str_av: false,
-                unanswered: false,
-            },
-            &ops,
-        );
+        run(Config::binary(cap, rx_bits, max_group_id), &ops);
     }
 }
 

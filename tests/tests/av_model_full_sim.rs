@@ -267,14 +267,7 @@ fn the_model_with_symmetric_ranges_agrees_with_the_simulated_nic() {
         (0x1b87_3593_5851_3e29, 23, 2),
     ] {
         run_on_sim(
-            Config {
-                cap: cap as usize,
-                rx_bits,
-                max_group_id: 0,
-                open_user_id: false,
-                str_av: false,
-                unanswered: false,
-            },
+            Config::binary(cap, rx_bits, 0),
             &seeded_ops(seed, cap, 10_000, false),
         );
     }
@@ -289,14 +282,7 @@ fn the_model_with_long_ranges_agrees_with_the_simulated_nic() {
         (0x1319_8a2e_0370_7344, 40, 2),
     ] {
         run_on_sim(
-            Config {
-                cap: cap as usize,
-                rx_bits,
-                max_group_id: 0,
-                open_user_id: false,
-                str_av: false,
-                unanswered: false,
-            },
+            Config::binary(cap, rx_bits, 0),
             &seeded_ops_long_ranges(seed, cap, 10_000, false),
         );
     }

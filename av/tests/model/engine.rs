@@ -1173,6 +1173,23 @@ pub(crate) struct Config {
     pub(crate) unanswered: bool,
 }
 
+impl Config {
+    /// An AV of `cap` entries with `rx_bits` receive-context bits and peer groups up to
+    /// `max_group_id` (0: none), of binary addresses, without user ids at open, whose armed
+    /// faults are all answered: what the runs that make symmetric ranges use.
+    #[allow(dead_code)] // Not every test program that includes the engine makes such runs.
+    pub(crate) fn binary(cap: u64, rx_bits: u8, max_group_id: u32) -> Config {
+        Config {
+            cap: cap as usize,
+            rx_bits,
+            max_group_id,
+            open_user_id: false,
+            str_av: false,
+            unanswered: false,
+        }
+    }
+}
+
 impl Op {
     /// Whether the op is an insert with per-insert user ids.
     fn has_per_insert_user_ids(&self) -> bool {
