@@ -450,6 +450,14 @@ mod tests {
     /// NIC is stopped, and start it [`HELD`] after the call went to sleep on the
     /// admin interrupt (at once on a NIC without `ADMIN_ARM`).
     fn command_held_by_a_stopped_nic(nic: &Nic) -> Held {
+        command_held_until(nic, |nic| {
+            nic.bar0().write(DEV_CTRL, DevCtrl::new().with_enable(true))
+        })
+    }
+
+    /// [`command_held_by_a_stopped_nic`], with `end` in place of the start: what happens to
+    /// the NIC [`HELD`] after the command went to sleep.
+    fn command_held_until(nic: &Nic, end: impl FnOnce(&Nic)) -> Held {
         nic.bar0().write(DEV_CTRL, DevCtrl::new());
         let started = Instant::now();
         let command = {
@@ -475,7 +483,7 @@ mod tests {
         }
         std::thread::sleep(HELD);
         let answered = Instant::now();
-        nic.bar0().write(DEV_CTRL, DevCtrl::new().with_enable(true));
+        end(nic);
         let (result, cpu, blocked, returned) = command.join().expect("command");
         Held {
             result,
@@ -597,6 +605,29 @@ mod tests {
                 "reset {reset}: an admin interrupt runs for a NIC that raises nothing"
             );
         }
+    }
+
+    /// A synchronous command asleep on the admin interrupt when the function is reset under
+    /// the driver (which raises nothing and drops the arm) learns of it at the thread's next
+    /// look at the NIC's status, and fails with `FunctionReset`: not at its timeout.
+    #[test]
+    fn a_synchronous_command_asleep_when_the_function_is_reset_learns_of_it_promptly() {
+        let fabric = Fabric::new();
+        let (nic, _) = nic_of_interface(&fabric, uet_regs::INTERFACE_MINOR);
+        nic.set_admin_timeout(Duration::from_secs(30));
+        let held = command_held_until(&nic, |nic| {
+            nic.bar0().write(
+                uet_regs::FUNCTION_RESET,
+                uet_regs::FunctionReset::new().with_reset(true),
+            )
+        });
+        let e = held.result.expect_err("the function was reset");
+        assert!(matches!(e, crate::DriverError::FunctionReset { .. }), "{e}");
+        assert!(
+            held.late < Duration::from_secs(5),
+            "learned of the reset {:?} after it, with a timeout of 30 s",
+            held.late
+        );
     }
 
     /// A command that finds the admin ring full of commands the NIC has not answered sleeps
