@@ -538,7 +538,9 @@ register_map! {
     /// without an admin command, as AV_INVALIDATE would: a single entry is cleared, a member of
     /// a symmetric range becomes a hole. Register writes are executed in order, so every TX
     /// doorbell written after it translates without the entry. A write naming no table or an
-    /// index outside it is dropped and counted; the driver checks both before writing. Acts at
+    /// index outside it is dropped and counted (in `AV_INVALIDATE_DROPS`, from interface 1.8;
+    /// a NIC before it keeps no count a driver can read); the driver checks both before
+    /// writing. Bits 63:48 are reserved: ignored, the write acts on the fields. Acts at
     /// once even while the function is stopped (`DEV_CTRL.enable` 0): it needs no queue.
     /// Written as two 32-bit halves, low half first, it acts once, when the high half comes;
     /// a full-width write drops a low half written before it, and a high half with no low half
@@ -594,8 +596,9 @@ register_map! {
     /// writes are executed in order, so every TX doorbell written after it translates with the
     /// entry. A write AV_WRITE would refuse (no such table, index outside it, an entry that
     /// fails its checks or overlaps a range, an auth-key slot of another AV) changes nothing
-    /// and is counted in `AV_WRITE_DROPS`, which the driver reads back for the outcome. Acts
-    /// at once even while the function is stopped (`DEV_CTRL.enable` 0): it needs no queue.
+    /// and is counted in `AV_WRITE_DROPS`, which the driver reads back for the outcome. Bits
+    /// 63:48 are reserved: ignored, the write acts on the fields. Acts at once even while the
+    /// function is stopped (`DEV_CTRL.enable` 0): it needs no queue.
     /// Written as two 32-bit halves, low half first, it acts once, when the high half comes;
     /// a full-width write drops a low half written before it, and a high half with no low half
     /// held is a bad access and does nothing.
