@@ -258,7 +258,10 @@ impl NicAv {
     /// function reset, which zeroes the count, cannot hide a drop behind it. A count above 0
     /// is read afresh first, since the count of a reset NIC can climb back to it unseen. A read
     /// of all ones, or a count below the last one read (a function reset), leaves the entry in
-    /// doubt, and the next write reads the count afresh.
+    /// doubt, and the next write reads the count afresh. So does a count above 0 that did not
+    /// move while the function was reset meanwhile (`ADMIN_SQ_BASE` cleared, read only then):
+    /// a reset between the read before and the doorbell zeroes the count, and the drop of the
+    /// entry by the NIC without tables brings it back to 1.
     fn write_through_window(&self, record: &AvWriteRecord) -> Result<(), NicError> {
         const OP: &str = "AV_WRITE_DOORBELL";
         let index = record.index.get();
@@ -294,9 +297,13 @@ impl NicAv {
         );
         let after = bar.read(AV_WRITE_DROPS);
         // A read of all ones failed (no function answered it), and a count lower than the one
-        // read before it was reset with the function: either way, whether the NIC stored the
-        // entry is not known, and the next write reads its own count before it rings.
-        let went_down = after < before || last.is_some_and(|last| before < last);
+        // read before it was reset with the function; a count above 0 that stayed put may
+        // have been reset after it was read and climbed back with this entry's drop, which
+        // the function's lost admin ring tells: either way, whether the NIC stored the entry
+        // is not known, and the next write reads its own count before it rings.
+        let went_down = after < before
+            || last.is_some_and(|last| before < last)
+            || (before != 0 && after == before && nic.was_reset());
         if before == u64::MAX || after == u64::MAX || went_down {
             *window = None;
             return Err(NicError::in_doubt(

@@ -48,8 +48,8 @@ use std::time::{Duration, Instant};
 use uet_fwif::admin::{BufferBody, Command};
 use uet_fwif::identify::IdentifyData;
 use uet_regs::{
-    DevCtrl, FunctionReset, Mmio, RegisterAccess, ADMIN_ARM, CAP_AUTH_KEY, CAP_AV, CAP_AV_ENTRIES,
-    CAP_EP, CAP_MAX_MSG, CAP_PEER_GROUPS, CAP_PID_ON_FEP, CAP_PROFILES, CAP_QUEUES,
+    DevCtrl, FunctionReset, Mmio, RegisterAccess, ADMIN_ARM, ADMIN_SQ_BASE, CAP_AUTH_KEY, CAP_AV,
+    CAP_AV_ENTRIES, CAP_EP, CAP_MAX_MSG, CAP_PEER_GROUPS, CAP_PID_ON_FEP, CAP_PROFILES, CAP_QUEUES,
     CAP_RESOURCE_INDEX, CAP_TAGGED, CQ_ARM, DEV_CTRL, DEV_STATUS, FATAL_ERROR, FUNCTION_RESET,
     FW_VERSION, ID, REVISION,
 };
@@ -625,6 +625,13 @@ impl NicInner {
         self.admin_abandoned
             .load(std::sync::atomic::Ordering::Acquire)
             != 0
+    }
+
+    /// Whether the function was reset since this Nic programmed it: `ADMIN_SQ_BASE`, which
+    /// a reset clears, no longer holds the admin ring (a read nothing answers, all ones, does
+    /// not either). One register read.
+    pub(crate) fn was_reset(&self) -> bool {
+        self.bar().read(ADMIN_SQ_BASE) != self.admin_sq_base
     }
 
     /// Execute `cmd`, a destroy (AV_DESTROY, ENDPOINT_DESTROY, MR_DEREGISTER). A `Busy`

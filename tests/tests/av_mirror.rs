@@ -334,3 +334,57 @@ fn refused_record(addr: &[u8; 32], index: u32) -> uet_fwif::AvWriteRecord {
         entry,
     }
 }
+
+/// A hook resetting the function, once armed, right after the driver's next read of
+/// `AV_WRITE_DROPS` has returned: between the count a window write reads before it rings and
+/// its doorbell.
+struct ResetAfterCountRead {
+    armed: std::sync::atomic::AtomicBool,
+    function: uet_sim::SimFunction,
+}
+
+impl uet_tests::BarHook for ResetAfterCountRead {
+    fn read64(&self, offset: u32, value: u64) -> u64 {
+        use std::sync::atomic::Ordering;
+        if offset == AV_WRITE_DROPS.offset() && self.armed.swap(false, Ordering::AcqRel) {
+            self.function.function_level_reset();
+        }
+        value
+    }
+}
+
+/// One refusal through the write window (the drop count 1); then the function is reset after
+/// the next window write read the count (1) and before it rang. The NIC, which lost its
+/// tables, drops the entry and counts 1 again: the count the write read before it rang. The
+/// entry is not taken as stored.
+#[test]
+fn a_window_write_dropped_by_a_reset_while_it_rang_is_not_taken_as_stored() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let (_f, fns) = fabric(1);
+    let function = fns[0].clone();
+    let device = Arc::new(uet_tests::HookedDevice {
+        inner: uet_driver::backend::sim::SimDevice::new(function.clone()),
+        hook: ResetAfterCountRead {
+            armed: AtomicBool::new(false),
+            function: function.clone(),
+        },
+    });
+    let mut node = Node::on_device(device.clone(), function.clone(), 1, 1, 8);
+    let own = *node.ep.address();
+    let peer = |i: u32| uet_tests::forged(&own, |a| a.initiator = i);
+    let a = peer(0x51);
+    assert_eq!(node.insert(&a), 0);
+    let rec = refused_record(&a, 5);
+    assert!(node.av.nic_mut().write_entries(&[rec]).is_err());
+    assert_eq!(function.counter(AV_WRITE_DROPS), 1);
+    // The reset NIC answers no admin command: tearing the node down waits this long for each.
+    node.nic
+        .set_admin_timeout(std::time::Duration::from_millis(20));
+    device.hook.armed.store(true, Ordering::Release);
+    let r = node.av.insert(&peer(0x52), 1, None, 0);
+    assert!(!device.hook.armed.load(Ordering::Acquire), "the reset came");
+    assert_eq!(function.counter(AV_WRITE_DROPS), 1, "the NIC dropped it");
+    let e = r.expect_err("an entry the NIC dropped was reported inserted");
+    assert!(e.message.contains("is not known"), "{e}");
+}
