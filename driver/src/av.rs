@@ -629,7 +629,17 @@ impl NicAvTable for NicAv {
                 body,
             })
             .map(|_| ())
-            .map_err(crate::errno::admin_to_fi)
+            .map_err(|e| match e {
+                // The slot is free: the NIC no longer holds the key the mirror does. The
+                // NIC's state, not the caller's argument (FI_EINVAL), as for AUTH_KEY_REMOVE.
+                DriverError::AdminStatus {
+                    status: Status::InvalidHandle,
+                    ..
+                } => FiError::io(format!(
+                    "NIC AUTH_KEY_SOURCE refused: slot {slot} holds no key: {e}"
+                )),
+                e => crate::errno::admin_to_fi(e),
+            })
     }
 
     fn read_auth_keys(&mut self, first: u16, out: &mut [AuthKeyEntry]) -> Result<(), FiError> {

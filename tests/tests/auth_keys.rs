@@ -919,3 +919,24 @@ fn the_source_of_a_request_is_that_of_the_slot_it_was_accepted_through() {
     assert_eq!(next(&mut eb).unwrap().src_addr, 0x5EED);
     assert!(next(&mut ea).unwrap().error.is_none());
 }
+
+/// A key whose NIC slot was freed behind the AV's back (here by an unchecked AUTH_KEY_REMOVE
+/// of the function): `fi_av_set_user_id` with `FI_AUTH_KEY` is refused by the NIC with
+/// `FI_EIO`, as a removal of the key is — the handle is the AV's, the NIC's state is what
+/// differs — and the key keeps its user id.
+#[test]
+fn a_user_id_for_a_key_whose_slot_the_nic_lost_is_an_io_error() {
+    let fabric = Fabric::new();
+    let mut h = host(&fabric, 0, |_| {}, FI_AV_USER_ID);
+    let k = h.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
+    let slot = h.av.auth_keys().next().unwrap().slot;
+    h.nic
+        .admin_command(Command::AuthKeyRemove {
+            slot: u32::from(slot),
+            body: AuthKeyRemoveBody::unchecked(),
+        })
+        .unwrap();
+    let e = h.av.set_user_id(k, 0x5EED, FI_AUTH_KEY).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EIO, "{e}");
+    assert_eq!(h.av.auth_keys().next().unwrap().user_id, None, "unchanged");
+}
