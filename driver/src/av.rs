@@ -583,12 +583,19 @@ impl NicAvTable for NicAv {
                 body,
             })
             .map_err(crate::errno::admin_to_fi)?;
-        u16::try_from(r.result0).map_err(|_| {
+        let slot = u16::try_from(r.result0).map_err(|_| {
             FiError::io(format!(
                 "AUTH_KEY_ADD returned slot {} beyond the table",
                 r.result0
             ))
-        })
+        })?;
+        // The slot was free: no endpoint is granted it. A count left from an endpoint granted
+        // it under its last owner, whose ENDPOINT_DESTROY went unanswered and ran late (the
+        // slot was freed after it), is stale, and would refuse this key's removal FI_EBUSY.
+        if let Some(n) = self.table.nic.auth_grants.get(usize::from(slot)) {
+            n.store(0, Ordering::Release);
+        }
+        Ok(slot)
     }
 
     fn remove_auth_key(&mut self, slot: u16, job_id: u32) -> Result<(), FiError> {

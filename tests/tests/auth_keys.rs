@@ -940,3 +940,52 @@ fn a_user_id_for_a_key_whose_slot_the_nic_lost_is_an_io_error() {
     assert_eq!(e.errno, FiErrno::FI_EIO, "{e}");
     assert_eq!(h.av.auth_keys().next().unwrap().user_id, None, "unchanged");
 }
+
+/// An endpoint granted a key is dropped while the NIC does not answer: its ENDPOINT_DESTROY
+/// times out, and the device runs it late. The AV is then closed (AV_DESTROY, behind the late
+/// destroy, frees its slots) and another AV's first key takes the freed slot: no endpoint is
+/// granted that key, so it is removed, not refused `FI_EBUSY` for the gone endpoint's grant.
+#[test]
+fn a_slot_freed_with_its_av_carries_no_grant_to_the_next_avs_key() {
+    let fabric = Fabric::new();
+    let Host { nic, mut av, .. } = host(&fabric, 0, |_| {}, 0);
+    av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
+    let slot = av.auth_keys().next().unwrap().slot;
+    let ep = nic
+        .endpoint(
+            EndpointAttr {
+                job_id: OWN_JOB,
+                ..EndpointAttr::default()
+            },
+            Some(&av),
+        )
+        .expect("endpoint");
+    assert_eq!(ep.auth_key_slots(), &[slot]);
+    nic.set_admin_timeout(std::time::Duration::from_millis(50));
+    nic.bar0()
+        .write(uet_regs::DEV_CTRL, uet_regs::DevCtrl::new());
+    drop(ep);
+    nic.bar0().write(
+        uet_regs::DEV_CTRL,
+        uet_regs::DevCtrl::new().with_enable(true),
+    );
+    av.close().map_err(|e| e.error).expect("AV closed");
+    let mut other = nic
+        .open_av(AvAttr {
+            count: 16,
+            job_id: OWN_JOB,
+            auth_key_size: FI_AV_AUTH_KEY,
+            ..AvAttr::default()
+        })
+        .expect("second AV");
+    let k = other.insert_auth_key(&key(KEY_JOB + 1), 0).unwrap();
+    assert_eq!(
+        other.auth_keys().next().unwrap().slot,
+        slot,
+        "the freed slot"
+    );
+    other
+        .remove(&[k], FI_AUTH_KEY)
+        .expect("no endpoint uses the key");
+    assert_eq!(other.auth_keys().count(), 0);
+}
