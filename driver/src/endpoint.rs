@@ -1084,9 +1084,7 @@ impl Endpoint {
             }
         }
         for s in core::mem::replace(&mut self.auth_slots, slots) {
-            if let Some(n) = grants.get(usize::from(s)) {
-                n.fetch_sub(1, Ordering::AcqRel);
-            }
+            release_grant(grants, s);
         }
         Ok(())
     }
@@ -2440,9 +2438,7 @@ impl Drop for Teardown {
                 }
                 // ENDPOINT_DESTROY revokes the endpoint's auth-key grants.
                 for s in self.auth_slots.drain(..) {
-                    if let Some(n) = self.nic.auth_grants.get(usize::from(s)) {
-                        n.fetch_sub(1, Ordering::AcqRel);
-                    }
+                    release_grant(&self.nic.auth_grants, s);
                 }
             }
             Err(e) => {
@@ -2489,5 +2485,37 @@ impl Drop for Endpoint {
             // A context goes now; its endpoint's family (`owner`) is let go after it.
             None => drop(teardown),
         }
+    }
+}
+
+/// Count one grant of auth-key slot `s` less in `grants` (`NicInner::auth_grants`), never
+/// below 0: a slot AUTH_KEY_ADD hands out again starts at 0 (`NicAvTable::add_auth_key`),
+/// and a grant of its last owner's endpoint given back after that must not wrap the count
+/// to a number no key removal could ever see fall to 0.
+fn release_grant(grants: &[std::sync::atomic::AtomicU32], s: u16) {
+    if let Some(n) = grants.get(usize::from(s)) {
+        let _ = n.fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+            Some(c.saturating_sub(1))
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::release_grant;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// A grant given back more often than it was counted (its slot counted afresh from 0 in
+    /// between) leaves the count at 0, where a removal of the slot's key sees no endpoint;
+    /// a slot outside the table is nothing to count.
+    #[test]
+    fn a_grant_given_back_once_too_often_leaves_the_count_at_zero() {
+        let grants = [AtomicU32::new(1), AtomicU32::new(0)];
+        release_grant(&grants, 0);
+        release_grant(&grants, 0);
+        release_grant(&grants, 1);
+        release_grant(&grants, 7);
+        let counts: Vec<u32> = grants.iter().map(|n| n.load(Ordering::Acquire)).collect();
+        assert_eq!(counts, [0, 0]);
     }
 }
