@@ -2063,6 +2063,21 @@ mod tests {
 
         /// `client` requests a connection of the listener: the request, as the listener's
         /// `FI_CONNREQ` gives it.
+        /// `client` asks the listener and `server` accepts while `requester`, the client's
+        /// connection ([`connection`]), is held locked: no READY is taken in while the guard
+        /// stands. The guard, and the server's connection once its ACCEPT is delivered.
+        fn accept_with_ready_held<'a>(
+            &self,
+            client: &mut Endpoint,
+            server: &mut Endpoint,
+            requester: &'a Connection,
+        ) -> (MutexGuard<'a, CmInner>, Arc<Connection>) {
+            let req = self.request(client);
+            let held = requester.lock();
+            self.pep.accept(&req, server, b"").expect("accept");
+            (held, delivered_accept(server))
+        }
+
         fn request(&self, client: &mut Endpoint) -> ConnReq {
             client
                 .connect(&self.pep.address().to_bytes().expect("address"), b"")
@@ -2422,15 +2437,11 @@ mod tests {
     #[test]
     fn the_completion_of_an_earlier_accepts_accept_is_not_taken_for_the_current_ones() {
         let l = Listening::new();
-        let (ns, nc, pep) = (&l.ns, &l.nc, &l.pep);
+        let (ns, nc) = (&l.ns, &l.nc);
         let (mut client, _eq_c) = msg_client(nc);
         let (mut server, eq_s) = msg_client(ns);
-        let req = l.request(&mut client);
-        // No READY while this is held.
         let requester = connection(&client);
-        let held = requester.lock();
-        pep.accept(&req, &mut server, b"").expect("accept");
-        let conn = delivered_accept(&server);
+        let (held, conn) = l.accept_with_ready_held(&mut client, &mut server, &requester);
         let mut inner = conn.lock();
         inner.accept_sent = AcceptSent::InFlight;
         let completion = accept_completion;
@@ -2508,12 +2519,8 @@ mod tests {
             let wait = Duration::from_secs(5);
             let (mut client, eq_c) = msg_client(&l.nc);
             let (mut server, _eq_s) = msg_client(&l.ns);
-            let req = l.request(&mut client);
-            // No READY while this is held.
             let requester = connection(&client);
-            let held = requester.lock();
-            l.pep.accept(&req, &mut server, b"").expect("accept");
-            let conn = delivered_accept(&server);
+            let (held, conn) = l.accept_with_ready_held(&mut client, &mut server, &requester);
             // As if the ACCEPT were still on its way when the close stops waiting for it.
             conn.lock().accept_sent = AcceptSent::InFlight;
             if by_last_look {
@@ -2556,12 +2563,8 @@ mod tests {
         server
             .set_connect_timeout(Some(Duration::from_millis(100)))
             .expect("timeout");
-        let req = l.request(&mut client);
-        // No READY while this is held.
         let requester = connection(&client);
-        let held = requester.lock();
-        l.pep.accept(&req, &mut server, b"").expect("accept");
-        let conn = delivered_accept(&server);
+        let (held, conn) = l.accept_with_ready_held(&mut client, &mut server, &requester);
         // As if the ACCEPT were still on its way.
         conn.lock().accept_sent = AcceptSent::InFlight;
         let began = Instant::now();
@@ -2583,15 +2586,11 @@ mod tests {
     #[test]
     fn an_accept_given_up_in_flight_keeps_the_requesters_entry_until_its_accept_completes() {
         let l = Listening::new();
-        let (ns, nc, pep) = (&l.ns, &l.nc, &l.pep);
+        let (ns, nc) = (&l.ns, &l.nc);
         let (mut client, _eq_c) = msg_client(nc);
         let (mut server, eq_s) = msg_client(ns);
-        let req = l.request(&mut client);
-        // No READY while this is held.
         let requester = connection(&client);
-        let held = requester.lock();
-        pep.accept(&req, &mut server, b"").expect("accept");
-        let conn = delivered_accept(&server);
+        let (held, conn) = l.accept_with_ready_held(&mut client, &mut server, &requester);
         let mut inner = conn.lock();
         // As if the ACCEPT's completion had not come yet.
         inner.accept_sent = AcceptSent::InFlight;
