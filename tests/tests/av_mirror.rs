@@ -219,6 +219,27 @@ struct OnceAllOnes {
     armed: std::sync::atomic::AtomicBool,
 }
 
+/// A node of job 1 on a NIC whose BAR accesses go through the hook `make` builds (given the
+/// NIC's function): the fabric (kept for the test's length), the function, the device (to arm
+/// the hook) and the node.
+fn hooked_node<H: uet_tests::BarHook + Send + Sync + 'static>(
+    make: impl FnOnce(&uet_sim::SimFunction) -> H,
+) -> (
+    uet_sim::Fabric,
+    uet_sim::SimFunction,
+    std::sync::Arc<uet_tests::HookedDevice<H>>,
+    Node,
+) {
+    let (f, fns) = fabric(1);
+    let function = fns[0].clone();
+    let device = std::sync::Arc::new(uet_tests::HookedDevice {
+        inner: uet_driver::backend::sim::SimDevice::new(function.clone()),
+        hook: make(&function),
+    });
+    let node = Node::on_device(device.clone(), function.clone(), 1, 1, 8);
+    (f, function, device, node)
+}
+
 impl uet_tests::BarHook for OnceAllOnes {
     fn read64(&self, offset: u32, value: u64) -> u64 {
         use std::sync::atomic::Ordering;
@@ -236,16 +257,9 @@ impl uet_tests::BarHook for OnceAllOnes {
 #[test]
 fn a_window_write_whose_drop_count_cannot_be_trusted_is_in_doubt() {
     use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
-    let (_f, fns) = fabric(1);
-    let function = fns[0].clone();
-    let device = Arc::new(uet_tests::HookedDevice {
-        inner: uet_driver::backend::sim::SimDevice::new(function.clone()),
-        hook: OnceAllOnes {
-            armed: AtomicBool::new(false),
-        },
+    let (_f, function, device, mut node) = hooked_node(|_| OnceAllOnes {
+        armed: AtomicBool::new(false),
     });
-    let mut node = Node::on_device(device.clone(), function.clone(), 1, 1, 8);
     let own = *node.ep.address();
     let peer = |i: u32| uet_tests::forged(&own, |a| a.initiator = i);
     let (a, b, c) = (peer(0x71), peer(0x72), peer(0x73));
@@ -360,17 +374,10 @@ impl uet_tests::BarHook for ResetAfterCountRead {
 #[test]
 fn a_window_write_dropped_by_a_reset_while_it_rang_is_not_taken_as_stored() {
     use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
-    let (_f, fns) = fabric(1);
-    let function = fns[0].clone();
-    let device = Arc::new(uet_tests::HookedDevice {
-        inner: uet_driver::backend::sim::SimDevice::new(function.clone()),
-        hook: ResetAfterCountRead {
-            armed: AtomicBool::new(false),
-            function: function.clone(),
-        },
+    let (_f, function, device, mut node) = hooked_node(|function| ResetAfterCountRead {
+        armed: AtomicBool::new(false),
+        function: function.clone(),
     });
-    let mut node = Node::on_device(device.clone(), function.clone(), 1, 1, 8);
     let own = *node.ep.address();
     let peer = |i: u32| uet_tests::forged(&own, |a| a.initiator = i);
     let a = peer(0x51);
