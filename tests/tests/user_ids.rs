@@ -75,6 +75,13 @@ struct Pair {
     a_in_b: FiAddr,
 }
 
+impl Pair {
+    /// [`src_of_next_message`] from `ea` to `eb`.
+    fn src_of_next_message(&mut self) -> u64 {
+        src_of_next_message(&mut self.a, &mut self.ea, self.b_in_a, &mut self.eb)
+    }
+}
+
 fn pair_with_user_ids(fabric: &Fabric) -> Pair {
     let mut a = host(fabric, 0, 0);
     let mut b = host(fabric, 1, FI_AV_USER_ID);
@@ -99,27 +106,14 @@ fn pair_with_user_ids(fabric: &Fabric) -> Pair {
 #[test]
 fn an_av_opened_with_user_ids_reports_notavail_until_set_user_id() {
     let fabric = Fabric::new();
-    let Pair {
-        mut a,
-        mut b,
-        mut ea,
-        mut eb,
-        b_in_a,
-        a_in_b,
-    } = pair_with_user_ids(&fabric);
+    let mut p = pair_with_user_ids(&fabric);
     for i in 0..2 {
-        eb.post_recv(b.pool.alloc().unwrap(), i).unwrap();
+        p.eb.post_recv(p.b.pool.alloc().unwrap(), i).unwrap();
     }
     // Every entry of such an AV starts with FI_ADDR_NOTAVAIL as its user id.
-    assert_eq!(
-        src_of_next_message(&mut a, &mut ea, b_in_a, &mut eb),
-        FI_ADDR_NOTAVAIL
-    );
-    b.av.set_user_id(a_in_b, 0xBEEF, 0).unwrap();
-    assert_eq!(
-        src_of_next_message(&mut a, &mut ea, b_in_a, &mut eb),
-        0xBEEF
-    );
+    assert_eq!(p.src_of_next_message(), FI_ADDR_NOTAVAIL);
+    p.b.av.set_user_id(p.a_in_b, 0xBEEF, 0).unwrap();
+    assert_eq!(p.src_of_next_message(), 0xBEEF);
 }
 
 #[test]
@@ -165,23 +159,17 @@ fn a_per_insert_user_id_is_the_reported_source() {
 #[test]
 fn an_unexpected_message_reports_the_user_id_set_before_its_receive_took_it() {
     let fabric = Fabric::new();
-    let Pair {
-        a,
-        mut b,
-        mut ea,
-        mut eb,
-        b_in_a,
-        a_in_b,
-    } = pair_with_user_ids(&fabric);
-    let mut buf = a.pool.alloc().unwrap();
+    let mut p = pair_with_user_ids(&fabric);
+    let mut buf = p.a.pool.alloc().unwrap();
     buf.fill(b"x").unwrap();
-    ea.post_tsend(b_in_a, buf, 0x42, 0, 0).unwrap();
-    let sent = next(&mut ea).expect("send completion");
+    p.ea.post_tsend(p.b_in_a, buf, 0x42, 0, 0).unwrap();
+    let sent = next(&mut p.ea).expect("send completion");
     assert!(sent.error.is_none(), "{:?}", sent.error);
-    assert!(next(&mut eb).is_none(), "the message waits unexpected");
-    b.av.set_user_id(a_in_b, 0xBEEF, 0).unwrap();
-    eb.post_trecv(b.pool.alloc().unwrap(), 0x42, 0, 1).unwrap();
-    let got = next(&mut eb).expect("receive completion");
+    assert!(next(&mut p.eb).is_none(), "the message waits unexpected");
+    p.b.av.set_user_id(p.a_in_b, 0xBEEF, 0).unwrap();
+    p.eb.post_trecv(p.b.pool.alloc().unwrap(), 0x42, 0, 1)
+        .unwrap();
+    let got = next(&mut p.eb).expect("receive completion");
     assert!(got.error.is_none(), "{:?}", got.error);
     assert_eq!(got.src_addr, 0xBEEF);
 }
