@@ -893,17 +893,7 @@ impl Nic {
         initiator: u32,
         job: u32,
     ) -> u64 {
-        let auths = &self.auths;
-        let through = self
-            .eps
-            .get(handle)
-            .and_then(|e| self.eps.get(e.owner))
-            .and_then(|ep| {
-                ep.auth_slots
-                    .iter()
-                    .copied()
-                    .find(|&s| auths.job_of_av(s, av) == Some(job))
-            });
+        let (auths, eps) = (&self.auths, &self.eps);
         let in_job = |e: &uet_fwif::NicAvEntry| match e.auth_key_slot() {
             Some(slot) => auths.job_of_av(slot, av) == Some(job),
             None => e.job_id.get() == job,
@@ -911,9 +901,22 @@ impl Nic {
         self.avs
             .get_mut(av)
             .and_then(|t| t.source_for_job(ip, initiator, in_job))
-            .or_else(|| match through {
-                Some(slot) => auths.get(slot).map(|s| s.source),
-                None => (av != 0).then(|| auths.source_for(av, job)).flatten(),
+            .or_else(|| {
+                // The sender is in no entry (looked up only then, off the common path): the
+                // slot the request was accepted through.
+                let through = eps
+                    .get(handle)
+                    .and_then(|e| eps.get(e.owner))
+                    .and_then(|ep| {
+                        ep.auth_slots
+                            .iter()
+                            .copied()
+                            .find(|&s| auths.job_of_av(s, av) == Some(job))
+                    });
+                match through {
+                    Some(slot) => auths.get(slot).map(|s| s.source),
+                    None => (av != 0).then(|| auths.source_for(av, job)).flatten(),
+                }
             })
             .unwrap_or(uet_fwif::FI_ADDR_NOTAVAIL)
     }
