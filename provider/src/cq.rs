@@ -305,18 +305,9 @@ pub(crate) unsafe extern "C" fn domain_cq_open(
             }
         };
         let (wake, fd_wait, parked) = crate::wait::open_waits(CALL, "CQs", a.wait_obj)?;
-        // fi_cq(3): `signaling_vector` "should be treated as a hint to the provider and may be
-        // ignored if the provider does not support interrupt affinity"; FI_AFFINITY only says
-        // it is set. Any other flag is refused.
-        if a.flags & !FI_AFFINITY != 0 {
+        // FI_AFFINITY is the hint fi_cq(3) lets a provider ignore; any other flag is refused.
+        if crate::without_affinity(CALL, a.flags, a.signaling_vector) != 0 {
             return Err(FiError::badflags(format!("{CALL}: flags {:#x}", a.flags)));
-        }
-        if a.flags & FI_AFFINITY != 0 {
-            tracing::debug!(
-                call = CALL,
-                vector = a.signaling_vector,
-                "FI_AFFINITY: the signaling vector is ignored"
-            );
         }
         let boxed = Box::new(UetCq {
             fid: FidCq {

@@ -237,18 +237,9 @@ pub(crate) unsafe extern "C" fn fabric_eq_open(
             FI_WAIT_FD => WaitObj::Fd,
             other => return Err(crate::wait::unserved(CALL, "queues", other)),
         };
-        // fi_eq(3): `signaling_vector` is a hint "the provider may ignore if it does not
-        // support interrupt affinity", which FI_AFFINITY only says is set: ignored.
-        if a.flags & FI_AFFINITY != 0 {
-            tracing::debug!(
-                call = CALL,
-                vector = a.signaling_vector,
-                "FI_AFFINITY: the signaling vector is ignored"
-            );
-        }
         let queue = EventQueue::open(EqAttr {
             size: a.size,
-            flags: a.flags & !FI_AFFINITY,
+            flags: crate::without_affinity(CALL, a.flags, a.signaling_vector),
             wait_obj,
         })?;
         let boxed = Box::new(UetEq {

@@ -302,6 +302,20 @@ pub(crate) fn null(call: &str, what: &str) -> FiError {
     FiError::inval(format!("{call}: {what} is NULL"))
 }
 
+/// `flags` of a queue's attributes (`fi_eq_attr`, `fi_cq_attr`) without `FI_AFFINITY`, which
+/// only says `signaling_vector` is set: a hint fi_eq(3) and fi_cq(3) let a provider without
+/// interrupt affinity ignore, as this one does (logged at debug).
+pub(crate) fn without_affinity(call: &str, flags: u64, signaling_vector: core::ffi::c_int) -> u64 {
+    if flags & abi::FI_AFFINITY != 0 {
+        tracing::debug!(
+            call,
+            vector = signaling_vector,
+            "FI_AFFINITY: the signaling vector is ignored"
+        );
+    }
+    flags & !abi::FI_AFFINITY
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
