@@ -424,7 +424,7 @@ fn localhost() -> IpAddr {
 
 /// The addresses insertsym(peer n's node, nodecnt, peer n's service, svccnt) names, computed
 /// without the crate's range code; `None` when the range runs out.
-fn sym_addrs(n: u32, nodecnt: usize, svccnt: usize) -> Option<Vec<[u8; ADDR_LEN]>> {
+pub(crate) fn sym_addrs(n: u32, nodecnt: usize, svccnt: usize) -> Option<Vec<[u8; ADDR_LEN]>> {
     let base = peer(n);
     // nodecnt × svccnt members: a count of 0 names none, whatever the other count.
     if nodecnt == 0 || svccnt == 0 {
