@@ -1181,21 +1181,19 @@ impl<N: NicAvTable> Local<N> {
         });
         match changed {
             Some((indices, ranges)) => {
-                // A range inserted since: held as a range here too, then its indices are
+                // A range inserted since: held as a range here too, and its indices are
                 // reconciled one by one like any other change.
-                self.apply_ranges(&ranges);
                 let mut indices = indices;
                 for r in &ranges {
                     indices.extend(r.first..r.first + r.count);
                 }
                 indices.sort_unstable();
                 indices.dedup();
-                self.reconcile(seg, indices.into_iter(), name)?
+                self.reconcile(seg, indices.into_iter(), &ranges, name)?
             }
             None => {
                 debug!(name, "named AV: rescanning every index");
-                self.apply_ranges(&seg.ranges());
-                self.reconcile(seg, 0..seg.high_water(), name)?
+                self.reconcile(seg, 0..seg.high_water(), &seg.ranges(), name)?
             }
         }
         self.synced = true;
@@ -1205,7 +1203,8 @@ impl<N: NicAvTable> Local<N> {
     }
 
     /// Place each shared range whose indices the mirror holds none of as one range (the
-    /// reconciliation that follows removes the members the segment no longer holds). A range
+    /// reconciliation that follows removes the members the segment no longer holds, and
+    /// inserts what it holds in a range's holes). A range
     /// the mirror cannot place is left to that reconciliation, which inserts its members one
     /// by one.
     fn apply_ranges(&mut self, ranges: &[SharedRange]) {
@@ -1224,13 +1223,32 @@ impl<N: NicAvTable> Local<N> {
         }
     }
 
-    /// Make the mirror hold what the segment holds at `indices`.
+    /// Make the mirror hold what the segment holds at `indices`, and `ranges` (shared ranges
+    /// whose indices are among them) as ranges where it can. What the mirror holds and the
+    /// segment no longer does goes first: a mirror behind a remove of the indices a new range
+    /// took would otherwise find them taken, and hold the range member by member.
     fn reconcile(
         &mut self,
         seg: &Segment,
-        indices: impl Iterator<Item = u32>,
+        indices: impl Iterator<Item = u32> + Clone,
+        ranges: &[SharedRange],
         name: &str,
     ) -> Result<(), FiError> {
+        let prefix = |e: FiError| e.within(format_args!("named AV '{name}': catching up"));
+        if !ranges.is_empty() {
+            let gone: Vec<FiAddr> = indices
+                .clone()
+                .filter(|&index| {
+                    let mine = self.av.address_bytes(index);
+                    mine.is_some() && seg.slot(index) != mine
+                })
+                .map(FiAddr::from)
+                .collect();
+            if !gone.is_empty() {
+                self.av.remove(&gone, 0).map_err(prefix)?;
+            }
+            self.apply_ranges(ranges);
+        }
         let mut removals: Vec<FiAddr> = Vec::new();
         let mut inserts: Vec<(u32, [u8; ADDR_LEN])> = Vec::new();
         for index in indices {
@@ -1246,7 +1264,6 @@ impl<N: NicAvTable> Local<N> {
                 inserts.push((index, bytes));
             }
         }
-        let prefix = |e: FiError| e.within(format_args!("named AV '{name}': catching up"));
         if removals.is_empty() && inserts.is_empty() {
             // Ranges `apply_ranges` placed may wait for their NIC records.
             return self.av.flush().map_err(prefix);

@@ -446,6 +446,32 @@ fn symmetric_sets_are_ranges_in_every_process() {
     );
 }
 
+/// A handle behind a remove that freed the indices a symmetric set then took catches up with
+/// both at once, and holds the set as one range, not member by member: the entries the
+/// segment no longer holds leave its mirror before the range is placed.
+#[test]
+fn a_handle_behind_a_remove_holds_the_range_that_took_its_indices_as_a_range() {
+    let name = unique("sym-behind");
+    let mut a = open(attr(&name, 16)).unwrap();
+    let mut b = open(attr(&name, 16)).unwrap();
+    assert_eq!(insert(&mut a, &[1, 2, 3, 4]), [0, 1, 2, 3]);
+    b.sync().unwrap();
+    assert_eq!(b.av().len(), 4);
+    a.remove(&[0, 1, 2, 3], 0).unwrap();
+    let mut out = [0u64; 4];
+    assert_eq!(
+        a.insertsym("10.0.1.1", 2, "5", 2, Some(&mut out), 0, None)
+            .unwrap(),
+        4
+    );
+    assert_eq!(out, [0, 1, 2, 3]);
+    assert_eq!(a.av().ranges().collect::<Vec<_>>(), [(0, 4, 4)]);
+    b.sync().unwrap();
+    assert_same(&mut a, &mut b);
+    assert_eq!(b.av().ranges().collect::<Vec<_>>(), [(0, 4, 4)]);
+    assert_eq!(b.address(3).unwrap().fabric_addr.to_string(), "10.0.1.2");
+}
+
 #[test]
 fn a_handle_that_fell_behind_the_log_rescans() {
     let name = unique("behind");
