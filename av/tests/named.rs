@@ -472,6 +472,42 @@ fn a_handle_behind_a_remove_holds_the_range_that_took_its_indices_as_a_range() {
     assert_eq!(b.address(3).unwrap().fabric_addr.to_string(), "10.0.1.2");
 }
 
+/// A range record that outlived its members (a process that held them one by one removed
+/// them, and counted none of them down) goes when a new range takes its indices: a process
+/// opening later would otherwise place the stale record first, find the new range's indices
+/// taken, and hold the new range member by member.
+#[test]
+fn a_new_range_frees_the_stale_record_over_its_indices() {
+    let name = unique("sym-stale");
+    let mut a = open(attr(&name, 16)).unwrap();
+    let params = segment::SegmentParams {
+        capacity: 16,
+        rx_ctx_bits: 0,
+        job_id: 0x00ab_cdef,
+        max_group_id: 0,
+    };
+    let seg = segment::Segment::open(&name, false, params).unwrap().0;
+    {
+        // The record of a set whose two members at 2 and 3 are gone.
+        let locked = seg.lock(true).unwrap();
+        locked.begin();
+        assert!(locked.add_range(2, 2, 1, 0, &peer_bytes(17)));
+        locked.commit();
+    }
+    let mut out = [0u64; 4];
+    assert_eq!(
+        a.insertsym("10.0.1.1", 2, "5", 2, Some(&mut out), 0, None)
+            .unwrap(),
+        4
+    );
+    assert_eq!(out, [0, 1, 2, 3]);
+    let records: Vec<(u32, u32)> = seg.ranges().iter().map(|r| (r.first, r.count)).collect();
+    assert_eq!(records, [(0, 4)], "the stale record is gone");
+    let mut c = open(attr(&name, 16)).unwrap();
+    assert_same(&mut a, &mut c);
+    assert_eq!(c.av().ranges().collect::<Vec<_>>(), [(0, 4, 4)]);
+}
+
 #[test]
 fn a_handle_that_fell_behind_the_log_rescans() {
     let name = unique("behind");

@@ -1489,6 +1489,14 @@ impl Locked<'_> {
     /// with [`Locked::store`] as for single inserts), member 0 `base`, `svc` services per node,
     /// member `offset` at `first`. `false` when the table has no free record: the members
     /// then stand as single inserts.
+    ///
+    /// A live record spanning any of `first..first + count` is freed first. Those indices were
+    /// free (the caller took them with [`Locked::alloc`]), so such a record outlived its
+    /// members there: a process that held them one by one removed them without counting
+    /// them down. Left, it would overlap the new record, and a process opening later would
+    /// place whichever it read first as its range, and then hold the other's members one by
+    /// one. Its members outside the new span, if any remain, are then held as single entries
+    /// by processes that open later (what they hold is the same; only its form differs).
     pub fn add_range(
         &self,
         first: u32,
@@ -1501,6 +1509,14 @@ impl Locked<'_> {
             return false;
         }
         let seg = self.seg;
+        let end = u64::from(first) + u64::from(count);
+        for stale in seg.ranges() {
+            if u64::from(stale.first) < end
+                && u64::from(stale.first) + u64::from(stale.count) > u64::from(first)
+            {
+                seg.range_word(stale.record, 0).store(0, Ordering::Release);
+            }
+        }
         let Some(record) =
             (0..RANGE_RECORDS).find(|&r| seg.range_word(r, 0).load(Ordering::Relaxed) == 0)
         else {
