@@ -12,7 +12,8 @@
 //!   hold). `-FI_EAGAIN` when none; `-FI_EAVAIL` when the next is an error.
 //! * `fi_cq_readerr`: the next error; its message is copied into the application's
 //!   `err_data` buffer when it gives one, or kept by the CQ until its next `readerr`, as for
-//!   the EQ ([`crate::eq`]).
+//!   the EQ ([`crate::eq`]). Before API 1.5 the entry is libfabric 1.0's, which ends at
+//!   `err_data`: nothing past it is read or written.
 //! * `fi_cq_sread`, `fi_cq_sreadfrom`: as `read`, waiting up to `timeout` ms (negative: no
 //!   end). The wait sleeps in poll(2) on the MSI-X vectors of the CQ's endpoints (each
 //!   endpoint's ring armed with `CQ_ARM`, [`uet_driver::Endpoint::cq_trywait`]) and on the
@@ -46,7 +47,9 @@
 use crate::abi::*;
 use crate::ep::{Arm, EpShared};
 use crate::wait::{Parked, Sleepers};
-use crate::{entry, null, object_ref, ssize, strerror, unsupported, OwnedErrData};
+use crate::{
+    entry, null, object_ref, ssize, strerror, unsupported, OwnedErrData, FI_ERR_DATA_BUFFER_API,
+};
 use core::ffi::{c_char, c_int, c_void};
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -819,8 +822,9 @@ unsafe extern "C" fn cq_readerr(cq: *mut FidCq, buf: *mut FiCqErrEntry, flags: u
     ssize(CALL, || {
         // SAFETY: the application's CQ pointer.
         let q = unsafe { cq_ref(cq.cast(), CALL) }?;
-        // SAFETY: NULL or a valid entry (libfabric's contract).
-        let out = unsafe { buf.as_mut() }.ok_or_else(|| null(CALL, "buf"))?;
+        if buf.is_null() {
+            return Err(null(CALL, "buf"));
+        }
         if flags != 0 {
             return Err(FiError::badflags(format!("{CALL}: flags {flags:#x}")));
         }
@@ -846,17 +850,23 @@ unsafe extern "C" fn cq_readerr(cq: *mut FidCq, buf: *mut FiCqErrEntry, flags: u
                 format!("{CALL}: no error completion"),
             ));
         };
+        // Before API 1.5 the application's `struct fi_cq_err_entry` ends at `err_data`
+        // (libfabric's `fi_cq_err_entry_1_0`): `err_data_size` is neither read nor written,
+        // and neither is the buffer `err_data` names (fi_cq(3), compatibility note).
+        let whole = q.api_version >= FI_ERR_DATA_BUFFER_API;
+        let (app_data, app_size) = if whole {
+            // SAFETY: `buf` is a whole entry of this API version (libfabric's contract).
+            unsafe { ((*buf).err_data, (*buf).err_data_size) }
+        } else {
+            (core::ptr::null_mut(), 0)
+        };
         // SAFETY: `err_data` is NULL or the application's buffer of `err_data_size` bytes
         // (libfabric's contract).
         let (err_data, err_data_size) = unsafe {
-            q.err_data.give(
-                q.api_version,
-                err.message.as_bytes(),
-                out.err_data,
-                out.err_data_size,
-            )
+            q.err_data
+                .give(q.api_version, err.message.as_bytes(), app_data, app_size)
         };
-        *out = FiCqErrEntry {
+        let entry = FiCqErrEntry {
             op_context: e.op_context,
             flags: e.flags,
             len: e.len,
@@ -868,6 +878,16 @@ unsafe extern "C" fn cq_readerr(cq: *mut FidCq, buf: *mut FiCqErrEntry, flags: u
             prov_errno: err.prov_errno,
             err_data,
             err_data_size,
+        };
+        let bytes = if whole {
+            core::mem::size_of::<FiCqErrEntry>()
+        } else {
+            core::mem::offset_of!(FiCqErrEntry, err_data_size)
+        };
+        // SAFETY: `buf` holds an entry of the application's API version, `bytes` long
+        // (libfabric's contract), which `entry` does not overlap; it need not be aligned.
+        unsafe {
+            core::ptr::copy_nonoverlapping((&raw const entry).cast::<u8>(), buf.cast::<u8>(), bytes)
         };
         Ok(1)
     })

@@ -200,7 +200,7 @@ pub(crate) fn ssize(call: &str, f: impl FnOnce() -> Result<usize, FiError>) -> i
 pub(crate) const MAX_ERR_DATA: usize = 1024;
 
 /// The first API version whose applications may pass their own `err_data` buffer (1.5).
-const FI_ERR_DATA_BUFFER_API: u32 = abi::fi_version(1, 5);
+pub(crate) const FI_ERR_DATA_BUFFER_API: u32 = abi::fi_version(1, 5);
 
 /// The `err_data` an EQ or CQ hands out when the application gives no buffer of its own: the
 /// last error's message, NUL-terminated, owned by the queue until its next `readerr`

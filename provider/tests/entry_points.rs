@@ -97,11 +97,18 @@ impl Open {
     }
 
     fn with_hints(hints: &Hints) -> Open {
+        Open::with_hints_at(hints, FI_PROVIDER_API)
+    }
+
+    /// [`Open::with_hints`], the fabric opened with API `version`
+    /// (`fabric_attr->api_version`).
+    fn with_hints_at(hints: &Hints, version: u32) -> Open {
         let info = getinfo(None, None, 0, Some(hints)).expect("getinfo");
         let mut fabric = null_mut();
         let mut domain = null_mut();
         // SAFETY: an info the provider gave; out pointers valid.
         unsafe {
+            (*(*info).fabric_attr).api_version = version;
             assert_eq!(
                 (provider().fabric)((*info).fabric_attr, &mut fabric, null_mut()),
                 0
@@ -405,6 +412,25 @@ impl Pair {
         binds: [&[(usize, u64)]; 2],
     ) -> Pair {
         let open = Open::new(FI_MSG | FI_TAGGED | FI_SOURCE_CAP, FI_FORMAT_UNSPEC);
+        Pair::on(open, cq_flags, wait_obj, edit, count, binds)
+    }
+
+    /// [`Pair::new`] in a fabric opened with API `version`.
+    fn at_api(version: u32) -> Pair {
+        let hints = Hints::new(FI_MSG | FI_TAGGED | FI_SOURCE_CAP, FI_FORMAT_UNSPEC);
+        let open = Open::with_hints_at(&hints, version);
+        Pair::on(open, 0, FI_WAIT_UNSPEC, |_| {}, 0, [&[], &[]])
+    }
+
+    /// [`Pair::with_counters`] in the fabric and domain of `open`.
+    fn on(
+        open: Open,
+        cq_flags: u64,
+        wait_obj: c_int,
+        edit: impl Fn(&mut FiInfo),
+        count: usize,
+        binds: [&[(usize, u64)]; 2],
+    ) -> Pair {
         let cntrs: Vec<_> = (0..count)
             .map(|_| open.cntr_open(wait_obj).expect("fi_cntr_open"))
             .collect();
@@ -1273,6 +1299,50 @@ fn before_api_1_5_an_eq_error_read_ignores_the_applications_buffer() {
         }
         uet_fi::info::free_info(info);
     }
+}
+
+/// On a fabric opened with an API before 1.5, `fi_cq_readerr` writes the entry as those
+/// versions define `struct fi_cq_err_entry`, which ends at `err_data`: the `err_data_size`
+/// of later versions lies past the application's structure, and is left as it was. The
+/// message is the CQ's NUL-terminated copy (fi_cq(3), compatibility note).
+#[test]
+fn before_api_1_5_a_cq_error_read_writes_nothing_past_err_data() {
+    let pair = Pair::at_api(fi_version(1, 4));
+    let addr = nobody(pair.av);
+    let mut fake = 0;
+    // SAFETY: an open AV and endpoint; one address, one fi_addr_t.
+    unsafe {
+        assert_eq!(
+            ((*(*pair.av).ops).insert)(pair.av, addr.as_ptr().cast(), 1, &mut fake, 0, null_mut()),
+            1
+        );
+        assert_eq!(
+            (pair.msg(0).inject)(pair.p[0].ep, b"lost".as_ptr().cast(), 4, fake),
+            0
+        );
+    }
+    assert_eq!(pair.wait(0).err(), Some(neg(FiErrno::FI_EAVAIL)));
+    let mut buf = [0x55u8; 16];
+    // SAFETY: a plain-data structure.
+    let mut e: FiCqErrEntry = unsafe { core::mem::zeroed() };
+    e.err_data = buf.as_mut_ptr().cast();
+    // What follows the application's 1.4 structure in memory.
+    e.err_data_size = 0x5a5a;
+    // SAFETY: an open CQ; a valid entry.
+    assert_eq!(unsafe { (pair.cq(0).readerr)(pair.p[0].cq, &mut e, 0) }, 1);
+    assert_eq!(
+        e.err_data_size, 0x5a5a,
+        "written past the 1.4 fi_cq_err_entry"
+    );
+    assert!(e.err > 0);
+    assert!(!e.err_data.is_null() && e.err_data != buf.as_mut_ptr().cast());
+    // SAFETY: the CQ's NUL-terminated copy, valid until the next read of the CQ.
+    let message = unsafe { CStr::from_ptr(e.err_data.cast()) };
+    assert!(!message.to_bytes().is_empty());
+    assert!(
+        buf.iter().all(|&b| b == 0x55),
+        "the application's buffer is untouched"
+    );
 }
 
 /// `fi_getinfo` with `FI_MSG` hints as `edit` leaves their endpoint and domain attributes:
