@@ -238,6 +238,9 @@ struct EpState {
     /// An `FI_EP_MSG` endpoint: its receives have no source address to report (the peer is
     /// in the connection's own AV, not the application's).
     connected_kind: bool,
+    /// Its receives report their source to `fi_cq_readfrom`: it was opened with the
+    /// `FI_SOURCE` capability, without which fi_cq(3) has the source `FI_ADDR_NOTAVAIL`.
+    sources: bool,
 }
 
 /// What [`EpShared::arm`] made of an endpoint's ring for a waiting `fi_cq_sread`.
@@ -270,8 +273,8 @@ impl EpShared {
     }
 
     /// A state not enabled and bound to nothing; `connected_kind` for an `FI_EP_MSG`
-    /// endpoint.
-    fn new(connected_kind: bool) -> EpShared {
+    /// endpoint, `sources` for one whose receives report their source (`FI_SOURCE`).
+    fn new(connected_kind: bool, sources: bool) -> EpShared {
         EpShared {
             state: Mutex::new(EpState {
                 driver: None,
@@ -286,14 +289,16 @@ impl EpShared {
                 eq: None,
                 injects: 0,
                 connected_kind,
+                sources: sources && !connected_kind,
             }),
         }
     }
 
     /// A ring set of a scalable endpoint ([`crate::sep`]): the state its transmit and
-    /// receive context of one index share.
-    pub(crate) fn lane() -> Arc<EpShared> {
-        Arc::new(EpShared::new(false))
+    /// receive context of one index share; `sources` when its receives report their source
+    /// (the scalable endpoint's `FI_SOURCE`).
+    pub(crate) fn lane(sources: bool) -> Arc<EpShared> {
+        Arc::new(EpShared::new(false, sources))
     }
 
     /// The NIC address of its ring set, once enabled.
@@ -651,7 +656,7 @@ impl EpState {
         });
         let mut src = NO_SOURCE;
         if let Some(iov) = iov {
-            if !self.connected_kind {
+            if self.sources {
                 src = ev.src_addr;
             }
             entry.buf = iov
@@ -1188,7 +1193,10 @@ pub(crate) unsafe extern "C" fn domain_endpoint(
         d.endpoints.fetch_add(1, Ordering::AcqRel);
         let boxed = Box::new(UetEp {
             fid: endpoint_fid(FI_CLASS_EP, context),
-            shared: Arc::new(EpShared::new(kind == EpKind::Msg)),
+            shared: Arc::new(EpShared::new(
+                kind == EpKind::Msg,
+                info.caps == 0 || info.caps & FI_SOURCE_CAP != 0,
+            )),
             role: Role::Endpoint,
             domain: d,
             tx_op_flags,
@@ -2526,7 +2534,7 @@ mod tests {
     /// own completions go to it.
     #[test]
     fn a_closed_contexts_operations_complete_nowhere_once_its_index_opens_again() {
-        let lane = EpShared::lane();
+        let lane = EpShared::lane(true);
         let mut st = lane.lock();
         (st.tx_cq, st.rx_cq) = (binding(0x1000), binding(0x2000));
         let send = st.hold(Posted::Send {
@@ -2574,7 +2582,7 @@ mod tests {
     /// inject is reported on its CQ.
     #[test]
     fn a_transmit_index_does_not_open_again_while_an_inject_of_its_closed_context_is_in_flight() {
-        let lane = EpShared::lane();
+        let lane = EpShared::lane(true);
         {
             let mut st = lane.lock();
             st.tx_cq = binding(0x1000);

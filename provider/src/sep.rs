@@ -364,6 +364,8 @@ pub(crate) unsafe extern "C" fn domain_scalable_ep(
             FI_ADDR_STR => AddrFormat::Str,
             _ => AddrFormat::Uet,
         };
+        // Its receive contexts report sources when it was opened with FI_SOURCE (fi_cq(3)).
+        let sources = info.caps == 0 || info.caps & FI_SOURCE_CAP != 0;
         d.endpoints.fetch_add(1, Ordering::AcqRel);
         let boxed = Box::new(UetSep {
             fid: FidEp {
@@ -385,7 +387,7 @@ pub(crate) unsafe extern "C" fn domain_scalable_ep(
             domain: d,
             tx_ctx_cnt: tx,
             rx_ctx_cnt: rx,
-            lanes: (0..tx.max(rx)).map(|_| EpShared::lane()).collect(),
+            lanes: (0..tx.max(rx)).map(|_| EpShared::lane(sources)).collect(),
             tx_op_flags,
             rx_op_flags,
             caps: info.caps,

@@ -649,6 +649,44 @@ fn a_receive_scatters_past_a_zero_length_iovec() {
     assert_eq!(pair.wait(0).unwrap().op_context as usize, 9);
 }
 
+/// fi_cq(3): source addresses are available only on endpoints configured with the
+/// `FI_SOURCE` capability; `fi_cq_readfrom` on another gives `FI_ADDR_NOTAVAIL` as the
+/// source of its receives.
+#[test]
+fn fi_cq_readfrom_names_a_source_only_on_an_endpoint_opened_with_fi_source() {
+    for source in [true, false] {
+        let pair = Pair::with_info(0, |info| {
+            if !source {
+                info.caps &= !FI_SOURCE_CAP;
+            }
+        });
+        let mut rbuf = [0u8; 8];
+        // SAFETY: open endpoints; the buffer outlives its completion, read below.
+        assert_eq!(unsafe { pair.post_recv(1, &mut rbuf, 3) }, 0);
+        assert_eq!(pair.send(0, b"from", 4), 0);
+        assert_eq!(pair.wait(0).unwrap().op_context as usize, 4);
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        let mut e = [0u8; 64];
+        let mut src = 0;
+        let ret = loop {
+            // SAFETY: an open CQ; room for one entry and one address.
+            let ret =
+                unsafe { (pair.cq(1).readfrom)(pair.p[1].cq, e.as_mut_ptr().cast(), 1, &mut src) };
+            if ret != neg(FiErrno::FI_EAGAIN) || std::time::Instant::now() >= end {
+                break ret;
+            }
+            std::thread::yield_now();
+        };
+        assert_eq!(ret, 1, "FI_SOURCE {source}");
+        let want = if source {
+            pair.p[0].addr
+        } else {
+            FI_ADDR_NOTAVAIL
+        };
+        assert_eq!(src, want, "FI_SOURCE {source}");
+    }
+}
+
 #[test]
 fn a_failed_inject_is_reported_as_an_error_completion() {
     let pair = Pair::new(0);
