@@ -53,7 +53,8 @@
 //!   endpoint was opened with hold `FI_COMPLETION`, as `fi_endpoint(3)` has it;
 //!   `fi_enable` (`-FI_ENOAV` without an AV but on `FI_EP_MSG`, `-FI_ENOEQ` without an EQ
 //!   on `FI_EP_MSG`, which reports its connection there, `-FI_ENOCQ` without a CQ
-//!   for a direction the `fi_info`'s caps serve) creates the endpoint on the NIC
+//!   for a direction the `fi_info`'s caps serve; a transfer of a direction they leave out is
+//!   `-FI_EOPNOTSUPP`, as no CQ need report it) creates the endpoint on the NIC
 //!   ([`uet_driver::Domain::endpoint`]), which gives it its address (`fi_getname`). Binding
 //!   after `fi_enable` is `-FI_EOPBADSTATE`, and so is a data call before it.
 //! * Messages go through DMA buffers of the endpoint's own ([`MSG_BUF_BYTES`] each, one per
@@ -976,6 +977,32 @@ impl UetEp {
         self.rx_op_flags & FI_COMPLETION != 0
     }
 
+    /// Whether the endpoint serves the direction `dir` (`FI_SEND`, `FI_RECV`): the caps of
+    /// its `fi_info` name it, or name neither direction (both).
+    fn serves(&self, dir: u64) -> bool {
+        let dirs = self.caps & (FI_SEND | FI_RECV);
+        dirs == 0 || dirs & dir != 0
+    }
+
+    /// `FI_EOPNOTSUPP` for a transfer of a direction (`tx`: sends) the endpoint does not
+    /// serve: a context's other direction ([`Role::check_serves`]), or one its caps leave
+    /// out, for which `fi_enable` asked no CQ: its completions (a message a receive took, a
+    /// send's error) would reach none (fi_endpoint(3): CQs report every operation).
+    fn check_serves(&self, tx: bool, call: &str) -> Result<(), FiError> {
+        self.role.check_serves(tx, call)?;
+        if !self.serves(if tx { FI_SEND } else { FI_RECV }) {
+            return Err(FiError::new(
+                FiErrno::FI_EOPNOTSUPP,
+                format!(
+                    "{call}: the endpoint's caps ({:#x}) leave out {}",
+                    self.caps,
+                    if tx { "FI_SEND" } else { "FI_RECV" }
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// `FI_EOPNOTSUPP` unless the endpoint is `FI_EP_MSG`: `call` is a connection's.
     fn check_connected_kind(&self, call: &str) -> Result<(), FiError> {
         if self.kind != EpKind::Msg {
@@ -1417,9 +1444,7 @@ fn enable(e: &UetEp, st: &mut EpState, call: &str) -> Result<(), FiError> {
     };
     // A direction without a CQ would never have its completions read, nor its buffers
     // and ring entries freed.
-    let dirs = e.caps & (FI_SEND | FI_RECV);
-    let serves = |dir: u64| dirs == 0 || dirs & dir != 0;
-    if (serves(FI_SEND) && st.tx_cq.is_none()) || (serves(FI_RECV) && st.rx_cq.is_none()) {
+    if (e.serves(FI_SEND) && st.tx_cq.is_none()) || (e.serves(FI_RECV) && st.rx_cq.is_none()) {
         return Err(FiError::new(
             FiErrno::FI_ENOCQ,
             format!(
@@ -1767,7 +1792,7 @@ fn send(
     matching: Matching,
     inject: bool,
 ) -> Result<(), FiError> {
-    e.role.check_serves(true, call)?;
+    e.check_serves(true, call)?;
     e.role.check_enabled(true, call)?;
     let total = iov
         .as_slice()
@@ -1832,7 +1857,7 @@ fn recv(
     report: bool,
     matching: Matching,
 ) -> Result<(), FiError> {
-    e.role.check_serves(false, call)?;
+    e.check_serves(false, call)?;
     e.role.check_enabled(false, call)?;
     let mut st = e.shared.lock();
     let buffer = st.ready(call)?;
@@ -2059,7 +2084,7 @@ unsafe fn inject(
     data_call(call, || {
         // SAFETY: the caller's promise.
         let e = unsafe { ep_ref(ep.cast(), call) }?;
-        e.role.check_serves(true, call)?;
+        e.check_serves(true, call)?;
         e.role.check_enabled(true, call)?;
         if buf.is_null() && len > 0 {
             return Err(null(call, "buf"));

@@ -883,6 +883,94 @@ fn an_endpoint_without_a_cq_for_a_direction_it_serves_is_not_enabled() {
     }
 }
 
+/// An endpoint whose caps leave a direction out needs no CQ for it (`fi_enable`), so a
+/// transfer of that direction would complete where no CQ reports it: a receive would take
+/// a message and drop it unreported, the sender told it was delivered. Such a transfer is
+/// refused, and the message finds no receive.
+#[test]
+fn an_endpoint_refuses_transfers_of_a_direction_its_caps_leave_out() {
+    let pair = Pair::new(0);
+    let info = pair._open.info;
+    let not_served = neg(FiErrno::FI_EOPNOTSUPP);
+    // (caps, the CQ's binding)
+    for (caps, bind) in [(FI_MSG | FI_SEND, FI_TRANSMIT), (FI_MSG | FI_RECV, FI_RECV)] {
+        // SAFETY: an open domain, AV and CQ; the provider's info, its caps restored; the
+        // buffers outlive the calls, which are refused or read by the end of the loop.
+        unsafe {
+            let saved = (*info).caps;
+            (*info).caps = caps;
+            let ep = pair._open.endpoint();
+            (*info).caps = saved;
+            let fops = &*(*ep).fid.ops;
+            assert_eq!((fops.bind)(&mut (*ep).fid, &mut (*pair.av).fid, 0), 0);
+            let cq = pair._open.cq_open(FI_CQ_FORMAT_DATA, FI_WAIT_UNSPEC);
+            assert_eq!((fops.bind)(&mut (*ep).fid, &mut (*cq).fid, bind), 0);
+            assert_eq!((fops.control)(&mut (*ep).fid, FI_ENABLE, null_mut()), 0);
+            let msg = &*(*ep).msg;
+            let tagged = &*(*ep).tagged;
+            let mut name = [0u8; 32];
+            let mut len = name.len();
+            assert_eq!(
+                ((*(*ep).cm).getname)(&mut (*ep).fid, name.as_mut_ptr().cast(), &mut len),
+                0
+            );
+            let mut addr = 0;
+            assert_eq!(
+                ((*(*pair.av).ops).insert)(
+                    pair.av,
+                    name.as_ptr().cast(),
+                    1,
+                    &mut addr,
+                    0,
+                    null_mut()
+                ),
+                1
+            );
+            let mut rbuf = [0u8; 8];
+            let to = pair.p[0].addr;
+            if caps & FI_SEND != 0 {
+                let rb = rbuf.as_mut_ptr().cast();
+                assert_eq!((msg.recv)(ep, rb, 8, null_mut(), 0, 1 as _), not_served);
+                assert_eq!(
+                    (tagged.recv)(ep, rb, 8, null_mut(), 0, 5, 0, 1 as _),
+                    not_served
+                );
+                // A message sent to it finds no receive.
+                assert_eq!(
+                    (pair.msg(0).send)(
+                        pair.p[0].ep,
+                        b"x".as_ptr().cast(),
+                        1,
+                        null_mut(),
+                        addr,
+                        2 as _
+                    ),
+                    0
+                );
+                assert_eq!(pair.wait(0).err(), Some(neg(FiErrno::FI_EAVAIL)));
+                let e = pair.readerr(0).unwrap();
+                assert_eq!(
+                    (e.op_context as usize, e.err as u32),
+                    (2, FiErrno::FI_ENORX.get())
+                );
+            } else {
+                let sb = b"x".as_ptr().cast();
+                assert_eq!((msg.send)(ep, sb, 1, null_mut(), to, 3 as _), not_served);
+                assert_eq!((msg.inject)(ep, sb, 1, to), not_served);
+                assert_eq!(
+                    (tagged.send)(ep, sb, 1, null_mut(), to, 5, 3 as _),
+                    not_served
+                );
+                assert_eq!((tagged.inject)(ep, sb, 1, to, 5), not_served);
+            }
+            assert_eq!(close(&mut (*ep).fid), 0);
+            assert_eq!(close(&mut (*cq).fid), 0);
+            let mut gone = addr;
+            assert_eq!(((*(*pair.av).ops).remove)(pair.av, &mut gone, 1, 0), 0);
+        }
+    }
+}
+
 /// Every successful completion context in peer `i`'s CQ up to and including `marker`, and
 /// whatever follows it shortly after.
 fn contexts_through(pair: &Pair, i: usize, marker: usize) -> Vec<usize> {
