@@ -1,6 +1,5 @@
-//! The whole reference-model runs of the AV crate's `model.rs` and `model_auth_keys.rs` on a
-//! NIC of the simulator. The first drives every
-//! insert form (binary, `FI_ADDR_STR`, insertsvc, insertsym), `FI_SYNC_ERR`, `FI_MORE`, user
+//! The whole reference-model runs of the AV crate's `model.rs`, `model_auth_keys.rs` and
+//! `av_events.rs` on a NIC of the simulator. The first drives every insert form (binary, `FI_ADDR_STR`, insertsvc, insertsym), `FI_SYNC_ERR`, `FI_MORE`, user
 //! ids (open flag and per insert), removes, lookups, `fi_av_set_user_id`, flushes, AV sets,
 //! receive-context and peer-group addressing, and refused, busy and unanswered AV_WRITE and
 //! AV_INVALIDATE commands — 10,000 steps per seed. After every step the model, the host
@@ -8,10 +7,14 @@
 //! (insert_auth_key, inserts bound to keys, removes of addresses and of keys,
 //! lookup_auth_key, refused auth-key commands), and after every step the NIC's auth-key
 //! table, read back with AUTH_KEY_READ, holds exactly the AV's keys, in the slots the AV
-//! names, owned by its table.
+//! names, owned by its table. The third drives `FI_EVENT` inserts (the AV crate's
+//! `av_events.rs` model), whose AV_WRITEs go through the admin queue without waiting and are
+//! collected when the event queue is read; a refused one is sent so that the NIC itself
+//! refuses it.
 //!
-//! The engine is the AV crate's (`av/tests/model/engine.rs`, included here); only the NIC
-//! table differs. Faults are armed host-side, between the AV and the driver's table: a
+//! The engines are the AV crate's (`av/tests/model/engine.rs` and the others, included
+//! here); only the NIC table differs. Faults are armed host-side (but for the `FI_EVENT`
+//! model's refusals), between the AV and the driver's table: a
 //! refused or busy command is not sent (what the NIC would have done with it: nothing), an
 //! unanswered one is sent or not and then reported in doubt, so that every other command
 //! runs on the simulated NIC through the admin queue.
@@ -22,16 +25,22 @@ mod common;
 mod engine;
 #[path = "../../av/tests/model_auth_keys/engine.rs"]
 mod engine_auth_keys;
+#[path = "../../av/tests/av_events/model.rs"]
+mod events_model;
 
 use engine::{run_on, seeded_ops, seeded_ops_long_ranges, Config, ModelNic};
 use std::sync::Arc;
-use uet_av::{AddressVector, AvAttr, Fault, FiError, NicAvTable, NicError, NicOp};
+use uet_av::{
+    AddressVector, AvAttr, CompletedWrite, Fault, FiError, NicAvTable, NicError, NicOp,
+    PendingWrite, FI_EVENT,
+};
 use uet_driver::av::NicAv;
 use uet_driver::backend::sim::SimDevice;
 use uet_driver::Nic;
 use uet_fwif::auth_key::AuthKeyEntry;
 use uet_fwif::{AvWriteRecord, NicAvEntry};
 use uet_sim::{Fabric, NicConfig};
+use zerocopy::little_endian::U32;
 
 /// The driver's table of a simulated NIC, with a fault armed per command kind.
 struct SimTable {
@@ -119,6 +128,29 @@ impl NicAvTable for SimTable {
         Self::answer(NicOp::Write, late, sent)
     }
 
+    /// The driver's own asynchronous AV_WRITE (an `FI_EVENT` AV's), the armed fault applied
+    /// thus: refused, it is sent with its last record's index past the table, so that the NIC
+    /// refuses the whole command and the driver reports the NIC's status; for want of room,
+    /// not submitted; unanswered, sent or not and then reported in doubt.
+    fn submit_write(
+        &mut self,
+        records: &[AvWriteRecord],
+    ) -> Result<Box<dyn PendingWrite>, NicError> {
+        match self.take(NicOp::Write) {
+            Err(e) if e.busy => Err(e),
+            Err(e) if e.in_doubt => Ok(Box::new(CompletedWrite::new(Err(e)))),
+            Err(_refused) => {
+                let mut refused = records.to_vec();
+                if let Some(last) = refused.last_mut() {
+                    last.index = U32::new(u32::MAX);
+                }
+                self.table.submit_write(&refused)
+            }
+            Ok(false) => self.table.submit_write(records),
+            Ok(true) => Ok(Box::new(Unanswered(self.table.submit_write(records)?))),
+        }
+    }
+
     fn invalidate(&mut self, indices: &[u32]) -> Result<(), NicError> {
         let late = self.take(NicOp::Invalidate)?;
         let sent = self.table.invalidate(indices);
@@ -159,6 +191,41 @@ impl NicAvTable for SimTable {
 
     fn table_handle(&self) -> Option<u32> {
         self.table.table_handle()
+    }
+}
+
+/// An asynchronous AV_WRITE sent, whose answer is then treated as never come.
+struct Unanswered(Box<dyn PendingWrite>);
+
+impl PendingWrite for Unanswered {
+    fn poll(&mut self) -> bool {
+        self.0.poll()
+    }
+
+    fn wait(&mut self) {
+        self.0.wait();
+    }
+
+    fn finish(self: Box<Self>) -> Result<(), NicError> {
+        let _applied = self.0.finish();
+        Err(NicError::in_doubt(
+            NicOp::Write.name(),
+            "armed fault: applied, never answered".into(),
+        ))
+    }
+}
+
+impl events_model::EventNic for SimTable {
+    fn refuse_next_write(&mut self) {
+        self.faults[0] = Some(Fault::Refused);
+    }
+
+    fn cancel_refusal(&mut self) {
+        self.faults = [None; 2];
+    }
+
+    fn entries_on_nic(&mut self, count: usize) -> Vec<NicAvEntry> {
+        ModelNic::entries_on_nic(self, count)
     }
 }
 
@@ -343,6 +410,49 @@ fn auth_keys_match_the_model_on_the_simulated_nic() {
         assert!(
             seen.get(&e.to_status()).is_some_and(|&n| n > 0),
             "{e:?}: {seen:?}"
+        );
+    }
+}
+
+/// The `FI_EVENT` model's runs (the AV crate's `av_events.rs`) on a NIC of the simulator:
+/// each insert's AV_WRITE goes through the driver's admin queue without waiting, and is
+/// collected when the event queue is read. Random inserts (some malformed, a table often
+/// full, `FI_MORE` batches, writes the NIC refuses), symmetric inserts, `FI_SYNC_ERR`
+/// (refused), queue reads and removes, and some runs end with `fi_close` with writes in
+/// flight; after every step the mirror, the NIC table read back with AV_READ and the calls in
+/// flight are the model's, and each read of the queue gives the model's events.
+#[test]
+fn fi_event_inserts_match_the_model_on_the_simulated_nic() {
+    use events_model::Ev;
+    let mut seen = Vec::new();
+    for (seed, cap, close) in [
+        (0x9e37_79b9_7f4a_7c15u64, 4usize, true),
+        (0xdead_beef_cafe_f00d, 8, false),
+        (0x0bad_5eed_0f00_d001, 32, true),
+    ] {
+        let (_fabric, nic) = sim_nic(None);
+        let attr = AvAttr {
+            count: cap,
+            flags: FI_EVENT,
+            ..AvAttr::default()
+        };
+        seen.extend(events_model::ev_run(
+            open_on(&nic, attr),
+            seed,
+            10_000,
+            close,
+        ));
+    }
+    assert!(seen.iter().any(|e| matches!(e, Ev::Done(_, n) if *n > 0)));
+    for errno in [
+        uet_av::FiErrno::FI_EINVAL,
+        uet_av::FiErrno::FI_ENOSPC,
+        uet_av::FiErrno::FI_EIO,
+    ] {
+        assert!(
+            seen.iter()
+                .any(|e| matches!(e, Ev::Err(_, _, x) if *x == errno)),
+            "no {errno:?} event"
         );
     }
 }
