@@ -115,13 +115,25 @@ fn post_for_front(
 /// the call's array go. The events of a call that has not returned are held until it does
 /// ([`UetAv::insert_call`]), so that its array is written only once the insert no longer
 /// holds it, and before the events that tell of it can be read.
+///
+/// It also names the AV in each event by its `fid` pointer, which the queue reports as the
+/// event's `fid` as it does the pointer of an event the application wrote: the queue needs
+/// no table of the AVs bound to it, which would keep an entry of every AV ever bound, and
+/// an event read after the AV closed still names it as the application knew it.
 struct OutRewriter {
     queue: Arc<dyn AvEventSink>,
     calls: OutArrays,
+    /// The AV's `fid` pointer.
+    fid: u64,
 }
 
 impl AvEventSink for OutRewriter {
-    fn post_av_event(&self, event: AvEvent) -> Result<(), FiError> {
+    fn post_av_event(&self, mut event: AvEvent) -> Result<(), FiError> {
+        match &mut event {
+            AvEvent::InsertComplete { av, .. } | AvEvent::InsertError { av, .. } => {
+                *av = self.fid;
+            }
+        }
         let mut calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
         match calls.front_mut() {
             Some(front) if front.running => {
@@ -486,22 +498,16 @@ unsafe extern "C" fn av_bind(fid: *mut Fid, bfid: *mut Fid, flags: u64) -> c_int
         let a = unsafe { av_ref(fid.cast(), CALL) }?;
         // SAFETY: NULL or a live object (libfabric's contract).
         let q = unsafe { crate::eq::eq_ref(bfid, CALL) }?;
-        let through = |queue| -> Arc<dyn AvEventSink> {
+        let through = || -> Arc<dyn AvEventSink> {
             Arc::new(OutRewriter {
-                queue,
+                queue: q.av_sink(),
                 calls: Arc::clone(&a.outs),
+                fid: fid as u64,
             })
         };
         a.with_kind(CALL, |kind| match kind {
-            AvKind::Own(av) => {
-                let sink = q.bind_av(av.id(), fid);
-                av.bind(through(sink), flags)
-            }
-            AvKind::Shared(av) => {
-                let id = av.av().id();
-                let sink = q.bind_av(id, fid);
-                av.bind(through(sink), flags)
-            }
+            AvKind::Own(av) => av.bind(through(), flags),
+            AvKind::Shared(av) => av.bind(through(), flags),
         })?;
         Ok(0)
     })

@@ -148,14 +148,10 @@ pub struct UetEq {
 }
 
 impl UetEq {
-    /// Bind an AV to the queue: its events will name `fid`. Returns the sink to pass to the
-    /// AV's `bind`.
-    pub(crate) fn bind_av(&self, av_id: u64, fid: *mut Fid) -> std::sync::Arc<dyn AvEventSink> {
-        self.fids
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .fids
-            .insert(av_id, fid as usize);
+    /// The sink an AV bound to the queue posts to. Its events carry the AV's `fid` pointer
+    /// where others carry their object's fabric id (see the provider's AV), so the queue
+    /// keeps no name for it.
+    pub(crate) fn av_sink(&self) -> std::sync::Arc<dyn AvEventSink> {
         self.eq.av_sink()
     }
 
@@ -185,8 +181,9 @@ impl UetEq {
     }
 }
 
-/// The `fid` pointer of an event's object in `fids`: the bound object's, or (an event the
-/// application wrote) the pointer it gave.
+/// The `fid` pointer of an event's object in `fids`: the bound endpoint's, or (an event the
+/// application wrote, or an AV's, which carries its `fid` pointer) the pointer the event
+/// carries.
 fn fid_of(names: &Mutex<Names>, id: u64) -> *mut Fid {
     let n = names.lock().unwrap_or_else(PoisonError::into_inner);
     n.fids.get(&id).copied().unwrap_or(id as usize) as *mut Fid
