@@ -477,6 +477,12 @@ impl NicAvTable for NicAv {
             // checked every index against the table, and register writes reach the NIC in
             // order, so no later doorbell can see the entries.
             let av = self.doorbell_target(OP, indices.iter().copied())?;
+            // One writer at a time, as for the write window: a path that splits the 64-bit
+            // doorbell into two 32-bit halves has the NIC hold the low half (the index) until
+            // the high half (the table) comes, so halves of two threads' doorbells that
+            // interleaved would invalidate one table's entry at the other's index and drop the
+            // other invalidation.
+            let _one_writer = nic.av_window();
             let bar = nic.bar();
             for &index in indices {
                 bar.write(

@@ -298,7 +298,8 @@ pub(crate) struct NicInner {
     admin_sq_base: u64,
     /// The AV write window: its staged entry belongs to the function, so one writer at a time
     /// stages, rings and reads `AV_WRITE_DROPS`, whose last value it keeps (`None` until the
-    /// first window write reads it).
+    /// first window write reads it). `AV_INVALIDATE_DOORBELL` is rung under it too: the NIC
+    /// holds a doorbell's low half for its high half, so two writers' halves must not meet.
     av_window: Mutex<Option<u64>>,
     /// The AV tables this process created on the NIC, for the telemetry socket.
     pub(crate) av_tables: Mutex<Vec<AvTableRecord>>,

@@ -247,9 +247,9 @@ pub fn poll_one(ep: &mut Endpoint) -> Option<CqEvent> {
     (0..16).find_map(|_| ep.poll().expect("poll"))
 }
 
-/// What a [`HookedDevice`] does to the driver's BAR0 accesses (32-bit ones, and 64-bit
-/// reads): a device that misbehaves in one precise way (a capability it reports, a doorbell
-/// it loses, a read that fails).
+/// What a [`HookedDevice`] does to the driver's BAR0 accesses: a device that misbehaves in one
+/// precise way (a capability it reports, a doorbell it loses, a read that fails), or a path to
+/// it that does (a 64-bit write split into two 32-bit halves).
 pub trait BarHook: Send + Sync {
     /// The value the driver reads at `offset`, given what the device returned.
     fn read32(&self, _offset: u32, value: u32) -> u32 {
@@ -264,10 +264,15 @@ pub trait BarHook: Send + Sync {
     fn read64(&self, _offset: u32, value: u64) -> u64 {
         value
     }
+    /// Make the driver's 64-bit write of `value` at `offset` on `bar`, the device: as it is,
+    /// unless the hook makes it otherwise (say, as two 32-bit halves, as some PCIe paths do).
+    fn write64(&self, bar: &dyn uet_regs::Mmio, offset: u32, value: u64) {
+        bar.write64(offset, value)
+    }
 }
 
-/// A simulated device whose 32-bit BAR0 accesses and 64-bit reads pass through `hook`; 64-bit
-/// writes and DMA mappings go straight to `inner`.
+/// A simulated device whose BAR0 accesses pass through `hook`; DMA mappings go straight to
+/// `inner`.
 pub struct HookedDevice<H> {
     /// The simulated device.
     pub inner: SimDevice,
@@ -288,7 +293,7 @@ impl<H: BarHook> uet_regs::Mmio for HookedDevice<H> {
         self.hook.read64(offset, self.inner.bar0().read64(offset))
     }
     fn write64(&self, offset: u32, value: u64) {
-        self.inner.bar0().write64(offset, value)
+        self.hook.write64(self.inner.bar0(), offset, value)
     }
 }
 

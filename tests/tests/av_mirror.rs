@@ -395,3 +395,74 @@ fn a_window_write_dropped_by_a_reset_while_it_rang_is_not_taken_as_stored() {
     let e = r.expect_err("an entry the NIC dropped was reported inserted");
     assert!(e.message.contains("is not known"), "{e}");
 }
+
+/// A path to the NIC that splits each `AV_INVALIDATE_DOORBELL` write into its two 32-bit
+/// halves, low half first, as some PCIe paths do; while armed, the high half waits until
+/// another invalidation's low half has come as well (or a second has passed), as when two
+/// CPUs ring at once.
+struct SplitInvalidations {
+    armed: std::sync::atomic::AtomicBool,
+    low_halves: std::sync::atomic::AtomicU32,
+}
+
+impl uet_tests::BarHook for SplitInvalidations {
+    fn write64(&self, bar: &dyn uet_regs::Mmio, offset: u32, value: u64) {
+        use std::sync::atomic::Ordering;
+        if offset != uet_regs::AV_INVALIDATE_DOORBELL.offset() {
+            return bar.write64(offset, value);
+        }
+        bar.write32(offset, value as u32);
+        if self.armed.load(Ordering::Acquire) {
+            self.low_halves.fetch_add(1, Ordering::AcqRel);
+            let give_up = std::time::Instant::now() + std::time::Duration::from_secs(1);
+            while self.low_halves.load(Ordering::Acquire) < 2 && std::time::Instant::now() < give_up
+            {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+        bar.write32(offset + 4, (value >> 32) as u32);
+    }
+}
+
+/// Two threads remove an entry each from two AVs of one NIC at once, on a path that splits
+/// the invalidation doorbell into halves: each AV loses exactly its own entry. The NIC acts on
+/// a split doorbell when the high half (the table) comes, with the low half (the index) it
+/// holds; halves of two doorbells that interleave invalidate one table's entry at the other's
+/// index and drop the other invalidation, so a removed peer stays reachable and another AV
+/// loses a live one.
+#[test]
+fn removals_from_two_avs_at_once_through_split_doorbells_invalidate_their_own_entries() {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    let (_f, _function, device, mut node) = hooked_node(|_| SplitInvalidations {
+        armed: AtomicBool::new(false),
+        low_halves: AtomicU32::new(0),
+    });
+    let mut other = node
+        .nic
+        .open_av(uet_av::AvAttr {
+            count: 8,
+            job_id: 1,
+            ..uet_av::AvAttr::default()
+        })
+        .unwrap();
+    let own = *node.ep.address();
+    let peers: Vec<u8> = (0..4)
+        .flat_map(|i| uet_tests::forged(&own, |a| a.initiator = 0x80 + i))
+        .collect();
+    assert_eq!(node.av.insert(&peers, 4, None, 0).unwrap(), 4);
+    assert_eq!(other.insert(&peers, 4, None, 0).unwrap(), 4);
+    device.hook.armed.store(true, Ordering::Release);
+    let av = &mut node.av;
+    std::thread::scope(|s| {
+        let a = s.spawn(|| av.remove(&[1], 0));
+        let b = s.spawn(|| other.remove(&[2], 0));
+        a.join().unwrap().unwrap();
+        b.join().unwrap().unwrap();
+    });
+    assert_eq!(device.hook.low_halves.load(Ordering::Acquire), 2);
+    assert_nic_equals_mirror(&mut node, "after removing index 1");
+    assert!(
+        other.verify_nic().unwrap().is_empty(),
+        "the other AV's NIC table differs from its mirror after removing index 2"
+    );
+}
