@@ -24,8 +24,9 @@
 //! the same way as a REJECT, with the UET return code as `prov_errno`; one that reaches an
 //! endpoint that does not listen (an active `FI_EP_MSG` endpoint) is answered with a REJECT.
 //! So is an ACCEPT that reaches an endpoint that made no such request (the requester closed
-//! and the NIC gave its PIDonFEP to a new endpoint): the accepting endpoint then gets
-//! `FI_ECONNABORTED`, as when its ACCEPT cannot be delivered at all, and is idle again.
+//! and the NIC gave its PIDonFEP to a new endpoint, the accepting one itself included): the
+//! accepting endpoint then gets `FI_ECONNABORTED`, as when its ACCEPT cannot be delivered
+//! at all, and is idle again.
 //!
 //! The acceptor is connected by the requester's READY, not by the NIC's acknowledgement of
 //! the ACCEPT, as InfiniBand's connection manager waits for its RTU: the acknowledgement
@@ -979,11 +980,14 @@ impl Connection {
         // requests, included). Or of a request that timed out (only a timed-out request is
         // refused and then accepted: a REJECT or an undelivered CONNREQ gets no ACCEPT).
         // The acceptor waits for a READY; a REJECT of the connection tells it that nobody
-        // is there, and it gives the accept up (`FI_ECONNABORTED`).
+        // is there, and it gives the accept up (`FI_ECONNABORTED`). An accepting endpoint
+        // made no request either, though the connection's `conn_id` is its own: an ACCEPT
+        // that reaches it is its own, come back because it took the closed requester's
+        // PIDonFEP, and the REJECT it answers with comes back to it the same way.
         let stray_accept = msg.kind == CmKind::Accept
             && match &inner.role {
                 Role::Active { conn_id, .. } => {
-                    msg.conn_id != *conn_id || matches!(self.get(), IDLE | REFUSED)
+                    msg.conn_id != *conn_id || matches!(self.get(), IDLE | REFUSED | ACCEPTING)
                 }
                 Role::Passive { .. } => true,
             };

@@ -693,6 +693,42 @@ fn an_accept_that_reaches_a_new_listener_at_the_requesters_address_ends_the_conn
     });
 }
 
+#[test]
+fn an_accept_that_reaches_the_accepting_endpoint_itself_ends_the_connection() {
+    // The requester closes before its request is answered, and the endpoint that accepts it
+    // is opened after that on the requester's NIC, where it takes the requester's address:
+    // its ACCEPT reaches its own control channel. It made no request, and no READY will come:
+    // it gets FI_ECONNABORTED and is idle again, rather than waiting for its deadline (with
+    // none, for ever).
+    let l = Listening::new();
+    let (nc, eq_l, pep) = (&l.nc, &l.eq_l, &l.pep);
+    let (mut client, _eq_c) = msg_ep(nc);
+    client
+        .connect(&pep.address().to_bytes().unwrap(), b"")
+        .unwrap();
+    let req = pep.connreq(&wait_event(eq_l)).unwrap();
+    let gone = *client.address();
+    drop(client);
+    let (mut server, eq_s) = msg_ep(nc);
+    let at = *server.address();
+    assert_eq!(
+        (at.pid_on_fep, at.fabric_addr),
+        (gone.pid_on_fep, gone.fabric_addr),
+        "the NIC gave the PIDonFEP out again"
+    );
+    server.set_connect_timeout(None).unwrap();
+    pep.accept(&req, &mut server, b"").unwrap();
+    let err = wait_error(&eq_s);
+    assert_eq!((err.err, err.fid), (FiErrno::FI_ECONNABORTED, server.fid()));
+    assert!(eq_s.is_empty(), "never FI_CONNECTED");
+    assert!(!server.is_connected());
+    // Idle again: it accepts another request.
+    let (mut client, eq_c) = msg_ep(nc);
+    accept_one(pep, eq_l, &mut client, &mut server);
+    assert_eq!(wait_event(&eq_s).kind, EqEventKind::Connected);
+    assert_eq!(wait_event(&eq_c).kind, EqEventKind::Connected);
+}
+
 /// Where a connection's control progress has no MSI-X vector of its own — the control
 /// channels' share of the NIC's vectors taken by other connections — it sleeps on the vector
 /// the control channels share beyond it; on a NIC without completion interrupts (interface
