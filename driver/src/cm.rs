@@ -23,6 +23,11 @@
 //! whose CONNREQ cannot be delivered (no listener at that PIDonFEP, wrong JobID) is refused
 //! the same way as a REJECT, with the UET return code as `prov_errno`; one that reaches an
 //! endpoint that does not listen (an active `FI_EP_MSG` endpoint) is answered with a REJECT.
+//! One that finds the listener with no receive free (`RC_UNDELIVERABLE`: more requests came
+//! at once than its control ring holds, faster than its progress thread posts them again) is
+//! not refused while the listener's backlog may have room: its CONNREQ is sent again after
+//! 1 ms, twice as long after each try that finds none (up to 100 ms), until the request's
+//! deadline.
 //! So is an ACCEPT that reaches an endpoint that made no such request (the requester closed
 //! and the NIC gave its PIDonFEP to a new endpoint, the accepting one itself included): the
 //! accepting endpoint then gets `FI_ECONNABORTED`, as when its ACCEPT cannot be delivered
@@ -144,6 +149,12 @@ pub const CM_IDLE_RECHECK: Duration = Duration::from_secs(1);
 /// How long a connection request waits for an ACCEPT or a REJECT by default before it ends
 /// with `FI_ETIMEDOUT` (see the module docs; [`Endpoint::set_connect_timeout`] changes it).
 pub const CM_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a connection request whose CONNREQ found no receive free at the listener waits
+/// before it is sent again; each try that finds none doubles the wait, up to
+/// [`CM_CONNREQ_RETRY_MAX`] (see the module docs).
+const CM_CONNREQ_RETRY: Duration = Duration::from_millis(1);
+/// The longest wait between two tries of a CONNREQ that finds no receive free.
+const CM_CONNREQ_RETRY_MAX: Duration = Duration::from_millis(100);
 /// Control-channel ring sizes: 8 sends, 16 receives.
 const CONTROL_RINGS: RingSizes = RingSizes {
     tx_log2: 3,
@@ -248,6 +259,13 @@ struct CmInner {
     /// READY, times out, while it is pending, and the timeout it was made with (what its
     /// `FI_ETIMEDOUT` entry says it waited).
     connect_deadline: Option<(Instant, Duration)>,
+    /// The pending request's param, for its CONNREQ sent again.
+    connreq_param: Vec<u8>,
+    /// When the pending request's CONNREQ, which found no receive free at the listener, is
+    /// sent again, while it waits to be.
+    connreq_retry: Option<Instant>,
+    /// The wait before the last try of the pending request's CONNREQ (zero before any).
+    connreq_backoff: Duration,
     /// Where the current accept's ACCEPT is.
     accept_sent: AcceptSent,
     /// Accepts given up while their ACCEPT was in flight, by number, with the requester's
@@ -634,6 +652,7 @@ impl Connection {
                 let mut inner = self.lock();
                 self.take_in(&mut inner);
                 self.expire(&mut inner);
+                self.retry_connreq(&mut inner);
                 drop(inner);
                 std::thread::sleep(CM_POLL_INTERVAL);
                 continue;
@@ -644,7 +663,10 @@ impl Connection {
             let (healthy, deadline) = {
                 let mut inner = self.lock();
                 let healthy = self.take_in(&mut inner);
-                let deadline = self.expire(&mut inner);
+                let deadline = match (self.expire(&mut inner), self.retry_connreq(&mut inner)) {
+                    (Some(d), Some(r)) => Some(d.min(r)),
+                    (d, r) => d.or(r),
+                };
                 match &self.wakeup {
                     Wakeup::Own(v) => inner.lane.arm_with(v),
                     Wakeup::Shared(s) => inner.lane.arm_shared(s.vector.number()),
@@ -657,8 +679,8 @@ impl Connection {
                 std::thread::sleep(CM_POLL_INTERVAL);
                 continue;
             }
-            // No later than the pending request's deadline (the wait rounds up to the next
-            // millisecond, so it does not end just before it).
+            // No later than the pending request's deadline, or its CONNREQ's next try (the
+            // wait rounds up to the next millisecond, so it does not end just before it).
             let nap = deadline.map_or(CM_IDLE_RECHECK, |d| {
                 d.saturating_duration_since(Instant::now())
                     .min(CM_IDLE_RECHECK)
@@ -720,6 +742,51 @@ impl Connection {
         // The state changed with no completion: a close waiting for the accept goes on.
         self.progressed.notify_all();
         None
+    }
+
+    /// Send the pending request's CONNREQ again once its wait has passed (it found no receive
+    /// free at the listener, [`Connection::on_sent`]); when it is due while it waits. A
+    /// CONNREQ that cannot be sent now (no control buffer or TX entry free) waits again; one
+    /// that cannot be sent at all refuses the request, as an undelivered one is.
+    fn retry_connreq(&self, inner: &mut CmInner) -> Option<Instant> {
+        let at = inner.connreq_retry?;
+        if self.get() != CONNECTING || inner.closing {
+            inner.connreq_retry = None;
+            return None;
+        }
+        if Instant::now() < at {
+            return Some(at);
+        }
+        inner.connreq_retry = None;
+        let Role::Active {
+            conn_id,
+            listener: Some(fi),
+        } = inner.role
+        else {
+            return None;
+        };
+        let param = std::mem::take(&mut inner.connreq_param);
+        let sent = self.send(inner, fi, CmKind::ConnReq, conn_id, &param, 0);
+        inner.connreq_param = param;
+        match sent {
+            Ok(()) => None,
+            Err(DriverError::Full(_)) => {
+                let again = Instant::now() + inner.connreq_backoff;
+                inner.connreq_retry = Some(again);
+                Some(again)
+            }
+            Err(e) => {
+                self.set(REFUSED);
+                self.post_error(
+                    inner,
+                    FiErrno::FI_ECONNREFUSED,
+                    0,
+                    format!("the connection request could not be sent again: {e}"),
+                );
+                self.progressed.notify_all();
+                None
+            }
+        }
     }
 
     /// Whether the control ring may hold a completion its thread has not taken in (for the
@@ -899,6 +966,24 @@ impl Connection {
             }
         }
         match (kind, &ev.error) {
+            // The listener is there, but its control ring had no receive free: more requests
+            // came at once than it holds, faster than its progress thread posts them again.
+            // Its backlog may have room: the CONNREQ is sent again after a wait
+            // ([`Connection::retry_connreq`], which the progress thread runs after this pass;
+            // other callers are closing the endpoint, which gives the request up).
+            (Some(CmKind::ConnReq), Some(err))
+                if self.get() == CONNECTING
+                    && err.return_code == Some(uet_fwif::ReturnCode::Undeliverable) =>
+            {
+                inner.connreq_backoff =
+                    (inner.connreq_backoff * 2).clamp(CM_CONNREQ_RETRY, CM_CONNREQ_RETRY_MAX);
+                inner.connreq_retry = Some(Instant::now() + inner.connreq_backoff);
+                tracing::debug!(
+                    fid = self.fid,
+                    wait = ?inner.connreq_backoff,
+                    "the listener had no receive free: the CONNREQ is sent again"
+                );
+            }
             (Some(CmKind::ConnReq), Some(err)) if self.get() == CONNECTING => {
                 self.set(REFUSED);
                 let rc = err.return_code.map_or(0, |rc| i32::from(rc as u8));
@@ -1496,6 +1581,9 @@ impl Nic {
                 generation: 0,
                 connect_timeout: None,
                 connect_deadline: None,
+                connreq_param: Vec::new(),
+                connreq_retry: None,
+                connreq_backoff: Duration::ZERO,
                 accept_sent: AcceptSent::No,
                 stale_accepts: Vec::new(),
                 accepts: 0,
@@ -1552,6 +1640,9 @@ pub(crate) fn msg_endpoint(nic: &Nic, attr: EndpointAttr) -> Result<Endpoint, Dr
             generation: 0,
             connect_timeout: Some(CM_CONNECT_TIMEOUT),
             connect_deadline: None,
+            connreq_param: Vec::new(),
+            connreq_retry: None,
+            connreq_backoff: Duration::ZERO,
             accept_sent: AcceptSent::No,
             stale_accepts: Vec::new(),
             accepts: 0,
@@ -1825,6 +1916,9 @@ impl Endpoint {
             conn_id,
             listener: Some(fi),
         };
+        inner.connreq_param = param.to_vec();
+        inner.connreq_retry = None;
+        inner.connreq_backoff = Duration::ZERO;
         conn.set(CONNECTING);
         if let Err(e) = conn.send(&mut inner, fi, CmKind::ConnReq, conn_id, param, 0) {
             conn.set(IDLE);
@@ -2262,6 +2356,44 @@ mod tests {
             eq_s.is_empty() && eq_2.is_empty(),
             "the connection made stays"
         );
+    }
+
+    /// More requests arrive at once than the listener's control ring has receives: its
+    /// progress thread (held off here, as a busy or descheduled one is) has not taken the
+    /// first ones in to post their receives again. The CONNREQs that find no receive are
+    /// sent again, not refused: the listener's backlog has room for every one, and each
+    /// reaches the application.
+    #[test]
+    fn a_burst_of_requests_beyond_the_listeners_receives_is_not_refused() {
+        let l = Listening::new();
+        let (nc, pep) = (&l.nc, &l.pep);
+        let listener = pep.address().to_bytes().expect("address");
+        let burst = 2usize << CONTROL_RINGS.rx_log2;
+        let mut clients: Vec<(Endpoint, EventQueue)> = (0..burst).map(|_| msg_client(nc)).collect();
+        let held = pep.link.shared.lock();
+        for (client, _) in &mut clients {
+            client.connect(&listener, b"").expect("connect");
+        }
+        // Every CONNREQ has reached the listener's NIC: taken into a receive, or not.
+        for (client, _) in &clients {
+            let sent = connection(client)
+                .wait_until(Instant::now() + Duration::from_secs(5), |inner| {
+                    inner.lane.in_flight().0 == 0
+                });
+            assert!(sent, "the CONNREQ's send completes");
+        }
+        drop(held);
+        for n in 0..burst {
+            let ev = l
+                .eq_l
+                .sread(Some(Duration::from_secs(5)), 0)
+                .unwrap_or_else(|e| panic!("FI_CONNREQ {n} of {burst}: {e}"));
+            assert_eq!(ev.kind, EqEventKind::ConnReq);
+        }
+        for (client, eq) in &clients {
+            assert!(eq.is_empty(), "no error");
+            assert_eq!(client.cm_dropped(), 0);
+        }
     }
 
     /// A message lands in the control ring of a listener being closed after the progress
