@@ -112,8 +112,10 @@
 //! An endpoint created with an AV that holds auth keys (`FI_AV_AUTH_KEY`) is enabled with the
 //! keys the AV holds at that moment, as fi_av(3) says: right after ENDPOINT_CREATE, one
 //! ENDPOINT_AUTH_KEYS grants it their NIC slots, and it accepts requests carrying their
-//! JobIDs besides its own. Keys inserted later are not granted unless
-//! [`Endpoint::grant_auth_key`] asks for it. The grants are counted per slot on the NIC
+//! JobIDs besides its own, and sends through entries bound to them. Keys inserted later are
+//! not granted unless [`Endpoint::grant_auth_key`] asks for it: the endpoint does not accept
+//! their JobIDs, and (from interface 1.16) a send or RMA through an entry bound to one
+//! completes with `FI_EACCES` ([`uet_fwif::LocalStatus::KeyNotGranted`]), nothing sent. The grants are counted per slot on the NIC
 //! object, so the AV refuses to remove a key (`FI_EBUSY`) while an endpoint enabled with it is
 //! open; dropping the endpoint (ENDPOINT_DESTROY, which revokes its grants) releases them.
 

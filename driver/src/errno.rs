@@ -34,6 +34,7 @@ pub fn completion_errno(local: LocalStatus, rc: Option<ReturnCode>) -> FiErrno {
         LocalStatus::Unreachable => FiErrno::FI_EHOSTUNREACH,
         LocalStatus::MsgTooLong => FiErrno::FI_EMSGSIZE,
         LocalStatus::Cancelled => FiErrno::FI_ECANCELED,
+        LocalStatus::KeyNotGranted => FiErrno::FI_EACCES,
         LocalStatus::Remote => match rc {
             Some(ReturnCode::BadJobId | ReturnCode::PermViolation | ReturnCode::BadMkey) => {
                 FiErrno::FI_EACCES

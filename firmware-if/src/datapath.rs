@@ -475,6 +475,12 @@ pub enum LocalStatus {
     /// libfabric `FI_ECANCELED`): `len` 0, the buffer untouched. See [`crate::admin`],
     /// *RECV_CANCEL*.
     Cancelled = 9,
+    /// `dest` names an entry bound to an auth key (`entry_flags::AUTH_KEY`) whose NIC slot
+    /// was not granted to the sending endpoint by ENDPOINT_AUTH_KEYS (a context's grants are
+    /// its scalable endpoint's), and whose JobID is not the endpoint's own (since interface
+    /// 1.16; libfabric `FI_EACCES`): fi_av(3) configures an endpoint with the AV's keys when it
+    /// is enabled, and keys inserted later do not reach it. Nothing was sent.
+    KeyNotGranted = 10,
 }
 
 impl LocalStatus {
@@ -490,6 +496,7 @@ impl LocalStatus {
             7 => LocalStatus::BadGroup,
             8 => LocalStatus::MsgTooLong,
             9 => LocalStatus::Cancelled,
+            10 => LocalStatus::KeyNotGranted,
             _ => LocalStatus::BadDescriptor,
         }
     }
@@ -641,7 +648,8 @@ mod tests {
         assert_eq!(LocalStatus::from_u8(7), LocalStatus::BadGroup);
         assert_eq!(LocalStatus::from_u8(8), LocalStatus::MsgTooLong);
         assert_eq!(LocalStatus::from_u8(9), LocalStatus::Cancelled);
-        assert_eq!(LocalStatus::from_u8(10), LocalStatus::BadDescriptor);
+        assert_eq!(LocalStatus::from_u8(10), LocalStatus::KeyNotGranted);
+        assert_eq!(LocalStatus::from_u8(11), LocalStatus::BadDescriptor);
     }
 
     #[test]

@@ -73,6 +73,9 @@ pub const INTERFACE_MAJOR: u8 = 1;
 /// | 11 | ENDPOINT_CREATE refuses an initiator id that a live endpoint of the same JobID on the function holds (status `InitiatorInUse`): a target's FI_SOURCE tells senders apart by (fabric address, JobID, initiator) |
 /// | 12 | completion interrupts: `CQ_ARM` asks for an MSI-X vector when an endpoint's completion ring holds a completion (the MSI-X capability and table, [`pci::MSIX_CAP`], are the PCI function's at every version) |
 /// | 13 | AV_WRITE_PEERS: a run of AV entries written from the peers' UET addresses, which the NIC converts itself |
+/// | 14 | RECV_CANCEL: a posted receive withdrawn, completing with the `Cancelled` local status |
+/// | 15 | `ADMIN_ARM`: the admin completion ring raises an MSI-X vector |
+/// | 16 | a send through an AV entry bound to an auth key whose slot was not granted to the sending endpoint (ENDPOINT_AUTH_KEYS) fails with the `KeyNotGranted` local status |
 ///
 /// The interface is pre-release: minor 2 changed the completion layout, minor 3 gave
 /// reserved bytes of ENDPOINT_CREATE a meaning, minor 4 added `AV_INVALIDATE_DOORBELL`, minor
@@ -81,9 +84,9 @@ pub const INTERFACE_MAJOR: u8 = 1;
 /// minor 8 added the AV write window, minor 9 gave AUTH_KEY_REMOVE a body (all zero: as
 /// before), minor 10 defined a bit of the AV entry's flags and a local status, minor 11 a
 /// refusal of ENDPOINT_CREATE, minor 12 added `CQ_ARM`, minor 13 the AV_WRITE_PEERS command,
-/// minor 14 the RECV_CANCEL command and the `Cancelled` local status, minor 15 `ADMIN_ARM`;
-/// a driver refuses a device older than the layouts it speaks.
-pub const INTERFACE_MINOR: u8 = 15;
+/// minor 14 the RECV_CANCEL command and the `Cancelled` local status, minor 15 `ADMIN_ARM`,
+/// minor 16 the `KeyNotGranted` local status; a driver refuses a device older than the layouts it speaks.
+pub const INTERFACE_MINOR: u8 = 16;
 
 /// The interface minor version each feature a driver may gate on appeared in (the table of
 /// [`INTERFACE_MINOR`]). A register's own version is [`RegInfo::since_minor`]; these name the
@@ -124,9 +127,16 @@ pub mod since {
     /// `ADMIN_ARM`: the admin completion ring raises an MSI-X vector; before, admin
     /// completions are polled.
     pub const ADMIN_ARM: u8 = 15;
+    /// The send-side auth-key check: a send, tagged send, WRITE or READ through an AV entry
+    /// bound to an auth key whose slot the sending endpoint (a context's: its scalable
+    /// endpoint's) was not granted by ENDPOINT_AUTH_KEYS, and whose JobID is not the
+    /// endpoint's own, completes with the `KeyNotGranted` local status and sends nothing
+    /// (fi_av(3): an endpoint is configured with the AV's keys when it is enabled, and later
+    /// keys do not reach it). Before, any key of the endpoint's AV is used.
+    pub const TX_AUTH_KEY_GRANTS: u8 = 16;
 
     // Every feature named here is of the current interface or older.
-    const _: () = assert!(ADMIN_ARM <= crate::INTERFACE_MINOR);
+    const _: () = assert!(TX_AUTH_KEY_GRANTS <= crate::INTERFACE_MINOR);
 }
 
 /// Width of a register access.

@@ -27,7 +27,11 @@
 //!    `uet_fwif::datapath`, *Peer groups*). An entry with `MAX_MSG_MTU` (the peer takes
 //!    messages of one MTU) refuses a SEND, TAGGED_SEND or WRITE longer than the MTU:
 //!    `MsgTooLong`, counted in `TX_MSG_TOO_LONG`, nothing sent. READ requests are one packet
-//!    each whatever `len`, so a READ is not refused.
+//!    each whatever `len`, so a READ is not refused. An entry with `AUTH_KEY` whose slot
+//!    ENDPOINT_AUTH_KEYS did not grant the sending endpoint (a context: its scalable
+//!    endpoint), and whose JobID is not the endpoint's own, completes with `KeyNotGranted`,
+//!    nothing sent (since interface 1.16: fi_av(3) configures an endpoint with the AV's keys
+//!    when it is enabled; before, any key of its AV is used).
 //! 4. SEND, TAGGED_SEND, WRITE: segment the message at the MTU (`CAP_PROFILES.mtu`):
 //!    `max(1, ceil(len / mtu))` UET packets, all on the PDC to the destination with consecutive
 //!    PSNs (SYN until the PDC is established) and one message id (the next of that PDC: ids count per destination, whichever endpoint
@@ -185,6 +189,18 @@ impl Nic {
         self.post_completion(handle, c);
     }
 
+    /// Whether endpoint `owner` (a context's scalable endpoint, which holds its grants) may
+    /// send with the JobID `job` of auth-key slot `slot`: its own JobID, or a slot
+    /// ENDPOINT_AUTH_KEYS granted it (since interface 1.16; before, any key of its AV).
+    fn may_send_with(&self, owner: u16, slot: u16, job: u32) -> bool {
+        if self.cfg.interface_minor < uet_regs::since::TX_AUTH_KEY_GRANTS {
+            return true;
+        }
+        self.eps
+            .get(owner)
+            .is_some_and(|ep| ep.job_id == job || ep.auth_slots.contains(&slot))
+    }
+
     fn tx_one(&mut self, handle: u16, d: &TxDescriptor) {
         let len = d.len.get();
         let Some(op) = malformed(d, self.cfg.max_msg) else {
@@ -244,7 +260,8 @@ impl Nic {
         let job_id = match entry.auth_key_slot() {
             None => entry.job_id.get(),
             Some(slot) => match self.auths.job_of_av(slot, av) {
-                Some(job) => job,
+                Some(job) if self.may_send_with(owner, slot, job) => job,
+                Some(_) => return self.tx_fail(handle, d, LocalStatus::KeyNotGranted),
                 None => return self.tx_fail(handle, d, LocalStatus::AddrNotAvail),
             },
         };

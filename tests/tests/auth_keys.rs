@@ -131,7 +131,11 @@ fn granted_and_refused(mode: AddressingMode) {
     let mut a = host(&fabric, 0, |_| {}, 0);
     let mut b = host(&fabric, 1, |_| {}, 0);
     let mut c = host(&fabric, 2, |_| {}, 0);
+    // A's AV holds its key before A's endpoint is created: the endpoint is enabled with it,
+    // and sends through it (interface 1.16: a key inserted later is refused to its sends).
+    let ka = a.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
     let mut ea = endpoint(&a, mode);
+    assert_eq!(ea.auth_key_slots(), &[0]);
     // B's AV holds the key before B's endpoint is created: the endpoint is enabled with it.
     let kb = b.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
     let mut eb = endpoint(&b, mode);
@@ -141,7 +145,6 @@ fn granted_and_refused(mode: AddressingMode) {
     assert!(ec.auth_key_slots().is_empty());
 
     // A inserts both against its own key KEY_JOB: requests carry 0x77, not the AV's 0x11.
-    let ka = a.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
     let to_b = insert(&mut a.av, &eb, Some(ka));
     let to_c = insert(&mut a.av, &ec, Some(ka));
 
@@ -206,6 +209,9 @@ fn a_memory_region_is_reached_only_through_its_endpoints_own_job() {
         .register_mr(region, MrAccess::REMOTE_READ_WRITE, MR_KEY)
         .unwrap();
     let ka = a.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
+    // Inserted after A's endpoint was enabled: granted to it explicitly, or its sends
+    // through the key would be refused (interface 1.16).
+    ea.grant_auth_key(&a.av, ka).unwrap();
     let keyed = insert(&mut a.av, &eb, Some(ka));
     let plain = insert(&mut a.av, &eb, None);
 
@@ -257,6 +263,9 @@ fn keys_inserted_later_need_an_explicit_grant() {
     // Inserted after B's endpoint was enabled: not granted (fi_av(3)).
     let kb = b.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
     let ka = a.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
+    // Inserted after A's endpoint was enabled: granted to it explicitly, or its sends
+    // through the key would be refused (interface 1.16).
+    ea.grant_auth_key(&a.av, ka).unwrap();
     let to_b = insert(&mut a.av, &eb, Some(ka));
     recv(&mut b, &mut eb, 1);
     send(&mut a, &mut ea, to_b, b"early", 1);
@@ -292,6 +301,69 @@ fn keys_inserted_later_need_an_explicit_grant() {
         next(&mut eb).unwrap().buffer.unwrap().to_vec().unwrap(),
         b"late"
     );
+}
+
+/// fi_av(3): "When endpoints or memory regions are enabled, they are configured with address
+/// vector authorization keys at that point in time. Later authorization key insertions will
+/// not propagate to already enabled endpoints". A send, and an RMA write, through a key the
+/// sending endpoint was not enabled with (nor granted) completes with `KeyNotGranted`
+/// (`FI_EACCES`) and sends nothing (interface 1.16); granted, it goes. A NIC of interface 1.15
+/// lets any key of the endpoint's AV through, as before.
+fn sends_through_a_key_inserted_later(interface_minor: u8) {
+    let fabric = Fabric::new();
+    let mut a = host(&fabric, 0, |c| c.interface_minor = interface_minor, 0);
+    let mut b = host(&fabric, 1, |_| {}, 0);
+    b.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
+    let mut eb = endpoint(&b, AddressingMode::Relative);
+    let mut ea = endpoint(&a, AddressingMode::Relative);
+    let ka = a.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
+    assert!(ea.auth_key_slots().is_empty());
+    let to_b = insert(&mut a.av, &eb, Some(ka));
+    recv(&mut b, &mut eb, 100);
+    send(&mut a, &mut ea, to_b, b"too early", 1);
+    let ev = next(&mut ea).expect("send completion");
+    assert_eq!(ev.context, 1);
+    if interface_minor < uet_regs::since::TX_AUTH_KEY_GRANTS {
+        assert!(ev.error.is_none(), "{:?}", ev.error);
+        assert_eq!(b.function.counter(RX_PACKETS), 1);
+        return;
+    }
+    let err = ev.error.expect("refused");
+    assert_eq!(err.local, LocalStatus::KeyNotGranted);
+    assert_eq!(err.errno, FiErrno::FI_EACCES);
+    let mut w = a.pool.alloc().unwrap();
+    w.fill(&[0x55; 16]).unwrap();
+    ea.post_write(to_b, w, 0, 0xC0DE, 2).unwrap();
+    let err = next(&mut ea)
+        .expect("write completion")
+        .error
+        .expect("refused");
+    assert_eq!(err.local, LocalStatus::KeyNotGranted);
+    assert_eq!(b.function.counter(RX_PACKETS), 0, "nothing was sent");
+    assert!(next(&mut eb).is_none());
+    // The endpoint's own JobID needs no key: a plain entry still sends.
+    let plain = insert(&mut a.av, &eb, None);
+    send(&mut a, &mut ea, plain, b"own job", 3);
+    assert!(next(&mut ea).unwrap().error.is_none());
+    assert_eq!(next(&mut eb).unwrap().context, 100);
+    // Granted, the key is the endpoint's.
+    ea.grant_auth_key(&a.av, ka).unwrap();
+    recv(&mut b, &mut eb, 101);
+    send(&mut a, &mut ea, to_b, b"granted", 4);
+    let ev = next(&mut ea).expect("send completion");
+    assert!(ev.error.is_none(), "{:?}", ev.error);
+    let got = next(&mut eb).expect("delivered");
+    assert_eq!(got.buffer.unwrap().to_vec().unwrap(), b"granted");
+}
+
+#[test]
+fn a_send_through_a_key_the_endpoint_was_not_enabled_with_is_refused() {
+    sends_through_a_key_inserted_later(uet_regs::INTERFACE_MINOR);
+}
+
+#[test]
+fn before_interface_1_16_a_send_through_any_key_of_the_av_goes() {
+    sends_through_a_key_inserted_later(uet_regs::since::TX_AUTH_KEY_GRANTS - 1);
 }
 
 #[test]
@@ -345,6 +417,9 @@ fn a_scalable_endpoint_is_enabled_with_the_avs_keys() {
     let slot = b.av.auth_keys().next().unwrap().slot;
     assert_eq!(sep.tx_context(0).unwrap().auth_key_slots(), [slot]);
     let ka = a.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
+    // Inserted after A's endpoint was enabled: granted to it explicitly, or its sends
+    // through the key would be refused (interface 1.16).
+    ea.grant_auth_key(&a.av, ka).unwrap();
     let bytes = sep.address().unwrap().to_bytes().unwrap();
     let mut fi = [ka];
     assert_eq!(
@@ -411,6 +486,9 @@ fn a_grant_asked_of_a_scalable_endpoints_context_is_refused_and_names_context_0(
         .unwrap();
 
     let ka = a.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
+    // Inserted after A's endpoint was enabled: granted to it explicitly, or its sends
+    // through the key would be refused (interface 1.16).
+    ea.grant_auth_key(&a.av, ka).unwrap();
     let bytes = sep.address().unwrap().to_bytes().unwrap();
     let mut fi = [ka];
     assert_eq!(
@@ -480,6 +558,9 @@ fn user_ids_and_entries_report_the_source() {
     let kb = b.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
     let mut eb = endpoint(&b, AddressingMode::Relative);
     let ka = a.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
+    // Inserted after A's endpoint was enabled: granted to it explicitly, or its sends
+    // through the key would be refused (interface 1.16).
+    ea.grant_auth_key(&a.av, ka).unwrap();
     let to_b = insert(&mut a.av, &eb, Some(ka));
     for i in 0..3 {
         recv(&mut b, &mut eb, i);
@@ -913,6 +994,9 @@ fn the_source_of_a_request_is_that_of_the_slot_it_was_accepted_through() {
     let mut eb = endpoint(&b, AddressingMode::Relative);
     assert_eq!(eb.auth_key_slots(), [1]);
     let ka = a.av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
+    // Inserted after A's endpoint was enabled: granted to it explicitly, or its sends
+    // through the key would be refused (interface 1.16).
+    ea.grant_auth_key(&a.av, ka).unwrap();
     let to_b = insert(&mut a.av, &eb, Some(ka));
     recv(&mut b, &mut eb, 1);
     send(&mut a, &mut ea, to_b, b"1", 1);
