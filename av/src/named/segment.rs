@@ -1490,13 +1490,15 @@ impl Locked<'_> {
     /// member `offset` at `first`. `false` when the table has no free record: the members
     /// then stand as single inserts.
     ///
-    /// A live record spanning any of `first..first + count` is freed first. Those indices were
-    /// free (the caller took them with [`Locked::alloc`]), so such a record outlived its
-    /// members there: a process that held them one by one removed them without counting
-    /// them down. Left, it would overlap the new record, and a process opening later would
-    /// place whichever it read first as its range, and then hold the other's members one by
-    /// one. Its members outside the new span, if any remain, are then held as single entries
-    /// by processes that open later (what they hold is the same; only its form differs).
+    /// A live record spanning any of `first..first + count` is freed first. The caller's
+    /// mirror holds the new range there, which a mirror refuses within the span of a range it
+    /// holds, so it holds no such record as a range: the record outlived its members (a
+    /// process that held them one by one removed them without counting them down), or the
+    /// caller holds what is left of it one by one. Left, it would overlap the new record, and
+    /// a process opening later would place whichever it read first as its range and hold the
+    /// other's members one by one; freed, the new set is a range in every process, and the
+    /// old record's members outside the new span, if any remain, are single entries in
+    /// processes that open later (what they hold is the same; only its form differs).
     pub fn add_range(
         &self,
         first: u32,
