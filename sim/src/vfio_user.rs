@@ -46,7 +46,8 @@
 //! reply of the access's shape), which is why a bad access is answered in band, never as an
 //! error reply. A failed DMA map is answered with an error reply and logged; see the driver's
 //! backend for what a client learns of it. A refused DMA unmap is logged and answered as done,
-//! for the same reason as a bad access: the client reads an unmap's reply in full.
+//! for the same reason as a bad access: the client reads an unmap's reply in full. An unmap
+//! with `VFIO_DMA_UNMAP_FLAG_ALL` (address and size 0) withdraws every mapping.
 
 use crate::pci_config::PciConfig;
 use crate::{SimError, SimFunction};
@@ -56,11 +57,11 @@ use std::path::{Path, PathBuf};
 use uet_regs::pci::{CONFIG_SPACE_SIZE, MSIX_VECTORS};
 use uet_regs::{Mmio, BAR0_SIZE};
 use vfio_bindings::bindings::vfio::{
-    vfio_region_info, VFIO_IRQ_INFO_EVENTFD, VFIO_IRQ_INFO_NORESIZE, VFIO_IRQ_SET_ACTION_TRIGGER,
-    VFIO_IRQ_SET_ACTION_TYPE_MASK, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_IRQ_SET_DATA_NONE,
-    VFIO_IRQ_SET_DATA_TYPE_MASK, VFIO_PCI_BAR0_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX,
-    VFIO_PCI_MSIX_IRQ_INDEX, VFIO_PCI_NUM_REGIONS, VFIO_REGION_INFO_FLAG_READ,
-    VFIO_REGION_INFO_FLAG_WRITE,
+    vfio_region_info, VFIO_DMA_UNMAP_FLAG_ALL, VFIO_IRQ_INFO_EVENTFD, VFIO_IRQ_INFO_NORESIZE,
+    VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_ACTION_TYPE_MASK, VFIO_IRQ_SET_DATA_EVENTFD,
+    VFIO_IRQ_SET_DATA_NONE, VFIO_IRQ_SET_DATA_TYPE_MASK, VFIO_PCI_BAR0_REGION_INDEX,
+    VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_MSIX_IRQ_INDEX, VFIO_PCI_NUM_REGIONS,
+    VFIO_REGION_INFO_FLAG_READ, VFIO_REGION_INFO_FLAG_WRITE,
 };
 use vfio_user::{DmaMapFlags, DmaUnmapFlags, IrqInfo, Server, ServerBackend, ServerRegion};
 
@@ -414,7 +415,25 @@ impl ServerBackend for FunctionBackend {
     /// A refused unmap is logged and answered as done: the `vfio_user` client reads an
     /// unmap's reply as a whole unmap message, and an error reply (a bare header) would leave
     /// it waiting for the rest, and the conversation stuck.
-    fn dma_unmap(&mut self, _flags: DmaUnmapFlags, address: u64, size: u64) -> std::io::Result<()> {
+    ///
+    /// `VFIO_DMA_UNMAP_FLAG_ALL` (linux/vfio.h's bit, which QEMU's vfio-user client sends when
+    /// its whole address space goes) with address and size 0 withdraws every mapping, as
+    /// VFIO's type1 IOMMU does; with a range it is refused. Taken as a range of length 0 it
+    /// would be refused and answered as done, leaving the NIC reaching memory the client
+    /// then frees.
+    fn dma_unmap(&mut self, flags: DmaUnmapFlags, address: u64, size: u64) -> std::io::Result<()> {
+        if flags.bits() & VFIO_DMA_UNMAP_FLAG_ALL != 0 {
+            if address == 0 && size == 0 {
+                self.function.dma_unmap_all();
+            } else {
+                tracing::warn!(
+                    address,
+                    size,
+                    "DMA unmap of everything with a range refused"
+                );
+            }
+            return Ok(());
+        }
         if let Err(e) = self.function.dma_unmap(address, size) {
             tracing::warn!(address, size, error = %e, "DMA unmap refused");
         }

@@ -732,6 +732,60 @@ fn raw_region_write(
     stream.read_exact(&mut reply).unwrap();
 }
 
+/// `DMA_UNMAP` with `VFIO_DMA_UNMAP_FLAG_ALL` and address and size 0, as QEMU's vfio-user
+/// client sends it when its whole address space goes (and as VFIO's type1 IOMMU takes it),
+/// withdraws every mapping of the function; the flag with a range is refused and changes
+/// nothing. Either way the reply is a whole unmap reply, as the client reads it.
+#[test]
+fn an_unmap_of_everything_withdraws_every_mapping() {
+    use std::io::{Read, Write};
+    use vfio_bindings::bindings::vfio::VFIO_DMA_UNMAP_FLAG_ALL;
+    let (_fabric, fns) = uet_tests::fabric(1);
+    let dir = socket_dir("unmap-all");
+    let (server, t) = serve(&fns[0], &dir.join("nic.sock"));
+    let memory = dma_file(&dir, 3 * 4096);
+    // What the client mapped: two regions.
+    fns[0].dma_map(0x10_0000, 4096, memory.as_fd(), 0).unwrap();
+    fns[0]
+        .dma_map(0x20_0000, 8192, memory.as_fd(), 4096)
+        .unwrap();
+    let mut stream = std::os::unix::net::UnixStream::connect(server.path()).unwrap();
+    let mut unmap = |address: u64, size: u64| {
+        let mut body = Vec::new();
+        body.extend_from_slice(&24u32.to_ne_bytes()); // argsz
+        body.extend_from_slice(&VFIO_DMA_UNMAP_FLAG_ALL.to_ne_bytes());
+        body.extend_from_slice(&address.to_ne_bytes());
+        body.extend_from_slice(&size.to_ne_bytes());
+        stream.write_all(&raw_message(7, 3, &body)).unwrap();
+        let mut reply = [0u8; 40];
+        stream.read_exact(&mut reply).unwrap();
+        assert_eq!(reply[8..12], 1u32.to_ne_bytes(), "a reply, no error");
+    };
+
+    unmap(0, 0);
+    fns[0]
+        .dma_map(0x10_0000, 4096, memory.as_fd(), 0)
+        .expect("the first mapping was withdrawn");
+    fns[0]
+        .dma_map(0x20_0000, 8192, memory.as_fd(), 4096)
+        .expect("the second mapping was withdrawn");
+
+    // With a range the flag is refused: both mappings stay.
+    unmap(0x10_0000, 4096);
+    for (iova, len) in [(0x10_0000, 4096), (0x20_0000, 8192)] {
+        assert!(
+            matches!(
+                fns[0].dma_map(iova, len, memory.as_fd(), 0),
+                Err(SimError::Overlap { .. })
+            ),
+            "{iova:#x} still mapped"
+        );
+    }
+    drop(stream);
+    t.join().unwrap().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A peer that is no proper vfio-user client (here: a version message whose capabilities are
 /// not a NUL-terminated string, which the protocol crate's server does not survive) breaks
 /// its own conversation only: the server reports it, releases the function as for any client
