@@ -44,10 +44,12 @@
 //!
 //! The protocol cannot carry a failed BAR access back to the `vfio_user` client (it expects a
 //! reply of the access's shape), which is why a bad access is answered in band, never as an
-//! error reply. A failed DMA map is answered with an error reply and logged; see the driver's
-//! backend for what a client learns of it. A refused DMA unmap is logged and answered as done,
-//! for the same reason as a bad access: the client reads an unmap's reply in full. An unmap
-//! with `VFIO_DMA_UNMAP_FLAG_ALL` (address and size 0) withdraws every mapping.
+//! error reply; only a read longer than one message carries (1 MiB, the protocol's default
+//! `max_data_xfer_size`) is refused with one, unfilled. A failed DMA map is answered with an
+//! error reply and logged; see the driver's backend for what a client learns of it. A refused
+//! DMA unmap is logged and answered as done, for the same reason as a bad access: the client
+//! reads an unmap's reply in full. An unmap with `VFIO_DMA_UNMAP_FLAG_ALL` (address and size
+//! 0) withdraws every mapping.
 
 use crate::pci_config::PciConfig;
 use crate::{SimError, SimFunction};
@@ -309,12 +311,31 @@ fn sealed_against_shrinking(file: &File) -> bool {
     seals >= 0 && seals & libc::F_SEAL_SHRINK != 0
 }
 
+/// The most bytes one region read or write carries: the vfio-user protocol's default
+/// `max_data_xfer_size`, which the `vfio_user` crate's server announces in its version reply.
+const MAX_DATA_XFER: usize = 1 << 20;
+
 fn io_error(e: SimError) -> std::io::Error {
     std::io::Error::other(e.to_string())
 }
 
 impl ServerBackend for FunctionBackend {
+    /// A read longer than [`MAX_DATA_XFER`] is refused (an error reply, no data), before a
+    /// byte of it is filled: the protocol crate has set aside what the count asks, up to
+    /// 4 GiB, untouched, and would send back whatever is filled.
     fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> std::io::Result<()> {
+        if data.len() > MAX_DATA_XFER {
+            tracing::warn!(
+                region,
+                offset,
+                len = data.len(),
+                "region read too long refused"
+            );
+            return Err(std::io::Error::other(format!(
+                "a read of {} bytes; one message carries at most {MAX_DATA_XFER}",
+                data.len()
+            )));
+        }
         match region {
             VFIO_PCI_BAR0_REGION_INDEX if !self.config.memory_space() => {
                 tracing::debug!(offset, "BAR0 read with memory space disabled: all ones");

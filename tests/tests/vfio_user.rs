@@ -786,6 +786,44 @@ fn an_unmap_of_everything_withdraws_every_mapping() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A region read of more bytes than one message carries (the protocol's default
+/// `max_data_xfer_size`, 1 MiB, which the server's version reply announces) is refused with
+/// an error reply, whatever the region: the server neither fills nor sends what was asked (a
+/// count near 4 GiB would have it touch and write as much, for every NIC of its fabric to
+/// wait on). The conversation goes on.
+#[test]
+fn a_region_read_longer_than_a_message_carries_is_refused() {
+    use std::io::{Read, Write};
+    let (_fabric, fns) = uet_tests::fabric(1);
+    let dir = socket_dir("long-read");
+    let (server, t) = serve(&fns[0], &dir.join("nic.sock"));
+    let mut stream = std::os::unix::net::UnixStream::connect(server.path()).unwrap();
+    let mut read = |region: u32, at: u64, count: u32| {
+        let mut body = Vec::new();
+        body.extend_from_slice(&at.to_ne_bytes());
+        body.extend_from_slice(&region.to_ne_bytes());
+        body.extend_from_slice(&count.to_ne_bytes());
+        stream.write_all(&raw_message(9, 9, &body)).unwrap();
+        let mut header = [0u8; 16];
+        stream.read_exact(&mut header).unwrap();
+        header
+    };
+    for region in [VFIO_PCI_BAR0_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX, 2] {
+        let header = read(region, 0, (1 << 20) + 4);
+        assert_eq!(header[4..8], 16u32.to_ne_bytes(), "a bare header");
+        assert_eq!(header[8..12], 0x21u32.to_ne_bytes(), "an error reply");
+    }
+    // The largest read a message carries is answered.
+    let header = read(VFIO_PCI_CONFIG_REGION_INDEX, 0, 1 << 20);
+    assert_eq!(header[4..8], (32u32 + (1 << 20)).to_ne_bytes());
+    let mut rest = vec![0u8; 16 + (1 << 20)];
+    stream.read_exact(&mut rest).unwrap();
+    assert_eq!(rest[16..20], pci::ID_DWORD.to_le_bytes());
+    drop(stream);
+    t.join().unwrap().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A peer that is no proper vfio-user client (here: a version message whose capabilities are
 /// not a NUL-terminated string, which the protocol crate's server does not survive) breaks
 /// its own conversation only: the server reports it, releases the function as for any client
