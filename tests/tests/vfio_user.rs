@@ -1190,3 +1190,50 @@ fn set_irqs_outside_the_table_is_refused_and_count_0_disables() {
     t.join().unwrap().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A NIC of today behind a server that offers no interrupt index and whose configuration
+/// space has no MSI-X capability (the server of `RegistersOnlyNic`): the driver finds no
+/// MSI-X capability, as a PCI driver looks for it, and polls; it never asks the server about
+/// an index it does not have (`GET_IRQ_INFO`), whose refusal, a bare error header, the
+/// `vfio_user` client would wait on for the rest of a reply that never comes, holding the
+/// device's conversation for good.
+#[test]
+fn a_function_without_msix_behind_a_server_without_interrupts_is_polled() {
+    let fabric = uet_sim::Fabric::new();
+    let fa = fabric
+        .add_nic(uet_sim::NicConfig::new(uet_tests::nic_addr(0)))
+        .unwrap();
+    let fb = fabric
+        .add_nic(uet_sim::NicConfig::new(uet_tests::nic_addr(1)))
+        .unwrap();
+    let dir = socket_dir("no-interrupt-index");
+    let path = dir.join("nic.sock");
+    let server = Server::new(&path, true, Vec::new(), regions(u64::from(BAR0_SIZE))).unwrap();
+    let mut backend = RegistersOnlyNic {
+        function: fb.clone(),
+        command: [0; 2],
+    };
+    let t = std::thread::spawn(move || server.run(&mut backend).map_err(|e| e.to_string()));
+    let device = VfioUserDevice::open(&path).expect("open over vfio-user");
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let vectors = device.msix_vectors();
+        let mut b = Node::on_device(Arc::new(device), fb, JOB, JOB, 4);
+        let mut a = Node::new(fa, JOB, 4);
+        assert_eq!(a.insert(&b.addr()), 0);
+        b.post_recvs(1);
+        a.send(0, b"polled", 5);
+        let got =
+            b.ep.cq_sread(Some(std::time::Duration::from_secs(10)))
+                .map(|ev| (ev.context, ev.len));
+        drop(b);
+        let _ = done_tx.send((vectors, got));
+    });
+    let (vectors, got) = done_rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the driver answers");
+    assert_eq!(vectors, 0, "no MSI-X capability");
+    assert_eq!(got, Ok((1000, 6)));
+    t.join().unwrap().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

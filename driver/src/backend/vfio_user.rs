@@ -182,6 +182,32 @@ impl VfioUserDevice {
         );
     }
 
+    /// The Table Size of the function's MSI-X capability, found in configuration space's
+    /// capability list as a PCI driver finds it (PCI Local Bus Specification 3.0, §6.7 and
+    /// §6.8.2.3); `None` when the function has none (or the server is gone).
+    fn msix_table_size(&self) -> Option<u16> {
+        let status = u16::from_le_bytes(self.config_read::<2>(pci::STATUS));
+        if status == u16::MAX || status & pci::STATUS_CAPABILITIES_LIST == 0 {
+            return None;
+        }
+        let [first] = self.config_read::<1>(pci::CAPABILITIES_POINTER);
+        let mut at = usize::from(first & !3);
+        // Capabilities lie past the 64-byte header, 4-byte aligned: at most 48 of them, so a
+        // longer list loops.
+        for _ in 0..48 {
+            if at < 0x40 {
+                return None;
+            }
+            let [id, next] = self.config_read::<2>(at);
+            if id == pci::CAP_ID_MSIX {
+                let control = u16::from_le_bytes(self.config_read::<2>(at + 2));
+                return Some((control & MSIX_TABLE_SIZE_MASK) + 1);
+            }
+            at = usize::from(next & !3);
+        }
+        None
+    }
+
     fn client(&self) -> MutexGuard<'_, Client> {
         self.client.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -374,13 +400,20 @@ impl Device for VfioUserDevice {
     }
 
     /// The MSI-X index's vectors, as `GET_IRQ_INFO` gives them, when they take eventfds; at
-    /// most the table of this NIC's register map.
+    /// most the table of this NIC's register map, and of the function's MSI-X capability. A
+    /// function without the capability has none, and the server is not asked: a server
+    /// without the index refuses `GET_IRQ_INFO` with a bare error header, and the `vfio_user`
+    /// client would wait for the rest of a reply that never comes, holding the conversation
+    /// (and every register access after it) for good.
     fn msix_vectors(&self) -> u16 {
+        let Some(table) = self.msix_table_size() else {
+            return 0;
+        };
         let mut client = self.client();
         match without_sigpipe(|| client.get_irq_info(VFIO_PCI_MSIX_IRQ_INDEX)) {
-            Ok(info) if info.flags & VFIO_IRQ_INFO_EVENTFD != 0 => {
-                u16::try_from(info.count).map_or(pci::MSIX_VECTORS, |n| n.min(pci::MSIX_VECTORS))
-            }
+            Ok(info) if info.flags & VFIO_IRQ_INFO_EVENTFD != 0 => u16::try_from(info.count)
+                .map_or(pci::MSIX_VECTORS, |n| n.min(pci::MSIX_VECTORS))
+                .min(table),
             Ok(_) => 0,
             Err(e) => {
                 tracing::warn!(device = %self.path.display(), error = %e, "GET_IRQ_INFO failed");
@@ -447,6 +480,9 @@ impl Device for VfioUserDevice {
     }
 }
 
+/// MSI-X Message Control's Table Size field: the number of vectors less 1.
+const MSIX_TABLE_SIZE_MASK: u16 = 0x7FF;
+
 /// The most file descriptors the `vfio_user` crate receives with one message.
 const SET_IRQS_FDS: usize = 16;
 
@@ -459,9 +495,9 @@ mod tests {
     use vfio_user::{DmaMapFlags, DmaUnmapFlags, Server, ServerBackend, ServerRegion};
 
     /// A function that passes the driver's checks at open, then goes away (its server
-    /// thread ends, closing the socket) at the first BAR0 write. It lists MSI-X vectors but
-    /// refuses their eventfds, recording the flags of each `SET_IRQS`, and so never enables
-    /// MSI-X.
+    /// thread ends, closing the socket) at the first BAR0 write. It lists MSI-X vectors (and
+    /// has an MSI-X capability of 64) but refuses their eventfds, recording the flags of each
+    /// `SET_IRQS`, and so never enables MSI-X.
     #[derive(Default)]
     struct StubFunction(std::sync::Arc<std::sync::Mutex<Vec<u32>>>);
 
@@ -473,10 +509,21 @@ mod tests {
             data: &mut [u8],
         ) -> std::io::Result<()> {
             data.fill(0);
-            if region == VFIO_PCI_CONFIG_REGION_INDEX && offset == pci::VENDOR_ID as u64 {
-                for (d, s) in data.iter_mut().zip(pci::ID_DWORD.to_le_bytes()) {
-                    *d = s;
-                }
+            if region != VFIO_PCI_CONFIG_REGION_INDEX {
+                return Ok(());
+            }
+            let mut config = [0u8; pci::CONFIG_SPACE_SIZE];
+            let mut put = |at: usize, bytes: &[u8]| {
+                config[at..at + bytes.len()].copy_from_slice(bytes);
+            };
+            put(pci::VENDOR_ID, &pci::ID_DWORD.to_le_bytes());
+            put(pci::STATUS, &pci::STATUS_CAPABILITIES_LIST.to_le_bytes());
+            put(pci::CAPABILITIES_POINTER, &[pci::MSIX_CAP as u8]);
+            put(pci::MSIX_CAP, &[pci::CAP_ID_MSIX, 0]);
+            put(pci::MSIX_MESSAGE_CONTROL, &63u16.to_le_bytes());
+            let at = offset as usize;
+            for (d, s) in data.iter_mut().zip(config.iter().skip(at)) {
+                *d = *s;
             }
             Ok(())
         }
