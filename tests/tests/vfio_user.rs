@@ -642,6 +642,36 @@ fn a_socket_that_never_answers_is_an_error_not_a_hang() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A server whose answer to the connection is malformed (here a version reply with no
+/// capabilities, which the `vfio_user` client does not survive) is refused as such, at once:
+/// it answered, so the error does not say it did not.
+#[test]
+fn a_malformed_version_reply_is_an_error_that_says_so() {
+    use std::io::{Read, Write};
+    let dir = socket_dir("bad-version");
+    let path = dir.join("bad.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let peer = std::thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        let mut header = [0u8; 16];
+        conn.read_exact(&mut header).unwrap();
+        // Version 0.1 and nothing after it: no capabilities, not even their NUL.
+        let mut reply = raw_message(0, 1, &[0, 0, 1, 0]);
+        reply[8..12].copy_from_slice(&1u32.to_ne_bytes());
+        conn.write_all(&reply).unwrap();
+        let _ = done_rx.recv();
+    });
+    let err = VfioUserDevice::open_within(&path, std::time::Duration::from_secs(60))
+        .expect_err("a malformed answer");
+    assert!(matches!(err, DeviceError::Open { .. }), "{err:?}");
+    assert!(!err.to_string().contains("no vfio-user answer"), "{err}");
+    assert!(err.to_string().contains("malformed"), "{err}");
+    done_tx.send(()).unwrap();
+    peer.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn no_server_no_socket_clear_errors() {
     let dir = socket_dir("errors");

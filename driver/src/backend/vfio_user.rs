@@ -94,13 +94,20 @@ impl VfioUserDevice {
                 let _ = tx.send(without_sigpipe(|| Client::new(&at)));
             })
             .map_err(|e| refuse(format!("cannot start the connection: {e}")))?;
+        // The thread ends without a word when the client panicked on the server's answer (it
+        // does on some malformed version replies): the server answered, wrongly.
         let mut client = match rx.recv_timeout(timeout) {
             Ok(connected) => connected.map_err(|e| refuse(e.to_string()))?,
-            Err(_) => {
+            Err(mpsc::RecvTimeoutError::Timeout) => {
                 return Err(refuse(format!(
                 "no vfio-user answer within {} ms (is a uet-nic simulator serving this socket?)",
                 timeout.as_millis()
             )))
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(refuse(
+                    "malformed vfio-user answer to the connection (version or regions)".into(),
+                ))
             }
         };
         // 2. BAR0 and identity.
