@@ -14,6 +14,9 @@
 //!   past the end of a file would fault on access).
 //! * `dma_unmap(iova, len)` removes every mapping inside the range; a range that cuts a mapping
 //!   in two, or covers none, is refused.
+//! * A mapping lets the device read, write, or both ([`DmaAccess`], VFIO's
+//!   `VFIO_DMA_MAP_FLAG_READ` and `_WRITE`); one that allows neither is refused. A read or
+//!   write the mappings under it do not allow is a DMA fault, as one outside them is.
 //! * Every DMA is checked against the mappings *before* any byte moves: an access that is not
 //!   entirely inside mapped memory is a DMA fault — the engine that issued it reports an error
 //!   status or completion and counts `DMA_FAULTS`, and nothing is written.
@@ -47,27 +50,49 @@ pub struct DmaFault {
     pub len: u64,
 }
 
+/// What the device may do with a mapping's memory (VFIO's `VFIO_DMA_MAP_FLAG_READ` and
+/// `VFIO_DMA_MAP_FLAG_WRITE`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DmaAccess {
+    /// The device may read it.
+    pub read: bool,
+    /// The device may write it.
+    pub write: bool,
+}
+
+impl DmaAccess {
+    /// Read and write, as the driver maps all its memory.
+    pub const READ_WRITE: DmaAccess = DmaAccess {
+        read: true,
+        write: true,
+    };
+}
+
 /// The DMA view of one function.
 #[derive(Debug, Default)]
 pub(crate) struct Iommu {
     mem: GuestMemoryMmap,
-    /// iova -> length of each mapping.
-    maps: BTreeMap<u64, u64>,
+    /// iova -> length of each mapping, and what the device may do with it.
+    maps: BTreeMap<u64, (u64, DmaAccess)>,
     /// Bus mastering disabled in the command register: every DMA faults.
     bus_master_off: bool,
 }
 
 impl Iommu {
-    /// Map `len` bytes of `fd` from `fd_offset` at `iova`.
+    /// Map `len` bytes of `fd` from `fd_offset` at `iova`, for `access`.
     pub(crate) fn map(
         &mut self,
         iova: u64,
         len: u64,
         fd: BorrowedFd<'_>,
         fd_offset: u64,
+        access: DmaAccess,
     ) -> Result<(), SimError> {
         if len == 0 {
             return Err(SimError::InvalidMapping("zero length"));
+        }
+        if !access.read && !access.write {
+            return Err(SimError::InvalidMapping("neither readable nor writable"));
         }
         if !iova.is_multiple_of(IOMMU_PAGE)
             || !len.is_multiple_of(IOMMU_PAGE)
@@ -104,7 +129,7 @@ impl Iommu {
             .mem
             .insert_region(Arc::new(region))
             .map_err(|e| SimError::Map(e.to_string()))?;
-        self.maps.insert(iova, len);
+        self.maps.insert(iova, (len, access));
         Ok(())
     }
 
@@ -114,7 +139,7 @@ impl Iommu {
         self.maps
             .range(..end)
             .next_back()
-            .is_some_and(|(&s, &l)| s.saturating_add(l) > start)
+            .is_some_and(|(&s, &(l, _))| s.saturating_add(l) > start)
     }
 
     /// Enable or disable bus mastering (the PCI command register's bit).
@@ -139,7 +164,7 @@ impl Iommu {
             return Err(SimError::InvalidMapping("zero length"));
         }
         let mut victims = Vec::new();
-        for (&s, &l) in self.maps.range(..end) {
+        for (&s, &(l, _)) in self.maps.range(..end) {
             let e = s.saturating_add(l);
             if e <= iova {
                 continue;
@@ -188,10 +213,32 @@ impl Iommu {
         }
     }
 
+    /// Whether every mapping under `[iova, iova + len)` lets the device write (`write`) or
+    /// read it. The mappings are apart and ordered: walking back from the range's end, the
+    /// first that ends at or before `iova` ends the walk.
+    fn allows(&self, iova: u64, len: u64, write: bool) -> bool {
+        let end = iova.saturating_add(len);
+        self.maps
+            .range(..end)
+            .rev()
+            .take_while(|(&s, &(l, _))| s.saturating_add(l) > iova)
+            .all(|(_, (_, a))| if write { a.write } else { a.read })
+    }
+
+    /// [`Iommu::check`], and that the mappings let the device write (`write`) or read.
+    fn check_access(&self, iova: u64, len: u64, write: bool) -> Result<(), DmaFault> {
+        self.check(iova, len)?;
+        if self.allows(iova, len, write) {
+            Ok(())
+        } else {
+            Err(DmaFault { iova, len })
+        }
+    }
+
     /// Copy `buf.len()` bytes from IOVA `iova`.
     pub(crate) fn read(&self, iova: u64, buf: &mut [u8]) -> Result<(), DmaFault> {
         let len = buf.len() as u64;
-        self.check(iova, len)?;
+        self.check_access(iova, len, false)?;
         if buf.is_empty() {
             return Ok(());
         }
@@ -203,7 +250,7 @@ impl Iommu {
     /// Copy `buf` to IOVA `iova`. Checked first: a faulting write changes nothing.
     pub(crate) fn write(&self, iova: u64, buf: &[u8]) -> Result<(), DmaFault> {
         let len = buf.len() as u64;
-        self.check(iova, len)?;
+        self.check_access(iova, len, true)?;
         if buf.is_empty() {
             return Ok(());
         }
@@ -221,7 +268,7 @@ impl Iommu {
         phase: &[u8],
     ) -> Result<(), DmaFault> {
         let total = (body.len() + phase.len()) as u64;
-        self.check(iova, total)?;
+        self.check_access(iova, total, true)?;
         self.write(iova, body)?;
         fence(Ordering::Release);
         self.write(iova + body.len() as u64, phase)

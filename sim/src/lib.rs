@@ -91,7 +91,7 @@ pub mod vfio_user;
 pub use config::{NicConfig, OLDEST_INTERFACE_MINOR};
 pub use counters::DebugCounters;
 pub use fabric::CaptureStatus;
-pub use iommu::{DmaFault, IOMMU_PAGE};
+pub use iommu::{DmaAccess, DmaFault, IOMMU_PAGE};
 
 use fabric::FabricInner;
 use nic::Nic;
@@ -278,8 +278,9 @@ impl SimFunction {
         }
     }
 
-    /// Map `len` bytes of the memory behind `fd`, from `fd_offset`, at `iova`. The descriptor
-    /// is duplicated. Zero-length, unaligned (4 KiB) or overlapping ranges are refused.
+    /// Map `len` bytes of the memory behind `fd`, from `fd_offset`, at `iova`, for the
+    /// device to read and write. The descriptor is duplicated. Zero-length, unaligned (4 KiB)
+    /// or overlapping ranges are refused.
     pub fn dma_map(
         &self,
         iova: u64,
@@ -287,8 +288,21 @@ impl SimFunction {
         fd: BorrowedFd<'_>,
         fd_offset: u64,
     ) -> Result<(), SimError> {
+        self.dma_map_for(iova, len, fd, fd_offset, DmaAccess::READ_WRITE)
+    }
+
+    /// [`SimFunction::dma_map`] for `access` only: a DMA the mapping does not allow is a DMA
+    /// fault. A mapping that allows neither reading nor writing is refused.
+    pub fn dma_map_for(
+        &self,
+        iova: u64,
+        len: u64,
+        fd: BorrowedFd<'_>,
+        fd_offset: u64,
+        access: DmaAccess,
+    ) -> Result<(), SimError> {
         self.with_nic(Err(SimError::InvalidMapping("no such function")), |n| {
-            n.iommu.map(iova, len, fd, fd_offset)
+            n.iommu.map(iova, len, fd, fd_offset, access)
         })
     }
 

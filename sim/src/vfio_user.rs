@@ -20,10 +20,12 @@
 //!   Its PCI Express capability advertises Function Level Reset, and setting Device
 //!   Control's "Initiate Function Level Reset" resets the function as a reset message does;
 //! * **DMA**: each region the client maps arrives as a file descriptor (the driver's DMA
-//!   memory is a memfd) and is mapped into the function's IOMMU view (`SimFunction::dma_map`),
-//!   so the NIC reads and writes the driver's memory directly. The memory must be sealed
-//!   against shrinking (`F_SEAL_SHRINK`, as the driver seals its memfds): memory the client
-//!   could shrink under a mapping would fault the server on the NIC's next access;
+//!   memory is a memfd) and is mapped into the function's IOMMU view
+//!   (`SimFunction::dma_map_for`), so the NIC reads and writes the driver's memory directly,
+//!   as far as the map's flags allow (readable, writable: a DMA they do not allow is a DMA
+//!   fault; a map that allows neither is refused). The memory must be sealed against
+//!   shrinking (`F_SEAL_SHRINK`, as the driver seals its memfds): memory the client could
+//!   shrink under a mapping would fault the server on the NIC's next access;
 //! * **device reset**: a function-level reset (the model's `FUNCTION_RESET`, and the
 //!   configuration header's reset values);
 //! * **interrupts**: the MSI-X index (`VFIO_PCI_MSIX_IRQ_INDEX`) has
@@ -52,7 +54,7 @@
 //! 0) withdraws every mapping.
 
 use crate::pci_config::PciConfig;
-use crate::{SimError, SimFunction};
+use crate::{DmaAccess, SimError, SimFunction};
 use std::fs::File;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
@@ -401,9 +403,11 @@ impl ServerBackend for FunctionBackend {
         Ok(())
     }
 
+    /// The mapping allows what the flags do (`VFIO_DMA_MAP_FLAG_READ` and `_WRITE`); one
+    /// that allows neither is refused.
     fn dma_map(
         &mut self,
-        _flags: DmaMapFlags,
+        flags: DmaMapFlags,
         offset: u64,
         address: u64,
         size: u64,
@@ -427,8 +431,12 @@ impl ServerBackend for FunctionBackend {
                 "DMA memory must be a memfd sealed against shrinking (F_SEAL_SHRINK)",
             ));
         }
+        let access = DmaAccess {
+            read: flags.contains(DmaMapFlags::READ),
+            write: flags.contains(DmaMapFlags::WRITE),
+        };
         self.function
-            .dma_map(address, size, fd.as_fd(), offset)
+            .dma_map_for(address, size, fd.as_fd(), offset, access)
             .inspect_err(|e| tracing::warn!(address, size, error = %e, "DMA map refused"))
             .map_err(io_error)
     }

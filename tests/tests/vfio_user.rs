@@ -854,6 +854,107 @@ fn a_region_read_longer_than_a_message_carries_is_refused() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `DMA_MAP` of memory with its descriptor, as raw bytes: flags (`VFIO_DMA_MAP_FLAG_*`), file
+/// offset 0; returns the reply's header.
+fn raw_dma_map(
+    stream: &mut std::os::unix::net::UnixStream,
+    flags: u32,
+    iova: u64,
+    len: u64,
+    fd: std::os::fd::RawFd,
+) -> [u8; 16] {
+    use std::io::Read;
+    use vmm_sys_util::sock_ctrl_msg::ScmSocket;
+    let mut body = Vec::new();
+    body.extend_from_slice(&32u32.to_ne_bytes()); // argsz
+    body.extend_from_slice(&flags.to_ne_bytes());
+    body.extend_from_slice(&0u64.to_ne_bytes()); // offset in the file
+    body.extend_from_slice(&iova.to_ne_bytes());
+    body.extend_from_slice(&len.to_ne_bytes());
+    stream
+        .send_with_fd(&raw_message(3, 2, &body)[..], fd)
+        .unwrap();
+    let mut header = [0u8; 16];
+    stream.read_exact(&mut header).unwrap();
+    header
+}
+
+/// What `DMA_MAP` lets the device do with memory is what it may do, as an IOMMU enforces it:
+/// memory mapped readable only is read (the admin submission ring) but never written (the
+/// completion the NIC writes there is a DMA fault and changes nothing), and a mapping that
+/// allows neither is refused, as VFIO refuses it.
+#[test]
+fn memory_mapped_readable_only_is_never_written() {
+    use uet_regs::{
+        AdminQueueSize, DevCtrl, RingIndex, ADMIN_QUEUE_SIZE, ADMIN_SQ_DOORBELL, DEV_CTRL,
+    };
+    use vfio_bindings::bindings::vfio::VFIO_DMA_MAP_FLAG_READ;
+    let (_fabric, fns) = uet_tests::fabric(1);
+    let dir = socket_dir("read-only");
+    let (server, t) = serve(&fns[0], &dir.join("nic.sock"));
+    let memory = uet_driver::dma::DmaRegion::new_normal(8192, 0).unwrap();
+    let mut stream = std::os::unix::net::UnixStream::connect(server.path()).unwrap();
+    let command = pci::COMMAND_MEMORY_SPACE | pci::COMMAND_BUS_MASTER;
+    raw_region_write(
+        &mut stream,
+        VFIO_PCI_CONFIG_REGION_INDEX,
+        pci::COMMAND as u64,
+        &command.to_le_bytes(),
+    );
+    let fd = memory.fd().as_raw_fd();
+    let neither = raw_dma_map(&mut stream, 0, 0x40_0000, 8192, fd);
+    assert_eq!(neither[8..12], 0x21u32.to_ne_bytes(), "an error reply");
+    fns[0]
+        .dma_map(0x40_0000, 8192, memory.fd(), 0)
+        .expect("a mapping with no access was not made");
+    let read_only = raw_dma_map(&mut stream, VFIO_DMA_MAP_FLAG_READ, 0x10_0000, 8192, fd);
+    assert_eq!(read_only[8..12], 1u32.to_ne_bytes(), "mapped");
+
+    // The admin rings in the readable memory: commands at its start, completions after.
+    let bar = |stream: &mut std::os::unix::net::UnixStream, at: u32, bytes: &[u8]| {
+        raw_region_write(stream, VFIO_PCI_BAR0_REGION_INDEX, u64::from(at), bytes);
+    };
+    bar(
+        &mut stream,
+        ADMIN_SQ_BASE.offset(),
+        &0x10_0000u64.to_le_bytes(),
+    );
+    bar(
+        &mut stream,
+        ADMIN_CQ_BASE.offset(),
+        &0x10_1000u64.to_le_bytes(),
+    );
+    let size = AdminQueueSize::new().with_sq_log2(2).with_cq_log2(2);
+    bar(
+        &mut stream,
+        ADMIN_QUEUE_SIZE.offset(),
+        &u32::from(size).to_le_bytes(),
+    );
+    let enable = DevCtrl::new().with_enable(true);
+    bar(
+        &mut stream,
+        DEV_CTRL.offset(),
+        &u32::from(enable).to_le_bytes(),
+    );
+    let doorbell = RingIndex::new().with_index(1);
+    bar(
+        &mut stream,
+        ADMIN_SQ_DOORBELL.offset(),
+        &u32::from(doorbell).to_le_bytes(),
+    );
+
+    assert!(
+        fns[0].read64(DMA_FAULTS.offset()) > 0,
+        "the completion faults"
+    );
+    let mut completions = [0u8; 256];
+    memory.read_bytes(4096, &mut completions).unwrap();
+    assert_eq!(completions, [0; 256], "nothing written");
+    drop(stream);
+    t.join().unwrap().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A peer that is no proper vfio-user client (here: a version message whose capabilities are
 /// not a NUL-terminated string, which the protocol crate's server does not survive) breaks
 /// its own conversation only: the server reports it, releases the function as for any client
