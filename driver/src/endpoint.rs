@@ -155,6 +155,11 @@ use uet_regs::{
 use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::FromZeros;
 
+/// How long [`Endpoint::cq_sread`] waits between two looks at the NIC's status: a NIC that
+/// stopped writes no completion and raises no vector, and an unbounded wait would never end.
+/// A register read or two ten times a second, only while a waiter finds nothing.
+pub const STOPPED_CHECK_INTERVAL: Duration = Duration::from_millis(100);
+
 const TX_DESC: usize = core::mem::size_of::<TxDescriptor>();
 const RX_DESC: usize = core::mem::size_of::<RxDescriptor>();
 const TRX_DESC: usize = core::mem::size_of::<TaggedRxDescriptor>();
@@ -1962,7 +1967,11 @@ impl Endpoint {
     /// completion when there is none yet. Fails with `FI_EAGAIN` when the time passes with
     /// nothing completed, or when [`Endpoint::cq_signal`]'s handle woke it (or had signalled
     /// before it was called) and nothing completed; with `FI_EAVAIL` for an error completion
-    /// (read it with [`Endpoint::cq_readerr`]), and as `cq_read` does otherwise.
+    /// (read it with [`Endpoint::cq_readerr`]), and as `cq_read` does otherwise. Fails with
+    /// `FI_EIO` once the NIC stopped (a fatal error, or its function reset under the driver),
+    /// which then writes no completion and raises no vector: the wait looks at the NIC's
+    /// status every [`STOPPED_CHECK_INTERVAL`] it waits (completions written before are read
+    /// first).
     ///
     /// The wait sleeps on the endpoint's MSI-X vector ([`crate::interrupt`]): the ring is read,
     /// found empty, armed with `CQ_ARM`, and the thread sleeps until the NIC raises the vector
@@ -1976,6 +1985,7 @@ impl Endpoint {
         // A timeout past the clock's range (`Duration::MAX`) has no deadline: it never passes.
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let mut sleep = Duration::from_micros(2);
+        let mut looked = Instant::now();
         loop {
             match self.cq_read() {
                 Err(FiErrno::FI_EAGAIN) => {}
@@ -1992,6 +2002,18 @@ impl Endpoint {
                 },
                 None => None,
             };
+            if looked.elapsed() >= STOPPED_CHECK_INTERVAL {
+                looked = Instant::now();
+                if self.device_stopped() {
+                    tracing::warn!(
+                        endpoint = self.handle,
+                        "the NIC stopped (a fatal error, or its function was reset): no completion will come"
+                    );
+                    return Err(FiErrno::FI_EIO);
+                }
+            }
+            // In slices, so that a NIC that stops, and so raises no vector, is seen.
+            let left = Some(left.map_or(STOPPED_CHECK_INTERVAL, |l| l.min(STOPPED_CHECK_INTERVAL)));
             if self.arm_wakeup().is_ok() {
                 if let Some(v) = self.wakeup.as_ref() {
                     v.wait(left, self.signal.as_ref()).map_err(|e| {
@@ -2004,6 +2026,13 @@ impl Endpoint {
                 sleep = (sleep * 2).min(crate::interrupt::POLL_SLEEP_MAX);
             }
         }
+    }
+
+    /// Whether the NIC will write no more completions: it stopped with a fatal error, or its
+    /// function was reset under the driver. One register read (two for a device not
+    /// enabled): for a waiter that has found nothing for a while, never the read path.
+    pub fn device_stopped(&self) -> bool {
+        self.nic.answers_nothing()
     }
 
     /// `fi_cq_signal`: a handle that wakes a thread asleep in this endpoint's

@@ -628,6 +628,13 @@ impl NicInner {
             != 0
     }
 
+    /// Whether the NIC will answer nothing more: stopped with a fatal error, or its function
+    /// reset under the driver (see [`crate::admin_interrupt::answers_nothing`]). One register
+    /// read, two for a device not enabled.
+    pub(crate) fn answers_nothing(&self) -> bool {
+        crate::admin_interrupt::answers_nothing(self.bar(), self.admin_sq_base)
+    }
+
     /// Whether the function was reset since this Nic programmed it: `ADMIN_SQ_BASE`, which
     /// a reset clears, no longer holds the admin ring (a read nothing answers, all ones, does
     /// not either). One register read.

@@ -5,6 +5,7 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::mpsc;
 use std::time::Duration;
 use uet_av::FiErrno;
+use uet_regs::RegisterAccess;
 use uet_tests::*;
 
 const JOB: u32 = 0x0012_3456;
@@ -310,4 +311,44 @@ fn an_arm_after_unreported_reads_does_not_raise_the_vector() {
     a.send(0, b"wakes", 9);
     let fd = b.ep.cq_wait_fd().expect("a vector");
     assert!(readable(fd), "a new completion raises the vector");
+}
+
+/// A thread in `cq_sread` without end when the NIC stops — its function reset under the
+/// driver, or a fatal error (a DMA fault of the admin queue: bus mastering is off) — learns
+/// of it with `FI_EIO`, on a NIC with completion interrupts (which a stopped NIC never
+/// raises) and on one without: it does not wait for good.
+#[test]
+fn cq_sread_without_end_returns_eio_once_the_nic_stops() {
+    for minor in [11, uet_regs::INTERFACE_MINOR] {
+        for reset in [false, true] {
+            let (_fabric, _a, mut b) = pair_with(JOB, |c| c.interface_minor = minor);
+            b.post_recvs(1);
+            std::thread::scope(|s| {
+                let (tx, rx) = mpsc::channel();
+                let ep = &mut b.ep;
+                s.spawn(move || {
+                    let _ = tx.send(ep.cq_sread(None).map(|ev| ev.context));
+                });
+                std::thread::sleep(Duration::from_millis(50));
+                assert!(rx.try_recv().is_err(), "nothing to return yet");
+                if reset {
+                    b.nic.bar0().write(
+                        uet_regs::FUNCTION_RESET,
+                        uet_regs::FunctionReset::new().with_reset(true),
+                    );
+                } else {
+                    b.function.set_bus_master(false);
+                    // An admin command's DMA faults: the NIC stops with a fatal error.
+                    assert!(b.nic.open_av(uet_av::AvAttr::default()).is_err());
+                }
+                // A generous bound, only so that a wait without end fails the test.
+                let got = rx.recv_timeout(Duration::from_secs(60));
+                assert_eq!(
+                    got,
+                    Ok(Err(FiErrno::FI_EIO)),
+                    "interface 1.{minor}, reset {reset}"
+                );
+            });
+        }
+    }
 }
