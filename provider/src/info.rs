@@ -26,7 +26,8 @@
 //! | `src_addr`, `dest_addr` | returned; a source must be on this NIC |
 //!
 //! `node` and `service` are a UET address in the form `fi_av_insertsvc` takes (an IP address
-//! or host name, and the PIDonFEP with its parameters): the destination (`dest_addr`), or with
+//! or host name, and the PIDonFEP with its parameters; or an `FI_ADDR_STR` address as node and
+//! a NULL service, as fi_getinfo(3) allows): the destination (`dest_addr`), or with
 //! `FI_SOURCE` the source (`src_addr`), whose node must be this NIC's fabric address. For
 //! `FI_EP_MSG` the destination is the listener `fi_connect` names, the source a listener's
 //! own (the NIC assigns its PIDonFEP at `fi_listen`: `fi_getname` gives it). A node
@@ -46,7 +47,7 @@ use crate::ep::{
 use crate::{entry, null, PROVIDER_NAME, PROVIDER_VERSION};
 use core::ffi::{c_char, c_int, c_void, CStr};
 use std::net::IpAddr;
-use uet_av::addr_str::{Node, Service};
+use uet_av::addr_str::{Node, Service, ADDR_STR_SCHEME};
 use uet_av::{
     job_id_from_auth_key, system_resolver, AddrFormat, AvType, DomainAttr, FiErrno, FiError,
     AUTH_KEY_BYTES, FI_AV_USER_ID, FI_SHARED_AV,
@@ -702,8 +703,25 @@ pub(crate) unsafe fn domain_attr(info: &FiInfo) -> Result<DomainAttr, FiError> {
     Ok(attr)
 }
 
-/// The address `node` and `service` name. `FI_EINVAL` when either is missing or malformed.
+/// Whether `node` is an address in the `FI_ADDR_STR` form (`uet://<node>/<service>`), which
+/// fi_getinfo(3) lets an application pass as the node, with a NULL service.
+fn is_addr_str(node: &str) -> bool {
+    node.starts_with(ADDR_STR_SCHEME)
+}
+
+/// The address `node` and `service` name: an IP address or host name and a service, or an
+/// `FI_ADDR_STR` address and no service, as `fi_av_insertsvc` takes them. `FI_EINVAL` when
+/// either is missing or malformed, or a service is given beside an `FI_ADDR_STR` node.
 fn address(node: Option<&str>, service: Option<&str>) -> Result<UetAddress, FiError> {
+    if let Some(node) = node.filter(|n| is_addr_str(n)) {
+        if let Some(service) = service {
+            return Err(FiError::inval(format!(
+                "fi_getinfo: node {node} is an FI_ADDR_STR address, so service must be NULL, \
+                 not {service:?}"
+            )));
+        }
+        return uet_av::addr_str::parse_addr_str_with(node, system_resolver);
+    }
     let (Some(node), Some(service)) = (node, service) else {
         return Err(FiError::inval(format!(
             "fi_getinfo: node {node:?} and service {service:?}: a UET address needs both \
@@ -1085,13 +1103,21 @@ pub(crate) unsafe extern "C" fn uet_getinfo(
             if flags & FI_SOURCE != 0 {
                 let ours = nic.fabric_addr();
                 let node = node.map(str::to_owned).unwrap_or_else(|| ours.to_string());
-                let a = address(Some(&node), service.or(Some("0")))?;
+                // An FI_ADDR_STR node is a whole address (its service is NULL); an IP address
+                // or host name is one with the service, or names this NIC alone without one.
+                let whole = is_addr_str(&node) || service.is_some();
+                let service = if is_addr_str(&node) {
+                    service
+                } else {
+                    service.or(Some("0"))
+                };
+                let a = address(Some(&node), service)?;
                 if a.fabric_addr != ours && !same_ip(a.fabric_addr, ours) {
                     return Err(nodata(format!(
                         "FI_SOURCE node {node} is not this NIC's fabric address {ours}"
                     )));
                 }
-                src = service.is_some().then_some(a);
+                src = whole.then_some(a);
             } else {
                 dest = Some(address(node, service)?);
             }

@@ -3610,6 +3610,49 @@ fn a_listeners_fi_getinfo_gives_src_addr_and_a_connectors_dest_addr() {
     }
 }
 
+/// The address of the answer `info` to `fi_getinfo`: its `src_addr` with `source`, else its
+/// `dest_addr`. The answer is freed.
+fn answered_address(info: *mut FiInfo, source: bool) -> Vec<u8> {
+    // SAFETY: the provider's answer, read, then freed once.
+    unsafe {
+        let i = &*info;
+        let (p, len) = if source {
+            (i.src_addr, i.src_addrlen)
+        } else {
+            (i.dest_addr, i.dest_addrlen)
+        };
+        assert!(!p.is_null() && len > 0, "an address in the answer");
+        let bytes = core::slice::from_raw_parts(p.cast::<u8>(), len).to_vec();
+        uet_fi::info::free_info(info);
+        bytes
+    }
+}
+
+/// fi_getinfo(3): "Applications may also pass in an FI_ADDR_STR formatted address as the node
+/// parameter. In such cases, the service parameter must be NULL." Such a node names the
+/// address its node and service name apart, as the destination or, with `FI_SOURCE`, the
+/// source (on this NIC only); a service beside it is `-FI_EINVAL`.
+#[test]
+fn fi_getinfo_takes_an_fi_addr_str_address_as_node_with_a_null_service() {
+    use uet_fi::info::FI_SOURCE;
+    let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+    let at = |node: &CStr, service: Option<&CStr>, flags| {
+        getinfo(Some(node), service, flags, Some(&hints))
+    };
+    let apart = answered_address(at(c"10.0.0.2", Some(c"7?ri=3+2"), 0).unwrap(), false);
+    let whole = at(c"uet://10.0.0.2/7?ri=3+2", None, 0).expect("an FI_ADDR_STR node");
+    assert_eq!(answered_address(whole, false), apart);
+    let apart = answered_address(at(c"10.0.0.1", Some(c"9"), FI_SOURCE).unwrap(), true);
+    let whole = at(c"uet://10.0.0.1/9", None, FI_SOURCE).expect("an FI_ADDR_STR source");
+    assert_eq!(answered_address(whole, true), apart);
+    assert_eq!(
+        at(c"uet://10.0.0.2/7", None, FI_SOURCE).err(),
+        Some(ENODATA)
+    );
+    assert_eq!(at(c"uet://10.0.0.2/7", Some(c"7"), 0).err(), Some(EINVAL));
+    assert_eq!(at(c"uet://10.0.0.2", None, 0).err(), Some(EINVAL));
+}
+
 /// An `FI_EP_DGRAM` endpoint's flagless sends take the completion level of its `fi_info`'s
 /// `tx_attr->op_flags`; a datagram send cannot meet `FI_DELIVERY_COMPLETE` or
 /// `FI_MATCH_COMPLETE` (`fi_cq(3)`), so `fi_endpoint` refuses an info asking either for a
