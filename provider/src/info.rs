@@ -1097,9 +1097,18 @@ pub(crate) unsafe extern "C" fn uet_getinfo(
         let w = unsafe { wanted(hints, &nic) }?;
         // SAFETY: libfabric's contract on `node` and `service`.
         let (node, service) = unsafe { (c_str(node, "node")?, c_str(service, "service")?) };
+        // fi_getinfo(3): the hints' src_addr "will be ignored in hints if FI_SOURCE flag is
+        // set", and their dest_addr "unless the node and service parameters are NULL or
+        // FI_SOURCE flag is set": what node and service name instead is never refused for
+        // the address it replaces.
+        let named = node.is_some() || service.is_some();
+        let read = Read {
+            src: flags & FI_SOURCE == 0,
+            dest: !named || flags & FI_SOURCE != 0,
+        };
         // SAFETY: libfabric's contract on `hints`.
-        let (mut src, mut dest) = unsafe { hint_addresses(hints, &w, &nic) }?;
-        if node.is_some() || service.is_some() {
+        let (mut src, mut dest) = unsafe { hint_addresses(hints, read, &w, &nic) }?;
+        if named {
             if flags & FI_SOURCE != 0 {
                 let ours = nic.fabric_addr();
                 let node = node.map(str::to_owned).unwrap_or_else(|| ours.to_string());
@@ -1152,14 +1161,26 @@ pub(crate) unsafe extern "C" fn uet_getinfo(
     })
 }
 
-/// The source and destination addresses the hints give (`src_addr`, `dest_addr`), in the
-/// hints' address format: `FI_ENODATA` for a source that is not on this NIC, `FI_EINVAL` for
-/// an address that does not parse or a length that is not its format's.
+/// Which of the hints' addresses `fi_getinfo` reads: those its flags, node and service leave
+/// in force.
+#[derive(Clone, Copy, Debug)]
+struct Read {
+    /// `src_addr`.
+    src: bool,
+    /// `dest_addr`.
+    dest: bool,
+}
+
+/// The source and destination addresses the hints give (`src_addr`, `dest_addr`, each only
+/// where `read` says), in the hints' address format: `FI_ENODATA` for a source that is not on
+/// this NIC, `FI_EINVAL` for an address that does not parse or a length that is not its
+/// format's.
 ///
 /// # Safety
 /// `hints` is NULL or a valid `fi_info` whose addresses hold their lengths in bytes.
 unsafe fn hint_addresses(
     hints: *const FiInfo,
+    read: Read,
     w: &Wanted,
     nic: &Nic,
 ) -> Result<(Option<UetAddress>, Option<UetAddress>), FiError> {
@@ -1186,7 +1207,11 @@ unsafe fn hint_addresses(
         };
         Ok(Some(a))
     };
-    let src = parse(h.src_addr, h.src_addrlen, "src_addr")?;
+    let src = if read.src {
+        parse(h.src_addr, h.src_addrlen, "src_addr")?
+    } else {
+        None
+    };
     if let Some(a) = &src {
         let ours = nic.fabric_addr();
         if !same_ip(a.fabric_addr, ours) {
@@ -1195,7 +1220,11 @@ unsafe fn hint_addresses(
             )));
         }
     }
-    let dest = parse(h.dest_addr, h.dest_addrlen, "dest_addr")?;
+    let dest = if read.dest {
+        parse(h.dest_addr, h.dest_addrlen, "dest_addr")?
+    } else {
+        None
+    };
     Ok((src, dest))
 }
 

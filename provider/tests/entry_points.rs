@@ -3653,6 +3653,45 @@ fn fi_getinfo_takes_an_fi_addr_str_address_as_node_with_a_null_service() {
     assert_eq!(at(c"uet://10.0.0.2", None, 0).err(), Some(EINVAL));
 }
 
+/// fi_getinfo(3): the hints' `src_addr` "will be ignored in hints if FI_SOURCE flag is set",
+/// and their `dest_addr` "unless the node and service parameters are NULL or FI_SOURCE flag is
+/// set". An address the call reads is refused when it does not parse (`-FI_EINVAL`) or, as a
+/// source, is not on this NIC (`-FI_ENODATA`); one it ignores is never refused, and the
+/// answer has what node and service name in its place.
+#[test]
+fn fi_getinfo_ignores_the_hints_addresses_that_node_service_and_fi_source_replace() {
+    use uet_fi::info::FI_SOURCE;
+    let mut hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+    let plain = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+    let mut malformed = [0xffu8; 32];
+    let other_nic = {
+        let info = getinfo(Some(c"10.0.0.2"), Some(c"9"), 0, Some(&plain)).unwrap();
+        answered_address(info, false)
+    };
+    let source = |hints: &Hints| getinfo(Some(c"10.0.0.1"), Some(c"9"), FI_SOURCE, Some(hints));
+    let dest = |hints: &Hints| getinfo(Some(c"10.0.0.2"), Some(c"9"), 0, Some(hints));
+    let want_src = answered_address(source(&plain).unwrap(), true);
+    let want_dest = answered_address(dest(&plain).unwrap(), false);
+    for (src_addr, refused) in [
+        (malformed.as_mut_ptr(), EINVAL),
+        (other_nic.as_ptr().cast_mut(), ENODATA),
+    ] {
+        hints.info.src_addr = src_addr.cast();
+        hints.info.src_addrlen = 32;
+        assert_eq!(getinfo(None, None, 0, Some(&hints)).err(), Some(refused));
+        let info = source(&hints).expect("src_addr ignored with FI_SOURCE");
+        assert_eq!(answered_address(info, true), want_src);
+    }
+    hints.info.src_addr = null_mut();
+    hints.info.src_addrlen = 0;
+    hints.info.dest_addr = malformed.as_mut_ptr().cast();
+    hints.info.dest_addrlen = 32;
+    assert_eq!(getinfo(None, None, 0, Some(&hints)).err(), Some(EINVAL));
+    assert_eq!(source(&hints).err(), Some(EINVAL), "read with FI_SOURCE");
+    let info = dest(&hints).expect("dest_addr ignored beside a node and service");
+    assert_eq!(answered_address(info, false), want_dest);
+}
+
 /// An `FI_EP_DGRAM` endpoint's flagless sends take the completion level of its `fi_info`'s
 /// `tx_attr->op_flags`; a datagram send cannot meet `FI_DELIVERY_COMPLETE` or
 /// `FI_MATCH_COMPLETE` (`fi_cq(3)`), so `fi_endpoint` refuses an info asking either for a
