@@ -59,7 +59,7 @@
 //! it the queue still holds are dropped.
 
 use crate::abi::*;
-use crate::fabric::fabric_ref;
+use crate::fabric::{fabric_ref, FabricSeat};
 use crate::pep::PepCore;
 use crate::{entry, null, object_ref, ssize, strerror, unsupported, OwnedErrData};
 use core::ffi::{c_char, c_int, c_void};
@@ -145,6 +145,8 @@ pub struct UetEq {
     err_data: OwnedErrData,
     /// The wait object it was opened with (`fi_control(FI_GETWAITOBJ)`).
     wait_obj: c_int,
+    /// Counts the queue in its fabric until `fi_close` frees it.
+    _fabric: FabricSeat,
 }
 
 impl UetEq {
@@ -220,7 +222,7 @@ pub(crate) unsafe extern "C" fn fabric_eq_open(
     const CALL: &str = "fi_eq_open";
     entry(CALL, || {
         // SAFETY: the application's fabric pointer, ours.
-        let api_version = unsafe { fabric_ref(fabric) }?.api_version();
+        let f = unsafe { fabric_ref(fabric) }?;
         if eq.is_null() {
             return Err(null(CALL, "eq"));
         }
@@ -251,9 +253,10 @@ pub(crate) unsafe extern "C" fn fabric_eq_open(
             eq: queue,
             fids: Arc::new(Mutex::new(Names::default())),
             reading: Arc::new(Mutex::new(())),
-            api_version,
+            api_version: f.api_version(),
             err_data: OwnedErrData::default(),
             wait_obj: a.wait_obj,
+            _fabric: f.seat(),
         });
         // SAFETY: `eq` is non-NULL and writable (libfabric's contract).
         unsafe { *eq = Box::into_raw(boxed).cast() };
@@ -675,6 +678,7 @@ mod tests {
             api_version,
             err_data: OwnedErrData::default(),
             wait_obj: FI_WAIT_NONE,
+            _fabric: FabricSeat::in_count(&Arc::default()),
         })
     }
 

@@ -10,18 +10,45 @@ use uet_av::{FiErrno, FiError};
 use uet_driver::Nic;
 
 /// A fabric: libfabric's `fid_fabric` first (the pointer the application holds), then the NIC
-/// and how many of its domains are open.
+/// and how many of its domains, and of its other objects (event queues, passive endpoints),
+/// are open.
 #[repr(C)]
 pub struct Fabric {
     fid: FidFabric,
     pub(crate) nic: Nic,
     pub(crate) domains: Arc<AtomicUsize>,
+    /// Event queues and passive endpoints of the fabric: each holds a [`FabricSeat`].
+    others: Arc<AtomicUsize>,
 }
 
 impl Fabric {
     /// The API version the application opened the fabric with (`fi_fabric_attr.api_version`).
     pub(crate) fn api_version(&self) -> u32 {
         self.fid.api_version
+    }
+
+    /// A seat for an event queue or passive endpoint opened on the fabric.
+    pub(crate) fn seat(&self) -> FabricSeat {
+        FabricSeat::in_count(&self.others)
+    }
+}
+
+/// An event queue or passive endpoint counted in its fabric while it lives (dropped with the
+/// object when `fi_close` frees it): fi_fabric(3) has every object of a fabric released
+/// before the fabric is closed, and `fi_close` of the fabric is `-FI_EBUSY` while one is open.
+pub(crate) struct FabricSeat(Arc<AtomicUsize>);
+
+impl FabricSeat {
+    /// A seat counted in `count`.
+    pub(crate) fn in_count(count: &Arc<AtomicUsize>) -> FabricSeat {
+        count.fetch_add(1, Ordering::AcqRel);
+        FabricSeat(Arc::clone(count))
+    }
+}
+
+impl Drop for FabricSeat {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -93,6 +120,7 @@ pub(crate) unsafe extern "C" fn uet_fabric(
             },
             nic,
             domains: Arc::new(AtomicUsize::new(0)),
+            others: Arc::new(AtomicUsize::new(0)),
         });
         // SAFETY: `fabric` is non-NULL and writable (libfabric's contract).
         unsafe { *fabric = Box::into_raw(f).cast() };
@@ -100,7 +128,8 @@ pub(crate) unsafe extern "C" fn uet_fabric(
     })
 }
 
-/// `fi_close` of a fabric: `-FI_EBUSY` while any of its domains is open.
+/// `fi_close` of a fabric: `-FI_EBUSY` while any of its domains, event queues or passive
+/// endpoints is open.
 unsafe extern "C" fn fabric_close(fid: *mut Fid) -> c_int {
     entry("fi_close(fabric)", || {
         // SAFETY: libfabric calls this through the fid's own ops, so `fid` is one of ours.
@@ -110,6 +139,16 @@ unsafe extern "C" fn fabric_close(fid: *mut Fid) -> c_int {
             return Err(FiError::new(
                 FiErrno::FI_EBUSY,
                 format!("fi_close(fabric): {open} domain(s) of the fabric are open"),
+            ));
+        }
+        let open = f.others.load(Ordering::Acquire);
+        if open > 0 {
+            return Err(FiError::new(
+                FiErrno::FI_EBUSY,
+                format!(
+                    "fi_close(fabric): {open} event queue(s) or passive endpoint(s) of the \
+                     fabric are open"
+                ),
             ));
         }
         // SAFETY: made by `Box::into_raw` in `uet_fabric`; the application gives it up with

@@ -26,7 +26,7 @@
 //! | call | here |
 //! |---|---|
 //! | `fi_getinfo` | [`info`]: hints matched, node and service as a UET address |
-//! | `fi_fabric`, `fi_close` | [`fabric`]: the NIC; `-FI_EBUSY` while a domain is open |
+//! | `fi_fabric`, `fi_close` | [`fabric`]: the NIC; `-FI_EBUSY` while a domain, event queue or passive endpoint of it is open |
 //! | `fi_domain`, `fi_close` | [`domain`]: a [`uet_driver::Domain`]; `-FI_EBUSY` while an AV is open |
 //! | `fi_av_open`, `fi_av_bind`, `fi_av_insert`, `fi_av_insertsvc`, `fi_av_insertsym`, `fi_av_remove`, `fi_av_lookup`, `fi_av_straddr`, `fi_close` | [`av`]: a [`uet_driver::Av`] or, with a name, a shared one |
 //! | `fi_eq_open`, `fi_eq_read`, `fi_eq_readerr`, `fi_eq_sread`, `fi_eq_write`, `fi_eq_strerror`, `fi_control` (`FI_GETWAIT`, `FI_GETWAITOBJ`), `fi_trywait`, `fi_close` | [`eq`]: a [`uet_driver::EventQueue`], where `FI_EVENT` AVs and connections report; waited on in `fi_eq_sread` or, `FI_WAIT_FD`, on a descriptor |

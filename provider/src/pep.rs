@@ -31,7 +31,7 @@
 
 use crate::abi::*;
 use crate::eq::EqLink;
-use crate::fabric::fabric_ref;
+use crate::fabric::{fabric_ref, FabricSeat};
 use crate::info::{listen_info, ListenInfo};
 use crate::{entry, null, object_ref, unsupported};
 use core::ffi::{c_int, c_void};
@@ -66,6 +66,8 @@ impl PepCore {
 pub struct UetPep {
     fid: FidPep,
     core: Arc<PepCore>,
+    /// Counts the passive endpoint in its fabric until `fi_close` frees it.
+    _fabric: FabricSeat,
 }
 
 /// A request handed to the application: `handle` is what `fi_info.handle` points to.
@@ -298,6 +300,7 @@ pub(crate) unsafe extern "C" fn fabric_passive_ep(
                     listener: None,
                 }),
             }),
+            _fabric: f.seat(),
         });
         // SAFETY: `pep` is non-NULL and writable (libfabric's contract).
         unsafe { *pep = Box::into_raw(boxed).cast() };

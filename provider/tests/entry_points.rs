@@ -2051,6 +2051,40 @@ fn a_domain_is_not_closed_under_an_open_cq() {
     }
 }
 
+/// fi_fabric(3): "All items associated with the opened fabric must be released prior to
+/// calling fi_close." `fi_close` of a fabric is `-FI_EBUSY` while an event queue or a passive
+/// endpoint of it is open, as while a domain is, and the fabric and its objects are intact;
+/// once they are closed, the fabric closes.
+#[test]
+fn a_fabric_is_not_closed_under_an_open_event_queue_or_passive_endpoint() {
+    let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+    // SAFETY: the hints' own attributes.
+    unsafe { (*hints.info.ep_attr).ep_type = FI_EP_MSG };
+    let info = getinfo(None, None, 0, Some(&hints)).expect("FI_EP_MSG");
+    let busy = -(FiErrno::FI_EBUSY.get() as c_int);
+    let mut fabric = null_mut();
+    let mut pep: *mut FidPep = null_mut();
+    // SAFETY: the provider's info, freed once; the fabric and its objects, each closed once.
+    unsafe {
+        let fabric_fid = |fabric: *mut FidFabric| &raw mut (*fabric).fid;
+        assert_eq!(
+            (provider().fabric)((*info).fabric_attr, &mut fabric, null_mut()),
+            0
+        );
+        let eq = eq_open_on(fabric, FI_WAIT_UNSPEC, FI_WRITE).expect("fi_eq_open");
+        let ops = &*(*fabric).ops;
+        let ret = (ops.passive_ep)(fabric, info, (&raw mut pep).cast(), null_mut());
+        assert_eq!(ret, 0, "fi_passive_ep");
+        assert_eq!(close(fabric_fid(fabric)), busy, "an EQ and a listener open");
+        assert_eq!(close(&mut (*pep).fid), 0);
+        assert_eq!(close(fabric_fid(fabric)), busy, "an EQ open");
+        assert_eq!(eq_write(eq, 7), core::mem::size_of::<FiEqEntry>() as isize);
+        assert_eq!(close(&mut (*eq).fid), 0);
+        assert_eq!(close(fabric_fid(fabric)), 0);
+        uet_fi::info::free_info(info);
+    }
+}
+
 /// The endpoint types of a chain of answers, with each one's `max_msg_size`, or the
 /// negative errno; the chain is freed.
 fn answered_types(hints: &Hints) -> Result<Vec<(c_int, usize)>, c_int> {
