@@ -17,6 +17,7 @@
 //! | `domain_attr->max_ep_stx_ctx`, `max_ep_srx_ctx` | 0: no shared contexts |
 //! | `domain_attr->max_err_data` | up to 1024 bytes: an error's message in `err_data` is at most that |
 //! | `domain_attr->auth_key` | a 4-byte JobID (24 bits), or none |
+//! | `ep_attr->auth_key` | the domain's (`domain_attr->auth_key`), or none: an endpoint takes its domain's JobID |
 //! | `domain_attr->cq_data_size` | up to 8 bytes |
 //! | `tx_attr`, `rx_attr` | caps `FI_MSG`, `FI_TAGGED` with `FI_SEND` (and `FI_NAMED_RX_CTX` on `FI_EP_RDM`), or with `FI_RECV` and `FI_SOURCE`; sizes, `iov_limit`, `inject_size` up to the provider's; `op_flags` returned, those the provider honours (`FI_COMPLETION`; for sends `FI_INJECT`, `FI_INJECT_COMPLETE`, `FI_TRANSMIT_COMPLETE`, and on `FI_EP_RDM` `FI_DELIVERY_COMPLETE`); no `msg_order` or `comp_order` (messages travel unordered) |
 //! | `ep_attr->max_msg_size` | up to 16 KiB (`FI_EP_RDM`, `FI_EP_MSG`), up to the NIC's MTU (`FI_EP_DGRAM`) |
@@ -264,6 +265,9 @@ struct Wanted {
     tx_ctx_cnt: usize,
     rx_ctx_cnt: usize,
     job_id: Option<u32>,
+    /// `ep_attr->auth_key` was asked (the domain's JobID, `job_id`): the answer's endpoint
+    /// attributes carry it too.
+    ep_auth_key: bool,
     /// `tx_attr->op_flags` and `rx_attr->op_flags`: the answer carries them, and an
     /// endpoint opened with it takes them as its flagless calls' flags.
     tx_op_flags: u64,
@@ -341,21 +345,30 @@ fn addr_format_of(raw: u32) -> Option<AddrFormat> {
 /// # Safety
 /// `d.auth_key` is NULL or holds `d.auth_key_size` bytes.
 unsafe fn domain_job_id(d: &FiDomainAttr) -> Result<Option<u32>, String> {
-    match (d.auth_key_size, d.auth_key.is_null()) {
+    // SAFETY: the caller's promise.
+    unsafe { auth_key_job_id("domain_attr", d.auth_key, d.auth_key_size) }
+}
+
+/// The JobID the auth key `key` of `size` bytes of `what` (`domain_attr`, `ep_attr`) gives:
+/// `None` without a key; the reason, for the caller's errno, when the key is not a 4-byte
+/// JobID of 24 bits.
+///
+/// # Safety
+/// `key` is NULL or holds `size` bytes.
+unsafe fn auth_key_job_id(what: &str, key: *const u8, size: usize) -> Result<Option<u32>, String> {
+    match (size, key.is_null()) {
         (0, _) => Ok(None),
         (AUTH_KEY_BYTES, false) => {
-            let mut key = [0u8; AUTH_KEY_BYTES];
-            // SAFETY: `auth_key` is non-NULL and holds `auth_key_size` bytes (4), as the
-            // caller promises.
-            unsafe { core::ptr::copy_nonoverlapping(d.auth_key, key.as_mut_ptr(), key.len()) };
-            job_id_from_auth_key(&key)
+            let mut bytes = [0u8; AUTH_KEY_BYTES];
+            // SAFETY: `key` is non-NULL and holds `size` bytes (4), as the caller promises.
+            unsafe { core::ptr::copy_nonoverlapping(key, bytes.as_mut_ptr(), bytes.len()) };
+            job_id_from_auth_key(&bytes)
                 .map(Some)
-                .map_err(|e| format!("domain_attr->auth_key is no JobID: {e}"))
+                .map_err(|e| format!("{what}->auth_key is no JobID: {e}"))
         }
         (size, _) => Err(format!(
-            "domain_attr->auth_key_size {size} with auth_key {:p}: the auth key is a \
-             {AUTH_KEY_BYTES}-byte JobID",
-            d.auth_key
+            "{what}->auth_key_size {size} with auth_key {key:p}: the auth key is a \
+             {AUTH_KEY_BYTES}-byte JobID"
         )),
     }
 }
@@ -580,6 +593,25 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
         }
         // SAFETY: the hints' key holds its size in bytes (libfabric's contract).
         w.job_id = unsafe { domain_job_id(d) }.map_err(nodata)?;
+    }
+    // SAFETY: NULL or valid, as the caller promises.
+    if let Some(ep) = unsafe { h.ep_attr.as_ref() } {
+        // SAFETY: the hints' key holds its size in bytes (libfabric's contract).
+        let ep_job_id =
+            unsafe { auth_key_job_id("ep_attr", ep.auth_key, ep.auth_key_size) }.map_err(nodata)?;
+        // An endpoint is given its domain's JobID (`fi_endpoint` reads no key of its own):
+        // an endpoint key is served when it is that one, and answered as asked.
+        if let Some(job_id) = ep_job_id {
+            if w.job_id != Some(job_id) {
+                return Err(nodata(format!(
+                    "ep_attr->auth_key JobID {job_id:#x}: an endpoint takes its domain's auth \
+                     key, and domain_attr->auth_key names {}",
+                    w.job_id
+                        .map_or_else(|| "none".to_owned(), |d| format!("JobID {d:#x}"))
+                )));
+            }
+            w.ep_auth_key = true;
+        }
     }
     // An endpoint of more contexts than the domain lets an endpoint have: no answer is both.
     for (name, n, max_name, max) in [
@@ -881,6 +913,11 @@ unsafe fn fill(
         ep.mem_tag_format = u64::MAX;
         ep.tx_ctx_cnt = w.tx_ctx_cnt.max(1);
         ep.rx_ctx_cnt = w.rx_ctx_cnt.max(1);
+        if let Some(job_id) = w.job_id.filter(|_| w.ep_auth_key) {
+            let key = uet_av::job_id_to_auth_key(job_id);
+            ep.auth_key = c_alloc_bytes(&key)?.cast();
+            ep.auth_key_size = key.len();
+        }
         let d = &mut *i.domain_attr;
         d.name = c_strdup(&domain_name(nic))?;
         d.threading = FI_THREAD_SAFE;

@@ -3644,6 +3644,61 @@ fn a_listeners_fi_getinfo_gives_src_addr_and_a_connectors_dest_addr() {
     }
 }
 
+/// The auth keys of an answer: its domain's and its endpoint's, `None` where it has none.
+type AuthKeys = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// The auth keys of `fi_getinfo`'s answer to hints with `domain_key` as
+/// `domain_attr->auth_key` and `ep_key` as `ep_attr->auth_key` (empty: none): the answer's
+/// domain and endpoint keys, or the negative errno.
+fn answered_auth_keys(domain_key: &[u8], ep_key: &[u8]) -> Result<AuthKeys, c_int> {
+    let (mut domain_key, mut ep_key) = (domain_key.to_vec(), ep_key.to_vec());
+    let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+    // SAFETY: the hints' own attributes; the keys outlive the call.
+    unsafe {
+        let (d, e) = (&mut *hints.info.domain_attr, &mut *hints.info.ep_attr);
+        if !domain_key.is_empty() {
+            (d.auth_key, d.auth_key_size) = (domain_key.as_mut_ptr(), domain_key.len());
+        }
+        if !ep_key.is_empty() {
+            (e.auth_key, e.auth_key_size) = (ep_key.as_mut_ptr(), ep_key.len());
+        }
+    }
+    let info = getinfo(None, None, 0, Some(&hints))?;
+    let key = |p: *const u8, len: usize| {
+        // SAFETY: the answer's key holds its size in bytes.
+        (!p.is_null()).then(|| unsafe { core::slice::from_raw_parts(p, len) }.to_vec())
+    };
+    // SAFETY: the provider's answer, read, then freed once.
+    unsafe {
+        let (d, e) = (&*(*info).domain_attr, &*(*info).ep_attr);
+        let keys = (
+            key(d.auth_key, d.auth_key_size),
+            key(e.auth_key, e.auth_key_size),
+        );
+        uet_fi::info::free_info(info);
+        Ok(keys)
+    }
+}
+
+/// fi_getinfo(3): a non-zero hint "indicates that a provider must support the requested value
+/// or fail the operation with -FI_ENODATA". An endpoint takes its domain's auth key (its
+/// JobID): hints asking for an endpoint auth key get it when it is the domain's, answered in
+/// both, and `-FI_ENODATA` otherwise (another JobID, none in the domain, or a key that is no
+/// JobID), never an answer whose endpoints would be of another job than the one asked.
+#[test]
+fn hints_asking_for_an_endpoint_auth_key_get_it_only_as_the_domains() {
+    let (a, b) = (
+        uet_av::job_id_to_auth_key(0x42),
+        uet_av::job_id_to_auth_key(0x43),
+    );
+    let some = |k: &[u8]| Some(k.to_vec());
+    assert_eq!(answered_auth_keys(&a, &[]), Ok((some(&a), None)));
+    assert_eq!(answered_auth_keys(&a, &a), Ok((some(&a), some(&a))));
+    assert_eq!(answered_auth_keys(&a, &b), Err(ENODATA));
+    assert_eq!(answered_auth_keys(&[], &a), Err(ENODATA));
+    assert_eq!(answered_auth_keys(&a, &a[..3]), Err(ENODATA));
+}
+
 /// The address of the answer `info` to `fi_getinfo`: its `src_addr` with `source`, else its
 /// `dest_addr`. The answer is freed.
 fn answered_address(info: *mut FiInfo, source: bool) -> Vec<u8> {
