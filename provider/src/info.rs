@@ -10,7 +10,8 @@
 //! | `ep_attr->type` | `FI_EP_RDM`, `FI_EP_DGRAM`, `FI_EP_MSG` (connected: [`crate::pep`], [`crate::ep`]) |
 //! | `domain_attr->av_type` | `FI_AV_TABLE` (`FI_AV_MAP` behaves as a table, as in libfabric 2.x, and is answered so) |
 //! | `domain_attr->name`, `fabric_attr->name`, `fabric_attr->prov_name` | the NIC's, `uet`, `uet` |
-//! | `domain_attr->ep_cnt`, `max_ep_rx_ctx` | up to the NIC's endpoints and receive contexts |
+//! | `domain_attr->ep_cnt` | up to the NIC's endpoints |
+//! | `domain_attr->max_ep_rx_ctx` | up to the NIC's receive contexts per endpoint (`CAP_EP.max_rx_ctx`) on `FI_EP_RDM`; 1 on `FI_EP_DGRAM` and `FI_EP_MSG`, whose hints asking more exclude them (and whose domains' AVs then have no `rx_ctx_bits`) |
 //! | `domain_attr->cq_cnt`, `tx_ctx_cnt`, `rx_ctx_cnt` | up to the NIC's endpoints: a completion, transmit and receive ring each |
 //! | `domain_attr->cntr_cnt` | up to 1024 ([`crate::cntr::CNTR_CNT`]): counters are host objects, counting the completions the provider drains from the NIC's rings |
 //! | `domain_attr->max_ep_tx_ctx` | up to the NIC's transmit contexts per endpoint (`CAP_EP.max_tx_ctx`) on `FI_EP_RDM`; 1 on `FI_EP_DGRAM` and `FI_EP_MSG`, whose hints asking more exclude them |
@@ -655,7 +656,7 @@ fn kind_refused(kind: EpKind, w: &Wanted, nic: &Nic) -> Option<String> {
             kind.inject_size(nic)
         ));
     }
-    let several = [w.tx_ctx_cnt, w.rx_ctx_cnt, w.max_ep_tx_ctx]
+    let several = [w.tx_ctx_cnt, w.rx_ctx_cnt, w.max_ep_tx_ctx, w.max_ep_rx_ctx]
         .into_iter()
         .any(|n| n > 1);
     if kind != EpKind::Rdm && (several || (w.caps | w.tx_caps) & FI_NAMED_RX_CTX != 0) {
@@ -943,10 +944,10 @@ unsafe fn fill(
         (d.cq_cnt, d.tx_ctx_cnt, d.rx_ctx_cnt) = (queues, queues, queues);
         d.cntr_cnt = crate::cntr::CNTR_CNT;
         d.max_err_data = crate::MAX_ERR_DATA;
-        d.max_ep_rx_ctx = if w.max_ep_rx_ctx == 0 {
-            usize::try_from(limits.max_rx_ctx).unwrap_or(usize::MAX)
-        } else {
-            w.max_ep_rx_ctx
+        d.max_ep_rx_ctx = match (kind, w.max_ep_rx_ctx) {
+            (EpKind::Rdm, 0) => usize::try_from(limits.max_rx_ctx).unwrap_or(usize::MAX),
+            (EpKind::Rdm, n) => n,
+            _ => 1,
         };
         d.caps = PROVIDER_CAPS;
         if let Some(job_id) = w.job_id {

@@ -5651,7 +5651,9 @@ fn a_receive_context_enabled_before_its_scalable_endpoint_takes_receives_at_once
 
 /// fi_getinfo answers a scalable `FI_EP_RDM` endpoint of up to the NIC's contexts, with
 /// the counts asked for, and the NIC's transmit contexts per endpoint in the domain; an
-/// `FI_EP_DGRAM` or `FI_EP_MSG` endpoint keeps one context.
+/// `FI_EP_DGRAM` or `FI_EP_MSG` endpoint keeps one context of each direction, which its
+/// domain's `max_ep_tx_ctx` and `max_ep_rx_ctx` say, and hints asking more of the domain are
+/// not answered with it.
 #[test]
 fn fi_getinfo_offers_scalable_reliable_endpoints_up_to_the_nics_contexts() {
     let (max_tx, max_rx) = answer_to(|_, _| (), |d| (d.max_ep_tx_ctx, d.max_ep_rx_ctx)).unwrap();
@@ -5682,9 +5684,35 @@ fn fi_getinfo_offers_scalable_reliable_endpoints_up_to_the_nics_contexts() {
             Some(ENODATA),
             "type {ep_type}"
         );
-        let answer = answer_to(|ep, _| ep.ep_type = ep_type, |d| d.max_ep_tx_ctx);
-        assert_eq!(answer, Ok(1), "type {ep_type} has one transmit context");
+        let answer = answer_to(
+            |ep, _| ep.ep_type = ep_type,
+            |d| (d.max_ep_tx_ctx, d.max_ep_rx_ctx),
+        );
+        assert_eq!(
+            answer,
+            Ok((1, 1)),
+            "type {ep_type} has one transmit and one receive context"
+        );
+        for (max_tx, max_rx) in [(2, 0), (0, 2)] {
+            let answer = answer_to(
+                |ep, d| {
+                    ep.ep_type = ep_type;
+                    (d.max_ep_tx_ctx, d.max_ep_rx_ctx) = (max_tx, max_rx);
+                },
+                |_| (),
+            );
+            assert_eq!(
+                answer,
+                Err(ENODATA),
+                "type {ep_type}, max_ep_tx_ctx {max_tx}, max_ep_rx_ctx {max_rx}"
+            );
+        }
     }
+    // A domain asked several receive contexts per endpoint is one of reliable endpoints.
+    let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+    // SAFETY: the hints' own domain_attr.
+    unsafe { (*hints.info.domain_attr).max_ep_rx_ctx = 2 };
+    assert_eq!(answered_types(&hints).map(|t| t.len()), Ok(1));
     for (tx, rx) in [(max_tx + 1, 1), (1, max_rx + 1)] {
         assert_eq!(
             getinfo(None, None, 0, Some(&sep_hints(tx, rx))).err(),
