@@ -10,6 +10,7 @@
 //! | `ep_attr->type` | `FI_EP_RDM`, `FI_EP_DGRAM`, `FI_EP_MSG` (connected: [`crate::pep`], [`crate::ep`]) |
 //! | `domain_attr->av_type` | `FI_AV_TABLE` (`FI_AV_MAP` behaves as a table, as in libfabric 2.x, and is answered so) |
 //! | `domain_attr->name`, `fabric_attr->name`, `fabric_attr->prov_name` | the NIC's, `uet`, `uet` |
+//! | `domain_attr->caps` | `FI_LOCAL_COMM`, `FI_REMOTE_COMM`, `FI_SHARED_AV` (not on `FI_EP_MSG`, whose domain opens no named AV) |
 //! | `domain_attr->ep_cnt` | up to the NIC's endpoints |
 //! | `domain_attr->max_ep_rx_ctx` | up to the NIC's receive contexts per endpoint (`CAP_EP.max_rx_ctx`) on `FI_EP_RDM`; 1 on `FI_EP_DGRAM` and `FI_EP_MSG`, whose hints asking more exclude them (and whose domains' AVs then have no `rx_ctx_bits`) |
 //! | `domain_attr->cq_cnt`, `tx_ctx_cnt`, `rx_ctx_cnt` | up to the NIC's endpoints: a completion, transmit and receive ring each |
@@ -141,6 +142,13 @@ fn answer_caps(wanted: u64) -> u64 {
     primary | directions | (PROVIDER_CAPS & !(PRIMARY_CAPS | DIRECTION_CAPS))
 }
 
+/// The domain capabilities (`domain_attr->caps`) the provider offers: peers on this NIC and
+/// others, and named AVs. fi_domain(3) lists these three, and has every domain capability a
+/// secondary one: answered when served (on `FI_EP_MSG` without `FI_SHARED_AV`, as the
+/// `fi_info`'s caps, from which `fi_domain` takes the domain's), and refused when asked and
+/// not served.
+const DOMAIN_CAPS: u64 = FI_LOCAL_COMM | FI_REMOTE_COMM | FI_SHARED_AV;
+
 /// What `FI_EP_MSG` endpoints lack: an AV's capabilities (they bind none) and a receive's
 /// source (`FI_SOURCE`: the peer is the connection's, in no AV of the application's).
 const AV_CAPS: u64 = FI_SHARED_AV | FI_AV_USER_ID | FI_SOURCE_CAP;
@@ -256,6 +264,8 @@ struct Wanted {
     caps: u64,
     /// `tx_attr->caps`.
     tx_caps: u64,
+    /// `domain_attr->caps`.
+    domain_caps: u64,
     addr_format: AddrFormat,
     av_type: AvType,
     ep_cnt: usize,
@@ -531,6 +541,14 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
         }
         w.av_type = AvType::from_raw(d.av_type)
             .ok_or_else(|| nodata(format!("av_type {} is no fi_av_type", d.av_type)))?;
+        if d.caps & !DOMAIN_CAPS != 0 {
+            return Err(nodata(format!(
+                "domain_attr->caps {:#x} ask for more than {DOMAIN_CAPS:#x} (FI_LOCAL_COMM, \
+                 FI_REMOTE_COMM, FI_SHARED_AV)",
+                d.caps
+            )));
+        }
+        w.domain_caps = d.caps;
         let limits = nic.av_limits();
         w.ep_cnt = d.ep_cnt;
         w.max_ep_rx_ctx = d.max_ep_rx_ctx;
@@ -665,11 +683,11 @@ fn kind_refused(kind: EpKind, w: &Wanted, nic: &Nic) -> Option<String> {
              and FI_NAMED_RX_CTX are FI_EP_RDM's)"
         ));
     }
-    if kind == EpKind::Msg && w.caps & AV_CAPS != 0 {
+    if kind == EpKind::Msg && (w.caps | w.domain_caps) & AV_CAPS != 0 {
         return Some(format!(
             "caps {:#x}: {name} endpoints bind no AV (FI_SHARED_AV, FI_AV_USER_ID) and \
              report no source (FI_SOURCE)",
-            w.caps & AV_CAPS
+            (w.caps | w.domain_caps) & AV_CAPS
         ));
     }
     let flags = w.tx_op_flags & !kind.tx_op_flags();
@@ -949,7 +967,7 @@ unsafe fn fill(
             (EpKind::Rdm, n) => n,
             _ => 1,
         };
-        d.caps = PROVIDER_CAPS;
+        d.caps = i.caps & DOMAIN_CAPS;
         if let Some(job_id) = w.job_id {
             let key = uet_av::job_id_to_auth_key(job_id);
             d.auth_key = c_alloc_bytes(&key)?.cast();

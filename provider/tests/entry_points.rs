@@ -2183,6 +2183,59 @@ fn fi_getinfo_answers_reliable_datagram_and_connected_endpoints_and_the_hints_ch
     );
 }
 
+/// fi_domain(3): "All domain capabilities are considered secondary capabilities", which a
+/// provider, fi_getinfo(3) says, "must support ... or fail the fi_getinfo request
+/// (FI_ENODATA)". An answer's `domain_attr->caps` are what a domain opened with it serves:
+/// peers on this NIC and others, and named AVs but on `FI_EP_MSG` (a domain of its `fi_info`
+/// opens none); hints asking the domain for more than it serves are refused, or answered
+/// without the endpoint types that do not serve it.
+#[test]
+fn the_answers_domain_capabilities_are_those_its_domain_serves() {
+    const COMM: u64 = (1 << 51) | (1 << 52); // FI_LOCAL_COMM | FI_REMOTE_COMM
+    let shared = uet_av::FI_SHARED_AV;
+    let answer = |domain_caps: u64, ep_type: c_int| {
+        let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+        // SAFETY: the hints' own attributes.
+        unsafe {
+            (*hints.info.domain_attr).caps = domain_caps;
+            (*hints.info.ep_attr).ep_type = ep_type;
+        }
+        let info = getinfo(None, None, 0, Some(&hints))?;
+        let mut caps = Vec::new();
+        // SAFETY: the provider's answer: a chain of valid infos, read, then freed once.
+        unsafe {
+            let mut i = info;
+            while !i.is_null() {
+                caps.push(((*(*i).ep_attr).ep_type, (*(*i).domain_attr).caps));
+                i = (*i).next;
+            }
+            uet_fi::info::free_info(info);
+        }
+        Ok::<_, c_int>(caps)
+    };
+    let all = vec![
+        (FI_EP_RDM, COMM | shared),
+        (FI_EP_DGRAM, COMM | shared),
+        (FI_EP_MSG, COMM),
+    ];
+    assert_eq!(answer(0, FI_EP_UNSPEC), Ok(all.clone()));
+    assert_eq!(answer(COMM, FI_EP_UNSPEC), Ok(all.clone()));
+    assert_eq!(answer(shared, FI_EP_UNSPEC), Ok(all[..2].to_vec()));
+    assert_eq!(answer(shared, FI_EP_MSG), Err(ENODATA));
+    assert_eq!(answer(FI_TAGGED, FI_EP_UNSPEC), Err(ENODATA));
+    // What the FI_EP_MSG answer leaves out its domain does not serve.
+    let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+    // SAFETY: the hints' own attributes.
+    unsafe { (*hints.info.ep_attr).ep_type = FI_EP_MSG };
+    let open = Open::with_hints(&hints);
+    let mut attr = av_attr(4);
+    attr.name = c"domain_caps_of_fi_ep_msg".as_ptr();
+    assert_eq!(
+        open.av_open(&mut attr).err(),
+        Some(-(FiErrno::FI_EOPNOTSUPP.get() as c_int))
+    );
+}
+
 /// Two `FI_EP_DGRAM` endpoints (UET's unreliable datagrams): a datagram of up to one MTU is
 /// delivered with its tag or not, a send completes once its packet is on the wire even when
 /// no receive waits for it (the datagram is dropped at the target and never reported), a
