@@ -35,7 +35,7 @@
 //! `FI_EP_MSG` the destination is the listener `fi_connect` names, the source a listener's
 //! own (the NIC assigns its PIDonFEP at `fi_listen`: `fi_getname` gives it). A node
 //! or service that does not parse is `-FI_EINVAL`; a host name that does not resolve,
-//! `-FI_EADDRNOTAVAIL`.
+//! `-FI_EADDRNOTAVAIL`; with `FI_NUMERICHOST`, a host name is `-FI_EINVAL`, never resolved.
 //!
 //! libfabric's utility providers that build `FI_EP_RDM` over a core's datagram or connected
 //! endpoints (ofi_rxd, ofi_rxm) get `-FI_ENODATA` ([`OFI_CORE_PROV_ONLY`]): the provider's
@@ -50,7 +50,7 @@ use crate::ep::{
 use crate::{entry, null, PROVIDER_NAME, PROVIDER_VERSION};
 use core::ffi::{c_char, c_int, c_void, CStr};
 use std::net::IpAddr;
-use uet_av::addr_str::{Node, Service, ADDR_STR_SCHEME};
+use uet_av::addr_str::{AddrStr, Node, Service, ADDR_STR_SCHEME};
 use uet_av::{
     job_id_from_auth_key, system_resolver, AddrFormat, AvType, DomainAttr, FiErrno, FiError,
     AUTH_KEY_BYTES, FI_AV_USER_ID, FI_SHARED_AV,
@@ -155,6 +155,10 @@ const AV_CAPS: u64 = FI_SHARED_AV | FI_AV_USER_ID | FI_SOURCE_CAP;
 
 /// `FI_SOURCE` of `fi_getinfo`'s flags.
 pub const FI_SOURCE: u64 = 1 << 57;
+
+/// `FI_NUMERICHOST` of `fi_getinfo`'s flags: the node is an address, never a host name to
+/// resolve.
+pub const FI_NUMERICHOST: u64 = 1 << 55;
 
 /// libfabric's own `OFI_CORE_PROV_ONLY` flag of `fi_getinfo` (`include/ofi.h`, the same bit
 /// since 1.x began): a utility provider asking for a core provider to build on, as ofi_rxd
@@ -762,14 +766,24 @@ fn is_addr_str(node: &str) -> bool {
 
 /// The address `node` and `service` name: an IP address or host name and a service, or an
 /// `FI_ADDR_STR` address and no service, as `fi_av_insertsvc` takes them. `FI_EINVAL` when
-/// either is missing or malformed, or a service is given beside an `FI_ADDR_STR` node.
-fn address(node: Option<&str>, service: Option<&str>) -> Result<UetAddress, FiError> {
+/// either is missing or malformed, or a service is given beside an `FI_ADDR_STR` node; with
+/// `numeric` (`FI_NUMERICHOST`), for a host name, which fi_getinfo(3) has the flag keep from
+/// any "lengthy name resolution protocol".
+fn address(
+    node: Option<&str>,
+    service: Option<&str>,
+    numeric: bool,
+) -> Result<UetAddress, FiError> {
     if let Some(node) = node.filter(|n| is_addr_str(n)) {
         if let Some(service) = service {
             return Err(FiError::inval(format!(
                 "fi_getinfo: node {node} is an FI_ADDR_STR address, so service must be NULL, \
                  not {service:?}"
             )));
+        }
+        if numeric {
+            // The strict form: IP literals only, the resolver never asked.
+            return node.parse::<AddrStr>().map(|a| a.0);
         }
         return uet_av::addr_str::parse_addr_str_with(node, system_resolver);
     }
@@ -779,7 +793,15 @@ fn address(node: Option<&str>, service: Option<&str>) -> Result<UetAddress, FiEr
              (an IP address or host name, and the PIDonFEP)"
         )));
     };
-    let ip = Node::parse(node)?.resolve(system_resolver)?;
+    let ip = match Node::parse(node)? {
+        Node::Name(name) if numeric => {
+            return Err(FiError::inval(format!(
+                "fi_getinfo: node {name} is a host name, and FI_NUMERICHOST asks for a numeric \
+                 address"
+            )))
+        }
+        n => n.resolve(system_resolver)?,
+    };
     Service::parse(service)?.at(ip)
 }
 
@@ -1158,6 +1180,7 @@ pub(crate) unsafe extern "C" fn uet_getinfo(
         // FI_SOURCE flag is set": what node and service name instead is never refused for
         // the address it replaces.
         let named = node.is_some() || service.is_some();
+        let numeric = flags & FI_NUMERICHOST != 0;
         let read = Read {
             src: flags & FI_SOURCE == 0,
             dest: !named || flags & FI_SOURCE != 0,
@@ -1176,7 +1199,7 @@ pub(crate) unsafe extern "C" fn uet_getinfo(
                 } else {
                     service.or(Some("0"))
                 };
-                let a = address(Some(&node), service)?;
+                let a = address(Some(&node), service, numeric)?;
                 if a.fabric_addr != ours && !same_ip(a.fabric_addr, ours) {
                     return Err(nodata(format!(
                         "FI_SOURCE node {node} is not this NIC's fabric address {ours}"
@@ -1184,7 +1207,7 @@ pub(crate) unsafe extern "C" fn uet_getinfo(
                 }
                 src = whole.then_some(a);
             } else {
-                dest = Some(address(node, service)?);
+                dest = Some(address(node, service, numeric)?);
             }
         }
         let (kinds, refused): (Vec<_>, Vec<_>) = EpKind::ALL

@@ -3795,6 +3795,30 @@ fn fi_getinfo_takes_an_fi_addr_str_address_as_node_with_a_null_service() {
     assert_eq!(at(c"uet://10.0.0.2", None, 0).err(), Some(EINVAL));
 }
 
+/// fi_getinfo(3): `FI_NUMERICHOST` "indicates that the node parameter is a numeric string
+/// representation of a fabric address ... Use of this flag will suppress any lengthy name
+/// resolution protocol". With it a host name is refused (`-FI_EINVAL`) and never looked up,
+/// as a node or as the node of an `FI_ADDR_STR` address; an IP literal is taken as without it.
+#[test]
+fn with_fi_numerichost_fi_getinfo_resolves_no_host_name() {
+    use uet_fi::info::FI_SOURCE;
+    const FI_NUMERICHOST: u64 = 1 << 55;
+    let at = |node: &CStr, service: Option<&CStr>, flags| getinfo(Some(node), service, flags, None);
+    let resolved = at(c"localhost", Some(c"7"), 0).expect("localhost resolves");
+    let literal = at(c"127.0.0.1", Some(c"7"), FI_NUMERICHOST).expect("an IP literal");
+    assert_eq!(
+        answered_address(resolved, false),
+        answered_address(literal, false)
+    );
+    let whole = at(c"uet://127.0.0.1/7", None, FI_NUMERICHOST).expect("an IP literal");
+    // SAFETY: the provider's answer, freed once.
+    unsafe { uet_fi::info::free_info(whole) };
+    for flags in [FI_NUMERICHOST, FI_NUMERICHOST | FI_SOURCE] {
+        assert_eq!(at(c"localhost", Some(c"7"), flags).err(), Some(EINVAL));
+        assert_eq!(at(c"uet://localhost/7", None, flags).err(), Some(EINVAL));
+    }
+}
+
 /// fi_getinfo(3): the hints' `src_addr` "will be ignored in hints if FI_SOURCE flag is set",
 /// and their `dest_addr` "unless the node and service parameters are NULL or FI_SOURCE flag is
 /// set". An address the call reads is refused when it does not parse (`-FI_EINVAL`) or, as a
