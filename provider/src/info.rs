@@ -115,6 +115,9 @@ const PRIMARY_CAPS: u64 = FI_MSG | FI_TAGGED | FI_NAMED_RX_CTX;
 /// The capabilities of a transmit context (`tx_attr->caps`, fi_endpoint(3)) the provider
 /// offers: sending messages, and naming a peer's receive context (`FI_EP_RDM`).
 pub(crate) const TX_CAPS: u64 = FI_MSG | FI_TAGGED | FI_SEND | FI_NAMED_RX_CTX;
+/// The capabilities of a receive context (`rx_attr->caps`) the provider offers: receiving
+/// messages, and their sources.
+const RX_CAPS: u64 = FI_MSG | FI_TAGGED | FI_RECV_CAP | FI_SOURCE_CAP;
 /// The primary capabilities of messages of either kind.
 const MESSAGE_CAPS: u64 = FI_MSG | FI_TAGGED;
 /// Their modifiers: the directions (`FI_SEND`, `FI_RECV`).
@@ -148,6 +151,20 @@ fn answer_caps(wanted: u64) -> u64 {
 /// `fi_info`'s caps, from which `fi_domain` takes the domain's), and refused when asked and
 /// not served.
 const DOMAIN_CAPS: u64 = FI_LOCAL_COMM | FI_REMOTE_COMM | FI_SHARED_AV;
+
+/// The answer's `caps` for an endpoint of `kind` and hints asking `wanted`: [`answer_caps`]
+/// without what the type lacks (an AV's capabilities on `FI_EP_MSG`, named receive contexts
+/// but on `FI_EP_RDM`).
+fn kind_caps(kind: EpKind, wanted: u64) -> u64 {
+    let mut caps = answer_caps(wanted);
+    if kind == EpKind::Msg {
+        caps &= !AV_CAPS;
+    }
+    if kind != EpKind::Rdm {
+        caps &= !FI_NAMED_RX_CTX;
+    }
+    caps
+}
 
 /// What `FI_EP_MSG` endpoints lack: an AV's capabilities (they bind none) and a receive's
 /// source (`FI_SOURCE`: the peer is the connection's, in no AV of the application's).
@@ -266,8 +283,9 @@ struct Wanted {
     max_msg_size: usize,
     inject_size: usize,
     caps: u64,
-    /// `tx_attr->caps`.
+    /// `tx_attr->caps`, `rx_attr->caps`.
     tx_caps: u64,
+    rx_caps: u64,
     /// `domain_attr->caps`.
     domain_caps: u64,
     addr_format: AddrFormat,
@@ -448,7 +466,7 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
     }
     // SAFETY: NULL or valid, as the caller promises.
     if let Some(rx) = unsafe { h.rx_attr.as_ref() } {
-        let served = FI_MSG | FI_TAGGED | FI_RECV_CAP | FI_SOURCE_CAP;
+        let served = RX_CAPS;
         if rx.caps & !served != 0 || rx.size > 1 << defaults.rx_log2 || rx.iov_limit > IOV_LIMIT {
             return Err(nodata(format!(
                 "rx_attr (caps {:#x}, size {}, iov_limit {}) asks for more than the \
@@ -466,6 +484,7 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
             )));
         }
         w.rx_op_flags = rx.op_flags;
+        w.rx_caps = rx.caps;
         if rx.msg_order != 0 || rx.comp_order != 0 {
             return Err(nodata(format!(
                 "rx_attr msg_order {:#x}, comp_order {:#x}: messages travel unordered (RUD)",
@@ -685,6 +704,17 @@ fn kind_refused(kind: EpKind, w: &Wanted, nic: &Nic) -> Option<String> {
         return Some(format!(
             "{name} endpoints have one transmit and one receive context (scalable endpoints \
              and FI_NAMED_RX_CTX are FI_EP_RDM's)"
+        ));
+    }
+    // fi_endpoint(3): a context's capabilities "must be a subset of those requested of the
+    // associated endpoint"; what the answer's endpoint leaves out, its contexts cannot have.
+    let caps = kind_caps(kind, w.caps);
+    let (tx, rx) = (w.tx_caps & !(TX_CAPS & caps), w.rx_caps & !(RX_CAPS & caps));
+    if tx | rx != 0 {
+        return Some(format!(
+            "tx_attr->caps {:#x}, rx_attr->caps {:#x}: {name}'s answer to caps {:#x} leaves \
+             out {tx:#x} of the transmit and {rx:#x} of the receive capabilities",
+            w.tx_caps, w.rx_caps, w.caps
         ));
     }
     if kind == EpKind::Msg && (w.caps | w.domain_caps) & AV_CAPS != 0 {
@@ -907,13 +937,7 @@ unsafe fn fill(
 ) -> Result<(), FiError> {
     // SAFETY: valid and ours, as the caller promises.
     let i = unsafe { &mut *info };
-    i.caps = answer_caps(w.caps);
-    if kind == EpKind::Msg {
-        i.caps &= !AV_CAPS;
-    }
-    if kind != EpKind::Rdm {
-        i.caps &= !FI_NAMED_RX_CTX;
-    }
+    i.caps = kind_caps(kind, w.caps);
     i.mode = 0;
     i.addr_format = match w.addr_format {
         AddrFormat::Uet => FI_FORMAT_UNSPEC,
@@ -941,7 +965,7 @@ unsafe fn fill(
         tx.iov_limit = IOV_LIMIT;
         tx.op_flags = w.tx_op_flags;
         let rx = &mut *i.rx_attr;
-        rx.caps = (FI_MSG | FI_TAGGED | FI_RECV_CAP | FI_SOURCE_CAP) & i.caps;
+        rx.caps = RX_CAPS & i.caps;
         rx.size = 1 << defaults.rx_log2;
         rx.iov_limit = IOV_LIMIT;
         rx.op_flags = w.rx_op_flags;

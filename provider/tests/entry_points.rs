@@ -2236,6 +2236,35 @@ fn the_answers_domain_capabilities_are_those_its_domain_serves() {
     );
 }
 
+/// fi_endpoint(3): a context's capabilities "must be a subset of those requested of the
+/// associated endpoint". Hints whose `tx_attr->caps` or `rx_attr->caps` ask for what an
+/// endpoint type's answer leaves out (a receive's source on `FI_EP_MSG`, tagged messages
+/// when the caps name `FI_MSG` alone, receives on a send-only endpoint) are not answered
+/// with that type, rather than answered with contexts that lack what was asked.
+#[test]
+fn hints_asking_contexts_for_what_the_answer_leaves_out_exclude_its_type() {
+    let types = |caps: u64, tx_caps: u64, rx_caps: u64| {
+        let hints = Hints::new(caps, FI_FORMAT_UNSPEC);
+        // SAFETY: the hints' own attributes.
+        unsafe {
+            (*hints.info.tx_attr).caps = tx_caps;
+            (*hints.info.rx_attr).caps = rx_caps;
+        }
+        answered_types(&hints).map(|t| t.into_iter().map(|(ty, _)| ty).collect::<Vec<_>>())
+    };
+    let all = vec![FI_EP_RDM, FI_EP_DGRAM, FI_EP_MSG];
+    let source = FI_MSG | FI_RECV | FI_SOURCE_CAP;
+    assert_eq!(
+        types(FI_MSG, FI_MSG | FI_SEND, FI_MSG | FI_RECV),
+        Ok(all.clone())
+    );
+    assert_eq!(types(0, FI_TAGGED, source), Ok(all[..2].to_vec()));
+    assert_eq!(types(FI_MSG, 0, source), Ok(all[..2].to_vec()));
+    assert_eq!(types(FI_MSG, FI_TAGGED, 0), Err(ENODATA));
+    assert_eq!(types(FI_MSG, 0, FI_TAGGED), Err(ENODATA));
+    assert_eq!(types(FI_MSG | FI_SEND, 0, FI_MSG | FI_RECV), Err(ENODATA));
+}
+
 /// Two `FI_EP_DGRAM` endpoints (UET's unreliable datagrams): a datagram of up to one MTU is
 /// delivered with its tag or not, a send completes once its packet is on the wire even when
 /// no receive waits for it (the datagram is dropped at the target and never reported), a
