@@ -1163,7 +1163,8 @@ pub(crate) fn open_context(
     Box::into_raw(boxed).cast()
 }
 
-/// `fi_endpoint`.
+/// `fi_endpoint`. `FI_EINVAL` for an `fi_info` whose `ep_attr->auth_key` is not the domain's
+/// JobID, which its endpoints are given ([`crate::info::endpoint_key_refused`]).
 pub(crate) unsafe extern "C" fn domain_endpoint(
     domain: *mut FidDomain,
     info: *mut c_void,
@@ -1200,6 +1201,17 @@ pub(crate) unsafe extern "C" fn domain_endpoint(
             return Err(FiError::inval(format!(
                 "{CALL}: info->handle is no connection request waiting for an answer"
             )));
+        }
+        let job_id = {
+            let guard = d.lock()?;
+            let dom = guard
+                .as_ref()
+                .ok_or_else(|| FiError::inval(format!("{CALL}: the domain is closed")))?;
+            dom.endpoint_attr().job_id
+        };
+        // SAFETY: NULL or valid attributes of a valid fi_info.
+        if let Some(why) = unsafe { crate::info::endpoint_key_refused(info, job_id) } {
+            return Err(FiError::inval(format!("{CALL}: {why}")));
         }
         let addr_format = match info.addr_format {
             FI_ADDR_STR => AddrFormat::Str,

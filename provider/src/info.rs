@@ -406,6 +406,27 @@ unsafe fn auth_key_job_id(what: &str, key: *const u8, size: usize) -> Result<Opt
     }
 }
 
+/// Why the endpoint auth key of `info` (`ep_attr->auth_key`) is none an endpoint of a domain
+/// whose endpoints are given `job_id` may have: an endpoint takes its domain's JobID (fi_endpoint(3):
+/// "The domain authorization key will be used if auth_key_size is set to 0"), so a key of its
+/// own is served only when it is that one. `None` for no key or that one.
+///
+/// # Safety
+/// `info.ep_attr` is NULL or valid, its key NULL or holding its size in bytes.
+pub(crate) unsafe fn endpoint_key_refused(info: &FiInfo, job_id: u32) -> Option<String> {
+    // SAFETY: NULL or valid, as the caller promises.
+    let ep = unsafe { info.ep_attr.as_ref() }?;
+    // SAFETY: the key holds its size in bytes, as the caller promises.
+    match unsafe { auth_key_job_id("ep_attr", ep.auth_key, ep.auth_key_size) } {
+        Ok(None) => None,
+        Ok(Some(own)) if own == job_id => None,
+        Ok(Some(own)) => Some(format!(
+            "ep_attr->auth_key JobID {own:#x}: an endpoint takes its domain's JobID {job_id:#x}"
+        )),
+        Err(why) => Some(why),
+    }
+}
+
 /// Read the hints. `FI_ENODATA` for what the provider does not offer.
 ///
 /// # Safety
@@ -1090,6 +1111,11 @@ pub(crate) unsafe fn listen_info(info: &FiInfo, call: &str) -> Result<ListenInfo
         }
         None => None,
     };
+    let listener_job = job_id.unwrap_or(uet_driver::EndpointAttr::default().job_id);
+    // SAFETY: as above.
+    if let Some(why) = unsafe { endpoint_key_refused(info, listener_job) } {
+        return Err(FiError::inval(format!("{call}: {why}")));
+    }
     let src = if info.src_addr.is_null() || info.src_addrlen == 0 {
         None
     } else {

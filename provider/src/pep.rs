@@ -2,7 +2,7 @@
 //! and the connection requests it hands the application.
 //!
 //! * `fi_passive_ep(fabric, info)` takes an `fi_info` of `FI_EP_MSG` (`-FI_EINVAL` for
-//!   another type); `fi_pep_bind` takes its EQ (one; `-FI_EINVAL` for anything else, and
+//!   another type, or an `ep_attr->auth_key` other than its domain's); `fi_pep_bind` takes its EQ (one; `-FI_EINVAL` for anything else, and
 //!   `-FI_EOPBADSTATE` once listening); `fi_listen` (`-FI_ENOEQ` without an EQ) makes the
 //!   listener on the NIC, which gives it its address: `fi_getname` (the 32-byte UET address,
 //!   or with `FI_ADDR_STR` its string, as `fi_connect` takes it; `-FI_ETOOSMALL` with the

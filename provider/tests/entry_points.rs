@@ -3781,6 +3781,78 @@ fn hints_asking_for_an_endpoint_auth_key_get_it_only_as_the_domains() {
     assert_eq!(answered_auth_keys(&a, &a[..3]), Err(ENODATA));
 }
 
+/// An endpoint takes its domain's JobID, and `fi_endpoint`, `fi_scalable_ep` and
+/// `fi_passive_ep` read no key of their own: an `fi_info` whose `ep_attr->auth_key` is another
+/// JobID, or no JobID, is refused (`-FI_EINVAL`) rather than opened into the domain's job;
+/// one that names the domain's opens.
+#[test]
+fn an_endpoint_is_not_opened_with_an_auth_key_other_than_its_domains() {
+    let domain_key = uet_av::job_id_to_auth_key(0x42);
+    let (mut ours, mut other) = (domain_key, uet_av::job_id_to_auth_key(0x43));
+    let opened = |ep_type: c_int, edit: &mut dyn FnMut(&mut FiEpAttr)| {
+        let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+        let mut key = domain_key;
+        // SAFETY: the hints' own attributes; the key outlives the call.
+        unsafe {
+            let d = &mut *hints.info.domain_attr;
+            (d.auth_key, d.auth_key_size) = (key.as_mut_ptr(), key.len());
+            (*hints.info.ep_attr).ep_type = ep_type;
+        }
+        let open = Open::with_hints(&hints);
+        let mut ep: *mut Fid = null_mut();
+        // SAFETY: the provider's own info, its key restored before it is freed; an open
+        // fabric and domain; a valid out pointer; what opens is closed once.
+        unsafe {
+            let ep_attr = &mut *(*open.info).ep_attr;
+            let (key, size) = (ep_attr.auth_key, ep_attr.auth_key_size);
+            edit(ep_attr);
+            let out = (&raw mut ep).cast();
+            let ret = match ep_type {
+                FI_EP_MSG => {
+                    let ops = &*(*open.fabric).ops;
+                    (ops.passive_ep)(open.fabric, open.info, out, null_mut())
+                }
+                _ => {
+                    let ops = &*(*open.domain).ops;
+                    let scalable = ep_attr.rx_ctx_cnt > 1;
+                    let open_ep = if scalable {
+                        ops.scalable_ep
+                    } else {
+                        ops.endpoint
+                    };
+                    open_ep(open.domain, open.info.cast(), out, null_mut())
+                }
+            };
+            (ep_attr.auth_key, ep_attr.auth_key_size) = (key, size);
+            if ret == 0 {
+                assert_eq!(close(ep), 0);
+            }
+            ret
+        }
+    };
+    for (ep_type, rx_ctx_cnt) in [(FI_EP_RDM, 1), (FI_EP_RDM, 2), (FI_EP_MSG, 1)] {
+        let with_key = |key: *mut u8, size: usize| {
+            opened(ep_type, &mut |ep: &mut FiEpAttr| {
+                ep.rx_ctx_cnt = rx_ctx_cnt;
+                (ep.auth_key, ep.auth_key_size) = (key, size);
+            })
+        };
+        let what = format!("type {ep_type}, {rx_ctx_cnt} receive contexts");
+        assert_eq!(with_key(null_mut(), 0), 0, "{what}: the domain's key");
+        assert_eq!(
+            with_key(ours.as_mut_ptr(), 4),
+            0,
+            "{what}: the domain's key"
+        );
+        assert_eq!(
+            with_key(other.as_mut_ptr(), 4),
+            EINVAL,
+            "{what}: another JobID"
+        );
+        assert_eq!(with_key(ours.as_mut_ptr(), 3), EINVAL, "{what}: no JobID");
+    }
+}
+
 /// The address of the answer `info` to `fi_getinfo`: its `src_addr` with `source`, else its
 /// `dest_addr`. The answer is freed.
 fn answered_address(info: *mut FiInfo, source: bool) -> Vec<u8> {
