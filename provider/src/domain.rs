@@ -92,7 +92,7 @@ pub(crate) unsafe fn domain_ref<'a>(
 
 /// `fi_domain`: the domain `info` describes, on the fabric's NIC. `FI_EINVAL` for an `info`
 /// that names another domain or attributes the provider does not serve; `FI_ENODATA` for
-/// limits above the NIC's ([`uet_driver::Nic::domain`]).
+/// limits above the NIC's (`max_ep_tx_ctx`, and [`uet_driver::Nic::domain`]'s).
 pub(crate) unsafe extern "C" fn fabric_domain(
     fabric: *mut FidFabric,
     info: *mut FiInfo,
@@ -122,6 +122,18 @@ pub(crate) unsafe extern "C" fn fabric_domain(
         let attr = unsafe { domain_attr(info) }?;
         // SAFETY: as above.
         let max_ep_tx_ctx = unsafe { info.domain_attr.as_ref() }.map_or(0, |d| d.max_ep_tx_ctx);
+        // As the driver refuses receive contexts per endpoint above the NIC's: a domain whose
+        // endpoints the NIC cannot give the transmit contexts it promises is not opened.
+        let (nic_tx, _) = crate::info::context_limits(&f.nic);
+        if max_ep_tx_ctx > nic_tx {
+            return Err(FiError::new(
+                FiErrno::FI_ENODATA,
+                format!(
+                    "fi_domain: max_ep_tx_ctx {max_ep_tx_ctx} exceeds the {nic_tx} transmit \
+                     contexts a NIC endpoint can have"
+                ),
+            ));
+        }
         let d = f.nic.domain(attr)?;
         f.domains.fetch_add(1, Ordering::AcqRel);
         let boxed = Box::new(UetDomain {

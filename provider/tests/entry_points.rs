@@ -2085,6 +2085,39 @@ fn a_fabric_is_not_closed_under_an_open_event_queue_or_passive_endpoint() {
     }
 }
 
+/// `fi_domain` opens no domain whose limits per endpoint are above what the NIC's endpoints
+/// have (`-FI_ENODATA`, as `fi_getinfo` answers hints asking them): endpoints (`ep_cnt`),
+/// receive contexts (`max_ep_rx_ctx`) and transmit contexts (`max_ep_tx_ctx`) alike; the
+/// NIC's own limits open one.
+#[test]
+fn fi_domain_refuses_limits_per_endpoint_above_the_nics() {
+    let open = Open::new(FI_MSG, FI_FORMAT_UNSPEC);
+    // SAFETY: the provider's own info, each limit restored; an open fabric; a valid out
+    // pointer; a domain that opens is closed once.
+    unsafe {
+        let d = &mut *(*open.info).domain_attr;
+        let nic = (d.ep_cnt, d.max_ep_tx_ctx, d.max_ep_rx_ctx);
+        let fields: [(&str, *mut usize, usize); 3] = [
+            ("ep_cnt", &raw mut d.ep_cnt, nic.0),
+            ("max_ep_tx_ctx", &raw mut d.max_ep_tx_ctx, nic.1),
+            ("max_ep_rx_ctx", &raw mut d.max_ep_rx_ctx, nic.2),
+        ];
+        for (name, field, limit) in fields {
+            for (value, want) in [(limit, 0), (limit + 1, ENODATA)] {
+                *field = value;
+                let mut domain = null_mut();
+                let ops = &*(*open.fabric).ops;
+                let ret = (ops.domain)(open.fabric, open.info, &mut domain, null_mut());
+                assert_eq!(ret, want, "{name} {value} (the NIC's {limit})");
+                if ret == 0 {
+                    assert_eq!(close(&mut (*domain).fid), 0);
+                }
+                *field = limit;
+            }
+        }
+    }
+}
+
 /// The endpoint types of a chain of answers, with each one's `max_msg_size`, or the
 /// negative errno; the chain is freed.
 fn answered_types(hints: &Hints) -> Result<Vec<(c_int, usize)>, c_int> {
