@@ -21,6 +21,7 @@
 //! | `domain_attr->auth_key` | a 4-byte JobID (24 bits), or none |
 //! | `ep_attr->auth_key` | the domain's (`domain_attr->auth_key`), or none: an endpoint takes its domain's JobID |
 //! | `domain_attr->cq_data_size` | up to 8 bytes |
+//! | `domain_attr->mr_key_size`, `mr_cnt`, `mr_iov_limit`, `tx_attr->rma_iov_limit` | 0: no memory is registered, no RMA served |
 //! | `tx_attr`, `rx_attr` | caps `FI_MSG`, `FI_TAGGED` with `FI_SEND` (and `FI_NAMED_RX_CTX` on `FI_EP_RDM`), or with `FI_RECV` and `FI_SOURCE`; sizes, `iov_limit`, `inject_size` up to the provider's; `op_flags` returned, those the provider honours (`FI_COMPLETION`; for sends `FI_INJECT`, `FI_INJECT_COMPLETE`, `FI_TRANSMIT_COMPLETE`, and on `FI_EP_RDM` `FI_DELIVERY_COMPLETE`); no `msg_order` or `comp_order` (messages travel unordered) |
 //! | `ep_attr->max_msg_size` | up to 16 KiB (`FI_EP_RDM`, `FI_EP_MSG`), up to the NIC's MTU (`FI_EP_DGRAM`) |
 //! | `ep_attr->protocol`, `protocol_version` | `FI_PROTO_UNSPEC` or the provider's own, UET ([`PROTOCOL`], a provider-specific value: libfabric 1.17 names no UET protocol), up to version [`PROTOCOL_VERSION`] (0: any) |
@@ -468,6 +469,12 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
                 1 << defaults.tx_log2
             )));
         }
+        if tx.rma_iov_limit > 0 {
+            return Err(nodata(format!(
+                "tx_attr->rma_iov_limit {}: the provider serves no RMA",
+                tx.rma_iov_limit
+            )));
+        }
         if tx.op_flags & !TX_OP_FLAGS != 0 {
             return Err(nodata(format!(
                 "tx_attr->op_flags {:#x}: the provider honours {TX_OP_FLAGS:#x}",
@@ -619,6 +626,17 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
                 "domain_attr->cntr_cnt {} is more than the provider's {} counters per domain",
                 d.cntr_cnt,
                 crate::cntr::CNTR_CNT
+            )));
+        }
+        // `fi_mr_reg` is -FI_ENOSYS: a domain of the provider registers no memory.
+        let registrations = [
+            ("mr_key_size", d.mr_key_size),
+            ("mr_cnt", d.mr_cnt),
+            ("mr_iov_limit", d.mr_iov_limit),
+        ];
+        if let Some((name, n)) = registrations.into_iter().find(|&(_, n)| n > 0) {
+            return Err(nodata(format!(
+                "domain_attr->{name} {n}: the provider registers no memory regions"
             )));
         }
         if d.cq_data_size > CQ_DATA_SIZE {

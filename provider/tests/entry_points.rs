@@ -1571,6 +1571,28 @@ fn hints_asking_the_domain_for_several_or_shared_contexts_per_endpoint_are_refus
     assert_eq!(served, Ok((2, 0, 0)), "two transmit contexts are served");
 }
 
+/// The provider registers no memory (`fi_mr_reg` is `-FI_ENOSYS`) and serves no RMA: hints
+/// asking a domain for memory registrations (`mr_key_size`, `mr_cnt`, `mr_iov_limit`) or a
+/// transmit context for RMA vectors (`rma_iov_limit`) are `-FI_ENODATA`, as fi_getinfo(3) has
+/// a hint the provider cannot meet, rather than answered with 0 of what they asked.
+#[test]
+fn hints_asking_for_memory_registrations_or_rma_vectors_are_refused() {
+    let answered = answer_to(|_, _| (), |d| (d.mr_key_size, d.mr_cnt, d.mr_iov_limit));
+    assert_eq!(answered, Ok((0, 0, 0)));
+    let asks: [fn(&mut FiDomainAttr); 3] = [
+        |d| d.mr_key_size = 8,
+        |d| d.mr_cnt = 1,
+        |d| d.mr_iov_limit = 1,
+    ];
+    for ask in asks {
+        assert_eq!(answer_to(|_, d| ask(d), |_| ()), Err(ENODATA));
+    }
+    let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+    // SAFETY: the hints' own tx_attr.
+    unsafe { (*hints.info.tx_attr).rma_iov_limit = 1 };
+    assert_eq!(getinfo(None, None, 0, Some(&hints)).err(), Some(ENODATA));
+}
+
 /// `domain_attr->max_err_data` is the provider's bound on error data: answered, and a hint
 /// asking for more is `-FI_ENODATA`.
 #[test]
