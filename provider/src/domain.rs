@@ -3,8 +3,8 @@
 
 use crate::abi::*;
 use crate::fabric::fabric_ref;
-use crate::info::{c_str, domain_attr, domain_name};
-use crate::{entry, null, object_ref, unsupported};
+use crate::info::{c_str, domain_attr, domain_name, FABRIC_NAME};
+use crate::{entry, null, object_ref, unsupported, PROVIDER_NAME};
 use core::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -91,7 +91,7 @@ pub(crate) unsafe fn domain_ref<'a>(
 }
 
 /// `fi_domain`: the domain `info` describes, on the fabric's NIC. `FI_EINVAL` for an `info`
-/// that names another domain or attributes the provider does not serve; `FI_ENODATA` for
+/// that names another domain, fabric or provider, or attributes the provider does not serve; `FI_ENODATA` for
 /// limits above the NIC's (`max_ep_tx_ctx`, and [`uet_driver::Nic::domain`]'s).
 pub(crate) unsafe extern "C" fn fabric_domain(
     fabric: *mut FidFabric,
@@ -107,6 +107,26 @@ pub(crate) unsafe extern "C" fn fabric_domain(
         }
         // SAFETY: NULL or a valid fi_info (libfabric's contract).
         let info = unsafe { info.as_ref() }.ok_or_else(|| null("fi_domain", "info"))?;
+        // SAFETY: NULL or valid attributes of a valid fi_info.
+        if let Some(a) = unsafe { info.fabric_attr.as_ref() } {
+            // SAFETY: NULL or NUL-terminated strings.
+            let (name, prov) = unsafe {
+                (
+                    c_str(a.name, "fabric_attr->name")?,
+                    c_str(a.prov_name, "fabric_attr->prov_name")?,
+                )
+            };
+            // An info of another fabric or provider describes none of this fabric's domains
+            // (libfabric names providers without regard to case).
+            if name.is_some_and(|n| n != FABRIC_NAME)
+                || prov.is_some_and(|p| !p.eq_ignore_ascii_case(PROVIDER_NAME))
+            {
+                return Err(FiError::inval(format!(
+                    "fi_domain: the info is of fabric {name:?} of provider {prov:?}, not this \
+                     fabric ({FABRIC_NAME}, {PROVIDER_NAME})"
+                )));
+            }
+        }
         // SAFETY: NULL or valid attributes of a valid fi_info.
         if let Some(d) = unsafe { info.domain_attr.as_ref() } {
             // SAFETY: NULL or a NUL-terminated string.

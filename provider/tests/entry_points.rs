@@ -2107,6 +2107,49 @@ fn a_fabric_is_not_closed_under_an_open_event_queue_or_passive_endpoint() {
     }
 }
 
+/// `fi_domain` opens the domain its `fi_info` describes: an info of another fabric or
+/// provider (`fabric_attr->name`, `prov_name`) is `-FI_EINVAL`, as one naming another domain
+/// is, even without a domain name; the provider's own name is taken in any case, as
+/// libfabric matches provider names.
+#[test]
+fn fi_domain_refuses_an_info_of_another_fabric_or_provider() {
+    let open = Open::new(FI_MSG, FI_FORMAT_UNSPEC);
+    let names: [(&CStr, &CStr, c_int); 4] = [
+        (c"uet", c"uet", 0),
+        (c"uet", c"UET", 0),
+        (c"other", c"uet", EINVAL),
+        (c"uet", c"tcp", EINVAL),
+    ];
+    // SAFETY: the provider's own info, its names restored before anything is asserted (the
+    // strings outlive the calls); an open fabric; a valid out pointer; a domain that opens
+    // is closed once.
+    let answers = unsafe {
+        let (d, f) = (
+            &mut *(*open.info).domain_attr,
+            &mut *(*open.info).fabric_attr,
+        );
+        let (domain_name, fabric_name, prov_name) = (d.name, f.name, f.prov_name);
+        d.name = null_mut();
+        let answers = names.map(|(fabric, prov, _)| {
+            (f.name, f.prov_name) = (fabric.as_ptr().cast_mut(), prov.as_ptr().cast_mut());
+            let mut domain = null_mut();
+            let ops = &*(*open.fabric).ops;
+            let ret = (ops.domain)(open.fabric, open.info, &mut domain, null_mut());
+            let closed = if ret == 0 {
+                close(&mut (*domain).fid)
+            } else {
+                0
+            };
+            (ret, closed)
+        });
+        (d.name, f.name, f.prov_name) = (domain_name, fabric_name, prov_name);
+        answers
+    };
+    for ((fabric, prov, want), answer) in names.into_iter().zip(answers) {
+        assert_eq!(answer, (want, 0), "fabric {fabric:?}, provider {prov:?}");
+    }
+}
+
 /// `fi_domain` opens no domain whose limits per endpoint are above what the NIC's endpoints
 /// have (`-FI_ENODATA`, as `fi_getinfo` answers hints asking them): endpoints (`ep_cnt`),
 /// receive contexts (`max_ep_rx_ctx`) and transmit contexts (`max_ep_tx_ctx`) alike; the
