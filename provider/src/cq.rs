@@ -25,7 +25,10 @@
 //!   older than interface 1.12, a backend without interrupts, every vector held), it reads
 //!   the rings with a sleep growing from 1 µs to 1 ms between reads instead;
 //!   `fi_cq_signal` ends with `-FI_EAGAIN` the wait of every thread waiting then (with none
-//!   waiting, the next `sread` returns at once). The CQ must have a wait object
+//!   waiting, the next `sread` returns at once). A NIC that stopped (a fatal error, or its
+//!   function reset) writes no completion and raises no vector: a wait that has found
+//!   nothing for 100 ms looks at the NIC's status, and ends with `-FI_EIO` once it stopped.
+//!   The CQ must have a wait object
 //!   (`FI_WAIT_UNSPEC`, `FI_WAIT_MUTEX_COND`, `FI_WAIT_YIELD` or `FI_WAIT_FD`); `FI_WAIT_NONE`
 //!   makes `sread` `-FI_EINVAL`, and wait sets and `FI_WAIT_POLLFD` are `-FI_ENOSYS` at open
 //!   (a value that is no `enum fi_wait_obj`, `-FI_EINVAL`).
@@ -141,6 +144,13 @@ impl UetCq {
     /// Arm every bound endpoint's ring for a wait ([`EpShared::arm`]). The endpoint list is
     /// taken from under the CQ's lock and each endpoint armed under its own, as a read drains
     /// them.
+    /// Whether the NIC of an endpoint bound to the CQ stopped (a fatal error, or its
+    /// function reset): it writes no completion and raises no vector.
+    fn device_stopped(&self) -> bool {
+        let endpoints = Arc::clone(&self.lock().endpoints);
+        endpoints.iter().any(|ep| ep.device_stopped())
+    }
+
     fn arm_endpoints(&self) -> Armed {
         let endpoints = Arc::clone(&self.lock().endpoints);
         let mut fds = Vec::with_capacity(endpoints.len() + 1);
@@ -759,6 +769,7 @@ unsafe extern "C" fn cq_sreadfrom(
         let mut sleep = Duration::from_micros(1);
         // Among the CQ's waiters from its first sleep on (after `_waiting`: it leaves first).
         let mut parked: Option<Parked<'_>> = None;
+        let mut looked = Instant::now();
         loop {
             // SAFETY: libfabric's contract on `buf` and `src_addr`.
             match unsafe { read_into(q, buf, count, src_addr, CALL) } {
@@ -779,6 +790,20 @@ unsafe extern "C" fn cq_sreadfrom(
                     FiErrno::FI_EAGAIN,
                     format!("{CALL}: timed out"),
                 ));
+            }
+            // A NIC that stopped writes no completion and raises no vector: looked at every
+            // WAIT_RECHECK the wait finds nothing, so that a wait without end ends.
+            if now.duration_since(looked) >= WAIT_RECHECK {
+                looked = now;
+                if q.device_stopped() {
+                    return Err(FiError::new(
+                        FiErrno::FI_EIO,
+                        format!(
+                            "{CALL}: the NIC stopped (a fatal error, or its function was \
+                             reset): no completion will come"
+                        ),
+                    ));
+                }
             }
             let left = deadline.map(|d| d.saturating_duration_since(now));
             if let Some(wake) = &q.wake {

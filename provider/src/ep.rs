@@ -402,6 +402,16 @@ impl EpShared {
         driver
     }
 
+    /// Whether the endpoint's NIC will write no more completions: it stopped with a fatal
+    /// error, or its function was reset ([`uet_driver::Endpoint::device_stopped`]); `false`
+    /// for an endpoint not enabled.
+    pub(crate) fn device_stopped(&self) -> bool {
+        self.lock()
+            .driver
+            .as_ref()
+            .is_some_and(|d| d.device_stopped())
+    }
+
     /// Make the endpoint's completion ring wake a waiter: [`Arm::Ready`] when a completion is
     /// there to read (it came after the last read), [`Arm::Fd`] with the descriptor of its
     /// MSI-X vector, armed, which polls readable when one lands ([`Endpoint::cq_trywait`]),

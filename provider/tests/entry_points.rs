@@ -1663,6 +1663,42 @@ fn fi_cq_signal_wakes_every_thread_waiting_in_fi_cq_sread() {
     }
 }
 
+/// `fi_cq_sread` without end (a negative timeout) when the NIC stops under it — here its
+/// function is reset — ends with `-FI_EIO`: a stopped NIC writes no completion and raises no
+/// vector, so nothing else would end it. (The test resets the process's NIC: it runs in a
+/// process of its own.)
+#[test]
+fn fi_cq_sread_without_end_ends_with_eio_once_the_nic_stops() {
+    if !common::in_own_process("fi_cq_sread_without_end_ends_with_eio_once_the_nic_stops") {
+        return;
+    }
+    use uet_regs::RegisterAccess;
+    let pair = Pair::new(0);
+    let cq = Shared(pair.p[0].cq);
+    let sread = pair.cq(0).sread;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut e = [0u8; 64];
+        // SAFETY: an open, waitable CQ; room for one entry.
+        let ret = unsafe { sread(cq.get(), e.as_mut_ptr().cast(), 1, null(), -1) };
+        let _ = tx.send(ret);
+    });
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert!(rx.try_recv().is_err(), "nothing to read yet");
+    let nic = uet_fi::device::nic().expect("the NIC");
+    nic.bar0().write(
+        uet_regs::FUNCTION_RESET,
+        uet_regs::FunctionReset::new().with_reset(true),
+    );
+    // A generous bound, only so that a wait without end fails the test.
+    assert_eq!(
+        rx.recv_timeout(std::time::Duration::from_secs(60)),
+        Ok(neg(FiErrno::FI_EIO))
+    );
+    // Its endpoints and CQs are left to the process's end: the NIC answers nothing now.
+    std::mem::forget(pair);
+}
+
 #[test]
 fn a_cq_is_not_closed_under_a_thread_waiting_in_fi_cq_sread() {
     let open = Open::new(FI_MSG, FI_FORMAT_UNSPEC);
