@@ -30,7 +30,8 @@
 //! * `fi_cntr_wait(cntr, threshold, timeout)`: 0 once the value is at least `threshold`;
 //!   `-FI_EAVAIL` when the error count changes during the wait (fi_cntr(3): any change of it
 //!   unblocks the waiter; read it with `fi_cntr_readerr`); `-FI_ETIMEDOUT` after `timeout`
-//!   ms (negative: no end). It drains the rings and sleeps in poll(2) on the endpoints'
+//!   ms (negative: no end); `-FI_EIO` once the NIC of an endpoint counting into it stopped (a
+//!   fatal error, or its function reset), looked at every 100 ms the wait goes on. It drains the rings and sleeps in poll(2) on the endpoints'
 //!   MSI-X vectors and the counter's own eventfd (which a count made by another thread's
 //!   read, an `fi_cntr_add` or `fi_cntr_set`, or an endpoint of the counter enabled makes
 //!   readable), at most 100 ms between reads. Several threads may wait at once, beside an
@@ -258,6 +259,13 @@ impl UetCntr {
         Ok(fds)
     }
 
+    /// Whether the NIC of an endpoint counting into the counter stopped (a fatal error, or its
+    /// function reset): it completes nothing more, so the counter moves no more.
+    fn device_stopped(&self) -> bool {
+        let endpoints = Arc::clone(&self.lock());
+        endpoints.iter().any(|ep| ep.device_stopped())
+    }
+
     /// `fi_cntr_wait`.
     fn wait(&self, threshold: u64, timeout: c_int, call: &str) -> Result<(), FiError> {
         if self.wait_obj == FI_WAIT_NONE {
@@ -288,6 +296,7 @@ impl UetCntr {
         // Among the counter's waiters from its first sleep on (after `_waiting`: it leaves
         // first).
         let mut parked: Option<Parked<'_>> = None;
+        let mut looked = Instant::now();
         loop {
             self.progress();
             if let Some(r) = done() {
@@ -299,6 +308,20 @@ impl UetCntr {
                     FiErrno::FI_ETIMEDOUT,
                     format!("{call}: the counter stayed below {threshold}"),
                 ));
+            }
+            // A NIC that stopped completes nothing and raises no vector: looked at every
+            // WAIT_RECHECK the wait goes on, so that a wait without end ends.
+            if now.duration_since(looked) >= WAIT_RECHECK {
+                looked = now;
+                if self.device_stopped() {
+                    return Err(FiError::new(
+                        FiErrno::FI_EIO,
+                        format!(
+                            "{call}: the NIC stopped (a fatal error, or its function was \
+                             reset): the counter stays below {threshold}"
+                        ),
+                    ));
+                }
             }
             let left = deadline.map(|d| d.saturating_duration_since(now));
             // Without an eventfd nothing would wake it: the rings are read again after a nap.

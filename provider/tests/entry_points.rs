@@ -1663,25 +1663,33 @@ fn fi_cq_signal_wakes_every_thread_waiting_in_fi_cq_sread() {
     }
 }
 
-/// `fi_cq_sread` without end (a negative timeout) when the NIC stops under it — here its
-/// function is reset — ends with `-FI_EIO`: a stopped NIC writes no completion and raises no
-/// vector, so nothing else would end it. (The test resets the process's NIC: it runs in a
-/// process of its own.)
+/// `fi_cq_sread` and `fi_cntr_wait` without end (a negative timeout) when the NIC stops under
+/// them — here its function is reset — end with `-FI_EIO`: a stopped NIC writes no completion
+/// and raises no vector, so nothing else would end them. (The test resets the process's NIC:
+/// it runs in a process of its own.)
 #[test]
-fn fi_cq_sread_without_end_ends_with_eio_once_the_nic_stops() {
-    if !common::in_own_process("fi_cq_sread_without_end_ends_with_eio_once_the_nic_stops") {
+fn fi_cq_sread_and_fi_cntr_wait_without_end_end_with_eio_once_the_nic_stops() {
+    if !common::in_own_process(
+        "fi_cq_sread_and_fi_cntr_wait_without_end_end_with_eio_once_the_nic_stops",
+    ) {
         return;
     }
     use uet_regs::RegisterAccess;
-    let pair = Pair::new(0);
+    let pair = Pair::with_counters(0, FI_WAIT_UNSPEC, |_| {}, 1, [&[(0, FI_RECV)], &[]]);
     let cq = Shared(pair.p[0].cq);
+    let cntr = Shared(pair.cntrs[0]);
     let sread = pair.cq(0).sread;
     let (tx, rx) = std::sync::mpsc::channel();
+    let cq_tx = tx.clone();
     std::thread::spawn(move || {
         let mut e = [0u8; 64];
         // SAFETY: an open, waitable CQ; room for one entry.
         let ret = unsafe { sread(cq.get(), e.as_mut_ptr().cast(), 1, null(), -1) };
-        let _ = tx.send(ret);
+        let _ = cq_tx.send(("fi_cq_sread", ret));
+    });
+    std::thread::spawn(move || {
+        let ret = cntr_wait(cntr.get(), 1, -1) as isize;
+        let _ = tx.send(("fi_cntr_wait", ret));
     });
     std::thread::sleep(std::time::Duration::from_millis(100));
     assert!(rx.try_recv().is_err(), "nothing to read yet");
@@ -1691,11 +1699,18 @@ fn fi_cq_sread_without_end_ends_with_eio_once_the_nic_stops() {
         uet_regs::FunctionReset::new().with_reset(true),
     );
     // A generous bound, only so that a wait without end fails the test.
+    let mut ended: Vec<_> = (0..2)
+        .map(|_| rx.recv_timeout(std::time::Duration::from_secs(60)))
+        .collect();
+    ended.sort_by_key(|r| r.map(|(call, _)| call).ok());
     assert_eq!(
-        rx.recv_timeout(std::time::Duration::from_secs(60)),
-        Ok(neg(FiErrno::FI_EIO))
+        ended,
+        [
+            Ok(("fi_cntr_wait", neg(FiErrno::FI_EIO))),
+            Ok(("fi_cq_sread", neg(FiErrno::FI_EIO)))
+        ]
     );
-    // Its endpoints and CQs are left to the process's end: the NIC answers nothing now.
+    // Its endpoints, CQs and counter are left to the process's end: the NIC answers nothing.
     std::mem::forget(pair);
 }
 
