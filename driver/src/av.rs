@@ -81,6 +81,48 @@ pub struct AvTableHandle {
     /// The domain the AV was opened in, which counts it until the table goes; `None` for an
     /// AV opened on the NIC alone ([`Nic::open_av`]).
     domain: Option<DomainSeat>,
+    /// The changes made to the table and its auth keys, for a reader outside the AV (the
+    /// telemetry socket) to tell a table read in several pieces from one that changed between
+    /// them.
+    changes: Arc<TableChanges>,
+}
+
+/// How many changes to a NIC AV table (its entries or the auth-key slots it owns) have begun,
+/// and how many have ended: a reader that reads `ended` before its reads and `begun` after
+/// them, and finds the two equal, read a table no change touched meanwhile (as a seqlock's
+/// reader). A change ends once its command is on the admin queue, or its register writes
+/// posted: the NIC runs them in order, before any AV_READ a reader submits after.
+#[derive(Debug, Default)]
+pub(crate) struct TableChanges {
+    begun: std::sync::atomic::AtomicU64,
+    ended: std::sync::atomic::AtomicU64,
+}
+
+impl TableChanges {
+    /// A change of the table begins; it ends when the returned guard goes.
+    fn begin(self: &Arc<Self>) -> TableChange {
+        self.begun.fetch_add(1, Ordering::SeqCst);
+        TableChange(self.clone())
+    }
+
+    /// Changes ended so far: read before the reads a reader checks.
+    pub(crate) fn ended(&self) -> u64 {
+        self.ended.load(Ordering::SeqCst)
+    }
+
+    /// Changes begun so far: read after the reads a reader checks.
+    pub(crate) fn begun(&self) -> u64 {
+        self.begun.load(Ordering::SeqCst)
+    }
+}
+
+/// A change of a table in progress ([`TableChanges::begin`]).
+struct TableChange(Arc<TableChanges>);
+
+impl Drop for TableChange {
+    fn drop(&mut self) {
+        self.0.ended.fetch_add(1, Ordering::SeqCst);
+    }
 }
 
 /// What the NIC records of a named AV's table for inspection from outside
@@ -125,6 +167,11 @@ impl AvTableHandle {
     /// The named AV the table belongs to, if any.
     pub(crate) fn named(&self) -> Option<&Arc<NamedTable>> {
         self.named.as_ref()
+    }
+
+    /// The changes made to the table ([`TableChanges`]).
+    pub(crate) fn changes(&self) -> &Arc<TableChanges> {
+        &self.changes
     }
 
     /// Whether the AV was opened in the domain `domain` ([`crate::Domain::open_av`]).
@@ -264,6 +311,7 @@ impl NicAv {
     /// entry by the NIC without tables brings it back to 1.
     fn write_through_window(&self, record: &AvWriteRecord) -> Result<(), NicError> {
         const OP: &str = "AV_WRITE_DOORBELL";
+        let _change = self.table.changes.begin();
         let index = record.index.get();
         // The window takes the entry alone; the record's reserved word, which AV_WRITE checks,
         // is checked here.
@@ -384,6 +432,7 @@ impl NicAvTable for NicAv {
     ) -> Result<(), NicError> {
         const OP: &str = "AV_WRITE";
         const RECORD_BYTES: usize = core::mem::size_of::<AvWriteRecord>();
+        let _change = self.table.changes.begin();
         // One command, applied whole or not at all: as the trait says, and as the firmware
         // and the in-memory table check.
         check_batch(OP, count)?;
@@ -428,6 +477,7 @@ impl NicAvTable for NicAv {
         entry_flags: u16,
     ) -> Result<(), NicError> {
         const OP: &str = "AV_WRITE_PEERS";
+        let _change = self.table.changes.begin();
         check_batch(OP, addrs.len())?;
         let nic = &self.table.nic;
         let from_address = uet_fwif::av_entry::entry_flags::FROM_ADDRESS;
@@ -467,6 +517,7 @@ impl NicAvTable for NicAv {
 
     fn invalidate(&mut self, indices: &[u32]) -> Result<(), NicError> {
         const OP: &str = "AV_INVALIDATE";
+        let _change = self.table.changes.begin();
         check_batch(OP, indices.len())?;
         let nic = &self.table.nic;
         if indices.len() <= DOORBELL_INVALIDATE_MAX
@@ -527,6 +578,7 @@ impl NicAvTable for NicAv {
         records: &[AvWriteRecord],
     ) -> Result<Box<dyn PendingWrite>, NicError> {
         const OP: &str = "AV_WRITE";
+        let _change = self.table.changes.begin();
         let nic = &self.table.nic;
         let bytes = records.as_bytes();
         check_batch(OP, records.len())?;
@@ -578,6 +630,7 @@ impl NicAvTable for NicAv {
     }
 
     fn add_auth_key(&mut self, job_id: u32, source: u64) -> Result<u16, FiError> {
+        let _change = self.table.changes.begin();
         let mut body = AuthKeyAddBody::new_zeroed();
         body.job_id = U32::new(job_id);
         body.source = U64::new(source);
@@ -605,6 +658,7 @@ impl NicAvTable for NicAv {
     }
 
     fn remove_auth_key(&mut self, slot: u16, job_id: u32) -> Result<(), FiError> {
+        let _change = self.table.changes.begin();
         let nic = &self.table.nic;
         // Where the device can, the NIC checks the slot is still this table's key.
         let body = if nic.identity.interface_minor >= AUTH_KEY_OWNER_CHECK_INTERFACE_MINOR {
@@ -633,6 +687,7 @@ impl NicAvTable for NicAv {
     }
 
     fn set_auth_key_source(&mut self, slot: u16, source: u64) -> Result<(), FiError> {
+        let _change = self.table.changes.begin();
         let mut body = AuthKeySourceBody::new_zeroed();
         body.source = U64::new(source);
         self.table
@@ -909,6 +964,7 @@ impl Nic {
                 })
             }),
             domain: domain.map(DomainRecord::av_seat),
+            changes: Arc::default(),
         });
         self.inner.register_av_table(&table);
         // On a later failure the table handle drops and AV_DESTROY removes the NIC table.

@@ -242,6 +242,9 @@ pub(crate) struct AvTableRecord {
     /// destroyed table's handle to the next table made, so the handle alone does not say
     /// which table a dump continued page by page is reading.
     pub(crate) serial: u64,
+    /// The changes made to the table ([`crate::av::TableChanges`]): a dump read page by page
+    /// tells from them whether the table changed between its pages.
+    pub(crate) changes: Arc<crate::av::TableChanges>,
     /// Whether the table still exists, never upgraded: a strong reference would count as an
     /// endpoint using the AV and make its `fi_close` `FI_EBUSY`.
     table: std::sync::Weak<crate::av::AvTableHandle>,
@@ -515,6 +518,7 @@ impl NicInner {
             max_group_id: table.max_group_id(),
             named: table.named().cloned(),
             serial,
+            changes: table.changes().clone(),
             table: Arc::downgrade(table),
         });
     }

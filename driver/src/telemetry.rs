@@ -49,8 +49,12 @@
 //!      sends it back, and when the table with handle `table` is no longer the one of that
 //!      serial (closed since, its handle perhaps another AV's table's now) the answer is
 //!      `FI_ENOENT` rather than a page of another table. Without `serial` the table is the
-//!      one that has the handle now (enough for a first page). The answer for `first`
-//!      0 also carries the auth-key slots the table owns, as `[slot, "hex of the 24-byte
+//!      one that has the handle now (enough for a first page). Every answer carries
+//!      `changes`: how many changes (writes and removals of entries, of the table's auth-key
+//!      slots) the process had made to the table when the page was read, or `null` when one
+//!      was in progress meanwhile (the page may mix the table before and after it); a dump
+//!      whose pages all carry the same number read one table that no change touched between
+//!      them. The answer for `first` 0 also carries the auth-key slots the table owns, as `[slot, "hex of the 24-byte
 //!      AuthKeyEntry"]`. A named AV's table's answer carries `named: {name, generation,
 //!      entry_flags}`: the generation it reflected all the while the page was read (`null`
 //!      when it had not caught up yet or caught up in the meantime), and the entry flags the
@@ -1278,6 +1282,9 @@ fn dump_page(
     // The generation a named AV's table reflects while the page is read; a catch-up by the
     // application between the two reads may have changed some of the entries.
     let reflected_before = table.named.as_ref().and_then(|n| n.generation());
+    // The changes ended before the first read: the page saw no change when none has begun by
+    // the last (`TableChanges`).
+    let ended_before = table.changes.ended();
     let mut entries = Vec::new();
     let mut buf = vec![NicAvEntry::INVALID; READ_CHUNK];
     let end = first.saturating_add(AV_DUMP_SCAN).min(table.capacity);
@@ -1342,6 +1349,8 @@ fn dump_page(
     if !table.exists() {
         return Err(gone(&"the table is gone"));
     }
+    let steady = Some(table.changes.begun()).filter(|&begun| begun == ended_before);
+    reply.insert("changes".into(), json!(steady));
     Ok(Value::Object(reply))
 }
 
@@ -1430,6 +1439,51 @@ mod tests {
         let now = nic.inner.av_tables();
         let page = dump_page(&nic.inner, &now[0], 0, 16).unwrap();
         assert_eq!(page["entries"].as_array().unwrap().len(), 2);
+    }
+    /// Pages of a table read with a change of the application's between them carry different
+    /// `changes`, so that a dump read page by page can tell a table that changed under it from
+    /// one that did not; pages with nothing changed between them carry the same.
+    #[test]
+    fn pages_read_across_a_change_of_the_table_say_so() {
+        use uet_av::AvAttr;
+        let fabric = uet_sim::Fabric::new();
+        let f = fabric
+            .add_nic(uet_sim::NicConfig::new("10.65.0.3".parse().unwrap()))
+            .unwrap();
+        let nic = Nic::open(Arc::new(SimDevice::new(f))).unwrap();
+        let peer = |n: u8| {
+            uet_fwif::UetAddress {
+                caps: uet_fwif::address::caps::AI_BASE,
+                mode: uet_fwif::address::AddressingMode::Relative,
+                max_msg_mtu: false,
+                pid_on_fep: 1,
+                fabric_addr: std::net::Ipv4Addr::new(10, 65, 2, n).into(),
+                ri_start: 1,
+                ri_count: 4,
+                initiator: u32::from(n),
+            }
+            .to_bytes()
+            .unwrap()
+        };
+        let mut av = nic
+            .open_av(AvAttr {
+                count: 8,
+                ..AvAttr::default()
+            })
+            .unwrap();
+        av.insert(&[peer(1), peer(2)].concat(), 2, None, 0).unwrap();
+        let listed = nic.inner.av_tables();
+        let first = dump_page(&nic.inner, &listed[0], 0, 1).unwrap();
+        let second = dump_page(&nic.inner, &listed[0], 1, 1).unwrap();
+        assert!(first["changes"].is_u64(), "{first}");
+        assert_eq!(second["changes"], first["changes"], "nothing changed");
+        av.remove(&[0], 0).unwrap();
+        let after = dump_page(&nic.inner, &listed[0], 1, 1).unwrap();
+        assert!(after["changes"].is_u64(), "{after}");
+        assert_ne!(
+            after["changes"], first["changes"],
+            "a page read after a removal says the table changed"
+        );
     }
 }
 
