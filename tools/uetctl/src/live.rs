@@ -289,6 +289,10 @@ struct NicSide {
     /// For a named AV's table: its name, the generation it reflected through every page
     /// (`None` when it was not the same throughout), and the entry flags its NIC defines.
     named: Option<(String, Option<u64>, u16)>,
+    /// Whether the process changed the table while it was read: a page read during a change
+    /// (`changes` null), or pages of different `changes`. The pages then mix the table
+    /// before and after. (A driver before `changes` answers without it: not known.)
+    changed: bool,
 }
 
 /// Read NIC table `table` of NIC `nic`, every page. Each page after the first names the
@@ -300,8 +304,11 @@ fn nic_side(client: &mut Client, nic: u64, table: u32) -> Result<NicSide, String
         entries: Vec::new(),
         keys: Vec::new(),
         named: None,
+        changed: false,
     };
     let mut serial: Option<u64> = None;
+    // The `changes` of the first page that carried it.
+    let mut changes: Option<u64> = None;
     let mut first = Some(0u64);
     while let Some(at) = first {
         let mut request = json!({
@@ -331,6 +338,18 @@ fn nic_side(client: &mut Client, nic: u64, table: u32) -> Result<NicSide, String
                 ))
             }
             _ => {}
+        }
+        match page.get("changes") {
+            None => {}
+            Some(Value::Null) => side.changed = true,
+            Some(c) => {
+                let c = c
+                    .as_u64()
+                    .ok_or_else(|| format!("av_dump answer with changes {c}"))?;
+                if *changes.get_or_insert(c) != c {
+                    side.changed = true;
+                }
+            }
         }
         side.capacity = u64_of(&page, "capacity")? as u32;
         for e in array(&page, "entries", "av_dump")? {
@@ -373,17 +392,33 @@ fn nic_side(client: &mut Client, nic: u64, table: u32) -> Result<NicSide, String
     Ok(side)
 }
 
-/// Reads of a named AV's table before its dump settles for the NIC's side alone: a process
-/// that is catching up is done in a moment, one that makes no AV call stays behind.
-const NAMED_ATTEMPTS: u32 = 3;
+/// Reads of a table before its dump gives up: a table the process changed while it was read
+/// is read again (and one that changes at every read is an error), and a named AV's table
+/// settles for the NIC's side alone: a process that is catching up is done in a moment, one
+/// that makes no AV call stays behind.
+const ATTEMPTS: u32 = 3;
 
-/// Dump NIC table `table` of NIC `nic`, page by page. The table of a named AV is compared
-/// with the AV itself, read from its shared segment, when the table reflected the segment's
-/// generation while it was read ([`dump::NamedSide`] says whether it was and why not).
+/// Dump NIC table `table` of NIC `nic`, page by page. A table the process changed while its
+/// pages were read is read again: its pages would mix the table before and after the change,
+/// which no dump shows as one table; an error when it changed at each of [`ATTEMPTS`] reads.
+/// The table of a named AV is compared with the AV itself, read from its shared segment, when
+/// the table reflected the segment's generation while it was read ([`dump::NamedSide`] says
+/// whether it was and why not).
 pub fn av_dump(client: &mut Client, nic: u64, table: u32) -> Result<AvDump, String> {
     let mut attempt = 1;
     loop {
         let side = nic_side(client, nic, table)?;
+        if side.changed {
+            if attempt == ATTEMPTS {
+                return Err(format!(
+                    "AV table {table} of NIC {nic} changed while it was read, at each of \
+                     {ATTEMPTS} reads: its pages would mix the table before and after a change"
+                ));
+            }
+            attempt += 1;
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        }
         let Some((name, reflected, flags)) = side.named.clone() else {
             return Ok(nic_only(side, None));
         };
@@ -429,7 +464,7 @@ pub fn av_dump(client: &mut Client, nic: u64, table: u32) -> Result<AvDump, Stri
             ));
             return Ok(nic_only(side, Some(named)));
         }
-        if attempt == NAMED_ATTEMPTS {
+        if attempt == ATTEMPTS {
             named.not_compared = Some(match reflected {
                 Some(r) => format!(
                     "the process's table reflects generation {r} of the AV, which is at \

@@ -1968,3 +1968,120 @@ fn stranger() -> UetAddress {
         initiator: 0,
     }
 }
+
+/// A table the process changes between two pages of a dump is not shown as one table: the
+/// pages would mix it before and after the change (here, index 0 of the table before and the
+/// last index of the table after two removals, a table that never was). `uetctl` reads it
+/// again and shows the table as it is. (A relay between uetctl and the socket holds the
+/// second page's request until the application has changed the table.)
+#[test]
+fn a_table_changed_between_two_pages_is_read_again_not_spliced() {
+    use std::sync::mpsc;
+    use std::time::Duration;
+    let (_fabric, nic0, path, _t) = serving_one_nic("10.77.0.1", "changed-between");
+    let count = AV_DUMP_MAX as usize + 2;
+    let mut av = nic0
+        .open_av(AvAttr {
+            count,
+            job_id: 5,
+            ..AvAttr::default()
+        })
+        .unwrap();
+    let addrs: Vec<u8> = (0..count as u32).flat_map(nowhere).collect();
+    let mut fa = vec![0u64; count];
+    assert_eq!(av.insert(&addrs, count, Some(&mut fa), 0).unwrap(), count);
+    let handle = av.nic().table().handle();
+
+    let relay_path = socket("changed-between-relay");
+    let relay = std::os::unix::net::UnixListener::bind(&relay_path).unwrap();
+    let (paused, pause) = mpsc::channel::<()>();
+    let (resume, resumed) = mpsc::channel::<()>();
+    let server_path = path.clone();
+    std::thread::spawn(move || {
+        let (client, _) = relay.accept().unwrap();
+        let server = UnixStream::connect(&server_path).unwrap();
+        let mut from_client = BufReader::new(client.try_clone().unwrap());
+        let mut to_client = client;
+        let mut from_server = BufReader::new(server.try_clone().unwrap());
+        let mut to_server = server;
+        let mut line = String::new();
+        from_server.read_line(&mut line).unwrap();
+        to_client.write_all(line.as_bytes()).unwrap();
+        let mut held = false;
+        loop {
+            line.clear();
+            if from_client.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            let request: Value = serde_json::from_str(&line).unwrap();
+            if !held && request["cmd"] == "av_dump" && request["first"].as_u64() != Some(0) {
+                held = true;
+                paused.send(()).unwrap();
+                resumed.recv().unwrap();
+            }
+            to_server.write_all(line.as_bytes()).unwrap();
+            line.clear();
+            from_server.read_line(&mut line).unwrap();
+            to_client.write_all(line.as_bytes()).unwrap();
+        }
+    });
+    let target = Target::Socket(relay_path.clone());
+    let dumping = std::thread::spawn(move || {
+        let mut client = Client::connect(&target)?;
+        live::av_dump(&mut client, 0, handle)
+    });
+    pause
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the dump asked for a second page");
+    av.remove(&[fa[0], fa[count - 1]], 0).unwrap();
+    resume.send(()).unwrap();
+    let dumped = dumping.join().unwrap().unwrap();
+    let _ = std::fs::remove_file(&relay_path);
+    let shape = |d: &dump::AvDump| -> Vec<(u32, u32, uet_fwif::NicAvEntry)> {
+        d.rows.iter().map(|r| (r.index, r.span, r.nic)).collect()
+    };
+    let own = dump::collect(&mut av).unwrap();
+    assert_eq!(own.rows.len(), count - 2);
+    assert_eq!(
+        dumped.rows.first().map(|r| r.index),
+        Some(1),
+        "index 0 was removed before the table was read whole"
+    );
+    assert_eq!(shape(&dumped), shape(&own), "the table as it is now");
+}
+
+/// A table that changes while each of uetctl's reads of it runs (pages read during a change,
+/// or of different `changes`) is an error saying so, never a dump: a scripted telemetry
+/// server plays a process that changes its table all the time.
+#[test]
+fn a_table_that_changes_at_every_read_is_an_error_not_a_dump() {
+    let (path, server) = scripted("changing", |c| {
+        // Each read is two pages: of different `changes`, or one read during a change.
+        let reads = [
+            (json!(10), json!(11)),
+            (json!(null), json!(12)),
+            (json!(13), json!(null)),
+        ];
+        let mut firsts = Vec::new();
+        for (one, two) in reads {
+            firsts.push(c.hear()["first"].clone());
+            c.say(
+                json!({"ok": {"table": 3, "serial": 7, "capacity": 8, "first": 0,
+                                "changes": one, "entries": [], "next": 4,
+                                "auth_key_slots": []}}),
+            );
+            firsts.push(c.hear()["first"].clone());
+            c.say(
+                json!({"ok": {"table": 3, "serial": 7, "capacity": 8, "first": 4,
+                                "changes": two, "entries": [], "next": null}}),
+            );
+        }
+        firsts
+    });
+    let mut client = Client::connect(&Target::Socket(path.clone())).unwrap();
+    let e = live::av_dump(&mut client, 0, 3).unwrap_err();
+    let firsts = server.join().unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert!(e.contains("changed while it was read"), "{e}");
+    assert_eq!(firsts, [0, 4, 0, 4, 0, 4], "read whole three times");
+}
