@@ -351,12 +351,34 @@ fn nic_side(client: &mut Client, nic: u64, table: u32) -> Result<NicSide, String
                 }
             }
         }
-        side.capacity = u64_of(&page, "capacity")? as u32;
+        // Every page is of one table: its capacity, and entries in ascending order from the
+        // index asked for, within it. A page that is not is no part of the table's dump.
+        let capacity = u64_of(&page, "capacity")?;
+        let capacity = u32::try_from(capacity)
+            .map_err(|_| format!("av_dump answer with capacity {capacity}: past 32 bits"))?;
+        if at > 0 && capacity != side.capacity {
+            return Err(format!(
+                "AV table {table} of NIC {nic}: a page of capacity {capacity} after pages of \
+                 capacity {}",
+                side.capacity
+            ));
+        }
+        side.capacity = capacity;
         for e in array(&page, "entries", "av_dump")? {
             let index = e
                 .get(0)
                 .and_then(Value::as_u64)
                 .ok_or_else(|| format!("bad entry {e}"))?;
+            let after = side
+                .entries
+                .last()
+                .map_or(at, |&(last, _)| at.max(u64::from(last) + 1));
+            if index < after || index >= u64::from(capacity) {
+                return Err(format!(
+                    "AV table {table} of NIC {nic}: entry {index} of the page from {at} is \
+                     out of order or outside the table's {capacity} entries"
+                ));
+            }
             let entry: NicAvEntry = decode(&e[1], "NicAvEntry")?;
             side.entries.push((index as u32, entry));
         }
@@ -386,6 +408,17 @@ fn nic_side(client: &mut Client, nic: u64, table: u32) -> Result<NicSide, String
         let next = page.get("next").and_then(Value::as_u64);
         if next.is_some_and(|n| n <= at) {
             return Err(format!("av_dump did not advance past {at}"));
+        }
+        // The next page starts after this one's entries, within the table.
+        let after = side
+            .entries
+            .last()
+            .map_or(at, |&(last, _)| at.max(u64::from(last) + 1));
+        if let Some(n) = next.filter(|&n| n < after || n >= u64::from(capacity)) {
+            return Err(format!(
+                "AV table {table} of NIC {nic}: the page from {at} goes on at {n}, before its \
+                 last entry or past the table's {capacity} entries"
+            ));
         }
         first = next;
     }

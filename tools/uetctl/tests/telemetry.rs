@@ -2085,3 +2085,54 @@ fn a_table_that_changes_at_every_read_is_an_error_not_a_dump() {
     assert!(e.contains("changed while it was read"), "{e}");
     assert_eq!(firsts, [0, 4, 0, 4, 0, 4], "read whole three times");
 }
+
+/// Pages that are no part of one table's dump (an entry outside the table, entries out of
+/// order or before the index asked for, a page going on past the table or of another
+/// capacity) are an error naming the table, not rows of a dump (a scripted telemetry server
+/// plays a process that answers them).
+#[test]
+fn pages_that_are_no_part_of_the_table_are_an_error_not_a_dump() {
+    use uet_fwif::NicAvEntry;
+    use zerocopy::IntoBytes;
+    let entry = hex::encode(NicAvEntry::for_peer(&stranger(), 5).as_bytes());
+    let page = |first: u64, capacity: u64, entries: Value, next: Value| {
+        json!({"ok": {"table": 3, "serial": 7, "capacity": capacity, "first": first,
+                      "changes": 1, "entries": entries, "next": next, "auth_key_slots": []}})
+    };
+    let cases = [
+        // Index 9 of an 8-entry table.
+        vec![page(0, 8, json!([[9, entry]]), json!(null))],
+        // Index 2 twice.
+        vec![page(0, 8, json!([[2, entry], [2, entry]]), json!(null))],
+        // The second page repeats an index of the first, before the index asked for.
+        vec![
+            page(0, 8, json!([[2, entry]]), json!(4)),
+            page(4, 8, json!([[2, entry]]), json!(null)),
+        ],
+        // The second page goes on past the table.
+        vec![
+            page(0, 8, json!([[2, entry]]), json!(4)),
+            page(4, 8, json!([]), json!(100)),
+        ],
+        // The second page is of another capacity.
+        vec![
+            page(0, 8, json!([[2, entry]]), json!(4)),
+            page(4, 16, json!([[12, entry]]), json!(null)),
+        ],
+    ];
+    for (n, pages) in cases.into_iter().enumerate() {
+        let (path, server) = scripted(&format!("no-part-{n}"), move |c| {
+            for p in pages {
+                c.hear();
+                c.say(p);
+            }
+        });
+        let mut client = Client::connect(&Target::Socket(path.clone())).unwrap();
+        let dumped = live::av_dump(&mut client, 0, 3);
+        drop(client);
+        server.join().unwrap();
+        let _ = std::fs::remove_file(&path);
+        let e = dumped.map(|d| d.rows).unwrap_err();
+        assert!(e.contains("AV table 3 of NIC 0"), "case {n}: {e}");
+    }
+}
