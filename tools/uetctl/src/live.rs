@@ -5,10 +5,10 @@
 use crate::dump::{self, AvDump, NamedSide};
 use crate::regs::RegValue;
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use uet_av::named::segment::Snapshot;
 use uet_driver::telemetry::{self, PROTOCOL};
 use uet_driver::uet_fwif::auth_key::AuthKeyEntry;
@@ -123,14 +123,44 @@ impl Client {
         Ok(client)
     }
 
-    /// The next line the process sends, as it came.
+    /// The next line the process sends, as it came, at most [`MAX_ANSWER`] bytes of it: all
+    /// of it within [`TIMEOUT`], however the process spreads its bytes. The socket's read
+    /// timeout bounds each wait for more bytes only, and a process that trickles them, each in
+    /// time, would keep uetctl for as long as it likes. `TimedOut` (or `WouldBlock`, the
+    /// socket's own timeout) when the line does not come in time.
     fn read_raw(&mut self) -> std::io::Result<Vec<u8>> {
+        let deadline = Instant::now() + TIMEOUT;
+        let max = usize::try_from(MAX_ANSWER).unwrap_or(usize::MAX);
         let mut line = Vec::new();
-        self.input
-            .by_ref()
-            .take(MAX_ANSWER)
-            .read_until(b'\n', &mut line)?;
-        Ok(line)
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(std::io::Error::new(
+                    ErrorKind::TimedOut,
+                    "the answer did not come whole in time",
+                ));
+            }
+            self.input.get_ref().set_read_timeout(Some(left))?;
+            let buf = match self.input.fill_buf() {
+                Ok(buf) => buf,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if buf.is_empty() {
+                // The process closed the connection.
+                return Ok(line);
+            }
+            let room = max - line.len();
+            let (take, done) = match buf.iter().position(|&b| b == b'\n') {
+                Some(end) if end < room => (end + 1, true),
+                _ => (buf.len().min(room), buf.len() >= room),
+            };
+            line.extend_from_slice(&buf[..take]);
+            self.input.consume(take);
+            if done {
+                return Ok(line);
+            }
+        }
     }
 
     fn read_line(&mut self) -> Result<Value, String> {
@@ -140,7 +170,17 @@ impl Client {
 
     /// A line read ([`Client::read_raw`]) as JSON; an error naming the socket otherwise.
     fn parse_line(&self, raw: std::io::Result<Vec<u8>>) -> Result<Value, String> {
-        let line = raw.map_err(|e| format!("{}: {e}", self.path.display()))?;
+        let line = raw.map_err(|e| {
+            if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) {
+                format!(
+                    "{}: the process did not answer within {} s (stopped, stuck or overloaded)",
+                    self.path.display(),
+                    TIMEOUT.as_secs()
+                )
+            } else {
+                format!("{}: {e}", self.path.display())
+            }
+        })?;
         if line.is_empty() {
             return Err(format!(
                 "{}: the process closed the connection",

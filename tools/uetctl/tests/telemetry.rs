@@ -2136,3 +2136,31 @@ fn pages_that_are_no_part_of_the_table_are_an_error_not_a_dump() {
         assert!(e.contains("AV table 3 of NIC 0"), "case {n}: {e}");
     }
 }
+
+/// A process that trickles its answer, a byte at a time each well within the wait for the
+/// next, does not keep uetctl: the whole answer must come within the wait, and an answer that
+/// would take a minute is an error saying the process did not answer in time. (A scripted
+/// telemetry server trickles; it stops when uetctl has gone.)
+#[test]
+fn an_answer_trickled_byte_by_byte_is_given_up() {
+    use std::time::Duration;
+    let (path, server) = scripted("trickle", |c| {
+        c.hear();
+        let counters: Vec<Value> = (0..12).map(|i| json!([format!("C{i}"), i])).collect();
+        let answer = format!("{}\n", json!({"ok": {"counters": counters}}));
+        assert!(answer.len() > 100);
+        for b in answer.bytes() {
+            if c.output.write_all(&[b]).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(400));
+        }
+    });
+    let mut client = Client::connect(&Target::Socket(path.clone())).unwrap();
+    let r = live::counters(&mut client, 0);
+    drop(client);
+    server.join().unwrap();
+    let _ = std::fs::remove_file(&path);
+    let e = r.unwrap_err();
+    assert!(e.contains("did not answer within"), "{e}");
+}
