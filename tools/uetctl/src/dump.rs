@@ -295,16 +295,20 @@ fn services(r: &DumpRow) -> Vec<(u32, u32)> {
     if span >= svc {
         return vec![(0, svc - 1)];
     }
-    let end = s0 + span - 1;
-    if end < svc {
-        vec![(s0, end)]
-    } else {
-        // Wrapped: s0..svc and 0..=end - svc, joined when they touch.
-        let tail = end - svc;
-        if tail + 1 >= s0 {
-            vec![(0, svc - 1)]
-        } else {
-            vec![(0, tail), (s0, svc - 1)]
+    // In 64 bits: `s0` and `span` are each below `svc`, but their sum may pass 32 bits (a
+    // live process's entries are what it sends).
+    let end = u64::from(s0) + u64::from(span) - 1;
+    match u32::try_from(end) {
+        Ok(end) if end < svc => vec![(s0, end)],
+        _ => {
+            // Wrapped: s0..svc and 0..=end - svc, joined when they touch; `end - svc` is
+            // below `s0`, so within 32 bits.
+            let tail = u32::try_from(end - u64::from(svc)).unwrap_or(u32::MAX);
+            if u64::from(tail) + 1 >= u64::from(s0) {
+                vec![(0, svc - 1)]
+            } else {
+                vec![(0, tail), (s0, svc - 1)]
+            }
         }
     }
 }

@@ -912,7 +912,12 @@ fn live_endpoints(target: &Target, nic: Option<u64>, as_json: bool) -> Result<Ex
             s(e, "type"),
             s(e, "fabric_addr"),
             s(e, "pid_on_fep"),
-            format!("{}..{}", num("ri_start"), num("ri_start") + num("ri_count")),
+            // Figures the process sent: a sum of two may pass 64 bits.
+            format!(
+                "{}..{}",
+                num("ri_start"),
+                num("ri_start").saturating_add(num("ri_count"))
+            ),
             format!("{:#x}", num("initiator")),
             format!("{:#x}", num("job_id")),
             s(e, "av_table"),

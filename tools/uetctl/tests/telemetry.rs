@@ -2164,3 +2164,77 @@ fn an_answer_trickled_byte_by_byte_is_given_up() {
     let e = r.unwrap_err();
     assert!(e.contains("did not answer within"), "{e}");
 }
+
+/// Figures a process sends that no driver would (an endpoint's resource indices ending past
+/// 64 bits, a symmetric range of 2^32 - 1 services per node whose members' services pass 32
+/// bits) are shown as they are: `uetctl ep list` and `uetctl av dump` do not panic on them. (A
+/// scripted telemetry server plays the process.)
+#[test]
+fn figures_past_their_width_are_shown_not_a_panic() {
+    use std::process::Command;
+    use uet_fwif::av_entry::entry_flags;
+    use uet_fwif::NicAvEntry;
+    use zerocopy::IntoBytes;
+    let info = json!({"ok": {"protocol": 1, "pid": 1, "program": "p",
+                             "nics": [{"nic": 0, "open": true}]}});
+    let (path, server) = scripted("wide-ep", {
+        let info = info.clone();
+        move |c| {
+            c.hear();
+            c.say(info);
+            c.hear();
+            c.say(json!({"ok": {"endpoints": [{
+                "endpoint": 1, "type": "rdm", "roles": 3, "address": "a",
+                "fabric_addr": "10.9.9.9", "pid_on_fep": 3, "ri_start": u64::MAX,
+                "ri_count": 4, "initiator": 0, "job_id": 5, "av_table": null,
+                "msix_vector": null, "counters": null, "counters_error": "not read"}]}}));
+        }
+    });
+    let out = Command::new(env!("CARGO_BIN_EXE_uetctl"))
+        .args(["ep", "list", "--socket"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    server.join().unwrap();
+    let _ = std::fs::remove_file(&path);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&u64::MAX.to_string()));
+
+    // Two members of one range, of services 2^32 - 2 and 2^32 - 1 (mod 2^32 - 1: the second
+    // is service 0 of the next node).
+    let member = |index: u32| {
+        let mut e = NicAvEntry::for_peer(&stranger(), 5);
+        e.flags.set(e.flags.get() | entry_flags::RANGE);
+        e.range_first.set(0);
+        e.range_count.set(2);
+        e.range_svc.set(u32::MAX);
+        e.range_offset.set(u32::MAX - 1);
+        json!([index, hex::encode(e.as_bytes())])
+    };
+    let (path, server) = scripted("wide-range", move |c| {
+        c.hear();
+        c.say(info);
+        c.hear();
+        c.say(json!({"ok": {"tables": [{"table": 3, "serial": 7, "capacity": 8}]}}));
+        c.hear();
+        c.say(
+            json!({"ok": {"table": 3, "serial": 7, "capacity": 8, "first": 0, "changes": 1,
+                            "entries": [member(0), member(1)], "next": null,
+                            "auth_key_slots": []}}),
+        );
+    });
+    let out = Command::new(env!("CARGO_BIN_EXE_uetctl"))
+        .args(["av", "dump", "--socket"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    server.join().unwrap();
+    let _ = std::fs::remove_file(&path);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("0..2"),
+        "one row for both members"
+    );
+}
