@@ -99,10 +99,11 @@ pub(crate) struct TableChanges {
 }
 
 impl TableChanges {
-    /// A change of the table begins; it ends when the returned guard goes.
-    fn begin(self: &Arc<Self>) -> TableChange {
+    /// A change of the table begins; it ends when the returned guard goes. The guard borrows
+    /// the counters: a change costs two atomic additions, not a reference count's too.
+    fn begin(&self) -> TableChange<'_> {
         self.begun.fetch_add(1, Ordering::SeqCst);
-        TableChange(self.clone())
+        TableChange(self)
     }
 
     /// Changes ended so far: read before the reads a reader checks.
@@ -117,9 +118,9 @@ impl TableChanges {
 }
 
 /// A change of a table in progress ([`TableChanges::begin`]).
-struct TableChange(Arc<TableChanges>);
+struct TableChange<'a>(&'a TableChanges);
 
-impl Drop for TableChange {
+impl Drop for TableChange<'_> {
     fn drop(&mut self) {
         self.0.ended.fetch_add(1, Ordering::SeqCst);
     }
@@ -477,20 +478,21 @@ impl NicAvTable for NicAv {
         entry_flags: u16,
     ) -> Result<(), NicError> {
         const OP: &str = "AV_WRITE_PEERS";
-        let _change = self.table.changes.begin();
         check_batch(OP, addrs.len())?;
-        let nic = &self.table.nic;
         let from_address = uet_fwif::av_entry::entry_flags::FROM_ADDRESS;
         // The NIC gives each entry every flag its address implies: the AV must allow them all
         // (it allows what the NIC defines, so from 1.13 on it does). One entry takes the window.
+        // (`write_entries_with` counts its change itself.)
         if addrs.len() == 1
-            || nic.identity.interface_minor < AV_WRITE_PEERS_INTERFACE_MINOR
+            || self.table.nic.identity.interface_minor < AV_WRITE_PEERS_INTERFACE_MINOR
             || entry_flags & from_address != from_address
         {
             return self.write_entries_with(addrs.len(), &mut |i| {
                 peer_record(first, addrs, job_id, entry_flags, i)
             });
         }
+        let _change = self.table.changes.begin();
+        let nic = &self.table.nic;
         let mut admin = nic.admin();
         let scratch = admin.scratch(nic.bar()).map_err(|e| nic_error(OP, e))?;
         let bytes = addrs.as_flattened();
