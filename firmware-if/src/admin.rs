@@ -137,7 +137,9 @@
 //! same JobID on the function has the initiator id asked for: a target's FI_SOURCE tells
 //! senders apart by (fabric address, JobID, initiator), so two such endpoints would be taken
 //! for one.
-//! ENDPOINT_DESTROY returns the PIDonFEP and the indices at once.
+//! ENDPOINT_DESTROY returns the PIDonFEP and the indices at once. Once it completes, the NIC
+//! never touches a buffer the endpoint's descriptors named: the data of a READ response that
+//! arrives later is dropped, so the host may reuse or unmap those buffers at once.
 //!
 //! ## Memory regions
 //!

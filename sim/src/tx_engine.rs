@@ -50,7 +50,10 @@
 //!    SOM|EOM. READ: `max(1, ceil(len / mtu))` single-packet READ requests (SOM|EOM, no
 //!    payload), packet `i` with `buffer_offset = remote_offset + i * mtu` and request_length
 //!    its share of `len`; the response with data of packet `i` is written by DMA at
-//!    `buf + i * mtu`. `TX_PACKETS` counts packets, `TX_BYTES` payload bytes sent.
+//!    `buf + i * mtu`, unless the endpoint that posted the READ was destroyed meanwhile:
+//!    its buffers are the host's again once ENDPOINT_DESTROY completes, so the data is
+//!    dropped and the response counted stray. `TX_PACKETS` counts packets, `TX_BYTES` payload
+//!    bytes sent.
 //! 5. The descriptor completes once (`Send`, its `context`, `len`, `opcode`, and
 //!    `COMPLETION_FLAG_INJECT` when it was an inject), when the response of every packet has
 //!    arrived: all RC_OK gives `Ok`; otherwise the first error decides — another return code
@@ -485,6 +488,13 @@ impl Nic {
         self.pdcs.ack_received(src, ack.spdcid);
         let ok = resp.return_code == ReturnCode::Ok as u8;
         match p.read {
+            // The READ's endpoint was destroyed while the request was out: ENDPOINT_DESTROY
+            // gave the host back every buffer its descriptors named, so the data is dropped
+            // (the send itself completes nowhere, as `finish_send` finds no endpoint).
+            Some(_) if ok && !self.send_alive(p.msg) => {
+                self.counters.debug.stray_responses += 1;
+                self.packet_done(p.msg, resp.return_code, None);
+            }
             Some((at, asked)) if ok => {
                 if data.len() != asked as usize || resp.modified_length != asked {
                     self.counters.inc(RX_MALFORMED);
@@ -499,6 +509,16 @@ impl Nic {
             }
             _ => self.packet_done(p.msg, resp.return_code, None),
         }
+    }
+
+    /// Whether send `msg` still belongs to a live endpoint: the one that posted it, not a later
+    /// endpoint given the same handle.
+    fn send_alive(&self, msg: u64) -> bool {
+        self.tx_messages.get(&msg).is_some_and(|m| {
+            self.eps
+                .get(m.handle)
+                .is_some_and(|ep| ep.serial == m.serial)
+        })
     }
 
     /// One packet of send `msg` was answered (`rc`) or failed locally; the send completes with
@@ -573,5 +593,88 @@ impl Nic {
         if let Some(p) = self.pending_tx.remove(&(req.spdcid, req.psn)) {
             self.packet_done(p.msg, 0, Some(LocalStatus::Unreachable));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::NicConfig;
+    use crate::iommu::DmaAccess;
+    use std::os::fd::AsFd;
+
+    /// A READ response that comes after ENDPOINT_DESTROY of the endpoint that posted the READ
+    /// writes nothing: the destroy gave its buffer back to the host, which may have handed it
+    /// to someone else.
+    #[test]
+    fn a_read_response_after_its_endpoint_is_destroyed_writes_nothing() {
+        let mut nic = Nic::new(NicConfig::new("10.0.0.1".parse().unwrap()));
+        // Host memory: a file the model maps as it maps the driver's memfd.
+        let path =
+            std::env::temp_dir().join(format!("uet-sim-read-after-destroy-{}", std::process::id()));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        let _ = std::fs::remove_file(&path);
+        file.set_len(4096).unwrap();
+        let iova = 1 << 32;
+        nic.iommu
+            .map(iova, 4096, file.as_fd(), 0, DmaAccess::READ_WRITE)
+            .unwrap();
+        // A READ of 4 bytes from `peer` into `iova`, posted by endpoint 1, which no longer
+        // exists (no endpoint was created with that handle since).
+        let peer: IpAddr = "10.0.0.2".parse().unwrap();
+        let req = nic.pdcs.next_request(peer);
+        let message_id = nic.pdcs.next_message_id(peer);
+        nic.tx_messages.insert(
+            0,
+            PendingSend {
+                handle: 1,
+                serial: 1,
+                context: 0,
+                len: 4,
+                op: TxOpcode::Read,
+                inject: false,
+                packets_left: 1,
+                first_error: None,
+            },
+        );
+        nic.pending_tx.insert(
+            (req.spdcid, req.psn),
+            PendingPacket {
+                msg: 0,
+                dst: peer,
+                message_id,
+                read: Some((iova, 4)),
+            },
+        );
+        let ack = Ack {
+            next_hdr: crate::pds::NEXT_HDR_RESPONSE_DATA,
+            flags: 0,
+            ack_psn_offset: 0,
+            cack_psn: req.psn,
+            spdcid: 9,
+            dpdcid: req.spdcid,
+        };
+        let resp = Response {
+            opcode: ses::OP_RESPONSE_WITH_DATA,
+            return_code: ReturnCode::Ok as u8,
+            message_id,
+            modified_length: 4,
+            ..Response::default()
+        };
+        nic.on_response(peer, &ack, &resp, b"late");
+        let mut now = [0xAAu8; 4];
+        nic.iommu.read(iova, &mut now).unwrap();
+        assert_eq!(
+            now, [0; 4],
+            "the late data reached a buffer the host owns again"
+        );
+        assert!(nic.pending_tx.is_empty() && nic.tx_messages.is_empty());
+        assert_eq!(nic.counters.debug.stray_responses, 1);
     }
 }
