@@ -90,7 +90,10 @@
 //!
 //! Tagged receives complete in matching order, not posting order: their completion context is
 //! a slot of a fixed table (no allocation), not a ring position. At most `2^trx_log2 - 1`
-//! tagged receives are outstanding.
+//! tagged receives are outstanding. So do the untagged receives of an endpoint with peer
+//! groups (a receive of one group may wait while others complete round the ring): their
+//! context is a free entry of the RX ring's table, and the ring's position is the NIC's again
+//! once it has read the descriptor there.
 //!
 //! The send path (`post_*`, `inject`) takes no lock, allocates nothing and never looks at the
 //! AV: it writes one descriptor, fences and rings one doorbell. On an `FI_EP_MSG` endpoint it
@@ -362,6 +365,9 @@ struct Posted {
     /// A tagged receive: the tag it was posted with, which its completion reports when no
     /// message gives one (a cancelled receive). 0 for any other operation.
     tag: u64,
+    /// A receive of the RX ring: its place in the ring's posting order ([`Ring::posts`]), so
+    /// that a cancel finds the oldest. 0 for any other operation.
+    order: u64,
 }
 
 /// Completion contexts of the tagged RX ring: a fixed table with a free list, allocated when
@@ -431,6 +437,8 @@ struct Ring {
     withdrawn: Vec<bool>,
     /// Entries marked in `withdrawn`.
     withdrawn_count: u32,
+    /// Descriptors posted so far: the posting order of the receives in `slots`.
+    posts: u64,
 }
 
 impl Ring {
@@ -444,6 +452,7 @@ impl Ring {
             in_flight: 0,
             withdrawn: vec![false; geometry.entries() as usize],
             withdrawn_count: 0,
+            posts: 0,
         })
     }
 
@@ -454,6 +463,24 @@ impl Ring {
         let tail = usize::from(self.tail);
         self.in_flight + self.withdrawn_count < self.geometry.entries() - 1
             && self.slots[tail].is_none()
+    }
+
+    /// A completion context for a descriptor posted at the tail of a ring the NIC reads
+    /// eagerly (the RX ring of an endpoint with peer groups): the first free entry of `slots`
+    /// from the tail on, when the ring has room. Its receives complete out of posting order
+    /// (one of a group may wait while those of others complete round the ring), and a ring
+    /// position is the NIC's again as soon as it has read the descriptor there, so the
+    /// context cannot be the position: a receive still waiting would hold the position the
+    /// tail comes back to. The NIC's unread descriptors are never more than those posted and
+    /// not completed, fewer than the ring's entries less one, so the tail's position is free.
+    fn free_context(&self) -> Option<u16> {
+        let entries = self.geometry.entries();
+        if self.in_flight >= entries - 1 {
+            return None;
+        }
+        (0..entries)
+            .map(|k| ((u32::from(self.tail) + k) % entries) as u16)
+            .find(|&i| self.slots.get(usize::from(i)).is_some_and(Option::is_none))
     }
 
     /// Free the withdrawn entries the NIC's head has passed: those with no receive still
@@ -1516,6 +1543,7 @@ impl Endpoint {
             silent: req.flags & TX_FLAG_INJECT != 0,
             multi: None,
             tag: 0,
+            order: 0,
         });
         debug_assert!(empty.is_none());
         core::mem::forget(empty);
@@ -1669,7 +1697,7 @@ impl Endpoint {
     fn post_rx(
         &mut self,
         mut buffer: DmaBuffer,
-        context: u64,
+        user_context: u64,
         min_free: Option<u32>,
         group: u32,
     ) -> Result<(), (DriverError, DmaBuffer)> {
@@ -1682,15 +1710,24 @@ impl Endpoint {
             );
             return Err((e, buffer));
         }
-        if !self.rx.can_post() {
-            return Err((DriverError::Full("RX ring"), buffer));
-        }
+        // The completion context: the ring position on a ring the NIC reads in order, where
+        // receives complete in posting order and a cancelled one keeps its position until the
+        // NIC has passed it; any free entry on one it reads eagerly (peer groups, as the NIC
+        // decides it: the bound AV's groups, never a control channel's ring).
         let slot = self.rx.tail;
+        let context = if self.max_group_id == 0 {
+            self.rx.can_post().then_some(slot)
+        } else {
+            self.rx.free_context()
+        };
+        let Some(context) = context else {
+            return Err((DriverError::Full("RX ring"), buffer));
+        };
         buffer.set_len(0);
         let mut d = RxDescriptor::new_zeroed();
         d.buf = U64::new(buffer.iova());
         d.len = U32::new(buffer.capacity() as u32);
-        d.context = U64::new(u64::from(slot));
+        d.context = U64::new(u64::from(context));
         d.group = U32::new(group);
         let multi = min_free.map(|m| {
             d.flags = U32::new(RX_FLAG_MULTI_RECV);
@@ -1704,13 +1741,15 @@ impl Endpoint {
         if let Err(e) = written {
             return Err((e, buffer));
         }
-        self.rx.slots[usize::from(slot)] = Some(Posted {
+        self.rx.posts += 1;
+        self.rx.slots[usize::from(context)] = Some(Posted {
             buffer: Some(buffer),
-            context,
+            context: user_context,
             op: CqOp::Recv,
             silent: false,
             multi,
             tag: 0,
+            order: self.rx.posts,
         });
         self.rx.in_flight += 1;
         self.rx.tail = self.rx.geometry.next(slot);
@@ -1812,6 +1851,7 @@ impl Endpoint {
                 silent: false,
                 multi: None,
                 tag,
+                order: 0,
             });
         }
         ring.in_flight += 1;
@@ -1835,17 +1875,18 @@ impl Endpoint {
     /// NIC older than interface 1.14.
     pub fn cancel_recv(&mut self, context: u64) -> Result<(), DriverError> {
         self.cancel_supported()?;
-        let entries = self.rx.geometry.entries();
-        // Oldest first: the entries after the tail, round the ring.
-        let slot = (1..=entries)
-            .map(|k| ((u32::from(self.rx.tail) + k) % entries) as u16)
-            .find(|&s| {
-                self.rx.slots[usize::from(s)]
-                    .as_ref()
-                    .is_some_and(|p| p.context == context)
+        // The oldest: on a ring read eagerly, the entries do not hold receives in posting
+        // order.
+        let slot = (self.rx.slots.iter().enumerate())
+            .filter_map(|(s, p)| {
+                p.as_ref()
+                    .filter(|p| p.context == context)
+                    .map(|p| (p.order, s))
             })
+            .min()
+            .map(|(_, s)| s)
             .ok_or_else(|| not_posted(context))?;
-        self.send_cancel(RECV_CANCEL_RING_RX, u64::from(slot))
+        self.send_cancel(RECV_CANCEL_RING_RX, slot as u64)
     }
 
     /// `fi_cancel` of a tagged receive (see [`Endpoint::cancel_recv`]). Its completion
@@ -2295,7 +2336,9 @@ impl Endpoint {
             )));
         };
         let local = LocalStatus::from_u8(c.status);
-        if kind == CompletionKind::Recv && local == LocalStatus::Cancelled {
+        // On a ring the NIC reads eagerly (peer groups), the entry was free once read.
+        if kind == CompletionKind::Recv && local == LocalStatus::Cancelled && self.max_group_id == 0
+        {
             self.rx.withdraw(c.context.get());
         }
         if posted.silent && local == LocalStatus::Ok {

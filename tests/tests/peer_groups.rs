@@ -287,6 +287,39 @@ fn interleaved_groups_match_out_of_posting_order() {
     assert_eq!((ev.context, ev.group), (21, 1));
 }
 
+/// Receives of one group complete while a receive of another group waits: the RX ring's
+/// entries are the NIC's again as soon as it has read them onto its posted list, so the
+/// endpoint keeps taking receives round the ring for as long as the waiting one waits, and
+/// the waiting one still takes its group's message at the end.
+#[test]
+fn a_waiting_receive_of_one_group_does_not_block_the_ring_for_the_others() {
+    let (_f, mut a, mut b, _c) = trio(7);
+    b.recv_group(1, 1);
+    let entries = 1u64 << EndpointAttr::default().rx_log2;
+    for i in 0..2 * entries {
+        let buf = b.pool.alloc().expect("buffer");
+        if let Err((e, _)) = b.ep.post_recv_group(buf, 0, 100 + i) {
+            panic!("receive {i} of group 0 refused while one of group 1 waits: {e}");
+        }
+        a.send(fi_group_addr(0, 0), b"zero", i);
+        a.send_ok();
+        let ev = b.received(CompletionKind::Recv);
+        assert_eq!((ev.context, ev.group), (100 + i, 0));
+    }
+    // A second group-1 receive; cancelling the first withdraws it, the second takes the
+    // group's message.
+    b.recv_group(1, 2);
+    b.ep.cancel_recv(1).expect("cancel the waiting receive");
+    let ev = b.next().expect("the cancel completes");
+    assert_eq!(ev.context, 1);
+    assert_eq!(ev.error.expect("cancelled").errno, FiErrno::FI_ECANCELED);
+    a.send(fi_group_addr(0, 1), b"one", 0);
+    a.send_ok();
+    let ev = b.received(CompletionKind::Recv);
+    assert_eq!((ev.context, ev.group), (2, 1));
+    assert_eq!(ev.buffer.expect("buffer").to_vec().expect("read"), b"one");
+}
+
 #[test]
 fn a_group_above_the_maximum_is_rejected_at_the_sender() {
     let (_f, mut a, mut b, _c) = trio(7);
