@@ -365,8 +365,8 @@ struct Posted {
     /// A tagged receive: the tag it was posted with, which its completion reports when no
     /// message gives one (a cancelled receive). 0 for any other operation.
     tag: u64,
-    /// A receive of the RX ring: its place in the ring's posting order ([`Ring::posts`]), so
-    /// that a cancel finds the oldest. 0 for any other operation.
+    /// A receive: its place in its ring's posting order ([`Ring::posts`]), so that a cancel
+    /// finds the oldest. 0 for a transmit.
     order: u64,
 }
 
@@ -437,7 +437,7 @@ struct Ring {
     withdrawn: Vec<bool>,
     /// Entries marked in `withdrawn`.
     withdrawn_count: u32,
-    /// Descriptors posted so far: the posting order of the receives in `slots`.
+    /// Descriptors posted so far: the posting order of the ring's receives.
     posts: u64,
 }
 
@@ -1843,6 +1843,7 @@ impl Endpoint {
             slab.free.push(ctx);
             return Err((e.into(), buffer));
         }
+        ring.posts += 1;
         if let Some(s) = slab.slots.get_mut(usize::from(ctx)) {
             *s = Some(Posted {
                 buffer: Some(buffer),
@@ -1851,7 +1852,7 @@ impl Endpoint {
                 silent: false,
                 multi: None,
                 tag,
-                order: 0,
+                order: ring.posts,
             });
         }
         ring.in_flight += 1;
@@ -1893,14 +1894,21 @@ impl Endpoint {
     /// reports the tag the receive was posted with ([`CqEvent::tag`]).
     pub fn cancel_trecv(&mut self, context: u64) -> Result<(), DriverError> {
         self.cancel_supported()?;
+        // The oldest: the table's entries are taken in no particular order (its free list
+        // hands out the entry freed last).
         let slot = self
             .trx
             .as_ref()
             .and_then(|(_, slab)| {
-                slab.slots
-                    .iter()
-                    .position(|p| p.as_ref().is_some_and(|p| p.context == context))
+                (slab.slots.iter().enumerate())
+                    .filter_map(|(s, p)| {
+                        p.as_ref()
+                            .filter(|p| p.context == context)
+                            .map(|p| (p.order, s))
+                    })
+                    .min()
             })
+            .map(|(_, s)| s)
             .ok_or_else(|| not_posted(context))?;
         self.send_cancel(RECV_CANCEL_RING_TAGGED, slot as u64)
     }

@@ -87,6 +87,35 @@ fn a_cancelled_tagged_receive_leaves_the_message_to_the_next_matching_one() {
     assert!(ev.error.is_none());
 }
 
+/// Of two tagged receives posted with one context, fi_cancel withdraws the older, as for
+/// untagged receives, even when the newer took a table entry freed before the older's.
+#[test]
+fn a_tagged_cancel_withdraws_the_oldest_receive_with_the_context() {
+    let (_fabric, mut a, mut b) = pair();
+    b.trecv(0x1, 0, 100);
+    b.trecv(0x2, 0, 7);
+    // The first completes, and its entry goes to the next receive, also with context 7.
+    a.tsend(0, b"one", 0x1, 60);
+    let ev = b.next_completion().expect("delivered");
+    assert_eq!((ev.context, ev.tag), (100, 0x1));
+    b.trecv(0x3, 0, 7);
+    b.ep.cancel_trecv(7).expect("cancel");
+    let ev = b
+        .next_completion()
+        .expect("the cancelled receive completes");
+    assert_eq!(ev.error.map(|e| e.errno), Some(FiErrno::FI_ECANCELED));
+    assert_eq!(
+        (ev.context, ev.tag),
+        (7, 0x2),
+        "the older receive is withdrawn"
+    );
+    // The newer still takes its message.
+    a.tsend(0, b"three", 0x3, 61);
+    let ev = b.next_completion().expect("delivered");
+    assert!(ev.error.is_none());
+    assert_eq!((ev.context, ev.tag), (7, 0x3));
+}
+
 /// A cancelled tagged receive took no message: its completion and its error entry report
 /// the tag it was posted with (whatever its ignore mask), `FI_RECV | FI_TAGGED`, its
 /// context, no data and no length.
