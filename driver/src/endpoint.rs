@@ -650,6 +650,19 @@ fn not_posted(context: u64) -> DriverError {
     ))
 }
 
+/// The entry of `slots` holding the oldest receive posted with `context`: entries are not
+/// taken in posting order (a ring read eagerly, a free list handing out the entry freed last).
+fn oldest_posted(slots: &[Option<Posted>], context: u64) -> Option<usize> {
+    (slots.iter().enumerate())
+        .filter_map(|(s, p)| {
+            p.as_ref()
+                .filter(|p| p.context == context)
+                .map(|p| (p.order, s))
+        })
+        .min()
+        .map(|(_, s)| s)
+}
+
 fn align_page(x: usize) -> usize {
     x.div_ceil(4096) * 4096
 }
@@ -1878,15 +1891,7 @@ impl Endpoint {
         self.cancel_supported()?;
         // The oldest: on a ring read eagerly, the entries do not hold receives in posting
         // order.
-        let slot = (self.rx.slots.iter().enumerate())
-            .filter_map(|(s, p)| {
-                p.as_ref()
-                    .filter(|p| p.context == context)
-                    .map(|p| (p.order, s))
-            })
-            .min()
-            .map(|(_, s)| s)
-            .ok_or_else(|| not_posted(context))?;
+        let slot = oldest_posted(&self.rx.slots, context).ok_or_else(|| not_posted(context))?;
         self.send_cancel(RECV_CANCEL_RING_RX, slot as u64)
     }
 
@@ -1899,16 +1904,7 @@ impl Endpoint {
         let slot = self
             .trx
             .as_ref()
-            .and_then(|(_, slab)| {
-                (slab.slots.iter().enumerate())
-                    .filter_map(|(s, p)| {
-                        p.as_ref()
-                            .filter(|p| p.context == context)
-                            .map(|p| (p.order, s))
-                    })
-                    .min()
-            })
-            .map(|(_, s)| s)
+            .and_then(|(_, slab)| oldest_posted(&slab.slots, context))
             .ok_or_else(|| not_posted(context))?;
         self.send_cancel(RECV_CANCEL_RING_TAGGED, slot as u64)
     }

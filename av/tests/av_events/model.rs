@@ -32,17 +32,20 @@ impl Sink {
 
     /// What reading the queue does: run the bound AVs' progress, then take what is queued.
     pub(crate) fn read(&self) -> Vec<AvEvent> {
-        let hooks: Vec<_> = self
-            .hooks
+        for h in self.bound_avs() {
+            h.progress();
+        }
+        self.take()
+    }
+
+    /// The AVs bound to the queue, taken out of the hooks' lock (their progress posts here).
+    fn bound_avs(&self) -> Vec<Arc<dyn AvProgress>> {
+        self.hooks
             .lock()
             .unwrap()
             .iter()
             .filter_map(|(_, w)| w.upgrade())
-            .collect();
-        for h in hooks {
-            h.progress();
-        }
-        self.take()
+            .collect()
     }
 
     /// What is queued, without progress.
@@ -56,14 +59,7 @@ impl Sink {
 
     /// Whether a bound AV has an insert whose events are still to be posted.
     pub(crate) fn in_flight(&self) -> bool {
-        let hooks: Vec<_> = self
-            .hooks
-            .lock()
-            .unwrap()
-            .iter()
-            .filter_map(|(_, w)| w.upgrade())
-            .collect();
-        hooks.iter().any(|h| h.in_flight())
+        self.bound_avs().iter().any(|h| h.in_flight())
     }
 }
 
