@@ -1386,30 +1386,40 @@ mod tests {
         assert!(fresh["counters_error"].is_null());
     }
 
+    /// A NIC of the simulator at 10.65.0.`host`, on a fabric of its own.
+    fn sim_nic(host: u8) -> (uet_sim::Fabric, Nic) {
+        let fabric = uet_sim::Fabric::new();
+        let f = fabric
+            .add_nic(uet_sim::NicConfig::new(
+                std::net::Ipv4Addr::new(10, 65, 0, host).into(),
+            ))
+            .unwrap();
+        (fabric, Nic::open(Arc::new(SimDevice::new(f))).unwrap())
+    }
+
+    /// The address of peer `n` of subnet 10.65.`subnet`.0/24.
+    fn peer_of(subnet: u8, n: u8) -> [u8; 32] {
+        uet_fwif::UetAddress {
+            caps: uet_fwif::address::caps::AI_BASE,
+            mode: uet_fwif::address::AddressingMode::Relative,
+            max_msg_mtu: false,
+            pid_on_fep: 1,
+            fabric_addr: std::net::Ipv4Addr::new(10, 65, subnet, n).into(),
+            ri_start: 1,
+            ri_count: 4,
+            initiator: u32::from(n),
+        }
+        .to_bytes()
+        .unwrap()
+    }
+
     /// A page of a table destroyed after it was found, whose handle a new AV's table took
     /// since, is `FI_ENOENT`: the reads succeed, but they are of the new table.
     #[test]
     fn a_page_of_a_table_destroyed_meanwhile_is_enoent_even_when_its_handle_is_reused() {
         use uet_av::AvAttr;
-        let fabric = uet_sim::Fabric::new();
-        let f = fabric
-            .add_nic(uet_sim::NicConfig::new("10.65.0.2".parse().unwrap()))
-            .unwrap();
-        let nic = Nic::open(Arc::new(SimDevice::new(f))).unwrap();
-        let peer = |n: u8| {
-            uet_fwif::UetAddress {
-                caps: uet_fwif::address::caps::AI_BASE,
-                mode: uet_fwif::address::AddressingMode::Relative,
-                max_msg_mtu: false,
-                pid_on_fep: 1,
-                fabric_addr: std::net::Ipv4Addr::new(10, 65, 1, n).into(),
-                ri_start: 1,
-                ri_count: 4,
-                initiator: u32::from(n),
-            }
-            .to_bytes()
-            .unwrap()
-        };
+        let (_fabric, nic) = sim_nic(2);
+        let peer = |n: u8| peer_of(1, n);
         let attr = AvAttr {
             count: 8,
             ..AvAttr::default()
@@ -1440,31 +1450,15 @@ mod tests {
         let page = dump_page(&nic.inner, &now[0], 0, 16).unwrap();
         assert_eq!(page["entries"].as_array().unwrap().len(), 2);
     }
+
     /// Pages of a table read with a change of the application's between them carry different
     /// `changes`, so that a dump read page by page can tell a table that changed under it from
     /// one that did not; pages with nothing changed between them carry the same.
     #[test]
     fn pages_read_across_a_change_of_the_table_say_so() {
         use uet_av::AvAttr;
-        let fabric = uet_sim::Fabric::new();
-        let f = fabric
-            .add_nic(uet_sim::NicConfig::new("10.65.0.3".parse().unwrap()))
-            .unwrap();
-        let nic = Nic::open(Arc::new(SimDevice::new(f))).unwrap();
-        let peer = |n: u8| {
-            uet_fwif::UetAddress {
-                caps: uet_fwif::address::caps::AI_BASE,
-                mode: uet_fwif::address::AddressingMode::Relative,
-                max_msg_mtu: false,
-                pid_on_fep: 1,
-                fabric_addr: std::net::Ipv4Addr::new(10, 65, 2, n).into(),
-                ri_start: 1,
-                ri_count: 4,
-                initiator: u32::from(n),
-            }
-            .to_bytes()
-            .unwrap()
-        };
+        let (_fabric, nic) = sim_nic(3);
+        let peer = |n: u8| peer_of(2, n);
         let mut av = nic
             .open_av(AvAttr {
                 count: 8,
