@@ -388,6 +388,26 @@ impl Pair {
         Pair::with_info(cq_flags, |_| {})
     }
 
+    /// Insert the address of an endpoint no NIC holds ([`nobody`]) into the pair's AV: a
+    /// destination every transfer to fails.
+    fn nobody(&self) -> FiAddr {
+        let addr = nobody(self.av);
+        let mut fake = 0;
+        // SAFETY: an open AV; one address, one fi_addr_t.
+        let inserted = unsafe {
+            ((*(*self.av).ops).insert)(self.av, addr.as_ptr().cast(), 1, &mut fake, 0, null_mut())
+        };
+        assert_eq!(inserted, 1);
+        fake
+    }
+
+    /// Inject four bytes from endpoint 0 to `to`, which accepts the call.
+    fn inject_lost(&self, to: FiAddr) {
+        // SAFETY: an open endpoint; the message is copied at the call.
+        let ret = unsafe { (self.msg(0).inject)(self.p[0].ep, b"lost".as_ptr().cast(), 4, to) };
+        assert_eq!(ret, 0);
+    }
+
     /// [`Pair::new`], the endpoints opened with the provider's `fi_info` as `edit` leaves it.
     fn with_info(cq_flags: u64, edit: impl Fn(&mut FiInfo)) -> Pair {
         Pair::with(cq_flags, FI_WAIT_UNSPEC, edit)
@@ -690,19 +710,8 @@ fn fi_cq_readfrom_names_a_source_only_on_an_endpoint_opened_with_fi_source() {
 #[test]
 fn a_failed_inject_is_reported_as_an_error_completion() {
     let pair = Pair::new(0);
-    let addr = nobody(pair.av);
-    let mut fake = 0;
-    // SAFETY: an open AV and endpoint; one address, one fi_addr_t.
-    unsafe {
-        assert_eq!(
-            ((*(*pair.av).ops).insert)(pair.av, addr.as_ptr().cast(), 1, &mut fake, 0, null_mut()),
-            1
-        );
-        assert_eq!(
-            (pair.msg(0).inject)(pair.p[0].ep, b"lost".as_ptr().cast(), 4, fake),
-            0
-        );
-    }
+    let fake = pair.nobody();
+    pair.inject_lost(fake);
     // fi_msg(3): no entry for an inject that completes successfully; fi_cq(3): error
     // completions are generated for all operations.
     assert_eq!(pair.wait(0).err(), Some(neg(FiErrno::FI_EAVAIL)));
@@ -1300,20 +1309,9 @@ fn hints_asking_for_another_protocol_or_ordered_data_are_refused() {
 #[test]
 fn an_error_read_without_a_buffer_points_err_data_at_the_cqs_copy_of_the_message() {
     let pair = Pair::new(0);
-    let addr = nobody(pair.av);
-    let mut fake = 0;
-    // SAFETY: an open AV and endpoint; one address, one fi_addr_t.
-    unsafe {
-        assert_eq!(
-            ((*(*pair.av).ops).insert)(pair.av, addr.as_ptr().cast(), 1, &mut fake, 0, null_mut()),
-            1
-        );
-        for _ in 0..2 {
-            assert_eq!(
-                (pair.msg(0).inject)(pair.p[0].ep, b"lost".as_ptr().cast(), 4, fake),
-                0
-            );
-        }
+    let fake = pair.nobody();
+    for _ in 0..2 {
+        pair.inject_lost(fake);
     }
     assert_eq!(pair.wait(0).err(), Some(neg(FiErrno::FI_EAVAIL)));
     let e = pair.readerr(0).unwrap();
@@ -1434,19 +1432,8 @@ fn before_api_1_5_an_eq_error_read_ignores_the_applications_buffer() {
 #[test]
 fn before_api_1_5_a_cq_error_read_writes_nothing_past_err_data() {
     let pair = Pair::at_api(fi_version(1, 4));
-    let addr = nobody(pair.av);
-    let mut fake = 0;
-    // SAFETY: an open AV and endpoint; one address, one fi_addr_t.
-    unsafe {
-        assert_eq!(
-            ((*(*pair.av).ops).insert)(pair.av, addr.as_ptr().cast(), 1, &mut fake, 0, null_mut()),
-            1
-        );
-        assert_eq!(
-            (pair.msg(0).inject)(pair.p[0].ep, b"lost".as_ptr().cast(), 4, fake),
-            0
-        );
-    }
+    let fake = pair.nobody();
+    pair.inject_lost(fake);
     assert_eq!(pair.wait(0).err(), Some(neg(FiErrno::FI_EAVAIL)));
     let mut buf = [0x55u8; 16];
     // SAFETY: a plain-data structure.
@@ -4961,15 +4948,7 @@ fn counters_count_failed_sends_and_truncated_receives_as_errors_which_end_a_wait
         [&[(0, FI_SEND)], &[(1, FI_RECV)]],
     );
     let [tx, rx] = [pair.cntrs[0], pair.cntrs[1]];
-    let addr = nobody(pair.av);
-    let mut fake = 0;
-    // SAFETY: an open AV; one address, one fi_addr_t.
-    unsafe {
-        assert_eq!(
-            ((*(*pair.av).ops).insert)(pair.av, addr.as_ptr().cast(), 1, &mut fake, 0, null_mut()),
-            1
-        );
-    }
+    let fake = pair.nobody();
     // A send to an address no endpoint holds fails; a thread waiting for a success wakes
     // when the error count changes.
     let msg = b"lost";
