@@ -85,6 +85,24 @@ fn scripted<T: Send + 'static>(
     (path, server)
 }
 
+/// Run `uetctl` with `args` and then the socket `path` of a [`scripted`] server, wait for the
+/// server's script to end and remove its socket: what `uetctl` printed, and its stderr.
+fn uetctl_against(
+    args: &[&str],
+    path: &std::path::Path,
+    server: std::thread::JoinHandle<()>,
+) -> (std::process::Output, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_uetctl"))
+        .args(args)
+        .arg(path)
+        .output()
+        .unwrap();
+    server.join().unwrap();
+    let _ = std::fs::remove_file(path);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out, stderr)
+}
+
 struct Kill(std::process::Child);
 
 impl Drop for Kill {
@@ -1782,7 +1800,6 @@ fn a_live_dump_that_finds_differences_exits_1_as_a_demo_dump_does() {
 /// do its work, and not 1, which says the dump found differences.
 #[test]
 fn a_live_dump_that_stops_part_way_exits_2() {
-    use std::process::Command;
     let (path, server) = scripted("stops-part-way", |c| {
         c.hear();
         c.say(json!({"ok": {"tables": [{"table": 3, "serial": 7, "capacity": 8}]}}));
@@ -1795,14 +1812,7 @@ fn a_live_dump_that_stops_part_way_exits_2() {
         c.say(json!({"error": {"errno": 2, "name": "FI_ENOENT",
                                "message": "AV table 3 of serial 7 was closed since the dump began"}}));
     });
-    let out = Command::new(env!("CARGO_BIN_EXE_uetctl"))
-        .args(["av", "dump", "--nic", "0", "--socket"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    server.join().unwrap();
-    let _ = std::fs::remove_file(&path);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (out, stderr) = uetctl_against(&["av", "dump", "--nic", "0", "--socket"], &path, server);
     assert!(stderr.contains("incomplete"), "{stderr}");
     assert_eq!(out.status.code(), Some(2), "{stderr}");
 }
@@ -2171,7 +2181,6 @@ fn an_answer_trickled_byte_by_byte_is_given_up() {
 /// scripted telemetry server plays the process.)
 #[test]
 fn figures_past_their_width_are_shown_not_a_panic() {
-    use std::process::Command;
     use uet_fwif::av_entry::entry_flags;
     use uet_fwif::NicAvEntry;
     use zerocopy::IntoBytes;
@@ -2190,14 +2199,7 @@ fn figures_past_their_width_are_shown_not_a_panic() {
                 "msix_vector": null, "counters": null, "counters_error": "not read"}]}}));
         }
     });
-    let out = Command::new(env!("CARGO_BIN_EXE_uetctl"))
-        .args(["ep", "list", "--socket"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    server.join().unwrap();
-    let _ = std::fs::remove_file(&path);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (out, stderr) = uetctl_against(&["ep", "list", "--socket"], &path, server);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(String::from_utf8_lossy(&out.stdout).contains(&u64::MAX.to_string()));
 
@@ -2224,14 +2226,7 @@ fn figures_past_their_width_are_shown_not_a_panic() {
                             "auth_key_slots": []}}),
         );
     });
-    let out = Command::new(env!("CARGO_BIN_EXE_uetctl"))
-        .args(["av", "dump", "--socket"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    server.join().unwrap();
-    let _ = std::fs::remove_file(&path);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (out, stderr) = uetctl_against(&["av", "dump", "--socket"], &path, server);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("0..2"),
