@@ -61,6 +61,17 @@ impl Listening {
         Listening::of(uet_tests::fabric_with(2, |cfg| cfg.interface_minor = minor))
     }
 
+    /// A connection request (no parameter) from a new endpoint of the client NIC, as the
+    /// listener reads it: the endpoint, its event queue and the request.
+    fn request(&self) -> (Endpoint, EventQueue, uet_driver::cm::ConnReq) {
+        let (mut client, eq_c) = msg_ep(&self.nc);
+        client
+            .connect(&self.pep.address().to_bytes().unwrap(), b"")
+            .unwrap();
+        let req = self.pep.connreq(&wait_event(&self.eq_l)).unwrap();
+        (client, eq_c, req)
+    }
+
     fn of((fabric, fns): (uet_sim::Fabric, Vec<uet_sim::SimFunction>)) -> Listening {
         let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
         let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
@@ -229,12 +240,8 @@ fn a_rejected_requester_gets_the_reject_param_byte_for_byte() {
     // fi_cm(3): the data fi_reject sends reaches the requester as err_data of its
     // FI_ECONNREFUSED. An application's reject data need not be text.
     let l = Listening::new();
-    let (nc, eq_l, pep) = (&l.nc, &l.eq_l, &l.pep);
-    let (mut client, eq_c) = msg_ep(nc);
-    client
-        .connect(&pep.address().to_bytes().unwrap(), b"")
-        .unwrap();
-    let req = pep.connreq(&wait_event(eq_l)).unwrap();
+    let (nc, pep) = (&l.nc, &l.pep);
+    let (client, eq_c, req) = l.request();
     let why = [0xFF, 0x00, 0x80, 0xC3, b'"', b'x'];
     pep.reject(&req, &why).unwrap();
     let err = wait_error(&eq_c);
@@ -421,12 +428,8 @@ fn a_request_the_listener_cannot_report_is_refused() {
 #[test]
 fn closing_a_connected_endpoint_shuts_the_connection_down() {
     let l = Listening::new();
-    let (fns, ns, nc, eq_l, pep) = (&l.fns, &l.ns, &l.nc, &l.eq_l, &l.pep);
-    let (mut client, eq_c) = msg_ep(nc);
-    client
-        .connect(&pep.address().to_bytes().unwrap(), b"")
-        .unwrap();
-    let req = pep.connreq(&wait_event(eq_l)).unwrap();
+    let (fns, ns, pep) = (&l.fns, &l.ns, &l.pep);
+    let (client, eq_c, req) = l.request();
     let (mut server, eq_s) = msg_ep(ns);
     pep.accept(&req, &mut server, b"").unwrap();
     assert_eq!(wait_event(&eq_c).kind, EqEventKind::Connected);
@@ -645,12 +648,8 @@ fn an_accept_to_a_newcomer_ends_the_connection<T>(
     newcomer: impl FnOnce(&Nic) -> (T, uet_fwif::address::UetAddress, EventQueue),
 ) -> T {
     let l = Listening::new();
-    let (ns, nc, eq_l, pep) = (&l.ns, &l.nc, &l.eq_l, &l.pep);
-    let (mut client, _eq_c) = msg_ep(nc);
-    client
-        .connect(&pep.address().to_bytes().unwrap(), b"")
-        .unwrap();
-    let req = pep.connreq(&wait_event(eq_l)).unwrap();
+    let (ns, nc, pep) = (&l.ns, &l.nc, &l.pep);
+    let (client, _eq_c, req) = l.request();
     let gone = *client.address();
     drop(client);
     let (newcomer, at, eq_n) = newcomer(nc);
@@ -702,11 +701,7 @@ fn an_accept_that_reaches_the_accepting_endpoint_itself_ends_the_connection() {
     // none, for ever).
     let l = Listening::new();
     let (nc, eq_l, pep) = (&l.nc, &l.eq_l, &l.pep);
-    let (mut client, _eq_c) = msg_ep(nc);
-    client
-        .connect(&pep.address().to_bytes().unwrap(), b"")
-        .unwrap();
-    let req = pep.connreq(&wait_event(eq_l)).unwrap();
+    let (client, _eq_c, req) = l.request();
     let gone = *client.address();
     drop(client);
     let (mut server, eq_s) = msg_ep(nc);
