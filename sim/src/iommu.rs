@@ -226,7 +226,7 @@ impl Iommu {
     }
 
     /// [`Iommu::check`], and that the mappings let the device write (`write`) or read.
-    fn check_access(&self, iova: u64, len: u64, write: bool) -> Result<(), DmaFault> {
+    pub(crate) fn check_access(&self, iova: u64, len: u64, write: bool) -> Result<(), DmaFault> {
         self.check(iova, len)?;
         if self.allows(iova, len, write) {
             Ok(())

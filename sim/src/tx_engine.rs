@@ -15,8 +15,8 @@
 //!    READ, and `remote_offset + len` within 64 bits; `data` zero for WRITE and READ;
 //!    `len <= CAP_MAX_MSG`. Otherwise complete with `BadDescriptor`.
 //! 2. SEND, TAGGED_SEND, WRITE: read `len` payload bytes from `buf` by DMA. READ: check that
-//!    `[buf, buf + len)` is mapped. A fault completes with `DmaFault` (and counts
-//!    `DMA_FAULTS`) before any packet is sent.
+//!    `[buf, buf + len)` is mapped, and writable (the response lands there). A fault completes
+//!    with `DmaFault` (and counts `DMA_FAULTS`) before any packet is sent.
 //! 3. Translate `dest` through the endpoint's bound AV: the receive context is the top
 //!    `rx_ctx_bits` bits, the index the rest. No bound AV, an index beyond the table, an invalid
 //!    entry, a resource index (`entry.ri_start + rx_ctx`) beyond 12 bits, or resource index 0
@@ -211,7 +211,8 @@ impl Nic {
         };
         let mut payload = Vec::new();
         let local = if op == TxOpcode::Read {
-            self.iommu.check(d.buf.get(), u64::from(len))
+            // The response lands there: the memory must be writable, as well as mapped.
+            self.iommu.check_access(d.buf.get(), u64::from(len), true)
         } else {
             payload.resize(len as usize, 0);
             self.iommu.read(d.buf.get(), &mut payload)

@@ -353,6 +353,38 @@ fn local_errors_complete_without_sending() {
     assert_eq!(a.f.counter(TX_PACKETS), 0);
 }
 
+/// A READ lands in its local buffer, which the NIC writes: a buffer in memory mapped readable
+/// only (`DmaAccess`, a vfio-user `DMA_MAP` without `VFIO_DMA_MAP_FLAG_WRITE`) faults at post
+/// as one outside mapped memory does, and nothing is sent.
+#[test]
+fn a_read_into_memory_mapped_readable_only_completes_without_sending() {
+    use std::os::fd::AsFd;
+    let Pair { mut a, mut ea, .. } = pair(0);
+    let iova = 0x7000_0000;
+    let readable = DmaMem::new(4096, iova);
+    let access = uet_sim::DmaAccess {
+        read: true,
+        write: false,
+    };
+    a.f.dma_map_for(iova, 4096, readable.fd.as_fd(), 0, access)
+        .unwrap();
+    let d = TxDescriptor {
+        opcode: TxOpcode::Read as u8,
+        len: U32::new(16),
+        buf: U64::new(iova),
+        dest: U64::new(3),
+        context: U64::new(1),
+        ..Default::default()
+    };
+    a.post_send_desc(&mut ea, d);
+    assert_eq!(
+        a.poll_cq(&mut ea).map(|c| (c.context.get(), status(&c))),
+        Some((1, LocalStatus::DmaFault))
+    );
+    assert_eq!(a.f.counter(DMA_FAULTS), 1);
+    assert_eq!(a.f.counter(TX_PACKETS), 0, "nothing was sent");
+}
+
 #[test]
 fn rx_buffer_outside_dma_memory() {
     let Pair {
