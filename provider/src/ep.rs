@@ -1174,7 +1174,8 @@ pub(crate) fn open_context(
 }
 
 /// `fi_endpoint`. `FI_EINVAL` for an `fi_info` whose `ep_attr->auth_key` is not the domain's
-/// JobID, which its endpoints are given ([`crate::info::endpoint_key_refused`]).
+/// JobID, which its endpoints are given ([`crate::info::endpoint_key_refused`]; on a fabric of
+/// API 1.5 or later: before, the field is ignored).
 pub(crate) unsafe extern "C" fn domain_endpoint(
     domain: *mut FidDomain,
     info: *mut c_void,
@@ -1220,7 +1221,8 @@ pub(crate) unsafe extern "C" fn domain_endpoint(
             dom.endpoint_attr().job_id
         };
         // SAFETY: NULL or valid attributes of a valid fi_info.
-        if let Some(why) = unsafe { crate::info::endpoint_key_refused(info, job_id) } {
+        if let Some(why) = unsafe { crate::info::endpoint_key_refused(info, job_id, d.api_version) }
+        {
             return Err(FiError::inval(format!("{CALL}: {why}")));
         }
         let addr_format = match info.addr_format {

@@ -407,14 +407,26 @@ unsafe fn auth_key_job_id(what: &str, key: *const u8, size: usize) -> Result<Opt
     }
 }
 
+/// The first API version whose `struct fi_ep_attr` has an auth key (1.5): fi_endpoint(3) has
+/// the field "ignored unless the fabric is opened with API version 1.5 or greater".
+const EP_AUTH_KEY_API: u32 = fi_version(1, 5);
+
 /// Why the endpoint auth key of `info` (`ep_attr->auth_key`) is none an endpoint of a domain
 /// whose endpoints are given `job_id` may have: an endpoint takes its domain's JobID (fi_endpoint(3):
 /// "The domain authorization key will be used if auth_key_size is set to 0"), so a key of its
-/// own is served only when it is that one. `None` for no key or that one.
+/// own is served only when it is that one. `None` for no key or that one, and on a fabric
+/// opened with an API (`api_version`) before 1.5, which has no such key to read.
 ///
 /// # Safety
 /// `info.ep_attr` is NULL or valid, its key NULL or holding its size in bytes.
-pub(crate) unsafe fn endpoint_key_refused(info: &FiInfo, job_id: u32) -> Option<String> {
+pub(crate) unsafe fn endpoint_key_refused(
+    info: &FiInfo,
+    job_id: u32,
+    api_version: u32,
+) -> Option<String> {
+    if api_version < EP_AUTH_KEY_API {
+        return None;
+    }
     // SAFETY: NULL or valid, as the caller promises.
     let ep = unsafe { info.ep_attr.as_ref() }?;
     // SAFETY: the key holds its size in bytes, as the caller promises.
@@ -1105,7 +1117,11 @@ impl ListenInfo {
 ///
 /// # Safety
 /// `info` is a valid `fi_info` whose attribute pointers are NULL or valid.
-pub(crate) unsafe fn listen_info(info: &FiInfo, call: &str) -> Result<ListenInfo, FiError> {
+pub(crate) unsafe fn listen_info(
+    info: &FiInfo,
+    api_version: u32,
+    call: &str,
+) -> Result<ListenInfo, FiError> {
     // SAFETY: NULL or valid (the caller's promise).
     let ep_type = unsafe { info.ep_attr.as_ref() }.map_or(FI_EP_UNSPEC, |a| a.ep_type);
     if EpKind::from_raw(ep_type).map_err(|why| FiError::inval(format!("{call}: {why}")))?
@@ -1131,7 +1147,7 @@ pub(crate) unsafe fn listen_info(info: &FiInfo, call: &str) -> Result<ListenInfo
     };
     let listener_job = job_id.unwrap_or(uet_driver::EndpointAttr::default().job_id);
     // SAFETY: as above.
-    if let Some(why) = unsafe { endpoint_key_refused(info, listener_job) } {
+    if let Some(why) = unsafe { endpoint_key_refused(info, listener_job, api_version) } {
         return Err(FiError::inval(format!("{call}: {why}")));
     }
     let src = if info.src_addr.is_null() || info.src_addrlen == 0 {

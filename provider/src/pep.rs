@@ -2,7 +2,7 @@
 //! and the connection requests it hands the application.
 //!
 //! * `fi_passive_ep(fabric, info)` takes an `fi_info` of `FI_EP_MSG` (`-FI_EINVAL` for
-//!   another type, or an `ep_attr->auth_key` other than its domain's); `fi_pep_bind` takes its EQ (one; `-FI_EINVAL` for anything else, and
+//!   another type, or, from API 1.5, an `ep_attr->auth_key` other than its domain's); `fi_pep_bind` takes its EQ (one; `-FI_EINVAL` for anything else, and
 //!   `-FI_EOPBADSTATE` once listening); `fi_listen` (`-FI_ENOEQ` without an EQ) makes the
 //!   listener on the NIC, which gives it its address: `fi_getname` (the 32-byte UET address,
 //!   or with `FI_ADDR_STR` its string, as `fi_connect` takes it; `-FI_ETOOSMALL` with the
@@ -281,7 +281,7 @@ pub(crate) unsafe extern "C" fn fabric_passive_ep(
         // SAFETY: NULL or a valid fi_info (libfabric's contract).
         let info = unsafe { info.as_ref() }.ok_or_else(|| null(CALL, "info"))?;
         // SAFETY: a valid fi_info's attributes are NULL or valid.
-        let listen = unsafe { listen_info(info, CALL) }?;
+        let listen = unsafe { listen_info(info, f.api_version(), CALL) }?;
         let boxed = Box::new(UetPep {
             fid: FidPep {
                 fid: Fid {

@@ -3989,6 +3989,54 @@ fn an_endpoint_is_not_opened_with_an_auth_key_other_than_its_domains() {
     }
 }
 
+/// fi_endpoint(3): `ep_attr->auth_key_size` and `auth_key` are "ignored unless the fabric is
+/// opened with API version 1.5 or greater". On a fabric of API 1.4 (whose `struct fi_ep_attr`
+/// has no such fields) `fi_endpoint`, `fi_scalable_ep` and `fi_passive_ep` open an endpoint
+/// whatever they hold.
+#[test]
+fn before_api_1_5_an_endpoints_auth_key_is_ignored() {
+    let mut other = uet_av::job_id_to_auth_key(0x43);
+    for (ep_type, rx_ctx_cnt) in [(FI_EP_RDM, 1), (FI_EP_RDM, 2), (FI_EP_MSG, 1)] {
+        for size in [4, 3] {
+            let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+            // SAFETY: the hints' own attributes.
+            unsafe { (*hints.info.ep_attr).ep_type = ep_type };
+            let open = Open::with_hints_at(&hints, fi_version(1, 4));
+            let mut ep: *mut Fid = null_mut();
+            // SAFETY: the provider's own info, its key restored before it is freed; an open
+            // fabric and domain; a valid out pointer; what opens is closed once.
+            let ret = unsafe {
+                let ep_attr = &mut *(*open.info).ep_attr;
+                let saved = (ep_attr.auth_key, ep_attr.auth_key_size, ep_attr.rx_ctx_cnt);
+                (ep_attr.auth_key, ep_attr.auth_key_size) = (other.as_mut_ptr(), size);
+                ep_attr.rx_ctx_cnt = rx_ctx_cnt;
+                let out = (&raw mut ep).cast();
+                let ret = if ep_type == FI_EP_MSG {
+                    let ops = &*(*open.fabric).ops;
+                    (ops.passive_ep)(open.fabric, open.info, out, null_mut())
+                } else {
+                    let ops = &*(*open.domain).ops;
+                    let open_ep = if rx_ctx_cnt > 1 {
+                        ops.scalable_ep
+                    } else {
+                        ops.endpoint
+                    };
+                    open_ep(open.domain, open.info.cast(), out, null_mut())
+                };
+                (ep_attr.auth_key, ep_attr.auth_key_size, ep_attr.rx_ctx_cnt) = saved;
+                if ret == 0 {
+                    assert_eq!(close(ep), 0);
+                }
+                ret
+            };
+            assert_eq!(
+                ret, 0,
+                "type {ep_type}, {rx_ctx_cnt} receive contexts, a key of {size} bytes"
+            );
+        }
+    }
+}
+
 /// The address of the answer `info` to `fi_getinfo`: its `src_addr` with `source`, else its
 /// `dest_addr`. The answer is freed.
 fn answered_address(info: *mut FiInfo, source: bool) -> Vec<u8> {
