@@ -141,9 +141,6 @@ impl UetCq {
         self.wait_obj != FI_WAIT_NONE
     }
 
-    /// Arm every bound endpoint's ring for a wait ([`EpShared::arm`]). The endpoint list is
-    /// taken from under the CQ's lock and each endpoint armed under its own, as a read drains
-    /// them.
     /// Whether the NIC of an endpoint bound to the CQ stopped (a fatal error, or its
     /// function reset): it writes no completion and raises no vector.
     fn device_stopped(&self) -> bool {
@@ -151,6 +148,9 @@ impl UetCq {
         endpoints.iter().any(|ep| ep.device_stopped())
     }
 
+    /// Arm every bound endpoint's ring for a wait ([`EpShared::arm`]). The endpoint list is
+    /// taken from under the CQ's lock and each endpoint armed under its own, as a read drains
+    /// them.
     fn arm_endpoints(&self) -> Armed {
         let endpoints = Arc::clone(&self.lock().endpoints);
         let mut fds = Vec::with_capacity(endpoints.len() + 1);
