@@ -473,7 +473,7 @@ const ATTEMPTS: u32 = 3;
 
 /// Dump NIC table `table` of NIC `nic`, page by page. A table the process changed while its
 /// pages were read is read again: its pages would mix the table before and after the change,
-/// which no dump shows as one table; an error when it changed at each of [`ATTEMPTS`] reads.
+/// which no dump shows as one table; an error when it changed at each of `ATTEMPTS` (3) reads.
 /// The table of a named AV is compared with the AV itself, read from its shared segment, when
 /// the table reflected the segment's generation while it was read ([`dump::NamedSide`] says
 /// whether it was and why not).
