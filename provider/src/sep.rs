@@ -501,6 +501,12 @@ unsafe extern "C" fn sep_control(fid: *mut Fid, command: c_int, _arg: *mut c_voi
                 if let Some(e) = s.enabled_flags(tx).get(k) {
                     e.store(true, Ordering::Release);
                 }
+                // As a context's own `fi_enable` does: a thread asleep on its CQ or counter
+                // armed the ring sets it could read then, and the context may have bound
+                // them since (after another `fi_enable` put the endpoint on the NIC).
+                if let Some(lane) = s.lanes.get(k) {
+                    lane.wake();
+                }
             }
         }
         st.enabled = true;

@@ -6003,6 +6003,88 @@ fn a_receive_context_enabled_before_its_scalable_endpoint_takes_receives_at_once
     }
 }
 
+/// A receive context bound to an `FI_WAIT_FD` CQ after a thread armed it (`fi_trywait`),
+/// on an endpoint already on the NIC, and enabled by `fi_enable` of the scalable endpoint:
+/// its ring set was not armed, so the enable makes the descriptor readable, as the
+/// context's own `fi_enable` does, and the waiter arms it on its next `fi_trywait`.
+#[test]
+fn a_context_enabled_by_its_scalable_endpoints_fi_enable_wakes_a_waiter_on_its_cq() {
+    let open = Open::with_hints(&sep_hints(1, 2));
+    let mut attr = av_attr(16);
+    attr.rx_ctx_bits = 1;
+    let av = open.av_open(&mut attr).unwrap();
+    let cq = open.cq_open(FI_CQ_FORMAT_TAGGED, FI_WAIT_FD);
+    let peer_cq = open.cq_open(FI_CQ_FORMAT_TAGGED, FI_WAIT_UNSPEC);
+    let sep = scalable_ep(&open).unwrap();
+    let r0 = context(sep, false, 0).unwrap();
+    // SAFETY: open objects.
+    unsafe {
+        assert_eq!(bind(&mut (*sep).fid, &mut (*av).fid, 0), 0);
+        assert_eq!(bind(&mut (*r0).fid, &mut (*cq).fid, FI_RECV), 0);
+    }
+    assert_eq!(enable(r0), 0, "the endpoint is on the NIC from here");
+    let mut fd: c_int = -1;
+    // SAFETY: an open CQ; an int for the answer.
+    let ret =
+        unsafe { ((*(*cq).fid.ops).control)(&mut (*cq).fid, FI_GETWAIT, (&raw mut fd).cast()) };
+    assert_eq!(ret, 0);
+    let trywait = || -> c_int {
+        // SAFETY: an open CQ and the fabric it was opened under.
+        unsafe {
+            let mut fids = [&raw mut (*cq).fid];
+            ((*(*open.fabric).ops).trywait)(open.fabric, fids.as_mut_ptr(), 1)
+        }
+    };
+    assert_eq!(trywait(), 0, "nothing to read: the waiter may sleep");
+    let r1 = context(sep, false, 1).unwrap();
+    // SAFETY: open objects.
+    unsafe { assert_eq!(bind(&mut (*r1).fid, &mut (*cq).fid, FI_RECV), 0) };
+    assert_eq!(enable(sep), 0, "enables r1");
+    let mut buf = [0u8; 16];
+    // SAFETY: `buf` outlives the receive's completion, read below.
+    assert_eq!(unsafe { post(r1, &mut buf, None, 7) }, 0);
+    // The peer: an endpoint of one context.
+    // SAFETY: the provider's own info, restored after.
+    let peer = unsafe {
+        let ep_attr = &mut *(*open.info).ep_attr;
+        (ep_attr.tx_ctx_cnt, ep_attr.rx_ctx_cnt) = (1, 1);
+        let ep = open.endpoint();
+        (ep_attr.tx_ctx_cnt, ep_attr.rx_ctx_cnt) = (1, 2);
+        ep
+    };
+    // SAFETY: open objects.
+    unsafe {
+        assert_eq!(bind(&mut (*peer).fid, &mut (*av).fid, 0), 0);
+        assert_eq!(
+            bind(&mut (*peer).fid, &mut (*peer_cq).fid, FI_TRANSMIT | FI_RECV),
+            0
+        );
+    }
+    assert_eq!(enable(peer), 0);
+    let to = uet_av::flags::fi_rx_addr(insert(av, &name_of(sep.cast())), 1, 1);
+    assert_eq!(send_to(peer, b"wake", to, 1), 0);
+    assert!(cq_wait(peer_cq).is_ok(), "the send to context 1 completes");
+    // A bound only so that a descriptor never made readable fails the test.
+    assert!(
+        common::fd_readable(fd, 5000),
+        "context 1's receive completed and the descriptor stayed unreadable"
+    );
+    let e = cq_wait(cq).expect("context 1's receive");
+    assert_eq!((e.op_context as usize, e.len), (7, 4));
+    // SAFETY: open objects, each closed once, contexts first.
+    unsafe {
+        close_all(&[
+            &mut (*r0).fid,
+            &mut (*r1).fid,
+            &mut (*sep).fid,
+            &mut (*peer).fid,
+            &mut (*cq).fid,
+            &mut (*peer_cq).fid,
+            &mut (*av).fid,
+        ]);
+    }
+}
+
 /// fi_getinfo answers a scalable `FI_EP_RDM` endpoint of up to the NIC's contexts, with
 /// the counts asked for, and the NIC's transmit contexts per endpoint in the domain; an
 /// `FI_EP_DGRAM` or `FI_EP_MSG` endpoint keeps one context of each direction, which its
