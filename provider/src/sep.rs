@@ -107,6 +107,8 @@ pub struct UetSep {
     rx_op_flags: u64,
     /// `caps` of the `fi_info`: what a context's attributes may ask for.
     caps: u64,
+    /// What every context has, whatever its attributes ask: returned in them.
+    sizes: ContextSizes,
     addr_format: AddrFormat,
     state: Mutex<SepState>,
     /// Which open contexts are enabled (their own `fi_enable`, or the scalable endpoint's),
@@ -322,7 +324,7 @@ pub(crate) unsafe extern "C" fn domain_scalable_ep(
         }
         // SAFETY: NULL or a valid fi_info (libfabric's contract).
         let info = unsafe { info.cast::<FiInfo>().as_ref() }.ok_or_else(|| null(CALL, "info"))?;
-        let (max_tx, max_rx, job_id) = {
+        let (max_tx, max_rx, job_id, sizes) = {
             let guard = d.lock()?;
             let dom = guard
                 .as_ref()
@@ -336,10 +338,18 @@ pub(crate) unsafe extern "C" fn domain_scalable_ep(
                     nic.min(domain)
                 }
             };
+            let base = dom.endpoint_attr();
+            // The ring sizes `create` gives every ring set.
+            let sizes = ContextSizes {
+                inject_size: EpKind::Rdm.inject_size(dom.nic()),
+                tx_size: 1 << base.tx_log2,
+                rx_size: 1 << base.rx_log2,
+            };
             (
                 within(tx, d.max_ep_tx_ctx),
                 within(rx, dom.attr().max_ep_rx_ctx),
-                dom.endpoint_attr().job_id,
+                base.job_id,
+                sizes,
             )
         };
         // SAFETY: NULL or valid attributes of a valid fi_info.
@@ -397,6 +407,7 @@ pub(crate) unsafe extern "C" fn domain_scalable_ep(
             tx_op_flags,
             rx_op_flags,
             caps: info.caps,
+            sizes,
             addr_format,
             state: Mutex::new(SepState {
                 av: None,
@@ -657,9 +668,22 @@ unsafe fn context_call<A: ContextAttrs>(
     // SAFETY: libfabric's contract on `out`.
     let ret = unsafe { open_context(s, tx, index, op_flags, out.cast(), context, call) }?;
     if let Some(a) = attr {
-        a.fill(served);
+        a.fill(served, &s.sizes);
     }
     Ok(ret)
+}
+
+/// The sizes a context has: its scalable endpoint's rings and inject slots, which no
+/// context's attributes change (fi_endpoint(3): support for per-context attributes is
+/// provider specific, and the provider returns the ones the context has).
+#[derive(Clone, Copy)]
+struct ContextSizes {
+    /// `tx_attr->inject_size`.
+    inject_size: usize,
+    /// `tx_attr->size`: the transmit ring's entries.
+    tx_size: usize,
+    /// `rx_attr->size`: the receive ring's entries.
+    rx_size: usize,
 }
 
 /// The attributes `fi_tx_context` and `fi_rx_context` take: what they ask, and what an open
@@ -668,8 +692,8 @@ trait ContextAttrs {
     /// What the attributes ask of the context.
     fn asked(&self) -> ContextAttr;
     /// The answer of a context that opened, serving `served` capabilities (named when the
-    /// application asked for none).
-    fn fill(&mut self, served: u64);
+    /// application asked for none), with the `sizes` it has.
+    fn fill(&mut self, served: u64, sizes: &ContextSizes);
 }
 
 impl ContextAttrs for FiTxAttr {
@@ -682,11 +706,13 @@ impl ContextAttrs for FiTxAttr {
         }
     }
 
-    fn fill(&mut self, served: u64) {
+    fn fill(&mut self, served: u64, sizes: &ContextSizes) {
         if self.caps == 0 {
             self.caps = served;
         }
         self.mode = 0;
+        self.inject_size = sizes.inject_size;
+        self.size = sizes.tx_size;
         self.iov_limit = IOV_LIMIT;
         self.rma_iov_limit = 0;
     }
@@ -702,11 +728,12 @@ impl ContextAttrs for FiRxAttr {
         }
     }
 
-    fn fill(&mut self, served: u64) {
+    fn fill(&mut self, served: u64, sizes: &ContextSizes) {
         if self.caps == 0 {
             self.caps = served;
         }
         self.mode = 0;
+        self.size = sizes.rx_size;
         self.iov_limit = IOV_LIMIT;
     }
 }

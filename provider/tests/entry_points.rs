@@ -6910,7 +6910,7 @@ fn fi_cancel_with_no_context_cancels_no_receive_posted_without_one() {
 /// receive context, default flags it does not honour, an order), with `-FI_EINVAL` and no
 /// context; the same index then opens with attributes it serves, which it gets back.
 /// A context that does not open leaves the application's attributes as they were: only an
-/// open context's come back filled (caps, mode, iov limits).
+/// open context's come back filled (caps, mode, sizes, iov limits).
 #[test]
 fn a_context_that_does_not_open_leaves_its_attributes_untouched() {
     let open = Open::with_hints(&sep_hints(2, 4));
@@ -7005,6 +7005,47 @@ fn a_context_is_not_opened_with_attributes_its_direction_does_not_serve() {
             &raw mut (*sep).fid,
         ])
     };
+}
+
+/// fi_endpoint(3): "Providers will return the actual attributes assigned to the context
+/// through the attr parameter". A context's inject size and queue sizes are the scalable
+/// endpoint's, whatever the attributes ask: they come back as the `fi_info` has them, not as
+/// asked.
+#[test]
+fn a_context_returns_its_actual_inject_and_queue_sizes_in_its_attributes() {
+    let open = Open::with_hints(&sep_hints(2, 4));
+    let sep = scalable_ep(&open).unwrap();
+    // SAFETY: the provider's own info.
+    let (inject_size, tx_size, rx_size) = unsafe {
+        let (tx, rx) = (&*(*open.info).tx_attr, &*(*open.info).rx_attr);
+        (tx.inject_size, tx.size, rx.size)
+    };
+    assert!(inject_size > 0 && tx_size > 0 && rx_size > 0);
+    for (i, asked) in [0, usize::MAX].into_iter().enumerate() {
+        // SAFETY: a plain-data structure, valid all zero.
+        let mut tx: FiTxAttr = unsafe { core::mem::zeroed() };
+        // SAFETY: as above.
+        let mut rx: FiRxAttr = unsafe { core::mem::zeroed() };
+        (tx.inject_size, tx.size, rx.size) = (asked, asked, asked);
+        let (mut tctx, mut rctx): (*mut FidEp, *mut FidEp) = (null_mut(), null_mut());
+        // SAFETY: an open scalable endpoint; valid attributes and out pointers.
+        let (t, r) = unsafe {
+            (
+                ((*(*sep).ops).tx_ctx)(sep, i as c_int, &mut tx, &mut tctx, null_mut()),
+                ((*(*sep).ops).rx_ctx)(sep, i as c_int, &mut rx, &mut rctx, null_mut()),
+            )
+        };
+        assert_eq!((t, r), (0, 0));
+        assert_eq!(
+            (tx.inject_size, tx.size, rx.size),
+            (inject_size, tx_size, rx_size),
+            "asked {asked}"
+        );
+        // SAFETY: ours, open, closed once.
+        unsafe { close_all(&[&raw mut (*tctx).fid, &raw mut (*rctx).fid]) };
+    }
+    // SAFETY: ours, open, closed once.
+    unsafe { close_all(&[&raw mut (*sep).fid]) };
 }
 
 /// fi_msg(3) limits `FI_INJECT` to messages of at most `inject_size` bytes: an `fi_sendmsg`
