@@ -485,17 +485,7 @@ impl Pair {
                     assert_eq!((fops.bind)(&mut (*ep).fid, &mut (*cntr).fid, flags), 0);
                 }
                 assert_eq!((fops.control)(&mut (*ep).fid, FI_ENABLE, null_mut()), 0);
-                let mut name = [0u8; 32];
-                let mut len = name.len();
-                assert_eq!(
-                    ((*(*ep).cm).getname)(&mut (*ep).fid, name.as_mut_ptr().cast(), &mut len),
-                    0
-                );
-                let mut addr = 0;
-                assert_eq!(
-                    ((*(*av).ops).insert)(av, name.as_ptr().cast(), 1, &mut addr, 0, null_mut()),
-                    1
-                );
+                let addr = insert_name_of(av, ep);
                 Peer { ep, cq, addr }
             }
         });
@@ -917,24 +907,7 @@ fn an_endpoint_refuses_transfers_of_a_direction_its_caps_leave_out() {
             assert_eq!((fops.control)(&mut (*ep).fid, FI_ENABLE, null_mut()), 0);
             let msg = &*(*ep).msg;
             let tagged = &*(*ep).tagged;
-            let mut name = [0u8; 32];
-            let mut len = name.len();
-            assert_eq!(
-                ((*(*ep).cm).getname)(&mut (*ep).fid, name.as_mut_ptr().cast(), &mut len),
-                0
-            );
-            let mut addr = 0;
-            assert_eq!(
-                ((*(*pair.av).ops).insert)(
-                    pair.av,
-                    name.as_ptr().cast(),
-                    1,
-                    &mut addr,
-                    0,
-                    null_mut()
-                ),
-                1
-            );
+            let addr = insert_name_of(pair.av, ep);
             let mut rbuf = [0u8; 8];
             let to = pair.p[0].addr;
             if caps & FI_SEND != 0 {
@@ -2701,6 +2674,17 @@ fn name_of(fid: *mut Fid) -> [u8; 32] {
     };
     assert_eq!((ret, len), (0, 32), "fi_getname");
     name
+}
+
+/// Insert endpoint `ep`'s name (`fi_getname`) into `av`: its `fi_addr_t` there.
+fn insert_name_of(av: *mut FidAv, ep: *mut FidEp) -> FiAddr {
+    let name = name_of(ep.cast());
+    let mut addr = 0;
+    // SAFETY: an open AV; one address, one fi_addr_t.
+    let inserted =
+        unsafe { ((*(*av).ops).insert)(av, name.as_ptr().cast(), 1, &mut addr, 0, null_mut()) };
+    assert_eq!(inserted, 1, "fi_av_insert of the endpoint's name");
+    addr
 }
 
 /// `fi_eq_read` (waiting up to 5 s for an event) into a buffer of `len` bytes, with `flags`.
