@@ -117,6 +117,8 @@ pub struct UetCntr {
     changed: AtomicBool,
     /// The count of its domain's open counters, which it is on until it closes.
     domain_cntrs: Arc<AtomicUsize>,
+    /// The fabric of its domain: `fi_trywait` takes it on that fabric only.
+    pub(crate) fabric: crate::fabric::FabricTag,
 }
 
 impl UetCntr {
@@ -470,6 +472,7 @@ pub(crate) unsafe extern "C" fn domain_cntr_open(
             fd_wait,
             changed: AtomicBool::new(false),
             domain_cntrs,
+            fabric: d.fabric_tag(),
         });
         // SAFETY: `cntr` is non-NULL and writable (libfabric's contract).
         unsafe { *cntr = Box::into_raw(boxed).cast() };

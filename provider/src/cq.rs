@@ -42,13 +42,14 @@
 //!   (fi_poll(3)), and also while an endpoint of the CQ has no vector, since sleeping could
 //!   then miss its completions. `FI_GETWAITOBJ` gives the CQ's wait object. `fi_trywait`
 //!   takes `FI_WAIT_FD` CQs, and `FI_WAIT_FD` event queues ([`crate::eq`]) and counters
-//!   ([`crate::cntr`]) beside them (`-FI_EINVAL` for any other object, or another wait
-//!   object, nothing armed).
+//!   ([`crate::cntr`]) beside them, all of the fabric it is called on (`-FI_EINVAL` for any
+//!   other object, another wait object, or an object of another fabric, nothing armed).
 //! * `fi_close`: `-FI_EBUSY` while endpoints are bound, or while a thread waits in
 //!   `fi_cq_sread` (which would wake in a freed CQ): `fi_cq_signal` ends its wait.
 
 use crate::abi::*;
 use crate::ep::{Arm, EpShared};
+use crate::fabric::{Fabric, FabricTag};
 use crate::wait::{Parked, Sleepers};
 use crate::{
     entry, null, object_ref, ssize, strerror, unsupported, OwnedErrData, FI_ERR_DATA_BUFFER_API,
@@ -129,6 +130,8 @@ pub struct UetCq {
     err_data: OwnedErrData,
     /// The count of its domain's open CQs, which it is on until it closes.
     domain_cqs: Arc<AtomicUsize>,
+    /// The fabric of its domain: `fi_trywait` takes it on that fabric only.
+    pub(crate) fabric: FabricTag,
 }
 
 impl UetCq {
@@ -300,7 +303,7 @@ pub(crate) unsafe extern "C" fn domain_cq_open(
     entry(CALL, || {
         // SAFETY: the application's domain pointer.
         let d = unsafe { crate::domain::domain_ref(domain, CALL) }?;
-        let (api_version, domain_cqs) = (d.api_version, Arc::clone(&d.cqs));
+        let (api_version, domain_cqs, fabric) = (d.api_version, Arc::clone(&d.cqs), d.fabric_tag());
         if cq.is_null() {
             return Err(null(CALL, "cq"));
         }
@@ -345,6 +348,7 @@ pub(crate) unsafe extern "C" fn domain_cq_open(
             api_version,
             err_data: OwnedErrData::default(),
             domain_cqs,
+            fabric,
         });
         boxed.domain_cqs.fetch_add(1, Ordering::AcqRel);
         // SAFETY: `cq` is non-NULL and writable (libfabric's contract).
@@ -603,33 +607,41 @@ enum Waitable<'a> {
 }
 
 impl Waitable<'_> {
-    /// The provider's object behind `fid`, when it has a descriptor (`FI_WAIT_FD`);
-    /// `FI_EINVAL` otherwise.
+    /// The provider's object behind `fid`, when it has a descriptor (`FI_WAIT_FD`) and was
+    /// opened under `fabric`; `FI_EINVAL` otherwise.
     ///
     /// # Safety
     /// `fid` is NULL or a live libfabric object.
-    unsafe fn of<'a>(fid: *mut Fid, call: &str) -> Result<Waitable<'a>, FiError> {
+    unsafe fn of<'a>(fid: *mut Fid, fabric: &Fabric, call: &str) -> Result<Waitable<'a>, FiError> {
         // SAFETY: NULL or a live object (the caller's promise); only its `struct fid` read.
         let class = unsafe { fid.as_ref() }
             .ok_or_else(|| null(call, "a fid"))?
             .fclass;
-        let (w, wait_obj) = match class {
+        let (w, wait_obj, ours) = match class {
             FI_CLASS_EQ => {
                 // SAFETY: the caller's promise (checked by class and table).
                 let q = unsafe { crate::eq::eq_ref(fid, call) }?;
-                (Waitable::Eq(q), q.has_wait_fd())
+                (Waitable::Eq(q), q.has_wait_fd(), q.of_fabric(fabric))
             }
             FI_CLASS_CNTR => {
                 // SAFETY: the caller's promise (checked by class and table).
                 let c = unsafe { crate::cntr::cntr_ref(fid, call) }?;
-                (Waitable::Cntr(c), c.has_wait_fd())
+                (Waitable::Cntr(c), c.has_wait_fd(), fabric.is(&c.fabric))
             }
             _ => {
                 // SAFETY: the caller's promise (checked by class and table).
                 let q = unsafe { cq_ref(fid, call) }?;
-                (Waitable::Cq(q), q.fd_wait.is_some())
+                (Waitable::Cq(q), q.fd_wait.is_some(), fabric.is(&q.fabric))
             }
         };
+        // Another fabric's object is none of the fabric descriptors fi_trywait checks
+        // (fi_poll(3)): arming it would say nothing of this fabric's.
+        if !ours {
+            return Err(FiError::inval(format!(
+                "{call}: an object of another fabric (fi_trywait takes the objects of the \
+                 fabric it is called on)"
+            )));
+        }
         if !wait_obj {
             return Err(FiError::inval(format!(
                 "{call}: an object without a descriptor (fi_trywait takes CQs, EQs and counters \
@@ -649,7 +661,7 @@ impl Waitable<'_> {
 }
 
 /// `fi_trywait(fabric, fids, count)`: every fid must be one of the provider's CQs, EQs or
-/// counters opened with `FI_WAIT_FD` (else `-FI_EINVAL`, nothing armed); `0` when the
+/// counters opened with `FI_WAIT_FD` under `fabric` (else `-FI_EINVAL`, nothing armed); `0` when the
 /// application may sleep on all their descriptors, `-FI_EAGAIN` when it must read one of
 /// them first ([`UetCq::trywait`], [`crate::eq::UetEq::trywait`],
 /// [`crate::cntr::UetCntr::trywait`]).
@@ -661,7 +673,7 @@ pub(crate) unsafe extern "C" fn fabric_trywait(
     const CALL: &str = "fi_trywait";
     entry(CALL, || {
         // SAFETY: the application's fabric pointer.
-        unsafe { crate::fabric::fabric_ref(fabric) }?;
+        let fabric = unsafe { crate::fabric::fabric_ref(fabric) }?;
         let count =
             usize::try_from(count).map_err(|_| FiError::inval(format!("{CALL}: count {count}")))?;
         // SAFETY: `count` fid pointers at `fids` (libfabric's contract), only read.
@@ -669,7 +681,7 @@ pub(crate) unsafe extern "C" fn fabric_trywait(
         let objects = fids
             .iter()
             // SAFETY: each an application's object pointer (checked by class and table).
-            .map(|&fid| unsafe { Waitable::of(fid, CALL) })
+            .map(|&fid| unsafe { Waitable::of(fid, fabric, CALL) })
             .collect::<Result<Vec<_>, _>>()?;
         for w in objects {
             w.trywait(CALL)?;
@@ -985,6 +997,7 @@ mod tests {
             api_version: 0,
             err_data: OwnedErrData::default(),
             domain_cqs: Arc::new(AtomicUsize::new(0)),
+            fabric: FabricTag::of_domains(&Arc::default()),
         }
     }
 

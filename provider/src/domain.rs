@@ -35,6 +35,11 @@ pub struct UetDomain {
 }
 
 impl UetDomain {
+    /// The fabric the domain was opened under, for the CQs and counters opened in it.
+    pub(crate) fn fabric_tag(&self) -> crate::fabric::FabricTag {
+        crate::fabric::FabricTag::of_domains(&self.fabric_domains)
+    }
+
     /// The driver's domain, locked. `FI_EINVAL` once closed (which a valid pointer never is).
     pub(crate) fn lock(&self) -> Result<MutexGuard<'_, Option<Domain>>, FiError> {
         let guard = self.domain.lock().unwrap_or_else(PoisonError::into_inner);

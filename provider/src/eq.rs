@@ -145,8 +145,9 @@ pub struct UetEq {
     err_data: OwnedErrData,
     /// The wait object it was opened with (`fi_control(FI_GETWAITOBJ)`).
     wait_obj: c_int,
-    /// Counts the queue in its fabric until `fi_close` frees it.
-    _fabric: FabricSeat,
+    /// Counts the queue in its fabric until `fi_close` frees it, and names the fabric
+    /// (`fi_trywait` takes the queue on that fabric only).
+    fabric: FabricSeat,
 }
 
 impl UetEq {
@@ -175,6 +176,11 @@ impl UetEq {
     /// Whether it was opened with `FI_WAIT_FD` (and is not closed).
     pub(crate) fn has_wait_fd(&self) -> bool {
         self.eq.wait_fd().is_some()
+    }
+
+    /// Whether it was opened on `fabric` (`fi_trywait` takes it there only).
+    pub(crate) fn of_fabric(&self, fabric: &crate::fabric::Fabric) -> bool {
+        fabric.seats(&self.fabric)
     }
 
     /// `fi_trywait` of this queue ([`EventQueue::trywait`]).
@@ -256,7 +262,7 @@ pub(crate) unsafe extern "C" fn fabric_eq_open(
             api_version: f.api_version(),
             err_data: OwnedErrData::default(),
             wait_obj: a.wait_obj,
-            _fabric: f.seat(),
+            fabric: f.seat(),
         });
         // SAFETY: `eq` is non-NULL and writable (libfabric's contract).
         unsafe { *eq = Box::into_raw(boxed).cast() };
@@ -678,7 +684,7 @@ mod tests {
             api_version,
             err_data: OwnedErrData::default(),
             wait_obj: FI_WAIT_NONE,
-            _fabric: FabricSeat::in_count(&Arc::default()),
+            fabric: FabricSeat::in_count(&Arc::default()),
         })
     }
 

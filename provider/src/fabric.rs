@@ -31,6 +31,30 @@ impl Fabric {
     pub(crate) fn seat(&self) -> FabricSeat {
         FabricSeat::in_count(&self.others)
     }
+
+    /// Whether an object tagged `tag` was opened under this fabric.
+    pub(crate) fn is(&self, tag: &FabricTag) -> bool {
+        Arc::ptr_eq(&self.domains, &tag.0)
+    }
+
+    /// Whether an object holding `seat` (an event queue) was opened on this fabric.
+    pub(crate) fn seats(&self, seat: &FabricSeat) -> bool {
+        Arc::ptr_eq(&self.others, &seat.0)
+    }
+}
+
+/// The fabric a CQ or counter was opened under (through its domain), which `fi_trywait`
+/// checks: it takes only the fabric's own objects (fi_poll(3)). It holds the fabric's count
+/// of domains, whose allocation thus outlives neither the object nor the fabric's tag, so no
+/// other fabric can have it.
+#[derive(Clone)]
+pub(crate) struct FabricTag(Arc<AtomicUsize>);
+
+impl FabricTag {
+    /// The tag of a domain's objects, whose fabric's count of domains is `domains`.
+    pub(crate) fn of_domains(domains: &Arc<AtomicUsize>) -> FabricTag {
+        FabricTag(Arc::clone(domains))
+    }
 }
 
 /// An event queue or passive endpoint counted in its fabric while it lives (dropped with the

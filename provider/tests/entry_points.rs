@@ -8362,3 +8362,37 @@ fn av_set_calls_refuse_bad_input_and_change_nothing() {
         assert_eq!(close(&raw mut (*other).fid), 0);
     }
 }
+
+/// `fi_trywait` takes only objects of the fabric it is called on (fi_poll(3): the fabric
+/// descriptors of that fabric): a CQ, counter or event queue of another fabric is
+/// `-FI_EINVAL`, alone or beside the fabric's own, and nothing is armed; each still answers
+/// on its own fabric.
+#[test]
+fn fi_trywait_refuses_objects_of_another_fabric() {
+    let (a, b) = (
+        Open::new(FI_MSG, FI_FORMAT_UNSPEC),
+        Open::new(FI_MSG, FI_FORMAT_UNSPEC),
+    );
+    let own = a.cq_open(FI_CQ_FORMAT_CONTEXT, FI_WAIT_FD);
+    let cq = b.cq_open(FI_CQ_FORMAT_CONTEXT, FI_WAIT_FD);
+    let cntr = b.cntr_open(FI_WAIT_FD).unwrap();
+    let eq = eq_open_on(b.fabric, FI_WAIT_FD, 0).expect("fi_eq_open");
+    // SAFETY: open objects; only the fields' addresses are taken.
+    let (own, cq, cntr, eq) = unsafe {
+        (
+            &raw mut (*own).fid,
+            &raw mut (*cq).fid,
+            &raw mut (*cntr).fid,
+            &raw mut (*eq).fid,
+        )
+    };
+    let inval = ineg(FiErrno::FI_EINVAL);
+    for other in [cq, cntr, eq] {
+        assert_eq!(trywait_on(a.fabric, &[other]), inval);
+        assert_eq!(trywait_on(a.fabric, &[own, other]), inval);
+        assert_eq!(trywait_on(b.fabric, &[other]), 0);
+    }
+    assert_eq!(trywait_on(a.fabric, &[own]), 0);
+    // SAFETY: ours, open, closed once.
+    unsafe { close_all(&[own, cq, cntr, eq]) };
+}
