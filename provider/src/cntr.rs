@@ -50,7 +50,8 @@
 //!   The count itself is made when the rings are drained, so after a wakeup `fi_cntr_read`
 //!   shows it. `fi_trywait` drains the rings and arms the endpoints' vectors; it is
 //!   `-FI_EAGAIN` when the counter changed since the last `fi_trywait` (read it first), and
-//!   while an endpoint of the counter has no vector (read rather than sleep).
+//!   while an endpoint of the counter has no vector (read rather than sleep); `-FI_EIO` once
+//!   the NIC of an endpoint of the counter stopped, which raises nothing more.
 //! * `fi_control`: `FI_GETWAITOBJ` gives the counter's wait object, `FI_GETWAIT` the
 //!   descriptor of an `FI_WAIT_FD` counter; both are `-FI_ENODATA` for a wait object the
 //!   counter does not have (`FI_GETWAIT` of any other, either of `FI_WAIT_NONE`), as for a CQ.
@@ -178,7 +179,8 @@ impl UetCntr {
     /// lands on a bound endpoint, a count or an `fi_cntr_add`/`set` is made by another
     /// thread). The rings are drained first. `FI_EAGAIN` when the counter changed since the
     /// last `fi_trywait` (the application reads it first), or when an endpoint has no vector,
-    /// so that sleeping could miss its completions.
+    /// so that sleeping could miss its completions. `FI_EIO` once the NIC of an endpoint
+    /// stopped, as for `fi_cntr_wait`.
     pub(crate) fn trywait(&self, call: &str) -> Result<(), FiError> {
         let (Some(fd_wait), Some(wake)) = (&self.fd_wait, &self.wake) else {
             return Err(FiError::inval(format!(
@@ -196,6 +198,11 @@ impl UetCntr {
         self.progress();
         if self.changed.swap(false, Ordering::SeqCst) {
             return Err(again("the counter changed; read it"));
+        }
+        // A NIC that stopped completes nothing and raises no vector: the descriptor would
+        // never poll readable. Told as `fi_cntr_wait` tells it.
+        if self.device_stopped() {
+            return Err(crate::cq::stopped(call));
         }
         let fds = match self.arm() {
             Ok(fds) => fds,

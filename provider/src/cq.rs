@@ -40,7 +40,8 @@
 //!   `fi_trywait(fabric, fids, count)` returns 0 it polls readable when a completion lands or
 //!   `fi_cq_signal` comes; `fi_trywait` is `-FI_EAGAIN` while there is something to read
 //!   (fi_poll(3)), and also while an endpoint of the CQ has no vector, since sleeping could
-//!   then miss its completions. `FI_GETWAITOBJ` gives the CQ's wait object. `fi_trywait`
+//!   then miss its completions; `-FI_EIO` once the NIC of an endpoint of the CQ stopped,
+//!   which raises nothing more (what is queued is read first). `FI_GETWAITOBJ` gives the CQ's wait object. `fi_trywait`
 //!   takes `FI_WAIT_FD` CQs, and `FI_WAIT_FD` event queues ([`crate::eq`]) and counters
 //!   ([`crate::cntr`]) beside them, all of the fabric it is called on (`-FI_EINVAL` for any
 //!   other object, another wait object, or an object of another fabric, nothing armed).
@@ -180,7 +181,8 @@ impl UetCq {
     /// descriptor, which then polls readable when a completion lands or `fi_cq_signal` comes.
     /// `FI_EAGAIN` when there is something to read first (a completion, queued or in a ring,
     /// or a signal no one has seen), or when an endpoint has no vector, so that sleeping could
-    /// miss its completions ("blocking could hang the application", fi_poll(3)).
+    /// miss its completions ("blocking could hang the application", fi_poll(3)). `FI_EIO`
+    /// once the NIC of an endpoint stopped, as for `fi_cq_sread`.
     fn trywait(&self, call: &str) -> Result<(), FiError> {
         let (Some(fd_wait), Some(wake)) = (&self.fd_wait, &self.wake) else {
             return Err(FiError::inval(format!(
@@ -201,6 +203,12 @@ impl UetCq {
         }
         if self.signaled.swap(false, Ordering::AcqRel) {
             return Err(again("signaled"));
+        }
+        // A NIC that stopped writes no completion and raises no vector: the descriptor would
+        // never poll readable, and the application would sleep for good. Told as
+        // `fi_cq_sread` tells it, once what was queued is read.
+        if self.device_stopped() {
+            return Err(stopped(call));
         }
         match self.arm_endpoints() {
             Armed::Ready => Err(again("a completion came")),
@@ -688,6 +696,17 @@ pub(crate) unsafe extern "C" fn fabric_trywait(
         }
         Ok(0)
     })
+}
+
+/// `FI_EIO` of a `fi_trywait` of a CQ or counter (`call`) whose NIC stopped.
+pub(crate) fn stopped(call: &str) -> FiError {
+    FiError::new(
+        FiErrno::FI_EIO,
+        format!(
+            "{call}: the NIC stopped (a fatal error, or its function was reset): no \
+             completion will come, and its descriptor would never poll readable"
+        ),
+    )
 }
 
 /// What arming the CQ's endpoints for a wait gave.

@@ -8396,3 +8396,34 @@ fn fi_trywait_refuses_objects_of_another_fabric() {
     // SAFETY: ours, open, closed once.
     unsafe { close_all(&[own, cq, cntr, eq]) };
 }
+
+/// `fi_trywait` of an `FI_WAIT_FD` CQ or counter whose NIC stopped — here its function is
+/// reset — is `-FI_EIO`, as `fi_cq_sread` and `fi_cntr_wait` are: a stopped NIC writes no
+/// completion and raises no vector, so the descriptor would never poll readable and an
+/// application told it may sleep would sleep for good. (The test resets the process's NIC:
+/// it runs in a process of its own.)
+#[test]
+fn fi_trywait_of_a_cq_or_counter_whose_nic_stopped_is_eio() {
+    if !common::in_own_process("fi_trywait_of_a_cq_or_counter_whose_nic_stopped_is_eio") {
+        return;
+    }
+    use uet_regs::RegisterAccess;
+    let pair = Pair::with_counters(0, FI_WAIT_FD, |_| {}, 1, [&[(0, FI_RECV)], &[]]);
+    let fabric = pair._open.fabric;
+    // SAFETY: open objects; only the fields' addresses are taken.
+    let (cq, cntr) = unsafe {
+        let rx = pair.cntrs[0];
+        (&raw mut (*pair.p[0].cq).fid, &raw mut (*rx).fid)
+    };
+    assert_eq!(trywait_on(fabric, &[cq, cntr]), 0, "a running NIC");
+    let nic = uet_fi::device::nic().expect("the NIC");
+    nic.bar0().write(
+        uet_regs::FUNCTION_RESET,
+        uet_regs::FunctionReset::new().with_reset(true),
+    );
+    let eio = ineg(FiErrno::FI_EIO);
+    assert_eq!(trywait_on(fabric, &[cq]), eio, "the CQ");
+    assert_eq!(trywait_on(fabric, &[cntr]), eio, "the counter");
+    // Its endpoints, CQs and counter are left to the process's end: the NIC answers nothing.
+    std::mem::forget(pair);
+}
