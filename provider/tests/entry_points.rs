@@ -388,6 +388,21 @@ impl Pair {
         Pair::with_info(cq_flags, |_| {})
     }
 
+    /// An endpoint of the pair's domain opened with `caps` in place of the info's, bound to
+    /// the pair's AV, not enabled.
+    fn endpoint_with_caps(&self, caps: u64) -> *mut FidEp {
+        let info = self._open.info;
+        // SAFETY: the provider's info, its caps restored at once; an open AV and endpoint.
+        unsafe {
+            let saved = (*info).caps;
+            (*info).caps = caps;
+            let ep = self._open.endpoint();
+            (*info).caps = saved;
+            assert_eq!(bind(&mut (*ep).fid, &mut (*self.av).fid, 0), 0);
+            ep
+        }
+    }
+
     /// Insert the address of an endpoint no NIC holds ([`nobody`]) into the pair's AV: a
     /// destination every transfer to fails.
     fn nobody(&self) -> FiAddr {
@@ -844,7 +859,6 @@ fn fi_cq_sread_takes_a_wait_condition_as_the_hint_fi_cq_makes_it() {
 #[test]
 fn an_endpoint_without_a_cq_for_a_direction_it_serves_is_not_enabled() {
     let pair = Pair::new(0);
-    let info = pair._open.info;
     let no_cq = -(FiErrno::FI_ENOCQ.get() as c_int);
     // (caps, CQ bindings, fi_enable's answer); FI_RECV and FI_SEND as bind flags and caps
     // have the same bits.
@@ -858,14 +872,10 @@ fn an_endpoint_without_a_cq_for_a_direction_it_serves_is_not_enabled() {
         (FI_MSG, FI_TRANSMIT | FI_RECV, 0),
     ];
     for (caps, bind, want) in cases {
-        // SAFETY: an open domain, AV and CQ; the provider's info, its caps restored.
+        // SAFETY: an open endpoint, AV and CQ.
         unsafe {
-            let saved = (*info).caps;
-            (*info).caps = caps;
-            let ep = pair._open.endpoint();
-            (*info).caps = saved;
+            let ep = pair.endpoint_with_caps(caps);
             let fops = &*(*ep).fid.ops;
-            assert_eq!((fops.bind)(&mut (*ep).fid, &mut (*pair.av).fid, 0), 0);
             if bind != 0 {
                 assert_eq!(
                     (fops.bind)(&mut (*ep).fid, &mut (*pair.p[0].cq).fid, bind),
@@ -889,19 +899,14 @@ fn an_endpoint_without_a_cq_for_a_direction_it_serves_is_not_enabled() {
 #[test]
 fn an_endpoint_refuses_transfers_of_a_direction_its_caps_leave_out() {
     let pair = Pair::new(0);
-    let info = pair._open.info;
     let not_served = neg(FiErrno::FI_EOPNOTSUPP);
     // (caps, the CQ's binding)
     for (caps, bind) in [(FI_MSG | FI_SEND, FI_TRANSMIT), (FI_MSG | FI_RECV, FI_RECV)] {
-        // SAFETY: an open domain, AV and CQ; the provider's info, its caps restored; the
+        // SAFETY: an open domain, endpoint, AV and CQ; the
         // buffers outlive the calls, which are refused or read by the end of the loop.
         unsafe {
-            let saved = (*info).caps;
-            (*info).caps = caps;
-            let ep = pair._open.endpoint();
-            (*info).caps = saved;
+            let ep = pair.endpoint_with_caps(caps);
             let fops = &*(*ep).fid.ops;
-            assert_eq!((fops.bind)(&mut (*ep).fid, &mut (*pair.av).fid, 0), 0);
             let cq = pair._open.cq_open(FI_CQ_FORMAT_DATA, FI_WAIT_UNSPEC);
             assert_eq!((fops.bind)(&mut (*ep).fid, &mut (*cq).fid, bind), 0);
             assert_eq!((fops.control)(&mut (*ep).fid, FI_ENABLE, null_mut()), 0);
