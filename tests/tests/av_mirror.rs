@@ -313,6 +313,27 @@ fn a_record_with_its_reserved_word_set_is_refused_alone_as_in_a_batch() {
     assert_eq!(got, [NicAvEntry::INVALID; 2], "nothing stored");
 }
 
+/// Insert peer `first` (its initiator id; the others the returned function makes differ in
+/// it) into `node`'s AV, then have the NIC drop one window write (`AV_WRITE_DROPS` 1), and
+/// shorten the admin timeout: the reset NIC these tests make answers no admin command, and
+/// tearing the node down waits that long for each.
+fn one_window_write_dropped(
+    node: &mut Node,
+    function: &uet_sim::SimFunction,
+    first: u32,
+) -> impl Fn(u32) -> [u8; 32] {
+    let own = *node.ep.address();
+    let peer = move |i: u32| uet_tests::forged(&own, |a| a.initiator = i);
+    let a = peer(first);
+    assert_eq!(node.insert(&a), 0);
+    let rec = refused_record(&a, 5);
+    assert!(node.av.nic_mut().write_entries(&[rec]).is_err());
+    assert_eq!(function.counter(AV_WRITE_DROPS), 1);
+    node.nic
+        .set_admin_timeout(std::time::Duration::from_millis(20));
+    peer
+}
+
 /// One refusal through the write window (the drop count 1), then a function reset (the count
 /// back to 0): the next write through the window, dropped by a NIC that lost its tables,
 /// counts 1 again — the count the driver last read. It is not taken as stored.
@@ -321,16 +342,7 @@ fn a_window_write_dropped_after_a_reset_is_not_taken_as_stored() {
     let (_f, fns) = fabric(1);
     let function = fns[0].clone();
     let mut node = Node::new(function.clone(), 1, 8);
-    let own = *node.ep.address();
-    let peer = |i: u32| uet_tests::forged(&own, |a| a.initiator = i);
-    let a = peer(0x61);
-    assert_eq!(node.insert(&a), 0);
-    let rec = refused_record(&a, 5);
-    assert!(node.av.nic_mut().write_entries(&[rec]).is_err());
-    assert_eq!(function.counter(AV_WRITE_DROPS), 1);
-    // The reset NIC answers no admin command: tearing the node down waits this long for each.
-    node.nic
-        .set_admin_timeout(std::time::Duration::from_millis(20));
+    let peer = one_window_write_dropped(&mut node, &function, 0x61);
     function.function_level_reset();
     let r = node.av.insert(&peer(0x62), 1, None, 0);
     assert_eq!(function.counter(AV_WRITE_DROPS), 1, "the NIC dropped it");
@@ -378,16 +390,7 @@ fn a_window_write_dropped_by_a_reset_while_it_rang_is_not_taken_as_stored() {
         armed: AtomicBool::new(false),
         function: function.clone(),
     });
-    let own = *node.ep.address();
-    let peer = |i: u32| uet_tests::forged(&own, |a| a.initiator = i);
-    let a = peer(0x51);
-    assert_eq!(node.insert(&a), 0);
-    let rec = refused_record(&a, 5);
-    assert!(node.av.nic_mut().write_entries(&[rec]).is_err());
-    assert_eq!(function.counter(AV_WRITE_DROPS), 1);
-    // The reset NIC answers no admin command: tearing the node down waits this long for each.
-    node.nic
-        .set_admin_timeout(std::time::Duration::from_millis(20));
+    let peer = one_window_write_dropped(&mut node, &function, 0x51);
     device.hook.armed.store(true, Ordering::Release);
     let r = node.av.insert(&peer(0x52), 1, None, 0);
     assert!(!device.hook.armed.load(Ordering::Acquire), "the reset came");
