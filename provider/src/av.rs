@@ -203,10 +203,7 @@ impl UetAv {
         call: &str,
         f: impl FnOnce(&AddressVector<NicAv>) -> Result<R, FiError>,
     ) -> Result<R, FiError> {
-        self.with_kind(call, |kind| match kind {
-            AvKind::Own(av) => f(av),
-            AvKind::Shared(av) => f(&av.av()),
-        })
+        self.with_mirror(call, false, f)
     }
 
     /// Run `f` on the AV's table as the AV holds it now, locked: a named AV's mirror first
@@ -217,10 +214,22 @@ impl UetAv {
         call: &str,
         f: impl FnOnce(&AddressVector<NicAv>) -> Result<R, FiError>,
     ) -> Result<R, FiError> {
+        self.with_mirror(call, true, f)
+    }
+
+    /// [`UetAv::with_table`], a named AV's mirror caught up first when `catch_up`.
+    fn with_mirror<R>(
+        &self,
+        call: &str,
+        catch_up: bool,
+        f: impl FnOnce(&AddressVector<NicAv>) -> Result<R, FiError>,
+    ) -> Result<R, FiError> {
         self.with_kind(call, |kind| match kind {
             AvKind::Own(av) => f(av),
             AvKind::Shared(av) => {
-                av.sync().map_err(|e| e.within(call))?;
+                if catch_up {
+                    av.sync().map_err(|e| e.within(call))?;
+                }
                 f(&av.av())
             }
         })
