@@ -63,7 +63,9 @@
 //! served, as RMA is not: binding with those flags is `-FI_EBADFLAGS`.
 
 use crate::abi::*;
-use crate::cq::{after_sleep, poll_readable, FdWait, SREAD_SLEEP_MAX, WAIT_RECHECK};
+use crate::cq::{
+    after_sleep, poll_readable, stopped, FdWait, StatusLook, SREAD_SLEEP_MAX, WAIT_RECHECK,
+};
 use crate::ep::{Arm, EpShared};
 use crate::wait::{Parked, Sleepers};
 use crate::{entry, null, object_ref, unsupported};
@@ -202,7 +204,10 @@ impl UetCntr {
         // A NIC that stopped completes nothing and raises no vector: the descriptor would
         // never poll readable. Told as `fi_cntr_wait` tells it.
         if self.device_stopped() {
-            return Err(crate::cq::stopped(call));
+            return Err(stopped(
+                call,
+                "its count will not move, and its descriptor would never poll readable",
+            ));
         }
         let fds = match self.arm() {
             Ok(fds) => fds,
@@ -305,7 +310,7 @@ impl UetCntr {
         // Among the counter's waiters from its first sleep on (after `_waiting`: it leaves
         // first).
         let mut parked: Option<Parked<'_>> = None;
-        let mut looked = Instant::now();
+        let mut look = StatusLook::new();
         loop {
             self.progress();
             if let Some(r) = done() {
@@ -318,19 +323,11 @@ impl UetCntr {
                     format!("{call}: the counter stayed below {threshold}"),
                 ));
             }
-            // A NIC that stopped completes nothing and raises no vector: looked at every
-            // WAIT_RECHECK the wait goes on, so that a wait without end ends.
-            if now.duration_since(looked) >= WAIT_RECHECK {
-                looked = now;
-                if self.device_stopped() {
-                    return Err(FiError::new(
-                        FiErrno::FI_EIO,
-                        format!(
-                            "{call}: the NIC stopped (a fatal error, or its function was \
-                             reset): the counter stays below {threshold}"
-                        ),
-                    ));
-                }
+            if look.stopped(now, || self.device_stopped()) {
+                return Err(stopped(
+                    call,
+                    &format!("the counter stays below {threshold}"),
+                ));
             }
             let left = deadline.map(|d| d.saturating_duration_since(now));
             // Without an eventfd nothing would wake it: the rings are read again after a nap.

@@ -208,7 +208,10 @@ impl UetCq {
         // never poll readable, and the application would sleep for good. Told as
         // `fi_cq_sread` tells it, once what was queued is read.
         if self.device_stopped() {
-            return Err(stopped(call));
+            return Err(stopped(
+                call,
+                "no completion will come, and its descriptor would never poll readable",
+            ));
         }
         match self.arm_endpoints() {
             Armed::Ready => Err(again("a completion came")),
@@ -698,15 +701,36 @@ pub(crate) unsafe extern "C" fn fabric_trywait(
     })
 }
 
-/// `FI_EIO` of a `fi_trywait` of a CQ or counter (`call`) whose NIC stopped.
-pub(crate) fn stopped(call: &str) -> FiError {
+/// `FI_EIO` of `call` on a CQ or counter whose NIC stopped (a fatal error, or its function
+/// reset), `consequence` saying what the call would otherwise have waited for.
+pub(crate) fn stopped(call: &str, consequence: &str) -> FiError {
     FiError::new(
         FiErrno::FI_EIO,
         format!(
-            "{call}: the NIC stopped (a fatal error, or its function was reset): no \
-             completion will come, and its descriptor would never poll readable"
+            "{call}: the NIC stopped (a fatal error, or its function was reset): {consequence}"
         ),
     )
+}
+
+/// The look a wait without end takes at its NIC: a NIC that stopped writes no completion
+/// and raises no vector, so nothing else would end the wait. At most one look every
+/// [`WAIT_RECHECK`] the wait goes on.
+pub(crate) struct StatusLook(Instant);
+
+impl StatusLook {
+    /// A wait starting now.
+    pub(crate) fn new() -> Self {
+        StatusLook(Instant::now())
+    }
+
+    /// Whether the NIC stopped, asked of `stopped` when a look is due at `now`.
+    pub(crate) fn stopped(&mut self, now: Instant, stopped: impl FnOnce() -> bool) -> bool {
+        if now.duration_since(self.0) < WAIT_RECHECK {
+            return false;
+        }
+        self.0 = now;
+        stopped()
+    }
 }
 
 /// What arming the CQ's endpoints for a wait gave.
@@ -800,7 +824,7 @@ unsafe extern "C" fn cq_sreadfrom(
         let mut sleep = Duration::from_micros(1);
         // Among the CQ's waiters from its first sleep on (after `_waiting`: it leaves first).
         let mut parked: Option<Parked<'_>> = None;
-        let mut looked = Instant::now();
+        let mut look = StatusLook::new();
         loop {
             // SAFETY: libfabric's contract on `buf` and `src_addr`.
             match unsafe { read_into(q, buf, count, src_addr, CALL) } {
@@ -822,19 +846,8 @@ unsafe extern "C" fn cq_sreadfrom(
                     format!("{CALL}: timed out"),
                 ));
             }
-            // A NIC that stopped writes no completion and raises no vector: looked at every
-            // WAIT_RECHECK the wait finds nothing, so that a wait without end ends.
-            if now.duration_since(looked) >= WAIT_RECHECK {
-                looked = now;
-                if q.device_stopped() {
-                    return Err(FiError::new(
-                        FiErrno::FI_EIO,
-                        format!(
-                            "{CALL}: the NIC stopped (a fatal error, or its function was \
-                             reset): no completion will come"
-                        ),
-                    ));
-                }
+            if look.stopped(now, || q.device_stopped()) {
+                return Err(stopped(CALL, "no completion will come"));
             }
             let left = deadline.map(|d| d.saturating_duration_since(now));
             if let Some(wake) = &q.wake {
