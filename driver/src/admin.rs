@@ -873,8 +873,9 @@ impl AdminQueue {
     /// ([`DriverError::AdminDeviceFatal`], learned from one `DEV_STATUS` read, made at most
     /// once per [`FATAL_CHECK_AFTER`] and only once a command has waited that long), or the
     /// timeout passed ([`DriverError::AdminTimeout`] or [`DriverError::AdminRingFull`]).
-    /// A device that is not enabled is also asked for `ADMIN_SQ_BASE` (a second read): when
-    /// that no longer holds the ring, the function was reset under the driver
+    /// The device is also asked for `ADMIN_SQ_BASE` (a second read): when that no longer
+    /// holds the ring (cleared by a reset, or holding the ring of another driver that enabled
+    /// the function again since), the function was reset under the driver
     /// ([`DriverError::FunctionReset`]), and the command is given up on at once too, as is
     /// every later one. A device merely disabled (`DEV_CTRL.enable` cleared, its state kept)
     /// is waited on until the timeout: it may be enabled again and run what it holds.
@@ -906,20 +907,18 @@ impl AdminQueue {
                 submitted,
             });
         }
-        if !status.enabled() {
-            let sq_base = bar.read(ADMIN_SQ_BASE);
-            if sq_base != self.sq.region().iova() {
-                tracing::error!(
-                    sq_base,
-                    "the function was reset under the driver; no admin command runs until the NIC is opened again"
-                );
-                // Nothing given to the device before the reset can be run late.
-                self.reset_seen = Some(sq_base);
-                self.scratch_holders.clear();
-                self.abandoned.store(0, Ordering::Release);
-                self.undo.clear();
-                return self.reset_error(opcode, submitted);
-            }
+        let sq_base = bar.read(ADMIN_SQ_BASE);
+        if sq_base != self.sq.region().iova() {
+            tracing::error!(
+                sq_base,
+                "the function was reset under the driver; no admin command runs until the NIC is opened again"
+            );
+            // Nothing given to the device before the reset can be run late.
+            self.reset_seen = Some(sq_base);
+            self.scratch_holders.clear();
+            self.abandoned.store(0, Ordering::Release);
+            self.undo.clear();
+            return self.reset_error(opcode, submitted);
         }
         let (waited, device_enabled) = (self.timeout, status.enabled());
         timed_out.then_some(if submitted {

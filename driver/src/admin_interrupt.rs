@@ -48,21 +48,20 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use uet_regs::{AdminArm, Mmio, RegisterAccess, ADMIN_ARM, ADMIN_SQ_BASE, DEV_STATUS};
 
-/// How often the thread reads `DEV_STATUS` (and, of a device not enabled, `ADMIN_SQ_BASE`)
-/// while anyone waits: a NIC that stops with a fatal error or is reset under the driver
+/// How often the thread reads `DEV_STATUS` and `ADMIN_SQ_BASE` while anyone waits: a NIC that stops with a fatal error or is reset under the driver
 /// raises nothing, and its waiters are woken within this. A synchronous command asleep holds
 /// the admin queue, and every other command waits behind it; one that polled learned of a
-/// failure within a millisecond. 10 ms keeps that wait short for one register read (two of
-/// a device not enabled) a hundred times a second, and only while someone waits.
+/// failure within a millisecond. 10 ms keeps that wait short for two register reads a hundred
+/// times a second, and only while someone waits.
 pub(crate) const STATUS_CHECK_INTERVAL: Duration = Duration::from_millis(10);
 
 /// Whether the NIC behind `bar`, whose admin submission ring is at `sq_base`, will answer
-/// nothing: stopped with a fatal error, or reset under the driver (not enabled, and
-/// `ADMIN_SQ_BASE` no longer holds the ring). A function merely stopped keeps the arm, and
-/// runs its commands when enabled again.
+/// nothing: stopped with a fatal error, or reset under the driver (`ADMIN_SQ_BASE` no longer
+/// holds the ring: cleared by the reset, or holding the ring of another driver that enabled
+/// the function again since). A function merely stopped keeps the ring and the arm, and runs
+/// its commands when enabled again. Two register reads.
 pub(crate) fn answers_nothing(bar: &dyn Mmio, sq_base: u64) -> bool {
-    let status = bar.read(DEV_STATUS);
-    status.fatal() || (!status.enabled() && bar.read(ADMIN_SQ_BASE) != sq_base)
+    bar.read(DEV_STATUS).fatal() || bar.read(ADMIN_SQ_BASE) != sq_base
 }
 
 /// The admin ring's vector, and the thread that wakes whoever waits for it.

@@ -58,7 +58,7 @@ use uet_fwif::auth_key::{AuthKeyAddBody, AuthKeyEntry, AuthKeyRemoveBody, AuthKe
 use uet_fwif::av_entry::{entry_flags, MAX_JOB_ID};
 use uet_fwif::{AvWriteRecord, NicAvEntry, Status};
 use uet_regs::{
-    AvInvalidateDoorbell, AvWriteDoorbell, RegisterAccess, AV_INVALIDATE_DOORBELL,
+    AvInvalidateDoorbell, AvWriteDoorbell, RegisterAccess, ADMIN_SQ_BASE, AV_INVALIDATE_DOORBELL,
     AV_WRITE_DOORBELL, AV_WRITE_DROPS, AV_WRITE_ENTRY_0,
 };
 use zerocopy::little_endian::{U32, U64};
@@ -309,7 +309,9 @@ impl NicAv {
     /// doubt, and the next write reads the count afresh. So does a count above 0 that did not
     /// move while the function was reset meanwhile (`ADMIN_SQ_BASE` cleared, read only then):
     /// a reset between the read before and the doorbell zeroes the count, and the drop of the
-    /// entry by the NIC without tables brings it back to 1.
+    /// entry by the NIC without tables brings it back to 1. A count that moved is a refusal,
+    /// said to be the reset's when `ADMIN_SQ_BASE` no longer holds the admin ring (read only
+    /// then).
     fn write_through_window(&self, record: &AvWriteRecord) -> Result<(), NicError> {
         const OP: &str = "AV_WRITE_DOORBELL";
         let _change = self.table.changes.begin();
@@ -366,6 +368,18 @@ impl NicAv {
         }
         *window = Some(after);
         if after != before {
+            if nic.was_reset() {
+                // A table a reset took refuses every write; said as the admin path says it.
+                return Err(NicError::new(
+                    OP,
+                    format!(
+                        "the NIC refused the entry for index {index}: the function was reset \
+                         under the driver (ADMIN_SQ_BASE {:#x} no longer holds its admin ring), \
+                         and holds no table until the NIC is opened again",
+                        bar.read(ADMIN_SQ_BASE)
+                    ),
+                ));
+            }
             return Err(NicError::new(
                 OP,
                 format!(

@@ -1011,6 +1011,62 @@ fn a_function_reset_under_the_driver_is_reported_as_one() {
     }
 }
 
+/// A function reset under the driver and then enabled again by another driver, on admin
+/// rings of its own in its own DMA memory (`ADMIN_SQ_BASE` holds another ring), is still seen
+/// as reset: the next admin command fails with `FI_EIO` naming the reset within milliseconds,
+/// not after the admin timeout, and a completion wait without end returns `FI_EIO`.
+#[test]
+fn a_function_reset_and_enabled_again_by_another_driver_is_reported_as_a_reset() {
+    let (_f, fns) = fabric(1);
+    let function = fns[0].clone();
+    let mut node = Node::new(function.clone(), 1, 8);
+    let peer = uet_tests::forged(node.ep.address(), |a| a.initiator = 0x81);
+    // Longer than the test takes: a command that waited for it would fail as timed out.
+    node.nic.set_admin_timeout(Duration::from_secs(60));
+    function.function_level_reset();
+
+    // The other driver: rings of 16 entries far above this driver's IOVAs, then enable.
+    let other_rings = uet_driver::dma::DmaRegion::new_normal(8192, 0).unwrap();
+    let other_sq = 1u64 << 40;
+    function
+        .dma_map(other_sq, 8192, other_rings.fd(), 0)
+        .unwrap();
+    let bar = node.nic.bar0();
+    bar.write(uet_regs::ADMIN_SQ_BASE, other_sq);
+    bar.write(uet_regs::ADMIN_CQ_BASE, other_sq + 4096);
+    bar.write(
+        uet_regs::ADMIN_QUEUE_SIZE,
+        uet_regs::AdminQueueSize::new()
+            .with_sq_log2(4)
+            .with_cq_log2(4),
+    );
+    bar.write(DEV_CTRL, DevCtrl::new().with_enable(true));
+    assert!(bar.read(uet_regs::DEV_STATUS).enabled());
+
+    let e = node.av.insert(&peer, 1, None, 0).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EIO, "{e}");
+    assert!(e.message.contains("the function was reset"), "{e}");
+    assert_eq!(node.av.len(), 0, "the refused insert is rolled back");
+    match node
+        .nic
+        .admin_command(Command::EndpointDestroy { endpoint: 99 })
+    {
+        Err(e @ DriverError::FunctionReset { .. }) => assert_eq!(e.errno(), FiErrno::FI_EIO),
+        other => panic!("expected FunctionReset, got {other:?}"),
+    }
+
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        let ep = &mut node.ep;
+        s.spawn(move || {
+            let _ = tx.send(ep.cq_sread(None).map(|ev| ev.context));
+        });
+        // A generous bound, only so that a wait without end fails the test.
+        let got = rx.recv_timeout(Duration::from_secs(60));
+        assert_eq!(got, Ok(Err(FiErrno::FI_EIO)));
+    });
+}
+
 /// DMA memory held back for a command in doubt (an endpoint whose ENDPOINT_DESTROY timed out:
 /// its rings and the receive buffer posted to it) is handed back to no one while the function
 /// runs, and released after the reset the Nic's drop makes: the pool gets its buffer back,
