@@ -9,7 +9,8 @@
 //! * `fi_cq_read`, `fi_cq_readfrom`: up to `count` entries in the CQ's format (`FI_CQ_FORMAT_
 //!   CONTEXT`, `MSG`, `DATA` or `TAGGED`; `UNSPEC` is `CONTEXT`), and with `readfrom` each
 //!   entry's source `fi_addr_t` (`FI_ADDR_NOTAVAIL` for a send, a peer the AV does not
-//!   hold, or a receive of an endpoint opened without the `FI_SOURCE` capability). `-FI_EAGAIN` when none; `-FI_EAVAIL` when the next is an error.
+//!   hold, or a receive of an endpoint or receive context opened without the `FI_SOURCE`
+//!   capability). `-FI_EAGAIN` when none; `-FI_EAVAIL` when the next is an error.
 //! * `fi_cq_readerr`: the next error; its message is copied into the application's
 //!   `err_data` buffer when it gives one, or kept by the CQ until its next `readerr`, as for
 //!   the EQ ([`crate::eq`]). Before API 1.5 the entry is libfabric 1.0's, which ends at

@@ -302,6 +302,13 @@ impl EpShared {
         Arc::new(EpShared::new(false, sources))
     }
 
+    /// Whether its receives report their source to `fi_cq_readfrom` (a receive context
+    /// opened with or without `FI_SOURCE`).
+    pub(crate) fn report_sources(&self, sources: bool) {
+        let mut st = self.lock();
+        st.sources = sources && !st.connected_kind;
+    }
+
     /// The NIC address of its ring set, once enabled.
     pub(crate) fn address(&self) -> Option<uet_fwif::UetAddress> {
         self.lock().driver.as_ref().map(|d| *d.address())

@@ -380,7 +380,8 @@ pub(crate) unsafe extern "C" fn domain_scalable_ep(
             FI_ADDR_STR => AddrFormat::Str,
             _ => AddrFormat::Uet,
         };
-        // Its receive contexts report sources when it was opened with FI_SOURCE (fi_cq(3)).
+        // Its receive contexts report sources when it was opened with FI_SOURCE (fi_cq(3)),
+        // unless a context's own capabilities leave it out.
         let sources = info.caps == 0 || info.caps & FI_SOURCE_CAP != 0;
         d.endpoints.fetch_add(1, Ordering::AcqRel);
         let boxed = Box::new(UetSep {
@@ -660,13 +661,23 @@ unsafe fn context_call<A: ContextAttrs>(
     };
     // SAFETY: NULL or valid attributes (libfabric's contract).
     let attr = unsafe { attr.as_mut() };
+    let mut caps = 0;
     if let Some(a) = attr.as_ref() {
         let asked = a.asked();
         asked.check(call, kind, served, allowed)?;
         op_flags = asked.op_flags;
+        caps = asked.caps;
     }
+    // A receive context reports sources when it has FI_SOURCE (fi_cq(3)): its scalable
+    // endpoint's, unless its own capabilities leave it out.
+    let sources = served & FI_SOURCE_CAP != 0 && (caps == 0 || caps & FI_SOURCE_CAP != 0);
     // SAFETY: libfabric's contract on `out`.
-    let ret = unsafe { open_context(s, tx, index, op_flags, out.cast(), context, call) }?;
+    let which = if tx {
+        Direction::Transmit
+    } else {
+        Direction::Receive { sources }
+    };
+    let ret = unsafe { open_context(s, which, index, op_flags, out.cast(), context, call) }?;
     if let Some(a) = attr {
         a.fill(served, &s.sizes);
     }
@@ -778,19 +789,30 @@ impl UetSep {
     }
 }
 
-/// Open transmit (`tx`) or receive context `index` into `*out`.
+/// The direction of a context [`open_context`] opens.
+#[derive(Clone, Copy)]
+enum Direction {
+    Transmit,
+    /// A receive context, which reports its receives' sources or not.
+    Receive {
+        sources: bool,
+    },
+}
+
+/// Open context `index` of direction `which` into `*out`.
 ///
 /// # Safety
 /// `out` is NULL or writable.
 unsafe fn open_context(
     s: &UetSep,
-    tx: bool,
+    which: Direction,
     index: c_int,
     op_flags: u64,
     out: *mut *mut FidEp,
     context: *mut c_void,
     call: &str,
 ) -> Result<c_int, FiError> {
+    let tx = matches!(which, Direction::Transmit);
     if out.is_null() {
         return Err(null(call, if tx { "tx_ep" } else { "rx_ep" }));
     }
@@ -832,6 +854,9 @@ unsafe fn open_context(
     if let (Some(o), Some(sp)) = (open.get_mut(k), spent.get_mut(k)) {
         *o = true;
         *sp = false;
+    }
+    if let Direction::Receive { sources } = which {
+        lane.report_sources(sources);
     }
     let ep = crate::ep::open_context(s, s.domain, lane, tx, k, op_flags, s.addr_format, context);
     // SAFETY: `out` is non-NULL and writable (the caller's promise).

@@ -5506,7 +5506,15 @@ const RX_CTX_BITS: u8 = 3;
 
 impl Scalable {
     fn new() -> Scalable {
-        let open = Open::with_hints(&sep_hints(2, 4));
+        Scalable::with(0, |_| 0)
+    }
+
+    /// As [`Scalable::new`], the hints asking for `caps` too, and receive context `i` opened
+    /// with `rx_caps(i)` in its attributes (none for 0).
+    fn with(caps: u64, rx_caps: impl Fn(c_int) -> u64) -> Scalable {
+        let mut hints = sep_hints(2, 4);
+        hints.info.caps |= caps;
+        let open = Open::with_hints(&hints);
         let mut attr = av_attr(16);
         attr.rx_ctx_bits = c_int::from(RX_CTX_BITS);
         let av = open
@@ -5517,7 +5525,22 @@ impl Scalable {
         let bound = unsafe { ((*(*sep).fid.ops).bind)(&mut (*sep).fid, &mut (*av).fid, 0) };
         assert_eq!(bound, 0, "fi_scalable_ep_bind");
         let open_ctx = |tx: bool, i: c_int| {
-            let ctx = context(sep, tx, i).expect("fi_tx_context / fi_rx_context");
+            let ctx = match rx_caps(i) {
+                caps if tx || caps == 0 => {
+                    context(sep, tx, i).expect("fi_tx_context / fi_rx_context")
+                }
+                caps => {
+                    // SAFETY: a plain-data structure.
+                    let mut attr: FiRxAttr = unsafe { core::mem::zeroed() };
+                    attr.caps = caps;
+                    let mut ctx: *mut FidEp = null_mut();
+                    // SAFETY: an open scalable endpoint; valid attributes and out pointer.
+                    let ret =
+                        unsafe { ((*(*sep).ops).rx_ctx)(sep, i, &mut attr, &mut ctx, null_mut()) };
+                    assert_eq!(ret, 0, "fi_rx_context with caps {caps:#x}");
+                    ctx
+                }
+            };
             let cq = open.cq_open(FI_CQ_FORMAT_TAGGED, FI_WAIT_UNSPEC);
             let flags = if tx { FI_TRANSMIT } else { FI_RECV };
             // SAFETY: an open context and CQ.
@@ -5686,6 +5709,37 @@ fn a_message_to_a_named_receive_context_completes_on_that_contexts_cq_only() {
     }
     for &(_, cq) in &s.rx {
         assert_eq!(cq_read(cq).err(), Some(neg(FiErrno::FI_EAGAIN)));
+    }
+}
+
+/// fi_cq(3): source addresses are available only where the `FI_SOURCE` capability was asked
+/// for. A receive context opened with capabilities without it gives `FI_ADDR_NOTAVAIL` as
+/// the source of its receives, where its scalable endpoint, opened with it, names the
+/// sender on the receive contexts opened without attributes.
+#[test]
+fn a_receive_context_opened_without_fi_source_reports_no_source() {
+    let s = Scalable::with(FI_SOURCE_CAP, |i| if i == 1 { FI_MSG | FI_RECV } else { 0 });
+    let mut bufs = [[0u8; 16]; 2];
+    for (i, b) in bufs.iter_mut().enumerate() {
+        // SAFETY: the buffers outlive their completions, read below.
+        assert_eq!(unsafe { post(s.rx[i].0, b, None, 10 + i) }, 0);
+        assert_eq!(send_to(s.peer.0, b"hello", s.rx_addr(i as u32), 0), 0);
+    }
+    for (i, want) in [(0, s.peer_addr), (1, FI_ADDR_NOTAVAIL)] {
+        let cq = s.rx[i].1;
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let mut e = [0u8; 64];
+        let mut src = 0;
+        let ret = loop {
+            // SAFETY: an open CQ; room for one entry and one address.
+            let ret = unsafe { ((*(*cq).ops).readfrom)(cq, e.as_mut_ptr().cast(), 1, &mut src) };
+            if ret != neg(FiErrno::FI_EAGAIN) || std::time::Instant::now() >= end {
+                break ret;
+            }
+            std::thread::yield_now();
+        };
+        assert_eq!(ret, 1, "receive context {i}");
+        assert_eq!(src, want, "the source on receive context {i}");
     }
 }
 
