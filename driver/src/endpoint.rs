@@ -2074,10 +2074,18 @@ impl Endpoint {
     }
 
     /// Whether the NIC will write no more completions: it stopped with a fatal error, or its
-    /// function was reset under the driver. One register read (two for a device not
-    /// enabled): for a waiter that has found nothing for a while, never the read path.
+    /// function was reset under the driver. Two register reads: for a waiter that has found
+    /// nothing for a while, never the read path.
     pub fn device_stopped(&self) -> bool {
         self.nic.answers_nothing()
+    }
+
+    /// Write `eventfd` once when the NIC stops (a fatal error, or its function reset under
+    /// the driver), within [`STOPPED_CHECK_INTERVAL`], for as long as `eventfd` is alive: for
+    /// a descriptor an application sleeps on, which the NIC's vectors would never make
+    /// readable then ([`crate::stop_watch`]). Held once however often it is handed.
+    pub fn wake_when_stopped(&self, eventfd: &Arc<vmm_sys_util::eventfd::EventFd>) {
+        self.nic.wake_when_stopped(eventfd);
     }
 
     /// `fi_cq_signal`: a handle that wakes a thread asleep in this endpoint's

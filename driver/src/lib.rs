@@ -53,6 +53,7 @@ pub mod mr;
 pub mod nic;
 pub mod pool;
 pub mod scalable;
+pub mod stop_watch;
 pub mod telemetry;
 
 pub use av::{Av, SharedAv};

@@ -328,6 +328,8 @@ pub(crate) struct NicInner {
     /// any uses it (see [`crate::cm`]); shared with it, which empties the slot once it
     /// has given the vector back.
     pub(crate) cm_shared_wakeup: crate::cm::SharedWakeupSlot,
+    /// The eventfds of descriptors to wake when the NIC stops ([`crate::stop_watch`]).
+    pub(crate) stop_watch: crate::stop_watch::StopWatch,
 }
 
 /// Where [`NicInner::admin_interrupt`] is.
@@ -493,6 +495,12 @@ impl NicInner {
     pub(crate) fn stopped(&self) -> bool {
         let status = self.bar().read(DEV_STATUS);
         status.fatal() || !status.enabled()
+    }
+
+    /// Write `eventfd` once when the NIC stops: see [`crate::stop_watch`].
+    pub(crate) fn wake_when_stopped(&self, eventfd: &Arc<vmm_sys_util::eventfd::EventFd>) {
+        self.stop_watch
+            .add(eventfd, &self.device, self.admin_sq_base);
     }
 
     /// The NIC's counters (BAR0) its interface version has, by name ([`Nic::counters`]).
@@ -724,6 +732,8 @@ impl crate::admin::AdminSleep for AdminSleeper {
 
 impl Drop for NicInner {
     fn drop(&mut self) {
+        // The stop watch's thread reads the device's status too.
+        self.stop_watch.close();
         // The admin interrupt's thread reads the device's status: it stops (joined) before the
         // device is reset and its claim released, not after, when another open may hold it.
         let slot = self
@@ -893,6 +903,7 @@ impl Nic {
                     interrupts: std::sync::OnceLock::new(),
                     admin_interrupt: Mutex::new(AdminInterruptSlot::NotYet),
                     cm_shared_wakeup: Arc::new(Mutex::new(std::sync::Weak::new())),
+                    stop_watch: crate::stop_watch::StopWatch::default(),
                 }
             }),
         };

@@ -230,7 +230,11 @@ impl UetCntr {
                 FiErrno::FI_EIO,
                 format!("{call}: the descriptor's epoll set: {e}"),
             )
-        })
+        })?;
+        // The NIC that stops after the look above makes the descriptor readable too.
+        let endpoints = Arc::clone(&self.lock());
+        self.parked.kick_when_stopped(&endpoints);
+        Ok(())
     }
 
     /// Wake a waiter that armed the rings since the last change ([`UetCntr::sleepers`]).

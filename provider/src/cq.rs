@@ -42,7 +42,10 @@
 //!   `fi_cq_signal` comes; `fi_trywait` is `-FI_EAGAIN` while there is something to read
 //!   (fi_poll(3)), and also while an endpoint of the CQ has no vector, since sleeping could
 //!   then miss its completions; `-FI_EIO` once the NIC of an endpoint of the CQ stopped,
-//!   which raises nothing more (what is queued is read first). `FI_GETWAITOBJ` gives the CQ's wait object. `fi_trywait`
+//!   which raises nothing more (what is queued is read first). A NIC that stops while the
+//!   application sleeps on the descriptor makes it readable all the same, within a few
+//!   100 ms looks at its status ([`uet_driver::stop_watch`]), so that the application wakes
+//!   and its next `fi_trywait` says why. `FI_GETWAITOBJ` gives the CQ's wait object. `fi_trywait`
 //!   takes `FI_WAIT_FD` CQs, and `FI_WAIT_FD` event queues ([`crate::eq`]) and counters
 //!   ([`crate::cntr`]) beside them, all of the fabric it is called on (`-FI_EINVAL` for any
 //!   other object, another wait object, or an object of another fabric, nothing armed).
@@ -219,12 +222,18 @@ impl UetCq {
             Armed::NoWait => Err(again(
                 "an endpoint of the CQ has no interrupt vector; read the CQ instead of sleeping",
             )),
-            Armed::Fds(fds) => fd_wait.hold(&fds).map_err(|e| {
-                FiError::new(
-                    FiErrno::FI_EIO,
-                    format!("{call}: the descriptor's epoll set: {e}"),
-                )
-            }),
+            Armed::Fds(fds) => {
+                fd_wait.hold(&fds).map_err(|e| {
+                    FiError::new(
+                        FiErrno::FI_EIO,
+                        format!("{call}: the descriptor's epoll set: {e}"),
+                    )
+                })?;
+                // The NIC that stops after the look above makes the descriptor readable too.
+                let endpoints = Arc::clone(&self.lock().endpoints);
+                self.parked.kick_when_stopped(&endpoints);
+                Ok(())
+            }
         }
     }
 

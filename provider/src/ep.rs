@@ -419,6 +419,15 @@ impl EpShared {
             .is_some_and(|d| d.device_stopped())
     }
 
+    /// Have the endpoint's NIC write `eventfd` once if it stops (a fatal error, or its
+    /// function reset): [`uet_driver::Endpoint::wake_when_stopped`]. Nothing for an endpoint
+    /// not enabled.
+    pub(crate) fn wake_when_stopped(&self, eventfd: &Arc<vmm_sys_util::eventfd::EventFd>) {
+        if let Some(d) = self.lock().driver.as_ref() {
+            d.wake_when_stopped(eventfd);
+        }
+    }
+
     /// Make the endpoint's completion ring wake a waiter: [`Arm::Ready`] when a completion is
     /// there to read (it came after the last read), [`Arm::Fd`] with the descriptor of its
     /// MSI-X vector, armed, which polls readable when one lands ([`Endpoint::cq_trywait`]),

@@ -29,8 +29,9 @@ pub(crate) struct Sleepers {
     /// The eventfds of the threads waiting on the object, one each.
     parked: Mutex<Vec<Arc<EventFd>>>,
     /// `FI_WAIT_FD`: in the descriptor's epoll set, standing for the application asleep on
-    /// it; `fi_trywait` reads it ([`Sleepers::take_kick`]).
-    kick: Option<EventFd>,
+    /// it; `fi_trywait` reads it ([`Sleepers::take_kick`]). Shared with the NICs of the
+    /// object's endpoints, which write it when they stop ([`Sleepers::kick_when_stopped`]).
+    kick: Option<Arc<EventFd>>,
 }
 
 impl Sleepers {
@@ -46,7 +47,7 @@ impl Sleepers {
     pub(crate) fn with_kick(kick: EventFd) -> Sleepers {
         Sleepers {
             parked: Mutex::new(Vec::new()),
-            kick: Some(kick),
+            kick: Some(Arc::new(kick)),
         }
     }
 
@@ -89,6 +90,18 @@ impl Sleepers {
         if from.is_some() {
             if let Some(kick) = &self.kick {
                 let _ = kick.write(1);
+            }
+        }
+    }
+
+    /// The application may now sleep on the descriptor (`fi_trywait` succeeded): have the
+    /// NIC of each of `endpoints` write `kick` if it stops, which nothing else would make
+    /// readable then ([`uet_driver::stop_watch`]). The application wakes, and its next
+    /// `fi_trywait` returns `-FI_EIO`.
+    pub(crate) fn kick_when_stopped(&self, endpoints: &[Arc<crate::ep::EpShared>]) {
+        if let Some(kick) = &self.kick {
+            for ep in endpoints {
+                ep.wake_when_stopped(kick);
             }
         }
     }

@@ -8486,3 +8486,53 @@ fn fi_trywait_of_a_cq_or_counter_whose_nic_stopped_is_eio() {
     // Its endpoints, CQs and counter are left to the process's end: the NIC answers nothing.
     std::mem::forget(pair);
 }
+
+/// An application already asleep on the `FI_WAIT_FD` descriptor of a CQ or counter when its
+/// NIC stops — here its function is reset — is woken: the NIC writes no completion and raises
+/// no vector, and the descriptor polls readable all the same, within a few of the NIC's
+/// status looks; then `fi_trywait` says why (`-FI_EIO`). (The test resets the process's NIC:
+/// it runs in a process of its own.)
+#[test]
+fn an_application_asleep_on_a_descriptor_wakes_when_the_nic_stops() {
+    if !common::in_own_process("an_application_asleep_on_a_descriptor_wakes_when_the_nic_stops") {
+        return;
+    }
+    use uet_regs::RegisterAccess;
+    let pair = Pair::with_counters(0, FI_WAIT_FD, |_| {}, 1, [&[(0, FI_RECV)], &[]]);
+    let fabric = pair._open.fabric;
+    // SAFETY: open objects; only the fields' addresses are taken.
+    let (cq, cntr) = unsafe {
+        let rx = pair.cntrs[0];
+        (&raw mut (*pair.p[0].cq).fid, &raw mut (*rx).fid)
+    };
+    let wait_fd = |fid: *mut Fid| -> c_int {
+        let mut fd: c_int = -1;
+        // SAFETY: an open CQ or counter; an int for the answer.
+        let ret = unsafe { ((*(*fid).ops).control)(fid, FI_GETWAIT, (&raw mut fd).cast()) };
+        assert_eq!(ret, 0, "FI_GETWAIT");
+        fd
+    };
+    let fds = [wait_fd(cq), wait_fd(cntr)];
+    assert_eq!(trywait_on(fabric, &[cq, cntr]), 0, "a running NIC");
+    assert!(
+        !fds.iter().any(|&fd| fd_readable(fd, 300)),
+        "nothing to wake for"
+    );
+    let nic = uet_fi::device::nic().expect("the NIC");
+    nic.bar0().write(
+        uet_regs::FUNCTION_RESET,
+        uet_regs::FunctionReset::new().with_reset(true),
+    );
+    for (fd, what) in fds.into_iter().zip(["the CQ", "the counter"]) {
+        // A generous bound, only so that a sleep without end fails the test.
+        assert!(
+            fd_readable(fd, 10_000),
+            "{what}'s descriptor stayed unreadable"
+        );
+    }
+    let eio = ineg(FiErrno::FI_EIO);
+    assert_eq!(trywait_on(fabric, &[cq]), eio, "the CQ");
+    assert_eq!(trywait_on(fabric, &[cntr]), eio, "the counter");
+    // Its endpoints, CQs and counter are left to the process's end: the NIC answers nothing.
+    std::mem::forget(pair);
+}

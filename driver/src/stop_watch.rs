@@ -1,0 +1,252 @@
+//! Waking an application asleep on a descriptor once its NIC stops.
+//!
+//! A NIC that stops (a fatal error, or its function reset under the driver) writes no
+//! completion and raises no vector. A thread waiting in the driver for a completion looks at
+//! the NIC's status now and then ([`crate::Endpoint::cq_sread`]), but an application asleep
+//! in poll(2) or epoll_wait(2) on a descriptor its provider armed (`FI_WAIT_FD` and
+//! `fi_trywait`) cannot: it would sleep for good. So the provider hands the driver an eventfd
+//! of that descriptor's set ([`crate::Endpoint::wake_when_stopped`]), and one thread per NIC
+//! reads the NIC's status every [`STOPPED_CHECK_INTERVAL`] while any eventfd handed to it is
+//! alive. Once the NIC has stopped, the thread writes each of them once: the application
+//! wakes, finds nothing to read, and learns of the stop from its next call.
+//!
+//! The thread holds each eventfd weakly (the object that owns it closes without asking), runs
+//! only while one is alive, and is joined when the NIC closes, before the device is reset.
+
+use crate::endpoint::STOPPED_CHECK_INTERVAL;
+use crate::Device;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
+use std::thread::JoinHandle;
+use vmm_sys_util::eventfd::EventFd;
+
+/// The eventfds to write when a NIC stops, and the thread that watches it for them.
+#[derive(Default)]
+pub(crate) struct StopWatch {
+    shared: Arc<Shared>,
+    /// The last thread started; joined when the NIC closes.
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+#[derive(Default)]
+struct Shared {
+    state: Mutex<State>,
+    /// Wakes the thread for the NIC's close.
+    closing: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    /// What to write once the NIC stops.
+    eventfds: Vec<Weak<EventFd>>,
+    /// A thread watches: set by whoever starts it, cleared by the thread as it ends.
+    running: bool,
+    /// The NIC closes: the thread ends, and no other starts.
+    closing: bool,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl StopWatch {
+    /// Write `eventfd` once when the NIC behind `device`, whose admin submission ring is at
+    /// `sq_base`, stops: within [`STOPPED_CHECK_INTERVAL`] of the stop, for as long as
+    /// `eventfd` is alive. Handed again, it is held once. When no thread can be started the
+    /// eventfd is not watched, which is logged: the caller's sleep is then as it was without
+    /// the watch.
+    pub(crate) fn add(&self, eventfd: &Arc<EventFd>, device: &Arc<dyn Device>, sq_base: u64) {
+        let mut state = self.shared.lock();
+        if state.closing {
+            return;
+        }
+        let held = Arc::downgrade(eventfd);
+        if !state.eventfds.iter().any(|e| e.ptr_eq(&held)) {
+            state.eventfds.push(held);
+        }
+        if state.running {
+            return;
+        }
+        let (shared, device) = (Arc::clone(&self.shared), Arc::clone(device));
+        match std::thread::Builder::new()
+            .name("uet-stop-watch".into())
+            .spawn(move || run(&shared, &*device, sq_base))
+        {
+            Ok(thread) => {
+                state.running = true;
+                // Placed before the state's lock is let go, so that a close, which marks the
+                // state first, always finds the thread to join. The one before ended (it
+                // cleared `running`, and let go of the lock, as it returned): reaped here.
+                let mut slot = self.thread.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(ended) = slot.replace(thread) {
+                    let _ = ended.join();
+                }
+            }
+            Err(e) => {
+                state.eventfds.clear();
+                tracing::warn!(
+                    error = %e,
+                    "no thread to watch the NIC for a stop: a sleep on a descriptor is not \
+                     woken if it stops"
+                );
+            }
+        }
+    }
+
+    /// The NIC closes: the thread ends, joined.
+    pub(crate) fn close(&self) {
+        self.shared.lock().closing = true;
+        self.shared.closing.notify_all();
+        let thread = self
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
+    }
+
+    /// Eventfds held (alive or not yet pruned), for tests.
+    #[cfg(test)]
+    fn held(&self) -> usize {
+        self.shared.lock().eventfds.len()
+    }
+
+    /// Whether a thread watches, for tests.
+    #[cfg(test)]
+    fn running(&self) -> bool {
+        self.shared.lock().running
+    }
+}
+
+/// The thread: every [`STOPPED_CHECK_INTERVAL`], the NIC's status (two register reads, made
+/// without the lock, so that a slow read delays no [`StopWatch::add`]); once it stopped, each
+/// eventfd alive is written once and let go. Ends when none is alive, or the NIC closes.
+fn run(shared: &Shared, device: &dyn Device, sq_base: u64) {
+    let mut state = shared.lock();
+    loop {
+        state.eventfds.retain(|e| e.strong_count() > 0);
+        if state.closing || state.eventfds.is_empty() {
+            state.running = false;
+            return;
+        }
+        state = shared
+            .closing
+            .wait_timeout(state, STOPPED_CHECK_INTERVAL)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0;
+        if state.closing {
+            continue;
+        }
+        drop(state);
+        let stopped = crate::admin_interrupt::answers_nothing(device.bar0(), sq_base);
+        state = shared.lock();
+        if stopped {
+            for eventfd in state.eventfds.drain(..).filter_map(|e| e.upgrade()) {
+                // An eventfd's count only overflows past 2^64 - 2 writes; a failed write
+                // leaves it readable already.
+                let _ = eventfd.write(1);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::sim::SimDevice;
+    use crate::Nic;
+    use std::time::{Duration, Instant};
+    use uet_sim::{Fabric, NicConfig};
+    use vmm_sys_util::eventfd::{EFD_CLOEXEC, EFD_NONBLOCK};
+
+    fn eventfd() -> Arc<EventFd> {
+        Arc::new(EventFd::new(EFD_NONBLOCK | EFD_CLOEXEC).expect("eventfd"))
+    }
+
+    /// Whether `cond` holds within `limit`, looked at every millisecond.
+    fn within(limit: Duration, cond: impl Fn() -> bool) -> bool {
+        let end = Instant::now() + limit;
+        while Instant::now() < end {
+            if cond() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        cond()
+    }
+
+    /// Each eventfd handed to the watch is written once when the NIC stops, a fatal error
+    /// (bus mastering off, then a command's DMA faults) or its function reset, and the
+    /// thread ends after; while the NIC runs nothing is written.
+    #[test]
+    fn each_eventfd_is_written_once_when_the_nic_stops() {
+        for reset in [true, false] {
+            let fabric = Fabric::new();
+            let f = fabric
+                .add_nic(NicConfig::new("10.0.0.1".parse().expect("address")))
+                .expect("NIC");
+            let nic = Nic::open(Arc::new(SimDevice::new(f.clone()))).expect("open NIC");
+            let (a, b) = (eventfd(), eventfd());
+            nic.inner.wake_when_stopped(&a);
+            nic.inner.wake_when_stopped(&b);
+            nic.inner.wake_when_stopped(&a);
+            let watch = &nic.inner.stop_watch;
+            assert_eq!(watch.held(), 2, "an eventfd handed twice is held once");
+            std::thread::sleep(STOPPED_CHECK_INTERVAL * 3);
+            assert!(a.read().is_err() && b.read().is_err(), "the NIC runs");
+            assert!(watch.running());
+            if reset {
+                f.function_level_reset();
+            } else {
+                f.set_bus_master(false);
+                assert!(nic
+                    .admin_command(uet_fwif::admin::Command::EndpointDestroy { endpoint: 9 })
+                    .is_err());
+            }
+            for e in [&a, &b] {
+                assert!(
+                    within(STOPPED_CHECK_INTERVAL * 20, || e
+                        .read()
+                        .is_ok_and(|n| n == 1)),
+                    "reset {reset}: written when the NIC stopped"
+                );
+            }
+            assert!(within(STOPPED_CHECK_INTERVAL * 20, || !watch.running()));
+            assert_eq!(watch.held(), 0);
+            assert!(a.read().is_err() && b.read().is_err(), "written once");
+        }
+    }
+
+    /// The thread ends once no eventfd handed to it is alive, and starts again for the next
+    /// one; the NIC's close joins it.
+    #[test]
+    fn the_thread_runs_only_while_an_eventfd_is_alive() {
+        let fabric = Fabric::new();
+        let f = fabric
+            .add_nic(NicConfig::new("10.0.0.1".parse().expect("address")))
+            .expect("NIC");
+        let nic = Nic::open(Arc::new(SimDevice::new(f.clone()))).expect("open NIC");
+        let b = eventfd();
+        {
+            let watch = &nic.inner.stop_watch;
+            let a = eventfd();
+            nic.inner.wake_when_stopped(&a);
+            assert!(watch.running());
+            drop(a);
+            assert!(within(STOPPED_CHECK_INTERVAL * 20, || !watch.running()));
+            assert_eq!(watch.held(), 0);
+            nic.inner.wake_when_stopped(&b);
+            assert!(watch.running(), "started again");
+        }
+        let started = Instant::now();
+        drop(nic);
+        assert!(
+            started.elapsed() < STOPPED_CHECK_INTERVAL * 10,
+            "the close joins the thread without waiting out its sleep"
+        );
+        assert!(b.read().is_err(), "a close is no stop");
+    }
+}
