@@ -26,7 +26,8 @@ pub struct DebugCounters {
     /// Endpoints stopped because their own rings could not be read or written.
     pub endpoint_ring_faults: u64,
     /// Packets of a multi-packet message that repeated bytes already received (answered
-    /// RC_OK, not written again), or that arrived after their message had finished.
+    /// RC_OK, not written again), or that arrived after their message had finished; copies
+    /// of a delivered single-packet message (answered RC_OK, not delivered again).
     pub rx_duplicate_packets: u64,
     /// Multi-packet messages refused because every reassembly slot was in use.
     pub reassembly_overflows: u64,

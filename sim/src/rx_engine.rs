@@ -71,6 +71,13 @@
 //! it (`tag_match`), so that a user id set or an entry changed meanwhile is what it reports.
 //! A DMA fault on the buffer completes with `DmaFault` and answers RC_HOST_UNSUCCESS_CMPL.
 //!
+//! The answers of the last [`RECENT_MESSAGES`] single-packet SEND and TAGGED_SEND requests
+//! are remembered: a copy of one (the same PDC, message id and PSN — a retransmission) is
+//! answered again with the same return code and never delivered a second time (counted in
+//! `rx_duplicate_packets`, or in the endpoint's `rejected` when the answer was a refusal).
+//! A multi-packet message with the same key ends the remembering: the sender gave the id
+//! again.
+//!
 //! ## Multi-packet messages
 //!
 //! Packets of one message share (source fabric address, the initiator's PDC, initiator,
@@ -458,7 +465,15 @@ pub(crate) struct Reassembler {
     /// Outcome of a finished or refused message, and the PSN of the last of its packets seen.
     recent: HashMap<MsgKey, (ReturnCode, u32)>,
     recent_order: VecDeque<MsgKey>,
+    /// Answer of an answered single-packet SEND or TAGGED_SEND: its PSN, return code and
+    /// response list, so that a copy of the packet (same key, same PSN) is answered again
+    /// and not delivered twice.
+    recent_single: HashMap<MsgKey, SingleAnswer>,
+    recent_single_order: VecDeque<MsgKey>,
 }
+
+/// How a single-packet message was answered: (PSN, return code, response list).
+type SingleAnswer = (u32, ReturnCode, u8);
 
 fn alive(eps: &EndpointTable, handle: u16, serial: u64) -> bool {
     eps.get(handle).is_some_and(|e| e.serial == serial)
@@ -526,6 +541,41 @@ impl Reassembler {
         while self.recent_order.len() > RECENT_MESSAGES {
             if let Some(old) = self.recent_order.pop_front() {
                 self.recent.remove(&old);
+            }
+        }
+    }
+
+    /// The answer of the single-packet message `key` when this packet (`psn`) is a copy of
+    /// it: the same message id in the same PDC at the same PSN.
+    fn single_answer(&self, key: MsgKey, psn: u32) -> Option<(ReturnCode, u8)> {
+        self.recent_single
+            .get(&key)
+            .filter(|a| a.0 == psn)
+            .map(|&(_, rc, list)| (rc, list))
+    }
+
+    /// Forget the answer remembered for the single-packet message `key`: a multi-packet
+    /// message with that key started, so the sender has given the id again.
+    fn forget_single(&mut self, key: MsgKey) {
+        if self.recent_single.is_empty() || self.recent_single.remove(&key).is_none() {
+            return;
+        }
+        if let Some(i) = self.recent_single_order.iter().position(|k| *k == key) {
+            self.recent_single_order.remove(i);
+        }
+    }
+
+    /// Remember how a single-packet message was answered, as the newest.
+    fn answered_single(&mut self, key: MsgKey, answer: SingleAnswer) {
+        if self.recent_single.insert(key, answer).is_some() {
+            if let Some(i) = self.recent_single_order.iter().position(|k| *k == key) {
+                self.recent_single_order.remove(i);
+            }
+        }
+        self.recent_single_order.push_back(key);
+        while self.recent_single_order.len() > RECENT_MESSAGES {
+            if let Some(old) = self.recent_single_order.pop_front() {
+                self.recent_single.remove(&old);
             }
         }
     }
@@ -765,9 +815,26 @@ impl Nic {
                     self.counters.inc(RX_MALFORMED);
                     return RxOutcome::Done;
                 }
-                Lookup::New => {}
+                // The id given again: a copy of an older single-packet message with it is
+                // no longer told apart by its PSN alone.
+                Lookup::New => self.reasm.forget_single(key),
             }
         } else {
+            // A copy of a single-packet message already answered: the same answer again
+            // (datagrams have no PSN and are never answered, so none is a copy).
+            let copy = p
+                .reliable
+                .then(|| self.reasm.single_answer(key, p.pds.psn))
+                .flatten();
+            if let Some((rc, list)) = copy {
+                if rc == ReturnCode::Ok {
+                    self.counters.debug.rx_duplicate_packets += 1;
+                } else {
+                    self.count_reject(handle, rc);
+                }
+                self.respond_list(&p, rc, 0, list, None);
+                return RxOutcome::Done;
+            }
             // The sender gave this message the id of a remembered one: that one is over, and
             // a later message with the id is new whatever its PSNs (they wrap too, at 2^32).
             self.reasm.forget(key);
@@ -1128,6 +1195,9 @@ impl Nic {
                 self.counters.debug.rx_datagrams_dropped += 1;
             }
             return;
+        }
+        if p.single() && matches!(p.ses.opcode, ses::OP_SEND | ses::OP_TAGGED_SEND) {
+            self.reasm.answered_single(p.key(), (p.pds.psn, rc, list));
         }
         let local_pdc = self.pdcs.target_pdc(p.dg.src_ip, p.pds.spdcid);
         let ack = Ack {

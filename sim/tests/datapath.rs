@@ -590,6 +590,81 @@ fn a_full_completion_ring_stalls_a_tagged_message_whose_receive_is_in_the_ring()
     assert_eq!((sc.context.get(), status(&sc)), (101, LocalStatus::Ok));
 }
 
+/// A copy of a single-packet tagged message held on the unexpected list is answered again
+/// but takes no second place there: one receive takes the message, a second one stays
+/// posted.
+#[test]
+fn a_duplicate_tagged_message_is_held_unexpected_once() {
+    const TRX_OFF: usize = 0x3000;
+    let fabric = Fabric::new();
+    let a = Driver::new(&fabric, "10.0.0.1");
+    let mut b = Driver::new(&fabric, "10.0.0.2");
+    let av_b = b.av_create(64, 0).unwrap();
+    let (mut body, base) = b.ep_body(JOB, 0x2222, 4);
+    body.trx_log2 = EP_LOG2;
+    body.trx_ring = U64::new(b.iova(base + TRX_OFF));
+    let mut eb = b.ep_create_with(av_b, body, base).unwrap();
+    let mut pkt = Vec::new();
+    RudRequest {
+        next_hdr: 3,
+        flags: FLAG_SYN,
+        clear_psn_offset: 0,
+        psn: 9,
+        spdcid: 40,
+        dpdcid: 0,
+    }
+    .encode(&mut pkt);
+    StandardRequest {
+        opcode: 9,
+        flags: 0x0B,
+        job_id: JOB,
+        pid_on_fep: eb.pid,
+        resource_index: eb.ri_start,
+        initiator: 0x1111,
+        message_id: 3,
+        match_bits: 0x5,
+        request_length: 3,
+        ..Default::default()
+    }
+    .encode(&mut pkt);
+    pkt.extend_from_slice(b"tag");
+    let f = a_to_b(5, &pkt);
+    fabric.inject_frame(&f);
+    fabric.inject_frame(&f);
+    assert_eq!(b.f.counter(RX_UNEXPECTED), 1, "held once");
+    assert_eq!(
+        a.f.debug_counters().stray_responses,
+        2,
+        "both copies answered"
+    );
+    for (i, context) in [8u64, 9].into_iter().enumerate() {
+        let rd = uet_fwif::TaggedRxDescriptor {
+            buf: U64::new(b.iova(common::BUFS_OFF + (8 + i) * 0x2000)),
+            len: U32::new(64),
+            context: U64::new(context),
+            tag: U64::new(0x5),
+            ..FromZeros::new_zeroed()
+        };
+        b.mem.write(
+            base + TRX_OFF + i * uet_fwif::datapath::TAGGED_RX_DESCRIPTOR_BYTES,
+            zerocopy::IntoBytes::as_bytes(&rd),
+        );
+        b.f.write(
+            TRXQ_DOORBELL,
+            QueueDoorbell::new()
+                .with_endpoint(eb.handle)
+                .with_index(i as u16 + 1),
+        );
+    }
+    let c = b.poll_cq(&mut eb).expect("the message");
+    assert_eq!((c.context.get(), status(&c)), (8, LocalStatus::Ok));
+    assert_eq!(b.buf(8, 3), b"tag");
+    assert!(
+        b.poll_cq(&mut eb).is_none(),
+        "the second receive stays posted"
+    );
+}
+
 /// Bytes 32–39 of a SOM packet are remote CQ data only when the SES flag HD says so: a
 /// request without HD completes with `data` 0 whatever those bytes hold, one with HD carries
 /// them.
@@ -1280,4 +1355,70 @@ fn emptying_one_ring_keeps_a_pending_vector_another_event_holds() {
     for _ in 0..5 {
         let _ = a.poll_cq(&mut ea);
     }
+}
+
+/// A single-packet request that arrives again with the same PDC, message id and PSN (a
+/// retransmission, or a copy the fabric made) is a duplicate: answered again, with the
+/// answer the first copy got, but never delivered into a second receive. A later request
+/// with that id and another PSN is a new message.
+#[test]
+fn a_duplicate_single_packet_message_is_answered_but_not_delivered_again() {
+    let Pair {
+        fabric,
+        a,
+        mut b,
+        mut eb,
+        ..
+    } = pair(0);
+    for slot in 0..3 {
+        b.post_recv(&mut eb, slot, 64, 10 + slot as u64);
+    }
+    let (pid, ri) = (eb.pid, eb.ri_start);
+    let packet = |psn: u32, flags: u8, body: &[u8]| {
+        let mut pkt = Vec::new();
+        RudRequest {
+            next_hdr: 3,
+            flags,
+            clear_psn_offset: 0,
+            psn,
+            spdcid: 40,
+            dpdcid: 0,
+        }
+        .encode(&mut pkt);
+        StandardRequest {
+            opcode: 5,
+            flags: 0x0B,
+            job_id: JOB,
+            pid_on_fep: pid,
+            resource_index: ri,
+            initiator: 0x1111,
+            message_id: 7,
+            request_length: body.len() as u32,
+            ..Default::default()
+        }
+        .encode(&mut pkt);
+        pkt.extend_from_slice(body);
+        a_to_b(5, &pkt)
+    };
+    fabric.inject_frame(&packet(9, FLAG_SYN, b"one"));
+    let c = b.poll_cq(&mut eb).expect("delivered");
+    assert_eq!((c.context.get(), status(&c)), (10, LocalStatus::Ok));
+    // The same packet again, as a retransmission.
+    fabric.inject_frame(&packet(9, FLAG_SYN | uet_sim::pds::FLAG_RETX, b"one"));
+    assert!(
+        b.peek_cq(&eb).is_none(),
+        "a duplicate is not delivered again"
+    );
+    assert_eq!(b.f.debug_counters().rx_duplicate_packets, 1);
+    assert_eq!(
+        a.f.debug_counters().stray_responses,
+        2,
+        "both copies answered"
+    );
+    assert_eq!(b.f.counter(RX_PACKETS), 1);
+    // The id given again, at a later PSN: a new message, into the next receive.
+    fabric.inject_frame(&packet(10, 0, b"two"));
+    let c = b.poll_cq(&mut eb).expect("the new message");
+    assert_eq!((c.context.get(), status(&c)), (11, LocalStatus::Ok));
+    assert_eq!(b.buf(1, 3), b"two");
 }
