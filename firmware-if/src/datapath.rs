@@ -65,7 +65,8 @@
 //!   descriptor's `min_free` (`FI_OPT_MIN_MULTI_RECV`), the buffer is *retired*: it takes no
 //!   more messages and the next message uses the next RX descriptor.
 //! * A message is never split across buffers. One longer than the space left in the current
-//!   buffer retires it and goes to the next RX descriptor. One longer than a buffer that holds
+//!   buffer retires it and goes to the next RX descriptor; when there is none, the message is
+//!   refused (RC_UNDELIVERABLE) and the buffer stays current. One longer than a buffer that holds
 //!   no message yet is truncated into it (status `Truncated`, `overflow` = the bytes that did
 //!   not fit) and retires it — so a message that fits no buffer consumes one, not all.
 //! * The buffer's last completion — the one written after it is retired and its last message

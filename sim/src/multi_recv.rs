@@ -14,7 +14,8 @@
 //! `request_length` bytes (aligned to `MULTI_RECV_ALIGN`) when the first packet of the
 //! message arrives, so packets of several messages may be written into one buffer at once and
 //! in any order, never overlapping. A message that retires the buffer by not fitting needs two
-//! completion slots (the release and its own) and waits for both, like any request.
+//! completion slots (the release and its own) and waits for both, like any request; one that
+//! does not fit while no RX descriptor follows is refused and retires nothing.
 //!
 //! ENDPOINT_DESTROY and FUNCTION_RESET drop the state with the endpoint.
 

@@ -859,9 +859,10 @@ impl Nic {
             return self.rx_grouped(handle, serial, &p, f, from_backlog);
         }
         // Untagged: the current multi-receive buffer when the message fits it, else the next
-        // RX descriptor (a message that does not fit retires the current buffer first).
+        // RX descriptor (a message that does not fit retires the current buffer first; with
+        // no next descriptor it is refused and the current buffer stays as it was).
         let fits = ep.mrecv.as_ref().map(|m| m.fits(p.ses.request_length));
-        if fits.is_none() && !ep.rx.pending() {
+        if fits != Some(true) && !ep.rx.pending() {
             self.counters.inc(RX_NO_BUFFER);
             self.refuse(handle, &p, ReturnCode::Undeliverable);
             return RxOutcome::Done;

@@ -1422,3 +1422,48 @@ fn a_duplicate_single_packet_message_is_answered_but_not_delivered_again() {
     assert_eq!((c.context.get(), status(&c)), (11, LocalStatus::Ok));
     assert_eq!(b.buf(1, 3), b"two");
 }
+
+/// A message longer than the space left in the current multi-receive buffer, with no RX
+/// descriptor after it, is refused RC_UNDELIVERABLE and leaves the buffer as it was: it is
+/// not released, and a later message that fits still goes into it.
+#[test]
+fn a_message_refused_for_want_of_a_next_buffer_leaves_the_multi_receive_buffer_open() {
+    let Pair {
+        mut a,
+        mut b,
+        mut ea,
+        mut eb,
+        ..
+    } = pair(0);
+    let buf = b.iova(0x8_0000 + 5 * 0x2000);
+    b.post_recv_desc(
+        &mut eb,
+        uet_fwif::RxDescriptor {
+            buf: U64::new(buf),
+            len: U32::new(512),
+            flags: U32::new(uet_fwif::datapath::RX_FLAG_MULTI_RECV),
+            context: U64::new(4),
+            ..Default::default()
+        },
+    );
+    a.send(&mut ea, 3, 1, &[1; 200], 1, 0);
+    let c = b.poll_cq(&mut eb).expect("first message");
+    assert_eq!((c.buf_offset.get(), c.len.get(), c.flags), (0, 200, 1 << 1));
+    assert_eq!(
+        a.poll_cq(&mut ea).map(|c| status(&c)),
+        Some(LocalStatus::Ok)
+    );
+    // 256 bytes left: 300 do not fit, and no RX descriptor follows.
+    a.send(&mut ea, 3, 1, &[2; 300], 2, 0);
+    expect_remote(&mut a, &mut ea, ReturnCode::Undeliverable);
+    assert_eq!(b.f.counter(RX_NO_BUFFER), 1);
+    assert!(b.peek_cq(&eb).is_none(), "the buffer is not released");
+    a.send(&mut ea, 3, 1, &[3; 100], 3, 0);
+    let c = b.poll_cq(&mut eb).expect("a message that fits");
+    assert_eq!(status(&c), LocalStatus::Ok);
+    assert_eq!(
+        (c.context.get(), c.buf_offset.get(), c.len.get(), c.flags),
+        (4, 256, 100, 1 << 1)
+    );
+    assert_eq!(b.mem.read(0x8_0000 + 5 * 0x2000 + 256, 100), vec![3; 100]);
+}
