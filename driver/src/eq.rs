@@ -38,7 +38,8 @@
 //! the NIC answers it. One that cannot (a NIC older than the admin interrupt, interface
 //! 1.15, or without a vector to spare) gets `FI_EAGAIN` while its insert is in flight: the
 //! application reads the queue again, which runs progress. [`EventQueue::close`] closes the
-//! descriptor.
+//! descriptor. A queue opened with [`WaitObj::MutexCond`] is slept on the same way, `trywait`
+//! included, on what its [`EventQueue::on_change`] hook signals.
 //!
 //! ## Progress of asynchronous AV inserts
 //!
@@ -275,7 +276,12 @@ struct Shared {
     progress: Mutex<Vec<(u64, Weak<dyn AvProgress>)>>,
     /// What a bound AV wakes the queue with ([`EqWake`]), made when first needed.
     waker: std::sync::OnceLock<Waker>,
+    /// Told of every change a reader may be waiting for ([`EventQueue::on_change`]).
+    on_change: std::sync::OnceLock<ChangeHook>,
 }
+
+/// What [`EventQueue::on_change`] calls.
+pub type ChangeHook = Arc<dyn Fn() + Send + Sync>;
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -295,6 +301,15 @@ impl Shared {
         }
         drop(s);
         self.ready.notify_all();
+        self.changed();
+    }
+
+    /// Tell the [`EventQueue::on_change`] hook, if any, that the queue changed. Called with
+    /// the queue's lock released.
+    fn changed(&self) {
+        if let Some(hook) = self.on_change.get() {
+            hook();
+        }
     }
 }
 
@@ -390,6 +405,7 @@ impl EventQueue {
                 ready: Condvar::new(),
                 progress: Mutex::new(Vec::new()),
                 waker: std::sync::OnceLock::new(),
+                on_change: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -403,6 +419,18 @@ impl EventQueue {
         self.shared.fid
     }
 
+    /// Have `hook` called whenever a reader waiting on the queue may have something to look at:
+    /// an event or error posted or written (or the queue overrun by one), a bound AV's
+    /// progress due (an insert queued, or the NIC's answer to one: see
+    /// [`EventQueue::trywait`]), a signal, the close. It is what a wait object the
+    /// application sleeps on itself (`FI_WAIT_MUTEX_COND`) is signaled through. Called from
+    /// whichever thread made the change, without the queue's lock but perhaps with locks of
+    /// the caller's: it must not block on anything but its own. The first hook set stays:
+    /// `false` when one was set already.
+    pub fn on_change(&self, hook: ChangeHook) -> bool {
+        self.shared.on_change.set(hook).is_ok()
+    }
+
     /// The descriptor of a queue opened with [`WaitObj::Fd`] (`fi_control(FI_GETWAIT)`):
     /// readable while an event or error is queued, or after an AV insert was queued, the NIC
     /// answered one, or a signal came, until [`EventQueue::trywait`]. `None` for another wait object, or once
@@ -413,7 +441,9 @@ impl EventQueue {
 
     /// `fi_trywait` of a queue opened with [`WaitObj::Fd`]: `Ok` when the application may
     /// sleep on [`EventQueue::wait_fd`], which then becomes readable when an event is posted,
-    /// an insert is queued, or the NIC answers an insert in flight. Runs the progress of the
+    /// an insert is queued, or the NIC answers an insert in flight. The same for a queue
+    /// opened with [`WaitObj::MutexCond`], whose application sleeps on what its
+    /// [`EventQueue::on_change`] hook signals. Runs the progress of the
     /// bound AVs first. `FI_EAGAIN` while something is queued to read, or while an AV insert
     /// is in flight on a NIC that cannot announce its answer (no admin interrupt: its events
     /// are posted by a read, which the application then makes). `FI_EINVAL` for another wait
@@ -424,9 +454,10 @@ impl EventQueue {
             if s.closed {
                 return Err(closed());
             }
-            if s.wait_fd.is_none() {
+            if s.wait_fd.is_none() && self.shared.attr.wait_obj != WaitObj::MutexCond {
                 return Err(FiError::inval(
-                    "fi_trywait: the event queue was not opened with FI_WAIT_FD",
+                    "fi_trywait: the event queue was not opened with FI_WAIT_FD or \
+                     FI_WAIT_MUTEX_COND",
                 ));
             }
             // Taken before the look below: an insert queued after it makes the descriptor
@@ -547,6 +578,7 @@ impl EventQueue {
         s.wait_fd = None;
         drop(s);
         self.shared.ready.notify_all();
+        self.shared.changed();
         Ok(())
     }
 
@@ -597,14 +629,16 @@ impl EventQueue {
 
     /// Post an event (provider side).
     pub fn post(&self, event: EqEvent) -> Result<(), FiError> {
-        let mut s = self.lock();
-        self.push(&mut s, false, |s| s.events.push_back(event))
+        let posted = self.push(&mut self.lock(), false, |s| s.events.push_back(event));
+        self.shared.changed();
+        posted
     }
 
     /// Post an error (provider side).
     pub fn post_error(&self, err: EqErrEntry) -> Result<(), FiError> {
-        let mut s = self.lock();
-        self.push(&mut s, false, |s| s.errors.push_back(err))
+        let posted = self.push(&mut self.lock(), false, |s| s.errors.push_back(err));
+        self.shared.changed();
+        posted
     }
 
     /// `fi_eq_write`: insert a user event; needs [`FI_WRITE`] at open. A queue with no room
@@ -617,8 +651,9 @@ impl EventQueue {
                 "fi_eq_write: the event queue was not opened with FI_WRITE",
             ));
         }
-        let mut s = self.lock();
-        self.push(&mut s, true, |s| s.events.push_back(event))
+        let written = self.push(&mut self.lock(), true, |s| s.events.push_back(event));
+        self.shared.changed();
+        written
     }
 
     fn take(&self, s: &mut State, flags: u64) -> Result<EqEvent, FiError> {
@@ -794,6 +829,7 @@ impl EventQueue {
         s.settle_fd();
         drop(s);
         self.shared.ready.notify_all();
+        self.shared.changed();
     }
 
     /// Drop every event and error of the object `fid` still queued: what `fi_close` of an

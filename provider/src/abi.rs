@@ -490,6 +490,12 @@ pub const FI_WAIT_SET: c_int = 2;
 pub const FI_WAIT_FD: c_int = 3;
 /// `FI_WAIT_MUTEX_COND`.
 pub const FI_WAIT_MUTEX_COND: c_int = 4;
+/// `struct fi_mutex_cond`: what `fi_control(FI_GETWAIT)` writes for `FI_WAIT_MUTEX_COND`.
+#[repr(C)]
+pub struct FiMutexCond {
+    pub mutex: *mut libc::pthread_mutex_t,
+    pub cond: *mut libc::pthread_cond_t,
+}
 /// `FI_WAIT_YIELD`.
 pub const FI_WAIT_YIELD: c_int = 5;
 /// `FI_WAIT_POLLFD`.

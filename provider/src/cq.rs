@@ -642,7 +642,7 @@ impl Waitable<'_> {
             FI_CLASS_EQ => {
                 // SAFETY: the caller's promise (checked by class and table).
                 let q = unsafe { crate::eq::eq_ref(fid, call) }?;
-                (Waitable::Eq(q), q.has_wait_fd(), q.of_fabric(fabric))
+                (Waitable::Eq(q), q.has_native_wait(), q.of_fabric(fabric))
             }
             FI_CLASS_CNTR => {
                 // SAFETY: the caller's promise (checked by class and table).
@@ -666,7 +666,7 @@ impl Waitable<'_> {
         if !wait_obj {
             return Err(FiError::inval(format!(
                 "{call}: an object without a descriptor (fi_trywait takes CQs, EQs and counters \
-                 opened with FI_WAIT_FD)"
+                 opened with FI_WAIT_FD, and EQs opened with FI_WAIT_MUTEX_COND)"
             )));
         }
         Ok(w)
@@ -682,7 +682,8 @@ impl Waitable<'_> {
 }
 
 /// `fi_trywait(fabric, fids, count)`: every fid must be one of the provider's CQs, EQs or
-/// counters opened with `FI_WAIT_FD` under `fabric` (else `-FI_EINVAL`, nothing armed); `0` when the
+/// counters opened with `FI_WAIT_FD` (or EQs opened with `FI_WAIT_MUTEX_COND`) under
+/// `fabric` (else `-FI_EINVAL`, nothing armed); `0` when the
 /// application may sleep on all their descriptors, `-FI_EAGAIN` when it must read one of
 /// them first ([`UetCq::trywait`], [`crate::eq::UetEq::trywait`],
 /// [`crate::cntr::UetCntr::trywait`]).

@@ -39,6 +39,13 @@
 //!   `FI_WAIT_POLLFD` are `-FI_ENOSYS`, and a value that is no `enum fi_wait_obj` is
 //!   `-FI_EINVAL`, as for a CQ or counter. `fi_control(FI_GETWAITOBJ)` gives the queue's wait
 //!   object (`-FI_ENODATA` for `FI_WAIT_NONE`).
+//! * `FI_WAIT_MUTEX_COND`: `fi_control(FI_GETWAIT)` writes the queue's `struct
+//!   fi_mutex_cond` (a pthread mutex and condition it owns) at `arg`. The condition is
+//!   broadcast, under the mutex, whenever the descriptor of an `FI_WAIT_FD` queue would
+//!   become readable (below), by a thread of the queue's own, so that no thread posting to
+//!   the queue waits for the application's mutex. The application reads the queue and
+//!   calls `fi_trywait` under the mutex, and sleeps on the condition when `fi_trywait` gives
+//!   0, as on a descriptor. `fi_close` destroys both.
 //! * `FI_WAIT_FD`: `fi_control(FI_GETWAIT)` gives the queue's descriptor (an eventfd it owns;
 //!   `-FI_ENODATA` on a queue of another wait object), usable in select, poll and epoll. It
 //!   polls readable while an event or error waits to be read, whichever thread posted it (a
@@ -62,12 +69,14 @@ use crate::abi::*;
 use crate::fabric::{fabric_ref, FabricSeat};
 use crate::pep::PepCore;
 use crate::{entry, null, object_ref, ssize, strerror, unsupported, OwnedErrData};
+use core::cell::UnsafeCell;
 use core::ffi::{c_char, c_int, c_void};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
+use std::thread::JoinHandle;
 use std::time::Duration;
 use uet_av::{AvEventSink, FiErrno, FiError};
-use uet_driver::eq::{EqBinding, FI_PEEK};
+use uet_driver::eq::{ChangeHook, EqBinding, FI_PEEK};
 use uet_driver::{EqAttr, EqEvent, EqEventKind, EventQueue, WaitObj};
 
 /// What a queue knows of the objects bound to it, by their fabric ids: the `fid` pointers
@@ -145,6 +154,8 @@ pub struct UetEq {
     err_data: OwnedErrData,
     /// The wait object it was opened with (`fi_control(FI_GETWAITOBJ)`).
     wait_obj: c_int,
+    /// `FI_WAIT_MUTEX_COND`: the mutex and condition the application sleeps on.
+    cond_wait: Option<CondWait>,
     /// Counts the queue in its fabric until `fi_close` frees it, and names the fabric
     /// (`fi_trywait` takes the queue on that fabric only).
     fabric: FabricSeat,
@@ -173,9 +184,10 @@ impl UetEq {
         fid_of(&self.fids, id)
     }
 
-    /// Whether it was opened with `FI_WAIT_FD` (and is not closed).
-    pub(crate) fn has_wait_fd(&self) -> bool {
-        self.eq.wait_fd().is_some()
+    /// Whether the application may sleep on its wait object after `fi_trywait`: opened with
+    /// `FI_WAIT_FD` (and not closed), or with `FI_WAIT_MUTEX_COND`.
+    pub(crate) fn has_native_wait(&self) -> bool {
+        self.eq.wait_fd().is_some() || self.cond_wait.is_some()
     }
 
     /// Whether it was opened on `fabric` (`fi_trywait` takes it there only).
@@ -186,6 +198,166 @@ impl UetEq {
     /// `fi_trywait` of this queue ([`EventQueue::trywait`]).
     pub(crate) fn trywait(&self) -> Result<(), FiError> {
         self.eq.trywait()
+    }
+}
+
+/// A pthread mutex and condition of an `FI_WAIT_MUTEX_COND` queue, at addresses that do not
+/// change while it is open (the application holds them).
+struct NativeCond {
+    mutex: UnsafeCell<libc::pthread_mutex_t>,
+    cond: UnsafeCell<libc::pthread_cond_t>,
+}
+
+// SAFETY: a pthread mutex and condition are made to be used from any thread through their
+// addresses, which the `Arc` holding them keeps; nothing else of them is touched.
+unsafe impl Send for NativeCond {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for NativeCond {}
+
+impl Drop for NativeCond {
+    fn drop(&mut self) {
+        // SAFETY: initialized, and no longer used by the queue's thread (gone with the last
+        // other reference); the application gave them up with fi_close.
+        unsafe {
+            libc::pthread_cond_destroy(self.cond.get());
+            libc::pthread_mutex_destroy(self.mutex.get());
+        }
+    }
+}
+
+/// What the queue's hook tells the signaling thread ([`CondWait`]).
+#[derive(Default)]
+struct Signal {
+    /// The queue changed since the thread last broadcast.
+    pending: bool,
+    /// The queue is closed: the thread ends.
+    stop: bool,
+}
+
+type SignalState = (Mutex<Signal>, Condvar);
+
+/// An `FI_WAIT_MUTEX_COND` queue's wait object: its [`NativeCond`], and the thread that
+/// broadcasts the condition under the mutex each time the queue's hook
+/// ([`EventQueue::on_change`]) reports a change. The hook is called by whichever thread
+/// posts, perhaps holding locks the application's calls take: it only wakes the thread, which
+/// holds nothing of the provider's while it waits for the application's mutex.
+struct CondWait {
+    native: Arc<NativeCond>,
+    signal: Arc<SignalState>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl CondWait {
+    /// The wait object and the hook the queue calls; `FI_ENOMEM` without a thread.
+    fn start(call: &str) -> Result<(CondWait, ChangeHook), FiError> {
+        let native = Arc::new(NativeCond {
+            mutex: UnsafeCell::new(libc::PTHREAD_MUTEX_INITIALIZER),
+            cond: UnsafeCell::new(libc::PTHREAD_COND_INITIALIZER),
+        });
+        let signal: Arc<SignalState> = Arc::default();
+        let thread = std::thread::Builder::new()
+            .name("uet-eq-cond".into())
+            .spawn({
+                let native = Arc::clone(&native);
+                let signal = Arc::clone(&signal);
+                move || broadcast_changes(&native, &signal)
+            })
+            .map_err(|e| {
+                FiError::new(
+                    FiErrno::FI_ENOMEM,
+                    format!("{call}: no thread to signal FI_WAIT_MUTEX_COND: {e}"),
+                )
+            })?;
+        let hook: ChangeHook = {
+            let signal = Arc::clone(&signal);
+            Arc::new(move || {
+                let (state, changed) = &*signal;
+                state.lock().unwrap_or_else(PoisonError::into_inner).pending = true;
+                changed.notify_one();
+            })
+        };
+        Ok((
+            CondWait {
+                native,
+                signal,
+                thread: Some(thread),
+            },
+            hook,
+        ))
+    }
+
+    /// What `fi_control(FI_GETWAIT)` gives.
+    fn pair(&self) -> FiMutexCond {
+        FiMutexCond {
+            mutex: self.native.mutex.get(),
+            cond: self.native.cond.get(),
+        }
+    }
+}
+
+impl Drop for CondWait {
+    fn drop(&mut self) {
+        let (state, changed) = &*self.signal;
+        state.lock().unwrap_or_else(PoisonError::into_inner).stop = true;
+        changed.notify_one();
+        if let Some(t) = self.thread.take() {
+            if t.join().is_err() {
+                tracing::error!("the FI_WAIT_MUTEX_COND thread panicked");
+            }
+        }
+    }
+}
+
+/// The thread of a [`CondWait`]: for each change reported, the condition broadcast under
+/// the mutex, so that an application that looked at the queue under the mutex before the
+/// change, and found nothing, is asleep on the condition by then and wakes. Waits for the
+/// mutex in steps, so that a close while the application holds it ends the thread.
+fn broadcast_changes(native: &NativeCond, signal: &SignalState) {
+    const STEP_NS: libc::c_long = 10_000_000;
+    let (state, changed) = signal;
+    let stopped = || state.lock().unwrap_or_else(PoisonError::into_inner).stop;
+    loop {
+        {
+            let mut s = state.lock().unwrap_or_else(PoisonError::into_inner);
+            while !s.pending && !s.stop {
+                s = changed.wait(s).unwrap_or_else(PoisonError::into_inner);
+            }
+            if s.stop {
+                return;
+            }
+            s.pending = false;
+        }
+        loop {
+            // SAFETY: a timespec for the clock's answer.
+            let mut until: libc::timespec = unsafe { core::mem::zeroed() };
+            // SAFETY: a valid clock and out pointer.
+            unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut until) };
+            until.tv_nsec += STEP_NS;
+            if until.tv_nsec >= 1_000_000_000 {
+                until.tv_sec += 1;
+                until.tv_nsec -= 1_000_000_000;
+            }
+            // SAFETY: the queue's mutex, initialized and alive while `native` is.
+            let locked = unsafe { libc::pthread_mutex_timedlock(native.mutex.get(), &until) };
+            if locked == 0 {
+                // SAFETY: the queue's condition; the mutex is held by this thread and then
+                // released.
+                unsafe {
+                    libc::pthread_cond_broadcast(native.cond.get());
+                    libc::pthread_mutex_unlock(native.mutex.get());
+                }
+                break;
+            }
+            if locked != libc::ETIMEDOUT {
+                // The mutex is unusable (the application broke it): wake the sleepers anyway.
+                // SAFETY: the queue's condition.
+                unsafe { libc::pthread_cond_broadcast(native.cond.get()) };
+                break;
+            }
+            if stopped() {
+                return;
+            }
+        }
     }
 }
 
@@ -247,6 +419,14 @@ pub(crate) unsafe extern "C" fn fabric_eq_open(
             flags: crate::without_affinity(CALL, a.flags, a.signaling_vector),
             wait_obj,
         })?;
+        let cond_wait = match wait_obj {
+            WaitObj::MutexCond => {
+                let (wait, hook) = CondWait::start(CALL)?;
+                queue.on_change(hook);
+                Some(wait)
+            }
+            _ => None,
+        };
         let boxed = Box::new(UetEq {
             fid: FidEq {
                 fid: Fid {
@@ -262,6 +442,7 @@ pub(crate) unsafe extern "C" fn fabric_eq_open(
             api_version: f.api_version(),
             err_data: OwnedErrData::default(),
             wait_obj: a.wait_obj,
+            cond_wait,
             fabric: f.seat(),
         });
         // SAFETY: `eq` is non-NULL and writable (libfabric's contract).
@@ -271,7 +452,8 @@ pub(crate) unsafe extern "C" fn fabric_eq_open(
 }
 
 /// `fi_control` of a queue: `FI_GETWAIT` (an `FI_WAIT_FD` queue's descriptor, into the `int`
-/// at `arg`) and `FI_GETWAITOBJ` (the queue's `enum fi_wait_obj`), as a CQ answers them
+/// at `arg`; an `FI_WAIT_MUTEX_COND` queue's `struct fi_mutex_cond`, into the one at `arg`)
+/// and `FI_GETWAITOBJ` (the queue's `enum fi_wait_obj`), as a CQ answers them
 /// ([`crate::cq`]): `-FI_ENODATA` for a wait object the queue does not have, `-FI_ENOSYS`
 /// for other commands.
 unsafe extern "C" fn eq_control(fid: *mut Fid, command: c_int, arg: *mut c_void) -> c_int {
@@ -279,6 +461,15 @@ unsafe extern "C" fn eq_control(fid: *mut Fid, command: c_int, arg: *mut c_void)
     entry(CALL, || {
         // SAFETY: called through the fid's own ops.
         let q = unsafe { eq_ref(fid, CALL) }?;
+        if let (FI_GETWAIT, Some(w)) = (command, &q.cond_wait) {
+            if arg.is_null() {
+                return Err(null(CALL, "arg"));
+            }
+            // SAFETY: non-NULL, the application's `struct fi_mutex_cond` (libfabric's
+            // contract for FI_GETWAIT of FI_WAIT_MUTEX_COND), perhaps unaligned.
+            unsafe { arg.cast::<FiMutexCond>().write_unaligned(w.pair()) };
+            return Ok(0);
+        }
         let waitable = q.wait_obj != FI_WAIT_NONE;
         let fd = q.eq.wait_fd();
         // SAFETY: `arg` as libfabric passes it.
@@ -684,6 +875,7 @@ mod tests {
             api_version,
             err_data: OwnedErrData::default(),
             wait_obj: FI_WAIT_NONE,
+            cond_wait: None,
             fabric: FabricSeat::in_count(&Arc::default()),
         })
     }

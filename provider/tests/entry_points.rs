@@ -7469,6 +7469,101 @@ fn an_fi_wait_fd_eq_gives_a_descriptor_readable_while_an_event_waits() {
     unsafe { close_all(&[cq_fid, eq_fid, unspec_fid, none_fid]) };
 }
 
+/// fi_eq(3): `fi_control(FI_GETWAIT)` of a queue opened with `FI_WAIT_MUTEX_COND` gives its
+/// `struct fi_mutex_cond`. An application that reads the queue under the mutex and, once
+/// `fi_trywait` says it may, sleeps on the condition is woken, well before its own timeout,
+/// by an event another thread writes, and by the completion of an `FI_EVENT` AV's insert
+/// another thread makes.
+#[test]
+fn an_fi_wait_mutex_cond_eq_gives_a_mutex_and_condition_an_event_signals() {
+    const FI_AV_COMPLETE: u32 = 5;
+    let open = Open::new(FI_MSG, FI_FORMAT_UNSPEC);
+    let fabric = open.fabric;
+    let plain = open.av_open(&mut av_attr(4)).unwrap();
+    let addr = nobody(plain);
+    let eq = eq_open_on(fabric, FI_WAIT_MUTEX_COND, uet_av::flags::FI_WRITE).expect("fi_eq_open");
+    let mut attr = av_attr(4);
+    attr.flags = uet_av::FI_EVENT;
+    let av = open.av_open(&mut attr).unwrap();
+    // SAFETY: open objects; only the fields' addresses are taken.
+    let (eq_fid, av_fid) = unsafe { (&raw mut (*eq).fid, &raw mut (*av).fid) };
+    // SAFETY: an open AV and EQ.
+    assert_eq!(unsafe { ((*(*av).fid.ops).bind)(av_fid, eq_fid, 0) }, 0);
+    let mut mc = FiMutexCond {
+        mutex: null_mut(),
+        cond: null_mut(),
+    };
+    // SAFETY: an open EQ; a struct fi_mutex_cond for the answer.
+    let ret = unsafe { ((*(*eq_fid).ops).control)(eq_fid, FI_GETWAIT, (&raw mut mc).cast()) };
+    assert_eq!(
+        ret, 0,
+        "fi_control(FI_GETWAIT) of an FI_WAIT_MUTEX_COND queue"
+    );
+    assert!(!mc.mutex.is_null() && !mc.cond.is_null());
+    assert_eq!(control_int(eq_fid, FI_GETWAITOBJ), (0, FI_WAIT_MUTEX_COND));
+    let again = ineg(FiErrno::FI_EAGAIN);
+    for round in 0..4u64 {
+        let (eq_s, av_s) = (Shared(eq), Shared(av));
+        // Rounds 0 to 2: an event written; round 3: an insert.
+        let other = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            if round < 3 {
+                return eq_write(eq_s.get(), round);
+            }
+            let mut out: FiAddr = 0;
+            let av = av_s.get();
+            // SAFETY: an open AV; a valid address and out pointer; the context is a number.
+            unsafe {
+                ((*(*av).ops).insert)(av, addr.as_ptr().cast(), 1, &mut out, 0, 77 as *mut _)
+                    as isize
+            }
+        });
+        let start = std::time::Instant::now();
+        // SAFETY: a timespec for the clock's answer.
+        let mut until: libc::timespec = unsafe { core::mem::zeroed() };
+        // SAFETY: a valid clock and out pointer.
+        assert_eq!(
+            unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut until) },
+            0
+        );
+        until.tv_sec += 5;
+        // SAFETY: the queue's mutex, from FI_GETWAIT.
+        assert_eq!(unsafe { libc::pthread_mutex_lock(mc.mutex) }, 0);
+        let got = loop {
+            match eq_read_entry(eq) {
+                Ok((event, entry)) => break Ok((event, entry.context as usize, entry.data)),
+                Err(e) if e == neg(FiErrno::FI_EAGAIN) => {}
+                Err(e) => break Err(e),
+            }
+            match trywait_on(fabric, &[eq_fid]) {
+                0 => {
+                    // SAFETY: the queue's condition and mutex, the mutex held.
+                    let r = unsafe { libc::pthread_cond_timedwait(mc.cond, mc.mutex, &until) };
+                    if r == libc::ETIMEDOUT {
+                        break Err(-(libc::ETIMEDOUT as isize));
+                    }
+                }
+                r => assert_eq!(r, again, "fi_trywait"),
+            }
+        };
+        // SAFETY: held by this thread.
+        assert_eq!(unsafe { libc::pthread_mutex_unlock(mc.mutex) }, 0);
+        let (want, ret) = if round < 3 {
+            ((0, 0, round), core::mem::size_of::<FiEqEntry>() as isize)
+        } else {
+            ((FI_AV_COMPLETE, 77, 1), 0)
+        };
+        assert_eq!(got, Ok(want), "round {round}");
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(4),
+            "round {round}: woken only by the timeout"
+        );
+        assert_eq!(other.join().unwrap(), ret, "round {round}");
+    }
+    // SAFETY: ours, open, closed once.
+    unsafe { close_all(&[av_fid, eq_fid, &mut (*plain).fid]) };
+}
+
 /// The descriptors open in this process.
 fn open_descriptors() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()

@@ -806,6 +806,13 @@ fn the_abi_structures_match_the_system_libfabric_headers() {
         }
     );
     layout!(
+        "fi_mutex_cond",
+        FiMutexCond {
+            mutex: mutex,
+            cond: cond
+        }
+    );
+    layout!(
         "fid_pep",
         FidPep {
             fid: fid,
