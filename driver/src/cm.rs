@@ -869,6 +869,29 @@ impl Connection {
         }
     }
 
+    /// Post a peer's connection request (`id`) to the bound EQ if it has room for it: whether
+    /// it was queued. One that does not fit is not posted, and the queue is not overrun: the
+    /// caller refuses the request.
+    fn offer_connreq(&self, inner: &CmInner, id: u64, cm_data: Vec<u8>) -> bool {
+        let Some((eq, _)) = inner.eq.as_ref() else {
+            return false;
+        };
+        let ev = EqEvent {
+            kind: EqEventKind::ConnReq,
+            fid: self.fid,
+            context: 0,
+            data: id,
+            cm_data,
+        };
+        match eq.offer(ev) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(fid = self.fid, "connection request refused: {e}");
+                false
+            }
+        }
+    }
+
     fn post_error(&self, inner: &CmInner, err: FiErrno, prov_errno: i32, text: String) {
         self.post_error_with(inner, err, prov_errno, text, Vec::new());
     }
@@ -1112,8 +1135,9 @@ impl Connection {
                     listener: self.fid,
                 };
                 pending.insert(id, Pending { req });
-                // A request the application never hears of is not held either: it is refused.
-                if !self.post(inner, EqEventKind::ConnReq, id, msg.param.clone()) {
+                // A request the application never hears of is not held either: it is refused,
+                // also when the EQ has no room for it (which it leaves usable).
+                if !self.offer_connreq(inner, id, msg.param.clone()) {
                     if let Role::Passive { pending, .. } = &mut inner.role {
                         pending.remove(&id);
                     }

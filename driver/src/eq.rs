@@ -13,7 +13,8 @@
 //!   with `FI_EOVERRUN`, reads return what was queued and then `FI_EOVERRUN`. An overrun EQ is
 //!   fatal, as libfabric defines it. An event the application writes ([`EventQueue::write`])
 //!   that does not fit is refused with `FI_EAGAIN` instead: the caller keeps it, nothing is
-//!   lost, and the queue stays usable.
+//!   lost, and the queue stays usable. So is a peer's connection request
+//!   ([`EventQueue::offer`]), which connection management then rejects.
 //! * Closing a queue that objects are still bound to fails with `FI_EBUSY`. Closing it
 //!   otherwise closes it for every clone of the handle: the events it held are lost, readers
 //!   blocked in [`EventQueue::sread`] return, and every later call (read, post, bind) fails
@@ -632,6 +633,24 @@ impl EventQueue {
         let posted = self.push(&mut self.lock(), false, |s| s.events.push_back(event));
         self.shared.changed();
         posted
+    }
+
+    /// Post an event only if the queue has room for it: one that does not fit is refused with
+    /// `FI_EAGAIN` and the queue is left as it was, not overrun. For an event whose cause the
+    /// caller can refuse instead (a peer's connection request, rejected): what peers send
+    /// must not make the queue unusable for every other object reporting to it.
+    pub fn offer(&self, event: EqEvent) -> Result<(), FiError> {
+        let offered = self
+            .push(&mut self.lock(), true, |s| s.events.push_back(event))
+            .map_err(|e| match e.errno {
+                FiErrno::FI_EAGAIN => FiError::new(
+                    FiErrno::FI_EAGAIN,
+                    format!("the event queue of {} entries is full", self.shared.size),
+                ),
+                _ => e,
+            });
+        self.shared.changed();
+        offered
     }
 
     /// Post an error (provider side).

@@ -11,7 +11,9 @@
 //! * `FI_CONNREQ`: `fid` is the passive endpoint, `info` an `fi_info` the provider allocates
 //!   (the application frees it with `fi_freeinfo`) whose `handle` is the request
 //!   ([`crate::pep`]); a request already answered, or whose listener was closed, is not
-//!   reported. `FI_CONNECTED` and `FI_SHUTDOWN` name the endpoint, `info` NULL.
+//!   reported. A request that finds the queue full is refused (its requester gets
+//!   `FI_ECONNREFUSED`) instead of overrunning the queue. `FI_CONNECTED` and `FI_SHUTDOWN`
+//!   name the endpoint, `info` NULL.
 //! * `fi_eq_readerr`: a `struct fi_eq_err_entry`; `err` is the fabric errno (positive). A
 //!   connection refused (`FI_ECONNREFUSED`) carries the listener's `fi_reject` param as its
 //!   error data (fi_cm(3)), empty when there was none; any other error its message. The

@@ -3451,6 +3451,85 @@ fn a_rejected_connection_is_refused_with_the_rejects_param() {
     }
 }
 
+/// Connection requests come from peers, in numbers the application cannot bound: one that
+/// finds the listener's EQ full is refused (its requester gets `FI_ECONNREFUSED`), and the
+/// queue is not overrun, which would make it unusable (fi_eq(3): overrun queues are fatal)
+/// for every object reporting to it. The requests it holds are read, then `-FI_EAGAIN`, and
+/// it goes on taking events.
+#[test]
+fn a_connection_request_finding_the_listeners_eq_full_is_refused_and_overruns_nothing() {
+    const SIZE: usize = 2;
+    let m = Msg::new();
+    let mut eq_l = null_mut();
+    let mut attr = FiEqAttr {
+        size: SIZE,
+        flags: uet_av::flags::FI_WRITE,
+        wait_obj: FI_WAIT_UNSPEC,
+        signaling_vector: 0,
+        wait_set: null_mut(),
+    };
+    // SAFETY: an open fabric; valid attributes and out pointer.
+    unsafe {
+        assert_eq!(
+            ((*(*m.open.fabric).ops).eq_open)(m.open.fabric, &mut attr, &mut eq_l, null_mut()),
+            0
+        );
+    }
+    let pep = m.listen(eq_l);
+    // SAFETY: `pep` is open; only the field's address is taken.
+    let pep_fid: *mut Fid = unsafe { &mut (*pep).fid };
+    let listener = name_of(pep_fid);
+    let eq_c = m.eq();
+    let clients: Vec<_> = (0..=SIZE).map(|_| m.ep(m.open.info, eq_c)).collect();
+    for &(client, _) in &clients {
+        assert_eq!(connect(client, &listener, b""), 0);
+    }
+    // The one that did not fit is refused.
+    let (e, _) = wait_eq_error(eq_c);
+    assert_eq!(e.err, FiErrno::FI_ECONNREFUSED.get() as c_int);
+    let mut infos = Vec::new();
+    for _ in 0..SIZE {
+        let req = eq_event(eq_l, 64, 0).expect("FI_CONNREQ");
+        assert_eq!(req.event, FI_CONNREQ);
+        infos.push(req.info);
+    }
+    let mut event = 0u32;
+    let mut buf = [0u8; 64];
+    // SAFETY: an open EQ; a valid buffer.
+    let n = unsafe { ((*(*eq_l).ops).read)(eq_l, &mut event, buf.as_mut_ptr().cast(), 64, 0) };
+    assert_eq!(
+        n,
+        neg(FiErrno::FI_EAGAIN),
+        "the listener's EQ after its requests"
+    );
+    assert_eq!(
+        eq_write(eq_l, 7),
+        core::mem::size_of::<FiEqEntry>() as isize,
+        "fi_eq_write to the listener's EQ"
+    );
+    assert_eq!(eq_read_entry(eq_l).map(|(_, e)| e.data), Ok(7));
+    // SAFETY: an open pep; the events' handles and infos, answered and freed once; ours,
+    // open, closed once.
+    unsafe {
+        let reject = (*(*pep).cm).reject;
+        for &info in &infos {
+            assert_eq!(reject(pep.cast(), (*info).handle, null(), 0), 0);
+            uet_fi::info::free_info(info);
+        }
+        for _ in 0..SIZE {
+            let (e, _) = wait_eq_error(eq_c);
+            assert_eq!(e.err, FiErrno::FI_ECONNREFUSED.get() as c_int);
+        }
+        let mut fids: Vec<*mut Fid> = Vec::new();
+        for &(client, cq) in &clients {
+            fids.push(&raw mut (*client).fid);
+            fids.push(&raw mut (*cq).fid);
+        }
+        fids.extend([pep_fid, &raw mut (*eq_l).fid, &raw mut (*eq_c).fid]);
+        close_all(&fids);
+    }
+}
+
 /// A request's handle, once the request is answered (accepted or rejected), names no
 /// request ever again, not even the next one to arrive, whose handle is made right after
 /// (where a freed heap block would be given again): `fi_reject` of it and `fi_endpoint` of
