@@ -1332,6 +1332,15 @@ impl<N: NicAvTable> AddressVector<N> {
         self.insert_items(call, items)
     }
 
+    /// An insert call refused before it reached the AV, by a C shim that cannot read its
+    /// arguments (a NULL node or address array, a string that is not UTF-8): it ends as a call
+    /// the AV refuses itself does. Without `FI_MORE` it ends the batch of the `FI_MORE` calls
+    /// before it, whose records are sent (see [`AddressVector::end_batch_if_refused`]). Always
+    /// an error: `error`, or `FI_EIO` naming it when the NIC fails that batch.
+    pub fn refuse_insert(&mut self, flags: u64, error: FiError) -> Result<usize, FiError> {
+        self.end_batch_if_refused(flags, Err(error))
+    }
+
     /// The end of every insert call: one made without `FI_MORE` ends the batch of the
     /// `FI_MORE` calls before it (fi_av(3): it "signifies to the provider that the insertion
     /// list is complete") even when it is refused itself — an argument error, a host name

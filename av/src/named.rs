@@ -439,6 +439,14 @@ impl<N: NicAvTable + Send + 'static> NamedAv<N> {
         self
     }
 
+    /// An insert call refused before it reached the AV: see
+    /// [`AddressVector::refuse_insert`]. Every call of a named AV completes on the NIC, so
+    /// there is no batch to end: `error`, and the call's context is dropped.
+    pub fn refuse_insert(&mut self, _flags: u64, error: FiError) -> Result<usize, FiError> {
+        self.call_context = 0;
+        Err(error)
+    }
+
     /// The start of every insert call: take the call's context (so that it never carries over
     /// to a later call, whatever this one does), then refuse the call on a read-only handle
     /// before anything else is looked at.

@@ -4,9 +4,9 @@ mod common;
 
 use common::*;
 use uet_av::{
-    fi_rx_addr, straddr, AddressVector, AvAttr, AvLimits, AvType, Fault, FiErrno, MemoryNicTable,
-    NicOp, ADDR_LEN, DEFAULT_AV_COUNT, FI_ADDR_NOTAVAIL, FI_AUTH_KEY, FI_AV_USER_ID, FI_EVENT,
-    FI_MORE, FI_READ, FI_SYMMETRIC, FI_SYNC_ERR,
+    fi_rx_addr, straddr, AddressVector, AvAttr, AvLimits, AvType, Fault, FiErrno, FiError,
+    MemoryNicTable, NicOp, ADDR_LEN, DEFAULT_AV_COUNT, FI_ADDR_NOTAVAIL, FI_AUTH_KEY,
+    FI_AV_USER_ID, FI_EVENT, FI_MORE, FI_READ, FI_SYMMETRIC, FI_SYNC_ERR,
 };
 use uet_fwif::admin::MAX_BATCH;
 use uet_fwif::av_entry::entry_flags;
@@ -270,6 +270,28 @@ fn a_refused_call_without_fi_more_ends_the_batch_before_it() {
     assert!(e.message.contains("FI_MORE batch"), "{e}");
     assert!(e.message.contains("FI_EINVAL"), "the call's own error: {e}");
     assert_eq!(av.len(), 1, "the refused batch is rolled back");
+    assert_in_step(&av);
+}
+
+/// A call a C shim refuses before the AV sees it ends as one the AV refuses: with `FI_MORE`
+/// the batch stays open, without it the batch is sent, and the call's error comes back.
+#[test]
+fn an_insert_refused_before_the_av_saw_it_ends_the_batch_as_the_av_would() {
+    let mut av = open(16);
+    av.insert(&pack(&[peer_bytes(1)]), 1, None, FI_MORE)
+        .unwrap();
+    let e = av
+        .refuse_insert(FI_MORE, FiError::inval("fi_av_insertsvc: node is NULL"))
+        .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL);
+    assert_eq!(av.pending_len(), 1, "still batched");
+    let e = av
+        .refuse_insert(0, FiError::inval("fi_av_insertsvc: node is NULL"))
+        .unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL);
+    assert!(e.message.contains("node is NULL"), "{e}");
+    assert_eq!(av.pending_len(), 0, "the batch before it was sent");
+    assert!(av.nic().entry(0).unwrap().is_valid());
     assert_in_step(&av);
 }
 

@@ -6,7 +6,8 @@
 //! batching, user ids, symmetric ranges, errnos) are [`uet_av::AddressVector`]'s. What is
 //! checked here is what C adds: NULL pointers where an array is needed (`-FI_EINVAL`), counts
 //! whose arrays could not exist in memory (`-FI_EINVAL`), strings that are not UTF-8 (an
-//! address that fails alone, as a malformed one does).
+//! address that fails alone, as a malformed one does). An insert refused for these ends as
+//! one the AV refuses does: without `FI_MORE`, it ends the `FI_MORE` batch before it.
 //!
 //! * Binary AVs take and return 32-byte UET addresses; `FI_ADDR_STR` AVs take `count` C
 //!   strings (`addr` is a `char **`), and `fi_av_lookup` returns the NUL-terminated string.
@@ -299,6 +300,16 @@ impl UetAv {
             drop(calls);
             r.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
         })
+    }
+
+    /// An insert call refused for a C argument before the AV saw it: the AV ends it as a call
+    /// it refused itself (one without `FI_MORE` ends the `FI_MORE` batch before it). Always an
+    /// error.
+    fn refuse_insert(&self, call: &str, flags: u64, error: FiError) -> Result<usize, FiError> {
+        self.with_kind(
+            call,
+            |kind| with_av!(kind, av => av.refuse_insert(flags, error)),
+        )
     }
 
     fn lock(&self, call: &str) -> Result<MutexGuard<'_, Option<AvKind>>, FiError> {
@@ -603,10 +614,16 @@ unsafe extern "C" fn av_insert(
     entry(CALL, || {
         // SAFETY: the application's AV pointer, ours.
         let a = unsafe { av_ref(av, CALL) }?;
-        inserted(count)?;
+        let refused = |e| a.refuse_insert(CALL, flags, e);
+        if let Err(e) = inserted(count) {
+            return refused(e).and_then(inserted);
+        }
         let out = fi_addr;
         // SAFETY: libfabric's contract: `fi_addr` NULL or `count` entries.
-        let fi_addr = unsafe { c_array(fi_addr, count, CALL, "fi_addr") }?;
+        let fi_addr = match unsafe { c_array(fi_addr, count, CALL, "fi_addr") } {
+            Ok(fi_addr) => fi_addr,
+            Err(e) => return refused(e).and_then(inserted),
+        };
         // SAFETY: libfabric's contract: with FI_SYNC_ERR on a synchronous AV, `context` is
         // NULL or `count` ints.
         let status = |event| unsafe { status_array(flags, event, context, count, CALL) };
@@ -616,9 +633,15 @@ unsafe extern "C" fn av_insert(
                 let bytes = count.saturating_mul(ADDR_LEN);
                 // SAFETY: `addr` holds `count` addresses of ADDR_LEN bytes (libfabric's
                 // contract); only read.
-                let addr = unsafe { c_slice_needed(addr.cast::<u8>(), bytes, CALL, "addr") }?;
+                let addr = match unsafe { c_slice_needed(addr.cast::<u8>(), bytes, CALL, "addr") } {
+                    Ok(addr) => addr,
+                    Err(e) => return refused(e).and_then(inserted),
+                };
                 a.insert_call(CALL, out, count, |kind, event| {
-                    let status = status(event)?;
+                    let status = match status(event) {
+                        Ok(status) => status,
+                        Err(e) => return with_av!(kind, av => av.refuse_insert(flags, e)),
+                    };
                     with_av!(kind, av => av
                         .with_context(context_value)
                         .insert_with_status(addr, count, fi_addr, flags, status))
@@ -626,9 +649,15 @@ unsafe extern "C" fn av_insert(
             }
             AddrFormat::Str => {
                 // SAFETY: `addr` is a `char *` array of `count` (libfabric's contract).
-                let strings = unsafe { c_strings(addr, count) }?;
+                let strings = match unsafe { c_strings(addr, count) } {
+                    Ok(strings) => strings,
+                    Err(e) => return refused(e).and_then(inserted),
+                };
                 a.insert_call(CALL, out, count, |kind, event| {
-                    let status = status(event)?;
+                    let status = match status(event) {
+                        Ok(status) => status,
+                        Err(e) => return with_av!(kind, av => av.refuse_insert(flags, e)),
+                    };
                     with_av!(kind, av => av
                         .with_context(context_value)
                         .insert_str(&strings, fi_addr, flags, status))
@@ -653,15 +682,25 @@ unsafe extern "C" fn av_insertsvc(
         // SAFETY: the application's AV pointer, ours.
         let a = unsafe { av_ref(av, CALL) }?;
         // SAFETY: NULL or NUL-terminated strings (libfabric's contract).
-        let (node, service) = unsafe { (c_str(node, "node")?, c_str(service, "service")?) };
-        let node = node.ok_or_else(|| null(CALL, "node"))?;
+        let strings = unsafe { (c_str(node, "node"), c_str(service, "service")) };
+        let (node, service) = match strings {
+            (Ok(Some(node)), Ok(service)) => (node, service),
+            (Err(e), _) | (_, Err(e)) => return a.refuse_insert(CALL, flags, e).and_then(inserted),
+            (Ok(None), _) => {
+                return a
+                    .refuse_insert(CALL, flags, null(CALL, "node"))
+                    .and_then(inserted)
+            }
+        };
         let out = fi_addr;
         // SAFETY: NULL or one fi_addr_t.
         let fi_addr = unsafe { fi_addr.as_mut() };
         let n = a.insert_call(CALL, out, 1, |kind, event| {
             // SAFETY: with FI_SYNC_ERR on a synchronous AV, the status array of one int.
-            let status = unsafe { status_array(flags, event, context, 1, CALL) }?
-                .and_then(|s| s.first_mut());
+            let status = match unsafe { status_array(flags, event, context, 1, CALL) } {
+                Ok(status) => status.and_then(|s| s.first_mut()),
+                Err(e) => return with_av!(kind, av => av.refuse_insert(flags, e)),
+            };
             with_av!(kind, av => av
                 .with_context(context as u64)
                 .insertsvc(node, service, fi_addr, flags, status))
@@ -686,22 +725,35 @@ unsafe extern "C" fn av_insertsym(
     entry(CALL, || {
         // SAFETY: the application's AV pointer, ours.
         let a = unsafe { av_ref(av, CALL) }?;
-        let count = nodecnt.checked_mul(svccnt).ok_or_else(|| {
-            FiError::inval(format!(
-                "{CALL}: nodecnt {nodecnt} × svccnt {svccnt} overflows"
-            ))
-        })?;
-        inserted(count)?;
-        // SAFETY: NULL or NUL-terminated strings (libfabric's contract).
-        let (node, service) = unsafe { (c_str(node, "node")?, c_str(service, "service")?) };
-        let node = node.ok_or_else(|| null(CALL, "node"))?;
-        let service = service.ok_or_else(|| null(CALL, "service"))?;
+        // The C arguments, read before the AV sees the call: a refusal ends the call as the
+        // AV's own refusals do.
+        // SAFETY: NULL or NUL-terminated strings, `fi_addr` NULL or nodecnt × svccnt entries
+        // (libfabric's contract).
+        let args = || unsafe {
+            let count = nodecnt.checked_mul(svccnt).ok_or_else(|| {
+                FiError::inval(format!(
+                    "{CALL}: nodecnt {nodecnt} × svccnt {svccnt} overflows"
+                ))
+            })?;
+            inserted(count)?;
+            let (node, service) = (c_str(node, "node")?, c_str(service, "service")?);
+            let node = node.ok_or_else(|| null(CALL, "node"))?;
+            let service = service.ok_or_else(|| null(CALL, "service"))?;
+            let fi_addr = c_array(fi_addr, count, CALL, "fi_addr")?;
+            Ok((count, node, service, fi_addr))
+        };
+        let (count, node, service, slots) = match args() {
+            Ok(args) => args,
+            Err(e) => return a.refuse_insert(CALL, flags, e).and_then(inserted),
+        };
         let out = fi_addr;
-        // SAFETY: `fi_addr` NULL or `count` entries.
-        let fi_addr = unsafe { c_array(fi_addr, count, CALL, "fi_addr") }?;
+        let fi_addr = slots;
         let n = a.insert_call(CALL, out, count, |kind, event| {
             // SAFETY: with FI_SYNC_ERR on a synchronous AV, the status array of `count` ints.
-            let status = unsafe { status_array(flags, event, context, count, CALL) }?;
+            let status = match unsafe { status_array(flags, event, context, count, CALL) } {
+                Ok(status) => status,
+                Err(e) => return with_av!(kind, av => av.refuse_insert(flags, e)),
+            };
             with_av!(kind, av => av
                 .with_context(context as u64)
                 .insertsym(node, nodecnt, service, svccnt, fi_addr, flags, status))

@@ -8255,6 +8255,104 @@ fn fi_sync_err_on_an_fi_event_av_is_ebadflags_whatever_the_context() {
     unsafe { close_all(&[av_fid, eq_fid, &mut (*plain).fid]) };
 }
 
+/// An insert call refused for a C argument it cannot be read with (a NULL node or service,
+/// a node that is not UTF-8, a NULL address array) ends the `FI_MORE` batch before it when it
+/// has no `FI_MORE` itself, as a call the AV refuses does (fi_av(3): such a call "signifies to
+/// the provider that the insertion list is complete"): on an `FI_EVENT` AV the earlier calls
+/// then complete, instead of waiting for an insert that may never come.
+#[test]
+fn an_insert_refused_for_its_c_arguments_ends_the_fi_more_batch_before_it() {
+    let open = Open::new(0, FI_FORMAT_UNSPEC);
+    let plain = open.av_open(&mut av_attr(8)).unwrap();
+    let good: Vec<[u8; 32]> = [
+        c"10.0.8.1",
+        c"10.0.8.2",
+        c"10.0.8.3",
+        c"10.0.8.4",
+        c"10.0.8.5",
+    ]
+    .iter()
+    .map(|&node| address_of(plain, node, c"7"))
+    .collect();
+    let eq = eq_open_on(open.fabric, FI_WAIT_UNSPEC, 0).expect("fi_eq_open");
+    let mut attr = av_attr(8);
+    attr.flags = uet_av::FI_EVENT;
+    let av = open.av_open(&mut attr).unwrap();
+    // SAFETY: open objects; only the fields' addresses are taken.
+    let (eq_fid, av_fid) = unsafe { (&raw mut (*eq).fid, &raw mut (*av).fid) };
+    // SAFETY: an open AV and EQ.
+    assert_eq!(unsafe { ((*(*av).fid.ops).bind)(av_fid, eq_fid, 0) }, 0);
+    let mut outs = [[7 as FiAddr; 1]; 4];
+    let more = |k: usize, out: &mut [FiAddr; 1]| {
+        // SAFETY: an open AV; one address and one fi_addr slot, kept until the call's
+        // completion is read.
+        unsafe {
+            ((*(*av).ops).insert)(
+                av,
+                good[k].as_ptr().cast(),
+                1,
+                out.as_mut_ptr(),
+                uet_av::FI_MORE,
+                (k + 1) as *mut _,
+            )
+        }
+    };
+    let einval = ineg(FiErrno::FI_EINVAL);
+    let not_utf8 = [0xffu8, 0];
+    let refused = |which: usize, flags: u64| -> c_int {
+        // SAFETY: an open AV; each call passes the argument under test, every other one valid.
+        unsafe {
+            let ops = &*(*av).ops;
+            match which {
+                0 => (ops.insertsvc)(av, null(), c"7".as_ptr(), null_mut(), flags, null_mut()),
+                1 => (ops.insertsvc)(
+                    av,
+                    not_utf8.as_ptr().cast(),
+                    c"7".as_ptr(),
+                    null_mut(),
+                    flags,
+                    null_mut(),
+                ),
+                2 => (ops.insertsym)(
+                    av,
+                    c"10.0.9.1".as_ptr(),
+                    1,
+                    null(),
+                    1,
+                    null_mut(),
+                    flags,
+                    null_mut(),
+                ),
+                _ => (ops.insert)(av, null(), 1, null_mut(), flags, null_mut()),
+            }
+        }
+    };
+    let whats = [
+        "fi_av_insertsvc, NULL node",
+        "fi_av_insertsvc, node not UTF-8",
+        "fi_av_insertsym, NULL service",
+        "fi_av_insert, NULL addr",
+    ];
+    for (k, what) in whats.into_iter().enumerate() {
+        assert_eq!(more(k, &mut outs[k]), 0, "{what}");
+        assert_eq!(outs[k], [k as FiAddr], "{what}");
+        // With FI_MORE the refused call leaves the batch open.
+        assert_eq!(refused(k, uet_av::FI_MORE), einval, "{what}");
+        assert_eq!(
+            eq_read_entry(eq).err(),
+            Some(neg(FiErrno::FI_EAGAIN)),
+            "{what}: the batch is not over"
+        );
+        assert_eq!(refused(k, 0), einval, "{what}");
+        let (errors, completions) = av_events(eq, 1);
+        assert!(errors.is_empty(), "{what}: {errors:?}");
+        assert_eq!(completions, [(k + 1, 1)], "{what}");
+    }
+    assert_eq!(eq_read_entry(eq).err(), Some(neg(FiErrno::FI_EAGAIN)));
+    // SAFETY: ours, open, closed once.
+    unsafe { close_all(&[av_fid, eq_fid, &mut (*plain).fid]) };
+}
+
 /// The FI_EVENT insert test, on an AV of `name` (`None`: unnamed).
 fn fi_event_insert_fails_after_it_returned(name: Option<&CStr>) {
     let ecanceled = FiErrno::FI_ECANCELED.get() as c_int;
