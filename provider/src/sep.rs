@@ -671,12 +671,12 @@ unsafe fn context_call<A: ContextAttrs>(
     // A receive context reports sources when it has FI_SOURCE (fi_cq(3)): its scalable
     // endpoint's, unless its own capabilities leave it out.
     let sources = served & FI_SOURCE_CAP != 0 && (caps == 0 || caps & FI_SOURCE_CAP != 0);
-    // SAFETY: libfabric's contract on `out`.
     let which = if tx {
         Direction::Transmit
     } else {
         Direction::Receive { sources }
     };
+    // SAFETY: libfabric's contract on `out`.
     let ret = unsafe { open_context(s, which, index, op_flags, out.cast(), context, call) }?;
     if let Some(a) = attr {
         a.fill(served, &s.sizes);
