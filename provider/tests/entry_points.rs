@@ -7601,10 +7601,8 @@ fn an_fi_wait_mutex_cond_eq_gives_a_mutex_and_condition_an_event_signals() {
         // SAFETY: a timespec for the clock's answer.
         let mut until: libc::timespec = unsafe { core::mem::zeroed() };
         // SAFETY: a valid clock and out pointer.
-        assert_eq!(
-            unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut until) },
-            0
-        );
+        let clock = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut until) };
+        assert_eq!(clock, 0);
         until.tv_sec += 5;
         // SAFETY: the queue's mutex, from FI_GETWAIT.
         assert_eq!(unsafe { libc::pthread_mutex_lock(mc.mutex) }, 0);
