@@ -14,6 +14,7 @@
 //! | no answer | — (the request's deadline, [`CM_CONNECT_TIMEOUT`] by default, passes) | — | requester's EQ: error `FI_ETIMEDOUT` |
 //! | close | [`Endpoint::shutdown`], or dropping the connected endpoint (`fi_close`) | SHUTDOWN to the peer | peer's EQ: `FI_SHUTDOWN` |
 //! | close the listener | drop the [`PassiveEndpoint`] | REJECT of every request left unanswered | each requester's EQ: error `FI_ECONNREFUSED` |
+//! | the NIC stops | — (a fatal error, or its function reset under the driver) | nothing more | within a second, on its side: the listener's EQ, an error `FI_EIO`; a pending request's, an accept's and a connection's, an error `FI_EIO`, each then refused, idle or shut down ([`crate::stop_watch`]) |
 //!
 //! A connected endpoint's peer is in the endpoint's own AV (an `FI_EP_MSG` endpoint is never
 //! bound to an application's AV): the connecting side inserts the accepting endpoint's address
@@ -288,6 +289,10 @@ struct CmInner {
     /// The last look at the control channel has begun ([`Connection::final_look`]): a
     /// receive that completes is not posted again.
     closing: bool,
+    /// The NIC was seen stopped, and what waited was ended ([`Connection::look_for_stop`]).
+    nic_stopped: bool,
+    /// When the thread last looked at the NIC's status while polling.
+    stop_looked: Option<Instant>,
 }
 
 /// The state a connection shares with its progress thread.
@@ -645,6 +650,8 @@ impl Connection {
     /// The progress thread: take in the control channel's completions whenever there are
     /// some, until `stop` is set (and `signal` written). See the module docs.
     fn run(&self, stop: &AtomicBool) {
+        // A NIC that stops raises no vector: it writes the signal instead.
+        self.lock().lane.wake_when_stopped(self.signal.eventfd());
         while !stop.load(Ordering::Acquire) {
             self.passes.fetch_add(1, Ordering::Relaxed);
             if let Wakeup::Poll = self.wakeup {
@@ -653,6 +660,13 @@ impl Connection {
                 self.take_in(&mut inner);
                 self.expire(&mut inner);
                 self.retry_connreq(&mut inner);
+                let due = inner
+                    .stop_looked
+                    .is_none_or(|at| at.elapsed() >= crate::endpoint::STOPPED_CHECK_INTERVAL);
+                if due {
+                    inner.stop_looked = Some(Instant::now());
+                    self.look_for_stop(&mut inner);
+                }
                 drop(inner);
                 std::thread::sleep(CM_POLL_INTERVAL);
                 continue;
@@ -663,6 +677,9 @@ impl Connection {
             let (healthy, deadline) = {
                 let mut inner = self.lock();
                 let healthy = self.take_in(&mut inner);
+                // Each pass (a completion, a deadline, the stop watch's write of the signal,
+                // or the idle recheck): two register reads.
+                self.look_for_stop(&mut inner);
                 let deadline = match (self.expire(&mut inner), self.retry_connreq(&mut inner)) {
                     (Some(d), Some(r)) => Some(d.min(r)),
                     (d, r) => d.or(r),
@@ -699,6 +716,50 @@ impl Connection {
                 std::thread::sleep(CM_POLL_INTERVAL);
             }
         }
+    }
+
+    /// Once the NIC has stopped (a fatal error, or its function reset under the driver), in
+    /// which nothing on the control channel completes any more, end with `FI_EIO` what would
+    /// otherwise wait on, without end where it has no deadline: a pending connection request
+    /// (refused, as at its deadline), an accept waiting for its READY (the endpoint idle
+    /// again), a connection (shut down: its sends are `FI_ENOTCONN`), each with an error
+    /// entry on its EQ; and a listener, whose EQ gets one error entry, so that an application
+    /// asleep on it for requests wakes. Once.
+    fn look_for_stop(&self, inner: &mut CmInner) {
+        if inner.nic_stopped || !inner.lane.device_stopped() {
+            return;
+        }
+        inner.nic_stopped = true;
+        let why = "the NIC stopped (a fatal error, or its function was reset): its control \
+                   channel carries nothing more";
+        let eio = FiErrno::FI_EIO;
+        match (&inner.role, self.get()) {
+            (Role::Passive { .. }, _) => self.post_error(
+                inner,
+                eio,
+                0,
+                format!("the listener takes no request: {why}"),
+            ),
+            (_, CONNECTING) => {
+                inner.connect_deadline = None;
+                inner.connreq_retry = None;
+                self.set(REFUSED);
+                let text = format!("the connection request cannot be answered: {why}");
+                self.post_error(inner, eio, 0, text);
+            }
+            (_, ACCEPTING) => {
+                let text = format!("the accept cannot be confirmed: {why}");
+                self.abort_accept(inner, eio, 0, text);
+            }
+            (_, CONNECTED) => {
+                self.set(SHUT_DOWN);
+                self.post_error(inner, eio, 0, format!("the connection is lost: {why}"));
+            }
+            _ => return,
+        }
+        tracing::error!(fid = self.fid, "{why}");
+        // The state changed with no completion: a close waiting on it goes on.
+        self.progressed.notify_all();
     }
 
     /// End the pending connection request, or the accept still waiting for its READY, with
@@ -1614,6 +1675,8 @@ impl Nic {
                 unconfirmed_accept: false,
                 late_accept: false,
                 closing: false,
+                nic_stopped: false,
+                stop_looked: None,
             }),
             progressed: Condvar::new(),
             wakeup,
@@ -1673,6 +1736,8 @@ pub(crate) fn msg_endpoint(nic: &Nic, attr: EndpointAttr) -> Result<Endpoint, Dr
             unconfirmed_accept: false,
             late_accept: false,
             closing: false,
+            nic_stopped: false,
+            stop_looked: None,
         }),
         progressed: Condvar::new(),
         wakeup,

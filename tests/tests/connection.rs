@@ -1004,9 +1004,62 @@ fn closing_a_connected_endpoint_on_a_nic_stopped_by_a_fatal_error_waits_for_noth
     accept_one(pep, eq_l, &mut client, &mut server);
     assert_eq!(wait_event(&eq_c).kind, EqEventKind::Connected);
     assert_eq!(wait_event(&eq_s).kind, EqEventKind::Connected);
-    // The client's NIC stops: the SHUTDOWN a close sends would never complete.
+    // The client's NIC stops: the SHUTDOWN a close sends would never complete. The
+    // connection is still up, or already lost if the progress thread saw the stop.
     fns[1].set_bus_master(false);
     stop_with_a_fatal_error(nc);
-    assert!(client.is_connected());
     assert_closes_at_once(client);
+}
+
+/// The next entry of `eq` (waiting up to 10 s) is an error of `fid` with `FI_EIO`: its NIC
+/// stopped.
+fn stopped_error(eq: &EventQueue, fid: u64, what: &str) {
+    let e = eq
+        .sread(Some(Duration::from_secs(10)), 0)
+        .expect_err("an error entry");
+    assert_eq!(e.errno, FiErrno::FI_EAVAIL, "{what}: {e}");
+    let entry = eq.readerr().expect("the error entry");
+    assert_eq!((entry.fid, entry.err), (fid, FiErrno::FI_EIO), "{what}");
+}
+
+/// A NIC that stops (its function reset under the driver) carries no control message any
+/// more: what waits on its control channels ends with an `FI_EIO` error entry on its EQ,
+/// within a second, instead of waiting on, without end where it has no deadline. The
+/// listener's EQ gets one, which wakes an application asleep on it for requests; the
+/// acceptor's connection is lost (its sends are `FI_ENOTCONN`); on the other NIC, a request
+/// made without a deadline is refused, and the other side's connection is lost too.
+#[test]
+fn a_stopped_nic_ends_what_waits_on_its_control_channels_with_eio() {
+    let l = Listening::new();
+    let (mut client, eq_c, req) = l.request();
+    let (mut server, eq_s) = msg_ep(&l.ns);
+    l.pep.accept(&req, &mut server, b"").unwrap();
+    assert_eq!(wait_event(&eq_c).kind, EqEventKind::Connected);
+    assert_eq!(wait_event(&eq_s).kind, EqEventKind::Connected);
+    // A request without a deadline, which the listener reads and leaves unanswered.
+    let (mut waiting, eq_w) = msg_ep(&l.nc);
+    waiting.set_connect_timeout(None).unwrap();
+    waiting
+        .connect(&l.pep.address().to_bytes().unwrap(), b"")
+        .unwrap();
+    assert_eq!(wait_event(&l.eq_l).kind, EqEventKind::ConnReq);
+
+    let started = Instant::now();
+    l.fns[0].function_level_reset();
+    stopped_error(&l.eq_l, l.pep.fid(), "the listener");
+    stopped_error(&eq_s, server.fid(), "the acceptor");
+    assert!(!server.is_connected());
+    let pool = DmaPool::new(&l.nc, 256, 1).unwrap();
+    l.fns[1].function_level_reset();
+    stopped_error(&eq_w, waiting.fid(), "the request without a deadline");
+    stopped_error(&eq_c, client.fid(), "the requester");
+    assert!(!client.is_connected());
+    let (e, _) = client.send(pool.alloc().unwrap(), 0, 0).unwrap_err();
+    assert_eq!(e.errno(), FiErrno::FI_ENOTCONN, "{e}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "reported within the stop watch's looks, not at a deadline: {:?}",
+        started.elapsed()
+    );
+    assert!(eq_w.readerr().is_err() && l.eq_l.readerr().is_err(), "once");
 }
