@@ -118,7 +118,7 @@ impl TableChanges {
 }
 
 /// A change of a table in progress ([`TableChanges::begin`]).
-struct TableChange<'a>(&'a TableChanges);
+pub(crate) struct TableChange<'a>(&'a TableChanges);
 
 impl Drop for TableChange<'_> {
     fn drop(&mut self) {
@@ -149,6 +149,13 @@ impl NamedTable {
 }
 
 impl AvTableHandle {
+    /// A change of the grants of the auth-key slots the table owns begins (an endpoint of its
+    /// AV enabled with them, granted one more, or destroyed): the telemetry socket's dump
+    /// shows the grants with the table. It ends when the guard goes.
+    pub(crate) fn grants_change(&self) -> TableChange<'_> {
+        self.changes.begin()
+    }
+
     /// The NIC's handle for the table.
     pub fn handle(&self) -> u32 {
         self.handle

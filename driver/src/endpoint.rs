@@ -1120,6 +1120,7 @@ impl Endpoint {
     /// Grant the endpoint exactly `slots` (ascending, distinct) with one ENDPOINT_AUTH_KEYS,
     /// and move the per-slot counts from the old set to the new.
     fn set_auth_slots(&mut self, slots: Vec<u16>) -> Result<(), DriverError> {
+        let _change = self._av.as_ref().map(|t| t.grants_change());
         self.nic.execute(Command::EndpointAuthKeys {
             endpoint: u32::from(self.handle),
             body: EndpointAuthKeysBody::granting(slots.iter().copied()),
@@ -2513,6 +2514,10 @@ impl Teardown {
 impl Drop for Teardown {
     fn drop(&mut self) {
         self.nic.forget_endpoint(self.handle);
+        // ENDPOINT_DESTROY gives back the endpoint's grants of its AV's auth-key slots.
+        let granted = !self.auth_slots.is_empty();
+        let av = self._av.clone().filter(|_| granted);
+        let _change = av.as_deref().map(AvTableHandle::grants_change);
         match self.nic.destroy(Command::EndpointDestroy {
             endpoint: u32::from(self.handle),
         }) {

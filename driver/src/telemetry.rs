@@ -51,7 +51,7 @@
 //!      `FI_ENOENT` rather than a page of another table. Without `serial` the table is the
 //!      one that has the handle now (enough for a first page). Every answer carries
 //!      `changes`: how many changes (writes and removals of entries, of the table's auth-key
-//!      slots) the process had made to the table when the page was read, or `null` when one
+//!      slots and of their grants to endpoints) the process had made to the table when the page was read, or `null` when one
 //!      was in progress meanwhile (the page may mix the table before and after it); a dump
 //!      whose pages all carry the same number read one table that no change touched between
 //!      them. The answer for `first` 0 also carries the auth-key slots the table owns, as `[slot, "hex of the 24-byte
@@ -1477,6 +1477,50 @@ mod tests {
         assert_ne!(
             after["changes"], first["changes"],
             "a page read after a removal says the table changed"
+        );
+    }
+
+    /// The grants of a table's auth-key slots, which its first page shows, change when an
+    /// endpoint of its AV is enabled with them, granted one more, or destroyed: pages read
+    /// across any of these carry different `changes`.
+    #[test]
+    fn pages_read_across_a_change_of_the_grants_of_its_keys_say_so() {
+        use uet_av::{AvAttr, FI_AV_AUTH_KEY};
+        let (_fabric, nic) = sim_nic(3);
+        let mut av = nic
+            .open_av(AvAttr {
+                count: 8,
+                job_id: 0x11,
+                auth_key_size: FI_AV_AUTH_KEY,
+                ..AvAttr::default()
+            })
+            .unwrap();
+        av.insert_auth_key(&uet_av::job_id_to_auth_key(0x77), 0)
+            .unwrap();
+        let listed = nic.inner.av_tables();
+        let changes = || dump_page(&nic.inner, &listed[0], 0, 1).unwrap()["changes"].clone();
+        let before = changes();
+        assert!(before.is_u64(), "{before}");
+        let attr = crate::EndpointAttr {
+            job_id: 0x11,
+            ..crate::EndpointAttr::default()
+        };
+        let mut ep = nic.endpoint(attr, Some(&av)).unwrap();
+        assert_eq!(ep.auth_key_slots().len(), 1, "granted the AV's key");
+        let enabled = changes();
+        assert_ne!(enabled, before, "an endpoint enabled with the AV's key");
+        let key = av
+            .insert_auth_key(&uet_av::job_id_to_auth_key(0x78), 0)
+            .unwrap();
+        let inserted = changes();
+        ep.grant_auth_key(&av, key).unwrap();
+        assert_ne!(changes(), inserted, "a key granted to the endpoint");
+        let granted = changes();
+        drop(ep);
+        assert_ne!(
+            changes(),
+            granted,
+            "the endpoint destroyed, its grants given back"
         );
     }
 }
