@@ -171,8 +171,9 @@ const ACCEPT_NUMBERS: u64 = (1 << 56) - 1;
 const LISTENER_AV_ENTRIES: usize = 64;
 /// Entries of an `FI_EP_MSG` endpoint's own AV (the listener, then the peer).
 const MSG_AV_ENTRIES: usize = 4;
-/// Connection requests a listener holds unanswered (a `listen` backlog); more are rejected,
-/// and their requesters get `FI_ECONNREFUSED`.
+/// Connection requests a listener holds unanswered (a `listen` backlog), and the most
+/// [`PassiveEndpoint::set_backlog`] takes; more are rejected, and their requesters get
+/// `FI_ECONNREFUSED`.
 pub const CM_BACKLOG: usize = 1024;
 
 const IDLE: u8 = 0;
@@ -228,10 +229,11 @@ enum AcceptSent {
 
 /// What the control channel serves.
 enum Role {
-    /// A listener: requests by id.
+    /// A listener: requests by id, at most `backlog` of them unanswered.
     Passive {
         pending: HashMap<u64, Pending>,
         next_id: u64,
+        backlog: usize,
     },
     /// One side of a connection.
     Active {
@@ -1138,7 +1140,9 @@ impl Connection {
         // An active endpoint never listens, a listener being closed no longer does, and one
         // whose backlog is full takes no more requests.
         let listening = match &inner.role {
-            Role::Passive { pending, .. } => self.get() != SHUT_DOWN && pending.len() < CM_BACKLOG,
+            Role::Passive {
+                pending, backlog, ..
+            } => self.get() != SHUT_DOWN && pending.len() < *backlog,
             Role::Active { .. } => false,
         };
         if msg.kind == CmKind::ConnReq && !listening {
@@ -1182,7 +1186,9 @@ impl Connection {
             return self.refuse_connreq(inner, &msg);
         }
         match &mut inner.role {
-            Role::Passive { pending, next_id } => {
+            Role::Passive {
+                pending, next_id, ..
+            } => {
                 if msg.kind != CmKind::ConnReq {
                     return self.drop_message("a listener takes only connection requests");
                 }
@@ -1660,6 +1666,7 @@ impl Nic {
                 role: Role::Passive {
                     pending: HashMap::new(),
                     next_id: 1,
+                    backlog: CM_BACKLOG,
                 },
                 local: address,
                 scratch: Vec::new(),
@@ -1769,6 +1776,24 @@ impl PassiveEndpoint {
     /// [`CM_POLL_INTERVAL`] when it polls. What an idle listener costs.
     pub fn control_passes(&self) -> u64 {
         self.link.shared.passes.load(Ordering::Relaxed)
+    }
+
+    /// `fi_control(FI_BACKLOG)`: hold at most `backlog` requests unanswered, from the next
+    /// request on (one that finds the backlog full is refused, and its requester gets
+    /// `FI_ECONNREFUSED`); requests held already stay. A backlog above [`CM_BACKLOG`] holds
+    /// [`CM_BACKLOG`], as `listen(2)` caps its backlog; what it holds is returned. 0 is
+    /// `FI_EINVAL`: a listener that takes no request listens for nothing.
+    pub fn set_backlog(&self, backlog: usize) -> Result<usize, DriverError> {
+        if backlog == 0 {
+            return Err(DriverError::InvalidArgument(
+                "a backlog of 0: a listener holds at least one request".into(),
+            ));
+        }
+        let held = backlog.min(CM_BACKLOG);
+        if let Role::Passive { backlog, .. } = &mut self.link.shared.lock().role {
+            *backlog = held;
+        }
+        Ok(held)
     }
 
     /// The pending request an `FI_CONNREQ` event announced (its `data`).

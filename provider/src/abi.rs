@@ -647,6 +647,8 @@ pub const FI_CLASS_CNTR: usize = 15;
 
 /// `FI_ENABLE`, the `fi_control` command `fi_enable` sends.
 pub const FI_ENABLE: c_int = 6;
+/// `FI_BACKLOG`, the `fi_control` command setting a passive endpoint's request backlog.
+pub const FI_BACKLOG: c_int = 7;
 
 /// `FI_TRANSMIT` of `fi_ep_bind` (the same bit as `FI_SEND`).
 pub const FI_TRANSMIT: u64 = 1 << 11;

@@ -23,6 +23,10 @@
 //!   address space never given twice, their memory given back once answered).
 //!   `fi_accept` and `fi_reject` of one request racing in two threads: one answers it, and
 //!   the other is `-FI_EINVAL`, as any use of an answered handle is.
+//! * `fi_control(FI_BACKLOG, int *)`, before or after `fi_listen`, sets how many requests
+//!   the listener holds unanswered (1,024 at most, and by default); one that finds the
+//!   backlog full is refused (`FI_ECONNREFUSED`). Other `fi_control` commands are
+//!   `-FI_ENOSYS`.
 //! * Connection data (`param`) longer than the protocol carries ([`MAX_CM_DATA`]) is cut to
 //!   it, as fi_cm(3) has it.
 //! * `fi_close` rejects every request left unanswered (their requesters get
@@ -46,6 +50,8 @@ struct PepState {
     eq: Option<EqLink>,
     /// The NIC's listener, once listening; `None` again once closed.
     listener: Option<PassiveEndpoint>,
+    /// `fi_control(FI_BACKLOG)` before `fi_listen`: the listener's backlog when it comes.
+    backlog: Option<usize>,
 }
 
 /// The part of a passive endpoint its requests and its EQ reach.
@@ -229,7 +235,7 @@ pub(crate) fn accept(
     Ok(())
 }
 
-static PEP_FID_OPS: FiOps = unsupported::fid_ops(pep_close, pep_bind, unsupported::control);
+static PEP_FID_OPS: FiOps = unsupported::fid_ops(pep_close, pep_bind, pep_control);
 
 static PEP_OPS: FiOpsEp = FiOpsEp {
     size: core::mem::size_of::<FiOpsEp>(),
@@ -298,6 +304,7 @@ pub(crate) unsafe extern "C" fn fabric_passive_ep(
                 state: Mutex::new(PepState {
                     eq: None,
                     listener: None,
+                    backlog: None,
                 }),
             }),
             _fabric: f.seat(),
@@ -404,8 +411,49 @@ unsafe extern "C" fn pep_listen(pep: *mut c_void) -> c_int {
                 ));
             }
         }
+        if let Some(backlog) = st.backlog {
+            listener
+                .set_backlog(backlog)
+                .map_err(|e| driver_error(CALL, &e))?;
+        }
         link.name(listener.fid(), pep.cast(), Some(Arc::downgrade(&p.core)));
         st.listener = Some(listener);
+        Ok(0)
+    })
+}
+
+/// `fi_control` of a passive endpoint: `FI_BACKLOG` (`int *`) sets how many connection
+/// requests it holds unanswered, before or after `fi_listen`; more are refused, and their
+/// requesters get `FI_ECONNREFUSED`. A value above the provider's most, 1,024, holds 1,024;
+/// one below 1, or a NULL argument, is `-FI_EINVAL`. Other commands are `-FI_ENOSYS`.
+unsafe extern "C" fn pep_control(fid: *mut Fid, command: c_int, arg: *mut c_void) -> c_int {
+    const CALL: &str = "fi_control";
+    if command != FI_BACKLOG {
+        // SAFETY: the caller's arguments, passed on as they came.
+        return unsafe { unsupported::control(fid, command, arg) };
+    }
+    entry(CALL, || {
+        // SAFETY: the application's passive endpoint.
+        let p = unsafe { pep_ref(fid, CALL) }?;
+        // SAFETY: NULL or an int (fi_endpoint(3): FI_BACKLOG takes an `int *`).
+        let value = unsafe { arg.cast::<c_int>().as_ref() }.ok_or_else(|| null(CALL, "arg"))?;
+        let backlog = usize::try_from(*value)
+            .ok()
+            .filter(|&b| b > 0)
+            .ok_or_else(|| {
+                FiError::inval(format!(
+                    "{CALL}: FI_BACKLOG {value}: a listener holds at least one request"
+                ))
+            })?;
+        let mut st = p.core.lock();
+        match &st.listener {
+            Some(listener) => {
+                listener
+                    .set_backlog(backlog)
+                    .map_err(|e| driver_error(CALL, &e))?;
+            }
+            None => st.backlog = Some(backlog),
+        }
         Ok(0)
     })
 }

@@ -3530,6 +3530,80 @@ fn a_connection_request_finding_the_listeners_eq_full_is_refused_and_overruns_no
     }
 }
 
+/// fi_endpoint(3): `fi_control(FI_BACKLOG)` sets a listener's connection request backlog.
+/// Set before `fi_listen` to 1, the listener holds one request unanswered and refuses the
+/// next (`FI_ECONNREFUSED`); raised to 2 after, it holds one more. A value below 1 or a NULL
+/// argument is `-FI_EINVAL`, with the backlog unchanged; other commands are `-FI_ENOSYS`.
+#[test]
+fn fi_control_fi_backlog_bounds_the_requests_a_listener_holds() {
+    const FI_BACKLOG: c_int = 7;
+    let m = Msg::new();
+    let (eq_l, eq_c) = (m.eq(), m.eq());
+    let pep = m.passive_ep(m.open.info).expect("fi_passive_ep");
+    // SAFETY: `pep` is open; only the field's address is taken.
+    let pep_fid: *mut Fid = unsafe { &mut (*pep).fid };
+    let control = |command: c_int, arg: *mut core::ffi::c_void| -> c_int {
+        // SAFETY: an open pep; `arg` NULL or an int.
+        unsafe { ((*(*pep_fid).ops).control)(pep_fid, command, arg) }
+    };
+    let einval = ineg(FiErrno::FI_EINVAL);
+    for bad in [0, -1] {
+        let mut v: c_int = bad;
+        assert_eq!(control(FI_BACKLOG, (&raw mut v).cast()), einval, "{bad}");
+    }
+    assert_eq!(control(FI_BACKLOG, null_mut()), einval);
+    const FI_GETOPSFLAG: c_int = 2;
+    assert_eq!(control(FI_GETOPSFLAG, null_mut()), ineg(FiErrno::FI_ENOSYS));
+    let mut one: c_int = 1;
+    assert_eq!(control(FI_BACKLOG, (&raw mut one).cast()), 0);
+    // SAFETY: an open pep and EQ.
+    unsafe {
+        assert_eq!(bind(&mut (*pep).fid, &mut (*eq_l).fid, 0), 0, "fi_pep_bind");
+        assert_eq!(((*(*pep).cm).listen)(pep.cast()), 0, "fi_listen");
+    }
+    let listener = name_of(pep_fid);
+    let clients: Vec<_> = (0..4).map(|_| m.ep(m.open.info, eq_c)).collect();
+    let ask = |k: usize| assert_eq!(connect(clients[k].0, &listener, b""), 0);
+    ask(0);
+    let held = eq_event(eq_l, 64, 0).expect("the first request");
+    assert_eq!(held.event, FI_CONNREQ);
+    ask(1);
+    let (e, _) = wait_eq_error(eq_c);
+    assert_eq!(
+        e.err,
+        FiErrno::FI_ECONNREFUSED.get() as c_int,
+        "past a backlog of 1"
+    );
+    let mut two: c_int = 2;
+    assert_eq!(control(FI_BACKLOG, (&raw mut two).cast()), 0);
+    ask(2);
+    let second = eq_event(eq_l, 64, 0).expect("a second request, within a backlog of 2");
+    assert_eq!(second.event, FI_CONNREQ);
+    ask(3);
+    let (e, _) = wait_eq_error(eq_c);
+    assert_eq!(
+        e.err,
+        FiErrno::FI_ECONNREFUSED.get() as c_int,
+        "past a backlog of 2"
+    );
+    // SAFETY: an open pep; the events' handles and infos, answered and freed once; ours,
+    // open, closed once.
+    unsafe {
+        let reject = (*(*pep).cm).reject;
+        for info in [held.info, second.info] {
+            assert_eq!(reject(pep.cast(), (*info).handle, null(), 0), 0);
+            uet_fi::info::free_info(info);
+        }
+        let mut fids: Vec<*mut Fid> = Vec::new();
+        for &(client, cq) in &clients {
+            fids.push(&raw mut (*client).fid);
+            fids.push(&raw mut (*cq).fid);
+        }
+        fids.extend([pep_fid, &raw mut (*eq_l).fid, &raw mut (*eq_c).fid]);
+        close_all(&fids);
+    }
+}
+
 /// A request's handle, once the request is answered (accepted or rejected), names no
 /// request ever again, not even the next one to arrive, whose handle is made right after
 /// (where a freed heap block would be given again): `fi_reject` of it and `fi_endpoint` of

@@ -1063,3 +1063,24 @@ fn a_stopped_nic_ends_what_waits_on_its_control_channels_with_eio() {
     );
     assert!(eq_w.readerr().is_err() && l.eq_l.readerr().is_err(), "once");
 }
+
+/// `PassiveEndpoint::set_backlog` (`fi_control(FI_BACKLOG)`): a backlog of 1 holds one request
+/// and refuses the next; a backlog above `CM_BACKLOG` holds `CM_BACKLOG`; 0 is `FI_EINVAL`
+/// and changes nothing.
+#[test]
+fn a_listeners_backlog_bounds_the_requests_it_holds() {
+    let l = Listening::new();
+    let e = l.pep.set_backlog(0).unwrap_err();
+    assert_eq!(e.errno(), FiErrno::FI_EINVAL, "{e}");
+    assert_eq!(
+        l.pep.set_backlog(1 << 20).unwrap(),
+        uet_driver::cm::CM_BACKLOG
+    );
+    assert_eq!(l.pep.set_backlog(1).unwrap(), 1);
+    let (_held, _eq_h, _req) = l.request();
+    let (mut refused, eq_r) = msg_ep(&l.nc);
+    refused
+        .connect(&l.pep.address().to_bytes().unwrap(), b"")
+        .unwrap();
+    assert_eq!(wait_error(&eq_r).err, FiErrno::FI_ECONNREFUSED);
+}
