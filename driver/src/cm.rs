@@ -14,7 +14,7 @@
 //! | no answer | — (the request's deadline, [`CM_CONNECT_TIMEOUT`] by default, passes) | — | requester's EQ: error `FI_ETIMEDOUT` |
 //! | close | [`Endpoint::shutdown`], or dropping the connected endpoint (`fi_close`) | SHUTDOWN to the peer | peer's EQ: `FI_SHUTDOWN` |
 //! | close the listener | drop the [`PassiveEndpoint`] | REJECT of every request left unanswered | each requester's EQ: error `FI_ECONNREFUSED` |
-//! | the NIC stops | — (a fatal error, or its function reset under the driver) | nothing more | within a second, on its side: the listener's EQ, an error `FI_EIO`; a pending request's, an accept's and a connection's, an error `FI_EIO`, each then refused, idle or shut down ([`crate::stop_watch`]) |
+//! | the NIC stops | — (a fatal error, or its function reset under the driver) | nothing more | within [`CM_IDLE_RECHECK`] (the progress thread's next look), on its side: the listener's EQ, an error `FI_EIO`; a pending request's, an accept's and a connection's, an error `FI_EIO`, each then refused, idle or shut down |
 //!
 //! A connected endpoint's peer is in the endpoint's own AV (an `FI_EP_MSG` endpoint is never
 //! bound to an application's AV): the connecting side inserts the accepting endpoint's address
@@ -652,8 +652,6 @@ impl Connection {
     /// The progress thread: take in the control channel's completions whenever there are
     /// some, until `stop` is set (and `signal` written). See the module docs.
     fn run(&self, stop: &AtomicBool) {
-        // A NIC that stops raises no vector: it writes the signal instead.
-        self.lock().lane.wake_when_stopped(self.signal.eventfd());
         while !stop.load(Ordering::Acquire) {
             self.passes.fetch_add(1, Ordering::Relaxed);
             if let Wakeup::Poll = self.wakeup {
@@ -679,8 +677,9 @@ impl Connection {
             let (healthy, deadline) = {
                 let mut inner = self.lock();
                 let healthy = self.take_in(&mut inner);
-                // Each pass (a completion, a deadline, the stop watch's write of the signal,
-                // or the idle recheck): two register reads.
+                // Each pass (a completion, a deadline, or the idle recheck, at least once a
+                // [`CM_IDLE_RECHECK`]): two register reads. A NIC that stops raises no vector,
+                // so the recheck is what sees it.
                 self.look_for_stop(&mut inner);
                 let deadline = match (self.expire(&mut inner), self.retry_connreq(&mut inner)) {
                     (Some(d), Some(r)) => Some(d.min(r)),

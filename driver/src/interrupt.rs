@@ -265,11 +265,6 @@ impl CqSignal {
         EventFd::new(EFD_NONBLOCK | EFD_CLOEXEC).map(|e| CqSignal(Arc::new(e)))
     }
 
-    /// The eventfd, for whoever else is to write it ([`crate::stop_watch`]).
-    pub(crate) fn eventfd(&self) -> &Arc<EventFd> {
-        &self.0
-    }
-
     /// Wake the endpoint's waiter (see the type's documentation). Fails only when the
     /// eventfd refuses the write (`FI_EIO`), which a counter of 2^64 - 2 unseen signals would.
     pub fn signal(&self) -> Result<(), uet_av::FiErrno> {

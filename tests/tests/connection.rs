@@ -1058,7 +1058,7 @@ fn a_stopped_nic_ends_what_waits_on_its_control_channels_with_eio() {
     assert_eq!(e.errno(), FiErrno::FI_ENOTCONN, "{e}");
     assert!(
         started.elapsed() < Duration::from_secs(5),
-        "reported within the stop watch's looks, not at a deadline: {:?}",
+        "reported at the progress threads' next looks, not at a deadline: {:?}",
         started.elapsed()
     );
     assert!(eq_w.readerr().is_err() && l.eq_l.readerr().is_err(), "once");
