@@ -22,6 +22,9 @@ pub const MAX_MSG_LIMIT: u32 = 1 << 30;
 pub const DEFAULT_REASSEMBLY_SLOTS: u16 = 256;
 /// Memory regions the reference model holds at once (all endpoints together).
 pub const DEFAULT_MEMORY_REGIONS: u32 = 4096;
+/// DMA mappings a function's IOMMU holds at once: the VFIO type1 IOMMU's default
+/// `dma_entry_limit`, which bounds what one process may map through kernel VFIO.
+pub const DEFAULT_DMA_MAPPINGS: u32 = 65_535;
 
 /// The oldest host interface the model emulates (1.7: peer groups; the completion, RX
 /// descriptor and AV_CREATE layouts the model implements are those of 1.7 and later).
@@ -78,6 +81,11 @@ pub struct NicConfig {
     /// Memory regions registered at once, over all endpoints (no register: a model limit).
     /// MR_REGISTER beyond it completes NoResources.
     pub memory_regions: u32,
+    /// DMA mappings the function's IOMMU holds at once (no register: the host's limit,
+    /// [`DEFAULT_DMA_MAPPINGS`] as VFIO's). A map beyond it is refused, so that a client of
+    /// the vfio-user server cannot make it hold a descriptor and a mapping per request
+    /// without bound.
+    pub dma_mappings: u32,
     /// Slots of the auth-key table (`CAP_AUTH_KEY.slots`), at most
     /// `uet_fwif::auth_key::MAX_AUTH_KEY_SLOTS`.
     pub auth_key_slots: u16,
@@ -139,6 +147,7 @@ impl NicConfig {
             unexpected_entries: CAP_TAGGED.reset_value().unexpected_entries(),
             unexpected_kib: CAP_TAGGED.reset_value().unexpected_kib(),
             memory_regions: DEFAULT_MEMORY_REGIONS,
+            dma_mappings: DEFAULT_DMA_MAPPINGS,
             auth_key_slots: CAP_AUTH_KEY.reset_value().slots(),
             max_group_id: CAP_PEER_GROUPS.reset_value(),
             max_admin_entries: q.max_admin_entries(),
@@ -184,6 +193,9 @@ impl NicConfig {
         }
         if self.memory_regions == 0 {
             return Err("at least one memory region");
+        }
+        if self.dma_mappings == 0 {
+            return Err("at least one DMA mapping");
         }
         if self.auth_key_slots > uet_fwif::auth_key::MAX_AUTH_KEY_SLOTS {
             return Err("auth_key_slots above 256");

@@ -12,6 +12,9 @@
 //! * A mapping is non-empty, its IOVA, length and file offset are 4 KiB aligned, it does not
 //!   overlap another mapping, and the file is at least `fd_offset + len` bytes long (mapping
 //!   past the end of a file would fault on access).
+//! * At most [`crate::NicConfig::dma_mappings`] mappings are held at once (65,535 by default,
+//!   the VFIO type1 IOMMU's `dma_entry_limit`); a map beyond it is refused, so that no client
+//!   makes the model hold a descriptor and a mapping per request without bound.
 //! * `dma_unmap(iova, len)` removes every mapping inside the range; a range that cuts a mapping
 //!   in two, or covers none, is refused.
 //! * A mapping lets the device read, write, or both ([`DmaAccess`], VFIO's
@@ -69,17 +72,30 @@ impl DmaAccess {
 }
 
 /// The DMA view of one function.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Iommu {
     mem: GuestMemoryMmap,
     /// iova -> length of each mapping, and what the device may do with it.
     maps: BTreeMap<u64, (u64, DmaAccess)>,
     /// Bus mastering disabled in the command register: every DMA faults.
     bus_master_off: bool,
+    /// The most mappings held at once ([`crate::NicConfig::dma_mappings`]).
+    limit: usize,
 }
 
 impl Iommu {
-    /// Map `len` bytes of `fd` from `fd_offset` at `iova`, for `access`.
+    /// An IOMMU with nothing mapped, holding at most `limit` mappings at once.
+    pub(crate) fn new(limit: u32) -> Iommu {
+        Iommu {
+            mem: GuestMemoryMmap::default(),
+            maps: BTreeMap::new(),
+            bus_master_off: false,
+            limit: usize::try_from(limit).unwrap_or(usize::MAX),
+        }
+    }
+
+    /// Map `len` bytes of `fd` from `fd_offset` at `iova`, for `access`. Refused once
+    /// `limit` mappings are held ([`SimError::TooManyMappings`]).
     pub(crate) fn map(
         &mut self,
         iova: u64,
@@ -108,6 +124,9 @@ impl Iommu {
         let size = usize::try_from(len).map_err(|_| SimError::InvalidMapping("too large"))?;
         if self.overlaps(iova, end) {
             return Err(SimError::Overlap { iova, len });
+        }
+        if self.maps.len() >= self.limit {
+            return Err(SimError::TooManyMappings { limit: self.limit });
         }
         let file = File::from(fd.try_clone_to_owned()?);
         let file_len = file.metadata()?.len();
@@ -147,12 +166,11 @@ impl Iommu {
         self.bus_master_off = !on;
     }
 
-    /// Unmap everything (bus mastering stays as it is: it belongs to the function).
+    /// Unmap everything (bus mastering and the limit stay as they are: they belong to the
+    /// function).
     pub(crate) fn clear(&mut self) {
-        *self = Iommu {
-            bus_master_off: self.bus_master_off,
-            ..Iommu::default()
-        };
+        self.mem = GuestMemoryMmap::default();
+        self.maps.clear();
     }
 
     /// Unmap every mapping inside `[iova, iova + len)`.

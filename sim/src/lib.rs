@@ -123,6 +123,12 @@ pub enum SimError {
         /// Length of the request.
         len: u64,
     },
+    /// The IOMMU holds as many mappings as it may ([`NicConfig::dma_mappings`]).
+    #[error("DMA map refused: the IOMMU holds its most mappings, {limit}")]
+    TooManyMappings {
+        /// The most mappings held at once.
+        limit: usize,
+    },
     /// Nothing is mapped in the range.
     #[error("nothing mapped at {iova:#x}+{len:#x}")]
     NotMapped {

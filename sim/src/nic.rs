@@ -123,7 +123,7 @@ impl Nic {
         Nic {
             regs: RegFile::new(&cfg),
             counters: Counters::default(),
-            iommu: Iommu::default(),
+            iommu: Iommu::new(cfg.dma_mappings),
             admin: AdminQueue::default(),
             avs: AvTables::new(cfg.av_tables),
             auths: AuthTable::new(cfg.auth_key_slots),

@@ -202,6 +202,40 @@ fn dma_map_rules() {
     f.dma_map(0x10000, 0x4000, fd, 0).unwrap();
 }
 
+/// The IOMMU holds at most `dma_mappings` mappings: the next map is refused, and one
+/// unmapped makes room again; a reset keeps the limit, as it keeps the mappings.
+#[test]
+fn dma_maps_past_the_iommus_limit_are_refused() {
+    use std::os::fd::AsFd;
+    let fabric = Fabric::new();
+    let mut cfg = NicConfig::new(addr("10.0.0.1"));
+    assert_eq!(cfg.dma_mappings, uet_sim::config::DEFAULT_DMA_MAPPINGS);
+    cfg.dma_mappings = 3;
+    let f = fabric.add_nic(cfg).unwrap();
+    let m = DmaMem::new(0x4000, 0);
+    let fd = m.fd.as_fd();
+    for k in 0..3 {
+        f.dma_map(0x10000 * (k + 1), 0x1000, fd, 0).unwrap();
+    }
+    assert!(matches!(
+        f.dma_map(0x40000, 0x1000, fd, 0),
+        Err(uet_sim::SimError::TooManyMappings { limit: 3 })
+    ));
+    f.dma_unmap(0x20000, 0x1000).unwrap();
+    f.dma_map(0x40000, 0x1000, fd, 0).unwrap();
+    f.dma_unmap_all();
+    for k in 0..3 {
+        f.dma_map(0x10000 * (k + 1), 0x1000, fd, 0).unwrap();
+    }
+    assert!(
+        f.dma_map(0x40000, 0x1000, fd, 0).is_err(),
+        "the limit stays"
+    );
+    let mut zero = NicConfig::new(addr("10.0.0.2"));
+    zero.dma_mappings = 0;
+    assert!(fabric.add_nic(zero).is_err(), "a NIC that maps nothing");
+}
+
 #[test]
 fn av_doorbell_for_no_table_is_dropped_and_counted() {
     let fabric = Fabric::new();
