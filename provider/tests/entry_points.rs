@@ -2550,10 +2550,15 @@ impl Msg {
 
     /// A waitable EQ of the fabric.
     fn eq(&self) -> *mut FidEq {
+        self.eq_with(0, 0)
+    }
+
+    /// An EQ of `size` entries (0: the provider's) opened with `flags`.
+    fn eq_with(&self, size: usize, flags: u64) -> *mut FidEq {
         let mut eq = null_mut();
         let mut attr = FiEqAttr {
-            size: 0,
-            flags: 0,
+            size,
+            flags,
             wait_obj: FI_WAIT_UNSPEC,
             signaling_vector: 0,
             wait_set: null_mut(),
@@ -2830,6 +2835,37 @@ unsafe fn close_all(fids: &[*mut Fid]) {
         assert_eq!(unsafe { close(f) }, 0, "fi_close of class {}", unsafe {
             (*f).fclass
         });
+    }
+}
+
+/// Reject every request of `infos` at `pep`, and free its `fi_info`.
+///
+/// # Safety
+/// `pep` is open; each info is an `FI_CONNREQ`'s of it, unanswered, freed here once.
+unsafe fn reject_all(pep: *mut FidPep, infos: &[*mut FiInfo]) {
+    // SAFETY: the caller's promise.
+    unsafe {
+        let reject = (*(*pep).cm).reject;
+        for &info in infos {
+            assert_eq!(reject(pep.cast(), (*info).handle, null(), 0), 0);
+            uet_fi::info::free_info(info);
+        }
+    }
+}
+
+/// Close each of `endpoints` and its CQ, then each of `rest`; all must succeed.
+///
+/// # Safety
+/// Each is an open object of the provider, closed once.
+unsafe fn close_endpoints_then(endpoints: &[(*mut FidEp, *mut FidCq)], rest: &[*mut Fid]) {
+    // SAFETY: the caller's promise.
+    unsafe {
+        let mut fids: Vec<*mut Fid> = Vec::new();
+        for &(ep, cq) in endpoints {
+            fids.extend([&raw mut (*ep).fid, &raw mut (*cq).fid]);
+        }
+        fids.extend_from_slice(rest);
+        close_all(&fids);
     }
 }
 
@@ -3460,21 +3496,7 @@ fn a_rejected_connection_is_refused_with_the_rejects_param() {
 fn a_connection_request_finding_the_listeners_eq_full_is_refused_and_overruns_nothing() {
     const SIZE: usize = 2;
     let m = Msg::new();
-    let mut eq_l = null_mut();
-    let mut attr = FiEqAttr {
-        size: SIZE,
-        flags: uet_av::flags::FI_WRITE,
-        wait_obj: FI_WAIT_UNSPEC,
-        signaling_vector: 0,
-        wait_set: null_mut(),
-    };
-    // SAFETY: an open fabric; valid attributes and out pointer.
-    unsafe {
-        assert_eq!(
-            ((*(*m.open.fabric).ops).eq_open)(m.open.fabric, &mut attr, &mut eq_l, null_mut()),
-            0
-        );
-    }
+    let eq_l = m.eq_with(SIZE, uet_av::flags::FI_WRITE);
     let pep = m.listen(eq_l);
     // SAFETY: `pep` is open; only the field's address is taken.
     let pep_fid: *mut Fid = unsafe { &mut (*pep).fid };
@@ -3511,22 +3533,15 @@ fn a_connection_request_finding_the_listeners_eq_full_is_refused_and_overruns_no
     // SAFETY: an open pep; the events' handles and infos, answered and freed once; ours,
     // open, closed once.
     unsafe {
-        let reject = (*(*pep).cm).reject;
-        for &info in &infos {
-            assert_eq!(reject(pep.cast(), (*info).handle, null(), 0), 0);
-            uet_fi::info::free_info(info);
-        }
+        reject_all(pep, &infos);
         for _ in 0..SIZE {
             let (e, _) = wait_eq_error(eq_c);
             assert_eq!(e.err, FiErrno::FI_ECONNREFUSED.get() as c_int);
         }
-        let mut fids: Vec<*mut Fid> = Vec::new();
-        for &(client, cq) in &clients {
-            fids.push(&raw mut (*client).fid);
-            fids.push(&raw mut (*cq).fid);
-        }
-        fids.extend([pep_fid, &raw mut (*eq_l).fid, &raw mut (*eq_c).fid]);
-        close_all(&fids);
+        close_endpoints_then(
+            &clients,
+            &[pep_fid, &raw mut (*eq_l).fid, &raw mut (*eq_c).fid],
+        );
     }
 }
 
@@ -3589,18 +3604,11 @@ fn fi_control_fi_backlog_bounds_the_requests_a_listener_holds() {
     // SAFETY: an open pep; the events' handles and infos, answered and freed once; ours,
     // open, closed once.
     unsafe {
-        let reject = (*(*pep).cm).reject;
-        for info in [held.info, second.info] {
-            assert_eq!(reject(pep.cast(), (*info).handle, null(), 0), 0);
-            uet_fi::info::free_info(info);
-        }
-        let mut fids: Vec<*mut Fid> = Vec::new();
-        for &(client, cq) in &clients {
-            fids.push(&raw mut (*client).fid);
-            fids.push(&raw mut (*cq).fid);
-        }
-        fids.extend([pep_fid, &raw mut (*eq_l).fid, &raw mut (*eq_c).fid]);
-        close_all(&fids);
+        reject_all(pep, &[held.info, second.info]);
+        close_endpoints_then(
+            &clients,
+            &[pep_fid, &raw mut (*eq_l).fid, &raw mut (*eq_c).fid],
+        );
     }
 }
 
@@ -4769,21 +4777,7 @@ fn closing_a_listener_during_an_eq_read_loses_no_other_objects_event() {
     let eq_c = m.eq();
     let mut lost = 0;
     for round in 0..10 {
-        let mut eq = null_mut();
-        let mut attr = FiEqAttr {
-            size: 0,
-            flags: uet_av::flags::FI_WRITE,
-            wait_obj: FI_WAIT_UNSPEC,
-            signaling_vector: 0,
-            wait_set: null_mut(),
-        };
-        // SAFETY: an open fabric; valid attributes and out pointer.
-        unsafe {
-            assert_eq!(
-                ((*(*m.open.fabric).ops).eq_open)(m.open.fabric, &mut attr, &mut eq, null_mut()),
-                0
-            );
-        }
+        let eq = m.eq_with(0, uet_av::flags::FI_WRITE);
         let pep = m.listen(eq);
         // SAFETY: `pep` is open; only the field's address is taken.
         let pep_fid: *mut Fid = unsafe { &mut (*pep).fid };
