@@ -1639,7 +1639,6 @@ fn fi_cq_sread_and_fi_cntr_wait_without_end_end_with_eio_once_the_nic_stops() {
     ) {
         return;
     }
-    use uet_regs::RegisterAccess;
     let pair = Pair::with_counters(0, FI_WAIT_UNSPEC, |_| {}, 1, [&[(0, FI_RECV)], &[]]);
     let cq = Shared(pair.p[0].cq);
     let cntr = Shared(pair.cntrs[0]);
@@ -1658,11 +1657,7 @@ fn fi_cq_sread_and_fi_cntr_wait_without_end_end_with_eio_once_the_nic_stops() {
     });
     std::thread::sleep(std::time::Duration::from_millis(100));
     assert!(rx.try_recv().is_err(), "nothing to read yet");
-    let nic = uet_fi::device::nic().expect("the NIC");
-    nic.bar0().write(
-        uet_regs::FUNCTION_RESET,
-        uet_regs::FunctionReset::new().with_reset(true),
-    );
+    reset_the_process_nic();
     // A generous bound, only so that a wait without end fails the test.
     let mut ended: Vec<_> = (0..2)
         .map(|_| rx.recv_timeout(std::time::Duration::from_secs(60)))
@@ -8794,6 +8789,29 @@ fn fi_trywait_refuses_objects_of_another_fabric() {
     unsafe { close_all(&[own, cq, cntr, eq]) };
 }
 
+/// A pair whose first endpoint's CQ and receive counter are `FI_WAIT_FD`: the pair, its
+/// fabric, and the CQ's and counter's fids.
+fn fd_waited_pair() -> (Pair, *mut FidFabric, *mut Fid, *mut Fid) {
+    let pair = Pair::with_counters(0, FI_WAIT_FD, |_| {}, 1, [&[(0, FI_RECV)], &[]]);
+    let fabric = pair._open.fabric;
+    // SAFETY: open objects; only the fields' addresses are taken.
+    let (cq, cntr) = unsafe {
+        let rx = pair.cntrs[0];
+        (&raw mut (*pair.p[0].cq).fid, &raw mut (*rx).fid)
+    };
+    (pair, fabric, cq, cntr)
+}
+
+/// Reset the function of the process's NIC under its driver: the NIC stops.
+fn reset_the_process_nic() {
+    use uet_regs::RegisterAccess;
+    let nic = uet_fi::device::nic().expect("the NIC");
+    nic.bar0().write(
+        uet_regs::FUNCTION_RESET,
+        uet_regs::FunctionReset::new().with_reset(true),
+    );
+}
+
 /// `fi_trywait` of an `FI_WAIT_FD` CQ or counter whose NIC stopped — here its function is
 /// reset — is `-FI_EIO`, as `fi_cq_sread` and `fi_cntr_wait` are: a stopped NIC writes no
 /// completion and raises no vector, so the descriptor would never poll readable and an
@@ -8804,20 +8822,9 @@ fn fi_trywait_of_a_cq_or_counter_whose_nic_stopped_is_eio() {
     if !common::in_own_process("fi_trywait_of_a_cq_or_counter_whose_nic_stopped_is_eio") {
         return;
     }
-    use uet_regs::RegisterAccess;
-    let pair = Pair::with_counters(0, FI_WAIT_FD, |_| {}, 1, [&[(0, FI_RECV)], &[]]);
-    let fabric = pair._open.fabric;
-    // SAFETY: open objects; only the fields' addresses are taken.
-    let (cq, cntr) = unsafe {
-        let rx = pair.cntrs[0];
-        (&raw mut (*pair.p[0].cq).fid, &raw mut (*rx).fid)
-    };
+    let (pair, fabric, cq, cntr) = fd_waited_pair();
     assert_eq!(trywait_on(fabric, &[cq, cntr]), 0, "a running NIC");
-    let nic = uet_fi::device::nic().expect("the NIC");
-    nic.bar0().write(
-        uet_regs::FUNCTION_RESET,
-        uet_regs::FunctionReset::new().with_reset(true),
-    );
+    reset_the_process_nic();
     let eio = ineg(FiErrno::FI_EIO);
     assert_eq!(trywait_on(fabric, &[cq]), eio, "the CQ");
     assert_eq!(trywait_on(fabric, &[cntr]), eio, "the counter");
@@ -8835,14 +8842,7 @@ fn an_application_asleep_on_a_descriptor_wakes_when_the_nic_stops() {
     if !common::in_own_process("an_application_asleep_on_a_descriptor_wakes_when_the_nic_stops") {
         return;
     }
-    use uet_regs::RegisterAccess;
-    let pair = Pair::with_counters(0, FI_WAIT_FD, |_| {}, 1, [&[(0, FI_RECV)], &[]]);
-    let fabric = pair._open.fabric;
-    // SAFETY: open objects; only the fields' addresses are taken.
-    let (cq, cntr) = unsafe {
-        let rx = pair.cntrs[0];
-        (&raw mut (*pair.p[0].cq).fid, &raw mut (*rx).fid)
-    };
+    let (pair, fabric, cq, cntr) = fd_waited_pair();
     let wait_fd = |fid: *mut Fid| -> c_int {
         let mut fd: c_int = -1;
         // SAFETY: an open CQ or counter; an int for the answer.
@@ -8856,11 +8856,7 @@ fn an_application_asleep_on_a_descriptor_wakes_when_the_nic_stops() {
         !fds.iter().any(|&fd| fd_readable(fd, 300)),
         "nothing to wake for"
     );
-    let nic = uet_fi::device::nic().expect("the NIC");
-    nic.bar0().write(
-        uet_regs::FUNCTION_RESET,
-        uet_regs::FunctionReset::new().with_reset(true),
-    );
+    reset_the_process_nic();
     for (fd, what) in fds.into_iter().zip(["the CQ", "the counter"]) {
         // A generous bound, only so that a sleep without end fails the test.
         assert!(
