@@ -263,7 +263,7 @@ impl Drop for AdminInterrupt {
 
 #[cfg(test)]
 mod tests {
-    use crate::backend::sim::{sim_nic, SimDevice};
+    use crate::backend::sim::{sim_function_and_nic, sim_nic, SimDevice};
     use crate::eq::{EqAttr, EventQueue};
     use crate::Nic;
     use std::sync::Arc;
@@ -576,10 +576,7 @@ mod tests {
     fn a_command_on_a_nic_that_answers_nothing_sets_up_no_admin_interrupt() {
         for reset in [true, false] {
             let fabric = Fabric::new();
-            let f = fabric
-                .add_nic(NicConfig::new("10.0.0.1".parse().expect("address")))
-                .expect("NIC");
-            let nic = Nic::open(Arc::new(SimDevice::new(f.clone()))).expect("open NIC");
+            let (f, nic) = sim_function_and_nic(&fabric, "10.0.0.1");
             nic.set_admin_timeout(Duration::from_secs(30));
             if reset {
                 f.function_level_reset();

@@ -161,10 +161,9 @@ fn run(shared: &Shared, device: &dyn Device, sq_base: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::sim::SimDevice;
-    use crate::Nic;
+    use crate::backend::sim::sim_function_and_nic;
     use std::time::{Duration, Instant};
-    use uet_sim::{Fabric, NicConfig};
+    use uet_sim::Fabric;
     use vmm_sys_util::eventfd::{EFD_CLOEXEC, EFD_NONBLOCK};
 
     fn eventfd() -> Arc<EventFd> {
@@ -190,10 +189,7 @@ mod tests {
     fn each_eventfd_is_written_once_when_the_nic_stops() {
         for reset in [true, false] {
             let fabric = Fabric::new();
-            let f = fabric
-                .add_nic(NicConfig::new("10.0.0.1".parse().expect("address")))
-                .expect("NIC");
-            let nic = Nic::open(Arc::new(SimDevice::new(f.clone()))).expect("open NIC");
+            let (f, nic) = sim_function_and_nic(&fabric, "10.0.0.1");
             let (a, b) = (eventfd(), eventfd());
             nic.inner.wake_when_stopped(&a);
             nic.inner.wake_when_stopped(&b);
@@ -230,10 +226,7 @@ mod tests {
     #[test]
     fn the_thread_runs_only_while_an_eventfd_is_alive() {
         let fabric = Fabric::new();
-        let f = fabric
-            .add_nic(NicConfig::new("10.0.0.1".parse().expect("address")))
-            .expect("NIC");
-        let nic = Nic::open(Arc::new(SimDevice::new(f.clone()))).expect("open NIC");
+        let nic = crate::backend::sim::sim_nic(&fabric, "10.0.0.1");
         let b = eventfd();
         {
             let watch = &nic.inner.stop_watch;

@@ -90,8 +90,18 @@ impl Device for SimDevice {
 /// A NIC of `fabric` at fabric address `addr`, opened, for the driver's unit tests.
 #[cfg(test)]
 pub(crate) fn sim_nic(fabric: &uet_sim::Fabric, addr: &str) -> crate::Nic {
+    sim_function_and_nic(fabric, addr).1
+}
+
+/// [`sim_nic`], with the simulated function behind it (to reset it, or stop it).
+#[cfg(test)]
+pub(crate) fn sim_function_and_nic(
+    fabric: &uet_sim::Fabric,
+    addr: &str,
+) -> (uet_sim::SimFunction, crate::Nic) {
     let f = fabric
         .add_nic(uet_sim::NicConfig::new(addr.parse().expect("address")))
         .expect("NIC");
-    crate::Nic::open(std::sync::Arc::new(SimDevice::new(f))).expect("open NIC")
+    let nic = crate::Nic::open(std::sync::Arc::new(SimDevice::new(f.clone()))).expect("open NIC");
+    (f, nic)
 }
