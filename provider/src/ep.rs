@@ -2129,12 +2129,6 @@ unsafe fn inject(
         if buf.is_null() && len > 0 {
             return Err(null(call, "buf"));
         }
-        let payload: &[u8] = if len == 0 {
-            &[]
-        } else {
-            // SAFETY: `buf` holds `len` readable bytes (the caller's promise).
-            unsafe { core::slice::from_raw_parts(buf.cast::<u8>(), len) }
-        };
         let mut st = e.shared.lock();
         let driver = st.driver.as_mut().ok_or_else(|| {
             FiError::new(
@@ -2151,6 +2145,15 @@ unsafe fn inject(
                 ),
             ));
         }
+        // Made once the length is known to fit: no slice is made of more bytes than a
+        // message can hold.
+        let payload: &[u8] = if len == 0 {
+            &[]
+        } else {
+            // SAFETY: `buf` holds `len` readable bytes (the caller's promise), and is not
+            // NULL (checked above).
+            unsafe { core::slice::from_raw_parts(buf.cast::<u8>(), len) }
+        };
         match tag {
             None => driver.inject(dest, payload, data),
             Some(tag) => driver.tinject(dest, payload, tag, data),

@@ -727,6 +727,54 @@ fn a_failed_inject_is_reported_as_an_error_completion() {
     assert_eq!(pair.read(0).err(), Some(neg(FiErrno::FI_EAGAIN)));
 }
 
+/// fi_msg(3), fi_tagged(3): an inject is limited to `inject_size` bytes. One whose length
+/// no buffer could hold is refused as any longer one is, before its buffer is looked at:
+/// `-FI_EMSGSIZE` on an enabled endpoint, `-FI_EOPBADSTATE` on one not enabled, and
+/// nothing is sent or reported.
+#[test]
+fn an_inject_of_a_length_no_buffer_holds_is_refused_and_sends_nothing() {
+    let pair = Pair::new(0);
+    let buf = [7u8; 8];
+    let to = pair.p[1].addr;
+    // SAFETY: open endpoints; each call is refused for its length before reading `buf`.
+    let injects = |ep: *mut FidEp, len: usize| unsafe {
+        let (msg, tagged) = (&*(*ep).msg, &*(*ep).tagged);
+        let b = buf.as_ptr().cast();
+        [
+            (msg.inject)(ep, b, len, to),
+            (msg.injectdata)(ep, b, len, 9, to),
+            (tagged.inject)(ep, b, len, to, 5),
+            (tagged.injectdata)(ep, b, len, 9, to, 5),
+        ]
+    };
+    for len in [usize::MAX, isize::MAX as usize + 1] {
+        assert_eq!(
+            injects(pair.p[0].ep, len),
+            [neg(FiErrno::FI_EMSGSIZE); 4],
+            "{len} bytes"
+        );
+        // SAFETY: the provider's own info.
+        let caps = unsafe { (*pair._open.info).caps };
+        let idle = pair.endpoint_with_caps(caps);
+        assert_eq!(
+            injects(idle, len),
+            [neg(FiErrno::FI_EOPBADSTATE); 4],
+            "{len} bytes, not enabled"
+        );
+        // SAFETY: ours, open, closed once.
+        assert_eq!(unsafe { close(&mut (*idle).fid) }, 0);
+    }
+    // Nothing left either endpoint: no error entry at the sender, no message at the peer.
+    let mut rbuf = [0u8; 8];
+    // SAFETY: an open endpoint; the buffer outlives the receive, cancelled below.
+    assert_eq!(unsafe { pair.post_recv(1, &mut rbuf, 4) }, 0);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert_eq!(pair.read(0).err(), Some(neg(FiErrno::FI_EAGAIN)));
+    assert_eq!(pair.read(1).err(), Some(neg(FiErrno::FI_EAGAIN)));
+    assert_eq!(cancel(pair.p[1].ep, 4), 0);
+    assert_eq!(pair.wait(1).err(), Some(neg(FiErrno::FI_EAVAIL)));
+}
+
 /// Post a receive on peer 1 and a send from peer 0 to it through the flagless calls, and
 /// say whether each produced a successful completion.
 fn flagless_completions(pair: &Pair) -> (bool, bool) {
