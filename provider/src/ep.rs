@@ -146,8 +146,13 @@ pub(crate) const FI_INJECT_COMPLETE: u64 = 1 << 26;
 pub(crate) const FI_TRANSMIT_COMPLETE: u64 = 1 << 27;
 /// `FI_DELIVERY_COMPLETE`.
 pub(crate) const FI_DELIVERY_COMPLETE: u64 = 1 << 28;
-/// Flags `fi_recvmsg` takes.
-const RECVMSG_FLAGS: u64 = FI_COMPLETION | FI_MORE;
+/// Flags `fi_recvmsg` takes. `FI_TRANSMIT_COMPLETE` (fi_msg(3): the completion may come as
+/// soon as the provider has processed the message) is met by every receive, whose
+/// completion comes once the message is in its buffer.
+const RECVMSG_FLAGS: u64 = FI_COMPLETION | FI_MORE | FI_TRANSMIT_COMPLETE;
+/// Flags `fi_trecvmsg` takes (fi_tagged(3) gives `FI_TRANSMIT_COMPLETE` to `fi_tsendmsg`
+/// only).
+const TRECVMSG_FLAGS: u64 = FI_COMPLETION | FI_MORE;
 /// `FI_MORE`: more calls follow (a hint).
 const FI_MORE: u64 = uet_av::FI_MORE;
 
@@ -2442,7 +2447,7 @@ unsafe extern "C" fn ep_trecvmsg(ep: *mut FidEp, msg: *const FiMsgTagged, flags:
         let e = unsafe { ep_ref(ep.cast(), CALL) }?;
         // SAFETY: NULL or a valid message (libfabric's contract).
         let m = unsafe { msg.as_ref() }.ok_or_else(|| null(CALL, "msg"))?;
-        if flags & !RECVMSG_FLAGS != 0 {
+        if flags & !TRECVMSG_FLAGS != 0 {
             return Err(FiError::badflags(format!("{CALL}: flags {flags:#x}")));
         }
         // SAFETY: `msg_iov` holds `iov_count` iovecs (libfabric's contract).

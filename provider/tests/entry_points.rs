@@ -841,6 +841,57 @@ fn with_selective_completion_the_flagless_calls_report_as_the_endpoints_op_flags
     assert_eq!(flagless_completions(&pair), (true, true));
 }
 
+/// fi_msg(3): `FI_TRANSMIT_COMPLETE` applies to `fi_recvmsg` too (a completion may come as
+/// soon as the provider has processed the message): the receive is posted and takes a
+/// message, which its completion reports. A flag fi_recvmsg(3) does not list is still
+/// `-FI_EBADFLAGS`, posting nothing.
+#[test]
+fn fi_recvmsg_takes_fi_transmit_complete() {
+    const FI_TRANSMIT_COMPLETE: u64 = 1 << 27;
+    const FI_DELIVERY_COMPLETE: u64 = 1 << 28;
+    let pair = Pair::new(FI_SELECTIVE_COMPLETION);
+    let mut rbuf = [0u8; 8];
+    let iov = IoVec {
+        iov_base: rbuf.as_mut_ptr().cast(),
+        iov_len: rbuf.len(),
+    };
+    let msg = |context: usize| FiMsg {
+        msg_iov: &iov,
+        desc: null_mut(),
+        iov_count: 1,
+        addr: FI_ADDR_NOTAVAIL,
+        context: context as _,
+        data: 0,
+    };
+    // SAFETY: an open endpoint; the buffer outlives the receive, whose completion is read
+    // below.
+    unsafe {
+        assert_eq!(
+            (pair.msg(1).recvmsg)(pair.p[1].ep, &msg(1), FI_DELIVERY_COMPLETE),
+            neg(FiErrno::FI_EBADFLAGS)
+        );
+        assert_eq!(
+            (pair.msg(1).recvmsg)(pair.p[1].ep, &msg(2), FI_TRANSMIT_COMPLETE | FI_COMPLETION),
+            0
+        );
+    }
+    assert_eq!(pair.send(0, b"tc", 3), 0);
+    let e = pair.wait(1).expect("the receive completes");
+    assert_eq!(
+        (e.op_context as usize, e.len, e.flags),
+        (2, 2, FI_RECV | FI_MSG)
+    );
+    assert_eq!(&rbuf[..2], b"tc");
+    // Nothing else was posted: the next message finds no receive.
+    assert_eq!(pair.send(0, b"x", 4), 0);
+    assert_eq!(pair.wait(0).err(), Some(neg(FiErrno::FI_EAVAIL)));
+    let e = pair.readerr(0).unwrap();
+    assert_eq!(
+        (e.op_context as usize, e.err as u32),
+        (4, FiErrno::FI_ENORX.get())
+    );
+}
+
 #[test]
 fn a_cq_read_of_no_entries_and_no_buffer_returns_0() {
     let pair = Pair::new(0);
