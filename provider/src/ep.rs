@@ -698,7 +698,13 @@ impl EpState {
             if flags & FI_TAGGED != 0 {
                 entry.tag = ev.tag;
             }
-            if error.is_none() {
+            // A message longer than the endpoint's buffer, which the NIC cut: what it placed
+            // goes on to the application's buffers as a message that fits would (fi_cq(3):
+            // `len` placed, `olen` dropped).
+            let cut = error
+                .as_ref()
+                .is_some_and(|e| e.errno == FiErrno::FI_ETRUNC);
+            if error.is_none() || cut {
                 entry.data = ev.data;
                 if ev.data != 0 {
                     entry.flags |= FI_REMOTE_CQ_DATA;
@@ -708,7 +714,9 @@ impl EpState {
                     .as_ref()
                     .map_or((0, 0), |b| scatter(b, iov.as_slice()));
                 entry.len = copied;
-                if dropped > 0 {
+                if let Some(e) = error.as_mut() {
+                    e.olen = e.olen.saturating_add(dropped);
+                } else if dropped > 0 {
                     error = Some(CompletionError {
                         errno: FiErrno::FI_ETRUNC,
                         prov_errno: 0,

@@ -674,6 +674,64 @@ fn a_receive_scatters_past_a_zero_length_iovec() {
     assert_eq!(pair.wait(0).unwrap().op_context as usize, 9);
 }
 
+/// fi_cq(3): a truncated message's entry says how many bytes were placed in the buffer
+/// (`len`) and how many were dropped (`olen`). A message longer than the endpoint's
+/// buffers, which the NIC itself cuts (here from an endpoint of the driver, which sends up
+/// to the NIC's largest message), still delivers what fits, with its remote CQ data.
+#[test]
+fn a_message_the_nic_truncates_delivers_what_fits_and_counts_the_rest_in_olen() {
+    let pair = Pair::new(0);
+    let nic = uet_fi::device::nic().expect("the provider's NIC");
+    let attr = uet_driver::EndpointAttr::default();
+    let mut av = nic
+        .open_av(uet_av::AvAttr {
+            count: 4,
+            job_id: attr.job_id,
+            ..uet_av::AvAttr::default()
+        })
+        .expect("an AV");
+    let mut ep = nic.endpoint(attr, Some(&av)).expect("an endpoint");
+    let pool = uet_driver::pool::DmaPool::new(&nic, 32 * 1024, 4).expect("buffers");
+    let name = name_of(pair.p[1].ep.cast());
+    let mut to = [0u64; 1];
+    assert_eq!(av.insert(&name, 1, Some(&mut to), 0), Ok(1));
+    let message: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+    let fits = uet_fi::ep::MSG_BUF_BYTES;
+    // (receive buffer sizes, bytes placed)
+    for (sizes, placed) in [([10_000, 22_768], fits), ([600, 400], 1000)] {
+        let mut rbuf = vec![0u8; sizes[0] + sizes[1]];
+        let (a, b) = rbuf.split_at_mut(sizes[0]);
+        let iov = [a, b].map(|part| IoVec {
+            iov_base: part.as_mut_ptr().cast(),
+            iov_len: part.len(),
+        });
+        // SAFETY: an open endpoint; the buffers outlive the receive, whose completion is
+        // read below.
+        let ret =
+            unsafe { (pair.msg(1).recvv)(pair.p[1].ep, iov.as_ptr(), null_mut(), 2, 0, 5 as _) };
+        assert_eq!(ret, 0);
+        let mut sent = pool.alloc().expect("a buffer");
+        sent.fill(&message).expect("the message fits");
+        assert!(ep.post_send(to[0], sent, 9, 0x5151).is_ok());
+        assert_eq!(pair.wait(1).err(), Some(neg(FiErrno::FI_EAVAIL)));
+        let e = pair.readerr(1).expect("the truncated receive");
+        assert_eq!(
+            (e.err as u32, e.op_context as usize, e.len, e.olen),
+            (FiErrno::FI_ETRUNC.get(), 5, placed, message.len() - placed),
+            "buffers of {sizes:?} bytes"
+        );
+        assert_eq!(
+            (e.flags, e.data),
+            (FI_RECV | FI_MSG | FI_REMOTE_CQ_DATA, 0x5151)
+        );
+        assert_eq!(
+            &rbuf[..placed],
+            &message[..placed],
+            "buffers of {sizes:?} bytes"
+        );
+    }
+}
+
 /// fi_cq(3): source addresses are available only on endpoints configured with the
 /// `FI_SOURCE` capability; `fi_cq_readfrom` on another gives `FI_ADDR_NOTAVAIL` as the
 /// source of its receives.
