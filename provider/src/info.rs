@@ -92,8 +92,10 @@ pub(crate) const TX_OP_FLAGS: u64 =
 pub(crate) const RELIABLE_ONLY_FLAGS: u64 = FI_DELIVERY_COMPLETE | FI_MATCH_COMPLETE;
 /// `FI_MATCH_COMPLETE`.
 pub(crate) const FI_MATCH_COMPLETE: u64 = 1 << 31;
-/// Default receive flags (`rx_attr->op_flags`) the provider honours: `FI_COMPLETION`.
-pub(crate) const RX_OP_FLAGS: u64 = FI_COMPLETION;
+/// Default receive flags (`rx_attr->op_flags`) the provider honours: `FI_COMPLETION`, and
+/// `FI_TRANSMIT_COMPLETE`, which fi_msg(3) gives receives and which every receive meets (its
+/// completion is written once the data is in the buffer), as `fi_recvmsg` takes it.
+pub(crate) const RX_OP_FLAGS: u64 = FI_COMPLETION | FI_TRANSMIT_COMPLETE;
 
 /// `FI_PROV_SPECIFIC` (`rdma/fabric.h`): the bit that marks a provider's own value of a
 /// libfabric enumeration.

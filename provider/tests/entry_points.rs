@@ -1331,6 +1331,19 @@ fn the_answer_keeps_the_op_flags_the_hints_ask_for_and_refuses_those_it_cannot_h
     // An endpoint opened with the answer takes its flagless calls' flags from these
     // (fi_endpoint(3)): without FI_COMPLETION, FI_SELECTIVE_COMPLETION would hide them.
     assert_eq!((tx, rx), (FI_COMPLETION | FI_INJECT, FI_COMPLETION));
+    // FI_TRANSMIT_COMPLETE as a receive default: fi_recvmsg takes it (fi_msg(3)), and the
+    // answer keeps it.
+    const FI_TRANSMIT_COMPLETE: u64 = 1 << 27;
+    // SAFETY: the hints' own attributes.
+    unsafe { (*hints.info.rx_attr).op_flags = FI_COMPLETION | FI_TRANSMIT_COMPLETE };
+    let info = getinfo(None, None, 0, Some(&hints)).expect("rx op_flags FI_TRANSMIT_COMPLETE");
+    // SAFETY: the provider's answer, read, then freed once.
+    let rx = unsafe {
+        let rx = (*(*info).rx_attr).op_flags;
+        uet_fi::info::free_info(info);
+        rx
+    };
+    assert_eq!(rx, FI_COMPLETION | FI_TRANSMIT_COMPLETE);
     // FI_MULTI_RECV as a receive default: the provider has no multi-receive buffers.
     // SAFETY: the hints' own attributes.
     unsafe { (*hints.info.rx_attr).op_flags = FI_COMPLETION | (1 << 16) };
