@@ -497,7 +497,10 @@ unsafe extern "C" fn cntr_control(fid: *mut Fid, command: c_int, arg: *mut c_voi
     entry(CALL, || {
         // SAFETY: called through the fid's own ops.
         let c = unsafe { cntr_ref(fid, CALL) }?;
-        let fd = c.fd_wait.as_ref().map(FdWait::fd);
+        let fd = c
+            .fd_wait
+            .as_ref()
+            .map(|w| crate::wait::WaitHandle::Fd(w.fd()));
         let waitable = c.wait_obj != FI_WAIT_NONE;
         // SAFETY: `arg` as libfabric passes it.
         unsafe { crate::wait::control(CALL, "counter", c.wait_obj, waitable, fd, command, arg) }

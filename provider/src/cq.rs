@@ -614,7 +614,10 @@ unsafe extern "C" fn cq_control(fid: *mut Fid, command: c_int, arg: *mut c_void)
     entry(CALL, || {
         // SAFETY: called through the fid's own ops.
         let q = unsafe { cq_ref(fid, CALL) }?;
-        let fd = q.fd_wait.as_ref().map(FdWait::fd);
+        let fd = q
+            .fd_wait
+            .as_ref()
+            .map(|w| crate::wait::WaitHandle::Fd(w.fd()));
         // SAFETY: `arg` as libfabric passes it.
         unsafe { crate::wait::control(CALL, "CQ", q.wait_obj, q.waitable(), fd, command, arg) }
     })

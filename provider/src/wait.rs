@@ -1,5 +1,7 @@
-//! The waiters of one CQ or counter, and the wakeups they share; and `control`, the
-//! `fi_control` of the wait object of a CQ, counter or event queue.
+//! The waiters of one CQ or counter, and the wakeups they share; the pthread mutex and
+//! condition of an `FI_WAIT_MUTEX_COND` event queue, and the thread that signals them
+//! ([`CondWait`]); and `control`, the `fi_control` of the wait object of a CQ, counter or
+//! event queue.
 //!
 //! A CQ or counter wakes its waiters through one eventfd of its own (`wake`), which the
 //! thread that queues a completion or makes a count writes once per sleep (one atomic on the
@@ -13,15 +15,18 @@
 //! sleeps on. The list of parked threads is taken under a lock, on the wait path only.
 
 use crate::abi::{
-    FI_GETWAIT, FI_GETWAITOBJ, FI_WAIT_FD, FI_WAIT_MUTEX_COND, FI_WAIT_NONE, FI_WAIT_POLLFD,
-    FI_WAIT_SET, FI_WAIT_UNSPEC, FI_WAIT_YIELD,
+    FiMutexCond, FI_GETWAIT, FI_GETWAITOBJ, FI_WAIT_FD, FI_WAIT_MUTEX_COND, FI_WAIT_NONE,
+    FI_WAIT_POLLFD, FI_WAIT_SET, FI_WAIT_UNSPEC, FI_WAIT_YIELD,
 };
 use crate::cq::FdWait;
 use crate::null;
+use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_void};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
 use uet_av::{FiErrno, FiError};
+use uet_driver::eq::ChangeHook;
 use vmm_sys_util::eventfd::{EventFd, EFD_CLOEXEC, EFD_NONBLOCK};
 
 /// The threads waiting on one object, and its descriptor's `kick`.
@@ -209,21 +214,31 @@ pub(crate) fn refuse_close_in_use(
     Ok(())
 }
 
+/// What `fi_control(FI_GETWAIT)` gives of an object's wait object.
+pub(crate) enum WaitHandle {
+    /// `FI_WAIT_FD`: the descriptor, written into the `int` at `arg`.
+    Fd(RawFd),
+    /// `FI_WAIT_MUTEX_COND`: the mutex and condition, written into the `struct
+    /// fi_mutex_cond` at `arg`.
+    MutexCond(FiMutexCond),
+}
+
 /// `fi_control` of a CQ, counter or event queue (`object` names it in messages), opened with
-/// `wait_obj` (`waitable`: one a thread can wait on, not `FI_WAIT_NONE`) and, for
-/// `FI_WAIT_FD`, the descriptor `fd`: `FI_GETWAIT` writes the descriptor into the `int` at
-/// `arg`, `FI_GETWAITOBJ` the `enum fi_wait_obj`. `-FI_ENODATA` for a wait object the object
-/// does not have (`FI_GETWAIT` without a descriptor, either of an object that cannot be
+/// `wait_obj` (`waitable`: one a thread can wait on, not `FI_WAIT_NONE`), whose wait object
+/// the application may hold `handle` of: `FI_GETWAIT` writes the handle at `arg` (a
+/// descriptor into an `int`, a mutex and condition into a `struct fi_mutex_cond`),
+/// `FI_GETWAITOBJ` the `enum fi_wait_obj` into an `int`. `-FI_ENODATA` for a wait object the
+/// object does not have (`FI_GETWAIT` without a handle, either of an object that cannot be
 /// waited on), `-FI_ENOSYS` for other commands.
 ///
 /// # Safety
-/// `arg` is NULL or points to an `int` the call may write (libfabric's contract).
+/// `arg` is NULL or points to what the command writes, writable (libfabric's contract).
 pub(crate) unsafe fn control(
     call: &str,
     object: &str,
     wait_obj: c_int,
     waitable: bool,
-    fd: Option<RawFd>,
+    handle: Option<WaitHandle>,
     command: c_int,
     arg: *mut c_void,
 ) -> Result<c_int, FiError> {
@@ -234,7 +249,19 @@ pub(crate) unsafe fn control(
         )
     };
     let value = match command {
-        FI_GETWAIT => fd.ok_or_else(|| no_wait("FI_GETWAIT gives a descriptor (FI_WAIT_FD)"))?,
+        FI_GETWAIT => match handle {
+            Some(WaitHandle::Fd(fd)) => fd,
+            Some(WaitHandle::MutexCond(pair)) => {
+                if arg.is_null() {
+                    return Err(null(call, "arg"));
+                }
+                // SAFETY: non-NULL, the application's `struct fi_mutex_cond` (libfabric's
+                // contract for FI_GETWAIT of FI_WAIT_MUTEX_COND), perhaps unaligned.
+                unsafe { arg.cast::<FiMutexCond>().write_unaligned(pair) };
+                return Ok(0);
+            }
+            None => return Err(no_wait("FI_GETWAIT gives a descriptor (FI_WAIT_FD)")),
+        },
         FI_GETWAITOBJ if waitable => wait_obj,
         FI_GETWAITOBJ => return Err(no_wait("FI_GETWAITOBJ")),
         other => {
@@ -249,6 +276,166 @@ pub(crate) unsafe fn control(
     let out = unsafe { arg.cast::<c_int>().as_mut() }.ok_or_else(|| null(call, "arg"))?;
     *out = value;
     Ok(0)
+}
+
+/// A pthread mutex and condition of an `FI_WAIT_MUTEX_COND` queue, at addresses that do not
+/// change while it is open (the application holds them).
+pub(crate) struct NativeCond {
+    mutex: UnsafeCell<libc::pthread_mutex_t>,
+    cond: UnsafeCell<libc::pthread_cond_t>,
+}
+
+// SAFETY: a pthread mutex and condition are made to be used from any thread through their
+// addresses, which the `Arc` holding them keeps; nothing else of them is touched.
+unsafe impl Send for NativeCond {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for NativeCond {}
+
+impl Drop for NativeCond {
+    fn drop(&mut self) {
+        // SAFETY: initialized, and no longer used by the queue's thread (gone with the last
+        // other reference); the application gave them up with fi_close.
+        unsafe {
+            libc::pthread_cond_destroy(self.cond.get());
+            libc::pthread_mutex_destroy(self.mutex.get());
+        }
+    }
+}
+
+/// What the queue's hook tells the signaling thread ([`CondWait`]).
+#[derive(Default)]
+struct Signal {
+    /// The queue changed since the thread last broadcast.
+    pending: bool,
+    /// The queue is closed: the thread ends.
+    stop: bool,
+}
+
+type SignalState = (Mutex<Signal>, Condvar);
+
+/// An `FI_WAIT_MUTEX_COND` queue's wait object: its [`NativeCond`], and the thread that
+/// broadcasts the condition under the mutex each time the queue's hook
+/// ([`EventQueue::on_change`]) reports a change. The hook is called by whichever thread
+/// posts, perhaps holding locks the application's calls take: it only wakes the thread, which
+/// holds nothing of the provider's while it waits for the application's mutex.
+pub(crate) struct CondWait {
+    native: Arc<NativeCond>,
+    signal: Arc<SignalState>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl CondWait {
+    /// The wait object and the hook the queue calls; `FI_ENOMEM` without a thread.
+    pub(crate) fn start(call: &str) -> Result<(CondWait, ChangeHook), FiError> {
+        let native = Arc::new(NativeCond {
+            mutex: UnsafeCell::new(libc::PTHREAD_MUTEX_INITIALIZER),
+            cond: UnsafeCell::new(libc::PTHREAD_COND_INITIALIZER),
+        });
+        let signal: Arc<SignalState> = Arc::default();
+        let thread = std::thread::Builder::new()
+            .name("uet-eq-cond".into())
+            .spawn({
+                let native = Arc::clone(&native);
+                let signal = Arc::clone(&signal);
+                move || broadcast_changes(&native, &signal)
+            })
+            .map_err(|e| {
+                FiError::new(
+                    FiErrno::FI_ENOMEM,
+                    format!("{call}: no thread to signal FI_WAIT_MUTEX_COND: {e}"),
+                )
+            })?;
+        let hook: ChangeHook = {
+            let signal = Arc::clone(&signal);
+            Arc::new(move || {
+                let (state, changed) = &*signal;
+                state.lock().unwrap_or_else(PoisonError::into_inner).pending = true;
+                changed.notify_one();
+            })
+        };
+        Ok((
+            CondWait {
+                native,
+                signal,
+                thread: Some(thread),
+            },
+            hook,
+        ))
+    }
+
+    /// What `fi_control(FI_GETWAIT)` gives.
+    pub(crate) fn pair(&self) -> FiMutexCond {
+        FiMutexCond {
+            mutex: self.native.mutex.get(),
+            cond: self.native.cond.get(),
+        }
+    }
+}
+
+impl Drop for CondWait {
+    fn drop(&mut self) {
+        let (state, changed) = &*self.signal;
+        state.lock().unwrap_or_else(PoisonError::into_inner).stop = true;
+        changed.notify_one();
+        if let Some(t) = self.thread.take() {
+            if t.join().is_err() {
+                tracing::error!("the FI_WAIT_MUTEX_COND thread panicked");
+            }
+        }
+    }
+}
+
+/// The thread of a [`CondWait`]: for each change reported, the condition broadcast under
+/// the mutex, so that an application that looked at the queue under the mutex before the
+/// change, and found nothing, is asleep on the condition by then and wakes. Waits for the
+/// mutex in steps, so that a close while the application holds it ends the thread.
+fn broadcast_changes(native: &NativeCond, signal: &SignalState) {
+    const STEP_NS: libc::c_long = 10_000_000;
+    let (state, changed) = signal;
+    let stopped = || state.lock().unwrap_or_else(PoisonError::into_inner).stop;
+    loop {
+        {
+            let mut s = state.lock().unwrap_or_else(PoisonError::into_inner);
+            while !s.pending && !s.stop {
+                s = changed.wait(s).unwrap_or_else(PoisonError::into_inner);
+            }
+            if s.stop {
+                return;
+            }
+            s.pending = false;
+        }
+        loop {
+            // SAFETY: a timespec for the clock's answer.
+            let mut until: libc::timespec = unsafe { core::mem::zeroed() };
+            // SAFETY: a valid clock and out pointer.
+            unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut until) };
+            until.tv_nsec += STEP_NS;
+            if until.tv_nsec >= 1_000_000_000 {
+                until.tv_sec += 1;
+                until.tv_nsec -= 1_000_000_000;
+            }
+            // SAFETY: the queue's mutex, initialized and alive while `native` is.
+            let locked = unsafe { libc::pthread_mutex_timedlock(native.mutex.get(), &until) };
+            if locked == 0 {
+                // SAFETY: the queue's condition; the mutex is held by this thread and then
+                // released.
+                unsafe {
+                    libc::pthread_cond_broadcast(native.cond.get());
+                    libc::pthread_mutex_unlock(native.mutex.get());
+                }
+                break;
+            }
+            if locked != libc::ETIMEDOUT {
+                // The mutex is unusable (the application broke it): wake the sleepers anyway.
+                // SAFETY: the queue's condition.
+                unsafe { libc::pthread_cond_broadcast(native.cond.get()) };
+                break;
+            }
+            if stopped() {
+                return;
+            }
+        }
+    }
 }
 
 #[cfg(test)]
