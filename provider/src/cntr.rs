@@ -443,7 +443,17 @@ pub(crate) unsafe extern "C" fn domain_cntr_open(
                 )))
             }
         }
-        let (wake, fd_wait, parked) = crate::wait::open_waits(CALL, "counters", wait_obj)?;
+        // A counter serves FI_WAIT_MUTEX_COND as FI_WAIT_UNSPEC: no mutex, no condition.
+        let served = match wait_obj {
+            FI_WAIT_MUTEX_COND => FI_WAIT_UNSPEC,
+            other => other,
+        };
+        let crate::wait::Waits {
+            wake,
+            fd_wait,
+            parked,
+            ..
+        } = crate::wait::open_waits(CALL, "counters", served)?;
         if flags != 0 {
             return Err(FiError::badflags(format!("{CALL}: flags {flags:#x}")));
         }

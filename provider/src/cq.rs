@@ -46,16 +46,32 @@
 //!   application sleeps on the descriptor makes it readable all the same, within a few
 //!   100 ms looks at its status ([`uet_driver::stop_watch`]), so that the application wakes
 //!   and its next `fi_trywait` says why. `FI_GETWAITOBJ` gives the CQ's wait object. `fi_trywait`
-//!   takes `FI_WAIT_FD` CQs, and `FI_WAIT_FD` event queues ([`crate::eq`]) and counters
-//!   ([`crate::cntr`]) beside them, all of the fabric it is called on (`-FI_EINVAL` for any
-//!   other object, another wait object, or an object of another fabric, nothing armed).
+//!   takes `FI_WAIT_FD` and `FI_WAIT_MUTEX_COND` CQs, and the event queues ([`crate::eq`])
+//!   and counters ([`crate::cntr`]) of those wait objects beside them, all of the fabric it
+//!   is called on (`-FI_EINVAL` for any other object, another wait object, or an object of
+//!   another fabric, nothing armed).
+//! * `FI_WAIT_MUTEX_COND`: `fi_control(FI_GETWAIT)` writes the CQ's `struct fi_mutex_cond`
+//!   (a pthread mutex and condition it owns) at `arg`; `FI_GETWAITOBJ` gives
+//!   `FI_WAIT_MUTEX_COND`. The application reads the CQ and calls `fi_trywait` under the
+//!   mutex, and sleeps on the condition when `fi_trywait` gives 0, as it would on the
+//!   descriptor of an `FI_WAIT_FD` CQ, which it has but does not see: `fi_trywait` answers as
+//!   for one, and arms the same epoll set. A thread of the CQ's own ([`crate::wait::CondWait`])
+//!   sleeps on that set after each successful `fi_trywait`, and broadcasts the condition
+//!   under the mutex when it polls readable: a completion lands (an endpoint's vector), a
+//!   completion is queued by another read, `fi_cq_signal` comes, an endpoint is enabled, or
+//!   the NIC stops ([`uet_driver::stop_watch`]). A completion queued while a waiter sleeps,
+//!   `fi_cq_signal` and an endpoint enabled broadcast it at once too. The
+//!   broadcast waits for the mutex, which the application lets go only as it sleeps, so a
+//!   completion that lands between its read and its sleep wakes it; no thread that queues a
+//!   completion waits for the mutex, and the read path takes nothing more while no one
+//!   waits. `fi_close` ends the thread and destroys the mutex and condition.
 //! * `fi_close`: `-FI_EBUSY` while endpoints are bound, or while a thread waits in
 //!   `fi_cq_sread` (which would wake in a freed CQ): `fi_cq_signal` ends its wait.
 
 use crate::abi::*;
 use crate::ep::{Arm, EpShared};
 use crate::fabric::{Fabric, FabricTag};
-use crate::wait::{Parked, Sleepers};
+use crate::wait::{CondWait, Parked, Sleepers, WaitHandle, Waits};
 use crate::{
     entry, null, object_ref, ssize, strerror, unsupported, OwnedErrData, FI_ERR_DATA_BUFFER_API,
 };
@@ -127,8 +143,12 @@ pub struct UetCq {
     wait_obj: c_int,
     /// `FI_WAIT_FD`: the descriptor `fi_control(FI_GETWAIT)` gives, an epoll set of `wake`,
     /// the `kick` of `parked` and the vectors of the endpoints `fi_trywait` armed, with those
-    /// vectors.
+    /// vectors. `FI_WAIT_MUTEX_COND`: the same set, which `cond_wait` watches.
     fd_wait: Option<FdWait>,
+    /// `FI_WAIT_MUTEX_COND`: the mutex and condition `fi_control(FI_GETWAIT)` gives, and the
+    /// thread that broadcasts the condition for every change and, after `fi_trywait`, once
+    /// `fd_wait` polls readable.
+    cond_wait: Option<CondWait>,
     /// The fabric's API version: before 1.5, `err_data` is always the CQ's own.
     api_version: u32,
     /// The `err_data` `fi_cq_readerr` hands out when the application gives no buffer.
@@ -182,7 +202,8 @@ impl UetCq {
     }
 
     /// `fi_trywait` of this CQ: `Ok` when the application may sleep on its `FI_WAIT_FD`
-    /// descriptor, which then polls readable when a completion lands or `fi_cq_signal` comes.
+    /// descriptor, which then polls readable when a completion lands or `fi_cq_signal` comes,
+    /// or on its `FI_WAIT_MUTEX_COND` condition, which is then broadcast for the same.
     /// `FI_EAGAIN` when there is something to read first (a completion, queued or in a ring,
     /// or a signal no one has seen), or when an endpoint has no vector, so that sleeping could
     /// miss its completions ("blocking could hang the application", fi_poll(3)). `FI_EIO`
@@ -190,7 +211,7 @@ impl UetCq {
     fn trywait(&self, call: &str) -> Result<(), FiError> {
         let (Some(fd_wait), Some(wake)) = (&self.fd_wait, &self.wake) else {
             return Err(FiError::inval(format!(
-                "{call}: the CQ was not opened with FI_WAIT_FD"
+                "{call}: the CQ was not opened with FI_WAIT_FD or FI_WAIT_MUTEX_COND"
             )));
         };
         let again = |why: &str| FiError::new(FiErrno::FI_EAGAIN, format!("{call}: {why}"));
@@ -232,6 +253,10 @@ impl UetCq {
                 // The NIC that stops after the look above makes the descriptor readable too.
                 let endpoints = Arc::clone(&self.lock().endpoints);
                 self.parked.kick_when_stopped(&endpoints);
+                // Last: whatever makes the set readable from here on is broadcast.
+                if let Some(cond_wait) = &self.cond_wait {
+                    cond_wait.arm();
+                }
                 Ok(())
             }
         }
@@ -271,14 +296,24 @@ impl UetCq {
         }
     }
 
-    /// Make `wake` readable for a completion queued by a read of another CQ, or for an
-    /// endpoint of the CQ enabled: the threads in `fi_cq_sread` read the queue again and
-    /// arm the endpoints, and an `FI_WAIT_FD` descriptor polls readable (`fi_trywait` arms).
+    /// Make `wake` readable for a completion queued by a read of another CQ, for an
+    /// endpoint of the CQ enabled, or for `fi_cq_signal`: the threads in `fi_cq_sread` read
+    /// the queue again and arm the endpoints, an `FI_WAIT_FD` descriptor polls readable
+    /// (`fi_trywait` arms), and an `FI_WAIT_MUTEX_COND` condition is broadcast.
     pub(crate) fn wake_waiters(&self) {
         if let Some(wake) = &self.wake {
             // Cannot fail short of the counter's overflow, 2^64 - 2 wakes unread.
             let _ = wake.write(1);
         }
+        if let Some(cond_wait) = &self.cond_wait {
+            cond_wait.changed();
+        }
+    }
+
+    /// Whether the application may sleep on its wait object after `fi_trywait`: opened with
+    /// `FI_WAIT_FD` or `FI_WAIT_MUTEX_COND`.
+    pub(crate) fn has_native_wait(&self) -> bool {
+        self.fd_wait.is_some()
     }
 
     /// Drain the rings of the endpoints bound to this CQ (outside the CQ's lock: a drain
@@ -341,7 +376,12 @@ pub(crate) unsafe extern "C" fn domain_cq_open(
                 )))
             }
         };
-        let (wake, fd_wait, parked) = crate::wait::open_waits(CALL, "CQs", a.wait_obj)?;
+        let Waits {
+            wake,
+            fd_wait,
+            parked,
+            cond_wait,
+        } = crate::wait::open_waits(CALL, "CQs", a.wait_obj)?;
         // FI_AFFINITY is the hint fi_cq(3) lets a provider ignore; any other flag is refused.
         if crate::without_affinity(CALL, a.flags, a.signaling_vector) != 0 {
             return Err(FiError::badflags(format!("{CALL}: flags {:#x}", a.flags)));
@@ -366,6 +406,7 @@ pub(crate) unsafe extern "C" fn domain_cq_open(
             wake,
             wait_obj: a.wait_obj,
             fd_wait,
+            cond_wait,
             api_version,
             err_data: OwnedErrData::default(),
             domain_cqs,
@@ -568,6 +609,12 @@ impl FdWait {
         self.epoll.as_raw_fd()
     }
 
+    /// Another descriptor of the same epoll set, for the thread of an `FI_WAIT_MUTEX_COND`
+    /// object to sleep on ([`crate::wait::CondWait`]), however long the object keeps this one.
+    pub(crate) fn watcher(&self) -> std::io::Result<OwnedFd> {
+        self.epoll.try_clone()
+    }
+
     fn ctl(&self, op: c_int, fd: RawFd) -> std::io::Result<()> {
         let mut ev = libc::epoll_event {
             events: libc::EPOLLIN as u32,
@@ -614,12 +661,12 @@ unsafe extern "C" fn cq_control(fid: *mut Fid, command: c_int, arg: *mut c_void)
     entry(CALL, || {
         // SAFETY: called through the fid's own ops.
         let q = unsafe { cq_ref(fid, CALL) }?;
-        let fd = q
-            .fd_wait
-            .as_ref()
-            .map(|w| crate::wait::WaitHandle::Fd(w.fd()));
+        let handle = match (&q.cond_wait, &q.fd_wait) {
+            (Some(w), _) => Some(WaitHandle::MutexCond(w.pair())),
+            (None, w) => w.as_ref().map(|w| WaitHandle::Fd(w.fd())),
+        };
         // SAFETY: `arg` as libfabric passes it.
-        unsafe { crate::wait::control(CALL, "CQ", q.wait_obj, q.waitable(), fd, command, arg) }
+        unsafe { crate::wait::control(CALL, "CQ", q.wait_obj, q.waitable(), handle, command, arg) }
     })
 }
 
@@ -631,8 +678,9 @@ enum Waitable<'a> {
 }
 
 impl Waitable<'_> {
-    /// The provider's object behind `fid`, when it has a descriptor (`FI_WAIT_FD`) and was
-    /// opened under `fabric`; `FI_EINVAL` otherwise.
+    /// The provider's object behind `fid`, when it has a wait object the application sleeps
+    /// on itself (`FI_WAIT_FD`; a CQ's or EQ's `FI_WAIT_MUTEX_COND`) and was opened under
+    /// `fabric`; `FI_EINVAL` otherwise.
     ///
     /// # Safety
     /// `fid` is NULL or a live libfabric object.
@@ -655,7 +703,7 @@ impl Waitable<'_> {
             _ => {
                 // SAFETY: the caller's promise (checked by class and table).
                 let q = unsafe { cq_ref(fid, call) }?;
-                (Waitable::Cq(q), q.fd_wait.is_some(), fabric.is(&q.fabric))
+                (Waitable::Cq(q), q.has_native_wait(), fabric.is(&q.fabric))
             }
         };
         // Another fabric's object is none of the fabric descriptors fi_trywait checks
@@ -669,7 +717,7 @@ impl Waitable<'_> {
         if !wait_obj {
             return Err(FiError::inval(format!(
                 "{call}: an object without a descriptor (fi_trywait takes CQs, EQs and counters \
-                 opened with FI_WAIT_FD, and EQs opened with FI_WAIT_MUTEX_COND)"
+                 opened with FI_WAIT_FD, and CQs and EQs opened with FI_WAIT_MUTEX_COND)"
             )));
         }
         Ok(w)
@@ -685,9 +733,9 @@ impl Waitable<'_> {
 }
 
 /// `fi_trywait(fabric, fids, count)`: every fid must be one of the provider's CQs, EQs or
-/// counters opened with `FI_WAIT_FD` (or EQs opened with `FI_WAIT_MUTEX_COND`) under
+/// counters opened with `FI_WAIT_FD` (or CQs and EQs opened with `FI_WAIT_MUTEX_COND`) under
 /// `fabric` (else `-FI_EINVAL`, nothing armed); `0` when the
-/// application may sleep on all their descriptors, `-FI_EAGAIN` when it must read one of
+/// application may sleep on all their wait objects, `-FI_EAGAIN` when it must read one of
 /// them first ([`UetCq::trywait`], [`crate::eq::UetEq::trywait`],
 /// [`crate::cntr::UetCntr::trywait`]).
 pub(crate) unsafe extern "C" fn fabric_trywait(
@@ -983,10 +1031,7 @@ unsafe extern "C" fn cq_signal(cq: *mut FidCq) -> c_int {
         let q = unsafe { cq_ref(cq.cast(), CALL) }?;
         q.signaled.store(true, Ordering::Release);
         q.signals.fetch_add(1, Ordering::AcqRel);
-        if let Some(wake) = &q.wake {
-            // Cannot fail short of the counter's overflow, 2^64 - 2 signals unread.
-            let _ = wake.write(1);
-        }
+        q.wake_waiters();
         Ok(0)
     })
 }
@@ -1040,6 +1085,7 @@ mod tests {
             wake: Some(EventFd::new(EFD_NONBLOCK | EFD_CLOEXEC).unwrap()),
             wait_obj: FI_WAIT_UNSPEC,
             fd_wait: None,
+            cond_wait: None,
             api_version: 0,
             err_data: OwnedErrData::default(),
             domain_cqs: Arc::new(AtomicUsize::new(0)),

@@ -262,8 +262,8 @@ pub(crate) unsafe extern "C" fn fabric_eq_open(
         })?;
         let cond_wait = match wait_obj {
             WaitObj::MutexCond => {
-                let (wait, hook) = CondWait::start(CALL)?;
-                queue.on_change(hook);
+                let wait = CondWait::start(CALL, "uet-eq-cond", None)?;
+                queue.on_change(wait.hook());
                 Some(wait)
             }
             _ => None,

@@ -1,5 +1,5 @@
 //! The waiters of one CQ or counter, and the wakeups they share; the pthread mutex and
-//! condition of an `FI_WAIT_MUTEX_COND` event queue, and the thread that signals them
+//! condition of an `FI_WAIT_MUTEX_COND` event queue or CQ, and the thread that signals them
 //! ([`CondWait`]); and `control`, the `fi_control` of the wait object of a CQ, counter or
 //! event queue.
 //!
@@ -13,6 +13,18 @@
 //! `kick` eventfd, written too. A waiter reads only its own eventfd and `wake`, and whoever
 //! reads something from `wake` fans it out, so no waiter whose condition may have become true
 //! sleeps on. The list of parked threads is taken under a lock, on the wait path only.
+//!
+//! An `FI_WAIT_MUTEX_COND` object owns a pthread mutex and condition the application sleeps
+//! on, and a thread that broadcasts the condition under the mutex ([`CondWait`]): whoever
+//! changes the object only rings that thread, and so never waits for the application's
+//! mutex. An event queue rings it for every change (its `on_change` hook). A CQ has the
+//! eventfds and epoll set of an `FI_WAIT_FD` one, which the application does not see:
+//! `fi_trywait` arms them as for a descriptor, then arms the thread, which sleeps on the set
+//! and broadcasts once it polls readable — when an application asleep on the descriptor
+//! would have woken; what writes `wake` (a completion queued while a waiter sleeps, a
+//! signal, an endpoint enabled) rings it at once too. The application reads the object and
+//! calls `fi_trywait` under the mutex, and a broadcast waits for the mutex, which it lets go
+//! only as it sleeps: what comes between its read and its sleep wakes it.
 
 use crate::abi::{
     FiMutexCond, FI_GETWAIT, FI_GETWAITOBJ, FI_WAIT_FD, FI_WAIT_MUTEX_COND, FI_WAIT_NONE,
@@ -22,8 +34,8 @@ use crate::cq::FdWait;
 use crate::null;
 use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_void};
-use std::os::fd::{AsRawFd, RawFd};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use uet_av::{FiErrno, FiError};
 use uet_driver::eq::ChangeHook;
@@ -148,27 +160,57 @@ impl Drop for Parked<'_> {
     }
 }
 
-/// The waits of a CQ or counter opened (`call`) with `wait_obj`: its `wake` eventfd (none
-/// for `FI_WAIT_NONE`, nor when none could be made: its waits then read the rings with a
-/// growing sleep), its `FI_WAIT_FD` descriptor, and its waiters. A wait object it does not
-/// serve is refused as [`unserved`] says.
-pub(crate) fn open_waits(
-    call: &str,
-    objects: &str,
-    wait_obj: c_int,
-) -> Result<(Option<EventFd>, Option<FdWait>, Sleepers), FiError> {
+/// The waits of a CQ or counter ([`open_waits`]).
+pub(crate) struct Waits {
+    /// Its eventfd, which a waiter sleeps on beside its endpoints' vectors: none for
+    /// `FI_WAIT_NONE`, nor when none could be made (its waits then read the rings with a
+    /// growing sleep).
+    pub(crate) wake: Option<EventFd>,
+    /// `FI_WAIT_FD` and `FI_WAIT_MUTEX_COND`: its epoll set (the descriptor of the one, what
+    /// the other's thread watches).
+    pub(crate) fd_wait: Option<FdWait>,
+    /// Its waiters.
+    pub(crate) parked: Sleepers,
+    /// `FI_WAIT_MUTEX_COND`: its mutex, condition and signaling thread.
+    pub(crate) cond_wait: Option<CondWait>,
+}
+
+/// The waits of a CQ or counter opened (`call`) with `wait_obj`. An `FI_WAIT_MUTEX_COND`
+/// object has the eventfds and epoll set of an `FI_WAIT_FD` one, which its [`CondWait`]
+/// watches after each `fi_trywait` in the stead of an application asleep on the
+/// descriptor. A wait object it does not serve is refused as [`unserved`] says.
+pub(crate) fn open_waits(call: &str, objects: &str, wait_obj: c_int) -> Result<Waits, FiError> {
+    let simple = |wake: Option<EventFd>| Waits {
+        wake,
+        fd_wait: None,
+        parked: Sleepers::new(),
+        cond_wait: None,
+    };
     match wait_obj {
-        FI_WAIT_NONE => Ok((None, None, Sleepers::new())),
-        // The descriptor is the point of the wait object: no eventfd, no object.
-        FI_WAIT_FD => {
+        FI_WAIT_NONE => Ok(simple(None)),
+        // The descriptor (for FI_WAIT_MUTEX_COND, the set its thread watches) is the point of
+        // the wait object: no eventfd, no object.
+        FI_WAIT_FD | FI_WAIT_MUTEX_COND => {
             let (wake, fd_wait, parked) = FdWait::open(call)?;
-            Ok((Some(wake), Some(fd_wait), parked))
+            let cond_wait = if wait_obj == FI_WAIT_MUTEX_COND {
+                let watch = fd_wait.watcher().map_err(|e| {
+                    FiError::new(
+                        FiErrno::FI_ENOMEM,
+                        format!("{call}: no descriptor of the epoll set to watch: {e}"),
+                    )
+                })?;
+                Some(CondWait::start(call, "uet-wait-cond", Some(watch))?)
+            } else {
+                None
+            };
+            Ok(Waits {
+                wake: Some(wake),
+                fd_wait: Some(fd_wait),
+                parked,
+                cond_wait,
+            })
         }
-        FI_WAIT_UNSPEC | FI_WAIT_MUTEX_COND | FI_WAIT_YIELD => Ok((
-            EventFd::new(EFD_NONBLOCK | EFD_CLOEXEC).ok(),
-            None,
-            Sleepers::new(),
-        )),
+        FI_WAIT_UNSPEC | FI_WAIT_YIELD => Ok(simple(EventFd::new(EFD_NONBLOCK | EFD_CLOEXEC).ok())),
         other => Err(unserved(call, objects, other)),
     }
 }
@@ -278,8 +320,8 @@ pub(crate) unsafe fn control(
     Ok(0)
 }
 
-/// A pthread mutex and condition of an `FI_WAIT_MUTEX_COND` queue, at addresses that do not
-/// change while it is open (the application holds them).
+/// A pthread mutex and condition of an `FI_WAIT_MUTEX_COND` object, at addresses that do
+/// not change while it is open (the application holds them).
 pub(crate) struct NativeCond {
     mutex: UnsafeCell<libc::pthread_mutex_t>,
     cond: UnsafeCell<libc::pthread_cond_t>,
@@ -293,7 +335,7 @@ unsafe impl Sync for NativeCond {}
 
 impl Drop for NativeCond {
     fn drop(&mut self) {
-        // SAFETY: initialized, and no longer used by the queue's thread (gone with the last
+        // SAFETY: initialized, and no longer used by the object's thread (gone with the last
         // other reference); the application gave them up with fi_close.
         unsafe {
             libc::pthread_cond_destroy(self.cond.get());
@@ -302,65 +344,111 @@ impl Drop for NativeCond {
     }
 }
 
-/// What the queue's hook tells the signaling thread ([`CondWait`]).
+/// What the object tells the signaling thread ([`CondWait`]).
 #[derive(Default)]
 struct Signal {
-    /// The queue changed since the thread last broadcast.
+    /// The object changed since the thread last broadcast: broadcast.
     pending: bool,
-    /// The queue is closed: the thread ends.
+    /// `fi_trywait` told the application it may sleep: broadcast once the watched set polls
+    /// readable.
+    armed: bool,
+    /// The object is closed: the thread ends.
     stop: bool,
 }
 
-type SignalState = (Mutex<Signal>, Condvar);
+/// The [`Signal`] and the eventfd that rings the thread for each change of it.
+struct Signals {
+    state: Mutex<Signal>,
+    /// Readable after a change of `state`: the thread sleeps on it, beside the watched set.
+    bell: EventFd,
+}
 
-/// An `FI_WAIT_MUTEX_COND` queue's wait object: its [`NativeCond`], and the thread that
-/// broadcasts the condition under the mutex each time the queue's hook
-/// ([`EventQueue::on_change`]) reports a change. The hook is called by whichever thread
-/// posts, perhaps holding locks the application's calls take: it only wakes the thread, which
-/// holds nothing of the provider's while it waits for the application's mutex.
+impl Signals {
+    fn lock(&self) -> MutexGuard<'_, Signal> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Change the state with `f` and ring the thread.
+    fn ring(&self, f: impl FnOnce(&mut Signal)) {
+        f(&mut self.lock());
+        // Cannot fail short of the counter's overflow, 2^64 - 2 rings unread.
+        let _ = self.bell.write(1);
+    }
+}
+
+/// An `FI_WAIT_MUTEX_COND` object's wait object: its [`NativeCond`], and the thread that
+/// broadcasts the condition under the mutex when the object reports a change
+/// ([`CondWait::changed`], or the hook of an event queue, [`CondWait::hook`]) and, after a
+/// successful `fi_trywait` ([`CondWait::arm`]), when the set it watches polls readable (a
+/// CQ's or counter's epoll set: its `wake`, its `kick`, its endpoints' armed vectors, as an
+/// `FI_WAIT_FD` descriptor). Changes are reported by whichever thread makes them, perhaps
+/// holding locks the application's calls take: a report only rings the thread, which holds
+/// nothing of the provider's while it waits for the application's mutex.
+///
+/// An application that reads the object and calls `fi_trywait` under the mutex, then waits
+/// on the condition, misses nothing: what happens after its `fi_trywait` makes the watched
+/// set readable, and the broadcast it brings waits for the mutex, which the application
+/// lets go only as it starts to wait.
 pub(crate) struct CondWait {
     native: Arc<NativeCond>,
-    signal: Arc<SignalState>,
+    signals: Arc<Signals>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl CondWait {
-    /// The wait object and the hook the queue calls; `FI_ENOMEM` without a thread.
-    pub(crate) fn start(call: &str) -> Result<(CondWait, ChangeHook), FiError> {
+    /// The wait object of `call`'s object, with a thread named `name` that watches `watch`
+    /// (an epoll set) after each [`CondWait::arm`]; `FI_ENOMEM` without an eventfd or a
+    /// thread.
+    pub(crate) fn start(
+        call: &str,
+        name: &str,
+        watch: Option<OwnedFd>,
+    ) -> Result<CondWait, FiError> {
+        let no = |what: &str, e: std::io::Error| {
+            FiError::new(
+                FiErrno::FI_ENOMEM,
+                format!("{call}: no {what} to signal FI_WAIT_MUTEX_COND: {e}"),
+            )
+        };
         let native = Arc::new(NativeCond {
             mutex: UnsafeCell::new(libc::PTHREAD_MUTEX_INITIALIZER),
             cond: UnsafeCell::new(libc::PTHREAD_COND_INITIALIZER),
         });
-        let signal: Arc<SignalState> = Arc::default();
+        let signals = Arc::new(Signals {
+            state: Mutex::default(),
+            bell: EventFd::new(EFD_NONBLOCK | EFD_CLOEXEC).map_err(|e| no("eventfd", e))?,
+        });
         let thread = std::thread::Builder::new()
-            .name("uet-eq-cond".into())
+            .name(name.into())
             .spawn({
                 let native = Arc::clone(&native);
-                let signal = Arc::clone(&signal);
-                move || broadcast_changes(&native, &signal)
+                let signals = Arc::clone(&signals);
+                move || broadcast_changes(&native, &signals, watch.as_ref())
             })
-            .map_err(|e| {
-                FiError::new(
-                    FiErrno::FI_ENOMEM,
-                    format!("{call}: no thread to signal FI_WAIT_MUTEX_COND: {e}"),
-                )
-            })?;
-        let hook: ChangeHook = {
-            let signal = Arc::clone(&signal);
-            Arc::new(move || {
-                let (state, changed) = &*signal;
-                state.lock().unwrap_or_else(PoisonError::into_inner).pending = true;
-                changed.notify_one();
-            })
-        };
-        Ok((
-            CondWait {
-                native,
-                signal,
-                thread: Some(thread),
-            },
-            hook,
-        ))
+            .map_err(|e| no("thread", e))?;
+        Ok(CondWait {
+            native,
+            signals,
+            thread: Some(thread),
+        })
+    }
+
+    /// The object changed: the condition is broadcast.
+    pub(crate) fn changed(&self) {
+        self.signals.ring(|s| s.pending = true);
+    }
+
+    /// What an event queue calls for each change ([`uet_driver::EventQueue::on_change`]):
+    /// [`CondWait::changed`].
+    pub(crate) fn hook(&self) -> ChangeHook {
+        let signals = Arc::clone(&self.signals);
+        Arc::new(move || signals.ring(|s| s.pending = true))
+    }
+
+    /// `fi_trywait` succeeded: the condition is broadcast once the watched set polls
+    /// readable. Called under the application's mutex: it only rings the thread.
+    pub(crate) fn arm(&self) {
+        self.signals.ring(|s| s.armed = true);
     }
 
     /// What `fi_control(FI_GETWAIT)` gives.
@@ -374,9 +462,7 @@ impl CondWait {
 
 impl Drop for CondWait {
     fn drop(&mut self) {
-        let (state, changed) = &*self.signal;
-        state.lock().unwrap_or_else(PoisonError::into_inner).stop = true;
-        changed.notify_one();
+        self.signals.ring(|s| s.stop = true);
         if let Some(t) = self.thread.take() {
             if t.join().is_err() {
                 tracing::error!("the FI_WAIT_MUTEX_COND thread panicked");
@@ -385,55 +471,89 @@ impl Drop for CondWait {
     }
 }
 
-/// The thread of a [`CondWait`]: for each change reported, the condition broadcast under
-/// the mutex, so that an application that looked at the queue under the mutex before the
-/// change, and found nothing, is asleep on the condition by then and wakes. Waits for the
-/// mutex in steps, so that a close while the application holds it ends the thread.
-fn broadcast_changes(native: &NativeCond, signal: &SignalState) {
-    const STEP_NS: libc::c_long = 10_000_000;
-    let (state, changed) = signal;
-    let stopped = || state.lock().unwrap_or_else(PoisonError::into_inner).stop;
+/// The longest the thread of a [`CondWait`] sleeps without looking at its state: its bell
+/// wakes it for every change, so this only bounds a sleep a signal delivered to the thread
+/// cut short.
+const COND_SLEEP: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The thread of a [`CondWait`]: for each change reported, and for the watched set polling
+/// readable after an [`CondWait::arm`], the condition broadcast under the mutex, so that an
+/// application that looked at the object under the mutex before the change, and found
+/// nothing, is asleep on the condition by then and wakes. A broadcast answers every arm made
+/// before it (the application it wakes arms again before it sleeps again), so a set that
+/// stays readable until the next `fi_trywait` is broadcast for once.
+fn broadcast_changes(native: &NativeCond, signals: &Signals, watch: Option<&OwnedFd>) {
     loop {
-        {
-            let mut s = state.lock().unwrap_or_else(PoisonError::into_inner);
-            while !s.pending && !s.stop {
-                s = changed.wait(s).unwrap_or_else(PoisonError::into_inner);
-            }
+        let armed = {
+            let mut s = signals.lock();
             if s.stop {
                 return;
             }
-            s.pending = false;
-        }
-        loop {
-            // SAFETY: a timespec for the clock's answer.
-            let mut until: libc::timespec = unsafe { core::mem::zeroed() };
-            // SAFETY: a valid clock and out pointer.
-            unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut until) };
-            until.tv_nsec += STEP_NS;
-            if until.tv_nsec >= 1_000_000_000 {
-                until.tv_sec += 1;
-                until.tv_nsec -= 1_000_000_000;
+            if s.pending {
+                s.pending = false;
+                s.armed = false;
+                None
+            } else {
+                Some(s.armed)
             }
-            // SAFETY: the queue's mutex, initialized and alive while `native` is.
-            let locked = unsafe { libc::pthread_mutex_timedlock(native.mutex.get(), &until) };
-            if locked == 0 {
-                // SAFETY: the queue's condition; the mutex is held by this thread and then
-                // released.
-                unsafe {
-                    libc::pthread_cond_broadcast(native.cond.get());
-                    libc::pthread_mutex_unlock(native.mutex.get());
-                }
-                break;
-            }
-            if locked != libc::ETIMEDOUT {
-                // The mutex is unusable (the application broke it): wake the sleepers anyway.
-                // SAFETY: the queue's condition.
-                unsafe { libc::pthread_cond_broadcast(native.cond.get()) };
-                break;
-            }
-            if stopped() {
+        };
+        let Some(armed) = armed else {
+            if !broadcast(native, signals) {
                 return;
             }
+            continue;
+        };
+        let mut fds = vec![signals.bell.as_raw_fd()];
+        if armed {
+            fds.extend(watch.map(AsRawFd::as_raw_fd));
+        }
+        let ready = crate::cq::poll_readable(&fds, COND_SLEEP);
+        if ready.first().copied().unwrap_or(false) {
+            // EAGAIN when another look took it: unreadable either way.
+            let _ = signals.bell.read();
+        }
+        if ready.get(1).copied().unwrap_or(false) {
+            let mut s = signals.lock();
+            if s.armed {
+                s.pending = true;
+            }
+        }
+    }
+}
+
+/// Broadcast the condition under the mutex. Waits for the mutex in steps, so that a close
+/// while the application holds it ends the thread: `false` then.
+fn broadcast(native: &NativeCond, signals: &Signals) -> bool {
+    const STEP_NS: libc::c_long = 10_000_000;
+    loop {
+        // SAFETY: a timespec for the clock's answer.
+        let mut until: libc::timespec = unsafe { core::mem::zeroed() };
+        // SAFETY: a valid clock and out pointer.
+        unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut until) };
+        until.tv_nsec += STEP_NS;
+        if until.tv_nsec >= 1_000_000_000 {
+            until.tv_sec += 1;
+            until.tv_nsec -= 1_000_000_000;
+        }
+        // SAFETY: the object's mutex, initialized and alive while `native` is.
+        let locked = unsafe { libc::pthread_mutex_timedlock(native.mutex.get(), &until) };
+        if locked == 0 {
+            // SAFETY: the object's condition; the mutex is held by this thread and then
+            // released.
+            unsafe {
+                libc::pthread_cond_broadcast(native.cond.get());
+                libc::pthread_mutex_unlock(native.mutex.get());
+            }
+            return true;
+        }
+        if locked != libc::ETIMEDOUT {
+            // The mutex is unusable (the application broke it): wake the sleepers anyway.
+            // SAFETY: the object's condition.
+            unsafe { libc::pthread_cond_broadcast(native.cond.get()) };
+            return true;
+        }
+        if signals.lock().stop {
+            return false;
         }
     }
 }

@@ -7874,6 +7874,139 @@ fn an_fi_wait_mutex_cond_eq_gives_a_mutex_and_condition_an_event_signals() {
     unsafe { close_all(&[av_fid, eq_fid, &mut (*plain).fid]) };
 }
 
+/// `fi_control(FI_GETWAIT)` of an `FI_WAIT_MUTEX_COND` object: its mutex and condition.
+fn mutex_cond_of(fid: *mut Fid) -> FiMutexCond {
+    let mut mc = FiMutexCond {
+        mutex: null_mut(),
+        cond: null_mut(),
+    };
+    // SAFETY: an open object of the provider; a struct fi_mutex_cond for the answer.
+    let ret = unsafe { ((*(*fid).ops).control)(fid, FI_GETWAIT, (&raw mut mc).cast()) };
+    assert_eq!(
+        ret, 0,
+        "fi_control(FI_GETWAIT) of an FI_WAIT_MUTEX_COND object"
+    );
+    assert!(!mc.mutex.is_null() && !mc.cond.is_null());
+    mc
+}
+
+/// What an application asleep on an `FI_WAIT_MUTEX_COND` object saw last ([`sleep_on_cond`]).
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum CondSaw {
+    /// Nothing yet: its first look.
+    First,
+    /// It woke from the condition.
+    Woken,
+    /// `fi_trywait` said to read first.
+    TryAgain,
+}
+
+/// An application asleep on the condition of `fid` as fi_cq(3) and fi_cntr(3) say: under the
+/// mutex, it `look`s at the object (told what it saw last) until that gives something,
+/// calling `fi_trywait` each time it gives nothing and waiting on the condition when that
+/// gives 0. `None` when a wait ran out: 5 s, a bound only so that a sleep without end fails.
+fn sleep_on_cond<T>(
+    fabric: *mut FidFabric,
+    fid: *mut Fid,
+    mc: &FiMutexCond,
+    mut look: impl FnMut(CondSaw) -> Option<T>,
+) -> Option<T> {
+    // SAFETY: a timespec for the clock's answer.
+    let mut until: libc::timespec = unsafe { core::mem::zeroed() };
+    // SAFETY: a valid clock and out pointer.
+    let clock = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut until) };
+    assert_eq!(clock, 0);
+    until.tv_sec += 5;
+    // SAFETY: the object's mutex, from FI_GETWAIT.
+    assert_eq!(unsafe { libc::pthread_mutex_lock(mc.mutex) }, 0);
+    let mut saw = CondSaw::First;
+    let got = loop {
+        if let Some(got) = look(saw) {
+            break Some(got);
+        }
+        match trywait_on(fabric, &[fid]) {
+            0 => {
+                // SAFETY: the object's condition and mutex, the mutex held.
+                match unsafe { libc::pthread_cond_timedwait(mc.cond, mc.mutex, &until) } {
+                    libc::ETIMEDOUT => break None,
+                    r => assert_eq!(r, 0, "pthread_cond_timedwait"),
+                }
+                saw = CondSaw::Woken;
+            }
+            r => {
+                assert_eq!(r, ineg(FiErrno::FI_EAGAIN), "fi_trywait");
+                saw = CondSaw::TryAgain;
+            }
+        }
+    };
+    // SAFETY: held by this thread.
+    assert_eq!(unsafe { libc::pthread_mutex_unlock(mc.mutex) }, 0);
+    got
+}
+
+/// fi_cq(3): `fi_control(FI_GETWAIT)` of a CQ opened with `FI_WAIT_MUTEX_COND` gives its
+/// `struct fi_mutex_cond`. An application that reads the CQ under the mutex and, once
+/// `fi_trywait` says it may, sleeps on the condition is woken, well before its own timeout,
+/// by a message the peer sends it, and by an `fi_cq_signal` of another thread.
+#[test]
+fn an_fi_wait_mutex_cond_cq_gives_a_mutex_and_condition_a_completion_signals() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+    let pair = Pair::with_wait_obj(FI_WAIT_MUTEX_COND);
+    let fabric = pair._open.fabric;
+    let cq = pair.p[1].cq;
+    // SAFETY: an open CQ; only the field's address is taken.
+    let fid = unsafe { &raw mut (*cq).fid };
+    let mc = mutex_cond_of(fid);
+    assert_eq!(control_int(fid, FI_GETWAITOBJ), (0, FI_WAIT_MUTEX_COND));
+    let mut rbufs = [[0u8; 8]; 3];
+    // Rounds 0 to 2: a message from the peer; round 3: fi_cq_signal.
+    for round in 0..4usize {
+        if let Some(rbuf) = rbufs.get_mut(round) {
+            // SAFETY: the buffer outlives its completion, read below.
+            assert_eq!(unsafe { pair.post_recv(1, rbuf, round + 1) }, 0);
+        }
+        let (ep, to, cq_s) = (Shared(pair.p[0].ep), pair.p[1].addr, Shared(cq));
+        let sent = std::sync::Arc::new(AtomicBool::new(false));
+        let other = std::thread::spawn({
+            let sent = std::sync::Arc::clone(&sent);
+            move || {
+                std::thread::sleep(Duration::from_millis(50));
+                sent.store(true, Ordering::SeqCst);
+                if round < 3 {
+                    return send_to(ep.get(), b"wake", to, 0);
+                }
+                let cq = cq_s.get();
+                // SAFETY: an open CQ with a wait object.
+                unsafe { ((*(*cq).ops).signal)(cq) as isize }
+            }
+        });
+        let start = Instant::now();
+        let got = sleep_on_cond(fabric, fid, &mc, |saw| {
+            if round == 3 {
+                // The signal leaves nothing to read: it is seen as a wakeup, or as fi_trywait
+                // saying to read.
+                return (saw != CondSaw::First && sent.load(Ordering::SeqCst)).then_some(0);
+            }
+            match pair.read(1) {
+                Ok(e) => Some(e.op_context as usize),
+                Err(e) => {
+                    assert_eq!(e, neg(FiErrno::FI_EAGAIN), "round {round}: fi_cq_read");
+                    None
+                }
+            }
+        });
+        let want = if round < 3 { round + 1 } else { 0 };
+        assert_eq!(got, Some(want), "round {round}");
+        assert!(
+            start.elapsed() < Duration::from_secs(4),
+            "round {round}: woken only by the timeout"
+        );
+        assert_eq!(other.join().unwrap(), 0, "round {round}");
+    }
+    assert_eq!(&rbufs.map(|b| b[0]), b"www");
+}
+
 /// The descriptors open in this process.
 fn open_descriptors() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
@@ -9039,4 +9172,148 @@ fn an_application_asleep_on_a_descriptor_wakes_when_the_nic_stops() {
     assert_eq!(trywait_on(fabric, &[cntr]), eio, "the counter");
     // Its endpoints, CQs and counter are left to the process's end: the NIC answers nothing.
     std::mem::forget(pair);
+}
+
+/// Under `mutex`, `fi_trywait` of `fid` (0: its NIC runs), `asleep`, and the wait on `cond`
+/// until `fi_trywait` says the NIC stopped (`-FI_EIO`): true then, false when a wait ran out
+/// (10 s, a bound only so that a sleep without end fails).
+fn sleep_on_cond_until_eio(
+    fabric: *mut FidFabric,
+    fid: *mut Fid,
+    mutex: *mut libc::pthread_mutex_t,
+    cond: *mut libc::pthread_cond_t,
+    asleep: impl FnOnce(),
+) -> bool {
+    // SAFETY: a timespec for the clock's answer.
+    let mut until: libc::timespec = unsafe { core::mem::zeroed() };
+    // SAFETY: a valid clock and out pointer.
+    let clock = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut until) };
+    assert_eq!(clock, 0);
+    until.tv_sec += 10;
+    // SAFETY: the object's mutex, from FI_GETWAIT.
+    assert_eq!(unsafe { libc::pthread_mutex_lock(mutex) }, 0);
+    assert_eq!(trywait_on(fabric, &[fid]), 0, "a running NIC");
+    asleep();
+    let (again, eio) = (ineg(FiErrno::FI_EAGAIN), ineg(FiErrno::FI_EIO));
+    let woke = 'sleep: loop {
+        // SAFETY: the object's condition and mutex, the mutex held.
+        match unsafe { libc::pthread_cond_timedwait(cond, mutex, &until) } {
+            libc::ETIMEDOUT => break false,
+            r => assert_eq!(r, 0, "pthread_cond_timedwait"),
+        }
+        // Nothing comes to read: fi_trywait says to sleep again, or why not.
+        for _ in 0..100 {
+            match trywait_on(fabric, &[fid]) {
+                0 => continue 'sleep,
+                r if r == again => {}
+                r => {
+                    assert_eq!(r, eio, "fi_trywait");
+                    break 'sleep true;
+                }
+            }
+        }
+        panic!("fi_trywait kept saying to read");
+    };
+    // SAFETY: held by this thread.
+    assert_eq!(unsafe { libc::pthread_mutex_unlock(mutex) }, 0);
+    woke
+}
+
+/// An application asleep on the condition of an `FI_WAIT_MUTEX_COND` CQ when its NIC stops
+/// — here its function is reset — is woken, as one asleep on a descriptor is, and
+/// `fi_trywait` then says why (`-FI_EIO`). (The test resets the process's NIC: it runs in a
+/// process of its own.)
+#[test]
+fn an_application_asleep_on_a_condition_wakes_when_the_nic_stops() {
+    if !common::in_own_process("an_application_asleep_on_a_condition_wakes_when_the_nic_stops") {
+        return;
+    }
+    use uet_regs::RegisterAccess;
+    let pair = Pair::with_counters(0, FI_WAIT_MUTEX_COND, |_| {}, 1, [&[(0, FI_RECV)], &[]]);
+    let fabric = Shared(pair._open.fabric);
+    // SAFETY: an open CQ; only the field's address is taken.
+    let objects = [(unsafe { &raw mut (*pair.p[0].cq).fid }, "the CQ")];
+    let (asleep_tx, asleep) = std::sync::mpsc::channel();
+    let sleepers: Vec<_> = objects
+        .iter()
+        .map(|&(fid, what)| {
+            let mc = mutex_cond_of(fid);
+            let (fid, mutex, cond) = (Shared(fid), Shared(mc.mutex), Shared(mc.cond));
+            let tx = asleep_tx.clone();
+            let sleeper = std::thread::spawn(move || {
+                sleep_on_cond_until_eio(fabric.get(), fid.get(), mutex.get(), cond.get(), || {
+                    tx.send(()).unwrap()
+                })
+            });
+            (sleeper, what)
+        })
+        .collect();
+    for _ in &sleepers {
+        asleep
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("fi_trywait under the mutex");
+    }
+    // Each lets go of its mutex only as it sleeps on the condition.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let nic = uet_fi::device::nic().expect("the NIC");
+    nic.bar0().write(
+        uet_regs::FUNCTION_RESET,
+        uet_regs::FunctionReset::new().with_reset(true),
+    );
+    for (sleeper, what) in sleepers {
+        assert!(sleeper.join().unwrap(), "{what}: woken only by the timeout");
+    }
+    // Its endpoints, CQs and counter are left to the process's end: the NIC answers nothing.
+    std::mem::forget(pair);
+}
+
+/// The threads of this process.
+fn process_threads() -> usize {
+    std::fs::read_dir("/proc/self/task").unwrap().count()
+}
+
+/// Closing `FI_WAIT_MUTEX_COND` CQs ends their signaling threads and closes their
+/// descriptors, whether `fi_trywait` armed them or not: opening and closing many leaks
+/// neither. (Counted over the whole process: the test runs in a process of its own.)
+#[test]
+fn closing_fi_wait_mutex_cond_objects_leaks_no_descriptor_or_thread() {
+    if !common::in_own_process("closing_fi_wait_mutex_cond_objects_leaks_no_descriptor_or_thread") {
+        return;
+    }
+    let open = Open::new(FI_MSG, FI_FORMAT_UNSPEC);
+    let (descriptors, threads) = (open_descriptors(), process_threads());
+    let mut fids = Vec::new();
+    for _ in 0..16 {
+        let cq = open.cq_open(FI_CQ_FORMAT_CONTEXT, FI_WAIT_MUTEX_COND);
+        // SAFETY: an open CQ; only the field's address is taken.
+        fids.push(unsafe { &raw mut (*cq).fid });
+    }
+    assert_eq!(
+        process_threads(),
+        threads + fids.len(),
+        "a signaling thread per object"
+    );
+    assert_eq!(
+        open_descriptors(),
+        descriptors + 5 * fids.len(),
+        "per object: its eventfd, its kick, its epoll set, the thread's descriptor of that set \
+         and the thread's bell"
+    );
+    for (i, &fid) in fids.iter().enumerate() {
+        if i % 2 == 0 {
+            assert_eq!(trywait_on(open.fabric, &[fid]), 0);
+        }
+        // SAFETY: ours, open, closed once.
+        assert_eq!(unsafe { close(fid) }, 0);
+    }
+    assert_eq!(
+        process_threads(),
+        threads,
+        "a closed object's thread runs on"
+    );
+    assert_eq!(
+        open_descriptors(),
+        descriptors,
+        "a closed object's descriptors stayed open"
+    );
 }
