@@ -52,12 +52,29 @@
 //!   `-FI_EAGAIN` when the counter changed since the last `fi_trywait` (read it first), and
 //!   while an endpoint of the counter has no vector (read rather than sleep); `-FI_EIO` once
 //!   the NIC of an endpoint of the counter stopped, which raises nothing more.
+//! * `FI_WAIT_MUTEX_COND`: `fi_control(FI_GETWAIT)` writes the counter's `struct
+//!   fi_mutex_cond` (a pthread mutex and condition it owns) at `arg`. The application reads
+//!   the counter and calls `fi_trywait` under the mutex, and sleeps on the condition when
+//!   `fi_trywait` gives 0, as it would on the descriptor of an `FI_WAIT_FD` counter, which it
+//!   has but does not see: `fi_trywait` answers as for one, and arms the same epoll set. As
+//!   for a CQ ([`crate::cq`]), a thread of the counter's own ([`crate::wait::CondWait`])
+//!   sleeps on that set after each successful `fi_trywait`, and broadcasts the condition
+//!   under the mutex when it polls readable: a completion lands on a bound endpoint, another
+//!   thread's read counts one here (successful or in error), a value is added or set, an
+//!   endpoint is enabled, or the NIC stops. `fi_cntr_add`, `fi_cntr_set`, `fi_cntr_adderr`
+//!   and `fi_cntr_seterr` broadcast it at once too, as do a count made while a waiter sleeps
+//!   and an endpoint enabled. The broadcast waits for the mutex, which the application lets
+//!   go only as it sleeps, so a count made between its read and its sleep wakes it; no
+//!   thread that counts waits for the mutex, and a count takes nothing more while no one
+//!   waits.
 //! * `fi_control`: `FI_GETWAITOBJ` gives the counter's wait object, `FI_GETWAIT` the
-//!   descriptor of an `FI_WAIT_FD` counter; both are `-FI_ENODATA` for a wait object the
-//!   counter does not have (`FI_GETWAIT` of any other, either of `FI_WAIT_NONE`), as for a CQ.
+//!   descriptor of an `FI_WAIT_FD` counter or the mutex and condition of an
+//!   `FI_WAIT_MUTEX_COND` one; both are `-FI_ENODATA` for a wait object the counter does not
+//!   have (`FI_GETWAIT` of any other, either of `FI_WAIT_NONE`), as for a CQ.
 //! * `fi_close`: `-FI_EBUSY` while endpoints are bound to it (they unbind when they close), or
 //!   while a thread waits in `fi_cntr_wait`. An `FI_WAIT_FD` counter's descriptors are
-//!   closed.
+//!   closed; an `FI_WAIT_MUTEX_COND` counter's thread ends, and its mutex and condition are
+//!   destroyed.
 //!
 //! Counters of RMA (`FI_READ`, `FI_WRITE`, `FI_REMOTE_READ`, `FI_REMOTE_WRITE`) are not
 //! served, as RMA is not: binding with those flags is `-FI_EBADFLAGS`.
@@ -67,7 +84,7 @@ use crate::cq::{
     after_sleep, poll_readable, stopped, FdWait, StatusLook, SREAD_SLEEP_MAX, WAIT_RECHECK,
 };
 use crate::ep::{Arm, EpShared};
-use crate::wait::{Parked, Sleepers};
+use crate::wait::{CondWait, Parked, Sleepers, WaitHandle, Waits};
 use crate::{entry, null, object_ref, unsupported};
 use core::ffi::{c_int, c_void};
 use std::os::fd::{AsRawFd, RawFd};
@@ -78,8 +95,9 @@ use uet_av::{FiErrno, FiError};
 use vmm_sys_util::eventfd::EventFd;
 
 /// Most counters a domain holds open (`domain_attr->cntr_cnt`). A counter is a host object
-/// (two atomics and an eventfd, and for `FI_WAIT_FD` another eventfd and an epoll set), not a
-/// NIC resource: the bound keeps a runaway application from exhausting the process's
+/// (two atomics and an eventfd, for `FI_WAIT_FD` another eventfd and an epoll set, and for
+/// `FI_WAIT_MUTEX_COND` those, a pthread mutex and condition, and a thread), not a NIC
+/// resource: the bound keeps a runaway application from exhausting the process's
 /// descriptors.
 pub const CNTR_CNT: usize = 1024;
 
@@ -114,9 +132,14 @@ pub struct UetCntr {
     wait_obj: c_int,
     /// `FI_WAIT_FD`: the descriptor `fi_control(FI_GETWAIT)` gives, an epoll set of `wake`,
     /// the `kick` of `parked` and the vectors of the endpoints `fi_trywait` armed.
+    /// `FI_WAIT_MUTEX_COND`: the same set, which `cond_wait` watches.
     fd_wait: Option<FdWait>,
-    /// `FI_WAIT_FD`: the counter changed since the last `fi_trywait`, which then says to
-    /// read it rather than sleep.
+    /// `FI_WAIT_MUTEX_COND`: the mutex and condition `fi_control(FI_GETWAIT)` gives, and the
+    /// thread that broadcasts the condition for every change and, after `fi_trywait`, once
+    /// `fd_wait` polls readable.
+    cond_wait: Option<CondWait>,
+    /// `FI_WAIT_FD`, `FI_WAIT_MUTEX_COND`: the counter changed since the last `fi_trywait`,
+    /// which then says to read it rather than sleep.
     changed: AtomicBool,
     /// The count of its domain's open counters, which it is on until it closes.
     domain_cntrs: Arc<AtomicUsize>,
@@ -171,22 +194,24 @@ impl UetCntr {
         self.wake_sleepers();
     }
 
-    /// Whether it was opened with `FI_WAIT_FD`.
-    pub(crate) fn has_wait_fd(&self) -> bool {
+    /// Whether the application may sleep on its wait object after `fi_trywait`: opened with
+    /// `FI_WAIT_FD` or `FI_WAIT_MUTEX_COND`.
+    pub(crate) fn has_native_wait(&self) -> bool {
         self.fd_wait.is_some()
     }
 
     /// `fi_trywait` of this counter: `Ok` when the application may sleep on its `FI_WAIT_FD`
     /// descriptor, which then polls readable when the counter may have changed (a completion
     /// lands on a bound endpoint, a count or an `fi_cntr_add`/`set` is made by another
-    /// thread). The rings are drained first. `FI_EAGAIN` when the counter changed since the
+    /// thread), or on its `FI_WAIT_MUTEX_COND` condition, which is then broadcast for the
+    /// same. The rings are drained first. `FI_EAGAIN` when the counter changed since the
     /// last `fi_trywait` (the application reads it first), or when an endpoint has no vector,
     /// so that sleeping could miss its completions. `FI_EIO` once the NIC of an endpoint
     /// stopped, as for `fi_cntr_wait`.
     pub(crate) fn trywait(&self, call: &str) -> Result<(), FiError> {
         let (Some(fd_wait), Some(wake)) = (&self.fd_wait, &self.wake) else {
             return Err(FiError::inval(format!(
-                "{call}: the counter was not opened with FI_WAIT_FD"
+                "{call}: the counter was not opened with FI_WAIT_FD or FI_WAIT_MUTEX_COND"
             )));
         };
         let again = |why: &str| FiError::new(FiErrno::FI_EAGAIN, format!("{call}: {why}"));
@@ -234,6 +259,10 @@ impl UetCntr {
         // The NIC that stops after the look above makes the descriptor readable too.
         let endpoints = Arc::clone(&self.lock());
         self.parked.kick_when_stopped(&endpoints);
+        // Last: whatever makes the set readable from here on is broadcast.
+        if let Some(cond_wait) = &self.cond_wait {
+            cond_wait.arm();
+        }
         Ok(())
     }
 
@@ -245,11 +274,15 @@ impl UetCntr {
     }
 
     /// Make `wake` readable: the threads in `fi_cntr_wait` look at the values again and arm
-    /// the endpoints (one enabled since they armed them, too).
+    /// the endpoints (one enabled since they armed them, too), an `FI_WAIT_FD` descriptor
+    /// polls readable, and an `FI_WAIT_MUTEX_COND` condition is broadcast.
     pub(crate) fn wake_waiters(&self) {
         if let Some(wake) = &self.wake {
             // Cannot fail short of the eventfd's overflow, 2^64 - 2 wakes unread.
             let _ = wake.write(1);
+        }
+        if let Some(cond_wait) = &self.cond_wait {
+            cond_wait.changed();
         }
     }
 
@@ -443,17 +476,12 @@ pub(crate) unsafe extern "C" fn domain_cntr_open(
                 )))
             }
         }
-        // A counter serves FI_WAIT_MUTEX_COND as FI_WAIT_UNSPEC: no mutex, no condition.
-        let served = match wait_obj {
-            FI_WAIT_MUTEX_COND => FI_WAIT_UNSPEC,
-            other => other,
-        };
-        let crate::wait::Waits {
+        let Waits {
             wake,
             fd_wait,
             parked,
-            ..
-        } = crate::wait::open_waits(CALL, "counters", served)?;
+            cond_wait,
+        } = crate::wait::open_waits(CALL, "counters", wait_obj)?;
         if flags != 0 {
             return Err(FiError::badflags(format!("{CALL}: flags {flags:#x}")));
         }
@@ -488,6 +516,7 @@ pub(crate) unsafe extern "C" fn domain_cntr_open(
             wake,
             wait_obj,
             fd_wait,
+            cond_wait,
             changed: AtomicBool::new(false),
             domain_cntrs,
             fabric: d.fabric_tag(),
@@ -499,7 +528,8 @@ pub(crate) unsafe extern "C" fn domain_cntr_open(
 }
 
 /// `fi_control` of a counter: `FI_GETWAIT` (an `FI_WAIT_FD` counter's descriptor, into the
-/// `int` at `arg`) and `FI_GETWAITOBJ` (the counter's `enum fi_wait_obj`), as a CQ answers
+/// `int` at `arg`; an `FI_WAIT_MUTEX_COND` counter's `struct fi_mutex_cond`, into the one
+/// at `arg`) and `FI_GETWAITOBJ` (the counter's `enum fi_wait_obj`), as a CQ answers
 /// them ([`crate::cq`]): `-FI_ENODATA` for a wait object the counter does not have,
 /// `-FI_ENOSYS` for other commands.
 unsafe extern "C" fn cntr_control(fid: *mut Fid, command: c_int, arg: *mut c_void) -> c_int {
@@ -507,13 +537,13 @@ unsafe extern "C" fn cntr_control(fid: *mut Fid, command: c_int, arg: *mut c_voi
     entry(CALL, || {
         // SAFETY: called through the fid's own ops.
         let c = unsafe { cntr_ref(fid, CALL) }?;
-        let fd = c
-            .fd_wait
-            .as_ref()
-            .map(|w| crate::wait::WaitHandle::Fd(w.fd()));
+        let handle = match (&c.cond_wait, &c.fd_wait) {
+            (Some(w), _) => Some(WaitHandle::MutexCond(w.pair())),
+            (None, w) => w.as_ref().map(|w| WaitHandle::Fd(w.fd())),
+        };
         let waitable = c.wait_obj != FI_WAIT_NONE;
         // SAFETY: `arg` as libfabric passes it.
-        unsafe { crate::wait::control(CALL, "counter", c.wait_obj, waitable, fd, command, arg) }
+        unsafe { crate::wait::control(CALL, "counter", c.wait_obj, waitable, handle, command, arg) }
     })
 }
 
@@ -572,13 +602,17 @@ unsafe extern "C" fn cntr_readerr(cntr: *mut FidCntr) -> u64 {
     })
 }
 
-/// `fi_cntr_add` and the others that change a value: `f` gets the counter.
+/// `fi_cntr_add` and the others that change a value: `f` gets the counter. An
+/// `FI_WAIT_MUTEX_COND` condition is broadcast, whether or not a waiter armed.
 fn change(call: &str, cntr: *mut FidCntr, f: impl FnOnce(&UetCntr)) -> c_int {
     entry(call, || {
         // SAFETY: the application's counter pointer.
         let c = unsafe { cntr_ref(cntr.cast(), call) }?;
         f(c);
         c.changed();
+        if let Some(cond_wait) = &c.cond_wait {
+            cond_wait.changed();
+        }
         Ok(0)
     })
 }

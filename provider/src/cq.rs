@@ -679,8 +679,8 @@ enum Waitable<'a> {
 
 impl Waitable<'_> {
     /// The provider's object behind `fid`, when it has a wait object the application sleeps
-    /// on itself (`FI_WAIT_FD`; a CQ's or EQ's `FI_WAIT_MUTEX_COND`) and was opened under
-    /// `fabric`; `FI_EINVAL` otherwise.
+    /// on itself (`FI_WAIT_FD`, `FI_WAIT_MUTEX_COND`) and was opened under `fabric`;
+    /// `FI_EINVAL` otherwise.
     ///
     /// # Safety
     /// `fid` is NULL or a live libfabric object.
@@ -698,7 +698,7 @@ impl Waitable<'_> {
             FI_CLASS_CNTR => {
                 // SAFETY: the caller's promise (checked by class and table).
                 let c = unsafe { crate::cntr::cntr_ref(fid, call) }?;
-                (Waitable::Cntr(c), c.has_wait_fd(), fabric.is(&c.fabric))
+                (Waitable::Cntr(c), c.has_native_wait(), fabric.is(&c.fabric))
             }
             _ => {
                 // SAFETY: the caller's promise (checked by class and table).
@@ -717,7 +717,7 @@ impl Waitable<'_> {
         if !wait_obj {
             return Err(FiError::inval(format!(
                 "{call}: an object without a descriptor (fi_trywait takes CQs, EQs and counters \
-                 opened with FI_WAIT_FD, and CQs and EQs opened with FI_WAIT_MUTEX_COND)"
+                 opened with FI_WAIT_FD or FI_WAIT_MUTEX_COND)"
             )));
         }
         Ok(w)
@@ -733,11 +733,10 @@ impl Waitable<'_> {
 }
 
 /// `fi_trywait(fabric, fids, count)`: every fid must be one of the provider's CQs, EQs or
-/// counters opened with `FI_WAIT_FD` (or CQs and EQs opened with `FI_WAIT_MUTEX_COND`) under
-/// `fabric` (else `-FI_EINVAL`, nothing armed); `0` when the
-/// application may sleep on all their wait objects, `-FI_EAGAIN` when it must read one of
-/// them first ([`UetCq::trywait`], [`crate::eq::UetEq::trywait`],
-/// [`crate::cntr::UetCntr::trywait`]).
+/// counters opened with `FI_WAIT_FD` or `FI_WAIT_MUTEX_COND` under `fabric` (else
+/// `-FI_EINVAL`, nothing armed); `0` when the application may sleep on all their wait
+/// objects, `-FI_EAGAIN` when it must read one of them first ([`UetCq::trywait`],
+/// [`crate::eq::UetEq::trywait`], [`crate::cntr::UetCntr::trywait`]).
 pub(crate) unsafe extern "C" fn fabric_trywait(
     fabric: *mut FidFabric,
     fids: *mut *mut Fid,

@@ -1,7 +1,7 @@
 //! The waiters of one CQ or counter, and the wakeups they share; the pthread mutex and
-//! condition of an `FI_WAIT_MUTEX_COND` event queue or CQ, and the thread that signals them
-//! ([`CondWait`]); and `control`, the `fi_control` of the wait object of a CQ, counter or
-//! event queue.
+//! condition of an `FI_WAIT_MUTEX_COND` event queue, CQ or counter, and the thread that
+//! signals them ([`CondWait`]); and `control`, the `fi_control` of the wait object of a CQ,
+//! counter or event queue.
 //!
 //! A CQ or counter wakes its waiters through one eventfd of its own (`wake`), which the
 //! thread that queues a completion or makes a count writes once per sleep (one atomic on the
@@ -17,14 +17,15 @@
 //! An `FI_WAIT_MUTEX_COND` object owns a pthread mutex and condition the application sleeps
 //! on, and a thread that broadcasts the condition under the mutex ([`CondWait`]): whoever
 //! changes the object only rings that thread, and so never waits for the application's
-//! mutex. An event queue rings it for every change (its `on_change` hook). A CQ has the
-//! eventfds and epoll set of an `FI_WAIT_FD` one, which the application does not see:
-//! `fi_trywait` arms them as for a descriptor, then arms the thread, which sleeps on the set
-//! and broadcasts once it polls readable — when an application asleep on the descriptor
-//! would have woken; what writes `wake` (a completion queued while a waiter sleeps, a
-//! signal, an endpoint enabled) rings it at once too. The application reads the object and
-//! calls `fi_trywait` under the mutex, and a broadcast waits for the mutex, which it lets go
-//! only as it sleeps: what comes between its read and its sleep wakes it.
+//! mutex. An event queue rings it for every change (its `on_change` hook). A CQ or counter
+//! has the eventfds and epoll set of an `FI_WAIT_FD` one, which the application does not
+//! see: `fi_trywait` arms them as for a descriptor, then arms the thread, which sleeps on the
+//! set and broadcasts once it polls readable — when an application asleep on the descriptor
+//! would have woken. What writes `wake` (a completion queued or a count made while a waiter
+//! sleeps, a signal, an endpoint enabled), and a counter's `fi_cntr_add` and the like, ring
+//! it at once too. The application reads the object and calls `fi_trywait` under the mutex,
+//! and a broadcast waits for the mutex, which the application lets go only as it sleeps:
+//! what comes between its read and its sleep wakes it.
 
 use crate::abi::{
     FiMutexCond, FI_GETWAIT, FI_GETWAITOBJ, FI_WAIT_FD, FI_WAIT_MUTEX_COND, FI_WAIT_NONE,

@@ -8007,6 +8007,60 @@ fn an_fi_wait_mutex_cond_cq_gives_a_mutex_and_condition_a_completion_signals() {
     assert_eq!(&rbufs.map(|b| b[0]), b"www");
 }
 
+/// fi_cntr(3): `fi_control(FI_GETWAIT)` of a counter opened with `FI_WAIT_MUTEX_COND` gives
+/// its `struct fi_mutex_cond`. An application that reads the counter under the mutex and,
+/// once `fi_trywait` says it may, sleeps on the condition is woken, well before its own
+/// timeout, by a receive completing on the bound endpoint (which the counter counts), and by
+/// an `fi_cntr_add` and an `fi_cntr_adderr` of another thread.
+#[test]
+fn an_fi_wait_mutex_cond_counter_gives_a_mutex_and_condition_a_count_signals() {
+    use std::time::{Duration, Instant};
+    let pair = Pair::with_counters(0, FI_WAIT_MUTEX_COND, |_| {}, 1, [&[], &[(0, FI_RECV)]]);
+    let rx = pair.cntrs[0];
+    let fabric = pair._open.fabric;
+    // SAFETY: an open counter; only the field's address is taken.
+    let fid = unsafe { &raw mut (*rx).fid };
+    let mc = mutex_cond_of(fid);
+    assert_eq!(control_int(fid, FI_GETWAITOBJ), (0, FI_WAIT_MUTEX_COND));
+    let mut rbufs = [[0u8; 8]; 3];
+    // Rounds 0 to 2: a receive counted; round 3: fi_cntr_add; round 4: fi_cntr_adderr.
+    for round in 0..5usize {
+        if let Some(rbuf) = rbufs.get_mut(round) {
+            // SAFETY: the buffer outlives its completion, counted below.
+            assert_eq!(unsafe { pair.post_recv(1, rbuf, round + 1) }, 0);
+        }
+        let (ep, to, c) = (Shared(pair.p[0].ep), pair.p[1].addr, Shared(rx));
+        let other = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            let c = c.get();
+            match round {
+                0..=2 => send_to(ep.get(), b"counted", to, 0),
+                // SAFETY: an open counter.
+                3 => unsafe { (cntr_ops(c).add)(c, 10) as isize },
+                // SAFETY: an open counter.
+                _ => unsafe { (cntr_ops(c).adderr)(c, 1) as isize },
+            }
+        });
+        let want = match round {
+            0..=2 => (round as u64 + 1, 0),
+            3 => (13, 0),
+            _ => (13, 1),
+        };
+        let start = Instant::now();
+        let got = sleep_on_cond(fabric, fid, &mc, |_| {
+            let now = (cntr_read(rx), cntr_readerr(rx));
+            (now == want).then_some(now)
+        });
+        assert_eq!(got, Some(want), "round {round}");
+        assert!(
+            start.elapsed() < Duration::from_secs(4),
+            "round {round}: woken only by the timeout"
+        );
+        assert_eq!(other.join().unwrap(), 0, "round {round}");
+    }
+    assert_eq!(&rbufs.map(|b| b[0]), b"ccc");
+}
+
 /// The descriptors open in this process.
 fn open_descriptors() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
@@ -8315,23 +8369,20 @@ fn an_fi_wait_fd_counter_gives_a_descriptor_readable_when_the_counter_may_have_c
     // Other wait objects: no descriptor; fi_trywait refuses them.
     let open = &pair._open;
     let enodata = ineg(FiErrno::FI_ENODATA);
-    let mutex = open.cntr_open(FI_WAIT_MUTEX_COND).unwrap();
+    let unspec = open.cntr_open(FI_WAIT_UNSPEC).unwrap();
     let none = open.cntr_open(FI_WAIT_NONE).unwrap();
     // SAFETY: open counters; only the fields' addresses are taken.
-    let (mutex_fid, none_fid) = unsafe { (&raw mut (*mutex).fid, &raw mut (*none).fid) };
-    assert_eq!(control_int(mutex_fid, FI_GETWAIT).0, enodata);
-    assert_eq!(
-        control_int(mutex_fid, FI_GETWAITOBJ),
-        (0, FI_WAIT_MUTEX_COND)
-    );
+    let (unspec_fid, none_fid) = unsafe { (&raw mut (*unspec).fid, &raw mut (*none).fid) };
+    assert_eq!(control_int(unspec_fid, FI_GETWAIT).0, enodata);
+    assert_eq!(control_int(unspec_fid, FI_GETWAITOBJ), (0, FI_WAIT_UNSPEC));
     assert_eq!(control_int(none_fid, FI_GETWAIT).0, enodata);
     assert_eq!(control_int(none_fid, FI_GETWAITOBJ).0, enodata);
     assert_eq!(control_int(fid, 1234).0, ineg(FiErrno::FI_ENOSYS));
     let inval = ineg(FiErrno::FI_EINVAL);
-    assert_eq!(trywait_on(fabric, &[mutex_fid]), inval);
+    assert_eq!(trywait_on(fabric, &[unspec_fid]), inval);
     assert_eq!(trywait_on(fabric, &[fid, none_fid]), inval);
     // SAFETY: ours, open, closed once.
-    unsafe { close_all(&[mutex_fid, none_fid]) };
+    unsafe { close_all(&[unspec_fid, none_fid]) };
 }
 
 /// Closing an `FI_WAIT_FD` counter closes its descriptors (its eventfds and epoll set):
@@ -9219,8 +9270,8 @@ fn sleep_on_cond_until_eio(
     woke
 }
 
-/// An application asleep on the condition of an `FI_WAIT_MUTEX_COND` CQ when its NIC stops
-/// — here its function is reset — is woken, as one asleep on a descriptor is, and
+/// An application asleep on the condition of an `FI_WAIT_MUTEX_COND` CQ or counter when its
+/// NIC stops — here its function is reset — is woken, as one asleep on a descriptor is, and
 /// `fi_trywait` then says why (`-FI_EIO`). (The test resets the process's NIC: it runs in a
 /// process of its own.)
 #[test]
@@ -9231,8 +9282,14 @@ fn an_application_asleep_on_a_condition_wakes_when_the_nic_stops() {
     use uet_regs::RegisterAccess;
     let pair = Pair::with_counters(0, FI_WAIT_MUTEX_COND, |_| {}, 1, [&[(0, FI_RECV)], &[]]);
     let fabric = Shared(pair._open.fabric);
-    // SAFETY: an open CQ; only the field's address is taken.
-    let objects = [(unsafe { &raw mut (*pair.p[0].cq).fid }, "the CQ")];
+    let (cq, cntr) = (pair.p[0].cq, pair.cntrs[0]);
+    // SAFETY: an open CQ and counter; only the fields' addresses are taken.
+    let objects = unsafe {
+        [
+            (&raw mut (*cq).fid, "the CQ"),
+            (&raw mut (*cntr).fid, "the counter"),
+        ]
+    };
     let (asleep_tx, asleep) = std::sync::mpsc::channel();
     let sleepers: Vec<_> = objects
         .iter()
@@ -9272,7 +9329,7 @@ fn process_threads() -> usize {
     std::fs::read_dir("/proc/self/task").unwrap().count()
 }
 
-/// Closing `FI_WAIT_MUTEX_COND` CQs ends their signaling threads and closes their
+/// Closing `FI_WAIT_MUTEX_COND` CQs and counters ends their signaling threads and closes their
 /// descriptors, whether `fi_trywait` armed them or not: opening and closing many leaks
 /// neither. (Counted over the whole process: the test runs in a process of its own.)
 #[test]
@@ -9287,6 +9344,9 @@ fn closing_fi_wait_mutex_cond_objects_leaks_no_descriptor_or_thread() {
         let cq = open.cq_open(FI_CQ_FORMAT_CONTEXT, FI_WAIT_MUTEX_COND);
         // SAFETY: an open CQ; only the field's address is taken.
         fids.push(unsafe { &raw mut (*cq).fid });
+        let cntr = open.cntr_open(FI_WAIT_MUTEX_COND).unwrap();
+        // SAFETY: an open counter; only the field's address is taken.
+        fids.push(unsafe { &raw mut (*cntr).fid });
     }
     assert_eq!(
         process_threads(),
