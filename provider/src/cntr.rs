@@ -57,8 +57,8 @@
 //!   the counter and calls `fi_trywait` under the mutex, and sleeps on the condition when
 //!   `fi_trywait` gives 0, as it would on the descriptor of an `FI_WAIT_FD` counter, which it
 //!   has but does not see: `fi_trywait` answers as for one, and arms the same epoll set. As
-//!   for a CQ ([`crate::cq`]), a thread of the counter's own ([`crate::wait::CondWait`])
-//!   sleeps on that set after each successful `fi_trywait`, and broadcasts the condition
+//!   for a CQ ([`crate::cq`]), a thread of the counter's own ([`crate::wait::CondWait`],
+//!   started by the first `FI_GETWAIT`) sleeps on that set after each successful `fi_trywait`, and broadcasts the condition
 //!   under the mutex when it polls readable: a completion lands on a bound endpoint, another
 //!   thread's read counts one here (successful or in error), a value is added or set, an
 //!   endpoint is enabled, or the NIC stops. `fi_cntr_add`, `fi_cntr_set`, `fi_cntr_adderr`
@@ -538,7 +538,7 @@ unsafe extern "C" fn cntr_control(fid: *mut Fid, command: c_int, arg: *mut c_voi
         // SAFETY: called through the fid's own ops.
         let c = unsafe { cntr_ref(fid, CALL) }?;
         let handle = match (&c.cond_wait, &c.fd_wait) {
-            (Some(w), _) => Some(WaitHandle::MutexCond(w.pair())),
+            (Some(w), _) => Some(WaitHandle::MutexCond(w.pair(CALL)?)),
             (None, w) => w.as_ref().map(|w| WaitHandle::Fd(w.fd())),
         };
         let waitable = c.wait_obj != FI_WAIT_NONE;

@@ -55,8 +55,8 @@
 //!   `FI_WAIT_MUTEX_COND`. The application reads the CQ and calls `fi_trywait` under the
 //!   mutex, and sleeps on the condition when `fi_trywait` gives 0, as it would on the
 //!   descriptor of an `FI_WAIT_FD` CQ, which it has but does not see: `fi_trywait` answers as
-//!   for one, and arms the same epoll set. A thread of the CQ's own ([`crate::wait::CondWait`])
-//!   sleeps on that set after each successful `fi_trywait`, and broadcasts the condition
+//!   for one, and arms the same epoll set. A thread of the CQ's own ([`crate::wait::CondWait`],
+//!   started by the first `FI_GETWAIT`) sleeps on that set after each successful `fi_trywait`, and broadcasts the condition
 //!   under the mutex when it polls readable: a completion lands (an endpoint's vector), a
 //!   completion is queued by another read, `fi_cq_signal` comes, an endpoint is enabled, or
 //!   the NIC stops ([`uet_driver::stop_watch`]). A completion queued while a waiter sleeps,
@@ -662,7 +662,7 @@ unsafe extern "C" fn cq_control(fid: *mut Fid, command: c_int, arg: *mut c_void)
         // SAFETY: called through the fid's own ops.
         let q = unsafe { cq_ref(fid, CALL) }?;
         let handle = match (&q.cond_wait, &q.fd_wait) {
-            (Some(w), _) => Some(WaitHandle::MutexCond(w.pair())),
+            (Some(w), _) => Some(WaitHandle::MutexCond(w.pair(CALL)?)),
             (None, w) => w.as_ref().map(|w| WaitHandle::Fd(w.fd())),
         };
         // SAFETY: `arg` as libfabric passes it.

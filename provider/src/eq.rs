@@ -44,7 +44,7 @@
 //! * `FI_WAIT_MUTEX_COND`: `fi_control(FI_GETWAIT)` writes the queue's `struct
 //!   fi_mutex_cond` (a pthread mutex and condition it owns) at `arg`. The condition is
 //!   broadcast, under the mutex, whenever the descriptor of an `FI_WAIT_FD` queue would
-//!   become readable (below), by a thread of the queue's own, so that no thread posting to
+//!   become readable (below), by a thread of the queue's own (started by the first `FI_GETWAIT`), so that no thread posting to
 //!   the queue waits for the application's mutex. The application reads the queue and
 //!   calls `fi_trywait` under the mutex, and sleeps on the condition when `fi_trywait` gives
 //!   0, as on a descriptor. `fi_close` destroys both.
@@ -262,7 +262,7 @@ pub(crate) unsafe extern "C" fn fabric_eq_open(
         })?;
         let cond_wait = match wait_obj {
             WaitObj::MutexCond => {
-                let wait = CondWait::start(CALL, "uet-eq-cond", None)?;
+                let wait = CondWait::new(CALL, "uet-eq-cond", None)?;
                 queue.on_change(wait.hook());
                 Some(wait)
             }
@@ -304,7 +304,7 @@ unsafe extern "C" fn eq_control(fid: *mut Fid, command: c_int, arg: *mut c_void)
         let q = unsafe { eq_ref(fid, CALL) }?;
         let waitable = q.wait_obj != FI_WAIT_NONE;
         let handle = match &q.cond_wait {
-            Some(w) => Some(WaitHandle::MutexCond(w.pair())),
+            Some(w) => Some(WaitHandle::MutexCond(w.pair(CALL)?)),
             None => q.eq.wait_fd().map(WaitHandle::Fd),
         };
         // SAFETY: `arg` as libfabric passes it.

@@ -200,7 +200,7 @@ pub(crate) fn open_waits(call: &str, objects: &str, wait_obj: c_int) -> Result<W
                         format!("{call}: no descriptor of the epoll set to watch: {e}"),
                     )
                 })?;
-                Some(CondWait::start(call, "uet-wait-cond", Some(watch))?)
+                Some(CondWait::new(call, "uet-wait-cond", Some(watch))?)
             } else {
                 None
             };
@@ -390,48 +390,69 @@ impl Signals {
 /// on the condition, misses nothing: what happens after its `fi_trywait` makes the watched
 /// set readable, and the broadcast it brings waits for the mutex, which the application
 /// lets go only as it starts to wait.
+///
+/// The thread starts with the first `fi_control(FI_GETWAIT)`, which gives the application
+/// the mutex and condition: an application that only waits in `fi_cq_sread`,
+/// `fi_cntr_wait` or `fi_eq_sread` never sleeps on them, and its objects cost no thread.
+/// Changes reported before then are kept, and broadcast once it runs.
 pub(crate) struct CondWait {
     native: Arc<NativeCond>,
     signals: Arc<Signals>,
-    thread: Option<JoinHandle<()>>,
+    /// The name of the thread, and the set it watches.
+    name: &'static str,
+    watch: Option<Arc<OwnedFd>>,
+    /// The thread, once started.
+    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl CondWait {
-    /// The wait object of `call`'s object, with a thread named `name` that watches `watch`
-    /// (an epoll set) after each [`CondWait::arm`]; `FI_ENOMEM` without an eventfd or a
-    /// thread.
-    pub(crate) fn start(
+    /// The wait object of `call`'s object, whose thread, named `name`, will watch `watch`
+    /// (an epoll set) after each [`CondWait::arm`]; `FI_ENOMEM` without an eventfd.
+    pub(crate) fn new(
         call: &str,
-        name: &str,
+        name: &'static str,
         watch: Option<OwnedFd>,
     ) -> Result<CondWait, FiError> {
-        let no = |what: &str, e: std::io::Error| {
+        let bell = EventFd::new(EFD_NONBLOCK | EFD_CLOEXEC).map_err(|e| {
             FiError::new(
                 FiErrno::FI_ENOMEM,
-                format!("{call}: no {what} to signal FI_WAIT_MUTEX_COND: {e}"),
+                format!("{call}: no eventfd to signal FI_WAIT_MUTEX_COND: {e}"),
             )
-        };
-        let native = Arc::new(NativeCond {
-            mutex: UnsafeCell::new(libc::PTHREAD_MUTEX_INITIALIZER),
-            cond: UnsafeCell::new(libc::PTHREAD_COND_INITIALIZER),
-        });
-        let signals = Arc::new(Signals {
-            state: Mutex::default(),
-            bell: EventFd::new(EFD_NONBLOCK | EFD_CLOEXEC).map_err(|e| no("eventfd", e))?,
-        });
-        let thread = std::thread::Builder::new()
-            .name(name.into())
-            .spawn({
-                let native = Arc::clone(&native);
-                let signals = Arc::clone(&signals);
-                move || broadcast_changes(&native, &signals, watch.as_ref())
-            })
-            .map_err(|e| no("thread", e))?;
+        })?;
         Ok(CondWait {
-            native,
-            signals,
-            thread: Some(thread),
+            native: Arc::new(NativeCond {
+                mutex: UnsafeCell::new(libc::PTHREAD_MUTEX_INITIALIZER),
+                cond: UnsafeCell::new(libc::PTHREAD_COND_INITIALIZER),
+            }),
+            signals: Arc::new(Signals {
+                state: Mutex::default(),
+                bell,
+            }),
+            name,
+            watch: watch.map(Arc::new),
+            thread: Mutex::new(None),
         })
+    }
+
+    /// Start the thread unless it runs: `FI_ENOMEM` when the system gives none.
+    fn start(&self, call: &str) -> Result<(), FiError> {
+        let mut thread = self.thread.lock().unwrap_or_else(PoisonError::into_inner);
+        if thread.is_some() {
+            return Ok(());
+        }
+        let (native, signals) = (Arc::clone(&self.native), Arc::clone(&self.signals));
+        let watch = self.watch.clone();
+        let started = std::thread::Builder::new()
+            .name(self.name.into())
+            .spawn(move || broadcast_changes(&native, &signals, watch.as_deref()))
+            .map_err(|e| {
+                FiError::new(
+                    FiErrno::FI_ENOMEM,
+                    format!("{call}: no thread to signal FI_WAIT_MUTEX_COND: {e}"),
+                )
+            })?;
+        *thread = Some(started);
+        Ok(())
     }
 
     /// The object changed: the condition is broadcast.
@@ -452,19 +473,26 @@ impl CondWait {
         self.signals.ring(|s| s.armed = true);
     }
 
-    /// What `fi_control(FI_GETWAIT)` gives.
-    pub(crate) fn pair(&self) -> FiMutexCond {
-        FiMutexCond {
+    /// What `fi_control(FI_GETWAIT)` gives, the thread that signals it started (`call`'s
+    /// `FI_ENOMEM` when none can be).
+    pub(crate) fn pair(&self, call: &str) -> Result<FiMutexCond, FiError> {
+        self.start(call)?;
+        Ok(FiMutexCond {
             mutex: self.native.mutex.get(),
             cond: self.native.cond.get(),
-        }
+        })
     }
 }
 
 impl Drop for CondWait {
     fn drop(&mut self) {
         self.signals.ring(|s| s.stop = true);
-        if let Some(t) = self.thread.take() {
+        let thread = self
+            .thread
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(t) = thread {
             if t.join().is_err() {
                 tracing::error!("the FI_WAIT_MUTEX_COND thread panicked");
             }

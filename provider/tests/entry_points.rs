@@ -9329,9 +9329,12 @@ fn process_threads() -> usize {
     std::fs::read_dir("/proc/self/task").unwrap().count()
 }
 
-/// Closing `FI_WAIT_MUTEX_COND` CQs and counters ends their signaling threads and closes their
-/// descriptors, whether `fi_trywait` armed them or not: opening and closing many leaks
-/// neither. (Counted over the whole process: the test runs in a process of its own.)
+/// An `FI_WAIT_MUTEX_COND` CQ or counter starts its signaling thread at the first
+/// `fi_control(FI_GETWAIT)`, which gives the application the mutex and condition, and not
+/// before (an application waiting in `fi_cq_sread` never needs it); a second `FI_GETWAIT`
+/// starts no other. Closing them ends their threads and closes their descriptors, whether
+/// `fi_trywait` armed them or not: opening and closing many leaks neither. (Counted over the
+/// whole process: the test runs in a process of its own.)
 #[test]
 fn closing_fi_wait_mutex_cond_objects_leaks_no_descriptor_or_thread() {
     if !common::in_own_process("closing_fi_wait_mutex_cond_objects_leaks_no_descriptor_or_thread") {
@@ -9347,6 +9350,15 @@ fn closing_fi_wait_mutex_cond_objects_leaks_no_descriptor_or_thread() {
         let cntr = open.cntr_open(FI_WAIT_MUTEX_COND).unwrap();
         // SAFETY: an open counter; only the field's address is taken.
         fids.push(unsafe { &raw mut (*cntr).fid });
+    }
+    assert_eq!(process_threads(), threads, "no thread before FI_GETWAIT");
+    for &fid in &fids {
+        for _ in 0..2 {
+            let mut pair = [0usize; 2];
+            // SAFETY: an open CQ or counter; room for a struct fi_mutex_cond.
+            let ret = unsafe { ((*(*fid).ops).control)(fid, FI_GETWAIT, pair.as_mut_ptr().cast()) };
+            assert_eq!(ret, 0, "FI_GETWAIT");
+        }
     }
     assert_eq!(
         process_threads(),
