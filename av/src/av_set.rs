@@ -339,6 +339,12 @@ impl AvSet {
         self.members.is_empty()
     }
 
+    /// Heap memory the set holds, in bytes: its member list and membership bits.
+    pub fn heap_bytes(&self) -> usize {
+        self.members.capacity() * core::mem::size_of::<u32>()
+            + self.bits.capacity() * core::mem::size_of::<u64>()
+    }
+
     /// Most members the set may hold.
     pub fn capacity(&self) -> usize {
         self.capacity
