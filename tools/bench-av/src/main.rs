@@ -57,9 +57,18 @@
 //! an entry of bookkeeping), and the templates' share, which at 1,000 entries (all of them
 //! templates, 60-odd bytes each with their hash table) is most of it.
 //!
+//! `op=av_set_insert` and `op=av_set_remove` (`--ops av_set`, not in the anchor and not run by
+//! default) measure fi_av_set(3)'s member calls on a large set: the `n` peers are inserted
+//! into the AV (in batches, untimed), then each is inserted into an empty set of that AV with
+//! one `fi_av_set_insert` in index order, then each is removed with one `fi_av_set_remove` in
+//! the lookups' scattered order (stride 7919; 1 when `n` is a multiple of it), so that a
+//! removal lands anywhere in the set. `ns_per_op` is per member, `bytes_per_entry` the set's
+//! heap memory per member when it holds all `n` (`AvSet::heap_bytes`; the AV's is not
+//! counted). `impl=flat-slots` has no counterpart.
+//!
 //! `--ops` picks the operations (`insert`, which also measures lookup and remove;
-//! `insert_batch`; `insertsym`; `source_catch_up`; `unshared`), all five by default. An
-//! unreported warm-up round at 1,000 entries of each implementation comes first.
+//! `insert_batch`; `insertsym`; `source_catch_up`; `unshared`; `av_set`), the first five by
+//! default. An unreported warm-up round at 1,000 entries of each implementation comes first.
 //! `--rounds R` measures everything R times (a fresh AV each time) and prints the median,
 //! with `rounds=R min=<x> max=<y>` after it: on a shared 2-core machine one round can be off
 //! by a third either way.
@@ -69,7 +78,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Instant;
 use uet_av::mirror::Slots;
-use uet_av::{AddressVector, AvAttr, MemoryNicTable, NicAvTable};
+use uet_av::{AddressVector, AvAttr, AvSetAttr, MemoryNicTable, NicAvTable};
 use uet_driver::backend::sim::SimDevice;
 use uet_driver::{Av, DmaBuffer, DmaPool, Endpoint, EndpointAttr, Nic};
 use uet_fwif::address::{caps, AddressingMode};
@@ -89,7 +98,8 @@ struct Args {
     #[arg(long, default_value_t = 256)]
     batch: usize,
     /// Operations to measure: insert (with lookup and remove), insert_batch, insertsym,
-    /// source_catch_up (uet-nic only), unshared (the mirror's worst case).
+    /// source_catch_up (uet-nic only), unshared (the mirror's worst case), av_set (AV set
+    /// member insert and remove; not by default).
     #[arg(long, value_delimiter = ',', default_values_t = ["insert".to_string(), "insert_batch".to_string(), "insertsym".to_string(), "source_catch_up".to_string(), "unshared".to_string()])]
     ops: Vec<String>,
     /// Rounds per entry count and implementation (1 to 1000); the median is printed.
@@ -127,12 +137,13 @@ struct Figure {
 const MAX_ROUNDS: usize = 1000;
 
 /// Every `--ops` value.
-const OPS: [&str; 5] = [
+const OPS: [&str; 6] = [
     "insert",
     "insert_batch",
     "insertsym",
     "source_catch_up",
     "unshared",
+    "av_set",
 ];
 
 /// Every `--impl` value.
@@ -202,6 +213,9 @@ fn run<N: NicAvTable>(
     if wanted("insertsym") {
         // Whole nodes of 8: the AV holds the last one, however few of it the count needs.
         symmetric(n, open(n.next_multiple_of(SYM_SERVICES))?, &mut out)?;
+    }
+    if wanted("av_set") {
+        av_set(n, batch, addrs, open(n)?, &mut out)?;
     }
     Ok(out)
 }
@@ -385,6 +399,81 @@ fn unshared<N: NicAvTable>(
     })?;
     out.push(Figure {
         op: "lookup_unshared",
+        n,
+        ns,
+        bytes,
+    });
+    Ok(())
+}
+
+/// `op=av_set_insert` and `op=av_set_remove`: the `n` peers into `av` (untimed), then each
+/// into an empty set of it in index order, then each out of it in a scattered order (see the
+/// crate documentation).
+fn av_set<N: NicAvTable>(
+    n: usize,
+    batch: usize,
+    addrs: &[u8],
+    mut av: AddressVector<N>,
+    out: &mut Vec<Figure>,
+) -> Result<(), String> {
+    let batch = batch.max(1);
+    let mut fi_addrs = vec![0u64; n];
+    let mut done = 0;
+    for (chunk, fa) in addrs
+        .chunks(batch.saturating_mul(32))
+        .zip(fi_addrs.chunks_mut(batch))
+    {
+        done += av
+            .insert(chunk, chunk.len() / 32, Some(fa), 0)
+            .map_err(|e| e.to_string())?;
+    }
+    if done != n {
+        return Err(format!("av_set: the AV stored {done} of {n}"));
+    }
+    let mut set = av
+        .av_set(&AvSetAttr {
+            count: n,
+            ..AvSetAttr::default()
+        })
+        .map_err(|e| e.to_string())?;
+
+    let t = Instant::now();
+    for &fa in &fi_addrs {
+        set.insert(&av, fa).map_err(|e| e.to_string())?;
+    }
+    let ns = t.elapsed().as_nanos() as f64 / n as f64;
+    if set.len() != n {
+        return Err(format!("av_set: the set holds {} of {n}", set.len()));
+    }
+    let bytes = set.heap_bytes() as f64 / n as f64;
+    out.push(Figure {
+        op: "av_set_insert",
+        n,
+        ns,
+        bytes,
+    });
+
+    // Every member once, scattered: the stride must be coprime with n, and 7919 is prime.
+    let stride = if n.is_multiple_of(7919) { 1 } else { 7919 % n };
+    let mut order = Vec::with_capacity(n);
+    let mut at = 0usize;
+    for _ in 0..n {
+        order.push(fi_addrs.get(at).copied().unwrap_or(u64::MAX));
+        at = (at + stride) % n;
+    }
+    let t = Instant::now();
+    for &fa in &order {
+        set.remove(fa).map_err(|e| e.to_string())?;
+    }
+    let ns = t.elapsed().as_nanos() as f64 / n as f64;
+    if !set.is_empty() {
+        return Err(format!(
+            "av_set: {} members left after removing all",
+            set.len()
+        ));
+    }
+    out.push(Figure {
+        op: "av_set_remove",
         n,
         ns,
         bytes,
@@ -732,6 +821,38 @@ mod tests {
         for i in (0..n).step_by(97) {
             assert_eq!(slots.get(i as u32), Some(unshared_peer(i)));
         }
+    }
+
+    /// `--ops av_set` measures a set's member insert and remove at every count, the one
+    /// whose scattered order falls back to index order (a multiple of 7919) too; it is not
+    /// among the default operations, and flat-slots has no counterpart.
+    #[test]
+    fn av_set_ops_insert_and_remove_every_member() {
+        for (imp, n) in [
+            ("uet-host", 1000),
+            ("uet-nic", 1000),
+            ("uet-host", 7919),
+            ("uet-host", 1),
+        ] {
+            let addrs: Vec<u8> = (0..n).flat_map(peer).collect();
+            let figures = measure(imp, n, &args(&["av_set"]), &addrs)
+                .unwrap_or_else(|e| panic!("{imp} n={n}: {e}"));
+            let ops: Vec<&str> = figures.iter().map(|f| f.op).collect();
+            assert_eq!(ops, ["av_set_insert", "av_set_remove"], "{imp} n={n}");
+            assert!(
+                figures.iter().all(|f| f.n == n && f.bytes > 0.0),
+                "{figures:?}"
+            );
+        }
+        let addrs: Vec<u8> = (0..1000).flat_map(peer).collect();
+        let flat = measure("flat-slots", 1000, &args(&["av_set"]), &addrs).unwrap();
+        assert!(flat.is_empty(), "{flat:?}");
+        let default = Args::parse_from(["bench-av"]);
+        assert!(
+            !default.ops.iter().any(|o| o == "av_set"),
+            "{:?}",
+            default.ops
+        );
     }
 
     /// A `--batch` larger than the count (however large: its bytes overflow a `usize`)
