@@ -39,8 +39,30 @@
 //!   other bit is `FI_EBADFLAGS`.
 //! - **Communication key.** Kept as given; with a key, start/end must be `FI_ADDR_NOTAVAIL`
 //!   and `FI_UNIVERSE` clear (the key, not the AV, says who the members are).
+//!
+//! ## Cost
+//!
+//! The members sit in order in a list with holes: `remove` leaves a hole where the member
+//! was (and drops holes at the end at once), and when holes outnumber members the list is
+//! compacted, order kept, which the removes that made the holes pay for. Beside it a hash
+//! table holds each member's place in the list, found by the member's index. So `contains`,
+//! `insert` (its duplicate check included) and `remove` take O(1) amortized time, whatever the
+//! set's size; `union` is O(source members), `intersect`, `diff` and `prune` O(this set's
+//! list), and iteration O(members + holes), with at most one hole per member.
+//!
+//! Memory per member: 4 bytes a slot of the list, and 5 bytes (a 4-byte place and a control
+//! byte) a slot of the table, which has a power of two of slots, 8/7 to 16/7 of what it holds.
+//! A set filled by inserts holds 12 to 15 bytes per member ([`AvSet::heap_bytes`] tells).
+//! The room stays as a set shrinks until a remove finds the list or the table able to hold
+//! over four times the members (and over 64); the set is then compacted into smaller
+//! storage, so a set holds at most about 40 bytes per member, or under 4 KiB when it has
+//! fewer than 64 members. The AV's size does not enter.
 
+use core::hash::BuildHasher;
 use core::sync::atomic::{AtomicU64, Ordering};
+
+use foldhash::fast::RandomState;
+use hashbrown::HashTable;
 
 use crate::av::decode::FiAddrDecoder;
 use crate::av::{AddressVector, AUTH_KEY_MAX_GROUP_ID};
@@ -76,6 +98,14 @@ pub const AV_SET_COLLECTIVE_FLAGS: u64 = FI_BARRIER_SET
 pub const AV_SET_FLAGS: u64 = FI_UNIVERSE | AV_SET_COLLECTIVE_FLAGS;
 
 static NEXT_SET_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A hole in [`AvSet`]'s member list: no AV index takes this value (an AV has at most
+/// `u32::MAX` entries, indices `0..u32::MAX`).
+const VACANT: u32 = u32::MAX;
+
+/// The least list or table room (in members) a compaction leaves a set: below it, giving
+/// room back is not worth a reallocation.
+const MIN_KEPT_ROOM: usize = 64;
 
 /// Whether `fi_addr` is a collective address from [`AvSet::addr`].
 pub const fn is_av_set_addr(fi_addr: FiAddr) -> bool {
@@ -123,11 +153,43 @@ pub struct AvSet {
     capacity: usize,
     flags: u64,
     comm_key: Box<[u8]>,
-    /// Members in order, as AV indices.
-    members: Vec<u32>,
-    /// Bit per AV index: a member.
-    bits: Vec<u64>,
+    /// Members in order, as AV indices, with [`VACANT`] where a member was removed since the
+    /// last compaction. Never ends with a hole, and has no more holes than members.
+    order: Vec<u32>,
+    /// Members: the non-[`VACANT`] slots of `order`.
+    len: usize,
+    /// The place in `order` of every member, hashed by the member's index (so found by it).
+    places: HashTable<u32>,
+    /// Hashes member indices for `places`.
+    hasher: RandomState,
 }
+
+/// The hash of the member at `place` of `order`, for `places` to rehash with.
+fn hash_at(hasher: &RandomState, order: &[u32], place: u32) -> u64 {
+    hasher.hash_one(order.get(place as usize).copied().unwrap_or(VACANT))
+}
+
+/// [`AvSet::members`]: the non-[`VACANT`] slots of a member list, `left` of them.
+struct Members<'a> {
+    slots: core::slice::Iter<'a, u32>,
+    left: usize,
+}
+
+impl Iterator for Members<'_> {
+    type Item = FiAddr;
+
+    fn next(&mut self) -> Option<FiAddr> {
+        let &index = self.slots.find(|&&i| i != VACANT)?;
+        self.left = self.left.saturating_sub(1);
+        Some(FiAddr::from(index))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
+}
+
+impl ExactSizeIterator for Members<'_> {}
 
 fn set_flag_names(flags: u64) -> String {
     const NAMES: &[(u64, &str)] = &[
@@ -223,8 +285,10 @@ impl AvSet {
             capacity,
             flags: attr.flags,
             comm_key: attr.comm_key.clone().into_boxed_slice(),
-            members: Vec::new(),
-            bits: Vec::new(),
+            order: Vec::new(),
+            len: 0,
+            places: HashTable::new(),
+            hasher: RandomState::default(),
         };
         if let Some((start, end)) = range {
             if start > end {
@@ -271,8 +335,7 @@ impl AvSet {
                     attr.count
                 )));
             }
-            set.members
-                .try_reserve_exact(stored)
+            set.reserve(stored)
                 .map_err(|_| FiError::new(FiErrno::FI_ENOMEM, "fi_av_set: no memory"))?;
             for index in av.indices() {
                 set.push(index)?;
@@ -281,35 +344,120 @@ impl AvSet {
         Ok(set)
     }
 
+    /// Room for `more` members past the list's end (holes are not reused), in the list and
+    /// the table; nothing else changes.
+    fn reserve(&mut self, more: usize) -> Result<(), ()> {
+        let AvSet {
+            order,
+            places,
+            hasher,
+            ..
+        } = self;
+        order.try_reserve(more).map_err(|_| ())?;
+        places
+            .try_reserve(more, |&p| hash_at(hasher, order, p))
+            .map_err(|_| ())
+    }
+
     /// Append `index`, a non-member; the caller checked the capacity.
     fn push(&mut self, index: u32) -> Result<(), FiError> {
-        let w = index as usize / 64;
-        if self.bits.len() <= w {
-            self.bits
-                .try_reserve(w + 1 - self.bits.len())
-                .map_err(|_| FiError::new(FiErrno::FI_ENOMEM, "AV set: no memory"))?;
-            self.bits.resize(w + 1, 0);
+        if index == VACANT {
+            // No AV index takes this value; refused rather than stored as a hole.
+            return Err(FiError::inval(format!(
+                "AV set: index {index:#x} names no address"
+            )));
         }
-        self.members
-            .try_reserve(1)
+        if u32::try_from(self.order.len()).is_err() {
+            // Places are u32: a list this long has holes (members are fewer than 2^32), and
+            // compacting it leaves its members at places below 2^32.
+            self.compact();
+        }
+        let place = u32::try_from(self.order.len())
+            .map_err(|_| FiError::new(FiErrno::FI_ENOSPC, "AV set: too many members"))?;
+        self.reserve(1)
             .map_err(|_| FiError::new(FiErrno::FI_ENOMEM, "AV set: no memory"))?;
-        if let Some(word) = self.bits.get_mut(w) {
-            *word |= 1 << (index % 64);
-        }
-        self.members.push(index);
+        let AvSet {
+            order,
+            places,
+            hasher,
+            len,
+            ..
+        } = self;
+        order.push(index);
+        // Room was reserved: this does not reallocate.
+        places.insert_unique(hasher.hash_one(index), place, |&p| {
+            hash_at(hasher, order, p)
+        });
+        *len += 1;
         Ok(())
+    }
+
+    /// The place in the list of the member `index`, if it is one.
+    fn place(&self, index: u32) -> Option<u32> {
+        let order = &self.order;
+        self.places
+            .find(self.hasher.hash_one(index), |&p| {
+                order.get(p as usize) == Some(&index)
+            })
+            .copied()
     }
 
     #[inline]
     fn has(&self, index: u32) -> bool {
-        self.bits
-            .get(index as usize / 64)
-            .is_some_and(|w| (w >> (index % 64)) & 1 == 1)
+        self.place(index).is_some()
     }
 
-    fn clear_bit(&mut self, index: u32) {
-        if let Some(w) = self.bits.get_mut(index as usize / 64) {
-            *w &= !(1 << (index % 64));
+    /// The members in order, as AV indices.
+    fn live(&self) -> impl Iterator<Item = u32> + '_ {
+        self.order.iter().copied().filter(|&i| i != VACANT)
+    }
+
+    /// Whether the list or the table could hold over four times the members (and over
+    /// [`MIN_KEPT_ROOM`]): a compaction then gives the room back.
+    fn oversized(&self) -> bool {
+        let room = self.len.max(MIN_KEPT_ROOM);
+        self.order.capacity() > 4 * room || self.places.capacity() > 4 * room
+    }
+
+    /// Drop the holes from the list, order kept, and record every member's new place; give
+    /// back room the members are far from needing.
+    fn compact(&mut self) {
+        self.order.retain(|&i| i != VACANT);
+        self.reindex();
+    }
+
+    /// After the list lost its holes: count the members and record their places anew.
+    fn reindex(&mut self) {
+        let AvSet {
+            order,
+            places,
+            hasher,
+            len,
+            ..
+        } = self;
+        *len = order.len();
+        let room = (*len).max(MIN_KEPT_ROOM);
+        // Smaller storage only if it can be had: without it the set keeps what it has.
+        if order.capacity() > 4 * room {
+            let mut smaller = Vec::new();
+            if smaller.try_reserve_exact(2 * room).is_ok() {
+                smaller.extend_from_slice(order);
+                *order = smaller;
+            }
+        }
+        places.clear();
+        if places.capacity() > 4 * room {
+            let mut smaller = HashTable::new();
+            // Empty: no member's hash is needed.
+            if smaller.try_reserve(room, |_: &u32| 0).is_ok() {
+                *places = smaller;
+            }
+        }
+        // The table holds room for as many members as it held, or for `room`: no growth.
+        for (place, &index) in (0u32..).zip(order.iter()) {
+            places.insert_unique(hasher.hash_one(index), place, |&p| {
+                hash_at(hasher, order, p)
+            });
         }
     }
 
@@ -331,18 +479,18 @@ impl AvSet {
 
     /// Number of members.
     pub fn len(&self) -> usize {
-        self.members.len()
+        self.len
     }
 
     /// No members.
     pub fn is_empty(&self) -> bool {
-        self.members.is_empty()
+        self.len == 0
     }
 
-    /// Heap memory the set holds, in bytes: its member list and membership bits.
+    /// Heap memory the set holds, in bytes: its member list (holes and spare room included)
+    /// and the table of members' places.
     pub fn heap_bytes(&self) -> usize {
-        self.members.capacity() * core::mem::size_of::<u32>()
-            + self.bits.capacity() * core::mem::size_of::<u64>()
+        self.order.capacity() * core::mem::size_of::<u32>() + self.places.allocation_size()
     }
 
     /// Most members the set may hold.
@@ -367,7 +515,10 @@ impl AvSet {
 
     /// Members in order, as `fi_addr_t` values.
     pub fn members(&self) -> impl ExactSizeIterator<Item = FiAddr> + '_ {
-        self.members.iter().map(|&i| FiAddr::from(i))
+        Members {
+            slots: self.order.iter(),
+            left: self.len,
+        }
     }
 
     /// Whether `fi_addr` (receive-context bits ignored) is a member.
@@ -379,32 +530,22 @@ impl AvSet {
     /// `FI_EINVAL` for a set of another AV; `FI_ENOSPC` (nothing added) beyond the capacity.
     pub fn union(&mut self, src: &AvSet) -> Result<(), FiError> {
         self.same_av("fi_av_set_union", src.av_id)?;
-        let new = src.members.iter().filter(|&&i| !self.has(i)).count();
-        if self.members.len() + new > self.capacity {
+        let new = src.live().filter(|&i| !self.has(i)).count();
+        if self.len + new > self.capacity {
             return Err(FiError::new(
                 FiErrno::FI_ENOSPC,
                 format!(
                     "fi_av_set_union: {} members + {new} new exceed the set's capacity of {}",
-                    self.members.len(),
-                    self.capacity
+                    self.len, self.capacity
                 ),
             ));
         }
-        self.members
-            .try_reserve(new)
+        // All the room first, so that a failure adds nothing.
+        self.reserve(new)
             .map_err(|_| FiError::new(FiErrno::FI_ENOMEM, "fi_av_set_union: no memory"))?;
-        if let Some(&max) = src.members.iter().max() {
-            let words = max as usize / 64 + 1;
-            if self.bits.len() < words {
-                self.bits
-                    .try_reserve(words - self.bits.len())
-                    .map_err(|_| FiError::new(FiErrno::FI_ENOMEM, "fi_av_set_union: no memory"))?;
-                self.bits.resize(words, 0);
-            }
-        }
-        for &i in &src.members {
+        for i in src.live() {
             if !self.has(i) {
-                // Room was reserved above: these cannot fail.
+                // Room was reserved above: this does not fail.
                 self.push(i)?;
             }
         }
@@ -429,21 +570,16 @@ impl AvSet {
 
     /// Drop every member: `fi_av_set_diff` of a set with itself.
     pub fn clear(&mut self) {
-        self.members.clear();
-        self.bits.clear();
+        self.order.clear();
+        self.reindex();
     }
 
+    /// Keep the members `keep` takes, in order (the list loses its holes too).
     fn retain(&mut self, mut keep: impl FnMut(u32) -> bool) {
-        let mut dropped = Vec::new();
-        self.members.retain(|&i| {
-            let k = keep(i);
-            if !k {
-                dropped.push(i);
-            }
-            k
-        });
-        for i in dropped {
-            self.clear_bit(i);
+        let slots = self.order.len();
+        self.order.retain(|&i| i != VACANT && keep(i));
+        if self.order.len() != slots {
+            self.reindex();
         }
     }
 
@@ -468,7 +604,7 @@ impl AvSet {
                 "fi_av_set_insert: fi_addr {fi_addr:#x} (index {index}) is already a member"
             )));
         }
-        if self.members.len() >= self.capacity {
+        if self.len >= self.capacity {
             return Err(FiError::new(
                 FiErrno::FI_ENOSPC,
                 format!(
@@ -483,18 +619,35 @@ impl AvSet {
     /// `fi_av_set_remove`: remove the member `fi_addr`, keeping the others' order (stale
     /// members too: no AV needed). `FI_EINVAL` when it is not a member.
     pub fn remove(&mut self, fi_addr: FiAddr) -> Result<(), FiError> {
-        let index = self
-            .member_index(fi_addr)
-            .filter(|&i| self.has(i))
-            .ok_or_else(|| {
-                FiError::inval(format!(
-                    "fi_av_set_remove: fi_addr {fi_addr:#x} is not a member of the set"
-                ))
-            })?;
-        if let Some(pos) = self.members.iter().position(|&i| i == index) {
-            self.members.remove(pos);
+        let not_member = || {
+            FiError::inval(format!(
+                "fi_av_set_remove: fi_addr {fi_addr:#x} is not a member of the set"
+            ))
+        };
+        let index = self.member_index(fi_addr).ok_or_else(not_member)?;
+        let AvSet {
+            order,
+            places,
+            hasher,
+            len,
+            ..
+        } = self;
+        let Ok(entry) = places.find_entry(hasher.hash_one(index), |&p| {
+            order.get(p as usize) == Some(&index)
+        }) else {
+            return Err(not_member());
+        };
+        let (place, _) = entry.remove();
+        if let Some(slot) = order.get_mut(place as usize) {
+            *slot = VACANT;
         }
-        self.clear_bit(index);
+        while order.last() == Some(&VACANT) {
+            order.pop();
+        }
+        *len = len.saturating_sub(1);
+        if order.len() - *len > *len || self.oversized() {
+            self.compact();
+        }
         Ok(())
     }
 
@@ -506,9 +659,8 @@ impl AvSet {
     ) -> Result<impl Iterator<Item = FiAddr> + 'a, FiError> {
         self.same_av("AV set stale", av.id())?;
         Ok(self
-            .members
-            .iter()
-            .map(|&i| FiAddr::from(i))
+            .live()
+            .map(FiAddr::from)
             .filter(move |&fa| av.index_of(fa).is_err()))
     }
 
@@ -516,9 +668,9 @@ impl AvSet {
     /// dropped. `FI_EINVAL` for another AV.
     pub fn prune<N: NicAvTable>(&mut self, av: &AddressVector<N>) -> Result<usize, FiError> {
         self.same_av("AV set prune", av.id())?;
-        let before = self.members.len();
+        let before = self.len;
         self.retain(|i| av.index_of(FiAddr::from(i)).is_ok());
-        Ok(before - self.members.len())
+        Ok(before - self.len)
     }
 
     /// `fi_av_set_addr`: the set's collective address ([`AV_SET_ADDR_BASE`] + its number),
@@ -527,7 +679,7 @@ impl AvSet {
     /// with stale members (see [`AvSet::stale`]).
     pub fn addr<N: NicAvTable>(&self, av: &AddressVector<N>) -> Result<FiAddr, FiError> {
         self.same_av("fi_av_set_addr", av.id())?;
-        if self.members.is_empty() && self.comm_key.is_empty() {
+        if self.len == 0 && self.comm_key.is_empty() {
             return Err(FiError::inval(
                 "fi_av_set_addr: the set is empty and has no communication key; a collective \
                  needs members",

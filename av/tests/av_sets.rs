@@ -4,6 +4,7 @@
 mod common;
 
 use common::*;
+use proptest::prelude::*;
 use uet_av::{
     fi_rx_addr, is_av_set_addr, AvAttr, AvLimits, AvSet, AvSetAttr, FiErrno, AUTH_KEY_ADDR_BASE,
     FI_ADDR_NOTAVAIL, FI_AV_AUTH_KEY, FI_AV_USER_ID, FI_BARRIER_SET, FI_GATHER_SET, FI_MORE,
@@ -503,4 +504,216 @@ fn a_set_named_by_its_communication_key_has_a_collective_address() {
     let e = empty.addr(&av).unwrap_err();
     assert_eq!(e.errno, FiErrno::FI_EINVAL);
     assert!(e.message.contains("no communication key"), "{e}");
+}
+
+/// One call of the set's member calls, for the model test below. Addresses are AV indices
+/// 0..MODEL_AV, all in use.
+#[derive(Clone, Debug)]
+enum SetCall {
+    Insert(u64),
+    Remove(u64),
+    /// Remove the member at this place of the list (modulo its length), if any.
+    RemoveAt(usize),
+    Union(Vec<u64>),
+    Intersect(Vec<u64>),
+    Diff(Vec<u64>),
+    Clear,
+}
+
+/// Addresses of the model test's AV.
+const MODEL_AV: u64 = 40;
+
+/// Most members of the model test's set: fewer than the AV holds, so inserts and unions meet
+/// `FI_ENOSPC`.
+const MODEL_CAPACITY: usize = 30;
+
+fn set_call() -> impl Strategy<Value = SetCall> {
+    let addr = 0..MODEL_AV;
+    let list = proptest::collection::vec(0..MODEL_AV, 0..12);
+    prop_oneof![
+        5 => addr.clone().prop_map(SetCall::Insert),
+        3 => addr.prop_map(SetCall::Remove),
+        5 => any::<usize>().prop_map(SetCall::RemoveAt),
+        1 => list.clone().prop_map(SetCall::Union),
+        1 => list.clone().prop_map(SetCall::Intersect),
+        1 => list.prop_map(SetCall::Diff),
+        1 => Just(SetCall::Clear),
+    ]
+}
+
+/// A set of the model test's AV holding `fas` (duplicates after the first dropped), in order.
+fn set_holding(av: &uet_av::AddressVector<uet_av::MemoryNicTable>, fas: &[u64]) -> AvSet {
+    let mut s = empty_set(av);
+    for &fa in fas {
+        if !s.contains(fa) {
+            s.insert(av, fa).unwrap();
+        }
+    }
+    s
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: proptest_cases(256), ..ProptestConfig::default() })]
+
+    /// Any mix of inserts, removes (which leave holes until the set compacts), unions,
+    /// intersects, diffs and clears leaves the members a plain list says, in its order, with
+    /// the same errors and nothing changed by a call that fails.
+    #[test]
+    fn member_calls_keep_the_order_of_a_plain_list(
+        calls in proptest::collection::vec(set_call(), 0..300)
+    ) {
+        let mut av = open(MODEL_AV as usize);
+        insert_peers(&mut av, &(0..MODEL_AV as u32).collect::<Vec<_>>());
+        let mut set = av
+            .av_set(&AvSetAttr { count: MODEL_CAPACITY, ..AvSetAttr::default() })
+            .unwrap();
+        let mut model: Vec<u64> = Vec::new();
+        for (step, call) in calls.iter().enumerate() {
+            let call = match call {
+                SetCall::RemoveAt(k) if !model.is_empty() => SetCall::Remove(model[k % model.len()]),
+                SetCall::RemoveAt(k) => SetCall::Remove((k % MODEL_AV as usize) as u64),
+                c => c.clone(),
+            };
+            let call = &call;
+            let got = match call {
+                SetCall::Insert(fa) => set.insert(&av, *fa),
+                SetCall::Remove(fa) => set.remove(*fa),
+                SetCall::RemoveAt(_) => unreachable!("made a Remove above"),
+                SetCall::Union(fas) => set.union(&set_holding(&av, fas)),
+                SetCall::Intersect(fas) => set.intersect(&set_holding(&av, fas)),
+                SetCall::Diff(fas) => set.diff(&set_holding(&av, fas)),
+                SetCall::Clear => {
+                    set.clear();
+                    Ok(())
+                }
+            };
+            let want = match call {
+                SetCall::Insert(fa) if model.contains(fa) => Err(FiErrno::FI_EINVAL),
+                SetCall::Insert(_) if model.len() >= MODEL_CAPACITY => Err(FiErrno::FI_ENOSPC),
+                SetCall::Insert(fa) => {
+                    model.push(*fa);
+                    Ok(())
+                }
+                SetCall::RemoveAt(_) => unreachable!("made a Remove above"),
+                SetCall::Remove(fa) => match model.iter().position(|m| m == fa) {
+                    Some(at) => {
+                        model.remove(at);
+                        Ok(())
+                    }
+                    None => Err(FiErrno::FI_EINVAL),
+                },
+                SetCall::Union(fas) => {
+                    let mut new: Vec<u64> = Vec::new();
+                    for fa in fas {
+                        if !model.contains(fa) && !new.contains(fa) {
+                            new.push(*fa);
+                        }
+                    }
+                    if model.len() + new.len() > MODEL_CAPACITY {
+                        Err(FiErrno::FI_ENOSPC)
+                    } else {
+                        model.extend(new);
+                        Ok(())
+                    }
+                }
+                SetCall::Intersect(fas) => {
+                    model.retain(|m| fas.contains(m));
+                    Ok(())
+                }
+                SetCall::Diff(fas) => {
+                    model.retain(|m| !fas.contains(m));
+                    Ok(())
+                }
+                SetCall::Clear => {
+                    model.clear();
+                    Ok(())
+                }
+            };
+            prop_assert_eq!(got.map_err(|e| e.errno), want, "step {}: {:?}", step, call);
+            prop_assert_eq!(members(&set), model.clone(), "step {}: {:?}", step, call);
+            prop_assert_eq!(set.len(), model.len());
+            prop_assert_eq!(set.members().len(), model.len());
+            prop_assert_eq!(set.is_empty(), model.is_empty());
+            for fa in 0..MODEL_AV {
+                prop_assert_eq!(set.contains(fa), model.contains(&fa), "step {}: {}", step, fa);
+            }
+        }
+    }
+}
+
+/// At scale: removes in a scattered order, then inserts, then more removes, compact the set
+/// many times and keep every remaining member in order; `members()` counts exactly as it
+/// goes; and a set emptied down to a few members gives its memory back.
+#[test]
+fn a_large_set_keeps_its_order_through_removes_inserts_and_compactions() {
+    const N: u32 = 5000;
+    let mut av = open(N as usize);
+    insert_peers(&mut av, &(0..N).collect::<Vec<_>>());
+    let mut set = av
+        .av_set(&AvSetAttr {
+            flags: FI_UNIVERSE,
+            ..AvSetAttr::default()
+        })
+        .unwrap();
+    assert!(
+        set.heap_bytes() <= 24 * N as usize,
+        "{} bytes for {N} members",
+        set.heap_bytes()
+    );
+    let mut model: Vec<u64> = (0..u64::from(N)).collect();
+    let remove = |set: &mut AvSet, model: &mut Vec<u64>, fa: u64| {
+        set.remove(fa).unwrap();
+        let at = model.iter().position(|&m| m == fa).unwrap();
+        model.remove(at);
+    };
+    // Two thirds of the members, scattered (613 is prime to 5000).
+    for k in 0..u64::from(N) {
+        let fa = k * 613 % u64::from(N);
+        if fa % 3 != 0 {
+            remove(&mut set, &mut model, fa);
+        }
+        if k % 97 == 0 {
+            assert_eq!(members(&set), model, "after {k} steps");
+            assert_eq!(set.members().len(), model.len());
+        }
+    }
+    assert_eq!(members(&set), model);
+    // Back at the end, in descending order, then the front half of the list removed.
+    for fa in (0..u64::from(N)).rev().filter(|fa| fa % 3 == 1) {
+        set.insert(&av, fa).unwrap();
+        model.push(fa);
+    }
+    assert_eq!(members(&set), model);
+    for fa in model.clone().iter().take(model.len() / 2) {
+        remove(&mut set, &mut model, *fa);
+    }
+    assert_eq!(members(&set), model);
+    assert_eq!(set.len(), model.len());
+    // Down to 10 members: the rest of the room goes back.
+    while model.len() > 10 {
+        let fa = model[model.len() / 2];
+        remove(&mut set, &mut model, fa);
+    }
+    assert_eq!(members(&set), model);
+    assert!(set.heap_bytes() < 4096, "{} bytes", set.heap_bytes());
+    // Every member still found by value and removable; the set empties.
+    for fa in model.clone() {
+        assert!(set.contains(fa));
+        remove(&mut set, &mut model, fa);
+        assert_eq!(members(&set), model);
+    }
+    assert!(set.is_empty() && set.members().next().is_none());
+
+    // Removes from the end leave no holes, and give the room back too.
+    let mut set = av
+        .av_set(&AvSetAttr {
+            flags: FI_UNIVERSE,
+            ..AvSetAttr::default()
+        })
+        .unwrap();
+    for fa in (10..u64::from(N)).rev() {
+        set.remove(fa).unwrap();
+    }
+    assert_eq!(members(&set), (0..10).collect::<Vec<u64>>());
+    assert!(set.heap_bytes() < 4096, "{} bytes", set.heap_bytes());
 }
