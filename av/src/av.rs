@@ -1335,7 +1335,7 @@ impl<N: NicAvTable> AddressVector<N> {
     /// An insert call refused before it reached the AV, by a C shim that cannot read its
     /// arguments (a NULL node or address array, a string that is not UTF-8): it ends as a call
     /// the AV refuses itself does. Without `FI_MORE` it ends the batch of the `FI_MORE` calls
-    /// before it, whose records are sent (see [`AddressVector::end_batch_if_refused`]). Always
+    /// before it, whose records are sent (see `AddressVector::end_batch_if_refused`). Always
     /// an error: `error`, or `FI_EIO` naming it when the NIC fails that batch.
     pub fn refuse_insert(&mut self, flags: u64, error: FiError) -> Result<usize, FiError> {
         self.end_batch_if_refused(flags, Err(error))

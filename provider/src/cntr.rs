@@ -57,7 +57,7 @@
 //!   the counter and calls `fi_trywait` under the mutex, and sleeps on the condition when
 //!   `fi_trywait` gives 0, as it would on the descriptor of an `FI_WAIT_FD` counter, which it
 //!   has but does not see: `fi_trywait` answers as for one, and arms the same epoll set. As
-//!   for a CQ ([`crate::cq`]), a thread of the counter's own ([`crate::wait::CondWait`],
+//!   for a CQ ([`crate::cq`]), a thread of the counter's own (`crate::wait::CondWait`,
 //!   started by the first `FI_GETWAIT`) sleeps on that set after each successful `fi_trywait`, and broadcasts the condition
 //!   under the mutex when it polls readable: a completion lands on a bound endpoint, another
 //!   thread's read counts one here (successful or in error), a value is added or set, an

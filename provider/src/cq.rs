@@ -55,7 +55,7 @@
 //!   `FI_WAIT_MUTEX_COND`. The application reads the CQ and calls `fi_trywait` under the
 //!   mutex, and sleeps on the condition when `fi_trywait` gives 0, as it would on the
 //!   descriptor of an `FI_WAIT_FD` CQ, which it has but does not see: `fi_trywait` answers as
-//!   for one, and arms the same epoll set. A thread of the CQ's own ([`crate::wait::CondWait`],
+//!   for one, and arms the same epoll set. A thread of the CQ's own (`crate::wait::CondWait`,
 //!   started by the first `FI_GETWAIT`) sleeps on that set after each successful `fi_trywait`, and broadcasts the condition
 //!   under the mutex when it polls readable: a completion lands (an endpoint's vector), a
 //!   completion is queued by another read, `fi_cq_signal` comes, an endpoint is enabled, or

@@ -1,6 +1,6 @@
 //! The waiters of one CQ or counter, and the wakeups they share; the pthread mutex and
 //! condition of an `FI_WAIT_MUTEX_COND` event queue, CQ or counter, and the thread that
-//! signals them ([`CondWait`]); and `control`, the `fi_control` of the wait object of a CQ,
+//! signals them (`CondWait`); and `control`, the `fi_control` of the wait object of a CQ,
 //! counter or event queue.
 //!
 //! A CQ or counter wakes its waiters through one eventfd of its own (`wake`), which the
@@ -15,7 +15,7 @@
 //! sleeps on. The list of parked threads is taken under a lock, on the wait path only.
 //!
 //! An `FI_WAIT_MUTEX_COND` object owns a pthread mutex and condition the application sleeps
-//! on, and a thread that broadcasts the condition under the mutex ([`CondWait`]): whoever
+//! on, and a thread that broadcasts the condition under the mutex (`CondWait`): whoever
 //! changes the object only rings that thread, and so never waits for the application's
 //! mutex. An event queue rings it for every change (its `on_change` hook). A CQ or counter
 //! has the eventfds and epoll set of an `FI_WAIT_FD` one, which the application does not
