@@ -9329,6 +9329,38 @@ fn process_threads() -> usize {
     std::fs::read_dir("/proc/self/task").unwrap().count()
 }
 
+/// `fi_control` commands other than `FI_GETWAIT` of an `FI_WAIT_MUTEX_COND` EQ, CQ or
+/// counter (`FI_GETWAITOBJ`, and a command it does not serve) start no signaling thread:
+/// only `FI_GETWAIT` gives the application the mutex and condition. (Counted over the whole
+/// process: the test runs in a process of its own.)
+#[test]
+fn fi_getwaitobj_of_fi_wait_mutex_cond_objects_starts_no_thread() {
+    if !common::in_own_process("fi_getwaitobj_of_fi_wait_mutex_cond_objects_starts_no_thread") {
+        return;
+    }
+    const FI_GETOPSFLAG: c_int = 3;
+    let open = Open::new(FI_MSG, FI_FORMAT_UNSPEC);
+    let cq = open.cq_open(FI_CQ_FORMAT_CONTEXT, FI_WAIT_MUTEX_COND);
+    let cntr = open.cntr_open(FI_WAIT_MUTEX_COND).unwrap();
+    let eq = eq_open_on(open.fabric, FI_WAIT_MUTEX_COND, 0).expect("fi_eq_open");
+    // SAFETY: open objects; only the fields' addresses are taken.
+    let fids = unsafe { [&raw mut (*cq).fid, &raw mut (*cntr).fid, &raw mut (*eq).fid] };
+    let threads = process_threads();
+    for fid in fids {
+        assert_eq!(control_int(fid, FI_GETWAITOBJ), (0, FI_WAIT_MUTEX_COND));
+        assert_eq!(control_int(fid, FI_GETOPSFLAG).0, ineg(FiErrno::FI_ENOSYS));
+    }
+    assert_eq!(
+        process_threads(),
+        threads,
+        "a command other than FI_GETWAIT started a signaling thread"
+    );
+    for fid in fids {
+        // SAFETY: ours, open, closed once.
+        assert_eq!(unsafe { close(fid) }, 0);
+    }
+}
+
 /// An `FI_WAIT_MUTEX_COND` CQ or counter starts its signaling thread at the first
 /// `fi_control(FI_GETWAIT)`, which gives the application the mutex and condition, and not
 /// before (an application waiting in `fi_cq_sread` never needs it); a second `FI_GETWAIT`
