@@ -3373,14 +3373,16 @@ impl Connected {
     }
 
     /// Run `wait` on a thread of its own, shut the connection down from the client 20 ms
-    /// into it (the waiter not returned by then), and return what `wait` returned: within
-    /// 60 ms of the shutdown, well before a wait's periodic look at the rings 100 ms into it
-    /// would have noticed (round `round` of the caller, for the messages).
+    /// into it (the waiter not returned by then), and return what `wait` returned, and
+    /// whether it came late: 60 ms or more after the shutdown, which a wait's periodic look
+    /// at the rings 100 ms into it would have noticed (round `round` of the caller, for the
+    /// messages). A caller runs several rounds and allows one late one, which a loaded
+    /// machine may make; a wait the shutdown does not wake is late in every round.
     fn wait_woken_by_shutdown<T: Send + 'static>(
         &self,
         round: usize,
         wait: impl FnOnce() -> T + Send + 'static,
-    ) -> T {
+    ) -> (T, bool) {
         use std::time::{Duration, Instant};
         let (tx, rx) = std::sync::mpsc::channel();
         let waiter = std::thread::spawn(move || {
@@ -3399,11 +3401,11 @@ impl Connected {
         self.shut_down_by_client();
         let (ret, woke) = waiter.join().expect("the waiter");
         let slept = woke.saturating_duration_since(shut);
-        assert!(
-            slept < Duration::from_millis(60),
-            "round {round}: the waiter slept {slept:?} after the peer's shutdown"
-        );
-        ret
+        let late = slept >= Duration::from_millis(60);
+        if late {
+            eprintln!("round {round}: the waiter slept {slept:?} after the peer's shutdown");
+        }
+        (ret, late)
     }
 
     /// The server's receive was flushed: `FI_SHUTDOWN` came, and its CQ holds the
@@ -3454,13 +3456,14 @@ impl Drop for Connected {
 /// 20 ms into the wait, and the waiter returns well before the look 100 ms into it would.
 #[test]
 fn a_thread_in_cq_sread_wakes_at_once_when_the_peer_shuts_the_connection_down() {
+    let mut late = 0;
     for round in 0..5 {
         let c = Connected::new(FI_WAIT_UNSPEC, None);
         let mut buf = [0xEEu8; 16];
         // SAFETY: an open endpoint; the buffer outlives its completion (flushed below).
         assert_eq!(unsafe { recv_ctx(c.server, &mut buf, 0xC1) }, 0);
         let cq = Shared(c.cq_s);
-        let ret = c.wait_woken_by_shutdown(round, move || {
+        let (ret, slow) = c.wait_woken_by_shutdown(round, move || {
             // SAFETY: a plain-data structure.
             let mut e: FiCqTaggedEntry = unsafe { core::mem::zeroed() };
             let cq = cq.get();
@@ -3470,7 +3473,12 @@ fn a_thread_in_cq_sread_wakes_at_once_when_the_peer_shuts_the_connection_down() 
         assert_eq!(ret, neg(FiErrno::FI_EAVAIL), "round {round}");
         c.assert_flushed(0xC1);
         assert!(buf.iter().all(|&b| b == 0xEE), "buffer untouched");
+        late += usize::from(slow);
     }
+    assert!(
+        late <= 1,
+        "{late} of 5 waits woke late, not at the shutdown"
+    );
 }
 
 /// As for `fi_cq_sread`: a thread asleep in `fi_cntr_wait` on the receive counter when the
@@ -3478,6 +3486,7 @@ fn a_thread_in_cq_sread_wakes_at_once_when_the_peer_shuts_the_connection_down() 
 /// counted as an error, not at the wait's periodic look 100 ms into it.
 #[test]
 fn a_thread_in_cntr_wait_wakes_at_once_when_the_peer_shuts_the_connection_down() {
+    let mut late = 0;
     for round in 0..5 {
         let c = Connected::new(FI_WAIT_UNSPEC, Some(FI_WAIT_UNSPEC));
         let cntr = c.rx_cntr.expect("the receive counter");
@@ -3485,12 +3494,18 @@ fn a_thread_in_cntr_wait_wakes_at_once_when_the_peer_shuts_the_connection_down()
         // SAFETY: an open endpoint; the buffer outlives its completion (flushed below).
         assert_eq!(unsafe { recv_ctx(c.server, &mut buf, 0xC4) }, 0);
         let waiting = Shared(cntr);
-        let ret = c.wait_woken_by_shutdown(round, move || cntr_wait(waiting.get(), 1, 10_000));
+        let (ret, slow) =
+            c.wait_woken_by_shutdown(round, move || cntr_wait(waiting.get(), 1, 10_000));
         assert_eq!(ret, neg_int(FiErrno::FI_EAVAIL), "round {round}");
         assert_eq!((cntr_readerr(cntr), cntr_read(cntr)), (1, 0));
         c.assert_flushed(0xC4);
         assert!(buf.iter().all(|&b| b == 0xEE), "buffer untouched");
+        late += usize::from(slow);
     }
+    assert!(
+        late <= 1,
+        "{late} of 5 waits woke late, not at the shutdown"
+    );
 }
 
 /// An application asleep on the receive CQ's `FI_WAIT_FD` descriptor after `fi_trywait`
