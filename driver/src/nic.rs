@@ -980,6 +980,14 @@ impl Nic {
         self.inner.map_new(len)
     }
 
+    /// End the thread that watches the NIC for a stop ([`crate::stop_watch`]), joined, for
+    /// good: for a library about to be unloaded (libfabric's provider cleanup), which must
+    /// leave no thread of its own to run on while objects the application never closed keep
+    /// the NIC open. Descriptors handed to the watch afterwards are not watched.
+    pub fn stop_watching(&self) {
+        self.inner.stop_watch.close();
+    }
+
     /// Set the admin command timeout.
     pub fn set_admin_timeout(&self, timeout: Duration) {
         self.inner.admin().set_timeout(timeout);

@@ -221,6 +221,30 @@ mod tests {
         }
     }
 
+    /// `Nic::stop_watching` ends the thread at once, joined, though an eventfd handed to it
+    /// is alive; an eventfd handed afterwards starts none, and a stop is then not watched.
+    #[test]
+    fn stop_watching_ends_the_thread_for_good() {
+        let fabric = Fabric::new();
+        let (f, nic) = sim_function_and_nic(&fabric, "10.0.0.1");
+        let a = eventfd();
+        nic.inner.wake_when_stopped(&a);
+        assert!(nic.inner.stop_watch.running());
+        let started = Instant::now();
+        nic.stop_watching();
+        assert!(
+            started.elapsed() < STOPPED_CHECK_INTERVAL * 10,
+            "joined without its sleep"
+        );
+        assert!(!nic.inner.stop_watch.running());
+        let b = eventfd();
+        nic.inner.wake_when_stopped(&b);
+        assert!(!nic.inner.stop_watch.running(), "no thread after the end");
+        f.function_level_reset();
+        std::thread::sleep(STOPPED_CHECK_INTERVAL * 3);
+        assert!(a.read().is_err() && b.read().is_err(), "nothing watches");
+    }
+
     /// The thread ends once no eventfd handed to it is alive, and starts again for the next
     /// one; the NIC's close joins it.
     #[test]

@@ -127,9 +127,13 @@ pub fn nic() -> Result<Nic, FiError> {
     Ok(nic)
 }
 
-/// Close the process's NIC (the provider's cleanup). Objects still open keep theirs.
+/// Close the process's NIC (the provider's cleanup). Objects still open keep theirs, but
+/// the NIC's stop watch ends now: libfabric unloads the provider next, and a thread of it that
+/// woke afterwards would run code no longer there.
 pub fn close() {
-    opened().take();
+    if let Some(opened) = opened().take() {
+        opened.nic.stop_watching();
+    }
 }
 
 #[cfg(test)]
