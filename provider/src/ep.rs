@@ -43,6 +43,13 @@
 //!   without an acknowledgement: `-FI_EBADFLAGS` in a call's flags, `-FI_EINVAL` from
 //!   `fi_endpoint` in the `fi_info`'s `tx_attr->op_flags`.
 //!
+//! * `fi_endpoint` refuses an `fi_info` asking for what `fi_getinfo` never answers, one
+//!   edited since or made by hand (`-FI_EINVAL`, as `fi_tx_context` refuses a context's,
+//!   nothing opened): capabilities the provider does not serve (`caps`, `tx_attr->caps`,
+//!   `rx_attr->caps`; an endpoint takes none it would not honour, such as
+//!   `FI_DIRECTED_RECV`, whose receives would take messages of any source); several or
+//!   shared contexts (`ep_attr->tx_ctx_cnt`, `rx_ctx_cnt`: [`crate::sep`]); an
+//!   `ep_attr->auth_key` other than the domain's JobID.
 //! * `fi_endpoint` makes the object; `fi_ep_bind` takes its AV (one, named or not; none on
 //!   `FI_EP_MSG`),
 //!   its CQs (`FI_TRANSMIT`, `FI_RECV`, optionally `FI_SELECTIVE_COMPLETION`), counters
@@ -1202,9 +1209,10 @@ pub(crate) fn open_context(
     Box::into_raw(boxed).cast()
 }
 
-/// `fi_endpoint`. `FI_EINVAL` for an `fi_info` whose `ep_attr->auth_key` is not the domain's
-/// JobID, which its endpoints are given ([`crate::info::endpoint_key_refused`]; on a fabric of
-/// API 1.5 or later: before, the field is ignored).
+/// `fi_endpoint`. `FI_EINVAL` for an `fi_info` asking for capabilities the provider does
+/// not serve ([`crate::info::endpoint_caps_refused`]), or whose `ep_attr->auth_key` is not
+/// the domain's JobID, which its endpoints are given ([`crate::info::endpoint_key_refused`];
+/// on a fabric of API 1.5 or later: before, the field is ignored).
 pub(crate) unsafe extern "C" fn domain_endpoint(
     domain: *mut FidDomain,
     info: *mut c_void,
@@ -1229,6 +1237,10 @@ pub(crate) unsafe extern "C" fn domain_endpoint(
             if let Some(why) = crate::info::context_counts_refused(a) {
                 return Err(FiError::inval(format!("{CALL}: {why}")));
             }
+        }
+        // SAFETY: NULL or valid attributes of a valid fi_info.
+        if let Some(why) = unsafe { crate::info::endpoint_caps_refused(info) } {
+            return Err(FiError::inval(format!("{CALL}: {why}")));
         }
         // An endpoint that takes a connection request names one the application may still
         // answer.

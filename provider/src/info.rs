@@ -340,6 +340,35 @@ pub(crate) fn context_counts_refused(ep: &FiEpAttr) -> Option<String> {
     ))
 }
 
+/// Why the capabilities of `info` (`caps`, `tx_attr->caps`, `rx_attr->caps`) ask for more
+/// than the provider serves, which `fi_getinfo` never answers: an `fi_info` edited since
+/// would open an endpoint that does not honour them (with `FI_DIRECTED_RECV`, a receive
+/// would take messages of any source).
+///
+/// # Safety
+/// `info.tx_attr` and `info.rx_attr` are NULL or valid.
+pub(crate) unsafe fn endpoint_caps_refused(info: &FiInfo) -> Option<String> {
+    if info.caps & !PROVIDER_CAPS != 0 {
+        return Some(format!(
+            "caps {:#x}: the provider serves {PROVIDER_CAPS:#x} (FI_MSG, FI_SEND, FI_RECV, \
+             FI_SOURCE, FI_TAGGED, FI_LOCAL_COMM, FI_REMOTE_COMM, FI_SHARED_AV, FI_AV_USER_ID, \
+             FI_NAMED_RX_CTX)",
+            info.caps
+        ));
+    }
+    // SAFETY: NULL or valid, as the caller promises.
+    let tx = unsafe { info.tx_attr.as_ref() }.map_or(0, |a| a.caps);
+    // SAFETY: as above.
+    let rx = unsafe { info.rx_attr.as_ref() }.map_or(0, |a| a.caps);
+    if tx & !TX_CAPS != 0 || rx & !RX_CAPS != 0 {
+        return Some(format!(
+            "tx_attr->caps {tx:#x}, rx_attr->caps {rx:#x}: a transmit context serves \
+             {TX_CAPS:#x}, a receive context {RX_CAPS:#x}"
+        ));
+    }
+    None
+}
+
 /// Why `ep` asks for a shared context (`FI_SHARED_CONTEXT`), which the provider does not
 /// serve.
 fn shared_context_refused(ep: &FiEpAttr) -> Option<String> {

@@ -1680,6 +1680,97 @@ fn hints_and_endpoints_asking_for_several_or_shared_contexts_are_refused() {
     }
 }
 
+/// `fi_endpoint` (or `fi_scalable_ep`) on `open`'s domain with its info as `edit` leaves it,
+/// the info restored after: 0 (the object closed at once) or the negative errno, and then no
+/// object.
+fn open_edited(open: &Open, scalable: bool, edit: impl Fn(&mut FiInfo)) -> c_int {
+    // SAFETY: the provider's own info and attributes, edited and restored bit for bit; an
+    // open domain; a valid out pointer; an endpoint opened is closed once.
+    unsafe {
+        let info = open.info;
+        let (tx, rx, ep_attr) = ((*info).tx_attr, (*info).rx_attr, (*info).ep_attr);
+        let saved = (
+            core::ptr::read(info),
+            core::ptr::read(tx),
+            core::ptr::read(rx),
+            core::ptr::read(ep_attr),
+        );
+        edit(&mut *info);
+        let mut ep: *mut FidEp = null_mut();
+        let ops = &*(*open.domain).ops;
+        let ret = if scalable {
+            (ops.scalable_ep)(open.domain, info.cast(), (&raw mut ep).cast(), null_mut())
+        } else {
+            (ops.endpoint)(open.domain, info.cast(), (&raw mut ep).cast(), null_mut())
+        };
+        core::ptr::write(tx, saved.1);
+        core::ptr::write(rx, saved.2);
+        core::ptr::write(ep_attr, saved.3);
+        core::ptr::write(info, saved.0);
+        if ret == 0 {
+            assert_eq!(close(&mut (*ep).fid), 0);
+        } else {
+            assert!(ep.is_null());
+        }
+        ret
+    }
+}
+
+/// `FI_DIRECTED_RECV`, `FI_RMA` (`rdma/fabric.h`): capabilities the provider does not serve.
+const FI_DIRECTED_RECV: u64 = 1 << 21;
+const FI_RMA: u64 = 1 << 2;
+
+/// An `fi_info` edited after `fi_getinfo` to ask for capabilities the provider does not
+/// serve, in `caps` or a context's, opens no endpoint (`-FI_EINVAL`, as `fi_tx_context`
+/// refuses them): with `FI_DIRECTED_RECV` a receive would take messages of any source.
+#[test]
+fn fi_endpoint_and_fi_scalable_ep_refuse_capabilities_the_provider_does_not_serve() {
+    let open = Open::with_hints(&sep_hints(1, 1));
+    let einval = -(FiErrno::FI_EINVAL.get() as c_int);
+    for scalable in [false, true] {
+        let what = if scalable {
+            "fi_scalable_ep"
+        } else {
+            "fi_endpoint"
+        };
+        assert_eq!(
+            open_edited(&open, scalable, |_| ()),
+            0,
+            "{what} as answered"
+        );
+        assert_eq!(
+            open_edited(&open, scalable, |i| i.caps |= FI_DIRECTED_RECV),
+            einval,
+            "{what}: caps FI_DIRECTED_RECV"
+        );
+        assert_eq!(
+            open_edited(&open, scalable, |i| i.caps |= FI_RMA),
+            einval,
+            "{what}: caps FI_RMA"
+        );
+        assert_eq!(
+            // SAFETY: the info's own rx_attr.
+            open_edited(&open, scalable, |i| unsafe {
+                (*i.rx_attr).caps |= FI_DIRECTED_RECV
+            }),
+            einval,
+            "{what}: rx_attr->caps FI_DIRECTED_RECV"
+        );
+        assert_eq!(
+            // SAFETY: the info's own tx_attr.
+            open_edited(&open, scalable, |i| unsafe { (*i.tx_attr).caps |= FI_RMA }),
+            einval,
+            "{what}: tx_attr->caps FI_RMA"
+        );
+        assert_eq!(
+            // SAFETY: the info's own tx_attr.
+            open_edited(&open, scalable, |i| unsafe { (*i.tx_attr).caps |= FI_RECV }),
+            einval,
+            "{what}: tx_attr->caps FI_RECV"
+        );
+    }
+}
+
 /// The domain's side of the same request: hints asking for a domain that shares contexts
 /// among endpoints (`max_ep_stx_ctx`, `max_ep_srx_ctx` > 0) are `-FI_ENODATA`; several
 /// transmit contexts per endpoint (`max_ep_tx_ctx`) are served up to the NIC's.
