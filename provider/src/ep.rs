@@ -48,8 +48,10 @@
 //!   nothing opened): capabilities the provider does not serve (`caps`, `tx_attr->caps`,
 //!   `rx_attr->caps`; an endpoint takes none it would not honour, such as
 //!   `FI_DIRECTED_RECV`, whose receives would take messages of any source); several or
-//!   shared contexts (`ep_attr->tx_ctx_cnt`, `rx_ctx_cnt`: [`crate::sep`]); an
-//!   `ep_attr->auth_key` other than the domain's JobID.
+//!   shared contexts (`ep_attr->tx_ctx_cnt`, `rx_ctx_cnt`: [`crate::sep`]); default flags
+//!   (`tx_attr->op_flags`, `rx_attr->op_flags`) other than those `fi_getinfo` answers
+//!   (`FI_MATCH_COMPLETE`, which a flagless `fi_tsend` does not meet; `FI_MULTI_RECV`, which
+//!   no receive serves); an `ep_attr->auth_key` other than the domain's JobID.
 //! * `fi_endpoint` makes the object; `fi_ep_bind` takes its AV (one, named or not; none on
 //!   `FI_EP_MSG`),
 //!   its CQs (`FI_TRANSMIT`, `FI_RECV`, optionally `FI_SELECTIVE_COMPLETION`), counters
@@ -1210,7 +1212,8 @@ pub(crate) fn open_context(
 }
 
 /// `fi_endpoint`. `FI_EINVAL` for an `fi_info` asking for capabilities the provider does
-/// not serve ([`crate::info::endpoint_caps_refused`]), or whose `ep_attr->auth_key` is not
+/// not serve ([`crate::info::endpoint_caps_refused`]) or default flags it does not honour
+/// ([`crate::info::endpoint_op_flags_refused`]), or whose `ep_attr->auth_key` is not
 /// the domain's JobID, which its endpoints are given ([`crate::info::endpoint_key_refused`];
 /// on a fabric of API 1.5 or later: before, the field is ignored).
 pub(crate) unsafe extern "C" fn domain_endpoint(
@@ -1281,6 +1284,10 @@ pub(crate) unsafe extern "C" fn domain_endpoint(
                  FI_MATCH_COMPLETE apply to reliable endpoints; an FI_EP_DGRAM send completes \
                  once its packet is on the wire"
             )));
+        }
+        // SAFETY: NULL or valid attributes of a valid fi_info.
+        if let Some(why) = unsafe { crate::info::endpoint_op_flags_refused(info, kind) } {
+            return Err(FiError::inval(format!("{CALL}: {why}")));
         }
         d.endpoints.fetch_add(1, Ordering::AcqRel);
         let boxed = Box::new(UetEp {

@@ -369,6 +369,33 @@ pub(crate) unsafe fn endpoint_caps_refused(info: &FiInfo) -> Option<String> {
     None
 }
 
+/// Why the default flags of `info` (`tx_attr->op_flags`, `rx_attr->op_flags`), which an
+/// endpoint of `kind` gives its flagless calls, are more than it honours, as `fi_getinfo`
+/// refuses hints asking them: `FI_MATCH_COMPLETE`, which a flagless `fi_tsend` does not
+/// meet, or `FI_MULTI_RECV`, which no receive serves.
+///
+/// # Safety
+/// `info.tx_attr` and `info.rx_attr` are NULL or valid.
+pub(crate) unsafe fn endpoint_op_flags_refused(info: &FiInfo, kind: EpKind) -> Option<String> {
+    // SAFETY: NULL or valid, as the caller promises.
+    let tx = unsafe { info.tx_attr.as_ref() }.map_or(0, |a| a.op_flags);
+    let served = kind.tx_op_flags();
+    if tx & !served != 0 {
+        return Some(format!(
+            "tx_attr->op_flags {tx:#x}: {} sends honour {served:#x}",
+            kind.name()
+        ));
+    }
+    // SAFETY: NULL or valid, as the caller promises.
+    let rx = unsafe { info.rx_attr.as_ref() }.map_or(0, |a| a.op_flags);
+    if rx & !RX_OP_FLAGS != 0 {
+        return Some(format!(
+            "rx_attr->op_flags {rx:#x}: receives honour {RX_OP_FLAGS:#x}"
+        ));
+    }
+    None
+}
+
 /// Why `ep` asks for a shared context (`FI_SHARED_CONTEXT`), which the provider does not
 /// serve.
 fn shared_context_refused(ep: &FiEpAttr) -> Option<String> {

@@ -1771,6 +1771,57 @@ fn fi_endpoint_and_fi_scalable_ep_refuse_capabilities_the_provider_does_not_serv
     }
 }
 
+/// An `fi_info` edited after `fi_getinfo` to give the flagless calls default flags the
+/// provider does not honour opens no endpoint (`-FI_EINVAL`), as `fi_getinfo` refuses hints
+/// asking them: `FI_MATCH_COMPLETE`, which a flagless `fi_tsend` would not meet, and
+/// `FI_MULTI_RECV`, which no receive serves. The flags it honours open one.
+#[test]
+fn fi_endpoint_and_fi_scalable_ep_refuse_default_flags_the_provider_does_not_honour() {
+    const FI_MULTI_RECV: u64 = 1 << 16;
+    const FI_MATCH_COMPLETE: u64 = 1 << 31;
+    const FI_DELIVERY_COMPLETE: u64 = 1 << 28;
+    const FI_TRANSMIT_COMPLETE: u64 = 1 << 27;
+    let open = Open::with_hints(&sep_hints(1, 1));
+    let einval = -(FiErrno::FI_EINVAL.get() as c_int);
+    for scalable in [false, true] {
+        let what = if scalable {
+            "fi_scalable_ep"
+        } else {
+            "fi_endpoint"
+        };
+        let with = |tx: u64, rx: u64| {
+            // SAFETY: the info's own attributes.
+            open_edited(&open, scalable, |i| unsafe {
+                (*i.tx_attr).op_flags = tx;
+                (*i.rx_attr).op_flags = rx;
+            })
+        };
+        assert_eq!(
+            with(
+                FI_COMPLETION | FI_DELIVERY_COMPLETE,
+                FI_COMPLETION | FI_TRANSMIT_COMPLETE
+            ),
+            0,
+            "{what}: honoured flags"
+        );
+        assert_eq!(
+            with(FI_COMPLETION | FI_MATCH_COMPLETE, 0),
+            einval,
+            "{what}: tx_attr->op_flags FI_MATCH_COMPLETE"
+        );
+        assert_eq!(
+            with(0, FI_COMPLETION | FI_MULTI_RECV),
+            einval,
+            "{what}: rx_attr->op_flags FI_MULTI_RECV"
+        );
+        assert_eq!(
+            with(FI_MULTI_RECV, 0),
+            einval,
+            "{what}: tx_attr->op_flags FI_MULTI_RECV"
+        );
+    }
+}
+
 /// The domain's side of the same request: hints asking for a domain that shares contexts
 /// among endpoints (`max_ep_stx_ctx`, `max_ep_srx_ctx` > 0) are `-FI_ENODATA`; several
 /// transmit contexts per endpoint (`max_ep_tx_ctx`) are served up to the NIC's.
