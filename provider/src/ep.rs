@@ -51,7 +51,10 @@
 //!   shared contexts (`ep_attr->tx_ctx_cnt`, `rx_ctx_cnt`: [`crate::sep`]); default flags
 //!   (`tx_attr->op_flags`, `rx_attr->op_flags`) other than those `fi_getinfo` answers
 //!   (`FI_MATCH_COMPLETE`, which a flagless `fi_tsend` does not meet; `FI_MULTI_RECV`, which
-//!   no receive serves); an `ep_attr->auth_key` other than the domain's JobID.
+//!   no receive serves); sizes beyond those `fi_getinfo` answers (`tx_attr->size`,
+//!   `iov_limit`, `inject_size`, `rma_iov_limit`, `rx_attr->size`, `iov_limit`,
+//!   `ep_attr->max_msg_size`, which for `FI_EP_DGRAM` is one packet); an `ep_attr->auth_key`
+//!   other than the domain's JobID.
 //! * `fi_endpoint` makes the object; `fi_ep_bind` takes its AV (one, named or not; none on
 //!   `FI_EP_MSG`),
 //!   its CQs (`FI_TRANSMIT`, `FI_RECV`, optionally `FI_SELECTIVE_COMPLETION`), counters
@@ -1213,7 +1216,8 @@ pub(crate) fn open_context(
 
 /// `fi_endpoint`. `FI_EINVAL` for an `fi_info` asking for capabilities the provider does
 /// not serve ([`crate::info::endpoint_caps_refused`]) or default flags it does not honour
-/// ([`crate::info::endpoint_op_flags_refused`]), or whose `ep_attr->auth_key` is not
+/// ([`crate::info::endpoint_op_flags_refused`]) or sizes beyond those `fi_getinfo` answers
+/// ([`crate::info::endpoint_sizes_refused`]), or whose `ep_attr->auth_key` is not
 /// the domain's JobID, which its endpoints are given ([`crate::info::endpoint_key_refused`];
 /// on a fabric of API 1.5 or later: before, the field is ignored).
 pub(crate) unsafe extern "C" fn domain_endpoint(
@@ -1257,13 +1261,18 @@ pub(crate) unsafe extern "C" fn domain_endpoint(
                 "{CALL}: info->handle is no connection request waiting for an answer"
             )));
         }
-        let job_id = {
+        let (job_id, sizes_refused) = {
             let guard = d.lock()?;
             let dom = guard
                 .as_ref()
                 .ok_or_else(|| FiError::inval(format!("{CALL}: the domain is closed")))?;
-            dom.endpoint_attr().job_id
+            // SAFETY: NULL or valid attributes of a valid fi_info.
+            let sizes = unsafe { crate::info::endpoint_sizes_refused(info, kind, dom.nic()) };
+            (dom.endpoint_attr().job_id, sizes)
         };
+        if let Some(why) = sizes_refused {
+            return Err(FiError::inval(format!("{CALL}: {why}")));
+        }
         // SAFETY: NULL or valid attributes of a valid fi_info.
         if let Some(why) = unsafe { crate::info::endpoint_key_refused(info, job_id, d.api_version) }
         {

@@ -396,6 +396,64 @@ pub(crate) unsafe fn endpoint_op_flags_refused(info: &FiInfo, kind: EpKind) -> O
     None
 }
 
+/// Why the sizes of `info` ask for more than an endpoint of `kind` on `nic` has, as
+/// `fi_getinfo` answers them and refuses hints asking more: `tx_attr->size`, `iov_limit`,
+/// `inject_size`, `rma_iov_limit` (no RMA), `rx_attr->size`, `iov_limit`,
+/// `ep_attr->max_msg_size`. 0 asks for the provider's.
+///
+/// # Safety
+/// `info.tx_attr`, `info.rx_attr` and `info.ep_attr` are NULL or valid.
+pub(crate) unsafe fn endpoint_sizes_refused(
+    info: &FiInfo,
+    kind: EpKind,
+    nic: &Nic,
+) -> Option<String> {
+    let defaults = uet_driver::EndpointAttr::default();
+    let (tx_size, rx_size) = (1usize << defaults.tx_log2, 1usize << defaults.rx_log2);
+    // SAFETY: NULL or valid, as the caller promises.
+    if let Some(tx) = unsafe { info.tx_attr.as_ref() } {
+        let inject_size = kind.inject_size(nic);
+        if tx.size > tx_size
+            || tx.iov_limit > IOV_LIMIT
+            || tx.inject_size > inject_size
+            || tx.rma_iov_limit > 0
+        {
+            return Some(format!(
+                "tx_attr (size {}, iov_limit {}, inject_size {}, rma_iov_limit {}) asks for \
+                 more than {}'s (size {tx_size}, iov_limit {IOV_LIMIT}, inject_size \
+                 {inject_size}, rma_iov_limit 0: no RMA)",
+                tx.size,
+                tx.iov_limit,
+                tx.inject_size,
+                tx.rma_iov_limit,
+                kind.name()
+            ));
+        }
+    }
+    // SAFETY: NULL or valid, as the caller promises.
+    if let Some(rx) = unsafe { info.rx_attr.as_ref() } {
+        if rx.size > rx_size || rx.iov_limit > IOV_LIMIT {
+            return Some(format!(
+                "rx_attr (size {}, iov_limit {}) asks for more than the provider's (size \
+                 {rx_size}, iov_limit {IOV_LIMIT})",
+                rx.size, rx.iov_limit
+            ));
+        }
+    }
+    // SAFETY: NULL or valid, as the caller promises.
+    if let Some(ep) = unsafe { info.ep_attr.as_ref() } {
+        let max = kind.max_msg_size(nic);
+        if ep.max_msg_size > max {
+            return Some(format!(
+                "ep_attr->max_msg_size {} is more than {}'s {max}",
+                ep.max_msg_size,
+                kind.name()
+            ));
+        }
+    }
+    None
+}
+
 /// Why `ep` asks for a shared context (`FI_SHARED_CONTEXT`), which the provider does not
 /// serve.
 fn shared_context_refused(ep: &FiEpAttr) -> Option<String> {

@@ -1680,6 +1680,18 @@ fn hints_and_endpoints_asking_for_several_or_shared_contexts_are_refused() {
     }
 }
 
+/// Edit the provider's `FI_EP_RDM` answer `i` into the `FI_EP_DGRAM` one `fi_getinfo` gives:
+/// its type, and its largest message and inject size within one packet of the simulated NIC.
+fn as_dgram(i: &mut FiInfo) {
+    let mtu = usize::from(uet_sim::NicConfig::new([10, 0, 0, 1].into()).mtu);
+    // SAFETY: the info's own attributes.
+    unsafe {
+        (*i.ep_attr).ep_type = FI_EP_DGRAM;
+        (*i.ep_attr).max_msg_size = (*i.ep_attr).max_msg_size.min(mtu);
+        (*i.tx_attr).inject_size = (*i.tx_attr).inject_size.min(mtu);
+    }
+}
+
 /// `fi_endpoint` (or `fi_scalable_ep`) on `open`'s domain with its info as `edit` leaves it,
 /// the info restored after: 0 (the object closed at once) or the negative errno, and then no
 /// object.
@@ -1819,6 +1831,63 @@ fn fi_endpoint_and_fi_scalable_ep_refuse_default_flags_the_provider_does_not_hon
             einval,
             "{what}: tx_attr->op_flags FI_MULTI_RECV"
         );
+    }
+}
+
+/// An `fi_info` edited after `fi_getinfo` to ask for more than the sizes it answered (ring
+/// entries, iovecs, inject and message sizes, RMA iovecs) opens no endpoint (`-FI_EINVAL`):
+/// the endpoint would not have them, and `fi_getinfo` refuses hints asking them. The answered
+/// sizes, and smaller ones, open one.
+#[test]
+fn fi_endpoint_and_fi_scalable_ep_refuse_sizes_beyond_those_fi_getinfo_answers() {
+    let open = Open::with_hints(&sep_hints(1, 1));
+    let einval = -(FiErrno::FI_EINVAL.get() as c_int);
+    let names = [
+        "tx_attr->size",
+        "tx_attr->iov_limit",
+        "tx_attr->inject_size",
+        "tx_attr->rma_iov_limit",
+        "rx_attr->size",
+        "rx_attr->iov_limit",
+        "ep_attr->max_msg_size",
+    ];
+    // The size `names[which]` of `i`, one more than answered (`rma_iov_limit`: 1).
+    let bump = |i: &mut FiInfo, which: usize| {
+        // SAFETY: the info's own attributes.
+        let (tx, rx, ep) = unsafe { (&mut *i.tx_attr, &mut *i.rx_attr, &mut *i.ep_attr) };
+        match which {
+            0 => tx.size += 1,
+            1 => tx.iov_limit += 1,
+            2 => tx.inject_size += 1,
+            3 => tx.rma_iov_limit = 1,
+            4 => rx.size += 1,
+            5 => rx.iov_limit += 1,
+            _ => ep.max_msg_size += 1,
+        }
+    };
+    for scalable in [false, true] {
+        let what = if scalable {
+            "fi_scalable_ep"
+        } else {
+            "fi_endpoint"
+        };
+        assert_eq!(
+            open_edited(&open, scalable, |_| ()),
+            0,
+            "{what} as answered"
+        );
+        // SAFETY: the info's own attributes.
+        let smaller = open_edited(&open, scalable, |i| unsafe {
+            (*i.tx_attr).size = 1;
+            (*i.tx_attr).inject_size = 0;
+            (*i.rx_attr).iov_limit = 1;
+            (*i.ep_attr).max_msg_size = 64;
+        });
+        assert_eq!(smaller, 0, "{what}: smaller sizes");
+        for (which, name) in names.into_iter().enumerate() {
+            let ret = open_edited(&open, scalable, |i| bump(i, which));
+            assert_eq!(ret, einval, "{what}: {name} + 1");
+        }
     }
 }
 
@@ -2694,8 +2763,7 @@ fn hints_asking_contexts_for_what_the_answer_leaves_out_exclude_its_type() {
 #[test]
 fn datagram_endpoints_deliver_one_packet_and_never_report_a_lost_datagram() {
     let mtu = usize::from(uet_sim::NicConfig::new([10, 0, 0, 1].into()).mtu);
-    // SAFETY: the provider's own info, edited before the endpoints are opened.
-    let pair = Pair::with_info(0, |i| unsafe { (*i.ep_attr).ep_type = FI_EP_DGRAM });
+    let pair = Pair::with_info(0, as_dgram);
 
     // No receive posted: the sender's completion is a success, and the target sees nothing.
     assert_eq!(pair.send(0, b"into the void", 1), 0);
@@ -4626,7 +4694,7 @@ fn a_datagram_endpoint_is_not_opened_with_a_reliable_completion_level_as_its_def
         let mut ep: *mut FidEp = null_mut();
         // SAFETY: the provider's own info, edited; a valid out pointer.
         let ret = unsafe {
-            (*(*open.info).ep_attr).ep_type = FI_EP_DGRAM;
+            as_dgram(&mut *open.info);
             (*(*open.info).tx_attr).op_flags = op_flags;
             ((*(*open.domain).ops).endpoint)(
                 open.domain,
@@ -4665,8 +4733,7 @@ fn a_datagram_endpoint_is_not_opened_with_a_reliable_completion_level_as_its_def
 /// receive, as on a reliable endpoint.
 #[test]
 fn an_early_tagged_datagram_waits_for_its_receive_and_an_untagged_one_is_dropped() {
-    // SAFETY: the provider's own info, edited before the endpoints are opened.
-    let pair = Pair::with_info(0, |i| unsafe { (*i.ep_attr).ep_type = FI_EP_DGRAM });
+    let pair = Pair::with_info(0, as_dgram);
     // SAFETY: open endpoints' operations.
     let (tx, rx) = unsafe { (&*(*pair.p[0].ep).tagged, &*(*pair.p[1].ep).tagged) };
     assert_eq!(pair.send(0, b"untagged", 1), 0);
@@ -7567,8 +7634,13 @@ fn a_context_returns_its_actual_inject_and_queue_sizes_in_its_attributes() {
 #[test]
 fn a_sendmsg_with_fi_inject_longer_than_inject_size_is_refused_and_sends_nothing() {
     for ep_type in [FI_EP_RDM, FI_EP_DGRAM] {
-        // SAFETY: the provider's own info, edited before the endpoints are opened.
-        let pair = Pair::with_info(0, |i| unsafe { (*i.ep_attr).ep_type = ep_type });
+        let pair = Pair::with_info(0, |i| {
+            // SAFETY: the provider's own info, edited before the endpoints are opened.
+            unsafe { (*i.ep_attr).ep_type = ep_type };
+            if ep_type == FI_EP_DGRAM {
+                as_dgram(i);
+            }
+        });
         // SAFETY: the info the endpoints were opened with.
         let inject_size = unsafe { (*(*pair._open.info).tx_attr).inject_size };
         assert!(inject_size > 0);
@@ -8329,8 +8401,7 @@ fn an_fi_wait_fd_eq_wakes_for_a_connection_request() {
 /// `-FI_EAGAIN`.
 #[test]
 fn a_datagram_longer_than_the_mtu_is_refused_as_such_with_every_ring_full() {
-    // SAFETY: the provider's own info, edited before the endpoints are opened.
-    let pair = Pair::with_info(0, |i| unsafe { (*i.ep_attr).ep_type = FI_EP_DGRAM });
+    let pair = Pair::with_info(0, as_dgram);
     // SAFETY: the info the endpoints were opened with.
     let mtu = unsafe { (*(*pair._open.info).ep_attr).max_msg_size };
     let long = vec![1u8; mtu + 1];
