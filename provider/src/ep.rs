@@ -54,7 +54,9 @@
 //!   no receive serves); sizes beyond those `fi_getinfo` answers (`tx_attr->size`,
 //!   `iov_limit`, `inject_size`, `rma_iov_limit`, `rx_attr->size`, `iov_limit`,
 //!   `ep_attr->max_msg_size`, which for `FI_EP_DGRAM` is one packet); an `ep_attr->auth_key`
-//!   other than the domain's JobID.
+//!   other than the domain's JobID; an order (`msg_order`, `comp_order`,
+//!   `max_order_*_size`) or a protocol other than UET (`ep_attr->protocol`,
+//!   `protocol_version`): messages travel unordered.
 //! * `fi_endpoint` makes the object; `fi_ep_bind` takes its AV (one, named or not; none on
 //!   `FI_EP_MSG`),
 //!   its CQs (`FI_TRANSMIT`, `FI_RECV`, optionally `FI_SELECTIVE_COMPLETION`), counters
@@ -1217,7 +1219,8 @@ pub(crate) fn open_context(
 /// `fi_endpoint`. `FI_EINVAL` for an `fi_info` asking for capabilities the provider does
 /// not serve ([`crate::info::endpoint_caps_refused`]) or default flags it does not honour
 /// ([`crate::info::endpoint_op_flags_refused`]) or sizes beyond those `fi_getinfo` answers
-/// ([`crate::info::endpoint_sizes_refused`]), or whose `ep_attr->auth_key` is not
+/// ([`crate::info::endpoint_sizes_refused`]), an order or a protocol it does not have
+/// ([`crate::info::endpoint_order_refused`]), or whose `ep_attr->auth_key` is not
 /// the domain's JobID, which its endpoints are given ([`crate::info::endpoint_key_refused`];
 /// on a fabric of API 1.5 or later: before, the field is ignored).
 pub(crate) unsafe extern "C" fn domain_endpoint(
@@ -1247,6 +1250,10 @@ pub(crate) unsafe extern "C" fn domain_endpoint(
         }
         // SAFETY: NULL or valid attributes of a valid fi_info.
         if let Some(why) = unsafe { crate::info::endpoint_caps_refused(info) } {
+            return Err(FiError::inval(format!("{CALL}: {why}")));
+        }
+        // SAFETY: NULL or valid attributes of a valid fi_info.
+        if let Some(why) = unsafe { crate::info::endpoint_order_refused(info) } {
             return Err(FiError::inval(format!("{CALL}: {why}")));
         }
         // An endpoint that takes a connection request names one the application may still

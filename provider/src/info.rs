@@ -454,6 +454,51 @@ pub(crate) unsafe fn endpoint_sizes_refused(
     None
 }
 
+/// Why `info` asks for an order (`tx_attr`, `rx_attr` `msg_order` and `comp_order`,
+/// `ep_attr->max_order_*_size`) or a protocol (`ep_attr->protocol`, `protocol_version`) the
+/// provider's endpoints do not have, as `fi_getinfo` refuses hints asking them: messages
+/// travel unordered (RUD) over UET, and no RMA or atomic data is ordered.
+///
+/// # Safety
+/// `info.tx_attr`, `info.rx_attr` and `info.ep_attr` are NULL or valid.
+pub(crate) unsafe fn endpoint_order_refused(info: &FiInfo) -> Option<String> {
+    // SAFETY: NULL or valid, as the caller promises.
+    let tx = unsafe { info.tx_attr.as_ref() }.map_or((0, 0), |a| (a.msg_order, a.comp_order));
+    // SAFETY: as above.
+    let rx = unsafe { info.rx_attr.as_ref() }.map_or((0, 0), |a| (a.msg_order, a.comp_order));
+    if tx != (0, 0) || rx != (0, 0) {
+        return Some(format!(
+            "tx_attr msg_order {:#x}, comp_order {:#x}, rx_attr msg_order {:#x}, comp_order \
+             {:#x}: messages travel unordered (RUD) and complete as they are done",
+            tx.0, tx.1, rx.0, rx.1
+        ));
+    }
+    // SAFETY: NULL or valid, as the caller promises.
+    let ep = unsafe { info.ep_attr.as_ref() }?;
+    if ep.protocol != FI_PROTO_UNSPEC && ep.protocol != PROTOCOL {
+        return Some(format!(
+            "ep_attr->protocol {:#x}: the provider speaks UET ({PROTOCOL:#x})",
+            ep.protocol
+        ));
+    }
+    if ep.protocol_version > PROTOCOL_VERSION {
+        return Some(format!(
+            "ep_attr->protocol_version {} is more than the provider's {PROTOCOL_VERSION}",
+            ep.protocol_version
+        ));
+    }
+    let orders = [
+        ("max_order_raw_size", ep.max_order_raw_size),
+        ("max_order_war_size", ep.max_order_war_size),
+        ("max_order_waw_size", ep.max_order_waw_size),
+    ];
+    let (name, n) = orders.into_iter().find(|&(_, n)| n > 0)?;
+    Some(format!(
+        "ep_attr->{name} {n}: no RMA or atomic data is ordered (the provider serves neither, \
+         and its messages travel unordered)"
+    ))
+}
+
 /// Why `ep` asks for a shared context (`FI_SHARED_CONTEXT`), which the provider does not
 /// serve.
 fn shared_context_refused(ep: &FiEpAttr) -> Option<String> {

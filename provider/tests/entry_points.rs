@@ -1891,6 +1891,55 @@ fn fi_endpoint_and_fi_scalable_ep_refuse_sizes_beyond_those_fi_getinfo_answers()
     }
 }
 
+/// An `fi_info` edited after `fi_getinfo` to ask for an ordering (`msg_order`, `comp_order`,
+/// `max_order_*_size`) or another protocol opens no endpoint (`-FI_EINVAL`): messages travel
+/// unordered over UET, and `fi_getinfo` refuses hints asking otherwise.
+#[test]
+fn fi_endpoint_and_fi_scalable_ep_refuse_an_ordering_or_another_protocol() {
+    let open = Open::with_hints(&sep_hints(1, 1));
+    let einval = -(FiErrno::FI_EINVAL.get() as c_int);
+    let names = [
+        "tx_attr->msg_order",
+        "tx_attr->comp_order",
+        "rx_attr->msg_order",
+        "rx_attr->comp_order",
+        "ep_attr->max_order_raw_size",
+        "ep_attr->max_order_waw_size",
+        "ep_attr->protocol",
+        "ep_attr->protocol_version",
+    ];
+    let edit = |i: &mut FiInfo, which: usize| {
+        // SAFETY: the info's own attributes.
+        let (tx, rx, ep) = unsafe { (&mut *i.tx_attr, &mut *i.rx_attr, &mut *i.ep_attr) };
+        match which {
+            0 => tx.msg_order = FI_ORDER_SAS,
+            1 => tx.comp_order = 1,
+            2 => rx.msg_order = FI_ORDER_SAS,
+            3 => rx.comp_order = 1,
+            4 => ep.max_order_raw_size = 8,
+            5 => ep.max_order_waw_size = 8,
+            6 => ep.protocol = 1,
+            _ => ep.protocol_version += 1,
+        }
+    };
+    for scalable in [false, true] {
+        let what = if scalable {
+            "fi_scalable_ep"
+        } else {
+            "fi_endpoint"
+        };
+        // SAFETY: the info's own ep_attr.
+        let any = open_edited(&open, scalable, |i| unsafe {
+            ((*i.ep_attr).protocol, (*i.ep_attr).protocol_version) = (0, 0)
+        });
+        assert_eq!(any, 0, "{what}: FI_PROTO_UNSPEC");
+        for (which, name) in names.into_iter().enumerate() {
+            let ret = open_edited(&open, scalable, |i| edit(i, which));
+            assert_eq!(ret, einval, "{what}: {name}");
+        }
+    }
+}
+
 /// The domain's side of the same request: hints asking for a domain that shares contexts
 /// among endpoints (`max_ep_stx_ctx`, `max_ep_srx_ctx` > 0) are `-FI_ENODATA`; several
 /// transmit contexts per endpoint (`max_ep_tx_ctx`) are served up to the NIC's.
