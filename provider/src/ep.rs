@@ -56,7 +56,8 @@
 //!   `ep_attr->max_msg_size`, which for `FI_EP_DGRAM` is one packet); an `ep_attr->auth_key`
 //!   other than the domain's JobID; an order (`msg_order`, `comp_order`,
 //!   `max_order_*_size`) or a protocol other than UET (`ep_attr->protocol`,
-//!   `protocol_version`): messages travel unordered.
+//!   `protocol_version`): messages travel unordered; an `addr_format` other than
+//!   `FI_FORMAT_UNSPEC` (the UET address) and `FI_ADDR_STR`.
 //! * `fi_endpoint` makes the object; `fi_ep_bind` takes its AV (one, named or not; none on
 //!   `FI_EP_MSG`),
 //!   its CQs (`FI_TRANSMIT`, `FI_RECV`, optionally `FI_SELECTIVE_COMPLETION`), counters
@@ -1285,10 +1286,12 @@ pub(crate) unsafe extern "C" fn domain_endpoint(
         {
             return Err(FiError::inval(format!("{CALL}: {why}")));
         }
-        let addr_format = match info.addr_format {
-            FI_ADDR_STR => AddrFormat::Str,
-            _ => AddrFormat::Uet,
-        };
+        let addr_format = crate::info::addr_format_of(info.addr_format).ok_or_else(|| {
+            FiError::inval(format!(
+                "{CALL}: addr_format {} is not served (FI_FORMAT_UNSPEC, FI_ADDR_STR)",
+                info.addr_format
+            ))
+        })?;
         // SAFETY: NULL or valid attributes of a valid fi_info.
         let tx_op_flags = unsafe { info.tx_attr.as_ref() }.map_or(0, |a| a.op_flags);
         // SAFETY: as above.

@@ -526,7 +526,7 @@ fn nodata(why: String) -> FiError {
 
 /// The address format an `fi_info.addr_format` names, `None` for one the provider does not
 /// serve.
-fn addr_format_of(raw: u32) -> Option<AddrFormat> {
+pub(crate) fn addr_format_of(raw: u32) -> Option<AddrFormat> {
     match raw {
         FI_FORMAT_UNSPEC => Some(AddrFormat::Uet),
         FI_ADDR_STR => Some(AddrFormat::Str),

@@ -3,7 +3,7 @@
 //!
 //! | call | here |
 //! |---|---|
-//! | `fi_scalable_ep(domain, info, &sep, ctx)` | a `fid_ep` of class `FI_CLASS_SEP` with `ep_attr->tx_ctx_cnt` transmit and `rx_ctx_cnt` receive contexts (0 counts as 1; more than the NIC's `CAP_EP.max_tx_ctx`, `max_rx_ctx`, the domain's `max_ep_tx_ctx`, `max_ep_rx_ctx`, or `FI_SHARED_CONTEXT`: `-FI_EINVAL`; an `FI_EP_DGRAM` or `FI_EP_MSG` info, one asking for capabilities the provider does not serve (`caps`, `tx_attr->caps`, `rx_attr->caps`) or default flags it does not honour (`tx_attr->op_flags`, `rx_attr->op_flags`, which contexts opened without attributes take) or sizes beyond those `fi_getinfo` answers (`tx_attr->size`, `iov_limit`, `inject_size`, `rma_iov_limit`, `rx_attr->size`, `iov_limit`, `ep_attr->max_msg_size`), an order (`msg_order`, `comp_order`, `max_order_*_size`) or a protocol other than UET, or one whose `ep_attr->auth_key` is not the domain's JobID, from API 1.5: `-FI_EINVAL`) |
+//! | `fi_scalable_ep(domain, info, &sep, ctx)` | a `fid_ep` of class `FI_CLASS_SEP` with `ep_attr->tx_ctx_cnt` transmit and `rx_ctx_cnt` receive contexts (0 counts as 1; more than the NIC's `CAP_EP.max_tx_ctx`, `max_rx_ctx`, the domain's `max_ep_tx_ctx`, `max_ep_rx_ctx`, or `FI_SHARED_CONTEXT`: `-FI_EINVAL`; an `FI_EP_DGRAM` or `FI_EP_MSG` info, one asking for capabilities the provider does not serve (`caps`, `tx_attr->caps`, `rx_attr->caps`) or default flags it does not honour (`tx_attr->op_flags`, `rx_attr->op_flags`, which contexts opened without attributes take) or sizes beyond those `fi_getinfo` answers (`tx_attr->size`, `iov_limit`, `inject_size`, `rma_iov_limit`, `rx_attr->size`, `iov_limit`, `ep_attr->max_msg_size`), an order (`msg_order`, `comp_order`, `max_order_*_size`) or a protocol other than UET, an `addr_format` other than `FI_FORMAT_UNSPEC` and `FI_ADDR_STR`, or one whose `ep_attr->auth_key` is not the domain's JobID, from API 1.5: `-FI_EINVAL`) |
 //! | `fi_scalable_ep_bind(sep, av, 0)` | its AV, which its contexts address through (an AV only, once: `-FI_EINVAL`; flags: `-FI_EBADFLAGS`; once it or a context is enabled: `-FI_EOPBADSTATE`) |
 //! | `fi_tx_context(sep, i, attr, &ep, ctx)`, `fi_rx_context` | context `i`, a `fid_ep` of class `FI_CLASS_TX_CTX` / `FI_CLASS_RX_CTX` (index out of range `-FI_EINVAL`, open already `-FI_EBUSY`; a closed index whose old receives are still posted `-FI_EBUSY` or, on a NIC without RECV_CANCEL, `-FI_EOPBADSTATE`; a closed transmit index whose old injects are in flight `-FI_EBUSY`), before or after the scalable endpoint is enabled, and again after `fi_close` of the index's context (see below); `attr` gives its `op_flags` and gets the attributes it has |
 //! | `fi_ep_bind(ctx, cq or counter, flags)` | its own CQ (`FI_TRANSMIT` on a transmit context, `FI_RECV` on a receive one, `FI_SELECTIVE_COMPLETION` on either) and counter (`FI_SEND`, `FI_RECV`); the other direction is `-FI_EBADFLAGS`, an AV or EQ `-FI_EINVAL` |
@@ -395,10 +395,12 @@ pub(crate) unsafe extern "C" fn domain_scalable_ep(
         let tx_op_flags = unsafe { info.tx_attr.as_ref() }.map_or(0, |a| a.op_flags);
         // SAFETY: as above.
         let rx_op_flags = unsafe { info.rx_attr.as_ref() }.map_or(0, |a| a.op_flags);
-        let addr_format = match info.addr_format {
-            FI_ADDR_STR => AddrFormat::Str,
-            _ => AddrFormat::Uet,
-        };
+        let addr_format = crate::info::addr_format_of(info.addr_format).ok_or_else(|| {
+            FiError::inval(format!(
+                "{CALL}: addr_format {} is not served (FI_FORMAT_UNSPEC, FI_ADDR_STR)",
+                info.addr_format
+            ))
+        })?;
         // Its receive contexts report sources when it was opened with FI_SOURCE (fi_cq(3)),
         // unless a context's own capabilities leave it out.
         let sources = info.caps == 0 || info.caps & FI_SOURCE_CAP != 0;

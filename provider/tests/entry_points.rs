@@ -1940,6 +1940,31 @@ fn fi_endpoint_and_fi_scalable_ep_refuse_an_ordering_or_another_protocol() {
     }
 }
 
+/// An `fi_info` edited after `fi_getinfo` to name an address format the provider does not
+/// serve (`FI_SOCKADDR_IN`) opens no endpoint (`-FI_EINVAL`, as `fi_passive_ep` refuses it):
+/// its `fi_getname` would give a UET address where a `sockaddr_in` is expected.
+#[test]
+fn fi_endpoint_and_fi_scalable_ep_refuse_an_address_format_the_provider_does_not_serve() {
+    const FI_SOCKADDR_IN: u32 = 2;
+    let open = Open::with_hints(&sep_hints(1, 1));
+    let einval = -(FiErrno::FI_EINVAL.get() as c_int);
+    for scalable in [false, true] {
+        let what = if scalable {
+            "fi_scalable_ep"
+        } else {
+            "fi_endpoint"
+        };
+        for (format, want) in [
+            (FI_FORMAT_UNSPEC, 0),
+            (FI_ADDR_STR, 0),
+            (FI_SOCKADDR_IN, einval),
+        ] {
+            let ret = open_edited(&open, scalable, |i| i.addr_format = format);
+            assert_eq!(ret, want, "{what}: addr_format {format}");
+        }
+    }
+}
+
 /// The domain's side of the same request: hints asking for a domain that shares contexts
 /// among endpoints (`max_ep_stx_ctx`, `max_ep_srx_ctx` > 0) are `-FI_ENODATA`; several
 /// transmit contexts per endpoint (`max_ep_tx_ctx`) are served up to the NIC's.
