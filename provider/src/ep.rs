@@ -47,7 +47,9 @@
 //!   edited since or made by hand (`-FI_EINVAL`, as `fi_tx_context` refuses a context's,
 //!   nothing opened): capabilities the provider does not serve (`caps`, `tx_attr->caps`,
 //!   `rx_attr->caps`; an endpoint takes none it would not honour, such as
-//!   `FI_DIRECTED_RECV`, whose receives would take messages of any source); several or
+//!   `FI_DIRECTED_RECV`, whose receives would take messages of any source) or that its
+//!   type lacks (`FI_NAMED_RX_CTX` but on `FI_EP_RDM`; on `FI_EP_MSG`, which binds no AV,
+//!   `FI_SOURCE`, `FI_SHARED_AV`, `FI_AV_USER_ID`); several or
 //!   shared contexts (`ep_attr->tx_ctx_cnt`, `rx_ctx_cnt`: [`crate::sep`]); default flags
 //!   (`tx_attr->op_flags`, `rx_attr->op_flags`) other than those `fi_getinfo` answers
 //!   (`FI_MATCH_COMPLETE`, which a flagless `fi_tsend` does not meet; `FI_MULTI_RECV`, which
@@ -1250,7 +1252,7 @@ pub(crate) unsafe extern "C" fn domain_endpoint(
             }
         }
         // SAFETY: NULL or valid attributes of a valid fi_info.
-        if let Some(why) = unsafe { crate::info::endpoint_caps_refused(info) } {
+        if let Some(why) = unsafe { crate::info::endpoint_caps_refused(info, kind) } {
             return Err(FiError::inval(format!("{CALL}: {why}")));
         }
         // SAFETY: NULL or valid attributes of a valid fi_info.

@@ -341,13 +341,23 @@ pub(crate) fn context_counts_refused(ep: &FiEpAttr) -> Option<String> {
 }
 
 /// Why the capabilities of `info` (`caps`, `tx_attr->caps`, `rx_attr->caps`) ask for more
-/// than the provider serves, which `fi_getinfo` never answers: an `fi_info` edited since
-/// would open an endpoint that does not honour them (with `FI_DIRECTED_RECV`, a receive
-/// would take messages of any source).
+/// than the provider serves on an endpoint of `kind`, which `fi_getinfo` never answers: an
+/// `fi_info` edited since would open an endpoint that does not honour them (with
+/// `FI_DIRECTED_RECV`, a receive would take messages of any source; with `FI_NAMED_RX_CTX`
+/// on `FI_EP_DGRAM`, whose domain's AVs name no receive context, a send could name none).
 ///
 /// # Safety
 /// `info.tx_attr` and `info.rx_attr` are NULL or valid.
-pub(crate) unsafe fn endpoint_caps_refused(info: &FiInfo) -> Option<String> {
+pub(crate) unsafe fn endpoint_caps_refused(info: &FiInfo, kind: EpKind) -> Option<String> {
+    let lacks = info.caps & PROVIDER_CAPS & !kind_caps(kind, 0);
+    if lacks != 0 {
+        return Some(format!(
+            "caps {:#x}: {} endpoints lack {lacks:#x} (FI_NAMED_RX_CTX is FI_EP_RDM's; \
+             FI_EP_MSG endpoints bind no AV and report no source)",
+            info.caps,
+            kind.name()
+        ));
+    }
     if info.caps & !PROVIDER_CAPS != 0 {
         return Some(format!(
             "caps {:#x}: the provider serves {PROVIDER_CAPS:#x} (FI_MSG, FI_SEND, FI_RECV, \

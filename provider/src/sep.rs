@@ -365,7 +365,7 @@ pub(crate) unsafe extern "C" fn domain_scalable_ep(
             return Err(FiError::inval(format!("{CALL}: {why}")));
         }
         // SAFETY: NULL or valid attributes of a valid fi_info.
-        if let Some(why) = unsafe { crate::info::endpoint_caps_refused(info) } {
+        if let Some(why) = unsafe { crate::info::endpoint_caps_refused(info, EpKind::Rdm) } {
             return Err(FiError::inval(format!("{CALL}: {why}")));
         }
         // SAFETY: NULL or valid attributes of a valid fi_info.

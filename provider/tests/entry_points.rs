@@ -1783,6 +1783,37 @@ fn fi_endpoint_and_fi_scalable_ep_refuse_capabilities_the_provider_does_not_serv
     }
 }
 
+/// An `fi_info` edited after `fi_getinfo` into another endpoint type keeps only the
+/// capabilities that type has, as `fi_getinfo` answers them: named receive contexts are
+/// `FI_EP_RDM`'s (a datagram or connected domain's AV names none), and an `FI_EP_MSG`
+/// endpoint binds no AV and reports no source. Others open no endpoint (`-FI_EINVAL`).
+#[test]
+fn fi_endpoint_refuses_capabilities_its_endpoint_type_lacks() {
+    let open = Open::new(FI_MSG | FI_TAGGED, FI_FORMAT_UNSPEC);
+    let einval = -(FiErrno::FI_EINVAL.get() as c_int);
+    let base = FI_MSG | FI_TAGGED | FI_SEND | FI_RECV;
+    for (ep_type, caps, want) in [
+        (FI_EP_RDM, base | FI_NAMED_RX_CTX | FI_SOURCE_CAP, 0),
+        (FI_EP_DGRAM, base | FI_SOURCE_CAP | uet_av::FI_SHARED_AV, 0),
+        (FI_EP_DGRAM, base | FI_NAMED_RX_CTX, einval),
+        (FI_EP_MSG, base, 0),
+        (FI_EP_MSG, base | FI_NAMED_RX_CTX, einval),
+        (FI_EP_MSG, base | FI_SOURCE_CAP, einval),
+        (FI_EP_MSG, base | uet_av::FI_SHARED_AV, einval),
+        (FI_EP_MSG, base | FI_AV_USER_ID, einval),
+    ] {
+        let ret = open_edited(&open, false, |i| {
+            if ep_type == FI_EP_DGRAM {
+                as_dgram(i);
+            }
+            // SAFETY: the info's own ep_attr.
+            unsafe { (*i.ep_attr).ep_type = ep_type };
+            i.caps = caps;
+        });
+        assert_eq!(ret, want, "type {ep_type}, caps {caps:#x}");
+    }
+}
+
 /// An `fi_info` edited after `fi_getinfo` to give the flagless calls default flags the
 /// provider does not honour opens no endpoint (`-FI_EINVAL`), as `fi_getinfo` refuses hints
 /// asking them: `FI_MATCH_COMPLETE`, which a flagless `fi_tsend` would not meet, and
