@@ -537,10 +537,8 @@ unsafe extern "C" fn cntr_control(fid: *mut Fid, command: c_int, arg: *mut c_voi
     entry(CALL, || {
         // SAFETY: called through the fid's own ops.
         let c = unsafe { cntr_ref(fid, CALL) }?;
-        // Only FI_GETWAIT gives the mutex and condition, and starts their thread.
         let handle = match (&c.cond_wait, &c.fd_wait) {
-            (Some(_), _) if command != FI_GETWAIT => None,
-            (Some(w), _) => Some(WaitHandle::MutexCond(w.pair(CALL)?)),
+            (Some(w), _) => Some(WaitHandle::MutexCond(w)),
             (None, w) => w.as_ref().map(|w| WaitHandle::Fd(w.fd())),
         };
         let waitable = c.wait_obj != FI_WAIT_NONE;

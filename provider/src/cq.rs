@@ -661,10 +661,8 @@ unsafe extern "C" fn cq_control(fid: *mut Fid, command: c_int, arg: *mut c_void)
     entry(CALL, || {
         // SAFETY: called through the fid's own ops.
         let q = unsafe { cq_ref(fid, CALL) }?;
-        // Only FI_GETWAIT gives the mutex and condition, and starts their thread.
         let handle = match (&q.cond_wait, &q.fd_wait) {
-            (Some(_), _) if command != FI_GETWAIT => None,
-            (Some(w), _) => Some(WaitHandle::MutexCond(w.pair(CALL)?)),
+            (Some(w), _) => Some(WaitHandle::MutexCond(w)),
             (None, w) => w.as_ref().map(|w| WaitHandle::Fd(w.fd())),
         };
         // SAFETY: `arg` as libfabric passes it.

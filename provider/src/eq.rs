@@ -303,10 +303,8 @@ unsafe extern "C" fn eq_control(fid: *mut Fid, command: c_int, arg: *mut c_void)
         // SAFETY: called through the fid's own ops.
         let q = unsafe { eq_ref(fid, CALL) }?;
         let waitable = q.wait_obj != FI_WAIT_NONE;
-        // Only FI_GETWAIT gives the mutex and condition, and starts their thread.
         let handle = match &q.cond_wait {
-            Some(_) if command != FI_GETWAIT => None,
-            Some(w) => Some(WaitHandle::MutexCond(w.pair(CALL)?)),
+            Some(w) => Some(WaitHandle::MutexCond(w)),
             None => q.eq.wait_fd().map(WaitHandle::Fd),
         };
         // SAFETY: `arg` as libfabric passes it.

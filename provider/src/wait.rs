@@ -258,12 +258,13 @@ pub(crate) fn refuse_close_in_use(
 }
 
 /// What `fi_control(FI_GETWAIT)` gives of an object's wait object.
-pub(crate) enum WaitHandle {
+pub(crate) enum WaitHandle<'a> {
     /// `FI_WAIT_FD`: the descriptor, written into the `int` at `arg`.
     Fd(RawFd),
-    /// `FI_WAIT_MUTEX_COND`: the mutex and condition, written into the `struct
-    /// fi_mutex_cond` at `arg`.
-    MutexCond(FiMutexCond),
+    /// `FI_WAIT_MUTEX_COND`: the object's wait, whose mutex and condition are written into
+    /// the `struct fi_mutex_cond` at `arg` (which starts the thread that signals them, only
+    /// then: [`CondWait::pair`]).
+    MutexCond(&'a CondWait),
 }
 
 /// `fi_control` of a CQ, counter or event queue (`object` names it in messages), opened with
@@ -281,7 +282,7 @@ pub(crate) unsafe fn control(
     object: &str,
     wait_obj: c_int,
     waitable: bool,
-    handle: Option<WaitHandle>,
+    handle: Option<WaitHandle<'_>>,
     command: c_int,
     arg: *mut c_void,
 ) -> Result<c_int, FiError> {
@@ -294,10 +295,11 @@ pub(crate) unsafe fn control(
     let value = match command {
         FI_GETWAIT => match handle {
             Some(WaitHandle::Fd(fd)) => fd,
-            Some(WaitHandle::MutexCond(pair)) => {
+            Some(WaitHandle::MutexCond(wait)) => {
                 if arg.is_null() {
                     return Err(null(call, "arg"));
                 }
+                let pair = wait.pair(call)?;
                 // SAFETY: non-NULL, the application's `struct fi_mutex_cond` (libfabric's
                 // contract for FI_GETWAIT of FI_WAIT_MUTEX_COND), perhaps unaligned.
                 unsafe { arg.cast::<FiMutexCond>().write_unaligned(pair) };

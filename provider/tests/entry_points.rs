@@ -9664,7 +9664,8 @@ fn process_threads() -> usize {
 
 /// `fi_control` commands other than `FI_GETWAIT` of an `FI_WAIT_MUTEX_COND` EQ, CQ or
 /// counter (`FI_GETWAITOBJ`, and a command it does not serve) start no signaling thread:
-/// only `FI_GETWAIT` gives the application the mutex and condition. (Counted over the whole
+/// only `FI_GETWAIT` gives the application the mutex and condition. Nor does an
+/// `FI_GETWAIT` with a NULL argument, which is `-FI_EINVAL`. (Counted over the whole
 /// process: the test runs in a process of its own.)
 #[test]
 fn fi_getwaitobj_of_fi_wait_mutex_cond_objects_starts_no_thread() {
@@ -9682,11 +9683,14 @@ fn fi_getwaitobj_of_fi_wait_mutex_cond_objects_starts_no_thread() {
     for fid in fids {
         assert_eq!(control_int(fid, FI_GETWAITOBJ), (0, FI_WAIT_MUTEX_COND));
         assert_eq!(control_int(fid, FI_GETOPSFLAG).0, ineg(FiErrno::FI_ENOSYS));
+        // SAFETY: an open object; a NULL argument, refused before anything is written.
+        let ret = unsafe { ((*(*fid).ops).control)(fid, FI_GETWAIT, null_mut()) };
+        assert_eq!(ret, ineg(FiErrno::FI_EINVAL), "FI_GETWAIT into NULL");
     }
     assert_eq!(
         process_threads(),
         threads,
-        "a command other than FI_GETWAIT started a signaling thread"
+        "a command other than FI_GETWAIT, or one into NULL, started a signaling thread"
     );
     for fid in fids {
         // SAFETY: ours, open, closed once.
