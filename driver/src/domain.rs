@@ -234,22 +234,13 @@ impl Domain {
     /// below that each descriptor ring keeps its smallest size, 2, and the attributes open no
     /// endpoint); resource indices are at most the NIC's per endpoint (`CAP_RESOURCE_INDEX`).
     pub fn endpoint_attr(&self) -> EndpointAttr {
-        let default = EndpointAttr::default();
-        let caps = self.nic.capabilities();
-        let max_log2 = caps.max_queue_entries.checked_ilog2().unwrap_or(0) as u8;
-        let cq_log2 = default.cq_log2.min(max_log2);
-        let ring_log2 = default.tx_log2.min(cq_log2.saturating_sub(2)).max(1);
+        let within = self.nic.endpoint_defaults();
         EndpointAttr {
             job_id: match self.attr.job_id {
-                0 => default.job_id,
+                0 => within.job_id,
                 job_id => job_id,
             },
-            ri_count: default.ri_count.min(caps.ri_per_endpoint),
-            tx_log2: ring_log2,
-            rx_log2: ring_log2,
-            trx_log2: ring_log2,
-            cq_log2,
-            ..default
+            ..within
         }
     }
 

@@ -988,6 +988,27 @@ impl Nic {
         self.inner.stop_watch.close();
     }
 
+    /// The default endpoint attributes ([`crate::EndpointAttr::default`]) within this NIC's
+    /// limits: the ring sizes and resource indices an endpoint opened with them gets, which
+    /// `fi_getinfo` answers (see [`crate::Domain::endpoint_attr`]). On a NIC whose rings are
+    /// smaller than the defaults (`CAP_QUEUES.max_queue_entries` below 256), the completion
+    /// ring is the largest the NIC has and each of the three descriptor rings a quarter of it.
+    pub fn endpoint_defaults(&self) -> crate::EndpointAttr {
+        let default = crate::EndpointAttr::default();
+        let caps = self.capabilities();
+        let max_log2 = caps.max_queue_entries.checked_ilog2().unwrap_or(0) as u8;
+        let cq_log2 = default.cq_log2.min(max_log2);
+        let ring_log2 = default.tx_log2.min(cq_log2.saturating_sub(2)).max(1);
+        crate::EndpointAttr {
+            ri_count: default.ri_count.min(caps.ri_per_endpoint),
+            tx_log2: ring_log2,
+            rx_log2: ring_log2,
+            trx_log2: ring_log2,
+            cq_log2,
+            ..default
+        }
+    }
+
     /// Set the admin command timeout.
     pub fn set_admin_timeout(&self, timeout: Duration) {
         self.inner.admin().set_timeout(timeout);

@@ -418,7 +418,7 @@ pub(crate) unsafe fn endpoint_sizes_refused(
     kind: EpKind,
     nic: &Nic,
 ) -> Option<String> {
-    let defaults = uet_driver::EndpointAttr::default();
+    let defaults = nic.endpoint_defaults();
     let (tx_size, rx_size) = (1usize << defaults.tx_log2, 1usize << defaults.rx_log2);
     // SAFETY: NULL or valid, as the caller promises.
     if let Some(tx) = unsafe { info.tx_attr.as_ref() } {
@@ -632,7 +632,7 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
     w.caps = h.caps;
     w.addr_format = addr_format_of(h.addr_format)
         .ok_or_else(|| nodata(format!("addr_format {} is not served", h.addr_format)))?;
-    let defaults = uet_driver::EndpointAttr::default();
+    let defaults = nic.endpoint_defaults();
     // SAFETY: NULL or valid, as the caller promises.
     if let Some(tx) = unsafe { h.tx_attr.as_ref() } {
         let served = TX_CAPS;
@@ -1179,7 +1179,7 @@ unsafe fn fill(
     let limits = nic.av_limits();
     // SAFETY: all five were just allocated, zeroed, and are ours.
     unsafe {
-        let defaults = uet_driver::EndpointAttr::default();
+        let defaults = nic.endpoint_defaults();
         let tx = &mut *i.tx_attr;
         tx.caps = TX_CAPS & i.caps;
         tx.inject_size = kind.inject_size(nic);

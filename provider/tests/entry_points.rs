@@ -9758,3 +9758,47 @@ fn closing_fi_wait_mutex_cond_objects_leaks_no_descriptor_or_thread() {
         "a closed object's descriptors stayed open"
     );
 }
+
+/// On a NIC whose rings are smaller than the defaults (`CAP_QUEUES.max_queue_entries` 32),
+/// `fi_getinfo` answers the ring sizes an endpoint opened with its answer gets (8-entry
+/// transmit and receive rings, a quarter of the completion ring), not the defaults, and
+/// refuses hints asking for more. (The provider opens one NIC per process, here one served
+/// over vfio-user with small rings: the test runs in a process of its own.)
+#[test]
+fn fi_getinfo_answers_the_ring_sizes_of_a_nic_with_small_rings() {
+    if !common::in_own_process("fi_getinfo_answers_the_ring_sizes_of_a_nic_with_small_rings") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("uet-small-rings-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("nic.sock");
+    let fabric = uet_sim::Fabric::new();
+    let mut config = uet_sim::NicConfig::new("10.0.0.1".parse().unwrap());
+    config.max_queue_entries = 32;
+    let function = fabric.add_nic(config).unwrap();
+    let server =
+        std::sync::Arc::new(uet_sim::vfio_user::VfioUserServer::bind(function, &path).unwrap());
+    let _serving = std::thread::spawn(move || server.serve_one());
+    std::env::set_var(
+        uet_fi::device::DEVICE_VAR,
+        format!("vfio-user:{}", path.display()),
+    );
+    let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+    let info = getinfo(None, None, 0, Some(&hints)).expect("fi_getinfo");
+    // SAFETY: the provider's answer, read, then freed once.
+    let sizes = unsafe {
+        let sizes = ((*(*info).tx_attr).size, (*(*info).rx_attr).size);
+        uet_fi::info::free_info(info);
+        sizes
+    };
+    assert_eq!(sizes, (8, 8), "the rings an endpoint gets on this NIC");
+    // SAFETY: the hints' own attributes.
+    unsafe { (*hints.info.rx_attr).size = 16 };
+    assert_eq!(
+        getinfo(None, None, 0, Some(&hints)).err(),
+        Some(-(FiErrno::FI_ENODATA.get() as c_int)),
+        "a receive ring larger than the NIC gives"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
