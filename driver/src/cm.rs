@@ -1624,6 +1624,23 @@ impl Nic {
         attr: EndpointAttr,
         eq: &EventQueue,
     ) -> Result<PassiveEndpoint, DriverError> {
+        self.passive_endpoint_with_backlog(attr, eq, CM_BACKLOG)
+    }
+
+    /// [`Nic::passive_endpoint`] holding at most `backlog` requests unanswered from its first
+    /// ([`PassiveEndpoint::set_backlog`], which it takes as it is: capped at [`CM_BACKLOG`],
+    /// 0 refused with `FI_EINVAL` before anything is made).
+    pub fn passive_endpoint_with_backlog(
+        &self,
+        attr: EndpointAttr,
+        eq: &EventQueue,
+        backlog: usize,
+    ) -> Result<PassiveEndpoint, DriverError> {
+        if backlog == 0 {
+            return Err(DriverError::InvalidArgument(
+                "a backlog of 0: a listener holds at least one request".into(),
+            ));
+        }
         // A closed queue is refused before anything is asked of the NIC.
         let binding = eq.bind().map_err(fi_err)?;
         let av = self
@@ -1665,7 +1682,7 @@ impl Nic {
                 role: Role::Passive {
                     pending: HashMap::new(),
                     next_id: 1,
-                    backlog: CM_BACKLOG,
+                    backlog: backlog.min(CM_BACKLOG),
                 },
                 local: address,
                 scratch: Vec::new(),

@@ -387,10 +387,12 @@ unsafe extern "C" fn pep_listen(pep: *mut c_void) -> c_int {
             job_id: p.core.listen.job_id(),
             ..EndpointAttr::default()
         };
+        // A backlog set before: in force from the first request.
+        let backlog = st.backlog.unwrap_or(uet_driver::cm::CM_BACKLOG);
         let listener = p
             .core
             .nic
-            .passive_endpoint(attr, link.queue())
+            .passive_endpoint_with_backlog(attr, link.queue(), backlog)
             .map_err(|e| driver_error(CALL, &e))?;
         // The NIC assigns PIDonFEPs: a listener asked to be at another one would listen where
         // no requester looks. It goes again, refusing what reached it, whose events go.
@@ -410,11 +412,6 @@ unsafe extern "C" fn pep_listen(pep: *mut c_void) -> c_int {
                     ),
                 ));
             }
-        }
-        if let Some(backlog) = st.backlog {
-            listener
-                .set_backlog(backlog)
-                .map_err(|e| driver_error(CALL, &e))?;
         }
         link.name(listener.fid(), pep.cast(), Some(Arc::downgrade(&p.core)));
         st.listener = Some(listener);

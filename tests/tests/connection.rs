@@ -1066,7 +1066,8 @@ fn a_stopped_nic_ends_what_waits_on_its_control_channels_with_eio() {
 
 /// `PassiveEndpoint::set_backlog` (`fi_control(FI_BACKLOG)`): a backlog of 1 holds one request
 /// and refuses the next; a backlog above `CM_BACKLOG` holds `CM_BACKLOG`; 0 is `FI_EINVAL`
-/// and changes nothing.
+/// and changes nothing. A listener made with a backlog (`fi_listen` after `FI_BACKLOG`) holds
+/// it from its first request; one made with 0 is not made.
 #[test]
 fn a_listeners_backlog_bounds_the_requests_it_holds() {
     let l = Listening::new();
@@ -1083,4 +1084,22 @@ fn a_listeners_backlog_bounds_the_requests_it_holds() {
         .connect(&l.pep.address().to_bytes().unwrap(), b"")
         .unwrap();
     assert_eq!(wait_error(&eq_r).err, FiErrno::FI_ECONNREFUSED);
+
+    let attr = EndpointAttr {
+        job_id: JOB,
+        ..EndpointAttr::default()
+    };
+    let eq_1 = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
+    match l.ns.passive_endpoint_with_backlog(attr, &eq_1, 0) {
+        Err(e) => assert_eq!(e.errno(), FiErrno::FI_EINVAL, "{e}"),
+        Ok(_) => panic!("a listener with a backlog of 0"),
+    }
+    let one = l.ns.passive_endpoint_with_backlog(attr, &eq_1, 1).unwrap();
+    let to = one.address().to_bytes().unwrap();
+    let (mut first, _eq_f) = msg_ep(&l.nc);
+    first.connect(&to, b"").unwrap();
+    assert_eq!(wait_event(&eq_1).kind, EqEventKind::ConnReq);
+    let (mut second, eq_s) = msg_ep(&l.nc);
+    second.connect(&to, b"").unwrap();
+    assert_eq!(wait_error(&eq_s).err, FiErrno::FI_ECONNREFUSED);
 }
