@@ -485,6 +485,12 @@ pub(crate) unsafe fn endpoint_order_refused(info: &FiInfo) -> Option<String> {
     }
     // SAFETY: NULL or valid, as the caller promises.
     let ep = unsafe { info.ep_attr.as_ref() }?;
+    ep_protocol_or_order_refused(ep)
+}
+
+/// Why `ep` asks for a protocol other than UET, or an ordering of RMA or atomic data: what
+/// both `fi_getinfo`'s hints and `fi_endpoint`'s info are refused for.
+fn ep_protocol_or_order_refused(ep: &FiEpAttr) -> Option<String> {
     if ep.protocol != FI_PROTO_UNSPEC && ep.protocol != PROTOCOL {
         return Some(format!(
             "ep_attr->protocol {:#x}: the provider speaks UET ({PROTOCOL:#x})",
@@ -713,28 +719,8 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
         }
         w.ep_type = EpKind::from_raw(ep.ep_type).map_err(nodata)?;
         w.max_msg_size = ep.max_msg_size;
-        if ep.protocol != FI_PROTO_UNSPEC && ep.protocol != PROTOCOL {
-            return Err(nodata(format!(
-                "ep_attr->protocol {:#x}: the provider speaks UET ({PROTOCOL:#x})",
-                ep.protocol
-            )));
-        }
-        if ep.protocol_version > PROTOCOL_VERSION {
-            return Err(nodata(format!(
-                "ep_attr->protocol_version {} is more than the provider's {PROTOCOL_VERSION}",
-                ep.protocol_version
-            )));
-        }
-        let orders = [
-            ("max_order_raw_size", ep.max_order_raw_size),
-            ("max_order_war_size", ep.max_order_war_size),
-            ("max_order_waw_size", ep.max_order_waw_size),
-        ];
-        if let Some((name, n)) = orders.into_iter().find(|&(_, n)| n > 0) {
-            return Err(nodata(format!(
-                "ep_attr->{name} {n}: no RMA or atomic data is ordered (the provider serves \
-                 neither, and its messages travel unordered)"
-            )));
+        if let Some(why) = ep_protocol_or_order_refused(ep) {
+            return Err(nodata(why));
         }
         if let Some(why) = shared_context_refused(ep) {
             return Err(nodata(why));
