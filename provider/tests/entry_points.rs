@@ -1692,6 +1692,22 @@ fn as_dgram(i: &mut FiInfo) {
     }
 }
 
+/// Each edit `edit(info, k)` of `open`'s info, named `names[k]`, opens no endpoint (or
+/// scalable endpoint, `what` says which): `-FI_EINVAL`.
+fn each_edit_refused(
+    open: &Open,
+    scalable: bool,
+    what: &str,
+    names: &[&str],
+    edit: impl Fn(&mut FiInfo, usize),
+) {
+    let einval = -(FiErrno::FI_EINVAL.get() as c_int);
+    for (which, name) in names.iter().enumerate() {
+        let ret = open_edited(open, scalable, |i| edit(i, which));
+        assert_eq!(ret, einval, "{what}: {name}");
+    }
+}
+
 /// `fi_endpoint` (or `fi_scalable_ep`) on `open`'s domain with its info as `edit` leaves it,
 /// the info restored after: 0 (the object closed at once) or the negative errno, and then no
 /// object.
@@ -1872,7 +1888,6 @@ fn fi_endpoint_and_fi_scalable_ep_refuse_default_flags_the_provider_does_not_hon
 #[test]
 fn fi_endpoint_and_fi_scalable_ep_refuse_sizes_beyond_those_fi_getinfo_answers() {
     let open = Open::with_hints(&sep_hints(1, 1));
-    let einval = -(FiErrno::FI_EINVAL.get() as c_int);
     let names = [
         "tx_attr->size",
         "tx_attr->iov_limit",
@@ -1915,10 +1930,7 @@ fn fi_endpoint_and_fi_scalable_ep_refuse_sizes_beyond_those_fi_getinfo_answers()
             (*i.ep_attr).max_msg_size = 64;
         });
         assert_eq!(smaller, 0, "{what}: smaller sizes");
-        for (which, name) in names.into_iter().enumerate() {
-            let ret = open_edited(&open, scalable, |i| bump(i, which));
-            assert_eq!(ret, einval, "{what}: {name} + 1");
-        }
+        each_edit_refused(&open, scalable, what, &names, bump);
     }
 }
 
@@ -1928,7 +1940,6 @@ fn fi_endpoint_and_fi_scalable_ep_refuse_sizes_beyond_those_fi_getinfo_answers()
 #[test]
 fn fi_endpoint_and_fi_scalable_ep_refuse_an_ordering_or_another_protocol() {
     let open = Open::with_hints(&sep_hints(1, 1));
-    let einval = -(FiErrno::FI_EINVAL.get() as c_int);
     let names = [
         "tx_attr->msg_order",
         "tx_attr->comp_order",
@@ -1964,10 +1975,7 @@ fn fi_endpoint_and_fi_scalable_ep_refuse_an_ordering_or_another_protocol() {
             ((*i.ep_attr).protocol, (*i.ep_attr).protocol_version) = (0, 0)
         });
         assert_eq!(any, 0, "{what}: FI_PROTO_UNSPEC");
-        for (which, name) in names.into_iter().enumerate() {
-            let ret = open_edited(&open, scalable, |i| edit(i, which));
-            assert_eq!(ret, einval, "{what}: {name}");
-        }
+        each_edit_refused(&open, scalable, what, &names, edit);
     }
 }
 
