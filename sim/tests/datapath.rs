@@ -64,6 +64,31 @@ fn a_to_b(src_port: u16, pkt: &[u8]) -> Vec<u8> {
     .unwrap()
 }
 
+/// A RUD request as a peer at PDC 40 sends it: its PDS header (`pds_flags`, `psn`), then
+/// `request` with `payload`, from A to B at UDP source port `src_port`. For requests built
+/// by hand.
+fn request_frame(
+    src_port: u16,
+    pds_flags: u8,
+    psn: u32,
+    request: StandardRequest,
+    payload: &[u8],
+) -> Vec<u8> {
+    let mut pkt = Vec::new();
+    RudRequest {
+        next_hdr: 3,
+        flags: pds_flags,
+        clear_psn_offset: 0,
+        psn,
+        spdcid: 40,
+        dpdcid: 0,
+    }
+    .encode(&mut pkt);
+    request.encode(&mut pkt);
+    pkt.extend_from_slice(payload);
+    a_to_b(src_port, &pkt)
+}
+
 fn status(c: &Completion) -> LocalStatus {
     LocalStatus::from_u8(c.status)
 }
@@ -604,17 +629,7 @@ fn a_duplicate_tagged_message_is_held_unexpected_once() {
     body.trx_log2 = EP_LOG2;
     body.trx_ring = U64::new(b.iova(base + TRX_OFF));
     let mut eb = b.ep_create_with(av_b, body, base).unwrap();
-    let mut pkt = Vec::new();
-    RudRequest {
-        next_hdr: 3,
-        flags: FLAG_SYN,
-        clear_psn_offset: 0,
-        psn: 9,
-        spdcid: 40,
-        dpdcid: 0,
-    }
-    .encode(&mut pkt);
-    StandardRequest {
+    let request = StandardRequest {
         opcode: 9,
         flags: 0x0B,
         job_id: JOB,
@@ -625,10 +640,8 @@ fn a_duplicate_tagged_message_is_held_unexpected_once() {
         match_bits: 0x5,
         request_length: 3,
         ..Default::default()
-    }
-    .encode(&mut pkt);
-    pkt.extend_from_slice(b"tag");
-    let f = a_to_b(5, &pkt);
+    };
+    let f = request_frame(5, FLAG_SYN, 9, request, b"tag");
     fabric.inject_frame(&f);
     fabric.inject_frame(&f);
     assert_eq!(b.f.counter(RX_UNEXPECTED), 1, "held once");
@@ -681,17 +694,7 @@ fn header_data_is_remote_cq_data_only_with_the_hd_flag() {
         .enumerate()
     {
         b.post_recv(&mut eb, i, 64, i as u64);
-        let mut pkt = Vec::new();
-        RudRequest {
-            next_hdr: 3,
-            flags: FLAG_SYN,
-            clear_psn_offset: 0,
-            psn: 9 + i as u32,
-            spdcid: 40,
-            dpdcid: 0,
-        }
-        .encode(&mut pkt);
-        StandardRequest {
+        let request = StandardRequest {
             opcode: 5,
             flags,
             job_id: JOB,
@@ -702,10 +705,8 @@ fn header_data_is_remote_cq_data_only_with_the_hd_flag() {
             header_data: 0x0102_0304_0506_0708,
             request_length: 3,
             ..Default::default()
-        }
-        .encode(&mut pkt);
-        pkt.extend_from_slice(b"hdr");
-        fabric.inject_frame(&a_to_b(5, &pkt));
+        };
+        fabric.inject_frame(&request_frame(5, FLAG_SYN, 9 + i as u32, request, b"hdr"));
         let c = b.poll_cq(&mut eb).expect("delivered");
         assert_eq!(status(&c), LocalStatus::Ok);
         assert_eq!(
@@ -1375,17 +1376,7 @@ fn a_duplicate_single_packet_message_is_answered_but_not_delivered_again() {
     }
     let (pid, ri) = (eb.pid, eb.ri_start);
     let packet = |psn: u32, flags: u8, body: &[u8]| {
-        let mut pkt = Vec::new();
-        RudRequest {
-            next_hdr: 3,
-            flags,
-            clear_psn_offset: 0,
-            psn,
-            spdcid: 40,
-            dpdcid: 0,
-        }
-        .encode(&mut pkt);
-        StandardRequest {
+        let request = StandardRequest {
             opcode: 5,
             flags: 0x0B,
             job_id: JOB,
@@ -1395,10 +1386,8 @@ fn a_duplicate_single_packet_message_is_answered_but_not_delivered_again() {
             message_id: 7,
             request_length: body.len() as u32,
             ..Default::default()
-        }
-        .encode(&mut pkt);
-        pkt.extend_from_slice(body);
-        a_to_b(5, &pkt)
+        };
+        request_frame(5, flags, psn, request, body)
     };
     fabric.inject_frame(&packet(9, FLAG_SYN, b"one"));
     let c = b.poll_cq(&mut eb).expect("delivered");
