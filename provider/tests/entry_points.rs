@@ -1692,6 +1692,9 @@ fn as_dgram(i: &mut FiInfo) {
     }
 }
 
+/// `fi_endpoint` and `fi_scalable_ep`, by the `scalable` flag [`open_edited`] takes, and name.
+const OPENERS: [(bool, &str); 2] = [(false, "fi_endpoint"), (true, "fi_scalable_ep")];
+
 /// Each edit `edit(info, k)` of `open`'s info, named `names[k]`, opens no endpoint (or
 /// scalable endpoint, `what` says which): `-FI_EINVAL`.
 fn each_edit_refused(
@@ -1755,12 +1758,7 @@ const FI_RMA: u64 = 1 << 2;
 fn fi_endpoint_and_fi_scalable_ep_refuse_capabilities_the_provider_does_not_serve() {
     let open = Open::with_hints(&sep_hints(1, 1));
     let einval = -(FiErrno::FI_EINVAL.get() as c_int);
-    for scalable in [false, true] {
-        let what = if scalable {
-            "fi_scalable_ep"
-        } else {
-            "fi_endpoint"
-        };
+    for (scalable, what) in OPENERS {
         assert_eq!(
             open_edited(&open, scalable, |_| ()),
             0,
@@ -1842,12 +1840,7 @@ fn fi_endpoint_and_fi_scalable_ep_refuse_default_flags_the_provider_does_not_hon
     const FI_TRANSMIT_COMPLETE: u64 = 1 << 27;
     let open = Open::with_hints(&sep_hints(1, 1));
     let einval = -(FiErrno::FI_EINVAL.get() as c_int);
-    for scalable in [false, true] {
-        let what = if scalable {
-            "fi_scalable_ep"
-        } else {
-            "fi_endpoint"
-        };
+    for (scalable, what) in OPENERS {
         let with = |tx: u64, rx: u64| {
             // SAFETY: the info's own attributes.
             open_edited(&open, scalable, |i| unsafe {
@@ -1911,12 +1904,7 @@ fn fi_endpoint_and_fi_scalable_ep_refuse_sizes_beyond_those_fi_getinfo_answers()
             _ => ep.max_msg_size += 1,
         }
     };
-    for scalable in [false, true] {
-        let what = if scalable {
-            "fi_scalable_ep"
-        } else {
-            "fi_endpoint"
-        };
+    for (scalable, what) in OPENERS {
         assert_eq!(
             open_edited(&open, scalable, |_| ()),
             0,
@@ -1964,12 +1952,7 @@ fn fi_endpoint_and_fi_scalable_ep_refuse_an_ordering_or_another_protocol() {
             _ => ep.protocol_version += 1,
         }
     };
-    for scalable in [false, true] {
-        let what = if scalable {
-            "fi_scalable_ep"
-        } else {
-            "fi_endpoint"
-        };
+    for (scalable, what) in OPENERS {
         // SAFETY: the info's own ep_attr.
         let any = open_edited(&open, scalable, |i| unsafe {
             ((*i.ep_attr).protocol, (*i.ep_attr).protocol_version) = (0, 0)
@@ -1987,12 +1970,7 @@ fn fi_endpoint_and_fi_scalable_ep_refuse_an_address_format_the_provider_does_not
     const FI_SOCKADDR_IN: u32 = 2;
     let open = Open::with_hints(&sep_hints(1, 1));
     let einval = -(FiErrno::FI_EINVAL.get() as c_int);
-    for scalable in [false, true] {
-        let what = if scalable {
-            "fi_scalable_ep"
-        } else {
-            "fi_endpoint"
-        };
+    for (scalable, what) in OPENERS {
         for (format, want) in [
             (FI_FORMAT_UNSPEC, 0),
             (FI_ADDR_STR, 0),
