@@ -1219,13 +1219,10 @@ pub(crate) fn open_context(
     Box::into_raw(boxed).cast()
 }
 
-/// `fi_endpoint`. `FI_EINVAL` for an `fi_info` asking for capabilities the provider does
-/// not serve ([`crate::info::endpoint_caps_refused`]) or default flags it does not honour
-/// ([`crate::info::endpoint_op_flags_refused`]) or sizes beyond those `fi_getinfo` answers
-/// ([`crate::info::endpoint_sizes_refused`]), an order or a protocol it does not have
-/// ([`crate::info::endpoint_order_refused`]), or whose `ep_attr->auth_key` is not
-/// the domain's JobID, which its endpoints are given ([`crate::info::endpoint_key_refused`];
-/// on a fabric of API 1.5 or later: before, the field is ignored).
+/// `fi_endpoint`. `FI_EINVAL` for an `fi_info` asking for what the provider does not serve
+/// or honour ([`crate::info::endpoint_info_refused`]: capabilities, default flags, sizes
+/// beyond those `fi_getinfo` answers, an order or a protocol, an address format, or an
+/// `ep_attr->auth_key` that is not the domain's JobID, on a fabric of API 1.5 or later).
 pub(crate) unsafe extern "C" fn domain_endpoint(
     domain: *mut FidDomain,
     info: *mut c_void,
@@ -1251,14 +1248,6 @@ pub(crate) unsafe extern "C" fn domain_endpoint(
                 return Err(FiError::inval(format!("{CALL}: {why}")));
             }
         }
-        // SAFETY: NULL or valid attributes of a valid fi_info.
-        if let Some(why) = unsafe { crate::info::endpoint_caps_refused(info, kind) } {
-            return Err(FiError::inval(format!("{CALL}: {why}")));
-        }
-        // SAFETY: NULL or valid attributes of a valid fi_info.
-        if let Some(why) = unsafe { crate::info::endpoint_order_refused(info) } {
-            return Err(FiError::inval(format!("{CALL}: {why}")));
-        }
         // An endpoint that takes a connection request names one the application may still
         // answer.
         let connreq = if kind == EpKind::Msg {
@@ -1271,29 +1260,18 @@ pub(crate) unsafe extern "C" fn domain_endpoint(
                 "{CALL}: info->handle is no connection request waiting for an answer"
             )));
         }
-        let (job_id, sizes_refused) = {
+        let checked = {
             let guard = d.lock()?;
             let dom = guard
                 .as_ref()
                 .ok_or_else(|| FiError::inval(format!("{CALL}: the domain is closed")))?;
+            let job_id = dom.endpoint_attr().job_id;
             // SAFETY: NULL or valid attributes of a valid fi_info.
-            let sizes = unsafe { crate::info::endpoint_sizes_refused(info, kind, dom.nic()) };
-            (dom.endpoint_attr().job_id, sizes)
+            unsafe {
+                crate::info::endpoint_info_refused(info, kind, dom.nic(), job_id, d.api_version)
+            }
         };
-        if let Some(why) = sizes_refused {
-            return Err(FiError::inval(format!("{CALL}: {why}")));
-        }
-        // SAFETY: NULL or valid attributes of a valid fi_info.
-        if let Some(why) = unsafe { crate::info::endpoint_key_refused(info, job_id, d.api_version) }
-        {
-            return Err(FiError::inval(format!("{CALL}: {why}")));
-        }
-        let addr_format = crate::info::addr_format_of(info.addr_format).ok_or_else(|| {
-            FiError::inval(format!(
-                "{CALL}: addr_format {} is not served (FI_FORMAT_UNSPEC, FI_ADDR_STR)",
-                info.addr_format
-            ))
-        })?;
+        let addr_format = checked.map_err(|why| FiError::inval(format!("{CALL}: {why}")))?;
         // SAFETY: NULL or valid attributes of a valid fi_info.
         let tx_op_flags = unsafe { info.tx_attr.as_ref() }.map_or(0, |a| a.op_flags);
         // SAFETY: as above.
@@ -1305,10 +1283,6 @@ pub(crate) unsafe extern "C" fn domain_endpoint(
                  FI_MATCH_COMPLETE apply to reliable endpoints; an FI_EP_DGRAM send completes \
                  once its packet is on the wire"
             )));
-        }
-        // SAFETY: NULL or valid attributes of a valid fi_info.
-        if let Some(why) = unsafe { crate::info::endpoint_op_flags_refused(info, kind) } {
-            return Err(FiError::inval(format!("{CALL}: {why}")));
         }
         d.endpoints.fetch_add(1, Ordering::AcqRel);
         let boxed = Box::new(UetEp {

@@ -550,6 +550,41 @@ pub(crate) fn addr_format_of(raw: u32) -> Option<AddrFormat> {
     }
 }
 
+/// What `fi_endpoint` and `fi_scalable_ep` (a `kind` endpoint, of a domain whose endpoints
+/// are in `job_id`, on `nic`, opened at `api_version`) refuse of the `fi_info` they are
+/// given, in one place: capabilities ([`endpoint_caps_refused`]), an order or a protocol
+/// ([`endpoint_order_refused`]), sizes ([`endpoint_sizes_refused`]), the auth key
+/// ([`endpoint_key_refused`]), default flags ([`endpoint_op_flags_refused`]) and the address
+/// format. The address format it names when nothing is refused.
+///
+/// # Safety
+/// `info.tx_attr`, `info.rx_attr` and `info.ep_attr` are NULL or valid.
+pub(crate) unsafe fn endpoint_info_refused(
+    info: &FiInfo,
+    kind: EpKind,
+    nic: &Nic,
+    job_id: u32,
+    api_version: u32,
+) -> Result<AddrFormat, String> {
+    // SAFETY: NULL or valid, as the caller promises, for each.
+    let refused = unsafe {
+        endpoint_caps_refused(info, kind)
+            .or_else(|| endpoint_order_refused(info))
+            .or_else(|| endpoint_sizes_refused(info, kind, nic))
+            .or_else(|| endpoint_key_refused(info, job_id, api_version))
+            .or_else(|| endpoint_op_flags_refused(info, kind))
+    };
+    match refused {
+        Some(why) => Err(why),
+        None => addr_format_of(info.addr_format).ok_or_else(|| {
+            format!(
+                "addr_format {} is not served (FI_FORMAT_UNSPEC, FI_ADDR_STR)",
+                info.addr_format
+            )
+        }),
+    }
+}
+
 /// The JobID a `domain_attr`'s auth key gives: `None` without a key; the reason, for the
 /// caller's errno, when the key is not a 4-byte JobID of 24 bits.
 ///

@@ -324,7 +324,7 @@ pub(crate) unsafe extern "C" fn domain_scalable_ep(
         }
         // SAFETY: NULL or a valid fi_info (libfabric's contract).
         let info = unsafe { info.cast::<FiInfo>().as_ref() }.ok_or_else(|| null(CALL, "info"))?;
-        let (max_tx, max_rx, job_id, sizes, sizes_refused) = {
+        let (max_tx, max_rx, sizes, checked) = {
             let guard = d.lock()?;
             let dom = guard
                 .as_ref()
@@ -346,36 +346,23 @@ pub(crate) unsafe extern "C" fn domain_scalable_ep(
                 rx_size: 1 << base.rx_log2,
             };
             // SAFETY: NULL or valid attributes of a valid fi_info.
-            let refused =
-                unsafe { crate::info::endpoint_sizes_refused(info, EpKind::Rdm, dom.nic()) };
+            let checked = unsafe {
+                crate::info::endpoint_info_refused(
+                    info,
+                    EpKind::Rdm,
+                    dom.nic(),
+                    base.job_id,
+                    d.api_version,
+                )
+            };
             (
                 within(tx, d.max_ep_tx_ctx),
                 within(rx, dom.attr().max_ep_rx_ctx),
-                base.job_id,
                 sizes,
-                refused,
+                checked,
             )
         };
-        if let Some(why) = sizes_refused {
-            return Err(FiError::inval(format!("{CALL}: {why}")));
-        }
-        // SAFETY: NULL or valid attributes of a valid fi_info.
-        if let Some(why) = unsafe { crate::info::endpoint_key_refused(info, job_id, d.api_version) }
-        {
-            return Err(FiError::inval(format!("{CALL}: {why}")));
-        }
-        // SAFETY: NULL or valid attributes of a valid fi_info.
-        if let Some(why) = unsafe { crate::info::endpoint_caps_refused(info, EpKind::Rdm) } {
-            return Err(FiError::inval(format!("{CALL}: {why}")));
-        }
-        // SAFETY: NULL or valid attributes of a valid fi_info.
-        if let Some(why) = unsafe { crate::info::endpoint_op_flags_refused(info, EpKind::Rdm) } {
-            return Err(FiError::inval(format!("{CALL}: {why}")));
-        }
-        // SAFETY: NULL or valid attributes of a valid fi_info.
-        if let Some(why) = unsafe { crate::info::endpoint_order_refused(info) } {
-            return Err(FiError::inval(format!("{CALL}: {why}")));
-        }
+        let addr_format = checked.map_err(|why| FiError::inval(format!("{CALL}: {why}")))?;
         let (mut tx, mut rx) = (1, 1);
         // SAFETY: NULL or valid attributes of a valid fi_info.
         if let Some(a) = unsafe { info.ep_attr.as_ref() } {
@@ -395,12 +382,6 @@ pub(crate) unsafe extern "C" fn domain_scalable_ep(
         let tx_op_flags = unsafe { info.tx_attr.as_ref() }.map_or(0, |a| a.op_flags);
         // SAFETY: as above.
         let rx_op_flags = unsafe { info.rx_attr.as_ref() }.map_or(0, |a| a.op_flags);
-        let addr_format = crate::info::addr_format_of(info.addr_format).ok_or_else(|| {
-            FiError::inval(format!(
-                "{CALL}: addr_format {} is not served (FI_FORMAT_UNSPEC, FI_ADDR_STR)",
-                info.addr_format
-            ))
-        })?;
         // Its receive contexts report sources when it was opened with FI_SOURCE (fi_cq(3)),
         // unless a context's own capabilities leave it out.
         let sources = info.caps == 0 || info.caps & FI_SOURCE_CAP != 0;
