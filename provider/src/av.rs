@@ -614,58 +614,53 @@ unsafe extern "C" fn av_insert(
     entry(CALL, || {
         // SAFETY: the application's AV pointer, ours.
         let a = unsafe { av_ref(av, CALL) }?;
-        let refused = |e| a.refuse_insert(CALL, flags, e);
-        if let Err(e) = inserted(count) {
-            return refused(e).and_then(inserted);
-        }
         let out = fi_addr;
-        // SAFETY: libfabric's contract: `fi_addr` NULL or `count` entries.
-        let fi_addr = match unsafe { c_array(fi_addr, count, CALL, "fi_addr") } {
-            Ok(fi_addr) => fi_addr,
-            Err(e) => return refused(e).and_then(inserted),
+        // The C arguments, read before the AV sees the call: a refusal ends the call as the
+        // AV's own refusals do.
+        // SAFETY: libfabric's contract: `fi_addr` NULL or `count` entries; `addr` `count`
+        // addresses of ADDR_LEN bytes, or on an FI_ADDR_STR AV `count` C strings; only read.
+        let args = || unsafe {
+            inserted(count)?;
+            let fi_addr = c_array(fi_addr, count, CALL, "fi_addr")?;
+            let input = match a.addr_format {
+                AddrFormat::Uet => {
+                    let bytes = count.saturating_mul(ADDR_LEN);
+                    Input::Binary(c_slice_needed(addr.cast::<u8>(), bytes, CALL, "addr")?)
+                }
+                AddrFormat::Str => Input::Strings(c_strings(addr, count)?),
+            };
+            Ok((fi_addr, input))
         };
-        // SAFETY: libfabric's contract: with FI_SYNC_ERR on a synchronous AV, `context` is
-        // NULL or `count` ints.
-        let status = |event| unsafe { status_array(flags, event, context, count, CALL) };
+        let (fi_addr, input) = match args() {
+            Ok(args) => args,
+            Err(e) => return a.refuse_insert(CALL, flags, e).and_then(inserted),
+        };
         let context_value = context as u64;
-        let n = match a.addr_format {
-            AddrFormat::Uet => {
-                let bytes = count.saturating_mul(ADDR_LEN);
-                // SAFETY: `addr` holds `count` addresses of ADDR_LEN bytes (libfabric's
-                // contract); only read.
-                let addr = match unsafe { c_slice_needed(addr.cast::<u8>(), bytes, CALL, "addr") } {
-                    Ok(addr) => addr,
-                    Err(e) => return refused(e).and_then(inserted),
-                };
-                a.insert_call(CALL, out, count, |kind, event| {
-                    let status = match status(event) {
-                        Ok(status) => status,
-                        Err(e) => return with_av!(kind, av => av.refuse_insert(flags, e)),
-                    };
-                    with_av!(kind, av => av
-                        .with_context(context_value)
-                        .insert_with_status(addr, count, fi_addr, flags, status))
-                })?
-            }
-            AddrFormat::Str => {
-                // SAFETY: `addr` is a `char *` array of `count` (libfabric's contract).
-                let strings = match unsafe { c_strings(addr, count) } {
-                    Ok(strings) => strings,
-                    Err(e) => return refused(e).and_then(inserted),
-                };
-                a.insert_call(CALL, out, count, |kind, event| {
-                    let status = match status(event) {
-                        Ok(status) => status,
-                        Err(e) => return with_av!(kind, av => av.refuse_insert(flags, e)),
-                    };
-                    with_av!(kind, av => av
-                        .with_context(context_value)
-                        .insert_str(&strings, fi_addr, flags, status))
-                })?
-            }
-        };
+        let n = a.insert_call(CALL, out, count, |kind, event| {
+            // SAFETY: libfabric's contract: with FI_SYNC_ERR on a synchronous AV, `context`
+            // is NULL or `count` ints.
+            let status = match unsafe { status_array(flags, event, context, count, CALL) } {
+                Ok(status) => status,
+                Err(e) => return with_av!(kind, av => av.refuse_insert(flags, e)),
+            };
+            with_av!(kind, av => {
+                let av = av.with_context(context_value);
+                match &input {
+                    Input::Binary(addr) => av.insert_with_status(addr, count, fi_addr, flags, status),
+                    Input::Strings(strings) => av.insert_str(strings, fi_addr, flags, status),
+                }
+            })
+        })?;
         inserted(n)
     })
+}
+
+/// The addresses of an `fi_av_insert` call, as its AV's format has them.
+enum Input<'a> {
+    /// `count` addresses of [`ADDR_LEN`] bytes.
+    Binary(&'a [u8]),
+    /// `count` strings (`FI_ADDR_STR`).
+    Strings(Vec<&'a str>),
 }
 
 /// `fi_av_insertsvc`.
