@@ -583,10 +583,19 @@ impl EventQueue {
         Ok(())
     }
 
-    /// Queue an entry with `push`. On a full queue, an entry the provider posts is lost and
-    /// overruns the queue; one the application writes (`refuse_when_full`) is refused with
-    /// `FI_EAGAIN`, the queue untouched, as the caller still holds it.
-    fn push(
+    /// Queue an entry with `push`, under the queue's lock, then tell the
+    /// [`EventQueue::on_change`] hook, without it. On a full queue, an entry the provider
+    /// posts is lost and overruns the queue; one the application writes, or one offered
+    /// (`refuse_when_full`), is refused with `FI_EAGAIN`, the queue untouched, as the caller
+    /// still holds it.
+    fn push(&self, refuse_when_full: bool, push: impl FnOnce(&mut State)) -> Result<(), FiError> {
+        let pushed = self.push_locked(&mut self.lock(), refuse_when_full, push);
+        self.shared.changed();
+        pushed
+    }
+
+    /// [`EventQueue::push`] with the queue's lock held.
+    fn push_locked(
         &self,
         s: &mut State,
         refuse_when_full: bool,
@@ -630,9 +639,7 @@ impl EventQueue {
 
     /// Post an event (provider side).
     pub fn post(&self, event: EqEvent) -> Result<(), FiError> {
-        let posted = self.push(&mut self.lock(), false, |s| s.events.push_back(event));
-        self.shared.changed();
-        posted
+        self.push(false, |s| s.events.push_back(event))
     }
 
     /// Post an event only if the queue has room for it: one that does not fit is refused with
@@ -640,24 +647,19 @@ impl EventQueue {
     /// caller can refuse instead (a peer's connection request, rejected): what peers send
     /// must not make the queue unusable for every other object reporting to it.
     pub fn offer(&self, event: EqEvent) -> Result<(), FiError> {
-        let offered = self
-            .push(&mut self.lock(), true, |s| s.events.push_back(event))
+        self.push(true, |s| s.events.push_back(event))
             .map_err(|e| match e.errno {
                 FiErrno::FI_EAGAIN => FiError::new(
                     FiErrno::FI_EAGAIN,
                     format!("the event queue of {} entries is full", self.shared.size),
                 ),
                 _ => e,
-            });
-        self.shared.changed();
-        offered
+            })
     }
 
     /// Post an error (provider side).
     pub fn post_error(&self, err: EqErrEntry) -> Result<(), FiError> {
-        let posted = self.push(&mut self.lock(), false, |s| s.errors.push_back(err));
-        self.shared.changed();
-        posted
+        self.push(false, |s| s.errors.push_back(err))
     }
 
     /// `fi_eq_write`: insert a user event; needs [`FI_WRITE`] at open. A queue with no room
@@ -670,9 +672,7 @@ impl EventQueue {
                 "fi_eq_write: the event queue was not opened with FI_WRITE",
             ));
         }
-        let written = self.push(&mut self.lock(), true, |s| s.events.push_back(event));
-        self.shared.changed();
-        written
+        self.push(true, |s| s.events.push_back(event))
     }
 
     fn take(&self, s: &mut State, flags: u64) -> Result<EqEvent, FiError> {
