@@ -68,9 +68,9 @@
 //! posted without one ([`Endpoint::post_recv`], [`Endpoint::post_trecv`]) is a receive for
 //! group 0, since fi_av(3) requires a posted buffer's group to match the message's. The NIC
 //! matches across groups out of posting order (a message of group 2 takes a group-2 buffer
-//! posted after a waiting group-1 buffer); an untagged message of a group with no posted
-//! buffer is refused (the sender's send completes `FI_ENORX`), a tagged one waits on the
-//! NIC's unexpected list. [`CqEvent::group`] reports a received message's group. A group
+//! posted after a waiting group-1 buffer); a message of a group with no posted buffer waits
+//! on the NIC's unexpected list, tagged or untagged (untagged: since host interface 1.17;
+//! before, the sender's send completes `FI_ENORX`). [`CqEvent::group`] reports a received message's group. A group
 //! above the AV's `max_group_id` (or any group but 0 on an endpoint without peer groups) is
 //! refused at posting with `FI_EINVAL`. Multi-receive buffers are not available on an
 //! endpoint with peer groups (`FI_EOPNOTSUPP`). Because the NIC completes untagged receives

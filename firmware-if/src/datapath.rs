@@ -65,8 +65,9 @@
 //!   descriptor's `min_free` (`FI_OPT_MIN_MULTI_RECV`), the buffer is *retired*: it takes no
 //!   more messages and the next message uses the next RX descriptor.
 //! * A message is never split across buffers. One longer than the space left in the current
-//!   buffer retires it and goes to the next RX descriptor; when there is none, the message is
-//!   refused (RC_UNDELIVERABLE) and the buffer stays current. One longer than a buffer that holds
+//!   buffer retires it and goes to the next RX descriptor; when there is none, the buffer
+//!   stays current and the message finds no buffer (see *Untagged messages before their
+//!   receive*). One longer than a buffer that holds
 //!   no message yet is truncated into it (status `Truncated`, `overflow` = the bytes that did
 //!   not fit) and retires it — so a message that fits no buffer consumes one, not all.
 //! * The buffer's last completion — the one written after it is retired and its last message
@@ -148,6 +149,34 @@
 //! matches does it join the posted list. At most as many receives as the tagged RX ring has
 //! entries wait on the posted list; the NIC stops reading the ring while it is full.
 //!
+//! ## Untagged messages before their receive (since interface 1.17)
+//!
+//! An untagged message that finds no buffer — no current multi-receive buffer it fits and an
+//! empty RX ring, or with peer groups no posted descriptor of its group — is held on the
+//! endpoint's unexpected list like a tagged message (same bounds, shared by both kinds) and
+//! answered RC_OK with `list` = 1: the sender's send completes. A message that would exceed a
+//! bound is refused RC_UNDELIVERABLE (libfabric `FI_ENORX`) and counted in
+//! `RX_UNEXPECTED_OVERFLOW`. Every such message counts in `RX_NO_BUFFER`; held ones also in
+//! `RX_UNEXPECTED` and the endpoint's `rx_unexpected`.
+//!
+//! Untagged messages of one peer group take buffers in arrival order: while the list holds
+//! one, a later message of its group joins the list behind it even when a buffer is posted.
+//! When a buffer is posted (or completion-ring room frees up), the NIC gives the oldest
+//! complete message of the list — a multi-packet one once its last byte arrived — the buffer
+//! an arriving message would take: the current multi-receive buffer when it fits, else the
+//! next RX descriptor (a multi-receive one becomes current and takes it; a message longer
+//! than a whole buffer is truncated into it), or with peer groups the oldest posted
+//! descriptor of its group. The completion is the `Recv` an arriving message gets, with its
+//! remote CQ data, group and source (looked up then). A descriptor that fails its checks
+//! completes `BadDescriptor` and the message waits for the next: its sender was already
+//! answered.
+//!
+//! Before 1.17, an untagged message that finds no buffer is refused RC_UNDELIVERABLE at once
+//! and counted in `RX_NO_BUFFER`. So it still is at a datagram endpoint (which drops it,
+//! unanswered, as every datagram that finds no buffer) and at a control channel (resource
+//! index 0, and a passive endpoint's rings), whose connection protocol learns from the
+//! refusal that its peer no longer takes messages.
+//!
 //! ## Peer groups (since interface 1.7)
 //!
 //! An AV created with `max_group_id` > 0 (AV_CREATE, at most `CAP_PEER_GROUPS.max_group_id`;
@@ -198,9 +227,9 @@
 //!   endpoint's posted list, in posting order, and frees its ring entry. A message takes the
 //!   oldest posted descriptor whose `group` equals its own, whatever descriptors of other
 //!   groups were posted before it, so groups never hold each other up. A message of a group
-//!   with no posted descriptor is handled as an untagged message that finds no buffer: refused
-//!   RC_UNDELIVERABLE and counted in `RX_NO_BUFFER` (untagged messages have no unexpected
-//!   list). A descriptor whose `group` is above the AV's `max_group_id`, that has
+//!   with no posted descriptor is handled as an untagged message that finds no buffer (see
+//!   *Untagged messages before their receive*): it waits on the unexpected list for a
+//!   descriptor of its group (before interface 1.17: refused RC_UNDELIVERABLE). A descriptor whose `group` is above the AV's `max_group_id`, that has
 //!   [`RX_FLAG_MULTI_RECV`] (multi-receive buffers and peer groups do not combine in 1.7), or
 //!   whose undefined bits are set completes `BadDescriptor` when the NIC reads it.
 //! * **Tagged.** A [`TaggedRxDescriptor`] matches a message when the tags match and

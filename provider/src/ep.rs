@@ -7,8 +7,10 @@
 //!   its peer whatever `fi_addr_t` they name, and are `-FI_ENOTCONN` before it is connected
 //!   and after `fi_shutdown` (its own or its peer's), as is `fi_shutdown` then. Once the
 //!   connection is shut down the peer sends nothing more (a message already on the wire may
-//!   still arrive: it finds its receive withdrawn, and the sender gets `FI_ENORX`, or takes a
-//!   receive posted since, as any message does); the receives still posted are flushed,
+//!   still arrive: it finds its receive withdrawn and waits on the NIC's unexpected list, as
+//!   any message that arrives before its receive does, for a receive posted since, or the
+//!   sender gets `FI_ENORX` when that list is full or the NIC is older than host interface
+//!   1.17); the receives still posted are flushed,
 //!   each an `FI_ECANCELED` error entry in the receive CQ (and an error on a bound receive
 //!   counter), as fi_cm(3) lets `fi_shutdown` cancel them — before `fi_shutdown` returns, and
 //!   after the peer's `FI_SHUTDOWN` at the next read of the CQ or counter (as is a receive
@@ -142,8 +144,10 @@ pub const IOV_LIMIT: usize = 4;
 ///
 /// The completion levels (`FI_INJECT_COMPLETE`, `FI_TRANSMIT_COMPLETE`,
 /// `FI_DELIVERY_COMPLETE`, `FI_MATCH_COMPLETE`) are all met: a send completes when the
-/// target's response comes back, after the message has been placed in a receive buffer (or
-/// refused: an untagged message with no receive posted completes `FI_ENORX`).
+/// target's response comes back, after the message has been placed in a receive buffer or
+/// on the NIC's unexpected list (or refused: one that finds no receive and no room on that
+/// list, or on a NIC older than host interface 1.17 an untagged one with no receive posted,
+/// completes `FI_ENORX`).
 /// `fi_tsendmsg` takes them but `FI_MATCH_COMPLETE` ([`TSENDMSG_FLAGS`]).
 const SENDMSG_FLAGS: u64 = FI_COMPLETION
     | FI_REMOTE_CQ_DATA
@@ -2508,7 +2512,7 @@ unsafe extern "C" fn ep_close(fid: *mut Fid) -> c_int {
                 st.orphan(tx);
                 if !tx {
                     // Its receives leave the NIC now, so a message sent to the index while
-                    // it is closed finds none (the sender's send fails `FI_ENORX`), rather
+                    // it is closed finds none (it waits on the NIC's unexpected list), rather
                     // than landing in one and being discarded.
                     if let Err(e) = st.cancel_orphan_receives() {
                         tracing::debug!(error = %e, "a closed receive context's receives stay posted");

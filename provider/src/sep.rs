@@ -48,12 +48,12 @@
 //! # A closed index
 //!
 //! The closed receive context's receives are gone from the NIC, so a message sent to its
-//! index meanwhile is the NIC's to refuse as for any endpoint without a receive: an untagged
-//! one fails at the sender (`FI_ENORX`, the target's RC_UNDELIVERABLE), whatever completion
-//! level it asked for; a tagged one waits on the NIC's unexpected list (its send completes
-//! successfully, as every tagged send that arrives before its receive) until a context
-//! opened again on the index posts a tagged receive that matches it, or the list is full
-//! (`FI_ENORX` then). On a NIC older than host interface 1.14, which has no RECV_CANCEL,
+//! index meanwhile is handled as at any endpoint without a receive: it waits on the NIC's
+//! unexpected list (its send completes successfully, as every send that arrives before its
+//! receive) until a context opened again on the index posts a receive that takes it, or the
+//! list is full (`FI_ENORX` then, the target's RC_UNDELIVERABLE, whatever completion level
+//! it asked for). On a NIC older than host interface 1.17 an untagged one fails at once
+//! (`FI_ENORX`). On a NIC older than host interface 1.14, which has no RECV_CANCEL,
 //! the receives stay posted: a message that lands in one succeeds at the sender and is read
 //! off the ring and discarded, its buffer untouched.
 //!

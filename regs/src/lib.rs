@@ -85,8 +85,9 @@ pub const INTERFACE_MAJOR: u8 = 1;
 /// before), minor 10 defined a bit of the AV entry's flags and a local status, minor 11 a
 /// refusal of ENDPOINT_CREATE, minor 12 added `CQ_ARM`, minor 13 the AV_WRITE_PEERS command,
 /// minor 14 the RECV_CANCEL command and the `Cancelled` local status, minor 15 `ADMIN_ARM`,
-/// minor 16 the `KeyNotGranted` local status; a driver refuses a device older than the layouts it speaks.
-pub const INTERFACE_MINOR: u8 = 16;
+/// minor 16 the `KeyNotGranted` local status, minor 17 the unexpected list for untagged
+/// messages; a driver refuses a device older than the layouts it speaks.
+pub const INTERFACE_MINOR: u8 = 17;
 
 /// The interface minor version each feature a driver may gate on appeared in (the table of
 /// [`INTERFACE_MINOR`]). A register's own version is [`RegInfo::since_minor`]; these name the
@@ -134,9 +135,15 @@ pub mod since {
     /// (fi_av(3): an endpoint is configured with the AV's keys when it is enabled, and later
     /// keys do not reach it). Before, any key of the endpoint's AV is used.
     pub const TX_AUTH_KEY_GRANTS: u8 = 16;
+    /// Untagged messages on the unexpected list: a SEND that finds no posted receive buffer
+    /// is held in NIC memory, within `CAP_TAGGED`'s bounds, and answered RC_OK; the next
+    /// receive posted for it takes it (`uet_fwif::datapath`, *Untagged messages before their
+    /// receive*). Before, such a message is refused RC_UNDELIVERABLE (libfabric `FI_ENORX`
+    /// at the sender).
+    pub const UNTAGGED_UNEXPECTED: u8 = 17;
 
     // Every feature named here is of the current interface or older.
-    const _: () = assert!(TX_AUTH_KEY_GRANTS <= crate::INTERFACE_MINOR);
+    const _: () = assert!(UNTAGGED_UNEXPECTED <= crate::INTERFACE_MINOR);
 }
 
 /// Width of a register access.

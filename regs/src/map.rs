@@ -410,8 +410,9 @@ register_map! {
     ];
     /// Tag matching (since interface 1.2): how much the NIC holds per endpoint on its
     /// unexpected list — tagged messages that arrived before a matching tagged receive was
-    /// posted. A tagged message that would exceed either bound is answered RC_UNDELIVERABLE
-    /// and counted in `RX_UNEXPECTED_OVERFLOW`.
+    /// posted and, since interface 1.17, untagged messages that arrived before a receive
+    /// buffer; both kinds share the bounds. A message that would exceed either bound is
+    /// answered RC_UNDELIVERABLE and counted in `RX_UNEXPECTED_OVERFLOW`.
     CAP_TAGGED: CapTagged = (0x030, W32, Ro, reset (4096 << 16) | 64, "capabilities", since_minor 2) [
         f("unexpected_entries", CapTagged::UNEXPECTED_ENTRIES_OFFSET, CapTagged::UNEXPECTED_ENTRIES_BITS, "Unexpected messages held per endpoint."),
         f("unexpected_kib", CapTagged::UNEXPECTED_KIB_OFFSET, CapTagged::UNEXPECTED_KIB_BITS, "Unexpected payload held per endpoint, KiB."),
@@ -627,7 +628,9 @@ register_map! {
     RX_BAD_INDEX: u64 = (0x238, W64, Ro, reset 0, "counters") COUNTER;
     /// Frames dropped as malformed or truncated.
     RX_MALFORMED: u64 = (0x240, W64, Ro, reset 0, "counters") COUNTER;
-    /// Requests that found no posted receive buffer (RC_UNDELIVERABLE).
+    /// Untagged messages that found no posted receive buffer: refused RC_UNDELIVERABLE
+    /// before interface 1.17; since, held on the unexpected list when it has room (then also
+    /// counted in `RX_UNEXPECTED`), else refused (then also in `RX_UNEXPECTED_OVERFLOW`).
     RX_NO_BUFFER: u64 = (0x248, W64, Ro, reset 0, "counters") COUNTER;
     /// DMA accesses outside mapped memory (each failed the command or descriptor).
     DMA_FAULTS: u64 = (0x250, W64, Ro, reset 0, "counters") COUNTER;
@@ -640,11 +643,11 @@ register_map! {
     /// RMA requests rejected with RC_PERM_VIOLATION: unknown memory key, key not bound to the
     /// resource index, range outside the region, or access not granted.
     RX_PERM_VIOLATION: u64 = (0x270, W64, Ro, reset 0, "counters", since_minor 2) COUNTER;
-    /// Tagged messages refused with RC_UNDELIVERABLE because the endpoint's unexpected list
-    /// was full (`CAP_TAGGED`).
+    /// Messages refused with RC_UNDELIVERABLE because the endpoint's unexpected list was full
+    /// (`CAP_TAGGED`; since interface 1.2): tagged ones, and from 1.17 on untagged ones.
     RX_UNEXPECTED_OVERFLOW: u64 = (0x278, W64, Ro, reset 0, "counters", since_minor 2) COUNTER;
-    /// Tagged messages that arrived before a matching receive and were held on the
-    /// unexpected list.
+    /// Messages that arrived before a matching receive and were held on the unexpected list
+    /// (since interface 1.2): tagged ones, and from 1.17 on untagged ones.
     RX_UNEXPECTED: u64 = (0x280, W64, Ro, reset 0, "counters", since_minor 2) COUNTER;
     /// Sends refused at the initiator because the destination `fi_addr_t` names a peer group
     /// above the AV's `max_group_id` (completion status `BadGroup`; since interface 1.7).

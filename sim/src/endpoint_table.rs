@@ -130,10 +130,13 @@ pub(crate) struct Endpoint {
     /// Without peer groups: RX ring positions between the head and the tail whose
     /// descriptors RECV_CANCEL withdrew; the head passes them (see `recv_cancel`).
     pub rx_withdrawn: BTreeSet<u16>,
-    /// Tagged messages that arrived before a matching receive, in arrival order.
+    /// Messages that arrived before a receive took them, in arrival order: tagged ones, and
+    /// untagged ones since interface 1.17 (see `tag_match`, `untagged_unexpected`).
     pub unexpected: VecDeque<Unexpected>,
     /// Payload bytes held on the unexpected list (whole `request_length` of each message).
     pub unexpected_bytes: u64,
+    /// Untagged messages on the unexpected list (since interface 1.17).
+    pub unexpected_untagged: usize,
     /// The multi-receive buffer messages are placed in (see `multi_recv`).
     pub mrecv: Option<MultiRecvBuf>,
     /// Retired multi-receive buffers with messages still in reassembly, by buffer id.
@@ -179,6 +182,24 @@ impl Endpoint {
     /// Whether `n` more completions can be promised without overrunning the ring.
     pub(crate) fn cq_has_room_for(&self, n: u64) -> bool {
         u64::from(self.cq.free()) >= self.cq_reserved() + n
+    }
+
+    /// Whether an untagged message that finds no buffer here may wait on the unexpected list
+    /// (since interface 1.17): not at a datagram endpoint, which drops it (fi_domain(3):
+    /// datagrams without a buffer are dropped), nor at a control channel, whose connection
+    /// protocol learns from the refusal that its peer no longer takes messages.
+    pub(crate) fn holds_untagged(&self) -> bool {
+        !self.dgram && !self.passive && self.role & CTX_ROLE_CONTROL == 0
+    }
+
+    /// Whether an untagged message of `group` arriving here must queue behind messages of
+    /// its group already on the unexpected list (`untagged_unexpected`).
+    pub(crate) fn holds_untagged_of(&self, group: u32) -> bool {
+        self.unexpected_untagged > 0
+            && self
+                .unexpected
+                .iter()
+                .any(|u| !u.tagged && u.group == group)
     }
 
     /// Whether this entry is a context of another endpoint.
@@ -338,6 +359,7 @@ impl EndpointTable {
             rx_withdrawn: BTreeSet::new(),
             unexpected: VecDeque::new(),
             unexpected_bytes: 0,
+            unexpected_untagged: 0,
             mrecv: None,
             mrecv_retired: BTreeMap::new(),
             next_mrecv: 0,
@@ -404,6 +426,7 @@ impl EndpointTable {
             rx_withdrawn: BTreeSet::new(),
             unexpected: VecDeque::new(),
             unexpected_bytes: 0,
+            unexpected_untagged: 0,
             mrecv: None,
             mrecv_retired: BTreeMap::new(),
             next_mrecv: 0,

@@ -86,6 +86,7 @@ mod source_cam;
 mod table_memory;
 mod tag_match;
 mod tx_engine;
+mod untagged_unexpected;
 pub mod vfio_user;
 
 pub use config::{NicConfig, OLDEST_INTERFACE_MINOR};

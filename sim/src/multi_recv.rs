@@ -55,6 +55,24 @@ impl MultiRecvBuf {
 /// Where a placed multi-packet message belongs: (buffer id, offset in the buffer).
 pub(crate) type MultiPlace = (u64, u32);
 
+/// Where [`Nic::mrecv_place`] put a message.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MultiRecvPlacement {
+    /// The buffer's id.
+    pub id: u64,
+    /// The buffer's descriptor context.
+    pub context: U64,
+    /// IOVA of the message's first byte.
+    pub buf: u64,
+    /// Bytes of the buffer the message may take (less than the message: truncated).
+    pub space: u32,
+    /// Where the message starts in the buffer.
+    pub offset: u32,
+    /// The completion's flags: `MULTI_RECV`, and `BUFFER_RELEASED` when this placement
+    /// retired the buffer and none of its messages is still in reassembly.
+    pub flags: u8,
+}
+
 impl Nic {
     /// Make a multi-receive descriptor (already checked) the endpoint's current buffer.
     pub(crate) fn mrecv_open(&mut self, handle: u16, d: &RxDescriptor) {
@@ -113,13 +131,47 @@ impl Nic {
         p: &ParsedRequest<'_>,
         src_addr: u64,
     ) -> RxOutcome {
-        let Some(ep) = self.eps.get_mut(handle) else {
+        let single = p.single();
+        let Some(at) = self.mrecv_place(handle, p.ses.request_length, single) else {
             return RxOutcome::Done;
         };
-        let Some(m) = ep.mrecv.as_mut() else {
+        if single {
+            let c = Completion {
+                context: at.context,
+                data: U64::new(p.cq_data()),
+                status: LocalStatus::Ok as u8,
+                return_code: ReturnCode::Ok as u8,
+                kind: CompletionKind::Recv as u8,
+                flags: at.flags,
+                buf_offset: U32::new(at.offset),
+                ..Completion::default()
+            };
+            self.deliver_single(handle, p, at.buf, at.space, c, src_addr);
             return RxOutcome::Done;
+        }
+        let sink = Sink::Host {
+            buf: at.buf,
+            buf_len: at.space,
         };
-        let total = p.ses.request_length;
+        let mut r = Reassembly::new(handle, serial, sink, CompletionKind::Recv, at.context, p);
+        r.multi = Some((at.id, at.offset));
+        self.start_reassembly(r, p)
+    }
+
+    /// Place a message of `total` bytes in the endpoint's current buffer (see
+    /// [`Nic::mrecv_deliver`]): reserve its space, retire the buffer when the placement leaves
+    /// it too little, and say where the message goes. `complete`: the message's bytes are all
+    /// here (a single-packet message, or one taken off the unexpected list), so its
+    /// completion is written now; otherwise it counts in the buffer's `pending` until its
+    /// reassembly ends. `None` when the endpoint has no current buffer.
+    pub(crate) fn mrecv_place(
+        &mut self,
+        handle: u16,
+        total: u32,
+        complete: bool,
+    ) -> Option<MultiRecvPlacement> {
+        let ep = self.eps.get_mut(handle)?;
+        let m = ep.mrecv.as_mut()?;
         let offset = m.next;
         let space = total.min(m.len.saturating_sub(offset));
         m.next = multi_recv_next(offset, space, m.len);
@@ -127,8 +179,7 @@ impl Nic {
         let retire = m.len - m.next < m.min_free || space < total;
         let buf = m.buf.saturating_add(u64::from(offset));
         let (id, context) = (m.id, m.context);
-        let single = p.single();
-        if !single {
+        if !complete {
             m.pending += 1;
         }
         let mut flags = COMPLETION_FLAG_MULTI_RECV;
@@ -141,27 +192,14 @@ impl Nic {
                 }
             }
         }
-        if single {
-            let c = Completion {
-                context,
-                data: U64::new(p.cq_data()),
-                status: LocalStatus::Ok as u8,
-                return_code: ReturnCode::Ok as u8,
-                kind: CompletionKind::Recv as u8,
-                flags,
-                buf_offset: U32::new(offset),
-                ..Completion::default()
-            };
-            self.deliver_single(handle, p, buf, space, c, src_addr);
-            return RxOutcome::Done;
-        }
-        let sink = Sink::Host {
+        Some(MultiRecvPlacement {
+            id,
+            context,
             buf,
-            buf_len: space,
-        };
-        let mut r = Reassembly::new(handle, serial, sink, CompletionKind::Recv, context, p);
-        r.multi = Some((id, offset));
-        self.start_reassembly(r, p)
+            space,
+            offset,
+            flags,
+        })
     }
 
     /// A multi-packet message placed in buffer `place` completed: the flags and offset its

@@ -372,6 +372,7 @@ impl Nic {
             progress |= self.rx_backlog_poll(h);
             progress |= self.rx_group_poll(h);
             progress |= self.trx_poll(h);
+            progress |= self.untagged_unexpected_poll(h);
             progress |= self.tx_poll(h);
         }
         progress

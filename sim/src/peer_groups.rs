@@ -15,13 +15,14 @@
 //!   `group` equals the message's, provided the completion ring has room (else it waits in the
 //!   endpoint's receive backlog like any request). Descriptors of other groups are passed
 //!   over, so a message of group 2 is never held up by a buffer posted for group 1 before it.
-//! * **No buffer.** A message of a group with no posted descriptor is refused RC_UNDELIVERABLE
-//!   and counted in `RX_NO_BUFFER` and the endpoint's `rejected[RC_UNDELIVERABLE]`, exactly as
-//!   an untagged message that finds the RX ring of an endpoint without peer groups empty:
-//!   untagged messages have no unexpected list, so the sender learns at once (its send
-//!   completes `Remote` with RC_UNDELIVERABLE, libfabric `FI_ENORX`) and nothing is delivered
-//!   into a buffer of another group. A descriptor the doorbell announced and the unit has not
-//!   read for want of completion-ring room counts as posted: the message waits with it.
+//! * **No buffer.** A message of a group with no posted descriptor is handled as an untagged
+//!   message that finds the RX ring of an endpoint without peer groups empty
+//!   (`untagged_unexpected`): since interface 1.17 it waits on the unexpected list for a
+//!   descriptor of its group, and later messages of its group wait behind it; before, it is
+//!   refused RC_UNDELIVERABLE (libfabric `FI_ENORX` at the sender). Either way it counts in
+//!   `RX_NO_BUFFER`, and nothing is delivered into a buffer of another group. A descriptor
+//!   the doorbell announced and the unit has not read for want of completion-ring room
+//!   counts as posted: the message waits with it.
 //! * **Delivery** is the untagged one of `rx_engine` (single-packet copy, or reassembly of a
 //!   multi-packet message into the descriptor's buffer, truncation, DMA faults); the `Recv`
 //!   completion carries the descriptor's context and the message's group.
@@ -33,7 +34,6 @@ use crate::nic::Nic;
 use crate::rx_engine::{ParsedRequest, Reassembly, RxOutcome, Sink};
 use uet_fwif::datapath::RX_DESCRIPTOR_BYTES;
 use uet_fwif::{Completion, CompletionKind, LocalStatus, ReturnCode, RxDescriptor};
-use uet_regs::RX_NO_BUFFER;
 use zerocopy::little_endian::U64;
 use zerocopy::FromBytes;
 
@@ -103,9 +103,7 @@ impl Nic {
             return self.hold_for_cq_room(handle, f, from_backlog);
         }
         let Some(i) = found else {
-            self.counters.inc(RX_NO_BUFFER);
-            self.refuse(handle, p, ReturnCode::Undeliverable);
-            return RxOutcome::Done;
+            return self.rx_untagged_unexpected(handle, serial, p);
         };
         if !single && !self.reasm.has_room(self.cfg.reassembly_slots, &self.eps) {
             self.counters.debug.reassembly_overflows += 1;

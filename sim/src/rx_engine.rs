@@ -32,7 +32,7 @@
 //! | `request_length <= CAP_MAX_MSG` (READ: at most one MTU per request) | RC_TOO_LONG |
 //! | WRITE, READ: the memory-region checks (`mr_table`) | RC_PERM_VIOLATION, `RX_PERM_VIOLATION` |
 //! | SEND, TAGGED_SEND (first packet of a message to arrive): a peer group the endpoint receives — 0 without peer groups, at most its AV's `max_group_id` with them | RC_UNDELIVERABLE, `RX_BAD_GROUP` |
-//! | SEND: a posted RX descriptor (for the first packet of a message to arrive; with peer groups, one of the message's group, see `peer_groups`) | RC_UNDELIVERABLE, `RX_NO_BUFFER` |
+//! | SEND: a posted RX descriptor (for the first packet of a message to arrive; with peer groups, one of the message's group, see `peer_groups`), or since interface 1.17 room on the unexpected list (`untagged_unexpected`) | RC_UNDELIVERABLE, `RX_NO_BUFFER` (since 1.17 also `RX_UNEXPECTED_OVERFLOW`) |
 //! | TAGGED_SEND: a matching posted tagged receive, or room on the unexpected list (`tag_match`) | RC_UNDELIVERABLE, `RX_UNEXPECTED_OVERFLOW` |
 //!
 //! Every refusal after the endpoint is known (from the opcode check on) also counts in the
@@ -142,8 +142,7 @@ use std::net::IpAddr;
 use uet_fwif::datapath::RX_FLAG_MULTI_RECV;
 use uet_fwif::{Completion, CompletionKind, LocalStatus, ReturnCode, RxDescriptor};
 use uet_regs::{
-    RX_BAD_GROUP, RX_BAD_INDEX, RX_BAD_JOB_ID, RX_BAD_PID, RX_BYTES, RX_MALFORMED, RX_NO_BUFFER,
-    RX_PACKETS,
+    RX_BAD_GROUP, RX_BAD_INDEX, RX_BAD_JOB_ID, RX_BAD_PID, RX_BYTES, RX_MALFORMED, RX_PACKETS,
 };
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::FromBytes;
@@ -855,17 +854,21 @@ impl Nic {
         if space == Space::Tagged {
             return self.rx_tagged(handle, serial, &p, f, from_backlog);
         }
+        // Untagged messages take buffers in arrival order: one of a group whose earlier
+        // messages wait on the unexpected list joins them (`untagged_unexpected`).
+        if ep.holds_untagged_of(p.group) {
+            return self.rx_untagged_unexpected(handle, serial, &p);
+        }
         if max_group.is_some() {
             return self.rx_grouped(handle, serial, &p, f, from_backlog);
         }
         // Untagged: the current multi-receive buffer when the message fits it, else the next
         // RX descriptor (a message that does not fit retires the current buffer first; with
-        // no next descriptor it is refused and the current buffer stays as it was).
+        // no next descriptor it waits on the unexpected list, or is refused, and the current
+        // buffer stays as it was).
         let fits = ep.mrecv.as_ref().map(|m| m.fits(p.ses.request_length));
         if fits != Some(true) && !ep.rx.pending() {
-            self.counters.inc(RX_NO_BUFFER);
-            self.refuse(handle, &p, ReturnCode::Undeliverable);
-            return RxOutcome::Done;
+            return self.rx_untagged_unexpected(handle, serial, &p);
         }
         if !ep.cq_has_room_for(1 + u64::from(fits == Some(false))) {
             return self.hold_for_cq_room(handle, f, from_backlog);
@@ -885,9 +888,7 @@ impl Nic {
             return RxOutcome::Done;
         };
         if !ep.rx.pending() {
-            self.counters.inc(RX_NO_BUFFER);
-            self.refuse(handle, &p, ReturnCode::Undeliverable);
-            return RxOutcome::Done;
+            return self.rx_untagged_unexpected(handle, serial, &p);
         }
         let at = ep.rx.base + u64::from(ep.rx.head) * 32;
         let mut raw = [0u8; 32];

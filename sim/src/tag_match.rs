@@ -50,16 +50,32 @@ use uet_regs::{RX_BYTES, RX_PACKETS, RX_UNEXPECTED, RX_UNEXPECTED_OVERFLOW};
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::FromBytes;
 
+/// Where a message taken off the unexpected list goes: the receive that took it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct HeldInto {
+    pub context: U64,
+    pub buf: u64,
+    pub buf_len: u32,
+    /// Completion flags (a multi-receive buffer's).
+    pub flags: u8,
+    /// Where the message starts in a multi-receive buffer (0 otherwise).
+    pub buf_offset: u32,
+}
+
 /// A tagged receive on the posted list.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct PostedTagged {
     pub desc: TaggedRxDescriptor,
 }
 
-/// A tagged message on the unexpected list.
+/// A message on the unexpected list: tagged, or (since interface 1.17) untagged, see
+/// `untagged_unexpected`.
 #[derive(Debug)]
 pub(crate) struct Unexpected {
     pub key: MsgKey,
+    /// A TAGGED_SEND (only a tagged receive takes it) or a SEND (only an untagged one does).
+    pub tagged: bool,
+    /// The match bits (0 for a SEND).
     pub tag: u64,
     /// The message's peer group: only a receive of the same group takes it.
     pub group: u32,
@@ -121,7 +137,7 @@ impl Nic {
         let found = ep
             .unexpected
             .iter()
-            .position(|u| u.bound.is_none() && d.matches_in_group(u.group, u.tag));
+            .position(|u| u.tagged && u.bound.is_none() && d.matches_in_group(u.group, u.tag));
         let Some(i) = found else {
             ep.posted_tagged.push_back(PostedTagged { desc: d });
             return;
@@ -138,16 +154,38 @@ impl Nic {
 
     /// Copy a complete unexpected message into a tagged receive and complete it.
     fn deliver_unexpected(&mut self, handle: u16, u: Unexpected, d: &TaggedRxDescriptor) {
+        let into = HeldInto {
+            context: d.context,
+            buf: d.buf.get(),
+            buf_len: d.len.get(),
+            flags: 0,
+            buf_offset: 0,
+        };
+        self.deliver_held(handle, u, into);
+    }
+
+    /// Copy a complete message taken off the unexpected list into the buffer of the receive
+    /// that took it (truncated to it), and complete that receive: `TaggedRecv` for a tagged
+    /// message, `Recv` for an untagged one. The source is looked up now.
+    pub(crate) fn deliver_held(&mut self, handle: u16, u: Unexpected, into: HeldInto) {
         let data = u.data.unwrap_or_default();
         if let Some(ep) = self.eps.get_mut(handle) {
             ep.unexpected_bytes = ep.unexpected_bytes.saturating_sub(u64::from(u.total));
+            if !u.tagged {
+                ep.unexpected_untagged = ep.unexpected_untagged.saturating_sub(1);
+            }
         }
-        let n = data.len().min(d.len.get() as usize);
+        let n = data.len().min(into.buf_len as usize);
         let av = self.eps.get(handle).map_or(0, |ep| ep.av);
         let (ip, initiator) = u.key.sender();
         let src_addr = self.sender_source(av, handle, ip, initiator, u.job_id);
+        let kind = if u.tagged {
+            CompletionKind::TaggedRecv
+        } else {
+            CompletionKind::Recv
+        };
         let mut c = Completion {
-            context: d.context,
+            context: into.context,
             data: U64::new(u.header_data),
             src_addr: U64::new(src_addr),
             tag: U64::new(u.tag),
@@ -155,7 +193,9 @@ impl Nic {
             group: U32::new(u.group),
             status: LocalStatus::Ok as u8,
             return_code: ReturnCode::Ok as u8,
-            kind: CompletionKind::TaggedRecv as u8,
+            kind: kind as u8,
+            flags: into.flags,
+            buf_offset: U32::new(into.buf_offset),
             ..Completion::default()
         };
         if n < data.len() {
@@ -163,7 +203,7 @@ impl Nic {
             c.overflow = U32::new((data.len() - n) as u32);
         }
         let bytes = data.get(..n).unwrap_or(&[]);
-        if self.iommu.write(d.buf.get(), bytes).is_err() {
+        if self.iommu.write(into.buf, bytes).is_err() {
             self.dma_fault();
             c.status = LocalStatus::DmaFault as u8;
             c.return_code = ReturnCode::HostUnsuccessfulCompletion as u8;
@@ -250,7 +290,7 @@ impl Nic {
             if unread {
                 return self.hold_for_cq_room(handle, f, from_backlog);
             }
-            return self.rx_unexpected(handle, serial, p);
+            return self.rx_unexpected(handle, serial, p, CompletionKind::TaggedRecv);
         };
         if !ep.cq_has_room() {
             return self.hold_for_cq_room(handle, f, from_backlog);
@@ -296,8 +336,17 @@ impl Nic {
         self.start_reassembly(r, p)
     }
 
-    /// No posted receive matches: hold the message on the unexpected list, or refuse it.
-    fn rx_unexpected(&mut self, handle: u16, serial: u64, p: &ParsedRequest<'_>) -> RxOutcome {
+    /// No posted receive takes the message: hold it on the unexpected list, or refuse it
+    /// when the list is full. `kind` is the completion its receive will get (`TaggedRecv`,
+    /// or `Recv` for an untagged message).
+    pub(crate) fn rx_unexpected(
+        &mut self,
+        handle: u16,
+        serial: u64,
+        p: &ParsedRequest<'_>,
+        kind: CompletionKind,
+    ) -> RxOutcome {
+        let tagged = kind == CompletionKind::TaggedRecv;
         let single = p.single();
         let total = p.ses.request_length;
         let entries = usize::from(self.cfg.unexpected_entries);
@@ -316,6 +365,7 @@ impl Nic {
         let key = p.key();
         ep.unexpected.push_back(Unexpected {
             key,
+            tagged,
             tag: p.ses.match_bits,
             group: p.group,
             header_data: p.cq_data(),
@@ -325,6 +375,9 @@ impl Nic {
             bound: None,
         });
         ep.unexpected_bytes += u64::from(total);
+        if !tagged {
+            ep.unexpected_untagged += 1;
+        }
         ep.stats.rx_unexpected = ep.stats.rx_unexpected.wrapping_add(1);
         self.counters.inc(RX_UNEXPECTED);
         if single {
@@ -335,14 +388,7 @@ impl Nic {
             return RxOutcome::Done;
         }
         let sink = Sink::Staged(vec![0; total as usize]);
-        let r = Reassembly::new(
-            handle,
-            serial,
-            sink,
-            CompletionKind::TaggedRecv,
-            U64::ZERO,
-            p,
-        );
+        let r = Reassembly::new(handle, serial, sink, kind, U64::ZERO, p);
         self.reasm.active.insert(key, r);
         self.rx_segment(key, p)
     }

@@ -167,9 +167,14 @@ fn a_receive_withdrawn_from_the_middle_of_the_rx_ring_is_skipped_by_later_messag
     );
     // A receive already completed is no longer posted; the ring is empty now.
     assert_eq!(p.cancel(RECV_CANCEL_RING_RX, 1), Status::NotPosted);
-    assert_eq!(p.try_send(b"nobody", None), LocalStatus::Remote);
+    // A message that finds no receive waits on the unexpected list for the next one.
+    assert_eq!(p.try_send(b"early", None), LocalStatus::Ok);
     assert!(p.completion().is_none());
     assert_eq!(p.b.f.counter(RX_NO_BUFFER), 1);
+    p.post_recv(4);
+    let c = p.completion().expect("the next receive takes it");
+    assert_eq!(summary(&c), (4, LocalStatus::Ok, 5, RECV));
+    assert_eq!(p.b.buf(4, 5), b"early");
 }
 
 #[test]

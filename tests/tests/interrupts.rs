@@ -61,8 +61,8 @@ fn cq_sread_times_out_with_eagain_and_reports_errors_as_cq_read_does() {
             .expect("waiting already");
     assert_eq!((ev.context, ev.len), (1000, 14));
     assert_eq!(a.ep.cq_sread(None).map(|ev| ev.context), Ok(3));
-    // B has no receive posted: A's send fails, and its completion is an error.
-    a.send(0, b"no buffer", 4);
+    // An address A's AV does not hold: the send fails, and its completion is an error.
+    a.send(7, b"nobody there", 4);
     assert_eq!(a.ep.cq_sread(None).err(), Some(FiErrno::FI_EAVAIL));
     assert_eq!(a.ep.cq_readerr().map(|ev| ev.context), Ok(4));
 }

@@ -202,10 +202,15 @@ fn mixed_sizes_fill_a_buffer_until_min_free_releases_it_and_the_next_takes_over(
     );
     assert_eq!(c.rx_errors, 0);
 
-    // With no buffer left, the next message is refused.
-    a.send(0, b"nowhere", 1);
-    let err = a.next_completion().unwrap().error.expect("refused");
-    assert_eq!(err.errno, FiErrno::FI_ENORX);
+    // With no buffer left, the next message waits on the unexpected list for one.
+    a.send(0, b"early", 1);
+    let ev = a.next_completion().unwrap();
+    assert!(ev.error.is_none(), "held, not refused: {:?}", ev.error);
+    assert!(b.next_completion().is_none());
+    b.post_recvs(1);
+    let ev = b.next_completion().expect("the next receive takes it");
+    assert!(ev.error.is_none(), "{:?}", ev.error);
+    assert_eq!(ev.buffer.unwrap().to_vec().unwrap(), b"early");
 }
 
 #[test]

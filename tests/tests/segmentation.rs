@@ -770,9 +770,16 @@ fn a_sender_through_an_auth_key_and_the_same_rank_of_the_keys_job_both_deliver()
 /// answered RC_OK with nothing delivered.
 #[test]
 fn a_multi_packet_message_whose_id_wrapped_around_is_delivered() {
+    // NICs that refuse a message without a buffer (before interface 1.17, which holds it on
+    // the unexpected list): the ids go by and the target keeps nothing of them.
+    let refusing = |i| {
+        let mut c = small_mtu(i);
+        c.interface_minor = uet_regs::since::UNTAGGED_UNEXPECTED - 1;
+        c
+    };
     let fabric = Fabric::new();
-    let mut a = Node::new(fabric.add_nic(small_mtu(0)).unwrap(), JOB, 8);
-    let mut b = Node::new(fabric.add_nic(small_mtu(1)).unwrap(), JOB, 8);
+    let mut a = Node::new(fabric.add_nic(refusing(0)).unwrap(), JOB, 8);
+    let mut b = Node::new(fabric.add_nic(refusing(1)).unwrap(), JOB, 8);
     let to_b = a.insert(&b.addr());
     b.insert(&a.addr());
     b.post_recvs(1);
