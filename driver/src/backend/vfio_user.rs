@@ -47,7 +47,8 @@ use vfio_bindings::bindings::vfio::{
 use vfio_user::Client;
 use vmm_sys_util::eventfd::EventFd;
 
-/// How long [`VfioUserDevice::open`] waits for the server to answer the connection.
+/// How long [`VfioUserDevice::open`] waits, in all, for the server's answers while it opens
+/// the function (steps 1 to 3 of the module documentation).
 pub const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A NIC function behind a vfio-user socket.
@@ -74,30 +75,34 @@ impl VfioUserDevice {
         Self::open_within(path, OPEN_TIMEOUT)
     }
 
-    /// [`VfioUserDevice::open`], waiting at most `timeout` for the server's answer to the
-    /// connection (its version and its regions).
+    /// [`VfioUserDevice::open`], waiting at most `timeout` for the server's answers while the
+    /// function is opened: its version and regions, its identity and its command register
+    /// (steps 1 to 3).
     pub fn open_within(path: impl AsRef<Path>, timeout: Duration) -> Result<Self, DeviceError> {
         let path = path.as_ref().to_path_buf();
         let refuse = |reason: String| DeviceError::Open {
             name: format!("vfio-user:{}", path.display()),
             reason,
         };
-        // 1. Connect and negotiate. The client blocks on the socket with no timeout of its
-        // own, so it connects on a thread of its own: a socket whose owner accepts but never
-        // answers (not a vfio-user server, or a hung one) is an error, not a hang. That
-        // thread ends when the socket closes.
+        // The client blocks on the socket with no timeout of its own, so steps 1 to 3 run on
+        // a thread of their own: a socket whose owner accepts but never answers, or stops
+        // answering before the function is ready (not a vfio-user server, or a hung one), is
+        // an error, not a hang. That thread ends when the socket closes.
         let (tx, rx) = mpsc::channel();
         let at = path.clone();
         std::thread::Builder::new()
             .name("vfio-user-connect".into())
             .spawn(move || {
-                let _ = tx.send(without_sigpipe(|| Client::new(&at)));
+                let opened = without_sigpipe(|| Client::new(&at))
+                    .map_err(|e| e.to_string())
+                    .and_then(prepare);
+                let _ = tx.send(opened);
             })
             .map_err(|e| refuse(format!("cannot start the connection: {e}")))?;
         // The thread ends without a word when the client panicked on the server's answer (it
         // does on some malformed version replies): the server answered, wrongly.
-        let mut client = match rx.recv_timeout(timeout) {
-            Ok(connected) => connected.map_err(|e| refuse(e.to_string()))?,
+        let client = match rx.recv_timeout(timeout) {
+            Ok(opened) => opened.map_err(refuse)?,
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 return Err(refuse(format!(
                 "no vfio-user answer within {} ms (is a uet-nic simulator serving this socket?)",
@@ -110,61 +115,6 @@ impl VfioUserDevice {
                 ))
             }
         };
-        // 2. BAR0 and identity.
-        let rw = VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE;
-        match client.region(VFIO_PCI_BAR0_REGION_INDEX) {
-            Some(r) if r.flags & rw == rw && r.size >= u64::from(REGISTERS_SIZE) => {}
-            Some(r) => {
-                return Err(refuse(format!(
-                    "BAR0 is {} bytes with flags {:#x}; the NIC needs {REGISTERS_SIZE} bytes, readable and writable",
-                    r.size, r.flags
-                )))
-            }
-            None => return Err(refuse("the function has no BAR0".to_string())),
-        }
-        if client
-            .region(VFIO_PCI_CONFIG_REGION_INDEX)
-            .is_none_or(|r| r.size < pci::CONFIG_SPACE_SIZE as u64)
-        {
-            return Err(refuse(
-                "the function has no configuration space".to_string(),
-            ));
-        }
-        let mut id = [0u8; 4];
-        without_sigpipe(|| {
-            client.region_read(VFIO_PCI_CONFIG_REGION_INDEX, pci::VENDOR_ID as u64, &mut id)
-        })
-        .map_err(|e| refuse(e.to_string()))?;
-        let id = u32::from_le_bytes(id);
-        if id != pci::ID_DWORD {
-            return Err(refuse(format!(
-                "not a uet-nic function: vendor:device {:04x}:{:04x}, expected {:04x}:{:04x}",
-                id & 0xFFFF,
-                id >> 16,
-                uet_regs::PCI_VENDOR_ID,
-                uet_regs::PCI_DEVICE_ID
-            )));
-        }
-        // 3. Memory space and bus master on.
-        let mut command = [0u8; 2];
-        without_sigpipe(|| {
-            client.region_read(
-                VFIO_PCI_CONFIG_REGION_INDEX,
-                pci::COMMAND as u64,
-                &mut command,
-            )
-        })
-        .map_err(|e| refuse(e.to_string()))?;
-        let command =
-            u16::from_le_bytes(command) | pci::COMMAND_MEMORY_SPACE | pci::COMMAND_BUS_MASTER;
-        without_sigpipe(|| {
-            client.region_write(
-                VFIO_PCI_CONFIG_REGION_INDEX,
-                pci::COMMAND as u64,
-                &command.to_le_bytes(),
-            )
-        })
-        .map_err(|e| refuse(e.to_string()))?;
         Ok(VfioUserDevice {
             client: Mutex::new(client),
             path,
@@ -255,6 +205,65 @@ impl VfioUserDevice {
             self.failed(what, &e);
         }
     }
+}
+
+/// Steps 2 and 3 of opening (see the module documentation) on a connected `client`: BAR0 and
+/// the function's identity checked, then memory space and bus master set. The reason a
+/// function is refused, when it is.
+fn prepare(mut client: Client) -> Result<Client, String> {
+    // 2. BAR0 and identity.
+    let rw = VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE;
+    match client.region(VFIO_PCI_BAR0_REGION_INDEX) {
+        Some(r) if r.flags & rw == rw && r.size >= u64::from(REGISTERS_SIZE) => {}
+        Some(r) => {
+            return Err(format!(
+                "BAR0 is {} bytes with flags {:#x}; the NIC needs {REGISTERS_SIZE} bytes, readable and writable",
+                r.size, r.flags
+            ))
+        }
+        None => return Err("the function has no BAR0".to_string()),
+    }
+    if client
+        .region(VFIO_PCI_CONFIG_REGION_INDEX)
+        .is_none_or(|r| r.size < pci::CONFIG_SPACE_SIZE as u64)
+    {
+        return Err("the function has no configuration space".to_string());
+    }
+    let mut id = [0u8; 4];
+    without_sigpipe(|| {
+        client.region_read(VFIO_PCI_CONFIG_REGION_INDEX, pci::VENDOR_ID as u64, &mut id)
+    })
+    .map_err(|e| e.to_string())?;
+    let id = u32::from_le_bytes(id);
+    if id != pci::ID_DWORD {
+        return Err(format!(
+            "not a uet-nic function: vendor:device {:04x}:{:04x}, expected {:04x}:{:04x}",
+            id & 0xFFFF,
+            id >> 16,
+            uet_regs::PCI_VENDOR_ID,
+            uet_regs::PCI_DEVICE_ID
+        ));
+    }
+    // 3. Memory space and bus master on.
+    let mut command = [0u8; 2];
+    without_sigpipe(|| {
+        client.region_read(
+            VFIO_PCI_CONFIG_REGION_INDEX,
+            pci::COMMAND as u64,
+            &mut command,
+        )
+    })
+    .map_err(|e| e.to_string())?;
+    let command = u16::from_le_bytes(command) | pci::COMMAND_MEMORY_SPACE | pci::COMMAND_BUS_MASTER;
+    without_sigpipe(|| {
+        client.region_write(
+            VFIO_PCI_CONFIG_REGION_INDEX,
+            pci::COMMAND as u64,
+            &command.to_le_bytes(),
+        )
+    })
+    .map_err(|e| e.to_string())?;
+    Ok(client)
 }
 
 /// Run `f`, a conversation on the socket, with `SIGPIPE` blocked on this thread: the
@@ -594,6 +603,85 @@ mod tests {
                 }
             })
             .collect()
+    }
+
+    /// A function that answers the connection (version and regions, which the protocol crate
+    /// answers itself) and then stops answering: each region read waits until the test lets
+    /// it go (drops the sender).
+    struct StallingFunction(std::sync::mpsc::Receiver<()>);
+
+    impl ServerBackend for StallingFunction {
+        fn region_read(&mut self, _: u32, _: u64, data: &mut [u8]) -> std::io::Result<()> {
+            let _ = self.0.recv();
+            data.fill(0);
+            Ok(())
+        }
+
+        fn region_write(&mut self, _: u32, _: u64, _: &[u8]) -> std::io::Result<()> {
+            Ok(())
+        }
+
+        fn dma_map(
+            &mut self,
+            _: DmaMapFlags,
+            _: u64,
+            _: u64,
+            _: u64,
+            _: Option<File>,
+        ) -> std::io::Result<()> {
+            Ok(())
+        }
+
+        fn dma_unmap(&mut self, _: DmaUnmapFlags, _: u64, _: u64) -> std::io::Result<()> {
+            Ok(())
+        }
+
+        fn reset(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+
+        fn set_irqs(
+            &mut self,
+            _: u32,
+            _: u32,
+            _: u32,
+            _: u32,
+            _: Vec<File>,
+        ) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A server that answers the connection but stops answering before the function is ready
+    /// (here at the identity read in configuration space) makes the open an error once the
+    /// timeout has passed, not a hang: the timeout covers every answer the open waits for.
+    #[test]
+    fn a_server_that_stops_answering_while_the_function_opens_is_an_error_not_a_hang() {
+        let dir = std::env::temp_dir().join(format!("uet-vfio-user-stall-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("stall.sock");
+        let server = Server::new(&path, true, Vec::new(), regions()).unwrap();
+        let (release, stalled) = mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            let _ = server.run(&mut StallingFunction(stalled));
+        });
+        let (opened_tx, opened) = mpsc::channel();
+        let at = path.clone();
+        std::thread::spawn(move || {
+            let r = VfioUserDevice::open_within(&at, Duration::from_millis(200)).map(|_| ());
+            let _ = opened_tx.send(r);
+        });
+        let r = opened
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the open returns");
+        let e = r.expect_err("the function never got ready").to_string();
+        assert!(e.contains("no vfio-user answer within 200 ms"), "{e}");
+        // Let the server go on: the open's thread finishes, drops its client, and the
+        // server's conversation ends.
+        drop(release);
+        t.join().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A server that refuses the eventfds never enables MSI-X: the refusal, which the
