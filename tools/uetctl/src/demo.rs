@@ -297,6 +297,13 @@ pub fn run(cfg: DemoConfig) -> Result<DemoOutcome, DemoError> {
             cfg.tagged
         )));
     }
+    if cfg.job_id == 0 {
+        // A domain of JobID 0 has none of its own: its endpoints take the NIC's default
+        // JobID while the AV's entries carry 0, and every message would be refused.
+        return Err(DemoError::Config(
+            "--job-id 0 is no JobID: the job needs one, 0x1..=0xffffff".into(),
+        ));
+    }
     if cfg.job_id > uet_driver::uet_fwif::av_entry::MAX_JOB_ID {
         return Err(DemoError::Config(format!(
             "--job-id {:#x} is wider than 24 bits",

@@ -32,7 +32,7 @@ struct JobArgs {
     /// Messages each rank sends to its right neighbour.
     #[arg(long, default_value_t = 8)]
     messages: u32,
-    /// JobID of the job (24 bits).
+    /// JobID of the job (24 bits, not 0).
     #[arg(long, default_value_t = 0x00_1234, value_parser = parse_u32)]
     job_id: u32,
     /// Tagged messages each rank sends to its right neighbour (half of them arrive before

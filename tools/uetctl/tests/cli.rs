@@ -113,6 +113,11 @@ fn bad_arguments_get_a_clear_error_and_exit_2() {
         (&["demo", "--ranks", "1"][..], "--ranks must be"),
         (&["demo", "--messages", "0"][..], "--messages must be"),
         (&["demo", "--job-id", "0x1000000"][..], "wider than 24 bits"),
+        (&["demo", "--job-id", "0"][..], "--job-id 0 is no JobID"),
+        (
+            &["stats", "--demo", "--job-id", "0"][..],
+            "--job-id 0 is no JobID",
+        ),
         (&["demo", "--tagged", "33"][..], "--tagged must be"),
         (
             &["demo", "--interface-minor", "6"][..],
