@@ -266,6 +266,29 @@ fn wake(size: usize, rounds: u32, sleep: bool) -> Result<f64, String> {
     Ok(t.elapsed().as_secs_f64() * 1e9 / f64::from(2 * rounds))
 }
 
+/// Print one measurement line. `println!` panics when standard output fails: a reader that
+/// has gone (`bench-datapath | head -1`) ends the run quietly instead, with status 0, as a
+/// program killed by `SIGPIPE` stops; any other failure is a message and status 1.
+fn emit(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    let written = stdout
+        .write_fmt(format_args!("{line}\n"))
+        .and_then(|()| stdout.flush());
+    match written {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(e) => {
+            // Standard error may be gone too; there is nothing more to do about it then.
+            let _ = writeln!(
+                std::io::stderr(),
+                "bench-datapath: writing standard output: {e}"
+            );
+            std::process::exit(1)
+        }
+    }
+}
+
 fn run(args: &Args) -> Result<(), String> {
     for (op, sleep) in [("wake", true), ("wake_poll", false)] {
         if !args.ops.iter().any(|o| o == "wake") {
@@ -277,11 +300,11 @@ fn run(args: &Args) -> Result<(), String> {
             }
             let rounds = (args.volume / size).clamp(200, 5_000) as u32;
             let lat = wake(size, rounds, sleep)?;
-            println!(
+            emit(format_args!(
                 "bench=datapath op={op} size={size} msgs_per_s={:.0} lat_ns={lat:.0} gbps={:.3}",
                 1e9 / lat,
                 1e9 / lat * size as f64 * 8.0 / 1e9
-            );
+            ));
         }
     }
     let mut p = pair()?;
@@ -309,11 +332,11 @@ fn run(args: &Args) -> Result<(), String> {
             }
             let secs = t.elapsed().as_secs_f64();
             let rate = iters as f64 / secs;
-            println!(
+            emit(format_args!(
                 "bench=datapath op={op} size={size} msgs_per_s={rate:.0} lat_ns={:.0} gbps={:.3}",
                 secs * 1e9 / iters as f64,
                 rate * size as f64 * 8.0 / 1e9
-            );
+            ));
         }
     }
     Ok(())

@@ -29,3 +29,40 @@ fn an_unknown_operation_or_size_is_refused_before_anything_runs() {
         assert!(stderr.starts_with("bench-datapath: "), "{args:?}: {stderr}");
     }
 }
+
+/// Standard output a pipe whose reader has gone (`bench-datapath | head -1` once `head` has
+/// its line) ends the run quietly with status 0, not in a panic; any other failure to write
+/// is a message and status 1.
+#[test]
+fn a_reader_that_goes_away_ends_the_run_quietly() {
+    let args = ["--volume", "1", "--ops", "send", "--sizes", "8,8"];
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_bench-datapath"))
+        .args(args)
+        .stdout(writer)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stderr.is_empty(),
+        "{:?}: {stderr}",
+        out.status
+    );
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("open /dev/full");
+    let out = Command::new(env!("CARGO_BIN_EXE_bench-datapath"))
+        .args(args)
+        .stdout(full)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with("bench-datapath: writing standard output:")
+            && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+}
