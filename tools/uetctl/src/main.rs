@@ -1,6 +1,7 @@
 //! `uetctl`: run the uet-nic demo job on the simulator and inspect NIC AV tables.
 
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 use serde_json::json;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -290,7 +291,8 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Some(code) = live_options_without_target(&cli.command) {
         return code;
     }
@@ -342,10 +344,18 @@ fn main() -> ExitCode {
             job,
             live,
         } if !job.vfio.is_empty() => {
-            if live.target().is_some() || rank.is_some() {
+            let job_options = matches
+                .subcommand_matches("regs")
+                .map_or_else(Vec::new, job_options_given);
+            if live.target().is_some() || rank.is_some() || !job_options.is_empty() {
                 eprintln!(
                     "uetctl regs: --vfio without --demo reads the functions named; \
-                     --pid, --socket, --nic and --rank do not apply"
+                     --pid, --socket, --nic, --rank and the job's options ({}) do not apply",
+                    if job_options.is_empty() {
+                        "--ranks, --messages, --job-id, --tagged, --no-rma".to_string()
+                    } else {
+                        job_options.join(", ")
+                    }
                 );
                 return ExitCode::from(2);
             }
@@ -602,6 +612,22 @@ fn serve(cfg: &ServeConfig, as_json: bool) -> ExitCode {
     // The lines are the readiness signal of whoever started the daemon.
     let _ = std::io::Write::flush(&mut std::io::stdout());
     daemon.run()
+}
+
+/// The options of the demo job (those `--vfio` leaves allowed) given on the command line of
+/// a subcommand, `matches`: a default is not given.
+fn job_options_given(matches: &ArgMatches) -> Vec<&'static str> {
+    [
+        ("ranks", "--ranks"),
+        ("messages", "--messages"),
+        ("job_id", "--job-id"),
+        ("tagged", "--tagged"),
+        ("no_rma", "--no-rma"),
+    ]
+    .into_iter()
+    .filter(|(id, _)| matches.value_source(id) == Some(ValueSource::CommandLine))
+    .map(|(_, option)| option)
+    .collect()
 }
 
 /// `--nic` and `--table` name parts of a live process: refused (exit 2) without one.

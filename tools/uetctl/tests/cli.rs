@@ -673,6 +673,26 @@ fn regs_of_a_function_that_cannot_be_opened_says_why() {
     let out = uetctl(&["regs", "--vfio", "0000:3b:00.0", "--pid", "1"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("do not apply"));
+    // The job's options, which only a job on the functions (--demo) uses, are refused: not
+    // ignored while the registers are read.
+    for (job, needle) in [
+        (&["--ranks", "2"][..], "--ranks"),
+        (&["--messages", "3"], "--messages"),
+        (&["--job-id", "0x55"], "--job-id"),
+        (&["--tagged", "0"], "--tagged"),
+        (&["--no-rma"], "--no-rma"),
+    ] {
+        let mut args = vec!["regs", "--vfio", "ffff:ff:1f.7"];
+        args.extend_from_slice(job);
+        let out = uetctl(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("do not apply") && stderr.contains(needle),
+            "{args:?}: {stderr}"
+        );
+        assert!(!stderr.contains("cannot open device"), "{args:?}: {stderr}");
+    }
     // Every subcommand that takes the job's options parses (their names are unique).
     for cmd in [&["regs"][..], &["stats"], &["av", "dump"], &["demo"]] {
         let mut args = cmd.to_vec();
