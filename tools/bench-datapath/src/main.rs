@@ -43,8 +43,9 @@ struct Args {
     /// Bytes to move per measurement (bounds the iteration count; at least 200 operations).
     #[arg(long, default_value_t = 256 << 20)]
     volume: usize,
-    /// Only post this many 8-byte sends (for instruction counting under callgrind).
-    #[arg(long)]
+    /// Only post this many 8-byte sends (for instruction counting under callgrind): no
+    /// measurement, so --ops, --sizes and --volume are refused beside it.
+    #[arg(long, value_name = "N", conflicts_with_all = ["ops", "sizes", "volume"])]
     callgrind_sends: Option<u32>,
 }
 

@@ -66,3 +66,34 @@ fn a_reader_that_goes_away_ends_the_run_quietly() {
         "{stderr}"
     );
 }
+
+/// `--callgrind-sends` posts its sends and measures nothing: the options of a measurement
+/// beside it are refused (exit 2, nothing run), not ignored, nor run before the sends.
+#[test]
+fn callgrind_sends_refuses_the_options_of_a_measurement() {
+    for args in [
+        &["--ops", "wake"][..],
+        &["--ops", "send"],
+        &["--sizes", "8"],
+        &["--volume", "1"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_bench-datapath"))
+            .args(["--callgrind-sends", "1"])
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("cannot be used with"), "{args:?}: {stderr}");
+        assert!(
+            out.stdout.is_empty(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_bench-datapath"))
+        .args(["--callgrind-sends", "3"])
+        .output()
+        .unwrap();
+    assert!(out.status.success() && out.stdout.is_empty(), "{out:?}");
+}
