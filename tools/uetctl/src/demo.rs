@@ -561,16 +561,7 @@ fn run_rank(
     }
     drop(to_master);
     if let Some((collect, broadcast)) = master {
-        let mut slots: Vec<Option<Vec<u8>>> = vec![None; n];
-        let deadline = Instant::now() + PROGRESS_TIMEOUT;
-        while slots.iter().any(Option::is_none) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match collect.recv_timeout(left) {
-                Ok((r, a)) if r < n => slots[r] = Some(a),
-                Ok(_) => {}
-                Err(_) => break,
-            }
-        }
+        let slots = collect_addresses(&collect, n, PROGRESS_TIMEOUT);
         let missing: Vec<usize> = (0..n).filter(|&r| slots[r].is_none()).collect();
         if !missing.is_empty() {
             errors.push(format!("rank 0 never heard from ranks {missing:?}"));
@@ -581,8 +572,11 @@ fn run_rank(
             let _ = tx.send(list.clone());
         }
     }
+    // Rank 0 sends the list once its collection ends, which takes as long as the ranks keep
+    // coming, or drops its senders (it failed, or its thread is gone): no wait of a fixed
+    // length, which a large job's collection may outlast.
     let list = inbox
-        .recv_timeout(PROGRESS_TIMEOUT)
+        .recv()
         .map_err(|_| "no address list from rank 0".to_string());
     let mut fi_addrs: Vec<FiAddr> = vec![0; n];
     match list {
@@ -721,6 +715,33 @@ fn run_rank(
         region,
         report,
     })
+}
+
+/// Rank 0's side of master-collect: the address each of `n` ranks sent on `collect`, by rank
+/// (`None` for a rank that sent none). Every rank sends its address or drops its sender once
+/// set up, and a large job's ranks finish setting up one after another, all of them later
+/// than any fixed time after the first on a busy machine: the wait goes on while addresses
+/// keep coming, and gives up when none has come for `quiet`, or every sender is gone.
+fn collect_addresses(
+    collect: &mpsc::Receiver<(usize, Vec<u8>)>,
+    n: usize,
+    quiet: Duration,
+) -> Vec<Option<Vec<u8>>> {
+    let mut slots: Vec<Option<Vec<u8>>> = vec![None; n];
+    let mut missing = n;
+    while missing > 0 {
+        match collect.recv_timeout(quiet) {
+            Ok((r, a)) => {
+                if let Some(slot) = slots.get_mut(r) {
+                    if slot.replace(a).is_none() {
+                        missing -= 1;
+                    }
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    slots
 }
 
 fn post_trecvs(
@@ -1015,5 +1036,45 @@ impl Traffic {
             Some(ev) => errors.push(format!("fi_read from rank {right} failed: {:?}", ev.error)),
             None => errors.push("fi_read never completed".to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ranks that finish setting up one after another, each soon after the last but all of
+    /// them later than `quiet` after the first (a large job on a busy machine), are all
+    /// heard from: the wait gives up only when no address comes for `quiet`, or every rank
+    /// has sent its address or gone.
+    #[test]
+    fn rank_0_hears_from_every_rank_that_keeps_coming() {
+        let quiet = Duration::from_secs(1);
+        let (tx, rx) = mpsc::channel();
+        let sender = std::thread::spawn(move || {
+            for r in 0..6 {
+                std::thread::sleep(Duration::from_millis(300));
+                let _ = tx.send((r, vec![r as u8]));
+            }
+        });
+        let slots = collect_addresses(&rx, 6, quiet);
+        let _ = sender.join();
+        let heard: Vec<usize> = (0..6).filter(|&r| slots[r].is_some()).collect();
+        assert_eq!(heard, (0..6).collect::<Vec<_>>());
+        assert_eq!(slots[5], Some(vec![5]));
+        // A rank that goes without a word (its sender dropped) is not waited for, and one
+        // that never answers is given up on after `quiet`.
+        let (tx, rx) = mpsc::channel::<(usize, Vec<u8>)>();
+        let _ = tx.send((0, vec![0]));
+        drop(tx);
+        let t = Instant::now();
+        assert_eq!(collect_addresses(&rx, 2, quiet), vec![Some(vec![0]), None]);
+        assert!(t.elapsed() < quiet, "{:?}", t.elapsed());
+        let (tx, rx) = mpsc::channel::<(usize, Vec<u8>)>();
+        let _ = tx.send((1, vec![1]));
+        let t = Instant::now();
+        assert_eq!(collect_addresses(&rx, 2, quiet), vec![None, Some(vec![1])]);
+        assert!(t.elapsed() >= quiet, "{:?}", t.elapsed());
+        drop(tx);
     }
 }
