@@ -796,6 +796,10 @@ fn live_dump(
 fn live_regs(target: &Target, nic: Option<u64>, as_json: bool) -> Result<ExitCode, ExitCode> {
     let mut live = Live::open(target, nic)?;
     let pid = live.pid;
+    if live.nics.is_empty() && !as_json {
+        outln!("process {pid}: no open NIC");
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut docs = Vec::new();
     for n in live.nics.clone() {
         let values = live.on(n, live::regs)?;
@@ -815,6 +819,10 @@ fn live_regs(target: &Target, nic: Option<u64>, as_json: bool) -> Result<ExitCod
 fn live_stats(target: &Target, nic: Option<u64>, as_json: bool) -> Result<ExitCode, ExitCode> {
     let mut live = Live::open(target, nic)?;
     let pid = live.pid;
+    if live.nics.is_empty() && !as_json {
+        outln!("process {pid}: no open NIC");
+        return Ok(ExitCode::SUCCESS);
+    }
     let nics = live.nics.clone();
     let mut columns = Vec::new();
     for &n in &nics {

@@ -457,6 +457,44 @@ fn telemetry_keeps_no_table_or_nic_alive() {
     assert!(e.contains("no AV table"), "{e}");
 }
 
+/// A process whose NICs are all closed has no registers or counters to show: `regs` and
+/// `stats` say so, as `av dump` and `ep list` do, instead of printing nothing or a lone
+/// header; their JSON lists no NIC.
+#[test]
+fn a_process_without_an_open_nic_is_said_to_have_none() {
+    let (_fabric, nic0, path, _t) = serving_one_nic("10.63.0.9", "no-nic");
+    drop(nic0);
+    let pid = std::process::id();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_uetctl"))
+            .args(args)
+            .arg("--socket")
+            .arg(&path)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{args:?}: {stderr}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    for cmd in ["regs", "stats"] {
+        assert_eq!(
+            run(&[cmd]),
+            format!("process {pid}: no open NIC\n"),
+            "{cmd}"
+        );
+        let doc: Value = serde_json::from_str(&run(&["--json", cmd])).unwrap();
+        assert_eq!(doc, json!({"pid": pid, "nics": []}), "{cmd}");
+    }
+    assert_eq!(
+        run(&["ep", "list"]),
+        format!("process {pid}: no endpoints\n")
+    );
+    assert_eq!(
+        run(&["av", "dump"]),
+        format!("process {pid}: no AV tables\n")
+    );
+}
+
 /// Binding: a live socket is refused and keeps serving; a stale one is replaced; a file that
 /// is not a socket is refused and left alone; dropping removes the socket, also while a client
 /// that sends nothing holds the connection.
