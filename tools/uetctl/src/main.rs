@@ -153,7 +153,9 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
     },
-    /// Print NIC counters (BAR0) and the per-endpoint counters (COUNTERS_READ) of every rank.
+    /// Print NIC counters (BAR0) and the per-endpoint counters (COUNTERS_READ) of every rank
+    /// of the demo job (--demo); of a live process (--pid, --socket), the counters of its NICs
+    /// (`uetctl ep list` shows its endpoints' counters).
     Stats {
         /// Run the demo job on the simulated fabric first and report its ranks.
         #[arg(long)]

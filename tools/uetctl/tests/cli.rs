@@ -701,6 +701,19 @@ fn regs_of_a_function_that_cannot_be_opened_says_why() {
     }
 }
 
+/// `stats --help` says what it shows of a live process: its NICs' counters; its endpoints'
+/// are `ep list`'s.
+#[test]
+fn stats_help_says_what_a_live_process_shows() {
+    let help = uetctl(&["stats", "--help"]);
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("of a live process (--pid, --socket), the counters of its NICs")
+            && help.contains("`uetctl ep list` shows its endpoints' counters"),
+        "{help}"
+    );
+}
+
 #[test]
 fn the_demo_on_pci_functions_checks_them_before_any_rank_starts() {
     let run = |args: &[&str]| {
