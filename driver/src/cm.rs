@@ -2390,6 +2390,7 @@ mod tests {
             error,
             buffer: None,
             multi_recv: None,
+            report: false,
         }
     }
 

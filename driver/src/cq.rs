@@ -362,6 +362,9 @@ pub fn err_text(local: LocalStatus, rc: Option<ReturnCode>) -> &'static str {
             "the destination peer takes messages of at most one MTU (its address's MAX_MSG_MTU flag); nothing was sent"
         }
         LocalStatus::Cancelled => "the receive was cancelled before a message took it (fi_cancel)",
+        LocalStatus::NoMessage => {
+            "no message matched the probe (FI_PEEK), or none holds the claim (FI_CLAIM)"
+        }
         LocalStatus::KeyNotGranted => {
             "the destination's auth key was inserted after the endpoint was enabled, and was not granted to it; nothing was sent"
         }

@@ -24,6 +24,8 @@
 //! | `fi_trecv` | [`Endpoint::post_trecv`] | tagged RX |
 //! | `fi_recv` for peer group `g` | [`Endpoint::post_recv_group`] | RX, group `g` |
 //! | `fi_trecv` for peer group `g` | [`Endpoint::post_trecv_group`] | tagged RX, group `g` |
+//! | `fi_trecvmsg` with `FI_PEEK` (and `FI_CLAIM` or `FI_DISCARD`), or `FI_CLAIM \| FI_DISCARD` | [`Endpoint::post_tprobe`] | tagged RX, a probe (interface 1.18) |
+//! | `fi_trecvmsg` with `FI_CLAIM` | [`Endpoint::post_trecv_claimed`] | tagged RX, a claim (interface 1.18) |
 //! | `fi_cq_read` | [`Endpoint::poll`] (every completion), [`Endpoint::cq_read`] (successes; `FI_EAVAIL` at an error) | completion |
 //! | `fi_cq_readerr` | [`Endpoint::cq_readerr`] | completion |
 //! | `fi_setopt(FI_OPT_MIN_MULTI_RECV)` | [`Endpoint::set_min_multi_recv`] | — |
@@ -146,8 +148,9 @@ use uet_fwif::auth_key::EndpointAuthKeysBody;
 use uet_fwif::datapath::{
     Completion, CompletionKind, LocalStatus, RxDescriptor, TaggedRxDescriptor, TxDescriptor,
     TxOpcode, COMPLETION_FLAG_BUFFER_RELEASED, COMPLETION_FLAG_MULTI_RECV,
-    COMPLETION_FLAG_NO_MESSAGE, COMPLETION_PHASE_OFFSET, MAX_INJECT_BYTES, RX_FLAG_MULTI_RECV,
-    TX_FLAG_CONTROL, TX_FLAG_INJECT,
+    COMPLETION_FLAG_NO_MESSAGE, COMPLETION_FLAG_REPORT, COMPLETION_PHASE_OFFSET, MAX_INJECT_BYTES,
+    RX_FLAG_MULTI_RECV, TRX_FLAG_CLAIM, TRX_FLAG_DISCARD, TRX_FLAG_PEEK, TX_FLAG_CONTROL,
+    TX_FLAG_INJECT,
 };
 use uet_fwif::ring::RingGeometry;
 use uet_fwif::ReturnCode;
@@ -328,6 +331,10 @@ pub struct CqEvent {
     /// A completion of a multi-receive buffer ([`Endpoint::post_recv_multi`]): where the
     /// message lies and whether the buffer is released. `None` otherwise.
     pub multi_recv: Option<MultiRecv>,
+    /// The completion of a probe ([`Endpoint::post_tprobe`]) that found a message and
+    /// delivered nothing: `len` is the message's length, and no buffer comes back. `false`
+    /// for every other completion.
+    pub report: bool,
 }
 
 /// Where a message lies in a multi-receive buffer, and whether this completion releases it.
@@ -368,6 +375,62 @@ struct Posted {
     /// A receive: its place in its ring's posting order ([`Ring::posts`]), so that a cancel
     /// finds the oldest. 0 for a transmit.
     order: u64,
+}
+
+/// What a tagged RX descriptor carries: a receive's buffer, or none (a probe's).
+trait TrxBuffer {
+    /// The buffer the NIC may write, if any.
+    fn buffer(&mut self) -> Option<&mut DmaBuffer>;
+    /// What the posting's slot keeps until the completion.
+    fn into_posted(self) -> Option<DmaBuffer>;
+}
+
+impl TrxBuffer for DmaBuffer {
+    fn buffer(&mut self) -> Option<&mut DmaBuffer> {
+        Some(self)
+    }
+
+    fn into_posted(self) -> Option<DmaBuffer> {
+        Some(self)
+    }
+}
+
+/// A probe's: no buffer.
+struct NoBuffer;
+
+impl TrxBuffer for NoBuffer {
+    fn buffer(&mut self) -> Option<&mut DmaBuffer> {
+        None
+    }
+
+    fn into_posted(self) -> Option<DmaBuffer> {
+        None
+    }
+}
+
+/// The fields of a tagged RX descriptor besides its buffer and context.
+#[derive(Clone, Copy, Debug)]
+struct TrxPost {
+    tag: u64,
+    ignore: u64,
+    group: u32,
+    /// `TRX_FLAG_*`: 0 for a receive.
+    flags: u32,
+    claim: u64,
+}
+
+/// What a probe of the NIC's unexpected list does ([`Endpoint::post_tprobe`]; fi_tagged(3)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaggedProbe {
+    /// `FI_PEEK`: report the oldest matching message and leave it.
+    Peek,
+    /// `FI_PEEK | FI_CLAIM`: report it and claim it with this claim, for
+    /// [`Endpoint::post_trecv_claimed`] or [`TaggedProbe::Discard`].
+    PeekClaim(u64),
+    /// `FI_PEEK | FI_DISCARD`: report it and drop it.
+    PeekDiscard,
+    /// `FI_CLAIM | FI_DISCARD`: drop the message claimed with this claim, and report it.
+    Discard(u64),
 }
 
 /// Completion contexts of the tagged RX ring: a fixed table with a free list, allocated when
@@ -1814,13 +1877,108 @@ impl Endpoint {
     /// Post a tagged RX descriptor for peer group `group` (already checked).
     fn post_trx(
         &mut self,
-        mut buffer: DmaBuffer,
+        buffer: DmaBuffer,
         tag: u64,
         ignore: u64,
         group: u32,
         context: u64,
     ) -> Result<(), (DriverError, DmaBuffer)> {
-        if let Err(e) = self.check_buffer(&buffer) {
+        let d = TrxPost {
+            tag,
+            ignore,
+            group,
+            flags: 0,
+            claim: 0,
+        };
+        self.post_trx_desc(buffer, d, context)
+    }
+
+    /// `fi_trecvmsg` with `FI_PEEK`, `FI_PEEK | FI_CLAIM`, `FI_PEEK | FI_DISCARD` or
+    /// `FI_CLAIM | FI_DISCARD` (fi_tagged(3)): a probe of the NIC's unexpected list for a
+    /// tagged message of peer group `group` matching `tag` and `ignore` (see [`TaggedProbe`];
+    /// a `Discard` names its message by claim, and ignores `tag`, `ignore` and `group`).
+    /// It takes no buffer and completes through [`Endpoint::poll`] as a tagged receive with
+    /// `context`: when a message is found, [`CqEvent::report`] is set, `len` is the message's
+    /// length and the event carries its tag, remote CQ data, group and source, and no buffer;
+    /// when none is (none matches, or the oldest that matches is still arriving), the error
+    /// `FI_ENOMSG`. A claimed message is taken by [`Endpoint::post_trecv_claimed`] with its
+    /// claim, and by no other receive or probe. `FI_ENOSYS` on a NIC older than interface
+    /// 1.18; `FI_EINVAL` for a group the endpoint does not receive.
+    pub fn post_tprobe(
+        &mut self,
+        probe: TaggedProbe,
+        tag: u64,
+        ignore: u64,
+        group: u32,
+        context: u64,
+    ) -> Result<(), DriverError> {
+        self.probe_supported()?;
+        self.check_group(group)?;
+        let (flags, claim) = match probe {
+            TaggedProbe::Peek => (TRX_FLAG_PEEK, 0),
+            TaggedProbe::PeekClaim(claim) => (TRX_FLAG_PEEK | TRX_FLAG_CLAIM, claim),
+            TaggedProbe::PeekDiscard => (TRX_FLAG_PEEK | TRX_FLAG_DISCARD, 0),
+            TaggedProbe::Discard(claim) => (TRX_FLAG_CLAIM | TRX_FLAG_DISCARD, claim),
+        };
+        let d = TrxPost {
+            tag,
+            ignore,
+            group,
+            flags,
+            claim,
+        };
+        self.post_trx_desc(NoBuffer, d, context)
+            .map_err(|(e, NoBuffer)| e)
+    }
+
+    /// `fi_trecvmsg` with `FI_CLAIM` alone (fi_tagged(3)): take the message a
+    /// [`TaggedProbe::PeekClaim`] with `claim` claimed into `buffer`, as a tagged receive that
+    /// matched it (truncated to the buffer). It completes through [`Endpoint::poll`] as a
+    /// tagged receive with `context`, or with the error `FI_ENOMSG` when no message holds the
+    /// claim. `FI_ENOSYS` on a NIC older than interface 1.18. On error the buffer comes back.
+    pub fn post_trecv_claimed(
+        &mut self,
+        buffer: DmaBuffer,
+        claim: u64,
+        context: u64,
+    ) -> Result<(), (DriverError, DmaBuffer)> {
+        if let Err(e) = self.probe_supported() {
+            return Err((e, buffer));
+        }
+        let d = TrxPost {
+            tag: 0,
+            ignore: 0,
+            group: 0,
+            flags: TRX_FLAG_CLAIM,
+            claim,
+        };
+        self.post_trx_desc(buffer, d, context)
+    }
+
+    /// Whether the NIC takes probes of its unexpected list (interface 1.18).
+    fn probe_supported(&self) -> Result<(), DriverError> {
+        if self.nic.identity.interface_minor < uet_regs::since::TAGGED_PROBE {
+            return Err(DriverError::Fabric(FiError::new(
+                FiErrno::FI_ENOSYS,
+                format!(
+                    "the NIC (interface 1.{}) cannot probe its unexpected list (FI_PEEK,                      FI_CLAIM, FI_DISCARD): that needs interface 1.{}",
+                    self.nic.identity.interface_minor,
+                    uet_regs::since::TAGGED_PROBE
+                ),
+            )));
+        }
+        Ok(())
+    }
+
+    /// Post one tagged RX descriptor: a receive into `buffer`, or a probe (`d.flags` set;
+    /// no buffer but a `CLAIM` that takes its message). On error the buffer comes back.
+    fn post_trx_desc<B: TrxBuffer>(
+        &mut self,
+        mut buffer: B,
+        p: TrxPost,
+        context: u64,
+    ) -> Result<(), (DriverError, B)> {
+        if let Some(Err(e)) = buffer.buffer().map(|b| self.check_buffer(b)) {
             return Err((e, buffer));
         }
         if !self.can_rx() {
@@ -1844,14 +2002,18 @@ impl Endpoint {
         let Some(ctx) = slab.free.pop() else {
             return Err((DriverError::Full("tagged RX ring"), buffer));
         };
-        buffer.set_len(0);
         let mut d = TaggedRxDescriptor::new_zeroed();
-        d.buf = U64::new(buffer.iova());
-        d.len = U32::new(buffer.capacity() as u32);
+        if let Some(b) = buffer.buffer() {
+            b.set_len(0);
+            d.buf = U64::new(b.iova());
+            d.len = U32::new(b.capacity() as u32);
+        }
         d.context = U64::new(u64::from(ctx));
-        d.tag = U64::new(tag);
-        d.ignore = U64::new(ignore);
-        d.group = U32::new(group);
+        d.tag = U64::new(p.tag);
+        d.ignore = U64::new(p.ignore);
+        d.group = U32::new(p.group);
+        d.flags = U32::new(p.flags);
+        d.claim = U64::new(p.claim);
         let off = ring.offset + usize::from(ring.tail) * TRX_DESC;
         if let Err(e) = region.write_obj(off, &d) {
             slab.free.push(ctx);
@@ -1860,12 +2022,12 @@ impl Endpoint {
         ring.posts += 1;
         if let Some(s) = slab.slots.get_mut(usize::from(ctx)) {
             *s = Some(Posted {
-                buffer: Some(buffer),
+                buffer: buffer.into_posted(),
                 context,
                 op: CqOp::TaggedRecv,
                 silent: false,
                 multi: None,
-                tag,
+                tag: p.tag,
                 order: ring.posts,
             });
         }
@@ -2360,9 +2522,11 @@ impl Endpoint {
         }
         let mut buffer = posted.buffer;
         let len = c.len.get() as usize;
+        // A probe's report delivered nothing: its `len` is the message's.
+        let report = kind == CompletionKind::TaggedRecv && c.flags & COMPLETION_FLAG_REPORT != 0;
         // A receive's buffer holds what was delivered; a READ's only when it succeeded.
         let delivers = match posted.op {
-            CqOp::Recv | CqOp::TaggedRecv => true,
+            CqOp::Recv | CqOp::TaggedRecv => !report,
             CqOp::Read => local == LocalStatus::Ok,
             _ => false,
         };
@@ -2389,6 +2553,7 @@ impl Endpoint {
             error,
             buffer,
             multi_recv: None,
+            report,
         }))
     }
 
@@ -2440,6 +2605,7 @@ impl Endpoint {
             group: c.group.get(),
             error: cq_error(c, local, return_code),
             buffer,
+            report: false,
             multi_recv: Some(MultiRecv {
                 offset,
                 released,

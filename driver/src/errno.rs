@@ -24,6 +24,7 @@ use uet_fwif::ReturnCode;
 /// | malformed descriptor | `FI_EINVAL` |
 /// | no NIC at the destination fabric address | `FI_EHOSTUNREACH` |
 /// | a receive withdrawn by [`crate::Endpoint::cancel_recv`] (`fi_cancel`) | `FI_ECANCELED` |
+/// | a probe ([`crate::Endpoint::post_tprobe`]) that found no message, or a claim no message holds | `FI_ENOMSG` |
 pub fn completion_errno(local: LocalStatus, rc: Option<ReturnCode>) -> FiErrno {
     match local {
         LocalStatus::Ok => FiErrno::new(0),
@@ -34,6 +35,7 @@ pub fn completion_errno(local: LocalStatus, rc: Option<ReturnCode>) -> FiErrno {
         LocalStatus::Unreachable => FiErrno::FI_EHOSTUNREACH,
         LocalStatus::MsgTooLong => FiErrno::FI_EMSGSIZE,
         LocalStatus::Cancelled => FiErrno::FI_ECANCELED,
+        LocalStatus::NoMessage => FiErrno::FI_ENOMSG,
         LocalStatus::KeyNotGranted => FiErrno::FI_EACCES,
         LocalStatus::Remote => match rc {
             Some(ReturnCode::BadJobId | ReturnCode::PermViolation | ReturnCode::BadMkey) => {

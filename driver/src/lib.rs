@@ -62,7 +62,7 @@ pub use cq::{CqEntry, CqErrEntry, CqFormat};
 pub use device::{Device, DeviceError};
 pub use domain::Domain;
 pub use endpoint::{
-    CqError, CqEvent, CqOp, Endpoint, EndpointAttr, EndpointStats, EpType, MultiRecv,
+    CqError, CqEvent, CqOp, Endpoint, EndpointAttr, EndpointStats, EpType, MultiRecv, TaggedProbe,
 };
 pub use eq::{EqAttr, EqErrEntry, EqEvent, EqEventKind, EventQueue, WaitObj};
 pub use error::DriverError;

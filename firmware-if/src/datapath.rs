@@ -177,6 +177,35 @@
 //! index 0, and a passive endpoint's rings), whose connection protocol learns from the
 //! refusal that its peer no longer takes messages.
 //!
+//! ## Probing the unexpected list (since interface 1.18)
+//!
+//! A [`TaggedRxDescriptor`] with a flag set is not a receive: the NIC handles it when it reads
+//! it from the tagged RX ring (while the completion ring has room) and writes its one
+//! `TaggedRecv` completion at once; it never joins the posted list. fi_tagged(3)'s `FI_PEEK`,
+//! `FI_CLAIM` and `FI_DISCARD`:
+//!
+//! | `flags` | the NIC |
+//! |---|---|
+//! | [`TRX_FLAG_PEEK`] | finds the oldest unclaimed message of the descriptor's group on the unexpected list whose tag the descriptor matches, and reports it, leaving it there |
+//! | `PEEK` \| [`TRX_FLAG_CLAIM`] | as `PEEK`, and marks the message with `claim`: no receive or probe takes or finds it but a `CLAIM` naming that claim |
+//! | `PEEK` \| [`TRX_FLAG_DISCARD`] | as `PEEK`, and drops the message |
+//! | `CLAIM` | takes the message marked with `claim` into the buffer, as a receive that matched it would (truncated to the buffer) |
+//! | `CLAIM` \| `DISCARD` | drops the message marked with `claim` |
+//!
+//! Any other combination, or `claim` not zero without `CLAIM`, completes `BadDescriptor`. A
+//! report (`PEEK`, and the `DISCARD`s) writes nothing into the buffer: its completion carries
+//! [`COMPLETION_FLAG_REPORT`], the message's tag, remote CQ data, group and source, and
+//! `len` = the message's length. It counts in no receive counter of the endpoint.
+//! When no message is found — none matches, the oldest that matches is a multi-packet
+//! message whose last byte has not arrived (a later one would report messages out of
+//! order), or no message holds the claim — the completion's status is
+//! [`LocalStatus::NoMessage`] (libfabric `FI_ENOMSG`), `len` 0. Untagged messages are never
+//! found: a probe is tagged. The claim is the host's to choose (the provider uses the
+//! `fi_context` fi_tagged(3) requires for a claim); claims are per endpoint, and a message
+//! keeps its claim until a `CLAIM` takes or drops it, or its endpoint is destroyed.
+//!
+//! Before 1.18 a flag set, or a byte of `claim`, completes `BadDescriptor`.
+//!
 //! ## Peer groups (since interface 1.7)
 //!
 //! An AV created with `max_group_id` > 0 (AV_CREATE, at most `CAP_PEER_GROUPS.max_group_id`;
@@ -290,9 +319,25 @@ pub const COMPLETION_FLAG_BUFFER_RELEASED: u8 = 1 << 2;
 /// no message (`len` 0). Since interface 1.6.
 pub const COMPLETION_FLAG_NO_MESSAGE: u8 = 1 << 3;
 
+/// [`Completion::flags`]: the completion of a probe that reports a message it did not
+/// deliver (`PEEK`, the `DISCARD`s; *Probing the unexpected list*): `len` is the message's
+/// length and nothing was written. Since interface 1.18.
+pub const COMPLETION_FLAG_REPORT: u8 = 1 << 4;
+
 /// [`RxDescriptor::flags`]: a multi-receive buffer (`FI_MULTI_RECV`): it takes messages until
 /// less than [`RxDescriptor::min_free`] bytes are left. Since interface 1.6.
 pub const RX_FLAG_MULTI_RECV: u32 = 1 << 0;
+
+/// [`TaggedRxDescriptor::flags`]: a probe of the unexpected list (`FI_PEEK`), not a receive:
+/// see *Probing the unexpected list*. Since interface 1.18.
+pub const TRX_FLAG_PEEK: u32 = 1 << 0;
+/// [`TaggedRxDescriptor::flags`]: with [`TRX_FLAG_PEEK`], mark the message found with
+/// [`TaggedRxDescriptor::claim`]; alone, take the message marked with it (`FI_CLAIM`). Since
+/// interface 1.18.
+pub const TRX_FLAG_CLAIM: u32 = 1 << 1;
+/// [`TaggedRxDescriptor::flags`]: with [`TRX_FLAG_PEEK`] or [`TRX_FLAG_CLAIM`], drop the
+/// message found or claimed instead of delivering it (`FI_DISCARD`). Since interface 1.18.
+pub const TRX_FLAG_DISCARD: u32 = 1 << 2;
 
 /// Alignment, in bytes from the buffer's start, of every message placed in a multi-receive
 /// buffer.
@@ -428,12 +473,13 @@ pub struct RxDescriptor {
 /// |---|---|
 /// | 0–7 | `buf` |
 /// | 8–11 | `len` |
-/// | 12–15 | `flags`, reserved, zero |
+/// | 12–15 | `flags` (`TRX_FLAG_*`, since 1.18; reserved before) |
 /// | 16–23 | `context` |
 /// | 24–31 | `tag` |
 /// | 32–39 | `ignore` |
 /// | 40–43 | `group` (since 1.7; reserved before) |
-/// | 44–63 | reserved, zero |
+/// | 44–51 | `claim` (since 1.18; reserved before) |
+/// | 52–63 | reserved, zero |
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
 )]
@@ -443,7 +489,8 @@ pub struct TaggedRxDescriptor {
     pub buf: U64,
     /// Buffer length.
     pub len: U32,
-    /// Reserved, zero.
+    /// `TRX_FLAG_*` (since interface 1.18; *Probing the unexpected list*); undefined bits
+    /// must be zero.
     pub flags: U32,
     /// Returned in the completion.
     pub context: U64,
@@ -454,8 +501,11 @@ pub struct TaggedRxDescriptor {
     /// The peer group whose messages the receive takes (*Peer groups*); zero on an endpoint
     /// without peer groups.
     pub group: U32,
+    /// With [`TRX_FLAG_CLAIM`]: the claim the message is marked with (`PEEK | CLAIM`) or
+    /// taken by (`CLAIM` alone). Otherwise zero.
+    pub claim: U64,
     /// Reserved, zero.
-    pub reserved: [u8; 20],
+    pub reserved: [u8; 12],
 }
 
 impl TaggedRxDescriptor {
@@ -511,6 +561,10 @@ pub enum LocalStatus {
     /// 1.16; libfabric `FI_EACCES`): fi_av(3) configures an endpoint with the AV's keys when it
     /// is enabled, and keys inserted later do not reach it. Nothing was sent.
     KeyNotGranted = 10,
+    /// A probe of the unexpected list ([`TRX_FLAG_PEEK`], or [`TRX_FLAG_CLAIM`] naming a
+    /// claim no message holds) found no message (since interface 1.18; libfabric
+    /// `FI_ENOMSG`): `len` 0, the buffer untouched.
+    NoMessage = 11,
 }
 
 impl LocalStatus {
@@ -527,6 +581,7 @@ impl LocalStatus {
             8 => LocalStatus::MsgTooLong,
             9 => LocalStatus::Cancelled,
             10 => LocalStatus::KeyNotGranted,
+            11 => LocalStatus::NoMessage,
             _ => LocalStatus::BadDescriptor,
         }
     }
@@ -679,7 +734,8 @@ mod tests {
         assert_eq!(LocalStatus::from_u8(8), LocalStatus::MsgTooLong);
         assert_eq!(LocalStatus::from_u8(9), LocalStatus::Cancelled);
         assert_eq!(LocalStatus::from_u8(10), LocalStatus::KeyNotGranted);
-        assert_eq!(LocalStatus::from_u8(11), LocalStatus::BadDescriptor);
+        assert_eq!(LocalStatus::from_u8(11), LocalStatus::NoMessage);
+        assert_eq!(LocalStatus::from_u8(12), LocalStatus::BadDescriptor);
     }
 
     #[test]

@@ -2617,6 +2617,7 @@ mod tests {
             }),
             buffer: None,
             multi_recv: None,
+            report: false,
         }
     }
 

@@ -86,8 +86,8 @@ pub const INTERFACE_MAJOR: u8 = 1;
 /// refusal of ENDPOINT_CREATE, minor 12 added `CQ_ARM`, minor 13 the AV_WRITE_PEERS command,
 /// minor 14 the RECV_CANCEL command and the `Cancelled` local status, minor 15 `ADMIN_ARM`,
 /// minor 16 the `KeyNotGranted` local status, minor 17 the unexpected list for untagged
-/// messages; a driver refuses a device older than the layouts it speaks.
-pub const INTERFACE_MINOR: u8 = 17;
+/// messages, minor 18 probes of the unexpected list; a driver refuses a device older than the layouts it speaks.
+pub const INTERFACE_MINOR: u8 = 18;
 
 /// The interface minor version each feature a driver may gate on appeared in (the table of
 /// [`INTERFACE_MINOR`]). A register's own version is [`RegInfo::since_minor`]; these name the
@@ -141,9 +141,15 @@ pub mod since {
     /// receive*). Before, such a message is refused RC_UNDELIVERABLE (libfabric `FI_ENORX`
     /// at the sender).
     pub const UNTAGGED_UNEXPECTED: u8 = 17;
+    /// Probes of the unexpected list: the tagged RX descriptor's `TRX_FLAG_PEEK`, `_CLAIM`
+    /// and `_DISCARD` and its `claim`, and the `NoMessage` local status
+    /// (`uet_fwif::datapath`, *Probing the unexpected list*; fi_tagged(3) `FI_PEEK`,
+    /// `FI_CLAIM`, `FI_DISCARD`). Before, a tagged RX descriptor with a flag set completes
+    /// `BadDescriptor`.
+    pub const TAGGED_PROBE: u8 = 18;
 
     // Every feature named here is of the current interface or older.
-    const _: () = assert!(UNTAGGED_UNEXPECTED <= crate::INTERFACE_MINOR);
+    const _: () = assert!(TAGGED_PROBE <= crate::INTERFACE_MINOR);
 }
 
 /// Width of a register access.

@@ -76,6 +76,7 @@ pub mod pcap;
 mod pci_config;
 pub mod pds;
 mod peer_groups;
+mod probe;
 mod range_sources;
 mod recv_cancel;
 mod regfile;

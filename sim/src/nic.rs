@@ -57,7 +57,9 @@ use crate::rx_engine::Reassembler;
 use crate::tx_engine::{PendingPacket, PendingSend};
 use std::collections::{HashMap, VecDeque};
 use uet_fwif::admin::{CTX_ROLE_CONTROL, CTX_ROLE_RX, CTX_ROLE_TX};
-use uet_fwif::datapath::{COMPLETION_BYTES, COMPLETION_FLAG_NO_MESSAGE, COMPLETION_PHASE_OFFSET};
+use uet_fwif::datapath::{
+    COMPLETION_BYTES, COMPLETION_FLAG_NO_MESSAGE, COMPLETION_FLAG_REPORT, COMPLETION_PHASE_OFFSET,
+};
 use uet_fwif::ring::phase_for_pass;
 use uet_fwif::{Completion, CompletionKind, LocalStatus, ReturnCode};
 use uet_regs::{
@@ -395,7 +397,8 @@ impl Nic {
     /// that carries no message does not).
     pub(crate) fn post_completion(&mut self, handle: u16, c: Completion) {
         if let Some(ep) = self.eps.get_mut(handle) {
-            let release_only = c.flags & COMPLETION_FLAG_NO_MESSAGE != 0;
+            // A multi-receive release and a probe's report carry no message.
+            let release_only = c.flags & (COMPLETION_FLAG_NO_MESSAGE | COMPLETION_FLAG_REPORT) != 0;
             if c.kind != CompletionKind::Send as u8 && !release_only {
                 let s = &mut ep.stats;
                 let status = LocalStatus::from_u8(c.status);

@@ -6,12 +6,13 @@
 //!   tail; while the function runs, the unit reads each new [`TaggedRxDescriptor`] — only when
 //!   the endpoint's completion ring can take one more completion, and only while the posted
 //!   list holds fewer receives than the ring has entries — and frees its ring entry at once.
-//!   A descriptor with reserved fields or any flag set, or a `group` the endpoint does not
-//!   receive (not 0 without peer groups, above the AV's `max_group_id` with them), completes
-//!   `BadDescriptor`
-//!   (`TaggedRecv`; tagged receives have no multi-receive form). Otherwise
-//!   it first takes the oldest message of the unexpected list of its peer group whose match
-//!   bits it matches (`(tag ^ match_bits) & !ignore == 0`); only when none does, it joins the
+//!   A descriptor with reserved fields set, flags other than a probe's (since interface 1.18;
+//!   before, any flag), or a `group` the endpoint does not receive (not 0 without peer
+//!   groups, above the AV's `max_group_id` with them), completes `BadDescriptor`
+//!   (`TaggedRecv`; tagged receives have no multi-receive form). A probe (`TRX_FLAG_PEEK`,
+//!   `_CLAIM`, `_DISCARD`) is `probe`'s and completes at once. Otherwise
+//!   it first takes the oldest unclaimed message of the unexpected list of its peer group
+//!   whose match bits it matches (`(tag ^ match_bits) & !ignore == 0`); only when none does, it joins the
 //!   posted list.
 //! * an **unexpected list**: tagged messages that found no matching posted receive, in order
 //!   of their first packet's arrival, bounded by `CAP_TAGGED.unexpected_entries` messages and
@@ -42,6 +43,7 @@
 //! ENDPOINT_DESTROY drops both lists with the endpoint.
 
 use crate::nic::Nic;
+use crate::probe;
 use crate::rx_engine::{MsgKey, ParsedRequest, Reassembly, RxOutcome, Sink};
 use crate::ses;
 use uet_fwif::datapath::TAGGED_RX_DESCRIPTOR_BYTES;
@@ -88,6 +90,9 @@ pub(crate) struct Unexpected {
     pub data: Option<Vec<u8>>,
     /// A receive that matched it before its last byte arrived.
     pub bound: Option<TaggedRxDescriptor>,
+    /// The claim a `PEEK | CLAIM` probe marked it with (`probe`): only a `CLAIM` naming it
+    /// takes it.
+    pub claim: Option<u64>,
 }
 
 impl Nic {
@@ -130,14 +135,16 @@ impl Nic {
         let Some(ep) = self.eps.get_mut(handle) else {
             return;
         };
-        if d.flags.get() != 0 || d.reserved != [0; 20] || d.group.get() > ep.max_group.unwrap_or(0)
-        {
+        let probes = self.cfg.interface_minor >= uet_regs::since::TAGGED_PROBE;
+        if !probe::well_formed(&d, probes) || d.group.get() > ep.max_group.unwrap_or(0) {
             return self.refuse_rx_descriptor(handle, CompletionKind::TaggedRecv, d.context);
         }
-        let found = ep
-            .unexpected
-            .iter()
-            .position(|u| u.tagged && u.bound.is_none() && d.matches_in_group(u.group, u.tag));
+        if d.flags.get() != 0 {
+            return self.probe(handle, &d);
+        }
+        let found = ep.unexpected.iter().position(|u| {
+            u.tagged && u.bound.is_none() && u.claim.is_none() && d.matches_in_group(u.group, u.tag)
+        });
         let Some(i) = found else {
             ep.posted_tagged.push_back(PostedTagged { desc: d });
             return;
@@ -373,6 +380,7 @@ impl Nic {
             total,
             data: single.then(|| p.payload.to_vec()),
             bound: None,
+            claim: None,
         });
         ep.unexpected_bytes += u64::from(total);
         if !tagged {

@@ -1567,3 +1567,85 @@ fn a_message_arriving_while_others_wait_queues_behind_them_though_a_receive_is_p
         Some(LocalStatus::Ok)
     );
 }
+
+/// A probe (`TRX_FLAG_PEEK`, interface 1.18) finds nothing while the oldest matching message
+/// is still arriving, though a later one is whole: reporting the later one would report the
+/// messages out of order. Once the first is whole, the probe reports it.
+#[test]
+fn a_peek_waits_for_the_oldest_matching_message_to_be_whole() {
+    use uet_fwif::datapath::{COMPLETION_FLAG_REPORT, TRX_FLAG_PEEK};
+    use uet_sim::ses::{segment_word, FLAG_EOM, FLAG_REL, FLAG_SOM};
+    const TRX_OFF: usize = 0x3000;
+    let fabric = Fabric::new();
+    let _a = Driver::new(&fabric, "10.0.0.1");
+    let mut b = Driver::new(&fabric, "10.0.0.2");
+    let av_b = b.av_create(64, 0).unwrap();
+    let (mut body, base) = b.ep_body(JOB, 0x2222, 4);
+    body.trx_log2 = EP_LOG2;
+    body.trx_ring = U64::new(b.iova(base + TRX_OFF));
+    let mut eb = b.ep_create_with(av_b, body, base).unwrap();
+    let (pid_on_fep, resource_index) = (eb.pid, eb.ri_start);
+    let request = |message_id: u16, flags: u8, header_data: u64, length: u32| StandardRequest {
+        opcode: 9,
+        flags: FLAG_REL | flags,
+        job_id: JOB,
+        pid_on_fep,
+        resource_index,
+        initiator: 0x1111,
+        message_id,
+        match_bits: 0x5,
+        header_data,
+        request_length: length,
+        ..Default::default()
+    };
+    // Message 1: the first of its two packets only. Message 2: one packet, whole.
+    fabric.inject_frame(&request_frame(
+        5,
+        FLAG_SYN,
+        9,
+        request(1, FLAG_SOM, 0, 6),
+        b"one",
+    ));
+    fabric.inject_frame(&request_frame(
+        5,
+        0,
+        11,
+        request(2, FLAG_SOM | FLAG_EOM, 0, 3),
+        b"two",
+    ));
+    assert_eq!(b.f.counter(RX_UNEXPECTED), 2);
+    let mut slot = 0u16;
+    let mut peek = |b: &mut Driver, eb: &mut Ep, context: u64| {
+        let rd = uet_fwif::TaggedRxDescriptor {
+            context: U64::new(context),
+            tag: U64::new(0x5),
+            flags: U32::new(TRX_FLAG_PEEK),
+            ..FromZeros::new_zeroed()
+        };
+        b.mem.write(
+            base + TRX_OFF + usize::from(slot) * uet_fwif::datapath::TAGGED_RX_DESCRIPTOR_BYTES,
+            zerocopy::IntoBytes::as_bytes(&rd),
+        );
+        slot += 1;
+        b.f.write(
+            TRXQ_DOORBELL,
+            QueueDoorbell::new()
+                .with_endpoint(eb.handle)
+                .with_index(slot),
+        );
+        b.poll_cq(eb).expect("the probe completes")
+    };
+    let c = peek(&mut b, &mut eb, 1);
+    assert_eq!((c.context.get(), status(&c)), (1, LocalStatus::NoMessage));
+    fabric.inject_frame(&request_frame(
+        5,
+        0,
+        10,
+        request(1, FLAG_EOM, segment_word(3, 3), 6),
+        b"end",
+    ));
+    let c = peek(&mut b, &mut eb, 2);
+    assert_eq!(status(&c), LocalStatus::Ok);
+    assert_eq!(c.flags, COMPLETION_FLAG_REPORT);
+    assert_eq!((c.context.get(), c.len.get(), c.tag.get()), (2, 6, 0x5));
+}
