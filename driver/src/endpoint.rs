@@ -713,17 +713,28 @@ fn not_posted(context: u64) -> DriverError {
     ))
 }
 
-/// The entry of `slots` holding the oldest receive posted with `context`: entries are not
-/// taken in posting order (a ring read eagerly, a free list handing out the entry freed last).
-fn oldest_posted(slots: &[Option<Posted>], context: u64) -> Option<usize> {
+/// The oldest receive posted with `context` after posting number `after`, as (its posting
+/// number, its entry of `slots`): entries are not taken in posting order (a ring read
+/// eagerly, a free list handing out the entry freed last).
+fn oldest_posted(slots: &[Option<Posted>], context: u64, after: u64) -> Option<(u64, usize)> {
     (slots.iter().enumerate())
         .filter_map(|(s, p)| {
             p.as_ref()
-                .filter(|p| p.context == context)
+                .filter(|p| p.context == context && p.order > after)
                 .map(|p| (p.order, s))
         })
         .min()
-        .map(|(_, s)| s)
+}
+
+/// Whether RECV_CANCEL found no such receive posted on the NIC.
+fn refused_not_posted(e: &DriverError) -> bool {
+    matches!(
+        e,
+        DriverError::AdminStatus {
+            status: Status::NotPosted,
+            ..
+        }
+    )
 }
 
 fn align_page(x: usize) -> usize {
@@ -2052,24 +2063,39 @@ impl Endpoint {
     /// NIC older than interface 1.14.
     pub fn cancel_recv(&mut self, context: u64) -> Result<(), DriverError> {
         self.cancel_supported()?;
-        // The oldest: on a ring read eagerly, the entries do not hold receives in posting
-        // order.
-        let slot = oldest_posted(&self.rx.slots, context).ok_or_else(|| not_posted(context))?;
-        self.send_cancel(RECV_CANCEL_RING_RX, slot as u64)
+        self.cancel_oldest(RECV_CANCEL_RING_RX, context)
     }
 
     /// `fi_cancel` of a tagged receive (see [`Endpoint::cancel_recv`]). Its completion
     /// reports the tag the receive was posted with ([`CqEvent::tag`]).
     pub fn cancel_trecv(&mut self, context: u64) -> Result<(), DriverError> {
         self.cancel_supported()?;
-        // The oldest: the table's entries are taken in no particular order (its free list
-        // hands out the entry freed last).
-        let slot = self
-            .trx
-            .as_ref()
-            .and_then(|(_, slab)| oldest_posted(&slab.slots, context))
-            .ok_or_else(|| not_posted(context))?;
-        self.send_cancel(RECV_CANCEL_RING_TAGGED, slot as u64)
+        self.cancel_oldest(RECV_CANCEL_RING_TAGGED, context)
+    }
+
+    /// RECV_CANCEL of the oldest receive on `ring` posted with `context` that is still
+    /// posted on the NIC. The driver holds a receive until its completion is read, so the
+    /// oldest it holds may be one a message completed, or one already cancelled, whose
+    /// completion waits unread: the NIC refuses it as not posted, and the next oldest is
+    /// tried. Posting order, not entry order: on a ring read eagerly, and in the tagged
+    /// table (its free list hands out the entry freed last), entries are taken in no
+    /// particular order.
+    fn cancel_oldest(&mut self, ring: u8, context: u64) -> Result<(), DriverError> {
+        let mut after = 0;
+        loop {
+            let slots = if ring == RECV_CANCEL_RING_TAGGED {
+                self.trx.as_ref().map(|(_, slab)| slab.slots.as_slice())
+            } else {
+                Some(self.rx.slots.as_slice())
+            };
+            let (order, slot) = slots
+                .and_then(|slots| oldest_posted(slots, context, after))
+                .ok_or_else(|| not_posted(context))?;
+            match self.send_cancel(ring, slot as u64) {
+                Err(e) if refused_not_posted(&e) => after = order,
+                r => return r,
+            }
+        }
     }
 
     /// `fi_cancel`: the untagged receive posted with `context`, else the tagged one (see

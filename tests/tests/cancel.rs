@@ -253,3 +253,47 @@ fn a_cancelled_entry_is_free_once_the_receives_before_it_completed() {
     }
     assert_eq!(b.counter(RX_NO_BUFFER), 0);
 }
+
+/// Of receives posted with one context, fi_cancel withdraws the oldest one still posted on
+/// the NIC: not one a message has already completed, nor one already cancelled, whose
+/// completions wait unread in the completion ring.
+#[test]
+fn a_cancel_passes_over_receives_whose_completions_wait_unread() {
+    let (_fabric, mut a, mut b) = pair();
+    for _ in 0..3 {
+        post(&mut b, 7);
+    }
+    // A message completes the oldest; its completion is not read yet.
+    a.send(0, b"one", 50);
+    b.ep.cancel_recv(7)
+        .expect("the second receive is cancelled");
+    b.ep.cancel(7).expect("the third receive is cancelled");
+    assert_eq!(errno(b.ep.cancel_recv(7)), Some(FiErrno::FI_ENOENT));
+    expect_message(b.next_completion(), 7, b"one");
+    expect_cancelled(b.next_completion(), CompletionKind::Recv, 7);
+    expect_cancelled(b.next_completion(), CompletionKind::Recv, 7);
+    assert!(b.next_completion().is_none());
+    assert_eq!(b.ep.in_flight().1, 0);
+}
+
+/// The same for tagged receives: a tagged receive whose completion waits unread is passed
+/// over, and so is one already cancelled.
+#[test]
+fn a_tagged_cancel_passes_over_receives_whose_completions_wait_unread() {
+    let (_fabric, mut a, mut b) = pair();
+    for _ in 0..3 {
+        b.trecv(0x42, 0, 9);
+    }
+    a.tsend(0, b"one", 0x42, 60);
+    b.ep.cancel_trecv(9)
+        .expect("the second receive is cancelled");
+    b.ep.cancel(9).expect("the third receive is cancelled");
+    assert_eq!(errno(b.ep.cancel_trecv(9)), Some(FiErrno::FI_ENOENT));
+    let ev = b.next_completion().expect("delivered");
+    assert!(ev.error.is_none());
+    assert_eq!((ev.context, ev.tag), (9, 0x42));
+    expect_cancelled(b.next_completion(), CompletionKind::TaggedRecv, 9);
+    expect_cancelled(b.next_completion(), CompletionKind::TaggedRecv, 9);
+    assert!(b.next_completion().is_none());
+    assert_eq!(b.ep.tagged_in_flight(), 0);
+}
