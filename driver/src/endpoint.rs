@@ -75,9 +75,11 @@
 //! before, the sender's send completes `FI_ENORX`). [`CqEvent::group`] reports a received message's group. A group
 //! above the AV's `max_group_id` (or any group but 0 on an endpoint without peer groups) is
 //! refused at posting with `FI_EINVAL`. Multi-receive buffers are not available on an
-//! endpoint with peer groups (`FI_EOPNOTSUPP`). Because the NIC completes untagged receives
-//! out of posting order there, a receive still waiting for its group keeps its RX ring entry:
-//! posting reports the ring full when the next entry is such a receive.
+//! endpoint with peer groups (`FI_EOPNOTSUPP`). The NIC completes untagged receives out of
+//! posting order there, and reads the RX ring eagerly onto its posted list: a receive still
+//! waiting for its group holds a completion context, not the ring entry it was posted at, so
+//! the ring keeps taking receives round it; posting reports the ring full only while
+//! `2^rx_log2 - 1` receives are outstanding.
 //!
 //! ## Completion formats and errors
 //!
