@@ -96,7 +96,16 @@
 //!
 //! * Tagged messages (`fi_tsend*`, `fi_tinject*`, `fi_trecv*`): the NIC matches them, 64 bits
 //!   of tag with an ignore mask; a tagged message that arrives before its receive waits on
-//!   the NIC's unexpected list. Their completions carry `FI_TAGGED` and the message's tag.
+//!   the NIC's unexpected list (so does an untagged one, on a NIC of host interface 1.17 or
+//!   later). Their completions carry `FI_TAGGED` and the message's tag. `fi_trecvmsg` takes
+//!   fi_tagged(3)'s probes of that list (host interface 1.18; `-FI_ENOSYS` before): `FI_PEEK`
+//!   completes with the oldest matching message's length, tag, data and source, `buf` NULL
+//!   (no data is copied), or with the error `FI_ENOMSG`; `FI_PEEK | FI_CLAIM` also reserves
+//!   the message for the `FI_CLAIM` receive given the same `struct fi_context` (the
+//!   context is the claim; NULL is `-FI_EINVAL`); `FI_DISCARD` with `FI_PEEK` or `FI_CLAIM`
+//!   drops it (`-FI_EBADFLAGS` alone). A probe always completes, whatever
+//!   `FI_SELECTIVE_COMPLETION` says, since its result is its completion; no counter counts
+//!   it.
 //!
 //! * On a named AV the endpoint follows what other processes change in it: the NIC table
 //!   catches up before each send and completion read ([`uet_av::named`]).
@@ -131,7 +140,7 @@ use uet_av::addr_str::parse_addr_str_with;
 use uet_av::{system_resolver, AddrFormat};
 use uet_av::{FiErrno, FiError};
 use uet_driver::pool::{DmaBuffer, DmaPool};
-use uet_driver::{CqEvent, CqOp, DriverError, Endpoint};
+use uet_driver::{CqEvent, CqOp, DriverError, Endpoint, TaggedProbe};
 
 /// Bytes of each of an endpoint's message buffers: the largest message it sends or receives
 /// (`ep_attr->max_msg_size`).
@@ -171,9 +180,15 @@ pub(crate) const FI_DELIVERY_COMPLETE: u64 = 1 << 28;
 /// soon as the provider has processed the message) is met by every receive, whose
 /// completion comes once the message is in its buffer.
 const RECVMSG_FLAGS: u64 = FI_COMPLETION | FI_MORE | FI_TRANSMIT_COMPLETE;
+/// `FI_PEEK`: see whether a matching message arrived (fi_tagged(3)).
+const FI_PEEK: u64 = 1 << 19;
+/// `FI_CLAIM`: with `FI_PEEK`, claim the message found; alone, take the message claimed.
+const FI_CLAIM: u64 = 1 << 59;
+/// `FI_DISCARD`: with `FI_PEEK` or `FI_CLAIM`, drop the message.
+const FI_DISCARD: u64 = 1 << 58;
 /// Flags `fi_trecvmsg` takes (fi_tagged(3) gives `FI_TRANSMIT_COMPLETE` to `fi_tsendmsg`
-/// only).
-const TRECVMSG_FLAGS: u64 = FI_COMPLETION | FI_MORE;
+/// only). `FI_PEEK`, `FI_CLAIM` and `FI_DISCARD` need a NIC of host interface 1.18.
+const TRECVMSG_FLAGS: u64 = FI_COMPLETION | FI_MORE | FI_PEEK | FI_CLAIM | FI_DISCARD;
 /// `FI_MORE`: more calls follow (a hint).
 const FI_MORE: u64 = uet_av::FI_MORE;
 
@@ -225,6 +240,9 @@ enum Posted {
         iov: IoList,
         /// Withdrawn at the connection's end already ([`EpState::flush_receives`]).
         withdrawn: bool,
+        /// A probe of the unexpected list (`FI_PEEK`, or `FI_CLAIM | FI_DISCARD`): its
+        /// completion delivers nothing, and no counter counts it.
+        probe: bool,
     },
     /// An operation of a context that has closed: its completion is read off the ring and
     /// reported nowhere, counted nowhere (a context opened again on its index gets none of
@@ -682,10 +700,12 @@ impl EpState {
                 report,
                 matching,
                 iov,
+                probe,
                 ..
             } => (
                 self.rx_cq,
-                self.rx_cntr,
+                // A probe is no transfer: fi_cntr(3) counts completed transfers.
+                if probe { None } else { self.rx_cntr },
                 context,
                 report,
                 FI_RECV | matching.flag(),
@@ -719,13 +739,23 @@ impl EpState {
             if flags & FI_TAGGED != 0 {
                 entry.tag = ev.tag;
             }
+            // A probe that found a message (fi_tagged(3) `FI_PEEK`): its metadata, `len` the
+            // message's, and no data (`buf` NULL).
+            if ev.report {
+                entry.buf = core::ptr::null_mut();
+                entry.len = ev.len;
+                entry.data = ev.data;
+                if ev.data != 0 {
+                    entry.flags |= FI_REMOTE_CQ_DATA;
+                }
+            }
             // A message longer than the endpoint's buffer, which the NIC cut: what it placed
             // goes on to the application's buffers as a message that fits would (fi_cq(3):
             // `len` placed, `olen` dropped).
             let cut = error
                 .as_ref()
                 .is_some_and(|e| e.errno == FiErrno::FI_ETRUNC);
-            if error.is_none() || cut {
+            if (error.is_none() || cut) && !ev.report {
                 entry.data = ev.data;
                 if ev.data != 0 {
                     entry.flags |= FI_REMOTE_CQ_DATA;
@@ -1928,26 +1958,101 @@ fn recv(
     report: bool,
     matching: Matching,
 ) -> Result<(), FiError> {
-    e.check_serves(false, call)?;
-    e.role.check_enabled(false, call)?;
-    let mut st = e.shared.lock();
-    let buffer = st.ready(call)?;
-    let token = st.hold(Posted::Recv {
+    recv_as(
+        e,
+        call,
+        iov,
         context,
         report,
         matching,
+        TaggedRecvKind::Receive,
+    )
+}
+
+/// What a tagged `fi_trecvmsg` asks for (fi_tagged(3)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TaggedRecvKind {
+    /// A receive.
+    Receive,
+    /// `FI_PEEK` (with `FI_CLAIM` or `FI_DISCARD`), or `FI_CLAIM | FI_DISCARD`.
+    Probe(TaggedProbe),
+    /// `FI_CLAIM`: the message claimed with this claim (the receive's `fi_context`).
+    Claimed(u64),
+}
+
+impl TaggedRecvKind {
+    /// The kind `flags` ask for; the claim is the receive's context, which fi_tagged(3) makes
+    /// the same `struct fi_context` for a claim and the receive that takes the message.
+    fn of(flags: u64, context: u64, call: &str) -> Result<Self, FiError> {
+        let probe = flags & (FI_PEEK | FI_CLAIM | FI_DISCARD);
+        if probe & FI_CLAIM != 0 && context == 0 {
+            return Err(FiError::inval(format!(
+                "{call}: FI_CLAIM needs a struct fi_context as the context, the same for the \
+                 claim and the receive that takes the message"
+            )));
+        }
+        Ok(match probe {
+            0 => TaggedRecvKind::Receive,
+            FI_PEEK => TaggedRecvKind::Probe(TaggedProbe::Peek),
+            x if x == FI_PEEK | FI_CLAIM => TaggedRecvKind::Probe(TaggedProbe::PeekClaim(context)),
+            x if x == FI_PEEK | FI_DISCARD => TaggedRecvKind::Probe(TaggedProbe::PeekDiscard),
+            FI_CLAIM => TaggedRecvKind::Claimed(context),
+            x if x == FI_CLAIM | FI_DISCARD => TaggedRecvKind::Probe(TaggedProbe::Discard(context)),
+            _ => {
+                return Err(FiError::badflags(format!(
+                    "{call}: flags {flags:#x}: FI_DISCARD goes with FI_PEEK or FI_CLAIM, not \
+                     alone or with both"
+                )))
+            }
+        })
+    }
+}
+
+/// [`recv`], or a tagged probe or claim (`kind`).
+fn recv_as(
+    e: &UetEp,
+    call: &str,
+    iov: &IoList,
+    context: u64,
+    report: bool,
+    matching: Matching,
+    kind: TaggedRecvKind,
+) -> Result<(), FiError> {
+    e.check_serves(false, call)?;
+    e.role.check_enabled(false, call)?;
+    let mut st = e.shared.lock();
+    let probe = matches!(kind, TaggedRecvKind::Probe(_));
+    // A probe takes no buffer.
+    let buffer = if probe { None } else { Some(st.ready(call)?) };
+    let token = st.hold(Posted::Recv {
+        context,
+        // The results of a probe are only in its completion (fi_tagged(3)).
+        report: report || probe,
+        matching,
         iov: *iov,
         withdrawn: false,
+        probe,
     });
     let driver = st
         .driver
         .as_mut()
         .ok_or_else(|| FiError::inval("not enabled"))?;
-    let posted = match matching {
-        Matching::Untagged => driver.post_recv(buffer, token),
-        Matching::Tagged { tag, ignore } => driver.post_trecv(buffer, tag, ignore, token),
+    let posted = match (matching, kind, buffer) {
+        (Matching::Untagged, _, Some(buffer)) => driver.post_recv(buffer, token).map_err(|e| e.0),
+        (Matching::Tagged { tag, ignore }, TaggedRecvKind::Receive, Some(buffer)) => driver
+            .post_trecv(buffer, tag, ignore, token)
+            .map_err(|e| e.0),
+        (Matching::Tagged { .. }, TaggedRecvKind::Claimed(claim), Some(buffer)) => driver
+            .post_trecv_claimed(buffer, claim, token)
+            .map_err(|e| e.0),
+        (Matching::Tagged { tag, ignore }, TaggedRecvKind::Probe(p), _) => {
+            driver.post_tprobe(p, tag, ignore, 0, token)
+        }
+        _ => Err(DriverError::InvalidArgument(
+            "a probe or claim is a tagged receive".into(),
+        )),
     };
-    if let Err((err, _buffer)) = posted {
+    if let Err(err) = posted {
         st.take(token);
         return Err(driver_error(call, &err));
     }
@@ -2476,19 +2581,21 @@ unsafe extern "C" fn ep_trecvmsg(ep: *mut FidEp, msg: *const FiMsgTagged, flags:
         if flags & !TRECVMSG_FLAGS != 0 {
             return Err(FiError::badflags(format!("{CALL}: flags {flags:#x}")));
         }
+        let kind = TaggedRecvKind::of(flags, m.context as u64, CALL)?;
         // SAFETY: `msg_iov` holds `iov_count` iovecs (libfabric's contract).
         let v = unsafe { iovecs(m.msg_iov, m.iov_count, CALL) }?;
         let matching = Matching::Tagged {
             tag: m.tag,
             ignore: m.ignore,
         };
-        recv(
+        recv_as(
             e,
             CALL,
             &v,
             m.context as u64,
             flags & FI_COMPLETION != 0,
             matching,
+            kind,
         )
     })
 }
@@ -2648,6 +2755,7 @@ mod tests {
             matching: Matching::Tagged { tag: 1, ignore: 0 },
             iov: IoList::default(),
             withdrawn: false,
+            probe: false,
         });
         // The transmit context closes: its send is left to the ring set, the receive
         // context's receive is not.

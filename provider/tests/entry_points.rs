@@ -996,6 +996,92 @@ fn a_sender_that_runs_ahead_of_its_receiver_loses_nothing() {
     }
 }
 
+/// fi_tagged(3) probes through `fi_trecvmsg`: `FI_PEEK` reports a tagged message that
+/// arrived before its receive (its length, no data: `buf` NULL) or `FI_ENOMSG`;
+/// `FI_PEEK | FI_CLAIM` claims it for the `FI_CLAIM` receive with the same `fi_context`;
+/// `FI_PEEK | FI_DISCARD` drops it. `FI_DISCARD` alone is `-FI_EBADFLAGS`, and a claim without
+/// a context `-FI_EINVAL`.
+#[test]
+fn fi_trecvmsg_peeks_claims_and_discards_tagged_messages_that_arrived_first() {
+    const FI_PEEK: u64 = 1 << 19;
+    const FI_CLAIM: u64 = 1 << 59;
+    const FI_DISCARD: u64 = 1 << 58;
+    let pair = Pair::new(0);
+    let to_1 = pair.p[1].addr;
+    assert_eq!(tsend(pair.p[0].ep, b"peeked", to_1, 7, 1), 0);
+    assert_eq!(tsend(pair.p[0].ep, b"dropped", to_1, 8, 2), 0);
+    assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(1));
+    assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(2));
+    let mut rbuf = [0u8; 16];
+    let iov = IoVec {
+        iov_base: rbuf.as_mut_ptr().cast(),
+        iov_len: rbuf.len(),
+    };
+    // The claim's `struct fi_context`.
+    let mut fi_context = [0u64; 4];
+    let claim: *mut core::ffi::c_void = fi_context.as_mut_ptr().cast();
+    let msg = |tag: u64, context: *mut core::ffi::c_void| FiMsgTagged {
+        msg_iov: &iov,
+        desc: null_mut(),
+        iov_count: 1,
+        addr: u64::MAX, // FI_ADDR_UNSPEC
+        tag,
+        ignore: 0,
+        context,
+        data: 0,
+    };
+    let trecvmsg = |m: &FiMsgTagged, flags: u64| {
+        // SAFETY: an open endpoint; `rbuf` outlives every receive, read below.
+        unsafe { ((*(*pair.p[1].ep).tagged).recvmsg)(pair.p[1].ep, m, flags) }
+    };
+    let no_message = |context: usize| {
+        assert_eq!(pair.wait(1).err(), Some(neg(FiErrno::FI_EAVAIL)));
+        let e = pair.readerr(1).unwrap();
+        assert_eq!(
+            (e.op_context as usize, e.err as u32),
+            (context, FiErrno::FI_ENOMSG.get())
+        );
+    };
+    assert_eq!(trecvmsg(&msg(7, 10 as _), FI_PEEK), 0);
+    let e = pair.wait(1).expect("the peek completes");
+    assert_eq!((e.op_context as usize, e.len), (10, 6));
+    assert!(e.buf.is_null(), "no data is returned");
+    assert_eq!(e.flags & (FI_RECV | FI_TAGGED), FI_RECV | FI_TAGGED);
+    assert_eq!(trecvmsg(&msg(9, 11 as _), FI_PEEK), 0);
+    no_message(11);
+
+    assert_eq!(trecvmsg(&msg(7, claim), FI_PEEK | FI_CLAIM), 0);
+    let e = pair.wait(1).expect("the claim completes");
+    assert_eq!((e.op_context, e.len), (claim, 6));
+    // Claimed: a peek passes it over.
+    assert_eq!(trecvmsg(&msg(7, 12 as _), FI_PEEK), 0);
+    no_message(12);
+    assert_eq!(trecvmsg(&msg(0, claim), FI_CLAIM), 0);
+    let e = pair.wait(1).expect("the claimed message");
+    assert_eq!((e.op_context, e.len), (claim, 6));
+    assert_eq!(&rbuf[..6], b"peeked");
+
+    assert_eq!(trecvmsg(&msg(8, 13 as _), FI_PEEK | FI_DISCARD), 0);
+    let e = pair.wait(1).expect("the discard completes");
+    assert_eq!((e.op_context as usize, e.len), (13, 7));
+    assert_eq!(trecvmsg(&msg(8, 14 as _), FI_PEEK), 0);
+    no_message(14);
+
+    assert_eq!(
+        trecvmsg(&msg(8, 15 as _), FI_DISCARD),
+        neg(FiErrno::FI_EBADFLAGS)
+    );
+    assert_eq!(
+        trecvmsg(&msg(8, 16 as _), FI_PEEK | FI_CLAIM | FI_DISCARD),
+        neg(FiErrno::FI_EBADFLAGS)
+    );
+    assert_eq!(
+        trecvmsg(&msg(8, null_mut()), FI_CLAIM),
+        neg(FiErrno::FI_EINVAL)
+    );
+    assert_eq!(pair.read(1).err(), Some(neg(FiErrno::FI_EAGAIN)));
+}
+
 #[test]
 fn a_cq_read_of_no_entries_and_no_buffer_returns_0() {
     let pair = Pair::new(0);
