@@ -373,7 +373,8 @@ impl Nic {
         ep.unexpected.push_back(Unexpected {
             key,
             tagged,
-            tag: p.ses.match_bits,
+            // A SEND's match bits mean nothing: its receive reports no tag.
+            tag: if tagged { p.ses.match_bits } else { 0 },
             group: p.group,
             header_data: p.cq_data(),
             job_id: p.ses.job_id,

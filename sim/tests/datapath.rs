@@ -1649,3 +1649,40 @@ fn a_peek_waits_for_the_oldest_matching_message_to_be_whole() {
     assert_eq!(c.flags, COMPLETION_FLAG_REPORT);
     assert_eq!((c.context.get(), c.len.get(), c.tag.get()), (2, 6, 0x5));
 }
+
+/// A SEND's match bits mean nothing to an untagged receive: one that waited on the
+/// unexpected list completes with `tag` 0, as one that finds its receive posted does,
+/// whatever those header bytes held.
+#[test]
+fn a_waiting_untagged_message_completes_with_no_tag() {
+    let Pair {
+        fabric,
+        mut b,
+        mut eb,
+        ..
+    } = pair(0);
+    let (pid, ri) = (eb.pid, eb.ri_start);
+    let request = |message_id| StandardRequest {
+        opcode: 5,
+        flags: 0x0B,
+        job_id: JOB,
+        pid_on_fep: pid,
+        resource_index: ri,
+        initiator: 0x1111,
+        message_id,
+        match_bits: 0x77,
+        request_length: 3,
+        ..Default::default()
+    };
+    b.post_recv(&mut eb, 0, 64, 1);
+    fabric.inject_frame(&request_frame(5, FLAG_SYN, 9, request(1), b"one"));
+    let c = b.poll_cq(&mut eb).expect("posted: taken at once");
+    assert_eq!((c.context.get(), c.tag.get()), (1, 0));
+    fabric.inject_frame(&request_frame(5, 0, 10, request(2), b"two"));
+    assert_eq!(b.f.counter(RX_UNEXPECTED), 1, "held");
+    b.post_recv(&mut eb, 1, 64, 2);
+    let c = b.poll_cq(&mut eb).expect("the waiting message");
+    assert_eq!(status(&c), LocalStatus::Ok);
+    assert_eq!((c.context.get(), c.tag.get()), (2, 0));
+    assert_eq!(b.buf(1, 3), b"two");
+}
