@@ -13,7 +13,7 @@
 //! | 32 | `rx_messages` | messages delivered into receive buffers (untagged and tagged; truncated ones included) |
 //! | 40 | `rx_bytes` | bytes delivered into receive buffers |
 //! | 48 | `rx_tagged_messages` | of which tagged |
-//! | 56 | `rx_unexpected` | tagged messages held on the unexpected list |
+//! | 56 | `rx_unexpected` | messages held on the unexpected list: tagged ones, and since interface 1.17 untagged ones |
 //! | 64 | `rma_writes` | WRITE descriptors completed successfully (initiator) |
 //! | 72 | `rma_write_bytes` | their bytes |
 //! | 80 | `rma_reads` | READ descriptors completed successfully (initiator) |
@@ -113,7 +113,8 @@ endpoint_counters! {
     rx_bytes,
     /// Of which tagged.
     rx_tagged_messages,
-    /// Tagged messages held on the unexpected list.
+    /// Messages held on the unexpected list: tagged ones, and since interface 1.17 untagged
+    /// ones.
     rx_unexpected,
     /// WRITE descriptors completed successfully.
     rma_writes,
