@@ -73,8 +73,8 @@ pub struct NicConfig {
     /// Multi-packet messages the RX engine reassembles at once, over all endpoints (no
     /// register: a model limit). A message beyond it is answered RC_UNDELIVERABLE.
     pub reassembly_slots: u16,
-    /// Tagged messages held per endpoint on the unexpected list
-    /// (`CAP_TAGGED.unexpected_entries`).
+    /// Messages held per endpoint on the unexpected list, tagged and (since interface 1.17)
+    /// untagged together (`CAP_TAGGED.unexpected_entries`).
     pub unexpected_entries: u16,
     /// Unexpected payload held per endpoint, KiB (`CAP_TAGGED.unexpected_kib`).
     pub unexpected_kib: u16,

@@ -24,6 +24,7 @@
 //! | `tag_match` | tagged RX rings, posted tagged receives, the unexpected list |
 //! | `multi_recv` | multi-receive buffers: placement, retirement, release |
 //! | `peer_groups` | untagged receives of endpoints with peer groups: posted list, matching by group |
+//! | `untagged_unexpected` | untagged messages that arrive before their receive: held on the unexpected list, taken in arrival order |
 //! | `rma_engine` | target side of WRITE and READ |
 //! | [`pds`], [`ses`] | UET headers |
 //! | [`frame`] | Ethernet/IP/UDP framing |

@@ -15,7 +15,9 @@
 //! message arrives, so packets of several messages may be written into one buffer at once and
 //! in any order, never overlapping. A message that retires the buffer by not fitting needs two
 //! completion slots (the release and its own) and waits for both, like any request; one that
-//! does not fit while no RX descriptor follows is refused and retires nothing.
+//! does not fit while no RX descriptor follows retires nothing: it waits on the unexpected
+//! list for the next descriptor (`untagged_unexpected`; before interface 1.17 it is refused).
+//! Messages taken off that list are placed by the same rules, complete at once.
 //!
 //! ENDPOINT_DESTROY and FUNCTION_RESET drop the state with the endpoint.
 

@@ -14,7 +14,9 @@
 //!   it first takes the oldest unclaimed message of the unexpected list of its peer group
 //!   whose match bits it matches (`(tag ^ match_bits) & !ignore == 0`); only when none does, it joins the
 //!   posted list.
-//! * an **unexpected list**: tagged messages that found no matching posted receive, in order
+//! * an **unexpected list**: tagged messages that found no matching posted receive — and,
+//!   since interface 1.17, untagged messages that found no receive buffer
+//!   (`untagged_unexpected`), which share its bounds and no tagged receive takes — in order
 //!   of their first packet's arrival, bounded by `CAP_TAGGED.unexpected_entries` messages and
 //!   `CAP_TAGGED.unexpected_kib` KiB (whole `request_length` of each message counts from its
 //!   first packet). The message's bytes are held in NIC memory; its packets are answered RC_OK
