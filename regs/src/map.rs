@@ -630,7 +630,8 @@ register_map! {
     RX_MALFORMED: u64 = (0x240, W64, Ro, reset 0, "counters") COUNTER;
     /// Untagged messages that found no posted receive buffer: refused RC_UNDELIVERABLE
     /// before interface 1.17; since, held on the unexpected list when it has room (then also
-    /// counted in `RX_UNEXPECTED`), else refused (then also in `RX_UNEXPECTED_OVERFLOW`).
+    /// counted in `RX_UNEXPECTED`), else refused (then also in `RX_UNEXPECTED_OVERFLOW`) —
+    /// but at a datagram endpoint (dropped) or a control channel (refused) as before.
     RX_NO_BUFFER: u64 = (0x248, W64, Ro, reset 0, "counters") COUNTER;
     /// DMA accesses outside mapped memory (each failed the command or descriptor).
     DMA_FAULTS: u64 = (0x250, W64, Ro, reset 0, "counters") COUNTER;
