@@ -16,6 +16,10 @@
 //! | `admin_queue` | admin SQ/CQ engine |
 //! | `firmware` | admin command handlers |
 //! | `av_table` | NIC AV tables and the FI_SOURCE reverse map |
+//! | `table_memory` | the store behind an AV table's entries and its source CAM |
+//! | `source_cam` | an AV table's source CAM: (fabric address, initiator) to index, for FI_SOURCE |
+//! | `range_sources` | the FI_SOURCE index of an AV table's range entries |
+//! | `av_window` | the AV doorbells: `AV_INVALIDATE_DOORBELL` and the AV write window |
 //! | `auth_table` | the auth-key (JobID) table: slots, owners, grants |
 //! | `endpoint_table` | endpoints, PIDonFEP and resource-index allocators, per-endpoint counters |
 //! | `mr_table` | memory regions: keys, access, bounds |
@@ -25,6 +29,8 @@
 //! | `multi_recv` | multi-receive buffers: placement, retirement, release |
 //! | `peer_groups` | untagged receives of endpoints with peer groups: posted list, matching by group |
 //! | `untagged_unexpected` | untagged messages that arrive before their receive: held on the unexpected list, taken in arrival order |
+//! | `probe` | probes of the unexpected list: peek, claim, discard |
+//! | `recv_cancel` | RECV_CANCEL: a posted receive withdrawn before a message takes it |
 //! | `rma_engine` | target side of WRITE and READ |
 //! | [`pds`], [`ses`] | UET headers |
 //! | [`frame`] | Ethernet/IP/UDP framing |
