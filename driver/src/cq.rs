@@ -48,6 +48,7 @@
 //! | outcome | `prov_errno` |
 //! |---|---|
 //! | the target answered with an error | the UET return code (`RC_BAD_PID` = 0x1A, …) |
+//! | the target answered with a return code this driver does not know (a newer NIC's) | [`PROV_ERRNO_LOCAL_BASE`] + `Remote` (0x101), `err` `FI_EREMOTEIO` |
 //! | anything the local NIC concluded | [`PROV_ERRNO_LOCAL_BASE`] + the NIC's `LocalStatus` (`AddrNotAvail` = 0x102, `Truncated` = 0x104, …) |
 //!
 //! [`crate::Endpoint::cq_read`] fails with `FI_EAVAIL` while the next completion is an error,

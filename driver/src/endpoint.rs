@@ -325,8 +325,9 @@ pub struct CqEvent {
     pub group: u32,
     /// `None` on success.
     pub error: Option<CqError>,
-    /// The posted buffer, returned (`None` for a send posted by IOVA or an inject). After a
-    /// receive or a READ, its length is the bytes delivered. A multi-receive buffer comes back
+    /// The posted buffer, returned (`None` for a send posted by IOVA, an inject or a probe).
+    /// After a receive or a READ that succeeded, its length is the bytes delivered; a READ
+    /// that failed returns it with the length it was posted with. A multi-receive buffer comes back
     /// only with its last completion ([`MultiRecv::released`]); its length is then the end of
     /// the last message placed in it.
     pub buffer: Option<DmaBuffer>,
