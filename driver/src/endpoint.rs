@@ -2062,8 +2062,12 @@ impl Endpoint {
     /// `FI_ECANCELED` (status `Cancelled`), its buffer returned untouched. `FI_ENOENT` when no
     /// receive with `context` is posted (never posted, or already completed: its completion
     /// may still wait to be read); `FI_EBUSY` for a receive a message is arriving into, or a
-    /// multi-receive buffer; `FI_EAGAIN` while the completion ring is full; `FI_ENOSYS` on a
-    /// NIC older than interface 1.14.
+    /// multi-receive buffer a message is arriving into (any multi-receive buffer on a NIC
+    /// older than interface 1.19); `FI_EAGAIN` while the completion ring is full; `FI_ENOSYS`
+    /// on a NIC older than interface 1.14. A multi-receive buffer ([`Endpoint::post_recv_multi`])
+    /// completes as its release ([`MultiRecv::released`], no message) with the error
+    /// `FI_ECANCELED`, and comes back with the length of what was placed in it; the messages
+    /// placed before completed as usual.
     pub fn cancel_recv(&mut self, context: u64) -> Result<(), DriverError> {
         self.cancel_supported()?;
         self.cancel_oldest(RECV_CANCEL_RING_RX, context)
@@ -2612,6 +2616,12 @@ impl Endpoint {
             .buffer
             .as_ref()
             .map_or(0, |b| b.iova().wrapping_add(offset as u64));
+        let local = LocalStatus::from_u8(c.status);
+        // A buffer withdrawn by RECV_CANCEL (interface 1.19): its entry, if the NIC had not
+        // read it, is free only once the NIC's head has passed it.
+        if released && local == LocalStatus::Cancelled {
+            self.rx.withdraw(slot);
+        }
         let buffer = if released {
             let mut b = self.rx.take(slot).and_then(|p| p.buffer);
             if let Some(b) = b.as_mut() {
@@ -2621,7 +2631,6 @@ impl Endpoint {
         } else {
             None
         };
-        let local = LocalStatus::from_u8(c.status);
         let return_code = ReturnCode::from_u8(c.return_code);
         Ok(CqEvent {
             kind: CompletionKind::Recv,

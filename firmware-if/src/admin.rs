@@ -87,10 +87,20 @@
 //! | `handle` names no endpoint or context, or one that does not receive (a transmit context) | InvalidHandle |
 //! | `ring` undefined, reserved bytes set, or the tagged ring of an endpoint without one | InvalidField |
 //! | no descriptor with `context` is posted on the ring (never posted, already completed, or withdrawn) | [`Status::NotPosted`] |
-//! | the descriptor is a multi-receive buffer (`RX_FLAG_MULTI_RECV`), or a message has taken it and is still in reassembly | [`Status::InProgress`] |
+//! | a message has taken the descriptor and is still in reassembly, or it is a multi-receive buffer (`RX_FLAG_MULTI_RECV`) that a message is still arriving into, or one at all before interface 1.19 | [`Status::InProgress`] |
 //! | the completion ring has no room for the completion, or no descriptor with `context` is on the posted list but the ring (tagged, or RX with peer groups) holds descriptors the NIC left unread for want of that room (read completions, then retry) | [`Status::Busy`] |
 //!
-//! Multi-receive buffers are not withdrawn: the current one is the NIC's until it retires.
+//! **Multi-receive buffers** (since interface 1.19; before, every one is InProgress). A
+//! multi-receive descriptor still in the ring is withdrawn as any descriptor is. The current
+//! multi-receive buffer (see `crate::datapath`, *Multi-receive buffers*) is withdrawn by
+//! retiring it, when no message placed in it is still arriving (else InProgress: the last
+//! such message's completion releases it once it retires on its own): it takes no more
+//! messages, and the next message takes the next RX descriptor. The current buffer is older
+//! than any descriptor in the ring, so it is the one a context names first. Either way the
+//! completion is the buffer's release: status `Cancelled`, flags `COMPLETION_FLAG_MULTI_RECV`
+//! \| `COMPLETION_FLAG_BUFFER_RELEASED` \| `COMPLETION_FLAG_NO_MESSAGE`, `len` 0,
+//! `buf_offset` the buffer's next free offset (0 for one never read); the messages placed in
+//! it before are the host's already. Like any release it counts in no counter.
 //!
 //! ## Endpoint kinds
 //!
@@ -358,8 +368,9 @@ pub enum Status {
     /// completed, or withdrawn (since interface 1.14).
     #[error("no receive with that context is posted")]
     NotPosted = 0x0D,
-    /// RECV_CANCEL: the receive is a multi-receive buffer, or a message has taken it and is
-    /// still arriving (since interface 1.14).
+    /// RECV_CANCEL: a message has taken the receive and is still arriving, or it is a
+    /// multi-receive buffer a message is still arriving into (any multi-receive buffer before
+    /// interface 1.19; since interface 1.14).
     #[error("the receive is in use by a message")]
     InProgress = 0x0E,
 }

@@ -86,8 +86,9 @@ pub const INTERFACE_MAJOR: u8 = 1;
 /// refusal of ENDPOINT_CREATE, minor 12 added `CQ_ARM`, minor 13 the AV_WRITE_PEERS command,
 /// minor 14 the RECV_CANCEL command and the `Cancelled` local status, minor 15 `ADMIN_ARM`,
 /// minor 16 the `KeyNotGranted` local status, minor 17 the unexpected list for untagged
-/// messages, minor 18 probes of the unexpected list; a driver refuses a device older than the layouts it speaks.
-pub const INTERFACE_MINOR: u8 = 18;
+/// messages, minor 18 probes of the unexpected list,
+/// minor 19 RECV_CANCEL of multi-receive buffers; a driver refuses a device older than the layouts it speaks.
+pub const INTERFACE_MINOR: u8 = 19;
 
 /// The interface minor version each feature a driver may gate on appeared in (the table of
 /// [`INTERFACE_MINOR`]). A register's own version is [`RegInfo::since_minor`]; these name the
@@ -147,9 +148,13 @@ pub mod since {
     /// `FI_CLAIM`, `FI_DISCARD`). Before, a tagged RX descriptor with a flag set completes
     /// `BadDescriptor`.
     pub const TAGGED_PROBE: u8 = 18;
+    /// RECV_CANCEL withdraws a multi-receive buffer: one still in the RX ring, or the current
+    /// one when no message is still arriving into it (`uet_fwif::admin`, *RECV_CANCEL*).
+    /// Before, every multi-receive buffer is InProgress.
+    pub const MULTI_RECV_CANCEL: u8 = 19;
 
     // Every feature named here is of the current interface or older.
-    const _: () = assert!(TAGGED_PROBE <= crate::INTERFACE_MINOR);
+    const _: () = assert!(MULTI_RECV_CANCEL <= crate::INTERFACE_MINOR);
 }
 
 /// Width of a register access.

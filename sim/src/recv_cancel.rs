@@ -9,10 +9,16 @@
 //! * The RX ring of an endpoint with peer groups and the tagged RX ring are read eagerly onto
 //!   posted lists: the descriptor is removed from its list.
 //!
+//! * A multi-receive buffer (since interface 1.19): one still in the RX ring is withdrawn as
+//!   above; the current one, which is older than any in the ring, is retired, provided no
+//!   message placed in it is still arriving. Its completion is the buffer's release, marked
+//!   `Cancelled`.
+//!
 //! Either way the receive completes `Cancelled` (`len` 0) in the completion ring of the
 //! entry named, and the command answers Success. A receive found nowhere is NotPosted; one
 //! a message in reassembly holds (in a host buffer, or bound to a message still arriving on
-//! the unexpected list), and any multi-receive buffer, are InProgress; no room in the
+//! the unexpected list), a multi-receive buffer a message is still arriving into, and before
+//! 1.19 any multi-receive buffer, are InProgress; no room in the
 //! completion ring is Busy, also when the receive is not found but an eagerly read ring still
 //! holds descriptors left unread for want of that room. A refusal changes nothing.
 
@@ -20,9 +26,12 @@ use crate::endpoint_table::Endpoint;
 use crate::nic::Nic;
 use crate::rx_engine::Sink;
 use uet_fwif::admin::{RecvCancelBody, CTX_ROLE_CONTROL, CTX_ROLE_RX, RECV_CANCEL_RING_TAGGED};
-use uet_fwif::datapath::{RX_DESCRIPTOR_BYTES, RX_FLAG_MULTI_RECV};
+use uet_fwif::datapath::{
+    COMPLETION_FLAG_BUFFER_RELEASED, COMPLETION_FLAG_MULTI_RECV, COMPLETION_FLAG_NO_MESSAGE,
+    RX_DESCRIPTOR_BYTES, RX_FLAG_MULTI_RECV,
+};
 use uet_fwif::{CompletionKind, LocalStatus, ReturnCode, RxDescriptor, Status};
-use zerocopy::little_endian::U64;
+use zerocopy::little_endian::{U32, U64};
 use zerocopy::FromBytes;
 
 impl Endpoint {
@@ -78,7 +87,10 @@ impl Nic {
                 .position(|d| d.context == context)
                 .map(Found::Listed)
         } else {
-            self.find_in_rx_ring(h, context)?
+            match self.current_mrecv(h, context) {
+                Some(found) => Some(found),
+                None => self.find_in_rx_ring(h, context)?,
+            }
         };
         let Some(found) = found else {
             // The eager readers leave a ring unread while the completion ring is full: a
@@ -113,14 +125,40 @@ impl Nic {
             Found::Listed(i) => {
                 ep.posted_rx.remove(i);
             }
-            Found::Ring(pos) => {
+            Found::Ring { pos, .. } => {
                 ep.rx_withdrawn.insert(pos);
                 ep.skip_withdrawn_rx();
             }
+            Found::CurrentMultiRecv => {}
         }
-        let c = crate::nic::unfilled_receive(context, kind, LocalStatus::Cancelled, ReturnCode::Ok);
+        let mut c =
+            crate::nic::unfilled_receive(context, kind, LocalStatus::Cancelled, ReturnCode::Ok);
+        match found {
+            Found::Ring { multi: true, .. } => {
+                c.flags = MULTI_RECV_RELEASE;
+            }
+            Found::CurrentMultiRecv => {
+                if let Some(m) = self.eps.get_mut(h).and_then(|ep| ep.mrecv.take()) {
+                    c.flags = MULTI_RECV_RELEASE;
+                    c.buf_offset = U32::new(m.next);
+                }
+            }
+            _ => {}
+        }
         self.post_completion(h, c);
         Ok((0, 0))
+    }
+
+    /// The endpoint's current multi-receive buffer, when it has `context`, RECV_CANCEL may
+    /// withdraw it (since interface 1.19), and no message placed in it is still arriving.
+    /// With one still arriving, `None`: the search goes on, and `holds_receive` makes the
+    /// buffer InProgress when it finds nothing else.
+    fn current_mrecv(&self, h: u16, context: U64) -> Option<Found> {
+        if self.cfg.interface_minor < uet_regs::since::MULTI_RECV_CANCEL {
+            return None;
+        }
+        let m = self.eps.get(h)?.mrecv.as_ref()?;
+        (m.context == context && m.pending == 0).then_some(Found::CurrentMultiRecv)
     }
 
     /// The ring position of the oldest descriptor with `context` the NIC has not read from
@@ -145,10 +183,11 @@ impl Nic {
                 }
                 if let Ok(d) = RxDescriptor::read_from_bytes(&raw) {
                     if d.context == context {
-                        if d.flags.get() & RX_FLAG_MULTI_RECV != 0 {
+                        let multi = d.flags.get() & RX_FLAG_MULTI_RECV != 0;
+                        if multi && self.cfg.interface_minor < uet_regs::since::MULTI_RECV_CANCEL {
                             return Err(Status::InProgress);
                         }
-                        return Ok(Some(Found::Ring(pos)));
+                        return Ok(Some(Found::Ring { pos, multi }));
                     }
                 }
             }
@@ -186,6 +225,12 @@ impl Nic {
 enum Found {
     /// Index on the posted list (tagged, or untagged with peer groups).
     Listed(usize),
-    /// Position in the RX ring.
-    Ring(u16),
+    /// Position in the RX ring; `multi`: a multi-receive descriptor.
+    Ring { pos: u16, multi: bool },
+    /// The endpoint's current multi-receive buffer.
+    CurrentMultiRecv,
 }
+
+/// The flags of a multi-receive buffer's release that carries no message.
+const MULTI_RECV_RELEASE: u8 =
+    COMPLETION_FLAG_MULTI_RECV | COMPLETION_FLAG_BUFFER_RELEASED | COMPLETION_FLAG_NO_MESSAGE;

@@ -283,8 +283,8 @@ fn the_tagged_ring_of_an_endpoint_without_one_is_an_invalid_field() {
 }
 
 #[test]
-fn a_multi_receive_buffer_is_not_withdrawn() {
-    let mut p = pair(INTERFACE_MINOR);
+fn before_interface_1_19_a_multi_receive_buffer_is_not_withdrawn() {
+    let mut p = pair(since::MULTI_RECV_CANCEL - 1);
     let d = RxDescriptor {
         buf: U64::new(p.b.iova(BUFS_OFF + 0x2000)),
         len: U32::new(4096),

@@ -297,3 +297,64 @@ fn a_tagged_cancel_passes_over_receives_whose_completions_wait_unread() {
     assert!(b.next_completion().is_none());
     assert_eq!(b.ep.tagged_in_flight(), 0);
 }
+
+/// The released multi-receive buffer a cancel completes with: `FI_ECANCELED`, no message,
+/// the buffer back with `used` bytes (the end of the messages placed in it).
+fn expect_multi_cancelled(ev: Option<CqEvent>, context: u64, used: usize) {
+    let ev = ev.expect("the cancelled buffer completes");
+    assert_eq!(
+        (ev.kind, ev.context, ev.len),
+        (CompletionKind::Recv, context, 0)
+    );
+    let err = ev.error.expect("an error completion");
+    assert_eq!(err.errno, FiErrno::FI_ECANCELED);
+    let m = ev.multi_recv.expect("a multi-receive completion");
+    assert!(m.released && !m.has_message, "{m:?}");
+    assert_eq!(ev.buffer.expect("the buffer comes back").len(), used);
+}
+
+/// Since interface 1.19 `fi_cancel` withdraws a multi-receive buffer: the current one, which
+/// keeps the messages already placed in it and takes no more, and one the NIC has not read.
+/// Its ring entry is posted again once the NIC has passed it.
+#[test]
+fn a_multi_receive_buffer_is_cancelled_keeping_what_was_placed_in_it() {
+    let (_f, mut a, mut b) = pair();
+    let pool = uet_driver::DmaPool::new(&b.nic, 512, 3).unwrap();
+    b.ep.post_recv_multi(pool.alloc().unwrap(), Some(1), 77)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    b.ep.post_recv_multi(pool.alloc().unwrap(), Some(1), 78)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    a.send(0, &[7; 100], 1);
+    let ev = b.next_completion().expect("the message");
+    assert_eq!((ev.context, ev.len), (77, 100));
+    assert!(ev.error.is_none());
+    // 78, still in the ring, then 77, the current buffer.
+    assert_eq!(errno(b.ep.cancel_recv(78)), None);
+    expect_multi_cancelled(b.next_completion(), 78, 0);
+    assert_eq!(errno(b.ep.cancel_recv(77)), None);
+    expect_multi_cancelled(b.next_completion(), 77, 100);
+    assert_eq!(errno(b.ep.cancel_recv(77)), Some(FiErrno::FI_ENOENT));
+    // No buffer is left: the next message waits for a receive, and takes the next one.
+    a.send(0, b"after", 2);
+    assert!(b.next_completion().is_none());
+    for _ in 0..8 {
+        post(&mut b, 5);
+    }
+    let ev = b.next_completion().expect("the next receive takes it");
+    assert_eq!((ev.context, ev.len, ev.multi_recv), (5, 5, None));
+}
+
+#[test]
+fn a_multi_receive_buffer_is_in_progress_on_a_nic_of_interface_1_18() {
+    let fabric = Fabric::new();
+    let mut cfg = NicConfig::new(nic_addr(0));
+    cfg.interface_minor = since::MULTI_RECV_CANCEL - 1;
+    let mut b = Node::new(fabric.add_nic(cfg).unwrap(), JOB, 4);
+    b.ep.post_recv_multi(b.pool.alloc().unwrap(), None, 77)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    assert_eq!(errno(b.ep.cancel_recv(77)), Some(FiErrno::FI_EBUSY));
+    assert!(b.next_completion().is_none(), "nothing withdrawn");
+}
