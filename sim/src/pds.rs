@@ -33,8 +33,15 @@
 //! request from `(source address, SPDCID)` and its ACK carries the target's PDCID, which the
 //! initiator then puts in DPDCID. Every request is acknowledged by exactly one ACK (AR is not
 //! needed) carrying the cumulative PSN of that request.
+//!
+//! The target holds at most [`TARGET_PDCS`] PDCs: a request from any source address and
+//! SPDCID opens one, so a peer (or a forger) could otherwise make it hold a PDC for every
+//! pair it cares to send. Opening another closes the PDC that carried a request longest ago;
+//! a later request of that one opens a new PDC, whose id its ACK carries and the initiator
+//! takes as its DPDCID from then on. (A NIC has a fixed number of PDC contexts and closes idle
+//! PDCs on a timer; the model, which has no clock, closes the least recently used.)
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 
 /// PDS type RUD_REQ.
@@ -63,6 +70,8 @@ pub const RUD_REQ_BYTES: usize = 12;
 pub const ACK_BYTES: usize = 12;
 /// First PSN of a PDC opened by this model.
 pub const START_PSN: u32 = 0x0001_0000;
+/// Most target PDCs a NIC holds at once (see the module docs).
+pub const TARGET_PDCS: usize = 4096;
 
 const REQ_FLAGS_DEFINED: u8 = FLAG_RETX | FLAG_AR | FLAG_SYN;
 /// ACK flags: ecn_marked 0x20, retrans 0x10, probe 0x08, request 0x06.
@@ -294,7 +303,12 @@ fn alloc_pdcid(last: &mut u16) -> u16 {
 #[derive(Debug, Default)]
 pub(crate) struct PdcTable {
     initiator: HashMap<IpAddr, InitiatorPdc>,
-    target: HashMap<(IpAddr, u16), u16>,
+    /// Target PDCs by (source address, SPDCID): the local id and the PDC's last use.
+    target: HashMap<(IpAddr, u16), (u16, u64)>,
+    /// Target PDCs by last use, least recent first (at most [`TARGET_PDCS`]).
+    target_by_use: BTreeMap<u64, (IpAddr, u16)>,
+    /// Uses of target PDCs so far: the stamp of the next.
+    target_uses: u64,
     next_pdcid: u16,
 }
 
@@ -355,12 +369,26 @@ impl PdcTable {
     }
 
     /// The target-side PDC for requests from `(src, spdcid)`, created on first use.
+    /// At most [`TARGET_PDCS`] are held: opening another closes the least recently used.
     pub(crate) fn target_pdc(&mut self, src: IpAddr, spdcid: u16) -> u16 {
-        if let Some(&id) = self.target.get(&(src, spdcid)) {
-            return id;
+        let key = (src, spdcid);
+        let stamp = self.target_uses;
+        self.target_uses = stamp.wrapping_add(1);
+        if let Some((id, used)) = self.target.get_mut(&key) {
+            self.target_by_use.remove(used);
+            *used = stamp;
+            self.target_by_use.insert(stamp, key);
+            return *id;
+        }
+        while self.target.len() >= TARGET_PDCS {
+            let Some((_, oldest)) = self.target_by_use.pop_first() else {
+                break;
+            };
+            self.target.remove(&oldest);
         }
         let id = alloc_pdcid(&mut self.next_pdcid);
-        self.target.insert((src, spdcid), id);
+        self.target.insert(key, (id, stamp));
+        self.target_by_use.insert(stamp, key);
         id
     }
 
@@ -438,6 +466,29 @@ mod tests {
         assert_eq!(after.flags & FLAG_SYN, FLAG_SYN, "a new PDC");
         assert_eq!(after.psn, before.psn, "its PSNs start again");
         assert_ne!(after.spdcid, before.spdcid);
+    }
+
+    /// Requests from ever new (source, SPDCID) pairs, as a forger sends them, do not make the
+    /// target hold a PDC for each: it keeps at most `TARGET_PDCS`, closing the least
+    /// recently used, and a peer that keeps sending keeps its PDC.
+    #[test]
+    fn the_target_holds_a_bounded_number_of_pdcs() {
+        let mut t = PdcTable::default();
+        let peer: IpAddr = "10.0.0.9".parse().unwrap();
+        let id = t.target_pdc(peer, 7);
+        for n in 0..3 * TARGET_PDCS as u32 {
+            let forged = IpAddr::from([10, 6, (n >> 8) as u8, n as u8]);
+            t.target_pdc(forged, (n >> 16) as u16);
+            if n % 64 == 0 {
+                assert_eq!(t.target_pdc(peer, 7), id, "a peer in use keeps its PDC");
+            }
+        }
+        assert!(
+            t.target.len() <= TARGET_PDCS,
+            "{} target PDCs",
+            t.target.len()
+        );
+        assert_eq!(t.target_pdc(peer, 7), id);
     }
 
     #[test]
