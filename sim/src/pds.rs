@@ -28,8 +28,9 @@
 //!
 //! The model's fabric is lossless and in order, so the PDS keeps only what the headers need:
 //! the initiator opens one PDC per destination fabric address (SPDCIDs from 1, not reused
-//! after a function reset; PSNs from [`START_PSN`] and message ids from 0, both counted per
-//! PDC); its first request carries SYN; the target creates its PDC when it first sees a
+//! after a function reset; one id space for initiator and target PDCs, given in turn and
+//! wrapping at 2^16, skipping the ids of live PDCs; PSNs from [`START_PSN`] and message ids
+//! from 0, both counted per PDC); its first request carries SYN; the target creates its PDC when it first sees a
 //! request from `(source address, SPDCID)` and its ACK carries the target's PDCID, which the
 //! initiator then puts in DPDCID. Every request is acknowledged by exactly one ACK (AR is not
 //! needed) carrying the cumulative PSN of that request.
@@ -41,7 +42,7 @@
 //! takes as its DPDCID from then on. (A NIC has a fixed number of PDC contexts and closes idle
 //! PDCs on a timer; the model, which has no clock, closes the least recently used.)
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
 
 /// PDS type RUD_REQ.
@@ -293,9 +294,17 @@ pub(crate) struct InitiatorPdc {
     pub next_message_id: u16,
 }
 
-/// The next PDC id after `last` (PDC id 0 is never given).
-fn alloc_pdcid(last: &mut u16) -> u16 {
-    *last = last.wrapping_add(1).max(1);
+/// The next PDC id after `last` that no live PDC has (PDC id 0 is never given). Ids are
+/// given in turn and wrap at 2^16; one a live PDC, initiator or target, still has is
+/// skipped, so that two initiator PDCs never share an SPDCID (a sent packet waits for its
+/// ACK under its SPDCID and PSN), however many PDCs peers made the target open.
+fn alloc_pdcid(last: &mut u16, in_use: &HashSet<u16>) -> u16 {
+    for _ in 0..u16::MAX {
+        *last = last.wrapping_add(1).max(1);
+        if !in_use.contains(last) {
+            break;
+        }
+    }
     *last
 }
 
@@ -309,19 +318,25 @@ pub(crate) struct PdcTable {
     target_by_use: BTreeMap<u64, (IpAddr, u16)>,
     /// Uses of target PDCs so far: the stamp of the next.
     target_uses: u64,
+    /// Local ids of the live PDCs, initiator and target.
+    in_use: HashSet<u16>,
     next_pdcid: u16,
 }
 
 impl PdcTable {
     /// The initiator PDC to `dst`, opened on first use.
     fn initiator_pdc(&mut self, dst: IpAddr) -> &mut InitiatorPdc {
-        let next_pdcid = &mut self.next_pdcid;
-        self.initiator.entry(dst).or_insert_with(|| InitiatorPdc {
-            spdcid: alloc_pdcid(next_pdcid),
-            dpdcid: None,
-            next_psn: START_PSN,
-            syn_sent: false,
-            next_message_id: 0,
+        let (next_pdcid, in_use) = (&mut self.next_pdcid, &mut self.in_use);
+        self.initiator.entry(dst).or_insert_with(|| {
+            let spdcid = alloc_pdcid(next_pdcid, in_use);
+            in_use.insert(spdcid);
+            InitiatorPdc {
+                spdcid,
+                dpdcid: None,
+                next_psn: START_PSN,
+                syn_sent: false,
+                next_message_id: 0,
+            }
         })
     }
 
@@ -384,9 +399,12 @@ impl PdcTable {
             let Some((_, oldest)) = self.target_by_use.pop_first() else {
                 break;
             };
-            self.target.remove(&oldest);
+            if let Some((closed, _)) = self.target.remove(&oldest) {
+                self.in_use.remove(&closed);
+            }
         }
-        let id = alloc_pdcid(&mut self.next_pdcid);
+        let id = alloc_pdcid(&mut self.next_pdcid, &self.in_use);
+        self.in_use.insert(id);
         self.target.insert(key, (id, stamp));
         self.target_by_use.insert(stamp, key);
         id
@@ -489,6 +507,27 @@ mod tests {
             t.target.len()
         );
         assert_eq!(t.target_pdc(peer, 7), id);
+    }
+
+    /// Requests from many (source, SPDCID) pairs, as a forger sends them, open and close
+    /// target PDCs until the ids wrap; a new initiator PDC still gets an id no live PDC has,
+    /// so two destinations never share an SPDCID.
+    #[test]
+    fn a_new_pdc_never_takes_the_id_of_a_live_one() {
+        let mut t = PdcTable::default();
+        let a: IpAddr = "10.0.0.9".parse().unwrap();
+        let b: IpAddr = "10.0.0.10".parse().unwrap();
+        let to_a = t.next_request(a).spdcid;
+        let forger: IpAddr = "10.6.6.6".parse().unwrap();
+        for spdcid in 0..u16::MAX - 1 {
+            t.target_pdc(forger, spdcid);
+        }
+        let to_b = t.next_request(b).spdcid;
+        assert_ne!(to_b, 0);
+        assert_ne!(to_b, to_a, "two initiator PDCs with one SPDCID");
+        let live: Vec<u16> = t.target.values().map(|&(id, _)| id).collect();
+        assert!(!live.contains(&to_b), "an initiator PDC with a target's id");
+        assert_eq!(t.next_request(a).spdcid, to_a);
     }
 
     #[test]
