@@ -31,6 +31,9 @@ pub struct DebugCounters {
     pub rx_duplicate_packets: u64,
     /// Multi-packet messages refused because every reassembly slot was in use.
     pub reassembly_overflows: u64,
+    /// Requests refused because their endpoint's receive backlog was full
+    /// (`rx_engine::RX_BACKLOG_BYTES`).
+    pub rx_backlog_overflows: u64,
     /// Requests refused with RC_TOO_LONG (request_length above `CAP_MAX_MSG`).
     pub rx_too_long: u64,
     /// Requests refused RC_UNSUPPORTED_OP because their delivery mode (RUD, UUD) is not the

@@ -153,6 +153,8 @@ pub(crate) struct Endpoint {
     pub pending_cqes: VecDeque<Completion>,
     /// Requests for this endpoint waiting for completion-ring space, in arrival order.
     pub rx_backlog: VecDeque<Vec<u8>>,
+    /// Bytes of the frames in `rx_backlog` (at most `rx_engine::RX_BACKLOG_BYTES`).
+    pub rx_backlog_bytes: usize,
     /// The endpoint's own rings faulted: its engines are stopped.
     pub faulted: bool,
     /// Auth-key slots granted to the endpoint, ascending.
@@ -368,6 +370,7 @@ impl EndpointTable {
             reassembling: 0,
             pending_cqes: VecDeque::new(),
             rx_backlog: VecDeque::new(),
+            rx_backlog_bytes: 0,
             faulted: false,
             auth_slots: Vec::new(),
             auth_jobs: Vec::new(),
@@ -435,6 +438,7 @@ impl EndpointTable {
             reassembling: 0,
             pending_cqes: VecDeque::new(),
             rx_backlog: VecDeque::new(),
+            rx_backlog_bytes: 0,
             faulted: false,
         };
         self.eps.insert(handle, ep);

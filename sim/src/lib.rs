@@ -101,6 +101,7 @@ pub use config::{NicConfig, OLDEST_INTERFACE_MINOR};
 pub use counters::DebugCounters;
 pub use fabric::CaptureStatus;
 pub use iommu::{DmaAccess, DmaFault, IOMMU_PAGE};
+pub use rx_engine::RX_BACKLOG_BYTES;
 
 use fabric::FabricInner;
 use nic::Nic;

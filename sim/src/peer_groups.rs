@@ -100,7 +100,7 @@ impl Nic {
         // Without completion-ring room the unit leaves the ring unread: a descriptor still
         // there may be the message's, so the message waits with it.
         if !ep.cq_has_room() && (found.is_some() || ep.rx.pending()) {
-            return self.hold_for_cq_room(handle, f, from_backlog);
+            return self.hold_for_cq_room(handle, p, f, from_backlog);
         }
         let Some(i) = found else {
             return self.rx_untagged_unexpected(handle, serial, p);

@@ -49,7 +49,12 @@
 //! When the request is deliverable but the endpoint's completion ring has no room, the request
 //! waits in the endpoint's receive backlog (later requests for that endpoint queue behind it)
 //! until a `CQ_DOORBELL` frees space; it is neither dropped nor answered early. Packets of a
-//! message already in reassembly need no new completion slot and never wait.
+//! message already in reassembly need no new completion slot and never wait. The backlog is
+//! NIC memory: it holds at most [`RX_BACKLOG_BYTES`] bytes of frames per entry (a frame always
+//! fits an empty one). A request that would exceed that is refused RC_UNDELIVERABLE at once
+//! (the rest of a multi-packet message's packets get the same answer) and counted
+//! (`rx_backlog_overflows`), so that senders flooding an endpoint whose host does not read its
+//! completions cannot make the NIC hold their requests without end.
 //!
 //! ## Single-packet messages
 //!
@@ -154,6 +159,8 @@ pub const RECENT_MESSAGES: usize = 1024;
 /// gives a message the id of a remembered one again, its PSNs have moved on by at least this
 /// many.
 const MESSAGE_ID_SPAN: u32 = 1 << 16;
+/// Bytes of frames an entry's receive backlog holds at most (see the module docs).
+pub const RX_BACKLOG_BYTES: usize = 1 << 22;
 /// Most disjoint byte ranges one message in reassembly may have (adjacent ranges merge, so
 /// in-order arrival keeps one); a packet that would need more is malformed.
 pub const MAX_REASSEMBLY_RANGES: usize = 1024;
@@ -633,7 +640,9 @@ impl Nic {
                 break;
             }
             if let Some(ep) = self.eps.get_mut(handle) {
-                ep.rx_backlog.pop_front();
+                if let Some(done) = ep.rx_backlog.pop_front() {
+                    ep.rx_backlog_bytes = ep.rx_backlog_bytes.saturating_sub(done.len());
+                }
             }
             progress = true;
         }
@@ -729,25 +738,42 @@ impl Nic {
         }
     }
 
-    /// Refuse a request addressed to endpoint `handle`: counted, answered.
-    /// Hold request `f` in endpoint `handle`'s receive backlog until its completion ring has
-    /// room (or the ring's unread receives are read), counted as a stall; a request retried
-    /// from the backlog (`from_backlog`) keeps its place there.
+    /// Hold request `f` (parsed: `p`) in endpoint `handle`'s receive backlog until its
+    /// completion ring has room (or the ring's unread receives are read), counted as a stall;
+    /// a request retried from the backlog (`from_backlog`) keeps its place there.
     pub(crate) fn hold_for_cq_room(
         &mut self,
         handle: u16,
+        p: &ParsedRequest<'_>,
         f: &[u8],
         from_backlog: bool,
     ) -> RxOutcome {
         self.counters.debug.cq_stalls += 1;
-        if !from_backlog {
-            if let Some(ep) = self.eps.get_mut(handle) {
-                ep.rx_backlog.push_back(f.to_vec());
-            }
+        if from_backlog {
+            return RxOutcome::Stalled;
         }
+        self.backlog(handle, p, f)
+    }
+
+    /// Queue request `f` (parsed: `p`) at the end of endpoint `handle`'s receive backlog, or
+    /// refuse it when the backlog has no room for it.
+    fn backlog(&mut self, handle: u16, p: &ParsedRequest<'_>, f: &[u8]) -> RxOutcome {
+        let Some(ep) = self.eps.get_mut(handle) else {
+            return RxOutcome::Done;
+        };
+        let room = ep.rx_backlog.is_empty()
+            || ep.rx_backlog_bytes.saturating_add(f.len()) <= RX_BACKLOG_BYTES;
+        if !room {
+            self.counters.debug.rx_backlog_overflows += 1;
+            self.refuse(handle, p, ReturnCode::Undeliverable);
+            return RxOutcome::Done;
+        }
+        ep.rx_backlog_bytes = ep.rx_backlog_bytes.saturating_add(f.len());
+        ep.rx_backlog.push_back(f.to_vec());
         RxOutcome::Stalled
     }
 
+    /// Refuse a request addressed to endpoint `handle`: counted, answered.
     pub(crate) fn reject(&mut self, handle: u16, p: &ParsedRequest<'_>, rc: ReturnCode) {
         self.count_reject(handle, rc);
         self.respond(p, rc, 0);
@@ -848,8 +874,7 @@ impl Nic {
             return RxOutcome::Done;
         };
         if !from_backlog && !ep.rx_backlog.is_empty() {
-            ep.rx_backlog.push_back(f.to_vec());
-            return RxOutcome::Stalled;
+            return self.backlog(handle, &p, f);
         }
         if space == Space::Tagged {
             return self.rx_tagged(handle, serial, &p, f, from_backlog);
@@ -871,7 +896,7 @@ impl Nic {
             return self.rx_untagged_unexpected(handle, serial, &p);
         }
         if !ep.cq_has_room_for(1 + u64::from(fits == Some(false))) {
-            return self.hold_for_cq_room(handle, f, from_backlog);
+            return self.hold_for_cq_room(handle, &p, f, from_backlog);
         }
         if !single && !self.reasm.has_room(self.cfg.reassembly_slots, &self.eps) {
             self.counters.debug.reassembly_overflows += 1;

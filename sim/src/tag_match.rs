@@ -297,12 +297,12 @@ impl Nic {
                 .trx
                 .is_some_and(|t| t.pending() && ep.posted_tagged.len() < t.geom.entries() as usize);
             if unread {
-                return self.hold_for_cq_room(handle, f, from_backlog);
+                return self.hold_for_cq_room(handle, p, f, from_backlog);
             }
             return self.rx_unexpected(handle, serial, p, CompletionKind::TaggedRecv);
         };
         if !ep.cq_has_room() {
-            return self.hold_for_cq_room(handle, f, from_backlog);
+            return self.hold_for_cq_room(handle, p, f, from_backlog);
         }
         if !single && !self.reasm.has_room(self.cfg.reassembly_slots, &self.eps) {
             self.counters.debug.reassembly_overflows += 1;

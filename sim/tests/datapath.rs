@@ -895,6 +895,65 @@ fn a_function_reset_answers_the_requests_waiting_for_completion_ring_room() {
     }
 }
 
+/// Requests for an endpoint whose completion ring is full wait in its receive backlog, but
+/// only as far as `RX_BACKLOG_BYTES`: a flood of them (forged or not) past that is refused
+/// RC_UNDELIVERABLE, not held without end, and the requests that waited are still delivered
+/// in order once the host reads its completions.
+#[test]
+fn a_full_receive_backlog_refuses_further_requests() {
+    let Pair {
+        fabric,
+        mut a,
+        mut b,
+        mut ea,
+        mut eb,
+        ..
+    } = pair(0);
+    fill_completion_ring(&mut a, &mut ea, &mut b, &mut eb);
+    b.post_recv(&mut eb, 0, 64, 100);
+    let (pid, ri) = (eb.pid, eb.ri_start);
+    let body = vec![0x5A; 8192];
+    let packet = |n: u32| {
+        let request = StandardRequest {
+            opcode: 5,
+            flags: 0x0B,
+            job_id: JOB,
+            pid_on_fep: pid,
+            resource_index: ri,
+            initiator: 0x1111,
+            message_id: n as u16,
+            request_length: body.len() as u32,
+            ..Default::default()
+        };
+        request_frame(5, 0, 1000 + n, request, &body)
+    };
+    let frame_len = packet(0).len();
+    let held = uet_sim::RX_BACKLOG_BYTES / frame_len;
+    for n in 0..held as u32 + 3 {
+        fabric.inject_frame(&packet(n));
+    }
+    let answered = a.f.debug_counters().stray_responses;
+    assert_eq!(
+        answered, 3,
+        "the requests past the backlog's room are answered"
+    );
+    assert_eq!(b.f.debug_counters().rx_backlog_overflows, 3);
+    // The host reads its completions: the backlog drains, the first held request into the
+    // posted buffer, and every held request is answered.
+    let mut delivered = 0;
+    while let Some(c) = b.poll_cq(&mut eb) {
+        if c.context.get() == 100 {
+            delivered += 1;
+        }
+    }
+    assert_eq!(delivered, 1);
+    assert_eq!(
+        a.f.debug_counters().stray_responses,
+        answered + held as u64,
+        "every held request is answered once the ring has room"
+    );
+}
+
 #[test]
 fn ipv6_fabric_addresses_work_end_to_end() {
     let fabric = Fabric::new();
