@@ -159,10 +159,13 @@
 //! `RX_UNEXPECTED_OVERFLOW`. Every such message counts in `RX_NO_BUFFER`; held ones also in
 //! `RX_UNEXPECTED` and the endpoint's `rx_unexpected`.
 //!
-//! Untagged messages of one peer group take buffers in arrival order: while the list holds
-//! one, a later message of its group joins the list behind it even when a buffer is posted.
+//! Untagged messages of one peer group and one sender (fabric address and initiator) take
+//! buffers in arrival order: while the list holds one, a later message of its group and
+//! sender joins the list behind it even when a buffer is posted. Messages of different
+//! senders have no order between them: one still arriving holds up no other sender's.
 //! When a buffer is posted (or completion-ring room frees up), the NIC gives the oldest
-//! complete message of the list — a multi-packet one once its last byte arrived — the buffer
+//! complete message of the list — a multi-packet one once its last byte arrived, those of
+//! its group and sender waiting for it — the buffer
 //! an arriving message would take: the current multi-receive buffer when it fits, else the
 //! next RX descriptor (a multi-receive one becomes current and takes it; a message longer
 //! than a whole buffer is truncated into it), or with peer groups the oldest posted

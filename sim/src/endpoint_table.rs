@@ -24,6 +24,7 @@
 use crate::multi_recv::MultiRecvBuf;
 use crate::tag_match::{PostedTagged, Unexpected};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::net::IpAddr;
 use uet_fwif::admin::{CTX_ROLE_CONTROL, CTX_ROLE_RX, CTX_ROLE_TX};
 use uet_fwif::ring::RingGeometry;
 use uet_fwif::{Completion, RxDescriptor};
@@ -194,14 +195,15 @@ impl Endpoint {
         !self.dgram && !self.passive && self.role & CTX_ROLE_CONTROL == 0
     }
 
-    /// Whether an untagged message of `group` arriving here must queue behind messages of
-    /// its group already on the unexpected list (`untagged_unexpected`).
-    pub(crate) fn holds_untagged_of(&self, group: u32) -> bool {
+    /// Whether an untagged message of `group` from `sender` (fabric address, initiator)
+    /// arriving here must queue behind messages of its group and sender already on the
+    /// unexpected list (`untagged_unexpected`).
+    pub(crate) fn holds_untagged_of(&self, group: u32, sender: (IpAddr, u32)) -> bool {
         self.unexpected_untagged > 0
             && self
                 .unexpected
                 .iter()
-                .any(|u| !u.tagged && u.group == group)
+                .any(|u| !u.tagged && u.group == group && u.key.sender() == sender)
     }
 
     /// Whether this entry is a context of another endpoint.

@@ -879,9 +879,10 @@ impl Nic {
         if space == Space::Tagged {
             return self.rx_tagged(handle, serial, &p, f, from_backlog);
         }
-        // Untagged messages take buffers in arrival order: one of a group whose earlier
-        // messages wait on the unexpected list joins them (`untagged_unexpected`).
-        if ep.holds_untagged_of(p.group) {
+        // Untagged messages of one sender take buffers in arrival order: one of a group and
+        // sender whose earlier messages wait on the unexpected list joins them
+        // (`untagged_unexpected`).
+        if ep.holds_untagged_of(p.group, p.key().sender()) {
             return self.rx_untagged_unexpected(handle, serial, &p);
         }
         if max_group.is_some() {

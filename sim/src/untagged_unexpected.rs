@@ -17,14 +17,17 @@
 //! (resource index 0; a passive endpoint's rings) refuses it, because the connection protocol
 //! learns from that refusal that its peer no longer takes messages.
 //!
-//! **Order.** Untagged messages take buffers in the order they arrived (fi_msg(3): receives
-//! complete in the order messages arrive), per peer group: while the list holds an untagged
-//! message of a group, a later message of that group joins the list behind it even when a
-//! buffer is posted, and the list's messages go first.
+//! **Order.** Untagged messages of one sender (fabric address and initiator) take buffers in
+//! the order they arrived, per peer group (fi_msg(3): a sender's messages are received in
+//! the order it sent them): while the list holds an untagged message of a group and sender,
+//! a later message of that group and sender joins the list behind it even when a buffer is
+//! posted, and the list's messages go first. Messages of different senders have no order
+//! between them, so one sender's message still arriving (a multi-packet message whose last
+//! packet has not come) holds up no other sender's.
 //!
 //! **Taking.** While the function runs, the NIC gives the oldest complete untagged message of
-//! the list (a multi-packet one once its last byte arrived; messages of its group behind it
-//! wait for it) the buffer an arriving message would take, with the same rules
+//! the list (a multi-packet one once its last byte arrived; messages of its group and sender
+//! behind it wait for it) the buffer an arriving message would take, with the same rules
 //! (`rx_engine`, `multi_recv`, `peer_groups`):
 //!
 //! * without peer groups: the current multi-receive buffer when the message fits it; else the
@@ -44,6 +47,8 @@
 use crate::nic::Nic;
 use crate::rx_engine::{ParsedRequest, RxOutcome};
 use crate::tag_match::HeldInto;
+use std::collections::HashSet;
+use std::net::IpAddr;
 use uet_fwif::datapath::{RX_DESCRIPTOR_BYTES, RX_FLAG_MULTI_RECV};
 use uet_fwif::{CompletionKind, ReturnCode, RxDescriptor};
 use uet_regs::RX_NO_BUFFER;
@@ -98,10 +103,12 @@ impl Nic {
         {
             return None;
         }
-        // Groups whose oldest message cannot go now: their later messages wait behind it.
-        let mut held_up: Vec<u32> = Vec::new();
+        // (Group, sender) pairs whose oldest message cannot go now: their later messages wait
+        // behind it. Another sender's messages pass it.
+        let mut held_up: HashSet<(u32, IpAddr, u32)> = HashSet::new();
         for (i, u) in ep.unexpected.iter().enumerate() {
-            if u.tagged || held_up.contains(&u.group) {
+            let (ip, initiator) = u.key.sender();
+            if u.tagged || held_up.contains(&(u.group, ip, initiator)) {
                 continue;
             }
             let has_buffer = if grouped {
@@ -112,11 +119,7 @@ impl Nic {
             if u.data.is_some() && has_buffer {
                 return Some(i);
             }
-            if !grouped {
-                // One group: nothing behind the oldest message goes first.
-                return None;
-            }
-            held_up.push(u.group);
+            held_up.insert((u.group, ip, initiator));
         }
         None
     }

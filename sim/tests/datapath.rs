@@ -1745,3 +1745,45 @@ fn a_waiting_untagged_message_completes_with_no_tag() {
     assert_eq!((c.context.get(), c.tag.get()), (2, 0));
     assert_eq!(b.buf(1, 3), b"two");
 }
+
+/// Untagged messages keep their order per sender only: a message still arriving on the
+/// unexpected list (its last packet has not come, and may never) holds up its own sender's
+/// later messages, not another sender's.
+#[test]
+fn a_message_still_arriving_holds_up_its_own_sender_only() {
+    use uet_sim::ses::{FLAG_REL, FLAG_SOM};
+    let Pair {
+        fabric,
+        mut a,
+        mut b,
+        mut ea,
+        mut eb,
+        ..
+    } = pair(0);
+    // From A's address but another initiator: the first of two packets, the second never
+    // comes.
+    let request = StandardRequest {
+        opcode: 5,
+        flags: FLAG_REL | FLAG_SOM,
+        job_id: JOB,
+        pid_on_fep: eb.pid,
+        resource_index: eb.ri_start,
+        initiator: 0x7777,
+        message_id: 1,
+        request_length: 8,
+        ..Default::default()
+    };
+    fabric.inject_frame(&request_frame(5, FLAG_SYN, 9, request, b"half"));
+    assert_eq!(b.f.counter(RX_UNEXPECTED), 1);
+    // A's own message waits too, then takes the receive posted: the half message does not
+    // hold it up.
+    a.send(&mut ea, 3, 1, b"whole", 1, 21);
+    assert_eq!(
+        a.poll_cq(&mut ea).map(|c| status(&c)),
+        Some(LocalStatus::Ok)
+    );
+    b.post_recv(&mut eb, 0, 64, 6);
+    let c = b.poll_cq(&mut eb).expect("A's message takes the receive");
+    assert_eq!((c.context.get(), c.len.get(), c.data.get()), (6, 5, 21));
+    assert_eq!(b.buf(0, 5), b"whole");
+}
