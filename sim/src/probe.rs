@@ -94,14 +94,11 @@ impl Nic {
             let Some(u) = ep.unexpected.remove(i) else {
                 return;
             };
-            let into = HeldInto {
-                context: d.context,
-                buf: d.buf.get(),
-                buf_len: d.len.get(),
-                flags: 0,
-                buf_offset: 0,
-            };
-            return self.deliver_held(handle, u, into);
+            return self.deliver_held(
+                handle,
+                u,
+                HeldInto::buffer(d.context, d.buf.get(), d.len.get()),
+            );
         }
         let Some(u) = ep.unexpected.get_mut(i) else {
             return;

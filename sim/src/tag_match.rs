@@ -66,6 +66,19 @@ pub(crate) struct HeldInto {
     pub buf_offset: u32,
 }
 
+impl HeldInto {
+    /// A receive's whole buffer: the descriptor's `context`, IOVA `buf` and length `len`.
+    pub(crate) fn buffer(context: U64, buf: u64, len: u32) -> Self {
+        HeldInto {
+            context,
+            buf,
+            buf_len: len,
+            flags: 0,
+            buf_offset: 0,
+        }
+    }
+}
+
 /// A tagged receive on the posted list.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct PostedTagged {
@@ -163,14 +176,11 @@ impl Nic {
 
     /// Copy a complete unexpected message into a tagged receive and complete it.
     fn deliver_unexpected(&mut self, handle: u16, u: Unexpected, d: &TaggedRxDescriptor) {
-        let into = HeldInto {
-            context: d.context,
-            buf: d.buf.get(),
-            buf_len: d.len.get(),
-            flags: 0,
-            buf_offset: 0,
-        };
-        self.deliver_held(handle, u, into);
+        self.deliver_held(
+            handle,
+            u,
+            HeldInto::buffer(d.context, d.buf.get(), d.len.get()),
+        );
     }
 
     /// Copy a complete message taken off the unexpected list into the buffer of the receive

@@ -139,14 +139,11 @@ impl Nic {
             let j = ep.posted_rx.iter().position(|d| d.group.get() == group)?;
             let d = ep.posted_rx.remove(j)?;
             let u = ep.unexpected.remove(i)?;
-            let into = HeldInto {
-                context: d.context,
-                buf: d.buf.get(),
-                buf_len: d.len.get(),
-                flags: 0,
-                buf_offset: 0,
-            };
-            self.deliver_held(handle, u, into);
+            self.deliver_held(
+                handle,
+                u,
+                HeldInto::buffer(d.context, d.buf.get(), d.len.get()),
+            );
             return Some(true);
         }
         let fits = ep.mrecv.as_ref().map(|m| m.fits(total));
@@ -189,14 +186,11 @@ impl Nic {
             return Some(self.untagged_into_mrecv(handle, i));
         }
         let u = self.eps.get_mut(handle)?.unexpected.remove(i)?;
-        let into = HeldInto {
-            context: d.context,
-            buf: d.buf.get(),
-            buf_len: d.len.get(),
-            flags: 0,
-            buf_offset: 0,
-        };
-        self.deliver_held(handle, u, into);
+        self.deliver_held(
+            handle,
+            u,
+            HeldInto::buffer(d.context, d.buf.get(), d.len.get()),
+        );
         Some(true)
     }
 

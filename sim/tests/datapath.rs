@@ -103,6 +103,18 @@ fn status(c: &Completion) -> LocalStatus {
     LocalStatus::from_u8(c.status)
 }
 
+/// Where [`tagged_endpoint`] puts its tagged RX ring, from the endpoint's ring memory.
+const TRX_OFF: usize = 0x3000;
+
+/// An endpoint of job JOB (initiator 0x2222) on `b`, with a tagged RX ring of `2^EP_LOG2`
+/// entries at `base + TRX_OFF` and AV `av`: the endpoint and `base`, its ring memory.
+fn tagged_endpoint(b: &mut Driver, av: u32) -> (Ep, usize) {
+    let (mut body, base) = b.ep_body(JOB, 0x2222, 4);
+    body.trx_log2 = EP_LOG2;
+    body.trx_ring = U64::new(b.iova(base + TRX_OFF));
+    (b.ep_create_with(av, body, base).unwrap(), base)
+}
+
 #[test]
 fn send_reaches_the_endpoint_at_the_av_index() {
     let Pair {
@@ -557,7 +569,6 @@ fn with_peer_groups_a_full_completion_ring_stalls_a_message_whose_buffer_is_in_t
 /// RC_UNDELIVERABLE although its receive was posted.
 #[test]
 fn a_full_completion_ring_stalls_a_tagged_message_whose_receive_is_in_the_ring() {
-    const TRX_OFF: usize = 0x3000;
     let fabric = Fabric::new();
     let mut a = Driver::new(&fabric, "10.0.0.1");
     let mut cfg = NicConfig::new("10.0.0.2".parse().unwrap());
@@ -566,10 +577,7 @@ fn a_full_completion_ring_stalls_a_tagged_message_whose_receive_is_in_the_ring()
     let av_a = a.av_create(64, 0).unwrap();
     let av_b = b.av_create(64, 0).unwrap();
     let mut ea = a.ep_create(av_a, JOB, 0x1111, 4).unwrap();
-    let (mut body, base) = b.ep_body(JOB, 0x2222, 4);
-    body.trx_log2 = EP_LOG2;
-    body.trx_ring = U64::new(b.iova(base + TRX_OFF));
-    let mut eb = b.ep_create_with(av_b, body, base).unwrap();
+    let (mut eb, base) = tagged_endpoint(&mut b, av_b);
     let to_b = NicAvEntry::for_peer(&b.address_of(&eb, 0x2222), JOB);
     a.av_write(av_a, &[(3, to_b)]).unwrap();
     let tsend = |a: &mut Driver, ea: &mut Ep, payload: &[u8], tag: u64, context: u64| {
@@ -630,15 +638,11 @@ fn a_full_completion_ring_stalls_a_tagged_message_whose_receive_is_in_the_ring()
 /// posted.
 #[test]
 fn a_duplicate_tagged_message_is_held_unexpected_once() {
-    const TRX_OFF: usize = 0x3000;
     let fabric = Fabric::new();
     let a = Driver::new(&fabric, "10.0.0.1");
     let mut b = Driver::new(&fabric, "10.0.0.2");
     let av_b = b.av_create(64, 0).unwrap();
-    let (mut body, base) = b.ep_body(JOB, 0x2222, 4);
-    body.trx_log2 = EP_LOG2;
-    body.trx_ring = U64::new(b.iova(base + TRX_OFF));
-    let mut eb = b.ep_create_with(av_b, body, base).unwrap();
+    let (mut eb, base) = tagged_endpoint(&mut b, av_b);
     let request = StandardRequest {
         opcode: 9,
         flags: 0x0B,
@@ -1634,15 +1638,11 @@ fn a_message_arriving_while_others_wait_queues_behind_them_though_a_receive_is_p
 fn a_peek_waits_for_the_oldest_matching_message_to_be_whole() {
     use uet_fwif::datapath::{COMPLETION_FLAG_REPORT, TRX_FLAG_PEEK};
     use uet_sim::ses::{segment_word, FLAG_EOM, FLAG_REL, FLAG_SOM};
-    const TRX_OFF: usize = 0x3000;
     let fabric = Fabric::new();
     let _a = Driver::new(&fabric, "10.0.0.1");
     let mut b = Driver::new(&fabric, "10.0.0.2");
     let av_b = b.av_create(64, 0).unwrap();
-    let (mut body, base) = b.ep_body(JOB, 0x2222, 4);
-    body.trx_log2 = EP_LOG2;
-    body.trx_ring = U64::new(b.iova(base + TRX_OFF));
-    let mut eb = b.ep_create_with(av_b, body, base).unwrap();
+    let (mut eb, base) = tagged_endpoint(&mut b, av_b);
     let (pid_on_fep, resource_index) = (eb.pid, eb.ri_start);
     let request = |message_id: u16, flags: u8, header_data: u64, length: u32| StandardRequest {
         opcode: 9,
