@@ -933,14 +933,19 @@ impl EpState {
         Some(op)
     }
 
+    /// `FI_EOPBADSTATE` before `fi_enable`.
+    fn enabled(&self, call: &str) -> Result<(), FiError> {
+        match (self.driver.as_ref(), self.pool.as_ref()) {
+            (Some(_), Some(_)) => Ok(()),
+            _ => Err(not_enabled(call)),
+        }
+    }
+
     /// The enabled endpoint and a free buffer. `FI_EOPBADSTATE` before `fi_enable`,
     /// `FI_EAGAIN` with no buffer free.
     fn ready(&mut self, call: &str) -> Result<DmaBuffer, FiError> {
         let (Some(_), Some(pool)) = (self.driver.as_ref(), self.pool.as_ref()) else {
-            return Err(FiError::new(
-                FiErrno::FI_EOPBADSTATE,
-                format!("{call}: the endpoint is not enabled (fi_enable)"),
-            ));
+            return Err(not_enabled(call));
         };
         // Every message buffer is in flight: the application reads its CQ and retries, often
         // in a loop, so the answer is made without formatting a message.
@@ -2022,8 +2027,14 @@ fn recv_as(
     e.role.check_enabled(false, call)?;
     let mut st = e.shared.lock();
     let probe = matches!(kind, TaggedRecvKind::Probe(_));
-    // A probe takes no buffer.
-    let buffer = if probe { None } else { Some(st.ready(call)?) };
+    // A probe takes no buffer, but is refused on an endpoint not enabled as a receive is,
+    // before it holds a slot.
+    let buffer = if probe {
+        st.enabled(call)?;
+        None
+    } else {
+        Some(st.ready(call)?)
+    };
     let token = st.hold(Posted::Recv {
         context,
         // The results of a probe are only in its completion (fi_tagged(3)).
@@ -2033,10 +2044,10 @@ fn recv_as(
         withdrawn: false,
         probe,
     });
-    let driver = st
-        .driver
-        .as_mut()
-        .ok_or_else(|| FiError::inval("not enabled"))?;
+    let Some(driver) = st.driver.as_mut() else {
+        st.take(token);
+        return Err(not_enabled(call));
+    };
     let posted = match (matching, kind, buffer) {
         (Matching::Untagged, _, Some(buffer)) => driver.post_recv(buffer, token).map_err(|e| e.0),
         (Matching::Tagged { tag, ignore }, TaggedRecvKind::Receive, Some(buffer)) => driver
@@ -2057,6 +2068,14 @@ fn recv_as(
         return Err(driver_error(call, &err));
     }
     Ok(())
+}
+
+/// An operation on an endpoint not enabled (`fi_enable`).
+fn not_enabled(call: &str) -> FiError {
+    FiError::new(
+        FiErrno::FI_EOPBADSTATE,
+        format!("{call}: the endpoint is not enabled (fi_enable)"),
+    )
 }
 
 fn driver_error(call: &str, e: &DriverError) -> FiError {

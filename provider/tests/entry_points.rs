@@ -1082,6 +1082,48 @@ fn fi_trecvmsg_peeks_claims_and_discards_tagged_messages_that_arrived_first() {
     assert_eq!(pair.read(1).err(), Some(neg(FiErrno::FI_EAGAIN)));
 }
 
+/// A probe (`fi_trecvmsg` with `FI_PEEK`, `FI_CLAIM` or `FI_DISCARD`) on an endpoint not
+/// enabled is refused as a receive is: `-FI_EOPBADSTATE`.
+#[test]
+fn a_probe_on_an_endpoint_not_enabled_is_refused_as_a_receive_is() {
+    const FI_PEEK: u64 = 1 << 19;
+    const FI_CLAIM: u64 = 1 << 59;
+    const FI_DISCARD: u64 = 1 << 58;
+    let pair = Pair::new(0);
+    // SAFETY: the provider's own info.
+    let caps = unsafe { (*pair._open.info).caps };
+    let idle = pair.endpoint_with_caps(caps);
+    let mut rbuf = [0u8; 8];
+    let iov = IoVec {
+        iov_base: rbuf.as_mut_ptr().cast(),
+        iov_len: rbuf.len(),
+    };
+    let mut fi_context = [0u64; 4];
+    let msg = FiMsgTagged {
+        msg_iov: &iov,
+        desc: null_mut(),
+        iov_count: 1,
+        addr: u64::MAX, // FI_ADDR_UNSPEC
+        tag: 7,
+        ignore: 0,
+        context: fi_context.as_mut_ptr().cast(),
+        data: 0,
+    };
+    for flags in [
+        FI_PEEK,
+        FI_PEEK | FI_CLAIM,
+        FI_PEEK | FI_DISCARD,
+        FI_CLAIM | FI_DISCARD,
+        FI_CLAIM,
+    ] {
+        // SAFETY: an open endpoint; the call is refused before it reads the buffer.
+        let ret = unsafe { ((*(*idle).tagged).recvmsg)(idle, &msg, flags) };
+        assert_eq!(ret, neg(FiErrno::FI_EOPBADSTATE), "flags {flags:#x}");
+    }
+    // SAFETY: ours, open, closed once.
+    assert_eq!(unsafe { close(&mut (*idle).fid) }, 0);
+}
+
 #[test]
 fn a_cq_read_of_no_entries_and_no_buffer_returns_0() {
     let pair = Pair::new(0);
