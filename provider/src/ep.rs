@@ -243,11 +243,29 @@ enum Posted {
         /// A probe of the unexpected list (`FI_PEEK`, or `FI_CLAIM | FI_DISCARD`): its
         /// completion delivers nothing, and no counter counts it.
         probe: bool,
+        /// The claim it makes (`FI_PEEK | FI_CLAIM`) or ends (`FI_CLAIM`, alone or with
+        /// `FI_DISCARD`).
+        claim: Option<Claim>,
     },
     /// An operation of a context that has closed: its completion is read off the ring and
     /// reported nowhere, counted nowhere (a context opened again on its index gets none of
-    /// it). `recv`: a receive, which may still be posted on the NIC, and how it matches.
-    Orphan { recv: Option<Matching> },
+    /// it). `recv`: a receive, which may still be posted on the NIC, and how it matches;
+    /// `claim`: the claim it still makes or ends when it completes.
+    Orphan {
+        recv: Option<Matching>,
+        claim: Option<Claim>,
+    },
+}
+
+/// What a tagged receive does to a claim (fi_tagged(3) `FI_CLAIM`), which the ring set
+/// follows in [`EpState::claims`].
+#[derive(Clone, Copy)]
+enum Claim {
+    /// `FI_PEEK | FI_CLAIM`: its report marks the message found with the claim.
+    Makes(u64),
+    /// `FI_CLAIM`, alone or with `FI_DISCARD`: the message of the claim is taken or dropped
+    /// (or none held it).
+    Ends(u64),
 }
 
 /// A CQ binding: the CQ and whether only operations with `FI_COMPLETION` are reported.
@@ -286,6 +304,10 @@ struct EpState {
     /// Its receives report their source to `fi_cq_readfrom`: it was opened with the
     /// `FI_SOURCE` capability, without which fi_cq(3) has the source `FI_ADDR_NOTAVAIL`.
     sources: bool,
+    /// Claims the NIC holds for the receives of this ring set: `FI_PEEK | FI_CLAIM` probes
+    /// reported, whose message no `FI_CLAIM` receive or discard has completed for yet. A
+    /// receive context's close drops their messages ([`EpState::discard_claims`]).
+    claims: Vec<u64>,
 }
 
 /// What [`EpShared::arm`] made of an endpoint's ring for a waiting `fi_cq_sread`.
@@ -335,6 +357,7 @@ impl EpShared {
                 injects: 0,
                 connected_kind,
                 sources: sources && !connected_kind,
+                claims: Vec::new(),
             }),
         }
     }
@@ -393,6 +416,9 @@ impl EpShared {
             }
             return Ok(());
         }
+        // Claims the closed context's probes made since its close (their reports were read
+        // just now) leave with their messages too.
+        st.discard_claims();
         // Withdrawn at the close already, but for one a message was arriving into (it may
         // have completed since), or what a full completion ring held back.
         let withdrawn = st.cancel_orphan_receives();
@@ -450,6 +476,8 @@ impl EpShared {
         st.posted.clear();
         st.free.clear();
         st.injects = 0;
+        // The endpoint leaves the NIC with its unexpected list, claimed messages included.
+        st.claims.clear();
         driver
     }
 
@@ -659,8 +687,12 @@ impl EpState {
     /// The completion of `ev` and the CQ it goes to, or `None` when it is not reported.
     fn complete(&mut self, mut ev: CqEvent) -> Option<(*const UetCq, Completion)> {
         let posted = match self.take(ev.context) {
-            // Its buffer, if any, goes back to the pool with the event.
-            Some(Posted::Orphan { .. }) => return None,
+            // Its buffer, if any, goes back to the pool with the event. A claim its report
+            // made is held until the ring set drops it.
+            Some(Posted::Orphan { claim, .. }) => {
+                self.follow_claim(claim, ev.report);
+                return None;
+            }
             Some(posted) => posted,
             // A failed inject: the NIC reports it with context 0, which no posted operation
             // has (tokens start at 1), and it is reported as every failed operation is,
@@ -701,16 +733,20 @@ impl EpState {
                 matching,
                 iov,
                 probe,
+                claim,
                 ..
-            } => (
-                self.rx_cq,
-                // A probe is no transfer: fi_cntr(3) counts completed transfers.
-                if probe { None } else { self.rx_cntr },
-                context,
-                report,
-                FI_RECV | matching.flag(),
-                Some(iov),
-            ),
+            } => {
+                self.follow_claim(claim, ev.report);
+                (
+                    self.rx_cq,
+                    // A probe is no transfer: fi_cntr(3) counts completed transfers.
+                    if probe { None } else { self.rx_cntr },
+                    context,
+                    report,
+                    FI_RECV | matching.flag(),
+                    Some(iov),
+                )
+            }
             Posted::Orphan { .. } => return None,
         };
         let mut entry = FiCqTaggedEntry {
@@ -852,12 +888,14 @@ impl EpState {
     /// message is copied into no buffer of the application's, which has them back.
     fn orphan(&mut self, tx: bool) {
         for op in self.posted.iter_mut().flatten() {
-            let recv = match op {
-                Posted::Send { .. } if tx => None,
-                Posted::Recv { matching, .. } if !tx => Some(*matching),
+            let (recv, claim) = match op {
+                Posted::Send { .. } if tx => (None, None),
+                Posted::Recv {
+                    matching, claim, ..
+                } if !tx => (Some(*matching), *claim),
                 _ => continue,
             };
-            *op = Posted::Orphan { recv };
+            *op = Posted::Orphan { recv, claim };
         }
     }
 
@@ -903,10 +941,65 @@ impl EpState {
             .iter()
             .enumerate()
             .filter_map(|(slot, op)| match op {
-                Some(Posted::Orphan { recv: Some(m) }) => Some((slot as u64 + 1, *m)),
+                Some(Posted::Orphan { recv: Some(m), .. }) => Some((slot as u64 + 1, *m)),
                 _ => None,
             })
             .collect()
+    }
+
+    /// Follow what a completed tagged receive did to a claim ([`EpState::claims`]);
+    /// `report`: its completion reports a message found.
+    fn follow_claim(&mut self, claim: Option<Claim>, report: bool) {
+        match claim {
+            Some(Claim::Makes(claim)) if report => self.claims.push(claim),
+            Some(Claim::Ends(claim)) => {
+                if let Some(i) = self.claims.iter().position(|&c| c == claim) {
+                    self.claims.swap_remove(i);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Drop the messages of the claims the ring set holds (`FI_CLAIM | FI_DISCARD` of each):
+    /// a receive context closes, and no later context of its index could take them, for
+    /// only the `FI_CLAIM` receive given the closed context's `fi_context` does. Each
+    /// discard completes reported nowhere; the ring is read before this returns. A claim
+    /// whose discard the tagged RX ring has no room for (its receives full) is kept for the
+    /// next call.
+    fn discard_claims(&mut self) {
+        // Reports read off the ring first: an orphaned probe's may make a claim.
+        self.drain_ring();
+        let mut kept = Vec::new();
+        'claims: while let Some(claim) = self.claims.pop() {
+            for _ in 0..FLUSH_TRIES {
+                let token = self.hold(Posted::Orphan {
+                    recv: None,
+                    claim: None,
+                });
+                let Some(driver) = self.driver.as_mut() else {
+                    self.take(token);
+                    return;
+                };
+                let posted = driver.post_tprobe(TaggedProbe::Discard(claim), 0, 0, 0, token);
+                match posted.map_err(|e| (e.errno(), e)) {
+                    Ok(()) => continue 'claims,
+                    // The tagged RX ring is full: its completions are read first.
+                    Err((FiErrno::FI_EAGAIN, _)) => {
+                        self.take(token);
+                        self.drain_ring();
+                    }
+                    Err((_, e)) => {
+                        self.take(token);
+                        tracing::debug!(claim, error = %e, "a closed context's claim not dropped");
+                        continue 'claims;
+                    }
+                }
+            }
+            kept.push(claim);
+        }
+        self.drain_ring();
+        self.claims.append(&mut kept);
     }
 
     /// Hold `op` until its completion: its token, the context the NIC carries (never 0, the
@@ -2043,6 +2136,13 @@ fn recv_as(
         iov: *iov,
         withdrawn: false,
         probe,
+        claim: match kind {
+            TaggedRecvKind::Probe(TaggedProbe::PeekClaim(claim)) => Some(Claim::Makes(claim)),
+            TaggedRecvKind::Claimed(claim) | TaggedRecvKind::Probe(TaggedProbe::Discard(claim)) => {
+                Some(Claim::Ends(claim))
+            }
+            _ => None,
+        },
     });
     let Some(driver) = st.driver.as_mut() else {
         st.take(token);
@@ -2643,6 +2743,8 @@ unsafe extern "C" fn ep_close(fid: *mut Fid) -> c_int {
                     if let Err(e) = st.cancel_orphan_receives() {
                         tracing::debug!(error = %e, "a closed receive context's receives stay posted");
                     }
+                    // The messages it claimed and did not take no later context could take.
+                    st.discard_claims();
                 }
                 let (cq, other_cq) = if tx {
                     (st.tx_cq.take(), st.rx_cq)
@@ -2775,6 +2877,7 @@ mod tests {
             iov: IoList::default(),
             withdrawn: false,
             probe: false,
+            claim: None,
         });
         // The transmit context closes: its send is left to the ring set, the receive
         // context's receive is not.
@@ -2799,6 +2902,40 @@ mod tests {
         let ev = event(recv, CqOp::TaggedRecv, Some(FiErrno::FI_ECANCELED));
         assert!(st.complete(ev).is_none());
         assert!(st.orphan_receives().is_empty());
+        assert!(st.posted.iter().all(Option::is_none));
+    }
+
+    /// The ring set follows the claims the NIC holds: an `FI_PEEK | FI_CLAIM` that found a
+    /// message makes one, one that found none does not, and the `FI_CLAIM` receive ends it,
+    /// also once its context closed.
+    #[test]
+    fn the_claims_held_are_those_reported_and_not_yet_taken() {
+        let lane = EpShared::lane(true);
+        let mut st = lane.lock();
+        st.rx_cq = binding(0x1000);
+        let recv = |st: &mut EpState, claim: Claim| {
+            st.hold(Posted::Recv {
+                context: 0xC1,
+                report: true,
+                matching: Matching::Tagged { tag: 1, ignore: 0 },
+                iov: IoList::default(),
+                withdrawn: false,
+                probe: matches!(claim, Claim::Makes(_)),
+                claim: Some(claim),
+            })
+        };
+        let none = recv(&mut st, Claim::Makes(0xC1));
+        let _ = st.complete(event(none, CqOp::TaggedRecv, Some(FiErrno::FI_ENOMSG)));
+        assert!(st.claims.is_empty(), "no message found, no claim");
+        let found = recv(&mut st, Claim::Makes(0xC1));
+        let mut ev = event(found, CqOp::TaggedRecv, None);
+        ev.report = true;
+        assert!(st.complete(ev).is_some());
+        assert_eq!(st.claims, [0xC1]);
+        let take = recv(&mut st, Claim::Ends(0xC1));
+        st.orphan(false);
+        assert!(st.complete(event(take, CqOp::TaggedRecv, None)).is_none());
+        assert!(st.claims.is_empty(), "taken");
         assert!(st.posted.iter().all(Option::is_none));
     }
 

@@ -7211,6 +7211,85 @@ fn a_closed_receive_contexts_posted_receive_writes_nothing_into_its_buffer() {
     }
 }
 
+/// A receive context's `fi_close` drops the messages it claimed (`FI_PEEK | FI_CLAIM`) and
+/// did not take: only the `FI_CLAIM` receive given the closed context's `fi_context` could
+/// take one, and a context opened again on the index finds none, so each would hold its
+/// place on the NIC's unexpected list for as long as the scalable endpoint lives. The list
+/// has room for as many messages for the new context as it had before the claim.
+#[test]
+fn a_closed_receive_contexts_claims_leave_the_unexpected_list() {
+    const FI_PEEK: u64 = 1 << 19;
+    const FI_CLAIM: u64 = 1 << 59;
+    let entries = usize::from(uet_regs::CAP_TAGGED.reset_value().unexpected_entries());
+    let open = Open::with_hints(&sep_hints(1, 1));
+    let mut attr = av_attr(16);
+    let av = open.av_open(&mut attr).unwrap();
+    let (cq_t, cq_r) = (
+        open.cq_open(FI_CQ_FORMAT_TAGGED, FI_WAIT_UNSPEC),
+        open.cq_open(FI_CQ_FORMAT_TAGGED, FI_WAIT_UNSPEC),
+    );
+    let sep = scalable_ep(&open).unwrap();
+    let (t0, r0) = (
+        context(sep, true, 0).unwrap(),
+        context(sep, false, 0).unwrap(),
+    );
+    // SAFETY: open objects.
+    unsafe {
+        assert_eq!(bind(&mut (*sep).fid, &mut (*av).fid, 0), 0);
+        assert_eq!(bind(&mut (*t0).fid, &mut (*cq_t).fid, FI_TRANSMIT), 0);
+        assert_eq!(bind(&mut (*r0).fid, &mut (*cq_r).fid, FI_RECV), 0);
+    }
+    assert_eq!(enable(sep), 0);
+    let me = insert(av, &name_of(sep.cast()));
+    assert_eq!(tsend(t0, b"claimed", me, 0x33, 1), 0);
+    assert!(cq_wait(cq_t).is_ok(), "the message waits unexpected");
+    let mut fi_context = [0u64; 4];
+    let claim: *mut core::ffi::c_void = fi_context.as_mut_ptr().cast();
+    let msg = FiMsgTagged {
+        msg_iov: null(),
+        desc: null_mut(),
+        iov_count: 0,
+        addr: u64::MAX, // FI_ADDR_UNSPEC
+        tag: 0x33,
+        ignore: 0,
+        context: claim,
+        data: 0,
+    };
+    // SAFETY: an open receive context; the probe takes no buffer.
+    let ret = unsafe { ((*(*r0).tagged).recvmsg)(r0, &msg, FI_PEEK | FI_CLAIM) };
+    assert_eq!(ret, 0);
+    let e = cq_wait(cq_r).expect("the claim completes");
+    assert_eq!((e.op_context, e.len), (claim, 7));
+    // SAFETY: open, closed once.
+    assert_eq!(unsafe { close(&mut (*r0).fid) }, 0);
+    let r0 = context(sep, false, 0).expect("receive context 0 opened again");
+    let cq_new = open.cq_open(FI_CQ_FORMAT_TAGGED, FI_WAIT_UNSPEC);
+    // SAFETY: open objects.
+    unsafe { assert_eq!(bind(&mut (*r0).fid, &mut (*cq_new).fid, FI_RECV), 0) };
+    assert_eq!(enable(r0), 0);
+    for i in 0..entries {
+        assert_eq!(tsend(t0, b"m", me, 0x44, 100 + i), 0);
+        let e = cq_wait(cq_t);
+        assert_eq!(
+            e.map(|e| e.op_context as usize),
+            Ok(100 + i),
+            "message {i} of {entries} finds room on the unexpected list"
+        );
+    }
+    // SAFETY: open objects, each closed once, contexts first.
+    unsafe {
+        close_all(&[
+            &mut (*t0).fid,
+            &mut (*r0).fid,
+            &mut (*sep).fid,
+            &mut (*cq_t).fid,
+            &mut (*cq_r).fid,
+            &mut (*cq_new).fid,
+            &mut (*av).fid,
+        ]);
+    }
+}
+
 /// A context closed after its scalable endpoint is enabled opens again on its index
 /// (fi_endpoint(3) forbids it nowhere): a new context on the same ring set, which binds a CQ
 /// of its own and is enabled on its own, and starts clean: the old context's receives are
