@@ -103,7 +103,7 @@
 //!   (no data is copied), or with the error `FI_ENOMSG`; `FI_PEEK | FI_CLAIM` also reserves
 //!   the message for the `FI_CLAIM` receive given the same `struct fi_context` (the
 //!   context is the claim; NULL is `-FI_EINVAL`); `FI_DISCARD` with `FI_PEEK` or `FI_CLAIM`
-//!   drops it (`-FI_EBADFLAGS` alone). A probe always completes, whatever
+//!   drops it, its iovecs ignored (`-FI_EBADFLAGS` alone). A probe always completes, whatever
 //!   `FI_SELECTIVE_COMPLETION` says, since its result is its completion; no counter counts
 //!   it.
 //!
@@ -2701,8 +2701,13 @@ unsafe extern "C" fn ep_trecvmsg(ep: *mut FidEp, msg: *const FiMsgTagged, flags:
             return Err(FiError::badflags(format!("{CALL}: flags {flags:#x}")));
         }
         let kind = TaggedRecvKind::of(flags, m.context as u64, CALL)?;
-        // SAFETY: `msg_iov` holds `iov_count` iovecs (libfabric's contract).
-        let v = unsafe { iovecs(m.msg_iov, m.iov_count, CALL) }?;
+        // fi_tagged(3): with FI_DISCARD the input buffers and length are ignored.
+        let v = if flags & FI_DISCARD != 0 {
+            IoList::default()
+        } else {
+            // SAFETY: `msg_iov` holds `iov_count` iovecs (libfabric's contract).
+            unsafe { iovecs(m.msg_iov, m.iov_count, CALL) }?
+        };
         let matching = Matching::Tagged {
             tag: m.tag,
             ignore: m.ignore,

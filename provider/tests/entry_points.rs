@@ -1082,6 +1082,48 @@ fn fi_trecvmsg_peeks_claims_and_discards_tagged_messages_that_arrived_first() {
     assert_eq!(pair.read(1).err(), Some(neg(FiErrno::FI_EAGAIN)));
 }
 
+/// fi_tagged(3): with `FI_DISCARD` the input buffers and length are ignored: a discard whose
+/// `msg_iov` is NULL with a count, or names more iovecs than `iov_limit`, drops the message
+/// all the same.
+#[test]
+fn fi_discard_ignores_the_iovecs() {
+    const FI_PEEK: u64 = 1 << 19;
+    const FI_CLAIM: u64 = 1 << 59;
+    const FI_DISCARD: u64 = 1 << 58;
+    let pair = Pair::new(0);
+    let to_1 = pair.p[1].addr;
+    assert_eq!(tsend(pair.p[0].ep, b"dropped", to_1, 8, 1), 0);
+    assert_eq!(tsend(pair.p[0].ep, b"claimed, dropped", to_1, 9, 2), 0);
+    assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(1));
+    assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(2));
+    let mut fi_context = [0u64; 4];
+    let claim: *mut core::ffi::c_void = fi_context.as_mut_ptr().cast();
+    let msg = |tag: u64, context: *mut core::ffi::c_void, iov_count: usize| FiMsgTagged {
+        msg_iov: null(),
+        desc: null_mut(),
+        iov_count,
+        addr: u64::MAX, // FI_ADDR_UNSPEC
+        tag,
+        ignore: 0,
+        context,
+        data: 0,
+    };
+    let trecvmsg = |m: &FiMsgTagged, flags: u64| {
+        // SAFETY: an open endpoint; a discard reads no iovec.
+        unsafe { ((*(*pair.p[1].ep).tagged).recvmsg)(pair.p[1].ep, m, flags) }
+    };
+    assert_eq!(trecvmsg(&msg(8, 10 as _, 1), FI_PEEK | FI_DISCARD), 0);
+    let e = pair.wait(1).expect("the discard completes");
+    assert_eq!((e.op_context as usize, e.len), (10, 7));
+    assert_eq!(trecvmsg(&msg(9, claim, 0), FI_PEEK | FI_CLAIM), 0);
+    let e = pair.wait(1).expect("the claim completes");
+    assert_eq!((e.op_context, e.len), (claim, 16));
+    assert_eq!(trecvmsg(&msg(0, claim, 1000), FI_CLAIM | FI_DISCARD), 0);
+    let e = pair.wait(1).expect("the discard completes");
+    assert_eq!((e.op_context, e.len), (claim, 16));
+    assert_eq!(pair.read(1).err(), Some(neg(FiErrno::FI_EAGAIN)));
+}
+
 /// A probe (`fi_trecvmsg` with `FI_PEEK`, `FI_CLAIM` or `FI_DISCARD`) on an endpoint not
 /// enabled is refused as a receive is: `-FI_EOPBADSTATE`.
 #[test]
