@@ -1927,6 +1927,12 @@ impl Endpoint {
         context: u64,
     ) -> Result<(), DriverError> {
         self.probe_supported()?;
+        // A discard names its message by claim alone.
+        let group = if matches!(probe, TaggedProbe::Discard(_)) {
+            0
+        } else {
+            group
+        };
         self.check_group(group)?;
         let (flags, claim) = match probe {
             TaggedProbe::Peek => (TRX_FLAG_PEEK, 0),
@@ -1975,7 +1981,8 @@ impl Endpoint {
             return Err(DriverError::Fabric(FiError::new(
                 FiErrno::FI_ENOSYS,
                 format!(
-                    "the NIC (interface 1.{}) cannot probe its unexpected list (FI_PEEK,                      FI_CLAIM, FI_DISCARD): that needs interface 1.{}",
+                    "the NIC (interface 1.{}) cannot probe its unexpected list (FI_PEEK, FI_CLAIM, \
+                     FI_DISCARD): that needs interface 1.{}",
                     self.nic.identity.interface_minor,
                     uet_regs::since::TAGGED_PROBE
                 ),

@@ -166,7 +166,8 @@ fn a_discarded_message_is_dropped_and_frees_its_place() {
     b.ep.post_tprobe(TaggedProbe::PeekClaim(9), 3, 0, 0, 22)
         .unwrap();
     report(&mut b);
-    b.ep.post_tprobe(TaggedProbe::Discard(9), 0, 0, 0, 23)
+    // A discard names its message by claim: tag, ignore and group are not looked at.
+    b.ep.post_tprobe(TaggedProbe::Discard(9), 0x55, 0, 7, 23)
         .unwrap();
     let ev = report(&mut b);
     assert_eq!((ev.context, ev.len, ev.tag), (23, 21, 3));
