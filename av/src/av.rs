@@ -993,9 +993,11 @@ impl<N: NicAvTable> AddressVector<N> {
     }
 
     /// Number of addresses inserted and not removed (pending `FI_MORE` ones included; lost
-    /// indices, which hold none, not).
+    /// indices, which hold none, not, nor on an `FI_EVENT` AV the indices of an AV_WRITE the
+    /// NIC refused, which lookups already treat as unused and the next call releases).
     pub fn len(&self) -> usize {
-        (u64::from(self.alloc.len()) - self.lost.len()) as usize
+        let held = u64::from(self.alloc.len()) - self.lost.len();
+        held.saturating_sub(self.revoked_count()) as usize
     }
 
     /// No address is inserted.

@@ -642,6 +642,20 @@ impl<N: NicAvTable> AddressVector<N> {
         Ok(())
     }
 
+    /// How many indices the NIC refused that the mirror has not released yet.
+    pub(super) fn revoked_count(&self) -> u64 {
+        match self.events.as_deref() {
+            Some(state) if state.shared.revoked_any.load(Ordering::Acquire) => state
+                .shared
+                .lock()
+                .revoked
+                .iter()
+                .map(|&(_, count)| u64::from(count))
+                .sum(),
+            _ => 0,
+        }
+    }
+
     /// Whether `index` was refused by the NIC and awaits release (lookups treat it as unused).
     #[inline]
     pub(super) fn is_revoked(&self, index: u32) -> bool {
