@@ -64,6 +64,11 @@ pub const AV_DOORBELL_INTERFACE_MINOR: u8 = uet_regs::since::AV_INVALIDATE_DOORB
 /// `AV_WRITE_DOORBELL`, 1.8); on older devices every AV entry is written with AV_WRITE.
 pub const AV_WRITE_WINDOW_INTERFACE_MINOR: u8 = uet_regs::since::AV_WRITE_WINDOW;
 
+/// The interface minor version from which the NIC holds an untagged message that arrives
+/// before its receive on its unexpected list (1.17); on older devices it fails at the sender
+/// (`FI_ENORX`).
+pub const UNTAGGED_UNEXPECTED_INTERFACE_MINOR: u8 = uet_regs::since::UNTAGGED_UNEXPECTED;
+
 /// The interface minor version that added RECV_CANCEL (1.14): a posted receive withdrawn
 /// (`fi_cancel`); on older devices a posted receive cannot be cancelled (`FI_ENOSYS`).
 pub const RECV_CANCEL_INTERFACE_MINOR: u8 = uet_regs::since::RECV_CANCEL;

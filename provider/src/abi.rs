@@ -64,6 +64,8 @@ pub const FI_SHARED_CONTEXT: usize = usize::MAX;
 pub const FI_THREAD_SAFE: c_int = 1;
 /// `FI_PROGRESS_AUTO`.
 pub const FI_PROGRESS_AUTO: c_int = 1;
+/// `FI_RM_DISABLED`.
+pub const FI_RM_DISABLED: c_int = 1;
 /// `FI_RM_ENABLED`.
 pub const FI_RM_ENABLED: c_int = 2;
 

@@ -9,6 +9,7 @@
 //! | `addr_format` | `FI_FORMAT_UNSPEC` (the 32-byte UET address) or `FI_ADDR_STR` |
 //! | `ep_attr->type` | `FI_EP_RDM`, `FI_EP_DGRAM`, `FI_EP_MSG` (connected: [`crate::pep`], [`crate::ep`]) |
 //! | `domain_attr->av_type` | `FI_AV_TABLE` (`FI_AV_MAP` behaves as a table, as in libfabric 2.x, and is answered so) |
+//! | `domain_attr->resource_mgmt` | `FI_RM_ENABLED` on a NIC of host interface 1.17 or later, which holds a message that arrives before its receive; `FI_RM_DISABLED` before, whose hints asking `FI_RM_ENABLED` exclude it |
 //! | `domain_attr->name`, `fabric_attr->name`, `fabric_attr->prov_name` | the NIC's, `uet`, `uet` |
 //! | `domain_attr->caps` | `FI_LOCAL_COMM`, `FI_REMOTE_COMM`, `FI_SHARED_AV` (not on `FI_EP_MSG`, whose domain opens no named AV) |
 //! | `domain_attr->ep_cnt` | up to the NIC's endpoints |
@@ -187,6 +188,19 @@ pub const OFI_CORE_PROV_ONLY: u64 = 1 << 59;
 
 /// The fabric's name (`fabric_attr->name`).
 pub const FABRIC_NAME: &str = "uet";
+
+/// The resource management `nic` gives (`domain_attr->resource_mgmt`): `FI_RM_ENABLED` from
+/// host interface 1.17, whose NIC holds a message that arrives before its receive on its
+/// unexpected list (fi_domain(3): with resource management a reliable endpoint's message
+/// that finds no receive buffer is retried, not a transmit error); `FI_RM_DISABLED` before,
+/// when an untagged one fails at the sender with `FI_ENORX`.
+pub(crate) fn resource_mgmt(nic: &Nic) -> c_int {
+    if nic.identity().interface_minor >= uet_driver::nic::UNTAGGED_UNEXPECTED_INTERFACE_MINOR {
+        FI_RM_ENABLED
+    } else {
+        FI_RM_DISABLED
+    }
+}
 
 /// The domain's name on `nic` (`domain_attr->name`): `uet_` and its fabric address.
 pub fn domain_name(nic: &Nic) -> String {
@@ -796,6 +810,14 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
         }
         w.av_type = AvType::from_raw(d.av_type)
             .ok_or_else(|| nodata(format!("av_type {} is no fi_av_type", d.av_type)))?;
+        if d.resource_mgmt == FI_RM_ENABLED && resource_mgmt(nic) != FI_RM_ENABLED {
+            return Err(nodata(format!(
+                "resource_mgmt FI_RM_ENABLED: the NIC (host interface 1.{}) refuses a message \
+                 that arrives before its receive, where 1.{} holds it",
+                nic.identity().interface_minor,
+                uet_driver::nic::UNTAGGED_UNEXPECTED_INTERFACE_MINOR
+            )));
+        }
         if d.caps & !DOMAIN_CAPS != 0 {
             return Err(nodata(format!(
                 "domain_attr->caps {:#x} ask for more than {DOMAIN_CAPS:#x} (FI_LOCAL_COMM, \
@@ -1231,7 +1253,7 @@ unsafe fn fill(
         d.threading = FI_THREAD_SAFE;
         d.control_progress = FI_PROGRESS_AUTO;
         d.data_progress = FI_PROGRESS_AUTO;
-        d.resource_mgmt = FI_RM_ENABLED;
+        d.resource_mgmt = resource_mgmt(nic);
         d.av_type = AvType::Table.to_raw();
         // No mode bit: messages go through the provider's own buffers, so nothing needs to be
         // registered, and the provider serves no memory regions yet.

@@ -10051,6 +10051,54 @@ fn closing_fi_wait_mutex_cond_objects_leaks_no_descriptor_or_thread() {
     );
 }
 
+/// fi_domain(3)'s resource management is what the NIC gives: `FI_RM_DISABLED` on one older
+/// than host interface 1.17, where a message that arrives before its receive fails at the
+/// sender, so hints asking `FI_RM_ENABLED` find nothing there. (The provider opens one NIC
+/// per process, here one of interface 1.16 served over vfio-user: the test runs in a process
+/// of its own.)
+#[test]
+fn fi_getinfo_answers_fi_rm_disabled_on_a_nic_that_refuses_early_messages() {
+    if !common::in_own_process(
+        "fi_getinfo_answers_fi_rm_disabled_on_a_nic_that_refuses_early_messages",
+    ) {
+        return;
+    }
+    const FI_RM_DISABLED: c_int = 1;
+    const FI_RM_ENABLED: c_int = 2;
+    let dir = std::env::temp_dir().join(format!("uet-rm-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("nic.sock");
+    let fabric = uet_sim::Fabric::new();
+    let mut config = uet_sim::NicConfig::new("10.0.0.1".parse().unwrap());
+    config.interface_minor = uet_regs::since::UNTAGGED_UNEXPECTED - 1;
+    let function = fabric.add_nic(config).unwrap();
+    let server =
+        std::sync::Arc::new(uet_sim::vfio_user::VfioUserServer::bind(function, &path).unwrap());
+    let _serving = std::thread::spawn(move || server.serve_one());
+    std::env::set_var(
+        uet_fi::device::DEVICE_VAR,
+        format!("vfio-user:{}", path.display()),
+    );
+    let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+    let info = getinfo(None, None, 0, Some(&hints)).expect("fi_getinfo");
+    // SAFETY: the provider's answer, read, then freed once.
+    let rm = unsafe {
+        let rm = (*(*info).domain_attr).resource_mgmt;
+        uet_fi::info::free_info(info);
+        rm
+    };
+    assert_eq!(rm, FI_RM_DISABLED);
+    // SAFETY: the hints' own attributes.
+    unsafe { (*hints.info.domain_attr).resource_mgmt = FI_RM_ENABLED };
+    assert_eq!(
+        getinfo(None, None, 0, Some(&hints)).err(),
+        Some(-(FiErrno::FI_ENODATA.get() as c_int)),
+        "resource management this NIC does not give"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// On a NIC whose rings are smaller than the defaults (`CAP_QUEUES.max_queue_entries` 32),
 /// `fi_getinfo` answers the ring sizes an endpoint opened with its answer gets (8-entry
 /// transmit and receive rings, a quarter of the completion ring), not the defaults, and
