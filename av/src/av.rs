@@ -111,7 +111,8 @@
 //! the address (the mirror has it), and the NIC entry is valid only once the NIC has executed
 //! the AV_WRITE: a send to the `fi_addr_t` before that completes with `FI_EADDRNOTAVAIL`, and
 //! after `FI_AV_COMPLETE` it is translated. After a refusal is reported, lookup and remove
-//! treat the addresses as never inserted; `len` and `iter` count them until the AV's next call.
+//! treat the addresses as never inserted, and `len` and `iter` leave them out; the AV's next
+//! call releases their indices.
 //! `fi_addr` slots are written when the call returns (`FI_ADDR_NOTAVAIL` for addresses the host
 //! refused); a later NIC refusal is reported by the error entries only, since the slice is no
 //! longer borrowed (a C shim, which keeps the array valid until completion as fi_av(3)
@@ -2766,8 +2767,8 @@ impl<N: NicAvTable> AddressVector<N> {
     }
 
     /// Indices in use, ascending: pending `FI_MORE` inserts included, indices whose
-    /// asynchronous insert the NIC refused not (as for [`AddressVector::lookup`]), although
-    /// [`AddressVector::len`] counts them until the AV's next call releases them.
+    /// asynchronous insert the NIC refused not (as for [`AddressVector::lookup`] and
+    /// [`AddressVector::len`]), though the AV's next call is what releases them.
     pub fn indices(&self) -> impl Iterator<Item = u32> + '_ {
         self.alloc
             .iter()

@@ -327,7 +327,7 @@ impl AvSet {
             }
         } else if universe {
             // Every address the AV holds: its indices in use, less any whose asynchronous
-            // insert the NIC refused (av.len() counts those until the AV's next call).
+            // insert the NIC refused (av.len() leaves those out too).
             let stored = av.indices().count();
             if stored > capacity {
                 return Err(FiError::inval(format!(

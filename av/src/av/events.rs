@@ -11,9 +11,9 @@
 //! `fi_addr_t` completes with `FI_EADDRNOTAVAIL`, while `fi_av_lookup` already returns the
 //! address (from the mirror). Once `FI_AV_COMPLETE` is read, sends reach the inserted
 //! addresses. If the NIC refuses an AV_WRITE, or does not answer it, its addresses are
-//! reported failed and their indices are revoked at once for `lookup`, `index_of`, `address`
-//! and `remove`, and released from the mirror (reusable, gone from `len` and `iter`) at the
-//! AV's next call. The indices of a write that went unanswered are also rewritten on the NIC,
+//! reported failed and their indices are revoked at once for `lookup`, `index_of`, `address`,
+//! `remove`, `len` and `iter`, and released from the mirror (reusable) at the AV's next
+//! call. The indices of a write that went unanswered are also rewritten on the NIC,
 //! by synchronous commands, before the next insert takes any index (see
 //! `reconcile_before_insert`): the one time an insert waits for the NIC.
 
