@@ -34,9 +34,9 @@ use crate::device::{Device, DeviceError};
 use crate::dma::DmaRegion;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::mpsc;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use uet_regs::{pci, Mmio, REGISTERS_SIZE};
 use vfio_bindings::bindings::vfio::{
@@ -77,7 +77,8 @@ impl VfioUserDevice {
 
     /// [`VfioUserDevice::open`], waiting at most `timeout` for the server's answers while the
     /// function is opened: its version and regions, its identity and its command register
-    /// (steps 1 to 3).
+    /// (steps 1 to 3). An open that gives up sets nothing on the function, whenever the
+    /// server's answers come.
     pub fn open_within(path: impl AsRef<Path>, timeout: Duration) -> Result<Self, DeviceError> {
         let path = path.as_ref().to_path_buf();
         let refuse = |reason: String| DeviceError::Open {
@@ -87,21 +88,33 @@ impl VfioUserDevice {
         // The client blocks on the socket with no timeout of its own, so steps 1 to 3 run on
         // a thread of their own: a socket whose owner accepts but never answers, or stops
         // answering before the function is ready (not a vfio-user server, or a hung one), is
-        // an error, not a hang. That thread ends when the socket closes.
+        // an error, not a hang. That thread ends when the socket closes. An open that gave up
+        // leaves the function as it found it: the thread sets nothing in its command register
+        // once the wait is over (`OpenState`).
         let (tx, rx) = mpsc::channel();
         let at = path.clone();
+        let state = Arc::new(AtomicU8::new(OpenState::Waiting as u8));
+        let thread_state = state.clone();
         std::thread::Builder::new()
             .name("vfio-user-connect".into())
             .spawn(move || {
                 let opened = without_sigpipe(|| Client::new(&at))
                     .map_err(|e| e.to_string())
-                    .and_then(prepare);
+                    .and_then(|client| prepare(client, &thread_state));
                 let _ = tx.send(opened);
             })
             .map_err(|e| refuse(format!("cannot start the connection: {e}")))?;
         // The thread ends without a word when the client panicked on the server's answer (it
         // does on some malformed version replies): the server answered, wrongly.
-        let client = match rx.recv_timeout(timeout) {
+        let answer = match rx.recv_timeout(timeout) {
+            Err(mpsc::RecvTimeoutError::Timeout) if !OpenState::give_up(&state) => {
+                // The command register is being written: the open is as good as done, and
+                // giving up now could leave the function set up with nobody to drive it.
+                rx.recv_timeout(timeout)
+            }
+            answer => answer,
+        };
+        let client = match answer {
             Ok(opened) => opened.map_err(refuse)?,
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 return Err(refuse(format!(
@@ -207,10 +220,51 @@ impl VfioUserDevice {
     }
 }
 
+/// Where [`VfioUserDevice::open_within`] is with a function: `state` of the thread that opens
+/// it, shared with the caller that waits for it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum OpenState {
+    /// The caller waits; nothing is set on the function yet.
+    Waiting = 0,
+    /// The thread sets memory space and bus master: the caller waits for the outcome.
+    Setting = 1,
+    /// The caller gave up: the thread sets nothing on the function.
+    GivenUp = 2,
+}
+
+impl OpenState {
+    /// The thread is about to set the command register: whether it may (the caller has not
+    /// given up).
+    fn set(state: &AtomicU8) -> bool {
+        state
+            .compare_exchange(
+                OpenState::Waiting as u8,
+                OpenState::Setting as u8,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+    }
+
+    /// The caller's wait is over: whether it gave up before the thread began setting the
+    /// command register.
+    fn give_up(state: &AtomicU8) -> bool {
+        state
+            .compare_exchange(
+                OpenState::Waiting as u8,
+                OpenState::GivenUp as u8,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+    }
+}
+
 /// Steps 2 and 3 of opening (see the module documentation) on a connected `client`: BAR0 and
-/// the function's identity checked, then memory space and bus master set. The reason a
-/// function is refused, when it is.
-fn prepare(mut client: Client) -> Result<Client, String> {
+/// the function's identity checked, then memory space and bus master set, unless the caller
+/// has given up waiting by then (`state`). The reason a function is refused, when it is.
+fn prepare(mut client: Client, state: &AtomicU8) -> Result<Client, String> {
     // 2. BAR0 and identity.
     let rw = VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE;
     match client.region(VFIO_PCI_BAR0_REGION_INDEX) {
@@ -244,7 +298,10 @@ fn prepare(mut client: Client) -> Result<Client, String> {
             uet_regs::PCI_DEVICE_ID
         ));
     }
-    // 3. Memory space and bus master on.
+    // 3. Memory space and bus master on, unless the open has given up by now.
+    if !OpenState::set(state) {
+        return Err("the open gave up before the function was ready".to_string());
+    }
     let mut command = [0u8; 2];
     without_sigpipe(|| {
         client.region_read(
@@ -764,6 +821,102 @@ mod tests {
         unsafe { libc::signal(libc::SIGPIPE, before) };
         assert_eq!(id, u32::MAX);
         assert!(device.lost.load(Ordering::Relaxed));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A uet-nic function that answers slowly: its first configuration-space read waits
+    /// until the test lets it go; every write is recorded, as (region, offset).
+    struct SlowFunction {
+        go: std::sync::mpsc::Receiver<()>,
+        waited: bool,
+        writes: std::sync::Arc<Mutex<Vec<(u32, u64)>>>,
+    }
+
+    impl ServerBackend for SlowFunction {
+        fn region_read(&mut self, _: u32, offset: u64, data: &mut [u8]) -> std::io::Result<()> {
+            if !self.waited {
+                self.waited = true;
+                let _ = self.go.recv();
+            }
+            data.fill(0);
+            if offset == pci::VENDOR_ID as u64 && data.len() == 4 {
+                data.copy_from_slice(&pci::ID_DWORD.to_le_bytes());
+            }
+            Ok(())
+        }
+
+        fn region_write(&mut self, index: u32, offset: u64, _: &[u8]) -> std::io::Result<()> {
+            self.writes.lock().unwrap().push((index, offset));
+            Ok(())
+        }
+
+        fn dma_map(
+            &mut self,
+            _: DmaMapFlags,
+            _: u64,
+            _: u64,
+            _: u64,
+            _: Option<File>,
+        ) -> std::io::Result<()> {
+            Ok(())
+        }
+
+        fn dma_unmap(&mut self, _: DmaUnmapFlags, _: u64, _: u64) -> std::io::Result<()> {
+            Ok(())
+        }
+
+        fn reset(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+
+        fn set_irqs(
+            &mut self,
+            _: u32,
+            _: u32,
+            _: u32,
+            _: u32,
+            _: Vec<File>,
+        ) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// An open that gave up on a server too slow to answer leaves the function as it found
+    /// it: when the server answers after all, memory space and bus master are not set in the
+    /// command register of a function nobody opened.
+    #[test]
+    fn an_open_that_timed_out_sets_nothing_on_the_function_when_the_answer_comes_late() {
+        let dir = std::env::temp_dir().join(format!("uet-vfio-user-late-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("late.sock");
+        let server = Server::new(&path, true, Vec::new(), regions()).unwrap();
+        let (go, wait) = mpsc::channel::<()>();
+        let writes = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let mut function = SlowFunction {
+            go: wait,
+            waited: false,
+            writes: writes.clone(),
+        };
+        let t = std::thread::spawn(move || {
+            let _ = server.run(&mut function);
+        });
+        let e = VfioUserDevice::open_within(&path, Duration::from_millis(200))
+            .map(|_| ())
+            .expect_err("no answer in time");
+        assert!(
+            e.to_string().contains("no vfio-user answer within 200 ms"),
+            "{e}"
+        );
+        // The answer comes: the open's thread goes on, then drops its client, which ends the
+        // server's conversation.
+        drop(go);
+        t.join().unwrap();
+        assert_eq!(
+            *writes.lock().unwrap(),
+            Vec::new(),
+            "written after the open gave up"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
