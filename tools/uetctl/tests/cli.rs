@@ -783,3 +783,27 @@ fn the_job_options_are_refused_with_a_live_process() {
     }
     assert!(!pcap.exists());
 }
+
+/// The README's `--interface-minor` paragraph names the current host interface version, and
+/// what each version the driver gates a feature on changes, up to that one.
+#[test]
+fn the_readme_says_what_each_interface_minor_up_to_the_current_one_gates() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+        .expect("README.md");
+    let paragraph = readme
+        .split("\n\n")
+        .find(|p| p.starts_with("`--interface-minor N`"))
+        .expect("the --interface-minor paragraph");
+    let text = paragraph.split_whitespace().collect::<Vec<_>>().join(" ");
+    let current = uet_regs::INTERFACE_MINOR;
+    assert!(
+        text.contains(&format!("(7 to the current {current})")),
+        "{text}"
+    );
+    for minor in 8..=current {
+        assert!(
+            text.contains(&format!(" 1.{minor}")),
+            "nothing said of 1.{minor}: {text}"
+        );
+    }
+}
