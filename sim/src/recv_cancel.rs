@@ -87,7 +87,7 @@ impl Nic {
                 .position(|d| d.context == context)
                 .map(Found::Listed)
         } else {
-            match self.current_mrecv(h, context) {
+            match self.current_mrecv(h, context)? {
                 Some(found) => Some(found),
                 None => self.find_in_rx_ring(h, context)?,
             }
@@ -149,16 +149,24 @@ impl Nic {
         Ok((0, 0))
     }
 
-    /// The endpoint's current multi-receive buffer, when it has `context`, RECV_CANCEL may
-    /// withdraw it (since interface 1.19), and no message placed in it is still arriving.
-    /// With one still arriving, `None`: the search goes on, and `holds_receive` makes the
-    /// buffer InProgress when it finds nothing else.
-    fn current_mrecv(&self, h: u16, context: U64) -> Option<Found> {
+    /// The endpoint's current multi-receive buffer, when it has `context` and RECV_CANCEL may
+    /// withdraw it (since interface 1.19). It is older than any descriptor in the ring, so a
+    /// context names it first: with a message placed in it still arriving it is InProgress,
+    /// and no younger descriptor with the context is withdrawn in its place.
+    fn current_mrecv(&self, h: u16, context: U64) -> Result<Option<Found>, Status> {
         if self.cfg.interface_minor < uet_regs::since::MULTI_RECV_CANCEL {
-            return None;
+            return Ok(None);
         }
-        let m = self.eps.get(h)?.mrecv.as_ref()?;
-        (m.context == context && m.pending == 0).then_some(Found::CurrentMultiRecv)
+        let Some(m) = self.eps.get(h).and_then(|ep| ep.mrecv.as_ref()) else {
+            return Ok(None);
+        };
+        if m.context != context {
+            return Ok(None);
+        }
+        if m.pending > 0 {
+            return Err(Status::InProgress);
+        }
+        Ok(Some(Found::CurrentMultiRecv))
     }
 
     /// The ring position of the oldest descriptor with `context` the NIC has not read from

@@ -1787,3 +1787,74 @@ fn a_message_still_arriving_holds_up_its_own_sender_only() {
     assert_eq!((c.context.get(), c.len.get(), c.data.get()), (6, 5, 21));
     assert_eq!(b.buf(0, 5), b"whole");
 }
+
+/// RECV_CANCEL (interface 1.19) of a context whose current multi-receive buffer a message is
+/// still arriving into is InProgress: the current buffer is older than any descriptor in the
+/// ring, so the context names it, and a younger descriptor with the same context stays
+/// posted. Once the message is whole, the cancel retires the buffer.
+#[test]
+fn a_cancel_names_the_current_multi_receive_buffer_before_a_younger_descriptor() {
+    use uet_fwif::admin::{RecvCancelBody, RECV_CANCEL_RING_RX};
+    use uet_fwif::datapath::COMPLETION_FLAG_BUFFER_RELEASED;
+    use uet_fwif::Command;
+    use uet_sim::ses::{segment_word, FLAG_EOM, FLAG_REL, FLAG_SOM};
+    let Pair {
+        fabric,
+        mut b,
+        mut eb,
+        ..
+    } = pair(0);
+    let cancel = |b: &mut Driver, eb: &Ep| {
+        let body = RecvCancelBody {
+            context: U64::new(7),
+            ring: RECV_CANCEL_RING_RX,
+            ..FromZeros::new_zeroed()
+        };
+        let endpoint = u32::from(eb.handle);
+        b.submit(Command::RecvCancel { endpoint, body }).status()
+    };
+    b.post_recv_desc(
+        &mut eb,
+        uet_fwif::RxDescriptor {
+            buf: U64::new(b.iova(0x8_0000)),
+            len: U32::new(512),
+            flags: U32::new(uet_fwif::datapath::RX_FLAG_MULTI_RECV),
+            context: U64::new(7),
+            min_free: U32::new(1),
+            ..Default::default()
+        },
+    );
+    b.post_recv(&mut eb, 1, 64, 7);
+    let request = |flags: u8, header_data: u64| StandardRequest {
+        opcode: 5,
+        flags: FLAG_REL | flags,
+        job_id: JOB,
+        pid_on_fep: eb.pid,
+        resource_index: eb.ri_start,
+        initiator: 0x1111,
+        message_id: 1,
+        header_data,
+        request_length: 6,
+        ..Default::default()
+    };
+    // The first of two packets: the message is placed in the multi-receive buffer.
+    fabric.inject_frame(&request_frame(5, FLAG_SYN, 9, request(FLAG_SOM, 0), b"one"));
+    assert_eq!(cancel(&mut b, &eb), Status::InProgress);
+    fabric.inject_frame(&request_frame(
+        5,
+        0,
+        10,
+        request(FLAG_EOM, segment_word(3, 3)),
+        b"end",
+    ));
+    let c = b.poll_cq(&mut eb).expect("the message");
+    assert_eq!((c.context.get(), c.len.get()), (7, 6));
+    assert_eq!(cancel(&mut b, &eb), Status::Success);
+    let c = b.poll_cq(&mut eb).expect("the buffer's release");
+    assert_eq!(status(&c), LocalStatus::Cancelled);
+    assert_ne!(c.flags & COMPLETION_FLAG_BUFFER_RELEASED, 0);
+    // The younger descriptor was never withdrawn: the next cancel takes it.
+    assert_eq!(cancel(&mut b, &eb), Status::Success);
+    let c = b.poll_cq(&mut eb).expect("the younger descriptor");
+    assert_eq!((status(&c), c.flags), (LocalStatus::Cancelled, 0));
+}
