@@ -631,7 +631,9 @@ register_map! {
     /// Untagged messages that found no posted receive buffer: refused RC_UNDELIVERABLE
     /// before interface 1.17; since, held on the unexpected list when it has room (then also
     /// counted in `RX_UNEXPECTED`), else refused (then also in `RX_UNEXPECTED_OVERFLOW`) —
-    /// but at a datagram endpoint (dropped) or a control channel (refused) as before.
+    /// but at a datagram endpoint (dropped) or a control channel (refused) as before. Since
+    /// 1.17 it also counts a message that queued behind its sender's messages waiting on the
+    /// list, a buffer posted or not: the buffer is theirs first.
     RX_NO_BUFFER: u64 = (0x248, W64, Ro, reset 0, "counters") COUNTER;
     /// DMA accesses outside mapped memory (each failed the command or descriptor).
     DMA_FAULTS: u64 = (0x250, W64, Ro, reset 0, "counters") COUNTER;
