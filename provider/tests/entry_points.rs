@@ -7177,24 +7177,7 @@ fn each_context_counts_its_own_directions_completions() {
 #[test]
 fn a_closed_receive_contexts_posted_receive_writes_nothing_into_its_buffer() {
     let open = Open::with_hints(&sep_hints(1, 1));
-    let mut attr = av_attr(16);
-    let av = open.av_open(&mut attr).unwrap();
-    let (cq_t, cq_r) = (
-        open.cq_open(FI_CQ_FORMAT_TAGGED, FI_WAIT_UNSPEC),
-        open.cq_open(FI_CQ_FORMAT_TAGGED, FI_WAIT_UNSPEC),
-    );
-    let sep = scalable_ep(&open).unwrap();
-    let (t0, r0) = (
-        context(sep, true, 0).unwrap(),
-        context(sep, false, 0).unwrap(),
-    );
-    // SAFETY: open objects.
-    unsafe {
-        assert_eq!(bind(&mut (*sep).fid, &mut (*av).fid, 0), 0);
-        assert_eq!(bind(&mut (*t0).fid, &mut (*cq_t).fid, FI_TRANSMIT), 0);
-        assert_eq!(bind(&mut (*r0).fid, &mut (*cq_r).fid, FI_RECV), 0);
-    }
-    assert_eq!(enable(sep), 0);
+    let (av, cq_t, cq_r, sep, t0, r0) = one_context_each(&open);
     let me = insert(av, &name_of(sep.cast()));
     let (mut buf, mut tbuf) = (vec![0xaau8; 32], vec![0xaau8; 32]);
     // SAFETY: the buffers outlive the scalable endpoint; `r0` is closed once.
@@ -7253,24 +7236,27 @@ fn a_closed_receive_contexts_posted_receive_writes_nothing_into_its_buffer() {
     }
 }
 
-/// A receive context's `fi_close` drops the messages it claimed (`FI_PEEK | FI_CLAIM`) and
-/// did not take: only the `FI_CLAIM` receive given the closed context's `fi_context` could
-/// take one, and a context opened again on the index finds none, so each would hold its
-/// place on the NIC's unexpected list for as long as the scalable endpoint lives. The list
-/// has room for as many messages for the new context as it had before the claim.
-#[test]
-fn a_closed_receive_contexts_claims_leave_the_unexpected_list() {
-    const FI_PEEK: u64 = 1 << 19;
-    const FI_CLAIM: u64 = 1 << 59;
-    let entries = usize::from(uet_regs::CAP_TAGGED.reset_value().unexpected_entries());
-    let open = Open::with_hints(&sep_hints(1, 1));
+/// A scalable endpoint of one transmit and one receive context on `open`'s domain, bound to
+/// an AV of 16 entries and enabled, each context with a tagged-format CQ of its own:
+/// (AV, transmit CQ, receive CQ, scalable endpoint, transmit context, receive context).
+#[allow(clippy::type_complexity)]
+fn one_context_each(
+    open: &Open,
+) -> (
+    *mut FidAv,
+    *mut FidCq,
+    *mut FidCq,
+    *mut FidEp,
+    *mut FidEp,
+    *mut FidEp,
+) {
     let mut attr = av_attr(16);
     let av = open.av_open(&mut attr).unwrap();
     let (cq_t, cq_r) = (
         open.cq_open(FI_CQ_FORMAT_TAGGED, FI_WAIT_UNSPEC),
         open.cq_open(FI_CQ_FORMAT_TAGGED, FI_WAIT_UNSPEC),
     );
-    let sep = scalable_ep(&open).unwrap();
+    let sep = scalable_ep(open).unwrap();
     let (t0, r0) = (
         context(sep, true, 0).unwrap(),
         context(sep, false, 0).unwrap(),
@@ -7282,6 +7268,21 @@ fn a_closed_receive_contexts_claims_leave_the_unexpected_list() {
         assert_eq!(bind(&mut (*r0).fid, &mut (*cq_r).fid, FI_RECV), 0);
     }
     assert_eq!(enable(sep), 0);
+    (av, cq_t, cq_r, sep, t0, r0)
+}
+
+/// A receive context's `fi_close` drops the messages it claimed (`FI_PEEK | FI_CLAIM`) and
+/// did not take: only the `FI_CLAIM` receive given the closed context's `fi_context` could
+/// take one, and a context opened again on the index finds none, so each would hold its
+/// place on the NIC's unexpected list for as long as the scalable endpoint lives. The list
+/// has room for as many messages for the new context as it had before the claim.
+#[test]
+fn a_closed_receive_contexts_claims_leave_the_unexpected_list() {
+    const FI_PEEK: u64 = 1 << 19;
+    const FI_CLAIM: u64 = 1 << 59;
+    let entries = usize::from(uet_regs::CAP_TAGGED.reset_value().unexpected_entries());
+    let open = Open::with_hints(&sep_hints(1, 1));
+    let (av, cq_t, cq_r, sep, t0, r0) = one_context_each(&open);
     let me = insert(av, &name_of(sep.cast()));
     assert_eq!(tsend(t0, b"claimed", me, 0x33, 1), 0);
     assert!(cq_wait(cq_t).is_ok(), "the message waits unexpected");
