@@ -113,6 +113,15 @@
 //! the sender has given the id again (which also covers PSNs that wrapped at 2^32 while only
 //! single-packet messages went by). Reassemblies of a destroyed endpoint are dropped.
 //!
+//! **No reassembly timeout.** The model's fabric is lossless and delivers a message's packets
+//! within one run, so a reassembly always ends, except for one that forged or truncated
+//! traffic opened. Such a reassembly holds what it took until its endpoint is destroyed or
+//! the function reset: its receive (RECV_CANCEL answers InProgress), its completion-ring
+//! reservation, one of the NIC's `reassembly_slots`, and on the unexpected list its place
+//! (its sender's later untagged messages of its group wait behind it). A NIC on a lossy
+//! network ends it instead when the PDS gives up on the sender's PDC; the model, which
+//! has no clock and no thread, does not.
+//!
 //! An RX descriptor with `RX_FLAG_MULTI_RECV` becomes the endpoint's current multi-receive
 //! buffer instead of being consumed by one message: untagged messages are placed in it one
 //! after another until it is retired, each with a completion of its own (see `multi_recv`
