@@ -478,13 +478,66 @@ enum Lookup {
 pub(crate) struct Reassembler {
     pub(crate) active: HashMap<MsgKey, Reassembly>,
     /// Outcome of a finished or refused message, and the PSN of the last of its packets seen.
-    recent: HashMap<MsgKey, (ReturnCode, u32)>,
-    recent_order: VecDeque<MsgKey>,
+    recent: Recent<(ReturnCode, u32)>,
     /// Answer of an answered single-packet SEND or TAGGED_SEND: its PSN, return code and
     /// response list, so that a copy of the packet (same key, same PSN) is answered again
     /// and not delivered twice.
-    recent_single: HashMap<MsgKey, SingleAnswer>,
-    recent_single_order: VecDeque<MsgKey>,
+    recent_single: Recent<SingleAnswer>,
+}
+
+/// What the RX engine remembers of the last [`RECENT_MESSAGES`] messages, by key: inserting
+/// one more forgets the oldest. Keyed lookups are hashed; only taking out a key that is
+/// there walks the order.
+#[derive(Debug)]
+struct Recent<V> {
+    map: HashMap<MsgKey, V>,
+    /// Keys, oldest first.
+    order: VecDeque<MsgKey>,
+}
+
+impl<V> Default for Recent<V> {
+    fn default() -> Self {
+        Recent {
+            map: HashMap::new(),
+            order: VecDeque::new(),
+        }
+    }
+}
+
+impl<V> Recent<V> {
+    fn get(&self, key: &MsgKey) -> Option<&V> {
+        self.map.get(key)
+    }
+
+    fn get_mut(&mut self, key: &MsgKey) -> Option<&mut V> {
+        self.map.get_mut(key)
+    }
+
+    /// Forget `key`, if it is remembered.
+    fn remove(&mut self, key: MsgKey) {
+        if self.map.is_empty() || self.map.remove(&key).is_none() {
+            return;
+        }
+        if let Some(i) = self.order.iter().position(|k| *k == key) {
+            self.order.remove(i);
+        }
+    }
+
+    /// Remember `value` for `key` as the newest (in the place of what `key` had), and forget
+    /// the oldest beyond [`RECENT_MESSAGES`].
+    fn insert(&mut self, key: MsgKey, value: V) {
+        if self.map.insert(key, value).is_some() {
+            if let Some(i) = self.order.iter().position(|k| *k == key) {
+                self.order.remove(i);
+            }
+        }
+        self.order.push_back(key);
+        while self.order.len() > RECENT_MESSAGES {
+            if let Some(old) = self.order.pop_front() {
+                self.map.remove(&old);
+            }
+        }
+    }
 }
 
 /// How a single-packet message was answered: (PSN, return code, response list).
@@ -536,28 +589,13 @@ impl Reassembler {
     /// Forget the outcome remembered for `key`: a single-packet message with that key came,
     /// so the sender has given the id again and the remembered message is over for good.
     fn forget(&mut self, key: MsgKey) {
-        if self.recent.is_empty() || self.recent.remove(&key).is_none() {
-            return;
-        }
-        if let Some(i) = self.recent_order.iter().position(|k| *k == key) {
-            self.recent_order.remove(i);
-        }
+        self.recent.remove(key);
     }
 
     /// Remember how a message ended; `psn` is one of its packets'. A message that reused the
     /// id of a remembered one takes its place, as the newest.
     fn finish(&mut self, key: MsgKey, rc: ReturnCode, psn: u32) {
-        if self.recent.insert(key, (rc, psn)).is_some() {
-            if let Some(i) = self.recent_order.iter().position(|k| *k == key) {
-                self.recent_order.remove(i);
-            }
-        }
-        self.recent_order.push_back(key);
-        while self.recent_order.len() > RECENT_MESSAGES {
-            if let Some(old) = self.recent_order.pop_front() {
-                self.recent.remove(&old);
-            }
-        }
+        self.recent.insert(key, (rc, psn));
     }
 
     /// The answer of the single-packet message `key` when this packet (`psn`) is a copy of
@@ -572,27 +610,12 @@ impl Reassembler {
     /// Forget the answer remembered for the single-packet message `key`: a multi-packet
     /// message with that key started, so the sender has given the id again.
     fn forget_single(&mut self, key: MsgKey) {
-        if self.recent_single.is_empty() || self.recent_single.remove(&key).is_none() {
-            return;
-        }
-        if let Some(i) = self.recent_single_order.iter().position(|k| *k == key) {
-            self.recent_single_order.remove(i);
-        }
+        self.recent_single.remove(key);
     }
 
     /// Remember how a single-packet message was answered, as the newest.
     fn answered_single(&mut self, key: MsgKey, answer: SingleAnswer) {
-        if self.recent_single.insert(key, answer).is_some() {
-            if let Some(i) = self.recent_single_order.iter().position(|k| *k == key) {
-                self.recent_single_order.remove(i);
-            }
-        }
-        self.recent_single_order.push_back(key);
-        while self.recent_single_order.len() > RECENT_MESSAGES {
-            if let Some(old) = self.recent_single_order.pop_front() {
-                self.recent_single.remove(&old);
-            }
-        }
+        self.recent_single.insert(key, answer);
     }
 
     /// Forget everything (function reset).
