@@ -662,53 +662,6 @@ mod tests {
             .collect()
     }
 
-    /// A function that answers the connection (version and regions, which the protocol crate
-    /// answers itself) and then stops answering: each region read waits until the test lets
-    /// it go (drops the sender).
-    struct StallingFunction(std::sync::mpsc::Receiver<()>);
-
-    impl ServerBackend for StallingFunction {
-        fn region_read(&mut self, _: u32, _: u64, data: &mut [u8]) -> std::io::Result<()> {
-            let _ = self.0.recv();
-            data.fill(0);
-            Ok(())
-        }
-
-        fn region_write(&mut self, _: u32, _: u64, _: &[u8]) -> std::io::Result<()> {
-            Ok(())
-        }
-
-        fn dma_map(
-            &mut self,
-            _: DmaMapFlags,
-            _: u64,
-            _: u64,
-            _: u64,
-            _: Option<File>,
-        ) -> std::io::Result<()> {
-            Ok(())
-        }
-
-        fn dma_unmap(&mut self, _: DmaUnmapFlags, _: u64, _: u64) -> std::io::Result<()> {
-            Ok(())
-        }
-
-        fn reset(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-
-        fn set_irqs(
-            &mut self,
-            _: u32,
-            _: u32,
-            _: u32,
-            _: u32,
-            _: Vec<File>,
-        ) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
     /// A server that answers the connection but stops answering before the function is ready
     /// (here at the identity read in configuration space) makes the open an error once the
     /// timeout has passed, not a hang: the timeout covers every answer the open waits for.
@@ -720,8 +673,13 @@ mod tests {
         let path = dir.join("stall.sock");
         let server = Server::new(&path, true, Vec::new(), regions()).unwrap();
         let (release, stalled) = mpsc::channel::<()>();
+        let mut function = SlowFunction {
+            go: stalled,
+            waited: false,
+            writes: std::sync::Arc::new(Mutex::new(Vec::new())),
+        };
         let t = std::thread::spawn(move || {
-            let _ = server.run(&mut StallingFunction(stalled));
+            let _ = server.run(&mut function);
         });
         let (opened_tx, opened) = mpsc::channel();
         let at = path.clone();
@@ -824,8 +782,9 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// A uet-nic function that answers slowly: its first configuration-space read waits
-    /// until the test lets it go; every write is recorded, as (region, offset).
+    /// A uet-nic function that answers the connection (version and regions, which the
+    /// protocol crate answers itself) and then stalls: its first region read waits until the
+    /// test lets it go (drops the sender); every write is recorded, as (region, offset).
     struct SlowFunction {
         go: std::sync::mpsc::Receiver<()>,
         waited: bool,
