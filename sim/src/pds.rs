@@ -37,12 +37,13 @@
 //!
 //! The target holds at most [`TARGET_PDCS`] PDCs: a request from any source address and
 //! SPDCID opens one, so a peer (or a forger) could otherwise make it hold a PDC for every
-//! pair it cares to send. Opening another closes the PDC that carried a request longest ago;
-//! a later request of that one opens a new PDC, whose id its ACK carries and the initiator
-//! takes as its DPDCID from then on. (A NIC has a fixed number of PDC contexts and closes idle
-//! PDCs on a timer; the model, which has no clock, closes the least recently used.)
+//! pair it cares to send. Opening another closes one that carried no request since the
+//! table last went round, the oldest such (a second-chance clock: least recently used, near
+//! enough, at one flag per request); a later request of that one opens a new PDC, whose id
+//! its ACK carries and the initiator takes as its DPDCID from then on. (A NIC has a fixed
+//! number of PDC contexts and closes idle PDCs on a timer; the model has no clock.)
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::IpAddr;
 
 /// PDS type RUD_REQ.
@@ -312,12 +313,11 @@ fn alloc_pdcid(last: &mut u16, in_use: &HashSet<u16>) -> u16 {
 #[derive(Debug, Default)]
 pub(crate) struct PdcTable {
     initiator: HashMap<IpAddr, InitiatorPdc>,
-    /// Target PDCs by (source address, SPDCID): the local id and the PDC's last use.
-    target: HashMap<(IpAddr, u16), (u16, u64)>,
-    /// Target PDCs by last use, least recent first (at most [`TARGET_PDCS`]).
-    target_by_use: BTreeMap<u64, (IpAddr, u16)>,
-    /// Uses of target PDCs so far: the stamp of the next.
-    target_uses: u64,
+    /// Target PDCs by (source address, SPDCID): the local id, and whether a request used the
+    /// PDC since the clock last passed it (at most [`TARGET_PDCS`]).
+    target: HashMap<(IpAddr, u16), (u16, bool)>,
+    /// The clock over the target PDCs: their keys, the next to look at first.
+    target_clock: VecDeque<(IpAddr, u16)>,
     /// Local ids of the live PDCs, initiator and target.
     in_use: HashSet<u16>,
     next_pdcid: u16,
@@ -384,29 +384,37 @@ impl PdcTable {
     }
 
     /// The target-side PDC for requests from `(src, spdcid)`, created on first use.
-    /// At most [`TARGET_PDCS`] are held: opening another closes the least recently used.
+    /// At most [`TARGET_PDCS`] are held: opening another closes one no request used since
+    /// the clock last passed it (see the module docs). A request of a PDC already open costs
+    /// one hash lookup and sets its flag; opening one while the table is full passes the
+    /// clock over at most every PDC twice, amortised once.
     pub(crate) fn target_pdc(&mut self, src: IpAddr, spdcid: u16) -> u16 {
         let key = (src, spdcid);
-        let stamp = self.target_uses;
-        self.target_uses = stamp.wrapping_add(1);
         if let Some((id, used)) = self.target.get_mut(&key) {
-            self.target_by_use.remove(used);
-            *used = stamp;
-            self.target_by_use.insert(stamp, key);
+            *used = true;
             return *id;
         }
         while self.target.len() >= TARGET_PDCS {
-            let Some((_, oldest)) = self.target_by_use.pop_first() else {
+            let Some(next) = self.target_clock.pop_front() else {
                 break;
             };
-            if let Some((closed, _)) = self.target.remove(&oldest) {
-                self.in_use.remove(&closed);
+            match self.target.get_mut(&next) {
+                // Used since the clock last passed: a second chance.
+                Some((_, used)) if *used => {
+                    *used = false;
+                    self.target_clock.push_back(next);
+                }
+                Some(&mut (closed, _)) => {
+                    self.target.remove(&next);
+                    self.in_use.remove(&closed);
+                }
+                None => {}
             }
         }
         let id = alloc_pdcid(&mut self.next_pdcid, &self.in_use);
         self.in_use.insert(id);
-        self.target.insert(key, (id, stamp));
-        self.target_by_use.insert(stamp, key);
+        self.target.insert(key, (id, false));
+        self.target_clock.push_back(key);
         id
     }
 
