@@ -146,6 +146,13 @@ impl Node {
         None
     }
 
+    /// The next completion, which must be a send's, successful.
+    pub fn send_ok(&mut self) {
+        let ev = self.next_completion().expect("a send completion");
+        assert_eq!(ev.kind, uet_fwif::datapath::CompletionKind::Send);
+        assert!(ev.error.is_none(), "{:?}", ev.error);
+    }
+
     /// Send `data` to `dest` as a tagged message.
     pub fn tsend(&mut self, dest: FiAddr, data: &[u8], tag: u64, context: u64) {
         let mut b = self.pool.alloc().expect("buffer");

@@ -31,12 +31,6 @@ fn assert_untouched(b: &DmaBuffer, what: &str) {
     assert!(got.iter().all(|&x| x == GUARD), "{what} was written");
 }
 
-fn send_ok(a: &mut Node) {
-    let ev = a.next_completion().expect("send completion");
-    assert_eq!(ev.kind, CompletionKind::Send);
-    assert!(ev.error.is_none(), "{:?}", ev.error);
-}
-
 fn message(b: &mut Node) -> (CqEvent, MultiRecv) {
     let ev = b.next_completion().expect("a receive completion");
     assert_eq!((ev.kind, ev.op), (CompletionKind::Recv, CqOp::Recv));
@@ -110,7 +104,7 @@ fn mixed_sizes_fill_a_buffer_until_min_free_releases_it_and_the_next_takes_over(
         buf.fill(&data).unwrap();
         a.ep.post_send(0, buf, 500 + i as u64, 9000 + i as u64)
             .unwrap();
-        send_ok(&mut a);
+        a.send_ok();
         sent.push(data);
     }
 
@@ -173,7 +167,7 @@ fn mixed_sizes_fill_a_buffer_until_min_free_releases_it_and_the_next_takes_over(
     let mut buf = big_src.alloc().unwrap();
     buf.fill(&data).unwrap();
     a.ep.post_send(0, buf, 600, 0).unwrap();
-    send_ok(&mut a);
+    a.send_ok();
     let (ev, m) = message(&mut b);
     assert!(size - align(at + last_len) < min_free);
     assert_eq!((ev.len, m.offset), (last_len, at));
@@ -231,7 +225,7 @@ fn a_stale_completion_cannot_read_a_released_buffer_and_the_default_min_free_is_
     b.ep.post_recv_multi(pool.alloc().unwrap(), None, 1)
         .unwrap();
     a.send(0, &pattern(500, 1), 1);
-    send_ok(&mut a);
+    a.send_ok();
     let (first, m) = message(&mut b);
     assert_eq!((m.offset, m.released), (0, false));
     // Another endpoint holding a multi-receive buffer of its own, posted the same way (same
@@ -243,7 +237,7 @@ fn a_stale_completion_cannot_read_a_released_buffer_and_the_default_min_free_is_
     let e = a.ep.multi_recv_read(&first, &mut out).unwrap_err();
     assert_eq!(e.errno(), FiErrno::FI_EINVAL);
     a.send(0, &pattern(300, 2), 2);
-    send_ok(&mut a);
+    a.send_ok();
     let (last, m) = message(&mut b);
     // 512 + 320 = 832: 192 left < 256.
     assert_eq!((m.offset, m.released), (512, true));
@@ -282,12 +276,12 @@ fn a_release_set_aside_by_a_read_of_the_other_kind_leaves_earlier_messages_reada
         .unwrap();
     let first = pattern(500, 1);
     a.send(0, &first, 1);
-    send_ok(&mut a);
+    a.send_ok();
     let m1 = b.ep.cq_read().expect("the first message");
     assert!(!m1.multi_recv.unwrap().released);
     // 512 + 320 = 832: 192 left < 256, the second message releases the buffer.
     a.send(0, &pattern(300, 2), 2);
-    send_ok(&mut a);
+    a.send_ok();
     assert_eq!(
         b.ep.cq_readerr().unwrap_err(),
         FiErrno::FI_EAGAIN,
@@ -312,16 +306,16 @@ fn a_release_set_aside_by_a_read_of_the_other_kind_leaves_earlier_messages_reada
 /// of a regular receive posted after.
 fn first_regular(a: &mut Node, b: &mut Node) -> CqEvent {
     a.send(0, b"to the multi buffer", 3);
-    send_ok(a);
+    a.send_ok();
     let (ev, m) = message(b);
     assert_eq!((ev.context, m.offset), (2, 0));
     // Fill the multi buffer past min_free so the regular receive gets the next message.
     a.send(0, &pattern(900, 4), 4);
-    send_ok(a);
+    a.send_ok();
     let (_, m) = message(b);
     assert!(m.released);
     a.send(0, b"regular", 5);
-    send_ok(a);
+    a.send_ok();
     let ev = b.next_completion().unwrap();
     assert!(ev.multi_recv.is_none());
     assert_eq!(ev.buffer.as_ref().unwrap().to_vec().unwrap(), b"regular");
@@ -340,7 +334,7 @@ fn a_message_longer_than_an_empty_buffer_is_truncated_into_it_and_releases_it() 
     b.ep.post_recv_multi(multi, Some(64), 5).unwrap();
     let data = pattern(300, 7);
     a.send(0, &data, 11);
-    send_ok(&mut a);
+    a.send_ok();
     let ev = b.next_completion().unwrap();
     let m = ev.multi_recv.unwrap();
     assert!(m.released && m.has_message);
@@ -374,8 +368,8 @@ fn tagged_multi_receive_is_refused_and_the_entry_formats_carry_the_buffer_addres
     b.ep.post_recv_multi(buf, Some(64), 9).unwrap();
     a.send(0, b"one", 0);
     a.send(0, b"two", 0);
-    send_ok(&mut a);
-    send_ok(&mut a);
+    a.send_ok();
+    a.send_ok();
     for off in [0usize, 64] {
         let (ev, m) = message(&mut b);
         assert_eq!(m.offset, off);

@@ -217,20 +217,13 @@ fn a_group_address_reaches_the_peers_buffer_of_that_group_only() {
     let ev = b.received(CompletionKind::Recv);
     assert_eq!((ev.context, ev.group), (10, 0));
     // A buffer of each waiting message's group takes it.
-    b.recv_group(3, 13);
-    let ev = b.received(CompletionKind::Recv);
-    assert_eq!((ev.context, ev.group), (13, 3));
-    assert_eq!(
-        ev.buffer.expect("buffer").to_vec().expect("read"),
-        b"nobody in 3"
-    );
-    b.recv_group(1, 14);
-    let ev = b.received(CompletionKind::Recv);
-    assert_eq!((ev.context, ev.group), (14, 1));
-    assert_eq!(
-        ev.buffer.expect("buffer").to_vec().expect("read"),
-        b"group 1, no buffer"
-    );
+    for (group, context, message) in [(3, 13, &b"nobody in 3"[..]), (1, 14, b"group 1, no buffer")]
+    {
+        b.recv_group(group, context);
+        let ev = b.received(CompletionKind::Recv);
+        assert_eq!((ev.context, ev.group), (context, group));
+        assert_eq!(ev.buffer.expect("buffer").to_vec().expect("read"), message);
+    }
     assert_eq!(c.ep.in_flight().1, 1, "C's group-1 buffer still waits");
 }
 

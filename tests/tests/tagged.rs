@@ -18,12 +18,6 @@ fn recv_tagged(node: &mut Node) -> uet_driver::CqEvent {
     ev
 }
 
-fn send_ok(node: &mut Node) {
-    let ev = node.next_completion().expect("a send completion");
-    assert_eq!(ev.kind, CompletionKind::Send);
-    assert!(ev.error.is_none(), "{:?}", ev.error);
-}
-
 #[test]
 fn tags_match_with_ignore_bits_in_posting_order() {
     let (_f, mut a, mut b) = pair_with(JOB, |_| {});
@@ -35,7 +29,7 @@ fn tags_match_with_ignore_bits_in_posting_order() {
 
     // 0x1FF matches A and B: A was posted first.
     a.tsend(0, b"first 1ff", 0x1FF, 10);
-    send_ok(&mut a);
+    a.send_ok();
     let ev = recv_tagged(&mut b);
     assert_eq!((ev.context, ev.tag, ev.data), (1, 0x1FF, 10));
     assert_eq!(ev.src_addr, 0, "the sender's fi_addr");
@@ -43,19 +37,19 @@ fn tags_match_with_ignore_bits_in_posting_order() {
 
     // The next 0x1FF finds B.
     a.tsend(0, b"second 1ff", 0x1FF, 11);
-    send_ok(&mut a);
+    a.send_ok();
     let ev = recv_tagged(&mut b);
     assert_eq!((ev.context, ev.tag), (2, 0x1FF));
 
     // 0x105 would have matched A, which is gone; C does not match: it waits unexpected.
     a.tsend(0, b"early 105", 0x105, 12);
-    send_ok(&mut a);
+    a.send_ok();
     assert!(b.next_completion().is_none(), "nothing matches 0x105");
     assert_eq!(b.counter(RX_UNEXPECTED), 1);
 
     // 0x200 takes C.
     a.tsend(0, b"exact 200", 0x200, 13);
-    send_ok(&mut a);
+    a.send_ok();
     let ev = recv_tagged(&mut b);
     assert_eq!((ev.context, ev.tag), (3, 0x200));
 
@@ -67,7 +61,7 @@ fn tags_match_with_ignore_bits_in_posting_order() {
     b.trecv(0, u64::MAX, 5);
     b.post_recvs(1);
     a.send(0, b"untagged", 14);
-    send_ok(&mut a);
+    a.send_ok();
     let ev = b.next_completion().unwrap();
     assert_eq!(ev.kind, CompletionKind::Recv);
     assert_eq!(ev.op, CqOp::Recv);
@@ -94,7 +88,7 @@ fn unexpected_messages_match_receives_posted_later_oldest_first() {
     a.ep.post_tsend(0, buf, 3, 3, 3).unwrap(); // two packets, held whole by the NIC
     a.tsend(0, b"tag one again", 1, 4);
     for _ in 0..4 {
-        send_ok(&mut a);
+        a.send_ok();
     }
     assert!(b.next_completion().is_none());
     assert_eq!(b.counter(RX_UNEXPECTED), 4);
@@ -126,7 +120,7 @@ fn unexpected_messages_match_receives_posted_later_oldest_first() {
     let long2 = pattern(mtu + 1, 9);
     buf.fill(&long2).unwrap();
     a.ep.post_tsend(0, buf, 3, 5, 5).unwrap();
-    send_ok(&mut a);
+    a.send_ok();
     let ev = recv_tagged(&mut b);
     assert_eq!((ev.context, ev.tag, ev.data), (24, 3, 5));
     assert_eq!(ev.buffer.unwrap().to_vec().unwrap(), long2);
@@ -148,8 +142,8 @@ fn a_full_unexpected_list_refuses_with_undeliverable_and_counts() {
     assert_eq!((caps.unexpected_entries, caps.unexpected_kib), (2, 4));
     a.tsend(0, b"one", 1, 1);
     a.tsend(0, b"two", 2, 2);
-    send_ok(&mut a);
-    send_ok(&mut a);
+    a.send_ok();
+    a.send_ok();
     a.tsend(0, b"three", 3, 3);
     let ev = a.next_completion().unwrap();
     let err = ev.error.expect("refused");
@@ -167,7 +161,7 @@ fn a_full_unexpected_list_refuses_with_undeliverable_and_counts() {
     b.trecv(1, 0, 10);
     assert_eq!(recv_tagged(&mut b).tag, 1);
     a.tsend(0, b"three again", 3, 4);
-    send_ok(&mut a);
+    a.send_ok();
 
     // The byte bound: 4 KiB held at most; one is free by count but 3 KiB + 2 B > 4 KiB - 5 B.
     b.trecv(2, 0, 11);
@@ -175,7 +169,7 @@ fn a_full_unexpected_list_refuses_with_undeliverable_and_counts() {
     assert_eq!(recv_tagged(&mut b).tag, 2);
     assert_eq!(recv_tagged(&mut b).tag, 3);
     a.tsend(0, &pattern(3000, 1), 5, 5);
-    send_ok(&mut a);
+    a.send_ok();
     a.tsend(0, &pattern(2000, 2), 6, 6);
     let err = a
         .next_completion()
@@ -257,7 +251,7 @@ fn an_unexpected_multi_packet_message_with_the_id_of_a_waiting_one_completes_its
     b.insert(&a.addr());
     // Message id 0: one packet, held unexpected.
     a.tsend(to_b, b"early", 0x1, 1);
-    send_ok(&mut a);
+    a.send_ok();
     // Ids 1 to 65,535: untagged, refused for want of a buffer.
     for _ in 1..=u16::MAX {
         a.send(to_b, b"x", 2);
@@ -267,7 +261,7 @@ fn an_unexpected_multi_packet_message_with_the_id_of_a_waiting_one_completes_its
     // Id 0 again: three packets, held unexpected.
     let long = pattern(3000, 7);
     a.tsend(to_b, &long, 0x2, 3);
-    send_ok(&mut a);
+    a.send_ok();
     assert_eq!(b.counter(RX_UNEXPECTED), 2);
     b.trecv(0x2, 0, 20);
     let ev = recv_tagged(&mut b);

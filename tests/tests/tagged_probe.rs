@@ -11,12 +11,6 @@ use uet_tests::{pair_with, Node};
 
 const JOB: u32 = 0x00_9E3C;
 
-fn send_ok(a: &mut Node) {
-    let ev = a.next_completion().expect("a send completion");
-    assert_eq!(ev.kind, CompletionKind::Send);
-    assert!(ev.error.is_none(), "{:?}", ev.error);
-}
-
 /// The next completion of `b`: a probe's report of a message.
 fn report(b: &mut Node) -> CqEvent {
     let ev = b.next_completion().expect("the probe completes");
@@ -56,8 +50,8 @@ fn a_peek_reports_the_oldest_matching_message_and_leaves_it() {
     let (_f, mut a, mut b) = pair_with(JOB, |_| {});
     a.tsend(0, b"first", 0x15, 1);
     a.tsend(0, b"second, longer", 0x15, 2);
-    send_ok(&mut a);
-    send_ok(&mut a);
+    a.send_ok();
+    a.send_ok();
     b.ep.post_tprobe(TaggedProbe::Peek, 0x10, 0xF, 0, 50)
         .unwrap();
     let ev = report(&mut b);
@@ -86,8 +80,8 @@ fn a_peek_that_finds_nothing_completes_enomsg() {
     // An untagged message waiting, and a tagged one of another tag, are not found.
     a.send(0, b"untagged", 2);
     a.tsend(0, b"tag 8", 8, 3);
-    send_ok(&mut a);
-    send_ok(&mut a);
+    a.send_ok();
+    a.send_ok();
     b.ep.post_tprobe(TaggedProbe::Peek, 7, 0, 0, 4).unwrap();
     nothing(&mut b, 4);
     let stats = b.ep.counters().unwrap();
@@ -113,8 +107,8 @@ fn a_claimed_message_is_taken_only_by_the_receive_that_names_its_claim() {
     let (_f, mut a, mut b) = pair_with(JOB, |_| {});
     a.tsend(0, b"claimed", 0x40, 1);
     a.tsend(0, b"next", 0x40, 2);
-    send_ok(&mut a);
-    send_ok(&mut a);
+    a.send_ok();
+    a.send_ok();
     b.ep.post_tprobe(TaggedProbe::PeekClaim(0xC1A1), 0x40, 0, 0, 10)
         .unwrap();
     let ev = report(&mut b);
@@ -146,7 +140,7 @@ fn a_claimed_message_is_taken_only_by_the_receive_that_names_its_claim() {
 fn a_discarded_message_is_dropped_and_frees_its_place() {
     let (_f, mut a, mut b) = pair_with(JOB, |c| c.unexpected_entries = 1);
     a.tsend(0, b"dropped by a peek", 1, 1);
-    send_ok(&mut a);
+    a.send_ok();
     a.tsend(0, b"no room", 2, 2);
     let err = a
         .next_completion()
@@ -162,7 +156,7 @@ fn a_discarded_message_is_dropped_and_frees_its_place() {
     nothing(&mut b, 21);
 
     a.tsend(0, b"claimed, then dropped", 3, 3);
-    send_ok(&mut a);
+    a.send_ok();
     b.ep.post_tprobe(TaggedProbe::PeekClaim(9), 3, 0, 0, 22)
         .unwrap();
     report(&mut b);
@@ -176,7 +170,7 @@ fn a_discarded_message_is_dropped_and_frees_its_place() {
     nothing(&mut b, 24);
     // The list has room again.
     a.tsend(0, b"room", 4, 4);
-    send_ok(&mut a);
+    a.send_ok();
     assert_eq!(b.counter(RX_UNEXPECTED_OVERFLOW), 1);
 }
 

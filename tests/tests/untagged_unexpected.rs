@@ -13,12 +13,6 @@ use uet_tests::{pair_with, pattern, Node};
 
 const JOB: u32 = 0x00_0E41;
 
-fn send_ok(a: &mut Node) {
-    let ev = a.next_completion().expect("a send completion");
-    assert_eq!(ev.kind, CompletionKind::Send);
-    assert!(ev.error.is_none(), "{:?}", ev.error);
-}
-
 /// The next completion of `b`: a successful untagged receive.
 fn received(b: &mut Node) -> CqEvent {
     let ev = b.next_completion().expect("a receive completion");
@@ -38,7 +32,7 @@ fn bytes(ev: &CqEvent) -> Vec<u8> {
 fn a_message_sent_before_its_receive_waits_for_it_with_its_data_and_source() {
     let (_f, mut a, mut b) = pair_with(JOB, |_| {});
     a.send(0, b"before the receive", 41);
-    send_ok(&mut a);
+    a.send_ok();
     assert!(b.next_completion().is_none(), "no receive was posted");
     assert_eq!(b.counter(RX_NO_BUFFER), 1);
     assert_eq!(b.counter(RX_UNEXPECTED), 1);
@@ -55,7 +49,7 @@ fn a_message_sent_before_its_receive_waits_for_it_with_its_data_and_source() {
     // The list is empty again: the next message takes the next receive as it arrives.
     b.post_recvs(1);
     a.send(0, b"after", 42);
-    send_ok(&mut a);
+    a.send_ok();
     assert_eq!(received(&mut b).data, 42);
     assert_eq!(b.counter(RX_UNEXPECTED), 1);
 }
@@ -74,7 +68,7 @@ fn waiting_messages_take_receives_in_arrival_order() {
     a.ep.post_send(0, buf, 2, 2).unwrap();
     a.send(0, b"three", 3);
     for _ in 0..3 {
-        send_ok(&mut a);
+        a.send_ok();
     }
     assert_eq!(b.counter(RX_UNEXPECTED), 3);
 
@@ -92,7 +86,7 @@ fn waiting_messages_take_receives_in_arrival_order() {
     assert_eq!((ev.context, ev.data, ev.len), (11, 2, long.len()));
     assert_eq!(bytes(&ev), long);
     a.send(0, b"four", 4);
-    send_ok(&mut a);
+    a.send_ok();
     b.post_recvs(2);
     let (c, d) = (received(&mut b), received(&mut b));
     assert_eq!((c.data, bytes(&c)), (3, b"three".to_vec()));
@@ -106,9 +100,9 @@ fn waiting_messages_take_receives_in_arrival_order() {
 fn a_full_list_refuses_an_untagged_message_with_enorx_and_the_bound_is_shared_with_tagged() {
     let (_f, mut a, mut b) = pair_with(JOB, |c| c.unexpected_entries = 2);
     a.tsend(0, b"tagged", 7, 1);
-    send_ok(&mut a);
+    a.send_ok();
     a.send(0, b"untagged", 2);
-    send_ok(&mut a);
+    a.send_ok();
     a.send(0, b"one too many", 3);
     let ev = a.next_completion().expect("the send completes");
     let err = ev.error.expect("refused");
@@ -141,7 +135,7 @@ fn a_full_list_refuses_an_untagged_message_with_enorx_and_the_bound_is_shared_wi
     let ev = b.next_completion().unwrap();
     assert_eq!((ev.kind, ev.tag), (CompletionKind::TaggedRecv, 7));
     a.send(0, b"room again", 5);
-    send_ok(&mut a);
+    a.send_ok();
     b.post_recvs(1);
     assert_eq!(bytes(&received(&mut b)), b"room again");
 }
@@ -155,7 +149,7 @@ fn a_multi_receive_buffer_takes_the_waiting_messages_one_after_another() {
     let sizes = [100usize, 200, 300];
     for (i, &n) in sizes.iter().enumerate() {
         a.send(0, &pattern(n, i as u8), i as u64);
-        send_ok(&mut a);
+        a.send_ok();
     }
     let pool = DmaPool::new(&b.nic, 512, 2).unwrap();
     b.ep.post_recv_multi(pool.alloc().unwrap(), Some(1), 77)
@@ -194,7 +188,7 @@ fn a_multi_receive_buffer_takes_the_waiting_messages_one_after_another() {
 fn a_waiting_message_longer_than_its_receive_is_truncated_into_it() {
     let (_f, mut a, mut b) = pair_with(JOB, |_| {});
     a.send(0, &pattern(3000, 9), 5);
-    send_ok(&mut a);
+    a.send_ok();
     let small = DmaPool::new(&b.nic, 1000, 1).unwrap();
     let room = small.buf_size();
     assert!(room < 3000);
@@ -229,7 +223,7 @@ fn a_nic_of_interface_1_16_refuses_a_message_without_a_receive() {
 fn an_endpoint_closed_with_messages_waiting_drops_them() {
     let (_f, mut a, b) = pair_with(JOB, |_| {});
     a.send(0, b"never taken", 1);
-    send_ok(&mut a);
+    a.send_ok();
     let Node {
         nic, av, ep, pool, ..
     } = b;
