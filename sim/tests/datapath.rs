@@ -99,6 +99,20 @@ fn request_frame(
     a_to_b(src_port, &pkt)
 }
 
+/// A single-packet SEND (REL, SOM, EOM) to endpoint `eb` of job JOB, from initiator 0x1111:
+/// the fields a request built by hand starts from.
+fn send_to(eb: &Ep) -> StandardRequest {
+    StandardRequest {
+        opcode: 5,
+        flags: 0x0B,
+        job_id: JOB,
+        pid_on_fep: eb.pid,
+        resource_index: eb.ri_start,
+        initiator: 0x1111,
+        ..Default::default()
+    }
+}
+
 fn status(c: &Completion) -> LocalStatus {
     LocalStatus::from_u8(c.status)
 }
@@ -643,17 +657,13 @@ fn a_duplicate_tagged_message_is_held_unexpected_once() {
     let mut b = Driver::new(&fabric, "10.0.0.2");
     let av_b = b.av_create(64, 0).unwrap();
     let (mut eb, base) = tagged_endpoint(&mut b, av_b);
+    let to_eb = send_to(&eb);
     let request = StandardRequest {
         opcode: 9,
-        flags: 0x0B,
-        job_id: JOB,
-        pid_on_fep: eb.pid,
-        resource_index: eb.ri_start,
-        initiator: 0x1111,
         message_id: 3,
         match_bits: 0x5,
         request_length: 3,
-        ..Default::default()
+        ..to_eb
     };
     let f = request_frame(5, FLAG_SYN, 9, request, b"tag");
     fabric.inject_frame(&f);
@@ -774,15 +784,10 @@ fn malformed_frames_are_counted_and_dropped() {
         dpdcid: 0,
     }
     .encode(&mut pkt);
+    let to_eb = send_to(&eb);
     StandardRequest {
-        opcode: 5,
-        flags: 0x0B,
-        job_id: JOB,
-        pid_on_fep: eb.pid,
-        resource_index: eb.ri_start,
-        initiator: 0x1111,
         request_length: 3,
-        ..Default::default()
+        ..to_eb
     }
     .encode(&mut pkt);
     pkt.extend_from_slice(b"inj");
@@ -915,19 +920,13 @@ fn a_full_receive_backlog_refuses_further_requests() {
     } = pair(0);
     fill_completion_ring(&mut a, &mut ea, &mut b, &mut eb);
     b.post_recv(&mut eb, 0, 64, 100);
-    let (pid, ri) = (eb.pid, eb.ri_start);
     let body = vec![0x5A; 8192];
+    let to_eb = send_to(&eb);
     let packet = |n: u32| {
         let request = StandardRequest {
-            opcode: 5,
-            flags: 0x0B,
-            job_id: JOB,
-            pid_on_fep: pid,
-            resource_index: ri,
-            initiator: 0x1111,
             message_id: n as u16,
             request_length: body.len() as u32,
-            ..Default::default()
+            ..to_eb
         };
         request_frame(5, 0, 1000 + n, request, &body)
     };
@@ -1447,18 +1446,12 @@ fn a_duplicate_single_packet_message_is_answered_but_not_delivered_again() {
     for slot in 0..3 {
         b.post_recv(&mut eb, slot, 64, 10 + slot as u64);
     }
-    let (pid, ri) = (eb.pid, eb.ri_start);
+    let to_eb = send_to(&eb);
     let packet = |psn: u32, flags: u8, body: &[u8]| {
         let request = StandardRequest {
-            opcode: 5,
-            flags: 0x0B,
-            job_id: JOB,
-            pid_on_fep: pid,
-            resource_index: ri,
-            initiator: 0x1111,
             message_id: 7,
             request_length: body.len() as u32,
-            ..Default::default()
+            ..to_eb
         };
         request_frame(5, flags, psn, request, body)
     };
@@ -1643,19 +1636,15 @@ fn a_peek_waits_for_the_oldest_matching_message_to_be_whole() {
     let mut b = Driver::new(&fabric, "10.0.0.2");
     let av_b = b.av_create(64, 0).unwrap();
     let (mut eb, base) = tagged_endpoint(&mut b, av_b);
-    let (pid_on_fep, resource_index) = (eb.pid, eb.ri_start);
+    let to_eb = send_to(&eb);
     let request = |message_id: u16, flags: u8, header_data: u64, length: u32| StandardRequest {
         opcode: 9,
         flags: FLAG_REL | flags,
-        job_id: JOB,
-        pid_on_fep,
-        resource_index,
-        initiator: 0x1111,
         message_id,
         match_bits: 0x5,
         header_data,
         request_length: length,
-        ..Default::default()
+        ..to_eb
     };
     // Message 1: the first of its two packets only. Message 2: one packet, whole.
     fabric.inject_frame(&request_frame(
@@ -1720,18 +1709,12 @@ fn a_waiting_untagged_message_completes_with_no_tag() {
         mut eb,
         ..
     } = pair(0);
-    let (pid, ri) = (eb.pid, eb.ri_start);
+    let to_eb = send_to(&eb);
     let request = |message_id| StandardRequest {
-        opcode: 5,
-        flags: 0x0B,
-        job_id: JOB,
-        pid_on_fep: pid,
-        resource_index: ri,
-        initiator: 0x1111,
         message_id,
         match_bits: 0x77,
         request_length: 3,
-        ..Default::default()
+        ..to_eb
     };
     b.post_recv(&mut eb, 0, 64, 1);
     fabric.inject_frame(&request_frame(5, FLAG_SYN, 9, request(1), b"one"));
@@ -1762,16 +1745,13 @@ fn a_message_still_arriving_holds_up_its_own_sender_only() {
     } = pair(0);
     // From A's address but another initiator: the first of two packets, the second never
     // comes.
+    let to_eb = send_to(&eb);
     let request = StandardRequest {
-        opcode: 5,
         flags: FLAG_REL | FLAG_SOM,
-        job_id: JOB,
-        pid_on_fep: eb.pid,
-        resource_index: eb.ri_start,
         initiator: 0x7777,
         message_id: 1,
         request_length: 8,
-        ..Default::default()
+        ..to_eb
     };
     fabric.inject_frame(&request_frame(5, FLAG_SYN, 9, request, b"half"));
     assert_eq!(b.f.counter(RX_UNEXPECTED), 1);
@@ -1825,17 +1805,13 @@ fn a_cancel_names_the_current_multi_receive_buffer_before_a_younger_descriptor()
         },
     );
     b.post_recv(&mut eb, 1, 64, 7);
+    let to_eb = send_to(&eb);
     let request = |flags: u8, header_data: u64| StandardRequest {
-        opcode: 5,
         flags: FLAG_REL | flags,
-        job_id: JOB,
-        pid_on_fep: eb.pid,
-        resource_index: eb.ri_start,
-        initiator: 0x1111,
         message_id: 1,
         header_data,
         request_length: 6,
-        ..Default::default()
+        ..to_eb
     };
     // The first of two packets: the message is placed in the multi-receive buffer.
     fabric.inject_frame(&request_frame(5, FLAG_SYN, 9, request(FLAG_SOM, 0), b"one"));
