@@ -9,7 +9,7 @@ use crate::error::DriverError;
 use crate::mapped::MappedRegion;
 use crate::nic::Nic;
 use crossbeam_queue::ArrayQueue;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 struct PoolInner {
     region: MappedRegion,
@@ -105,6 +105,158 @@ impl DmaPool {
 
     pub(crate) fn region(&self) -> &DmaRegion {
         self.inner.region.region()
+    }
+}
+
+/// DMA buffers of several sizes for one NIC, for messages from a few bytes to
+/// [`DmaPoolSet::max_size`]: a pool of small buffers made at once, and above it pools of
+/// larger ones, each class twice the size of the one below it (the last one exactly
+/// `max_size`), each made the first time a buffer of its size is asked for.
+///
+/// A small message takes a small buffer, as from a [`DmaPool`]; a larger one takes a buffer
+/// of the smallest class that holds it, or of a larger class when every buffer of that one
+/// is in use. A class holds as many buffers as fit its byte budget, at least
+/// [`DmaPoolSet::MIN_LARGE_BUFFERS`], so memory grows with the sizes an application
+/// actually uses rather than with the largest it may use.
+pub struct DmaPoolSet {
+    nic: crate::nic::Nic,
+    small: DmaPool,
+    max_size: usize,
+    class_bytes: usize,
+    /// The buffer size of each class of large buffers, smallest first.
+    sizes: Vec<usize>,
+    /// Each class's pool, once made.
+    large: Vec<OnceLock<DmaPool>>,
+    /// Held while a class's pool is made, so that two callers make one.
+    making: Mutex<()>,
+}
+
+impl DmaPoolSet {
+    /// The fewest buffers a class of large buffers holds, whatever its budget.
+    pub const MIN_LARGE_BUFFERS: u32 = 2;
+
+    /// `small_count` buffers of `small_size` bytes for `nic`, made now, and classes of larger
+    /// buffers up to `max_size` bytes, each holding `class_bytes` of buffers (at least
+    /// [`DmaPoolSet::MIN_LARGE_BUFFERS`]), made when first used. `FI_EINVAL` for a small pool
+    /// [`DmaPool::new`] refuses, or a `max_size` below `small_size` or above a descriptor's
+    /// 32-bit length.
+    pub fn new(
+        nic: &crate::nic::Nic,
+        small_size: usize,
+        small_count: u32,
+        max_size: usize,
+        class_bytes: usize,
+    ) -> Result<Self, DriverError> {
+        if max_size < small_size || u32::try_from(max_size).is_err() {
+            return Err(DriverError::InvalidArgument(format!(
+                "DMA buffers of up to {max_size} bytes: at least the small buffers' \
+                 {small_size}, and within a descriptor's 32-bit length"
+            )));
+        }
+        let small = DmaPool::new(nic, small_size, small_count)?;
+        // Twice the size of the class below, the last one capped at `max_size`.
+        let mut sizes = Vec::new();
+        let mut size = small.buf_size();
+        while size < max_size {
+            size = size.saturating_mul(2).min(max_size);
+            sizes.push(size);
+        }
+        Ok(DmaPoolSet {
+            nic: nic.clone(),
+            small,
+            max_size,
+            class_bytes,
+            large: sizes.iter().map(|_| OnceLock::new()).collect(),
+            sizes,
+            making: Mutex::new(()),
+        })
+    }
+
+    /// The bytes of a buffer of class `class` (0 is the smallest class of large buffers), or
+    /// `None` past the last.
+    pub fn class_size(&self, class: usize) -> Option<usize> {
+        self.sizes.get(class).copied()
+    }
+
+    /// The largest buffer, and so the longest message, the set holds.
+    pub fn max_size(&self) -> usize {
+        self.max_size
+    }
+
+    /// The small buffers' size.
+    pub fn small_size(&self) -> usize {
+        self.small.buf_size()
+    }
+
+    /// The classes of large buffers.
+    pub fn classes(&self) -> usize {
+        self.large.len()
+    }
+
+    /// A buffer of at least `len` bytes: a small one when `len` fits it, else one of the
+    /// smallest class of large buffers that holds `len` and has one free.
+    /// [`DriverError::MessageTooLong`] (`FI_EMSGSIZE`) above [`DmaPoolSet::max_size`],
+    /// [`DriverError::Full`] (`FI_EAGAIN`) when every buffer that would do is in use, and
+    /// the error of making a class's pool (its memory, its mapping) when that fails: then
+    /// nothing is made, and a later call tries again.
+    pub fn alloc(&self, len: usize) -> Result<DmaBuffer, DriverError> {
+        if len <= self.small.buf_size() {
+            return self
+                .small
+                .alloc()
+                .ok_or(DriverError::Full("the DMA buffers"));
+        }
+        if len > self.max_size {
+            return Err(DriverError::MessageTooLong {
+                len,
+                max: self.max_size,
+            });
+        }
+        // `len` is at most `max_size`, the last class's size.
+        let first = self.sizes.partition_point(|&size| size < len);
+        for class in first..self.large.len() {
+            if let Some(buffer) = self.pool(class)?.alloc() {
+                return Ok(buffer);
+            }
+        }
+        Err(DriverError::Full("the DMA buffers"))
+    }
+
+    /// The pool of class `class`, made now if it is not yet.
+    fn pool(&self, class: usize) -> Result<&DmaPool, DriverError> {
+        let (Some(cell), Some(&size)) = (self.large.get(class), self.sizes.get(class)) else {
+            return Err(DriverError::InvalidArgument(format!(
+                "no class {class} of DMA buffers"
+            )));
+        };
+        if let Some(pool) = cell.get() {
+            return Ok(pool);
+        }
+        let _making = self.making.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(pool) = cell.get() {
+            return Ok(pool);
+        }
+        let count = u32::try_from(self.class_bytes / size)
+            .unwrap_or(u32::MAX)
+            .clamp(Self::MIN_LARGE_BUFFERS, DmaPool::MAX_BUFFERS);
+        let pool = DmaPool::new(&self.nic, size, count)?;
+        Ok(cell.get_or_init(|| pool))
+    }
+
+    /// Bytes of DMA memory behind the pools made so far ([`DmaPool::bytes`]).
+    pub fn bytes(&self) -> usize {
+        self.small.bytes()
+            + self
+                .large
+                .iter()
+                .filter_map(OnceLock::get)
+                .map(DmaPool::bytes)
+                .sum::<usize>()
+    }
+
+    /// Small buffers currently free.
+    pub fn small_available(&self) -> usize {
+        self.small.available()
     }
 }
 
@@ -245,5 +397,110 @@ impl core::fmt::Debug for DmaBuffer {
             .field("iova", &format_args!("{:#x}", self.iova()))
             .field("len", &self.len)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::sim::sim_nic;
+    use uet_sim::Fabric;
+
+    /// 4 small buffers of 1 KiB, classes up to 10,000 bytes of 8 KiB of buffers each.
+    fn set(fabric: &Fabric) -> DmaPoolSet {
+        let nic = sim_nic(fabric, "10.0.0.1");
+        DmaPoolSet::new(&nic, 1024, 4, 10_000, 8 * 1024).expect("pool set")
+    }
+
+    #[test]
+    fn classes_double_from_the_small_buffers_to_the_largest_message() {
+        let fabric = Fabric::new();
+        let s = set(&fabric);
+        let sizes: Vec<_> = (0..=s.classes()).map(|c| s.class_size(c)).collect();
+        assert_eq!(
+            sizes,
+            [Some(2048), Some(4096), Some(8192), Some(10_000), None]
+        );
+        assert_eq!((s.small_size(), s.max_size()), (1024, 10_000));
+        // One class when the largest is the small size doubled, none when it is the small
+        // size.
+        let nic = sim_nic(&fabric, "10.0.0.2");
+        let two = DmaPoolSet::new(&nic, 1024, 1, 2048, 0).expect("pool set");
+        assert_eq!((two.classes(), two.class_size(0)), (1, Some(2048)));
+        let none = DmaPoolSet::new(&nic, 1024, 1, 1024, 0).expect("pool set");
+        assert_eq!(none.classes(), 0);
+    }
+
+    #[test]
+    fn a_buffer_comes_from_the_smallest_class_that_holds_it_and_larger_ones_when_full() {
+        let fabric = Fabric::new();
+        let s = set(&fabric);
+        let small_bytes = s.bytes();
+        let small = s.alloc(1024).expect("small");
+        assert_eq!(small.capacity(), 1024);
+        assert_eq!(
+            s.bytes(),
+            small_bytes,
+            "no class is made for a small buffer"
+        );
+        // 3,000 bytes: the 4 KiB class, which holds two buffers (8 KiB), made now.
+        let a = s.alloc(3000).expect("first");
+        let b = s.alloc(3000).expect("second");
+        assert_eq!((a.capacity(), b.capacity()), (4096, 4096));
+        assert!(s.bytes() > small_bytes);
+        assert_ne!(a.iova(), b.iova());
+        // Its class full, the next larger one serves.
+        let c = s.alloc(3000).expect("from the 8 KiB class");
+        assert_eq!(c.capacity(), 8192);
+        // A freed buffer returns to its own class.
+        drop(a);
+        assert_eq!(s.alloc(2049).expect("again").capacity(), 4096);
+        // The largest message takes a buffer of exactly its size.
+        let mut big = s.alloc(10_000).expect("largest");
+        assert_eq!(big.capacity(), 10_000usize.next_multiple_of(64));
+        big.fill(&[7u8; 10_000]).expect("fill");
+        assert_eq!(big.to_vec().expect("read"), vec![7u8; 10_000]);
+    }
+
+    #[test]
+    fn a_message_above_the_largest_is_too_long_and_no_free_buffer_is_full() {
+        let fabric = Fabric::new();
+        let s = set(&fabric);
+        let err = s.alloc(10_001).expect_err("too long");
+        assert!(
+            matches!(
+                err,
+                DriverError::MessageTooLong {
+                    len: 10_001,
+                    max: 10_000
+                }
+            ),
+            "{err}"
+        );
+        assert_eq!(err.errno(), uet_av::FiErrno::FI_EMSGSIZE);
+        let held: Vec<_> = (0..4).map(|_| s.alloc(1).expect("small")).collect();
+        let err = s.alloc(0).expect_err("every small buffer is in use");
+        assert_eq!(err.errno(), uet_av::FiErrno::FI_EAGAIN);
+        assert_eq!(s.small_available(), 0);
+        drop(held);
+        assert_eq!(s.small_available(), 4);
+        // Every large class full: the two largest buffers, then nothing larger is left.
+        let largest: Vec<_> = (0..2).map(|_| s.alloc(10_000).expect("largest")).collect();
+        let err = s.alloc(9000).expect_err("the last class is full");
+        assert_eq!(err.errno(), uet_av::FiErrno::FI_EAGAIN);
+        drop(largest);
+        assert!(s.alloc(9000).is_ok());
+    }
+
+    #[test]
+    fn a_set_whose_largest_is_below_its_small_buffers_or_beyond_a_descriptor_is_refused() {
+        let fabric = Fabric::new();
+        let nic = sim_nic(&fabric, "10.0.0.1");
+        for max in [512, (u32::MAX as usize) + 1] {
+            let err = DmaPoolSet::new(&nic, 1024, 4, max, 0)
+                .err()
+                .expect("refused");
+            assert_eq!(err.errno(), uet_av::FiErrno::FI_EINVAL, "{max}: {err}");
+        }
     }
 }
