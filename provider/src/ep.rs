@@ -76,15 +76,24 @@
 //!   `-FI_EOPNOTSUPP`, as no CQ need report it) creates the endpoint on the NIC
 //!   ([`uet_driver::Domain::endpoint`]), which gives it its address (`fi_getname`). Binding
 //!   after `fi_enable` is `-FI_EOPBADSTATE`, and so is a data call before it.
-//! * Messages go through DMA buffers of the endpoint's own ([`MSG_BUF_BYTES`] each, one per
-//!   ring entry): a send copies the application's buffer (so it may be reused at once, as
-//!   for `FI_INJECT`), a receive copies the message into the application's buffer when its
-//!   completion is read. A message longer than the receive buffer is truncated: the
-//!   completion is an `FI_ETRUNC` error with `olen` the bytes dropped. Sends longer than
-//!   `MSG_BUF_BYTES` are `-FI_EMSGSIZE`, and so are an `fi_inject` and an `fi_sendmsg` or
-//!   `fi_tsendmsg` with `FI_INJECT` longer than `tx_attr->inject_size` (fi_msg(3)), nothing
-//!   posted; iovecs (up to [`IOV_LIMIT`]) are gathered and scattered.
-//! * With no buffer or ring entry free a call is `-FI_EAGAIN`: read the CQ and retry.
+//! * Messages go through DMA buffers of the endpoint's own: a small one ([`MSG_BUF_BYTES`])
+//!   per ring entry, made at `fi_enable`, and for longer messages classes of larger ones,
+//!   each class's buffers twice the size of the last, up to `ep_attr->max_msg_size` (the
+//!   NIC's `CAP_MAX_MSG`, at most [`MAX_MSG_BYTES`]), [`LARGE_CLASS_BYTES`] of buffers per
+//!   class, made when a message or receive first needs one of its size ([`DmaPoolSet`]). A
+//!   send copies the application's buffer (so it may be reused at once, as for
+//!   `FI_INJECT`) into the smallest buffer that holds it; a receive takes one as large as
+//!   its iovecs (up to `max_msg_size`), and the message is copied into the application's
+//!   buffer when its completion is read. A message longer than the receive buffer is
+//!   truncated: the completion is an `FI_ETRUNC` error with `olen` the bytes dropped. Sends
+//!   longer than `max_msg_size` are `-FI_EMSGSIZE`, and so are an `fi_inject` and an
+//!   `fi_sendmsg` or `fi_tsendmsg` with `FI_INJECT` longer than `tx_attr->inject_size`
+//!   (fi_msg(3)), nothing posted; iovecs (up to [`IOV_LIMIT`]) are gathered and scattered.
+//!   A message that arrives before its receive waits on the NIC's unexpected list, which
+//!   holds 64 KiB per endpoint by default (`CAP_TAGGED`): a longer one is refused there
+//!   and its send completes `FI_ENORX`, so a long message needs its receive posted first.
+//! * With no buffer of the size or ring entry free a call is `-FI_EAGAIN`: read the CQ and
+//!   retry.
 //! * Remote CQ data travels with `fi_senddata`/`fi_injectdata`; a receive completion carries
 //!   `FI_REMOTE_CQ_DATA` when the data is not 0 (the NIC's completion has no flag for it).
 //! * `fi_close`: the operations the NIC completed already are taken from the ring first, as a
@@ -139,12 +148,23 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use uet_av::addr_str::parse_addr_str_with;
 use uet_av::{system_resolver, AddrFormat};
 use uet_av::{FiErrno, FiError};
-use uet_driver::pool::{DmaBuffer, DmaPool};
+use uet_driver::pool::{DmaBuffer, DmaPoolSet};
 use uet_driver::{CqEvent, CqOp, DriverError, Endpoint, TaggedProbe};
 
-/// Bytes of each of an endpoint's message buffers: the largest message it sends or receives
-/// (`ep_attr->max_msg_size`).
+/// Bytes of each of an endpoint's small message buffers, one per ring entry, made with the
+/// endpoint: a message or receive of up to this size takes one.
 pub const MSG_BUF_BYTES: usize = 16 * 1024;
+
+/// The longest message a reliable endpoint carries (`ep_attr->max_msg_size`) when the NIC
+/// takes longer ones (`CAP_MAX_MSG`, 1 MiB on the simulated NIC): a message travels through
+/// one DMA buffer of the endpoint's, and a buffer class of this size holds at least
+/// [`DmaPoolSet::MIN_LARGE_BUFFERS`].
+pub const MAX_MSG_BYTES: usize = 16 << 20;
+
+/// Bytes of DMA buffers in each class of an endpoint's large buffers ([`DmaPoolSet`]): a
+/// class of 32 KiB buffers holds 128 of them, one of 1 MiB four. A class's memory is made
+/// when a message or receive first needs a buffer of its size.
+pub const LARGE_CLASS_BYTES: usize = 4 << 20;
 
 /// Most iovecs of a vectored call (`tx_attr->iov_limit`, `rx_attr->iov_limit`).
 pub const IOV_LIMIT: usize = 4;
@@ -280,7 +300,7 @@ struct EpState {
     /// The NIC's endpoint, once enabled.
     driver: Option<Endpoint>,
     /// Its message buffers.
-    pool: Option<DmaPool>,
+    pool: Option<DmaPoolSet>,
     /// Operations in flight: the NIC carries `index + 1` as an operation's context (0 is its
     /// inject completions'), so a completion finds its operation without a search.
     posted: Vec<Option<Posted>>,
@@ -460,7 +480,7 @@ impl EpShared {
     /// Give the state its NIC ring set and message buffers (the first `fi_enable` of a
     /// scalable endpoint or of one of its contexts, which makes the NIC endpoint), and wake
     /// the threads waiting on its CQs and counters, which armed only the rings enabled then.
-    pub(crate) fn install(&self, driver: Endpoint, pool: DmaPool) {
+    pub(crate) fn install(&self, driver: Endpoint, pool: DmaPoolSet) {
         let mut st = self.lock();
         st.driver = Some(driver);
         st.pool = Some(pool);
@@ -1034,16 +1054,35 @@ impl EpState {
         }
     }
 
-    /// The enabled endpoint and a free buffer. `FI_EOPBADSTATE` before `fi_enable`,
-    /// `FI_EAGAIN` with no buffer free.
-    fn ready(&mut self, call: &str) -> Result<DmaBuffer, FiError> {
+    /// The enabled endpoint and a free buffer of at least `len` bytes. `FI_EOPBADSTATE`
+    /// before `fi_enable`, `FI_EMSGSIZE` above the largest buffer, `FI_EAGAIN` with no buffer
+    /// of the size free, and the error of making a class of large buffers (`FI_ENOMEM`) when
+    /// that fails.
+    fn ready(&mut self, call: &str, len: usize) -> Result<DmaBuffer, FiError> {
         let (Some(_), Some(pool)) = (self.driver.as_ref(), self.pool.as_ref()) else {
             return Err(not_enabled(call));
         };
-        // Every message buffer is in flight: the application reads its CQ and retries, often
-        // in a loop, so the answer is made without formatting a message.
-        pool.alloc()
-            .ok_or_else(|| FiError::new(FiErrno::FI_EAGAIN, String::new()))
+        match pool.alloc(len) {
+            Ok(buffer) => Ok(buffer),
+            // Every message buffer of the size is in flight: the application reads its CQ
+            // and retries, often in a loop, so the answer is made without formatting a
+            // message.
+            Err(DriverError::Full(_)) => Err(FiError::new(FiErrno::FI_EAGAIN, String::new())),
+            Err(DriverError::MessageTooLong { max, .. }) => Err(FiError::new(
+                FiErrno::FI_EMSGSIZE,
+                format!("{call}: a message is at most {max} bytes (ep_attr->max_msg_size)"),
+            )),
+            Err(e) => Err(FiError::new(
+                e.errno(),
+                format!("{call}: a message buffer of {len} bytes: {e}"),
+            )),
+        }
+    }
+
+    /// The bytes of the largest message buffer: the longest receive worth a buffer of its
+    /// own, since no message is longer. 0 before `fi_enable`.
+    fn max_buffer(&self) -> usize {
+        self.pool.as_ref().map_or(0, DmaPoolSet::max_size)
     }
 }
 
@@ -1673,12 +1712,8 @@ fn enable(e: &UetEp, st: &mut EpState, call: &str) -> Result<(), FiError> {
             .endpoint(attr, None)
             .map_err(|e| FiError::new(e.errno(), format!("{call}: {e}")))?,
     };
-    let pool = DmaPool::new(
-        dom.nic(),
-        MSG_BUF_BYTES,
-        u32::try_from(slots).unwrap_or(u32::MAX),
-    )
-    .map_err(|e| FiError::new(e.errno(), format!("{call}: message buffers: {e}")))?;
+    let pool = message_buffers(dom.nic(), e.kind, slots)
+        .map_err(|e| FiError::new(e.errno(), format!("{call}: message buffers: {e}")))?;
     if let (EpKind::Msg, Some(link)) = (e.kind, st.eq.as_ref()) {
         driver
             .bind_eq(link.queue())
@@ -1689,6 +1724,24 @@ fn enable(e: &UetEp, st: &mut EpState, call: &str) -> Result<(), FiError> {
     st.pool = Some(pool);
     st.wake_bound();
     Ok(())
+}
+
+/// The message buffers of an endpoint of `kind` on `nic` with `slots` ring entries: a small
+/// buffer ([`MSG_BUF_BYTES`]) for each, and classes of larger ones up to the endpoint's
+/// longest message ([`EpKind::max_msg_size`]), [`LARGE_CLASS_BYTES`] each, made when first
+/// used.
+pub(crate) fn message_buffers(
+    nic: &uet_driver::Nic,
+    kind: EpKind,
+    slots: usize,
+) -> Result<DmaPoolSet, DriverError> {
+    DmaPoolSet::new(
+        nic,
+        MSG_BUF_BYTES,
+        u32::try_from(slots.max(1)).unwrap_or(u32::MAX),
+        kind.max_msg_size(nic).max(MSG_BUF_BYTES),
+        LARGE_CLASS_BYTES,
+    )
 }
 
 /// `fi_cancel`: the receive posted with `op_context` `context` (untagged or tagged) and not
@@ -1997,10 +2050,10 @@ fn send(
         .as_slice()
         .iter()
         .try_fold(0usize, |t, &(_, l)| t.checked_add(l));
-    let Some(total) = total.filter(|&t| t <= MSG_BUF_BYTES) else {
+    let Some(total) = total else {
         return Err(FiError::new(
             FiErrno::FI_EMSGSIZE,
-            format!("{call}: a message is at most {MSG_BUF_BYTES} bytes (ep_attr->max_msg_size)"),
+            format!("{call}: the iovecs' lengths overflow"),
         ));
     };
     let mut parts: [&[u8]; IOV_LIMIT] = [&[]; IOV_LIMIT];
@@ -2023,7 +2076,7 @@ fn send(
             }
         }
     }
-    let mut buffer = st.ready(call)?;
+    let mut buffer = st.ready(call, total)?;
     buffer
         .fill_parts(&parts[..iov.len])
         .map_err(|e| FiError::new(e.errno(), format!("{call}: {e}")))?;
@@ -2126,7 +2179,15 @@ fn recv_as(
         st.enabled(call)?;
         None
     } else {
-        Some(st.ready(call)?)
+        // A buffer as large as the application's, up to the longest message: a message
+        // longer than the application's buffers is cut by the NIC or, within the endpoint's
+        // buffer, when it is copied out, and completes `FI_ETRUNC` either way.
+        let room = iov
+            .as_slice()
+            .iter()
+            .fold(0usize, |t, &(_, l)| t.saturating_add(l));
+        let max = st.max_buffer();
+        Some(st.ready(call, room.min(max))?)
     };
     let token = st.hold(Posted::Recv {
         context,

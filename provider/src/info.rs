@@ -24,7 +24,7 @@
 //! | `domain_attr->cq_data_size` | up to 8 bytes |
 //! | `domain_attr->mr_key_size`, `mr_cnt`, `mr_iov_limit`, `tx_attr->rma_iov_limit` | 0: no memory is registered, no RMA served |
 //! | `tx_attr`, `rx_attr` | caps `FI_MSG`, `FI_TAGGED` with `FI_SEND` (and `FI_NAMED_RX_CTX` on `FI_EP_RDM`), or with `FI_RECV` and `FI_SOURCE`; sizes, `iov_limit`, `inject_size` up to the provider's; `op_flags` returned, those the provider honours (`FI_COMPLETION`; for sends `FI_INJECT`, `FI_INJECT_COMPLETE`, `FI_TRANSMIT_COMPLETE`, and on `FI_EP_RDM` `FI_DELIVERY_COMPLETE`); no `msg_order` or `comp_order` (messages travel unordered) |
-//! | `ep_attr->max_msg_size` | up to 16 KiB (`FI_EP_RDM`, `FI_EP_MSG`), up to the NIC's MTU (`FI_EP_DGRAM`) |
+//! | `ep_attr->max_msg_size` | up to the NIC's `CAP_MAX_MSG` (1 MiB on the simulated NIC), at most 16 MiB (`FI_EP_RDM`, `FI_EP_MSG`); up to the NIC's MTU (`FI_EP_DGRAM`) |
 //! | `ep_attr->protocol`, `protocol_version` | `FI_PROTO_UNSPEC` or the provider's own, UET ([`PROTOCOL`], a provider-specific value: libfabric 1.17 names no UET protocol), up to version [`PROTOCOL_VERSION`] (0: any) |
 //! | `ep_attr->max_order_raw_size`, `max_order_war_size`, `max_order_waw_size` | 0: no RMA or atomic data is ordered (neither is served, and no message order is offered) |
 //! | `ep_attr->tx_ctx_cnt`, `rx_ctx_cnt` | up to the NIC's (`CAP_EP.max_tx_ctx`, `max_rx_ctx`, and no more receive contexts than an endpoint's resource indices; no more than the hints' `domain_attr->max_ep_tx_ctx`, `max_ep_rx_ctx` when they name them), answered as asked (0: 1); more than 1 only on `FI_EP_RDM`, as a scalable endpoint ([`crate::sep`]); no shared contexts (`FI_SHARED_CONTEXT`) |
@@ -47,7 +47,8 @@
 
 use crate::abi::*;
 use crate::ep::{
-    FI_DELIVERY_COMPLETE, FI_INJECT_COMPLETE, FI_TRANSMIT_COMPLETE, IOV_LIMIT, MSG_BUF_BYTES,
+    FI_DELIVERY_COMPLETE, FI_INJECT_COMPLETE, FI_TRANSMIT_COMPLETE, IOV_LIMIT, MAX_MSG_BYTES,
+    MSG_BUF_BYTES,
 };
 use crate::{entry, null, PROVIDER_NAME, PROVIDER_VERSION};
 use core::ffi::{c_char, c_int, c_void, CStr};
@@ -210,8 +211,8 @@ pub fn domain_name(nic: &Nic) -> String {
 /// The endpoint types the provider serves, in the order `fi_getinfo` answers them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum EpKind {
-    /// `FI_EP_RDM`: reliable unordered messages (UET's RUD) of up to [`MSG_BUF_BYTES`],
-    /// several packets each.
+    /// `FI_EP_RDM`: reliable unordered messages (UET's RUD) of up to the NIC's largest
+    /// (`CAP_MAX_MSG`, at most [`MAX_MSG_BYTES`]), several packets each.
     #[default]
     Rdm,
     /// `FI_EP_DGRAM`: unreliable datagrams (UET's UUD) of one packet: at most the NIC's MTU.
@@ -221,7 +222,8 @@ pub enum EpKind {
     /// unexpected list for its receive.
     Dgram,
     /// `FI_EP_MSG`: a connected endpoint ([`crate::pep`], `fi_connect`, `fi_accept`), reliable
-    /// messages of up to [`MSG_BUF_BYTES`] to its one peer; it binds an EQ and no AV.
+    /// messages of up to the NIC's largest (as `FI_EP_RDM`) to its one peer; it binds an EQ
+    /// and no AV.
     Msg,
 }
 
@@ -268,11 +270,13 @@ impl EpKind {
         }
     }
 
-    /// The largest message (`ep_attr->max_msg_size`) on `nic`: one endpoint buffer, and for
-    /// a datagram one packet too.
+    /// The largest message (`ep_attr->max_msg_size`) on `nic`: the NIC's (`CAP_MAX_MSG`), at
+    /// most [`MAX_MSG_BYTES`]; for a datagram one packet, within a small message buffer.
     pub fn max_msg_size(self, nic: &Nic) -> usize {
         match self {
-            EpKind::Rdm | EpKind::Msg => MSG_BUF_BYTES,
+            EpKind::Rdm | EpKind::Msg => {
+                MAX_MSG_BYTES.min(nic.capabilities().max_msg_size as usize)
+            }
             EpKind::Dgram => MSG_BUF_BYTES.min(usize::from(nic.capabilities().mtu)),
         }
     }
@@ -760,9 +764,9 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
     }
     // SAFETY: NULL or valid, as the caller promises.
     if let Some(ep) = unsafe { h.ep_attr.as_ref() } {
-        if ep.max_msg_size > MSG_BUF_BYTES {
+        if ep.max_msg_size > MAX_MSG_BYTES {
             return Err(nodata(format!(
-                "ep_attr->max_msg_size {} is more than the provider's {MSG_BUF_BYTES}",
+                "ep_attr->max_msg_size {} is more than the provider's {MAX_MSG_BYTES}",
                 ep.max_msg_size
             )));
         }

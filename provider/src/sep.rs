@@ -82,7 +82,7 @@
 use crate::abi::*;
 use crate::av::UetAv;
 use crate::domain::{domain_ref, UetDomain};
-use crate::ep::{EpShared, IOV_LIMIT, MSG_BUF_BYTES};
+use crate::ep::{message_buffers, EpShared, IOV_LIMIT};
 use crate::info::{EpKind, RX_OP_FLAGS, TX_OP_FLAGS};
 use crate::pep::{address_in, put_address};
 use crate::{entry, null, object_ref, unsupported};
@@ -90,7 +90,6 @@ use core::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use uet_av::{AddrFormat, FiErrno, FiError};
-use uet_driver::pool::DmaPool;
 
 /// A scalable endpoint: libfabric's `fid_ep` first.
 #[repr(C)]
@@ -582,12 +581,8 @@ fn create(s: &UetSep, st: &SepState, call: &str) -> Result<(), FiError> {
         if k < s.rx_ctx_cnt {
             slots += (1 << attr.rx_log2) + (1 << attr.trx_log2);
         }
-        let pool = DmaPool::new(
-            dom.nic(),
-            MSG_BUF_BYTES,
-            u32::try_from(slots.max(1)).unwrap_or(u32::MAX),
-        )
-        .map_err(|e| FiError::new(e.errno(), format!("{call}: message buffers: {e}")))?;
+        let pool = message_buffers(dom.nic(), EpKind::Rdm, slots)
+            .map_err(|e| FiError::new(e.errno(), format!("{call}: message buffers: {e}")))?;
         ready.push((ring_set, pool));
     }
     if ready.len() != s.lanes.len() {

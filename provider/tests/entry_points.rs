@@ -675,9 +675,10 @@ fn a_receive_scatters_past_a_zero_length_iovec() {
 }
 
 /// fi_cq(3): a truncated message's entry says how many bytes were placed in the buffer
-/// (`len`) and how many were dropped (`olen`). A message longer than the endpoint's
-/// buffers, which the NIC itself cuts (here from an endpoint of the driver, which sends up
-/// to the NIC's largest message), still delivers what fits, with its remote CQ data.
+/// (`len`) and how many were dropped (`olen`). A message longer than the receive's buffer,
+/// which the NIC itself cuts (here from an endpoint of the driver, the receive taking a
+/// buffer as large as its iovecs: 32 KiB), or which the provider cuts as it copies out of
+/// a small buffer, still delivers what fits, with its remote CQ data.
 #[test]
 fn a_message_the_nic_truncates_delivers_what_fits_and_counts_the_rest_in_olen() {
     let pair = Pair::new(0);
@@ -691,14 +692,13 @@ fn a_message_the_nic_truncates_delivers_what_fits_and_counts_the_rest_in_olen() 
         })
         .expect("an AV");
     let mut ep = nic.endpoint(attr, Some(&av)).expect("an endpoint");
-    let pool = uet_driver::pool::DmaPool::new(&nic, 32 * 1024, 4).expect("buffers");
+    let pool = uet_driver::pool::DmaPool::new(&nic, 64 * 1024, 4).expect("buffers");
     let name = name_of(pair.p[1].ep.cast());
     let mut to = [0u64; 1];
     assert_eq!(av.insert(&name, 1, Some(&mut to), 0), Ok(1));
-    let message: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
-    let fits = uet_fi::ep::MSG_BUF_BYTES;
+    let message: Vec<u8> = (0..40_000u32).map(|i| (i % 251) as u8).collect();
     // (receive buffer sizes, bytes placed)
-    for (sizes, placed) in [([10_000, 22_768], fits), ([600, 400], 1000)] {
+    for (sizes, placed) in [([10_000, 22_768], 32_768), ([600, 400], 1000)] {
         let mut rbuf = vec![0u8; sizes[0] + sizes[1]];
         let (a, b) = rbuf.split_at_mut(sizes[0]);
         let iov = [a, b].map(|part| IoVec {
@@ -2901,17 +2901,18 @@ fn answered_types(hints: &Hints) -> Result<Vec<(c_int, usize)>, c_int> {
 }
 
 /// `fi_getinfo` answers one `fi_info` per endpoint type it serves, reliable first: an
-/// `FI_EP_RDM` of up to 16 KiB messages, an `FI_EP_DGRAM` of one packet (the NIC's MTU) and
-/// an `FI_EP_MSG` (connected) of up to 16 KiB. The hints choose between them by type, message
+/// `FI_EP_RDM` of messages up to the NIC's largest (`CAP_MAX_MSG`, 1 MiB), an `FI_EP_DGRAM`
+/// of one packet (the NIC's MTU) and an `FI_EP_MSG` (connected) of up to 1 MiB. The hints choose between them by type, message
 /// size, completion level and AV capabilities (which a connected endpoint, binding no AV,
 /// lacks), and a type libfabric does not define is `-FI_ENODATA`.
 #[test]
 fn fi_getinfo_answers_reliable_datagram_and_connected_endpoints_and_the_hints_choose() {
     let mtu = usize::from(uet_sim::NicConfig::new([10, 0, 0, 1].into()).mtu);
-    let rdm = (FI_EP_RDM, 16384);
+    let largest = 1 << 20;
+    let rdm = (FI_EP_RDM, largest);
     let dgram = (FI_EP_DGRAM, mtu);
-    let msg = (FI_EP_MSG, 16384);
-    assert!(mtu < 16384);
+    let msg = (FI_EP_MSG, largest);
+    assert!(mtu < largest);
     let with = |edit: &dyn Fn(&mut FiInfo)| {
         let mut hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
         edit(&mut hints.info);
@@ -2953,7 +2954,8 @@ fn fi_getinfo_answers_reliable_datagram_and_connected_endpoints_and_the_hints_ch
     let size = |n: usize| move |i: &mut FiInfo| unsafe { (*i.ep_attr).max_msg_size = n };
     assert_eq!(with(&size(mtu)), Ok(vec![rdm, dgram, msg]));
     assert_eq!(with(&size(mtu + 1)), Ok(vec![rdm, msg]));
-    assert_eq!(with(&size(16385)), Err(ENODATA));
+    assert_eq!(with(&size(largest)), Ok(vec![rdm, msg]));
+    assert_eq!(with(&size(largest + 1)), Err(ENODATA));
     assert_eq!(
         with(&|i| {
             size(mtu + 1)(i);
@@ -10142,4 +10144,153 @@ fn fi_getinfo_answers_the_ring_sizes_of_a_nic_with_small_rings() {
         "a receive ring larger than the NIC gives"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A message of `len` bytes whose bytes differ from their neighbours'.
+fn patterned(len: usize, seed: usize) -> Vec<u8> {
+    (0..len).map(|i| ((i * 7 + seed) % 253) as u8).collect()
+}
+
+/// `ep_attr->max_msg_size` of a reliable endpoint is the NIC's largest message (1 MiB), and
+/// every message up to it travels whole, longer than an endpoint's small buffers
+/// (`MSG_BUF_BYTES`): untagged ones gathered from two iovecs and scattered into three,
+/// tagged ones, and one of exactly `max_msg_size`. One byte more is `-FI_EMSGSIZE`, nothing
+/// sent.
+#[test]
+fn messages_longer_than_a_small_buffer_up_to_max_msg_size_travel_whole() {
+    let pair = Pair::new(0);
+    // SAFETY: the provider's answer, read only.
+    let max = unsafe { (*(*pair._open.info).ep_attr).max_msg_size };
+    assert_eq!(max, 1 << 20);
+    let small = uet_fi::ep::MSG_BUF_BYTES;
+    for (n, len) in [small + 1, 100_000, max].into_iter().enumerate() {
+        let message = patterned(len, n);
+        let mut rbuf = vec![0u8; len];
+        let (a, rest) = rbuf.split_at_mut(len / 3);
+        let (b, c) = rest.split_at_mut(len / 3);
+        let riov = [a, b, c].map(|part| IoVec {
+            iov_base: part.as_mut_ptr().cast(),
+            iov_len: part.len(),
+        });
+        // SAFETY: an open endpoint; the buffers outlive the receive, read below.
+        let ret =
+            unsafe { (pair.msg(1).recvv)(pair.p[1].ep, riov.as_ptr(), null_mut(), 3, 0, 5 as _) };
+        assert_eq!(ret, 0, "{len}");
+        let (x, y) = message.split_at(len / 2);
+        let siov = [x, y].map(|part| IoVec {
+            iov_base: part.as_ptr().cast_mut().cast(),
+            iov_len: part.len(),
+        });
+        let to = pair.p[1].addr;
+        // SAFETY: an open endpoint; the iovecs are read during the call.
+        let ret =
+            unsafe { (pair.msg(0).sendv)(pair.p[0].ep, siov.as_ptr(), null_mut(), 2, to, 6 as _) };
+        assert_eq!(ret, 0, "{len}");
+        assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(6), "{len}");
+        let e = pair.wait(1).expect("the receive");
+        assert_eq!((e.op_context as usize, e.len), (5, len));
+        assert_eq!(e.flags, FI_RECV | FI_MSG);
+        assert!(rbuf == message, "{len} bytes arrived changed");
+    }
+    // Tagged: 300,000 bytes.
+    let message = patterned(300_000, 9);
+    let mut rbuf = vec![0u8; message.len()];
+    // SAFETY: an open endpoint; `rbuf` outlives the receive, read below.
+    assert_eq!(unsafe { trecv_on(pair.p[1].ep, &mut rbuf, 0x77, 7) }, 0);
+    assert_eq!(tsend(pair.p[0].ep, &message, pair.p[1].addr, 0x77, 8), 0);
+    assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(8));
+    // The pair's CQs are of FI_CQ_FORMAT_DATA: no tag in the entry.
+    let e = pair.wait(1).expect("the tagged receive");
+    assert_eq!(
+        (e.op_context as usize, e.len, e.flags),
+        (7, message.len(), FI_RECV | FI_TAGGED)
+    );
+    assert!(rbuf == message);
+    // One byte more than max_msg_size.
+    let long = vec![1u8; max + 1];
+    assert_eq!(pair.send(0, &long, 9), neg(FiErrno::FI_EMSGSIZE));
+    assert_eq!(
+        tsend(pair.p[0].ep, &long, pair.p[1].addr, 1, 9),
+        neg(FiErrno::FI_EMSGSIZE)
+    );
+    assert_eq!(pair.read(0).err(), Some(neg(FiErrno::FI_EAGAIN)));
+    assert_eq!(pair.read(1).err(), Some(neg(FiErrno::FI_EAGAIN)));
+}
+
+/// A receive takes a buffer as large as its iovecs, from the class of large buffers that
+/// holds it: `LARGE_CLASS_BYTES` of them per class, four of 1 MiB. With every buffer of a
+/// size posted, a receive of that size is `-FI_EAGAIN` and posts nothing, while smaller
+/// ones still find theirs; once a receive completes (here withdrawn by `fi_cancel`), the
+/// next one is posted and a message fills it.
+#[test]
+fn with_every_buffer_of_its_size_in_use_a_receive_is_eagain_until_one_completes() {
+    let pair = Pair::new(0);
+    let max = 1 << 20;
+    let room = uet_fi::ep::LARGE_CLASS_BYTES / max;
+    assert_eq!(room, 4);
+    let mut bufs: Vec<Vec<u8>> = (0..=room).map(|_| vec![0u8; max]).collect();
+    for (k, buf) in bufs.iter_mut().enumerate().take(room) {
+        // SAFETY: an open endpoint; the buffers outlive their receives (the pair closes
+        // first).
+        assert_eq!(unsafe { pair.post_recv(1, buf, 10 + k) }, 0, "receive {k}");
+    }
+    let (held, spare) = bufs.split_at_mut(room);
+    // SAFETY: as above; refused, so nothing keeps the buffer.
+    let ret = unsafe { pair.post_recv(1, &mut spare[0], 99) };
+    assert_eq!(ret, neg(FiErrno::FI_EAGAIN));
+    // 600 KiB needs a buffer of the same class: none is free either.
+    // SAFETY: as above.
+    let ret = unsafe { pair.post_recv(1, &mut spare[0][..600 << 10], 98) };
+    assert_eq!(ret, neg(FiErrno::FI_EAGAIN));
+    // 300,000 bytes fit the 512 KiB class.
+    let mut mid = vec![0u8; 300_000];
+    // SAFETY: as above.
+    assert_eq!(unsafe { pair.post_recv(1, &mut mid, 20) }, 0);
+    assert_eq!(pair.read(1).err(), Some(neg(FiErrno::FI_EAGAIN)));
+    // The first receive withdrawn, its buffer is free again.
+    assert_eq!(cancel(pair.p[1].ep, 10), 0);
+    assert_eq!(pair.wait(1).err(), Some(neg(FiErrno::FI_EAVAIL)));
+    let e = pair.readerr(1).expect("the canceled receive");
+    assert_eq!(
+        (e.err as u32, e.op_context as usize),
+        (FiErrno::FI_ECANCELED.get(), 10)
+    );
+    // SAFETY: as above.
+    assert_eq!(unsafe { pair.post_recv(1, &mut spare[0], 14) }, 0);
+    // Messages take the receives in order: the three still posted, then the 300,000-byte
+    // one (the first message that fits it), then the new one.
+    let messages: Vec<Vec<u8>> = (0..5)
+        .map(|k| patterned(if k == 3 { 300_000 } else { max }, k))
+        .collect();
+    let mut order = Vec::new();
+    for (k, m) in messages.iter().enumerate() {
+        assert_eq!(pair.send(0, m, 30 + k), 0, "send {k}");
+        assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(30 + k));
+        let e = pair.wait(1).expect("a receive");
+        assert_eq!(e.len, m.len());
+        order.push(e.op_context as usize);
+    }
+    assert_eq!(order, [11, 12, 13, 20, 14]);
+    assert!(held[1] == messages[0] && held[2] == messages[1] && held[3] == messages[2]);
+    assert!(mid == messages[3] && spare[0] == messages[4]);
+}
+
+/// A connected endpoint (`FI_EP_MSG`) carries messages up to its `max_msg_size` as an
+/// `FI_EP_RDM` one does, both ways.
+#[test]
+fn a_connection_carries_messages_up_to_max_msg_size_both_ways() {
+    let c = Connected::new(FI_WAIT_UNSPEC, None);
+    for (from, to, cq_to, cq_from, len) in [
+        (c.client, c.server, c.cq_s, c.cq_c, 200_000),
+        (c.server, c.client, c.cq_c, c.cq_s, 1 << 20),
+    ] {
+        let message = patterned(len, len);
+        let mut rbuf = vec![0u8; len];
+        // SAFETY: an open endpoint; `rbuf` outlives the receive, read below.
+        assert_eq!(unsafe { recv_on(to, &mut rbuf) }, 0);
+        assert_eq!(send_on(from, &message), 0);
+        assert!(cq_wait(cq_from).is_ok(), "the send of {len}");
+        assert_eq!(cq_wait(cq_to).map(|e| e.len), Ok(len));
+        assert!(rbuf == message, "{len} bytes");
+    }
 }
