@@ -78,6 +78,7 @@ impl DmaPool {
             pool: self.inner.clone(),
             index,
             len: 0,
+            capacity: self.inner.buf_size,
         })
     }
 
@@ -265,6 +266,9 @@ pub struct DmaBuffer {
     pool: Arc<PoolInner>,
     index: u32,
     len: usize,
+    /// The bytes of the buffer in use: its pool's buffer size, or less after
+    /// [`DmaBuffer::limit`].
+    capacity: usize,
 }
 
 impl DmaBuffer {
@@ -287,9 +291,18 @@ impl DmaBuffer {
         self.pool.region.region().iova_inside(self.offset())
     }
 
-    /// Capacity in bytes.
+    /// Capacity in bytes: what a receive posted with the buffer offers the NIC, and what
+    /// [`DmaBuffer::fill`] takes.
     pub fn capacity(&self) -> usize {
-        self.pool.buf_size
+        self.capacity
+    }
+
+    /// Use only the first `capacity` bytes from now on (never more than the buffer has): a
+    /// receive posted with it then offers the NIC that many, as a multi-receive buffer that
+    /// mirrors an application's buffer of that size must. The valid length shrinks with it.
+    pub fn limit(&mut self, capacity: usize) {
+        self.capacity = self.capacity.min(capacity);
+        self.len = self.len.min(self.capacity);
     }
 
     /// Bytes of valid data: set by [`DmaBuffer::fill`] or by a receive completion.
@@ -455,6 +468,17 @@ mod tests {
         // A freed buffer returns to its own class.
         drop(a);
         assert_eq!(s.alloc(2049).expect("again").capacity(), 4096);
+        // A buffer limited offers only what is left, and fills no more.
+        let mut limited = s.alloc(5000).expect("limited");
+        limited.limit(1000);
+        assert_eq!(limited.capacity(), 1000);
+        limited.limit(2000);
+        assert_eq!(limited.capacity(), 1000, "a limit never grows the buffer");
+        assert!(limited.fill(&[1u8; 1001]).is_err());
+        limited.fill(&[1u8; 1000]).expect("fits");
+        limited.limit(10);
+        assert_eq!(limited.len(), 10);
+        drop(limited);
         // The largest message takes a buffer of exactly its size.
         let mut big = s.alloc(10_000).expect("largest");
         assert_eq!(big.capacity(), 10_000usize.next_multiple_of(64));
