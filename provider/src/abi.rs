@@ -670,6 +670,9 @@ pub const FI_SELECTIVE_COMPLETION: u64 = 1 << 59;
 pub const FI_COMPLETION: u64 = 1 << 24;
 /// `FI_INJECT` of an operation's flags.
 pub const FI_INJECT: u64 = 1 << 25;
+/// `FI_MULTI_RECV`: a capability (receives of several messages into one buffer), a
+/// receive's flag (post such a buffer), and a completion's (the buffer's last).
+pub const FI_MULTI_RECV: u64 = 1 << 16;
 /// `FI_REMOTE_CQ_DATA`: an operation carries, and a completion reports, remote CQ data.
 pub const FI_REMOTE_CQ_DATA: u64 = 1 << 17;
 /// `FI_MSG`.

@@ -128,10 +128,26 @@
 //!
 //! * `fi_cancel` withdraws a posted receive, untagged or tagged, by its `op_context` (host
 //!   interface 1.14's RECV_CANCEL): it completes in the receive CQ as an `FI_ECANCELED`
-//!   error entry (a tagged one with the tag it was posted with, `len` 0). Sends are not
+//!   error entry (a tagged one with the tag it was posted with, `len` 0; a multi-receive
+//!   buffer's with `FI_MULTI_RECV`, on a NIC of host interface 1.19 or later). Sends are not
 //!   cancelled (`-FI_ENOENT`): they complete on their own.
 //!
-//! Not served yet: RMA, atomics, endpoint options.
+//! * Multi-receive buffers (fi_msg(3) `FI_MULTI_RECV`, a receive capability `fi_getinfo`
+//!   answers): `fi_recvmsg` with the flag, or `fi_recv` and `fi_recvv` on an endpoint whose
+//!   `rx_attr->op_flags` hold it, post one buffer (one iovec) for several untagged messages.
+//!   The NIC places each whole at the next 64-byte aligned offset of an endpoint buffer of
+//!   the application's buffer's size (up to `max_msg_size`: a larger one is used up to
+//!   that size), and each completes on its own, `buf` pointing at its copy in the
+//!   application's buffer; the buffer is released once less than `FI_OPT_MIN_MULTI_RECV`
+//!   bytes are left after a message (`fi_setopt`, a `size_t`; one MTU by default) or when a
+//!   message does not fit what is left, which then takes the next receive. The release is
+//!   the completion with `FI_MULTI_RECV`: a message's, or one of its own (`len` 0,
+//!   `FI_MULTI_RECV` alone), which is written even under `FI_SELECTIVE_COMPLETION` for a
+//!   buffer posted without `FI_COMPLETION`, since it hands the buffer back. Tagged receives
+//!   have no multi-receive form (fi_tagged(3)).
+//!
+//! Not served yet: RMA, atomics, endpoint options other than `FI_OPT_MIN_MULTI_RECV` and
+//! `FI_OPT_CM_DATA_SIZE`.
 
 use crate::abi::*;
 use crate::av::UetAv;
@@ -140,7 +156,9 @@ use crate::cq::{Completion, CompletionError, UetCq, NO_SOURCE};
 use crate::domain::{domain_ref, UetDomain};
 use crate::eq::EqLink;
 use crate::info::{EpKind, FI_MATCH_COMPLETE, RELIABLE_ONLY_FLAGS};
-use crate::pep::{address_in, cm_param, put_address};
+use crate::pep::{
+    address_in, cm_param, put_address, put_size_opt, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV,
+};
 use crate::{entry, null, object_ref, unsupported};
 use core::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering;
@@ -198,8 +216,9 @@ pub(crate) const FI_TRANSMIT_COMPLETE: u64 = 1 << 27;
 pub(crate) const FI_DELIVERY_COMPLETE: u64 = 1 << 28;
 /// Flags `fi_recvmsg` takes. `FI_TRANSMIT_COMPLETE` (fi_msg(3): the completion may come as
 /// soon as the provider has processed the message) is met by every receive, whose
-/// completion comes once the message is in its buffer.
-const RECVMSG_FLAGS: u64 = FI_COMPLETION | FI_MORE | FI_TRANSMIT_COMPLETE;
+/// completion comes once the message is in its buffer; `FI_MULTI_RECV` posts a
+/// multi-receive buffer ([`recv_multi`]).
+const RECVMSG_FLAGS: u64 = FI_COMPLETION | FI_MORE | FI_TRANSMIT_COMPLETE | FI_MULTI_RECV;
 /// `FI_PEEK`: see whether a matching message arrived (fi_tagged(3)).
 const FI_PEEK: u64 = 1 << 19;
 /// `FI_CLAIM`: with `FI_PEEK`, claim the message found; alone, take the message claimed.
@@ -246,6 +265,7 @@ impl IoList {
 }
 
 /// An operation in flight, by the token the NIC carries as its context.
+#[derive(Clone, Copy)]
 enum Posted {
     Send {
         context: u64,
@@ -266,6 +286,9 @@ enum Posted {
         /// The claim it makes (`FI_PEEK | FI_CLAIM`) or ends (`FI_CLAIM`, alone or with
         /// `FI_DISCARD`).
         claim: Option<Claim>,
+        /// A multi-receive buffer (`FI_MULTI_RECV`): `iov` is its one buffer, each message
+        /// completes at its offset, and the operation is held until the NIC releases it.
+        multi: bool,
     },
     /// An operation of a context that has closed: its completion is read off the ring and
     /// reported nowhere, counted nowhere (a context opened again on its index gets none of
@@ -328,6 +351,9 @@ struct EpState {
     /// reported, whose message no `FI_CLAIM` receive or discard has completed for yet. A
     /// receive context's close drops their messages ([`EpState::discard_claims`]).
     claims: Vec<u64>,
+    /// `FI_OPT_MIN_MULTI_RECV` as `fi_setopt` set it: the space below which a multi-receive
+    /// buffer posted from then on is released. `None`: the NIC endpoint's default, one MTU.
+    min_multi_recv: Option<usize>,
 }
 
 /// What [`EpShared::arm`] made of an endpoint's ring for a waiting `fi_cq_sread`.
@@ -378,6 +404,7 @@ impl EpShared {
                 connected_kind,
                 sources: sources && !connected_kind,
                 claims: Vec::new(),
+                min_multi_recv: None,
             }),
         }
     }
@@ -706,7 +733,14 @@ impl EpState {
 
     /// The completion of `ev` and the CQ it goes to, or `None` when it is not reported.
     fn complete(&mut self, mut ev: CqEvent) -> Option<(*const UetCq, Completion)> {
-        let posted = match self.take(ev.context) {
+        // A multi-receive buffer's operation is held until its last completion.
+        let release = ev.multi_recv.map(|m| m.released);
+        let found = if release == Some(false) {
+            self.peek(ev.context)
+        } else {
+            self.take(ev.context)
+        };
+        let posted = match found {
             // Its buffer, if any, goes back to the pool with the event. A claim its report
             // made is held until the ring set drops it.
             Some(Posted::Orphan { claim, .. }) => {
@@ -734,6 +768,7 @@ impl EpState {
             }
             None => return None,
         };
+        let mut counted = true;
         let (binding, cntr, context, report, flags, iov) = match posted {
             Posted::Send {
                 context,
@@ -754,9 +789,14 @@ impl EpState {
                 iov,
                 probe,
                 claim,
+                multi,
                 ..
             } => {
                 self.follow_claim(claim, ev.report);
+                // A multi-receive buffer's release without a message transfers nothing, but
+                // its cancel is counted as a cancelled receive is.
+                counted =
+                    !(multi && ev.error.is_none() && ev.multi_recv.is_some_and(|m| !m.has_message));
                 (
                     self.rx_cq,
                     // A probe is no transfer: fi_cntr(3) counts completed transfers.
@@ -811,7 +851,9 @@ impl EpState {
             let cut = error
                 .as_ref()
                 .is_some_and(|e| e.errno == FiErrno::FI_ETRUNC);
-            if (error.is_none() || cut) && !ev.report {
+            if let Some(m) = ev.multi_recv {
+                self.multi_recv_entry(&ev, m, iov, &mut entry, &mut error);
+            } else if (error.is_none() || cut) && !ev.report {
                 entry.data = ev.data;
                 if ev.data != 0 {
                     entry.flags |= FI_REMOTE_CQ_DATA;
@@ -841,16 +883,75 @@ impl EpState {
         // A buffer the completion returned goes back to the pool here.
         drop(ev.buffer.take());
         // Counted whether or not it is reported (fi_cntr(3)).
-        if let Some(cntr) = cntr {
+        if let Some(cntr) = cntr.filter(|_| counted) {
             // SAFETY: a bound counter stays open while the endpoint is bound to it, and the
             // binding is only dropped under the endpoint's lock, which the drain holds.
             unsafe { &*cntr }.count(error.is_none(), 1);
         }
         let binding = binding?;
-        if !report && error.is_none() && binding.selective {
+        // A multi-receive buffer's release is always reported: it is how the application
+        // learns that the buffer is its own again.
+        if !report && error.is_none() && binding.selective && release != Some(true) {
             return None;
         }
         Some((binding.cq, Completion { entry, src, error }))
+    }
+
+    /// The entry of a multi-receive buffer's completion `ev` (at `m`) into the application's
+    /// buffer `iov`: the message, copied to the same offset of the application's buffer as
+    /// it has in the endpoint's, `buf` pointing at it; `FI_MULTI_RECV` on the buffer's last
+    /// completion, alone when that reports no message (fi_cq(3)).
+    fn multi_recv_entry(
+        &self,
+        ev: &CqEvent,
+        m: uet_driver::MultiRecv,
+        iov: IoList,
+        entry: &mut FiCqTaggedEntry,
+        error: &mut Option<CompletionError>,
+    ) {
+        let (base, room) = iov.as_slice().first().copied().unwrap_or((0, 0));
+        let at = m.offset.min(room);
+        entry.buf = base.wrapping_add(at) as *mut c_void;
+        if m.released {
+            entry.flags |= FI_MULTI_RECV;
+        }
+        if !m.has_message {
+            if error.is_none() {
+                entry.flags = FI_MULTI_RECV;
+            }
+            entry.len = 0;
+            return;
+        }
+        entry.data = ev.data;
+        if ev.data != 0 {
+            entry.flags |= FI_REMOTE_CQ_DATA;
+        }
+        // The endpoint's buffer offers the NIC no more than the application's holds, so the
+        // message lies within it.
+        let fits = room.saturating_sub(at).min(ev.len);
+        if fits == 0 || base == 0 {
+            entry.len = 0;
+            return;
+        }
+        // SAFETY: the application gave `room` writable bytes at `base` for the buffer's
+        // life (fi_msg(3): a multi-receive buffer is the provider's until its
+        // `FI_MULTI_RECV` completion, which is this one or a later one), and
+        // `at + fits <= room`.
+        let dst = unsafe { core::slice::from_raw_parts_mut((base + at) as *mut u8, fits) };
+        let copied = match self.driver.as_ref().map(|d| d.multi_recv_read(ev, dst)) {
+            Some(Ok(n)) => n,
+            Some(Err(e)) => {
+                *error = Some(CompletionError {
+                    errno: e.errno(),
+                    prov_errno: 0,
+                    olen: 0,
+                    message: format!("a message of a multi-receive buffer not read: {e}"),
+                });
+                0
+            }
+            None => 0,
+        };
+        entry.len = copied;
     }
 
     /// `fi_cancel` of the receive posted with `context` (see `ep_cancel`).
@@ -1038,6 +1139,12 @@ impl EpState {
         slot as u64 + 1
     }
 
+    /// The operation of `token`, still held; `None` for a token that holds none.
+    fn peek(&self, token: u64) -> Option<Posted> {
+        let slot = usize::try_from(token.checked_sub(1)?).ok()?;
+        *self.posted.get(slot)?
+    }
+
     /// The operation of `token`, no longer held; `None` for a token that holds none.
     fn take(&mut self, token: u64) -> Option<Posted> {
         let slot = usize::try_from(token.checked_sub(1)?).ok()?;
@@ -1199,6 +1306,26 @@ impl UetEp {
         self.tx_op_flags & FI_COMPLETION != 0
     }
 
+    /// `FI_OPT_MIN_MULTI_RECV`: what `fi_setopt` set, else the NIC endpoint's default (one
+    /// MTU; before `fi_enable`, the domain's NIC's MTU).
+    fn min_multi_recv(&self, call: &str) -> Result<usize, FiError> {
+        let st = self.shared.lock();
+        if let Some(v) = st.min_multi_recv {
+            return Ok(v);
+        }
+        if let Some(d) = st.driver.as_ref() {
+            return Ok(d.min_multi_recv());
+        }
+        drop(st);
+        // SAFETY: the domain outlives its endpoints (it counts them).
+        let domain = unsafe { &*self.domain };
+        let guard = domain.lock()?;
+        let dom = guard
+            .as_ref()
+            .ok_or_else(|| FiError::inval(format!("{call}: the domain is closed")))?;
+        Ok(usize::from(dom.nic().capabilities().mtu))
+    }
+
     /// Whether a flagless receive reports its success under `FI_SELECTIVE_COMPLETION`.
     fn rx_report(&self) -> bool {
         self.rx_op_flags & FI_COMPLETION != 0
@@ -1270,7 +1397,7 @@ pub(crate) static EP_OPS: FiOpsEp = FiOpsEp {
     size: core::mem::size_of::<FiOpsEp>(),
     cancel: ep_cancel,
     getopt: ep_getopt,
-    setopt: unsupported::ep_setopt,
+    setopt: ep_setopt,
     tx_ctx: unsupported::ep_tx_ctx,
     rx_ctx: unsupported::ep_rx_ctx,
     rx_size_left: unsupported::ep_size_left,
@@ -1750,7 +1877,8 @@ pub(crate) fn message_buffers(
 /// and a tagged receive's tag, `len` 0, the buffer untouched) and a bound
 /// receive counter counts an error. `-FI_ENOENT` when no such receive is posted: never
 /// posted, already completed (its completion is or will be in the CQ), one a message is
-/// arriving into or a multi-receive buffer (each completes on its own), a send's context
+/// arriving into, a multi-receive buffer on a NIC older than host interface 1.19 (each
+/// completes on its own), a send's context
 /// (sends are not cancelled), or a NULL context (an operation posted without a context is
 /// not cancelled, as fi_endpoint(3) has it). `-FI_EAGAIN` while the endpoint's completion ring is full (read
 /// the CQ and retry); `-FI_ENOSYS` on a NIC older than host interface 1.14.
@@ -1771,9 +1899,11 @@ unsafe extern "C" fn ep_cancel(fid: *mut Fid, context: *mut c_void) -> isize {
     }) as isize
 }
 
-/// `fi_getopt`: `FI_OPT_CM_DATA_SIZE` of an `FI_EP_MSG` endpoint ([`crate::pep::cm_getopt`]);
-/// `-FI_ENOPROTOOPT` for any other option, and on other endpoint types, which have no
-/// connection data.
+/// `fi_getopt`: `FI_OPT_MIN_MULTI_RECV` (a `size_t`: what `fi_setopt` set, else the NIC's
+/// default of one MTU), and `FI_OPT_CM_DATA_SIZE` of an `FI_EP_MSG` endpoint
+/// ([`crate::pep::cm_getopt`]); `FI_ETOOSMALL` with `*optlen` set when the buffer is shorter
+/// than a `size_t`, `-FI_ENOPROTOOPT` for any other option, and for the connection data on
+/// other endpoint types, which have none.
 unsafe extern "C" fn ep_getopt(
     fid: *mut Fid,
     level: c_int,
@@ -1785,17 +1915,70 @@ unsafe extern "C" fn ep_getopt(
     entry(CALL, || {
         // SAFETY: called through the endpoint's own ops.
         let e = unsafe { ep_ref(fid, CALL) }?;
+        if level == FI_OPT_ENDPOINT && optname == FI_OPT_MIN_MULTI_RECV {
+            let value = e.min_multi_recv(CALL)?;
+            // SAFETY: libfabric's contract on `optval` and `optlen`.
+            return unsafe { put_size_opt(CALL, "FI_OPT_MIN_MULTI_RECV", value, optval, optlen) };
+        }
         if e.kind != EpKind::Msg {
             return Err(FiError::new(
                 FiErrno::FI_ENOPROTOOPT,
                 format!(
-                    "{CALL}: level {level}, option {optname}: an {} endpoint serves no option",
+                    "{CALL}: level {level}, option {optname}: an {} endpoint serves \
+                     FI_OPT_MIN_MULTI_RECV only",
                     e.kind.name()
                 ),
             ));
         }
         // SAFETY: libfabric's contract on `optval` and `optlen`.
         unsafe { crate::pep::cm_getopt(CALL, level, optname, optval, optlen) }
+    })
+}
+
+/// `fi_setopt`: `FI_OPT_MIN_MULTI_RECV`, a `size_t` (`optlen` its size, else `-FI_EINVAL`)
+/// of at most `u32::MAX` (the NIC's descriptor field; else `-FI_EINVAL`), for the
+/// multi-receive buffers posted from then on. `FI_OPT_CM_DATA_SIZE` is read only, and any
+/// other option unknown: `-FI_ENOPROTOOPT`.
+unsafe extern "C" fn ep_setopt(
+    fid: *mut Fid,
+    level: c_int,
+    optname: c_int,
+    optval: *const c_void,
+    optlen: usize,
+) -> c_int {
+    const CALL: &str = "fi_setopt";
+    entry(CALL, || {
+        // SAFETY: called through the endpoint's own ops.
+        let e = unsafe { ep_ref(fid, CALL) }?;
+        if level != FI_OPT_ENDPOINT || optname != FI_OPT_MIN_MULTI_RECV {
+            return Err(FiError::new(
+                FiErrno::FI_ENOPROTOOPT,
+                format!(
+                    "{CALL}: level {level}, option {optname}: FI_OPT_MIN_MULTI_RECV is the one \
+                     option an endpoint sets (FI_OPT_CM_DATA_SIZE is read only)"
+                ),
+            ));
+        }
+        if optval.is_null() {
+            return Err(null(CALL, "optval"));
+        }
+        if optlen != core::mem::size_of::<usize>() {
+            return Err(FiError::inval(format!(
+                "{CALL}: FI_OPT_MIN_MULTI_RECV is a size_t of {} bytes, not {optlen}",
+                core::mem::size_of::<usize>()
+            )));
+        }
+        // SAFETY: `optval` holds a `size_t` (libfabric's contract; its length checked
+        // above); it need not be aligned.
+        let value = unsafe { optval.cast::<usize>().read_unaligned() };
+        if u32::try_from(value).is_err() {
+            return Err(FiError::inval(format!(
+                "{CALL}: FI_OPT_MIN_MULTI_RECV {value}: the NIC takes at most {}",
+                u32::MAX
+            )));
+        }
+        e.shared.lock().min_multi_recv = Some(value);
+        Ok(0)
     })
 }
 
@@ -2120,6 +2303,68 @@ fn recv(
     )
 }
 
+/// Post the application's buffer `iov` as a multi-receive buffer (`FI_MULTI_RECV`,
+/// fi_msg(3)): the NIC places untagged messages one after another into an endpoint buffer
+/// of the same size (up to `ep_attr->max_msg_size`: a larger buffer is used up to that
+/// size), each completing on its own with `buf` pointing at its copy in the application's
+/// buffer, and releases it once less than `FI_OPT_MIN_MULTI_RECV` bytes are left (or a
+/// message does not fit what is left), in the completion that carries `FI_MULTI_RECV`.
+/// `FI_EINVAL` for other than one iovec of at least one byte, `FI_EBADFLAGS` on an
+/// endpoint opened with capabilities that leave `FI_MULTI_RECV` out.
+fn recv_multi(
+    e: &UetEp,
+    call: &str,
+    iov: &IoList,
+    context: u64,
+    report: bool,
+) -> Result<(), FiError> {
+    e.check_serves(false, call)?;
+    e.role.check_enabled(false, call)?;
+    if e.caps != 0 && e.caps & FI_MULTI_RECV == 0 {
+        return Err(FiError::badflags(format!(
+            "{call}: FI_MULTI_RECV on an endpoint whose caps ({:#x}) leave it out",
+            e.caps
+        )));
+    }
+    let &[(_, len)] = iov.as_slice() else {
+        return Err(FiError::inval(format!(
+            "{call}: a multi-receive buffer is one iovec, not {}",
+            iov.len
+        )));
+    };
+    if len == 0 {
+        return Err(FiError::inval(format!(
+            "{call}: a multi-receive buffer of 0 bytes holds no message"
+        )));
+    }
+    let mut st = e.shared.lock();
+    let max = st.max_buffer();
+    let mut buffer = st.ready(call, len.min(max))?;
+    // The NIC places messages at the offsets they will have in the application's buffer,
+    // and releases the buffer by the space that buffer has left.
+    buffer.limit(len);
+    let min_free = st.min_multi_recv;
+    let token = st.hold(Posted::Recv {
+        context,
+        report,
+        matching: Matching::Untagged,
+        iov: *iov,
+        withdrawn: false,
+        probe: false,
+        claim: None,
+        multi: true,
+    });
+    let Some(driver) = st.driver.as_mut() else {
+        st.take(token);
+        return Err(not_enabled(call));
+    };
+    if let Err((err, _buffer)) = driver.post_recv_multi(buffer, min_free, token) {
+        st.take(token);
+        return Err(driver_error(call, &err));
+    }
+    Ok(())
+}
+
 /// What a tagged `fi_trecvmsg` asks for (fi_tagged(3)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum TaggedRecvKind {
@@ -2204,6 +2449,7 @@ fn recv_as(
             }
             _ => None,
         },
+        multi: false,
     });
     let Some(driver) = st.driver.as_mut() else {
         st.take(token);
@@ -2492,6 +2738,17 @@ unsafe extern "C" fn ep_recv(
     data_call(CALL, || {
         // SAFETY: the application's endpoint pointer.
         let e = unsafe { ep_ref(ep.cast(), CALL) }?;
+        // `rx_attr->op_flags` with `FI_MULTI_RECV`: every flagless receive posts a
+        // multi-receive buffer.
+        if e.rx_op_flags & FI_MULTI_RECV != 0 {
+            return recv_multi(
+                e,
+                CALL,
+                &one(buf, len, CALL)?,
+                context as u64,
+                e.rx_report(),
+            );
+        }
         recv(
             e,
             CALL,
@@ -2515,6 +2772,11 @@ unsafe extern "C" fn ep_recvv(
     data_call(CALL, || {
         // SAFETY: the application's endpoint pointer; `iov` holds `count` iovecs.
         let (e, v) = unsafe { (ep_ref(ep.cast(), CALL)?, iovecs(iov, count, CALL)?) };
+        // `rx_attr->op_flags` with `FI_MULTI_RECV`: every flagless receive posts a
+        // multi-receive buffer.
+        if e.rx_op_flags & FI_MULTI_RECV != 0 {
+            return recv_multi(e, CALL, &v, context as u64, e.rx_report());
+        }
         recv(
             e,
             CALL,
@@ -2538,6 +2800,9 @@ unsafe extern "C" fn ep_recvmsg(ep: *mut FidEp, msg: *const FiMsg, flags: u64) -
         }
         // SAFETY: `msg_iov` holds `iov_count` iovecs (libfabric's contract).
         let v = unsafe { iovecs(m.msg_iov, m.iov_count, CALL) }?;
+        if flags & FI_MULTI_RECV != 0 {
+            return recv_multi(e, CALL, &v, m.context as u64, flags & FI_COMPLETION != 0);
+        }
         recv(
             e,
             CALL,
@@ -2944,6 +3209,7 @@ mod tests {
             withdrawn: false,
             probe: false,
             claim: None,
+            multi: false,
         });
         // The transmit context closes: its send is left to the ring set, the receive
         // context's receive is not.
@@ -2988,6 +3254,7 @@ mod tests {
                 withdrawn: false,
                 probe: matches!(claim, Claim::Makes(_)),
                 claim: Some(claim),
+                multi: false,
             })
         };
         let none = recv(&mut st, Claim::Makes(0xC1));

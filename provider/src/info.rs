@@ -5,7 +5,7 @@
 //!
 //! | hint | offered |
 //! |---|---|
-//! | `caps` | `FI_MSG`, `FI_TAGGED`, `FI_SEND`, `FI_RECV`, `FI_SOURCE`, `FI_LOCAL_COMM`, `FI_REMOTE_COMM`, `FI_SHARED_AV`, `FI_AV_USER_ID` (not on `FI_EP_MSG`, which binds no AV), `FI_NAMED_RX_CTX` (`FI_EP_RDM` only); of `FI_MSG`, `FI_TAGGED` and `FI_NAMED_RX_CTX` only those the hints name, in the directions (`FI_SEND`, `FI_RECV`) they name |
+//! | `caps` | `FI_MSG`, `FI_TAGGED`, `FI_SEND`, `FI_RECV`, `FI_SOURCE`, `FI_MULTI_RECV`, `FI_LOCAL_COMM`, `FI_REMOTE_COMM`, `FI_SHARED_AV`, `FI_AV_USER_ID` (not on `FI_EP_MSG`, which binds no AV), `FI_NAMED_RX_CTX` (`FI_EP_RDM` only); of `FI_MSG`, `FI_TAGGED` and `FI_NAMED_RX_CTX` only those the hints name, in the directions (`FI_SEND`, `FI_RECV`) they name |
 //! | `addr_format` | `FI_FORMAT_UNSPEC` (the 32-byte UET address) or `FI_ADDR_STR` |
 //! | `ep_attr->type` | `FI_EP_RDM`, `FI_EP_DGRAM`, `FI_EP_MSG` (connected: [`crate::pep`], [`crate::ep`]) |
 //! | `domain_attr->av_type` | `FI_AV_TABLE` (`FI_AV_MAP` behaves as a table, as in libfabric 2.x, and is answered so) |
@@ -23,7 +23,7 @@
 //! | `ep_attr->auth_key` | the domain's (`domain_attr->auth_key`), or none: an endpoint takes its domain's JobID |
 //! | `domain_attr->cq_data_size` | up to 8 bytes |
 //! | `domain_attr->mr_key_size`, `mr_cnt`, `mr_iov_limit`, `tx_attr->rma_iov_limit` | 0: no memory is registered, no RMA served |
-//! | `tx_attr`, `rx_attr` | caps `FI_MSG`, `FI_TAGGED` with `FI_SEND` (and `FI_NAMED_RX_CTX` on `FI_EP_RDM`), or with `FI_RECV` and `FI_SOURCE`; sizes, `iov_limit`, `inject_size` up to the provider's; `op_flags` returned, those the provider honours (`FI_COMPLETION`; for sends `FI_INJECT`, `FI_INJECT_COMPLETE`, `FI_TRANSMIT_COMPLETE`, and on `FI_EP_RDM` `FI_DELIVERY_COMPLETE`); no `msg_order` or `comp_order` (messages travel unordered) |
+//! | `tx_attr`, `rx_attr` | caps `FI_MSG`, `FI_TAGGED` with `FI_SEND` (and `FI_NAMED_RX_CTX` on `FI_EP_RDM`), or with `FI_RECV`, `FI_SOURCE` and `FI_MULTI_RECV`; sizes, `iov_limit`, `inject_size` up to the provider's; `op_flags` returned, those the provider honours (`FI_COMPLETION`; for sends `FI_INJECT`, `FI_INJECT_COMPLETE`, `FI_TRANSMIT_COMPLETE`, and on `FI_EP_RDM` `FI_DELIVERY_COMPLETE`; for receives `FI_TRANSMIT_COMPLETE` and `FI_MULTI_RECV`); no `msg_order` or `comp_order` (messages travel unordered) |
 //! | `ep_attr->max_msg_size` | up to the NIC's `CAP_MAX_MSG` (1 MiB on the simulated NIC), at most 16 MiB (`FI_EP_RDM`, `FI_EP_MSG`); up to the NIC's MTU (`FI_EP_DGRAM`) |
 //! | `ep_attr->protocol`, `protocol_version` | `FI_PROTO_UNSPEC` or the provider's own, UET ([`PROTOCOL`], a provider-specific value: libfabric 1.17 names no UET protocol), up to version [`PROTOCOL_VERSION`] (0: any) |
 //! | `ep_attr->max_order_raw_size`, `max_order_war_size`, `max_order_waw_size` | 0: no RMA or atomic data is ordered (neither is served, and no message order is offered) |
@@ -70,7 +70,8 @@ const FI_LOCAL_COMM: u64 = 1 << 51;
 const FI_REMOTE_COMM: u64 = 1 << 52;
 
 /// `fi_info.caps` the provider offers: messages (`FI_MSG`, `FI_TAGGED`, `FI_SEND`, `FI_RECV`), their
-/// sources (`FI_SOURCE`), peers on this NIC and others, the AV's capabilities, and on
+/// sources (`FI_SOURCE`), multi-receive buffers (`FI_MULTI_RECV`), peers on this NIC and
+/// others, the AV's capabilities, and on
 /// `FI_EP_RDM` receive contexts a sender names (`FI_NAMED_RX_CTX`: [`crate::sep`]).
 pub const PROVIDER_CAPS: u64 = FI_MSG
     | FI_TAGGED
@@ -81,7 +82,8 @@ pub const PROVIDER_CAPS: u64 = FI_MSG
     | FI_REMOTE_COMM
     | FI_SHARED_AV
     | FI_AV_USER_ID
-    | FI_NAMED_RX_CTX;
+    | FI_NAMED_RX_CTX
+    | FI_MULTI_RECV;
 
 /// Default transmit flags (`tx_attr->op_flags`) the provider honours: `FI_COMPLETION`
 /// (the flag an endpoint's flagless sends take), `FI_INJECT` (every send copies its buffer)
@@ -94,10 +96,13 @@ pub(crate) const TX_OP_FLAGS: u64 =
 pub(crate) const RELIABLE_ONLY_FLAGS: u64 = FI_DELIVERY_COMPLETE | FI_MATCH_COMPLETE;
 /// `FI_MATCH_COMPLETE`.
 pub(crate) const FI_MATCH_COMPLETE: u64 = 1 << 31;
-/// Default receive flags (`rx_attr->op_flags`) the provider honours: `FI_COMPLETION`, and
+/// Default receive flags (`rx_attr->op_flags`) the provider honours: `FI_COMPLETION`,
 /// `FI_TRANSMIT_COMPLETE`, which fi_msg(3) gives receives and which every receive meets (its
-/// completion is written once the data is in the buffer), as `fi_recvmsg` takes it.
-pub(crate) const RX_OP_FLAGS: u64 = FI_COMPLETION | FI_TRANSMIT_COMPLETE;
+/// completion is written once the data is in the buffer), as `fi_recvmsg` takes it, and
+/// `FI_MULTI_RECV`: the flagless untagged receives (`fi_recv`, `fi_recvv`) post
+/// multi-receive buffers (fi_tagged(3) has no multi-receive tagged receive, so `fi_trecv`
+/// ignores it).
+pub(crate) const RX_OP_FLAGS: u64 = FI_COMPLETION | FI_TRANSMIT_COMPLETE | FI_MULTI_RECV;
 
 /// `FI_PROV_SPECIFIC` (`rdma/fabric.h`): the bit that marks a provider's own value of a
 /// libfabric enumeration.
@@ -121,8 +126,8 @@ const PRIMARY_CAPS: u64 = FI_MSG | FI_TAGGED | FI_NAMED_RX_CTX;
 /// offers: sending messages, and naming a peer's receive context (`FI_EP_RDM`).
 pub(crate) const TX_CAPS: u64 = FI_MSG | FI_TAGGED | FI_SEND | FI_NAMED_RX_CTX;
 /// The capabilities of a receive context (`rx_attr->caps`) the provider offers: receiving
-/// messages, and their sources.
-const RX_CAPS: u64 = FI_MSG | FI_TAGGED | FI_RECV_CAP | FI_SOURCE_CAP;
+/// messages, their sources, and multi-receive buffers.
+const RX_CAPS: u64 = FI_MSG | FI_TAGGED | FI_RECV_CAP | FI_SOURCE_CAP | FI_MULTI_RECV;
 /// The primary capabilities of messages of either kind.
 const MESSAGE_CAPS: u64 = FI_MSG | FI_TAGGED;
 /// Their modifiers: the directions (`FI_SEND`, `FI_RECV`).
@@ -379,8 +384,8 @@ pub(crate) unsafe fn endpoint_caps_refused(info: &FiInfo, kind: EpKind) -> Optio
     if info.caps & !PROVIDER_CAPS != 0 {
         return Some(format!(
             "caps {:#x}: the provider serves {PROVIDER_CAPS:#x} (FI_MSG, FI_SEND, FI_RECV, \
-             FI_SOURCE, FI_TAGGED, FI_LOCAL_COMM, FI_REMOTE_COMM, FI_SHARED_AV, FI_AV_USER_ID, \
-             FI_NAMED_RX_CTX)",
+             FI_SOURCE, FI_MULTI_RECV, FI_TAGGED, FI_LOCAL_COMM, FI_REMOTE_COMM, FI_SHARED_AV, \
+             FI_AV_USER_ID, FI_NAMED_RX_CTX)",
             info.caps
         ));
     }
@@ -400,7 +405,7 @@ pub(crate) unsafe fn endpoint_caps_refused(info: &FiInfo, kind: EpKind) -> Optio
 /// Why the default flags of `info` (`tx_attr->op_flags`, `rx_attr->op_flags`), which an
 /// endpoint of `kind` gives its flagless calls, are more than it honours, as `fi_getinfo`
 /// refuses hints asking them: `FI_MATCH_COMPLETE`, which a flagless `fi_tsend` does not
-/// meet, or `FI_MULTI_RECV`, which no receive serves.
+/// meet.
 ///
 /// # Safety
 /// `info.tx_attr` and `info.rx_attr` are NULL or valid.
@@ -683,8 +688,8 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
     if h.caps & !PROVIDER_CAPS != 0 {
         return Err(nodata(format!(
             "caps {:#x} ask for more than {PROVIDER_CAPS:#x} (FI_MSG, FI_SEND, FI_RECV, \
-             FI_SOURCE, FI_TAGGED, FI_LOCAL_COMM, FI_REMOTE_COMM, FI_SHARED_AV, FI_AV_USER_ID, \
-             FI_NAMED_RX_CTX)",
+             FI_SOURCE, FI_MULTI_RECV, FI_TAGGED, FI_LOCAL_COMM, FI_REMOTE_COMM, FI_SHARED_AV, \
+             FI_AV_USER_ID, FI_NAMED_RX_CTX)",
             h.caps
         )));
     }

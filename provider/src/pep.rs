@@ -495,9 +495,11 @@ pub(crate) fn address_in(
 }
 
 /// `fi_getopt`'s level for endpoint options (`FI_OPT_ENDPOINT`).
-const FI_OPT_ENDPOINT: c_int = 0;
+pub(crate) const FI_OPT_ENDPOINT: c_int = 0;
+/// `FI_OPT_MIN_MULTI_RECV`: the space below which a multi-receive buffer is released.
+pub(crate) const FI_OPT_MIN_MULTI_RECV: c_int = 0;
 /// `FI_OPT_CM_DATA_SIZE`: the connection data a connection message carries (read only).
-const FI_OPT_CM_DATA_SIZE: c_int = 1;
+pub(crate) const FI_OPT_CM_DATA_SIZE: c_int = 1;
 
 /// `fi_getopt` of a connection's endpoint or listener: `FI_OPT_CM_DATA_SIZE` is
 /// [`MAX_CM_DATA`], the `param` bytes `fi_connect`, `fi_accept` and `fi_reject` carry and an
@@ -522,6 +524,22 @@ pub(crate) unsafe fn cm_getopt(
             ),
         ));
     }
+    // SAFETY: the caller's promise.
+    unsafe { put_size_opt(call, "FI_OPT_CM_DATA_SIZE", MAX_CM_DATA, optval, optlen) }
+}
+
+/// Answer a `fi_getopt` whose value is a `size_t`: `value` into `optval`, `*optlen` its size;
+/// `FI_ETOOSMALL` with `*optlen` set when the buffer is shorter (or NULL).
+///
+/// # Safety
+/// `optlen` is NULL or valid; `optval` is NULL or holds `*optlen` writable bytes.
+pub(crate) unsafe fn put_size_opt(
+    call: &str,
+    name: &str,
+    value: usize,
+    optval: *mut c_void,
+    optlen: *mut usize,
+) -> Result<c_int, FiError> {
     // SAFETY: NULL or valid (the caller's promise).
     let len = unsafe { optlen.as_mut() }.ok_or_else(|| null(call, "optlen"))?;
     let size = core::mem::size_of::<usize>();
@@ -530,11 +548,11 @@ pub(crate) unsafe fn cm_getopt(
         *len = size;
         return Err(FiError::new(
             FiErrno::FI_ETOOSMALL,
-            format!("{call}: FI_OPT_CM_DATA_SIZE is a size_t of {size} bytes, the buffer {room}"),
+            format!("{call}: {name} is a size_t of {size} bytes, the buffer {room}"),
         ));
     }
     // SAFETY: `optval` holds at least a `size_t` (checked above); it need not be aligned.
-    unsafe { optval.cast::<usize>().write_unaligned(MAX_CM_DATA) };
+    unsafe { optval.cast::<usize>().write_unaligned(value) };
     *len = size;
     Ok(0)
 }

@@ -1556,9 +1556,23 @@ fn the_answer_keeps_the_op_flags_the_hints_ask_for_and_refuses_those_it_cannot_h
         rx
     };
     assert_eq!(rx, FI_COMPLETION | FI_TRANSMIT_COMPLETE);
-    // FI_MULTI_RECV as a receive default: the provider has no multi-receive buffers.
+    // FI_MULTI_RECV as a receive default: flagless untagged receives post multi-receive
+    // buffers, and the answer keeps it; as a send default it means nothing.
     // SAFETY: the hints' own attributes.
     unsafe { (*hints.info.rx_attr).op_flags = FI_COMPLETION | (1 << 16) };
+    let info = getinfo(None, None, 0, Some(&hints)).expect("rx op_flags FI_MULTI_RECV");
+    // SAFETY: the provider's answer, read, then freed once.
+    let rx = unsafe {
+        let rx = (*(*info).rx_attr).op_flags;
+        uet_fi::info::free_info(info);
+        rx
+    };
+    assert_eq!(rx, FI_COMPLETION | (1 << 16));
+    // SAFETY: the hints' own attributes.
+    unsafe {
+        (*hints.info.rx_attr).op_flags = 0;
+        (*hints.info.tx_attr).op_flags = 1 << 16;
+    }
     assert_eq!(
         getinfo(None, None, 0, Some(&hints)).err(),
         Some(-(FiErrno::FI_ENODATA.get() as c_int))
@@ -2075,8 +2089,8 @@ fn fi_endpoint_and_fi_scalable_ep_refuse_default_flags_the_provider_does_not_hon
         );
         assert_eq!(
             with(0, FI_COMPLETION | FI_MULTI_RECV),
-            einval,
-            "{what}: rx_attr->op_flags FI_MULTI_RECV"
+            0,
+            "{what}: rx_attr->op_flags FI_MULTI_RECV, which flagless receives honour"
         );
         assert_eq!(
             with(FI_MULTI_RECV, 0),
@@ -5674,7 +5688,8 @@ fn str_address(ep: *mut FidEp, peer: bool) -> String {
 /// `fi_getopt(FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE)` of a listener and of a connected
 /// endpoint is the connection data a connection message carries (256 bytes, a `size_t`); a
 /// buffer shorter than a `size_t` gets `-FI_ETOOSMALL` and the size. Other options, and the
-/// option on an endpoint of another type, are `-FI_ENOPROTOOPT`.
+/// option on an endpoint of another type, are `-FI_ENOPROTOOPT`, but for an endpoint's
+/// `FI_OPT_MIN_MULTI_RECV`.
 #[test]
 fn fi_getopt_gives_the_connection_data_size_of_listeners_and_connected_endpoints() {
     let m = Msg::new();
@@ -5694,19 +5709,24 @@ fn fi_getopt_gives_the_connection_data_size_of_listeners_and_connected_endpoints
     let enoprotoopt = ineg(FiErrno::FI_ENOPROTOOPT);
     // SAFETY: open objects' operations.
     let (pep_ops, ep_ops) = unsafe { ((*pep).ops, (*ep).ops) };
+    let mtu = usize::from(uet_sim::NicConfig::new([10, 0, 0, 1].into()).mtu);
     for (fid, ops) in [(pep_fid, pep_ops), (ep_fid, ep_ops)] {
         assert_eq!(getopt(fid, ops, 1, 8), (0, 8, 256));
         let (ret, len, _) = getopt(fid, ops, 1, 4);
         assert_eq!((ret, len), (ineg(FiErrno::FI_ETOOSMALL), 8));
-        // FI_OPT_MIN_MULTI_RECV, and an option no libfabric defines.
-        assert_eq!(getopt(fid, ops, 0, 8).0, enoprotoopt);
+        // An option no libfabric defines.
         assert_eq!(getopt(fid, ops, 999, 8).0, enoprotoopt);
     }
+    // FI_OPT_MIN_MULTI_RECV: an endpoint's (one MTU by default, not yet enabled), not a
+    // listener's, which receives nothing.
+    assert_eq!(getopt(pep_fid, pep_ops, 0, 8).0, enoprotoopt);
+    assert_eq!(getopt(ep_fid, ep_ops, 0, 8), (0, 8, mtu));
     // A reliable endpoint has no connection data.
     let pair = Pair::new(0);
     // SAFETY: an open endpoint of the pair; only its field's address is taken.
     let (rdm_fid, rdm_ops) = unsafe { (&raw mut (*pair.p[0].ep).fid, (*pair.p[0].ep).ops) };
     assert_eq!(getopt(rdm_fid, rdm_ops, 1, 8).0, enoprotoopt);
+    assert_eq!(getopt(rdm_fid, rdm_ops, 0, 8), (0, 8, mtu));
     // SAFETY: ours, open, closed once.
     unsafe { close_all(&[ep_fid, pep_fid, &mut (*eq).fid]) };
 }
@@ -10292,5 +10312,316 @@ fn a_connection_carries_messages_up_to_max_msg_size_both_ways() {
         assert!(cq_wait(cq_from).is_ok(), "the send of {len}");
         assert_eq!(cq_wait(cq_to).map(|e| e.len), Ok(len));
         assert!(rbuf == message, "{len} bytes");
+    }
+}
+
+/// `FI_MULTI_RECV` (fi_msg(3)).
+const FI_MULTI_RECV: u64 = 1 << 16;
+
+/// `fi_recvmsg` on peer `i` of one buffer `buf` with `flags` and `context`: its return.
+///
+/// # Safety
+/// `buf` outlives the receive's completions.
+unsafe fn recvmsg_one(pair: &Pair, i: usize, buf: &mut [u8], flags: u64, context: usize) -> isize {
+    let iov = IoVec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let m = FiMsg {
+        msg_iov: &iov,
+        desc: null_mut(),
+        iov_count: 1,
+        addr: u64::MAX,
+        context: context as _,
+        data: 0,
+    };
+    // SAFETY: an open endpoint; the message is read during the call, the buffer kept by the
+    // caller.
+    unsafe { (pair.msg(i).recvmsg)(pair.p[i].ep, &m, flags) }
+}
+
+/// `fi_setopt(FI_OPT_ENDPOINT, optname)` of a `size_t` on `ep`, `optlen` as given.
+fn setopt_size(ep: *mut FidEp, optname: c_int, value: usize, optlen: usize) -> c_int {
+    // SAFETY: an open endpoint and its operations; `value` is read during the call.
+    unsafe {
+        ((*(*ep).ops).setopt)(
+            &mut (*ep).fid,
+            0,
+            optname,
+            (&raw const value).cast(),
+            optlen,
+        )
+    }
+}
+
+/// `fi_getopt(FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV)` of `ep`.
+fn min_multi_recv(ep: *mut FidEp) -> usize {
+    let mut value = 0usize;
+    let mut len = core::mem::size_of::<usize>();
+    // SAFETY: an open endpoint and its operations; room for a size_t.
+    let ret =
+        unsafe { ((*(*ep).ops).getopt)(&mut (*ep).fid, 0, 0, (&raw mut value).cast(), &mut len) };
+    assert_eq!(ret, 0);
+    value
+}
+
+/// Where the NIC places the message after one that ended at `end` in a multi-receive buffer.
+fn next_multi_offset(end: usize) -> usize {
+    end.next_multiple_of(uet_fwif::datapath::MULTI_RECV_ALIGN as usize)
+}
+
+/// fi_msg(3) `FI_MULTI_RECV`: one buffer takes several messages, each completing on its own
+/// with `buf` pointing where it lies in the application's buffer (one after another, each
+/// 64-byte aligned) and its remote CQ data; the completion after which less than
+/// `FI_OPT_MIN_MULTI_RECV` bytes are left carries `FI_MULTI_RECV`, and the next message
+/// takes the next receive.
+#[test]
+fn a_multi_receive_buffer_takes_messages_one_after_another_until_min_multi_recv_is_left() {
+    let pair = Pair::new(0);
+    assert_eq!(setopt_size(pair.p[1].ep, 0, 200, 8), 0);
+    assert_eq!(min_multi_recv(pair.p[1].ep), 200);
+    let mut buf = vec![0u8; 1000];
+    let base = buf.as_ptr() as usize;
+    // SAFETY: `buf` outlives the receive, whose completions are read below.
+    assert_eq!(
+        unsafe { recvmsg_one(&pair, 1, &mut buf, FI_MULTI_RECV, 7) },
+        0
+    );
+    let mut after = [0u8; 64];
+    // SAFETY: as above.
+    assert_eq!(unsafe { pair.post_recv(1, &mut after, 8) }, 0);
+    let messages = [
+        patterned(300, 1),
+        patterned(200, 2),
+        patterned(300, 3),
+        patterned(40, 4),
+    ];
+    let mut at = 0;
+    let mut offsets = Vec::new();
+    for (k, m) in messages.iter().enumerate() {
+        let to = pair.p[1].addr;
+        // SAFETY: an open endpoint; the message is read during the call.
+        let ret = unsafe {
+            (pair.msg(0).senddata)(
+                pair.p[0].ep,
+                m.as_ptr().cast(),
+                m.len(),
+                null_mut(),
+                0x100 + k as u64,
+                to,
+                20 as _,
+            )
+        };
+        assert_eq!(ret, 0, "send {k}");
+        assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(20));
+        let e = pair.wait(1).expect("a receive");
+        assert_eq!((e.len, e.data), (m.len(), 0x100 + k as u64), "message {k}");
+        if k < 3 {
+            let released = if k == 2 { FI_MULTI_RECV } else { 0 };
+            assert_eq!(
+                (e.op_context as usize, e.buf as usize - base, e.flags),
+                (7, at, FI_RECV | FI_MSG | FI_REMOTE_CQ_DATA | released),
+                "message {k}"
+            );
+            offsets.push(at);
+            at = next_multi_offset(at + m.len());
+        } else {
+            // 1000 - 876 = 124 bytes were left after the third: below 200, released.
+            assert_eq!(e.op_context as usize, 8, "the next receive");
+            assert!(after[..40] == m[..]);
+        }
+    }
+    for (k, &offset) in offsets.iter().enumerate() {
+        assert!(
+            buf[offset..offset + messages[k].len()] == messages[k][..],
+            "message {k} at {offset}"
+        );
+    }
+    assert_eq!(pair.read(1).err(), Some(neg(FiErrno::FI_EAGAIN)));
+}
+
+/// A message longer than what a multi-receive buffer has left releases it with a completion
+/// of no message (`len` 0, `FI_MULTI_RECV` alone, fi_cq(3)) and takes the next receive.
+/// Under `FI_SELECTIVE_COMPLETION` a multi-receive buffer posted without `FI_COMPLETION`
+/// reports none of its messages, but still its release: the application learns from it
+/// that the buffer is its own again.
+#[test]
+fn a_message_that_does_not_fit_releases_the_buffer_which_selective_completion_still_reports() {
+    for selective in [false, true] {
+        let pair = Pair::new(if selective {
+            FI_SELECTIVE_COMPLETION
+        } else {
+            0
+        });
+        assert_eq!(setopt_size(pair.p[1].ep, 0, 64, 8), 0);
+        let flags = if selective { 0 } else { FI_COMPLETION };
+        let mut buf = vec![0u8; 1000];
+        let base = buf.as_ptr() as usize;
+        // SAFETY: `buf` outlives the receive, whose completions are read below.
+        let ret = unsafe { recvmsg_one(&pair, 1, &mut buf, FI_MULTI_RECV | flags, 7) };
+        assert_eq!(ret, 0);
+        let mut after = [0u8; 1000];
+        // SAFETY: as above.
+        let ret = unsafe { recvmsg_one(&pair, 1, &mut after, FI_COMPLETION, 8) };
+        assert_eq!(ret, 0);
+        let (first, second) = (patterned(600, 1), patterned(600, 2));
+        // The flagless sends are reported only without selective completion.
+        assert_eq!(pair.send(0, &first, 20), 0);
+        if !selective {
+            assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(20));
+            let e = pair.wait(1).expect("the first message");
+            assert_eq!(
+                (e.op_context as usize, e.len, e.buf as usize, e.flags),
+                (7, 600, base, FI_RECV | FI_MSG)
+            );
+        }
+        assert_eq!(pair.send(0, &second, 21), 0);
+        if !selective {
+            assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(21));
+        }
+        let release = pair.wait(1).expect("the release");
+        assert_eq!(
+            (release.op_context as usize, release.len, release.flags),
+            (7, 0, FI_MULTI_RECV),
+            "selective {selective}"
+        );
+        let e = pair.wait(1).expect("the second message");
+        assert_eq!((e.op_context as usize, e.len), (8, 600));
+        assert!(buf[..600] == first[..] && after[..600] == second[..]);
+        assert_eq!(pair.read(1).err(), Some(neg(FiErrno::FI_EAGAIN)));
+        assert_eq!(pair.read(0).err(), Some(neg(FiErrno::FI_EAGAIN)));
+    }
+}
+
+/// An endpoint whose `rx_attr->op_flags` hold `FI_MULTI_RECV` posts a multi-receive buffer
+/// with every flagless untagged receive (`fi_recv`).
+#[test]
+fn rx_op_flags_with_fi_multi_recv_make_fi_recv_post_a_multi_receive_buffer() {
+    let pair = Pair::with_info(0, |i| {
+        // SAFETY: the provider's own info, edited before the endpoints open.
+        unsafe { (*i.rx_attr).op_flags |= FI_MULTI_RECV };
+    });
+    // Released once less than 64 bytes are left (by default, less than one MTU).
+    assert_eq!(setopt_size(pair.p[1].ep, 0, 64, 8), 0);
+    let mut buf = vec![0u8; 4096];
+    let base = buf.as_ptr() as usize;
+    // SAFETY: `buf` outlives the receive, whose completions are read below.
+    assert_eq!(unsafe { pair.post_recv(1, &mut buf, 7) }, 0);
+    for (k, len) in [100usize, 100].into_iter().enumerate() {
+        assert_eq!(pair.send(0, &patterned(len, k), 20), 0);
+        assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(20));
+        let e = pair.wait(1).expect("a message");
+        assert_eq!(
+            (e.op_context as usize, e.buf as usize - base, e.len),
+            (7, next_multi_offset(100) * k, 100),
+            "message {k}"
+        );
+    }
+    assert!(buf[..100] == patterned(100, 0)[..]);
+    assert!(buf[128..228] == patterned(100, 1)[..]);
+}
+
+/// `fi_cancel` withdraws a multi-receive buffer: its one completion is an `FI_ECANCELED`
+/// error entry carrying `FI_MULTI_RECV`, and what was placed in the buffer stays.
+#[test]
+fn fi_cancel_withdraws_a_multi_receive_buffer_keeping_what_was_placed_in_it() {
+    let pair = Pair::new(0);
+    assert_eq!(setopt_size(pair.p[1].ep, 0, 64, 8), 0);
+    let mut buf = vec![0u8; 1000];
+    // SAFETY: `buf` outlives the receive, whose completions are read below.
+    assert_eq!(
+        unsafe { recvmsg_one(&pair, 1, &mut buf, FI_MULTI_RECV, 7) },
+        0
+    );
+    let message = patterned(100, 5);
+    assert_eq!(pair.send(0, &message, 20), 0);
+    assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(20));
+    assert_eq!(
+        pair.wait(1).map(|e| (e.op_context as usize, e.len)),
+        Ok((7, 100))
+    );
+    assert_eq!(cancel(pair.p[1].ep, 7), 0);
+    assert_eq!(pair.wait(1).err(), Some(neg(FiErrno::FI_EAVAIL)));
+    let e = pair.readerr(1).expect("the cancel");
+    assert_eq!(
+        (e.err as u32, e.op_context as usize, e.len),
+        (FiErrno::FI_ECANCELED.get(), 7, 0)
+    );
+    assert_ne!(e.flags & FI_MULTI_RECV, 0, "flags {:#x}", e.flags);
+    assert!(buf[..100] == message[..]);
+    // Withdrawn: nothing more to cancel, and the next message waits for a receive.
+    assert_eq!(cancel(pair.p[1].ep, 7), neg(FiErrno::FI_ENOENT));
+}
+
+/// What `FI_MULTI_RECV` and `FI_OPT_MIN_MULTI_RECV` refuse, each posting or changing
+/// nothing: more than one iovec or an empty buffer (`-FI_EINVAL`), an endpoint opened
+/// without the capability (`-FI_EBADFLAGS`), an option value of the wrong size or above
+/// the NIC's 32 bits (`-FI_EINVAL`), and setting the read-only `FI_OPT_CM_DATA_SIZE` or an
+/// unknown option (`-FI_ENOPROTOOPT`).
+#[test]
+fn fi_multi_recv_and_its_option_refuse_what_they_cannot_serve() {
+    let pair = Pair::new(0);
+    let ep = pair.p[1].ep;
+    let mut a = [0u8; 64];
+    let mut b = [0u8; 64];
+    let iov = [&mut a, &mut b].map(|p| IoVec {
+        iov_base: p.as_mut_ptr().cast(),
+        iov_len: p.len(),
+    });
+    let m = FiMsg {
+        msg_iov: iov.as_ptr(),
+        desc: null_mut(),
+        iov_count: 2,
+        addr: u64::MAX,
+        context: 7 as _,
+        data: 0,
+    };
+    // SAFETY: an open endpoint; refused, so nothing keeps the buffers.
+    let ret = unsafe { (pair.msg(1).recvmsg)(ep, &m, FI_MULTI_RECV) };
+    assert_eq!(ret, neg(FiErrno::FI_EINVAL));
+    // SAFETY: as above.
+    let ret = unsafe { recvmsg_one(&pair, 1, &mut a[..0], FI_MULTI_RECV, 7) };
+    assert_eq!(ret, neg(FiErrno::FI_EINVAL));
+    let einval = ineg(FiErrno::FI_EINVAL);
+    assert_eq!(setopt_size(ep, 0, 100, 4), einval);
+    assert_eq!(setopt_size(ep, 0, (u32::MAX as usize) + 1, 8), einval);
+    let mtu = usize::from(uet_sim::NicConfig::new([10, 0, 0, 1].into()).mtu);
+    assert_eq!(min_multi_recv(ep), mtu, "unchanged");
+    let enoprotoopt = ineg(FiErrno::FI_ENOPROTOOPT);
+    assert_eq!(
+        setopt_size(ep, 1, 100, 8),
+        enoprotoopt,
+        "FI_OPT_CM_DATA_SIZE"
+    );
+    assert_eq!(setopt_size(ep, 999, 100, 8), enoprotoopt);
+    // Nothing was posted: a message finds no receive and waits.
+    assert_eq!(pair.send(0, b"x", 20), 0);
+    assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(20));
+    assert_eq!(pair.read(1).err(), Some(neg(FiErrno::FI_EAGAIN)));
+    // An endpoint opened with receive capabilities that leave FI_MULTI_RECV out.
+    let plain = pair.endpoint_with_caps(FI_MSG | FI_RECV);
+    let cq = pair._open.cq_open(FI_CQ_FORMAT_DATA, FI_WAIT_UNSPEC);
+    // SAFETY: an open endpoint and CQ; the buffer outlives nothing posted.
+    unsafe {
+        assert_eq!(bind(&mut (*plain).fid, &mut (*cq).fid, FI_RECV), 0);
+        assert_eq!(
+            ((*(*plain).fid.ops).control)(&mut (*plain).fid, FI_ENABLE, null_mut()),
+            0
+        );
+        let iov = IoVec {
+            iov_base: a.as_mut_ptr().cast(),
+            iov_len: a.len(),
+        };
+        let m = FiMsg {
+            msg_iov: &iov,
+            desc: null_mut(),
+            iov_count: 1,
+            addr: u64::MAX,
+            context: 7 as _,
+            data: 0,
+        };
+        let ret = ((*(*plain).msg).recvmsg)(plain, &m, FI_MULTI_RECV);
+        assert_eq!(ret, neg(FiErrno::FI_EBADFLAGS));
+        close_all(&[&mut (*plain).fid, &mut (*cq).fid]);
     }
 }
