@@ -8,9 +8,10 @@
 //!   and after `fi_shutdown` (its own or its peer's), as is `fi_shutdown` then. Once the
 //!   connection is shut down the peer sends nothing more (a message already on the wire may
 //!   still arrive: it finds its receive withdrawn and waits on the NIC's unexpected list, as
-//!   any message that arrives before its receive does, for a receive posted since, or the
-//!   sender gets `FI_ENORX` when that list is full or the NIC is older than host interface
-//!   1.17); the receives still posted are flushed,
+//!   any message that arrives before its receive does, for a receive posted since, or when
+//!   that list is full is retried by its sender, as every refused message is (below); on a
+//!   NIC older than host interface 1.17 the sender gets `FI_ENORX`); the receives still
+//!   posted are flushed,
 //!   each an `FI_ECANCELED` error entry in the receive CQ (and an error on a bound receive
 //!   counter), as fi_cm(3) lets `fi_shutdown` cancel them — before `fi_shutdown` returns, and
 //!   after the peer's `FI_SHUTDOWN` at the next read of the CQ or counter (as is a receive
@@ -90,8 +91,18 @@
 //!   `fi_sendmsg` or `fi_tsendmsg` with `FI_INJECT` longer than `tx_attr->inject_size`
 //!   (fi_msg(3)), nothing posted; iovecs (up to [`IOV_LIMIT`]) are gathered and scattered.
 //!   A message that arrives before its receive waits on the NIC's unexpected list, which
-//!   holds 64 KiB per endpoint by default (`CAP_TAGGED`): a longer one is refused there
-//!   and its send completes `FI_ENORX`, so a long message needs its receive posted first.
+//!   holds 64 messages and 4 MiB per endpoint by default (`CAP_TAGGED`).
+//! * A message its target refuses for want of a receive buffer (`RC_UNDELIVERABLE`: none
+//!   posted and no room on the unexpected list) is retried, as fi_domain(3) has
+//!   `FI_RM_ENABLED`, which `fi_getinfo` answers from host interface 1.17: its sender keeps
+//!   it (the send does not complete) and posts it again as its CQ or counter is read, after
+//!   a wait that doubles from 50 µs up to 16 ms, until a receive takes it (a thread in
+//!   `fi_cq_sread` or `fi_cntr_wait` reads every millisecond meanwhile). `FI_UET_RNR_TIMEOUT`
+//!   milliseconds ([`RETRY_TIMEOUT_VAR`]; unset or 0: no bound) bound the retries, after
+//!   which the send completes `FI_ENORX`. An `fi_inject`, whose message the endpoint does not
+//!   keep, and a datagram, which is never answered, are not retried; nor are messages on an
+//!   older NIC (`FI_RM_DISABLED`), which complete `FI_ENORX`. Messages travel unordered, so a
+//!   retried message may arrive after later ones of its sender.
 //! * With no buffer of the size or ring entry free a call is `-FI_EAGAIN`: read the CQ and
 //!   retry.
 //! * Remote CQ data travels with `fi_senddata`/`fi_injectdata`; a receive completion carries
@@ -192,9 +203,9 @@ pub const IOV_LIMIT: usize = 4;
 /// The completion levels (`FI_INJECT_COMPLETE`, `FI_TRANSMIT_COMPLETE`,
 /// `FI_DELIVERY_COMPLETE`, `FI_MATCH_COMPLETE`) are all met: a send completes when the
 /// target's response comes back, after the message has been placed in a receive buffer or
-/// on the NIC's unexpected list (or refused: one that finds no receive and no room on that
-/// list, or on a NIC older than host interface 1.17 an untagged one with no receive posted,
-/// completes `FI_ENORX`).
+/// on the NIC's unexpected list (one that finds neither is retried until it is, or refused
+/// `FI_ENORX` past `FI_UET_RNR_TIMEOUT`, or at once on a NIC older than host interface 1.17
+/// for an untagged one with no receive posted).
 /// `fi_tsendmsg` takes them but `FI_MATCH_COMPLETE` ([`TSENDMSG_FLAGS`]).
 const SENDMSG_FLAGS: u64 = FI_COMPLETION
     | FI_REMOTE_CQ_DATA
@@ -271,6 +282,12 @@ enum Posted {
         context: u64,
         report: bool,
         matching: Matching,
+        /// Where it goes, and its remote CQ data: what a retry posts again.
+        dest: FiAddr,
+        data: u64,
+        /// Refused by its target for want of a receive buffer, and retried since
+        /// ([`EpState::retry_refused`]): when first refused, and the wait before the next try.
+        refused: Option<Refused>,
     },
     Recv {
         context: u64,
@@ -299,6 +316,31 @@ enum Posted {
         claim: Option<Claim>,
     },
 }
+
+/// A send its target refused for want of a receive buffer, which the endpoint retries.
+#[derive(Clone, Copy)]
+struct Refused {
+    /// When the target first refused it.
+    first: std::time::Instant,
+    /// The wait before the next try, doubled at each refusal up to [`RETRY_BACKOFF_MAX`].
+    backoff: std::time::Duration,
+}
+
+/// A refused send waiting to be posted again ([`EpState::retries`]).
+struct Retry {
+    /// The send's token: its [`Posted::Send`] stays held until it completes.
+    token: u64,
+    /// Its message, as the NIC returned it with the refusal.
+    buffer: DmaBuffer,
+    /// When it is posted again.
+    due: std::time::Instant,
+}
+
+/// The first wait before a refused send is posted again.
+const RETRY_BACKOFF_FIRST: std::time::Duration = std::time::Duration::from_micros(50);
+/// The longest wait between two tries of a refused send: a receiver that posts its buffer
+/// gets the message within about this much of a read of the sender's CQ or counter.
+const RETRY_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_millis(16);
 
 /// What a tagged receive does to a claim (fi_tagged(3) `FI_CLAIM`), which the ring set
 /// follows in [`EpState::claims`].
@@ -354,6 +396,13 @@ struct EpState {
     /// `FI_OPT_MIN_MULTI_RECV` as `fi_setopt` set it: the space below which a multi-receive
     /// buffer posted from then on is released. `None`: the NIC endpoint's default, one MTU.
     min_multi_recv: Option<usize>,
+    /// Sends their target refused for want of a receive buffer (`RC_UNDELIVERABLE`: none
+    /// posted and no room on its unexpected list), waiting to be posted again
+    /// ([`EpState::retry_refused`]).
+    retries: Vec<Retry>,
+    /// Whether such sends are retried, and for how long (`Some(None)`: until they are
+    /// taken): on a reliable endpoint of a NIC that gives `FI_RM_ENABLED` ([`retry_policy`]).
+    retry: Option<Option<std::time::Duration>>,
 }
 
 /// What [`EpShared::arm`] made of an endpoint's ring for a waiting `fi_cq_sread`.
@@ -405,6 +454,8 @@ impl EpShared {
                 sources: sources && !connected_kind,
                 claims: Vec::new(),
                 min_multi_recv: None,
+                retries: Vec::new(),
+                retry: None,
             }),
         }
     }
@@ -507,10 +558,16 @@ impl EpShared {
     /// Give the state its NIC ring set and message buffers (the first `fi_enable` of a
     /// scalable endpoint or of one of its contexts, which makes the NIC endpoint), and wake
     /// the threads waiting on its CQs and counters, which armed only the rings enabled then.
-    pub(crate) fn install(&self, driver: Endpoint, pool: DmaPoolSet) {
+    pub(crate) fn install(
+        &self,
+        driver: Endpoint,
+        pool: DmaPoolSet,
+        retry: Option<Option<std::time::Duration>>,
+    ) {
         let mut st = self.lock();
         st.driver = Some(driver);
         st.pool = Some(pool);
+        st.retry = retry;
         st.wake_bound();
     }
 
@@ -519,6 +576,7 @@ impl EpShared {
     pub(crate) fn uninstall(&self) -> Option<Endpoint> {
         let mut st = self.lock();
         let driver = st.driver.take();
+        st.retries.clear();
         drop(st.pool.take());
         st.posted.clear();
         st.free.clear();
@@ -570,6 +628,11 @@ impl EpShared {
         if st.flush_due() {
             return Arm::Ready;
         }
+        // A refused send is posted again by a read: the waiter reads again shortly rather
+        // than sleep until a completion that only the retry brings.
+        if !st.retries.is_empty() {
+            return Arm::NoWait;
+        }
         let Some(driver) = st.driver.as_mut() else {
             return Arm::Idle;
         };
@@ -612,6 +675,139 @@ impl EpState {
             self.flush_receives();
         }
         self.drain_ring();
+        self.post_retries();
+    }
+
+    /// Keep `ev` for another try when it is a send its target refused for want of a receive
+    /// buffer (`RC_UNDELIVERABLE`) and the endpoint retries such sends ([`EpState::retry`])
+    /// within their bound: its message waits in [`EpState::retries`], posted again after a
+    /// wait that doubles at each refusal (from [`RETRY_BACKOFF_FIRST`] up to
+    /// [`RETRY_BACKOFF_MAX`]), and its operation stays held. `false`: `ev` completes.
+    fn retry_refused(&mut self, ev: &mut CqEvent) -> bool {
+        let Some(bound) = self.retry else {
+            return false;
+        };
+        let refused = ev
+            .error
+            .as_ref()
+            .is_some_and(|e| e.return_code == Some(uet_fwif::ReturnCode::Undeliverable));
+        if !refused || ev.buffer.is_none() {
+            return false;
+        }
+        let slot = ev
+            .context
+            .checked_sub(1)
+            .and_then(|s| usize::try_from(s).ok());
+        let Some(Some(Posted::Send { refused, .. })) = slot.and_then(|s| self.posted.get_mut(s))
+        else {
+            return false;
+        };
+        let now = std::time::Instant::now();
+        let mut state = refused.unwrap_or(Refused {
+            first: now,
+            backoff: RETRY_BACKOFF_FIRST,
+        });
+        if bound.is_some_and(|b| now.duration_since(state.first) >= b) {
+            return false;
+        }
+        let Some(buffer) = ev.buffer.take() else {
+            return false;
+        };
+        if refused.is_none() {
+            tracing::debug!(
+                token = ev.context,
+                "a send found no receive buffer at its target: retried"
+            );
+        }
+        let due = now + state.backoff;
+        state.backoff = state.backoff.saturating_mul(2).min(RETRY_BACKOFF_MAX);
+        *refused = Some(state);
+        self.retries.push(Retry {
+            token: ev.context,
+            buffer,
+            due,
+        });
+        true
+    }
+
+    /// Post again the refused sends whose wait is over ([`EpState::retry_refused`]). One the
+    /// transmit ring has no room for waits for the next read; one the driver refuses (the
+    /// connection shut down, say) completes with that error.
+    fn post_retries(&mut self) {
+        if self.retries.is_empty() {
+            return;
+        }
+        let now = std::time::Instant::now();
+        let mut i = 0;
+        while i < self.retries.len() {
+            if self.retries[i].due > now {
+                i += 1;
+                continue;
+            }
+            let Retry { token, buffer, .. } = self.retries.swap_remove(i);
+            let Some(Posted::Send {
+                dest,
+                data,
+                matching,
+                ..
+            }) = self.peek(token)
+            else {
+                // Its context closed since: the message goes nowhere, and so does its
+                // operation.
+                self.take(token);
+                continue;
+            };
+            let Some(driver) = self.driver.as_mut() else {
+                return;
+            };
+            let posted = match matching {
+                Matching::Untagged => driver.post_send(dest, buffer, token, data),
+                Matching::Tagged { tag, .. } => driver.post_tsend(dest, buffer, tag, token, data),
+            };
+            match posted {
+                Ok(()) => {}
+                Err((e, buffer)) if e.errno() == FiErrno::FI_EAGAIN => {
+                    self.retries.push(Retry {
+                        token,
+                        buffer,
+                        due: now,
+                    });
+                    return;
+                }
+                Err((e, buffer)) => {
+                    tracing::debug!(token, error = %e, "a refused send not posted again");
+                    let ev = CqEvent {
+                        kind: uet_fwif::datapath::CompletionKind::Send,
+                        op: if matches!(matching, Matching::Tagged { .. }) {
+                            CqOp::TaggedSend
+                        } else {
+                            CqOp::Send
+                        },
+                        context: token,
+                        len: 0,
+                        data: 0,
+                        src_addr: NO_SOURCE,
+                        tag: 0,
+                        group: 0,
+                        error: Some(uet_driver::CqError {
+                            errno: e.errno(),
+                            local: uet_fwif::LocalStatus::Remote,
+                            return_code: Some(uet_fwif::ReturnCode::Undeliverable),
+                            olen: 0,
+                        }),
+                        buffer: Some(buffer),
+                        multi_recv: None,
+                        report: false,
+                    };
+                    if let Some((cq, c)) = self.complete(ev) {
+                        // SAFETY: a bound CQ cannot close while the endpoint is bound to it,
+                        // and the binding is only dropped under the endpoint's lock, which
+                        // the caller holds.
+                        unsafe { &*cq }.push(c);
+                    }
+                }
+            }
+        }
     }
 
     /// Read every completion of the ring into the bound CQs and counters, under the
@@ -733,6 +929,9 @@ impl EpState {
 
     /// The completion of `ev` and the CQ it goes to, or `None` when it is not reported.
     fn complete(&mut self, mut ev: CqEvent) -> Option<(*const UetCq, Completion)> {
+        if self.retry_refused(&mut ev) {
+            return None;
+        }
         // A multi-receive buffer's operation is held until its last completion.
         let release = ev.multi_recv.map(|m| m.released);
         let found = if release == Some(false) {
@@ -764,6 +963,9 @@ impl EpState {
                     } else {
                         Matching::Untagged
                     },
+                    dest: 0,
+                    data: 0,
+                    refused: None,
                 }
             }
             None => return None,
@@ -774,6 +976,7 @@ impl EpState {
                 context,
                 report,
                 matching,
+                ..
             } => (
                 self.tx_cq,
                 self.tx_cntr,
@@ -1849,8 +2052,51 @@ fn enable(e: &UetEp, st: &mut EpState, call: &str) -> Result<(), FiError> {
     }
     st.driver = Some(driver);
     st.pool = Some(pool);
+    st.retry = retry_policy(dom.nic(), e.kind);
     st.wake_bound();
     Ok(())
+}
+
+/// The environment variable bounding how long a send its target refused for want of a
+/// receive buffer is retried, in milliseconds, after which it completes with that refusal
+/// (`FI_ENORX`). Unset or `0`: retried until a receive takes it, as fi_domain(3) has
+/// `FI_RM_ENABLED` retry such a message. Read at each `fi_enable`.
+pub const RETRY_TIMEOUT_VAR: &str = "FI_UET_RNR_TIMEOUT";
+
+/// Whether an endpoint of `kind` on `nic` retries the sends its target refuses for want of
+/// a receive buffer, and for how long (`Some(None)`: until one is taken;
+/// [`RETRY_TIMEOUT_VAR`]): a reliable one on a NIC that gives `FI_RM_ENABLED`
+/// ([`crate::info::resource_mgmt`]), whose table in fi_domain(3) has such a message
+/// "retried", not a transmit error. A datagram's target drops it unanswered.
+pub(crate) fn retry_policy(
+    nic: &uet_driver::Nic,
+    kind: EpKind,
+) -> Option<Option<std::time::Duration>> {
+    if kind == EpKind::Dgram || crate::info::resource_mgmt(nic) != FI_RM_ENABLED {
+        return None;
+    }
+    Some(retry_timeout(
+        std::env::var(RETRY_TIMEOUT_VAR).ok().as_deref(),
+    ))
+}
+
+/// The retry bound [`RETRY_TIMEOUT_VAR`]'s value gives: `None` (no bound) when unset, `0` or
+/// more milliseconds than 64 bits hold; a value that is not a number of milliseconds is
+/// logged and taken as unset.
+pub fn retry_timeout(value: Option<&str>) -> Option<std::time::Duration> {
+    let v = value?;
+    match v.trim().parse::<u64>() {
+        Ok(0) => None,
+        Ok(ms) => Some(std::time::Duration::from_millis(ms)),
+        Err(e) if *e.kind() == std::num::IntErrorKind::PosOverflow => None,
+        Err(_) => {
+            tracing::warn!(
+                "{RETRY_TIMEOUT_VAR}={v:?} is not a number of milliseconds; refused sends are \
+                 retried until a receive takes them"
+            );
+            None
+        }
+    }
 }
 
 /// The message buffers of an endpoint of `kind` on `nic` with `slots` ring entries: a small
@@ -2267,6 +2513,9 @@ fn send(
         context,
         report,
         matching,
+        dest,
+        data,
+        refused: None,
     });
     let driver = st
         .driver
@@ -3120,6 +3369,8 @@ unsafe extern "C" fn ep_close(fid: *mut Fid) -> c_int {
             if let (Some(id), Some(link), EpKind::Msg) = (id, st.eq.as_ref(), e.kind) {
                 link.forget(id);
             }
+            // Refused sends waiting for another try are outstanding too.
+            st.retries.clear();
             drop(st.pool.take());
             st.posted.clear();
             st.free.clear();
@@ -3200,6 +3451,9 @@ mod tests {
             context: 5,
             report: true,
             matching: Matching::Untagged,
+            dest: 0,
+            data: 0,
+            refused: None,
         });
         let recv = st.hold(Posted::Recv {
             context: 6,
@@ -3220,6 +3474,9 @@ mod tests {
             context: 7,
             report: true,
             matching: Matching::Untagged,
+            dest: 0,
+            data: 0,
+            refused: None,
         });
         assert!(st.complete(event(send, CqOp::Send, None)).is_none());
         let (cq, c) = st

@@ -197,8 +197,10 @@ pub const FABRIC_NAME: &str = "uet";
 
 /// The resource management `nic` gives (`domain_attr->resource_mgmt`): `FI_RM_ENABLED` from
 /// host interface 1.17, whose NIC holds a message that arrives before its receive on its
-/// unexpected list (fi_domain(3): with resource management a reliable endpoint's message
-/// that finds no receive buffer is retried, not a transmit error); `FI_RM_DISABLED` before,
+/// unexpected list, and whose endpoints retry one that finds that list full
+/// ([`crate::ep::retry_policy`]; fi_domain(3): with resource management a reliable
+/// endpoint's message that finds no receive buffer is retried, not a transmit error);
+/// `FI_RM_DISABLED` before,
 /// when an untagged one fails at the sender with `FI_ENORX`.
 pub(crate) fn resource_mgmt(nic: &Nic) -> c_int {
     if nic.identity().interface_minor >= uet_driver::nic::UNTAGGED_UNEXPECTED_INTERFACE_MINOR {

@@ -50,10 +50,10 @@
 //! The closed receive context's receives are gone from the NIC, so a message sent to its
 //! index meanwhile is handled as at any endpoint without a receive: it waits on the NIC's
 //! unexpected list (its send completes successfully, as every send that arrives before its
-//! receive) until a context opened again on the index posts a receive that takes it, or the
-//! list is full (`FI_ENORX` then, the target's RC_UNDELIVERABLE, whatever completion level
-//! it asked for). On a NIC older than host interface 1.17 an untagged one fails at once
-//! (`FI_ENORX`). On a NIC older than host interface 1.14, which has no RECV_CANCEL,
+//! receive) until a context opened again on the index posts a receive that takes it; when
+//! the list is full its sender retries it (the target's RC_UNDELIVERABLE, [`crate::ep`]),
+//! up to `FI_UET_RNR_TIMEOUT`, then `FI_ENORX`. On a NIC older than host interface 1.17 an
+//! untagged one fails at once (`FI_ENORX`). On a NIC older than host interface 1.14, which has no RECV_CANCEL,
 //! the receives stay posted: a message that lands in one succeeds at the sender and is read
 //! off the ring and discarded, its buffer untouched.
 //!
@@ -596,7 +596,11 @@ fn create(s: &UetSep, st: &SepState, call: &str) -> Result<(), FiError> {
         ));
     }
     for ((ring_set, pool), lane) in ready.into_iter().zip(&s.lanes) {
-        lane.install(ring_set, pool);
+        lane.install(
+            ring_set,
+            pool,
+            crate::ep::retry_policy(dom.nic(), EpKind::Rdm),
+        );
     }
     Ok(())
 }

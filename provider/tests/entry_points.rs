@@ -10625,3 +10625,188 @@ fn fi_multi_recv_and_its_option_refuse_what_they_cannot_serve() {
         close_all(&[&mut (*plain).fid, &mut (*cq).fid]);
     }
 }
+
+/// The messages the NIC's unexpected list holds per endpoint (`CAP_TAGGED.unexpected_entries`
+/// of the simulated NIC).
+const UNEXPECTED_ENTRIES: usize = 64;
+
+/// Fill peer 1's unexpected list with one-byte messages from peer 0 (contexts from 1000):
+/// the next message that finds no receive is refused at the target (`RC_UNDELIVERABLE`).
+fn fill_unexpected_list(pair: &Pair) {
+    for k in 0..UNEXPECTED_ENTRIES {
+        assert_eq!(pair.send(0, &[k as u8], 1000 + k), 0);
+        assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(1000 + k));
+    }
+}
+
+/// Take the messages of [`fill_unexpected_list`] with one-byte receives on peer 1, each
+/// completing in turn with its message. Peer 0's CQ is not read, so no refused send of its
+/// is posted again meanwhile.
+fn take_unexpected_list(pair: &Pair) {
+    for k in 0..UNEXPECTED_ENTRIES {
+        let mut b = [0u8; 1];
+        // SAFETY: `b` outlives the receive, whose completion is read before it goes.
+        assert_eq!(unsafe { pair.post_recv(1, &mut b, 2000 + k) }, 0);
+        let e = pair.wait(1).expect("a waiting message");
+        assert_eq!((e.op_context as usize, e.len, b[0]), (2000 + k, 1, k as u8));
+    }
+}
+
+/// fi_domain(3), `FI_RM_ENABLED`: a reliable endpoint's message that finds no receive buffer
+/// is "retried", not a transmit error. One that finds the target's unexpected list full is
+/// refused there (`RC_UNDELIVERABLE`), and its sender posts it again, later and later, as its
+/// CQ is read: its send completes once a receive is posted and takes it, whole.
+#[test]
+fn a_message_that_finds_the_unexpected_list_full_is_retried_until_a_receive_takes_it() {
+    let pair = Pair::new(0);
+    fill_unexpected_list(&pair);
+    let message = patterned(200_000, 3);
+    assert_eq!(pair.send(0, &message, 20), 0);
+    // Refused and retried for a while: no completion on either side.
+    let end = std::time::Instant::now() + std::time::Duration::from_millis(50);
+    while std::time::Instant::now() < end {
+        assert_eq!(pair.read(0).err(), Some(neg(FiErrno::FI_EAGAIN)));
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert_eq!(pair.read(1).err(), Some(neg(FiErrno::FI_EAGAIN)));
+    take_unexpected_list(&pair);
+    let mut rbuf = vec![0u8; message.len()];
+    // SAFETY: `rbuf` outlives the receive, whose completion is read below.
+    assert_eq!(unsafe { pair.post_recv(1, &mut rbuf, 7) }, 0);
+    assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(20));
+    let e = pair.wait(1).expect("the retried message");
+    assert_eq!((e.op_context as usize, e.len), (7, message.len()));
+    assert!(rbuf == message);
+}
+
+/// A sender that runs far ahead of its receiver, beyond what the unexpected list holds
+/// (100 messages against 64), loses nothing: each message waits on the list or at its
+/// sender, and all arrive once the receives are posted.
+#[test]
+fn a_sender_far_ahead_of_its_receiver_loses_nothing_beyond_the_unexpected_list() {
+    const N: usize = 100;
+    let pair = Pair::new(0);
+    let messages: Vec<Vec<u8>> = (0..N).map(|k| patterned(20_000, k)).collect();
+    let mut sent = Vec::new();
+    for (k, m) in messages.iter().enumerate() {
+        let ret = loop {
+            let ret = pair.send(0, m, 100 + k);
+            if ret != neg(FiErrno::FI_EAGAIN) {
+                break ret;
+            }
+            sent.extend(pair.read(0).ok().map(|e| e.op_context as usize - 100));
+        };
+        assert_eq!(ret, 0, "send {k}");
+    }
+    // Some are refused and retried as the sender's CQ is read.
+    for _ in 0..20 {
+        match pair.read(0) {
+            Ok(e) => sent.push(e.op_context as usize - 100),
+            Err(e) => assert_eq!(e, neg(FiErrno::FI_EAGAIN), "a send failed"),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert!(
+        sent.len() < N,
+        "the list holds {UNEXPECTED_ENTRIES}, not {N}"
+    );
+    let mut bufs: Vec<Vec<u8>> = (0..N).map(|_| vec![0u8; 20_000]).collect();
+    let mut received = Vec::new();
+    for (k, b) in bufs.iter_mut().enumerate() {
+        loop {
+            // SAFETY: the buffers outlive their receives, whose completions are read below.
+            let ret = unsafe { pair.post_recv(1, b, k) };
+            if ret == 0 {
+                break;
+            }
+            assert_eq!(ret, neg(FiErrno::FI_EAGAIN), "receive {k}");
+            received.extend(pair.read(1).ok().map(|e| e.op_context as usize));
+            sent.extend(pair.read(0).ok().map(|e| e.op_context as usize - 100));
+        }
+    }
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while (sent.len() < N || received.len() < N) && std::time::Instant::now() < end {
+        match pair.read(0) {
+            Ok(e) => sent.push(e.op_context as usize - 100),
+            Err(e) => assert_eq!(e, neg(FiErrno::FI_EAGAIN), "a send failed"),
+        }
+        match pair.read(1) {
+            Ok(e) => {
+                assert_eq!(e.len, 20_000);
+                received.push(e.op_context as usize);
+            }
+            Err(e) => assert_eq!(e, neg(FiErrno::FI_EAGAIN), "a receive failed"),
+        }
+    }
+    sent.sort_unstable();
+    received.sort_unstable();
+    assert_eq!(sent, (0..N).collect::<Vec<_>>());
+    assert_eq!(received, (0..N).collect::<Vec<_>>());
+    // Each message whole, in some receive: messages travel unordered.
+    let mut got: Vec<&Vec<u8>> = bufs.iter().collect();
+    let mut want: Vec<&Vec<u8>> = messages.iter().collect();
+    got.sort();
+    want.sort();
+    assert!(got == want, "the messages arrived changed");
+}
+
+/// `FI_UET_RNR_TIMEOUT` bounds the retries: a message no receive takes within that many
+/// milliseconds completes with the target's refusal, `FI_ENORX` (`RC_UNDELIVERABLE`), and a
+/// later one is tried afresh.
+#[test]
+fn fi_uet_rnr_timeout_bounds_how_long_a_refused_message_is_retried() {
+    std::env::set_var(uet_fi::ep::RETRY_TIMEOUT_VAR, "100");
+    let pair = Pair::new(0);
+    fill_unexpected_list(&pair);
+    let message = patterned(200_000, 4);
+    let start = std::time::Instant::now();
+    assert_eq!(pair.send(0, &message, 20), 0);
+    let ret = loop {
+        match pair.read(0) {
+            Err(e) if e == neg(FiErrno::FI_EAGAIN) => {
+                assert!(
+                    start.elapsed() < std::time::Duration::from_secs(10),
+                    "no end"
+                );
+                std::thread::yield_now();
+            }
+            other => break other,
+        }
+    };
+    assert!(start.elapsed() >= std::time::Duration::from_millis(100));
+    assert_eq!(ret.err(), Some(neg(FiErrno::FI_EAVAIL)));
+    let e = pair.readerr(0).expect("the refusal");
+    assert_eq!(
+        (e.err as u32, e.op_context as usize),
+        (FiErrno::FI_ENORX.get(), 20)
+    );
+    // The bound is per message: the next one is tried afresh, and taken once the list's
+    // messages have receives and its own is posted.
+    assert_eq!(pair.send(0, &message, 21), 0);
+    take_unexpected_list(&pair);
+    let mut rbuf = vec![0u8; message.len()];
+    // SAFETY: `rbuf` outlives the receive, whose completion is read below.
+    assert_eq!(unsafe { pair.post_recv(1, &mut rbuf, 7) }, 0);
+    assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(21));
+    assert_eq!(
+        pair.wait(1).map(|e| (e.op_context as usize, e.len)),
+        Ok((7, message.len()))
+    );
+    assert!(rbuf == message);
+}
+
+/// `FI_UET_RNR_TIMEOUT`'s values: milliseconds; unset, `0` or beyond 64 bits for no bound;
+/// anything else taken as unset.
+#[test]
+fn fi_uet_rnr_timeout_is_milliseconds_or_no_bound() {
+    use std::time::Duration;
+    use uet_fi::ep::retry_timeout;
+    assert_eq!(retry_timeout(None), None);
+    assert_eq!(retry_timeout(Some("0")), None);
+    assert_eq!(
+        retry_timeout(Some(" 250 ")),
+        Some(Duration::from_millis(250))
+    );
+    assert_eq!(retry_timeout(Some("99999999999999999999999")), None);
+    assert_eq!(retry_timeout(Some("soon")), None);
+}
