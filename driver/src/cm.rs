@@ -1202,7 +1202,8 @@ impl Connection {
                 };
                 pending.insert(id, Pending { req });
                 // A request the application never hears of is not held either: it is refused,
-                // also when the EQ has no room for it (which it leaves usable).
+                // also when the EQ has no room for it (which it leaves usable), the entries
+                // it keeps for the events of the endpoints bound to it included.
                 if !self.offer_connreq(inner, id, msg.param.clone()) {
                     if let Role::Passive { pending, .. } = &mut inner.role {
                         pending.remove(&id);
@@ -2010,7 +2011,7 @@ impl Endpoint {
                 "an event queue is already bound".into(),
             ));
         }
-        inner.eq = Some((eq.clone(), eq.bind().map_err(fi_err)?));
+        inner.eq = Some((eq.clone(), eq.bind_endpoint().map_err(fi_err)?));
         Ok(())
     }
 
@@ -2487,6 +2488,73 @@ mod tests {
             eq_s.is_empty() && eq_2.is_empty(),
             "the connection made stays"
         );
+    }
+
+    /// A burst of requests reaches a listener whose queue an endpoint it accepts with reports
+    /// to as well (as servers bind the endpoints they accept with to the listener's queue):
+    /// the requests do not take the entries that endpoint's events need, and its
+    /// `FI_CONNECTED` does not overrun the queue (fi_eq(3): an overrun queue is unusable).
+    /// Requests the queue has no room for are refused.
+    #[test]
+    fn requests_leave_a_shared_queue_room_for_the_accepting_endpoints_events() {
+        const SIZE: usize = 4;
+        let fabric = Fabric::new();
+        let (ns, nc) = (sim_nic(&fabric, "10.0.0.1"), sim_nic(&fabric, "10.0.0.2"));
+        let eq = EventQueue::open(EqAttr {
+            size: SIZE,
+            ..WAITABLE
+        })
+        .expect("event queue");
+        let pep = ns
+            .passive_endpoint(EndpointAttr::default(), &eq)
+            .expect("listener");
+        let listener = pep.address().to_bytes().expect("address");
+        let mut server = ns
+            .endpoint(
+                EndpointAttr {
+                    ep_type: EpType::Msg,
+                    ..EndpointAttr::default()
+                },
+                None,
+            )
+            .expect("FI_EP_MSG endpoint");
+        server.bind_eq(&eq).expect("bound to the listener's queue");
+        let wait = Duration::from_secs(5);
+        let (mut first, _eq_1) = msg_client(&nc);
+        first.connect(&listener, b"").expect("connect");
+        let ev = eq.sread(Some(wait), 0).expect("FI_CONNREQ");
+        let req = pep.connreq(&ev).expect("request");
+        // As many requests as the queue has entries, each held or refused.
+        let mut burst: Vec<(Endpoint, EventQueue)> = (0..SIZE).map(|_| msg_client(&nc)).collect();
+        for (c, _) in &mut burst {
+            c.connect(&listener, b"").expect("connect");
+        }
+        let deadline = Instant::now() + wait;
+        loop {
+            let refused = burst.iter().filter(|(_, q)| q.len().1 > 0).count();
+            if eq.len().0 + refused == SIZE {
+                break;
+            }
+            assert!(Instant::now() < deadline, "every request held or refused");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        pep.accept(&req, &mut server, b"").expect("accept");
+        let mut held = 0;
+        loop {
+            let ev = eq
+                .sread(Some(wait), 0)
+                .unwrap_or_else(|e| panic!("the acceptor's FI_CONNECTED: {e}"));
+            match ev.kind {
+                EqEventKind::ConnReq => held += 1,
+                EqEventKind::Connected => {
+                    assert_eq!(ev.fid, server.fid());
+                    break;
+                }
+                k => panic!("{k:?}"),
+            }
+        }
+        assert!(server.is_connected());
+        assert!(held < SIZE, "the requests took every entry");
     }
 
     /// More requests arrive at once than the listener's control ring has receives: its

@@ -14,7 +14,10 @@
 //!   fatal, as libfabric defines it. An event the application writes ([`EventQueue::write`])
 //!   that does not fit is refused with `FI_EAGAIN` instead: the caller keeps it, nothing is
 //!   lost, and the queue stays usable. So is a peer's connection request
-//!   ([`EventQueue::offer`]), which connection management then rejects.
+//!   ([`EventQueue::offer`]), which connection management then rejects; it is refused too
+//!   when it would take one of the entries the queue keeps for the `FI_EP_MSG` endpoints
+//!   bound to it ([`ENDPOINT_RESERVED_ENTRIES`] each), whose connection events are posted
+//!   whether or not there is room: requests from peers never leave those to overrun it.
 //! * Closing a queue that objects are still bound to fails with `FI_EBUSY`. Closing it
 //!   otherwise closes it for every clone of the handle: the events it held are lost, readers
 //!   blocked in [`EventQueue::sread`] return, and every later call (read, post, bind) fails
@@ -73,6 +76,11 @@ use vmm_sys_util::eventfd::{EventFd, EFD_CLOEXEC, EFD_NONBLOCK};
 pub const FI_WRITE: u64 = uet_av::flags::FI_WRITE;
 /// `fi_eq_read` flag: return the event without consuming it.
 pub const FI_PEEK: u64 = 1 << 19;
+/// Entries an EQ keeps from offered events ([`EventQueue::offer`]) for each `FI_EP_MSG`
+/// endpoint bound to it ([`EventQueue::bind_endpoint`]): the events its connection posts
+/// without the application's doing, its outcome (`FI_CONNECTED` or an error) and its end
+/// (`FI_SHUTDOWN` or an error).
+pub const ENDPOINT_RESERVED_ENTRIES: usize = 2;
 /// Entries an EQ gets when `size` is 0.
 pub const DEFAULT_EQ_SIZE: usize = 256;
 /// Largest EQ.
@@ -221,6 +229,9 @@ struct State {
     /// took `signaled`.
     signals: u64,
     bound: usize,
+    /// Entries kept from offered events ([`EventQueue::offer`]) for the events of the
+    /// connected endpoints reporting here ([`EventQueue::bind_endpoint`]).
+    reserved: usize,
     /// AVs attached so far ([`AvEventSink::attach_av`]): a reader that last progressed AVs
     /// at an older count progresses again before it waits, so no bind goes unnoticed.
     av_attachments: u64,
@@ -342,6 +353,8 @@ pub struct EventQueue {
 /// A bond between an object and an EQ: the queue cannot be closed while one exists.
 pub struct EqBinding {
     eq: EventQueue,
+    /// The entries it keeps from offered events ([`EventQueue::bind_endpoint`]).
+    reserves: usize,
 }
 
 impl EqBinding {
@@ -355,6 +368,7 @@ impl Drop for EqBinding {
     fn drop(&mut self) {
         let mut s = self.eq.lock();
         s.bound = s.bound.saturating_sub(1);
+        s.reserved = s.reserved.saturating_sub(self.reserves);
     }
 }
 
@@ -551,7 +565,20 @@ impl EventQueue {
             return Err(closed());
         }
         s.bound += 1;
-        Ok(EqBinding { eq: self.clone() })
+        Ok(EqBinding {
+            eq: self.clone(),
+            reserves: 0,
+        })
+    }
+
+    /// Bind an `FI_EP_MSG` endpoint, which reports its connection here: as
+    /// [`EventQueue::bind`], and while it is bound the queue keeps
+    /// [`ENDPOINT_RESERVED_ENTRIES`] entries from offered events ([`EventQueue::offer`]).
+    pub(crate) fn bind_endpoint(&self) -> Result<EqBinding, FiError> {
+        let mut b = self.bind()?;
+        self.lock().reserved += ENDPOINT_RESERVED_ENTRIES;
+        b.reserves = ENDPOINT_RESERVED_ENTRIES;
+        Ok(b)
     }
 
     /// `fi_close`: fails with `FI_EBUSY` while objects are bound. Otherwise the queue is
@@ -645,16 +672,38 @@ impl EventQueue {
     /// Post an event only if the queue has room for it: one that does not fit is refused with
     /// `FI_EAGAIN` and the queue is left as it was, not overrun. For an event whose cause the
     /// caller can refuse instead (a peer's connection request, rejected): what peers send
-    /// must not make the queue unusable for every other object reporting to it.
+    /// must not make the queue unusable for every other object reporting to it. Nor may it
+    /// take the entries the events of the endpoints bound to the queue need, which are
+    /// posted whether or not there is room ([`EventQueue::bind_endpoint`]): an offered
+    /// event fits while fewer entries are queued than the queue's size less those kept for
+    /// them, and always into an empty queue.
     pub fn offer(&self, event: EqEvent) -> Result<(), FiError> {
-        self.push(true, |s| s.events.push_back(event))
-            .map_err(|e| match e.errno {
-                FiErrno::FI_EAGAIN => FiError::new(
+        let offered = {
+            let mut s = self.lock();
+            let room = self.shared.size.saturating_sub(s.reserved).max(1);
+            if !s.closed && !s.overrun && s.events.len() + s.errors.len() >= room {
+                Err(FiError::new(
                     FiErrno::FI_EAGAIN,
-                    format!("the event queue of {} entries is full", self.shared.size),
-                ),
-                _ => e,
-            })
+                    format!(
+                        "the event queue of {} entries is full: {} of them are kept for the \
+                         events of the endpoints bound to it",
+                        self.shared.size,
+                        self.shared.size - room
+                    ),
+                ))
+            } else {
+                self.push_locked(&mut s, true, |s| s.events.push_back(event))
+                    .map_err(|e| match e.errno {
+                        FiErrno::FI_EAGAIN => FiError::new(
+                            FiErrno::FI_EAGAIN,
+                            format!("the event queue of {} entries is full", self.shared.size),
+                        ),
+                        _ => e,
+                    })
+            }
+        };
+        self.shared.changed();
+        offered
     }
 
     /// Post an error (provider side).
