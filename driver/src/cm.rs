@@ -1155,11 +1155,20 @@ impl Connection {
         // is there, and it gives the accept up (`FI_ECONNABORTED`). An accepting endpoint
         // made no request either, though the connection's `conn_id` is its own: an ACCEPT
         // that reaches it is its own, come back because it took the closed requester's
-        // PIDonFEP, and the REJECT it answers with comes back to it the same way.
+        // PIDonFEP, and the REJECT it answers with comes back to it the same way. An ACCEPT
+        // reaching an endpoint connected (or once connected) with the same `conn_id` (ids
+        // are drawn per process, so another process's closed requester may have had it) is
+        // stray too unless it comes from the peer (a duplicate, dropped below): its acceptor
+        // answered another request, and would otherwise wait for a READY that never comes.
         let stray_accept = msg.kind == CmKind::Accept
             && match &inner.role {
                 Role::Active { conn_id, .. } => {
-                    msg.conn_id != *conn_id || matches!(self.get(), IDLE | REFUSED | ACCEPTING)
+                    msg.conn_id != *conn_id
+                        || match self.get() {
+                            IDLE | REFUSED | ACCEPTING => true,
+                            CONNECTED | SHUT_DOWN => !self.is_from_peer(inner, ev.src_addr, &msg),
+                            _ => false,
+                        }
                 }
                 Role::Passive { .. } => true,
             };
@@ -2555,6 +2564,59 @@ mod tests {
         }
         assert!(server.is_connected());
         assert!(held < SIZE, "the requests took every entry");
+    }
+
+    /// The requester closes before its request is answered, and a newcomer takes its address
+    /// (the NIC gives its PIDonFEP out again) and, its `conn_id` the requester's (ids are
+    /// drawn per process: here the newcomer's counter is set as another process's would
+    /// be), asks the same listener and is connected. The first request's ACCEPT, from
+    /// another endpoint, then reaches the newcomer, which made no such request: the acceptor
+    /// gets `FI_ECONNABORTED` then, instead of waiting for a READY until its deadline, and
+    /// the newcomer's connection stays.
+    #[test]
+    fn an_accept_of_another_acceptor_reaching_a_connected_endpoint_with_its_conn_id_is_refused() {
+        let l = Listening::new();
+        let (ns, nc, pep) = (&l.ns, &l.nc, &l.pep);
+        let wait = Duration::from_secs(5);
+        let (mut gone, _eq_g) = msg_client(nc);
+        let req = l.request(&mut gone);
+        let at = *gone.address();
+        drop(gone);
+        let (mut newcomer, eq_n) = msg_client(nc);
+        assert_eq!(
+            (
+                newcomer.address().pid_on_fep,
+                newcomer.address().fabric_addr
+            ),
+            (at.pid_on_fep, at.fabric_addr),
+            "the NIC gave the PIDonFEP out again"
+        );
+        let fid = connection(&newcomer).fid;
+        NEXT_CONN_ID.store(req.conn_id ^ (fid as u32) << 16, Ordering::Relaxed);
+        let req2 = l.request(&mut newcomer);
+        assert_eq!(req2.conn_id, req.conn_id);
+        let (mut server, eq_s) = msg_client(ns);
+        pep.accept(&req2, &mut server, b"").expect("accept");
+        for eq in [&eq_n, &eq_s] {
+            assert_eq!(
+                eq.sread(Some(wait), 0).expect("event").kind,
+                EqEventKind::Connected
+            );
+        }
+        let (mut late, eq_late) = msg_client(ns);
+        late.set_connect_timeout(Some(Duration::from_secs(60)))
+            .expect("timeout");
+        pep.accept(&req, &mut late, b"").expect("accept");
+        let err = eq_late.sread(Some(wait), 0).expect_err("no FI_CONNECTED");
+        assert_eq!(err.errno, FiErrno::FI_EAVAIL, "{err}");
+        let entry = eq_late.readerr().expect("error entry");
+        assert_eq!(
+            (entry.err, entry.fid),
+            (FiErrno::FI_ECONNABORTED, late.fid())
+        );
+        assert!(!late.is_connected());
+        assert!(newcomer.is_connected() && server.is_connected());
+        assert!(eq_n.is_empty() && eq_s.is_empty(), "the connection stays");
     }
 
     /// More requests arrive at once than the listener's control ring has receives: its
