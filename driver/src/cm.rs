@@ -194,7 +194,34 @@ fn state_name(s: u8) -> &'static str {
     }
 }
 
-static NEXT_CONN_ID: AtomicU32 = AtomicU32::new(1);
+/// The next connection id's counter; 0 until the process's first draw starts it where
+/// [`conn_id_start`] says.
+static NEXT_CONN_ID: AtomicU32 = AtomicU32::new(0);
+
+/// Where a process's connection ids start: a point of its own, drawn from the randomness
+/// the standard library seeds its hash maps with (and the process id), so that two
+/// processes making the same calls (a client run again, its endpoint at the PIDonFEP and
+/// with the fabric id its previous run's had) draw different ids. An ACCEPT or a REJECT
+/// answers a request by its id and the requester's address: a late answer to the previous
+/// run's request must not be taken for the new one's. Never 0.
+fn conn_id_start() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    (h.finish() as u32).max(1)
+}
+
+/// The `conn_id` of a connection request of the endpoint `fid`: the process's counter, the
+/// endpoint's fabric id mixed into its upper half. Two processes' counters start apart
+/// ([`conn_id_start`]).
+fn draw_conn_id(fid: u64) -> u32 {
+    if NEXT_CONN_ID.load(Ordering::Relaxed) == 0 {
+        // Lost to another thread's first draw, or to a test's setting: either way started.
+        let _ =
+            NEXT_CONN_ID.compare_exchange(0, conn_id_start(), Ordering::Relaxed, Ordering::Relaxed);
+    }
+    NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed) ^ (fid as u32) << 16
+}
 
 /// A pending connection request at a passive endpoint (`fi_info` of an `FI_CONNREQ` event).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -2051,7 +2078,7 @@ impl Endpoint {
             )));
         }
         let fi = insert_peer(&mut inner.av, listener, "listener")?;
-        let conn_id = NEXT_CONN_ID.fetch_add(1, Ordering::Relaxed) ^ (conn.fid as u32) << 16;
+        let conn_id = draw_conn_id(conn.fid);
         inner.role = Role::Active {
             conn_id,
             listener: Some(fi),
@@ -2617,6 +2644,35 @@ mod tests {
         assert!(!late.is_connected());
         assert!(newcomer.is_connected() && server.is_connected());
         assert!(eq_n.is_empty() && eq_s.is_empty(), "the connection stays");
+    }
+
+    /// Connection ids are drawn from a sequence each process starts at a point of its own:
+    /// two processes making the same calls (a client run again, whose endpoint takes the
+    /// PIDonFEP and the fabric id its previous run's had) draw different ids, so that the
+    /// late ACCEPT of the previous run's request is not taken for the new run's. Here the
+    /// test binary runs this test again twice, each run drawing one id.
+    #[test]
+    fn two_processes_making_the_same_calls_draw_different_connection_ids() {
+        const CHILD: &str = "UET_CM_DRAW_ONE_CONN_ID";
+        const NAME: &str =
+            "cm::tests::two_processes_making_the_same_calls_draw_different_connection_ids";
+        if std::env::var_os(CHILD).is_some() {
+            println!("conn_id={}", draw_conn_id(7));
+            return;
+        }
+        let draw = || {
+            let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+                .args(["--exact", NAME, "--nocapture"])
+                .env(CHILD, "1")
+                .output()
+                .expect("the test binary runs");
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            text.lines()
+                .find_map(|l| l.strip_prefix("conn_id="))
+                .map(str::to_owned)
+                .unwrap_or_else(|| panic!("no connection id drawn: {text}"))
+        };
+        assert_ne!(draw(), draw());
     }
 
     /// More requests arrive at once than the listener's control ring has receives: its
