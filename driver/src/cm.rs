@@ -72,9 +72,12 @@
 //! reads it from `FI_UET_CONNECT_TIMEOUT`). An accept waits for its READY as long: the
 //! accepting endpoint's connect timeout when it accepts.
 //!
-//! Messages are checked: a malformed one, one of an unknown connection (its `conn_id`), or a
-//! SHUTDOWN whose source is not the peer is dropped and counted ([`PassiveEndpoint::dropped`],
-//! [`Endpoint::cm_dropped`]).
+//! Messages are checked: a malformed one, one of an unknown connection (its `conn_id`), a
+//! SHUTDOWN whose source is not the peer, or a READY or ACCEPT that names the peer as its
+//! sender without coming from it, is dropped and counted ([`PassiveEndpoint::dropped`],
+//! [`Endpoint::cm_dropped`]). The source is the AV entry the NIC found the sender at; a
+//! sender in no entry is the peer only for the requester's messages that landed before it
+//! took the ACCEPT in, and had an entry for the acceptor.
 //!
 //! Control progress is automatic (`FI_PROGRESS_AUTO`): each passive endpoint and each
 //! `FI_EP_MSG` endpoint has a thread that takes in its control channel's completions and
@@ -318,6 +321,10 @@ struct CmInner {
     /// The last look at the control channel has begun ([`Connection::final_look`]): a
     /// receive that completes is not posted again.
     closing: bool,
+    /// The pass of [`Connection::take_in`] under way took this endpoint's ACCEPT in: a
+    /// message of the connection it reads after it that the NIC found in no AV entry may
+    /// have arrived before the acceptor had one (see [`Connection::is_from_peer`]).
+    accept_pass: bool,
     /// The NIC was seen stopped, and what waited was ended ([`Connection::look_for_stop`]).
     nic_stopped: bool,
     /// When the thread last looked at the NIC's status while polling.
@@ -1032,6 +1039,7 @@ impl Connection {
     /// A pass that took in a completion wakes the close paths' waits.
     fn take_in(&self, inner: &mut CmInner) -> bool {
         let mut taken = false;
+        inner.accept_pass = false;
         let healthy = loop {
             let ev = match inner.lane.poll() {
                 Ok(Some(ev)) => ev,
@@ -1047,6 +1055,7 @@ impl Connection {
                 _ => self.on_received(inner, ev),
             }
         };
+        inner.accept_pass = false;
         if taken {
             inner.generation = inner.generation.wrapping_add(1);
             self.progressed.notify_all();
@@ -1193,7 +1202,7 @@ impl Connection {
                     msg.conn_id != *conn_id
                         || match self.get() {
                             IDLE | REFUSED | ACCEPTING => true,
-                            CONNECTED | SHUT_DOWN => !self.is_from_peer(inner, ev.src_addr, &msg),
+                            CONNECTED | SHUT_DOWN => !self.is_peers(inner, ev.src_addr, &msg),
                             _ => false,
                         }
                 }
@@ -1213,7 +1222,7 @@ impl Connection {
                 Role::Active { conn_id, .. } => {
                     msg.conn_id != *conn_id
                         || matches!(self.get(), IDLE | REFUSED)
-                        || !self.is_from_peer(inner, ev.src_addr, &msg)
+                        || !self.is_peers(inner, ev.src_addr, &msg)
                 }
                 Role::Passive { .. } => true,
             };
@@ -1289,6 +1298,7 @@ impl Connection {
                         }
                         self.peer.store(fi, Ordering::Relaxed);
                         self.set(CONNECTED);
+                        inner.accept_pass = true;
                         self.post(inner, EqEventKind::Connected, 0, msg.param);
                     }
                     (CmKind::Ready, ACCEPTING) if self.is_from_peer(inner, ev.src_addr, &msg) => {
@@ -1497,8 +1507,12 @@ impl Connection {
 
     /// Whether a message came from the connection's peer: the NIC found its source at the
     /// peer's entry. A message that arrived before the requester took in the ACCEPT (the
-    /// acceptor sent it as soon as it was connected) was resolved while the peer was in no
-    /// entry yet: it is the peer's when it names the peer as its sender. One found at another
+    /// SHUTDOWN of an acceptor closed before the requester's READY came) was resolved while
+    /// the peer was in no entry yet: it is the peer's when it names the peer as its sender
+    /// and is read in the pass that took the ACCEPT in, which reads the ring to its end, so
+    /// that every message that landed before the peer's entry was made is read in it. Any
+    /// other message found in no entry comes from an endpoint the connection does not know,
+    /// whatever sender it names. One found at another
     /// entry that holds the peer's address (that of an accept given up in flight, kept until
     /// its ACCEPT completes, whose requester closed and left its PIDonFEP to the peer: the
     /// NIC names the lowest entry of a sender) is the peer's too.
@@ -1511,9 +1525,18 @@ impl Connection {
             return false;
         };
         if src_addr == uet_fwif::FI_ADDR_NOTAVAIL {
-            return address == msg.sender;
+            return inner.accept_pass && address == msg.sender;
         }
         entry_address(inner, src_addr).is_some_and(|a| a == address)
+    }
+
+    /// Whether a message is the peer's ([`Connection::is_from_peer`]) or names the peer as
+    /// its sender: one a stray READY or ACCEPT is not, which is answered with a REJECT to
+    /// its sender. One that names the peer but does not come from it is dropped instead: its
+    /// REJECT would reach the peer and end the connection.
+    fn is_peers(&self, inner: &CmInner, src_addr: u64, msg: &CmMessage) -> bool {
+        self.is_from_peer(inner, src_addr, msg)
+            || self.peer_address(inner).is_some_and(|a| a == msg.sender)
     }
 
     /// Whether a message's sender is at the peer's address (its Fabric Address and
@@ -1735,6 +1758,7 @@ impl Nic {
                 unconfirmed_accept: false,
                 late_accept: false,
                 closing: false,
+                accept_pass: false,
                 nic_stopped: false,
                 stop_looked: None,
             }),
@@ -1796,6 +1820,7 @@ pub(crate) fn msg_endpoint(nic: &Nic, attr: EndpointAttr) -> Result<Endpoint, Dr
             unconfirmed_accept: false,
             late_accept: false,
             closing: false,
+            accept_pass: false,
             nic_stopped: false,
             stop_looked: None,
         }),
@@ -2673,6 +2698,74 @@ mod tests {
                 .unwrap_or_else(|| panic!("no connection id drawn: {text}"))
         };
         assert_ne!(draw(), draw());
+    }
+
+    /// An endpoint that is neither side of a connection sends each side a SHUTDOWN, a READY
+    /// and an ACCEPT of it (its `conn_id`), naming as their sender the other side: the NIC
+    /// finds their source in neither side's AV, and they do not come from the peer. Both
+    /// sides drop them and count them, answer none (a REJECT would go to the peer), and stay
+    /// connected.
+    #[test]
+    fn messages_of_a_connection_from_an_endpoint_that_is_not_the_peer_are_dropped() {
+        let l = Listening::new();
+        let (ns, nc, pep) = (&l.ns, &l.nc, &l.pep);
+        let wait = Duration::from_secs(5);
+        let (mut client, eq_c) = msg_client(nc);
+        let (mut server, eq_s) = msg_client(ns);
+        let req = l.request(&mut client);
+        pep.accept(&req, &mut server, b"").expect("accept");
+        for eq in [&eq_c, &eq_s] {
+            assert_eq!(
+                eq.sread(Some(wait), 0).expect("event").kind,
+                EqEventKind::Connected
+            );
+        }
+        let (forger, _eq_f) = msg_client(nc);
+        let f = connection(&forger);
+        let kinds = [CmKind::Ready, CmKind::Accept, CmKind::Shutdown];
+        let targets =
+            [(&client, *server.address()), (&server, *client.address())].map(|(target, claim)| {
+                let to = target.address().to_bytes().expect("address");
+                let fi = insert_peer(&mut f.lock().av, &to, "target").expect("inserted");
+                (fi, claim)
+            });
+        for kind in kinds {
+            for (fi, claim) in targets {
+                let mut inner = f.lock();
+                inner.local = claim;
+                f.send(&mut inner, fi, kind, req.conn_id, &[], 0)
+                    .expect("sent");
+            }
+            let sent = f.wait_until(Instant::now() + wait, |inner| inner.lane.in_flight().0 == 0);
+            assert!(sent, "delivered");
+        }
+        let deadline = Instant::now() + wait;
+        while client.cm_dropped() + server.cm_dropped() < 2 * kinds.len() as u64 {
+            assert!(Instant::now() < deadline, "every message taken in");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(client.is_connected() && server.is_connected());
+        assert!(eq_c.is_empty() && eq_s.is_empty(), "no FI_SHUTDOWN");
+        assert_eq!(f.dropped.load(Ordering::Relaxed), 0, "no REJECT came back");
+    }
+
+    /// The acceptor is closed once its ACCEPT was delivered and before the requester took it
+    /// in: its SHUTDOWN lands behind the ACCEPT, before the requester has an AV entry for the
+    /// acceptor, so the NIC finds its source in none. The requester reads both in one pass,
+    /// and takes the SHUTDOWN as its peer's: `FI_CONNECTED`, then `FI_SHUTDOWN`, nothing
+    /// dropped.
+    #[test]
+    fn a_shutdown_that_landed_before_the_requester_took_its_accept_in_is_the_peers() {
+        let l = Listening::new();
+        let (ns, nc) = (&l.ns, &l.nc);
+        let (mut client, eq_c) = msg_client(nc);
+        let (mut server, _eq_s) = msg_client(ns);
+        let requester = connection(&client);
+        let (held, _) = l.accept_with_ready_held(&mut client, &mut server, &requester);
+        drop(server);
+        drop(held);
+        connected_then_shut_down(&eq_c, &client, Duration::from_secs(5));
+        assert_eq!(client.cm_dropped(), 0, "the SHUTDOWN taken as the peer's");
     }
 
     /// More requests arrive at once than the listener's control ring has receives: its
