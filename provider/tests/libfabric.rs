@@ -148,6 +148,8 @@ fn two_endpoints_exchange_messages_by_fi_addr_through_the_provider() {
             "tagged: ok",
             "named AV: ok",
             "500 messages: ok",
+            "largest message: 1048576 bytes ok",
+            "multi-receive buffer: ok",
         ],
     );
 }

@@ -252,6 +252,57 @@ int main(void)
 	}
 	printf("500 messages: ok\n");
 
+	/* A message of max_msg_size bytes (the NIC's largest), gathered from two iovecs. */
+	size_t max = info->ep_attr->max_msg_size;
+	uint8_t *out = malloc(max), *in = calloc(1, max);
+	CHECK(out && in);
+	for (size_t i = 0; i < max; i++)
+		out[i] = (uint8_t)(i * 7 % 253);
+	struct iovec halves[2] = { { out, max / 2 }, { out + max / 2, max - max / 2 } };
+	CHECK_RET(fi_recv(p[1].ep, in, max, NULL, FI_ADDR_UNSPEC, &rctx), 0);
+	CHECK_RET(fi_sendv(p[0].ep, halves, NULL, 2, p[1].addr, &sctx), 0);
+	wait_one(p[1].cq, &e, NULL);
+	CHECK(e.len == max && memcmp(in, out, max) == 0);
+	wait_one(p[0].cq, &e, NULL);
+	printf("largest message: %zu bytes ok\n", max);
+	free(out);
+	free(in);
+
+	/* FI_MULTI_RECV: one buffer takes messages one after another; the completion after
+	 * which less than FI_OPT_MIN_MULTI_RECV is left carries FI_MULTI_RECV. */
+	CHECK(info->caps & FI_MULTI_RECV);
+	size_t min_free = 128, got_min = 0, optlen = sizeof(got_min);
+	CHECK_RET(fi_setopt(&p[1].ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min_free,
+			    sizeof(min_free)), 0);
+	CHECK_RET(fi_getopt(&p[1].ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &got_min,
+			    &optlen), 0);
+	CHECK(got_min == 128 && optlen == sizeof(size_t));
+	char mbuf[512] = { 0 };
+	struct iovec miov = { mbuf, sizeof(mbuf) };
+	struct fi_msg mmsg = { .msg_iov = &miov, .iov_count = 1, .addr = FI_ADDR_UNSPEC,
+			       .context = &rctx };
+	CHECK_RET(fi_recvmsg(p[1].ep, &mmsg, FI_MULTI_RECV), 0);
+	const char *parts[3] = { "alpha", "bravo", "charlie" };
+	for (int i = 0; i < 3; i++) {
+		CHECK_RET(fi_send(p[0].ep, parts[i], strlen(parts[i]), NULL, p[1].addr, &sctx), 0);
+		wait_one(p[0].cq, &e, NULL);
+	}
+	/* 64-byte aligned: at 0, 64, 128; after the third, 512 - 192 = 320 are left: held. */
+	for (int i = 0; i < 3; i++) {
+		wait_one(p[1].cq, &e, NULL);
+		CHECK(e.op_context == &rctx && e.buf == mbuf + 64 * i);
+		CHECK(e.len == strlen(parts[i]) && memcmp(e.buf, parts[i], e.len) == 0);
+		CHECK(!(e.flags & FI_MULTI_RECV));
+	}
+	/* 200 more bytes: 64 left after them (below 128), the buffer is released. */
+	char filler[200];
+	memset(filler, 'f', sizeof(filler));
+	CHECK_RET(fi_send(p[0].ep, filler, sizeof(filler), NULL, p[1].addr, &sctx), 0);
+	wait_one(p[0].cq, &e, NULL);
+	wait_one(p[1].cq, &e, NULL);
+	CHECK(e.buf == mbuf + 192 && e.len == 200 && (e.flags & FI_MULTI_RECV));
+	printf("multi-receive buffer: ok\n");
+
 	/* Nothing closes under what uses it. */
 	CHECK_RET(fi_close(&p[0].cq->fid), -FI_EBUSY);
 	CHECK_RET(fi_close(&av->fid), -FI_EBUSY);
