@@ -99,10 +99,13 @@
 //!   a wait that doubles from 50 µs up to 16 ms, until a receive takes it (a thread in
 //!   `fi_cq_sread` or `fi_cntr_wait` reads every millisecond meanwhile). `FI_UET_RNR_TIMEOUT`
 //!   milliseconds ([`RETRY_TIMEOUT_VAR`]; unset or 0: no bound) bound the retries, after
-//!   which the send completes `FI_ENORX`. An `fi_inject`, whose message the endpoint does not
-//!   keep, and a datagram, which is never answered, are not retried; nor are messages on an
-//!   older NIC (`FI_RM_DISABLED`), which complete `FI_ENORX`. Messages travel unordered, so a
-//!   retried message may arrive after later ones of its sender.
+//!   which the send completes `FI_ENORX`. An `fi_inject` is retried too: on such an
+//!   endpoint it is sent from a buffer of the endpoint's, as a send, its success counted
+//!   and never reported, its failure an error entry with no context. A datagram, which is
+//!   never answered, is not retried; nor are messages on an older NIC (`FI_RM_DISABLED`),
+//!   which complete `FI_ENORX`, and whose injects go inline in the NIC's descriptor.
+//!   Messages travel unordered, so a retried message may arrive after later ones of its
+//!   sender.
 //! * With no buffer of the size or ring entry free a call is `-FI_EAGAIN`: read the CQ and
 //!   retry.
 //! * Remote CQ data travels with `fi_senddata`/`fi_injectdata`; a receive completion carries
@@ -288,6 +291,9 @@ enum Posted {
         /// Refused by its target for want of a receive buffer, and retried since
         /// ([`EpState::retry_refused`]): when first refused, and the wait before the next try.
         refused: Option<Refused>,
+        /// An inject sent from a buffer ([`send_as`]): its success is counted, never
+        /// reported.
+        silent: bool,
     },
     Recv {
         context: u64,
@@ -966,25 +972,31 @@ impl EpState {
                     dest: 0,
                     data: 0,
                     refused: None,
+                    silent: false,
                 }
             }
             None => return None,
         };
         let mut counted = true;
+        let mut quiet = false;
         let (binding, cntr, context, report, flags, iov) = match posted {
             Posted::Send {
                 context,
                 report,
                 matching,
+                silent,
                 ..
-            } => (
-                self.tx_cq,
-                self.tx_cntr,
-                context,
-                report,
-                FI_SEND | matching.flag(),
-                None,
-            ),
+            } => {
+                quiet = silent;
+                (
+                    self.tx_cq,
+                    self.tx_cntr,
+                    context,
+                    report,
+                    FI_SEND | matching.flag(),
+                    None,
+                )
+            }
             Posted::Recv {
                 context,
                 report,
@@ -1092,6 +1104,10 @@ impl EpState {
             unsafe { &*cntr }.count(error.is_none(), 1);
         }
         let binding = binding?;
+        // An inject's success is never reported (fi_msg(3)).
+        if quiet && error.is_none() {
+            return None;
+        }
         // A multi-receive buffer's release is always reported: it is how the application
         // learns that the buffer is its own again.
         if !report && error.is_none() && binding.selective && release != Some(true) {
@@ -2473,6 +2489,27 @@ fn send(
     matching: Matching,
     inject: bool,
 ) -> Result<(), FiError> {
+    send_as(
+        e, call, iov, dest, context, data, report, matching, inject, false,
+    )
+}
+
+/// [`send`]; `silent`: an `fi_inject` of an endpoint that retries refused messages, sent
+/// from a buffer of the endpoint's so that a retry has its message: it reports no success,
+/// only a failure (with no context, as an inject's), and a bound counter counts it.
+#[allow(clippy::too_many_arguments)]
+fn send_as(
+    e: &UetEp,
+    call: &str,
+    iov: &IoList,
+    dest: FiAddr,
+    context: u64,
+    data: u64,
+    report: bool,
+    matching: Matching,
+    inject: bool,
+    silent: bool,
+) -> Result<(), FiError> {
     e.check_serves(true, call)?;
     e.role.check_enabled(true, call)?;
     let total = iov
@@ -2485,14 +2522,6 @@ fn send(
             format!("{call}: the iovecs' lengths overflow"),
         ));
     };
-    let mut parts: [&[u8]; IOV_LIMIT] = [&[]; IOV_LIMIT];
-    for (part, &(base, len)) in parts.iter_mut().zip(iov.as_slice()) {
-        if len > 0 {
-            // SAFETY: the application gave `len` readable bytes at `base` for the call
-            // (libfabric's contract; NULL with a length was refused when the list was made).
-            *part = unsafe { core::slice::from_raw_parts(base as *const u8, len) };
-        }
-    }
     let mut st = e.shared.lock();
     if inject {
         // Not enabled: `ready` refuses the call.
@@ -2505,7 +2534,19 @@ fn send(
             }
         }
     }
+    // Refuses a message longer than the largest buffer (`FI_EMSGSIZE`) before any slice is
+    // made of the application's bytes.
     let mut buffer = st.ready(call, total)?;
+    let mut parts: [&[u8]; IOV_LIMIT] = [&[]; IOV_LIMIT];
+    for (part, &(base, len)) in parts.iter_mut().zip(iov.as_slice()) {
+        if len > 0 {
+            // SAFETY: the application gave `len` readable bytes at `base` for the call
+            // (libfabric's contract; NULL with a length was refused when the list was made),
+            // and `len` is at most the buffer's size (checked by `ready`), far below
+            // `isize::MAX`.
+            *part = unsafe { core::slice::from_raw_parts(base as *const u8, len) };
+        }
+    }
     buffer
         .fill_parts(&parts[..iov.len])
         .map_err(|e| FiError::new(e.errno(), format!("{call}: {e}")))?;
@@ -2516,6 +2557,7 @@ fn send(
         dest,
         data,
         refused: None,
+        silent,
     });
     let driver = st
         .driver
@@ -2917,8 +2959,9 @@ unsafe extern "C" fn ep_injectdata(
 }
 
 /// `fi_inject`, `fi_injectdata` (and with a tag `fi_tinject`, `fi_tinjectdata`): the payload
-/// is copied into the NIC's ring before the call returns, and no completion is reported
-/// unless the send fails (an error completion with no context).
+/// is copied before the call returns (into the NIC's ring; into a buffer of the endpoint's,
+/// on an endpoint that retries refused messages, so that a retry has it), and no completion
+/// is reported unless the send fails (an error completion with no context).
 ///
 /// # Safety
 /// `ep` is NULL or live; `buf` holds `len` bytes.
@@ -2941,6 +2984,15 @@ unsafe fn inject(
             return Err(null(call, "buf"));
         }
         let mut st = e.shared.lock();
+        if st.retry.is_some() {
+            // A refused message is retried: the endpoint keeps this one in a buffer of its
+            // own, as a send's, so that a retry has it to post again.
+            // `send_as` refuses one longer than inject_size.
+            drop(st);
+            let v = one(buf, len, call)?;
+            let matching = tag.map_or(Matching::Untagged, tagged);
+            return send_as(e, call, &v, dest, 0, data, false, matching, true, true);
+        }
         let driver = st.driver.as_mut().ok_or_else(|| {
             FiError::new(
                 FiErrno::FI_EOPBADSTATE,
@@ -3454,6 +3506,7 @@ mod tests {
             dest: 0,
             data: 0,
             refused: None,
+            silent: false,
         });
         let recv = st.hold(Posted::Recv {
             context: 6,
@@ -3477,6 +3530,7 @@ mod tests {
             dest: 0,
             data: 0,
             refused: None,
+            silent: false,
         });
         assert!(st.complete(event(send, CqOp::Send, None)).is_none());
         let (cq, c) = st

@@ -10810,3 +10810,89 @@ fn fi_uet_rnr_timeout_is_milliseconds_or_no_bound() {
     assert_eq!(retry_timeout(Some("99999999999999999999999")), None);
     assert_eq!(retry_timeout(Some("soon")), None);
 }
+
+/// A send whose length no buffer holds, up to lengths no memory could, is `-FI_EMSGSIZE`
+/// before anything of the application's is read: `fi_send`, `fi_sendv` (iovecs whose total
+/// overflows too) and `fi_inject`, nothing posted.
+#[test]
+fn a_send_of_a_length_no_memory_holds_is_emsgsize_and_reads_nothing() {
+    let pair = Pair::new(0);
+    let byte = [0u8; 1];
+    for len in [(1 << 20) + 1, isize::MAX as usize, usize::MAX] {
+        // SAFETY: an open endpoint; the length is refused before the buffer is read.
+        let ret = unsafe {
+            (pair.msg(0).send)(
+                pair.p[0].ep,
+                byte.as_ptr().cast(),
+                len,
+                null_mut(),
+                pair.p[1].addr,
+                null_mut(),
+            )
+        };
+        assert_eq!(ret, neg(FiErrno::FI_EMSGSIZE), "fi_send of {len}");
+        // SAFETY: as above.
+        let ret = unsafe {
+            (pair.msg(0).inject)(pair.p[0].ep, byte.as_ptr().cast(), len, pair.p[1].addr)
+        };
+        assert_eq!(ret, neg(FiErrno::FI_EMSGSIZE), "fi_inject of {len}");
+    }
+    let iov = [usize::MAX, 2].map(|len| IoVec {
+        iov_base: byte.as_ptr().cast_mut().cast(),
+        iov_len: len,
+    });
+    // SAFETY: an open endpoint; the lengths are refused before the buffers are read.
+    let ret = unsafe {
+        (pair.msg(0).sendv)(
+            pair.p[0].ep,
+            iov.as_ptr(),
+            null_mut(),
+            2,
+            pair.p[1].addr,
+            null_mut(),
+        )
+    };
+    assert_eq!(ret, neg(FiErrno::FI_EMSGSIZE));
+    assert_eq!(pair.read(0).err(), Some(neg(FiErrno::FI_EAGAIN)));
+    assert_eq!(pair.read(1).err(), Some(neg(FiErrno::FI_EAGAIN)));
+}
+
+/// Under `FI_RM_ENABLED` an `fi_inject` that finds its target's unexpected list full is
+/// retried as a send is: the endpoint kept its message, which arrives once a receive is
+/// posted, and its success is reported nowhere, as an inject's never is.
+#[test]
+fn an_inject_that_finds_the_unexpected_list_full_is_retried_and_reports_nothing() {
+    let pair = Pair::new(0);
+    fill_unexpected_list(&pair);
+    let payload = b"late inject";
+    // SAFETY: an open endpoint; the payload is copied at the call.
+    let ret = unsafe {
+        (pair.msg(0).inject)(
+            pair.p[0].ep,
+            payload.as_ptr().cast(),
+            payload.len(),
+            pair.p[1].addr,
+        )
+    };
+    assert_eq!(ret, 0);
+    for _ in 0..20 {
+        assert_eq!(pair.read(0).err(), Some(neg(FiErrno::FI_EAGAIN)));
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    take_unexpected_list(&pair);
+    let mut rbuf = [0u8; 32];
+    // SAFETY: `rbuf` outlives the receive, whose completion is read below.
+    assert_eq!(unsafe { pair.post_recv(1, &mut rbuf, 7) }, 0);
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let e = loop {
+        assert_eq!(pair.read(0).err(), Some(neg(FiErrno::FI_EAGAIN)));
+        match pair.read(1) {
+            Ok(e) => break e,
+            Err(e) => assert_eq!(e, neg(FiErrno::FI_EAGAIN)),
+        }
+        assert!(std::time::Instant::now() < end, "the inject never arrived");
+    };
+    assert_eq!((e.op_context as usize, e.len), (7, payload.len()));
+    assert_eq!(&rbuf[..payload.len()], payload);
+    assert_eq!(pair.read(0).err(), Some(neg(FiErrno::FI_EAGAIN)));
+}
