@@ -1423,3 +1423,29 @@ fn a_directory_or_socket_at_the_segment_path_is_not_a_segment() {
     drop(socket);
     std::fs::remove_file(&path).unwrap();
 }
+
+/// A live segment whose state word (header word 18) was overwritten, while handles are
+/// attached to it, has a corrupt header: an open is FI_EINVAL saying so, and the handles
+/// attached go on.
+#[test]
+fn a_live_segment_with_a_corrupt_state_word_is_einval_to_an_open() {
+    for state in [0u64, 2, 7, u64::MAX] {
+        let name = unique("bad-state");
+        let mut a = open(attr(&name, 8)).unwrap();
+        let path = a.segment_path().to_path_buf();
+        poke(&path, 18 * 8, state);
+        for flags in [0, FI_READ] {
+            let e = open(AvAttr {
+                flags,
+                ..attr(&name, 8)
+            })
+            .expect_err("refused");
+            assert_eq!(e.errno, FiErrno::FI_EINVAL, "state {state}: {e}");
+            assert!(e.message.contains("corrupt header"), "{e}");
+        }
+        assert_eq!(insert(&mut a, &[1]), [0], "the attached handle goes on");
+        assert_eq!(a.handles(), 1, "no handle of the refused opens is counted");
+        drop(a);
+        assert!(!path.exists(), "the last close removes it");
+    }
+}

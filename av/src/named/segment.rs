@@ -872,12 +872,21 @@ impl Segment {
         // Closed yet still at its path, under the lock: its last handle died between the two
         // (or could not unlink it). Nobody is attached to a closed segment; it goes, and this
         // open starts afresh, rather than the name being blocked until someone removes it.
-        if self.hdr(hw::STATE) != STATE_LIVE {
+        // Handles attached to a segment that is not live can only mean its state word was
+        // overwritten (a segment is marked closed by its last handle, under the lock): a
+        // corrupt header, which looking again would only find again.
+        let state = self.hdr(hw::STATE);
+        if state != STATE_LIVE {
             if self.nobody_attached()? {
                 debug!(path = %self.path.display(), "removing a closed named AV segment left at its path");
                 self.unlink_abandoned();
+                return Err(Attach::Gone);
             }
-            return Err(Attach::Gone);
+            return Err(Attach::Failed(FiError::inval(format!(
+                "fi_av_open: named AV '{name}': {} has a corrupt header (state {state:#x}, \
+                 not live, while handles are attached to it)",
+                self.path.display()
+            ))));
         }
         // No handle attached: every process that had it open died. The AV went with them,
         // as with a last close; this open starts afresh.
