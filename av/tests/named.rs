@@ -1449,3 +1449,90 @@ fn a_live_segment_with_a_corrupt_state_word_is_einval_to_an_open() {
         assert!(!path.exists(), "the last close removes it");
     }
 }
+
+/// Hold an open-file-description lock of `kind` on byte `byte` of `path`, as a handle of
+/// another process does, for as long as the file returned stays open.
+fn hold_byte(path: &std::path::Path, kind: libc::c_int, byte: i64) -> std::fs::File {
+    use std::os::fd::AsRawFd;
+    let holder = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    // SAFETY: `flock` is a plain C struct of integers; all-zero bytes are a valid value.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = kind as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = byte;
+    fl.l_len = 1;
+    // SAFETY: fcntl reads the flock struct, which outlives the call, on an open descriptor.
+    let r = unsafe {
+        libc::fcntl(
+            holder.as_raw_fd(),
+            libc::F_OFD_SETLK,
+            &mut fl as *mut libc::flock,
+        )
+    };
+    assert_eq!(r, 0);
+    holder
+}
+
+/// A segment whose header describes a table of no entries (sizes and offsets consistent with
+/// it) was made by no process of this library, whose AVs have at least one entry: it is a
+/// corrupt header, FI_EINVAL, rather than an AV opened with a size it does not have.
+#[test]
+fn a_segment_of_no_entries_is_a_corrupt_header() {
+    let name = unique("no-entries");
+    let a = open(attr(&name, 8)).unwrap();
+    let path = a.segment_path().to_path_buf();
+    let mut bytes = std::fs::read(&path).unwrap();
+    drop(a);
+    // The layout `segment` documents, for a capacity of 0: no bitmap words, the log at the
+    // header's end, then the range table, then no slots.
+    let log_off = segment::HEADER_BYTES as u64;
+    let ranges_off = log_off + LOG_RECORDS * segment::LOG_RECORD_BYTES as u64;
+    let slots_off = ranges_off + (segment::RANGE_RECORDS * segment::RANGE_RECORD_BYTES) as u64;
+    let mut set =
+        |word: usize, v: u64| bytes[word * 8..word * 8 + 8].copy_from_slice(&v.to_le_bytes());
+    set(2, 0); // capacity
+    set(7, log_off);
+    set(20, ranges_off);
+    set(8, slots_off);
+    set(9, slots_off); // size
+    set(13, 0); // live
+    set(14, 0); // high-water mark
+    bytes.truncate(slots_off as usize);
+    bytes[segment::HEADER_BYTES..].fill(0);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .unwrap();
+    std::fs::write(&path, &bytes).unwrap();
+    // A handle of another process is attached (its presence, byte 1).
+    let presence = hold_byte(&path, libc::F_RDLCK, 1);
+    for flags in [0, FI_READ] {
+        let e = open(AvAttr {
+            flags,
+            ..attr(&name, 0)
+        })
+        .expect_err("refused");
+        assert_eq!(e.errno, FiErrno::FI_EINVAL, "flags {flags:#x}: {e}");
+        assert!(e.message.contains("corrupt header"), "{e}");
+    }
+    let e = segment::Snapshot::read(&name).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL, "{e}");
+    drop(presence);
+    std::fs::remove_file(&path).unwrap();
+    // Nor is one made.
+    let params = segment::SegmentParams {
+        capacity: 0,
+        rx_ctx_bits: 0,
+        job_id: 1,
+        max_group_id: 0,
+    };
+    let e = segment::Segment::open(&name, true, params).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL, "{e}");
+    assert!(!path.exists());
+}

@@ -636,7 +636,8 @@ impl Segment {
     /// segment is returned as it is: the caller compares its attributes. `FI_ENOENT` when it
     /// does not exist and `create` is not set; `FI_EACCES` when the file's permissions refuse
     /// this user; `FI_EINVAL` when the file is not a named-AV segment of this layout (a
-    /// directory or socket in its place included) or holds another name.
+    /// directory or socket in its place included), holds another name, or describes a table of
+    /// no entries, and when `params` would create one.
     pub fn open(
         name: &str,
         create: bool,
@@ -705,6 +706,9 @@ impl Segment {
     /// `Ok(None)` when another process published one first.
     fn create(path: &Path, name: &str, params: SegmentParams) -> Result<Option<Segment>, FiError> {
         let ctx = |what: &str| format!("fi_av_open: creating named AV '{name}': {what}");
+        if params.capacity == 0 {
+            return Err(FiError::inval(ctx("count 0: an AV has at least one entry")));
+        }
         let geo = Geometry::new(params.capacity).ok_or_else(|| {
             FiError::inval(ctx(&format!("count {} is too large", params.capacity)))
         })?;
@@ -938,6 +942,11 @@ impl Segment {
                 "has layout version {}; this library reads version {LAYOUT_VERSION}",
                 w(hw::VERSION)
             )));
+        }
+        // Every AV has at least one entry (AvAttr::resolve, Segment::create): a table of none
+        // was never made by this library.
+        if w(hw::CAPACITY) == 0 {
+            return Err(fail("has a corrupt header (a table of 0 entries)".into()));
         }
         let geo = u32::try_from(w(hw::CAPACITY))
             .ok()
