@@ -1536,3 +1536,24 @@ fn a_segment_of_no_entries_is_a_corrupt_header() {
     assert_eq!(e.errno, FiErrno::FI_EINVAL, "{e}");
     assert!(!path.exists());
 }
+
+/// A snapshot reads a file's header before the rest of it: a file at the segment path that is
+/// no segment is FI_EINVAL however large it is (a sparse file of 16 TiB here, which a copy of
+/// the whole file could not hold), without the file being read.
+#[test]
+fn a_snapshot_of_a_huge_file_that_is_no_segment_reads_only_its_header() {
+    let name = unique("huge");
+    let path = segment::path_of(&name);
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .unwrap();
+    f.set_len(1 << 44).unwrap();
+    drop(f);
+    let e = segment::Snapshot::read(&name).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EINVAL, "{e}");
+    assert!(e.message.contains("bad magic"), "{e}");
+    std::fs::remove_file(&path).unwrap();
+}

@@ -445,8 +445,9 @@ impl Drop for Mapping {
 }
 
 /// The words a [`Segment`] reads: the shared mapping of a handle, or a private copy of the
-/// file ([`Snapshot::read`], which reads without joining the AV: its copy is private memory,
-/// so loads of any ordering, and a stray store, touch no other process).
+/// start of the file ([`Snapshot::read`], which reads without joining the AV: its copy is
+/// private memory, so loads of any ordering, and a stray store, touch no other process; words
+/// past the copy read as 0).
 enum Words {
     Shared(Mapping),
     Copied(Box<[AtomicU64]>),
@@ -494,10 +495,9 @@ fn check_name(name: &str) -> Result<(), FiError> {
     Ok(())
 }
 
-/// The whole of `file` as words of private memory ([`Snapshot::read`]). `InvalidData` when it
-/// is not a regular file, is smaller than a header or not whole words, `OutOfMemory` when no memory can hold it.
-fn copy_words(file: &File) -> io::Result<Box<[AtomicU64]>> {
-    use std::os::unix::fs::FileExt;
+/// The size of the segment file `file` ([`Snapshot::read`]). `InvalidData` when it is not a
+/// regular file, is smaller than a header or not whole words.
+fn segment_size(file: &File) -> io::Result<usize> {
     let meta = file.metadata()?;
     if !meta.is_file() {
         return Err(io::Error::new(
@@ -512,6 +512,13 @@ fn copy_words(file: &File) -> io::Result<Box<[AtomicU64]>> {
             format!("{size} bytes"),
         ));
     }
+    Ok(size)
+}
+
+/// The first `size` bytes of `file` (whole words, [`segment_size`] at most) as words of private
+/// memory ([`Snapshot::read`]). `OutOfMemory` when no memory can hold them.
+fn copy_words(file: &File, size: usize) -> io::Result<Box<[AtomicU64]>> {
+    use std::os::unix::fs::FileExt;
     let mut words = Vec::new();
     words
         .try_reserve_exact(size / 8)
@@ -1750,16 +1757,19 @@ impl Snapshot {
         }
         // Under the shared lock no change is in progress: the copy is one generation. The
         // lock goes with `file`, on every path from here.
-        let words = copy_words(&file).map_err(|e| match e.kind() {
+        let read_error = |e: io::Error| match e.kind() {
             io::ErrorKind::InvalidData => {
                 FiError::inval(format!("{} is not a named-AV segment: {e}", path.display()))
             }
             io::ErrorKind::OutOfMemory => FiError::new(FiErrno::FI_ENOMEM, ctx(&e.to_string())),
             _ => os_error(&ctx("reading the segment"), &e),
-        })?;
-        let size = words.len() * 8;
+        };
+        let size = segment_size(&file).map_err(read_error)?;
+        // The header first: a file that is no segment of this layout (whatever its size) is
+        // refused having read just that.
+        let header = copy_words(&file, HEADER_BYTES).map_err(read_error)?;
         // Never attached: dropping it detaches nothing.
-        let mut seg = Segment::unchecked(Words::Copied(words), file, &path, size);
+        let mut seg = Segment::unchecked(Words::Copied(header), file, &path, size);
         seg.geo = seg.check_header(name, size).map_err(|e| match e {
             Attach::Failed(e) => e,
             Attach::Gone => gone(),
@@ -1767,7 +1777,11 @@ impl Snapshot {
         if seg.hdr(hw::STATE) != STATE_LIVE {
             return Err(gone());
         }
+        // Then what the header says may be in use: everything before the slots, and the slots
+        // below the high-water mark (words past the copy read as 0, as never-used slots are).
         let high_water = seg.high_water();
+        let used = seg.geo.slots_off + high_water as usize * SLOT_BYTES;
+        seg.map = Words::Copied(copy_words(&seg.file, used.min(size)).map_err(read_error)?);
         let entries = (0..high_water)
             .filter_map(|i| seg.slot(i).map(|s| (i, s)))
             .collect();
