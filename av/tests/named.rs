@@ -1557,3 +1557,34 @@ fn a_snapshot_of_a_huge_file_that_is_no_segment_reads_only_its_header() {
     assert!(e.message.contains("bad magic"), "{e}");
     std::fs::remove_file(&path).unwrap();
 }
+
+/// An open looks at a file through its header before mapping the rest of it: a file at the
+/// segment path that is no segment is FI_EINVAL however large it is (sparse files of 16 TiB,
+/// 128 TiB and 4 EiB here, more than an address space maps), whether the open would create
+/// the AV or only open it, and it is left where it is.
+#[test]
+fn an_open_of_a_huge_file_that_is_no_segment_is_einval() {
+    for size in [1u64 << 44, 1 << 47, 1 << 62] {
+        let name = unique("huge-open");
+        let path = segment::path_of(&name);
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .unwrap();
+        f.set_len(size).unwrap();
+        drop(f);
+        for flags in [0, FI_READ] {
+            let e = open(AvAttr {
+                flags,
+                ..attr(&name, 8)
+            })
+            .expect_err("refused");
+            assert_eq!(e.errno, FiErrno::FI_EINVAL, "{size:#x}: {e}");
+            assert!(e.message.contains("bad magic"), "{e}");
+        }
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), size, "left alone");
+        std::fs::remove_file(&path).unwrap();
+    }
+}

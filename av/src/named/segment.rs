@@ -495,6 +495,16 @@ fn check_name(name: &str) -> Result<(), FiError> {
     Ok(())
 }
 
+/// The geometry a segment header of this layout (`header`, its words) describes, if it has
+/// the magic and this layout's version; its other words are not looked at.
+fn header_geometry(header: &[AtomicU64]) -> Option<Geometry> {
+    let w = |i: usize| header.get(i).map(|w| w.load(Ordering::Relaxed));
+    if w(hw::MAGIC)? != MAGIC || w(hw::VERSION)? != LAYOUT_VERSION {
+        return None;
+    }
+    u32::try_from(w(hw::CAPACITY)?).ok().and_then(Geometry::new)
+}
+
 /// The size of the segment file `file` ([`Snapshot::read`]). `InvalidData` when it is not a
 /// regular file, is smaller than a header or not whole words.
 fn segment_size(file: &File) -> io::Result<usize> {
@@ -515,8 +525,9 @@ fn segment_size(file: &File) -> io::Result<usize> {
     Ok(size)
 }
 
-/// The first `size` bytes of `file` (whole words, [`segment_size`] at most) as words of private
-/// memory ([`Snapshot::read`]). `OutOfMemory` when no memory can hold them.
+/// The first `size` bytes of `file` (whole words, its size at most) as words of private
+/// memory ([`Snapshot::read`], and the header [`Segment::attach`] looks at before it maps the
+/// file). `OutOfMemory` when no memory can hold them.
 fn copy_words(file: &File, size: usize) -> io::Result<Box<[AtomicU64]>> {
     use std::os::unix::fs::FileExt;
     let mut words = Vec::new();
@@ -839,7 +850,14 @@ impl Segment {
                 path.display()
             ))));
         }
-        let map = Mapping::new(&file, size)
+        // The whole file is mapped only when its header describes a segment of its size: a
+        // file that is none, however large, is looked at through its header alone, which is
+        // all that the checks under the lock read of it.
+        let described = copy_words(&file, HEADER_BYTES)
+            .ok()
+            .and_then(|h| header_geometry(&h))
+            .is_some_and(|g| g.size == size);
+        let map = Mapping::new(&file, if described { size } else { HEADER_BYTES })
             .map_err(|e| Attach::Failed(os_error("fi_av_open: mmap", &e)))?;
         let mut seg = Segment::unchecked(Words::Shared(map), file, path, size);
         ofd_lock(&seg.file, libc::F_WRLCK, LOCK_BYTE, Wait::Yes)
@@ -860,6 +878,14 @@ impl Segment {
             std::fs::metadata(path).is_ok_and(|m| m.ino() == meta.ino() && m.dev() == meta.dev())
         };
         self.geo = match self.check_header(name, size) {
+            // A header that describes more than was mapped changed since it was first read.
+            Ok(geo) if self.map.words().len() * 8 < geo.size => {
+                return Err(Attach::Failed(FiError::inval(format!(
+                    "fi_av_open: named AV '{name}': {} has a corrupt header (it changed while \
+                     being opened)",
+                    self.path.display()
+                ))))
+            }
             Ok(geo) => geo,
             Err(refused) => {
                 // A segment of another layout version (or with a corrupt header) that no
