@@ -73,7 +73,9 @@
 //! - **`FI_MORE`** is accepted as the hint it is and every call completes on the NIC: a
 //!   change reaches the segment only once every NIC record of it has been accepted.
 //! - **Close.** The last handle to close, in any process, unlinks the segment; a process
-//!   that dies is not counted (the kernel drops its locks).
+//!   that dies is not counted (the kernel drops its locks). A handle belongs to the process
+//!   that opened it: in a process forked from that one, every change and catch-up that needs
+//!   the segment's lock is `FI_EINVAL`, and its close leaves the AV alone.
 
 pub mod segment;
 

@@ -1588,3 +1588,58 @@ fn an_open_of_a_huge_file_that_is_no_segment_is_einval() {
         std::fs::remove_file(&path).unwrap();
     }
 }
+
+/// A process forked from one that holds a handle shares the handle's open file description,
+/// and with it the segment's locks: its copy of the handle can take no lock that keeps the
+/// parent out, and its close would give up the parent's presence and, finding no other,
+/// remove the AV from under it. So the copy refuses every change and catch-up (FI_EINVAL),
+/// and its close leaves the AV to the process that opened the handle.
+#[test]
+fn a_forked_copy_of_a_handle_neither_changes_nor_closes_the_av() {
+    let name = unique("forked");
+    let mut a = open(attr(&name, 8)).unwrap();
+    let path = a.segment_path().to_path_buf();
+    let first = insert(&mut a, &[1]);
+    // SAFETY: the child runs only the code below (the forked copy of the handle, then
+    // _exit); the test's other threads are not used in it.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let buf = pack(&[peer_bytes(2)]);
+            let insert = a.insert(&buf, 1, None, 0).map_err(|e| e.errno);
+            let remove = a.remove(&first, 0).map_err(|e| e.errno);
+            drop(a);
+            insert == Err(FiErrno::FI_EINVAL) && remove == Err(FiErrno::FI_EINVAL)
+        }));
+        let code = match outcome {
+            Ok(true) => 0,
+            Ok(false) => 2,
+            Err(_) => 3,
+        };
+        // SAFETY: ends the forked child at once, running nothing of the parent's.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child forked above; `status` outlives the call.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status), "child status {status:#x}");
+    assert_eq!(
+        libc::WEXITSTATUS(status),
+        0,
+        "the forked copy's changes are FI_EINVAL"
+    );
+    assert!(path.exists(), "the forked copy's close left the AV");
+    assert_eq!(a.handles(), 1);
+    let mut b = open(attr(&name, 8)).unwrap();
+    assert_eq!(
+        lookup(&mut b, first[0]).unwrap(),
+        peer_bytes(1),
+        "the same AV"
+    );
+    assert_eq!(a.len().unwrap(), 1, "nothing of the child's reached it");
+    drop(b);
+    assert!(path.exists(), "a's presence still counts");
+    drop(a);
+    assert!(!path.exists());
+}

@@ -80,6 +80,11 @@
 //!   to (every process that had it died) does the same before creating a new one, so an AV
 //!   never outlives its last process by more than the next open of its name.
 //!
+//! The locks belong to the handle's open file description, which a process forked from the
+//! handle's opener shares: the handle stays its opener's. In a forked process its locks are
+//! `FI_EINVAL` (one taken there would not keep the opener out) and dropping it detaches
+//! nothing (it would give up the opener's presence); a forked process opens the AV itself.
+//!
 //! A writer sets the writer word before its first change and clears it when it commits. The
 //! lock being free while the writer word is set means a process died in the middle of a
 //! change: the next process to take the lock repairs the segment (rebuilds the bitmap from
@@ -473,6 +478,9 @@ pub struct Segment {
     attached: bool,
     /// Bytes from the start of the file this process knows are backed ([`Segment::reserve`]).
     reserved: AtomicUsize,
+    /// The process that opened the file: a process forked from it shares the open file
+    /// description, and with it every lock the handle holds ([`Segment::check_opener`]).
+    opener: u32,
 }
 
 impl core::fmt::Debug for Segment {
@@ -785,6 +793,7 @@ impl Segment {
             path: path.to_path_buf(),
             attached: false,
             reserved: AtomicUsize::new(0),
+            opener: std::process::id(),
         };
         // Everything but the slots is written from the start; slots are backed as indices are
         // first taken (Locked::alloc).
@@ -835,6 +844,7 @@ impl Segment {
             path: path.to_path_buf(),
             attached: false,
             reserved: AtomicUsize::new(0),
+            opener: std::process::id(),
         }
     }
 
@@ -1088,9 +1098,28 @@ impl Segment {
         }
     }
 
+    /// `FI_EINVAL` in a process forked from the one that opened the segment. The record locks
+    /// belong to the open file description, which the fork shares: a lock taken through it
+    /// would not keep the other process out (two writers at once), and releasing one would
+    /// release the other's. A forked process opens the AV itself.
+    fn check_opener(&self) -> Result<(), FiError> {
+        let me = std::process::id();
+        if me != self.opener {
+            return Err(FiError::inval(format!(
+                "named AV: {} was opened by process {}, and process {me} was forked from it: \
+                 the handle's locks are that process's; open the AV in this one",
+                self.path.display(),
+                self.opener
+            )));
+        }
+        Ok(())
+    }
+
     /// Take the lock: exclusive for a change, shared to catch up. A segment left inconsistent
     /// by a writer that died is repaired first (under an exclusive lock, which is then kept).
+    /// `FI_EINVAL` in a process forked from the one that opened the segment.
     pub fn lock(&self, exclusive: bool) -> Result<Locked<'_>, FiError> {
+        self.check_opener()?;
         let take = |kind| {
             ofd_lock(&self.file, kind, LOCK_BYTE, Wait::Yes)
                 .map_err(|e| os_error("named AV: taking the segment lock", &e))
@@ -1123,8 +1152,10 @@ impl Segment {
     /// segment when a writer died in the middle of a change; `None` when another handle holds
     /// it (a change in progress, a catch-up while a repair is due). For the datapath's
     /// catch-up, which never waits, and which must not stay behind for good because a writer
-    /// died after others committed changes.
+    /// died after others committed changes. `FI_EINVAL` in a process forked from the one that
+    /// opened the segment.
     pub fn try_lock_shared(&self) -> Result<Option<Locked<'_>>, FiError> {
+        self.check_opener()?;
         let take = |kind| {
             ofd_lock(&self.file, kind, LOCK_BYTE, Wait::No)
                 .map_err(|e| os_error("named AV: taking the segment lock", &e))
@@ -1635,7 +1666,9 @@ impl Locked<'_> {
 
 impl Drop for Segment {
     fn drop(&mut self) {
-        if !self.attached {
+        // A process forked from the opener holds the opener's presence, not one of its own:
+        // the handle stays the opener's, and the file is merely closed here.
+        if !self.attached || std::process::id() != self.opener {
             return;
         }
         if let Err(e) = ofd_lock(&self.file, libc::F_WRLCK, LOCK_BYTE, Wait::Yes) {
