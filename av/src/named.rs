@@ -1178,6 +1178,10 @@ impl<N: NicAvTable> Local<N> {
             let live = seg.ranges();
             let mut ranges: Vec<SharedRange> = Vec::new();
             let mut indices = changes.indices;
+            // No more indices than the segment has are worth listing: past that (records
+            // logging the same indices over and over, as only a damaged log holds), every
+            // index is rescanned instead, which bounds the list by the high-water mark.
+            let bound = usize::try_from(high_water).unwrap_or(usize::MAX);
             for &(first, count) in &changes.ranges {
                 let before = ranges.len();
                 ranges.extend(live.iter().filter(|r| r.first == first));
@@ -1186,17 +1190,23 @@ impl<N: NicAvTable> Local<N> {
                 } else if ranges.len() == before {
                     return None;
                 }
+                if indices.len() > bound {
+                    return None;
+                }
+            }
+            // A range inserted since: held as a range here too, and its indices are
+            // reconciled one by one like any other change.
+            for r in &ranges {
+                indices.extend(r.first..r.first.saturating_add(r.count).min(high_water));
+                if indices.len() > bound {
+                    return None;
+                }
             }
             Some((indices, ranges))
         });
         match changed {
             Some((indices, ranges)) => {
-                // A range inserted since: held as a range here too, and its indices are
-                // reconciled one by one like any other change.
                 let mut indices = indices;
-                for r in &ranges {
-                    indices.extend(r.first..r.first + r.count);
-                }
                 indices.sort_unstable();
                 indices.dedup();
                 self.reconcile(seg, indices.into_iter(), &ranges, name)?
