@@ -1707,7 +1707,8 @@ fn endpoint_fid(fclass: usize, context: *mut c_void) -> FidEp {
 }
 
 /// Transmit (`tx`) or receive context `index` of the scalable endpoint `sep`, on its ring
-/// set `lane`, taking the `op_flags` given as its flagless calls' flags: a `fid_ep` of
+/// set `lane`, taking the `op_flags` given as its flagless calls' flags and serving `caps`
+/// (its direction's, and for a receive context `FI_MULTI_RECV` or not): a `fid_ep` of
 /// class `FI_CLASS_TX_CTX` or `FI_CLASS_RX_CTX`, not counted among the domain's endpoints
 /// (the scalable endpoint is, and outlives its contexts).
 #[allow(clippy::too_many_arguments)]
@@ -1718,6 +1719,7 @@ pub(crate) fn open_context(
     tx: bool,
     index: usize,
     op_flags: u64,
+    caps: u64,
     addr_format: AddrFormat,
     context: *mut c_void,
 ) -> *mut FidEp {
@@ -1727,7 +1729,7 @@ pub(crate) fn open_context(
         domain,
         tx_op_flags: if tx { op_flags } else { 0 },
         rx_op_flags: if tx { 0 } else { op_flags },
-        caps: if tx { FI_SEND } else { FI_RECV },
+        caps,
         kind: EpKind::Rdm,
         addr_format,
         connreq: core::ptr::null_mut(),

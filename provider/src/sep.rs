@@ -657,7 +657,8 @@ unsafe fn context_call<A: ContextAttrs>(
         let served = crate::info::TX_CAPS & s.caps_or_all();
         ("transmit", served, TX_OP_FLAGS, s.tx_op_flags)
     } else {
-        let served = (FI_MSG | FI_TAGGED | FI_RECV | FI_SOURCE_CAP) & s.caps_or_all();
+        let served =
+            (FI_MSG | FI_TAGGED | FI_RECV | FI_SOURCE_CAP | FI_MULTI_RECV) & s.caps_or_all();
         ("receive", served, RX_OP_FLAGS, s.rx_op_flags)
     };
     // SAFETY: NULL or valid attributes (libfabric's contract).
@@ -672,10 +673,15 @@ unsafe fn context_call<A: ContextAttrs>(
     // A receive context reports sources when it has FI_SOURCE (fi_cq(3)): its scalable
     // endpoint's, unless its own capabilities leave it out.
     let sources = served & FI_SOURCE_CAP != 0 && (caps == 0 || caps & FI_SOURCE_CAP != 0);
+    // And multi-receive buffers, likewise.
+    let multi_recv = served & FI_MULTI_RECV != 0 && (caps == 0 || caps & FI_MULTI_RECV != 0);
     let which = if tx {
         Direction::Transmit
     } else {
-        Direction::Receive { sources }
+        Direction::Receive {
+            sources,
+            multi_recv,
+        }
     };
     // SAFETY: libfabric's contract on `out`.
     let ret = unsafe { open_context(s, which, index, op_flags, out.cast(), context, call) }?;
@@ -794,9 +800,11 @@ impl UetSep {
 #[derive(Clone, Copy)]
 enum Direction {
     Transmit,
-    /// A receive context, which reports its receives' sources or not.
+    /// A receive context, which reports its receives' sources or not, and posts
+    /// multi-receive buffers (`FI_MULTI_RECV`) or not.
     Receive {
         sources: bool,
+        multi_recv: bool,
     },
 }
 
@@ -856,10 +864,28 @@ unsafe fn open_context(
         *o = true;
         *sp = false;
     }
-    if let Direction::Receive { sources } = which {
+    let mut caps = if tx { FI_SEND } else { FI_RECV };
+    if let Direction::Receive {
+        sources,
+        multi_recv,
+    } = which
+    {
         lane.report_sources(sources);
+        if multi_recv {
+            caps |= FI_MULTI_RECV;
+        }
     }
-    let ep = crate::ep::open_context(s, s.domain, lane, tx, k, op_flags, s.addr_format, context);
+    let ep = crate::ep::open_context(
+        s,
+        s.domain,
+        lane,
+        tx,
+        k,
+        op_flags,
+        caps,
+        s.addr_format,
+        context,
+    );
     // SAFETY: `out` is non-NULL and writable (the caller's promise).
     unsafe { *out = ep };
     Ok(0)

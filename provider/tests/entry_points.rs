@@ -10896,3 +10896,43 @@ fn an_inject_that_finds_the_unexpected_list_full_is_retried_and_reports_nothing(
     assert_eq!(&rbuf[..payload.len()], payload);
     assert_eq!(pair.read(0).err(), Some(neg(FiErrno::FI_EAGAIN)));
 }
+
+/// A receive context of a scalable endpoint posts multi-receive buffers as an endpoint does,
+/// with its own `FI_OPT_MIN_MULTI_RECV`.
+#[test]
+fn a_receive_context_of_a_scalable_endpoint_posts_a_multi_receive_buffer() {
+    let s = Scalable::new();
+    let (ctx, cq) = s.rx[1];
+    assert_eq!(setopt_size(ctx, 0, 64, 8), 0);
+    assert_eq!(min_multi_recv(ctx), 64);
+    let mut buf = vec![0u8; 1024];
+    let base = buf.as_ptr() as usize;
+    let iov = IoVec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let m = FiMsg {
+        msg_iov: &iov,
+        desc: null_mut(),
+        iov_count: 1,
+        addr: u64::MAX,
+        context: 9 as _,
+        data: 0,
+    };
+    // SAFETY: an open receive context; `buf` outlives the receive, whose completions are
+    // read below.
+    assert_eq!(
+        unsafe { ((*(*ctx).msg).recvmsg)(ctx, &m, FI_MULTI_RECV) },
+        0
+    );
+    for (k, text) in [&b"first"[..], b"second"].into_iter().enumerate() {
+        assert_eq!(send_to(s.peer.0, text, s.rx_addr(1), 0), 0);
+        assert!(cq_wait(s.peer.1).is_ok());
+        let e = cq_wait(cq).expect("a message of the multi-receive buffer");
+        assert_eq!(
+            (e.op_context as usize, e.buf as usize - base, e.len),
+            (9, next_multi_offset(5) * k, text.len())
+        );
+        assert_eq!(&buf[e.buf as usize - base..][..text.len()], text);
+    }
+}
