@@ -10936,3 +10936,30 @@ fn a_receive_context_of_a_scalable_endpoint_posts_a_multi_receive_buffer() {
         assert_eq!(&buf[e.buf as usize - base..][..text.len()], text);
     }
 }
+
+/// A datagram endpoint posts multi-receive buffers too: datagrams land one after another in
+/// one buffer, each completing on its own.
+#[test]
+fn a_datagram_endpoint_takes_datagrams_into_a_multi_receive_buffer() {
+    let pair = Pair::with_info(0, as_dgram);
+    assert_eq!(setopt_size(pair.p[1].ep, 0, 64, 8), 0);
+    let mut buf = vec![0u8; 2048];
+    let base = buf.as_ptr() as usize;
+    // SAFETY: `buf` outlives the receive, whose completions are read below.
+    assert_eq!(
+        unsafe { recvmsg_one(&pair, 1, &mut buf, FI_MULTI_RECV, 7) },
+        0
+    );
+    for k in 0..3 {
+        let d = patterned(300, k);
+        assert_eq!(pair.send(0, &d, 20), 0);
+        assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(20));
+        let e = pair.wait(1).expect("a datagram");
+        assert_eq!(
+            (e.op_context as usize, e.buf as usize - base, e.len),
+            (7, next_multi_offset(300) * k, 300)
+        );
+        let at = e.buf as usize - base;
+        assert!(buf[at..at + 300] == d[..]);
+    }
+}
