@@ -10963,3 +10963,45 @@ fn a_datagram_endpoint_takes_datagrams_into_a_multi_receive_buffer() {
         assert!(buf[at..at + 300] == d[..]);
     }
 }
+
+/// A receive counter counts each message of a multi-receive buffer, as it counts a
+/// receive's, and not the buffer's release without a message, which transfers nothing;
+/// a cancel of the buffer counts as an error, as a cancelled receive's does.
+#[test]
+fn a_receive_counter_counts_each_message_of_a_multi_receive_buffer_not_its_release() {
+    let pair = Pair::with_counters(0, FI_WAIT_UNSPEC, |_| {}, 1, [&[], &[(0, FI_RECV)]]);
+    let rx = pair.cntrs[0];
+    assert_eq!(setopt_size(pair.p[1].ep, 0, 64, 8), 0);
+    let mut buf = vec![0u8; 1000];
+    // SAFETY: `buf` outlives the receive, whose completions are read below.
+    assert_eq!(
+        unsafe { recvmsg_one(&pair, 1, &mut buf, FI_MULTI_RECV, 7) },
+        0
+    );
+    let mut after = [0u8; 1000];
+    // SAFETY: as above.
+    assert_eq!(
+        unsafe { recvmsg_one(&pair, 1, &mut after, FI_MULTI_RECV, 8) },
+        0
+    );
+    for (k, len) in [600usize, 600].into_iter().enumerate() {
+        assert_eq!(pair.send(0, &patterned(len, k), 20), 0);
+        assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(20));
+    }
+    // The first message, the first buffer's release (the second did not fit), the second.
+    let seen: Vec<_> = (0..3)
+        .map(|_| {
+            pair.wait(1)
+                .map(|e| (e.op_context as usize, e.len, e.flags & FI_MULTI_RECV))
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [Ok((7, 600, 0)), Ok((7, 0, FI_MULTI_RECV)), Ok((8, 600, 0))]
+    );
+    assert_eq!((cntr_read(rx), cntr_readerr(rx)), (2, 0));
+    assert_eq!(cancel(pair.p[1].ep, 8), 0);
+    assert_eq!(pair.wait(1).err(), Some(neg(FiErrno::FI_EAVAIL)));
+    assert!(pair.readerr(1).is_ok());
+    assert_eq!((cntr_read(rx), cntr_readerr(rx)), (2, 1));
+}
