@@ -2456,17 +2456,21 @@ mod tests {
         }
     }
 
+    /// An `FI_EP_MSG` endpoint of `nic`, bound to no event queue yet.
+    fn msg_endpoint(nic: &Nic) -> Endpoint {
+        nic.endpoint(
+            EndpointAttr {
+                ep_type: EpType::Msg,
+                ..EndpointAttr::default()
+            },
+            None,
+        )
+        .expect("FI_EP_MSG endpoint")
+    }
+
     /// An `FI_EP_MSG` endpoint of `nic` bound to an event queue of its own.
     fn msg_client(nic: &Nic) -> (Endpoint, EventQueue) {
-        let mut c = nic
-            .endpoint(
-                EndpointAttr {
-                    ep_type: EpType::Msg,
-                    ..EndpointAttr::default()
-                },
-                None,
-            )
-            .expect("FI_EP_MSG endpoint");
+        let mut c = msg_endpoint(nic);
         let eq_c = EventQueue::open(WAITABLE).expect("event queue");
         c.bind_eq(&eq_c).expect("bound");
         (c, eq_c)
@@ -2570,15 +2574,7 @@ mod tests {
             .passive_endpoint(EndpointAttr::default(), &eq)
             .expect("listener");
         let listener = pep.address().to_bytes().expect("address");
-        let mut server = ns
-            .endpoint(
-                EndpointAttr {
-                    ep_type: EpType::Msg,
-                    ..EndpointAttr::default()
-                },
-                None,
-            )
-            .expect("FI_EP_MSG endpoint");
+        let mut server = msg_endpoint(&ns);
         server.bind_eq(&eq).expect("bound to the listener's queue");
         let wait = Duration::from_secs(5);
         let (mut first, _eq_1) = msg_client(&nc);

@@ -10323,6 +10323,16 @@ const FI_MULTI_RECV: u64 = 1 << 16;
 /// # Safety
 /// `buf` outlives the receive's completions.
 unsafe fn recvmsg_one(pair: &Pair, i: usize, buf: &mut [u8], flags: u64, context: usize) -> isize {
+    // SAFETY: the caller's promise.
+    unsafe { recvmsg_on(pair.p[i].ep, buf, flags, context) }
+}
+
+/// `fi_recvmsg` on `ep` (an endpoint or receive context) of one buffer `buf` with `flags`
+/// and `context`: its return.
+///
+/// # Safety
+/// `ep` is open; `buf` outlives the receive's completions.
+unsafe fn recvmsg_on(ep: *mut FidEp, buf: &mut [u8], flags: u64, context: usize) -> isize {
     let iov = IoVec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
@@ -10335,9 +10345,9 @@ unsafe fn recvmsg_one(pair: &Pair, i: usize, buf: &mut [u8], flags: u64, context
         context: context as _,
         data: 0,
     };
-    // SAFETY: an open endpoint; the message is read during the call, the buffer kept by the
-    // caller.
-    unsafe { (pair.msg(i).recvmsg)(pair.p[i].ep, &m, flags) }
+    // SAFETY: an open endpoint (the caller's promise); the message is read during the call,
+    // the buffer kept by the caller.
+    unsafe { ((*(*ep).msg).recvmsg)(ep, &m, flags) }
 }
 
 /// `fi_setopt(FI_OPT_ENDPOINT, optname)` of a `size_t` on `ep`, `optlen` as given.
@@ -10608,19 +10618,7 @@ fn fi_multi_recv_and_its_option_refuse_what_they_cannot_serve() {
             ((*(*plain).fid.ops).control)(&mut (*plain).fid, FI_ENABLE, null_mut()),
             0
         );
-        let iov = IoVec {
-            iov_base: a.as_mut_ptr().cast(),
-            iov_len: a.len(),
-        };
-        let m = FiMsg {
-            msg_iov: &iov,
-            desc: null_mut(),
-            iov_count: 1,
-            addr: u64::MAX,
-            context: 7 as _,
-            data: 0,
-        };
-        let ret = ((*(*plain).msg).recvmsg)(plain, &m, FI_MULTI_RECV);
+        let ret = recvmsg_on(plain, &mut a, FI_MULTI_RECV, 7);
         assert_eq!(ret, neg(FiErrno::FI_EBADFLAGS));
         close_all(&[&mut (*plain).fid, &mut (*cq).fid]);
     }
@@ -10907,24 +10905,9 @@ fn a_receive_context_of_a_scalable_endpoint_posts_a_multi_receive_buffer() {
     assert_eq!(min_multi_recv(ctx), 64);
     let mut buf = vec![0u8; 1024];
     let base = buf.as_ptr() as usize;
-    let iov = IoVec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    let m = FiMsg {
-        msg_iov: &iov,
-        desc: null_mut(),
-        iov_count: 1,
-        addr: u64::MAX,
-        context: 9 as _,
-        data: 0,
-    };
     // SAFETY: an open receive context; `buf` outlives the receive, whose completions are
     // read below.
-    assert_eq!(
-        unsafe { ((*(*ctx).msg).recvmsg)(ctx, &m, FI_MULTI_RECV) },
-        0
-    );
+    assert_eq!(unsafe { recvmsg_on(ctx, &mut buf, FI_MULTI_RECV, 9) }, 0);
     for (k, text) in [&b"first"[..], b"second"].into_iter().enumerate() {
         assert_eq!(send_to(s.peer.0, text, s.rx_addr(1), 0), 0);
         assert!(cq_wait(s.peer.1).is_ok());
