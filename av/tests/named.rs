@@ -1393,6 +1393,21 @@ fn an_insertsvc_resolving_a_host_name_leaves_the_datapath_catch_up_to_run() {
     assert_eq!(out, peer_bytes(1), "b's insert, in a's mirror");
 }
 
+/// Both opens of the AV `name` of `count` entries, one that may create it and one
+/// `FI_READ`, are refused `FI_EINVAL` with a message holding `why` (`what` names the case
+/// in a failure).
+fn assert_opens_refused(name: &str, count: usize, why: &str, what: &str) {
+    for flags in [0, FI_READ] {
+        let e = open(AvAttr {
+            flags,
+            ..attr(name, count)
+        })
+        .expect_err("refused");
+        assert_eq!(e.errno, FiErrno::FI_EINVAL, "{what}, flags {flags:#x}: {e}");
+        assert!(e.message.contains(why), "{what}: {e}");
+    }
+}
+
 /// A directory or a socket where the segment file would be is not a named-AV segment:
 /// FI_EINVAL, as for any other file that is not one (whether the open would create the AV or
 /// only open it, and for a snapshot), and it is left where it is.
@@ -1401,15 +1416,7 @@ fn a_directory_or_socket_at_the_segment_path_is_not_a_segment() {
     let name = unique("notfile");
     let path = segment::path_of(&name);
     let refused = |what: &str| {
-        for flags in [0, FI_READ] {
-            let e = open(AvAttr {
-                flags,
-                ..attr(&name, 8)
-            })
-            .expect_err("refused");
-            assert_eq!(e.errno, FiErrno::FI_EINVAL, "{what}, flags {flags:#x}: {e}");
-            assert!(e.message.contains("not a named-AV segment"), "{e}");
-        }
+        assert_opens_refused(&name, 8, "not a named-AV segment", what);
         let e = segment::Snapshot::read(&name).unwrap_err();
         assert_eq!(e.errno, FiErrno::FI_EINVAL, "{what}: {e}");
     };
@@ -1434,15 +1441,7 @@ fn a_live_segment_with_a_corrupt_state_word_is_einval_to_an_open() {
         let mut a = open(attr(&name, 8)).unwrap();
         let path = a.segment_path().to_path_buf();
         poke(&path, 18 * 8, state);
-        for flags in [0, FI_READ] {
-            let e = open(AvAttr {
-                flags,
-                ..attr(&name, 8)
-            })
-            .expect_err("refused");
-            assert_eq!(e.errno, FiErrno::FI_EINVAL, "state {state}: {e}");
-            assert!(e.message.contains("corrupt header"), "{e}");
-        }
+        assert_opens_refused(&name, 8, "corrupt header", &format!("state {state}"));
         assert_eq!(insert(&mut a, &[1]), [0], "the attached handle goes on");
         assert_eq!(a.handles(), 1, "no handle of the refused opens is counted");
         drop(a);
@@ -1512,15 +1511,7 @@ fn a_segment_of_no_entries_is_a_corrupt_header() {
     std::fs::write(&path, &bytes).unwrap();
     // A handle of another process is attached (its presence, byte 1).
     let presence = hold_byte(&path, libc::F_RDLCK, 1);
-    for flags in [0, FI_READ] {
-        let e = open(AvAttr {
-            flags,
-            ..attr(&name, 0)
-        })
-        .expect_err("refused");
-        assert_eq!(e.errno, FiErrno::FI_EINVAL, "flags {flags:#x}: {e}");
-        assert!(e.message.contains("corrupt header"), "{e}");
-    }
+    assert_opens_refused(&name, 0, "corrupt header", "a segment of no entries");
     let e = segment::Snapshot::read(&name).unwrap_err();
     assert_eq!(e.errno, FiErrno::FI_EINVAL, "{e}");
     drop(presence);
@@ -1575,15 +1566,7 @@ fn an_open_of_a_huge_file_that_is_no_segment_is_einval() {
             .unwrap();
         f.set_len(size).unwrap();
         drop(f);
-        for flags in [0, FI_READ] {
-            let e = open(AvAttr {
-                flags,
-                ..attr(&name, 8)
-            })
-            .expect_err("refused");
-            assert_eq!(e.errno, FiErrno::FI_EINVAL, "{size:#x}: {e}");
-            assert!(e.message.contains("bad magic"), "{e}");
-        }
+        assert_opens_refused(&name, 8, "bad magic", &format!("{size:#x}"));
         assert_eq!(std::fs::metadata(&path).unwrap().len(), size, "left alone");
         std::fs::remove_file(&path).unwrap();
     }
