@@ -105,8 +105,12 @@
 //! NIC; the first packet of another message is answered RC_UNDELIVERABLE and counted
 //! (`reassembly_overflows`). The outcome of the last [`RECENT_MESSAGES`] finished or refused
 //! multi-packet messages is remembered, so a late packet of one is answered with the same
-//! return code rather than opening a new reassembly (a refusal counts in the endpoint's
-//! `rejected` again: one per refused packet). A packet is a late one only when its PSN is
+//! return code, on the list its message's packets were answered on (the overflow list for a
+//! message held on the unexpected list, whether it is still there, a receive took it or a
+//! probe discarded it), rather than opening a new reassembly, taking a receive or a place on
+//! the unexpected list: a duplicate, counted in `rx_duplicate_packets` (a refusal counts in
+//! the endpoint's `rejected` again: one per refused packet). A packet is a late one only when
+//! its PSN is
 //! within 65,536 of the last packet seen of the remembered message: further away, the
 //! sender's 16-bit message ids have wrapped and the packet starts a new message with the same
 //! id. A single-packet message with the key of a remembered one also ends the remembering:
@@ -465,8 +469,9 @@ impl Reassembly {
 enum Lookup {
     /// Its message is in reassembly for this endpoint.
     Active,
-    /// Its message finished (or was refused) with this return code.
-    Finished(ReturnCode),
+    /// Its message finished (or was refused) with this return code, its packets answered
+    /// on this list.
+    Finished(ReturnCode, u8),
     /// Its key is in reassembly for another live endpoint: the packet contradicts it.
     Conflict,
     /// A new message.
@@ -477,8 +482,9 @@ enum Lookup {
 #[derive(Debug, Default)]
 pub(crate) struct Reassembler {
     pub(crate) active: HashMap<MsgKey, Reassembly>,
-    /// Outcome of a finished or refused message, and the PSN of the last of its packets seen.
-    recent: Recent<(ReturnCode, u32)>,
+    /// Outcome of a finished or refused message: the return code and list its packets were
+    /// answered with, and the PSN of the last of its packets seen.
+    recent: Recent<(ReturnCode, u8, u32)>,
     /// Answer of an answered single-packet SEND or TAGGED_SEND: its PSN, return code and
     /// response list, so that a copy of the packet (same key, same PSN) is answered again
     /// and not delivered twice.
@@ -569,9 +575,11 @@ impl Reassembler {
         // sender's message ids wrapped: this packet starts a new message. A late packet
         // moves the remembered PSN along, so the packets of a message of any length match.
         match self.recent.get_mut(&key) {
-            Some((rc, at)) if psn.wrapping_sub(*at).min(at.wrapping_sub(psn)) < MESSAGE_ID_SPAN => {
+            Some((rc, list, at))
+                if psn.wrapping_sub(*at).min(at.wrapping_sub(psn)) < MESSAGE_ID_SPAN =>
+            {
                 *at = psn;
-                Lookup::Finished(*rc)
+                Lookup::Finished(*rc, *list)
             }
             _ => Lookup::New,
         }
@@ -592,10 +600,11 @@ impl Reassembler {
         self.recent.remove(key);
     }
 
-    /// Remember how a message ended; `psn` is one of its packets'. A message that reused the
-    /// id of a remembered one takes its place, as the newest.
-    fn finish(&mut self, key: MsgKey, rc: ReturnCode, psn: u32) {
-        self.recent.insert(key, (rc, psn));
+    /// Remember how a message ended: the return code and list its packets were answered
+    /// with; `psn` is one of its packets'. A message that reused the id of a remembered one
+    /// takes its place, as the newest.
+    fn finish(&mut self, key: MsgKey, rc: ReturnCode, list: u8, psn: u32) {
+        self.recent.insert(key, (rc, list, psn));
     }
 
     /// The answer of the single-packet message `key` when this packet (`psn`) is a copy of
@@ -859,13 +868,13 @@ impl Nic {
         if !single {
             match self.reasm.lookup(key, p.pds.psn, handle, serial, &self.eps) {
                 Lookup::Active => return self.rx_segment(key, &p),
-                Lookup::Finished(rc) => {
+                Lookup::Finished(rc, list) => {
                     if rc == ReturnCode::Ok {
                         self.counters.debug.rx_duplicate_packets += 1;
-                        self.respond(&p, rc, 0);
                     } else {
-                        self.reject(handle, &p, rc);
+                        self.count_reject(handle, rc);
                     }
+                    self.respond_list(&p, rc, 0, list, None);
                     return RxOutcome::Done;
                 }
                 Lookup::Conflict => {
@@ -1085,7 +1094,8 @@ impl Nic {
     /// message gets the same answer.
     pub(crate) fn refuse(&mut self, handle: u16, p: &ParsedRequest<'_>, rc: ReturnCode) {
         if !p.single() {
-            self.reasm.finish(p.key(), rc, p.pds.psn);
+            self.reasm
+                .finish(p.key(), rc, ses::LIST_EXPECTED, p.pds.psn);
         }
         self.reject(handle, p, rc);
     }
@@ -1180,7 +1190,8 @@ impl Nic {
         let buf_len = match r.sink {
             Sink::Host { buf_len, .. } => buf_len,
             Sink::Staged(data) => {
-                self.reasm.finish(key, ReturnCode::Ok, psn);
+                self.reasm
+                    .finish(key, ReturnCode::Ok, ses::LIST_OVERFLOW, psn);
                 return self.unexpected_complete(r.handle, r.serial, key, data, r.header_data);
             }
         };
@@ -1195,7 +1206,7 @@ impl Nic {
         } else {
             (LocalStatus::Ok, ReturnCode::Ok)
         };
-        self.reasm.finish(key, rc, psn);
+        self.reasm.finish(key, rc, ses::LIST_EXPECTED, psn);
         let Some(av) = self
             .eps
             .get(r.handle)

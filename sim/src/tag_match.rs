@@ -20,7 +20,8 @@
 //!   of their first packet's arrival, bounded by `CAP_TAGGED.unexpected_entries` messages and
 //!   `CAP_TAGGED.unexpected_kib` KiB (whole `request_length` of each message counts from its
 //!   first packet). The message's bytes are held in NIC memory; its packets are answered RC_OK
-//!   on the overflow list (SES response `list` = 1), so the initiator's send completes. A
+//!   on the overflow list (SES response `list` = 1), so the initiator's send completes — late
+//!   copies of them too, after a receive took the message (`rx_engine`). A
 //!   message that would exceed a bound — or a multi-packet one while every reassembly slot is
 //!   in use — is refused RC_UNDELIVERABLE (the rest of its packets get the same answer) and
 //!   counted in `RX_UNEXPECTED_OVERFLOW` and the endpoint's `rejected[RC_UNDELIVERABLE]`.

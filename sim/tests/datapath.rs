@@ -1834,3 +1834,315 @@ fn a_cancel_names_the_current_multi_receive_buffer_before_a_younger_descriptor()
     let c = b.poll_cq(&mut eb).expect("the younger descriptor");
     assert_eq!((status(&c), c.flags), (LocalStatus::Cancelled, 0));
 }
+
+/// The fabric's frames, captured into memory (a `Fabric::capture_to_writer` target).
+#[derive(Clone, Default)]
+struct Wire(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Wire {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Wire {
+    /// NIC B's (10.0.0.2) answers so far, in order: (message id, PSN acknowledged, return
+    /// code, list).
+    fn answers(&self) -> Vec<(u16, u32, u8, u8)> {
+        let bytes = self.0.lock().unwrap().clone();
+        let capture = uet_sim::pcap::parse(&bytes).expect("a whole capture");
+        capture
+            .records
+            .iter()
+            .filter_map(|r| {
+                let dg = frame::parse(&r.data).ok()?;
+                if dg.src_ip != addr("10.0.0.2") {
+                    return None;
+                }
+                let (ack, rest) = uet_sim::pds::Ack::parse(dg.payload).ok()?;
+                let (resp, _) = uet_sim::ses::Response::parse(rest).ok()?;
+                Some((resp.message_id, ack.cack_psn, resp.return_code, resp.list))
+            })
+            .collect()
+    }
+
+    /// The last answer.
+    fn last(&self) -> (u16, u32, u8, u8) {
+        *self.answers().last().expect("an answer")
+    }
+}
+
+/// The two packets ("one" at PSN 9, "two" at PSN 10) of message 3 to endpoint `eb`, a
+/// TAGGED_SEND with match bits 0x5 when `tagged`, else a SEND: `packet(i, pds_flags)`.
+fn two_packets(eb: &Ep, tagged: bool) -> impl Fn(usize, u8) -> Vec<u8> {
+    use uet_sim::ses::{segment_word, FLAG_EOM, FLAG_REL, FLAG_SOM};
+    let to_eb = send_to(eb);
+    move |i, pds_flags| {
+        let (flags, header_data, payload) = match i {
+            0 => (FLAG_SOM, 0, b"one"),
+            _ => (FLAG_EOM, segment_word(3, 3), b"two"),
+        };
+        let request = StandardRequest {
+            opcode: if tagged { 9 } else { 5 },
+            flags: FLAG_REL | flags,
+            message_id: 3,
+            match_bits: if tagged { 0x5 } else { 0 },
+            header_data,
+            request_length: 6,
+            ..to_eb
+        };
+        request_frame(5, pds_flags, 9 + i as u32, request, payload)
+    }
+}
+
+/// Post a tagged receive (a probe with `flags`) for match bits 0x5 into slot `slot` of `eb`'s
+/// tagged RX ring (`base`: its ring memory), its buffer in buffer slot `8 + slot`.
+fn post_tagged(b: &mut Driver, eb: &Ep, base: usize, slot: usize, context: u64, flags: u32) {
+    let rd = uet_fwif::TaggedRxDescriptor {
+        buf: U64::new(b.iova(common::BUFS_OFF + (8 + slot) * 0x2000)),
+        len: U32::new(64),
+        context: U64::new(context),
+        tag: U64::new(0x5),
+        flags: U32::new(flags),
+        ..FromZeros::new_zeroed()
+    };
+    b.mem.write(
+        base + TRX_OFF + slot * uet_fwif::datapath::TAGGED_RX_DESCRIPTOR_BYTES,
+        zerocopy::IntoBytes::as_bytes(&rd),
+    );
+    b.f.write(
+        TRXQ_DOORBELL,
+        QueueDoorbell::new()
+            .with_endpoint(eb.handle)
+            .with_index(slot as u16 + 1),
+    );
+}
+
+/// A late copy of a packet (a retransmission: same PDC, message id and PSN) of a multi-packet
+/// tagged message that waited on the unexpected list — while it is still there, whole, and
+/// after a receive took it — is a duplicate: answered RC_OK on the overflow list as the
+/// original packet was, counted in `rx_duplicate_packets`, and neither held again nor
+/// delivered into a receive posted since.
+#[test]
+fn a_late_packet_of_a_tagged_message_that_waited_unexpected_is_a_duplicate() {
+    use uet_sim::pds::FLAG_RETX;
+    use uet_sim::ses::LIST_OVERFLOW;
+    let fabric = Fabric::new();
+    let _a = Driver::new(&fabric, "10.0.0.1");
+    let mut b = Driver::new(&fabric, "10.0.0.2");
+    let av_b = b.av_create(64, 0).unwrap();
+    let (mut eb, base) = tagged_endpoint(&mut b, av_b);
+    let wire = Wire::default();
+    fabric.capture_to_writer(wire.clone()).unwrap();
+    let packet = two_packets(&eb, true);
+    let ok = ReturnCode::Ok as u8;
+    fabric.inject_frame(&packet(0, FLAG_SYN));
+    fabric.inject_frame(&packet(1, 0));
+    assert_eq!(b.f.counter(RX_UNEXPECTED), 1);
+    assert_eq!(
+        wire.answers(),
+        [(3, 9, ok, LIST_OVERFLOW), (3, 10, ok, LIST_OVERFLOW)]
+    );
+    // Whole on the list, not taken yet: a copy of its last packet.
+    fabric.inject_frame(&packet(1, FLAG_RETX));
+    assert_eq!(
+        wire.last(),
+        (3, 10, ok, LIST_OVERFLOW),
+        "answered as before"
+    );
+    assert_eq!(b.f.debug_counters().rx_duplicate_packets, 1);
+    assert_eq!(b.f.counter(RX_UNEXPECTED), 1, "not held again");
+    assert_eq!(b.f.counter(RX_PACKETS), 2);
+    // Two receives: the first takes the message, the second stays posted.
+    post_tagged(&mut b, &eb, base, 0, 8, 0);
+    post_tagged(&mut b, &eb, base, 1, 9, 0);
+    let c = b.poll_cq(&mut eb).expect("the message");
+    assert_eq!(
+        (c.context.get(), c.len.get(), status(&c)),
+        (8, 6, LocalStatus::Ok)
+    );
+    assert_eq!(b.buf(8, 6), b"onetwo");
+    assert!(b.poll_cq(&mut eb).is_none());
+    // Taken: a copy of its first packet.
+    fabric.inject_frame(&packet(0, FLAG_SYN | FLAG_RETX));
+    assert_eq!(wire.last(), (3, 9, ok, LIST_OVERFLOW), "answered as before");
+    assert_eq!(b.f.debug_counters().rx_duplicate_packets, 2);
+    assert!(b.peek_cq(&eb).is_none(), "no second completion");
+    assert_eq!(b.f.counter(RX_UNEXPECTED), 1, "not held again");
+    assert_eq!(b.f.counter(RX_PACKETS), 2);
+    // The second receive is still posted: the next message takes it.
+    let next = StandardRequest {
+        opcode: 9,
+        message_id: 4,
+        match_bits: 0x5,
+        request_length: 4,
+        ..send_to(&eb)
+    };
+    fabric.inject_frame(&request_frame(5, 0, 11, next, b"next"));
+    let c = b.poll_cq(&mut eb).expect("the next message");
+    assert_eq!((c.context.get(), c.len.get()), (9, 4));
+    assert_eq!(b.buf(9, 4), b"next");
+}
+
+/// The same for a tagged message a probe (`TRX_FLAG_PEEK | TRX_FLAG_DISCARD`) dropped off the
+/// unexpected list: a late copy of one of its packets is answered as before and is neither
+/// held again nor taken by a receive posted since.
+#[test]
+fn a_late_packet_of_a_message_a_probe_discarded_is_a_duplicate() {
+    use uet_fwif::datapath::{COMPLETION_FLAG_REPORT, TRX_FLAG_DISCARD, TRX_FLAG_PEEK};
+    use uet_sim::pds::FLAG_RETX;
+    use uet_sim::ses::LIST_OVERFLOW;
+    let fabric = Fabric::new();
+    let _a = Driver::new(&fabric, "10.0.0.1");
+    let mut b = Driver::new(&fabric, "10.0.0.2");
+    let av_b = b.av_create(64, 0).unwrap();
+    let (mut eb, base) = tagged_endpoint(&mut b, av_b);
+    let wire = Wire::default();
+    fabric.capture_to_writer(wire.clone()).unwrap();
+    let packet = two_packets(&eb, true);
+    let ok = ReturnCode::Ok as u8;
+    fabric.inject_frame(&packet(0, FLAG_SYN));
+    fabric.inject_frame(&packet(1, 0));
+    assert_eq!(b.f.counter(RX_UNEXPECTED), 1);
+    post_tagged(&mut b, &eb, base, 0, 7, TRX_FLAG_PEEK | TRX_FLAG_DISCARD);
+    let c = b.poll_cq(&mut eb).expect("the probe");
+    assert_eq!(
+        (c.context.get(), c.len.get(), status(&c)),
+        (7, 6, LocalStatus::Ok)
+    );
+    assert_eq!(c.flags, COMPLETION_FLAG_REPORT);
+    post_tagged(&mut b, &eb, base, 1, 8, 0);
+    fabric.inject_frame(&packet(1, FLAG_RETX));
+    assert_eq!(
+        wire.last(),
+        (3, 10, ok, LIST_OVERFLOW),
+        "answered as before"
+    );
+    assert_eq!(b.f.debug_counters().rx_duplicate_packets, 1);
+    assert!(b.peek_cq(&eb).is_none(), "the receive stays posted");
+    assert_eq!(b.f.counter(RX_UNEXPECTED), 1, "not held again");
+    let next = StandardRequest {
+        opcode: 9,
+        message_id: 4,
+        match_bits: 0x5,
+        request_length: 4,
+        ..send_to(&eb)
+    };
+    fabric.inject_frame(&request_frame(5, 0, 11, next, b"next"));
+    let c = b.poll_cq(&mut eb).expect("the next message");
+    assert_eq!((c.context.get(), c.len.get()), (8, 4));
+    assert_eq!(b.buf(9, 4), b"next");
+}
+
+/// The same for an untagged message held on the unexpected list (interface 1.17): a late
+/// copy of one of its packets, after a receive took it, is answered as before and consumes
+/// no receive posted since.
+#[test]
+fn a_late_packet_of_an_untagged_message_that_waited_unexpected_is_a_duplicate() {
+    use uet_sim::pds::FLAG_RETX;
+    use uet_sim::ses::LIST_OVERFLOW;
+    let Pair {
+        fabric,
+        mut b,
+        mut eb,
+        ..
+    } = pair(0);
+    let wire = Wire::default();
+    fabric.capture_to_writer(wire.clone()).unwrap();
+    let packet = two_packets(&eb, false);
+    let ok = ReturnCode::Ok as u8;
+    fabric.inject_frame(&packet(0, FLAG_SYN));
+    fabric.inject_frame(&packet(1, 0));
+    assert_eq!(b.f.counter(RX_UNEXPECTED), 1);
+    b.post_recv(&mut eb, 0, 64, 1);
+    let c = b.poll_cq(&mut eb).expect("the message");
+    assert_eq!(
+        (c.context.get(), c.len.get(), status(&c)),
+        (1, 6, LocalStatus::Ok)
+    );
+    assert_eq!(b.buf(0, 6), b"onetwo");
+    b.post_recv(&mut eb, 1, 64, 2);
+    fabric.inject_frame(&packet(1, FLAG_RETX));
+    assert_eq!(
+        wire.last(),
+        (3, 10, ok, LIST_OVERFLOW),
+        "answered as before"
+    );
+    assert_eq!(b.f.debug_counters().rx_duplicate_packets, 1);
+    assert!(b.peek_cq(&eb).is_none(), "no second completion");
+    assert_eq!(b.f.counter(RX_UNEXPECTED), 1, "not held again");
+    assert_eq!(b.f.counter(RX_PACKETS), 2);
+    let next = StandardRequest {
+        message_id: 4,
+        request_length: 4,
+        ..send_to(&eb)
+    };
+    fabric.inject_frame(&request_frame(5, 0, 11, next, b"next"));
+    let c = b.poll_cq(&mut eb).expect("the next message");
+    assert_eq!((c.context.get(), c.len.get()), (2, 4));
+    assert_eq!(b.buf(1, 4), b"next");
+}
+
+/// A multi-packet tagged message refused for want of room on the unexpected list
+/// (RC_UNDELIVERABLE: its sender will send it again under a new message id) stays refused:
+/// a late copy of one of its packets, after a matching receive was posted, is refused again
+/// and takes neither the receive nor a place on the list.
+#[test]
+fn a_late_packet_of_a_message_the_full_unexpected_list_refused_is_refused_again() {
+    use uet_sim::pds::FLAG_RETX;
+    use uet_sim::ses::LIST_EXPECTED;
+    let fabric = Fabric::new();
+    let _a = Driver::new(&fabric, "10.0.0.1");
+    let mut cfg = NicConfig::new(addr("10.0.0.2"));
+    cfg.unexpected_entries = 1;
+    let mut b = Driver::with_config(&fabric, cfg);
+    let av_b = b.av_create(64, 0).unwrap();
+    let (mut eb, base) = tagged_endpoint(&mut b, av_b);
+    let wire = Wire::default();
+    fabric.capture_to_writer(wire.clone()).unwrap();
+    // The list's one place goes to a message no receive will match.
+    let other = StandardRequest {
+        opcode: 9,
+        message_id: 1,
+        match_bits: 0x99,
+        request_length: 5,
+        ..send_to(&eb)
+    };
+    fabric.inject_frame(&request_frame(5, FLAG_SYN, 8, other, b"other"));
+    assert_eq!(b.f.counter(RX_UNEXPECTED), 1);
+    let packet = two_packets(&eb, true);
+    let refused = ReturnCode::Undeliverable as u8;
+    fabric.inject_frame(&packet(0, 0));
+    fabric.inject_frame(&packet(1, 0));
+    assert_eq!(b.f.counter(RX_UNEXPECTED_OVERFLOW), 1);
+    assert_eq!(
+        wire.answers()[1..],
+        [
+            (3, 9, refused, LIST_EXPECTED),
+            (3, 10, refused, LIST_EXPECTED)
+        ]
+    );
+    post_tagged(&mut b, &eb, base, 0, 8, 0);
+    fabric.inject_frame(&packet(0, FLAG_RETX));
+    assert_eq!(wire.last(), (3, 9, refused, LIST_EXPECTED), "refused again");
+    assert!(b.peek_cq(&eb).is_none(), "the receive stays posted");
+    assert_eq!(b.f.counter(RX_UNEXPECTED), 1);
+    assert_eq!(b.f.counter(RX_PACKETS), 1);
+    // The message sent again under a new id takes the receive.
+    let next = StandardRequest {
+        opcode: 9,
+        message_id: 4,
+        match_bits: 0x5,
+        request_length: 6,
+        ..send_to(&eb)
+    };
+    fabric.inject_frame(&request_frame(5, 0, 11, next, b"onetwo"));
+    let c = b.poll_cq(&mut eb).expect("the message sent again");
+    assert_eq!((c.context.get(), c.len.get()), (8, 6));
+    assert_eq!(b.buf(8, 6), b"onetwo");
+}
