@@ -10988,3 +10988,36 @@ fn a_receive_counter_counts_each_message_of_a_multi_receive_buffer_not_its_relea
     assert!(pair.readerr(1).is_ok());
     assert_eq!((cntr_read(rx), cntr_readerr(rx)), (2, 1));
 }
+
+/// A thread asleep in `fi_cq_sread` on the CQ of a send being retried drives the retries:
+/// the send completes, and the thread wakes with it, once the receiver posts a receive,
+/// though no other call reads the sender's CQ.
+#[test]
+fn a_thread_in_fi_cq_sread_carries_a_refused_send_to_its_completion() {
+    let pair = Pair::new(0);
+    fill_unexpected_list(&pair);
+    let message = patterned(100_000, 6);
+    assert_eq!(pair.send(0, &message, 20), 0);
+    let cq = Shared(pair.p[0].cq);
+    let waiter = std::thread::spawn(move || {
+        let cq = cq.get();
+        // SAFETY: a plain-data structure.
+        let mut e: FiCqTaggedEntry = unsafe { core::mem::zeroed() };
+        // SAFETY: an open CQ, which the pair closes after this thread is joined; room for
+        // one entry of any format.
+        let ret = unsafe { ((*(*cq).ops).sread)(cq, (&raw mut e).cast(), 1, null(), 10_000) };
+        (ret, e.op_context as usize)
+    });
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    take_unexpected_list(&pair);
+    let mut rbuf = vec![0u8; message.len()];
+    // SAFETY: `rbuf` outlives the receive, whose completion is read below.
+    assert_eq!(unsafe { pair.post_recv(1, &mut rbuf, 7) }, 0);
+    let (ret, context) = waiter.join().expect("the waiter");
+    assert_eq!((ret, context), (1, 20));
+    assert_eq!(
+        pair.wait(1).map(|e| (e.op_context as usize, e.len)),
+        Ok((7, message.len()))
+    );
+    assert!(rbuf == message);
+}
