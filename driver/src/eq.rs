@@ -14,10 +14,11 @@
 //!   fatal, as libfabric defines it. An event the application writes ([`EventQueue::write`])
 //!   that does not fit is refused with `FI_EAGAIN` instead: the caller keeps it, nothing is
 //!   lost, and the queue stays usable. So is a peer's connection request
-//!   ([`EventQueue::offer`]), which connection management then rejects; it is refused too
-//!   when it would take one of the entries the queue keeps for the `FI_EP_MSG` endpoints
-//!   bound to it ([`ENDPOINT_RESERVED_ENTRIES`] each), whose connection events are posted
-//!   whether or not there is room: requests from peers never leave those to overrun it.
+//!   ([`EventQueue::offer`]), which connection management then rejects. The queue holds
+//!   [`ENDPOINT_RESERVED_ENTRIES`] entries past its size for each `FI_EP_MSG` endpoint bound
+//!   to it (fi_eq(3) makes `size` a minimum), taken only by the events the provider posts,
+//!   never by requests or writes: a burst of requests that fills the queue leaves room for
+//!   the connection events of the endpoints that report there, which cannot be refused.
 //! * Closing a queue that objects are still bound to fails with `FI_EBUSY`. Closing it
 //!   otherwise closes it for every clone of the handle: the events it held are lost, readers
 //!   blocked in [`EventQueue::sread`] return, and every later call (read, post, bind) fails
@@ -76,9 +77,10 @@ use vmm_sys_util::eventfd::{EventFd, EFD_CLOEXEC, EFD_NONBLOCK};
 pub const FI_WRITE: u64 = uet_av::flags::FI_WRITE;
 /// `fi_eq_read` flag: return the event without consuming it.
 pub const FI_PEEK: u64 = 1 << 19;
-/// Entries an EQ keeps from offered events ([`EventQueue::offer`]) for each `FI_EP_MSG`
-/// endpoint bound to it ([`EventQueue::bind_endpoint`]): the events its connection posts
-/// without the application's doing, its outcome (`FI_CONNECTED` or an error) and its end
+/// Entries an EQ holds past its size for each `FI_EP_MSG` endpoint bound to it
+/// ([`EventQueue::bind_endpoint`]), which only the events the provider posts take, never
+/// offered ones ([`EventQueue::offer`]) or writes: the events its connection posts without
+/// the application's doing, its outcome (`FI_CONNECTED` or an error) and its end
 /// (`FI_SHUTDOWN` or an error).
 pub const ENDPOINT_RESERVED_ENTRIES: usize = 2;
 /// Entries an EQ gets when `size` is 0.
@@ -229,8 +231,8 @@ struct State {
     /// took `signaled`.
     signals: u64,
     bound: usize,
-    /// Entries kept from offered events ([`EventQueue::offer`]) for the events of the
-    /// connected endpoints reporting here ([`EventQueue::bind_endpoint`]).
+    /// Entries held past the queue's size for the events of the connected endpoints
+    /// reporting here ([`EventQueue::bind_endpoint`]).
     reserved: usize,
     /// AVs attached so far ([`AvEventSink::attach_av`]): a reader that last progressed AVs
     /// at an older count progresses again before it waits, so no bind goes unnoticed.
@@ -572,8 +574,8 @@ impl EventQueue {
     }
 
     /// Bind an `FI_EP_MSG` endpoint, which reports its connection here: as
-    /// [`EventQueue::bind`], and while it is bound the queue keeps
-    /// [`ENDPOINT_RESERVED_ENTRIES`] entries from offered events ([`EventQueue::offer`]).
+    /// [`EventQueue::bind`], and while it is bound the queue holds
+    /// [`ENDPOINT_RESERVED_ENTRIES`] more entries for posted events.
     pub(crate) fn bind_endpoint(&self) -> Result<EqBinding, FiError> {
         let mut b = self.bind()?;
         self.lock().reserved += ENDPOINT_RESERVED_ENTRIES;
@@ -637,7 +639,14 @@ impl EventQueue {
                 "the event queue was overrun and is no longer usable",
             ));
         }
-        if s.events.len() + s.errors.len() >= self.shared.size {
+        // Posted events may take the entries held for the bound endpoints' events; what a
+        // caller can refuse may not.
+        let limit = if refuse_when_full {
+            self.shared.size
+        } else {
+            self.shared.size.saturating_add(s.reserved)
+        };
+        if s.events.len() + s.errors.len() >= limit {
             if refuse_when_full {
                 return Err(FiError::new(
                     FiErrno::FI_EAGAIN,
@@ -672,38 +681,18 @@ impl EventQueue {
     /// Post an event only if the queue has room for it: one that does not fit is refused with
     /// `FI_EAGAIN` and the queue is left as it was, not overrun. For an event whose cause the
     /// caller can refuse instead (a peer's connection request, rejected): what peers send
-    /// must not make the queue unusable for every other object reporting to it. Nor may it
-    /// take the entries the events of the endpoints bound to the queue need, which are
-    /// posted whether or not there is room ([`EventQueue::bind_endpoint`]): an offered
-    /// event fits while fewer entries are queued than the queue's size less those kept for
-    /// them, and always into an empty queue.
+    /// must not make the queue unusable for every other object reporting to it. Nor does it
+    /// take the entries held past the queue's size for the events of the endpoints bound to
+    /// it ([`EventQueue::bind_endpoint`]).
     pub fn offer(&self, event: EqEvent) -> Result<(), FiError> {
-        let offered = {
-            let mut s = self.lock();
-            let room = self.shared.size.saturating_sub(s.reserved).max(1);
-            if !s.closed && !s.overrun && s.events.len() + s.errors.len() >= room {
-                Err(FiError::new(
+        self.push(true, |s| s.events.push_back(event))
+            .map_err(|e| match e.errno {
+                FiErrno::FI_EAGAIN => FiError::new(
                     FiErrno::FI_EAGAIN,
-                    format!(
-                        "the event queue of {} entries is full: {} of them are kept for the \
-                         events of the endpoints bound to it",
-                        self.shared.size,
-                        self.shared.size - room
-                    ),
-                ))
-            } else {
-                self.push_locked(&mut s, true, |s| s.events.push_back(event))
-                    .map_err(|e| match e.errno {
-                        FiErrno::FI_EAGAIN => FiError::new(
-                            FiErrno::FI_EAGAIN,
-                            format!("the event queue of {} entries is full", self.shared.size),
-                        ),
-                        _ => e,
-                    })
-            }
-        };
-        self.shared.changed();
-        offered
+                    format!("the event queue of {} entries is full", self.shared.size),
+                ),
+                _ => e,
+            })
     }
 
     /// Post an error (provider side).
@@ -1025,6 +1014,51 @@ mod tests {
             err_data: "bad address".into(),
             cm_data: Vec::new(),
         }
+    }
+
+    /// Offered events fill a queue's size and no more, however many connected endpoints
+    /// report to it; posted events also take the entries held past the size for those
+    /// endpoints (two each), and only past those is the queue overrun. An endpoint unbound
+    /// gives its entries back.
+    #[test]
+    fn posted_events_take_the_entries_held_past_the_size_for_bound_endpoints() {
+        const SIZE: usize = 4;
+        let eq = EventQueue::open(EqAttr {
+            size: SIZE,
+            ..WAITABLE
+        })
+        .unwrap();
+        // More endpoints than the queue has entries: requests still fill its size.
+        let bound: Vec<EqBinding> = (0..100).map(|_| eq.bind_endpoint().unwrap()).collect();
+        for k in 0..SIZE {
+            eq.offer(ev(k as u64))
+                .expect("a request fits the queue's size");
+        }
+        assert_eq!(
+            eq.offer(ev(99)).unwrap_err().errno,
+            FiErrno::FI_EAGAIN,
+            "past the size"
+        );
+        let mut w = ev(98);
+        w.kind = EqEventKind::Connected;
+        // Posted: into the held entries.
+        for _ in 0..2 * bound.len() {
+            eq.post(w.clone())
+                .expect("a connection event fits a held entry");
+        }
+        assert_eq!(eq.len(), (SIZE + 200, 0));
+        assert_eq!(eq.post(w.clone()).unwrap_err().errno, FiErrno::FI_EOVERRUN);
+        // A smaller queue's held entries go with their endpoints.
+        let small = EventQueue::open(EqAttr {
+            size: 1,
+            ..WAITABLE
+        })
+        .unwrap();
+        let one = small.bind_endpoint().unwrap();
+        drop(one);
+        small.post(ev(1)).unwrap();
+        assert_eq!(small.post(ev(2)).unwrap_err().errno, FiErrno::FI_EOVERRUN);
+        drop(bound);
     }
 
     #[test]

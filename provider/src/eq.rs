@@ -12,10 +12,10 @@
 //!   (the application frees it with `fi_freeinfo`) whose `handle` is the request
 //!   ([`crate::pep`]); a request already answered, or whose listener was closed, is not
 //!   reported. A request that finds the queue full is refused (its requester gets
-//!   `FI_ECONNREFUSED`) instead of overrunning the queue; so is one that would take the
-//!   entries the queue keeps for the `FI_EP_MSG` endpoints bound to it (two each, once
-//!   enabled: their connection's outcome and its end), which a burst of requests would
-//!   otherwise leave to overrun it. `FI_CONNECTED` and `FI_SHUTDOWN`
+//!   `FI_ECONNREFUSED`) instead of overrunning the queue. The queue holds two entries past
+//!   its size for each `FI_EP_MSG` endpoint bound to it, once enabled (their connection's
+//!   outcome and its end), which requests never take: a burst of requests that fills it
+//!   does not make those events overrun it. `FI_CONNECTED` and `FI_SHUTDOWN`
 //!   name the endpoint, `info` NULL.
 //! * `fi_eq_readerr`: a `struct fi_eq_err_entry`; `err` is the fabric errno (positive). A
 //!   connection refused (`FI_ECONNREFUSED`) carries the listener's `fi_reject` param as its
