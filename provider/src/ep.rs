@@ -805,7 +805,9 @@ impl EpState {
                         multi_recv: None,
                         report: false,
                     };
-                    if let Some((cq, c)) = self.complete(ev) {
+                    // Completed with the error: the driver refused it, so another try
+                    // would be refused too.
+                    if let Some((cq, c)) = self.finish(ev) {
                         // SAFETY: a bound CQ cannot close while the endpoint is bound to it,
                         // and the binding is only dropped under the endpoint's lock, which
                         // the caller holds.
@@ -933,11 +935,18 @@ impl EpState {
         }
     }
 
-    /// The completion of `ev` and the CQ it goes to, or `None` when it is not reported.
+    /// The completion of `ev` and the CQ it goes to, or `None` when it is not reported (or
+    /// is a refused send kept for another try, [`EpState::retry_refused`]).
     fn complete(&mut self, mut ev: CqEvent) -> Option<(*const UetCq, Completion)> {
         if self.retry_refused(&mut ev) {
             return None;
         }
+        self.finish(ev)
+    }
+
+    /// The completion of `ev`, which is not tried again, and the CQ it goes to, or `None`
+    /// when it is not reported.
+    fn finish(&mut self, mut ev: CqEvent) -> Option<(*const UetCq, Completion)> {
         // A multi-receive buffer's operation is held until its last completion.
         let release = ev.multi_recv.map(|m| m.released);
         let found = if release == Some(false) {

@@ -11021,3 +11021,26 @@ fn a_thread_in_fi_cq_sread_carries_a_refused_send_to_its_completion() {
     );
     assert!(rbuf == message);
 }
+
+/// A send its target refused for want of a receive buffer, waiting to be posted again when
+/// its connection is shut down, completes with the error the post gets (`FI_ENOTCONN`): it
+/// is not retried for good, and completes once.
+#[test]
+fn a_refused_send_waiting_for_its_retry_completes_once_its_connection_is_shut_down() {
+    let c = Connected::new(FI_WAIT_UNSPEC, None);
+    for k in 0..UNEXPECTED_ENTRIES {
+        assert_eq!(send_on(c.client, &[k as u8]), 0);
+        assert!(cq_wait(c.cq_c).is_ok(), "message {k} waits at the server");
+    }
+    assert_eq!(send_on(c.client, b"refused"), 0);
+    // Refused and retried for a while: no completion.
+    let end = std::time::Instant::now() + std::time::Duration::from_millis(30);
+    while std::time::Instant::now() < end {
+        assert_eq!(cq_read(c.cq_c).err(), Some(neg(FiErrno::FI_EAGAIN)));
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    c.shut_down_by_client();
+    let e = cq_error(c.cq_c);
+    assert_eq!(e.err as u32, FiErrno::FI_ENOTCONN.get());
+    assert_eq!(cq_read(c.cq_c).err(), Some(neg(FiErrno::FI_EAGAIN)));
+}
