@@ -11044,3 +11044,47 @@ fn a_refused_send_waiting_for_its_retry_completes_once_its_connection_is_shut_do
     assert_eq!(e.err as u32, FiErrno::FI_ENOTCONN.get());
     assert_eq!(cq_read(c.cq_c).err(), Some(neg(FiErrno::FI_EAGAIN)));
 }
+
+/// A scalable endpoint opened with `FI_MULTI_RECV` serves multi-receive buffers on its
+/// receive contexts, opened with no attributes or with `rx_attr->caps` naming the
+/// capability: each takes several messages into one buffer, as an endpoint does.
+#[test]
+fn a_receive_context_of_a_scalable_endpoint_with_fi_multi_recv_takes_multi_receive_buffers() {
+    let s = Scalable::with(FI_MULTI_RECV, |i| {
+        if i == 1 {
+            FI_MSG | FI_RECV | FI_MULTI_RECV
+        } else {
+            0
+        }
+    });
+    for i in [0usize, 1] {
+        let (ctx, cq) = s.rx[i];
+        // Released once less than 64 bytes are left (by default, less than one MTU).
+        assert_eq!(setopt_size(ctx, 0, 64, 8), 0);
+        let mut buf = vec![0u8; 1000];
+        let base = buf.as_ptr() as usize;
+        // SAFETY: an open context; `buf` outlives the receive, whose completions are read
+        // below.
+        let ret = unsafe { recvmsg_on(ctx, &mut buf, FI_MULTI_RECV, 7) };
+        assert_eq!(
+            ret, 0,
+            "fi_recvmsg with FI_MULTI_RECV on receive context {i}"
+        );
+        let messages = [patterned(100, i), patterned(100, i + 10)];
+        for (k, msg) in messages.iter().enumerate() {
+            assert_eq!(send_to(s.peer.0, msg, s.rx_addr(i as u32), 20), 0);
+            assert!(cq_wait(s.peer.1).is_ok(), "the send of {k}");
+            let e = cq_wait(cq).unwrap_or_else(|r| panic!("context {i}, message {k}: {r}"));
+            assert_eq!(
+                (e.op_context as usize, e.len, e.buf as usize - base),
+                (7, 100, next_multi_offset(100) * k),
+                "context {i}, message {k}"
+            );
+        }
+        assert!(buf[..100] == messages[0][..] && buf[128..228] == messages[1][..]);
+        assert_eq!(cancel(ctx, 7), 0);
+        let e = cq_error(cq);
+        assert_eq!(e.err as u32, FiErrno::FI_ECANCELED.get());
+        assert_ne!(e.flags & FI_MULTI_RECV, 0);
+    }
+}
