@@ -105,7 +105,9 @@
 //!   never answered, is not retried; nor are messages on an older NIC (`FI_RM_DISABLED`),
 //!   which complete `FI_ENORX`, and whose injects go inline in the NIC's descriptor.
 //!   Messages travel unordered, so a retried message may arrive after later ones of its
-//!   sender.
+//!   sender. A send waiting for its retry keeps its place in the transmit queue: with
+//!   `tx_attr->size` sends outstanding, in flight or waiting, a send is `-FI_EAGAIN`, and
+//!   the receives keep their buffers.
 //! * With no buffer of the size or ring entry free a call is `-FI_EAGAIN`: read the CQ and
 //!   retry.
 //! * Remote CQ data travels with `fi_senddata`/`fi_injectdata`; a receive completion carries
@@ -409,6 +411,11 @@ struct EpState {
     /// Whether such sends are retried, and for how long (`Some(None)`: until they are
     /// taken): on a reliable endpoint of a NIC that gives `FI_RM_ENABLED` ([`retry_policy`]).
     retry: Option<Option<std::time::Duration>>,
+    /// The most sends outstanding at once, on the transmit ring or waiting in
+    /// [`EpState::retries`]: the ring's entries but one, what it holds in flight. A send
+    /// waiting for its retry keeps its place, so that sends never take the message buffers
+    /// the receives need.
+    tx_room: usize,
 }
 
 /// What [`EpShared::arm`] made of an endpoint's ring for a waiting `fi_cq_sread`.
@@ -462,6 +469,7 @@ impl EpShared {
                 min_multi_recv: None,
                 retries: Vec::new(),
                 retry: None,
+                tx_room: 0,
             }),
         }
     }
@@ -564,16 +572,19 @@ impl EpShared {
     /// Give the state its NIC ring set and message buffers (the first `fi_enable` of a
     /// scalable endpoint or of one of its contexts, which makes the NIC endpoint), and wake
     /// the threads waiting on its CQs and counters, which armed only the rings enabled then.
+    /// `tx_entries`: the entries of its transmit ring (0 for a ring set without one).
     pub(crate) fn install(
         &self,
         driver: Endpoint,
         pool: DmaPoolSet,
         retry: Option<Option<std::time::Duration>>,
+        tx_entries: usize,
     ) {
         let mut st = self.lock();
         st.driver = Some(driver);
         st.pool = Some(pool);
         st.retry = retry;
+        st.tx_room = tx_entries.saturating_sub(1);
         st.wake_bound();
     }
 
@@ -2080,6 +2091,7 @@ fn enable(e: &UetEp, st: &mut EpState, call: &str) -> Result<(), FiError> {
     st.driver = Some(driver);
     st.pool = Some(pool);
     st.retry = retry_policy(dom.nic(), e.kind);
+    st.tx_room = (1usize << attr.tx_log2).saturating_sub(1);
     st.wake_bound();
     Ok(())
 }
@@ -2534,6 +2546,14 @@ fn send_as(
         ));
     };
     let mut st = e.shared.lock();
+    // Sends waiting for their retry hold their places in the transmit queue: with the queue
+    // full of outstanding sends, the application reads its CQ and tries again.
+    if !st.retries.is_empty() {
+        let in_flight = st.driver.as_ref().map_or(0, |d| d.in_flight().0 as usize);
+        if st.retries.len().saturating_add(in_flight) >= st.tx_room {
+            return Err(FiError::new(FiErrno::FI_EAGAIN, String::new()));
+        }
+    }
     if inject {
         // Not enabled: `ready` refuses the call.
         if let Some(max) = st.driver.as_ref().map(Endpoint::inject_size) {

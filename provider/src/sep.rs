@@ -583,7 +583,12 @@ fn create(s: &UetSep, st: &SepState, call: &str) -> Result<(), FiError> {
         }
         let pool = message_buffers(dom.nic(), EpKind::Rdm, slots)
             .map_err(|e| FiError::new(e.errno(), format!("{call}: message buffers: {e}")))?;
-        ready.push((ring_set, pool));
+        let tx_entries = if k < s.tx_ctx_cnt {
+            1usize << attr.tx_log2
+        } else {
+            0
+        };
+        ready.push((ring_set, pool, tx_entries));
     }
     if ready.len() != s.lanes.len() {
         return Err(FiError::new(
@@ -595,11 +600,12 @@ fn create(s: &UetSep, st: &SepState, call: &str) -> Result<(), FiError> {
             ),
         ));
     }
-    for ((ring_set, pool), lane) in ready.into_iter().zip(&s.lanes) {
+    for ((ring_set, pool, tx_entries), lane) in ready.into_iter().zip(&s.lanes) {
         lane.install(
             ring_set,
             pool,
             crate::ep::retry_policy(dom.nic(), EpKind::Rdm),
+            tx_entries,
         );
     }
     Ok(())

@@ -11088,3 +11088,41 @@ fn a_receive_context_of_a_scalable_endpoint_with_fi_multi_recv_takes_multi_recei
         assert_ne!(e.flags & FI_MULTI_RECV, 0);
     }
 }
+
+/// Sends waiting to be posted again after their target refused them are outstanding sends:
+/// no more are taken than the transmit queue holds (`tx_attr->size`), `-FI_EAGAIN` beyond,
+/// so they never take the buffers the endpoint's receives need: a receive is still posted.
+#[test]
+fn sends_waiting_for_a_retry_fill_the_transmit_queue_and_leave_receives_their_buffers() {
+    let pair = Pair::new(0);
+    // SAFETY: the info the endpoints were opened with.
+    let tx_size = unsafe { (*(*pair._open.info).tx_attr).size };
+    fill_unexpected_list(&pair);
+    // Peer 0 sends until the sends are refused for good: each is refused at peer 1 and
+    // waits for its retry.
+    let mut accepted = 0usize;
+    let mut refused = 0;
+    while refused < 50 {
+        assert!(accepted < 100_000, "sends are never refused");
+        match pair.send(0, b"x", 5000 + accepted) {
+            0 => {
+                accepted += 1;
+                refused = 0;
+            }
+            r => {
+                assert_eq!(r, neg(FiErrno::FI_EAGAIN), "send {accepted}");
+                assert_eq!(pair.read(0).err(), Some(neg(FiErrno::FI_EAGAIN)));
+                refused += 1;
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        }
+    }
+    assert!(
+        accepted <= tx_size,
+        "{accepted} sends outstanding, tx_attr->size {tx_size}"
+    );
+    let mut rbuf = [0u8; 8];
+    // SAFETY: `rbuf` outlives the pair, which closes first.
+    assert_eq!(unsafe { pair.post_recv(0, &mut rbuf, 1) }, 0, "a receive");
+    drop(pair);
+}
