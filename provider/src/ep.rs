@@ -747,6 +747,21 @@ impl EpState {
         true
     }
 
+    /// Drop the refused sends waiting for a retry ([`EpState::retries`]) whose transmit
+    /// context closed (their operations [`Posted::Orphan`]): discarded unreported, as every
+    /// operation outstanding at a close is (fi_endpoint(3)), and never posted again.
+    fn discard_orphaned_retries(&mut self) {
+        let mut i = 0;
+        while i < self.retries.len() {
+            if matches!(self.peek(self.retries[i].token), Some(Posted::Send { .. })) {
+                i += 1;
+                continue;
+            }
+            let Retry { token, .. } = self.retries.swap_remove(i);
+            self.take(token);
+        }
+    }
+
     /// Post again the refused sends whose wait is over ([`EpState::retry_refused`]). One the
     /// transmit ring has no room for waits for the next read; one the driver refuses (the
     /// connection shut down, say) completes with that error.
@@ -3396,9 +3411,14 @@ unsafe extern "C" fn ep_close(fid: *mut Fid) -> c_int {
                 // endpoint, and the other direction's context of its index keeps its own.
                 let mut st = e.shared.lock();
                 // What the NIC completed already reaches this direction's CQ and counter
-                // before they are unbound, as at an endpoint's close.
-                st.drain();
+                // before they are unbound, as at an endpoint's close. A refused send
+                // waiting for its retry is outstanding: it is not posted again, and a
+                // transmit context's are discarded with its other operations.
+                st.drain_ring();
                 st.orphan(tx);
+                if tx {
+                    st.discard_orphaned_retries();
+                }
                 if !tx {
                     // Its receives leave the NIC now, so a message sent to the index while
                     // it is closed finds none (it waits on the NIC's unexpected list), rather

@@ -11126,3 +11126,62 @@ fn sends_waiting_for_a_retry_fill_the_transmit_queue_and_leave_receives_their_bu
     assert_eq!(unsafe { pair.post_recv(0, &mut rbuf, 1) }, 0, "a receive");
     drop(pair);
 }
+
+/// fi_endpoint(3): the operations outstanding when an endpoint closes are discarded. A
+/// transmit context's send refused by its target and waiting for its retry is one: closing
+/// the context does not post it again, so it never reaches the target, even once the
+/// target has room for it.
+#[test]
+fn closing_a_transmit_context_discards_its_sends_waiting_for_a_retry() {
+    let mut s = Scalable::new();
+    let (tx, cq) = s.tx[0];
+    let (peer, peer_cq) = s.peer;
+    for k in 0..UNEXPECTED_ENTRIES {
+        assert_eq!(send_to(tx, &[k as u8], s.peer_addr, 1000 + k), 0);
+        assert!(cq_wait(cq).is_ok(), "message {k} waits at the peer");
+    }
+    assert_eq!(send_to(tx, b"refused", s.peer_addr, 20), 0);
+    // Refused and retried for a while; the last reads leave it waiting for its next try.
+    let end = std::time::Instant::now() + std::time::Duration::from_millis(30);
+    while std::time::Instant::now() < end {
+        assert_eq!(cq_read(cq).err(), Some(neg(FiErrno::FI_EAGAIN)));
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    for _ in 0..2 {
+        assert_eq!(cq_read(cq).err(), Some(neg(FiErrno::FI_EAGAIN)));
+    }
+    // The peer makes room for one message, and the retry comes due.
+    let mut first = [0u8; 16];
+    // SAFETY: `first` outlives the receive, whose completion is read below.
+    assert_eq!(unsafe { post(peer, &mut first, None, 2000) }, 0);
+    assert_eq!(cq_wait(peer_cq).map(|e| e.len), Ok(1));
+    std::thread::sleep(std::time::Duration::from_millis(40));
+    // SAFETY: ours, open, closed once; its index opens again for the scalable endpoint's
+    // close.
+    unsafe {
+        assert_eq!(close(&mut (*tx).fid), 0);
+        let again = context(s.sep, true, 0).expect("fi_tx_context again");
+        assert_eq!(bind(&mut (*again).fid, &mut (*cq).fid, FI_TRANSMIT), 0);
+        assert_eq!(enable(again), 0);
+        s.tx[0].0 = again;
+    }
+    // The peer takes what waits for it: the 63 messages sent before, and nothing more.
+    let mut bufs = vec![[0u8; 16]; UNEXPECTED_ENTRIES];
+    for (k, b) in bufs.iter_mut().enumerate() {
+        // SAFETY: the buffers outlive the scalable endpoint's peer, which closes first.
+        assert_eq!(unsafe { post(peer, b, None, 3000 + k) }, 0);
+        if k + 1 < UNEXPECTED_ENTRIES {
+            let e = cq_wait(peer_cq).expect("a message sent before the close");
+            assert_eq!(e.len, 1, "receive {k}");
+        }
+    }
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let late = cq_read(peer_cq).map(|e| (e.len, e.op_context as usize));
+    assert_eq!(
+        late,
+        Err(neg(FiErrno::FI_EAGAIN)),
+        "the discarded send arrived"
+    );
+    drop(s);
+    drop(bufs);
+}
