@@ -139,8 +139,8 @@ impl DmaPoolSet {
     /// `small_count` buffers of `small_size` bytes for `nic`, made now, and classes of larger
     /// buffers up to `max_size` bytes, each holding `class_bytes` of buffers (at least
     /// [`DmaPoolSet::MIN_LARGE_BUFFERS`]), made when first used. `FI_EINVAL` for a small pool
-    /// [`DmaPool::new`] refuses, or a `max_size` below `small_size` or above a descriptor's
-    /// 32-bit length.
+    /// [`DmaPool::new`] refuses, or a `max_size` below `small_size` or whose buffer (rounded
+    /// up to 64 bytes, as every buffer is) is above a descriptor's 32-bit length.
     pub fn new(
         nic: &crate::nic::Nic,
         small_size: usize,
@@ -148,7 +148,12 @@ impl DmaPoolSet {
         max_size: usize,
         class_bytes: usize,
     ) -> Result<Self, DriverError> {
-        if max_size < small_size || u32::try_from(max_size).is_err() {
+        // Every buffer is rounded up to 64 bytes ([`DmaPool::new`]): the largest one must
+        // still fit a descriptor's length.
+        let fits = max_size
+            .checked_next_multiple_of(64)
+            .is_some_and(|b| u32::try_from(b).is_ok());
+        if max_size < small_size || !fits {
             return Err(DriverError::InvalidArgument(format!(
                 "DMA buffers of up to {max_size} bytes: at least the small buffers' \
                  {small_size}, and within a descriptor's 32-bit length"
@@ -526,5 +531,22 @@ mod tests {
                 .expect("refused");
             assert_eq!(err.errno(), uet_av::FiErrno::FI_EINVAL, "{max}: {err}");
         }
+    }
+
+    #[test]
+    fn a_set_whose_largest_buffer_rounded_up_is_beyond_a_descriptor_is_refused() {
+        let fabric = Fabric::new();
+        let nic = sim_nic(&fabric, "10.0.0.1");
+        // Within 32 bits, but not once rounded up to 64 bytes as every buffer is.
+        for max in [u32::MAX as usize, (u32::MAX - 62) as usize] {
+            let err = DmaPoolSet::new(&nic, 1024, 4, max, 0)
+                .err()
+                .expect("refused");
+            assert_eq!(err.errno(), uet_av::FiErrno::FI_EINVAL, "{max}: {err}");
+        }
+        // The largest that rounds up within 32 bits is taken.
+        let max = (u32::MAX as usize) & !63;
+        let s = DmaPoolSet::new(&nic, 1024, 4, max, 0).expect("within 32 bits");
+        assert_eq!(s.max_size(), max);
     }
 }
