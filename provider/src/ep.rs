@@ -55,8 +55,8 @@
 //!   `FI_SOURCE`, `FI_SHARED_AV`, `FI_AV_USER_ID`); several or
 //!   shared contexts (`ep_attr->tx_ctx_cnt`, `rx_ctx_cnt`: [`crate::sep`]); default flags
 //!   (`tx_attr->op_flags`, `rx_attr->op_flags`) other than those `fi_getinfo` answers
-//!   (`FI_MATCH_COMPLETE`, which a flagless `fi_tsend` does not meet; `FI_MULTI_RECV`, which
-//!   no receive serves); sizes beyond those `fi_getinfo` answers (`tx_attr->size`,
+//!   (`FI_MATCH_COMPLETE`, which a flagless `fi_tsend` does not meet); sizes beyond those
+//!   `fi_getinfo` answers (`tx_attr->size`,
 //!   `iov_limit`, `inject_size`, `rma_iov_limit`, `rx_attr->size`, `iov_limit`,
 //!   `ep_attr->max_msg_size`, which for `FI_EP_DGRAM` is one packet); an `ep_attr->auth_key`
 //!   other than the domain's JobID; an order (`msg_order`, `comp_order`,
@@ -145,7 +145,8 @@
 //! * `fi_cancel` withdraws a posted receive, untagged or tagged, by its `op_context` (host
 //!   interface 1.14's RECV_CANCEL): it completes in the receive CQ as an `FI_ECANCELED`
 //!   error entry (a tagged one with the tag it was posted with, `len` 0; a multi-receive
-//!   buffer's with `FI_MULTI_RECV`, on a NIC of host interface 1.19 or later). Sends are not
+//!   buffer's with `FI_MULTI_RECV`). A NIC older than host interface 1.19 does not withdraw
+//!   a multi-receive buffer (`-FI_ENOENT`): it is released as messages fill it. Sends are not
 //!   cancelled (`-FI_ENOENT`): they complete on their own.
 //!
 //! * Multi-receive buffers (fi_msg(3) `FI_MULTI_RECV`, a receive capability `fi_getinfo`
