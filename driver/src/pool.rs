@@ -82,6 +82,15 @@ impl DmaPool {
         })
     }
 
+    /// Take a buffer while more than `keep` are free, else `None`: the last `keep` are left
+    /// to other callers. (A buffer freed meanwhile only makes more free.)
+    pub fn alloc_leaving(&self, keep: usize) -> Option<DmaBuffer> {
+        if self.inner.free.len() <= keep {
+            return None;
+        }
+        self.alloc()
+    }
+
     /// Buffer size in bytes.
     pub fn buf_size(&self) -> usize {
         self.inner.buf_size
@@ -206,6 +215,14 @@ impl DmaPoolSet {
     /// the error of making a class's pool (its memory, its mapping) when that fails: then
     /// nothing is made, and a later call tries again.
     pub fn alloc(&self, len: usize) -> Result<DmaBuffer, DriverError> {
+        self.alloc_leaving(len, 0)
+    }
+
+    /// [`DmaPoolSet::alloc`], taking no buffer of a class of large buffers that would leave
+    /// fewer than `keep` of that class free: a caller that holds buffers for long (a
+    /// receive, until a message comes) leaves some to one that needs them to make progress
+    /// (a send of a message as long). The small buffers are taken as by `alloc`.
+    pub fn alloc_leaving(&self, len: usize, keep: usize) -> Result<DmaBuffer, DriverError> {
         if len <= self.small.buf_size() {
             return self
                 .small
@@ -221,7 +238,7 @@ impl DmaPoolSet {
         // `len` is at most `max_size`, the last class's size.
         let first = self.sizes.partition_point(|&size| size < len);
         for class in first..self.large.len() {
-            if let Some(buffer) = self.pool(class)?.alloc() {
+            if let Some(buffer) = self.pool(class)?.alloc_leaving(keep) {
                 return Ok(buffer);
             }
         }
@@ -531,6 +548,29 @@ mod tests {
                 .expect("refused");
             assert_eq!(err.errno(), uet_av::FiErrno::FI_EINVAL, "{max}: {err}");
         }
+    }
+
+    #[test]
+    fn a_buffer_taken_leaving_some_takes_none_of_the_last_of_a_class() {
+        let fabric = Fabric::new();
+        let s = set(&fabric);
+        // The last class holds two buffers of 10,000 bytes: one is left to `alloc`.
+        let held = s.alloc_leaving(10_000, 1).expect("the first");
+        let err = s.alloc_leaving(9000, 1).expect_err("only one left");
+        assert_eq!(err.errno(), uet_av::FiErrno::FI_EAGAIN);
+        let last = s.alloc(9000).expect("alloc takes the last");
+        drop((held, last));
+        // A smaller message falls through to a larger class when its own keeps its last.
+        let a = s.alloc_leaving(3000, 1).expect("4 KiB class");
+        assert_eq!(a.capacity(), 4096);
+        let b = s.alloc_leaving(3000, 1).expect("8 KiB class");
+        assert_eq!(b.capacity(), 8192);
+        // Small buffers are taken as by `alloc`.
+        let small: Vec<_> = (0..4)
+            .map(|_| s.alloc_leaving(1, 1).expect("small"))
+            .collect();
+        assert_eq!(s.small_available(), 0);
+        drop(small);
     }
 
     #[test]

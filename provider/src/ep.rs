@@ -84,8 +84,9 @@
 //!   class, made when a message or receive first needs one of its size ([`DmaPoolSet`]). A
 //!   send copies the application's buffer (so it may be reused at once, as for
 //!   `FI_INJECT`) into the smallest buffer that holds it; a receive takes one as large as
-//!   its iovecs (up to `max_msg_size`), and the message is copied into the application's
-//!   buffer when its completion is read. A message longer than the receive buffer is
+//!   its iovecs (up to `max_msg_size`; never the last free one of a class of large buffers,
+//!   which is left to a send), and the message is copied into the application's buffer
+//!   when its completion is read. A message longer than the receive buffer is
 //!   truncated: the completion is an `FI_ETRUNC` error with `olen` the bytes dropped. Sends
 //!   longer than `max_msg_size` are `-FI_EMSGSIZE`, and so are an `fi_inject` and an
 //!   `fi_sendmsg` or `fi_tsendmsg` with `FI_INJECT` longer than `tx_attr->inject_size`
@@ -1421,10 +1422,24 @@ impl EpState {
     /// of the size free, and the error of making a class of large buffers (`FI_ENOMEM`) when
     /// that fails.
     fn ready(&mut self, call: &str, len: usize) -> Result<DmaBuffer, FiError> {
+        self.ready_leaving(call, len, 0)
+    }
+
+    /// [`EpState::ready`] for a receive, which holds its buffer until a message comes: it
+    /// takes none of the last buffer of a class of large ones, which is left to a send, so
+    /// that receives of long messages never keep the endpoint from sending one (a peer's
+    /// receive waiting for it may be what completes them).
+    fn ready_recv(&mut self, call: &str, len: usize) -> Result<DmaBuffer, FiError> {
+        self.ready_leaving(call, len, 1)
+    }
+
+    /// [`EpState::ready`], leaving `keep` buffers of a class of large ones free
+    /// ([`DmaPoolSet::alloc_leaving`]).
+    fn ready_leaving(&mut self, call: &str, len: usize, keep: usize) -> Result<DmaBuffer, FiError> {
         let (Some(_), Some(pool)) = (self.driver.as_ref(), self.pool.as_ref()) else {
             return Err(not_enabled(call));
         };
-        match pool.alloc(len) {
+        match pool.alloc_leaving(len, keep) {
             Ok(buffer) => Ok(buffer),
             // Every message buffer of the size is in flight: the application reads its CQ
             // and retries, often in a loop, so the answer is made without formatting a
@@ -2677,7 +2692,7 @@ fn recv_multi(
     }
     let mut st = e.shared.lock();
     let max = st.max_buffer();
-    let mut buffer = st.ready(call, len.min(max))?;
+    let mut buffer = st.ready_recv(call, len.min(max))?;
     // The NIC places messages at the offsets they will have in the application's buffer,
     // and releases the buffer by the space that buffer has left.
     buffer.limit(len);
@@ -2770,7 +2785,7 @@ fn recv_as(
             .iter()
             .fold(0usize, |t, &(_, l)| t.saturating_add(l));
         let max = st.max_buffer();
-        Some(st.ready(call, room.min(max))?)
+        Some(st.ready_recv(call, room.min(max))?)
     };
     let token = st.hold(Posted::Recv {
         context,

@@ -10238,16 +10238,17 @@ fn messages_longer_than_a_small_buffer_up_to_max_msg_size_travel_whole() {
 }
 
 /// A receive takes a buffer as large as its iovecs, from the class of large buffers that
-/// holds it: `LARGE_CLASS_BYTES` of them per class, four of 1 MiB. With every buffer of a
-/// size posted, a receive of that size is `-FI_EAGAIN` and posts nothing, while smaller
+/// holds it: `LARGE_CLASS_BYTES` of them per class, four of 1 MiB, of which receives take
+/// all but one, left to a send. With every buffer of a size receives may take posted, a
+/// receive of that size is `-FI_EAGAIN` and posts nothing, while smaller
 /// ones still find theirs; once a receive completes (here withdrawn by `fi_cancel`), the
 /// next one is posted and a message fills it.
 #[test]
 fn with_every_buffer_of_its_size_in_use_a_receive_is_eagain_until_one_completes() {
     let pair = Pair::new(0);
     let max = 1 << 20;
-    let room = uet_fi::ep::LARGE_CLASS_BYTES / max;
-    assert_eq!(room, 4);
+    let room = uet_fi::ep::LARGE_CLASS_BYTES / max - 1;
+    assert_eq!(room, 3);
     let mut bufs: Vec<Vec<u8>> = (0..=room).map(|_| vec![0u8; max]).collect();
     for (k, buf) in bufs.iter_mut().enumerate().take(room) {
         // SAFETY: an open endpoint; the buffers outlive their receives (the pair closes
@@ -10277,10 +10278,10 @@ fn with_every_buffer_of_its_size_in_use_a_receive_is_eagain_until_one_completes(
     );
     // SAFETY: as above.
     assert_eq!(unsafe { pair.post_recv(1, &mut spare[0], 14) }, 0);
-    // Messages take the receives in order: the three still posted, then the 300,000-byte
+    // Messages take the receives in order: the two still posted, then the 300,000-byte
     // one (the first message that fits it), then the new one.
-    let messages: Vec<Vec<u8>> = (0..5)
-        .map(|k| patterned(if k == 3 { 300_000 } else { max }, k))
+    let messages: Vec<Vec<u8>> = (0..4)
+        .map(|k| patterned(if k == 2 { 300_000 } else { max }, k))
         .collect();
     let mut order = Vec::new();
     for (k, m) in messages.iter().enumerate() {
@@ -10290,9 +10291,9 @@ fn with_every_buffer_of_its_size_in_use_a_receive_is_eagain_until_one_completes(
         assert_eq!(e.len, m.len());
         order.push(e.op_context as usize);
     }
-    assert_eq!(order, [11, 12, 13, 20, 14]);
-    assert!(held[1] == messages[0] && held[2] == messages[1] && held[3] == messages[2]);
-    assert!(mid == messages[3] && spare[0] == messages[4]);
+    assert_eq!(order, [11, 12, 20, 14]);
+    assert!(held[1] == messages[0] && held[2] == messages[1]);
+    assert!(mid == messages[2] && spare[0] == messages[3]);
 }
 
 /// A connected endpoint (`FI_EP_MSG`) carries messages up to its `max_msg_size` as an
@@ -11183,5 +11184,41 @@ fn closing_a_transmit_context_discards_its_sends_waiting_for_a_retry() {
         "the discarded send arrived"
     );
     drop(s);
+    drop(bufs);
+}
+
+/// Receives of the longest messages take no more of the endpoint's buffers of that size than
+/// leaves one to a send: two peers that each post as many such receives as they are given
+/// (`-FI_EAGAIN` past them) still send each other such a message, rather than each send
+/// being `-FI_EAGAIN` until a receive completes, which only the other's send would make.
+#[test]
+fn receives_of_the_longest_messages_leave_a_buffer_to_send_one() {
+    let pair = Pair::new(0);
+    // SAFETY: the info the endpoints were opened with.
+    let len = unsafe { (*(*pair._open.info).ep_attr).max_msg_size };
+    let mut bufs: Vec<Vec<Vec<u8>>> = vec![Vec::new(), Vec::new()];
+    for (i, held) in bufs.iter_mut().enumerate() {
+        for k in 0..64 {
+            let mut b = vec![0u8; len];
+            // SAFETY: each buffer is kept (moved, its heap block unchanged) until the pair,
+            // which closes first, is dropped.
+            let r = unsafe { pair.post_recv(i, &mut b, 100 + k) };
+            if r != 0 {
+                assert_eq!(r, neg(FiErrno::FI_EAGAIN), "peer {i}, receive {k}");
+                break;
+            }
+            held.push(b);
+        }
+        assert!(!held.is_empty(), "peer {i} posts a receive");
+    }
+    for i in 0..2 {
+        let message = patterned(len, i);
+        assert_eq!(pair.send(i, &message, 20 + i), 0, "peer {i} sends");
+        assert_eq!(pair.wait(i).map(|e| e.op_context as usize), Ok(20 + i));
+        let e = pair.wait(1 - i).expect("the message");
+        assert_eq!((e.op_context as usize, e.len), (100, len));
+        assert!(bufs[1 - i][0] == message);
+    }
+    drop(pair);
     drop(bufs);
 }
