@@ -234,8 +234,8 @@ impl UetCntr {
                 "its count will not move, and its descriptor would never poll readable",
             ));
         }
-        let fds = match self.arm() {
-            Ok(fds) => fds,
+        let (fds, due) = match self.arm() {
+            Ok(armed) => armed,
             Err(Arm::NoWait) => {
                 return Err(again(
                     "an endpoint of the counter has no interrupt vector; read the counter \
@@ -250,7 +250,7 @@ impl UetCntr {
         if self.changed.swap(false, Ordering::SeqCst) {
             return Err(again("the counter changed; read it"));
         }
-        fd_wait.hold(&fds).map_err(|e| {
+        fd_wait.hold_until(&fds, due).map_err(|e| {
             FiError::new(
                 FiErrno::FI_EIO,
                 format!("{call}: the descriptor's epoll set: {e}"),
@@ -295,19 +295,24 @@ impl UetCntr {
         }
     }
 
-    /// Arm the bound endpoints' rings for a wait: the descriptors to sleep on, `None` when
-    /// one is not to be slept on (a completion came: look again; or no vector: nap).
-    fn arm(&self) -> Result<Vec<RawFd>, Arm> {
+    /// Arm the bound endpoints' rings for a wait: the descriptors to sleep on, and when a
+    /// read is due (a refused send's retry) if one is; `Err` when one is not to be slept on
+    /// (a completion came: look again; or no vector: nap).
+    fn arm(&self) -> Result<(Vec<RawFd>, Option<Instant>), Arm> {
         let endpoints = Arc::clone(&self.lock());
         let mut fds = Vec::with_capacity(endpoints.len() + 1);
+        let mut due = None;
         for ep in endpoints.iter() {
             match ep.arm() {
-                Arm::Fd(fd) => fds.push(fd),
+                Arm::Fd(fd, at) => {
+                    fds.push(fd);
+                    due = crate::cq::earliest(due, at);
+                }
                 Arm::Idle => {}
                 other => return Err(other),
             }
         }
-        Ok(fds)
+        Ok((fds, due))
     }
 
     /// Whether the NIC of an endpoint counting into the counter stopped (a fatal error, or its
@@ -375,10 +380,10 @@ impl UetCntr {
                 (wake, me, self.arm())
             }) {
                 Some((_, _, Err(Arm::Ready))) => continue,
-                Some((wake, me, Ok(mut fds))) => {
+                Some((wake, me, Ok((mut fds, due)))) => {
                     fds.push(wake.as_raw_fd());
                     fds.extend(me.fd());
-                    Some((wake, me, fds))
+                    Some((wake, me, fds, due))
                 }
                 _ => None,
             };
@@ -388,8 +393,12 @@ impl UetCntr {
             if done().is_some() {
                 continue;
             }
-            if let Some((wake, me, fds)) = armed {
+            if let Some((wake, me, fds, due)) = armed {
                 let cap = left.map_or(WAIT_RECHECK, |l| l.min(WAIT_RECHECK));
+                // A retry due reads the rings then.
+                let cap = due.map_or(cap, |d| {
+                    cap.min(d.saturating_duration_since(Instant::now()))
+                });
                 let ready = poll_readable(&fds, cap);
                 // Taken, so it wakes no one again, and passed on to the counter's other
                 // waiters, which look at the values again.

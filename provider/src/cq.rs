@@ -182,10 +182,14 @@ impl UetCq {
     fn arm_endpoints(&self) -> Armed {
         let endpoints = Arc::clone(&self.lock().endpoints);
         let mut fds = Vec::with_capacity(endpoints.len() + 1);
+        let mut due: Option<Instant> = None;
         for ep in endpoints.iter() {
             match ep.arm() {
                 Arm::Ready => return Armed::Ready,
-                Arm::Fd(fd) => fds.push(fd),
+                Arm::Fd(fd, at) => {
+                    fds.push(fd);
+                    due = earliest(due, at);
+                }
                 Arm::Idle => {}
                 Arm::NoWait => return Armed::NoWait,
             }
@@ -198,7 +202,7 @@ impl UetCq {
         if !self.lock().queue.is_empty() {
             return Armed::Ready;
         }
-        Armed::Fds(fds)
+        Armed::Fds(fds, due)
     }
 
     /// `fi_trywait` of this CQ: `Ok` when the application may sleep on its `FI_WAIT_FD`
@@ -243,8 +247,8 @@ impl UetCq {
             Armed::NoWait => Err(again(
                 "an endpoint of the CQ has no interrupt vector; read the CQ instead of sleeping",
             )),
-            Armed::Fds(fds) => {
-                fd_wait.hold(&fds).map_err(|e| {
+            Armed::Fds(fds, due) => {
+                fd_wait.hold_until(&fds, due).map_err(|e| {
                     FiError::new(
                         FiErrno::FI_EIO,
                         format!("{call}: the descriptor's epoll set: {e}"),
@@ -570,6 +574,10 @@ pub(crate) struct FdWait {
     epoll: OwnedFd,
     /// The vectors in the set besides the object's eventfds.
     members: Mutex<Vec<RawFd>>,
+    /// Readable when a read of the object's endpoints is due (a refused send's retry,
+    /// [`FdWait::hold_until`]); in the set only while one is. Made when first needed, it
+    /// lives as long as the set.
+    timer: Mutex<Option<vmm_sys_util::timerfd::TimerFd>>,
 }
 
 impl FdWait {
@@ -593,10 +601,12 @@ impl FdWait {
         if fd < 0 {
             return Err(std::io::Error::last_os_error());
         }
+        // SAFETY: `fd` was just created, and nothing else owns it.
+        let epoll = unsafe { OwnedFd::from_raw_fd(fd) };
         let w = FdWait {
-            // SAFETY: `fd` was just created, and nothing else owns it.
-            epoll: unsafe { OwnedFd::from_raw_fd(fd) },
+            epoll,
             members: Mutex::new(Vec::new()),
+            timer: Mutex::new(None),
         };
         for fd in fds {
             w.ctl(libc::EPOLL_CTL_ADD, fd.as_raw_fd())?;
@@ -626,6 +636,29 @@ impl FdWait {
             return Err(std::io::Error::last_os_error());
         }
         Ok(())
+    }
+
+    /// [`FdWait::hold`] `fds`, and with `due` the set's timer too, armed to poll readable
+    /// then: a read of the object's endpoints is due (a refused send's retry).
+    pub(crate) fn hold_until(&self, fds: &[RawFd], due: Option<Instant>) -> std::io::Result<()> {
+        let Some(due) = due else {
+            return self.hold(fds);
+        };
+        let mut held = self.timer.lock().unwrap_or_else(PoisonError::into_inner);
+        let timer = match held.as_mut() {
+            Some(timer) => timer,
+            None => {
+                held.insert(vmm_sys_util::timerfd::TimerFd::new().map_err(std::io::Error::from)?)
+            }
+        };
+        // At least a microsecond: a zero duration would disarm it.
+        let after = due
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_micros(1));
+        timer.reset(after, None).map_err(std::io::Error::from)?;
+        let mut all = fds.to_vec();
+        all.push(timer.as_raw_fd());
+        self.hold(&all)
     }
 
     /// Make the set hold the signal eventfd and exactly `fds`: a vector no endpoint of the
@@ -798,10 +831,19 @@ impl StatusLook {
 enum Armed {
     /// A completion came since the last read: read again.
     Ready,
-    /// Every enabled endpoint is armed; these descriptors poll readable when one completes.
-    Fds(Vec<RawFd>),
+    /// Every enabled endpoint is armed; these descriptors poll readable when one completes,
+    /// and a read is due at the instant given, if any (a refused send's retry).
+    Fds(Vec<RawFd>, Option<Instant>),
     /// An endpoint has no vector: read the rings again after a while.
     NoWait,
+}
+
+/// The earlier of two instants a read is due at, either possibly none.
+pub(crate) fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// Sleep in poll(2) until one of `fds` is readable or `timeout` passes (a signal that
@@ -923,10 +965,14 @@ unsafe extern "C" fn cq_sreadfrom(
                 }
                 match q.arm_endpoints() {
                     Armed::Ready => continue,
-                    Armed::Fds(mut fds) => {
+                    Armed::Fds(mut fds, due) => {
                         fds.push(wake.as_raw_fd());
                         fds.extend(me.fd());
                         let cap = left.map_or(WAIT_RECHECK, |l| l.min(WAIT_RECHECK));
+                        // A retry due reads the rings then (`due` is later than now).
+                        let cap = due.map_or(cap, |d| {
+                            cap.min(d.saturating_duration_since(Instant::now()))
+                        });
                         let ready = poll_readable(&fds, cap);
                         // A signal that came during the wait is left for every other thread
                         // waiting then, which returns too. Anything else is taken, so it

@@ -98,7 +98,9 @@
 //!   `FI_RM_ENABLED`, which `fi_getinfo` answers from host interface 1.17: its sender keeps
 //!   it (the send does not complete) and posts it again as its CQ or counter is read, after
 //!   a wait that doubles from 50 µs up to 16 ms, until a receive takes it (a thread in
-//!   `fi_cq_sread` or `fi_cntr_wait` reads every millisecond meanwhile). `FI_UET_RNR_TIMEOUT`
+//!   `fi_cq_sread` or `fi_cntr_wait` reads when the next try is due, and `fi_trywait` lets
+//!   an application sleep on an `FI_WAIT_FD` descriptor, which polls readable then).
+//!   `FI_UET_RNR_TIMEOUT`
 //!   milliseconds ([`RETRY_TIMEOUT_VAR`]; unset or 0: no bound) bound the retries, after
 //!   which the send completes `FI_ENORX`. An `fi_inject` is retried too: on such an
 //!   endpoint it is sent from a buffer of the endpoint's, as a send, its success counted
@@ -424,8 +426,9 @@ struct EpState {
 pub(crate) enum Arm {
     /// A completion is there: read again.
     Ready,
-    /// Armed: this descriptor polls readable when a completion lands.
-    Fd(std::os::fd::RawFd),
+    /// Armed: this descriptor polls readable when a completion lands. With sends waiting for
+    /// their retry ([`EpState::retries`]), when the first is due: a read then posts it again.
+    Fd(std::os::fd::RawFd, Option<std::time::Instant>),
     /// Not enabled: nothing completes on it.
     Idle,
     /// No vector: read the ring again after a while.
@@ -625,9 +628,10 @@ impl EpShared {
     }
 
     /// Make the endpoint's completion ring wake a waiter: [`Arm::Ready`] when a completion is
-    /// there to read (it came after the last read), [`Arm::Fd`] with the descriptor of its
-    /// MSI-X vector, armed, which polls readable when one lands ([`Endpoint::cq_trywait`]),
-    /// [`Arm::Idle`] for an endpoint not enabled (nothing can complete on it), and
+    /// there to read (it came after the last read) or a refused send's retry is due,
+    /// [`Arm::Fd`] with the descriptor of its MSI-X vector, armed, which polls readable when
+    /// one lands ([`Endpoint::cq_trywait`]), and the instant the next retry is due if one
+    /// waits, [`Arm::Idle`] for an endpoint not enabled (nothing can complete on it), and
     /// [`Arm::NoWait`] when the endpoint has no vector (a NIC or backend without
     /// interrupts, every vector held): the waiter must read the ring again itself.
     ///
@@ -647,17 +651,19 @@ impl EpShared {
         if st.flush_due() {
             return Arm::Ready;
         }
-        // A refused send is posted again by a read: the waiter reads again shortly rather
-        // than sleep until a completion that only the retry brings.
-        if !st.retries.is_empty() {
-            return Arm::NoWait;
+        // A refused send is posted again by a read: the waiter reads when the first is due
+        // (at once when it is), rather than sleep until a completion that only the retry
+        // brings.
+        let due = st.retries.iter().map(|r| r.due).min();
+        if due.is_some_and(|d| d <= std::time::Instant::now()) {
+            return Arm::Ready;
         }
         let Some(driver) = st.driver.as_mut() else {
             return Arm::Idle;
         };
         match armed {
             Ok(()) => match driver.cq_wait_fd() {
-                Ok(fd) => Arm::Fd(fd.as_raw_fd()),
+                Ok(fd) => Arm::Fd(fd.as_raw_fd(), due),
                 Err(_) => Arm::NoWait,
             },
             Err(FiErrno::FI_EAGAIN) => Arm::Ready,
@@ -765,8 +771,8 @@ impl EpState {
     }
 
     /// Post again the refused sends whose wait is over ([`EpState::retry_refused`]). One the
-    /// transmit ring has no room for waits for the next read; one the driver refuses (the
-    /// connection shut down, say) completes with that error.
+    /// transmit ring has no room for is tried again after the first wait; one the driver
+    /// refuses (the connection shut down, say) completes with that error.
     fn post_retries(&mut self) {
         if self.retries.is_empty() {
             return;
@@ -801,10 +807,11 @@ impl EpState {
             match posted {
                 Ok(()) => {}
                 Err((e, buffer)) if e.errno() == FiErrno::FI_EAGAIN => {
+                    // Tried again shortly: the ring has room once its completions are read.
                     self.retries.push(Retry {
                         token,
                         buffer,
-                        due: now,
+                        due: now + RETRY_BACKOFF_FIRST,
                     });
                     return;
                 }

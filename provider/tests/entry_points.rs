@@ -11222,3 +11222,46 @@ fn receives_of_the_longest_messages_leave_a_buffer_to_send_one() {
     drop(pair);
     drop(bufs);
 }
+
+/// fi_poll(3) `fi_trywait`: while a send waits for its retry there is nothing to read, so
+/// an application may sleep on its CQ's `FI_WAIT_FD` descriptor: `fi_trywait` succeeds,
+/// and the descriptor polls readable when the retry comes due, for the read that posts it
+/// again. The application neither spins on `-FI_EAGAIN` nor sleeps through the retry; the
+/// send completes once a receive takes it.
+#[test]
+fn an_fi_wait_fd_cq_sleeps_while_a_send_waits_for_its_retry_and_wakes_when_it_is_due() {
+    let (pair, fabric, cq, _) = fd_waited_pair();
+    let (ret, fd) = control_int(cq, FI_GETWAIT);
+    assert_eq!(ret, 0, "fi_control(FI_GETWAIT)");
+    fill_unexpected_list(&pair);
+    assert_eq!(pair.send(0, b"refused", 20), 0);
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let mut slept = 0;
+    let mut spins = 0;
+    while slept < 3 {
+        assert!(
+            std::time::Instant::now() < end,
+            "fi_trywait kept the application from sleeping ({spins} times -FI_EAGAIN)"
+        );
+        match trywait_on(fabric, &[cq]) {
+            0 => {
+                assert!(
+                    fd_readable(fd, 1000),
+                    "the descriptor stayed unreadable while the retry came due"
+                );
+                slept += 1;
+            }
+            r => {
+                assert_eq!(r, ineg(FiErrno::FI_EAGAIN));
+                spins += 1;
+            }
+        }
+        assert_eq!(pair.read(0).err(), Some(neg(FiErrno::FI_EAGAIN)));
+    }
+    take_unexpected_list(&pair);
+    let mut rbuf = [0u8; 16];
+    // SAFETY: `rbuf` outlives the receive, whose completion is read below.
+    assert_eq!(unsafe { pair.post_recv(1, &mut rbuf, 7) }, 0);
+    assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(20));
+    assert_eq!(pair.wait(1).map(|e| e.len), Ok(7));
+}
