@@ -10394,10 +10394,8 @@ fn a_multi_receive_buffer_takes_messages_one_after_another_until_min_multi_recv_
     let mut buf = vec![0u8; 1000];
     let base = buf.as_ptr() as usize;
     // SAFETY: `buf` outlives the receive, whose completions are read below.
-    assert_eq!(
-        unsafe { recvmsg_one(&pair, 1, &mut buf, FI_MULTI_RECV, 7) },
-        0
-    );
+    let ret = unsafe { recvmsg_one(&pair, 1, &mut buf, FI_MULTI_RECV, 7) };
+    assert_eq!(ret, 0);
     let mut after = [0u8; 64];
     // SAFETY: as above.
     assert_eq!(unsafe { pair.post_recv(1, &mut after, 8) }, 0);
@@ -10540,10 +10538,8 @@ fn fi_cancel_withdraws_a_multi_receive_buffer_keeping_what_was_placed_in_it() {
     assert_eq!(setopt_size(pair.p[1].ep, 0, 64, 8), 0);
     let mut buf = vec![0u8; 1000];
     // SAFETY: `buf` outlives the receive, whose completions are read below.
-    assert_eq!(
-        unsafe { recvmsg_one(&pair, 1, &mut buf, FI_MULTI_RECV, 7) },
-        0
-    );
+    let ret = unsafe { recvmsg_one(&pair, 1, &mut buf, FI_MULTI_RECV, 7) };
+    assert_eq!(ret, 0);
     let message = patterned(100, 5);
     assert_eq!(pair.send(0, &message, 20), 0);
     assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(20));
@@ -10930,10 +10926,8 @@ fn a_datagram_endpoint_takes_datagrams_into_a_multi_receive_buffer() {
     let mut buf = vec![0u8; 2048];
     let base = buf.as_ptr() as usize;
     // SAFETY: `buf` outlives the receive, whose completions are read below.
-    assert_eq!(
-        unsafe { recvmsg_one(&pair, 1, &mut buf, FI_MULTI_RECV, 7) },
-        0
-    );
+    let ret = unsafe { recvmsg_one(&pair, 1, &mut buf, FI_MULTI_RECV, 7) };
+    assert_eq!(ret, 0);
     for k in 0..3 {
         let d = patterned(300, k);
         assert_eq!(pair.send(0, &d, 20), 0);
@@ -10958,16 +10952,12 @@ fn a_receive_counter_counts_each_message_of_a_multi_receive_buffer_not_its_relea
     assert_eq!(setopt_size(pair.p[1].ep, 0, 64, 8), 0);
     let mut buf = vec![0u8; 1000];
     // SAFETY: `buf` outlives the receive, whose completions are read below.
-    assert_eq!(
-        unsafe { recvmsg_one(&pair, 1, &mut buf, FI_MULTI_RECV, 7) },
-        0
-    );
+    let ret = unsafe { recvmsg_one(&pair, 1, &mut buf, FI_MULTI_RECV, 7) };
+    assert_eq!(ret, 0);
     let mut after = [0u8; 1000];
     // SAFETY: as above.
-    assert_eq!(
-        unsafe { recvmsg_one(&pair, 1, &mut after, FI_MULTI_RECV, 8) },
-        0
-    );
+    let ret = unsafe { recvmsg_one(&pair, 1, &mut after, FI_MULTI_RECV, 8) };
+    assert_eq!(ret, 0);
     for (k, len) in [600usize, 600].into_iter().enumerate() {
         assert_eq!(pair.send(0, &patterned(len, k), 20), 0);
         assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(20));
