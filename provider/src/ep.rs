@@ -2260,8 +2260,9 @@ unsafe extern "C" fn ep_getopt(
 
 /// `fi_setopt`: `FI_OPT_MIN_MULTI_RECV`, a `size_t` (`optlen` its size, else `-FI_EINVAL`)
 /// of at most `u32::MAX` (the NIC's descriptor field; else `-FI_EINVAL`), for the
-/// multi-receive buffers posted from then on. `FI_OPT_CM_DATA_SIZE` is read only, and any
-/// other option unknown: `-FI_ENOPROTOOPT`.
+/// multi-receive buffers posted from then on. `FI_OPT_CM_DATA_SIZE` is read only, any other
+/// option unknown, and a scalable endpoint's transmit context, which posts no receive, sets
+/// none: `-FI_ENOPROTOOPT`.
 unsafe extern "C" fn ep_setopt(
     fid: *mut Fid,
     level: c_int,
@@ -2273,6 +2274,17 @@ unsafe extern "C" fn ep_setopt(
     entry(CALL, || {
         // SAFETY: called through the endpoint's own ops.
         let e = unsafe { ep_ref(fid, CALL) }?;
+        if let Role::Context { tx: true, .. } = e.role {
+            // Its ring set's receive context has the option; a transmit context posts no
+            // receive.
+            return Err(FiError::new(
+                FiErrno::FI_ENOPROTOOPT,
+                format!(
+                    "{CALL}: level {level}, option {optname}: a transmit context serves no \
+                     option (FI_OPT_MIN_MULTI_RECV is its receive context's)"
+                ),
+            ));
+        }
         if level != FI_OPT_ENDPOINT || optname != FI_OPT_MIN_MULTI_RECV {
             return Err(FiError::new(
                 FiErrno::FI_ENOPROTOOPT,

@@ -428,6 +428,14 @@ pub(crate) unsafe fn endpoint_op_flags_refused(info: &FiInfo, kind: EpKind) -> O
             "rx_attr->op_flags {rx:#x}: receives honour {RX_OP_FLAGS:#x}"
         ));
     }
+    // Every flagless receive would post a multi-receive buffer, which the endpoint's
+    // capabilities then refuse.
+    if rx & FI_MULTI_RECV != 0 && info.caps != 0 && info.caps & FI_MULTI_RECV == 0 {
+        return Some(format!(
+            "rx_attr->op_flags {rx:#x} hold FI_MULTI_RECV, which caps {:#x} leave out",
+            info.caps
+        ));
+    }
     None
 }
 

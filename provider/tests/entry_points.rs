@@ -11255,3 +11255,45 @@ fn an_fi_wait_fd_cq_sleeps_while_a_send_waits_for_its_retry_and_wakes_when_it_is
     assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(20));
     assert_eq!(pair.wait(1).map(|e| e.len), Ok(7));
 }
+
+/// `rx_attr->op_flags` holding `FI_MULTI_RECV` make every flagless receive a multi-receive
+/// buffer: `fi_endpoint` and `fi_scalable_ep` refuse them (`-FI_EINVAL`, nothing opened)
+/// with capabilities that leave `FI_MULTI_RECV` out, and take them with capabilities that
+/// name it.
+#[test]
+fn default_receive_flags_asking_fi_multi_recv_need_the_capability() {
+    let open = Open::with_hints(&sep_hints(1, 1));
+    for (scalable, what) in OPENERS {
+        let with = |caps: u64| {
+            // SAFETY: the info's own attributes.
+            open_edited(&open, scalable, |i| unsafe {
+                i.caps = caps;
+                (*i.tx_attr).caps = 0;
+                (*i.rx_attr).caps = 0;
+                (*i.rx_attr).op_flags = FI_COMPLETION | FI_MULTI_RECV;
+            })
+        };
+        assert_eq!(
+            with(FI_MSG | FI_RECV | FI_SEND),
+            ineg(FiErrno::FI_EINVAL),
+            "{what}"
+        );
+        assert_eq!(
+            with(FI_MSG | FI_RECV | FI_SEND | FI_MULTI_RECV),
+            0,
+            "{what} with the capability"
+        );
+    }
+}
+
+/// `FI_OPT_MIN_MULTI_RECV` is a receive context's: a transmit context of a scalable
+/// endpoint sets no option (`-FI_ENOPROTOOPT`), and the receive context of its index keeps
+/// its value.
+#[test]
+fn a_transmit_context_sets_no_fi_opt_min_multi_recv() {
+    let s = Scalable::new();
+    let (tx, rx) = (s.tx[0].0, s.rx[0].0);
+    assert_eq!(setopt_size(rx, 0, 300, 8), 0);
+    assert_eq!(setopt_size(tx, 0, 77, 8), ineg(FiErrno::FI_ENOPROTOOPT));
+    assert_eq!(min_multi_recv(rx), 300);
+}
