@@ -985,6 +985,18 @@ impl EpState {
         // A multi-receive buffer's operation is held until its last completion.
         let release = ev.multi_recv.map(|m| m.released);
         let found = if release == Some(false) {
+            // A multi-receive buffer a message was arriving into when the connection's end
+            // withdrew its receives stayed posted: with that message in, the next read
+            // withdraws it ([`EpState::flush_due`]).
+            let slot = ev
+                .context
+                .checked_sub(1)
+                .and_then(|s| usize::try_from(s).ok());
+            if let Some(Some(Posted::Recv { withdrawn, .. })) =
+                slot.and_then(|s| self.posted.get_mut(s))
+            {
+                *withdrawn = false;
+            }
             self.peek(ev.context)
         } else {
             self.take(ev.context)
