@@ -2124,6 +2124,12 @@ impl Endpoint {
         }
     }
 
+    /// Whether RECV_CANCEL withdraws a multi-receive buffer on the endpoint's NIC (host
+    /// interface 1.19; before, one stays posted until messages fill it).
+    pub fn cancels_multi_recv(&self) -> bool {
+        self.nic.identity.interface_minor >= crate::nic::MULTI_RECV_CANCEL_INTERFACE_MINOR
+    }
+
     /// `Ok` when the endpoint can cancel its receives: `FI_ENOSYS` on a NIC older than
     /// interface 1.14, `FI_ENOENT` for a transmit context (it posts no receive).
     pub fn cancel_supported(&self) -> Result<(), DriverError> {

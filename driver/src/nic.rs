@@ -88,6 +88,10 @@ pub const AUTH_KEY_OWNER_CHECK_INTERFACE_MINOR: u8 = uet_regs::since::AUTH_KEY_R
 /// and a long message to a one-MTU peer is refused by the peer instead.
 pub const MAX_MSG_MTU_ENTRY_INTERFACE_MINOR: u8 = uet_regs::since::AV_ENTRY_MAX_MSG_MTU;
 
+/// The first interface minor version whose RECV_CANCEL withdraws a multi-receive buffer
+/// (1.19); on older devices one stays posted until messages fill it.
+pub const MULTI_RECV_CANCEL_INTERFACE_MINOR: u8 = uet_regs::since::MULTI_RECV_CANCEL;
+
 /// The oldest interface minor version the driver drives (see [`uet_regs::INTERFACE_MINOR`]).
 pub const REQUIRED_INTERFACE_MINOR: u8 = uet_regs::since::PEER_GROUPS;
 

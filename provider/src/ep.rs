@@ -326,6 +326,8 @@ enum Posted {
     Orphan {
         recv: Option<Matching>,
         claim: Option<Claim>,
+        /// The receive is a multi-receive buffer.
+        multi: bool,
     },
 }
 
@@ -405,6 +407,8 @@ struct EpState {
     /// reported, whose message no `FI_CLAIM` receive or discard has completed for yet. A
     /// receive context's close drops their messages ([`EpState::discard_claims`]).
     claims: Vec<u64>,
+    /// Whether the NIC withdraws a multi-receive buffer (RECV_CANCEL, host interface 1.19).
+    cancels_multi_recv: bool,
     /// `FI_OPT_MIN_MULTI_RECV` as `fi_setopt` set it: the space below which a multi-receive
     /// buffer posted from then on is released. `None`: the NIC endpoint's default, one MTU.
     min_multi_recv: Option<usize>,
@@ -472,6 +476,7 @@ impl EpShared {
                 sources: sources && !connected_kind,
                 claims: Vec::new(),
                 min_multi_recv: None,
+                cancels_multi_recv: false,
                 retries: Vec::new(),
                 retry: None,
                 tx_room: 0,
@@ -511,7 +516,8 @@ impl EpShared {
     /// are withdrawn from the NIC (RECV_CANCEL), so that no message for the new context lands
     /// in one. While one is still there no context opens: `FI_EBUSY` when a message is
     /// arriving into it (it completes shortly: try again), `FI_EOPBADSTATE` when the NIC
-    /// cannot cancel receives (host interface older than 1.14), which retrying does not
+    /// cannot cancel receives (host interface older than 1.14), or a multi-receive buffer is
+    /// among them and the NIC cannot withdraw one (older than 1.19), which retrying does not
     /// change: the index opens again once messages have taken them.
     pub(crate) fn reclaim(&self, tx: bool, call: &str) -> Result<(), FiError> {
         let mut st = self.lock();
@@ -542,6 +548,29 @@ impl EpShared {
         let left = st.orphan_receives().len();
         if left == 0 {
             return Ok(());
+        }
+        // Multi-receive buffers a NIC older than 1.19 cannot withdraw: retrying changes
+        // nothing either.
+        let multi_left = st.posted.iter().flatten().any(|op| {
+            matches!(
+                op,
+                Posted::Orphan {
+                    recv: Some(_),
+                    multi: true,
+                    ..
+                }
+            )
+        });
+        if multi_left && !st.cancels_multi_recv {
+            return Err(FiError::new(
+                FiErrno::FI_EOPBADSTATE,
+                format!(
+                    "{call}: a multi-receive buffer of the closed receive context is still \
+                     posted on the NIC, which cannot withdraw one (host interface older than \
+                     1.{}); the index opens again once messages have filled it",
+                    uet_driver::nic::MULTI_RECV_CANCEL_INTERFACE_MINOR
+                ),
+            ));
         }
         match withdrawn {
             // Retrying changes nothing: only messages taking the receives do.
@@ -589,6 +618,7 @@ impl EpShared {
         st.driver = Some(driver);
         st.pool = Some(pool);
         st.retry = retry;
+        st.cancels_multi_recv = st.driver.as_ref().is_some_and(Endpoint::cancels_multi_recv);
         st.tx_room = tx_entries.saturating_sub(1);
         st.wake_bound();
     }
@@ -1284,14 +1314,17 @@ impl EpState {
     /// message is copied into no buffer of the application's, which has them back.
     fn orphan(&mut self, tx: bool) {
         for op in self.posted.iter_mut().flatten() {
-            let (recv, claim) = match op {
-                Posted::Send { .. } if tx => (None, None),
+            let (recv, claim, multi) = match op {
+                Posted::Send { .. } if tx => (None, None, false),
                 Posted::Recv {
-                    matching, claim, ..
-                } if !tx => (Some(*matching), *claim),
+                    matching,
+                    claim,
+                    multi,
+                    ..
+                } if !tx => (Some(*matching), *claim, *multi),
                 _ => continue,
             };
-            *op = Posted::Orphan { recv, claim };
+            *op = Posted::Orphan { recv, claim, multi };
         }
     }
 
@@ -1372,6 +1405,7 @@ impl EpState {
                 let token = self.hold(Posted::Orphan {
                     recv: None,
                     claim: None,
+                    multi: false,
                 });
                 let Some(driver) = self.driver.as_mut() else {
                     self.take(token);
@@ -2141,6 +2175,7 @@ fn enable(e: &UetEp, st: &mut EpState, call: &str) -> Result<(), FiError> {
     st.driver = Some(driver);
     st.pool = Some(pool);
     st.retry = retry_policy(dom.nic(), e.kind);
+    st.cancels_multi_recv = st.driver.as_ref().is_some_and(Endpoint::cancels_multi_recv);
     st.tx_room = (1usize << attr.tx_log2).saturating_sub(1);
     st.wake_bound();
     Ok(())

@@ -5,7 +5,7 @@
 //! |---|---|
 //! | `fi_scalable_ep(domain, info, &sep, ctx)` | a `fid_ep` of class `FI_CLASS_SEP` with `ep_attr->tx_ctx_cnt` transmit and `rx_ctx_cnt` receive contexts (0 counts as 1; more than the NIC's `CAP_EP.max_tx_ctx`, `max_rx_ctx`, the domain's `max_ep_tx_ctx`, `max_ep_rx_ctx`, or `FI_SHARED_CONTEXT`: `-FI_EINVAL`; an `FI_EP_DGRAM` or `FI_EP_MSG` info, one asking for capabilities the provider does not serve (`caps`, `tx_attr->caps`, `rx_attr->caps`) or default flags it does not honour (`tx_attr->op_flags`, `rx_attr->op_flags`, which contexts opened without attributes take) or sizes beyond those `fi_getinfo` answers (`tx_attr->size`, `iov_limit`, `inject_size`, `rma_iov_limit`, `rx_attr->size`, `iov_limit`, `ep_attr->max_msg_size`), an order (`msg_order`, `comp_order`, `max_order_*_size`) or a protocol other than UET, an `addr_format` other than `FI_FORMAT_UNSPEC` and `FI_ADDR_STR`, or one whose `ep_attr->auth_key` is not the domain's JobID, from API 1.5: `-FI_EINVAL`) |
 //! | `fi_scalable_ep_bind(sep, av, 0)` | its AV, which its contexts address through (an AV only, once: `-FI_EINVAL`; flags: `-FI_EBADFLAGS`; once it or a context is enabled: `-FI_EOPBADSTATE`) |
-//! | `fi_tx_context(sep, i, attr, &ep, ctx)`, `fi_rx_context` | context `i`, a `fid_ep` of class `FI_CLASS_TX_CTX` / `FI_CLASS_RX_CTX` (index out of range `-FI_EINVAL`, open already `-FI_EBUSY`; a closed index whose old receives are still posted `-FI_EBUSY` or, on a NIC without RECV_CANCEL, `-FI_EOPBADSTATE`; a closed transmit index whose old injects are in flight `-FI_EBUSY`), before or after the scalable endpoint is enabled, and again after `fi_close` of the index's context (see below); `attr` gives its `op_flags` and gets the attributes it has |
+//! | `fi_tx_context(sep, i, attr, &ep, ctx)`, `fi_rx_context` | context `i`, a `fid_ep` of class `FI_CLASS_TX_CTX` / `FI_CLASS_RX_CTX` (index out of range `-FI_EINVAL`, open already `-FI_EBUSY`; a closed index whose old receives are still posted `-FI_EBUSY` or, on a NIC without RECV_CANCEL (or, for a multi-receive buffer, older than 1.19), `-FI_EOPBADSTATE`; a closed transmit index whose old injects are in flight `-FI_EBUSY`), before or after the scalable endpoint is enabled, and again after `fi_close` of the index's context (see below); `attr` gives its `op_flags` and gets the attributes it has |
 //! | `fi_ep_bind(ctx, cq or counter, flags)` | its own CQ (`FI_TRANSMIT` on a transmit context, `FI_RECV` on a receive one, `FI_SELECTIVE_COMPLETION` on either) and counter (`FI_SEND`, `FI_RECV`); the other direction is `-FI_EBADFLAGS`, an AV or EQ `-FI_EINVAL` |
 //! | `fi_enable(ctx)` | enables the context (`-FI_ENOCQ` without its CQ): it carries transfers from then on and binds nothing more. The first `fi_enable` of a context or of the scalable endpoint creates the endpoint and all its ring sets on the NIC (`-FI_ENOAV` without an AV bound to the scalable endpoint; `-FI_EINVAL` when the AV's `rx_ctx_bits` cannot name the receive contexts), so a context enabled before `fi_enable(sep)` has the endpoint's address and takes receives and sends at once |
 //! | `fi_enable(sep)` | enables every open context (`-FI_ENOCQ` for one without its CQ, nothing enabled), creating the endpoint on the NIC if no context's `fi_enable` did (`-FI_ENOAV`, `-FI_EINVAL` as above); contexts enabled already keep what they posted |
@@ -53,9 +53,10 @@
 //! receive) until a context opened again on the index posts a receive that takes it; when
 //! the list is full its sender retries it (the target's RC_UNDELIVERABLE, [`crate::ep`]),
 //! up to `FI_UET_RNR_TIMEOUT`, then `FI_ENORX`. On a NIC older than host interface 1.17 an
-//! untagged one fails at once (`FI_ENORX`). On a NIC older than host interface 1.14, which has no RECV_CANCEL,
-//! the receives stay posted: a message that lands in one succeeds at the sender and is read
-//! off the ring and discarded, its buffer untouched.
+//! untagged one fails at once (`FI_ENORX`). On a NIC older than host interface 1.14, which
+//! has no RECV_CANCEL, the receives stay posted, and so does a multi-receive buffer on one
+//! older than 1.19: a message that lands in one succeeds at the sender and is read off the
+//! ring and discarded, its buffer untouched.
 //!
 //! # Opening an index again
 //!
@@ -70,7 +71,8 @@
 //! again, so no message meant for the new context lands in one. While one cannot be
 //! withdrawn, `fi_rx_context` opens nothing: `-FI_EBUSY` when a message is arriving into it
 //! (it completes shortly: try again); `-FI_EOPBADSTATE` when the NIC predates RECV_CANCEL
-//! (host interface 1.14), whose message names the NIC's interface: retrying does not help,
+//! (host interface 1.14), or a multi-receive buffer is left and the NIC predates its
+//! withdrawal (1.19), whose message names the NIC's interface: retrying does not help,
 //! and the index opens again only once messages have taken the old receives, which may
 //! never happen. Likewise `fi_tx_context` is `-FI_EBUSY` while an `fi_inject` of the old
 //! transmit context is in flight: the NIC's inject completions carry no context, so one

@@ -10750,6 +10750,10 @@ fn a_sender_far_ahead_of_its_receiver_loses_nothing_beyond_the_unexpected_list()
 /// later one is tried afresh.
 #[test]
 fn fi_uet_rnr_timeout_bounds_how_long_a_refused_message_is_retried() {
+    // The variable is the process's: no other test may see it.
+    if !common::in_own_process("fi_uet_rnr_timeout_bounds_how_long_a_refused_message_is_retried") {
+        return;
+    }
     std::env::set_var(uet_fi::ep::RETRY_TIMEOUT_VAR, "100");
     let pair = Pair::new(0);
     fill_unexpected_list(&pair);
@@ -11296,4 +11300,60 @@ fn a_transmit_context_sets_no_fi_opt_min_multi_recv() {
     assert_eq!(setopt_size(rx, 0, 300, 8), 0);
     assert_eq!(setopt_size(tx, 0, 77, 8), ineg(FiErrno::FI_ENOPROTOOPT));
     assert_eq!(min_multi_recv(rx), 300);
+}
+
+/// On a NIC older than host interface 1.19, which cannot withdraw a multi-receive buffer, a
+/// receive context closed with one posted leaves its index closed until messages fill it:
+/// `fi_rx_context` of the index says so with `-FI_EOPBADSTATE`, not a `-FI_EBUSY` that
+/// asks for a retry no retry can answer. (On its own process: the provider's NIC is the
+/// process's.)
+#[test]
+fn an_index_whose_closed_context_left_a_multi_receive_buffer_an_old_nic_keeps_is_eopbadstate() {
+    const NAME: &str =
+        "an_index_whose_closed_context_left_a_multi_receive_buffer_an_old_nic_keeps_is_eopbadstate";
+    if !common::in_own_process(NAME) {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("uet-mrecv-old-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("nic.sock");
+    let fabric = uet_sim::Fabric::new();
+    let mut config = uet_sim::NicConfig::new("10.0.0.1".parse().unwrap());
+    config.interface_minor = uet_regs::since::MULTI_RECV_CANCEL - 1;
+    let function = fabric.add_nic(config).unwrap();
+    let server =
+        std::sync::Arc::new(uet_sim::vfio_user::VfioUserServer::bind(function, &path).unwrap());
+    let _serving = std::thread::spawn(move || server.serve_one());
+    std::env::set_var(
+        uet_fi::device::DEVICE_VAR,
+        format!("vfio-user:{}", path.display()),
+    );
+    let open = Open::with_hints(&sep_hints(1, 1));
+    let mut attr = av_attr(16);
+    let av = open.av_open(&mut attr).unwrap();
+    let cq = open.cq_open(FI_CQ_FORMAT_DATA, FI_WAIT_UNSPEC);
+    let sep = scalable_ep(&open).unwrap();
+    let r0 = context(sep, false, 0).unwrap();
+    // SAFETY: open objects.
+    unsafe {
+        assert_eq!(bind(&mut (*sep).fid, &mut (*av).fid, 0), 0);
+        assert_eq!(bind(&mut (*r0).fid, &mut (*cq).fid, FI_RECV), 0);
+    }
+    assert_eq!(enable(sep), 0);
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: an open receive context; `buf` outlives the scalable endpoint, closed below.
+    assert_eq!(unsafe { recvmsg_on(r0, &mut buf, FI_MULTI_RECV, 1) }, 0);
+    // SAFETY: the context, closed once.
+    assert_eq!(unsafe { close(&mut (*r0).fid) }, 0);
+    for _ in 0..3 {
+        assert_eq!(
+            context(sep, false, 0).err(),
+            Some(ineg(FiErrno::FI_EOPBADSTATE)),
+            "no retry opens the index"
+        );
+    }
+    // SAFETY: ours, open, closed once, the scalable endpoint first.
+    unsafe { close_all(&[&mut (*sep).fid, &mut (*cq).fid, &mut (*av).fid]) };
+    let _ = std::fs::remove_dir_all(&dir);
 }
