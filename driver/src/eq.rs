@@ -78,7 +78,7 @@ pub const FI_WRITE: u64 = uet_av::flags::FI_WRITE;
 /// `fi_eq_read` flag: return the event without consuming it.
 pub const FI_PEEK: u64 = 1 << 19;
 /// Entries an EQ holds past its size for each `FI_EP_MSG` endpoint bound to it
-/// ([`EventQueue::bind_endpoint`]), which only the events the provider posts take, never
+/// (`EventQueue::bind_endpoint`), which only the events the provider posts take, never
 /// offered ones ([`EventQueue::offer`]) or writes: the events its connection posts without
 /// the application's doing, its outcome (`FI_CONNECTED` or an error) and its end
 /// (`FI_SHUTDOWN` or an error).
@@ -232,7 +232,7 @@ struct State {
     signals: u64,
     bound: usize,
     /// Entries held past the queue's size for the events of the connected endpoints
-    /// reporting here ([`EventQueue::bind_endpoint`]).
+    /// reporting here (`EventQueue::bind_endpoint`).
     reserved: usize,
     /// AVs attached so far ([`AvEventSink::attach_av`]): a reader that last progressed AVs
     /// at an older count progresses again before it waits, so no bind goes unnoticed.
@@ -355,7 +355,7 @@ pub struct EventQueue {
 /// A bond between an object and an EQ: the queue cannot be closed while one exists.
 pub struct EqBinding {
     eq: EventQueue,
-    /// The entries it keeps from offered events ([`EventQueue::bind_endpoint`]).
+    /// The entries it holds past the queue's size for posted events (`EventQueue::bind_endpoint`).
     reserves: usize,
 }
 
@@ -683,7 +683,7 @@ impl EventQueue {
     /// caller can refuse instead (a peer's connection request, rejected): what peers send
     /// must not make the queue unusable for every other object reporting to it. Nor does it
     /// take the entries held past the queue's size for the events of the endpoints bound to
-    /// it ([`EventQueue::bind_endpoint`]).
+    /// it (`EventQueue::bind_endpoint`).
     pub fn offer(&self, event: EqEvent) -> Result<(), FiError> {
         self.push(true, |s| s.events.push_back(event))
             .map_err(|e| match e.errno {
