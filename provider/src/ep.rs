@@ -2643,14 +2643,6 @@ fn send_as(
         ));
     };
     let mut st = e.shared.lock();
-    // Sends waiting for their retry hold their places in the transmit queue: with the queue
-    // full of outstanding sends, the application reads its CQ and tries again.
-    if !st.retries.is_empty() {
-        let in_flight = st.driver.as_ref().map_or(0, |d| d.in_flight().0 as usize);
-        if st.retries.len().saturating_add(in_flight) >= st.tx_room {
-            return Err(FiError::new(FiErrno::FI_EAGAIN, String::new()));
-        }
-    }
     if inject {
         // Not enabled: `ready` refuses the call.
         if let Some(max) = st.driver.as_ref().map(Endpoint::inject_size) {
@@ -2665,6 +2657,16 @@ fn send_as(
     // Refuses a message longer than the largest buffer (`FI_EMSGSIZE`) before any slice is
     // made of the application's bytes.
     let mut buffer = st.ready(call, total)?;
+    // Sends waiting for their retry hold their places in the transmit queue: with the queue
+    // full of outstanding sends, the application reads its CQ and tries again. Looked at
+    // once the length is known to fit, so that a message too long is `FI_EMSGSIZE` however
+    // full the queue is (the buffer goes back to the pool).
+    if !st.retries.is_empty() {
+        let in_flight = st.driver.as_ref().map_or(0, |d| d.in_flight().0 as usize);
+        if st.retries.len().saturating_add(in_flight) >= st.tx_room {
+            return Err(FiError::new(FiErrno::FI_EAGAIN, String::new()));
+        }
+    }
     let mut parts: [&[u8]; IOV_LIMIT] = [&[]; IOV_LIMIT];
     for (part, &(base, len)) in parts.iter_mut().zip(iov.as_slice()) {
         if len > 0 {

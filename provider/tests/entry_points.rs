@@ -11357,3 +11357,75 @@ fn an_index_whose_closed_context_left_a_multi_receive_buffer_an_old_nic_keeps_is
     unsafe { close_all(&[&mut (*sep).fid, &mut (*cq).fid, &mut (*av).fid]) };
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// fi_msg(3): a message longer than `max_msg_size`, or an inject longer than
+/// `inject_size`, is `-FI_EMSGSIZE` whatever the state of the transmit queue: with the queue
+/// full of sends waiting for their retry (where a send that fits is `-FI_EAGAIN`), such a
+/// call is still refused for its length, and nothing is sent.
+#[test]
+fn a_message_too_long_is_emsgsize_while_sends_waiting_for_a_retry_fill_the_queue() {
+    let pair = Pair::new(0);
+    // SAFETY: the info the endpoints were opened with.
+    let (inject_size, max_msg) = unsafe {
+        (
+            (*(*pair._open.info).tx_attr).inject_size,
+            (*(*pair._open.info).ep_attr).max_msg_size,
+        )
+    };
+    fill_unexpected_list(&pair);
+    // Peer 0 sends until its queue is full of refused sends waiting for their retry.
+    let mut accepted = 0usize;
+    let mut refused = 0;
+    while refused < 20 {
+        assert!(accepted < 100_000, "sends are never refused");
+        match pair.send(0, b"x", 5000 + accepted) {
+            0 => {
+                accepted += 1;
+                refused = 0;
+            }
+            r => {
+                assert_eq!(r, neg(FiErrno::FI_EAGAIN), "send {accepted}");
+                assert_eq!(pair.read(0).err(), Some(neg(FiErrno::FI_EAGAIN)));
+                refused += 1;
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        }
+    }
+    let long = vec![7u8; inject_size + 1];
+    let byte = [0u8; 1];
+    // The refused sends are posted again, and refused again, as peer 0's CQ is read: for a
+    // while, each read followed by both calls.
+    let end = std::time::Instant::now() + std::time::Duration::from_millis(100);
+    while std::time::Instant::now() < end {
+        assert_eq!(pair.read(0).err(), Some(neg(FiErrno::FI_EAGAIN)));
+        // SAFETY: an open endpoint; `long` is read during the call at most.
+        let ret = unsafe {
+            (pair.msg(0).inject)(
+                pair.p[0].ep,
+                long.as_ptr().cast(),
+                long.len(),
+                pair.p[1].addr,
+            )
+        };
+        assert_eq!(
+            ret,
+            neg(FiErrno::FI_EMSGSIZE),
+            "fi_inject of {}",
+            long.len()
+        );
+        // SAFETY: an open endpoint; the length is refused before the buffer is read.
+        let ret = unsafe {
+            (pair.msg(0).send)(
+                pair.p[0].ep,
+                byte.as_ptr().cast(),
+                max_msg + 1,
+                null_mut(),
+                pair.p[1].addr,
+                null_mut(),
+            )
+        };
+        assert_eq!(ret, neg(FiErrno::FI_EMSGSIZE), "fi_send of {}", max_msg + 1);
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert_eq!(pair.read(1).err(), Some(neg(FiErrno::FI_EAGAIN)));
+}
