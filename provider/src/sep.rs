@@ -5,7 +5,7 @@
 //! |---|---|
 //! | `fi_scalable_ep(domain, info, &sep, ctx)` | a `fid_ep` of class `FI_CLASS_SEP` with `ep_attr->tx_ctx_cnt` transmit and `rx_ctx_cnt` receive contexts (0 counts as 1; more than the NIC's `CAP_EP.max_tx_ctx`, `max_rx_ctx`, the domain's `max_ep_tx_ctx`, `max_ep_rx_ctx`, or `FI_SHARED_CONTEXT`: `-FI_EINVAL`; an `FI_EP_DGRAM` or `FI_EP_MSG` info, one asking for capabilities the provider does not serve (`caps`, `tx_attr->caps`, `rx_attr->caps`) or default flags it does not honour (`tx_attr->op_flags`, `rx_attr->op_flags`, which contexts opened without attributes take) or sizes beyond those `fi_getinfo` answers (`tx_attr->size`, `iov_limit`, `inject_size`, `rma_iov_limit`, `rx_attr->size`, `iov_limit`, `ep_attr->max_msg_size`), an order (`msg_order`, `comp_order`, `max_order_*_size`) or a protocol other than UET, an `addr_format` other than `FI_FORMAT_UNSPEC` and `FI_ADDR_STR`, or one whose `ep_attr->auth_key` is not the domain's JobID, from API 1.5: `-FI_EINVAL`) |
 //! | `fi_scalable_ep_bind(sep, av, 0)` | its AV, which its contexts address through (an AV only, once: `-FI_EINVAL`; flags: `-FI_EBADFLAGS`; once it or a context is enabled: `-FI_EOPBADSTATE`) |
-//! | `fi_tx_context(sep, i, attr, &ep, ctx)`, `fi_rx_context` | context `i`, a `fid_ep` of class `FI_CLASS_TX_CTX` / `FI_CLASS_RX_CTX` (index out of range `-FI_EINVAL`, open already `-FI_EBUSY`; a closed index whose old receives are still posted `-FI_EBUSY` or, on a NIC without RECV_CANCEL (or, for a multi-receive buffer, older than 1.19), `-FI_EOPBADSTATE`; a closed transmit index whose old injects are in flight `-FI_EBUSY`), before or after the scalable endpoint is enabled, and again after `fi_close` of the index's context (see below); `attr` gives its `op_flags` and gets the attributes it has |
+//! | `fi_tx_context(sep, i, attr, &ep, ctx)`, `fi_rx_context` | context `i`, a `fid_ep` of class `FI_CLASS_TX_CTX` / `FI_CLASS_RX_CTX` (index out of range `-FI_EINVAL`, open already `-FI_EBUSY`; a closed index whose old receives are still posted `-FI_EBUSY` or, on a NIC without RECV_CANCEL (or, for a multi-receive buffer, older than 1.19), `-FI_EOPBADSTATE`; a closed transmit index whose old injects are in flight `-FI_EBUSY`), before or after the scalable endpoint is enabled, and again after `fi_close` of the index's context (see below); `attr` gives its `op_flags` (on a receive context `FI_MULTI_RECV` with capabilities that leave it out: `-FI_EINVAL`) and gets the attributes it has |
 //! | `fi_ep_bind(ctx, cq or counter, flags)` | its own CQ (`FI_TRANSMIT` on a transmit context, `FI_RECV` on a receive one, `FI_SELECTIVE_COMPLETION` on either) and counter (`FI_SEND`, `FI_RECV`); the other direction is `-FI_EBADFLAGS`, an AV or EQ `-FI_EINVAL` |
 //! | `fi_enable(ctx)` | enables the context (`-FI_ENOCQ` without its CQ): it carries transfers from then on and binds nothing more. The first `fi_enable` of a context or of the scalable endpoint creates the endpoint and all its ring sets on the NIC (`-FI_ENOAV` without an AV bound to the scalable endpoint; `-FI_EINVAL` when the AV's `rx_ctx_bits` cannot name the receive contexts), so a context enabled before `fi_enable(sep)` has the endpoint's address and takes receives and sends at once |
 //! | `fi_enable(sep)` | enables every open context (`-FI_ENOCQ` for one without its CQ, nothing enabled), creating the endpoint on the NIC if no context's `fi_enable` did (`-FI_ENOAV`, `-FI_EINVAL` as above); contexts enabled already keep what they posted |
@@ -683,6 +683,15 @@ unsafe fn context_call<A: ContextAttrs>(
     let sources = served & FI_SOURCE_CAP != 0 && (caps == 0 || caps & FI_SOURCE_CAP != 0);
     // And multi-receive buffers, likewise.
     let multi_recv = served & FI_MULTI_RECV != 0 && (caps == 0 || caps & FI_MULTI_RECV != 0);
+    // Default flags with FI_MULTI_RECV make every flagless receive a multi-receive buffer,
+    // which a context without the capability refuses: refused here, as `fi_endpoint` refuses
+    // them.
+    if !tx && op_flags & FI_MULTI_RECV != 0 && !multi_recv {
+        return Err(FiError::inval(format!(
+            "{call}: rx_attr->op_flags {op_flags:#x} hold FI_MULTI_RECV, which the receive \
+             context's capabilities leave out"
+        )));
+    }
     let which = if tx {
         Direction::Transmit
     } else {

@@ -11429,3 +11429,36 @@ fn a_message_too_long_is_emsgsize_while_sends_waiting_for_a_retry_fill_the_queue
     }
     assert_eq!(pair.read(1).err(), Some(neg(FiErrno::FI_EAGAIN)));
 }
+
+/// `rx_attr->op_flags` holding `FI_MULTI_RECV` make every flagless receive a multi-receive
+/// buffer: `fi_rx_context` refuses them (`-FI_EINVAL`, nothing opened) with `rx_attr->caps`
+/// that leave `FI_MULTI_RECV` out, as `fi_endpoint` and `fi_scalable_ep` refuse such
+/// default flags, rather than open a context each of whose `fi_recv` is refused; it takes
+/// them with caps that name it.
+#[test]
+fn fi_rx_context_refuses_default_flags_asking_fi_multi_recv_without_the_capability() {
+    let mut hints = sep_hints(1, 1);
+    hints.info.caps |= FI_MULTI_RECV;
+    let open = Open::with_hints(&hints);
+    let sep = scalable_ep(&open).expect("fi_scalable_ep");
+    let rx_context = |caps: u64| {
+        // SAFETY: a plain-data structure.
+        let mut attr: FiRxAttr = unsafe { core::mem::zeroed() };
+        attr.caps = caps;
+        attr.op_flags = FI_COMPLETION | FI_MULTI_RECV;
+        let mut ctx: *mut FidEp = null_mut();
+        // SAFETY: an open scalable endpoint; valid attributes and out pointer.
+        let ret = unsafe { ((*(*sep).ops).rx_ctx)(sep, 0, &mut attr, &mut ctx, null_mut()) };
+        (ret, ctx)
+    };
+    let (ret, ctx) = rx_context(FI_MSG | FI_RECV);
+    assert_eq!(ret, ineg(FiErrno::FI_EINVAL), "caps without FI_MULTI_RECV");
+    assert!(ctx.is_null());
+    let (ret, ctx) = rx_context(FI_MSG | FI_RECV | FI_MULTI_RECV);
+    assert_eq!(ret, 0, "caps with FI_MULTI_RECV");
+    // SAFETY: ours, open, closed once: the context before its scalable endpoint.
+    unsafe {
+        assert_eq!(close(&mut (*ctx).fid), 0);
+        assert_eq!(close(&mut (*sep).fid), 0);
+    }
+}
