@@ -410,7 +410,8 @@ struct EpState {
     /// Whether the NIC withdraws a multi-receive buffer (RECV_CANCEL, host interface 1.19).
     cancels_multi_recv: bool,
     /// `FI_OPT_MIN_MULTI_RECV` as `fi_setopt` set it: the space below which a multi-receive
-    /// buffer posted from then on is released. `None`: the NIC endpoint's default, one MTU.
+    /// buffer posted from then on is released. `None`: the NIC endpoint's default, one MTU
+    /// (and again once a scalable endpoint's receive context that set it closes).
     min_multi_recv: Option<usize>,
     /// Sends their target refused for want of a receive buffer (`RC_UNDELIVERABLE`: none
     /// posted and no room on its unexpected list), waiting to be posted again
@@ -3512,6 +3513,9 @@ unsafe extern "C" fn ep_close(fid: *mut Fid) -> c_int {
                     }
                     // The messages it claimed and did not take no later context could take.
                     st.discard_claims();
+                    // Its option goes with it: a context opened again on the index starts
+                    // from the default (the buffers posted already keep theirs).
+                    st.min_multi_recv = None;
                 }
                 let (cq, other_cq) = if tx {
                     (st.tx_cq.take(), st.rx_cq)

@@ -11462,3 +11462,30 @@ fn fi_rx_context_refuses_default_flags_asking_fi_multi_recv_without_the_capabili
         assert_eq!(close(&mut (*sep).fid), 0);
     }
 }
+
+/// A receive context opened again on an index whose previous context set
+/// `FI_OPT_MIN_MULTI_RECV` starts from the default (one MTU), as every newly opened
+/// context does: the closed context's option goes with it.
+#[test]
+fn a_receive_context_opened_again_starts_from_the_default_min_multi_recv() {
+    let mut s = Scalable::new();
+    let default = min_multi_recv(s.rx[1].0);
+    assert_ne!(default, 300);
+    let (rx, cq) = s.rx[0];
+    assert_eq!(setopt_size(rx, 0, 300, 8), 0);
+    assert_eq!(min_multi_recv(rx), 300);
+    // SAFETY: ours, open, closed once; its index opens again for the scalable endpoint's
+    // close.
+    unsafe {
+        assert_eq!(close(&mut (*rx).fid), 0);
+        let again = context(s.sep, false, 0).expect("fi_rx_context again");
+        assert_eq!(bind(&mut (*again).fid, &mut (*cq).fid, FI_RECV), 0);
+        assert_eq!(enable(again), 0);
+        s.rx[0].0 = again;
+    }
+    assert_eq!(
+        min_multi_recv(s.rx[0].0),
+        default,
+        "the closed context's value"
+    );
+}
