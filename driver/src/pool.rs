@@ -223,17 +223,18 @@ impl DmaPoolSet {
     /// receive, until a message comes) leaves some to one that needs them to make progress
     /// (a send of a message as long). The small buffers are taken as by `alloc`.
     pub fn alloc_leaving(&self, len: usize, keep: usize) -> Result<DmaBuffer, DriverError> {
-        if len <= self.small.buf_size() {
-            return self
-                .small
-                .alloc()
-                .ok_or(DriverError::Full("the DMA buffers"));
-        }
+        // First: a small buffer rounded up to 64 bytes may hold more than the largest.
         if len > self.max_size {
             return Err(DriverError::MessageTooLong {
                 len,
                 max: self.max_size,
             });
+        }
+        if len <= self.small.buf_size() {
+            return self
+                .small
+                .alloc()
+                .ok_or(DriverError::Full("the DMA buffers"));
         }
         // `len` is at most `max_size`, the last class's size.
         let first = self.sizes.partition_point(|&size| size < len);
@@ -536,6 +537,19 @@ mod tests {
         assert_eq!(err.errno(), uet_av::FiErrno::FI_EAGAIN);
         drop(largest);
         assert!(s.alloc(9000).is_ok());
+    }
+
+    /// The largest size holds even where the small buffers, rounded up to 64 bytes, hold
+    /// more: a buffer between the two is too long.
+    #[test]
+    fn a_length_above_the_largest_is_too_long_though_a_small_buffer_would_hold_it() {
+        let fabric = Fabric::new();
+        let nic = sim_nic(&fabric, "10.0.0.1");
+        let s = DmaPoolSet::new(&nic, 1000, 2, 1000, 0).expect("pool set");
+        assert_eq!(s.small_size(), 1024);
+        assert!(s.alloc(1000).is_ok());
+        let err = s.alloc(1001).expect_err("above the largest");
+        assert_eq!(err.errno(), uet_av::FiErrno::FI_EMSGSIZE, "{err}");
     }
 
     #[test]
