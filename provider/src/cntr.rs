@@ -273,6 +273,13 @@ impl UetCntr {
         }
     }
 
+    /// A read of the counter's endpoints is needed though no value changed (a refused send
+    /// kept for a retry): a waiter that armed the rings since the last change wakes and arms
+    /// again, with the retry's due time.
+    pub(crate) fn wake_armed(&self) {
+        self.wake_sleepers();
+    }
+
     /// Make `wake` readable: the threads in `fi_cntr_wait` look at the values again and arm
     /// the endpoints (one enabled since they armed them, too), an `FI_WAIT_FD` descriptor
     /// polls readable, and an `FI_WAIT_MUTEX_COND` condition is broadcast.

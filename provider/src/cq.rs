@@ -300,6 +300,15 @@ impl UetCq {
         }
     }
 
+    /// Wake a waiter that armed the rings since the last completion queued, as
+    /// [`UetCq::push`] does, for a read it needs though nothing is queued (a refused send
+    /// of an endpoint of the CQ kept for a retry): it arms again, with the retry's due time.
+    pub(crate) fn wake_armed(&self) {
+        if self.sleepers.swap(false, Ordering::SeqCst) {
+            self.wake_waiters();
+        }
+    }
+
     /// Make `wake` readable for a completion queued by a read of another CQ, for an
     /// endpoint of the CQ enabled, or for `fi_cq_signal`: the threads in `fi_cq_sread` read
     /// the queue again and arm the endpoints, an `FI_WAIT_FD` descriptor polls readable

@@ -1001,10 +1001,31 @@ impl EpState {
         }
     }
 
+    /// A refused send now waits for a retry, which only a read of the endpoint posts: a
+    /// waiter armed on a CQ or counter of the endpoint (a thread in `fi_cq_sread` or
+    /// `fi_cntr_wait`, an application asleep on an `FI_WAIT_FD` descriptor or an
+    /// `FI_WAIT_MUTEX_COND` condition after `fi_trywait`) wakes and arms again, now with the
+    /// retry's due time ([`EpShared::arm`] gives it to a waiter of either direction, whose
+    /// reply may wait on the send). The refusal, taken off the ring by this drain, reaches
+    /// it otherwise through nothing: the vector that announced it may have been cleared by
+    /// the arm of another object of the endpoint.
+    fn wake_for_retry(&self) {
+        for b in [self.tx_cq, self.rx_cq].into_iter().flatten() {
+            // SAFETY: a bound CQ stays open while the endpoint is bound to it, and the
+            // binding is only dropped under the endpoint's lock, held by the caller.
+            unsafe { &*b.cq }.wake_armed();
+        }
+        for c in [self.tx_cntr, self.rx_cntr].into_iter().flatten() {
+            // SAFETY: as for the CQs: bound, so open, under the endpoint's lock.
+            unsafe { &*c }.wake_armed();
+        }
+    }
+
     /// The completion of `ev` and the CQ it goes to, or `None` when it is not reported (or
     /// is a refused send kept for another try, [`EpState::retry_refused`]).
     fn complete(&mut self, mut ev: CqEvent) -> Option<(*const UetCq, Completion)> {
         if self.retry_refused(&mut ev) {
+            self.wake_for_retry();
             return None;
         }
         self.finish(ev)

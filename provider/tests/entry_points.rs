@@ -11489,3 +11489,43 @@ fn a_receive_context_opened_again_starts_from_the_default_min_multi_recv() {
         "the closed context's value"
     );
 }
+
+/// fi_poll(3) `fi_trywait`: once it returns 0 for a CQ, the CQ's `FI_WAIT_FD` descriptor
+/// polls readable whenever a read of the CQ is needed, whoever drains the endpoint's ring.
+/// A send refused while the application sleeps on the CQ, whose refusal another call takes
+/// off the ring (here the `fi_trywait` of a counter of the same endpoint, which also clears
+/// the vector that announced it), waits for a retry only a read posts: the CQ's descriptor
+/// polls readable for it, and the send completes once a receive takes it.
+#[test]
+fn a_cq_descriptor_wakes_for_a_retry_whose_refusal_another_call_drained() {
+    let (pair, fabric, cq, cntr) = fd_waited_pair();
+    let (ret, fd) = control_int(cq, FI_GETWAIT);
+    assert_eq!(ret, 0, "fi_control(FI_GETWAIT)");
+    fill_unexpected_list(&pair);
+    assert_eq!(pair.read(0).err(), Some(neg(FiErrno::FI_EAGAIN)));
+    assert_eq!(
+        trywait_on(fabric, &[cq]),
+        0,
+        "nothing to read: the CQ may be slept on"
+    );
+    assert_eq!(pair.send(0, b"refused", 20), 0);
+    // The refusal lands on the endpoint's ring.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    // Another look at the endpoint takes the refusal off the ring (the send is kept for a
+    // retry) and arms the ring: 0 or -FI_EAGAIN, as the retry is due or not.
+    let r = trywait_on(fabric, &[cntr]);
+    assert!(
+        r == 0 || r == ineg(FiErrno::FI_EAGAIN),
+        "fi_trywait(cntr): {r}"
+    );
+    assert!(
+        fd_readable(fd, 2000),
+        "the CQ's descriptor stayed unreadable while a retry only a read posts came due"
+    );
+    take_unexpected_list(&pair);
+    let mut rbuf = [0u8; 16];
+    // SAFETY: `rbuf` outlives the receive, whose completion is read below.
+    assert_eq!(unsafe { pair.post_recv(1, &mut rbuf, 7) }, 0);
+    assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(20));
+    assert_eq!(pair.wait(1).map(|e| e.len), Ok(7));
+}
