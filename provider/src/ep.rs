@@ -838,11 +838,17 @@ impl EpState {
             match posted {
                 Ok(()) => {}
                 Err((e, buffer)) if e.errno() == FiErrno::FI_EAGAIN => {
-                    // Tried again shortly: the ring has room once its completions are read.
+                    // Tried again shortly, with every other one due now: the ring has room
+                    // once its completions are read, and a retry left due would have the
+                    // waiters read again at once, and again, while it stays full.
+                    let later = now + RETRY_BACKOFF_FIRST;
+                    for r in self.retries.iter_mut().filter(|r| r.due <= now) {
+                        r.due = later;
+                    }
                     self.retries.push(Retry {
                         token,
                         buffer,
-                        due: now + RETRY_BACKOFF_FIRST,
+                        due: later,
                     });
                     return;
                 }
