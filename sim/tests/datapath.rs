@@ -1923,6 +1923,55 @@ fn post_tagged(b: &mut Driver, eb: &Ep, base: usize, slot: usize, context: u64, 
     );
 }
 
+/// A late copy `frame` of a packet of a message that finished on the unexpected list: it is
+/// answered as the packet was (`answer`), counted the `dups`-th duplicate, completes nothing
+/// and takes no place on the list (which holds `held` messages still).
+#[allow(clippy::too_many_arguments)]
+fn late_copy_is_a_duplicate(
+    fabric: &Fabric,
+    b: &Driver,
+    eb: &Ep,
+    wire: &Wire,
+    frame: &[u8],
+    answer: (u16, u32, u8, u8),
+    dups: u64,
+    held: u64,
+) {
+    fabric.inject_frame(frame);
+    assert_eq!(wire.last(), answer, "answered as before");
+    assert_eq!(b.f.debug_counters().rx_duplicate_packets, dups);
+    assert!(b.peek_cq(eb).is_none(), "no completion");
+    assert_eq!(b.f.counter(RX_UNEXPECTED), held, "not held again");
+}
+
+/// A new message `data` (tagged with match bits 0x5, or untagged) under a fresh message id:
+/// the receive of `context`, still posted, takes it into buffer `slot`.
+fn a_new_message_takes(
+    fabric: &Fabric,
+    b: &mut Driver,
+    eb: &mut Ep,
+    tagged: bool,
+    data: &[u8],
+    (context, slot): (u64, usize),
+) {
+    let mut next = StandardRequest {
+        message_id: 4,
+        request_length: data.len() as u32,
+        ..send_to(eb)
+    };
+    if tagged {
+        next.opcode = 9;
+        next.match_bits = 0x5;
+    }
+    fabric.inject_frame(&request_frame(5, 0, 11, next, data));
+    let c = b.poll_cq(eb).expect("the new message");
+    assert_eq!(
+        (c.context.get(), c.len.get() as usize),
+        (context, data.len())
+    );
+    assert_eq!(b.buf(slot, data.len()), data);
+}
+
 /// A late copy of a packet (a retransmission: same PDC, message id and PSN) of a multi-packet
 /// tagged message that waited on the unexpected list — while it is still there, whole, and
 /// after a receive took it — is a duplicate: answered RC_OK on the overflow list as the
@@ -1949,14 +1998,9 @@ fn a_late_packet_of_a_tagged_message_that_waited_unexpected_is_a_duplicate() {
         [(3, 9, ok, LIST_OVERFLOW), (3, 10, ok, LIST_OVERFLOW)]
     );
     // Whole on the list, not taken yet: a copy of its last packet.
-    fabric.inject_frame(&packet(1, FLAG_RETX));
-    assert_eq!(
-        wire.last(),
-        (3, 10, ok, LIST_OVERFLOW),
-        "answered as before"
-    );
-    assert_eq!(b.f.debug_counters().rx_duplicate_packets, 1);
-    assert_eq!(b.f.counter(RX_UNEXPECTED), 1, "not held again");
+    let late = packet(1, FLAG_RETX);
+    let answer = (3, 10, ok, LIST_OVERFLOW);
+    late_copy_is_a_duplicate(&fabric, &b, &eb, &wire, &late, answer, 1, 1);
     assert_eq!(b.f.counter(RX_PACKETS), 2);
     // Two receives: the first takes the message, the second stays posted.
     post_tagged(&mut b, &eb, base, 0, 8, 0);
@@ -1969,24 +2013,12 @@ fn a_late_packet_of_a_tagged_message_that_waited_unexpected_is_a_duplicate() {
     assert_eq!(b.buf(8, 6), b"onetwo");
     assert!(b.poll_cq(&mut eb).is_none());
     // Taken: a copy of its first packet.
-    fabric.inject_frame(&packet(0, FLAG_SYN | FLAG_RETX));
-    assert_eq!(wire.last(), (3, 9, ok, LIST_OVERFLOW), "answered as before");
-    assert_eq!(b.f.debug_counters().rx_duplicate_packets, 2);
-    assert!(b.peek_cq(&eb).is_none(), "no second completion");
-    assert_eq!(b.f.counter(RX_UNEXPECTED), 1, "not held again");
+    let late = packet(0, FLAG_SYN | FLAG_RETX);
+    let answer = (3, 9, ok, LIST_OVERFLOW);
+    late_copy_is_a_duplicate(&fabric, &b, &eb, &wire, &late, answer, 2, 1);
     assert_eq!(b.f.counter(RX_PACKETS), 2);
     // The second receive is still posted: the next message takes it.
-    let next = StandardRequest {
-        opcode: 9,
-        message_id: 4,
-        match_bits: 0x5,
-        request_length: 4,
-        ..send_to(&eb)
-    };
-    fabric.inject_frame(&request_frame(5, 0, 11, next, b"next"));
-    let c = b.poll_cq(&mut eb).expect("the next message");
-    assert_eq!((c.context.get(), c.len.get()), (9, 4));
-    assert_eq!(b.buf(9, 4), b"next");
+    a_new_message_takes(&fabric, &mut b, &mut eb, true, b"next", (9, 9));
 }
 
 /// The same for a tagged message a probe (`TRX_FLAG_PEEK | TRX_FLAG_DISCARD`) dropped off the
@@ -2017,26 +2049,10 @@ fn a_late_packet_of_a_message_a_probe_discarded_is_a_duplicate() {
     );
     assert_eq!(c.flags, COMPLETION_FLAG_REPORT);
     post_tagged(&mut b, &eb, base, 1, 8, 0);
-    fabric.inject_frame(&packet(1, FLAG_RETX));
-    assert_eq!(
-        wire.last(),
-        (3, 10, ok, LIST_OVERFLOW),
-        "answered as before"
-    );
-    assert_eq!(b.f.debug_counters().rx_duplicate_packets, 1);
-    assert!(b.peek_cq(&eb).is_none(), "the receive stays posted");
-    assert_eq!(b.f.counter(RX_UNEXPECTED), 1, "not held again");
-    let next = StandardRequest {
-        opcode: 9,
-        message_id: 4,
-        match_bits: 0x5,
-        request_length: 4,
-        ..send_to(&eb)
-    };
-    fabric.inject_frame(&request_frame(5, 0, 11, next, b"next"));
-    let c = b.poll_cq(&mut eb).expect("the next message");
-    assert_eq!((c.context.get(), c.len.get()), (8, 4));
-    assert_eq!(b.buf(9, 4), b"next");
+    let late = packet(1, FLAG_RETX);
+    let answer = (3, 10, ok, LIST_OVERFLOW);
+    late_copy_is_a_duplicate(&fabric, &b, &eb, &wire, &late, answer, 1, 1);
+    a_new_message_takes(&fabric, &mut b, &mut eb, true, b"next", (8, 9));
 }
 
 /// The same for an untagged message held on the unexpected list (interface 1.17): a late
@@ -2067,25 +2083,11 @@ fn a_late_packet_of_an_untagged_message_that_waited_unexpected_is_a_duplicate() 
     );
     assert_eq!(b.buf(0, 6), b"onetwo");
     b.post_recv(&mut eb, 1, 64, 2);
-    fabric.inject_frame(&packet(1, FLAG_RETX));
-    assert_eq!(
-        wire.last(),
-        (3, 10, ok, LIST_OVERFLOW),
-        "answered as before"
-    );
-    assert_eq!(b.f.debug_counters().rx_duplicate_packets, 1);
-    assert!(b.peek_cq(&eb).is_none(), "no second completion");
-    assert_eq!(b.f.counter(RX_UNEXPECTED), 1, "not held again");
+    let late = packet(1, FLAG_RETX);
+    let answer = (3, 10, ok, LIST_OVERFLOW);
+    late_copy_is_a_duplicate(&fabric, &b, &eb, &wire, &late, answer, 1, 1);
     assert_eq!(b.f.counter(RX_PACKETS), 2);
-    let next = StandardRequest {
-        message_id: 4,
-        request_length: 4,
-        ..send_to(&eb)
-    };
-    fabric.inject_frame(&request_frame(5, 0, 11, next, b"next"));
-    let c = b.poll_cq(&mut eb).expect("the next message");
-    assert_eq!((c.context.get(), c.len.get()), (2, 4));
-    assert_eq!(b.buf(1, 4), b"next");
+    a_new_message_takes(&fabric, &mut b, &mut eb, false, b"next", (2, 1));
 }
 
 /// A multi-packet tagged message refused for want of room on the unexpected list
@@ -2134,15 +2136,5 @@ fn a_late_packet_of_a_message_the_full_unexpected_list_refused_is_refused_again(
     assert_eq!(b.f.counter(RX_UNEXPECTED), 1);
     assert_eq!(b.f.counter(RX_PACKETS), 1);
     // The message sent again under a new id takes the receive.
-    let next = StandardRequest {
-        opcode: 9,
-        message_id: 4,
-        match_bits: 0x5,
-        request_length: 6,
-        ..send_to(&eb)
-    };
-    fabric.inject_frame(&request_frame(5, 0, 11, next, b"onetwo"));
-    let c = b.poll_cq(&mut eb).expect("the message sent again");
-    assert_eq!((c.context.get(), c.len.get()), (8, 6));
-    assert_eq!(b.buf(8, 6), b"onetwo");
+    a_new_message_takes(&fabric, &mut b, &mut eb, true, b"onetwo", (8, 8));
 }
