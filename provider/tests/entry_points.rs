@@ -11084,20 +11084,13 @@ fn a_receive_context_of_a_scalable_endpoint_with_fi_multi_recv_takes_multi_recei
     }
 }
 
-/// Sends waiting to be posted again after their target refused them are outstanding sends:
-/// no more are taken than the transmit queue holds (`tx_attr->size`), `-FI_EAGAIN` beyond,
-/// so they never take the buffers the endpoint's receives need: a receive is still posted.
-#[test]
-fn sends_waiting_for_a_retry_fill_the_transmit_queue_and_leave_receives_their_buffers() {
-    let pair = Pair::new(0);
-    // SAFETY: the info the endpoints were opened with.
-    let tx_size = unsafe { (*(*pair._open.info).tx_attr).size };
-    fill_unexpected_list(&pair);
-    // Peer 0 sends until the sends are refused for good: each is refused at peer 1 and
-    // waits for its retry.
+/// Send one-byte messages from peer 0 (contexts from 5000) until `refusals` sends in a row
+/// are `-FI_EAGAIN` (each after a read of peer 0's CQ, which finds nothing): the sends
+/// taken, each refused at peer 1 (its unexpected list full) and waiting for its retry.
+fn send_until_refused(pair: &Pair, refusals: usize) -> usize {
     let mut accepted = 0usize;
     let mut refused = 0;
-    while refused < 50 {
+    while refused < refusals {
         assert!(accepted < 100_000, "sends are never refused");
         match pair.send(0, b"x", 5000 + accepted) {
             0 => {
@@ -11112,6 +11105,21 @@ fn sends_waiting_for_a_retry_fill_the_transmit_queue_and_leave_receives_their_bu
             }
         }
     }
+    accepted
+}
+
+/// Sends waiting to be posted again after their target refused them are outstanding sends:
+/// no more are taken than the transmit queue holds (`tx_attr->size`), `-FI_EAGAIN` beyond,
+/// so they never take the buffers the endpoint's receives need: a receive is still posted.
+#[test]
+fn sends_waiting_for_a_retry_fill_the_transmit_queue_and_leave_receives_their_buffers() {
+    let pair = Pair::new(0);
+    // SAFETY: the info the endpoints were opened with.
+    let tx_size = unsafe { (*(*pair._open.info).tx_attr).size };
+    fill_unexpected_list(&pair);
+    // Peer 0 sends until the sends are refused for good: each is refused at peer 1 and
+    // waits for its retry.
+    let accepted = send_until_refused(&pair, 50);
     assert!(
         accepted <= tx_size,
         "{accepted} sends outstanding, tx_attr->size {tx_size}"
@@ -11374,23 +11382,7 @@ fn a_message_too_long_is_emsgsize_while_sends_waiting_for_a_retry_fill_the_queue
     };
     fill_unexpected_list(&pair);
     // Peer 0 sends until its queue is full of refused sends waiting for their retry.
-    let mut accepted = 0usize;
-    let mut refused = 0;
-    while refused < 20 {
-        assert!(accepted < 100_000, "sends are never refused");
-        match pair.send(0, b"x", 5000 + accepted) {
-            0 => {
-                accepted += 1;
-                refused = 0;
-            }
-            r => {
-                assert_eq!(r, neg(FiErrno::FI_EAGAIN), "send {accepted}");
-                assert_eq!(pair.read(0).err(), Some(neg(FiErrno::FI_EAGAIN)));
-                refused += 1;
-                std::thread::sleep(std::time::Duration::from_micros(200));
-            }
-        }
-    }
+    assert!(send_until_refused(&pair, 20) > 0, "sends were taken");
     let long = vec![7u8; inject_size + 1];
     let byte = [0u8; 1];
     // The refused sends are posted again, and refused again, as peer 0's CQ is read: for a
