@@ -10074,6 +10074,45 @@ fn closing_fi_wait_mutex_cond_objects_leaks_no_descriptor_or_thread() {
     );
 }
 
+/// A NIC of an older host interface, served over vfio-user from this process, which the
+/// provider opens (`FI_UET_DEVICE`): for a test in a process of its own. Its socket's
+/// directory goes with it.
+struct OldNic {
+    dir: std::path::PathBuf,
+    _fabric: uet_sim::Fabric,
+}
+
+impl OldNic {
+    /// Serve a NIC of interface 1.`minor` at a socket in a directory named from `tag`.
+    fn serve(tag: &str, minor: u8) -> OldNic {
+        let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("nic.sock");
+        let fabric = uet_sim::Fabric::new();
+        let mut config = uet_sim::NicConfig::new("10.0.0.1".parse().unwrap());
+        config.interface_minor = minor;
+        let function = fabric.add_nic(config).unwrap();
+        let server =
+            std::sync::Arc::new(uet_sim::vfio_user::VfioUserServer::bind(function, &path).unwrap());
+        std::thread::spawn(move || server.serve_one());
+        std::env::set_var(
+            uet_fi::device::DEVICE_VAR,
+            format!("vfio-user:{}", path.display()),
+        );
+        OldNic {
+            dir,
+            _fabric: fabric,
+        }
+    }
+}
+
+impl Drop for OldNic {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// fi_domain(3)'s resource management is what the NIC gives: `FI_RM_DISABLED` on one older
 /// than host interface 1.17, where a message that arrives before its receive fails at the
 /// sender, so hints asking `FI_RM_ENABLED` find nothing there. (The provider opens one NIC
@@ -10088,21 +10127,7 @@ fn fi_getinfo_answers_fi_rm_disabled_on_a_nic_that_refuses_early_messages() {
     }
     const FI_RM_DISABLED: c_int = 1;
     const FI_RM_ENABLED: c_int = 2;
-    let dir = std::env::temp_dir().join(format!("uet-rm-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("nic.sock");
-    let fabric = uet_sim::Fabric::new();
-    let mut config = uet_sim::NicConfig::new("10.0.0.1".parse().unwrap());
-    config.interface_minor = uet_regs::since::UNTAGGED_UNEXPECTED - 1;
-    let function = fabric.add_nic(config).unwrap();
-    let server =
-        std::sync::Arc::new(uet_sim::vfio_user::VfioUserServer::bind(function, &path).unwrap());
-    let _serving = std::thread::spawn(move || server.serve_one());
-    std::env::set_var(
-        uet_fi::device::DEVICE_VAR,
-        format!("vfio-user:{}", path.display()),
-    );
+    let _nic = OldNic::serve("uet-rm", uet_regs::since::UNTAGGED_UNEXPECTED - 1);
     let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
     let info = getinfo(None, None, 0, Some(&hints)).expect("fi_getinfo");
     // SAFETY: the provider's answer, read, then freed once.
@@ -10119,7 +10144,6 @@ fn fi_getinfo_answers_fi_rm_disabled_on_a_nic_that_refuses_early_messages() {
         Some(-(FiErrno::FI_ENODATA.get() as c_int)),
         "resource management this NIC does not give"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// On a NIC whose rings are smaller than the defaults (`CAP_QUEUES.max_queue_entries` 32),
@@ -11322,21 +11346,7 @@ fn an_index_whose_closed_context_left_a_multi_receive_buffer_an_old_nic_keeps_is
     if !common::in_own_process(NAME) {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("uet-mrecv-old-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("nic.sock");
-    let fabric = uet_sim::Fabric::new();
-    let mut config = uet_sim::NicConfig::new("10.0.0.1".parse().unwrap());
-    config.interface_minor = uet_regs::since::MULTI_RECV_CANCEL - 1;
-    let function = fabric.add_nic(config).unwrap();
-    let server =
-        std::sync::Arc::new(uet_sim::vfio_user::VfioUserServer::bind(function, &path).unwrap());
-    let _serving = std::thread::spawn(move || server.serve_one());
-    std::env::set_var(
-        uet_fi::device::DEVICE_VAR,
-        format!("vfio-user:{}", path.display()),
-    );
+    let _nic = OldNic::serve("uet-mrecv-old", uet_regs::since::MULTI_RECV_CANCEL - 1);
     let open = Open::with_hints(&sep_hints(1, 1));
     let mut attr = av_attr(16);
     let av = open.av_open(&mut attr).unwrap();
@@ -11363,7 +11373,6 @@ fn an_index_whose_closed_context_left_a_multi_receive_buffer_an_old_nic_keeps_is
     }
     // SAFETY: ours, open, closed once, the scalable endpoint first.
     unsafe { close_all(&[&mut (*sep).fid, &mut (*cq).fid, &mut (*av).fid]) };
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// fi_msg(3): a message longer than `max_msg_size`, or an inject longer than
