@@ -1923,6 +1923,35 @@ fn post_tagged(b: &mut Driver, eb: &Ep, base: usize, slot: usize, context: u64, 
     );
 }
 
+/// Two NICs of one fabric whose frames are captured (`wire`): `b` (of `cfg`, at 10.0.0.2)
+/// with a tagged endpoint `eb` on an AV of its own, its buffers at `base`.
+struct Tagged {
+    fabric: Fabric,
+    _a: Driver,
+    b: Driver,
+    eb: Ep,
+    base: usize,
+    wire: Wire,
+}
+
+fn tagged_on_the_wire(cfg: NicConfig) -> Tagged {
+    let fabric = Fabric::new();
+    let _a = Driver::new(&fabric, "10.0.0.1");
+    let mut b = Driver::with_config(&fabric, cfg);
+    let av_b = b.av_create(64, 0).unwrap();
+    let (eb, base) = tagged_endpoint(&mut b, av_b);
+    let wire = Wire::default();
+    fabric.capture_to_writer(wire.clone()).unwrap();
+    Tagged {
+        fabric,
+        _a,
+        b,
+        eb,
+        base,
+        wire,
+    }
+}
+
 /// A late copy `frame` of a packet of a message that finished on the unexpected list: it is
 /// answered as the packet was (`answer`), counted the `dups`-th duplicate, completes nothing
 /// and takes no place on the list (which holds `held` messages still).
@@ -1981,13 +2010,14 @@ fn a_new_message_takes(
 fn a_late_packet_of_a_tagged_message_that_waited_unexpected_is_a_duplicate() {
     use uet_sim::pds::FLAG_RETX;
     use uet_sim::ses::LIST_OVERFLOW;
-    let fabric = Fabric::new();
-    let _a = Driver::new(&fabric, "10.0.0.1");
-    let mut b = Driver::new(&fabric, "10.0.0.2");
-    let av_b = b.av_create(64, 0).unwrap();
-    let (mut eb, base) = tagged_endpoint(&mut b, av_b);
-    let wire = Wire::default();
-    fabric.capture_to_writer(wire.clone()).unwrap();
+    let Tagged {
+        fabric,
+        mut b,
+        mut eb,
+        base,
+        wire,
+        _a,
+    } = tagged_on_the_wire(NicConfig::new(addr("10.0.0.2")));
     let packet = two_packets(&eb, true);
     let ok = ReturnCode::Ok as u8;
     fabric.inject_frame(&packet(0, FLAG_SYN));
@@ -2029,13 +2059,14 @@ fn a_late_packet_of_a_message_a_probe_discarded_is_a_duplicate() {
     use uet_fwif::datapath::{COMPLETION_FLAG_REPORT, TRX_FLAG_DISCARD, TRX_FLAG_PEEK};
     use uet_sim::pds::FLAG_RETX;
     use uet_sim::ses::LIST_OVERFLOW;
-    let fabric = Fabric::new();
-    let _a = Driver::new(&fabric, "10.0.0.1");
-    let mut b = Driver::new(&fabric, "10.0.0.2");
-    let av_b = b.av_create(64, 0).unwrap();
-    let (mut eb, base) = tagged_endpoint(&mut b, av_b);
-    let wire = Wire::default();
-    fabric.capture_to_writer(wire.clone()).unwrap();
+    let Tagged {
+        fabric,
+        mut b,
+        mut eb,
+        base,
+        wire,
+        _a,
+    } = tagged_on_the_wire(NicConfig::new(addr("10.0.0.2")));
     let packet = two_packets(&eb, true);
     let ok = ReturnCode::Ok as u8;
     fabric.inject_frame(&packet(0, FLAG_SYN));
@@ -2098,15 +2129,16 @@ fn a_late_packet_of_an_untagged_message_that_waited_unexpected_is_a_duplicate() 
 fn a_late_packet_of_a_message_the_full_unexpected_list_refused_is_refused_again() {
     use uet_sim::pds::FLAG_RETX;
     use uet_sim::ses::LIST_EXPECTED;
-    let fabric = Fabric::new();
-    let _a = Driver::new(&fabric, "10.0.0.1");
     let mut cfg = NicConfig::new(addr("10.0.0.2"));
     cfg.unexpected_entries = 1;
-    let mut b = Driver::with_config(&fabric, cfg);
-    let av_b = b.av_create(64, 0).unwrap();
-    let (mut eb, base) = tagged_endpoint(&mut b, av_b);
-    let wire = Wire::default();
-    fabric.capture_to_writer(wire.clone()).unwrap();
+    let Tagged {
+        fabric,
+        mut b,
+        mut eb,
+        base,
+        wire,
+        _a,
+    } = tagged_on_the_wire(cfg);
     // The list's one place goes to a message no receive will match.
     let other = StandardRequest {
         opcode: 9,
