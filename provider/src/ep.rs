@@ -2682,19 +2682,28 @@ fn send_as(
             }
         }
     }
-    // Refuses a message longer than the largest buffer (`FI_EMSGSIZE`) before any slice is
-    // made of the application's bytes.
-    let mut buffer = st.ready(call, total)?;
+    // A message longer than the largest buffer is `FI_EMSGSIZE` however full the queue is,
+    // and nothing is taken or made for it.
+    if let Some(max) = st.pool.as_ref().map(DmaPoolSet::max_size) {
+        if total > max {
+            return Err(FiError::new(
+                FiErrno::FI_EMSGSIZE,
+                format!("{call}: a message is at most {max} bytes (ep_attr->max_msg_size)"),
+            ));
+        }
+    }
     // Sends waiting for their retry hold their places in the transmit queue: with the queue
-    // full of outstanding sends, the application reads its CQ and tries again. Looked at
-    // once the length is known to fit, so that a message too long is `FI_EMSGSIZE` however
-    // full the queue is (the buffer goes back to the pool).
+    // full of outstanding sends, the application reads its CQ and tries again, before a
+    // buffer is taken (or a class of them made) for the message.
     if !st.retries.is_empty() {
         let in_flight = st.driver.as_ref().map_or(0, |d| d.in_flight().0 as usize);
         if st.retries.len().saturating_add(in_flight) >= st.tx_room {
             return Err(FiError::new(FiErrno::FI_EAGAIN, String::new()));
         }
     }
+    // Refuses a message no buffer holds (`FI_EMSGSIZE`) before any slice is made of the
+    // application's bytes.
+    let mut buffer = st.ready(call, total)?;
     let mut parts: [&[u8]; IOV_LIMIT] = [&[]; IOV_LIMIT];
     for (part, &(base, len)) in parts.iter_mut().zip(iov.as_slice()) {
         if len > 0 {
