@@ -253,9 +253,10 @@ impl Msix {
             Some(mut f) => {
                 // An eventfd counter: adding 1 wakes its readers. When the counter would pass
                 // 2^64 - 2, a non-blocking eventfd refuses the write (its reader is woken
-                // already) and a blocking one blocks until it is read: a client that passes a
-                // blocking eventfd and fills it itself stalls this write (the vfio-user
-                // server takes only eventfds, and cannot make a client's non-blocking).
+                // already) and a blocking one blocks until it is read (the vfio-user server
+                // makes every eventfd a client gives non-blocking, so only a client that
+                // clears the flag again on its own descriptor can stall this write; an
+                // in-process host passes its own).
                 let _ = f.write(&1u64.to_ne_bytes());
                 self.sent.delivered += 1;
             }

@@ -35,7 +35,9 @@
 //!   all, and `DATA_NONE` with a count raises those vectors (a test of the wiring). The
 //!   legacy and MSI indices have no vectors. Other requests (masking, `DATA_BOOL`, vectors
 //!   outside the table, fewer descriptors than vectors, a descriptor that is no eventfd: a
-//!   pipe or socket, which a message could block on) are refused and change nothing; the
+//!   pipe or socket, which a message could block on) are refused and change nothing; an
+//!   eventfd taken is made non-blocking (the flag is shared with the client's descriptor), so
+//!   that a client that fills its counter loses a message rather than stalling the server; the
 //!   `vfio_user` client does not pass the refusal on, so a client asks `GET_IRQ_INFO` first.
 //!   A reset, and the client's going, take every eventfd back and disable MSI-X.
 //!
@@ -261,6 +263,9 @@ impl FunctionBackend {
                 return Err("a descriptor that is no eventfd (a pipe, socket or file)".into())
             }
             VFIO_IRQ_SET_DATA_EVENTFD if fds.len() == count as usize => {
+                if !fds.iter().all(set_nonblocking) {
+                    return Err("a descriptor that cannot be made non-blocking".into());
+                }
                 for (v, fd) in vectors.zip(fds) {
                     self.function
                         .set_msix_eventfd(v, Some(fd.as_fd()))
@@ -299,6 +304,34 @@ fn is_eventfd_like(file: &File) -> bool {
             || t.is_char_device()
             || t.is_block_device())
     })
+}
+
+/// Make `file`'s writes non-blocking; whether it is. A message adds 1 to an eventfd, and a
+/// blocking eventfd whose counter the client has filled (2^64 - 2) would block that write, and
+/// with it the server and every NIC of its fabric, until the client reads it. A non-blocking
+/// one refuses the write instead (its reader is woken already), as the kernel's
+/// `eventfd_signal` never waits. The flag belongs to the open file, which the client shares:
+/// its own reads of the eventfd no longer block either (the driver's eventfds are
+/// non-blocking from the start). For the same reason a client may clear the flag again on its
+/// own descriptor, and then stall the write as before: this guards against a careless client,
+/// not a hostile one (a file description of the server's own cannot be opened on an eventfd,
+/// and eventfd writes take no `RWF_NOWAIT`).
+#[allow(unsafe_code)]
+fn set_nonblocking(file: &File) -> bool {
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
+    // SAFETY: F_GETFL only reads the file status flags of a descriptor this process owns
+    // (`file` is borrowed for the call); it touches no memory.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return false;
+    }
+    if flags & libc::O_NONBLOCK != 0 {
+        return true;
+    }
+    // SAFETY: F_SETFL sets the status flags of the same descriptor, still borrowed; it
+    // touches no memory.
+    unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) >= 0 }
 }
 
 /// Whether `file` carries the `F_SEAL_SHRINK` seal: its size can never go below what it is
@@ -490,5 +523,83 @@ impl ServerBackend for FunctionBackend {
             tracing::warn!(index, flags, start, count, %reason, "SET_IRQS refused");
             std::io::Error::other(reason)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Fabric, NicConfig};
+    use std::io::{Read, Write};
+    use std::os::fd::FromRawFd;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    fn backend() -> FunctionBackend {
+        let fabric = Fabric::new();
+        let function = fabric
+            .add_nic(NicConfig::new("10.0.0.1".parse().unwrap()))
+            .unwrap();
+        FunctionBackend {
+            function,
+            config: PciConfig::default(),
+        }
+    }
+
+    /// A blocking eventfd, as a client may create one.
+    #[allow(unsafe_code)]
+    fn blocking_eventfd() -> File {
+        // SAFETY: eventfd creates a descriptor; the result is checked before it is owned.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        assert!(fd >= 0, "eventfd");
+        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+        unsafe { File::from_raw_fd(fd) }
+    }
+
+    #[test]
+    fn a_full_blocking_eventfd_never_blocks_the_server() {
+        let mut b = backend();
+        let mut client = blocking_eventfd();
+        let server_copy = client.try_clone().unwrap();
+        let trigger = VFIO_IRQ_SET_ACTION_TRIGGER;
+        b.set_irqs(
+            VFIO_PCI_MSIX_IRQ_INDEX,
+            trigger | VFIO_IRQ_SET_DATA_EVENTFD,
+            0,
+            1,
+            vec![server_copy],
+        )
+        .expect("eventfd taken");
+        // The client fills its counter to the most an eventfd holds: one more would block.
+        client.write_all(&(u64::MAX - 1).to_ne_bytes()).unwrap();
+        let (done, finished) = mpsc::channel();
+        let raising = std::thread::spawn(move || {
+            let raised = b.set_irqs(
+                VFIO_PCI_MSIX_IRQ_INDEX,
+                trigger | VFIO_IRQ_SET_DATA_NONE,
+                0,
+                1,
+                Vec::new(),
+            );
+            let _ = done.send(raised.is_ok());
+            b
+        });
+        let raised = finished.recv_timeout(Duration::from_secs(5));
+        if raised.is_err() {
+            // Unblock the server's write so the thread ends, then fail.
+            let mut drain = [0u8; 8];
+            client.read_exact(&mut drain).unwrap();
+            raising.join().unwrap();
+            panic!("raising a vector blocked on the client's full eventfd");
+        }
+        assert_eq!(raised, Ok(true));
+        raising.join().unwrap();
+        let mut count = [0u8; 8];
+        client.read_exact(&mut count).unwrap();
+        assert_eq!(
+            u64::from_ne_bytes(count),
+            u64::MAX - 1,
+            "the message was dropped"
+        );
     }
 }
