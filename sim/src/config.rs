@@ -25,6 +25,8 @@ pub const DEFAULT_MEMORY_REGIONS: u32 = 4096;
 /// DMA mappings a function's IOMMU holds at once: the VFIO type1 IOMMU's default
 /// `dma_entry_limit`, which bounds what one process may map through kernel VFIO.
 pub const DEFAULT_DMA_MAPPINGS: u32 = 65_535;
+/// Bytes a function's IOMMU maps at once, over all its mappings: 64 GiB.
+pub const DEFAULT_DMA_BYTES: u64 = 64 << 30;
 
 /// The oldest host interface the model emulates (1.7: peer groups; the completion, RX
 /// descriptor and AV_CREATE layouts the model implements are those of 1.7 and later).
@@ -86,6 +88,12 @@ pub struct NicConfig {
     /// the vfio-user server cannot make it hold a descriptor and a mapping per request
     /// without bound.
     pub dma_mappings: u32,
+    /// Bytes the function's IOMMU maps at once, over all its mappings (no register: the
+    /// host's limit, [`DEFAULT_DMA_BYTES`], as `RLIMIT_MEMLOCK` bounds what kernel VFIO pins).
+    /// Each mapping takes as much of the simulator's address space, even of sparse memory
+    /// that costs the client nothing: a map beyond it is refused, so that no client of the
+    /// vfio-user server takes the address space every other function needs.
+    pub dma_bytes: u64,
     /// Slots of the auth-key table (`CAP_AUTH_KEY.slots`), at most
     /// `uet_fwif::auth_key::MAX_AUTH_KEY_SLOTS`.
     pub auth_key_slots: u16,
@@ -148,6 +156,7 @@ impl NicConfig {
             unexpected_kib: CAP_TAGGED.reset_value().unexpected_kib(),
             memory_regions: DEFAULT_MEMORY_REGIONS,
             dma_mappings: DEFAULT_DMA_MAPPINGS,
+            dma_bytes: DEFAULT_DMA_BYTES,
             auth_key_slots: CAP_AUTH_KEY.reset_value().slots(),
             max_group_id: CAP_PEER_GROUPS.reset_value(),
             max_admin_entries: q.max_admin_entries(),

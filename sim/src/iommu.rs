@@ -14,7 +14,9 @@
 //!   past the end of a file would fault on access).
 //! * At most [`crate::NicConfig::dma_mappings`] mappings are held at once (65,535 by default,
 //!   the VFIO type1 IOMMU's `dma_entry_limit`); a map beyond it is refused, so that no client
-//!   makes the model hold a descriptor and a mapping per request without bound.
+//!   makes the model hold a descriptor and a mapping per request without bound; and at most
+//!   [`crate::NicConfig::dma_bytes`] bytes over all of them, since each mapping takes as much
+//!   of the simulator's address space, even of sparse memory that costs the client nothing.
 //! * `dma_unmap(iova, len)` removes every mapping inside the range; a range that cuts a mapping
 //!   in two, or covers none, is refused.
 //! * A mapping lets the device read, write, or both ([`DmaAccess`], VFIO's
@@ -81,21 +83,29 @@ pub(crate) struct Iommu {
     bus_master_off: bool,
     /// The most mappings held at once ([`crate::NicConfig::dma_mappings`]).
     limit: usize,
+    /// The bytes mapped, over all mappings.
+    mapped: u64,
+    /// The most bytes mapped at once ([`crate::NicConfig::dma_bytes`]).
+    byte_limit: u64,
 }
 
 impl Iommu {
-    /// An IOMMU with nothing mapped, holding at most `limit` mappings at once.
-    pub(crate) fn new(limit: u32) -> Iommu {
+    /// An IOMMU with nothing mapped, holding at most `limit` mappings and `byte_limit` bytes
+    /// at once.
+    pub(crate) fn new(limit: u32, byte_limit: u64) -> Iommu {
         Iommu {
             mem: GuestMemoryMmap::default(),
             maps: BTreeMap::new(),
             bus_master_off: false,
             limit: usize::try_from(limit).unwrap_or(usize::MAX),
+            mapped: 0,
+            byte_limit,
         }
     }
 
     /// Map `len` bytes of `fd` from `fd_offset` at `iova`, for `access`. Refused once
-    /// `limit` mappings are held ([`SimError::TooManyMappings`]).
+    /// `limit` mappings are held ([`SimError::TooManyMappings`]), or when it would map more
+    /// than `byte_limit` bytes ([`SimError::TooMuchMemory`]).
     pub(crate) fn map(
         &mut self,
         iova: u64,
@@ -128,6 +138,14 @@ impl Iommu {
         if self.maps.len() >= self.limit {
             return Err(SimError::TooManyMappings { limit: self.limit });
         }
+        let mapped = self
+            .mapped
+            .checked_add(len)
+            .filter(|&m| m <= self.byte_limit)
+            .ok_or(SimError::TooMuchMemory {
+                limit: self.byte_limit,
+                mapped: self.mapped,
+            })?;
         let file = File::from(fd.try_clone_to_owned()?);
         let file_len = file.metadata()?.len();
         let need = fd_offset
@@ -149,6 +167,7 @@ impl Iommu {
             .insert_region(Arc::new(region))
             .map_err(|e| SimError::Map(e.to_string()))?;
         self.maps.insert(iova, (len, access));
+        self.mapped = mapped;
         Ok(())
     }
 
@@ -171,6 +190,7 @@ impl Iommu {
     pub(crate) fn clear(&mut self) {
         self.mem = GuestMemoryMmap::default();
         self.maps.clear();
+        self.mapped = 0;
     }
 
     /// Unmap every mapping inside `[iova, iova + len)`.
@@ -203,8 +223,9 @@ impl Iommu {
                 .0;
         }
         self.mem = mem;
-        for (s, _) in victims {
+        for (s, l) in victims {
             self.maps.remove(&s);
+            self.mapped = self.mapped.saturating_sub(l);
         }
         Ok(())
     }

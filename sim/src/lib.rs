@@ -139,6 +139,16 @@ pub enum SimError {
         /// The most mappings held at once.
         limit: usize,
     },
+    /// The mapping would take the IOMMU past the bytes it maps ([`NicConfig::dma_bytes`]).
+    #[error(
+        "DMA map refused: the IOMMU maps at most {limit} bytes of DMA memory, {mapped} mapped"
+    )]
+    TooMuchMemory {
+        /// The most bytes mapped at once.
+        limit: u64,
+        /// The bytes mapped before the refused map.
+        mapped: u64,
+    },
     /// Nothing is mapped in the range.
     #[error("nothing mapped at {iova:#x}+{len:#x}")]
     NotMapped {

@@ -125,7 +125,7 @@ impl Nic {
         Nic {
             regs: RegFile::new(&cfg),
             counters: Counters::default(),
-            iommu: Iommu::new(cfg.dma_mappings),
+            iommu: Iommu::new(cfg.dma_mappings, cfg.dma_bytes),
             admin: AdminQueue::default(),
             avs: AvTables::new(cfg.av_tables),
             auths: AuthTable::new(cfg.auth_key_slots),

@@ -25,7 +25,9 @@
 //!   as far as the map's flags allow (readable, writable: a DMA they do not allow is a DMA
 //!   fault; a map that allows neither is refused). The memory must be sealed against
 //!   shrinking (`F_SEAL_SHRINK`, as the driver seals its memfds): memory the client could
-//!   shrink under a mapping would fault the server on the NIC's next access;
+//!   shrink under a mapping would fault the server on the NIC's next access. The IOMMU's
+//!   limits bound what one client maps (`NicConfig::dma_mappings` and `dma_bytes`: each
+//!   mapping takes the server's address space, however sparse the client's memory);
 //! * **device reset**: a function-level reset (the model's `FUNCTION_RESET`, and the
 //!   configuration header's reset values);
 //! * **interrupts**: the MSI-X index (`VFIO_PCI_MSIX_IRQ_INDEX`) has
@@ -554,6 +556,58 @@ mod tests {
         assert!(fd >= 0, "eventfd");
         // SAFETY: `fd` is a fresh descriptor that nothing else owns.
         unsafe { File::from_raw_fd(fd) }
+    }
+
+    /// A memfd of `len` bytes, sparse (nothing allocated), sealed against shrinking as the
+    /// server asks.
+    #[allow(unsafe_code)]
+    fn sealed_memfd(len: u64) -> File {
+        // SAFETY: memfd_create with a NUL-terminated name; the result is checked before it is
+        // owned.
+        let fd = unsafe {
+            libc::memfd_create(
+                c"uet-vfio-user-test".as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+            )
+        };
+        assert!(fd >= 0, "memfd_create");
+        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+        let file = unsafe { File::from_raw_fd(fd) };
+        file.set_len(len).unwrap();
+        // SAFETY: F_ADD_SEALS on the descriptor owned above; it touches no memory.
+        let sealed = unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) };
+        assert_eq!(sealed, 0, "F_ADD_SEALS");
+        file
+    }
+
+    #[test]
+    fn a_client_cannot_map_more_than_the_functions_dma_memory() {
+        let mut b = backend();
+        // Sparse memory costs the client nothing, but each mapping takes the server as much
+        // address space: 128 of these would take all of it, and the server could allocate
+        // nothing more, for any of its functions.
+        const TIB: u64 = 1 << 40;
+        let huge = sealed_memfd(TIB);
+        let rw = DmaMapFlags::READ | DmaMapFlags::WRITE;
+        let err = b
+            .dma_map(rw, 0, 0, TIB, Some(huge.try_clone().unwrap()))
+            .expect_err("a terabyte mapped");
+        assert!(err.to_string().contains("DMA memory"), "{err}");
+        // What the function may map still maps, and counts against the total.
+        let limit = crate::config::DEFAULT_DMA_BYTES;
+        b.dma_map(rw, 0, 0, limit - 4096, Some(huge.try_clone().unwrap()))
+            .expect("inside the limit");
+        b.dma_map(rw, 0, TIB, 8192, Some(huge.try_clone().unwrap()))
+            .expect_err("past the limit with the first mapping");
+        b.dma_map(rw, 0, TIB, 4096, Some(huge.try_clone().unwrap()))
+            .expect("up to the limit");
+        // An unmap gives its bytes back; so does the client's going.
+        b.dma_unmap(DmaUnmapFlags::empty(), TIB, 4096).unwrap();
+        b.dma_map(rw, 0, TIB, 4096, Some(huge.try_clone().unwrap()))
+            .expect("the unmapped bytes again");
+        b.release();
+        b.dma_map(rw, 0, 0, limit, Some(huge))
+            .expect("the whole limit after a release");
     }
 
     #[test]
