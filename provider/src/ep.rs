@@ -297,7 +297,7 @@ enum Posted {
         /// Refused by its target for want of a receive buffer, and retried since
         /// ([`EpState::retry_refused`]): when first refused, and the wait before the next try.
         refused: Option<Refused>,
-        /// An inject sent from a buffer ([`send_as`]): its success is counted, never
+        /// An inject sent from a buffer ([`Inject::Silent`]): its success is counted, never
         /// reported.
         silent: bool,
     },
@@ -2620,11 +2620,36 @@ unsafe extern "C" fn ep_shutdown(ep: *mut FidEp, flags: u64) -> c_int {
     })
 }
 
-/// Post a send of `iov`'s bytes to `dest`, gathered into one of the endpoint's buffers.
-/// `inject`: the call's flags hold `FI_INJECT` (`fi_sendmsg`, `fi_tsendmsg`), which
-/// fi_msg(3) limits to messages of at most `inject_size` bytes: a longer one is
-/// `FI_EMSGSIZE`, as it is from `fi_inject`, whatever the state of the endpoint's buffers
-/// and rings, and nothing is posted.
+/// How a send relates to `FI_INJECT`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Inject {
+    /// A send with no `FI_INJECT`.
+    No,
+    /// `fi_sendmsg` or `fi_tsendmsg` with `FI_INJECT`, which fi_msg(3) limits to messages of
+    /// at most `inject_size` bytes: a longer one is `FI_EMSGSIZE`, as it is from
+    /// `fi_inject`, whatever the state of the endpoint's buffers and rings, and nothing is
+    /// posted.
+    Flag,
+    /// An `fi_inject` of an endpoint that retries refused messages, sent from a buffer of
+    /// the endpoint's so that a retry has its message: limited as [`Inject::Flag`], it
+    /// reports no success, only a failure (with no context, as an inject's), and a bound
+    /// counter counts it.
+    Silent,
+}
+
+impl Inject {
+    /// [`Inject::Flag`] when a call's `flags` hold `FI_INJECT`.
+    fn of(flags: u64) -> Inject {
+        if flags & FI_INJECT != 0 {
+            Inject::Flag
+        } else {
+            Inject::No
+        }
+    }
+}
+
+/// Post a send of `iov`'s bytes to `dest`, gathered into one of the endpoint's buffers, as
+/// `inject` says.
 #[allow(clippy::too_many_arguments)]
 fn send(
     e: &UetEp,
@@ -2635,28 +2660,7 @@ fn send(
     data: u64,
     report: bool,
     matching: Matching,
-    inject: bool,
-) -> Result<(), FiError> {
-    send_as(
-        e, call, iov, dest, context, data, report, matching, inject, false,
-    )
-}
-
-/// [`send`]; `silent`: an `fi_inject` of an endpoint that retries refused messages, sent
-/// from a buffer of the endpoint's so that a retry has its message: it reports no success,
-/// only a failure (with no context, as an inject's), and a bound counter counts it.
-#[allow(clippy::too_many_arguments)]
-fn send_as(
-    e: &UetEp,
-    call: &str,
-    iov: &IoList,
-    dest: FiAddr,
-    context: u64,
-    data: u64,
-    report: bool,
-    matching: Matching,
-    inject: bool,
-    silent: bool,
+    inject: Inject,
 ) -> Result<(), FiError> {
     e.check_serves(true, call)?;
     e.role.check_enabled(true, call)?;
@@ -2671,7 +2675,7 @@ fn send_as(
         ));
     };
     let mut st = e.shared.lock();
-    if inject {
+    if inject != Inject::No {
         // Not enabled: `ready` refuses the call.
         if let Some(max) = st.driver.as_ref().map(Endpoint::inject_size) {
             if total > max {
@@ -2724,7 +2728,7 @@ fn send_as(
         dest,
         data,
         refused: None,
-        silent,
+        silent: inject == Inject::Silent,
     });
     let driver = st
         .driver
@@ -3014,7 +3018,7 @@ unsafe extern "C" fn ep_send(
             0,
             e.tx_report(),
             Matching::Untagged,
-            false,
+            Inject::No,
         )
     })
 }
@@ -3041,7 +3045,7 @@ unsafe extern "C" fn ep_senddata(
             data,
             e.tx_report(),
             Matching::Untagged,
-            false,
+            Inject::No,
         )
     })
 }
@@ -3067,7 +3071,7 @@ unsafe extern "C" fn ep_sendv(
             0,
             e.tx_report(),
             Matching::Untagged,
-            false,
+            Inject::No,
         )
     })
 }
@@ -3099,7 +3103,7 @@ unsafe extern "C" fn ep_sendmsg(ep: *mut FidEp, msg: *const FiMsg, flags: u64) -
             data,
             flags & FI_COMPLETION != 0,
             Matching::Untagged,
-            flags & FI_INJECT != 0,
+            Inject::of(flags),
         )
     })
 }
@@ -3154,11 +3158,11 @@ unsafe fn inject(
         if st.retry.is_some() {
             // A refused message is retried: the endpoint keeps this one in a buffer of its
             // own, as a send's, so that a retry has it to post again.
-            // `send_as` refuses one longer than inject_size.
+            // `send` refuses one longer than inject_size.
             drop(st);
             let v = one(buf, len, call)?;
             let matching = tag.map_or(Matching::Untagged, tagged);
-            return send_as(e, call, &v, dest, 0, data, false, matching, true, true);
+            return send(e, call, &v, dest, 0, data, false, matching, Inject::Silent);
         }
         let driver = st.driver.as_mut().ok_or_else(|| {
             FiError::new(
@@ -3310,7 +3314,7 @@ unsafe extern "C" fn ep_tsend(
             0,
             e.tx_report(),
             tagged(tag),
-            false,
+            Inject::No,
         )
     })
 }
@@ -3340,7 +3344,7 @@ unsafe extern "C" fn ep_tsenddata(
             data,
             e.tx_report(),
             tagged(tag),
-            false,
+            Inject::No,
         )
     })
 }
@@ -3367,7 +3371,7 @@ unsafe extern "C" fn ep_tsendv(
             0,
             e.tx_report(),
             tagged(tag),
-            false,
+            Inject::No,
         )
     })
 }
@@ -3403,7 +3407,7 @@ unsafe extern "C" fn ep_tsendmsg(ep: *mut FidEp, msg: *const FiMsgTagged, flags:
             data,
             report,
             tagged(m.tag),
-            flags & FI_INJECT != 0,
+            Inject::of(flags),
         )
     })
 }
