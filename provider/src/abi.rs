@@ -670,6 +670,12 @@ pub const FI_SELECTIVE_COMPLETION: u64 = 1 << 59;
 pub const FI_COMPLETION: u64 = 1 << 24;
 /// `FI_INJECT` of an operation's flags.
 pub const FI_INJECT: u64 = 1 << 25;
+/// `FI_PEEK`: see whether a matching message arrived (fi_tagged(3)).
+pub const FI_PEEK: u64 = 1 << 19;
+/// `FI_CLAIM`: with `FI_PEEK`, claim the message found; alone, take the message claimed.
+pub const FI_CLAIM: u64 = 1 << 59;
+/// `FI_DISCARD`: with `FI_PEEK` or `FI_CLAIM`, drop the message.
+pub const FI_DISCARD: u64 = 1 << 58;
 /// `FI_MULTI_RECV`: a capability (receives of several messages into one buffer), a
 /// receive's flag (post such a buffer), and a completion's (the buffer's last).
 pub const FI_MULTI_RECV: u64 = 1 << 16;

@@ -239,12 +239,6 @@ pub(crate) const FI_DELIVERY_COMPLETE: u64 = 1 << 28;
 /// completion comes once the message is in its buffer; `FI_MULTI_RECV` posts a
 /// multi-receive buffer ([`recv_multi`]).
 const RECVMSG_FLAGS: u64 = FI_COMPLETION | FI_MORE | FI_TRANSMIT_COMPLETE | FI_MULTI_RECV;
-/// `FI_PEEK`: see whether a matching message arrived (fi_tagged(3)).
-const FI_PEEK: u64 = 1 << 19;
-/// `FI_CLAIM`: with `FI_PEEK`, claim the message found; alone, take the message claimed.
-const FI_CLAIM: u64 = 1 << 59;
-/// `FI_DISCARD`: with `FI_PEEK` or `FI_CLAIM`, drop the message.
-const FI_DISCARD: u64 = 1 << 58;
 /// Flags `fi_trecvmsg` takes (fi_tagged(3) gives `FI_TRANSMIT_COMPLETE` to `fi_tsendmsg`
 /// only). `FI_PEEK`, `FI_CLAIM` and `FI_DISCARD` need a NIC of host interface 1.18.
 const TRECVMSG_FLAGS: u64 = FI_COMPLETION | FI_MORE | FI_PEEK | FI_CLAIM | FI_DISCARD;

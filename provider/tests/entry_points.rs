@@ -1003,9 +1003,6 @@ fn a_sender_that_runs_ahead_of_its_receiver_loses_nothing() {
 /// a context `-FI_EINVAL`.
 #[test]
 fn fi_trecvmsg_peeks_claims_and_discards_tagged_messages_that_arrived_first() {
-    const FI_PEEK: u64 = 1 << 19;
-    const FI_CLAIM: u64 = 1 << 59;
-    const FI_DISCARD: u64 = 1 << 58;
     let pair = Pair::new(0);
     let to_1 = pair.p[1].addr;
     assert_eq!(tsend(pair.p[0].ep, b"peeked", to_1, 7, 1), 0);
@@ -1087,9 +1084,6 @@ fn fi_trecvmsg_peeks_claims_and_discards_tagged_messages_that_arrived_first() {
 /// all the same.
 #[test]
 fn fi_discard_ignores_the_iovecs() {
-    const FI_PEEK: u64 = 1 << 19;
-    const FI_CLAIM: u64 = 1 << 59;
-    const FI_DISCARD: u64 = 1 << 58;
     let pair = Pair::new(0);
     let to_1 = pair.p[1].addr;
     assert_eq!(tsend(pair.p[0].ep, b"dropped", to_1, 8, 1), 0);
@@ -1128,9 +1122,6 @@ fn fi_discard_ignores_the_iovecs() {
 /// enabled is refused as a receive is: `-FI_EOPBADSTATE`.
 #[test]
 fn a_probe_on_an_endpoint_not_enabled_is_refused_as_a_receive_is() {
-    const FI_PEEK: u64 = 1 << 19;
-    const FI_CLAIM: u64 = 1 << 59;
-    const FI_DISCARD: u64 = 1 << 58;
     let pair = Pair::new(0);
     // SAFETY: the provider's own info.
     let caps = unsafe { (*pair._open.info).caps };
@@ -2060,7 +2051,6 @@ fn fi_endpoint_refuses_capabilities_its_endpoint_type_lacks() {
 /// `FI_MULTI_RECV`, which no receive serves. The flags it honours open one.
 #[test]
 fn fi_endpoint_and_fi_scalable_ep_refuse_default_flags_the_provider_does_not_honour() {
-    const FI_MULTI_RECV: u64 = 1 << 16;
     const FI_MATCH_COMPLETE: u64 = 1 << 31;
     const FI_DELIVERY_COMPLETE: u64 = 1 << 28;
     const FI_TRANSMIT_COMPLETE: u64 = 1 << 27;
@@ -7300,8 +7290,6 @@ fn one_context_each(
 /// has room for as many messages for the new context as it had before the claim.
 #[test]
 fn a_closed_receive_contexts_claims_leave_the_unexpected_list() {
-    const FI_PEEK: u64 = 1 << 19;
-    const FI_CLAIM: u64 = 1 << 59;
     let entries = usize::from(uet_regs::CAP_TAGGED.reset_value().unexpected_entries());
     let open = Open::with_hints(&sep_hints(1, 1));
     let (av, cq_t, cq_r, sep, t0, r0) = one_context_each(&open);
@@ -10339,9 +10327,6 @@ fn a_connection_carries_messages_up_to_max_msg_size_both_ways() {
         assert!(rbuf == message, "{len} bytes");
     }
 }
-
-/// `FI_MULTI_RECV` (fi_msg(3)).
-const FI_MULTI_RECV: u64 = 1 << 16;
 
 /// `fi_recvmsg` on peer `i` of one buffer `buf` with `flags` and `context`: its return.
 ///
