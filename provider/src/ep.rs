@@ -2294,8 +2294,9 @@ unsafe extern "C" fn ep_cancel(fid: *mut Fid, context: *mut c_void) -> isize {
 /// `fi_getopt`: `FI_OPT_MIN_MULTI_RECV` (a `size_t`: what `fi_setopt` set, else the NIC's
 /// default of one MTU), and `FI_OPT_CM_DATA_SIZE` of an `FI_EP_MSG` endpoint
 /// ([`crate::pep::cm_getopt`]); `FI_ETOOSMALL` with `*optlen` set when the buffer is shorter
-/// than a `size_t`, `-FI_ENOPROTOOPT` for any other option, and for the connection data on
-/// other endpoint types, which have none.
+/// than a `size_t`, `-FI_ENOPROTOOPT` for any other option, for the connection data on
+/// other endpoint types, which have none, and for every option of a scalable endpoint's
+/// transmit context, which posts no receive.
 unsafe extern "C" fn ep_getopt(
     fid: *mut Fid,
     level: c_int,
@@ -2307,6 +2308,17 @@ unsafe extern "C" fn ep_getopt(
     entry(CALL, || {
         // SAFETY: called through the endpoint's own ops.
         let e = unsafe { ep_ref(fid, CALL) }?;
+        if let Role::Context { tx: true, .. } = e.role {
+            // As in `fi_setopt`: the option is its receive context's, whose value this
+            // context would otherwise read as its own.
+            return Err(FiError::new(
+                FiErrno::FI_ENOPROTOOPT,
+                format!(
+                    "{CALL}: level {level}, option {optname}: a transmit context serves no \
+                     option (FI_OPT_MIN_MULTI_RECV is its receive context's)"
+                ),
+            ));
+        }
         if level == FI_OPT_ENDPOINT && optname == FI_OPT_MIN_MULTI_RECV {
             let value = e.min_multi_recv(CALL)?;
             // SAFETY: libfabric's contract on `optval` and `optlen`.

@@ -11308,15 +11308,22 @@ fn default_receive_flags_asking_fi_multi_recv_need_the_capability() {
 }
 
 /// `FI_OPT_MIN_MULTI_RECV` is a receive context's: a transmit context of a scalable
-/// endpoint sets no option (`-FI_ENOPROTOOPT`), and the receive context of its index keeps
-/// its value.
+/// endpoint sets no option and reads none (`-FI_ENOPROTOOPT`, not its receive context's
+/// value as if its own), and the receive context of its index keeps its value.
 #[test]
-fn a_transmit_context_sets_no_fi_opt_min_multi_recv() {
+fn a_transmit_context_sets_and_gets_no_fi_opt_min_multi_recv() {
     let s = Scalable::new();
     let (tx, rx) = (s.tx[0].0, s.rx[0].0);
     assert_eq!(setopt_size(rx, 0, 300, 8), 0);
     assert_eq!(setopt_size(tx, 0, 77, 8), ineg(FiErrno::FI_ENOPROTOOPT));
     assert_eq!(min_multi_recv(rx), 300);
+    let mut value = 0usize;
+    let mut len = core::mem::size_of::<usize>();
+    // SAFETY: an open context and its operations; room for a size_t.
+    let ret =
+        unsafe { ((*(*tx).ops).getopt)(&mut (*tx).fid, 0, 0, (&raw mut value).cast(), &mut len) };
+    assert_eq!(ret, ineg(FiErrno::FI_ENOPROTOOPT));
+    assert_eq!(value, 0, "nothing written");
 }
 
 /// On a NIC older than host interface 1.19, which cannot withdraw a multi-receive buffer, a
