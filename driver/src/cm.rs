@@ -73,8 +73,9 @@
 //! accepting endpoint's connect timeout when it accepts.
 //!
 //! Messages are checked: a malformed one, one of an unknown connection (its `conn_id`), a
-//! SHUTDOWN whose source is not the peer, or a READY or ACCEPT that names the peer as its
-//! sender without coming from it, is dropped and counted ([`PassiveEndpoint::dropped`],
+//! SHUTDOWN whose source is not the peer, a REJECT of a request from anywhere but where the
+//! request went, or a READY or ACCEPT that names the peer as its sender without coming from
+//! it, is dropped and counted ([`PassiveEndpoint::dropped`],
 //! [`Endpoint::cm_dropped`]). The source is the AV entry the NIC found the sender at; a
 //! sender in no entry is the peer only for the requester's messages that landed before it
 //! took the ACCEPT in, and had an entry for the acceptor.
@@ -1229,6 +1230,15 @@ impl Connection {
         if stray_ready {
             return self.refuse_connreq(inner, &msg);
         }
+        // A REJECT of this endpoint's request comes from where the request went: the listener,
+        // or the endpoint that took its PIDonFEP. One from anywhere else is forged, and would
+        // otherwise refuse a request its listener may still accept.
+        let from_listener = match inner.role {
+            Role::Active {
+                listener: Some(l), ..
+            } => self.is_from_entry(inner, ev.src_addr, l),
+            _ => false,
+        };
         match &mut inner.role {
             Role::Passive {
                 pending, next_id, ..
@@ -1329,7 +1339,7 @@ impl Connection {
                                 .into(),
                         );
                     }
-                    (CmKind::Reject, CONNECTING) => {
+                    (CmKind::Reject, CONNECTING) if from_listener => {
                         self.set(REFUSED);
                         let text = format!(
                             "connection rejected by the listener; param {:?}",
@@ -1528,6 +1538,21 @@ impl Connection {
             return inner.accept_pass && address == msg.sender;
         }
         entry_address(inner, src_addr).is_some_and(|a| a == address)
+    }
+
+    /// Whether the NIC found a message's sender at the AV entry `entry`, or at another entry
+    /// of the same endpoint address (Fabric Address and PIDonFEP).
+    fn is_from_entry(&self, inner: &CmInner, src_addr: u64, entry: u64) -> bool {
+        if src_addr == entry {
+            return true;
+        }
+        if src_addr == uet_fwif::FI_ADDR_NOTAVAIL {
+            return false;
+        }
+        match (entry_address(inner, src_addr), entry_address(inner, entry)) {
+            (Some(a), Some(b)) => (a.fabric_addr, a.pid_on_fep) == (b.fabric_addr, b.pid_on_fep),
+            _ => false,
+        }
     }
 
     /// Whether a message is the peer's ([`Connection::is_from_peer`]) or names the peer as
@@ -2743,6 +2768,47 @@ mod tests {
         assert!(client.is_connected() && server.is_connected());
         assert!(eq_c.is_empty() && eq_s.is_empty(), "no FI_SHUTDOWN");
         assert_eq!(f.dropped.load(Ordering::Relaxed), 0, "no REJECT came back");
+    }
+
+    /// A REJECT of a pending request that names the listener as its sender but comes from
+    /// another endpoint (one that learnt the request's `conn_id`) is dropped and counted: the
+    /// requester keeps waiting, and the listener's ACCEPT connects it.
+    #[test]
+    fn a_reject_from_an_endpoint_the_request_did_not_go_to_is_dropped() {
+        let l = Listening::new();
+        let (ns, nc, pep) = (&l.ns, &l.nc, &l.pep);
+        let wait = Duration::from_secs(5);
+        let (mut client, eq_c) = msg_client(nc);
+        let (mut server, eq_s) = msg_client(ns);
+        let req = l.request(&mut client);
+        let (forger, _eq_f) = msg_client(nc);
+        let f = connection(&forger);
+        {
+            let to = client.address().to_bytes().expect("address");
+            let mut inner = f.lock();
+            let fi = insert_peer(&mut inner.av, &to, "requester").expect("inserted");
+            inner.local = *pep.address();
+            f.send(&mut inner, fi, CmKind::Reject, req.conn_id, b"forged", 0)
+                .expect("sent");
+        }
+        assert!(
+            f.wait_until(Instant::now() + wait, |inner| inner.lane.in_flight().0 == 0),
+            "delivered"
+        );
+        let deadline = Instant::now() + wait;
+        while client.cm_dropped() == 0 {
+            assert!(Instant::now() < deadline, "the REJECT taken in");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(eq_c.is_empty(), "no FI_ECONNREFUSED");
+        pep.accept(&req, &mut server, b"").expect("accept");
+        for eq in [&eq_c, &eq_s] {
+            assert_eq!(
+                eq.sread(Some(wait), 0).expect("event").kind,
+                EqEventKind::Connected
+            );
+        }
+        assert!(client.is_connected() && server.is_connected());
     }
 
     /// The acceptor is closed once its ACCEPT was delivered and before the requester took it
