@@ -74,7 +74,7 @@
 //!
 //! Messages are checked: a malformed one, one of an unknown connection (its `conn_id`), a
 //! SHUTDOWN whose source is not the peer, a REJECT of a request from anywhere but where the
-//! request went, or a READY or ACCEPT that names the peer as its sender without coming from
+//! request went, a second CONNREQ of a request pending at the listener, or a READY or ACCEPT that names the peer as its sender without coming from
 //! it, is dropped and counted ([`PassiveEndpoint::dropped`],
 //! [`Endpoint::cm_dropped`]). The source is the AV entry the NIC found the sender at; a
 //! sender in no entry is the peer only for the requester's messages that landed before it
@@ -1245,6 +1245,16 @@ impl Connection {
             } => {
                 if msg.kind != CmKind::ConnReq {
                     return self.drop_message("a listener takes only connection requests");
+                }
+                // A requester sends its request once (again only when it found no receive,
+                // so was not taken): a second of the same connection is a forgery, which
+                // would give the application the request twice and its second accept a
+                // requester already answered.
+                if pending
+                    .values()
+                    .any(|p| p.req.conn_id == msg.conn_id && p.req.peer == msg.sender)
+                {
+                    return self.drop_message("a request already pending");
                 }
                 let id = *next_id;
                 *next_id += 1;
@@ -2809,6 +2819,37 @@ mod tests {
             );
         }
         assert!(client.is_connected() && server.is_connected());
+    }
+
+    /// A copy of a pending request (its requester's address and `conn_id`) reaching the
+    /// listener is dropped and counted: the application hears of the request once.
+    #[test]
+    fn a_second_connreq_of_a_pending_request_is_dropped() {
+        let l = Listening::new();
+        let (nc, pep) = (&l.nc, &l.pep);
+        let wait = Duration::from_secs(5);
+        let (mut client, _eq_c) = msg_client(nc);
+        let req = l.request(&mut client);
+        let (forger, _eq_f) = msg_client(nc);
+        let f = connection(&forger);
+        {
+            let to = pep.address().to_bytes().expect("address");
+            let mut inner = f.lock();
+            let fi = insert_peer(&mut inner.av, &to, "listener").expect("inserted");
+            inner.local = *client.address();
+            f.send(&mut inner, fi, CmKind::ConnReq, req.conn_id, b"", 0)
+                .expect("sent");
+        }
+        assert!(
+            f.wait_until(Instant::now() + wait, |inner| inner.lane.in_flight().0 == 0),
+            "delivered"
+        );
+        let deadline = Instant::now() + wait;
+        while pep.dropped() == 0 {
+            assert!(Instant::now() < deadline, "the copy taken in");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(l.eq_l.is_empty(), "one FI_CONNREQ");
     }
 
     /// The acceptor is closed once its ACCEPT was delivered and before the requester took it
