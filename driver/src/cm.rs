@@ -1737,7 +1737,7 @@ impl Nic {
             ));
         }
         // A closed queue is refused before anything is asked of the NIC.
-        let binding = eq.bind().map_err(fi_err)?;
+        let binding = eq.bind_listener().map_err(fi_err)?;
         let av = self
             .open_av(AvAttr {
                 count: LISTENER_AV_ENTRIES,

@@ -16,9 +16,11 @@
 //!   lost, and the queue stays usable. So is a peer's connection request
 //!   ([`EventQueue::offer`]), which connection management then rejects. The queue holds
 //!   [`ENDPOINT_RESERVED_ENTRIES`] entries past its size for each `FI_EP_MSG` endpoint bound
-//!   to it (fi_eq(3) makes `size` a minimum), taken only by the events the provider posts,
-//!   never by requests or writes: a burst of requests that fills the queue leaves room for
-//!   the connection events of the endpoints that report there, which cannot be refused.
+//!   to it, and [`LISTENER_RESERVED_ENTRIES`] for each passive endpoint (fi_eq(3) makes
+//!   `size` a minimum), taken only by the events the provider posts, never by requests or
+//!   writes: a burst of requests that fills the queue leaves room for the connection events
+//!   of the endpoints that report there, and for a listener's error, which cannot be
+//!   refused.
 //! * Closing a queue that objects are still bound to fails with `FI_EBUSY`. Closing it
 //!   otherwise closes it for every clone of the handle: the events it held are lost, readers
 //!   blocked in [`EventQueue::sread`] return, and every later call (read, post, bind) fails
@@ -83,6 +85,11 @@ pub const FI_PEEK: u64 = 1 << 19;
 /// the application's doing, its outcome (`FI_CONNECTED` or an error) and its end
 /// (`FI_SHUTDOWN` or an error).
 pub const ENDPOINT_RESERVED_ENTRIES: usize = 2;
+/// Entries an EQ holds past its size for each passive endpoint bound to it
+/// (`EventQueue::bind_listener`), as [`ENDPOINT_RESERVED_ENTRIES`] for an endpoint: the one
+/// event a listener posts without the application's doing, the `FI_EIO` error of a stopped
+/// NIC, which would otherwise overrun a queue its requests filled.
+pub const LISTENER_RESERVED_ENTRIES: usize = 1;
 /// Entries an EQ gets when `size` is 0.
 pub const DEFAULT_EQ_SIZE: usize = 256;
 /// Largest EQ.
@@ -577,9 +584,22 @@ impl EventQueue {
     /// [`EventQueue::bind`], and while it is bound the queue holds
     /// [`ENDPOINT_RESERVED_ENTRIES`] more entries for posted events.
     pub(crate) fn bind_endpoint(&self) -> Result<EqBinding, FiError> {
+        self.bind_reserving(ENDPOINT_RESERVED_ENTRIES)
+    }
+
+    /// Bind a passive endpoint, which reports its requests here: as [`EventQueue::bind`],
+    /// and while it is bound the queue holds [`LISTENER_RESERVED_ENTRIES`] more entries for
+    /// posted events.
+    pub(crate) fn bind_listener(&self) -> Result<EqBinding, FiError> {
+        self.bind_reserving(LISTENER_RESERVED_ENTRIES)
+    }
+
+    /// [`EventQueue::bind`], holding `entries` past the queue's size while bound.
+    fn bind_reserving(&self, entries: usize) -> Result<EqBinding, FiError> {
         let mut b = self.bind()?;
-        self.lock().reserved += ENDPOINT_RESERVED_ENTRIES;
-        b.reserves = ENDPOINT_RESERVED_ENTRIES;
+        let mut s = self.lock();
+        s.reserved = s.reserved.saturating_add(entries);
+        b.reserves = entries;
         Ok(b)
     }
 

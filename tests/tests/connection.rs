@@ -1064,6 +1064,38 @@ fn a_stopped_nic_ends_what_waits_on_its_control_channels_with_eio() {
     assert!(eq_w.readerr().is_err() && l.eq_l.readerr().is_err(), "once");
 }
 
+/// A listener's queue its requests filled still takes the `FI_EIO` of its NIC's stop (the
+/// queue holds an entry past its size for it), beside the requests, instead of being
+/// overrun, which would lose the error and make the queue unusable.
+#[test]
+fn the_eio_of_a_stopped_nic_reaches_a_listeners_queue_its_requests_filled() {
+    let (_fabric, fns) = fabric(2);
+    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
+    let eq_l = EventQueue::open(uet_driver::EqAttr {
+        size: 1,
+        ..uet_tests::WAITABLE_EQ
+    })
+    .unwrap();
+    let pep = listen(&ns, &eq_l);
+    let (mut client, _eq_c) = msg_ep(&nc);
+    client
+        .connect(&pep.address().to_bytes().unwrap(), b"")
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while eq_l.len() == (0, 0) {
+        assert!(Instant::now() < deadline, "the request reaches the queue");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    fns[0].function_level_reset();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while eq_l.len() == (1, 0) {
+        assert!(Instant::now() < deadline, "the error is posted");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    stopped_error(&eq_l, pep.fid(), "the listener");
+    assert_eq!(eq_l.read(0).unwrap().kind, EqEventKind::ConnReq);
+}
+
 /// `PassiveEndpoint::set_backlog` (`fi_control(FI_BACKLOG)`): a backlog of 1 holds one request
 /// and refuses the next; a backlog above `CM_BACKLOG` holds `CM_BACKLOG`; 0 is `FI_EINVAL`
 /// and changes nothing. A listener made with a backlog (`fi_listen` after `FI_BACKLOG`) holds
