@@ -5,6 +5,16 @@
 //! order. A frame whose destination no NIC owns is returned to the sending NIC as undeliverable
 //! (its send completes with `Unreachable`); an injected frame with no owner is dropped.
 //!
+//! ## Held frames
+//!
+//! A test can make the switch hold frames back (`Fabric::hold_frames`, with a filter that
+//! picks them), as a congested or failed link delays or loses them: a held frame is neither
+//! captured nor delivered until it is released (`Fabric::release_held`: back on the wire in
+//! the order held, behind what is on it) or discarded (`Fabric::discard_held`: lost). So the
+//! states between the packets of one message, which lossless in-order delivery within one run
+//! never shows, can be reached and stay put as long as a test needs: a message part-way
+//! arrived, a request whose answer has not come.
+//!
 //! Execution is deterministic and single-threaded: [`FabricInner::run_until_idle`] polls every
 //! NIC (admin queue, receive backlogs, TX rings), then delivers every frame in flight, and
 //! repeats until a whole round moves nothing. Every round consumes driver-posted work
@@ -43,6 +53,23 @@ pub(crate) struct FabricInner {
     pub capture: Option<ActiveCapture>,
     /// What the current (or last) capture did.
     pub capture_status: CaptureStatus,
+    /// Which frames the switch holds back, while a test wants some held.
+    pub hold: Option<HoldFilter>,
+    /// Frames held back, in the order they were taken off the wire.
+    pub held: VecDeque<(Option<usize>, Vec<u8>)>,
+}
+
+/// Picks the frames the switch holds back ([`crate::Fabric::hold_frames`]): called with each
+/// frame taken off the wire, `true` to hold it.
+pub(crate) struct HoldFilter(pub Box<HoldFn>);
+
+/// The function of a [`HoldFilter`].
+pub(crate) type HoldFn = dyn FnMut(&[u8]) -> bool + Send;
+
+impl std::fmt::Debug for HoldFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HoldFilter")
+    }
 }
 
 /// What a packet capture did.
@@ -138,6 +165,15 @@ impl FabricInner {
         }
     }
 
+    /// Stop holding frames back and put those held back on the wire, behind what is on it;
+    /// how many there were.
+    pub(crate) fn release_held(&mut self) -> usize {
+        self.hold = None;
+        let n = self.held.len();
+        self.wire.extend(self.held.drain(..));
+        n
+    }
+
     /// Process everything until nothing moves.
     pub(crate) fn run_until_idle(&mut self) {
         self.run_rounds();
@@ -157,6 +193,10 @@ impl FabricInner {
             }
             while let Some((src, f)) = self.wire.pop_front() {
                 progress = true;
+                if self.hold.as_mut().is_some_and(|h| (h.0)(&f)) {
+                    self.held.push_back((src, f));
+                    continue;
+                }
                 self.capture_frame(&f);
                 let dst = frame::peek_dst_ip(&f).and_then(|ip| self.by_addr.get(&ip).copied());
                 match (dst.and_then(|d| self.nics.get_mut(d)), src) {

@@ -232,6 +232,41 @@ impl Fabric {
         self.lock().dropped
     }
 
+    /// From now on hold back every frame `filter` picks (called with each frame the switch
+    /// takes off the wire, in order; `true` holds it), as a congested or failed link would:
+    /// it is neither captured nor delivered until [`Fabric::release_held`] or
+    /// [`Fabric::discard_held`]. A filter set before replaces the last one; frames it held
+    /// stay held. So a test reaches, and keeps, the states between the packets of one
+    /// message that lossless in-order delivery never leaves standing: a message part-way
+    /// arrived, a request whose answer has not come.
+    pub fn hold_frames(&self, filter: impl FnMut(&[u8]) -> bool + Send + 'static) {
+        self.lock().hold = Some(fabric::HoldFilter(Box::new(filter)));
+    }
+
+    /// Frames held back now.
+    pub fn held_frames(&self) -> usize {
+        self.lock().held.len()
+    }
+
+    /// Stop holding frames back, deliver those held (in the order they were held, behind
+    /// whatever else is on the wire), and run until idle; how many were held.
+    pub fn release_held(&self) -> usize {
+        let mut f = self.lock();
+        let n = f.release_held();
+        f.run_until_idle();
+        n
+    }
+
+    /// Stop holding frames back and lose those held, as a failed link loses them; how many
+    /// there were.
+    pub fn discard_held(&self) -> usize {
+        let mut f = self.lock();
+        f.hold = None;
+        let n = f.held.len();
+        f.held.clear();
+        n
+    }
+
     /// Write every frame that crosses the fabric from now on to a new libpcap file at `path`
     /// (created or truncated; see [`pcap`] for the format and the simulated clock). A capture
     /// already on is flushed and closed first. The file is complete whenever the fabric is
