@@ -3223,7 +3223,12 @@ struct Msg {
 
 impl Msg {
     fn new() -> Msg {
-        let hints = Hints::new(FI_MSG | FI_TAGGED, FI_FORMAT_UNSPEC);
+        Msg::with_caps(FI_MSG | FI_TAGGED)
+    }
+
+    /// An `FI_EP_MSG` answer to hints asking for `caps`, opened.
+    fn with_caps(caps: u64) -> Msg {
+        let hints = Hints::new(caps, FI_FORMAT_UNSPEC);
         // SAFETY: the hints' own attributes.
         unsafe { (*hints.info.ep_attr).ep_type = FI_EP_MSG };
         let open = Open::with_hints(&hints);
@@ -10062,17 +10067,18 @@ fn closing_fi_wait_mutex_cond_objects_leaks_no_descriptor_or_thread() {
     );
 }
 
-/// A NIC of an older host interface, served over vfio-user from this process, which the
-/// provider opens (`FI_UET_DEVICE`): for a test in a process of its own. Its socket's
-/// directory goes with it.
-struct OldNic {
+/// A NIC (of an older host interface, or on a fabric the test holds frames on), served over
+/// vfio-user from this process, which the provider opens (`FI_UET_DEVICE`): for a test in a
+/// process of its own. Its socket's directory goes with it.
+struct ServedNic {
     dir: std::path::PathBuf,
-    _fabric: uet_sim::Fabric,
+    /// The fabric the NIC is on.
+    fabric: uet_sim::Fabric,
 }
 
-impl OldNic {
+impl ServedNic {
     /// Serve a NIC of interface 1.`minor` at a socket in a directory named from `tag`.
-    fn serve(tag: &str, minor: u8) -> OldNic {
+    fn serve(tag: &str, minor: u8) -> ServedNic {
         let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -10088,14 +10094,11 @@ impl OldNic {
             uet_fi::device::DEVICE_VAR,
             format!("vfio-user:{}", path.display()),
         );
-        OldNic {
-            dir,
-            _fabric: fabric,
-        }
+        ServedNic { dir, fabric }
     }
 }
 
-impl Drop for OldNic {
+impl Drop for ServedNic {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -10115,7 +10118,7 @@ fn fi_getinfo_answers_fi_rm_disabled_on_a_nic_that_refuses_early_messages() {
     }
     const FI_RM_DISABLED: c_int = 1;
     const FI_RM_ENABLED: c_int = 2;
-    let _nic = OldNic::serve("uet-rm", uet_regs::since::UNTAGGED_UNEXPECTED - 1);
+    let _nic = ServedNic::serve("uet-rm", uet_regs::since::UNTAGGED_UNEXPECTED - 1);
     let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
     let info = getinfo(None, None, 0, Some(&hints)).expect("fi_getinfo");
     // SAFETY: the provider's answer, read, then freed once.
@@ -11338,7 +11341,7 @@ fn an_index_whose_closed_context_left_a_multi_receive_buffer_an_old_nic_keeps_is
     if !common::in_own_process(NAME) {
         return;
     }
-    let _nic = OldNic::serve("uet-mrecv-old", uet_regs::since::MULTI_RECV_CANCEL - 1);
+    let _nic = ServedNic::serve("uet-mrecv-old", uet_regs::since::MULTI_RECV_CANCEL - 1);
     let open = Open::with_hints(&sep_hints(1, 1));
     let mut attr = av_attr(16);
     let av = open.av_open(&mut attr).unwrap();
@@ -11521,4 +11524,92 @@ fn a_cq_descriptor_wakes_for_a_retry_whose_refusal_another_call_drained() {
     assert_eq!(unsafe { pair.post_recv(1, &mut rbuf, 7) }, 0);
     assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(20));
     assert_eq!(pair.wait(1).map(|e| e.len), Ok(7));
+}
+
+/// A multi-receive buffer a message is arriving into when the connection shuts down cannot
+/// be withdrawn then (that message completes on its own): it stays posted until the message
+/// is in, and is withdrawn at the read after it. The message's completion comes, then the
+/// buffer's `FI_ECANCELED` release with `FI_MULTI_RECV`, not a buffer left posted for good.
+/// (On its own process: the provider's NIC is served from it, on a fabric that holds the
+/// message's packets after the first back until the shutdown is done.)
+#[test]
+fn a_multi_receive_buffer_a_message_was_arriving_into_at_shutdown_is_withdrawn_after_it() {
+    const NAME: &str =
+        "a_multi_receive_buffer_a_message_was_arriving_into_at_shutdown_is_withdrawn_after_it";
+    if !common::in_own_process(NAME) {
+        return;
+    }
+    let nic = ServedNic::serve("uet-mrecv-arriving", uet_regs::INTERFACE_MINOR);
+    let m = Msg::with_caps(FI_MSG | FI_MULTI_RECV);
+    let (eq_l, eq_c) = (m.eq(), m.eq());
+    let pep = m.listen(eq_l);
+    // SAFETY: `pep` is open; only the field's address is taken.
+    let pep_fid: *mut Fid = unsafe { &mut (*pep).fid };
+    let (client, cq_c) = m.ep(m.open.info, eq_c);
+    assert_eq!(connect(client, &name_of(pep_fid), b""), 0);
+    let req = cm_event(eq_l).expect("FI_CONNREQ");
+    let (server, cq_s) = m.ep(req.info, eq_l);
+    // SAFETY: an open endpoint.
+    assert_eq!(unsafe { ((*(*server).cm).accept)(server, null(), 0) }, 0);
+    assert_eq!(cm_event(eq_c).expect("FI_CONNECTED").event, FI_CONNECTED);
+    assert_eq!(cm_event(eq_l).expect("FI_CONNECTED").event, FI_CONNECTED);
+
+    assert_eq!(setopt_size(server, 0, 64, 8), 0);
+    let mut buf = vec![0u8; 64 * 1024];
+    // SAFETY: an open endpoint; `buf` outlives the receive, whose completions are read below.
+    assert_eq!(
+        unsafe { recvmsg_on(server, &mut buf, FI_MULTI_RECV, 0xB1) },
+        0
+    );
+    // The message's first packet passes; the rest (data packets: longer than any control
+    // message or acknowledgement) are held.
+    let mut packets = 0;
+    nic.fabric.hold_frames(move |f| {
+        packets += usize::from(f.len() > 1024);
+        packets > 1
+    });
+    let message = patterned(20_000, 3);
+    assert_eq!(send_on(client, &message), 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while nic.fabric.held_frames() == 0 {
+        assert!(std::time::Instant::now() < deadline, "the message part-way");
+        std::thread::yield_now();
+    }
+    // SAFETY: an open endpoint.
+    assert_eq!(unsafe { ((*(*server).cm).shutdown)(server, 0) }, 0);
+    // SAFETY: a plain-data structure.
+    let mut e: FiCqTaggedEntry = unsafe { core::mem::zeroed() };
+    // SAFETY: an open CQ; room for one entry.
+    let ret = unsafe { ((*(*cq_s).ops).read)(cq_s, (&raw mut e).cast(), 1) };
+    assert_eq!(
+        ret,
+        neg(FiErrno::FI_EAGAIN),
+        "the buffer a message is arriving into stays posted"
+    );
+    assert!(nic.fabric.release_held() > 0);
+    let e = cq_wait(cq_s).expect("the message");
+    assert_eq!((e.op_context as usize, e.len), (0xB1, message.len()));
+    assert_eq!(e.flags & FI_MULTI_RECV, 0, "not the release");
+    assert!(buf[..message.len()] == message[..]);
+    assert_eq!(cq_wait(cq_s).err(), Some(neg(FiErrno::FI_EAVAIL)));
+    let e = cq_error_now(cq_s).expect("the withdrawn buffer");
+    assert_eq!(
+        (e.err, e.op_context as usize, e.len),
+        (FiErrno::FI_ECANCELED.get() as c_int, 0xB1, 0)
+    );
+    assert_ne!(e.flags & FI_MULTI_RECV, 0, "released: flags {:#x}", e.flags);
+
+    // SAFETY: ours, open, closed once; the event's info freed once.
+    unsafe {
+        uet_fi::info::free_info(req.info);
+        close_all(&[
+            &mut (*server).fid,
+            &mut (*client).fid,
+            &mut (*cq_s).fid,
+            &mut (*cq_c).fid,
+            pep_fid,
+            &mut (*eq_l).fid,
+            &mut (*eq_c).fid,
+        ]);
+    }
 }
