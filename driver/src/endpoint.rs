@@ -2567,7 +2567,7 @@ impl Endpoint {
             return Ok(None);
         }
         let mut buffer = posted.buffer;
-        let len = c.len.get() as usize;
+        let mut len = c.len.get() as usize;
         // A probe's report delivered nothing: its `len` is the message's.
         let report = kind == CompletionKind::TaggedRecv && c.flags & COMPLETION_FLAG_REPORT != 0;
         // A receive's buffer holds what was delivered; a READ's only when it succeeded.
@@ -2576,11 +2576,33 @@ impl Endpoint {
             CqOp::Read => local == LocalStatus::Ok,
             _ => false,
         };
+        // Bytes the NIC says it delivered past the buffer's end: none was placed there.
+        let mut beyond = 0;
         if let (true, Some(b)) = (delivers, buffer.as_mut()) {
+            beyond = len.saturating_sub(b.capacity());
+            len -= beyond;
             b.set_len(len);
         }
         let return_code = ReturnCode::from_u8(c.return_code);
-        let error = cq_error(c, local, return_code);
+        let mut error = cq_error(c, local, return_code);
+        // A receive whose length runs past its buffer is a truncated one: what the buffer
+        // holds, and the rest counted as dropped (`fi_cq_err_entry.olen`).
+        if beyond > 0 && matches!(posted.op, CqOp::Recv | CqOp::TaggedRecv) {
+            match error.as_mut() {
+                None => {
+                    error = Some(CqError {
+                        errno: FiErrno::FI_ETRUNC,
+                        local: LocalStatus::Truncated,
+                        return_code: None,
+                        olen: beyond,
+                    })
+                }
+                Some(e) if e.local == LocalStatus::Truncated => {
+                    e.olen = e.olen.saturating_add(beyond);
+                }
+                Some(_) => {}
+            }
+        }
         // A cancelled tagged receive took no message: it reports the tag it was posted with.
         let tag = if kind == CompletionKind::TaggedRecv && local == LocalStatus::Cancelled {
             posted.tag
@@ -2810,8 +2832,39 @@ fn release_grant(grants: &[std::sync::atomic::AtomicU32], s: u16) {
 
 #[cfg(test)]
 mod tests {
-    use super::release_grant;
-    use std::sync::atomic::{AtomicU32, Ordering};
+    use super::*;
+    use crate::backend::sim::sim_nic;
+    use crate::pool::DmaPool;
+    use std::sync::atomic::AtomicU32;
+    use uet_sim::Fabric;
+
+    /// An endpoint of its own NIC, bound to no AV, and a pool of 256-byte buffers for it.
+    fn endpoint(fabric: &Fabric) -> (Endpoint, DmaPool) {
+        let nic = sim_nic(fabric, "10.0.0.1");
+        let ep = nic
+            .endpoint(EndpointAttr::default(), None)
+            .expect("endpoint");
+        let pool = DmaPool::new(&nic, 256, 8).expect("pool");
+        (ep, pool)
+    }
+
+    /// Write `c` at the completion ring's head as the NIC would: with the phase of this pass.
+    fn forge(ep: &Endpoint, mut c: Completion) {
+        c.phase = u8::from(ep.cq_phase);
+        let region = ep.region().expect("rings");
+        region
+            .write_obj(ep.cq_head_slot(), &c)
+            .expect("write completion");
+    }
+
+    /// A completion of `kind` for the descriptor posted with `context`.
+    fn completion(kind: CompletionKind, context: u64) -> Completion {
+        Completion {
+            context: U64::new(context),
+            kind: kind as u8,
+            ..Completion::new_zeroed()
+        }
+    }
 
     /// A grant given back more often than it was counted (its slot counted afresh from 0 in
     /// between) leaves the count at 0, where a removal of the slot's key sees no endpoint;
@@ -2825,5 +2878,51 @@ mod tests {
         release_grant(&grants, 7);
         let counts: Vec<u32> = grants.iter().map(|n| n.load(Ordering::Acquire)).collect();
         assert_eq!(counts, [0, 0]);
+    }
+
+    /// A receive the NIC completes as a success with more bytes than its buffer holds is
+    /// reported truncated: the bytes the buffer holds, the rest as `olen`, never a success
+    /// whose length runs past the buffer.
+    #[test]
+    fn a_receive_completion_longer_than_its_buffer_is_truncated() {
+        let fabric = Fabric::new();
+        let (mut ep, pool) = endpoint(&fabric);
+        let buffer = pool.alloc().expect("buffer");
+        let capacity = buffer.capacity();
+        ep.post_recv(buffer, 7).expect("post");
+        let mut c = completion(CompletionKind::Recv, 0);
+        c.len = U32::new(10_000);
+        forge(&ep, c);
+        let ev = ep.poll().expect("poll").expect("a completion");
+        assert_eq!(ev.context, 7);
+        assert_eq!(ev.len, capacity, "the length is what the buffer holds");
+        let error = ev.error.expect("truncated");
+        assert_eq!(error.errno, FiErrno::FI_ETRUNC);
+        assert_eq!(error.olen, 10_000 - capacity);
+        let b = ev.buffer.expect("the buffer");
+        assert_eq!(b.len(), capacity);
+        assert_eq!(ep.in_flight(), (0, 0));
+    }
+
+    /// A tagged receive likewise; one the NIC already reported truncated counts the excess
+    /// in `olen` too.
+    #[test]
+    fn a_tagged_receive_completion_longer_than_its_buffer_is_truncated() {
+        let fabric = Fabric::new();
+        let (mut ep, pool) = endpoint(&fabric);
+        let buffer = pool.alloc().expect("buffer");
+        let capacity = buffer.capacity();
+        ep.post_trecv(buffer, 5, 0, 9).expect("post");
+        let mut c = completion(CompletionKind::TaggedRecv, 0);
+        c.len = U32::new(1000);
+        c.status = LocalStatus::Truncated as u8;
+        c.overflow = U32::new(24);
+        forge(&ep, c);
+        let ev = ep.poll().expect("poll").expect("a completion");
+        assert_eq!((ev.context, ev.len), (9, capacity));
+        let error = ev.error.expect("truncated");
+        assert_eq!(error.errno, FiErrno::FI_ETRUNC);
+        assert_eq!(error.olen, 1000 - capacity + 24);
+        assert_eq!(ev.buffer.expect("the buffer").len(), capacity);
     }
 }
