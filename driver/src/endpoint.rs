@@ -2588,20 +2588,7 @@ impl Endpoint {
         // A receive whose length runs past its buffer is a truncated one: what the buffer
         // holds, and the rest counted as dropped (`fi_cq_err_entry.olen`).
         if beyond > 0 && matches!(posted.op, CqOp::Recv | CqOp::TaggedRecv) {
-            match error.as_mut() {
-                None => {
-                    error = Some(CqError {
-                        errno: FiErrno::FI_ETRUNC,
-                        local: LocalStatus::Truncated,
-                        return_code: None,
-                        olen: beyond,
-                    })
-                }
-                Some(e) if e.local == LocalStatus::Truncated => {
-                    e.olen = e.olen.saturating_add(beyond);
-                }
-                Some(_) => {}
-            }
+            truncated_by(&mut error, beyond);
         }
         // A cancelled tagged receive took no message: it reports the tag it was posted with.
         let tag = if kind == CompletionKind::TaggedRecv && local == LocalStatus::Cancelled {
@@ -2632,7 +2619,7 @@ impl Endpoint {
         let released = c.flags & COMPLETION_FLAG_BUFFER_RELEASED != 0;
         let has_message = c.flags & COMPLETION_FLAG_NO_MESSAGE == 0;
         let offset = c.buf_offset.get() as usize;
-        let len = c.len.get() as usize;
+        let mut len = c.len.get() as usize;
         let protocol = || {
             DriverError::AdminProtocol(format!(
                 "multi-receive completion for RX slot {slot} that holds no multi-receive buffer"
@@ -2642,7 +2629,13 @@ impl Endpoint {
         let Some((seq, used)) = posted.multi.as_mut() else {
             return Err(protocol());
         };
+        // Bytes the NIC says it placed past the buffer's end: none was placed there.
+        let mut beyond = 0;
         if has_message {
+            if let Some(b) = posted.buffer.as_ref() {
+                beyond = len.saturating_sub(b.capacity().saturating_sub(offset));
+                len -= beyond;
+            }
             *used = (*used).max(offset.saturating_add(len));
         }
         let (seq, used) = (*seq, *used);
@@ -2667,6 +2660,10 @@ impl Endpoint {
             None
         };
         let return_code = ReturnCode::from_u8(c.return_code);
+        let mut error = cq_error(c, local, return_code);
+        if beyond > 0 {
+            truncated_by(&mut error, beyond);
+        }
         Ok(CqEvent {
             kind: CompletionKind::Recv,
             op: CqOp::Recv,
@@ -2676,7 +2673,7 @@ impl Endpoint {
             src_addr: c.src_addr.get(),
             tag: 0,
             group: c.group.get(),
-            error: cq_error(c, local, return_code),
+            error,
             buffer,
             report: false,
             multi_recv: Some(MultiRecv {
@@ -2715,6 +2712,24 @@ fn cq_error(
             0
         },
     })
+}
+
+/// A receive whose completion said `beyond` bytes more than its buffer holds: a success is
+/// truncated by them, a truncation counts them as dropped too (`olen`), and any other error
+/// stays as it is.
+fn truncated_by(error: &mut Option<CqError>, beyond: usize) {
+    match error.as_mut() {
+        None => {
+            *error = Some(CqError {
+                errno: FiErrno::FI_ETRUNC,
+                local: LocalStatus::Truncated,
+                return_code: None,
+                olen: beyond,
+            })
+        }
+        Some(e) if e.local == LocalStatus::Truncated => e.olen = e.olen.saturating_add(beyond),
+        Some(_) => {}
+    }
 }
 
 /// An endpoint's counters (see `uet_fwif::counters` for exactly what each counts): the
@@ -2923,6 +2938,44 @@ mod tests {
         let error = ev.error.expect("truncated");
         assert_eq!(error.errno, FiErrno::FI_ETRUNC);
         assert_eq!(error.olen, 1000 - capacity + 24);
+        assert_eq!(ev.buffer.expect("the buffer").len(), capacity);
+    }
+
+    /// A message of a multi-receive buffer that the NIC says runs past the buffer's end is
+    /// reported truncated to what the buffer holds from its offset, and reads as that much.
+    #[test]
+    fn a_multi_receive_message_past_the_buffers_end_is_truncated() {
+        let fabric = Fabric::new();
+        let (mut ep, pool) = endpoint(&fabric);
+        let buffer = pool.alloc().expect("buffer");
+        let capacity = buffer.capacity();
+        ep.post_recv_multi(buffer, Some(0), 3).expect("post");
+        let mut c = completion(CompletionKind::Recv, 0);
+        c.flags = COMPLETION_FLAG_MULTI_RECV;
+        c.buf_offset = U32::new(64);
+        c.len = U32::new(1000);
+        forge(&ep, c);
+        let ev = ep.poll().expect("poll").expect("a completion");
+        assert_eq!(
+            ev.len,
+            capacity - 64,
+            "the bytes the buffer holds from the offset"
+        );
+        let error = ev.error.expect("truncated");
+        assert_eq!(error.errno, FiErrno::FI_ETRUNC);
+        assert_eq!(error.olen, 1000 - (capacity - 64));
+        let mut out = vec![0u8; 1000];
+        let n = ep.multi_recv_read(&ev, &mut out).expect("read");
+        assert_eq!(n, capacity - 64);
+        // The release returns the buffer, its length within it.
+        let mut c = completion(CompletionKind::Recv, 0);
+        c.flags = COMPLETION_FLAG_MULTI_RECV
+            | COMPLETION_FLAG_BUFFER_RELEASED
+            | COMPLETION_FLAG_NO_MESSAGE;
+        c.buf_offset = U32::new(capacity as u32);
+        forge(&ep, c);
+        let ev = ep.poll().expect("poll").expect("the release");
+        assert!(ev.error.is_none());
         assert_eq!(ev.buffer.expect("the buffer").len(), capacity);
     }
 }
