@@ -378,6 +378,9 @@ struct Posted {
     /// A receive: its place in its ring's posting order ([`Ring::posts`]), so that a cancel
     /// finds the oldest. 0 for a transmit.
     order: u64,
+    /// A transmit: the bytes it was posted with (a READ: the bytes it asked for, the most its
+    /// completion may have placed). 0 for a receive.
+    len: usize,
 }
 
 /// What a tagged RX descriptor carries: a receive's buffer, or none (a probe's).
@@ -1635,6 +1638,7 @@ impl Endpoint {
             multi: None,
             tag: 0,
             order: 0,
+            len: req.len,
         });
         debug_assert!(empty.is_none());
         core::mem::forget(empty);
@@ -1841,6 +1845,7 @@ impl Endpoint {
             multi,
             tag: 0,
             order: self.rx.posts,
+            len: 0,
         });
         self.rx.in_flight += 1;
         self.rx.tail = self.rx.geometry.next(slot);
@@ -2050,6 +2055,7 @@ impl Endpoint {
                 multi: None,
                 tag: p.tag,
                 order: ring.posts,
+                len: 0,
             });
         }
         ring.in_flight += 1;
@@ -2576,10 +2582,15 @@ impl Endpoint {
             CqOp::Read => local == LocalStatus::Ok,
             _ => false,
         };
-        // Bytes the NIC says it delivered past the buffer's end: none was placed there.
+        // Bytes the NIC says it delivered past the buffer's end, or past what a READ asked
+        // for: none was placed there.
         let mut beyond = 0;
         if let (true, Some(b)) = (delivers, buffer.as_mut()) {
-            beyond = len.saturating_sub(b.capacity());
+            let room = match posted.op {
+                CqOp::Read => posted.len.min(b.capacity()),
+                _ => b.capacity(),
+            };
+            beyond = len.saturating_sub(room);
             len -= beyond;
             b.set_len(len);
         }
@@ -2977,5 +2988,33 @@ mod tests {
         let ev = ep.poll().expect("poll").expect("the release");
         assert!(ev.error.is_none());
         assert_eq!(ev.buffer.expect("the buffer").len(), capacity);
+    }
+
+    /// A READ the NIC completes as a success with more bytes than it asked for returns its
+    /// buffer holding only what was asked: the bytes after them were never read into it.
+    #[test]
+    fn a_read_completion_longer_than_the_read_returns_only_what_was_asked() {
+        let fabric = Fabric::new();
+        let (mut ep, pool) = endpoint(&fabric);
+        let mut buffer = pool.alloc().expect("buffer");
+        buffer.fill(&[0x5A; 256]).expect("fill");
+        // The NIC completes it at once (no AV: an address error); the completion at the
+        // head is replaced by a success that claims 200 bytes.
+        ep.post_read(0, buffer, 16, 0, 1, 4)
+            .map_err(|(e, _)| e)
+            .expect("post");
+        assert!(
+            ep.cq_written_at_head().expect("ring"),
+            "the NIC completed it"
+        );
+        let mut c = completion(CompletionKind::Send, 0);
+        c.opcode = TxOpcode::Read as u8;
+        c.len = U32::new(200);
+        forge(&ep, c);
+        let ev = ep.poll().expect("poll").expect("a completion");
+        assert_eq!((ev.op, ev.context), (CqOp::Read, 4));
+        assert!(ev.error.is_none());
+        assert_eq!(ev.len, 16);
+        assert_eq!(ev.buffer.expect("the buffer").len(), 16);
     }
 }
