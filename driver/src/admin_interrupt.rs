@@ -68,6 +68,8 @@ pub(crate) fn answers_nothing(bar: &dyn Mmio, sq_base: u64) -> bool {
 pub(crate) struct AdminInterrupt {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+    /// Where the thread runs: not in a child forked since ([`crate::fork`]).
+    made_in: crate::fork::MadeIn,
 }
 
 /// What the thread and the waiters share.
@@ -122,6 +124,7 @@ impl AdminInterrupt {
                 .spawn(move || run(&vector, &*device, &shared))?
         };
         Ok(AdminInterrupt {
+            made_in: crate::fork::MadeIn::here(),
             shared,
             thread: Some(thread),
         })
@@ -253,6 +256,11 @@ fn run(vector: &Vector, device: &dyn Device, shared: &Shared) {
 
 impl Drop for AdminInterrupt {
     fn drop(&mut self) {
+        if self.made_in.in_forked_child() {
+            // No thread to stop, and its lock may be held for good.
+            std::mem::forget(self.thread.take());
+            return;
+        }
         self.shared.lock().stopping = true;
         let _ = self.shared.kick.signal();
         if let Some(thread) = self.thread.take() {

@@ -270,6 +270,10 @@ impl NicInner {
 
 impl Drop for AvTableHandle {
     fn drop(&mut self) {
+        if self.nic.in_forked_child() {
+            // The parent's table ([`crate::fork`]).
+            return;
+        }
         if let Err(e) = self.nic.destroy(Command::AvDestroy { av: self.handle }) {
             tracing::warn!(av = self.handle, "AV_DESTROY failed: {e}");
         }

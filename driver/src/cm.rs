@@ -441,6 +441,8 @@ impl Drop for EmptiesSlot {
 pub(crate) struct SharedWakeup {
     shared: Arc<SharedVector>,
     thread: Option<JoinHandle<()>>,
+    /// Where the thread runs: not in a child forked since ([`crate::fork`]).
+    made_in: crate::fork::MadeIn,
 }
 
 impl SharedWakeup {
@@ -492,6 +494,7 @@ impl SharedWakeup {
             }
         };
         let s = Arc::new(SharedWakeup {
+            made_in: crate::fork::MadeIn::here(),
             shared,
             thread: Some(thread),
         });
@@ -502,6 +505,10 @@ impl SharedWakeup {
 
 impl Drop for SharedWakeup {
     fn drop(&mut self) {
+        if self.made_in.in_forked_child() {
+            std::mem::forget(self.thread.take());
+            return;
+        }
         self.shared.stop.store(true, Ordering::Release);
         if self.shared.stop_signal.signal().is_err() {
             tracing::warn!("the shared control vector's thread was not woken to stop");
@@ -523,6 +530,8 @@ pub(crate) struct CmLink {
     /// The NIC's shared control vector when the connection uses it: released after the
     /// thread stopped.
     _shared_wakeup: Option<Arc<SharedWakeup>>,
+    /// Where the thread runs: not in a child forked since ([`crate::fork`]).
+    made_in: crate::fork::MadeIn,
 }
 
 impl CmLink {
@@ -554,6 +563,7 @@ impl CmLink {
             }
         };
         Ok(CmLink {
+            made_in: crate::fork::MadeIn::here(),
             shared,
             stop,
             thread: Some(thread),
@@ -585,6 +595,11 @@ impl CmLink {
 
 impl Drop for CmLink {
     fn drop(&mut self) {
+        if self.made_in.in_forked_child() {
+            // The connection is the parent's: no thread to stop, no last look to take.
+            std::mem::forget(self.thread.take());
+            return;
+        }
         self.stop.store(true, Ordering::Release);
         if self.shared.signal.signal().is_err() {
             // The thread then sees `stop` when its sleep ends (at most CM_IDLE_RECHECK).
@@ -2060,6 +2075,10 @@ impl Drop for PassiveEndpoint {
     /// buffers and TX entries the next ones need), for at most 1 s (`CLOSE_REJECT_WAIT`); a
     /// request still unanswered then is dropped and counted.
     fn drop(&mut self) {
+        if self.link.made_in.in_forked_child() {
+            // The parent's listener: its requests are the parent's to answer.
+            return;
+        }
         let conn = &self.link.shared;
         let mut unanswered: Vec<ConnReq> = {
             let mut inner = conn.lock();

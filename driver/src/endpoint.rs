@@ -2778,6 +2778,10 @@ impl Teardown {
 
 impl Drop for Teardown {
     fn drop(&mut self) {
+        if self.nic.in_forked_child() {
+            // The parent's endpoint ([`crate::fork`]).
+            return;
+        }
         self.nic.forget_endpoint(self.handle);
         // ENDPOINT_DESTROY gives back the endpoint's grants of its AV's auth-key slots.
         let granted = !self.auth_slots.is_empty();
@@ -2810,6 +2814,11 @@ impl Drop for Teardown {
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
+        if self.nic.in_forked_child() {
+            // The parent's endpoint and connection ([`crate::fork`]): what is the child's
+            // own (its copies of the memory) goes with the fields.
+            return;
+        }
         // fi_close of a connected FI_EP_MSG endpoint ends the connection: the peer gets
         // FI_SHUTDOWN, as after fi_shutdown.
         self.shut_down_at_close();

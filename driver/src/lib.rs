@@ -47,6 +47,7 @@ pub mod endpoint;
 pub mod eq;
 pub mod errno;
 pub mod error;
+pub mod fork;
 pub mod interrupt;
 pub mod mapped;
 pub mod mr;

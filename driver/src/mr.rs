@@ -345,6 +345,10 @@ impl MemoryRegion {
 
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
+        if self.nic.in_forked_child() {
+            // The parent's region ([`crate::fork`]).
+            return;
+        }
         let mut body = MrDeregisterBody::new_zeroed();
         body.key = U64::new(self.key);
         match self.nic.destroy(Command::MrDeregister {

@@ -339,6 +339,9 @@ pub(crate) struct NicInner {
     pub(crate) cm_shared_wakeup: crate::cm::SharedWakeupSlot,
     /// The eventfds of descriptors to wake when the NIC stops ([`crate::stop_watch`]).
     pub(crate) stop_watch: crate::stop_watch::StopWatch,
+    /// The process that opened the NIC: in a child forked from it, the NIC's objects leave
+    /// the device alone ([`crate::fork`]).
+    pub(crate) made_in: crate::fork::MadeIn,
 }
 
 /// Where [`NicInner::admin_interrupt`] is.
@@ -497,6 +500,12 @@ impl NicInner {
 
     pub(crate) fn bar(&self) -> &dyn Mmio {
         self.device.bar0()
+    }
+
+    /// Whether this is a process forked from the one that opened the NIC, whose device it
+    /// must leave alone ([`crate::fork`]).
+    pub(crate) fn in_forked_child(&self) -> bool {
+        self.made_in.in_forked_child()
     }
 
     /// Whether the NIC has stopped (`DEV_STATUS`: a fatal error, or no longer enabled):
@@ -741,6 +750,10 @@ impl crate::admin::AdminSleep for AdminSleeper {
 
 impl Drop for NicInner {
     fn drop(&mut self) {
+        if self.in_forked_child() {
+            // The parent's NIC, which the parent closes.
+            return;
+        }
         // The stop watch's thread reads the device's status too.
         self.stop_watch.close();
         // The admin interrupt's thread reads the device's status: it stops (joined) before the
@@ -773,6 +786,9 @@ pub struct Nic {
 impl Nic {
     /// Bring the NIC up (see the module docs for the sequence).
     pub fn open(device: Arc<dyn Device>) -> Result<Nic, DriverError> {
+        // The device is this process's: a child forked from it leaves it alone.
+        let made_in = crate::fork::MadeIn::here();
+        let device: Arc<dyn Device> = Arc::new(crate::fork::Fenced::new(device));
         // 0. A device a Nic of this process runs is refused before anything reaches it.
         let claim =
             Arc::new(
@@ -913,6 +929,7 @@ impl Nic {
                     admin_interrupt: Mutex::new(AdminInterruptSlot::NotYet),
                     cm_shared_wakeup: Arc::new(Mutex::new(std::sync::Weak::new())),
                     stop_watch: crate::stop_watch::StopWatch::default(),
+                    made_in,
                 }
             }),
         };

@@ -25,11 +25,22 @@ use std::thread::JoinHandle;
 use vmm_sys_util::eventfd::EventFd;
 
 /// The eventfds to write when a NIC stops, and the thread that watches it for them.
-#[derive(Default)]
 pub(crate) struct StopWatch {
     shared: Arc<Shared>,
     /// The last thread started; joined when the NIC closes.
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// Where the threads run: not in a child forked since ([`crate::fork`]).
+    made_in: crate::fork::MadeIn,
+}
+
+impl Default for StopWatch {
+    fn default() -> Self {
+        StopWatch {
+            shared: Arc::default(),
+            thread: Mutex::default(),
+            made_in: crate::fork::MadeIn::here(),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -99,8 +110,12 @@ impl StopWatch {
         }
     }
 
-    /// The NIC closes: the thread ends, joined.
+    /// The NIC closes: the thread ends, joined. In a child forked since, which has no thread
+    /// (and whose locks the thread may hold for good), nothing is done.
     pub(crate) fn close(&self) {
+        if self.made_in.in_forked_child() {
+            return;
+        }
         self.shared.lock().closing = true;
         self.shared.closing.notify_all();
         let thread = self

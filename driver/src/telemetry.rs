@@ -553,6 +553,9 @@ pub struct Telemetry {
     /// The listening socket the thread accepts on (a second descriptor of it), shut down by
     /// drop to end the accept: the path may no longer lead to it.
     listener: UnixListener,
+    /// The process that serves: a child forked from it shares the socket, and its drop of
+    /// its copy neither shuts the socket down nor removes its file ([`crate::fork`]).
+    made_in: crate::fork::MadeIn,
 }
 
 /// The connections a telemetry socket serves, each on a thread of its own.
@@ -676,6 +679,7 @@ impl Telemetry {
             clients,
             thread: Some(thread),
             listener: wake,
+            made_in: crate::fork::MadeIn::here(),
         })
     }
 
@@ -695,6 +699,11 @@ impl Telemetry {
 
 impl Drop for Telemetry {
     fn drop(&mut self) {
+        if self.made_in.in_forked_child() {
+            // The parent's socket and threads: its own drop ends them.
+            std::mem::forget(self.thread.take());
+            return;
+        }
         self.stop.store(true, Ordering::Release);
         // End the conversations in progress (their reads and writes return at once), then
         // wake the accept: a listening socket shut down fails it (EINVAL), whatever the path

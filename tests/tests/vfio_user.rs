@@ -1368,3 +1368,95 @@ fn a_function_without_msix_behind_a_server_without_interrupts_is_polled() {
     t.join().unwrap().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Wait for the forked child `pid` for at most `limit`: its exit code, or `None` when it
+/// was still running then (it is killed).
+fn wait_child(pid: libc::pid_t, limit: std::time::Duration) -> Option<i32> {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let mut status = 0;
+        // SAFETY: waits for (or polls) the child forked by the caller; `status` outlives it.
+        let got = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        assert!(got >= 0, "waitpid: {}", std::io::Error::last_os_error());
+        if got == pid {
+            assert!(libc::WIFEXITED(status), "child status {status:#x}");
+            return Some(libc::WEXITSTATUS(status));
+        }
+        if std::time::Instant::now() >= deadline {
+            // SAFETY: ends and reaps the caller's child, still running.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// A process forked from one that runs a NIC (a helper started with fork that returns
+/// through its destructors, or calls `exit`) does not reach the parent's NIC: its copies of
+/// the parent's objects, dropped, send nothing over the socket it shares with the parent (no
+/// ENDPOINT_DESTROY, AV_DESTROY, DMA unmap or function reset) and wait on none of the
+/// parent's threads, which it does not have; used, they find the device gone (an error).
+/// The parent's NIC runs on untouched.
+#[test]
+fn a_forked_child_dropping_its_copy_of_a_nic_leaves_the_parents_nic_alone() {
+    let Served {
+        fabric: _fabric,
+        fns,
+        dir,
+        servers: _servers,
+        threads: _threads,
+        mut a,
+        mut b,
+    } = served_pair("fork");
+    b.post_recvs(2);
+    a.send(0, b"before", 1);
+    assert!(a.next_completion().unwrap().error.is_none());
+    assert!(b.next_completion().unwrap().error.is_none());
+    let reset_before = fns[0].read32(ADMIN_SQ_BASE.offset());
+
+    // SAFETY: the child only drops its copy of the parent's objects and ends with _exit; it
+    // takes no lock another thread of the parent may have held at the fork.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        let code = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // Used in the child, the copy finds the device gone: an error, not a hang.
+            let peer = b.addr();
+            let refused = a.av.insert(&peer, 1, None, 0).is_err();
+            drop(a);
+            refused
+        })) {
+            Ok(true) => 0,
+            Ok(false) => 2,
+            Err(_) => 3,
+        };
+        // SAFETY: ends the forked child at once, running nothing more of the parent's.
+        unsafe { libc::_exit(code) };
+    }
+    assert_eq!(
+        wait_child(pid, std::time::Duration::from_secs(20)),
+        Some(0),
+        "the child dropped its copy and ended"
+    );
+    assert_eq!(
+        fns[0].read32(ADMIN_SQ_BASE.offset()),
+        reset_before,
+        "the function was not reset"
+    );
+    // The parent's NIC: its AV, its endpoint and its memory as they were.
+    assert!(
+        a.av.verify_nic().unwrap().is_empty(),
+        "the AV is on the NIC"
+    );
+    a.send(0, b"after", 2);
+    assert!(a.next_completion().unwrap().error.is_none());
+    let got = b.next_completion().unwrap();
+    assert_eq!(got.buffer.unwrap().to_vec().unwrap(), b"after");
+    assert_eq!(a.counter(BAD_REGISTER_ACCESSES), 0);
+    assert_eq!(a.counter(DMA_FAULTS), 0);
+    drop((a, b));
+    let _ = std::fs::remove_dir_all(&dir);
+}

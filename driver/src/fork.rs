@@ -1,0 +1,210 @@
+//! Processes forked from one that runs a NIC.
+//!
+//! A child of `fork(2)` starts with copies of its parent's objects: the same device file
+//! descriptors and BAR mapping (kernel VFIO), the same socket (vfio-user), the same mutexes
+//! in whatever state the parent's other threads left them, and none of those threads. The
+//! device stays the parent's. Were the child to drive it through its copies, dropping them
+//! on its way out (a helper that returns through its destructors, or an `exit(3)` that runs
+//! the provider's cleanup), it would destroy the parent's AV tables and endpoints, unmap the
+//! parent's memory from the IOMMU and reset the function; and joining its copy of a thread
+//! handle would wait forever for a thread it does not have.
+//!
+//! So a NIC is fenced from the processes forked from the one that opened it:
+//!
+//! * [`crate::Nic::open`] wraps its backend in a [`Fenced`] device. In a forked child the
+//!   device is gone, as after a surprise removal: register reads answer all ones (every wait
+//!   on the device ends as on a stopped NIC), and register writes, DMA mappings and MSI-X
+//!   changes are not made. When the child drops its last copy, the backend itself is not
+//!   dropped, so its descriptors are not closed through calls that would change the
+//!   parent's device (a VFIO group's container, a vfio-user session).
+//! * The objects whose drop talks to the NIC ([`crate::Endpoint`], the AV's table, a
+//!   [`crate::MemoryRegion`], a listener, the NIC itself) do nothing in a forked child but
+//!   free what is the child's own, taking none of the locks a thread of the parent may have
+//!   held at the fork; and the owners of the driver's threads (the NIC's stop watch and
+//!   admin interrupt, each connection's progress, telemetry) forget, rather than join, the
+//!   handles of threads the child does not have.
+//!
+//! A child that wants the NIC opens it itself (a function runs under one process at a time:
+//! the open waits for the device as any second open does).
+//!
+//! A child is told from its parent by a count of forks, raised in every child by a
+//! `pthread_atfork(3)` handler registered when the first NIC opens: a check is one atomic
+//! load, cheap enough for a doorbell. A child made without the handlers (a raw `clone(2)`)
+//! is not told apart; `posix_spawn(3)` and `vfork(2)` children execute another program at
+//! once and drop nothing.
+
+use crate::device::{Device, DeviceError, FunctionId};
+use crate::dma::{DmaRegion, IovaRange};
+use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Once};
+use uet_regs::Mmio;
+use vmm_sys_util::eventfd::EventFd;
+
+/// Forks this process is a child of, counted since the handler was registered.
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+static REGISTER: Once = Once::new();
+
+/// The `pthread_atfork` child handler: one atomic add, which is async-signal-safe, as a
+/// handler run between `fork` and the child's return from it must be.
+extern "C" fn count_fork_in_child() {
+    FORKS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The process an object was made in, to tell it from a child forked since.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MadeIn(u64);
+
+impl MadeIn {
+    /// This process. The first call registers the fork handler.
+    pub fn here() -> MadeIn {
+        REGISTER.call_once(|| {
+            // SAFETY: registers a child handler that only adds to an atomic (see
+            // `count_fork_in_child`); no prepare or parent handler.
+            let rc = unsafe { libc::pthread_atfork(None, None, Some(count_fork_in_child)) };
+            if rc != 0 {
+                tracing::warn!(
+                    rc,
+                    "pthread_atfork failed: a forked child's copies of a NIC are not fenced"
+                );
+            }
+        });
+        MadeIn(FORKS.load(Ordering::Relaxed))
+    }
+
+    /// Whether this is a process forked (once or more) from the one the object was made in.
+    pub fn in_forked_child(self) -> bool {
+        FORKS.load(Ordering::Relaxed) != self.0
+    }
+}
+
+/// A backend fenced from the processes forked from the one that made it (see the module
+/// docs).
+pub(crate) struct Fenced {
+    /// Dropped only in the process that made it.
+    inner: ManuallyDrop<Arc<dyn Device>>,
+    made_in: MadeIn,
+}
+
+impl Fenced {
+    pub(crate) fn new(inner: Arc<dyn Device>) -> Fenced {
+        Fenced {
+            inner: ManuallyDrop::new(inner),
+            made_in: MadeIn::here(),
+        }
+    }
+
+    fn gone(&self) -> bool {
+        self.made_in.in_forked_child()
+    }
+
+    fn refused(&self, region: &DmaRegion) -> DeviceError {
+        DeviceError::DmaMap {
+            iova: region.iova(),
+            len: region.len(),
+            reason: "the NIC belongs to the process this one was forked from".into(),
+            errno: Some(libc::EPERM),
+        }
+    }
+}
+
+impl Drop for Fenced {
+    fn drop(&mut self) {
+        if self.gone() {
+            // The backend's descriptors and mappings stay as the fork left them: closing a
+            // VFIO device or a vfio-user session through its drop would change the parent's.
+            return;
+        }
+        // SAFETY: `inner` is dropped once, here, and not used after.
+        unsafe { ManuallyDrop::drop(&mut self.inner) };
+    }
+}
+
+impl Mmio for Fenced {
+    fn read32(&self, offset: u32) -> u32 {
+        if self.gone() {
+            return u32::MAX;
+        }
+        self.inner.bar0().read32(offset)
+    }
+
+    fn write32(&self, offset: u32, value: u32) {
+        if !self.gone() {
+            self.inner.bar0().write32(offset, value);
+        }
+    }
+
+    fn read64(&self, offset: u32) -> u64 {
+        if self.gone() {
+            return u64::MAX;
+        }
+        self.inner.bar0().read64(offset)
+    }
+
+    fn write64(&self, offset: u32, value: u64) {
+        if !self.gone() {
+            self.inner.bar0().write64(offset, value);
+        }
+    }
+
+    fn write64_burst(&self, offset: u32, words: &[u64]) {
+        if !self.gone() {
+            self.inner.bar0().write64_burst(offset, words);
+        }
+    }
+}
+
+impl Device for Fenced {
+    fn bar0(&self) -> &dyn Mmio {
+        self
+    }
+
+    fn dma_map(&self, region: &DmaRegion) -> Result<(), DeviceError> {
+        if self.gone() {
+            return Err(self.refused(region));
+        }
+        self.inner.dma_map(region)
+    }
+
+    fn dma_unmap(&self, region: &DmaRegion) -> Result<(), DeviceError> {
+        if self.gone() {
+            // The parent's mapping, which the parent unmaps.
+            return Ok(());
+        }
+        self.inner.dma_unmap(region)
+    }
+
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+
+    fn iova_ranges(&self) -> Vec<IovaRange> {
+        self.inner.iova_ranges()
+    }
+
+    fn function_id(&self) -> Option<FunctionId> {
+        self.inner.function_id()
+    }
+
+    fn msix_vectors(&self) -> u16 {
+        self.inner.msix_vectors()
+    }
+
+    fn set_msix_eventfds(&self, eventfds: &[EventFd]) -> Result<(), DeviceError> {
+        if self.gone() {
+            return Err(DeviceError::Interrupts {
+                name: self.inner.name(),
+                reason: "the NIC belongs to the process this one was forked from".into(),
+            });
+        }
+        self.inner.set_msix_eventfds(eventfds)
+    }
+
+    fn clear_msix(&self) -> Result<(), DeviceError> {
+        if self.gone() {
+            return Ok(());
+        }
+        self.inner.clear_msix()
+    }
+}
