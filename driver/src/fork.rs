@@ -11,7 +11,7 @@
 //!
 //! So a NIC is fenced from the processes forked from the one that opened it:
 //!
-//! * [`crate::Nic::open`] wraps its backend in a [`Fenced`] device. In a forked child the
+//! * [`crate::Nic::open`] wraps its backend in a `Fenced` device. In a forked child the
 //!   device is gone, as after a surprise removal: register reads answer all ones (every wait
 //!   on the device ends as on a stopped NIC), and register writes, DMA mappings and MSI-X
 //!   changes are not made. When the child drops its last copy, the backend itself is not
