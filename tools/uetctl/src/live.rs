@@ -268,6 +268,13 @@ fn u64_of(v: &Value, key: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("answer lacks {key:?}: {v}"))
 }
 
+/// `key` of an answer to `cmd`, a figure of 32 bits: one past them is an error, not the
+/// low bits of it (a table handle cut to 32 bits names another table).
+fn u32_of(v: &Value, key: &str, cmd: &str) -> Result<u32, String> {
+    let x = u64_of(v, key)?;
+    u32::try_from(x).map_err(|_| format!("{cmd} answer with {key} {x}: past 32 bits"))
+}
+
 fn decode<T: FromBytes>(hex: &Value, what: &str) -> Result<T, String> {
     let bytes = hex
         .as_str()
@@ -299,8 +306,8 @@ pub fn tables(client: &mut Client, nic: u64) -> Result<Vec<LiveTable>, String> {
                 Some(n) => Some(named_of(n)?),
             };
             Ok(LiveTable {
-                handle: u64_of(t, "table")? as u32,
-                capacity: u64_of(t, "capacity")? as u32,
+                handle: u32_of(t, "table", "av_list")?,
+                capacity: u32_of(t, "capacity", "av_list")?,
                 named,
             })
         })
@@ -424,12 +431,16 @@ fn nic_side(client: &mut Client, nic: u64, table: u32) -> Result<NicSide, String
         }
         if let Some(keys) = page.get("auth_key_slots").and_then(Value::as_array) {
             for k in keys {
+                // An auth-key slot number is 16 bits: one past them is no slot of the NIC's.
                 let slot = k
                     .get(0)
                     .and_then(Value::as_u64)
-                    .ok_or_else(|| format!("bad slot {k}"))?;
+                    .and_then(|s| u16::try_from(s).ok())
+                    .ok_or_else(|| {
+                        format!("AV table {table} of NIC {nic}: bad auth-key slot {k}")
+                    })?;
                 let entry: AuthKeyEntry = decode(&k[1], "AuthKeyEntry")?;
-                side.keys.push((slot as u16, entry));
+                side.keys.push((slot, entry));
             }
         }
         if let Some(n) = page.get("named").filter(|n| !n.is_null()) {

@@ -2271,3 +2271,45 @@ fn figures_past_their_width_are_shown_not_a_panic() {
         "one row for both members"
     );
 }
+
+/// A table handle past 32 bits in `av_list`, or an auth-key slot past 16 bits in a page of
+/// `av_dump`, is an error naming it: cut to its low bits it would name another table, or
+/// another slot, and the dump would show that one as this one's. (A scripted telemetry
+/// server plays the process.)
+#[test]
+fn a_handle_or_slot_past_its_width_is_an_error_not_another() {
+    use uet_fwif::auth_key::AuthKeyEntry;
+    use uet_fwif::NicAvEntry;
+    use zerocopy::IntoBytes;
+    let handle = (1u64 << 32) + 3;
+    let (path, server) = scripted("wide-handle", move |c| {
+        c.hear();
+        c.say(json!({"ok": {"tables": [{"table": handle, "serial": 7, "capacity": 8}]}}));
+    });
+    let mut client = Client::connect(&Target::Socket(path.clone())).unwrap();
+    let listed = live::tables(&mut client, 0);
+    drop(client);
+    server.join().unwrap();
+    let _ = std::fs::remove_file(&path);
+    let e = listed.unwrap_err();
+    assert!(e.contains(&handle.to_string()), "{e}");
+
+    let entry = hex::encode(NicAvEntry::for_peer(&stranger(), 5).as_bytes());
+    let key = hex::encode(AuthKeyEntry::default().as_bytes());
+    let slot = (1u64 << 16) + 2;
+    let (path, server) = scripted("wide-slot", move |c| {
+        c.hear();
+        c.say(
+            json!({"ok": {"table": 3, "serial": 7, "capacity": 8, "first": 0, "changes": 1,
+                            "entries": [[0, entry]], "next": null,
+                            "auth_key_slots": [[slot, key]]}}),
+        );
+    });
+    let mut client = Client::connect(&Target::Socket(path.clone())).unwrap();
+    let dumped = live::av_dump(&mut client, 0, 3);
+    drop(client);
+    server.join().unwrap();
+    let _ = std::fs::remove_file(&path);
+    let e = dumped.map(|d| d.nic_keys).unwrap_err();
+    assert!(e.contains(&slot.to_string()), "{e}");
+}
