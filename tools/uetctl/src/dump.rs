@@ -164,7 +164,8 @@ pub fn push_row(rows: &mut Vec<DumpRow>, index: u32, nic: NicAvEntry, mirror: Op
             && prev.agrees()
             && prev.nic.is_range()
             && prev.nic.range_first == nic.range_first
-            && prev.index + prev.span == index;
+            && prev.index + prev.span == index
+            && member_after(prev, index) == Some(nic);
         if same_range {
             prev.span += 1;
             prev.last = nic;
@@ -172,6 +173,43 @@ pub fn push_row(rows: &mut Vec<DumpRow>, index: u32, nic: NicAvEntry, mirror: Op
         }
     }
     rows.push(row);
+}
+
+/// The entry the range rule gives index `index` of the range whose member at `row.index` is
+/// `row.nic`: member 0 worked back from it, then forward to `index`. `None` when `row.nic`
+/// is no member the rule can give (its PIDonFEP, initiator or fabric address below what its
+/// service or node adds). A row folds only the members the rule gives: a live dump has no
+/// mirror to flag one that differs, and a folded row shows its first member's fields.
+fn member_after(row: &DumpRow, index: u32) -> Option<NicAvEntry> {
+    let e = row.nic;
+    let svc = e.range_svc.get();
+    if svc == 0 {
+        return None;
+    }
+    let m = e
+        .range_offset
+        .get()
+        .checked_add(row.index.checked_sub(e.range_first.get())?)?;
+    let (node, service) = (m / svc, m % svc);
+    let mut base = e;
+    base.pid_on_fep.set(
+        e.pid_on_fep
+            .get()
+            .checked_sub(u16::try_from(service).ok()?)?,
+    );
+    base.initiator.set(e.initiator.get().checked_sub(service)?);
+    if e.flags.get() & entry_flags::IPV6 != 0 {
+        let fa = u128::from_be_bytes(e.fabric_addr).checked_sub(u128::from(node))?;
+        base.fabric_addr = fa.to_be_bytes();
+    } else {
+        let a = &e.fabric_addr;
+        let fa = u32::from_be_bytes([a[0], a[1], a[2], a[3]]).checked_sub(node)?;
+        base.fabric_addr[..4].copy_from_slice(&fa.to_be_bytes());
+    }
+    // The row's own member must come back as it is, or `base` is not its member 0.
+    (base.range_member(row.index) == Some(e))
+        .then(|| base.range_member(index))
+        .flatten()
 }
 
 impl AvDump {

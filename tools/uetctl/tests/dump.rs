@@ -373,3 +373,52 @@ fn the_json_written_entry_by_entry_is_the_json_built() {
     assert!(format!("{:#}", dump::render_json(&tables[0])).contains("\"services_per_node\": 4"));
     assert!(format!("{:#}", dump::render_json(&tables[1])).contains("\"user_id\": 65261"));
 }
+
+/// A live dump (no mirror read) folds range members into one row only when each is the
+/// member the range's rule gives its index: a member whose fields differ from its
+/// neighbours' (here a JobID, and a PIDonFEP out of step) is a row of its own, showing what
+/// the NIC holds, not hidden inside a row that shows the first member's.
+#[test]
+fn a_live_range_member_off_its_rule_is_not_folded_away() {
+    use uet_fwif::NicAvEntry;
+    let (_f, nic) = nic();
+    let mut av = av_of(&nic, 64, AvAttr::default());
+    av.insertsym("10.1.0.1", 2, "7?ri=1+4&init=9", 4, None, 0, None)
+        .unwrap();
+    let mut members: Vec<NicAvEntry> = (0..8u32)
+        .map(|i| {
+            let mut e = NicAvEntry::INVALID;
+            av.nic_mut()
+                .read_entries(i, std::slice::from_mut(&mut e))
+                .unwrap();
+            e
+        })
+        .collect();
+    let live = |members: &[NicAvEntry]| {
+        let mut rows = Vec::new();
+        for (i, e) in members.iter().enumerate() {
+            dump::push_row(&mut rows, i as u32, *e, None);
+        }
+        rows
+    };
+    // As the NIC holds it: one row.
+    assert_eq!(live(&members).len(), 1, "{:?}", live(&members));
+    members[2].job_id.set(0x77);
+    let pid = members[5].pid_on_fep.get();
+    members[5].pid_on_fep.set(pid + 1);
+    let rows = live(&members);
+    let spans: Vec<(u32, u32)> = rows.iter().map(|r| (r.index, r.span)).collect();
+    assert_eq!(spans, [(0, 2), (2, 1), (3, 2), (5, 1), (6, 2)]);
+    let table = dump::AvDump {
+        capacity: 64,
+        rows,
+        keys: Vec::new(),
+        stray: Vec::new(),
+        mirror: false,
+        nic_keys: Vec::new(),
+        named: None,
+    };
+    let text = dump::render_text("t", &table);
+    assert!(row_line(&text, "2").contains("0x77"), "{text}");
+    assert!(text.contains("8 entries valid of 64"), "{text}");
+}
