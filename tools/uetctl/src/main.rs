@@ -499,10 +499,21 @@ fn vfio_regs(addresses: &[PciAddress], as_json: bool) -> ExitCode {
             }
         }
     }
-    let mut docs = Vec::new();
+    // Every function read before anything is printed, as each was opened: one that is no
+    // uet-nic's to decode (reads all ones, another device) fails the command.
+    let mut read = Vec::with_capacity(devices.len());
     for device in &devices {
         let address = device.address();
-        let values = uetctl::regs::read_all(uet_driver::device::Device::bar0(device));
+        match uetctl::regs::read_all(uet_driver::device::Device::bar0(device)) {
+            Ok(values) => read.push((address, values)),
+            Err(e) => {
+                eprintln!("uetctl regs: {address}: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let mut docs = Vec::new();
+    for (address, values) in read {
         if as_json {
             docs.push(json!({"address": address.to_string(), "registers": uetctl::regs::render_json(&values)}));
         } else {
@@ -532,7 +543,13 @@ fn run_regs(cfg: DemoConfig, rank: Option<usize>, as_json: bool) -> ExitCode {
         if rank.is_some_and(|want| want != r.report.rank) {
             continue;
         }
-        let values = uetctl::regs::read_all(r.nic.bar0());
+        let values = match uetctl::regs::read_all(r.nic.bar0()) {
+            Ok(v) => v,
+            Err(e) => {
+                eprintln!("uetctl regs: rank {}: {e}", r.report.rank);
+                return ExitCode::FAILURE;
+            }
+        };
         if as_json {
             docs.push(json!({
                 "rank": r.report.rank,

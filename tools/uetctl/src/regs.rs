@@ -6,7 +6,10 @@
 
 use serde_json::{json, Value};
 use std::fmt::Write;
-use uet_driver::uet_regs::{read_registers, Access, Mmio, RegInfo};
+use uet_driver::uet_regs::{
+    read_registers, Access, Mmio, RegInfo, RegisterAccess, ID, INTERFACE_MAJOR, PCI_DEVICE_ID,
+    PCI_VENDOR_ID, REVISION,
+};
 
 /// One register read back.
 #[derive(Clone, Debug)]
@@ -29,11 +32,38 @@ impl RegValue {
 }
 
 /// Every register the NIC's interface version has, read back (`uet_regs::read_registers`).
-pub fn read_all(bar: &dyn Mmio) -> Vec<RegValue> {
-    read_registers(bar)
+/// An error, as the driver's open refuses the function, when the BAR is no uet-nic's to
+/// decode: `ID` reads all ones (nothing answers: the function was removed, is in reset or
+/// its link is down), names another device, or `REVISION` another interface major version,
+/// whose registers this map does not describe.
+pub fn read_all(bar: &dyn Mmio) -> Result<Vec<RegValue>, String> {
+    let id = bar.read(ID);
+    if id.into_bits() == u32::MAX {
+        return Err(
+            "BAR0 reads all ones: the function does not answer (removed, in reset, \
+                    or its link is down)"
+                .to_string(),
+        );
+    }
+    if id.vendor_id() != PCI_VENDOR_ID || id.device_id() != PCI_DEVICE_ID {
+        return Err(format!(
+            "not a uet-nic function: its ID register reads vendor {:#06x} device {:#06x} \
+             ({PCI_VENDOR_ID:#06x}:{PCI_DEVICE_ID:#06x} expected)",
+            id.vendor_id(),
+            id.device_id()
+        ));
+    }
+    let major = bar.read(REVISION).interface_major();
+    if major != INTERFACE_MAJOR {
+        return Err(format!(
+            "host interface {major}.x, whose registers uetctl does not know (it reads \
+             {INTERFACE_MAJOR}.x)"
+        ));
+    }
+    Ok(read_registers(bar)
         .into_iter()
         .map(|(info, value)| RegValue { info, value })
-        .collect()
+        .collect())
 }
 
 /// The registers as an aligned table; fields of multi-field registers decoded.
@@ -114,7 +144,7 @@ mod tests {
             .add_nic(uet_sim::NicConfig::new("10.9.9.9".parse().unwrap()))
             .unwrap();
         let nic = Nic::open(Arc::new(SimDevice::new(f))).unwrap();
-        let regs = read_all(nic.bar0());
+        let regs = read_all(nic.bar0()).unwrap();
         assert_eq!(regs.len(), REGISTERS.len());
         let get = |name: &str| regs.iter().find(|r| r.info.name == name).unwrap();
         assert_eq!(get("ID").value, 0x0001_fffe);
@@ -129,13 +159,74 @@ mod tests {
         assert_eq!(json[0]["fields"]["vendor_id"], 0xfffe);
     }
 
+    /// A BAR whose every read gives `value`, but `ID` and `REVISION`, which give theirs.
+    struct Answering {
+        id: u32,
+        revision: u32,
+        value: u32,
+    }
+
+    impl Mmio for Answering {
+        fn read32(&self, offset: u32) -> u32 {
+            match offset {
+                0 => self.id,
+                4 => self.revision,
+                _ => self.value,
+            }
+        }
+        fn write32(&self, _: u32, _: u32) {}
+        fn read64(&self, offset: u32) -> u64 {
+            u64::from(self.read32(offset)) | u64::from(self.read32(offset + 4)) << 32
+        }
+        fn write64(&self, _: u32, _: u64) {}
+    }
+
+    /// A function that reads all ones (gone, in reset), another device's, or one of another
+    /// interface major version is refused with what it read, not decoded as a uet-nic's.
+    #[test]
+    fn a_bar_that_is_no_uet_nics_is_refused_not_decoded() {
+        let ours = 0x0001_fffe;
+        let revision = u32::from(INTERFACE_MAJOR) << 8 | 7 << 16;
+        assert_eq!(
+            uet_driver::uet_regs::Revision::from_bits(revision).interface_major(),
+            INTERFACE_MAJOR
+        );
+        let gone = Answering {
+            id: u32::MAX,
+            revision: u32::MAX,
+            value: u32::MAX,
+        };
+        let e = read_all(&gone).unwrap_err();
+        assert!(e.contains("all ones"), "{e}");
+        let other = Answering {
+            id: 0x1234_8086,
+            revision,
+            value: 0,
+        };
+        let e = read_all(&other).unwrap_err();
+        assert!(e.contains("0x8086") && e.contains("0x1234"), "{e}");
+        let newer = Answering {
+            id: ours,
+            revision: revision + (1 << 8),
+            value: 0,
+        };
+        let e = read_all(&newer).unwrap_err();
+        assert!(e.contains("2.x"), "{e}");
+        let fine = Answering {
+            id: ours,
+            revision,
+            value: 0,
+        };
+        assert!(!read_all(&fine).unwrap().is_empty());
+    }
+
     #[test]
     fn an_older_nic_is_dumped_without_the_registers_it_lacks() {
         let fabric = uet_sim::Fabric::new();
         let mut cfg = uet_sim::NicConfig::new("10.9.9.8".parse().unwrap());
         cfg.interface_minor = 7;
         let nic = Nic::open(Arc::new(SimDevice::new(fabric.add_nic(cfg).unwrap()))).unwrap();
-        let regs = read_all(nic.bar0());
+        let regs = read_all(nic.bar0()).unwrap();
         let names: Vec<&str> = regs.iter().map(|r| r.info.name).collect();
         assert!(names.contains(&"CAP_PEER_GROUPS") && names.contains(&"TX_BAD_GROUP"));
         for absent in [
