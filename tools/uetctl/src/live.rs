@@ -14,7 +14,7 @@ use uet_driver::telemetry::{self, PROTOCOL};
 use uet_driver::uet_fwif::auth_key::AuthKeyEntry;
 use uet_driver::uet_fwif::counters::{EndpointCounterValues, EndpointCounters};
 use uet_driver::uet_fwif::NicAvEntry;
-use uet_driver::uet_regs::REGISTERS;
+use uet_driver::uet_regs::{ID, REGISTERS};
 use zerocopy::FromBytes;
 
 /// How long uetctl waits for the process to answer.
@@ -582,10 +582,12 @@ fn nic_only(side: NicSide, named: Option<NamedSide>) -> AvDump {
     }
 }
 
-/// The registers of NIC `nic`, each matched with its definition by offset.
+/// The registers of NIC `nic`, each matched with its definition by offset. An error when
+/// its `ID` reads all ones: the process's NIC no longer answers (removed, in reset, its link
+/// down), and every other figure read with it is all ones too, not the NIC's.
 pub fn regs(client: &mut Client, nic: u64) -> Result<Vec<RegValue>, String> {
     let answer = client.call(&json!({"cmd": "regs", "nic": nic}))?;
-    array(&answer, "regs", "regs")?
+    let values: Vec<RegValue> = array(&answer, "regs", "regs")?
         .iter()
         .map(|r| {
             let offset = r.get(0).and_then(Value::as_u64);
@@ -598,7 +600,16 @@ pub fn regs(client: &mut Client, nic: u64) -> Result<Vec<RegValue>, String> {
                 )),
             }
         })
-        .collect()
+        .collect::<Result<_, String>>()?;
+    let id = values.iter().find(|r| r.info.offset == ID.offset());
+    if id.is_some_and(|r| r.value == u64::from(u32::MAX)) {
+        return Err(
+            "its BAR0 reads all ones: the NIC does not answer (removed, in reset, or its link \
+             is down)"
+                .to_string(),
+        );
+    }
+    Ok(values)
 }
 
 /// The counters of NIC `nic`: (name, value).

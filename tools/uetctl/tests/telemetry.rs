@@ -2322,3 +2322,33 @@ fn a_handle_or_slot_past_its_width_is_an_error_not_another() {
     let e = dumped.map(|d| d.nic_keys).unwrap_err();
     assert!(e.contains(&slot.to_string()), "{e}");
 }
+
+/// A process whose NIC no longer answers reads all ones from its BAR0 and sends them:
+/// `uetctl regs --socket` says the NIC does not answer, with status 2, instead of showing
+/// all ones decoded as the NIC's registers. (A scripted telemetry server plays the process.)
+#[test]
+fn live_registers_of_a_nic_that_reads_all_ones_are_an_error() {
+    use uet_driver::uet_regs::REGISTERS;
+    let regs: Vec<Value> = REGISTERS
+        .iter()
+        .map(|r| json!([r.offset, u64::from(u32::MAX)]))
+        .collect();
+    let (path, server) = scripted("all-ones", move |c| {
+        c.hear();
+        c.say(json!({"ok": {"protocol": 1, "pid": 1, "program": "p",
+                            "nics": [{"nic": 0, "open": true}]}}));
+        c.hear();
+        c.say(json!({"ok": {"interface_minor": 255, "regs": regs}}));
+    });
+    let (out, stderr) = uetctl_against(&["regs", "--socket"], &path, server);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("NIC 0") && stderr.contains("all ones"),
+        "{stderr}"
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
