@@ -236,13 +236,16 @@ impl AvDump {
         };
         // What the NIC sends with: the slot's JobID while the slot is the AV's, whatever else
         // about it differs; nothing when it is free or another AV's. A dump with the mirror
-        // knows the AV's keys; a live dump has only the slots the NIC says the table owns
-        // (`nic_keys`, which the driver lists by owner), so those stand in for the keys.
+        // knows the AV's keys, and the slots the table owns that no key names (`stray`, which
+        // the NIC uses for the table's entries all the same); a live dump has only the slots
+        // the NIC says the table owns (`nic_keys`, which the driver lists by owner), so those
+        // stand in for the keys.
         let held = match self.keys.iter().find(|k| k.key.slot == slot) {
             Some(k) => Some(k.nic).filter(|n| n.av.get() == k.av),
             None => self
                 .nic_keys
                 .iter()
+                .chain(&self.stray)
                 .find(|(s, _)| *s == slot)
                 .map(|(_, n)| *n),
         };

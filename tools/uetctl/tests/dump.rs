@@ -422,3 +422,24 @@ fn a_live_range_member_off_its_rule_is_not_folded_away() {
     assert!(row_line(&text, "2").contains("0x77"), "{text}");
     assert!(text.contains("8 entries valid of 64"), "{text}");
 }
+
+/// An entry the NIC holds bound to a stray slot of the AV's table (one the table owns but no
+/// key of the AV names) is sent with that slot's JobID: its row shows it ("0x53 (key)"), as
+/// a live dump shows the slots the table owns, not "(no key)".
+#[test]
+fn an_entry_bound_to_a_stray_slot_shows_the_slots_jobid() {
+    let (_f, nic) = nic();
+    let mut av = keyed_av(&nic);
+    av.insert_auth_key(&job_id_to_auth_key(0x51), 0).unwrap();
+    let mut fa = 0;
+    av.insertsvc("10.2.0.9", Some("3"), Some(&mut fa), 0, None)
+        .unwrap();
+    let stray = av.nic_mut().add_auth_key(0x53, 7).unwrap();
+    let bound = av.mirror_entry(fa as u32).unwrap().with_auth_key(stray);
+    overwrite(&mut av, fa, bound);
+    let table = dump::collect(&mut av).unwrap();
+    assert_eq!(table.stray.len(), 1);
+    let text = dump::render_text("t", &table);
+    let line = row_line(&text, &fa.to_string());
+    assert!(line.contains("0x53 (key)"), "{text}");
+}
