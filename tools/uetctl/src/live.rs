@@ -61,6 +61,23 @@ impl Client {
             if e.kind() == ErrorKind::TimedOut {
                 return format!("{} at {} is unresponsive: {e}", who(target), path.display());
             }
+            // A file or directory in the socket's place refuses any connection: say what it
+            // is rather than that it refused.
+            use std::os::unix::fs::FileTypeExt;
+            if let Ok(meta) = std::fs::metadata(&path) {
+                if !meta.file_type().is_socket() {
+                    let what = if meta.is_dir() {
+                        "a directory"
+                    } else {
+                        "a file"
+                    };
+                    return format!(
+                        "{} is {what}, not a telemetry socket (a process's socket is \
+                         <PID>.sock in its telemetry directory; `uetctl ps` lists them)",
+                        path.display()
+                    );
+                }
+            }
             format!(
                 "cannot reach {} at {}: {e} (does it run the driver with its telemetry \
                  socket, and is {} the directory it uses?)",

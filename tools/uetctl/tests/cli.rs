@@ -807,3 +807,30 @@ fn the_readme_says_what_each_interface_minor_up_to_the_current_one_gates() {
         );
     }
 }
+
+/// A `--socket` that names a file or a directory, no socket, is said to be one, with status
+/// 2: not "connection refused", which reads as a process that is there and refuses.
+#[test]
+fn a_socket_path_that_is_no_socket_is_said_to_be_none() {
+    let dir = std::env::temp_dir().join(format!("uetctl-no-socket-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("1234.sock");
+    std::fs::write(&file, b"not a socket").unwrap();
+    for (path, what) in [(&file, "is a file"), (&dir, "is a directory")] {
+        let path = path.to_str().unwrap();
+        for args in [
+            &["av", "dump", "--socket", path][..],
+            &["regs", "--socket", path],
+            &["ep", "list", "--socket", path],
+        ] {
+            let out = uetctl(args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+            assert!(
+                stderr.contains(what) && stderr.contains("not a telemetry socket"),
+                "{args:?}: {stderr}"
+            );
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
