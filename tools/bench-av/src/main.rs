@@ -16,8 +16,9 @@
 //!
 //! The workload mirrors `shared/anchors/libfabric_av_bench.c` so the lines compare with it:
 //! `n` peers, 8 per fabric address; insert one address per call (`op=insert`) or 256 per call
-//! (`op=insert_batch`); look every entry up in a scattered order (stride 7919); remove one
-//! entry per call in index order. Each line:
+//! (`op=insert_batch`); look every entry up in a scattered order (stride 7919, or 7907 when
+//! `n` is a multiple of 7919, where the anchor's order looks up only every 7919th entry, each
+//! 7919 times); remove one entry per call in index order. Each line:
 //!
 //! `bench=av impl=<name> op=<op> n=<entries> ns_per_op=<x> bytes_per_entry=<y>`
 //!
@@ -227,8 +228,22 @@ fn run<N: NicAvTable>(
 /// difference is the cache misses the first pass took, not work of the AV's.
 const LOOKUP_PASSES: [&str; 2] = ["lookup", "lookup_cached"];
 
+/// The step of the lookups' scattered order through `n` entries: the anchor's 7919, or at a
+/// count that is a multiple of it, where the anchor's order visits only every 7919th entry
+/// (entry 0 alone, `n` times, at 7919), the prime below it, 7907, so that every entry is
+/// still looked up once (no count a bench holds is a multiple of both).
+fn lookup_stride(n: usize) -> usize {
+    let n = n.max(1);
+    if n.is_multiple_of(7919) {
+        7907 % n
+    } else {
+        7919 % n
+    }
+}
+
 /// Nanoseconds per lookup of every `fi_addrs` entry by `lookup` (which copies the address
-/// into its buffer), in the anchor's scattered order, `(i * 7919) % n`.
+/// into its buffer), in the anchor's scattered order, `(i * 7919) % n` (see
+/// [`lookup_stride`] for a count that is a multiple of 7919).
 fn scattered_lookups(
     fi_addrs: &[u64],
     mut lookup: impl FnMut(u64, &mut [u8; 32]) -> Result<(), String>,
@@ -238,7 +253,7 @@ fn scattered_lookups(
     let mut sum = 0u64;
     // Stepped by addition: a 64-bit division per lookup would cost as much as the lookup
     // itself.
-    let stride = 7919 % n.max(1);
+    let stride = lookup_stride(n);
     let mut at = 0usize;
     let t = Instant::now();
     for _ in 0..n {
@@ -853,6 +868,25 @@ mod tests {
             "{:?}",
             default.ops
         );
+    }
+
+    /// The lookups visit every entry once, whatever the count: a multiple of 7919 too, at
+    /// which a stride of 7919 would look one entry up `n` times (or `n / 7919` entries each
+    /// 7919 times) and time the cache holding it.
+    #[test]
+    fn scattered_lookups_visit_every_entry_at_any_count() {
+        for n in [1, 2, 1000, 7919, 2 * 7919, 100_000] {
+            let fi_addrs: Vec<u64> = (0..n as u64).collect();
+            let mut seen = vec![false; n];
+            scattered_lookups(&fi_addrs, |fa, _| {
+                seen[fa as usize] = true;
+                Ok(())
+            })
+            .unwrap();
+            assert!(seen.iter().all(|&s| s), "n={n}: {} of {n} visited", {
+                seen.iter().filter(|&&s| s).count()
+            });
+        }
     }
 
     /// A `--batch` larger than the count (however large: its bytes overflow a `usize`)
