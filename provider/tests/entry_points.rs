@@ -11613,3 +11613,78 @@ fn a_multi_receive_buffer_a_message_was_arriving_into_at_shutdown_is_withdrawn_a
         ]);
     }
 }
+
+/// Wait for the forked child `pid` for at most `limit`: its exit code, or `None` when it
+/// was still running then (it is killed).
+fn wait_child(pid: libc::pid_t, limit: std::time::Duration) -> Option<i32> {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let mut status = 0;
+        // SAFETY: polls the child forked by the caller; `status` outlives the call.
+        let got = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        assert!(got >= 0, "waitpid: {}", std::io::Error::last_os_error());
+        if got == pid {
+            assert!(libc::WIFEXITED(status), "child status {status:#x}");
+            return Some(libc::WEXITSTATUS(status));
+        }
+        if std::time::Instant::now() >= deadline {
+            // SAFETY: ends and reaps the caller's child, still running.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// A process forked from one that runs the provider, closing its copies of the provider's
+/// objects and then the provider (as an `exit` that runs libfabric's cleanup does), leaves
+/// the parent's NIC alone: the parent's endpoints, AV and CQs carry on. (On its own process:
+/// its NIC is served from it, so that what the child sent would reach the NIC.)
+#[test]
+fn a_forked_child_closing_its_copies_of_the_providers_objects_leaves_the_parents_alone() {
+    const NAME: &str =
+        "a_forked_child_closing_its_copies_of_the_providers_objects_leaves_the_parents_alone";
+    if !common::in_own_process(NAME) {
+        return;
+    }
+    let _nic = ServedNic::serve("uet-fork", uet_regs::INTERFACE_MINOR);
+    let pair = Pair::new(0);
+    let mut buf = [0u8; 16];
+    for round in 0..2 {
+        // SAFETY: an open endpoint; `buf` outlives the receive, completed below.
+        assert_eq!(unsafe { pair.post_recv(1, &mut buf, 7) }, 0);
+        assert_eq!(pair.send(0, b"message", 9), 0);
+        assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(9));
+        assert_eq!(
+            pair.wait(1).map(|e| (e.op_context as usize, e.len)),
+            Ok((7, 7))
+        );
+        assert_eq!(&buf[..7], b"message");
+        if round == 1 {
+            break;
+        }
+        // SAFETY: the child only closes its copies of the objects and the provider, then
+        // ends with _exit; the test runs alone in its process.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            let closed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                // SAFETY: moves the pair out of the parent's frame into this child's drop,
+                // once; the parent's `pair` is never used in the child after.
+                drop(unsafe { core::ptr::read(&pair) });
+                uet_fi::device::close();
+            }));
+            // SAFETY: ends the forked child at once, running nothing more of the parent's.
+            unsafe { libc::_exit(if closed.is_ok() { 0 } else { 3 }) };
+        }
+        assert_eq!(
+            wait_child(pid, std::time::Duration::from_secs(20)),
+            Some(0),
+            "the child closed its copies and ended"
+        );
+        buf = [0; 16];
+    }
+}
