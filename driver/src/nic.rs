@@ -1006,6 +1006,21 @@ impl Nic {
         self.inner.map_new(len)
     }
 
+    /// Whether the NIC will answer nothing more: stopped by a fatal error, or its function
+    /// reset under the driver. Nothing opened on it works again; once every object of it
+    /// (every handle, AV, endpoint, buffer pool) is gone, [`Nic::open`] brings the function
+    /// up again.
+    pub fn answers_nothing(&self) -> bool {
+        self.inner.answers_nothing()
+    }
+
+    /// Whether this handle is the only thing that keeps the NIC open: no other handle, and
+    /// no object made on it (AV, endpoint, buffer pool, memory region) lives. Dropping it
+    /// then closes the NIC.
+    pub fn is_last_handle(&self) -> bool {
+        Arc::strong_count(&self.inner) == 1
+    }
+
     /// End the thread that watches the NIC for a stop ([`crate::stop_watch`]), joined, for
     /// good: for a library about to be unloaded (libfabric's provider cleanup), which must
     /// leave no thread of its own to run on while objects the application never closed keep

@@ -89,10 +89,22 @@ fn opened() -> MutexGuard<'static, Option<Opened>> {
 
 /// The process's NIC, opened as [`DeviceSpec::from_env`] says the first time. `FI_ENODEV`
 /// when it cannot be opened, `FI_EINVAL` for a bad [`DEVICE_VAR`].
+///
+/// A NIC that stopped (a fatal error, or its function reset under the provider) runs
+/// nothing again. Once the application has closed every object of it, it is closed here and
+/// opened anew, its function brought up again: an application recovers from the stop by
+/// closing what it had and opening a fabric again, without a restart. While any object of
+/// it is open, the stopped NIC is what this gives (its capabilities still answer
+/// `fi_getinfo`; what runs on it fails with `FI_EIO`).
 pub fn nic() -> Result<Nic, FiError> {
     let mut opened = opened();
     if let Some(o) = opened.as_ref() {
-        return Ok(o.nic.clone());
+        if !o.nic.answers_nothing() || !o.nic.is_last_handle() {
+            return Ok(o.nic.clone());
+        }
+        tracing::warn!("uet provider: the NIC stopped; it is closed and opened again");
+        // Closed before the function is opened again: a function runs under one handle.
+        drop(opened.take());
     }
     let spec = DeviceSpec::from_env()?;
     let fail = |e: &dyn std::fmt::Display| {

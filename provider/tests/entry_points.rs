@@ -10074,6 +10074,8 @@ struct ServedNic {
     dir: std::path::PathBuf,
     /// The fabric the NIC is on.
     fabric: uet_sim::Fabric,
+    /// The NIC's function.
+    function: uet_sim::SimFunction,
 }
 
 impl ServedNic {
@@ -10087,14 +10089,21 @@ impl ServedNic {
         let mut config = uet_sim::NicConfig::new("10.0.0.1".parse().unwrap());
         config.interface_minor = minor;
         let function = fabric.add_nic(config).unwrap();
-        let server =
-            std::sync::Arc::new(uet_sim::vfio_user::VfioUserServer::bind(function, &path).unwrap());
-        std::thread::spawn(move || server.serve_one());
+        let server = std::sync::Arc::new(
+            uet_sim::vfio_user::VfioUserServer::bind(function.clone(), &path).unwrap(),
+        );
+        // Client after client, as a daemon serves: a process that closes its NIC may open it
+        // again.
+        std::thread::spawn(move || server.serve());
         std::env::set_var(
             uet_fi::device::DEVICE_VAR,
             format!("vfio-user:{}", path.display()),
         );
-        ServedNic { dir, fabric }
+        ServedNic {
+            dir,
+            fabric,
+            function,
+        }
     }
 }
 
@@ -11687,4 +11696,40 @@ fn a_forked_child_closing_its_copies_of_the_providers_objects_leaves_the_parents
         );
         buf = [0; 16];
     }
+}
+
+/// After its NIC stops (here its function is reset under the provider), what runs on it
+/// fails; once the application has closed every object of it, a new fabric, domain and
+/// endpoints run on the NIC brought up again, as an application that recovers from the
+/// reset without a restart expects. (On its own process: the provider's NIC is served from
+/// it.)
+#[test]
+fn once_every_object_of_a_stopped_nic_is_closed_new_objects_run_on_it_again() {
+    const NAME: &str = "once_every_object_of_a_stopped_nic_is_closed_new_objects_run_on_it_again";
+    if !common::in_own_process(NAME) {
+        return;
+    }
+    let nic = ServedNic::serve("uet-reopen", uet_regs::INTERFACE_MINOR);
+    let exchange = |pair: &Pair, context: usize| {
+        let mut buf = [0u8; 16];
+        // SAFETY: an open endpoint; `buf` outlives the receive, completed below.
+        assert_eq!(unsafe { pair.post_recv(1, &mut buf, context) }, 0);
+        assert_eq!(pair.send(0, b"message", context + 1), 0);
+        assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(context + 1));
+        assert_eq!(
+            pair.wait(1).map(|e| (e.op_context as usize, e.len)),
+            Ok((context, 7))
+        );
+        assert_eq!(&buf[..7], b"message");
+    };
+    let pair = Pair::new(0);
+    exchange(&pair, 10);
+    nic.function.function_level_reset();
+    assert!(
+        pair.send(0, b"lost", 20) != 0 || pair.wait(0).is_err(),
+        "nothing runs on the stopped NIC"
+    );
+    drop(pair);
+    let pair = Pair::new(0);
+    exchange(&pair, 30);
 }
