@@ -26,7 +26,9 @@
 //!    - `regs {nic}`: every BAR0 register the NIC's interface version has, as
 //!      `[offset, value]` pairs (`uet_regs::REGISTERS` names them; reading has no side
 //!      effects);
-//!    - `counters {nic}`: the NIC's counters (BAR0), as `[name, value]` pairs;
+//!    - `counters {nic}`: the NIC's counters (BAR0), as `[name, value]` pairs; `FI_EIO`
+//!      when the NIC does not answer (its `ID` register reads all ones: the function is
+//!      gone), whose counters would read all ones as well;
 //!    - `av_list {nic}`: the AV tables this process holds on the NIC: handle (`table`),
 //!      `serial`, capacity, `max_group_id`, and for a named AV's table `named: {name,
 //!      generation}`, the AV's name and the generation of the AV the table reflects (`null`
@@ -1092,6 +1094,13 @@ fn answer(request: &Value, nics: &Mutex<Vec<Weak<NicInner>>>) -> Result<Value, F
         }
         "counters" => {
             let nic = nic_of(request, nics)?;
+            if uet_regs::RegisterAccess::read(nic.bar(), uet_regs::ID).into_bits() == u32::MAX {
+                return Err(FiError::new(
+                    FiErrno::FI_EIO,
+                    "the NIC does not answer: its registers read all ones (the function is \
+                     gone), and so would its counters",
+                ));
+            }
             let counters: Vec<Value> = nic
                 .counters()
                 .into_iter()
@@ -1367,7 +1376,77 @@ fn dump_page(
 mod tests {
     use super::*;
     use crate::backend::sim::SimDevice;
-    use crate::{EndpointAttr, Nic};
+    use crate::{Device, EndpointAttr, Nic};
+
+    /// A device that can be unplugged: from then on every register reads all ones, as a
+    /// removed PCI function's do.
+    struct Unpluggable {
+        inner: SimDevice,
+        gone: AtomicBool,
+    }
+
+    impl uet_regs::Mmio for Unpluggable {
+        fn read32(&self, offset: u32) -> u32 {
+            if self.gone.load(Ordering::Relaxed) {
+                return u32::MAX;
+            }
+            self.inner.bar0().read32(offset)
+        }
+        fn write32(&self, offset: u32, value: u32) {
+            self.inner.bar0().write32(offset, value);
+        }
+        fn read64(&self, offset: u32) -> u64 {
+            if self.gone.load(Ordering::Relaxed) {
+                return u64::MAX;
+            }
+            self.inner.bar0().read64(offset)
+        }
+        fn write64(&self, offset: u32, value: u64) {
+            self.inner.bar0().write64(offset, value);
+        }
+    }
+
+    impl crate::Device for Unpluggable {
+        fn bar0(&self) -> &dyn uet_regs::Mmio {
+            self
+        }
+        fn dma_map(&self, region: &crate::dma::DmaRegion) -> Result<(), crate::DeviceError> {
+            self.inner.dma_map(region)
+        }
+        fn dma_unmap(&self, region: &crate::dma::DmaRegion) -> Result<(), crate::DeviceError> {
+            self.inner.dma_unmap(region)
+        }
+        fn name(&self) -> String {
+            self.inner.name()
+        }
+    }
+
+    /// The counters of a NIC whose registers read all ones (its function gone) are
+    /// `FI_EIO`, not a list of all-ones figures; before that, they are the NIC's.
+    #[test]
+    fn the_counters_of_a_nic_that_does_not_answer_are_eio() {
+        let fabric = uet_sim::Fabric::new();
+        let f = fabric
+            .add_nic(uet_sim::NicConfig::new("10.65.0.2".parse().unwrap()))
+            .unwrap();
+        let device = Arc::new(Unpluggable {
+            inner: SimDevice::new(f),
+            gone: AtomicBool::new(false),
+        });
+        let nic = Nic::open(device.clone()).unwrap();
+        let nics = Mutex::new(vec![Arc::downgrade(&nic.inner)]);
+        let request = json!({"cmd": "counters", "nic": 0});
+        let answered = answer(&request, &nics).unwrap();
+        assert!(
+            answered["counters"]
+                .as_array()
+                .is_some_and(|c| !c.is_empty()),
+            "{answered}"
+        );
+        device.gone.store(true, Ordering::Relaxed);
+        let e = answer(&request, &nics).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_EIO, "{e}");
+    }
 
     /// A record listed before its endpoint closed, whose handle a new endpoint took since,
     /// gets no counters: they would be the new endpoint's.
