@@ -2799,25 +2799,25 @@ mod tests {
         assert_eq!(f.dropped.load(Ordering::Relaxed), 0, "no REJECT came back");
     }
 
-    /// A REJECT of a pending request that names the listener as its sender but comes from
-    /// another endpoint (one that learnt the request's `conn_id`) is dropped and counted: the
-    /// requester keeps waiting, and the listener's ACCEPT connects it.
-    #[test]
-    fn a_reject_from_an_endpoint_the_request_did_not_go_to_is_dropped() {
-        let l = Listening::new();
-        let (ns, nc, pep) = (&l.ns, &l.nc, &l.pep);
+    /// Send a `kind` message of connection `conn_id` from a new endpoint of `nic` (a
+    /// forger) to `to`, naming `claim` as its sender, and wait until it is delivered; then
+    /// until `dropped` (the target's count of dropped messages) is past 0.
+    fn forge(
+        nic: &Nic,
+        to: &UetAddress,
+        claim: UetAddress,
+        (kind, conn_id): (CmKind, u32),
+        dropped: impl Fn() -> u64,
+    ) {
         let wait = Duration::from_secs(5);
-        let (mut client, eq_c) = msg_client(nc);
-        let (mut server, eq_s) = msg_client(ns);
-        let req = l.request(&mut client);
-        let (forger, _eq_f) = msg_client(nc);
+        let (forger, _eq_f) = msg_client(nic);
         let f = connection(&forger);
         {
-            let to = client.address().to_bytes().expect("address");
+            let to = to.to_bytes().expect("address");
             let mut inner = f.lock();
-            let fi = insert_peer(&mut inner.av, &to, "requester").expect("inserted");
-            inner.local = *pep.address();
-            f.send(&mut inner, fi, CmKind::Reject, req.conn_id, b"forged", 0)
+            let fi = insert_peer(&mut inner.av, &to, "target").expect("inserted");
+            inner.local = claim;
+            f.send(&mut inner, fi, kind, conn_id, b"forged", 0)
                 .expect("sent");
         }
         assert!(
@@ -2825,15 +2825,36 @@ mod tests {
             "delivered"
         );
         let deadline = Instant::now() + wait;
-        while client.cm_dropped() == 0 {
-            assert!(Instant::now() < deadline, "the REJECT taken in");
+        while dropped() == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the {kind:?} taken in and dropped"
+            );
             std::thread::sleep(Duration::from_millis(1));
         }
+    }
+
+    /// A REJECT of a pending request that names the listener as its sender but comes from
+    /// another endpoint (one that learnt the request's `conn_id`) is dropped and counted: the
+    /// requester keeps waiting, and the listener's ACCEPT connects it.
+    #[test]
+    fn a_reject_from_an_endpoint_the_request_did_not_go_to_is_dropped() {
+        let l = Listening::new();
+        let (ns, nc, pep) = (&l.ns, &l.nc, &l.pep);
+        let (mut client, eq_c) = msg_client(nc);
+        let (mut server, eq_s) = msg_client(ns);
+        let req = l.request(&mut client);
+        let reject = (CmKind::Reject, req.conn_id);
+        forge(nc, client.address(), *pep.address(), reject, || {
+            client.cm_dropped()
+        });
         assert!(eq_c.is_empty(), "no FI_ECONNREFUSED");
         pep.accept(&req, &mut server, b"").expect("accept");
         for eq in [&eq_c, &eq_s] {
             assert_eq!(
-                eq.sread(Some(wait), 0).expect("event").kind,
+                eq.sread(Some(Duration::from_secs(5)), 0)
+                    .expect("event")
+                    .kind,
                 EqEventKind::Connected
             );
         }
@@ -2846,28 +2867,10 @@ mod tests {
     fn a_second_connreq_of_a_pending_request_is_dropped() {
         let l = Listening::new();
         let (nc, pep) = (&l.nc, &l.pep);
-        let wait = Duration::from_secs(5);
         let (mut client, _eq_c) = msg_client(nc);
         let req = l.request(&mut client);
-        let (forger, _eq_f) = msg_client(nc);
-        let f = connection(&forger);
-        {
-            let to = pep.address().to_bytes().expect("address");
-            let mut inner = f.lock();
-            let fi = insert_peer(&mut inner.av, &to, "listener").expect("inserted");
-            inner.local = *client.address();
-            f.send(&mut inner, fi, CmKind::ConnReq, req.conn_id, b"", 0)
-                .expect("sent");
-        }
-        assert!(
-            f.wait_until(Instant::now() + wait, |inner| inner.lane.in_flight().0 == 0),
-            "delivered"
-        );
-        let deadline = Instant::now() + wait;
-        while pep.dropped() == 0 {
-            assert!(Instant::now() < deadline, "the copy taken in");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        let copy = (CmKind::ConnReq, req.conn_id);
+        forge(nc, pep.address(), *client.address(), copy, || pep.dropped());
         assert!(l.eq_l.is_empty(), "one FI_CONNREQ");
     }
 
