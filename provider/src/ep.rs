@@ -2308,17 +2308,7 @@ unsafe extern "C" fn ep_getopt(
     entry(CALL, || {
         // SAFETY: called through the endpoint's own ops.
         let e = unsafe { ep_ref(fid, CALL) }?;
-        if let Role::Context { tx: true, .. } = e.role {
-            // As in `fi_setopt`: the option is its receive context's, whose value this
-            // context would otherwise read as its own.
-            return Err(FiError::new(
-                FiErrno::FI_ENOPROTOOPT,
-                format!(
-                    "{CALL}: level {level}, option {optname}: a transmit context serves no \
-                     option (FI_OPT_MIN_MULTI_RECV is its receive context's)"
-                ),
-            ));
-        }
+        no_option_of_a_transmit_context(CALL, e, level, optname)?;
         if level == FI_OPT_ENDPOINT && optname == FI_OPT_MIN_MULTI_RECV {
             let value = e.min_multi_recv(CALL)?;
             // SAFETY: libfabric's contract on `optval` and `optlen`.
@@ -2339,6 +2329,27 @@ unsafe extern "C" fn ep_getopt(
     })
 }
 
+/// `-FI_ENOPROTOOPT` for a scalable endpoint's transmit context: it posts no receive, and
+/// `FI_OPT_MIN_MULTI_RECV` is its ring set's receive context's, whose value it must neither
+/// set nor read as its own.
+fn no_option_of_a_transmit_context(
+    call: &str,
+    e: &UetEp,
+    level: c_int,
+    optname: c_int,
+) -> Result<(), FiError> {
+    if let Role::Context { tx: true, .. } = e.role {
+        return Err(FiError::new(
+            FiErrno::FI_ENOPROTOOPT,
+            format!(
+                "{call}: level {level}, option {optname}: a transmit context serves no option \
+                 (FI_OPT_MIN_MULTI_RECV is its receive context's)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// `fi_setopt`: `FI_OPT_MIN_MULTI_RECV`, a `size_t` (`optlen` its size, else `-FI_EINVAL`)
 /// of at most `u32::MAX` (the NIC's descriptor field; else `-FI_EINVAL`), for the
 /// multi-receive buffers posted from then on. `FI_OPT_CM_DATA_SIZE` is read only, any other
@@ -2355,17 +2366,7 @@ unsafe extern "C" fn ep_setopt(
     entry(CALL, || {
         // SAFETY: called through the endpoint's own ops.
         let e = unsafe { ep_ref(fid, CALL) }?;
-        if let Role::Context { tx: true, .. } = e.role {
-            // Its ring set's receive context has the option; a transmit context posts no
-            // receive.
-            return Err(FiError::new(
-                FiErrno::FI_ENOPROTOOPT,
-                format!(
-                    "{CALL}: level {level}, option {optname}: a transmit context serves no \
-                     option (FI_OPT_MIN_MULTI_RECV is its receive context's)"
-                ),
-            ));
-        }
+        no_option_of_a_transmit_context(CALL, e, level, optname)?;
         if level != FI_OPT_ENDPOINT || optname != FI_OPT_MIN_MULTI_RECV {
             return Err(FiError::new(
                 FiErrno::FI_ENOPROTOOPT,
