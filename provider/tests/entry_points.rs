@@ -3861,7 +3861,12 @@ struct Connected {
 
 impl Connected {
     fn new(cq_wait: c_int, cntr_wait: Option<c_int>) -> Connected {
-        let m = Msg::new();
+        Connected::with_caps(FI_MSG | FI_TAGGED, cq_wait, cntr_wait)
+    }
+
+    /// [`Connected::new`] on the answer to hints asking for `caps`.
+    fn with_caps(caps: u64, cq_wait: c_int, cntr_wait: Option<c_int>) -> Connected {
+        let m = Msg::with_caps(caps);
         let (eq_l, eq_c) = (m.eq(), m.eq());
         let pep = m.listen(eq_l);
         // SAFETY: `pep` is open; only the field's address is taken.
@@ -11549,20 +11554,8 @@ fn a_multi_receive_buffer_a_message_was_arriving_into_at_shutdown_is_withdrawn_a
         return;
     }
     let nic = ServedNic::serve("uet-mrecv-arriving", uet_regs::INTERFACE_MINOR);
-    let m = Msg::with_caps(FI_MSG | FI_MULTI_RECV);
-    let (eq_l, eq_c) = (m.eq(), m.eq());
-    let pep = m.listen(eq_l);
-    // SAFETY: `pep` is open; only the field's address is taken.
-    let pep_fid: *mut Fid = unsafe { &mut (*pep).fid };
-    let (client, cq_c) = m.ep(m.open.info, eq_c);
-    assert_eq!(connect(client, &name_of(pep_fid), b""), 0);
-    let req = cm_event(eq_l).expect("FI_CONNREQ");
-    let (server, cq_s) = m.ep(req.info, eq_l);
-    // SAFETY: an open endpoint.
-    assert_eq!(unsafe { ((*(*server).cm).accept)(server, null(), 0) }, 0);
-    assert_eq!(cm_event(eq_c).expect("FI_CONNECTED").event, FI_CONNECTED);
-    assert_eq!(cm_event(eq_l).expect("FI_CONNECTED").event, FI_CONNECTED);
-
+    let c = Connected::with_caps(FI_MSG | FI_MULTI_RECV, FI_WAIT_UNSPEC, None);
+    let (client, server, cq_s) = (c.client, c.server, c.cq_s);
     assert_eq!(setopt_size(server, 0, 64, 8), 0);
     let mut buf = vec![0u8; 64 * 1024];
     // SAFETY: an open endpoint; `buf` outlives the receive, whose completions are read below.
@@ -11607,20 +11600,6 @@ fn a_multi_receive_buffer_a_message_was_arriving_into_at_shutdown_is_withdrawn_a
         (FiErrno::FI_ECANCELED.get() as c_int, 0xB1, 0)
     );
     assert_ne!(e.flags & FI_MULTI_RECV, 0, "released: flags {:#x}", e.flags);
-
-    // SAFETY: ours, open, closed once; the event's info freed once.
-    unsafe {
-        uet_fi::info::free_info(req.info);
-        close_all(&[
-            &mut (*server).fid,
-            &mut (*client).fid,
-            &mut (*cq_s).fid,
-            &mut (*cq_c).fid,
-            pep_fid,
-            &mut (*eq_l).fid,
-            &mut (*eq_c).fid,
-        ]);
-    }
 }
 
 /// Wait for the forked child `pid` for at most `limit`: its exit code, or `None` when it
