@@ -97,7 +97,7 @@ mod tx_engine;
 mod untagged_unexpected;
 pub mod vfio_user;
 
-pub use config::{NicConfig, OLDEST_INTERFACE_MINOR};
+pub use config::{NicConfig, DEFAULT_DMA_MAPPINGS, OLDEST_INTERFACE_MINOR};
 pub use counters::DebugCounters;
 pub use fabric::CaptureStatus;
 pub use iommu::{DmaAccess, DmaFault, IOMMU_PAGE};

@@ -77,6 +77,8 @@ use vfio_user::{DmaMapFlags, DmaUnmapFlags, IrqInfo, Server, ServerBackend, Serv
 pub struct VfioUserServer {
     server: Server,
     path: PathBuf,
+    /// The function served (the backend's, which is locked while a client is served).
+    function: SimFunction,
     backend: std::sync::Mutex<FunctionBackend>,
 }
 
@@ -103,11 +105,17 @@ impl VfioUserServer {
         Ok(VfioUserServer {
             server,
             path,
+            function: function.clone(),
             backend: std::sync::Mutex::new(FunctionBackend {
                 function,
                 config: PciConfig::default(),
             }),
         })
+    }
+
+    /// The function served.
+    pub fn function(&self) -> &SimFunction {
+        &self.function
     }
 
     /// The socket's path.

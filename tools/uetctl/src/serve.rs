@@ -7,6 +7,11 @@
 //! the next one after it; when a driver goes away, its function is released (DMA unmapped,
 //! function-level reset). A socket file left behind by a daemon that died is replaced; one
 //! that another daemon still serves is an error, and nothing is started.
+//!
+//! A server holds a descriptor per DMA mapping of its client. The daemon raises its
+//! descriptor limit to the hard limit and gives each NIC an equal share of it as the most
+//! mappings its client may hold ([`dma_mappings_per_nic`]): one client cannot take the
+//! descriptors another NIC's client needs.
 
 use crate::demo::rank_fabric_addr;
 use std::net::IpAddr;
@@ -20,6 +25,66 @@ const STALE_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 
 /// Most NICs one daemon serves.
 pub const MAX_NICS: usize = 1024;
+
+/// Descriptors the daemon keeps for itself beside its NICs' (standard streams, logs, the
+/// threads' own).
+const RESERVED_DESCRIPTORS: u64 = 32;
+
+/// Descriptors a NIC's server holds beside those of its DMA mappings: its listening socket,
+/// its client's connection, and an eventfd per MSI-X vector.
+const NIC_DESCRIPTORS: u64 = 2 + uet_regs::pci::MSIX_VECTORS as u64;
+
+/// Fewest DMA mappings a NIC is served with: a driver maps a few regions per endpoint (its
+/// rings, its buffers), and a process opens several.
+pub const MIN_DMA_MAPPINGS: u32 = 64;
+
+/// Raise this process's descriptor limit (`RLIMIT_NOFILE`) to its hard limit, as a daemon
+/// whose servers hold a descriptor per DMA mapping of their clients must: at the usual soft
+/// limit of 1,024, two clients with a few hundred mappings each would exhaust it, and every
+/// NIC's next map or connection would fail with `EMFILE`. The limit in effect after.
+fn raise_descriptor_limit() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the `rlimit` it is given, which outlives the call.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return 1024;
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: setrlimit reads the `rlimit` it is given, which outlives the call.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            lim.rlim_cur = lim.rlim_max;
+        }
+    }
+    lim.rlim_cur
+}
+
+/// The DMA mappings each of `nics` NICs may hold when the daemon has `limit` descriptors:
+/// an equal share of what [`RESERVED_DESCRIPTORS`] and each NIC's own ([`NIC_DESCRIPTORS`])
+/// leave, at most the simulator's default (`uet_sim::DEFAULT_DMA_MAPPINGS`), so that no
+/// client's mappings take the descriptors another NIC needs. An error when the share is
+/// below [`MIN_DMA_MAPPINGS`].
+pub fn dma_mappings_per_nic(limit: u64, nics: usize) -> Result<u32, ServeError> {
+    let nics = u64::try_from(nics.max(1)).unwrap_or(u64::MAX);
+    let share = (limit.saturating_sub(RESERVED_DESCRIPTORS) / nics).saturating_sub(NIC_DESCRIPTORS);
+    let share = u32::try_from(share)
+        .unwrap_or(u32::MAX)
+        .min(uet_sim::DEFAULT_DMA_MAPPINGS);
+    if share < MIN_DMA_MAPPINGS {
+        return Err(ServeError::Config(format!(
+            "{nics} NICs need at least {} file descriptors ({MIN_DMA_MAPPINGS} DMA mappings and \
+             {NIC_DESCRIPTORS} more each, and {RESERVED_DESCRIPTORS} for the daemon); the \
+             limit is {limit}: raise it (ulimit -Hn) or serve fewer NICs",
+            nics * (u64::from(MIN_DMA_MAPPINGS) + NIC_DESCRIPTORS) + RESERVED_DESCRIPTORS
+        )));
+    }
+    Ok(share)
+}
 
 /// The socket of NIC `nic` in `dir`.
 pub fn nic_socket(dir: &Path, nic: usize) -> PathBuf {
@@ -82,6 +147,7 @@ impl Daemon {
             path: path.to_path_buf(),
             reason,
         };
+        let dma_mappings = dma_mappings_per_nic(raise_descriptor_limit(), cfg.nics)?;
         std::fs::create_dir_all(&cfg.dir).map_err(|e| socket_error(&cfg.dir, e.to_string()))?;
         let fabric = Fabric::new();
         let mut servers = Vec::with_capacity(cfg.nics);
@@ -115,6 +181,7 @@ impl Daemon {
             )?;
             let mut nic = NicConfig::new(addr);
             nic.interface_minor = cfg.interface_minor;
+            nic.dma_mappings = dma_mappings;
             let function = fabric
                 .add_nic(nic)
                 .map_err(|e| ServeError::Config(e.to_string()))?;
@@ -141,5 +208,64 @@ impl Daemon {
         loop {
             std::thread::park();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The descriptors are shared out equally, each NIC's own and the daemon's set aside,
+    /// at most the simulator's default; too few for the NICs asked for is an error that
+    /// says how many they need.
+    #[test]
+    fn each_nic_gets_an_equal_share_of_the_descriptors_for_its_dma_mappings() {
+        assert_eq!(dma_mappings_per_nic(1024, 2).unwrap(), (1024 - 32) / 2 - 66);
+        assert_eq!(
+            dma_mappings_per_nic(1 << 20, 1).unwrap(),
+            uet_sim::DEFAULT_DMA_MAPPINGS
+        );
+        assert_eq!(
+            dma_mappings_per_nic(u64::MAX, MAX_NICS).unwrap(),
+            uet_sim::DEFAULT_DMA_MAPPINGS
+        );
+        let share = dma_mappings_per_nic(1 << 20, MAX_NICS).unwrap();
+        assert!(
+            u64::from(share + 66) * MAX_NICS as u64 + 32 <= 1 << 20,
+            "{share}"
+        );
+        let e = dma_mappings_per_nic(1024, 16).unwrap_err().to_string();
+        assert!(
+            e.contains("2112 file descriptors") && e.contains("1024"),
+            "{e}"
+        );
+    }
+
+    /// Binding raises the process's soft descriptor limit to its hard limit, and every NIC
+    /// is served with its share of DMA mappings.
+    #[test]
+    fn the_daemon_raises_its_descriptor_limit_and_bounds_each_nics_mappings() {
+        let dir = std::env::temp_dir().join(format!("uetctl-serve-limit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let daemon = Daemon::bind(&ServeConfig {
+            dir: dir.clone(),
+            nics: 2,
+            interface_minor: uet_regs::INTERFACE_MINOR,
+        })
+        .unwrap();
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes the `rlimit` it is given, which outlives the call.
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+        assert_eq!(lim.rlim_cur, lim.rlim_max, "raised to the hard limit");
+        let share = dma_mappings_per_nic(lim.rlim_cur, 2).unwrap();
+        for server in &daemon.servers {
+            let config = server.function().config().unwrap();
+            assert_eq!(config.dma_mappings, share);
+        }
+        drop(daemon);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
