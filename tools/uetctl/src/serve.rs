@@ -28,11 +28,11 @@ pub const MAX_NICS: usize = 1024;
 
 /// Descriptors the daemon keeps for itself beside its NICs' (standard streams, logs, the
 /// threads' own).
-const RESERVED_DESCRIPTORS: u64 = 32;
+pub const RESERVED_DESCRIPTORS: u64 = 32;
 
 /// Descriptors a NIC's server holds beside those of its DMA mappings: its listening socket,
 /// its client's connection, and an eventfd per MSI-X vector.
-const NIC_DESCRIPTORS: u64 = 2 + uet_regs::pci::MSIX_VECTORS as u64;
+pub const NIC_DESCRIPTORS: u64 = 2 + uet_regs::pci::MSIX_VECTORS as u64;
 
 /// Fewest DMA mappings a NIC is served with: a driver maps a few regions per endpoint (its
 /// rings, its buffers), and a process opens several.
