@@ -348,6 +348,45 @@ fn two_processes_on_two_nics_over_vfio_user_ping_pong_through_the_provider() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A libfabric application forks a child that closes every object it inherited and exits
+/// with `exit(3)`, running libfabric's cleanup, and the provider's, in the child: the
+/// parent's endpoints and AV work on, on a NIC served over vfio-user whose one socket parent
+/// and child share. (A child whose copies drove the NIC would have destroyed the parent's
+/// endpoints and AV table and reset the function.)
+#[test]
+fn a_forked_child_that_closes_what_it_inherited_and_exits_leaves_the_parents_nic_working() {
+    if !have_toolchain() {
+        return;
+    }
+    let dir = scratch("fork");
+    let prov = provider_dir(&dir);
+    let program = compile("fork.c", &dir, &["-lfabric"]);
+    let fabric = uet_sim::Fabric::new();
+    let nic = fabric
+        .add_nic(uet_sim::NicConfig::new(std::net::IpAddr::from([
+            10, 0, 0, 1,
+        ])))
+        .unwrap();
+    let path = dir.join("nic.sock");
+    let server = std::sync::Arc::new(uet_sim::vfio_user::VfioUserServer::bind(nic, &path).unwrap());
+    let serving = std::thread::spawn(move || server.serve_one());
+    let child = Command::new(&program)
+        .env("FI_PROVIDER_PATH", &prov)
+        .env("FI_PROVIDER", "uet")
+        .env("FI_UET_DEVICE", format!("vfio-user:{}", path.display()))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = succeeded(child, "fork");
+    assert!(out.contains("message: before the fork"), "{out}");
+    assert!(out.contains("child closed its copies and exited"), "{out}");
+    assert!(out.contains("message: after the child"), "{out}");
+    assert!(out.ends_with("ok\n"), "{out}");
+    serving.join().unwrap().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// On a NIC of host interface 1.13, without RECV_CANCEL, a closed receive context's receive
 /// stays posted: `fi_rx_context` of its index is `-FI_EOPBADSTATE`, which says retrying does
 /// not help (not `-FI_EBUSY`), until a message has taken the receive.
