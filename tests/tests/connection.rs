@@ -72,9 +72,25 @@ impl Listening {
         (client, eq_c, req)
     }
 
-    fn of((fabric, fns): (uet_sim::Fabric, Vec<uet_sim::SimFunction>)) -> Listening {
+    /// Whose listener's event queue has `size` entries.
+    fn with_eq_size(size: usize) -> Listening {
+        Listening::of_eq(fabric(2), size)
+    }
+
+    fn of(fns: (uet_sim::Fabric, Vec<uet_sim::SimFunction>)) -> Listening {
+        Listening::of_eq(fns, uet_tests::WAITABLE_EQ.size)
+    }
+
+    fn of_eq(
+        (fabric, fns): (uet_sim::Fabric, Vec<uet_sim::SimFunction>),
+        size: usize,
+    ) -> Listening {
         let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
-        let eq_l = EventQueue::open(uet_tests::WAITABLE_EQ).unwrap();
+        let eq_l = EventQueue::open(uet_driver::EqAttr {
+            size,
+            ..uet_tests::WAITABLE_EQ
+        })
+        .unwrap();
         let pep = listen(&ns, &eq_l);
         Listening {
             pep,
@@ -401,23 +417,17 @@ fn a_request_the_listener_cannot_report_is_refused() {
     // The listener's event queue has no room for the FI_CONNREQ (an application that does
     // not read it): the request is not held, and its requester must be refused rather than
     // left waiting for an answer the application never hears of.
-    let (_f, fns) = fabric(2);
-    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
-    let eq_l = EventQueue::open(uet_driver::EqAttr {
-        size: 1,
-        ..uet_tests::WAITABLE_EQ
-    })
-    .unwrap();
-    let pep = listen(&ns, &eq_l);
+    let l = Listening::with_eq_size(1);
+    let (nc, eq_l, pep) = (&l.nc, &l.eq_l, &l.pep);
     let listener = pep.address().to_bytes().unwrap();
-    let (mut first, _eq_1) = msg_ep(&nc);
+    let (mut first, _eq_1) = msg_ep(nc);
     first.connect(&listener, b"").unwrap();
-    let (mut second, eq_2) = msg_ep(&nc);
+    let (mut second, eq_2) = msg_ep(nc);
     second.connect(&listener, b"").unwrap();
     let err = wait_error(&eq_2);
     assert_eq!((err.err, err.fid), (FiErrno::FI_ECONNREFUSED, second.fid()));
     // The first request was reported and is still the application's to answer.
-    let ev = wait_event(&eq_l);
+    let ev = wait_event(eq_l);
     assert_eq!(ev.kind, EqEventKind::ConnReq);
     assert!(pep.connreq(&ev).is_ok());
 }
@@ -1069,15 +1079,9 @@ fn a_stopped_nic_ends_what_waits_on_its_control_channels_with_eio() {
 /// overrun, which would lose the error and make the queue unusable.
 #[test]
 fn the_eio_of_a_stopped_nic_reaches_a_listeners_queue_its_requests_filled() {
-    let (_fabric, fns) = fabric(2);
-    let (ns, nc) = (open_nic(&fns[0]), open_nic(&fns[1]));
-    let eq_l = EventQueue::open(uet_driver::EqAttr {
-        size: 1,
-        ..uet_tests::WAITABLE_EQ
-    })
-    .unwrap();
-    let pep = listen(&ns, &eq_l);
-    let (mut client, _eq_c) = msg_ep(&nc);
+    let l = Listening::with_eq_size(1);
+    let (fns, nc, eq_l, pep) = (&l.fns, &l.nc, &l.eq_l, &l.pep);
+    let (mut client, _eq_c) = msg_ep(nc);
     client
         .connect(&pep.address().to_bytes().unwrap(), b"")
         .unwrap();
@@ -1092,7 +1096,7 @@ fn the_eio_of_a_stopped_nic_reaches_a_listeners_queue_its_requests_filled() {
         assert!(Instant::now() < deadline, "the error is posted");
         std::thread::sleep(Duration::from_millis(1));
     }
-    stopped_error(&eq_l, pep.fid(), "the listener");
+    stopped_error(eq_l, pep.fid(), "the listener");
     assert_eq!(eq_l.read(0).unwrap().kind, EqEventKind::ConnReq);
 }
 
