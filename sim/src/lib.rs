@@ -427,6 +427,28 @@ impl SimFunction {
         self.with_nic((), |n| n.counters.inc(uet_regs::BAD_REGISTER_ACCESSES));
     }
 
+    /// Deliver MSI-X vectors `start..start + eventfds.len()` to `eventfds`, as one
+    /// `VFIO_DEVICE_SET_IRQS` of `DATA_EVENTFD` does ([`SimFunction::set_msix_eventfd`] for
+    /// each), all or none: a vector outside the table, or a descriptor that cannot be
+    /// duplicated (none left), changes no vector.
+    pub fn set_msix_eventfds(
+        &self,
+        start: u16,
+        eventfds: &[BorrowedFd<'_>],
+    ) -> Result<(), SimError> {
+        self.with_nic(Err(SimError::InvalidConfig("no such function")), |n| {
+            n.msix.set_triggers(start, eventfds)?;
+            for v in 0..eventfds.len() {
+                n.msix.set_masked(start + v as u16, false);
+            }
+            if n.msix.has_triggers() {
+                n.msix
+                    .set_control(n.msix.control() | uet_regs::pci::MSIX_CONTROL_ENABLE);
+            }
+            Ok(())
+        })
+    }
+
     /// Deliver MSI-X `vector` to `eventfd`, or stop delivering it (`None`), as
     /// `VFIO_DEVICE_SET_IRQS` does for one vector of a PCI function's MSI-X index: with an
     /// eventfd the vector is unmasked and MSI-X enabled; without, the vector is masked, and

@@ -167,6 +167,31 @@ impl Msix {
         Ok(())
     }
 
+    /// Give vectors `start..start + fds.len()` the triggers `fds`, all or none: each
+    /// descriptor is duplicated before any vector changes, so a duplication that fails (no
+    /// descriptor left) leaves every vector as it was.
+    pub(crate) fn set_triggers(
+        &mut self,
+        start: u16,
+        fds: &[BorrowedFd<'_>],
+    ) -> std::io::Result<()> {
+        let end = usize::from(start).saturating_add(fds.len());
+        if end > self.triggers.len() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("MSI-X vectors {start}..{end} are outside the table of {MSIX_VECTORS}"),
+            ));
+        }
+        let files = fds
+            .iter()
+            .map(|fd| fd.try_clone_to_owned().map(File::from))
+            .collect::<std::io::Result<Vec<File>>>()?;
+        for (slot, file) in self.triggers[usize::from(start)..end].iter_mut().zip(files) {
+            *slot = Some(file);
+        }
+        Ok(())
+    }
+
     /// Whether any vector has a trigger.
     pub(crate) fn has_triggers(&self) -> bool {
         self.triggers.iter().any(Option::is_some)

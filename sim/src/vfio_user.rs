@@ -276,11 +276,11 @@ impl FunctionBackend {
                 if !fds.iter().all(set_nonblocking) {
                     return Err("a descriptor that cannot be made non-blocking".into());
                 }
-                for (v, fd) in vectors.zip(fds) {
-                    self.function
-                        .set_msix_eventfd(v, Some(fd.as_fd()))
-                        .map_err(|e| e.to_string())?;
-                }
+                // All or none: a descriptor the server cannot duplicate changes no vector.
+                let fds: Vec<_> = fds.iter().map(AsFd::as_fd).collect();
+                self.function
+                    .set_msix_eventfds(start as u16, &fds)
+                    .map_err(|e| e.to_string())?;
             }
             VFIO_IRQ_SET_DATA_EVENTFD => {
                 return Err(format!("{} descriptors for {count} vectors", fds.len()))
@@ -541,7 +541,7 @@ mod tests {
     use super::*;
     use crate::{Fabric, NicConfig};
     use std::io::{Read, Write};
-    use std::os::fd::FromRawFd;
+    use std::os::fd::{AsRawFd, FromRawFd};
     use std::sync::mpsc;
     use std::time::Duration;
 
@@ -586,6 +586,74 @@ mod tests {
         let sealed = unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) };
         assert_eq!(sealed, 0, "F_ADD_SEALS");
         file
+    }
+
+    /// The lowest two descriptor numbers not open in this process (asked of each number
+    /// with F_GETFD, which opens nothing).
+    #[allow(unsafe_code)]
+    fn two_free_descriptors() -> (i32, i32) {
+        // SAFETY: F_GETFD reads a descriptor's flags, or fails with EBADF for a number not
+        // open; it touches no memory.
+        let mut free = (0..).filter(|&n| unsafe { libc::fcntl(n, libc::F_GETFD) } < 0);
+        (free.next().unwrap(), free.next().unwrap())
+    }
+
+    /// A SET_IRQS whose descriptors the server cannot all duplicate (one descriptor left in
+    /// the process for two) is refused and changes no vector: vector 0 still raises the
+    /// eventfd it had, vector 1 none.
+    #[test]
+    #[allow(unsafe_code)]
+    fn a_set_irqs_the_server_cannot_take_whole_changes_no_vector() {
+        let mut b = backend();
+        let trigger = VFIO_IRQ_SET_ACTION_TRIGGER | VFIO_IRQ_SET_DATA_EVENTFD;
+        let mut before = blocking_eventfd();
+        let copy = before.try_clone().unwrap();
+        b.set_irqs(VFIO_PCI_MSIX_IRQ_INDEX, trigger, 0, 1, vec![copy])
+            .expect("vector 0's eventfd");
+        let (mut e1, e2) = (blocking_eventfd(), blocking_eventfd());
+        let passed = vec![e1.try_clone().unwrap(), e2.try_clone().unwrap()];
+        let mut saved = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes the `rlimit` it is given, which outlives the call.
+        assert_eq!(
+            unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut saved) },
+            0
+        );
+        // One descriptor number left below the limit: the first duplicate takes it.
+        let (_, second) = two_free_descriptors();
+        let tight = libc::rlimit {
+            rlim_cur: second as libc::rlim_t,
+            rlim_max: saved.rlim_max,
+        };
+        // SAFETY: setrlimit reads the `rlimit` it is given, which outlives the call.
+        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &tight) }, 0);
+        let refused = b.set_irqs(VFIO_PCI_MSIX_IRQ_INDEX, trigger, 0, 2, passed);
+        // SAFETY: as above; the limit as it was.
+        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &saved) }, 0);
+        assert!(refused.is_err(), "two duplicates with room for one");
+        b.function.raise_msix(0);
+        b.function.raise_msix(1);
+        let mut count = [0u8; 8];
+        before.read_exact(&mut count).unwrap();
+        assert_eq!(
+            u64::from_ne_bytes(count),
+            1,
+            "vector 0 raises its old eventfd"
+        );
+        // Vector 1 has none: nothing reached the eventfd passed for it.
+        let flags = {
+            // SAFETY: F_GETFL/F_SETFL of a descriptor `e1` owns; no memory is touched.
+            let f = unsafe { libc::fcntl(e1.as_raw_fd(), libc::F_GETFL) };
+            // SAFETY: as above.
+            unsafe { libc::fcntl(e1.as_raw_fd(), libc::F_SETFL, f | libc::O_NONBLOCK) }
+        };
+        assert_eq!(flags, 0);
+        assert!(
+            e1.read_exact(&mut count).is_err(),
+            "vector 1 raised nothing"
+        );
     }
 
     #[test]
