@@ -78,7 +78,10 @@
 //! it, is dropped and counted ([`PassiveEndpoint::dropped`],
 //! [`Endpoint::cm_dropped`]). The source is the AV entry the NIC found the sender at; a
 //! sender in no entry is the peer only for the requester's messages that landed before it
-//! took the ACCEPT in, and had an entry for the acceptor.
+//! took the ACCEPT in, and had an entry for the acceptor. A REJECT of a request comes from
+//! where the request went when the NIC found its sender at the listener's entry, or found
+//! it in none and it names a sender at the listener's Fabric Address and PIDonFEP with
+//! another initiator: the endpoint the NIC gave that PIDonFEP to since the listener closed.
 //!
 //! Control progress is automatic (`FI_PROGRESS_AUTO`): each passive endpoint and each
 //! `FI_EP_MSG` endpoint has a thread that takes in its control channel's completions and
@@ -1251,7 +1254,7 @@ impl Connection {
         let from_listener = match inner.role {
             Role::Active {
                 listener: Some(l), ..
-            } => self.is_from_entry(inner, ev.src_addr, l),
+            } => self.is_from_entry_or_its_successor(inner, ev.src_addr, l, &msg),
             _ => false,
         };
         match &mut inner.role {
@@ -1578,6 +1581,33 @@ impl Connection {
             (Some(a), Some(b)) => (a.fabric_addr, a.pid_on_fep) == (b.fabric_addr, b.pid_on_fep),
             _ => false,
         }
+    }
+
+    /// Whether a message comes from the endpoint at AV entry `entry`
+    /// ([`Connection::is_from_entry`]), or from whichever endpoint is at its Fabric Address
+    /// and PIDonFEP with another initiator than the entry's: one the NIC gave that PIDonFEP
+    /// to since the entry's endpoint closed, or the endpoint itself when the entry was made
+    /// from an address without its initiator (`FI_ADDR_STR` names it 0 unless it says more).
+    /// The NIC finds such a sender in no entry, and it names itself there. A message found
+    /// in no entry that names the entry's own initiator does not come from there: the NIC
+    /// would have found that one at the entry.
+    fn is_from_entry_or_its_successor(
+        &self,
+        inner: &CmInner,
+        src_addr: u64,
+        entry: u64,
+        msg: &CmMessage,
+    ) -> bool {
+        if self.is_from_entry(inner, src_addr, entry) {
+            return true;
+        }
+        if src_addr != uet_fwif::FI_ADDR_NOTAVAIL {
+            return false;
+        }
+        entry_address(inner, entry).is_some_and(|a| {
+            (a.fabric_addr, a.pid_on_fep) == (msg.sender.fabric_addr, msg.sender.pid_on_fep)
+                && a.initiator != msg.sender.initiator
+        })
     }
 
     /// Whether a message is the peer's ([`Connection::is_from_peer`]) or names the peer as

@@ -252,6 +252,28 @@ fn reject_and_unreachable_listeners_refuse_the_connection() {
 }
 
 #[test]
+fn a_listener_named_without_its_initiator_refuses_a_request_it_rejects() {
+    // An address in FI_ADDR_STR form names a listener by its Fabric Address and PIDonFEP,
+    // with initiator 0 unless it says more: the request reaches the listener, but the NIC
+    // finds the sender of its REJECT (the listener's own initiator) in no entry of the
+    // requester's AV. It is the listener's all the same, and refuses the request.
+    let l = Listening::new();
+    let (nc, eq_l, pep) = (&l.nc, &l.eq_l, &l.pep);
+    assert_ne!(pep.address().initiator, 0);
+    let (mut client, eq_c) = msg_ep(nc);
+    client.set_connect_timeout(None).unwrap();
+    client
+        .connect(&forged(pep.address(), |a| a.initiator = 0), b"")
+        .unwrap();
+    let req = pep.connreq(&wait_event(eq_l)).unwrap();
+    pep.reject(&req, b"no").unwrap();
+    let err = wait_error(&eq_c);
+    assert_eq!((err.err, err.fid), (FiErrno::FI_ECONNREFUSED, client.fid()));
+    assert_eq!(err.cm_data, b"no");
+    assert_eq!(client.cm_dropped(), 0);
+}
+
+#[test]
 fn a_rejected_requester_gets_the_reject_param_byte_for_byte() {
     // fi_cm(3): the data fi_reject sends reaches the requester as err_data of its
     // FI_ECONNREFUSED. An application's reject data need not be text.
@@ -381,6 +403,34 @@ fn a_connection_request_to_an_endpoint_that_does_not_listen_is_refused() {
     assert_eq!(wait_event(&eq_s).kind, EqEventKind::Connected);
     assert_eq!(wait_event(&eq_t).kind, EqEventKind::Connected);
     assert!(target.is_connected());
+}
+
+#[test]
+fn a_connection_request_to_an_endpoint_that_took_a_closed_listeners_address_is_refused() {
+    // The listener closed and the NIC gave its PIDonFEP to an active endpoint, which takes
+    // the CONNREQ and answers it with a REJECT. The requester's AV holds the listener, not
+    // the newcomer (another initiator): the NIC finds the REJECT's sender in no entry. It is
+    // still where the request went, and the requester is refused at once, not left
+    // connecting until its deadline (without one, for ever).
+    let l = Listening::new();
+    let gone = *l.pep.address();
+    let Listening { pep, ns, nc, .. } = l;
+    drop(pep);
+    let (newcomer, eq_n) = msg_ep(&ns);
+    let at = *newcomer.address();
+    assert_eq!(
+        (at.pid_on_fep, at.fabric_addr),
+        (gone.pid_on_fep, gone.fabric_addr),
+        "the NIC gave the PIDonFEP out again"
+    );
+    assert_ne!(at.initiator, gone.initiator);
+    let (mut client, eq_c) = msg_ep(&nc);
+    client.set_connect_timeout(None).unwrap();
+    client.connect(&gone.to_bytes().unwrap(), b"").unwrap();
+    let err = wait_error(&eq_c);
+    assert_eq!((err.err, err.fid), (FiErrno::FI_ECONNREFUSED, client.fid()));
+    assert_eq!(client.cm_dropped(), 0);
+    assert!(eq_n.is_empty(), "the newcomer hears of nothing");
 }
 
 #[test]
