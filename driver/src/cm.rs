@@ -74,14 +74,15 @@
 //!
 //! Messages are checked: a malformed one, one of an unknown connection (its `conn_id`), a
 //! SHUTDOWN whose source is not the peer, a REJECT of a request from anywhere but where the
-//! request went, a second CONNREQ of a request pending at the listener, or a READY or ACCEPT that names the peer as its sender without coming from
+//! request went, a REJECT of an accept or a connection from anywhere but the peer's address
+//! (the peer, or the endpoint that took its PIDonFEP), a second CONNREQ of a request pending at the listener, or a READY or ACCEPT that names the peer as its sender without coming from
 //! it, is dropped and counted ([`PassiveEndpoint::dropped`],
 //! [`Endpoint::cm_dropped`]). The source is the AV entry the NIC found the sender at; a
 //! sender in no entry is the peer only for the requester's messages that landed before it
-//! took the ACCEPT in, and had an entry for the acceptor. A REJECT of a request comes from
-//! where the request went when the NIC found its sender at the listener's entry, or found
-//! it in none and it names a sender at the listener's Fabric Address and PIDonFEP with
-//! another initiator: the endpoint the NIC gave that PIDonFEP to since the listener closed.
+//! took the ACCEPT in, and had an entry for the acceptor. A REJECT comes from the
+//! listener's (or the peer's) address when the NIC found its sender at that entry, or found
+//! it in none and it names a sender at that entry's Fabric Address and PIDonFEP with
+//! another initiator: the endpoint the NIC gave that PIDonFEP to since the other closed.
 //!
 //! Control progress is automatic (`FI_PROGRESS_AUTO`): each passive endpoint and each
 //! `FI_EP_MSG` endpoint has a thread that takes in its control channel's completions and
@@ -1357,7 +1358,9 @@ impl Connection {
                     // closed, and its PIDonFEP went to that endpoint): nobody is there to
                     // connect to. The endpoint is idle again, as when the ACCEPT is not
                     // delivered at all.
-                    (CmKind::Reject, ACCEPTING) if self.is_at_peers_address(inner, &msg) => {
+                    (CmKind::Reject, ACCEPTING)
+                        if self.is_from_peers_address(inner, ev.src_addr, &msg) =>
+                    {
                         self.abort_accept(
                             inner,
                             FiErrno::FI_ECONNABORTED,
@@ -1383,7 +1386,9 @@ impl Connection {
                     // The READY this side sent reached an acceptor no longer waiting for it
                     // (its deadline passed, or it accepted another requester since): the
                     // connection ends as a peer's close ends it.
-                    (CmKind::Reject, CONNECTED) if self.is_at_peers_address(inner, &msg) => {
+                    (CmKind::Reject, CONNECTED)
+                        if self.is_from_peers_address(inner, ev.src_addr, &msg) =>
+                    {
                         self.shut_down_by_peer(inner);
                     }
                     _ => self.drop_message("unexpected in this state"),
@@ -1571,11 +1576,11 @@ impl Connection {
     /// Whether the NIC found a message's sender at the AV entry `entry`, or at another entry
     /// of the same endpoint address (Fabric Address and PIDonFEP).
     fn is_from_entry(&self, inner: &CmInner, src_addr: u64, entry: u64) -> bool {
-        if src_addr == entry {
-            return true;
-        }
         if src_addr == uet_fwif::FI_ADDR_NOTAVAIL {
             return false;
+        }
+        if src_addr == entry {
+            return true;
         }
         match (entry_address(inner, src_addr), entry_address(inner, entry)) {
             (Some(a), Some(b)) => (a.fabric_addr, a.pid_on_fep) == (b.fabric_addr, b.pid_on_fep),
@@ -1619,12 +1624,14 @@ impl Connection {
             || self.peer_address(inner).is_some_and(|a| a == msg.sender)
     }
 
-    /// Whether a message's sender is at the peer's address (its Fabric Address and
-    /// PIDonFEP): the endpoint there now, whether or not it is the peer.
-    fn is_at_peers_address(&self, inner: &CmInner, msg: &CmMessage) -> bool {
-        self.peer_address(inner).is_some_and(|p| {
-            (p.fabric_addr, p.pid_on_fep) == (msg.sender.fabric_addr, msg.sender.pid_on_fep)
-        })
+    /// Whether a message comes from the endpoint at the peer's address (its Fabric Address
+    /// and PIDonFEP), whether or not it is the peer: the peer, found at its entry, or the
+    /// endpoint the NIC gave the peer's PIDonFEP to since
+    /// ([`Connection::is_from_entry_or_its_successor`]). One that only names an endpoint
+    /// there as its sender does not.
+    fn is_from_peers_address(&self, inner: &CmInner, src_addr: u64, msg: &CmMessage) -> bool {
+        let peer = self.peer.load(Ordering::Relaxed);
+        self.is_from_entry_or_its_successor(inner, src_addr, peer, msg)
     }
 
     /// An accept that will not connect: the endpoint is idle again, free to accept another
@@ -2827,6 +2834,64 @@ mod tests {
         assert!(client.is_connected() && server.is_connected());
         assert!(eq_c.is_empty() && eq_s.is_empty(), "no FI_SHUTDOWN");
         assert_eq!(f.dropped.load(Ordering::Relaxed), 0, "no REJECT came back");
+    }
+
+    /// A REJECT of a connection that names the peer as its sender but comes from another
+    /// endpoint (one that learnt the connection's `conn_id`) is dropped and counted, as a
+    /// SHUTDOWN is: it ends neither an accept waiting for its READY nor a connection.
+    #[test]
+    fn a_reject_of_a_connection_from_an_endpoint_that_is_not_the_peer_is_dropped() {
+        let l = Listening::new();
+        let (ns, nc) = (&l.ns, &l.nc);
+        let wait = Duration::from_secs(5);
+        let (mut client, eq_c) = msg_client(nc);
+        let (mut server, eq_s) = msg_client(ns);
+        let (forger, _eq_f) = msg_client(nc);
+        let f = connection(&forger);
+        let forge = |to: &Endpoint, claim: UetAddress, conn_id: u32| {
+            let bytes = to.address().to_bytes().expect("address");
+            let mut inner = f.lock();
+            let fi = insert_peer(&mut inner.av, &bytes, "target").expect("inserted");
+            inner.local = claim;
+            f.send(&mut inner, fi, CmKind::Reject, conn_id, b"forged", 0)
+                .expect("sent");
+            drop(inner);
+            assert!(
+                f.wait_until(Instant::now() + wait, |inner| inner.lane.in_flight().0 == 0),
+                "delivered"
+            );
+        };
+        let taken_in = |ep: &Endpoint, dropped: u64| {
+            let deadline = Instant::now() + wait;
+            while ep.cm_dropped() < dropped {
+                assert!(Instant::now() < deadline, "the REJECT taken in");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        // The acceptor waits for the READY, which the requester, held, does not send yet.
+        let requester = connection(&client);
+        let (held, _) = l.accept_with_ready_held(&mut client, &mut server, &requester);
+        let conn_id = match held.role {
+            Role::Active { conn_id, .. } => conn_id,
+            Role::Passive { .. } => unreachable!("a requester"),
+        };
+        forge(&server, *client.address(), conn_id);
+        taken_in(&server, 1);
+        assert!(eq_s.is_empty(), "no FI_ECONNABORTED");
+        drop(held);
+        for eq in [&eq_c, &eq_s] {
+            assert_eq!(
+                eq.sread(Some(wait), 0).expect("event").kind,
+                EqEventKind::Connected
+            );
+        }
+        // Connected: a REJECT naming the other side ends neither.
+        forge(&client, *server.address(), conn_id);
+        forge(&server, *client.address(), conn_id);
+        taken_in(&client, 1);
+        taken_in(&server, 2);
+        assert!(client.is_connected() && server.is_connected());
+        assert!(eq_c.is_empty() && eq_s.is_empty(), "no FI_SHUTDOWN");
     }
 
     /// Send a `kind` message of connection `conn_id` from a new endpoint of `nic` (a
