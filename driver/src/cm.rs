@@ -75,8 +75,10 @@
 //! Messages are checked: a malformed one, one of an unknown connection (its `conn_id`), a
 //! SHUTDOWN whose source is not the peer, a REJECT of a request from anywhere but where the
 //! request went, a REJECT of an accept or a connection from anywhere but the peer's address
-//! (the peer, or the endpoint that took its PIDonFEP), a second CONNREQ of a request pending at the listener, or a READY or ACCEPT that names the peer as its sender without coming from
-//! it, is dropped and counted ([`PassiveEndpoint::dropped`],
+//! (the peer, or the endpoint that took its PIDonFEP), a message naming a request pending
+//! at the listener (a second CONNREQ, or a READY or ACCEPT: never answered with a REJECT,
+//! which would refuse the request), or a READY or ACCEPT that names the peer as its sender
+//! without coming from it, is dropped and counted ([`PassiveEndpoint::dropped`],
 //! [`Endpoint::cm_dropped`]). The source is the AV entry the NIC found the sender at; a
 //! sender in no entry is the peer only for the requester's messages that landed before it
 //! took the ACCEPT in, and had an entry for the acceptor. A REJECT comes from the
@@ -1192,6 +1194,20 @@ impl Connection {
         let Some(msg) = parsed else {
             return self.drop_message("malformed");
         };
+        // A requester sends its request once (again only when it found no receive, so was not
+        // taken), and sends a listener nothing else: a message of a request pending here (its
+        // requester's address and `conn_id`) is a forgery. A second CONNREQ would give the
+        // application the request twice, and any answer to it (a REJECT, when the backlog is
+        // full, or to a stray READY or ACCEPT) would reach the requester from the listener and
+        // refuse the request the application may still accept.
+        if let Role::Passive { pending, .. } = &inner.role {
+            if pending
+                .values()
+                .any(|p| p.req.conn_id == msg.conn_id && p.req.peer == msg.sender)
+            {
+                return self.drop_message("a message of a request already pending");
+            }
+        }
         // An active endpoint never listens, a listener being closed no longer does, and one
         // whose backlog is full takes no more requests.
         let listening = match &inner.role {
@@ -1264,16 +1280,6 @@ impl Connection {
             } => {
                 if msg.kind != CmKind::ConnReq {
                     return self.drop_message("a listener takes only connection requests");
-                }
-                // A requester sends its request once (again only when it found no receive,
-                // so was not taken): a second of the same connection is a forgery, which
-                // would give the application the request twice and its second accept a
-                // requester already answered.
-                if pending
-                    .values()
-                    .any(|p| p.req.conn_id == msg.conn_id && p.req.peer == msg.sender)
-                {
-                    return self.drop_message("a request already pending");
                 }
                 let id = *next_id;
                 *next_id += 1;
@@ -2967,6 +2973,51 @@ mod tests {
         let copy = (CmKind::ConnReq, req.conn_id);
         forge(nc, pep.address(), *client.address(), copy, || pep.dropped());
         assert!(l.eq_l.is_empty(), "one FI_CONNREQ");
+    }
+
+    /// A message naming a request pending at the listener (its requester's address and
+    /// `conn_id`) is dropped and counted whatever its kind, and also when the listener's
+    /// backlog is full: it is not answered with a REJECT, which would reach the requester
+    /// from the listener and refuse a request the application may still accept.
+    #[test]
+    fn a_message_naming_a_pending_request_gets_no_reject_from_a_full_listener() {
+        let l = Listening::new();
+        let (ns, nc, pep) = (&l.ns, &l.nc, &l.pep);
+        let wait = Duration::from_secs(5);
+        let (mut client, eq_c) = msg_client(nc);
+        let (mut server, eq_s) = msg_client(ns);
+        pep.set_backlog(1).expect("backlog");
+        let req = l.request(&mut client);
+        let (forger, _eq_f) = msg_client(nc);
+        let f = connection(&forger);
+        let to = pep.address().to_bytes().expect("address");
+        let fi = insert_peer(&mut f.lock().av, &to, "listener").expect("inserted");
+        let kinds = [CmKind::ConnReq, CmKind::Ready, CmKind::Accept];
+        for kind in kinds {
+            let mut inner = f.lock();
+            inner.local = *client.address();
+            f.send(&mut inner, fi, kind, req.conn_id, b"", 0)
+                .expect("sent");
+            drop(inner);
+            assert!(
+                f.wait_until(Instant::now() + wait, |inner| inner.lane.in_flight().0 == 0),
+                "delivered"
+            );
+        }
+        let deadline = Instant::now() + wait;
+        while pep.dropped() < kinds.len() as u64 {
+            assert!(Instant::now() < deadline, "every copy taken in and dropped");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(l.eq_l.is_empty(), "one FI_CONNREQ");
+        assert!(eq_c.is_empty(), "no FI_ECONNREFUSED");
+        pep.accept(&req, &mut server, b"").expect("accept");
+        for eq in [&eq_c, &eq_s] {
+            assert_eq!(
+                eq.sread(Some(wait), 0).expect("event").kind,
+                EqEventKind::Connected
+            );
+        }
     }
 
     /// The acceptor is closed once its ACCEPT was delivered and before the requester took it
