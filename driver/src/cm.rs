@@ -1227,18 +1227,23 @@ impl Connection {
         // is there, and it gives the accept up (`FI_ECONNABORTED`). An accepting endpoint
         // made no request either, though the connection's `conn_id` is its own: an ACCEPT
         // that reaches it is its own, come back because it took the closed requester's
-        // PIDonFEP, and the REJECT it answers with comes back to it the same way. An ACCEPT
-        // reaching an endpoint connected (or once connected) with the same `conn_id` (ids
-        // are drawn per process, so another process's closed requester may have had it) is
-        // stray too unless it comes from the peer (a duplicate, dropped below): its acceptor
-        // answered another request, and would otherwise wait for a READY that never comes.
+        // PIDonFEP, and the REJECT it answers with comes back to it the same way; one that
+        // comes from its requester or names it is forged (a requester sends no ACCEPT), and
+        // its REJECT would end the connection the requester is making: dropped below. An
+        // ACCEPT reaching an endpoint connected (or once connected) with the same `conn_id`
+        // (ids are drawn per process, so another process's closed requester may have had it)
+        // is stray too unless it comes from the peer (a duplicate, dropped below): its
+        // acceptor answered another request, and would otherwise wait for a READY that never
+        // comes.
         let stray_accept = msg.kind == CmKind::Accept
             && match &inner.role {
                 Role::Active { conn_id, .. } => {
                     msg.conn_id != *conn_id
                         || match self.get() {
-                            IDLE | REFUSED | ACCEPTING => true,
-                            CONNECTED | SHUT_DOWN => !self.is_peers(inner, ev.src_addr, &msg),
+                            IDLE | REFUSED => true,
+                            ACCEPTING | CONNECTED | SHUT_DOWN => {
+                                !self.is_peers(inner, ev.src_addr, &msg)
+                            }
                             _ => false,
                         }
                 }
@@ -1252,13 +1257,18 @@ impl Connection {
         // are drawn per process) but whose requester is another. The requester is connected
         // to nobody: a REJECT shuts its connection down. A READY of the connection this
         // endpoint has, from its peer (a duplicate, or one after a SHUTDOWN that overtook
-        // it), is dropped.
+        // it), is dropped, as is one of the request this endpoint is making: a requester sends
+        // a READY only to its acceptor, so it is forged, and its REJECT would reach the
+        // acceptor (whose name it gives) and end the accept.
         let stray_ready = msg.kind == CmKind::Ready
             && match &inner.role {
                 Role::Active { conn_id, .. } => {
                     msg.conn_id != *conn_id
-                        || matches!(self.get(), IDLE | REFUSED)
-                        || !self.is_peers(inner, ev.src_addr, &msg)
+                        || match self.get() {
+                            IDLE | REFUSED => true,
+                            CONNECTING => false,
+                            _ => !self.is_peers(inner, ev.src_addr, &msg),
+                        }
                 }
                 Role::Passive { .. } => true,
             };
@@ -2896,6 +2906,63 @@ mod tests {
         forge(&server, *client.address(), conn_id);
         taken_in(&client, 1);
         taken_in(&server, 2);
+        assert!(client.is_connected() && server.is_connected());
+        assert!(eq_c.is_empty() && eq_s.is_empty(), "no FI_SHUTDOWN");
+    }
+
+    /// A READY of its own connection reaching a requester still connecting, or an ACCEPT
+    /// naming the requester reaching its acceptor, comes from neither side (the requester
+    /// sends no ACCEPT, and a READY only to its acceptor): it is dropped and counted, not
+    /// answered with a REJECT, which would reach the other side from this one and end the
+    /// connection (the acceptor's accept, or the requester's connection once connected).
+    #[test]
+    fn a_ready_or_accept_only_a_forger_sends_gets_no_reject() {
+        let l = Listening::new();
+        let (ns, nc) = (&l.ns, &l.nc);
+        let wait = Duration::from_secs(5);
+        let (mut client, eq_c) = msg_client(nc);
+        let (mut server, eq_s) = msg_client(ns);
+        let (forger, _eq_f) = msg_client(nc);
+        let f = connection(&forger);
+        let forge = |to: &Endpoint, kind: CmKind, claim: UetAddress, conn_id: u32| {
+            let bytes = to.address().to_bytes().expect("address");
+            let mut inner = f.lock();
+            let fi = insert_peer(&mut inner.av, &bytes, "target").expect("inserted");
+            inner.local = claim;
+            f.send(&mut inner, fi, kind, conn_id, &[], 0).expect("sent");
+            drop(inner);
+            assert!(
+                f.wait_until(Instant::now() + wait, |inner| inner.lane.in_flight().0 == 0),
+                "delivered"
+            );
+        };
+        let taken_in = |ep: &Endpoint, dropped: u64| {
+            let deadline = Instant::now() + wait;
+            while ep.cm_dropped() < dropped {
+                assert!(Instant::now() < deadline, "taken in and dropped");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        let req = l.request(&mut client);
+        // The requester, connecting: a READY of its connection, naming the acceptor-to-be.
+        forge(&client, CmKind::Ready, *server.address(), req.conn_id);
+        taken_in(&client, 1);
+        // The acceptor, waiting for the READY the requester, held, does not send yet: an
+        // ACCEPT naming the requester.
+        let requester = connection(&client);
+        let held = requester.lock();
+        l.pep.accept(&req, &mut server, b"").expect("accept");
+        delivered_accept(&server);
+        forge(&server, CmKind::Accept, *client.address(), req.conn_id);
+        taken_in(&server, 1);
+        drop(held);
+        for eq in [&eq_c, &eq_s] {
+            assert_eq!(
+                eq.sread(Some(wait), 0).expect("event").kind,
+                EqEventKind::Connected
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
         assert!(client.is_connected() && server.is_connected());
         assert!(eq_c.is_empty() && eq_s.is_empty(), "no FI_SHUTDOWN");
     }
