@@ -8,7 +8,9 @@
 //! ## Held frames
 //!
 //! A test can make the switch hold frames back (`Fabric::hold_frames`, with a filter that
-//! picks them), as a congested or failed link delays or loses them: a held frame is neither
+//! picks them; it runs with the fabric held, so a call it makes into the fabric or one of its
+//! functions panics instead of waiting for ever), as a congested or failed link delays or
+//! loses them: a held frame is neither
 //! captured nor delivered until it is released (`Fabric::release_held`: back on the wire in
 //! the order held, behind what is on it) or discarded (`Fabric::discard_held`: lost). So the
 //! states between the packets of one message, which lossless in-order delivery within one run
@@ -62,6 +64,33 @@ pub(crate) struct FabricInner {
 /// Picks the frames the switch holds back ([`crate::Fabric::hold_frames`]): called with each
 /// frame taken off the wire, `true` to hold it.
 pub(crate) struct HoldFilter(pub Box<HoldFn>);
+
+impl HoldFilter {
+    /// Whether the filter holds `frame`, asked with [`in_hold_filter`] true on this thread.
+    fn holds(&mut self, frame: &[u8]) -> bool {
+        /// Clears the mark when the filter returns, or unwinds.
+        struct Running;
+        impl Drop for Running {
+            fn drop(&mut self) {
+                IN_HOLD_FILTER.with(|r| r.set(false));
+            }
+        }
+        IN_HOLD_FILTER.with(|r| r.set(true));
+        let _running = Running;
+        (self.0)(frame)
+    }
+}
+
+thread_local! {
+    /// A hold filter is running on this thread, with the fabric held.
+    static IN_HOLD_FILTER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether a hold filter is running on this thread: a call into the fabric from it would wait
+/// for ever for the fabric its caller holds.
+pub(crate) fn in_hold_filter() -> bool {
+    IN_HOLD_FILTER.with(std::cell::Cell::get)
+}
 
 /// The function of a [`HoldFilter`].
 pub(crate) type HoldFn = dyn FnMut(&[u8]) -> bool + Send;
@@ -193,7 +222,7 @@ impl FabricInner {
             }
             while let Some((src, f)) = self.wire.pop_front() {
                 progress = true;
-                if self.hold.as_mut().is_some_and(|h| (h.0)(&f)) {
+                if self.hold.as_mut().is_some_and(|h| h.holds(&f)) {
                     self.held.push_back((src, f));
                     continue;
                 }

@@ -195,6 +195,11 @@ impl Fabric {
     }
 
     fn lock(&self) -> MutexGuard<'_, FabricInner> {
+        assert!(
+            !fabric::in_hold_filter(),
+            "a hold filter called the fabric or one of its functions: it runs with the fabric \
+             held, and decides from the frame and its own state alone"
+        );
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -238,7 +243,9 @@ impl Fabric {
     /// [`Fabric::discard_held`]. A filter set before replaces the last one; frames it held
     /// stay held. So a test reaches, and keeps, the states between the packets of one
     /// message that lossless in-order delivery never leaves standing: a message part-way
-    /// arrived, a request whose answer has not come.
+    /// arrived, a request whose answer has not come. The filter runs with the fabric held: it
+    /// decides from the frame and its own state, and a call it makes into this fabric or one
+    /// of its functions panics (it would otherwise wait for ever).
     pub fn hold_frames(&self, filter: impl FnMut(&[u8]) -> bool + Send + 'static) {
         self.lock().hold = Some(fabric::HoldFilter(Box::new(filter)));
     }

@@ -2229,3 +2229,38 @@ fn frames_held_back_arrive_when_released_and_never_when_discarded() {
     let c = b.poll_cq(&mut eb).expect("delivered");
     assert_eq!((c.context.get(), c.len.get()), (0xB1, 5));
 }
+
+/// A hold filter runs with the fabric held: one that calls the fabric (here, to count what it
+/// holds) panics, saying so, instead of waiting for ever for the fabric its own call holds.
+#[test]
+fn a_hold_filter_that_calls_the_fabric_panics_instead_of_deadlocking() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let Pair {
+                fabric,
+                mut a,
+                mut b,
+                mut ea,
+                mut eb,
+                ..
+            } = pair(0);
+            let f = fabric.clone();
+            fabric.hold_frames(move |_| f.held_frames() > 0);
+            b.post_recv(&mut eb, 0, 64, 0xB0);
+            a.send(&mut ea, 3, 1, b"hello", 0xA0, 0);
+        }));
+        let message = outcome.err().map(|p| match p.downcast::<String>() {
+            Ok(s) => *s,
+            Err(p) => p
+                .downcast_ref::<&str>()
+                .map_or_else(String::new, |s| s.to_string()),
+        });
+        let _ = tx.send(message);
+    });
+    let message = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the filter's call came back, not deadlocked");
+    let message = message.expect("the filter's call panicked");
+    assert!(message.contains("hold filter"), "{message}");
+}
