@@ -11563,8 +11563,9 @@ fn a_multi_receive_buffer_a_message_was_arriving_into_at_shutdown_is_withdrawn_a
         unsafe { recvmsg_on(server, &mut buf, FI_MULTI_RECV, 0xB1) },
         0
     );
-    // The message's first packet passes; the rest (data packets: longer than any control
-    // message or acknowledgement) are held.
+    // The message's first packet (the first frame longer than any control message or
+    // acknowledgement) passes; every frame after it is held, its other packets and the
+    // acknowledgements among them.
     let mut packets = 0;
     nic.fabric.hold_frames(move |f| {
         packets += usize::from(f.len() > 1024);

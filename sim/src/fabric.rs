@@ -2,7 +2,7 @@
 //!
 //! Each NIC's fabric port hands its transmitted frames to the switch, which routes them by
 //! destination IP address to the NIC that owns that fabric address. Delivery is lossless and in
-//! order. A frame whose destination no NIC owns is returned to the sending NIC as undeliverable
+//! order, but for the frames a test holds back or discards (below). A frame whose destination no NIC owns is returned to the sending NIC as undeliverable
 //! (its send completes with `Unreachable`); an injected frame with no owner is dropped.
 //!
 //! ## Held frames

@@ -119,7 +119,8 @@
 //!
 //! **No reassembly timeout.** The model's fabric is lossless and delivers a message's packets
 //! within one run, so a reassembly always ends, except for one that forged or truncated
-//! traffic opened. Such a reassembly holds what it took until its endpoint is destroyed or
+//! traffic opened, or whose later packets a test held back (until it releases them) or
+//! discarded (`Fabric::hold_frames`, `Fabric::discard_held`). Such a reassembly holds what it took until its endpoint is destroyed or
 //! the function reset: its receive (RECV_CANCEL answers InProgress), its completion-ring
 //! reservation, one of the NIC's `reassembly_slots`, and on the unexpected list its place
 //! (its sender's later untagged messages of its group wait behind it). A NIC on a lossy
