@@ -11564,8 +11564,8 @@ fn a_multi_receive_buffer_a_message_was_arriving_into_at_shutdown_is_withdrawn_a
         0
     );
     // The message's first packet (the first frame longer than any control message or
-    // acknowledgement) passes; every frame after it is held, its other packets and the
-    // acknowledgements among them.
+    // acknowledgement) passes; from its second packet on, every frame is held, the
+    // acknowledgements and control messages among them.
     let mut packets = 0;
     nic.fabric.hold_frames(move |f| {
         packets += usize::from(f.len() > 1024);
