@@ -2865,25 +2865,9 @@ mod tests {
         let (forger, _eq_f) = msg_client(nc);
         let f = connection(&forger);
         let forge = |to: &Endpoint, claim: UetAddress, conn_id: u32| {
-            let bytes = to.address().to_bytes().expect("address");
-            let mut inner = f.lock();
-            let fi = insert_peer(&mut inner.av, &bytes, "target").expect("inserted");
-            inner.local = claim;
-            f.send(&mut inner, fi, CmKind::Reject, conn_id, b"forged", 0)
-                .expect("sent");
-            drop(inner);
-            assert!(
-                f.wait_until(Instant::now() + wait, |inner| inner.lane.in_flight().0 == 0),
-                "delivered"
-            );
+            send_forged(&f, to.address(), claim, (CmKind::Reject, conn_id));
         };
-        let taken_in = |ep: &Endpoint, dropped: u64| {
-            let deadline = Instant::now() + wait;
-            while ep.cm_dropped() < dropped {
-                assert!(Instant::now() < deadline, "the REJECT taken in");
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        };
+        let taken_in = |ep: &Endpoint, n: u64| wait_dropped(|| ep.cm_dropped(), n);
         // The acceptor waits for the READY, which the requester, held, does not send yet.
         let requester = connection(&client);
         let (held, _) = l.accept_with_ready_held(&mut client, &mut server, &requester);
@@ -2925,24 +2909,9 @@ mod tests {
         let (forger, _eq_f) = msg_client(nc);
         let f = connection(&forger);
         let forge = |to: &Endpoint, kind: CmKind, claim: UetAddress, conn_id: u32| {
-            let bytes = to.address().to_bytes().expect("address");
-            let mut inner = f.lock();
-            let fi = insert_peer(&mut inner.av, &bytes, "target").expect("inserted");
-            inner.local = claim;
-            f.send(&mut inner, fi, kind, conn_id, &[], 0).expect("sent");
-            drop(inner);
-            assert!(
-                f.wait_until(Instant::now() + wait, |inner| inner.lane.in_flight().0 == 0),
-                "delivered"
-            );
+            send_forged(&f, to.address(), claim, (kind, conn_id));
         };
-        let taken_in = |ep: &Endpoint, dropped: u64| {
-            let deadline = Instant::now() + wait;
-            while ep.cm_dropped() < dropped {
-                assert!(Instant::now() < deadline, "taken in and dropped");
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        };
+        let taken_in = |ep: &Endpoint, n: u64| wait_dropped(|| ep.cm_dropped(), n);
         let req = l.request(&mut client);
         // The requester, connecting: a READY of its connection, naming the acceptor-to-be.
         forge(&client, CmKind::Ready, *server.address(), req.conn_id);
@@ -2967,19 +2936,10 @@ mod tests {
         assert!(eq_c.is_empty() && eq_s.is_empty(), "no FI_SHUTDOWN");
     }
 
-    /// Send a `kind` message of connection `conn_id` from a new endpoint of `nic` (a
-    /// forger) to `to`, naming `claim` as its sender, and wait until it is delivered; then
-    /// until `dropped` (the target's count of dropped messages) is past 0.
-    fn forge(
-        nic: &Nic,
-        to: &UetAddress,
-        claim: UetAddress,
-        (kind, conn_id): (CmKind, u32),
-        dropped: impl Fn() -> u64,
-    ) {
-        let wait = Duration::from_secs(5);
-        let (forger, _eq_f) = msg_client(nic);
-        let f = connection(&forger);
+    /// Send a `kind` message of connection `conn_id` through the control channel `f` (a
+    /// forger's) to `to`, naming `claim` as its sender, and wait until it is delivered.
+    fn send_forged(f: &Connection, to: &UetAddress, claim: UetAddress, msg: (CmKind, u32)) {
+        let (kind, conn_id) = msg;
         {
             let to = to.to_bytes().expect("address");
             let mut inner = f.lock();
@@ -2988,18 +2948,34 @@ mod tests {
             f.send(&mut inner, fi, kind, conn_id, b"forged", 0)
                 .expect("sent");
         }
+        let deadline = Instant::now() + Duration::from_secs(5);
         assert!(
-            f.wait_until(Instant::now() + wait, |inner| inner.lane.in_flight().0 == 0),
+            f.wait_until(deadline, |inner| inner.lane.in_flight().0 == 0),
             "delivered"
         );
-        let deadline = Instant::now() + wait;
-        while dropped() == 0 {
-            assert!(
-                Instant::now() < deadline,
-                "the {kind:?} taken in and dropped"
-            );
+    }
+
+    /// Wait until `dropped()` (a count of dropped control messages) reaches `n`.
+    fn wait_dropped(dropped: impl Fn() -> u64, n: u64) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while dropped() < n {
+            assert!(Instant::now() < deadline, "taken in and dropped");
             std::thread::sleep(Duration::from_millis(1));
         }
+    }
+
+    /// [`send_forged`] from a new endpoint of `nic`; then wait until `dropped` (the
+    /// target's count of dropped messages) is past 0.
+    fn forge(
+        nic: &Nic,
+        to: &UetAddress,
+        claim: UetAddress,
+        msg: (CmKind, u32),
+        dropped: impl Fn() -> u64,
+    ) {
+        let (forger, _eq_f) = msg_client(nic);
+        send_forged(&connection(&forger), to, claim, msg);
+        wait_dropped(dropped, 1);
     }
 
     /// A REJECT of a pending request that names the listener as its sender but comes from
