@@ -215,7 +215,7 @@ impl NicInner {
         const OP: &str = "AV_READ";
         let mut at = first;
         for chunk in out.chunks_mut(MAX_BATCH as usize) {
-            let mut admin = self.admin();
+            let mut admin = self.admin().map_err(|e| nic_error(OP, e))?;
             let len = core::mem::size_of_val(chunk);
             let mut body = RangeBody::new_zeroed();
             body.buf = U64::new(
@@ -246,7 +246,7 @@ impl NicInner {
         first: u16,
         out: &mut [AuthKeyEntry],
     ) -> Result<(), FiError> {
-        let mut admin = self.admin();
+        let mut admin = self.admin().map_err(crate::errno::admin_to_fi)?;
         let len = core::mem::size_of_val(out);
         let mut body = RangeBody::new_zeroed();
         body.buf = U64::new(
@@ -471,7 +471,7 @@ impl NicAvTable for NicAv {
             return self.write_through_window(&record(0));
         }
         let nic = &self.table.nic;
-        let mut admin = nic.admin();
+        let mut admin = nic.admin().map_err(|e| nic_error(OP, e))?;
         // Each record is built where AV_WRITE reads it: the scratch buffer.
         let scratch = admin.scratch(nic.bar()).map_err(|e| nic_error(OP, e))?;
         for i in 0..count {
@@ -518,7 +518,7 @@ impl NicAvTable for NicAv {
         }
         let _change = self.table.changes.begin();
         let nic = &self.table.nic;
-        let mut admin = nic.admin();
+        let mut admin = nic.admin().map_err(|e| nic_error(OP, e))?;
         let scratch = admin.scratch(nic.bar()).map_err(|e| nic_error(OP, e))?;
         let bytes = addrs.as_flattened();
         scratch
@@ -573,7 +573,7 @@ impl NicAvTable for NicAv {
         // The indices as AV_INVALIDATE reads them, little-endian, staged a piece at a time on
         // the stack: no allocation per command.
         let mut piece = [U32::ZERO; 512];
-        let mut admin = nic.admin();
+        let mut admin = nic.admin().map_err(|e| nic_error(OP, e))?;
         let scratch = admin.scratch(nic.bar()).map_err(|e| nic_error(OP, e))?;
         for (k, part) in indices.chunks(piece.len()).enumerate() {
             for (dst, &index) in piece.iter_mut().zip(part) {
@@ -627,13 +627,15 @@ impl NicAvTable for NicAv {
         body.count = U32::new(count);
         let id = nic
             .admin()
-            .submit(
-                nic.bar(),
-                Command::AvWrite {
-                    av: self.table.handle,
-                    body,
-                },
-            )
+            .and_then(|mut admin| {
+                admin.submit(
+                    nic.bar(),
+                    Command::AvWrite {
+                        av: self.table.handle,
+                        body,
+                    },
+                )
+            })
             .map_err(|e| nic_error(OP, e))?;
         Ok(Box::new(AdminWrite {
             nic: nic.clone(),
@@ -796,14 +798,20 @@ impl PendingWrite for AdminWrite {
             // completion or its timeout, and polling (reading the event queue) must not block.
             // Not done yet, then; the command that holds the queue files this completion for
             // the next poll.
-            let Some(mut admin) = self.nic.try_admin() else {
-                self.seen = None;
-                return false;
+            let r = match self.nic.try_admin() {
+                Ok(Some(mut admin)) => {
+                    let r = admin.poll_command(self.nic.bar(), self.id);
+                    self.seen = Some(self.nic.admin_reaped.load(Ordering::Acquire));
+                    self.gives_up_at = admin.gives_up_at(self.id);
+                    r
+                }
+                Ok(None) => {
+                    self.seen = None;
+                    return false;
+                }
+                // A process forked since: the command is the parent's.
+                Err(e) => Some(Err(e)),
             };
-            let r = admin.poll_command(self.nic.bar(), self.id);
-            self.seen = Some(self.nic.admin_reaped.load(Ordering::Acquire));
-            self.gives_up_at = admin.gives_up_at(self.id);
-            drop(admin);
             if let Some(r) = r {
                 self.settle(r);
             }
@@ -814,7 +822,10 @@ impl PendingWrite for AdminWrite {
     fn wait(&mut self) {
         // The buffer goes when the command settles: still held means still in flight.
         if self.outcome.is_none() && self.buffer.is_some() {
-            let r = self.nic.admin().wait_command(self.nic.bar(), self.id);
+            let r = self
+                .nic
+                .admin()
+                .and_then(|mut admin| admin.wait_command(self.nic.bar(), self.id));
             self.settle(r);
         }
     }

@@ -202,3 +202,89 @@ impl Device for Fenced {
         self.inner.clear_msix()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::sim::sim_nic;
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+    use uet_fwif::admin::{BufferBody, Command};
+    use uet_sim::Fabric;
+    use zerocopy::FromZeros;
+
+    /// Wait for the forked child `pid` for at most `limit`: its exit code, or `None` when it
+    /// was still running then (it is killed).
+    fn wait_child(pid: libc::pid_t, limit: Duration) -> Option<i32> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let mut status = 0;
+            // SAFETY: polls the child forked by the caller; `status` outlives the call.
+            let got = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            assert!(got >= 0, "waitpid: {}", std::io::Error::last_os_error());
+            if got == pid {
+                assert!(libc::WIFEXITED(status), "child status {status:#x}");
+                return Some(libc::WEXITSTATUS(status));
+            }
+            if Instant::now() >= deadline {
+                // SAFETY: ends and reaps the caller's child, still running.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, &mut status, 0);
+                }
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Fork; in the child run `child` (its exit code, 3 for a panic) and end at once. The
+    /// child's exit code, `None` when it had not ended after 10 s.
+    fn in_child(child: impl FnOnce() -> i32) -> Option<i32> {
+        // SAFETY: the child runs `child` and ends with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(child)).unwrap_or(3);
+            // SAFETY: ends the forked child at once, running nothing more of the parent's.
+            unsafe { libc::_exit(code) };
+        }
+        wait_child(pid, Duration::from_secs(10))
+    }
+
+    /// A thread of the parent holds the admin queue at the fork (a command of its own was
+    /// waiting for its completion): the child's copy of the NIC, asked for an admin command,
+    /// fails at once instead of waiting for a lock no thread of the child will release.
+    #[test]
+    fn a_forked_childs_admin_command_fails_while_a_parents_thread_held_the_queue() {
+        let fabric = Fabric::new();
+        let nic = sim_nic(&fabric, "10.0.0.1");
+        let (held, is_held) = mpsc::channel();
+        let (release, released) = mpsc::channel::<()>();
+        let holder = {
+            let nic = nic.clone();
+            std::thread::spawn(move || {
+                let _admin = nic.inner.admin().unwrap();
+                held.send(()).unwrap();
+                let _ = released.recv();
+            })
+        };
+        is_held.recv().unwrap();
+        let code = in_child(|| {
+            let r = nic.admin_command(Command::Identify(BufferBody::new_zeroed()));
+            if r.is_err() {
+                0
+            } else {
+                2
+            }
+        });
+        release.send(()).unwrap();
+        holder.join().unwrap();
+        assert_eq!(
+            code,
+            Some(0),
+            "the child's command failed and the child ended"
+        );
+        // The parent's NIC runs on.
+        assert!(nic.open_av(uet_av::AvAttr::default()).is_ok());
+    }
+}

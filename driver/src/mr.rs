@@ -232,7 +232,7 @@ impl Endpoint {
             Err(DriverError::AdminStatus {
                 status: uet_fwif::Status::KeyExists,
                 ..
-            }) if nic.admin().has_undoes() => nic.execute(cmd),
+            }) if nic.admin().is_ok_and(|admin| admin.has_undoes()) => nic.execute(cmd),
             r => r,
         };
         let r = match r {

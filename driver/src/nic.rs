@@ -594,7 +594,7 @@ impl NicInner {
         handle: u16,
     ) -> Result<uet_fwif::counters::EndpointCounters, DriverError> {
         use zerocopy::IntoBytes;
-        let mut admin = self.admin();
+        let mut admin = self.admin()?;
         let mut body = BufferBody::new_zeroed();
         body.buf = U64::new(admin.scratch(self.bar())?.iova());
         body.len = U32::new(uet_fwif::counters::EndpointCounters::BYTES as u32);
@@ -622,7 +622,7 @@ impl NicInner {
         body.context = U64::new(context);
         body.ring = ring;
         let endpoint = u32::from(handle);
-        self.admin()
+        self.admin()?
             .execute(self.bar(), Command::RecvCancel { endpoint, body })?;
         Ok(())
     }
@@ -635,18 +635,27 @@ impl NicInner {
 
     /// Lock the admin queue. A panic while holding it cannot leave the ring inconsistent in a
     /// way the next command would not detect (command ids), so a poisoned lock is taken over.
-    pub(crate) fn admin(&self) -> MutexGuard<'_, AdminQueue> {
-        self.admin.lock().unwrap_or_else(|p| p.into_inner())
+    /// [`DriverError::DeviceGone`] in a process forked from the one that opened the NIC
+    /// ([`crate::fork`]): the ring is the parent's (its memory shared with it), and the lock
+    /// may be held for good by a thread of the parent the child does not have.
+    pub(crate) fn admin(&self) -> Result<MutexGuard<'_, AdminQueue>, DriverError> {
+        if self.in_forked_child() {
+            return Err(DriverError::DeviceGone);
+        }
+        Ok(self.admin.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// [`NicInner::admin`] without waiting: `None` while another thread holds the queue (a
     /// command of its own may hold it until the admin timeout).
-    pub(crate) fn try_admin(&self) -> Option<MutexGuard<'_, AdminQueue>> {
-        match self.admin.try_lock() {
+    pub(crate) fn try_admin(&self) -> Result<Option<MutexGuard<'_, AdminQueue>>, DriverError> {
+        if self.in_forked_child() {
+            return Err(DriverError::DeviceGone);
+        }
+        Ok(match self.admin.try_lock() {
             Ok(guard) => Some(guard),
             Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
             Err(std::sync::TryLockError::WouldBlock) => None,
-        }
+        })
     }
 
     /// Whether an admin command abandoned after a timeout may still run on the device: then
@@ -682,7 +691,7 @@ impl NicInner {
     /// destroy is deferred so (the device may use the object until then). Decided under the
     /// admin queue's lock, so no other command sends the undoes between.
     pub(crate) fn destroy(&self, cmd: Command) -> Result<bool, DriverError> {
-        let mut admin = self.admin();
+        let mut admin = self.admin()?;
         match admin.execute(self.bar(), cmd) {
             Ok(_) => Ok(false),
             Err(DriverError::AdminRingFull { .. }) => {
@@ -716,7 +725,7 @@ impl NicInner {
     }
 
     pub(crate) fn execute(&self, cmd: Command) -> Result<AdminResult, DriverError> {
-        self.admin().execute(self.bar(), cmd)
+        self.admin()?.execute(self.bar(), cmd)
     }
 
     /// Allocate DMA memory at a fresh IOVA and map it for the device.
@@ -1052,7 +1061,9 @@ impl Nic {
 
     /// Set the admin command timeout.
     pub fn set_admin_timeout(&self, timeout: Duration) {
-        self.inner.admin().set_timeout(timeout);
+        if let Ok(mut admin) = self.inner.admin() {
+            admin.set_timeout(timeout);
+        }
     }
 
     /// Execute a raw admin command (diagnostics and tests of the firmware interface).
@@ -1062,6 +1073,6 @@ impl Nic {
 
     /// Execute a raw, possibly malformed, submission entry (firmware-interface tests).
     pub fn admin_raw(&self, entry: uet_fwif::AdminCommand) -> Result<AdminResult, DriverError> {
-        self.inner.admin().execute_raw(self.inner.bar(), entry)
+        self.inner.admin()?.execute_raw(self.inner.bar(), entry)
     }
 }
