@@ -1332,7 +1332,18 @@ impl Endpoint {
         self.mtu
     }
 
+    /// [`DriverError::DeviceGone`] in a process forked from the one that opened the NIC
+    /// ([`crate::fork`]): the rings are the parent's, their memory shared with it, and a
+    /// descriptor written there could replace one the parent posted. One load.
+    fn check_not_forked(&self) -> Result<(), DriverError> {
+        if self.nic.in_forked_child() {
+            return Err(DriverError::DeviceGone);
+        }
+        Ok(())
+    }
+
     fn region(&self) -> Result<&crate::dma::DmaRegion, DriverError> {
+        self.check_not_forked()?;
         self.rings
             .as_ref()
             .map(MappedRegion::region)
@@ -1566,6 +1577,9 @@ impl Endpoint {
         context: u64,
         buffer: B,
     ) -> Result<(), (DriverError, B)> {
+        if let Err(e) = self.check_not_forked() {
+            return Err((e, buffer));
+        }
         if let Some(Err(e)) = buffer.dma_buffer().map(|b| self.check_buffer(b)) {
             return Err((e, buffer));
         }
@@ -2004,6 +2018,9 @@ impl Endpoint {
         p: TrxPost,
         context: u64,
     ) -> Result<(), (DriverError, B)> {
+        if let Err(e) = self.check_not_forked() {
+            return Err((e, buffer));
+        }
         if let Some(Err(e)) = buffer.buffer().map(|b| self.check_buffer(b)) {
             return Err((e, buffer));
         }

@@ -14,11 +14,12 @@
 //! * [`crate::Nic::open`] wraps its backend in a `Fenced` device. In a forked child the
 //!   device is gone, as after a surprise removal: register reads answer all ones (every wait
 //!   on the device ends as on a stopped NIC), and register writes, DMA mappings and MSI-X
-//!   changes are not made. The check is one atomic load per register access (a send's
-//!   driver path, `tools/callgrind-send`, went from 180 instructions to 194). When the
-//!   child drops its last copy, the backend itself is not dropped, so its descriptors are
-//!   not closed through calls that would change the parent's device (a VFIO group's
-//!   container, a vfio-user session).
+//!   changes are not made; the check is one atomic load per register access. Nor is the
+//!   memory the child shares with the parent written: admin commands, descriptors posted
+//!   on an endpoint's rings and buffers taken from a pool fail with
+//!   [`crate::DriverError::DeviceGone`]. When the child drops its last copy, the backend
+//!   itself is not dropped, so its descriptors are not closed through calls that would
+//!   change the parent's device (a VFIO group's container, a vfio-user session).
 //! * The objects whose drop talks to the NIC ([`crate::Endpoint`], the AV's table, a
 //!   [`crate::MemoryRegion`], a listener, the NIC itself) do nothing in a forked child but
 //!   free what is the child's own, taking none of the locks a thread of the parent may have
@@ -286,5 +287,38 @@ mod tests {
         );
         // The parent's NIC runs on.
         assert!(nic.open_av(uet_av::AvAttr::default()).is_ok());
+    }
+
+    /// A forked child's copy of an endpoint, used, fails without writing the rings and
+    /// buffers whose memory it shares with the parent: a receive and an inject are errors
+    /// (the device gone), and its copy of a pool hands out none of the parent's buffers.
+    #[test]
+    fn a_forked_childs_copy_of_an_endpoint_posts_nothing_into_the_memory_it_shares() {
+        let fabric = Fabric::new();
+        let nic = sim_nic(&fabric, "10.0.0.1");
+        let mut ep = nic
+            .endpoint(crate::EndpointAttr::default(), None)
+            .expect("endpoint");
+        let pool = crate::pool::DmaPool::new(&nic, 256, 8).expect("pool");
+        let buffer = pool.alloc().expect("buffer");
+        let code = in_child(|| {
+            let gone = |e: &crate::DriverError| matches!(e, crate::DriverError::DeviceGone);
+            let mut failed = 0;
+            if !ep.post_recv(buffer, 1).is_err_and(|(e, _)| gone(&e)) {
+                failed |= 1 << 1;
+            }
+            if !ep.inject(0, b"x", 0).is_err_and(|e| gone(&e)) {
+                failed |= 1 << 2;
+            }
+            if pool.alloc().is_some() {
+                failed |= 1 << 3;
+            }
+            failed
+        });
+        assert_eq!(code, Some(0), "the child's posts failed and it ended");
+        // The parent's endpoint and pool run on.
+        let buffer = pool.alloc().expect("buffer");
+        assert!(ep.post_recv(buffer, 1).is_ok());
+        assert_eq!(ep.in_flight().1, 1);
     }
 }

@@ -15,6 +15,9 @@ struct PoolInner {
     region: MappedRegion,
     buf_size: usize,
     free: ArrayQueue<u32>,
+    /// The process that opened the pool's NIC: a child forked from it shares the buffers'
+    /// memory with it, and takes none ([`crate::fork`]).
+    made_in: crate::fork::MadeIn,
 }
 
 /// A pool of equal-sized DMA buffers mapped for one NIC.
@@ -68,12 +71,18 @@ impl DmaPool {
                 region,
                 buf_size,
                 free,
+                made_in: nic.inner.made_in,
             }),
         })
     }
 
-    /// Take a buffer, or `None` when every buffer is in use.
+    /// Take a buffer, or `None` when every buffer is in use, and in a process forked from the
+    /// one that opened the pool's NIC (the buffers the child's copy holds free may be the
+    /// parent's now, their memory shared with it).
     pub fn alloc(&self) -> Option<DmaBuffer> {
+        if self.inner.made_in.in_forked_child() {
+            return None;
+        }
         self.inner.free.pop().map(|index| DmaBuffer {
             pool: self.inner.clone(),
             index,
@@ -213,7 +222,8 @@ impl DmaPoolSet {
     /// [`DriverError::MessageTooLong`] (`FI_EMSGSIZE`) above [`DmaPoolSet::max_size`],
     /// [`DriverError::Full`] (`FI_EAGAIN`) when every buffer that would do is in use, and
     /// the error of making a class's pool (its memory, its mapping) when that fails: then
-    /// nothing is made, and a later call tries again.
+    /// nothing is made, and a later call tries again. [`DriverError::DeviceGone`] in a process
+    /// forked from the one that opened the NIC.
     pub fn alloc(&self, len: usize) -> Result<DmaBuffer, DriverError> {
         self.alloc_leaving(len, 0)
     }
@@ -223,6 +233,10 @@ impl DmaPoolSet {
     /// receive, until a message comes) leaves some to one that needs them to make progress
     /// (a send of a message as long). The small buffers are taken as by `alloc`.
     pub fn alloc_leaving(&self, len: usize, keep: usize) -> Result<DmaBuffer, DriverError> {
+        // A process forked from the NIC's: its copies of the pools share the parent's memory.
+        if self.nic.inner.in_forked_child() {
+            return Err(DriverError::DeviceGone);
+        }
         // First: a small buffer rounded up to 64 bytes may hold more than the largest.
         if len > self.max_size {
             return Err(DriverError::MessageTooLong {
