@@ -299,6 +299,10 @@ struct Shared {
     waker: std::sync::OnceLock<Waker>,
     /// Told of every change a reader may be waiting for ([`EventQueue::on_change`]).
     on_change: std::sync::OnceLock<ChangeHook>,
+    /// The process that opened the queue: a child forked from it drops its copies of the
+    /// queue's bindings without waiting for a lock a thread of the parent held at the fork
+    /// ([`crate::fork`]).
+    made_in: crate::fork::MadeIn,
 }
 
 /// What [`EventQueue::on_change`] calls.
@@ -375,7 +379,11 @@ impl EqBinding {
 
 impl Drop for EqBinding {
     fn drop(&mut self) {
-        let mut s = self.eq.lock();
+        let shared = &self.eq.shared;
+        let Some(mut s) = shared.made_in.lock(&shared.state) else {
+            // A forked child's copy of a queue a thread of the parent held: never usable.
+            return;
+        };
         s.bound = s.bound.saturating_sub(1);
         s.reserved = s.reserved.saturating_sub(self.reserves);
     }
@@ -430,6 +438,7 @@ impl EventQueue {
                 progress: Mutex::new(Vec::new()),
                 waker: std::sync::OnceLock::new(),
                 on_change: std::sync::OnceLock::new(),
+                made_in: crate::fork::MadeIn::here(),
             }),
         })
     }
@@ -995,14 +1004,20 @@ impl AvEventSink for EventQueue {
     }
 
     fn detach_av(&self, attachment: u64) {
-        let mut hooks = self.progress_hooks();
+        // In a forked child, a lock a thread of the parent held at the fork is left alone, as
+        // by a binding's drop.
+        let made_in = self.shared.made_in;
+        let Some(mut hooks) = made_in.lock(&self.shared.progress) else {
+            return;
+        };
         let before = hooks.len();
         hooks.retain(|(id, _)| *id != attachment);
         let removed = before - hooks.len();
         drop(hooks);
         if removed > 0 {
-            let mut s = self.lock();
-            s.bound = s.bound.saturating_sub(removed);
+            if let Some(mut s) = made_in.lock(&self.shared.state) {
+                s.bound = s.bound.saturating_sub(removed);
+            }
         }
     }
 }
@@ -1034,6 +1049,36 @@ mod tests {
             err_data: "bad address".into(),
             cm_data: Vec::new(),
         }
+    }
+
+    /// A thread of the parent held the queue at the fork: the child's copy of a binding
+    /// drops without waiting for a lock no thread of the child will let go.
+    #[test]
+    fn a_forked_child_drops_a_binding_while_a_parents_thread_held_the_queue() {
+        let eq = EventQueue::open(WAITABLE).expect("eq");
+        let mut binding = Some(eq.bind().expect("bind"));
+        let (held, is_held) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let holder = {
+            let eq = eq.clone();
+            std::thread::spawn(move || {
+                let _state = eq.lock();
+                held.send(()).expect("send");
+                let _ = released.recv();
+            })
+        };
+        is_held.recv().expect("held");
+        let code = crate::fork::tests::in_child(|| {
+            drop(binding.take());
+            0
+        });
+        release.send(()).expect("release");
+        holder.join().expect("holder");
+        assert_eq!(code, Some(0), "the child dropped its binding and ended");
+        // The parent's binding holds the queue open until it goes.
+        assert!(eq.clone().close().is_err());
+        drop(binding);
+        assert!(eq.close().is_ok());
     }
 
     /// Offered events fill a queue's size and no more, however many connected endpoints

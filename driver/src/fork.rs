@@ -40,7 +40,7 @@ use crate::device::{Device, DeviceError, FunctionId};
 use crate::dma::{DmaRegion, IovaRange};
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Once};
+use std::sync::{Arc, Mutex, MutexGuard, Once, PoisonError, TryLockError};
 use uet_regs::Mmio;
 use vmm_sys_util::eventfd::EventFd;
 
@@ -79,6 +79,21 @@ impl MadeIn {
     /// Whether this is a process forked (once or more) from the one the object was made in.
     pub fn in_forked_child(self) -> bool {
         FORKS.load(Ordering::Relaxed) != self.0
+    }
+
+    /// Lock `mutex`, of an object made in the process `self` names: there, once it is free;
+    /// in a process forked since, only if it is free now (`None` otherwise). Held in the
+    /// child, it was held at the fork by a thread of the parent, which the child does not
+    /// have: nothing would ever let it go.
+    pub(crate) fn lock<T>(self, mutex: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+        if !self.in_forked_child() {
+            return Some(mutex.lock().unwrap_or_else(PoisonError::into_inner));
+        }
+        match mutex.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
     }
 }
 
@@ -205,7 +220,7 @@ impl Device for Fenced {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use crate::backend::sim::sim_nic;
     use std::sync::mpsc;
     use std::time::{Duration, Instant};
@@ -240,7 +255,7 @@ mod tests {
 
     /// Fork; in the child run `child` (its exit code, 3 for a panic) and end at once. The
     /// child's exit code, `None` when it had not ended after 10 s.
-    fn in_child(child: impl FnOnce() -> i32) -> Option<i32> {
+    pub(crate) fn in_child(child: impl FnOnce() -> i32) -> Option<i32> {
         // SAFETY: the child runs `child` and ends with _exit.
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
