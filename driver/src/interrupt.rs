@@ -46,6 +46,10 @@ pub(crate) struct Interrupts {
     eventfds: Vec<EventFd>,
     /// Vectors no endpoint holds, lowest last (taken first).
     free: Mutex<Vec<u16>>,
+    /// The process that set the vectors up: a child forked from it drops its copies of them
+    /// without waiting for `free` when a thread of the parent held it at the fork
+    /// ([`crate::fork`]).
+    made_in: crate::fork::MadeIn,
 }
 
 impl Interrupts {
@@ -67,6 +71,7 @@ impl Interrupts {
         Ok(Interrupts {
             eventfds,
             free: Mutex::new((0..vectors).rev().collect()),
+            made_in: crate::fork::MadeIn::here(),
         })
     }
 
@@ -288,11 +293,11 @@ impl CqSignal {
 
 impl Drop for Vector {
     fn drop(&mut self) {
-        self.interrupts
-            .free
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(self.number);
+        let interrupts = &self.interrupts;
+        // `None` only in a forked child whose copy of the list a thread of the parent held.
+        if let Some(mut free) = interrupts.made_in.lock(&interrupts.free) {
+            free.push(self.number);
+        }
     }
 }
 
@@ -308,6 +313,38 @@ mod tests {
             .add_nic(NicConfig::new("10.0.0.1".parse().expect("address")))
             .expect("nic");
         SimDevice::new(f)
+    }
+
+    /// A thread of the parent held the free vectors at the fork (taking or giving back one):
+    /// the child's copy of a vector drops without waiting for a lock no thread of the child
+    /// will let go.
+    #[test]
+    fn a_forked_child_drops_a_vector_while_a_parents_thread_held_the_free_ones() {
+        let d = device();
+        let irq = Arc::new(Interrupts::open(&d).expect("interrupts"));
+        let mut vector = Some(irq.take().expect("a vector"));
+        let (held, is_held) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let holder = {
+            let irq = irq.clone();
+            std::thread::spawn(move || {
+                let _free = irq.free.lock();
+                held.send(()).expect("send");
+                let _ = released.recv();
+            })
+        };
+        is_held.recv().expect("held");
+        let code = crate::fork::tests::in_child(|| {
+            drop(vector.take());
+            0
+        });
+        release.send(()).expect("release");
+        holder.join().expect("holder");
+        assert_eq!(code, Some(0), "the child dropped its vector and ended");
+        let n = usize::from(uet_regs::pci::MSIX_VECTORS);
+        assert_eq!(irq.free_vectors(), n - 1);
+        drop(vector);
+        assert_eq!(irq.free_vectors(), n);
     }
 
     /// Every vector is one waiter's at a time, and comes back when dropped; a raised vector
