@@ -390,9 +390,11 @@ pub(crate) struct DeviceClaim {
 }
 
 impl DeviceClaim {
-    /// Claim `device`; `None` when a Nic of this process holds it, or the function it drives.
-    fn take(device: &Arc<dyn Device>) -> Option<Self> {
-        let key = ClaimKey::of(device);
+    /// Claim `backend` for `device`, the device the Nic drives it through (its
+    /// [`crate::fork::Fenced`] wrapper), which the claim holds; `None` when a Nic of this
+    /// process holds the backend object, or the function it drives.
+    fn take(backend: &Arc<dyn Device>, device: &Arc<dyn Device>) -> Option<Self> {
+        let key = ClaimKey::of(backend);
         // A panic elsewhere never leaves the list half-changed: a poisoned lock is usable.
         let mut claimed = CLAIMED_DEVICES
             .lock()
@@ -797,14 +799,16 @@ impl Nic {
     pub fn open(device: Arc<dyn Device>) -> Result<Nic, DriverError> {
         // The device is this process's: a child forked from it leaves it alone.
         let made_in = crate::fork::MadeIn::here();
-        let device: Arc<dyn Device> = Arc::new(crate::fork::Fenced::new(device));
-        // 0. A device a Nic of this process runs is refused before anything reaches it.
-        let claim =
-            Arc::new(
-                DeviceClaim::take(&device).ok_or_else(|| DriverError::DeviceInUse {
-                    name: device.name(),
-                })?,
-            );
+        let backend = device;
+        let device: Arc<dyn Device> = Arc::new(crate::fork::Fenced::new(backend.clone()));
+        // 0. A device a Nic of this process runs is refused before anything reaches it: the
+        // backend object the caller gave, which each open wraps anew.
+        let claim = Arc::new(DeviceClaim::take(&backend, &device).ok_or_else(|| {
+            DriverError::DeviceInUse {
+                name: device.name(),
+            }
+        })?);
+        drop(backend);
         let bar = device.bar0();
         // 1. Identity.
         let id = bar.read(ID);
@@ -1074,5 +1078,59 @@ impl Nic {
     /// Execute a raw, possibly malformed, submission entry (firmware-interface tests).
     pub fn admin_raw(&self, entry: uet_fwif::AdminCommand) -> Result<AdminResult, DriverError> {
         self.inner.admin()?.execute_raw(self.inner.bar(), entry)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::sim::SimDevice;
+    use crate::device::DeviceError;
+    use uet_sim::{Fabric, NicConfig};
+
+    /// A simulated function behind a backend that names no function (as a vfio-user one):
+    /// only the object tells it apart.
+    struct Unnamed(SimDevice);
+
+    impl Device for Unnamed {
+        fn bar0(&self) -> &dyn Mmio {
+            self.0.bar0()
+        }
+
+        fn dma_map(&self, region: &DmaRegion) -> Result<(), DeviceError> {
+            self.0.dma_map(region)
+        }
+
+        fn dma_unmap(&self, region: &DmaRegion) -> Result<(), DeviceError> {
+            self.0.dma_unmap(region)
+        }
+
+        fn name(&self) -> String {
+            self.0.name()
+        }
+    }
+
+    /// A device object a Nic runs, or whose memory mapped for a Nic outlives it, is refused
+    /// by a second open, for a backend that names no function too.
+    #[test]
+    fn a_device_object_a_nic_holds_is_refused_by_a_second_open() {
+        let fabric = Fabric::new();
+        let function = fabric
+            .add_nic(NicConfig::new("10.0.0.1".parse().expect("address")))
+            .expect("NIC");
+        let device: Arc<dyn Device> = Arc::new(Unnamed(SimDevice::new(function)));
+        let nic = Nic::open(device.clone()).expect("open");
+        assert!(matches!(
+            Nic::open(device.clone()),
+            Err(DriverError::DeviceInUse { .. })
+        ));
+        let pool = crate::pool::DmaPool::new(&nic, 256, 4).expect("pool");
+        drop(nic);
+        assert!(matches!(
+            Nic::open(device.clone()),
+            Err(DriverError::DeviceInUse { .. })
+        ));
+        drop(pool);
+        assert!(Nic::open(device).is_ok());
     }
 }
