@@ -1399,3 +1399,118 @@ fn an_insert_tells_its_queue_it_was_queued_and_is_in_flight_until_its_events_are
     assert_eq!(short(sink.read()), vec![Ev::Done(2, 1), Ev::Done(3, 1)]);
     assert!(!sink.in_flight());
 }
+
+/// A NIC whose writes' polls wait for `hold`, noting in `polled` that one began.
+#[derive(Clone)]
+struct HeldNic {
+    nic: DeferredNic,
+    hold: Arc<Mutex<()>>,
+    polled: Arc<AtomicBool>,
+}
+
+struct HeldWrite {
+    write: Box<dyn PendingWrite>,
+    hold: Arc<Mutex<()>>,
+    polled: Arc<AtomicBool>,
+}
+
+impl PendingWrite for HeldWrite {
+    fn poll(&mut self) -> bool {
+        self.polled.store(true, Ordering::Release);
+        let _held = self.hold.lock().unwrap_or_else(|p| p.into_inner());
+        self.write.poll()
+    }
+    fn wait(&mut self) {
+        self.write.wait()
+    }
+    fn prov_errno(&self) -> i32 {
+        self.write.prov_errno()
+    }
+    fn finish(self: Box<Self>) -> Result<(), NicError> {
+        self.write.finish()
+    }
+}
+
+impl NicAvTable for HeldNic {
+    fn write_entries(&mut self, records: &[AvWriteRecord]) -> Result<(), NicError> {
+        self.nic.write_entries(records)
+    }
+    fn invalidate(&mut self, indices: &[u32]) -> Result<(), NicError> {
+        self.nic.invalidate(indices)
+    }
+    fn read_entries(&mut self, first: u32, out: &mut [NicAvEntry]) -> Result<(), NicError> {
+        self.nic.read_entries(first, out)
+    }
+    fn submit_write(
+        &mut self,
+        records: &[AvWriteRecord],
+    ) -> Result<Box<dyn PendingWrite>, NicError> {
+        Ok(Box::new(HeldWrite {
+            write: self.nic.submit_write(records)?,
+            hold: self.hold.clone(),
+            polled: self.polled.clone(),
+        }))
+    }
+}
+
+/// A process forked while a thread reading the bound queue was running the AV's progress
+/// (which holds the AV's inserts while it polls the NIC) drops its copy of the AV without
+/// waiting for that thread, which it does not have: the inserts are the parent's, whose
+/// events the parent's queue gets.
+#[test]
+fn a_forked_child_drops_its_copy_of_an_av_whose_progress_a_parents_thread_was_running() {
+    let held = HeldNic {
+        nic: DeferredNic::new(16),
+        hold: Arc::new(Mutex::new(())),
+        polled: Arc::new(AtomicBool::new(false)),
+    };
+    let mut av = AddressVector::open(held.clone(), event_attr(16), LIMITS).unwrap();
+    let sink = Sink::new();
+    av.bind(sink.clone(), 0).unwrap();
+    av.with_context(1)
+        .insert(&[peer_bytes(1), peer_bytes(2)].concat(), 2, None, 0)
+        .unwrap();
+    let hold = held.hold.lock().unwrap();
+    let reader = {
+        let sink = sink.clone();
+        std::thread::spawn(move || short(sink.read()))
+    };
+    while !held.polled.load(Ordering::Acquire) {
+        std::thread::yield_now();
+    }
+    let mut copy = Some(av);
+    // SAFETY: the child only drops its copy of the AV and ends with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        drop(copy.take());
+        // SAFETY: ends the forked child at once, running nothing more of the parent's.
+        unsafe { libc::_exit(0) };
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut status = 0;
+    let ended = loop {
+        // SAFETY: polls the child forked above; `status` outlives the call.
+        let got = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if got == pid || std::time::Instant::now() >= deadline {
+            break got == pid;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    if !ended {
+        // SAFETY: ends and reaps the child forked above, still running.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, &mut status, 0);
+        }
+    }
+    assert!(ended, "the child dropped its copy of the AV and ended");
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    // The parent's insert completes as ever.
+    held.nic.gate.store(true, Ordering::Release);
+    drop(hold);
+    let mut events = reader.join().unwrap();
+    events.extend(short(sink.read()));
+    assert_eq!(events, vec![Ev::Done(1, 2)]);
+    drop(copy);
+}

@@ -40,6 +40,9 @@ pub const MAX_WRITES_IN_FLIGHT: usize = 32;
 pub(super) struct EventState {
     shared: Arc<AsyncShared>,
     binding: Option<Binding>,
+    /// The process that opened the AV: a process forked from it drops its copy without
+    /// finishing the inserts, which are the parent's.
+    opener: u32,
 }
 
 /// An AV's attachment to an event queue; detaches when dropped (AV closed or dropped).
@@ -162,6 +165,7 @@ impl EventState {
                 inner: Mutex::new(AsyncInner::default()),
             }),
             binding: None,
+            opener: std::process::id(),
         })
     }
 
@@ -771,7 +775,15 @@ impl Drop for EventState {
     /// inserts as fi_av(3) says: "There will always be one non-error completion event for
     /// each insert operation". Its events are posted before the binding detaches. After
     /// [`AddressVector::close`] there is nothing left to do here.
+    ///
+    /// A process forked from the one that opened the AV holds a copy of the parent's inserts:
+    /// the parent finishes them. Its copy waits for none of them, nor for the lock a thread of
+    /// the parent (a reader of the queue running the AV's progress) may have held at the fork,
+    /// which no thread of the child would ever let go.
     fn drop(&mut self) {
+        if std::process::id() != self.opener {
+            return;
+        }
         self.shared.finish();
     }
 }
