@@ -387,6 +387,10 @@ impl ClaimKey {
 pub(crate) struct DeviceClaim {
     pub(crate) device: Arc<dyn Device>,
     key: ClaimKey,
+    /// The process that claimed the device: a child forked from it drops its copy of the
+    /// claim without waiting for the list a thread of the parent held at the fork
+    /// ([`crate::fork`]).
+    made_in: crate::fork::MadeIn,
 }
 
 impl DeviceClaim {
@@ -406,15 +410,17 @@ impl DeviceClaim {
         Some(DeviceClaim {
             device: device.clone(),
             key,
+            made_in: crate::fork::MadeIn::here(),
         })
     }
 }
 
 impl Drop for DeviceClaim {
     fn drop(&mut self) {
-        let mut claimed = CLAIMED_DEVICES
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // `None` only in a forked child whose copy of the list a thread of the parent held.
+        let Some(mut claimed) = self.made_in.lock(&CLAIMED_DEVICES) else {
+            return;
+        };
         if let Some(at) = claimed.iter().position(|k| *k == self.key) {
             claimed.swap_remove(at);
         }
@@ -1108,6 +1114,31 @@ mod tests {
         fn name(&self) -> String {
             self.0.name()
         }
+    }
+
+    /// A thread of the parent held the list of claimed devices at the fork (opening or
+    /// closing another NIC): the child's copy of a NIC drops without waiting for it.
+    #[test]
+    fn a_forked_child_drops_its_copy_of_a_nic_while_a_parents_thread_held_the_claims() {
+        let fabric = Fabric::new();
+        let mut nic = Some(crate::backend::sim::sim_nic(&fabric, "10.0.0.1"));
+        let (held, is_held) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let holder = std::thread::spawn(move || {
+            let _claims = CLAIMED_DEVICES.lock();
+            held.send(()).expect("send");
+            let _ = released.recv();
+        });
+        is_held.recv().expect("held");
+        let code = crate::fork::tests::in_child(|| {
+            drop(nic.take());
+            0
+        });
+        release.send(()).expect("release");
+        holder.join().expect("holder");
+        assert_eq!(code, Some(0), "the child dropped its copy and ended");
+        let nic = nic.expect("the parent's NIC");
+        assert!(nic.open_av(uet_av::AvAttr::default()).is_ok());
     }
 
     /// A device object a Nic runs, or whose memory mapped for a Nic outlives it, is refused
