@@ -33,6 +33,20 @@ pub(crate) struct StopWatch {
     made_in: crate::fork::MadeIn,
 }
 
+impl Drop for StopWatch {
+    fn drop(&mut self) {
+        if self.made_in.in_forked_child() {
+            // The handle of a thread of the parent: detaching it would reach whatever thread
+            // of this process has that thread's descriptor now.
+            let slot = self
+                .thread
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner);
+            std::mem::forget(slot.take());
+        }
+    }
+}
+
 impl Default for StopWatch {
     fn default() -> Self {
         StopWatch {
@@ -200,6 +214,44 @@ mod tests {
     /// Each eventfd handed to the watch is written once when the NIC stops, a fatal error
     /// (bus mastering off, then a command's DMA faults) or its function reset, and the
     /// thread ends after; while the NIC runs nothing is written.
+    /// A process forked while the watch's thread ran has no such thread: its copy of the
+    /// NIC, dropped, leaves the handle of the parent's thread alone (detaching it would reach
+    /// whatever thread of the child now has that thread's descriptor), so the child's own
+    /// threads are joined as ever.
+    #[test]
+    fn a_forked_childs_copy_of_a_nic_whose_watch_runs_leaves_the_childs_threads_joinable() {
+        let fabric = Fabric::new();
+        let (_f, nic) = sim_function_and_nic(&fabric, "10.0.0.1");
+        let a = eventfd();
+        nic.inner.wake_when_stopped(&a);
+        assert!(nic.inner.stop_watch.running());
+        let mut copy = Some(nic);
+        let code = crate::fork::tests::in_child(|| {
+            // Threads of the child, which take the stacks the parent's threads left behind.
+            let (go, wait) = std::sync::mpsc::channel::<()>();
+            let wait = std::sync::Arc::new(std::sync::Mutex::new(wait));
+            let threads: Vec<_> = (0..8)
+                .map(|_| {
+                    let wait = wait.clone();
+                    std::thread::spawn(move || {
+                        let _ = wait.lock().map(|w| w.recv());
+                    })
+                })
+                .collect();
+            drop(copy.take());
+            drop(go);
+            let joined = threads.into_iter().all(|t| t.join().is_ok());
+            if joined {
+                0
+            } else {
+                2
+            }
+        });
+        assert_eq!(code, Some(0), "the child joined its threads and ended");
+        let nic = copy.expect("the parent's NIC");
+        assert!(nic.inner.stop_watch.running());
+    }
+
     #[test]
     fn each_eventfd_is_written_once_when_the_nic_stops() {
         for reset in [true, false] {
