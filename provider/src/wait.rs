@@ -405,6 +405,9 @@ pub(crate) struct CondWait {
     watch: Option<Arc<OwnedFd>>,
     /// The thread, once started.
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// The process that made the object: a child forked from it has none of its threads
+    /// ([`uet_driver::fork`]).
+    made_in: uet_driver::fork::MadeIn,
 }
 
 impl CondWait {
@@ -433,6 +436,7 @@ impl CondWait {
             name,
             watch: watch.map(Arc::new),
             thread: Mutex::new(None),
+            made_in: uet_driver::fork::MadeIn::here(),
         })
     }
 
@@ -488,12 +492,19 @@ impl CondWait {
 
 impl Drop for CondWait {
     fn drop(&mut self) {
-        self.signals.ring(|s| s.stop = true);
         let thread = self
             .thread
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
+        if self.made_in.in_forked_child() {
+            // The thread is the parent's, which a forked child does not have: its handle names
+            // a descriptor the child may have given a thread of its own, and the bell and the
+            // state's lock are shared with the parent's thread or were held by it at the fork.
+            std::mem::forget(thread);
+            return;
+        }
+        self.signals.ring(|s| s.stop = true);
         if let Some(t) = thread {
             if t.join().is_err() {
                 tracing::error!("the FI_WAIT_MUTEX_COND thread panicked");
@@ -601,6 +612,66 @@ mod tests {
         };
         // SAFETY: one valid pollfd, for the call only.
         unsafe { libc::poll(&mut p, 1, 0) == 1 }
+    }
+
+    /// A process forked while the thread of a wait object ran has no such thread: its copy,
+    /// dropped, neither joins it nor rings it, and the child's own threads, which took the
+    /// stacks the parent's threads left behind, are joined as ever.
+    #[test]
+    fn a_forked_child_drops_its_copy_of_a_running_cond_wait_without_joining_its_thread() {
+        let w = CondWait::new("test", "uet-test-cond", None).unwrap();
+        w.pair("test").unwrap();
+        let mut copy = Some(w);
+        // SAFETY: the child only drops its copy, runs threads of its own and ends with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let (go, wait) = std::sync::mpsc::channel::<()>();
+                let wait = Arc::new(Mutex::new(wait));
+                let threads: Vec<_> = (0..8)
+                    .map(|_| {
+                        let wait = Arc::clone(&wait);
+                        std::thread::spawn(move || {
+                            let _ = wait.lock().map(|w| w.recv());
+                        })
+                    })
+                    .collect();
+                drop(copy.take());
+                drop(go);
+                if threads.into_iter().all(|t| t.join().is_ok()) {
+                    0
+                } else {
+                    2
+                }
+            }))
+            .unwrap_or(3);
+            // SAFETY: ends the forked child at once, running nothing more of the parent's.
+            unsafe { libc::_exit(code) };
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut status = 0;
+        let ended = loop {
+            // SAFETY: polls the child forked above; `status` outlives the call.
+            let got = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            if got == pid || std::time::Instant::now() >= deadline {
+                break got == pid;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        if !ended {
+            // SAFETY: ends and reaps the child forked above, still running.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+        }
+        assert!(ended, "the child dropped its copy and ended");
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "status {status:#x}"
+        );
+        drop(copy);
     }
 
     /// A wakeup taken by one waiter reaches every other one and the descriptor, not the
