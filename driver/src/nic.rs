@@ -1034,8 +1034,10 @@ impl Nic {
     }
 
     /// Whether this handle is the only thing that keeps the NIC open: no other handle, and
-    /// no object made on it (AV, endpoint, buffer pool, memory region) lives. Dropping it
-    /// then closes the NIC.
+    /// no AV, endpoint or memory region made on it lives. Dropping it then closes the NIC.
+    /// A buffer pool or mapped region made on it holds the device claim, not the NIC: while
+    /// one lives, the function stays claimed, and opening it again is refused
+    /// (`DriverError::DeviceInUse`) until the pool goes.
     pub fn is_last_handle(&self) -> bool {
         Arc::strong_count(&self.inner) == 1
     }
