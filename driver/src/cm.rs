@@ -77,7 +77,8 @@
 //! request went, a REJECT of an accept or a connection from anywhere but the peer's address
 //! (the peer, or the endpoint that took its PIDonFEP), a message naming a request pending
 //! at the listener (a second CONNREQ, or a READY or ACCEPT: never answered with a REJECT,
-//! which would refuse the request), or a READY or ACCEPT that names the peer as its sender
+//! which would refuse the request) or one of the last [`ANSWERED_REMEMBERED`] it answered
+//! (a copy would reach the application as a new request), or a READY or ACCEPT that names the peer as its sender
 //! without coming from it, is dropped and counted ([`PassiveEndpoint::dropped`],
 //! [`Endpoint::cm_dropped`]). The source is the AV entry the NIC found the sender at; a
 //! sender in no entry is the peer only for the requester's messages that landed before it
@@ -140,7 +141,7 @@ use crate::error::DriverError;
 use crate::interrupt::{CqSignal, Vector};
 use crate::nic::Nic;
 use crate::pool::DmaPool;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -185,6 +186,11 @@ const MSG_AV_ENTRIES: usize = 4;
 /// [`PassiveEndpoint::set_backlog`] takes; more are rejected, and their requesters get
 /// `FI_ECONNREFUSED`.
 pub const CM_BACKLOG: usize = 1024;
+
+/// Requests a listener remembers once the application answered them (accepted or
+/// rejected), the most recent first to stay: a copy of one that reaches the listener is a
+/// forgery, dropped instead of reported as a new request.
+pub const ANSWERED_REMEMBERED: usize = 1024;
 
 const IDLE: u8 = 0;
 const CONNECTING: u8 = 1;
@@ -271,6 +277,8 @@ enum Role {
         pending: HashMap<u64, Pending>,
         next_id: u64,
         backlog: usize,
+        /// The last [`ANSWERED_REMEMBERED`] requests answered: requester and `conn_id`.
+        answered: VecDeque<(UetAddress, u32)>,
     },
     /// One side of a connection.
     Active {
@@ -1199,13 +1207,24 @@ impl Connection {
         // requester's address and `conn_id`) is a forgery. A second CONNREQ would give the
         // application the request twice, and any answer to it (a REJECT, when the backlog is
         // full, or to a stray READY or ACCEPT) would reach the requester from the listener and
-        // refuse the request the application may still accept.
-        if let Role::Passive { pending, .. } = &inner.role {
+        // refuse the request the application may still accept. Nor does it send anything
+        // here once the application answered its request (the acceptor takes its READY): a
+        // copy of an answered request would reach the application as a new one.
+        if let Role::Passive {
+            pending, answered, ..
+        } = &inner.role
+        {
             if pending
                 .values()
                 .any(|p| p.req.conn_id == msg.conn_id && p.req.peer == msg.sender)
             {
                 return self.drop_message("a message of a request already pending");
+            }
+            if answered
+                .iter()
+                .any(|&(peer, conn_id)| conn_id == msg.conn_id && peer == msg.sender)
+            {
+                return self.drop_message("a message of a request already answered");
             }
         }
         // An active endpoint never listens, a listener being closed no longer does, and one
@@ -1846,6 +1865,7 @@ impl Nic {
                     pending: HashMap::new(),
                     next_id: 1,
                     backlog: backlog.min(CM_BACKLOG),
+                    answered: VecDeque::new(),
                 },
                 local: address,
                 scratch: Vec::new(),
@@ -2018,8 +2038,16 @@ impl PassiveEndpoint {
     }
 
     fn take_pending(&self, inner: &mut CmInner, req: &ConnReq) {
-        if let Role::Passive { pending, .. } = &mut inner.role {
-            pending.remove(&req.id);
+        if let Role::Passive {
+            pending, answered, ..
+        } = &mut inner.role
+        {
+            if let Some(p) = pending.remove(&req.id) {
+                if answered.len() == ANSWERED_REMEMBERED {
+                    answered.pop_front();
+                }
+                answered.push_back((p.req.peer, p.req.conn_id));
+            }
         }
     }
 
@@ -3016,6 +3044,44 @@ mod tests {
         let copy = (CmKind::ConnReq, req.conn_id);
         forge(nc, pep.address(), *client.address(), copy, || pep.dropped());
         assert!(l.eq_l.is_empty(), "one FI_CONNREQ");
+    }
+
+    /// A copy of a request the application answered (accepted, or rejected) reaching the
+    /// listener is dropped and counted, not reported as a new request: the requester sends
+    /// the listener nothing after its request.
+    #[test]
+    fn a_copy_of_an_answered_request_is_dropped() {
+        let l = Listening::new();
+        let (ns, nc, pep) = (&l.ns, &l.nc, &l.pep);
+        let (mut accepted, eq_a) = msg_client(nc);
+        let (mut server, eq_s) = msg_client(ns);
+        let req = l.request(&mut accepted);
+        pep.accept(&req, &mut server, b"").expect("accept");
+        for eq in [&eq_a, &eq_s] {
+            let ev = eq.sread(Some(Duration::from_secs(5)), 0).expect("event");
+            assert_eq!(ev.kind, EqEventKind::Connected);
+        }
+        let copy = (CmKind::ConnReq, req.conn_id);
+        forge(nc, pep.address(), *accepted.address(), copy, || {
+            pep.dropped()
+        });
+        assert!(
+            l.eq_l.is_empty(),
+            "no second FI_CONNREQ of an accepted request"
+        );
+        let (mut refused, _eq_r) = msg_client(nc);
+        let req = l.request(&mut refused);
+        pep.reject(&req, b"").expect("reject");
+        let copy = (CmKind::ConnReq, req.conn_id);
+        let dropped_before = pep.dropped();
+        forge(nc, pep.address(), *refused.address(), copy, || {
+            pep.dropped() - dropped_before
+        });
+        assert!(
+            l.eq_l.is_empty(),
+            "no second FI_CONNREQ of a rejected request"
+        );
+        assert!(accepted.is_connected() && server.is_connected());
     }
 
     /// A message naming a request pending at the listener (its requester's address and
