@@ -11603,31 +11603,6 @@ fn a_multi_receive_buffer_a_message_was_arriving_into_at_shutdown_is_withdrawn_a
     assert_ne!(e.flags & FI_MULTI_RECV, 0, "released: flags {:#x}", e.flags);
 }
 
-/// Wait for the forked child `pid` for at most `limit`: its exit code, or `None` when it
-/// was still running then (it is killed).
-fn wait_child(pid: libc::pid_t, limit: std::time::Duration) -> Option<i32> {
-    let deadline = std::time::Instant::now() + limit;
-    loop {
-        let mut status = 0;
-        // SAFETY: polls the child forked by the caller; `status` outlives the call.
-        let got = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        assert!(got >= 0, "waitpid: {}", std::io::Error::last_os_error());
-        if got == pid {
-            assert!(libc::WIFEXITED(status), "child status {status:#x}");
-            return Some(libc::WEXITSTATUS(status));
-        }
-        if std::time::Instant::now() >= deadline {
-            // SAFETY: ends and reaps the caller's child, still running.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, &mut status, 0);
-            }
-            return None;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-}
-
 /// A process forked from one that runs the provider, closing its copies of the provider's
 /// objects and then the provider (as an `exit` that runs libfabric's cleanup does), leaves
 /// the parent's NIC alone: the parent's endpoints, AV and CQs carry on. (On its own process:
@@ -11670,7 +11645,7 @@ fn a_forked_child_closing_its_copies_of_the_providers_objects_leaves_the_parents
             unsafe { libc::_exit(if closed.is_ok() { 0 } else { 3 }) };
         }
         assert_eq!(
-            wait_child(pid, std::time::Duration::from_secs(20)),
+            uet_tests::wait_child(pid, std::time::Duration::from_secs(20)),
             Some(0),
             "the child closed its copies and ended"
         );

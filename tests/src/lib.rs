@@ -369,3 +369,28 @@ pub fn readable_within(fd: std::os::fd::RawFd, timeout: std::time::Duration) -> 
     // writes only its `revents`, and reports a descriptor that is not open as POLLNVAL.
     unsafe { libc::poll(&mut pfd, 1, ms) == 1 && pfd.revents & libc::POLLIN != 0 }
 }
+
+/// Wait for the forked child `pid` for at most `limit`: its exit code, or `None` when it
+/// was still running then (it is killed).
+pub fn wait_child(pid: libc::pid_t, limit: std::time::Duration) -> Option<i32> {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let mut status = 0;
+        // SAFETY: waits for (or polls) the child forked by the caller; `status` outlives it.
+        let got = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        assert!(got >= 0, "waitpid: {}", std::io::Error::last_os_error());
+        if got == pid {
+            assert!(libc::WIFEXITED(status), "child status {status:#x}");
+            return Some(libc::WEXITSTATUS(status));
+        }
+        if std::time::Instant::now() >= deadline {
+            // SAFETY: ends and reaps the caller's child, still running.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}

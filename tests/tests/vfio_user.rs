@@ -1369,31 +1369,6 @@ fn a_function_without_msix_behind_a_server_without_interrupts_is_polled() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Wait for the forked child `pid` for at most `limit`: its exit code, or `None` when it
-/// was still running then (it is killed).
-fn wait_child(pid: libc::pid_t, limit: std::time::Duration) -> Option<i32> {
-    let deadline = std::time::Instant::now() + limit;
-    loop {
-        let mut status = 0;
-        // SAFETY: waits for (or polls) the child forked by the caller; `status` outlives it.
-        let got = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        assert!(got >= 0, "waitpid: {}", std::io::Error::last_os_error());
-        if got == pid {
-            assert!(libc::WIFEXITED(status), "child status {status:#x}");
-            return Some(libc::WEXITSTATUS(status));
-        }
-        if std::time::Instant::now() >= deadline {
-            // SAFETY: ends and reaps the caller's child, still running.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, &mut status, 0);
-            }
-            return None;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-}
-
 /// A process forked from one that runs a NIC (a helper started with fork that returns
 /// through its destructors, or calls `exit`) does not reach the parent's NIC: its copies of
 /// the parent's objects, dropped, send nothing over the socket it shares with the parent (no
@@ -1437,7 +1412,7 @@ fn a_forked_child_dropping_its_copy_of_a_nic_leaves_the_parents_nic_alone() {
         unsafe { libc::_exit(code) };
     }
     assert_eq!(
-        wait_child(pid, std::time::Duration::from_secs(20)),
+        uet_tests::wait_child(pid, std::time::Duration::from_secs(20)),
         Some(0),
         "the child dropped its copy and ended"
     );
