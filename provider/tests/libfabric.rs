@@ -358,49 +358,27 @@ fn a_forked_child_that_closes_what_it_inherited_and_exits_leaves_the_parents_nic
     if !have_toolchain() {
         return;
     }
-    let dir = scratch("fork");
-    let prov = provider_dir(&dir);
-    let program = compile("fork.c", &dir, &["-lfabric"]);
-    let fabric = uet_sim::Fabric::new();
-    let nic = fabric
-        .add_nic(uet_sim::NicConfig::new(std::net::IpAddr::from([
-            10, 0, 0, 1,
-        ])))
-        .unwrap();
-    let path = dir.join("nic.sock");
-    let server = std::sync::Arc::new(uet_sim::vfio_user::VfioUserServer::bind(nic, &path).unwrap());
-    let serving = std::thread::spawn(move || server.serve_one());
-    let child = Command::new(&program)
-        .env("FI_PROVIDER_PATH", &prov)
-        .env("FI_PROVIDER", "uet")
-        .env("FI_UET_DEVICE", format!("vfio-user:{}", path.display()))
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = succeeded(child, "fork");
+    let out = run_on_a_served_nic("fork", "fork.c", |_| {});
     assert!(out.contains("message: before the fork"), "{out}");
     assert!(out.contains("child closed its copies and exited"), "{out}");
     assert!(out.contains("message: after the child"), "{out}");
     assert!(out.ends_with("ok\n"), "{out}");
-    serving.join().unwrap().unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// On a NIC of host interface 1.13, without RECV_CANCEL, a closed receive context's receive
-/// stays posted: `fi_rx_context` of its index is `-FI_EOPBADSTATE`, which says retrying does
-/// not help (not `-FI_EBUSY`), until a message has taken the receive.
-#[test]
-fn without_recv_cancel_a_closed_receive_index_is_refused_as_no_retry_opens_it() {
-    if !have_toolchain() {
-        return;
-    }
-    let dir = scratch("sep-old");
+/// Compile `source` into a scratch directory named `test`, run it with the provider on one
+/// NIC (10.0.0.1, set up by `configure`) served over vfio-user from this process, and give
+/// its output once it has succeeded and the NIC has served it to the end.
+fn run_on_a_served_nic(
+    test: &str,
+    source: &str,
+    configure: impl FnOnce(&mut uet_sim::NicConfig),
+) -> String {
+    let dir = scratch(test);
     let prov = provider_dir(&dir);
-    let program = compile("sep_reopen_old.c", &dir, &["-lfabric"]);
+    let program = compile(source, &dir, &["-lfabric"]);
     let fabric = uet_sim::Fabric::new();
     let mut cfg = uet_sim::NicConfig::new(std::net::IpAddr::from([10, 0, 0, 1]));
-    cfg.interface_minor = uet_driver::uet_regs::since::RECV_CANCEL - 1;
+    configure(&mut cfg);
     let nic = fabric.add_nic(cfg).unwrap();
     let path = dir.join("nic.sock");
     let server = std::sync::Arc::new(uet_sim::vfio_user::VfioUserServer::bind(nic, &path).unwrap());
@@ -413,14 +391,28 @@ fn without_recv_cancel_a_closed_receive_index_is_refused_as_no_retry_opens_it() 
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let out = succeeded(child, "sep_reopen_old");
+    let out = succeeded(child, source);
+    serving.join().unwrap().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    out
+}
+
+/// On a NIC of host interface 1.13, without RECV_CANCEL, a closed receive context's receive
+/// stays posted: `fi_rx_context` of its index is `-FI_EOPBADSTATE`, which says retrying does
+/// not help (not `-FI_EBUSY`), until a message has taken the receive.
+#[test]
+fn without_recv_cancel_a_closed_receive_index_is_refused_as_no_retry_opens_it() {
+    if !have_toolchain() {
+        return;
+    }
+    let out = run_on_a_served_nic("sep-old", "sep_reopen_old.c", |cfg| {
+        cfg.interface_minor = uet_driver::uet_regs::since::RECV_CANCEL - 1;
+    });
     assert!(
         out.contains("closed index with a receive posted: -FI_EOPBADSTATE"),
         "{out}"
     );
     assert!(out.ends_with("ok\n"), "{out}");
-    serving.join().unwrap().unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A libfabric application started with `UET_NIC_TELEMETRY=1` answers on the driver's
