@@ -649,27 +649,10 @@ mod tests {
             // SAFETY: ends the forked child at once, running nothing more of the parent's.
             unsafe { libc::_exit(code) };
         }
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let mut status = 0;
-        let ended = loop {
-            // SAFETY: polls the child forked above; `status` outlives the call.
-            let got = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-            if got == pid || std::time::Instant::now() >= deadline {
-                break got == pid;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        };
-        if !ended {
-            // SAFETY: ends and reaps the child forked above, still running.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, &mut status, 0);
-            }
-        }
-        assert!(ended, "the child dropped its copy and ended");
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "status {status:#x}"
+        assert_eq!(
+            uet_tests::wait_child(pid, std::time::Duration::from_secs(10)),
+            Some(0),
+            "the child dropped its copy and ended"
         );
         drop(copy);
     }
