@@ -273,6 +273,20 @@ fn scattered_lookups(
     Ok(ns)
 }
 
+/// `fi_addrs` in the lookups' scattered order (the stride of [`lookup_stride`]): every entry
+/// once, whatever the count.
+fn scattered_order(fi_addrs: &[u64]) -> Vec<u64> {
+    let n = fi_addrs.len();
+    let stride = lookup_stride(n);
+    let mut order = Vec::with_capacity(n);
+    let mut at = 0usize;
+    for _ in 0..n {
+        order.push(fi_addrs.get(at).copied().unwrap_or(u64::MAX));
+        at = (at + stride) % n;
+    }
+    order
+}
+
 /// Unbatched insert, then lookup and remove of every entry.
 fn unbatched<N: NicAvTable>(
     n: usize,
@@ -471,14 +485,7 @@ fn av_set<N: NicAvTable>(
         bytes,
     });
 
-    // Every member once, scattered: the stride must be coprime with n, and 7919 is prime.
-    let stride = if n.is_multiple_of(7919) { 1 } else { 7919 % n };
-    let mut order = Vec::with_capacity(n);
-    let mut at = 0usize;
-    for _ in 0..n {
-        order.push(fi_addrs.get(at).copied().unwrap_or(u64::MAX));
-        at = (at + stride) % n;
-    }
+    let order = scattered_order(&fi_addrs);
     let t = Instant::now();
     for &fa in &order {
         set.remove(fa).map_err(|e| e.to_string())?;
@@ -838,8 +845,8 @@ mod tests {
         }
     }
 
-    /// `--ops av_set` measures a set's member insert and remove at every count, the one
-    /// whose scattered order falls back to index order (a multiple of 7919) too; it is not
+    /// `--ops av_set` measures a set's member insert and remove at every count, a multiple
+    /// of 7919 (whose scattered order steps by 7907) too; it is not
     /// among the default operations, and flat-slots has no counterpart.
     #[test]
     fn av_set_ops_insert_and_remove_every_member() {
@@ -868,6 +875,23 @@ mod tests {
             "{:?}",
             default.ops
         );
+    }
+
+    /// The set's removals visit every member once in the lookups' scattered order, at a
+    /// count that is a multiple of 7919 too, instead of falling back to index order there.
+    #[test]
+    fn av_set_removals_are_scattered_at_any_count() {
+        for n in [1, 2, 1000, 7919, 2 * 7919] {
+            let fi_addrs: Vec<u64> = (0..n as u64).collect();
+            let order = scattered_order(&fi_addrs);
+            let mut sorted = order.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, fi_addrs, "n={n}: every member once");
+            if n > 2 {
+                assert_eq!(order[1], lookup_stride(n) as u64, "n={n}");
+                assert_ne!(order[1], 1, "n={n}: not index order");
+            }
+        }
     }
 
     /// The lookups visit every entry once, whatever the count: a multiple of 7919 too, at
