@@ -1094,6 +1094,9 @@ fn answer(request: &Value, nics: &Mutex<Vec<Weak<NicInner>>>) -> Result<Value, F
         }
         "counters" => {
             let nic = nic_of(request, nics)?;
+            let counters = nic.counters();
+            // Asked after the counters are read: a function gone before or while they were
+            // read answers nothing from then on, so its ID reads all ones now.
             if uet_regs::RegisterAccess::read(nic.bar(), uet_regs::ID).into_bits() == u32::MAX {
                 return Err(FiError::new(
                     FiErrno::FI_EIO,
@@ -1101,8 +1104,7 @@ fn answer(request: &Value, nics: &Mutex<Vec<Weak<NicInner>>>) -> Result<Value, F
                      gone), and so would its counters",
                 ));
             }
-            let counters: Vec<Value> = nic
-                .counters()
+            let counters: Vec<Value> = counters
                 .into_iter()
                 .map(|(name, value)| json!([name, value]))
                 .collect();
@@ -1377,12 +1379,37 @@ mod tests {
     use super::*;
     use crate::backend::sim::SimDevice;
     use crate::{Device, EndpointAttr, Nic};
+    use std::sync::atomic::AtomicU32;
 
     /// A device that can be unplugged: from then on every register reads all ones, as a
     /// removed PCI function's do.
     struct Unpluggable {
         inner: SimDevice,
         gone: AtomicBool,
+        /// The offset of the register whose next read (which still answers) unplugs it
+        /// (`u32::MAX`: none).
+        gone_after: AtomicU32,
+    }
+
+    impl Unpluggable {
+        fn new(inner: SimDevice) -> Unpluggable {
+            Unpluggable {
+                inner,
+                gone: AtomicBool::new(false),
+                gone_after: AtomicU32::new(u32::MAX),
+            }
+        }
+
+        /// After a read at `offset`: unplugged if it was the one to unplug it.
+        fn read_at(&self, offset: u32) {
+            if self
+                .gone_after
+                .compare_exchange(offset, u32::MAX, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+            {
+                self.gone.store(true, Ordering::Relaxed);
+            }
+        }
     }
 
     impl uet_regs::Mmio for Unpluggable {
@@ -1390,7 +1417,9 @@ mod tests {
             if self.gone.load(Ordering::Relaxed) {
                 return u32::MAX;
             }
-            self.inner.bar0().read32(offset)
+            let value = self.inner.bar0().read32(offset);
+            self.read_at(offset);
+            value
         }
         fn write32(&self, offset: u32, value: u32) {
             self.inner.bar0().write32(offset, value);
@@ -1399,7 +1428,9 @@ mod tests {
             if self.gone.load(Ordering::Relaxed) {
                 return u64::MAX;
             }
-            self.inner.bar0().read64(offset)
+            let value = self.inner.bar0().read64(offset);
+            self.read_at(offset);
+            value
         }
         fn write64(&self, offset: u32, value: u64) {
             self.inner.bar0().write64(offset, value);
@@ -1429,10 +1460,7 @@ mod tests {
         let f = fabric
             .add_nic(uet_sim::NicConfig::new("10.65.0.2".parse().unwrap()))
             .unwrap();
-        let device = Arc::new(Unpluggable {
-            inner: SimDevice::new(f),
-            gone: AtomicBool::new(false),
-        });
+        let device = Arc::new(Unpluggable::new(SimDevice::new(f)));
         let nic = Nic::open(device.clone()).unwrap();
         let nics = Mutex::new(vec![Arc::downgrade(&nic.inner)]);
         let request = json!({"cmd": "counters", "nic": 0});
@@ -1446,6 +1474,27 @@ mod tests {
         device.gone.store(true, Ordering::Relaxed);
         let e = answer(&request, &nics).unwrap_err();
         assert_eq!(e.errno, FiErrno::FI_EIO, "{e}");
+    }
+
+    /// A NIC whose function goes away while its counters are read (after the first, which
+    /// still answered) is `FI_EIO` too, not counters that read all ones.
+    #[test]
+    fn the_counters_of_a_nic_gone_while_they_are_read_are_eio() {
+        let fabric = uet_sim::Fabric::new();
+        let f = fabric
+            .add_nic(uet_sim::NicConfig::new("10.65.0.3".parse().unwrap()))
+            .unwrap();
+        let device = Arc::new(Unpluggable::new(SimDevice::new(f)));
+        let nic = Nic::open(device.clone()).unwrap();
+        let nics = Mutex::new(vec![Arc::downgrade(&nic.inner)]);
+        let request = json!({"cmd": "counters", "nic": 0});
+        device
+            .gone_after
+            .store(uet_regs::COUNTERS[0].offset(), Ordering::Relaxed);
+        match answer(&request, &nics) {
+            Err(e) => assert_eq!(e.errno, FiErrno::FI_EIO, "{e}"),
+            Ok(answered) => panic!("counters of a NIC gone while read: {answered}"),
+        }
     }
 
     /// A record listed before its endpoint closed, whose handle a new endpoint took since,
