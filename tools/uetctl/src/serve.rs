@@ -80,7 +80,8 @@ pub fn dma_mappings_per_nic(limit: u64, nics: usize) -> Result<u32, ServeError> 
             "{nics} NICs need at least {} file descriptors ({MIN_DMA_MAPPINGS} DMA mappings and \
              {NIC_DESCRIPTORS} more each, and {RESERVED_DESCRIPTORS} for the daemon); the \
              limit is {limit}: raise it (ulimit -Hn) or serve fewer NICs",
-            nics * (u64::from(MIN_DMA_MAPPINGS) + NIC_DESCRIPTORS) + RESERVED_DESCRIPTORS
+            nics.saturating_mul(u64::from(MIN_DMA_MAPPINGS) + NIC_DESCRIPTORS)
+                .saturating_add(RESERVED_DESCRIPTORS)
         )));
     }
     Ok(share)
@@ -239,6 +240,18 @@ mod tests {
             e.contains("2112 file descriptors") && e.contains("1024"),
             "{e}"
         );
+    }
+
+    /// A count of NICs whose descriptors exceed any number is refused with an error, as a
+    /// count too large for the limit is, instead of overflowing the sum the error gives.
+    #[test]
+    fn a_count_of_nics_past_any_limit_is_refused_without_overflow() {
+        for nics in [usize::MAX, usize::MAX / 2] {
+            let e = dma_mappings_per_nic(u64::MAX, nics)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&format!("{} file descriptors", u64::MAX)), "{e}");
+        }
     }
 
     /// Binding raises the process's soft descriptor limit to its hard limit, and every NIC
