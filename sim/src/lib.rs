@@ -437,7 +437,8 @@ impl SimFunction {
     /// Deliver MSI-X vectors `start..start + eventfds.len()` to `eventfds`, as one
     /// `VFIO_DEVICE_SET_IRQS` of `DATA_EVENTFD` does ([`SimFunction::set_msix_eventfd`] for
     /// each), all or none: a vector outside the table, or a descriptor that cannot be
-    /// duplicated (none left), changes no vector.
+    /// duplicated (none left), changes no vector. With no eventfd nothing changes, MSI-X
+    /// Enable included.
     pub fn set_msix_eventfds(
         &self,
         start: u16,
@@ -448,7 +449,8 @@ impl SimFunction {
             for v in 0..eventfds.len() {
                 n.msix.set_masked(start + v as u16, false);
             }
-            if n.msix.has_triggers() {
+            // No eventfd, no vector changed: MSI-X stays as it was (enabled or not).
+            if !eventfds.is_empty() {
                 n.msix
                     .set_control(n.msix.control() | uet_regs::pci::MSIX_CONTROL_ENABLE);
             }

@@ -686,6 +686,25 @@ mod tests {
         );
     }
 
+    /// A SET_IRQS of eventfds for no vector (count 0) changes nothing: MSI-X that the client
+    /// disabled in configuration space stays disabled, though a vector has an eventfd.
+    #[test]
+    fn a_set_irqs_of_eventfds_for_no_vector_leaves_msix_disabled() {
+        use uet_regs::pci::{MSIX_CONTROL_ENABLE, MSIX_MESSAGE_CONTROL};
+        let mut b = backend();
+        let trigger = VFIO_IRQ_SET_ACTION_TRIGGER | VFIO_IRQ_SET_DATA_EVENTFD;
+        let e = blocking_eventfd();
+        b.set_irqs(VFIO_PCI_MSIX_IRQ_INDEX, trigger, 0, 1, vec![e])
+            .expect("vector 0's eventfd");
+        assert_ne!(b.function.msix_control() & MSIX_CONTROL_ENABLE, 0);
+        b.config_write(MSIX_MESSAGE_CONTROL as u64, &0u16.to_le_bytes());
+        assert_eq!(b.function.msix_control() & MSIX_CONTROL_ENABLE, 0);
+        b.set_irqs(VFIO_PCI_MSIX_IRQ_INDEX, trigger, 0, 0, Vec::new())
+            .expect("no vector");
+        assert_eq!(b.function.msix_control() & MSIX_CONTROL_ENABLE, 0);
+        assert_eq!(b.config.msix_control() & MSIX_CONTROL_ENABLE, 0);
+    }
+
     #[test]
     fn a_client_cannot_map_more_than_the_functions_dma_memory() {
         let mut b = backend();
