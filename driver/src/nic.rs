@@ -1033,6 +1033,12 @@ impl Nic {
         self.inner.answers_nothing()
     }
 
+    /// Whether the NIC was opened by a process this one was forked from: it is that
+    /// process's, and this one leaves it alone ([`crate::fork`]).
+    pub fn opened_in_a_parent(&self) -> bool {
+        self.inner.in_forked_child()
+    }
+
     /// Whether this handle is the only thing that keeps the NIC open: no other handle, and
     /// no AV, endpoint or memory region made on it lives. Dropping it then closes the NIC.
     /// A buffer pool or mapped region made on it holds the device claim, not the NIC: while

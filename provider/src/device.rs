@@ -96,10 +96,15 @@ fn opened() -> MutexGuard<'static, Option<Opened>> {
 /// closing what it had and opening a fabric again, without a restart. While any object of
 /// it is open, the stopped NIC is what this gives (its capabilities still answer
 /// `fi_getinfo`; what runs on it fails with `FI_EIO`).
+///
+/// In a process forked from the one that opened the NIC, the NIC is that process's, which
+/// holds its function: it is not opened again (a vfio-user server would keep the child
+/// waiting for a function it serves to the parent), and what the child asks of it fails at
+/// once.
 pub fn nic() -> Result<Nic, FiError> {
     let mut opened = opened();
     if let Some(o) = opened.as_ref() {
-        if !o.nic.answers_nothing() || !o.nic.is_last_handle() {
+        if !o.nic.answers_nothing() || !o.nic.is_last_handle() || o.nic.opened_in_a_parent() {
             return Ok(o.nic.clone());
         }
         tracing::warn!("uet provider: the NIC stopped; it is closed and opened again");

@@ -11688,3 +11688,41 @@ fn once_every_object_of_a_stopped_nic_is_closed_new_objects_run_on_it_again() {
     let pair = Pair::new(0);
     exchange(&pair, 30);
 }
+
+/// In a process forked from one whose provider opened a NIC, the provider keeps the
+/// parent's NIC (which the child leaves alone) rather than open the function again: the
+/// child's next call answers at once, where opening a function the parent holds would wait
+/// for the vfio-user server that serves the parent. (On its own process: its NIC is served
+/// from it.)
+#[test]
+fn a_forked_child_does_not_open_again_the_nic_its_parent_holds() {
+    const NAME: &str = "a_forked_child_does_not_open_again_the_nic_its_parent_holds";
+    if !common::in_own_process(NAME) {
+        return;
+    }
+    let _nic = ServedNic::serve("uet-fork-reopen", uet_regs::INTERFACE_MINOR);
+    drop(uet_fi::device::nic().expect("the NIC opens"));
+    // SAFETY: the child only asks the provider for its NIC and ends with _exit; the test
+    // runs alone in its process.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        let started = std::time::Instant::now();
+        let answered = std::panic::catch_unwind(uet_fi::device::nic).is_ok_and(|n| n.is_ok());
+        let quick = started.elapsed() < std::time::Duration::from_secs(2);
+        // SAFETY: ends the forked child at once, running nothing more of the parent's.
+        unsafe { libc::_exit(if answered && quick { 0 } else { 2 }) };
+    }
+    assert_eq!(
+        uet_tests::wait_child(pid, std::time::Duration::from_secs(20)),
+        Some(0),
+        "the child was answered at once, with its parent's NIC"
+    );
+    // The parent's NIC is as it was.
+    let pair = Pair::new(0);
+    let mut buf = [0u8; 8];
+    // SAFETY: an open endpoint; `buf` outlives the receive, completed below.
+    assert_eq!(unsafe { pair.post_recv(1, &mut buf, 1) }, 0);
+    assert_eq!(pair.send(0, b"parent", 2), 0);
+    assert_eq!(pair.wait(1).map(|e| e.len), Ok(6));
+}
