@@ -1057,23 +1057,15 @@ mod tests {
     fn a_forked_child_drops_a_binding_while_a_parents_thread_held_the_queue() {
         let eq = EventQueue::open(WAITABLE).expect("eq");
         let mut binding = Some(eq.bind().expect("bind"));
-        let (held, is_held) = std::sync::mpsc::channel();
-        let (release, released) = std::sync::mpsc::channel::<()>();
-        let holder = {
-            let eq = eq.clone();
-            std::thread::spawn(move || {
-                let _state = eq.lock();
-                held.send(()).expect("send");
-                let _ = released.recv();
-            })
+        let holder = eq.clone();
+        let hold = move |wait: &dyn Fn()| {
+            let _state = holder.lock();
+            wait();
         };
-        is_held.recv().expect("held");
-        let code = crate::fork::tests::in_child(|| {
+        let code = crate::fork::tests::in_child_while_held(hold, || {
             drop(binding.take());
             0
         });
-        release.send(()).expect("release");
-        holder.join().expect("holder");
         assert_eq!(code, Some(0), "the child dropped its binding and ended");
         // The parent's binding holds the queue open until it goes.
         assert!(eq.clone().close().is_err());

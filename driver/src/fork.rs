@@ -267,6 +267,28 @@ pub(crate) mod tests {
         wait_child(pid, Duration::from_secs(10))
     }
 
+    /// [`in_child`], while a thread of the parent holds a lock from before the fork until
+    /// the child has ended: `hold` takes it, then calls the function it is given, which
+    /// returns once the child has ended.
+    pub(crate) fn in_child_while_held(
+        hold: impl FnOnce(&dyn Fn()) + Send + 'static,
+        child: impl FnOnce() -> i32,
+    ) -> Option<i32> {
+        let (held, is_held) = mpsc::channel();
+        let (release, released) = mpsc::channel::<()>();
+        let holder = std::thread::spawn(move || {
+            hold(&|| {
+                held.send(()).expect("held");
+                let _ = released.recv();
+            })
+        });
+        is_held.recv().expect("held");
+        let code = in_child(child);
+        release.send(()).expect("release");
+        holder.join().expect("holder");
+        code
+    }
+
     /// A thread of the parent holds the admin queue at the fork (a command of its own was
     /// waiting for its completion): the child's copy of the NIC, asked for an admin command,
     /// fails at once instead of waiting for a lock no thread of the child will release.
@@ -274,18 +296,12 @@ pub(crate) mod tests {
     fn a_forked_childs_admin_command_fails_while_a_parents_thread_held_the_queue() {
         let fabric = Fabric::new();
         let nic = sim_nic(&fabric, "10.0.0.1");
-        let (held, is_held) = mpsc::channel();
-        let (release, released) = mpsc::channel::<()>();
-        let holder = {
-            let nic = nic.clone();
-            std::thread::spawn(move || {
-                let _admin = nic.inner.admin().unwrap();
-                held.send(()).unwrap();
-                let _ = released.recv();
-            })
+        let holder = nic.clone();
+        let hold = move |wait: &dyn Fn()| {
+            let _admin = holder.inner.admin().unwrap();
+            wait();
         };
-        is_held.recv().unwrap();
-        let code = in_child(|| {
+        let code = in_child_while_held(hold, || {
             let r = nic.admin_command(Command::Identify(BufferBody::new_zeroed()));
             if r.is_err() {
                 0
@@ -293,8 +309,6 @@ pub(crate) mod tests {
                 2
             }
         });
-        release.send(()).unwrap();
-        holder.join().unwrap();
         assert_eq!(
             code,
             Some(0),

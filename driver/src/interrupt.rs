@@ -323,23 +323,15 @@ mod tests {
         let d = device();
         let irq = Arc::new(Interrupts::open(&d).expect("interrupts"));
         let mut vector = Some(irq.take().expect("a vector"));
-        let (held, is_held) = std::sync::mpsc::channel();
-        let (release, released) = std::sync::mpsc::channel::<()>();
-        let holder = {
-            let irq = irq.clone();
-            std::thread::spawn(move || {
-                let _free = irq.free.lock();
-                held.send(()).expect("send");
-                let _ = released.recv();
-            })
+        let holder = irq.clone();
+        let hold = move |wait: &dyn Fn()| {
+            let _free = holder.free.lock();
+            wait();
         };
-        is_held.recv().expect("held");
-        let code = crate::fork::tests::in_child(|| {
+        let code = crate::fork::tests::in_child_while_held(hold, || {
             drop(vector.take());
             0
         });
-        release.send(()).expect("release");
-        holder.join().expect("holder");
         assert_eq!(code, Some(0), "the child dropped its vector and ended");
         let n = usize::from(uet_regs::pci::MSIX_VECTORS);
         assert_eq!(irq.free_vectors(), n - 1);

@@ -1130,20 +1130,14 @@ mod tests {
     fn a_forked_child_drops_its_copy_of_a_nic_while_a_parents_thread_held_the_claims() {
         let fabric = Fabric::new();
         let mut nic = Some(crate::backend::sim::sim_nic(&fabric, "10.0.0.1"));
-        let (held, is_held) = std::sync::mpsc::channel();
-        let (release, released) = std::sync::mpsc::channel::<()>();
-        let holder = std::thread::spawn(move || {
+        let hold = |wait: &dyn Fn()| {
             let _claims = CLAIMED_DEVICES.lock();
-            held.send(()).expect("send");
-            let _ = released.recv();
-        });
-        is_held.recv().expect("held");
-        let code = crate::fork::tests::in_child(|| {
+            wait();
+        };
+        let code = crate::fork::tests::in_child_while_held(hold, || {
             drop(nic.take());
             0
         });
-        release.send(()).expect("release");
-        holder.join().expect("holder");
         assert_eq!(code, Some(0), "the child dropped its copy and ended");
         let nic = nic.expect("the parent's NIC");
         assert!(nic.open_av(uet_av::AvAttr::default()).is_ok());
