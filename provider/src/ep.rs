@@ -2231,17 +2231,24 @@ pub(crate) fn retry_policy(
 /// logged and taken as unset.
 pub fn retry_timeout(value: Option<&str>) -> Option<std::time::Duration> {
     let v = value?;
+    millis_bound(v).unwrap_or_else(|()| {
+        tracing::warn!(
+            "{RETRY_TIMEOUT_VAR}={v:?} is not a number of milliseconds; refused sends are \
+             retried until a receive takes them"
+        );
+        None
+    })
+}
+
+/// A bound given in milliseconds by an environment variable's value `v`: `Ok(None)` (no
+/// bound) for 0 and for more milliseconds than 64 bits hold, longer than any deadline the
+/// clock holds; `Err` for a value that is not a number of milliseconds.
+fn millis_bound(v: &str) -> Result<Option<std::time::Duration>, ()> {
     match v.trim().parse::<u64>() {
-        Ok(0) => None,
-        Ok(ms) => Some(std::time::Duration::from_millis(ms)),
-        Err(e) if *e.kind() == std::num::IntErrorKind::PosOverflow => None,
-        Err(_) => {
-            tracing::warn!(
-                "{RETRY_TIMEOUT_VAR}={v:?} is not a number of milliseconds; refused sends are \
-                 retried until a receive takes them"
-            );
-            None
-        }
+        Ok(0) => Ok(None),
+        Ok(ms) => Ok(Some(std::time::Duration::from_millis(ms))),
+        Err(e) if *e.kind() == std::num::IntErrorKind::PosOverflow => Ok(None),
+        Err(_) => Err(()),
     }
 }
 
@@ -2531,19 +2538,14 @@ pub fn connect_timeout(value: Option<&str>) -> Option<std::time::Duration> {
     let Some(v) = value else {
         return default;
     };
-    match v.trim().parse::<u64>() {
-        Ok(0) => None,
-        Ok(ms) => Some(std::time::Duration::from_millis(ms)),
-        Err(e) if *e.kind() == std::num::IntErrorKind::PosOverflow => None,
-        Err(_) => {
-            tracing::warn!(
-                "{CONNECT_TIMEOUT_VAR}={v:?} is not a number of milliseconds; \
-                 fi_connect times out after {:?}",
-                uet_driver::CM_CONNECT_TIMEOUT
-            );
-            default
-        }
-    }
+    millis_bound(v).unwrap_or_else(|()| {
+        tracing::warn!(
+            "{CONNECT_TIMEOUT_VAR}={v:?} is not a number of milliseconds; fi_connect times \
+             out after {:?}",
+            uet_driver::CM_CONNECT_TIMEOUT
+        );
+        default
+    })
 }
 
 /// [`connect_timeout`] of the environment.
