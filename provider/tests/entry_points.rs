@@ -10673,6 +10673,17 @@ fn take_unexpected_list(pair: &Pair) {
     }
 }
 
+/// Once [`take_unexpected_list`] has emptied the list, a receive on peer 1 takes the
+/// seven-byte message peer 0 sent with context 20 and kept retrying: both complete.
+fn the_retried_message_is_taken(pair: &Pair) {
+    take_unexpected_list(pair);
+    let mut rbuf = [0u8; 16];
+    // SAFETY: `rbuf` outlives the receive, whose completion is read below.
+    assert_eq!(unsafe { pair.post_recv(1, &mut rbuf, 7) }, 0);
+    assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(20));
+    assert_eq!(pair.wait(1).map(|e| e.len), Ok(7));
+}
+
 /// fi_domain(3), `FI_RM_ENABLED`: a reliable endpoint's message that finds no receive buffer
 /// is "retried", not a transmit error. One that finds the target's unexpected list full is
 /// refused there (`RC_UNDELIVERABLE`), and its sender posts it again, later and later, as its
@@ -11286,12 +11297,7 @@ fn an_fi_wait_fd_cq_sleeps_while_a_send_waits_for_its_retry_and_wakes_when_it_is
         }
         assert_eq!(pair.read(0).err(), Some(neg(FiErrno::FI_EAGAIN)));
     }
-    take_unexpected_list(&pair);
-    let mut rbuf = [0u8; 16];
-    // SAFETY: `rbuf` outlives the receive, whose completion is read below.
-    assert_eq!(unsafe { pair.post_recv(1, &mut rbuf, 7) }, 0);
-    assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(20));
-    assert_eq!(pair.wait(1).map(|e| e.len), Ok(7));
+    the_retried_message_is_taken(&pair);
 }
 
 /// `rx_attr->op_flags` holding `FI_MULTI_RECV` make every flagless receive a multi-receive
@@ -11532,12 +11538,7 @@ fn a_cq_descriptor_wakes_for_a_retry_whose_refusal_another_call_drained() {
         fd_readable(fd, 2000),
         "the CQ's descriptor stayed unreadable while a retry only a read posts came due"
     );
-    take_unexpected_list(&pair);
-    let mut rbuf = [0u8; 16];
-    // SAFETY: `rbuf` outlives the receive, whose completion is read below.
-    assert_eq!(unsafe { pair.post_recv(1, &mut rbuf, 7) }, 0);
-    assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(20));
-    assert_eq!(pair.wait(1).map(|e| e.len), Ok(7));
+    the_retried_message_is_taken(&pair);
 }
 
 /// A multi-receive buffer a message is arriving into when the connection shuts down cannot
