@@ -42,6 +42,20 @@ static void exchange(struct peer *p, const char *text)
 	printf("message: %s\n", rbuf);
 }
 
+/* Close every object, each once, and free the info. */
+static void close_all(struct peer *p, struct fid_av *av, struct fid_domain *domain,
+		      struct fid_fabric *fabric, struct fi_info *info)
+{
+	for (int i = 0; i < 2; i++) {
+		CHECK_RET(fi_close(&p[i].ep->fid), 0);
+		CHECK_RET(fi_close(&p[i].cq->fid), 0);
+	}
+	CHECK_RET(fi_close(&av->fid), 0);
+	CHECK_RET(fi_close(&domain->fid), 0);
+	CHECK_RET(fi_close(&fabric->fid), 0);
+	fi_freeinfo(info);
+}
+
 int main(void)
 {
 	struct fi_info *info = uet_getinfo(uet_hints(FI_MSG, FI_EP_RDM));
@@ -72,14 +86,7 @@ int main(void)
 	CHECK(pid >= 0);
 	if (pid == 0) {
 		/* A child that tidies up what it inherited, as a library's cleanup would. */
-		for (int i = 0; i < 2; i++) {
-			CHECK_RET(fi_close(&p[i].ep->fid), 0);
-			CHECK_RET(fi_close(&p[i].cq->fid), 0);
-		}
-		CHECK_RET(fi_close(&av->fid), 0);
-		CHECK_RET(fi_close(&domain->fid), 0);
-		CHECK_RET(fi_close(&fabric->fid), 0);
-		fi_freeinfo(info);
+		close_all(p, av, domain, fabric, info);
 		exit(0);
 	}
 	int status = 0;
@@ -92,14 +99,7 @@ int main(void)
 	size_t len = sizeof(name);
 	CHECK_RET(fi_av_lookup(av, p[1].addr, name, &len), 0);
 
-	for (int i = 0; i < 2; i++) {
-		CHECK_RET(fi_close(&p[i].ep->fid), 0);
-		CHECK_RET(fi_close(&p[i].cq->fid), 0);
-	}
-	CHECK_RET(fi_close(&av->fid), 0);
-	CHECK_RET(fi_close(&domain->fid), 0);
-	CHECK_RET(fi_close(&fabric->fid), 0);
-	fi_freeinfo(info);
+	close_all(p, av, domain, fabric, info);
 	printf("ok\n");
 	return 0;
 }
