@@ -957,7 +957,15 @@ fn live_endpoints(target: &Target, nic: Option<u64>, as_json: bool) -> Result<Ex
                 .map_or("-".to_string(), |(_, v)| v.to_string()),
             Err(_) => "?".to_string(),
         };
-        let num = |k: &str| e.info.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
+        // A field the process did not send (or sent as other than a number) is shown as
+        // `-`, as a missing string is: a 0 would read as a value the endpoint has.
+        let num = |k: &str| e.info.get(k).and_then(serde_json::Value::as_u64);
+        let hex = |k: &str| num(k).map_or("-".to_string(), |v| format!("{v:#x}"));
+        let ri_range = match (num("ri_start"), num("ri_count")) {
+            // Figures the process sent: a sum of two may pass 64 bits.
+            (Some(start), Some(count)) => format!("{start}..{}", start.saturating_add(count)),
+            _ => "-".to_string(),
+        };
         outln!(
             "{:<4} {:<5} {:<6} {:<16} {:>8} {:<10} {:>10} {:>8} {:>8} {:>5} {:>10} {:>10}",
             n,
@@ -965,14 +973,9 @@ fn live_endpoints(target: &Target, nic: Option<u64>, as_json: bool) -> Result<Ex
             s(e, "type"),
             s(e, "fabric_addr"),
             s(e, "pid_on_fep"),
-            // Figures the process sent: a sum of two may pass 64 bits.
-            format!(
-                "{}..{}",
-                num("ri_start"),
-                num("ri_start").saturating_add(num("ri_count"))
-            ),
-            format!("{:#x}", num("initiator")),
-            format!("{:#x}", num("job_id")),
+            ri_range,
+            hex("initiator"),
+            hex("job_id"),
             s(e, "av_table"),
             s(e, "msix_vector"),
             count("tx_messages"),

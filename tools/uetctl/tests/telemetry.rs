@@ -2281,6 +2281,37 @@ fn figures_past_their_width_are_shown_not_a_panic() {
     );
 }
 
+/// An endpoint the process sent without its resource indices, initiator or JobID (another
+/// driver version, a context that has none yet) shows `-` for each, as it does for a missing
+/// string, not `0..0` and `0x0`, which read as values the endpoint has. (A scripted
+/// telemetry server plays the process.)
+#[test]
+fn ep_list_shows_a_figure_the_process_did_not_send_as_missing() {
+    let (path, server) = scripted("sparse-ep", move |c| {
+        c.hear();
+        c.say(json!({"ok": {"protocol": 1, "pid": 1, "program": "p",
+                            "nics": [{"nic": 0, "open": true}]}}));
+        c.hear();
+        c.say(json!({"ok": {"endpoints": [{
+            "endpoint": 1, "type": "rdm", "roles": 3, "address": "a",
+            "fabric_addr": "10.9.9.9", "pid_on_fep": 3, "ri_start": 16,
+            "av_table": null, "msix_vector": null, "counters": null,
+            "counters_error": "not read"}]}}));
+    });
+    let (out, stderr) = uetctl_against(&["ep", "list", "--socket"], &path, server);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let row: Vec<&str> = text
+        .lines()
+        .find(|l| l.contains("10.9.9.9"))
+        .unwrap_or_else(|| panic!("no row: {text}"))
+        .split_whitespace()
+        .collect();
+    // NIC, EP, TYPE, FABRIC ADDRESS, PIDonFEP, then the range (its count missing), the
+    // initiator and the JobID.
+    assert_eq!(row.get(5..8), Some(&["-", "-", "-"][..]), "{text}");
+}
+
 /// A table handle past 32 bits in `av_list`, or an auth-key slot past 16 bits in a page of
 /// `av_dump`, is an error naming it: cut to its low bits it would name another table, or
 /// another slot, and the dump would show that one as this one's. (A scripted telemetry
