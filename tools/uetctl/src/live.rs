@@ -599,26 +599,35 @@ fn nic_only(side: NicSide, named: Option<NamedSide>) -> AvDump {
     }
 }
 
-/// The registers of NIC `nic`, each matched with its definition by offset. An error when
-/// its `ID` reads all ones: the process's NIC no longer answers (removed, in reset, its link
-/// down), and every other figure read with it is all ones too, not the NIC's.
+/// The registers of NIC `nic`, each matched with its definition by offset. A register this
+/// uetctl's map does not have (a driver of a later minor version of the interface reads
+/// registers it added) is listed by its offset and value, with no definition, rather than
+/// fail the whole listing; a pair that is not `[offset, value]`, or an offset past BAR0's
+/// 32 bits, is an error. An error too when its `ID` reads all ones: the process's NIC no
+/// longer answers (removed, in reset, its link down), and every other figure read with it
+/// is all ones too, not the NIC's.
 pub fn regs(client: &mut Client, nic: u64) -> Result<Vec<RegValue>, String> {
     let answer = client.call(&json!({"cmd": "regs", "nic": nic}))?;
     let values: Vec<RegValue> = array(&answer, "regs", "regs")?
         .iter()
         .map(|r| {
-            let offset = r.get(0).and_then(Value::as_u64);
-            let value = r.get(1).and_then(Value::as_u64);
-            let info = offset.and_then(|o| REGISTERS.iter().find(|i| u64::from(i.offset) == o));
-            match (info, value) {
-                (Some(info), Some(value)) => Ok(RegValue { info, value }),
+            let offset = r
+                .get(0)
+                .and_then(Value::as_u64)
+                .and_then(|o| u32::try_from(o).ok());
+            match (offset, r.get(1).and_then(Value::as_u64)) {
+                (Some(offset), Some(value)) => Ok(RegValue {
+                    offset,
+                    info: REGISTERS.iter().find(|i| i.offset == offset),
+                    value,
+                }),
                 _ => Err(format!(
-                    "register {r} is not one this uetctl knows (a newer driver?)"
+                    "bad register {r}: not an [offset, value] pair of a 32-bit offset"
                 )),
             }
         })
         .collect::<Result<_, String>>()?;
-    let id = values.iter().find(|r| r.info.offset == ID.offset());
+    let id = values.iter().find(|r| r.offset == ID.offset());
     if id.is_some_and(|r| r.value == u64::from(u32::MAX)) {
         return Err(
             "its BAR0 reads all ones: the NIC does not answer (removed, in reset, or its link \

@@ -14,20 +14,43 @@ use uet_driver::uet_regs::{
 /// One register read back.
 #[derive(Clone, Debug)]
 pub struct RegValue {
-    /// The register.
-    pub info: &'static RegInfo,
+    /// Its offset in BAR0.
+    pub offset: u32,
+    /// Its definition: `None` for a register this uetctl's map does not have, which a live
+    /// process's driver (of a later minor version of the interface) read and sent.
+    pub info: Option<&'static RegInfo>,
     /// Its value.
     pub value: u64,
 }
 
 impl RegValue {
-    /// The value of each field: (name, value).
+    /// A register of the map, read back.
+    pub fn known(info: &'static RegInfo, value: u64) -> Self {
+        RegValue {
+            offset: info.offset,
+            info: Some(info),
+            value,
+        }
+    }
+
+    /// Its name in the map, if the map has it.
+    pub fn name(&self) -> Option<&'static str> {
+        self.info.map(|i| i.name)
+    }
+
+    /// The value of each field: (name, value). None for a register the map does not have.
     pub fn fields(&self) -> Vec<(&'static str, u64)> {
         self.info
-            .fields
+            .map(|i| i.fields)
+            .unwrap_or_default()
             .iter()
             .map(|f| (f.name, (self.value & f.mask()) >> f.lsb))
             .collect()
+    }
+
+    /// Whether it is write-only (reads as zero, shown as `-`).
+    fn write_only(&self) -> bool {
+        self.info.is_some_and(|i| i.access == Access::Wo)
     }
 }
 
@@ -62,7 +85,7 @@ pub fn read_all(bar: &dyn Mmio) -> Result<Vec<RegValue>, String> {
     }
     Ok(read_registers(bar)
         .into_iter()
-        .map(|(info, value)| RegValue { info, value })
+        .map(|(info, value)| RegValue::known(info, value))
         .collect())
 }
 
@@ -75,16 +98,17 @@ pub fn render_text(title: &str, regs: &[RegValue]) -> String {
         "OFFSET", "REGISTER", "ACCESS", "VALUE"
     );
     for r in regs {
-        let fields = if r.info.fields.len() > 1 && r.info.access != Access::Wo {
-            r.fields()
+        let fields = match r.info {
+            Some(info) if info.fields.len() > 1 && !r.write_only() => r
+                .fields()
                 .iter()
                 .map(|(n, v)| format!("{n}={v:#x}"))
                 .collect::<Vec<_>>()
-                .join(" ")
-        } else {
-            String::new()
+                .join(" "),
+            Some(_) => String::new(),
+            None => "(not in this uetctl's register map)".to_string(),
         };
-        let value = if r.info.access == Access::Wo {
+        let value = if r.write_only() {
             "-".to_string()
         } else {
             format!("{:#x}", r.value)
@@ -92,9 +116,9 @@ pub fn render_text(title: &str, regs: &[RegValue]) -> String {
         let _ = writeln!(
             out,
             "{:<8} {:<24} {:<6} {:>18}  {}",
-            format!("{:#06x}", r.info.offset),
-            r.info.name,
-            r.info.access.abbrev(),
+            format!("{:#06x}", r.offset),
+            r.name().unwrap_or("?"),
+            r.info.map_or("?", |i| i.access.abbrev()),
             value,
             fields
         );
@@ -107,7 +131,8 @@ pub fn render_text(title: &str, regs: &[RegValue]) -> String {
         + "\n"
 }
 
-/// The registers as JSON: name → {offset, access, value, fields}.
+/// The registers as JSON: {name, offset, access, value, fields}, `name` and `access` null
+/// for a register the map does not have.
 pub fn render_json(regs: &[RegValue]) -> Value {
     Value::Array(
         regs.iter()
@@ -118,9 +143,9 @@ pub fn render_json(regs: &[RegValue]) -> Value {
                     .map(|(n, v)| (n.to_string(), json!(v)))
                     .collect();
                 json!({
-                    "name": r.info.name,
-                    "offset": r.info.offset,
-                    "access": r.info.access.abbrev(),
+                    "name": r.name(),
+                    "offset": r.offset,
+                    "access": r.info.map(|i| i.access.abbrev()),
                     "value": r.value,
                     "fields": fields,
                 })
@@ -146,7 +171,7 @@ mod tests {
         let nic = Nic::open(Arc::new(SimDevice::new(f))).unwrap();
         let regs = read_all(nic.bar0()).unwrap();
         assert_eq!(regs.len(), REGISTERS.len());
-        let get = |name: &str| regs.iter().find(|r| r.info.name == name).unwrap();
+        let get = |name: &str| regs.iter().find(|r| r.name() == Some(name)).unwrap();
         assert_eq!(get("ID").value, 0x0001_fffe);
         assert!(get("DEV_STATUS").fields().contains(&("enabled", 1)));
         assert!(get("ADMIN_COMMANDS").value >= 1, "IDENTIFY ran");
@@ -227,7 +252,7 @@ mod tests {
         cfg.interface_minor = 7;
         let nic = Nic::open(Arc::new(SimDevice::new(fabric.add_nic(cfg).unwrap()))).unwrap();
         let regs = read_all(nic.bar0()).unwrap();
-        let names: Vec<&str> = regs.iter().map(|r| r.info.name).collect();
+        let names: Vec<&str> = regs.iter().filter_map(RegValue::name).collect();
         assert!(names.contains(&"CAP_PEER_GROUPS") && names.contains(&"TX_BAD_GROUP"));
         for absent in [
             "AV_WRITE_ENTRY_0",
@@ -237,7 +262,7 @@ mod tests {
         ] {
             assert!(!names.contains(&absent), "{absent} listed");
         }
-        let get = |name: &str| regs.iter().find(|r| r.info.name == name).unwrap();
+        let get = |name: &str| regs.iter().find(|r| r.name() == Some(name)).unwrap();
         assert_eq!(get("REVISION").fields()[2], ("interface_minor", 7));
         assert_eq!(
             get("BAD_REGISTER_ACCESSES").value,

@@ -312,7 +312,7 @@ fn a_live_dump_is_what_the_nic_holds() {
     let regs = live::regs(&mut client, 1).unwrap();
     assert!(regs
         .iter()
-        .any(|r| r.info.name == "ID" && r.value == 0x0001_fffe));
+        .any(|r| r.name() == Some("ID") && r.value == 0x0001_fffe));
     let counters = live::counters(&mut client, 0).unwrap();
     let expected: Vec<(String, u64)> = nic0
         .counters()
@@ -2279,6 +2279,67 @@ fn figures_past_their_width_are_shown_not_a_panic() {
         Some("yes"),
         "{text}"
     );
+}
+
+/// A register the process's driver read that this uetctl's map does not have (one a later
+/// minor version of the interface added) is listed by its offset and value, the rest decoded
+/// as ever, instead of failing `regs --pid` as a whole; a pair that is no `[offset, value]`
+/// of a 32-bit offset is still an error. (A scripted telemetry server plays the process.)
+#[test]
+fn regs_lists_a_register_it_does_not_know_by_offset() {
+    use uet_driver::uet_regs::REGISTERS;
+    let unknown = (0u32..)
+        .step_by(4)
+        .map(|o| o + 0x4000)
+        .find(|o| {
+            REGISTERS
+                .iter()
+                .all(|r| r.offset != *o && r.offset + 4 != *o)
+        })
+        .unwrap();
+    let info = json!({"ok": {"protocol": 1, "pid": 1, "program": "p",
+                             "nics": [{"nic": 0, "open": true}]}});
+    let answer = move |regs: Value| {
+        let info = info.clone();
+        move |c: &mut Script| {
+            c.hear();
+            c.say(info);
+            c.hear();
+            c.say(json!({"ok": {"interface_minor": 99, "regs": regs}}));
+        }
+    };
+    let (path, server) = scripted(
+        "newer-regs",
+        answer(json!([[0, 0x0001_fffe], [unknown, 0xabcd]])),
+    );
+    let (out, stderr) = uetctl_against(&["regs", "--socket"], &path, server);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("vendor_id=0xfffe"), "{text}");
+    let row = text
+        .lines()
+        .find(|l| l.starts_with(&format!("{unknown:#06x}")))
+        .unwrap_or_else(|| panic!("no row of {unknown:#x}: {text}"));
+    assert!(
+        row.contains("0xabcd") && row.contains("not in this uetctl"),
+        "{row}"
+    );
+
+    let (path, server) = scripted("newer-regs-json", answer(json!([[unknown, 7]])));
+    let (out, stderr) = uetctl_against(&["--json", "regs", "--socket"], &path, server);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let reg = &doc["nics"][0]["registers"][0];
+    assert_eq!(reg["offset"], unknown);
+    assert_eq!(reg["value"], 7);
+    assert!(reg["name"].is_null(), "{doc}");
+
+    for bad in [json!([[1u64 << 32, 7]]), json!([[0]]), json!([["ID", 7]])] {
+        let (path, server) = scripted("bad-regs", answer(bad.clone()));
+        let (out, stderr) = uetctl_against(&["regs", "--socket"], &path, server);
+        assert_ne!(out.status.code(), Some(0), "{bad}");
+        assert!(stderr.contains("bad register"), "{bad}: {stderr}");
+    }
 }
 
 /// An endpoint the process sent without its resource indices, initiator or JobID (another
