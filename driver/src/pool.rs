@@ -220,9 +220,12 @@ impl DmaPoolSet {
     /// A buffer of at least `len` bytes: a small one when `len` fits it, else one of the
     /// smallest class of large buffers that holds `len` and has one free.
     /// [`DriverError::MessageTooLong`] (`FI_EMSGSIZE`) above [`DmaPoolSet::max_size`],
-    /// [`DriverError::Full`] (`FI_EAGAIN`) when every buffer that would do is in use, and
-    /// the error of making a class's pool (its memory, its mapping) when that fails: then
-    /// nothing is made, and a later call tries again. [`DriverError::DeviceGone`] in a process
+    /// [`DriverError::Full`] (`FI_EAGAIN`) when every buffer that would do is in use. A class
+    /// whose pool cannot be made (its memory, its mapping: a process at its locked-memory
+    /// limit, a server at its mapping limit) is passed over for the larger classes already
+    /// made, one of which may have a buffer free; making no further one, which would ask for
+    /// as much. When none has, the error of making the class: nothing of it is made, and a
+    /// later call tries again. [`DriverError::DeviceGone`] in a process
     /// forked from the one that opened the NIC.
     pub fn alloc(&self, len: usize) -> Result<DmaBuffer, DriverError> {
         self.alloc_leaving(len, 0)
@@ -252,12 +255,26 @@ impl DmaPoolSet {
         }
         // `len` is at most `max_size`, the last class's size.
         let first = self.sizes.partition_point(|&size| size < len);
+        let mut unmade = None;
         for class in first..self.large.len() {
-            if let Some(buffer) = self.pool(class)?.alloc_leaving(keep) {
+            let pool = match unmade {
+                None => match self.pool(class) {
+                    Ok(pool) => pool,
+                    Err(e) => {
+                        unmade = Some(e);
+                        continue;
+                    }
+                },
+                Some(_) => match self.large.get(class).and_then(OnceLock::get) {
+                    Some(pool) => pool,
+                    None => continue,
+                },
+            };
+            if let Some(buffer) = pool.alloc_leaving(keep) {
                 return Ok(buffer);
             }
         }
-        Err(DriverError::Full("the DMA buffers"))
+        Err(unmade.unwrap_or(DriverError::Full("the DMA buffers")))
     }
 
     /// The pool of class `class`, made now if it is not yet.
@@ -599,6 +616,80 @@ mod tests {
             .collect();
         assert_eq!(s.small_available(), 0);
         drop(small);
+    }
+
+    /// A class whose pool cannot be made (its DMA mapping refused: a process at its locked
+    /// memory limit, a server at its mapping limit) leaves a buffer of a larger class made
+    /// already to the request, instead of failing it; with none free, the request fails with
+    /// why the class could not be made, and a later call makes it once mappings are granted.
+    #[test]
+    fn a_class_that_cannot_be_made_leaves_a_larger_class_made_already_to_the_request() {
+        use crate::backend::sim::SimDevice;
+        use crate::device::{Device, DeviceError};
+        use std::sync::atomic::{AtomicBool, Ordering};
+        struct Refusing(SimDevice, Arc<AtomicBool>);
+        impl Device for Refusing {
+            fn bar0(&self) -> &dyn uet_regs::Mmio {
+                self.0.bar0()
+            }
+            fn dma_map(&self, r: &crate::dma::DmaRegion) -> Result<(), DeviceError> {
+                if self.1.load(Ordering::Relaxed) {
+                    return Err(DeviceError::DmaMap {
+                        iova: r.iova(),
+                        len: r.len(),
+                        reason: "no mapping left".into(),
+                        errno: Some(libc::ENOSPC),
+                    });
+                }
+                self.0.dma_map(r)
+            }
+            fn dma_unmap(&self, r: &crate::dma::DmaRegion) -> Result<(), DeviceError> {
+                self.0.dma_unmap(r)
+            }
+            fn name(&self) -> String {
+                "refusing".into()
+            }
+            fn msix_vectors(&self) -> u16 {
+                self.0.msix_vectors()
+            }
+            fn set_msix_eventfds(
+                &self,
+                eventfds: &[vmm_sys_util::eventfd::EventFd],
+            ) -> Result<(), DeviceError> {
+                self.0.set_msix_eventfds(eventfds)
+            }
+            fn clear_msix(&self) -> Result<(), DeviceError> {
+                self.0.clear_msix()
+            }
+        }
+        let fabric = Fabric::new();
+        let f = fabric
+            .add_nic(uet_sim::NicConfig::new(
+                "10.0.0.1".parse().expect("address"),
+            ))
+            .expect("NIC");
+        let refuse = Arc::new(AtomicBool::new(false));
+        let nic = crate::nic::Nic::open(Arc::new(Refusing(SimDevice::new(f), refuse.clone())))
+            .expect("NIC");
+        let s = DmaPoolSet::new(&nic, 1024, 4, 10_000, 8 * 1024).expect("pool set");
+        // The 8 KiB class is made (two buffers); the 2 and 4 KiB classes are not.
+        let large = s.alloc(8000).expect("an 8 KiB buffer");
+        assert_eq!(large.capacity(), 8192);
+        refuse.store(true, Ordering::Relaxed);
+        let b = s.alloc(3000).expect("the 8 KiB class's other buffer");
+        assert_eq!(b.capacity(), 8192);
+        // None free now: the error is why the 4 KiB class could not be made. The
+        // 10,000-byte class is not made either: a failure of the 4 KiB one stops making.
+        let bytes = s.bytes();
+        let err = s.alloc(3000).expect_err("nothing left");
+        assert!(err.to_string().contains("no mapping left"), "{err}");
+        assert_ne!(err.errno(), uet_av::FiErrno::FI_EAGAIN, "{err}");
+        assert_eq!(s.bytes(), bytes);
+        drop((large, b));
+        refuse.store(false, Ordering::Relaxed);
+        let made = s.alloc(3000).expect("mappings granted again");
+        assert_eq!(made.capacity(), 4096);
+        assert!(s.bytes() > bytes);
     }
 
     #[test]
