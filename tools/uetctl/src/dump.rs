@@ -4,6 +4,12 @@
 //!
 //! Ranges of values are written as in Rust: `a..b` excludes `b` (indices, resource indices),
 //! `a..=b` includes it (addresses, PIDonFEPs, initiators of range members).
+//!
+//! In JSON, the 64-bit identifiers an application or the AV chooses (user ids, auth-key
+//! handles, the `source` a key reports) are hex strings, `"0xfffd000000000001"`, as the text
+//! shows them: an auth-key handle and `FI_ADDR_NOTAVAIL` are past 2^53, where a JSON number
+//! is rounded by the readers that hold numbers as doubles (jq 1.6, JavaScript), and a user id
+//! is often a pointer. Every other figure is a number.
 
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde::Serialize;
@@ -684,6 +690,11 @@ fn write_table<const N: usize>(out: &mut String, header: &[&str; N], rows: &[[St
     }
 }
 
+/// A 64-bit identifier as the JSON documents hold it (see the module's documentation).
+fn id_json(id: u64) -> String {
+    format!("{id:#x}")
+}
+
 /// An entry as JSON. Keys in alphabetical order, as a `serde_json` map prints them: the
 /// same document whether the dump is written entry by entry ([`Json`]) or built first
 /// ([`render_json`]).
@@ -720,7 +731,7 @@ impl Serialize for EntryJson<'_> {
         )?;
         m.serialize_entry("ri_count", &e.ri_count.get())?;
         m.serialize_entry("ri_start", &e.ri_start.get())?;
-        m.serialize_entry("user_id", &e.user_id())?;
+        m.serialize_entry("user_id", &e.user_id().map(id_json))?;
         m.serialize_entry("valid", &true)?;
         m.serialize_entry("version", &e.version)?;
         m.end()
@@ -804,17 +815,17 @@ fn head_json(dump: &AvDump) -> serde_json::Map<String, Value> {
         "differences": dump.mirror.then(|| dump.differences()),
         "entries": null,
         "auth_keys": dump.keys.iter().map(|k| json!({
-            "handle": k.key.handle,
+            "handle": id_json(k.key.handle),
             "slot": k.key.slot,
             "job_id": k.key.job_id,
-            "source": k.key.source,
-            "user_id": k.key.user_id,
+            "source": id_json(k.key.source),
+            "user_id": k.key.user_id.map(id_json),
             "bound": k.key.bound,
             "nic": {
                 "valid": k.nic.is_valid(),
                 "av": k.nic.av.get(),
                 "job_id": k.nic.job_id.get(),
-                "source": k.nic.source.get(),
+                "source": id_json(k.nic.source.get()),
                 "grants": k.nic.grants.get(),
             },
             "match": !k.differs(),
@@ -822,13 +833,13 @@ fn head_json(dump: &AvDump) -> serde_json::Map<String, Value> {
         "nic_auth_key_slots": dump.nic_keys.iter().map(|(slot, e)| json!({
             "slot": slot,
             "job_id": e.job_id.get(),
-            "source": e.source.get(),
+            "source": id_json(e.source.get()),
             "grants": e.grants.get(),
         })).collect::<Vec<_>>(),
         "stray_auth_key_slots": dump.stray.iter().map(|(slot, e)| json!({
             "slot": slot,
             "job_id": e.job_id.get(),
-            "source": e.source.get(),
+            "source": id_json(e.source.get()),
             "grants": e.grants.get(),
         })).collect::<Vec<_>>(),
     });
