@@ -1876,7 +1876,8 @@ impl Endpoint {
     /// `fi_trecv`: post a buffer for one tagged message whose match bits `t` satisfy
     /// `(tag ^ t) & !ignore == 0`. Receives match in posting order; a message that arrived
     /// before any matching receive waits on the NIC's unexpected list and completes this
-    /// receive at once. On error the buffer comes back.
+    /// receive at once. `FI_EOPNOTSUPP` on an endpoint made without a tagged RX ring
+    /// (`trx_log2` 0), as a receive on a transmit context. On error the buffer comes back.
     pub fn post_trecv(
         &mut self,
         buffer: DmaBuffer,
@@ -2036,7 +2037,10 @@ impl Endpoint {
             return Err((e, buffer));
         };
         let Some((ring, slab)) = self.trx.as_mut() else {
-            let e = DriverError::InvalidArgument("the endpoint has no tagged RX ring".into());
+            // As a transmit context's receive: the endpoint was made without the operation.
+            let e = DriverError::Unsupported(
+                "the endpoint has no tagged RX ring (opened with trx_log2 0)".into(),
+            );
             return Err((e, buffer));
         };
         if ring.in_flight >= ring.geometry.entries() - 1 {
