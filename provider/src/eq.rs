@@ -32,8 +32,9 @@
 //!   the entry: its data is the bytes after it), any other event (`FI_NOTIFY`,
 //!   `FI_MR_COMPLETE`, `FI_AV_COMPLETE`, `FI_JOIN_COMPLETE`) a `struct fi_eq_entry` (`len`
 //!   exactly the entry). A read gives it back as written: its `fid`, its `info` pointer
-//!   (neither copied nor freed by the provider: the application's), its data. Another length,
-//!   or a code that is no event, is `-FI_EINVAL`. libfabric 1.17 defines no flag for
+//!   (neither copied nor freed by the provider: the application's), its data. Another length
+//!   (a connection event's above `isize::MAX` among them: no buffer is that long), or a code
+//!   that is no event, is `-FI_EINVAL`. libfabric 1.17 defines no flag for
 //!   `fi_eq_write` (an application cannot write an error entry): flags are `-FI_EBADFLAGS`.
 //! * `fi_eq_attr.flags`: `FI_WRITE`, and `FI_AFFINITY`, whose `signaling_vector` is the hint
 //!   fi_eq(3) lets a provider without interrupt affinity ignore; any other flag is
@@ -631,6 +632,11 @@ unsafe extern "C" fn eq_write(
                 return Err(FiError::inval(format!(
                     "{CALL}: len {len}: a connection event is a struct fi_eq_cm_entry \
                      ({head} bytes) and its data"
+                )));
+            }
+            if len > isize::MAX as usize {
+                return Err(FiError::inval(format!(
+                    "{CALL}: len {len}: no buffer of that many bytes can exist"
                 )));
             }
             // SAFETY: non-NULL and `len` bytes long (libfabric's contract: readable), of

@@ -417,6 +417,12 @@ static void event_av(void)
 	CHECK_RET(fi_eq_write(eq, FI_NOTIFY, &mine, sizeof(mine), 0), sizeof(mine));
 	CHECK_RET(fi_eq_read(eq, &event, &entry, sizeof(entry), 0), sizeof(entry));
 	CHECK(event == FI_NOTIFY && entry.fid == &eq->fid && entry.data == 99);
+	/* A connection event longer than any buffer can be (a negative length passed as a
+	 * size_t) is refused, not read. */
+	struct fi_eq_cm_entry cm = { .fid = &eq->fid };
+	CHECK_RET(fi_eq_write(eq, FI_CONNECTED, &cm, SIZE_MAX, 0), -FI_EINVAL);
+	CHECK_RET(fi_eq_write(eq, FI_CONNECTED, &cm, (size_t)-8, 0), -FI_EINVAL);
+	CHECK_RET(fi_eq_read(eq, &event, &entry, sizeof(entry), 0), -FI_EAGAIN);
 
 	/* The queue stays while the AV is bound to it. */
 	CHECK_RET(fi_close(&eq->fid), -FI_EBUSY);
