@@ -1345,6 +1345,13 @@ impl ListenInfo {
     }
 }
 
+/// `len` when a buffer may be that long: none is above `isize::MAX` bytes, which a length
+/// an application meant as negative (an `ssize_t` passed as a `size_t`) is, and of which no
+/// slice may be made.
+fn buffer_len(len: usize) -> Option<usize> {
+    isize::try_from(len).is_ok().then_some(len)
+}
+
 /// `fi_passive_ep`: what `info` asks of a listener. `FI_EINVAL` for an `fi_info` that is not
 /// of `FI_EP_MSG`, or whose address format or auth key the provider does not serve.
 ///
@@ -1386,9 +1393,11 @@ pub(crate) unsafe fn listen_info(
     let src = if info.src_addr.is_null() || info.src_addrlen == 0 {
         None
     } else {
-        // SAFETY: `src_addrlen` readable bytes at `src_addr` (the caller's promise).
-        let bytes =
-            unsafe { core::slice::from_raw_parts(info.src_addr.cast::<u8>(), info.src_addrlen) };
+        let len = buffer_len(info.src_addrlen)
+            .ok_or_else(|| FiError::inval(format!("{call}: src_addrlen {}", info.src_addrlen)))?;
+        // SAFETY: `src_addrlen` readable bytes at `src_addr` (the caller's promise), which no
+        // buffer holds above `isize::MAX` (checked).
+        let bytes = unsafe { core::slice::from_raw_parts(info.src_addr.cast::<u8>(), len) };
         let a = match addr_format {
             AddrFormat::Uet => UetAddress::from_bytes(bytes)
                 .map_err(|e| FiError::inval(format!("{call}: src_addr: {e}")))?,
@@ -1588,7 +1597,10 @@ unsafe fn hint_addresses(
         if p.is_null() || len == 0 {
             return Ok(None);
         }
-        // SAFETY: `len` readable bytes at `p` (the caller's promise).
+        let len = buffer_len(len)
+            .ok_or_else(|| FiError::inval(format!("fi_getinfo: hints {what}len {len}")))?;
+        // SAFETY: `len` readable bytes at `p` (the caller's promise), which no buffer holds
+        // above `isize::MAX` (checked).
         let bytes = unsafe { core::slice::from_raw_parts(p.cast::<u8>(), len) };
         let a = match w.addr_format {
             AddrFormat::Uet => UetAddress::from_bytes(bytes)

@@ -4708,6 +4708,9 @@ fn a_listeners_fi_getinfo_gives_src_addr_and_a_connectors_dest_addr() {
         let ret = ((*(*pep).cm).getname)(pep_fid, name.as_mut_ptr().cast(), &mut len);
         assert_eq!(ret, ineg(FiErrno::FI_EOPBADSTATE), "not listening");
         assert_eq!(close(pep_fid), 0);
+        // A length no buffer has: refused, no slice made of it.
+        (*src).src_addrlen = usize::MAX;
+        assert_eq!(m.passive_ep(src).err(), Some(ineg(FiErrno::FI_EINVAL)));
         // Asked for no address: it listens.
         (*src).src_addrlen = 0;
         let pep = m.passive_ep(src).expect("fi_passive_ep");
@@ -5000,6 +5003,17 @@ fn fi_getinfo_ignores_the_hints_addresses_that_node_service_and_fi_source_replac
     assert_eq!(source(&hints).err(), Some(EINVAL), "read with FI_SOURCE");
     let info = dest(&hints).expect("dest_addr ignored beside a node and service");
     assert_eq!(answered_address(info, false), want_dest);
+    // A length no buffer has (an `ssize_t` meant negative, passed as a `size_t`) is refused,
+    // no slice made of it.
+    for len in [usize::MAX, (isize::MAX as usize) + 1] {
+        hints.info.dest_addrlen = len;
+        assert_eq!(getinfo(None, None, 0, Some(&hints)).err(), Some(EINVAL));
+    }
+    hints.info.dest_addr = null_mut();
+    hints.info.dest_addrlen = 0;
+    hints.info.src_addr = malformed.as_mut_ptr().cast();
+    hints.info.src_addrlen = usize::MAX;
+    assert_eq!(getinfo(None, None, 0, Some(&hints)).err(), Some(EINVAL));
 }
 
 /// An `FI_EP_DGRAM` endpoint's flagless sends take the completion level of its `fi_info`'s
