@@ -255,16 +255,24 @@ fn wake(size: usize, rounds: u32, sleep: bool) -> Result<f64, String> {
         let rx = side.pool.alloc().ok_or("pool empty")?;
         side.ep.post_recv(rx, 2).map_err(|(e, _)| e.to_string())?;
     }
-    let t = Instant::now();
-    std::thread::scope(|s| {
-        let other = s.spawn(|| ping_pong(&mut b, out[0], size, rounds, false, sleep));
+    // Timed from when both threads run to when the last message is back: the other
+    // thread's start and end are not the ping-pong's.
+    let ready = std::sync::Barrier::new(2);
+    let elapsed = std::thread::scope(|s| {
+        let other = s.spawn(|| {
+            ready.wait();
+            ping_pong(&mut b, out[0], size, rounds, false, sleep)
+        });
+        ready.wait();
+        let t = Instant::now();
         let mine = ping_pong(&mut a, peer, size, rounds, true, sleep);
+        let elapsed = t.elapsed();
         let theirs = other
             .join()
             .unwrap_or_else(|_| Err("the other side panicked".into()));
-        mine.and(theirs)
+        mine.and(theirs).map(|()| elapsed)
     })?;
-    Ok(t.elapsed().as_secs_f64() * 1e9 / f64::from(2 * rounds))
+    Ok(elapsed.as_secs_f64() * 1e9 / f64::from(2 * rounds))
 }
 
 /// Print one measurement line. `println!` panics when standard output fails: a reader that
