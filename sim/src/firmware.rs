@@ -66,6 +66,15 @@ struct Rings {
     cq: CqRing,
 }
 
+/// The bases and sizes of a set of rings whose sizes and alignment are checked
+/// ([`Nic::ring_layout`]), not yet that they are mapped.
+struct RingLayout {
+    tx: (u64, RingGeometry),
+    rx: (u64, RingGeometry),
+    cq: (u64, RingGeometry),
+    trx: Option<(u64, RingGeometry)>,
+}
+
 const IDENTIFY_BYTES: u32 = core::mem::size_of::<IdentifyData>() as u32;
 const RECORD_BYTES: usize = core::mem::size_of::<AvWriteRecord>();
 const ENTRY_BYTES: usize = core::mem::size_of::<NicAvEntry>();
@@ -368,14 +377,61 @@ impl Nic {
     }
 
     /// Check a set of rings (TX, RX, completion, optional tagged RX): sizes and alignment
-    /// (InvalidField), then that each is DMA-mapped (DmaFault).
+    /// (InvalidField, [`Nic::ring_layout`]), then that each is DMA-mapped (DmaFault).
     fn check_rings(
         &mut self,
+        tx: (u64, u8),
+        rx: (u64, u8),
+        cq: (u64, u8),
+        trx: (u64, u8),
+    ) -> Result<Rings, Status> {
+        let layout = self.ring_layout(tx, rx, cq, trx)?;
+        let mut rings = vec![
+            (layout.tx.0, layout.tx.1, TX_DESCRIPTOR_BYTES as u64),
+            (layout.rx.0, layout.rx.1, RX_DESCRIPTOR_BYTES as u64),
+            (layout.cq.0, layout.cq.1, COMPLETION_BYTES as u64),
+        ];
+        if let Some((base, g)) = layout.trx {
+            rings.push((base, g, TAGGED_RX_DESCRIPTOR_BYTES as u64));
+        }
+        for &(base, g, size) in &rings {
+            if self
+                .iommu
+                .check(base, u64::from(g.entries()) * size)
+                .is_err()
+            {
+                return Err(self.dma_status());
+            }
+        }
+        let (tx, tx_g) = layout.tx;
+        let (rx, rx_g) = layout.rx;
+        let (cq, cq_g) = layout.cq;
+        Ok(Rings {
+            tx: InRing::new(tx, tx_g),
+            rx: InRing::new(rx, rx_g),
+            trx: layout.trx.map(|(trx, g)| InRing::new(trx, g)),
+            cq: CqRing {
+                base: cq,
+                geom: cq_g,
+                head: 0,
+                tail: 0,
+                pass: 0,
+                armed: None,
+            },
+        })
+    }
+
+    /// The sizes and alignment of a set of rings, the checks that need no memory: each log2
+    /// size in 1..=15 and at most `CAP_QUEUES.max_queue_entries` entries (the completion
+    /// ring's at least [`MIN_CQ_LOG2`], the tagged RX ring's 0 for none), each base aligned to
+    /// its entry size. InvalidField otherwise.
+    fn ring_layout(
+        &self,
         (tx, tx_log2): (u64, u8),
         (rx, rx_log2): (u64, u8),
         (cq, cq_log2): (u64, u8),
         (trx, trx_log2): (u64, u8),
-    ) -> Result<Rings, Status> {
+    ) -> Result<RingLayout, Status> {
         let max = u32::from(self.cfg.max_queue_entries);
         let geom = |log2: u8| {
             RingGeometry::new(log2)
@@ -390,38 +446,22 @@ impl Nic {
             0 => None,
             n => Some(geom(n)?),
         };
-        let mut rings = vec![
-            (tx, tx_g, TX_DESCRIPTOR_BYTES as u64),
-            (rx, rx_g, RX_DESCRIPTOR_BYTES as u64),
-            (cq, cq_g, COMPLETION_BYTES as u64),
-        ];
-        if let Some(g) = trx_g {
-            rings.push((trx, g, TAGGED_RX_DESCRIPTOR_BYTES as u64));
-        }
-        if rings.iter().any(|&(base, _, size)| base % size != 0) {
+        let aligned = [
+            (tx, TX_DESCRIPTOR_BYTES as u64),
+            (rx, RX_DESCRIPTOR_BYTES as u64),
+            (cq, COMPLETION_BYTES as u64),
+        ]
+        .into_iter()
+        .chain(trx_g.map(|_| (trx, TAGGED_RX_DESCRIPTOR_BYTES as u64)))
+        .all(|(base, size)| base % size == 0);
+        if !aligned {
             return Err(Status::InvalidField);
         }
-        for &(base, g, size) in &rings {
-            if self
-                .iommu
-                .check(base, u64::from(g.entries()) * size)
-                .is_err()
-            {
-                return Err(self.dma_status());
-            }
-        }
-        Ok(Rings {
-            tx: InRing::new(tx, tx_g),
-            rx: InRing::new(rx, rx_g),
-            trx: trx_g.map(|g| InRing::new(trx, g)),
-            cq: CqRing {
-                base: cq,
-                geom: cq_g,
-                head: 0,
-                tail: 0,
-                pass: 0,
-                armed: None,
-            },
+        Ok(RingLayout {
+            tx: (tx, tx_g),
+            rx: (rx, rx_g),
+            cq: (cq, cq_g),
+            trx: trx_g.map(|g| (trx, g)),
         })
     }
 
@@ -500,6 +540,15 @@ impl Nic {
         if !index_ok(CTX_ROLE_TX, ep.tx_ctx_cnt) || !index_ok(CTX_ROLE_RX, ep.rx_ctx_cnt) {
             return Err(Status::InvalidField);
         }
+        // The rings' sizes and alignment are the command's layout: checked before whether the
+        // context exists (Busy), as their mapping is after it (DmaFault).
+        let rings = (
+            (b.tx_ring.get(), b.tx_log2),
+            (b.rx_ring.get(), b.rx_log2),
+            (b.cq_ring.get(), b.cq_log2),
+            (b.trx_ring.get(), b.trx_log2),
+        );
+        self.ring_layout(rings.0, rings.1, rings.2, rings.3)?;
         let taken = if b.role == CTX_ROLE_CONTROL {
             ep.control.is_some()
         } else {
@@ -511,12 +560,7 @@ impl Nic {
             return Err(Status::Busy);
         }
         let av = ep.av;
-        let Rings { tx, rx, trx, cq } = self.check_rings(
-            (b.tx_ring.get(), b.tx_log2),
-            (b.rx_ring.get(), b.rx_log2),
-            (b.cq_ring.get(), b.cq_log2),
-            (b.trx_ring.get(), b.trx_log2),
-        )?;
+        let Rings { tx, rx, trx, cq } = self.check_rings(rings.0, rings.1, rings.2, rings.3)?;
         let ctx = NewContext {
             role: b.role,
             index: b.index,

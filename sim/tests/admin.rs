@@ -849,6 +849,60 @@ fn contexts_follow_their_endpoint() {
     );
 }
 
+/// CONTEXT_CREATE checks, in the firmware's order: the rings' sizes and alignment
+/// (InvalidField) before whether a context of the role and index exists (Busy), and that
+/// before whether the rings are mapped (DmaFault).
+#[test]
+fn a_context_with_bad_rings_is_invalid_before_it_is_busy() {
+    use uet_fwif::admin::{ContextCreateBody, CTX_ROLE_TX};
+    let fabric = Fabric::new();
+    let mut d = Driver::new(&fabric, "10.0.0.1");
+    let av = d.av_create(8, 0).unwrap();
+    let (mut body, base) = d.ep_body(1, 0, 1);
+    body.tx_ctx_cnt = 2;
+    let ep = d.ep_create_with(av, body, base).unwrap();
+    let endpoint = u32::from(ep.handle);
+    let (b, _) = d.ep_body(1, 0, 1);
+    let good = ContextCreateBody {
+        tx_ring: b.tx_ring,
+        rx_ring: b.rx_ring,
+        cq_ring: b.cq_ring,
+        tx_log2: b.tx_log2,
+        rx_log2: b.rx_log2,
+        cq_log2: b.cq_log2,
+        index: 1,
+        role: CTX_ROLE_TX,
+        ..FromZeros::new_zeroed()
+    };
+    let create =
+        |d: &mut Driver, body| d.submit(Command::ContextCreate { endpoint, body }).status();
+    assert_eq!(create(&mut d, good), Status::Success);
+    let small_cq = ContextCreateBody {
+        cq_log2: uet_fwif::admin::MIN_CQ_LOG2 - 1,
+        ..good
+    };
+    let misaligned = ContextCreateBody {
+        rx_ring: U64::new(b.rx_ring.get() + 8),
+        ..good
+    };
+    let too_big = ContextCreateBody {
+        tx_log2: 16,
+        ..good
+    };
+    for (what, body) in [
+        ("small cq", small_cq),
+        ("misaligned", misaligned),
+        ("too big", too_big),
+    ] {
+        assert_eq!(create(&mut d, body), Status::InvalidField, "{what}");
+    }
+    let unmapped = ContextCreateBody {
+        cq_ring: U64::new(UNMAPPED),
+        ..good
+    };
+    assert_eq!(create(&mut d, unmapped), Status::Busy);
+}
+
 #[test]
 fn a_completion_ring_of_two_entries_is_refused() {
     let fabric = Fabric::new();
