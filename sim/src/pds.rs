@@ -35,6 +35,16 @@
 //! initiator then puts in DPDCID. Every request is acknowledged by exactly one ACK (AR is not
 //! needed) carrying the cumulative PSN of that request.
 //!
+//! The ids of the live PDCs are all different, however many destinations a function has
+//! sent to: opening an initiator PDC while every id (1 to 65,535) is live first closes the
+//! initiator PDC opened longest ago that no request is awaiting an ACK on (one whose last
+//! request the fabric could not deliver counts as answered), and a later request to its
+//! destination opens a new PDC. Without that, a function that had sent to 65,535
+//! destinations (fewer, by the target PDCs its peers opened) gave the next one the id of a
+//! live PDC, and a request of one waiting for its ACK under that id and PSN was taken for the
+//! other's: it never completed. Only when every initiator PDC awaits an answer is an id
+//! shared.
+//!
 //! The target holds at most [`TARGET_PDCS`] PDCs: a request from any source address and
 //! SPDCID opens one, so a peer (or a forger) could otherwise make it hold a PDC for every
 //! pair it cares to send. Opening another closes one that carried no request since the
@@ -293,6 +303,10 @@ pub(crate) struct InitiatorPdc {
     pub syn_sent: bool,
     /// The SES message id of the next message in the PDC ([`PdcTable::next_message_id`]).
     pub next_message_id: u16,
+    /// Requests sent on the PDC that no ACK has answered yet, nor the fabric's word that
+    /// none will ([`PdcTable::request_unanswered`]): while there are some, the PDC stays
+    /// open.
+    pub awaiting: u32,
 }
 
 /// The next PDC id after `last` that no live PDC has (PDC id 0 is never given). Ids are
@@ -313,6 +327,9 @@ fn alloc_pdcid(last: &mut u16, in_use: &HashSet<u16>) -> u16 {
 #[derive(Debug, Default)]
 pub(crate) struct PdcTable {
     initiator: HashMap<IpAddr, InitiatorPdc>,
+    /// The initiator PDCs' destinations, the one opened longest ago first: the order in
+    /// which [`PdcTable::close_idle_initiator`] looks for one to close.
+    initiator_order: VecDeque<IpAddr>,
     /// Target PDCs by (source address, SPDCID): the local id, and whether a request used the
     /// PDC since the clock last passed it (at most [`TARGET_PDCS`]).
     target: HashMap<(IpAddr, u16), (u16, bool)>,
@@ -324,20 +341,52 @@ pub(crate) struct PdcTable {
 }
 
 impl PdcTable {
-    /// The initiator PDC to `dst`, opened on first use.
+    /// The initiator PDC to `dst`, opened on first use. Opening one while every PDC id is
+    /// live closes an idle initiator PDC first ([`PdcTable::close_idle_initiator`]), so that
+    /// the new one takes an id no live PDC has.
     fn initiator_pdc(&mut self, dst: IpAddr) -> &mut InitiatorPdc {
-        let (next_pdcid, in_use) = (&mut self.next_pdcid, &mut self.in_use);
+        if !self.initiator.contains_key(&dst) && self.in_use.len() >= usize::from(u16::MAX) {
+            self.close_idle_initiator();
+        }
+        let (next_pdcid, in_use, order) = (
+            &mut self.next_pdcid,
+            &mut self.in_use,
+            &mut self.initiator_order,
+        );
         self.initiator.entry(dst).or_insert_with(|| {
             let spdcid = alloc_pdcid(next_pdcid, in_use);
             in_use.insert(spdcid);
+            order.push_back(dst);
             InitiatorPdc {
                 spdcid,
                 dpdcid: None,
                 next_psn: START_PSN,
                 syn_sent: false,
                 next_message_id: 0,
+                awaiting: 0,
             }
         })
+    }
+
+    /// Close the initiator PDC opened longest ago that no request is awaiting an answer on,
+    /// if there is one: its id is free again, and a later request to its destination opens
+    /// a new PDC (SYN, a new id, PSNs and message ids from the start).
+    fn close_idle_initiator(&mut self) {
+        for _ in 0..self.initiator_order.len() {
+            let Some(dst) = self.initiator_order.pop_front() else {
+                return;
+            };
+            match self.initiator.get(&dst) {
+                Some(p) if p.awaiting > 0 => self.initiator_order.push_back(dst),
+                Some(p) => {
+                    let id = p.spdcid;
+                    self.initiator.remove(&dst);
+                    self.in_use.remove(&id);
+                    return;
+                }
+                None => {}
+            }
+        }
     }
 
     /// Header fields for the next request to `dst`: opens the PDC on first use.
@@ -345,6 +394,7 @@ impl PdcTable {
         let pdc = self.initiator_pdc(dst);
         let syn = !pdc.syn_sent || pdc.dpdcid.is_none();
         pdc.syn_sent = true;
+        pdc.awaiting = pdc.awaiting.saturating_add(1);
         let psn = pdc.next_psn;
         pdc.next_psn = pdc.next_psn.wrapping_add(1);
         RudRequest {
@@ -376,10 +426,20 @@ impl PdcTable {
             .is_some_and(|p| p.spdcid == spdcid)
     }
 
-    /// An ACK from `peer` established the target's PDCID.
+    /// An ACK from `peer` answered a request of the initiator PDC to it (the caller checked
+    /// that it is that PDC's), and established the target's PDCID.
     pub(crate) fn ack_received(&mut self, peer: IpAddr, target_pdcid: u16) {
         if let Some(p) = self.initiator.get_mut(&peer) {
             p.dpdcid = Some(target_pdcid);
+            p.awaiting = p.awaiting.saturating_sub(1);
+        }
+    }
+
+    /// A request [`PdcTable::next_request`] made for `peer` will have no ACK: the fabric
+    /// could not deliver it, or it was never sent.
+    pub(crate) fn request_unanswered(&mut self, peer: IpAddr) {
+        if let Some(p) = self.initiator.get_mut(&peer) {
+            p.awaiting = p.awaiting.saturating_sub(1);
         }
     }
 

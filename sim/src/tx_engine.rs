@@ -379,7 +379,13 @@ impl Nic {
                 &pkt,
             ) {
                 Ok(f) => frames.push(((pds.spdcid, pds.psn), f, chunk.len(), read)),
-                Err(_) => return self.tx_fail(handle, d, LocalStatus::BadDescriptor),
+                Err(_) => {
+                    // None of the message's requests goes out: none will be answered.
+                    for _ in 0..=frames.len() {
+                        self.pdcs.request_unanswered(dst);
+                    }
+                    return self.tx_fail(handle, d, LocalStatus::BadDescriptor);
+                }
             }
         }
         self.tx_messages.insert(
@@ -592,6 +598,7 @@ impl Nic {
             return; // a response to a vanished initiator: nothing waits for it
         };
         if let Some(p) = self.pending_tx.remove(&(req.spdcid, req.psn)) {
+            self.pdcs.request_unanswered(p.dst);
             self.packet_done(p.msg, 0, Some(LocalStatus::Unreachable));
         }
     }

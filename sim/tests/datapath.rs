@@ -2264,3 +2264,58 @@ fn a_hold_filter_that_calls_the_fabric_panics_instead_of_deadlocking() {
     let message = message.expect("the filter's call panicked");
     assert!(message.contains("hold filter"), "{message}");
 }
+
+/// A function that has sent to as many destinations as there are PDC ids (65,535) still
+/// completes its sends: the PDC it opens for one more destination takes the id of an idle
+/// one it closes, not the id of the PDC whose request is waiting for its ACK. (It took the
+/// id of the PDC opened last, whose waiting request was then taken for the new one's, so
+/// that the first send delivered its message and never completed.)
+#[test]
+fn sends_complete_after_every_pdc_id_was_used() {
+    let fabric = Fabric::new();
+    let mut a = Driver::new(&fabric, "10.0.0.1");
+    let mut b = Driver::new(&fabric, "10.0.0.2");
+    let av_b = b.av_create(4, 0).unwrap();
+    let mut eb = b.ep_create(av_b, JOB, 1, 4).unwrap();
+    // Entries 0..idle: peers with no NIC (each send opens a PDC and completes Unreachable);
+    // entry `idle`: B; entry `idle + 1`: one more peer with no NIC.
+    let idle: u32 = u32::from(u16::MAX) - 1;
+    let av = a.av_create(idle + 2, 0).unwrap();
+    let mut ea = a.ep_create(av, JOB, 7, 4).unwrap();
+    let to_b = NicAvEntry::for_peer(&b.address_of(&eb, 1), JOB);
+    let mut records = Vec::new();
+    for i in 0..idle + 2 {
+        let mut e = to_b;
+        if i != idle {
+            let [_, x, y, z] = i.to_be_bytes();
+            e.fabric_addr[..4].copy_from_slice(&[10, 1 + x, y, z]);
+        }
+        records.push((i, e));
+        if records.len() == 700 || i == idle + 1 {
+            a.av_write(av, &records).unwrap();
+            records.clear();
+        }
+    }
+    for i in 0..idle {
+        a.send(&mut ea, u64::from(i), 0, b"x", u64::from(i), 0);
+        let c = a.poll_cq(&mut ea).expect("a completion");
+        assert_eq!(c.status, LocalStatus::Unreachable as u8, "send {i}");
+    }
+    // The PDC to B takes the last free id; its request waits on the wire while the send to
+    // one more destination opens another PDC.
+    b.post_recv(&mut eb, 0, 64, 1);
+    fabric.hold_frames(|_| true);
+    a.send(&mut ea, u64::from(idle), 0, b"to B", 0xB, 0);
+    fabric.hold_frames(|_| false);
+    a.send(&mut ea, u64::from(idle + 1), 0, b"x", 0xD, 0);
+    let c = a.poll_cq(&mut ea).expect("the second send's completion");
+    assert_eq!(
+        (c.context.get(), c.status),
+        (0xD, LocalStatus::Unreachable as u8)
+    );
+    assert_eq!(fabric.release_held(), 1);
+    let r = b.poll_cq(&mut eb).expect("B received");
+    assert_eq!(r.status, LocalStatus::Ok as u8);
+    let c = a.poll_cq(&mut ea).expect("the send to B completes");
+    assert_eq!((c.context.get(), c.status), (0xB, LocalStatus::Ok as u8));
+}
