@@ -266,10 +266,13 @@ impl Nic {
         let staged = self.dma_stage(iova, bytes, buf)?;
         let records = <[AvWriteRecord]>::ref_from_bytes(staged).map_err(|_| Status::Internal)?;
         for r in records {
-            if r.reserved.get() != 0 {
+            // In the documented order: the index (IndexOutOfRange, `check_av_record`), then
+            // the record's reserved word and its entry's fields (InvalidField).
+            let index = r.index.get();
+            if index < capacity && r.reserved.get() != 0 {
                 return Err(Status::InvalidField);
             }
-            self.check_av_record(av, capacity, r.index.get(), &r.entry)?;
+            self.check_av_record(av, capacity, index, &r.entry)?;
         }
         self.store_av_records(av, records)
     }

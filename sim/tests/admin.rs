@@ -382,6 +382,42 @@ fn av_write_read_is_all_or_nothing() {
     assert_eq!(d.submit(cmd).status(), Status::DmaFault);
 }
 
+/// AV_WRITE checks each record's index before its reserved word, as it checks the index
+/// before the entry's fields: a record past the table is IndexOutOfRange whatever else is
+/// wrong with it, one inside it with its reserved word set InvalidField.
+#[test]
+fn av_write_checks_a_records_index_before_its_reserved_word() {
+    let fabric = Fabric::new();
+    let mut d = Driver::new(&fabric, "10.0.0.1");
+    let av = d.av_create(16, 0).unwrap();
+    let e = NicAvEntry::for_peer(&peer("10.0.0.2", 5, 1), 7);
+    let mut bad_entry = e;
+    bad_entry.reserved[0] = 1;
+    let mut write = |index: u32, reserved: u32, entry: NicAvEntry| {
+        let r = uet_fwif::AvWriteRecord {
+            index: U32::new(index),
+            reserved: U32::new(reserved),
+            entry,
+        };
+        d.mem.write(SCRATCH_OFF, r.as_bytes());
+        let cmd = Command::AvWrite {
+            av,
+            body: BufferBody {
+                buf: U64::new(d.iova(SCRATCH_OFF)),
+                len: U32::new(72),
+                count: U32::new(1),
+                ..FromZeros::new_zeroed()
+            },
+        };
+        d.submit(cmd).status()
+    };
+    assert_eq!(write(16, 0, bad_entry), Status::IndexOutOfRange);
+    assert_eq!(write(16, 1, e), Status::IndexOutOfRange);
+    assert_eq!(write(3, 1, e), Status::InvalidField);
+    assert_eq!(write(3, 0, bad_entry), Status::InvalidField);
+    assert_eq!(write(3, 0, e), Status::Success);
+}
+
 #[test]
 fn av_write_peers_stores_what_av_write_of_their_entries_would_and_is_all_or_nothing() {
     let fabric = Fabric::new();
