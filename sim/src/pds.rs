@@ -36,10 +36,10 @@
 //! needed) carrying the cumulative PSN of that request.
 //!
 //! The ids of the live PDCs are all different, however many destinations a function has
-//! sent to: opening an initiator PDC while every id (1 to 65,535) is live first closes the
-//! initiator PDC opened longest ago that no request is awaiting an ACK on (one whose last
-//! request the fabric could not deliver counts as answered), and a later request to its
-//! destination opens a new PDC. Without that, a function that had sent to 65,535
+//! sent to: opening a PDC, initiator or target, while every id (1 to 65,535) is live first
+//! closes the initiator PDC opened longest ago that no request is awaiting an ACK on (one
+//! whose last request the fabric could not deliver counts as answered), and a later request
+//! to its destination opens a new PDC. Without that, a function that had sent to 65,535
 //! destinations (fewer, by the target PDCs its peers opened) gave the next one the id of a
 //! live PDC, and a request of one waiting for its ACK under that id and PSN was taken for the
 //! other's: it never completed. Only when every initiator PDC awaits an answer is an id
@@ -471,6 +471,11 @@ impl PdcTable {
                 None => {}
             }
         }
+        // Every id live (the function has sent to as many destinations): an idle initiator
+        // PDC makes way, as for a new initiator PDC, so the target PDC's id is its own.
+        if self.in_use.len() >= usize::from(u16::MAX) {
+            self.close_idle_initiator();
+        }
         let id = alloc_pdcid(&mut self.next_pdcid, &self.in_use);
         self.in_use.insert(id);
         self.target.insert(key, (id, false));
@@ -596,6 +601,44 @@ mod tests {
         let live: Vec<u16> = t.target.values().map(|&(id, _)| id).collect();
         assert!(!live.contains(&to_b), "an initiator PDC with a target's id");
         assert_eq!(t.next_request(a).spdcid, to_a);
+    }
+
+    /// A target PDC opened while initiator PDCs hold every id takes the id of an idle one
+    /// it closes, never the id of a live PDC; one awaiting an ACK stays open.
+    #[test]
+    fn a_target_pdc_opened_with_every_id_live_takes_an_id_of_its_own() {
+        let mut t = PdcTable::default();
+        let peers: Vec<IpAddr> = (0..u32::from(u16::MAX))
+            .map(|i| IpAddr::from((0x0A00_0000 + i).to_be_bytes()))
+            .collect();
+        for (n, &p) in peers.iter().enumerate() {
+            t.next_request(p);
+            // All but the first are answered: the first PDC awaits its ACK.
+            if n > 0 {
+                t.ack_received(p, 1);
+            }
+        }
+        assert_eq!(t.in_use.len(), usize::from(u16::MAX));
+        let initiator_ids = |t: &PdcTable| -> HashMap<u16, IpAddr> {
+            t.initiator
+                .iter()
+                .map(|(&p, pdc)| (pdc.spdcid, p))
+                .collect()
+        };
+        let forger: IpAddr = "10.200.0.1".parse().unwrap();
+        for spdcid in 1..=3 {
+            let id = t.target_pdc(forger, spdcid);
+            let live = initiator_ids(&t);
+            assert!(
+                !live.contains_key(&id),
+                "target PDC {spdcid} took id {id} of a live PDC"
+            );
+        }
+        assert!(
+            t.initiator.contains_key(&peers[0]),
+            "the PDC awaiting an ACK stays"
+        );
+        assert_eq!(t.initiator.len(), usize::from(u16::MAX) - 3);
     }
 
     #[test]
