@@ -1,7 +1,7 @@
 //! Fuzz targets for every parser of uet-nic that takes input from outside the process, as
 //! DESIGN.md asks: the 32-byte UET address and its text forms, the AV calls that take them, the
-//! simulated NIC's admin commands and BAR0 registers, frames off the wire, the IOMMU's
-//! answer to `VFIO_IOMMU_GET_INFO`, and the requests of a telemetry client.
+//! simulated NIC's admin commands, BAR0 registers and datapath descriptors, frames off the
+//! wire, the IOMMU's answer to `VFIO_IOMMU_GET_INFO`, and the requests of a telemetry client.
 //!
 //! Each target is a function `run(data)` here, so that it is built, linted and replayed on
 //! stable Rust with the rest of the workspace (`tests/replay.rs` runs every input under
@@ -20,6 +20,7 @@ pub mod address;
 pub mod address_text;
 pub mod admin_commands;
 pub mod av_calls;
+pub mod descriptors;
 pub mod frames;
 pub mod iommu_info;
 pub mod registers;
@@ -119,7 +120,7 @@ pub fn resolver(name: &str) -> std::io::Result<Vec<std::net::IpAddr>> {
 pub type Run = fn(&[u8]);
 
 /// Every target: its name (as in `fuzz_targets/`) and its `run`.
-pub const TARGETS: [(&str, Run); 9] = [
+pub const TARGETS: [(&str, Run); 10] = [
     ("address", address::run),
     ("address_text", address_text::run),
     ("av_calls", av_calls::run),
@@ -128,6 +129,7 @@ pub const TARGETS: [(&str, Run); 9] = [
         "admin_commands_any_interface",
         admin_commands::run_any_interface,
     ),
+    ("descriptors", descriptors::run),
     ("frames", frames::run),
     ("iommu_info", iommu_info::run),
     ("registers", registers::run),
@@ -146,6 +148,7 @@ pub fn seeds() -> Vec<(&'static str, Vec<Vec<u8>>)> {
             "admin_commands_any_interface",
             admin_commands::seeds_any_interface(),
         ),
+        ("descriptors", descriptors::seeds()),
         ("frames", frames::seeds()),
         ("iommu_info", iommu_info::seeds()),
         ("registers", registers::seeds()),

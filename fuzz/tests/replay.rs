@@ -118,6 +118,11 @@ fn admin_commands_any_interface_replays() {
 }
 
 #[test]
+fn descriptors_replays() {
+    replay("descriptors");
+}
+
+#[test]
 fn frames_replays() {
     replay("frames");
 }
