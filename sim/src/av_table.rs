@@ -718,6 +718,15 @@ impl AvTables {
         self.tables.iter().any(Option::is_none)
     }
 
+    /// Entries of the live tables, together: the table memory they hold.
+    pub(crate) fn entries(&self) -> u64 {
+        self.tables
+            .iter()
+            .flatten()
+            .map(|t| u64::from(t.capacity))
+            .sum()
+    }
+
     pub(crate) fn get(&self, handle: u32) -> Option<&AvTable> {
         self.tables.get(Self::slot(handle)?)?.as_ref()
     }

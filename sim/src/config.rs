@@ -49,6 +49,13 @@ pub struct NicConfig {
     pub av_tables: u16,
     /// Entries per AV table (`CAP_AV_ENTRIES`).
     pub av_entries: u32,
+    /// Entries of table memory the AV tables share, which no capability register reports: an
+    /// AV_CREATE whose table would take the live tables' entries past it completes
+    /// NoResources, as on a NIC whose table memory is spoken for (a driver learns of the
+    /// limit from that status, as it learns that every table is taken). `None`: room for
+    /// every table at its largest (`av_tables` × `av_entries`), the table count the only
+    /// limit. A simulated table of a million entries takes about 88 MiB of host memory.
+    pub av_table_memory_entries: Option<u64>,
     /// Largest `rx_ctx_bits` an AV decodes (`CAP_AV.max_rx_ctx_bits`).
     pub max_rx_ctx_bits: u8,
     /// Endpoints (`CAP_EP.max_endpoints`).
@@ -140,6 +147,7 @@ impl NicConfig {
             port_speed_mbps: 400_000,
             av_tables: av.max_tables(),
             av_entries: CAP_AV_ENTRIES.reset_value(),
+            av_table_memory_entries: None,
             max_rx_ctx_bits: av.max_rx_ctx_bits(),
             endpoints: ep.max_endpoints(),
             max_tx_ctx: ep.max_tx_ctx(),
@@ -172,6 +180,9 @@ impl NicConfig {
         }
         if self.av_tables == 0 || self.av_entries == 0 {
             return Err("at least one AV table of one entry");
+        }
+        if self.av_table_memory_entries == Some(0) {
+            return Err("AV table memory of at least one entry");
         }
         if self.max_rx_ctx_bits > 32 {
             return Err("max_rx_ctx_bits above 32");

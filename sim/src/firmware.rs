@@ -11,7 +11,7 @@
 //! | opcode | checks, in order | result0 / result1 |
 //! |---|---|---|
 //! | IDENTIFY | `len >= 128` else InvalidField; page written by DMA else DmaFault | — |
-//! | AV_CREATE | `capacity` in 1..=`CAP_AV_ENTRIES`, `rx_ctx_bits <= CAP_AV.max_rx_ctx_bits`, `max_group_id <= CAP_PEER_GROUPS.max_group_id` and the group and receive-context bits within 32 else InvalidField; a free table else NoResources | AV handle (from 1) |
+//! | AV_CREATE | `capacity` in 1..=`CAP_AV_ENTRIES`, `rx_ctx_bits <= CAP_AV.max_rx_ctx_bits`, `max_group_id <= CAP_PEER_GROUPS.max_group_id` and the group and receive-context bits within 32 else InvalidField; a free table, and table memory for `capacity` more entries (`NicConfig::av_table_memory_entries`), else NoResources | AV handle (from 1) |
 //! | AV_DESTROY | AV exists else InvalidHandle; no endpoint bound else Busy; frees the AV's auth-key slots | — |
 //! | AV_WRITE | AV exists else InvalidHandle; the `count` records read by DMA else DmaFault; every record: `index < capacity` else IndexOutOfRange, reserved word 0 and `NicAvEntry::check_within(entry_flags::defined_at(interface_minor))` else InvalidField, an `AUTH_KEY` entry's slot in use and owned by this AV else InvalidField; a range entry written at its own first index, not overlapping another range or a single entry of the table or the batch, else InvalidField, and not running past the table else IndexOutOfRange — then all are written | records written |
 //! | AV_WRITE_PEERS | before interface 1.13 InvalidOpcode; AV exists else InvalidHandle; `[first, first+count)` inside the table else IndexOutOfRange, and no index of it a live member of a range else InvalidField; the `count` addresses read by DMA else DmaFault; every address valid (`UetAddress::bytes_are_valid`) else InvalidField — then entry `first + i` is `NicAvEntry::for_valid_peer_bytes(address i, job_id)` for every `i` | entries written |
@@ -180,6 +180,11 @@ impl Nic {
         }
         if !self.avs.has_free() {
             return Err(Status::NoResources);
+        }
+        if let Some(memory) = self.cfg.av_table_memory_entries {
+            if self.avs.entries().saturating_add(u64::from(cap)) > memory {
+                return Err(Status::NoResources);
+            }
         }
         let t = AvTable::new(cap, b.rx_ctx_bits, max_group_id).ok_or(Status::NoResources)?;
         let h = self.avs.insert(t).ok_or(Status::NoResources)?;

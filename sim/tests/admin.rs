@@ -118,6 +118,34 @@ fn av_create_and_destroy() {
     );
 }
 
+/// A NIC's tables share its table memory (`NicConfig::av_table_memory_entries`): an
+/// AV_CREATE whose table would take the live tables past it is NoResources, with a table
+/// free; a table destroyed gives its entries back.
+#[test]
+fn av_create_is_no_resources_past_the_table_memory() {
+    let fabric = Fabric::new();
+    let mut cfg = NicConfig::new(addr("10.0.0.1"));
+    cfg.av_table_memory_entries = Some(1000);
+    let mut d = Driver::with_config(&fabric, cfg);
+    assert_eq!(d.av_create(600, 0), Ok(1));
+    assert_eq!(d.av_create(401, 0), Err(Status::NoResources));
+    assert_eq!(d.av_create(400, 0), Ok(2), "exactly what is left");
+    assert_eq!(d.av_create(1, 0), Err(Status::NoResources));
+    assert_eq!(
+        d.submit(Command::AvDestroy { av: 1 }).status(),
+        Status::Success
+    );
+    assert_eq!(
+        d.av_create(600, 0),
+        Ok(1),
+        "the destroyed table's memory is back"
+    );
+
+    let mut none = NicConfig::new(addr("10.0.0.2"));
+    none.av_table_memory_entries = Some(0);
+    assert!(fabric.add_nic(none).is_err(), "no table memory at all");
+}
+
 /// How a test stages an entry in the AV write window.
 #[derive(Clone, Copy)]
 enum Staging {
