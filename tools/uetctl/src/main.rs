@@ -233,6 +233,11 @@ enum SimCommand {
         /// Host interface minor version of the NICs (1.N), from 7 to the current version.
         #[arg(long, default_value_t = uet_driver::uet_regs::INTERFACE_MINOR)]
         interface_minor: u8,
+        /// Entries of AV table memory each NIC has, shared by its tables: an fi_av_open
+        /// past it is FI_ENOSPC (a table of a million entries takes about 88 MiB of the
+        /// daemon's memory).
+        #[arg(long, value_name = "N", default_value_t = uetctl::serve::DEFAULT_AV_TABLE_ENTRIES)]
+        av_table_entries: u64,
     },
 }
 
@@ -323,12 +328,14 @@ fn main() -> ExitCode {
                     dir,
                     nics,
                     interface_minor,
+                    av_table_entries,
                 },
         } => serve(
             &ServeConfig {
                 dir,
                 nics,
                 interface_minor,
+                av_table_entries,
             },
             cli.json,
         ),

@@ -12,6 +12,11 @@
 //! descriptor limit to the hard limit and gives each NIC an equal share of it as the most
 //! mappings its client may hold ([`dma_mappings_per_nic`]): one client cannot take the
 //! descriptors another NIC's client needs.
+//!
+//! The host memory of a NIC's AV tables is bounded the same way: each NIC has table memory
+//! for `--av-table-entries` entries ([`DEFAULT_AV_TABLE_ENTRIES`] by default, about 350 MiB
+//! of the daemon's memory at most), and an `fi_av_open` past it is `FI_ENOSPC` for that
+//! client alone, where 64 tables of a million entries would take 5.6 GiB of every NIC's.
 
 use crate::demo::rank_fabric_addr;
 use std::net::IpAddr;
@@ -25,6 +30,10 @@ const STALE_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 
 /// Most NICs one daemon serves.
 pub const MAX_NICS: usize = 1024;
+
+/// Entries of AV table memory each NIC has unless `--av-table-entries` says otherwise: four
+/// tables of the largest size a NIC reports (`CAP_AV_ENTRIES`).
+pub const DEFAULT_AV_TABLE_ENTRIES: u64 = 4 << 20;
 
 /// Descriptors the daemon keeps for itself beside its NICs' (standard streams, logs, the
 /// threads' own).
@@ -101,6 +110,8 @@ pub struct ServeConfig {
     pub nics: usize,
     /// Host interface minor version of every NIC.
     pub interface_minor: u8,
+    /// Entries of AV table memory each NIC has (`NicConfig::av_table_memory_entries`).
+    pub av_table_entries: u64,
 }
 
 /// Why the daemon did not start.
@@ -144,6 +155,11 @@ impl Daemon {
                 cfg.interface_minor
             )));
         }
+        if cfg.av_table_entries == 0 {
+            return Err(ServeError::Config(
+                "--av-table-entries must be at least 1".to_string(),
+            ));
+        }
         let socket_error = |path: &Path, reason: String| ServeError::Socket {
             path: path.to_path_buf(),
             reason,
@@ -183,6 +199,7 @@ impl Daemon {
             let mut nic = NicConfig::new(addr);
             nic.interface_minor = cfg.interface_minor;
             nic.dma_mappings = dma_mappings;
+            nic.av_table_memory_entries = Some(cfg.av_table_entries);
             let function = fabric
                 .add_nic(nic)
                 .map_err(|e| ServeError::Config(e.to_string()))?;
@@ -264,8 +281,13 @@ mod tests {
             dir: dir.clone(),
             nics: 2,
             interface_minor: uet_regs::INTERFACE_MINOR,
+            av_table_entries: 5000,
         })
         .unwrap();
+        for server in &daemon.servers {
+            let config = server.function().config().unwrap();
+            assert_eq!(config.av_table_memory_entries, Some(5000));
+        }
         let mut lim = libc::rlimit {
             rlim_cur: 0,
             rlim_max: 0,

@@ -21,9 +21,15 @@ struct Daemon {
 impl Daemon {
     /// Start a daemon of `nics` NICs in `dir` and wait until it says it serves.
     fn start(dir: &Path, nics: usize) -> Daemon {
+        Self::start_with(dir, nics, &[])
+    }
+
+    /// [`Daemon::start`], with `extra` arguments to `sim serve`.
+    fn start_with(dir: &Path, nics: usize, extra: &[&str]) -> Daemon {
         let mut child = Command::new(env!("CARGO_BIN_EXE_uetctl"))
             .args(["sim", "serve", "--nics", &nics.to_string(), "--dir"])
             .arg(dir)
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -141,6 +147,10 @@ fn the_daemon_and_the_job_refuse_what_they_cannot_do() {
             vec!["sim", "serve", "--interface-minor", "6", "--dir", d],
             "--interface-minor must be 7..=",
         ),
+        (
+            vec!["sim", "serve", "--av-table-entries", "0", "--dir", d],
+            "--av-table-entries must be at least 1",
+        ),
     ] {
         let out = uetctl(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
@@ -165,6 +175,33 @@ fn the_daemon_and_the_job_refuse_what_they_cannot_do() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("cannot be used with"), "{extra:?}: {err}");
     }
+    drop(daemon);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Each NIC of the daemon has `--av-table-entries` of AV table memory, shared by its
+/// tables: a driver's AV past it is `FI_ENOSPC` (the NIC's NoResources), the daemon goes on,
+/// and a table closed gives its entries back.
+#[test]
+fn a_nics_av_tables_share_the_table_memory_the_daemon_gives_it() {
+    use uet_driver::backend::vfio_user::VfioUserDevice;
+    let dir = socket_dir("av-memory");
+    let daemon = Daemon::start_with(&dir, 1, &["--av-table-entries", "3000"]);
+    let device = VfioUserDevice::open(dir.join("nic0.sock")).expect("the daemon's NIC");
+    let nic = uet_driver::Nic::open(std::sync::Arc::new(device)).expect("open it");
+    let attr = |count| uet_av::AvAttr {
+        count,
+        ..uet_av::AvAttr::default()
+    };
+    let first = nic.open_av(attr(2048)).expect("2048 of 3000 entries");
+    let e = nic.open_av(attr(2048)).expect_err("past the table memory");
+    assert_eq!(e.errno, uet_av::FiErrno::FI_ENOSPC, "{e}");
+    let small = nic.open_av(attr(900)).expect("what is left");
+    drop(first);
+    let again = nic
+        .open_av(attr(2048))
+        .expect("the closed table's entries are back");
+    drop((small, again, nic));
     drop(daemon);
     let _ = std::fs::remove_dir_all(&dir);
 }
