@@ -1933,7 +1933,8 @@ impl<N: NicAvTable> AddressVector<N> {
     /// [`MAX_BATCH`] records): AV_WRITE_PEERS ([`NicAvTable::write_peers`]) for a run of new
     /// peers at consecutive indices with nothing beside their addresses, AV_WRITE otherwise.
     /// A refused write rolls the whole batch back; an unanswered one keeps the whole batch inserted, the records the NIC may lack in doubt. Entries in
-    /// doubt are rewritten first; if that fails, nothing is sent and the batch is rolled back.
+    /// doubt (and the sources of auth keys in doubt) are rewritten first; if that fails,
+    /// nothing is sent and the batch is rolled back.
     ///
     /// The error is `FI_EAGAIN` only when the NIC had no room for a command and the flush
     /// changed nothing a call has reported: every record rolled back (none the NIC kept)
@@ -1959,7 +1960,9 @@ impl<N: NicAvTable> AddressVector<N> {
         if self.pending.is_empty() {
             return Ok(());
         }
-        if !self.in_doubt.is_empty() {
+        // Entries and auth-key sources in doubt alike, as every call that sends the NIC
+        // anything rewrites them first.
+        if !self.nothing_in_doubt() {
             if let Err(e) = self.repair() {
                 let pending = core::mem::take(&mut self.pending);
                 let total = pending.len();

@@ -544,6 +544,29 @@ fn an_unanswered_key_user_id_is_sent_again() {
     assert!(av.verify_auth_keys().unwrap().is_empty());
 }
 
+/// A synchronous insert that sends the NIC its records first sends again the source of a key
+/// whose AUTH_KEY_SOURCE went unanswered, as it rewrites the entries in doubt: the NIC's slot
+/// does not keep the user id the AV reported unchanged.
+#[test]
+fn an_insert_sends_again_the_source_of_a_key_left_unanswered() {
+    let mut av = open_keys(FI_AV_USER_ID, 4);
+    let k = av.insert_auth_key(&key(0x77), 0).unwrap();
+    av.nic_mut()
+        .inject(NicOp::AuthKey, 0, Fault::InDoubt { applied: true });
+    let e = av.set_user_id(k, 0x5EED, FI_AUTH_KEY).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_ETIMEDOUT, "{e}");
+    assert!(
+        !av.verify_auth_keys().unwrap().is_empty(),
+        "the NIC took the new source late"
+    );
+    insert_peers(&mut av, &[1]);
+    assert!(
+        av.verify_auth_keys().unwrap().is_empty(),
+        "the insert sent the key's source again"
+    );
+    assert_in_step(&av);
+}
+
 /// An AUTH_KEY_REMOVE the NIC has no room for changes nothing: `FI_EAGAIN` when it is the
 /// call's first change, and the same call succeeds later. After a key of the same call was
 /// removed (or lost one of its inserts), the call has changed the AV: `FI_EIO`.
