@@ -567,6 +567,29 @@ fn an_insert_sends_again_the_source_of_a_key_left_unanswered() {
     assert_in_step(&av);
 }
 
+/// A key's user id set again and again while the NIC answers none of its AUTH_KEY_SOURCE
+/// commands notes the key in doubt once: the host holds no more for the thousandth call than
+/// for the first.
+#[test]
+fn a_key_user_id_left_unanswered_again_and_again_holds_no_more_memory() {
+    let mut av = open_keys(FI_AV_USER_ID, 4);
+    let k = av.insert_auth_key(&key(0x77), 0).unwrap();
+    let unanswered = |av: &mut AddressVector<MemoryNicTable>, id: u64| {
+        av.nic_mut()
+            .inject(NicOp::AuthKey, 0, Fault::InDoubt { applied: false });
+        let e = av.set_user_id(k, id, FI_AUTH_KEY).unwrap_err();
+        assert_eq!(e.errno, FiErrno::FI_ETIMEDOUT, "{e}");
+    };
+    unanswered(&mut av, 0);
+    let held = av.host_bytes();
+    for id in 1..1000 {
+        unanswered(&mut av, id);
+    }
+    assert_eq!(av.host_bytes(), held);
+    av.settle().unwrap();
+    assert!(av.verify_auth_keys().unwrap().is_empty());
+}
+
 /// An AUTH_KEY_REMOVE the NIC has no room for changes nothing: `FI_EAGAIN` when it is the
 /// call's first change, and the same call succeeds later. After a key of the same call was
 /// removed (or lost one of its inserts), the call has changed the AV: `FI_EIO`.

@@ -491,7 +491,13 @@ impl<N: NicAvTable> AddressVector<N> {
         if let Err(e) = self.nic.set_auth_key_source(slot, source) {
             let resent = if e.errno == FiErrno::FI_ETIMEDOUT {
                 // The NIC may still take the new source: the old one is sent again.
-                if let Some(a) = self.auth.as_deref_mut() {
+                // Noted once however often it goes unanswered: what is resent is the key's
+                // source as the AV holds it then.
+                if let Some(a) = self
+                    .auth
+                    .as_deref_mut()
+                    .filter(|a| !a.source_in_doubt.contains(&n))
+                {
                     a.source_in_doubt.push(n);
                 }
                 " (the NIC is sent it again at the next call that sends it anything)"
