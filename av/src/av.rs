@@ -1325,8 +1325,10 @@ impl<N: NicAvTable> AddressVector<N> {
             )));
         }
         let range = SymRange::parse(node, nodecnt, service, svccnt).map_err(prefix)?;
-        // Sequential addresses without per-address user ids or auth keys are stored as ranges.
-        if self.user_ids.is_none() && call.flags & (FI_AV_USER_ID | FI_AUTH_KEY) == 0 {
+        // Sequential addresses without per-address user ids or auth keys are stored as ranges:
+        // on an AV opened without FI_AV_USER_ID, members inserted without the flag have no
+        // user id, whatever earlier inserts carried (a freed index keeps none).
+        if self.attr.flags & FI_AV_USER_ID == 0 && call.flags & (FI_AV_USER_ID | FI_AUTH_KEY) == 0 {
             if let Some((base, svc, total)) = range.literal_set() {
                 return self.insert_symmetric(call, base, svc, total);
             }

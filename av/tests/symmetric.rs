@@ -4,7 +4,7 @@
 mod common;
 
 use common::{insert_peers, open};
-use uet_av::{FiErrno, NicAvTable, FI_MORE};
+use uet_av::{FiErrno, NicAvTable, FI_AV_USER_ID, FI_MORE};
 use uet_fwif::{NicAvEntry, UetAddress};
 
 fn lookup(av: &uet_av::AddressVector<uet_av::MemoryNicTable>, fi_addr: u64) -> UetAddress {
@@ -231,4 +231,45 @@ fn lookup_base() -> UetAddress {
         })
         .map(|(base, _, _)| base)
         .expect("a literal set")
+}
+
+/// On an AV opened without `FI_AV_USER_ID`, an insert with the per-insert `FI_AV_USER_ID` flag
+/// (one whose addresses all fail, as much as one that inserts) leaves later symmetric inserts
+/// stored as ranges: their members carry no user id, and the AV keeps one record for them,
+/// not one slot per member.
+#[test]
+fn a_per_insert_user_id_leaves_symmetric_inserts_stored_as_ranges() {
+    let mut av = open(64);
+    let mut ids = [0x51u64];
+    let bad = common::bad_bytes(1);
+    assert_eq!(av.insert(&bad, 1, Some(&mut ids), FI_AV_USER_ID), Ok(0));
+    assert_eq!(av.insertsym("10.3.0.1", 4, "1", 4, None, 0, None), Ok(16));
+    assert_eq!(av.ranges().collect::<Vec<_>>(), [(0, 16, 16)]);
+
+    let mut ids = [0x52u64];
+    let good = common::peer_bytes(7);
+    assert_eq!(av.insert(&good, 1, Some(&mut ids), FI_AV_USER_ID), Ok(1));
+    assert_eq!(ids, [16]);
+    let mut out = [0u64; 4];
+    assert_eq!(
+        av.insertsym("10.4.0.1", 2, "1", 2, Some(&mut out), 0, None),
+        Ok(4)
+    );
+    assert_eq!(out, [17, 18, 19, 20]);
+    assert_eq!(av.ranges().count(), 2);
+    assert_eq!(av.user_id(16), Ok(Some(0x52)));
+    for fa in (0..16).chain(out) {
+        assert_eq!(av.user_id(fa), Ok(None), "index {fa}");
+    }
+    // A member removed and an address with a user id put in its place, then removed again:
+    // the next symmetric insert finds no user id there.
+    av.remove(&[17], 0).unwrap();
+    let mut ids = [0x53u64];
+    assert_eq!(av.insert(&good, 1, Some(&mut ids), FI_AV_USER_ID), Ok(1));
+    assert_eq!((ids, av.user_id(17)), ([17], Ok(Some(0x53))));
+    av.remove(&[17], 0).unwrap();
+    assert_eq!(av.insertsym("10.5.0.1", 1, "1", 1, None, 0, None), Ok(1));
+    assert_eq!(av.user_id(17), Ok(None));
+    assert!(av.verify_nic().unwrap().is_empty());
+    common::assert_in_step(&av);
 }
