@@ -105,7 +105,8 @@
 //! blocked `fi_eq_sread`, which polls), or [`AddressVector::progress`]. Inserts only submit.
 //! Synchronous calls of the AV (remove, `set_user_id`, `verify_nic`) first wait for the writes
 //! in flight, so they never race one; at most [`MAX_WRITES_IN_FLIGHT`] writes are in flight,
-//! beyond which an insert waits for the oldest.
+//! beyond which an insert waits for the oldest. An insert that finds entries in doubt waits
+//! for every write in flight before it rewrites them (see "When the NIC does not answer").
 //!
 //! **Meanwhile** (insert returned, `FI_AV_COMPLETE` not yet posted), `fi_av_lookup` returns
 //! the address (the mirror has it), and the NIC entry is valid only once the NIC has executed
@@ -203,7 +204,8 @@
 //! slot is still this table's with that JobID; on a device older than interface 1.9 the slot
 //! stays the AV table's until AV_DESTROY frees it). An `FI_EVENT` insert whose AV_WRITE goes unanswered
 //! fails its addresses, as a refused one does, and frees their indices in the mirror; the next
-//! insert rewrites them as empty before it takes any index (and fails with `FI_EIO`,
+//! insert waits for the writes still in flight, then rewrites them as empty before it takes
+//! any index (and fails with `FI_EIO`,
 //! inserting nothing, while that rewrite fails), so the NIC never sees a new entry where the
 //! late write may have put one.
 //!

@@ -519,6 +519,105 @@ fn an_unanswered_write_fails_its_addresses_and_the_nic_is_repaired() {
     }
 }
 
+/// A NIC that runs each AV_WRITE when it is submitted, in order, as an admin queue does, and
+/// reports the outcomes in that order only as far as the test lets it.
+#[derive(Clone)]
+struct HeldAnswersNic {
+    table: Arc<Mutex<MemoryNicTable>>,
+    /// Writes submitted so far (this handle's, the AV's).
+    submitted: usize,
+    /// Writes whose outcome is reported.
+    answered: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+struct HeldAnswer {
+    seq: usize,
+    answered: Arc<std::sync::atomic::AtomicUsize>,
+    outcome: Option<Result<(), NicError>>,
+}
+
+impl PendingWrite for HeldAnswer {
+    fn poll(&mut self) -> bool {
+        self.answered.load(Ordering::Acquire) > self.seq
+    }
+    fn wait(&mut self) {
+        self.answered.fetch_max(self.seq + 1, Ordering::AcqRel);
+    }
+    fn finish(mut self: Box<Self>) -> Result<(), NicError> {
+        self.outcome.take().unwrap()
+    }
+}
+
+impl NicAvTable for HeldAnswersNic {
+    fn write_entries(&mut self, records: &[AvWriteRecord]) -> Result<(), NicError> {
+        self.table.lock().unwrap().write_entries(records)
+    }
+    fn invalidate(&mut self, indices: &[u32]) -> Result<(), NicError> {
+        self.table.lock().unwrap().invalidate(indices)
+    }
+    fn read_entries(&mut self, first: u32, out: &mut [NicAvEntry]) -> Result<(), NicError> {
+        self.table.lock().unwrap().read_entries(first, out)
+    }
+    fn submit_write(
+        &mut self,
+        records: &[AvWriteRecord],
+    ) -> Result<Box<dyn PendingWrite>, NicError> {
+        let outcome = self.table.lock().unwrap().write_entries(records);
+        self.submitted += 1;
+        Ok(Box::new(HeldAnswer {
+            seq: self.submitted - 1,
+            answered: self.answered.clone(),
+            outcome: Some(outcome),
+        }))
+    }
+}
+
+/// An insert that rewrites the entries in doubt waits first for the AV_WRITEs still in
+/// flight: the rewrite of a range's span reaches the single entries in its holes, and one
+/// whose write the NIC then refuses must not be left on the NIC once the mirror lets it go.
+#[test]
+fn the_rewrite_before_an_insert_waits_for_the_writes_in_flight() {
+    let nic = HeldAnswersNic {
+        table: Arc::new(Mutex::new(MemoryNicTable::new(16))),
+        submitted: 0,
+        answered: Default::default(),
+    };
+    let (table, answered) = (nic.table.clone(), nic.answered.clone());
+    let mut av = AddressVector::open(nic, event_attr(16), LIMITS).unwrap();
+    let sink = Sink::new();
+    av.bind(sink.clone(), 0).unwrap();
+    // A range of four at 0..4, members 1 and 2 removed.
+    assert_eq!(av.insertsym("10.3.0.1", 1, "1", 4, None, 0, None), Ok(0));
+    av.remove(&[1, 2], 0).unwrap();
+    assert_eq!(av.ranges().collect::<Vec<_>>(), [(0, 4, 2)]);
+    // W puts a peer in the hole at 1 and goes unanswered; V puts one in the hole at 2 and is
+    // refused. The NIC has run both; only W's outcome (none: the driver gave up) is known.
+    let at = answered.load(Ordering::Acquire);
+    table
+        .lock()
+        .unwrap()
+        .inject(NicOp::Write, 0, uet_av::Fault::InDoubt { applied: false });
+    let mut w = [0u64];
+    assert_eq!(av.insert(&peer_bytes(7), 1, Some(&mut w), 0), Ok(0));
+    table.lock().unwrap().fail_after(NicOp::Write, 0);
+    let mut v = [0u64];
+    assert_eq!(av.insert(&peer_bytes(8), 1, Some(&mut v), 0), Ok(0));
+    assert_eq!((w, v), ([1], [2]));
+    answered.store(at + 1, Ordering::Release);
+    av.progress();
+    assert!(av.index_of(1).is_err(), "W's index is taken back");
+    assert_eq!(av.entries_in_doubt(), 1);
+    // The next insert rewrites the entry in doubt first (the whole range's span), then
+    // takes index 1.
+    let mut y = [0u64];
+    assert_eq!(av.insert(&peer_bytes(9), 1, Some(&mut y), 0), Ok(0));
+    answered.store(usize::MAX, Ordering::Release);
+    av.progress();
+    assert!(av.index_of(2).is_err(), "V's index is taken back");
+    assert_eq!(y, [1]);
+    assert_eq!(av.verify_nic().unwrap(), []);
+}
+
 /// A symmetric range whose asynchronous AV_WRITE goes unanswered, and is applied late, frees
 /// its indices in the mirror. An insert first rewrites the indices in doubt (on the NIC, a
 /// single entry on the late range's span would be refused as overlapping it): while that

@@ -14,8 +14,9 @@
 //! reported failed and their indices are revoked at once for `lookup`, `index_of`, `address`,
 //! `remove`, `len` and `iter`, and released from the mirror (reusable) at the AV's next
 //! call. The indices of a write that went unanswered are also rewritten on the NIC,
-//! by synchronous commands, before the next insert takes any index (see
-//! `reconcile_before_insert`): the one time an insert waits for the NIC.
+//! by synchronous commands, before the next insert takes any index, once the writes still in
+//! flight have completed (see `reconcile_before_insert`): the one time an insert waits for
+//! the NIC.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -626,13 +627,21 @@ impl<N: NicAvTable> AddressVector<N> {
     /// rewrite reaches the NIC ahead of the insert's AV_WRITE. An index freed after an
     /// unanswered write may be held on the NIC by that write, run late; an insert there would
     /// be refused as overlapping it. (A synchronous AV keeps such indices inserted, and
-    /// repairs before it writes.) Neither the writes in flight nor the pending `FI_MORE`
-    /// records are touched: the indices in doubt are free in the mirror, so none of them is
-    /// in flight or pending, and no insert takes one before this runs. `FI_EIO` while the
+    /// repairs before it writes.) The pending `FI_MORE` records are not touched, and no insert
+    /// takes an index in doubt before this runs. The AV_WRITEs in flight are waited for first
+    /// (and what the NIC refused of them released): the rewrite of an index a range covers
+    /// takes in the range's whole span, and with it the single entries in the range's holes,
+    /// some of which may be in flight; rewritten before their outcome is known, one the NIC
+    /// then refuses would stay on the NIC after the mirror lets it go. `FI_EIO` while the
     /// rewrite fails (`FI_EAGAIN` when the NIC had no room for it); nothing is inserted.
     pub(super) fn reconcile_before_insert(&mut self, call: &str) -> Result<(), FiError> {
         self.reconcile();
         if self.is_event() && !self.nothing_in_doubt() {
+            if let Some(state) = self.events.as_deref() {
+                let shared = state.shared.clone();
+                shared.lock().reap(&shared, true);
+            }
+            self.reconcile();
             self.repair().map_err(|e| {
                 FiError::new(
                     e.errno,
