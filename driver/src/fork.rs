@@ -81,11 +81,18 @@ impl MadeIn {
         FORKS.load(Ordering::Relaxed) != self.0
     }
 
+    /// A number that tells this process from those forked from it, and them from each other
+    /// along one line of forks: two objects were made in the same process when it is the
+    /// same (processes of separate lines may share it, but share no object either).
+    pub fn generation(self) -> u64 {
+        self.0
+    }
+
     /// Lock `mutex`, of an object made in the process `self` names: there, once it is free;
     /// in a process forked since, only if it is free now (`None` otherwise). Held in the
     /// child, it was held at the fork by a thread of the parent, which the child does not
     /// have: nothing would ever let it go.
-    pub(crate) fn lock<T>(self, mutex: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    pub fn lock<T>(self, mutex: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
         if !self.in_forked_child() {
             return Some(mutex.lock().unwrap_or_else(PoisonError::into_inner));
         }

@@ -72,7 +72,8 @@
 //!   `FI_WAIT_MUTEX_COND` one; both are `-FI_ENODATA` for a wait object the counter does not
 //!   have (`FI_GETWAIT` of any other, either of `FI_WAIT_NONE`), as for a CQ.
 //! * `fi_close`: `-FI_EBUSY` while endpoints are bound to it (they unbind when they close), or
-//!   while a thread waits in `fi_cntr_wait`. An `FI_WAIT_FD` counter's descriptors are
+//!   while a thread waits in `fi_cntr_wait` (of this process: as for a CQ, a forked child
+//!   counts none of its parent's). An `FI_WAIT_FD` counter's descriptors are
 //!   closed; an `FI_WAIT_MUTEX_COND` counter's thread ends, and its mutex and condition are
 //!   destroyed.
 //!
@@ -118,7 +119,10 @@ pub struct UetCntr {
     /// Endpoint bindings (`fi_close` is `FI_EBUSY` while any are).
     bound: AtomicUsize,
     /// Threads in `fi_cntr_wait` (`fi_close` is `FI_EBUSY` while any are).
-    waiting: AtomicUsize,
+    waiting: crate::wait::Waiters,
+    /// The process that opened it: in one forked from it, its lock may be held by a thread
+    /// that is not there ([`uet_driver::fork`]).
+    made_in: uet_driver::fork::MadeIn,
     /// A waiter armed the rings and may be asleep: the next change writes `wake`.
     sleepers: AtomicBool,
     /// The threads in `fi_cntr_wait` and the `FI_WAIT_FD` descriptor's `kick`: the waiter
@@ -423,14 +427,14 @@ struct Waiting<'a>(&'a UetCntr);
 
 impl<'a> Waiting<'a> {
     fn enter(c: &'a UetCntr) -> Self {
-        c.waiting.fetch_add(1, Ordering::AcqRel);
+        c.waiting.enter();
         Waiting(c)
     }
 }
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+        self.0.waiting.leave();
     }
 }
 
@@ -526,7 +530,8 @@ pub(crate) unsafe extern "C" fn domain_cntr_open(
             errors: AtomicU64::new(0),
             endpoints: Mutex::new(Arc::new(Vec::new())),
             bound: AtomicUsize::new(0),
-            waiting: AtomicUsize::new(0),
+            waiting: crate::wait::Waiters::default(),
+            made_in: uet_driver::fork::MadeIn::here(),
             sleepers: AtomicBool::new(false),
             parked,
             wake,
@@ -569,13 +574,15 @@ unsafe extern "C" fn cntr_close(fid: *mut Fid) -> c_int {
         // SAFETY: called through the fid's own ops.
         let c = unsafe { cntr_ref(fid, CALL) }?;
         {
-            // Under the lock endpoints take to bind.
-            let _eps = c.lock();
+            // Under the lock endpoints take to bind, as a CQ's close takes it (in a process
+            // forked from the counter's, only if it is free, and with the parent's waiting
+            // threads not counted).
+            let _eps = c.made_in.lock(&c.endpoints);
             crate::wait::refuse_close_in_use(
                 CALL,
                 "counter",
                 c.bound.load(Ordering::Acquire),
-                c.waiting.load(Ordering::Acquire),
+                c.waiting.here(),
                 "fi_cntr_wait",
             )?;
         }

@@ -66,7 +66,9 @@
 //!   completion waits for the mutex, and the read path takes nothing more while no one
 //!   waits. `fi_close` ends the thread and destroys the mutex and condition.
 //! * `fi_close`: `-FI_EBUSY` while endpoints are bound, or while a thread waits in
-//!   `fi_cq_sread` (which would wake in a freed CQ): `fi_cq_signal` ends its wait.
+//!   `fi_cq_sread` (which would wake in a freed CQ): `fi_cq_signal` ends its wait. In a
+//!   process forked from the one that opened the CQ, the parent's threads that waited at the
+//!   fork are not its own and do not count, nor does a lock one of them held then.
 
 use crate::abi::*;
 use crate::ep::{Arm, EpShared};
@@ -126,7 +128,10 @@ pub struct UetCq {
     /// Endpoints bound to the CQ (`fi_close` is `FI_EBUSY` while any are).
     pub(crate) bound: AtomicUsize,
     /// Threads in `fi_cq_sread` (`fi_close` is `FI_EBUSY` while any are).
-    waiting: AtomicUsize,
+    waiting: crate::wait::Waiters,
+    /// The process that opened it: in one forked from it, its lock may be held by a thread
+    /// that is not there ([`uet_driver::fork`]).
+    made_in: uet_driver::fork::MadeIn,
     /// A waiter armed the rings and may be asleep: the next completion queued writes `wake`
     /// ([`UetCq::push`]).
     sleepers: AtomicBool,
@@ -413,7 +418,8 @@ pub(crate) unsafe extern "C" fn domain_cq_open(
             signaled: AtomicBool::new(false),
             signals: AtomicU64::new(0),
             bound: AtomicUsize::new(0),
-            waiting: AtomicUsize::new(0),
+            waiting: crate::wait::Waiters::default(),
+            made_in: uet_driver::fork::MadeIn::here(),
             sleepers: AtomicBool::new(false),
             parked,
             wake,
@@ -438,13 +444,16 @@ unsafe extern "C" fn cq_close(fid: *mut Fid) -> c_int {
         // SAFETY: called through the fid's own ops.
         let q = unsafe { cq_ref(fid, CALL) }?;
         {
-            // Under the lock endpoints take to bind.
-            let _inner = q.lock();
+            // Under the lock endpoints take to bind; in a process forked from the CQ's, only
+            // if it is free: one a thread of the parent held at the fork stays held, none of
+            // the child's being there to let it go. The parent's threads waiting then are
+            // not counted either ([`crate::wait::Waiters`]).
+            let _inner = q.made_in.lock(&q.inner);
             crate::wait::refuse_close_in_use(
                 CALL,
                 "CQ",
                 q.bound.load(Ordering::Acquire),
-                q.waiting.load(Ordering::Acquire),
+                q.waiting.here(),
                 "fi_cq_sread (fi_cq_signal)",
             )?;
         }
@@ -553,14 +562,14 @@ struct Waiting<'a>(&'a UetCq);
 
 impl<'a> Waiting<'a> {
     fn enter(q: &'a UetCq) -> Self {
-        q.waiting.fetch_add(1, Ordering::AcqRel);
+        q.waiting.enter();
         Waiting(q)
     }
 }
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+        self.0.waiting.leave();
     }
 }
 
@@ -1133,7 +1142,8 @@ mod tests {
             signaled: AtomicBool::new(false),
             signals: AtomicU64::new(0),
             bound: AtomicUsize::new(0),
-            waiting: AtomicUsize::new(0),
+            waiting: crate::wait::Waiters::default(),
+            made_in: uet_driver::fork::MadeIn::here(),
             sleepers: AtomicBool::new(false),
             parked: Sleepers::new(),
             wake: Some(EventFd::new(EFD_NONBLOCK | EFD_CLOEXEC).unwrap()),
@@ -1169,7 +1179,7 @@ mod tests {
             let _ = done.send((r, Instant::now()));
         });
         let entered = Instant::now();
-        while cq.waiting.load(Ordering::Acquire) == 0 {
+        while cq.waiting.here() == 0 {
             assert!(
                 entered.elapsed() < Duration::from_secs(10),
                 "the waiter never came"

@@ -36,6 +36,7 @@ use crate::null;
 use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_void};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use uet_av::{FiErrno, FiError};
@@ -230,6 +231,51 @@ pub(crate) fn unserved(call: &str, objects: &str, wait_obj: c_int) -> FiError {
             ),
         ),
         other => FiError::inval(format!("{call}: wait_obj {other} is no fi_wait_obj")),
+    }
+}
+
+/// The threads waiting on a CQ or counter (`fi_cq_sread`, `fi_cntr_wait`), of this process:
+/// a process forked while threads of its parent waited has none of those threads, which will
+/// never return in it to be counted out, and its own are counted from none. One word: the
+/// fork generation ([`uet_driver::fork::MadeIn::generation`]) in the high 32 bits, the
+/// count in the low 32.
+#[derive(Debug, Default)]
+pub(crate) struct Waiters(AtomicU64);
+
+impl Waiters {
+    /// This process's generation, as the word holds it.
+    fn generation() -> u64 {
+        uet_driver::fork::MadeIn::here().generation() & u64::from(u32::MAX)
+    }
+
+    /// A thread of this process starts waiting.
+    pub(crate) fn enter(&self) {
+        let now = Self::generation();
+        let _ = self
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                Some(if w >> 32 == now { w + 1 } else { now << 32 | 1 })
+            });
+    }
+
+    /// A thread of this process that [`Waiters::enter`]ed returns.
+    pub(crate) fn leave(&self) {
+        let now = Self::generation();
+        let _ = self
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                (w >> 32 == now && w & u64::from(u32::MAX) > 0).then(|| w - 1)
+            });
+    }
+
+    /// Threads of this process waiting now.
+    pub(crate) fn here(&self) -> usize {
+        let w = self.0.load(Ordering::Acquire);
+        if w >> 32 == Self::generation() {
+            (w & u64::from(u32::MAX)) as usize
+        } else {
+            0
+        }
     }
 }
 
@@ -612,6 +658,39 @@ mod tests {
         };
         // SAFETY: one valid pollfd, for the call only.
         unsafe { libc::poll(&mut p, 1, 0) == 1 }
+    }
+
+    /// Waiters counted in a parent are none of a child forked from it, which counts its own
+    /// from none; the parent's count goes on as it was, and never below none.
+    #[test]
+    fn a_forked_child_counts_none_of_its_parents_waiters() {
+        let w = Waiters::default();
+        w.enter();
+        w.enter();
+        w.leave();
+        assert_eq!(w.here(), 1);
+        // SAFETY: the child only reads and changes the counter, then ends with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            let none = w.here() == 0;
+            w.enter();
+            let own = w.here() == 1;
+            w.leave();
+            w.leave();
+            let code = if none && own && w.here() == 0 { 0 } else { 2 };
+            // SAFETY: ends the forked child at once, running nothing more of the parent's.
+            unsafe { libc::_exit(code) };
+        }
+        assert_eq!(
+            uet_tests::wait_child(pid, std::time::Duration::from_secs(10)),
+            Some(0),
+            "the child counted its own waiters only"
+        );
+        assert_eq!(w.here(), 1);
+        w.leave();
+        w.leave();
+        assert_eq!(w.here(), 0);
     }
 
     /// A process forked while the thread of a wait object ran has no such thread: its copy,

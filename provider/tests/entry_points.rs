@@ -11668,6 +11668,56 @@ fn a_forked_child_closing_its_copies_of_the_providers_objects_leaves_the_parents
     }
 }
 
+/// A thread of the parent waiting in `fi_cq_sread` at the fork is no thread of the child:
+/// the child's `fi_close` of its copy of that CQ (after its endpoints') succeeds, where it was
+/// `FI_EBUSY` for good for a waiter that will never return in the child; and the parent's
+/// waiter still takes its message. (On its own process: its NIC is served from it.)
+#[test]
+fn a_forked_child_closes_a_cq_a_thread_of_its_parent_waited_on_at_the_fork() {
+    const NAME: &str = "a_forked_child_closes_a_cq_a_thread_of_its_parent_waited_on_at_the_fork";
+    if !common::in_own_process(NAME) {
+        return;
+    }
+    let _nic = ServedNic::serve("uet-fork-waiter", uet_regs::INTERFACE_MINOR);
+    let pair = Pair::new(0);
+    let mut buf = [0u8; 16];
+    // SAFETY: an open endpoint; `buf` outlives the receive, completed below.
+    assert_eq!(unsafe { pair.post_recv(1, &mut buf, 7) }, 0);
+    let cq = Shared(pair.p[1].cq);
+    let waiter = std::thread::spawn(move || {
+        // SAFETY: a plain-data structure.
+        let mut e: FiCqTaggedEntry = unsafe { core::mem::zeroed() };
+        let cq = cq.get();
+        // SAFETY: an open CQ (closed after this thread is joined); room for one entry.
+        let ret = unsafe { ((*(*cq).ops).sread)(cq, (&raw mut e).cast(), 1, null(), 20_000) };
+        (ret, e.op_context as usize)
+    });
+    // Time for the waiter to be in its wait.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // SAFETY: the child only closes its copies of the objects, then ends with _exit; the
+    // test runs alone in its process.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        let closed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // SAFETY: moves the pair out of the parent's frame into this child's drop, once;
+            // the parent's `pair` is never used in the child after. Its drop asserts that
+            // every close returned 0.
+            drop(unsafe { core::ptr::read(&pair) });
+        }));
+        // SAFETY: ends the forked child at once, running nothing more of the parent's.
+        unsafe { libc::_exit(if closed.is_ok() { 0 } else { 3 }) };
+    }
+    assert_eq!(
+        uet_tests::wait_child(pid, std::time::Duration::from_secs(20)),
+        Some(0),
+        "the child closed its copies, the waited-on CQ among them"
+    );
+    assert_eq!(pair.send(0, b"message", 9), 0);
+    assert_eq!(waiter.join().expect("the waiter"), (1, 7));
+    assert_eq!(&buf[..7], b"message");
+}
+
 /// After its NIC stops (here its function is reset under the provider), what runs on it
 /// fails; once the application has closed every object of it, a new fabric, domain and
 /// endpoints run on the NIC brought up again, as an application that recovers from the
