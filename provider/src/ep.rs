@@ -148,9 +148,11 @@
 //! * `fi_cancel` withdraws a posted receive, untagged or tagged, by its `op_context` (host
 //!   interface 1.14's RECV_CANCEL): it completes in the receive CQ as an `FI_ECANCELED`
 //!   error entry (a tagged one with the tag it was posted with, `len` 0; a multi-receive
-//!   buffer's with `FI_MULTI_RECV`). A NIC older than host interface 1.19 does not withdraw
-//!   a multi-receive buffer (`-FI_ENOENT`): it is released as messages fill it. Sends are not
-//!   cancelled (`-FI_ENOENT`): they complete on their own.
+//!   buffer's with `FI_MULTI_RECV`). A multi-receive buffer a message is arriving into is
+//!   withdrawn once that message is in (`fi_cancel` returns 0: the message completes, then
+//!   the release), as fi_endpoint(3) lets a cancel complete later. A NIC older than host
+//!   interface 1.19 does not withdraw a multi-receive buffer (`-FI_ENOENT`): it is released
+//!   as messages fill it. Sends are not cancelled (`-FI_ENOENT`): they complete on their own.
 //!
 //! * Multi-receive buffers (fi_msg(3) `FI_MULTI_RECV`, a receive capability `fi_getinfo`
 //!   answers): `fi_recvmsg` with the flag, or `fi_recv` and `fi_recvv` on an endpoint whose
@@ -312,6 +314,9 @@ enum Posted {
         /// A multi-receive buffer (`FI_MULTI_RECV`): `iov` is its one buffer, each message
         /// completes at its offset, and the operation is held until the NIC releases it.
         multi: bool,
+        /// A multi-receive buffer `fi_cancel` found a message arriving into: withdrawn once
+        /// that message is in ([`EpState::withdraw_cancelled`]).
+        cancelled: bool,
     },
     /// An operation of a context that has closed: its completion is read off the ring and
     /// reported nowhere, counted nowhere (a context opened again on its index gets none of
@@ -397,6 +402,9 @@ struct EpState {
     /// Its receives report their source to `fi_cq_readfrom`: it was opened with the
     /// `FI_SOURCE` capability, without which fi_cq(3) has the source `FI_ADDR_NOTAVAIL`.
     sources: bool,
+    /// A multi-receive buffer `fi_cancel` found a message arriving into waits to be withdrawn
+    /// ([`EpState::withdraw_cancelled`]).
+    cancels_due: bool,
     /// Claims the NIC holds for the receives of this ring set: `FI_PEEK | FI_CLAIM` probes
     /// reported, whose message no `FI_CLAIM` receive or discard has completed for yet. A
     /// receive context's close drops their messages ([`EpState::discard_claims`]).
@@ -469,6 +477,7 @@ impl EpShared {
                 injects: 0,
                 connected_kind,
                 sources: sources && !connected_kind,
+                cancels_due: false,
                 claims: Vec::new(),
                 min_multi_recv: None,
                 cancels_multi_recv: false,
@@ -725,7 +734,44 @@ impl EpState {
             self.flush_receives();
         }
         self.drain_ring();
+        self.withdraw_cancelled();
         self.post_retries();
+    }
+
+    /// Withdraw the multi-receive buffers `fi_cancel` found a message arriving into
+    /// ([`EpState::cancel`]), which stay posted once that message is in: each completes as
+    /// its `FI_ECANCELED` release, read off the ring here. One another message is arriving
+    /// into, or that the full completion ring holds back, is tried again at the next read;
+    /// one the NIC released meanwhile (a message filled it) has completed on its own.
+    fn withdraw_cancelled(&mut self) {
+        if !self.cancels_due {
+            return;
+        }
+        let mut left = false;
+        let mut withdrawn = false;
+        for (slot, op) in self.posted.iter_mut().enumerate() {
+            let Some(Posted::Recv {
+                cancelled: cancelled @ true,
+                ..
+            }) = op
+            else {
+                continue;
+            };
+            let Some(driver) = self.driver.as_mut() else {
+                return;
+            };
+            match driver.cancel_recv(slot as u64 + 1).map_err(|e| e.errno()) {
+                Err(FiErrno::FI_EBUSY | FiErrno::FI_EAGAIN) => left = true,
+                r => {
+                    withdrawn |= r.is_ok();
+                    *cancelled = false;
+                }
+            }
+        }
+        self.cancels_due = left;
+        if withdrawn {
+            self.drain_ring();
+        }
     }
 
     /// Keep `ev` for another try when it is a send its target refused for want of a receive
@@ -1307,22 +1353,42 @@ impl EpState {
                 Some(Posted::Recv {
                     context: c,
                     matching,
+                    multi,
                     ..
-                }) if *c == context => Some((slot as u64 + 1, *matching)),
+                }) if *c == context => Some((slot as u64 + 1, *matching, *multi)),
                 _ => None,
             });
-        for (token, matching) in receives {
+        // A multi-receive buffer a message is arriving into stays posted once the message is
+        // in: it is the one cancelled, after that message, if no other receive is.
+        let mut arriving = None;
+        for (token, matching, multi) in receives {
             let r = match matching {
                 Matching::Untagged => driver.cancel_recv(token),
                 Matching::Tagged { .. } => driver.cancel_trecv(token),
             };
             match r.map_err(|e| (e.errno(), e)) {
                 Ok(()) => return Ok(()),
+                Err((FiErrno::FI_EBUSY, _))
+                    if multi && self.cancels_multi_recv && arriving.is_none() =>
+                {
+                    arriving = Some(token);
+                }
                 // Taken by a message already, or one that completes on its own: try another
                 // receive with the context, if any.
                 Err((FiErrno::FI_ENOENT | FiErrno::FI_EBUSY, _)) => {}
                 Err((_, e)) => return Err(driver_error(call, &e)),
             }
+        }
+        let slot = arriving
+            .and_then(|token| token.checked_sub(1))
+            .and_then(|s| usize::try_from(s).ok());
+        if let Some(Some(Posted::Recv { cancelled, .. })) =
+            slot.and_then(|s| self.posted.get_mut(s))
+        {
+            // fi_endpoint(3): the cancel completes asynchronously, within a bounded time.
+            *cancelled = true;
+            self.cancels_due = true;
+            return Ok(());
         }
         Err(FiError::new(
             FiErrno::FI_ENOENT,
@@ -2274,10 +2340,12 @@ pub(crate) fn message_buffers(
 /// yet taken by a message is withdrawn on the NIC; its completion then reaches the receive
 /// CQ as an error entry (`FI_ECANCELED`, the context, `FI_RECV` with `FI_MSG` or `FI_TAGGED`
 /// and a tagged receive's tag, `len` 0, the buffer untouched) and a bound
-/// receive counter counts an error. `-FI_ENOENT` when no such receive is posted: never
-/// posted, already completed (its completion is or will be in the CQ), one a message is
-/// arriving into, a multi-receive buffer on a NIC older than host interface 1.19 (each
-/// completes on its own), a send's context
+/// receive counter counts an error. A multi-receive buffer a message is arriving into stays
+/// posted after that message: it is withdrawn once the message is in, at a read of the
+/// endpoint's CQ or counter (0; the message's completion comes first). `-FI_ENOENT` when no
+/// such receive is posted: never posted, already completed (its completion is or will be in
+/// the CQ), one a message is arriving into, a multi-receive buffer on a NIC older than host
+/// interface 1.19 (each completes on its own), a send's context
 /// (sends are not cancelled), or a NULL context (an operation posted without a context is
 /// not cancelled, as fi_endpoint(3) has it). `-FI_EAGAIN` while the endpoint's completion ring is full (read
 /// the CQ and retry); `-FI_ENOSYS` on a NIC older than host interface 1.14.
@@ -2824,6 +2892,7 @@ fn recv_multi(
         probe: false,
         claim: None,
         multi: true,
+        cancelled: false,
     });
     let Some(driver) = st.driver.as_mut() else {
         st.take(token);
@@ -2921,6 +2990,7 @@ fn recv_as(
             _ => None,
         },
         multi: false,
+        cancelled: false,
     });
     let Some(driver) = st.driver.as_mut() else {
         st.take(token);
@@ -3705,6 +3775,7 @@ mod tests {
             probe: false,
             claim: None,
             multi: false,
+            cancelled: false,
         });
         // The transmit context closes: its send is left to the ring set, the receive
         // context's receive is not.
@@ -3754,6 +3825,7 @@ mod tests {
                 probe: matches!(claim, Claim::Makes(_)),
                 claim: Some(claim),
                 multi: false,
+                cancelled: false,
             })
         };
         let none = recv(&mut st, Claim::Makes(0xC1));

@@ -11618,6 +11618,58 @@ fn a_multi_receive_buffer_a_message_was_arriving_into_at_shutdown_is_withdrawn_a
     assert_ne!(e.flags & FI_MULTI_RECV, 0, "released: flags {:#x}", e.flags);
 }
 
+/// fi_endpoint(3): `fi_cancel` of an operation still pending completes it as cancelled,
+/// asynchronously. A multi-receive buffer a message is arriving into stays posted once the
+/// message is in: `fi_cancel` returns 0, the message completes, then the buffer's
+/// `FI_ECANCELED` release with `FI_MULTI_RECV` hands it back, rather than `-FI_ENOENT` with
+/// the buffer left posted. (On its own process: the provider's NIC is served from it, on a
+/// fabric that holds the message's packets after the first back until the cancel is made.)
+#[test]
+fn fi_cancel_of_a_multi_receive_buffer_a_message_is_arriving_into_withdraws_it_after_it() {
+    const NAME: &str =
+        "fi_cancel_of_a_multi_receive_buffer_a_message_is_arriving_into_withdraws_it_after_it";
+    if !common::in_own_process(NAME) {
+        return;
+    }
+    let nic = ServedNic::serve("uet-mrecv-cancel-arriving", uet_regs::INTERFACE_MINOR);
+    let pair = Pair::new(0);
+    assert_eq!(setopt_size(pair.p[1].ep, 0, 64, 8), 0);
+    let mut buf = vec![0u8; 64 * 1024];
+    // SAFETY: `buf` outlives the receive, whose completions are read below.
+    assert_eq!(
+        unsafe { recvmsg_one(&pair, 1, &mut buf, FI_MULTI_RECV, 0xB1) },
+        0
+    );
+    // The message's first packet passes; from its second packet on, every frame is held.
+    let mut packets = 0;
+    nic.fabric.hold_frames(move |f| {
+        packets += usize::from(f.len() > 1024);
+        packets > 1
+    });
+    let message = patterned(20_000, 5);
+    assert_eq!(pair.send(0, &message, 9), 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while nic.fabric.held_frames() == 0 {
+        assert!(std::time::Instant::now() < deadline, "the message part-way");
+        std::thread::yield_now();
+    }
+    assert_eq!(cancel(pair.p[1].ep, 0xB1), 0, "the buffer is pending");
+    assert!(nic.fabric.release_held() > 0);
+    let e = pair.wait(1).expect("the message");
+    assert_eq!((e.op_context as usize, e.len), (0xB1, message.len()));
+    assert_eq!(e.flags & FI_MULTI_RECV, 0, "not the release");
+    assert!(buf[..message.len()] == message[..]);
+    assert_eq!(pair.wait(1).err(), Some(neg(FiErrno::FI_EAVAIL)));
+    let e = pair.readerr(1).expect("the withdrawn buffer");
+    assert_eq!(
+        (e.err, e.op_context as usize, e.len),
+        (FiErrno::FI_ECANCELED.get() as c_int, 0xB1, 0)
+    );
+    assert_ne!(e.flags & FI_MULTI_RECV, 0, "released: flags {:#x}", e.flags);
+    assert_eq!(cancel(pair.p[1].ep, 0xB1), neg(FiErrno::FI_ENOENT));
+    assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(9));
+}
+
 /// A process forked from one that runs the provider, closing its copies of the provider's
 /// objects and then the provider (as an `exit` that runs libfabric's cleanup does), leaves
 /// the parent's NIC alone: the parent's endpoints, AV and CQs carry on. (On its own process:
