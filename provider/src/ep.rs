@@ -739,10 +739,12 @@ impl EpState {
     }
 
     /// Withdraw the multi-receive buffers `fi_cancel` found a message arriving into
-    /// ([`EpState::cancel`]), which stay posted once that message is in: each completes as
-    /// its `FI_ECANCELED` release, read off the ring here. One another message is arriving
-    /// into, or that the full completion ring holds back, is tried again at the next read;
-    /// one the NIC released meanwhile (a message filled it) has completed on its own.
+    /// ([`EpState::cancel`]), and those of closed receive contexts a message was arriving
+    /// into at the close ([`EpState::cancel_orphan_receives`]), which stay posted once that
+    /// message is in: each completes as its `FI_ECANCELED` release (reported nowhere for a
+    /// closed context's), read off the ring here. One another message is arriving into, or
+    /// that the full completion ring holds back, is tried again at the next read; one the
+    /// NIC released meanwhile (a message filled it) has completed on its own.
     fn withdraw_cancelled(&mut self) {
         if !self.cancels_due {
             return;
@@ -750,12 +752,17 @@ impl EpState {
         let mut left = false;
         let mut withdrawn = false;
         for (slot, op) in self.posted.iter_mut().enumerate() {
-            let Some(Posted::Recv {
-                cancelled: cancelled @ true,
-                ..
-            }) = op
-            else {
-                continue;
+            let cancelled = match op {
+                Some(Posted::Recv {
+                    cancelled: cancelled @ true,
+                    ..
+                }) => Some(cancelled),
+                Some(Posted::Orphan {
+                    recv: Some(_),
+                    multi: true,
+                    ..
+                }) => None,
+                _ => continue,
             };
             let Some(driver) = self.driver.as_mut() else {
                 return;
@@ -764,7 +771,9 @@ impl EpState {
                 Err(FiErrno::FI_EBUSY | FiErrno::FI_EAGAIN) => left = true,
                 r => {
                     withdrawn |= r.is_ok();
-                    *cancelled = false;
+                    if let Some(cancelled) = cancelled {
+                        *cancelled = false;
+                    }
                 }
             }
         }
@@ -1419,7 +1428,9 @@ impl EpState {
     /// Withdraw the receives of closed contexts still posted on the NIC (RECV_CANCEL), so
     /// that no message lands in one: each completes cancelled, read off the ring here and
     /// reported nowhere. A receive a message is arriving into is not withdrawn: it completes
-    /// on its own, reported nowhere too. `Err` (the driver's `FI_ENOSYS`) when the NIC
+    /// on its own, reported nowhere too; a multi-receive buffer, which stays posted after
+    /// that message, is withdrawn at the read after it ([`EpState::withdraw_cancelled`]).
+    /// `Err` (the driver's `FI_ENOSYS`) when the NIC
     /// cannot cancel receives (older than host interface 1.14): they stay posted, and a
     /// message that takes one is read off the ring and discarded.
     fn cancel_orphan_receives(&mut self) -> Result<(), DriverError> {
@@ -1449,6 +1460,22 @@ impl EpState {
             }
         }
         self.drain_ring();
+        // A multi-receive buffer a message is arriving into stays posted once the message is
+        // in: messages sent to the closed index would land in it and be discarded.
+        if self.cancels_multi_recv
+            && self.posted.iter().flatten().any(|op| {
+                matches!(
+                    op,
+                    Posted::Orphan {
+                        recv: Some(_),
+                        multi: true,
+                        ..
+                    }
+                )
+            })
+        {
+            self.cancels_due = true;
+        }
         Ok(())
     }
 

@@ -11670,6 +11670,75 @@ fn fi_cancel_of_a_multi_receive_buffer_a_message_is_arriving_into_withdraws_it_a
     assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(9));
 }
 
+/// A receive context's `fi_close` withdraws its receives, so that a message sent to its
+/// index while it is closed waits on the unexpected list for a context opened again there.
+/// A multi-receive buffer a message was arriving into at the close stays posted after that
+/// message: it is withdrawn at the read after it (here the transmit context's), and the next
+/// message sent to the index reaches the context opened again, rather than landing in the
+/// closed context's buffer and being discarded. (On its own process: the provider's NIC is
+/// served from it, on a fabric that holds the message's packets after the first back until
+/// the close is done.)
+#[test]
+fn a_closed_receive_contexts_multi_receive_buffer_a_message_was_arriving_into_is_withdrawn_after_it(
+) {
+    const NAME: &str = "a_closed_receive_contexts_multi_receive_buffer_a_message_was_arriving_into_is_withdrawn_after_it";
+    if !common::in_own_process(NAME) {
+        return;
+    }
+    let nic = ServedNic::serve("uet-mrecv-closed-arriving", uet_regs::INTERFACE_MINOR);
+    let open = Open::with_hints(&sep_hints(1, 1));
+    let (av, cq_t, cq_r, sep, t0, r0) = one_context_each(&open);
+    let me = insert(av, &name_of(sep.cast()));
+    assert_eq!(setopt_size(r0, 0, 64, 8), 0);
+    let mut buf = vec![0xaau8; 64 * 1024];
+    // SAFETY: an open receive context; `buf` outlives the scalable endpoint.
+    assert_eq!(unsafe { recvmsg_on(r0, &mut buf, FI_MULTI_RECV, 9) }, 0);
+    // The message's first packet passes; from its second packet on, every frame is held.
+    let mut packets = 0;
+    nic.fabric.hold_frames(move |f| {
+        packets += usize::from(f.len() > 1024);
+        packets > 1
+    });
+    assert_eq!(send_to(t0, &patterned(20_000, 7), me, 1), 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while nic.fabric.held_frames() == 0 {
+        assert!(std::time::Instant::now() < deadline, "the message part-way");
+        std::thread::yield_now();
+    }
+    // SAFETY: an open context, closed once.
+    assert_eq!(unsafe { close(&mut (*r0).fid) }, 0);
+    assert!(nic.fabric.release_held() > 0);
+    let e = cq_wait(cq_t).expect("the message arriving at the close is in");
+    assert_eq!(e.op_context as usize, 1);
+    assert_eq!(send_to(t0, b"after the close", me, 2), 0);
+    let e = cq_wait(cq_t).expect("the send completes: its message waits unexpected");
+    assert_eq!(e.op_context as usize, 2);
+    let r0 = context(sep, false, 0).expect("receive context 0 opened again");
+    let cq_new = open.cq_open(FI_CQ_FORMAT_TAGGED, FI_WAIT_UNSPEC);
+    // SAFETY: open objects.
+    unsafe { assert_eq!(bind(&mut (*r0).fid, &mut (*cq_new).fid, FI_RECV), 0) };
+    assert_eq!(enable(r0), 0);
+    let mut new_buf = [0u8; 32];
+    // SAFETY: `new_buf` outlives the receive's completion, read below.
+    unsafe { assert_eq!(post(r0, &mut new_buf, None, 11), 0) };
+    let e = cq_wait(cq_new).expect("the message sent while the index was closed");
+    assert_eq!((e.op_context as usize, e.len), (11, 15));
+    assert_eq!(&new_buf[..15], b"after the close");
+    assert_eq!(cq_read(cq_r).err(), Some(neg(FiErrno::FI_EAGAIN)));
+    // SAFETY: open objects, each closed once, contexts first.
+    unsafe {
+        close_all(&[
+            &mut (*t0).fid,
+            &mut (*r0).fid,
+            &mut (*sep).fid,
+            &mut (*cq_t).fid,
+            &mut (*cq_r).fid,
+            &mut (*cq_new).fid,
+            &mut (*av).fid,
+        ]);
+    }
+}
+
 /// A process forked from one that runs the provider, closing its copies of the provider's
 /// objects and then the provider (as an `exit` that runs libfabric's cleanup does), leaves
 /// the parent's NIC alone: the parent's endpoints, AV and CQs carry on. (On its own process:
