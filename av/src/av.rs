@@ -1616,16 +1616,15 @@ impl<N: NicAvTable> AddressVector<N> {
                 let stored = if self.pending.try_reserve(1).is_err() {
                     Err(())
                 } else if piece >= 2 {
-                    self.ranges
-                        .insert(Range {
-                            first: at,
-                            count: piece,
-                            svc,
-                            offset: member,
-                            base,
-                            live: piece,
-                        })
-                        .map_err(|_| ())
+                    self.ranges.insert(Range {
+                        first: at,
+                        count: piece,
+                        svc,
+                        offset: member,
+                        base,
+                        live: piece,
+                    });
+                    Ok(())
                 } else {
                     match base.symmetric_member(svc, member).map(|a| a.to_bytes()) {
                         Some(Ok(bytes)) => self
@@ -1806,10 +1805,7 @@ impl<N: NicAvTable> AddressVector<N> {
                 None => break,
             }
         }
-        let overlaps = self.ranges.iter().any(|r| {
-            u64::from(r.first) < end && u64::from(first) < u64::from(r.first) + u64::from(r.count)
-        });
-        if overlaps {
+        if self.ranges.meets(first, end) {
             return refuse(format!("indices {first}..{end} meet the span of a range"));
         }
         if let Some(used) = (first..first + count).find(|&i| self.alloc.is_allocated(i)) {
@@ -1829,12 +1825,7 @@ impl<N: NicAvTable> AddressVector<N> {
             base,
             live: count,
         };
-        if self.ranges.insert(range).is_err() {
-            return Err(FiError::new(
-                FiErrno::FI_ENOMEM,
-                "insert_range_at: no memory",
-            ));
-        }
+        self.ranges.insert(range);
         for i in first..first + count {
             // Cannot fail: every index was checked free and lies in the table.
             let _ = self.alloc.alloc_at(i);

@@ -20,7 +20,7 @@ pub mod templates;
 pub mod whole;
 
 use memmap2::{Advice, MmapMut, MmapOptions};
-use std::collections::TryReserveError;
+use std::collections::BTreeMap;
 use uet_fwif::{NicAvEntry, UetAddress};
 
 pub use templates::Slot;
@@ -372,82 +372,98 @@ impl Range {
     }
 }
 
-/// The mirror's ranges, sorted by first index, never overlapping.
+/// The mirror's ranges, by first index, never overlapping. A B-tree: an AV of many small
+/// ranges (one `fi_av_insertsym` per node) adds, finds and drops each in logarithmic time,
+/// where a sorted list moved every later range along at each one added before them or gone
+/// (quadratic in the ranges when all were removed in index order).
 #[derive(Debug, Default)]
 pub struct Ranges {
-    list: Vec<Range>,
+    map: BTreeMap<u32, Range>,
 }
 
 impl Ranges {
+    /// Entries a node of the standard library's B-tree holds at most, and at least (but the
+    /// root): what [`Ranges::heap_bytes`] counts with.
+    const NODE_CAPACITY: usize = 11;
+    const NODE_FILL_MIN: usize = 5;
+
     /// Number of ranges.
     pub fn len(&self) -> usize {
-        self.list.len()
+        self.map.len()
     }
 
     /// No ranges.
     pub fn is_empty(&self) -> bool {
-        self.list.is_empty()
-    }
-
-    fn position(&self, index: u32) -> Option<usize> {
-        let k = self
-            .list
-            .partition_point(|r| r.first <= index)
-            .checked_sub(1)?;
-        self.list.get(k)?.covers(index).then_some(k)
+        self.map.is_empty()
     }
 
     /// The range covering `index`.
     #[inline]
     pub fn covering(&self, index: u32) -> Option<&Range> {
-        if self.list.is_empty() {
+        if self.map.is_empty() {
             return None;
         }
-        self.list.get(self.position(index)?)
+        let (_, r) = self.map.range(..=index).next_back()?;
+        r.covers(index).then_some(r)
     }
 
     /// The range that starts at `first`.
     pub fn starting_at(&self, first: u32) -> Option<&Range> {
-        self.covering(first).filter(|r| r.first == first)
+        self.map.get(&first)
+    }
+
+    /// Whether a range covers any index of `first..end`. As ranges never overlap, the last
+    /// one to start before `end` does if any does: one that starts earlier ends before it.
+    pub fn meets(&self, first: u32, end: u64) -> bool {
+        let before_end = u32::try_from(end).map_or(u32::MAX, |e| e.saturating_sub(1));
+        if end == 0 || u64::from(first) >= end {
+            return false;
+        }
+        self.map
+            .range(..=before_end)
+            .next_back()
+            .is_some_and(|(_, r)| u64::from(r.first) + u64::from(r.count) > u64::from(first))
     }
 
     /// Add a range (its indices were allocated for it, so it overlaps nothing).
-    pub fn insert(&mut self, r: Range) -> Result<(), TryReserveError> {
-        self.list.try_reserve(1)?;
-        let k = self.list.partition_point(|x| x.first < r.first);
-        self.list.insert(k, r);
-        Ok(())
+    pub fn insert(&mut self, r: Range) {
+        self.map.insert(r.first, r);
     }
 
     /// One member of the range covering `index` was removed; the range goes with its last.
     pub fn member_removed(&mut self, index: u32) {
-        if let Some(k) = self.position(index) {
-            if let Some(r) = self.list.get_mut(k) {
-                r.live = r.live.saturating_sub(1);
-                if r.live == 0 {
-                    self.list.remove(k);
-                }
-            }
+        let Some((&first, r)) = self.map.range_mut(..=index).next_back() else {
+            return;
+        };
+        if !r.covers(index) {
+            return;
+        }
+        r.live = r.live.saturating_sub(1);
+        if r.live == 0 {
+            self.map.remove(&first);
         }
     }
 
     /// Remove the range starting at `first` whole (a batch rolled back).
     pub fn remove_at(&mut self, first: u32) -> Option<Range> {
-        let k = self.position(first)?;
-        if self.list.get(k)?.first != first {
-            return None;
-        }
-        Some(self.list.remove(k))
+        self.map.remove(&first)
     }
 
     /// Every range, ascending.
     pub fn iter(&self) -> impl Iterator<Item = &Range> + '_ {
-        self.list.iter()
+        self.map.values()
     }
 
-    /// Heap bytes held.
+    /// Heap bytes held, at most: the B-tree's nodes, each holding between
+    /// [`Ranges::NODE_FILL_MIN`] and [`Ranges::NODE_CAPACITY`] ranges (the root fewer), with
+    /// a word per entry for the links of the nodes above them.
     pub fn heap_bytes(&self) -> usize {
-        self.list.capacity() * core::mem::size_of::<Range>()
+        if self.map.is_empty() {
+            return 0;
+        }
+        let nodes = self.map.len().div_ceil(Self::NODE_FILL_MIN);
+        let entry = core::mem::size_of::<u32>() + core::mem::size_of::<Range>();
+        nodes * Self::NODE_CAPACITY * (entry + core::mem::size_of::<usize>())
     }
 }
 
@@ -633,8 +649,7 @@ mod tests {
             offset: 0,
             base,
             live: 4,
-        })
-        .unwrap();
+        });
         r.insert(Range {
             first: 10,
             count: 2,
@@ -642,9 +657,15 @@ mod tests {
             offset: 4,
             base,
             live: 2,
-        })
-        .unwrap();
+        });
         assert_eq!(r.covering(11).unwrap().first, 10);
+        // Whether a span meets a range: the ranges' ends, and spans on either side.
+        assert!(r.meets(11, 12) && r.meets(0, 11) && r.meets(103, 200) && r.meets(0, 200));
+        assert!(!r.meets(12, 100) && !r.meets(0, 10) && !r.meets(104, u64::MAX));
+        assert!(
+            !r.meets(50, 50) && !r.meets(60, 0),
+            "empty spans meet nothing"
+        );
         assert!(r.covering(12).is_none() && r.covering(99).is_none());
         let m = r.covering(103).unwrap().member(103).unwrap();
         assert_eq!(m.fabric_addr.to_string(), "10.0.0.2");

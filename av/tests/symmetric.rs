@@ -273,3 +273,77 @@ fn a_per_insert_user_id_leaves_symmetric_inserts_stored_as_ranges() {
     assert!(av.verify_nic().unwrap().is_empty());
     common::assert_in_step(&av);
 }
+
+/// Many small ranges (one `fi_av_insertsym` per node, as an application adding nodes one by
+/// one does) are each found, stored and dropped on their own: lookups give each member, a
+/// removed member leaves a hole in its range, a range goes with its last member whichever
+/// order they go in (index order, the reverse, or from the middle), and the mirror and the
+/// NIC agree throughout. (The mirror keeps them in a B-tree: a sorted list moved every later
+/// range at each one dropped, quadratic over all of them.)
+#[test]
+fn many_small_ranges_are_each_added_found_and_dropped_on_their_own() {
+    const NODES: u32 = 1500;
+    const SVC: usize = 4;
+    let mut av = open(1 << 16);
+    let empty_bytes = av.host_bytes();
+    let mut members = Vec::new();
+    for n in 0..NODES {
+        let node = format!("10.{}.{}.1", 20 + n / 256, n % 256);
+        let mut out = [0u64; SVC];
+        let added = av
+            .insertsym(
+                &node,
+                1,
+                "2?ri=1+4&init=0x100",
+                SVC,
+                Some(&mut out),
+                0,
+                None,
+            )
+            .expect("insertsym");
+        assert_eq!(added, SVC);
+        members.push(out);
+    }
+    assert_eq!(av.ranges().count(), NODES as usize);
+    for (n, out) in members.iter().enumerate().step_by(97) {
+        let a = lookup(&av, out[SVC - 1]);
+        let want = format!("10.{}.{}.1", 20 + n / 256, n % 256);
+        assert_eq!(
+            (a.fabric_addr.to_string(), a.pid_on_fep),
+            (want, 2 + SVC as u16 - 1)
+        );
+    }
+    // A member from the middle of a range: a hole, the range stays.
+    av.remove(&members[700][1..2], 0).unwrap();
+    assert_eq!(av.ranges().count(), NODES as usize);
+    let mut b = [0u8; 32];
+    let mut len = b.len();
+    assert!(av.lookup(members[700][1], &mut b, &mut len).is_err());
+    assert_eq!(lookup(&av, members[700][2]).pid_on_fep, 4);
+    // The first third in index order, the last third in reverse, then the rest.
+    let (first, rest) = members.split_at(NODES as usize / 3);
+    let (middle, last) = rest.split_at(NODES as usize / 3);
+    for out in first {
+        av.remove(out, 0).unwrap();
+    }
+    for out in last.iter().rev() {
+        av.remove(out, 0).unwrap();
+    }
+    assert_eq!(av.ranges().count(), middle.len());
+    assert!(av.verify_nic().unwrap().is_empty(), "mirror and NIC agree");
+    for out in middle {
+        let live: Vec<u64> = out
+            .iter()
+            .copied()
+            .filter(|&a| a != members[700][1])
+            .collect();
+        av.remove(&live, 0).unwrap();
+    }
+    assert_eq!(av.ranges().count(), 0);
+    assert!(av.verify_nic().unwrap().is_empty());
+    assert!(
+        av.host_bytes() <= empty_bytes + (64 << 10),
+        "{} bytes",
+        av.host_bytes()
+    );
+}
