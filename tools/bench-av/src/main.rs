@@ -67,9 +67,16 @@
 //! heap memory per member when it holds all `n` (`AvSet::heap_bytes`; the AV's is not
 //! counted). `impl=flat-slots` has no counterpart.
 //!
+//! `op=insertsym_node` and `op=remove_node` (`--ops ranges`, not in the anchor and not run by
+//! default) measure an AV of many small symmetric ranges, as an application that adds nodes
+//! one by one makes: `fi_av_insertsym` of one node of 8 services per call, each stored as a
+//! range of its own, then `fi_av_remove` of each node's 8 members per call, in index order.
+//! `ns_per_op` is per entry; flat as `n` grows, since each range is found, stored and
+//! dropped on its own.
+//!
 //! `--ops` picks the operations (`insert`, which also measures lookup and remove;
-//! `insert_batch`; `insertsym`; `source_catch_up`; `unshared`; `av_set`), the first five by
-//! default. An unreported warm-up round at 1,000 entries of each implementation comes first.
+//! `insert_batch`; `insertsym`; `source_catch_up`; `unshared`; `av_set`; `ranges`), the first
+//! five by default. An unreported warm-up round at 1,000 entries of each implementation comes first.
 //! `--rounds R` measures everything R times (a fresh AV each time) and prints the median,
 //! with `rounds=R min=<x> max=<y>` after it: on a shared 2-core machine one round can be off
 //! by a third either way.
@@ -100,7 +107,8 @@ struct Args {
     batch: usize,
     /// Operations to measure: insert (with lookup and remove), insert_batch, insertsym,
     /// source_catch_up (uet-nic only), unshared (the mirror's worst case), av_set (AV set
-    /// member insert and remove; not by default).
+    /// member insert and remove; not by default), ranges (one insertsym per node, then the
+    /// removal of each node; not by default).
     #[arg(long, value_delimiter = ',', default_values_t = ["insert".to_string(), "insert_batch".to_string(), "insertsym".to_string(), "source_catch_up".to_string(), "unshared".to_string()])]
     ops: Vec<String>,
     /// Rounds per entry count and implementation (1 to 1000); the median is printed.
@@ -138,13 +146,14 @@ struct Figure {
 const MAX_ROUNDS: usize = 1000;
 
 /// Every `--ops` value.
-const OPS: [&str; 6] = [
+const OPS: [&str; 7] = [
     "insert",
     "insert_batch",
     "insertsym",
     "source_catch_up",
     "unshared",
     "av_set",
+    "ranges",
 ];
 
 /// Every `--impl` value.
@@ -217,6 +226,9 @@ fn run<N: NicAvTable>(
     }
     if wanted("av_set") {
         av_set(n, batch, addrs, open(n)?, &mut out)?;
+    }
+    if wanted("ranges") {
+        node_ranges(n, open(n.next_multiple_of(SYM_SERVICES))?, &mut out)?;
     }
     Ok(out)
 }
@@ -529,6 +541,56 @@ fn symmetric<N: NicAvTable>(
         n: k,
         ns: sym_ns,
         bytes: av.host_bytes().saturating_sub(empty) as f64 / k.max(1) as f64,
+    });
+    Ok(())
+}
+
+/// `op=insertsym_node` and `op=remove_node`: one `fi_av_insertsym` per node of
+/// [`SYM_SERVICES`] services, then one `fi_av_remove` per node in index order (see the crate
+/// documentation).
+fn node_ranges<N: NicAvTable>(
+    n: usize,
+    mut av: AddressVector<N>,
+    out: &mut Vec<Figure>,
+) -> Result<(), String> {
+    let svc = SYM_SERVICES;
+    let nodes = n.div_ceil(svc);
+    let mut fi_addrs = vec![0u64; nodes * svc];
+    let t = Instant::now();
+    for (node, fa) in fi_addrs.chunks_mut(svc).enumerate() {
+        let ip = std::net::Ipv4Addr::from(0x0a80_0001 + node as u32);
+        let added = av
+            .insertsym(&ip.to_string(), 1, "1?ri=1+4", svc, Some(fa), 0, None)
+            .map_err(|e| e.to_string())?;
+        if added != svc {
+            return Err(format!("insertsym of node {node}: {added} of {svc}"));
+        }
+    }
+    let k = fi_addrs.len();
+    let insert_ns = t.elapsed().as_nanos() as f64 / k as f64;
+    let bytes = av.host_bytes() as f64 / k as f64;
+    if av.ranges().count() != nodes {
+        return Err(format!("{} ranges for {nodes} nodes", av.ranges().count()));
+    }
+    out.push(Figure {
+        op: "insertsym_node",
+        n: k,
+        ns: insert_ns,
+        bytes,
+    });
+    let t = Instant::now();
+    for fa in fi_addrs.chunks(svc) {
+        av.remove(fa, 0).map_err(|e| e.to_string())?;
+    }
+    let remove_ns = t.elapsed().as_nanos() as f64 / k as f64;
+    if av.ranges().count() != 0 {
+        return Err(format!("{} ranges left", av.ranges().count()));
+    }
+    out.push(Figure {
+        op: "remove_node",
+        n: k,
+        ns: remove_ns,
+        bytes,
     });
     Ok(())
 }
@@ -875,6 +937,29 @@ mod tests {
             "{:?}",
             default.ops
         );
+    }
+
+    /// `--ops ranges` inserts whole nodes one per call, each a range of its own, and removes
+    /// them all; at a count that is not a multiple of 8 the line's `n` says how many. Not
+    /// among the default operations; flat-slots has no counterpart.
+    #[test]
+    fn ranges_ops_insert_a_node_per_call_and_remove_every_node() {
+        for (imp, n, k) in [("uet-host", 1000, 1000), ("uet-nic", 1001, 1008)] {
+            let addrs: Vec<u8> = (0..n).flat_map(peer).collect();
+            let figures = measure(imp, n, &args(&["ranges"]), &addrs)
+                .unwrap_or_else(|e| panic!("{imp} n={n}: {e}"));
+            let ops: Vec<&str> = figures.iter().map(|f| f.op).collect();
+            assert_eq!(ops, ["insertsym_node", "remove_node"], "{imp} n={n}");
+            assert!(
+                figures.iter().all(|f| f.n == k && f.bytes > 0.0),
+                "{figures:?}"
+            );
+        }
+        let addrs: Vec<u8> = (0..1000).flat_map(peer).collect();
+        let flat = measure("flat-slots", 1000, &args(&["ranges"]), &addrs).unwrap();
+        assert!(flat.is_empty(), "{flat:?}");
+        let default = Args::parse_from(["bench-av"]);
+        assert!(!default.ops.iter().any(|o| o == "ranges"));
     }
 
     /// The set's removals visit every member once in the lookups' scattered order, at a
