@@ -2817,10 +2817,6 @@ impl Drop for Teardown {
                     // the endpoint's memory.
                     self.quarantine_dma_memory();
                 }
-                // ENDPOINT_DESTROY revokes the endpoint's auth-key grants.
-                for s in self.auth_slots.drain(..) {
-                    release_grant(&self.nic.auth_grants, s);
-                }
             }
             Err(e) => {
                 tracing::error!(
@@ -2829,6 +2825,14 @@ impl Drop for Teardown {
                 );
                 self.quarantine_dma_memory();
             }
+        }
+        // ENDPOINT_DESTROY revokes the endpoint's auth-key grants. One that failed or went
+        // unanswered may leave them on the NIC for now, but no endpoint of this process holds
+        // them any more: an AUTH_KEY_REMOVE, which the NIC runs after this destroy, is refused
+        // Busy by the NIC itself while a grant is left, and a count kept here would refuse
+        // the key's removal for as long as the AV lives.
+        for s in self.auth_slots.drain(..) {
+            release_grant(&self.nic.auth_grants, s);
         }
     }
 }

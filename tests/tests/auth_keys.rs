@@ -1073,3 +1073,41 @@ fn a_slot_freed_with_its_av_carries_no_grant_to_the_next_avs_key() {
         .expect("no endpoint uses the key");
     assert_eq!(other.auth_keys().count(), 0);
 }
+
+/// An endpoint granted the AV's key whose ENDPOINT_DESTROY times out and runs late: once the
+/// NIC has run it no endpoint is granted the key, and the AV removes the key; the grant the
+/// gone endpoint held is not counted for ever, refusing the removal `FI_EBUSY` while no
+/// endpoint exists.
+#[test]
+fn a_key_granted_to_an_endpoint_destroyed_late_can_be_removed() {
+    let fabric = Fabric::new();
+    let Host { nic, mut av, .. } = host(&fabric, 0, |_| {}, 0);
+    let k = av.insert_auth_key(&key(KEY_JOB), 0).unwrap();
+    let slot = av.auth_keys().next().unwrap().slot;
+    let ep = nic
+        .endpoint(
+            EndpointAttr {
+                job_id: OWN_JOB,
+                ..EndpointAttr::default()
+            },
+            Some(&av),
+        )
+        .expect("endpoint");
+    assert_eq!(ep.auth_key_slots(), &[slot]);
+    nic.set_admin_timeout(std::time::Duration::from_millis(50));
+    nic.bar0()
+        .write(uet_regs::DEV_CTRL, uet_regs::DevCtrl::new());
+    drop(ep);
+    nic.bar0().write(
+        uet_regs::DEV_CTRL,
+        uet_regs::DevCtrl::new().with_enable(true),
+    );
+    av.remove(&[k], FI_AUTH_KEY)
+        .expect("no endpoint is granted the key");
+    assert_eq!(av.auth_keys().count(), 0);
+    let mut slots = [AuthKeyEntry::default(); 1];
+    av.nic_mut()
+        .read_auth_keys(slot, &mut slots)
+        .expect("AUTH_KEY_READ");
+    assert!(!slots[0].is_valid(), "the slot is free on the NIC");
+}
