@@ -670,7 +670,16 @@ impl NicAvTable for NicAv {
                 av: self.table.handle,
                 body,
             })
-            .map_err(crate::errno::admin_to_fi)?;
+            .map_err(|e| match e {
+                // The AV checked the JobID, and the table is its own: a table the NIC does not
+                // know, or a body it does not take, is the NIC's state, not the caller's
+                // argument (FI_EINVAL), as for AUTH_KEY_REMOVE and AUTH_KEY_SOURCE.
+                DriverError::AdminStatus {
+                    status: Status::InvalidHandle | Status::InvalidField,
+                    ..
+                } => FiError::io(format!("NIC AUTH_KEY_ADD refused: {e}")),
+                e => crate::errno::admin_to_fi(e),
+            })?;
         let slot = u16::try_from(r.result0).map_err(|_| {
             FiError::io(format!(
                 "AUTH_KEY_ADD returned slot {} beyond the table",

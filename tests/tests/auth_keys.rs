@@ -1111,3 +1111,21 @@ fn a_key_granted_to_an_endpoint_destroyed_late_can_be_removed() {
         .expect("AUTH_KEY_READ");
     assert!(!slots[0].is_valid(), "the slot is free on the NIC");
 }
+
+/// A key inserted into an AV whose NIC table went behind its back (here by an AV_DESTROY of
+/// the function): AUTH_KEY_ADD is refused (InvalidHandle) and the insert fails with `FI_EIO`,
+/// the NIC refusing, as documented for `fi_av_insert_auth_key` — not `FI_EINVAL`, which names
+/// arguments of the caller's, all of them fine — and the AV holds no key.
+#[test]
+fn a_key_inserted_into_an_av_whose_table_the_nic_lost_is_an_io_error() {
+    let fabric = Fabric::new();
+    let mut h = host(&fabric, 0, |_| {}, 0);
+    h.nic
+        .admin_command(Command::AvDestroy {
+            av: h.av.nic().table().handle(),
+        })
+        .unwrap();
+    let e = h.av.insert_auth_key(&key(KEY_JOB), 0).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EIO, "{e}");
+    assert_eq!(h.av.auth_keys().count(), 0);
+}
