@@ -342,7 +342,7 @@ impl NicAv {
         let av = self.doorbell_target(OP, core::iter::once(index))?;
         let nic = &self.table.nic;
         let bar = nic.bar();
-        let mut window = nic.av_window();
+        let mut window = nic.av_window().map_err(|e| nic_error(OP, e))?;
         let last = *window;
         let before = match last {
             Some(0) => 0,
@@ -560,7 +560,7 @@ impl NicAvTable for NicAv {
             // the high half (the table) comes, so halves of two threads' doorbells that
             // interleaved would invalidate one table's entry at the other's index and drop the
             // other invalidation.
-            let _one_writer = nic.av_window();
+            let _one_writer = nic.av_window().map_err(|e| nic_error(OP, e))?;
             let bar = nic.bar();
             for &index in indices {
                 bar.write(

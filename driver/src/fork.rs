@@ -325,6 +325,53 @@ pub(crate) mod tests {
         assert!(nic.open_av(uet_av::AvAttr::default()).is_ok());
     }
 
+    /// A thread of the parent holds the AV write window at the fork (a write through it, or an
+    /// invalidate doorbell, of another AV was in progress): the child's copy of an AV, asked to
+    /// insert one address (the window) or to remove one (the doorbell), fails at once, the
+    /// device gone, instead of waiting for a lock no thread of the child will release.
+    #[test]
+    fn a_forked_childs_av_write_fails_while_a_parents_thread_held_the_window() {
+        let fabric = Fabric::new();
+        let nic = sim_nic(&fabric, "10.0.0.1");
+        let mut av = nic.open_av(uet_av::AvAttr::default()).expect("AV");
+        let peer = uet_fwif::UetAddress {
+            caps: uet_fwif::address::caps::AI_BASE,
+            mode: uet_fwif::address::AddressingMode::Relative,
+            max_msg_mtu: false,
+            pid_on_fep: 1,
+            fabric_addr: "10.0.0.2".parse().expect("address"),
+            ri_start: 1,
+            ri_count: 1,
+            initiator: 1,
+        };
+        let bytes = peer.to_bytes().expect("address bytes");
+        let mut fa = [0u64];
+        assert_eq!(av.insert(&bytes, 1, Some(&mut fa), 0), Ok(1));
+        let holder = nic.clone();
+        let hold = move |wait: &dyn Fn()| {
+            let _window = holder.inner.av_window();
+            wait();
+        };
+        let code = in_child_while_held(hold, || {
+            let mut failed = 0;
+            if av.insert(&bytes, 1, None, 0).is_ok() {
+                failed |= 1 << 1;
+            }
+            if av.remove(&fa, 0).is_ok() {
+                failed |= 1 << 2;
+            }
+            failed
+        });
+        assert_eq!(
+            code,
+            Some(0),
+            "the child's window write and doorbell failed and the child ended"
+        );
+        // The parent's AV runs on.
+        assert_eq!(av.insert(&bytes, 1, None, 0), Ok(1));
+        assert!(av.remove(&fa, 0).is_ok());
+    }
+
     /// A forked child's copy of an endpoint, used, fails without writing the rings and
     /// buffers whose memory it shares with the parent: a receive and an inject are errors
     /// (the device gone), and its copy of a pool hands out none of the parent's buffers.

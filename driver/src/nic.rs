@@ -727,9 +727,15 @@ impl NicInner {
 
     /// Lock the AV write window (nothing it guards can be left half-done by a panic: a
     /// half-staged entry is overwritten by the next writer before it rings, and the drop count
-    /// is stored only after it was read).
-    pub(crate) fn av_window(&self) -> MutexGuard<'_, Option<u64>> {
-        self.av_window.lock().unwrap_or_else(|p| p.into_inner())
+    /// is stored only after it was read). [`DriverError::DeviceGone`] in a process forked from
+    /// the one that opened the NIC ([`crate::fork`]), as for [`NicInner::admin`]: the window is
+    /// the parent's, and the lock may be held for good by a thread of the parent the child
+    /// does not have.
+    pub(crate) fn av_window(&self) -> Result<MutexGuard<'_, Option<u64>>, DriverError> {
+        if self.in_forked_child() {
+            return Err(DriverError::DeviceGone);
+        }
+        Ok(self.av_window.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     pub(crate) fn execute(&self, cmd: Command) -> Result<AdminResult, DriverError> {
