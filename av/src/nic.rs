@@ -340,6 +340,10 @@ pub struct NicError {
     /// not answered): the command was not sent and changed nothing, and the same call may
     /// succeed later. A libfabric call reports it as `FI_EAGAIN` ([`NicError::errno`]).
     pub busy: bool,
+    /// The device is not this process's to use (a process forked from the one that opened
+    /// it): the command was not sent and changed nothing, and no later call will reach the
+    /// device either. A libfabric call reports it as `FI_ENODEV` ([`NicError::errno`]).
+    pub gone: bool,
 }
 
 impl NicError {
@@ -350,6 +354,7 @@ impl NicError {
             source: message.into().into(),
             in_doubt: false,
             busy: false,
+            gone: false,
         }
     }
 
@@ -360,16 +365,32 @@ impl NicError {
             source,
             in_doubt: false,
             busy: true,
+            gone: false,
         }
     }
 
     /// The errno of a call that failed, changing nothing, because of this error:
-    /// `FI_EAGAIN` when the NIC was [busy](NicError::busy) (try again), else `FI_EIO`.
+    /// `FI_EAGAIN` when the NIC was [busy](NicError::busy) (try again), `FI_ENODEV` when the
+    /// device is [gone](NicError::gone) for this process, else `FI_EIO`.
     pub fn errno(&self) -> FiErrno {
         if self.busy {
             FiErrno::FI_EAGAIN
+        } else if self.gone {
+            FiErrno::FI_ENODEV
         } else {
             FiErrno::FI_EIO
+        }
+    }
+
+    /// Command `op` was not sent: the device is not this process's to use (`source` says
+    /// why).
+    pub fn gone(op: &'static str, source: Box<dyn std::error::Error + Send + Sync>) -> Self {
+        NicError {
+            op,
+            source,
+            in_doubt: false,
+            busy: false,
+            gone: true,
         }
     }
 
@@ -389,6 +410,7 @@ impl NicError {
             source,
             in_doubt: true,
             busy: false,
+            gone: false,
         }
     }
 }

@@ -293,17 +293,20 @@ impl NicAv {
 }
 
 /// A driver error of admin command `op` as the AV's table trait reports it: refused; busy when
-/// the admin ring had no room (not submitted: the AV call fails with `FI_EAGAIN`); or — timed
-/// out — in doubt (the device may still run it; see [`uet_av::NicAvTable`]).
+/// the admin ring had no room (not submitted: the AV call fails with `FI_EAGAIN`); gone in a
+/// process forked from the NIC's (not submitted: `FI_ENODEV`); or — timed out — in doubt (the
+/// device may still run it; see [`uet_av::NicAvTable`]).
 fn nic_error(op: &'static str, e: DriverError) -> NicError {
     match e {
         e if e.in_doubt() => NicError::in_doubt(op, Box::new(e)),
         DriverError::AdminRingFull { .. } => NicError::busy(op, Box::new(e)),
+        DriverError::DeviceGone => NicError::gone(op, Box::new(e)),
         _ => NicError {
             op,
             source: Box::new(e),
             in_doubt: false,
             busy: false,
+            gone: false,
         },
     }
 }
