@@ -131,12 +131,18 @@ fn drain(node: &mut Node) {
     }
 }
 
-/// `from` sends `data` to `dest` (its `fi_addr_t`); `to` takes it whole, and `from`'s send
-/// completes.
+/// The tag of the messages the driver's endpoint and the other NIC exchange at the end: no
+/// descriptor of the input carries it (their match bits are below 256), so the messages the
+/// hand-made endpoint sent the other NIC, which may have taken its receives or wait on its
+/// unexpected list, are not taken for these.
+const EXCHANGE_TAG: u64 = 0xFEED_0000_0000_F00D;
+
+/// `from` sends `data` to `dest` (its `fi_addr_t`) tagged [`EXCHANGE_TAG`]; `to` takes it
+/// whole with a tagged receive, and `from`'s send completes.
 fn exchange(from: &mut Node, to: &mut Node, dest: u64, data: &[u8], what: &str) {
     drain(to);
-    to.post_recvs(1);
-    from.send(dest, data, 9);
+    to.trecv(EXCHANGE_TAG, 0, 8);
+    from.tsend(dest, data, EXCHANGE_TAG, 9);
     let mut delivered = false;
     let mut sent = false;
     for _ in 0..4 {
@@ -144,8 +150,8 @@ fn exchange(from: &mut Node, to: &mut Node, dest: u64, data: &[u8], what: &str) 
             sent |= ev.context == 9 && ev.error.is_none();
         }
         while let Some(ev) = to.next_completion() {
-            if let (None, Some(b)) = (&ev.error, &ev.buffer) {
-                delivered |= b.to_vec().is_ok_and(|v| v == data);
+            if let (8, None, Some(b)) = (ev.context, &ev.error, &ev.buffer) {
+                delivered |= ev.tag == EXCHANGE_TAG && b.to_vec().is_ok_and(|v| v == data);
             }
         }
     }
