@@ -403,3 +403,33 @@ pub fn seeds() -> Vec<Vec<u8>> {
     out.push(seed);
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A well-formed SEND of the hand-made endpoint to B's driver endpoint waits on B's
+    /// unexpected list and takes the next receive B posts: the exchange after the input still
+    /// finds its own message in a receive of its own, and the input is no failure.
+    #[test]
+    fn a_send_of_the_hand_made_endpoint_to_bs_endpoint_is_no_failure() {
+        // Slot 0, TX; SEND (pick 4), no flags, 64 bytes at the data area's start, to B,
+        // context 0, no match bits, remote offset 0; the TX doorbell one on; drained.
+        let mut input = vec![0, 0, 4, 1, 0, 64, 0, 0, 0, 2];
+        input.extend_from_slice(&[0; 8]);
+        input.extend_from_slice(&[0, 0, 0]);
+        input.extend_from_slice(&[0, 4, 0, 2, 1, 0]);
+        input.extend_from_slice(&[0, 7]);
+        run(&input);
+        // Three of them, then a message of B's own to the hand-made endpoint.
+        let mut three = Vec::new();
+        for context in 0u8..3 {
+            let mut send = input.clone();
+            send[10] = context;
+            send[0] = context;
+            three.extend_from_slice(&send);
+        }
+        three.extend_from_slice(&[0, 6, 1, 99, 3, 0]);
+        run(&three);
+    }
+}
