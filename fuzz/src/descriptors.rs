@@ -20,8 +20,8 @@ use crate::Input;
 use uet_av::NicAvTable;
 use uet_fwif::admin::EndpointCreateBody;
 use uet_fwif::datapath::{
-    RxDescriptor, TaggedRxDescriptor, TxDescriptor, TxOpcode, RX_DESCRIPTOR_BYTES,
-    TAGGED_RX_DESCRIPTOR_BYTES, TX_DESCRIPTOR_BYTES,
+    Completion, RxDescriptor, TaggedRxDescriptor, TxDescriptor, TxOpcode, COMPLETION_BYTES,
+    RX_DESCRIPTOR_BYTES, TAGGED_RX_DESCRIPTOR_BYTES, TX_DESCRIPTOR_BYTES,
 };
 use uet_fwif::{AdminCommand, Opcode};
 use uet_regs::{
@@ -163,6 +163,12 @@ fn exchange(from: &mut Node, to: &mut Node, dest: u64, data: &[u8], what: &str) 
 
 /// Run the target on `data`.
 pub fn run(data: &[u8]) {
+    play(data);
+}
+
+/// [`run`], giving back the completions in the hand-made endpoint's completion ring after
+/// the input's actions: what the NIC made of its descriptors.
+fn play(data: &[u8]) -> Vec<Completion> {
     let mut input = Input::new(data);
     let fabric = Fabric::new();
     let (fa, fb) = match (
@@ -318,6 +324,14 @@ pub fn run(data: &[u8]) {
 
     drain(&mut a);
     drain(&mut b);
+    let completions = (0..1usize << CQ_LOG2)
+        .filter_map(|i| {
+            region
+                .region()
+                .read_obj::<Completion>(CQ_AT + i * COMPLETION_BYTES)
+                .ok()
+        })
+        .collect();
     let mut identify = AdminCommand::new_zeroed();
     identify.opcode = Opcode::Identify as u8;
     identify.body[..8].copy_from_slice(&(iova + DATA_AT as u64).to_le_bytes());
@@ -352,6 +366,7 @@ pub fn run(data: &[u8]) {
         &pattern(3000, 2),
         "B to the driver's endpoint",
     );
+    completions
 }
 
 /// A TX descriptor of each opcode to the other NIC, receives of each kind, and a message from
@@ -365,15 +380,16 @@ pub fn seeds() -> Vec<Vec<u8>> {
     // (pick 1, step 1).
     let ring = |seed: &mut Vec<u8>, which: u8| seed.extend_from_slice(&[0, 4, which, 2, 1, 0]);
     let mut out = Vec::new();
-    // TX (kind 0): opcode pick (4 SEND, 0 TAGGED_SEND, 1 WRITE, 2 READ), no flags (pick 1),
-    // 64 bytes (pick 0, u8), the buffer, to B (pick 2), a context, match bits, remote offset;
-    // rung; then the completions drained (kind 7).
-    for (slot, pick) in [(0u8, 4u8), (1, 0), (2, 1), (3, 2)] {
-        let mut seed = vec![slot, 0, pick, 1, 0, 64];
+    // TX (kind 0) in slot 0, the one the first doorbell hands the NIC: opcode pick (4 SEND,
+    // 0 TAGGED_SEND, 1 WRITE, 2 READ), no flags (pick 1), 64 bytes (pick 0, u8), the buffer,
+    // to B (pick 2), the seed's number as the context, match bits (a tag or memory key; 0
+    // for a SEND, which has none), remote offset; rung; then the completions drained (kind 7).
+    for (context, pick) in (0u64..).zip([4u8, 0, 1, 2]) {
+        let mut seed = vec![0, 0, pick, 1, 0, 64];
         seed.extend_from_slice(&BUFFER);
         seed.push(2);
-        seed.extend_from_slice(&u64::from(slot).to_le_bytes());
-        seed.extend_from_slice(&[5, 0, 0]);
+        seed.extend_from_slice(&context.to_le_bytes());
+        seed.extend_from_slice(&[if pick == 4 { 0 } else { 5 }, 0, 0]);
         ring(&mut seed, 0);
         seed.extend_from_slice(&[0, 7]);
         out.push(seed);
@@ -407,6 +423,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use uet_fwif::datapath::LocalStatus;
 
     /// A well-formed SEND of the hand-made endpoint to B's driver endpoint waits on B's
     /// unexpected list and takes the next receive B posts: the exchange after the input still
@@ -431,5 +448,34 @@ mod tests {
         }
         three.extend_from_slice(&[0, 6, 1, 99, 3, 0]);
         run(&three);
+    }
+
+    /// Each TX seed hands the NIC the well-formed descriptor it writes: the hand-made
+    /// endpoint's completion ring then holds a completion of that descriptor, of its opcode
+    /// and with its context, not one of a slot the seed left zero or of a malformed
+    /// descriptor.
+    #[test]
+    fn each_tx_seed_posts_a_descriptor_of_its_opcode() {
+        let opcodes = [
+            TxOpcode::Send,
+            TxOpcode::TaggedSend,
+            TxOpcode::Write,
+            TxOpcode::Read,
+        ];
+        for (i, (seed, opcode)) in seeds().iter().zip(opcodes).enumerate() {
+            let completions = play(seed);
+            let context = u64::try_from(i).expect("a seed's number");
+            assert!(
+                completions.iter().any(|c| c.opcode == opcode as u8
+                    && c.context.get() == context
+                    && c.status != LocalStatus::BadDescriptor as u8),
+                "seed {i} ({opcode:?}): {:?}",
+                completions
+                    .iter()
+                    .filter(|c| c.kind != 0)
+                    .map(|c| (c.opcode, c.context.get(), c.status))
+                    .collect::<Vec<_>>()
+            );
+        }
     }
 }
