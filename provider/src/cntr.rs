@@ -170,10 +170,15 @@ impl UetCntr {
     /// Unbind an endpoint (its close), once per [`UetCntr::attach`]; `still_bound` when it
     /// stays bound in its other direction (a scalable endpoint's ring set, whose transmit
     /// and receive contexts close one by one), which keeps it drained here.
+    /// In a process forked from the counter's, the lock is taken only if it is free, as by
+    /// the counter's close: one a thread of the parent held at the fork stays held, and the
+    /// endpoint then stays on the list, which only a read of that copy would walk, while the
+    /// binding is counted out all the same.
     pub(crate) fn detach(&self, ep: &Arc<EpShared>, still_bound: bool) {
-        let mut eps = self.lock();
-        if !still_bound {
-            Arc::make_mut(&mut eps).retain(|e| !Arc::ptr_eq(e, ep));
+        if let Some(mut eps) = self.made_in.lock(&self.endpoints) {
+            if !still_bound {
+                Arc::make_mut(&mut eps).retain(|e| !Arc::ptr_eq(e, ep));
+            }
         }
         self.bound.fetch_sub(1, Ordering::AcqRel);
     }
@@ -672,4 +677,82 @@ unsafe extern "C" fn cntr_wait(cntr: *mut FidCntr, threshold: u64, timeout: c_in
         c.wait(threshold, timeout, CALL)?;
         Ok(0)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    /// A counter without a wait object and no endpoint bound, as `fi_cntr_open` makes it.
+    fn counter() -> UetCntr {
+        UetCntr {
+            fid: FidCntr {
+                fid: Fid {
+                    fclass: FI_CLASS_CNTR,
+                    context: core::ptr::null_mut(),
+                    ops: core::ptr::addr_of!(CNTR_FID_OPS).cast_mut(),
+                },
+                ops: core::ptr::addr_of!(CNTR_OPS).cast_mut(),
+            },
+            value: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            endpoints: Mutex::new(Arc::new(Vec::new())),
+            bound: AtomicUsize::new(0),
+            waiting: crate::wait::Waiters::default(),
+            made_in: uet_driver::fork::MadeIn::here(),
+            sleepers: AtomicBool::new(false),
+            parked: Sleepers::new(),
+            wake: None,
+            wait_obj: FI_WAIT_NONE,
+            fd_wait: None,
+            cond_wait: None,
+            changed: AtomicBool::new(false),
+            domain_cntrs: Arc::new(AtomicUsize::new(0)),
+            fabric: crate::fabric::FabricTag::of_domains(&Arc::default()),
+        }
+    }
+
+    /// In a process forked while a thread of the parent held the counter's lock, an
+    /// endpoint's close still unbinds it from the counter, which may then close, instead of
+    /// waiting for good for a lock no thread of the child will let go.
+    #[test]
+    fn a_forked_childs_unbind_takes_no_lock_a_thread_of_its_parent_held() {
+        let c = counter();
+        let ep = EpShared::lane(false);
+        c.attach(&ep);
+        let endpoints = &c.endpoints;
+        let (held, is_held) = mpsc::channel();
+        let (release, released) = mpsc::channel::<()>();
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                let _eps = endpoints.lock();
+                let _ = held.send(());
+                let _ = released.recv();
+            });
+            is_held.recv().expect("the lock held");
+            // SAFETY: the child only unbinds the endpoint and reads an atomic, then ends
+            // with _exit.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+            if pid == 0 {
+                c.detach(&ep, false);
+                let code = if c.bound.load(Ordering::Acquire) == 0 {
+                    0
+                } else {
+                    2
+                };
+                // SAFETY: ends the forked child at once, running nothing more of the
+                // parent's.
+                unsafe { libc::_exit(code) };
+            }
+            let status = uet_tests::wait_child(pid, Duration::from_secs(10));
+            let _ = release.send(());
+            assert_eq!(status, Some(0), "the child unbound the endpoint");
+        });
+        // The parent's own unbind takes the lock, once free, as ever.
+        c.detach(&ep, false);
+        assert_eq!(c.bound.load(Ordering::Acquire), 0);
+        assert!(c.lock().is_empty());
+    }
 }

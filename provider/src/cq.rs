@@ -283,10 +283,15 @@ impl UetCq {
     /// Unbind an endpoint (its close), once per [`UetCq::attach`]; `still_bound` when it
     /// stays bound in its other direction (a scalable endpoint's ring set, whose transmit
     /// and receive contexts close one by one), which keeps it drained here.
+    /// In a process forked from the CQ's, the lock is taken only if it is free, as by the
+    /// CQ's close: one a thread of the parent held at the fork stays held, and the endpoint
+    /// then stays on the list, which only a read of that copy would walk, while the binding
+    /// is counted out all the same.
     pub(crate) fn detach(&self, ep: &Arc<EpShared>, still_bound: bool) {
-        let mut inner = self.lock();
-        if !still_bound {
-            Arc::make_mut(&mut inner.endpoints).retain(|e| !Arc::ptr_eq(e, ep));
+        if let Some(mut inner) = self.made_in.lock(&self.inner) {
+            if !still_bound {
+                Arc::make_mut(&mut inner.endpoints).retain(|e| !Arc::ptr_eq(e, ep));
+            }
         }
         self.bound.fetch_sub(1, Ordering::AcqRel);
     }
@@ -1155,6 +1160,52 @@ mod tests {
             domain_cqs: Arc::new(AtomicUsize::new(0)),
             fabric: FabricTag::of_domains(&Arc::default()),
         }
+    }
+
+    /// In a process forked while a thread of the parent held the CQ's lock, an endpoint's
+    /// close still unbinds it from the CQ, which may then close, instead of waiting for good
+    /// for a lock no thread of the child will let go.
+    #[test]
+    fn a_forked_childs_unbind_takes_no_lock_a_thread_of_its_parent_held() {
+        let cq = waitable_cq();
+        let ep = EpShared::lane(false);
+        cq.attach(&ep);
+        // The lock by address: the completions it guards hold raw pointers, not `Send`.
+        let inner = core::ptr::addr_of!(cq.inner) as usize;
+        let (held, is_held) = mpsc::channel();
+        let (release, released) = mpsc::channel::<()>();
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                // SAFETY: the CQ's mutex, which outlives this scope; only locked here.
+                let inner = unsafe { &*(inner as *const Mutex<Inner>) };
+                let _inner = inner.lock();
+                let _ = held.send(());
+                let _ = released.recv();
+            });
+            is_held.recv().expect("the lock held");
+            // SAFETY: the child only unbinds the endpoint and reads an atomic, then ends
+            // with _exit.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+            if pid == 0 {
+                cq.detach(&ep, false);
+                let code = if cq.bound.load(Ordering::Acquire) == 0 {
+                    0
+                } else {
+                    2
+                };
+                // SAFETY: ends the forked child at once, running nothing more of the
+                // parent's.
+                unsafe { libc::_exit(code) };
+            }
+            let status = uet_tests::wait_child(pid, Duration::from_secs(10));
+            let _ = release.send(());
+            assert_eq!(status, Some(0), "the child unbound the endpoint");
+        });
+        // The parent's own unbind takes the lock, once free, as ever.
+        cq.detach(&ep, false);
+        assert_eq!(cq.bound.load(Ordering::Acquire), 0);
+        assert!(cq.lock().endpoints.is_empty());
     }
 
     /// A thread in `fi_cq_sread` that looked at the signals just before an `fi_cq_signal`,
