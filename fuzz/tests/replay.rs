@@ -153,6 +153,7 @@ fn every_target_has_a_replay_test() {
             "av_calls",
             "admin_commands",
             "admin_commands_any_interface",
+            "descriptors",
             "frames",
             "iommu_info",
             "registers",
