@@ -155,3 +155,37 @@ pub fn seeds() -> Vec<(&'static str, Vec<Vec<u8>>)> {
         ("telemetry_requests", telemetry_requests::seeds()),
     ]
 }
+
+#[cfg(test)]
+mod tests {
+    /// Every target has its `[[bin]]` in `Cargo.toml`, for `cargo fuzz` alone, as
+    /// cargo-fuzz writes one: left out of `cargo test`, `cargo doc` and `cargo bench`, which
+    /// with the `libfuzzer` feature on would build it too, a test harness beside libFuzzer.
+    #[test]
+    fn every_target_is_a_bin_for_cargo_fuzz_alone() {
+        let manifest = include_str!("../Cargo.toml");
+        let bins: Vec<Vec<&str>> = manifest
+            .split("[[bin]]")
+            .skip(1)
+            .map(|section| {
+                section
+                    .lines()
+                    .skip(1)
+                    .take_while(|l| !l.starts_with('['))
+                    .map(str::trim)
+                    .collect()
+            })
+            .collect();
+        for (name, _) in super::TARGETS {
+            let Some(bin) = bins
+                .iter()
+                .find(|b| b.contains(&format!("name = \"{name}\"").as_str()))
+            else {
+                panic!("no [[bin]] of {name}");
+            };
+            for key in ["test = false", "doc = false", "bench = false"] {
+                assert!(bin.contains(&key), "[[bin]] {name} has no `{key}`: {bin:?}");
+            }
+        }
+    }
+}
