@@ -14,9 +14,9 @@
 //! descriptors another NIC's client needs.
 //!
 //! The host memory of a NIC's AV tables is bounded the same way: each NIC has table memory
-//! for `--av-table-entries` entries ([`DEFAULT_AV_TABLE_ENTRIES`] by default, about 350 MiB
+//! for `--av-table-entries` entries ([`DEFAULT_AV_TABLE_ENTRIES`] by default, about 370 MiB
 //! of the daemon's memory at most), and an `fi_av_open` past it is `FI_ENOSPC` for that
-//! client alone, where 64 tables of a million entries would take 5.6 GiB of every NIC's.
+//! client alone, where one client's 64 tables of a million entries would take 5.6 GiB.
 
 use crate::demo::rank_fabric_addr;
 use std::net::IpAddr;
