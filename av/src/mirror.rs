@@ -454,9 +454,8 @@ impl Ranges {
         self.map.values()
     }
 
-    /// Heap bytes held, at most: the B-tree's nodes, each holding between
-    /// [`Ranges::NODE_FILL_MIN`] and [`Ranges::NODE_CAPACITY`] ranges (the root fewer), with
-    /// a word per entry for the links of the nodes above them.
+    /// Heap bytes held, at most: the B-tree's nodes, each holding between 5 and 11 ranges
+    /// (the root fewer), with a word per entry for the links of the nodes above them.
     pub fn heap_bytes(&self) -> usize {
         if self.map.is_empty() {
             return 0;
