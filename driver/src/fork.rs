@@ -408,4 +408,44 @@ pub(crate) mod tests {
         assert!(ep.post_recv(buffer, 1).is_ok());
         assert_eq!(ep.in_flight().1, 1);
     }
+
+    /// A forked child's copy of an `FI_EVENT` AV, asked to insert, submits nothing: the
+    /// insert's error event says the device gone (`FI_ENODEV`), as a synchronous insert's
+    /// error does, not an I/O error of the AV_WRITE's DMA buffer.
+    #[test]
+    fn a_forked_childs_event_insert_reports_the_device_gone() {
+        let fabric = Fabric::new();
+        let nic = sim_nic(&fabric, "10.0.0.1");
+        let mut av = nic
+            .open_av(uet_av::AvAttr {
+                count: 8,
+                flags: uet_av::FI_EVENT,
+                ..uet_av::AvAttr::default()
+            })
+            .expect("AV");
+        let eq = crate::EventQueue::open(crate::EqAttr::WAITABLE).expect("event queue");
+        av.bind(eq.av_sink(), 0).expect("bound");
+        let peer = uet_fwif::UetAddress {
+            caps: uet_fwif::address::caps::AI_BASE,
+            mode: uet_fwif::address::AddressingMode::Relative,
+            max_msg_mtu: false,
+            pid_on_fep: 1,
+            fabric_addr: "10.0.0.2".parse().expect("address"),
+            ri_start: 1,
+            ri_count: 1,
+            initiator: 1,
+        };
+        let bytes = peer.to_bytes().expect("address bytes");
+        let code = in_child(|| {
+            if av.insert(&bytes, 1, None, 0) != Ok(0) {
+                return 2;
+            }
+            match eq.readerr() {
+                Ok(e) if e.err == uet_av::FiErrno::FI_ENODEV => 0,
+                Ok(_) => 4,
+                Err(_) => 5,
+            }
+        });
+        assert_eq!(code, Some(0), "the child's insert reported the device gone");
+    }
 }
