@@ -454,8 +454,9 @@ impl Ranges {
         self.map.values()
     }
 
-    /// Heap bytes held, at most: the B-tree's nodes, each holding between 5 and 11 ranges
-    /// (the root fewer), with a word per entry for the links of the nodes above them.
+    /// Heap bytes held, from above: the B-tree's nodes, each holding between 5 and 11 ranges
+    /// (the root fewer), with a word per entry for the links of the nodes above them. 0 when
+    /// it holds none, though a map emptied again may keep one node (about 600 bytes).
     pub fn heap_bytes(&self) -> usize {
         if self.map.is_empty() {
             return 0;
