@@ -1626,3 +1626,36 @@ fn a_forked_copy_of_a_handle_neither_changes_nor_closes_the_av() {
     drop(a);
     assert!(!path.exists());
 }
+
+/// A range record past the high-water mark (no process writes one: its members would be
+/// indices never taken) is no range of the AV: a process opening it holds the slots, which
+/// are empty there, not members the record describes that no other process holds.
+#[test]
+fn a_range_record_past_the_high_water_mark_is_not_held() {
+    use std::os::unix::fs::FileExt;
+    let name = unique("range-hw");
+    let mut a = open(attr(&name, 16)).unwrap();
+    insert(&mut a, &[1, 2]);
+    let path = a.segment_path().to_path_buf();
+    let f = std::fs::File::open(&path).unwrap();
+    let mut w = [0u8; 8];
+    f.read_exact_at(&mut w, 20 * 8).unwrap();
+    let ranges_off = u64::from_le_bytes(w);
+    // Record 0: members 0 and 1 of a set of one service per node, at indices 8 and 9.
+    let base = peer_bytes(7);
+    poke(&path, ranges_off + 8, 8 | 2 << 32);
+    poke(&path, ranges_off + 16, 1);
+    for (k, c) in base.chunks_exact(8).enumerate() {
+        poke(
+            &path,
+            ranges_off + 24 + 8 * k as u64,
+            u64::from_le_bytes(c.try_into().unwrap()),
+        );
+    }
+    poke(&path, ranges_off + 56, 2);
+    poke(&path, ranges_off, 1);
+    let mut b = open(attr(&name, 16)).unwrap();
+    assert_eq!(b.av().address_bytes(8), None, "index 8 is not in the AV");
+    assert!(lookup(&mut b, 8).is_err());
+    assert_same(&mut a, &mut b);
+}

@@ -1368,7 +1368,8 @@ impl Segment {
         self.word(self.geo.ranges_off / 8 + record * (RANGE_RECORD_BYTES / 8) + k)
     }
 
-    /// The live range records, by record number.
+    /// The live range records, by record number (a record reaching past the high-water mark
+    /// is none).
     pub fn ranges(&self) -> Vec<SharedRange> {
         (0..RANGE_RECORDS)
             .filter_map(|record| self.range(record))
@@ -1393,8 +1394,11 @@ impl Segment {
             offset: (set >> 32) as u32,
             base,
         };
+        // Below the high-water mark, where every index is reconciled with its slot: members
+        // past it were never taken, and a record naming them (no process writes one) would
+        // place indices in a mirror that no catch-up looks at again.
         let end = u64::from(r.first) + u64::from(r.count);
-        (end <= u64::from(self.geo.capacity) && r.count >= 2).then_some(r)
+        (end <= u64::from(self.high_water()) && r.count >= 2).then_some(r)
     }
 
     /// Free every range record (a repair: the slots alone are trusted).
