@@ -26,8 +26,9 @@
 //!   are compared with the mirror, and every difference is applied to the mirror and the NIC
 //!   (removals in one AV_INVALIDATE, inserts in one AV_WRITE). A handle that fell more than
 //!   [`segment::LOG_RECORDS`] changes behind, or that opened, rescans every index up to the
-//!   high-water mark. If its NIC refuses, the call fails with `FI_EIO` (`FI_EAGAIN` when the
-//!   NIC had no room for the command) and the next call tries again from the same position.
+//!   high-water mark (or up to the highest index in use, when the mark is below it). If its
+//!   NIC refuses, the call fails with `FI_EIO` (`FI_EAGAIN` when the NIC had no room for the
+//!   command) and the next call tries again from the same position.
 //!
 //! ## Choices where fi_av(3) leaves room
 //!
@@ -1213,7 +1214,7 @@ impl<N: NicAvTable> Local<N> {
             }
             None => {
                 debug!(name, "named AV: rescanning every index");
-                self.reconcile(seg, 0..seg.high_water(), &seg.ranges(), name)?
+                self.reconcile(seg, 0..seg.scan_end(), &seg.ranges(), name)?
             }
         }
         self.synced = true;

@@ -1192,22 +1192,7 @@ impl Segment {
         );
         // Every index a writer may have touched: below the high-water mark, or with its bit
         // set (a writer that died between taking an index and raising the mark).
-        let words = self.geo.capacity.div_ceil(64);
-        let top_bit = (0..words)
-            .rev()
-            .find_map(|w| {
-                let bits = self
-                    .word(self.geo.bitmap_off / 8 + w as usize)
-                    .load(Ordering::Relaxed);
-                // Saturating: a capacity within 64 of 2^32 would overflow u32 here.
-                (bits != 0).then(|| {
-                    w.saturating_mul(64)
-                        .saturating_add(64 - bits.leading_zeros())
-                })
-            })
-            .unwrap_or(0);
-        let high = (self.hdr(hw::HIGH_WATER).min(u64::from(self.geo.capacity)) as u32)
-            .max(top_bit.min(self.geo.capacity));
+        let high = self.scan_end();
         self.set_word(hw::HIGH_WATER, u64::from(high));
         let mut live = 0;
         for i in 0..high {
@@ -1328,6 +1313,27 @@ impl Segment {
     /// One past the highest index ever used.
     pub fn high_water(&self) -> u32 {
         self.hdr(hw::HIGH_WATER).min(u64::from(self.geo.capacity)) as u32
+    }
+
+    /// One past the highest index a rescan looks at: the high-water mark, or one past the
+    /// highest bit set in the bitmap when that is higher (a writer that died between taking
+    /// an index and raising the mark, or a mark another process overwrote).
+    pub fn scan_end(&self) -> u32 {
+        let words = self.geo.capacity.div_ceil(64);
+        let top_bit = (0..words)
+            .rev()
+            .find_map(|w| {
+                let bits = self
+                    .word(self.geo.bitmap_off / 8 + w as usize)
+                    .load(Ordering::Relaxed);
+                // Saturating: a capacity within 64 of 2^32 would overflow u32 here.
+                (bits != 0).then(|| {
+                    w.saturating_mul(64)
+                        .saturating_add(64 - bits.leading_zeros())
+                })
+            })
+            .unwrap_or(0);
+        self.high_water().max(top_bit.min(self.geo.capacity))
     }
 
     /// Indices in use.
