@@ -1681,3 +1681,17 @@ fn a_rescan_looks_past_a_high_water_mark_below_the_indices_in_use() {
     assert_eq!(d.len().unwrap(), 143);
     assert_same(&mut a, &mut d);
 }
+
+/// A snapshot lists every index in use, past a high-water mark below them too, as a process
+/// that opens the AV holds them.
+#[test]
+fn a_snapshot_lists_the_indices_in_use_past_a_low_high_water_mark() {
+    let name = unique("snap-low-hw");
+    let mut a = open(attr(&name, 200)).unwrap();
+    insert(&mut a, &[1, 2, 3]);
+    poke(a.segment_path(), 14 * 8, 1);
+    let snap = segment::Snapshot::read(&name).unwrap();
+    let indices: Vec<u32> = snap.entries.iter().map(|&(i, _)| i).collect();
+    assert_eq!(indices, [0, 1, 2]);
+    assert_eq!(snap.entries[2].1, peer_bytes(3));
+}

@@ -1846,12 +1846,14 @@ impl Snapshot {
         if seg.hdr(hw::STATE) != STATE_LIVE {
             return Err(gone());
         }
-        // Then what the header says may be in use: everything before the slots, and the slots
-        // below the high-water mark (words past the copy read as 0, as never-used slots are).
+        // Then what may be in use: everything before the slots, and the slots a rescan looks
+        // at (words past the copy read as 0, as never-used slots are).
         let high_water = seg.high_water();
-        let used = seg.geo.slots_off + high_water as usize * SLOT_BYTES;
+        seg.map = Words::Copied(copy_words(&seg.file, seg.geo.slots_off).map_err(read_error)?);
+        let end = seg.scan_end();
+        let used = seg.geo.slots_off + end as usize * SLOT_BYTES;
         seg.map = Words::Copied(copy_words(&seg.file, used.min(size)).map_err(read_error)?);
-        let entries = (0..high_water)
+        let entries = (0..end)
             .filter_map(|i| seg.slot(i).map(|s| (i, s)))
             .collect();
         let writer = seg.hdr(hw::WRITER);
