@@ -350,10 +350,35 @@ fn probe(
 /// Put the index of `p` in the first free slot of `slots` (a power of two of them) from its
 /// home on; the slots examined, or `None` if there is no free slot, which the 3/4 bound
 /// rules out. A long probe leaves skips behind it (see [`Skips`]).
+#[inline]
 fn place(slots: &mut [u32], p: Placement, skips: &mut Skips) -> Option<usize> {
     let mask = slots.len().wrapping_sub(1);
     let home = (p >> 32) as usize & mask;
+    // Slot encoding: index + 1 (0 is free); an index is below the capacity, itself a u32,
+    // so the sum cannot wrap.
+    let value = (p as u32).wrapping_add(1);
+    // The common short probe first, plain linear probing with no look at the skips: they
+    // only shorten a long probe, which lands where plain probing would.
+    let mut at = home;
+    for examined in 0..SKIP_STRIDE.min(slots.len()) {
+        let slot = slots.get_mut(at)?;
+        if *slot == EMPTY {
+            *slot = value;
+            return Some(examined);
+        }
+        at = (at + 1) & mask;
+    }
+    place_long(slots, home, value, skips)
+}
+
+/// [`place`] of a placement whose probe is longer than [`SKIP_STRIDE`]: following the skips,
+/// and leaving them behind.
+#[cold]
+#[inline(never)]
+fn place_long(slots: &mut [u32], home: usize, value: u32, skips: &mut Skips) -> Option<usize> {
+    let mask = slots.len().wrapping_sub(1);
     let (at, examined) = probe(slots, home, skips, None)?;
+    let examined = examined + SKIP_STRIDE;
     if examined > SKIP_STRIDE {
         // The same path again, noting its checkpoints (only for a long probe: the common
         // short one allocates nothing).
@@ -364,9 +389,7 @@ fn place(slots: &mut [u32], p: Placement, skips: &mut Skips) -> Option<usize> {
             skips.insert(m, after);
         }
     }
-    // Slot encoding: index + 1 (0 is free); an index is below the capacity, itself a u32,
-    // so the sum cannot wrap.
-    *slots.get_mut(at)? = (p as u32).wrapping_add(1);
+    *slots.get_mut(at)? = value;
     Some(examined)
 }
 
