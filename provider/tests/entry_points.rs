@@ -11555,6 +11555,26 @@ fn a_cq_descriptor_wakes_for_a_retry_whose_refusal_another_call_drained() {
     the_retried_message_is_taken(&pair);
 }
 
+/// From the next message's second packet on, every frame on `nic`'s fabric is held: its
+/// first packet (the first frame longer than any control message or acknowledgement)
+/// passes, and the acknowledgements and control messages after it are held too.
+fn hold_after_the_first_packet(nic: &ServedNic) {
+    let mut packets = 0;
+    nic.fabric.hold_frames(move |f| {
+        packets += usize::from(f.len() > 1024);
+        packets > 1
+    });
+}
+
+/// Wait until `nic`'s fabric holds a frame (at most 5 s): the message is part-way in.
+fn wait_part_way(nic: &ServedNic) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while nic.fabric.held_frames() == 0 {
+        assert!(std::time::Instant::now() < deadline, "the message part-way");
+        std::thread::yield_now();
+    }
+}
+
 /// A multi-receive buffer a message is arriving into when the connection shuts down cannot
 /// be withdrawn then (that message completes on its own): it stays posted until the message
 /// is in, and is withdrawn at the read after it. The message's completion comes, then the
@@ -11578,21 +11598,10 @@ fn a_multi_receive_buffer_a_message_was_arriving_into_at_shutdown_is_withdrawn_a
         unsafe { recvmsg_on(server, &mut buf, FI_MULTI_RECV, 0xB1) },
         0
     );
-    // The message's first packet (the first frame longer than any control message or
-    // acknowledgement) passes; from its second packet on, every frame is held, the
-    // acknowledgements and control messages among them.
-    let mut packets = 0;
-    nic.fabric.hold_frames(move |f| {
-        packets += usize::from(f.len() > 1024);
-        packets > 1
-    });
+    hold_after_the_first_packet(&nic);
     let message = patterned(20_000, 3);
     assert_eq!(send_on(client, &message), 0);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while nic.fabric.held_frames() == 0 {
-        assert!(std::time::Instant::now() < deadline, "the message part-way");
-        std::thread::yield_now();
-    }
+    wait_part_way(&nic);
     // SAFETY: an open endpoint.
     assert_eq!(unsafe { ((*(*server).cm).shutdown)(server, 0) }, 0);
     // SAFETY: a plain-data structure.
@@ -11640,19 +11649,10 @@ fn fi_cancel_of_a_multi_receive_buffer_a_message_is_arriving_into_withdraws_it_a
         unsafe { recvmsg_one(&pair, 1, &mut buf, FI_MULTI_RECV, 0xB1) },
         0
     );
-    // The message's first packet passes; from its second packet on, every frame is held.
-    let mut packets = 0;
-    nic.fabric.hold_frames(move |f| {
-        packets += usize::from(f.len() > 1024);
-        packets > 1
-    });
+    hold_after_the_first_packet(&nic);
     let message = patterned(20_000, 5);
     assert_eq!(pair.send(0, &message, 9), 0);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while nic.fabric.held_frames() == 0 {
-        assert!(std::time::Instant::now() < deadline, "the message part-way");
-        std::thread::yield_now();
-    }
+    wait_part_way(&nic);
     assert_eq!(cancel(pair.p[1].ep, 0xB1), 0, "the buffer is pending");
     assert!(nic.fabric.release_held() > 0);
     let e = pair.wait(1).expect("the message");
@@ -11693,18 +11693,9 @@ fn a_closed_receive_contexts_multi_receive_buffer_a_message_was_arriving_into_is
     let mut buf = vec![0xaau8; 64 * 1024];
     // SAFETY: an open receive context; `buf` outlives the scalable endpoint.
     assert_eq!(unsafe { recvmsg_on(r0, &mut buf, FI_MULTI_RECV, 9) }, 0);
-    // The message's first packet passes; from its second packet on, every frame is held.
-    let mut packets = 0;
-    nic.fabric.hold_frames(move |f| {
-        packets += usize::from(f.len() > 1024);
-        packets > 1
-    });
+    hold_after_the_first_packet(&nic);
     assert_eq!(send_to(t0, &patterned(20_000, 7), me, 1), 0);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while nic.fabric.held_frames() == 0 {
-        assert!(std::time::Instant::now() < deadline, "the message part-way");
-        std::thread::yield_now();
-    }
+    wait_part_way(&nic);
     // SAFETY: an open context, closed once.
     assert_eq!(unsafe { close(&mut (*r0).fid) }, 0);
     assert!(nic.fabric.release_held() > 0);
