@@ -325,6 +325,22 @@ pub(crate) mod tests {
         assert!(nic.open_av(uet_av::AvAttr::default()).is_ok());
     }
 
+    /// A peer's serialized address for the AV tests of a forked child.
+    fn a_peer() -> [u8; 32] {
+        uet_fwif::UetAddress {
+            caps: uet_fwif::address::caps::AI_BASE,
+            mode: uet_fwif::address::AddressingMode::Relative,
+            max_msg_mtu: false,
+            pid_on_fep: 1,
+            fabric_addr: "10.0.0.2".parse().expect("address"),
+            ri_start: 1,
+            ri_count: 1,
+            initiator: 1,
+        }
+        .to_bytes()
+        .expect("address bytes")
+    }
+
     /// A thread of the parent holds the AV write window at the fork (a write through it, or an
     /// invalidate doorbell, of another AV was in progress): the child's copy of an AV, asked to
     /// insert one address (the window) or to remove one (the doorbell), fails at once, the
@@ -334,17 +350,7 @@ pub(crate) mod tests {
         let fabric = Fabric::new();
         let nic = sim_nic(&fabric, "10.0.0.1");
         let mut av = nic.open_av(uet_av::AvAttr::default()).expect("AV");
-        let peer = uet_fwif::UetAddress {
-            caps: uet_fwif::address::caps::AI_BASE,
-            mode: uet_fwif::address::AddressingMode::Relative,
-            max_msg_mtu: false,
-            pid_on_fep: 1,
-            fabric_addr: "10.0.0.2".parse().expect("address"),
-            ri_start: 1,
-            ri_count: 1,
-            initiator: 1,
-        };
-        let bytes = peer.to_bytes().expect("address bytes");
+        let bytes = a_peer();
         let mut fa = [0u64];
         assert_eq!(av.insert(&bytes, 1, Some(&mut fa), 0), Ok(1));
         let holder = nic.clone();
@@ -425,17 +431,7 @@ pub(crate) mod tests {
             .expect("AV");
         let eq = crate::EventQueue::open(crate::EqAttr::WAITABLE).expect("event queue");
         av.bind(eq.av_sink(), 0).expect("bound");
-        let peer = uet_fwif::UetAddress {
-            caps: uet_fwif::address::caps::AI_BASE,
-            mode: uet_fwif::address::AddressingMode::Relative,
-            max_msg_mtu: false,
-            pid_on_fep: 1,
-            fabric_addr: "10.0.0.2".parse().expect("address"),
-            ri_start: 1,
-            ri_count: 1,
-            initiator: 1,
-        };
-        let bytes = peer.to_bytes().expect("address bytes");
+        let bytes = a_peer();
         let code = in_child(|| {
             if av.insert(&bytes, 1, None, 0) != Ok(0) {
                 return 2;
