@@ -682,7 +682,6 @@ unsafe extern "C" fn cntr_wait(cntr: *mut FidCntr, threshold: u64, timeout: c_in
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::mpsc;
 
     /// A counter without a wait object and no endpoint bound, as `fi_cntr_open` makes it.
     fn counter() -> UetCntr {
@@ -722,34 +721,19 @@ mod tests {
         let ep = EpShared::lane(false);
         c.attach(&ep);
         let endpoints = &c.endpoints;
-        let (held, is_held) = mpsc::channel();
-        let (release, released) = mpsc::channel::<()>();
-        std::thread::scope(|s| {
-            s.spawn(move || {
-                let _eps = endpoints.lock();
-                let _ = held.send(());
-                let _ = released.recv();
-            });
-            is_held.recv().expect("the lock held");
-            // SAFETY: the child only unbinds the endpoint and reads an atomic, then ends
-            // with _exit.
-            let pid = unsafe { libc::fork() };
-            assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
-            if pid == 0 {
-                c.detach(&ep, false);
-                let code = if c.bound.load(Ordering::Acquire) == 0 {
-                    0
-                } else {
-                    2
-                };
-                // SAFETY: ends the forked child at once, running nothing more of the
-                // parent's.
-                unsafe { libc::_exit(code) };
+        let hold = move |wait: &dyn Fn()| {
+            let _eps = endpoints.lock();
+            wait();
+        };
+        let status = crate::wait::tests::in_child_while_held(hold, || {
+            c.detach(&ep, false);
+            if c.bound.load(Ordering::Acquire) == 0 {
+                0
+            } else {
+                2
             }
-            let status = uet_tests::wait_child(pid, Duration::from_secs(10));
-            let _ = release.send(());
-            assert_eq!(status, Some(0), "the child unbound the endpoint");
         });
+        assert_eq!(status, Some(0), "the child unbound the endpoint");
         // The parent's own unbind takes the lock, once free, as ever.
         c.detach(&ep, false);
         assert_eq!(c.bound.load(Ordering::Acquire), 0);

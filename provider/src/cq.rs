@@ -1172,36 +1172,21 @@ mod tests {
         cq.attach(&ep);
         // The lock by address: the completions it guards hold raw pointers, not `Send`.
         let inner = core::ptr::addr_of!(cq.inner) as usize;
-        let (held, is_held) = mpsc::channel();
-        let (release, released) = mpsc::channel::<()>();
-        std::thread::scope(|s| {
-            s.spawn(move || {
-                // SAFETY: the CQ's mutex, which outlives this scope; only locked here.
-                let inner = unsafe { &*(inner as *const Mutex<Inner>) };
-                let _inner = inner.lock();
-                let _ = held.send(());
-                let _ = released.recv();
-            });
-            is_held.recv().expect("the lock held");
-            // SAFETY: the child only unbinds the endpoint and reads an atomic, then ends
-            // with _exit.
-            let pid = unsafe { libc::fork() };
-            assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
-            if pid == 0 {
-                cq.detach(&ep, false);
-                let code = if cq.bound.load(Ordering::Acquire) == 0 {
-                    0
-                } else {
-                    2
-                };
-                // SAFETY: ends the forked child at once, running nothing more of the
-                // parent's.
-                unsafe { libc::_exit(code) };
+        let hold = move |wait: &dyn Fn()| {
+            // SAFETY: the CQ's mutex, which outlives the call; only locked here.
+            let inner = unsafe { &*(inner as *const Mutex<Inner>) };
+            let _inner = inner.lock();
+            wait();
+        };
+        let status = crate::wait::tests::in_child_while_held(hold, || {
+            cq.detach(&ep, false);
+            if cq.bound.load(Ordering::Acquire) == 0 {
+                0
+            } else {
+                2
             }
-            let status = uet_tests::wait_child(pid, Duration::from_secs(10));
-            let _ = release.send(());
-            assert_eq!(status, Some(0), "the child unbound the endpoint");
         });
+        assert_eq!(status, Some(0), "the child unbound the endpoint");
         // The parent's own unbind takes the lock, once free, as ever.
         cq.detach(&ep, false);
         assert_eq!(cq.bound.load(Ordering::Acquire), 0);

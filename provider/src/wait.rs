@@ -647,8 +647,42 @@ fn broadcast(native: &NativeCond, signals: &Signals) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// Fork while a thread of this process holds a lock: `hold` takes it, then calls the
+    /// function it is given, which returns once the child has ended. In the child, `child`
+    /// runs and its result is the exit code, at once. The child's exit code; `None` when it
+    /// had not ended within 10 s (killed then).
+    pub(crate) fn in_child_while_held<'a>(
+        hold: impl FnOnce(&dyn Fn()) + Send + 'a,
+        child: impl FnOnce() -> i32,
+    ) -> Option<i32> {
+        let (held, is_held) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                hold(&|| {
+                    let _ = held.send(());
+                    let _ = released.recv();
+                })
+            });
+            is_held.recv().expect("the lock held");
+            // SAFETY: the child runs `child`, which only touches what it was given, and ends
+            // with _exit.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+            if pid == 0 {
+                let code =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(child)).unwrap_or(3);
+                // SAFETY: ends the forked child at once, running nothing more of the parent's.
+                unsafe { libc::_exit(code) };
+            }
+            let status = uet_tests::wait_child(pid, std::time::Duration::from_secs(10));
+            let _ = release.send(());
+            status
+        })
+    }
 
     fn readable(fd: &EventFd) -> bool {
         let mut p = libc::pollfd {
