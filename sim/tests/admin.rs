@@ -792,9 +792,7 @@ fn admin_cq_full_stalls_until_head_moves() {
 
 #[test]
 fn contexts_follow_their_endpoint() {
-    use uet_fwif::admin::{
-        ContextCreateBody, CTX_ROLE_CONTROL, CTX_ROLE_RX, CTX_ROLE_TX, EP_FLAG_PASSIVE,
-    };
+    use uet_fwif::admin::{CTX_ROLE_CONTROL, CTX_ROLE_RX, CTX_ROLE_TX, EP_FLAG_PASSIVE};
     let fabric = Fabric::new();
     let mut d = Driver::new(&fabric, "10.0.0.1");
     let av = d.av_create(8, 0).unwrap();
@@ -808,23 +806,9 @@ fn contexts_follow_their_endpoint() {
     body.rx_ctx_cnt = 2;
     body.tx_ctx_cnt = 2;
     let ep = d.ep_create_with(av, body, base).unwrap();
-    let ctx_body = |d: &mut Driver, index: u8, role: u8| {
-        let (b, _) = d.ep_body(1, 0, 1);
-        ContextCreateBody {
-            tx_ring: b.tx_ring,
-            rx_ring: b.rx_ring,
-            cq_ring: b.cq_ring,
-            tx_log2: b.tx_log2,
-            rx_log2: b.rx_log2,
-            cq_log2: b.cq_log2,
-            index,
-            role,
-            ..FromZeros::new_zeroed()
-        }
-    };
     let endpoint = u32::from(ep.handle);
     for (index, role) in [(2, CTX_ROLE_RX), (0, CTX_ROLE_TX), (2, CTX_ROLE_TX)] {
-        let body = ctx_body(&mut d, index, role);
+        let body = d.context_body(index, role);
         let c = d.submit(Command::ContextCreate { endpoint, body });
         assert_eq!(
             c.status(),
@@ -832,27 +816,27 @@ fn contexts_follow_their_endpoint() {
             "index {index} role {role}"
         );
     }
-    let body = ctx_body(&mut d, 1, CTX_ROLE_TX | CTX_ROLE_RX);
+    let body = d.context_body(1, CTX_ROLE_TX | CTX_ROLE_RX);
     let c = d.submit(Command::ContextCreate { endpoint, body });
     assert_eq!(c.status(), Status::Success);
     let ctx = c.result0.get();
     assert_ne!(ctx, endpoint, "a handle of its own");
-    let body = ctx_body(&mut d, 1, CTX_ROLE_RX);
+    let body = d.context_body(1, CTX_ROLE_RX);
     let c = d.submit(Command::ContextCreate { endpoint, body });
     assert_eq!(c.status(), Status::Busy, "receive context 1 exists");
-    let body = ctx_body(&mut d, 0, CTX_ROLE_CONTROL);
+    let body = d.context_body(0, CTX_ROLE_CONTROL);
     assert_eq!(
         d.submit(Command::ContextCreate { endpoint, body }).status(),
         Status::Success
     );
-    let body = ctx_body(&mut d, 0, CTX_ROLE_CONTROL);
+    let body = d.context_body(0, CTX_ROLE_CONTROL);
     assert_eq!(
         d.submit(Command::ContextCreate { endpoint, body }).status(),
         Status::Busy,
         "one control channel"
     );
     // A context has no contexts of its own.
-    let body = ctx_body(&mut d, 1, CTX_ROLE_RX);
+    let body = d.context_body(1, CTX_ROLE_RX);
     assert_eq!(
         d.submit(Command::ContextCreate {
             endpoint: ctx,
@@ -902,7 +886,7 @@ fn contexts_follow_their_endpoint() {
     );
     body.rx_ctx_cnt = 0;
     let pep = d.ep_create_with(av, body, base).unwrap();
-    let body = ctx_body(&mut d, 0, CTX_ROLE_CONTROL);
+    let body = d.context_body(0, CTX_ROLE_CONTROL);
     assert_eq!(
         d.submit(Command::ContextCreate {
             endpoint: u32::from(pep.handle),
@@ -926,18 +910,7 @@ fn a_context_with_bad_rings_is_invalid_before_it_is_busy() {
     body.tx_ctx_cnt = 2;
     let ep = d.ep_create_with(av, body, base).unwrap();
     let endpoint = u32::from(ep.handle);
-    let (b, _) = d.ep_body(1, 0, 1);
-    let good = ContextCreateBody {
-        tx_ring: b.tx_ring,
-        rx_ring: b.rx_ring,
-        cq_ring: b.cq_ring,
-        tx_log2: b.tx_log2,
-        rx_log2: b.rx_log2,
-        cq_log2: b.cq_log2,
-        index: 1,
-        role: CTX_ROLE_TX,
-        ..FromZeros::new_zeroed()
-    };
+    let good = d.context_body(1, CTX_ROLE_TX);
     let create =
         |d: &mut Driver, body| d.submit(Command::ContextCreate { endpoint, body }).status();
     assert_eq!(create(&mut d, good), Status::Success);
@@ -946,7 +919,7 @@ fn a_context_with_bad_rings_is_invalid_before_it_is_busy() {
         ..good
     };
     let misaligned = ContextCreateBody {
-        rx_ring: U64::new(b.rx_ring.get() + 8),
+        rx_ring: U64::new(good.rx_ring.get() + 8),
         ..good
     };
     let too_big = ContextCreateBody {
@@ -984,25 +957,14 @@ fn a_completion_ring_of_two_entries_is_refused() {
 
 #[test]
 fn a_context_rings_only_the_queues_of_its_role() {
-    use uet_fwif::admin::{ContextCreateBody, CTX_ROLE_TX};
+    use uet_fwif::admin::CTX_ROLE_TX;
     let fabric = Fabric::new();
     let mut d = Driver::new(&fabric, "10.0.0.1");
     let av = d.av_create(8, 0).unwrap();
     let (mut body, base) = d.ep_body(1, 0, 2);
     body.tx_ctx_cnt = 2;
     let ep = d.ep_create_with(av, body, base).unwrap();
-    let (b, _) = d.ep_body(1, 0, 1);
-    let body = ContextCreateBody {
-        tx_ring: b.tx_ring,
-        rx_ring: b.rx_ring,
-        cq_ring: b.cq_ring,
-        tx_log2: b.tx_log2,
-        rx_log2: b.rx_log2,
-        cq_log2: b.cq_log2,
-        index: 1,
-        role: CTX_ROLE_TX,
-        ..FromZeros::new_zeroed()
-    };
+    let body = d.context_body(1, CTX_ROLE_TX);
     let c = d.submit(Command::ContextCreate {
         endpoint: u32::from(ep.handle),
         body,

@@ -5,8 +5,8 @@
 
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use uet_fwif::admin::{
-    AdminCompletion, AvCreateBody, AvWritePeersBody, BufferBody, EndpointCreateBody, RangeBody,
-    COMMAND_BYTES,
+    AdminCompletion, AvCreateBody, AvWritePeersBody, BufferBody, ContextCreateBody,
+    EndpointCreateBody, RangeBody, COMMAND_BYTES,
 };
 use uet_fwif::{
     AdminCommand, AvWriteRecord, Command, Completion, NicAvEntry, RxDescriptor, Status,
@@ -336,6 +336,23 @@ impl Driver {
             reserved: [0; 7],
         };
         (body, base)
+    }
+
+    /// A CONTEXT_CREATE body of context `index` in `role`, its rings fresh ones as
+    /// [`Driver::ep_body`] gives.
+    pub fn context_body(&mut self, index: u8, role: u8) -> ContextCreateBody {
+        let (b, _) = self.ep_body(1, 0, 1);
+        ContextCreateBody {
+            tx_ring: b.tx_ring,
+            rx_ring: b.rx_ring,
+            cq_ring: b.cq_ring,
+            tx_log2: b.tx_log2,
+            rx_log2: b.rx_log2,
+            cq_log2: b.cq_log2,
+            index,
+            role,
+            ..FromZeros::new_zeroed()
+        }
     }
 
     pub fn ep_create_with(
