@@ -612,11 +612,6 @@ impl NicAvTable for NicAv {
         let nic = &self.table.nic;
         let bytes = records.as_bytes();
         check_batch(OP, records.len())?;
-        // In a forked child the DMA map of the buffer below fails too, but as an I/O error:
-        // the device is gone, as the admin queue would say.
-        if nic.in_forked_child() {
-            return Err(nic_error(OP, DriverError::DeviceGone));
-        }
         // At most MAX_BATCH, checked above.
         let count = records.len() as u32;
         // Normal pages: a batch is small and lives only until its completion.

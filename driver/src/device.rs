@@ -49,6 +49,10 @@ pub enum DeviceError {
         /// Why.
         reason: String,
     },
+    /// The device belongs to the process this one was forked from ([`crate::fork`]): nothing
+    /// was asked of it. As a [`crate::DriverError`] it is `DeviceGone` (`FI_ENODEV`).
+    #[error("the device belongs to the process this one was forked from")]
+    Gone,
 }
 
 /// The function a [`Device`] object drives, as this process can name it. Two objects with

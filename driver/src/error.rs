@@ -8,9 +8,10 @@ use uet_fwif::admin::Status;
 /// Everything the driver can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {
-    /// A backend operation failed.
+    /// A backend operation failed ([`DeviceError::Gone`] becomes
+    /// [`DriverError::DeviceGone`]).
     #[error(transparent)]
-    Device(#[from] DeviceError),
+    Device(DeviceError),
     /// DMA memory could not be allocated or accessed.
     #[error(transparent)]
     Dma(#[from] DmaError),
@@ -209,5 +210,16 @@ impl DriverError {
                     ..
                 }
         )
+    }
+}
+
+impl From<DeviceError> for DriverError {
+    /// The backend's error; one of a device this process does not own (a forked child's) is
+    /// the device gone, as every other call there reports it.
+    fn from(e: DeviceError) -> Self {
+        match e {
+            DeviceError::Gone => DriverError::DeviceGone,
+            e => DriverError::Device(e),
+        }
     }
 }

@@ -123,15 +123,6 @@ impl Fenced {
     fn gone(&self) -> bool {
         self.made_in.in_forked_child()
     }
-
-    fn refused(&self, region: &DmaRegion) -> DeviceError {
-        DeviceError::DmaMap {
-            iova: region.iova(),
-            len: region.len(),
-            reason: "the NIC belongs to the process this one was forked from".into(),
-            errno: Some(libc::EPERM),
-        }
-    }
 }
 
 impl Drop for Fenced {
@@ -179,7 +170,7 @@ impl Device for Fenced {
 
     fn dma_map(&self, region: &DmaRegion) -> Result<(), DeviceError> {
         if self.gone() {
-            return Err(self.refused(region));
+            return Err(DeviceError::Gone);
         }
         self.inner.dma_map(region)
     }
@@ -210,10 +201,7 @@ impl Device for Fenced {
 
     fn set_msix_eventfds(&self, eventfds: &[EventFd]) -> Result<(), DeviceError> {
         if self.gone() {
-            return Err(DeviceError::Interrupts {
-                name: self.inner.name(),
-                reason: "the NIC belongs to the process this one was forked from".into(),
-            });
+            return Err(DeviceError::Gone);
         }
         self.inner.set_msix_eventfds(eventfds)
     }
