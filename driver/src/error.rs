@@ -15,8 +15,9 @@ pub enum DriverError {
     /// DMA memory could not be allocated or accessed.
     #[error(transparent)]
     Dma(#[from] DmaError),
-    /// BAR0 reads all ones: the function is gone (surprise removal, failed reset).
-    #[error("device not responding: BAR0 reads all ones")]
+    /// The device is gone for this process: BAR0 reads all ones (surprise removal, failed
+    /// reset), or the device belongs to the process this one was forked from.
+    #[error("device gone: BAR0 reads all ones, or the device belongs to the process this one was forked from")]
     DeviceGone,
     /// The identity registers name another device.
     #[error("not a uet-nic function: vendor {vendor:#06x} device {device:#06x}")]
