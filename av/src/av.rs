@@ -2222,7 +2222,7 @@ impl<N: NicAvTable> AddressVector<N> {
     /// [`AddressVector::rewrite`]. Runs before every call that settles the NIC
     /// ([`AddressVector::settle`]). `FI_EIO` if the NIC still does not answer, or refuses
     /// (`FI_EAGAIN` when it had no room for a command; the table's errno for an auth key's
-    /// source); then what is in doubt stays so, for the next call to try again. Either way the
+    /// source it refuses); then what is in doubt stays so, for the next call to try again. Either way the
     /// AV is unchanged: the entries in doubt hold what they held.
     #[cold]
     fn repair(&mut self) -> Result<(), FiError> {

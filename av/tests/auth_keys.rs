@@ -567,6 +567,31 @@ fn an_insert_sends_again_the_source_of_a_key_left_unanswered() {
     assert_in_step(&av);
 }
 
+/// A call that first sends again the source of a key whose AUTH_KEY_SOURCE went unanswered,
+/// and finds that unanswered too, fails with `FI_EIO` as one whose entries in doubt cannot be
+/// rewritten does: the call itself sent nothing, and its own addresses are not inserted.
+#[test]
+fn an_insert_whose_resent_key_source_goes_unanswered_again_is_eio_and_inserts_nothing() {
+    let mut av = open_keys(FI_AV_USER_ID, 4);
+    let k = av.insert_auth_key(&key(0x77), 0).unwrap();
+    av.nic_mut()
+        .inject(NicOp::AuthKey, 0, Fault::InDoubt { applied: false });
+    let e = av.set_user_id(k, 0x5EED, FI_AUTH_KEY).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_ETIMEDOUT, "{e}");
+    let used = av.len();
+    av.nic_mut()
+        .inject(NicOp::AuthKey, 0, Fault::InDoubt { applied: false });
+    let mut fi = [0u64];
+    let e = av.insert(&peer_bytes(1), 1, Some(&mut fi), 0).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_EIO, "{e}");
+    assert!(e.message.contains("in doubt"), "{e}");
+    assert_eq!(av.len(), used, "nothing inserted");
+    // The next call finds the NIC answering, sends the source again and inserts.
+    insert_peers(&mut av, &[1]);
+    assert!(av.verify_auth_keys().unwrap().is_empty());
+    assert_in_step(&av);
+}
+
 /// A key's user id set again and again while the NIC answers none of its AUTH_KEY_SOURCE
 /// commands notes the key in doubt once: the host holds no more for the thousandth call than
 /// for the first.

@@ -525,7 +525,8 @@ impl<N: NicAvTable> AddressVector<N> {
     }
 
     /// Send the NIC the source of every key whose AUTH_KEY_SOURCE went unanswered; those not
-    /// sent stay in doubt.
+    /// sent stay in doubt. `FI_EIO` when the NIC leaves one unanswered again, the table's
+    /// errno when it refuses one.
     pub(super) fn resend_auth_key_sources(&mut self) -> Result<(), FiError> {
         let Some(mut doubt) = self
             .auth
@@ -543,10 +544,16 @@ impl<N: NicAvTable> AddressVector<N> {
                     if let Some(a) = self.auth.as_deref_mut() {
                         a.source_in_doubt.extend(doubt);
                     }
-                    return Err(e.within(
+                    // The call itself sent nothing: as for entries in doubt, an unanswered
+                    // resend is `FI_EIO`, and a refusal keeps the table's errno.
+                    let mut e = e.within(
                         "the source of an auth key is in doubt since a command went \
                          unanswered, and sending it again failed",
-                    ));
+                    );
+                    if e.errno == FiErrno::FI_ETIMEDOUT {
+                        e.errno = FiErrno::FI_EIO;
+                    }
+                    return Err(e);
                 }
             }
             doubt.pop();
