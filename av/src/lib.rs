@@ -24,7 +24,7 @@
 //! named AVs [`named`]) documents the one made.
 //!
 //! The crate denies `unsafe` code except in [`named::segment`], which maps and locks the
-//! shared-memory segment of a named AV.
+//! shared-memory segment of a named AV (and, in a forked child, gives up its share of it).
 //!
 //! ```
 //! use uet_av::{AddressVector, AvAttr, AvLimits, MemoryNicTable, FI_MORE};

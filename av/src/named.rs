@@ -76,7 +76,8 @@
 //! - **Close.** The last handle to close, in any process, unlinks the segment; a process
 //!   that dies is not counted (the kernel drops its locks). A handle belongs to the process
 //!   that opened it: in a process forked from that one, every change and catch-up that needs
-//!   the segment's lock is `FI_EINVAL`, and its close leaves the AV alone.
+//!   the segment's lock is `FI_EINVAL`, and its close leaves the AV alone; nor does the fork
+//!   keep the opener's locks or presence once the opener has closed the handle or died.
 
 pub mod segment;
 

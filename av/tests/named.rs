@@ -1627,6 +1627,124 @@ fn a_forked_copy_of_a_handle_neither_changes_nor_closes_the_av() {
     assert!(!path.exists());
 }
 
+/// Whether a lock is held on `byte` of the segment file at `path`, by any open file
+/// description but one of this call's own.
+fn lock_held(path: &std::path::Path, byte: i64) -> bool {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(path).unwrap();
+    // SAFETY: a zeroed flock is a valid value of the plain C struct.
+    let mut fl: libc::flock = unsafe { core::mem::zeroed() };
+    fl.l_type = libc::F_WRLCK as _;
+    fl.l_whence = libc::SEEK_SET as _;
+    fl.l_start = byte;
+    fl.l_len = 1;
+    // SAFETY: F_OFD_GETLK on a descriptor `f` keeps open, with a valid flock it fills in.
+    assert_eq!(
+        unsafe { libc::fcntl(f.as_raw_fd(), libc::F_OFD_GETLK, &mut fl) },
+        0
+    );
+    i32::from(fl.l_type) != libc::F_UNLCK
+}
+
+/// A process forked from one that holds a handle gives up at the fork its share of the
+/// segment's open file description (its copies of the descriptor and of the mapping, either
+/// of which keeps the description's locks): when the process that opened the handle dies in
+/// the middle of a change, a child it forked that is still running keeps no lock from the
+/// other processes, and the next one repairs the segment and goes on.
+#[test]
+fn a_forked_child_keeps_no_lock_of_a_parent_that_died_mid_change() {
+    let name = unique("forked-died");
+    let mut a = open(attr(&name, 8)).unwrap();
+    let path = a.segment_path().to_path_buf();
+    insert(&mut a, &[1]);
+    let mut pipe = [0; 2];
+    // SAFETY: `pipe` has room for the two descriptors.
+    assert_eq!(unsafe { libc::pipe(pipe.as_mut_ptr()) }, 0);
+    // SAFETY: the child runs only the code below, then _exit; the test's other threads are
+    // not used in it.
+    let writer = unsafe { libc::fork() };
+    assert!(writer >= 0);
+    if writer == 0 {
+        // The writer: a handle of its own, in the middle of a change, forks a child that
+        // lives on, tells the test the child's pid, and dies.
+        let params = segment::SegmentParams {
+            capacity: 8,
+            rx_ctx_bits: 0,
+            job_id: 0x00ab_cdef,
+            max_group_id: 0,
+        };
+        let Ok((seg, _)) = segment::Segment::open(&name, false, params) else {
+            // SAFETY: ends the forked child at once.
+            unsafe { libc::_exit(2) };
+        };
+        let Ok(held) = seg.lock(true) else {
+            // SAFETY: as above.
+            unsafe { libc::_exit(3) };
+        };
+        held.begin();
+        // SAFETY: as above: the grandchild sleeps and exits, running nothing else.
+        let child = unsafe { libc::fork() };
+        if child == 0 {
+            // SAFETY: sleeps, then ends at once (the test kills it sooner).
+            unsafe {
+                libc::sleep(60);
+                libc::_exit(0);
+            }
+        }
+        let bytes = child.to_ne_bytes();
+        // SAFETY: writes the 4 bytes of `bytes` to the pipe's write end; then ends at once,
+        // holding the lock, its change unfinished.
+        unsafe {
+            libc::write(pipe[1], bytes.as_ptr().cast(), bytes.len());
+            libc::_exit(0);
+        }
+    }
+    let mut bytes = [0u8; 4];
+    // SAFETY: reads up to 4 bytes into `bytes` from the pipe's read end.
+    let got = unsafe { libc::read(pipe[0], bytes.as_mut_ptr().cast(), bytes.len()) };
+    let child = i32::from_ne_bytes(bytes);
+    let mut status = 0;
+    // SAFETY: waits for the writer forked above; `status` outlives the call.
+    assert_eq!(unsafe { libc::waitpid(writer, &mut status, 0) }, writer);
+    // SAFETY: closes the two pipe descriptors made above, used no more.
+    unsafe {
+        libc::close(pipe[0]);
+        libc::close(pipe[1]);
+    }
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "writer status {status:#x}"
+    );
+    assert_eq!(got, 4, "the writer's child's pid");
+    assert!(child > 0);
+    let end_child = || {
+        let mut status = 0;
+        // SAFETY: ends and reaps the writer's child (a process of this test's making).
+        unsafe {
+            libc::kill(child, libc::SIGKILL);
+            libc::waitpid(child, &mut status, 0);
+        }
+    };
+    // Checked first: an open would wait for the lock for as long as the child lives.
+    if lock_held(&path, 0) {
+        end_child();
+        panic!("the dead writer's lock is kept by its child");
+    }
+    let mut b = open(attr(&name, 8)).expect("the next open repairs the segment");
+    assert_eq!(lookup(&mut b, 0).unwrap(), peer_bytes(1));
+    assert_eq!(insert(&mut b, &[2]), [1]);
+    assert_same(&mut a, &mut b);
+    drop(a);
+    drop(b);
+    // Nor does the dead writer's presence outlive it in its child.
+    let removed = !path.exists();
+    end_child();
+    assert!(
+        removed,
+        "the last close removes the AV though the writer's child lives"
+    );
+}
+
 /// A range record past the high-water mark (no process writes one: its members would be
 /// indices never taken) is no range of the AV: a process opening it holds the slots, which
 /// are empty there, not members the record describes that no other process holds.

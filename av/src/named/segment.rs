@@ -81,9 +81,13 @@
 //!   never outlives its last process by more than the next open of its name.
 //!
 //! The locks belong to the handle's open file description, which a process forked from the
-//! handle's opener shares: the handle stays its opener's. In a forked process its locks are
-//! `FI_EINVAL` (one taken there would not keep the opener out) and dropping it detaches
-//! nothing (it would give up the opener's presence); a forked process opens the AV itself.
+//! handle's opener would share: the handle stays its opener's. At the fork the child gives up
+//! its copies of the descriptor and the mapping, either of which would keep the opener's
+//! locks for as long as the child runs, a dead opener's lock included (the private
+//! `forked_child` module); its copy of the handle then reads zeros. In a forked process the
+//! handle's locks are `FI_EINVAL` (one taken there would not keep the opener out) and
+//! dropping it detaches nothing (it would give up the opener's presence); a forked process
+//! opens the AV itself.
 //!
 //! A writer sets the writer word before its first change and clears it when it commits. The
 //! lock being free while the writer word is set means a process died in the middle of a
@@ -102,6 +106,8 @@
 //! is writable by all, and AV names are known.
 #![allow(unsafe_code)]
 
+mod forked_child;
+
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
@@ -114,6 +120,7 @@ use tracing::{debug, warn};
 use uet_fwif::UetAddress;
 
 use crate::errno::{FiErrno, FiError};
+use forked_child::Registration;
 
 /// Directory of POSIX shared memory on Linux.
 pub const SHM_DIR: &str = "/dev/shm";
@@ -427,10 +434,17 @@ impl Mapping {
         })
     }
 
+    /// List this mapping of `file` for a forked child to give up (see
+    /// [`forked_child`]); the registration must be dropped before `self` and `file`.
+    fn register(&self, file: &File) -> Registration {
+        Registration::new(file, self.ptr.as_ptr().cast(), self.words * 8)
+    }
+
     fn words(&self) -> &[AtomicU64] {
-        // SAFETY: `ptr` is the start of a live MAP_SHARED mapping of `words * 8` bytes,
-        // page-aligned (so aligned for AtomicU64), unmapped only when `self` drops, and the
-        // slice borrows `self`. Every process touches the segment only through atomic
+        // SAFETY: `ptr` is the start of a live MAP_SHARED mapping of `words * 8` bytes (in a
+        // forked child, the anonymous memory `forked_child` put in its place, of the
+        // same size and protection), page-aligned (so aligned for AtomicU64), unmapped only
+        // when `self` drops, and the slice borrows `self`. Every process touches the segment only through atomic
         // operations on whole words, so shared `AtomicU64` references are sound even while
         // other processes write. This code never changes the file's size after creation; a
         // program that truncated it anyway would make an access fault (SIGBUS), never reach
@@ -470,6 +484,9 @@ impl Words {
 /// An attached handle on a segment. Dropping it detaches (and unlinks the segment when it was
 /// the last handle).
 pub struct Segment {
+    /// Listed for a forked child to give up its share of `file` and `map` (dropped first,
+    /// before either goes).
+    forked_copy: Registration,
     map: Words,
     file: File,
     geo: Geometry,
@@ -787,6 +804,7 @@ impl Segment {
             .map_err(|e| os_error(&ctx(&format!("sizing {} bytes", geo.size)), &e))?;
         let map = Mapping::new(&file, geo.size).map_err(|e| os_error(&ctx("mmap"), &e))?;
         let seg = Segment {
+            forked_copy: map.register(&file),
             map: Words::Shared(map),
             file,
             geo,
@@ -831,6 +849,7 @@ impl Segment {
     /// checked: only the header is read until [`Segment::check_header`] gives the geometry.
     fn unchecked(map: Words, file: File, path: &Path, size: usize) -> Segment {
         Segment {
+            forked_copy: Registration::none(),
             map,
             file,
             geo: Geometry {
@@ -869,7 +888,9 @@ impl Segment {
             .is_some_and(|g| g.size == size);
         let map = Mapping::new(&file, if described { size } else { HEADER_BYTES })
             .map_err(|e| Attach::Failed(os_error("fi_av_open: mmap", &e)))?;
+        let forked_copy = map.register(&file);
         let mut seg = Segment::unchecked(Words::Shared(map), file, path, size);
+        seg.forked_copy = forked_copy;
         ofd_lock(&seg.file, libc::F_WRLCK, LOCK_BYTE, Wait::Yes)
             .map_err(|e| Attach::Failed(os_error("fi_av_open: taking the segment lock", &e)))?;
         let attached = seg.attach_locked(name, size, &meta);
