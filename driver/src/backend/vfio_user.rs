@@ -506,10 +506,20 @@ impl Device for VfioUserDevice {
         if eventfds.len() > usize::from(pci::MSIX_VECTORS) {
             return Err(fail(format!("{} vectors asked for", eventfds.len())));
         }
-        let mut client = self.client();
         for (i, chunk) in eventfds.chunks(SET_IRQS_FDS).enumerate() {
+            // The client does not pass a refusal on; the server enables MSI-X in
+            // configuration space once it took the eventfds, as vfio-pci does. Enable is
+            // cleared before each block, so that it says whether this block was taken: one
+            // taken before would leave it on over a refused one, whose vectors then deliver
+            // nothing, and a waiter given one would sleep for good.
+            let control = u16::from_le_bytes(self.config_read::<2>(pci::MSIX_MESSAGE_CONTROL));
+            self.config_write(
+                pci::MSIX_MESSAGE_CONTROL,
+                &(control & !pci::MSIX_CONTROL_ENABLE).to_le_bytes(),
+            );
             let fds: Vec<i32> = chunk.iter().map(AsRawFd::as_raw_fd).collect();
             let start = (i * SET_IRQS_FDS) as u32;
+            let mut client = self.client();
             without_sigpipe(|| {
                 client.set_irqs(
                     VFIO_PCI_MSIX_IRQ_INDEX,
@@ -520,17 +530,16 @@ impl Device for VfioUserDevice {
                 )
             })
             .map_err(|e| fail(e.to_string()))?;
-        }
-        drop(client);
-        // The client does not pass a refusal on; the server enables MSI-X in configuration
-        // space once it took the eventfds, as vfio-pci does. Without it, nothing is delivered:
-        // say so rather than let a waiter sleep for good.
-        let control = u16::from_le_bytes(self.config_read::<2>(pci::MSIX_MESSAGE_CONTROL));
-        if control & pci::MSIX_CONTROL_ENABLE == 0 {
-            let _ = self.clear_msix();
-            return Err(fail(
-                "the server did not enable MSI-X: it refused the eventfds".into(),
-            ));
+            drop(client);
+            let control = u16::from_le_bytes(self.config_read::<2>(pci::MSIX_MESSAGE_CONTROL));
+            if control & pci::MSIX_CONTROL_ENABLE == 0 {
+                let _ = self.clear_msix();
+                return Err(fail(format!(
+                    "the server did not enable MSI-X: it refused the eventfds of vectors \
+                     {start}..{}",
+                    start as usize + fds.len()
+                )));
+            }
         }
         Ok(())
     }
@@ -742,8 +751,146 @@ mod tests {
         let none = VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER;
         assert_eq!(
             asked,
-            [eventfds, eventfds, none],
-            "two blocks of 16 and 4, then the clear"
+            [eventfds, none],
+            "the first block of 16, refused, then the clear"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A function that takes the eventfds of the first block of vectors (from vector 0),
+    /// turning MSI-X on as a vfio-user server does, and refuses every other block; its
+    /// configuration space's MSI-X Enable follows what the client writes there. Records the
+    /// flags and first vector of each `SET_IRQS`.
+    #[derive(Default)]
+    struct FirstBlockOnly {
+        enabled: bool,
+        asked: std::sync::Arc<std::sync::Mutex<Vec<(u32, u32)>>>,
+    }
+
+    impl ServerBackend for FirstBlockOnly {
+        fn region_read(
+            &mut self,
+            region: u32,
+            offset: u64,
+            data: &mut [u8],
+        ) -> std::io::Result<()> {
+            let enable = if self.enabled {
+                pci::MSIX_CONTROL_ENABLE
+            } else {
+                0
+            };
+            let mut stub = StubFunction::default();
+            stub.region_read(region, offset, data)?;
+            if region == VFIO_PCI_CONFIG_REGION_INDEX
+                && offset == pci::MSIX_MESSAGE_CONTROL as u64
+                && data.len() == 2
+            {
+                data.copy_from_slice(&(63 | enable).to_le_bytes());
+            }
+            Ok(())
+        }
+
+        fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> std::io::Result<()> {
+            if region == VFIO_PCI_CONFIG_REGION_INDEX
+                && offset == pci::MSIX_MESSAGE_CONTROL as u64
+                && data.len() == 2
+            {
+                let control = u16::from_le_bytes([data[0], data[1]]);
+                self.enabled = control & pci::MSIX_CONTROL_ENABLE != 0;
+            }
+            Ok(())
+        }
+
+        fn dma_map(
+            &mut self,
+            _: DmaMapFlags,
+            _: u64,
+            _: u64,
+            _: u64,
+            _: Option<File>,
+        ) -> std::io::Result<()> {
+            Ok(())
+        }
+
+        fn dma_unmap(&mut self, _: DmaUnmapFlags, _: u64, _: u64) -> std::io::Result<()> {
+            Ok(())
+        }
+
+        fn reset(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+
+        fn set_irqs(
+            &mut self,
+            _: u32,
+            flags: u32,
+            start: u32,
+            count: u32,
+            _: Vec<File>,
+        ) -> std::io::Result<()> {
+            self.asked.lock().unwrap().push((flags, start));
+            if flags & VFIO_IRQ_SET_DATA_NONE != 0 && count == 0 {
+                self.enabled = false;
+                return Ok(());
+            }
+            if start != 0 {
+                return Err(std::io::Error::other(
+                    "no eventfds taken past the first block",
+                ));
+            }
+            self.enabled = true;
+            Ok(())
+        }
+    }
+
+    /// A server that takes the first block of eventfds and refuses a later one has MSI-X on
+    /// (from the first block) though vectors past it have no eventfd, and a waiter given one
+    /// of them would sleep for good: the refusal of any block is reported and the vectors
+    /// are cleared again.
+    #[test]
+    fn eventfds_refused_past_the_first_block_are_reported_and_cleared() {
+        use vfio_bindings::bindings::vfio::VFIO_IRQ_INFO_NORESIZE;
+        let dir =
+            std::env::temp_dir().join(format!("uet-vfio-user-irqs-part-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("irqs.sock");
+        let irqs = (0..=VFIO_PCI_MSIX_IRQ_INDEX)
+            .map(|index| vfio_user::IrqInfo {
+                index,
+                flags: if index == VFIO_PCI_MSIX_IRQ_INDEX {
+                    VFIO_IRQ_INFO_EVENTFD | VFIO_IRQ_INFO_NORESIZE
+                } else {
+                    0
+                },
+                count: if index == VFIO_PCI_MSIX_IRQ_INDEX {
+                    64
+                } else {
+                    0
+                },
+            })
+            .collect();
+        let server = Server::new(&path, true, irqs, regions()).unwrap();
+        let mut backend = FirstBlockOnly::default();
+        let asked = backend.asked.clone();
+        let t = std::thread::spawn(move || {
+            let _ = server.run(&mut backend);
+        });
+        let device = VfioUserDevice::open(&path).unwrap();
+        let fds: Vec<EventFd> = (0..20).map(|_| EventFd::new(0).unwrap()).collect();
+        let refused = device.set_msix_eventfds(&fds).map_err(|e| e.to_string());
+        let enabled = u16::from_le_bytes(device.config_read::<2>(pci::MSIX_MESSAGE_CONTROL))
+            & pci::MSIX_CONTROL_ENABLE;
+        drop(device);
+        t.join().unwrap();
+        let e = refused.expect_err("vectors 16 to 19 have no eventfd");
+        assert!(e.contains("did not enable MSI-X"), "{e}");
+        assert_eq!(enabled, 0, "MSI-X left on");
+        let none = VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER;
+        assert_eq!(
+            asked.lock().unwrap().last(),
+            Some(&(none, 0)),
+            "the vectors cleared"
         );
         let _ = std::fs::remove_dir_all(&dir);
     }
