@@ -18,8 +18,9 @@
 //!   5, SES opcode 0x02).
 //!
 //! A DMA fault on the region (the host unmapped it without deregistering) answers
-//! RC_HOST_UNSUCCESS_CMPL and counts `DMA_FAULTS`. `RX_PACKETS` and `RX_BYTES` count WRITE
-//! packets placed; the endpoint's `rma_target_write_bytes` and `rma_target_read_bytes` count
+//! RC_HOST_UNSUCCESS_CMPL and counts `DMA_FAULTS`. `RX_PACKETS` counts WRITE packets placed
+//! and READ requests served, as the initiator's `TX_PACKETS` counts them, and `RX_BYTES` the
+//! WRITE payload (a READ request has none); the endpoint's `rma_target_write_bytes` and `rma_target_read_bytes` count
 //! the bytes written and read.
 
 use crate::mr_table::RmaAccess;
@@ -77,6 +78,9 @@ impl Nic {
                 self.dma_fault();
                 return self.reject(handle, p, ReturnCode::HostUnsuccessfulCompletion);
             }
+            // A request packet accepted, as the initiator's TX_PACKETS counted it; it carries
+            // no payload, so RX_BYTES is unchanged.
+            self.counters.inc(RX_PACKETS);
             if let Some(ep) = self.eps.get_mut(handle) {
                 let s = &mut ep.stats;
                 s.rma_target_read_bytes = s.rma_target_read_bytes.wrapping_add(u64::from(n));

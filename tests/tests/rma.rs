@@ -8,7 +8,7 @@ use uet_driver::{CqOp, DmaPool, DriverError, MrAccess, MrMemory, MrRegError};
 use uet_fwif::admin::Status;
 use uet_fwif::datapath::{CompletionKind, LocalStatus};
 use uet_fwif::ReturnCode;
-use uet_regs::{RX_PERM_VIOLATION, TX_PACKETS};
+use uet_regs::{RX_BYTES, RX_PACKETS, RX_PERM_VIOLATION, TX_PACKETS};
 use uet_tests::{pair_with, pattern, Node};
 
 const JOB: u32 = 0x00_0DAA;
@@ -73,6 +73,7 @@ fn write_and_read_are_byte_exact_at_1_b_mtu_plus_1_and_64_kib() {
 
         // Read it back.
         let packets = a.counter(TX_PACKETS);
+        let (accepted, payload) = (b.counter(RX_PACKETS), b.counter(RX_BYTES));
         let mut dst = pool.alloc().unwrap();
         dst.fill(&vec![0xEE; len]).unwrap();
         a.ep.post_read(0, dst, len, offset, KEY, 200 + i as u64)
@@ -82,6 +83,13 @@ fn write_and_read_are_byte_exact_at_1_b_mtu_plus_1_and_64_kib() {
         assert!(ev.error.is_none(), "len {len}: {:?}", ev.error);
         assert_eq!(ev.buffer.unwrap().to_vec().unwrap(), data, "len {len}");
         assert_eq!(a.counter(TX_PACKETS) - packets, len.div_ceil(mtu) as u64);
+        // The target accepted each READ request the initiator counted; they carry no payload.
+        assert_eq!(
+            b.counter(RX_PACKETS) - accepted,
+            a.counter(TX_PACKETS) - packets,
+            "len {len}"
+        );
+        assert_eq!(b.counter(RX_BYTES), payload);
     }
     let ca = a.ep.counters().unwrap();
     let cb = b.ep.counters().unwrap();
