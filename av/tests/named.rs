@@ -1685,19 +1685,18 @@ fn a_forked_child_keeps_no_lock_of_a_parent_that_died_mid_change() {
         // SAFETY: as above: the grandchild sleeps and exits, running nothing else.
         let child = unsafe { libc::fork() };
         if child == 0 {
-            // SAFETY: sleeps, then ends at once (the test kills it sooner).
+            // Past the fork handlers: the child tells the test its pid, sleeps, and ends.
+            let bytes = std::process::id().to_ne_bytes();
+            // SAFETY: writes the 4 bytes of `bytes` to the pipe's write end; sleeps, then
+            // ends at once (the test kills it sooner).
             unsafe {
+                libc::write(pipe[1], bytes.as_ptr().cast(), bytes.len());
                 libc::sleep(60);
                 libc::_exit(0);
             }
         }
-        let bytes = child.to_ne_bytes();
-        // SAFETY: writes the 4 bytes of `bytes` to the pipe's write end; then ends at once,
-        // holding the lock, its change unfinished.
-        unsafe {
-            libc::write(pipe[1], bytes.as_ptr().cast(), bytes.len());
-            libc::_exit(0);
-        }
+        // SAFETY: ends at once, holding the lock, its change unfinished.
+        unsafe { libc::_exit(if child > 0 { 0 } else { 4 }) };
     }
     let mut bytes = [0u8; 4];
     // SAFETY: reads up to 4 bytes into `bytes` from the pipe's read end.
@@ -1715,7 +1714,7 @@ fn a_forked_child_keeps_no_lock_of_a_parent_that_died_mid_change() {
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         "writer status {status:#x}"
     );
-    assert_eq!(got, 4, "the writer's child's pid");
+    assert_eq!(got, 4, "the pid of the writer's child, once it runs");
     assert!(child > 0);
     let end_child = || {
         let mut status = 0;

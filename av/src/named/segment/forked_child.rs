@@ -18,7 +18,8 @@
 //!   with `MAP_FIXED`), which the handle's later `munmap` then unmaps.
 //!
 //! Both are single system calls, as what runs between `fork` and the child's return from it
-//! must be. The child's copy of a handle reads zeros from then on: a generation of 0, so
+//! must be. Until the child first runs, and so runs the handler, it holds the references the
+//! fork copied: a lock outlives a dead parent by that moment, not by the child's life. The child's copy of a handle reads zeros from then on: a generation of 0, so
 //! every call that catches up first takes the segment lock, which is `FI_EINVAL` in a forked
 //! process (`Segment::check_opener`), as it was; a forked process opens the AV itself.
 //!
