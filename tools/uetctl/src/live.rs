@@ -226,16 +226,26 @@ impl Client {
     /// Send `request` and return its `ok` value; an `error` answer is an error naming its
     /// fabric errno.
     pub fn call(&mut self, request: &Value) -> Result<Value, String> {
-        let mut line = serde_json::to_vec(request).map_err(|e| e.to_string())?;
+        self.call_errno(request).map_err(|(_, text)| text)
+    }
+
+    /// [`Client::call`], with the fabric errno of an `error` answer (`None` for a failure
+    /// of the conversation itself).
+    fn call_errno(&mut self, request: &Value) -> Result<Value, (Option<u64>, String)> {
+        let mut line = serde_json::to_vec(request).map_err(|e| (None, e.to_string()))?;
         line.push(b'\n');
         self.output
             .write_all(&line)
-            .map_err(|e| format!("{}: {e}", self.path.display()))?;
-        let answer = self.read_line()?;
+            .map_err(|e| (None, format!("{}: {e}", self.path.display())))?;
+        let answer = self.read_line().map_err(|e| (None, e))?;
         if let Some(ok) = answer.get("ok") {
             return Ok(ok.clone());
         }
-        Err(error_text(answer.get("error").unwrap_or(&Value::Null)))
+        let error = answer.get("error").unwrap_or(&Value::Null);
+        Err((
+            error.get("errno").and_then(Value::as_u64),
+            error_text(error),
+        ))
     }
 
     /// NIC numbers of the process that are open.
@@ -307,6 +317,9 @@ pub struct LiveTable {
     pub handle: u32,
     /// Entries.
     pub capacity: u32,
+    /// The table's serial, which no later table of the NIC takes with its handle (`None`
+    /// from a driver before serials).
+    pub serial: Option<u64>,
     /// For a named AV's table: the AV name, and the generation of the AV the table reflects
     /// (`None` before the process first caught up).
     pub named: Option<(String, Option<u64>)>,
@@ -325,6 +338,7 @@ pub fn tables(client: &mut Client, nic: u64) -> Result<Vec<LiveTable>, String> {
             Ok(LiveTable {
                 handle: u32_of(t, "table", "av_list")?,
                 capacity: u32_of(t, "capacity", "av_list")?,
+                serial: t.get("serial").and_then(Value::as_u64),
                 named,
             })
         })
@@ -359,10 +373,45 @@ struct NicSide {
     changed: bool,
 }
 
-/// Read NIC table `table` of NIC `nic`, every page. Each page after the first names the
-/// table by the serial the first answer gave, so a table closed between two pages, whose
-/// handle another AV's table may have taken, is an error and not one table spliced from two.
-fn nic_side(client: &mut Client, nic: u64, table: u32) -> Result<NicSide, String> {
+/// Why a dump of a live table failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DumpError {
+    /// The process closed the table before the dump was complete (before its first page,
+    /// when the dump was asked with the serial `av_list` gave): there is no such table any
+    /// more.
+    Closed(String),
+    /// Anything else: the dump could not be made.
+    Failed(String),
+}
+
+impl core::fmt::Display for DumpError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            DumpError::Closed(why) | DumpError::Failed(why) => f.write_str(why),
+        }
+    }
+}
+
+impl From<String> for DumpError {
+    fn from(why: String) -> Self {
+        DumpError::Failed(why)
+    }
+}
+
+/// FI_ENOENT: what the driver answers for a page of a table closed since its serial was
+/// given.
+const FI_ENOENT: u64 = 2;
+
+/// Read NIC table `table` of NIC `nic`, every page. Each page names the table by its serial:
+/// `serial` (from `av_list`) from the first, or the one the first answer gave, so a table
+/// closed between two pages, whose handle another AV's table may have taken, is
+/// [`DumpError::Closed`] and not one table spliced from two.
+fn nic_side(
+    client: &mut Client,
+    nic: u64,
+    table: u32,
+    listed: Option<u64>,
+) -> Result<NicSide, DumpError> {
     let mut side = NicSide {
         capacity: 0,
         entries: Vec::new(),
@@ -370,7 +419,7 @@ fn nic_side(client: &mut Client, nic: u64, table: u32) -> Result<NicSide, String
         named: None,
         changed: false,
     };
-    let mut serial: Option<u64> = None;
+    let mut serial: Option<u64> = listed;
     // The `changes` of the first page that carried it.
     let mut changes: Option<u64> = None;
     let mut first = Some(0u64);
@@ -381,14 +430,19 @@ fn nic_side(client: &mut Client, nic: u64, table: u32) -> Result<NicSide, String
         if let Some(s) = serial {
             request["serial"] = json!(s);
         }
-        let page = client.call(&request).map_err(|e| {
-            if at == 0 {
+        let page = client.call_errno(&request).map_err(|(errno, e)| {
+            let e = if at == 0 {
                 e
             } else {
                 format!(
                     "AV table {table} of NIC {nic}: the dump stopped at index {at} and is \
                      incomplete: {e}"
                 )
+            };
+            if serial.is_some() && errno == Some(FI_ENOENT) {
+                DumpError::Closed(e)
+            } else {
+                DumpError::Failed(e)
             }
         })?;
         // A driver before serials answers without one; its pages cannot be checked.
@@ -396,10 +450,10 @@ fn nic_side(client: &mut Client, nic: u64, table: u32) -> Result<NicSide, String
         match (serial, answered) {
             (None, _) => serial = answered,
             (Some(s), Some(a)) if s != a => {
-                return Err(format!(
+                return Err(DumpError::Closed(format!(
                     "AV table {table} of NIC {nic} was closed and replaced by another table \
                      (serial {a}, was {s}) during the dump"
-                ))
+                )))
             }
             _ => {}
         }
@@ -421,11 +475,11 @@ fn nic_side(client: &mut Client, nic: u64, table: u32) -> Result<NicSide, String
         let capacity = u32::try_from(capacity)
             .map_err(|_| format!("av_dump answer with capacity {capacity}: past 32 bits"))?;
         if at > 0 && capacity != side.capacity {
-            return Err(format!(
+            return Err(DumpError::Failed(format!(
                 "AV table {table} of NIC {nic}: a page of capacity {capacity} after pages of \
                  capacity {}",
                 side.capacity
-            ));
+            )));
         }
         side.capacity = capacity;
         for e in array(&page, "entries", "av_dump")? {
@@ -438,10 +492,10 @@ fn nic_side(client: &mut Client, nic: u64, table: u32) -> Result<NicSide, String
                 .last()
                 .map_or(at, |&(last, _)| at.max(u64::from(last) + 1));
             if index < after || index >= u64::from(capacity) {
-                return Err(format!(
+                return Err(DumpError::Failed(format!(
                     "AV table {table} of NIC {nic}: entry {index} of the page from {at} is \
                      out of order or outside the table's {capacity} entries"
-                ));
+                )));
             }
             let entry: NicAvEntry = decode(&e[1], "NicAvEntry")?;
             side.entries.push((index as u32, entry));
@@ -475,7 +529,9 @@ fn nic_side(client: &mut Client, nic: u64, table: u32) -> Result<NicSide, String
         }
         let next = page.get("next").and_then(Value::as_u64);
         if next.is_some_and(|n| n <= at) {
-            return Err(format!("av_dump did not advance past {at}"));
+            return Err(DumpError::Failed(format!(
+                "av_dump did not advance past {at}"
+            )));
         }
         // The next page starts after this one's entries, within the table.
         let after = side
@@ -483,10 +539,10 @@ fn nic_side(client: &mut Client, nic: u64, table: u32) -> Result<NicSide, String
             .last()
             .map_or(at, |&(last, _)| at.max(u64::from(last) + 1));
         if let Some(n) = next.filter(|&n| n < after || n >= u64::from(capacity)) {
-            return Err(format!(
+            return Err(DumpError::Failed(format!(
                 "AV table {table} of NIC {nic}: the page from {at} goes on at {n}, before its \
                  last entry or past the table's {capacity} entries"
-            ));
+            )));
         }
         first = next;
     }
@@ -506,15 +562,35 @@ const ATTEMPTS: u32 = 3;
 /// the table reflected the segment's generation while it was read ([`dump::NamedSide`] says
 /// whether it was and why not).
 pub fn av_dump(client: &mut Client, nic: u64, table: u32) -> Result<AvDump, String> {
+    dump_of(client, nic, table, None).map_err(|e| e.to_string())
+}
+
+/// [`av_dump`] of a table `av_list` listed, named by its serial from the first page: a table
+/// the process closed since it was listed is [`DumpError::Closed`], and not another table
+/// that took its handle.
+pub fn av_dump_listed(
+    client: &mut Client,
+    nic: u64,
+    table: &LiveTable,
+) -> Result<AvDump, DumpError> {
+    dump_of(client, nic, table.handle, table.serial)
+}
+
+fn dump_of(
+    client: &mut Client,
+    nic: u64,
+    table: u32,
+    serial: Option<u64>,
+) -> Result<AvDump, DumpError> {
     let mut attempt = 1;
     loop {
-        let side = nic_side(client, nic, table)?;
+        let side = nic_side(client, nic, table, serial)?;
         if side.changed {
             if attempt == ATTEMPTS {
-                return Err(format!(
+                return Err(DumpError::Failed(format!(
                     "AV table {table} of NIC {nic} changed while it was read, at each of \
                      {ATTEMPTS} reads: its pages would mix the table before and after a change"
-                ));
+                )));
             }
             attempt += 1;
             std::thread::sleep(Duration::from_millis(20));

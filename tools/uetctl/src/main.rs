@@ -766,12 +766,25 @@ fn live_dump(
     let mut differences = 0;
     for n in live.nics.clone() {
         let tables = live.on(n, live::tables)?;
-        for handle in tables.into_iter().map(|t| t.handle) {
+        for listed in tables {
+            let handle = listed.handle;
             if table.is_some_and(|t| t != handle) {
                 continue;
             }
             found = true;
-            let dump = live.on(n, |c, n| live::av_dump(c, n, handle))?;
+            let dump = match live::av_dump_listed(&mut live.client, n, &listed) {
+                Ok(dump) => dump,
+                // A table the process closed after it was listed is no longer one of its
+                // tables: the dump is of the others. One asked for by number is an error.
+                Err(live::DumpError::Closed(why)) if table.is_none() => {
+                    eprintln!("uetctl: process {pid} NIC {n}: {why}; not dumped");
+                    continue;
+                }
+                Err(e) => {
+                    eprintln!("uetctl: process {pid} NIC {n}: {e}");
+                    return Err(ExitCode::from(2));
+                }
+            };
             differences += dump.differences();
             if as_json {
                 docs.push((n, handle, dump));

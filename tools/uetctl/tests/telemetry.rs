@@ -33,6 +33,18 @@ fn serving_one_nic(ip: &str, test: &str) -> (Fabric, Nic, PathBuf, Telemetry) {
     (fabric, nic0, path, t)
 }
 
+/// `av_list`'s tables, each of which must carry a serial, with the serial left out (its value
+/// is the driver's own).
+fn listed(tables: Vec<live::LiveTable>) -> Vec<live::LiveTable> {
+    tables
+        .into_iter()
+        .map(|t| {
+            assert!(t.serial.is_some(), "{t:?}");
+            live::LiveTable { serial: None, ..t }
+        })
+        .collect()
+}
+
 fn socket(test: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("uetctl-telemetry-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -259,10 +271,11 @@ fn a_live_dump_is_what_the_nic_holds() {
 
     let big_handle = big.nic().table().handle();
     assert_eq!(
-        live::tables(&mut client, 0).unwrap(),
+        listed(live::tables(&mut client, 0).unwrap()),
         vec![live::LiveTable {
             handle: big_handle,
             capacity: (count + 64) as u32,
+            serial: None,
             named: None
         }]
     );
@@ -443,10 +456,11 @@ fn telemetry_keeps_no_table_or_nic_alive() {
         .unwrap();
     let handle = av.nic().table().handle();
     assert_eq!(
-        live::tables(&mut client, 0).unwrap(),
+        listed(live::tables(&mut client, 0).unwrap()),
         vec![live::LiveTable {
             handle,
             capacity: 4,
+            serial: None,
             named: None
         }]
     );
@@ -826,10 +840,11 @@ fn a_named_av_table_is_compared_with_the_av() {
     let (ha, hb) = (a.av().nic().table().handle(), b.av().nic().table().handle());
     let g = a.generation();
     assert_eq!(
-        live::tables(&mut client, 1).unwrap(),
+        listed(live::tables(&mut client, 1).unwrap()),
         vec![live::LiveTable {
             handle: hb,
             capacity: 64,
+            serial: None,
             named: Some((name.clone(), Some(g)))
         }]
     );
@@ -1833,11 +1848,12 @@ fn a_live_dump_that_finds_differences_exits_1_as_a_demo_dump_does() {
     drop(a);
 }
 
-/// A live dump that stops part way (its table closed between two pages) cannot say whether
-/// NIC and AV differ: it exits 2 with the reason, as every other live command that could not
-/// do its work, and not 1, which says the dump found differences.
+/// A live dump of the table asked for by number that stops part way (the table closed
+/// between two pages) cannot say whether NIC and AV differ: it exits 2 with the reason, as
+/// every other live command that could not do its work, and not 1, which says the dump found
+/// differences.
 #[test]
-fn a_live_dump_that_stops_part_way_exits_2() {
+fn a_live_dump_of_a_table_asked_for_that_stops_part_way_exits_2() {
     let (path, server) = scripted("stops-part-way", |c| {
         c.hear();
         c.say(json!({"ok": {"tables": [{"table": 3, "serial": 7, "capacity": 8}]}}));
@@ -1850,9 +1866,71 @@ fn a_live_dump_that_stops_part_way_exits_2() {
         c.say(json!({"error": {"errno": 2, "name": "FI_ENOENT",
                                "message": "AV table 3 of serial 7 was closed since the dump began"}}));
     });
-    let (out, stderr) = uetctl_against(&["av", "dump", "--nic", "0", "--socket"], &path, server);
+    let (out, stderr) = uetctl_against(
+        &["av", "dump", "--nic", "0", "--table", "3", "--socket"],
+        &path,
+        server,
+    );
     assert!(stderr.contains("incomplete"), "{stderr}");
     assert_eq!(out.status.code(), Some(2), "{stderr}");
+}
+
+/// A live dump of every table names each by the serial `av_list` gave, from its first page:
+/// a table the process closed after it was listed, before its first page or part way, is no
+/// longer one of its tables, and the dump is of the others, with a note on stderr for each
+/// table left out; the exit status is theirs.
+#[test]
+fn a_live_dump_leaves_out_a_table_closed_after_it_was_listed() {
+    let (path, server) = scripted("closed-after-listing", |c| {
+        c.hear();
+        c.say(json!({"ok": {"tables": [
+            {"table": 2, "serial": 5, "capacity": 8},
+            {"table": 3, "serial": 7, "capacity": 8},
+            {"table": 4, "serial": 9, "capacity": 8},
+        ]}}));
+        // Table 2 closed before its first page (the page asks for serial 5).
+        let asked = c.hear();
+        assert_eq!(
+            (asked["table"].as_u64(), asked["serial"].as_u64()),
+            (Some(2), Some(5))
+        );
+        c.say(json!({"error": {"errno": 2, "name": "FI_ENOENT",
+                               "message": "AV table 2 of serial 5 was closed since the dump began"}}));
+        // Table 3 closed part way.
+        let asked = c.hear();
+        assert_eq!(asked["serial"].as_u64(), Some(7));
+        c.say(
+            json!({"ok": {"table": 3, "serial": 7, "capacity": 8, "first": 0,
+                          "entries": [], "next": 4, "auth_key_slots": []}}),
+        );
+        c.hear();
+        c.say(json!({"error": {"errno": 2, "name": "FI_ENOENT",
+                               "message": "AV table 3 of serial 7 was closed since the dump began"}}));
+        // Table 4 is there, empty.
+        let asked = c.hear();
+        assert_eq!(asked["serial"].as_u64(), Some(9));
+        c.say(
+            json!({"ok": {"table": 4, "serial": 9, "capacity": 8, "first": 0,
+                          "entries": [], "next": null, "auth_key_slots": []}}),
+        );
+    });
+    let (out, stderr) = uetctl_against(&["av", "dump", "--nic", "0", "--socket"], &path, server);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(stderr.matches("not dumped").count(), 2, "{stderr}");
+    assert!(
+        stderr.contains("AV table 2 of serial 5 was closed"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("AV table 3 of serial 7 was closed"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("AV table 4"), "{stdout}");
+    assert!(
+        !stdout.contains("AV table 2") && !stdout.contains("AV table 3"),
+        "{stdout}"
+    );
 }
 
 /// `uetctl --json av dump` of a large live table writes its document entry by entry: 100,000
