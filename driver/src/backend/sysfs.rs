@@ -511,8 +511,26 @@ impl Sysfs {
             self.check_idle(address, group)?;
         }
         let name = address.to_string();
-        self.write(&self.function_dir(address).join("driver_override"), "\n")?;
-        self.write(&self.driver_dir(VFIO_PCI).join("unbind"), &name)?;
+        let override_path = self.function_dir(address).join("driver_override");
+        // What to put back if vfio-pci keeps the function: the override it was bound with.
+        let previous = fs::read_to_string(&override_path).map_err(|source| SysfsError::Io {
+            op: "reading",
+            path: override_path.clone(),
+            source,
+        })?;
+        let previous = match previous.trim() {
+            "" | "(null)" => "\n".to_string(),
+            d => d.to_string(),
+        };
+        self.write(&override_path, "\n")?;
+        if let Err(e) = self.write(&self.driver_dir(VFIO_PCI).join("unbind"), &name) {
+            // Still vfio-pci's: as it was, override included, so that a probe (a hotplug, a
+            // rescan) gives it to vfio-pci again and not to whichever driver claims it.
+            if let Err(r) = self.write(&override_path, &previous) {
+                tracing::warn!(%address, error = %r, "could not restore driver_override");
+            }
+            return Err(e);
+        }
         // Released: a probe that cannot be written leaves the function with no driver, which
         // is what a release is for this NIC (no kernel driver knows it), so it is logged only.
         if let Err(e) = self.write(&self.sys.join("bus/pci/drivers_probe"), &name) {
@@ -1045,6 +1063,22 @@ pub(crate) mod tests {
         let e = t.sysfs().unbind_vfio(addr(NIC)).unwrap_err();
         assert!(matches!(e, SysfsError::NothingToRelease { .. }), "{e}");
         assert_eq!(t.read("bus/pci/drivers/ixgbe/unbind"), "");
+    }
+
+    /// An unbind the kernel refuses leaves the function as it was, bound to vfio-pci with the
+    /// override it had, and not bound with no override.
+    #[test]
+    fn an_unbind_refused_keeps_the_override() {
+        let t = Tree::this_nic(Some(VFIO_PCI));
+        fs::write(t.function().join("driver_override"), "vfio-pci\n").unwrap();
+        fs::remove_file(t.sys().join("bus/pci/drivers/vfio-pci/unbind")).unwrap();
+        let e = t.sysfs().unbind_vfio(addr(NIC)).unwrap_err();
+        assert!(matches!(e, SysfsError::Io { .. }), "{e}");
+        assert_eq!(
+            t.read("bus/pci/devices/0000:3b:00.0/driver_override"),
+            "vfio-pci"
+        );
+        assert_eq!(t.read("bus/pci/drivers_probe"), "", "no probe");
     }
 
     /// Unbinding a function another driver has is refused saying so, not with the advice to
