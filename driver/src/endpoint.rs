@@ -381,6 +381,13 @@ struct Posted {
     /// A transmit: the bytes it was posted with (a READ: the bytes it asked for, the most its
     /// completion may have placed). 0 for a receive.
     len: usize,
+    /// A receive: the ring position its descriptor was written at. Its completion context
+    /// too, unless the entry there was still held by a receive the NIC had passed (see
+    /// `Ring::at`). 0 for a transmit.
+    pos: u16,
+    /// The NIC has read the descriptor, and its head is past the entry: a multi-receive
+    /// buffer a completion has come from (the NIC's current buffer), still posted.
+    passed: bool,
 }
 
 /// What a tagged RX descriptor carries: a receive's buffer, or none (a probe's).
@@ -508,6 +515,12 @@ struct Ring {
     withdrawn_count: u32,
     /// Descriptors posted so far: the posting order of the ring's receives.
     posts: u64,
+    /// RX ring the NIC reads in order: by position, the completion context of the receive
+    /// last posted there (that receive is still posted there while its entry of `slots`
+    /// holds it with that position). A receive's context is its position, unless the entry
+    /// of that number is held by a receive the NIC has passed (the current multi-receive
+    /// buffer, which may stay posted while the tail comes round to it).
+    at: Vec<Option<u16>>,
 }
 
 impl Ring {
@@ -522,6 +535,7 @@ impl Ring {
             withdrawn: vec![false; geometry.entries() as usize],
             withdrawn_count: 0,
             posts: 0,
+            at: vec![None; geometry.entries() as usize],
         })
     }
 
@@ -532,6 +546,34 @@ impl Ring {
         let tail = usize::from(self.tail);
         self.in_flight + self.withdrawn_count < self.geometry.entries() - 1
             && self.slots[tail].is_none()
+    }
+
+    /// A completion context for a descriptor posted at the tail of a ring the NIC reads in
+    /// order (see `at`): the tail's position, or the first free entry of `slots` from it when
+    /// a receive the NIC has passed holds that one; `None` when the ring is full. Entries
+    /// taken by receives and by withdrawn ones the NIC may not have passed are fewer than the
+    /// ring's entries less one, so the tail's position is outside the NIC's part of the ring.
+    fn ordered_context(&mut self) -> Option<u16> {
+        if self.withdrawn_count > 0 {
+            self.release_withdrawn();
+        }
+        if self.in_flight + self.withdrawn_count >= self.geometry.entries() - 1 {
+            return None;
+        }
+        match self.slots.get(usize::from(self.tail))? {
+            None => Some(self.tail),
+            Some(p) if p.passed => self.free_context(),
+            Some(_) => None,
+        }
+    }
+
+    /// The receive still posted at ring position `i` of a ring the NIC reads in order.
+    fn posted_at(&self, i: usize) -> Option<&Posted> {
+        let context = (*self.at.get(i)?)?;
+        self.slots
+            .get(usize::from(context))?
+            .as_ref()
+            .filter(|p| usize::from(p.pos) == i)
     }
 
     /// A completion context for a descriptor posted at the tail of a ring the NIC reads
@@ -564,7 +606,12 @@ impl Ring {
                 break;
             }
             let i = ((u32::from(self.tail) + k) % entries) as usize;
-            if self.slots.get(i).is_none_or(|s| s.is_some()) {
+            if i >= self.withdrawn.len() {
+                break;
+            }
+            // A receive the NIC has not passed ends the run; the current multi-receive
+            // buffer, whose entry the NIC read when a message first came, does not.
+            if self.posted_at(i).is_some_and(|p| !p.passed) {
                 break;
             }
             if let Some(w) = self.withdrawn.get_mut(i) {
@@ -1653,6 +1700,8 @@ impl Endpoint {
             tag: 0,
             order: 0,
             len: req.len,
+            pos: 0,
+            passed: false,
         });
         debug_assert!(empty.is_none());
         core::mem::forget(empty);
@@ -1821,11 +1870,13 @@ impl Endpoint {
         }
         // The completion context: the ring position on a ring the NIC reads in order, where
         // receives complete in posting order and a cancelled one keeps its position until the
-        // NIC has passed it; any free entry on one it reads eagerly (peer groups, as the NIC
+        // NIC has passed it (another free entry while the current multi-receive buffer, which
+        // the NIC has passed, holds that one); any free entry on one it reads eagerly (peer groups, as the NIC
         // decides it: the bound AV's groups, never a control channel's ring).
         let slot = self.rx.tail;
-        let context = if self.max_group_id == 0 {
-            self.rx.can_post().then_some(slot)
+        let ordered = self.max_group_id == 0;
+        let context = if ordered {
+            self.rx.ordered_context()
         } else {
             self.rx.free_context()
         };
@@ -1860,7 +1911,12 @@ impl Endpoint {
             tag: 0,
             order: self.rx.posts,
             len: 0,
+            pos: slot,
+            passed: false,
         });
+        if let Some(at) = self.rx.at.get_mut(usize::from(slot)).filter(|_| ordered) {
+            *at = Some(context);
+        }
         self.rx.in_flight += 1;
         self.rx.tail = self.rx.geometry.next(slot);
         fence(Ordering::SeqCst);
@@ -2077,6 +2133,8 @@ impl Endpoint {
                 tag: p.tag,
                 order: ring.posts,
                 len: 0,
+                pos: 0,
+                passed: false,
             });
         }
         ring.in_flight += 1;
@@ -2587,7 +2645,7 @@ impl Endpoint {
         // On a ring the NIC reads eagerly (peer groups), the entry was free once read.
         if kind == CompletionKind::Recv && local == LocalStatus::Cancelled && self.max_group_id == 0
         {
-            self.rx.withdraw(c.context.get());
+            self.rx.withdraw(u64::from(posted.pos));
         }
         if posted.silent && local == LocalStatus::Ok {
             self.silent_done += 1;
@@ -2671,6 +2729,9 @@ impl Endpoint {
             *used = (*used).max(offset.saturating_add(len));
         }
         let (seq, used) = (*seq, *used);
+        // The NIC read the buffer's entry when its first message came: its head is past it.
+        posted.passed |= !released;
+        let pos = posted.pos;
         let context = posted.context;
         let iova = posted
             .buffer
@@ -2680,7 +2741,7 @@ impl Endpoint {
         // A buffer withdrawn by RECV_CANCEL (interface 1.19): its entry, if the NIC had not
         // read it, is free only once the NIC's head has passed it.
         if released && local == LocalStatus::Cancelled {
-            self.rx.withdraw(slot);
+            self.rx.withdraw(u64::from(pos));
         }
         let buffer = if released {
             let mut b = self.rx.take(slot).and_then(|p| p.buffer);

@@ -358,3 +358,36 @@ fn a_multi_receive_buffer_is_in_progress_on_a_nic_of_interface_1_18() {
     assert_eq!(errno(b.ep.cancel_recv(77)), Some(FiErrno::FI_EBUSY));
     assert!(b.next_completion().is_none(), "nothing withdrawn");
 }
+
+/// A multi-receive buffer a message has been placed in is the NIC's current buffer: the
+/// NIC's head is past its entry, and past receives posted after it that were cancelled. Those
+/// entries are free again though the buffer stays posted, so receives posted and cancelled
+/// round the ring while it waits for more messages never leave the ring full.
+#[test]
+fn receives_cancelled_behind_the_current_multi_receive_buffer_leave_their_entries_free() {
+    let (_fabric, mut a, mut b) = pair();
+    let pool = uet_driver::DmaPool::new(&b.nic, 64 * 1024, 1).unwrap();
+    b.ep.post_recv_multi(pool.alloc().unwrap(), Some(1), 77)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    a.send(0, &[7; 100], 1);
+    let ev = b.next_completion().expect("the message");
+    assert_eq!((ev.context, ev.len), (77, 100));
+    assert!(ev.error.is_none());
+    assert!(!ev.multi_recv.expect("multi-receive").released);
+    while a.next_completion().is_some() {}
+    // Twice round the ring of 64 entries.
+    for ctx in 100..228u64 {
+        let posted =
+            b.ep.post_recv(b.pool.alloc().unwrap(), ctx)
+                .map_err(|(e, _)| e);
+        assert_eq!(errno(posted), None, "receive {ctx}");
+        b.ep.cancel_recv(ctx).expect("cancel");
+        expect_cancelled(b.next_completion(), CompletionKind::Recv, ctx);
+    }
+    // The buffer still takes messages.
+    a.send(0, &[8; 100], 2);
+    let ev = b.next_completion().expect("the second message");
+    assert_eq!((ev.context, ev.len), (77, 100));
+    assert_eq!(ev.multi_recv.expect("multi-receive").offset, 128);
+}
