@@ -33,9 +33,9 @@
 //!
 //! The rings live in one DMA region together with the inject slots: one slot of
 //! [`MAX_INJECT_BYTES`] per TX ring entry. `inject` copies the payload into the slot of the TX
-//! entry it uses, so the caller's buffer is free when the call returns; the slot is reused only
-//! after that entry's completion, which the driver consumes without reporting it when it is a
-//! success (`fi_inject`: no completion), and reports when it is an error.
+//! completion context it takes, so the caller's buffer is free when the call returns; the slot
+//! is reused only after that context's completion, which the driver consumes without reporting
+//! it when it is a success (`fi_inject`: no completion), and reports when it is an error.
 //!
 //! ## Multi-receive buffers
 //!
@@ -480,6 +480,9 @@ struct TxRequest {
     data: u64,
     match_bits: u64,
     remote_offset: u64,
+    /// The completion context an inject took: the one whose inject slot holds its payload.
+    /// `None`: the first free one from the tail ([`Ring::free_context`]).
+    context: Option<u16>,
 }
 
 impl TxRequest {
@@ -495,6 +498,7 @@ impl TxRequest {
             data: 0,
             match_bits: 0,
             remote_offset: 0,
+            context: None,
         }
     }
 }
@@ -539,15 +543,6 @@ impl Ring {
         })
     }
 
-    fn can_post(&mut self) -> bool {
-        if self.withdrawn_count > 0 {
-            self.release_withdrawn();
-        }
-        let tail = usize::from(self.tail);
-        self.in_flight + self.withdrawn_count < self.geometry.entries() - 1
-            && self.slots[tail].is_none()
-    }
-
     /// A completion context for a descriptor posted at the tail of a ring the NIC reads in
     /// order (see `at`): the tail's position, or the first free entry of `slots` from it when
     /// a receive the NIC has passed holds that one; `None` when the ring is full. Entries
@@ -577,8 +572,9 @@ impl Ring {
     }
 
     /// A completion context for a descriptor posted at the tail of a ring the NIC reads
-    /// eagerly (the RX ring of an endpoint with peer groups): the first free entry of `slots`
-    /// from the tail on, when the ring has room. Its receives complete out of posting order
+    /// eagerly (the RX ring of an endpoint with peer groups, the TX ring): the first free
+    /// entry of `slots` from the tail on, when the ring has room. Its receives (sends)
+    /// complete out of posting order
     /// (one of a group may wait while those of others complete round the ring), and a ring
     /// position is the NIC's again as soon as it has read the descriptor there, so the
     /// context cannot be the position: a receive still waiting would hold the position the
@@ -1494,17 +1490,19 @@ impl Endpoint {
                 max: self.inject_size(),
             });
         }
-        if !self.tx.can_post() {
+        // The completion context the inject takes, and its slot, which holds the payload
+        // until the completion: free, since the context's last operation has completed.
+        let Some(context) = self.tx.free_context() else {
             return Err(DriverError::Full("TX ring"));
-        }
-        // The slot of the TX entry about to be used: free, since that entry has completed.
-        let slot = self.inject_offset + usize::from(self.tx.tail) * MAX_INJECT_BYTES;
+        };
+        let slot = self.inject_offset + usize::from(context) * MAX_INJECT_BYTES;
         let region = self.region()?;
         region.write_bytes(slot, payload)?;
         let req = TxRequest {
             flags: TX_FLAG_INJECT,
             data,
             match_bits: tag,
+            context: Some(context),
             ..TxRequest::new(op, dest, region.iova_at(slot)?, payload.len())
         };
         self.post_tx(req, 0, None::<DmaBuffer>).map_err(|(e, _)| e)
@@ -1655,7 +1653,12 @@ impl Endpoint {
             return Err((e, buffer));
         }
         let slot = self.tx.tail;
-        let full = self.tx.in_flight >= self.tx.geometry.entries() - 1;
+        // The completion context: the tail's position while its entry is free, else another
+        // free entry. Sends complete out of posting order (each when its target answers), so
+        // one a slow target holds must not keep the tail from coming round to its position;
+        // the NIC reads the ring eagerly, so the position is the NIC's again once read.
+        let entry = req.context.or_else(|| self.tx.free_context());
+        let full = entry.is_none() || self.tx.in_flight >= self.tx.geometry.entries() - 1;
         if let Some(sync) = self.av_sync.as_deref().filter(|_| !full) {
             // A named AV: changes other processes made reach this NIC's table first (after
             // the cheap refusals: a full ring is not worth a catch-up).
@@ -1663,9 +1666,12 @@ impl Endpoint {
                 return Err((DriverError::AvSync(e), buffer));
             }
         }
-        // The slot at the tail must be free (its completion reaped): checked on the slot
-        // itself, so the store below replaces a known-empty slot.
-        let Some(free @ None) = self.tx.slots.get_mut(usize::from(slot)).filter(|_| !full) else {
+        // The context's entry must be free (its completion reaped): checked on the entry
+        // itself, so the store below replaces a known-empty one.
+        let Some(entry) = entry.filter(|_| !full) else {
+            return Err((DriverError::Full("TX ring"), buffer));
+        };
+        let Some(free @ None) = self.tx.slots.get_mut(usize::from(entry)) else {
             return Err((DriverError::Full("TX ring"), buffer));
         };
         let d = TxDescriptor {
@@ -1675,7 +1681,7 @@ impl Endpoint {
             len: U32::new(req.len as u32),
             buf: U64::new(req.iova),
             dest: U64::new(req.dest),
-            context: U64::new(u64::from(slot)),
+            context: U64::new(u64::from(entry)),
             data: U64::new(req.data),
             match_bits: U64::new(req.match_bits),
             remote_offset: U64::new(req.remote_offset),
