@@ -26,6 +26,7 @@
 //! | `tx_attr`, `rx_attr` | caps `FI_MSG`, `FI_TAGGED` with `FI_SEND` (and `FI_NAMED_RX_CTX` on `FI_EP_RDM`), or with `FI_RECV`, `FI_SOURCE` and `FI_MULTI_RECV`; sizes, `iov_limit`, `inject_size` up to the provider's; `op_flags` returned, those the provider honours (`FI_COMPLETION`; for sends `FI_INJECT`, `FI_INJECT_COMPLETE`, `FI_TRANSMIT_COMPLETE`, and on `FI_EP_RDM` `FI_DELIVERY_COMPLETE`; for receives `FI_TRANSMIT_COMPLETE` and `FI_MULTI_RECV`); no `msg_order` or `comp_order` (messages travel unordered) |
 //! | `ep_attr->max_msg_size` | up to the NIC's `CAP_MAX_MSG` (1 MiB on the simulated NIC), at most 16 MiB (`FI_EP_RDM`, `FI_EP_MSG`); up to the NIC's MTU (`FI_EP_DGRAM`) |
 //! | `ep_attr->protocol`, `protocol_version` | `FI_PROTO_UNSPEC` or the provider's own, UET ([`PROTOCOL`], a provider-specific value: libfabric 1.17 names no UET protocol), up to version [`PROTOCOL_VERSION`] (0: any) |
+//! | `ep_attr->mem_tag_format` | every bit matched: the fields the hints ask for, the top one widened to the top bit (0: one field of 64 bits) |
 //! | `ep_attr->max_order_raw_size`, `max_order_war_size`, `max_order_waw_size` | 0: no RMA or atomic data is ordered (neither is served, and no message order is offered) |
 //! | `ep_attr->tx_ctx_cnt`, `rx_ctx_cnt` | up to the NIC's (`CAP_EP.max_tx_ctx`, `max_rx_ctx`, and no more receive contexts than an endpoint's resource indices; no more than the hints' `domain_attr->max_ep_tx_ctx`, `max_ep_rx_ctx` when they name them), answered as asked (0: 1); more than 1 only on `FI_EP_RDM`, as a scalable endpoint ([`crate::sep`]); no shared contexts (`FI_SHARED_CONTEXT`) |
 //! | `src_addr`, `dest_addr` | returned; a source must be on this NIC |
@@ -309,6 +310,8 @@ struct Wanted {
     ep_type: Option<EpKind>,
     /// `ep_attr->max_msg_size` and `tx_attr->inject_size`: 0 for any.
     max_msg_size: usize,
+    /// `ep_attr->mem_tag_format`: 0 for any.
+    mem_tag_format: u64,
     inject_size: usize,
     caps: u64,
     /// `tx_attr->caps`, `rx_attr->caps`.
@@ -787,6 +790,7 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
         }
         w.ep_type = EpKind::from_raw(ep.ep_type).map_err(nodata)?;
         w.max_msg_size = ep.max_msg_size;
+        w.mem_tag_format = ep.mem_tag_format;
         if let Some(why) = ep_protocol_or_order_refused(ep) {
             return Err(nodata(why));
         }
@@ -1016,6 +1020,18 @@ fn kind_refused(kind: EpKind, w: &Wanted, nic: &Nic) -> Option<String> {
         ));
     }
     None
+}
+
+/// The tag format (`ep_attr->mem_tag_format`) answering `asked` (0: any). Every bit of the
+/// 64-bit tag is matched, so none is ignored: the fields asked for are kept, the first (top)
+/// widened to the top bit, as fi_endpoint(3) lets a provider widen fields, so that the
+/// answer has as many fields as asked, each at least as wide.
+fn tag_format(asked: u64) -> u64 {
+    match asked.leading_zeros() {
+        0 => asked,
+        64 => u64::MAX,
+        n => asked | !(u64::MAX >> n),
+    }
 }
 
 /// The AV type the provider serves for `t`: `FI_AV_MAP` is a table, in a domain and in
@@ -1258,8 +1274,7 @@ unsafe fn fill(
         ep.protocol = PROTOCOL;
         ep.protocol_version = PROTOCOL_VERSION;
         ep.max_msg_size = kind.max_msg_size(nic);
-        // Every bit of the 64-bit tag is matched.
-        ep.mem_tag_format = u64::MAX;
+        ep.mem_tag_format = tag_format(w.mem_tag_format);
         ep.tx_ctx_cnt = w.tx_ctx_cnt.max(1);
         ep.rx_ctx_cnt = w.rx_ctx_cnt.max(1);
         if let Some(job_id) = w.job_id.filter(|_| w.ep_auth_key) {

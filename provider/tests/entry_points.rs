@@ -1671,6 +1671,64 @@ fn hints_asking_for_another_protocol_or_ordered_data_are_refused() {
     }
 }
 
+/// The fields of a `mem_tag_format` (fi_endpoint(3)): its alternating runs of 1 and 0 bits
+/// below the leading 0 bits, from the top, by width.
+fn tag_fields(format: u64) -> Vec<u32> {
+    let mut fields = Vec::new();
+    let mut bit = 64 - format.leading_zeros();
+    while bit > 0 {
+        let ones = (format >> (bit - 1)) & 1 == 1;
+        let mut width = 0;
+        while bit > 0 && ((format >> (bit - 1)) & 1 == 1) == ones {
+            width += 1;
+            bit -= 1;
+        }
+        fields.push(width);
+    }
+    fields
+}
+
+#[test]
+fn the_answer_gives_a_tag_format_with_the_fields_the_hints_ask_for() {
+    let answer = |format: u64| {
+        let hints = Hints::new(FI_TAGGED, FI_FORMAT_UNSPEC);
+        // SAFETY: the hints' own attributes.
+        unsafe { (*hints.info.ep_attr).mem_tag_format = format };
+        let info = getinfo(None, None, 0, Some(&hints)).unwrap();
+        // SAFETY: the provider's answer, read, then freed once.
+        unsafe {
+            let got = (*(*info).ep_attr).mem_tag_format;
+            uet_fi::info::free_info(info);
+            got
+        }
+    };
+    // None asked: one field of every bit, all matched.
+    assert_eq!(answer(0), u64::MAX);
+    // fi_endpoint(3): "A provider must return a tag format that supports the requested
+    // number of fields, with each field being at least the size requested"; and no bit is
+    // ignored, for the provider matches every one.
+    for format in [
+        0x30FF,
+        0xFFFF,
+        0x0F0F_0F0F,
+        1 << 63,
+        0xFFFF_0000_0000_0000,
+        0xAAAA,
+    ] {
+        let got = answer(format);
+        let (asked, given) = (tag_fields(format), tag_fields(got));
+        assert_eq!(
+            given.len(),
+            asked.len(),
+            "{got:#x} answers the fields of {format:#x}"
+        );
+        for (a, g) in asked.iter().zip(&given) {
+            assert!(g >= a, "{got:#x} answers the fields of {format:#x}");
+        }
+        assert_eq!(got.leading_zeros(), 0, "{got:#x}: no bit is ignored");
+    }
+}
+
 #[test]
 fn an_error_read_without_a_buffer_points_err_data_at_the_cqs_copy_of_the_message() {
     let pair = Pair::new(0);
