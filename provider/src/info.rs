@@ -1652,6 +1652,6 @@ unsafe fn hint_addresses(
 }
 
 /// Whether `a` and `b` are one address (an IPv4 address and its IPv6-mapped form are).
-fn same_ip(a: IpAddr, b: IpAddr) -> bool {
+pub(crate) fn same_ip(a: IpAddr, b: IpAddr) -> bool {
     a.to_canonical() == b.to_canonical()
 }

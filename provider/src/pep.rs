@@ -9,7 +9,8 @@
 //!   size when the buffer is shorter; `-FI_EOPBADSTATE` before `fi_listen`). The NIC
 //!   assigns the address: `fi_setname` is `-FI_ENOSYS`, and `fi_listen` of a listener whose
 //!   `fi_info` asked for another PIDonFEP (`src_addr`, as `fi_getinfo` gives it for
-//!   `FI_SOURCE` and a service) is `-FI_EADDRNOTAVAIL`.
+//!   `FI_SOURCE` and a service), or at another fabric address than the NIC's, is
+//!   `-FI_EADDRNOTAVAIL`.
 //! * Each request reaches the EQ as `FI_CONNREQ` (also one that arrives while `fi_listen`
 //!   is still making the listener): its `fi_info` repeats the listener's, with
 //!   `dest_addr` the requester's address and `handle` the request, an `FI_CLASS_CONNREQ`
@@ -382,6 +383,17 @@ unsafe extern "C" fn pep_listen(pep: *mut c_void) -> c_int {
                 FiErrno::FI_EAGAIN,
                 format!("{CALL}: the EQ was bound during the call: listen again"),
             ));
+        }
+        // A listener is on this NIC: one asked to be at another fabric address would listen
+        // where no requester looks.
+        let ours = p.core.nic.fabric_addr();
+        if let Some(want) = p.core.listen.src() {
+            if !crate::info::same_ip(want.fabric_addr, ours) {
+                return Err(FiError::new(
+                    FiErrno::FI_EADDRNOTAVAIL,
+                    format!("{CALL}: src_addr {want} is not on this NIC ({ours})"),
+                ));
+            }
         }
         let attr = EndpointAttr {
             job_id: p.core.listen.job_id(),

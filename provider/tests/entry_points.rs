@@ -4782,6 +4782,54 @@ fn a_listeners_fi_getinfo_gives_src_addr_and_a_connectors_dest_addr() {
     }
 }
 
+/// A listener is on this NIC: one whose `fi_info` asks for a source at another fabric
+/// address, with any PIDonFEP, is refused at `fi_listen` (`-FI_EADDRNOTAVAIL`), as one asked
+/// to be at a PIDonFEP the NIC does not give it is, rather than listening where its
+/// requesters do not look.
+#[test]
+fn a_listener_asked_to_be_at_another_fabric_address_is_refused_at_fi_listen() {
+    let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+    // SAFETY: the hints' own attributes.
+    unsafe { (*hints.info.ep_attr).ep_type = FI_EP_MSG };
+    let m = Msg::new();
+    let eq = m.eq();
+    let src = getinfo(Some(c"10.0.0.1"), Some(c"0"), 1 << 57, Some(&hints)).unwrap();
+    let elsewhere = getinfo(Some(c"10.0.0.99"), Some(c"0"), 0, Some(&hints)).unwrap();
+    // SAFETY: the provider's answers, edited, then freed once; open objects.
+    unsafe {
+        let listen_at = |info: *mut FiInfo| {
+            let pep = m.passive_ep(info).expect("fi_passive_ep");
+            let pep_fid: *mut Fid = &mut (*pep).fid;
+            assert_eq!(bind(pep_fid, &mut (*eq).fid, 0), 0);
+            let ret = ((*(*pep).cm).listen)(pep.cast());
+            let mut len = 32;
+            let mut name = [0u8; 32];
+            let named = ((*(*pep).cm).getname)(pep_fid, name.as_mut_ptr().cast(), &mut len);
+            assert_eq!(close(pep_fid), 0);
+            (ret, named)
+        };
+        // This NIC's fabric address, any PIDonFEP: it listens.
+        assert_eq!(listen_at(src), (0, 0));
+        // Another's.
+        assert_eq!((*src).src_addrlen, (*elsewhere).dest_addrlen);
+        core::ptr::copy_nonoverlapping(
+            (*elsewhere).dest_addr.cast::<u8>(),
+            (*src).src_addr.cast::<u8>(),
+            (*src).src_addrlen,
+        );
+        assert_eq!(
+            listen_at(src),
+            (
+                ineg(FiErrno::FI_EADDRNOTAVAIL),
+                ineg(FiErrno::FI_EOPBADSTATE)
+            )
+        );
+        uet_fi::info::free_info(src);
+        uet_fi::info::free_info(elsewhere);
+        close_all(&[&mut (*eq).fid]);
+    }
+}
+
 /// The auth keys of an answer: its domain's and its endpoint's, `None` where it has none.
 type AuthKeys = (Option<Vec<u8>>, Option<Vec<u8>>);
 
