@@ -11,6 +11,7 @@
 //! | `domain_attr->av_type` | `FI_AV_TABLE` (`FI_AV_MAP` behaves as a table, as in libfabric 2.x, and is answered so) |
 //! | `domain_attr->resource_mgmt` | `FI_RM_ENABLED` on a NIC of host interface 1.17 or later, which holds a message that arrives before its receive; `FI_RM_DISABLED` before, whose hints asking `FI_RM_ENABLED` exclude it |
 //! | `domain_attr->name`, `fabric_attr->name`, `fabric_attr->prov_name` | the NIC's, `uet`, `uet` |
+//! | `fabric_attr->fabric`, `domain_attr->domain` | an open fabric and domain of the provider, answered as given; another's excludes the provider |
 //! | `domain_attr->caps` | `FI_LOCAL_COMM`, `FI_REMOTE_COMM`, `FI_SHARED_AV` (not on `FI_EP_MSG`, whose domain opens no named AV) |
 //! | `domain_attr->ep_cnt` | up to the NIC's endpoints |
 //! | `domain_attr->max_ep_rx_ctx` | up to the NIC's receive contexts per endpoint (`CAP_EP.max_rx_ctx`) on `FI_EP_RDM`; 1 on `FI_EP_DGRAM` and `FI_EP_MSG`, whose hints asking more exclude them (and whose domains' AVs then have no `rx_ctx_bits`) |
@@ -312,6 +313,10 @@ struct Wanted {
     max_msg_size: usize,
     /// `ep_attr->mem_tag_format`: 0 for any.
     mem_tag_format: u64,
+    /// `fabric_attr->fabric`, `domain_attr->domain`: the open fabric and domain of the
+    /// provider the answer is restricted to, and names.
+    fabric: Option<core::ptr::NonNull<FidFabric>>,
+    domain: Option<core::ptr::NonNull<FidDomain>>,
     inject_size: usize,
     caps: u64,
     /// `tx_attr->caps`, `rx_attr->caps`.
@@ -810,6 +815,17 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
     }
     // SAFETY: NULL or valid, as the caller promises.
     if let Some(f) = unsafe { h.fabric_attr.as_ref() } {
+        // fi_fabric(3): an opened fabric instance restricts the answer to that fabric.
+        if let Some(fabric) = core::ptr::NonNull::new(f.fabric) {
+            // SAFETY: an opened fabric instance (libfabric's contract), of any provider: a
+            // live object starting with its `struct fid`, which alone is read of another's.
+            unsafe { crate::fabric::fabric_ref(fabric.as_ptr()) }.map_err(|_| {
+                nodata(format!(
+                    "fabric_attr->fabric {fabric:p} is no open fabric of the uet provider"
+                ))
+            })?;
+            w.fabric = Some(fabric);
+        }
         // SAFETY: NULL or NUL-terminated strings of the hints.
         let name = unsafe { c_str(f.name, "fabric_attr->name") }?;
         if name.is_some_and(|n| n != FABRIC_NAME) {
@@ -825,6 +841,17 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
     }
     // SAFETY: NULL or valid, as the caller promises.
     if let Some(d) = unsafe { h.domain_attr.as_ref() } {
+        // fi_domain(3): an opened domain instance restricts the answer to that domain.
+        if let Some(domain) = core::ptr::NonNull::new(d.domain) {
+            // SAFETY: an opened domain instance (libfabric's contract), of any provider: a
+            // live object starting with its `struct fid`, which alone is read of another's.
+            unsafe { crate::domain::domain_ref(domain.as_ptr(), "fi_getinfo") }.map_err(|_| {
+                nodata(format!(
+                    "domain_attr->domain {domain:p} is no open domain of the uet provider"
+                ))
+            })?;
+            w.domain = Some(domain);
+        }
         // SAFETY: NULL or a NUL-terminated string of the hints.
         let name = unsafe { c_str(d.name, "domain_attr->name") }?;
         let ours = domain_name(nic);
@@ -1283,6 +1310,9 @@ unsafe fn fill(
             ep.auth_key_size = key.len();
         }
         let d = &mut *i.domain_attr;
+        d.domain = w
+            .domain
+            .map_or(core::ptr::null_mut(), core::ptr::NonNull::as_ptr);
         d.name = c_strdup(&domain_name(nic))?;
         d.threading = FI_THREAD_SAFE;
         d.control_progress = FI_PROGRESS_AUTO;
@@ -1319,6 +1349,9 @@ unsafe fn fill(
             d.auth_key_size = key.len();
         }
         let f = &mut *i.fabric_attr;
+        f.fabric = w
+            .fabric
+            .map_or(core::ptr::null_mut(), core::ptr::NonNull::as_ptr);
         f.name = c_strdup(FABRIC_NAME)?;
         // Left NULL: libfabric names the provider that answered. A provider that names
         // itself here is taken for a layered one, and its name prefixed again ("uet;uet").

@@ -1671,6 +1671,69 @@ fn hints_asking_for_another_protocol_or_ordered_data_are_refused() {
     }
 }
 
+/// fi_fabric(3), fi_domain(3): hints may name "an opened fabric instance to restrict output
+/// to the given fabric", and likewise a domain. An answer to hints naming the provider's
+/// own fabric and domain names them (`fabric_attr->fabric`, `domain_attr->domain`); hints
+/// naming another's (another provider's, as an application with several open passes them
+/// to every provider) get `-FI_ENODATA`.
+#[test]
+fn hints_naming_an_open_fabric_or_domain_are_answered_for_it_alone() {
+    let open = Open::new(FI_MSG, FI_FORMAT_UNSPEC);
+    let answer = |fabric: *mut FidFabric, domain: *mut FidDomain| {
+        let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+        // SAFETY: the hints' own attributes.
+        unsafe {
+            (*hints.info.fabric_attr).fabric = fabric;
+            (*hints.info.domain_attr).domain = domain;
+        }
+        let info = getinfo(None, None, 0, Some(&hints))?;
+        // SAFETY: the provider's answers, read, then freed once.
+        unsafe {
+            let mut named = Vec::new();
+            let mut i = info;
+            while !i.is_null() {
+                named.push(((*(*i).fabric_attr).fabric, (*(*i).domain_attr).domain));
+                i = (*i).next;
+            }
+            uet_fi::info::free_info(info);
+            Ok(named)
+        }
+    };
+    let ours = answer(open.fabric, open.domain).expect("our fabric and domain");
+    assert!(!ours.is_empty());
+    assert!(ours.iter().all(|&n| n == (open.fabric, open.domain)));
+    let ours = answer(open.fabric, null_mut()).expect("our fabric");
+    assert!(ours.iter().all(|&(f, _)| f == open.fabric));
+    let ours = answer(null_mut(), open.domain).expect("our domain");
+    assert!(ours.iter().all(|&(_, d)| d == open.domain));
+    // Another provider's: objects of the classes, with their own operations (here the
+    // other class's of this provider, which are not a uet fabric's or domain's), and nothing
+    // of the provider's behind their fids.
+    let mut foreign = [vec![0u64; 64], vec![0u64; 64]];
+    // SAFETY: the foreign objects are big enough for a `struct fid`, only read through it.
+    let (other_fabric, other_domain) = unsafe {
+        for (o, (fclass, ops)) in foreign.iter_mut().zip([
+            (FI_CLASS_FABRIC, (*open.domain).fid.ops),
+            (FI_CLASS_DOMAIN, (*open.fabric).fid.ops),
+        ]) {
+            o.as_mut_ptr().cast::<Fid>().write(Fid {
+                fclass,
+                context: null_mut(),
+                ops,
+            });
+        }
+        (
+            foreign[0].as_mut_ptr().cast::<FidFabric>(),
+            foreign[1].as_mut_ptr().cast::<FidDomain>(),
+        )
+    };
+    let no_data = Err(-(FiErrno::FI_ENODATA.get() as c_int));
+    assert_eq!(answer(other_fabric, null_mut()), no_data);
+    assert_eq!(answer(null_mut(), other_domain), no_data);
+    assert_eq!(answer(open.fabric, other_domain), no_data);
+    assert!(foreign.iter().all(|o| o[3..].iter().all(|&w| w == 0)));
+}
+
 /// The fields of a `mem_tag_format` (fi_endpoint(3)): its alternating runs of 1 and 0 bits
 /// below the leading 0 bits, from the top, by width.
 fn tag_fields(format: u64) -> Vec<u32> {
