@@ -14,7 +14,7 @@
 //! | `fabric_attr->fabric`, `domain_attr->domain` | an open fabric and domain of the provider, answered as given; another's excludes the provider |
 //! | `domain_attr->caps` | `FI_LOCAL_COMM`, `FI_REMOTE_COMM`, `FI_SHARED_AV` (not on `FI_EP_MSG`, whose domain opens no named AV) |
 //! | `domain_attr->ep_cnt` | up to the NIC's endpoints |
-//! | `domain_attr->max_ep_rx_ctx` | up to the NIC's receive contexts per endpoint (`CAP_EP.max_rx_ctx`) on `FI_EP_RDM`; 1 on `FI_EP_DGRAM` and `FI_EP_MSG`, whose hints asking more exclude them (and whose domains' AVs then have no `rx_ctx_bits`) |
+//! | `domain_attr->max_ep_rx_ctx` | up to the NIC's receive contexts per endpoint (`CAP_EP.max_rx_ctx`, and no more than an endpoint's resource indices) on `FI_EP_RDM`; 1 on `FI_EP_DGRAM` and `FI_EP_MSG`, whose hints asking more exclude them (and whose domains' AVs then have no `rx_ctx_bits`) |
 //! | `domain_attr->cq_cnt`, `tx_ctx_cnt`, `rx_ctx_cnt` | up to the NIC's endpoints: a completion, transmit and receive ring each |
 //! | `domain_attr->cntr_cnt` | up to 1024 ([`crate::cntr::CNTR_CNT`]): counters are host objects, counting the completions the provider drains from the NIC's rings |
 //! | `domain_attr->max_ep_tx_ctx` | up to the NIC's transmit contexts per endpoint (`CAP_EP.max_tx_ctx`) on `FI_EP_RDM`; 1 on `FI_EP_DGRAM` and `FI_EP_MSG`, whose hints asking more exclude them |
@@ -942,10 +942,13 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
             )));
         }
         w.max_ep_tx_ctx = d.max_ep_tx_ctx;
-        if w.max_ep_rx_ctx as u64 > limits.max_rx_ctx {
+        // Receive context i is resource index ri_start + i: no more than an endpoint has.
+        let (_, max_rx) = context_limits(nic);
+        if w.max_ep_rx_ctx > max_rx {
             return Err(nodata(format!(
-                "max_ep_rx_ctx {} is more than the NIC's {}",
-                w.max_ep_rx_ctx, limits.max_rx_ctx
+                "max_ep_rx_ctx {} is more than the {max_rx} receive contexts a NIC endpoint \
+                 can have",
+                w.max_ep_rx_ctx
             )));
         }
         // SAFETY: the hints' key holds its size in bytes (libfabric's contract).
@@ -1338,7 +1341,7 @@ unsafe fn fill(
         d.cntr_cnt = crate::cntr::CNTR_CNT;
         d.max_err_data = crate::MAX_ERR_DATA;
         d.max_ep_rx_ctx = match (kind, w.max_ep_rx_ctx) {
-            (EpKind::Rdm, 0) => usize::try_from(limits.max_rx_ctx).unwrap_or(usize::MAX),
+            (EpKind::Rdm, 0) => context_limits(nic).1,
             (EpKind::Rdm, n) => n,
             _ => 1,
         };
