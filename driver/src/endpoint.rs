@@ -481,7 +481,8 @@ struct TxRequest {
     match_bits: u64,
     remote_offset: u64,
     /// The completion context an inject took: the one whose inject slot holds its payload.
-    /// `None`: the first free one from the tail ([`Ring::free_context`]).
+    /// `None`: the tail's entry, or the first free one after it when a send in flight holds
+    /// that one ([`Endpoint::post_tx`]).
     context: Option<u16>,
 }
 
@@ -505,6 +506,9 @@ impl TxRequest {
 
 struct Ring {
     geometry: RingGeometry,
+    /// `geometry.entries() - 1`: the most descriptors in flight at once, and the mask that
+    /// wraps a position (kept, so the send path computes neither).
+    mask: u32,
     offset: usize,
     tail: u16,
     slots: Vec<Option<Posted>>,
@@ -532,6 +536,7 @@ impl Ring {
         let geometry = RingGeometry::new(log2)?;
         Some(Ring {
             geometry,
+            mask: geometry.entries() - 1,
             offset,
             tail: 0,
             slots: (0..geometry.entries()).map(|_| None).collect(),
@@ -580,12 +585,29 @@ impl Ring {
     /// context cannot be the position: a receive still waiting would hold the position the
     /// tail comes back to. The NIC's unread descriptors are never more than those posted and
     /// not completed, fewer than the ring's entries less one, so the tail's position is free.
+    #[inline]
     fn free_context(&self) -> Option<u16> {
         let entries = self.geometry.entries();
         if self.in_flight >= entries - 1 {
             return None;
         }
-        (0..entries)
+        // Nearly always the tail's own entry: the scan is for when an operation still in
+        // flight holds it.
+        if self
+            .slots
+            .get(usize::from(self.tail))
+            .is_some_and(Option::is_none)
+        {
+            return Some(self.tail);
+        }
+        self.free_context_past_tail()
+    }
+
+    /// The first free entry of `slots` after the tail, round the ring.
+    #[cold]
+    fn free_context_past_tail(&self) -> Option<u16> {
+        let entries = self.geometry.entries();
+        (1..entries)
             .map(|k| ((u32::from(self.tail) + k) % entries) as u16)
             .find(|&i| self.slots.get(usize::from(i)).is_some_and(Option::is_none))
     }
@@ -1653,27 +1675,27 @@ impl Endpoint {
             return Err((e, buffer));
         }
         let slot = self.tx.tail;
-        // The completion context: the tail's position while its entry is free, else another
-        // free entry. Sends complete out of posting order (each when its target answers), so
-        // one a slow target holds must not keep the tail from coming round to its position;
-        // the NIC reads the ring eagerly, so the position is the NIC's again once read.
-        let entry = req.context.or_else(|| self.tx.free_context());
-        let full = entry.is_none() || self.tx.in_flight >= self.tx.geometry.entries() - 1;
-        if let Some(sync) = self.av_sync.as_deref().filter(|_| !full) {
+        // The completion context: the tail's position while its entry is free (an inject
+        // took its context already, the same way), else another free entry
+        // (`post_tx_past_tail`). Sends complete out of posting order (each when its target
+        // answers), so one a slow target holds must not keep the tail from coming round to
+        // its position; the NIC reads the ring eagerly, so the position is the host's again
+        // once read, and the NIC's unread descriptors are never more than the sends in
+        // flight, fewer than the ring's entries less one.
+        let full = self.tx.in_flight >= self.tx.mask;
+        let entry = req.context.unwrap_or(slot);
+        // The context's entry must be free (its completion reaped): checked on the entry
+        // itself, so the store below replaces a known-empty one.
+        let Some(free @ None) = self.tx.slots.get_mut(usize::from(entry)).filter(|_| !full) else {
+            return self.post_tx_past_tail(req, context, buffer, full);
+        };
+        if let Some(sync) = self.av_sync.as_deref() {
             // A named AV: changes other processes made reach this NIC's table first (after
             // the cheap refusals: a full ring is not worth a catch-up).
             if let Err(e) = sync.catch_up() {
                 return Err((DriverError::AvSync(e), buffer));
             }
         }
-        // The context's entry must be free (its completion reaped): checked on the entry
-        // itself, so the store below replaces a known-empty one.
-        let Some(entry) = entry.filter(|_| !full) else {
-            return Err((DriverError::Full("TX ring"), buffer));
-        };
-        let Some(free @ None) = self.tx.slots.get_mut(usize::from(entry)) else {
-            return Err((DriverError::Full("TX ring"), buffer));
-        };
         let d = TxDescriptor {
             opcode: req.op as u8,
             flags: req.flags,
@@ -1712,7 +1734,8 @@ impl Endpoint {
         debug_assert!(empty.is_none());
         core::mem::forget(empty);
         self.tx.in_flight += 1;
-        self.tx.tail = self.tx.geometry.next(slot);
+        // `geometry.next(slot)`, with the mask kept.
+        self.tx.tail = ((u32::from(slot) + 1) & self.tx.mask) as u16;
         fence(Ordering::SeqCst);
         self.nic.bar().write(
             TXQ_DOORBELL,
@@ -1721,6 +1744,27 @@ impl Endpoint {
                 .with_index(self.tx.tail),
         );
         Ok(())
+    }
+
+    /// [`Endpoint::post_tx`] when the entry at the tail is still held by a send in flight
+    /// (or the ring is `full`): post with the first free entry after it as the context.
+    #[cold]
+    fn post_tx_past_tail<B: TxBuffer>(
+        &mut self,
+        mut req: TxRequest,
+        context: u64,
+        buffer: B,
+        full: bool,
+    ) -> Result<(), (DriverError, B)> {
+        // An inject's context was free when it took it: that one is not tried again.
+        let entry = (!full && req.context.is_none())
+            .then(|| self.tx.free_context_past_tail())
+            .flatten();
+        let Some(entry) = entry else {
+            return Err((DriverError::Full("TX ring"), buffer));
+        };
+        req.context = Some(entry);
+        self.post_tx(req, context, buffer)
     }
 
     /// `fi_recv`: post a buffer for one incoming message. On error the buffer comes back.

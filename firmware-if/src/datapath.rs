@@ -5,7 +5,13 @@
 //! * TX ring of 64-byte [`TxDescriptor`]s. The driver writes descriptors and rings
 //!   `TXQ_DOORBELL` with the new tail. A descriptor names its destination by `fi_addr_t` only:
 //!   the NIC translates it through the AV table bound to the endpoint. The host never looks a
-//!   peer up on the send path.
+//!   peer up on the send path. The NIC reads the descriptors in ring order as the doorbell
+//!   announces them, and a ring entry is the host's again once read; each operation then
+//!   completes when its target has answered, in any order, with the descriptor's `context`.
+//!   So a context is no ring position: one operation a slow target holds must not keep the
+//!   ring from the others (the driver's contexts are the ring's entry numbers, each taken
+//!   until its operation completes, and never more in flight than the ring's entries less one,
+//!   so the tail never reaches a descriptor the NIC has not read).
 //! * RX ring of 32-byte [`RxDescriptor`]s: receive buffers for untagged messages, consumed in
 //!   order (a multi-receive buffer takes several messages, see *Multi-receive buffers*).
 //!   `RXQ_DOORBELL` carries the new tail.
@@ -41,7 +47,7 @@
 //!
 //! A SEND or TAGGED_SEND with [`TX_FLAG_INJECT`] carries at most [`MAX_INJECT_BYTES`] of
 //! payload (`fi_info.tx_attr.inject_size`); a longer one completes `BadDescriptor`. Its
-//! payload lives in a driver-owned slot (one per TX ring entry), so the caller's buffer is
+//! payload lives in a driver-owned slot (one per completion context), so the caller's buffer is
 //! free when the post returns. Its completion carries [`COMPLETION_FLAG_INJECT`]: a successful
 //! one only returns the ring slot to the driver and is never reported to the application
 //! (`fi_inject`: no completion on success); an error is reported as usual.
