@@ -35,7 +35,12 @@
 //!   address once connected. `fi_close` of
 //!   a connected endpoint shuts its connection down (the peer gets `FI_SHUTDOWN`). The
 //!   connection calls of an `FI_EP_RDM` or `FI_EP_DGRAM` endpoint are `-FI_EOPNOTSUPP`;
-//!   `fi_setname` is `-FI_ENOSYS` (the NIC assigns every address).
+//!   `fi_setname` is `-FI_ENOSYS` (the NIC assigns every address). One whose `fi_info` asks
+//!   for an address (`src_addr`, as `fi_getinfo` gives it for `FI_SOURCE` with a node and
+//!   service) gets it or is refused with `-FI_EADDRNOTAVAIL`, as a listener is: by
+//!   `fi_endpoint` (`fi_scalable_ep`) at another fabric address than its NIC's, by
+//!   `fi_enable` at a PIDonFEP other than the one the NIC assigned it (service 0 asks for
+//!   none), the endpoint not enabled and nothing of it left on the NIC.
 //!
 //! * An `FI_EP_DGRAM` endpoint sends single-packet datagrams (UET's UUD): a send longer than
 //!   the MTU is `-FI_EMSGSIZE`, a send completes once its packet is on the wire, and an
@@ -190,6 +195,7 @@ use uet_av::{system_resolver, AddrFormat};
 use uet_av::{FiErrno, FiError};
 use uet_driver::pool::{DmaBuffer, DmaPoolSet};
 use uet_driver::{CqEvent, CqOp, DriverError, Endpoint, TaggedProbe};
+use uet_fwif::UetAddress;
 
 /// Bytes of each of an endpoint's small message buffers, one per ring entry, made with the
 /// endpoint: a message or receive of up to this size takes one.
@@ -1679,6 +1685,9 @@ pub struct UetEp {
     /// `handle` of that `fi_info` for an `FI_EP_MSG` endpoint: the connection request
     /// (`FI_CONNREQ`) `fi_accept` takes, or NULL.
     connreq: *mut Fid,
+    /// `src_addr` of that `fi_info` for an `FI_EP_RDM` or `FI_EP_DGRAM` endpoint: the
+    /// address it asked to have, which `fi_enable` checks the NIC gave it.
+    src: Option<UetAddress>,
     /// An endpoint of its own, or a context of a scalable endpoint.
     role: Role,
 }
@@ -1952,6 +1961,8 @@ pub(crate) fn open_context(
         kind: EpKind::Rdm,
         addr_format,
         connreq: core::ptr::null_mut(),
+        // The scalable endpoint's address is checked at its own enable.
+        src: None,
         role: Role::Context { sep, tx, index },
     });
     Box::into_raw(boxed).cast()
@@ -2010,6 +2021,18 @@ pub(crate) unsafe extern "C" fn domain_endpoint(
             }
         };
         let addr_format = checked.map_err(|why| FiError::inval(format!("{CALL}: {why}")))?;
+        // The address asked for (FI_SOURCE): on this NIC, or the endpoint would be at
+        // another address than the application asked for. (An FI_EP_MSG endpoint's is the
+        // listener's or none: the NIC gives it its own at fi_connect or fi_accept.)
+        let src = if kind == EpKind::Msg {
+            None
+        } else {
+            // SAFETY: a valid fi_info.
+            unsafe { crate::info::src_addr(info, addr_format, CALL) }?
+        };
+        if let Some(want) = src {
+            check_src_fabric_addr(d, &want, CALL)?;
+        }
         // SAFETY: NULL or valid attributes of a valid fi_info.
         let tx_op_flags = unsafe { info.tx_attr.as_ref() }.map_or(0, |a| a.op_flags);
         // SAFETY: as above.
@@ -2037,6 +2060,7 @@ pub(crate) unsafe extern "C" fn domain_endpoint(
             kind,
             addr_format,
             connreq,
+            src,
         });
         // SAFETY: `ep` is non-NULL and writable (libfabric's contract).
         unsafe { *ep = Box::into_raw(boxed).cast() };
@@ -2279,6 +2303,10 @@ fn enable(e: &UetEp, st: &mut EpState, call: &str) -> Result<(), FiError> {
             .endpoint(attr, None)
             .map_err(|e| FiError::new(e.errno(), format!("{call}: {e}")))?,
     };
+    if let Some(want) = e.src.as_ref() {
+        // It goes again: dropped here.
+        check_src_pid_on_fep(want, driver.address(), call)?;
+    }
     let pool = message_buffers(dom.nic(), e.kind, slots)
         .map_err(|e| FiError::new(e.errno(), format!("{call}: message buffers: {e}")))?;
     if let (EpKind::Msg, Some(link)) = (e.kind, st.eq.as_ref()) {
@@ -2294,6 +2322,53 @@ fn enable(e: &UetEp, st: &mut EpState, call: &str) -> Result<(), FiError> {
     st.tx_room = (1usize << attr.tx_log2).saturating_sub(1);
     st.wake_bound();
     Ok(())
+}
+
+/// `FI_EADDRNOTAVAIL` when the address an endpoint's `fi_info` asked for (`src_addr`) is at
+/// another fabric address than the NIC of `domain`: the endpoint would be elsewhere than the
+/// application asked.
+pub(crate) fn check_src_fabric_addr(
+    domain: &UetDomain,
+    want: &UetAddress,
+    call: &str,
+) -> Result<(), FiError> {
+    let ours = {
+        let guard = domain.lock()?;
+        let dom = guard
+            .as_ref()
+            .ok_or_else(|| FiError::inval(format!("{call}: the domain is closed")))?;
+        dom.nic().fabric_addr()
+    };
+    if crate::info::same_ip(want.fabric_addr, ours) {
+        return Ok(());
+    }
+    Err(FiError::new(
+        FiErrno::FI_EADDRNOTAVAIL,
+        format!("{call}: src_addr {want} is not on this NIC ({ours})"),
+    ))
+}
+
+/// `FI_EADDRNOTAVAIL` when the address an endpoint's `fi_info` asked for (`src_addr`) names
+/// another PIDonFEP than the NIC assigned it (`got`): the NIC assigns every PIDonFEP, and an
+/// endpoint at another would be where no peer given the address it asked for looks. A
+/// PIDonFEP of 0 (service 0, or none) asks for none.
+pub(crate) fn check_src_pid_on_fep(
+    want: &UetAddress,
+    got: &UetAddress,
+    call: &str,
+) -> Result<(), FiError> {
+    if want.pid_on_fep == 0 || want.pid_on_fep == got.pid_on_fep {
+        return Ok(());
+    }
+    Err(FiError::new(
+        FiErrno::FI_EADDRNOTAVAIL,
+        format!(
+            "{call}: src_addr {want} names PIDonFEP {}, and the NIC assigned {}: the NIC \
+             assigns every PIDonFEP (leave the service out, or 0, and give peers the \
+             endpoint's fi_getname)",
+            want.pid_on_fep, got.pid_on_fep
+        ),
+    ))
 }
 
 /// The environment variable bounding how long a send its target refused for want of a

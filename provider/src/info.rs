@@ -30,7 +30,7 @@
 //! | `ep_attr->mem_tag_format` | every bit matched: the fields the hints ask for, the top one widened to the top bit (0: one field of 64 bits) |
 //! | `ep_attr->max_order_raw_size`, `max_order_war_size`, `max_order_waw_size` | 0: no RMA or atomic data is ordered (neither is served, and no message order is offered) |
 //! | `ep_attr->tx_ctx_cnt`, `rx_ctx_cnt` | up to the NIC's (`CAP_EP.max_tx_ctx`, `max_rx_ctx`, and no more receive contexts than an endpoint's resource indices; no more than the hints' `domain_attr->max_ep_tx_ctx`, `max_ep_rx_ctx` when they name them), answered as asked (0: 1); more than 1 only on `FI_EP_RDM`, as a scalable endpoint ([`crate::sep`]); no shared contexts (`FI_SHARED_CONTEXT`) |
-//! | `src_addr`, `dest_addr` | returned; a source must be on this NIC |
+//! | `src_addr`, `dest_addr` | returned; a source must be on this NIC, and an endpoint opened with one is at it or refused ([`crate::ep`]) |
 //!
 //! `node` and `service` are a UET address in the form `fi_av_insertsvc` takes (an IP address
 //! or host name, and the PIDonFEP with its parameters; or an `FI_ADDR_STR` address as node and
@@ -1403,6 +1403,39 @@ fn buffer_len(len: usize) -> Option<usize> {
     isize::try_from(len).is_ok().then_some(len)
 }
 
+/// The address `info` asks its endpoint to have (`src_addr`, as `fi_getinfo` gives it for
+/// `FI_SOURCE` with a node or service), read in `addr_format`; `None` when it names none.
+/// `FI_EINVAL` for one that does not parse.
+///
+/// # Safety
+/// `info` is a valid `fi_info`: `src_addrlen` readable bytes at `src_addr`, or NULL.
+pub(crate) unsafe fn src_addr(
+    info: &FiInfo,
+    addr_format: AddrFormat,
+    call: &str,
+) -> Result<Option<UetAddress>, FiError> {
+    Ok(if info.src_addr.is_null() || info.src_addrlen == 0 {
+        None
+    } else {
+        let len = buffer_len(info.src_addrlen)
+            .ok_or_else(|| FiError::inval(format!("{call}: src_addrlen {}", info.src_addrlen)))?;
+        // SAFETY: `src_addrlen` readable bytes at `src_addr` (the caller's promise), which no
+        // buffer holds above `isize::MAX` (checked).
+        let bytes = unsafe { core::slice::from_raw_parts(info.src_addr.cast::<u8>(), len) };
+        let a = match addr_format {
+            AddrFormat::Uet => UetAddress::from_bytes(bytes)
+                .map_err(|e| FiError::inval(format!("{call}: src_addr: {e}")))?,
+            AddrFormat::Str => {
+                let text = bytes.split(|&b| b == 0).next().unwrap_or_default();
+                let text = core::str::from_utf8(text)
+                    .map_err(|_| FiError::inval(format!("{call}: src_addr is not UTF-8")))?;
+                uet_av::addr_str::parse_addr_str_with(text, system_resolver)?
+            }
+        };
+        Some(a)
+    })
+}
+
 /// `fi_passive_ep`: what `info` asks of a listener. `FI_EINVAL` for an `fi_info` that is not
 /// of `FI_EP_MSG`, or whose address format or auth key the provider does not serve.
 ///
@@ -1441,26 +1474,8 @@ pub(crate) unsafe fn listen_info(
     if let Some(why) = unsafe { endpoint_key_refused(info, listener_job, api_version) } {
         return Err(FiError::inval(format!("{call}: {why}")));
     }
-    let src = if info.src_addr.is_null() || info.src_addrlen == 0 {
-        None
-    } else {
-        let len = buffer_len(info.src_addrlen)
-            .ok_or_else(|| FiError::inval(format!("{call}: src_addrlen {}", info.src_addrlen)))?;
-        // SAFETY: `src_addrlen` readable bytes at `src_addr` (the caller's promise), which no
-        // buffer holds above `isize::MAX` (checked).
-        let bytes = unsafe { core::slice::from_raw_parts(info.src_addr.cast::<u8>(), len) };
-        let a = match addr_format {
-            AddrFormat::Uet => UetAddress::from_bytes(bytes)
-                .map_err(|e| FiError::inval(format!("{call}: src_addr: {e}")))?,
-            AddrFormat::Str => {
-                let text = bytes.split(|&b| b == 0).next().unwrap_or_default();
-                let text = core::str::from_utf8(text)
-                    .map_err(|_| FiError::inval(format!("{call}: src_addr is not UTF-8")))?;
-                uet_av::addr_str::parse_addr_str_with(text, system_resolver)?
-            }
-        };
-        Some(a)
-    };
+    // SAFETY: as above.
+    let src = unsafe { src_addr(info, addr_format, call) }?;
     Ok(ListenInfo {
         src,
         caps: info.caps & PROVIDER_CAPS & !AV_CAPS,

@@ -92,6 +92,7 @@ use core::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use uet_av::{AddrFormat, FiErrno, FiError};
+use uet_fwif::UetAddress;
 
 /// A scalable endpoint: libfabric's `fid_ep` first.
 #[repr(C)]
@@ -111,6 +112,9 @@ pub struct UetSep {
     /// What every context has, whatever its attributes ask: returned in them.
     sizes: ContextSizes,
     addr_format: AddrFormat,
+    /// `src_addr` of the `fi_info` it was opened with: the address it asked to have, which
+    /// its enable checks the NIC gave it.
+    src: Option<UetAddress>,
     state: Mutex<SepState>,
     /// Which open contexts are enabled (their own `fi_enable`, or the scalable endpoint's),
     /// by index: read without a lock by their transfers, written under `state`'s.
@@ -364,6 +368,11 @@ pub(crate) unsafe extern "C" fn domain_scalable_ep(
             )
         };
         let addr_format = checked.map_err(|why| FiError::inval(format!("{CALL}: {why}")))?;
+        // SAFETY: a valid fi_info.
+        let src = unsafe { crate::info::src_addr(info, addr_format, CALL) }?;
+        if let Some(want) = src {
+            crate::ep::check_src_fabric_addr(d, &want, CALL)?;
+        }
         let (mut tx, mut rx) = (1, 1);
         // SAFETY: NULL or valid attributes of a valid fi_info.
         if let Some(a) = unsafe { info.ep_attr.as_ref() } {
@@ -413,6 +422,7 @@ pub(crate) unsafe extern "C" fn domain_scalable_ep(
             caps: info.caps,
             sizes,
             addr_format,
+            src,
             state: Mutex::new(SepState {
                 av: None,
                 enabled: false,
@@ -573,6 +583,10 @@ fn create(s: &UetSep, st: &SepState, call: &str) -> Result<(), FiError> {
         dom.scalable_endpoint(attr, Some(table))
             .map_err(|e| FiError::new(e.errno(), format!("{call}: {e}")))
     })?;
+    if let (Some(want), Some(got)) = (s.src.as_ref(), sep.address()) {
+        // It goes again: dropped here.
+        crate::ep::check_src_pid_on_fep(want, got, call)?;
+    }
     let mut ready = Vec::with_capacity(s.lanes.len());
     for (k, ring_set) in sep.into_contexts().into_iter().enumerate() {
         // A buffer per ring entry of the directions the ring set serves.

@@ -12072,3 +12072,131 @@ fn a_forked_child_does_not_open_again_the_nic_its_parent_holds() {
     assert_eq!(pair.send(0, b"parent", 2), 0);
     assert_eq!(pair.wait(1).map(|e| e.len), Ok(6));
 }
+
+/// An `FI_EP_RDM` endpoint asked to be at an address (`src_addr`, as `fi_getinfo` gives it
+/// for `FI_SOURCE` with a node and a service) is at that address or is refused: at another
+/// fabric address than its NIC's, by `fi_endpoint`; at a PIDonFEP the NIC does not assign
+/// it, by `fi_enable`, which leaves it closable. Any PIDonFEP (service 0) is taken.
+#[test]
+fn an_endpoint_asked_for_an_address_the_nic_does_not_give_it_is_refused() {
+    let pair = Pair::new(0);
+    let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+    // SAFETY: the hints' own attributes.
+    unsafe { (*hints.info.ep_attr).ep_type = FI_EP_RDM };
+    // The 32 bytes of the address `fi_getinfo` answers for `node` and `service`: the source
+    // with FI_SOURCE, else the destination.
+    let address = |node: &CStr, service: &CStr, flags: u64| -> Vec<u8> {
+        let info = getinfo(Some(node), Some(service), flags, Some(&hints)).unwrap();
+        // SAFETY: the provider's answer, read, then freed once.
+        unsafe {
+            let (p, len) = if flags != 0 {
+                ((*info).src_addr, (*info).src_addrlen)
+            } else {
+                ((*info).dest_addr, (*info).dest_addrlen)
+            };
+            let bytes = core::slice::from_raw_parts(p.cast::<u8>(), len).to_vec();
+            uet_fi::info::free_info(info);
+            bytes
+        }
+    };
+    const FI_SOURCE: u64 = 1 << 57;
+    let any = address(c"10.0.0.1", c"0", FI_SOURCE);
+    let pid_4000 = address(c"10.0.0.1", c"4000", FI_SOURCE);
+    let elsewhere = address(c"10.0.0.99", c"0", 0);
+    let info = pair._open.info;
+    // SAFETY: the provider's info, its src_addr restored at once; open objects, each
+    // endpoint closed once.
+    unsafe {
+        let saved = ((*info).src_addr, (*info).src_addrlen);
+        let mut open_at = |src: &[u8]| {
+            let mut src = src.to_vec();
+            ((*info).src_addr, (*info).src_addrlen) = (src.as_mut_ptr().cast(), src.len());
+            let mut ep: *mut FidEp = null_mut();
+            let ret = ((*(*pair._open.domain).ops).endpoint)(
+                pair._open.domain,
+                info.cast(),
+                (&raw mut ep).cast(),
+                null_mut(),
+            );
+            ((*info).src_addr, (*info).src_addrlen) = saved;
+            if ret != 0 {
+                assert!(ep.is_null());
+                return (ret, None);
+            }
+            let fops = &*(*ep).fid.ops;
+            assert_eq!((fops.bind)(&mut (*ep).fid, &mut (*pair.av).fid, 0), 0);
+            let cq = &mut (*pair.p[0].cq).fid;
+            assert_eq!((fops.bind)(&mut (*ep).fid, cq, FI_TRANSMIT | FI_RECV), 0);
+            let enabled = (fops.control)(&mut (*ep).fid, FI_ENABLE, null_mut());
+            assert_eq!(close(&mut (*ep).fid), 0);
+            (0, Some(enabled))
+        };
+        let not_avail = ineg(FiErrno::FI_EADDRNOTAVAIL);
+        assert_eq!(open_at(&any), (0, Some(0)));
+        assert_eq!(open_at(&pid_4000), (0, Some(not_avail)));
+        assert_eq!(open_at(&elsewhere), (not_avail, None));
+        // Refused, and nothing of it left: one more takes any address.
+        assert_eq!(open_at(&any), (0, Some(0)));
+    }
+}
+
+/// A scalable endpoint asked to be at an address (`src_addr`) is at that address or is
+/// refused, as an endpoint is: at another fabric address than its NIC's, by
+/// `fi_scalable_ep`; at a PIDonFEP the NIC does not assign it, by its `fi_enable`, which
+/// leaves it closable and the NIC's endpoint gone.
+#[test]
+fn a_scalable_endpoint_asked_for_an_address_the_nic_does_not_give_it_is_refused() {
+    let hints = sep_hints(1, 2);
+    let open = Open::with_hints(&hints);
+    const FI_SOURCE: u64 = 1 << 57;
+    let address = |node: &CStr, service: &CStr, flags: u64| -> Vec<u8> {
+        let info = getinfo(Some(node), Some(service), flags, Some(&hints)).unwrap();
+        // SAFETY: the provider's answer, read, then freed once.
+        unsafe {
+            let (p, len) = if flags != 0 {
+                ((*info).src_addr, (*info).src_addrlen)
+            } else {
+                ((*info).dest_addr, (*info).dest_addrlen)
+            };
+            let bytes = core::slice::from_raw_parts(p.cast::<u8>(), len).to_vec();
+            uet_fi::info::free_info(info);
+            bytes
+        }
+    };
+    let any = address(c"10.0.0.1", c"0", FI_SOURCE);
+    let pid_4000 = address(c"10.0.0.1", c"4000", FI_SOURCE);
+    let elsewhere = address(c"10.0.0.99", c"0", 0);
+    let mut attr = av_attr(16);
+    attr.rx_ctx_bits = 1;
+    let av = open.av_open(&mut attr).expect("fi_av_open");
+    let not_avail = -(FiErrno::FI_EADDRNOTAVAIL.get() as c_int);
+    let info = open.info;
+    // SAFETY: the provider's info, its src_addr restored at once; open objects, each closed
+    // once.
+    unsafe {
+        let saved = ((*info).src_addr, (*info).src_addrlen);
+        let open_at = |src: &[u8]| {
+            let mut src = src.to_vec();
+            ((*info).src_addr, (*info).src_addrlen) = (src.as_mut_ptr().cast(), src.len());
+            let sep = scalable_ep(&open);
+            ((*info).src_addr, (*info).src_addrlen) = saved;
+            let sep = match sep {
+                Ok(sep) => sep,
+                Err(e) => return (e, None),
+            };
+            assert_eq!(bind(&mut (*sep).fid, &mut (*av).fid, 0), 0);
+            let enabled = enable(sep);
+            assert_eq!(close(&mut (*sep).fid), 0);
+            (0, Some(enabled))
+        };
+        assert_eq!(open_at(&any), (0, Some(0)));
+        assert_eq!(open_at(&pid_4000), (0, Some(not_avail)));
+        assert_eq!(open_at(&elsewhere), (not_avail, None));
+        assert_eq!(
+            open_at(&any),
+            (0, Some(0)),
+            "nothing of the refused one left"
+        );
+        assert_eq!(close(&mut (*av).fid), 0);
+    }
+}
