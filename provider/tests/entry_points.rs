@@ -12073,20 +12073,13 @@ fn a_forked_child_does_not_open_again_the_nic_its_parent_holds() {
     assert_eq!(pair.wait(1).map(|e| e.len), Ok(6));
 }
 
-/// An `FI_EP_RDM` endpoint asked to be at an address (`src_addr`, as `fi_getinfo` gives it
-/// for `FI_SOURCE` with a node and a service) is at that address or is refused: at another
-/// fabric address than its NIC's, by `fi_endpoint`; at a PIDonFEP the NIC does not assign
-/// it, by `fi_enable`, which leaves it closable. Any PIDonFEP (service 0) is taken.
-#[test]
-fn an_endpoint_asked_for_an_address_the_nic_does_not_give_it_is_refused() {
-    let pair = Pair::new(0);
-    let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
-    // SAFETY: the hints' own attributes.
-    unsafe { (*hints.info.ep_attr).ep_type = FI_EP_RDM };
-    // The 32 bytes of the address `fi_getinfo` answers for `node` and `service`: the source
-    // with FI_SOURCE, else the destination.
+/// The 32 bytes of three addresses `fi_getinfo` answers to `hints`: as sources
+/// (`FI_SOURCE`), this NIC's at any PIDonFEP (service 0) and at PIDonFEP 4000, and as a
+/// destination, one at another fabric address.
+fn asked_addresses(hints: &Hints) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+    const FI_SOURCE: u64 = 1 << 57;
     let address = |node: &CStr, service: &CStr, flags: u64| -> Vec<u8> {
-        let info = getinfo(Some(node), Some(service), flags, Some(&hints)).unwrap();
+        let info = getinfo(Some(node), Some(service), flags, Some(hints)).unwrap();
         // SAFETY: the provider's answer, read, then freed once.
         unsafe {
             let (p, len) = if flags != 0 {
@@ -12099,10 +12092,24 @@ fn an_endpoint_asked_for_an_address_the_nic_does_not_give_it_is_refused() {
             bytes
         }
     };
-    const FI_SOURCE: u64 = 1 << 57;
-    let any = address(c"10.0.0.1", c"0", FI_SOURCE);
-    let pid_4000 = address(c"10.0.0.1", c"4000", FI_SOURCE);
-    let elsewhere = address(c"10.0.0.99", c"0", 0);
+    (
+        address(c"10.0.0.1", c"0", FI_SOURCE),
+        address(c"10.0.0.1", c"4000", FI_SOURCE),
+        address(c"10.0.0.99", c"0", 0),
+    )
+}
+
+/// An `FI_EP_RDM` endpoint asked to be at an address (`src_addr`, as `fi_getinfo` gives it
+/// for `FI_SOURCE` with a node and a service) is at that address or is refused: at another
+/// fabric address than its NIC's, by `fi_endpoint`; at a PIDonFEP the NIC does not assign
+/// it, by `fi_enable`, which leaves it closable. Any PIDonFEP (service 0) is taken.
+#[test]
+fn an_endpoint_asked_for_an_address_the_nic_does_not_give_it_is_refused() {
+    let pair = Pair::new(0);
+    let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+    // SAFETY: the hints' own attributes.
+    unsafe { (*hints.info.ep_attr).ep_type = FI_EP_RDM };
+    let (any, pid_4000, elsewhere) = asked_addresses(&hints);
     let info = pair._open.info;
     // SAFETY: the provider's info, its src_addr restored at once; open objects, each
     // endpoint closed once.
@@ -12148,24 +12155,7 @@ fn an_endpoint_asked_for_an_address_the_nic_does_not_give_it_is_refused() {
 fn a_scalable_endpoint_asked_for_an_address_the_nic_does_not_give_it_is_refused() {
     let hints = sep_hints(1, 2);
     let open = Open::with_hints(&hints);
-    const FI_SOURCE: u64 = 1 << 57;
-    let address = |node: &CStr, service: &CStr, flags: u64| -> Vec<u8> {
-        let info = getinfo(Some(node), Some(service), flags, Some(&hints)).unwrap();
-        // SAFETY: the provider's answer, read, then freed once.
-        unsafe {
-            let (p, len) = if flags != 0 {
-                ((*info).src_addr, (*info).src_addrlen)
-            } else {
-                ((*info).dest_addr, (*info).dest_addrlen)
-            };
-            let bytes = core::slice::from_raw_parts(p.cast::<u8>(), len).to_vec();
-            uet_fi::info::free_info(info);
-            bytes
-        }
-    };
-    let any = address(c"10.0.0.1", c"0", FI_SOURCE);
-    let pid_4000 = address(c"10.0.0.1", c"4000", FI_SOURCE);
-    let elsewhere = address(c"10.0.0.99", c"0", 0);
+    let (any, pid_4000, elsewhere) = asked_addresses(&hints);
     let mut attr = av_attr(16);
     attr.rx_ctx_bits = 1;
     let av = open.av_open(&mut attr).expect("fi_av_open");

@@ -455,17 +455,8 @@ impl Sysfs {
         let name = address.to_string();
         let dir = self.function_dir(address);
         let override_path = dir.join("driver_override");
-        // What to put back if vfio-pci does not take it: sysfs shows an empty override as
-        // "(null)", which a newline restores.
-        let previous = fs::read_to_string(&override_path).map_err(|source| SysfsError::Io {
-            op: "reading",
-            path: override_path.clone(),
-            source,
-        })?;
-        let previous = match previous.trim() {
-            "" | "(null)" => "\n".to_string(),
-            d => d.to_string(),
-        };
+        // What to put back if vfio-pci does not take it.
+        let previous = self.driver_override(&override_path)?;
         self.write(&override_path, VFIO_PCI)?;
         let taken = (|| {
             if let Some(d) = &from {
@@ -513,15 +504,7 @@ impl Sysfs {
         let name = address.to_string();
         let override_path = self.function_dir(address).join("driver_override");
         // What to put back if vfio-pci keeps the function: the override it was bound with.
-        let previous = fs::read_to_string(&override_path).map_err(|source| SysfsError::Io {
-            op: "reading",
-            path: override_path.clone(),
-            source,
-        })?;
-        let previous = match previous.trim() {
-            "" | "(null)" => "\n".to_string(),
-            d => d.to_string(),
-        };
+        let previous = self.driver_override(&override_path)?;
         self.write(&override_path, "\n")?;
         if let Err(e) = self.write(&self.driver_dir(VFIO_PCI).join("unbind"), &name) {
             // Still vfio-pci's: as it was, override included, so that a probe (a hotplug, a
@@ -538,6 +521,20 @@ impl Sysfs {
         }
         Ok(Unbound::Released {
             now: self.driver(address)?,
+        })
+    }
+
+    /// A function's `driver_override` at `path`, as what writing it back restores: sysfs
+    /// shows an empty override as "(null)", which a newline restores.
+    fn driver_override(&self, path: &Path) -> Result<String, SysfsError> {
+        let text = fs::read_to_string(path).map_err(|source| SysfsError::Io {
+            op: "reading",
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Ok(match text.trim() {
+            "" | "(null)" => "\n".to_string(),
+            d => d.to_string(),
         })
     }
 
