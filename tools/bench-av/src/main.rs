@@ -192,12 +192,26 @@ fn report(imp: &str, rounds: &[Vec<Figure>]) {
         };
         if writeln!(
             stdout,
-            "bench=av impl={imp} op={op} n={n} ns_per_op={median:.1} bytes_per_entry={bytes:.1}{spread}"
+            "bench=av impl={imp} op={op} n={n} ns_per_op={median:.1} bytes_per_entry={}{spread}",
+            per_entry_text(bytes)
         )
         .is_err()
         {
             return;
         }
+    }
+}
+
+/// Bytes per entry as a line prints them: one decimal from 1 byte up, and three significant
+/// digits below it, where one decimal would read 0.0 (`op=insertsym`: a few hundred bytes for
+/// a million entries) and the whole AV's bytes, which a reader gets back by multiplying by `n`,
+/// would be off by up to 0.05 bytes an entry.
+fn per_entry_text(bytes: f64) -> String {
+    if bytes > 0.0 && bytes < 1.0 {
+        let decimals = (2 - bytes.log10().floor() as i32).clamp(1, 12) as usize;
+        format!("{bytes:.decimals$}")
+    } else {
+        format!("{bytes:.1}")
     }
 }
 
@@ -1000,6 +1014,27 @@ mod tests {
                 seen.iter().filter(|&&s| s).count()
             });
         }
+    }
+
+    /// A figure below one byte an entry keeps three significant digits, so that the whole
+    /// AV's bytes (the figure times `n`) are not read as 0, nor off by 50 KB at a million
+    /// entries; from one byte up, one decimal.
+    #[test]
+    fn bytes_per_entry_below_one_keep_three_significant_digits() {
+        for (bytes, text) in [
+            (0.0, "0.0"),
+            (0.000_572, "0.000572"),
+            (0.000_1, "0.000100"),
+            (0.049_99, "0.0500"),
+            (0.96, "0.960"),
+            (1.0, "1.0"),
+            (9.375, "9.4"),
+            (41.53, "41.5"),
+        ] {
+            assert_eq!(per_entry_text(bytes), text, "{bytes}");
+        }
+        let total: f64 = per_entry_text(572.0 / 1e6).parse::<f64>().unwrap() * 1e6;
+        assert!((total - 572.0).abs() < 1.0, "{total}");
     }
 
     /// A `--batch` larger than the count (however large: its bytes overflow a `usize`)
