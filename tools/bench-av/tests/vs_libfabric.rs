@@ -137,3 +137,27 @@ echo "prov=$1 n=$2 batch=$3 inserted=$inserted insert_ns=150.0 lookup_ns=5.0 rem
     assert!(insert.contains("n/a"), "{insert}");
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
 }
+
+/// At a million entries the insertsym target is always listed: a run whose `bench-av` printed
+/// no insertsym figure reads `n/a` there and exits 1, instead of leaving the target out and
+/// passing; with the figure, it is the AV's bytes for the million peers.
+#[test]
+fn a_missing_insertsym_figure_at_a_million_entries_reads_n_a() {
+    let harness = r#"echo "prov=$1 n=$2 batch=$3 inserted=$2 insert_ns=150.0 lookup_ns=5.0 remove_ns=40.0 rss_bytes_per_entry=64.0""#;
+    let with_sym = format!(
+        "{BENCH}\necho \"bench=av impl=uet-nic op=insertsym n=$n ns_per_op=2.0 bytes_per_entry=0.000720\""
+    );
+    for (bench, have, code) in [(BENCH.to_string(), "n/a", 1), (with_sym, "720", 0)] {
+        let Some(out) = run("sym", "1000000", "1", harness, &bench) else {
+            return;
+        };
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let sym = stdout
+            .lines()
+            .find(|l| l.starts_with("insertsym of 1,000,000 peers"))
+            .unwrap_or_else(|| panic!("{stdout}\n{stderr}"));
+        assert!(sym.split_whitespace().any(|w| w == have), "{sym}");
+        assert_eq!(out.status.code(), Some(code), "{stdout}\n{stderr}");
+    }
+}
