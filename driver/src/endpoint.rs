@@ -1933,24 +1933,27 @@ impl Endpoint {
         let Some(context) = context else {
             return Err((DriverError::Full("RX ring"), buffer));
         };
-        buffer.set_len(0);
         let mut d = RxDescriptor::new_zeroed();
         d.buf = U64::new(buffer.iova());
         d.len = U32::new(buffer.capacity() as u32);
         d.context = U64::new(u64::from(context));
         d.group = U32::new(group);
-        let multi = min_free.map(|m| {
+        if let Some(m) = min_free {
             d.flags = U32::new(RX_FLAG_MULTI_RECV);
             d.min_free = U32::new(m);
+        }
+        let off = self.rx.offset + usize::from(slot) * RX_DESC;
+        let written = self.region().and_then(|r| Ok(r.write_obj(off, &d)?));
+        if let Err(e) = written {
+            // Nothing taken: the buffer comes back as it was given.
+            return Err((e, buffer));
+        }
+        buffer.set_len(0);
+        let multi = min_free.map(|_| {
             let seq = self.multi_seq;
             self.multi_seq = self.multi_seq.wrapping_add(1);
             (seq, 0)
         });
-        let off = self.rx.offset + usize::from(slot) * RX_DESC;
-        let written = self.region().and_then(|r| Ok(r.write_obj(off, &d)?));
-        if let Err(e) = written {
-            return Err((e, buffer));
-        }
         self.rx.posts += 1;
         self.rx.slots[usize::from(context)] = Some(Posted {
             buffer: Some(buffer),
@@ -2157,7 +2160,6 @@ impl Endpoint {
         };
         let mut d = TaggedRxDescriptor::new_zeroed();
         if let Some(b) = buffer.buffer() {
-            b.set_len(0);
             d.buf = U64::new(b.iova());
             d.len = U32::new(b.capacity() as u32);
         }
@@ -2169,8 +2171,12 @@ impl Endpoint {
         d.claim = U64::new(p.claim);
         let off = ring.offset + usize::from(ring.tail) * TRX_DESC;
         if let Err(e) = region.write_obj(off, &d) {
+            // Nothing taken: the buffer comes back as it was given.
             slab.free.push(ctx);
             return Err((e.into(), buffer));
+        }
+        if let Some(b) = buffer.buffer() {
+            b.set_len(0);
         }
         ring.posts += 1;
         if let Some(s) = slab.slots.get_mut(usize::from(ctx)) {

@@ -381,11 +381,17 @@ pub(crate) mod tests {
             .endpoint(crate::EndpointAttr::default(), None)
             .expect("endpoint");
         let pool = crate::pool::DmaPool::new(&nic, 256, 8).expect("pool");
-        let buffer = pool.alloc().expect("buffer");
+        let mut buffer = pool.alloc().expect("buffer");
+        buffer.fill(b"kept").expect("fill");
         let code = in_child(|| {
             let gone = |e: &crate::DriverError| matches!(e, crate::DriverError::DeviceGone);
             let mut failed = 0;
-            if !ep.post_recv(buffer, 1).is_err_and(|(e, _)| gone(&e)) {
+            // Refused, the buffer comes back as it was given: its bytes and length kept.
+            let kept = |b: &crate::pool::DmaBuffer| b.to_vec().is_ok_and(|v| v == b"kept");
+            if !ep
+                .post_recv(buffer, 1)
+                .is_err_and(|(e, b)| gone(&e) && kept(&b))
+            {
                 failed |= 1 << 1;
             }
             if !ep.inject(0, b"x", 0).is_err_and(|e| gone(&e)) {
