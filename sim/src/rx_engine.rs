@@ -1240,7 +1240,12 @@ impl Nic {
             kind: r.kind as u8,
             flags,
             buf_offset: U32::new(buf_offset),
-            overflow: U32::new(r.total - delivered),
+            // Only a truncated message reports the bytes that did not fit.
+            overflow: U32::new(if status == LocalStatus::Truncated {
+                r.total - delivered
+            } else {
+                0
+            }),
             group: U32::new(r.group),
             ..Completion::default()
         };

@@ -2319,3 +2319,37 @@ fn sends_complete_after_every_pdc_id_was_used() {
     let c = a.poll_cq(&mut ea).expect("the send to B completes");
     assert_eq!((c.context.get(), c.status), (0xB, LocalStatus::Ok as u8));
 }
+
+/// A multi-packet message whose buffer faults completes `DmaFault`, and a completion that is
+/// not `Truncated` reports no overflow, even when the message was longer than the buffer.
+#[test]
+fn a_multi_packet_message_into_a_faulting_buffer_reports_no_overflow() {
+    let Pair {
+        mut a,
+        mut b,
+        mut ea,
+        mut eb,
+        ..
+    } = pair(0);
+    // The buffer starts 100 bytes before the end of B's DMA memory and claims 8000 bytes.
+    b.post_recv_desc(
+        &mut eb,
+        uet_fwif::RxDescriptor {
+            buf: U64::new(MEM_IOVA + MEM_BYTES as u64 - 100),
+            len: U32::new(8000),
+            context: U64::new(9),
+            ..Default::default()
+        },
+    );
+    let payload = vec![0x5Au8; 10_000];
+    a.send(&mut ea, 3, 1, &payload, 1, 0);
+    let c = b.poll_cq(&mut eb).expect("the receive completes");
+    assert_eq!(c.context.get(), 9);
+    assert_eq!(status(&c), LocalStatus::DmaFault);
+    assert_eq!(
+        c.overflow.get(),
+        0,
+        "only a Truncated completion reports an overflow"
+    );
+    expect_remote(&mut a, &mut ea, ReturnCode::HostUnsuccessfulCompletion);
+}
