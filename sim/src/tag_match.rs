@@ -228,6 +228,7 @@ impl Nic {
             c.status = LocalStatus::DmaFault as u8;
             c.return_code = ReturnCode::HostUnsuccessfulCompletion as u8;
             c.len = U32::ZERO;
+            c.overflow = U32::ZERO;
         }
         self.post_completion(handle, c);
     }

@@ -2353,3 +2353,40 @@ fn a_multi_packet_message_into_a_faulting_buffer_reports_no_overflow() {
     );
     expect_remote(&mut a, &mut ea, ReturnCode::HostUnsuccessfulCompletion);
 }
+
+/// A message held on the unexpected list that a faulting receive takes completes `DmaFault`
+/// with no overflow, even when it was longer than the buffer.
+#[test]
+fn a_held_message_taken_by_a_faulting_buffer_reports_no_overflow() {
+    let Pair {
+        mut a,
+        mut b,
+        mut ea,
+        mut eb,
+        ..
+    } = pair(0);
+    a.send(&mut ea, 3, 1, &[7u8; 100], 1, 0);
+    assert_eq!(
+        a.poll_cq(&mut ea).map(|c| status(&c)),
+        Some(LocalStatus::Ok),
+        "held on the unexpected list"
+    );
+    // 50 bytes claimed, 10 of them mapped.
+    b.post_recv_desc(
+        &mut eb,
+        uet_fwif::RxDescriptor {
+            buf: U64::new(MEM_IOVA + MEM_BYTES as u64 - 10),
+            len: U32::new(50),
+            context: U64::new(9),
+            ..Default::default()
+        },
+    );
+    let c = b.poll_cq(&mut eb).expect("the receive completes");
+    assert_eq!(c.context.get(), 9);
+    assert_eq!(status(&c), LocalStatus::DmaFault);
+    assert_eq!(
+        c.overflow.get(),
+        0,
+        "only a Truncated completion reports an overflow"
+    );
+}
