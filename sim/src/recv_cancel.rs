@@ -154,16 +154,14 @@ impl Nic {
     /// context names it first: with a message placed in it still arriving it is InProgress,
     /// and no younger descriptor with the context is withdrawn in its place.
     fn current_mrecv(&self, h: u16, context: U64) -> Result<Option<Found>, Status> {
-        if self.cfg.interface_minor < uet_regs::since::MULTI_RECV_CANCEL {
-            return Ok(None);
-        }
         let Some(m) = self.eps.get(h).and_then(|ep| ep.mrecv.as_ref()) else {
             return Ok(None);
         };
         if m.context != context {
             return Ok(None);
         }
-        if m.pending > 0 {
+        // Before 1.19 every multi-receive buffer is InProgress, the current one too.
+        if m.pending > 0 || self.cfg.interface_minor < uet_regs::since::MULTI_RECV_CANCEL {
             return Err(Status::InProgress);
         }
         Ok(Some(Found::CurrentMultiRecv))

@@ -384,3 +384,36 @@ fn with_peer_groups_a_receive_still_in_the_ring_of_a_full_completion_ring_is_bus
     assert_eq!(summary(&c), (8, LocalStatus::Cancelled, 0, RECV));
     assert!(b.poll_cq(&mut eb).is_none());
 }
+
+/// Before interface 1.19 the NIC's current multi-receive buffer is InProgress to RECV_CANCEL,
+/// and it is the oldest receive with its context: a younger receive in the ring posted with
+/// the same context is not withdrawn in its place.
+#[test]
+fn before_interface_1_19_a_current_multi_receive_buffer_shields_a_younger_receive_with_its_context()
+{
+    let mut p = pair(since::MULTI_RECV_CANCEL - 1);
+    let d = RxDescriptor {
+        buf: U64::new(p.b.iova(BUFS_OFF + 0x2000)),
+        len: U32::new(4096),
+        flags: U32::new(RX_FLAG_MULTI_RECV),
+        context: U64::new(1),
+        min_free: U32::new(64),
+        ..Default::default()
+    };
+    p.b.post_recv_desc(&mut p.eb, d);
+    p.send(b"one", None);
+    let c = p.completion().unwrap();
+    assert_eq!(summary(&c), (1, LocalStatus::Ok, 3, RECV));
+    // A regular receive with the same context, behind the current buffer.
+    p.b.post_recv(&mut p.eb, 2, 64, 1);
+    assert_eq!(p.cancel(RECV_CANCEL_RING_RX, 1), Status::InProgress);
+    assert!(p.completion().is_none(), "nothing was withdrawn");
+    // A message too long for the space left retires the buffer and takes the regular receive.
+    p.send(&[9u8; 4090], None);
+    let release = p.completion().expect("the buffer's release");
+    assert_eq!(release.context.get(), 1);
+    let c = p
+        .completion()
+        .expect("the regular receive takes the message");
+    assert_eq!(summary(&c), (1, LocalStatus::Truncated, 64, RECV));
+}
