@@ -115,7 +115,10 @@
 //! sender's 16-bit message ids have wrapped and the packet starts a new message with the same
 //! id. A single-packet message with the key of a remembered one also ends the remembering:
 //! the sender has given the id again (which also covers PSNs that wrapped at 2^32 while only
-//! single-packet messages went by). Reassemblies of a destroyed endpoint are dropped.
+//! single-packet messages went by). Reassemblies of a destroyed endpoint are dropped, and
+//! remembered as refused RC_UNDELIVERABLE: the rest of the message's packets get that answer
+//! (its send does not complete `Ok`), and none opens a reassembly in an endpoint created at
+//! the same address since, whose receive it would take and never complete.
 //!
 //! **No reassembly timeout.** The model's fabric is lossless and delivers a message's packets
 //! within one run, so a reassembly always ends, except for one that forged or truncated
@@ -385,6 +388,8 @@ pub(crate) struct Reassembly {
     pub multi: Option<crate::multi_recv::MultiPlace>,
     /// The message's peer group; every packet must carry it.
     pub group: u32,
+    /// The PSN of the last of its packets seen.
+    pub psn: u32,
 }
 
 impl Reassembly {
@@ -412,6 +417,7 @@ impl Reassembly {
             dma_fault: false,
             multi: None,
             group: p.group,
+            psn: p.pds.psn,
         }
     }
 
@@ -570,7 +576,11 @@ impl Reassembler {
             if alive(eps, r.handle, r.serial) {
                 return Lookup::Conflict;
             }
-            self.active.remove(&key); // its endpoint is gone
+            // Its endpoint is gone: the rest of the message is refused.
+            self.active.remove(&key);
+            let (rc, list) = (ReturnCode::Undeliverable, ses::LIST_EXPECTED);
+            self.recent.insert(key, (rc, list, psn));
+            return Lookup::Finished(rc, list);
         }
         // A remembered message whose PSNs are far from this packet's had its id before the
         // sender's message ids wrapped: this packet starts a new message. A late packet
@@ -591,7 +601,15 @@ impl Reassembler {
         if self.active.len() < usize::from(slots) {
             return true;
         }
-        self.active.retain(|_, r| alive(eps, r.handle, r.serial));
+        let recent = &mut self.recent;
+        self.active.retain(|&key, r| {
+            let live = alive(eps, r.handle, r.serial);
+            if !live {
+                // Its endpoint is gone: the rest of the message is refused.
+                recent.insert(key, (ReturnCode::Undeliverable, ses::LIST_EXPECTED, r.psn));
+            }
+            live
+        });
         self.active.len() < usize::from(slots)
     }
 
@@ -1122,6 +1140,7 @@ impl Nic {
             self.counters.inc(RX_MALFORMED);
             return RxOutcome::Done;
         }
+        r.psn = p.pds.psn;
         let n = p.payload.len() as u32; // parse_request: offset + n <= request_length
         let start = p.offset;
         let end = start.saturating_add(n);

@@ -2390,3 +2390,106 @@ fn a_held_message_taken_by_a_faulting_buffer_reports_no_overflow() {
         "only a Truncated completion reports an overflow"
     );
 }
+
+/// The packets of a message still arriving when its endpoint is destroyed never open a
+/// reassembly in the endpoint created at the same address after it: they would take its
+/// receive and never complete it, and the sender would be told the lost message arrived.
+#[test]
+fn late_packets_of_a_destroyed_endpoints_message_take_no_receive_of_its_successor() {
+    let Pair {
+        fabric,
+        mut a,
+        mut b,
+        mut ea,
+        mut eb,
+        ..
+    } = pair(0);
+    let mtu = a.f.read(CAP_PROFILES).mtu() as usize;
+    let data: Vec<u8> = (0..3 * mtu).map(|i| (i * 5 + 1) as u8).collect();
+    b.post_recv(&mut eb, 0, data.len() as u32, 0xB0);
+    let mut seen = 0;
+    fabric.hold_frames(move |_| {
+        seen += 1;
+        seen > 1
+    });
+    a.send(&mut ea, 3, 1, &data, 0xA0, 0);
+    assert_eq!(b.f.counter(RX_PACKETS), 1, "the first packet in");
+    assert_eq!(
+        b.submit(Command::EndpointDestroy {
+            endpoint: u32::from(eb.handle)
+        })
+        .status(),
+        Status::Success
+    );
+    let av = b.av_create(64, 0).unwrap();
+    let mut eb2 = b.ep_create(av, JOB, 0x2222, 4).unwrap();
+    assert_eq!(
+        (eb2.pid, eb2.ri_start),
+        (eb.pid, eb.ri_start),
+        "the same address"
+    );
+    b.post_recv(&mut eb2, 2, data.len() as u32, 0xB2);
+    fabric.release_held();
+    assert!(b.peek_cq(&eb2).is_none(), "nothing for the new endpoint");
+    let c = a.poll_cq(&mut ea).expect("the send completes");
+    assert_ne!(
+        status(&c),
+        LocalStatus::Ok,
+        "the message was not delivered: its send does not complete Ok"
+    );
+    // The new endpoint's receive is free for the next message.
+    a.send(&mut ea, 3, 1, b"next", 0xA1, 0);
+    let c = b.poll_cq(&mut eb2).expect("the next message");
+    assert_eq!((c.context.get(), c.len.get()), (0xB2, 4));
+    assert_eq!(status(&c), LocalStatus::Ok);
+}
+
+/// A reassembly of a destroyed endpoint dropped to make room for another message is
+/// remembered as refused too: the rest of its packets are answered RC_UNDELIVERABLE and take
+/// no receive of the endpoint created at the same address.
+#[test]
+fn a_destroyed_endpoints_reassembly_dropped_for_room_is_refused_when_its_packets_come() {
+    let fabric = Fabric::new();
+    let mut a = Driver::new(&fabric, "10.0.0.1");
+    let mut cfg = NicConfig::new(addr("10.0.0.2"));
+    cfg.reassembly_slots = 1;
+    let mut b = Driver::with_config(&fabric, cfg);
+    let av_a = a.av_create(64, 0).unwrap();
+    let av_b = b.av_create(64, 0).unwrap();
+    let mut ea = a.ep_create(av_a, JOB, 0x1111, 4).unwrap();
+    let mut eb = b.ep_create(av_b, JOB, 0x2222, 4).unwrap();
+    let to_b = NicAvEntry::for_peer(&b.address_of(&eb, 0x2222), JOB);
+    a.av_write(av_a, &[(3, to_b)]).unwrap();
+    let mtu = a.f.read(CAP_PROFILES).mtu() as usize;
+    let data: Vec<u8> = (0..3 * mtu).map(|i| (i * 5 + 1) as u8).collect();
+    b.post_recv(&mut eb, 0, data.len() as u32, 0xB0);
+    let mut seen = 0;
+    fabric.hold_frames(move |_| {
+        seen += 1;
+        seen > 1
+    });
+    a.send(&mut ea, 3, 1, &data, 0xA0, 0);
+    fabric.hold_frames(|_| false);
+    assert_eq!(
+        b.submit(Command::EndpointDestroy {
+            endpoint: u32::from(eb.handle)
+        })
+        .status(),
+        Status::Success
+    );
+    let mut eb2 = b.ep_create(av_b, JOB, 0x2222, 4).unwrap();
+    b.post_recv(&mut eb2, 2, data.len() as u32, 0xB2);
+    b.post_recv(&mut eb2, 3, data.len() as u32, 0xB3);
+    // Another multi-packet message takes the only reassembly slot.
+    a.send(&mut ea, 3, 5, &data, 0xA1, 0);
+    let c = b.poll_cq(&mut eb2).expect("the second message");
+    assert_eq!((c.context.get(), status(&c)), (0xB2, LocalStatus::Ok));
+    let c = a.poll_cq(&mut ea).expect("its send");
+    assert_eq!((c.context.get(), status(&c)), (0xA1, LocalStatus::Ok));
+    fabric.release_held();
+    let c = a.poll_cq(&mut ea).expect("the first send completes");
+    assert_eq!(c.context.get(), 0xA0);
+    assert_eq!(status(&c), LocalStatus::Remote);
+    assert_eq!(c.return_code, ReturnCode::Undeliverable as u8);
+    assert!(b.peek_cq(&eb2).is_none(), "no receive taken");
+}
