@@ -99,7 +99,9 @@
 //! its message, is malformed. When every byte of
 //! `request_length` has arrived, one `Recv` completion is written: `len` = bytes delivered
 //! (`min(request_length, buffer)`), status `Truncated` when the message was longer than the
-//! buffer, `DmaFault` when a write faulted (that packet answered RC_HOST_UNSUCCESS_CMPL).
+//! buffer, `DmaFault` when a write faulted (that packet answered RC_HOST_UNSUCCESS_CMPL; the
+//! completion's `len` is 0, as a single packet's and a held message's are: a faulted buffer
+//! holds no message).
 //!
 //! At most `NicConfig::reassembly_slots` messages are in reassembly at once, over the whole
 //! NIC; the first packet of another message is answered RC_UNDELIVERABLE and counted
@@ -1092,6 +1094,9 @@ impl Nic {
             self.dma_fault();
             c.status = LocalStatus::DmaFault as u8;
             c.return_code = ReturnCode::HostUnsuccessfulCompletion as u8;
+            // Nothing delivered; the sender and group are known, as on the other paths.
+            c.src_addr = U64::new(src_addr);
+            c.group = U32::new(p.group);
             self.post_completion(handle, c);
             self.reject(handle, p, ReturnCode::HostUnsuccessfulCompletion);
             return;
@@ -1253,7 +1258,8 @@ impl Nic {
             } else {
                 0
             }),
-            len: U32::new(delivered),
+            // A faulted buffer holds no message: nothing is delivered, as on every other path.
+            len: U32::new(if r.dma_fault { 0 } else { delivered }),
             status: status as u8,
             return_code: rc as u8,
             kind: r.kind as u8,

@@ -2351,7 +2351,53 @@ fn a_multi_packet_message_into_a_faulting_buffer_reports_no_overflow() {
         0,
         "only a Truncated completion reports an overflow"
     );
+    assert_eq!(c.len.get(), 0, "a faulted buffer holds no message");
     expect_remote(&mut a, &mut ea, ReturnCode::HostUnsuccessfulCompletion);
+}
+
+/// A single-packet message whose buffer faults completes `DmaFault` as a multi-packet one
+/// does: nothing delivered (`len` 0), and the sender's source and the message's group
+/// reported.
+#[test]
+fn a_single_packet_message_into_a_faulting_buffer_reports_its_source_and_nothing_delivered() {
+    let Pair {
+        mut a,
+        mut b,
+        mut ea,
+        mut eb,
+        ..
+    } = pair(0);
+    // Messages that reach their buffers first: the source each reports.
+    let (src_ok, src_fault) = [false, true]
+        .map(|fault| {
+            let buf = if fault {
+                MEM_IOVA + MEM_BYTES as u64 - 10
+            } else {
+                MEM_IOVA
+            };
+            b.post_recv_desc(
+                &mut eb,
+                uet_fwif::RxDescriptor {
+                    buf: U64::new(buf),
+                    len: U32::new(50),
+                    context: U64::new(9),
+                    ..Default::default()
+                },
+            );
+            a.send(&mut ea, 3, 1, &[7u8; 40], 1, 0);
+            let c = b.poll_cq(&mut eb).expect("the receive completes");
+            let want = if fault {
+                LocalStatus::DmaFault
+            } else {
+                LocalStatus::Ok
+            };
+            assert_eq!(status(&c), want);
+            assert_eq!(c.len.get(), if fault { 0 } else { 40 });
+            let _ = a.poll_cq(&mut ea);
+            c.src_addr.get()
+        })
+        .into();
+    assert_eq!(src_fault, src_ok, "the faulted completion names the sender");
 }
 
 /// A message held on the unexpected list that a faulting receive takes completes `DmaFault`
