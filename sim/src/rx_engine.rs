@@ -1141,7 +1141,15 @@ impl Nic {
         let Some(r) = self.reasm.active.get_mut(&key) else {
             return RxOutcome::Done;
         };
-        if p.ses.request_length != r.total || p.group != r.group {
+        // Every packet of a message carries its length, group, operation, match bits and
+        // JobID: one that names another belongs to no message in reassembly.
+        let tagged = p.ses.opcode == ses::OP_TAGGED_SEND;
+        if p.ses.request_length != r.total
+            || p.group != r.group
+            || tagged != (r.kind == CompletionKind::TaggedRecv)
+            || p.ses.match_bits != r.tag
+            || p.ses.job_id != r.job_id
+        {
             self.counters.inc(RX_MALFORMED);
             return RxOutcome::Done;
         }

@@ -6,7 +6,7 @@ use uet_av::{FiErrno, NicAvTable};
 use uet_driver::{DmaPool, DriverError};
 use uet_fwif::datapath::{CompletionKind, LocalStatus};
 use uet_fwif::{ReturnCode, UetAddress};
-use uet_regs::{RX_MALFORMED, RX_PACKETS, TX_MSG_TOO_LONG, TX_PACKETS};
+use uet_regs::{RX_BAD_JOB_ID, RX_MALFORMED, RX_PACKETS, TX_MSG_TOO_LONG, TX_PACKETS};
 use uet_sim::pds::{RudRequest, FLAG_SYN, NEXT_HDR_REQUEST_STD, START_PSN, TYPE_ACK, TYPE_RUD_REQ};
 use uet_sim::ses::{self, segment_word, StandardRequest};
 use uet_sim::{frame, Fabric, NicConfig};
@@ -276,6 +276,18 @@ impl Forger {
 
     /// A packet of message `id` (total `msg.len()` bytes) carrying `msg[offset..end]`.
     fn packet(&mut self, id: u16, msg: &[u8], offset: usize, end: usize) -> Vec<u8> {
+        self.packet_with(id, msg, offset, end, |_| {})
+    }
+
+    /// [`Forger::packet`], its SES header as `edit` leaves it.
+    fn packet_with(
+        &mut self,
+        id: u16,
+        msg: &[u8],
+        offset: usize,
+        end: usize,
+        edit: impl FnOnce(&mut StandardRequest),
+    ) -> Vec<u8> {
         let mut flags = ses::FLAG_REL;
         let header_data = if offset == 0 {
             flags |= ses::FLAG_SOM | ses::FLAG_HD;
@@ -307,6 +319,8 @@ impl Forger {
             request_length: msg.len() as u32,
             ..StandardRequest::default()
         };
+        let mut req = req;
+        edit(&mut req);
         let mut pkt = Vec::new();
         pds.encode(&mut pkt);
         req.encode(&mut pkt);
@@ -386,6 +400,52 @@ fn reassembly_takes_packets_in_any_order_and_ignores_duplicates() {
     assert!(got.error.is_none());
     assert!(got.buffer.unwrap().to_vec().unwrap() == msg2);
     assert_eq!(response_codes(&cap).len(), 7);
+}
+
+/// Every packet of a message carries its operation, match bits and JobID: a later packet
+/// that names another (a SEND joining a TAGGED_SEND, other match bits, another job) belongs
+/// to no message in reassembly. It is malformed, counted and unanswered, and the message
+/// completes from its own packets.
+#[test]
+fn a_packet_that_names_another_operation_tag_or_job_joins_no_message() {
+    let (fabric, _a, mut b) = pair();
+    let rx_pool = DmaPool::new(&b.nic, 1000, 1).unwrap();
+    b.ep.post_recv(rx_pool.alloc().unwrap(), 1)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let msg = pattern(1000, 7);
+    let mut f = Forger::new(&b);
+    let first = f.packet(5, &msg, 0, 500);
+    let forged = [
+        f.packet_with(5, &msg, 500, 1000, |r| r.opcode = ses::OP_TAGGED_SEND),
+        f.packet_with(5, &msg, 500, 1000, |r| r.match_bits = 7),
+        f.packet_with(5, &msg, 500, 1000, |r| r.job_id ^= 1),
+    ];
+    let rest = f.packet(5, &msg, 500, 1000);
+    fabric.inject_frame(&first);
+    let (malformed, bad_job) = (b.counter(RX_MALFORMED), b.counter(RX_BAD_JOB_ID));
+    for (k, p) in forged.iter().enumerate() {
+        fabric.inject_frame(p);
+        // Another job's packet is refused before it is matched to a message: the endpoint
+        // does not accept that job.
+        let refused = b.counter(RX_MALFORMED) - malformed + b.counter(RX_BAD_JOB_ID) - bad_job;
+        assert_eq!(refused, k as u64 + 1, "forged {k}");
+        assert!(
+            b.next_completion().is_none(),
+            "forged {k} completed nothing"
+        );
+    }
+    assert_eq!(
+        b.counter(RX_MALFORMED) - malformed,
+        2,
+        "the operation and the tag"
+    );
+    fabric.inject_frame(&rest);
+    let got = b
+        .next_completion()
+        .expect("the message, from its own packets");
+    assert!(got.error.is_none(), "{:?}", got.error);
+    assert!(got.buffer.unwrap().to_vec().unwrap() == msg);
 }
 
 /// A single-packet message with the id of a remembered multi-packet one ends the
