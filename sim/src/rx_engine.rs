@@ -95,8 +95,8 @@
 //! engine tracks
 //! which byte ranges arrived: a packet whose bytes all arrived already is a duplicate (counted,
 //! answered RC_OK, not written again); one that partly overlaps received bytes, whose
-//! `request_length` differs from its message's, or that demultiplexes to another endpoint than
-//! its message, is malformed. When every byte of
+//! `request_length`, peer group, operation, match bits or JobID differs from its message's, or
+//! that demultiplexes to another endpoint than its message, is malformed. When every byte of
 //! `request_length` has arrived, one `Recv` completion is written: `len` = bytes delivered
 //! (`min(request_length, buffer)`), status `Truncated` when the message was longer than the
 //! buffer, `DmaFault` when a write faulted (that packet answered RC_HOST_UNSUCCESS_CMPL; the
