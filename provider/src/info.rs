@@ -14,7 +14,7 @@
 //! | `fabric_attr->fabric`, `domain_attr->domain` | an open fabric and domain of the provider, answered as given; another's excludes the provider |
 //! | `domain_attr->caps` | `FI_LOCAL_COMM`, `FI_REMOTE_COMM`, `FI_SHARED_AV` (not on `FI_EP_MSG`, whose domain opens no named AV) |
 //! | `domain_attr->ep_cnt` | up to the NIC's endpoints |
-//! | `domain_attr->max_ep_rx_ctx` | up to the NIC's receive contexts per endpoint (`CAP_EP.max_rx_ctx`, and no more than an endpoint's resource indices) on `FI_EP_RDM`; 1 on `FI_EP_DGRAM` and `FI_EP_MSG`, whose hints asking more exclude them (and whose domains' AVs then have no `rx_ctx_bits`) |
+//! | `domain_attr->max_ep_rx_ctx` | up to the NIC's receive contexts per endpoint (`CAP_EP.max_rx_ctx`, and no more than an endpoint's resource indices, or than an AV can name: `CAP_AV.max_rx_ctx_bits`) on `FI_EP_RDM`; 1 on `FI_EP_DGRAM` and `FI_EP_MSG`, whose hints asking more exclude them (and whose domains' AVs then have no `rx_ctx_bits`) |
 //! | `domain_attr->cq_cnt`, `tx_ctx_cnt`, `rx_ctx_cnt` | up to the NIC's endpoints: a completion, transmit and receive ring each |
 //! | `domain_attr->cntr_cnt` | up to 1024 ([`crate::cntr::CNTR_CNT`]): counters are host objects, counting the completions the provider drains from the NIC's rings |
 //! | `domain_attr->max_ep_tx_ctx` | up to the NIC's transmit contexts per endpoint (`CAP_EP.max_tx_ctx`) on `FI_EP_RDM`; 1 on `FI_EP_DGRAM` and `FI_EP_MSG`, whose hints asking more exclude them |
@@ -29,7 +29,7 @@
 //! | `ep_attr->protocol`, `protocol_version` | `FI_PROTO_UNSPEC` or the provider's own, UET ([`PROTOCOL`], a provider-specific value: libfabric 1.17 names no UET protocol), up to version [`PROTOCOL_VERSION`] (0: any) |
 //! | `ep_attr->mem_tag_format` | every bit matched: the fields the hints ask for, the top one widened to the top bit (0: one field of 64 bits) |
 //! | `ep_attr->max_order_raw_size`, `max_order_war_size`, `max_order_waw_size` | 0: no RMA or atomic data is ordered (neither is served, and no message order is offered) |
-//! | `ep_attr->tx_ctx_cnt`, `rx_ctx_cnt` | up to the NIC's (`CAP_EP.max_tx_ctx`, `max_rx_ctx`, and no more receive contexts than an endpoint's resource indices; no more than the hints' `domain_attr->max_ep_tx_ctx`, `max_ep_rx_ctx` when they name them), answered as asked (0: 1); more than 1 only on `FI_EP_RDM`, as a scalable endpoint ([`crate::sep`]); no shared contexts (`FI_SHARED_CONTEXT`) |
+//! | `ep_attr->tx_ctx_cnt`, `rx_ctx_cnt` | up to the NIC's (`CAP_EP.max_tx_ctx`, `max_rx_ctx`, and no more receive contexts than an endpoint's resource indices or an AV can name; no more than the hints' `domain_attr->max_ep_tx_ctx`, `max_ep_rx_ctx` when they name them), answered as asked (0: 1); more than 1 only on `FI_EP_RDM`, as a scalable endpoint ([`crate::sep`]); no shared contexts (`FI_SHARED_CONTEXT`) |
 //! | `src_addr`, `dest_addr` | returned; a source must be on this NIC, and an endpoint opened with one is at it or refused ([`crate::ep`]) |
 //!
 //! `node` and `service` are a UET address in the form `fi_av_insertsvc` takes (an IP address
@@ -571,9 +571,17 @@ fn shared_context_refused(ep: &FiEpAttr) -> Option<String> {
 /// resource indices).
 pub(crate) fn context_limits(nic: &Nic) -> (usize, usize) {
     let caps = nic.capabilities();
+    // A peer names receive context i with the top `rx_ctx_bits` of an fi_addr_t
+    // (fi_rx_addr), which an AV of this NIC decodes up to `CAP_AV.max_rx_ctx_bits`: a context
+    // past them could be reached by no address.
+    let addressable = 1usize
+        .checked_shl(u32::from(caps.max_rx_ctx_bits))
+        .unwrap_or(usize::MAX);
     (
         usize::from(caps.max_tx_ctx.max(1)),
-        usize::from(caps.max_rx_ctx.max(1)).min(usize::from(caps.ri_per_endpoint.max(1))),
+        usize::from(caps.max_rx_ctx.max(1))
+            .min(usize::from(caps.ri_per_endpoint.max(1)))
+            .min(addressable),
     )
 }
 

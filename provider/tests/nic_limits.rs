@@ -116,3 +116,34 @@ fn the_answer_offers_no_more_receive_contexts_than_an_endpoint_has_resource_indi
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Receive context i of a scalable endpoint is named by the top `rx_ctx_bits` of an
+/// `fi_addr_t`, which the NIC's AVs decode up to `CAP_AV.max_rx_ctx_bits`: on a NIC that
+/// decodes 2 bits, the answer offers 4 receive contexts per endpoint, and hints asking 5 are
+/// refused, as an endpoint of 5 could not be reached at its fifth.
+#[test]
+fn the_answer_offers_no_more_receive_contexts_than_an_av_can_name() {
+    const NAME: &str = "the_answer_offers_no_more_receive_contexts_than_an_av_can_name";
+    if !common::in_own_process(NAME) {
+        return;
+    }
+    let dir = serve_nic("rx-ctx-bits", |cfg| {
+        assert!(cfg.max_rx_ctx > 4 && cfg.ri_per_endpoint > 4);
+        cfg.max_rx_ctx_bits = 2;
+    });
+    let info = getinfo(0).expect("fi_getinfo");
+    // SAFETY: the provider's answer, read, then freed once.
+    let max = unsafe {
+        let max = (*(*info).domain_attr).max_ep_rx_ctx;
+        uet_fi::info::free_info(info);
+        max
+    };
+    assert_eq!(max, 4, "domain_attr->max_ep_rx_ctx");
+    assert!(getinfo(4).is_ok());
+    assert_eq!(
+        getinfo(5).err(),
+        Some(-(FiErrno::FI_ENODATA.get() as c_int)),
+        "hints asking more receive contexts per endpoint than an AV can name"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
