@@ -1381,6 +1381,9 @@ pub(crate) struct ListenInfo {
     job_id: Option<u32>,
     tx_op_flags: u64,
     rx_op_flags: u64,
+    /// `ep_attr->mem_tag_format` (0: any), which the requests' `fi_info` answer as
+    /// `fi_getinfo` did.
+    mem_tag_format: u64,
     /// `src_addr`: the address the application asked the listener to have.
     src: Option<UetAddress>,
 }
@@ -1455,7 +1458,8 @@ pub(crate) unsafe fn listen_info(
     call: &str,
 ) -> Result<ListenInfo, FiError> {
     // SAFETY: NULL or valid (the caller's promise).
-    let ep_type = unsafe { info.ep_attr.as_ref() }.map_or(FI_EP_UNSPEC, |a| a.ep_type);
+    let ep_attr = unsafe { info.ep_attr.as_ref() };
+    let ep_type = ep_attr.map_or(FI_EP_UNSPEC, |a| a.ep_type);
     if EpKind::from_raw(ep_type).map_err(|why| FiError::inval(format!("{call}: {why}")))?
         != Some(EpKind::Msg)
     {
@@ -1493,6 +1497,7 @@ pub(crate) unsafe fn listen_info(
         tx_op_flags: unsafe { info.tx_attr.as_ref() }.map_or(0, |a| a.op_flags) & TX_OP_FLAGS,
         // SAFETY: as above.
         rx_op_flags: unsafe { info.rx_attr.as_ref() }.map_or(0, |a| a.op_flags) & RX_OP_FLAGS,
+        mem_tag_format: ep_attr.map_or(0, |a| a.mem_tag_format),
     })
 }
 
@@ -1513,6 +1518,7 @@ pub(crate) fn connreq_info(
         job_id: listen.job_id,
         tx_op_flags: listen.tx_op_flags,
         rx_op_flags: listen.rx_op_flags,
+        mem_tag_format: listen.mem_tag_format,
         ..Wanted::default()
     };
     let info = c_zeroed::<FiInfo>()?;

@@ -12190,3 +12190,37 @@ fn a_scalable_endpoint_asked_for_an_address_the_nic_does_not_give_it_is_refused(
         assert_eq!(close(&mut (*av).fid), 0);
     }
 }
+
+/// A connection request's `fi_info` answers the listener's tag format (`ep_attr->
+/// mem_tag_format`) as `fi_getinfo` did, not a format of its own: the endpoint opened with
+/// it matches tags as the application asked.
+#[test]
+fn a_connection_requests_info_keeps_the_listeners_tag_format() {
+    const FORMAT: u64 = 0x8000_0000_FFFF_FFFF;
+    let m = Msg::new();
+    let (eq_l, eq_c) = (m.eq(), m.eq());
+    // SAFETY: the provider's info, its format restored once the listener is made.
+    let pep = unsafe {
+        let ep_attr = (*m.open.info).ep_attr;
+        let saved = (*ep_attr).mem_tag_format;
+        (*ep_attr).mem_tag_format = FORMAT;
+        let pep = m.listen(eq_l);
+        (*ep_attr).mem_tag_format = saved;
+        pep
+    };
+    // SAFETY: `pep` is open; only the field's address is taken.
+    let pep_fid: *mut Fid = unsafe { &mut (*pep).fid };
+    let listener = name_of(pep_fid);
+    let (client, cq_c) = m.ep(m.open.info, eq_c);
+    assert_eq!(connect(client, &listener, b"x"), 0);
+    let req = cm_event(eq_l).expect("FI_CONNREQ");
+    // SAFETY: the request's info, read, then rejected and freed once; ours, open, closed once.
+    unsafe {
+        assert_eq!((*(*req.info).ep_attr).mem_tag_format, FORMAT);
+        reject_all(pep, &[req.info]);
+        close_endpoints_then(
+            &[(client, cq_c)],
+            &[pep_fid, &mut (*eq_l).fid, &mut (*eq_c).fid],
+        );
+    }
+}
