@@ -2320,6 +2320,33 @@ fn sends_complete_after_every_pdc_id_was_used() {
     assert_eq!((c.context.get(), c.status), (0xB, LocalStatus::Ok as u8));
 }
 
+/// Post on `eb` a receive of context 9 claiming `claimed` bytes whose buffer starts `mapped`
+/// bytes before the end of the node's DMA memory: a write past those bytes faults.
+fn post_recv_at_memory_end(b: &mut Driver, eb: &mut Ep, mapped: u64, claimed: u32) {
+    b.post_recv_desc(
+        eb,
+        uet_fwif::RxDescriptor {
+            buf: U64::new(MEM_IOVA + MEM_BYTES as u64 - mapped),
+            len: U32::new(claimed),
+            context: U64::new(9),
+            ..Default::default()
+        },
+    );
+}
+
+/// `c` is the `DmaFault` completion of the receive of context 9: nothing delivered, and no
+/// overflow, which only a `Truncated` completion reports.
+fn assert_faulted(c: &Completion) {
+    assert_eq!(c.context.get(), 9);
+    assert_eq!(status(c), LocalStatus::DmaFault);
+    assert_eq!(
+        c.overflow.get(),
+        0,
+        "only a Truncated completion reports an overflow"
+    );
+    assert_eq!(c.len.get(), 0, "a faulted buffer holds no message");
+}
+
 /// A multi-packet message whose buffer faults completes `DmaFault`, and a completion that is
 /// not `Truncated` reports no overflow, even when the message was longer than the buffer.
 #[test]
@@ -2332,26 +2359,10 @@ fn a_multi_packet_message_into_a_faulting_buffer_reports_no_overflow() {
         ..
     } = pair(0);
     // The buffer starts 100 bytes before the end of B's DMA memory and claims 8000 bytes.
-    b.post_recv_desc(
-        &mut eb,
-        uet_fwif::RxDescriptor {
-            buf: U64::new(MEM_IOVA + MEM_BYTES as u64 - 100),
-            len: U32::new(8000),
-            context: U64::new(9),
-            ..Default::default()
-        },
-    );
+    post_recv_at_memory_end(&mut b, &mut eb, 100, 8000);
     let payload = vec![0x5Au8; 10_000];
     a.send(&mut ea, 3, 1, &payload, 1, 0);
-    let c = b.poll_cq(&mut eb).expect("the receive completes");
-    assert_eq!(c.context.get(), 9);
-    assert_eq!(status(&c), LocalStatus::DmaFault);
-    assert_eq!(
-        c.overflow.get(),
-        0,
-        "only a Truncated completion reports an overflow"
-    );
-    assert_eq!(c.len.get(), 0, "a faulted buffer holds no message");
+    assert_faulted(&b.poll_cq(&mut eb).expect("the receive completes"));
     expect_remote(&mut a, &mut ea, ReturnCode::HostUnsuccessfulCompletion);
 }
 
@@ -2367,32 +2378,18 @@ fn a_single_packet_message_into_a_faulting_buffer_reports_its_source_and_nothing
         mut eb,
         ..
     } = pair(0);
-    // Messages that reach their buffers first: the source each reports.
+    // Messages that reach their buffers first: the source each reports. The first buffer
+    // is all mapped, the second 10 bytes of its 50.
     let (src_ok, src_fault) = [false, true]
         .map(|fault| {
-            let buf = if fault {
-                MEM_IOVA + MEM_BYTES as u64 - 10
-            } else {
-                MEM_IOVA
-            };
-            b.post_recv_desc(
-                &mut eb,
-                uet_fwif::RxDescriptor {
-                    buf: U64::new(buf),
-                    len: U32::new(50),
-                    context: U64::new(9),
-                    ..Default::default()
-                },
-            );
+            post_recv_at_memory_end(&mut b, &mut eb, if fault { 10 } else { 50 }, 50);
             a.send(&mut ea, 3, 1, &[7u8; 40], 1, 0);
             let c = b.poll_cq(&mut eb).expect("the receive completes");
-            let want = if fault {
-                LocalStatus::DmaFault
+            if fault {
+                assert_faulted(&c);
             } else {
-                LocalStatus::Ok
-            };
-            assert_eq!(status(&c), want);
-            assert_eq!(c.len.get(), if fault { 0 } else { 40 });
+                assert_eq!((status(&c), c.len.get()), (LocalStatus::Ok, 40));
+            }
             let _ = a.poll_cq(&mut ea);
             c.src_addr.get()
         })
@@ -2418,23 +2415,8 @@ fn a_held_message_taken_by_a_faulting_buffer_reports_no_overflow() {
         "held on the unexpected list"
     );
     // 50 bytes claimed, 10 of them mapped.
-    b.post_recv_desc(
-        &mut eb,
-        uet_fwif::RxDescriptor {
-            buf: U64::new(MEM_IOVA + MEM_BYTES as u64 - 10),
-            len: U32::new(50),
-            context: U64::new(9),
-            ..Default::default()
-        },
-    );
-    let c = b.poll_cq(&mut eb).expect("the receive completes");
-    assert_eq!(c.context.get(), 9);
-    assert_eq!(status(&c), LocalStatus::DmaFault);
-    assert_eq!(
-        c.overflow.get(),
-        0,
-        "only a Truncated completion reports an overflow"
-    );
+    post_recv_at_memory_end(&mut b, &mut eb, 10, 50);
+    assert_faulted(&b.poll_cq(&mut eb).expect("the receive completes"));
 }
 
 /// The packets of a message still arriving when its endpoint is destroyed never open a
