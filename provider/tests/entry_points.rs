@@ -10255,52 +10255,6 @@ fn closing_fi_wait_mutex_cond_objects_leaks_no_descriptor_or_thread() {
     );
 }
 
-/// A NIC (of an older host interface, or on a fabric the test holds frames on), served over
-/// vfio-user from this process, which the provider opens (`FI_UET_DEVICE`): for a test in a
-/// process of its own. Its socket's directory goes with it.
-struct ServedNic {
-    dir: std::path::PathBuf,
-    /// The fabric the NIC is on.
-    fabric: uet_sim::Fabric,
-    /// The NIC's function.
-    function: uet_sim::SimFunction,
-}
-
-impl ServedNic {
-    /// Serve a NIC of interface 1.`minor` at a socket in a directory named from `tag`.
-    fn serve(tag: &str, minor: u8) -> ServedNic {
-        let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("nic.sock");
-        let fabric = uet_sim::Fabric::new();
-        let mut config = uet_sim::NicConfig::new("10.0.0.1".parse().unwrap());
-        config.interface_minor = minor;
-        let function = fabric.add_nic(config).unwrap();
-        let server = std::sync::Arc::new(
-            uet_sim::vfio_user::VfioUserServer::bind(function.clone(), &path).unwrap(),
-        );
-        // Client after client, as a daemon serves: a process that closes its NIC may open it
-        // again.
-        std::thread::spawn(move || server.serve());
-        std::env::set_var(
-            uet_fi::device::DEVICE_VAR,
-            format!("vfio-user:{}", path.display()),
-        );
-        ServedNic {
-            dir,
-            fabric,
-            function,
-        }
-    }
-}
-
-impl Drop for ServedNic {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 /// fi_domain(3)'s resource management is what the NIC gives: `FI_RM_DISABLED` on one older
 /// than host interface 1.17, where a message that arrives before its receive fails at the
 /// sender, so hints asking `FI_RM_ENABLED` find nothing there. (The provider opens one NIC
@@ -10315,7 +10269,7 @@ fn fi_getinfo_answers_fi_rm_disabled_on_a_nic_that_refuses_early_messages() {
     }
     const FI_RM_DISABLED: c_int = 1;
     const FI_RM_ENABLED: c_int = 2;
-    let _nic = ServedNic::serve("uet-rm", uet_regs::since::UNTAGGED_UNEXPECTED - 1);
+    let _nic = common::ServedNic::serve("uet-rm", uet_regs::since::UNTAGGED_UNEXPECTED - 1);
     let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
     let info = getinfo(None, None, 0, Some(&hints)).expect("fi_getinfo");
     // SAFETY: the provider's answer, read, then freed once.
@@ -11544,7 +11498,7 @@ fn an_index_whose_closed_context_left_a_multi_receive_buffer_an_old_nic_keeps_is
     if !common::in_own_process(NAME) {
         return;
     }
-    let _nic = ServedNic::serve("uet-mrecv-old", uet_regs::since::MULTI_RECV_CANCEL - 1);
+    let _nic = common::ServedNic::serve("uet-mrecv-old", uet_regs::since::MULTI_RECV_CANCEL - 1);
     let open = Open::with_hints(&sep_hints(1, 1));
     let mut attr = av_attr(16);
     let av = open.av_open(&mut attr).unwrap();
@@ -11727,7 +11681,7 @@ fn a_cq_descriptor_wakes_for_a_retry_whose_refusal_another_call_drained() {
 /// From the next message's second packet on, every frame on `nic`'s fabric is held: its
 /// first packet (the first frame longer than any control message or acknowledgement)
 /// passes, and the acknowledgements and control messages after it are held too.
-fn hold_after_the_first_packet(nic: &ServedNic) {
+fn hold_after_the_first_packet(nic: &common::ServedNic) {
     let mut packets = 0;
     nic.fabric.hold_frames(move |f| {
         packets += usize::from(f.len() > 1024);
@@ -11736,7 +11690,7 @@ fn hold_after_the_first_packet(nic: &ServedNic) {
 }
 
 /// Wait until `nic`'s fabric holds a frame (at most 5 s): the message is part-way in.
-fn wait_part_way(nic: &ServedNic) {
+fn wait_part_way(nic: &common::ServedNic) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     while nic.fabric.held_frames() == 0 {
         assert!(std::time::Instant::now() < deadline, "the message part-way");
@@ -11757,7 +11711,7 @@ fn a_multi_receive_buffer_a_message_was_arriving_into_at_shutdown_is_withdrawn_a
     if !common::in_own_process(NAME) {
         return;
     }
-    let nic = ServedNic::serve("uet-mrecv-arriving", uet_regs::INTERFACE_MINOR);
+    let nic = common::ServedNic::serve("uet-mrecv-arriving", uet_regs::INTERFACE_MINOR);
     let c = Connected::with_caps(FI_MSG | FI_MULTI_RECV, FI_WAIT_UNSPEC, None);
     let (client, server, cq_s) = (c.client, c.server, c.cq_s);
     assert_eq!(setopt_size(server, 0, 64, 8), 0);
@@ -11809,7 +11763,7 @@ fn fi_cancel_of_a_multi_receive_buffer_a_message_is_arriving_into_withdraws_it_a
     if !common::in_own_process(NAME) {
         return;
     }
-    let nic = ServedNic::serve("uet-mrecv-cancel-arriving", uet_regs::INTERFACE_MINOR);
+    let nic = common::ServedNic::serve("uet-mrecv-cancel-arriving", uet_regs::INTERFACE_MINOR);
     let pair = Pair::new(0);
     assert_eq!(setopt_size(pair.p[1].ep, 0, 64, 8), 0);
     let mut buf = vec![0u8; 64 * 1024];
@@ -11854,7 +11808,7 @@ fn a_closed_receive_contexts_multi_receive_buffer_a_message_was_arriving_into_is
     if !common::in_own_process(NAME) {
         return;
     }
-    let nic = ServedNic::serve("uet-mrecv-closed-arriving", uet_regs::INTERFACE_MINOR);
+    let nic = common::ServedNic::serve("uet-mrecv-closed-arriving", uet_regs::INTERFACE_MINOR);
     let open = Open::with_hints(&sep_hints(1, 1));
     let (av, cq_t, cq_r, sep, t0, r0) = one_context_each(&open);
     let me = insert(av, &name_of(sep.cast()));
@@ -11910,7 +11864,7 @@ fn a_forked_child_closing_its_copies_of_the_providers_objects_leaves_the_parents
     if !common::in_own_process(NAME) {
         return;
     }
-    let _nic = ServedNic::serve("uet-fork", uet_regs::INTERFACE_MINOR);
+    let _nic = common::ServedNic::serve("uet-fork", uet_regs::INTERFACE_MINOR);
     let pair = Pair::new(0);
     let mut buf = [0u8; 16];
     for round in 0..2 {
@@ -11959,7 +11913,7 @@ fn a_forked_child_closes_a_cq_a_thread_of_its_parent_waited_on_at_the_fork() {
     if !common::in_own_process(NAME) {
         return;
     }
-    let _nic = ServedNic::serve("uet-fork-waiter", uet_regs::INTERFACE_MINOR);
+    let _nic = common::ServedNic::serve("uet-fork-waiter", uet_regs::INTERFACE_MINOR);
     let pair = Pair::new(0);
     let mut buf = [0u8; 16];
     // SAFETY: an open endpoint; `buf` outlives the receive, completed below.
@@ -12010,7 +11964,7 @@ fn once_every_object_of_a_stopped_nic_is_closed_new_objects_run_on_it_again() {
     if !common::in_own_process(NAME) {
         return;
     }
-    let nic = ServedNic::serve("uet-reopen", uet_regs::INTERFACE_MINOR);
+    let nic = common::ServedNic::serve("uet-reopen", uet_regs::INTERFACE_MINOR);
     let exchange = |pair: &Pair, context: usize| {
         let mut buf = [0u8; 16];
         // SAFETY: an open endpoint; `buf` outlives the receive, completed below.
@@ -12046,7 +12000,7 @@ fn a_forked_child_does_not_open_again_the_nic_its_parent_holds() {
     if !common::in_own_process(NAME) {
         return;
     }
-    let _nic = ServedNic::serve("uet-fork-reopen", uet_regs::INTERFACE_MINOR);
+    let _nic = common::ServedNic::serve("uet-fork-reopen", uet_regs::INTERFACE_MINOR);
     drop(uet_fi::device::nic().expect("the NIC opens"));
     // SAFETY: the child only asks the provider for its NIC and ends with _exit; the test
     // runs alone in its process.

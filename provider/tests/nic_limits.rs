@@ -1,6 +1,6 @@
 //! The provider on a NIC whose limits are not the reference model's: a simulated NIC served
-//! over vfio-user from a thread of the test's own process, which the provider opens as
-//! `FI_UET_DEVICE` names it.
+//! over vfio-user from a thread of the test's own process ([`common::ServedNic`]), which the
+//! provider opens as `FI_UET_DEVICE` names it.
 
 use core::ffi::c_int;
 use core::ptr::{null, null_mut};
@@ -9,30 +9,6 @@ mod common;
 
 use uet_av::FiErrno;
 use uet_fi::abi::*;
-
-/// Serve a simulated NIC at 10.0.0.1 configured by `configure` and point the provider at
-/// it. In a process of the test's own, before the provider opened any NIC. The directory of
-/// its socket, for the test to remove.
-fn serve_nic(name: &str, configure: impl FnOnce(&mut uet_sim::NicConfig)) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("uet-provider-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let fabric = uet_sim::Fabric::new();
-    let mut cfg = uet_sim::NicConfig::new(std::net::IpAddr::from([10, 0, 0, 1]));
-    configure(&mut cfg);
-    let nic = fabric.add_nic(cfg).unwrap();
-    let path = dir.join("nic.sock");
-    let server = uet_sim::vfio_user::VfioUserServer::bind(nic, &path).unwrap();
-    std::thread::spawn(move || {
-        let _fabric = fabric;
-        let _ = server.serve_one();
-    });
-    std::env::set_var(
-        uet_fi::device::DEVICE_VAR,
-        format!("vfio-user:{}", path.display()),
-    );
-    dir
-}
 
 fn provider() -> &'static FiProvider {
     // SAFETY: fi_prov_ini returns a structure that lives for the process.
@@ -77,7 +53,7 @@ fn the_answer_offers_no_more_receive_contexts_than_an_endpoint_has_resource_indi
     if !common::in_own_process(NAME) {
         return;
     }
-    let dir = serve_nic("ri-per-endpoint", |cfg| {
+    let _nic = common::ServedNic::serve_with("uet-provider-ri-per-endpoint", |cfg| {
         assert!(cfg.max_rx_ctx > 8);
         cfg.ri_per_endpoint = 8;
     });
@@ -114,7 +90,6 @@ fn the_answer_offers_no_more_receive_contexts_than_an_endpoint_has_resource_indi
         Some(-(FiErrno::FI_ENODATA.get() as c_int)),
         "hints asking more receive contexts per endpoint than an endpoint has"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Receive context i of a scalable endpoint is named by the top `rx_ctx_bits` of an
@@ -127,7 +102,7 @@ fn the_answer_offers_no_more_receive_contexts_than_an_av_can_name() {
     if !common::in_own_process(NAME) {
         return;
     }
-    let dir = serve_nic("rx-ctx-bits", |cfg| {
+    let _nic = common::ServedNic::serve_with("uet-provider-rx-ctx-bits", |cfg| {
         assert!(cfg.max_rx_ctx > 4 && cfg.ri_per_endpoint > 4);
         cfg.max_rx_ctx_bits = 2;
     });
@@ -145,5 +120,4 @@ fn the_answer_offers_no_more_receive_contexts_than_an_av_can_name() {
         Some(-(FiErrno::FI_ENODATA.get() as c_int)),
         "hints asking more receive contexts per endpoint than an AV can name"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }

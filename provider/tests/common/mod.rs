@@ -41,3 +41,57 @@ pub fn in_own_process(name: &str) -> bool {
     );
     false
 }
+
+/// A NIC (of an older host interface, or on a fabric the test holds frames on), served over
+/// vfio-user from this process, which the provider opens (`FI_UET_DEVICE`): for a test in a
+/// process of its own. Its socket's directory goes with it.
+#[allow(dead_code)] // Not every test program has such a test.
+pub struct ServedNic {
+    dir: std::path::PathBuf,
+    /// The fabric the NIC is on.
+    pub fabric: uet_sim::Fabric,
+    /// The NIC's function.
+    pub function: uet_sim::SimFunction,
+}
+
+#[allow(dead_code)] // Not every test program has such a test.
+impl ServedNic {
+    /// Serve a NIC of interface 1.`minor` at a socket in a directory named from `tag`.
+    pub fn serve(tag: &str, minor: u8) -> ServedNic {
+        ServedNic::serve_with(tag, |config| config.interface_minor = minor)
+    }
+
+    /// Serve a NIC at 10.0.0.1 configured by `configure`, at a socket in a directory named
+    /// from `tag`.
+    pub fn serve_with(tag: &str, configure: impl FnOnce(&mut uet_sim::NicConfig)) -> ServedNic {
+        let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("nic.sock");
+        let fabric = uet_sim::Fabric::new();
+        let mut config = uet_sim::NicConfig::new("10.0.0.1".parse().unwrap());
+        configure(&mut config);
+        let function = fabric.add_nic(config).unwrap();
+        let server = std::sync::Arc::new(
+            uet_sim::vfio_user::VfioUserServer::bind(function.clone(), &path).unwrap(),
+        );
+        // Client after client, as a daemon serves: a process that closes its NIC may open it
+        // again.
+        std::thread::spawn(move || server.serve());
+        std::env::set_var(
+            uet_fi::device::DEVICE_VAR,
+            format!("vfio-user:{}", path.display()),
+        );
+        ServedNic {
+            dir,
+            fabric,
+            function,
+        }
+    }
+}
+
+impl Drop for ServedNic {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
