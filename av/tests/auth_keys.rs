@@ -523,16 +523,23 @@ fn an_unanswered_key_removal_removes_the_key_from_the_av() {
     }
 }
 
+/// An AV of user ids with one auth key (JobID 0x77), whose user id 0x5EED the NIC left
+/// unanswered (`FI_ETIMEDOUT`), having taken it late when `applied`: the AV and the key.
+fn key_user_id_unanswered(applied: bool) -> (AddressVector<MemoryNicTable>, u64) {
+    let mut av = open_keys(FI_AV_USER_ID, 4);
+    let k = av.insert_auth_key(&key(0x77), 0).unwrap();
+    av.nic_mut()
+        .inject(NicOp::AuthKey, 0, Fault::InDoubt { applied });
+    let e = av.set_user_id(k, 0x5EED, FI_AUTH_KEY).unwrap_err();
+    assert_eq!(e.errno, FiErrno::FI_ETIMEDOUT, "{e}");
+    (av, k)
+}
+
 /// An AUTH_KEY_SOURCE the NIC does not answer leaves the old user id, and the key's source
 /// is sent again at the next call that settles the NIC.
 #[test]
 fn an_unanswered_key_user_id_is_sent_again() {
-    let mut av = open_keys(FI_AV_USER_ID, 4);
-    let k = av.insert_auth_key(&key(0x77), 0).unwrap();
-    av.nic_mut()
-        .inject(NicOp::AuthKey, 0, Fault::InDoubt { applied: true });
-    let e = av.set_user_id(k, 0x5EED, FI_AUTH_KEY).unwrap_err();
-    assert_eq!(e.errno, FiErrno::FI_ETIMEDOUT, "{e}");
+    let (mut av, k) = key_user_id_unanswered(true);
     assert_eq!(av.auth_keys().next().unwrap().user_id, None, "unchanged");
     assert!(
         !av.verify_auth_keys().unwrap().is_empty(),
@@ -549,12 +556,7 @@ fn an_unanswered_key_user_id_is_sent_again() {
 /// does not keep the user id the AV reported unchanged.
 #[test]
 fn an_insert_sends_again_the_source_of_a_key_left_unanswered() {
-    let mut av = open_keys(FI_AV_USER_ID, 4);
-    let k = av.insert_auth_key(&key(0x77), 0).unwrap();
-    av.nic_mut()
-        .inject(NicOp::AuthKey, 0, Fault::InDoubt { applied: true });
-    let e = av.set_user_id(k, 0x5EED, FI_AUTH_KEY).unwrap_err();
-    assert_eq!(e.errno, FiErrno::FI_ETIMEDOUT, "{e}");
+    let (mut av, _) = key_user_id_unanswered(true);
     assert!(
         !av.verify_auth_keys().unwrap().is_empty(),
         "the NIC took the new source late"
@@ -572,12 +574,7 @@ fn an_insert_sends_again_the_source_of_a_key_left_unanswered() {
 /// rewritten does: the call itself sent nothing, and its own addresses are not inserted.
 #[test]
 fn an_insert_whose_resent_key_source_goes_unanswered_again_is_eio_and_inserts_nothing() {
-    let mut av = open_keys(FI_AV_USER_ID, 4);
-    let k = av.insert_auth_key(&key(0x77), 0).unwrap();
-    av.nic_mut()
-        .inject(NicOp::AuthKey, 0, Fault::InDoubt { applied: false });
-    let e = av.set_user_id(k, 0x5EED, FI_AUTH_KEY).unwrap_err();
-    assert_eq!(e.errno, FiErrno::FI_ETIMEDOUT, "{e}");
+    let (mut av, _) = key_user_id_unanswered(false);
     let used = av.len();
     av.nic_mut()
         .inject(NicOp::AuthKey, 0, Fault::InDoubt { applied: false });
