@@ -2009,16 +2009,17 @@ pub(crate) unsafe extern "C" fn domain_endpoint(
                 "{CALL}: info->handle is no connection request waiting for an answer"
             )));
         }
-        let checked = {
+        let (checked, ours) = {
             let guard = d.lock()?;
             let dom = guard
                 .as_ref()
                 .ok_or_else(|| FiError::inval(format!("{CALL}: the domain is closed")))?;
             let job_id = dom.endpoint_attr().job_id;
             // SAFETY: NULL or valid attributes of a valid fi_info.
-            unsafe {
+            let checked = unsafe {
                 crate::info::endpoint_info_refused(info, kind, dom.nic(), job_id, d.api_version)
-            }
+            };
+            (checked, dom.nic().fabric_addr())
         };
         let addr_format = checked.map_err(|why| FiError::inval(format!("{CALL}: {why}")))?;
         // The address asked for (FI_SOURCE): on this NIC, or the endpoint would be at
@@ -2031,7 +2032,7 @@ pub(crate) unsafe extern "C" fn domain_endpoint(
             unsafe { crate::info::src_addr(info, addr_format, CALL) }?
         };
         if let Some(want) = src {
-            check_src_fabric_addr(d, &want, CALL)?;
+            check_src_fabric_addr(&want, ours, CALL)?;
         }
         // SAFETY: NULL or valid attributes of a valid fi_info.
         let tx_op_flags = unsafe { info.tx_attr.as_ref() }.map_or(0, |a| a.op_flags);
@@ -2325,20 +2326,13 @@ fn enable(e: &UetEp, st: &mut EpState, call: &str) -> Result<(), FiError> {
 }
 
 /// `FI_EADDRNOTAVAIL` when the address an endpoint's `fi_info` asked for (`src_addr`) is at
-/// another fabric address than the NIC of `domain`: the endpoint would be elsewhere than the
+/// another fabric address than its NIC's, `ours`: the endpoint would be elsewhere than the
 /// application asked.
 pub(crate) fn check_src_fabric_addr(
-    domain: &UetDomain,
     want: &UetAddress,
+    ours: std::net::IpAddr,
     call: &str,
 ) -> Result<(), FiError> {
-    let ours = {
-        let guard = domain.lock()?;
-        let dom = guard
-            .as_ref()
-            .ok_or_else(|| FiError::inval(format!("{call}: the domain is closed")))?;
-        dom.nic().fabric_addr()
-    };
     if crate::info::same_ip(want.fabric_addr, ours) {
         return Ok(());
     }

@@ -329,7 +329,7 @@ pub(crate) unsafe extern "C" fn domain_scalable_ep(
         }
         // SAFETY: NULL or a valid fi_info (libfabric's contract).
         let info = unsafe { info.cast::<FiInfo>().as_ref() }.ok_or_else(|| null(CALL, "info"))?;
-        let (max_tx, max_rx, sizes, checked) = {
+        let (max_tx, max_rx, sizes, checked, ours) = {
             let guard = d.lock()?;
             let dom = guard
                 .as_ref()
@@ -365,13 +365,14 @@ pub(crate) unsafe extern "C" fn domain_scalable_ep(
                 within(rx, dom.attr().max_ep_rx_ctx),
                 sizes,
                 checked,
+                dom.nic().fabric_addr(),
             )
         };
         let addr_format = checked.map_err(|why| FiError::inval(format!("{CALL}: {why}")))?;
         // SAFETY: a valid fi_info.
         let src = unsafe { crate::info::src_addr(info, addr_format, CALL) }?;
         if let Some(want) = src {
-            crate::ep::check_src_fabric_addr(d, &want, CALL)?;
+            crate::ep::check_src_fabric_addr(&want, ours, CALL)?;
         }
         let (mut tx, mut rx) = (1, 1);
         // SAFETY: NULL or valid attributes of a valid fi_info.
