@@ -10,6 +10,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use uet_av::named::segment::Snapshot;
+use uet_av::FiErrno;
 use uet_driver::telemetry::{self, PROTOCOL};
 use uet_driver::uet_fwif::auth_key::AuthKeyEntry;
 use uet_driver::uet_fwif::counters::{EndpointCounterValues, EndpointCounters};
@@ -398,10 +399,6 @@ impl From<String> for DumpError {
     }
 }
 
-/// FI_ENOENT: what the driver answers for a page of a table closed since its serial was
-/// given.
-const FI_ENOENT: u64 = 2;
-
 /// Read NIC table `table` of NIC `nic`, every page. Each page names the table by its serial:
 /// `serial` (from `av_list`) from the first, or the one the first answer gave, so a table
 /// closed between two pages, whose handle another AV's table may have taken, is
@@ -439,7 +436,8 @@ fn nic_side(
                      incomplete: {e}"
                 )
             };
-            if serial.is_some() && errno == Some(FI_ENOENT) {
+            // What the driver answers for a page of a table closed since its serial was given.
+            if serial.is_some() && errno == Some(u64::from(FiErrno::FI_ENOENT.get())) {
                 DumpError::Closed(e)
             } else {
                 DumpError::Failed(e)
