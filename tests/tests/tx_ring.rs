@@ -98,6 +98,26 @@ fn a_send_held_by_a_slow_target_holds_up_no_send_to_another() {
         assert_eq!(ev.context, i);
     }
     assert_eq!(a.in_flight().0, 1);
+    // Injects too, whose payload lives in the slot of the context each takes: twice round
+    // the ring again, past the entry the held send keeps.
+    for i in 0..8u64 {
+        c.post_recv(pool_c.alloc().expect("buffer"), 300 + i)
+            .map_err(|(e, _)| e)
+            .expect("receive at C");
+        let injected = a.inject(to_c, &[i as u8; 3], 0);
+        assert!(injected.is_ok(), "inject {i} to C: {:?}", injected.err());
+        assert!(
+            a.poll().expect("poll").is_none(),
+            "an inject reports nothing"
+        );
+        let ev = c.poll().expect("poll").expect("C receives the inject");
+        assert_eq!(ev.context, 300 + i);
+        assert_eq!(
+            ev.buffer.expect("its buffer").to_vec().expect("bytes"),
+            [i as u8; 3]
+        );
+    }
+    assert_eq!(a.in_flight().0, 1);
     // B reads its completions: A's send reaches it and completes.
     for _ in 0..3 {
         assert!(b.poll().expect("poll").is_some());
