@@ -203,7 +203,8 @@ impl Templates {
     #[inline]
     pub fn pack(&mut self, bytes: &Slot) -> Option<u64> {
         let (image, fields) = split(bytes);
-        let id = if self.last.1 != 0 && same(&self.last.0, &image) {
+        let hit = self.last.1 != 0 && same(&self.last.0, &image);
+        let id = if hit {
             Some(self.last.1)
         } else {
             self.find_or_add(&image)
@@ -218,7 +219,14 @@ impl Templates {
         }) {
             Some((id, users)) => {
                 *users += 1;
-                self.last = (image, id);
+                // Only a template found by hashing is remembered: on the common path the
+                // image is the last one already, and storing it again would write it to
+                // memory only to read it back as wider loads on the next insert, which
+                // stalls on store forwarding (half of `Slots::set`'s time at 100,000
+                // entries).
+                if !hit {
+                    self.last = (image, id);
+                }
                 Some((u64::from(id) << ID_SHIFT) | fields)
             }
             None => self.spill(bytes),
