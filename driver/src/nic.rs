@@ -31,7 +31,9 @@
 //! 7. IDENTIFY: the NIC's fabric address, MAC, serial number and model.
 //!
 //! If step 6 or 7 fails, the device is disabled and function-reset before the memory of
-//! step 5 is unmapped, as on drop.
+//! step 5 is unmapped, as on drop; a function removed meanwhile (its `ID` reads all ones) fails
+//! the open as gone ([`DriverError::DeviceGone`]), not with the fatal error or timeout its
+//! all-ones registers look like.
 //!
 //! Dropping the last reference resets the function (the device forgets every endpoint and
 //! table and stops DMA) before the DMA memory is unmapped.
@@ -907,9 +909,14 @@ impl Nic {
         let data = match Self::enable_and_identify(bar, &mut admin) {
             Ok(data) => data,
             Err(e) => {
+                // A function removed since step 4 reads all ones: `DEV_STATUS.fatal` with
+                // every `FATAL_ERROR` cause, and IDENTIFY given up on as on a stopped device.
+                // Say that, not a refusal. Asked before the reset, which a device may answer
+                // with all ones while it runs.
+                let gone = bar.read(ID).into_bits() == u32::MAX;
                 bar.write(DEV_CTRL, DevCtrl::new());
                 bar.write(FUNCTION_RESET, FunctionReset::new().with_reset(true));
-                return Err(e);
+                return Err(if gone { DriverError::DeviceGone } else { e });
             }
         };
         let identity = Identity {
@@ -1106,6 +1113,7 @@ mod tests {
     use super::*;
     use crate::backend::sim::SimDevice;
     use crate::device::DeviceError;
+    use std::sync::atomic::{AtomicBool, Ordering};
     use uet_sim::{Fabric, NicConfig};
 
     /// A simulated function behind a backend that names no function (as a vfio-user one):
@@ -1171,5 +1179,94 @@ mod tests {
         ));
         drop(pool);
         assert!(Nic::open(device).is_ok());
+    }
+
+    /// A simulated function removed at the driver's first write to the register at `at`:
+    /// that write goes nowhere, and from then on every read answers all ones, as a removed
+    /// PCI function's does.
+    struct RemovedAt {
+        inner: SimDevice,
+        at: u32,
+        gone: AtomicBool,
+    }
+
+    impl RemovedAt {
+        fn removed_by(&self, offset: u32) -> bool {
+            if offset == self.at {
+                self.gone.store(true, Ordering::SeqCst);
+            }
+            self.gone.load(Ordering::SeqCst)
+        }
+    }
+
+    impl Mmio for RemovedAt {
+        fn read32(&self, offset: u32) -> u32 {
+            if self.gone.load(Ordering::SeqCst) {
+                return u32::MAX;
+            }
+            self.inner.bar0().read32(offset)
+        }
+
+        fn write32(&self, offset: u32, value: u32) {
+            if !self.removed_by(offset) {
+                self.inner.bar0().write32(offset, value);
+            }
+        }
+
+        fn read64(&self, offset: u32) -> u64 {
+            if self.gone.load(Ordering::SeqCst) {
+                return u64::MAX;
+            }
+            self.inner.bar0().read64(offset)
+        }
+
+        fn write64(&self, offset: u32, value: u64) {
+            if !self.removed_by(offset) {
+                self.inner.bar0().write64(offset, value);
+            }
+        }
+    }
+
+    impl Device for RemovedAt {
+        fn bar0(&self) -> &dyn Mmio {
+            self
+        }
+
+        fn dma_map(&self, region: &DmaRegion) -> Result<(), DeviceError> {
+            self.inner.dma_map(region)
+        }
+
+        fn dma_unmap(&self, region: &DmaRegion) -> Result<(), DeviceError> {
+            self.inner.dma_unmap(region)
+        }
+
+        fn name(&self) -> String {
+            self.inner.name()
+        }
+    }
+
+    /// A function removed while the open enables it, or while IDENTIFY runs, reads all ones
+    /// from then on: `DEV_STATUS.fatal` with every `FATAL_ERROR` cause set. The open reports
+    /// the removal (`FI_ENODEV`), as it does for one removed during the capability reads, not
+    /// a refused enable or a fatal error of the device.
+    #[test]
+    fn a_function_removed_during_enable_or_identify_is_reported_gone() {
+        for at in [DEV_CTRL.offset(), uet_regs::ADMIN_SQ_DOORBELL.offset()] {
+            let function = Fabric::new()
+                .add_nic(NicConfig::new("10.0.0.1".parse().expect("address")))
+                .expect("NIC");
+            let device = Arc::new(RemovedAt {
+                inner: SimDevice::new(function),
+                at,
+                gone: AtomicBool::new(false),
+            });
+            match Nic::open(device) {
+                Err(e @ DriverError::DeviceGone) => {
+                    assert_eq!(e.errno(), uet_av::FiErrno::FI_ENODEV, "{e}");
+                }
+                Err(e) => panic!("removed at {at:#x}: expected the removal, got {e:?}"),
+                Ok(_) => panic!("removed at {at:#x}: a removed function was opened"),
+            }
+        }
     }
 }
