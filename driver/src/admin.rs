@@ -518,6 +518,16 @@ impl AdminQueue {
                         fatal_error,
                         submitted: false,
                     },
+                    // A reset seen while the undo waited for room: nothing of the caller's
+                    // command reached the device either.
+                    DriverError::FunctionReset { sq_base, ring, .. } => {
+                        DriverError::FunctionReset {
+                            opcode: entry.opcode,
+                            sq_base,
+                            ring,
+                            submitted: false,
+                        }
+                    }
                     e => e,
                 });
             }
@@ -998,6 +1008,7 @@ pub fn opcode_name(opcode: u8) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use uet_regs::{DevCtrl, FunctionReset, DEV_CTRL, FUNCTION_RESET};
 
     /// The ring is the driver's 64 entries or the largest power of two the device allows;
     /// a device allowing fewer than 2 gets none.
@@ -1142,5 +1153,51 @@ mod tests {
         }
         assert!(matches!(s.queue.poll_command(&*bar, parked), Some(Ok(_))));
         assert_eq!(s.queue.in_flight(), 0);
+    }
+
+    /// A command that finds the function reset under the driver while it waits behind the
+    /// undoes of late creations, which fill the ring, fails naming itself: it is the command
+    /// the caller asked for that was not submitted, not the queue's undo.
+    #[test]
+    fn a_reset_seen_while_undoes_fill_the_ring_is_reported_for_the_callers_command() {
+        let mut config = uet_sim::NicConfig::new("10.0.0.1".parse().expect("address"));
+        // Two entries: one command in flight at a time.
+        config.max_admin_entries = 2;
+        let function = uet_sim::Fabric::new().add_nic(config).expect("NIC");
+        let nic = crate::Nic::open(Arc::new(crate::backend::sim::SimDevice::new(function)))
+            .expect("open");
+        let bar = nic.bar0();
+        nic.set_admin_timeout(Duration::from_millis(20));
+        // Stopped, an AV_CREATE times out, and fills the ring.
+        bar.write(DEV_CTRL, DevCtrl::new());
+        let mut body = uet_fwif::admin::AvCreateBody::new_zeroed();
+        body.capacity = 8.into();
+        let e = nic
+            .admin_command(Command::AvCreate(body))
+            .expect_err("stopped");
+        assert!(matches!(e, DriverError::AdminTimeout { .. }), "{e}");
+        // A destroy that finds the ring full goes ahead of the next command.
+        let deferred = nic
+            .inner
+            .destroy(Command::AvDestroy { av: 999 })
+            .expect("deferred");
+        assert!(deferred, "the ring was full");
+        // Enabled again, the device creates the table late; then the function is reset.
+        bar.write(DEV_CTRL, DevCtrl::new().with_enable(true));
+        bar.write(FUNCTION_RESET, FunctionReset::new().with_reset(true));
+        let cmd = Command::EndpointDestroy { endpoint: 99 };
+        let opcode = cmd.encode(0).opcode;
+        match nic.admin_command(cmd) {
+            Err(DriverError::FunctionReset {
+                opcode: reported,
+                submitted: false,
+                ..
+            }) => assert_eq!(
+                opcode_name(reported),
+                opcode_name(opcode),
+                "the error names another command"
+            ),
+            other => panic!("expected the reset, got {other:?}"),
+        }
     }
 }
