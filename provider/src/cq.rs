@@ -26,7 +26,10 @@
 //!   older than interface 1.12, a backend without interrupts, every vector held), it reads
 //!   the rings with a sleep growing from 1 µs to 1 ms between reads instead;
 //!   `fi_cq_signal` ends with `-FI_EAGAIN` the wait of every thread waiting then (with none
-//!   waiting, the next `sread` returns at once). A NIC that stopped (a fatal error, or its
+//!   waiting, the next `sread` returns at once), and so does a signal delivered to the
+//!   waiting thread that interrupts its sleep (a POSIX signal whose handler returns:
+//!   fi_cq(3)'s thread "signaled by some external source"), once a last read finds nothing;
+//!   one that lands between two of its sleeps is not seen. A NIC that stopped (a fatal error, or its
 //!   function reset) writes no completion and raises no vector: a wait that has found
 //!   nothing for 100 ms looks at the NIC's status, and ends with `-FI_EIO` once it stopped.
 //!   The CQ must have a wait object
@@ -873,6 +876,20 @@ pub(crate) fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant
 /// interrupts it ends it early, which the caller's loop absorbs). Which of `fds` were
 /// readable (none after a timeout).
 pub(crate) fn poll_readable(fds: &[RawFd], timeout: Duration) -> Vec<bool> {
+    poll_fds(fds, timeout).ready
+}
+
+/// What a sleep in poll(2) ([`poll_fds`]) saw.
+pub(crate) struct Polled {
+    /// Which of the descriptors were readable (none after a timeout or an interruption).
+    pub(crate) ready: Vec<bool>,
+    /// A signal delivered to the thread ended the sleep early (`EINTR`).
+    pub(crate) interrupted: bool,
+}
+
+/// Sleep in poll(2) until one of `fds` is readable, `timeout` passes, or a signal delivered
+/// to the thread interrupts the sleep.
+pub(crate) fn poll_fds(fds: &[RawFd], timeout: Duration) -> Polled {
     let mut pfds: Vec<libc::pollfd> = fds
         .iter()
         .map(|&fd| libc::pollfd {
@@ -884,15 +901,37 @@ pub(crate) fn poll_readable(fds: &[RawFd], timeout: Duration) -> Vec<bool> {
     // Rounded up, so a wait of less than a millisecond still sleeps.
     let ms = libc::c_int::try_from(timeout.as_micros().div_ceil(1000)).unwrap_or(libc::c_int::MAX);
     let Ok(n) = libc::nfds_t::try_from(pfds.len()) else {
-        return vec![false; fds.len()];
+        return Polled {
+            ready: vec![false; fds.len()],
+            interrupted: false,
+        };
     };
     // SAFETY: `pfds` is a vector of `n` valid pollfds, alive for the whole call; poll(2)
     // writes only their `revents`. The descriptors are eventfds open as long as the NIC and
     // the CQ (an fd closed meanwhile would only report POLLNVAL).
     let ready = unsafe { libc::poll(pfds.as_mut_ptr(), n, ms) };
-    pfds.iter()
-        .map(|p| ready > 0 && p.revents & libc::POLLIN != 0)
-        .collect()
+    let interrupted =
+        ready < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR);
+    Polled {
+        ready: pfds
+            .iter()
+            .map(|p| ready > 0 && p.revents & libc::POLLIN != 0)
+            .collect(),
+        interrupted,
+    }
+}
+
+/// Sleep for `d` (less than a second), or less when a signal delivered to the thread
+/// interrupts the sleep: whether one did. Unlike `std::thread::sleep`, which sleeps on
+/// through signals.
+fn nap(d: Duration) -> bool {
+    let ts = libc::timespec {
+        tv_sec: libc::time_t::try_from(d.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_nsec: libc::c_long::from(d.subsec_nanos()),
+    };
+    // SAFETY: `ts` is a valid timespec for the call; no remainder is asked for.
+    let r = unsafe { libc::nanosleep(&ts, core::ptr::null_mut()) };
+    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
 }
 
 /// What a waiter of a CQ or counter does after its sleep on its endpoints' vectors, the
@@ -951,6 +990,8 @@ unsafe extern "C" fn cq_sreadfrom(
         // Among the CQ's waiters from its first sleep on (after `_waiting`: it leaves first).
         let mut parked: Option<Parked<'_>> = None;
         let mut look = StatusLook::new();
+        // A signal delivered to the thread (a POSIX signal) cut its last sleep short.
+        let mut interrupted = false;
         loop {
             // SAFETY: libfabric's contract on `buf` and `src_addr`.
             match unsafe { read_into(q, buf, count, src_addr, CALL) } {
@@ -963,6 +1004,15 @@ unsafe extern "C" fn cq_sreadfrom(
                 return Err(FiError::new(
                     FiErrno::FI_EAGAIN,
                     format!("{CALL}: signaled"),
+                ));
+            }
+            // fi_cq(3): a thread "signaled by some external source" returns, "even if the
+            // timeout has not occurred or was specified as infinite", once the read above
+            // found nothing.
+            if interrupted {
+                return Err(FiError::new(
+                    FiErrno::FI_EAGAIN,
+                    format!("{CALL}: interrupted by a signal"),
                 ));
             }
             let now = Instant::now();
@@ -996,21 +1046,21 @@ unsafe extern "C" fn cq_sreadfrom(
                         let cap = due.map_or(cap, |d| {
                             cap.min(d.saturating_duration_since(Instant::now()))
                         });
-                        let ready = poll_readable(&fds, cap);
+                        let polled = poll_fds(&fds, cap);
+                        interrupted = polled.interrupted;
                         // A signal that came during the wait is left for every other thread
                         // waiting then, which returns too. Anything else is taken, so it
                         // wakes no one again, and passed on to the CQ's other waiters: a
                         // completion queued here by another read (read next), an endpoint
                         // enabled, a signal this wait has seen already.
                         let take = q.signals.load(Ordering::Acquire) == signals;
-                        after_sleep(&q.parked, me, wake, &ready, take);
+                        after_sleep(&q.parked, me, wake, &polled.ready, take);
                         continue;
                     }
                     Armed::NoWait => {}
                 }
             }
-            let nap = left.map_or(sleep, |l| sleep.min(l));
-            std::thread::sleep(nap);
+            interrupted = nap(left.map_or(sleep, |l| sleep.min(l)));
             sleep = (sleep * 2).min(SREAD_SLEEP_MAX);
         }
     })

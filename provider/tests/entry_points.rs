@@ -2437,6 +2437,57 @@ fn fi_cq_signal_wakes_every_thread_waiting_in_fi_cq_sread() {
     }
 }
 
+/// A thread blocked in `fi_cq_sread` without end returns `-FI_EAGAIN` when a signal is
+/// delivered to it: fi_cq(3) has threads blocking there return when "signaled by some external
+/// source", "even if the timeout ... was specified as infinite".
+#[test]
+fn a_signal_delivered_to_a_thread_in_fi_cq_sread_ends_its_wait() {
+    extern "C" fn ignore(_: c_int) {}
+    // SAFETY: a plain-data structure, then filled in; the handler does nothing, and SIGUSR2 is
+    // sent below to the waiting thread alone.
+    unsafe {
+        let mut sa: libc::sigaction = core::mem::zeroed();
+        sa.sa_sigaction = ignore as extern "C" fn(c_int) as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        assert_eq!(libc::sigaction(libc::SIGUSR2, &sa, null_mut()), 0);
+    }
+    let pair = Pair::new(0);
+    let cq = Shared(pair.p[0].cq);
+    let sread = pair.cq(0).sread;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (thread_tx, thread_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // SAFETY: no argument.
+        let _ = thread_tx.send(unsafe { libc::pthread_self() });
+        let mut e = [0u8; 64];
+        // SAFETY: an open, waitable CQ; room for one entry.
+        let ret = unsafe { sread(cq.get(), e.as_mut_ptr().cast(), 1, null(), -1) };
+        let _ = tx.send(ret);
+    });
+    let thread = thread_rx.recv().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    // Again until it returns: a signal that lands between two of its sleeps is no interruption.
+    let mut ended = None;
+    for _ in 0..40 {
+        // SAFETY: the waiting thread, alive until it sends its return.
+        assert_eq!(unsafe { libc::pthread_kill(thread, libc::SIGUSR2) }, 0);
+        if let Ok(ret) = rx.recv_timeout(std::time::Duration::from_millis(50)) {
+            ended = Some(ret);
+            break;
+        }
+    }
+    if ended.is_none() {
+        // SAFETY: an open CQ with a wait object: ends the wait, so the pair can close.
+        assert_eq!(unsafe { (pair.cq(0).signal)(pair.p[0].cq) }, 0);
+        let _ = rx.recv_timeout(std::time::Duration::from_secs(10));
+    }
+    assert_eq!(
+        ended,
+        Some(neg(FiErrno::FI_EAGAIN)),
+        "fi_cq_sread slept through signals"
+    );
+}
+
 /// `fi_cq_sread` and `fi_cntr_wait` without end (a negative timeout) when the NIC stops under
 /// them — here its function is reset — end with `-FI_EIO`: a stopped NIC writes no completion
 /// and raises no vector, so nothing else would end them. (The test resets the process's NIC:
