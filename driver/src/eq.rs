@@ -293,6 +293,11 @@ struct Shared {
     fid: u64,
     state: Mutex<State>,
     ready: Condvar,
+    /// The eventfds of the readers asleep in [`EventQueue::sread`], one each, written with
+    /// `ready` ([`Shared::wake_readers`]): a reader sleeps in poll(2) on its own, so that a
+    /// signal delivered to its thread ends its sleep (fi_eq(3)), which a wait on `ready`
+    /// would sleep on through. A reader that could get no eventfd waits on `ready`.
+    readers: Mutex<Vec<Arc<EventFd>>>,
     /// Progress hooks of the AVs bound to the queue, by attachment number.
     progress: Mutex<Vec<(u64, Weak<dyn AvProgress>)>>,
     /// What a bound AV wakes the queue with ([`EqWake`]), made when first needed.
@@ -314,6 +319,22 @@ impl Shared {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Wake every reader asleep in [`EventQueue::sread`], on `ready` or on its eventfd.
+    /// Called after a change of the state, with or without the queue's lock (which is taken
+    /// before `readers`, never after).
+    fn wake_readers(&self) {
+        self.ready.notify_all();
+        for fd in self
+            .readers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            // Cannot fail short of the counter's overflow, 2^64 - 2 wakes unread.
+            let _ = fd.write(1);
+        }
+    }
+
     /// A bound AV may have progress to make (its insert was queued or sent, or the NIC
     /// answered): wake the readers asleep in [`EventQueue::sread`], which run progress, and
     /// make the descriptor readable until the next [`EventQueue::trywait`].
@@ -325,7 +346,7 @@ impl Shared {
             s.settle_fd();
         }
         drop(s);
-        self.ready.notify_all();
+        self.wake_readers();
         self.changed();
     }
 
@@ -397,6 +418,60 @@ fn closed() -> FiError {
     FiError::new(FiErrno::FI_EBADF, "the event queue was closed")
 }
 
+/// A thread in [`EventQueue::sread`], among the queue's readers (`Shared::readers`) with an
+/// eventfd of its own until it returns; without one (none could be made) it waits on the
+/// queue's condition variable instead.
+struct Reader<'a> {
+    shared: &'a Shared,
+    fd: Option<Arc<EventFd>>,
+}
+
+impl<'a> Reader<'a> {
+    fn enter(shared: &'a Shared) -> Reader<'a> {
+        let fd = EventFd::new(EFD_NONBLOCK | EFD_CLOEXEC).ok().map(Arc::new);
+        if let Some(fd) = &fd {
+            shared
+                .readers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(Arc::clone(fd));
+        }
+        Reader { shared, fd }
+    }
+}
+
+impl Drop for Reader<'_> {
+    fn drop(&mut self) {
+        if let Some(fd) = &self.fd {
+            // In a forked child, a lock a thread of the parent held at the fork is left alone.
+            if let Some(mut readers) = self.shared.made_in.lock(&self.shared.readers) {
+                readers.retain(|r| !Arc::ptr_eq(r, fd));
+            }
+        }
+    }
+}
+
+/// Sleep in poll(2) until `fd` is readable or `timeout` passes (`None`: without end), or a
+/// signal delivered to the thread interrupts the sleep: whether one did.
+fn sleep_on(fd: &EventFd, timeout: Option<Duration>) -> bool {
+    let ms: libc::c_int = timeout.map_or(-1, |t| {
+        // Rounded up, so a wait of less than a millisecond still sleeps.
+        t.as_micros()
+            .div_ceil(1000)
+            .try_into()
+            .unwrap_or(libc::c_int::MAX)
+    });
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd on the stack for the call, and the count passed is 1; poll(2)
+    // writes only its `revents`.
+    let n = unsafe { libc::poll(&mut p, 1, ms) };
+    n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+}
+
 impl EventQueue {
     /// `fi_eq_open`.
     pub fn open(attr: EqAttr) -> Result<Self, FiError> {
@@ -435,6 +510,7 @@ impl EventQueue {
                     ..State::default()
                 }),
                 ready: Condvar::new(),
+                readers: Mutex::new(Vec::new()),
                 progress: Mutex::new(Vec::new()),
                 waker: std::sync::OnceLock::new(),
                 on_change: std::sync::OnceLock::new(),
@@ -636,7 +712,7 @@ impl EventQueue {
         // The descriptor closes with the queue, whatever clones of the handle live on.
         s.wait_fd = None;
         drop(s);
-        self.shared.ready.notify_all();
+        self.shared.wake_readers();
         self.shared.changed();
         Ok(())
     }
@@ -688,7 +764,7 @@ impl EventQueue {
             s.overrun = true;
             s.settle_fd();
             tracing::error!(size = self.shared.size, "event queue overrun");
-            self.shared.ready.notify_all();
+            self.shared.wake_readers();
             return Err(FiError::new(
                 FiErrno::FI_EOVERRUN,
                 format!("the event queue of {} entries is full", self.shared.size),
@@ -698,7 +774,7 @@ impl EventQueue {
         s.settle_fd();
         // Every waiter: one that takes nothing (it peeks, or an error is at the head for it)
         // must not leave the others asleep with an entry queued.
-        self.shared.ready.notify_all();
+        self.shared.wake_readers();
         Ok(())
     }
 
@@ -805,8 +881,12 @@ impl EventQueue {
     }
 
     /// `fi_eq_sread`: the next event, blocking up to `timeout` (`None`: forever). Returns
-    /// `FI_EAGAIN` on timeout or when [`EventQueue::signal`] interrupts the wait, and
-    /// `FI_EBADF` once the queue is closed (a reader blocked at the close included).
+    /// `FI_EAGAIN` on timeout, when [`EventQueue::signal`] interrupts the wait, or when a
+    /// signal delivered to the thread (a POSIX signal whose handler returns) interrupts its
+    /// sleep and nothing is there to read (fi_eq(3): a thread "signaled by some external
+    /// source" returns, "even if the timeout ... was specified as infinite"; a signal that
+    /// lands between two sleeps, or during a [`WaitObj::Yield`] reader's spin, ends nothing),
+    /// and `FI_EBADF` once the queue is closed (a reader blocked at the close included).
     pub fn sread(&self, timeout: Option<Duration>, flags: u64) -> Result<EqEvent, FiError> {
         if self.shared.attr.wait_obj == WaitObj::None {
             return Err(FiError::inval(
@@ -821,6 +901,11 @@ impl EventQueue {
         }
         // A timeout too long to add to the clock waits forever, as a negative one does in C.
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        // Among the readers woken for every change from before the first look at the queue;
+        // it leaves them after the last (declared before the queue's lock is taken).
+        let me = Reader::enter(&self.shared);
+        // A signal delivered to the thread cut its last sleep short.
+        let mut interrupted = false;
         // The attachments counted before progress runs: one made after this read shows as a
         // change below, whenever it lands.
         // The signals counted on entry: every reader waiting when a signal comes returns.
@@ -840,6 +925,12 @@ impl EventQueue {
                 break Err(FiError::new(
                     FiErrno::FI_EAGAIN,
                     "fi_eq_sread: interrupted by fi_eq_signal",
+                ));
+            }
+            if interrupted {
+                break Err(FiError::new(
+                    FiErrno::FI_EAGAIN,
+                    "fi_eq_sread: interrupted by a signal",
                 ));
             }
             let left = match deadline {
@@ -874,15 +965,24 @@ impl EventQueue {
             } else {
                 left
             };
-            s = match left {
-                Some(left) => {
+            s = match (&me.fd, left) {
+                // Every change from its registration on has written the eventfd: one made
+                // after the look above, with the lock let go, makes the sleep end at once.
+                (Some(fd), left) => {
+                    drop(s);
+                    interrupted = sleep_on(fd, left);
+                    // Seen: the look that follows, under the lock, finds what it announced.
+                    let _ = fd.read();
+                    self.lock()
+                }
+                (None, Some(left)) => {
                     self.shared
                         .ready
                         .wait_timeout(s, left)
                         .unwrap_or_else(|p| p.into_inner())
                         .0
                 }
-                None => self.shared.ready.wait(s).unwrap_or_else(|p| p.into_inner()),
+                (None, None) => self.shared.ready.wait(s).unwrap_or_else(|p| p.into_inner()),
             };
             // A wake-up from polling's interval runs progress again; one from a bind
             // (attach_av wakes this wait) or from an AV (its waker) is caught by the check
@@ -900,7 +1000,7 @@ impl EventQueue {
             // one runs progress now, and asks again or polls in its turn.
             s.progress_due = true;
             drop(s);
-            self.shared.ready.notify_all();
+            self.shared.wake_readers();
         }
         read
     }
@@ -914,7 +1014,7 @@ impl EventQueue {
         s.kicked = true;
         s.settle_fd();
         drop(s);
-        self.shared.ready.notify_all();
+        self.shared.wake_readers();
         self.shared.changed();
     }
 
@@ -995,7 +1095,7 @@ impl AvEventSink for EventQueue {
         // A reader blocked in sread since before this AV was bound waits without progressing
         // AVs: wake it, so that it runs this one's progress while it waits (a reader about to
         // wait sees the count change instead).
-        self.shared.ready.notify_all();
+        self.shared.wake_readers();
         Ok(id)
     }
 

@@ -7,7 +7,9 @@
 //!   (fi_eq(3)); the return value is the bytes written. A buffer smaller than the entry is
 //!   `-FI_ETOOSMALL` and the event stays queued. `fi_eq_sread`'s timeout is in milliseconds,
 //!   negative for none; a thread waiting in it when another closes the queue (`fi_close`)
-//!   returns `-FI_EBADF`.
+//!   returns `-FI_EBADF`, and one a signal delivered to it interrupts (a POSIX signal whose
+//!   handler returns: fi_eq(3)'s thread "signaled by some external source") returns
+//!   `-FI_EAGAIN` once a last look finds nothing, as `fi_cq_sread` does.
 //! * `FI_CONNREQ`: `fid` is the passive endpoint, `info` an `fi_info` the provider allocates
 //!   (the application frees it with `fi_freeinfo`) whose `handle` is the request
 //!   ([`crate::pep`]); a request already answered, or whose listener was closed, is not

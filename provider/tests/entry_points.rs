@@ -2437,20 +2437,43 @@ fn fi_cq_signal_wakes_every_thread_waiting_in_fi_cq_sread() {
     }
 }
 
-/// A thread blocked in `fi_cq_sread` without end returns `-FI_EAGAIN` when a signal is
-/// delivered to it: fi_cq(3) has threads blocking there return when "signaled by some external
-/// source", "even if the timeout ... was specified as infinite".
-#[test]
-fn a_signal_delivered_to_a_thread_in_fi_cq_sread_ends_its_wait() {
+/// Have SIGUSR2 run a handler that does nothing, so that a signal sent to a thread only
+/// interrupts the system call it sleeps in.
+fn catch_sigusr2() {
     extern "C" fn ignore(_: c_int) {}
-    // SAFETY: a plain-data structure, then filled in; the handler does nothing, and SIGUSR2 is
-    // sent below to the waiting thread alone.
+    // SAFETY: a plain-data structure, then filled in; the handler does nothing, and the tests
+    // send SIGUSR2 to their own waiting threads alone.
     unsafe {
         let mut sa: libc::sigaction = core::mem::zeroed();
         sa.sa_sigaction = ignore as extern "C" fn(c_int) as usize;
         libc::sigemptyset(&mut sa.sa_mask);
         assert_eq!(libc::sigaction(libc::SIGUSR2, &sa, null_mut()), 0);
     }
+}
+
+/// Send SIGUSR2 ([`catch_sigusr2`]) to `thread` again and again, for up to two seconds, until
+/// it sends its call's return on `ended`: the return, or `None` when the call went on. Again,
+/// since a signal that lands between two of the call's sleeps interrupts none.
+fn signal_until_it_returns(
+    thread: libc::pthread_t,
+    ended: &std::sync::mpsc::Receiver<isize>,
+) -> Option<isize> {
+    for _ in 0..40 {
+        // SAFETY: the waiting thread, alive until it sends its return.
+        assert_eq!(unsafe { libc::pthread_kill(thread, libc::SIGUSR2) }, 0);
+        if let Ok(ret) = ended.recv_timeout(std::time::Duration::from_millis(50)) {
+            return Some(ret);
+        }
+    }
+    None
+}
+
+/// A thread blocked in `fi_cq_sread` without end returns `-FI_EAGAIN` when a signal is
+/// delivered to it: fi_cq(3) has threads blocking there return when "signaled by some external
+/// source", "even if the timeout ... was specified as infinite".
+#[test]
+fn a_signal_delivered_to_a_thread_in_fi_cq_sread_ends_its_wait() {
+    catch_sigusr2();
     let pair = Pair::new(0);
     let cq = Shared(pair.p[0].cq);
     let sread = pair.cq(0).sread;
@@ -2466,16 +2489,7 @@ fn a_signal_delivered_to_a_thread_in_fi_cq_sread_ends_its_wait() {
     });
     let thread = thread_rx.recv().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(100));
-    // Again until it returns: a signal that lands between two of its sleeps is no interruption.
-    let mut ended = None;
-    for _ in 0..40 {
-        // SAFETY: the waiting thread, alive until it sends its return.
-        assert_eq!(unsafe { libc::pthread_kill(thread, libc::SIGUSR2) }, 0);
-        if let Ok(ret) = rx.recv_timeout(std::time::Duration::from_millis(50)) {
-            ended = Some(ret);
-            break;
-        }
-    }
+    let ended = signal_until_it_returns(thread, &rx);
     if ended.is_none() {
         // SAFETY: an open CQ with a wait object: ends the wait, so the pair can close.
         assert_eq!(unsafe { (pair.cq(0).signal)(pair.p[0].cq) }, 0);
@@ -2486,6 +2500,46 @@ fn a_signal_delivered_to_a_thread_in_fi_cq_sread_ends_its_wait() {
         Some(neg(FiErrno::FI_EAGAIN)),
         "fi_cq_sread slept through signals"
     );
+}
+
+/// A thread blocked in `fi_eq_sread` without end returns `-FI_EAGAIN` when a signal is
+/// delivered to it, as fi_eq(3) has it ("signaled by some external source", "even if the
+/// timeout ... was specified as infinite"), on each wait object that sleeps.
+#[test]
+fn a_signal_delivered_to_a_thread_in_fi_eq_sread_ends_its_wait() {
+    catch_sigusr2();
+    let open = Open::new(0, FI_FORMAT_UNSPEC);
+    for wait_obj in [FI_WAIT_UNSPEC, FI_WAIT_FD, FI_WAIT_MUTEX_COND] {
+        let eq = Shared(eq_open_on(open.fabric, wait_obj, 0).expect("fi_eq_open"));
+        // SAFETY: an open EQ's operations, static.
+        let sread = unsafe { (*(*eq.get()).ops).sread };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (thread_tx, thread_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            // SAFETY: no argument.
+            let _ = thread_tx.send(unsafe { libc::pthread_self() });
+            let mut event = 0u32;
+            // SAFETY: a plain-data structure.
+            let mut entry: FiEqEntry = unsafe { core::mem::zeroed() };
+            let len = core::mem::size_of::<FiEqEntry>();
+            // SAFETY: an open, waitable EQ; valid out pointers.
+            let ret = unsafe { sread(eq.get(), &mut event, (&raw mut entry).cast(), len, -1, 0) };
+            let _ = tx.send(ret);
+        });
+        let thread = thread_rx.recv().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let ended = signal_until_it_returns(thread, &rx);
+        // SAFETY: an open EQ nothing is bound to; a thread still waiting wakes with FI_EBADF.
+        assert_eq!(unsafe { close(&mut (*eq.get()).fid) }, 0);
+        if ended.is_none() {
+            let _ = rx.recv_timeout(std::time::Duration::from_secs(10));
+        }
+        assert_eq!(
+            ended,
+            Some(neg(FiErrno::FI_EAGAIN)),
+            "fi_eq_sread of wait object {wait_obj} slept through signals"
+        );
+    }
 }
 
 /// `fi_cq_sread` and `fi_cntr_wait` without end (a negative timeout) when the NIC stops under
