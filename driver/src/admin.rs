@@ -406,11 +406,15 @@ impl AdminQueue {
         self.scratch.region()
     }
 
-    /// The scratch buffer for the data of the next synchronous command. Refused while a
-    /// command that used it timed out and has not completed: a late device would otherwise
-    /// read the next command's data as its own, or write over it. Completions that came since
-    /// are collected first, so a late completion releases the buffer at once.
-    pub fn scratch(&mut self, bar: &dyn Mmio) -> Result<&DmaRegion, DriverError> {
+    /// The scratch buffer for the data of the next synchronous command, `opcode`. Refused
+    /// while a command that used it timed out and has not completed: a late device would
+    /// otherwise read the next command's data as its own, or write over it. Completions that
+    /// came since are collected first, so a late completion releases the buffer at once. A
+    /// device that stopped with a fatal error will never complete the command that holds the
+    /// buffer: `opcode` then fails as not submitted because of that error
+    /// ([`DriverError::AdminDeviceFatal`]), as a command that finds the ring full of such
+    /// commands does, not as one kept back by a late device.
+    pub fn scratch(&mut self, bar: &dyn Mmio, opcode: Opcode) -> Result<&DmaRegion, DriverError> {
         // After a reset nothing holds the buffer: the command it is lent to fails on its own.
         if self.reset_seen.is_none() && !self.scratch_holders.is_empty() {
             if let Err(e) = self.reap(bar) {
@@ -422,6 +426,12 @@ impl AdminQueue {
                 self.scratch_taken = true;
                 Ok(self.scratch.region())
             }
+            Some(_) if bar.read(DEV_STATUS).fatal() => Err(DriverError::AdminDeviceFatal {
+                opcode: opcode as u8,
+                waited: Duration::ZERO,
+                fatal_error: bar.read(FATAL_ERROR).into_bits(),
+                submitted: false,
+            }),
             Some(id) => Err(DriverError::AdminProtocol(format!(
                 "admin command {id} timed out and the device may still use the scratch buffer \
                  for it; commands with data wait for its completion or a function reset"

@@ -53,7 +53,9 @@ use uet_av::{
     FI_AV_AUTH_KEY,
 };
 use uet_fwif::address::ADDRESS_BYTES;
-use uet_fwif::admin::{AvCreateBody, AvWritePeersBody, BufferBody, Command, RangeBody, MAX_BATCH};
+use uet_fwif::admin::{
+    AvCreateBody, AvWritePeersBody, BufferBody, Command, Opcode, RangeBody, MAX_BATCH,
+};
 use uet_fwif::auth_key::{AuthKeyAddBody, AuthKeyEntry, AuthKeyRemoveBody, AuthKeySourceBody};
 use uet_fwif::av_entry::{entry_flags, MAX_JOB_ID};
 use uet_fwif::{AvWriteRecord, NicAvEntry, Status};
@@ -220,7 +222,7 @@ impl NicInner {
             let mut body = RangeBody::new_zeroed();
             body.buf = U64::new(
                 admin
-                    .scratch(self.bar())
+                    .scratch(self.bar(), Opcode::AvRead)
                     .map_err(|e| nic_error(OP, e))?
                     .iova(),
             );
@@ -251,7 +253,7 @@ impl NicInner {
         let mut body = RangeBody::new_zeroed();
         body.buf = U64::new(
             admin
-                .scratch(self.bar())
+                .scratch(self.bar(), Opcode::AuthKeyRead)
                 .map_err(crate::errno::admin_to_fi)?
                 .iova(),
         );
@@ -476,7 +478,9 @@ impl NicAvTable for NicAv {
         let nic = &self.table.nic;
         let mut admin = nic.admin().map_err(|e| nic_error(OP, e))?;
         // Each record is built where AV_WRITE reads it: the scratch buffer.
-        let scratch = admin.scratch(nic.bar()).map_err(|e| nic_error(OP, e))?;
+        let scratch = admin
+            .scratch(nic.bar(), Opcode::AvWrite)
+            .map_err(|e| nic_error(OP, e))?;
         for i in 0..count {
             scratch
                 .write_obj(i * RECORD_BYTES, &record(i))
@@ -522,7 +526,9 @@ impl NicAvTable for NicAv {
         let _change = self.table.changes.begin();
         let nic = &self.table.nic;
         let mut admin = nic.admin().map_err(|e| nic_error(OP, e))?;
-        let scratch = admin.scratch(nic.bar()).map_err(|e| nic_error(OP, e))?;
+        let scratch = admin
+            .scratch(nic.bar(), Opcode::AvWritePeers)
+            .map_err(|e| nic_error(OP, e))?;
         let bytes = addrs.as_flattened();
         scratch
             .write_bytes(0, bytes)
@@ -577,7 +583,9 @@ impl NicAvTable for NicAv {
         // the stack: no allocation per command.
         let mut piece = [U32::ZERO; 512];
         let mut admin = nic.admin().map_err(|e| nic_error(OP, e))?;
-        let scratch = admin.scratch(nic.bar()).map_err(|e| nic_error(OP, e))?;
+        let scratch = admin
+            .scratch(nic.bar(), Opcode::AvInvalidate)
+            .map_err(|e| nic_error(OP, e))?;
         for (k, part) in indices.chunks(piece.len()).enumerate() {
             for (dst, &index) in piece.iter_mut().zip(part) {
                 *dst = U32::new(index);

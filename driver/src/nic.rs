@@ -47,7 +47,7 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU16, AtomicU32};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use uet_fwif::admin::{BufferBody, Command};
+use uet_fwif::admin::{BufferBody, Command, Opcode};
 use uet_fwif::identify::IdentifyData;
 use uet_regs::{
     DevCtrl, FunctionReset, Mmio, RegisterAccess, ADMIN_ARM, ADMIN_SQ_BASE, CAP_AUTH_KEY, CAP_AV,
@@ -606,7 +606,7 @@ impl NicInner {
         use zerocopy::IntoBytes;
         let mut admin = self.admin()?;
         let mut body = BufferBody::new_zeroed();
-        body.buf = U64::new(admin.scratch(self.bar())?.iova());
+        body.buf = U64::new(admin.scratch(self.bar(), Opcode::CountersRead)?.iova());
         body.len = U32::new(uet_fwif::counters::EndpointCounters::BYTES as u32);
         admin.execute(
             self.bar(),
@@ -997,7 +997,7 @@ impl Nic {
         }
         // 7. IDENTIFY.
         let len = core::mem::size_of::<IdentifyData>();
-        let scratch = admin.scratch(bar)?;
+        let scratch = admin.scratch(bar, Opcode::Identify)?;
         scratch.zero(0, len)?;
         let mut body = BufferBody::new_zeroed();
         body.buf = U64::new(scratch.iova());

@@ -156,3 +156,29 @@ fn a_device_that_stopped_fails_commands_at_once_and_never_asks_for_a_retry() {
         "{e}"
     );
 }
+
+/// A command with data that finds the scratch buffer held by one the stopped device never
+/// completed fails because the device stopped, as not submitted, not as kept back by a late
+/// device: the fatal error is what the caller is told, each time.
+#[test]
+fn a_command_with_data_after_the_device_stopped_is_told_of_the_fatal_error() {
+    let fabric = Fabric::new();
+    let function = fabric.add_nic(NicConfig::new(nic_addr(0))).expect("NIC");
+    let nic = Nic::open(Arc::new(SimDevice::new(function.clone()))).expect("open");
+    nic.set_admin_timeout(std::time::Duration::from_secs(3));
+    let mut av = uet_tests::open_av(&nic, 7, 16, 0);
+    function.set_bus_master(false);
+    // The first AV_READ was in the ring when the device stopped: in doubt, and the scratch
+    // buffer is its until a reset.
+    let first = av.verify_nic().expect_err("the device stopped");
+    assert!(first.to_string().contains("FATAL_ERROR"), "{first}");
+    assert!(function.read(DEV_STATUS).fatal());
+    for k in 0..2 {
+        let e = av.verify_nic().expect_err("the device stopped");
+        let m = e.to_string();
+        assert!(
+            m.contains("FATAL_ERROR") && m.contains("not submitted") && !m.contains("timed out"),
+            "read {k}: {m}"
+        );
+    }
+}
