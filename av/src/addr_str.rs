@@ -694,8 +694,11 @@ impl<'a> SymRange<'a> {
 
     /// [`SymRange::expand`], with a node whose name does not resolve failing only its own
     /// `svccnt` members (`FI_EADDRNOTAVAIL` each), as fi_av(3) reports a failed address
-    /// among others that succeed. What makes the range itself wrong (a suffix, PIDonFEP or
-    /// fabric address that runs out) is still the error of the whole.
+    /// among others that succeed; so does a node whose name resolves to an address no peer
+    /// can have (unspecified, multicast, broadcast: `FI_EINVAL` each), which is the answer of
+    /// that node's lookup, as a name that does not resolve is, not a fault of the range. What
+    /// makes the range itself wrong (a suffix, PIDonFEP or fabric address that runs out, an IP
+    /// literal range that reaches an unusable address) is still the error of the whole.
     pub fn expand_each(
         &self,
         resolver: Resolver,
@@ -711,13 +714,21 @@ impl<'a> SymRange<'a> {
         out.try_reserve_exact(total)
             .map_err(|_| FiError::new(FiErrno::FI_ENOMEM, "no memory to expand the range"))?;
         for n in 0..self.nodecnt as u64 {
-            let ip = nth_node(self.node_text, self.node, n)?.resolve(resolver);
+            let node = nth_node(self.node_text, self.node, n)?;
+            // A literal is the range's own arithmetic; a name's address is its lookup's.
+            let looked_up = matches!(node, NodeName::Name(_));
+            let ip = node.resolve(resolver);
             for k in 0..self.svccnt as u64 {
                 let svc = self.service.nth(k).ok_or_else(|| {
                     FiError::inval(format!("service {} + {k} is out of range", self.service))
                 })?;
                 out.push(match &ip {
-                    Ok(ip) => Ok(svc.at(*ip)?),
+                    Ok(ip) => match svc.at(*ip) {
+                        Ok(a) => Ok(a),
+                        // The service is checked above: only the looked-up address is wrong.
+                        Err(e) if looked_up => Err(e),
+                        Err(e) => return Err(e),
+                    },
                     Err(e) => Err(e.clone()),
                 });
             }

@@ -1281,7 +1281,8 @@ impl<N: NicAvTable> AddressVector<N> {
     /// larger than the AV; flag and argument errors as [`AddressVector::insert_with_status`]
     /// with `count` = nodecnt × svccnt. A node whose name does not resolve fails only its own
     /// `svccnt` addresses (`FI_EADDRNOTAVAIL` in their status, `FI_ADDR_NOTAVAIL` in their
-    /// `fi_addr`), and the others are inserted, as fi_av(3) reports failed addresses.
+    /// `fi_addr`), and the others are inserted, as fi_av(3) reports failed addresses; so does
+    /// a node whose name resolves to an unusable fabric address (`FI_EINVAL` in their status).
     #[allow(clippy::too_many_arguments)]
     pub fn insertsym(
         &mut self,
@@ -3165,7 +3166,8 @@ pub(crate) fn svc_item(
 /// fi_av_insertsym's addresses of a range that is not stored as one, serialized in insertion
 /// order, for the insert: the outer error is the call's (the range itself is wrong), the
 /// inner ones the addresses' (`FI_EADDRNOTAVAIL` for the members of a node whose name does
-/// not resolve, [`SymRange::expand_each`]).
+/// not resolve, `FI_EINVAL` for those of one whose name resolves to an unusable address,
+/// [`SymRange::expand_each`]).
 pub(crate) fn sym_items(
     call: &str,
     range: &SymRange<'_>,

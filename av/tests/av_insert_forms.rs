@@ -660,6 +660,41 @@ fn insertsym_host_names_count_up_with_padding() {
     assert_in_step(&av);
 }
 
+/// A node whose name resolves to an address no peer can have (multicast here) fails its own
+/// addresses, as a name that does not resolve does; the other nodes' are inserted.
+#[test]
+fn insertsym_node_resolving_to_an_unusable_address_fails_only_its_own_addresses() {
+    fn resolver(name: &str) -> std::io::Result<Vec<IpAddr>> {
+        match name {
+            "host2" => Ok(vec![IpAddr::V4(Ipv4Addr::new(224, 0, 0, 2))]),
+            _ => fake_resolver(&name.replace("host", "node")),
+        }
+    }
+    let mut av = open(16);
+    av.set_resolver(resolver);
+    let (mut out, mut st) = ([7u64; 6], [1i32; 6]);
+    assert_eq!(
+        av.insertsym(
+            "host1",
+            3,
+            "1",
+            2,
+            Some(&mut out),
+            FI_SYNC_ERR,
+            Some(&mut st)
+        ),
+        Ok(4)
+    );
+    assert_eq!(out, [0, 1, FI_ADDR_NOTAVAIL, FI_ADDR_NOTAVAIL, 2, 3]);
+    assert_eq!(st, [0, 0, EINVAL, EINVAL, 0, 0]);
+    let ips: Vec<String> = [0, 1, 2, 3]
+        .iter()
+        .map(|&fa| av.address(fa).unwrap().fabric_addr.to_string())
+        .collect();
+    assert_eq!(ips, ["10.7.0.1", "10.7.0.1", "10.7.0.3", "10.7.0.3"]);
+    assert_in_step(&av);
+}
+
 #[test]
 fn insertsym_errors_and_limits() {
     let mut av = open(4);
