@@ -256,6 +256,22 @@ impl Service {
         Ok(a)
     }
 
+    /// The address of this service at `node`, checked, with the node's faults apart from its
+    /// lookup's: an IP literal that is no usable fabric address is the outer error (the text
+    /// names it), while a host name's lookup is the inner result, `FI_EADDRNOTAVAIL` when the
+    /// name does not resolve and `FI_EINVAL` when it resolves to an address no peer can have
+    /// (the name is well formed; its answer is what fails, as for one address among others).
+    pub fn at_node(
+        &self,
+        node: Node<'_>,
+        resolver: Resolver,
+    ) -> Result<Result<UetAddress, FiError>, FiError> {
+        match node {
+            Node::Ip(ip) => self.at(ip).map(Ok),
+            Node::Name(_) => Ok(node.resolve(resolver).and_then(|ip| self.at(ip))),
+        }
+    }
+
     /// Service `k` of a symmetric range starting here: PIDonFEP + k, Initiator ID + k.
     pub fn nth(&self, k: u64) -> Option<Service> {
         let pid = u64::from(self.pid_on_fep).checked_add(k)?;
@@ -546,6 +562,17 @@ pub fn split_addr_str(s: &str) -> Result<(&str, &str), FiError> {
 
 /// Parse the `FI_ADDR_STR` form, resolving a host name node with `resolver`.
 pub fn parse_addr_str_with(s: &str, resolver: Resolver) -> Result<UetAddress, FiError> {
+    parse_addr_str_looked_up(s, resolver)?
+}
+
+/// [`parse_addr_str_with`], with the text's faults apart from its host name's lookup: the
+/// outer error is the text's (`FI_EINVAL`: not the form, a bad node or service, an IP literal
+/// that is no usable fabric address), the inner one the lookup's, as
+/// [`Service::at_node`] gives it.
+pub fn parse_addr_str_looked_up(
+    s: &str,
+    resolver: Resolver,
+) -> Result<Result<UetAddress, FiError>, FiError> {
     let (node, service) = split_addr_str(s)?;
     if node.starts_with('[') != node.contains(':') {
         return Err(inval(
@@ -556,7 +583,7 @@ pub fn parse_addr_str_with(s: &str, resolver: Resolver) -> Result<UetAddress, Fi
     }
     let node = Node::parse(node)?;
     let service = Service::parse(service)?;
-    service.at(node.resolve(resolver)?)
+    service.at_node(node, resolver)
 }
 
 /// A [`UetAddress`] read from its `FI_ADDR_STR` form, strictly and without resolving names:

@@ -231,8 +231,8 @@ use uet_fwif::av_entry::{entry_flags, MAX_JOB_ID};
 use uet_fwif::{AvWriteRecord, NicAvEntry, UetAddress};
 
 use crate::addr_str::{
-    parse_addr_str_with, system_resolver, Node, Resolver, Service, SymRange, ADDR_STR_MAX,
-    ADDR_STR_SCHEME,
+    parse_addr_str_looked_up, parse_addr_str_with, system_resolver, Node, Resolver, Service,
+    SymRange, ADDR_STR_MAX, ADDR_STR_SCHEME,
 };
 use crate::errno::{FiErrno, FiError};
 use crate::flags::{
@@ -1234,9 +1234,10 @@ impl<N: NicAvTable> AddressVector<N> {
     /// `fi_av_insertsvc`: insert the address `node` and `service` name (see
     /// [`crate::addr_str`]): node an IP literal or a host name (resolved), service the PIDonFEP
     /// with optional parameters; or `node` an `FI_ADDR_STR` address and `service` `None`.
-    /// Returns 1, or 0 when the address fails: `FI_ENOSPC` (table full) or `FI_EADDRNOTAVAIL`
-    /// (a host name that does not resolve) in `status`, `FI_ADDR_NOTAVAIL` in `fi_addr`, as
-    /// for one address of [`AddressVector::insert_with_status`]. Errors, nothing inserted:
+    /// Returns 1, or 0 when the address fails: `FI_ENOSPC` (table full), `FI_EADDRNOTAVAIL`
+    /// (a host name that does not resolve) or `FI_EINVAL` (a host name that resolves to an
+    /// unusable fabric address) in `status`, `FI_ADDR_NOTAVAIL` in `fi_addr`, as for one
+    /// address of [`AddressVector::insert_with_status`]. Errors, nothing inserted:
     /// `FI_EINVAL` for a bad node or service, a missing service, or a service beside an
     /// `FI_ADDR_STR` node; flag and argument errors as
     /// [`AddressVector::insert_with_status`]. Accepted on both formats.
@@ -3145,9 +3146,10 @@ pub(crate) fn string_addresses<'a>(
 
 /// fi_av_insertsvc's one address, serialized, for the insert: the outer error is the call's
 /// (a node or service that is not well formed, `FI_EINVAL`, nothing inserted), the inner one
-/// the address's. A host name that does not resolve fails the address, as an FI_ADDR_STR
-/// string naming it fails in fi_av_insert: `FI_EADDRNOTAVAIL` in its status,
-/// `FI_ADDR_NOTAVAIL` in its `fi_addr`, and 0 inserted.
+/// the address's. A host name that does not resolve, or resolves to an unusable fabric
+/// address, fails the address, as an FI_ADDR_STR string naming it fails in fi_av_insert:
+/// `FI_EADDRNOTAVAIL` (or `FI_EINVAL`) in its status, `FI_ADDR_NOTAVAIL` in its `fi_addr`,
+/// and 0 inserted.
 pub(crate) fn svc_item(
     call: &str,
     node: &str,
@@ -3155,10 +3157,10 @@ pub(crate) fn svc_item(
     resolver: Resolver,
 ) -> Result<Result<[u8; ADDR_LEN], FiError>, FiError> {
     match svc_address(node, service, resolver) {
-        Ok(addr) => Ok(Ok(addr
+        Ok(Ok(addr)) => Ok(Ok(addr
             .to_bytes()
             .map_err(|e| FiError::inval(format!("{call}: {e}")))?)),
-        Err(e) if e.errno == FiErrno::FI_EADDRNOTAVAIL => Ok(Err(e.within(call))),
+        Ok(Err(e)) => Ok(Err(e.within(call))),
         Err(e) => Err(e.within(call)),
     }
 }
@@ -3187,19 +3189,20 @@ pub(crate) fn sym_items(
 }
 
 /// The address fi_av_insertsvc's `node` and `service` name: an IP literal or host name
-/// (resolved with `resolver`) and a service; or an `FI_ADDR_STR` node and no service.
+/// (resolved with `resolver`) and a service; or an `FI_ADDR_STR` node and no service. The
+/// outer error is the texts', the inner one a host name's lookup's ([`Service::at_node`]).
 pub(crate) fn svc_address(
     node: &str,
     service: Option<&str>,
     resolver: Resolver,
-) -> Result<UetAddress, FiError> {
+) -> Result<Result<UetAddress, FiError>, FiError> {
     if node.starts_with(ADDR_STR_SCHEME) {
         if let Some(s) = service {
             return Err(FiError::inval(format!(
                 "node is an FI_ADDR_STR address, so service must be NULL, not '{s}'"
             )));
         }
-        return parse_addr_str_with(node, resolver);
+        return parse_addr_str_looked_up(node, resolver);
     }
     let service = service.ok_or_else(|| {
         FiError::inval(format!(
@@ -3207,6 +3210,5 @@ pub(crate) fn svc_address(
         ))
     })?;
     let service = Service::parse(service)?;
-    let ip = Node::parse(node)?.resolve(resolver)?;
-    service.at(ip)
+    service.at_node(Node::parse(node)?, resolver)
 }

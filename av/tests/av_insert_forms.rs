@@ -558,6 +558,55 @@ fn insertsvc_of_a_name_that_does_not_resolve_fails_the_address() {
     assert_in_step(&strings);
 }
 
+/// A host name that resolves to an address no peer can have (multicast here) fails the
+/// address, not the call, as the same text does in fi_av_insert on an FI_ADDR_STR AV: 0
+/// inserted, `FI_ADDR_NOTAVAIL` in `fi_addr`, `FI_EINVAL` in the status; the AV unchanged.
+#[test]
+fn insertsvc_of_a_name_resolving_to_an_unusable_address_fails_the_address() {
+    fn resolver(name: &str) -> std::io::Result<Vec<IpAddr>> {
+        match name {
+            "mcast" => Ok(vec![IpAddr::V4(Ipv4Addr::new(224, 0, 0, 2))]),
+            _ => fake_resolver(name),
+        }
+    }
+    let mut strings = open_with(AvAttr {
+        count: 4,
+        addr_format: AddrFormat::Str,
+        ..AvAttr::default()
+    });
+    strings.set_resolver(resolver);
+    let text = "uet://mcast/1";
+    let (mut fa, mut st) = ([5u64], [1i32]);
+    assert_eq!(
+        strings.insert_str(&[text], Some(&mut fa), FI_SYNC_ERR, Some(&mut st)),
+        Ok(0)
+    );
+    assert_eq!((fa[0], st[0]), (FI_ADDR_NOTAVAIL, EINVAL));
+    let (mut fa, mut st) = (5u64, 1i32);
+    assert_eq!(
+        strings.insertsvc(text, None, Some(&mut fa), FI_SYNC_ERR, Some(&mut st)),
+        Ok(0)
+    );
+    assert_eq!((fa, st), (FI_ADDR_NOTAVAIL, EINVAL));
+    let mut av = open(4);
+    av.set_resolver(resolver);
+    let (mut fa, mut st) = (5u64, 1i32);
+    assert_eq!(
+        av.insertsvc(
+            "mcast",
+            Some("1"),
+            Some(&mut fa),
+            FI_SYNC_ERR,
+            Some(&mut st)
+        ),
+        Ok(0)
+    );
+    assert_eq!((fa, st), (FI_ADDR_NOTAVAIL, EINVAL));
+    assert!(av.is_empty() && strings.is_empty());
+    assert_in_step(&av);
+    assert_in_step(&strings);
+}
+
 #[test]
 fn insertsvc_takes_a_user_id() {
     let mut av = open(4);
