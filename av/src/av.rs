@@ -2949,8 +2949,6 @@ pub fn straddr(addr: &[u8], buf: &mut [u8], len: &mut usize) -> String {
     s
 }
 
-/// Write `s` NUL-terminated into `buf`, truncated to `min(*len, buf.len())` bytes, and set `*len`
-/// to the size the whole string needs with its NUL.
 /// `fi_av_straddr` of an AV whose addresses are in `format`: [`straddr`], or on an
 /// `FI_ADDR_STR` AV the string `addr` already is (up to its first NUL, if any).
 pub(crate) fn straddr_in(
@@ -2970,8 +2968,8 @@ pub(crate) fn straddr_in(
     straddr(addr, buf, len)
 }
 
-/// Write `s` and a NUL into `buf`, at most `*len` bytes (truncating, NUL-terminated), and set
-/// `*len` to the size the whole string needs.
+/// Write `s` NUL-terminated into `buf`, truncated to `min(*len, buf.len())` bytes (nothing
+/// written when that is 0), and set `*len` to the size the whole string needs with its NUL.
 fn write_c_string(s: &[u8], buf: &mut [u8], len: &mut usize) {
     let room = (*len).min(buf.len());
     if room > 0 {
