@@ -602,7 +602,8 @@ fn run_job(cfg: &DemoConfig) -> Result<DemoOutcome, ExitCode> {
     })
 }
 
-/// `uetctl sim serve`: bind every socket, say so, serve until the process is stopped.
+/// `uetctl sim serve`: bind every socket, say so, serve until the process is stopped. The
+/// lines are printed once a stop signal would remove the sockets ([`Daemon::run`]).
 fn serve(cfg: &ServeConfig, as_json: bool) -> ExitCode {
     let daemon = match Daemon::bind(cfg) {
         Ok(d) => d,
@@ -611,33 +612,33 @@ fn serve(cfg: &ServeConfig, as_json: bool) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if as_json {
-        let nics: Vec<_> = daemon
-            .nics()
-            .iter()
-            .enumerate()
-            .map(|(i, (addr, path))| {
-                json!({"nic": i, "fabric_addr": addr.to_string(), "socket": path.display().to_string()})
-            })
-            .collect();
-        outln!(
-            "{}",
-            json!({ "serving": nics, "interface_minor": cfg.interface_minor })
-        );
-    } else {
-        for (i, (addr, path)) in daemon.nics().iter().enumerate() {
-            outln!("nic{i} {addr} {}", path.display());
+    daemon.run(|served| {
+        if as_json {
+            let nics: Vec<_> = served
+                .iter()
+                .enumerate()
+                .map(|(i, (addr, path))| {
+                    json!({"nic": i, "fabric_addr": addr.to_string(), "socket": path.display().to_string()})
+                })
+                .collect();
+            outln!(
+                "{}",
+                json!({ "serving": nics, "interface_minor": cfg.interface_minor })
+            );
+        } else {
+            for (i, (addr, path)) in served.iter().enumerate() {
+                outln!("nic{i} {addr} {}", path.display());
+            }
+            outln!(
+                "serving {} NICs (interface 1.{}) in {}",
+                cfg.nics,
+                cfg.interface_minor,
+                cfg.dir.display()
+            );
         }
-        outln!(
-            "serving {} NICs (interface 1.{}) in {}",
-            cfg.nics,
-            cfg.interface_minor,
-            cfg.dir.display()
-        );
-    }
-    // The lines are the readiness signal of whoever started the daemon.
-    let _ = std::io::Write::flush(&mut std::io::stdout());
-    daemon.run()
+        // The lines are the readiness signal of whoever started the daemon.
+        let _ = std::io::Write::flush(&mut std::io::stdout());
+    })
 }
 
 /// The options of the demo job (those `--vfio` leaves allowed) given on the command line of

@@ -5,8 +5,9 @@
 //! NIC `i` has fabric address 10.0.0.(1 + i), the address rank `i` of the demo job has, and
 //! listens at `DIR/nic<i>.sock` ([`nic_socket`]). Each socket serves one driver at a time and
 //! the next one after it; when a driver goes away, its function is released (DMA unmapped,
-//! function-level reset). A socket file left behind by a daemon that died is replaced; one
-//! that another daemon still serves is an error, and nothing is started.
+//! function-level reset). A daemon stopped by a signal ([`STOP_SIGNALS`]) removes its socket
+//! files as it goes; a socket file left behind by a daemon that died otherwise is replaced;
+//! one that another daemon still serves is an error, and nothing is started.
 //!
 //! A server holds a descriptor per DMA mapping of its client. The daemon raises its
 //! descriptor limit to the hard limit and gives each NIC an equal share of it as the most
@@ -217,16 +218,93 @@ impl Daemon {
         &self.nics
     }
 
-    /// Serve every socket, one thread each, until the process ends.
-    pub fn run(self) -> ! {
+    /// Serve every socket, one thread each, until the process is stopped by one of
+    /// [`STOP_SIGNALS`]: its sockets are then removed, as dropping the servers would (the
+    /// serving threads hold them to the end), and the process ends by that signal, as it
+    /// would have without the removal. Killed otherwise (`SIGKILL`), it leaves them to the
+    /// next daemon, which replaces them. `ready` is called with [`Daemon::nics`] once a stop
+    /// signal would remove the sockets, before the serving begins: whoever learns from it
+    /// that the daemon serves may stop it from then on.
+    pub fn run(self, ready: impl FnOnce(&[(IpAddr, PathBuf)])) -> ! {
+        // The stop signals wait for this thread: blocked here before the serving threads
+        // start, they are blocked in those threads too (a thread inherits its creator's mask),
+        // and the kernel gives a signal sent to the process to a thread that does not block
+        // it, of which there is none.
+        let stop = stop_signals();
+        // SAFETY: `stop` is an initialized signal set that outlives the call; no old mask is
+        // asked for.
+        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &stop, std::ptr::null_mut()) };
+        // Each socket file as bound: a file put in its place since is not removed.
+        let bound: Vec<(PathBuf, Option<(u64, u64)>)> = self
+            .nics
+            .iter()
+            .map(|(_, path)| (path.clone(), file_id(path)))
+            .collect();
+        ready(&self.nics);
         for server in &self.servers {
             let server = server.clone();
             std::thread::spawn(move || server.serve());
         }
-        loop {
-            std::thread::park();
+        let signal = loop {
+            let mut signal = 0;
+            // SAFETY: `stop` is an initialized signal set and `signal` a writable int, both
+            // outliving the call.
+            if unsafe { libc::sigwait(&stop, &mut signal) } == 0 {
+                break signal;
+            }
+        };
+        for (path, id) in &bound {
+            if id.is_some() && file_id(path) == *id {
+                let _ = std::fs::remove_file(path);
+            }
         }
+        // SAFETY: restoring the default action of a signal the process takes, then unblocking
+        // it in this thread and raising it there, ends the process as the signal does; the
+        // set outlives the call.
+        unsafe {
+            libc::signal(signal, libc::SIG_DFL);
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &stop, std::ptr::null_mut());
+            libc::raise(signal);
+        }
+        // Not reached: the signal's default action ends the process.
+        std::process::exit(128 + signal)
     }
+}
+
+/// The signals that stop `sim serve` with its sockets removed: `SIGTERM` (kill(1), service
+/// managers), `SIGINT` (Ctrl-C) and `SIGHUP` (its terminal closed).
+pub const STOP_SIGNALS: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+
+/// [`STOP_SIGNALS`] as a signal set, but those the process ignores: a daemon started under
+/// `nohup` (`SIGHUP` ignored) or in the background of a script (`SIGINT` ignored) goes on
+/// ignoring them, where a blocked signal would be kept for `sigwait` instead.
+fn stop_signals() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data, and sigemptyset initializes it before any other use.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a writable signal set.
+    unsafe { libc::sigemptyset(&mut set) };
+    for signal in STOP_SIGNALS {
+        // SAFETY: sigaction is plain data; it is only written (by sigaction below).
+        let mut now: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid signal number, no new action, and a writable `sigaction` for the
+        // current one, which outlives the call.
+        let read = unsafe { libc::sigaction(signal, std::ptr::null(), &mut now) } == 0;
+        if read && now.sa_sigaction == libc::SIG_IGN {
+            continue;
+        }
+        // SAFETY: `set` is an initialized signal set; `signal` a valid signal number.
+        unsafe { libc::sigaddset(&mut set, signal) };
+    }
+    set
+}
+
+/// The device and inode of the file at `path` (not followed if a link), `None` when there is
+/// none.
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
 }
 
 #[cfg(test)]

@@ -282,3 +282,75 @@ fn a_live_socket_of_another_kind_is_refused_and_kept() {
     assert!(still_there, "the socket was taken from its owner");
     assert_eq!(received, Some(10));
 }
+
+/// A daemon stopped as daemons are stopped (SIGTERM, Ctrl-C's SIGINT, the terminal's
+/// SIGHUP) removes its socket files before it goes, and still ends by the signal; the
+/// directory is left empty for the next one, not with sockets nobody serves.
+#[test]
+fn a_daemon_stopped_by_a_signal_removes_its_sockets() {
+    use std::os::unix::process::ExitStatusExt;
+    for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        let dir = socket_dir(&format!("stopped-{signal}"));
+        let mut daemon = Daemon::start(&dir, 2);
+        assert!(dir.join("nic0.sock").exists() && dir.join("nic1.sock").exists());
+        let pid = i32::try_from(daemon.child.id()).expect("a pid");
+        // SAFETY: kill(2) signals the daemon, a child not waited for yet, so its pid is its.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+        let status = daemon.child.wait().expect("daemon status");
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .map(|d| d.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(status.signal(), Some(signal), "{status}");
+        assert!(left.is_empty(), "signal {signal}: left behind {left:?}");
+    }
+}
+
+/// A daemon started with a stop signal ignored (`nohup` ignores SIGHUP) goes on ignoring it
+/// and serving; SIGTERM still stops it with its sockets removed.
+#[test]
+fn a_daemon_keeps_ignoring_a_stop_signal_it_was_started_ignoring() {
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    let dir = socket_dir("nohup");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_uetctl"));
+    command
+        .args(["sim", "serve", "--nics", "1", "--dir"])
+        .arg(&dir)
+        .stdout(Stdio::piped());
+    // SAFETY: between fork and exec the child only calls signal(2), which is
+    // async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().expect("start the daemon");
+    let out = child.stdout.take().expect("stdout");
+    let serving = BufReader::new(out)
+        .lines()
+        .map_while(Result::ok)
+        .any(|l| l.starts_with("serving"));
+    // Stopped when dropped, whatever fails below.
+    let mut daemon = Daemon {
+        child,
+        lines: Vec::new(),
+    };
+    assert!(serving, "the daemon stopped before serving");
+    let pid = i32::try_from(daemon.child.id()).expect("a pid");
+    // SAFETY: kill(2) signals the daemon, a child not waited for yet, so its pid is its.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let after_hup = daemon.child.try_wait().expect("daemon status");
+    // SAFETY: as above; the daemon has not been waited for.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let status = daemon.child.wait().expect("daemon status");
+    let left = dir.join("nic0.sock").exists();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        after_hup.is_none(),
+        "stopped by an ignored SIGHUP: {after_hup:?}"
+    );
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status}");
+    assert!(!left, "nic0.sock left behind");
+}
