@@ -525,7 +525,20 @@ fn nic_side(
                 _ => Some((name, generation, flags)),
             };
         }
-        let next = page.get("next").and_then(Value::as_u64);
+        // Every page says where the dump goes on, `null` at the end: a page without it, or
+        // with no index there, is no end of the table, whose later pages would be left out.
+        let next = match page.get("next") {
+            Some(Value::Null) => None,
+            Some(n) => Some(n.as_u64().ok_or_else(|| {
+                format!("AV table {table} of NIC {nic}: the page from {at} has next {n}, no index")
+            })?),
+            None => {
+                return Err(DumpError::Failed(format!(
+                    "AV table {table} of NIC {nic}: the page from {at} has no next (where the \
+                     dump goes on)"
+                )))
+            }
+        };
         if next.is_some_and(|n| n <= at) {
             return Err(DumpError::Failed(format!(
                 "av_dump did not advance past {at}"

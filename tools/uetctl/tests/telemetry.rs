@@ -2263,6 +2263,36 @@ fn pages_that_are_no_part_of_the_table_are_an_error_not_a_dump() {
     }
 }
 
+/// A page whose `next` is no index to go on from (negative, fractional, a string) or that
+/// lacks it is an error naming the table, not the end of the dump: taken for the end, the
+/// entries the pages after it hold were left out and the dump shown as the whole table,
+/// exit 0 (a scripted telemetry server plays a process that answers so).
+#[test]
+fn a_page_whose_next_is_no_index_is_an_error_not_the_end() {
+    for (n, next) in [json!(-1), json!(2.5), json!("4"), Value::Null]
+        .into_iter()
+        .enumerate()
+    {
+        let (path, server) = scripted(&format!("bad-next-{n}"), move |c| {
+            c.hear();
+            c.say(json!({"ok": {"tables": [{"table": 3, "serial": 7, "capacity": 8}]}}));
+            c.hear();
+            let mut page = json!({"table": 3, "serial": 7, "capacity": 8, "first": 0,
+                                  "changes": 1, "entries": [], "auth_key_slots": []});
+            // Null here stands for no `next` at all.
+            if !next.is_null() {
+                page["next"] = next;
+            }
+            c.say(json!({ "ok": page }));
+        });
+        let (out, stderr) =
+            uetctl_against(&["av", "dump", "--nic", "0", "--socket"], &path, server);
+        assert_eq!(out.status.code(), Some(2), "case {n}: {stderr}");
+        assert!(stderr.contains("AV table 3 of NIC 0"), "case {n}: {stderr}");
+        assert!(stderr.contains("next"), "case {n}: {stderr}");
+    }
+}
+
 /// A process that trickles its answer, a byte at a time each well within the wait for the
 /// next, does not keep uetctl: the whole answer must come within the wait, and an answer that
 /// would take a minute is an error saying the process did not answer in time. (A scripted
