@@ -15,7 +15,7 @@ use uet_driver::telemetry::{self, PROTOCOL};
 use uet_driver::uet_fwif::auth_key::AuthKeyEntry;
 use uet_driver::uet_fwif::counters::{EndpointCounterValues, EndpointCounters};
 use uet_driver::uet_fwif::NicAvEntry;
-use uet_driver::uet_regs::{ID, REGISTERS};
+use uet_driver::uet_regs::{Id, Revision, ID, REGISTERS, REVISION};
 use zerocopy::FromBytes;
 
 /// How long uetctl waits for the process to answer.
@@ -692,7 +692,9 @@ fn nic_only(side: NicSide, named: Option<NamedSide>) -> AvDump {
 /// fail the whole listing; a pair that is not `[offset, value]`, or an offset past BAR0's
 /// 32 bits, is an error. An error too when its `ID` reads all ones: the process's NIC no
 /// longer answers (removed, in reset, its link down), and every other figure read with it
-/// is all ones too, not the NIC's.
+/// is all ones too, not the NIC's; and, as for a function read here
+/// ([`crate::regs::check_identity`]), when its `ID` names another device or its `REVISION`
+/// another interface major version, whose registers this map would decode as others.
 pub fn regs(client: &mut Client, nic: u64) -> Result<Vec<RegValue>, String> {
     let answer = client.call(&json!({"cmd": "regs", "nic": nic}))?;
     let values: Vec<RegValue> = array(&answer, "regs", "regs")?
@@ -722,6 +724,21 @@ pub fn regs(client: &mut Client, nic: u64) -> Result<Vec<RegValue>, String> {
                 .to_string(),
         );
     }
+    // Each as its 32-bit register reads; one the process did not send, as this map's reset
+    // value has it, which it cannot then refute.
+    let read =
+        |offset: u32, name: &str, reset: u32| match values.iter().find(|r| r.offset == offset) {
+            None => Ok(reset),
+            Some(r) => u32::try_from(r.value)
+                .map_err(|_| format!("its {name} reads {:#x}, past its 32 bits", r.value)),
+        };
+    let id = read(ID.offset(), "ID", ID.reset_value().into_bits())?;
+    let revision = read(
+        REVISION.offset(),
+        "REVISION",
+        REVISION.reset_value().into_bits(),
+    )?;
+    crate::regs::check_identity(Id::from_bits(id), Revision::from_bits(revision))?;
     Ok(values)
 }
 

@@ -7,8 +7,8 @@
 use serde_json::{json, Value};
 use std::fmt::Write;
 use uet_driver::uet_regs::{
-    read_registers, Access, Mmio, RegInfo, RegisterAccess, ID, INTERFACE_MAJOR, PCI_DEVICE_ID,
-    PCI_VENDOR_ID, REVISION,
+    read_registers, Access, Id, Mmio, RegInfo, RegisterAccess, Revision, ID, INTERFACE_MAJOR,
+    PCI_DEVICE_ID, PCI_VENDOR_ID, REVISION,
 };
 
 /// One register read back.
@@ -56,11 +56,20 @@ impl RegValue {
 
 /// Every register the NIC's interface version has, read back (`uet_regs::read_registers`).
 /// An error, as the driver's open refuses the function, when the BAR is no uet-nic's to
-/// decode: `ID` reads all ones (nothing answers: the function was removed, is in reset or
-/// its link is down), names another device, or `REVISION` another interface major version,
-/// whose registers this map does not describe.
+/// decode ([`check_identity`]).
 pub fn read_all(bar: &dyn Mmio) -> Result<Vec<RegValue>, String> {
-    let id = bar.read(ID);
+    check_identity(bar.read(ID), bar.read(REVISION))?;
+    Ok(read_registers(bar)
+        .into_iter()
+        .map(|(info, value)| RegValue::known(info, value))
+        .collect())
+}
+
+/// Whether a BAR whose `ID` reads `id` and `REVISION` `revision` is a uet-nic's to decode
+/// with this map: an error saying what was read when `ID` reads all ones (nothing answers:
+/// the function was removed, is in reset or its link is down), names another device, or
+/// `REVISION` another interface major version, whose registers this map does not describe.
+pub fn check_identity(id: Id, revision: Revision) -> Result<(), String> {
     if id.into_bits() == u32::MAX {
         return Err(
             "BAR0 reads all ones: the function does not answer (removed, in reset, \
@@ -76,17 +85,14 @@ pub fn read_all(bar: &dyn Mmio) -> Result<Vec<RegValue>, String> {
             id.device_id()
         ));
     }
-    let major = bar.read(REVISION).interface_major();
+    let major = revision.interface_major();
     if major != INTERFACE_MAJOR {
         return Err(format!(
             "host interface {major}.x, whose registers uetctl does not know (it reads \
              {INTERFACE_MAJOR}.x)"
         ));
     }
-    Ok(read_registers(bar)
-        .into_iter()
-        .map(|(info, value)| RegValue::known(info, value))
-        .collect())
+    Ok(())
 }
 
 /// The registers as an aligned table; fields of multi-field registers decoded.

@@ -2552,3 +2552,55 @@ fn live_registers_of_a_nic_that_reads_all_ones_are_an_error() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// A process's NIC whose `ID` names another device, or whose `REVISION` another interface
+/// major version, has registers this uetctl's map does not describe: `uetctl regs --socket`
+/// refuses them with what it read and status 2, as `regs --vfio` refuses such a function,
+/// instead of showing them decoded as a uet-nic's of this major version. (A scripted
+/// telemetry server plays the process.)
+#[test]
+fn live_registers_of_another_device_or_major_version_are_an_error() {
+    use uet_driver::uet_regs::{ID, INTERFACE_MAJOR, REGISTERS, REVISION};
+    let ours = 0x0001_fffe_u64;
+    let revision = |major: u8| u64::from(major) << 8 | 7 << 16;
+    let cases = [
+        (0x1234_8086, revision(INTERFACE_MAJOR), "0x8086"),
+        (ours, revision(INTERFACE_MAJOR + 1), "2.x"),
+    ];
+    for (n, (id, rev, said)) in cases.into_iter().enumerate() {
+        let regs: Vec<Value> = REGISTERS
+            .iter()
+            .map(|r| match r.offset {
+                o if o == ID.offset() => json!([o, id]),
+                o if o == REVISION.offset() => json!([o, rev]),
+                o => json!([o, 0]),
+            })
+            .collect();
+        for json_output in [false, true] {
+            let regs = regs.clone();
+            let (path, server) = scripted(&format!("other-nic-{n}-{json_output}"), move |c| {
+                c.hear();
+                c.say(json!({"ok": {"protocol": 1, "pid": 1, "program": "p",
+                                    "nics": [{"nic": 0, "open": true}]}}));
+                c.hear();
+                c.say(json!({"ok": {"interface_minor": 7, "regs": regs}}));
+            });
+            let args: &[&str] = if json_output {
+                &["--json", "regs", "--socket"]
+            } else {
+                &["regs", "--socket"]
+            };
+            let (out, stderr) = uetctl_against(args, &path, server);
+            assert_eq!(out.status.code(), Some(2), "case {n}: {stderr}");
+            assert!(
+                stderr.contains("NIC 0") && stderr.contains(said),
+                "case {n}: {stderr}"
+            );
+            assert!(
+                out.stdout.is_empty(),
+                "case {n}: {}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+        }
+    }
+}
