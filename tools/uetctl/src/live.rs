@@ -742,21 +742,24 @@ pub fn regs(client: &mut Client, nic: u64) -> Result<Vec<RegValue>, String> {
     Ok(values)
 }
 
-/// The counters of NIC `nic`: (name, value).
+/// The counters of NIC `nic`: (name, value). A name the answer gives twice is an error: a
+/// counter has one value, and the text (which shows a NIC's counters as rows) and the JSON
+/// (an object keyed by name) would each show another of the two.
 pub fn counters(client: &mut Client, nic: u64) -> Result<Vec<(String, u64)>, String> {
     let answer = client.call(&json!({"cmd": "counters", "nic": nic}))?;
-    array(&answer, "counters", "counters")?
-        .iter()
-        .map(|c| {
-            match (
-                c.get(0).and_then(Value::as_str),
-                c.get(1).and_then(Value::as_u64),
-            ) {
-                (Some(n), Some(v)) => Ok((n.to_string(), v)),
-                _ => Err(format!("bad counter {c}")),
-            }
-        })
-        .collect()
+    let mut counters: Vec<(String, u64)> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for c in array(&answer, "counters", "counters")? {
+        match (
+            c.get(0).and_then(Value::as_str),
+            c.get(1).and_then(Value::as_u64),
+        ) {
+            (Some(n), Some(v)) if seen.insert(n) => counters.push((n.to_string(), v)),
+            (Some(n), Some(_)) => return Err(format!("counters answer names {n} twice")),
+            _ => return Err(format!("bad counter {c}")),
+        }
+    }
+    Ok(counters)
 }
 
 /// The processes with a telemetry socket in `dir`, as their `info`. A socket nobody listens

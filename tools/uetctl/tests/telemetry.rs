@@ -2604,3 +2604,36 @@ fn live_registers_of_another_device_or_major_version_are_an_error() {
         }
     }
 }
+
+/// A process that names a counter twice, with two values, has no one value to show for it:
+/// `uetctl stats --socket` refuses the answer with status 2, in text and in JSON alike,
+/// instead of the text showing the first value and the JSON the last. (A scripted telemetry
+/// server plays the process.)
+#[test]
+fn a_counter_named_twice_is_an_error_in_text_and_json_alike() {
+    for json_output in [false, true] {
+        let (path, server) = scripted(&format!("counter-twice-{json_output}"), |c| {
+            c.hear();
+            c.say(json!({"ok": {"protocol": 1, "pid": 1, "program": "p",
+                                "nics": [{"nic": 0, "open": true}]}}));
+            c.hear();
+            c.say(json!({"ok": {"counters": [["TX_FRAMES", 1], ["TX_FRAMES", 2]]}}));
+        });
+        let args: &[&str] = if json_output {
+            &["--json", "stats", "--socket"]
+        } else {
+            &["stats", "--socket"]
+        };
+        let (out, stderr) = uetctl_against(args, &path, server);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "json {json_output}: {stderr}\n{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(
+            stderr.contains("NIC 0") && stderr.contains("TX_FRAMES"),
+            "{stderr}"
+        );
+    }
+}
