@@ -419,6 +419,8 @@ fn nic_side(
     let mut serial: Option<u64> = listed;
     // The `changes` of the first page that carried it.
     let mut changes: Option<u64> = None;
+    // The auth-key slots given so far.
+    let mut slots = std::collections::HashSet::new();
     let mut first = Some(0u64);
     while let Some(at) = first {
         let mut request = json!({
@@ -508,6 +510,12 @@ fn nic_side(
                     .ok_or_else(|| {
                         format!("AV table {table} of NIC {nic}: bad auth-key slot {k}")
                     })?;
+                // The NIC has one entry per slot: a slot given twice is not what it holds.
+                if !slots.insert(slot) {
+                    return Err(DumpError::Failed(format!(
+                        "AV table {table} of NIC {nic}: auth-key slot {slot} given twice"
+                    )));
+                }
                 let entry: AuthKeyEntry = decode(&k[1], "AuthKeyEntry")?;
                 side.keys.push((slot, entry));
             }

@@ -2637,3 +2637,37 @@ fn a_counter_named_twice_is_an_error_in_text_and_json_alike() {
         );
     }
 }
+
+/// A dump whose pages give one auth-key slot twice (the NIC has one entry per slot) is an
+/// error naming the slot, not a dump listing the slot twice, with an entry bound to it shown
+/// with the JobID of whichever came first. (A scripted telemetry server plays the process.)
+#[test]
+fn an_auth_key_slot_given_twice_is_an_error_not_two_slots() {
+    use uet_fwif::auth_key::AuthKeyEntry;
+    use uet_fwif::NicAvEntry;
+    use zerocopy::IntoBytes;
+    let entry = hex::encode(NicAvEntry::for_peer(&stranger(), 5).as_bytes());
+    let key = |job: u32| {
+        let mut k = AuthKeyEntry::default();
+        k.job_id.set(job);
+        hex::encode(k.as_bytes())
+    };
+    let slots = json!([[2, key(0x51)], [2, key(0x52)]]);
+    let (path, server) = scripted("slot-twice", move |c| {
+        c.hear();
+        c.say(
+            json!({"ok": {"table": 3, "serial": 7, "capacity": 8, "first": 0, "changes": 1,
+                            "entries": [[0, entry]], "next": null, "auth_key_slots": slots}}),
+        );
+    });
+    let mut client = Client::connect(&Target::Socket(path.clone())).unwrap();
+    let dumped = live::av_dump(&mut client, 0, 3);
+    drop(client);
+    server.join().unwrap();
+    let _ = std::fs::remove_file(&path);
+    let e = dumped.map(|d| d.nic_keys).unwrap_err();
+    assert!(
+        e.contains("AV table 3 of NIC 0") && e.contains("slot 2"),
+        "{e}"
+    );
+}
