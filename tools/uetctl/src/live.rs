@@ -15,7 +15,7 @@ use uet_driver::telemetry::{self, PROTOCOL};
 use uet_driver::uet_fwif::auth_key::AuthKeyEntry;
 use uet_driver::uet_fwif::counters::{EndpointCounterValues, EndpointCounters};
 use uet_driver::uet_fwif::NicAvEntry;
-use uet_driver::uet_regs::{Id, Revision, ID, REGISTERS, REVISION};
+use uet_driver::uet_regs::{Id, Revision, Width, ID, REGISTERS, REVISION};
 use zerocopy::FromBytes;
 
 /// How long uetctl waits for the process to answer.
@@ -697,8 +697,8 @@ fn nic_only(side: NicSide, named: Option<NamedSide>) -> AvDump {
 /// The registers of NIC `nic`, each matched with its definition by offset. A register this
 /// uetctl's map does not have (a driver of a later minor version of the interface reads
 /// registers it added) is listed by its offset and value, with no definition, rather than
-/// fail the whole listing; a pair that is not `[offset, value]`, or an offset past BAR0's
-/// 32 bits, is an error. An error too when its `ID` reads all ones: the process's NIC no
+/// fail the whole listing; a pair that is not `[offset, value]`, an offset past BAR0's 32
+/// bits, or a value past the 32 bits of the register at its offset, is an error. An error too when its `ID` reads all ones: the process's NIC no
 /// longer answers (removed, in reset, its link down), and every other figure read with it
 /// is all ones too, not the NIC's; and, as for a function read here
 /// ([`crate::regs::check_identity`]), when its `ID` names another device or its `REVISION`
@@ -713,11 +713,23 @@ pub fn regs(client: &mut Client, nic: u64) -> Result<Vec<RegValue>, String> {
                 .and_then(Value::as_u64)
                 .and_then(|o| u32::try_from(o).ok());
             match (offset, r.get(1).and_then(Value::as_u64)) {
-                (Some(offset), Some(value)) => Ok(RegValue {
-                    offset,
-                    info: REGISTERS.iter().find(|i| i.offset == offset),
-                    value,
-                }),
+                (Some(offset), Some(value)) => {
+                    let info = REGISTERS.iter().find(|i| i.offset == offset);
+                    // A 32-bit register reads no value past 32 bits.
+                    if let Some(i) = info.filter(|i| i.width == Width::W32) {
+                        if u32::try_from(value).is_err() {
+                            return Err(format!(
+                                "register {} read as {value:#x}, past its 32 bits",
+                                i.name
+                            ));
+                        }
+                    }
+                    Ok(RegValue {
+                        offset,
+                        info,
+                        value,
+                    })
+                }
                 _ => Err(format!(
                     "bad register {r}: not an [offset, value] pair of a 32-bit offset"
                 )),

@@ -2671,3 +2671,32 @@ fn an_auth_key_slot_given_twice_is_an_error_not_two_slots() {
         "{e}"
     );
 }
+
+/// A value past the 32 bits of the register the process sends it for is no value that
+/// register reads: `uetctl regs --socket` refuses it naming the register, status 2, instead
+/// of showing it with fields decoded from its low bits. (A scripted telemetry server plays
+/// the process.)
+#[test]
+fn a_register_value_past_its_width_is_an_error() {
+    use uet_driver::uet_regs::{Width, REGISTERS};
+    let reg = REGISTERS
+        .iter()
+        .find(|r| r.width == Width::W32 && r.offset > 4)
+        .expect("a 32-bit register");
+    let regs = json!([[0, 0x0001_fffe], [reg.offset, 1u64 << 40]]);
+    let (path, server) = scripted("wide-value", move |c| {
+        c.hear();
+        c.say(json!({"ok": {"protocol": 1, "pid": 1, "program": "p",
+                            "nics": [{"nic": 0, "open": true}]}}));
+        c.hear();
+        c.say(json!({"ok": {"interface_minor": 7, "regs": regs}}));
+    });
+    let (out, stderr) = uetctl_against(&["regs", "--socket"], &path, server);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{stderr}\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(stderr.contains(reg.name), "{stderr}");
+}
