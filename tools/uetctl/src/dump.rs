@@ -557,9 +557,10 @@ pub fn render_text(title: &str, dump: &AvDump) -> String {
                 dump.differences(),
                 named.handles.unwrap_or(0)
             ),
+            // The reason may quote the name.
             (reason, _) => format!(
                 "the NIC's side only: {}",
-                reason.as_deref().unwrap_or("the AV was not read")
+                crate::out::printable(reason.as_deref().unwrap_or("the AV was not read"))
             ),
         };
         let dead = named.interrupted_writer.map_or(String::new(), |pid| {
@@ -571,7 +572,8 @@ pub fn render_text(title: &str, dump: &AvDump) -> String {
         writeln!(
             out,
             "{title} (named AV '{}'): {valid} entries valid of {} capacity, {state}{dead}",
-            named.name, dump.capacity,
+            crate::out::printable(&named.name),
+            dump.capacity,
         )
     } else if dump.mirror {
         writeln!(

@@ -273,12 +273,12 @@ fn who(target: &Target) -> String {
     }
 }
 
-/// An `error` answer as "FI_ENAME: message".
+/// An `error` answer as "FI_ENAME: message", printable ([`crate::out::printable`]).
 fn error_text(err: &Value) -> String {
     format!(
         "{}: {}",
-        err.get("name").and_then(Value::as_str).unwrap_or("error"),
-        err.get("message").and_then(Value::as_str).unwrap_or("")
+        crate::out::printable(err.get("name").and_then(Value::as_str).unwrap_or("error")),
+        crate::out::printable(err.get("message").and_then(Value::as_str).unwrap_or(""))
     )
 }
 

@@ -889,7 +889,12 @@ fn live_stats(target: &Target, nic: Option<u64>, as_json: bool) -> Result<ExitCo
             names.push(k.as_str());
         }
     }
-    let width = names.iter().map(|n| n.len()).max().unwrap_or(7).max(7);
+    let width = names
+        .iter()
+        .map(|n| out::printable(n).len())
+        .max()
+        .unwrap_or(7)
+        .max(7);
     // Each NIC's column as wide as its widest figure (a byte counter may have 20 digits).
     let widths: Vec<usize> = columns
         .iter()
@@ -907,7 +912,7 @@ fn live_stats(target: &Target, nic: Option<u64>, as_json: bool) -> Result<ExitCo
     }
     outln!();
     for name in names {
-        out!("{name:<width$}");
+        out!("{:<width$}", out::printable(name));
         for (c, w) in columns.iter().zip(&widths) {
             let v = c.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
             out!(" {:>w$}", v.map_or("-".to_string(), |v| v.to_string()));
@@ -951,7 +956,7 @@ fn live_endpoints(target: &Target, nic: Option<u64>, as_json: bool) -> Result<Ex
         return Ok(ExitCode::SUCCESS);
     }
     let s = |e: &live::LiveEndpoint, k: &str| match e.info.get(k) {
-        Some(serde_json::Value::String(v)) => v.clone(),
+        Some(serde_json::Value::String(v)) => out::printable(v).into_owned(),
         Some(serde_json::Value::Null) | None => "-".to_string(),
         Some(v) => v.to_string(),
     };
@@ -1003,7 +1008,7 @@ fn live_endpoints(target: &Target, nic: Option<u64>, as_json: bool) -> Result<Ex
             count("rx_messages"),
         );
         if let Err(why) = &e.counters {
-            outln!("     counters not read: {why}");
+            outln!("     counters not read: {}", out::printable(why));
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -1059,7 +1064,7 @@ fn run_ps(dir: Option<PathBuf>, as_json: bool) -> ExitCode {
     );
     for p in &procs {
         let pid = p.get("pid").and_then(|v| v.as_u64()).unwrap_or(0);
-        let program = p.get("program").and_then(|v| v.as_str()).unwrap_or("");
+        let program = out::printable(p.get("program").and_then(|v| v.as_str()).unwrap_or(""));
         let nics = p
             .get("nics")
             .and_then(|v| v.as_array())
@@ -1074,7 +1079,7 @@ fn run_ps(dir: Option<PathBuf>, as_json: bool) -> ExitCode {
                 outln!("{pid:<8} {program:<16} {num:<4} (closed)");
                 continue;
             }
-            let addr = n.get("fabric_addr").and_then(|v| v.as_str()).unwrap_or("");
+            let addr = out::printable(n.get("fabric_addr").and_then(|v| v.as_str()).unwrap_or(""));
             let minor = n
                 .get("interface_minor")
                 .and_then(|v| v.as_u64())
@@ -1088,7 +1093,9 @@ fn run_ps(dir: Option<PathBuf>, as_json: bool) -> ExitCode {
                             let named = t
                                 .pointer("/named/name")
                                 .and_then(|v| v.as_str())
-                                .map_or(String::new(), |name| format!(" named AV '{name}'"));
+                                .map_or(String::new(), |name| {
+                                    format!(" named AV '{}'", out::printable(name))
+                                });
                             format!(
                                 "{}: {}{named}",
                                 t.get("table").and_then(|v| v.as_u64()).unwrap_or(0),

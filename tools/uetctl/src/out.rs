@@ -47,6 +47,26 @@ fn ended(e: &io::Error) -> ! {
     std::process::exit(WRITE_FAILED)
 }
 
+/// `s`, text another process sent (a name, a message), as it may be printed among uetctl's
+/// own lines: each control character escaped as Rust writes it (`\n`, `\u{1b}`), so that
+/// the text cannot start lines of its own, which would read as uetctl's (a row of a NIC's
+/// table, a message), nor steer the terminal with an escape sequence. Anything else is kept
+/// as it is. JSON needs none of this: its strings escape control characters.
+pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut escaped = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if c.is_control() {
+            escaped.extend(c.escape_debug());
+        } else {
+            escaped.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(escaped)
+}
+
 /// `print!` to standard output, ending the process quietly when the reader has gone.
 #[macro_export]
 macro_rules! out {

@@ -2700,3 +2700,109 @@ fn a_register_value_past_its_width_is_an_error() {
     );
     assert!(stderr.contains(reg.name), "{stderr}");
 }
+
+/// Text a process sends (a named AV's name, which may hold any character but NUL, a
+/// counter's name, an error's message) is shown with its control characters escaped: a
+/// newline in it cannot start a line that reads as a row of the NIC's table or counters, nor
+/// an escape sequence steer the terminal. (A scripted telemetry server plays the process.)
+#[test]
+fn text_a_process_sends_cannot_start_lines_of_its_own() {
+    use uet_fwif::NicAvEntry;
+    use zerocopy::IntoBytes;
+    let forged = "0  yes  10.66.66.66";
+    let entry = hex::encode(NicAvEntry::for_peer(&stranger(), 5).as_bytes());
+    let name = format!("job\n{forged}\u{1b}[2J");
+    let (path, server) = scripted("forged-av", move |c| {
+        c.hear();
+        c.say(
+            json!({"ok": {"tables": [{"table": 3, "serial": 7, "capacity": 8,
+                                        "named": {"name": name, "generation": 1}}]}}),
+        );
+        c.hear();
+        c.say(
+            json!({"ok": {"table": 3, "serial": 7, "capacity": 8, "first": 0, "changes": 1,
+                          "entries": [[1, entry]], "next": null, "auth_key_slots": [],
+                          "named": {"name": name, "generation": 1, "entry_flags": 1}}}),
+        );
+    });
+    let (out, stderr) = uetctl_against(&["av", "dump", "--nic", "0", "--socket"], &path, server);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(text.contains("job\\n0  yes"), "{text}");
+    assert!(
+        !text.lines().any(|l| l.starts_with(forged)) && !text.contains('\u{1b}'),
+        "{text}"
+    );
+
+    let (path, server) = scripted("forged-counter", move |c| {
+        c.hear();
+        c.say(json!({"ok": {"protocol": 1, "pid": 1, "program": "p",
+                            "nics": [{"nic": 0, "open": true}]}}));
+        c.hear();
+        c.say(json!({"ok": {"counters": [["TX_FRAMES\nRX_FRAMES 99", 1]]}}));
+    });
+    let (out, stderr) = uetctl_against(&["stats", "--socket"], &path, server);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(text.contains("TX_FRAMES\\nRX_FRAMES 99"), "{text}");
+    assert!(!text.lines().any(|l| l.starts_with("RX_FRAMES")), "{text}");
+
+    let (path, server) = scripted("forged-error", move |c| {
+        c.hear();
+        c.say(json!({"error": {"errno": 22, "name": "FI_EINVAL",
+                               "message": "no\nuetctl: all is well"}}));
+    });
+    let (out, stderr) = uetctl_against(&["regs", "--socket"], &path, server);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("no\\nuetctl: all is well"), "{stderr}");
+    assert!(
+        !stderr.lines().any(|l| l.starts_with("uetctl: all is well")),
+        "{stderr}"
+    );
+
+    let (path, server) = scripted("forged-endpoint", move |c| {
+        c.hear();
+        c.say(json!({"ok": {"protocol": 1, "pid": 1, "program": "p",
+                            "nics": [{"nic": 0, "open": true}]}}));
+        c.hear();
+        c.say(json!({"ok": {"endpoints": [{"endpoint": 1, "type": "msg",
+                                           "fabric_addr": "10.0.0.1\n7    9",
+                                           "counters_error": "gone\n7    10"}]}}));
+    });
+    let (out, stderr) = uetctl_against(&["ep", "list", "--socket"], &path, server);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!text.lines().any(|l| l.starts_with("7 ")), "{text}");
+
+    // `ps` of a directory holding one process's socket, whose program name holds a newline.
+    let dir = std::env::temp_dir().join(format!("uetctl-ps-forged-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind(dir.join("1.sock")).unwrap();
+    let server = std::thread::spawn(move || {
+        let (s, _) = listener.accept().unwrap();
+        let mut c = Script {
+            input: BufReader::new(s.try_clone().unwrap()),
+            output: s,
+        };
+        c.say(
+            json!({"uet_nic_telemetry": telemetry::PROTOCOL, "pid": 1, "program": "p",
+                     "nics": 1}),
+        );
+        c.hear();
+        c.say(json!({"ok": {"pid": 1, "program": "p\n2        forged",
+                            "nics": [{"nic": 0, "open": true, "fabric_addr": "10.0.0.1",
+                                      "interface_minor": 19, "av_tables": []}]}}));
+    });
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_uetctl"))
+        .args(["ps", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    server.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("p\\n2"), "{text}");
+    assert!(!text.lines().any(|l| l.starts_with("2 ")), "{text}");
+}
