@@ -883,12 +883,19 @@ fn live_stats(target: &Target, nic: Option<u64>, as_json: bool) -> Result<ExitCo
     }
     // Every NIC's counters, in the order first seen: NICs of different interface versions
     // have different counters, and one a NIC lacks is shown as "-".
+    // Looked up by hash: a process may send any number of counters, and a search of the
+    // list for each would take time of the square of their number.
     let mut names: Vec<&str> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for (k, _) in columns.iter().flatten() {
-        if !names.contains(&k.as_str()) {
+        if seen.insert(k.as_str()) {
             names.push(k.as_str());
         }
     }
+    let values: Vec<std::collections::HashMap<&str, u64>> = columns
+        .iter()
+        .map(|c| c.iter().map(|(k, v)| (k.as_str(), *v)).collect())
+        .collect();
     let width = names
         .iter()
         .map(|n| out::printable(n).len())
@@ -913,8 +920,8 @@ fn live_stats(target: &Target, nic: Option<u64>, as_json: bool) -> Result<ExitCo
     outln!();
     for name in names {
         out!("{:<width$}", out::printable(name));
-        for (c, w) in columns.iter().zip(&widths) {
-            let v = c.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
+        for (c, w) in values.iter().zip(&widths) {
+            let v = c.get(name);
             out!(" {:>w$}", v.map_or("-".to_string(), |v| v.to_string()));
         }
         outln!();
