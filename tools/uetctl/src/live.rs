@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use uet_av::named::segment::Snapshot;
 use uet_av::FiErrno;
 use uet_driver::telemetry::{self, PROTOCOL};
-use uet_driver::uet_fwif::auth_key::AuthKeyEntry;
+use uet_driver::uet_fwif::auth_key::{AuthKeyEntry, MAX_AUTH_KEY_SLOTS};
 use uet_driver::uet_fwif::counters::{EndpointCounterValues, EndpointCounters};
 use uet_driver::uet_fwif::NicAvEntry;
 use uet_driver::uet_regs::{Id, Revision, Width, ID, REGISTERS, REVISION};
@@ -502,11 +502,13 @@ fn nic_side(
         }
         if let Some(keys) = page.get("auth_key_slots").and_then(Value::as_array) {
             for k in keys {
-                // An auth-key slot number is 16 bits: one past them is no slot of the NIC's.
+                // An auth-key slot number is below the most slots any NIC has: one past them
+                // is no slot of the NIC's (nor, of 16 bits, one whose low bits name another).
                 let slot = k
                     .get(0)
                     .and_then(Value::as_u64)
                     .and_then(|s| u16::try_from(s).ok())
+                    .filter(|&s| s < MAX_AUTH_KEY_SLOTS)
                     .ok_or_else(|| {
                         format!("AV table {table} of NIC {nic}: bad auth-key slot {k}")
                     })?;

@@ -2857,3 +2857,35 @@ fn a_great_many_counters_are_shown_in_linear_time() {
         "a header and a row each"
     );
 }
+
+/// An auth-key slot past the most any NIC has (`MAX_AUTH_KEY_SLOTS`, 256) is no slot of the
+/// NIC's: a dump whose pages give one is an error naming it, not a dump listing it (and
+/// looking every keyed entry up among tens of thousands of such slots). (A scripted
+/// telemetry server plays the process.)
+#[test]
+fn an_auth_key_slot_past_the_nics_slots_is_an_error() {
+    use uet_fwif::auth_key::{AuthKeyEntry, MAX_AUTH_KEY_SLOTS};
+    use uet_fwif::NicAvEntry;
+    use zerocopy::IntoBytes;
+    let entry = hex::encode(NicAvEntry::for_peer(&stranger(), 5).as_bytes());
+    let key = hex::encode(AuthKeyEntry::default().as_bytes());
+    let slot = MAX_AUTH_KEY_SLOTS;
+    let (path, server) = scripted("slot-past-the-nics", move |c| {
+        c.hear();
+        c.say(
+            json!({"ok": {"table": 3, "serial": 7, "capacity": 8, "first": 0, "changes": 1,
+                            "entries": [[0, entry]], "next": null,
+                            "auth_key_slots": [[slot, key]]}}),
+        );
+    });
+    let mut client = Client::connect(&Target::Socket(path.clone())).unwrap();
+    let dumped = live::av_dump(&mut client, 0, 3);
+    drop(client);
+    server.join().unwrap();
+    let _ = std::fs::remove_file(&path);
+    let e = dumped.map(|d| d.nic_keys).unwrap_err();
+    assert!(
+        e.contains("AV table 3 of NIC 0") && e.contains(&slot.to_string()),
+        "{e}"
+    );
+}
