@@ -603,8 +603,12 @@ fn run_job(cfg: &DemoConfig) -> Result<DemoOutcome, ExitCode> {
 }
 
 /// `uetctl sim serve`: bind every socket, say so, serve until the process is stopped. The
-/// lines are printed once a stop signal would remove the sockets ([`Daemon::run`]).
+/// lines are printed once a stop signal would remove the sockets ([`Daemon::run`]); lines
+/// that cannot be written told no one that the daemon serves, and it does not: its sockets
+/// are removed, and standard output's failure ends the process as for any command
+/// ([`out`](mod@out)).
 fn serve(cfg: &ServeConfig, as_json: bool) -> ExitCode {
+    use std::io::Write;
     let daemon = match Daemon::bind(cfg) {
         Ok(d) => d,
         Err(e) => {
@@ -612,7 +616,8 @@ fn serve(cfg: &ServeConfig, as_json: bool) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    daemon.run(|served| {
+    let failed = daemon.run(|served| {
+        let mut stdout = std::io::stdout().lock();
         if as_json {
             let nics: Vec<_> = served
                 .iter()
@@ -621,24 +626,27 @@ fn serve(cfg: &ServeConfig, as_json: bool) -> ExitCode {
                     json!({"nic": i, "fabric_addr": addr.to_string(), "socket": path.display().to_string()})
                 })
                 .collect();
-            outln!(
+            writeln!(
+                stdout,
                 "{}",
                 json!({ "serving": nics, "interface_minor": cfg.interface_minor })
-            );
+            )?;
         } else {
             for (i, (addr, path)) in served.iter().enumerate() {
-                outln!("nic{i} {addr} {}", path.display());
+                writeln!(stdout, "nic{i} {addr} {}", path.display())?;
             }
-            outln!(
+            writeln!(
+                stdout,
                 "serving {} NICs (interface 1.{}) in {}",
                 cfg.nics,
                 cfg.interface_minor,
                 cfg.dir.display()
-            );
+            )?;
         }
         // The lines are the readiness signal of whoever started the daemon.
-        let _ = std::io::Write::flush(&mut std::io::stdout());
-    })
+        stdout.flush()
+    });
+    out::ended(&failed)
 }
 
 /// The options of the demo job (those `--vfio` leaves allowed) given on the command line of

@@ -38,7 +38,7 @@ pub fn json_pretty(value: &impl serde::Serialize) {
 }
 
 /// What [`write()`] does when standard output fails: exit, quietly for a closed reader.
-fn ended(e: &io::Error) -> ! {
+pub fn ended(e: &io::Error) -> ! {
     if e.kind() == io::ErrorKind::BrokenPipe {
         std::process::exit(0)
     }

@@ -224,23 +224,37 @@ impl Daemon {
     /// would have without the removal. Killed otherwise (`SIGKILL`), it leaves them to the
     /// next daemon, which replaces them. `ready` is called with [`Daemon::nics`] once a stop
     /// signal would remove the sockets, before the serving begins: whoever learns from it
-    /// that the daemon serves may stop it from then on.
-    pub fn run(self, ready: impl FnOnce(&[(IpAddr, PathBuf)])) -> ! {
+    /// that the daemon serves may stop it from then on. When `ready` fails (no one could be
+    /// told), nothing is served: the sockets are removed, the signal mask is as it was, and
+    /// its error is returned.
+    pub fn run(
+        self,
+        ready: impl FnOnce(&[(IpAddr, PathBuf)]) -> std::io::Result<()>,
+    ) -> std::io::Error {
         // The stop signals wait for this thread: blocked here before the serving threads
         // start, they are blocked in those threads too (a thread inherits its creator's mask),
         // and the kernel gives a signal sent to the process to a thread that does not block
         // it, of which there is none.
         let stop = stop_signals();
-        // SAFETY: `stop` is an initialized signal set that outlives the call; no old mask is
-        // asked for.
-        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &stop, std::ptr::null_mut()) };
+        // SAFETY: sigset_t is plain data; pthread_sigmask writes the old mask into it.
+        let mut before: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `stop` is an initialized signal set and `before` a writable one, both
+        // outliving the call.
+        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &stop, &mut before) };
         // Each socket file as bound: a file put in its place since is not removed.
         let bound: Vec<(PathBuf, Option<(u64, u64)>)> = self
             .nics
             .iter()
             .map(|(_, path)| (path.clone(), file_id(path)))
             .collect();
-        ready(&self.nics);
+        if let Err(e) = ready(&self.nics) {
+            // No server runs yet: dropping them removes their sockets, before a stop signal
+            // that came meanwhile is let through.
+            drop(self);
+            // SAFETY: `before` is the mask pthread_sigmask gave above, outliving the call.
+            unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &before, std::ptr::null_mut()) };
+            return e;
+        }
         for server in &self.servers {
             let server = server.clone();
             std::thread::spawn(move || server.serve());

@@ -354,3 +354,58 @@ fn a_daemon_keeps_ignoring_a_stop_signal_it_was_started_ignoring() {
     assert_eq!(status.signal(), Some(libc::SIGTERM), "{status}");
     assert!(!left, "nic0.sock left behind");
 }
+
+/// A daemon whose readiness lines cannot be written has told no one that it serves: it
+/// stops, and its socket files go with it; a full disk is a message and exit 1, a reader
+/// that has gone (the pipe closed) exit 0, as for every uetctl command.
+#[test]
+fn a_daemon_that_cannot_say_it_serves_leaves_no_sockets() {
+    let dir = socket_dir("stdout-full");
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full");
+    let out = Command::new(env!("CARGO_BIN_EXE_uetctl"))
+        .args(["sim", "serve", "--nics", "2", "--dir"])
+        .arg(&dir)
+        .stdout(full)
+        .output()
+        .expect("run the daemon");
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("writing standard output"), "{stderr}");
+    assert!(left.is_empty(), "left behind {left:?}");
+
+    let dir = socket_dir("stdout-closed");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_uetctl"))
+        .args(["sim", "serve", "--nics", "2", "--dir"])
+        .arg(&dir)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the daemon");
+    // The reader goes before the daemon has bound its sockets and written a line.
+    drop(child.stdout.take());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("daemon status") {
+            break Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    let status = status.expect("the daemon served with nobody told");
+    assert_eq!(status.code(), Some(0), "{status}");
+    assert!(left.is_empty(), "left behind {left:?}");
+}
