@@ -1167,45 +1167,8 @@ impl<N: NicAvTable> Local<N> {
         } else {
             None
         };
-        // A range inserted since is logged once, its members not one by one: they are the
-        // indices its log record names. Its own record may be gone although members remain
-        // (counted down by a process that held a refilled hole as a member), and another
-        // record may start at the same index (it outlived its members: a process that held
-        // them one by one removed them without counting them down), so the logged indices are
-        // reconciled whatever the records say; every live record starting at the range's
-        // first index is taken too. A range logged without its count is covered by those
-        // records alone, and the indices are rescanned when none is left.
         let high_water = seg.high_water();
-        let changed = changed.and_then(|changes| {
-            let live = seg.ranges();
-            let mut ranges: Vec<SharedRange> = Vec::new();
-            let mut indices = changes.indices;
-            // No more indices than the segment has are worth listing: past that (records
-            // logging the same indices over and over, as only a damaged log holds), every
-            // index is rescanned instead, which bounds the list by the high-water mark.
-            let bound = usize::try_from(high_water).unwrap_or(usize::MAX);
-            for &(first, count) in &changes.ranges {
-                let before = ranges.len();
-                ranges.extend(live.iter().filter(|r| r.first == first));
-                if count > 0 {
-                    indices.extend(first..first.saturating_add(count).min(high_water));
-                } else if ranges.len() == before {
-                    return None;
-                }
-                if indices.len() > bound {
-                    return None;
-                }
-            }
-            // A range inserted since: held as a range here too, and its indices are
-            // reconciled one by one like any other change.
-            for r in &ranges {
-                indices.extend(r.first..r.first.saturating_add(r.count).min(high_water));
-                if indices.len() > bound {
-                    return None;
-                }
-            }
-            Some((indices, ranges))
-        });
+        let changed = changed.and_then(|changes| catch_up_plan(changes, &seg.ranges(), high_water));
         match changed {
             Some((indices, ranges)) => {
                 let mut indices = indices;
@@ -1363,4 +1326,95 @@ fn check_existing(
         )));
     }
     Ok(())
+}
+
+/// What a handle behind the segment reconciles to catch up with `changes` (the log since it
+/// last looked), given the segment's `live` range records and its `high_water` mark: the
+/// indices, and the shared ranges to hold as ranges; `None` when every index is to be
+/// rescanned instead.
+///
+/// A range inserted since is logged once, its members not one by one: they are the indices
+/// its log record names. Its own record may be gone although members remain (counted down by
+/// a process that held a refilled hole as a member), and another record may start at the same
+/// index (it outlived its members: a process that held them one by one removed them without
+/// counting them down), so the logged indices are reconciled whatever the records say; every
+/// live record starting at the range's first index is taken too. A range logged without its
+/// count (more members than [`segment::LOG_RANGE_MAX_COUNT`]) names no indices, and a live
+/// record at its first index may be another range's, smaller, with its own record gone: every
+/// index is rescanned, which costs what listing the range's members would.
+fn catch_up_plan(
+    changes: segment::Changes,
+    live: &[SharedRange],
+    high_water: u32,
+) -> Option<(Vec<u32>, Vec<SharedRange>)> {
+    let mut ranges: Vec<SharedRange> = Vec::new();
+    let mut indices = changes.indices;
+    // No more indices than the segment has are worth listing: past that (records logging
+    // the same indices over and over, as only a damaged log holds), every index is rescanned
+    // instead, which bounds the list by the high-water mark.
+    let bound = usize::try_from(high_water).unwrap_or(usize::MAX);
+    for &(first, count) in &changes.ranges {
+        if count == 0 {
+            return None;
+        }
+        ranges.extend(live.iter().filter(|r| r.first == first));
+        indices.extend(first..first.saturating_add(count).min(high_water));
+        if indices.len() > bound {
+            return None;
+        }
+    }
+    // A range inserted since: held as a range here too, and its indices are reconciled one by
+    // one like any other change.
+    for r in &ranges {
+        indices.extend(r.first..r.first.saturating_add(r.count).min(high_water));
+        if indices.len() > bound {
+            return None;
+        }
+    }
+    Some((indices, ranges))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn range(first: u32, count: u32) -> SharedRange {
+        SharedRange {
+            record: 0,
+            first,
+            count,
+            svc: 1,
+            offset: 0,
+            base: [0; segment::SLOT_BYTES],
+        }
+    }
+
+    /// A range logged with its count: its indices and every live record starting where it
+    /// does are reconciled, and nothing is rescanned.
+    #[test]
+    fn a_range_logged_with_its_count_is_caught_up_by_its_indices() {
+        let changes = segment::Changes {
+            indices: vec![9],
+            ranges: vec![(2, 3)],
+        };
+        let (mut indices, ranges) =
+            catch_up_plan(changes, &[range(2, 3), range(7, 1)], 100).expect("no rescan");
+        indices.sort_unstable();
+        indices.dedup();
+        assert_eq!(indices, vec![2, 3, 4, 9]);
+        assert_eq!(ranges, vec![range(2, 3)]);
+    }
+
+    /// A range logged without its count (too many members for the log record) names no
+    /// indices; a live record at its first index may be a later, smaller range's, the big
+    /// one's own record gone with members left: only a rescan of every index finds them.
+    #[test]
+    fn a_range_logged_without_its_count_is_caught_up_by_a_rescan() {
+        let changes = segment::Changes {
+            indices: vec![],
+            ranges: vec![(0, 0)],
+        };
+        assert_eq!(catch_up_plan(changes.clone(), &[], 100), None);
+        assert_eq!(catch_up_plan(changes, &[range(0, 1)], 100), None);
+    }
 }

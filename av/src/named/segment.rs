@@ -61,7 +61,8 @@
 //! count of members in use is each remover's view, so a record may outlive its members or go
 //! before them: a process catching up with a logged range reconciles the range's indices,
 //! which its log record names, and those of every live record starting at its first index;
-//! for a range logged without its count, it rescans every index when no such record is left.
+//! for a range logged without its count, which names no indices, it rescans every index (a
+//! live record at that first index may be another, smaller range's).
 //!
 //! An index is in use exactly when its bitmap bit is set and its slot holds an address: a
 //! change writes the slot's last three words before its first (whose first byte is never zero
