@@ -217,18 +217,7 @@ fn serve_one_nic_expecting_refusal(dir: &Path) -> (Option<std::process::ExitStat
         .spawn()
         .expect("start the daemon");
     // It refuses at once; one that serves instead is stopped, and the test fails.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("daemon status") {
-            break Some(status);
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let status = exit_within_30_s(&mut child);
     let mut stderr = String::new();
     if let Some(mut e) = child.stderr.take() {
         let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
@@ -389,18 +378,7 @@ fn a_daemon_that_cannot_say_it_serves_leaves_no_sockets() {
         .expect("start the daemon");
     // The reader goes before the daemon has bound its sockets and written a line.
     drop(child.stdout.take());
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("daemon status") {
-            break Some(status);
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let status = exit_within_30_s(&mut child);
     let left: Vec<_> = std::fs::read_dir(&dir)
         .map(|d| d.flatten().map(|e| e.file_name()).collect())
         .unwrap_or_default();
@@ -408,4 +386,21 @@ fn a_daemon_that_cannot_say_it_serves_leaves_no_sockets() {
     let status = status.expect("the daemon served with nobody told");
     assert_eq!(status.code(), Some(0), "{status}");
     assert!(left.is_empty(), "left behind {left:?}");
+}
+
+/// The exit status of `child` once it ends, within 30 s; `None` when it is still running
+/// then, and it is killed.
+fn exit_within_30_s(child: &mut Child) -> Option<std::process::ExitStatus> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait().expect("daemon status") {
+            return Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }

@@ -66,6 +66,14 @@ impl Script {
         writeln!(self.output, "{v}").unwrap();
     }
 
+    /// Take the client's first request and answer it as a process of protocol 1 with one
+    /// open NIC, 0, does.
+    fn answer_hello(&mut self) {
+        self.hear();
+        self.say(json!({"ok": {"protocol": 1, "pid": 1, "program": "p",
+                               "nics": [{"nic": 0, "open": true}]}}));
+    }
+
     /// The client's next request.
     fn hear(&mut self) -> Value {
         let mut line = String::new();
@@ -2457,9 +2465,7 @@ fn regs_lists_a_register_it_does_not_know_by_offset() {
 #[test]
 fn ep_list_shows_a_figure_the_process_did_not_send_as_missing() {
     let (path, server) = scripted("sparse-ep", move |c| {
-        c.hear();
-        c.say(json!({"ok": {"protocol": 1, "pid": 1, "program": "p",
-                            "nics": [{"nic": 0, "open": true}]}}));
+        c.answer_hello();
         c.hear();
         c.say(json!({"ok": {"endpoints": [{
             "endpoint": 1, "type": "rdm", "roles": 3, "address": "a",
@@ -2534,9 +2540,7 @@ fn live_registers_of_a_nic_that_reads_all_ones_are_an_error() {
         .map(|r| json!([r.offset, u64::from(u32::MAX)]))
         .collect();
     let (path, server) = scripted("all-ones", move |c| {
-        c.hear();
-        c.say(json!({"ok": {"protocol": 1, "pid": 1, "program": "p",
-                            "nics": [{"nic": 0, "open": true}]}}));
+        c.answer_hello();
         c.hear();
         c.say(json!({"ok": {"interface_minor": 255, "regs": regs}}));
     });
@@ -2579,9 +2583,7 @@ fn live_registers_of_another_device_or_major_version_are_an_error() {
         for json_output in [false, true] {
             let regs = regs.clone();
             let (path, server) = scripted(&format!("other-nic-{n}-{json_output}"), move |c| {
-                c.hear();
-                c.say(json!({"ok": {"protocol": 1, "pid": 1, "program": "p",
-                                    "nics": [{"nic": 0, "open": true}]}}));
+                c.answer_hello();
                 c.hear();
                 c.say(json!({"ok": {"interface_minor": 7, "regs": regs}}));
             });
@@ -2613,9 +2615,7 @@ fn live_registers_of_another_device_or_major_version_are_an_error() {
 fn a_counter_named_twice_is_an_error_in_text_and_json_alike() {
     for json_output in [false, true] {
         let (path, server) = scripted(&format!("counter-twice-{json_output}"), |c| {
-            c.hear();
-            c.say(json!({"ok": {"protocol": 1, "pid": 1, "program": "p",
-                                "nics": [{"nic": 0, "open": true}]}}));
+            c.answer_hello();
             c.hear();
             c.say(json!({"ok": {"counters": [["TX_FRAMES", 1], ["TX_FRAMES", 2]]}}));
         });
@@ -2685,9 +2685,7 @@ fn a_register_value_past_its_width_is_an_error() {
         .expect("a 32-bit register");
     let regs = json!([[0, 0x0001_fffe], [reg.offset, 1u64 << 40]]);
     let (path, server) = scripted("wide-value", move |c| {
-        c.hear();
-        c.say(json!({"ok": {"protocol": 1, "pid": 1, "program": "p",
-                            "nics": [{"nic": 0, "open": true}]}}));
+        c.answer_hello();
         c.hear();
         c.say(json!({"ok": {"interface_minor": 7, "regs": regs}}));
     });
@@ -2735,9 +2733,7 @@ fn text_a_process_sends_cannot_start_lines_of_its_own() {
     );
 
     let (path, server) = scripted("forged-counter", move |c| {
-        c.hear();
-        c.say(json!({"ok": {"protocol": 1, "pid": 1, "program": "p",
-                            "nics": [{"nic": 0, "open": true}]}}));
+        c.answer_hello();
         c.hear();
         c.say(json!({"ok": {"counters": [["TX_FRAMES\nRX_FRAMES 99", 1]]}}));
     });
@@ -2761,9 +2757,7 @@ fn text_a_process_sends_cannot_start_lines_of_its_own() {
     );
 
     let (path, server) = scripted("forged-endpoint", move |c| {
-        c.hear();
-        c.say(json!({"ok": {"protocol": 1, "pid": 1, "program": "p",
-                            "nics": [{"nic": 0, "open": true}]}}));
+        c.answer_hello();
         c.hear();
         c.say(json!({"ok": {"endpoints": [{"endpoint": 1, "type": "msg",
                                            "fabric_addr": "10.0.0.1\n7    9",
@@ -2816,9 +2810,7 @@ fn a_great_many_counters_are_shown_in_linear_time() {
     const COUNTERS: u64 = 100_000;
     let counters: Vec<Value> = (0..COUNTERS).map(|i| json!([format!("C{i}"), i])).collect();
     let (path, server) = scripted("many-counters", move |c| {
-        c.hear();
-        c.say(json!({"ok": {"protocol": 1, "pid": 1, "program": "p",
-                            "nics": [{"nic": 0, "open": true}]}}));
+        c.answer_hello();
         c.hear();
         c.say(json!({"ok": {"counters": counters}}));
     });
