@@ -540,19 +540,7 @@ fn insertsvc_of_a_name_that_does_not_resolve_fails_the_address() {
         ..AvAttr::default()
     });
     strings.set_resolver(fake_resolver);
-    let text = "uet://nosuchhost/1";
-    let (mut fa, mut st) = ([5u64], [1i32]);
-    assert_eq!(
-        strings.insert_str(&[text], Some(&mut fa), FI_SYNC_ERR, Some(&mut st)),
-        Ok(0)
-    );
-    assert_eq!((fa[0], st[0]), (FI_ADDR_NOTAVAIL, EADDRNOTAVAIL));
-    let (mut fa, mut st) = (5u64, 1i32);
-    assert_eq!(
-        strings.insertsvc(text, None, Some(&mut fa), FI_SYNC_ERR, Some(&mut st)),
-        Ok(0)
-    );
-    assert_eq!((fa, st), (FI_ADDR_NOTAVAIL, EADDRNOTAVAIL));
+    fails_the_address_in_both_calls(&mut strings, "uet://nosuchhost/1", EADDRNOTAVAIL);
     assert!(av.is_empty() && strings.is_empty());
     assert_in_step(&av);
     assert_in_step(&strings);
@@ -575,19 +563,7 @@ fn insertsvc_of_a_name_resolving_to_an_unusable_address_fails_the_address() {
         ..AvAttr::default()
     });
     strings.set_resolver(resolver);
-    let text = "uet://mcast/1";
-    let (mut fa, mut st) = ([5u64], [1i32]);
-    assert_eq!(
-        strings.insert_str(&[text], Some(&mut fa), FI_SYNC_ERR, Some(&mut st)),
-        Ok(0)
-    );
-    assert_eq!((fa[0], st[0]), (FI_ADDR_NOTAVAIL, EINVAL));
-    let (mut fa, mut st) = (5u64, 1i32);
-    assert_eq!(
-        strings.insertsvc(text, None, Some(&mut fa), FI_SYNC_ERR, Some(&mut st)),
-        Ok(0)
-    );
-    assert_eq!((fa, st), (FI_ADDR_NOTAVAIL, EINVAL));
+    fails_the_address_in_both_calls(&mut strings, "uet://mcast/1", EINVAL);
     let mut av = open(4);
     av.set_resolver(resolver);
     let (mut fa, mut st) = (5u64, 1i32);
@@ -885,5 +861,35 @@ fn straddr_of_a_string_av_copies_the_bytes_as_they_are() {
         &buf[..16],
         b"fi_addr_uet://\xff\0",
         "truncated, NUL-terminated"
+    );
+}
+
+/// `text`, an `FI_ADDR_STR` address, given to `fi_av_insert` and to `fi_av_insertsvc` of the
+/// string AV `strings` with `FI_SYNC_ERR`: each call inserts nothing and returns 0, with
+/// `FI_ADDR_NOTAVAIL` in its `fi_addr` and `errno` in its status.
+fn fails_the_address_in_both_calls(
+    strings: &mut uet_av::AddressVector<MemoryNicTable>,
+    text: &str,
+    errno: i32,
+) {
+    let (mut fa, mut st) = ([5u64], [1i32]);
+    assert_eq!(
+        strings.insert_str(&[text], Some(&mut fa), FI_SYNC_ERR, Some(&mut st)),
+        Ok(0)
+    );
+    assert_eq!(
+        (fa[0], st[0]),
+        (FI_ADDR_NOTAVAIL, errno),
+        "fi_av_insert of {text}"
+    );
+    let (mut fa, mut st) = (5u64, 1i32);
+    assert_eq!(
+        strings.insertsvc(text, None, Some(&mut fa), FI_SYNC_ERR, Some(&mut st)),
+        Ok(0)
+    );
+    assert_eq!(
+        (fa, st),
+        (FI_ADDR_NOTAVAIL, errno),
+        "fi_av_insertsvc of {text}"
     );
 }
