@@ -35,6 +35,12 @@
 //! * PIDonFEP = member 0's + service, initiator = member 0's + service,
 //! * every other field as member 0.
 //!
+//! A member that would not be a valid address (`UetAddress::symmetric_member`, the rule the
+//! host's mirror applies: a fabric address that is multicast, broadcast, unspecified, or an
+//! IPv4-mapped one of those) does not exist: its index translates as an invalid entry
+//! (`AddrNotAvail` at send) and reads back invalid. AV_WRITE refuses a range whose last
+//! member, or first member of the widest service, is no such address.
+//!
 //! A range entry covers table indices `range_first .. range_first + range_count`; index
 //! `range_first + i` holds member `range_offset + i` ([`NicAvEntry::range_member`]). AV_WRITE
 //! takes a range entry as one record at index `range_first`. AV_INVALIDATE of an index inside
@@ -271,7 +277,8 @@ impl NicAvEntry {
 
     /// Member `m` of this range's symmetric set, as the entry for one index: address fields
     /// computed by the rule in the module docs, range fields kept. `None` when this is not a
-    /// range entry or a field of the member would overflow.
+    /// range entry, a field of the member would overflow, or the member is not a valid address
+    /// (as `UetAddress::symmetric_member` says).
     pub fn set_member(&self, m: u32) -> Option<NicAvEntry> {
         if !self.is_range() {
             return None;
@@ -297,6 +304,11 @@ impl NicAvEntry {
             let fa = u32::from_be_bytes([a[0], a[1], a[2], a[3]]).checked_add(node)?;
             e.fabric_addr[..4].copy_from_slice(&fa.to_be_bytes());
         }
+        // The member is the address `UetAddress::symmetric_member` gives — the rule the
+        // host's mirror applies — or none: a node that lands on an address no peer can have
+        // (multicast, broadcast, unspecified, or an IPv4-mapped one of those) is no member,
+        // so the NIC never sends to an index its host holds no peer at.
+        e.peer_address()?.validate().ok()?;
         Some(e)
     }
 
@@ -505,7 +517,7 @@ impl NicAvEntry {
             if u64::from(self.range_first.get()) + u64::from(count) > u64::from(u32::MAX) {
                 return Err("range extends past the largest index");
             }
-            // Every member must be representable. The last member has the last node (the
+            // Every member must be representable (and a valid address). The last member has the last node (the
             // widest fabric address); the widest service (PIDonFEP and initiator) is svc - 1
             // if any member has it — the first such member, which may come before the last
             // when the range crosses a node boundary — else the last member's.

@@ -2521,3 +2521,53 @@ fn a_destroyed_endpoints_reassembly_dropped_for_room_is_refused_when_its_packets
     assert_eq!(c.return_code, ReturnCode::Undeliverable as u8);
     assert!(b.peek_cq(&eb2).is_none(), "no receive taken");
 }
+
+/// A range member is the address `UetAddress::symmetric_member` gives, or none: the NIC
+/// sends to no member the host's rule does not make an address. Across the IPv4-mapped
+/// broadcast address ::ffff:255.255.255.255 (which reaches 255.255.255.255) the middle
+/// member of this range is no usable address — the send to it completes `AddrNotAvail` and
+/// nothing leaves the NIC — while its neighbours are; and a range whose last member would be
+/// a multicast address is refused as one that overflows.
+#[test]
+fn a_range_member_that_is_no_usable_address_is_not_sent_to() {
+    let fabric = Fabric::new();
+    let mut a = Driver::new(&fabric, "fd00::1");
+    let av = a.av_create(64, 0).unwrap();
+    let mut ea = a.ep_create(av, JOB, 0x1111, 4).unwrap();
+    let mut peer = a.address_of(&ea, 0x1111);
+    peer.fabric_addr = addr("::ffff:255.255.255.254");
+    let base = NicAvEntry::for_peer(&peer, JOB);
+    a.av_write(av, &[(10, NicAvEntry::range(&base, 1, 10, 0, 3))])
+        .unwrap();
+    assert!(peer.symmetric_member(1, 1).is_none(), "the host's rule");
+    let sent = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = sent.clone();
+    fabric.hold_frames(move |f| {
+        log.lock().unwrap().push(frame::peek_dst_ip(f));
+        true
+    });
+    a.send(&mut ea, 11, 1, b"x", 1, 0);
+    let c = a.poll_cq(&mut ea).expect("a completion");
+    assert_eq!(
+        (c.context.get(), status(&c)),
+        (1, LocalStatus::AddrNotAvail)
+    );
+    assert_eq!(*sent.lock().unwrap(), [], "nothing sent");
+    assert_eq!(a.f.counter(TX_PACKETS), 0);
+    // Its neighbours are members as the host computes them.
+    for (index, m) in [(10, 0), (12, 2)] {
+        let nic = a.av_read(av, index, 1).unwrap()[0].peer_address();
+        assert_eq!(nic, peer.symmetric_member(1, m), "index {index}");
+    }
+    let mid = a.av_read(av, 11, 1).unwrap()[0];
+    assert!(!mid.is_valid(), "no member at 11: {mid:?}");
+
+    let mut v4 = peer;
+    v4.fabric_addr = addr("223.255.255.254");
+    let to_multicast = NicAvEntry::range(&NicAvEntry::for_peer(&v4, JOB), 1, 20, 0, 3);
+    assert!(v4.symmetric_member(1, 2).is_none(), "224.0.0.0 is no peer");
+    assert_eq!(
+        a.av_write(av, &[(20, to_multicast)]),
+        Err(Status::InvalidField)
+    );
+}
