@@ -66,7 +66,7 @@
 //! `tx_errors`; a successful one counts in the endpoint's message or RMA counters.
 //!
 //! A datagram endpoint (`EP_FLAG_DGRAM`) refuses WRITE, READ and messages longer than the MTU
-//! (`BadDescriptor`), sends each SEND or TAGGED_SEND as one PDS UUD_REQ packet (no PDC: no
+//! (`BadDescriptor`, with the checks of step 1: before any of the buffer is read), sends each SEND or TAGGED_SEND as one PDS UUD_REQ packet (no PDC: no
 //! PSN, no SYN, message id 0, source port 0xC000) and completes it `Ok` once the packet is handed to the
 //! fabric. `TX_FLAG_CONTROL` (SEND only) puts resource index 0 in the request instead of
 //! `entry.ri_start + rx_ctx`. Contexts of an endpoint send with its initiator ID.
@@ -209,6 +209,13 @@ impl Nic {
         let Some(op) = malformed(d, self.cfg.max_msg) else {
             return self.tx_fail(handle, d, LocalStatus::BadDescriptor);
         };
+        // What a datagram endpoint cannot carry is refused as the descriptor it is, before
+        // any of its buffer is read: no DMA fault for a buffer it would never use, and no
+        // copy of a message it would not send.
+        let dgram_refuses = op.is_rma() || len > u32::from(self.cfg.mtu);
+        if dgram_refuses && self.eps.get(handle).is_some_and(|ep| ep.dgram) {
+            return self.tx_fail(handle, d, LocalStatus::BadDescriptor);
+        }
         let mut payload = Vec::new();
         let local = if op == TxOpcode::Read {
             // The response lands there: the memory must be writable, as well as mapped.
@@ -226,9 +233,6 @@ impl Nic {
         };
         let (serial, initiator, av, owner, dgram) =
             (ep.serial, ep.initiator, ep.av, ep.owner, ep.dgram);
-        if dgram && (op.is_rma() || len > u32::from(self.cfg.mtu)) {
-            return self.tx_fail(handle, d, LocalStatus::BadDescriptor);
-        }
         let translated = match self.avs.get(av) {
             Some(t) => t.translate(d.dest.get()),
             None => Err(TranslateError::NotAvail),

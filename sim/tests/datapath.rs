@@ -2571,3 +2571,48 @@ fn a_range_member_that_is_no_usable_address_is_not_sent_to() {
         Err(Status::InvalidField)
     );
 }
+
+/// A datagram endpoint refuses WRITE, READ and messages longer than the MTU as descriptors
+/// it cannot carry (`BadDescriptor`) whatever their buffer: it reads none of it, so a buffer
+/// outside mapped memory is no DMA fault, and nothing is sent.
+#[test]
+fn a_datagram_endpoint_refuses_what_it_cannot_carry_before_reading_the_buffer() {
+    let fabric = Fabric::new();
+    let mut a = Driver::new(&fabric, "10.0.0.1");
+    let av = a.av_create(64, 0).unwrap();
+    let (mut body, base) = a.ep_body(JOB, 0x1111, 4);
+    body.flags = uet_fwif::admin::EP_FLAG_DGRAM;
+    let mut ea = a.ep_create_with(av, body, base).unwrap();
+    let mut peer = a.address_of(&ea, 0x2222);
+    peer.fabric_addr = addr("10.0.0.2");
+    a.av_write(av, &[(3, NicAvEntry::for_peer(&peer, JOB))])
+        .unwrap();
+    let mtu = a.f.read(CAP_PROFILES).mtu();
+    let unmapped = TxDescriptor {
+        len: U32::new(16),
+        buf: U64::new(0x7000_0000),
+        dest: U64::new(3),
+        ..Default::default()
+    };
+    for (context, opcode, len) in [
+        (1, TxOpcode::Write, 16),
+        (2, TxOpcode::Read, 16),
+        (3, TxOpcode::Send, u32::from(mtu) + 1),
+    ] {
+        let d = TxDescriptor {
+            opcode: opcode as u8,
+            len: U32::new(len),
+            context: U64::new(context),
+            ..unmapped
+        };
+        a.post_send_desc(&mut ea, d);
+        let c = a.poll_cq(&mut ea).expect("a completion");
+        assert_eq!(
+            (c.context.get(), status(&c)),
+            (context, LocalStatus::BadDescriptor),
+            "{opcode:?}"
+        );
+    }
+    assert_eq!(a.f.counter(DMA_FAULTS), 0, "no buffer was read");
+    assert_eq!(a.f.counter(TX_PACKETS), 0);
+}
