@@ -2095,8 +2095,8 @@ impl<N: NicAvTable> AddressVector<N> {
 
     /// Make the NIC hold what the mirror holds: rewrite the entries in doubt (see "When the
     /// NIC does not answer"), send the records of pending `FI_MORE` inserts and, on an
-    /// `FI_EVENT` AV, wait for the AV_WRITEs in flight and release what the NIC refused (its
-    /// events are posted by progress, as ever). What a tool that reads the NIC table back
+    /// `FI_EVENT` AV, wait for the AV_WRITEs in flight, post the events of the calls they
+    /// finish, and release what the NIC refused. What a tool that reads the NIC table back
     /// calls first; every synchronous call of the AV does the same.
     pub fn settle(&mut self) -> Result<(), FiError> {
         self.settle_nic()

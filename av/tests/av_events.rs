@@ -738,6 +738,132 @@ fn a_refusal_at_the_deferred_nic_reports_its_code() {
     assert_eq!(av.len(), 0);
 }
 
+/// A NIC whose AV_WRITEs each complete when the test opens that write's own gate, in any
+/// order.
+#[derive(Clone)]
+struct GatedNic {
+    table: Arc<Mutex<MemoryNicTable>>,
+    /// One gate per write submitted, in submission order.
+    gates: Arc<Mutex<Vec<Arc<AtomicBool>>>>,
+}
+
+impl GatedNic {
+    fn open(&self, write: usize) {
+        self.gates.lock().unwrap()[write].store(true, Ordering::Release);
+    }
+}
+
+impl NicAvTable for GatedNic {
+    fn write_entries(&mut self, records: &[AvWriteRecord]) -> Result<(), NicError> {
+        self.table.lock().unwrap().write_entries(records)
+    }
+    fn invalidate(&mut self, indices: &[u32]) -> Result<(), NicError> {
+        self.table.lock().unwrap().invalidate(indices)
+    }
+    fn read_entries(&mut self, first: u32, out: &mut [NicAvEntry]) -> Result<(), NicError> {
+        self.table.lock().unwrap().read_entries(first, out)
+    }
+    fn submit_write(
+        &mut self,
+        records: &[AvWriteRecord],
+    ) -> Result<Box<dyn PendingWrite>, NicError> {
+        let gate = Arc::new(AtomicBool::new(false));
+        self.gates.lock().unwrap().push(gate.clone());
+        Ok(Box::new(DeferredWrite {
+            table: self.table.clone(),
+            gate,
+            records: records.to_vec(),
+            outcome: None,
+        }))
+    }
+}
+
+/// The index of an address the NIC refused goes to no other insert before the refusal is
+/// posted: until then the application may still name the address by it (the provider sets
+/// its `fi_addr` to `FI_ADDR_NOTAVAIL` when the error entry is posted), and a send would
+/// reach the new peer. Whether the refusal is taken in by a remove or settle, which wait for
+/// the writes in flight, or by a progress while an earlier call still waits for the NIC.
+#[test]
+fn a_refused_index_goes_to_no_other_insert_before_its_failure_is_posted() {
+    // Taken in by settle (a remove does the same).
+    let (mut av, nic) = open_deferred(16);
+    let sink = Sink::new();
+    av.bind(sink.clone(), 0).unwrap();
+    let mut first = [0u64];
+    av.with_context(1)
+        .insert(&peer_bytes(1), 1, Some(&mut first), 0)
+        .unwrap();
+    nic.table.lock().unwrap().fail_after(NicOp::Write, 0);
+    av.settle().unwrap();
+    let mut second = [0u64];
+    av.with_context(2)
+        .insert(&peer_bytes(2), 1, Some(&mut second), 0)
+        .unwrap();
+    let posted = short(sink.take());
+    assert!(
+        second != first || posted.contains(&Ev::Err(1, 0, FiErrno::FI_EIO)),
+        "index {} given again before its refusal was posted: {posted:?}",
+        second[0]
+    );
+    nic.gate.store(true, Ordering::Release);
+    sink.read();
+    assert_eq!(av.index_of(second[0]), Ok(second[0] as u32));
+    assert!(av.verify_nic().unwrap().is_empty());
+
+    // Taken in by a progress while the call before still waits for its write.
+    let nic = GatedNic {
+        table: Arc::new(Mutex::new(MemoryNicTable::new(16))),
+        gates: Default::default(),
+    };
+    let mut av = AddressVector::open(nic.clone(), event_attr(16), LIMITS).unwrap();
+    let sink = Sink::new();
+    av.bind(sink.clone(), 0).unwrap();
+    av.with_context(1)
+        .insert(&peer_bytes(1), 1, None, 0)
+        .unwrap();
+    let mut refused = [0u64];
+    av.with_context(2)
+        .insert(&peer_bytes(2), 1, Some(&mut refused), 0)
+        .unwrap();
+    nic.table.lock().unwrap().fail_after(NicOp::Write, 0);
+    nic.open(1);
+    assert!(sink.read().is_empty(), "call 1 is still in flight");
+    assert!(av.index_of(refused[0]).is_err(), "taken back at once");
+    let mut third = [0u64];
+    av.with_context(3)
+        .insert(&peer_bytes(3), 1, Some(&mut third), 0)
+        .unwrap();
+    assert_ne!(
+        third, refused,
+        "the refused index was given again before its refusal was posted"
+    );
+    nic.open(0);
+    nic.open(2);
+    assert_eq!(
+        short(sink.read()),
+        vec![
+            Ev::Done(1, 1),
+            Ev::Err(2, 0, FiErrno::FI_EIO),
+            Ev::Done(2, 0),
+            Ev::Done(3, 1),
+        ]
+    );
+    assert!(
+        av.index_of(refused[0]).is_err(),
+        "after its error entry is read, the refused index names no address"
+    );
+    // Posted: the next call releases it, and an insert takes it again.
+    let mut fourth = [0u64];
+    av.with_context(4)
+        .insert(&peer_bytes(4), 1, Some(&mut fourth), 0)
+        .unwrap();
+    assert_eq!(fourth, refused);
+    nic.open(3);
+    assert_eq!(short(sink.read()), vec![Ev::Done(4, 1)]);
+    assert_eq!(av.len(), 3);
+    assert!(av.verify_nic().unwrap().is_empty());
+}
+
 #[test]
 fn remove_and_set_user_id_wait_for_writes_in_flight() {
     let (mut av, nic, sink) = two_in_flight(FI_AV_USER_ID);
@@ -747,7 +873,7 @@ fn remove_and_set_user_id_wait_for_writes_in_flight() {
     av.remove(&[0], 0).unwrap();
     assert!(!nic.valid(0));
     assert_eq!(av.user_id(1).unwrap(), Some(77));
-    // The insert's events are still posted by progress.
+    // The insert's events were posted when the write was waited for.
     assert_eq!(short(sink.read()), vec![Ev::Done(1, 2)]);
 }
 

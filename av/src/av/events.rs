@@ -12,11 +12,12 @@
 //! address (from the mirror). Once `FI_AV_COMPLETE` is read, sends reach the inserted
 //! addresses. If the NIC refuses an AV_WRITE, or does not answer it, its addresses are
 //! reported failed and their indices are revoked at once for `lookup`, `index_of`, `address`,
-//! `remove`, `len` and `iter`, and released from the mirror (reusable) at the AV's next
-//! call. The indices of a write that went unanswered are also rewritten on the NIC,
-//! by synchronous commands, before the next insert takes any index, once the writes still in
-//! flight have completed (see `reconcile_before_insert`): the one time an insert waits for
-//! the NIC.
+//! `remove`, `len` and `iter`, and released from the mirror (reusable) at the AV's first
+//! call after their error entries are posted, never before: until then the application may
+//! still name the address by its index. The indices of a write that went unanswered are
+//! also rewritten on the NIC, by synchronous commands, before the next insert takes any
+//! index, once the writes still in flight have completed (see `reconcile_before_insert`):
+//! the one time an insert waits for the NIC.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -77,12 +78,31 @@ struct AsyncInner {
     writes: VecDeque<InFlight>,
     /// Tags of the AV's pending `FI_MORE` records, aligned with `AddressVector::pending`.
     staged: Vec<Tag>,
-    /// Records the NIC refused, `(first index, indices)`, still in the mirror until the AV's
-    /// next call.
-    revoked: Vec<(u32, u32)>,
+    /// Records the NIC refused, still in the mirror until the AV's first call after their
+    /// call's events are posted ([`AddressVector::reconcile`]).
+    revoked: Vec<Revoked>,
     /// Those of them whose AV_WRITE went unanswered and may yet be applied: once released
     /// from the mirror, their indices are in doubt on the NIC ([`AddressVector::repair`]).
-    revoked_in_doubt: Vec<(u32, u32)>,
+    revoked_in_doubt: Vec<Revoked>,
+}
+
+/// A record the NIC refused: the call it belongs to, its first index, and the indices it
+/// covers.
+#[derive(Clone, Copy, Debug)]
+struct Revoked {
+    seq: u64,
+    index: u32,
+    count: u32,
+}
+
+impl From<&Tag> for Revoked {
+    fn from(t: &Tag) -> Self {
+        Revoked {
+            seq: t.seq,
+            index: t.index,
+            count: t.count,
+        }
+    }
 }
 
 /// One insert call.
@@ -177,7 +197,7 @@ impl EventState {
             .lock()
             .revoked
             .iter()
-            .any(|&(first, count)| index >= first && index - first < count)
+            .any(|r| index >= r.index && index - r.index < r.count)
     }
 }
 
@@ -271,7 +291,7 @@ impl AsyncInner {
             }
         }
         if failure.is_some() && revoke && !tags.is_empty() {
-            self.revoked.extend(tags.iter().map(|t| (t.index, t.count)));
+            self.revoked.extend(tags.iter().map(Revoked::from));
             shared.revoked_any.store(true, Ordering::Release);
         }
     }
@@ -319,7 +339,7 @@ impl AsyncInner {
                     );
                     if e.in_doubt {
                         self.revoked_in_doubt
-                            .extend(w.tags.iter().map(|t| (t.index, t.count)));
+                            .extend(w.tags.iter().map(Revoked::from));
                     }
                 }
             }
@@ -596,7 +616,12 @@ impl<N: NicAvTable> AddressVector<N> {
         }
     }
 
-    /// Release from the mirror the indices the NIC refused.
+    /// Release from the mirror the indices the NIC refused whose calls' events are posted.
+    /// The others stay revoked (unused for lookups, taken by no insert) until then: the
+    /// application may still name an address by its index until the error entry that fails
+    /// it is posted (the provider then sets its `fi_addr` to `FI_ADDR_NOTAVAIL`), so the index
+    /// must not name another address meanwhile. Events are posted in call order, so a refusal
+    /// taken in while an earlier call still waits for the NIC is posted only after that call.
     pub(super) fn reconcile(&mut self) {
         let Some(state) = self.events.as_deref() else {
             return;
@@ -606,19 +631,28 @@ impl<N: NicAvTable> AddressVector<N> {
         }
         let (revoked, in_doubt) = {
             let mut inner = state.shared.lock();
-            state.shared.revoked_any.store(false, Ordering::Release);
-            (
-                core::mem::take(&mut inner.revoked),
-                core::mem::take(&mut inner.revoked_in_doubt),
-            )
+            // Every call before the first one not reported has had its events posted.
+            let posted_below = inner.calls.front().map_or(u64::MAX, |c| c.seq);
+            let posted = |r: &Revoked| r.seq < posted_below;
+            let (revoked, kept): (Vec<Revoked>, Vec<Revoked>) =
+                inner.revoked.drain(..).partition(posted);
+            inner.revoked = kept;
+            let (in_doubt, kept): (Vec<Revoked>, Vec<Revoked>) =
+                inner.revoked_in_doubt.drain(..).partition(posted);
+            inner.revoked_in_doubt = kept;
+            state
+                .shared
+                .revoked_any
+                .store(!inner.revoked.is_empty(), Ordering::Release);
+            (revoked, in_doubt)
         };
-        for (first, _) in revoked {
-            self.drop_record(first, false);
+        for r in revoked {
+            self.drop_record(r.index, false);
         }
         // A write that went unanswered may still land: the NIC is told again what the mirror
         // now holds there (nothing, or a later insert's entry) at the next settling call.
-        for (first, count) in in_doubt {
-            self.in_doubt.extend(first..first + count);
+        for r in in_doubt {
+            self.in_doubt.extend(r.index..r.index + r.count);
         }
     }
 
@@ -639,7 +673,11 @@ impl<N: NicAvTable> AddressVector<N> {
         if self.is_event() && !self.nothing_in_doubt() {
             if let Some(state) = self.events.as_deref() {
                 let shared = state.shared.clone();
-                shared.lock().reap(&shared, true);
+                let mut inner = shared.lock();
+                inner.reap(&shared, true);
+                // Every call sent is answered now: its events are posted, so that what the
+                // NIC refused is released below, not rewritten from the mirror.
+                inner.post_ready(shared.av);
             }
             self.reconcile();
             self.repair().map_err(|e| {
@@ -663,7 +701,7 @@ impl<N: NicAvTable> AddressVector<N> {
                 .lock()
                 .revoked
                 .iter()
-                .map(|&(_, count)| u64::from(count))
+                .map(|r| u64::from(r.count))
                 .sum(),
             _ => 0,
         }
@@ -678,15 +716,18 @@ impl<N: NicAvTable> AddressVector<N> {
         }
     }
 
-    /// Submit pending records, wait until every AV_WRITE in flight completed, and release
-    /// what the NIC refused: the NIC then holds what the mirror holds. Events are not posted
-    /// here (progress does that). Synchronous calls of an `FI_EVENT` AV (remove,
+    /// Submit pending records, wait until every AV_WRITE in flight completed, post the
+    /// events of every call (each is answered now), and release what the NIC refused: the
+    /// NIC then holds what the mirror holds. Synchronous calls of an `FI_EVENT` AV (remove,
     /// set_user_id, verify) start with this, so they never race an insert in flight.
     pub(super) fn drain(&mut self) {
         self.submit_pending();
         if let Some(state) = self.events.as_deref() {
             let shared = state.shared.clone();
-            shared.lock().reap(&shared, true);
+            let mut inner = shared.lock();
+            inner.reap(&shared, true);
+            // A refusal is released only once posted (see `reconcile`).
+            inner.post_ready(shared.av);
         }
         self.reconcile();
     }

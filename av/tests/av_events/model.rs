@@ -141,9 +141,9 @@ impl EventNic for MemoryNicTable {
 enum EvSlot {
     Free,
     Held([u8; 32]),
-    /// The NIC refused its write and that is known: lookups fail; free again at the AV's next
-    /// call.
-    Refused,
+    /// The NIC refused the write of call `.0`'s address and that is known: lookups fail; free
+    /// again at the AV's first call once the call's events are posted.
+    Refused(u64),
 }
 
 /// One insert call: its context, records not yet written, and outcome so far.
@@ -169,6 +169,8 @@ struct EvModel {
     sent: Vec<(u64, u64, usize, bool)>,
     /// The NIC refuses its next AV_WRITE.
     fail_write: bool,
+    /// Events posted and not read yet.
+    posted: Vec<Ev>,
 }
 
 impl EvModel {
@@ -176,11 +178,15 @@ impl EvModel {
         self.calls.iter_mut().find(|c| c.seq == seq)
     }
 
-    /// What every call of the AV starts with: refused indices are free again.
+    /// What every call of the AV starts with: refused indices whose calls' events are posted
+    /// are free again.
     fn release(&mut self) {
+        let calls = &self.calls;
         for s in &mut self.slots {
-            if *s == EvSlot::Refused {
-                *s = EvSlot::Free;
+            if let EvSlot::Refused(seq) = *s {
+                if !calls.iter().any(|c| c.seq == seq) {
+                    *s = EvSlot::Free;
+                }
             }
         }
     }
@@ -238,7 +244,7 @@ impl EvModel {
     fn collect(&mut self) {
         for (seq, pos, index, written) in std::mem::take(&mut self.sent) {
             if !written {
-                self.slots[index] = EvSlot::Refused;
+                self.slots[index] = EvSlot::Refused(seq);
             }
             if let Some(c) = self.call(seq) {
                 c.waiting -= 1;
@@ -251,27 +257,33 @@ impl EvModel {
         }
     }
 
-    /// Reading the queue: the writes are collected, and the calls finished, in call order,
-    /// post their events.
-    fn read(&mut self) -> Vec<Ev> {
-        self.collect();
-        let mut events = Vec::new();
+    /// The calls finished, in call order, post their events.
+    fn post(&mut self) {
         while self.calls.front().is_some_and(|c| c.waiting == 0) {
             let Some(mut c) = self.calls.pop_front() else {
                 break;
             };
             c.failed.sort_by_key(|f| f.0);
-            events.extend(c.failed.iter().map(|&(p, e)| Ev::Err(c.context, p, e)));
-            events.push(Ev::Done(c.context, c.inserted));
+            self.posted
+                .extend(c.failed.iter().map(|&(p, e)| Ev::Err(c.context, p, e)));
+            self.posted.push(Ev::Done(c.context, c.inserted));
         }
-        events
     }
 
-    /// A synchronous call: pending records are sent and every write collected first (events
-    /// wait for the next read), then refused indices are free again.
+    /// Reading the queue: the writes are collected, the calls finished post their events,
+    /// and everything posted is read.
+    fn read(&mut self) -> Vec<Ev> {
+        self.collect();
+        self.post();
+        std::mem::take(&mut self.posted)
+    }
+
+    /// A synchronous call: pending records are sent and every write collected first, the
+    /// calls finished post their events, then refused indices are free again.
     fn settle(&mut self) {
         self.submit();
         self.collect();
+        self.post();
         self.release();
     }
 
@@ -337,6 +349,7 @@ pub(crate) fn ev_run<N: EventNic>(
         staged: Vec::new(),
         sent: Vec::new(),
         fail_write: false,
+        posted: Vec::new(),
     };
     let job_id = av.attr().job_id;
     let mut seen = Vec::new();
