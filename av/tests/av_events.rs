@@ -478,6 +478,64 @@ fn a_write_the_nic_has_no_room_for_fails_its_addresses_with_eagain() {
     assert!(av.verify_nic().unwrap().is_empty());
 }
 
+/// An AV_WRITE the NIC has no room for fails the records of the `FI_MORE` calls before the
+/// one that sent it too. Those calls have returned their indices: no other insert takes them
+/// until the error entries that fail them are posted (the provider then sets their `fi_addr`
+/// to `FI_ADDR_NOTAVAIL`), else an address the application still names by its index would
+/// be another peer's.
+#[test]
+fn indices_an_fi_more_call_returned_go_to_no_insert_before_its_unsent_write_is_posted() {
+    let mut av = open_event(16);
+    let sink = Sink::new();
+    av.bind(sink.clone(), 0).unwrap();
+    let mut first = [0u64];
+    av.with_context(1)
+        .insert(&peer_bytes(1), 1, Some(&mut first), FI_MORE)
+        .unwrap();
+    av.nic_mut().inject(NicOp::Write, 0, uet_av::Fault::Busy);
+    let mut second = [0u64];
+    av.with_context(2)
+        .insert(&peer_bytes(2), 1, Some(&mut second), 0)
+        .unwrap();
+    assert_eq!(
+        second,
+        [FI_ADDR_NOTAVAIL],
+        "the call's own fi_addr says so at once"
+    );
+    assert!(av.index_of(first[0]).is_err(), "taken back at once");
+    let mut third = [0u64];
+    av.with_context(3)
+        .insert(&peer_bytes(3), 1, Some(&mut third), 0)
+        .unwrap();
+    let posted = short(sink.take());
+    assert!(
+        third != first || posted.contains(&Ev::Err(1, 0, FiErrno::FI_EAGAIN)),
+        "index {} given again before its failure was posted: {posted:?}",
+        third[0]
+    );
+    let mut events = posted;
+    events.extend(short(sink.read()));
+    assert_eq!(
+        events,
+        vec![
+            Ev::Err(1, 0, FiErrno::FI_EAGAIN),
+            Ev::Done(1, 0),
+            Ev::Err(2, 0, FiErrno::FI_EAGAIN),
+            Ev::Done(2, 0),
+            Ev::Done(3, 1),
+        ]
+    );
+    assert!(av.index_of(first[0]).is_err() || third == first);
+    // Posted: the next call releases it.
+    let mut fourth = [0u64];
+    av.with_context(4)
+        .insert(&peer_bytes(4), 1, Some(&mut fourth), 0)
+        .unwrap();
+    assert_eq!(short(sink.read()), vec![Ev::Done(4, 1)]);
+    assert_eq!(av.len(), 2);
+    assert!(av.verify_nic().unwrap().is_empty());
+}
+
 /// An asynchronous AV_WRITE that goes unanswered fails its addresses as a refused one does;
 /// since it may yet be applied, the NIC is told again, at the next settling call, what the
 /// mirror holds there (here nothing, whether it was applied or not).

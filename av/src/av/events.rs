@@ -494,12 +494,13 @@ impl<N: NicAvTable> AddressVector<N> {
     }
 
     /// Queue a finished asynchronous call; send its records unless `more` (`FI_MORE`).
-    /// Whether an AV_WRITE could not be submitted (its addresses are released already).
+    /// Whether an AV_WRITE could not be submitted (the call's own addresses in it are
+    /// released already).
     pub(super) fn push_call(&mut self, b: CallBuilder, more: bool) -> bool {
         let Some(state) = self.events.as_deref() else {
             return false;
         };
-        let sink = {
+        let (seq, sink) = {
             let mut inner = state.shared.lock();
             let seq = inner.next_seq;
             inner.next_seq += 1;
@@ -518,9 +519,9 @@ impl<N: NicAvTable> AddressVector<N> {
                 waiting: b.records.len(),
                 failed: b.failed,
             });
-            inner.sink.clone()
+            (seq, inner.sink.clone())
         };
-        let refused = !more && self.send_pending();
+        let refused = !more && self.send_pending(Some(seq));
         // After the call is queued, where the queue's look at `in_flight` finds it, and after
         // its records went to the NIC, so that a reader woken by it asks to be woken by them.
         if let Some(sink) = sink {
@@ -534,7 +535,7 @@ impl<N: NicAvTable> AddressVector<N> {
     /// calls a refusal settled), and comes back to run progress.
     pub(super) fn submit_pending(&mut self) -> bool {
         let submitted = !self.pending.is_empty();
-        let refused = self.send_pending();
+        let refused = self.send_pending(None);
         let sink = self
             .events
             .as_deref()
@@ -547,8 +548,13 @@ impl<N: NicAvTable> AddressVector<N> {
 
     /// Submit the pending records as AV_WRITEs ([`MAX_BATCH`] each) without waiting. A write
     /// the NIC does not take is settled at once: its addresses fail with `FI_EIO` (`FI_EAGAIN`
-    /// when the NIC had no room for it) and leave the mirror. Whether that happened.
-    fn send_pending(&mut self) -> bool {
+    /// when the NIC had no room for it). Those of call `own`, the insert sending them, leave
+    /// the mirror at once (its `fi_addr` says so before it returns: see
+    /// [`AddressVector::unmark_released`]); those of the `FI_MORE` calls before it, which
+    /// have returned their indices, are revoked as a refused write's are, and leave the
+    /// mirror once their events are posted (see [`AddressVector::reconcile`]). Whether that
+    /// happened.
+    fn send_pending(&mut self, own: Option<u64>) -> bool {
         let Some(state) = self.events.as_deref() else {
             return false;
         };
@@ -588,14 +594,18 @@ impl<N: NicAvTable> AddressVector<N> {
                 Err(e) => {
                     refused = true;
                     warn!(entries = chunk.len(), error = %e, "AV_WRITE not submitted");
-                    for &index in chunk {
-                        self.drop_record(index, false);
-                    }
                     let message = format!(
                         "the AV_WRITE of {} records could not be submitted: {e}",
                         chunk.len()
                     );
-                    inner.settle(&shared, chunk_tags, Some((e.errno(), 0, &message)), false);
+                    let failure = Some((e.errno(), 0, message.as_str()));
+                    for (&index, tag) in chunk.iter().zip(chunk_tags) {
+                        let own_record = Some(tag.seq) == own;
+                        if own_record {
+                            self.drop_record(index, false);
+                        }
+                        inner.settle(&shared, core::slice::from_ref(tag), failure, !own_record);
+                    }
                 }
             }
         }
