@@ -370,14 +370,16 @@ fn a_daemon_that_cannot_say_it_serves_leaves_no_sockets() {
     assert!(left.is_empty(), "left behind {left:?}");
 
     let dir = socket_dir("stdout-closed");
+    // The reader is gone before the daemon starts: whenever it writes its first line, the
+    // write fails (EPIPE).
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
     let mut child = Command::new(env!("CARGO_BIN_EXE_uetctl"))
         .args(["sim", "serve", "--nics", "2", "--dir"])
         .arg(&dir)
-        .stdout(Stdio::piped())
+        .stdout(writer)
         .spawn()
         .expect("start the daemon");
-    // The reader goes before the daemon has bound its sockets and written a line.
-    drop(child.stdout.take());
     let status = exit_within_30_s(&mut child);
     let left: Vec<_> = std::fs::read_dir(&dir)
         .map(|d| d.flatten().map(|e| e.file_name()).collect())
