@@ -2539,20 +2539,43 @@ fn live_registers_of_a_nic_that_reads_all_ones_are_an_error() {
         .iter()
         .map(|r| json!([r.offset, u64::from(u32::MAX)]))
         .collect();
-    let (path, server) = scripted("all-ones", move |c| {
+    let (out, stderr) = regs_of_a_scripted_process("all-ones", 255, regs, false);
+    assert_regs_refused(&out, &stderr, "all ones", "all ones");
+}
+
+/// `uetctl regs --socket` (with `--json` when `json_output`) against a scripted process whose
+/// NIC 0 answers `regs` at host interface 1.`interface_minor`: what it printed, and its
+/// stderr.
+fn regs_of_a_scripted_process(
+    name: &str,
+    interface_minor: u8,
+    regs: Vec<Value>,
+    json_output: bool,
+) -> (std::process::Output, String) {
+    let (path, server) = scripted(name, move |c| {
         c.answer_hello();
         c.hear();
-        c.say(json!({"ok": {"interface_minor": 255, "regs": regs}}));
+        c.say(json!({"ok": {"interface_minor": interface_minor, "regs": regs}}));
     });
-    let (out, stderr) = uetctl_against(&["regs", "--socket"], &path, server);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let args: &[&str] = if json_output {
+        &["--json", "regs", "--socket"]
+    } else {
+        &["regs", "--socket"]
+    };
+    uetctl_against(args, &path, server)
+}
+
+/// The registers were refused: status 2, nothing on stdout, and stderr naming NIC 0 and
+/// `said`.
+fn assert_regs_refused(out: &std::process::Output, stderr: &str, said: &str, case: &str) {
+    assert_eq!(out.status.code(), Some(2), "{case}: {stderr}");
     assert!(
-        stderr.contains("NIC 0") && stderr.contains("all ones"),
-        "{stderr}"
+        stderr.contains("NIC 0") && stderr.contains(said),
+        "{case}: {stderr}"
     );
     assert!(
         out.stdout.is_empty(),
-        "{}",
+        "{case}: {}",
         String::from_utf8_lossy(&out.stdout)
     );
 }
@@ -2581,28 +2604,9 @@ fn live_registers_of_another_device_or_major_version_are_an_error() {
             })
             .collect();
         for json_output in [false, true] {
-            let regs = regs.clone();
-            let (path, server) = scripted(&format!("other-nic-{n}-{json_output}"), move |c| {
-                c.answer_hello();
-                c.hear();
-                c.say(json!({"ok": {"interface_minor": 7, "regs": regs}}));
-            });
-            let args: &[&str] = if json_output {
-                &["--json", "regs", "--socket"]
-            } else {
-                &["regs", "--socket"]
-            };
-            let (out, stderr) = uetctl_against(args, &path, server);
-            assert_eq!(out.status.code(), Some(2), "case {n}: {stderr}");
-            assert!(
-                stderr.contains("NIC 0") && stderr.contains(said),
-                "case {n}: {stderr}"
-            );
-            assert!(
-                out.stdout.is_empty(),
-                "case {n}: {}",
-                String::from_utf8_lossy(&out.stdout)
-            );
+            let name = format!("other-nic-{n}-{json_output}");
+            let (out, stderr) = regs_of_a_scripted_process(&name, 7, regs.clone(), json_output);
+            assert_regs_refused(&out, &stderr, said, &format!("case {n}"));
         }
     }
 }
