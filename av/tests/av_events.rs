@@ -23,7 +23,10 @@ use uet_fwif::{AvWriteRecord, NicAvEntry};
 #[derive(Clone)]
 struct DeferredNic {
     table: Arc<Mutex<MemoryNicTable>>,
+    /// Opens every write's gate at once.
     gate: Arc<AtomicBool>,
+    /// Each write's own gate, in submission order, to complete writes in any order.
+    gates: Arc<Mutex<Vec<Arc<AtomicBool>>>>,
 }
 
 impl DeferredNic {
@@ -31,7 +34,12 @@ impl DeferredNic {
         DeferredNic {
             table: Arc::new(Mutex::new(MemoryNicTable::new(capacity))),
             gate: Arc::new(AtomicBool::new(false)),
+            gates: Default::default(),
         }
+    }
+    /// Let the `write`th write submitted complete.
+    fn open(&self, write: usize) {
+        self.gates.lock().unwrap()[write].store(true, Ordering::Release);
     }
     fn valid(&self, index: u32) -> bool {
         self.table.lock().unwrap().entry(index).unwrap().is_valid()
@@ -41,6 +49,7 @@ impl DeferredNic {
 struct DeferredWrite {
     table: Arc<Mutex<MemoryNicTable>>,
     gate: Arc<AtomicBool>,
+    own_gate: Arc<AtomicBool>,
     records: Vec<AvWriteRecord>,
     outcome: Option<Result<(), NicError>>,
 }
@@ -55,7 +64,7 @@ impl DeferredWrite {
 
 impl PendingWrite for DeferredWrite {
     fn poll(&mut self) -> bool {
-        if self.gate.load(Ordering::Acquire) {
+        if self.gate.load(Ordering::Acquire) || self.own_gate.load(Ordering::Acquire) {
             self.complete();
         }
         self.outcome.is_some()
@@ -89,9 +98,12 @@ impl NicAvTable for DeferredNic {
         &mut self,
         records: &[AvWriteRecord],
     ) -> Result<Box<dyn PendingWrite>, NicError> {
+        let own_gate = Arc::new(AtomicBool::new(false));
+        self.gates.lock().unwrap().push(own_gate.clone());
         Ok(Box::new(DeferredWrite {
             table: self.table.clone(),
             gate: self.gate.clone(),
+            own_gate,
             records: records.to_vec(),
             outcome: None,
         }))
@@ -796,46 +808,6 @@ fn a_refusal_at_the_deferred_nic_reports_its_code() {
     assert_eq!(av.len(), 0);
 }
 
-/// A NIC whose AV_WRITEs each complete when the test opens that write's own gate, in any
-/// order.
-#[derive(Clone)]
-struct GatedNic {
-    table: Arc<Mutex<MemoryNicTable>>,
-    /// One gate per write submitted, in submission order.
-    gates: Arc<Mutex<Vec<Arc<AtomicBool>>>>,
-}
-
-impl GatedNic {
-    fn open(&self, write: usize) {
-        self.gates.lock().unwrap()[write].store(true, Ordering::Release);
-    }
-}
-
-impl NicAvTable for GatedNic {
-    fn write_entries(&mut self, records: &[AvWriteRecord]) -> Result<(), NicError> {
-        self.table.lock().unwrap().write_entries(records)
-    }
-    fn invalidate(&mut self, indices: &[u32]) -> Result<(), NicError> {
-        self.table.lock().unwrap().invalidate(indices)
-    }
-    fn read_entries(&mut self, first: u32, out: &mut [NicAvEntry]) -> Result<(), NicError> {
-        self.table.lock().unwrap().read_entries(first, out)
-    }
-    fn submit_write(
-        &mut self,
-        records: &[AvWriteRecord],
-    ) -> Result<Box<dyn PendingWrite>, NicError> {
-        let gate = Arc::new(AtomicBool::new(false));
-        self.gates.lock().unwrap().push(gate.clone());
-        Ok(Box::new(DeferredWrite {
-            table: self.table.clone(),
-            gate,
-            records: records.to_vec(),
-            outcome: None,
-        }))
-    }
-}
-
 /// The index of an address the NIC refused goes to no other insert before the refusal is
 /// posted: until then the application may still name the address by it (the provider sets
 /// its `fi_addr` to `FI_ADDR_NOTAVAIL` when the error entry is posted), and a send would
@@ -869,10 +841,7 @@ fn a_refused_index_goes_to_no_other_insert_before_its_failure_is_posted() {
     assert!(av.verify_nic().unwrap().is_empty());
 
     // Taken in by a progress while the call before still waits for its write.
-    let nic = GatedNic {
-        table: Arc::new(Mutex::new(MemoryNicTable::new(16))),
-        gates: Default::default(),
-    };
+    let nic = DeferredNic::new(16);
     let mut av = AddressVector::open(nic.clone(), event_attr(16), LIMITS).unwrap();
     let sink = Sink::new();
     av.bind(sink.clone(), 0).unwrap();
