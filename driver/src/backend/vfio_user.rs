@@ -583,6 +583,31 @@ mod tests {
     #[derive(Default)]
     struct StubFunction(std::sync::Arc<std::sync::Mutex<Vec<u32>>>);
 
+    /// The `ServerBackend` methods of a test server whose function takes DMA mappings and
+    /// resets without doing anything.
+    macro_rules! no_dma_and_no_reset {
+        () => {
+            fn dma_map(
+                &mut self,
+                _: DmaMapFlags,
+                _: u64,
+                _: u64,
+                _: u64,
+                _: Option<File>,
+            ) -> std::io::Result<()> {
+                Ok(())
+            }
+
+            fn dma_unmap(&mut self, _: DmaUnmapFlags, _: u64, _: u64) -> std::io::Result<()> {
+                Ok(())
+            }
+
+            fn reset(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        };
+    }
+
     impl ServerBackend for StubFunction {
         fn region_read(
             &mut self,
@@ -615,24 +640,7 @@ mod tests {
             Ok(())
         }
 
-        fn dma_map(
-            &mut self,
-            _: DmaMapFlags,
-            _: u64,
-            _: u64,
-            _: u64,
-            _: Option<File>,
-        ) -> std::io::Result<()> {
-            Ok(())
-        }
-
-        fn dma_unmap(&mut self, _: DmaUnmapFlags, _: u64, _: u64) -> std::io::Result<()> {
-            Ok(())
-        }
-
-        fn reset(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
+        no_dma_and_no_reset!();
 
         fn set_irqs(
             &mut self,
@@ -801,24 +809,7 @@ mod tests {
             Ok(())
         }
 
-        fn dma_map(
-            &mut self,
-            _: DmaMapFlags,
-            _: u64,
-            _: u64,
-            _: u64,
-            _: Option<File>,
-        ) -> std::io::Result<()> {
-            Ok(())
-        }
-
-        fn dma_unmap(&mut self, _: DmaUnmapFlags, _: u64, _: u64) -> std::io::Result<()> {
-            Ok(())
-        }
-
-        fn reset(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
+        no_dma_and_no_reset!();
 
         fn set_irqs(
             &mut self,
@@ -956,24 +947,7 @@ mod tests {
             Ok(())
         }
 
-        fn dma_map(
-            &mut self,
-            _: DmaMapFlags,
-            _: u64,
-            _: u64,
-            _: u64,
-            _: Option<File>,
-        ) -> std::io::Result<()> {
-            Ok(())
-        }
-
-        fn dma_unmap(&mut self, _: DmaUnmapFlags, _: u64, _: u64) -> std::io::Result<()> {
-            Ok(())
-        }
-
-        fn reset(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
+        no_dma_and_no_reset!();
 
         fn set_irqs(
             &mut self,
