@@ -285,15 +285,7 @@ fn the_tagged_ring_of_an_endpoint_without_one_is_an_invalid_field() {
 #[test]
 fn before_interface_1_19_a_multi_receive_buffer_is_not_withdrawn() {
     let mut p = pair(since::MULTI_RECV_CANCEL - 1);
-    let d = RxDescriptor {
-        buf: U64::new(p.b.iova(BUFS_OFF + 0x2000)),
-        len: U32::new(4096),
-        flags: U32::new(RX_FLAG_MULTI_RECV),
-        context: U64::new(1),
-        min_free: U32::new(64),
-        ..Default::default()
-    };
-    p.b.post_recv_desc(&mut p.eb, d);
+    post_multi_recv_of_context_1(&mut p);
     // In the ring, not yet the NIC's current buffer, and once it is.
     assert_eq!(p.cancel(RECV_CANCEL_RING_RX, 1), Status::InProgress);
     p.send(b"one", None);
@@ -392,15 +384,7 @@ fn with_peer_groups_a_receive_still_in_the_ring_of_a_full_completion_ring_is_bus
 fn before_interface_1_19_a_current_multi_receive_buffer_shields_a_younger_receive_with_its_context()
 {
     let mut p = pair(since::MULTI_RECV_CANCEL - 1);
-    let d = RxDescriptor {
-        buf: U64::new(p.b.iova(BUFS_OFF + 0x2000)),
-        len: U32::new(4096),
-        flags: U32::new(RX_FLAG_MULTI_RECV),
-        context: U64::new(1),
-        min_free: U32::new(64),
-        ..Default::default()
-    };
-    p.b.post_recv_desc(&mut p.eb, d);
+    post_multi_recv_of_context_1(&mut p);
     p.send(b"one", None);
     let c = p.completion().unwrap();
     assert_eq!(summary(&c), (1, LocalStatus::Ok, 3, RECV));
@@ -416,4 +400,17 @@ fn before_interface_1_19_a_current_multi_receive_buffer_shields_a_younger_receiv
         .completion()
         .expect("the regular receive takes the message");
     assert_eq!(summary(&c), (1, LocalStatus::Truncated, 64, RECV));
+}
+
+/// Post on B a multi-receive buffer of 4 KiB (64 bytes kept free), context 1.
+fn post_multi_recv_of_context_1(p: &mut Pair) {
+    let d = RxDescriptor {
+        buf: U64::new(p.b.iova(BUFS_OFF + 0x2000)),
+        len: U32::new(4096),
+        flags: U32::new(RX_FLAG_MULTI_RECV),
+        context: U64::new(1),
+        min_free: U32::new(64),
+        ..Default::default()
+    };
+    p.b.post_recv_desc(&mut p.eb, d);
 }
