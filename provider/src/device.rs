@@ -1,8 +1,9 @@
 //! The NIC the provider runs on: named by `FI_UET_DEVICE`, opened once per process.
 
+use std::cell::RefCell;
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, Once, PoisonError};
 use uet_av::{FiErrno, FiError};
 use uet_driver::backend::sim::SimDevice;
 use uet_driver::backend::sysfs::PciAddress;
@@ -81,10 +82,76 @@ struct Opened {
     _fabric: Option<Fabric>,
 }
 
+/// The process's NIC. Its lock is held across every `fork(2)` (see [`hold_across_forks`]).
 static OPENED: Mutex<Option<Opened>> = Mutex::new(None);
 
 fn opened() -> MutexGuard<'static, Option<Opened>> {
+    hold_across_forks();
     OPENED.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+static FORK_HANDLERS: Once = Once::new();
+
+thread_local! {
+    /// [`OPENED`]'s lock, held by a thread that forks from just before the fork to just
+    /// after it, in the parent and in the child alike (the child's one thread is the one
+    /// that forked).
+    static HELD_ACROSS_FORK: RefCell<Option<MutexGuard<'static, Option<Opened>>>> =
+        const { RefCell::new(None) };
+}
+
+/// Register, once, the `pthread_atfork(3)` handlers that take [`OPENED`]'s lock before a
+/// fork and release it after, in parent and child.
+///
+/// A child of `fork(2)` gets the lock in the state the parent's threads left it. Were a
+/// thread opening or closing the NIC at the fork (an open waits for the device, which can
+/// take up to the admin timeout), the child would start with the lock held by a thread it
+/// does not have, and its first `fi_fabric` or `fi_getinfo` would wait forever. With the
+/// lock taken first, a fork waits for such an open or close to end, and the child starts
+/// with the lock free and the NIC as the open left it.
+///
+/// The handlers run in the thread that calls `fork`, which must not hold the lock itself;
+/// nothing of the provider forks, and an application cannot call `fork` from within it.
+fn hold_across_forks() {
+    FORK_HANDLERS.call_once(|| {
+        // SAFETY: registers handlers that take and release a lock of this module: the
+        // prepare handler runs before the fork, where any call is allowed; the parent and
+        // child handlers only drop the guard (an atomic swap, and in the parent a futex
+        // wake), which runs in the child as in any single-threaded process. None of them
+        // unwinds: each catches a borrow or a thread-local access it cannot make.
+        let rc = unsafe {
+            libc::pthread_atfork(
+                Some(take_opened_before_fork),
+                Some(release_opened_after_fork),
+                Some(release_opened_after_fork),
+            )
+        };
+        if rc != 0 {
+            tracing::warn!(
+                rc,
+                "pthread_atfork failed: a child forked while the NIC opens may wait for it \
+                 forever"
+            );
+        }
+    });
+}
+
+extern "C" fn take_opened_before_fork() {
+    let guard = OPENED.lock().unwrap_or_else(PoisonError::into_inner);
+    // A thread whose thread-locals are gone (it is exiting) forks without the lock held.
+    let _ = HELD_ACROSS_FORK.try_with(|held| {
+        if let Ok(mut held) = held.try_borrow_mut() {
+            *held = Some(guard);
+        }
+    });
+}
+
+extern "C" fn release_opened_after_fork() {
+    let _ = HELD_ACROSS_FORK.try_with(|held| {
+        if let Ok(mut held) = held.try_borrow_mut() {
+            drop(held.take());
+        }
+    });
 }
 
 /// The process's NIC, opened as [`DeviceSpec::from_env`] says the first time. `FI_ENODEV`
@@ -156,6 +223,49 @@ pub fn close() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// A thread holds the NIC's lock (as an open in progress does) when another forks: the
+    /// child opens its own NIC. Were the lock copied held, the child would wait for a thread
+    /// it does not have until its alarm killed it.
+    #[test]
+    fn a_child_forked_while_another_thread_opens_the_nic_opens_one_itself() {
+        let (locked, is_locked) = mpsc::channel();
+        let holder = std::thread::spawn(move || {
+            let guard = opened();
+            locked.send(()).unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+            drop(guard);
+        });
+        is_locked.recv().unwrap();
+        // SAFETY: the child calls the provider, whose locks the fork handlers keep free,
+        // and leaves with `_exit`, running no destructor of the parent's objects.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: alarm and _exit are async-signal-safe.
+            unsafe { libc::alarm(10) };
+            let code = match nic() {
+                Ok(_) => 0,
+                Err(e) => {
+                    eprintln!("child: {e}");
+                    1
+                }
+            };
+            // SAFETY: ends the child without running the parent's atexit handlers.
+            unsafe { libc::_exit(code) };
+        }
+        assert!(pid > 0, "fork failed");
+        let mut status = 0;
+        // SAFETY: `pid` is this process's child; `status` is writable.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        holder.join().unwrap();
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "child status {status:#x} (signal {})",
+            libc::WTERMSIG(status)
+        );
+    }
 
     #[test]
     fn the_device_variable_names_a_simulated_vfio_user_or_vfio_nic() {
