@@ -297,9 +297,13 @@ impl Domain {
     /// `fi_close`: close the domain. `FI_EBUSY` while AVs or endpoints of it are open (an
     /// AV's NIC table stays while endpoints are bound to it); the domain comes back in the
     /// error, unchanged.
+    ///
+    /// In a process forked from the one that opened the NIC, the domain closes whatever is
+    /// open: it is the parent's domain, whose objects never run in this process, and one a
+    /// thread of the parent was using at the fork may stay open for good ([`crate::fork`]).
     pub fn close(self) -> Result<(), DomainCloseError> {
         let (avs, endpoints) = self.open_objects();
-        if avs + endpoints > 0 {
+        if avs + endpoints > 0 && !self.nic.opened_in_a_parent() {
             return Err(DomainCloseError {
                 error: FiError::new(
                     FiErrno::FI_EBUSY,

@@ -188,11 +188,12 @@ use crate::pep::{
 };
 use crate::{entry, null, object_ref, unsupported};
 use core::ffi::{c_int, c_void};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use uet_av::addr_str::parse_addr_str_with;
 use uet_av::{system_resolver, AddrFormat};
 use uet_av::{FiErrno, FiError};
+use uet_driver::fork::MadeIn;
 use uet_driver::pool::{DmaBuffer, DmaPoolSet};
 use uet_driver::{CqEvent, CqOp, DriverError, Endpoint, TaggedProbe};
 use uet_fwif::UetAddress;
@@ -451,6 +452,23 @@ pub(crate) enum Arm {
 /// The part of an endpoint its CQs reach: they drain it when read.
 pub struct EpShared {
     state: Mutex<EpState>,
+    /// The process it was made in: in a process forked since, its close takes the lock only
+    /// if it is free ([`EpShared::abandon`]).
+    made_in: MadeIn,
+    /// The AV, CQs and counters an endpoint of its own is bound to, as its state has them,
+    /// for a close that cannot read the state ([`EpShared::abandon`]).
+    bound: Bound,
+}
+
+/// What `fi_ep_bind` bound an endpoint of its own to, set with its state's fields under its
+/// lock; null where nothing is bound. Read only by the close of an endpoint of its own.
+#[derive(Default)]
+struct Bound {
+    av: AtomicPtr<UetAv>,
+    /// Of its sends and its receives (which may be one CQ).
+    cqs: [AtomicPtr<UetCq>; 2],
+    /// Of its sends and its receives (which may be one counter).
+    cntrs: [AtomicPtr<UetCntr>; 2],
 }
 
 // SAFETY: the raw pointers in the state name the AV, CQs and counters the endpoint is bound
@@ -463,6 +481,35 @@ unsafe impl Sync for EpShared {}
 impl EpShared {
     fn lock(&self) -> MutexGuard<'_, EpState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The close of an endpoint of its own in a process forked while a thread of the parent
+    /// held its lock, which no thread of the child will let go. The state stays as that
+    /// thread left it (it may have been halfway through changing it), never read or dropped:
+    /// its NIC endpoint and buffers are the parent's anyway. The endpoint is counted out of
+    /// the CQs and counters it is bound to ([`Bound`]), so that their closes in the child
+    /// succeed; an EQ it is bound to stays bound (its `fi_close` is `-FI_EBUSY`), its binding
+    /// being in the state. Returns the AV it is bound to, for the caller to count it out.
+    fn abandon(self: &Arc<Self>) -> Option<*const UetAv> {
+        // Never dropped: the CQs' lists may hold it until they close.
+        std::mem::forget(Arc::clone(self));
+        fn take<T>(p: &AtomicPtr<T>) -> *mut T {
+            p.swap(core::ptr::null_mut(), Ordering::AcqRel)
+        }
+        for cq in self.bound.cqs.iter().map(take) {
+            // SAFETY: a bound CQ stays open while the endpoint is bound to it.
+            if let Some(cq) = unsafe { cq.as_ref() } {
+                cq.detach(self, false);
+            }
+        }
+        for cntr in self.bound.cntrs.iter().map(take) {
+            // SAFETY: a bound counter stays open while the endpoint is bound to it.
+            if let Some(cntr) = unsafe { cntr.as_ref() } {
+                cntr.detach(self, false);
+            }
+        }
+        let av = take(&self.bound.av);
+        (!av.is_null()).then_some(av.cast_const())
     }
 
     /// A state not enabled and bound to nothing; `connected_kind` for an `FI_EP_MSG`
@@ -491,6 +538,8 @@ impl EpShared {
                 retry: None,
                 tx_room: 0,
             }),
+            made_in: MadeIn::here(),
+            bound: Bound::default(),
         }
     }
 
@@ -2117,6 +2166,10 @@ unsafe extern "C" fn ep_bind(fid: *mut Fid, bfid: *mut Fid, flags: u64) -> c_int
                 }
                 av.eps.fetch_add(1, Ordering::AcqRel);
                 st.av = Some(av);
+                e.shared
+                    .bound
+                    .av
+                    .store(core::ptr::from_ref(av).cast_mut(), Ordering::Release);
             }
             FI_CLASS_CQ => {
                 // SAFETY: a live object of class CQ.
@@ -2141,13 +2194,14 @@ unsafe extern "C" fn ep_bind(fid: *mut Fid, bfid: *mut Fid, flags: u64) -> c_int
                     cq,
                     selective: flags & FI_SELECTIVE_COMPLETION != 0,
                 };
-                if tx {
-                    st.tx_cq = Some(binding);
-                    cq.attach(&e.shared);
-                }
-                if rx {
-                    st.rx_cq = Some(binding);
-                    cq.attach(&e.shared);
+                let st = &mut *st;
+                for (bound, cqs, at) in [(tx, &mut st.tx_cq, 0), (rx, &mut st.rx_cq, 1)] {
+                    if bound {
+                        *cqs = Some(binding);
+                        e.shared.bound.cqs[at]
+                            .store(core::ptr::from_ref(cq).cast_mut(), Ordering::Release);
+                        cq.attach(&e.shared);
+                    }
                 }
             }
             FI_CLASS_CNTR => {
@@ -2174,13 +2228,14 @@ unsafe extern "C" fn ep_bind(fid: *mut Fid, bfid: *mut Fid, flags: u64) -> c_int
                         "{CALL}: a counter is bound for that direction already"
                     )));
                 }
-                if tx {
-                    st.tx_cntr = Some(cntr);
-                    cntr.attach(&e.shared);
-                }
-                if rx {
-                    st.rx_cntr = Some(cntr);
-                    cntr.attach(&e.shared);
+                let st = &mut *st;
+                for (bound, cntrs, at) in [(tx, &mut st.tx_cntr, 0), (rx, &mut st.rx_cntr, 1)] {
+                    if bound {
+                        *cntrs = Some(cntr);
+                        e.shared.bound.cntrs[at]
+                            .store(core::ptr::from_ref(cntr).cast_mut(), Ordering::Release);
+                        cntr.attach(&e.shared);
+                    }
                 }
             }
             FI_CLASS_EQ => {
@@ -3757,8 +3812,22 @@ unsafe extern "C" fn ep_close(fid: *mut Fid) -> c_int {
             drop(unsafe { Box::from_raw(fid.cast::<UetEp>()) });
             return Ok(0);
         }
+        // In a process forked while a thread of the parent held the lock, only if it is free.
+        let Some(mut st) = e.shared.made_in.lock(&e.shared.state) else {
+            if let Some(av) = e.shared.abandon() {
+                // SAFETY: a bound AV stays open while the endpoint is bound to it.
+                unsafe { &*av }.eps.fetch_sub(1, Ordering::AcqRel);
+            }
+            // SAFETY: the domain outlives its endpoints.
+            unsafe { &*e.domain }
+                .endpoints
+                .fetch_sub(1, Ordering::AcqRel);
+            // SAFETY: made by `Box::into_raw` in `domain_endpoint`; the application gives it
+            // up.
+            drop(unsafe { Box::from_raw(fid.cast::<UetEp>()) });
+            return Ok(0);
+        };
         let av = {
-            let mut st = e.shared.lock();
             // The operations the NIC has completed already (their completions are in the
             // ring) reach the bound counters and CQs, as a read would take them: a count or
             // completion is not lost for the endpoint's close. The lock is held from here to

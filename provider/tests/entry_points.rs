@@ -12058,6 +12058,67 @@ fn a_forked_child_closes_a_cq_a_thread_of_its_parent_waited_on_at_the_fork() {
     assert_eq!(&buf[..7], b"message");
 }
 
+/// A thread of the parent reading a CQ holds, now and then, the lock of an endpoint whose
+/// ring it drains. A child forked while it held it closes its copies of that endpoint and of
+/// everything else all the same, where it waited for good for a thread it does not have
+/// (the child's wait below then runs out). Forked many times, so that some forks come while
+/// the lock is held. (On its own process: its NIC is served from it.)
+#[test]
+fn a_forked_child_closes_an_endpoint_whose_lock_a_thread_of_its_parent_held_at_the_fork() {
+    const NAME: &str =
+        "a_forked_child_closes_an_endpoint_whose_lock_a_thread_of_its_parent_held_at_the_fork";
+    if !common::in_own_process(NAME) {
+        return;
+    }
+    let _nic = common::ServedNic::serve("uet-fork-reader", uet_regs::INTERFACE_MINOR);
+    let pair = Pair::new(0);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (cq, stop) = (Shared(pair.p[1].cq), std::sync::Arc::clone(&stop));
+        std::thread::spawn(move || {
+            // SAFETY: a plain-data structure.
+            let mut e: FiCqTaggedEntry = unsafe { core::mem::zeroed() };
+            let cq = cq.get();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // SAFETY: an open CQ (closed after this thread is joined); room for one entry.
+                unsafe { ((*(*cq).ops).read)(cq, (&raw mut e).cast(), 1) };
+            }
+        })
+    };
+    for fork in 0..40 {
+        // SAFETY: the child only closes its copies of the objects, then ends with _exit; the
+        // test runs alone in its process.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            let closed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                // SAFETY: moves the pair out of the parent's frame into this child's drop,
+                // once; the parent's `pair` is never used in the child after. Its drop
+                // asserts that every close returned 0.
+                drop(unsafe { core::ptr::read(&pair) });
+            }));
+            // SAFETY: ends the forked child at once, running nothing more of the parent's.
+            unsafe { libc::_exit(if closed.is_ok() { 0 } else { 3 }) };
+        }
+        assert_eq!(
+            uet_tests::wait_child(pid, std::time::Duration::from_secs(10)),
+            Some(0),
+            "fork {fork}: the child closed its copies and ended"
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    reader.join().expect("the reader");
+    let mut buf = [0u8; 16];
+    // SAFETY: an open endpoint; `buf` outlives the receive, completed below.
+    assert_eq!(unsafe { pair.post_recv(1, &mut buf, 7) }, 0);
+    assert_eq!(pair.send(0, b"message", 9), 0);
+    assert_eq!(pair.wait(0).map(|e| e.op_context as usize), Ok(9));
+    assert_eq!(
+        pair.wait(1).map(|e| (e.op_context as usize, e.len)),
+        Ok((7, 7))
+    );
+}
+
 /// After its NIC stops (here its function is reset under the provider), what runs on it
 /// fails; once the application has closed every object of it, a new fabric, domain and
 /// endpoints run on the NIC brought up again, as an application that recovers from the
