@@ -112,7 +112,7 @@ mod forked_child;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -591,7 +591,23 @@ const PROC_SELF_FD: &str = "/proc/self/fd";
 /// When `unnamed`, an unnamed file (`O_TMPFILE`): a creator that dies before publishing it
 /// leaves nothing behind. Otherwise, or where the kernel or file system has no `O_TMPFILE`,
 /// or no procfs to publish it through, a named temporary file ([`named_temp`]).
+///
+/// The mode is set again once the file is made: the one `open(2)` gives goes through the
+/// creator's umask, and one that took the owner's write bit (umask 0277) would make a segment
+/// the next process of the AV could not open for writing.
 fn new_segment_file(unnamed: bool) -> io::Result<(File, Option<PathBuf>)> {
+    let (file, tmp) = new_file_under_umask(unnamed)?;
+    if let Err(e) = file.set_permissions(std::fs::Permissions::from_mode(0o600)) {
+        if let Some(tmp) = &tmp {
+            let _ = std::fs::remove_file(tmp);
+        }
+        return Err(e);
+    }
+    Ok((file, tmp))
+}
+
+/// [`new_segment_file`] before its mode is set again.
+fn new_file_under_umask(unnamed: bool) -> io::Result<(File, Option<PathBuf>)> {
     if unnamed && Path::new(PROC_SELF_FD).is_dir() {
         match OpenOptions::new()
             .read(true)
@@ -1905,7 +1921,6 @@ mod tests {
     /// one that died) is passed over; the file made is new, mode 0600, and empty.
     #[test]
     fn a_temporary_name_already_taken_is_passed_over() {
-        use std::os::unix::fs::PermissionsExt;
         let dir = std::env::temp_dir().join(format!("uet-named-temp-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         // Every name the next calls could pick first, for this counter value, taken.
@@ -1963,6 +1978,25 @@ mod tests {
         assert_eq!(named.metadata().unwrap().nlink(), 2);
         std::fs::remove_file(&tmp).unwrap();
         std::fs::remove_file(&path).unwrap();
+    }
+
+    /// A creator whose umask takes the owner's write bit still makes a segment of mode 0600,
+    /// which the AV's next process can open for writing.
+    #[test]
+    fn a_new_segment_file_is_mode_0600_whatever_the_umask() {
+        // SAFETY: umask has no preconditions; restored below.
+        let old = unsafe { libc::umask(0o277) };
+        let made = [true, false].map(new_segment_file);
+        // SAFETY: as above.
+        unsafe { libc::umask(old) };
+        for (unnamed, made) in [true, false].into_iter().zip(made) {
+            let (file, tmp) = made.unwrap();
+            let mode = file.metadata().unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "unnamed {unnamed}");
+            if let Some(tmp) = tmp {
+                std::fs::remove_file(tmp).unwrap();
+            }
+        }
     }
 
     #[test]
