@@ -159,7 +159,9 @@
 //! [`crate::datapath`]). `resource_index` 0 lets the NIC assign the endpoint's first index;
 //! any other value must lie inside the endpoint's range. Memory keys are unique on the NIC
 //! (the libfabric domain): registering a key in use completes [`Status::KeyExists`]. The whole
-//! range must be mapped for DMA when the region is registered. MR handles are not reused
+//! range must be mapped for DMA when the region is registered, with the device let write it
+//! if the region grants remote write and read it if it grants remote read; otherwise the
+//! command completes [`Status::DmaFault`]. MR handles are not reused
 //! before 2^32 registrations, and MR_DEREGISTER must name the region's key as well as its
 //! handle, so a stale handle never removes another region.
 //!

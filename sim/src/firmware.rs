@@ -20,7 +20,7 @@
 //! | ENDPOINT_CREATE | handle = AV to bind (0: none) exists else InvalidHandle; ring log2 sizes in 1..=15 and at most `CAP_QUEUES.max_queue_entries` entries (the tagged RX ring's may also be 0: none), ring bases aligned to their entry size, `ri_count` in 1..=`CAP_RESOURCE_INDEX.max_per_endpoint`, JobID within 24 bits, `rx_ctx_cnt` at most `CAP_EP.max_rx_ctx` and `ri_count`, `tx_ctx_cnt` at most `CAP_EP.max_tx_ctx`, a datagram or passive endpoint not scalable, else InvalidField; every ring entirely DMA-mapped else DmaFault; since interface 1.11, no live endpoint of the JobID with the initiator id, else InitiatorInUse; a free endpoint else NoResources, a free PIDonFEP else PidExhausted, a contiguous resource-index range else RiExhausted | endpoint handle \| PIDonFEP << 16 / ri_start \| ri_count << 16 |
 //! | ENDPOINT_DESTROY | endpoint or context exists else InvalidHandle; an endpoint with live contexts else Busy; releases its PIDonFEP and indices, unbinds its AV, revokes its auth-key grants, removes its memory regions, drops its posted tagged receives and unexpected list | — |
 //! | CONTEXT_CREATE | endpoint exists and is not a context else InvalidHandle; the role's index constraint (`uet_fwif::admin`, *Contexts*) and rings as for ENDPOINT_CREATE else InvalidField; no live context with the same role and index (CONTROL: no control channel, not passive) else Busy; rings DMA-mapped else DmaFault; a free table entry else NoResources | context handle |
-//! | MR_REGISTER | endpoint exists else InvalidHandle; `resource_index` 0 (assign `ri_start`) or inside the endpoint's range else IndexOutOfRange; the whole region DMA-mapped else DmaFault; key not registered on the NIC else KeyExists; a free region else NoResources | MR handle / resource index |
+//! | MR_REGISTER | endpoint exists else InvalidHandle; `resource_index` 0 (assign `ri_start`) or inside the endpoint's range else IndexOutOfRange; the whole region DMA-mapped, for the device to write it if it grants remote write and to read it if it grants remote read, else DmaFault; key not registered on the NIC else KeyExists; a free region else NoResources | MR handle / resource index |
 //! | MR_DEREGISTER | a region with the handle and the body's key exists else InvalidHandle | — |
 //! | COUNTERS_READ | endpoint exists else InvalidHandle; the block written by DMA else DmaFault | bytes written |
 //! | AUTH_KEY_ADD | AV exists else InvalidHandle; (decode: JobID within 24 bits, reserved zero, else InvalidField); a free slot else NoResources | slot |
@@ -40,7 +40,8 @@ use uet_fwif::address::ADDRESS_BYTES;
 use uet_fwif::admin::{
     AvCreateBody, AvWritePeersBody, BufferBody, ContextCreateBody, EndpointCreateBody,
     MrDeregisterBody, MrRegisterBody, RangeBody, CTX_ROLE_CONTROL, CTX_ROLE_RX, CTX_ROLE_TX,
-    EP_FLAG_ABSOLUTE, EP_FLAG_DGRAM, EP_FLAG_PASSIVE, MIN_CQ_LOG2,
+    EP_FLAG_ABSOLUTE, EP_FLAG_DGRAM, EP_FLAG_PASSIVE, MIN_CQ_LOG2, MR_ACCESS_REMOTE_READ,
+    MR_ACCESS_REMOTE_WRITE,
 };
 use uet_fwif::auth_key::{
     AuthKeyAddBody, AuthKeyRemoveBody, AuthKeySourceBody, EndpointAuthKeysBody,
@@ -630,7 +631,16 @@ impl Nic {
             job_id,
             resource_index: ri,
         };
-        if self.iommu.check(mr.iova, mr.len).is_err() {
+        // The device must be let do what the region grants: write it for remote WRITE, read
+        // it for remote READ (decode refuses a region granting neither).
+        let grants = [
+            (MR_ACCESS_REMOTE_READ, false),
+            (MR_ACCESS_REMOTE_WRITE, true),
+        ];
+        let faults = grants.iter().any(|&(bit, write)| {
+            b.access & bit != 0 && self.iommu.check_access(mr.iova, mr.len, write).is_err()
+        });
+        if faults {
             return Err(self.dma_status());
         }
         let handle = match self.mrs.register(b.key.get(), mr) {

@@ -2616,3 +2616,65 @@ fn a_datagram_endpoint_refuses_what_it_cannot_carry_before_reading_the_buffer() 
     assert_eq!(a.f.counter(DMA_FAULTS), 0, "no buffer was read");
     assert_eq!(a.f.counter(TX_PACKETS), 0);
 }
+
+/// A region is registered only over memory that lets the device do what the region grants
+/// peers: remote WRITE needs memory the device may write, remote READ memory it may read.
+/// Memory mapped for the other access only (`DmaAccess`, a vfio-user `DMA_MAP` without one
+/// of `VFIO_DMA_MAP_FLAG_READ` / `_WRITE`) is refused `DmaFault` as memory outside the
+/// mappings is, and nothing is registered: the key stays free.
+#[test]
+fn a_region_is_refused_over_memory_the_device_may_not_access_as_it_grants() {
+    use std::os::fd::AsFd;
+    use uet_fwif::admin::{MrRegisterBody, MR_ACCESS_REMOTE_READ, MR_ACCESS_REMOTE_WRITE};
+    let Pair { mut b, eb, .. } = pair(0);
+    let readable = DmaMem::new(4096, 0x7000_0000);
+    let writable = DmaMem::new(4096, 0x7100_0000);
+    let only = |read, write| uet_sim::DmaAccess { read, write };
+    b.f.dma_map_for(
+        readable.iova,
+        4096,
+        readable.fd.as_fd(),
+        0,
+        only(true, false),
+    )
+    .unwrap();
+    b.f.dma_map_for(
+        writable.iova,
+        4096,
+        writable.fd.as_fd(),
+        0,
+        only(false, true),
+    )
+    .unwrap();
+    let mut register = |iova: u64, access: u8, key: u64| {
+        let body = MrRegisterBody {
+            iova: U64::new(iova),
+            len: U64::new(4096),
+            key: U64::new(key),
+            access,
+            ..Default::default()
+        };
+        b.submit(Command::MrRegister {
+            endpoint: u32::from(eb.handle),
+            body,
+        })
+        .status()
+    };
+    let both = MR_ACCESS_REMOTE_READ | MR_ACCESS_REMOTE_WRITE;
+    for (iova, access, key, want) in [
+        (readable.iova, MR_ACCESS_REMOTE_WRITE, 1, Status::DmaFault),
+        (readable.iova, both, 1, Status::DmaFault),
+        (writable.iova, MR_ACCESS_REMOTE_READ, 2, Status::DmaFault),
+        (writable.iova, both, 2, Status::DmaFault),
+        // Refused, the keys are free: each registers over memory that allows its access.
+        (readable.iova, MR_ACCESS_REMOTE_READ, 1, Status::Success),
+        (writable.iova, MR_ACCESS_REMOTE_WRITE, 2, Status::Success),
+    ] {
+        assert_eq!(
+            register(iova, access, key),
+            want,
+            "access {access:#x} at {iova:#x}"
+        );
+    }
+    assert_eq!(b.f.counter(DMA_FAULTS), 4);
+}
