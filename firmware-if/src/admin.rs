@@ -169,7 +169,9 @@
 //! the command completes. Packets already accepted stay written or read; every packet that
 //! arrives afterwards — including later packets of a multi-packet WRITE or later READ
 //! requests of a segmented READ — is answered RC_PERM_VIOLATION, so the initiator's operation
-//! completes with that error and never reports success for bytes that did not land. After the
+//! completes with that error and never reports success for bytes that did not land. That
+//! holds when a region registered with the same key has taken the removed one's place: an
+//! operation reaches only the region its first packet to arrive reached. After the
 //! completion the NIC never touches the memory again, and the host may unmap it. ENDPOINT_DESTROY
 //! removes the endpoint's regions.
 //!

@@ -104,9 +104,9 @@ impl MrTable {
         self.key_of.retain(|_, k| by_key.contains_key(k));
     }
 
-    /// The IOVA a request of `len` bytes at `offset` may use, or `None`: a permission
-    /// violation. `(serial, job_id)`: the endpoint the request reached and the JobID it
-    /// carries.
+    /// The handle of the region a request of `len` bytes at `offset` reaches and the IOVA it
+    /// may use there, or `None`: a permission violation. `(serial, job_id)`: the endpoint the
+    /// request reached and the JobID it carries.
     pub(crate) fn check(
         &self,
         key: u64,
@@ -115,7 +115,7 @@ impl MrTable {
         access: RmaAccess,
         offset: u64,
         len: u64,
-    ) -> Option<u64> {
+    ) -> Option<(u32, u64)> {
         let mr = self.by_key.get(&key)?;
         let want = match access {
             RmaAccess::Read => uet_fwif::admin::MR_ACCESS_REMOTE_READ,
@@ -130,7 +130,7 @@ impl MrTable {
         if !ok {
             return None;
         }
-        mr.iova.checked_add(offset)
+        Some((mr.handle, mr.iova.checked_add(offset)?))
     }
 
     /// Regions registered.
@@ -172,7 +172,10 @@ mod tests {
             Err(MrError::KeyExists)
         );
         let w = RmaAccess::Write;
-        assert_eq!(t.check(0xAB, (7, JOB), 3, w, 10, 90), Some(0x1000 + 10));
+        assert_eq!(
+            t.check(0xAB, (7, JOB), 3, w, 10, 90),
+            Some((h, 0x1000 + 10))
+        );
         assert_eq!(t.check(0xAC, (7, JOB), 3, w, 10, 90), None, "wrong key");
         assert_eq!(
             t.check(0xAB, (8, JOB), 3, w, 10, 90),

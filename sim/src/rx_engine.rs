@@ -498,6 +498,10 @@ pub(crate) struct Reassembler {
     /// response list, so that a copy of the packet (same key, same PSN) is answered again
     /// and not delivered twice.
     recent_single: Recent<SingleAnswer>,
+    /// RMA operations (a multi-packet WRITE, a READ's requests): the MR handle of the region
+    /// the first of its packets to arrive reached (0: none, it was refused), and the PSN of
+    /// the last of its packets seen.
+    rma: Recent<(u32, u32)>,
 }
 
 /// What the RX engine remembers of the last [`RECENT_MESSAGES`] messages, by key: inserting
@@ -646,6 +650,26 @@ impl Reassembler {
     /// Remember how a single-packet message was answered, as the newest.
     fn answered_single(&mut self, key: MsgKey, answer: SingleAnswer) {
         self.recent_single.insert(key, answer);
+    }
+
+    /// Whether a packet (`psn`) of RMA operation `key` that reached region `region` (its MR
+    /// handle, 0 for none) reaches the region the operation's first packet to arrive did,
+    /// which is remembered for its later packets. A remembered operation whose PSNs are far
+    /// from this packet's had its id before the sender's message ids wrapped (see
+    /// [`Reassembler::lookup`]): this packet starts a new one.
+    pub(crate) fn rma_same_region(&mut self, key: MsgKey, psn: u32, region: u32) -> bool {
+        match self.rma.get_mut(&key) {
+            Some((first, at))
+                if psn.wrapping_sub(*at).min(at.wrapping_sub(psn)) < MESSAGE_ID_SPAN =>
+            {
+                *at = psn;
+                *first == region
+            }
+            _ => {
+                self.rma.insert(key, (region, psn));
+                true
+            }
+        }
     }
 
     /// Forget everything (function reset).

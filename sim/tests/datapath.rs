@@ -2678,3 +2678,130 @@ fn a_region_is_refused_over_memory_the_device_may_not_access_as_it_grants() {
     }
     assert_eq!(b.f.counter(DMA_FAULTS), 4);
 }
+
+/// Registers `len` bytes at offset `off` of `b`'s memory for endpoint `eb` under memory key
+/// `key` with `access`; returns the MR handle.
+fn register_region(b: &mut Driver, eb: &Ep, off: usize, len: usize, key: u64, access: u8) -> u32 {
+    let body = uet_fwif::admin::MrRegisterBody {
+        iova: U64::new(b.iova(off)),
+        len: U64::new(len as u64),
+        key: U64::new(key),
+        access,
+        ..Default::default()
+    };
+    let c = b.submit(Command::MrRegister {
+        endpoint: u32::from(eb.handle),
+        body,
+    });
+    assert_eq!(c.status(), Status::Success);
+    c.result0.get()
+}
+
+fn deregister_region(b: &mut Driver, handle: u32, key: u64) {
+    let mut body = uet_fwif::admin::MrDeregisterBody::new_zeroed();
+    body.key = U64::new(key);
+    let c = b.submit(Command::MrDeregister { mr: handle, body });
+    assert_eq!(c.status(), Status::Success);
+}
+
+/// An RMA operation reaches one region: once the region its first packet reached is
+/// deregistered, its later packets are refused RC_PERM_VIOLATION even when a region
+/// registered with the same key has taken its place meanwhile. So a multi-packet WRITE, or a
+/// segmented READ, completes with that error and nothing of it lands in, or is read from,
+/// the new region; an operation posted after the new registration reaches the new region.
+#[test]
+fn later_packets_of_an_rma_never_reach_a_region_that_took_its_key_after_it_began() {
+    use uet_fwif::admin::{MR_ACCESS_REMOTE_READ, MR_ACCESS_REMOTE_WRITE};
+    let Pair {
+        fabric,
+        mut a,
+        mut b,
+        mut ea,
+        eb,
+        ..
+    } = pair(0);
+    let mtu = a.f.read(CAP_PROFILES).mtu() as usize;
+    let len = 3 * mtu;
+    let both = MR_ACCESS_REMOTE_READ | MR_ACCESS_REMOTE_WRITE;
+    const KEY: u64 = 0x77;
+    let (first, second, third) = (BUFS_OFF, BUFS_OFF + 0x10000, BUFS_OFF + 0x20000);
+    let rma = |a: &mut Driver, ea: &mut Ep, opcode: TxOpcode, context: u64| {
+        a.post_send_desc(
+            ea,
+            TxDescriptor {
+                opcode: opcode as u8,
+                len: U32::new(len as u32),
+                buf: U64::new(a.iova(BUFS_OFF)),
+                dest: U64::new(3),
+                context: U64::new(context),
+                match_bits: U64::new(KEY),
+                ..Default::default()
+            },
+        );
+    };
+    // Only the first frame on the wire (the first packet or request) goes through at once.
+    let first_frame_only = || {
+        let mut seen = 0;
+        move |_: &[u8]| {
+            seen += 1;
+            seen > 1
+        }
+    };
+
+    // A WRITE whose first packet reached the first region.
+    let old = register_region(&mut b, &eb, first, len, KEY, both);
+    let data = vec![0xAB; len];
+    a.mem.write(BUFS_OFF, &data);
+    fabric.hold_frames(first_frame_only());
+    rma(&mut a, &mut ea, TxOpcode::Write, 1);
+    deregister_region(&mut b, old, KEY);
+    let new = register_region(&mut b, &eb, second, len, KEY, both);
+    fabric.release_held();
+    let c = a.poll_cq(&mut ea).expect("the WRITE completes");
+    assert_eq!(c.context.get(), 1);
+    assert_eq!(status(&c), LocalStatus::Remote);
+    assert_eq!(c.return_code, ReturnCode::PermViolation as u8);
+    assert_eq!(
+        b.mem.read(first, mtu),
+        data[..mtu],
+        "the first packet landed"
+    );
+    assert_eq!(
+        b.mem.read(second, len),
+        vec![0; len],
+        "nothing in the new region"
+    );
+    assert_eq!(b.f.counter(RX_PERM_VIOLATION), 2);
+
+    // A READ whose first request was served from the second region.
+    b.mem.write(second, &vec![0x22; len]);
+    b.mem.write(third, &vec![0x33; len]);
+    a.mem.fill(BUFS_OFF, len, 0);
+    fabric.hold_frames(first_frame_only());
+    rma(&mut a, &mut ea, TxOpcode::Read, 2);
+    deregister_region(&mut b, new, KEY);
+    let newer = register_region(&mut b, &eb, third, len, KEY, both);
+    fabric.release_held();
+    let c = a.poll_cq(&mut ea).expect("the READ completes");
+    assert_eq!(c.context.get(), 2);
+    assert_eq!(status(&c), LocalStatus::Remote);
+    assert_eq!(c.return_code, ReturnCode::PermViolation as u8);
+    assert!(
+        !a.mem.read(BUFS_OFF, len).contains(&0x33),
+        "nothing read from the newest region"
+    );
+    assert_eq!(b.f.counter(RX_PERM_VIOLATION), 4);
+
+    // Posted after the registration, a WRITE and a READ reach the newest region.
+    a.mem.write(BUFS_OFF, &data);
+    rma(&mut a, &mut ea, TxOpcode::Write, 3);
+    let c = a.poll_cq(&mut ea).expect("the WRITE completes");
+    assert_eq!((c.context.get(), status(&c)), (3, LocalStatus::Ok));
+    assert_eq!(b.mem.read(third, len), data);
+    b.mem.write(third, &vec![0x44; len]);
+    rma(&mut a, &mut ea, TxOpcode::Read, 4);
+    let c = a.poll_cq(&mut ea).expect("the READ completes");
+    assert_eq!((c.context.get(), status(&c)), (4, LocalStatus::Ok));
+    assert_eq!(a.mem.read(BUFS_OFF, len), vec![0x44; len]);
+    deregister_region(&mut b, newer, KEY);
+}
