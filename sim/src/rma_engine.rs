@@ -10,14 +10,14 @@
 //! memory. Because every packet checks the whole range, a multi-packet WRITE with a bad range
 //! or key writes nothing at all.
 //!
-//! An operation reaches one region. For each multi-packet WRITE, and each READ (whose
-//! requests share a message id), the RX engine remembers which region the first of its
-//! packets to arrive reached, or that it was refused, as it remembers multi-packet messages
-//! (`rx_engine`: the last [`crate::rx_engine::RECENT_MESSAGES`] of them, told apart from a
-//! later one with the same id by their PSNs). A later packet that reaches another region —
-//! one registered with the key after the first was deregistered — is refused as above, so
-//! the operation completes RC_PERM_VIOLATION and none of it lands in, or is read from, the
-//! new region.
+//! An operation reaches one region. For each WRITE, and each READ (whose requests share a
+//! message id), the RX engine remembers which region the first of its packets to arrive
+//! reached, or that it was refused, as it remembers multi-packet messages (`rx_engine`: the
+//! last [`crate::rx_engine::RECENT_MESSAGES`] of them, told apart from a later one with the
+//! same id by their PSNs). A later packet — or a copy of one already placed, which the
+//! fabric duplicated — that reaches another region, one registered with the key after the
+//! first was deregistered, is refused as above: the operation completes RC_PERM_VIOLATION,
+//! and none of it lands in, or is read from, the new region.
 //!
 //! * WRITE: the packet's payload is written by DMA at `region + buffer_offset +
 //!   message_offset` and answered RC_OK with `modified_length` = its bytes. Packets are placed
@@ -62,12 +62,12 @@ impl Nic {
             p.ses.buffer_offset,
             u64::from(p.ses.request_length),
         );
-        // An operation reaches one region: a packet of a multi-packet WRITE, or a request of a
-        // READ, whose operation began in a region since deregistered (or was refused) is
-        // refused, though a region registered with the key meanwhile would take it.
-        let tracked = !(write && p.single());
+        // An operation reaches one region: a packet of a WRITE (a later one, or a copy of one
+        // already placed), or a request of a READ, whose operation began in a region since
+        // deregistered (or was refused) is refused, though a region registered with the key
+        // meanwhile would take it.
         let region = checked.map_or(0, |(h, _)| h);
-        let same = !tracked || self.reasm.rma_same_region(p.key(), p.pds.psn, region);
+        let same = self.reasm.rma_same_region(p.key(), p.pds.psn, region);
         let Some((_, base)) = checked.filter(|_| same) else {
             self.counters.inc(RX_PERM_VIOLATION);
             return self.reject(handle, p, ReturnCode::PermViolation);

@@ -498,7 +498,7 @@ pub(crate) struct Reassembler {
     /// response list, so that a copy of the packet (same key, same PSN) is answered again
     /// and not delivered twice.
     recent_single: Recent<SingleAnswer>,
-    /// RMA operations (a multi-packet WRITE, a READ's requests): the MR handle of the region
+    /// RMA operations (a WRITE's packets, a READ's requests): the MR handle of the region
     /// the first of its packets to arrive reached (0: none, it was refused), and the PSN of
     /// the last of its packets seen.
     rma: Recent<(u32, u32)>,

@@ -2805,3 +2805,63 @@ fn later_packets_of_an_rma_never_reach_a_region_that_took_its_key_after_it_began
     assert_eq!(a.mem.read(BUFS_OFF, len), vec![0x44; len]);
     deregister_region(&mut b, newer, KEY);
 }
+
+/// A copy of a single-packet WRITE (the fabric duplicated it) that arrives after its region
+/// was deregistered is refused RC_PERM_VIOLATION, even when a region registered with the
+/// same key has taken its place: it never writes the old data into the new region. A copy
+/// that arrives while the region is still registered is placed again, the same bytes.
+#[test]
+fn a_copy_of_a_write_never_reaches_a_region_that_took_its_key_after_it() {
+    use std::sync::{Arc, Mutex};
+    use uet_fwif::admin::MR_ACCESS_REMOTE_WRITE;
+    let Pair {
+        fabric,
+        mut a,
+        mut b,
+        mut ea,
+        eb,
+        ..
+    } = pair(0);
+    const KEY: u64 = 0x78;
+    let (first, second) = (BUFS_OFF, BUFS_OFF + 0x10000);
+    let old = register_region(&mut b, &eb, first, 64, KEY, MR_ACCESS_REMOTE_WRITE);
+    // Every frame goes through; the first (the WRITE) is also kept.
+    let kept = Arc::new(Mutex::new(Vec::<Vec<u8>>::new()));
+    let keep = kept.clone();
+    fabric.hold_frames(move |f| {
+        keep.lock().unwrap().push(f.to_vec());
+        false
+    });
+    a.mem.write(BUFS_OFF, &[0xCD; 16]);
+    a.post_send_desc(
+        &mut ea,
+        TxDescriptor {
+            opcode: TxOpcode::Write as u8,
+            len: U32::new(16),
+            buf: U64::new(a.iova(BUFS_OFF)),
+            dest: U64::new(3),
+            context: U64::new(1),
+            match_bits: U64::new(KEY),
+            ..Default::default()
+        },
+    );
+    let c = a.poll_cq(&mut ea).expect("the WRITE completes");
+    assert_eq!(status(&c), LocalStatus::Ok);
+    let write = kept.lock().unwrap()[0].clone();
+    fabric.hold_frames(|_| false);
+    // A copy while the region is registered: the same bytes again.
+    b.mem.fill(first, 16, 0);
+    fabric.inject_frame(&write);
+    assert_eq!(b.mem.read(first, 16), vec![0xCD; 16]);
+    assert_eq!(b.f.counter(RX_PERM_VIOLATION), 0);
+    // A copy after the key went to another region: refused, the new region untouched.
+    deregister_region(&mut b, old, KEY);
+    register_region(&mut b, &eb, second, 64, KEY, MR_ACCESS_REMOTE_WRITE);
+    fabric.inject_frame(&write);
+    assert_eq!(b.f.counter(RX_PERM_VIOLATION), 1);
+    assert_eq!(
+        b.mem.read(second, 64),
+        vec![0; 64],
+        "nothing in the new region"
+    );
+}
