@@ -75,7 +75,8 @@
 //! # Errors
 //!
 //! Every call returns 0 or a negative fabric errno, as libfabric's; the reason is logged
-//! through `tracing` (`RUST_LOG=uet_fi=debug`). A panic never crosses into C: it is caught at
+//! through `tracing`, which goes to libfabric's log (`FI_LOG_LEVEL=debug`; see [`log`]) or,
+//! with `RUST_LOG` set (`RUST_LOG=uet_fi=debug`), to standard error. A panic never crosses into C: it is caught at
 //! the entry point and returned as `-FI_EOTHER`.
 
 #![warn(missing_docs)]
@@ -91,6 +92,7 @@ pub mod ep;
 pub mod eq;
 pub mod fabric;
 pub mod info;
+mod log;
 pub mod pep;
 pub mod sep;
 mod unsupported;
@@ -125,7 +127,6 @@ static PROVIDER: OnceLock<ProviderBox> = OnceLock::new();
 pub extern "C" fn fi_prov_ini() -> *mut FiProvider {
     PROVIDER
         .get_or_init(|| {
-            init_logging();
             let provider = Box::new(FiProvider {
                 version: PROVIDER_VERSION,
                 fi_version: FI_PROVIDER_API,
@@ -137,22 +138,27 @@ pub extern "C" fn fi_prov_ini() -> *mut FiProvider {
                 fabric: fabric::uet_fabric,
                 cleanup: uet_cleanup,
             });
-            ProviderBox(Box::into_raw(provider))
+            let provider = Box::into_raw(provider);
+            init_logging(provider);
+            log::define_params(provider);
+            ProviderBox(provider)
         })
         .0
 }
 
-/// With `RUST_LOG` set, the provider's `tracing` events go to standard error, filtered by
-/// it: a C application installs no subscriber of its own. One already installed (a Rust
-/// program linking the provider) is left as it is.
-fn init_logging() {
-    if std::env::var_os("RUST_LOG").is_none() {
-        return;
+/// Where the provider's `tracing` events go ([`log`]): with `RUST_LOG` set, to standard error,
+/// filtered by it; otherwise to libfabric's log (`fi_log`, filtered by `FI_LOG_LEVEL`,
+/// `FI_LOG_PROV` and `FI_LOG_SUBSYS`), where libfabric loaded the provider. A subscriber
+/// already installed (a Rust program linking the provider) is left as it is.
+fn init_logging(provider: *const FiProvider) {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .try_init();
+    } else if let Some(logger) = log::libfabric_logger(provider) {
+        let _ = tracing::subscriber::set_global_default(logger);
     }
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_writer(std::io::stderr)
-        .try_init();
 }
 
 /// `fi_provider.cleanup`: libfabric is unloading the provider; the NIC is closed.

@@ -516,6 +516,86 @@ fn listening(port: u16) -> bool {
 /// reliable (`-e rdm`), datagram (`-e dgram`, its default) and connected (`-e msg`: a
 /// passive endpoint, `FI_CONNREQ`, `fi_accept`, `fi_connect`, `FI_CONNECTED` on both sides)
 /// endpoints, with its data checks, through this provider.
+/// libfabric's `fi_info` tool with the provider on the simulated NIC: its standard output
+/// and error. `None` where the tool is missing (libfabric-bin), which CI installs.
+fn fi_info(args: &[&str], env: &[(&str, &str)]) -> Option<(String, String)> {
+    if Command::new("fi_info").arg("--version").output().is_err() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "needs fi_info (libfabric-bin)"
+        );
+        eprintln!("skipped: needs fi_info; apt-get install -y libfabric-bin");
+        return None;
+    }
+    let dir = scratch(&format!("fi-info-{}", args.join("").replace('-', "")));
+    let prov = provider_dir(&dir);
+    let o = Command::new("fi_info")
+        .args(args)
+        .env("FI_PROVIDER_PATH", &prov)
+        .env_remove("FI_UET_DEVICE")
+        .env_remove("FI_UET_SIM_ADDR")
+        .env_remove("RUST_LOG")
+        .env_remove("FI_LOG_LEVEL")
+        .env_remove("FI_LOG_PROV")
+        .env_remove("FI_LOG_SUBSYS")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    Some((
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    ))
+}
+
+/// `fi_info -e` lists the provider's environment variables with every provider's: the
+/// provider defines them with libfabric's `fi_param_define`.
+#[test]
+fn fi_info_lists_the_providers_variables() {
+    let Some((out, _)) = fi_info(&["-e"], &[]) else {
+        return;
+    };
+    for var in ["FI_UET_DEVICE", "FI_UET_SIM_ADDR", "FI_UET_CONNECT_TIMEOUT"] {
+        assert!(out.contains(&format!("# {var}: String")), "{var}:\n{out}");
+    }
+    assert!(out.contains("# uet: The NIC: sim (the default)"), "{out}");
+}
+
+/// The provider logs through libfabric's log: `FI_LOG_LEVEL` turns its lines on, in
+/// libfabric's format, one a line, under the provider's name and the subsystem of the
+/// module; `FI_LOG_PROV` naming another provider turns them off, as does no `FI_LOG_LEVEL`.
+#[test]
+fn the_providers_log_is_libfabrics_and_its_variables_pick_it() {
+    let Some((_, err)) = fi_info(&["-p", "uet"], &[("FI_LOG_LEVEL", "info")]) else {
+        return;
+    };
+    let open = err
+        .lines()
+        .find(|l| l.contains("uet provider: NIC open"))
+        .unwrap_or_else(|| panic!("no line of the NIC's open:\n{err}"));
+    assert!(open.starts_with("libfabric:"), "{open}");
+    assert!(
+        open.contains("::uet:fabric:uet_fi::device():") && open.contains("<info> "),
+        "{open}"
+    );
+    assert!(
+        open.ends_with("spec=Sim(10.0.0.1)"),
+        "one event a line: {open}"
+    );
+    assert!(
+        !err.lines()
+            .any(|l| l.contains(":uet:") && l.contains("<debug>")),
+        "info shows no debug line:\n{err}"
+    );
+    for env in [
+        &[("FI_LOG_LEVEL", "debug"), ("FI_LOG_PROV", "tcp")][..],
+        &[][..],
+    ] {
+        let (_, err) = fi_info(&["-p", "uet"], env).unwrap();
+        assert!(!err.contains(":uet:"), "{env:?}:\n{err}");
+    }
+}
+
 #[test]
 fn the_stock_fi_pingpong_runs_over_the_provider_between_two_nics() {
     if !have_toolchain() {
