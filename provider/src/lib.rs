@@ -92,7 +92,7 @@ pub mod ep;
 pub mod eq;
 pub mod fabric;
 pub mod info;
-mod log;
+pub mod log;
 pub mod pep;
 pub mod sep;
 mod unsupported;

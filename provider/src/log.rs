@@ -8,7 +8,7 @@
 //!   `tracing`'s error and warning events are libfabric's warnings, its info events libfabric's
 //!   info, and its debug and trace events libfabric's debug; the subsystem is the module's
 //!   ([`subsystem`]). `RUST_LOG` instead sends them to standard error through
-//!   `tracing_subscriber`, filtered as it says (see [`crate::init_logging`]).
+//!   `tracing_subscriber`, filtered as it says.
 //! * Its environment variables (`FI_UET_DEVICE`, `FI_UET_SIM_ADDR`,
 //!   `FI_UET_CONNECT_TIMEOUT`) are defined with `fi_param_define`, so that `fi_info -e`
 //!   lists them with every provider's.
@@ -174,7 +174,7 @@ fn level(level: &Level) -> c_int {
 
 /// libfabric's subsystem for an event of `target` (its module path): the object the module
 /// serves.
-pub(crate) fn subsystem(target: &str) -> c_int {
+pub fn subsystem(target: &str) -> c_int {
     let module = target.rsplit("::").next().unwrap_or(target);
     match module {
         "av" | "av_set" | "named" | "segment" | "mirror" | "templates" | "addr_str" => FI_LOG_AV,
