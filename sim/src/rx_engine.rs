@@ -390,7 +390,8 @@ pub(crate) struct Reassembly {
     pub multi: Option<crate::multi_recv::MultiPlace>,
     /// The message's peer group; every packet must carry it.
     pub group: u32,
-    /// The PSN of the last of its packets seen.
+    /// The PSN of the last of its packets seen (one found malformed against it does not
+    /// count).
     pub psn: u32,
 }
 
@@ -1177,13 +1178,15 @@ impl Nic {
             self.counters.inc(RX_MALFORMED);
             return RxOutcome::Done;
         }
-        r.psn = p.pds.psn;
         let n = p.payload.len() as u32; // parse_request: offset + n <= request_length
         let start = p.offset;
         let end = start.saturating_add(n);
+        // Only a packet that belongs to the message (new bytes, or a copy of received ones)
+        // moves the PSN it is remembered at; a malformed one leaves the message as it was.
         match r.insert(start, end) {
-            RangeInsert::New => {}
+            RangeInsert::New => r.psn = p.pds.psn,
             RangeInsert::Duplicate => {
+                r.psn = p.pds.psn;
                 self.counters.debug.rx_duplicate_packets += 1;
                 let list = r.list();
                 self.respond_list(p, ReturnCode::Ok, 0, list, None);

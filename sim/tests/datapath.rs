@@ -2522,6 +2522,94 @@ fn a_destroyed_endpoints_reassembly_dropped_for_room_is_refused_when_its_packets
     assert!(b.peek_cq(&eb2).is_none(), "no receive taken");
 }
 
+/// A packet found malformed against its message in reassembly (here one whose bytes overlap
+/// bytes already received), however far its PSN, leaves the message as it was: when the
+/// reassembly is dropped for room after its endpoint is destroyed, the message is remembered
+/// at the PSN of its own packets, so the rest of them are refused RC_UNDELIVERABLE and take
+/// no receive of the endpoint created at the same address.
+#[test]
+fn a_malformed_packet_does_not_move_the_psn_its_message_is_remembered_at() {
+    use uet_sim::ses::{segment_word, FLAG_EOM, FLAG_REL, FLAG_SOM};
+    let fabric = Fabric::new();
+    let _a = Driver::new(&fabric, "10.0.0.1");
+    let mut cfg = NicConfig::new(addr("10.0.0.2"));
+    cfg.reassembly_slots = 1;
+    let mut b = Driver::with_config(&fabric, cfg);
+    let av_b = b.av_create(64, 0).unwrap();
+    let mut eb = b.ep_create(av_b, JOB, 0x2222, 4).unwrap();
+    let wire = Wire::default();
+    fabric.capture_to_writer(wire.clone()).unwrap();
+    // Message `id` of 6 bytes: "one" (SOM) at offset 0, "two" (EOM) at offset 3.
+    let packet = |eb: &Ep, id: u16, second: bool, offset: u32, psn: u32| {
+        let (flags, header_data, payload) = if second {
+            (FLAG_EOM, segment_word(3, offset), b"two")
+        } else {
+            (FLAG_SOM, 0, b"one")
+        };
+        let request = StandardRequest {
+            flags: FLAG_REL | flags,
+            message_id: id,
+            header_data,
+            request_length: 6,
+            ..send_to(eb)
+        };
+        request_frame(
+            5,
+            if psn == 9 { FLAG_SYN } else { 0 },
+            psn,
+            request,
+            payload,
+        )
+    };
+    b.post_recv(&mut eb, 0, 64, 0xB0);
+    fabric.inject_frame(&packet(&eb, 3, false, 0, 9));
+    assert_eq!(b.f.counter(RX_PACKETS), 1, "the first packet in");
+    // A middle packet of bytes 2..5 overlaps the first packet's bytes: malformed, whatever
+    // its PSN.
+    let malformed = b.f.counter(RX_MALFORMED);
+    let overlapping = StandardRequest {
+        flags: FLAG_REL,
+        message_id: 3,
+        header_data: segment_word(3, 2),
+        request_length: 6,
+        ..send_to(&eb)
+    };
+    fabric.inject_frame(&request_frame(5, 0, 9 + (1 << 31), overlapping, b"xyz"));
+    assert_eq!(b.f.counter(RX_MALFORMED), malformed + 1);
+    assert_eq!(
+        b.submit(Command::EndpointDestroy {
+            endpoint: u32::from(eb.handle)
+        })
+        .status(),
+        Status::Success
+    );
+    let mut eb2 = b.ep_create(av_b, JOB, 0x2222, 4).unwrap();
+    assert_eq!((eb2.pid, eb2.ri_start), (eb.pid, eb.ri_start));
+    b.post_recv(&mut eb2, 2, 64, 0xB2);
+    b.post_recv(&mut eb2, 3, 64, 0xB3);
+    // Another multi-packet message takes the only reassembly slot: the destroyed
+    // endpoint's reassembly is dropped and remembered as refused.
+    fabric.inject_frame(&packet(&eb2, 4, false, 0, 20));
+    fabric.inject_frame(&packet(&eb2, 4, true, 3, 21));
+    let c = b.poll_cq(&mut eb2).expect("the second message");
+    assert_eq!((c.context.get(), status(&c)), (0xB2, LocalStatus::Ok));
+    // The rest of the first message is refused, as its first packet's PSN says.
+    fabric.inject_frame(&packet(&eb2, 3, true, 3, 10));
+    let (id, psn, rc, _) = wire.last();
+    assert_eq!((id, psn), (3, 10));
+    assert_eq!(rc, ReturnCode::Undeliverable as u8);
+    assert!(b.peek_cq(&eb2).is_none(), "no receive taken");
+    // The new endpoint's second receive is free for the next message.
+    let next = StandardRequest {
+        message_id: 5,
+        request_length: 4,
+        ..send_to(&eb2)
+    };
+    fabric.inject_frame(&request_frame(5, 0, 30, next, b"next"));
+    let c = b.poll_cq(&mut eb2).expect("the next message");
+    assert_eq!((c.context.get(), c.len.get()), (0xB3, 4));
+}
+
 /// A range member is the address `UetAddress::symmetric_member` gives, or none: the NIC
 /// sends to no member the host's rule does not make an address. Across the IPv4-mapped
 /// broadcast address ::ffff:255.255.255.255 (which reaches 255.255.255.255) the middle
