@@ -49,7 +49,9 @@
 //! When the request is deliverable but the endpoint's completion ring has no room, the request
 //! waits in the endpoint's receive backlog (later requests for that endpoint queue behind it)
 //! until a `CQ_DOORBELL` frees space; it is neither dropped nor answered early. Packets of a
-//! message already in reassembly need no new completion slot and never wait. The backlog is
+//! message already in reassembly need no new completion slot and never wait: neither do those
+//! that came before their message opened and wait in the backlog behind a request that still
+//! waits for room, which are taken as soon as their message opens. The backlog is
 //! NIC memory: it holds at most [`RX_BACKLOG_BYTES`] bytes of frames per entry (a frame always
 //! fits an empty one). A request that would exceed that is refused RC_UNDELIVERABLE at once
 //! (the rest of a multi-packet message's packets get the same answer) and counted
@@ -724,6 +726,7 @@ impl Nic {
             .and_then(|ep| ep.rx_backlog.front().cloned())
         {
             if self.rx_request(&f, true) == RxOutcome::Stalled {
+                progress |= self.rx_backlog_take_reassembling(handle);
                 break;
             }
             if let Some(ep) = self.eps.get_mut(handle) {
@@ -734,6 +737,62 @@ impl Nic {
             progress = true;
         }
         progress
+    }
+
+    /// The request at the front of entry `handle`'s backlog waits for completion-ring room:
+    /// take the packets behind it whose message is now in reassembly for the entry (they
+    /// came before it opened), in order. They need no completion slot, and the slots their
+    /// messages reserved may be the very room the front request waits for. Returns whether
+    /// any was taken.
+    fn rx_backlog_take_reassembling(&mut self, handle: u16) -> bool {
+        let Some(serial) = self.eps.get(handle).map(|ep| ep.serial) else {
+            return false;
+        };
+        let active = &self.reasm.active;
+        let ours = |f: &[u8]| {
+            parse_request(f).is_some_and(|p| {
+                !p.single()
+                    && active
+                        .get(&p.key())
+                        .is_some_and(|r| r.handle == handle && r.serial == serial)
+            })
+        };
+        if !active
+            .values()
+            .any(|r| r.handle == handle && r.serial == serial)
+        {
+            return false;
+        }
+        let Some(ep) = self.eps.get_mut(handle) else {
+            return false;
+        };
+        let mut taken = Vec::new();
+        let mut i = 1;
+        while let Some(f) = ep.rx_backlog.get(i) {
+            if !ours(f) {
+                i += 1;
+                continue;
+            }
+            if let Some(f) = ep.rx_backlog.remove(i) {
+                ep.rx_backlog_bytes = ep.rx_backlog_bytes.saturating_sub(f.len());
+                taken.push(f);
+            }
+        }
+        let any = !taken.is_empty();
+        let mut taken = taken.into_iter();
+        while let Some(f) = taken.next() {
+            if self.rx_request(&f, true) == RxOutcome::Stalled {
+                // Not one of an open message after all: back behind the front, in order.
+                if let Some(ep) = self.eps.get_mut(handle) {
+                    for (at, f) in (1..).zip(std::iter::once(f).chain(taken)) {
+                        ep.rx_backlog_bytes = ep.rx_backlog_bytes.saturating_add(f.len());
+                        ep.rx_backlog.insert(at.min(ep.rx_backlog.len()), f);
+                    }
+                }
+                break;
+            }
+        }
+        any
     }
 
     fn demux(&mut self, s: &StandardRequest) -> Result<u16, ReturnCode> {

@@ -2610,6 +2610,78 @@ fn a_malformed_packet_does_not_move_the_psn_its_message_is_remembered_at() {
     assert_eq!((c.context.get(), c.len.get()), (0xB3, 4));
 }
 
+/// A packet that waits in the receive backlog because its message had not opened yet when it
+/// came is taken once its message opens, though requests ahead of it still wait for
+/// completion-ring room: a message in reassembly needs no new completion slot. Here every
+/// slot the host frees goes to a reservation of a message opened from the backlog, so a
+/// request waiting ahead of those messages' last packets would otherwise hold them, and their
+/// completions, for ever.
+#[test]
+fn packets_of_a_message_opened_from_the_backlog_do_not_wait_behind_requests_for_room() {
+    use uet_sim::ses::{segment_word, FLAG_EOM, FLAG_REL, FLAG_SOM};
+    let fabric = Fabric::new();
+    let _a = Driver::new(&fabric, "10.0.0.1");
+    let mut b = Driver::new(&fabric, "10.0.0.2");
+    let av_b = b.av_create(64, 0).unwrap();
+    let mut eb = b.ep_create(av_b, JOB, 0x2222, 4).unwrap();
+    b.post_recv_desc(
+        &mut eb,
+        uet_fwif::RxDescriptor {
+            buf: U64::new(b.iova(0x8_0000)),
+            len: U32::new(0x2000),
+            flags: U32::new(uet_fwif::datapath::RX_FLAG_MULTI_RECV),
+            context: U64::new(0xB0),
+            ..Default::default()
+        },
+    );
+    let mut psn = 9;
+    let mut next = |flags: u8, id: u16, header_data: u64, len: u32, payload: &[u8]| {
+        let request = StandardRequest {
+            flags: FLAG_REL | flags,
+            message_id: id,
+            header_data,
+            request_length: len,
+            ..send_to(&eb)
+        };
+        let syn = if psn == 9 { FLAG_SYN } else { 0 };
+        psn += 1;
+        request_frame(5, syn, psn - 1, request, payload)
+    };
+    // The completion ring full (it keeps one entry empty): seven messages the host has not read.
+    let ring = (1u16 << EP_LOG2) - 1;
+    for id in 0..ring {
+        fabric.inject_frame(&next(FLAG_SOM | FLAG_EOM, id, 0, 4, b"full"));
+    }
+    // Seven two-packet messages, a single-packet one, then the seven messages' last packets:
+    // all wait in the backlog, in that order.
+    let firsts: Vec<_> = (0..ring)
+        .map(|i| next(FLAG_SOM, 100 + i, 0, 6, b"one"))
+        .collect();
+    let single = next(FLAG_SOM | FLAG_EOM, 200, 0, 4, b"last");
+    let lasts: Vec<_> = (0..ring)
+        .map(|i| next(FLAG_EOM, 100 + i, segment_word(3, 3), 6, b"two"))
+        .collect();
+    for f in firsts.iter().chain([&single]).chain(&lasts) {
+        fabric.inject_frame(f);
+    }
+    assert!(
+        b.f.debug_counters().cq_stalls > 0,
+        "the requests wait for room"
+    );
+    // The host reads every completion the ring holds, and then every one that comes.
+    let mut read = Vec::new();
+    while let Some(c) = b.poll_cq(&mut eb) {
+        assert_eq!(status(&c), LocalStatus::Ok);
+        read.push(c.len.get());
+    }
+    assert_eq!(
+        read.len(),
+        usize::from(ring) * 2 + 1,
+        "the full ring, the seven two-packet messages and the single one: {read:?}"
+    );
+    assert_eq!(read.iter().filter(|&&n| n == 6).count(), usize::from(ring));
+}
+
 /// A range member is the address `UetAddress::symmetric_member` gives, or none: the NIC
 /// sends to no member the host's rule does not make an address. Across the IPv4-mapped
 /// broadcast address ::ffff:255.255.255.255 (which reaches 255.255.255.255) the middle
