@@ -78,8 +78,10 @@
 //! (the peer, or the endpoint that took its PIDonFEP), a message naming a request pending
 //! at the listener (a second CONNREQ, or a READY or ACCEPT: never answered with a REJECT,
 //! which would refuse the request) or one of the last [`ANSWERED_REMEMBERED`] it answered
-//! (a copy would reach the application as a new request), or a READY or ACCEPT that names the peer as its sender
-//! without coming from it, is dropped and counted ([`PassiveEndpoint::dropped`],
+//! (a copy would reach the application as a new request), a READY or ACCEPT that names the peer as its sender
+//! without coming from it, or a CONNREQ reaching an endpoint that accepts or is connected
+//! that names a sender at its peer's Fabric Address and PIDonFEP (a peer asks a listener,
+//! never its peer, and the REJECT would end the connection there), is dropped and counted ([`PassiveEndpoint::dropped`],
 //! [`Endpoint::cm_dropped`]). The source is the AV entry the NIC found the sender at; a
 //! sender in no entry is the peer only for the requester's messages that landed before it
 //! took the ACCEPT in, and had an entry for the acceptor. A REJECT comes from the
@@ -1235,6 +1237,16 @@ impl Connection {
             } => self.get() != SHUT_DOWN && pending.len() < *backlog,
             Role::Active { .. } => false,
         };
+        // A CONNREQ naming this endpoint's peer (its Fabric Address and PIDonFEP, where a
+        // REJECT to it lands) as its sender: a peer asks a listener for a connection, never
+        // its own peer, so it is forged, and its REJECT would reach the peer from this side
+        // and end the connection there (or the request it is making, once the ACCEPT is in).
+        if msg.kind == CmKind::ConnReq
+            && matches!(inner.role, Role::Active { .. })
+            && self.names_peer(inner, &msg)
+        {
+            return self.drop_message("a connection request naming the peer");
+        }
         if msg.kind == CmKind::ConnReq && !listening {
             return self.refuse_connreq(inner, &msg);
         }
@@ -1657,6 +1669,14 @@ impl Connection {
     fn is_peers(&self, inner: &CmInner, src_addr: u64, msg: &CmMessage) -> bool {
         self.is_from_peer(inner, src_addr, msg)
             || self.peer_address(inner).is_some_and(|a| a == msg.sender)
+    }
+
+    /// Whether a message names as its sender an endpoint at the peer's Fabric Address and
+    /// PIDonFEP (whatever its initiator): an answer to that sender reaches the peer.
+    fn names_peer(&self, inner: &CmInner, msg: &CmMessage) -> bool {
+        self.peer_address(inner).is_some_and(|a| {
+            (a.fabric_addr, a.pid_on_fep) == (msg.sender.fabric_addr, msg.sender.pid_on_fep)
+        })
     }
 
     /// Whether a message comes from the endpoint at the peer's address (its Fabric Address
@@ -2878,6 +2898,60 @@ mod tests {
         assert!(client.is_connected() && server.is_connected());
         assert!(eq_c.is_empty() && eq_s.is_empty(), "no FI_SHUTDOWN");
         assert_eq!(f.dropped.load(Ordering::Relaxed), 0, "no REJECT came back");
+    }
+
+    /// A CONNREQ naming a connection's peer as its sender, reaching the other side (a peer
+    /// never asks its own peer for a connection), is dropped and counted, not answered with
+    /// a REJECT, which would reach the peer from this side and end its connection. Also
+    /// while the acceptor waits for the READY.
+    #[test]
+    fn a_connreq_naming_the_peer_gets_no_reject() {
+        let l = Listening::new();
+        let (ns, nc) = (&l.ns, &l.nc);
+        let wait = Duration::from_secs(5);
+        let (mut client, eq_c) = msg_client(nc);
+        let (mut server, eq_s) = msg_client(ns);
+        let (forger, _eq_f) = msg_client(nc);
+        let f = connection(&forger);
+        let forge = |to: &Endpoint, claim: UetAddress, conn_id: u32| {
+            send_forged(&f, to.address(), claim, (CmKind::ConnReq, conn_id));
+        };
+        let taken_in = |ep: &Endpoint, n: u64| wait_dropped(|| ep.cm_dropped(), n);
+        let requester = connection(&client);
+        let (held, _) = l.accept_with_ready_held(&mut client, &mut server, &requester);
+        let conn_id = match held.role {
+            Role::Active { conn_id, .. } => conn_id,
+            Role::Passive { .. } => unreachable!("a requester"),
+        };
+        forge(&server, *client.address(), conn_id);
+        taken_in(&server, 1);
+        drop(held);
+        for eq in [&eq_c, &eq_s] {
+            assert_eq!(
+                eq.sread(Some(wait), 0).expect("event").kind,
+                EqEventKind::Connected
+            );
+        }
+        forge(&client, *server.address(), conn_id);
+        forge(&server, *client.address(), conn_id);
+        // A REJECT goes to the sender's Fabric Address and PIDonFEP: one naming the peer
+        // with another initiator would reach it too.
+        let other_initiator = |a: &UetAddress| UetAddress {
+            initiator: a.initiator.wrapping_add(1),
+            ..*a
+        };
+        // (From a second forger: each forged message keeps an entry of the forger's AV.)
+        let (forger2, _eq_f2) = msg_client(nc);
+        let f2 = connection(&forger2);
+        for (to, claim) in [(&client, &server), (&server, &client)] {
+            let claim = other_initiator(claim.address());
+            send_forged(&f2, to.address(), claim, (CmKind::ConnReq, conn_id));
+        }
+        taken_in(&client, 2);
+        taken_in(&server, 3);
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(client.is_connected() && server.is_connected());
+        assert!(eq_c.is_empty() && eq_s.is_empty(), "no FI_SHUTDOWN");
     }
 
     /// A REJECT of a connection that names the peer as its sender but comes from another
