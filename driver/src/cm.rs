@@ -79,7 +79,8 @@
 //! at the listener (a second CONNREQ, or a READY or ACCEPT: never answered with a REJECT,
 //! which would refuse the request) or one of the last [`ANSWERED_REMEMBERED`] it answered
 //! (a copy would reach the application as a new request), a READY or ACCEPT that names the peer as its sender
-//! without coming from it, or a CONNREQ reaching an endpoint that accepts or is connected
+//! without coming from it (once connected, one naming a sender at the peer's Fabric Address
+//! and PIDonFEP with any initiator), or a CONNREQ reaching an endpoint that accepts or is connected
 //! that names a sender at its peer's Fabric Address and PIDonFEP (a peer asks a listener,
 //! never its peer, and the REJECT would end the connection there), is dropped and counted ([`PassiveEndpoint::dropped`],
 //! [`Endpoint::cm_dropped`]). The source is the AV entry the NIC found the sender at; a
@@ -1665,10 +1666,15 @@ impl Connection {
     /// Whether a message is the peer's ([`Connection::is_from_peer`]) or names the peer as
     /// its sender: one a stray READY or ACCEPT is not, which is answered with a REJECT to
     /// its sender. One that names the peer but does not come from it is dropped instead: its
-    /// REJECT would reach the peer and end the connection.
+    /// REJECT would reach the peer and end the connection. Once connected, the peer is at its
+    /// Fabric Address and PIDonFEP (it would have shut the connection down to leave): a
+    /// sender named there with another initiator is the peer's address too, where the
+    /// REJECT would land. An accepting endpoint's requester may have closed unannounced and
+    /// left its PIDonFEP to another endpoint, which is answered.
     fn is_peers(&self, inner: &CmInner, src_addr: u64, msg: &CmMessage) -> bool {
         self.is_from_peer(inner, src_addr, msg)
             || self.peer_address(inner).is_some_and(|a| a == msg.sender)
+            || (self.get() == CONNECTED && self.names_peer(inner, msg))
     }
 
     /// Whether a message names as its sender an endpoint at the peer's Fabric Address and
@@ -3033,6 +3039,46 @@ mod tests {
                 EqEventKind::Connected
             );
         }
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(client.is_connected() && server.is_connected());
+        assert!(eq_c.is_empty() && eq_s.is_empty(), "no FI_SHUTDOWN");
+    }
+
+    /// A READY or ACCEPT of a connection naming as its sender an endpoint at the peer's
+    /// Fabric Address and PIDonFEP with another initiator, from neither side, reaching
+    /// either side of the connection is dropped and counted: a REJECT to that sender would
+    /// reach the peer (a message goes to a Fabric Address and PIDonFEP) and end the
+    /// connection.
+    #[test]
+    fn a_ready_or_accept_naming_the_peer_with_another_initiator_gets_no_reject() {
+        let l = Listening::new();
+        let (ns, nc) = (&l.ns, &l.nc);
+        let wait = Duration::from_secs(5);
+        let (mut client, eq_c) = msg_client(nc);
+        let (mut server, eq_s) = msg_client(ns);
+        let req = l.request(&mut client);
+        l.pep.accept(&req, &mut server, b"").expect("accept");
+        for eq in [&eq_c, &eq_s] {
+            assert_eq!(
+                eq.sread(Some(wait), 0).expect("event").kind,
+                EqEventKind::Connected
+            );
+        }
+        let other_initiator = |a: &UetAddress| UetAddress {
+            initiator: a.initiator.wrapping_add(1),
+            ..*a
+        };
+        // Each forger's AV keeps an entry per message it sent: one forger per target.
+        for (to, claim) in [(&client, &server), (&server, &client)] {
+            let (forger, _eq_f) = msg_client(nc);
+            let f = connection(&forger);
+            let claim = other_initiator(claim.address());
+            for kind in [CmKind::Ready, CmKind::Accept] {
+                send_forged(&f, to.address(), claim, (kind, req.conn_id));
+            }
+        }
+        wait_dropped(|| client.cm_dropped(), 2);
+        wait_dropped(|| server.cm_dropped(), 2);
         std::thread::sleep(Duration::from_millis(50));
         assert!(client.is_connected() && server.is_connected());
         assert!(eq_c.is_empty() && eq_s.is_empty(), "no FI_SHUTDOWN");
