@@ -101,8 +101,49 @@ enum Slot {
     /// Given up on (timed out); its completion is dropped when it arrives, and what a late
     /// creation made is destroyed ([`undo_of`]).
     Abandoned { opcode: u8, undo_key: u64 },
-    /// Submitted by the queue itself (the undo of a late creation); its completion is dropped.
-    Discard,
+    /// Submitted by the queue itself (the undo of a late creation, or a destroy retried
+    /// behind undoes); its completion is dropped, and with a success (or the object already
+    /// gone) the memory the destroy held is freed.
+    Discard { held: Option<Held> },
+}
+
+/// Memory the device may use until a destroy completes: freed once it has.
+pub(crate) type Held = Box<dyn Send>;
+
+/// The error of an undo that could not be submitted, as the error of the caller's command
+/// `opcode`, which was not submitted either.
+fn not_submitted_as(e: DriverError, opcode: u8) -> DriverError {
+    match e {
+        DriverError::AdminRingFull {
+            waited,
+            device_enabled,
+            ..
+        } => DriverError::AdminRingFull {
+            opcode,
+            waited,
+            device_enabled,
+        },
+        DriverError::AdminDeviceFatal {
+            waited,
+            fatal_error,
+            submitted: false,
+            ..
+        } => DriverError::AdminDeviceFatal {
+            opcode,
+            waited,
+            fatal_error,
+            submitted: false,
+        },
+        // A reset seen while the undo waited for room: nothing of the caller's
+        // command reached the device either.
+        DriverError::FunctionReset { sq_base, ring, .. } => DriverError::FunctionReset {
+            opcode,
+            sq_base,
+            ring,
+            submitted: false,
+        },
+        e => e,
+    }
 }
 
 /// The command that destroys what a creation `opcode` that completed with `result0` made:
@@ -274,9 +315,14 @@ pub struct AdminQueue {
     /// Reaps that collected a completion, shared with waiters that sleep until one may have
     /// come ([`AdminQueue::reaped_counter`]).
     reaped: Arc<AtomicU64>,
-    /// Undoes of late creations ([`undo_of`]) and destroys retried behind them, submitted in
-    /// this order ahead of the next command.
-    undo: VecDeque<Command>,
+    /// Undoes of late creations ([`undo_of`]) and destroys retried behind them (each with the
+    /// memory the device may use until it completes), submitted in this order ahead of the
+    /// next command.
+    undo: VecDeque<(Command, Option<Held>)>,
+    /// Memory whose destroy failed (its completion not a success): the device may still use
+    /// it, so it is kept until the function's reset (which clears the queue) or the NIC's
+    /// close (which resets the function first).
+    kept: Vec<Held>,
     /// The scratch buffer was lent ([`AdminQueue::scratch`]) since the last submission: the
     /// next command uses it. (Reading a result back, [`AdminQueue::scratch_result`], lends
     /// nothing; a lend whose command never went out marks the next one, which only errs on
@@ -321,6 +367,7 @@ impl AdminQueue {
             abandoned: Arc::new(AtomicUsize::new(0)),
             reaped: Arc::new(AtomicU64::new(0)),
             undo: VecDeque::new(),
+            kept: Vec::new(),
             scratch_taken: false,
             undo_auth_key_adds: false,
             reset_seen: None,
@@ -386,6 +433,7 @@ impl AdminQueue {
         self.scratch_holders.clear();
         self.abandoned.store(0, Ordering::Release);
         self.undo.clear();
+        self.kept.clear();
         self.scratch_taken = false;
         self.reset_seen = None;
         bar.write(ADMIN_SQ_BASE, self.sq.region().iova());
@@ -502,44 +550,20 @@ impl AdminQueue {
                 tracing::warn!("{e}");
             }
         }
-        while let Some(cmd) = self.undo.pop_front() {
+        while let Some((cmd, held)) = self.undo.pop_front() {
             tracing::info!(?cmd, "destroying what a command given up on created late");
-            if let Err(e) = self.submit_entry(bar, cmd.encode(0), true) {
-                self.undo.push_front(cmd);
-                // The caller's command was not submitted either: its own opcode is reported.
-                return Err(match e {
-                    DriverError::AdminRingFull {
-                        waited,
-                        device_enabled,
-                        ..
-                    } => DriverError::AdminRingFull {
-                        opcode: entry.opcode,
-                        waited,
-                        device_enabled,
-                    },
-                    DriverError::AdminDeviceFatal {
-                        waited,
-                        fatal_error,
-                        submitted: false,
-                        ..
-                    } => DriverError::AdminDeviceFatal {
-                        opcode: entry.opcode,
-                        waited,
-                        fatal_error,
-                        submitted: false,
-                    },
-                    // A reset seen while the undo waited for room: nothing of the caller's
-                    // command reached the device either.
-                    DriverError::FunctionReset { sq_base, ring, .. } => {
-                        DriverError::FunctionReset {
-                            opcode: entry.opcode,
-                            sq_base,
-                            ring,
-                            submitted: false,
-                        }
+            match self.submit_entry(bar, cmd.encode(0), true) {
+                Ok(id) => {
+                    if held.is_some() {
+                        self.commands.remove(id);
+                        self.commands.insert(id, Slot::Discard { held });
                     }
-                    e => e,
-                });
+                }
+                Err(e) => {
+                    self.undo.push_front((cmd, held));
+                    // The caller's command was not submitted either: its own opcode is reported.
+                    return Err(not_submitted_as(e, entry.opcode));
+                }
             }
         }
         let uses_scratch = core::mem::take(&mut self.scratch_taken);
@@ -597,7 +621,7 @@ impl AdminQueue {
         self.commands.insert(
             command_id,
             if discard {
-                Slot::Discard
+                Slot::Discard { held: None }
             } else {
                 Slot::Outstanding {
                     opcode,
@@ -625,8 +649,12 @@ impl AdminQueue {
     /// until then, its completion dropped.
     ///
     /// [`NicInner::destroy`]: crate::nic::NicInner::destroy
-    pub(crate) fn destroy_after_undoes(&mut self, cmd: Command) {
-        self.undo.push_back(cmd);
+    ///
+    /// `held`: memory the device may use until the destroy completes, freed once it has
+    /// succeeded (or found the object gone already), kept until the function's reset if it
+    /// fails.
+    pub(crate) fn destroy_after_undoes(&mut self, cmd: Command, held: Option<Held>) {
+        self.undo.push_back((cmd, held));
     }
 
     /// Record that command `id`, outstanding, carries its data in the scratch buffer.
@@ -717,7 +745,7 @@ impl AdminQueue {
                     if cqe.status() == Status::Success {
                         let checked = self.undo_auth_key_adds;
                         if let Some(undo) = undo_of(opcode, cqe.result0.get(), undo_key, checked) {
-                            self.undo.push_back(undo);
+                            self.undo.push_back((undo, None));
                         }
                     }
                     let _ = self
@@ -725,10 +753,22 @@ impl AdminQueue {
                         .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
                     tracing::debug!(command_id = id, "completion of an abandoned command");
                 }
-                Some(Slot::Discard) => {
+                Some(Slot::Discard { held }) => {
                     self.in_flight = self.in_flight.saturating_sub(1);
-                    if cqe.status() != Status::Success {
-                        tracing::warn!(command_id = id, status = ?cqe.status(), "undo of a late creation failed");
+                    match cqe.status() {
+                        // Destroyed now, or with its endpoint before: the device is done with
+                        // the memory.
+                        Status::Success | Status::InvalidHandle => drop(held),
+                        status => {
+                            tracing::warn!(
+                                command_id = id,
+                                ?status,
+                                "a destroy sent ahead of the next command (the undo of a late \
+                                 creation, or one that waited behind undoes) failed; any memory \
+                                 it held is kept until the function's reset"
+                            );
+                            self.kept.extend(held);
+                        }
                     }
                 }
                 Some(done @ Slot::Done { .. }) => {
@@ -815,7 +855,7 @@ impl AdminQueue {
                     None
                 }
             }
-            Some(slot @ (Slot::Abandoned { .. } | Slot::Discard)) => {
+            Some(slot @ (Slot::Abandoned { .. } | Slot::Discard { .. })) => {
                 self.commands.insert(id, slot);
                 Some(Err(DriverError::AdminProtocol(format!(
                     "command id {id} was abandoned"
@@ -942,6 +982,7 @@ impl AdminQueue {
             self.scratch_holders.clear();
             self.abandoned.store(0, Ordering::Release);
             self.undo.clear();
+            self.kept.clear();
             return self.reset_error(opcode, submitted);
         }
         let (waited, device_enabled) = (self.timeout, status.enabled());
@@ -1194,6 +1235,57 @@ mod tests {
             other => panic!("the first command's completion: {other:?}"),
         }
         assert!(s.queue.poll_command(&*bar, next).is_none(), "in flight");
+    }
+
+    /// A destroy that finds the admin ring full goes ahead of the next command, holding the
+    /// memory the device may use until then: it is freed once that destroy has completed,
+    /// not kept until the NIC's reset.
+    #[test]
+    fn memory_a_deferred_destroy_holds_is_freed_when_the_destroy_completes() {
+        struct Freed(Arc<std::sync::atomic::AtomicBool>);
+        impl Drop for Freed {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let mut config = uet_sim::NicConfig::new("10.0.0.1".parse().expect("address"));
+        // Two entries: one command in flight at a time.
+        config.max_admin_entries = 2;
+        let function = uet_sim::Fabric::new().add_nic(config).expect("NIC");
+        let nic = crate::Nic::open(Arc::new(crate::backend::sim::SimDevice::new(function)))
+            .expect("open");
+        let bar = nic.bar0();
+        nic.set_admin_timeout(Duration::from_millis(20));
+        let mut body = uet_fwif::admin::AvCreateBody::new_zeroed();
+        body.capacity = 8.into();
+        let av = nic
+            .admin_command(Command::AvCreate(body))
+            .expect("AV_CREATE")
+            .result0;
+        // Stopped, an AV_CREATE times out, and fills the ring.
+        bar.write(DEV_CTRL, DevCtrl::new());
+        let e = nic
+            .admin_command(Command::AvCreate(body))
+            .expect_err("stopped");
+        assert!(matches!(e, DriverError::AdminTimeout { .. }), "{e}");
+        let freed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        nic.inner
+            .destroy_freeing(Command::AvDestroy { av }, Box::new(Freed(freed.clone())))
+            .map_err(|(e, _)| e)
+            .expect("sent ahead of the next command");
+        assert!(
+            !freed.load(Ordering::SeqCst),
+            "held while the destroy waits"
+        );
+        // Enabled again: the late creation completes, and the next command sends its undo
+        // and the destroy ahead of itself.
+        bar.write(DEV_CTRL, DevCtrl::new().with_enable(true));
+        nic.admin_command(Command::AvCreate(body))
+            .expect("AV_CREATE");
+        assert!(
+            freed.load(Ordering::SeqCst),
+            "freed once the destroy completed"
+        );
     }
 
     /// A command that finds the function reset under the driver while it waits behind the

@@ -2899,21 +2899,6 @@ fn drop_rings_unless_timed_out(nic: &NicInner, e: &DriverError, set: RingSet) {
     }
 }
 
-impl Teardown {
-    /// Never hand the endpoint's DMA memory (rings, posted buffers) back while the function
-    /// runs: the device may still write it. It is released after the NIC's reset
-    /// (`NicInner::quarantine`).
-    fn quarantine_dma_memory(&mut self) {
-        if let Some(rings) = self.rings.take() {
-            self.nic.quarantine(rings);
-        }
-        let posted: Vec<Posted> = self.posted.drain(..).flatten().collect();
-        if !posted.is_empty() {
-            self.nic.quarantine(posted);
-        }
-    }
-}
-
 impl Drop for Teardown {
     fn drop(&mut self) {
         if self.nic.in_forked_child() {
@@ -2925,22 +2910,22 @@ impl Drop for Teardown {
         let granted = !self.auth_slots.is_empty();
         let av = self._av.clone().filter(|_| granted);
         let _change = av.as_deref().map(AvTableHandle::grants_change);
-        match self.nic.destroy(Command::EndpointDestroy {
+        // The endpoint's DMA memory (rings, posted buffers) is freed once it is destroyed:
+        // now, or, when the command goes ahead of the next one (behind a late context's undo,
+        // or after the admin ring was full), when its completion comes; until then the device
+        // may use it.
+        let posted: Vec<Posted> = self.posted.drain(..).flatten().collect();
+        let memory: crate::admin::Held = Box::new((self.rings.take(), posted));
+        let cmd = Command::EndpointDestroy {
             endpoint: u32::from(self.handle),
-        }) {
-            Ok(retried) => {
-                if retried {
-                    // Destroyed after a late context's undo: until then the device may use
-                    // the endpoint's memory.
-                    self.quarantine_dma_memory();
-                }
-            }
-            Err(e) => {
-                tracing::error!(
-                    handle = self.handle,
-                    "ENDPOINT_DESTROY failed: {e}; its DMA memory is kept until the NIC's reset"
-                );
-                self.quarantine_dma_memory();
+        };
+        if let Err((e, memory)) = self.nic.destroy_freeing(cmd, memory) {
+            tracing::error!(
+                handle = self.handle,
+                "ENDPOINT_DESTROY failed: {e}; its DMA memory is kept until the NIC's reset"
+            );
+            if let Some(memory) = memory {
+                self.nic.quarantine(memory);
             }
         }
         // ENDPOINT_DESTROY revokes the endpoint's auth-key grants. One that failed or went

@@ -351,30 +351,34 @@ impl Drop for MemoryRegion {
         }
         let mut body = MrDeregisterBody::new_zeroed();
         body.key = U64::new(self.key);
-        match self.nic.destroy(Command::MrDeregister {
+        let cmd = Command::MrDeregister {
             mr: self.handle,
             body,
-        }) {
-            Ok(false) => {}
-            // Deregistered ahead of the next admin command: until then peers may reach the
-            // memory.
-            Ok(true) => {
-                if let Some(memory) = self.memory.take() {
-                    self.nic.quarantine(memory);
-                }
-            }
+        };
+        // The memory is freed once the region is deregistered: now, or, when the command is
+        // sent ahead of the next one (the admin ring was full), when its completion comes;
+        // until then peers may reach it.
+        let r = match self.memory.take() {
+            Some(memory) => self.nic.destroy_freeing(cmd, Box::new(memory)),
+            None => self.nic.destroy(cmd).map(|_| ()).map_err(|e| (e, None)),
+        };
+        match r {
+            Ok(()) => {}
             // The endpoint was destroyed first: the NIC removed the region with it.
-            Err(DriverError::AdminStatus {
-                status: uet_fwif::Status::InvalidHandle,
-                ..
-            }) => {}
-            Err(e) => {
+            Err((
+                DriverError::AdminStatus {
+                    status: uet_fwif::Status::InvalidHandle,
+                    ..
+                },
+                _,
+            )) => {}
+            Err((e, memory)) => {
                 tracing::error!(
                     handle = self.handle,
                     "MR_DEREGISTER failed: {e}; the region's DMA memory is kept until the \
                      NIC's reset"
                 );
-                if let Some(memory) = self.memory.take() {
+                if let Some(memory) = memory {
                     self.nic.quarantine(memory);
                 }
             }

@@ -701,15 +701,44 @@ impl NicInner {
     /// destroy is deferred so (the device may use the object until then). Decided under the
     /// admin queue's lock, so no other command sends the undoes between.
     pub(crate) fn destroy(&self, cmd: Command) -> Result<bool, DriverError> {
-        let mut admin = self.admin()?;
+        self.destroy_holding(cmd, None).map_err(|(e, _)| e)
+    }
+
+    /// [`NicInner::destroy`] of an object whose DMA memory the device may use until the
+    /// destroy completes: the memory is freed once it has, at once or, for a destroy sent
+    /// ahead of the next command, when its completion comes (kept until the function's reset
+    /// if that completion is a failure). On error the memory comes back, for the caller to
+    /// keep ([`NicInner::quarantine`]).
+    pub(crate) fn destroy_freeing(
+        &self,
+        cmd: Command,
+        memory: crate::admin::Held,
+    ) -> Result<(), (DriverError, Option<crate::admin::Held>)> {
+        self.destroy_holding(cmd, Some(memory)).map(|_| ())
+    }
+
+    /// [`NicInner::destroy`], `held` freed when the destroy completes (see
+    /// [`NicInner::destroy_freeing`]).
+    fn destroy_holding(
+        &self,
+        cmd: Command,
+        held: Option<crate::admin::Held>,
+    ) -> Result<bool, (DriverError, Option<crate::admin::Held>)> {
+        let mut admin = match self.admin() {
+            Ok(admin) => admin,
+            Err(e) => return Err((e, held)),
+        };
         match admin.execute(self.bar(), cmd) {
-            Ok(_) => Ok(false),
+            Ok(_) => {
+                drop(held);
+                Ok(false)
+            }
             Err(DriverError::AdminRingFull { .. }) => {
                 tracing::info!(
                     ?cmd,
                     "destroy found the admin ring full; sent ahead of the next command"
                 );
-                admin.destroy_after_undoes(cmd);
+                admin.destroy_after_undoes(cmd, held);
                 Ok(true)
             }
             Err(DriverError::AdminStatus {
@@ -720,10 +749,10 @@ impl NicInner {
                     ?cmd,
                     "destroy refused Busy behind a late creation; retried after it"
                 );
-                admin.destroy_after_undoes(cmd);
+                admin.destroy_after_undoes(cmd, held);
                 Ok(true)
             }
-            Err(e) => Err(e),
+            Err(e) => Err((e, held)),
         }
     }
 
