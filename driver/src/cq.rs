@@ -362,7 +362,9 @@ pub fn err_text(local: LocalStatus, rc: Option<ReturnCode>) -> &'static str {
         LocalStatus::MsgTooLong => {
             "the destination peer takes messages of at most one MTU (its address's MAX_MSG_MTU flag); nothing was sent"
         }
-        LocalStatus::Cancelled => "the receive was cancelled before a message took it (fi_cancel)",
+        LocalStatus::Cancelled => {
+            "the receive was cancelled before a message took it (fi_cancel), or the NIC ended the message that took it, which its sender had given up"
+        }
         LocalStatus::NoMessage => {
             "no message matched the probe (FI_PEEK), or none holds the claim (FI_CLAIM)"
         }

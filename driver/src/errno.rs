@@ -23,7 +23,7 @@ use uet_fwif::ReturnCode;
 /// | buffer outside DMA memory | `FI_EFAULT` |
 /// | malformed descriptor | `FI_EINVAL` |
 /// | no NIC at the destination fabric address | `FI_EHOSTUNREACH` |
-/// | a receive withdrawn by [`crate::Endpoint::cancel_recv`] (`fi_cancel`) | `FI_ECANCELED` |
+/// | a receive withdrawn by [`crate::Endpoint::cancel_recv`] (`fi_cancel`), or whose message the NIC ended unfinished | `FI_ECANCELED` |
 /// | a probe ([`crate::Endpoint::post_tprobe`]) that found no message, or a claim no message holds | `FI_ENOMSG` |
 pub fn completion_errno(local: LocalStatus, rc: Option<ReturnCode>) -> FiErrno {
     match local {

@@ -87,7 +87,7 @@
 //! | `handle` names no endpoint or context, or one that does not receive (a transmit context) | InvalidHandle |
 //! | `ring` undefined, reserved bytes set, or the tagged ring of an endpoint without one | InvalidField |
 //! | no descriptor with `context` is posted on the ring (never posted, already completed, or withdrawn) | [`Status::NotPosted`] |
-//! | a message has taken the descriptor and is still in reassembly, or it is a multi-receive buffer (`RX_FLAG_MULTI_RECV`) that a message is still arriving into, or one at all before interface 1.19 | [`Status::InProgress`] |
+//! | a message has taken the descriptor and is still in reassembly (the receive completes with the message, or `Cancelled` if the NIC ends the message, see `crate::datapath`, *Operations*), or it is a multi-receive buffer (`RX_FLAG_MULTI_RECV`) that a message is still arriving into, or one at all before interface 1.19 | [`Status::InProgress`] |
 //! | the completion ring has no room for the completion, or no descriptor with `context` is on the posted list but the ring (tagged, or RX with peer groups) holds descriptors the NIC left unread for want of that room (read completions, then retry) | [`Status::Busy`] |
 //!
 //! **Multi-receive buffers** (since interface 1.19; before, every one is InProgress). A

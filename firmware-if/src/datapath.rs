@@ -43,6 +43,17 @@
 //! descriptor and one completion per operation: the initiator's completes when every packet
 //! has been answered (with the first error, if any).
 //!
+//! The target tells the packets of a message from those of a later message with the same id
+//! (message ids count per PDC in 16 bits, and wrap) by their PSNs: a packet joins a message
+//! in reassembly only when its PSN is within 65,536 of that of the last packet accepted into
+//! it, so the bytes of two messages are never mixed. A message in reassembly whose sender
+//! gave up on one of its packets never finishes; when a packet with its id comes whose PSN is
+//! 65,536 or more ahead of it, the sender has given the id to a new message, and the NIC
+//! ends the old one: it frees what the message held, completes the receive it took
+//! [`LocalStatus::Cancelled`] with `len` 0 (the buffer may hold some of its bytes; a message
+//! placed in a multi-receive buffer completes nothing, and its space stays unused), refuses
+//! the rest of its packets RC_UNDELIVERABLE, and takes the packet as a new message's.
+//!
 //! ## Inject
 //!
 //! A SEND or TAGGED_SEND with [`TX_FLAG_INJECT`] carries at most [`MAX_INJECT_BYTES`] of
@@ -562,7 +573,9 @@ pub enum LocalStatus {
     MsgTooLong = 8,
     /// A receive withdrawn by RECV_CANCEL before any message took it (since interface 1.14;
     /// libfabric `FI_ECANCELED`): `len` 0, the buffer untouched. See [`crate::admin`],
-    /// *RECV_CANCEL*.
+    /// *RECV_CANCEL*. Also a receive whose message the NIC ended before its last byte came,
+    /// because the sender gave the message's id to a new one (see *Operations*): `len` 0, the
+    /// buffer may hold some of the ended message's bytes.
     Cancelled = 9,
     /// `dest` names an entry bound to an auth key (`entry_flags::AUTH_KEY`) whose NIC slot
     /// was not granted to the sending endpoint by ENDPOINT_AUTH_KEYS (a context's grants are

@@ -108,19 +108,32 @@ impl Nic {
             ep.mrecv_retired.insert(m.id, m);
             return;
         }
-        let c = Completion {
-            context: m.context,
-            src_addr: U64::new(uet_fwif::FI_ADDR_NOTAVAIL),
-            status: LocalStatus::Ok as u8,
-            return_code: ReturnCode::Ok as u8,
-            kind: CompletionKind::Recv as u8,
-            flags: COMPLETION_FLAG_MULTI_RECV
-                | COMPLETION_FLAG_BUFFER_RELEASED
-                | COMPLETION_FLAG_NO_MESSAGE,
-            buf_offset: U32::new(m.next),
-            ..Completion::default()
+        self.post_completion(handle, release(&m));
+    }
+
+    /// A multi-packet message placed in buffer `place` was ended before its last byte came
+    /// (`rx_engine`): it completes nothing, and its space stays unused. When it was the last
+    /// message of the retired buffer still in reassembly, the buffer's release is a
+    /// completion of its own, as when a retirement finds none.
+    pub(crate) fn mrecv_abandoned(&mut self, handle: u16, place: MultiPlace) {
+        let (id, _) = place;
+        let Some(ep) = self.eps.get_mut(handle) else {
+            return;
         };
-        self.post_completion(handle, c);
+        if let Some(m) = ep.mrecv.as_mut().filter(|m| m.id == id) {
+            m.pending = m.pending.saturating_sub(1);
+            return;
+        }
+        let Some(m) = ep.mrecv_retired.get_mut(&id) else {
+            return;
+        };
+        m.pending = m.pending.saturating_sub(1);
+        if m.pending > 0 {
+            return;
+        }
+        if let Some(m) = ep.mrecv_retired.remove(&id) {
+            self.post_completion(handle, release(&m));
+        }
     }
 
     /// Place the message `p` in the endpoint's current buffer (it fits, or the buffer holds
@@ -221,5 +234,22 @@ impl Nic {
             }
         }
         (flags, offset)
+    }
+}
+
+/// The release of multi-receive buffer `m` that carries no message: its context, `len` 0,
+/// `buf_offset` its next free offset.
+fn release(m: &MultiRecvBuf) -> Completion {
+    Completion {
+        context: m.context,
+        src_addr: U64::new(uet_fwif::FI_ADDR_NOTAVAIL),
+        status: LocalStatus::Ok as u8,
+        return_code: ReturnCode::Ok as u8,
+        kind: CompletionKind::Recv as u8,
+        flags: COMPLETION_FLAG_MULTI_RECV
+            | COMPLETION_FLAG_BUFFER_RELEASED
+            | COMPLETION_FLAG_NO_MESSAGE,
+        buf_offset: U32::new(m.next),
+        ..Completion::default()
     }
 }

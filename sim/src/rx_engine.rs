@@ -124,15 +124,43 @@
 //! (its send does not complete `Ok`), and none opens a reassembly in an endpoint created at
 //! the same address since, whose receive it would take and never complete.
 //!
-//! **No reassembly timeout.** The model's fabric is lossless and delivers a message's packets
-//! within one run, so a reassembly always ends, except for one that forged or truncated
-//! traffic opened, or whose later packets a test held back (until it releases them) or
-//! discarded (`Fabric::hold_frames`, `Fabric::discard_held`). Such a reassembly holds what it took until its endpoint is destroyed or
-//! the function reset: its receive (RECV_CANCEL answers InProgress), its completion-ring
-//! reservation, one of the NIC's `reassembly_slots`, and on the unexpected list its place
-//! (its sender's later untagged messages of its group wait behind it). A NIC on a lossy
-//! network ends it instead when the PDS gives up on the sender's PDC; the model, which
-//! has no clock and no thread, does not.
+//! **Messages that never finish.** The model's fabric is lossless and delivers a message's
+//! packets within one run, so a reassembly ends, except for one that forged or truncated
+//! traffic opened, whose sender gave up on one of its packets, or whose later packets a test
+//! held back (until it releases them) or discarded (`Fabric::hold_frames`,
+//! `Fabric::discard_held`). There is no reassembly timeout (the model has no clock and no
+//! thread): such a reassembly holds what it took — its receive (RECV_CANCEL answers
+//! InProgress), its completion-ring reservation, one of the NIC's `reassembly_slots`, and on
+//! the unexpected list its place (its sender's later untagged messages of its group wait
+//! behind it) — until its endpoint is destroyed, the function reset, or its sender gives its
+//! message id to another message.
+//!
+//! A packet joins the message in reassembly with its key only when its PSN is within 65,536
+//! of the PSN the message is known at: that of the last packet accepted into it (new bytes;
+//! a copy of bytes received, whatever PSN it carries, and a malformed packet leave it as it
+//! was). The bytes of two messages are never mixed. A RUD packet (of a single- or
+//! multi-packet message) whose PSN is 65,536 or more ahead of it (less than 2^31: PSNs wrap)
+//! was sent after the sender's 16-bit message ids wrapped on its PDC, so the message in
+//! reassembly will never finish, and it is ended:
+//!
+//! * its reassembly slot and completion-ring reservation are freed, and its place on the
+//!   unexpected list given up (later messages of its sender and group no longer wait behind
+//!   it);
+//! * its receive — the posted buffer it took, or a tagged receive bound to it on the
+//!   unexpected list — completes `Cancelled`, `len` 0, counted in the endpoint's `rx_errors`,
+//!   as a receive RECV_CANCEL withdraws does (libfabric `FI_ECANCELED`); the buffer may hold
+//!   some of the message's bytes. A message placed in a multi-receive buffer completes
+//!   nothing and its space stays unused; when it was the last message of a retired buffer
+//!   still in reassembly, the buffer's release is a completion of its own;
+//! * the rest of its packets are refused RC_UNDELIVERABLE, as those of a destroyed endpoint's
+//!   message are (its sender gave up on it already).
+//!
+//! The packet is then taken as the first of a new message, whichever endpoint it is for. A
+//! packet whose PSN is as far behind belongs to an older message with the id: it is answered
+//! from that message's remembered outcome when its PSN is within 65,536 of it, else dropped
+//! unanswered and counted in `RX_MALFORMED`, as one that demultiplexes to another endpoint
+//! than its message does. A NIC on a lossy network ends such a reassembly sooner, when the
+//! PDS gives up on the sender's PDC.
 //!
 //! An RX descriptor with `RX_FLAG_MULTI_RECV` becomes the endpoint's current multi-receive
 //! buffer instead of being consumed by one message: untagged messages are placed in it one
@@ -392,8 +420,8 @@ pub(crate) struct Reassembly {
     pub multi: Option<crate::multi_recv::MultiPlace>,
     /// The message's peer group; every packet must carry it.
     pub group: u32,
-    /// The PSN of the last of its packets seen (one found malformed against it does not
-    /// count).
+    /// The PSN it is known at: that of the last packet accepted into it (new bytes). A copy
+    /// of received bytes or a packet found malformed against it does not move it.
     pub psn: u32,
 }
 
@@ -484,8 +512,13 @@ enum Lookup {
     /// Its message finished (or was refused) with this return code, its packets answered
     /// on this list.
     Finished(ReturnCode, u8),
-    /// Its key is in reassembly for another live endpoint: the packet contradicts it.
+    /// Its key is in reassembly for another live endpoint, or for a message its PSN is far
+    /// behind (one with the id after it), and no remembered outcome answers it: the packet
+    /// contradicts the message in reassembly.
     Conflict,
+    /// Its key is in reassembly for a message its PSN is far ahead of: the sender has given
+    /// the id to a new message since, so the one in reassembly will never finish.
+    Stale,
     /// A new message.
     New,
 }
@@ -569,6 +602,18 @@ fn alive(eps: &EndpointTable, handle: u16, serial: u64) -> bool {
     eps.get(handle).is_some_and(|e| e.serial == serial)
 }
 
+/// Whether `psn` can be a packet of the message last seen at `at`: within
+/// [`MESSAGE_ID_SPAN`] of it, either way (PSNs wrap at 2^32).
+fn near(at: u32, psn: u32) -> bool {
+    psn.wrapping_sub(at).min(at.wrapping_sub(psn)) < MESSAGE_ID_SPAN
+}
+
+/// Whether `psn` is [`MESSAGE_ID_SPAN`] or more ahead of `at` (less than 2^31, PSNs wrap):
+/// a packet sent after the message last seen at `at` and the next one with its id.
+fn passed(at: u32, psn: u32) -> bool {
+    !near(at, psn) && psn.wrapping_sub(at) < 1 << 31
+}
+
 impl Reassembler {
     fn lookup(
         &mut self,
@@ -579,6 +624,18 @@ impl Reassembler {
         eps: &EndpointTable,
     ) -> Lookup {
         if let Some(r) = self.active.get(&key) {
+            // Only a packet near the PSNs of the message in reassembly can be one of its
+            // packets: the bytes of two messages are never mixed.
+            if passed(r.psn, psn) {
+                return Lookup::Stale;
+            }
+            if !near(r.psn, psn) {
+                // An older message's: only its remembered outcome can answer it.
+                return match self.remembered(key, psn) {
+                    Some((rc, list)) => Lookup::Finished(rc, list),
+                    None => Lookup::Conflict,
+                };
+            }
             if r.handle == handle && r.serial == serial {
                 return Lookup::Active;
             }
@@ -591,18 +648,30 @@ impl Reassembler {
             self.recent.insert(key, (rc, list, psn));
             return Lookup::Finished(rc, list);
         }
-        // A remembered message whose PSNs are far from this packet's had its id before the
-        // sender's message ids wrapped: this packet starts a new message. A late packet
-        // moves the remembered PSN along, so the packets of a message of any length match.
-        match self.recent.get_mut(&key) {
-            Some((rc, list, at))
-                if psn.wrapping_sub(*at).min(at.wrapping_sub(psn)) < MESSAGE_ID_SPAN =>
-            {
-                *at = psn;
-                Lookup::Finished(*rc, *list)
-            }
-            _ => Lookup::New,
+        match self.remembered(key, psn) {
+            Some((rc, list)) => Lookup::Finished(rc, list),
+            None => Lookup::New,
         }
+    }
+
+    /// The outcome remembered for message `key` when this packet (`psn`) can be one of its.
+    /// A remembered message whose PSNs are far from this packet's had its id before the
+    /// sender's message ids wrapped: this packet is not one of its. A late packet moves the
+    /// remembered PSN along, so the packets of a message of any length match.
+    fn remembered(&mut self, key: MsgKey, psn: u32) -> Option<(ReturnCode, u8)> {
+        match self.recent.get_mut(&key) {
+            Some((rc, list, at)) if near(*at, psn) => {
+                *at = psn;
+                Some((*rc, *list))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether a packet (`psn`) of a message with key `key` is far ahead of the message in
+    /// reassembly with that key, if any (see [`Lookup::Stale`]).
+    fn passes_active(&self, key: MsgKey, psn: u32) -> bool {
+        !self.active.is_empty() && self.active.get(&key).is_some_and(|r| passed(r.psn, psn))
     }
 
     /// Whether another message may start, after dropping reassemblies of destroyed endpoints.
@@ -662,9 +731,7 @@ impl Reassembler {
     /// [`Reassembler::lookup`]): this packet starts a new one.
     pub(crate) fn rma_same_region(&mut self, key: MsgKey, psn: u32, region: u32) -> bool {
         match self.rma.get_mut(&key) {
-            Some((first, at))
-                if psn.wrapping_sub(*at).min(at.wrapping_sub(psn)) < MESSAGE_ID_SPAN =>
-            {
+            Some((first, at)) if near(*at, psn) => {
                 *at = psn;
                 *first == region
             }
@@ -752,9 +819,9 @@ impl Nic {
         let ours = |f: &[u8]| {
             parse_request(f).is_some_and(|p| {
                 !p.single()
-                    && active
-                        .get(&p.key())
-                        .is_some_and(|r| r.handle == handle && r.serial == serial)
+                    && active.get(&p.key()).is_some_and(|r| {
+                        r.handle == handle && r.serial == serial && near(r.psn, p.pds.psn)
+                    })
             })
         };
         if !active
@@ -971,7 +1038,14 @@ impl Nic {
         }
         let (serial, max_group, av) = (ep.serial, ep.max_group, ep.av);
         if !single {
-            match self.reasm.lookup(key, p.pds.psn, handle, serial, &self.eps) {
+            let mut found = self.reasm.lookup(key, p.pds.psn, handle, serial, &self.eps);
+            if found == Lookup::Stale {
+                // The sender gave the id of a message still in reassembly to this one: that
+                // message is over. End it, then take this packet as it comes.
+                self.end_reassembly(key);
+                found = self.reasm.lookup(key, p.pds.psn, handle, serial, &self.eps);
+            }
+            match found {
                 Lookup::Active => return self.rx_segment(key, &p),
                 Lookup::Finished(rc, list) => {
                     if rc == ReturnCode::Ok {
@@ -982,7 +1056,7 @@ impl Nic {
                     self.respond_list(&p, rc, 0, list, None);
                     return RxOutcome::Done;
                 }
-                Lookup::Conflict => {
+                Lookup::Conflict | Lookup::Stale => {
                     self.counters.inc(RX_MALFORMED);
                     return RxOutcome::Done;
                 }
@@ -1009,6 +1083,11 @@ impl Nic {
             // The sender gave this message the id of a remembered one: that one is over, and
             // a later message with the id is new whatever its PSNs (they wrap too, at 2^32).
             self.reasm.forget(key);
+            // So is one still in reassembly with the id, that this packet's PSN is far ahead
+            // of (datagrams have no PSN).
+            if p.reliable && self.reasm.passes_active(key, p.pds.psn) {
+                self.end_reassembly(key);
+            }
         }
         // A new message: its peer group must be one the endpoint receives.
         if p.group > max_group.unwrap_or(0) {
@@ -1240,12 +1319,12 @@ impl Nic {
         let n = p.payload.len() as u32; // parse_request: offset + n <= request_length
         let start = p.offset;
         let end = start.saturating_add(n);
-        // Only a packet that belongs to the message (new bytes, or a copy of received ones)
-        // moves the PSN it is remembered at; a malformed one leaves the message as it was.
+        // Only a packet accepted into the message (new bytes) moves the PSN it is known at:
+        // a copy of received bytes (whatever PSN it carries) and a malformed packet leave the
+        // message as it was.
         match r.insert(start, end) {
             RangeInsert::New => r.psn = p.pds.psn,
             RangeInsert::Duplicate => {
-                r.psn = p.pds.psn;
                 self.counters.debug.rx_duplicate_packets += 1;
                 let list = r.list();
                 self.respond_list(p, ReturnCode::Ok, 0, list, None);
@@ -1301,6 +1380,59 @@ impl Nic {
         }
         self.respond_list(p, rc, delivered, list, None);
         RxOutcome::Done
+    }
+
+    /// End the message in reassembly under `key`, which will never finish: the sender has
+    /// given its id to a new message (see the module docs, *Messages that never finish*). What
+    /// it holds is freed: its reassembly slot, its completion-ring reservation, its place on
+    /// the unexpected list. A receive it took completes `Cancelled`, `len` 0; a place in a
+    /// multi-receive buffer completes nothing (the release of a retired buffer it was the
+    /// last message of is a completion of its own). The rest of its packets are refused
+    /// RC_UNDELIVERABLE, as those of a destroyed endpoint's message are.
+    fn end_reassembly(&mut self, key: MsgKey) {
+        let Some(r) = self.reasm.active.remove(&key) else {
+            return;
+        };
+        self.reasm
+            .finish(key, ReturnCode::Undeliverable, ses::LIST_EXPECTED, r.psn);
+        let Some(ep) = self.eps.get_mut(r.handle).filter(|e| e.serial == r.serial) else {
+            return;
+        };
+        let cancelled = |context| {
+            crate::nic::unfilled_receive(context, r.kind, LocalStatus::Cancelled, ReturnCode::Ok)
+        };
+        let c = match r.sink {
+            Sink::Host { .. } => {
+                ep.reassembling = ep.reassembling.saturating_sub(1);
+                match r.multi {
+                    Some(place) => return self.mrecv_abandoned(r.handle, place),
+                    None => cancelled(r.context),
+                }
+            }
+            Sink::Staged(_) => {
+                // Its entry still waiting for its bytes, and a receive bound to it.
+                let Some(i) = ep
+                    .unexpected
+                    .iter()
+                    .position(|u| u.key == key && u.data.is_none())
+                else {
+                    return;
+                };
+                let Some(u) = ep.unexpected.remove(i) else {
+                    return;
+                };
+                ep.unexpected_bytes = ep.unexpected_bytes.saturating_sub(u64::from(u.total));
+                if !u.tagged {
+                    ep.unexpected_untagged = ep.unexpected_untagged.saturating_sub(1);
+                }
+                let Some(d) = u.bound else {
+                    return;
+                };
+                ep.reassembling = ep.reassembling.saturating_sub(1);
+                cancelled(d.context)
+            }
+        };
+        self.post_completion(r.handle, c);
     }
 
     /// Every byte of a message arrived: complete its receive descriptor, or mark its

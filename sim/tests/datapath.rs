@@ -2610,6 +2610,293 @@ fn a_malformed_packet_does_not_move_the_psn_its_message_is_remembered_at() {
     assert_eq!((c.context.get(), c.len.get()), (0xB3, 4));
 }
 
+/// A packet of message `id` of 6 bytes to endpoint `eb`, at `psn`: the first (SOM, bytes
+/// 0..3) or the second (EOM, bytes 3..6), carrying `payload`. A SEND.
+fn half_of_six(eb: &Ep, id: u16, second: bool, psn: u32, payload: &[u8; 3]) -> Vec<u8> {
+    half_of_six_tagged(eb, id, second, psn, payload, None)
+}
+
+/// [`half_of_six`], a TAGGED_SEND with match bits `tag` when there is one.
+fn half_of_six_tagged(
+    eb: &Ep,
+    id: u16,
+    second: bool,
+    psn: u32,
+    payload: &[u8; 3],
+    tag: Option<u64>,
+) -> Vec<u8> {
+    use uet_sim::ses::{segment_word, FLAG_EOM, FLAG_REL, FLAG_SOM};
+    let (flags, header_data) = if second {
+        (FLAG_EOM, segment_word(3, 3))
+    } else {
+        (FLAG_SOM, 0)
+    };
+    let request = StandardRequest {
+        opcode: if tag.is_some() { 9 } else { 5 },
+        flags: FLAG_REL | flags,
+        message_id: id,
+        match_bits: tag.unwrap_or(0),
+        header_data,
+        request_length: 6,
+        ..send_to(eb)
+    };
+    let pds_flags = if psn == 9 { FLAG_SYN } else { 0 };
+    request_frame(5, pds_flags, psn, request, payload)
+}
+
+/// Whether `bytes` hold `what` anywhere.
+fn holds(bytes: &[u8], what: &[u8]) -> bool {
+    bytes.windows(what.len()).any(|w| w == what)
+}
+
+/// NIC B (10.0.0.2, one reassembly slot) with an endpoint on an AV of its own, its answers
+/// captured, and the fabric's NIC A (10.0.0.1) the hand-built packets come from.
+fn one_reassembly_slot() -> (Fabric, Driver, Driver, u32, Ep, Wire) {
+    let fabric = Fabric::new();
+    let a = Driver::new(&fabric, "10.0.0.1");
+    let mut cfg = NicConfig::new(addr("10.0.0.2"));
+    cfg.reassembly_slots = 1;
+    let mut b = Driver::with_config(&fabric, cfg);
+    let av_b = b.av_create(64, 0).unwrap();
+    let eb = b.ep_create(av_b, JOB, 0x2222, 4).unwrap();
+    let wire = Wire::default();
+    fabric.capture_to_writer(wire.clone()).unwrap();
+    (fabric, a, b, av_b, eb, wire)
+}
+
+/// A message whose second packet was lost for good stays in reassembly; once the sender's
+/// message ids wrap on its PDC, a new message with its id (its PSNs 65,536 or more ahead)
+/// never joins it: the old message is ended — its receive completes `Cancelled`, `len` 0,
+/// holding none of the new message's bytes, its reassembly slot is freed, and a late copy of
+/// its packet is refused RC_UNDELIVERABLE — and the new message is delivered whole into the
+/// next receive, each of its packets answered RC_OK.
+#[test]
+fn a_new_message_with_the_id_of_one_that_never_finished_ends_it_and_is_delivered_whole() {
+    let (fabric, _a, mut b, _, mut eb, wire) = one_reassembly_slot();
+    b.post_recv(&mut eb, 0, 64, 0xB0);
+    b.post_recv(&mut eb, 1, 64, 0xB1);
+    fabric.inject_frame(&half_of_six(&eb, 3, false, 9, b"one"));
+    assert_eq!(b.f.counter(RX_PACKETS), 1, "the first packet in");
+    // Its second packet (PSN 10) never comes. The sender's ids wrap: message 3 again.
+    let far = 9 + (1 << 16) + 7;
+    fabric.inject_frame(&half_of_six(&eb, 3, true, far + 1, b"TWO"));
+    let c = b.poll_cq(&mut eb).expect("the old receive completes");
+    assert_eq!(c.context.get(), 0xB0);
+    assert!(
+        !holds(&b.buf(0, 64), b"TWO"),
+        "the old receive holds none of the new message's bytes"
+    );
+    assert_eq!((status(&c), c.len.get()), (LocalStatus::Cancelled, 0));
+    assert_eq!(wire.last(), (3, far + 1, ReturnCode::Ok as u8, 0));
+    // A late copy of the old message's second packet: refused, takes nothing.
+    fabric.inject_frame(&half_of_six(&eb, 3, true, 10, b"two"));
+    assert_eq!(wire.last(), (3, 10, ReturnCode::Undeliverable as u8, 0));
+    assert!(b.peek_cq(&eb).is_none(), "no receive taken");
+    fabric.inject_frame(&half_of_six(&eb, 3, false, far, b"new"));
+    assert_eq!(wire.last(), (3, far, ReturnCode::Ok as u8, 0));
+    let c = b.poll_cq(&mut eb).expect("the new message");
+    assert_eq!((c.context.get(), c.len.get()), (0xB1, 6));
+    assert_eq!(status(&c), LocalStatus::Ok);
+    assert_eq!(b.buf(1, 6), b"newTWO");
+    assert_eq!(b.f.debug_counters().rx_duplicate_packets, 0);
+}
+
+/// The same for a new message with the id to another endpoint of the NIC: it is no
+/// contradiction of the old message (whose receive completes `Cancelled`), but a new message,
+/// delivered to its endpoint.
+#[test]
+fn a_new_message_with_the_id_of_one_that_never_finished_reaches_another_endpoint() {
+    let (fabric, _a, mut b, av_b, mut eb, wire) = one_reassembly_slot();
+    let mut eb2 = b.ep_create(av_b, JOB, 0x3333, 4).unwrap();
+    b.post_recv(&mut eb, 0, 64, 0xB0);
+    b.post_recv(&mut eb2, 2, 64, 0xB2);
+    fabric.inject_frame(&half_of_six(&eb, 3, false, 9, b"one"));
+    let far = 9 + (1 << 16);
+    let malformed = b.f.counter(RX_MALFORMED);
+    fabric.inject_frame(&half_of_six(&eb2, 3, false, far, b"new"));
+    assert_eq!(b.f.counter(RX_MALFORMED), malformed, "not dropped");
+    assert_eq!(wire.last(), (3, far, ReturnCode::Ok as u8, 0));
+    let c = b.poll_cq(&mut eb).expect("the old receive completes");
+    assert_eq!(
+        (c.context.get(), status(&c)),
+        (0xB0, LocalStatus::Cancelled)
+    );
+    assert_eq!(c.len.get(), 0);
+    fabric.inject_frame(&half_of_six(&eb2, 3, true, far + 1, b"TWO"));
+    let c = b.poll_cq(&mut eb2).expect("the new message");
+    assert_eq!((c.context.get(), c.len.get()), (0xB2, 6));
+    assert_eq!(status(&c), LocalStatus::Ok);
+    assert_eq!(b.buf(2, 6), b"newTWO");
+}
+
+/// A single-packet message with the id of a message still in reassembly, its PSN 65,536 or
+/// more ahead, ends that message too, and is delivered.
+#[test]
+fn a_single_packet_message_with_the_id_of_one_that_never_finished_ends_it() {
+    let (fabric, _a, mut b, _, mut eb, wire) = one_reassembly_slot();
+    b.post_recv(&mut eb, 0, 64, 0xB0);
+    b.post_recv(&mut eb, 1, 64, 0xB1);
+    fabric.inject_frame(&half_of_six(&eb, 3, false, 9, b"one"));
+    let far = 9 + (1 << 16);
+    let single = StandardRequest {
+        message_id: 3,
+        request_length: 4,
+        ..send_to(&eb)
+    };
+    fabric.inject_frame(&request_frame(5, 0, far, single, b"next"));
+    assert_eq!(wire.last(), (3, far, ReturnCode::Ok as u8, 0));
+    let c = b.poll_cq(&mut eb).expect("the old receive completes");
+    assert_eq!(
+        (c.context.get(), status(&c)),
+        (0xB0, LocalStatus::Cancelled)
+    );
+    let c = b.poll_cq(&mut eb).expect("the new message");
+    assert_eq!((c.context.get(), c.len.get()), (0xB1, 4));
+    assert_eq!(b.buf(1, 4), b"next");
+}
+
+/// A copy of a packet of a message in reassembly (bytes already received) is answered as a
+/// duplicate but leaves the PSN the message is known at as it was, whatever PSN it carries:
+/// a copy at a PSN near a later message with the same id cannot make that message join it.
+#[test]
+fn a_copy_of_received_bytes_does_not_move_the_psn_its_message_is_known_at() {
+    let (fabric, _a, mut b, _, mut eb, wire) = one_reassembly_slot();
+    b.post_recv(&mut eb, 0, 64, 0xB0);
+    b.post_recv(&mut eb, 1, 64, 0xB1);
+    fabric.inject_frame(&half_of_six(&eb, 3, false, 9, b"one"));
+    let copy = 9 + 60_000;
+    fabric.inject_frame(&half_of_six(&eb, 3, false, copy, b"one"));
+    assert_eq!(wire.last(), (3, copy, ReturnCode::Ok as u8, 0));
+    assert_eq!(b.f.debug_counters().rx_duplicate_packets, 1);
+    assert!(b.peek_cq(&eb).is_none());
+    // Near the copy's PSN, far ahead of the message's own: a new message with the id.
+    let far = 9 + 70_000;
+    fabric.inject_frame(&half_of_six(&eb, 3, true, far + 1, b"TWO"));
+    let c = b.poll_cq(&mut eb).expect("the old receive completes");
+    assert!(!holds(&b.buf(0, 64), b"TWO"), "never mixed");
+    assert_eq!(
+        (c.context.get(), status(&c)),
+        (0xB0, LocalStatus::Cancelled)
+    );
+    fabric.inject_frame(&half_of_six(&eb, 3, false, far, b"new"));
+    let c = b.poll_cq(&mut eb).expect("the new message");
+    assert_eq!((c.context.get(), c.len.get()), (0xB1, 6));
+    assert_eq!(b.buf(1, 6), b"newTWO");
+}
+
+/// A message placed in a multi-receive buffer that never finishes completes nothing when a
+/// new message with its id ends it. It was the last message of the buffer, which its
+/// placement retired: the buffer's release then comes, a completion of its own.
+#[test]
+fn a_multi_receive_buffer_whose_last_message_never_finished_is_released_when_it_ends() {
+    use uet_fwif::datapath::{
+        COMPLETION_FLAG_BUFFER_RELEASED, COMPLETION_FLAG_MULTI_RECV, COMPLETION_FLAG_NO_MESSAGE,
+        RX_FLAG_MULTI_RECV,
+    };
+    let (fabric, _a, mut b, _, mut eb, _wire) = one_reassembly_slot();
+    let buf = b.iova(common::BUFS_OFF);
+    b.post_recv_desc(
+        &mut eb,
+        uet_fwif::RxDescriptor {
+            buf: U64::new(buf),
+            len: U32::new(70),
+            flags: U32::new(RX_FLAG_MULTI_RECV),
+            min_free: U32::new(16),
+            context: U64::new(0xB0),
+            ..Default::default()
+        },
+    );
+    // Placed at offset 0; the 6 bytes left after offset 64 retire the buffer.
+    fabric.inject_frame(&half_of_six(&eb, 3, false, 9, b"one"));
+    assert!(b.peek_cq(&eb).is_none());
+    b.post_recv(&mut eb, 1, 64, 0xB1);
+    let far = 9 + (1 << 16) + 1;
+    fabric.inject_frame(&half_of_six(&eb, 3, true, far + 1, b"TWO"));
+    let c = b.poll_cq(&mut eb).expect("the buffer's release");
+    let release =
+        COMPLETION_FLAG_MULTI_RECV | COMPLETION_FLAG_BUFFER_RELEASED | COMPLETION_FLAG_NO_MESSAGE;
+    assert_eq!((c.context.get(), c.flags, c.len.get()), (0xB0, release, 0));
+    assert_eq!((status(&c), c.buf_offset.get()), (LocalStatus::Ok, 64));
+    assert!(!holds(&b.buf(0, 70), b"TWO"), "never mixed");
+    fabric.inject_frame(&half_of_six(&eb, 3, false, far, b"new"));
+    let c = b.poll_cq(&mut eb).expect("the new message");
+    assert_eq!((c.context.get(), c.len.get()), (0xB1, 6));
+    assert_eq!(b.buf(1, 6), b"newTWO");
+}
+
+/// A tagged receive bound to a message still arriving on the unexpected list completes
+/// `Cancelled` when a new message with the message's id ends it; the new message takes the
+/// next matching receive.
+#[test]
+fn a_tagged_receive_bound_to_a_message_that_never_finished_completes_cancelled() {
+    let Tagged {
+        fabric,
+        mut b,
+        mut eb,
+        base,
+        wire,
+        ..
+    } = tagged_on_the_wire(NicConfig::new(addr("10.0.0.2")));
+    let packet =
+        |eb: &Ep, second, psn, payload| half_of_six_tagged(eb, 3, second, psn, payload, Some(5));
+    fabric.inject_frame(&packet(&eb, false, 9, b"one"));
+    assert_eq!(b.f.counter(RX_UNEXPECTED), 1, "held");
+    post_tagged(&mut b, &eb, base, 0, 0xC0, 0);
+    post_tagged(&mut b, &eb, base, 1, 0xC1, 0);
+    assert!(
+        b.peek_cq(&eb).is_none(),
+        "bound to the message still arriving"
+    );
+    let far = 9 + (1 << 16) + 3;
+    fabric.inject_frame(&packet(&eb, true, far + 1, b"TWO"));
+    assert_eq!(wire.last(), (3, far + 1, ReturnCode::Ok as u8, 0));
+    let c = b.poll_cq(&mut eb).expect("the bound receive completes");
+    assert_eq!(c.kind, CompletionKind::TaggedRecv as u8);
+    assert_eq!(
+        (c.context.get(), status(&c)),
+        (0xC0, LocalStatus::Cancelled)
+    );
+    assert_eq!(c.len.get(), 0);
+    assert!(!holds(&b.buf(8, 64), b"TWO"), "never mixed");
+    fabric.inject_frame(&packet(&eb, false, far, b"new"));
+    let c = b.poll_cq(&mut eb).expect("the new message");
+    assert_eq!((c.context.get(), c.len.get(), c.tag.get()), (0xC1, 6, 5));
+    assert_eq!(b.buf(9, 6), b"newTWO");
+}
+
+/// A message held on the unexpected list that never finishes gives up its place there when
+/// a new message with its id comes: the messages of its sender that waited behind it take
+/// the receives posted for them, and the new message is held in turn.
+#[test]
+fn an_unexpected_message_that_never_finished_no_longer_holds_up_its_sender() {
+    let (fabric, _a, mut b, _, mut eb, wire) = one_reassembly_slot();
+    fabric.inject_frame(&half_of_six(&eb, 3, false, 9, b"one"));
+    assert_eq!(b.f.counter(RX_UNEXPECTED), 1, "held");
+    // A later single-packet message of the sender waits behind it.
+    let next = StandardRequest {
+        message_id: 4,
+        request_length: 4,
+        ..send_to(&eb)
+    };
+    fabric.inject_frame(&request_frame(5, 0, 11, next, b"next"));
+    assert_eq!(b.f.counter(RX_UNEXPECTED), 2, "held behind it");
+    b.post_recv(&mut eb, 0, 64, 0xB0);
+    assert!(b.peek_cq(&eb).is_none(), "waits for the first");
+    let far = 9 + (1 << 16) + 2;
+    fabric.inject_frame(&half_of_six(&eb, 3, false, far, b"new"));
+    assert_eq!(wire.last(), (3, far, ReturnCode::Ok as u8, 1));
+    b.post_recv(&mut eb, 1, 64, 0xB1);
+    let c = b.poll_cq(&mut eb).expect("the waiting message");
+    assert_eq!((c.context.get(), c.len.get()), (0xB0, 4));
+    assert_eq!(b.buf(0, 4), b"next");
+    assert!(b.peek_cq(&eb).is_none(), "the new message is not whole yet");
+    fabric.inject_frame(&half_of_six(&eb, 3, true, far + 1, b"TWO"));
+    b.post_recv(&mut eb, 2, 64, 0xB2);
+    let c = b.poll_cq(&mut eb).expect("the new message");
+    assert_eq!((c.context.get(), c.len.get()), (0xB1, 6));
+    assert_eq!(b.buf(1, 6), b"newTWO");
+}
+
 /// A packet that waits in the receive backlog because its message had not opened yet when it
 /// came is taken once its message opens, though requests ahead of it still wait for
 /// completion-ring room: a message in reassembly needs no new completion slot. Here every
