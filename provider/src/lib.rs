@@ -148,8 +148,8 @@ pub extern "C" fn fi_prov_ini() -> *mut FiProvider {
 
 /// Where the provider's `tracing` events go ([`log`]): with `RUST_LOG` set, to standard error,
 /// filtered by it; otherwise to libfabric's log (`fi_log`, filtered by `FI_LOG_LEVEL`,
-/// `FI_LOG_PROV` and `FI_LOG_SUBSYS`), where libfabric loaded the provider. A subscriber
-/// already installed (a Rust program linking the provider) is left as it is.
+/// `FI_LOG_PROV` and `FI_LOG_SUBSYS`), where libfabric loaded the provider and logs anything.
+/// A subscriber already installed (a Rust program linking the provider) is left as it is.
 fn init_logging(provider: *const FiProvider) {
     if std::env::var_os("RUST_LOG").is_some() {
         let _ = tracing_subscriber::fmt()
@@ -157,7 +157,13 @@ fn init_logging(provider: *const FiProvider) {
             .with_writer(std::io::stderr)
             .try_init();
     } else if let Some(logger) = log::libfabric_logger(provider) {
-        let _ = tracing::subscriber::set_global_default(logger);
+        // Only when libfabric logs anything (`FI_LOG_LEVEL` set): otherwise the global
+        // subscriber stays free for the program's own.
+        if tracing::Subscriber::max_level_hint(&logger)
+            != Some(tracing::level_filters::LevelFilter::OFF)
+        {
+            let _ = tracing::subscriber::set_global_default(logger);
+        }
     }
 }
 
