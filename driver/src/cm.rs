@@ -34,6 +34,18 @@
 //! accepting endpoint then gets `FI_ECONNABORTED`, as when its ACCEPT cannot be delivered
 //! at all, and is idle again.
 //!
+//! A connected endpoint takes data from its peer only (fi_endpoint(3), fi_cm(3)): on a NIC of
+//! interface 1.20 or later it is created with `EP_FLAG_CONNECTED`, so that the NIC refuses
+//! every send, tagged send and RMA request to it, whoever makes it, until the endpoint names
+//! its peer with ENDPOINT_PEER (`uet_fwif::admin`, *Connected endpoints*): the accepting
+//! side when it accepts, before its ACCEPT goes; the requesting side when it takes the
+//! ACCEPT in, before its READY goes. So the peer's data, which may follow the READY at once,
+//! is taken, and anyone else's is refused with RC_PERM_VIOLATION: the sender's operation
+//! fails with `FI_EACCES`, and nothing lands in the endpoint's receives. An accept given up
+//! names nobody again. The control channel takes anyone's messages, as it must for a
+//! connection to be made. On an older NIC a connected endpoint takes data from any sender of
+//! its job that names its address (received with `src_addr` `FI_ADDR_NOTAVAIL`).
+//!
 //! The acceptor is connected by the requester's READY, not by the NIC's acknowledgement of
 //! the ACCEPT, as InfiniBand's connection manager waits for its RTU: the acknowledgement
 //! says that the ACCEPT reached a receive ring, not that the requester is still there to
@@ -151,7 +163,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use uet_av::{AvAttr, FiErrno};
 use uet_fwif::address::UetAddress;
-use uet_fwif::admin::{CTX_ROLE_CONTROL, EP_FLAG_PASSIVE};
+use uet_fwif::admin::{CTX_ROLE_CONTROL, EP_FLAG_CONNECTED, EP_FLAG_PASSIVE};
 use uet_fwif::cm::{CmKind, CmMessage, MAX_CM_DATA, MAX_CM_MESSAGE};
 use uet_fwif::CompletionKind;
 
@@ -294,6 +306,10 @@ enum Role {
 struct CmInner {
     /// The control channel: a passive endpoint's own rings, or an endpoint's CONTROL context.
     lane: Endpoint,
+    /// The NIC handle of the connected endpoint, whose peer the NIC is told
+    /// ([`CmInner::set_data_peer`]): an endpoint created with `EP_FLAG_CONNECTED`, on a NIC
+    /// of interface 1.20 or later. `None` for a listener, and on an older NIC.
+    data_endpoint: Option<u16>,
     av: Av,
     pool: DmaPool,
     eq: Option<(EventQueue, EqBinding)>,
@@ -347,6 +363,34 @@ struct CmInner {
     nic_stopped: bool,
     /// When the thread last looked at the NIC's status while polling.
     stop_looked: Option<Instant>,
+}
+
+impl CmInner {
+    /// ENDPOINT_PEER: the connected endpoint takes data (sends, tagged sends, RMA) from the
+    /// endpoint at `peer` only, `None`: from nobody. Its control channel still takes anyone's
+    /// messages. Nothing to do on a NIC older than interface 1.20, whose endpoint takes data
+    /// from any sender.
+    fn set_data_peer(&self, peer: Option<&UetAddress>) -> Result<(), DriverError> {
+        let Some(handle) = self.data_endpoint else {
+            return Ok(());
+        };
+        // The peer's requests carry the JobID of its entry for this endpoint: this job's.
+        let job_id = self.lane.job_id();
+        let peer = peer.map(|a| (a.fabric_addr, job_id, a.initiator));
+        self.lane.nic_inner().endpoint_peer(handle, peer)
+    }
+
+    /// [`CmInner::set_data_peer`] of nobody, once the endpoint is no longer connecting to
+    /// its peer (an accept given up): a failure only leaves the last peer's data let in.
+    /// A stopped NIC takes nothing any more, and is not asked.
+    fn clear_data_peer(&self, fid: u64) {
+        if self.data_endpoint.is_none() || self.lane.device_stopped() {
+            return;
+        }
+        if let Err(e) = self.set_data_peer(None) {
+            tracing::warn!(fid, "the NIC still takes the given-up peer's data: {e}");
+        }
+    }
 }
 
 /// The state a connection shares with its progress thread.
@@ -1369,6 +1413,18 @@ impl Connection {
                         if let Some(l) = listener {
                             forget_peer(&mut inner.av, l);
                         }
+                        // The acceptor's data may follow the READY at once: the NIC takes it
+                        // (and nobody else's) from now on.
+                        if let Err(e) = inner.set_data_peer(Some(&msg.sender)) {
+                            forget_peer(&mut inner.av, fi);
+                            self.set(REFUSED);
+                            return self.post_error(
+                                inner,
+                                FiErrno::FI_ECONNABORTED,
+                                0,
+                                format!("the NIC could not be told the accepting endpoint: {e}"),
+                            );
+                        }
                         let conn_id = msg.conn_id;
                         // The acceptor is connected when this READY reaches it; one that
                         // cannot be sent leaves it waiting until its deadline, and this side
@@ -1702,6 +1758,7 @@ impl Connection {
     fn abort_accept(&self, inner: &mut CmInner, err: FiErrno, prov_errno: i32, text: String) {
         inner.connect_deadline = None;
         self.set(IDLE);
+        inner.clear_data_peer(self.fid);
         let entry = self.peer.swap(u64::MAX, Ordering::Relaxed);
         let in_flight = inner.accept_sent == AcceptSent::InFlight;
         inner.accept_sent = AcceptSent::No;
@@ -1884,6 +1941,7 @@ impl Nic {
             passes: AtomicU64::new(0),
             inner: Mutex::new(CmInner {
                 lane,
+                data_endpoint: None,
                 av,
                 pool,
                 eq: Some((eq.clone(), binding)),
@@ -1934,7 +1992,11 @@ pub(crate) fn msg_endpoint(nic: &Nic, attr: EndpointAttr) -> Result<Endpoint, Dr
         })
         .map_err(fi_err)?;
     let table = av.nic().table().clone();
-    let mut ep = nic.create_endpoint(&attr, Some(table), 0, 0, 0)?;
+    // From interface 1.20 the NIC refuses the endpoint's data from all but its peer, which
+    // the endpoint names once it has one ([`CmInner::set_data_peer`]).
+    let filtered = nic.identity().interface_minor >= crate::nic::CONNECTED_PEER_INTERFACE_MINOR;
+    let flags = if filtered { EP_FLAG_CONNECTED } else { 0 };
+    let mut ep = nic.create_endpoint(&attr, Some(table), flags, 0, 0)?;
     let mut lane = nic.create_context(&ep, CONTROL_RINGS, CTX_ROLE_CONTROL, 0)?;
     let pool = control_pool(nic)?;
     fill_control_ring(&mut lane, &pool)?;
@@ -1948,6 +2010,7 @@ pub(crate) fn msg_endpoint(nic: &Nic, attr: EndpointAttr) -> Result<Endpoint, Dr
         passes: AtomicU64::new(0),
         inner: Mutex::new(CmInner {
             lane,
+            data_endpoint: filtered.then(|| ep.handle()),
             av,
             pool,
             eq: None,
@@ -2117,6 +2180,12 @@ impl PassiveEndpoint {
             .to_bytes()
             .map_err(|e| DriverError::InvalidArgument(e.to_string()))?;
         let fi = insert_peer(&mut inner.av, &bytes, "requester")?;
+        // The requester's data may follow its READY at once: the NIC takes it (and nobody
+        // else's) from before the ACCEPT goes.
+        if let Err(e) = inner.set_data_peer(Some(&req.peer)) {
+            forget_peer(&mut inner.av, fi);
+            return Err(e);
+        }
         inner.role = Role::Active {
             conn_id: req.conn_id,
             listener: None,
@@ -2128,6 +2197,7 @@ impl PassiveEndpoint {
         if let Err(e) = conn.send(&mut inner, fi, CmKind::Accept, req.conn_id, param, number) {
             conn.set(IDLE);
             forget_peer(&mut inner.av, fi);
+            inner.clear_data_peer(conn.fid);
             return Err(e);
         }
         inner.accept_sent = AcceptSent::InFlight;

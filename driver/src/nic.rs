@@ -47,7 +47,7 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU16, AtomicU32};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use uet_fwif::admin::{BufferBody, Command, Opcode};
+use uet_fwif::admin::{BufferBody, Command, EndpointPeerBody, Opcode};
 use uet_fwif::identify::IdentifyData;
 use uet_regs::{
     DevCtrl, FunctionReset, Mmio, RegisterAccess, ADMIN_ARM, ADMIN_SQ_BASE, CAP_AUTH_KEY, CAP_AV,
@@ -93,6 +93,11 @@ pub const MAX_MSG_MTU_ENTRY_INTERFACE_MINOR: u8 = uet_regs::since::AV_ENTRY_MAX_
 /// The first interface minor version whose RECV_CANCEL withdraws a multi-receive buffer
 /// (1.19); on older devices one stays posted until messages fill it.
 pub const MULTI_RECV_CANCEL_INTERFACE_MINOR: u8 = uet_regs::since::MULTI_RECV_CANCEL;
+
+/// The first interface minor version whose connected endpoints take data from their peer
+/// only (`EP_FLAG_CONNECTED`, ENDPOINT_PEER, 1.20); on older devices a connected `FI_EP_MSG`
+/// endpoint takes data from any sender of its job that names its address.
+pub const CONNECTED_PEER_INTERFACE_MINOR: u8 = uet_regs::since::CONNECTED_PEER;
 
 /// The oldest interface minor version the driver drives (see [`uet_regs::INTERFACE_MINOR`]).
 pub const REQUIRED_INTERFACE_MINOR: u8 = uet_regs::since::PEER_GROUPS;
@@ -634,6 +639,23 @@ impl NicInner {
         let endpoint = u32::from(handle);
         self.admin()?
             .execute(self.bar(), Command::RecvCancel { endpoint, body })?;
+        Ok(())
+    }
+
+    /// ENDPOINT_PEER: connected endpoint `handle` takes data only from the sender at
+    /// (fabric address, JobID, initiator) `peer`, or from nobody (`None`).
+    pub(crate) fn endpoint_peer(
+        &self,
+        handle: u16,
+        peer: Option<(std::net::IpAddr, u32, u32)>,
+    ) -> Result<(), DriverError> {
+        let body = match peer {
+            Some((ip, job_id, initiator)) => EndpointPeerBody::peer(ip, job_id, initiator),
+            None => EndpointPeerBody::none(),
+        };
+        let endpoint = u32::from(handle);
+        self.admin()?
+            .execute(self.bar(), Command::EndpointPeer { endpoint, body })?;
         Ok(())
     }
 

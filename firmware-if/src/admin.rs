@@ -25,6 +25,7 @@
 //! | `ENDPOINT_DESTROY` 0x11 | endpoint or context | — | — |
 //! | `CONTEXT_CREATE` 0x12 | endpoint the context belongs to | [`ContextCreateBody`] | context handle / — |
 //! | `RECV_CANCEL` 0x13 (since 1.14) | endpoint or context whose rings hold the receive | [`RecvCancelBody`]: the ring and the descriptor's `context` | — |
+//! | `ENDPOINT_PEER` 0x14 (since 1.20) | endpoint created with [`EP_FLAG_CONNECTED`] | [`EndpointPeerBody`]: the one sender whose data it takes, or none | — |
 //! | `AV_CREATE` 0x20 | 0 | [`AvCreateBody`] | AV handle |
 //! | `AV_DESTROY` 0x21 | AV | — | — |
 //! | `AV_WRITE` 0x22 | AV | [`BufferBody`]: `count` × [`crate::AvWriteRecord`] | entries written |
@@ -111,8 +112,43 @@
 //! | none | reliable (RUD): messages up to `CAP_MAX_MSG`, tagged messages, RMA | `FI_EP_RDM`, and `FI_EP_MSG` once connected (the host keeps the connection) |
 //! | [`EP_FLAG_DGRAM`] | unreliable (UUD): single-packet SEND and TAGGED_SEND of at most one MTU, no PDS ACK, no RMA | `FI_EP_DGRAM` |
 //! | [`EP_FLAG_PASSIVE`] | listener: its own RX ring is its control channel (resource index 0); every other request is refused RC_BAD_INDEX | passive endpoint (`fi_passive_ep`) |
+//! | [`EP_FLAG_CONNECTED`] (since 1.20) | reliable, and takes data from one peer only (*Connected endpoints*) | `FI_EP_MSG` |
 //!
 //! [`EP_FLAG_ABSOLUTE`] combines with any of them (see `uet_fwif::datapath`, *Demultiplexing*).
+//! [`EP_FLAG_CONNECTED`] combines with neither [`EP_FLAG_DGRAM`] nor [`EP_FLAG_PASSIVE`]
+//! (InvalidField), and before interface 1.20 is an undefined bit (InvalidField).
+//!
+//! ## Connected endpoints (since interface 1.20)
+//!
+//! fi_endpoint(3) and fi_cm(3) have a connected endpoint communicate with its peer only. The
+//! host keeps the connection; the NIC keeps who the peer is, so that nobody else's data
+//! lands in the endpoint's buffers or memory regions. An endpoint created with
+//! [`EP_FLAG_CONNECTED`] has no peer: it refuses every SEND, TAGGED_SEND, WRITE and READ
+//! request, except a SEND to its control channel (resource index 0), with RC_PERM_VIOLATION
+//! (libfabric `FI_EACCES` at the sender), counted in `RX_PERM_VIOLATION` and the endpoint's
+//! `rejected[RC_PERM_VIOLATION]`. ENDPOINT_PEER names its peer: from then on it takes those
+//! requests from that sender, and still refuses everyone else's.
+//!
+//! A request names its sender by the source Fabric Address of its packet, the JobID and the
+//! Initiator ID its SES header carries (the sender's PIDonFEP does not travel), so the peer
+//! is that triple: [`EndpointPeerBody`] carries the peer's Fabric Address (its UET address's),
+//! the JobID its requests carry (the JobID of the entry the peer's AV holds for this
+//! endpoint: this endpoint's own, or a JobID it accepts through a granted auth key) and its
+//! Initiator ID (its UET address's). Since interface 1.11 no two live endpoints of one JobID
+//! on a function share an initiator id, so the triple names one endpoint.
+//!
+//! The check is made where a request becomes a new message (the first of its packets to
+//! arrive) and on every RMA packet: the packets of a message the endpoint took before its
+//! peer changed still complete it. ENDPOINT_PEER changes nothing already received: messages
+//! in receive buffers or on the unexpected list stay. With [`ENDPOINT_PEER_NONE`] it takes the
+//! peer away, and the endpoint refuses all data again. Control-channel traffic (connection
+//! requests and answers, from anyone) is never checked.
+//!
+//! | condition | status |
+//! |---|---|
+//! | before interface 1.20 | InvalidOpcode |
+//! | undefined flags, reserved bytes set, [`ENDPOINT_PEER_NONE`] with any other field set, JobID wider than 24 bits, an IPv4 address with bytes 4–15 set | InvalidField |
+//! | `handle` names no endpoint, a context, or an endpoint created without [`EP_FLAG_CONNECTED`] | InvalidHandle |
 //!
 //! ## Contexts
 //!
@@ -212,6 +248,8 @@ pub enum Opcode {
     ContextCreate = 0x12,
     /// Withdraw a posted receive (since 1.14).
     RecvCancel = 0x13,
+    /// Name the one peer a connected endpoint takes data from (since 1.20).
+    EndpointPeer = 0x14,
     /// Create an AV table.
     AvCreate = 0x20,
     /// Destroy an AV table (fails while an endpoint is bound to it).
@@ -251,6 +289,7 @@ impl Opcode {
             0x11 => Opcode::EndpointDestroy,
             0x12 => Opcode::ContextCreate,
             0x13 => Opcode::RecvCancel,
+            0x14 => Opcode::EndpointPeer,
             0x20 => Opcode::AvCreate,
             0x21 => Opcode::AvDestroy,
             0x22 => Opcode::AvWrite,
@@ -286,6 +325,7 @@ impl Opcode {
             | Opcode::EndpointAuthKeys => since::AUTH_KEYS,
             Opcode::AvWritePeers => since::AV_WRITE_PEERS,
             Opcode::RecvCancel => since::RECV_CANCEL,
+            Opcode::EndpointPeer => since::CONNECTED_PEER,
             Opcode::Identify
             | Opcode::EndpointCreate
             | Opcode::EndpointDestroy
@@ -305,6 +345,7 @@ impl Opcode {
             Opcode::EndpointDestroy => "ENDPOINT_DESTROY",
             Opcode::ContextCreate => "CONTEXT_CREATE",
             Opcode::RecvCancel => "RECV_CANCEL",
+            Opcode::EndpointPeer => "ENDPOINT_PEER",
             Opcode::AvCreate => "AV_CREATE",
             Opcode::AvDestroy => "AV_DESTROY",
             Opcode::AvWrite => "AV_WRITE",
@@ -557,8 +598,79 @@ pub const EP_FLAG_DGRAM: u8 = 1 << 1;
 /// Bit of [`EndpointCreateBody::flags`]: passive endpoint; its rings are its control channel
 /// (since interface 1.3). Not with [`EP_FLAG_DGRAM`].
 pub const EP_FLAG_PASSIVE: u8 = 1 << 2;
+/// Bit of [`EndpointCreateBody::flags`]: connected endpoint; it takes data only from the
+/// peer ENDPOINT_PEER names, none before (since interface 1.20; see *Connected endpoints*).
+/// Not with [`EP_FLAG_DGRAM`] or [`EP_FLAG_PASSIVE`].
+pub const EP_FLAG_CONNECTED: u8 = 1 << 3;
 /// Every defined `EP_FLAG_*` bit.
-pub const EP_FLAGS_DEFINED: u8 = EP_FLAG_ABSOLUTE | EP_FLAG_DGRAM | EP_FLAG_PASSIVE;
+pub const EP_FLAGS_DEFINED: u8 =
+    EP_FLAG_ABSOLUTE | EP_FLAG_DGRAM | EP_FLAG_PASSIVE | EP_FLAG_CONNECTED;
+
+/// [`EndpointPeerBody::flags`]: the peer's Fabric Address is IPv6 (else IPv4, in bytes 0–3).
+pub const ENDPOINT_PEER_IPV6: u8 = 1 << 0;
+/// [`EndpointPeerBody::flags`]: take the peer away; the endpoint refuses all data again. Every
+/// other field zero.
+pub const ENDPOINT_PEER_NONE: u8 = 1 << 1;
+
+/// Body of ENDPOINT_PEER (since interface 1.20; see *Connected endpoints*).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+#[repr(C)]
+pub struct EndpointPeerBody {
+    /// The peer's Fabric Address: IPv6, or IPv4 in bytes 0–3 and zeros.
+    pub fabric_addr: [u8; 16],
+    /// The JobID the peer's requests carry, within 24 bits.
+    pub job_id: U32,
+    /// The peer's Initiator ID.
+    pub initiator: U32,
+    /// `ENDPOINT_PEER_*`.
+    pub flags: u8,
+    /// Reserved, zero.
+    pub reserved: [u8; 31],
+}
+
+impl EndpointPeerBody {
+    /// The body naming the sender at `fabric_addr` with `job_id` and `initiator`.
+    pub fn peer(fabric_addr: core::net::IpAddr, job_id: u32, initiator: u32) -> Self {
+        let mut b = EndpointPeerBody {
+            job_id: U32::new(job_id),
+            initiator: U32::new(initiator),
+            ..Default::default()
+        };
+        match fabric_addr {
+            core::net::IpAddr::V4(a) => b.fabric_addr[..4].copy_from_slice(&a.octets()),
+            core::net::IpAddr::V6(a) => {
+                b.fabric_addr = a.octets();
+                b.flags = ENDPOINT_PEER_IPV6;
+            }
+        }
+        b
+    }
+
+    /// The body that takes the peer away.
+    pub fn none() -> Self {
+        EndpointPeerBody {
+            flags: ENDPOINT_PEER_NONE,
+            ..Default::default()
+        }
+    }
+
+    /// The peer the body names: (Fabric Address, JobID, initiator); `None` for
+    /// [`ENDPOINT_PEER_NONE`]. Only of a body [`AdminCommand::decode`] accepted.
+    pub fn named(&self) -> Option<(core::net::IpAddr, u32, u32)> {
+        if self.flags & ENDPOINT_PEER_NONE != 0 {
+            return None;
+        }
+        let ip = if self.flags & ENDPOINT_PEER_IPV6 != 0 {
+            core::net::IpAddr::V6(core::net::Ipv6Addr::from(self.fabric_addr))
+        } else {
+            let a = &self.fabric_addr;
+            core::net::IpAddr::V4(core::net::Ipv4Addr::new(a[0], a[1], a[2], a[3]))
+        };
+        Some((ip, self.job_id.get(), self.initiator.get()))
+    }
+}
 
 /// [`ContextCreateBody::role`]: a transmit context.
 pub const CTX_ROLE_TX: u8 = 1 << 0;
@@ -685,6 +797,7 @@ body_size!(
     RangeBody,
     AvWritePeersBody,
     RecvCancelBody,
+    EndpointPeerBody,
     AvCreateBody,
     EndpointCreateBody,
     ContextCreateBody,
@@ -726,6 +839,13 @@ pub enum Command {
         endpoint: u32,
         /// The ring and the descriptor's context.
         body: RecvCancelBody,
+    },
+    /// ENDPOINT_PEER of endpoint `endpoint`.
+    EndpointPeer {
+        /// Endpoint handle.
+        endpoint: u32,
+        /// The peer, or none.
+        body: EndpointPeerBody,
     },
     /// AV_CREATE.
     AvCreate(AvCreateBody),
@@ -838,6 +958,7 @@ impl Command {
             Command::EndpointDestroy { .. } => Opcode::EndpointDestroy,
             Command::ContextCreate { .. } => Opcode::ContextCreate,
             Command::RecvCancel { .. } => Opcode::RecvCancel,
+            Command::EndpointPeer { .. } => Opcode::EndpointPeer,
             Command::AvCreate(_) => Opcode::AvCreate,
             Command::AvDestroy { .. } => Opcode::AvDestroy,
             Command::AvWrite { .. } => Opcode::AvWrite,
@@ -863,6 +984,7 @@ impl Command {
             Command::EndpointDestroy { endpoint } => (*endpoint, [0; 56]),
             Command::ContextCreate { endpoint, body } => (*endpoint, body_of(body)),
             Command::RecvCancel { endpoint, body } => (*endpoint, body_of(body)),
+            Command::EndpointPeer { endpoint, body } => (*endpoint, body_of(body)),
             Command::AvCreate(b) => (0, body_of(b)),
             Command::AvDestroy { av } => (*av, [0; 56]),
             Command::AvWrite { av, body } => (*av, body_of(body)),
@@ -923,6 +1045,8 @@ impl AdminCommand {
                 if b.flags & !EP_FLAGS_DEFINED != 0
                     || b.flags & (EP_FLAG_DGRAM | EP_FLAG_PASSIVE)
                         == EP_FLAG_DGRAM | EP_FLAG_PASSIVE
+                    || (b.flags & EP_FLAG_CONNECTED != 0
+                        && b.flags & (EP_FLAG_DGRAM | EP_FLAG_PASSIVE) != 0)
                 {
                     return Err(Status::InvalidField);
                 }
@@ -964,6 +1088,32 @@ impl AdminCommand {
                     return Err(Status::InvalidField);
                 }
                 Command::RecvCancel {
+                    endpoint: handle,
+                    body: b,
+                }
+            }
+            Opcode::EndpointPeer => {
+                let b =
+                    EndpointPeerBody::read_from_bytes(&self.body).map_err(|_| Status::Internal)?;
+                reserved_clear(&b.reserved)?;
+                let none = b.flags & ENDPOINT_PEER_NONE != 0;
+                let ipv4_clear = b.flags & ENDPOINT_PEER_IPV6 != 0
+                    || b.fabric_addr
+                        .get(4..)
+                        .is_some_and(|r| r.iter().all(|&x| x == 0));
+                let none_clear = !none
+                    || (b.flags == ENDPOINT_PEER_NONE
+                        && b.fabric_addr == [0; 16]
+                        && b.job_id.get() == 0
+                        && b.initiator.get() == 0);
+                if b.flags & !(ENDPOINT_PEER_IPV6 | ENDPOINT_PEER_NONE) != 0
+                    || !ipv4_clear
+                    || !none_clear
+                    || b.job_id.get() > crate::av_entry::MAX_JOB_ID
+                {
+                    return Err(Status::InvalidField);
+                }
+                Command::EndpointPeer {
                     endpoint: handle,
                     body: b,
                 }
@@ -1310,7 +1460,7 @@ mod tests {
     #[test]
     fn every_opcode_is_of_an_interface_no_newer_than_the_current_one() {
         let known: Vec<Opcode> = (0..=u8::MAX).filter_map(Opcode::from_u8).collect();
-        assert_eq!(known.len(), 19);
+        assert_eq!(known.len(), 20);
         for op in known {
             assert!(
                 op.since_minor() <= uet_regs::INTERFACE_MINOR,
@@ -1327,7 +1477,72 @@ mod tests {
             Opcode::RecvCancel.since_minor(),
             uet_regs::since::RECV_CANCEL
         );
+        assert_eq!(
+            Opcode::EndpointPeer.since_minor(),
+            uet_regs::since::CONNECTED_PEER
+        );
     }
+
+    #[test]
+    fn endpoint_peer_names_one_sender_or_none_and_keeps_its_layout() {
+        let v4 = EndpointPeerBody::peer("10.0.0.2".parse().unwrap(), 0x42, 7);
+        let v6 = EndpointPeerBody::peer("fd00::2".parse().unwrap(), MAX_JOB, 9);
+        for body in [v4, v6, EndpointPeerBody::none()] {
+            let c = Command::EndpointPeer { endpoint: 3, body };
+            assert_eq!(c.encode(1).decode(), Ok(c));
+        }
+        assert_eq!(v4.named(), Some(("10.0.0.2".parse().unwrap(), 0x42, 7)));
+        assert_eq!(v6.named(), Some(("fd00::2".parse().unwrap(), MAX_JOB, 9)));
+        assert_eq!(EndpointPeerBody::none().named(), None);
+        let mut bad = Vec::new();
+        let mut b = v4;
+        b.fabric_addr[4] = 1;
+        bad.push(b);
+        let mut b = v4;
+        b.job_id = U32::new(MAX_JOB + 1);
+        bad.push(b);
+        let mut b = v4;
+        b.flags = 1 << 2;
+        bad.push(b);
+        let mut b = EndpointPeerBody::none();
+        b.initiator = U32::new(1);
+        bad.push(b);
+        let mut b = EndpointPeerBody::none();
+        b.flags |= ENDPOINT_PEER_IPV6;
+        bad.push(b);
+        let mut b = v6;
+        b.reserved[30] = 1;
+        bad.push(b);
+        for body in bad {
+            let e = Command::EndpointPeer { endpoint: 3, body }.encode(0);
+            assert_eq!(e.decode(), Err(Status::InvalidField), "{body:?}");
+        }
+        // A connected endpoint is neither a datagram nor a passive one.
+        for flags in [
+            EP_FLAG_CONNECTED | EP_FLAG_DGRAM,
+            EP_FLAG_CONNECTED | EP_FLAG_PASSIVE,
+        ] {
+            let e = Command::EndpointCreate {
+                av: 0,
+                body: EndpointCreateBody {
+                    flags,
+                    ..FromZeros::new_zeroed()
+                },
+            }
+            .encode(0);
+            assert_eq!(e.decode(), Err(Status::InvalidField));
+        }
+        let ok = Command::EndpointCreate {
+            av: 0,
+            body: EndpointCreateBody {
+                flags: EP_FLAG_CONNECTED | EP_FLAG_ABSOLUTE,
+                ..FromZeros::new_zeroed()
+            },
+        };
+        assert_eq!(ok.encode(0).decode(), Ok(ok));
+    }
+
+    const MAX_JOB: u32 = crate::av_entry::MAX_JOB_ID;
 
     #[test]
     fn recv_cancel_names_a_known_ring_and_keeps_its_reserved_bytes_clear() {

@@ -140,6 +140,15 @@
 //! and READ to index 0 are always RC_BAD_INDEX. The host gives the messages their meaning
 //! (connection management, see [`crate::cm`]).
 //!
+//! ## Connected endpoints (since interface 1.20)
+//!
+//! An endpoint created with `EP_FLAG_CONNECTED` takes SEND, TAGGED_SEND, WRITE and READ
+//! requests only from the peer ENDPOINT_PEER named (source Fabric Address, JobID and
+//! Initiator ID; none before it names one), and its control channel's SENDs from anyone; any
+//! other request is refused RC_PERM_VIOLATION, so the sender's operation completes `Remote`
+//! with that return code (libfabric `FI_EACCES`) and nothing reaches the endpoint's buffers,
+//! unexpected list or memory regions. See [`crate::admin`], *Connected endpoints*.
+//!
 //! ## Datagram endpoints (UUD)
 //!
 //! An endpoint created with `EP_FLAG_DGRAM` sends every SEND and TAGGED_SEND as one PDS

@@ -24,7 +24,7 @@ pub const MAX_COMMANDS: usize = 32;
 const DMA_BYTES: usize = 8192;
 
 /// Every opcode the NIC knows.
-const OPCODES: [Opcode; 19] = [
+const OPCODES: [Opcode; 20] = [
     Opcode::Identify,
     Opcode::EndpointCreate,
     Opcode::EndpointDestroy,
@@ -44,6 +44,7 @@ const OPCODES: [Opcode; 19] = [
     Opcode::EndpointAuthKeys,
     Opcode::AvWritePeers,
     Opcode::RecvCancel,
+    Opcode::EndpointPeer,
 ];
 
 fn answered(opcode: u8, r: Result<AdminResult, DriverError>) {

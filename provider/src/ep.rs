@@ -33,7 +33,11 @@
 //!   `-FI_EOPBADSTATE` (a refused endpoint is closed and a new one connects); a call that
 //!   returned an error started nothing and may be repeated. `fi_getpeer` gives the peer's
 //!   address once connected. `fi_close` of
-//!   a connected endpoint shuts its connection down (the peer gets `FI_SHUTDOWN`). The
+//!   a connected endpoint shuts its connection down (the peer gets `FI_SHUTDOWN`). On a NIC
+//!   of host interface 1.20 or later a connected endpoint takes data from its peer only: an
+//!   endpoint of another connection, or an `FI_EP_RDM` one, that sends to its address gets
+//!   `FI_EACCES` in its CQ, and nothing lands in the endpoint's receives (on an older NIC it
+//!   does, reported with `src_addr` `FI_ADDR_NOTAVAIL`). The
 //!   connection calls of an `FI_EP_RDM` or `FI_EP_DGRAM` endpoint are `-FI_EOPNOTSUPP`;
 //!   `fi_setname` is `-FI_ENOSYS` (the NIC assigns every address). One whose `fi_info` asks
 //!   for an address (`src_addr`, as `fi_getinfo` gives it for `FI_SOURCE` with a node and

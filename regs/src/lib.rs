@@ -76,6 +76,10 @@ pub const INTERFACE_MAJOR: u8 = 1;
 /// | 14 | RECV_CANCEL: a posted receive withdrawn, completing with the `Cancelled` local status |
 /// | 15 | `ADMIN_ARM`: the admin completion ring raises an MSI-X vector |
 /// | 16 | a send through an AV entry bound to an auth key whose slot was not granted to the sending endpoint (ENDPOINT_AUTH_KEYS) fails with the `KeyNotGranted` local status |
+/// | 17 | untagged messages that arrive before their receive wait on the unexpected list |
+/// | 18 | probes of the unexpected list: `TRX_FLAG_PEEK`, `TRX_FLAG_CLAIM`, `TRX_FLAG_DISCARD`, the `NoMessage` local status |
+/// | 19 | RECV_CANCEL withdraws multi-receive buffers |
+/// | 20 | connected endpoints: ENDPOINT_CREATE's `EP_FLAG_CONNECTED` and ENDPOINT_PEER; such an endpoint refuses data requests (RC_PERM_VIOLATION) from any sender but its peer |
 ///
 /// The interface is pre-release: minor 2 changed the completion layout, minor 3 gave
 /// reserved bytes of ENDPOINT_CREATE a meaning, minor 4 added `AV_INVALIDATE_DOORBELL`, minor
@@ -87,8 +91,9 @@ pub const INTERFACE_MAJOR: u8 = 1;
 /// minor 14 the RECV_CANCEL command and the `Cancelled` local status, minor 15 `ADMIN_ARM`,
 /// minor 16 the `KeyNotGranted` local status, minor 17 the unexpected list for untagged
 /// messages, minor 18 probes of the unexpected list,
-/// minor 19 RECV_CANCEL of multi-receive buffers; a driver refuses a device older than the layouts it speaks.
-pub const INTERFACE_MINOR: u8 = 19;
+/// minor 19 RECV_CANCEL of multi-receive buffers, minor 20 a bit of ENDPOINT_CREATE's flags
+/// and the ENDPOINT_PEER command; a driver refuses a device older than the layouts it speaks.
+pub const INTERFACE_MINOR: u8 = 20;
 
 /// The interface minor version each feature a driver may gate on appeared in (the table of
 /// [`INTERFACE_MINOR`]). A register's own version is [`RegInfo::since_minor`]; these name the
@@ -152,9 +157,16 @@ pub mod since {
     /// one when no message is still arriving into it (`uet_fwif::admin`, *RECV_CANCEL*).
     /// Before, every multi-receive buffer is InProgress.
     pub const MULTI_RECV_CANCEL: u8 = 19;
+    /// Connected endpoints: ENDPOINT_CREATE's `EP_FLAG_CONNECTED` and ENDPOINT_PEER (opcode
+    /// 0x14). Such an endpoint refuses SEND, TAGGED_SEND, WRITE and READ requests, except
+    /// those to its control channel, from every sender but the peer ENDPOINT_PEER names
+    /// (RC_PERM_VIOLATION, libfabric `FI_EACCES` at the sender; `uet_fwif::admin`,
+    /// *Connected endpoints*). Before, the flag is undefined (InvalidField), the opcode
+    /// unknown (InvalidOpcode), and an endpoint takes data from any sender.
+    pub const CONNECTED_PEER: u8 = 20;
 
     // Every feature named here is of the current interface or older.
-    const _: () = assert!(MULTI_RECV_CANCEL <= crate::INTERFACE_MINOR);
+    const _: () = assert!(CONNECTED_PEER <= crate::INTERFACE_MINOR);
 }
 
 /// Width of a register access.

@@ -643,8 +643,10 @@ register_map! {
     ADMIN_ERRORS: u64 = (0x260, W64, Ro, reset 0, "counters") COUNTER;
     /// Register accesses to offsets with no register.
     BAD_REGISTER_ACCESSES: u64 = (0x268, W64, Ro, reset 0, "counters") COUNTER;
-    /// RMA requests rejected with RC_PERM_VIOLATION: unknown memory key, key not bound to the
-    /// resource index, range outside the region, or access not granted.
+    /// Requests rejected with RC_PERM_VIOLATION: RMA requests with an unknown memory key, a key
+    /// not bound to the resource index, a range outside the region, or access not granted;
+    /// from host interface 1.20 also data requests a connected endpoint (`EP_FLAG_CONNECTED`)
+    /// refuses because they come from another sender than its peer (ENDPOINT_PEER).
     RX_PERM_VIOLATION: u64 = (0x270, W64, Ro, reset 0, "counters", since_minor 2) COUNTER;
     /// Messages refused with RC_UNDELIVERABLE because the endpoint's unexpected list was full
     /// (`CAP_TAGGED`; since interface 1.2): tagged ones, and from 1.17 on untagged ones.

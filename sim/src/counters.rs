@@ -39,6 +39,10 @@ pub struct DebugCounters {
     /// Requests refused RC_UNSUPPORTED_OP because their delivery mode (RUD, UUD) is not the
     /// endpoint's.
     pub rx_wrong_delivery_mode: u64,
+    /// Data requests a connected endpoint refused RC_PERM_VIOLATION because they came from
+    /// another sender than its peer, or before ENDPOINT_PEER named one (since interface 1.20;
+    /// also in `RX_PERM_VIOLATION`).
+    pub rx_not_peer: u64,
     /// UUD requests dropped unanswered (any refusal of a datagram).
     pub rx_datagrams_dropped: u64,
     /// UUD requests handed to the fabric.

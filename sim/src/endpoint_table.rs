@@ -97,6 +97,12 @@ pub(crate) struct Endpoint {
     pub dgram: bool,
     /// Passive endpoint: its own rings are its control channel.
     pub passive: bool,
+    /// Connected endpoint (`EP_FLAG_CONNECTED`, since interface 1.20): it takes data
+    /// requests only from `peer`.
+    pub connected: bool,
+    /// A connected endpoint's peer (ENDPOINT_PEER): fabric address, JobID and initiator id
+    /// its requests carry. `None`: no sender's data is taken.
+    pub peer: Option<(IpAddr, u32, u32)>,
     /// Handle of the endpoint this entry belongs to: itself for an endpoint, the owner for a
     /// context.
     pub owner: u16,
@@ -206,6 +212,14 @@ impl Endpoint {
                 .any(|u| !u.tagged && u.group == group && u.key.sender() == sender)
     }
 
+    /// Whether a data request (not one to the control channel) of JobID `job_id` from
+    /// `sender` (fabric address, initiator) may reach the endpoint: any may, unless it is a
+    /// connected one, which takes its peer's only (none before ENDPOINT_PEER names one).
+    #[inline]
+    pub(crate) fn takes_data_from(&self, sender: (IpAddr, u32), job_id: u32) -> bool {
+        !self.connected || self.peer == Some((sender.0, job_id, sender.1))
+    }
+
     /// Whether this entry is a context of another endpoint.
     pub(crate) fn is_context(&self) -> bool {
         self.owner != self.handle
@@ -221,6 +235,7 @@ pub(crate) struct NewEndpoint {
     pub absolute: bool,
     pub dgram: bool,
     pub passive: bool,
+    pub connected: bool,
     pub rx_ctx_cnt: u8,
     pub tx_ctx_cnt: u8,
     pub av: u32,
@@ -345,6 +360,8 @@ impl EndpointTable {
             absolute: p.absolute,
             dgram: p.dgram,
             passive: p.passive,
+            connected: p.connected,
+            peer: None,
             owner: handle,
             role: CTX_ROLE_TX | CTX_ROLE_RX,
             rx_ctx_cnt: p.rx_ctx_cnt,
@@ -409,6 +426,10 @@ impl EndpointTable {
             absolute: o.absolute,
             dgram: o.dgram,
             passive: o.passive,
+            // Requests are checked against the peer at the endpoint (demux), never at a
+            // context.
+            connected: false,
+            peer: None,
             rx_ctx_cnt: o.rx_ctx_cnt,
             tx_ctx_cnt: o.tx_ctx_cnt,
             av: o.av,
@@ -573,6 +594,7 @@ mod tests {
             absolute: false,
             dgram: false,
             passive: false,
+            connected: false,
             rx_ctx_cnt: 0,
             tx_ctx_cnt: 0,
             av: 0,

@@ -17,7 +17,8 @@
 //! | AV_WRITE_PEERS | before interface 1.13 InvalidOpcode; AV exists else InvalidHandle; `[first, first+count)` inside the table else IndexOutOfRange, and no index of it a live member of a range else InvalidField; the `count` addresses read by DMA else DmaFault; every address valid (`UetAddress::bytes_are_valid`) else InvalidField — then entry `first + i` is `NicAvEntry::for_valid_peer_bytes(address i, job_id)` for every `i` | entries written |
 //! | AV_INVALIDATE | AV exists else InvalidHandle; a listed index buffer read by DMA else DmaFault; range `[first, first+count)` inside the table, or every listed u32 index inside it, else IndexOutOfRange — then all are invalidated | entries invalidated |
 //! | AV_READ | AV exists else InvalidHandle; `[first, first+count)` inside the table else IndexOutOfRange; entries written by DMA else DmaFault | entries read |
-//! | ENDPOINT_CREATE | handle = AV to bind (0: none) exists else InvalidHandle; ring log2 sizes in 1..=15 and at most `CAP_QUEUES.max_queue_entries` entries (the tagged RX ring's may also be 0: none), ring bases aligned to their entry size, `ri_count` in 1..=`CAP_RESOURCE_INDEX.max_per_endpoint`, JobID within 24 bits, `rx_ctx_cnt` at most `CAP_EP.max_rx_ctx` and `ri_count`, `tx_ctx_cnt` at most `CAP_EP.max_tx_ctx`, a datagram or passive endpoint not scalable, else InvalidField; every ring entirely DMA-mapped else DmaFault; since interface 1.11, no live endpoint of the JobID with the initiator id, else InitiatorInUse; a free endpoint else NoResources, a free PIDonFEP else PidExhausted, a contiguous resource-index range else RiExhausted | endpoint handle \| PIDonFEP << 16 / ri_start \| ri_count << 16 |
+//! | ENDPOINT_CREATE | handle = AV to bind (0: none) exists else InvalidHandle; ring log2 sizes in 1..=15 and at most `CAP_QUEUES.max_queue_entries` entries (the tagged RX ring's may also be 0: none), ring bases aligned to their entry size, `ri_count` in 1..=`CAP_RESOURCE_INDEX.max_per_endpoint`, JobID within 24 bits, `rx_ctx_cnt` at most `CAP_EP.max_rx_ctx` and `ri_count`, `tx_ctx_cnt` at most `CAP_EP.max_tx_ctx`, a datagram or passive endpoint not scalable, `EP_FLAG_CONNECTED` not before interface 1.20 (decode: not with DGRAM or PASSIVE), else InvalidField; every ring entirely DMA-mapped else DmaFault; since interface 1.11, no live endpoint of the JobID with the initiator id, else InitiatorInUse; a free endpoint else NoResources, a free PIDonFEP else PidExhausted, a contiguous resource-index range else RiExhausted | endpoint handle \| PIDonFEP << 16 / ri_start \| ri_count << 16 |
+//! | ENDPOINT_PEER | before interface 1.20 InvalidOpcode; (decode: defined flags, reserved zero, NONE alone, JobID within 24 bits, an IPv4 address's bytes 4–15 zero, else InvalidField); endpoint exists, is not a context and was created with `EP_FLAG_CONNECTED` else InvalidHandle — then its peer is the body's (fabric address, JobID, initiator), or none | — |
 //! | ENDPOINT_DESTROY | endpoint or context exists else InvalidHandle; an endpoint with live contexts else Busy; releases its PIDonFEP and indices, unbinds its AV, revokes its auth-key grants, removes its memory regions, drops its posted tagged receives and unexpected list | — |
 //! | CONTEXT_CREATE | endpoint exists and is not a context else InvalidHandle; the role's index constraint (`uet_fwif::admin`, *Contexts*) and rings as for ENDPOINT_CREATE else InvalidField; no live context with the same role and index (CONTROL: no control channel, not passive) else Busy; rings DMA-mapped else DmaFault; a free table entry else NoResources | context handle |
 //! | MR_REGISTER | endpoint exists else InvalidHandle; `resource_index` 0 (assign `ri_start`) or inside the endpoint's range else IndexOutOfRange; the whole region DMA-mapped, for the device to write it if it grants remote write and to read it if it grants remote read, else DmaFault; key not registered on the NIC else KeyExists; a free region else NoResources | MR handle / resource index |
@@ -39,9 +40,9 @@ use crate::nic::Nic;
 use uet_fwif::address::ADDRESS_BYTES;
 use uet_fwif::admin::{
     AvCreateBody, AvWritePeersBody, BufferBody, ContextCreateBody, EndpointCreateBody,
-    MrDeregisterBody, MrRegisterBody, RangeBody, CTX_ROLE_CONTROL, CTX_ROLE_RX, CTX_ROLE_TX,
-    EP_FLAG_ABSOLUTE, EP_FLAG_DGRAM, EP_FLAG_PASSIVE, MIN_CQ_LOG2, MR_ACCESS_REMOTE_READ,
-    MR_ACCESS_REMOTE_WRITE,
+    EndpointPeerBody, MrDeregisterBody, MrRegisterBody, RangeBody, CTX_ROLE_CONTROL, CTX_ROLE_RX,
+    CTX_ROLE_TX, EP_FLAG_ABSOLUTE, EP_FLAG_CONNECTED, EP_FLAG_DGRAM, EP_FLAG_PASSIVE, MIN_CQ_LOG2,
+    MR_ACCESS_REMOTE_READ, MR_ACCESS_REMOTE_WRITE,
 };
 use uet_fwif::auth_key::{
     AuthKeyAddBody, AuthKeyRemoveBody, AuthKeySourceBody, EndpointAuthKeysBody,
@@ -105,6 +106,7 @@ impl Nic {
                 Command::EndpointCreate { av, body } => self.fw_endpoint_create(av, &body),
                 Command::EndpointDestroy { endpoint } => self.fw_endpoint_destroy(endpoint),
                 Command::RecvCancel { endpoint, body } => self.fw_recv_cancel(endpoint, &body),
+                Command::EndpointPeer { endpoint, body } => self.fw_endpoint_peer(endpoint, &body),
                 Command::ContextCreate { endpoint, body } => {
                     self.fw_context_create(endpoint, &body)
                 }
@@ -487,6 +489,10 @@ impl Nic {
             return Err(Status::InvalidField);
         }
         let (dgram, passive) = (b.flags & EP_FLAG_DGRAM != 0, b.flags & EP_FLAG_PASSIVE != 0);
+        let connected = b.flags & EP_FLAG_CONNECTED != 0;
+        if connected && self.cfg.interface_minor < since::CONNECTED_PEER {
+            return Err(Status::InvalidField);
+        }
         let scalable = b.rx_ctx_cnt > 0 || b.tx_ctx_cnt > 1;
         if b.rx_ctx_cnt > self.cfg.max_rx_ctx
             || u16::from(b.rx_ctx_cnt) > ri_count
@@ -514,6 +520,7 @@ impl Nic {
             absolute: b.flags & EP_FLAG_ABSOLUTE != 0,
             dgram,
             passive,
+            connected,
             rx_ctx_cnt: b.rx_ctx_cnt,
             tx_ctx_cnt: b.tx_ctx_cnt,
             av,
@@ -587,6 +594,18 @@ impl Nic {
         }
         tracing::debug!(nic = %self.cfg.fabric_addr, endpoint, handle, role = b.role, index = b.index, "context created");
         Ok((u32::from(handle), 0))
+    }
+
+    /// ENDPOINT_PEER: the one sender a connected endpoint takes data from, or none.
+    fn fw_endpoint_peer(&mut self, endpoint: u32, b: &EndpointPeerBody) -> FwResult {
+        let h = u16::try_from(endpoint).map_err(|_| Status::InvalidHandle)?;
+        let ep = self.eps.get_mut(h).ok_or(Status::InvalidHandle)?;
+        if ep.is_context() || !ep.connected {
+            return Err(Status::InvalidHandle);
+        }
+        ep.peer = b.named();
+        tracing::debug!(nic = %self.cfg.fabric_addr, endpoint, peer = ?ep.peer, "endpoint peer set");
+        Ok((0, 0))
     }
 
     fn fw_endpoint_destroy(&mut self, endpoint: u32) -> FwResult {

@@ -30,6 +30,7 @@
 //! | delivery mode: UUD to a datagram endpoint, RUD to any other | RC_UNSUPPORTED_OP |
 //! | resource index inside the endpoint's range of the opcode's space, served by the endpoint or one of its receive contexts (SEND, TAGGED — empty without a tagged RX ring — or RMA; index 0: the control channel; see `uet_fwif::datapath`) | RC_BAD_INDEX, `RX_BAD_INDEX` |
 //! | `request_length <= CAP_MAX_MSG` (READ: at most one MTU per request) | RC_TOO_LONG |
+//! | since interface 1.20, at an endpoint created with `EP_FLAG_CONNECTED`, except a SEND to its control channel: the sender (source fabric address, initiator) and JobID are its peer's (ENDPOINT_PEER; none before one is named) — WRITE, READ: every packet; SEND, TAGGED_SEND: the first packet of a message to arrive, after the reassembly and duplicate checks below (`uet_fwif::admin`, *Connected endpoints*) | RC_PERM_VIOLATION, `RX_PERM_VIOLATION` (debug `rx_not_peer`) |
 //! | WRITE, READ: the memory-region checks (`mr_table`) | RC_PERM_VIOLATION, `RX_PERM_VIOLATION` |
 //! | SEND, TAGGED_SEND (first packet of a message to arrive): a peer group the endpoint receives — 0 without peer groups, at most its AV's `max_group_id` with them | RC_UNDELIVERABLE, `RX_BAD_GROUP` |
 //! | SEND: a posted RX descriptor (for the first packet of a message to arrive; with peer groups, one of the message's group, see `peer_groups`), or since interface 1.17 room on the unexpected list (`untagged_unexpected`) | RC_UNDELIVERABLE, `RX_NO_BUFFER` (since 1.17 also `RX_UNEXPECTED_OVERFLOW`) |
@@ -197,6 +198,7 @@ use uet_fwif::datapath::RX_FLAG_MULTI_RECV;
 use uet_fwif::{Completion, CompletionKind, LocalStatus, ReturnCode, RxDescriptor};
 use uet_regs::{
     RX_BAD_GROUP, RX_BAD_INDEX, RX_BAD_JOB_ID, RX_BAD_PID, RX_BYTES, RX_MALFORMED, RX_PACKETS,
+    RX_PERM_VIOLATION,
 };
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::FromBytes;
@@ -944,6 +946,12 @@ impl Nic {
         Ok((space, target))
     }
 
+    /// Count a data request a connected endpoint refused for its sender.
+    fn count_not_peer(&mut self) {
+        self.counters.inc(RX_PERM_VIOLATION);
+        self.counters.debug.rx_not_peer += 1;
+    }
+
     /// Count a refusal in the endpoint's counters.
     pub(crate) fn count_reject(&mut self, handle: u16, rc: ReturnCode) {
         if let Some(ep) = self.eps.get_mut(handle) {
@@ -1009,6 +1017,7 @@ impl Nic {
                 return RxOutcome::Done;
             }
         };
+        let endpoint = handle;
         let (space, handle) = match self.space_check(handle, &p) {
             Ok(s) => s,
             Err(rc) => {
@@ -1016,6 +1025,14 @@ impl Nic {
                 return RxOutcome::Done;
             }
         };
+        // A connected endpoint takes data from its peer only; its control channel (a SEND to
+        // resource index 0, the only request index 0 serves) takes anyone's.
+        let control = space == Space::Send && p.ses.resource_index == 0;
+        let from_peer = control
+            || self
+                .eps
+                .get(endpoint)
+                .is_some_and(|e| e.takes_data_from(p.key().sender(), p.ses.job_id));
         let too_long = p.ses.request_length > self.cfg.max_msg
             || (p.ses.opcode == ses::OP_READ && p.ses.request_length > u32::from(self.cfg.mtu));
         if too_long {
@@ -1024,6 +1041,11 @@ impl Nic {
             return RxOutcome::Done;
         }
         if space == Space::Rma {
+            if !from_peer {
+                self.count_not_peer();
+                self.reject(handle, &p, ReturnCode::PermViolation);
+                return RxOutcome::Done;
+            }
             self.rx_rma(handle, &p);
             return RxOutcome::Done;
         }
@@ -1089,7 +1111,14 @@ impl Nic {
                 self.end_reassembly(key);
             }
         }
-        // A new message: its peer group must be one the endpoint receives.
+        // A new message: from the peer of a connected endpoint (the packets of a message it
+        // took before its peer changed finish it, above), and of a peer group the endpoint
+        // receives.
+        if !from_peer {
+            self.count_not_peer();
+            self.refuse(handle, &p, ReturnCode::PermViolation);
+            return RxOutcome::Done;
+        }
         if p.group > max_group.unwrap_or(0) {
             self.counters.inc(RX_BAD_GROUP);
             self.refuse(handle, &p, ReturnCode::Undeliverable);

@@ -1193,6 +1193,31 @@ fn an_older_interface_lacks_what_later_versions_added() {
             assert_eq!(cancel, Status::InvalidOpcode, "1.{minor}");
         }
 
+        // Connected endpoints: before 1.20 EP_FLAG_CONNECTED is an undefined bit and
+        // ENDPOINT_PEER an unknown opcode; from 1.20 only a connected endpoint takes a peer.
+        let (mut body, base) = d.ep_body(7, 2, 1);
+        body.flags = uet_fwif::admin::EP_FLAG_CONNECTED;
+        let connected = d.ep_create_with(av, body, base);
+        let peer = uet_fwif::admin::EndpointPeerBody::peer(addr("10.0.0.9"), 7, 3);
+        let named = |d: &mut Driver, endpoint: u32, body| {
+            d.submit(Command::EndpointPeer { endpoint, body }).status()
+        };
+        if minor >= since::CONNECTED_PEER {
+            let c = u32::from(connected.expect("a connected endpoint").handle);
+            assert_eq!(named(&mut d, c, peer), Status::Success, "1.{minor}");
+            let none = uet_fwif::admin::EndpointPeerBody::none();
+            assert_eq!(named(&mut d, c, none), Status::Success, "1.{minor}");
+            assert_eq!(named(&mut d, endpoint, peer), Status::InvalidHandle);
+            assert_eq!(named(&mut d, 0x7F, peer), Status::InvalidHandle);
+            assert_eq!(
+                d.submit(Command::EndpointDestroy { endpoint: c }).status(),
+                Status::Success
+            );
+        } else {
+            assert_eq!(connected.err(), Some(Status::InvalidField), "1.{minor}");
+            assert_eq!(named(&mut d, endpoint, peer), Status::InvalidOpcode);
+        }
+
         // AUTH_KEY_REMOVE: before 1.9 its body is reserved, so the owner check is refused and
         // the slot stays; an all-zero body removes it.
         let mut add = uet_fwif::auth_key::AuthKeyAddBody::new_zeroed();

@@ -1189,3 +1189,167 @@ fn a_listeners_backlog_bounds_the_requests_it_holds() {
     second.connect(&to, b"").unwrap();
     assert_eq!(wait_error(&eq_s).err, FiErrno::FI_ECONNREFUSED);
 }
+
+/// An RDM endpoint of the job on `nic` with `target`'s address in its AV: the endpoint, its
+/// AV and the `fi_addr` of the entry.
+fn stranger(nic: &Nic, target: &uet_fwif::address::UetAddress) -> (Endpoint, uet_driver::Av, u64) {
+    let mut av = open_av(nic, JOB, 4, 0);
+    let ep = nic
+        .endpoint(
+            EndpointAttr {
+                job_id: JOB,
+                ..EndpointAttr::default()
+            },
+            Some(&av),
+        )
+        .unwrap();
+    let mut fi = [0u64; 1];
+    let n = av
+        .insert(&target.to_bytes().unwrap(), 1, Some(&mut fi), 0)
+        .unwrap();
+    assert_eq!(n, 1);
+    (ep, av, fi[0])
+}
+
+/// The completion of the one operation `ep` posted.
+fn completion(ep: &mut Endpoint) -> uet_driver::CqEvent {
+    poll_one(ep).expect("the operation completes")
+}
+
+/// The error of an operation a connected endpoint refused for coming from another sender
+/// than its peer.
+fn assert_refused_as_not_the_peer(ev: &uet_driver::CqEvent) {
+    let err = ev.error.as_ref().expect("the operation fails");
+    assert_eq!(err.errno, FiErrno::FI_EACCES, "{err}");
+    assert_eq!(err.local, uet_fwif::LocalStatus::Remote);
+    assert_eq!(err.return_code, Some(ReturnCode::PermViolation));
+}
+
+#[test]
+fn a_connected_endpoint_takes_data_from_its_peer_only() {
+    use uet_driver::{MrAccess, MrMemory};
+    use uet_regs::RX_PERM_VIOLATION;
+    // fi_endpoint(3), fi_cm(3): a connected endpoint communicates with its peer only. From
+    // interface 1.20 the NIC refuses everyone else's data: an RDM endpoint of the job on a
+    // third NIC that names the server's address has its sends and writes fail FI_EACCES,
+    // before the connection and once it is made, and nothing of them reaches the server.
+    let l = Listening::of(fabric(3));
+    let (mut client, eq_c, req) = l.request();
+    let (mut server, eq_s) = msg_ep(&l.ns);
+    let pool_s = DmaPool::new(&l.ns, 4096, 8).unwrap();
+    let pool_c = DmaPool::new(&l.nc, 4096, 8).unwrap();
+    let nt = open_nic(&l.fns[2]);
+    let pool_t = DmaPool::new(&nt, 4096, 8).unwrap();
+    let (mut third, _av_t, to_server) = stranger(&nt, server.address());
+    let region = std::sync::Arc::new(l.ns.map_dma(4096).unwrap());
+    let _mr = server
+        .register_mr(
+            MrMemory::Region(region.clone(), 0..4096),
+            MrAccess::REMOTE_READ_WRITE,
+            0x5EC,
+        )
+        .unwrap();
+    let third_sends = |third: &mut Endpoint, what: &[u8]| {
+        let mut b = pool_t.alloc().unwrap();
+        b.fill(what).unwrap();
+        third
+            .post_send(to_server, b, 1, 0)
+            .map_err(|(e, _)| e)
+            .unwrap();
+        assert_refused_as_not_the_peer(&completion(third));
+        let mut b = pool_t.alloc().unwrap();
+        b.fill(what).unwrap();
+        third
+            .post_tsend(to_server, b, 7, 2, 0)
+            .map_err(|(e, _)| e)
+            .unwrap();
+        assert_refused_as_not_the_peer(&completion(third));
+        let mut b = pool_t.alloc().unwrap();
+        b.fill(what).unwrap();
+        third
+            .post_write(to_server, b, 0, 0x5EC, 3)
+            .map_err(|(e, _)| e)
+            .unwrap();
+        assert_refused_as_not_the_peer(&completion(third));
+    };
+
+    // Not connected yet: the server takes nobody's data.
+    server.post_recv(pool_s.alloc().unwrap(), 10).unwrap();
+    third_sends(&mut third, b"before");
+    assert!(
+        server.poll().unwrap().is_none(),
+        "nothing reached the server"
+    );
+
+    l.pep.accept(&req, &mut server, b"").unwrap();
+    assert_eq!(wait_event(&eq_c).kind, EqEventKind::Connected);
+    assert_eq!(wait_event(&eq_s).kind, EqEventKind::Connected);
+
+    // Connected: still nobody's but the peer's.
+    third_sends(&mut third, b"intruder");
+    assert!(
+        server.poll().unwrap().is_none(),
+        "nothing reached the server"
+    );
+    let refused = l.fns[0].counter(RX_PERM_VIOLATION);
+    assert_eq!(refused, 6);
+    assert_eq!(l.fns[0].debug_counters().rx_not_peer, 6);
+
+    // The peer's data arrives, in the receive posted before, and the server's reaches it.
+    send(&mut client, &pool_c, b"from the peer");
+    let ev = completion(&mut server);
+    assert!(ev.error.is_none(), "{:?}", ev.error);
+    assert_eq!(ev.context, 10);
+    assert_ne!(ev.src_addr, uet_fwif::FI_ADDR_NOTAVAIL, "the peer's entry");
+    assert_eq!(ev.buffer.unwrap().to_vec().unwrap(), b"from the peer");
+    client.post_recv(pool_c.alloc().unwrap(), 20).unwrap();
+    send(&mut server, &pool_s, b"to the peer");
+    assert_eq!(recv(&mut client), b"to the peer");
+    // The third endpoint is refused still, and takes nothing from the peer's receives.
+    server.post_recv(pool_s.alloc().unwrap(), 11).unwrap();
+    third_sends(&mut third, b"again");
+    send(&mut client, &pool_c, b"second");
+    assert_eq!(recv(&mut server), b"second");
+    assert_eq!(l.fns[0].counter(RX_PERM_VIOLATION), refused + 3);
+    assert_eq!(pep_and_sides_dropped(&l, &client, &server), 0);
+}
+
+fn pep_and_sides_dropped(l: &Listening, client: &Endpoint, server: &Endpoint) -> u64 {
+    l.pep.dropped() + client.cm_dropped() + server.cm_dropped()
+}
+
+#[test]
+fn before_interface_1_20_a_connected_endpoint_takes_anyones_data() {
+    // On an older NIC the driver cannot ask for the filter: the third endpoint's send
+    // completes and its data lands in the server's receive, with no source.
+    let minor = uet_regs::since::CONNECTED_PEER - 1;
+    let l = Listening::of(uet_tests::fabric_with(3, |cfg| cfg.interface_minor = minor));
+    let (mut client, eq_c, req) = l.request();
+    let (mut server, eq_s) = msg_ep(&l.ns);
+    let pool_s = DmaPool::new(&l.ns, 4096, 8).unwrap();
+    let pool_c = DmaPool::new(&l.nc, 4096, 8).unwrap();
+    l.pep.accept(&req, &mut server, b"").unwrap();
+    assert_eq!(wait_event(&eq_c).kind, EqEventKind::Connected);
+    assert_eq!(wait_event(&eq_s).kind, EqEventKind::Connected);
+    let nt = open_nic(&l.fns[2]);
+    let pool_t = DmaPool::new(&nt, 4096, 8).unwrap();
+    let (mut third, _av_t, to_server) = stranger(&nt, server.address());
+    server.post_recv(pool_s.alloc().unwrap(), 10).unwrap();
+    let mut b = pool_t.alloc().unwrap();
+    b.fill(b"intruder").unwrap();
+    third
+        .post_send(to_server, b, 1, 0)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let ev = completion(&mut third);
+    assert!(ev.error.is_none(), "{:?}", ev.error);
+    let ev = completion(&mut server);
+    assert!(ev.error.is_none(), "{:?}", ev.error);
+    assert_eq!(ev.src_addr, uet_fwif::FI_ADDR_NOTAVAIL);
+    assert_eq!(ev.buffer.unwrap().to_vec().unwrap(), b"intruder");
+    // The connection works as ever.
+    server.post_recv(pool_s.alloc().unwrap(), 11).unwrap();
+    send(&mut client, &pool_c, b"from the peer");
+    assert_eq!(recv(&mut server), b"from the peer");
+    assert_eq!(l.fns[0].debug_counters().rx_not_peer, 0);
+}
