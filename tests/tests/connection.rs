@@ -48,7 +48,7 @@ struct Listening {
     ns: Nic,
     nc: Nic,
     fns: Vec<uet_sim::SimFunction>,
-    _fabric: uet_sim::Fabric,
+    fabric: uet_sim::Fabric,
 }
 
 impl Listening {
@@ -98,7 +98,7 @@ impl Listening {
             ns,
             nc,
             fns,
-            _fabric: fabric,
+            fabric,
         }
     }
 }
@@ -1241,6 +1241,8 @@ fn a_connected_endpoint_takes_data_from_its_peer_only() {
     let nt = open_nic(&l.fns[2]);
     let pool_t = DmaPool::new(&nt, 4096, 8).unwrap();
     let (mut third, _av_t, to_server) = stranger(&nt, server.address());
+    let long = uet_tests::pattern(3 * third.mtu() + 1, 9);
+    let pool_long = DmaPool::new(&nt, long.len(), 2).unwrap();
     let region = std::sync::Arc::new(l.ns.map_dma(4096).unwrap());
     let _mr = server
         .register_mr(
@@ -1271,6 +1273,14 @@ fn a_connected_endpoint_takes_data_from_its_peer_only() {
             .map_err(|(e, _)| e)
             .unwrap();
         assert_refused_as_not_the_peer(&completion(third));
+        // A message of several packets is refused whole.
+        let mut b = pool_long.alloc().unwrap();
+        b.fill(&long).unwrap();
+        third
+            .post_send(to_server, b, 4, 0)
+            .map_err(|(e, _)| e)
+            .unwrap();
+        assert_refused_as_not_the_peer(&completion(third));
     };
 
     // Not connected yet: the server takes nobody's data.
@@ -1291,9 +1301,11 @@ fn a_connected_endpoint_takes_data_from_its_peer_only() {
         server.poll().unwrap().is_none(),
         "nothing reached the server"
     );
+    // Once per refused message (a message's later packets get its answer again) and per
+    // RMA packet.
     let refused = l.fns[0].counter(RX_PERM_VIOLATION);
-    assert_eq!(refused, 6);
-    assert_eq!(l.fns[0].debug_counters().rx_not_peer, 6);
+    assert_eq!(refused, 8);
+    assert_eq!(l.fns[0].debug_counters().rx_not_peer, 8);
 
     // The peer's data arrives, in the receive posted before, and the server's reaches it.
     send(&mut client, &pool_c, b"from the peer");
@@ -1310,7 +1322,7 @@ fn a_connected_endpoint_takes_data_from_its_peer_only() {
     third_sends(&mut third, b"again");
     send(&mut client, &pool_c, b"second");
     assert_eq!(recv(&mut server), b"second");
-    assert_eq!(l.fns[0].counter(RX_PERM_VIOLATION), refused + 3);
+    assert_eq!(l.fns[0].counter(RX_PERM_VIOLATION), refused + 4);
     assert_eq!(pep_and_sides_dropped(&l, &client, &server), 0);
 }
 
@@ -1352,4 +1364,40 @@ fn before_interface_1_20_a_connected_endpoint_takes_anyones_data() {
     send(&mut client, &pool_c, b"from the peer");
     assert_eq!(recv(&mut server), b"from the peer");
     assert_eq!(l.fns[0].debug_counters().rx_not_peer, 0);
+}
+
+#[test]
+fn an_accept_given_up_takes_no_ones_data_again() {
+    // The acceptor's accept times out before the requester's READY comes (every frame from
+    // the requester's NIC is held): it is idle again and names no peer, so the requester,
+    // connected by the ACCEPT it took in, has its data refused (FI_EACCES) instead of landing
+    // in a receive of an endpoint that is not connected to it.
+    let l = Listening::new();
+    let (mut client, eq_c, req) = l.request();
+    let (mut server, eq_s) = msg_ep(&l.ns);
+    server
+        .set_connect_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let pool_s = DmaPool::new(&l.ns, 4096, 8).unwrap();
+    let pool_c = DmaPool::new(&l.nc, 4096, 8).unwrap();
+    server.post_recv(pool_s.alloc().unwrap(), 10).unwrap();
+    let std::net::IpAddr::V4(from) = uet_tests::nic_addr(1) else {
+        unreachable!("IPv4 fabric addresses")
+    };
+    // Ethernet (14 bytes), then the IPv4 header, whose source address is at bytes 12-15.
+    l.fabric
+        .hold_frames(move |f| f.get(26..30) == Some(&from.octets()[..]));
+    l.pep.accept(&req, &mut server, b"").unwrap();
+    assert_eq!(wait_event(&eq_c).kind, EqEventKind::Connected);
+    let err = wait_error(&eq_s);
+    assert_eq!((err.err, err.fid), (FiErrno::FI_ETIMEDOUT, server.fid()));
+    let mut b = pool_c.alloc().unwrap();
+    b.fill(b"after the accept was given up").unwrap();
+    client.send(b, 1, 0).map_err(|(e, _)| e).unwrap();
+    assert!(l.fabric.release_held() > 0);
+    assert_refused_as_not_the_peer(&completion(&mut client));
+    assert!(
+        server.poll().unwrap().is_none(),
+        "nothing reached the server"
+    );
 }
