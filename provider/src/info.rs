@@ -11,7 +11,7 @@
 //! | `domain_attr->av_type` | `FI_AV_TABLE` (`FI_AV_MAP` behaves as a table, as in libfabric 2.x, and is answered so) |
 //! | `domain_attr->resource_mgmt` | `FI_RM_ENABLED` on a NIC of host interface 1.17 or later, which holds a message that arrives before its receive; `FI_RM_DISABLED` before, whose hints asking `FI_RM_ENABLED` exclude it |
 //! | `domain_attr->name`, `fabric_attr->name`, `fabric_attr->prov_name` | the NIC's, `uet`, `uet` |
-//! | `fabric_attr->fabric`, `domain_attr->domain` | an open fabric and domain of the provider, answered as given; another's excludes the provider |
+//! | `fabric_attr->fabric`, `domain_attr->domain` | an open fabric and domain of the provider, answered as given; another's, or a domain of another fabric than the one named, excludes the provider |
 //! | `domain_attr->caps` | `FI_LOCAL_COMM`, `FI_REMOTE_COMM`, `FI_SHARED_AV` (not on `FI_EP_MSG`, whose domain opens no named AV) |
 //! | `domain_attr->ep_cnt` | up to the NIC's endpoints |
 //! | `domain_attr->max_ep_rx_ctx` | up to the NIC's receive contexts per endpoint (`CAP_EP.max_rx_ctx`, and no more than an endpoint's resource indices, or than an AV can name: `CAP_AV.max_rx_ctx_bits`) on `FI_EP_RDM`; 1 on `FI_EP_DGRAM` and `FI_EP_MSG`, whose hints asking more exclude them (and whose domains' AVs then have no `rx_ctx_bits`) |
@@ -853,11 +853,23 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
         if let Some(domain) = core::ptr::NonNull::new(d.domain) {
             // SAFETY: an opened domain instance (libfabric's contract), of any provider: a
             // live object starting with its `struct fid`, which alone is read of another's.
-            unsafe { crate::domain::domain_ref(domain.as_ptr(), "fi_getinfo") }.map_err(|_| {
-                nodata(format!(
-                    "domain_attr->domain {domain:p} is no open domain of the uet provider"
-                ))
-            })?;
+            let open = unsafe { crate::domain::domain_ref(domain.as_ptr(), "fi_getinfo") }
+                .map_err(|_| {
+                    nodata(format!(
+                        "domain_attr->domain {domain:p} is no open domain of the uet provider"
+                    ))
+                })?;
+            // A domain of another fabric than the one named is none of that fabric's.
+            if let Some(fabric) = w.fabric {
+                // SAFETY: checked above to be an open fabric of the provider.
+                let f = unsafe { crate::fabric::fabric_ref(fabric.as_ptr()) }?;
+                if !f.is(&open.fabric_tag()) {
+                    return Err(nodata(format!(
+                        "domain_attr->domain {domain:p} is no domain of fabric_attr->fabric \
+                         {fabric:p}"
+                    )));
+                }
+            }
             w.domain = Some(domain);
         }
         // SAFETY: NULL or a NUL-terminated string of the hints.

@@ -1734,6 +1734,33 @@ fn hints_naming_an_open_fabric_or_domain_are_answered_for_it_alone() {
     assert!(foreign.iter().all(|o| o[3..].iter().all(|&w| w == 0)));
 }
 
+/// Hints naming an open fabric and an open domain of another fabric name no domain of that
+/// fabric: nothing answers both (fi_fabric(3), fi_domain(3) restrict the answer to each).
+#[test]
+fn hints_naming_a_fabric_and_a_domain_of_another_fabric_are_refused() {
+    let (first, second) = (
+        Open::new(FI_MSG, FI_FORMAT_UNSPEC),
+        Open::new(FI_MSG, FI_FORMAT_UNSPEC),
+    );
+    let answer = |fabric: *mut FidFabric, domain: *mut FidDomain| {
+        let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+        // SAFETY: the hints' own attributes.
+        unsafe {
+            (*hints.info.fabric_attr).fabric = fabric;
+            (*hints.info.domain_attr).domain = domain;
+        }
+        getinfo(None, None, 0, Some(&hints)).map(|info| {
+            // SAFETY: the provider's answer, freed once.
+            unsafe { uet_fi::info::free_info(info) }
+        })
+    };
+    assert_eq!(answer(first.fabric, first.domain), Ok(()));
+    assert_eq!(answer(second.fabric, second.domain), Ok(()));
+    let no_data = Err(-(FiErrno::FI_ENODATA.get() as c_int));
+    assert_eq!(answer(first.fabric, second.domain), no_data);
+    assert_eq!(answer(second.fabric, first.domain), no_data);
+}
+
 /// The fields of a `mem_tag_format` (fi_endpoint(3)): its alternating runs of 1 and 0 bits
 /// below the leading 0 bits, from the top, by width.
 fn tag_fields(format: u64) -> Vec<u32> {
