@@ -9,6 +9,7 @@
 //! | `addr_format` | `FI_FORMAT_UNSPEC` (the 32-byte UET address) or `FI_ADDR_STR` |
 //! | `ep_attr->type` | `FI_EP_RDM`, `FI_EP_DGRAM`, `FI_EP_MSG` (connected: [`crate::pep`], [`crate::ep`]) |
 //! | `domain_attr->av_type` | `FI_AV_TABLE` (`FI_AV_MAP` behaves as a table, as in libfabric 2.x, and is answered so) |
+//! | `domain_attr->threading`, `control_progress`, `data_progress` | `FI_THREAD_SAFE`, `FI_PROGRESS_AUTO`, which serve any model asked; a value no model has excludes the provider |
 //! | `domain_attr->resource_mgmt` | `FI_RM_ENABLED` on a NIC of host interface 1.17 or later, which holds a message that arrives before its receive; `FI_RM_DISABLED` before, whose hints asking `FI_RM_ENABLED` exclude it |
 //! | `domain_attr->name`, `fabric_attr->name`, `fabric_attr->prov_name` | the NIC's, `uet`, `uet` |
 //! | `fabric_attr->fabric`, `domain_attr->domain` | an open fabric and domain of the provider, answered as given; another's, or a domain of another fabric than the one named, excludes the provider |
@@ -105,6 +106,11 @@ pub(crate) const FI_MATCH_COMPLETE: u64 = 1 << 31;
 /// multi-receive buffers (fi_tagged(3) has no multi-receive tagged receive, so `fi_trecv`
 /// ignores it).
 pub(crate) const RX_OP_FLAGS: u64 = FI_COMPLETION | FI_TRANSMIT_COMPLETE | FI_MULTI_RECV;
+
+/// `FI_THREAD_ENDPOINT`: the last `enum fi_threading` value.
+const FI_THREAD_ENDPOINT: c_int = 5;
+/// `FI_PROGRESS_MANUAL`: the last `enum fi_progress` value.
+const FI_PROGRESS_MANUAL: c_int = 2;
 
 /// `FI_PROV_SPECIFIC` (`rdma/fabric.h`): the bit that marks a provider's own value of a
 /// libfabric enumeration.
@@ -880,6 +886,23 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
         }
         w.av_type = AvType::from_raw(d.av_type)
             .ok_or_else(|| nodata(format!("av_type {} is no fi_av_type", d.av_type)))?;
+        // FI_THREAD_SAFE and FI_PROGRESS_AUTO serve every model the hints may name, and
+        // either resource management model is served (FI_RM_ENABLED where the NIC holds
+        // early messages, below): a value no model has names none the provider serves.
+        let models = [
+            ("threading", d.threading, FI_THREAD_ENDPOINT),
+            ("control_progress", d.control_progress, FI_PROGRESS_MANUAL),
+            ("data_progress", d.data_progress, FI_PROGRESS_MANUAL),
+            ("resource_mgmt", d.resource_mgmt, FI_RM_ENABLED),
+        ];
+        if let Some((name, v, _)) = models
+            .into_iter()
+            .find(|&(_, v, last)| !(0..=last).contains(&v))
+        {
+            return Err(nodata(format!(
+                "domain_attr->{name} {v} is no value of its enumeration"
+            )));
+        }
         if d.resource_mgmt == FI_RM_ENABLED && resource_mgmt(nic) != FI_RM_ENABLED {
             return Err(nodata(format!(
                 "resource_mgmt FI_RM_ENABLED: the NIC (host interface 1.{}) refuses a message \

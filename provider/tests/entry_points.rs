@@ -2409,6 +2409,31 @@ fn the_answer_bounds_error_data_and_hints_asking_for_more_are_refused() {
     }
 }
 
+/// The threading, progress and resource management models of the hints: any of their
+/// enumerations is served (`FI_THREAD_SAFE`, `FI_PROGRESS_AUTO` serve every model an
+/// application may ask, and `FI_RM_ENABLED` `FI_RM_DISABLED`), and a value none has is
+/// `-FI_ENODATA`: no model of the provider is one the hints name.
+#[test]
+fn hints_naming_no_threading_progress_or_resource_model_are_refused() {
+    type Set = fn(&mut FiDomainAttr, c_int);
+    let fields: [(&str, Set, c_int); 4] = [
+        ("threading", |d, v| d.threading = v, 5),
+        ("control_progress", |d, v| d.control_progress = v, 2),
+        ("data_progress", |d, v| d.data_progress = v, 2),
+        ("resource_mgmt", |d, v| d.resource_mgmt = v, 2),
+    ];
+    for (name, set, last) in fields {
+        for v in 0..=last {
+            let answer = answer_to(|_, d| set(d, v), |_| ());
+            assert_eq!(answer, Ok(()), "{name} {v}");
+        }
+        for v in [last + 1, 1000, -1] {
+            let answer = answer_to(|_, d| set(d, v), |_| ());
+            assert_eq!(answer, Err(ENODATA), "{name} {v}");
+        }
+    }
+}
+
 /// A raw pointer handed to other threads: the provider's objects are `FI_THREAD_SAFE`.
 struct Shared<T>(*mut T);
 
