@@ -6,6 +6,7 @@ use crate::fabric::fabric_ref;
 use crate::info::{c_str, domain_attr, domain_name, FABRIC_NAME};
 use crate::{entry, null, object_ref, unsupported, PROVIDER_NAME};
 use core::ffi::{c_int, c_void};
+use core::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use uet_av::{FiErrno, FiError};
@@ -74,6 +75,38 @@ static DOMAIN_MR_OPS: FiOpsMr = FiOpsMr {
     regv: unsupported::mr_regv,
     regattr: unsupported::mr_regattr,
 };
+
+/// The open domains, by address with their fabric's, in the order they were opened:
+/// fi_domain(3) has an answer of `fi_getinfo` whose hints name no domain reference the first
+/// opened instance.
+static OPEN_DOMAINS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+
+/// The fabric and domain an answer of `fi_getinfo` names, given the open ones the hints name
+/// (`fabric`, and `domain`, of that fabric): as fi_fabric(3) and fi_domain(3) have it, each
+/// the one the hints name, or else the first opened instance, or NULL when none is open. A
+/// domain named alone gives its fabric; the domain is the first opened of the answer's fabric.
+pub(crate) fn answer_instances(
+    fabric: Option<NonNull<FidFabric>>,
+    domain: Option<NonNull<FidDomain>>,
+) -> (Option<NonNull<FidFabric>>, Option<NonNull<FidDomain>>) {
+    let open = OPEN_DOMAINS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let fabric = fabric
+        .or_else(|| {
+            let d = domain?.as_ptr() as usize;
+            let &(f, _) = open.iter().find(|&&(_, od)| od == d)?;
+            NonNull::new(f as *mut FidFabric)
+        })
+        .or_else(crate::fabric::first_open);
+    let domain = domain.or_else(|| {
+        let f = fabric?.as_ptr() as usize;
+        let &(_, d) = open.iter().find(|&&(of, _)| of == f)?;
+        NonNull::new(d as *mut FidDomain)
+    });
+    (fabric, domain)
+}
 
 /// The provider's domain behind a `fid_domain` pointer.
 ///
@@ -179,8 +212,13 @@ pub(crate) unsafe extern "C" fn fabric_domain(
             cntrs: Arc::new(AtomicUsize::new(0)),
             max_ep_tx_ctx,
         });
+        let boxed = Box::into_raw(boxed);
+        OPEN_DOMAINS
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((fabric as usize, boxed as usize));
         // SAFETY: `domain` is non-NULL and writable (libfabric's contract).
-        unsafe { *domain = Box::into_raw(boxed).cast() };
+        unsafe { *domain = boxed.cast() };
         Ok(0)
     })
 }
@@ -237,6 +275,10 @@ unsafe extern "C" fn domain_close(fid: *mut Fid) -> c_int {
             }
         }
         d.fabric_domains.fetch_sub(1, Ordering::AcqRel);
+        OPEN_DOMAINS
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|&(_, od)| od != fid as usize);
         // SAFETY: made by `Box::into_raw` in `fabric_domain`; the application gives it up
         // with this call, and the domain inside is closed.
         drop(unsafe { Box::from_raw(fid.cast::<UetDomain>()) });

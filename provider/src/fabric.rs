@@ -5,7 +5,7 @@ use crate::info::FABRIC_NAME;
 use crate::{entry, info::c_str, null, object_ref, unsupported};
 use core::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use uet_av::{FiErrno, FiError};
 use uet_driver::Nic;
 
@@ -89,6 +89,17 @@ static FABRIC_OPS: FiOpsFabric = FiOpsFabric {
     domain2: crate::domain::fabric_domain2,
 };
 
+/// The open fabrics, by address, in the order they were opened: fi_fabric(3) has an answer
+/// of `fi_getinfo` whose hints name no fabric reference the first opened instance.
+static OPEN_FABRICS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// The first fabric opened of those still open, if any.
+pub(crate) fn first_open() -> Option<core::ptr::NonNull<FidFabric>> {
+    let open = OPEN_FABRICS.lock().unwrap_or_else(PoisonError::into_inner);
+    open.first()
+        .and_then(|&f| core::ptr::NonNull::new(f as *mut FidFabric))
+}
+
 /// The provider's fabric behind a `fid_fabric` pointer.
 ///
 /// # Safety
@@ -146,8 +157,13 @@ pub(crate) unsafe extern "C" fn uet_fabric(
             domains: Arc::new(AtomicUsize::new(0)),
             others: Arc::new(AtomicUsize::new(0)),
         });
+        let f = Box::into_raw(f);
+        OPEN_FABRICS
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(f as usize);
         // SAFETY: `fabric` is non-NULL and writable (libfabric's contract).
-        unsafe { *fabric = Box::into_raw(f).cast() };
+        unsafe { *fabric = f.cast() };
         Ok(0)
     })
 }
@@ -175,6 +191,10 @@ unsafe extern "C" fn fabric_close(fid: *mut Fid) -> c_int {
                 ),
             ));
         }
+        OPEN_FABRICS
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|&f| f != fid as usize);
         // SAFETY: made by `Box::into_raw` in `uet_fabric`; the application gives it up with
         // this call.
         drop(unsafe { Box::from_raw(fid.cast::<Fabric>()) });

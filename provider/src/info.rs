@@ -12,7 +12,7 @@
 //! | `domain_attr->threading`, `control_progress`, `data_progress` | `FI_THREAD_SAFE`, `FI_PROGRESS_AUTO`, which serve any model asked; a value no model has excludes the provider |
 //! | `domain_attr->resource_mgmt` | `FI_RM_ENABLED` on a NIC of host interface 1.17 or later, which holds a message that arrives before its receive; `FI_RM_DISABLED` before, whose hints asking `FI_RM_ENABLED` exclude it |
 //! | `domain_attr->name`, `fabric_attr->name`, `fabric_attr->prov_name` | the NIC's, `uet`, `uet` |
-//! | `fabric_attr->fabric`, `domain_attr->domain` | an open fabric and domain of the provider, answered as given; another's, or a domain of another fabric than the one named, excludes the provider |
+//! | `fabric_attr->fabric`, `domain_attr->domain` | an open fabric and domain of the provider, answered as given; another's, or a domain of another fabric than the one named, excludes the provider. Not named, the first opened of those open (the domain of the answer's fabric; the fabric of a domain named alone), or NULL |
 //! | `domain_attr->caps` | `FI_LOCAL_COMM`, `FI_REMOTE_COMM`, `FI_SHARED_AV` (not on `FI_EP_MSG`, whose domain opens no named AV) |
 //! | `domain_attr->ep_cnt` | up to the NIC's endpoints |
 //! | `domain_attr->max_ep_rx_ctx` | up to the NIC's receive contexts per endpoint (`CAP_EP.max_rx_ctx`, and no more than an endpoint's resource indices, or than an AV can name: `CAP_AV.max_rx_ctx_bits`) on `FI_EP_RDM`; 1 on `FI_EP_DGRAM` and `FI_EP_MSG`, whose hints asking more exclude them (and whose domains' AVs then have no `rx_ctx_bits`) |
@@ -1613,7 +1613,8 @@ pub(crate) unsafe extern "C" fn uet_getinfo(
         }
         let nic = crate::device::nic()?;
         // SAFETY: libfabric's contract on `hints`.
-        let w = unsafe { wanted(hints, &nic) }?;
+        let mut w = unsafe { wanted(hints, &nic) }?;
+        (w.fabric, w.domain) = crate::domain::answer_instances(w.fabric, w.domain);
         // SAFETY: libfabric's contract on `node` and `service`.
         let (node, service) = unsafe { (c_str(node, "node")?, c_str(service, "service")?) };
         // fi_getinfo(3): the hints' src_addr "will be ignored in hints if FI_SOURCE flag is

@@ -1761,6 +1761,49 @@ fn hints_naming_a_fabric_and_a_domain_of_another_fabric_are_refused() {
     assert_eq!(answer(second.fabric, first.domain), no_data);
 }
 
+/// fi_fabric(3), fi_domain(3): "On output from fi_getinfo, if no fabric was specified, but
+/// the user has an opened instance of the named fabric, this will reference the first opened
+/// instance. If no instance has been opened, this field will be NULL", and likewise the
+/// domain: the first open domain of the answer's fabric, and the fabric of a domain the hints
+/// name alone.
+#[test]
+fn the_answer_names_the_first_open_fabric_and_domain() {
+    let named = |fabric: *mut FidFabric, domain: *mut FidDomain| {
+        let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+        // SAFETY: the hints' own attributes.
+        unsafe {
+            (*hints.info.fabric_attr).fabric = fabric;
+            (*hints.info.domain_attr).domain = domain;
+        }
+        let info = getinfo(None, None, 0, Some(&hints)).expect("getinfo");
+        // SAFETY: the provider's answers, read, then freed once.
+        unsafe {
+            let mut named = Vec::new();
+            let mut i = info;
+            while !i.is_null() {
+                named.push(((*(*i).fabric_attr).fabric, (*(*i).domain_attr).domain));
+                i = (*i).next;
+            }
+            uet_fi::info::free_info(info);
+            assert!(!named.is_empty());
+            assert!(named.iter().all(|&n| n == named[0]), "{named:?}");
+            named[0]
+        }
+    };
+    assert_eq!(named(null_mut(), null_mut()), (null_mut(), null_mut()));
+    let first = Open::new(FI_MSG, FI_FORMAT_UNSPEC);
+    let second = Open::new(FI_MSG, FI_FORMAT_UNSPEC);
+    let (f1, d1, f2, d2) = (first.fabric, first.domain, second.fabric, second.domain);
+    assert_eq!(named(null_mut(), null_mut()), (f1, d1));
+    assert_eq!(named(f2, null_mut()), (f2, d2));
+    assert_eq!(named(null_mut(), d2), (f2, d2));
+    assert_eq!(named(f1, d1), (f1, d1));
+    drop(first);
+    assert_eq!(named(null_mut(), null_mut()), (f2, d2));
+    drop(second);
+    assert_eq!(named(null_mut(), null_mut()), (null_mut(), null_mut()));
+}
+
 /// The fields of a `mem_tag_format` (fi_endpoint(3)): its alternating runs of 1 and 0 bits
 /// below the leading 0 bits, from the top, by width.
 fn tag_fields(format: u64) -> Vec<u32> {
