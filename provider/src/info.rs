@@ -38,7 +38,8 @@
 //! a NULL service, as fi_getinfo(3) allows): the destination (`dest_addr`), or with
 //! `FI_SOURCE` the source (`src_addr`), whose node must be this NIC's fabric address. For
 //! `FI_EP_MSG` the destination is the listener `fi_connect` names, the source a listener's
-//! own (the NIC assigns its PIDonFEP at `fi_listen`: `fi_getname` gives it). A node
+//! own (the NIC assigns its PIDonFEP at `fi_listen`: `fi_getname` gives it); `FI_SOURCE`
+//! with neither node nor service is `-FI_EINVAL`, as fi_getinfo(3) has one of them given. A node
 //! or service that does not parse is `-FI_EINVAL`; a host name that does not resolve,
 //! `-FI_EADDRNOTAVAIL`; with `FI_NUMERICHOST`, a host name is `-FI_EINVAL`, never resolved.
 //!
@@ -1609,6 +1610,14 @@ pub(crate) unsafe extern "C" fn uet_getinfo(
                 "a utility provider asks for a core to layer FI_EP_RDM on; the uet provider's \
                  FI_EP_RDM is the NIC's own, and it is no core for ofi_rxd or ofi_rxm"
                     .into(),
+            ));
+        }
+        // fi_getinfo(3): with FI_SOURCE, "either the node and/or service parameter must be
+        // non-NULL".
+        if flags & FI_SOURCE != 0 && node.is_null() && service.is_null() {
+            return Err(FiError::inval(
+                "fi_getinfo: FI_SOURCE with neither node nor service: the source is named by \
+                 one of them",
             ));
         }
         let nic = crate::device::nic()?;

@@ -5335,6 +5335,25 @@ fn with_fi_numerichost_fi_getinfo_resolves_no_host_name() {
     }
 }
 
+/// fi_getinfo(3): with `FI_SOURCE`, "either the node and/or service parameter must be
+/// non-NULL": the flag with neither is an invalid call (`-FI_EINVAL`), as libfabric's own
+/// providers answer it, never an answer that takes no source from them.
+#[test]
+fn fi_getinfo_with_fi_source_and_neither_node_nor_service_is_einval() {
+    use uet_fi::info::FI_SOURCE;
+    let hints = Hints::new(FI_MSG, FI_FORMAT_UNSPEC);
+    assert_eq!(getinfo(None, None, FI_SOURCE, None).err(), Some(EINVAL));
+    assert_eq!(
+        getinfo(None, None, FI_SOURCE, Some(&hints)).err(),
+        Some(EINVAL)
+    );
+    for (node, service) in [(Some(c"10.0.0.1"), None), (None, Some(c"9"))] {
+        let info = getinfo(node, service, FI_SOURCE, Some(&hints)).expect("a source named");
+        // SAFETY: the provider's answer, freed once.
+        unsafe { uet_fi::info::free_info(info) };
+    }
+}
+
 /// fi_getinfo(3): the hints' `src_addr` "will be ignored in hints if FI_SOURCE flag is set",
 /// and their `dest_addr` "unless the node and service parameters are NULL or FI_SOURCE flag is
 /// set". An address the call reads is refused when it does not parse (`-FI_EINVAL`) or, as a
