@@ -687,6 +687,18 @@ pub const FI_MSG: u64 = 1 << 1;
 pub const FI_SEND: u64 = 1 << 11;
 /// `FI_SOURCE` capability: receive completions name their source (`fi_cq_readfrom`).
 pub const FI_SOURCE_CAP: u64 = 1 << 57;
+/// `FI_MULTICAST` (a capability).
+pub const FI_MULTICAST: u64 = 1 << 5;
+/// `FI_FENCE` (a capability).
+pub const FI_FENCE: u64 = 1 << 21;
+/// `FI_VARIABLE_MSG` (a capability).
+pub const FI_VARIABLE_MSG: u64 = 1 << 48;
+/// `FI_SOURCE_ERR` (a capability).
+pub const FI_SOURCE_ERR: u64 = 1 << 50;
+/// `FI_RMA_EVENT` (a capability).
+pub const FI_RMA_EVENT: u64 = 1 << 56;
+/// `FI_DIRECTED_RECV` (a capability).
+pub const FI_DIRECTED_RECV: u64 = 1 << 59;
 /// `FI_ORDER_SAS`: sends are delivered in the order they were posted.
 pub const FI_ORDER_SAS: u64 = 1 << 8;
 

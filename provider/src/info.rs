@@ -25,7 +25,7 @@
 //! | `ep_attr->auth_key` | the domain's (`domain_attr->auth_key`), or none: an endpoint takes its domain's JobID |
 //! | `domain_attr->cq_data_size` | up to 8 bytes |
 //! | `domain_attr->mr_key_size`, `mr_cnt`, `mr_iov_limit`, `tx_attr->rma_iov_limit` | 0: no memory is registered, no RMA served |
-//! | `tx_attr`, `rx_attr` | caps `FI_MSG`, `FI_TAGGED` with `FI_SEND` (and `FI_NAMED_RX_CTX` on `FI_EP_RDM`), or with `FI_RECV`, `FI_SOURCE` and `FI_MULTI_RECV`; sizes, `iov_limit`, `inject_size` up to the provider's; `op_flags` returned, those the provider honours (`FI_COMPLETION`; for sends `FI_INJECT`, `FI_INJECT_COMPLETE`, `FI_TRANSMIT_COMPLETE`, and on `FI_EP_RDM` `FI_DELIVERY_COMPLETE`; for receives `FI_TRANSMIT_COMPLETE` and `FI_MULTI_RECV`); no `msg_order` or `comp_order` (messages travel unordered) |
+//! | `tx_attr`, `rx_attr` | caps `FI_MSG`, `FI_TAGGED` with `FI_SEND` (and `FI_NAMED_RX_CTX` on `FI_EP_RDM`), or with `FI_RECV`, `FI_SOURCE` and `FI_MULTI_RECV` (receive capabilities in `tx_attr`, and send capabilities in `rx_attr`, are passed over, as libfabric's providers do); sizes, `iov_limit`, `inject_size` up to the provider's; `op_flags` returned, those the provider honours (`FI_COMPLETION`; for sends `FI_INJECT`, `FI_INJECT_COMPLETE`, `FI_TRANSMIT_COMPLETE`, and on `FI_EP_RDM` `FI_DELIVERY_COMPLETE`; for receives `FI_TRANSMIT_COMPLETE` and `FI_MULTI_RECV`); no `msg_order` or `comp_order` (messages travel unordered) |
 //! | `ep_attr->max_msg_size` | up to the NIC's `CAP_MAX_MSG` (1 MiB on the simulated NIC), at most 16 MiB (`FI_EP_RDM`, `FI_EP_MSG`); up to the NIC's MTU (`FI_EP_DGRAM`) |
 //! | `ep_attr->protocol`, `protocol_version` | `FI_PROTO_UNSPEC` or the provider's own, UET ([`PROTOCOL`], a provider-specific value: libfabric 1.17 names no UET protocol), up to version [`PROTOCOL_VERSION`] (0: any) |
 //! | `ep_attr->mem_tag_format` | every bit matched: the fields the hints ask for, the top one widened to the top bit (0: one field of 64 bits) |
@@ -137,6 +137,22 @@ pub(crate) const TX_CAPS: u64 = FI_MSG | FI_TAGGED | FI_SEND | FI_NAMED_RX_CTX;
 /// The capabilities of a receive context (`rx_attr->caps`) the provider offers: receiving
 /// messages, their sources, and multi-receive buffers.
 const RX_CAPS: u64 = FI_MSG | FI_TAGGED | FI_RECV_CAP | FI_SOURCE_CAP | FI_MULTI_RECV;
+/// Receive capabilities in `tx_attr->caps` that mean nothing for a transmit context, and which
+/// fi_getinfo passes over, as libfabric's own providers do: applications that copy the whole
+/// `caps` into both attributes (older libfabric code did) are answered.
+const IGNORED_TX_CAPS: u64 = FI_REMOTE_READ
+    | FI_REMOTE_WRITE
+    | FI_RECV_CAP
+    | FI_DIRECTED_RECV
+    | FI_VARIABLE_MSG
+    | FI_MULTI_RECV
+    | FI_SOURCE_CAP
+    | FI_RMA_EVENT
+    | FI_SOURCE_ERR;
+/// Send capabilities in `rx_attr->caps` that mean nothing for a receive context, passed over
+/// as [`IGNORED_TX_CAPS`] are.
+const IGNORED_RX_CAPS: u64 =
+    FI_READ | FI_WRITE | FI_SEND | FI_FENCE | FI_MULTICAST | FI_NAMED_RX_CTX;
 /// The primary capabilities of messages of either kind.
 const MESSAGE_CAPS: u64 = FI_MSG | FI_TAGGED;
 /// Their modifiers: the directions (`FI_SEND`, `FI_RECV`).
@@ -733,7 +749,8 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
     // SAFETY: NULL or valid, as the caller promises.
     if let Some(tx) = unsafe { h.tx_attr.as_ref() } {
         let served = TX_CAPS;
-        if tx.caps & !served != 0
+        let tx_caps = tx.caps & !IGNORED_TX_CAPS;
+        if tx_caps & !served != 0
             || tx.size > 1 << defaults.tx_log2
             || tx.iov_limit > IOV_LIMIT
             || tx.inject_size > MAX_INJECT_BYTES.min(MSG_BUF_BYTES)
@@ -762,7 +779,7 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
             )));
         }
         w.tx_op_flags = tx.op_flags;
-        w.tx_caps = tx.caps;
+        w.tx_caps = tx_caps;
         w.inject_size = tx.inject_size;
         if tx.msg_order != 0 || tx.comp_order != 0 {
             return Err(nodata(format!(
@@ -775,7 +792,8 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
     // SAFETY: NULL or valid, as the caller promises.
     if let Some(rx) = unsafe { h.rx_attr.as_ref() } {
         let served = RX_CAPS;
-        if rx.caps & !served != 0 || rx.size > 1 << defaults.rx_log2 || rx.iov_limit > IOV_LIMIT {
+        let rx_caps = rx.caps & !IGNORED_RX_CAPS;
+        if rx_caps & !served != 0 || rx.size > 1 << defaults.rx_log2 || rx.iov_limit > IOV_LIMIT {
             return Err(nodata(format!(
                 "rx_attr (caps {:#x}, size {}, iov_limit {}) asks for more than the \
                  provider's (caps {served:#x}, size {}, iov_limit {IOV_LIMIT})",
@@ -792,7 +810,7 @@ unsafe fn wanted(hints: *const FiInfo, nic: &Nic) -> Result<Wanted, FiError> {
             )));
         }
         w.rx_op_flags = rx.op_flags;
-        w.rx_caps = rx.caps;
+        w.rx_caps = rx_caps;
         if rx.msg_order != 0 || rx.comp_order != 0 {
             return Err(nodata(format!(
                 "rx_attr msg_order {:#x}, comp_order {:#x}: messages travel unordered (RUD)",

@@ -1469,6 +1469,38 @@ fn a_tagged_send_asking_for_match_complete_is_refused_as_it_completes_before_its
     assert_eq!(pair.read(1).err(), Some(neg(FiErrno::FI_EAGAIN)));
 }
 
+/// Receive capabilities in `tx_attr->caps`, and send capabilities in `rx_attr->caps`, mean
+/// nothing for that context and are passed over, as libfabric's own providers do: hints that
+/// copy the whole `caps` into both attributes are answered, with each context's own only.
+#[test]
+fn hints_copying_caps_into_both_contexts_are_answered_with_each_contexts_own() {
+    let all = FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | FI_SOURCE_CAP | FI_MULTI_RECV;
+    let hints = Hints::new(all, FI_FORMAT_UNSPEC);
+    // SAFETY: the hints' own attributes; the provider's answer, read, then freed once.
+    unsafe {
+        (*hints.info.tx_attr).caps = all | FI_DIRECTED_RECV | FI_REMOTE_READ;
+        (*hints.info.rx_attr).caps = all | FI_READ | FI_FENCE;
+        let info = getinfo(None, None, 0, Some(&hints)).expect("answered");
+        let (tx, rx) = ((*(*info).tx_attr).caps, (*(*info).rx_attr).caps);
+        uet_fi::info::free_info(info);
+        assert_eq!(tx & (FI_RECV | FI_SOURCE_CAP | FI_MULTI_RECV), 0, "{tx:#x}");
+        assert_eq!(
+            tx & (FI_SEND | FI_MSG | FI_TAGGED),
+            FI_SEND | FI_MSG | FI_TAGGED
+        );
+        assert_eq!(rx & FI_SEND, 0, "{rx:#x}");
+        assert_eq!(
+            rx & (FI_RECV | FI_MSG | FI_TAGGED),
+            FI_RECV | FI_MSG | FI_TAGGED
+        );
+    }
+    // A capability no context of the provider has is still refused.
+    let hints = Hints::new(all, FI_FORMAT_UNSPEC);
+    // SAFETY: the hints' own attributes.
+    unsafe { (*hints.info.tx_attr).caps = FI_MSG | FI_SEND | FI_RMA };
+    assert_eq!(getinfo(None, None, 0, Some(&hints)).err(), Some(ENODATA));
+}
+
 #[test]
 fn the_answer_enables_only_the_primary_capabilities_and_directions_the_hints_name() {
     // SAFETY: the provider's answers, read, then freed once.
@@ -2155,8 +2187,7 @@ fn open_edited(open: &Open, scalable: bool, edit: impl Fn(&mut FiInfo)) -> c_int
     }
 }
 
-/// `FI_DIRECTED_RECV`, `FI_RMA` (`rdma/fabric.h`): capabilities the provider does not serve.
-const FI_DIRECTED_RECV: u64 = 1 << 21;
+/// `FI_RMA` (`rdma/fabric.h`): a capability the provider does not serve.
 const FI_RMA: u64 = 1 << 2;
 
 /// An `fi_info` edited after `fi_getinfo` to ask for capabilities the provider does not
