@@ -12103,6 +12103,30 @@ fn a_closed_receive_contexts_multi_receive_buffer_a_message_was_arriving_into_is
     }
 }
 
+/// Fork a child that closes its copies of `pair`'s objects (the pair's drop asserts that every
+/// close returned 0), and then the provider when `provider` (as an `exit` that runs
+/// libfabric's cleanup does), and ends with `_exit`: its exit status (3 when a close failed),
+/// `None` when it has not ended within `limit`. The caller runs alone in its process.
+fn child_closing_copies_of(pair: &Pair, provider: bool, limit: std::time::Duration) -> Option<i32> {
+    // SAFETY: the child only closes its copies of the objects (and the provider), then ends
+    // with _exit; the caller runs alone in its process.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        let closed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // SAFETY: moves the pair out of the parent's frame into this child's drop, once;
+            // the parent's `pair` is never used in the child after.
+            drop(unsafe { core::ptr::read(pair) });
+            if provider {
+                uet_fi::device::close();
+            }
+        }));
+        // SAFETY: ends the forked child at once, running nothing more of the parent's.
+        unsafe { libc::_exit(if closed.is_ok() { 0 } else { 3 }) };
+    }
+    uet_tests::wait_child(pid, limit)
+}
+
 /// A process forked from one that runs the provider, closing its copies of the provider's
 /// objects and then the provider (as an `exit` that runs libfabric's cleanup does), leaves
 /// the parent's NIC alone: the parent's endpoints, AV and CQs carry on. (On its own process:
@@ -12130,22 +12154,8 @@ fn a_forked_child_closing_its_copies_of_the_providers_objects_leaves_the_parents
         if round == 1 {
             break;
         }
-        // SAFETY: the child only closes its copies of the objects and the provider, then
-        // ends with _exit; the test runs alone in its process.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
-        if pid == 0 {
-            let closed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                // SAFETY: moves the pair out of the parent's frame into this child's drop,
-                // once; the parent's `pair` is never used in the child after.
-                drop(unsafe { core::ptr::read(&pair) });
-                uet_fi::device::close();
-            }));
-            // SAFETY: ends the forked child at once, running nothing more of the parent's.
-            unsafe { libc::_exit(if closed.is_ok() { 0 } else { 3 }) };
-        }
         assert_eq!(
-            uet_tests::wait_child(pid, std::time::Duration::from_secs(20)),
+            child_closing_copies_of(&pair, true, std::time::Duration::from_secs(20)),
             Some(0),
             "the child closed its copies and ended"
         );
@@ -12179,22 +12189,8 @@ fn a_forked_child_closes_a_cq_a_thread_of_its_parent_waited_on_at_the_fork() {
     });
     // Time for the waiter to be in its wait.
     std::thread::sleep(std::time::Duration::from_millis(300));
-    // SAFETY: the child only closes its copies of the objects, then ends with _exit; the
-    // test runs alone in its process.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
-    if pid == 0 {
-        let closed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            // SAFETY: moves the pair out of the parent's frame into this child's drop, once;
-            // the parent's `pair` is never used in the child after. Its drop asserts that
-            // every close returned 0.
-            drop(unsafe { core::ptr::read(&pair) });
-        }));
-        // SAFETY: ends the forked child at once, running nothing more of the parent's.
-        unsafe { libc::_exit(if closed.is_ok() { 0 } else { 3 }) };
-    }
     assert_eq!(
-        uet_tests::wait_child(pid, std::time::Duration::from_secs(20)),
+        child_closing_copies_of(&pair, false, std::time::Duration::from_secs(20)),
         Some(0),
         "the child closed its copies, the waited-on CQ among them"
     );
@@ -12231,22 +12227,8 @@ fn a_forked_child_closes_an_endpoint_whose_lock_a_thread_of_its_parent_held_at_t
         })
     };
     for fork in 0..40 {
-        // SAFETY: the child only closes its copies of the objects, then ends with _exit; the
-        // test runs alone in its process.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
-        if pid == 0 {
-            let closed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                // SAFETY: moves the pair out of the parent's frame into this child's drop,
-                // once; the parent's `pair` is never used in the child after. Its drop
-                // asserts that every close returned 0.
-                drop(unsafe { core::ptr::read(&pair) });
-            }));
-            // SAFETY: ends the forked child at once, running nothing more of the parent's.
-            unsafe { libc::_exit(if closed.is_ok() { 0 } else { 3 }) };
-        }
         assert_eq!(
-            uet_tests::wait_child(pid, std::time::Duration::from_secs(10)),
+            child_closing_copies_of(&pair, false, std::time::Duration::from_secs(10)),
             Some(0),
             "fork {fork}: the child closed its copies and ended"
         );
