@@ -1237,6 +1237,30 @@ mod tests {
         assert!(s.queue.poll_command(&*bar, next).is_none(), "in flight");
     }
 
+    /// A NIC whose admin ring has two entries, one command in flight at a time, and whose
+    /// commands time out after 20 ms.
+    fn one_command_in_flight() -> crate::Nic {
+        let mut config = uet_sim::NicConfig::new("10.0.0.1".parse().expect("address"));
+        config.max_admin_entries = 2;
+        let function = uet_sim::Fabric::new().add_nic(config).expect("NIC");
+        let nic = crate::Nic::open(Arc::new(crate::backend::sim::SimDevice::new(function)))
+            .expect("open");
+        nic.set_admin_timeout(Duration::from_millis(20));
+        nic
+    }
+
+    /// Stop `nic` ([`one_command_in_flight`]'s) and let an AV_CREATE time out: the ring is
+    /// full, and once enabled again the device creates the table late.
+    fn fill_with_a_late_av_create(nic: &crate::Nic) {
+        nic.bar0().write(DEV_CTRL, DevCtrl::new());
+        let mut body = uet_fwif::admin::AvCreateBody::new_zeroed();
+        body.capacity = 8.into();
+        let e = nic
+            .admin_command(Command::AvCreate(body))
+            .expect_err("stopped");
+        assert!(matches!(e, DriverError::AdminTimeout { .. }), "{e}");
+    }
+
     /// A destroy that finds the admin ring full goes ahead of the next command, holding the
     /// memory the device may use until then: it is freed once that destroy has completed,
     /// not kept until the NIC's reset.
@@ -1248,26 +1272,15 @@ mod tests {
                 self.0.store(true, Ordering::SeqCst);
             }
         }
-        let mut config = uet_sim::NicConfig::new("10.0.0.1".parse().expect("address"));
-        // Two entries: one command in flight at a time.
-        config.max_admin_entries = 2;
-        let function = uet_sim::Fabric::new().add_nic(config).expect("NIC");
-        let nic = crate::Nic::open(Arc::new(crate::backend::sim::SimDevice::new(function)))
-            .expect("open");
+        let nic = one_command_in_flight();
         let bar = nic.bar0();
-        nic.set_admin_timeout(Duration::from_millis(20));
         let mut body = uet_fwif::admin::AvCreateBody::new_zeroed();
         body.capacity = 8.into();
         let av = nic
             .admin_command(Command::AvCreate(body))
             .expect("AV_CREATE")
             .result0;
-        // Stopped, an AV_CREATE times out, and fills the ring.
-        bar.write(DEV_CTRL, DevCtrl::new());
-        let e = nic
-            .admin_command(Command::AvCreate(body))
-            .expect_err("stopped");
-        assert!(matches!(e, DriverError::AdminTimeout { .. }), "{e}");
+        fill_with_a_late_av_create(&nic);
         let freed = Arc::new(std::sync::atomic::AtomicBool::new(false));
         nic.inner
             .destroy_freeing(Command::AvDestroy { av }, Box::new(Freed(freed.clone())))
@@ -1293,22 +1306,9 @@ mod tests {
     /// the caller asked for that was not submitted, not the queue's undo.
     #[test]
     fn a_reset_seen_while_undoes_fill_the_ring_is_reported_for_the_callers_command() {
-        let mut config = uet_sim::NicConfig::new("10.0.0.1".parse().expect("address"));
-        // Two entries: one command in flight at a time.
-        config.max_admin_entries = 2;
-        let function = uet_sim::Fabric::new().add_nic(config).expect("NIC");
-        let nic = crate::Nic::open(Arc::new(crate::backend::sim::SimDevice::new(function)))
-            .expect("open");
+        let nic = one_command_in_flight();
         let bar = nic.bar0();
-        nic.set_admin_timeout(Duration::from_millis(20));
-        // Stopped, an AV_CREATE times out, and fills the ring.
-        bar.write(DEV_CTRL, DevCtrl::new());
-        let mut body = uet_fwif::admin::AvCreateBody::new_zeroed();
-        body.capacity = 8.into();
-        let e = nic
-            .admin_command(Command::AvCreate(body))
-            .expect_err("stopped");
-        assert!(matches!(e, DriverError::AdminTimeout { .. }), "{e}");
+        fill_with_a_late_av_create(&nic);
         // A destroy that finds the ring full goes ahead of the next command.
         let deferred = nic
             .inner
