@@ -2941,12 +2941,7 @@ mod tests {
         let (mut server, eq_s) = msg_client(ns);
         let req = l.request(&mut client);
         pep.accept(&req, &mut server, b"").expect("accept");
-        for eq in [&eq_c, &eq_s] {
-            assert_eq!(
-                eq.sread(Some(wait), 0).expect("event").kind,
-                EqEventKind::Connected
-            );
-        }
+        both_connected(&eq_c, &eq_s, wait);
         let (forger, _eq_f) = msg_client(nc);
         let f = connection(&forger);
         let kinds = [CmKind::Ready, CmKind::Accept, CmKind::Shutdown];
@@ -2995,27 +2990,15 @@ mod tests {
         let taken_in = |ep: &Endpoint, n: u64| wait_dropped(|| ep.cm_dropped(), n);
         let requester = connection(&client);
         let (held, _) = l.accept_with_ready_held(&mut client, &mut server, &requester);
-        let conn_id = match held.role {
-            Role::Active { conn_id, .. } => conn_id,
-            Role::Passive { .. } => unreachable!("a requester"),
-        };
+        let conn_id = requested_conn_id(&held);
         forge(&server, *client.address(), conn_id);
         taken_in(&server, 1);
         drop(held);
-        for eq in [&eq_c, &eq_s] {
-            assert_eq!(
-                eq.sread(Some(wait), 0).expect("event").kind,
-                EqEventKind::Connected
-            );
-        }
+        both_connected(&eq_c, &eq_s, wait);
         forge(&client, *server.address(), conn_id);
         forge(&server, *client.address(), conn_id);
         // A REJECT goes to the sender's Fabric Address and PIDonFEP: one naming the peer
         // with another initiator would reach it too.
-        let other_initiator = |a: &UetAddress| UetAddress {
-            initiator: a.initiator.wrapping_add(1),
-            ..*a
-        };
         // (From a second forger: each forged message keeps an entry of the forger's AV.)
         let (forger2, _eq_f2) = msg_client(nc);
         let f2 = connection(&forger2);
@@ -3025,9 +3008,7 @@ mod tests {
         }
         taken_in(&client, 2);
         taken_in(&server, 3);
-        std::thread::sleep(Duration::from_millis(50));
-        assert!(client.is_connected() && server.is_connected());
-        assert!(eq_c.is_empty() && eq_s.is_empty(), "no FI_SHUTDOWN");
+        still_connected((&client, &eq_c), (&server, &eq_s));
     }
 
     /// A REJECT of a connection that names the peer as its sender but comes from another
@@ -3049,20 +3030,12 @@ mod tests {
         // The acceptor waits for the READY, which the requester, held, does not send yet.
         let requester = connection(&client);
         let (held, _) = l.accept_with_ready_held(&mut client, &mut server, &requester);
-        let conn_id = match held.role {
-            Role::Active { conn_id, .. } => conn_id,
-            Role::Passive { .. } => unreachable!("a requester"),
-        };
+        let conn_id = requested_conn_id(&held);
         forge(&server, *client.address(), conn_id);
         taken_in(&server, 1);
         assert!(eq_s.is_empty(), "no FI_ECONNABORTED");
         drop(held);
-        for eq in [&eq_c, &eq_s] {
-            assert_eq!(
-                eq.sread(Some(wait), 0).expect("event").kind,
-                EqEventKind::Connected
-            );
-        }
+        both_connected(&eq_c, &eq_s, wait);
         // Connected: a REJECT naming the other side ends neither.
         forge(&client, *server.address(), conn_id);
         forge(&server, *client.address(), conn_id);
@@ -3103,15 +3076,8 @@ mod tests {
         forge(&server, CmKind::Accept, *client.address(), req.conn_id);
         taken_in(&server, 1);
         drop(held);
-        for eq in [&eq_c, &eq_s] {
-            assert_eq!(
-                eq.sread(Some(wait), 0).expect("event").kind,
-                EqEventKind::Connected
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-        assert!(client.is_connected() && server.is_connected());
-        assert!(eq_c.is_empty() && eq_s.is_empty(), "no FI_SHUTDOWN");
+        both_connected(&eq_c, &eq_s, wait);
+        still_connected((&client, &eq_c), (&server, &eq_s));
     }
 
     /// A READY or ACCEPT of a connection naming as its sender an endpoint at the peer's
@@ -3128,16 +3094,7 @@ mod tests {
         let (mut server, eq_s) = msg_client(ns);
         let req = l.request(&mut client);
         l.pep.accept(&req, &mut server, b"").expect("accept");
-        for eq in [&eq_c, &eq_s] {
-            assert_eq!(
-                eq.sread(Some(wait), 0).expect("event").kind,
-                EqEventKind::Connected
-            );
-        }
-        let other_initiator = |a: &UetAddress| UetAddress {
-            initiator: a.initiator.wrapping_add(1),
-            ..*a
-        };
+        both_connected(&eq_c, &eq_s, wait);
         // Each forger's AV keeps an entry per message it sent: one forger per target.
         for (to, claim) in [(&client, &server), (&server, &client)] {
             let (forger, _eq_f) = msg_client(nc);
@@ -3149,9 +3106,42 @@ mod tests {
         }
         wait_dropped(|| client.cm_dropped(), 2);
         wait_dropped(|| server.cm_dropped(), 2);
+        still_connected((&client, &eq_c), (&server, &eq_s));
+    }
+
+    /// Both sides of a connection read `FI_CONNECTED` within `wait`.
+    fn both_connected(eq_c: &EventQueue, eq_s: &EventQueue, wait: Duration) {
+        for eq in [eq_c, eq_s] {
+            assert_eq!(
+                eq.sread(Some(wait), 0).expect("event").kind,
+                EqEventKind::Connected
+            );
+        }
+    }
+
+    /// A little after what was forged, both sides are still connected, and neither EQ holds
+    /// an `FI_SHUTDOWN`.
+    fn still_connected(client: (&Endpoint, &EventQueue), server: (&Endpoint, &EventQueue)) {
         std::thread::sleep(Duration::from_millis(50));
-        assert!(client.is_connected() && server.is_connected());
-        assert!(eq_c.is_empty() && eq_s.is_empty(), "no FI_SHUTDOWN");
+        assert!(client.0.is_connected() && server.0.is_connected());
+        assert!(client.1.is_empty() && server.1.is_empty(), "no FI_SHUTDOWN");
+    }
+
+    /// `a` with another initiator: at the same Fabric Address and PIDonFEP, where a message
+    /// to it lands.
+    fn other_initiator(a: &UetAddress) -> UetAddress {
+        UetAddress {
+            initiator: a.initiator.wrapping_add(1),
+            ..*a
+        }
+    }
+
+    /// The `conn_id` of the request a requester's held connection made.
+    fn requested_conn_id(held: &CmInner) -> u32 {
+        match held.role {
+            Role::Active { conn_id, .. } => conn_id,
+            Role::Passive { .. } => unreachable!("a requester"),
+        }
     }
 
     /// Send a `kind` message of connection `conn_id` through the control channel `f` (a
@@ -3311,12 +3301,7 @@ mod tests {
         assert!(l.eq_l.is_empty(), "one FI_CONNREQ");
         assert!(eq_c.is_empty(), "no FI_ECONNREFUSED");
         pep.accept(&req, &mut server, b"").expect("accept");
-        for eq in [&eq_c, &eq_s] {
-            assert_eq!(
-                eq.sread(Some(wait), 0).expect("event").kind,
-                EqEventKind::Connected
-            );
-        }
+        both_connected(&eq_c, &eq_s, wait);
     }
 
     /// The acceptor is closed once its ACCEPT was delivered and before the requester took it
