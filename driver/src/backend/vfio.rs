@@ -349,7 +349,11 @@ impl VfioDevice {
             _group: group,
         };
         // 6. Identity, from the device.
-        let id = u32::from_le_bytes(nic.config_read(pci::VENDOR_ID));
+        let mut id = [0u8; 4];
+        nic.config()
+            .read(pci::VENDOR_ID, &mut id)
+            .map_err(|e| refuse(format!("reading configuration space: {e}")))?;
+        let id = u32::from_le_bytes(id);
         if id != pci::ID_DWORD {
             return Err(refuse(format!(
                 "configuration space reads vendor:device {:04x}:{:04x}, expected {:04x}:{:04x}",
@@ -381,25 +385,29 @@ impl VfioDevice {
             .is_some_and(|end| end <= pci::CONFIG_SPACE_SIZE)
     }
 
+    /// The configuration region (region 7) of the device file, as
+    /// `VFIO_DEVICE_GET_REGION_INFO` placed it.
+    fn config(&self) -> RegionFile<'_> {
+        RegionFile {
+            // SAFETY: the device file stays open while `self.device` lives, which outlives
+            // the borrow (tied to `&self`).
+            fd: unsafe { BorrowedFd::borrow_raw(self.device.as_raw_fd()) },
+            offset: self.device.get_region_offset(VFIO_PCI_CONFIG_REGION_INDEX),
+            size: self
+                .device
+                .get_region_size(VFIO_PCI_CONFIG_REGION_INDEX)
+                .min(pci::CONFIG_SPACE_SIZE as u64),
+        }
+    }
+
     /// `N` bytes of configuration space at `offset`; all ones where the read fails or lies
     /// outside the 256 bytes.
     pub fn config_read<const N: usize>(&self, offset: usize) -> [u8; N] {
         let mut data = [0xFF; N];
-        if Self::in_config(offset, N) {
-            self.device
-                .region_read(VFIO_PCI_CONFIG_REGION_INDEX, &mut data, offset as u64);
+        if Self::in_config(offset, N) && self.config().read(offset, &mut data).is_err() {
+            data = [0xFF; N];
         }
         data
-    }
-
-    /// Write `data` to configuration space at `offset` (nothing outside the 256 bytes;
-    /// `vfio-pci` filters what a user may change, as it does for a VM). Clearing
-    /// memory-space makes BAR0 accesses fault, as on any PCI function.
-    pub(crate) fn config_write(&self, offset: usize, data: &[u8]) {
-        if Self::in_config(offset, data.len()) {
-            self.device
-                .region_write(VFIO_PCI_CONFIG_REGION_INDEX, data, offset as u64);
-        }
     }
 
     /// Function-level reset (`VFIO_DEVICE_RESET`), then memory space and bus master on
@@ -420,18 +428,100 @@ impl VfioDevice {
 
     /// Set memory-space and bus-master in the command register, and read it back.
     fn enable(&self) -> Result<(), String> {
-        let want = pci::COMMAND_MEMORY_SPACE | pci::COMMAND_BUS_MASTER;
-        let command = u16::from_le_bytes(self.config_read(pci::COMMAND)) | want;
-        self.config_write(pci::COMMAND, &command.to_le_bytes());
-        let now = u16::from_le_bytes(self.config_read(pci::COMMAND));
-        if now & want != want || now == u16::MAX {
-            return Err(format!(
-                "the command register reads {now:#06x} after memory space and bus master were \
-                 set"
-            ));
-        }
-        Ok(())
+        enable_command(&self.config())
     }
+}
+
+/// Configuration space as the driver reads and writes it: bytes at an offset, each access
+/// failing with the reason.
+trait ConfigSpace {
+    /// Fill `buf` from `offset`.
+    fn read(&self, offset: usize, buf: &mut [u8]) -> std::io::Result<()>;
+    /// Write `data` at `offset`.
+    fn write(&self, offset: usize, data: &[u8]) -> std::io::Result<()>;
+}
+
+/// A region of a VFIO device file, reached with `pread`/`pwrite` at the region's offset in
+/// the file (`VFIO_DEVICE_GET_REGION_INFO`), `size` bytes long.
+struct RegionFile<'a> {
+    fd: BorrowedFd<'a>,
+    offset: u64,
+    size: u64,
+}
+
+impl RegionFile<'_> {
+    /// The file position of `len` bytes at `at` of the region; an error when they do not
+    /// lie inside it.
+    fn position(&self, at: usize, len: usize) -> std::io::Result<u64> {
+        let inside = u64::try_from(at)
+            .ok()
+            .zip(u64::try_from(len).ok())
+            .and_then(|(at, len)| Some((at, at.checked_add(len)?)))
+            .filter(|&(_, end)| end <= self.size);
+        inside
+            .and_then(|(at, _)| self.offset.checked_add(at))
+            .ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!(
+                        "{len} bytes at {at:#x} lie outside the region's {} bytes",
+                        self.size
+                    ),
+                )
+            })
+    }
+
+    /// The device file, as a `File` of its own for one access.
+    fn file(&self) -> std::io::Result<std::fs::File> {
+        self.fd.try_clone_to_owned().map(std::fs::File::from)
+    }
+}
+
+impl ConfigSpace for RegionFile<'_> {
+    fn read(&self, offset: usize, buf: &mut [u8]) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let at = self.position(offset, buf.len())?;
+        self.file()?.read_exact_at(buf, at)
+    }
+
+    fn write(&self, offset: usize, data: &[u8]) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let at = self.position(offset, data.len())?;
+        self.file()?.write_all_at(data, at)
+    }
+}
+
+/// Set memory-space and bus-master in the command register of `config`, keeping its other
+/// bits, and read it back. A command register that cannot be read, or reads all ones (a
+/// function that does not answer), is not written: its value would be made up.
+fn enable_command(config: &dyn ConfigSpace) -> Result<(), String> {
+    let want = pci::COMMAND_MEMORY_SPACE | pci::COMMAND_BUS_MASTER;
+    let read = |what: &str| -> Result<u16, String> {
+        let mut raw = [0u8; 2];
+        config
+            .read(pci::COMMAND, &mut raw)
+            .map_err(|e| format!("reading the command register {what}: {e}"))?;
+        Ok(u16::from_le_bytes(raw))
+    };
+    let command = read("before setting memory space and bus master")?;
+    if command == u16::MAX {
+        return Err(
+            "the command register reads 0xffff: the function does not answer configuration \
+             reads"
+                .to_string(),
+        );
+    }
+    config
+        .write(pci::COMMAND, &(command | want).to_le_bytes())
+        .map_err(|e| format!("writing the command register: {e}"))?;
+    let now = read("after setting memory space and bus master")?;
+    if now & want != want || now == u16::MAX {
+        return Err(format!(
+            "the command register reads {now:#06x} after memory space and bus master were \
+             set"
+        ));
+    }
+    Ok(())
 }
 
 /// Whether BAR0, as `VFIO_DEVICE_GET_REGION_INFO` describes it (`flags`, `size` and the
@@ -704,6 +794,114 @@ mod tests {
             let e = bar0_mappable(rwm, 4 * bar, &[sparse(areas)]).unwrap_err();
             assert!(e.contains("sparse-mmap"), "{areas:?}: {e}");
         }
+    }
+
+    /// Configuration space standing in for a function's: 256 bytes, or reads that fail.
+    struct FakeConfig {
+        bytes: std::sync::Mutex<[u8; 256]>,
+        reads_fail: bool,
+        writes: std::sync::Mutex<Vec<(usize, Vec<u8>)>>,
+    }
+
+    impl FakeConfig {
+        fn new(command: u16, reads_fail: bool) -> FakeConfig {
+            let mut bytes = [0u8; 256];
+            bytes[pci::COMMAND..pci::COMMAND + 2].copy_from_slice(&command.to_le_bytes());
+            FakeConfig {
+                bytes: std::sync::Mutex::new(bytes),
+                reads_fail,
+                writes: std::sync::Mutex::new(Vec::new()),
+            }
+        }
+
+        fn command(&self) -> u16 {
+            let b = self.bytes.lock().unwrap();
+            u16::from_le_bytes([b[pci::COMMAND], b[pci::COMMAND + 1]])
+        }
+    }
+
+    impl ConfigSpace for FakeConfig {
+        fn read(&self, offset: usize, buf: &mut [u8]) -> std::io::Result<()> {
+            if self.reads_fail {
+                return Err(std::io::Error::from_raw_os_error(libc::EIO));
+            }
+            buf.copy_from_slice(&self.bytes.lock().unwrap()[offset..offset + buf.len()]);
+            Ok(())
+        }
+
+        fn write(&self, offset: usize, data: &[u8]) -> std::io::Result<()> {
+            self.writes.lock().unwrap().push((offset, data.to_vec()));
+            self.bytes.lock().unwrap()[offset..offset + data.len()].copy_from_slice(data);
+            Ok(())
+        }
+    }
+
+    /// Memory space and bus master are added to the command register's other bits; a
+    /// command register that cannot be read, or reads all ones, is not written with a value
+    /// made from it, and the error says why.
+    #[test]
+    fn the_command_register_is_written_only_from_a_value_read() {
+        let intx_disable = 1 << 10;
+        let ok = FakeConfig::new(intx_disable, false);
+        assert_eq!(enable_command(&ok), Ok(()));
+        assert_eq!(
+            ok.command(),
+            intx_disable | pci::COMMAND_MEMORY_SPACE | pci::COMMAND_BUS_MASTER
+        );
+
+        let failing = FakeConfig::new(0, true);
+        let e = enable_command(&failing).unwrap_err();
+        assert!(e.contains("reading the command register"), "{e}");
+        assert!(e.contains("os error 5"), "the reason is kept: {e}");
+        assert!(failing.writes.lock().unwrap().is_empty(), "nothing written");
+
+        let gone = FakeConfig::new(u16::MAX, false);
+        let e = enable_command(&gone).unwrap_err();
+        assert!(e.contains("0xffff"), "{e}");
+        assert!(gone.writes.lock().unwrap().is_empty(), "nothing written");
+    }
+
+    /// A device file's region is read and written at the region's offset in the file,
+    /// only inside the region, and a short read is an error, not bytes made up.
+    #[test]
+    fn a_region_of_the_device_file_is_reached_at_its_offset_only() {
+        let file = memfd(0x1000 + 0x100);
+        file.write_all_at(&[0x34, 0x12, 0x78, 0x56], 0x1000)
+            .unwrap();
+        let region = RegionFile {
+            fd: file.as_fd(),
+            offset: 0x1000,
+            size: 0x100,
+        };
+        let mut id = [0u8; 4];
+        region.read(0, &mut id).unwrap();
+        assert_eq!(u32::from_le_bytes(id), 0x5678_1234);
+        region.write(4, &[6, 0]).unwrap();
+        let mut raw = [0u8; 2];
+        file.read_exact_at(&mut raw, 0x1004).unwrap();
+        assert_eq!(raw, [6, 0]);
+        for (at, len) in [(0x100, 1), (0xFF, 2), (usize::MAX, 2)] {
+            let mut buf = vec![0u8; len];
+            let e = region.read(at, &mut buf).unwrap_err();
+            assert!(e.to_string().contains("outside the region"), "{at:#x}: {e}");
+            assert!(region.write(at, &buf).is_err());
+        }
+        // The file ends before the region does: the read fails with the reason.
+        let short = RegionFile {
+            fd: file.as_fd(),
+            offset: 0x1080,
+            size: 0x100,
+        };
+        let mut buf = [0u8; 4];
+        let e = short.read(0x80, &mut buf).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof, "{e}");
+        // The offset plus the position would pass 2^64.
+        let top = RegionFile {
+            fd: file.as_fd(),
+            offset: u64::MAX - 1,
+            size: 0x100,
+        };
+        assert!(top.read(4, &mut buf).is_err());
     }
 
     #[test]
