@@ -50,7 +50,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use uet_regs::{pci, Mmio, REGISTERS_SIZE};
 use vfio_bindings::bindings::vfio::{
-    VFIO_BASE, VFIO_IRQ_INFO_EVENTFD, VFIO_PCI_BAR0_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX,
+    VFIO_BASE, VFIO_IRQ_INFO_EVENTFD, VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD,
+    VFIO_IRQ_SET_DATA_NONE, VFIO_PCI_BAR0_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX,
     VFIO_PCI_MSIX_IRQ_INDEX, VFIO_REGION_INFO_FLAG_MMAP, VFIO_REGION_INFO_FLAG_READ,
     VFIO_REGION_INFO_FLAG_WRITE, VFIO_TYPE,
 };
@@ -385,13 +386,18 @@ impl VfioDevice {
             .is_some_and(|end| end <= pci::CONFIG_SPACE_SIZE)
     }
 
+    /// The device file.
+    fn device_fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: the device file stays open while `self.device` lives, which outlives the
+        // borrow (tied to `&self`).
+        unsafe { BorrowedFd::borrow_raw(self.device.as_raw_fd()) }
+    }
+
     /// The configuration region (region 7) of the device file, as
     /// `VFIO_DEVICE_GET_REGION_INFO` placed it.
     fn config(&self) -> RegionFile<'_> {
         RegionFile {
-            // SAFETY: the device file stays open while `self.device` lives, which outlives
-            // the borrow (tied to `&self`).
-            fd: unsafe { BorrowedFd::borrow_raw(self.device.as_raw_fd()) },
+            fd: self.device_fd(),
             offset: self.device.get_region_offset(VFIO_PCI_CONFIG_REGION_INDEX),
             size: self
                 .device
@@ -524,6 +530,55 @@ fn enable_command(config: &dyn ConfigSpace) -> Result<(), String> {
     Ok(())
 }
 
+/// The argument of `VFIO_DEVICE_SET_IRQS` (`struct vfio_irq_set`, `linux/vfio.h`) as u32
+/// words in host byte order: `argsz`, `flags`, `index`, `start`, `count`, then the data.
+/// With descriptors, vectors 0 to `fds.len() - 1` of `index` signal them
+/// (`DATA_EVENTFD | ACTION_TRIGGER`); with none, every vector of `index` stops and the index
+/// is disabled (`DATA_NONE | ACTION_TRIGGER`, count 0).
+fn irq_set(index: u32, fds: &[i32]) -> std::io::Result<Vec<u32>> {
+    const HEADER_WORDS: usize = 5;
+    let too_many = || std::io::Error::other(format!("{} eventfds are too many", fds.len()));
+    let count = u32::try_from(fds.len()).map_err(|_| too_many())?;
+    let argsz = fds
+        .len()
+        .checked_add(HEADER_WORDS)
+        .and_then(|w| w.checked_mul(4))
+        .and_then(|b| u32::try_from(b).ok())
+        .ok_or_else(too_many)?;
+    let data = if fds.is_empty() {
+        VFIO_IRQ_SET_DATA_NONE
+    } else {
+        VFIO_IRQ_SET_DATA_EVENTFD
+    };
+    let mut words = vec![argsz, data | VFIO_IRQ_SET_ACTION_TRIGGER, index, 0, count];
+    // Descriptors are non-negative, so each is its own bit pattern as a u32.
+    words.extend(fds.iter().map(|&fd| fd as u32));
+    Ok(words)
+}
+
+/// `VFIO_DEVICE_SET_IRQS` on the device file `device` ([`irq_set`]); the kernel's error
+/// when it refuses.
+fn set_irqs(device: BorrowedFd<'_>, index: u32, fds: &[i32]) -> std::io::Result<()> {
+    // _IO(VFIO_TYPE, VFIO_BASE + 10), linux/vfio.h.
+    const VFIO_DEVICE_SET_IRQS: libc::c_ulong =
+        (VFIO_TYPE as libc::c_ulong) << 8 | (VFIO_BASE as libc::c_ulong + 10);
+    let words = irq_set(index, fds)?;
+    // SAFETY: the kernel reads at most `argsz` bytes (the first word) from the buffer, which
+    // holds exactly that many, aligned for `struct vfio_irq_set` (u32 fields), and writes
+    // nothing to it; the descriptor is borrowed, so open for the call.
+    let r = unsafe {
+        libc::ioctl(
+            device.as_raw_fd(),
+            VFIO_DEVICE_SET_IRQS as _,
+            words.as_ptr(),
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Whether BAR0, as `VFIO_DEVICE_GET_REGION_INFO` describes it (`flags`, `size` and the
 /// region's capabilities), can be mapped whole for the driver: readable, writable, mappable
 /// (`VFIO_REGION_INFO_FLAG_MMAP`), at least the [`REGISTERS_SIZE`] bytes of the registers (the
@@ -637,23 +692,32 @@ impl Device for VfioDevice {
     }
 
     /// `VFIO_DEVICE_SET_IRQS` of the MSI-X index: vfio-pci programs the table and enables
-    /// MSI-X, and the kernel's interrupt handler signals each vector's eventfd.
+    /// MSI-X, and the kernel's interrupt handler signals each vector's eventfd. The kernel's
+    /// error, when it refuses, is kept in the reason.
     fn set_msix_eventfds(&self, eventfds: &[EventFd]) -> Result<(), DeviceError> {
-        self.device
-            .enable_irq(VFIO_PCI_MSIX_IRQ_INDEX, eventfds.iter().collect())
-            .map_err(|e| DeviceError::Interrupts {
-                name: self.name(),
-                reason: e.to_string(),
-            })
+        let fail = |reason: String| DeviceError::Interrupts {
+            name: self.name(),
+            reason,
+        };
+        let vectors = self.msix_vectors();
+        if eventfds.is_empty() || eventfds.len() > usize::from(vectors) {
+            return Err(fail(format!(
+                "{} eventfds for the MSI-X index's {vectors} vectors",
+                eventfds.len()
+            )));
+        }
+        let fds: Vec<i32> = eventfds.iter().map(AsRawFd::as_raw_fd).collect();
+        set_irqs(self.device_fd(), VFIO_PCI_MSIX_IRQ_INDEX, &fds)
+            .map_err(|e| fail(format!("VFIO_DEVICE_SET_IRQS giving eventfds: {e}")))
     }
 
     fn clear_msix(&self) -> Result<(), DeviceError> {
-        self.device
-            .disable_irq(VFIO_PCI_MSIX_IRQ_INDEX)
-            .map_err(|e| DeviceError::Interrupts {
+        set_irqs(self.device_fd(), VFIO_PCI_MSIX_IRQ_INDEX, &[]).map_err(|e| {
+            DeviceError::Interrupts {
                 name: self.name(),
-                reason: e.to_string(),
-            })
+                reason: format!("VFIO_DEVICE_SET_IRQS disabling MSI-X: {e}"),
+            }
+        })
     }
 
     fn function_id(&self) -> Option<FunctionId> {
@@ -902,6 +966,30 @@ mod tests {
             size: 0x100,
         };
         assert!(top.read(4, &mut buf).is_err());
+    }
+
+    /// `struct vfio_irq_set` as `linux/vfio.h` lays it out: eventfds for vectors 0 up, or
+    /// none to disable the index.
+    #[test]
+    fn set_irqs_arguments_are_laid_out_as_the_kernel_reads_them() {
+        let msix = VFIO_PCI_MSIX_IRQ_INDEX;
+        assert_eq!(
+            irq_set(msix, &[7, 9, 11]).unwrap(),
+            [20 + 12, (1 << 2) | (1 << 5), 2, 0, 3, 7, 9, 11]
+        );
+        assert_eq!(irq_set(msix, &[]).unwrap(), [20, 1 | (1 << 5), 2, 0, 0]);
+    }
+
+    /// The kernel's refusal of `VFIO_DEVICE_SET_IRQS` is kept, errno included (here the
+    /// ioctl is made on a file that is no VFIO device, which refuses it with ENOTTY).
+    #[test]
+    fn a_refused_set_irqs_keeps_the_kernels_reason() {
+        let file = memfd(4096);
+        let fd = EventFd::new(0).unwrap();
+        for fds in [&[fd.as_raw_fd()][..], &[]] {
+            let e = set_irqs(file.as_fd(), VFIO_PCI_MSIX_IRQ_INDEX, fds).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::ENOTTY), "{e}");
+        }
     }
 
     #[test]
