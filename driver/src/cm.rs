@@ -42,9 +42,23 @@
 //! ACCEPT in, before its READY goes. So the peer's data, which may follow the READY at once,
 //! is taken, and anyone else's is refused with RC_PERM_VIOLATION: the sender's operation
 //! fails with `FI_EACCES`, and nothing lands in the endpoint's receives. An accept given up
-//! names nobody again. The control channel takes anyone's messages, as it must for a
-//! connection to be made. On an older NIC a connected endpoint takes data from any sender of
-//! its job that names its address (received with `src_addr` `FI_ADDR_NOTAVAIL`).
+//! names nobody again, and so does a connection shut down, by either side, at the point its
+//! receives are due to be flushed: [`Endpoint::shutdown`] once its SHUTDOWN is sent (before
+//! it returns, so before `fi_shutdown` flushes them), the peer's SHUTDOWN before it is
+//! taken in (before the endpoint reads as shut down). The peer's data that arrives after
+//! that, whether sent racing the SHUTDOWN or overtaken by it (a SHUTDOWN goes on the control
+//! ring, and `shutdown` does not wait for the sends in flight on the data ring), is refused,
+//! and the peer's operation fails with `FI_EACCES` instead of completing for bytes nobody
+//! will read (in a receive about to be flushed, or on the NIC's unexpected list). Data
+//! acknowledged before stays where it landed. `shutdown` does not wait for this side's
+//! sends in flight: their completions are the application's to read from its CQ, which the
+//! driver cannot take without reading them itself, and one its SHUTDOWN overtakes fails at
+//! this side with `FI_EACCES` rather than completing undelivered. The control channel takes
+//! anyone's messages, as it must for a connection to be made. On an older NIC a connected
+//! endpoint takes data from any sender of its job that names its address (received with
+//! `src_addr` `FI_ADDR_NOTAVAIL`), its peer's after a shutdown too: data that arrives after
+//! the endpoint's receives were flushed lands on the NIC's unexpected list, and its send
+//! completes without error.
 //!
 //! The acceptor is connected by the requester's READY, not by the NIC's acknowledgement of
 //! the ACCEPT, as InfiniBand's connection manager waits for its RTU: the acknowledgement
@@ -381,14 +395,15 @@ impl CmInner {
     }
 
     /// [`CmInner::set_data_peer`] of nobody, once the endpoint is no longer connecting to
-    /// its peer (an accept given up): a failure only leaves the last peer's data let in.
-    /// A stopped NIC takes nothing any more, and is not asked.
+    /// its peer (an accept given up) or its connection is shut down (by either side): a
+    /// failure only leaves the last peer's data let in. A stopped NIC takes nothing any
+    /// more, and is not asked.
     fn clear_data_peer(&self, fid: u64) {
         if self.data_endpoint.is_none() || self.lane.device_stopped() {
             return;
         }
         if let Err(e) = self.set_data_peer(None) {
-            tracing::warn!(fid, "the NIC still takes the given-up peer's data: {e}");
+            tracing::warn!(fid, "the NIC still takes the former peer's data: {e}");
         }
     }
 }
@@ -1643,7 +1658,12 @@ impl Connection {
     /// counter read or wait) wakes and finds its receives due to be flushed. The state is
     /// set before the vector is looked at, and a waiter arms (clearing the vector) before it
     /// looks at the state: it sees the shutdown, or sleeps on the vector raised here.
+    /// The endpoint names no peer any more before the state says so, so that the peer's data
+    /// that arrives once its receives are flushed (data it sent racing its SHUTDOWN, or that
+    /// its SHUTDOWN overtook) is refused, and fails at the peer, instead of landing where
+    /// nobody reads it.
     fn shut_down_by_peer(&self, inner: &CmInner) {
+        inner.clear_data_peer(self.fid);
         self.set(SHUT_DOWN);
         std::sync::atomic::fence(Ordering::SeqCst);
         if let Some(v) = self.completions.get() {
@@ -2395,6 +2415,11 @@ impl Endpoint {
     /// `fi_shutdown`: close the connection; the peer gets `FI_SHUTDOWN`. Later sends fail
     /// with `FI_ENOTCONN`. `FI_EAGAIN` ([`DriverError::Full`]) while the control channel has
     /// no room for the SHUTDOWN: the connection then stands, and the call may be repeated.
+    /// Once the SHUTDOWN is sent the endpoint names no peer any more (from interface 1.20):
+    /// the peer's data that arrives after this returns (sent before it took the SHUTDOWN
+    /// in) is refused by the NIC, and fails at the peer with `FI_EACCES`, instead of landing
+    /// in a receive about to be flushed or where nobody reads it. Sends of this endpoint
+    /// still in flight are not waited for (see the module docs).
     pub fn shutdown(&mut self) -> Result<(), DriverError> {
         let conn = self.link("fi_shutdown")?.clone();
         let mut inner = conn.lock();
@@ -2413,6 +2438,7 @@ impl Endpoint {
             conn.set(CONNECTED);
             return Err(e);
         }
+        inner.clear_data_peer(conn.fid);
         Ok(())
     }
 

@@ -6,11 +6,17 @@
 //! * An `FI_EP_MSG` endpoint binds an EQ and CQs, never an AV (`-FI_EINVAL`); its sends go to
 //!   its peer whatever `fi_addr_t` they name, and are `-FI_ENOTCONN` before it is connected
 //!   and after `fi_shutdown` (its own or its peer's), as is `fi_shutdown` then. Once the
-//!   connection is shut down the peer sends nothing more (a message already on the wire may
-//!   still arrive: it finds its receive withdrawn and waits on the NIC's unexpected list, as
-//!   any message that arrives before its receive does, for a receive posted since, or when
+//!   connection is shut down the peer sends nothing more. On a NIC of host interface 1.20
+//!   or later the endpoint names no peer any more from then on (before `fi_shutdown`
+//!   returns; before the peer's `FI_SHUTDOWN` is posted): a message of the peer's that
+//!   arrives after that (sent racing the shutdown, or overtaken by the peer's SHUTDOWN,
+//!   which `fi_shutdown` sends without waiting for the sends in flight) is refused, and
+//!   its send fails with `FI_EACCES` in the peer's CQ rather than completing for data
+//!   nobody reads; one acknowledged before stays where it landed. On an older NIC such a
+//!   message finds its receive withdrawn and waits on the NIC's unexpected list, as any
+//!   message that arrives before its receive does, for a receive posted since, or when
 //!   that list is full is retried by its sender, as every refused message is (below); on a
-//!   NIC older than host interface 1.17 the sender gets `FI_ENORX`); the receives still
+//!   NIC older than host interface 1.17 the sender gets `FI_ENORX`. The receives still
 //!   posted are flushed,
 //!   each an `FI_ECANCELED` error entry in the receive CQ (and an error on a bound receive
 //!   counter), as fi_cm(3) lets `fi_shutdown` cancel them — before `fi_shutdown` returns, and
@@ -2827,7 +2833,9 @@ unsafe extern "C" fn ep_accept(ep: *mut FidEp, param: *const c_void, paramlen: u
 }
 
 /// `fi_shutdown`: end the connection; the peer gets `FI_SHUTDOWN`. `-FI_ENOTCONN` when not
-/// connected; sends fail with `-FI_ENOTCONN` from then on.
+/// connected; sends fail with `-FI_ENOTCONN` from then on. The driver has the NIC take no
+/// more of the peer's data (from host interface 1.20) before the receives are flushed, so
+/// that a message of the peer's arriving after fails at the peer (`FI_EACCES`).
 unsafe extern "C" fn ep_shutdown(ep: *mut FidEp, flags: u64) -> c_int {
     const CALL: &str = "fi_shutdown";
     entry(CALL, || {

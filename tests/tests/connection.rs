@@ -1401,3 +1401,99 @@ fn an_accept_given_up_takes_no_ones_data_again() {
         "nothing reached the server"
     );
 }
+
+/// Hold back the first frame the client NIC (the second of the fabric) sends from now on;
+/// the frames after it pass.
+fn hold_the_clients_next_frame(l: &Listening) {
+    let std::net::IpAddr::V4(from) = uet_tests::nic_addr(1) else {
+        unreachable!("IPv4 fabric addresses")
+    };
+    let mut held = false;
+    // Ethernet (14 bytes), then the IPv4 header, whose source address is at bytes 12-15.
+    l.fabric.hold_frames(move |f| {
+        let hold = !held && f.get(26..30) == Some(&from.octets()[..]);
+        held |= hold;
+        hold
+    });
+}
+
+/// A connection of `l`'s listener (the server) to a new endpoint of the client NIC, both
+/// sides connected: client, its EQ, server, its EQ.
+fn connected(l: &Listening) -> (Endpoint, EventQueue, Endpoint, EventQueue) {
+    let (client, eq_c, req) = l.request();
+    let (mut server, eq_s) = msg_ep(&l.ns);
+    l.pep.accept(&req, &mut server, b"").unwrap();
+    assert_eq!(wait_event(&eq_c).kind, EqEventKind::Connected);
+    assert_eq!(wait_event(&eq_s).kind, EqEventKind::Connected);
+    (client, eq_c, server, eq_s)
+}
+
+/// The client, connected to the server on NICs of interface minor `minor`, takes a message
+/// of the server's (acknowledged), then shuts the connection down, its SHUTDOWN held on the
+/// wire; the server, not knowing yet, sends again. The completion of that send, once the
+/// client read the first message; the server then takes the SHUTDOWN in.
+fn a_send_racing_the_peers_shutdown(minor: u8) -> uet_driver::CqEvent {
+    let l = Listening::at_interface(minor);
+    let (mut client, _eq_c, mut server, eq_s) = connected(&l);
+    let pool_s = DmaPool::new(&l.ns, 4096, 8).unwrap();
+    let pool_c = DmaPool::new(&l.nc, 4096, 8).unwrap();
+    client.post_recv(pool_c.alloc().unwrap(), 20).unwrap();
+    send(&mut server, &pool_s, b"before the shutdown");
+    hold_the_clients_next_frame(&l);
+    client.shutdown().unwrap();
+    assert!(server.is_connected(), "the SHUTDOWN is held");
+    let mut b = pool_s.alloc().unwrap();
+    b.fill(b"after the shutdown").unwrap();
+    server.send(b, 2, 0).map_err(|(e, _)| e).unwrap();
+    let ev = completion(&mut server);
+    // What was delivered before the shutdown stays delivered.
+    assert_eq!(recv(&mut client), b"before the shutdown");
+    assert_eq!(l.fabric.release_held(), 1);
+    assert_eq!(wait_event(&eq_s).kind, EqEventKind::Shutdown);
+    assert_eq!(pep_and_sides_dropped(&l, &client, &server), 0);
+    ev
+}
+
+#[test]
+fn after_a_shutdown_the_peers_data_is_refused_instead_of_completing_unread() {
+    // The client shut the connection down (fi_shutdown flushes its receives): it names no
+    // peer any more, so the server's send, which raced the SHUTDOWN, fails FI_EACCES
+    // instead of completing for data that would wait unread on the client NIC's
+    // unexpected list.
+    let ev = a_send_racing_the_peers_shutdown(uet_regs::since::CONNECTED_PEER);
+    assert_refused_as_not_the_peer(&ev);
+}
+
+#[test]
+fn before_interface_1_20_data_racing_a_shutdown_still_completes() {
+    // An older NIC takes anyone's data: the send completes, its data on the client NIC's
+    // unexpected list.
+    let ev = a_send_racing_the_peers_shutdown(uet_regs::since::CONNECTED_PEER - 1);
+    assert!(ev.error.is_none(), "{:?}", ev.error);
+}
+
+#[test]
+fn data_a_shutdown_overtook_is_refused_instead_of_completing_unread() {
+    // The client's SHUTDOWN (control ring) overtakes its data (data ring), held on the
+    // wire: the server takes the SHUTDOWN in first, names no peer any more, and refuses the
+    // data that follows, which fails at the client (FI_EACCES) instead of completing with
+    // nothing delivered. Nothing lands in the receive the server still has posted.
+    let l = Listening::new();
+    let (mut client, _eq_c, mut server, eq_s) = connected(&l);
+    let pool_s = DmaPool::new(&l.ns, 4096, 8).unwrap();
+    let pool_c = DmaPool::new(&l.nc, 4096, 8).unwrap();
+    server.post_recv(pool_s.alloc().unwrap(), 10).unwrap();
+    hold_the_clients_next_frame(&l);
+    let mut b = pool_c.alloc().unwrap();
+    b.fill(b"overtaken").unwrap();
+    client.send(b, 1, 0).map_err(|(e, _)| e).unwrap();
+    client.shutdown().unwrap();
+    assert_eq!(wait_event(&eq_s).kind, EqEventKind::Shutdown);
+    assert_eq!(l.fabric.release_held(), 1, "the data");
+    assert_refused_as_not_the_peer(&completion(&mut client));
+    assert!(
+        server.poll().unwrap().is_none(),
+        "nothing reached the server"
+    );
+    assert_eq!(pep_and_sides_dropped(&l, &client, &server), 0);
+}
