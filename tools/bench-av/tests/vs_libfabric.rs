@@ -25,6 +25,17 @@ fn executable(path: &Path, text: &str) {
 /// given `--counts n --rounds r`). `None` when the machine lacks the libfabric headers the
 /// script looks for before anything else.
 fn run(test: &str, counts: &str, rounds: &str, harness: &str, bench: &str) -> Option<Output> {
+    run_with(test, counts, rounds, (harness, bench), &[])
+}
+
+/// [`run`] with more environment variables.
+fn run_with(
+    test: &str,
+    counts: &str,
+    rounds: &str,
+    (harness, bench): (&str, &str),
+    env: &[(&str, &str)],
+) -> Option<Output> {
     if !Path::new("/usr/include/rdma/fabric.h").exists() {
         eprintln!("skipped: no libfabric headers (the script refuses to run without them)");
         return None;
@@ -64,6 +75,8 @@ fn run(test: &str, counts: &str, rounds: &str, harness: &str, bench: &str) -> Op
         .env("UET_ANCHORS", &anchors)
         .env("CARGO_TARGET_DIR", &target)
         .env_remove("UET_BENCH_SLOW")
+        .env_remove("UET_BENCH_CPU")
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     let _ = std::fs::remove_dir_all(&dir);
@@ -159,5 +172,61 @@ fn a_missing_insertsym_figure_at_a_million_entries_reads_n_a() {
             .unwrap_or_else(|| panic!("{stdout}\n{stderr}"));
         assert!(sym.split_whitespace().any(|w| w == have), "{sym}");
         assert_eq!(out.status.code(), Some(code), "{stdout}\n{stderr}");
+    }
+}
+
+/// `UET_BENCH_CPU` runs the bench and the anchor alike on that CPU alone, and says so in the
+/// first line; a value that is no CPU of the machine is refused before anything runs.
+#[test]
+fn the_bench_and_the_anchor_run_on_the_cpu_asked_for() {
+    let cpus = r##"echo "# cpus $(grep Cpus_allowed_list /proc/self/status | cut -f2)""##;
+    let harness = format!(
+        "{cpus} >&2\necho \"prov=$1 n=$2 batch=$3 inserted=$2 insert_ns=150.0 lookup_ns=5.0 \
+         remove_ns=1000.0 rss_bytes_per_entry=120.0\""
+    );
+    let bench = format!("{cpus}\n{BENCH}");
+    let Some(out) = run_with(
+        "cpu",
+        "1000",
+        "1",
+        (&harness, &bench),
+        &[("UET_BENCH_CPU", "0")],
+    ) else {
+        return;
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stdout
+            .lines()
+            .next()
+            .is_some_and(|l| l.ends_with(", on CPU 0")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("# cpus 0\n"),
+        "bench-av on CPU 0:\n{stdout}"
+    );
+    // The anchor's standard error is the script's.
+    assert_eq!(
+        stderr.matches("# cpus 0\n").count(),
+        4,
+        "every anchor run on CPU 0:\n{stderr}"
+    );
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    for cpu in ["x", "1x", "99999"] {
+        let out = run_with(
+            "cpu-bad",
+            "1000",
+            "1",
+            (&harness, &bench),
+            &[("UET_BENCH_CPU", cpu)],
+        )
+        .unwrap();
+        assert_eq!(out.status.code(), Some(2), "UET_BENCH_CPU={cpu}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).is_empty(),
+            "nothing ran"
+        );
     }
 }
