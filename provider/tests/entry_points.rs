@@ -2594,6 +2594,24 @@ fn signal_until_it_returns(
     None
 }
 
+/// Run `wait`, a call that blocks, in a thread of its own, and after 100 ms signal that thread
+/// until the call returns ([`signal_until_it_returns`]): the return, or `None` when it slept
+/// through the signals; and the receiver its return comes on later.
+fn signal_a_waiting_call(
+    wait: impl FnOnce() -> isize + Send + 'static,
+) -> (Option<isize>, std::sync::mpsc::Receiver<isize>) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (thread_tx, thread_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // SAFETY: no argument.
+        let _ = thread_tx.send(unsafe { libc::pthread_self() });
+        let _ = tx.send(wait());
+    });
+    let thread = thread_rx.recv().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    (signal_until_it_returns(thread, &rx), rx)
+}
+
 /// A thread blocked in `fi_cq_sread` without end returns `-FI_EAGAIN` when a signal is
 /// delivered to it: fi_cq(3) has threads blocking there return when "signaled by some external
 /// source", "even if the timeout ... was specified as infinite".
@@ -2603,19 +2621,11 @@ fn a_signal_delivered_to_a_thread_in_fi_cq_sread_ends_its_wait() {
     let pair = Pair::new(0);
     let cq = Shared(pair.p[0].cq);
     let sread = pair.cq(0).sread;
-    let (tx, rx) = std::sync::mpsc::channel();
-    let (thread_tx, thread_rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        // SAFETY: no argument.
-        let _ = thread_tx.send(unsafe { libc::pthread_self() });
+    let (ended, rx) = signal_a_waiting_call(move || {
         let mut e = [0u8; 64];
         // SAFETY: an open, waitable CQ; room for one entry.
-        let ret = unsafe { sread(cq.get(), e.as_mut_ptr().cast(), 1, null(), -1) };
-        let _ = tx.send(ret);
+        unsafe { sread(cq.get(), e.as_mut_ptr().cast(), 1, null(), -1) }
     });
-    let thread = thread_rx.recv().unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(100));
-    let ended = signal_until_it_returns(thread, &rx);
     if ended.is_none() {
         // SAFETY: an open CQ with a wait object: ends the wait, so the pair can close.
         assert_eq!(unsafe { (pair.cq(0).signal)(pair.p[0].cq) }, 0);
@@ -2639,22 +2649,14 @@ fn a_signal_delivered_to_a_thread_in_fi_eq_sread_ends_its_wait() {
         let eq = Shared(eq_open_on(open.fabric, wait_obj, 0).expect("fi_eq_open"));
         // SAFETY: an open EQ's operations, static.
         let sread = unsafe { (*(*eq.get()).ops).sread };
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (thread_tx, thread_rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            // SAFETY: no argument.
-            let _ = thread_tx.send(unsafe { libc::pthread_self() });
+        let (ended, rx) = signal_a_waiting_call(move || {
             let mut event = 0u32;
             // SAFETY: a plain-data structure.
             let mut entry: FiEqEntry = unsafe { core::mem::zeroed() };
             let len = core::mem::size_of::<FiEqEntry>();
             // SAFETY: an open, waitable EQ; valid out pointers.
-            let ret = unsafe { sread(eq.get(), &mut event, (&raw mut entry).cast(), len, -1, 0) };
-            let _ = tx.send(ret);
+            unsafe { sread(eq.get(), &mut event, (&raw mut entry).cast(), len, -1, 0) }
         });
-        let thread = thread_rx.recv().unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        let ended = signal_until_it_returns(thread, &rx);
         // SAFETY: an open EQ nothing is bound to; a thread still waiting wakes with FI_EBADF.
         assert_eq!(unsafe { close(&mut (*eq.get()).fid) }, 0);
         if ended.is_none() {
