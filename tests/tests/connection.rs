@@ -113,8 +113,7 @@ fn request_within(nic: &Nic, pep: &PassiveEndpoint, timeout: Duration) -> (Endpo
 }
 
 fn send(ep: &mut Endpoint, pool: &DmaPool, data: &[u8]) {
-    let mut b = pool.alloc().unwrap();
-    b.fill(data).unwrap();
+    let b = filled(pool, data);
     ep.send(b, 1, 0).map_err(|(e, _)| e).unwrap();
     let ev = poll_one(ep).expect("send completes");
     assert!(ev.error.is_none(), "{:?}", ev.error);
@@ -191,8 +190,7 @@ fn connect_accept_send_and_shutdown() {
     send(&mut server, &pool_s, b"pong");
     assert_eq!(recv(&mut client), b"pong");
     // Even post_send's fi_addr is ignored: the peer is the only destination.
-    let mut b = pool_c.alloc().unwrap();
-    b.fill(b"to the peer").unwrap();
+    let b = filled(&pool_c, b"to the peer");
     server.post_recv(pool_s.alloc().unwrap(), 11).unwrap();
     client.post_send(12345, b, 2, 0).unwrap();
     assert!(poll_one(&mut client).unwrap().error.is_none());
@@ -1211,6 +1209,13 @@ fn stranger(nic: &Nic, target: &uet_fwif::address::UetAddress) -> (Endpoint, uet
     (ep, av, fi[0])
 }
 
+/// A buffer of `pool` holding `data`.
+fn filled(pool: &DmaPool, data: &[u8]) -> uet_driver::DmaBuffer {
+    let mut b = pool.alloc().unwrap();
+    b.fill(data).unwrap();
+    b
+}
+
 /// The completion of the one operation `ep` posted.
 fn completion(ep: &mut Endpoint) -> uet_driver::CqEvent {
     poll_one(ep).expect("the operation completes")
@@ -1252,30 +1257,26 @@ fn a_connected_endpoint_takes_data_from_its_peer_only() {
         )
         .unwrap();
     let third_sends = |third: &mut Endpoint, what: &[u8]| {
-        let mut b = pool_t.alloc().unwrap();
-        b.fill(what).unwrap();
+        let b = filled(&pool_t, what);
         third
             .post_send(to_server, b, 1, 0)
             .map_err(|(e, _)| e)
             .unwrap();
         assert_refused_as_not_the_peer(&completion(third));
-        let mut b = pool_t.alloc().unwrap();
-        b.fill(what).unwrap();
+        let b = filled(&pool_t, what);
         third
             .post_tsend(to_server, b, 7, 2, 0)
             .map_err(|(e, _)| e)
             .unwrap();
         assert_refused_as_not_the_peer(&completion(third));
-        let mut b = pool_t.alloc().unwrap();
-        b.fill(what).unwrap();
+        let b = filled(&pool_t, what);
         third
             .post_write(to_server, b, 0, 0x5EC, 3)
             .map_err(|(e, _)| e)
             .unwrap();
         assert_refused_as_not_the_peer(&completion(third));
         // A message of several packets is refused whole.
-        let mut b = pool_long.alloc().unwrap();
-        b.fill(&long).unwrap();
+        let b = filled(&pool_long, &long);
         third
             .post_send(to_server, b, 4, 0)
             .map_err(|(e, _)| e)
@@ -1347,8 +1348,7 @@ fn before_interface_1_20_a_connected_endpoint_takes_anyones_data() {
     let pool_t = DmaPool::new(&nt, 4096, 8).unwrap();
     let (mut third, _av_t, to_server) = stranger(&nt, server.address());
     server.post_recv(pool_s.alloc().unwrap(), 10).unwrap();
-    let mut b = pool_t.alloc().unwrap();
-    b.fill(b"intruder").unwrap();
+    let b = filled(&pool_t, b"intruder");
     third
         .post_send(to_server, b, 1, 0)
         .map_err(|(e, _)| e)
@@ -1391,8 +1391,7 @@ fn an_accept_given_up_takes_no_ones_data_again() {
     assert_eq!(wait_event(&eq_c).kind, EqEventKind::Connected);
     let err = wait_error(&eq_s);
     assert_eq!((err.err, err.fid), (FiErrno::FI_ETIMEDOUT, server.fid()));
-    let mut b = pool_c.alloc().unwrap();
-    b.fill(b"after the accept was given up").unwrap();
+    let b = filled(&pool_c, b"after the accept was given up");
     client.send(b, 1, 0).map_err(|(e, _)| e).unwrap();
     assert!(l.fabric.release_held() > 0);
     assert_refused_as_not_the_peer(&completion(&mut client));
@@ -1442,8 +1441,7 @@ fn a_send_racing_the_peers_shutdown(minor: u8) -> uet_driver::CqEvent {
     hold_the_clients_next_frame(&l);
     client.shutdown().unwrap();
     assert!(server.is_connected(), "the SHUTDOWN is held");
-    let mut b = pool_s.alloc().unwrap();
-    b.fill(b"after the shutdown").unwrap();
+    let b = filled(&pool_s, b"after the shutdown");
     server.send(b, 2, 0).map_err(|(e, _)| e).unwrap();
     let ev = completion(&mut server);
     // What was delivered before the shutdown stays delivered.
@@ -1484,8 +1482,7 @@ fn data_a_shutdown_overtook_is_refused_instead_of_completing_unread() {
     let pool_c = DmaPool::new(&l.nc, 4096, 8).unwrap();
     server.post_recv(pool_s.alloc().unwrap(), 10).unwrap();
     hold_the_clients_next_frame(&l);
-    let mut b = pool_c.alloc().unwrap();
-    b.fill(b"overtaken").unwrap();
+    let b = filled(&pool_c, b"overtaken");
     client.send(b, 1, 0).map_err(|(e, _)| e).unwrap();
     client.shutdown().unwrap();
     assert_eq!(wait_event(&eq_s).kind, EqEventKind::Shutdown);
