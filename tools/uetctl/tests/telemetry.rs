@@ -105,6 +105,21 @@ fn scripted<T: Send + 'static>(
     (path, server)
 }
 
+/// Connect to the socket `path` of a [`scripted`] server, ask what `ask` asks, hang up, wait
+/// for the server's script to end and remove its socket: what `ask` returned.
+fn ask_scripted<T>(
+    path: PathBuf,
+    server: std::thread::JoinHandle<()>,
+    ask: impl FnOnce(&mut Client) -> T,
+) -> T {
+    let mut client = Client::connect(&Target::Socket(path.clone())).unwrap();
+    let answer = ask(&mut client);
+    drop(client);
+    server.join().unwrap();
+    let _ = std::fs::remove_file(&path);
+    answer
+}
+
 /// Run `uetctl` with `args` and then the socket `path` of a [`scripted`] server, wait for the
 /// server's script to end and remove its socket: what `uetctl` printed, and its stderr.
 fn uetctl_against(
@@ -2261,11 +2276,7 @@ fn pages_that_are_no_part_of_the_table_are_an_error_not_a_dump() {
                 c.say(p);
             }
         });
-        let mut client = Client::connect(&Target::Socket(path.clone())).unwrap();
-        let dumped = live::av_dump(&mut client, 0, 3);
-        drop(client);
-        server.join().unwrap();
-        let _ = std::fs::remove_file(&path);
+        let dumped = ask_scripted(path, server, |client| live::av_dump(client, 0, 3));
         let e = dumped.map(|d| d.rows).unwrap_err();
         assert!(e.contains("AV table 3 of NIC 0"), "case {n}: {e}");
     }
@@ -2320,11 +2331,7 @@ fn an_answer_trickled_byte_by_byte_is_given_up() {
             std::thread::sleep(Duration::from_millis(400));
         }
     });
-    let mut client = Client::connect(&Target::Socket(path.clone())).unwrap();
-    let r = live::counters(&mut client, 0);
-    drop(client);
-    server.join().unwrap();
-    let _ = std::fs::remove_file(&path);
+    let r = ask_scripted(path, server, |client| live::counters(client, 0));
     let e = r.unwrap_err();
     assert!(e.contains("did not answer within"), "{e}");
 }
@@ -2501,11 +2508,7 @@ fn a_handle_or_slot_past_its_width_is_an_error_not_another() {
         c.hear();
         c.say(json!({"ok": {"tables": [{"table": handle, "serial": 7, "capacity": 8}]}}));
     });
-    let mut client = Client::connect(&Target::Socket(path.clone())).unwrap();
-    let listed = live::tables(&mut client, 0);
-    drop(client);
-    server.join().unwrap();
-    let _ = std::fs::remove_file(&path);
+    let listed = ask_scripted(path, server, |client| live::tables(client, 0));
     let e = listed.unwrap_err();
     assert!(e.contains(&handle.to_string()), "{e}");
 
@@ -2520,11 +2523,7 @@ fn a_handle_or_slot_past_its_width_is_an_error_not_another() {
                             "auth_key_slots": [[slot, key]]}}),
         );
     });
-    let mut client = Client::connect(&Target::Socket(path.clone())).unwrap();
-    let dumped = live::av_dump(&mut client, 0, 3);
-    drop(client);
-    server.join().unwrap();
-    let _ = std::fs::remove_file(&path);
+    let dumped = ask_scripted(path, server, |client| live::av_dump(client, 0, 3));
     let e = dumped.map(|d| d.nic_keys).unwrap_err();
     assert!(e.contains(&slot.to_string()), "{e}");
 }
@@ -2664,11 +2663,7 @@ fn an_auth_key_slot_given_twice_is_an_error_not_two_slots() {
                             "entries": [[0, entry]], "next": null, "auth_key_slots": slots}}),
         );
     });
-    let mut client = Client::connect(&Target::Socket(path.clone())).unwrap();
-    let dumped = live::av_dump(&mut client, 0, 3);
-    drop(client);
-    server.join().unwrap();
-    let _ = std::fs::remove_file(&path);
+    let dumped = ask_scripted(path, server, |client| live::av_dump(client, 0, 3));
     let e = dumped.map(|d| d.nic_keys).unwrap_err();
     assert!(
         e.contains("AV table 3 of NIC 0") && e.contains("slot 2"),
@@ -2874,11 +2869,7 @@ fn an_auth_key_slot_past_the_nics_slots_is_an_error() {
                             "auth_key_slots": [[slot, key]]}}),
         );
     });
-    let mut client = Client::connect(&Target::Socket(path.clone())).unwrap();
-    let dumped = live::av_dump(&mut client, 0, 3);
-    drop(client);
-    server.join().unwrap();
-    let _ = std::fs::remove_file(&path);
+    let dumped = ask_scripted(path, server, |client| live::av_dump(client, 0, 3));
     let e = dumped.map(|d| d.nic_keys).unwrap_err();
     assert!(
         e.contains("AV table 3 of NIC 0") && e.contains(&slot.to_string()),
