@@ -906,13 +906,14 @@ impl Nic {
     }
 
     /// The request's delivery mode, opcode and resource index, checked against the
-    /// endpoint's kind and spaces: the space and the entry (the endpoint or one of its
-    /// contexts) that serves it.
+    /// endpoint's kind and spaces: the space, the entry (the endpoint or one of its
+    /// contexts) that serves it, and whether the endpoint takes the request's data from its
+    /// sender (a connected endpoint only from its peer, [`crate::endpoint_table`]).
     fn space_check(
         &mut self,
         handle: u16,
         p: &ParsedRequest<'_>,
-    ) -> Result<(Space, u16), ReturnCode> {
+    ) -> Result<(Space, u16, bool), ReturnCode> {
         let s = &p.ses;
         let space = match s.opcode {
             ses::OP_SEND => Space::Send,
@@ -943,7 +944,11 @@ impl Nic {
             self.counters.inc(RX_BAD_INDEX);
             return Err(ReturnCode::BadIndex);
         };
-        Ok((space, target))
+        // A connected endpoint takes data from its peer only; its control channel (a SEND to
+        // resource index 0, the only request index 0 serves) takes anyone's.
+        let control = space == Space::Send && s.resource_index == 0;
+        let from_peer = control || ep.takes_data_from(p.key().sender(), s.job_id);
+        Ok((space, target, from_peer))
     }
 
     /// Count a data request a connected endpoint refused for its sender.
@@ -1017,22 +1022,13 @@ impl Nic {
                 return RxOutcome::Done;
             }
         };
-        let endpoint = handle;
-        let (space, handle) = match self.space_check(handle, &p) {
+        let (space, handle, from_peer) = match self.space_check(handle, &p) {
             Ok(s) => s,
             Err(rc) => {
                 self.reject(handle, &p, rc);
                 return RxOutcome::Done;
             }
         };
-        // A connected endpoint takes data from its peer only; its control channel (a SEND to
-        // resource index 0, the only request index 0 serves) takes anyone's.
-        let control = space == Space::Send && p.ses.resource_index == 0;
-        let from_peer = control
-            || self
-                .eps
-                .get(endpoint)
-                .is_some_and(|e| e.takes_data_from(p.key().sender(), p.ses.job_id));
         let too_long = p.ses.request_length > self.cfg.max_msg
             || (p.ses.opcode == ses::OP_READ && p.ses.request_length > u32::from(self.cfg.mtu));
         if too_long {
