@@ -227,6 +227,18 @@ pub fn open_av(nic: &Nic, job_id: u32, count: usize, rx_ctx_bits: u8) -> Av {
     .expect("open AV")
 }
 
+/// An endpoint of `job_id` on `nic`, bound to `av`, with the default attributes otherwise.
+pub fn job_endpoint(nic: &Nic, job_id: u32, av: &Av) -> Endpoint {
+    nic.endpoint(
+        EndpointAttr {
+            job_id,
+            ..EndpointAttr::default()
+        },
+        Some(av),
+    )
+    .expect("endpoint")
+}
+
 /// The next event of `eq`, waiting up to five seconds (connection management progresses in
 /// a thread of its own).
 pub fn wait_event(eq: &uet_driver::EventQueue) -> uet_driver::EqEvent {

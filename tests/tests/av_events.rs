@@ -9,11 +9,11 @@ use uet_av::{
     FI_SYNC_ERR,
 };
 use uet_driver::backend::sim::SimDevice;
-use uet_driver::{Av, DmaPool, EndpointAttr, EqEventKind, EventQueue, Nic};
+use uet_driver::{Av, DmaPool, EqEventKind, EventQueue, Nic};
 use uet_fwif::admin::{Command, RangeBody, Status};
 use uet_fwif::datapath::CompletionKind;
 use uet_regs::RegisterAccess;
-use uet_tests::{fabric, Node};
+use uet_tests::{fabric, job_endpoint, Node};
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::FromZeros;
 
@@ -71,15 +71,7 @@ fn async_insert_reports_each_failed_address_then_completes_and_traffic_flows() {
         p.post_recvs(2);
     }
     let (mut av, eq) = bound_av(&nic, 8);
-    let mut ep = nic
-        .endpoint(
-            EndpointAttr {
-                job_id: JOB,
-                ..EndpointAttr::default()
-            },
-            Some(&av),
-        )
-        .unwrap();
+    let mut ep = job_endpoint(&nic, JOB, &av);
     let pool = DmaPool::new(&nic, 4096, 8).unwrap();
 
     let addrs: Vec<u8> = [peers[0].addr(), malformed(), peers[1].addr(), malformed()].concat();
@@ -433,15 +425,7 @@ fn close_is_busy_while_an_endpoint_uses_the_av() {
     let nic = open_nic(fns.into_iter().next().unwrap());
     let (av, eq) = bound_av(&nic, 8);
     let handle = av.nic().table().handle();
-    let ep = nic
-        .endpoint(
-            EndpointAttr {
-                job_id: JOB,
-                ..EndpointAttr::default()
-            },
-            Some(&av),
-        )
-        .unwrap();
+    let ep = job_endpoint(&nic, JOB, &av);
     let err = av.close().unwrap_err();
     assert_eq!(err.error.errno, FiErrno::FI_EBUSY);
     assert!(err.error.message.contains("1 endpoints"), "{}", err.error);

@@ -9,7 +9,9 @@ use uet_driver::{
     DmaPool, Endpoint, EndpointAttr, EpType, EqEventKind, EventQueue, Nic, PassiveEndpoint,
 };
 use uet_fwif::ReturnCode;
-use uet_tests::{fabric, forged, open_av, open_nic, poll_one, wait_error, wait_event};
+use uet_tests::{
+    fabric, forged, job_endpoint, open_av, open_nic, poll_one, wait_error, wait_event,
+};
 
 const JOB: u32 = 0xC044;
 
@@ -299,15 +301,7 @@ fn misuse_gets_clear_errors() {
     let pep = listen(&nic, &eq);
     let listener = pep.address().to_bytes().unwrap();
     // connect, shutdown and bind_eq on an RDM endpoint.
-    let mut rdm = nic
-        .endpoint(
-            EndpointAttr {
-                job_id: JOB,
-                ..EndpointAttr::default()
-            },
-            Some(&av),
-        )
-        .unwrap();
+    let mut rdm = job_endpoint(&nic, JOB, &av);
     assert_eq!(
         rdm.connect(&listener, b"").unwrap_err().errno(),
         FiErrno::FI_EOPNOTSUPP
@@ -1192,15 +1186,7 @@ fn a_listeners_backlog_bounds_the_requests_it_holds() {
 /// AV and the `fi_addr` of the entry.
 fn stranger(nic: &Nic, target: &uet_fwif::address::UetAddress) -> (Endpoint, uet_driver::Av, u64) {
     let mut av = open_av(nic, JOB, 4, 0);
-    let ep = nic
-        .endpoint(
-            EndpointAttr {
-                job_id: JOB,
-                ..EndpointAttr::default()
-            },
-            Some(&av),
-        )
-        .unwrap();
+    let ep = job_endpoint(nic, JOB, &av);
     let mut fi = [0u64; 1];
     let n = av
         .insert(&target.to_bytes().unwrap(), 1, Some(&mut fi), 0)

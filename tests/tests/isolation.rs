@@ -13,7 +13,7 @@ use uet_fwif::address::AddressingMode;
 use uet_fwif::datapath::LocalStatus;
 use uet_fwif::ReturnCode;
 use uet_regs::{RX_BAD_JOB_ID, RX_BAD_PID, RX_BYTES, RX_PACKETS};
-use uet_tests::{fabric, forged, open_av, open_nic, pattern, poll_one};
+use uet_tests::{fabric, forged, job_endpoint, open_av, open_nic, pattern, poll_one};
 
 const JOB_A: u32 = 0x0A;
 const JOB_B: u32 = 0x0B;
@@ -39,15 +39,7 @@ fn attack(b_mode: AddressingMode) {
         )
         .unwrap();
     // Job A also has an endpoint on B's NIC: job A's scope exists there.
-    let _decoy = nb
-        .endpoint(
-            EndpointAttr {
-                job_id: JOB_A,
-                ..EndpointAttr::default()
-            },
-            Some(&av_b),
-        )
-        .unwrap();
+    let _decoy = job_endpoint(&nb, JOB_A, &av_b);
     let region = Arc::new(nb.map_dma(REGION).unwrap());
     let before = pattern(REGION, 0xB);
     region.region().write_bytes(0, &before).unwrap();
@@ -73,15 +65,7 @@ fn attack(b_mode: AddressingMode) {
 
     // Job A's endpoint and its AV (stamping job A, decoding receive contexts).
     let mut av_a = open_av(&na, JOB_A, 256, RX_CTX_BITS);
-    let mut a: Endpoint = na
-        .endpoint(
-            EndpointAttr {
-                job_id: JOB_A,
-                ..EndpointAttr::default()
-            },
-            Some(&av_a),
-        )
-        .unwrap();
+    let mut a: Endpoint = job_endpoint(&na, JOB_A, &av_a);
     let pool_a = DmaPool::new(&na, 4096, 16).unwrap();
     let range = b.resource_indices();
     let mut indices: Vec<u16> = range.clone().collect();

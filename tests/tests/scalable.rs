@@ -7,7 +7,7 @@ use uet_driver::{Av, DmaPool, Endpoint, EndpointAttr, Nic};
 use uet_fwif::datapath::CompletionKind;
 use uet_fwif::ReturnCode;
 use uet_regs::RX_BAD_INDEX;
-use uet_tests::{fabric, open_av, open_nic, poll_one};
+use uet_tests::{fabric, job_endpoint, open_av, open_nic, poll_one};
 
 const JOB: u32 = 0x5CA1E;
 
@@ -30,15 +30,7 @@ fn attr(tx: u8, rx: u8, ri_count: u16) -> EndpointAttr {
 fn sender(f: &uet_sim::SimFunction, addr: &[u8]) -> (Nic, Av, Endpoint, u64) {
     let nic = open_nic(f);
     let mut av = open_av(&nic, JOB, 4, 4);
-    let ep = nic
-        .endpoint(
-            EndpointAttr {
-                job_id: JOB,
-                ..EndpointAttr::default()
-            },
-            Some(&av),
-        )
-        .unwrap();
+    let ep = job_endpoint(&nic, JOB, &av);
     let mut fi = [0u64; 1];
     av.insert(addr, 1, Some(&mut fi), 0).unwrap();
     (nic, av, ep, fi[0])
@@ -169,15 +161,7 @@ fn transmit_contexts_have_their_own_rings_and_completions() {
     let mut av_a = open_av(&na, JOB, 4, 0);
     let mut sep = na.scalable_endpoint(attr(2, 3, 4), Some(&av_a)).unwrap();
     let av_b = open_av(&nb, JOB, 4, 0);
-    let mut b = nb
-        .endpoint(
-            EndpointAttr {
-                job_id: JOB,
-                ..EndpointAttr::default()
-            },
-            Some(&av_b),
-        )
-        .unwrap();
+    let mut b = job_endpoint(&nb, JOB, &av_b);
     let mut fi = [0u64; 1];
     av_a.insert(&b.address().to_bytes().unwrap(), 1, Some(&mut fi), 0)
         .unwrap();
@@ -259,15 +243,7 @@ fn an_endpoint_whose_contexts_outlive_it_is_destroyed_after_them() {
     drop(b);
     // The endpoint's own ring set taken out and dropped first; its context keeps working.
     let mut c = nic.scalable_endpoint(fixed(0x73), Some(&av)).unwrap();
-    let stand_in = nic
-        .endpoint(
-            EndpointAttr {
-                job_id: JOB,
-                ..EndpointAttr::default()
-            },
-            Some(&av),
-        )
-        .unwrap();
+    let stand_in = job_endpoint(&nic, JOB, &av);
     let base = std::mem::replace(&mut c.contexts_mut()[0], stand_in);
     drop(base);
     let pool = DmaPool::new(&nic, 256, 4).unwrap();
